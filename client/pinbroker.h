@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: MIT */
+/* libpinbroker: borrow pinned, CUDA-registered host memory from pinbrokerd, or fall back to ordinary memory. */
+#ifndef PINBROKER_H
+#define PINBROKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Conventions: functions returning int return 0 on success or a negative
+ * errno. After a failure, pb_last_error() gives a human message for the
+ * calling thread (the daemon's own words when it refused). All calls on one
+ * pb_client are thread-safe.
+ */
+
+typedef struct pb_client pb_client;
+typedef struct pb_lease pb_lease;
+
+enum pb_priority {
+	PB_PRIORITY_NORMAL = 0,
+	PB_PRIORITY_CRITICAL = 1,    /* revoked last */
+	PB_PRIORITY_BEST_EFFORT = 2, /* revoked first */
+};
+
+/* pb_acquire_opts.flags */
+#define PB_ACQUIRE_WAIT (1u << 0)     /* wait up to timeout_ms for memory instead of failing at once */
+#define PB_ACQUIRE_NO_CUDA (1u << 1)  /* map only; skip CUDA registration */
+#define PB_ACQUIRE_NO_CACHE (1u << 2) /* do not reuse a cached buffer */
+
+struct pb_acquire_opts {
+	uint32_t flags;
+	uint32_t timeout_ms;         /* with PB_ACQUIRE_WAIT; 0 = the daemon's default */
+	enum pb_priority priority;
+	const char *label;           /* shown by `pinctl status`; may be NULL */
+};
+
+/* What a lease's memory is. */
+enum pb_memory_kind {
+	PB_MEM_PINNED = 0,   /* broker memory, locked and registered with CUDA: full-speed async copies */
+	PB_MEM_LOCKED = 1,   /* broker memory, locked but not CUDA-registered (no GPU or no driver here) */
+	PB_MEM_FALLBACK = 2, /* ordinary pageable memory: the broker refused or is not running */
+};
+
+/*
+ * Connect and say HELLO. path NULL means $PINBROKER_SOCKET, else
+ * /run/pinbroker/pinbroker.sock. Returns 0 and *ret, or -ENOENT / -ECONNREFUSED
+ * (no daemon), -EACCES (socket permissions), -EPROTONOSUPPORT (version mismatch).
+ */
+int pb_connect(const char *path, pb_client **ret);
+
+/* Release every lease this client holds, unmap, and close. NULL is fine. */
+void pb_disconnect(pb_client *c);
+
+/*
+ * Acquire at least size bytes (rounded up to the page size), mapped into this
+ * process as one contiguous range and, where CUDA is usable here, registered
+ * with cuMemHostRegister(PORTABLE). opts may be NULL. Blocking. Returns 0 and
+ * *ret, or a negative errno:
+ *   -EINVAL size 0; -EFBIG never satisfiable; -EDQUOT over the uid quota;
+ *   -ENOSPC budget exhausted; -EBUSY host memory tight; -EAGAIN critical;
+ *   -ETIMEDOUT a PB_ACQUIRE_WAIT timed out; -ECONNRESET the daemon went away.
+ */
+int pb_acquire(pb_client *c, size_t size, const struct pb_acquire_opts *opts, pb_lease **ret);
+
+/*
+ * Like pb_acquire, but never fails for lack of pinned memory: when the broker
+ * refuses or c is NULL/disconnected, returns ordinary memory with kind
+ * PB_MEM_FALLBACK. Returns NULL only when even malloc fails. The reason for a
+ * fallback is in pb_lease_fallback_reason().
+ */
+pb_lease *pb_acquire_or_fallback(pb_client *c, size_t size, const struct pb_acquire_opts *opts);
+
+/*
+ * Give a lease back (unregister, unmap, RELEASE), or, when the client cache is
+ * enabled, keep it mapped as cached-idle for a fast re-acquire. Works for
+ * fallback leases too. l is invalid afterwards. Returns 0 or a negative errno
+ * (the local resources are freed either way).
+ */
+int pb_release(pb_client *c, pb_lease *l);
+
+void *pb_lease_data(const pb_lease *l);
+size_t pb_lease_size(const pb_lease *l);
+size_t pb_lease_page_size(const pb_lease *l);
+uint64_t pb_lease_id(const pb_lease *l);              /* 0 for fallback memory */
+enum pb_memory_kind pb_lease_kind(const pb_lease *l);
+int pb_lease_cuda_registered(const pb_lease *l);      /* 1 or 0 */
+int pb_lease_hugetlb(const pb_lease *l);              /* 1 when every chunk is on 2 MiB pages */
+const char *pb_lease_fallback_reason(const pb_lease *l); /* NULL unless PB_MEM_FALLBACK */
+
+/*
+ * Mark a lease idle (1) or busy (0). On REVOKE with no callback set, the
+ * library releases idle leases itself; busy ones go to the callback or are
+ * reported overdue.
+ */
+void pb_lease_set_idle(pb_lease *l, int idle);
+
+/*
+ * Called from the library's receiver thread when the daemon revokes a lease:
+ * stop using the buffer and call pb_release() (from any thread) before
+ * deadline_ms. Return 0 if handled.
+ */
+typedef int (*pb_revoke_fn)(pb_client *c, pb_lease *l, uint32_t deadline_ms, void *userdata);
+void pb_set_revoke_callback(pb_client *c, pb_revoke_fn fn, void *userdata);
+
+/* Client cache of released buffers, in bytes (0 disables; default from $PINBROKER_CACHE_BYTES, else 0). */
+void pb_set_cache_limit(pb_client *c, size_t bytes);
+
+/* The CUDA state of this process: 1 usable, 0 not, with a reason ("no libcuda.so.1", ...). */
+int pb_cuda_available(const char **reason);
+
+/* The human message for the last failure in this thread. Never NULL. */
+const char *pb_last_error(void);
+/* A short name for a negative errno as the library uses it ("over uid quota", ...). */
+const char *pb_strerror(int err);
+
+/* ---- status and administration (used by pinctl) ---- */
+
+struct pb_client_info {
+	int32_t pid;
+	uint32_t uid;
+	uint32_t leases;
+	uint64_t bytes;
+	char *labels; /* comma-separated, "" if none */
+	char *name;
+};
+
+struct pb_lease_info {
+	uint64_t id;
+	int32_t pid;
+	uint32_t uid;
+	uint64_t bytes;
+	char *label;
+	uint64_t age_ms;
+	enum pb_priority priority;
+	char *state;              /* "active", "idle", "revoking", "overdue", "orphaned" */
+	uint64_t idle_ms;
+	int64_t deadline_left_ms; /* while revoking; negative when overdue */
+};
+
+struct pb_signal_info {
+	char *name;
+	double value;
+	double tight;
+	double critical;
+	char *unit;
+	int available;
+};
+
+struct pb_event_info {
+	uint64_t age_ms;
+	char *text;
+};
+
+struct pb_status {
+	uint32_t schema_version;
+	char *server_version;
+	uint64_t budget_bytes;
+	uint64_t uid_quota_bytes;
+	uint64_t leased_bytes;
+	uint64_t pool_bytes;
+	uint64_t pool_idle_bytes;
+	uint64_t page_size_bytes;
+	uint64_t chunk_size_bytes;
+	int hugetlb;
+	uint64_t overdue_bytes;
+	uint64_t cached_idle_bytes;
+	uint64_t prewarm_bytes;
+	uint32_t waiting_acquires;
+	char *pressure_state;
+	char *monitor_mode;
+	uint64_t uptime_ms;
+	size_t n_clients;
+	struct pb_client_info *clients;
+	size_t n_leases;
+	struct pb_lease_info *leases;
+	size_t n_signals;
+	struct pb_signal_info *signals;
+	size_t n_transitions;
+	struct pb_event_info *transitions;
+	size_t n_revocations;
+	struct pb_event_info *revocations;
+};
+
+int pb_status_get(pb_client *c, struct pb_status **ret);
+void pb_status_free(struct pb_status *s);
+
+/*
+ * Revoke leases (admin): one lease_id, or every lease of uid (by_uid set),
+ * or all. deadline_ms 0 = the daemon's default. *ids/*n list what was revoked
+ * (free(*ids)); both may be NULL.
+ */
+#define PB_REVOKE_LEASE 0
+#define PB_REVOKE_UID 1
+#define PB_REVOKE_ALL 2
+int pb_admin_revoke(pb_client *c, int what, uint64_t lease_id, uint32_t uid, uint32_t deadline_ms,
+		    uint64_t **ids, size_t *n);
+
+/* Change a reloadable daemon setting (admin), e.g. ("budget", "8G"). */
+int pb_admin_set(pb_client *c, const char *key, const char *value);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PINBROKER_H */

@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: MIT */
+/* Size parsing/formatting and clocks shared by every pinbroker binary. */
+#include "util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+static int suffix_shift(const char *s, unsigned *shift)
+{
+	static const struct {
+		const char *name;
+		unsigned shift;
+	} suffixes[] = {
+		{ "", 0 },     { "B", 0 },     { "K", 10 },  { "KB", 10 }, { "KIB", 10 },
+		{ "M", 20 },   { "MB", 20 },   { "MIB", 20 }, { "G", 30 },  { "GB", 30 },
+		{ "GIB", 30 }, { "T", 40 },    { "TB", 40 }, { "TIB", 40 },
+	};
+
+	for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++)
+		if (strcasecmp(s, suffixes[i].name) == 0) {
+			*shift = suffixes[i].shift;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+int parse_size(const char *s, uint64_t *ret)
+{
+	unsigned long long v;
+	unsigned shift;
+	char *end;
+	int r;
+
+	if (!s)
+		return -EINVAL;
+	while (isspace((unsigned char)*s))
+		s++;
+	if (!isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno == ERANGE)
+		return -ERANGE;
+	while (isspace((unsigned char)*end))
+		end++;
+	r = suffix_shift(end, &shift);
+	if (r < 0)
+		return r;
+	if (shift > 0 && v > (UINT64_MAX >> shift))
+		return -ERANGE;
+	*ret = (uint64_t)v << shift;
+	return 0;
+}
+
+int parse_size_or_pct(const char *s, uint64_t *bytes, double *pct, bool *is_pct)
+{
+	size_t n;
+
+	if (!s)
+		return -EINVAL;
+	n = strlen(s);
+	if (n > 1 && s[n - 1] == '%') {
+		char buf[64], *end;
+		double v;
+
+		if (n >= sizeof(buf) || !isdigit((unsigned char)s[0]))
+			return -EINVAL;
+		memcpy(buf, s, n - 1);
+		buf[n - 1] = '\0';
+		errno = 0;
+		v = strtod(buf, &end);
+		if (errno || *end || !isfinite(v))
+			return -EINVAL;
+		if (v < 0 || v > 100)
+			return -ERANGE;
+		*pct = v;
+		*is_pct = true;
+		return 0;
+	}
+	*is_pct = false;
+	return parse_size(s, bytes);
+}
+
+char *format_size(uint64_t bytes, char *buf, size_t len)
+{
+	static const char *units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+	double v = (double)bytes;
+	unsigned u = 0;
+
+	while (v >= 1024.0 && u < 6) {
+		v /= 1024.0;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+	else if (v == floor(v))
+		snprintf(buf, len, "%.0f %s", v, units[u]);
+	else
+		snprintf(buf, len, "%.1f %s", v, units[u]);
+	return buf;
+}
+
+uint64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+uint64_t now_ms(void)
+{
+	return now_us() / 1000u;
+}
+
+uint64_t round_up(uint64_t x, uint64_t align)
+{
+	uint64_t r;
+
+	if (align == 0)
+		return x;
+	r = x % align;
+	if (r == 0)
+		return x;
+	if (x > UINT64_MAX - (align - r))
+		return 0;
+	return x + (align - r);
+}

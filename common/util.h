@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: MIT */
+/* Small helpers shared by daemon, library and pinctl: size parsing and formatting, clocks. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Parse a byte size: a decimal number with an optional K, M, G or T suffix
+ * (powers of 1024; "KiB", "MB" and friends are accepted too, also binary).
+ * Returns 0 and sets *ret, or -EINVAL (not a size) or -ERANGE (overflows).
+ */
+int parse_size(const char *s, uint64_t *ret);
+
+/*
+ * Parse "SIZE" or "N%". A percentage sets *pct (0..100, fractions allowed) and
+ * *is_pct = true; a size sets *bytes. Returns 0, -EINVAL or -ERANGE.
+ */
+int parse_size_or_pct(const char *s, uint64_t *bytes, double *pct, bool *is_pct);
+
+/* Format bytes as "1.5 GiB" / "512 KiB" / "17 B" into buf. Returns buf. */
+char *format_size(uint64_t bytes, char *buf, size_t len);
+
+/* CLOCK_MONOTONIC in microseconds and milliseconds. */
+uint64_t now_us(void);
+uint64_t now_ms(void);
+
+/* Round x up to a multiple of align (a power of two or not); 0 on overflow. */
+uint64_t round_up(uint64_t x, uint64_t align);

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/* struct broker, the one state struct, and the broker's verbs linking budget, pool and leases (no I/O). */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "lease.h"
+
+struct budget;
+struct pool;
+struct lease_table;
+struct config;
+struct pressure;
+struct monitor;
+struct server;
+struct ev_loop;
+
+/* Pressure states, ordered by severity. */
+enum broker_state {
+	BROKER_NORMAL,
+	BROKER_TIGHT,    /* refuse beyond the free warm pool; shrink the idle pool */
+	BROKER_CRITICAL, /* revoke until out */
+};
+
+struct broker {
+	struct config *cfg;
+	struct budget *budget;
+	struct pool *pool;
+	struct lease_table *leases;
+	struct pressure *pressure;   /* policy state machine */
+	struct monitor *monitor;     /* I/O: samplers and PSI triggers */
+	struct server *server;
+	struct ev_loop *loop;
+
+	uint64_t mem_total_bytes;    /* MemTotal, or the cgroup limit if lower */
+	uint64_t budget_bytes;       /* resolved from cfg */
+	uint64_t uid_quota_bytes;
+	uint64_t prewarm_bytes;
+	uint64_t started_ms;
+	enum broker_state state;
+	bool shutting_down;
+};
+
+struct acquire_args {
+	uid_t uid;
+	gid_t gid;
+	pid_t pid;
+	void *owner;
+	uint64_t size;               /* as requested; rounded up to the page size here */
+	enum lease_priority priority;
+	const char *label;
+};
+
+/*
+ * Grant a lease: checks size, budget, quota and pressure state, takes chunks
+ * from the pool (shrinking idle chunks if the budget needs the room), charges
+ * the budget and adds the lease. Returns 0 and *ret, or:
+ *   -EINVAL (size 0 or rounds past 2^64), -EFBIG (never satisfiable), -EDQUOT,
+ *   -ENOSPC, -EBUSY (tight: beyond the free warm pool), -EAGAIN (critical),
+ *   or the pool's errno (-ENOMEM ...) with nothing changed.
+ */
+int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease **ret);
+
+/*
+ * Release lease id on behalf of (uid, owner). Returns 0, -ENOENT (no such
+ * lease) or -EPERM (someone else's). admin may release any lease.
+ */
+int broker_release(struct broker *b, uint64_t id, uid_t uid, void *owner, bool admin);
+
+/* Return a lease's chunks to the pool and uncharge it, whatever its state. */
+void broker_free_lease(struct broker *b, struct lease *l);
+
+/* A connection closed: free every lease it holds. Returns the number freed. */
+size_t broker_drop_owner(struct broker *b, void *owner);
+
+/* Bring the idle pool toward target: shrink above it (never below 0), bounded by the budget. */
+void broker_trim_pool(struct broker *b, uint64_t target_idle_bytes);
+
+/* Sum of bytes in OVERDUE leases. */
+uint64_t broker_overdue_bytes(const struct broker *b);

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: MIT */
+/* Exact accounting of leased bytes against the host budget and per-uid quotas. Pure: no I/O. */
+#pragma once
+
+#include <stdint.h>
+#include <sys/types.h>
+
+struct budget;
+
+/* Returns 0 and *ret, or -ENOMEM. */
+int budget_new(uint64_t limit_bytes, uint64_t uid_quota_bytes, struct budget **ret);
+void budget_free(struct budget *b);
+
+/* Change limits (config reload). Current charges stay; a limit below them only refuses new ones. */
+void budget_set_limits(struct budget *b, uint64_t limit_bytes, uint64_t uid_quota_bytes);
+
+/*
+ * May uid lease `bytes` more? Idle pool memory counts as available, because
+ * the pool shrinks to make room. Returns:
+ *   0        yes;
+ *   -EINVAL  bytes is 0;
+ *   -EFBIG   bytes exceeds the whole budget or the uid quota: never satisfiable;
+ *   -EDQUOT  over uid's quota with what it already holds;
+ *   -ENOSPC  over the budget with what is leased now.
+ */
+int budget_check(const struct budget *b, uid_t uid, uint64_t bytes);
+
+/* Record a lease of bytes for uid. The caller ran budget_check() first; returns 0 or -ENOMEM. */
+int budget_charge(struct budget *b, uid_t uid, uint64_t bytes);
+
+/* Return bytes charged to uid. Asserts they were charged. */
+void budget_uncharge(struct budget *b, uid_t uid, uint64_t bytes);
+
+uint64_t budget_limit(const struct budget *b);
+uint64_t budget_uid_quota(const struct budget *b);
+uint64_t budget_leased(const struct budget *b);
+uint64_t budget_uid_leased(const struct budget *b, uid_t uid);
+
+/* Bytes the idle pool may hold right now: limit - leased, 0 when over. */
+uint64_t budget_pool_allowance(const struct budget *b);

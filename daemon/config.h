@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: MIT */
+/* pinbrokerd's configuration: one key table feeds the parser, validation, --help, and the sample config. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define CONFIG_DEFAULT_PATH "/etc/pinbroker/pinbrokerd.conf"
+
+enum config_hugetlb { CONFIG_HUGETLB_AUTO, CONFIG_HUGETLB_YES, CONFIG_HUGETLB_NO };
+enum config_enforce { ENFORCE_NONE, ENFORCE_DISCONNECT, ENFORCE_SIGTERM, ENFORCE_SIGKILL };
+
+/* A size written as bytes ("4G") or as a share of something ("25%"). */
+struct size_spec {
+	uint64_t bytes;
+	double pct;
+	bool is_pct;
+};
+
+struct config {
+	char *socket_path;             /* socket */
+	struct size_spec budget;       /* budget: of MemTotal or the cgroup limit if lower */
+	struct size_spec uid_quota;    /* uid-quota: of the budget */
+	struct size_spec prewarm;      /* prewarm: of the budget */
+	uint64_t chunk_bytes;          /* chunk-size */
+	enum config_hugetlb hugetlb;   /* hugetlb */
+	unsigned prewarm_threads;      /* prewarm-threads: 0 = CPUs */
+	uint32_t pool_shrink_delay_ms; /* pool-shrink-delay-ms: idle time before shrinking to prewarm */
+	char *admin_group;             /* admin-group: "" = root only */
+	int log_level;                 /* log-level: syslog level */
+	char *proc_root;               /* proc-root: where /proc and /sys/fs/cgroup are read */
+	bool lock_memory;              /* lock-memory: mlock the pool (off only for tests without CAP_IPC_LOCK) */
+
+	/* limits */
+	uint32_t max_connections;          /* max-connections */
+	uint32_t max_connections_per_uid;  /* max-connections-per-uid */
+	uint32_t handshake_timeout_ms;     /* handshake-timeout-ms */
+	uint32_t max_leases_per_client;    /* max-leases-per-client */
+	uint32_t max_pending_acquires;     /* max-pending-acquires */
+	uint32_t max_message_bytes;        /* max-message-bytes */
+	uint32_t acquire_timeout_ms;       /* acquire-timeout-ms: default wait for ACQUIRE_FLAG_WAIT */
+
+	/* pressure policy */
+	double tight_mem_available_pct;    /* tight-mem-available-pct */
+	double critical_mem_available_pct; /* critical-mem-available-pct */
+	double tight_psi_some_avg10;       /* tight-psi-some-avg10 */
+	double critical_psi_full_avg10;    /* critical-psi-full-avg10 */
+	double tight_swapout_pages_s;      /* tight-swapout-pages-per-s */
+	double critical_swapout_pages_s;   /* critical-swapout-pages-per-s */
+	double tight_swap_free_pct;        /* tight-swap-free-pct */
+	uint32_t hysteresis_ms;            /* hysteresis-ms: time below a threshold before leaving a state */
+	uint32_t poll_interval_ms;         /* poll-interval-ms */
+	uint32_t psi_window_ms;            /* psi-window-ms */
+	uint32_t psi_stall_ms;             /* psi-stall-ms: stall within the window that fires a trigger */
+	uint32_t revoke_deadline_ms;       /* revoke-deadline-ms */
+	enum config_enforce revoke_enforce;/* revoke-enforce */
+
+	/* service */
+	uint32_t redeclare_grace_ms;       /* redeclare-grace-ms: after a restart, wait this long for clients */
+};
+
+enum config_type { CT_STRING, CT_SIZE, CT_SIZE_PCT, CT_UINT, CT_DOUBLE, CT_BOOL, CT_ENUM, CT_LOGLEVEL };
+
+struct config_key {
+	const char *name;
+	enum config_type type;
+	double min, max;              /* for numbers and sizes */
+	const char *def;              /* the embedded default, as text */
+	const char *help;             /* one line */
+	const char *const *choices;   /* CT_ENUM: NULL-terminated */
+	bool reloadable;              /* applied on SIGHUP; others need a restart */
+	size_t offset;                /* into struct config */
+};
+
+/* The table, in the order the sample config lists it. */
+const struct config_key *config_keys(size_t *n);
+const struct config_key *config_key_find(const char *name);
+
+/* A config holding every embedded default. Returns 0 and *ret, or -ENOMEM. */
+int config_new(struct config **ret);
+void config_free(struct config *c);
+/* Deep copy. Returns 0 or -ENOMEM. */
+int config_dup(const struct config *c, struct config **ret);
+
+/*
+ * Set one key from text. Returns 0, or -ENOENT (unknown key), -EINVAL/-ERANGE
+ * (bad value) with *err set to a malloc'd message without location ("budget:
+ * '12Q' is not a size; use a number with K, M, G or T, or a percentage").
+ */
+int config_set(struct config *c, const char *key, const char *value, char **err);
+
+/*
+ * Read a file of "key = value" lines ('#' starts a comment, blank lines are
+ * fine) into c. Every error is collected as "path:line: message\n" in *err
+ * (malloc'd); the return is then -EINVAL and c may be partly updated, so
+ * parse into a copy (config_dup) and swap on success. A missing file returns
+ * -ENOENT with *err saying so. Returns 0 on success.
+ */
+int config_load_file(struct config *c, const char *path, char **err);
+
+/* Cross-key checks (critical below tight, ...). Returns 0 or -EINVAL with *err. */
+int config_validate(const struct config *c, char **err);
+
+/* Write the commented sample config (every key, its default and help). */
+void config_write_sample(FILE *f);
+/* Write the effective config as "key = value" lines. */
+void config_dump(const struct config *c, FILE *f);
+
+/* Resolve a size_spec against a base (for percentages). */
+uint64_t config_resolve(const struct size_spec *s, uint64_t base);
+
+const char *config_enforce_name(enum config_enforce e);

@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: MIT */
+/* The lease table and each lease's state machine. Pure: no I/O. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct chunk;
+
+enum lease_priority {
+	LEASE_PRIO_NORMAL = 0,
+	LEASE_PRIO_CRITICAL = 1,    /* revoked last */
+	LEASE_PRIO_BEST_EFFORT = 2, /* revoked first */
+};
+
+enum lease_state {
+	LEASE_ACTIVE,   /* lent and in use by its client */
+	LEASE_IDLE,     /* released into the client's cache: still mapped and counted, reclaimable first */
+	LEASE_REVOKING, /* REVOKE sent; the client must let go before deadline_ms */
+	LEASE_OVERDUE,  /* deadline passed; stays counted until the client lets go or dies */
+	LEASE_ORPHANED, /* adopted from the fd store after a restart; awaits its client's re-declare */
+	LEASE_FREED,    /* terminal: released, its chunks back in the pool */
+	LEASE__STATE_MAX,
+};
+
+#define LEASE_LABEL_MAX 64
+
+struct lease {
+	uint64_t id;
+	uid_t uid;
+	gid_t gid;
+	pid_t pid;
+	void *owner;               /* the connection holding it; opaque here, NULL when orphaned */
+	uint64_t bytes;            /* exactly the request rounded up to the page size */
+	enum lease_priority priority;
+	enum lease_state state;
+	char label[LEASE_LABEL_MAX];
+	uint64_t created_ms;       /* monotonic */
+	uint64_t last_used_ms;     /* last ACTIVE transition, for LRU */
+	uint64_t deadline_ms;      /* monotonic, while REVOKING/OVERDUE */
+	struct chunk **chunks;     /* owned: freed by lease_remove (the chunks themselves are not) */
+	size_t nchunks;
+};
+
+struct lease_table;
+
+int lease_table_new(struct lease_table **ret);
+/* Frees the table and any remaining lease structs (not their chunks). */
+void lease_table_free(struct lease_table *t);
+
+/*
+ * Add a lease in state ACTIVE with a fresh id (never 0, never reused while the
+ * daemon runs; ids start above start_id, see lease_table_set_next_id).
+ * Takes ownership of chunks. label may be NULL; it is truncated to fit.
+ * Returns 0 and *ret, or -ENOMEM.
+ */
+int lease_add(struct lease_table *t, uid_t uid, gid_t gid, pid_t pid, void *owner, uint64_t bytes,
+	      enum lease_priority prio, const char *label, struct chunk **chunks, size_t nchunks,
+	      uint64_t now_ms, struct lease **ret);
+
+/* Re-insert a lease with a known id (fd-store recovery). -EEXIST if the id is taken. */
+int lease_adopt(struct lease_table *t, uint64_t id, uid_t uid, uint64_t bytes, enum lease_priority prio,
+		const char *label, struct chunk **chunks, size_t nchunks, uint64_t now_ms, struct lease **ret);
+
+/* Ids handed out from now on are > id. */
+void lease_table_set_next_id(struct lease_table *t, uint64_t id);
+
+struct lease *lease_find(const struct lease_table *t, uint64_t id);
+
+/*
+ * The one place a state changes. Returns 0, or -EINVAL for an edge the
+ * machine does not have (the lease is unchanged). Going to ACTIVE stamps
+ * last_used_ms with now_ms.
+ */
+int lease_set_state(struct lease *l, enum lease_state to, uint64_t now_ms);
+bool lease_edge_legal(enum lease_state from, enum lease_state to);
+
+/* Unlink and free a lease (any state). The chunks array is freed; chunks are not. */
+void lease_remove(struct lease_table *t, struct lease *l);
+
+size_t lease_count(const struct lease_table *t);
+
+/* Iterate in id order: for (l = lease_first(t); l; l = lease_next(t, l)). Safe to remove the current one after fetching next. */
+struct lease *lease_first(const struct lease_table *t);
+struct lease *lease_next(const struct lease_table *t, const struct lease *l);
+
+/*
+ * Revocation order, as DESIGN.md sets it: best-effort first, then cached-idle,
+ * then normal, then critical; within a class the largest first, then the least
+ * recently used. Only ACTIVE and IDLE leases are candidates.
+ * *ret is a malloc'd array of *n leases. Returns 0 or -ENOMEM.
+ */
+int lease_revoke_order(const struct lease_table *t, struct lease ***ret, size_t *n);
+
+const char *lease_state_name(enum lease_state s);
+const char *lease_priority_name(enum lease_priority p);

@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT */
+/* The pressure monitor's I/O: samples /proc and the cgroup, arms PSI triggers, feeds the policy. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "broker.h"
+
+struct ev_loop;
+struct config;
+struct monitor;
+
+/* Called from the loop on every state change, after it is logged. why names the figures. */
+typedef void (*monitor_state_fn)(void *ud, enum broker_state from, enum broker_state to, const char *why);
+
+struct monitor_signal {
+	const char *name;  /* "mem_available_pct", "psi_some_avg10", ... static storage */
+	double value;
+	double tight;      /* NAN when the signal has no threshold for that state */
+	double critical;
+	const char *unit;  /* "%", "pages/s", "bytes" */
+	bool available;    /* false when this kernel/cgroup has no such file */
+};
+
+struct monitor_event {
+	uint64_t when_ms;  /* monotonic */
+	char text[160];
+};
+
+/*
+ * Start sampling under cfg (proc-root, thresholds, poll-interval-ms, psi-*).
+ * Arms PSI triggers when the kernel has them (sub-2 s windows need
+ * CAP_SYS_RESOURCE; falls back to 2 s multiples, then to polling, saying so).
+ * Returns 0 and *ret, or a negative errno when even /proc/meminfo is unreadable.
+ */
+int monitor_new(struct ev_loop *loop, const struct config *cfg, monitor_state_fn fn, void *ud, struct monitor **ret);
+void monitor_free(struct monitor *m);
+
+/* Apply reloaded thresholds and intervals. Returns 0 or a negative errno. */
+int monitor_reconfigure(struct monitor *m, const struct config *cfg);
+
+/* Sample now and run the policy (also used by tests through SIGUSR1). */
+void monitor_sample_now(struct monitor *m);
+
+enum broker_state monitor_state(const struct monitor *m);
+const char *monitor_state_name(enum broker_state s);
+/* "psi-trigger", "psi-trigger-2s", "poll (no PSI)", ... */
+const char *monitor_mode(const struct monitor *m);
+
+/* Copy up to max current signals into out. Returns how many there are. */
+size_t monitor_signals(const struct monitor *m, struct monitor_signal *out, size_t max);
+/* The last transitions, newest first. Returns how many were copied. */
+size_t monitor_transitions(const struct monitor *m, struct monitor_event *out, size_t max);
