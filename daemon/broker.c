@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: MIT */
+/* The broker's verbs: grant, release and reclaim leases across budget, pool and lease table, with no I/O. */
+#include "broker.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "budget.h"
+#include "lease.h"
+#include "pool.h"
+#include "util.h"
+
+/* Leased plus idle must fit the budget: idle chunks are locked memory too. */
+static void fit_idle_to_budget(struct broker *b)
+{
+	uint64_t allowance_bytes = budget_pool_allowance(b->budget);
+
+	if (pool_idle_bytes(b->pool) > allowance_bytes)
+		pool_shrink(b->pool, allowance_bytes);
+}
+
+int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease **ret)
+{
+	struct chunk **chunks = NULL;
+	struct lease *l = NULL;
+	uint64_t size_bytes;
+	size_t nchunks = 0;
+	int r;
+
+	if (a->size == 0)
+		return -EINVAL;
+	size_bytes = round_up(a->size, pool_page_size(b->pool));
+	if (size_bytes == 0)
+		return -EINVAL;
+
+	r = budget_check(b->budget, a->uid, size_bytes);
+	if (r < 0)
+		return r;
+
+	/* Under pressure, lend only memory that is already locked; new pinning would add to it. */
+	if (b->state == BROKER_CRITICAL)
+		return -EAGAIN;
+	if (b->state == BROKER_TIGHT && size_bytes > pool_idle_bytes(b->pool))
+		return -EBUSY;
+
+	r = pool_take(b->pool, a->uid, size_bytes, &chunks, &nchunks);
+	if (r < 0)
+		return r;
+
+	r = lease_add(b->leases, a->uid, a->gid, a->pid, a->owner, size_bytes, a->priority, a->label, chunks,
+		      nchunks, now_ms(), &l);
+	if (r < 0)
+		goto fail;
+
+	r = budget_charge(b->budget, a->uid, size_bytes);
+	if (r < 0)
+		goto fail;
+
+	fit_idle_to_budget(b);
+	*ret = l;
+	return 0;
+
+fail:
+	pool_put(b->pool, chunks, nchunks);
+	if (l)
+		lease_remove(b->leases, l); /* frees the chunks array it took over */
+	else
+		free(chunks);
+	fit_idle_to_budget(b);
+	return r;
+}
+
+void broker_free_lease(struct broker *b, struct lease *l)
+{
+	budget_uncharge(b->budget, l->uid, l->bytes);
+	pool_put(b->pool, l->chunks, l->nchunks);
+	lease_remove(b->leases, l);
+	/* A reload may have lowered the limit below what is held: the returned chunks may not all fit. */
+	fit_idle_to_budget(b);
+}
+
+int broker_release(struct broker *b, uint64_t id, uid_t uid, void *owner, bool admin)
+{
+	struct lease *l;
+
+	l = lease_find(b->leases, id);
+	if (!l)
+		return -ENOENT;
+	if (!admin && !(l->uid == uid && l->owner == owner))
+		return -EPERM;
+	broker_free_lease(b, l);
+	return 0;
+}
+
+size_t broker_drop_owner(struct broker *b, void *owner)
+{
+	struct lease *l, *next;
+	size_t nfreed = 0;
+
+	/* Orphaned leases have no owner; they wait for their client's re-declare, not for this. */
+	if (!owner)
+		return 0;
+	for (l = lease_first(b->leases); l; l = next) {
+		next = lease_next(b->leases, l);
+		if (l->owner != owner)
+			continue;
+		broker_free_lease(b, l);
+		nfreed++;
+	}
+	return nfreed;
+}
+
+void broker_trim_pool(struct broker *b, uint64_t target_idle_bytes)
+{
+	uint64_t allowance_bytes = budget_pool_allowance(b->budget);
+	uint64_t keep_bytes = target_idle_bytes < allowance_bytes ? target_idle_bytes : allowance_bytes;
+
+	if (pool_idle_bytes(b->pool) > keep_bytes)
+		pool_shrink(b->pool, keep_bytes);
+}
+
+uint64_t broker_overdue_bytes(const struct broker *b)
+{
+	uint64_t overdue_bytes = 0;
+	const struct lease *l;
+
+	for (l = lease_first(b->leases); l; l = lease_next(b->leases, l))
+		if (l->state == LEASE_OVERDUE)
+			overdue_bytes += l->bytes;
+	return overdue_bytes;
+}

@@ -1,0 +1,176 @@
+/* SPDX-License-Identifier: MIT */
+/* Exact accounting of leased bytes against the host budget and per-uid quotas. */
+#include "budget.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A host has few uids holding leases at once, so a sorted array beats a hash here. */
+struct uid_usage {
+	uid_t uid;
+	uint64_t leased_bytes;
+};
+
+/*
+ * The books must balance even in release builds (where NDEBUG drops assert()):
+ * a wrapped counter would silently hand out memory the host does not have.
+ */
+#define BUDGET_INVARIANT(cond)              \
+	do {                                \
+		assert(cond);               \
+		if (!(cond))                \
+			abort();            \
+	} while (0)
+
+struct budget {
+	uint64_t limit_bytes;
+	uint64_t uid_quota_bytes; /* 0: no per-uid quota beyond the budget itself */
+	uint64_t leased_bytes;
+	struct uid_usage *uids; /* sorted by uid; entries at 0 bytes are dropped */
+	size_t nuids;
+	size_t cap_uids;
+};
+
+int budget_new(uint64_t limit_bytes, uint64_t uid_quota_bytes, struct budget **ret)
+{
+	struct budget *b;
+
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	b->limit_bytes = limit_bytes;
+	b->uid_quota_bytes = uid_quota_bytes;
+	*ret = b;
+	return 0;
+}
+
+void budget_free(struct budget *b)
+{
+	if (!b)
+		return;
+	free(b->uids);
+	free(b);
+}
+
+void budget_set_limits(struct budget *b, uint64_t limit_bytes, uint64_t uid_quota_bytes)
+{
+	b->limit_bytes = limit_bytes;
+	b->uid_quota_bytes = uid_quota_bytes;
+}
+
+/* Index of uid, or of where it would be inserted; *found says which. */
+static size_t uid_search(const struct budget *b, uid_t uid, int *found)
+{
+	size_t lo = 0, hi = b->nuids;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (b->uids[mid].uid < uid)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	*found = lo < b->nuids && b->uids[lo].uid == uid;
+	return lo;
+}
+
+static uint64_t effective_quota(const struct budget *b)
+{
+	return b->uid_quota_bytes ? b->uid_quota_bytes : b->limit_bytes;
+}
+
+int budget_check(const struct budget *b, uid_t uid, uint64_t bytes)
+{
+	uint64_t quota = effective_quota(b);
+	uint64_t held = budget_uid_leased(b, uid);
+
+	if (bytes == 0)
+		return -EINVAL;
+	if (bytes > b->limit_bytes || bytes > quota)
+		return -EFBIG;
+	/* Written as subtractions so huge values cannot wrap; held may exceed a lowered quota. */
+	if (held > quota || bytes > quota - held)
+		return -EDQUOT;
+	if (b->leased_bytes > b->limit_bytes || bytes > b->limit_bytes - b->leased_bytes)
+		return -ENOSPC;
+	return 0;
+}
+
+int budget_charge(struct budget *b, uid_t uid, uint64_t bytes)
+{
+	size_t i;
+	int found;
+
+	i = uid_search(b, uid, &found);
+	if (!found) {
+		if (b->nuids == b->cap_uids) {
+			size_t cap = b->cap_uids ? b->cap_uids * 2 : 8;
+			struct uid_usage *u = realloc(b->uids, cap * sizeof(*u));
+
+			if (!u)
+				return -ENOMEM;
+			b->uids = u;
+			b->cap_uids = cap;
+		}
+		memmove(&b->uids[i + 1], &b->uids[i], (b->nuids - i) * sizeof(b->uids[0]));
+		b->uids[i] = (struct uid_usage){ .uid = uid, .leased_bytes = 0 };
+		b->nuids++;
+	}
+	BUDGET_INVARIANT(b->uids[i].leased_bytes <= UINT64_MAX - bytes);
+	BUDGET_INVARIANT(b->leased_bytes <= UINT64_MAX - bytes);
+	b->uids[i].leased_bytes += bytes;
+	b->leased_bytes += bytes;
+	return 0;
+}
+
+void budget_uncharge(struct budget *b, uid_t uid, uint64_t bytes)
+{
+	size_t i;
+	int found;
+
+	i = uid_search(b, uid, &found);
+	/* Uncharging what was never charged means the daemon's own books are wrong. */
+	BUDGET_INVARIANT(found || bytes == 0);
+	if (!found)
+		return;
+	BUDGET_INVARIANT(b->uids[i].leased_bytes >= bytes);
+	BUDGET_INVARIANT(b->leased_bytes >= bytes);
+	b->uids[i].leased_bytes -= bytes;
+	b->leased_bytes -= bytes;
+	if (b->uids[i].leased_bytes == 0) {
+		memmove(&b->uids[i], &b->uids[i + 1], (b->nuids - i - 1) * sizeof(b->uids[0]));
+		b->nuids--;
+	}
+}
+
+uint64_t budget_limit(const struct budget *b)
+{
+	return b->limit_bytes;
+}
+
+uint64_t budget_uid_quota(const struct budget *b)
+{
+	return b->uid_quota_bytes;
+}
+
+uint64_t budget_leased(const struct budget *b)
+{
+	return b->leased_bytes;
+}
+
+uint64_t budget_uid_leased(const struct budget *b, uid_t uid)
+{
+	size_t i;
+	int found;
+
+	i = uid_search(b, uid, &found);
+	return found ? b->uids[i].leased_bytes : 0;
+}
+
+uint64_t budget_pool_allowance(const struct budget *b)
+{
+	return b->leased_bytes >= b->limit_bytes ? 0 : b->limit_bytes - b->leased_bytes;
+}

@@ -1,0 +1,350 @@
+/* SPDX-License-Identifier: MIT */
+/* The lease table (a hash for lookup, a list in id order for iteration) and the lease state machine. */
+#include "lease.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * Leases are allocated inside nodes so that lookup, in-order walks and
+ * removal are all O(1) without exposing links in struct lease.
+ */
+struct lease_node {
+	struct lease lease;              /* first, so a lease pointer is a node pointer */
+	struct lease_node *hash_next;
+	struct lease_node *prev, *next;  /* id order */
+};
+
+struct lease_table {
+	struct lease_node **buckets;
+	size_t nbuckets;                 /* a power of two */
+	size_t count;
+	struct lease_node *head, *tail;  /* id order */
+	uint64_t last_id;                /* ids handed out are > last_id */
+};
+
+#define LEASE_BUCKETS_MIN 64
+
+static const bool edges[LEASE__STATE_MAX][LEASE__STATE_MAX] = {
+	[LEASE_ACTIVE] = { [LEASE_IDLE] = true, [LEASE_REVOKING] = true, [LEASE_FREED] = true },
+	[LEASE_IDLE] = { [LEASE_ACTIVE] = true, [LEASE_REVOKING] = true, [LEASE_FREED] = true },
+	/* A revoked lease never becomes ACTIVE again: the client must let go first. */
+	[LEASE_REVOKING] = { [LEASE_OVERDUE] = true, [LEASE_FREED] = true },
+	[LEASE_OVERDUE] = { [LEASE_FREED] = true },
+	[LEASE_ORPHANED] = { [LEASE_ACTIVE] = true, [LEASE_IDLE] = true, [LEASE_FREED] = true },
+	[LEASE_FREED] = { 0 },
+};
+
+static struct lease_node *node_of(const struct lease *l)
+{
+	return (struct lease_node *)l;
+}
+
+/* Fibonacci hashing: ids are sequential, so spread them with a multiplicative hash. */
+static size_t bucket_of(const struct lease_table *t, uint64_t id)
+{
+	return (size_t)((id * UINT64_C(0x9E3779B97F4A7C15)) >> 32) & (t->nbuckets - 1);
+}
+
+int lease_table_new(struct lease_table **ret)
+{
+	struct lease_table *t;
+
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	t->nbuckets = LEASE_BUCKETS_MIN;
+	t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
+	if (!t->buckets) {
+		free(t);
+		return -ENOMEM;
+	}
+	*ret = t;
+	return 0;
+}
+
+static void node_free(struct lease_node *n)
+{
+	free(n->lease.chunks);
+	free(n);
+}
+
+void lease_table_free(struct lease_table *t)
+{
+	struct lease_node *n, *next;
+
+	if (!t)
+		return;
+	for (n = t->head; n; n = next) {
+		next = n->next;
+		node_free(n);
+	}
+	free(t->buckets);
+	free(t);
+}
+
+/* Keep chains short: double at load factor 1. Failure to grow only costs speed. */
+static void maybe_grow(struct lease_table *t)
+{
+	struct lease_node **nb, *n;
+	size_t old = t->nbuckets;
+
+	if (t->count < t->nbuckets)
+		return;
+	nb = calloc(old * 2, sizeof(*nb));
+	if (!nb)
+		return;
+	t->nbuckets = old * 2;
+	for (n = t->head; n; n = n->next) {
+		size_t b = bucket_of(t, n->lease.id);
+
+		n->hash_next = nb[b];
+		nb[b] = n;
+	}
+	free(t->buckets);
+	t->buckets = nb;
+}
+
+/* Link into the hash and the id-ordered list. Adopted ids may arrive out of order. */
+static void link_node(struct lease_table *t, struct lease_node *n)
+{
+	struct lease_node *after = t->tail;
+	size_t b;
+
+	while (after && after->lease.id > n->lease.id)
+		after = after->prev;
+	n->prev = after;
+	n->next = after ? after->next : t->head;
+	if (n->next)
+		n->next->prev = n;
+	else
+		t->tail = n;
+	if (after)
+		after->next = n;
+	else
+		t->head = n;
+
+	t->count++;
+	maybe_grow(t);
+	b = bucket_of(t, n->lease.id);
+	n->hash_next = t->buckets[b];
+	t->buckets[b] = n;
+}
+
+static void copy_label(struct lease *l, const char *label)
+{
+	size_t len;
+
+	if (!label)
+		label = "";
+	len = strnlen(label, LEASE_LABEL_MAX - 1);
+	memcpy(l->label, label, len);
+	l->label[len] = '\0';
+}
+
+int lease_add(struct lease_table *t, uid_t uid, gid_t gid, pid_t pid, void *owner, uint64_t bytes,
+	      enum lease_priority prio, const char *label, struct chunk **chunks, size_t nchunks,
+	      uint64_t now_ms, struct lease **ret)
+{
+	struct lease_node *n;
+
+	/* UINT64_MAX would leave no id to hand out after it; a daemon never gets near. */
+	if (t->last_id == UINT64_MAX)
+		return -ENOSPC;
+	n = calloc(1, sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	n->lease = (struct lease){
+		.id = ++t->last_id,
+		.uid = uid,
+		.gid = gid,
+		.pid = pid,
+		.owner = owner,
+		.bytes = bytes,
+		.priority = prio,
+		.state = LEASE_ACTIVE,
+		.created_ms = now_ms,
+		.last_used_ms = now_ms,
+		.chunks = chunks,
+		.nchunks = nchunks,
+	};
+	copy_label(&n->lease, label);
+	link_node(t, n);
+	*ret = &n->lease;
+	return 0;
+}
+
+int lease_adopt(struct lease_table *t, uint64_t id, uid_t uid, uint64_t bytes, enum lease_priority prio,
+		const char *label, struct chunk **chunks, size_t nchunks, uint64_t now_ms, struct lease **ret)
+{
+	struct lease_node *n;
+
+	if (id == 0)
+		return -EINVAL;
+	if (lease_find(t, id))
+		return -EEXIST;
+	n = calloc(1, sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	n->lease = (struct lease){
+		.id = id,
+		.uid = uid,
+		.bytes = bytes,
+		.priority = prio,
+		.state = LEASE_ORPHANED,
+		.created_ms = now_ms,
+		.last_used_ms = now_ms,
+		.chunks = chunks,
+		.nchunks = nchunks,
+	};
+	copy_label(&n->lease, label);
+	link_node(t, n);
+	/* Fresh ids must never collide with an adopted one. */
+	if (id > t->last_id)
+		t->last_id = id;
+	*ret = &n->lease;
+	return 0;
+}
+
+void lease_table_set_next_id(struct lease_table *t, uint64_t id)
+{
+	/* Only ever raise it: lowering could hand out an id that is still live. */
+	if (id > t->last_id)
+		t->last_id = id;
+}
+
+struct lease *lease_find(const struct lease_table *t, uint64_t id)
+{
+	struct lease_node *n;
+
+	for (n = t->buckets[bucket_of(t, id)]; n; n = n->hash_next)
+		if (n->lease.id == id)
+			return &n->lease;
+	return NULL;
+}
+
+bool lease_edge_legal(enum lease_state from, enum lease_state to)
+{
+	if ((unsigned)from >= LEASE__STATE_MAX || (unsigned)to >= LEASE__STATE_MAX)
+		return false;
+	return edges[from][to];
+}
+
+int lease_set_state(struct lease *l, enum lease_state to, uint64_t now_ms)
+{
+	if (!lease_edge_legal(l->state, to))
+		return -EINVAL;
+	l->state = to;
+	if (to == LEASE_ACTIVE)
+		l->last_used_ms = now_ms;
+	return 0;
+}
+
+void lease_remove(struct lease_table *t, struct lease *l)
+{
+	struct lease_node *n = node_of(l), **pp;
+
+	for (pp = &t->buckets[bucket_of(t, l->id)]; *pp; pp = &(*pp)->hash_next)
+		if (*pp == n) {
+			*pp = n->hash_next;
+			break;
+		}
+	if (n->prev)
+		n->prev->next = n->next;
+	else
+		t->head = n->next;
+	if (n->next)
+		n->next->prev = n->prev;
+	else
+		t->tail = n->prev;
+	t->count--;
+	node_free(n);
+}
+
+size_t lease_count(const struct lease_table *t)
+{
+	return t->count;
+}
+
+struct lease *lease_first(const struct lease_table *t)
+{
+	return t->head ? &t->head->lease : NULL;
+}
+
+struct lease *lease_next(const struct lease_table *t, const struct lease *l)
+{
+	struct lease_node *n = node_of(l)->next;
+
+	(void)t;
+	return n ? &n->lease : NULL;
+}
+
+/* Lower revokes sooner. Cached-idle leases cost their client nothing but a re-acquire. */
+static int revoke_class(const struct lease *l)
+{
+	if (l->priority == LEASE_PRIO_BEST_EFFORT)
+		return 0;
+	if (l->state == LEASE_IDLE)
+		return 1;
+	if (l->priority == LEASE_PRIO_NORMAL)
+		return 2;
+	return 3;
+}
+
+static int revoke_cmp(const void *a, const void *b)
+{
+	const struct lease *x = *(struct lease *const *)a, *y = *(struct lease *const *)b;
+	int cx = revoke_class(x), cy = revoke_class(y);
+
+	if (cx != cy)
+		return cx < cy ? -1 : 1;
+	if (x->bytes != y->bytes)
+		return x->bytes > y->bytes ? -1 : 1;
+	if (x->last_used_ms != y->last_used_ms)
+		return x->last_used_ms < y->last_used_ms ? -1 : 1;
+	/* Ties broken by id so the order is deterministic. */
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+int lease_revoke_order(const struct lease_table *t, struct lease ***ret, size_t *n)
+{
+	struct lease **v;
+	struct lease_node *node;
+	size_t k = 0;
+
+	/* One slot more than needed so an empty table still gets a valid pointer to free. */
+	v = malloc((t->count + 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (node = t->head; node; node = node->next)
+		if (node->lease.state == LEASE_ACTIVE || node->lease.state == LEASE_IDLE)
+			v[k++] = &node->lease;
+	qsort(v, k, sizeof(*v), revoke_cmp);
+	*ret = v;
+	*n = k;
+	return 0;
+}
+
+const char *lease_state_name(enum lease_state s)
+{
+	static const char *const names[LEASE__STATE_MAX] = {
+		[LEASE_ACTIVE] = "active",     [LEASE_IDLE] = "idle",         [LEASE_REVOKING] = "revoking",
+		[LEASE_OVERDUE] = "overdue",   [LEASE_ORPHANED] = "orphaned", [LEASE_FREED] = "freed",
+	};
+
+	return (unsigned)s < LEASE__STATE_MAX ? names[s] : "unknown";
+}
+
+const char *lease_priority_name(enum lease_priority p)
+{
+	switch (p) {
+	case LEASE_PRIO_NORMAL:
+		return "normal";
+	case LEASE_PRIO_CRITICAL:
+		return "critical";
+	case LEASE_PRIO_BEST_EFFORT:
+		return "best-effort";
+	}
+	return "unknown";
+}

@@ -1,0 +1,580 @@
+/* SPDX-License-Identifier: MIT */
+/* The warm pool: makes sealed, pre-faulted, locked memfd chunks and lends them to one uid at a time. */
+#define _GNU_SOURCE
+#include "pool.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/memfd.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "util.h"
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older headers lack it */
+#endif
+#ifndef MFD_HUGE_2MB
+#define MFD_HUGE_2MB (21U << 26) /* log2(2 MiB) << MFD_HUGE_SHIFT */
+#endif
+
+#define PAGE_4K_BYTES 4096u
+#define HUGE_2M_BYTES (2u * 1024 * 1024)
+#define DEFAULT_CHUNK_BYTES HUGE_2M_BYTES
+/* Below this a single thread faults faster than threads can be started and joined. */
+#define PARALLEL_MIN_BYTES (64ull * 1024 * 1024)
+#define MAX_THREADS 16u
+#define CHUNK_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+struct pool {
+	uint64_t chunk_bytes;
+	uint64_t page_bytes;
+	bool hugetlb;             /* try MFD_HUGETLB first */
+	bool hugetlb_required;    /* POOL_HUGETLB_YES: no fallback to 4 KiB pages */
+	bool lock;
+	unsigned threads;
+
+	struct chunk *idle;       /* most recently returned first */
+	uint64_t idle_bytes;
+	uint64_t lent_bytes;
+	size_t nchunks;           /* idle and lent */
+
+	pthread_mutex_t id_lock;  /* chunk ids are handed out from grow threads */
+	uint64_t next_chunk_id;
+};
+
+/* Reads HugePages_Free from <proc_root>/proc/meminfo; 0 when it can't tell. */
+static uint64_t huge_pages_free(const char *proc_root)
+{
+	char path[4096], line[256];
+	unsigned long long v = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/proc/meminfo", proc_root ? proc_root : "");
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "HugePages_Free: %llu", &v) == 1)
+			break;
+	fclose(f);
+	return v;
+}
+
+uint64_t pool_host_page_size(enum pool_hugetlb mode, const char *proc_root)
+{
+	switch (mode) {
+	case POOL_HUGETLB_NO:
+		return PAGE_4K_BYTES;
+	case POOL_HUGETLB_YES:
+		return HUGE_2M_BYTES;
+	case POOL_HUGETLB_AUTO:
+		break;
+	}
+	return huge_pages_free(proc_root) > 0 ? HUGE_2M_BYTES : PAGE_4K_BYTES;
+}
+
+int pool_new(const struct pool_opts *opts, struct pool **ret)
+{
+	bool have_huge = huge_pages_free(opts->proc_root) > 0;
+	struct pool *p;
+	long ncpu;
+
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	switch (opts->hugetlb) {
+	case POOL_HUGETLB_YES:
+		if (!have_huge) {
+			free(p);
+			return -ENOTSUP;
+		}
+		p->hugetlb = p->hugetlb_required = true;
+		break;
+	case POOL_HUGETLB_AUTO:
+		p->hugetlb = have_huge;
+		break;
+	case POOL_HUGETLB_NO:
+		break;
+	default:
+		free(p);
+		return -EINVAL;
+	}
+	p->page_bytes = p->hugetlb ? HUGE_2M_BYTES : PAGE_4K_BYTES;
+	p->chunk_bytes = opts->chunk_bytes ? opts->chunk_bytes : DEFAULT_CHUNK_BYTES;
+	if (p->chunk_bytes % p->page_bytes != 0) {
+		free(p);
+		return -EINVAL;
+	}
+	p->lock = opts->lock;
+	p->threads = opts->threads;
+	if (p->threads == 0) {
+		ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+		p->threads = ncpu > 0 ? (unsigned)ncpu : 1;
+	}
+	if (p->threads > MAX_THREADS)
+		p->threads = MAX_THREADS;
+	pthread_mutex_init(&p->id_lock, NULL);
+	*ret = p;
+	return 0;
+}
+
+static void chunk_destroy(struct chunk *c)
+{
+	if (c->addr)
+		munmap(c->addr, c->bytes);
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c);
+}
+
+void pool_free(struct pool *p)
+{
+	struct chunk *c, *next;
+
+	if (!p)
+		return;
+	for (c = p->idle; c; c = next) {
+		next = c->next;
+		chunk_destroy(c);
+	}
+	pthread_mutex_destroy(&p->id_lock);
+	free(p);
+}
+
+uint64_t pool_page_size(const struct pool *p)
+{
+	return p->page_bytes;
+}
+
+uint64_t pool_chunk_size(const struct pool *p)
+{
+	return p->chunk_bytes;
+}
+
+bool pool_hugetlb(const struct pool *p)
+{
+	return p->hugetlb;
+}
+
+/* Fault every page in writable now, so no client ever pays for a first touch. */
+static int prefault(void *addr, uint64_t bytes, uint64_t page_bytes)
+{
+	volatile char *b = addr;
+
+	if (madvise(addr, bytes, MADV_POPULATE_WRITE) == 0)
+		return 0;
+	if (errno != EINVAL)
+		return -errno;
+	/* Kernels before 5.14 don't know MADV_POPULATE_WRITE: touch each page instead. */
+	for (uint64_t off = 0; off < bytes; off += page_bytes)
+		b[off] = 0;
+	return 0;
+}
+
+/* One memfd of bytes with the given page kind; on failure nothing is left behind. */
+static int chunk_make_one(uint64_t bytes, bool hugetlb, bool lock, struct chunk *c)
+{
+	unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
+	int r;
+
+	if (hugetlb)
+		flags |= MFD_HUGETLB | MFD_HUGE_2MB;
+	c->fd = memfd_create("pinbroker-chunk", flags);
+	if (c->fd < 0) {
+		r = -errno;
+		goto fail;
+	}
+	if (ftruncate(c->fd, (off_t)bytes) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	/* Sealed so a client can neither shrink the file under the daemon (SIGBUS) nor grow it. */
+	if (fcntl(c->fd, F_ADD_SEALS, CHUNK_SEALS) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	c->addr = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
+	if (c->addr == MAP_FAILED) {
+		c->addr = NULL;
+		r = -errno;
+		goto fail;
+	}
+	/* Fewer TLB misses where shmem THP is enabled; harmless where it is not. */
+	if (!hugetlb)
+		(void)madvise(c->addr, bytes, MADV_HUGEPAGE);
+	r = prefault(c->addr, bytes, hugetlb ? HUGE_2M_BYTES : PAGE_4K_BYTES);
+	if (r < 0)
+		goto fail;
+	if (lock && mlock(c->addr, bytes) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	c->bytes = bytes;
+	c->hugetlb = hugetlb;
+	return 0;
+
+fail:
+	if (c->addr)
+		munmap(c->addr, bytes);
+	if (c->fd >= 0)
+		close(c->fd);
+	c->addr = NULL;
+	c->fd = -1;
+	return r;
+}
+
+/* A new chunk owned by owner_uid. Thread-safe: called from grow threads. */
+static int chunk_new(struct pool *p, uint64_t bytes, uid_t owner_uid, bool tail, struct chunk **ret)
+{
+	struct chunk *c;
+	int r;
+
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->fd = -1;
+	r = chunk_make_one(bytes, p->hugetlb, p->lock, c);
+	/* Huge pages ran out (or were never reserved): 4 KiB pages of the same size serve as well. */
+	if (r < 0 && p->hugetlb && !p->hugetlb_required && (r == -ENOMEM || r == -ENOSPC))
+		r = chunk_make_one(bytes, false, p->lock, c);
+	if (r < 0) {
+		free(c);
+		return r;
+	}
+	c->owner_uid = owner_uid;
+	c->tail = tail;
+	pthread_mutex_lock(&p->id_lock);
+	c->id = ++p->next_chunk_id;
+	pthread_mutex_unlock(&p->id_lock);
+	*ret = c;
+	return 0;
+}
+
+/* Shared state of one parallel make_chunks() run. */
+struct maker {
+	struct pool *p;
+	struct chunk **out;
+	const uint64_t *sizes;
+	uid_t owner_uid;
+	size_t n;
+	size_t tail_index;        /* index of the tail chunk, or n for none */
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	size_t next;              /* next index to make */
+	unsigned running;         /* workers not yet finished */
+	uint64_t done_bytes;
+	int error;                /* first failure; stops handing out work */
+};
+
+static void *maker_thread(void *arg)
+{
+	struct maker *m = arg;
+
+	for (;;) {
+		size_t i;
+		int r;
+
+		pthread_mutex_lock(&m->lock);
+		if (m->error < 0 || m->next >= m->n) {
+			m->running--;
+			pthread_cond_signal(&m->cond);
+			pthread_mutex_unlock(&m->lock);
+			return NULL;
+		}
+		i = m->next++;
+		pthread_mutex_unlock(&m->lock);
+
+		r = chunk_new(m->p, m->sizes[i], m->owner_uid, i == m->tail_index, &m->out[i]);
+
+		pthread_mutex_lock(&m->lock);
+		if (r < 0 && m->error == 0)
+			m->error = r;
+		if (r == 0)
+			m->done_bytes += m->sizes[i];
+		pthread_cond_signal(&m->cond);
+		pthread_mutex_unlock(&m->lock);
+	}
+}
+
+/*
+ * Make n chunks of sizes[i] into out[i] (NULL where not made), in parallel for
+ * large batches. Returns 0 or the first error; made chunks stay in out.
+ */
+static int make_chunks(struct pool *p, const uint64_t *sizes, size_t n, size_t tail_index, uid_t owner_uid,
+		       struct chunk **out, void (*progress)(uint64_t, uint64_t, void *), void *ud)
+{
+	struct maker m = {
+		.p = p, .out = out, .sizes = sizes, .owner_uid = owner_uid, .n = n, .tail_index = tail_index,
+	};
+	pthread_t tids[MAX_THREADS];
+	uint64_t total_bytes = 0;
+	unsigned nthreads, started = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		out[i] = NULL;
+		total_bytes += sizes[i];
+	}
+	nthreads = total_bytes < PARALLEL_MIN_BYTES ? 1 : p->threads;
+	if (nthreads > n)
+		nthreads = (unsigned)n;
+	pthread_mutex_init(&m.lock, NULL);
+	pthread_cond_init(&m.cond, NULL);
+
+	if (nthreads > 1) {
+		m.running = nthreads;
+		for (; started < nthreads; started++)
+			if (pthread_create(&tids[started], NULL, maker_thread, &m) != 0)
+				break;
+		pthread_mutex_lock(&m.lock);
+		m.running -= nthreads - started;
+		while (m.running > 0) {
+			uint64_t done = m.done_bytes;
+
+			if (progress) {
+				pthread_mutex_unlock(&m.lock);
+				progress(done, total_bytes, ud);
+				pthread_mutex_lock(&m.lock);
+			}
+			if (m.running > 0 && m.done_bytes == done)
+				pthread_cond_wait(&m.cond, &m.lock);
+		}
+		pthread_mutex_unlock(&m.lock);
+		for (unsigned i = 0; i < started; i++)
+			pthread_join(tids[i], NULL);
+	}
+	if (started == 0) {
+		/* Small batch, or no thread could start: do the work here. */
+		m.running = 1;
+		maker_thread(&m);
+	}
+	if (progress)
+		progress(m.done_bytes, total_bytes, ud);
+
+	pthread_cond_destroy(&m.cond);
+	pthread_mutex_destroy(&m.lock);
+	return m.error;
+}
+
+static void idle_push(struct pool *p, struct chunk *c)
+{
+	c->next = p->idle;
+	p->idle = c;
+	p->idle_bytes += c->bytes;
+}
+
+static void idle_unlink(struct pool *p, struct chunk **pp)
+{
+	struct chunk *c = *pp;
+
+	*pp = c->next;
+	c->next = NULL;
+	p->idle_bytes -= c->bytes;
+}
+
+int pool_grow(struct pool *p, uint64_t bytes, void (*progress)(uint64_t done, uint64_t total, void *ud), void *ud)
+{
+	struct chunk **made = NULL;
+	uint64_t *sizes = NULL;
+	uint64_t want_bytes;
+	size_t n;
+	int r;
+
+	want_bytes = round_up(bytes, p->chunk_bytes);
+	if (want_bytes == 0 && bytes != 0)
+		return -EINVAL;
+	if (want_bytes <= p->idle_bytes)
+		return 0;
+	n = (size_t)((want_bytes - p->idle_bytes) / p->chunk_bytes);
+	made = calloc(n, sizeof(*made));
+	sizes = malloc(n * sizeof(*sizes));
+	if (!made || !sizes) {
+		r = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++)
+		sizes[i] = p->chunk_bytes;
+
+	r = make_chunks(p, sizes, n, n, POOL_NO_OWNER, made, progress, ud);
+	/* What was made stays, even after a failure: a partly warm pool still helps. */
+	for (size_t i = 0; i < n; i++)
+		if (made[i]) {
+			idle_push(p, made[i]);
+			p->nchunks++;
+		}
+out:
+	free(sizes);
+	free(made);
+	return r;
+}
+
+int pool_take(struct pool *p, uid_t uid, uint64_t bytes, struct chunk ***ret, size_t *n)
+{
+	uint64_t full = bytes / p->chunk_bytes, tail_bytes = bytes % p->chunk_bytes;
+	size_t nfull, nreused = 0, nfresh, nreplace, ntotal;
+	struct chunk **v = NULL, **fresh = NULL, **pp;
+	uint64_t *sizes = NULL;
+	int r;
+
+	if (bytes == 0 || bytes % p->page_bytes != 0 || full > SIZE_MAX / sizeof(*v) - 1)
+		return -EINVAL;
+	nfull = (size_t)full;
+	ntotal = nfull + (tail_bytes ? 1 : 0);
+	v = calloc(ntotal, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+
+	/*
+	 * Count what the idle list can give without copying anyone's pages:
+	 * first chunks this uid had before, then never-lent ones. Nothing is
+	 * unlinked until every new chunk exists, so a failure changes nothing.
+	 */
+	for (struct chunk *c = p->idle; c && nreused < nfull; c = c->next)
+		if (c->owner_uid == uid)
+			nreused++;
+	for (struct chunk *c = p->idle; c && nreused < nfull; c = c->next)
+		if (c->owner_uid == POOL_NO_OWNER)
+			nreused++;
+
+	nfresh = ntotal - nreused;
+	if (nfresh > 0) {
+		fresh = calloc(nfresh, sizeof(*fresh));
+		sizes = malloc(nfresh * sizeof(*sizes));
+		if (!fresh || !sizes) {
+			r = -ENOMEM;
+			goto fail;
+		}
+		for (size_t i = 0; i < nfresh; i++)
+			sizes[i] = p->chunk_bytes;
+		if (tail_bytes)
+			sizes[nfresh - 1] = tail_bytes;
+		r = make_chunks(p, sizes, nfresh, tail_bytes ? nfresh - 1 : nfresh, uid, fresh, NULL, NULL);
+		if (r < 0)
+			goto fail;
+	}
+
+	/* Commit: unlink the reused chunks in preference order. */
+	ntotal = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		uid_t want = pass == 0 ? uid : POOL_NO_OWNER;
+
+		pp = &p->idle;
+		while (*pp && ntotal < nreused) {
+			if ((*pp)->owner_uid == want) {
+				struct chunk *c = *pp;
+
+				idle_unlink(p, pp);
+				c->owner_uid = uid;
+				v[ntotal++] = c;
+			} else {
+				pp = &(*pp)->next;
+			}
+		}
+	}
+	for (size_t i = 0; i < nfresh; i++) {
+		v[ntotal++] = fresh[i];
+		p->nchunks++;
+		p->lent_bytes += fresh[i]->bytes;
+	}
+	for (size_t i = 0; i < nreused; i++)
+		p->lent_bytes += v[i]->bytes;
+
+	/*
+	 * Each fresh full chunk stands in for an idle chunk last lent to another
+	 * uid: that one goes, so the pool holds no more than before.
+	 */
+	nreplace = nfresh - (tail_bytes ? 1 : 0);
+	pp = &p->idle;
+	while (*pp && nreplace > 0) {
+		struct chunk *c = *pp;
+
+		if (c->owner_uid == POOL_NO_OWNER || c->owner_uid == uid) {
+			pp = &c->next;
+			continue;
+		}
+		idle_unlink(p, pp);
+		p->nchunks--;
+		chunk_destroy(c);
+		nreplace--;
+	}
+
+	free(sizes);
+	free(fresh);
+	*ret = v;
+	*n = ntotal;
+	return 0;
+
+fail:
+	if (fresh)
+		for (size_t i = 0; i < nfresh; i++)
+			if (fresh[i])
+				chunk_destroy(fresh[i]);
+	free(sizes);
+	free(fresh);
+	free(v);
+	return r;
+}
+
+void pool_put(struct pool *p, struct chunk **chunks, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct chunk *c = chunks[i];
+
+		if (!c)
+			continue;
+		p->lent_bytes -= c->bytes;
+		if (c->tail) {
+			p->nchunks--;
+			chunk_destroy(c);
+		} else {
+			idle_push(p, c);
+		}
+	}
+}
+
+uint64_t pool_shrink(struct pool *p, uint64_t keep_bytes)
+{
+	uint64_t released_bytes = 0;
+
+	/*
+	 * Chunks last lent to some uid go first: only that uid can reuse them
+	 * without a fresh memfd, while never-lent ones serve anybody.
+	 */
+	for (int pass = 0; pass < 2 && p->idle_bytes > keep_bytes; pass++) {
+		struct chunk **pp = &p->idle;
+
+		while (*pp && p->idle_bytes > keep_bytes) {
+			struct chunk *c = *pp;
+
+			if (pass == 0 && c->owner_uid == POOL_NO_OWNER) {
+				pp = &c->next;
+				continue;
+			}
+			idle_unlink(p, pp);
+			released_bytes += c->bytes;
+			p->nchunks--;
+			chunk_destroy(c);
+		}
+	}
+	return released_bytes;
+}
+
+uint64_t pool_idle_bytes(const struct pool *p)
+{
+	return p->idle_bytes;
+}
+
+uint64_t pool_resident_bytes(const struct pool *p)
+{
+	return p->idle_bytes + p->lent_bytes;
+}
+
+size_t pool_chunk_count(const struct pool *p)
+{
+	return p->nchunks;
+}
