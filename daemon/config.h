@@ -104,6 +104,8 @@ int config_validate(const struct config *c, char **err);
 
 /* Write the commented sample config (every key, its default and help). */
 void config_write_sample(FILE *f);
+/* Write a markdown table of every key (key | default | reloadable | meaning), for the README. */
+void config_write_markdown(FILE *f);
 /* Write the effective config as "key = value" lines. */
 void config_dump(const struct config *c, FILE *f);
 
