@@ -2,6 +2,7 @@
 /* Logging in OpenNTPD's vocabulary: to the journal under systemd, to stderr otherwise. */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <syslog.h>
@@ -46,3 +47,20 @@ void log_event(enum log_event_kind kind, int priority, uint64_t lease_id, uid_t 
 
 /* The MESSAGE_ID string (32 hex digits) of a kind, for tests and the catalog. */
 const char *log_event_message_id(enum log_event_kind kind);
+/* The kind's name, as PINBROKER_EVENT= carries it ("lease-granted"). */
+const char *log_event_kind_name(enum log_event_kind kind);
+
+/*
+ * The per-kind rate limiter behind log_event, exposed so tests can drive it
+ * with their own clock: at most LOG_RATELIMIT_BURST events of one kind pass in
+ * each LOG_RATELIMIT_WINDOW_US window; the rest are counted as suppressed.
+ * log_ratelimit_pass returns whether an event of kind at now_us may be logged;
+ * when it opens a new window it sets *suppressed (may be NULL) to the count the
+ * previous window suppressed and not yet flushed, else 0.
+ * log_ratelimit_flush returns that count for a window that has ended by now_us
+ * (and forgets it), else 0; log_event flushes every kind on each call.
+ */
+#define LOG_RATELIMIT_BURST 20
+#define LOG_RATELIMIT_WINDOW_US 5000000
+bool log_ratelimit_pass(enum log_event_kind kind, uint64_t now_us, unsigned *suppressed);
+unsigned log_ratelimit_flush(enum log_event_kind kind, uint64_t now_us);
