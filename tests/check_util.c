@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: MIT */
+/* Check suite for common/util: size parsing and formatting, rounding, clocks. */
+#include <check.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "util.h"
+
+#define TIMEOUT_S 10
+
+static uint64_t size_of(const char *s)
+{
+	uint64_t v = UINT64_C(0xdeadbeef);
+
+	ck_assert_int_eq(parse_size(s, &v), 0);
+	return v;
+}
+
+START_TEST(test_parse_size_plain_number_is_bytes)
+{
+	ck_assert_uint_eq(size_of("0"), 0);
+	ck_assert_uint_eq(size_of("17"), 17);
+	ck_assert_uint_eq(size_of("4096"), 4096);
+	ck_assert_uint_eq(size_of("18446744073709551615"), UINT64_MAX);
+}
+END_TEST
+
+START_TEST(test_parse_size_suffixes_are_powers_of_1024)
+{
+	ck_assert_uint_eq(size_of("4K"), 4096);
+	ck_assert_uint_eq(size_of("4k"), 4096);
+	ck_assert_uint_eq(size_of("4KB"), 4096);
+	ck_assert_uint_eq(size_of("4KiB"), 4096);
+	ck_assert_uint_eq(size_of("2M"), 2u << 20);
+	ck_assert_uint_eq(size_of("2MiB"), 2u << 20);
+	ck_assert_uint_eq(size_of("3G"), UINT64_C(3) << 30);
+	ck_assert_uint_eq(size_of("3gb"), UINT64_C(3) << 30);
+	ck_assert_uint_eq(size_of("1T"), UINT64_C(1) << 40);
+	ck_assert_uint_eq(size_of("1TiB"), UINT64_C(1) << 40);
+	ck_assert_uint_eq(size_of("512B"), 512);
+}
+END_TEST
+
+START_TEST(test_parse_size_allows_space_before_suffix)
+{
+	ck_assert_uint_eq(size_of("  8 M"), 8u << 20);
+}
+END_TEST
+
+START_TEST(test_parse_size_overflow_is_erange)
+{
+	uint64_t v = 42;
+
+	ck_assert_int_eq(parse_size("18446744073709551616", &v), -ERANGE);
+	ck_assert_int_eq(parse_size("16777216T", &v), -ERANGE); /* 2^24 * 2^40 = 2^64 */
+	ck_assert_int_eq(parse_size("17179869184G", &v), -ERANGE);
+	ck_assert_uint_eq(v, 42);
+	ck_assert_uint_eq(size_of("16777215T"), UINT64_C(16777215) << 40);
+}
+END_TEST
+
+START_TEST(test_parse_size_garbage_is_einval)
+{
+	static const char *const bad[] = { "", " ", "K", "-1", "+1", "1.5G", "12Q", "4 KK", "0x10", "1e3",
+					   "25%", "abc", "4K4", "1PB" };
+	uint64_t v = 42;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_msg(parse_size(bad[i], &v) == -EINVAL, "'%s' should be -EINVAL", bad[i]);
+	ck_assert_int_eq(parse_size(NULL, &v), -EINVAL);
+	ck_assert_uint_eq(v, 42);
+}
+END_TEST
+
+START_TEST(test_parse_size_or_pct_reads_percentages)
+{
+	uint64_t bytes = 7;
+	double pct = -1;
+	bool is_pct = false;
+
+	ck_assert_int_eq(parse_size_or_pct("25%", &bytes, &pct, &is_pct), 0);
+	ck_assert(is_pct);
+	ck_assert_double_eq(pct, 25.0);
+	ck_assert_int_eq(parse_size_or_pct("12.5%", &bytes, &pct, &is_pct), 0);
+	ck_assert_double_eq(pct, 12.5);
+	ck_assert_int_eq(parse_size_or_pct("0%", &bytes, &pct, &is_pct), 0);
+	ck_assert_double_eq(pct, 0.0);
+	ck_assert_int_eq(parse_size_or_pct("100%", &bytes, &pct, &is_pct), 0);
+	ck_assert_double_eq(pct, 100.0);
+	ck_assert_uint_eq(bytes, 7);
+}
+END_TEST
+
+START_TEST(test_parse_size_or_pct_reads_sizes)
+{
+	uint64_t bytes = 0;
+	double pct = -1;
+	bool is_pct = true;
+
+	ck_assert_int_eq(parse_size_or_pct("256M", &bytes, &pct, &is_pct), 0);
+	ck_assert(!is_pct);
+	ck_assert_uint_eq(bytes, 256u << 20);
+}
+END_TEST
+
+START_TEST(test_parse_size_or_pct_rejects_bad_percentages)
+{
+	uint64_t bytes;
+	double pct;
+	bool is_pct;
+
+	ck_assert_int_eq(parse_size_or_pct("101%", &bytes, &pct, &is_pct), -ERANGE);
+	ck_assert_int_eq(parse_size_or_pct("%", &bytes, &pct, &is_pct), -EINVAL);
+	ck_assert_int_eq(parse_size_or_pct("-5%", &bytes, &pct, &is_pct), -EINVAL);
+	ck_assert_int_eq(parse_size_or_pct("abc%", &bytes, &pct, &is_pct), -EINVAL);
+	ck_assert_int_eq(parse_size_or_pct("5%%", &bytes, &pct, &is_pct), -EINVAL);
+	ck_assert_int_eq(parse_size_or_pct("nan%", &bytes, &pct, &is_pct), -EINVAL);
+	ck_assert_int_eq(parse_size_or_pct(NULL, &bytes, &pct, &is_pct), -EINVAL);
+	ck_assert_int_eq(parse_size_or_pct("12Q", &bytes, &pct, &is_pct), -EINVAL);
+}
+END_TEST
+
+START_TEST(test_format_size_picks_binary_unit)
+{
+	char buf[32];
+
+	ck_assert_str_eq(format_size(0, buf, sizeof(buf)), "0 B");
+	ck_assert_str_eq(format_size(17, buf, sizeof(buf)), "17 B");
+	ck_assert_str_eq(format_size(1023, buf, sizeof(buf)), "1023 B");
+	ck_assert_str_eq(format_size(1024, buf, sizeof(buf)), "1 KiB");
+	ck_assert_str_eq(format_size(1536, buf, sizeof(buf)), "1.5 KiB");
+	ck_assert_str_eq(format_size(512u << 10, buf, sizeof(buf)), "512 KiB");
+	ck_assert_str_eq(format_size(UINT64_C(3) << 29, buf, sizeof(buf)), "1.5 GiB");
+	ck_assert_str_eq(format_size(UINT64_C(1) << 40, buf, sizeof(buf)), "1 TiB");
+	ck_assert_str_eq(format_size(UINT64_MAX, buf, sizeof(buf)), "16 EiB");
+}
+END_TEST
+
+START_TEST(test_format_size_truncates_to_buffer)
+{
+	char buf[4];
+
+	ck_assert_ptr_eq(format_size(1536, buf, sizeof(buf)), buf);
+	ck_assert_str_eq(buf, "1.5");
+}
+END_TEST
+
+START_TEST(test_round_up_to_multiples)
+{
+	ck_assert_uint_eq(round_up(0, 4096), 0);
+	ck_assert_uint_eq(round_up(1, 4096), 4096);
+	ck_assert_uint_eq(round_up(4096, 4096), 4096);
+	ck_assert_uint_eq(round_up(4097, 4096), 8192);
+	ck_assert_uint_eq(round_up(10, 3), 12);
+	ck_assert_uint_eq(round_up(12, 3), 12);
+	ck_assert_uint_eq(round_up(5, 0), 5);
+	ck_assert_uint_eq(round_up(UINT64_MAX - 1, 2), UINT64_MAX - 1);
+}
+END_TEST
+
+START_TEST(test_round_up_overflow_returns_zero)
+{
+	ck_assert_uint_eq(round_up(UINT64_MAX, 2), 0);
+	ck_assert_uint_eq(round_up(UINT64_MAX - 4094, 4096), 0);
+	ck_assert_uint_eq(round_up(UINT64_MAX, UINT64_MAX), UINT64_MAX);
+}
+END_TEST
+
+START_TEST(test_clocks_are_monotonic_and_agree)
+{
+	uint64_t a = now_us(), ms = now_ms(), b = now_us();
+
+	ck_assert_uint_ge(b, a);
+	ck_assert_uint_ge(ms, a / 1000);
+	ck_assert_uint_le(ms, b / 1000);
+}
+END_TEST
+
+static Suite *util_suite(void)
+{
+	Suite *s = suite_create("util");
+	TCase *tc;
+
+	tc = tcase_create("parse_size");
+	tcase_set_timeout(tc, TIMEOUT_S);
+	tcase_add_test(tc, test_parse_size_plain_number_is_bytes);
+	tcase_add_test(tc, test_parse_size_suffixes_are_powers_of_1024);
+	tcase_add_test(tc, test_parse_size_allows_space_before_suffix);
+	tcase_add_test(tc, test_parse_size_overflow_is_erange);
+	tcase_add_test(tc, test_parse_size_garbage_is_einval);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("parse_size_or_pct");
+	tcase_set_timeout(tc, TIMEOUT_S);
+	tcase_add_test(tc, test_parse_size_or_pct_reads_percentages);
+	tcase_add_test(tc, test_parse_size_or_pct_reads_sizes);
+	tcase_add_test(tc, test_parse_size_or_pct_rejects_bad_percentages);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("format_and_round");
+	tcase_set_timeout(tc, TIMEOUT_S);
+	tcase_add_test(tc, test_format_size_picks_binary_unit);
+	tcase_add_test(tc, test_format_size_truncates_to_buffer);
+	tcase_add_test(tc, test_round_up_to_multiples);
+	tcase_add_test(tc, test_round_up_overflow_returns_zero);
+	tcase_add_test(tc, test_clocks_are_monotonic_and_agree);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(util_suite());
+	int failed;
+
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
