@@ -92,7 +92,7 @@ int budget_check(const struct budget *b, uid_t uid, uint64_t bytes)
 	if (bytes > b->limit_bytes || bytes > quota)
 		return -EFBIG;
 	/* Written as subtractions so huge values cannot wrap; held may exceed a lowered quota. */
-	if (held > quota || bytes > quota - held)
+	if (b->uid_quota_bytes && (held > quota || bytes > quota - held))
 		return -EDQUOT;
 	if (b->leased_bytes > b->limit_bytes || bytes > b->limit_bytes - b->leased_bytes)
 		return -ENOSPC;

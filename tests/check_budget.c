@@ -1,0 +1,249 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests for budget: every refusal, and exact books after long random charge/uncharge runs. */
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include "budget.h"
+
+#define MIB (1024ull * 1024)
+#define GIB (1024ull * MIB)
+
+static struct budget *new_budget(uint64_t limit_bytes, uint64_t quota_bytes)
+{
+	struct budget *b = NULL;
+
+	ck_assert_int_eq(budget_new(limit_bytes, quota_bytes, &b), 0);
+	ck_assert_ptr_nonnull(b);
+	return b;
+}
+
+START_TEST(test_fresh_budget_is_empty)
+{
+	struct budget *b = new_budget(4 * GIB, GIB);
+
+	ck_assert_uint_eq(budget_limit(b), 4 * GIB);
+	ck_assert_uint_eq(budget_uid_quota(b), GIB);
+	ck_assert_uint_eq(budget_leased(b), 0);
+	ck_assert_uint_eq(budget_uid_leased(b, 1000), 0);
+	ck_assert_uint_eq(budget_pool_allowance(b), 4 * GIB);
+	budget_free(b);
+}
+END_TEST
+
+START_TEST(test_check_zero_bytes_is_invalid)
+{
+	struct budget *b = new_budget(4 * GIB, GIB);
+
+	ck_assert_int_eq(budget_check(b, 1000, 0), -EINVAL);
+	budget_free(b);
+}
+END_TEST
+
+START_TEST(test_check_over_whole_budget_is_never_satisfiable)
+{
+	struct budget *b = new_budget(4 * GIB, 0);
+
+	ck_assert_int_eq(budget_check(b, 1000, 4 * GIB + 1), -EFBIG);
+	ck_assert_int_eq(budget_check(b, 1000, UINT64_MAX), -EFBIG);
+	ck_assert_int_eq(budget_check(b, 1000, 4 * GIB), 0);
+	budget_free(b);
+}
+END_TEST
+
+START_TEST(test_check_over_uid_quota_alone_is_never_satisfiable)
+{
+	struct budget *b = new_budget(4 * GIB, GIB);
+
+	ck_assert_int_eq(budget_check(b, 1000, GIB + 1), -EFBIG);
+	ck_assert_int_eq(budget_check(b, 1000, GIB), 0);
+	budget_free(b);
+}
+END_TEST
+
+START_TEST(test_reserve_over_uid_quota_fails)
+{
+	struct budget *b = new_budget(4 * GIB, GIB);
+
+	ck_assert_int_eq(budget_charge(b, 1000, 768 * MIB), 0);
+	ck_assert_int_eq(budget_check(b, 1000, 256 * MIB + 1), -EDQUOT);
+	ck_assert_int_eq(budget_check(b, 1000, 256 * MIB), 0);
+	/* Another uid is not affected by 1000's usage. */
+	ck_assert_int_eq(budget_check(b, 1001, GIB), 0);
+	budget_free(b);
+}
+END_TEST
+
+START_TEST(test_reserve_over_budget_with_current_leases_fails)
+{
+	struct budget *b = new_budget(2 * GIB, GIB);
+
+	ck_assert_int_eq(budget_charge(b, 1000, GIB), 0);
+	ck_assert_int_eq(budget_charge(b, 1001, 512 * MIB), 0);
+	ck_assert_int_eq(budget_check(b, 1002, 512 * MIB + 1), -ENOSPC);
+	ck_assert_int_eq(budget_check(b, 1002, 512 * MIB), 0);
+	ck_assert_uint_eq(budget_pool_allowance(b), 512 * MIB);
+	budget_free(b);
+}
+END_TEST
+
+START_TEST(test_quota_is_checked_before_budget)
+{
+	struct budget *b = new_budget(GIB, 512 * MIB);
+
+	ck_assert_int_eq(budget_charge(b, 1000, 512 * MIB), 0);
+	ck_assert_int_eq(budget_charge(b, 1001, 512 * MIB), 0);
+	/* Both over quota and over budget: the uid's own limit is the one to report. */
+	ck_assert_int_eq(budget_check(b, 1000, MIB), -EDQUOT);
+	ck_assert_int_eq(budget_check(b, 1002, MIB), -ENOSPC);
+	budget_free(b);
+}
+END_TEST
+
+START_TEST(test_zero_quota_means_only_the_budget_limits_a_uid)
+{
+	struct budget *b = new_budget(GIB, 0);
+
+	ck_assert_int_eq(budget_check(b, 1000, GIB), 0);
+	ck_assert_int_eq(budget_charge(b, 1000, 1000 * MIB), 0);
+	ck_assert_int_eq(budget_check(b, 1000, 24 * MIB + 1), -ENOSPC);
+	budget_free(b);
+}
+END_TEST
+
+START_TEST(test_lowered_limits_keep_charges_and_refuse_new_ones)
+{
+	struct budget *b = new_budget(4 * GIB, 2 * GIB);
+
+	ck_assert_int_eq(budget_charge(b, 1000, 2 * GIB), 0);
+	ck_assert_int_eq(budget_charge(b, 1001, GIB), 0);
+	budget_set_limits(b, 2 * GIB, GIB);
+	ck_assert_uint_eq(budget_leased(b), 3 * GIB);
+	ck_assert_uint_eq(budget_uid_leased(b, 1000), 2 * GIB);
+	ck_assert_uint_eq(budget_pool_allowance(b), 0);
+	ck_assert_int_eq(budget_check(b, 1000, MIB), -EDQUOT);
+	ck_assert_int_eq(budget_check(b, 1002, MIB), -ENOSPC);
+	budget_uncharge(b, 1000, 2 * GIB);
+	budget_uncharge(b, 1001, GIB);
+	ck_assert_uint_eq(budget_pool_allowance(b), 2 * GIB);
+	budget_free(b);
+}
+END_TEST
+
+START_TEST(test_uncharge_returns_exactly_what_was_charged)
+{
+	struct budget *b = new_budget(4 * GIB, 2 * GIB);
+
+	ck_assert_int_eq(budget_charge(b, 1000, 3 * MIB), 0);
+	ck_assert_int_eq(budget_charge(b, 1000, 5 * MIB), 0);
+	budget_uncharge(b, 1000, 3 * MIB);
+	ck_assert_uint_eq(budget_uid_leased(b, 1000), 5 * MIB);
+	ck_assert_uint_eq(budget_leased(b), 5 * MIB);
+	budget_uncharge(b, 1000, 5 * MIB);
+	ck_assert_uint_eq(budget_uid_leased(b, 1000), 0);
+	ck_assert_uint_eq(budget_leased(b), 0);
+	budget_free(b);
+}
+END_TEST
+
+START_TEST(test_uncharge_more_than_charged_aborts)
+{
+	struct budget *b = new_budget(4 * GIB, 2 * GIB);
+
+	ck_assert_int_eq(budget_charge(b, 1000, MIB), 0);
+	budget_uncharge(b, 1000, MIB + 1);
+}
+END_TEST
+
+START_TEST(test_uncharge_of_unknown_uid_aborts)
+{
+	struct budget *b = new_budget(4 * GIB, 2 * GIB);
+
+	ck_assert_int_eq(budget_charge(b, 1000, MIB), 0);
+	budget_uncharge(b, 1001, MIB);
+}
+END_TEST
+
+#define NUIDS 37
+#define NSTEPS 20000
+
+START_TEST(test_random_charge_uncharge_stays_exact)
+{
+	struct budget *b = new_budget(64 * GIB, 8 * GIB);
+	uint64_t model[NUIDS] = { 0 }, total = 0;
+	unsigned seed = 12345;
+
+	for (int step = 0; step < NSTEPS; step++) {
+		/* Spread uids out, including 0 and very large ones, so sorted insertion is exercised. */
+		unsigned k = (unsigned)rand_r(&seed) % NUIDS;
+		uid_t uid = k == 0 ? 0 : k == 1 ? (uid_t)-2 : (uid_t)(k * 7919u);
+		uint64_t bytes = ((uint64_t)(rand_r(&seed) % 4096) + 1) * 4096;
+		int r;
+
+		if (rand_r(&seed) % 3 != 0) {
+			r = budget_check(b, uid, bytes);
+			if (r == 0) {
+				ck_assert_int_eq(budget_charge(b, uid, bytes), 0);
+				model[k] += bytes;
+				total += bytes;
+			} else {
+				ck_assert(r == -EDQUOT || r == -ENOSPC);
+				ck_assert(model[k] + bytes > 8 * GIB || total + bytes > 64 * GIB);
+			}
+		} else if (model[k] > 0) {
+			uint64_t back = model[k] <= bytes ? model[k] : bytes;
+
+			budget_uncharge(b, uid, back);
+			model[k] -= back;
+			total -= back;
+		}
+		ck_assert_uint_eq(budget_leased(b), total);
+		ck_assert_uint_eq(budget_uid_leased(b, uid), model[k]);
+		ck_assert_uint_eq(budget_pool_allowance(b), 64 * GIB - total);
+	}
+	for (unsigned k = 0; k < NUIDS; k++) {
+		uid_t uid = k == 0 ? 0 : k == 1 ? (uid_t)-2 : (uid_t)(k * 7919u);
+
+		ck_assert_uint_eq(budget_uid_leased(b, uid), model[k]);
+		budget_uncharge(b, uid, model[k]);
+	}
+	ck_assert_uint_eq(budget_leased(b), 0);
+	budget_free(b);
+}
+END_TEST
+
+static Suite *budget_suite(void)
+{
+	Suite *s = suite_create("budget");
+	TCase *tc = tcase_create("core");
+
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_fresh_budget_is_empty);
+	tcase_add_test(tc, test_check_zero_bytes_is_invalid);
+	tcase_add_test(tc, test_check_over_whole_budget_is_never_satisfiable);
+	tcase_add_test(tc, test_check_over_uid_quota_alone_is_never_satisfiable);
+	tcase_add_test(tc, test_reserve_over_uid_quota_fails);
+	tcase_add_test(tc, test_reserve_over_budget_with_current_leases_fails);
+	tcase_add_test(tc, test_quota_is_checked_before_budget);
+	tcase_add_test(tc, test_zero_quota_means_only_the_budget_limits_a_uid);
+	tcase_add_test(tc, test_lowered_limits_keep_charges_and_refuse_new_ones);
+	tcase_add_test(tc, test_uncharge_returns_exactly_what_was_charged);
+	tcase_add_test_raise_signal(tc, test_uncharge_more_than_charged_aborts, SIGABRT);
+	tcase_add_test_raise_signal(tc, test_uncharge_of_unknown_uid_aborts, SIGABRT);
+	tcase_add_test(tc, test_random_charge_uncharge_stays_exact);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(budget_suite());
+	int failed;
+
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

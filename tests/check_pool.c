@@ -1,0 +1,601 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests for the memfd pool: seals, exact sizes, tails, uid isolation, counters, shrink and threaded grow. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pool.h"
+
+#define KIB 1024ull
+#define MIB (1024ull * KIB)
+#define UID_A 1000
+#define UID_B 1001
+
+static char proc_root[PATH_MAX];
+
+/* A fake proc root whose meminfo reports huge_free free huge pages. */
+static const char *fake_proc(unsigned huge_free)
+{
+	char path[PATH_MAX + 32];
+	FILE *f;
+
+	snprintf(proc_root, sizeof(proc_root), "/tmp/check_pool.%d", (int)getpid());
+	mkdir(proc_root, 0700);
+	snprintf(path, sizeof(path), "%s/proc", proc_root);
+	mkdir(path, 0700);
+	snprintf(path, sizeof(path), "%s/proc/meminfo", proc_root);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "MemTotal:       24000000 kB\nHugePages_Total:    %u\nHugePages_Free:     %u\n"
+		   "Hugepagesize:       2048 kB\n",
+		huge_free, huge_free);
+	fclose(f);
+	return proc_root;
+}
+
+static void unfake_proc(void)
+{
+	char path[PATH_MAX + 32];
+
+	snprintf(path, sizeof(path), "%s/proc/meminfo", proc_root);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/proc", proc_root);
+	rmdir(path);
+	rmdir(proc_root);
+}
+
+static struct pool *new_pool(uint64_t chunk_bytes, unsigned threads)
+{
+	struct pool_opts o = {
+		.chunk_bytes = chunk_bytes,
+		.hugetlb = POOL_HUGETLB_NO,
+		.threads = threads,
+		/* Without CAP_IPC_LOCK the memlock rlimit is usually far below a pool. */
+		.lock = geteuid() == 0,
+	};
+	struct pool *p = NULL;
+
+	ck_assert_int_eq(pool_new(&o, &p), 0);
+	ck_assert_ptr_nonnull(p);
+	return p;
+}
+
+static ino_t inode_of(const struct chunk *c)
+{
+	struct stat st;
+
+	ck_assert_int_eq(fstat(c->fd, &st), 0);
+	return st.st_ino;
+}
+
+static bool all_zero(const struct chunk *c)
+{
+	const unsigned char *b = c->addr;
+
+	for (uint64_t i = 0; i < c->bytes; i++)
+		if (b[i])
+			return false;
+	return true;
+}
+
+START_TEST(test_new_rejects_chunk_size_not_a_page_multiple)
+{
+	struct pool_opts o = { .chunk_bytes = 3 * 4096 + 1, .hugetlb = POOL_HUGETLB_NO };
+	struct pool *p = NULL;
+
+	ck_assert_int_eq(pool_new(&o, &p), -EINVAL);
+}
+END_TEST
+
+START_TEST(test_new_defaults_to_2mib_chunks_of_4k_pages)
+{
+	struct pool *p = new_pool(0, 1);
+
+	ck_assert_uint_eq(pool_chunk_size(p), 2 * MIB);
+	ck_assert_uint_eq(pool_page_size(p), 4096);
+	ck_assert(!pool_hugetlb(p));
+	ck_assert_uint_eq(pool_idle_bytes(p), 0);
+	ck_assert_uint_eq(pool_resident_bytes(p), 0);
+	ck_assert_uint_eq(pool_chunk_count(p), 0);
+	pool_free(p);
+}
+END_TEST
+
+START_TEST(test_hugetlb_yes_without_huge_pages_is_not_supported)
+{
+	struct pool_opts o = { .hugetlb = POOL_HUGETLB_YES, .proc_root = fake_proc(0) };
+	struct pool *p = NULL;
+
+	ck_assert_int_eq(pool_new(&o, &p), -ENOTSUP);
+	ck_assert_uint_eq(pool_host_page_size(POOL_HUGETLB_AUTO, proc_root), 4096);
+	ck_assert_uint_eq(pool_host_page_size(POOL_HUGETLB_NO, proc_root), 4096);
+	unfake_proc();
+}
+END_TEST
+
+START_TEST(test_hugetlb_mode_needs_chunks_of_2mib_multiples)
+{
+	struct pool_opts o = { .chunk_bytes = MIB, .hugetlb = POOL_HUGETLB_AUTO, .proc_root = fake_proc(8) };
+	struct pool *p = NULL;
+
+	ck_assert_uint_eq(pool_host_page_size(POOL_HUGETLB_AUTO, proc_root), 2 * MIB);
+	ck_assert_int_eq(pool_new(&o, &p), -EINVAL);
+	o.chunk_bytes = 4 * MIB;
+	ck_assert_int_eq(pool_new(&o, &p), 0);
+	ck_assert(pool_hugetlb(p));
+	ck_assert_uint_eq(pool_page_size(p), 2 * MIB);
+	pool_free(p);
+	unfake_proc();
+}
+END_TEST
+
+START_TEST(test_auto_hugetlb_falls_back_to_4k_chunk_when_huge_pages_run_out)
+{
+	/* meminfo claims free huge pages; if the real host has none, mmap fails with ENOMEM. */
+	struct pool_opts o = { .hugetlb = POOL_HUGETLB_AUTO, .proc_root = fake_proc(8), .lock = geteuid() == 0 };
+	bool host_has_huge = pool_host_page_size(POOL_HUGETLB_AUTO, "/") == 2 * MIB;
+	struct chunk **v = NULL;
+	struct pool *p = NULL;
+	size_t n = 0;
+
+	ck_assert_int_eq(pool_new(&o, &p), 0);
+	ck_assert_int_eq(pool_take(p, UID_A, 4 * MIB, &v, &n), 0);
+	ck_assert_uint_eq(n, 2);
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_uint_eq(v[i]->bytes, 2 * MIB);
+		if (!host_has_huge)
+			ck_assert(!v[i]->hugetlb);
+		ck_assert(all_zero(v[i]));
+	}
+	pool_put(p, v, n);
+	free(v);
+	pool_free(p);
+	unfake_proc();
+}
+END_TEST
+
+START_TEST(test_chunk_is_sealed_against_resize)
+{
+	struct pool *p = new_pool(2 * MIB, 1);
+	struct chunk **v = NULL;
+	size_t n = 0;
+	int seals;
+
+	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
+	seals = fcntl(v[0]->fd, F_GET_SEALS);
+	ck_assert_int_eq(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+			 F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+	errno = 0;
+	ck_assert_int_eq(ftruncate(v[0]->fd, MIB), -1);
+	ck_assert_int_eq(errno, EPERM);
+	errno = 0;
+	ck_assert_int_eq(ftruncate(v[0]->fd, 4 * MIB), -1);
+	ck_assert_int_eq(errno, EPERM);
+	/* F_SEAL_SEAL: nobody can add a write seal later and break the daemon's mapping. */
+	ck_assert_int_eq(fcntl(v[0]->fd, F_ADD_SEALS, F_SEAL_WRITE), -1);
+	ck_assert_int_eq(errno, EPERM);
+	ck_assert(fcntl(v[0]->fd, F_GETFD) & FD_CLOEXEC);
+	pool_put(p, v, n);
+	free(v);
+	pool_free(p);
+}
+END_TEST
+
+START_TEST(test_chunks_are_prefaulted)
+{
+	struct pool *p = new_pool(2 * MIB, 1);
+	unsigned char vec[2 * MIB / 4096];
+	struct chunk **v = NULL;
+	size_t n = 0;
+
+	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
+	ck_assert_int_eq(mincore(v[0]->addr, 2 * MIB, vec), 0);
+	for (size_t i = 0; i < sizeof(vec); i++)
+		ck_assert_msg(vec[i] & 1, "page %zu not resident", i);
+	pool_put(p, v, n);
+	free(v);
+	pool_free(p);
+}
+END_TEST
+
+START_TEST(test_take_rejects_zero_and_non_page_multiples)
+{
+	struct pool *p = new_pool(2 * MIB, 1);
+	struct chunk **v = NULL;
+	size_t n = 0;
+
+	ck_assert_int_eq(pool_take(p, UID_A, 0, &v, &n), -EINVAL);
+	ck_assert_int_eq(pool_take(p, UID_A, 4096 + 1, &v, &n), -EINVAL);
+	ck_assert_uint_eq(pool_resident_bytes(p), 0);
+	pool_free(p);
+}
+END_TEST
+
+START_TEST(test_take_sizes_are_exact_with_tail_for_remainder)
+{
+	struct pool *p = new_pool(2 * MIB, 1);
+	struct chunk **v = NULL;
+	uint64_t sum = 0;
+	size_t n = 0;
+
+	ck_assert_int_eq(pool_take(p, UID_A, 5 * MIB + 8 * KIB, &v, &n), 0);
+	ck_assert_uint_eq(n, 3);
+	for (size_t i = 0; i < n; i++) {
+		struct stat st;
+
+		ck_assert_int_eq(fstat(v[i]->fd, &st), 0);
+		ck_assert_uint_eq((uint64_t)st.st_size, v[i]->bytes);
+		ck_assert_uint_eq(v[i]->owner_uid, UID_A);
+		ck_assert_int_eq(v[i]->tail, i == n - 1);
+		sum += v[i]->bytes;
+	}
+	ck_assert_uint_eq(v[2]->bytes, MIB + 8 * KIB);
+	ck_assert_uint_eq(sum, 5 * MIB + 8 * KIB);
+	ck_assert_uint_eq(pool_resident_bytes(p), 5 * MIB + 8 * KIB);
+	ck_assert_uint_eq(pool_chunk_count(p), 3);
+
+	/* Tails are destroyed on return, full chunks become idle. */
+	pool_put(p, v, n);
+	free(v);
+	ck_assert_uint_eq(pool_idle_bytes(p), 4 * MIB);
+	ck_assert_uint_eq(pool_resident_bytes(p), 4 * MIB);
+	ck_assert_uint_eq(pool_chunk_count(p), 2);
+	pool_free(p);
+}
+END_TEST
+
+START_TEST(test_take_smaller_than_a_chunk_is_one_tail)
+{
+	struct pool *p = new_pool(2 * MIB, 1);
+	struct chunk **v = NULL;
+	size_t n = 0;
+
+	ck_assert_int_eq(pool_grow(p, 4 * MIB, NULL, NULL), 0);
+	ck_assert_int_eq(pool_take(p, UID_A, 64 * KIB, &v, &n), 0);
+	ck_assert_uint_eq(n, 1);
+	ck_assert(v[0]->tail);
+	ck_assert_uint_eq(v[0]->bytes, 64 * KIB);
+	ck_assert_uint_eq(pool_idle_bytes(p), 4 * MIB);
+	ck_assert_uint_eq(pool_resident_bytes(p), 4 * MIB + 64 * KIB);
+	pool_put(p, v, n);
+	free(v);
+	ck_assert_uint_eq(pool_resident_bytes(p), 4 * MIB);
+	pool_free(p);
+}
+END_TEST
+
+START_TEST(test_counters_track_grow_take_put)
+{
+	struct pool *p = new_pool(2 * MIB, 1);
+	struct chunk **v = NULL;
+	size_t n = 0;
+
+	ck_assert_int_eq(pool_grow(p, 7 * MIB, NULL, NULL), 0); /* rounds up to 4 chunks */
+	ck_assert_uint_eq(pool_idle_bytes(p), 8 * MIB);
+	ck_assert_uint_eq(pool_resident_bytes(p), 8 * MIB);
+	ck_assert_uint_eq(pool_chunk_count(p), 4);
+	ck_assert_int_eq(pool_grow(p, 6 * MIB, NULL, NULL), 0); /* already there */
+	ck_assert_uint_eq(pool_chunk_count(p), 4);
+
+	ck_assert_int_eq(pool_take(p, UID_A, 3 * MIB, &v, &n), 0);
+	ck_assert_uint_eq(pool_idle_bytes(p), 6 * MIB);
+	ck_assert_uint_eq(pool_resident_bytes(p), 9 * MIB);
+	ck_assert_uint_eq(pool_chunk_count(p), 5);
+	pool_put(p, v, n);
+	free(v);
+	ck_assert_uint_eq(pool_idle_bytes(p), 8 * MIB);
+	ck_assert_uint_eq(pool_resident_bytes(p), 8 * MIB);
+	ck_assert_uint_eq(pool_chunk_count(p), 4);
+
+	/* Larger than the idle pool: idle chunks first, then new ones. */
+	ck_assert_int_eq(pool_take(p, UID_A, 12 * MIB, &v, &n), 0);
+	ck_assert_uint_eq(n, 6);
+	ck_assert_uint_eq(pool_idle_bytes(p), 0);
+	ck_assert_uint_eq(pool_resident_bytes(p), 12 * MIB);
+	pool_put(p, v, n);
+	free(v);
+	ck_assert_uint_eq(pool_idle_bytes(p), 12 * MIB);
+	pool_free(p);
+}
+END_TEST
+
+START_TEST(test_chunk_released_by_one_uid_is_never_lent_to_another)
+{
+	struct pool *p = new_pool(2 * MIB, 1);
+	struct chunk **v = NULL;
+	ino_t ino_a;
+	size_t n = 0;
+
+	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
+	ino_a = inode_of(v[0]);
+	memset(v[0]->addr, 0xA5, v[0]->bytes);
+	pool_put(p, v, n);
+	free(v);
+	ck_assert_uint_eq(pool_idle_bytes(p), 2 * MIB);
+
+	ck_assert_int_eq(pool_take(p, UID_B, 2 * MIB, &v, &n), 0);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_ne(inode_of(v[0]), ino_a);
+	ck_assert_uint_eq(v[0]->owner_uid, UID_B);
+	ck_assert(all_zero(v[0]));
+	/* A's chunk was replaced, not kept alongside: the pool holds no more than before. */
+	ck_assert_uint_eq(pool_idle_bytes(p), 0);
+	ck_assert_uint_eq(pool_resident_bytes(p), 2 * MIB);
+	ck_assert_uint_eq(pool_chunk_count(p), 1);
+	pool_put(p, v, n);
+	free(v);
+	pool_free(p);
+}
+END_TEST
+
+START_TEST(test_same_uid_gets_its_own_chunk_back)
+{
+	struct pool *p = new_pool(2 * MIB, 1);
+	struct chunk **v = NULL;
+	ino_t ino_a;
+	size_t n = 0;
+
+	ck_assert_int_eq(pool_grow(p, 4 * MIB, NULL, NULL), 0);
+	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
+	ino_a = inode_of(v[0]);
+	pool_put(p, v, n);
+	free(v);
+	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
+	ck_assert_uint_eq(inode_of(v[0]), ino_a);
+	pool_put(p, v, n);
+	free(v);
+	pool_free(p);
+}
+END_TEST
+
+START_TEST(test_take_prefers_own_then_never_lent_chunks)
+{
+	struct pool *p = new_pool(2 * MIB, 1);
+	struct chunk **a = NULL, **b = NULL, **v = NULL;
+	ino_t ino_a, ino_b;
+	size_t na = 0, nb = 0, n = 0;
+
+	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &a, &na), 0);
+	ck_assert_int_eq(pool_take(p, UID_B, 2 * MIB, &b, &nb), 0);
+	ino_a = inode_of(a[0]);
+	ino_b = inode_of(b[0]);
+	pool_put(p, a, na);
+	pool_put(p, b, nb);
+	free(a);
+	free(b);
+	ck_assert_int_eq(pool_grow(p, 6 * MIB, NULL, NULL), 0); /* one never-lent chunk */
+	ck_assert_uint_eq(pool_chunk_count(p), 3);
+
+	/* A asks for two: its own, then the never-lent one; B's stays for B. */
+	ck_assert_int_eq(pool_take(p, UID_A, 4 * MIB, &v, &n), 0);
+	ck_assert_uint_eq(n, 2);
+	ck_assert_uint_eq(inode_of(v[0]), ino_a);
+	ck_assert_uint_ne(inode_of(v[1]), ino_b);
+	ck_assert_uint_eq(pool_idle_bytes(p), 2 * MIB);
+	pool_put(p, v, n);
+	free(v);
+
+	ck_assert_int_eq(pool_take(p, UID_B, 2 * MIB, &v, &n), 0);
+	ck_assert_uint_eq(inode_of(v[0]), ino_b);
+	pool_put(p, v, n);
+	free(v);
+	pool_free(p);
+}
+END_TEST
+
+START_TEST(test_take_fails_atomically_when_fds_run_out)
+{
+	struct pool *p = new_pool(2 * MIB, 1);
+	struct chunk **v = NULL;
+	struct rlimit rl;
+	size_t n = 0;
+	int lowest;
+
+	ck_assert_int_eq(pool_grow(p, 2 * MIB, NULL, NULL), 0);
+	/* memfd_create takes the lowest free fd: let it make one chunk, not four. */
+	lowest = dup(0);
+	ck_assert_int_ge(lowest, 0);
+	close(lowest);
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	rl.rlim_cur = (rlim_t)lowest + 1;
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+
+	ck_assert_int_eq(pool_take(p, UID_A, 8 * MIB + 4096, &v, &n), -EMFILE);
+	ck_assert_uint_eq(pool_idle_bytes(p), 2 * MIB);
+	ck_assert_uint_eq(pool_resident_bytes(p), 2 * MIB);
+	ck_assert_uint_eq(pool_chunk_count(p), 1);
+	/* What the idle list can cover alone still works. */
+	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
+	pool_put(p, v, n);
+	free(v);
+	pool_free(p);
+}
+END_TEST
+
+START_TEST(test_grow_keeps_chunks_made_before_a_failure)
+{
+	struct pool *p = new_pool(2 * MIB, 1);
+	struct rlimit rl;
+	int lowest;
+
+	lowest = dup(0);
+	ck_assert_int_ge(lowest, 0);
+	close(lowest);
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	rl.rlim_cur = (rlim_t)lowest + 1;
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+
+	ck_assert_int_eq(pool_grow(p, 8 * MIB, NULL, NULL), -EMFILE);
+	ck_assert_uint_eq(pool_chunk_count(p), 1);
+	ck_assert_uint_eq(pool_idle_bytes(p), 2 * MIB);
+	pool_free(p);
+}
+END_TEST
+
+START_TEST(test_shrink_releases_idle_down_to_keep)
+{
+	struct pool *p = new_pool(2 * MIB, 1);
+	struct chunk **v = NULL;
+	size_t n = 0;
+
+	ck_assert_int_eq(pool_grow(p, 10 * MIB, NULL, NULL), 0);
+	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
+	ck_assert_uint_eq(pool_shrink(p, 3 * MIB), 6 * MIB);
+	ck_assert_uint_eq(pool_idle_bytes(p), 2 * MIB);
+	ck_assert_uint_eq(pool_shrink(p, 3 * MIB), 0);
+	ck_assert_uint_eq(pool_shrink(p, 0), 2 * MIB);
+	ck_assert_uint_eq(pool_idle_bytes(p), 0);
+	/* Lent chunks are untouched. */
+	ck_assert_uint_eq(pool_resident_bytes(p), 2 * MIB);
+	ck_assert_uint_eq(pool_chunk_count(p), 1);
+	pool_put(p, v, n);
+	free(v);
+	pool_free(p);
+}
+END_TEST
+
+START_TEST(test_shrink_drops_uid_owned_chunks_before_never_lent_ones)
+{
+	struct pool *p = new_pool(2 * MIB, 1);
+	struct chunk **v = NULL;
+	ino_t ino_a;
+	size_t n = 0;
+
+	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
+	ino_a = inode_of(v[0]);
+	ck_assert_int_eq(pool_grow(p, 2 * MIB, NULL, NULL), 0);
+	pool_put(p, v, n);
+	free(v);
+	ck_assert_uint_eq(pool_idle_bytes(p), 4 * MIB);
+	ck_assert_uint_eq(pool_shrink(p, 2 * MIB), 2 * MIB);
+	/* The survivor is the never-lent one (it serves anybody); A, asking again, gets that one. */
+	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
+	ck_assert_uint_ne(inode_of(v[0]), ino_a);
+	ck_assert_uint_eq(pool_chunk_count(p), 1);
+	pool_put(p, v, n);
+	free(v);
+	pool_free(p);
+}
+END_TEST
+
+struct progress_log {
+	uint64_t last_done, total;
+	unsigned calls;
+	bool monotonic;
+};
+
+static void on_progress(uint64_t done, uint64_t total, void *ud)
+{
+	struct progress_log *pl = ud;
+
+	if (done < pl->last_done)
+		pl->monotonic = false;
+	pl->last_done = done;
+	pl->total = total;
+	pl->calls++;
+}
+
+START_TEST(test_grow_with_threads_makes_distinct_prefaulted_chunks)
+{
+	/* 64 MiB is the smallest grow that goes parallel. */
+	struct pool *p = new_pool(2 * MIB, 2);
+	struct progress_log pl = { .monotonic = true };
+	struct chunk **v = NULL;
+	ino_t inos[32];
+	size_t n = 0;
+
+	ck_assert_int_eq(pool_grow(p, 64 * MIB, on_progress, &pl), 0);
+	ck_assert_uint_eq(pool_chunk_count(p), 32);
+	ck_assert_uint_eq(pool_idle_bytes(p), 64 * MIB);
+	ck_assert(pl.calls >= 1);
+	ck_assert(pl.monotonic);
+	ck_assert_uint_eq(pl.last_done, 64 * MIB);
+	ck_assert_uint_eq(pl.total, 64 * MIB);
+
+	ck_assert_int_eq(pool_take(p, UID_A, 64 * MIB, &v, &n), 0);
+	ck_assert_uint_eq(n, 32);
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_uint_eq(v[i]->bytes, 2 * MIB);
+		inos[i] = inode_of(v[i]);
+		for (size_t j = 0; j < i; j++) {
+			ck_assert_uint_ne(inos[i], inos[j]);
+			ck_assert_uint_ne(v[i]->id, v[j]->id);
+		}
+	}
+	pool_put(p, v, n);
+	free(v);
+	pool_free(p);
+}
+END_TEST
+
+START_TEST(test_large_take_from_empty_pool_uses_threads_and_is_exact)
+{
+	struct pool *p = new_pool(2 * MIB, 2);
+	struct chunk **v = NULL;
+	uint64_t sum = 0;
+	size_t n = 0;
+
+	ck_assert_int_eq(pool_take(p, UID_A, 64 * MIB + 12 * KIB, &v, &n), 0);
+	ck_assert_uint_eq(n, 33);
+	for (size_t i = 0; i < n; i++) {
+		sum += v[i]->bytes;
+		ck_assert_int_eq(v[i]->tail, i == n - 1);
+	}
+	ck_assert_uint_eq(sum, 64 * MIB + 12 * KIB);
+	pool_put(p, v, n);
+	free(v);
+	ck_assert_uint_eq(pool_idle_bytes(p), 64 * MIB);
+	pool_free(p);
+}
+END_TEST
+
+static Suite *pool_suite(void)
+{
+	Suite *s = suite_create("pool");
+	TCase *tc = tcase_create("core");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_new_rejects_chunk_size_not_a_page_multiple);
+	tcase_add_test(tc, test_new_defaults_to_2mib_chunks_of_4k_pages);
+	tcase_add_test(tc, test_hugetlb_yes_without_huge_pages_is_not_supported);
+	tcase_add_test(tc, test_hugetlb_mode_needs_chunks_of_2mib_multiples);
+	tcase_add_test(tc, test_auto_hugetlb_falls_back_to_4k_chunk_when_huge_pages_run_out);
+	tcase_add_test(tc, test_chunk_is_sealed_against_resize);
+	tcase_add_test(tc, test_chunks_are_prefaulted);
+	tcase_add_test(tc, test_take_rejects_zero_and_non_page_multiples);
+	tcase_add_test(tc, test_take_sizes_are_exact_with_tail_for_remainder);
+	tcase_add_test(tc, test_take_smaller_than_a_chunk_is_one_tail);
+	tcase_add_test(tc, test_counters_track_grow_take_put);
+	tcase_add_test(tc, test_chunk_released_by_one_uid_is_never_lent_to_another);
+	tcase_add_test(tc, test_same_uid_gets_its_own_chunk_back);
+	tcase_add_test(tc, test_take_prefers_own_then_never_lent_chunks);
+	tcase_add_test(tc, test_take_fails_atomically_when_fds_run_out);
+	tcase_add_test(tc, test_grow_keeps_chunks_made_before_a_failure);
+	tcase_add_test(tc, test_shrink_releases_idle_down_to_keep);
+	tcase_add_test(tc, test_shrink_drops_uid_owned_chunks_before_never_lent_ones);
+	tcase_add_test(tc, test_grow_with_threads_makes_distinct_prefaulted_chunks);
+	tcase_add_test(tc, test_large_take_from_empty_pool_uses_threads_and_is_exact);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(pool_suite());
+	int failed;
+
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
