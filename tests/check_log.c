@@ -1,0 +1,358 @@
+/* SPDX-License-Identifier: MIT */
+/* Check suite for daemon/log: message ids, the per-kind rate limiter, level threshold and stderr format. */
+#include <check.h>
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+
+#define TIMEOUT_S 10
+#define T0 UINT64_C(1000000000) /* an arbitrary monotonic start, far from 0 */
+
+/* Points fd 2 at a temp file; fork mode gives every test its own fd table. */
+static FILE *capture_start(void)
+{
+	FILE *f = tmpfile();
+
+	ck_assert_ptr_nonnull(f);
+	fflush(stderr);
+	ck_assert_int_ge(dup2(fileno(f), STDERR_FILENO), 0);
+	return f;
+}
+
+/* Everything written to stderr since capture_start, malloc'd. */
+static char *capture_read(FILE *f)
+{
+	static char buf[65536];
+	size_t n;
+
+	fflush(stderr);
+	rewind(f);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = '\0';
+	return strdup(buf);
+}
+
+static unsigned count_lines(const char *s)
+{
+	unsigned n = 0;
+
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+START_TEST(test_message_ids_are_32_hex_digits)
+{
+	for (int k = 0; k < EV__MAX; k++) {
+		const char *id = log_event_message_id((enum log_event_kind)k);
+
+		ck_assert_ptr_nonnull(id);
+		ck_assert_uint_eq(strlen(id), 32);
+		for (size_t i = 0; i < 32; i++)
+			ck_assert_msg(isxdigit((unsigned char)id[i]) && !isupper((unsigned char)id[i]),
+				      "kind %d id %s: not lowercase hex", k, id);
+	}
+}
+END_TEST
+
+START_TEST(test_message_ids_and_names_are_distinct)
+{
+	for (int a = 0; a < EV__MAX; a++)
+		for (int b = a + 1; b < EV__MAX; b++) {
+			ck_assert_str_ne(log_event_message_id((enum log_event_kind)a),
+					 log_event_message_id((enum log_event_kind)b));
+			ck_assert_str_ne(log_event_kind_name((enum log_event_kind)a),
+					 log_event_kind_name((enum log_event_kind)b));
+		}
+}
+END_TEST
+
+START_TEST(test_unknown_kind_has_no_id)
+{
+	ck_assert_ptr_null(log_event_message_id(EV__MAX));
+	ck_assert_str_eq(log_event_kind_name(EV__MAX), "unknown");
+}
+END_TEST
+
+START_TEST(test_ratelimit_passes_burst_then_suppresses)
+{
+	unsigned sup = 99;
+
+	for (int i = 0; i < LOG_RATELIMIT_BURST; i++) {
+		ck_assert(log_ratelimit_pass(EV_LEASE_REFUSED, T0 + (uint64_t)i, &sup));
+		ck_assert_uint_eq(sup, 0);
+	}
+	for (int i = 0; i < 5; i++)
+		ck_assert(!log_ratelimit_pass(EV_LEASE_REFUSED, T0 + 100 + (uint64_t)i, &sup));
+	/* Still inside the window at its last microsecond. */
+	ck_assert(!log_ratelimit_pass(EV_LEASE_REFUSED, T0 + LOG_RATELIMIT_WINDOW_US - 1, NULL));
+}
+END_TEST
+
+START_TEST(test_ratelimit_flush_reports_suppressed_count_once_window_ends)
+{
+	for (int i = 0; i < LOG_RATELIMIT_BURST + 7; i++)
+		log_ratelimit_pass(EV_LEASE_REFUSED, T0, NULL);
+	ck_assert_uint_eq(log_ratelimit_flush(EV_LEASE_REFUSED, T0 + LOG_RATELIMIT_WINDOW_US - 1), 0);
+	ck_assert_uint_eq(log_ratelimit_flush(EV_LEASE_REFUSED, T0 + LOG_RATELIMIT_WINDOW_US), 7);
+	ck_assert_uint_eq(log_ratelimit_flush(EV_LEASE_REFUSED, T0 + LOG_RATELIMIT_WINDOW_US + 1), 0);
+}
+END_TEST
+
+START_TEST(test_ratelimit_new_window_reports_unflushed_count)
+{
+	unsigned sup = 0;
+
+	for (int i = 0; i < LOG_RATELIMIT_BURST + 3; i++)
+		log_ratelimit_pass(EV_PROTOCOL_ERROR, T0, NULL);
+	ck_assert(log_ratelimit_pass(EV_PROTOCOL_ERROR, T0 + LOG_RATELIMIT_WINDOW_US, &sup));
+	ck_assert_uint_eq(sup, 3);
+	/* The new window has its own full burst. */
+	for (int i = 1; i < LOG_RATELIMIT_BURST; i++)
+		ck_assert(log_ratelimit_pass(EV_PROTOCOL_ERROR, T0 + LOG_RATELIMIT_WINDOW_US + 1, &sup));
+	ck_assert(!log_ratelimit_pass(EV_PROTOCOL_ERROR, T0 + LOG_RATELIMIT_WINDOW_US + 2, &sup));
+}
+END_TEST
+
+START_TEST(test_ratelimit_kinds_are_independent)
+{
+	for (int i = 0; i < LOG_RATELIMIT_BURST + 1; i++)
+		log_ratelimit_pass(EV_LEASE_REFUSED, T0, NULL);
+	ck_assert(!log_ratelimit_pass(EV_LEASE_REFUSED, T0, NULL));
+	ck_assert(log_ratelimit_pass(EV_LEASE_GRANTED, T0, NULL));
+	ck_assert_uint_eq(log_ratelimit_flush(EV_LEASE_GRANTED, T0 + LOG_RATELIMIT_WINDOW_US), 0);
+}
+END_TEST
+
+START_TEST(test_level_from_string_knows_syslog_names)
+{
+	ck_assert_int_eq(log_level_from_string("debug"), LOG_DEBUG);
+	ck_assert_int_eq(log_level_from_string("info"), LOG_INFO);
+	ck_assert_int_eq(log_level_from_string("notice"), LOG_NOTICE);
+	ck_assert_int_eq(log_level_from_string("warning"), LOG_WARNING);
+	ck_assert_int_eq(log_level_from_string("WARN"), LOG_WARNING);
+	ck_assert_int_eq(log_level_from_string("err"), LOG_ERR);
+	ck_assert_int_eq(log_level_from_string("error"), LOG_ERR);
+	ck_assert_int_eq(log_level_from_string("loud"), -1);
+	ck_assert_int_eq(log_level_from_string(""), -1);
+	ck_assert_int_eq(log_level_from_string(NULL), -1);
+}
+END_TEST
+
+START_TEST(test_default_level_is_info)
+{
+	ck_assert_int_eq(log_level, LOG_INFO);
+}
+END_TEST
+
+START_TEST(test_info_threshold_hides_debug)
+{
+	FILE *f = capture_start();
+	char *out;
+
+	log_init(LOG_INFO, 0);
+	log_debug("hidden %d", 1);
+	log_info("shown %d", 2);
+	out = capture_read(f);
+	ck_assert_str_eq(out, "pinbrokerd: shown 2\n");
+	free(out);
+}
+END_TEST
+
+START_TEST(test_debug_threshold_shows_debug)
+{
+	FILE *f = capture_start();
+	char *out;
+
+	log_init(LOG_DEBUG, 0);
+	log_debug("detail");
+	out = capture_read(f);
+	ck_assert_str_eq(out, "pinbrokerd: detail\n");
+	free(out);
+}
+END_TEST
+
+START_TEST(test_warning_threshold_hides_info_and_events_below)
+{
+	FILE *f = capture_start();
+	char *out;
+
+	log_init(LOG_WARNING, 0);
+	log_info("hidden");
+	log_event(EV_LEASE_GRANTED, LOG_INFO, 1, 1000, 42, "hidden event");
+	log_warnx("careful");
+	out = capture_read(f);
+	ck_assert_str_eq(out, "pinbrokerd: warning: careful\n");
+	free(out);
+}
+END_TEST
+
+START_TEST(test_warn_appends_strerror_and_keeps_errno)
+{
+	FILE *f = capture_start();
+	char *out;
+
+	log_init(LOG_INFO, 0);
+	errno = ENOENT;
+	log_warn("open %s", "/x");
+	ck_assert_int_eq(errno, ENOENT);
+	out = capture_read(f);
+	ck_assert_str_eq(out, "pinbrokerd: warning: open /x: No such file or directory\n");
+	free(out);
+}
+END_TEST
+
+START_TEST(test_trailing_newlines_are_dropped)
+{
+	FILE *f = capture_start();
+	char *out;
+
+	log_init(LOG_INFO, 0);
+	log_info("a.conf:3: bad\n");
+	out = capture_read(f);
+	ck_assert_str_eq(out, "pinbrokerd: a.conf:3: bad\n");
+	free(out);
+}
+END_TEST
+
+START_TEST(test_journal_stream_of_another_file_means_stderr)
+{
+	FILE *f = capture_start();
+	char *out;
+
+	setenv("JOURNAL_STREAM", "1:1", 1);
+	log_init(LOG_INFO, -1);
+	log_info("to stderr");
+	out = capture_read(f);
+	ck_assert_str_eq(out, "pinbrokerd: to stderr\n");
+	free(out);
+}
+END_TEST
+
+START_TEST(test_event_burst_is_cut_at_limit)
+{
+	FILE *f = capture_start();
+	char *out;
+
+	log_init(LOG_INFO, 0);
+	/* 30 events take microseconds, far inside one 5 s window. */
+	for (int i = 0; i < 30; i++)
+		log_event(EV_LEASE_REFUSED, LOG_INFO, 0, 1000, 42, "refused %d", i);
+	out = capture_read(f);
+	ck_assert_uint_eq(count_lines(out), LOG_RATELIMIT_BURST);
+	ck_assert_ptr_nonnull(strstr(out, "pinbrokerd: refused 0\n"));
+	ck_assert_ptr_null(strstr(out, "refused 20\n"));
+	free(out);
+}
+END_TEST
+
+START_TEST(test_events_below_threshold_do_not_use_up_the_limit)
+{
+	FILE *f = capture_start();
+	char *out;
+
+	log_init(LOG_INFO, 0);
+	for (int i = 0; i < 50; i++)
+		log_event(EV_LEASE_GRANTED, LOG_DEBUG, (uint64_t)i + 1, 1000, 42, "quiet");
+	log_event(EV_LEASE_GRANTED, LOG_INFO, 7, (uid_t)-1, 0, "loud");
+	out = capture_read(f);
+	ck_assert_str_eq(out, "pinbrokerd: loud\n");
+	free(out);
+}
+END_TEST
+
+/* Waits out one real window (5 s), so it runs in its own tcase with room to spare. */
+START_TEST(test_suppressed_events_are_reported_when_the_window_ends)
+{
+	FILE *f = capture_start();
+	char *out;
+
+	log_init(LOG_INFO, 0);
+	for (int i = 0; i < LOG_RATELIMIT_BURST + 5; i++)
+		log_event(EV_LEASE_REFUSED, LOG_INFO, 0, 1000, 42, "refused %d", i);
+	usleep(LOG_RATELIMIT_WINDOW_US + 100000);
+	log_event(EV_LEASE_GRANTED, LOG_INFO, 9, 1000, 42, "granted");
+	out = capture_read(f);
+	ck_assert_uint_eq(count_lines(out), LOG_RATELIMIT_BURST + 2);
+	ck_assert_ptr_nonnull(strstr(out, "pinbrokerd: 5 messages of kind lease-refused suppressed\n"
+					  "pinbrokerd: granted\n"));
+	free(out);
+}
+END_TEST
+
+START_TEST(test_fatalx_exits_1)
+{
+	capture_start(); /* keeps the suite's output clean */
+	log_init(LOG_INFO, 0);
+	fatalx("cannot go on");
+}
+END_TEST
+
+START_TEST(test_fatal_exits_1)
+{
+	capture_start();
+	log_init(LOG_INFO, 0);
+	errno = EACCES;
+	fatal("bind");
+}
+END_TEST
+
+static Suite *log_suite(void)
+{
+	Suite *s = suite_create("log");
+	TCase *tc;
+
+	tc = tcase_create("message_ids");
+	tcase_set_timeout(tc, TIMEOUT_S);
+	tcase_add_test(tc, test_message_ids_are_32_hex_digits);
+	tcase_add_test(tc, test_message_ids_and_names_are_distinct);
+	tcase_add_test(tc, test_unknown_kind_has_no_id);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("ratelimit");
+	tcase_set_timeout(tc, TIMEOUT_S);
+	tcase_add_test(tc, test_ratelimit_passes_burst_then_suppresses);
+	tcase_add_test(tc, test_ratelimit_flush_reports_suppressed_count_once_window_ends);
+	tcase_add_test(tc, test_ratelimit_new_window_reports_unflushed_count);
+	tcase_add_test(tc, test_ratelimit_kinds_are_independent);
+	tcase_add_test(tc, test_event_burst_is_cut_at_limit);
+	tcase_add_test(tc, test_events_below_threshold_do_not_use_up_the_limit);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("ratelimit_real_clock");
+	tcase_set_timeout(tc, 3 * LOG_RATELIMIT_WINDOW_US / 1000000);
+	tcase_add_test(tc, test_suppressed_events_are_reported_when_the_window_ends);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("output");
+	tcase_set_timeout(tc, TIMEOUT_S);
+	tcase_add_test(tc, test_level_from_string_knows_syslog_names);
+	tcase_add_test(tc, test_default_level_is_info);
+	tcase_add_test(tc, test_info_threshold_hides_debug);
+	tcase_add_test(tc, test_debug_threshold_shows_debug);
+	tcase_add_test(tc, test_warning_threshold_hides_info_and_events_below);
+	tcase_add_test(tc, test_warn_appends_strerror_and_keeps_errno);
+	tcase_add_test(tc, test_trailing_newlines_are_dropped);
+	tcase_add_test(tc, test_journal_stream_of_another_file_means_stderr);
+	tcase_add_exit_test(tc, test_fatalx_exits_1, 1);
+	tcase_add_exit_test(tc, test_fatal_exits_1, 1);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(log_suite());
+	int failed;
+
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
