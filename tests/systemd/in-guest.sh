@@ -1,0 +1,220 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# Runs inside the nspawn-booted Debian (from pinbroker-test.service): checks pinbrokerd under a
+# real systemd and writes TAP lines to $1/result.tap, details to $1/detail.log.
+set -u
+OUT=${1:-/pinbroker-results}
+mkdir -p "$OUT"
+TAP=$OUT/result.tap
+LOG=$OUT/detail.log
+: >"$TAP"
+: >"$LOG"
+exec 3>>"$LOG"
+exec >&3 2>&3
+
+CONF=/etc/pinbroker/pinbrokerd.conf
+SOCK=/run/pinbroker/pinbroker.sock
+UNIT=pinbrokerd.service
+N=0
+PLAN=22
+
+log() { printf '# %s\n' "$*"; }
+ok() { N=$((N + 1)); echo "ok $N - $1" >>"$TAP"; log "ok $N - $1"; }
+notok() {
+	N=$((N + 1))
+	echo "not ok $N - $1${2:+ ($2)}" >>"$TAP"
+	log "not ok $N - $1${2:+ ($2)}"
+}
+# check DESC CMD...: one TAP line from a command's exit status; its output goes to the log.
+check() {
+	local desc=$1
+	shift
+	log "check: $desc: $*"
+	if "$@"; then ok "$desc"; else notok "$desc" "command failed: $*"; fi
+}
+prop() { systemctl show -p "$1" --value "$UNIT"; }
+# The number after "KEY": in pinctl's JSON; empty when the key is missing.
+json_num() { grep -o "\"$1\" *: *[0-9.]*" | head -n1 | sed 's/.*: *//'; }
+status_num() { pinctl status --json 2>/dev/null | json_num "$1"; }
+# wait_for SECONDS CMD...: poll every 0.2 s until CMD succeeds.
+wait_for() {
+	local deadline=$((SECONDS + $1))
+	shift
+	while ! "$@"; do
+		[ $SECONDS -ge $deadline ] && return 1
+		sleep 0.2
+	done
+}
+journal_since() { journalctl -q --no-pager -u "$UNIT" --since "@$1" "${@:2}"; }
+write_conf() {
+	cat >"$CONF" <<-EOF
+		# written by tests/systemd/in-guest.sh
+		budget = $1
+		prewarm = 64M
+		log-level = debug
+	EOF
+}
+new_mainpid() { local p; p=$(prop MainPID); [ "$p" != 0 ] && [ "$p" != "$1" ] && [ "$(prop ActiveState)" = active ]; }
+svc_active() { [ "$(prop ActiveState)" = active ]; }
+
+log "guest: $(uname -r), $(systemctl --version | head -n1)"
+log "system state: $(systemctl is-system-running)"
+ldd /usr/sbin/pinbrokerd /usr/bin/pinctl | grep -i 'not found'
+
+# 1-2: sysusers and tmpfiles snippets applied at boot.
+check "sysusers: group and user pinbroker exist" \
+	sh -c 'getent group pinbroker && getent passwd pinbroker'
+check "tmpfiles: /run/pinbroker is a root-owned 0755 directory" \
+	sh -c '[ "$(stat -c "%a %U %G" /run/pinbroker)" = "755 root root" ]'
+
+# 3-5: socket enabled and listening with the right mode; service not started yet.
+check "pinbrokerd.socket is enabled and active" \
+	sh -c '[ "$(systemctl is-enabled pinbrokerd.socket)" = enabled ] && systemctl is-active pinbrokerd.socket'
+check "socket is 0660 root:pinbroker" sh -c "[ \"\$(stat -c '%a %U %G' $SOCK)\" = '660 root pinbroker' ]"
+check "service inactive before the first connection" \
+	sh -c "[ \"\$(systemctl show -p ActiveState --value $UNIT)\" = inactive ]"
+
+# 6: socket activation.
+log "pinctl status (root):"
+if pinctl status && wait_for 5 svc_active; then ok "first connection starts the service (socket activation)"
+else notok "first connection starts the service (socket activation)" "state $(prop ActiveState)"; fi
+systemctl status --no-pager "$UNIT" pinbrokerd.socket
+
+# 7-8: access through the socket's group.
+useradd -M -G pinbroker alice
+useradd -M bob
+check "pinctl status works for alice (group pinbroker)" runuser -u alice -- pinctl status
+out=$(runuser -u bob -- pinctl status 2>&1)
+rc=$?
+log "bob: rc=$rc: $out"
+if [ $rc = 1 ] && grep -qi 'permission denied' <<<"$out"; then ok "pinctl status refused for bob (not in group): exit 1, permission denied"
+else notok "pinctl status refused for bob (not in group): exit 1, permission denied" "rc=$rc"; fi
+
+# 9: STATUS= reaches systemd.
+st=$(prop StatusText)
+log "StatusText: $st"
+if [ -n "$st" ] && grep -qi budget <<<"$st"; then ok "StatusText is set and mentions the budget"
+else notok "StatusText is set and mentions the budget" "'$st'"; fi
+
+# 10: reload with a good config.
+pid0=$(prop MainPID)
+b0=$(status_num budget_bytes)
+log "budget_bytes before reload: '$b0'"
+write_conf 384M
+t=$(date +%s)
+systemctl reload "$UNIT"
+rc=$?
+budget_is() { [ "$(status_num budget_bytes)" = "$1" ]; }
+if [ $rc = 0 ] && wait_for 5 budget_is $((384 << 20)) && [ "$(prop MainPID)" = "$pid0" ]; then
+	ok "systemctl reload with a good config applies the new budget"
+else
+	notok "systemctl reload with a good config applies the new budget" \
+		"rc=$rc budget_bytes='$(status_num budget_bytes)' pid $pid0->$(prop MainPID)"
+fi
+
+# 11: reload with a bad config: rejected with file:line, old config kept.
+cp "$CONF" "$CONF.good"
+printf '# bad\nbudget = 128M\nprewarm = banana\n' >"$CONF"
+t=$(date +%s)
+sleep 1
+systemctl reload "$UNIT"
+rc=$?
+sleep 2
+journal_since "$t" -o cat
+if svc_active && [ "$(prop MainPID)" = "$pid0" ] && budget_is $((384 << 20)) &&
+	journal_since "$t" -o cat | grep -q "pinbrokerd.conf:3"; then
+	ok "systemctl reload with a bad config: rejected with file:line, still running, budget kept"
+else
+	notok "systemctl reload with a bad config: rejected with file:line, still running, budget kept" \
+		"rc=$rc state=$(prop ActiveState) budget_bytes='$(status_num budget_bytes)'"
+fi
+mv "$CONF.good" "$CONF"
+systemctl reload "$UNIT"
+
+# 12-13: a lease, and its journal fields.
+t=$(date +%s)
+sleep 1
+runuser -u alice -- pinctl acquire 64M --hold 90 --label nspawn-test >"$OUT/holder.log" 2>&1 &
+holder=$!
+leased_at_least() { local l; l=$(status_num leased_bytes); [ -n "$l" ] && [ "${l%.*}" -ge $((64 << 20)) ]; }
+if wait_for 10 leased_at_least; then ok "pinctl acquire 64M --hold: lease granted and counted"
+else notok "pinctl acquire 64M --hold: lease granted and counted" "leased_bytes='$(status_num leased_bytes)'"; fi
+pinctl leases
+sleep 1
+journal_since "$t" -o json | grep PINBROKER_LEASE >"$OUT/lease-journal.json"
+if grep -q '"MESSAGE_ID"' "$OUT/lease-journal.json" && grep -q '"PINBROKER_UID" *: *"'"$(id -u alice)"'"' "$OUT/lease-journal.json" &&
+	grep -q '"PINBROKER_PID"' "$OUT/lease-journal.json"; then
+	ok "journal: lease event carries MESSAGE_ID, PINBROKER_LEASE, PINBROKER_UID, PINBROKER_PID"
+else
+	notok "journal: lease event carries MESSAGE_ID, PINBROKER_LEASE, PINBROKER_UID, PINBROKER_PID" \
+		"$(wc -l <"$OUT/lease-journal.json") entries with PINBROKER_LEASE"
+fi
+
+# 14-16: kill -9: restarted by Restart=on-failure; the held lease is re-adopted from the fd store.
+pid0=$(prop MainPID)
+r0=$(prop NRestarts)
+fds0=$(prop NFileDescriptorStore)
+log "before kill -9: MainPID=$pid0 NRestarts=$r0 NFileDescriptorStore=$fds0"
+if [ "${fds0:-0}" -gt 0 ]; then ok "pool memfds are in the fd store (NFileDescriptorStore=$fds0)"
+else notok "pool memfds are in the fd store" "NFileDescriptorStore='$fds0'"; fi
+kill -9 "$pid0"
+if wait_for 20 new_mainpid "$pid0" && [ "$(prop NRestarts)" = $((r0 + 1)) ]; then
+	ok "kill -9: service restarted (NRestarts $r0 -> $(prop NRestarts), new MainPID)"
+else
+	notok "kill -9: service restarted" "state=$(prop ActiveState) MainPID=$(prop MainPID) NRestarts=$(prop NRestarts)"
+fi
+log "after restart: NFileDescriptorStore=$(prop NFileDescriptorStore)"
+if wait_for 20 leased_at_least && kill -0 "$holder" 2>/dev/null; then
+	ok "kill -9: the held 64M lease is re-adopted (leased_bytes=$(status_num leased_bytes))"
+else
+	notok "kill -9: the held 64M lease is re-adopted" \
+		"leased_bytes='$(status_num leased_bytes)' holder $(kill -0 $holder 2>/dev/null && echo alive || echo gone)"
+fi
+pinctl status
+pinctl leases
+
+# 17: a stalled loop (debug hook: SIGUSR2) ends in a watchdog restart.
+pid0=$(prop MainPID)
+r0=$(prop NRestarts)
+t=$(date +%s)
+sleep 1
+kill -USR2 "$pid0"
+if wait_for 30 new_mainpid "$pid0" && journal_since "$t" -o cat | grep -q "Watchdog timeout" &&
+	journal_since "$t" -o cat | grep -q "result 'watchdog'"; then
+	ok "SIGUSR2 stall: watchdog restart (Result=watchdog, NRestarts $r0 -> $(prop NRestarts))"
+else
+	notok "SIGUSR2 stall: watchdog restart" "state=$(prop ActiveState) MainPID=$(prop MainPID) NRestarts=$(prop NRestarts)"
+fi
+journal_since "$t" -o cat | tail -n 20
+
+# 18-19: systemd-analyze, inside the guest where the installed binary exists.
+check "systemd-analyze verify pinbrokerd.service pinbrokerd.socket" \
+	systemd-analyze verify /lib/systemd/system/pinbrokerd.service /lib/systemd/system/pinbrokerd.socket
+score=$(systemd-analyze security --no-pager "$UNIT" 2>/dev/null | sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p')
+log "online security exposure: $score"
+if [ -n "$score" ] && awk -v s="$score" 'BEGIN { exit !(s <= 2.0) }'; then ok "systemd-analyze security (running unit): exposure $score <= 2.0"
+else notok "systemd-analyze security (running unit): exposure <= 2.0" "'$score'"; fi
+
+# 20-22: clean stop of service and socket.
+kill "$holder" 2>/dev/null
+wait "$holder" 2>/dev/null
+t=$(date +%s)
+sleep 1
+systemctl stop "$UNIT" pinbrokerd.socket
+rc=$?
+log "stop rc=$rc; $(systemctl show -p Result,ExecMainCode,ExecMainStatus "$UNIT" | tr '\n' ' ')"
+if [ $rc = 0 ] && [ "$(prop Result)" = success ] && [ "$(prop ActiveState)" = inactive ] && [ "$(prop ExecMainStatus)" = 0 ]; then
+	ok "systemctl stop: service Result=success, exit status 0"
+else
+	notok "systemctl stop: service Result=success, exit status 0" "rc=$rc Result=$(prop Result) ExecMainStatus=$(prop ExecMainStatus)"
+fi
+check "systemctl stop: socket inactive, Result=success" \
+	sh -c '[ "$(systemctl show -p ActiveState --value pinbrokerd.socket)" = inactive ] && [ "$(systemctl show -p Result --value pinbrokerd.socket)" = success ]'
+if journal_since "$t" -o cat | grep -qiE 'dumped core|core-dump|SIGABRT|SIGSEGV'; then
+	notok "systemctl stop: no crash or core dump in the journal"
+else ok "systemctl stop: no crash or core dump in the journal"; fi
+
+echo "1..$PLAN" >>"$TAP"
+journalctl -q --no-pager -b -u pinbrokerd.service -u pinbrokerd.socket >"$OUT/journal.txt"
+journalctl -q --no-pager -b -u pinbrokerd.service -o json >"$OUT/journal.json"
+exit 0

@@ -1,0 +1,185 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# Tests pinbrokerd under a real booted systemd: debootstraps a minimal Debian bookworm (cached),
+# installs the daemon, library, pinctl and units into a throwaway copy, boots it with
+# systemd-nspawn, runs tests/systemd/in-guest.sh there, and reports "N passed, N failed".
+#
+# usage: run-nspawn.sh [BUILD_DIR]     (BUILD_DIR only hosts the /usr-prefixed build and results)
+# env:   PINBROKER_NSPAWN_CACHE   root cache (default /var/cache/pinbroker-test/bookworm-root)
+#        PINBROKER_NSPAWN_MIRROR  Debian mirror (default: the first one in /etc/apt/sources*)
+#        PINBROKER_NSPAWN_TIMEOUT seconds the booted guest may take (default 300)
+#        PINBROKER_NSPAWN_KEEP=1  keep the per-run root copy for debugging
+# Exits 0 when every check passed, 1 when one failed, 77 (skip) where nspawn cannot run.
+set -u
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=$(realpath -m "${1:-$SRC/build}")
+CACHE=${PINBROKER_NSPAWN_CACHE:-/var/cache/pinbroker-test/bookworm-root}
+TIMEOUT=${PINBROKER_NSPAWN_TIMEOUT:-300}
+SUITE=bookworm
+# procps: /bin/kill for ExecReload=; passwd/login/util-linux (useradd, runuser) are in minbase.
+PACKAGES=systemd,systemd-sysv,dbus,libev4,libprotobuf-c1,libsystemd0,procps
+STAMP="$SUITE minbase $PACKAGES v1"
+MAX_EXPOSURE=2.0
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*"; exit 1; }
+t_start=$(date +%s.%N)
+lap() { printf '%s: %.1f s\n' "$1" "$(echo "$(date +%s.%N) - $2" | bc)"; }
+
+[ "$(id -u)" = 0 ] || skip "needs root (debootstrap and systemd-nspawn --boot)"
+command -v systemd-nspawn >/dev/null || skip "systemd-nspawn not found (apt-get install systemd-container)"
+command -v debootstrap >/dev/null || skip "debootstrap not found (apt-get install debootstrap)"
+for t in cmake bc; do command -v $t >/dev/null || skip "$t not found"; done
+
+PASS=0
+FAIL=0
+host_ok() { PASS=$((PASS + 1)); echo "ok - host: $1"; }
+host_notok() { FAIL=$((FAIL + 1)); echo "not ok - host: $1"; }
+
+# --- host: the service's security exposure, straight from the committed unit ---
+score=$(systemd-analyze security --offline=true --no-pager "$SRC/systemd/pinbrokerd.service" 2>&1 |
+	sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p')
+echo "systemd-analyze security --offline=true systemd/pinbrokerd.service: exposure ${score:-?}"
+if [ -n "$score" ] && awk -v s="$score" -v m=$MAX_EXPOSURE 'BEGIN { exit !(s <= m) }'; then
+	host_ok "security exposure $score <= $MAX_EXPOSURE"
+else
+	host_notok "security exposure '${score}' <= $MAX_EXPOSURE"
+fi
+
+mirror() {
+	local u
+	u=$(grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources | grep -o 'https\?://[^ ]*' |
+		grep -v -- '-security' | grep -m1 '/debian/\?$')
+	[ -n "$u" ] || u=$(grep -hs '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list |
+		grep -o 'https\?://[^ ]*' | grep -v -- '-security' | grep -m1 '/debian/\?$')
+	echo "${u:-http://deb.debian.org/debian}"
+}
+
+# --- the cached root, built once (a stamp names what it was built with) ---
+mkdir -p "$(dirname "$CACHE")"
+exec 9>"$CACHE.lock"
+flock 9
+if [ "$(cat "$CACHE/.pinbroker-root" 2>/dev/null)" != "$STAMP" ]; then
+	M=${PINBROKER_NSPAWN_MIRROR:-$(mirror)}
+	echo "debootstrap $SUITE from $M into $CACHE ..."
+	t=$(date +%s.%N)
+	rm -rf --one-file-system "$CACHE.new"
+	if ! debootstrap --variant=minbase --include=$PACKAGES $SUITE "$CACHE.new" "$M" \
+		>"$CACHE.debootstrap.log" 2>&1; then
+		tail -n 15 "$CACHE.debootstrap.log"
+		skip "debootstrap of $SUITE from $M failed (no route to the mirror?); log: $CACHE.debootstrap.log"
+	fi
+	rm -f "$CACHE.new"/var/cache/apt/archives/*.deb
+	echo "$STAMP" >"$CACHE.new/.pinbroker-root"
+	rm -rf --one-file-system "$CACHE"
+	mv "$CACHE.new" "$CACHE"
+	lap "debootstrap" "$t"
+fi
+flock -u 9
+
+# --- a /usr-prefixed build with the debug hooks (the watchdog check needs SIGUSR2) ---
+IB=$BUILD/nspawn-build
+t=$(date +%s.%N)
+cmake -S "$SRC" -B "$IB" -DCMAKE_INSTALL_PREFIX=/usr -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	-DBUILD_TESTING=OFF -DPINBROKER_DEBUG_HOOKS=ON -DPINBROKER_GPU_TESTS=OFF \
+	-DPINBROKER_SANITIZE=OFF -DPINBROKER_FUZZ=OFF >"$BUILD/nspawn-cmake.log" 2>&1 &&
+	cmake --build "$IB" -j"$(nproc)" >>"$BUILD/nspawn-cmake.log" 2>&1 ||
+	{ tail -n 30 "$BUILD/nspawn-cmake.log"; fail "cannot build pinbroker for /usr (log: $BUILD/nspawn-cmake.log)"; }
+lap "build" "$t"
+
+# --- a throwaway copy of the root per run ---
+WORK=$(mktemp -d /var/tmp/pinbroker-nspawn.XXXXXX)
+ROOT=$WORK/root
+cleanup() {
+	if [ "${PINBROKER_NSPAWN_KEEP:-0}" = 1 ]; then echo "kept $WORK"; else rm -rf --one-file-system "$WORK"; fi
+}
+trap cleanup EXIT
+t=$(date +%s.%N)
+cp -a --reflink=auto "$CACHE" "$ROOT" || fail "cannot copy $CACHE"
+lap "copy root" "$t"
+
+boot() {
+	# CAP_IPC_LOCK is not in nspawn's default capability set; the unit's ambient set needs it.
+	timeout -k 10 "$1" systemd-nspawn --boot --register=no --keep-unit --console=pipe \
+		--capability=CAP_IPC_LOCK --machine=pinbroker-test -D "$ROOT" </dev/null
+}
+
+# --- probe: can this host boot a container at all? ---
+cat >"$ROOT/etc/systemd/system/pinbroker-probe.service" <<'EOF'
+[Unit]
+After=multi-user.target
+[Service]
+Type=oneshot
+ExecStart=/bin/touch /pinbroker-probe-booted
+SuccessAction=poweroff
+FailureAction=poweroff
+EOF
+ln -s ../pinbroker-probe.service "$ROOT/etc/systemd/system/multi-user.target.wants/pinbroker-probe.service"
+t=$(date +%s.%N)
+boot 60 >"$WORK/probe.log" 2>&1
+if [ ! -e "$ROOT/pinbroker-probe-booted" ]; then
+	tail -n 15 "$WORK/probe.log"
+	skip "systemd-nspawn --boot of a minimal $SUITE did not reach multi-user.target here"
+fi
+lap "probe boot" "$t"
+rm -f "$ROOT/pinbroker-probe-booted" "$ROOT/etc/systemd/system/pinbroker-probe.service" \
+	"$ROOT/etc/systemd/system/multi-user.target.wants/pinbroker-probe.service"
+
+# --- install into the root, as an admin would: cmake --install, enable the socket ---
+DESTDIR=$ROOT cmake --install "$IB" >"$WORK/install.log" 2>&1 ||
+	{ cat "$WORK/install.log"; fail "cmake --install into the root failed"; }
+chroot "$ROOT" /sbin/ldconfig
+# Small numbers keep prewarm quick; in-guest.sh changes the budget to test reload.
+cat >"$ROOT/etc/pinbroker/pinbrokerd.conf" <<'EOF'
+# written by tests/systemd/run-nspawn.sh
+budget = 512M
+prewarm = 64M
+log-level = debug
+EOF
+install -D -m 0755 "$SRC/tests/systemd/in-guest.sh" "$ROOT/usr/local/libexec/pinbroker-test/in-guest.sh"
+cat >"$ROOT/etc/systemd/system/pinbroker-test.service" <<EOF
+[Unit]
+Description=pinbroker checks under systemd
+After=multi-user.target
+
+[Service]
+Type=oneshot
+ExecStart=/bin/bash /usr/local/libexec/pinbroker-test/in-guest.sh /pinbroker-results
+TimeoutStartSec=$((TIMEOUT - 30))
+SuccessAction=poweroff
+FailureAction=poweroff
+
+[Install]
+WantedBy=multi-user.target
+EOF
+systemctl --root="$ROOT" enable pinbrokerd.socket pinbroker-test.service >/dev/null 2>&1 ||
+	fail "systemctl --root enable pinbrokerd.socket failed"
+
+# --- boot and run the checks ---
+t=$(date +%s.%N)
+boot "$TIMEOUT" >"$WORK/console.log" 2>&1
+rc=$?
+lap "nspawn boot + guest checks" "$t"
+RES=$BUILD/nspawn-results
+rm -rf "$RES"
+mkdir -p "$RES"
+cp -a "$ROOT/pinbroker-results/." "$RES/" 2>/dev/null
+cp "$WORK/console.log" "$WORK/install.log" "$RES/"
+[ $rc = 124 ] && host_notok "guest powered off within ${TIMEOUT}s (timed out)"
+
+TAP=$RES/result.tap
+if [ ! -s "$TAP" ]; then
+	tail -n 30 "$WORK/console.log"
+	host_notok "guest wrote results"
+else
+	grep -E '^(not )?ok ' "$TAP" | sed 's/^/guest: /'
+	PASS=$((PASS + $(grep -c '^ok ' "$TAP")))
+	FAIL=$((FAIL + $(grep -c '^not ok ' "$TAP")))
+	plan=$(sed -n 's/^1\.\.\([0-9]*\)$/\1/p' "$TAP")
+	ran=$(grep -cE '^(not )?ok ' "$TAP")
+	[ -n "$plan" ] && [ "$plan" = "$ran" ] || host_notok "guest ran all its checks (ran $ran, plan '${plan:-none: it stopped early}')"
+fi
+[ $FAIL = 0 ] || echo "details: $RES/detail.log, $RES/journal.txt, $RES/console.log"
+lap "total" "$t_start"
+echo "$PASS passed, $FAIL failed"
+[ $FAIL = 0 ]
