@@ -1,0 +1,456 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests for the broker verbs: budget stays exact, leased plus idle never exceeds it, gates and owners hold. */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "broker.h"
+#include "budget.h"
+#include "lease.h"
+#include "pool.h"
+
+#define KIB 1024ull
+#define MIB (1024ull * KIB)
+#define UID_A 1000
+#define UID_B 1001
+#define UID_C 1002
+
+static int conn_a, conn_b, conn_c; /* stand-ins for connections: only their addresses matter */
+
+static struct broker *new_broker(uint64_t limit_bytes, uint64_t quota_bytes, uint64_t prewarm_bytes)
+{
+	struct pool_opts o = { .chunk_bytes = 2 * MIB, .hugetlb = POOL_HUGETLB_NO, .threads = 1,
+			       .lock = geteuid() == 0 };
+	struct broker *b = calloc(1, sizeof(*b));
+
+	ck_assert_ptr_nonnull(b);
+	ck_assert_int_eq(budget_new(limit_bytes, quota_bytes, &b->budget), 0);
+	ck_assert_int_eq(pool_new(&o, &b->pool), 0);
+	ck_assert_int_eq(lease_table_new(&b->leases), 0);
+	if (prewarm_bytes)
+		ck_assert_int_eq(pool_grow(b->pool, prewarm_bytes, NULL, NULL), 0);
+	b->budget_bytes = limit_bytes;
+	b->uid_quota_bytes = quota_bytes;
+	b->state = BROKER_NORMAL;
+	return b;
+}
+
+static void free_broker(struct broker *b)
+{
+	struct lease *l, *next;
+
+	for (l = lease_first(b->leases); l; l = next) {
+		next = lease_next(b->leases, l);
+		broker_free_lease(b, l);
+	}
+	ck_assert_uint_eq(budget_leased(b->budget), 0);
+	lease_table_free(b->leases);
+	pool_free(b->pool);
+	budget_free(b->budget);
+	free(b);
+}
+
+/* The books balance: per-uid and total charges equal the leases, and locked memory fits the budget. */
+static void check_books(const struct broker *b)
+{
+	static const uid_t uids[] = { UID_A, UID_B, UID_C };
+	uint64_t per_uid[3] = { 0 }, total = 0;
+	const struct lease *l;
+
+	for (l = lease_first(b->leases); l; l = lease_next(b->leases, l)) {
+		uint64_t chunk_sum = 0;
+
+		for (size_t i = 0; i < l->nchunks; i++)
+			chunk_sum += l->chunks[i]->bytes;
+		ck_assert_uint_eq(chunk_sum, l->bytes);
+		total += l->bytes;
+		for (int k = 0; k < 3; k++)
+			if (l->uid == uids[k])
+				per_uid[k] += l->bytes;
+	}
+	ck_assert_uint_eq(budget_leased(b->budget), total);
+	for (int k = 0; k < 3; k++)
+		ck_assert_uint_eq(budget_uid_leased(b->budget, uids[k]), per_uid[k]);
+	ck_assert_uint_eq(pool_resident_bytes(b->pool), total + pool_idle_bytes(b->pool));
+	ck_assert_uint_le(budget_leased(b->budget) + pool_idle_bytes(b->pool), budget_limit(b->budget));
+}
+
+static int acquire(struct broker *b, uid_t uid, void *owner, uint64_t size, struct lease **ret)
+{
+	struct acquire_args a = {
+		.uid = uid, .gid = uid, .pid = 1234, .owner = owner, .size = size,
+		.priority = LEASE_PRIO_NORMAL, .label = "test",
+	};
+	struct lease *l = NULL;
+	int r;
+
+	r = broker_acquire(b, &a, &l);
+	if (ret)
+		*ret = l;
+	return r;
+}
+
+START_TEST(test_acquire_rounds_to_page_size_and_charges_exactly)
+{
+	struct broker *b = new_broker(64 * MIB, 32 * MIB, 0);
+	struct lease *l = NULL;
+
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 5000, &l), 0);
+	ck_assert_uint_eq(l->bytes, 8 * KIB);
+	ck_assert_int_eq(l->state, LEASE_ACTIVE);
+	ck_assert_uint_eq(l->uid, UID_A);
+	ck_assert_ptr_eq(l->owner, &conn_a);
+	ck_assert_str_eq(l->label, "test");
+	ck_assert_uint_eq(budget_uid_leased(b->budget, UID_A), 8 * KIB);
+	ck_assert_ptr_eq(lease_find(b->leases, l->id), l);
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_acquire_of_zero_or_overflowing_size_is_invalid)
+{
+	struct broker *b = new_broker(64 * MIB, 32 * MIB, 0);
+
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 0, NULL), -EINVAL);
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, UINT64_MAX, NULL), -EINVAL);
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, UINT64_MAX - 4094, NULL), -EINVAL);
+	ck_assert_uint_eq(lease_count(b->leases), 0);
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_acquire_passes_budget_refusals_through)
+{
+	struct broker *b = new_broker(16 * MIB, 8 * MIB, 0);
+
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 17 * MIB, NULL), -EFBIG);
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 9 * MIB, NULL), -EFBIG);
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 6 * MIB, NULL), 0);
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 4 * MIB, NULL), -EDQUOT);
+	ck_assert_int_eq(acquire(b, UID_B, &conn_b, 8 * MIB, NULL), 0);
+	ck_assert_int_eq(acquire(b, UID_C, &conn_c, 4 * MIB, NULL), -ENOSPC);
+	ck_assert_int_eq(acquire(b, UID_C, &conn_c, 2 * MIB, NULL), 0);
+	ck_assert_uint_eq(lease_count(b->leases), 3);
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_acquire_when_tight_lends_only_from_the_idle_pool)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 4 * MIB);
+
+	b->state = BROKER_TIGHT;
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 6 * MIB, NULL), -EBUSY);
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 4 * MIB, NULL), 0);
+	ck_assert_uint_eq(pool_idle_bytes(b->pool), 0);
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 4096, NULL), -EBUSY);
+	/* No new memory was pinned while tight. */
+	ck_assert_uint_eq(pool_resident_bytes(b->pool), 4 * MIB);
+	b->state = BROKER_NORMAL;
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 4096, NULL), 0);
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_acquire_when_critical_is_refused)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 4 * MIB);
+
+	b->state = BROKER_CRITICAL;
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, NULL), -EAGAIN);
+	ck_assert_uint_eq(lease_count(b->leases), 0);
+	ck_assert_uint_eq(budget_leased(b->budget), 0);
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_budget_refusal_wins_over_pressure_refusal)
+{
+	struct broker *b = new_broker(16 * MIB, 0, 0);
+
+	b->state = BROKER_CRITICAL;
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 32 * MIB, NULL), -EFBIG);
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_acquire_shrinks_idle_pool_to_fit_budget)
+{
+	struct broker *b = new_broker(16 * MIB, 0, 16 * MIB);
+
+	ck_assert_uint_eq(pool_idle_bytes(b->pool), 16 * MIB);
+	/* 2 MiB from the pool plus a new 1 MiB tail: 17 MiB locked until the pool gives some back. */
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 3 * MIB, NULL), 0);
+	ck_assert_uint_eq(pool_idle_bytes(b->pool), 12 * MIB);
+	check_books(b);
+	/* Another uid's lease replaces chunks rather than adding to them. */
+	ck_assert_int_eq(acquire(b, UID_B, &conn_b, 8 * MIB, NULL), 0);
+	check_books(b);
+	ck_assert_int_eq(acquire(b, UID_C, &conn_c, 5 * MIB, NULL), 0);
+	check_books(b);
+	ck_assert_uint_eq(budget_leased(b->budget), 16 * MIB);
+	ck_assert_uint_eq(pool_idle_bytes(b->pool), 0);
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_acquire_pool_failure_changes_nothing)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 2 * MIB);
+	struct rlimit rl;
+	int lowest;
+
+	lowest = dup(0);
+	ck_assert_int_ge(lowest, 0);
+	close(lowest);
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	rl.rlim_cur = (rlim_t)lowest + 1;
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 9 * MIB, NULL), -EMFILE);
+	ck_assert_uint_eq(lease_count(b->leases), 0);
+	ck_assert_uint_eq(budget_leased(b->budget), 0);
+	ck_assert_uint_eq(pool_idle_bytes(b->pool), 2 * MIB);
+	ck_assert_uint_eq(pool_resident_bytes(b->pool), 2 * MIB);
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_release_returns_memory_to_budget_and_pool)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+	struct lease *l = NULL;
+	uint64_t id;
+
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 5 * MIB, &l), 0);
+	id = l->id;
+	ck_assert_int_eq(broker_release(b, id, UID_A, &conn_a, false), 0);
+	ck_assert_ptr_null(lease_find(b->leases, id));
+	ck_assert_uint_eq(budget_leased(b->budget), 0);
+	/* Full chunks stay warm; the tail is gone. */
+	ck_assert_uint_eq(pool_idle_bytes(b->pool), 4 * MIB);
+	ck_assert_uint_eq(pool_resident_bytes(b->pool), 4 * MIB);
+	ck_assert_int_eq(broker_release(b, id, UID_A, &conn_a, false), -ENOENT);
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_release_of_foreign_lease_is_refused)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+	struct lease *l = NULL;
+
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), 0);
+	ck_assert_int_eq(broker_release(b, l->id, UID_B, &conn_b, false), -EPERM);
+	/* Same uid on another connection is still someone else. */
+	ck_assert_int_eq(broker_release(b, l->id, UID_A, &conn_b, false), -EPERM);
+	/* Same connection claiming another uid too. */
+	ck_assert_int_eq(broker_release(b, l->id, UID_B, &conn_a, false), -EPERM);
+	ck_assert_ptr_eq(lease_find(b->leases, l->id), l);
+	ck_assert_uint_eq(budget_leased(b->budget), 2 * MIB);
+	ck_assert_int_eq(broker_release(b, 424242, UID_A, &conn_a, false), -ENOENT);
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_admin_may_release_any_lease)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+	struct lease *l = NULL;
+
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), 0);
+	ck_assert_int_eq(broker_release(b, l->id, 0, NULL, true), 0);
+	ck_assert_uint_eq(lease_count(b->leases), 0);
+	ck_assert_uint_eq(budget_leased(b->budget), 0);
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_drop_owner_frees_only_that_connections_leases)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+	struct lease *kept = NULL;
+
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, NULL), 0);
+	ck_assert_int_eq(acquire(b, UID_A, &conn_b, 3 * MIB, &kept), 0);
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 5 * MIB, NULL), 0);
+	ck_assert_int_eq(acquire(b, UID_B, &conn_c, 1 * MIB, NULL), 0);
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 4096, NULL), 0);
+
+	ck_assert_uint_eq(broker_drop_owner(b, &conn_a), 3);
+	ck_assert_uint_eq(lease_count(b->leases), 2);
+	ck_assert_ptr_eq(lease_find(b->leases, kept->id), kept);
+	ck_assert_uint_eq(budget_uid_leased(b->budget, UID_A), 3 * MIB);
+	ck_assert_uint_eq(budget_uid_leased(b->budget, UID_B), 1 * MIB);
+	ck_assert_uint_eq(broker_drop_owner(b, &conn_a), 0);
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_drop_owner_leaves_orphaned_leases_alone)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+	struct lease *l = NULL;
+
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), 0);
+	/* As after a restart: the lease has no connection yet. */
+	l->owner = NULL;
+	ck_assert_uint_eq(broker_drop_owner(b, NULL), 0);
+	ck_assert_uint_eq(lease_count(b->leases), 1);
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_free_lease_in_any_state_uncharges_it)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+	struct lease *l = NULL;
+
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), 0);
+	ck_assert_int_eq(lease_set_state(l, LEASE_REVOKING, 1), 0);
+	ck_assert_int_eq(lease_set_state(l, LEASE_OVERDUE, 2), 0);
+	broker_free_lease(b, l);
+	ck_assert_uint_eq(budget_leased(b->budget), 0);
+	ck_assert_uint_eq(lease_count(b->leases), 0);
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_free_lease_after_lowered_limit_keeps_idle_within_budget)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+	struct lease *big = NULL;
+
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 16 * MIB, &big), 0);
+	ck_assert_int_eq(acquire(b, UID_B, &conn_b, 8 * MIB, NULL), 0);
+	budget_set_limits(b->budget, 12 * MIB, 0);
+	broker_free_lease(b, big);
+	/* 8 MiB still leased under a 12 MiB limit: at most 4 MiB may stay idle. */
+	ck_assert_uint_eq(pool_idle_bytes(b->pool), 4 * MIB);
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_trim_pool_shrinks_to_target_bounded_by_budget)
+{
+	struct broker *b = new_broker(32 * MIB, 0, 24 * MIB);
+
+	broker_trim_pool(b, 30 * MIB); /* above idle: nothing to do, and never grows */
+	ck_assert_uint_eq(pool_idle_bytes(b->pool), 24 * MIB);
+	broker_trim_pool(b, 10 * MIB);
+	ck_assert_uint_eq(pool_idle_bytes(b->pool), 10 * MIB);
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 20 * MIB, NULL), 0);
+	/* The budget leaves 12 MiB; a 20 MiB target is bounded by it. */
+	ck_assert_int_eq(pool_grow(b->pool, 20 * MIB, NULL, NULL), 0);
+	broker_trim_pool(b, 20 * MIB);
+	ck_assert_uint_eq(pool_idle_bytes(b->pool), 12 * MIB);
+	broker_trim_pool(b, 0);
+	ck_assert_uint_eq(pool_idle_bytes(b->pool), 0);
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_overdue_bytes_counts_only_overdue_leases)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+	struct lease *x = NULL, *y = NULL, *z = NULL;
+
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &x), 0);
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 4 * MIB, &y), 0);
+	ck_assert_int_eq(acquire(b, UID_B, &conn_b, 8 * MIB, &z), 0);
+	ck_assert_uint_eq(broker_overdue_bytes(b), 0);
+	ck_assert_int_eq(lease_set_state(y, LEASE_REVOKING, 1), 0);
+	ck_assert_int_eq(lease_set_state(z, LEASE_REVOKING, 1), 0);
+	ck_assert_int_eq(lease_set_state(z, LEASE_OVERDUE, 2), 0);
+	ck_assert_uint_eq(broker_overdue_bytes(b), 8 * MIB);
+	ck_assert_int_eq(lease_set_state(y, LEASE_OVERDUE, 2), 0);
+	ck_assert_uint_eq(broker_overdue_bytes(b), 12 * MIB);
+	/* Overdue bytes stay charged until the lease is freed. */
+	ck_assert_uint_eq(budget_leased(b->budget), 14 * MIB);
+	broker_free_lease(b, z);
+	ck_assert_uint_eq(broker_overdue_bytes(b), 4 * MIB);
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_random_acquire_release_keeps_books_exact_and_within_budget)
+{
+	static void *const owners[] = { &conn_a, &conn_b, &conn_c };
+	static const uid_t uids[] = { UID_A, UID_B, UID_C };
+	struct broker *b = new_broker(24 * MIB, 12 * MIB, 8 * MIB);
+	unsigned seed = 4242;
+
+	for (int step = 0; step < 400; step++) {
+		unsigned k = (unsigned)rand_r(&seed) % 3, op = (unsigned)rand_r(&seed) % 10;
+
+		if (op < 6) {
+			uint64_t size = ((uint64_t)(rand_r(&seed) % 1536) + 1) * 4096 - (unsigned)rand_r(&seed) % 4096;
+			int r = acquire(b, uids[k], owners[k], size, NULL);
+
+			ck_assert_msg(r == 0 || r == -EDQUOT || r == -ENOSPC, "acquire: %d", r);
+		} else if (op < 9) {
+			struct lease *l = lease_first(b->leases);
+
+			for (unsigned skip = (unsigned)rand_r(&seed) % 8; l && skip; skip--)
+				l = lease_next(b->leases, l);
+			if (l)
+				ck_assert_int_eq(broker_release(b, l->id, l->uid, l->owner, false), 0);
+		} else {
+			broker_drop_owner(b, owners[k]);
+		}
+		check_books(b);
+	}
+	free_broker(b);
+}
+END_TEST
+
+static Suite *broker_suite(void)
+{
+	Suite *s = suite_create("broker");
+	TCase *tc = tcase_create("core");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_acquire_rounds_to_page_size_and_charges_exactly);
+	tcase_add_test(tc, test_acquire_of_zero_or_overflowing_size_is_invalid);
+	tcase_add_test(tc, test_acquire_passes_budget_refusals_through);
+	tcase_add_test(tc, test_acquire_when_tight_lends_only_from_the_idle_pool);
+	tcase_add_test(tc, test_acquire_when_critical_is_refused);
+	tcase_add_test(tc, test_budget_refusal_wins_over_pressure_refusal);
+	tcase_add_test(tc, test_acquire_shrinks_idle_pool_to_fit_budget);
+	tcase_add_test(tc, test_acquire_pool_failure_changes_nothing);
+	tcase_add_test(tc, test_release_returns_memory_to_budget_and_pool);
+	tcase_add_test(tc, test_release_of_foreign_lease_is_refused);
+	tcase_add_test(tc, test_admin_may_release_any_lease);
+	tcase_add_test(tc, test_drop_owner_frees_only_that_connections_leases);
+	tcase_add_test(tc, test_drop_owner_leaves_orphaned_leases_alone);
+	tcase_add_test(tc, test_free_lease_in_any_state_uncharges_it);
+	tcase_add_test(tc, test_free_lease_after_lowered_limit_keeps_idle_within_budget);
+	tcase_add_test(tc, test_trim_pool_shrinks_to_target_bounded_by_budget);
+	tcase_add_test(tc, test_overdue_bytes_counts_only_overdue_leases);
+	tcase_add_test(tc, test_random_acquire_release_keeps_books_exact_and_within_budget);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(broker_suite());
+	int failed;
+
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
