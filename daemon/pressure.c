@@ -568,7 +568,8 @@ static void sb_sep(struct sbuf *b)
 		sb_printf(b, "; ");
 }
 
-enum signal_id { SIG_MEM, SIG_SWAP_FREE, SIG_SWAPOUT, SIG_PSI_SOME, SIG_PSI_FULL, SIG__MAX };
+/* Also the order figures appear in a why. */
+enum signal_id { SIG_MEM, SIG_PSI_SOME, SIG_PSI_FULL, SIG_SWAPOUT, SIG_SWAP_FREE, SIG__MAX };
 
 static void sb_mem(struct sbuf *b, const struct pressure_figures *f)
 {
