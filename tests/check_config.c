@@ -1,0 +1,993 @@
+/* SPDX-License-Identifier: MIT */
+/* Check suite for daemon/config: the key table, value parsing, file errors, validation and the sample config. */
+#define _GNU_SOURCE /* open_memstream */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "config.h"
+
+#define TIMEOUT_S 10
+
+static struct config *defaults(void)
+{
+	struct config *c = NULL;
+
+	ck_assert_int_eq(config_new(&c), 0);
+	ck_assert_ptr_nonnull(c);
+	return c;
+}
+
+/* Writes text to a fresh temp file and returns its malloc'd path. */
+static char *write_temp(const char *text)
+{
+	char *path = strdup("/tmp/check_config.XXXXXX");
+	int fd = mkstemp(path);
+	size_t len = strlen(text);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, text, len), (ssize_t)len);
+	close(fd);
+	return path;
+}
+
+static unsigned count_lines(const char *s)
+{
+	unsigned n = 0;
+
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+static const void *at(const struct config *c, const struct config_key *k)
+{
+	return (const char *)c + k->offset;
+}
+
+static bool key_equal(const struct config *a, const struct config *b, const struct config_key *k)
+{
+	const void *pa = at(a, k), *pb = at(b, k);
+
+	switch (k->type) {
+	case CT_STRING:
+		return strcmp(*(char *const *)pa, *(char *const *)pb) == 0;
+	case CT_SIZE:
+		return *(const uint64_t *)pa == *(const uint64_t *)pb;
+	case CT_SIZE_PCT: {
+		const struct size_spec *x = pa, *y = pb;
+		return x->is_pct == y->is_pct && (x->is_pct ? x->pct == y->pct : x->bytes == y->bytes);
+	}
+	case CT_UINT:
+		return *(const uint32_t *)pa == *(const uint32_t *)pb;
+	case CT_DOUBLE:
+		return *(const double *)pa == *(const double *)pb;
+	case CT_BOOL:
+		return *(const bool *)pa == *(const bool *)pb;
+	case CT_ENUM:
+	case CT_LOGLEVEL:
+		return *(const int *)pa == *(const int *)pb;
+	}
+	return false;
+}
+
+static void assert_config_equal(const struct config *a, const struct config *b)
+{
+	size_t n;
+	const struct config_key *keys = config_keys(&n);
+
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(key_equal(a, b, &keys[i]), "key '%s' differs", keys[i].name);
+}
+
+/* A value of k that differs from its default and passes validation with the others changed the same way. */
+static const char *other_value(const struct config_key *k, char *buf, size_t len)
+{
+	switch (k->type) {
+	case CT_STRING:
+		return "/alt";
+	case CT_SIZE:
+		return "4K";
+	case CT_SIZE_PCT:
+		return "1%";
+	case CT_UINT:
+	case CT_DOUBLE:
+		snprintf(buf, len, "%.0f", k->min == 0 ? 1 : k->min);
+		if (strcmp(buf, k->def) == 0)
+			snprintf(buf, len, "%.0f", k->min + 1);
+		return buf;
+	case CT_BOOL:
+		return strcmp(k->def, "yes") == 0 ? "no" : "yes";
+	case CT_ENUM:
+		return strcmp(k->def, k->choices[0]) == 0 ? k->choices[1] : k->choices[0];
+	case CT_LOGLEVEL:
+		return "debug";
+	}
+	return NULL;
+}
+
+/* Every key set to a non-default value. */
+static struct config *scrambled(void)
+{
+	struct config *c = defaults(), *d = defaults();
+	size_t n;
+	const struct config_key *keys = config_keys(&n);
+
+	for (size_t i = 0; i < n; i++) {
+		char buf[64], *err = NULL;
+		const char *v = other_value(&keys[i], buf, sizeof(buf));
+
+		ck_assert_msg(config_set(c, keys[i].name, v, &err) == 0, "%s = %s: %s", keys[i].name, v, err);
+		ck_assert_msg(!key_equal(c, d, &keys[i]), "key '%s' still at its default", keys[i].name);
+	}
+	config_free(d);
+	return c;
+}
+
+/* Sets key to value, expecting failure r and an error starting with "key: '...'". */
+static char *set_fails(const char *key, const char *value, int r)
+{
+	struct config *c = defaults(), *d = defaults();
+	char *err = NULL, prefix[256];
+
+	ck_assert_msg(config_set(c, key, value, &err) == r, "%s = '%s' should fail with %d", key, value, r);
+	ck_assert_ptr_nonnull(err);
+	snprintf(prefix, sizeof(prefix), "%s: ", key);
+	ck_assert_msg(strncmp(err, prefix, strlen(prefix)) == 0, "message '%s'", err);
+	/* A failed set leaves the old value. */
+	assert_config_equal(c, d);
+	config_free(c);
+	config_free(d);
+	return err;
+}
+
+static void set_ok(struct config *c, const char *key, const char *value)
+{
+	char *err = NULL;
+
+	ck_assert_msg(config_set(c, key, value, &err) == 0, "%s = '%s': %s", key, value, err);
+	ck_assert_ptr_null(err);
+}
+
+/* --- the table --- */
+
+START_TEST(test_table_keys_are_unique_and_documented)
+{
+	size_t n;
+	const struct config_key *keys = config_keys(&n);
+
+	ck_assert_uint_eq(n, 33); /* one per field of struct config */
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_ptr_nonnull(keys[i].help);
+		ck_assert_uint_gt(strlen(keys[i].help), 10);
+		ck_assert_ptr_nonnull(keys[i].def);
+		ck_assert_ptr_eq(config_key_find(keys[i].name), &keys[i]);
+		if (keys[i].type == CT_ENUM)
+			ck_assert_ptr_nonnull(keys[i].choices);
+		for (size_t j = i + 1; j < n; j++)
+			ck_assert_str_ne(keys[i].name, keys[j].name);
+	}
+	ck_assert_ptr_null(config_key_find("bugdet"));
+	ck_assert_ptr_null(config_key_find(NULL));
+}
+END_TEST
+
+START_TEST(test_setup_keys_are_not_reloadable)
+{
+	static const char *const fixed[] = { "socket",    "chunk-size",      "hugetlb",          "proc-root",
+					     "lock-memory", "prewarm-threads", "max-message-bytes" };
+	static const char *const live[] = { "budget", "uid-quota", "prewarm", "pool-shrink-delay-ms", "admin-group",
+					    "log-level", "max-connections", "revoke-enforce" };
+
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+		ck_assert_msg(!config_key_find(fixed[i])->reloadable, "%s", fixed[i]);
+	for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++)
+		ck_assert_msg(config_key_find(live[i])->reloadable, "%s", live[i]);
+}
+END_TEST
+
+START_TEST(test_every_default_parses)
+{
+	struct config *c = defaults();
+	size_t n;
+	const struct config_key *keys = config_keys(&n);
+
+	for (size_t i = 0; i < n; i++)
+		set_ok(c, keys[i].name, keys[i].def);
+	config_free(c);
+}
+END_TEST
+
+START_TEST(test_defaults_validate)
+{
+	struct config *c = defaults();
+	char *err = (char *)"unset";
+
+	ck_assert_int_eq(config_validate(c, &err), 0);
+	ck_assert_ptr_null(err);
+	config_free(c);
+}
+END_TEST
+
+START_TEST(test_defaults_hold_documented_values)
+{
+	struct config *c = defaults();
+
+	ck_assert_str_eq(c->socket_path, "/run/pinbroker/pinbroker.sock");
+	ck_assert(c->budget.is_pct);
+	ck_assert_double_eq(c->budget.pct, 25);
+	ck_assert(c->uid_quota.is_pct);
+	ck_assert_double_eq(c->uid_quota.pct, 100);
+	ck_assert(!c->prewarm.is_pct);
+	ck_assert_uint_eq(c->prewarm.bytes, 256u << 20);
+	ck_assert_uint_eq(c->chunk_bytes, 2u << 20);
+	ck_assert_int_eq(c->hugetlb, CONFIG_HUGETLB_AUTO);
+	ck_assert_uint_eq(c->prewarm_threads, 0);
+	ck_assert_str_eq(c->admin_group, "");
+	ck_assert_int_eq(c->log_level, LOG_INFO);
+	ck_assert_str_eq(c->proc_root, "/");
+	ck_assert(c->lock_memory);
+	ck_assert_uint_eq(c->max_connections, 1024);
+	ck_assert_uint_eq(c->max_message_bytes, 65536);
+	ck_assert_double_eq(c->critical_mem_available_pct, 5);
+	ck_assert_double_eq(c->critical_swapout_pages_s, 10000);
+	ck_assert_uint_eq(c->poll_interval_ms, 1000);
+	ck_assert_int_eq(c->revoke_enforce, ENFORCE_SIGTERM);
+	ck_assert_uint_eq(c->redeclare_grace_ms, 10000);
+	config_free(c);
+}
+END_TEST
+
+/* --- values, type by type --- */
+
+START_TEST(test_size_accepts_suffixes_within_range)
+{
+	struct config *c = defaults();
+
+	set_ok(c, "chunk-size", "4K");
+	ck_assert_uint_eq(c->chunk_bytes, 4096);
+	set_ok(c, "chunk-size", "1G");
+	ck_assert_uint_eq(c->chunk_bytes, 1u << 30);
+	set_ok(c, "chunk-size", "8192");
+	ck_assert_uint_eq(c->chunk_bytes, 8192);
+	config_free(c);
+}
+END_TEST
+
+START_TEST(test_size_rejects_garbage_range_and_odd_pages)
+{
+	char *err;
+
+	err = set_fails("chunk-size", "12Q", -EINVAL);
+	ck_assert_str_eq(err, "chunk-size: '12Q' is not a size; write a number with an optional K, M, G or T suffix");
+	free(err);
+	err = set_fails("chunk-size", "2K", -ERANGE);
+	ck_assert_str_eq(err, "chunk-size: '2K' is out of range; write a size from 4K to 1G");
+	free(err);
+	free(set_fails("chunk-size", "2G", -ERANGE));
+	free(set_fails("chunk-size", "99999999999T", -ERANGE));
+	free(set_fails("chunk-size", "25%", -EINVAL));
+	free(set_fails("chunk-size", "", -EINVAL));
+	err = set_fails("chunk-size", "5000", -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "multiple of 4K"));
+	free(err);
+}
+END_TEST
+
+START_TEST(test_size_or_pct_accepts_both_forms)
+{
+	struct config *c = defaults();
+
+	set_ok(c, "budget", "64G");
+	ck_assert(!c->budget.is_pct);
+	ck_assert_uint_eq(c->budget.bytes, UINT64_C(64) << 30);
+	set_ok(c, "budget", "12.5%");
+	ck_assert(c->budget.is_pct);
+	ck_assert_double_eq(c->budget.pct, 12.5);
+	set_ok(c, "prewarm", "0");
+	ck_assert(!c->prewarm.is_pct);
+	ck_assert_uint_eq(c->prewarm.bytes, 0);
+	config_free(c);
+}
+END_TEST
+
+START_TEST(test_size_or_pct_says_what_to_write)
+{
+	char *err;
+
+	err = set_fails("budget", "12Q", -EINVAL);
+	ck_assert_str_eq(err, "budget: '12Q' is not a size; write a number with an optional K, M, G or T suffix, "
+			      "or a percentage like 25%");
+	free(err);
+	err = set_fails("budget", "150%", -ERANGE);
+	ck_assert_str_eq(err, "budget: '150%' is out of range; a percentage must be from 0% to 100%");
+	free(err);
+	free(set_fails("uid-quota", "99999999999T", -ERANGE));
+	free(set_fails("prewarm", "-5%", -EINVAL));
+}
+END_TEST
+
+START_TEST(test_uint_accepts_range_bounds)
+{
+	struct config *c = defaults();
+
+	set_ok(c, "prewarm-threads", "64");
+	ck_assert_uint_eq(c->prewarm_threads, 64);
+	set_ok(c, "prewarm-threads", "0");
+	ck_assert_uint_eq(c->prewarm_threads, 0);
+	set_ok(c, "poll-interval-ms", "50");
+	ck_assert_uint_eq(c->poll_interval_ms, 50);
+	set_ok(c, "max-message-bytes", "256");
+	set_ok(c, "max-message-bytes", "1048576");
+	ck_assert_uint_eq(c->max_message_bytes, 1048576);
+	set_ok(c, "pool-shrink-delay-ms", "4294967295");
+	ck_assert_uint_eq(c->pool_shrink_delay_ms, UINT32_MAX);
+	config_free(c);
+}
+END_TEST
+
+START_TEST(test_uint_rejects_negatives_garbage_and_out_of_range)
+{
+	char *err;
+
+	err = set_fails("prewarm-threads", "65", -ERANGE);
+	ck_assert_str_eq(err, "prewarm-threads: '65' is out of range; write a whole number from 0 to 64");
+	free(err);
+	err = set_fails("prewarm-threads", "-1", -EINVAL);
+	ck_assert_str_eq(err, "prewarm-threads: '-1' is not a whole number; write digits only, like 0");
+	free(err);
+	free(set_fails("prewarm-threads", "four", -EINVAL));
+	free(set_fails("prewarm-threads", " 4", -EINVAL));
+	free(set_fails("prewarm-threads", "4.0", -EINVAL));
+	free(set_fails("poll-interval-ms", "49", -ERANGE));
+	free(set_fails("max-message-bytes", "255", -ERANGE));
+	free(set_fails("max-message-bytes", "1048577", -ERANGE));
+	free(set_fails("pool-shrink-delay-ms", "4294967296", -ERANGE));
+	free(set_fails("pool-shrink-delay-ms", "99999999999999999999999", -ERANGE));
+	free(set_fails("max-connections", "0", -ERANGE));
+}
+END_TEST
+
+START_TEST(test_double_accepts_decimals)
+{
+	struct config *c = defaults();
+
+	set_ok(c, "tight-mem-available-pct", "12.5");
+	ck_assert_double_eq(c->tight_mem_available_pct, 12.5);
+	set_ok(c, "critical-mem-available-pct", ".5");
+	ck_assert_double_eq(c->critical_mem_available_pct, 0.5);
+	set_ok(c, "tight-swapout-pages-per-s", "1e4");
+	ck_assert_double_eq(c->tight_swapout_pages_s, 10000);
+	set_ok(c, "tight-psi-some-avg10", "100");
+	config_free(c);
+}
+END_TEST
+
+START_TEST(test_double_rejects_non_numbers_and_out_of_range)
+{
+	char *err;
+
+	err = set_fails("tight-mem-available-pct", "ten", -EINVAL);
+	ck_assert_str_eq(err, "tight-mem-available-pct: 'ten' is not a number; write a decimal like 10 or 2.5");
+	free(err);
+	err = set_fails("tight-mem-available-pct", "101", -ERANGE);
+	ck_assert_str_eq(err, "tight-mem-available-pct: '101' is out of range; write a number from 0 to 100");
+	free(err);
+	free(set_fails("tight-mem-available-pct", "nan", -EINVAL));
+	free(set_fails("tight-mem-available-pct", "inf", -EINVAL));
+	free(set_fails("tight-mem-available-pct", "-1", -EINVAL));
+	free(set_fails("tight-mem-available-pct", "5%", -EINVAL));
+	free(set_fails("tight-mem-available-pct", "", -EINVAL));
+}
+END_TEST
+
+START_TEST(test_bool_accepts_every_spelling)
+{
+	static const char *const yes[] = { "yes", "true", "on", "1", "YES", "True" };
+	static const char *const no[] = { "no", "false", "off", "0", "Off" };
+	struct config *c = defaults();
+
+	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+		c->lock_memory = false;
+		set_ok(c, "lock-memory", yes[i]);
+		ck_assert(c->lock_memory);
+	}
+	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++) {
+		c->lock_memory = true;
+		set_ok(c, "lock-memory", no[i]);
+		ck_assert(!c->lock_memory);
+	}
+	config_free(c);
+}
+END_TEST
+
+START_TEST(test_bool_rejects_other_words)
+{
+	char *err = set_fails("lock-memory", "maybe", -EINVAL);
+
+	ck_assert_str_eq(err, "lock-memory: 'maybe' is not a boolean; write yes or no (true/false, on/off, 1/0 work too)");
+	free(err);
+	free(set_fails("lock-memory", "2", -EINVAL));
+}
+END_TEST
+
+START_TEST(test_enum_maps_choices_in_order)
+{
+	struct config *c = defaults();
+
+	set_ok(c, "hugetlb", "yes");
+	ck_assert_int_eq(c->hugetlb, CONFIG_HUGETLB_YES);
+	set_ok(c, "hugetlb", "NO");
+	ck_assert_int_eq(c->hugetlb, CONFIG_HUGETLB_NO);
+	set_ok(c, "revoke-enforce", "none");
+	ck_assert_int_eq(c->revoke_enforce, ENFORCE_NONE);
+	set_ok(c, "revoke-enforce", "disconnect");
+	ck_assert_int_eq(c->revoke_enforce, ENFORCE_DISCONNECT);
+	set_ok(c, "revoke-enforce", "sigkill");
+	ck_assert_int_eq(c->revoke_enforce, ENFORCE_SIGKILL);
+	ck_assert_str_eq(config_enforce_name(ENFORCE_SIGKILL), "sigkill");
+	ck_assert_str_eq(config_enforce_name(ENFORCE_SIGTERM), "sigterm");
+	ck_assert_str_eq(config_enforce_name((enum config_enforce)17), "unknown");
+	config_free(c);
+}
+END_TEST
+
+START_TEST(test_enum_rejects_unknown_choice_and_lists_them)
+{
+	char *err = set_fails("revoke-enforce", "kill", -EINVAL);
+
+	ck_assert_str_eq(err, "revoke-enforce: 'kill' is not a choice; write one of none, disconnect, sigterm, sigkill");
+	free(err);
+}
+END_TEST
+
+START_TEST(test_log_level_takes_names_err_to_debug)
+{
+	struct config *c = defaults();
+	char *err;
+
+	set_ok(c, "log-level", "debug");
+	ck_assert_int_eq(c->log_level, LOG_DEBUG);
+	set_ok(c, "log-level", "err");
+	ck_assert_int_eq(c->log_level, LOG_ERR);
+	set_ok(c, "log-level", "warning");
+	ck_assert_int_eq(c->log_level, LOG_WARNING);
+	config_free(c);
+	err = set_fails("log-level", "loud", -EINVAL);
+	ck_assert_str_eq(err, "log-level: 'loud' is not a log level; write one of debug, info, notice, warning, err");
+	free(err);
+}
+END_TEST
+
+START_TEST(test_string_paths_must_be_absolute)
+{
+	struct config *c = defaults();
+	char longpath[200];
+	char *err;
+
+	set_ok(c, "socket", "/tmp/x.sock");
+	ck_assert_str_eq(c->socket_path, "/tmp/x.sock");
+	set_ok(c, "admin-group", "");
+	set_ok(c, "admin-group", "wheel");
+	ck_assert_str_eq(c->admin_group, "wheel");
+	config_free(c);
+
+	err = set_fails("socket", "run/x.sock", -EINVAL);
+	ck_assert_str_eq(err, "socket: 'run/x.sock' is not an absolute path; write one starting with /");
+	free(err);
+	memset(longpath, 'a', sizeof(longpath) - 1);
+	longpath[0] = '/';
+	longpath[sizeof(longpath) - 1] = '\0';
+	free(set_fails("socket", longpath, -ERANGE));
+	free(set_fails("proc-root", "", -EINVAL));
+	free(set_fails("admin-group", "a\tb", -EINVAL));
+}
+END_TEST
+
+START_TEST(test_unknown_key_is_enoent)
+{
+	struct config *c = defaults();
+	char *err = NULL;
+
+	ck_assert_int_eq(config_set(c, "bugdet", "1G", &err), -ENOENT);
+	ck_assert_str_eq(err, "unknown key 'bugdet'");
+	free(err);
+	ck_assert_int_eq(config_set(c, "budget", "1G", NULL), 0);
+	ck_assert_int_eq(config_set(c, "budget", "bad", NULL), -EINVAL);
+	config_free(c);
+}
+END_TEST
+
+START_TEST(test_resolve_applies_percentages)
+{
+	struct size_spec pct = { .pct = 25, .is_pct = true }, abs = { .bytes = 4096 };
+	struct size_spec all = { .pct = 100, .is_pct = true };
+
+	ck_assert_uint_eq(config_resolve(&pct, 1000), 250);
+	ck_assert_uint_eq(config_resolve(&abs, 1000), 4096);
+	ck_assert_uint_eq(config_resolve(&all, UINT64_MAX), UINT64_MAX);
+	ck_assert_uint_eq(config_resolve(&all, (UINT64_C(1) << 53) + 1), (UINT64_C(1) << 53) + 1);
+}
+END_TEST
+
+/* --- files --- */
+
+START_TEST(test_file_with_comments_and_blank_lines_loads)
+{
+	char *path = write_temp("# pinbrokerd.conf\n"
+				"\n"
+				"budget = 8G   # half the host\n"
+				"  hugetlb=no\n"
+				"admin-group = gpu#ops\n"
+				"log-level = debug\r\n"
+				"socket = \"\"x\n"
+				"\t# indented comment\n"
+				"proc-root = /srv/proc # fixtures\n"
+				"lock-memory = off");
+	struct config *c = defaults();
+	char *err = NULL;
+
+	/* "socket = """x" is not a quoted value, so it stays and fails as a relative path. */
+	ck_assert_int_eq(config_load_file(c, path, &err), -EINVAL);
+	ck_assert_ptr_nonnull(err);
+	ck_assert_uint_eq(count_lines(err), 1);
+	ck_assert_ptr_nonnull(strstr(err, ":7: socket: "));
+	ck_assert_uint_eq(c->budget.bytes, UINT64_C(8) << 30);
+	ck_assert_int_eq(c->hugetlb, CONFIG_HUGETLB_NO);
+	ck_assert_str_eq(c->admin_group, "gpu#ops");
+	ck_assert_int_eq(c->log_level, LOG_DEBUG);
+	ck_assert_str_eq(c->proc_root, "/srv/proc");
+	ck_assert(!c->lock_memory);
+	free(err);
+	config_free(c);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
+START_TEST(test_file_quotes_allow_an_empty_value)
+{
+	char *path = write_temp("admin-group = \"\"\nsocket = \"/tmp/a b.sock\"\n");
+	struct config *c = defaults();
+	char *err = NULL;
+
+	set_ok(c, "admin-group", "wheel");
+	ck_assert_int_eq(config_load_file(c, path, &err), 0);
+	ck_assert_ptr_null(err);
+	ck_assert_str_eq(c->admin_group, "");
+	ck_assert_str_eq(c->socket_path, "/tmp/a b.sock");
+	config_free(c);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
+START_TEST(test_file_errors_carry_path_and_line_and_are_all_collected)
+{
+	char *path = write_temp("budget = 12Q\n"
+				"# fine\n"
+				"chunk-size = 4K\n"
+				"no equals sign here\n"
+				"prewarm-threads = -3\n"
+				"= 5\n"
+				"hugetlb = sometimes\n");
+	struct config *c = defaults();
+	char *err = NULL, expect[1024];
+
+	ck_assert_int_eq(config_load_file(c, path, &err), -EINVAL);
+	snprintf(expect, sizeof(expect),
+		 "%s:1: budget: '12Q' is not a size; write a number with an optional K, M, G or T suffix, or a "
+		 "percentage like 25%%\n"
+		 "%s:4: expected 'key = value', got 'no equals sign here'\n"
+		 "%s:5: prewarm-threads: '-3' is not a whole number; write digits only, like 0\n"
+		 "%s:6: no key before '='\n"
+		 "%s:7: hugetlb: 'sometimes' is not a choice; write one of auto, yes, no\n",
+		 path, path, path, path, path);
+	ck_assert_str_eq(err, expect);
+	/* Good lines still applied: the caller parses into a copy and discards it on error. */
+	ck_assert_uint_eq(c->chunk_bytes, 4096);
+	free(err);
+	config_free(c);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
+START_TEST(test_file_unknown_key_suggests_the_closest)
+{
+	char *path = write_temp("bugdet = 1G\nmax-conections = 5\nfrobnicate = 1\n");
+	struct config *c = defaults();
+	char *err = NULL, expect[1024];
+
+	ck_assert_int_eq(config_load_file(c, path, &err), -EINVAL);
+	snprintf(expect, sizeof(expect),
+		 "%s:1: unknown key 'bugdet' (did you mean 'budget'?)\n"
+		 "%s:2: unknown key 'max-conections' (did you mean 'max-connections'?)\n"
+		 "%s:3: unknown key 'frobnicate'; 'pinbrokerd --help' lists the keys\n",
+		 path, path, path);
+	ck_assert_str_eq(err, expect);
+	free(err);
+	config_free(c);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
+START_TEST(test_file_duplicate_key_names_the_first_line)
+{
+	char *path = write_temp("budget = 1G\n\nbudget = 2G\n");
+	struct config *c = defaults();
+	char *err = NULL, expect[512];
+
+	ck_assert_int_eq(config_load_file(c, path, &err), -EINVAL);
+	snprintf(expect, sizeof(expect), "%s:3: 'budget' already set on line 1\n", path);
+	ck_assert_str_eq(err, expect);
+	ck_assert_uint_eq(c->budget.bytes, 1u << 30);
+	free(err);
+	config_free(c);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
+START_TEST(test_missing_file_is_enoent_with_message)
+{
+	struct config *c = defaults();
+	char *err = NULL;
+
+	ck_assert_int_eq(config_load_file(c, "/nonexistent/pinbrokerd.conf", &err), -ENOENT);
+	ck_assert_str_eq(err, "/nonexistent/pinbrokerd.conf: cannot open: No such file or directory");
+	free(err);
+	config_free(c);
+}
+END_TEST
+
+START_TEST(test_empty_file_loads_nothing)
+{
+	char *path = write_temp("");
+	struct config *c = defaults(), *d = defaults();
+	char *err = NULL;
+
+	ck_assert_int_eq(config_load_file(c, path, &err), 0);
+	assert_config_equal(c, d);
+	config_free(c);
+	config_free(d);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
+/* Uncomments the "#key = value" lines of a sample; the "# help" lines keep their '#'. */
+static char *uncomment_sample(const char *sample, unsigned *nkeys)
+{
+	char *out = malloc(strlen(sample) + 1), *o = out;
+	bool bol = true;
+
+	*nkeys = 0;
+	for (const char *s = sample; *s; s++) {
+		if (bol && s[0] == '#' && s[1] >= 'a' && s[1] <= 'z') {
+			(*nkeys)++;
+			bol = false;
+			continue;
+		}
+		*o++ = *s;
+		bol = *s == '\n';
+	}
+	*o = '\0';
+	return out;
+}
+
+START_TEST(test_sample_config_round_trips_to_defaults)
+{
+	struct config *c = scrambled(), *d = defaults();
+	char *sample = NULL, *text, *path, *err = NULL;
+	size_t len = 0, n;
+	unsigned nkeys;
+	FILE *f = open_memstream(&sample, &len);
+
+	config_write_sample(f);
+	fclose(f);
+	text = uncomment_sample(sample, &nkeys);
+	config_keys(&n);
+	ck_assert_uint_eq(nkeys, n);
+	path = write_temp(text);
+	ck_assert_msg(config_load_file(c, path, &err) == 0, "%s", err);
+	assert_config_equal(c, d);
+	config_free(c);
+	config_free(d);
+	unlink(path);
+	free(path);
+	free(text);
+	free(sample);
+}
+END_TEST
+
+START_TEST(test_sample_config_loads_as_is_without_changes)
+{
+	struct config *c = scrambled(), *d = scrambled();
+	char *sample = NULL, *path, *err = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&sample, &len);
+
+	config_write_sample(f);
+	fclose(f);
+	ck_assert_ptr_nonnull(strstr(sample, "#revoke-enforce = sigterm\n"));
+	ck_assert_ptr_nonnull(strstr(sample, "#admin-group = \"\"\n"));
+	ck_assert_ptr_nonnull(strstr(sample, "the job gets to clean up"));
+	path = write_temp(sample);
+	ck_assert_int_eq(config_load_file(c, path, &err), 0);
+	assert_config_equal(c, d);
+	config_free(c);
+	config_free(d);
+	unlink(path);
+	free(path);
+	free(sample);
+}
+END_TEST
+
+START_TEST(test_dump_round_trips_any_config)
+{
+	struct config *src = scrambled(), *dst = defaults();
+	char *dump = NULL, *path, *err = NULL;
+	size_t len = 0, n;
+	FILE *f = open_memstream(&dump, &len);
+
+	set_ok(src, "tight-swapout-pages-per-s", "0.1");
+	set_ok(src, "budget", "33.333333333333336%");
+	set_ok(src, "prewarm", "1536K");
+	config_dump(src, f);
+	fclose(f);
+	config_keys(&n);
+	ck_assert_uint_eq(count_lines(dump), n);
+	ck_assert_ptr_nonnull(strstr(dump, "prewarm = 1536K\n"));
+	path = write_temp(dump);
+	ck_assert_msg(config_load_file(dst, path, &err) == 0, "%s", err);
+	assert_config_equal(src, dst);
+	config_free(src);
+	config_free(dst);
+	unlink(path);
+	free(path);
+	free(dump);
+}
+END_TEST
+
+START_TEST(test_markdown_has_a_row_per_key)
+{
+	char *md = NULL, row[128];
+	size_t len = 0, n;
+	const struct config_key *keys = config_keys(&n);
+	FILE *f = open_memstream(&md, &len);
+
+	config_write_markdown(f);
+	fclose(f);
+	ck_assert_uint_eq(count_lines(md), n + 2);
+	ck_assert_ptr_eq(strstr(md, "| key | default | reloadable | meaning |\n|---|---|---|---|\n"), md);
+	for (size_t i = 0; i < n; i++) {
+		snprintf(row, sizeof(row), "| `%s` | `%s` | %s | ", keys[i].name, keys[i].def[0] ? keys[i].def : "\"\"",
+			 keys[i].reloadable ? "yes" : "no");
+		ck_assert_msg(strstr(md, row), "no row '%s'", row);
+	}
+	free(md);
+}
+END_TEST
+
+/* --- cross-key validation --- */
+
+static char *validate_fails(struct config *c)
+{
+	char *err = NULL;
+
+	ck_assert_int_eq(config_validate(c, &err), -EINVAL);
+	ck_assert_ptr_nonnull(err);
+	return err;
+}
+
+START_TEST(test_validate_critical_mem_must_be_below_tight)
+{
+	struct config *c = defaults();
+	char *err;
+
+	set_ok(c, "critical-mem-available-pct", "10");
+	err = validate_fails(c);
+	ck_assert_str_eq(err, "critical-mem-available-pct (10) must be below tight-mem-available-pct (10): "
+			      "critical is the deeper state\n");
+	free(err);
+	/* 0 turns the critical signal off, whatever tight is. */
+	set_ok(c, "critical-mem-available-pct", "0");
+	set_ok(c, "tight-mem-available-pct", "0");
+	ck_assert_int_eq(config_validate(c, NULL), 0);
+	config_free(c);
+}
+END_TEST
+
+START_TEST(test_validate_critical_swapout_must_not_be_below_tight)
+{
+	struct config *c = defaults();
+	char *err;
+
+	set_ok(c, "critical-swapout-pages-per-s", "500");
+	err = validate_fails(c);
+	ck_assert_ptr_nonnull(strstr(err, "critical-swapout-pages-per-s (500) must not be below"));
+	free(err);
+	set_ok(c, "critical-swapout-pages-per-s", "1000");
+	ck_assert_int_eq(config_validate(c, NULL), 0);
+	config_free(c);
+}
+END_TEST
+
+START_TEST(test_validate_prewarm_not_above_absolute_budget)
+{
+	struct config *c = defaults();
+	char *err;
+
+	set_ok(c, "budget", "1G");
+	set_ok(c, "prewarm", "2G");
+	err = validate_fails(c);
+	ck_assert_str_eq(err, "prewarm (2 GiB) is above budget (1 GiB); lower prewarm or raise budget\n");
+	free(err);
+	/* A percentage of the budget can't exceed it; an absolute prewarm against a % budget is resolved at run time. */
+	set_ok(c, "prewarm", "50%");
+	ck_assert_int_eq(config_validate(c, NULL), 0);
+	set_ok(c, "prewarm", "2G");
+	set_ok(c, "budget", "25%");
+	ck_assert_int_eq(config_validate(c, NULL), 0);
+	config_free(c);
+}
+END_TEST
+
+START_TEST(test_validate_other_cross_key_limits)
+{
+	struct config *c;
+	char *err;
+
+	c = defaults();
+	set_ok(c, "budget", "1G");
+	set_ok(c, "uid-quota", "2G");
+	err = validate_fails(c);
+	ck_assert_ptr_nonnull(strstr(err, "uid-quota (2 GiB) is above budget (1 GiB)"));
+	free(err);
+	config_free(c);
+
+	c = defaults();
+	set_ok(c, "budget", "1M");
+	set_ok(c, "prewarm", "0");
+	err = validate_fails(c);
+	ck_assert_ptr_nonnull(strstr(err, "smaller than chunk-size"));
+	free(err);
+	config_free(c);
+
+	c = defaults();
+	set_ok(c, "max-connections-per-uid", "2000");
+	free(validate_fails(c));
+	config_free(c);
+
+	c = defaults();
+	set_ok(c, "psi-stall-ms", "3000");
+	free(validate_fails(c));
+	config_free(c);
+
+	c = defaults();
+	set_ok(c, "hugetlb", "yes");
+	set_ok(c, "chunk-size", "64K");
+	err = validate_fails(c);
+	ck_assert_str_eq(err, "chunk-size (64 KiB) is not a multiple of 2M, which hugetlb = yes needs\n");
+	free(err);
+	config_free(c);
+}
+END_TEST
+
+START_TEST(test_validate_collects_every_error)
+{
+	struct config *c = defaults();
+	char *err;
+
+	set_ok(c, "critical-mem-available-pct", "50");
+	set_ok(c, "critical-swapout-pages-per-s", "1");
+	set_ok(c, "max-connections-per-uid", "5000");
+	set_ok(c, "psi-stall-ms", "5000");
+	err = validate_fails(c);
+	ck_assert_uint_eq(count_lines(err), 4);
+	free(err);
+	config_free(c);
+}
+END_TEST
+
+/* --- copies --- */
+
+START_TEST(test_dup_copies_deeply)
+{
+	struct config *c = scrambled(), *d = NULL;
+
+	ck_assert_int_eq(config_dup(c, &d), 0);
+	assert_config_equal(c, d);
+	ck_assert_ptr_ne(c->socket_path, d->socket_path);
+	ck_assert_ptr_ne(c->admin_group, d->admin_group);
+	ck_assert_ptr_ne(c->proc_root, d->proc_root);
+	set_ok(c, "admin-group", "changed");
+	set_ok(c, "budget", "3G");
+	ck_assert_str_eq(d->admin_group, "/alt");
+	ck_assert(d->budget.is_pct);
+	config_free(c);
+	/* d outlives c: under ASan a shared string would be a use-after-free here. */
+	ck_assert_str_eq(d->socket_path, "/alt");
+	config_free(d);
+	config_free(NULL);
+}
+END_TEST
+
+static Suite *config_suite(void)
+{
+	Suite *s = suite_create("config");
+	TCase *tc;
+
+	tc = tcase_create("table");
+	tcase_set_timeout(tc, TIMEOUT_S);
+	tcase_add_test(tc, test_table_keys_are_unique_and_documented);
+	tcase_add_test(tc, test_setup_keys_are_not_reloadable);
+	tcase_add_test(tc, test_every_default_parses);
+	tcase_add_test(tc, test_defaults_validate);
+	tcase_add_test(tc, test_defaults_hold_documented_values);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("values");
+	tcase_set_timeout(tc, TIMEOUT_S);
+	tcase_add_test(tc, test_size_accepts_suffixes_within_range);
+	tcase_add_test(tc, test_size_rejects_garbage_range_and_odd_pages);
+	tcase_add_test(tc, test_size_or_pct_accepts_both_forms);
+	tcase_add_test(tc, test_size_or_pct_says_what_to_write);
+	tcase_add_test(tc, test_uint_accepts_range_bounds);
+	tcase_add_test(tc, test_uint_rejects_negatives_garbage_and_out_of_range);
+	tcase_add_test(tc, test_double_accepts_decimals);
+	tcase_add_test(tc, test_double_rejects_non_numbers_and_out_of_range);
+	tcase_add_test(tc, test_bool_accepts_every_spelling);
+	tcase_add_test(tc, test_bool_rejects_other_words);
+	tcase_add_test(tc, test_enum_maps_choices_in_order);
+	tcase_add_test(tc, test_enum_rejects_unknown_choice_and_lists_them);
+	tcase_add_test(tc, test_log_level_takes_names_err_to_debug);
+	tcase_add_test(tc, test_string_paths_must_be_absolute);
+	tcase_add_test(tc, test_unknown_key_is_enoent);
+	tcase_add_test(tc, test_resolve_applies_percentages);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("files");
+	tcase_set_timeout(tc, TIMEOUT_S);
+	tcase_add_test(tc, test_file_with_comments_and_blank_lines_loads);
+	tcase_add_test(tc, test_file_quotes_allow_an_empty_value);
+	tcase_add_test(tc, test_file_errors_carry_path_and_line_and_are_all_collected);
+	tcase_add_test(tc, test_file_unknown_key_suggests_the_closest);
+	tcase_add_test(tc, test_file_duplicate_key_names_the_first_line);
+	tcase_add_test(tc, test_missing_file_is_enoent_with_message);
+	tcase_add_test(tc, test_empty_file_loads_nothing);
+	tcase_add_test(tc, test_sample_config_round_trips_to_defaults);
+	tcase_add_test(tc, test_sample_config_loads_as_is_without_changes);
+	tcase_add_test(tc, test_dump_round_trips_any_config);
+	tcase_add_test(tc, test_markdown_has_a_row_per_key);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("validate");
+	tcase_set_timeout(tc, TIMEOUT_S);
+	tcase_add_test(tc, test_validate_critical_mem_must_be_below_tight);
+	tcase_add_test(tc, test_validate_critical_swapout_must_not_be_below_tight);
+	tcase_add_test(tc, test_validate_prewarm_not_above_absolute_budget);
+	tcase_add_test(tc, test_validate_other_cross_key_limits);
+	tcase_add_test(tc, test_validate_collects_every_error);
+	tcase_add_test(tc, test_dup_copies_deeply);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(config_suite());
+	int failed;
+
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
