@@ -227,6 +227,11 @@ static void format_size_exact(uint64_t v, char *buf, size_t len)
 /* The shortest decimal that reads back as the same double, so dump output round-trips. */
 static void format_double(double v, char *buf, size_t len)
 {
+	/* %g would write 100 as "1e+02"; whole numbers read better plain. */
+	if (v == floor(v) && fabs(v) < 1e15) {
+		snprintf(buf, len, "%.0f", v);
+		return;
+	}
 	for (int prec = 1; prec <= 17; prec++) {
 		snprintf(buf, len, "%.*g", prec, v);
 		if (strtod(buf, NULL) == v)

@@ -755,6 +755,25 @@ START_TEST(test_dump_round_trips_any_config)
 }
 END_TEST
 
+START_TEST(test_dump_writes_defaults_as_in_the_table)
+{
+	struct config *c = defaults();
+	char *dump = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&dump, &len);
+
+	config_dump(c, f);
+	fclose(f);
+	ck_assert_ptr_nonnull(strstr(dump, "uid-quota = 100%\n"));
+	ck_assert_ptr_nonnull(strstr(dump, "tight-mem-available-pct = 10\n"));
+	ck_assert_ptr_nonnull(strstr(dump, "chunk-size = 2M\n"));
+	ck_assert_ptr_nonnull(strstr(dump, "admin-group = \"\"\n"));
+	ck_assert_ptr_nonnull(strstr(dump, "log-level = info\n"));
+	config_free(c);
+	free(dump);
+}
+END_TEST
+
 START_TEST(test_markdown_has_a_row_per_key)
 {
 	char *md = NULL, row[128];
@@ -965,6 +984,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_sample_config_round_trips_to_defaults);
 	tcase_add_test(tc, test_sample_config_loads_as_is_without_changes);
 	tcase_add_test(tc, test_dump_round_trips_any_config);
+	tcase_add_test(tc, test_dump_writes_defaults_as_in_the_table);
 	tcase_add_test(tc, test_markdown_has_a_row_per_key);
 	suite_add_tcase(s, tc);
 
