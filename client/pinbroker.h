@@ -90,6 +90,7 @@ uint64_t pb_lease_id(const pb_lease *l);              /* 0 for fallback memory *
 enum pb_memory_kind pb_lease_kind(const pb_lease *l);
 int pb_lease_cuda_registered(const pb_lease *l);      /* 1 or 0 */
 int pb_lease_hugetlb(const pb_lease *l);              /* 1 when every chunk is on 2 MiB pages */
+size_t pb_lease_chunks(const pb_lease *l);            /* memfd chunks mapped back to back; 0 for fallback */
 const char *pb_lease_fallback_reason(const pb_lease *l); /* NULL unless PB_MEM_FALLBACK */
 
 /*
@@ -191,7 +192,7 @@ void pb_status_free(struct pb_status *s);
 
 /*
  * Revoke leases (admin): one lease_id, or every lease of uid (by_uid set),
- * or all. deadline_ms 0 = the daemon's default. *ids/*n list what was revoked
+ * or all. deadline_ms 0 = the daemon's default. *ids and *n list what was revoked
  * (free(*ids)); both may be NULL.
  */
 #define PB_REVOKE_LEASE 0

@@ -1,0 +1,1564 @@
+/* SPDX-License-Identifier: MIT */
+/* libpinbroker: the connection to pinbrokerd, its receiver thread, lease mapping, the client cache and fallback memory. */
+#define _GNU_SOURCE
+/* Built with -fvisibility=hidden: only the public API gets default visibility, which the
+ * version script then exports. Everything else here stays inside the library. */
+#pragma GCC visibility push(default)
+#include "pinbroker.h"
+#pragma GCC visibility pop
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "cuda.h"
+#include "pinbroker.pb-c.h"
+#include "util.h"
+#include "wire.h"
+
+typedef Pinbroker__V1__Request Request;
+typedef Pinbroker__V1__Reply Reply;
+
+/* A daemon that does not answer HELLO in this time is wedged; fail pb_connect instead of hanging. */
+#define HELLO_TIMEOUT_MS 10000
+/* Sanity bound on one lease's chunk count: 2^20 chunks of 2 MiB is 2 TiB. */
+#define MAX_CHUNKS_PER_LEASE (1u << 20)
+/* Requests are a few dozen bytes; pack them on the stack unless they are unusually large. */
+#define REQUEST_STACK_BYTES 512
+
+enum lease_state {
+	LEASE_ACTIVE,   /* the application owns it */
+	LEASE_CACHED,   /* released by the application, kept mapped and registered for a fast re-acquire */
+	LEASE_REVOKING, /* the receiver thread is giving it back after a revoke; pb_release waits */
+	LEASE_GONE,     /* memory already returned by the library; the struct waits for pb_release */
+};
+
+struct pb_lease {
+	pb_client *client; /* NULL for fallback memory */
+	struct pb_lease *prev, *next; /* client->leases, under client->lock */
+	enum lease_state state;
+	uint64_t id;
+	void *data;      /* what the application sees; NULL once GONE */
+	void *map_base;  /* the mapped range (== data until GONE) */
+	size_t size_bytes;      /* usable: the request rounded up to the page size */
+	size_t map_bytes;       /* mapped: the sum of the chunks, >= size_bytes */
+	size_t page_size_bytes;
+	size_t chunks;
+	enum pb_memory_kind kind;
+	enum pb_priority priority;
+	bool cuda_registered;
+	bool hugetlb;
+	bool no_cuda;        /* acquired with PB_ACQUIRE_NO_CUDA: a cache hit must match */
+	bool revoke_pending; /* the daemon wants it back: never cache it */
+	int idle;            /* pb_lease_set_idle; read by the receiver thread (atomic) */
+	char *fallback_reason;
+};
+
+/* One outstanding request. Lives on the caller's stack, linked into client->waiters. */
+struct waiter {
+	struct waiter *next;
+	uint64_t seq;
+	Reply *reply;
+	int *fds;            /* a lease's chunk fds, collected across LeaseFds packets */
+	size_t nfds;
+	size_t fds_expected;
+	int err;             /* 0, or a negative errno when no usable reply came */
+	bool done;
+	bool revoked;        /* a revoke came for the lease before pb_acquire published it */
+};
+
+struct pb_client {
+	int sock;
+	pthread_t receiver;
+	bool receiver_started;
+	pthread_mutex_t lock; /* guards everything below */
+	pthread_cond_t cond;  /* waiters completing, leases leaving LEASE_REVOKING */
+	uint64_t next_seq;
+	struct waiter *waiters;
+	int dead; /* 0, or a negative errno once the connection is gone */
+	char dead_reason[160];
+	struct pb_lease *leases;
+	size_t cache_limit_bytes;
+	size_t cached_bytes;
+	pb_revoke_fn revoke_fn;
+	void *revoke_userdata;
+	uint64_t page_size_bytes;
+	uint8_t *rxbuf; /* PB_MAX_MSG_BYTES, used only by whoever is reading: HELLO, then the receiver */
+};
+
+/* ---------------------------------------------------------------- errors */
+
+static __thread char last_error[512];
+/* The daemon's words for the last refusal in this thread, for fallback reasons. */
+static __thread char last_daemon_message[256];
+
+/* Why the last pb_connect failed, process-wide: pb_acquire_or_fallback(NULL, ...) reports it. */
+static pthread_mutex_t connect_failure_lock = PTHREAD_MUTEX_INITIALIZER;
+static char connect_failure[512];
+
+__attribute__((format(printf, 2, 3))) static int set_error(int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(last_error, sizeof(last_error), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+const char *pb_last_error(void)
+{
+	return last_error[0] ? last_error : "no error";
+}
+
+const char *pb_strerror(int err)
+{
+	switch (err) {
+	case 0:
+		return "success";
+	case -EDQUOT:
+		return "over uid quota";
+	case -ENOSPC:
+		return "budget exhausted";
+	case -EFBIG:
+		return "larger than the budget allows";
+	case -EBUSY:
+		return "host memory is tight";
+	case -EAGAIN:
+		return "host memory is critical";
+	case -EINVAL:
+		return "invalid size or argument";
+	case -ENOENT:
+		return "not found (no such lease, or no broker socket)";
+	case -ECONNREFUSED:
+		return "broker not running";
+	case -EPERM:
+		return "not your lease";
+	case -EACCES:
+		return "permission denied";
+	case -ETIMEDOUT:
+		return "timed out waiting for memory";
+	case -EUSERS:
+		return "connection or lease limit reached";
+	case -ESHUTDOWN:
+		return "broker is shutting down";
+	case -EPROTONOSUPPORT:
+		return "protocol version mismatch";
+	case -EPROTO:
+		return "protocol error";
+	case -EIO:
+		return "broker internal error";
+	case -ECONNRESET:
+		return "connection to the broker lost";
+	case -ENOTCONN:
+		return "not connected to a broker";
+	case -ENOMEM:
+		return "out of memory";
+	default:
+		return strerror(err < 0 ? -err : err);
+	}
+}
+
+static int status_to_errno(Pinbroker__V1__StatusCode s)
+{
+	switch (s) {
+	case PINBROKER__V1__STATUS_CODE__STATUS_OK:
+		return 0;
+	case PINBROKER__V1__STATUS_CODE__STATUS_OVER_QUOTA:
+		return -EDQUOT;
+	case PINBROKER__V1__STATUS_CODE__STATUS_OVER_BUDGET:
+		return -ENOSPC;
+	case PINBROKER__V1__STATUS_CODE__STATUS_TOO_LARGE:
+		return -EFBIG;
+	case PINBROKER__V1__STATUS_CODE__STATUS_PRESSURE:
+		return -EBUSY;
+	case PINBROKER__V1__STATUS_CODE__STATUS_CRITICAL:
+		return -EAGAIN;
+	case PINBROKER__V1__STATUS_CODE__STATUS_INVALID_SIZE:
+	case PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT:
+		return -EINVAL;
+	case PINBROKER__V1__STATUS_CODE__STATUS_UNKNOWN_LEASE:
+		return -ENOENT;
+	case PINBROKER__V1__STATUS_CODE__STATUS_NOT_YOUR_LEASE:
+		return -EPERM;
+	case PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED:
+		return -EACCES;
+	case PINBROKER__V1__STATUS_CODE__STATUS_TIMEOUT:
+		return -ETIMEDOUT;
+	case PINBROKER__V1__STATUS_CODE__STATUS_LIMIT:
+		return -EUSERS;
+	case PINBROKER__V1__STATUS_CODE__STATUS_SHUTTING_DOWN:
+		return -ESHUTDOWN;
+	case PINBROKER__V1__STATUS_CODE__STATUS_VERSION_MISMATCH:
+		return -EPROTONOSUPPORT;
+	case PINBROKER__V1__STATUS_CODE__STATUS_NO_HELLO:
+	case PINBROKER__V1__STATUS_CODE__STATUS_BAD_REQUEST:
+		return -EPROTO;
+	case PINBROKER__V1__STATUS_CODE__STATUS_INTERNAL:
+	default:
+		return -EIO;
+	}
+}
+
+/* A non-OK reply: its errno, with the daemon's message as pb_last_error(). */
+static int status_error(const Reply *rep)
+{
+	int err = status_to_errno(rep->status);
+	const char *msg = rep->message && rep->message[0] ? rep->message : pb_strerror(err);
+
+	snprintf(last_daemon_message, sizeof(last_daemon_message), "%s", msg);
+	return set_error(err, "%s", msg);
+}
+
+/* ---------------------------------------------------------------- sending */
+
+static bool on_receiver_thread(const pb_client *c)
+{
+	return c->receiver_started && pthread_equal(pthread_self(), c->receiver);
+}
+
+static int send_packed(int sock, const Request *req)
+{
+	uint8_t stack[REQUEST_STACK_BYTES];
+	size_t len = pinbroker__v1__request__get_packed_size(req);
+	uint8_t *buf = len <= sizeof(stack) ? stack : malloc(len);
+	int r;
+
+	if (!buf)
+		return -ENOMEM;
+	pinbroker__v1__request__pack(req, buf);
+	/* SEQPACKET sends are atomic per packet, so threads need no lock to share the socket. */
+	r = wire_send(sock, buf, len, NULL, 0);
+	if (buf != stack)
+		free(buf);
+	return r;
+}
+
+/* Fire and forget: the receiver thread drops the reply, which has no waiter. */
+static int send_async(pb_client *c, Request *req)
+{
+	int r;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->dead) {
+		pthread_mutex_unlock(&c->lock);
+		return -ECONNRESET;
+	}
+	req->has_seq = 1;
+	req->seq = c->next_seq++;
+	pthread_mutex_unlock(&c->lock);
+	r = send_packed(c->sock, req);
+	return r == -EPIPE ? -ECONNRESET : r;
+}
+
+static int send_release_async(pb_client *c, uint64_t id);
+
+static void unlink_waiter_locked(pb_client *c, struct waiter *w)
+{
+	for (struct waiter **p = &c->waiters; *p; p = &(*p)->next)
+		if (*p == w) {
+			*p = w->next;
+			return;
+		}
+}
+
+/* Free what a finished waiter still holds: the reply and any fds nobody took. */
+static void waiter_cleanup(struct waiter *w)
+{
+	if (w->fds) {
+		wire_close_fds(w->fds, w->nfds);
+		free(w->fds);
+		w->fds = NULL;
+	}
+	if (w->reply)
+		pinbroker__v1__reply__free_unpacked(w->reply, NULL);
+	w->reply = NULL;
+}
+
+/*
+ * Send req and wait until its reply (and, for a lease, all its fds) has come.
+ * With keep, w stays linked so a revoke racing with pb_acquire finds it; the
+ * caller unlinks it under the lock. Returns 0 with w->reply set (any status),
+ * or a negative errno when the connection failed.
+ */
+static int call(pb_client *c, Request *req, struct waiter *w, bool keep)
+{
+	int r;
+
+	memset(w, 0, sizeof(*w));
+	if (on_receiver_thread(c))
+		return set_error(-EDEADLK, "cannot wait for pinbrokerd inside a revoke callback");
+	pthread_mutex_lock(&c->lock);
+	if (c->dead) {
+		r = set_error(-ECONNRESET, "connection to pinbrokerd lost: %s", c->dead_reason);
+		pthread_mutex_unlock(&c->lock);
+		return r;
+	}
+	w->seq = c->next_seq++;
+	req->has_seq = 1;
+	req->seq = w->seq;
+	/* Linked before sending: the reply may arrive before this thread gets to wait. */
+	w->next = c->waiters;
+	c->waiters = w;
+	pthread_mutex_unlock(&c->lock);
+
+	r = send_packed(c->sock, req);
+
+	pthread_mutex_lock(&c->lock);
+	if (r < 0) {
+		unlink_waiter_locked(c, w);
+		pthread_mutex_unlock(&c->lock);
+		if (r == -EPIPE)
+			r = -ECONNRESET;
+		return set_error(r, "cannot send to pinbrokerd: %s", strerror(-r));
+	}
+	while (!w->done)
+		pthread_cond_wait(&c->cond, &c->lock);
+	if (!keep || w->err || !w->reply)
+		unlink_waiter_locked(c, w);
+	r = w->err;
+	if (r == -ECONNRESET)
+		set_error(r, "connection to pinbrokerd lost: %s", c->dead_reason);
+	pthread_mutex_unlock(&c->lock);
+	if (r == 0)
+		return 0;
+	if (r != -ECONNRESET)
+		set_error(r, "unusable reply from pinbrokerd: %s", pb_strerror(r));
+	/* A lease the daemon granted but we cannot take is still counted there: hand it back. */
+	if (w->reply && w->reply->status == PINBROKER__V1__STATUS_CODE__STATUS_OK &&
+	    w->reply->body_case == PINBROKER__V1__REPLY__BODY_LEASE)
+		send_release_async(c, w->reply->lease->lease_id);
+	waiter_cleanup(w);
+	return r;
+}
+
+static int send_release_async(pb_client *c, uint64_t id)
+{
+	Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+
+	rel.lease_id = id;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
+	req.release = &rel;
+	return send_async(c, &req);
+}
+
+static int send_revoke_ack(pb_client *c, uint64_t id)
+{
+	Pinbroker__V1__RevokeAck ack = PINBROKER__V1__REVOKE_ACK__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+
+	ack.lease_id = id;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_REVOKE_ACK;
+	req.revoke_ack = &ack;
+	return send_async(c, &req);
+}
+
+static int send_set_idle(pb_client *c, uint64_t id, bool idle)
+{
+	Pinbroker__V1__SetIdle si = PINBROKER__V1__SET_IDLE__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+
+	si.lease_id = id;
+	si.idle = idle;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_SET_IDLE;
+	req.set_idle = &si;
+	return send_async(c, &req);
+}
+
+/* ---------------------------------------------------------------- leases and mappings */
+
+static void lease_link_locked(pb_client *c, pb_lease *l)
+{
+	l->prev = NULL;
+	l->next = c->leases;
+	if (c->leases)
+		c->leases->prev = l;
+	c->leases = l;
+}
+
+static void lease_unlink_locked(pb_client *c, pb_lease *l)
+{
+	if (l->prev)
+		l->prev->next = l->next;
+	else if (c->leases == l)
+		c->leases = l->next;
+	if (l->next)
+		l->next->prev = l->prev;
+	l->prev = l->next = NULL;
+}
+
+static pb_lease *lease_find_locked(pb_client *c, uint64_t id)
+{
+	for (pb_lease *l = c->leases; l; l = l->next)
+		if (l->id == id && l->state != LEASE_GONE)
+			return l;
+	return NULL;
+}
+
+/*
+ * Map a lease's chunks back to back into one reserved range, so CUDA can
+ * register it once (chunk-by-chunk registration breaks copies that span two
+ * chunks, measured on the H200). Does not close the fds. Returns 0 or -errno.
+ */
+static int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, void **base_ret, size_t *map_bytes_ret)
+{
+	uint64_t sys_page_bytes = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t page = ls->page_size, total = 0, align, reserve_bytes;
+	uint8_t *res, *base, *end;
+	size_t off = 0;
+
+	if (page < sys_page_bytes || (page & (page - 1)) != 0)
+		return set_error(-EPROTO, "pinbrokerd sent a lease with page size %llu", (unsigned long long)page);
+	for (size_t i = 0; i < ls->n_chunk_bytes; i++) {
+		uint64_t cb = ls->chunk_bytes[i];
+		struct stat st;
+
+		if (cb == 0 || cb % page != 0 || total + cb < total)
+			return set_error(-EPROTO, "pinbrokerd sent a bad chunk size %llu", (unsigned long long)cb);
+		/* A chunk shorter than announced would SIGBUS the application on first touch. */
+		if (fstat(fds[i], &st) < 0 || (uint64_t)st.st_size < cb)
+			return set_error(-EPROTO, "lease chunk %zu is shorter than announced", i);
+		total += cb;
+	}
+	if (ls->size == 0 || ls->size > total || total > SIZE_MAX / 2)
+		return set_error(-EPROTO, "pinbrokerd sent a lease of %llu bytes in %llu bytes of chunks",
+				 (unsigned long long)ls->size, (unsigned long long)total);
+
+	/* hugetlb mappings must start on a huge-page boundary: over-reserve, then trim. */
+	align = page > sys_page_bytes ? page : 0;
+	reserve_bytes = total + align;
+	res = mmap(NULL, reserve_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (res == MAP_FAILED)
+		return set_error(-errno, "cannot reserve %llu bytes of address space: %m", (unsigned long long)total);
+	base = align ? (uint8_t *)(((uintptr_t)res + align - 1) & ~(uintptr_t)(align - 1)) : res;
+	end = res + reserve_bytes;
+	if (base > res)
+		munmap(res, (size_t)(base - res));
+	if (base + total < end)
+		munmap(base + total, (size_t)(end - (base + total)));
+
+	for (size_t i = 0; i < ls->n_chunk_bytes; i++) {
+		/* MAP_POPULATE: the daemon's pages are resident already; this only fills page tables,
+		 * so the application's first touch costs nothing. */
+		if (mmap(base + off, ls->chunk_bytes[i], PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
+			 fds[i], 0) == MAP_FAILED) {
+			int err = -errno;
+
+			munmap(base, total);
+			return set_error(err, "cannot map lease chunk %zu: %s", i, strerror(-err));
+		}
+		off += ls->chunk_bytes[i];
+	}
+	*base_ret = base;
+	*map_bytes_ret = total;
+	return 0;
+}
+
+static void lease_unmap(pb_lease *l)
+{
+	if (l->cuda_registered)
+		pbcuda_unregister(l->map_base);
+	l->cuda_registered = false;
+	if (l->map_base)
+		munmap(l->map_base, l->map_bytes);
+	l->map_base = NULL;
+	__atomic_store_n(&l->data, NULL, __ATOMIC_RELEASE);
+}
+
+/*
+ * Give up the memory of a lease the application still holds a pointer to: its
+ * range becomes PROT_NONE rather than unmapped, so a stale access faults
+ * instead of landing in whatever the process maps there next.
+ */
+static void lease_retire_mapping(pb_lease *l)
+{
+	if (l->cuda_registered)
+		pbcuda_unregister(l->map_base);
+	l->cuda_registered = false;
+	__atomic_store_n(&l->data, NULL, __ATOMIC_RELEASE);
+	if (mmap(l->map_base, l->map_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+		 0) == MAP_FAILED) {
+		munmap(l->map_base, l->map_bytes);
+		l->map_base = NULL;
+	}
+}
+
+static void lease_free(pb_lease *l)
+{
+	free(l->fallback_reason);
+	free(l);
+}
+
+/* Unmap, free, and RELEASE on the wire; waits for the daemon's answer when it may. */
+static int lease_release_now(pb_client *c, pb_lease *l, bool wait)
+{
+	Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	uint64_t id = l->id;
+	struct waiter w;
+	int r;
+
+	lease_unmap(l);
+	lease_free(l);
+	pthread_mutex_lock(&c->lock);
+	/* A dead connection already returned every lease: the daemon frees them at close. */
+	r = c->dead;
+	pthread_mutex_unlock(&c->lock);
+	if (r)
+		return 0;
+	if (!wait || on_receiver_thread(c))
+		return send_release_async(c, id);
+
+	rel.lease_id = id;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
+	req.release = &rel;
+	r = call(c, &req, &w, false);
+	if (r == -ECONNRESET)
+		return 0;
+	if (r < 0)
+		return r;
+	if (w.reply->status != PINBROKER__V1__STATUS_CODE__STATUS_OK)
+		r = status_error(w.reply);
+	waiter_cleanup(&w);
+	return r;
+}
+
+/* ---------------------------------------------------------------- receiver thread */
+
+/* Runs on the receiver thread, which must never wait for a reply: everything it sends is async. */
+static void handle_revoke(pb_client *c, uint64_t id, uint32_t deadline_ms)
+{
+	pb_revoke_fn fn;
+	void *userdata;
+	pb_lease *l;
+
+	pthread_mutex_lock(&c->lock);
+	l = lease_find_locked(c, id);
+	if (!l) {
+		/* Granted but not yet handed to the application: pb_acquire gives it back. */
+		for (struct waiter *w = c->waiters; w; w = w->next)
+			if (w->reply && w->reply->body_case == PINBROKER__V1__REPLY__BODY_LEASE &&
+			    w->reply->lease->lease_id == id)
+				w->revoked = true;
+		pthread_mutex_unlock(&c->lock);
+		return;
+	}
+	if (l->state == LEASE_CACHED) {
+		/* Cached memory is the library's own: give it back at once. */
+		c->cached_bytes -= l->size_bytes;
+		lease_unlink_locked(c, l);
+		pthread_mutex_unlock(&c->lock);
+		lease_unmap(l);
+		lease_free(l);
+		send_release_async(c, id);
+		send_revoke_ack(c, id);
+		return;
+	}
+	if (l->state != LEASE_ACTIVE) {
+		pthread_mutex_unlock(&c->lock);
+		return;
+	}
+	l->revoke_pending = true;
+	fn = c->revoke_fn;
+	userdata = c->revoke_userdata;
+	if (fn) {
+		pthread_mutex_unlock(&c->lock);
+		fn(c, l, deadline_ms, userdata);
+		send_revoke_ack(c, id);
+		return;
+	}
+	if (__atomic_load_n(&l->idle, __ATOMIC_ACQUIRE)) {
+		l->state = LEASE_REVOKING;
+		pthread_mutex_unlock(&c->lock);
+		lease_retire_mapping(l);
+		send_release_async(c, id);
+		send_revoke_ack(c, id);
+		pthread_mutex_lock(&c->lock);
+		l->state = LEASE_GONE;
+		pthread_cond_broadcast(&c->cond);
+		pthread_mutex_unlock(&c->lock);
+		return;
+	}
+	/* Busy and no callback: nothing safe to do. The daemon counts it overdue at the deadline. */
+	pthread_mutex_unlock(&c->lock);
+}
+
+static struct waiter *waiter_find_locked(pb_client *c, uint64_t seq)
+{
+	for (struct waiter *w = c->waiters; w; w = w->next)
+		if (w->seq == seq)
+			return w;
+	return NULL;
+}
+
+/* A LeaseFds packet: append its fds to the lease being collected. Under c->lock. */
+static void collect_lease_fds_locked(struct waiter *w, const Pinbroker__V1__LeaseFds *lf, int *fds, size_t nfds)
+{
+	if (w->done || !w->fds || !w->reply || w->reply->lease->lease_id != lf->lease_id ||
+	    lf->first_index != w->nfds || lf->count != nfds || nfds > w->fds_expected - w->nfds) {
+		wire_close_fds(fds, nfds);
+		if (!w->done) {
+			w->err = -EPROTO;
+			w->done = true;
+		}
+		return;
+	}
+	memcpy(w->fds + w->nfds, fds, nfds * sizeof(int));
+	w->nfds += nfds;
+	if (w->nfds == w->fds_expected)
+		w->done = true;
+}
+
+/* A reply to w's request. Takes rep; under c->lock. */
+static void deliver_reply_locked(struct waiter *w, Reply *rep, int *fds, size_t nfds)
+{
+	const Pinbroker__V1__Lease *ls;
+
+	w->reply = rep;
+	w->done = true;
+	if (rep->status != PINBROKER__V1__STATUS_CODE__STATUS_OK || rep->body_case != PINBROKER__V1__REPLY__BODY_LEASE) {
+		wire_close_fds(fds, nfds);
+		return;
+	}
+	ls = rep->lease;
+	if (ls->n_chunk_bytes == 0 || ls->n_chunk_bytes > MAX_CHUNKS_PER_LEASE || ls->fds_in_reply != nfds ||
+	    nfds > ls->n_chunk_bytes) {
+		wire_close_fds(fds, nfds);
+		w->err = -EPROTO;
+		return;
+	}
+	w->fds = malloc(ls->n_chunk_bytes * sizeof(int));
+	if (!w->fds) {
+		wire_close_fds(fds, nfds);
+		w->err = -ENOMEM;
+		return;
+	}
+	memcpy(w->fds, fds, nfds * sizeof(int));
+	w->nfds = nfds;
+	w->fds_expected = ls->n_chunk_bytes;
+	/* The rest arrive in LeaseFds packets; the caller wakes only when it has them all. */
+	w->done = nfds == ls->n_chunk_bytes;
+}
+
+static void dispatch(pb_client *c, Reply *rep, int *fds, size_t nfds)
+{
+	struct waiter *w;
+	uint64_t seq = rep->has_seq ? rep->seq : 0;
+
+	if (seq == 0) {
+		wire_close_fds(fds, nfds);
+		if (rep->body_case == PINBROKER__V1__REPLY__BODY_REVOKE)
+			handle_revoke(c, rep->revoke->lease_id, rep->revoke->deadline_ms);
+		pinbroker__v1__reply__free_unpacked(rep, NULL);
+		return;
+	}
+	pthread_mutex_lock(&c->lock);
+	w = waiter_find_locked(c, seq);
+	if (!w || (w->reply && rep->body_case != PINBROKER__V1__REPLY__BODY_LEASE_FDS)) {
+		/* The answer to a fire-and-forget request, or leftovers of an abandoned lease. */
+		pthread_mutex_unlock(&c->lock);
+		wire_close_fds(fds, nfds);
+		pinbroker__v1__reply__free_unpacked(rep, NULL);
+		return;
+	}
+	if (rep->body_case == PINBROKER__V1__REPLY__BODY_LEASE_FDS) {
+		collect_lease_fds_locked(w, rep->lease_fds, fds, nfds);
+		pinbroker__v1__reply__free_unpacked(rep, NULL);
+	} else {
+		deliver_reply_locked(w, rep, fds, nfds);
+	}
+	if (w->done)
+		pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+}
+
+static void *receiver_main(void *arg)
+{
+	pb_client *c = arg;
+	int fds[PB_MAX_FDS_PER_MSG];
+	char reason[sizeof(c->dead_reason)];
+	size_t nfds;
+	ssize_t n;
+
+	for (;;) {
+		Reply *rep;
+
+		n = wire_recv(c->sock, c->rxbuf, PB_MAX_MSG_BYTES, fds, PB_MAX_FDS_PER_MSG, &nfds);
+		if (n == 0) {
+			snprintf(reason, sizeof(reason), "pinbrokerd closed the connection");
+			break;
+		}
+		if (n < 0) {
+			snprintf(reason, sizeof(reason), "receiving: %s", strerror((int)-n));
+			break;
+		}
+		rep = pinbroker__v1__reply__unpack(NULL, (size_t)n, c->rxbuf);
+		if (!rep) {
+			wire_close_fds(fds, nfds);
+			snprintf(reason, sizeof(reason), "malformed packet from pinbrokerd");
+			break;
+		}
+		dispatch(c, rep, fds, nfds);
+	}
+
+	/* Hang up for real, so the daemon returns our leases even if it was we who saw garbage. */
+	shutdown(c->sock, SHUT_RDWR);
+	pthread_mutex_lock(&c->lock);
+	c->dead = -ECONNRESET;
+	snprintf(c->dead_reason, sizeof(c->dead_reason), "%s", reason);
+	for (struct waiter *w = c->waiters; w; w = w->next)
+		if (!w->done) {
+			w->err = -ECONNRESET;
+			w->done = true;
+		}
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+/* ---------------------------------------------------------------- connect / disconnect */
+
+static void record_connect_failure(const char *msg)
+{
+	pthread_mutex_lock(&connect_failure_lock);
+	snprintf(connect_failure, sizeof(connect_failure), "%s", msg);
+	pthread_mutex_unlock(&connect_failure_lock);
+}
+
+/* HELLO is read here, before the receiver thread exists: nothing else can arrive first. */
+static int say_hello(pb_client *c, const char *path)
+{
+	Pinbroker__V1__Hello hello = PINBROKER__V1__HELLO__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	struct timeval tv = { .tv_sec = HELLO_TIMEOUT_MS / 1000, .tv_usec = (HELLO_TIMEOUT_MS % 1000) * 1000 };
+	struct timeval forever = { 0, 0 };
+	int fds[PB_MAX_FDS_PER_MSG];
+	Reply *rep;
+	size_t nfds;
+	ssize_t n;
+	int r;
+
+	hello.version = PB_PROTOCOL_VERSION;
+	hello.client_name = program_invocation_short_name;
+	req.has_seq = 1;
+	req.seq = c->next_seq++;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_HELLO;
+	req.hello = &hello;
+	r = send_packed(c->sock, &req);
+	if (r < 0)
+		return set_error(r == -EPIPE ? -ECONNRESET : r, "cannot send HELLO to %s: %s", path, strerror(-r));
+
+	setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	n = wire_recv(c->sock, c->rxbuf, PB_MAX_MSG_BYTES, fds, PB_MAX_FDS_PER_MSG, &nfds);
+	setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &forever, sizeof(forever));
+	if (n == -EAGAIN)
+		return set_error(-ETIMEDOUT, "pinbrokerd at %s did not answer HELLO within %d ms", path,
+				 HELLO_TIMEOUT_MS);
+	if (n == 0)
+		return set_error(-ECONNRESET, "pinbrokerd at %s closed the connection during HELLO", path);
+	if (n < 0)
+		return set_error((int)n, "reading HELLO reply from %s: %s", path, strerror((int)-n));
+	wire_close_fds(fds, nfds);
+	rep = pinbroker__v1__reply__unpack(NULL, (size_t)n, c->rxbuf);
+	if (!rep)
+		return set_error(-EPROTO, "malformed HELLO reply from %s", path);
+	if (rep->status == PINBROKER__V1__STATUS_CODE__STATUS_VERSION_MISMATCH) {
+		r = set_error(-EPROTONOSUPPORT, "pinbrokerd does not speak protocol version %d: %s", PB_PROTOCOL_VERSION,
+			      rep->message ? rep->message : "version mismatch");
+	} else if (rep->status != PINBROKER__V1__STATUS_CODE__STATUS_OK) {
+		r = status_error(rep);
+	} else if (rep->body_case != PINBROKER__V1__REPLY__BODY_HELLO || !rep->has_seq || rep->seq != req.seq) {
+		r = set_error(-EPROTO, "unexpected answer to HELLO from %s", path);
+	} else {
+		c->page_size_bytes = rep->hello->has_page_size ? rep->hello->page_size : 0;
+		r = 0;
+	}
+	pinbroker__v1__reply__free_unpacked(rep, NULL);
+	return r;
+}
+
+static size_t cache_limit_from_env(void)
+{
+	const char *s = getenv("PINBROKER_CACHE_BYTES");
+	uint64_t v;
+
+	if (!s || parse_size(s, &v) < 0 || v > SIZE_MAX)
+		return 0;
+	return (size_t)v;
+}
+
+static void client_free(pb_client *c)
+{
+	if (c->sock >= 0)
+		close(c->sock);
+	pthread_cond_destroy(&c->cond);
+	pthread_mutex_destroy(&c->lock);
+	free(c->rxbuf);
+	free(c);
+}
+
+int pb_connect(const char *path, pb_client **ret)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	sigset_t all, old;
+	pb_client *c;
+	int r;
+
+	if (!ret)
+		return set_error(-EINVAL, "pb_connect: ret is NULL");
+	*ret = NULL;
+	if (!path || !*path)
+		path = secure_getenv(PB_SOCKET_ENV);
+	if (!path || !*path)
+		path = PB_DEFAULT_SOCKET;
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		r = set_error(-ENAMETOOLONG, "socket path too long: %s", path);
+		record_connect_failure(last_error);
+		return r;
+	}
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return set_error(-ENOMEM, "out of memory");
+	c->sock = -1;
+	c->next_seq = 1;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->cond, NULL);
+	c->cache_limit_bytes = cache_limit_from_env();
+	c->rxbuf = malloc(PB_MAX_MSG_BYTES);
+	if (!c->rxbuf) {
+		r = set_error(-ENOMEM, "out of memory");
+		goto fail;
+	}
+	c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (c->sock < 0) {
+		r = set_error(-errno, "socket: %m");
+		goto fail;
+	}
+	if (connect(c->sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		r = set_error(-errno, "no broker at %s: %m", path);
+		goto fail;
+	}
+	r = say_hello(c, path);
+	if (r < 0)
+		goto fail;
+
+	/* The receiver thread takes no signals: they belong to the application's threads. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	r = -pthread_create(&c->receiver, NULL, receiver_main, c);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (r < 0) {
+		r = set_error(r, "cannot start the receiver thread: %s", strerror(-r));
+		goto fail;
+	}
+	c->receiver_started = true;
+	record_connect_failure("");
+	*ret = c;
+	return 0;
+
+fail:
+	record_connect_failure(last_error);
+	client_free(c);
+	return r;
+}
+
+void pb_disconnect(pb_client *c)
+{
+	pb_lease *list;
+
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		bool revoking = false;
+
+		for (pb_lease *l = c->leases; l; l = l->next)
+			revoking |= l->state == LEASE_REVOKING;
+		if (!revoking)
+			break;
+		pthread_cond_wait(&c->cond, &c->lock);
+	}
+	list = c->leases;
+	c->leases = NULL;
+	c->cached_bytes = 0;
+	pthread_mutex_unlock(&c->lock);
+
+	/* Closing the socket returns every lease anyway; the explicit RELEASEs are pipelined, not awaited. */
+	while (list) {
+		pb_lease *l = list;
+
+		list = l->next;
+		if (l->state == LEASE_GONE) {
+			if (l->map_base)
+				munmap(l->map_base, l->map_bytes);
+			lease_free(l);
+		} else {
+			lease_release_now(c, l, false);
+		}
+	}
+	shutdown(c->sock, SHUT_RDWR);
+	if (c->receiver_started)
+		pthread_join(c->receiver, NULL);
+	client_free(c);
+}
+
+/* ---------------------------------------------------------------- acquire / release */
+
+/* Best fit among cached leases: big enough, at most twice the size, same CUDA and priority choice. */
+static pb_lease *cache_take(pb_client *c, size_t size, bool no_cuda, enum pb_priority prio)
+{
+	pb_lease *best = NULL;
+
+	pthread_mutex_lock(&c->lock);
+	for (pb_lease *l = c->leases; l; l = l->next) {
+		uint64_t need;
+
+		if (l->state != LEASE_CACHED || l->no_cuda != no_cuda || l->priority != prio)
+			continue;
+		need = round_up(size, l->page_size_bytes);
+		if (need == 0 || l->size_bytes < need || l->size_bytes / 2 > need)
+			continue;
+		if (!best || l->size_bytes < best->size_bytes)
+			best = l;
+	}
+	if (best) {
+		best->state = LEASE_ACTIVE;
+		c->cached_bytes -= best->size_bytes;
+		__atomic_store_n(&best->idle, 0, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return best;
+}
+
+/* Turn a granted lease (w holds the reply and all fds) into a mapped, registered pb_lease. */
+static int lease_from_reply(pb_client *c, struct waiter *w, uint32_t flags, pb_lease **ret)
+{
+	const Pinbroker__V1__Lease *ls = w->reply->lease;
+	pb_lease *l;
+	int r;
+
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return set_error(-ENOMEM, "out of memory");
+	r = map_chunks(ls, w->fds, &l->map_base, &l->map_bytes);
+	/* Mapped or not, the fds have done their job: the mapping keeps the memory. */
+	wire_close_fds(w->fds, w->nfds);
+	if (r < 0) {
+		free(l);
+		return r;
+	}
+	l->client = c;
+	l->id = ls->lease_id;
+	l->data = l->map_base;
+	l->size_bytes = ls->size;
+	l->page_size_bytes = ls->page_size;
+	l->chunks = ls->n_chunk_bytes;
+	l->hugetlb = ls->has_hugetlb ? ls->hugetlb : ls->page_size >= (2u << 20);
+	l->priority = ls->has_priority ? (enum pb_priority)ls->priority : PB_PRIORITY_NORMAL;
+	l->no_cuda = flags & PB_ACQUIRE_NO_CUDA;
+	l->kind = PB_MEM_LOCKED;
+	if (!l->no_cuda && pbcuda_available(NULL)) {
+		/* Register the whole range once; the lease is still good (locked) if the driver refuses. */
+		if (pbcuda_register(l->map_base, l->map_bytes) == 0) {
+			l->cuda_registered = true;
+			l->kind = PB_MEM_PINNED;
+		} else {
+			set_error(0, "%s", pbcuda_strerror());
+		}
+	}
+	*ret = l;
+	return 0;
+}
+
+int pb_acquire(pb_client *c, size_t size, const struct pb_acquire_opts *opts, pb_lease **ret)
+{
+	Pinbroker__V1__Acquire acq = PINBROKER__V1__ACQUIRE__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	uint32_t flags = opts ? opts->flags : 0;
+	enum pb_priority prio = opts ? opts->priority : PB_PRIORITY_NORMAL;
+	struct waiter w;
+	pb_lease *l = NULL;
+	uint64_t id;
+	bool revoked;
+	int r;
+
+	if (!ret)
+		return set_error(-EINVAL, "pb_acquire: ret is NULL");
+	*ret = NULL;
+	if (!c)
+		return set_error(-ENOTCONN, "not connected to a broker");
+	if (size == 0)
+		return set_error(-EINVAL, "cannot acquire 0 bytes");
+
+	if (!(flags & PB_ACQUIRE_NO_CACHE)) {
+		l = cache_take(c, size, flags & PB_ACQUIRE_NO_CUDA, prio);
+		if (l) {
+			/* Not awaited: this is what makes a cached re-acquire cost microseconds. */
+			send_set_idle(c, l->id, false);
+			*ret = l;
+			return 0;
+		}
+	}
+
+	acq.size = size;
+	if (flags & PB_ACQUIRE_WAIT) {
+		acq.has_flags = 1;
+		acq.flags = PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT;
+		acq.has_timeout_ms = opts->timeout_ms != 0;
+		acq.timeout_ms = opts->timeout_ms;
+	}
+	acq.has_priority = prio != PB_PRIORITY_NORMAL;
+	acq.priority = (Pinbroker__V1__Priority)prio;
+	acq.label = opts && opts->label ? (char *)opts->label : NULL;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
+	req.acquire = &acq;
+
+	r = call(c, &req, &w, true);
+	if (r < 0)
+		return r;
+	if (w.reply->status != PINBROKER__V1__STATUS_CODE__STATUS_OK) {
+		r = status_error(w.reply);
+		goto out;
+	}
+	if (w.reply->body_case != PINBROKER__V1__REPLY__BODY_LEASE) {
+		r = set_error(-EPROTO, "pinbrokerd answered ACQUIRE without a lease");
+		goto out;
+	}
+	id = w.reply->lease->lease_id;
+	r = lease_from_reply(c, &w, flags, &l);
+
+	pthread_mutex_lock(&c->lock);
+	unlink_waiter_locked(c, &w);
+	revoked = w.revoked;
+	if (r == 0 && !revoked)
+		lease_link_locked(c, l);
+	pthread_mutex_unlock(&c->lock);
+
+	if (r < 0) {
+		send_release_async(c, id);
+		goto out;
+	}
+	if (revoked) {
+		lease_release_now(c, l, true);
+		send_revoke_ack(c, id);
+		r = set_error(-EAGAIN, "lease %llu was revoked before it could be used: host memory is critical",
+			      (unsigned long long)id);
+		goto out;
+	}
+	*ret = l;
+	r = 0;
+out:
+	pthread_mutex_lock(&c->lock);
+	unlink_waiter_locked(c, &w);
+	pthread_mutex_unlock(&c->lock);
+	waiter_cleanup(&w);
+	return r;
+}
+
+static bool is_refusal(int err)
+{
+	switch (err) {
+	case -EDQUOT:
+	case -ENOSPC:
+	case -EFBIG:
+	case -EBUSY:
+	case -EAGAIN:
+	case -EINVAL:
+	case -ETIMEDOUT:
+	case -EUSERS:
+	case -ESHUTDOWN:
+	case -EACCES:
+		return true;
+	default:
+		return false;
+	}
+}
+
+pb_lease *pb_acquire_or_fallback(pb_client *c, size_t size, const struct pb_acquire_opts *opts)
+{
+	size_t page_bytes = (size_t)sysconf(_SC_PAGESIZE);
+	char reason[sizeof(connect_failure) + 64];
+	pb_lease *l = NULL;
+	uint64_t bytes;
+	int r;
+
+	if (c) {
+		last_daemon_message[0] = '\0';
+		r = pb_acquire(c, size, opts, &l);
+		if (r == 0)
+			return l;
+		if (is_refusal(r) && last_daemon_message[0] && strcmp(last_daemon_message, pb_strerror(r)) != 0)
+			snprintf(reason, sizeof(reason), "broker refused: %s (%s)", pb_strerror(r),
+				 last_daemon_message);
+		else if (is_refusal(r))
+			snprintf(reason, sizeof(reason), "broker refused: %s", pb_strerror(r));
+		else
+			snprintf(reason, sizeof(reason), "broker failed: %s", pb_last_error());
+	} else {
+		pthread_mutex_lock(&connect_failure_lock);
+		snprintf(reason, sizeof(reason), "%s", connect_failure[0] ? connect_failure : "not connected to a broker");
+		pthread_mutex_unlock(&connect_failure_lock);
+	}
+
+	bytes = round_up(size ? size : 1, page_bytes);
+	l = calloc(1, sizeof(*l));
+	if (!l || bytes == 0 || bytes > SIZE_MAX)
+		goto fail;
+	l->fallback_reason = strdup(reason);
+	if (!l->fallback_reason || posix_memalign(&l->data, page_bytes, (size_t)bytes) != 0)
+		goto fail;
+	l->kind = PB_MEM_FALLBACK;
+	l->size_bytes = (size_t)bytes;
+	l->page_size_bytes = page_bytes;
+	l->priority = opts ? opts->priority : PB_PRIORITY_NORMAL;
+	set_error(0, "using ordinary memory: %s", reason);
+	return l;
+fail:
+	if (l)
+		lease_free(l);
+	set_error(-ENOMEM, "out of memory (and no pinned memory: %s)", reason);
+	return NULL;
+}
+
+int pb_release(pb_client *c, pb_lease *l)
+{
+	if (!l)
+		return 0;
+	if (l->kind == PB_MEM_FALLBACK) {
+		free(l->data);
+		lease_free(l);
+		return 0;
+	}
+	/* The lease knows its client; c is accepted for symmetry and may be NULL. */
+	c = l->client;
+	pthread_mutex_lock(&c->lock);
+	while (l->state == LEASE_REVOKING)
+		pthread_cond_wait(&c->cond, &c->lock);
+	if (l->state == LEASE_GONE) {
+		lease_unlink_locked(c, l);
+		pthread_mutex_unlock(&c->lock);
+		if (l->map_base)
+			munmap(l->map_base, l->map_bytes);
+		lease_free(l);
+		return 0;
+	}
+	if (l->state == LEASE_CACHED) {
+		pthread_mutex_unlock(&c->lock);
+		return set_error(-EINVAL, "lease %llu released twice", (unsigned long long)l->id);
+	}
+	if (!l->revoke_pending && !c->dead && c->cached_bytes <= c->cache_limit_bytes &&
+	    l->size_bytes <= c->cache_limit_bytes - c->cached_bytes) {
+		uint64_t id = l->id;
+
+		l->state = LEASE_CACHED;
+		c->cached_bytes += l->size_bytes;
+		__atomic_store_n(&l->idle, 1, __ATOMIC_RELEASE);
+		pthread_mutex_unlock(&c->lock);
+		/* Tell the daemon it may take this one back first. */
+		send_set_idle(c, id, true);
+		return 0;
+	}
+	lease_unlink_locked(c, l);
+	pthread_mutex_unlock(&c->lock);
+	return lease_release_now(c, l, true);
+}
+
+void pb_set_cache_limit(pb_client *c, size_t bytes)
+{
+	pb_lease *evict = NULL;
+
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->cache_limit_bytes = bytes;
+	for (pb_lease *l = c->leases, *next; l && c->cached_bytes > bytes; l = next) {
+		next = l->next;
+		if (l->state != LEASE_CACHED)
+			continue;
+		c->cached_bytes -= l->size_bytes;
+		lease_unlink_locked(c, l);
+		l->next = evict;
+		evict = l;
+	}
+	pthread_mutex_unlock(&c->lock);
+	while (evict) {
+		pb_lease *l = evict;
+
+		evict = l->next;
+		lease_release_now(c, l, true);
+	}
+}
+
+void pb_set_revoke_callback(pb_client *c, pb_revoke_fn fn, void *userdata)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->revoke_fn = fn;
+	c->revoke_userdata = userdata;
+	pthread_mutex_unlock(&c->lock);
+}
+
+void pb_lease_set_idle(pb_lease *l, int idle)
+{
+	pb_client *c;
+	bool changed;
+
+	if (!l || l->kind == PB_MEM_FALLBACK)
+		return;
+	c = l->client;
+	pthread_mutex_lock(&c->lock);
+	changed = l->state == LEASE_ACTIVE &&
+		  __atomic_exchange_n(&l->idle, idle ? 1 : 0, __ATOMIC_ACQ_REL) != (idle ? 1 : 0);
+	pthread_mutex_unlock(&c->lock);
+	/* Idle leases are what the daemon revokes first; tell it only on a change. */
+	if (changed)
+		send_set_idle(c, l->id, idle != 0);
+}
+
+void *pb_lease_data(const pb_lease *l)
+{
+	return l ? __atomic_load_n(&l->data, __ATOMIC_ACQUIRE) : NULL;
+}
+
+size_t pb_lease_size(const pb_lease *l)
+{
+	return l ? l->size_bytes : 0;
+}
+
+size_t pb_lease_page_size(const pb_lease *l)
+{
+	return l ? l->page_size_bytes : 0;
+}
+
+uint64_t pb_lease_id(const pb_lease *l)
+{
+	return l ? l->id : 0;
+}
+
+enum pb_memory_kind pb_lease_kind(const pb_lease *l)
+{
+	return l ? l->kind : PB_MEM_FALLBACK;
+}
+
+int pb_lease_cuda_registered(const pb_lease *l)
+{
+	return l && l->cuda_registered;
+}
+
+int pb_lease_hugetlb(const pb_lease *l)
+{
+	return l && l->hugetlb;
+}
+
+size_t pb_lease_chunks(const pb_lease *l)
+{
+	return l ? l->chunks : 0;
+}
+
+const char *pb_lease_fallback_reason(const pb_lease *l)
+{
+	return l && l->kind == PB_MEM_FALLBACK ? l->fallback_reason : NULL;
+}
+
+int pb_cuda_available(const char **reason)
+{
+	return pbcuda_available(reason);
+}
+
+/* ---------------------------------------------------------------- status and administration */
+
+/* Send an admin or status request and check the status; *w holds the reply on success. */
+static int call_checked(pb_client *c, Request *req, struct waiter *w)
+{
+	int r;
+
+	if (!c)
+		return set_error(-ENOTCONN, "not connected to a broker");
+	r = call(c, req, w, false);
+	if (r < 0)
+		return r;
+	if (w->reply->status != PINBROKER__V1__STATUS_CODE__STATUS_OK) {
+		r = status_error(w->reply);
+		waiter_cleanup(w);
+	}
+	return r;
+}
+
+static char *xstrdup(const char *s, bool *oom)
+{
+	char *d = strdup(s ? s : "");
+
+	if (!d)
+		*oom = true;
+	return d;
+}
+
+static char *join_labels(char **labels, size_t n, bool *oom)
+{
+	size_t len = 1;
+	char *s, *p;
+
+	for (size_t i = 0; i < n; i++)
+		len += strlen(labels[i]) + 1;
+	s = p = malloc(len);
+	if (!s) {
+		*oom = true;
+		return NULL;
+	}
+	*p = '\0';
+	for (size_t i = 0; i < n; i++)
+		p += sprintf(p, "%s%s", i ? "," : "", labels[i]);
+	return s;
+}
+
+static void copy_events(Pinbroker__V1__EventInfo **src, size_t n, struct pb_event_info **dst, size_t *ndst,
+			bool *oom)
+{
+	*dst = calloc(n ? n : 1, sizeof(**dst));
+	if (!*dst) {
+		*oom = true;
+		return;
+	}
+	*ndst = n;
+	for (size_t i = 0; i < n; i++) {
+		(*dst)[i].age_ms = src[i]->age_ms;
+		(*dst)[i].text = xstrdup(src[i]->text, oom);
+	}
+}
+
+static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status **ret)
+{
+	struct pb_status *s = calloc(1, sizeof(*s));
+	bool oom = false;
+
+	if (!s)
+		return set_error(-ENOMEM, "out of memory");
+	s->schema_version = sr->schema_version;
+	s->server_version = xstrdup(sr->server_version, &oom);
+	s->budget_bytes = sr->budget_bytes;
+	s->uid_quota_bytes = sr->uid_quota_bytes;
+	s->leased_bytes = sr->leased_bytes;
+	s->pool_bytes = sr->pool_bytes;
+	s->pool_idle_bytes = sr->pool_idle_bytes;
+	s->page_size_bytes = sr->page_size_bytes;
+	s->chunk_size_bytes = sr->chunk_size_bytes;
+	s->hugetlb = sr->has_hugetlb && sr->hugetlb;
+	s->overdue_bytes = sr->has_overdue_bytes ? sr->overdue_bytes : 0;
+	s->cached_idle_bytes = sr->has_cached_idle_bytes ? sr->cached_idle_bytes : 0;
+	s->prewarm_bytes = sr->has_prewarm_bytes ? sr->prewarm_bytes : 0;
+	s->waiting_acquires = sr->has_waiting_acquires ? sr->waiting_acquires : 0;
+	s->pressure_state = xstrdup(sr->pressure_state ? sr->pressure_state : "unknown", &oom);
+	s->monitor_mode = xstrdup(sr->monitor_mode ? sr->monitor_mode : "unknown", &oom);
+	s->uptime_ms = sr->has_uptime_ms ? sr->uptime_ms : 0;
+
+	s->clients = calloc(sr->n_clients ? sr->n_clients : 1, sizeof(*s->clients));
+	if (!s->clients)
+		oom = true;
+	else
+		s->n_clients = sr->n_clients;
+	for (size_t i = 0; s->clients && i < sr->n_clients; i++) {
+		const Pinbroker__V1__ClientInfo *ci = sr->clients[i];
+		struct pb_client_info *d = &s->clients[i];
+
+		d->pid = ci->pid;
+		d->uid = ci->uid;
+		d->leases = ci->leases;
+		d->bytes = ci->bytes;
+		d->labels = join_labels(ci->labels, ci->n_labels, &oom);
+		d->name = xstrdup(ci->name, &oom);
+	}
+
+	s->leases = calloc(sr->n_leases ? sr->n_leases : 1, sizeof(*s->leases));
+	if (!s->leases)
+		oom = true;
+	else
+		s->n_leases = sr->n_leases;
+	for (size_t i = 0; s->leases && i < sr->n_leases; i++) {
+		const Pinbroker__V1__LeaseInfo *li = sr->leases[i];
+		struct pb_lease_info *d = &s->leases[i];
+
+		d->id = li->id;
+		d->pid = li->pid;
+		d->uid = li->uid;
+		d->bytes = li->bytes;
+		d->label = xstrdup(li->label, &oom);
+		d->age_ms = li->age_ms;
+		d->priority = li->has_priority ? (enum pb_priority)li->priority : PB_PRIORITY_NORMAL;
+		d->state = xstrdup(li->state ? li->state : "active", &oom);
+		d->idle_ms = li->has_idle_ms ? li->idle_ms : 0;
+		d->deadline_left_ms = li->has_deadline_left_ms ? li->deadline_left_ms : 0;
+	}
+
+	s->signals = calloc(sr->n_signals ? sr->n_signals : 1, sizeof(*s->signals));
+	if (!s->signals)
+		oom = true;
+	else
+		s->n_signals = sr->n_signals;
+	for (size_t i = 0; s->signals && i < sr->n_signals; i++) {
+		const Pinbroker__V1__SignalInfo *si = sr->signals[i];
+		struct pb_signal_info *d = &s->signals[i];
+
+		d->name = xstrdup(si->name, &oom);
+		d->value = si->value;
+		/* An absent threshold is NaN: "no threshold", which pinctl prints as null or "-". */
+		d->tight = si->has_tight ? si->tight : NAN;
+		d->critical = si->has_critical ? si->critical : NAN;
+		d->unit = xstrdup(si->unit, &oom);
+		d->available = si->has_available ? si->available : 1;
+	}
+
+	copy_events(sr->transitions, sr->n_transitions, &s->transitions, &s->n_transitions, &oom);
+	copy_events(sr->revocations, sr->n_revocations, &s->revocations, &s->n_revocations, &oom);
+	if (oom) {
+		pb_status_free(s);
+		return set_error(-ENOMEM, "out of memory");
+	}
+	*ret = s;
+	return 0;
+}
+
+int pb_status_get(pb_client *c, struct pb_status **ret)
+{
+	Pinbroker__V1__StatusRequest sreq = PINBROKER__V1__STATUS_REQUEST__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	struct waiter w;
+	int r;
+
+	if (!ret)
+		return set_error(-EINVAL, "pb_status_get: ret is NULL");
+	*ret = NULL;
+	sreq.has_include_leases = 1;
+	sreq.include_leases = 1;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_STATUS;
+	req.status = &sreq;
+	r = call_checked(c, &req, &w);
+	if (r < 0)
+		return r;
+	if (w.reply->body_case != PINBROKER__V1__REPLY__BODY_STATUS_REPLY)
+		r = set_error(-EPROTO, "pinbrokerd answered STATUS without a status");
+	else
+		r = status_convert(w.reply->status_reply, ret);
+	waiter_cleanup(&w);
+	return r;
+}
+
+static void free_events(struct pb_event_info *e, size_t n)
+{
+	for (size_t i = 0; e && i < n; i++)
+		free(e[i].text);
+	free(e);
+}
+
+void pb_status_free(struct pb_status *s)
+{
+	if (!s)
+		return;
+	free(s->server_version);
+	free(s->pressure_state);
+	free(s->monitor_mode);
+	for (size_t i = 0; s->clients && i < s->n_clients; i++) {
+		free(s->clients[i].labels);
+		free(s->clients[i].name);
+	}
+	free(s->clients);
+	for (size_t i = 0; s->leases && i < s->n_leases; i++) {
+		free(s->leases[i].label);
+		free(s->leases[i].state);
+	}
+	free(s->leases);
+	for (size_t i = 0; s->signals && i < s->n_signals; i++) {
+		free(s->signals[i].name);
+		free(s->signals[i].unit);
+	}
+	free(s->signals);
+	free_events(s->transitions, s->n_transitions);
+	free_events(s->revocations, s->n_revocations);
+	free(s);
+}
+
+int pb_admin_revoke(pb_client *c, int what, uint64_t lease_id, uint32_t uid, uint32_t deadline_ms, uint64_t **ids,
+		    size_t *n)
+{
+	Pinbroker__V1__AdminRevoke ar = PINBROKER__V1__ADMIN_REVOKE__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	const Pinbroker__V1__AdminRevokeReply *arr;
+	struct waiter w;
+	int r;
+
+	if (ids)
+		*ids = NULL;
+	if (n)
+		*n = 0;
+	switch (what) {
+	case PB_REVOKE_LEASE:
+		ar.has_lease_id = 1;
+		ar.lease_id = lease_id;
+		break;
+	case PB_REVOKE_UID:
+		ar.has_uid = 1;
+		ar.uid = uid;
+		break;
+	case PB_REVOKE_ALL:
+		ar.has_all = 1;
+		ar.all = 1;
+		break;
+	default:
+		return set_error(-EINVAL, "pb_admin_revoke: unknown target %d", what);
+	}
+	ar.has_deadline_ms = deadline_ms != 0;
+	ar.deadline_ms = deadline_ms;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE;
+	req.admin_revoke = &ar;
+	r = call_checked(c, &req, &w);
+	if (r < 0)
+		return r;
+	/* A reply without a body is an empty list: nothing matched. */
+	arr = w.reply->body_case == PINBROKER__V1__REPLY__BODY_ADMIN_REVOKE ? w.reply->admin_revoke : NULL;
+	if (arr && arr->n_lease_ids > 0 && ids) {
+		*ids = malloc(arr->n_lease_ids * sizeof(**ids));
+		if (!*ids) {
+			r = set_error(-ENOMEM, "out of memory");
+		} else {
+			memcpy(*ids, arr->lease_ids, arr->n_lease_ids * sizeof(**ids));
+		}
+	}
+	if (r == 0 && n && arr)
+		*n = arr->n_lease_ids;
+	waiter_cleanup(&w);
+	return r;
+}
+
+int pb_admin_set(pb_client *c, const char *key, const char *value)
+{
+	Pinbroker__V1__SetConfig sc = PINBROKER__V1__SET_CONFIG__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	struct waiter w;
+	int r;
+
+	if (!key || !value)
+		return set_error(-EINVAL, "pb_admin_set: key and value are required");
+	sc.key = (char *)key;
+	sc.value = (char *)value;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_SET_CONFIG;
+	req.set_config = &sc;
+	r = call_checked(c, &req, &w);
+	if (r == 0)
+		waiter_cleanup(&w);
+	return r;
+}

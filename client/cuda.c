@@ -1,0 +1,250 @@
+/* SPDX-License-Identifier: MIT */
+/* CUDA driver binding for libpinbroker: dlopen("libcuda.so.1") at run time, so the library never links CUDA. */
+#define _GNU_SOURCE
+#include "cuda.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The few driver API types and constants used here, from cuda.h (ABI-stable since CUDA 4). */
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef unsigned long long CUdeviceptr;
+
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_OUT_OF_MEMORY 2
+#define CUDA_ERROR_NOT_PERMITTED 800
+#define CUDA_ERROR_NOT_SUPPORTED 801
+#define CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED 712
+#define CU_MEMHOSTREGISTER_PORTABLE 0x01
+#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
+#define CU_MEMORYTYPE_HOST 1
+
+static struct {
+	CUresult (*init)(unsigned int flags);
+	CUresult (*device_get_count)(int *count);
+	CUresult (*device_get)(CUdevice *dev, int ordinal);
+	CUresult (*get_error_string)(CUresult r, const char **str);
+	CUresult (*mem_host_register)(void *p, size_t bytes, unsigned int flags);
+	CUresult (*mem_host_unregister)(void *p);
+	CUresult (*pointer_get_attribute)(void *data, int attribute, CUdeviceptr ptr);
+	CUresult (*ctx_get_current)(CUcontext *ctx);
+	CUresult (*ctx_push_current)(CUcontext ctx);
+	CUresult (*ctx_pop_current)(CUcontext *ctx);
+	CUresult (*primary_ctx_retain)(CUcontext *ctx, CUdevice dev);
+} cu;
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static int cuda_ok;
+static char cuda_reason[256];
+
+/* Device 0's primary context, retained on first need and kept for the life of the
+ * process: releasing it would destroy the context and every registration made in it. */
+static pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
+static CUcontext primary_ctx;
+
+static __thread char cuda_error[256];
+
+static const char *result_string(CUresult r)
+{
+	const char *s = NULL;
+
+	if (cu.get_error_string && cu.get_error_string(r, &s) == CUDA_SUCCESS && s)
+		return s;
+	return "unknown CUDA error";
+}
+
+/* Prefer the versioned entry point: cuda.h maps the plain name to it. */
+static void *sym(void *h, const char *versioned, const char *plain)
+{
+	void *p = versioned ? dlsym(h, versioned) : NULL;
+
+	return p ? p : dlsym(h, plain);
+}
+
+static void load_driver(void)
+{
+	const char *env = getenv("PINBROKER_NO_CUDA");
+	void *h;
+	int count = 0;
+	CUresult r;
+
+	if (env && *env && strcmp(env, "0") != 0) {
+		snprintf(cuda_reason, sizeof(cuda_reason), "disabled by PINBROKER_NO_CUDA");
+		return;
+	}
+	/* RTLD_LOCAL: the application's own CUDA runtime loads the same driver object; we must not
+	 * inject its symbols into the global namespace. The handle is never closed, on purpose. */
+	h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		snprintf(cuda_reason, sizeof(cuda_reason), "libcuda.so.1 not found: no NVIDIA driver on this host");
+		return;
+	}
+	*(void **)&cu.init = sym(h, NULL, "cuInit");
+	*(void **)&cu.device_get_count = sym(h, NULL, "cuDeviceGetCount");
+	*(void **)&cu.device_get = sym(h, NULL, "cuDeviceGet");
+	*(void **)&cu.get_error_string = sym(h, NULL, "cuGetErrorString");
+	*(void **)&cu.mem_host_register = sym(h, "cuMemHostRegister_v2", "cuMemHostRegister");
+	*(void **)&cu.mem_host_unregister = sym(h, NULL, "cuMemHostUnregister");
+	*(void **)&cu.pointer_get_attribute = sym(h, NULL, "cuPointerGetAttribute");
+	*(void **)&cu.ctx_get_current = sym(h, NULL, "cuCtxGetCurrent");
+	*(void **)&cu.ctx_push_current = sym(h, "cuCtxPushCurrent_v2", "cuCtxPushCurrent");
+	*(void **)&cu.ctx_pop_current = sym(h, "cuCtxPopCurrent_v2", "cuCtxPopCurrent");
+	*(void **)&cu.primary_ctx_retain = sym(h, NULL, "cuDevicePrimaryCtxRetain");
+	if (!cu.init || !cu.device_get_count || !cu.device_get || !cu.mem_host_register ||
+	    !cu.mem_host_unregister || !cu.ctx_get_current || !cu.ctx_push_current || !cu.ctx_pop_current ||
+	    !cu.primary_ctx_retain) {
+		snprintf(cuda_reason, sizeof(cuda_reason), "libcuda.so.1 lacks a required entry point: %s",
+			 dlerror() ?: "driver too old");
+		return;
+	}
+	r = cu.init(0);
+	if (r != CUDA_SUCCESS) {
+		snprintf(cuda_reason, sizeof(cuda_reason), "cuInit failed: %s (%d)", result_string(r), r);
+		return;
+	}
+	r = cu.device_get_count(&count);
+	if (r != CUDA_SUCCESS || count <= 0) {
+		snprintf(cuda_reason, sizeof(cuda_reason), "no CUDA devices");
+		return;
+	}
+	cuda_ok = 1;
+}
+
+int pbcuda_available(const char **reason)
+{
+	pthread_once(&init_once, load_driver);
+	if (reason)
+		*reason = cuda_ok ? NULL : cuda_reason;
+	return cuda_ok;
+}
+
+static int result_to_errno(CUresult r)
+{
+	switch (r) {
+	case CUDA_ERROR_OUT_OF_MEMORY:
+		return -ENOMEM;
+	case CUDA_ERROR_INVALID_VALUE:
+		return -EINVAL;
+	case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
+		return -EEXIST;
+	case CUDA_ERROR_NOT_SUPPORTED:
+		return -EOPNOTSUPP;
+	case CUDA_ERROR_NOT_PERMITTED:
+		return -EPERM;
+	default:
+		return -EIO;
+	}
+}
+
+/*
+ * The driver API acts on the calling thread's current context. An application
+ * thread that has not touched CUDA has none, so borrow device 0's primary
+ * context, which is the one the CUDA runtime (and PyTorch) uses, for the call.
+ * Returns 1 when a context was pushed and must be popped, 0 when the thread's
+ * own was used, or a negative errno.
+ */
+static int enter_context(void)
+{
+	CUcontext cur = NULL;
+	CUresult r;
+
+	if (cu.ctx_get_current(&cur) == CUDA_SUCCESS && cur)
+		return 0;
+	pthread_mutex_lock(&primary_lock);
+	if (!primary_ctx) {
+		CUdevice dev;
+
+		r = cu.device_get(&dev, 0);
+		if (r == CUDA_SUCCESS)
+			r = cu.primary_ctx_retain(&primary_ctx, dev);
+		if (r != CUDA_SUCCESS) {
+			primary_ctx = NULL;
+			pthread_mutex_unlock(&primary_lock);
+			snprintf(cuda_error, sizeof(cuda_error), "cuDevicePrimaryCtxRetain failed: %s",
+				 result_string(r));
+			return result_to_errno(r);
+		}
+	}
+	cur = primary_ctx;
+	pthread_mutex_unlock(&primary_lock);
+	r = cu.ctx_push_current(cur);
+	if (r != CUDA_SUCCESS) {
+		snprintf(cuda_error, sizeof(cuda_error), "cuCtxPushCurrent failed: %s", result_string(r));
+		return result_to_errno(r);
+	}
+	return 1;
+}
+
+static void leave_context(int pushed)
+{
+	CUcontext dummy;
+
+	if (pushed == 1)
+		cu.ctx_pop_current(&dummy);
+}
+
+int pbcuda_register(void *p, size_t bytes)
+{
+	const char *reason;
+	CUresult r;
+	int pushed;
+
+	if (!pbcuda_available(&reason)) {
+		snprintf(cuda_error, sizeof(cuda_error), "%s", reason);
+		return -ENODEV;
+	}
+	pushed = enter_context();
+	if (pushed < 0)
+		return pushed;
+	/* PORTABLE: every context in this process sees the range as pinned, not just this one. */
+	r = cu.mem_host_register(p, bytes, CU_MEMHOSTREGISTER_PORTABLE);
+	leave_context(pushed);
+	if (r != CUDA_SUCCESS) {
+		snprintf(cuda_error, sizeof(cuda_error), "cuMemHostRegister failed: %s (%d)", result_string(r), r);
+		return result_to_errno(r);
+	}
+	return 0;
+}
+
+void pbcuda_unregister(void *p)
+{
+	int pushed;
+
+	if (!pbcuda_available(NULL))
+		return;
+	pushed = enter_context();
+	if (pushed < 0)
+		return;
+	cu.mem_host_unregister(p);
+	leave_context(pushed);
+}
+
+int pbcuda_is_registered(const void *p)
+{
+	unsigned int type = 0;
+	int pushed, ok;
+
+	if (!pbcuda_available(NULL) || !cu.pointer_get_attribute)
+		return 0;
+	pushed = enter_context();
+	if (pushed < 0)
+		return 0;
+	ok = cu.pointer_get_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)p) ==
+		     CUDA_SUCCESS &&
+	     type == CU_MEMORYTYPE_HOST;
+	leave_context(pushed);
+	return ok;
+}
+
+const char *pbcuda_strerror(void)
+{
+	return cuda_error[0] ? cuda_error : "no CUDA error";
+}

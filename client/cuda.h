@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+/* libpinbroker's run-time binding to the CUDA driver (dlopen of libcuda.so.1): internal, never exported. */
+#pragma once
+
+#include <stddef.h>
+
+/*
+ * Load and initialise the driver once per process. Returns 1 when memory can
+ * be registered here, else 0 with *reason (static text, may be NULL) saying
+ * why: no driver, cuInit failed, no devices, or PINBROKER_NO_CUDA=1.
+ */
+int pbcuda_available(const char **reason);
+
+/*
+ * cuMemHostRegister(PORTABLE) the range [p, p + bytes). Works whether or not
+ * the calling thread has a current context (it borrows device 0's primary
+ * context otherwise). Returns 0 or a negative errno; pbcuda_strerror() then
+ * says what the driver answered.
+ */
+int pbcuda_register(void *p, size_t bytes);
+
+/* Undo pbcuda_register(p, ...). Failures are ignored: the range is unmapped next anyway. */
+void pbcuda_unregister(void *p);
+
+/* 1 when the driver knows p as registered host memory, 0 otherwise (for tests and diagnostics). */
+int pbcuda_is_registered(const void *p);
+
+/* The calling thread's message for its last failed pbcuda_register(). Never NULL. */
+const char *pbcuda_strerror(void);

@@ -1,0 +1,806 @@
+/* SPDX-License-Identifier: MIT */
+/* pinctl: inspect and administer pinbrokerd (status, leases, acquire, revoke, set), through libpinbroker only. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pinbroker.h"
+#include "util.h"
+#include "wire.h"
+
+#define EXIT_USAGE 2
+#define JSON_SCHEMA_VERSION 1
+
+static const char *socket_path; /* as given; NULL means libpinbroker's default */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: pinctl [--socket PATH] COMMAND [ARGS]\n"
+		"\n"
+		"Commands:\n"
+		"  status [--json]                   budget, pool, pressure signals and clients\n"
+		"  leases [--json]                   every lease on the host\n"
+		"  acquire SIZE [--hold SECONDS] [--label L] [--priority normal|critical|best-effort]\n"
+		"          [--wait MS]               borrow SIZE (e.g. 64M, 1G), touch it, hold, release\n"
+		"  revoke LEASE | --uid UID | --all [--deadline MS]\n"
+		"                                    ask clients to give leases back (admin)\n"
+		"  set KEY VALUE                     change a reloadable daemon setting (admin)\n"
+		"  help                              this text\n"
+		"\n"
+		"Options:\n"
+		"  --socket PATH   daemon socket (default $%s, else %s)\n"
+		"  --version       print the version\n"
+		"\n"
+		"Exit status: 0 success, 1 error, 2 usage.\n",
+		PB_SOCKET_ENV, PB_DEFAULT_SOCKET);
+}
+
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "pinctl: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n\n");
+	usage(stderr);
+	return EXIT_USAGE;
+}
+
+static const char *effective_socket(void)
+{
+	const char *p = socket_path;
+
+	if (!p || !*p)
+		p = getenv(PB_SOCKET_ENV);
+	return p && *p ? p : PB_DEFAULT_SOCKET;
+}
+
+static pb_client *connect_or_explain(void)
+{
+	const char *path = effective_socket();
+	pb_client *c;
+	int r;
+
+	r = pb_connect(path, &c);
+	if (r == 0)
+		return c;
+	switch (r) {
+	case -ENOENT:
+	case -ECONNREFUSED:
+		fprintf(stderr,
+			"pinctl: cannot connect to %s: %s\n"
+			"Is pinbrokerd running? Try: systemctl start pinbrokerd.socket\n",
+			path, strerror(-r));
+		break;
+	case -EACCES:
+		fprintf(stderr,
+			"pinctl: cannot connect to %s: %s\n"
+			"The socket is group pinbroker, mode 0660: add yourself to that group (then log in again).\n",
+			path, strerror(-r));
+		break;
+	case -EPROTONOSUPPORT:
+		fprintf(stderr, "pinctl: %s\nUse the pinctl that came with this pinbrokerd.\n", pb_last_error());
+		break;
+	default:
+		fprintf(stderr, "pinctl: cannot connect to %s: %s\n", path, pb_last_error());
+		break;
+	}
+	return NULL;
+}
+
+/* A failed request: the daemon's words, plus what to do where there is something to do. */
+static int report_failure(const char *what, int r)
+{
+	fprintf(stderr, "pinctl: %s: %s\n", what, pb_last_error());
+	if (r == -EACCES)
+		fprintf(stderr, "This needs root or membership in pinbrokerd's admin group.\n");
+	else if (r == -ECONNRESET)
+		fprintf(stderr, "pinbrokerd went away; check: journalctl -u pinbrokerd\n");
+	return EXIT_FAILURE;
+}
+
+/* ---------------------------------------------------------------- formatting */
+
+static const char *size_str(uint64_t bytes, char *buf, size_t len)
+{
+	return format_size(bytes, buf, len);
+}
+
+static const char *duration_str(uint64_t ms, char *buf, size_t len)
+{
+	uint64_t s = ms / 1000;
+
+	if (ms < 1000)
+		snprintf(buf, len, "%" PRIu64 " ms", ms);
+	else if (s < 60)
+		snprintf(buf, len, "%.1f s", (double)ms / 1000.0);
+	else if (s < 3600)
+		snprintf(buf, len, "%" PRIu64 "m %02" PRIu64 "s", s / 60, s % 60);
+	else if (s < 86400)
+		snprintf(buf, len, "%" PRIu64 "h %02" PRIu64 "m", s / 3600, (s / 60) % 60);
+	else
+		snprintf(buf, len, "%" PRIu64 "d %02" PRIu64 "h", s / 86400, (s / 3600) % 24);
+	return buf;
+}
+
+static const char *priority_name(enum pb_priority p)
+{
+	switch (p) {
+	case PB_PRIORITY_CRITICAL:
+		return "critical";
+	case PB_PRIORITY_BEST_EFFORT:
+		return "best-effort";
+	case PB_PRIORITY_NORMAL:
+	default:
+		return "normal";
+	}
+}
+
+static int parse_priority(const char *s, enum pb_priority *ret)
+{
+	if (strcmp(s, "normal") == 0)
+		*ret = PB_PRIORITY_NORMAL;
+	else if (strcmp(s, "critical") == 0)
+		*ret = PB_PRIORITY_CRITICAL;
+	else if (strcmp(s, "best-effort") == 0 || strcmp(s, "best_effort") == 0)
+		*ret = PB_PRIORITY_BEST_EFFORT;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+/* A whole decimal number in [0, max]. */
+static int parse_u64(const char *s, uint64_t max, uint64_t *ret)
+{
+	unsigned long long v;
+	char *end;
+
+	if (!s || *s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v > max)
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
+static const char *threshold_str(double v, char *buf, size_t len)
+{
+	if (isnan(v))
+		return "-";
+	snprintf(buf, len, "%.4g", v);
+	return buf;
+}
+
+/* ---------------------------------------------------------------- JSON, written by hand */
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+		switch (*p) {
+		case '"':
+			fputs("\\\"", f);
+			break;
+		case '\\':
+			fputs("\\\\", f);
+			break;
+		case '\n':
+			fputs("\\n", f);
+			break;
+		case '\r':
+			fputs("\\r", f);
+			break;
+		case '\t':
+			fputs("\\t", f);
+			break;
+		default:
+			if (*p < 0x20 || *p == 0x7f)
+				fprintf(f, "\\u%04x", *p);
+			else
+				fputc(*p, f);
+		}
+	}
+	fputc('"', f);
+}
+
+/* JSON has no NaN or infinity: an absent threshold is null. */
+static void json_double(FILE *f, double v)
+{
+	if (!isfinite(v))
+		fputs("null", f);
+	else
+		fprintf(f, "%.15g", v);
+}
+
+static void json_key(FILE *f, const char *k)
+{
+	json_str(f, k);
+	fputc(':', f);
+}
+
+static void json_u64(FILE *f, const char *k, uint64_t v, bool comma)
+{
+	json_key(f, k);
+	fprintf(f, "%" PRIu64 "%s", v, comma ? "," : "");
+}
+
+static void json_events(FILE *f, const char *k, const struct pb_event_info *e, size_t n)
+{
+	json_key(f, k);
+	fputc('[', f);
+	for (size_t i = 0; i < n; i++) {
+		fprintf(f, "%s{", i ? "," : "");
+		json_u64(f, "age_ms", e[i].age_ms, true);
+		json_key(f, "text");
+		json_str(f, e[i].text);
+		fputc('}', f);
+	}
+	fputc(']', f);
+}
+
+/* Labels travel comma-joined in pb_client_info; JSON gets them back as an array. */
+static void json_labels(FILE *f, const char *joined)
+{
+	const char *p = joined ? joined : "";
+	bool first = true;
+
+	fputc('[', f);
+	while (*p) {
+		const char *comma = strchr(p, ',');
+		size_t n = comma ? (size_t)(comma - p) : strlen(p);
+		char *one = strndup(p, n);
+
+		if (!first)
+			fputc(',', f);
+		json_str(f, one);
+		free(one);
+		first = false;
+		p += n;
+		if (*p == ',')
+			p++;
+	}
+	fputc(']', f);
+}
+
+static void json_leases(FILE *f, const struct pb_status *s)
+{
+	json_key(f, "leases");
+	fputc('[', f);
+	for (size_t i = 0; i < s->n_leases; i++) {
+		const struct pb_lease_info *l = &s->leases[i];
+
+		fprintf(f, "%s{", i ? "," : "");
+		json_u64(f, "id", l->id, true);
+		json_key(f, "pid");
+		fprintf(f, "%" PRId32 ",", l->pid);
+		json_u64(f, "uid", l->uid, true);
+		json_u64(f, "bytes", l->bytes, true);
+		json_key(f, "label");
+		json_str(f, l->label);
+		fputc(',', f);
+		json_u64(f, "age_ms", l->age_ms, true);
+		json_key(f, "priority");
+		json_str(f, priority_name(l->priority));
+		fputc(',', f);
+		json_key(f, "state");
+		json_str(f, l->state);
+		fputc(',', f);
+		json_u64(f, "idle_ms", l->idle_ms, true);
+		json_key(f, "deadline_left_ms");
+		fprintf(f, "%" PRId64 "}", l->deadline_left_ms);
+	}
+	fputc(']', f);
+}
+
+static void status_json(FILE *f, const struct pb_status *s)
+{
+	fputc('{', f);
+	json_u64(f, "schema_version", JSON_SCHEMA_VERSION, true);
+	json_key(f, "version");
+	json_str(f, s->server_version);
+	fputc(',', f);
+	json_u64(f, "budget_bytes", s->budget_bytes, true);
+	json_u64(f, "uid_quota_bytes", s->uid_quota_bytes, true);
+	json_u64(f, "leased_bytes", s->leased_bytes, true);
+	json_u64(f, "pool_bytes", s->pool_bytes, true);
+	json_u64(f, "pool_idle_bytes", s->pool_idle_bytes, true);
+	json_u64(f, "free_bytes", s->budget_bytes > s->leased_bytes ? s->budget_bytes - s->leased_bytes : 0, true);
+	json_u64(f, "page_size_bytes", s->page_size_bytes, true);
+	json_u64(f, "chunk_size_bytes", s->chunk_size_bytes, true);
+	json_key(f, "hugetlb");
+	fputs(s->hugetlb ? "true," : "false,", f);
+	json_u64(f, "overdue_bytes", s->overdue_bytes, true);
+	json_u64(f, "cached_idle_bytes", s->cached_idle_bytes, true);
+	json_u64(f, "prewarm_bytes", s->prewarm_bytes, true);
+	json_u64(f, "waiting_acquires", s->waiting_acquires, true);
+	json_key(f, "pressure_state");
+	json_str(f, s->pressure_state);
+	fputc(',', f);
+	json_key(f, "monitor_mode");
+	json_str(f, s->monitor_mode);
+	fputc(',', f);
+	json_u64(f, "uptime_ms", s->uptime_ms, true);
+
+	json_key(f, "signals");
+	fputc('[', f);
+	for (size_t i = 0; i < s->n_signals; i++) {
+		const struct pb_signal_info *g = &s->signals[i];
+
+		fprintf(f, "%s{", i ? "," : "");
+		json_key(f, "name");
+		json_str(f, g->name);
+		fputc(',', f);
+		json_key(f, "value");
+		json_double(f, g->value);
+		fputc(',', f);
+		json_key(f, "tight");
+		json_double(f, g->tight);
+		fputc(',', f);
+		json_key(f, "critical");
+		json_double(f, g->critical);
+		fputc(',', f);
+		json_key(f, "unit");
+		json_str(f, g->unit);
+		fputc(',', f);
+		json_key(f, "available");
+		fputs(g->available ? "true}" : "false}", f);
+	}
+	fputs("],", f);
+	json_events(f, "transitions", s->transitions, s->n_transitions);
+	fputc(',', f);
+	json_events(f, "revocations", s->revocations, s->n_revocations);
+	fputc(',', f);
+
+	json_key(f, "clients");
+	fputc('[', f);
+	for (size_t i = 0; i < s->n_clients; i++) {
+		const struct pb_client_info *ci = &s->clients[i];
+
+		fprintf(f, "%s{", i ? "," : "");
+		json_key(f, "pid");
+		fprintf(f, "%" PRId32 ",", ci->pid);
+		json_u64(f, "uid", ci->uid, true);
+		json_key(f, "name");
+		json_str(f, ci->name);
+		fputc(',', f);
+		json_u64(f, "leases", ci->leases, true);
+		json_u64(f, "bytes", ci->bytes, true);
+		json_key(f, "labels");
+		json_labels(f, ci->labels);
+		fputc('}', f);
+	}
+	fputs("],", f);
+	json_leases(f, s);
+	fputs("}\n", f);
+}
+
+/* ---------------------------------------------------------------- human output */
+
+static void print_events(const char *title, const struct pb_event_info *e, size_t n)
+{
+	char age[32];
+
+	printf("%s:%s\n", title, n ? "" : " none");
+	for (size_t i = 0; i < n; i++)
+		printf("  %10s ago  %s\n", duration_str(e[i].age_ms, age, sizeof(age)), e[i].text);
+}
+
+static void print_leases_table(const struct pb_status *s)
+{
+	char sz[32], age[32];
+
+	printf("%-8s %-8s %-6s %-10s %-11s %-9s %-10s %s\n", "ID", "PID", "UID", "BYTES", "PRIORITY", "STATE", "AGE",
+	       "LABEL");
+	for (size_t i = 0; i < s->n_leases; i++) {
+		const struct pb_lease_info *l = &s->leases[i];
+
+		printf("%-8" PRIu64 " %-8" PRId32 " %-6" PRIu32 " %-10s %-11s %-9s %-10s %s\n", l->id, l->pid, l->uid,
+		       size_str(l->bytes, sz, sizeof(sz)), priority_name(l->priority), l->state,
+		       duration_str(l->age_ms, age, sizeof(age)), l->label);
+	}
+}
+
+static void status_human(const struct pb_status *s)
+{
+	char a[32], b[32], c[32], d[32];
+
+	printf("pinbrokerd %s, up %s\n", s->server_version[0] ? s->server_version : "(unknown version)",
+	       duration_str(s->uptime_ms, a, sizeof(a)));
+	printf("state:        %s (monitor: %s)\n", s->pressure_state, s->monitor_mode);
+	printf("budget:       %s (uid quota %s)\n", size_str(s->budget_bytes, a, sizeof(a)),
+	       size_str(s->uid_quota_bytes, b, sizeof(b)));
+	printf("leased:       %s, free %s, overdue %s, cached idle %s\n", size_str(s->leased_bytes, a, sizeof(a)),
+	       size_str(s->budget_bytes > s->leased_bytes ? s->budget_bytes - s->leased_bytes : 0, b, sizeof(b)),
+	       size_str(s->overdue_bytes, c, sizeof(c)), size_str(s->cached_idle_bytes, d, sizeof(d)));
+	printf("pool:         %s resident, %s idle (prewarm %s)\n", size_str(s->pool_bytes, a, sizeof(a)),
+	       size_str(s->pool_idle_bytes, b, sizeof(b)), size_str(s->prewarm_bytes, c, sizeof(c)));
+	printf("pages:        page %s, chunk %s, hugetlb %s\n", size_str(s->page_size_bytes, a, sizeof(a)),
+	       size_str(s->chunk_size_bytes, b, sizeof(b)), s->hugetlb ? "yes" : "no");
+	printf("waiting:      %" PRIu32 " acquire%s\n", s->waiting_acquires, s->waiting_acquires == 1 ? "" : "s");
+
+	printf("signals:%s\n", s->n_signals ? "" : " none");
+	if (s->n_signals)
+		printf("  %-24s %12s %12s %12s  %s\n", "NAME", "VALUE", "TIGHT", "CRITICAL", "UNIT");
+	for (size_t i = 0; i < s->n_signals; i++) {
+		const struct pb_signal_info *g = &s->signals[i];
+
+		if (g->available)
+			snprintf(a, sizeof(a), "%.4g", g->value);
+		else
+			snprintf(a, sizeof(a), "n/a");
+		printf("  %-24s %12s %12s %12s  %s\n", g->name, a, threshold_str(g->tight, b, sizeof(b)),
+		       threshold_str(g->critical, c, sizeof(c)), g->unit);
+	}
+	print_events("transitions", s->transitions, s->n_transitions);
+	print_events("revocations", s->revocations, s->n_revocations);
+
+	printf("\n%-8s %-6s %-6s %-10s %s\n", "PID", "UID", "LEASES", "BYTES", "LABELS");
+	for (size_t i = 0; i < s->n_clients; i++) {
+		const struct pb_client_info *ci = &s->clients[i];
+
+		printf("%-8" PRId32 " %-6" PRIu32 " %-6" PRIu32 " %-10s %s\n", ci->pid, ci->uid, ci->leases,
+		       size_str(ci->bytes, a, sizeof(a)), ci->labels[0] ? ci->labels : "-");
+	}
+}
+
+/* ---------------------------------------------------------------- commands */
+
+/* status and leases share one request: the daemon's STATUS carries the lease list. */
+static int cmd_status_or_leases(int argc, char **argv, bool leases_only)
+{
+	static const struct option opts[] = { { "json", no_argument, NULL, 'j' }, { NULL, 0, NULL, 0 } };
+	struct pb_status *s;
+	bool json = false;
+	pb_client *c;
+	int o, r;
+
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (o != 'j')
+			return usage_error("%s: unknown option", argv[0]);
+		json = true;
+	}
+	if (optind != argc)
+		return usage_error("%s takes no arguments", argv[0]);
+	c = connect_or_explain();
+	if (!c)
+		return EXIT_FAILURE;
+	r = pb_status_get(c, &s);
+	pb_disconnect(c);
+	if (r < 0)
+		return report_failure("status", r);
+	if (json && leases_only) {
+		fputc('{', stdout);
+		json_u64(stdout, "schema_version", JSON_SCHEMA_VERSION, true);
+		json_leases(stdout, s);
+		fputs("}\n", stdout);
+	} else if (json) {
+		status_json(stdout, s);
+	} else if (leases_only) {
+		print_leases_table(s);
+	} else {
+		status_human(s);
+	}
+	pb_status_free(s);
+	return fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+static int cmd_status(int argc, char **argv)
+{
+	return cmd_status_or_leases(argc, argv, false);
+}
+
+static int cmd_leases(int argc, char **argv)
+{
+	return cmd_status_or_leases(argc, argv, true);
+}
+
+static pthread_t main_thread;
+
+/* On the library's receiver thread: wake the main thread, which releases. */
+static int on_revoke(pb_client *c, pb_lease *l, uint32_t deadline_ms, void *userdata)
+{
+	fprintf(stderr, "pinctl: pinbrokerd revoked lease %" PRIu64 " (deadline %" PRIu32 " ms): releasing\n",
+		pb_lease_id(l), deadline_ms);
+	pthread_kill(main_thread, SIGUSR1);
+	return 0;
+}
+
+static void touch_pages(void *data, size_t size, size_t page_bytes)
+{
+	volatile uint8_t *p = data;
+
+	for (size_t off = 0; off < size; off += page_bytes)
+		p[off] = 1;
+}
+
+static void describe_memory(const pb_lease *l, char *buf, size_t len)
+{
+	const char *reason = NULL;
+
+	switch (pb_lease_kind(l)) {
+	case PB_MEM_PINNED:
+		snprintf(buf, len, "locked, CUDA-registered");
+		break;
+	case PB_MEM_LOCKED:
+		if (!pb_cuda_available(&reason))
+			snprintf(buf, len, "locked, not CUDA-registered (%s)", reason ? reason : "no CUDA");
+		else
+			snprintf(buf, len, "locked, not CUDA-registered (%s)", pb_last_error());
+		break;
+	case PB_MEM_FALLBACK:
+	default:
+		snprintf(buf, len, "ordinary memory (%s)", pb_lease_fallback_reason(l));
+		break;
+	}
+}
+
+/* Hold until the time is up, SIGINT/SIGTERM, or a revoke. Returns the signal, or 0 at timeout. */
+static int hold(double seconds, const sigset_t *set)
+{
+	struct timespec ts;
+	int sig;
+
+	if (seconds <= 0)
+		return 0;
+	if (isinf(seconds)) {
+		do
+			sig = sigwaitinfo(set, NULL);
+		while (sig < 0 && errno == EINTR);
+		return sig < 0 ? 0 : sig;
+	}
+	ts.tv_sec = (time_t)seconds;
+	ts.tv_nsec = (long)((seconds - (double)ts.tv_sec) * 1e9);
+	do
+		sig = sigtimedwait(set, NULL, &ts);
+	while (sig < 0 && errno == EINTR);
+	return sig < 0 ? 0 : sig;
+}
+
+static int cmd_acquire(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "hold", required_argument, NULL, 'h' },     { "label", required_argument, NULL, 'l' },
+		{ "priority", required_argument, NULL, 'p' }, { "wait", required_argument, NULL, 'w' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct pb_acquire_opts ao = { .priority = PB_PRIORITY_NORMAL };
+	char sz[32], pg[32], mem[400];
+	double hold_s = 0;
+	uint64_t size, t0, t1, t2, wait_ms;
+	sigset_t set;
+	pb_client *c;
+	pb_lease *l;
+	int o, r, sig, ret = EXIT_SUCCESS;
+
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		char *end;
+
+		switch (o) {
+		case 'h':
+			errno = 0;
+			hold_s = strtod(optarg, &end);
+			if (errno || *end || isnan(hold_s) || hold_s < 0)
+				return usage_error("--hold: not a number of seconds: %s", optarg);
+			break;
+		case 'l':
+			ao.label = optarg;
+			break;
+		case 'p':
+			if (parse_priority(optarg, &ao.priority) < 0)
+				return usage_error("--priority: expected normal, critical or best-effort, not %s",
+						   optarg);
+			break;
+		case 'w':
+			if (parse_u64(optarg, UINT32_MAX, &wait_ms) < 0)
+				return usage_error("--wait: not a number of milliseconds: %s", optarg);
+			ao.flags |= PB_ACQUIRE_WAIT;
+			ao.timeout_ms = (uint32_t)wait_ms;
+			break;
+		default:
+			return usage_error("%s: unknown option", "acquire");
+		}
+	}
+	if (optind + 1 != argc)
+		return usage_error("%s: expected one SIZE", "acquire");
+	if (parse_size(argv[optind], &size) < 0 || size == 0 || size > SIZE_MAX)
+		return usage_error("acquire: not a size: %s (examples: 4096, 64M, 1G)", argv[optind]);
+
+	/* Signals are taken synchronously by hold(); block them before any thread exists. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	main_thread = pthread_self();
+
+	c = connect_or_explain();
+	if (!c)
+		return EXIT_FAILURE;
+	pb_set_revoke_callback(c, on_revoke, NULL);
+	t0 = now_us();
+	r = pb_acquire(c, (size_t)size, &ao, &l);
+	t1 = now_us();
+	if (r < 0) {
+		fprintf(stderr, "pinctl: acquire %s: refused: %s\n", size_str(size, sz, sizeof(sz)), pb_last_error());
+		if (r == -EDQUOT || r == -ENOSPC || r == -EBUSY || r == -EAGAIN)
+			fprintf(stderr, "See what holds the memory: pinctl status\n");
+		else if (r == -EFBIG)
+			fprintf(stderr, "The budget or uid quota is smaller than that: pinctl status\n");
+		pb_disconnect(c);
+		return EXIT_FAILURE;
+	}
+	describe_memory(l, mem, sizeof(mem));
+	touch_pages(pb_lease_data(l), pb_lease_size(l), pb_lease_page_size(l));
+	t2 = now_us();
+	printf("lease %" PRIu64 ": %s (%zu bytes) in %zu chunk%s, page %s, %s; acquired+mapped in %.2f ms, "
+	       "touched in %.2f ms\n",
+	       pb_lease_id(l), size_str(pb_lease_size(l), sz, sizeof(sz)), pb_lease_size(l), pb_lease_chunks(l),
+	       pb_lease_chunks(l) == 1 ? "" : "s", size_str(pb_lease_page_size(l), pg, sizeof(pg)), mem,
+	       (double)(t1 - t0) / 1000.0, (double)(t2 - t1) / 1000.0);
+	fflush(stdout);
+
+	sig = hold(hold_s, &set);
+	if (sig == SIGINT || sig == SIGTERM)
+		printf("%s: releasing\n", strsignal(sig));
+	r = pb_release(c, l);
+	if (r < 0) {
+		fprintf(stderr, "pinctl: release: %s\n", pb_last_error());
+		ret = EXIT_FAILURE;
+	} else {
+		printf("released\n");
+	}
+	pb_disconnect(c);
+	return ret;
+}
+
+static int cmd_revoke(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "uid", required_argument, NULL, 'u' },
+		{ "all", no_argument, NULL, 'a' },
+		{ "deadline", required_argument, NULL, 'd' },
+		{ NULL, 0, NULL, 0 },
+	};
+	uint64_t lease_id = 0, uid = 0, deadline_ms = 0, *ids = NULL;
+	int what = -1, o, r, targets = 0;
+	size_t n = 0;
+	pb_client *c;
+
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (o) {
+		case 'u':
+			if (parse_u64(optarg, UINT32_MAX, &uid) < 0)
+				return usage_error("--uid: not a uid: %s", optarg);
+			what = PB_REVOKE_UID;
+			targets++;
+			break;
+		case 'a':
+			what = PB_REVOKE_ALL;
+			targets++;
+			break;
+		case 'd':
+			if (parse_u64(optarg, UINT32_MAX, &deadline_ms) < 0)
+				return usage_error("--deadline: not a number of milliseconds: %s", optarg);
+			break;
+		default:
+			return usage_error("%s: unknown option", "revoke");
+		}
+	}
+	if (optind < argc) {
+		if (optind + 1 != argc || parse_u64(argv[optind], UINT64_MAX, &lease_id) < 0 || lease_id == 0)
+			return usage_error("revoke: not a lease id: %s", argv[optind]);
+		what = PB_REVOKE_LEASE;
+		targets++;
+	}
+	if (targets != 1)
+		return usage_error("%s: give exactly one of LEASE, --uid UID or --all", "revoke");
+
+	c = connect_or_explain();
+	if (!c)
+		return EXIT_FAILURE;
+	r = pb_admin_revoke(c, what, lease_id, (uint32_t)uid, (uint32_t)deadline_ms, &ids, &n);
+	pb_disconnect(c);
+	if (r < 0)
+		return report_failure("revoke", r);
+	if (n == 0) {
+		printf("no lease matched\n");
+	} else {
+		printf("revoking %zu lease%s:", n, n == 1 ? "" : "s");
+		for (size_t i = 0; i < n; i++)
+			printf(" %" PRIu64, ids[i]);
+		printf("\n");
+	}
+	free(ids);
+	return EXIT_SUCCESS;
+}
+
+static int cmd_set(int argc, char **argv)
+{
+	pb_client *c;
+	int r;
+
+	if (argc != 3)
+		return usage_error("%s: expected KEY VALUE", "set");
+	c = connect_or_explain();
+	if (!c)
+		return EXIT_FAILURE;
+	r = pb_admin_set(c, argv[1], argv[2]);
+	pb_disconnect(c);
+	if (r < 0)
+		return report_failure("set", r);
+	printf("%s = %s\n", argv[1], argv[2]);
+	return EXIT_SUCCESS;
+}
+
+static int cmd_help(int argc, char **argv)
+{
+	usage(stdout);
+	return EXIT_SUCCESS;
+}
+
+static const struct command {
+	const char *name;
+	int (*run)(int argc, char **argv);
+} commands[] = {
+	{ "status", cmd_status }, { "leases", cmd_leases }, { "acquire", cmd_acquire },
+	{ "revoke", cmd_revoke }, { "set", cmd_set },       { "help", cmd_help },
+};
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int o;
+
+	/* "+": stop at the command, whose own options are parsed by the command. */
+	while ((o = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+		switch (o) {
+		case 's':
+			socket_path = optarg;
+			break;
+		case 'V':
+			printf("pinctl %s\n", PINBROKER_VERSION);
+			return EXIT_SUCCESS;
+		case 'h':
+			usage(stdout);
+			return EXIT_SUCCESS;
+		default:
+			usage(stderr);
+			return EXIT_USAGE;
+		}
+	}
+	if (optind >= argc) {
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		if (strcmp(argv[optind], commands[i].name) == 0) {
+			char **sub = argv + optind;
+			int n = argc - optind;
+
+			optind = 0; /* full getopt re-initialisation for the command's own options */
+			return commands[i].run(n, sub);
+		}
+	}
+	return usage_error("unknown command: %s", argv[optind]);
+}
