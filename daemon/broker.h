@@ -15,6 +15,7 @@ struct config;
 struct pressure;
 struct monitor;
 struct server;
+struct revoker;
 struct ev_loop;
 
 /* Pressure states, ordered by severity. */
@@ -32,7 +33,9 @@ struct broker {
 	struct pressure *pressure;   /* policy state machine */
 	struct monitor *monitor;     /* I/O: samplers and PSI triggers */
 	struct server *server;
+	struct revoker *revoker;     /* I/O: REVOKE deadlines, enforcement, waiting acquires */
 	struct ev_loop *loop;
+	const char *config_path;     /* for SIGHUP; NULL when none */
 
 	uint64_t mem_total_bytes;    /* MemTotal, or the cgroup limit if lower */
 	uint64_t budget_bytes;       /* resolved from cfg */

@@ -91,8 +91,9 @@ int budget_check(const struct budget *b, uid_t uid, uint64_t bytes)
 		return -EINVAL;
 	if (bytes > b->limit_bytes || bytes > quota)
 		return -EFBIG;
-	/* Written as subtractions so huge values cannot wrap; held may exceed a lowered quota. */
-	if (b->uid_quota_bytes && (held > quota || bytes > quota - held))
+	/* Written as subtractions so huge values cannot wrap; held may exceed a lowered quota.
+	 * A quota at or above the budget never binds first: "over budget" is then the true reason. */
+	if (b->uid_quota_bytes && quota < b->limit_bytes && (held > quota || bytes > quota - held))
 		return -EDQUOT;
 	if (b->leased_bytes > b->limit_bytes || bytes > b->limit_bytes - b->leased_bytes)
 		return -ENOSPC;

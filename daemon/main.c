@@ -1,0 +1,582 @@
+/* SPDX-License-Identifier: MIT */
+/* pinbrokerd: configuration, start-up order, the event loop, reload and shutdown. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <ev.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "broker.h"
+#include "budget.h"
+#include "config.h"
+#include "lease.h"
+#include "log.h"
+#include "monitor.h"
+#include "notify.h"
+#include "pool.h"
+#include "pressure.h"
+#include "recovery.h"
+#include "request.h"
+#include "server.h"
+#include "util.h"
+
+/* Command-line overrides, re-applied over the file on every reload. */
+struct override {
+	const char *key;
+	const char *value;
+};
+
+struct options {
+	const char *config_path;
+	bool config_explicit;
+	struct override *ov;
+	size_t nov;
+};
+
+static ev_timer status_timer;
+
+static void usage(FILE *f)
+{
+	size_t n;
+	const struct config_key *k = config_keys(&n);
+
+	fprintf(f,
+		"Usage: pinbrokerd [OPTIONS]\n"
+		"Lend pinned, locked host memory to GPU jobs over a Unix socket.\n\n"
+		"  -c, --config FILE   read FILE (default %s; absent is fine)\n"
+		"      --check-config  validate the config and the command line, then exit\n"
+		"      --sample-config print a commented config with every key and exit\n"
+		"      --config-doc    print the keys as a markdown table and exit\n"
+		"  -d, --debug         same as --log-level debug\n"
+		"  -h, --help          show this help\n"
+		"  -V, --version       show the version\n\n"
+		"Every config key is also an option, --KEY VALUE:\n",
+		CONFIG_DEFAULT_PATH);
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "      --%-28s %s (default %s)\n", k[i].name, k[i].help, k[i].def && *k[i].def ? k[i].def : "\"\"");
+	fprintf(f, "\nThe socket is also taken from $PINBROKER_SOCKET.\n");
+}
+
+enum { OPT_CHECK = 1000, OPT_SAMPLE, OPT_DOC, OPT_KEY_BASE = 2000 };
+
+static int parse_args(int argc, char **argv, struct options *o, int *action)
+{
+	size_t nkeys, nbase = 7;
+	const struct config_key *keys = config_keys(&nkeys);
+	struct option *lo = calloc(nkeys + nbase + 1, sizeof(*lo));
+	int ch;
+
+	if (!lo)
+		return -ENOMEM;
+	lo[0] = (struct option){ "config", required_argument, NULL, 'c' };
+	lo[1] = (struct option){ "check-config", no_argument, NULL, OPT_CHECK };
+	lo[2] = (struct option){ "sample-config", no_argument, NULL, OPT_SAMPLE };
+	lo[3] = (struct option){ "config-doc", no_argument, NULL, OPT_DOC };
+	lo[4] = (struct option){ "debug", no_argument, NULL, 'd' };
+	lo[5] = (struct option){ "help", no_argument, NULL, 'h' };
+	lo[6] = (struct option){ "version", no_argument, NULL, 'V' };
+	for (size_t i = 0; i < nkeys; i++)
+		lo[nbase + i] = (struct option){ keys[i].name, required_argument, NULL, OPT_KEY_BASE + (int)i };
+
+	o->ov = calloc((size_t)argc + 1, sizeof(*o->ov));
+	if (!o->ov) {
+		free(lo);
+		return -ENOMEM;
+	}
+	while ((ch = getopt_long(argc, argv, "c:dhV", lo, NULL)) != -1) {
+		switch (ch) {
+		case 'c':
+			o->config_path = optarg;
+			o->config_explicit = true;
+			break;
+		case 'd':
+			o->ov[o->nov++] = (struct override){ "log-level", "debug" };
+			break;
+		case 'h':
+			*action = 'h';
+			break;
+		case 'V':
+			*action = 'V';
+			break;
+		case OPT_CHECK:
+		case OPT_SAMPLE:
+		case OPT_DOC:
+			*action = ch;
+			break;
+		default:
+			if (ch >= OPT_KEY_BASE && ch < OPT_KEY_BASE + (int)nkeys) {
+				o->ov[o->nov++] = (struct override){ keys[ch - OPT_KEY_BASE].name, optarg };
+				break;
+			}
+			free(lo);
+			return -EINVAL;
+		}
+	}
+	free(lo);
+	if (optind < argc) {
+		fprintf(stderr, "pinbrokerd: unexpected argument '%s'\n", argv[optind]);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/*
+ * Embedded defaults, then the file, then $PINBROKER_SOCKET, then the command
+ * line. Errors are collected into *err as "file:line: ..." lines.
+ */
+static int load_config(const struct options *o, struct config **ret, char **err)
+{
+	struct config *c = NULL;
+	const char *env;
+	int r;
+
+	*err = NULL;
+	r = config_new(&c);
+	if (r < 0)
+		return r;
+	if (o->config_path) {
+		r = config_load_file(c, o->config_path, err);
+		if (r == -ENOENT && !o->config_explicit) {
+			free(*err);
+			*err = NULL;
+			r = 0;
+		}
+		if (r < 0)
+			goto fail;
+	}
+	env = getenv("PINBROKER_SOCKET");
+	if (env && *env) {
+		r = config_set(c, "socket", env, err);
+		if (r < 0)
+			goto fail;
+	}
+	for (size_t i = 0; i < o->nov; i++) {
+		char *e = NULL;
+
+		r = config_set(c, o->ov[i].key, o->ov[i].value, &e);
+		if (r < 0) {
+			if (asprintf(err, "command line: --%s: %s", o->ov[i].key, e ? e : strerror(-r)) < 0)
+				*err = NULL;
+			free(e);
+			goto fail;
+		}
+	}
+	r = config_validate(c, err);
+	if (r < 0)
+		goto fail;
+	*ret = c;
+	return 0;
+fail:
+	config_free(c);
+	return r;
+}
+
+static int read_file(const char *root, const char *path, char *buf, size_t cap, size_t *len)
+{
+	char full[PATH_MAX];
+	ssize_t n;
+	int fd;
+
+	snprintf(full, sizeof(full), "%s%s", strcmp(root, "/") == 0 ? "" : root, path);
+	fd = open(full, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, cap);
+	close(fd);
+	if (n < 0)
+		return -errno;
+	*len = (size_t)n;
+	return 0;
+}
+
+/* What the daemon may use: MemTotal, or its cgroup's memory limit when lower (in a container, meminfo shows the host). */
+static uint64_t memory_base(const char *root)
+{
+	static char buf[65536];
+	struct cgroup_paths cg;
+	struct meminfo mi;
+	uint64_t base, limit;
+	size_t len;
+
+	if (read_file(root, "/proc/meminfo", buf, sizeof(buf), &len) < 0 ||
+	    pressure_parse_meminfo(buf, len, &mi) < 0)
+		return 0;
+	base = mi.mem_total_bytes;
+	if (read_file(root, "/proc/self/cgroup", buf, sizeof(buf), &len) < 0 ||
+	    pressure_parse_self_cgroup(buf, len, &cg) < 0)
+		return base;
+	if (cg.has_v2) {
+		char path[PATH_MAX];
+
+		snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.max", cg.v2);
+		if (read_file(root, path, buf, sizeof(buf), &len) == 0 &&
+		    pressure_parse_cgroup_v2_max(buf, len, &limit) == 0 && limit > 0 && limit < base)
+			base = limit;
+	}
+	if (cg.has_v1_memory) {
+		char path[PATH_MAX];
+
+		snprintf(path, sizeof(path), "/sys/fs/cgroup/memory%s/memory.limit_in_bytes", cg.v1_memory);
+		if (read_file(root, path, buf, sizeof(buf), &len) == 0 &&
+		    pressure_parse_cgroup_v1_limit(buf, len, &limit) == 0 && limit > 0 && limit < base)
+			base = limit;
+	}
+	return base;
+}
+
+static void resolve_sizes(struct broker *b, const struct config *c)
+{
+	b->budget_bytes = config_resolve(&c->budget, b->mem_total_bytes);
+	b->uid_quota_bytes = config_resolve(&c->uid_quota, b->budget_bytes);
+	b->prewarm_bytes = config_resolve(&c->prewarm, b->budget_bytes);
+	if (b->prewarm_bytes > b->budget_bytes)
+		b->prewarm_bytes = b->budget_bytes;
+	if (b->uid_quota_bytes > b->budget_bytes)
+		b->uid_quota_bytes = b->budget_bytes;
+}
+
+static void update_status(struct broker *b)
+{
+	char bud[32], leased[32], idle[32];
+
+	notify_status("%s; leased %s of %s budget, %s warm and free, %zu clients",
+		      monitor_state_name(b->state), format_size(budget_leased(b->budget), leased, sizeof(leased)),
+		      format_size(budget_limit(b->budget), bud, sizeof(bud)),
+		      format_size(pool_idle_bytes(b->pool), idle, sizeof(idle)), server_conn_count(b->server));
+}
+
+static void status_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	update_status(w->data);
+}
+
+int daemon_apply_config(struct broker *b, struct config *n, char **err)
+{
+	struct config *old = b->cfg;
+	int r;
+
+	/* Keys that need a restart keep their running values; say so if they changed. */
+#define KEEP_STR(field, key)                                                                                   \
+	do {                                                                                                   \
+		if (strcmp(old->field, n->field) != 0) {                                                      \
+			log_warnx(key " changed to '%s': it takes effect at the next restart, keeping '%s'",  \
+				  n->field, old->field);                                                       \
+			free(n->field);                                                                        \
+			n->field = strdup(old->field);                                                         \
+		}                                                                                              \
+	} while (0)
+#define KEEP_NUM(field, key)                                                                                   \
+	do {                                                                                                   \
+		if (old->field != n->field) {                                                                 \
+			log_warnx(key " changed: it takes effect at the next restart, keeping the running value"); \
+			n->field = old->field;                                                                 \
+		}                                                                                              \
+	} while (0)
+	KEEP_STR(socket_path, "socket");
+	KEEP_STR(proc_root, "proc-root");
+	KEEP_NUM(chunk_bytes, "chunk-size");
+	KEEP_NUM(hugetlb, "hugetlb");
+	KEEP_NUM(prewarm_threads, "prewarm-threads");
+	KEEP_NUM(lock_memory, "lock-memory");
+	KEEP_NUM(max_message_bytes, "max-message-bytes");
+#undef KEEP_STR
+#undef KEEP_NUM
+	if (!n->socket_path || !n->proc_root)
+		return -ENOMEM;
+	b->cfg = n;
+	resolve_sizes(b, n);
+	budget_set_limits(b->budget, b->budget_bytes, b->uid_quota_bytes);
+	log_level = n->log_level;
+	if (b->monitor) {
+		r = monitor_reconfigure(b->monitor, n);
+		if (r < 0) {
+			b->cfg = old;
+			resolve_sizes(b, old);
+			budget_set_limits(b->budget, b->budget_bytes, b->uid_quota_bytes);
+			log_level = old->log_level;
+			if (err && asprintf(err, "cannot apply the monitor settings: %s", strerror(-r)) < 0)
+				*err = NULL;
+			return r;
+		}
+	}
+	config_free(old);
+	/* A smaller budget shrinks the idle pool; a larger one lets waiting acquires through. */
+	broker_trim_pool(b, b->state == BROKER_NORMAL ? b->prewarm_bytes : 0);
+	request_grant_waiting(b);
+	update_status(b);
+	return 0;
+}
+
+/* ------------------------------------------------------------- signals */
+
+struct sigctx {
+	struct broker *b;
+	struct options *o;
+};
+
+static void reload(struct broker *b, const struct options *o)
+{
+	struct config *n = NULL;
+	char *err = NULL;
+	char bud[32];
+	int r;
+
+	notify_reloading();
+	log_info("reloading %s", o->config_path ? o->config_path : "(no config file)");
+	r = load_config(o, &n, &err);
+	if (r == 0)
+		r = daemon_apply_config(b, n, &err);
+	if (r < 0) {
+		/* Each line of err is already "file:line: message". */
+		log_warnx("reload rejected, keeping the running config:\n%s", err ? err : strerror(-r));
+		config_free(n);
+	} else {
+		log_event(EV_CONFIG_RELOADED, LOG_NOTICE, 0, (uid_t)-1, 0, "config reloaded: budget %s",
+			  format_size(b->budget_bytes, bud, sizeof(bud)));
+	}
+	free(err);
+	notify_ready();
+	update_status(b);
+}
+
+static void signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
+{
+	struct sigctx *sc = w->data;
+
+	switch (w->signum) {
+	case SIGTERM:
+	case SIGINT:
+		log_info("%s: stopping", strsignal(w->signum));
+		ev_break(loop, EVBREAK_ALL);
+		break;
+	case SIGHUP:
+		reload(sc->b, sc->o);
+		break;
+#ifdef PINBROKER_DEBUG_HOOKS
+	case SIGUSR2:
+		/* Debug hook for the watchdog test: wedge the loop so pings stop. */
+		log_warnx("SIGUSR2: stalling the event loop (debug hook)");
+		for (;;)
+			pause();
+#endif
+	default:
+		break;
+	}
+}
+
+static void progress_cb(uint64_t done, uint64_t total, void *ud)
+{
+	char d[32], t[32];
+
+	notify_status("Warming pool: %s of %s pre-faulted and locked", format_size(done, d, sizeof(d)),
+		      format_size(total, t, sizeof(t)));
+}
+
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	/* One fd per pool chunk: 16 GiB of 2 MiB chunks is 8192 fds. */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+static void lock_self(const struct config *c)
+{
+#if defined(__SANITIZE_ADDRESS__)
+	(void)c;
+#else
+	/* Keep the daemon's own pages resident under the pressure it manages.
+	 * MCL_ONFAULT: lock what is touched, without faulting in reservations. */
+	if (c->lock_memory && mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) < 0)
+		log_warn("mlockall failed; the daemon itself may be swapped under pressure, ignoring");
+#endif
+}
+
+int main(int argc, char **argv)
+{
+	struct options o = { .config_path = CONFIG_DEFAULT_PATH };
+	struct broker b = { 0 };
+	struct pool_opts po = { 0 };
+	struct config *cfg = NULL;
+	struct sigctx sc = { &b, &o };
+	ev_signal sigs[5];
+	static const int signums[] = { SIGTERM, SIGINT, SIGHUP, SIGUSR2, SIGUSR1 };
+	char *err = NULL;
+	char s1[32], s2[32], s3[32];
+	int action = 0, listen_fd, r, rc = 1;
+
+	log_init(LOG_INFO, -1);
+	r = parse_args(argc, argv, &o, &action);
+	if (r < 0) {
+		usage(stderr);
+		return 2;
+	}
+	switch (action) {
+	case 'h':
+		usage(stdout);
+		return 0;
+	case 'V':
+		printf("pinbrokerd %s (protocol %d)\n", PINBROKER_VERSION, 1);
+		return 0;
+	case OPT_SAMPLE:
+		config_write_sample(stdout);
+		return 0;
+	case OPT_DOC:
+		config_write_markdown(stdout);
+		return 0;
+	default:
+		break;
+	}
+
+	r = load_config(&o, &cfg, &err);
+	if (r < 0) {
+		fprintf(stderr, "%s%s", err ? err : strerror(-r), err && err[strlen(err) - 1] == '\n' ? "" : "\n");
+		free(err);
+		return action == OPT_CHECK ? 1 : 1;
+	}
+	if (action == OPT_CHECK) {
+		printf("configuration OK\n");
+		config_free(cfg);
+		return 0;
+	}
+	log_init(cfg->log_level, -1);
+	signal(SIGPIPE, SIG_IGN);
+	raise_nofile();
+
+	b.cfg = cfg;
+	b.config_path = o.config_path;
+	b.loop = ev_default_loop(EVFLAG_AUTO);
+	b.started_ms = now_ms();
+	b.state = BROKER_NORMAL;
+	if (!b.loop)
+		fatalx("cannot create the event loop");
+
+	b.mem_total_bytes = memory_base(cfg->proc_root);
+	if (b.mem_total_bytes == 0)
+		fatalx("cannot read MemTotal from %s/proc/meminfo; check --proc-root", cfg->proc_root);
+	resolve_sizes(&b, cfg);
+	if (b.budget_bytes == 0)
+		fatalx("the budget resolves to 0 bytes; set budget to a size or a percentage above 0");
+
+	r = budget_new(b.budget_bytes, b.uid_quota_bytes, &b.budget);
+	if (r < 0)
+		fatalx("cannot set up the budget: %s", strerror(-r));
+	r = lease_table_new(&b.leases);
+	if (r < 0)
+		fatalx("cannot set up the lease table: %s", strerror(-r));
+	po.chunk_bytes = cfg->chunk_bytes;
+	po.hugetlb = cfg->hugetlb == CONFIG_HUGETLB_YES ? POOL_HUGETLB_YES
+		     : cfg->hugetlb == CONFIG_HUGETLB_NO ? POOL_HUGETLB_NO
+							 : POOL_HUGETLB_AUTO;
+	po.threads = cfg->prewarm_threads;
+	po.proc_root = cfg->proc_root;
+	po.lock = cfg->lock_memory;
+	r = pool_new(&po, &b.pool);
+	if (r == -ENOTSUP)
+		fatalx("hugetlb = yes but the host has no free huge pages; reserve some "
+		       "(echo N > /proc/sys/vm/nr_hugepages) or set hugetlb = auto");
+	if (r < 0)
+		fatalx("cannot set up the pool: %s", strerror(-r));
+	r = request_init(&b);
+	if (r < 0)
+		fatalx("cannot set up the request layer: %s", strerror(-r));
+
+	lock_self(cfg);
+
+	/* Listen first, so clients queue in the backlog while the pool warms. */
+	listen_fd = notify_listen_fd();
+	if (listen_fd < 0 && listen_fd != -ENOENT)
+		log_warnx("socket activation failed (%s); creating the socket myself", strerror(-listen_fd));
+	r = server_new(&b, listen_fd >= 0 ? listen_fd : -1, &b.server);
+	if (r < 0)
+		fatalx("cannot listen on %s: %s", cfg->socket_path, strerror(-r));
+
+	/* Adopt pool memory and leases kept in systemd's fd store by our previous life. */
+	recovery_adopt(&b);
+
+	if (b.prewarm_bytes > pool_idle_bytes(b.pool)) {
+		uint64_t t0 = now_us();
+
+		r = pool_grow(b.pool, b.prewarm_bytes, progress_cb, NULL);
+		if (r < 0)
+			log_warnx("warming the pool to %s failed: %s; continuing with %s warm (raise LimitMEMLOCK or "
+				  "grant CAP_IPC_LOCK)",
+				  format_size(b.prewarm_bytes, s1, sizeof(s1)), strerror(-r),
+				  format_size(pool_idle_bytes(b.pool), s2, sizeof(s2)));
+		else
+			log_info("pool warmed: %s in %.1f ms", format_size(pool_idle_bytes(b.pool), s1, sizeof(s1)),
+				 (double)(now_us() - t0) / 1000.0);
+	}
+	recovery_store_pool(&b);
+
+	r = monitor_new(b.loop, cfg, request_on_pressure, &b, &b.monitor);
+	if (r < 0)
+		log_warnx("memory-pressure monitor unavailable (%s): leases will not be refused or revoked under "
+			  "pressure",
+			  strerror(-r));
+	else
+		b.state = monitor_state(b.monitor);
+
+	for (size_t i = 0; i < sizeof(signums) / sizeof(signums[0]); i++) {
+		ev_signal_init(&sigs[i], signal_cb, signums[i]);
+		sigs[i].data = &sc;
+		ev_signal_start(b.loop, &sigs[i]);
+	}
+	notify_init(b.loop);
+	if (notify_enabled()) {
+		ev_timer_init(&status_timer, status_cb, 5., 5.);
+		status_timer.data = &b;
+		ev_timer_start(b.loop, &status_timer);
+	}
+
+	log_info("version %s ready on %s: budget %s (uid quota %s), %s warm, %s pages%s, monitor %s",
+		 PINBROKER_VERSION, cfg->socket_path, format_size(b.budget_bytes, s1, sizeof(s1)),
+		 format_size(b.uid_quota_bytes, s2, sizeof(s2)), format_size(pool_idle_bytes(b.pool), s3, sizeof(s3)),
+		 pool_hugetlb(b.pool) ? "2 MiB hugetlb" : "4 KiB", cfg->lock_memory ? "" : " (NOT locked: lock-memory = no)",
+		 b.monitor ? monitor_mode(b.monitor) : "off");
+	notify_ready();
+	update_status(&b);
+
+	ev_run(b.loop, 0);
+
+	/* Shutdown, in reverse order of start-up. */
+	b.shutting_down = true;
+	notify_stopping();
+	{
+		Pinbroker__V1__Reply bye = PINBROKER__V1__REPLY__INIT;
+
+		bye.has_seq = true;
+		bye.seq = 0;
+		bye.status = PINBROKER__V1__STATUS_CODE__STATUS_SHUTTING_DOWN;
+		bye.message = (char *)"pinbrokerd is stopping; your mappings stay valid but are no longer counted";
+		server_broadcast(b.server, &bye);
+	}
+	recovery_save_state(&b);
+	notify_fini(b.loop);
+	if (notify_enabled())
+		ev_timer_stop(b.loop, &status_timer);
+	for (size_t i = 0; i < sizeof(signums) / sizeof(signums[0]); i++)
+		ev_signal_stop(b.loop, &sigs[i]);
+	monitor_free(b.monitor);
+	server_free(b.server);
+	request_fini(&b);
+	pool_free(b.pool);
+	lease_table_free(b.leases);
+	budget_free(b.budget);
+	config_free(b.cfg);
+	free(o.ov);
+	log_info("stopped");
+	rc = 0;
+	return rc;
+}

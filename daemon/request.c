@@ -1,0 +1,1345 @@
+/* SPDX-License-Identifier: MIT */
+/* Request dispatch (one table, one gate), lease replies with fd batches, revocation and waiting acquires. */
+#define _GNU_SOURCE
+#include "request.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "budget.h"
+#include "config.h"
+#include "lease.h"
+#include "log.h"
+#include "monitor.h"
+#include "pool.h"
+#include "server.h"
+#include "util.h"
+#include "wire.h"
+
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
+
+#define REVOCATION_RING 16
+/* While critical, look again this often whether more leases must go. */
+#define RECLAIM_STEP_MS 100
+
+enum {
+	REQ_NEEDS_HELLO = 1u << 0,           /* refused before HELLO */
+	REQ_ADMIN = 1u << 1,                 /* uid 0 or admin-group only */
+	REQ_RETURNS_FD = 1u << 2,            /* reply carries memfds */
+	REQ_DENIED_UNDER_PRESSURE = 1u << 3, /* refused at once while critical */
+};
+
+typedef Pinbroker__V1__Request Request;
+typedef Pinbroker__V1__Reply Reply;
+
+struct request_kind {
+	Pinbroker__V1__Request__BodyCase body;
+	const char *name;
+	unsigned flags;
+	void (*handler)(struct conn *c, const Request *req);
+};
+
+/* An acquire that waits for memory (ACQUIRE_FLAG_WAIT, or behind a reclaim of cached-idle leases). */
+struct pending {
+	struct pending *next;
+	struct broker *broker;
+	uint64_t conn_id;
+	uint64_t seq;
+	struct acquire_args args;
+	char label[LEASE_LABEL_MAX];
+	uint64_t enqueued_ms;
+	ev_timer timeout;
+};
+
+/* Leases of a closed connection that were overdue: their process may still map them. */
+struct ghost {
+	struct ghost *next;
+	struct broker *broker;
+	int pidfd;
+	pid_t pid;
+	ev_io io;
+	size_t nids;
+	uint64_t *ids;
+};
+
+struct revoker {
+	ev_timer deadline_timer;
+	ev_timer reclaim_timer;
+	ev_timer shrink_timer;
+	struct pending *pending;
+	uint32_t npending;
+	struct ghost *ghosts;
+	struct monitor_event ring[REVOCATION_RING];
+	size_t ring_count;
+	size_t ring_next;
+};
+
+static void arm_deadline_timer(struct broker *b);
+
+/* ---------------------------------------------------------------- replies */
+
+static void reply_init(Reply *r, uint64_t seq, Pinbroker__V1__StatusCode status, const char *message)
+{
+	pinbroker__v1__reply__init(r);
+	r->has_seq = true;
+	r->seq = seq;
+	r->status = status;
+	r->message = (char *)message;
+}
+
+static void reply_status(struct conn *c, uint64_t seq, Pinbroker__V1__StatusCode status, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void reply_status(struct conn *c, uint64_t seq, Pinbroker__V1__StatusCode status, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	Reply r;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	reply_init(&r, seq, status, msg);
+	server_send(c, &r, NULL, 0);
+}
+
+static struct conn *owner_conn(const struct broker *b, const struct lease *l)
+{
+	/* owner is a struct conn * while the connection lives; NULL for ghosts and orphans. */
+	return l->owner;
+}
+
+static void record_revocation(struct broker *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void record_revocation(struct broker *b, const char *fmt, ...)
+{
+	struct revoker *rv = b->revoker;
+	struct monitor_event *e = &rv->ring[rv->ring_next];
+	va_list ap;
+
+	e->when_ms = now_ms();
+	va_start(ap, fmt);
+	vsnprintf(e->text, sizeof(e->text), fmt, ap);
+	va_end(ap);
+	rv->ring_next = (rv->ring_next + 1) % REVOCATION_RING;
+	if (rv->ring_count < REVOCATION_RING)
+		rv->ring_count++;
+}
+
+size_t request_revocations(const struct broker *b, struct monitor_event *out, size_t max)
+{
+	const struct revoker *rv = b->revoker;
+	size_t n = 0;
+
+	if (!rv)
+		return 0;
+	for (size_t i = 0; i < rv->ring_count && n < max; i++) {
+		size_t idx = (rv->ring_next + REVOCATION_RING - 1 - i) % REVOCATION_RING;
+
+		out[n++] = rv->ring[idx];
+	}
+	return n;
+}
+
+uint32_t request_waiting_count(const struct broker *b)
+{
+	return b->revoker ? b->revoker->npending : 0;
+}
+
+/* ------------------------------------------------------------- lease send */
+
+static Pinbroker__V1__Priority prio_to_wire(enum lease_priority p)
+{
+	switch (p) {
+	case LEASE_PRIO_CRITICAL:
+		return PINBROKER__V1__PRIORITY__PRIORITY_CRITICAL;
+	case LEASE_PRIO_BEST_EFFORT:
+		return PINBROKER__V1__PRIORITY__PRIORITY_BEST_EFFORT;
+	default:
+		return PINBROKER__V1__PRIORITY__PRIORITY_NORMAL;
+	}
+}
+
+static int send_lease(struct conn *c, uint64_t seq, const struct lease *l)
+{
+	struct broker *b = c->broker;
+	Pinbroker__V1__Lease lm = PINBROKER__V1__LEASE__INIT;
+	uint64_t *sizes = NULL;
+	int *fds = NULL;
+	size_t first, n = l->nchunks;
+	bool huge = n > 0;
+	Reply r;
+	int ret = -ENOMEM;
+
+	sizes = calloc(n ? n : 1, sizeof(*sizes));
+	fds = calloc(n ? n : 1, sizeof(*fds));
+	if (!sizes || !fds)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		sizes[i] = l->chunks[i]->bytes;
+		fds[i] = l->chunks[i]->fd;
+		huge = huge && l->chunks[i]->hugetlb;
+	}
+	first = n < PB_MAX_FDS_PER_MSG ? n : PB_MAX_FDS_PER_MSG;
+	lm.lease_id = l->id;
+	lm.size = l->bytes;
+	lm.page_size = pool_page_size(b->pool);
+	lm.n_chunk_bytes = n;
+	lm.chunk_bytes = sizes;
+	lm.fds_in_reply = (uint32_t)first;
+	lm.has_hugetlb = true;
+	lm.hugetlb = huge;
+	lm.has_priority = true;
+	lm.priority = prio_to_wire(l->priority);
+	reply_init(&r, seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+	r.body_case = PINBROKER__V1__REPLY__BODY_LEASE;
+	r.lease = &lm;
+	ret = server_send(c, &r, fds, first);
+	/* The rest of the fds follow in order; SEQPACKET keeps packets in sequence. */
+	for (size_t at = first; ret == 0 && at < n; at += PB_MAX_FDS_PER_MSG) {
+		Pinbroker__V1__LeaseFds lf = PINBROKER__V1__LEASE_FDS__INIT;
+		size_t k = n - at < PB_MAX_FDS_PER_MSG ? n - at : PB_MAX_FDS_PER_MSG;
+
+		lf.lease_id = l->id;
+		lf.first_index = (uint32_t)at;
+		lf.count = (uint32_t)k;
+		reply_init(&r, seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+		r.body_case = PINBROKER__V1__REPLY__BODY_LEASE_FDS;
+		r.lease_fds = &lf;
+		ret = server_send(c, &r, fds + at, k);
+	}
+out:
+	free(sizes);
+	free(fds);
+	return ret;
+}
+
+/* ------------------------------------------------------------ free + grant */
+
+static void after_free(struct broker *b)
+{
+	struct revoker *rv = b->revoker;
+
+	/* Under pressure, freed memory leaves the pool at once; otherwise the idle
+	 * pool above the warm target shrinks after pool-shrink-delay-ms. */
+	if (b->state != BROKER_NORMAL)
+		broker_trim_pool(b, 0);
+	else if (rv && pool_idle_bytes(b->pool) > b->prewarm_bytes) {
+		ev_timer_stop(b->loop, &rv->shrink_timer);
+		ev_timer_set(&rv->shrink_timer, b->cfg->pool_shrink_delay_ms / 1000.0, 0.);
+		ev_timer_start(b->loop, &rv->shrink_timer);
+	}
+	request_grant_waiting(b);
+}
+
+/* Free one lease, keeping the owner's count right, and log it. */
+static void free_lease(struct broker *b, struct lease *l, const char *why)
+{
+	struct conn *c = owner_conn(b, l);
+
+	log_event(EV_LEASE_RELEASED, LOG_INFO, l->id, l->uid, l->pid, "lease %llu released (%s): %llu bytes",
+		  (unsigned long long)l->id, why, (unsigned long long)l->bytes);
+	if (c && c->nleases > 0)
+		c->nleases--;
+	broker_free_lease(b, l);
+}
+
+/* ----------------------------------------------------------- error mapping */
+
+static void reply_acquire_error(struct conn *c, uint64_t seq, int err, uint64_t size)
+{
+	struct broker *b = c->broker;
+	char a[32], q[32], h[32];
+
+	switch (err) {
+	case -EINVAL:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_SIZE,
+			     "size %llu is not a valid lease size: ask for at least 1 byte and less than 2^63",
+			     (unsigned long long)size);
+		return;
+	case -EFBIG:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_TOO_LARGE,
+			     "%s is more than the budget (%s) or the uid quota (%s) can ever lend",
+			     format_size(size, a, sizeof(a)), format_size(budget_limit(b->budget), h, sizeof(h)),
+			     format_size(budget_uid_quota(b->budget), q, sizeof(q)));
+		return;
+	case -EDQUOT:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_OVER_QUOTA,
+			     "uid %u already holds %s of its %s quota; %s more would exceed it", c->uid,
+			     format_size(budget_uid_leased(b->budget, c->uid), h, sizeof(h)),
+			     format_size(budget_uid_quota(b->budget), q, sizeof(q)), format_size(size, a, sizeof(a)));
+		return;
+	case -ENOSPC:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_OVER_BUDGET,
+			     "pinned budget exhausted: %s of %s leased, %s asked", format_size(budget_leased(b->budget), h, sizeof(h)),
+			     format_size(budget_limit(b->budget), q, sizeof(q)), format_size(size, a, sizeof(a)));
+		return;
+	case -EBUSY:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_PRESSURE,
+			     "host memory is tight: only the free warm pool (%s) is lent now; use pageable memory",
+			     format_size(pool_idle_bytes(b->pool), a, sizeof(a)));
+		return;
+	case -EAGAIN:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_CRITICAL,
+			     "host memory is critical: no pinned memory is lent until it recovers");
+		return;
+	case -ETIMEDOUT:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_TIMEOUT,
+			     "no pinned memory freed up within the wait timeout");
+		return;
+	default:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_INTERNAL,
+			     "the daemon could not create pool memory: %s", strerror(-err));
+		return;
+	}
+}
+
+/* -------------------------------------------------------- waiting acquires */
+
+static void pending_unlink(struct revoker *rv, struct pending *p)
+{
+	for (struct pending **pp = &rv->pending; *pp; pp = &(*pp)->next)
+		if (*pp == p) {
+			*pp = p->next;
+			rv->npending--;
+			return;
+		}
+}
+
+static void pending_destroy(struct broker *b, struct pending *p)
+{
+	struct conn *c = server_find_conn(b->server, p->conn_id);
+
+	ev_timer_stop(b->loop, &p->timeout);
+	pending_unlink(b->revoker, p);
+	if (c && c->npending > 0)
+		c->npending--;
+	free(p);
+}
+
+static void pending_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct pending *p = w->data;
+	struct broker *b = p->broker;
+	struct conn *c = server_find_conn(b->server, p->conn_id);
+	uint64_t seq = p->seq, size = p->args.size;
+
+	pending_destroy(b, p);
+	if (c)
+		reply_acquire_error(c, seq, -ETIMEDOUT, size);
+}
+
+static int prio_rank(enum lease_priority p)
+{
+	return p == LEASE_PRIO_CRITICAL ? 0 : p == LEASE_PRIO_NORMAL ? 1 : 2;
+}
+
+static int pending_add(struct conn *c, uint64_t seq, const struct acquire_args *a, uint32_t timeout_ms)
+{
+	struct broker *b = c->broker;
+	struct revoker *rv = b->revoker;
+	struct pending *p, **pp;
+
+	if (rv->npending >= b->cfg->max_pending_acquires)
+		return -EUSERS;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->broker = b;
+	p->conn_id = c->id;
+	p->seq = seq;
+	p->args = *a;
+	if (a->label)
+		snprintf(p->label, sizeof(p->label), "%s", a->label);
+	p->args.label = p->label;
+	p->enqueued_ms = now_ms();
+	ev_timer_init(&p->timeout, pending_timeout_cb, timeout_ms / 1000.0, 0.);
+	p->timeout.data = p;
+	ev_timer_start(b->loop, &p->timeout);
+	/* Priority order, FIFO within a class. */
+	for (pp = &rv->pending; *pp && prio_rank((*pp)->args.priority) <= prio_rank(a->priority); pp = &(*pp)->next)
+		;
+	p->next = *pp;
+	*pp = p;
+	rv->npending++;
+	c->npending++;
+	return 0;
+}
+
+static void grant(struct conn *c, uint64_t seq, struct lease *l)
+{
+	c->nleases++;
+	log_event(EV_LEASE_GRANTED, LOG_INFO, l->id, l->uid, l->pid, "lease %llu granted: %llu bytes in %zu chunks to pid %d uid %u%s%s",
+		  (unsigned long long)l->id, (unsigned long long)l->bytes, l->nchunks, l->pid, l->uid,
+		  l->label[0] ? ", label " : "", l->label);
+	send_lease(c, seq, l);
+}
+
+void request_grant_waiting(struct broker *b)
+{
+	struct revoker *rv = b->revoker;
+	struct pending *p, *next;
+
+	if (!rv || b->state == BROKER_CRITICAL)
+		return;
+	for (p = rv->pending; p; p = next) {
+		struct conn *c = server_find_conn(b->server, p->conn_id);
+		struct lease *l;
+		int r;
+
+		next = p->next;
+		if (!c) {
+			pending_destroy(b, p);
+			continue;
+		}
+		if (c->nleases >= b->cfg->max_leases_per_client)
+			continue;
+		r = broker_acquire(b, &p->args, &l);
+		if (r == -EDQUOT)
+			continue; /* only this uid's own releases can help it */
+		if (r == -ENOSPC || r == -EBUSY)
+			break;    /* strict priority: nobody behind may overtake */
+		{
+			uint64_t seq = p->seq, size = p->args.size;
+
+			pending_destroy(b, p);
+			if (r < 0)
+				reply_acquire_error(c, seq, r, size);
+			else
+				grant(c, seq, l);
+		}
+	}
+}
+
+/* ---------------------------------------------------------------- revoking */
+
+int request_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, const char *reason)
+{
+	Pinbroker__V1__Revoke rm = PINBROKER__V1__REVOKE__INIT;
+	struct conn *c = owner_conn(b, l);
+	uint64_t now = now_ms();
+	Reply r;
+	int ret;
+
+	if (deadline_ms == 0)
+		deadline_ms = b->cfg->revoke_deadline_ms;
+	ret = lease_set_state(l, LEASE_REVOKING, now);
+	if (ret < 0)
+		return ret;
+	l->deadline_ms = now + deadline_ms;
+	log_event(EV_LEASE_REVOKED, LOG_WARNING, l->id, l->uid, l->pid,
+		  "revoking lease %llu (%llu bytes, pid %d, %s) with a %u ms deadline: %s", (unsigned long long)l->id,
+		  (unsigned long long)l->bytes, l->pid, lease_priority_name(l->priority), deadline_ms, reason);
+	record_revocation(b, "lease %llu pid %d uid %u %llu bytes: %s", (unsigned long long)l->id, l->pid, l->uid,
+			  (unsigned long long)l->bytes, reason);
+	if (c) {
+		rm.lease_id = l->id;
+		rm.deadline_ms = deadline_ms;
+		rm.reason = (char *)reason;
+		reply_init(&r, 0, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+		r.body_case = PINBROKER__V1__REPLY__BODY_REVOKE;
+		r.revoke = &rm;
+		server_send(c, &r, NULL, 0); /* a failed send closes c and frees the lease */
+	}
+	arm_deadline_timer(b);
+	return 0;
+}
+
+static void enforce(struct broker *b, struct lease *l)
+{
+	struct conn *c = owner_conn(b, l);
+	int sig = 0;
+
+	switch (b->cfg->revoke_enforce) {
+	case ENFORCE_NONE:
+		return;
+	case ENFORCE_DISCONNECT:
+		if (c)
+			server_close(c, "revoke deadline passed (revoke-enforce=disconnect)");
+		return;
+	case ENFORCE_SIGTERM:
+		sig = SIGTERM;
+		break;
+	case ENFORCE_SIGKILL:
+		sig = SIGKILL;
+		break;
+	}
+	if (!c)
+		return;
+	/* Only through a pidfd: a bare pid may have been reused by an innocent process. */
+	if (c->pidfd < 0) {
+		log_warnx("cannot signal pid %d for overdue lease %llu: no pidfd on this kernel, ignoring", c->pid,
+			  (unsigned long long)l->id);
+		return;
+	}
+	if (syscall(SYS_pidfd_send_signal, c->pidfd, sig, NULL, 0) < 0)
+		log_warn("pidfd_send_signal(%d, %s) for overdue lease %llu failed, ignoring", c->pid,
+			 strsignal(sig), (unsigned long long)l->id);
+	else
+		log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, l->uid, l->pid, "sent %s to pid %d for overdue lease %llu",
+			  sigabbrev_np(sig), c->pid, (unsigned long long)l->id);
+}
+
+static void deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct broker *b = w->data;
+	uint64_t now = now_ms();
+	struct lease *l, *next;
+	uint64_t *due = NULL;
+	size_t ndue = 0, cap = 0;
+
+	/* Collect first: enforcement may close connections and free leases. */
+	for (l = lease_first(b->leases); l; l = next) {
+		next = lease_next(b->leases, l);
+		if (l->state != LEASE_REVOKING || l->deadline_ms > now)
+			continue;
+		lease_set_state(l, LEASE_OVERDUE, now);
+		log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, l->uid, l->pid,
+			  "lease %llu (%llu bytes, pid %d) is overdue: its holder did not let go within the deadline; "
+			  "it stays counted until it does (revoke-enforce=%s)",
+			  (unsigned long long)l->id, (unsigned long long)l->bytes, l->pid,
+			  config_enforce_name(b->cfg->revoke_enforce));
+		record_revocation(b, "lease %llu pid %d overdue", (unsigned long long)l->id, l->pid);
+		if (ndue == cap) {
+			uint64_t *nd = realloc(due, (cap ? cap * 2 : 16) * sizeof(*due));
+
+			if (!nd)
+				break;
+			due = nd;
+			cap = cap ? cap * 2 : 16;
+		}
+		due[ndue++] = l->id;
+	}
+	for (size_t i = 0; i < ndue; i++) {
+		l = lease_find(b->leases, due[i]);
+		if (l && l->state == LEASE_OVERDUE)
+			enforce(b, l);
+	}
+	free(due);
+	arm_deadline_timer(b);
+}
+
+static void arm_deadline_timer(struct broker *b)
+{
+	struct revoker *rv = b->revoker;
+	uint64_t earliest = UINT64_MAX, now = now_ms();
+
+	if (!rv)
+		return;
+	for (struct lease *l = lease_first(b->leases); l; l = lease_next(b->leases, l))
+		if (l->state == LEASE_REVOKING && l->deadline_ms < earliest)
+			earliest = l->deadline_ms;
+	ev_timer_stop(b->loop, &rv->deadline_timer);
+	if (earliest == UINT64_MAX)
+		return;
+	ev_timer_set(&rv->deadline_timer, earliest > now ? (earliest - now) / 1000.0 : 0., 0.);
+	ev_timer_start(b->loop, &rv->deadline_timer);
+}
+
+/* Bytes already on their way back. */
+static uint64_t revoking_bytes(const struct broker *b)
+{
+	uint64_t sum = 0;
+
+	for (struct lease *l = lease_first(b->leases); l; l = lease_next(b->leases, l))
+		if (l->state == LEASE_REVOKING)
+			sum += l->bytes;
+	return sum;
+}
+
+/*
+ * One step of critical-state reclaim: estimate how far MemAvailable is below
+ * the critical line, subtract what is already being revoked, and revoke
+ * victims in DESIGN.md's order until the estimate is covered. Without a
+ * memory figure (PSI alone made it critical) revoke one lease per step.
+ */
+static void reclaim_step(struct broker *b)
+{
+	struct monitor_signal sig[16];
+	struct lease **order = NULL;
+	size_t n = 0, nsig = 0;
+	double avail_pct = NAN;
+	uint64_t deficit, in_flight = revoking_bytes(b);
+
+	broker_trim_pool(b, 0);
+	if (b->monitor)
+		nsig = monitor_signals(b->monitor, sig, 16);
+	for (size_t i = 0; i < nsig && i < 16; i++)
+		if (strcmp(sig[i].name, "mem_available_pct") == 0 && sig[i].available)
+			avail_pct = sig[i].value;
+	if (!isnan(avail_pct) && avail_pct < b->cfg->tight_mem_available_pct) {
+		/* Aim for the tight line, so hysteresis can carry the state down. */
+		double d = (b->cfg->tight_mem_available_pct - avail_pct) / 100.0 * (double)b->mem_total_bytes;
+
+		deficit = (uint64_t)d;
+	} else {
+		deficit = 1; /* PSI-driven: one lease at a time */
+	}
+	if (in_flight >= deficit)
+		return;
+	if (lease_revoke_order(b->leases, &order, &n) < 0)
+		return;
+	for (size_t i = 0; i < n && in_flight < deficit; i++) {
+		if (request_revoke(b, order[i], 0, "host memory is critical") == 0)
+			in_flight += order[i]->bytes;
+	}
+	free(order);
+}
+
+static void reclaim_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct broker *b = w->data;
+
+	if (b->state == BROKER_CRITICAL)
+		reclaim_step(b);
+	else
+		ev_timer_stop(loop, w);
+}
+
+static void shrink_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct broker *b = w->data;
+
+	broker_trim_pool(b, b->state == BROKER_NORMAL ? b->prewarm_bytes : 0);
+}
+
+void request_on_pressure(void *ud, enum broker_state from, enum broker_state to, const char *why)
+{
+	struct broker *b = ud;
+	struct revoker *rv = b->revoker;
+
+	b->state = to;
+	if (to >= BROKER_TIGHT)
+		broker_trim_pool(b, 0);
+	if (to == BROKER_CRITICAL) {
+		/* Waiting acquires are refused at once while critical. */
+		while (rv->pending) {
+			struct pending *p = rv->pending;
+			struct conn *c = server_find_conn(b->server, p->conn_id);
+			uint64_t seq = p->seq, size = p->args.size;
+
+			pending_destroy(b, p);
+			if (c)
+				reply_acquire_error(c, seq, -EAGAIN, size);
+		}
+		reclaim_step(b);
+		ev_timer_set(&rv->reclaim_timer, RECLAIM_STEP_MS / 1000.0, RECLAIM_STEP_MS / 1000.0);
+		ev_timer_start(b->loop, &rv->reclaim_timer);
+	} else {
+		ev_timer_stop(b->loop, &rv->reclaim_timer);
+	}
+	if (to == BROKER_NORMAL)
+		request_grant_waiting(b); /* the pool regrows on demand */
+}
+
+/* ------------------------------------------------------------------ ghosts */
+
+static void ghost_free(struct broker *b, struct ghost *g)
+{
+	struct revoker *rv = b->revoker;
+
+	for (struct ghost **gp = &rv->ghosts; *gp; gp = &(*gp)->next)
+		if (*gp == g) {
+			*gp = g->next;
+			break;
+		}
+	ev_io_stop(b->loop, &g->io);
+	close(g->pidfd);
+	free(g->ids);
+	free(g);
+}
+
+static void ghost_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct ghost *g = w->data;
+	struct broker *b = g->broker;
+
+	/* The pidfd is readable once the process has exited: its mappings are gone. */
+	for (size_t i = 0; i < g->nids; i++) {
+		struct lease *l = lease_find(b->leases, g->ids[i]);
+
+		if (l && !l->owner)
+			free_lease(b, l, "overdue holder exited");
+	}
+	ghost_free(b, g);
+	after_free(b);
+}
+
+void request_conn_closed(struct broker *b, struct conn *c)
+{
+	struct revoker *rv = b->revoker;
+	struct ghost *g = NULL;
+	struct lease *l, *next;
+	size_t freed = 0;
+	uint64_t freed_bytes = 0;
+
+	/* Its waiting acquires die with it. */
+	if (rv) {
+		struct pending *p, *pn;
+
+		for (p = rv->pending; p; p = pn) {
+			pn = p->next;
+			if (p->conn_id == c->id)
+				pending_destroy(b, p);
+		}
+	}
+
+	for (l = lease_first(b->leases); l; l = next) {
+		next = lease_next(b->leases, l);
+		if (l->owner != c)
+			continue;
+		/* An overdue holder may still map and pin these pages: keep them counted until its process exits. */
+		if (l->state == LEASE_OVERDUE && c->pidfd >= 0 && rv) {
+			if (!g) {
+				g = calloc(1, sizeof(*g));
+				if (g) {
+					g->broker = b;
+					g->pid = c->pid;
+					g->pidfd = fcntl(c->pidfd, F_DUPFD_CLOEXEC, 3);
+					if (g->pidfd < 0) {
+						free(g);
+						g = NULL;
+					}
+				}
+			}
+			if (g) {
+				uint64_t *ids = realloc(g->ids, (g->nids + 1) * sizeof(*ids));
+
+				if (ids) {
+					g->ids = ids;
+					g->ids[g->nids++] = l->id;
+					l->owner = NULL;
+					continue;
+				}
+			}
+		}
+		freed++;
+		freed_bytes += l->bytes;
+		l->owner = NULL;
+		free_lease(b, l, "connection closed");
+	}
+	c->nleases = 0;
+	if (g) {
+		ev_io_init(&g->io, ghost_cb, g->pidfd, EV_READ);
+		g->io.data = g;
+		ev_io_start(b->loop, &g->io);
+		g->next = rv->ghosts;
+		rv->ghosts = g;
+	}
+	if (freed > 0) {
+		log_event(EV_CLIENT_DIED, LOG_NOTICE, 0, c->uid, c->pid,
+			  "client pid %d uid %u went away holding %zu leases (%llu bytes); returned to the pool", c->pid,
+			  c->uid, freed, (unsigned long long)freed_bytes);
+		after_free(b);
+	}
+}
+
+/* ---------------------------------------------------------------- handlers */
+
+static void handle_hello(struct conn *c, const Request *req)
+{
+	struct broker *b = c->broker;
+	Pinbroker__V1__HelloReply hr = PINBROKER__V1__HELLO_REPLY__INIT;
+	const Pinbroker__V1__Hello *h = req->hello;
+	Reply r;
+
+	if (c->hello_done) {
+		server_close(c, "second HELLO");
+		return;
+	}
+	if (h->version != PB_PROTOCOL_VERSION) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_VERSION_MISMATCH,
+			     "protocol version %u is not supported: this pinbrokerd %s speaks version %d; "
+			     "upgrade libpinbroker or pinbrokerd so they match",
+			     h->version, PINBROKER_VERSION, PB_PROTOCOL_VERSION);
+		server_close(c, "protocol version mismatch");
+		return;
+	}
+	c->hello_done = true;
+	ev_timer_stop(b->loop, &c->handshake);
+	if (h->client_name)
+		snprintf(c->name, sizeof(c->name), "%s", h->client_name);
+	hr.version = PB_PROTOCOL_VERSION;
+	hr.server_version = (char *)PINBROKER_VERSION;
+	hr.has_page_size = true;
+	hr.page_size = pool_page_size(b->pool);
+	hr.has_chunk_size = true;
+	hr.chunk_size = pool_chunk_size(b->pool);
+	hr.has_hugetlb = true;
+	hr.hugetlb = pool_hugetlb(b->pool);
+	reply_init(&r, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+	r.body_case = PINBROKER__V1__REPLY__BODY_HELLO;
+	r.hello = &hr;
+	server_send(c, &r, NULL, 0);
+}
+
+static enum lease_priority prio_from_wire(Pinbroker__V1__Priority p)
+{
+	switch (p) {
+	case PINBROKER__V1__PRIORITY__PRIORITY_CRITICAL:
+		return LEASE_PRIO_CRITICAL;
+	case PINBROKER__V1__PRIORITY__PRIORITY_BEST_EFFORT:
+		return LEASE_PRIO_BEST_EFFORT;
+	default:
+		return LEASE_PRIO_NORMAL;
+	}
+}
+
+/* Cached-idle leases of other holders that could cover a shortfall. */
+static uint64_t reclaim_idle_for(struct broker *b, struct conn *asker, uint64_t need)
+{
+	uint64_t got = 0;
+	struct lease *l;
+
+	for (l = lease_first(b->leases); l && got < need; l = lease_next(b->leases, l)) {
+		if (l->state != LEASE_IDLE || l->owner == asker)
+			continue;
+		if (request_revoke(b, l, 0, "another client needs the memory (cached-idle lease)") == 0)
+			got += l->bytes;
+	}
+	return got;
+}
+
+static void handle_acquire(struct conn *c, const Request *req)
+{
+	struct broker *b = c->broker;
+	const Pinbroker__V1__Acquire *a = req->acquire;
+	struct acquire_args args = {
+		.uid = c->uid,
+		.gid = c->gid,
+		.pid = c->pid,
+		.owner = c,
+		.size = a->size,
+		.priority = prio_from_wire(a->priority),
+		.label = a->label,
+	};
+	bool wait = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT) != 0;
+	uint32_t timeout_ms = a->has_timeout_ms && a->timeout_ms ? a->timeout_ms : b->cfg->acquire_timeout_ms;
+	struct lease *l;
+	int r;
+
+	if (c->nleases + c->npending >= b->cfg->max_leases_per_client) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
+			     "this connection already holds %u leases (max-leases-per-client); release some first",
+			     c->nleases);
+		return;
+	}
+	r = broker_acquire(b, &args, &l);
+	if (r == 0) {
+		grant(c, req->seq, l);
+		return;
+	}
+	if (r == -ENOSPC) {
+		/* Take cached-idle leases back first; the acquire waits for them. */
+		uint64_t shortfall = round_up(a->size, pool_page_size(b->pool));
+		uint64_t got = reclaim_idle_for(b, c, shortfall);
+
+		if (got > 0 && !wait) {
+			wait = true;
+			timeout_ms = b->cfg->revoke_deadline_ms;
+		}
+	}
+	if (wait && (r == -ENOSPC || r == -EDQUOT || r == -EBUSY)) {
+		int q = pending_add(c, req->seq, &args, timeout_ms);
+
+		if (q == 0)
+			return;
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
+			     "%u acquires are already waiting (max-pending-acquires); try again later", b->revoker->npending);
+		return;
+	}
+	log_event(EV_LEASE_REFUSED, LOG_INFO, 0, c->uid, c->pid, "refused %llu bytes to pid %d uid %u: %s",
+		  (unsigned long long)a->size, c->pid, c->uid, strerror(-r));
+	reply_acquire_error(c, req->seq, r, a->size);
+}
+
+static void reply_lease_error(struct conn *c, uint64_t seq, int r, uint64_t id)
+{
+	if (r == -ENOENT)
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_UNKNOWN_LEASE, "no lease %llu",
+			     (unsigned long long)id);
+	else if (r == -EPERM)
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_NOT_YOUR_LEASE,
+			     "lease %llu belongs to another client", (unsigned long long)id);
+	else
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "lease %llu cannot do that in its state", (unsigned long long)id);
+}
+
+static int check_own(struct conn *c, uint64_t id, struct lease **ret)
+{
+	struct lease *l = lease_find(c->broker->leases, id);
+
+	if (!l)
+		return -ENOENT;
+	if (l->owner != c)
+		return -EPERM;
+	*ret = l;
+	return 0;
+}
+
+static void handle_release(struct conn *c, const Request *req)
+{
+	struct broker *b = c->broker;
+	uint64_t id = req->release->lease_id;
+	struct lease *l = lease_find(b->leases, id);
+
+	if (!l) {
+		reply_lease_error(c, req->seq, -ENOENT, id);
+		return;
+	}
+	/* Only the holder releases; an admin may also drop an orphan nobody re-declared.
+	 * Taking a live client's lease is what revoke is for: the holder still maps it. */
+	if (l->owner != c && !(c->admin && l->owner == NULL)) {
+		reply_lease_error(c, req->seq, -EPERM, id);
+		return;
+	}
+	free_lease(b, l, "released");
+	reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
+	after_free(b);
+}
+
+static void handle_set_idle(struct conn *c, const Request *req)
+{
+	struct lease *l;
+	int r;
+
+	r = check_own(c, req->set_idle->lease_id, &l);
+	if (r == 0) {
+		enum lease_state to = req->set_idle->idle ? LEASE_IDLE : LEASE_ACTIVE;
+
+		/* Already there, or revoking: nothing to do, not an error. */
+		if (l->state == to || l->state == LEASE_REVOKING || l->state == LEASE_OVERDUE)
+			r = 0;
+		else
+			r = lease_set_state(l, to, now_ms());
+	}
+	if (r < 0)
+		reply_lease_error(c, req->seq, r, req->set_idle->lease_id);
+	else
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
+}
+
+static void handle_revoke_ack(struct conn *c, const Request *req)
+{
+	struct lease *l;
+	int r;
+
+	/* The client releases before it acks; an ack for a lease it still holds
+	 * changes nothing, and one for a lease it never held is just answered. */
+	r = check_own(c, req->revoke_ack->lease_id, &l);
+	if (r < 0)
+		reply_lease_error(c, req->seq, r, req->revoke_ack->lease_id);
+	else
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
+}
+
+static void handle_admin_revoke(struct conn *c, const Request *req)
+{
+	struct broker *b = c->broker;
+	const Pinbroker__V1__AdminRevoke *ar = req->admin_revoke;
+	Pinbroker__V1__AdminRevokeReply rr = PINBROKER__V1__ADMIN_REVOKE_REPLY__INIT;
+	uint64_t *ids = NULL;
+	size_t n = 0, cap = 0;
+	struct lease *l, *next;
+	char reason[64];
+	Reply r;
+
+	if (!ar->has_lease_id && !ar->has_uid && !(ar->has_all && ar->all)) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "revoke needs a lease id, a uid, or all");
+		return;
+	}
+	if (ar->has_lease_id && !lease_find(b->leases, ar->lease_id)) {
+		reply_lease_error(c, req->seq, -ENOENT, ar->lease_id);
+		return;
+	}
+	snprintf(reason, sizeof(reason), "revoked by admin uid %u", c->uid);
+	for (l = lease_first(b->leases); l; l = next) {
+		next = lease_next(b->leases, l);
+		if (ar->has_lease_id && l->id != ar->lease_id)
+			continue;
+		if (ar->has_uid && l->uid != ar->uid)
+			continue;
+		if (l->state != LEASE_ACTIVE && l->state != LEASE_IDLE)
+			continue;
+		if (n == cap) {
+			uint64_t *nid = realloc(ids, (cap ? cap * 2 : 16) * sizeof(*ids));
+
+			if (!nid)
+				break;
+			ids = nid;
+			cap = cap ? cap * 2 : 16;
+		}
+		ids[n++] = l->id;
+	}
+	/* Revoke after collecting: a failed send may close a connection and free its leases. */
+	for (size_t i = 0; i < n; i++) {
+		l = lease_find(b->leases, ids[i]);
+		if (l)
+			request_revoke(b, l, ar->has_deadline_ms ? ar->deadline_ms : 0, reason);
+	}
+	rr.n_lease_ids = n;
+	rr.lease_ids = ids;
+	reply_init(&r, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+	r.body_case = PINBROKER__V1__REPLY__BODY_ADMIN_REVOKE;
+	r.admin_revoke = &rr;
+	server_send(c, &r, NULL, 0);
+	free(ids);
+}
+
+static void handle_set_config(struct conn *c, const Request *req)
+{
+	struct broker *b = c->broker;
+	const struct config_key *k = config_key_find(req->set_config->key);
+	struct config *n = NULL;
+	char *err = NULL;
+	int r;
+
+	if (!k) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "unknown setting '%s'", req->set_config->key);
+		return;
+	}
+	if (!k->reloadable) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "'%s' cannot change while the daemon runs; set it in the config file and restart",
+			     k->name);
+		return;
+	}
+	r = config_dup(b->cfg, &n);
+	if (r == 0)
+		r = config_set(n, k->name, req->set_config->value, &err);
+	if (r == 0)
+		r = config_validate(n, &err);
+	if (r == 0)
+		r = daemon_apply_config(b, n, &err);
+	if (r < 0) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT, "%s",
+			     err ? err : strerror(-r));
+		config_free(n);
+	} else {
+		log_info("%s set to %s by uid %u", k->name, req->set_config->value, c->uid);
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
+	}
+	free(err);
+}
+
+static void handle_redeclare(struct conn *c, const Request *req)
+{
+	struct broker *b = c->broker;
+	const Pinbroker__V1__Redeclare *rd = req->redeclare;
+	Pinbroker__V1__RedeclareReply rr = PINBROKER__V1__REDECLARE_REPLY__INIT;
+	uint64_t *ok = calloc(rd->n_lease_ids + 1, sizeof(*ok));
+	uint64_t *bad = calloc(rd->n_lease_ids + 1, sizeof(*bad));
+	Reply r;
+
+	if (!ok || !bad) {
+		free(ok);
+		free(bad);
+		server_close(c, "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < rd->n_lease_ids; i++) {
+		struct lease *l = lease_find(b->leases, rd->lease_ids[i]);
+
+		/* Only an orphan of the same uid can be adopted. */
+		if (l && l->state == LEASE_ORPHANED && !l->owner && l->uid == c->uid &&
+		    lease_set_state(l, LEASE_ACTIVE, now_ms()) == 0) {
+			l->owner = c;
+			l->pid = c->pid;
+			c->nleases++;
+			ok[rr.n_adopted++] = l->id;
+			log_event(EV_LEASE_GRANTED, LOG_INFO, l->id, l->uid, l->pid,
+				  "lease %llu re-adopted by pid %d after restart", (unsigned long long)l->id, c->pid);
+		} else {
+			bad[rr.n_rejected++] = rd->lease_ids[i];
+		}
+	}
+	rr.adopted = ok;
+	rr.rejected = bad;
+	reply_init(&r, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+	r.body_case = PINBROKER__V1__REPLY__BODY_REDECLARE;
+	r.redeclare = &rr;
+	server_send(c, &r, NULL, 0);
+	free(ok);
+	free(bad);
+}
+
+/* ------------------------------------------------------------------ status */
+
+static void handle_status(struct conn *c, const Request *req)
+{
+	struct broker *b = c->broker;
+	Pinbroker__V1__StatusReply sr = PINBROKER__V1__STATUS_REPLY__INIT;
+	Pinbroker__V1__ClientInfo *ci = NULL, **cip = NULL;
+	Pinbroker__V1__LeaseInfo *li = NULL, **lip = NULL;
+	Pinbroker__V1__SignalInfo si[16], *sip[16];
+	Pinbroker__V1__EventInfo ti[16], *tip[16], vi[REVOCATION_RING], *vip[REVOCATION_RING];
+	struct monitor_signal sig[16];
+	struct monitor_event tev[16], rev[REVOCATION_RING];
+	char **labels = NULL;
+	size_t nconn = server_conn_count(b->server), nlease = lease_count(b->leases), k;
+	bool include_leases = !req->status->has_include_leases || req->status->include_leases;
+	uint64_t now = now_ms(), cached = 0;
+	struct conn *cc;
+	struct lease *l;
+	Reply r;
+
+	ci = calloc(nconn + 1, sizeof(*ci));
+	cip = calloc(nconn + 1, sizeof(*cip));
+	labels = calloc(nlease + 1, sizeof(*labels));
+	li = calloc(nlease + 1, sizeof(*li));
+	lip = calloc(nlease + 1, sizeof(*lip));
+	if (!ci || !cip || !labels || !li || !lip) {
+		server_close(c, "out of memory building status");
+		goto out;
+	}
+
+	sr.schema_version = 1;
+	sr.server_version = (char *)PINBROKER_VERSION;
+	sr.budget_bytes = budget_limit(b->budget);
+	sr.uid_quota_bytes = budget_uid_quota(b->budget);
+	sr.leased_bytes = budget_leased(b->budget);
+	sr.pool_bytes = pool_resident_bytes(b->pool);
+	sr.pool_idle_bytes = pool_idle_bytes(b->pool);
+	sr.page_size_bytes = pool_page_size(b->pool);
+	sr.chunk_size_bytes = pool_chunk_size(b->pool);
+	sr.has_hugetlb = true;
+	sr.hugetlb = pool_hugetlb(b->pool);
+	sr.has_overdue_bytes = true;
+	sr.overdue_bytes = broker_overdue_bytes(b);
+	sr.pressure_state = (char *)monitor_state_name(b->state);
+	sr.monitor_mode = (char *)(b->monitor ? monitor_mode(b->monitor) : "off");
+	sr.has_uptime_ms = true;
+	sr.uptime_ms = now - b->started_ms;
+	sr.has_prewarm_bytes = true;
+	sr.prewarm_bytes = b->prewarm_bytes;
+	sr.has_waiting_acquires = true;
+	sr.waiting_acquires = request_waiting_count(b);
+
+	/* One row per connection, labels joined from its leases. */
+	k = 0;
+	for (cc = server_conns(b->server); cc && k < nconn; cc = cc->next) {
+		Pinbroker__V1__ClientInfo *x = &ci[k];
+
+		pinbroker__v1__client_info__init(x);
+		x->pid = cc->pid;
+		x->uid = cc->uid;
+		x->has_gid = true;
+		x->gid = cc->gid;
+		x->name = cc->name;
+		cip[k++] = x;
+	}
+	sr.n_clients = k;
+	sr.clients = cip;
+	for (size_t i = 0; i < k; i++) {
+		Pinbroker__V1__ClientInfo *x = cip[i];
+		char **mine = NULL;
+		size_t nl = 0;
+
+		x->labels = NULL;
+		for (l = lease_first(b->leases); l; l = lease_next(b->leases, l)) {
+			struct conn *o = l->owner;
+
+			if (!o || o->pid != x->pid || o->uid != x->uid)
+				continue;
+			x->leases++;
+			x->bytes += l->bytes;
+			if (l->label[0]) {
+				bool dup = false;
+
+				for (size_t j = 0; j < nl; j++)
+					dup = dup || strcmp(mine[j], l->label) == 0;
+				if (!dup) {
+					char **nm = realloc(mine, (nl + 1) * sizeof(*nm));
+
+					if (nm) {
+						mine = nm;
+						mine[nl++] = l->label;
+					}
+				}
+			}
+		}
+		x->n_labels = nl;
+		x->labels = mine;
+	}
+
+	k = 0;
+	for (l = lease_first(b->leases); l; l = lease_next(b->leases, l)) {
+		if (l->state == LEASE_IDLE)
+			cached += l->bytes;
+		if (!include_leases || k >= nlease)
+			continue;
+		pinbroker__v1__lease_info__init(&li[k]);
+		li[k].id = l->id;
+		li[k].pid = l->pid;
+		li[k].uid = l->uid;
+		li[k].bytes = l->bytes;
+		li[k].label = l->label;
+		li[k].age_ms = now - l->created_ms;
+		li[k].has_priority = true;
+		li[k].priority = prio_to_wire(l->priority);
+		li[k].state = (char *)lease_state_name(l->state);
+		if (l->state == LEASE_IDLE) {
+			li[k].has_idle_ms = true;
+			li[k].idle_ms = now - l->last_used_ms;
+		}
+		if (l->state == LEASE_REVOKING || l->state == LEASE_OVERDUE) {
+			li[k].has_deadline_left_ms = true;
+			li[k].deadline_left_ms = (int64_t)l->deadline_ms - (int64_t)now;
+		}
+		lip[k] = &li[k];
+		k++;
+	}
+	sr.n_leases = k;
+	sr.leases = lip;
+	sr.has_cached_idle_bytes = true;
+	sr.cached_idle_bytes = cached;
+
+	if (b->monitor) {
+		size_t ns = monitor_signals(b->monitor, sig, 16);
+
+		for (size_t i = 0; i < ns && i < 16; i++) {
+			pinbroker__v1__signal_info__init(&si[i]);
+			si[i].name = (char *)sig[i].name;
+			si[i].value = sig[i].value;
+			si[i].has_tight = !isnan(sig[i].tight);
+			si[i].tight = sig[i].tight;
+			si[i].has_critical = !isnan(sig[i].critical);
+			si[i].critical = sig[i].critical;
+			si[i].unit = (char *)sig[i].unit;
+			si[i].has_available = true;
+			si[i].available = sig[i].available;
+			sip[i] = &si[i];
+		}
+		sr.n_signals = ns < 16 ? ns : 16;
+		sr.signals = sip;
+		sr.n_transitions = monitor_transitions(b->monitor, tev, 16);
+		for (size_t i = 0; i < sr.n_transitions; i++) {
+			pinbroker__v1__event_info__init(&ti[i]);
+			ti[i].age_ms = now - tev[i].when_ms;
+			ti[i].text = tev[i].text;
+			tip[i] = &ti[i];
+		}
+		sr.transitions = tip;
+	}
+	sr.n_revocations = request_revocations(b, rev, REVOCATION_RING);
+	for (size_t i = 0; i < sr.n_revocations; i++) {
+		pinbroker__v1__event_info__init(&vi[i]);
+		vi[i].age_ms = now - rev[i].when_ms;
+		vi[i].text = rev[i].text;
+		vip[i] = &vi[i];
+	}
+	sr.revocations = vip;
+
+	reply_init(&r, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+	r.body_case = PINBROKER__V1__REPLY__BODY_STATUS_REPLY;
+	r.status_reply = &sr;
+	server_send(c, &r, NULL, 0);
+out:
+	for (size_t i = 0; ci && i < sr.n_clients; i++)
+		free(ci[i].labels);
+	free(ci);
+	free(cip);
+	free(labels);
+	free(li);
+	free(lip);
+}
+
+/* ------------------------------------------------------------------- table */
+
+static const struct request_kind request_table[] = {
+	{ PINBROKER__V1__REQUEST__BODY_HELLO, "hello", 0, handle_hello },
+	{ PINBROKER__V1__REQUEST__BODY_ACQUIRE, "acquire", REQ_NEEDS_HELLO | REQ_RETURNS_FD | REQ_DENIED_UNDER_PRESSURE,
+	  handle_acquire },
+	{ PINBROKER__V1__REQUEST__BODY_RELEASE, "release", REQ_NEEDS_HELLO, handle_release },
+	{ PINBROKER__V1__REQUEST__BODY_STATUS, "status", REQ_NEEDS_HELLO, handle_status },
+	{ PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE, "revoke", REQ_NEEDS_HELLO | REQ_ADMIN, handle_admin_revoke },
+	{ PINBROKER__V1__REQUEST__BODY_SET_CONFIG, "set", REQ_NEEDS_HELLO | REQ_ADMIN, handle_set_config },
+	{ PINBROKER__V1__REQUEST__BODY_REVOKE_ACK, "revoke-ack", REQ_NEEDS_HELLO, handle_revoke_ack },
+	{ PINBROKER__V1__REQUEST__BODY_SET_IDLE, "set-idle", REQ_NEEDS_HELLO, handle_set_idle },
+	{ PINBROKER__V1__REQUEST__BODY_REDECLARE, "redeclare", REQ_NEEDS_HELLO, handle_redeclare },
+};
+
+void request_dispatch(struct conn *c, const uint8_t *buf, size_t len)
+{
+	struct broker *b = c->broker;
+	const struct request_kind *kind = NULL;
+	Request *req;
+
+	req = pinbroker__v1__request__unpack(NULL, len, buf);
+	if (!req) {
+		log_event(EV_PROTOCOL_ERROR, LOG_DEBUG, 0, c->uid, c->pid, "malformed packet (%zu bytes) from pid %d",
+			  len, c->pid);
+		server_close(c, "malformed packet");
+		return;
+	}
+	for (size_t i = 0; i < sizeof(request_table) / sizeof(request_table[0]); i++)
+		if (request_table[i].body == req->body_case)
+			kind = &request_table[i];
+
+	/* The one gate: every cross-cutting check lives here, never in a handler. */
+	if (!kind) {
+		server_close(c, "unknown request kind");
+	} else if ((kind->flags & REQ_NEEDS_HELLO) && !c->hello_done) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_NO_HELLO,
+			     "send HELLO with the protocol version first");
+		server_close(c, "request before HELLO");
+	} else if ((kind->flags & REQ_ADMIN) && !c->admin) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED,
+			     "'%s' needs uid 0 or membership of the admin group (admin-group = %s)", kind->name,
+			     b->cfg->admin_group && b->cfg->admin_group[0] ? b->cfg->admin_group : "none set");
+	} else if (b->shutting_down && kind->body != PINBROKER__V1__REQUEST__BODY_RELEASE &&
+		   kind->body != PINBROKER__V1__REQUEST__BODY_STATUS) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_SHUTTING_DOWN, "pinbrokerd is stopping");
+	} else if ((kind->flags & REQ_DENIED_UNDER_PRESSURE) && b->state == BROKER_CRITICAL) {
+		reply_acquire_error(c, req->seq, -EAGAIN, req->acquire->size);
+	} else {
+		kind->handler(c, req);
+	}
+	pinbroker__v1__request__free_unpacked(req, NULL);
+}
+
+/* ------------------------------------------------------------- life cycle */
+
+int request_init(struct broker *b)
+{
+	struct revoker *rv = calloc(1, sizeof(*rv));
+
+	if (!rv)
+		return -ENOMEM;
+	ev_timer_init(&rv->deadline_timer, deadline_cb, 0., 0.);
+	rv->deadline_timer.data = b;
+	ev_timer_init(&rv->reclaim_timer, reclaim_cb, 0., 0.);
+	rv->reclaim_timer.data = b;
+	ev_timer_init(&rv->shrink_timer, shrink_cb, 0., 0.);
+	rv->shrink_timer.data = b;
+	b->revoker = rv;
+	return 0;
+}
+
+void request_fini(struct broker *b)
+{
+	struct revoker *rv = b->revoker;
+
+	if (!rv)
+		return;
+	while (rv->pending)
+		pending_destroy(b, rv->pending);
+	while (rv->ghosts)
+		ghost_free(b, rv->ghosts);
+	ev_timer_stop(b->loop, &rv->deadline_timer);
+	ev_timer_stop(b->loop, &rv->reclaim_timer);
+	ev_timer_stop(b->loop, &rv->shrink_timer);
+	free(rv);
+	b->revoker = NULL;
+}

@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+/* Request dispatch: one table row per request kind, one gate for the cross-cutting checks. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "broker.h"
+
+struct conn;
+
+/*
+ * Unpack one packet from c and run its handler. Malformed, unknown or
+ * out-of-order input closes c (logged at debug); a valid request the daemon
+ * cannot serve gets a status code and a human message.
+ */
+void request_dispatch(struct conn *c, const uint8_t *buf, size_t len);
+
+/* c is closing: free its leases (overdue ones stay counted until its process exits) and drop its waiting acquires. */
+void request_conn_closed(struct broker *b, struct conn *c);
+
+/* Set up and tear down the revoker (deadline timer, waiting-acquire queue, ghost watchers). */
+int request_init(struct broker *b);
+void request_fini(struct broker *b);
+
+/* The pressure monitor's callback (monitor_state_fn). */
+void request_on_pressure(void *ud, enum broker_state from, enum broker_state to, const char *why);
+
+/*
+ * Send REVOKE(lease, deadline) to its holder and mark it REVOKING. Idle cached
+ * leases are included. Returns 0, or -EINVAL if the lease cannot be revoked
+ * in its state.
+ */
+int request_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, const char *reason);
+
+/* Memory was freed: grant waiting acquires that now fit, in priority order. */
+void request_grant_waiting(struct broker *b);
+
+/* Copy of the last revocation events, newest first. Returns how many. */
+struct monitor_event;
+size_t request_revocations(const struct broker *b, struct monitor_event *out, size_t max);
+uint32_t request_waiting_count(const struct broker *b);
+
+/*
+ * Swap in a validated config at run time (SIGHUP, `pinctl set`): recompute
+ * budget, quota and prewarm, re-tune the monitor. Takes ownership of cfg on
+ * success. Defined in main.c. Returns 0 or a negative errno with *err set.
+ */
+struct config;
+int daemon_apply_config(struct broker *b, struct config *cfg, char **err);

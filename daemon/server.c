@@ -1,0 +1,521 @@
+/* SPDX-License-Identifier: MIT */
+/* The socket shell: listening, accepting with peer credentials, per-connection packet I/O and limits. */
+#define _GNU_SOURCE
+#include "server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "broker.h"
+#include "config.h"
+#include "log.h"
+#include "request.h"
+#include "util.h"
+#include "wire.h"
+
+/* A peer that stops reading may hold this many unsent packets before it is dropped. */
+#define OUTQ_MAX_PACKETS 256
+/* Packets read per wake-up per connection, so one busy client cannot starve the rest. */
+#define READS_PER_WAKEUP 32
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+struct outpkt {
+	struct outpkt *next;
+	size_t len;
+	size_t nfds;
+	int fds[PB_MAX_FDS_PER_MSG];
+	uint8_t buf[];
+};
+
+struct server {
+	struct broker *broker;
+	int listen_fd;
+	bool own_socket;       /* we created (and will unlink) the path */
+	char *path;
+	ev_io accept_io;
+	struct conn *conns;
+	size_t nconns;
+	uint64_t next_conn_id;
+	uint8_t *rxbuf;        /* max-message-bytes + 1: one byte more tells "too long" */
+	size_t rxcap;
+};
+
+static void conn_io_cb(struct ev_loop *loop, ev_io *w, int revents);
+static void conn_handshake_cb(struct ev_loop *loop, ev_timer *w, int revents);
+
+static int make_listen_socket(const char *path, int *ret)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct group *gr;
+	mode_t mode = 0660;
+	char *dir, *slash;
+	int fd, r;
+
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		log_warnx("socket path '%s' is longer than %zu bytes; choose a shorter --socket", path,
+			  sizeof(sa.sun_path) - 1);
+		return -ENAMETOOLONG;
+	}
+	strcpy(sa.sun_path, path);
+
+	dir = strdup(path);
+	if (!dir)
+		return -ENOMEM;
+	slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = '\0';
+		if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+			log_warn("cannot create socket directory %s, ignoring", dir);
+	}
+	free(dir);
+
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+
+	/* A socket file left by a crashed daemon is stale only if nobody answers on it. */
+	if (access(path, F_OK) == 0) {
+		int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+		if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+			close(probe);
+			close(fd);
+			log_warnx("another pinbrokerd is already listening on %s; stop it or use --socket", path);
+			return -EADDRINUSE;
+		}
+		if (probe >= 0)
+			close(probe);
+		unlink(path);
+	}
+
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		r = -errno;
+		log_warn("cannot bind %s", path);
+		close(fd);
+		return r;
+	}
+	/* Mode 0660, group pinbroker (DESIGN.md). Without the group, leave it open to all
+	 * local users rather than unusable, and say how to fix it. */
+	gr = getgrnam("pinbroker");
+	if (gr && geteuid() == 0) {
+		if (chown(path, 0, gr->gr_gid) < 0)
+			log_warn("cannot chown %s to group pinbroker, ignoring", path);
+	} else if (!gr) {
+		mode = 0666;
+		log_info("group 'pinbroker' does not exist: socket %s is open to every local user; "
+			 "create the group (systemd-sysusers) to restrict it",
+			 path);
+	}
+	if (chmod(path, mode) < 0)
+		log_warn("cannot chmod %s, ignoring", path);
+
+	if (listen(fd, SOMAXCONN) < 0) {
+		r = -errno;
+		log_warn("cannot listen on %s", path);
+		close(fd);
+		unlink(path);
+		return r;
+	}
+	*ret = fd;
+	return 0;
+}
+
+static bool uid_is_admin(const struct config *cfg, uid_t uid, gid_t gid)
+{
+	struct group *gr;
+
+	if (uid == 0)
+		return true;
+	if (!cfg->admin_group || !cfg->admin_group[0])
+		return false;
+	gr = getgrnam(cfg->admin_group);
+	if (!gr)
+		return false;
+	if (gr->gr_gid == gid)
+		return true;
+	/* Supplementary membership: check the member list of the group. */
+	{
+		struct passwd *pw;
+		char **m;
+
+		pw = getpwuid(uid);
+		if (!pw)
+			return false;
+		for (m = gr->gr_mem; *m; m++)
+			if (strcmp(*m, pw->pw_name) == 0)
+				return true;
+	}
+	return false;
+}
+
+static size_t conns_of_uid(const struct server *s, uid_t uid)
+{
+	size_t n = 0;
+
+	for (struct conn *c = s->conns; c; c = c->next)
+		if (c->uid == uid && !c->closing)
+			n++;
+	return n;
+}
+
+static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct server *s = w->data;
+	const struct config *cfg = s->broker->cfg;
+
+	for (int i = 0; i < 64; i++) {
+		struct ucred cred;
+		socklen_t len = sizeof(cred);
+		struct conn *c;
+		int fd;
+
+		fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
+				return;
+			if (errno == EMFILE || errno == ENFILE) {
+				/* Out of fds: stop accepting until a connection closes, or the loop spins. */
+				log_warn("accept failed, pausing new connections");
+				ev_io_stop(loop, &s->accept_io);
+				return;
+			}
+			log_warn("accept failed, ignoring");
+			return;
+		}
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+			log_warn("SO_PEERCRED failed, dropping connection");
+			close(fd);
+			continue;
+		}
+		if (s->nconns >= cfg->max_connections ||
+		    conns_of_uid(s, cred.uid) >= cfg->max_connections_per_uid) {
+			log_debug("refusing connection from pid %d uid %u: connection limit reached", cred.pid,
+				  cred.uid);
+			close(fd);
+			continue;
+		}
+		c = calloc(1, sizeof(*c));
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		c->srv = s;
+		c->broker = s->broker;
+		c->id = ++s->next_conn_id;
+		c->fd = fd;
+		c->pid = cred.pid;
+		c->uid = cred.uid;
+		c->gid = cred.gid;
+		c->admin = uid_is_admin(cfg, cred.uid, cred.gid);
+		c->connected_ms = now_ms();
+		c->pidfd = (int)syscall(SYS_pidfd_open, cred.pid, 0);
+		if (c->pidfd >= 0)
+			fcntl(c->pidfd, F_SETFD, FD_CLOEXEC);
+		ev_io_init(&c->io, conn_io_cb, fd, EV_READ);
+		c->io.data = c;
+		ev_io_start(loop, &c->io);
+		ev_timer_init(&c->handshake, conn_handshake_cb, cfg->handshake_timeout_ms / 1000.0, 0.);
+		c->handshake.data = c;
+		ev_timer_start(loop, &c->handshake);
+
+		c->next = s->conns;
+		if (s->conns)
+			s->conns->prev = c;
+		s->conns = c;
+		s->nconns++;
+		log_debug("connection %llu from pid %d uid %u%s", (unsigned long long)c->id, c->pid, c->uid,
+			  c->admin ? " (admin)" : "");
+	}
+}
+
+static void conn_free(struct conn *c)
+{
+	struct server *s = c->srv;
+	struct ev_loop *loop = s->broker->loop;
+	struct outpkt *p, *next;
+
+	ev_io_stop(loop, &c->io);
+	ev_timer_stop(loop, &c->handshake);
+	for (p = c->outq_head; p; p = next) {
+		next = p->next;
+		wire_close_fds(p->fds, p->nfds);
+		free(p);
+	}
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		s->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	s->nconns--;
+	close(c->fd);
+	if (c->pidfd >= 0)
+		close(c->pidfd);
+	free(c);
+	/* A slot freed: accept again if EMFILE had paused us. */
+	if (!ev_is_active(&s->accept_io) && s->listen_fd >= 0)
+		ev_io_start(loop, &s->accept_io);
+}
+
+void server_close(struct conn *c, const char *why)
+{
+	if (c->closing)
+		return;
+	c->closing = true;
+	log_debug("closing connection %llu (pid %d uid %u): %s", (unsigned long long)c->id, c->pid, c->uid,
+		  why);
+	/* Leases and waiting acquires go back in this same loop iteration. */
+	request_conn_closed(c->srv->broker, c);
+	conn_free(c);
+}
+
+static int flush_outq(struct conn *c)
+{
+	struct outpkt *p;
+	int r;
+
+	while ((p = c->outq_head)) {
+		r = wire_send(c->fd, p->buf, p->len, p->fds, p->nfds);
+		if (r == -EAGAIN)
+			return 0;
+		if (r < 0)
+			return r;
+		c->outq_head = p->next;
+		if (!c->outq_head)
+			c->outq_tail = NULL;
+		c->outq_len--;
+		wire_close_fds(p->fds, p->nfds);
+		free(p);
+	}
+	return 0;
+}
+
+static void update_events(struct conn *c)
+{
+	struct ev_loop *loop = c->srv->broker->loop;
+	int want = EV_READ | (c->outq_head ? EV_WRITE : 0);
+
+	if (c->io.events != want) {
+		ev_io_stop(loop, &c->io);
+		ev_io_set(&c->io, c->fd, want);
+		ev_io_start(loop, &c->io);
+	}
+}
+
+int server_send(struct conn *c, const Pinbroker__V1__Reply *reply, const int *fds, size_t nfds)
+{
+	size_t len = pinbroker__v1__reply__get_packed_size(reply);
+	struct outpkt *p;
+	int r;
+
+	if (c->closing)
+		return -ECONNRESET;
+	if (len > PB_MAX_MSG_BYTES) {
+		log_warnx("reply of %zu bytes is over the %d byte packet limit, dropping connection %llu", len,
+			  PB_MAX_MSG_BYTES, (unsigned long long)c->id);
+		server_close(c, "reply too large");
+		return -EMSGSIZE;
+	}
+	p = malloc(sizeof(*p) + len);
+	if (!p) {
+		server_close(c, "out of memory");
+		return -ENOMEM;
+	}
+	p->next = NULL;
+	p->len = pinbroker__v1__reply__pack(reply, p->buf);
+	p->nfds = 0;
+
+	if (!c->outq_head) {
+		r = wire_send(c->fd, p->buf, p->len, fds, nfds);
+		if (r == 0) {
+			free(p);
+			return 0;
+		}
+		if (r != -EAGAIN) {
+			free(p);
+			server_close(c, "send failed");
+			return r;
+		}
+	}
+	if (c->outq_len >= OUTQ_MAX_PACKETS) {
+		free(p);
+		server_close(c, "peer is not reading its replies");
+		return -ENOBUFS;
+	}
+	/* Queued packets own duplicates: the originals belong to pool chunks. */
+	for (size_t i = 0; i < nfds; i++) {
+		p->fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
+		if (p->fds[i] < 0) {
+			r = -errno;
+			p->nfds = i;
+			wire_close_fds(p->fds, p->nfds);
+			free(p);
+			server_close(c, "out of file descriptors");
+			return r;
+		}
+	}
+	p->nfds = nfds;
+	if (c->outq_tail)
+		c->outq_tail->next = p;
+	else
+		c->outq_head = p;
+	c->outq_tail = p;
+	c->outq_len++;
+	update_events(c);
+	return 0;
+}
+
+static void conn_handshake_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct conn *c = w->data;
+
+	if (!c->hello_done)
+		server_close(c, "no HELLO within handshake-timeout-ms");
+}
+
+static void conn_io_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct conn *c = w->data;
+	struct server *s = c->srv;
+	uint64_t id = c->id;
+
+	if (revents & EV_WRITE) {
+		if (flush_outq(c) < 0) {
+			server_close(c, "send failed");
+			return;
+		}
+		update_events(c);
+	}
+	if (!(revents & EV_READ))
+		return;
+
+	for (int i = 0; i < READS_PER_WAKEUP; i++) {
+		size_t nfds = 0;
+		int fds[1];
+		ssize_t n;
+
+		n = wire_recv(c->fd, s->rxbuf, s->rxcap, fds, 0, &nfds);
+		if (n == -EAGAIN)
+			return;
+		if (n == 0) {
+			server_close(c, "peer closed the connection");
+			return;
+		}
+		if (n < 0) {
+			server_close(c, n == -EMSGSIZE ? "packet over max-message-bytes"
+					 : n == -EBADMSG ? "packet carried file descriptors or bad control data"
+							 : "receive failed");
+			return;
+		}
+		if ((size_t)n >= s->rxcap) {
+			server_close(c, "packet over max-message-bytes");
+			return;
+		}
+		request_dispatch(c, s->rxbuf, (size_t)n);
+		/* The handler may have closed the connection, freeing c. */
+		if (!server_find_conn(s, id))
+			return;
+		if (c->closing)
+			return;
+	}
+}
+
+int server_new(struct broker *b, int listen_fd, struct server **ret)
+{
+	struct server *s;
+	int r;
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->broker = b;
+	s->rxcap = (size_t)b->cfg->max_message_bytes + 1;
+	s->rxbuf = malloc(s->rxcap);
+	if (!s->rxbuf) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	if (listen_fd >= 0) {
+		int flags = fcntl(listen_fd, F_GETFL);
+
+		if (flags >= 0)
+			fcntl(listen_fd, F_SETFL, flags | O_NONBLOCK);
+		s->listen_fd = listen_fd;
+	} else {
+		r = make_listen_socket(b->cfg->socket_path, &s->listen_fd);
+		if (r < 0)
+			goto fail;
+		s->own_socket = true;
+		s->path = strdup(b->cfg->socket_path);
+	}
+	ev_io_init(&s->accept_io, accept_cb, s->listen_fd, EV_READ);
+	s->accept_io.data = s;
+	ev_io_start(b->loop, &s->accept_io);
+	*ret = s;
+	return 0;
+fail:
+	free(s->rxbuf);
+	free(s);
+	return r;
+}
+
+void server_free(struct server *s)
+{
+	if (!s)
+		return;
+	while (s->conns)
+		server_close(s->conns, "daemon stopping");
+	ev_io_stop(s->broker->loop, &s->accept_io);
+	if (s->listen_fd >= 0)
+		close(s->listen_fd);
+	if (s->own_socket && s->path)
+		unlink(s->path);
+	free(s->path);
+	free(s->rxbuf);
+	free(s);
+}
+
+int server_listen_fd(const struct server *s)
+{
+	return s->listen_fd;
+}
+
+struct conn *server_conns(const struct server *s)
+{
+	return s->conns;
+}
+
+size_t server_conn_count(const struct server *s)
+{
+	return s->nconns;
+}
+
+struct conn *server_find_conn(const struct server *s, uint64_t id)
+{
+	for (struct conn *c = s->conns; c; c = c->next)
+		if (c->id == id)
+			return c;
+	return NULL;
+}
+
+void server_broadcast(struct server *s, const Pinbroker__V1__Reply *reply)
+{
+	struct conn *c, *next;
+
+	for (c = s->conns; c; c = next) {
+		next = c->next;
+		server_send(c, reply, NULL, 0);
+	}
+}

@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+/* The socket shell: listening, accepting with peer credentials, per-connection packet I/O and limits. */
+#pragma once
+
+#include <ev.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "pinbroker.pb-c.h"
+
+struct broker;
+struct outpkt;
+
+struct conn {
+	struct server *srv;
+	struct broker *broker;
+	uint64_t id;
+	int fd;
+	int pidfd;            /* -1 where the kernel has no pidfd_open */
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+	bool hello_done;
+	bool admin;           /* uid 0 or member of admin-group, decided at accept */
+	bool closing;
+	char name[32];        /* client_name from HELLO */
+	uint32_t nleases;
+	uint32_t npending;    /* waiting acquires */
+	uint64_t connected_ms;
+	ev_io io;
+	ev_timer handshake;
+	struct outpkt *outq_head, *outq_tail;
+	size_t outq_len;
+	struct conn *prev, *next;
+};
+
+struct server;
+
+/*
+ * Listen on listen_fd (from socket activation) or, when it is -1, create the
+ * socket at the configured path. Returns 0 and *ret, or a negative errno with
+ * the reason already logged.
+ */
+int server_new(struct broker *b, int listen_fd, struct server **ret);
+/* Close every connection (their leases are freed) and the listening socket. */
+void server_free(struct server *s);
+
+/* The listening fd (for the fd store / tests). */
+int server_listen_fd(const struct server *s);
+
+/*
+ * Send a reply with optional fds. Packets the peer's buffer cannot take yet
+ * are queued (fds dup'ed) and flushed on EV_WRITE; a peer that lets the queue
+ * grow past its cap is disconnected. Returns 0, or a negative errno when the
+ * connection had to be closed (c is then closing; do not touch it after the
+ * current callback returns).
+ */
+int server_send(struct conn *c, const Pinbroker__V1__Reply *reply, const int *fds, size_t nfds);
+
+/* Close a connection: logs why at debug, frees its leases, drops pending acquires. */
+void server_close(struct conn *c, const char *why);
+
+struct conn *server_conns(const struct server *s);   /* list head; follow ->next */
+size_t server_conn_count(const struct server *s);
+struct conn *server_find_conn(const struct server *s, uint64_t id);
+
+/* Send a packet to every connection (shutdown notice). */
+void server_broadcast(struct server *s, const Pinbroker__V1__Reply *reply);

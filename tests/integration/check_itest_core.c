@@ -1,0 +1,348 @@
+/* SPDX-License-Identifier: MIT */
+/* Integration: the real pinbrokerd driven by libpinbroker clients in real processes, killed with real signals. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "itest.h"
+#include "pinbroker.h"
+
+#define MiB (1024ull * 1024ull)
+
+static struct daemon d;
+
+static void start_default(void)
+{
+	daemon_start(&d, NULL);
+}
+
+static void stop_daemon(void)
+{
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+
+START_TEST(test_acquire_gives_exact_page_rounded_size_and_release_returns_it)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA, .label = "unit" };
+	pb_client *c;
+	pb_lease *l;
+	unsigned char *p;
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_acquire(c, 3 * MiB + 1, &o, &l), 0);
+	/* Exactly rounded up to the 4 KiB page: no power-of-two rounding. */
+	ck_assert_uint_eq(pb_lease_size(l), 3 * MiB + 4096);
+	ck_assert_int_ne(pb_lease_kind(l), PB_MEM_FALLBACK);
+	p = pb_lease_data(l);
+	memset(p, 0xab, pb_lease_size(l));
+	ck_assert_uint_eq(p[pb_lease_size(l) - 1], 0xab);
+	ck_assert_int_eq(status_leased(d.socket), (int64_t)(3 * MiB + 4096));
+	ck_assert_int_eq(pb_release(c, l), 0);
+	ck_assert_int_eq(status_leased(d.socket), 0);
+	pb_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_sigkill_of_holder_returns_its_bytes)
+{
+	int pfd[2];
+	pid_t pid;
+	char ok;
+
+	ck_assert_int_eq(pipe(pfd), 0);
+	pid = itest_fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+		pb_client *c;
+		pb_lease *a, *b;
+
+		if (pb_connect(d.socket, &c) < 0 || pb_acquire(c, 64 * MiB, &o, &a) < 0 ||
+		    pb_acquire(c, 10 * MiB, &o, &b) < 0)
+			_exit(1);
+		memset(pb_lease_data(a), 1, pb_lease_size(a));
+		if (write(pfd[1], "k", 1) != 1)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(pfd[1]);
+	ck_assert_int_eq(read(pfd[0], &ok, 1), 1);
+	ck_assert_int_eq(status_leased(d.socket), (int64_t)(74 * MiB));
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+	/* Returned in the loop iteration that sees the close. */
+	ck_assert_int_eq(wait_leased(d.socket, 0, 2000), 0);
+	ck_assert(daemon_alive(&d));
+	close(pfd[0]);
+}
+END_TEST
+
+START_TEST(test_many_processes_killed_mid_lease_leave_nothing_leased)
+{
+	pid_t pids[16];
+
+	for (int i = 0; i < 16; i++) {
+		pids[i] = itest_fork();
+		ck_assert_int_ge(pids[i], 0);
+		if (pids[i] == 0) {
+			struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+			pb_client *c;
+			pb_lease *l;
+
+			if (pb_connect(d.socket, &c) < 0)
+				_exit(1);
+			for (;;) {
+				if (pb_acquire(c, (size_t)(1 + i) * MiB, &o, &l) == 0)
+					pb_release(c, l);
+			}
+		}
+	}
+	usleep(200000);
+	for (int i = 0; i < 16; i++) {
+		kill(pids[i], i % 2 ? SIGKILL : SIGTERM);
+		waitpid(pids[i], NULL, 0);
+	}
+	ck_assert_int_eq(wait_leased(d.socket, 0, 3000), 0);
+	ck_assert(daemon_alive(&d));
+}
+END_TEST
+
+START_TEST(test_refusals_have_distinct_errors)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	pb_client *c;
+	pb_lease *l, *m;
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_acquire(c, 0, &o, &l), -EINVAL);
+	ck_assert_int_eq(pb_acquire(c, 1024 * MiB, &o, &l), -EFBIG);   /* budget is 256M */
+	ck_assert_ptr_nonnull(strstr(pb_last_error(), "budget"));
+	ck_assert_int_eq(pb_acquire(c, 200 * MiB, &o, &l), 0);
+	ck_assert_int_eq(pb_acquire(c, 100 * MiB, &o, &m), -ENOSPC);   /* 300M > 256M now */
+	ck_assert_int_eq(pb_release(c, l), 0);
+	pb_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_uid_quota_refuses_with_edquot)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	pb_client *c;
+	pb_lease *l, *m;
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_acquire(c, 40 * MiB, &o, &l), 0);
+	ck_assert_int_eq(pb_acquire(c, 40 * MiB, &o, &m), -EDQUOT); /* quota 64M */
+	ck_assert_ptr_nonnull(strstr(pb_last_error(), "quota"));
+	ck_assert_int_eq(pb_acquire(c, 80 * MiB, &o, &m), -EFBIG);
+	ck_assert_int_eq(pb_release(c, l), 0);
+	pb_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_lease_over_250_chunks_arrives_in_fd_batches)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	pb_client *c;
+	pb_lease *l;
+	unsigned char *p;
+	size_t n = 600 * MiB; /* 300 chunks of 2 MiB: two fd packets */
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_acquire(c, n, &o, &l), 0);
+	p = pb_lease_data(l);
+	for (size_t i = 0; i < n; i += 4096)
+		p[i] = (unsigned char)(i >> 12);
+	for (size_t i = 0; i < n; i += 4096)
+		ck_assert_uint_eq(p[i], (unsigned char)(i >> 12));
+	ck_assert_int_eq(pb_release(c, l), 0);
+	pb_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_waiting_acquire_is_granted_when_memory_frees)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	pb_client *c;
+	pb_lease *l;
+	pid_t pid;
+	int pfd[2];
+	char ok;
+
+	ck_assert_int_eq(pipe(pfd), 0);
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_acquire(c, 200 * MiB, &o, &l), 0);
+	pid = itest_fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct pb_acquire_opts w = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_WAIT, .timeout_ms = 5000 };
+		pb_client *c2;
+		pb_lease *l2;
+
+		close(pfd[0]);
+		if (pb_connect(d.socket, &c2) < 0)
+			_exit(2);
+		if (write(pfd[1], "s", 1) != 1)
+			_exit(2);
+		_exit(pb_acquire(c2, 100 * MiB, &w, &l2) == 0 ? 0 : 1);
+	}
+	close(pfd[1]);
+	ck_assert_int_eq(read(pfd[0], &ok, 1), 1);
+	usleep(200000); /* the child is now queued */
+	ck_assert_int_eq(pb_release(c, l), 0);
+	{
+		int st;
+
+		ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+		ck_assert(WIFEXITED(st));
+		ck_assert_int_eq(WEXITSTATUS(st), 0);
+	}
+	pb_disconnect(c);
+	close(pfd[0]);
+}
+END_TEST
+
+START_TEST(test_waiting_acquire_times_out)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	struct pb_acquire_opts w = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_WAIT, .timeout_ms = 300 };
+	pb_client *c;
+	pb_lease *l, *m;
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_acquire(c, 200 * MiB, &o, &l), 0);
+	ck_assert_int_eq(pb_acquire(c, 100 * MiB, &w, &m), -ETIMEDOUT);
+	ck_assert_int_eq(pb_release(c, l), 0);
+	pb_disconnect(c);
+}
+END_TEST
+
+static int revoke_cb(pb_client *c, pb_lease *l, uint32_t deadline_ms, void *ud)
+{
+	int *hits = ud;
+
+	(*hits)++;
+	pb_release(c, l);
+	return 0;
+}
+
+START_TEST(test_admin_revoke_reaches_callback_and_frees)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	pb_client *c, *admin;
+	pb_lease *l;
+	uint64_t *ids = NULL;
+	size_t n = 0;
+	int hits = 0;
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	pb_set_revoke_callback(c, revoke_cb, &hits);
+	ck_assert_int_eq(pb_acquire(c, 8 * MiB, &o, &l), 0);
+	ck_assert_int_eq(pb_connect(d.socket, &admin), 0);
+	ck_assert_int_eq(pb_admin_revoke(admin, PB_REVOKE_LEASE, pb_lease_id(l), 0, 2000, &ids, &n), 0);
+	ck_assert_uint_eq(n, 1);
+	free(ids);
+	ck_assert_int_eq(wait_leased(d.socket, 0, 2000), 0);
+	ck_assert_int_eq(hits, 1);
+	pb_disconnect(admin);
+	pb_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_fallback_when_no_broker)
+{
+	pb_client *c = NULL;
+	pb_lease *l;
+
+	ck_assert_int_lt(pb_connect("/tmp/definitely-not-a-pinbroker.sock", &c), 0);
+	l = pb_acquire_or_fallback(NULL, 5 * MiB, NULL);
+	ck_assert_ptr_nonnull(l);
+	ck_assert_int_eq(pb_lease_kind(l), PB_MEM_FALLBACK);
+	ck_assert_ptr_nonnull(pb_lease_fallback_reason(l));
+	memset(pb_lease_data(l), 1, pb_lease_size(l));
+	ck_assert_int_eq(pb_release(NULL, l), 0);
+}
+END_TEST
+
+START_TEST(test_fallback_when_broker_refuses)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	pb_client *c;
+	pb_lease *l;
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	l = pb_acquire_or_fallback(c, 1024 * MiB, &o);
+	ck_assert_ptr_nonnull(l);
+	ck_assert_int_eq(pb_lease_kind(l), PB_MEM_FALLBACK);
+	ck_assert_ptr_nonnull(strstr(pb_lease_fallback_reason(l), "budget"));
+	ck_assert_int_eq(pb_release(c, l), 0);
+	l = pb_acquire_or_fallback(c, 1 * MiB, &o);
+	ck_assert_int_ne(pb_lease_kind(l), PB_MEM_FALLBACK);
+	ck_assert_int_eq(pb_release(c, l), 0);
+	pb_disconnect(c);
+}
+END_TEST
+
+static void start_quota(void)
+{
+	static const char *const args[] = { "--uid-quota", "64M", NULL };
+
+	daemon_start(&d, args);
+}
+
+static void start_big(void)
+{
+	static const char *const args[] = { "--budget", "1G", NULL };
+
+	daemon_start(&d, args);
+}
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("integration-core");
+	TCase *t = tcase_create("leases");
+	TCase *q = tcase_create("quota");
+	TCase *b = tcase_create("big");
+
+	tcase_add_checked_fixture(t, start_default, stop_daemon);
+	tcase_set_timeout(t, 30);
+	tcase_add_test(t, test_acquire_gives_exact_page_rounded_size_and_release_returns_it);
+	tcase_add_test(t, test_sigkill_of_holder_returns_its_bytes);
+	tcase_add_test(t, test_many_processes_killed_mid_lease_leave_nothing_leased);
+	tcase_add_test(t, test_refusals_have_distinct_errors);
+	tcase_add_test(t, test_waiting_acquire_is_granted_when_memory_frees);
+	tcase_add_test(t, test_waiting_acquire_times_out);
+	tcase_add_test(t, test_admin_revoke_reaches_callback_and_frees);
+	tcase_add_test(t, test_fallback_when_no_broker);
+	tcase_add_test(t, test_fallback_when_broker_refuses);
+	suite_add_tcase(s, t);
+
+	tcase_add_checked_fixture(q, start_quota, stop_daemon);
+	tcase_set_timeout(q, 30);
+	tcase_add_test(q, test_uid_quota_refuses_with_edquot);
+	suite_add_tcase(s, q);
+
+	tcase_add_checked_fixture(b, start_big, stop_daemon);
+	tcase_set_timeout(b, 60);
+	tcase_add_test(b, test_lease_over_250_chunks_arrives_in_fd_batches);
+	suite_add_tcase(s, b);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,270 @@
+/* SPDX-License-Identifier: MIT */
+/* Integration: pinctl's human and JSON output, exit codes and messages against the real daemon. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "itest.h"
+#include "pinbroker.h"
+
+#define MiB (1024ull * 1024ull)
+
+static struct daemon d;
+static pid_t holder;
+
+static void start(void)
+{
+	daemon_start(&d, NULL);
+}
+
+static void stop(void)
+{
+	if (holder > 0) {
+		kill(holder, SIGKILL);
+		waitpid(holder, NULL, 0);
+		holder = 0;
+	}
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+
+/* A client process holding a labelled 6 MiB lease until killed. */
+static void start_holder(void)
+{
+	int pfd[2];
+	char ok;
+
+	ck_assert_int_eq(pipe(pfd), 0);
+	holder = itest_fork();
+	ck_assert_int_ge(holder, 0);
+	if (holder == 0) {
+		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA, .label = "trainer-7" };
+		pb_client *c;
+		pb_lease *l;
+
+		if (pb_connect(d.socket, &c) < 0 || pb_acquire(c, 6 * MiB, &o, &l) < 0)
+			_exit(1);
+		if (write(pfd[1], "k", 1) != 1)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(pfd[1]);
+	ck_assert_int_eq(read(pfd[0], &ok, 1), 1);
+	close(pfd[0]);
+}
+
+START_TEST(test_status_human_shows_budget_and_client_rows)
+{
+	char *out = NULL, pid[32];
+
+	start_holder();
+	ck_assert_int_eq(pinctl(&d, &out, "status"), 0);
+	ck_assert_ptr_nonnull(strcasestr(out, "budget"));
+	ck_assert_ptr_nonnull(strstr(out, "256 MiB"));
+	ck_assert_ptr_nonnull(strstr(out, "page 4 KiB"));
+	ck_assert_ptr_nonnull(strstr(out, "trainer-7"));
+	snprintf(pid, sizeof(pid), "%d", (int)holder);
+	ck_assert_msg(strstr(out, pid) != NULL, "holder pid %s missing from:\n%s", pid, out);
+	ck_assert_ptr_nonnull(strstr(out, "6 MiB"));
+	free(out);
+}
+END_TEST
+
+static bool have_jq(void)
+{
+	return system("command -v jq >/dev/null 2>&1") == 0;
+}
+
+START_TEST(test_status_json_has_stable_schema)
+{
+	char *out = NULL, *cmd = NULL;
+
+	start_holder();
+	ck_assert_int_eq(pinctl(&d, &out, "status --json"), 0);
+	ck_assert_ptr_nonnull(strstr(out, "\"schema_version\":1"));
+	free(out);
+	if (!have_jq()) {
+		/* The field checks below need a JSON parser; the substring check above still ran. */
+		fprintf(stderr, "SKIPPED part: jq not installed, JSON not validated structurally\n");
+		return;
+	}
+	ck_assert_int_ge(asprintf(&cmd,
+				  "%s --socket '%s' status --json | jq -e '"
+				  ".schema_version == 1 and .budget_bytes == 268435456 and .leased_bytes == 6291456 "
+				  "and (.pool_bytes >= 6291456) and .page_size_bytes == 4096 "
+				  "and (.clients | length) >= 1 and (.clients[] | select(.pid == %d) | .leases == 1 and .bytes == 6291456 and .uid == %u) "
+				  "and (.leases[0] | has(\"id\") and has(\"pid\") and has(\"uid\") and has(\"bytes\") and .label == \"trainer-7\" and has(\"age_ms\"))'",
+				  PINCTL_PATH, d.socket, (int)holder, (unsigned)getuid()),
+			 0);
+	ck_assert_int_eq(run_capture(cmd, &out), 0);
+	free(out);
+	free(cmd);
+}
+END_TEST
+
+START_TEST(test_leases_lists_each_lease)
+{
+	char *out = NULL;
+
+	start_holder();
+	ck_assert_int_eq(pinctl(&d, &out, "leases"), 0);
+	ck_assert_ptr_nonnull(strstr(out, "trainer-7"));
+	ck_assert_ptr_nonnull(strstr(out, "active"));
+	free(out);
+}
+END_TEST
+
+START_TEST(test_acquire_prints_timing_and_releases)
+{
+	char *out = NULL;
+
+	ck_assert_int_eq(pinctl(&d, &out, "acquire 8M --label smoke"), 0);
+	ck_assert_ptr_nonnull(strstr(out, "8 MiB"));
+	ck_assert_ptr_nonnull(strstr(out, "ms"));
+	ck_assert_ptr_nonnull(strstr(out, "released"));
+	free(out);
+	ck_assert_int_eq(status_leased(d.socket), 0);
+}
+END_TEST
+
+START_TEST(test_acquire_refused_exits_1_with_reason)
+{
+	char *out = NULL;
+
+	ck_assert_int_eq(pinctl(&d, &out, "acquire 4G"), 1);
+	ck_assert_ptr_nonnull(strstr(out, "budget"));
+	free(out);
+}
+END_TEST
+
+START_TEST(test_bad_arguments_exit_2_with_usage)
+{
+	char *out = NULL;
+
+	ck_assert_int_eq(pinctl(&d, &out, "frobnicate"), 2);
+	ck_assert_ptr_nonnull(strcasestr(out, "usage"));
+	free(out);
+	ck_assert_int_eq(pinctl(&d, &out, "acquire"), 2);
+	free(out);
+	ck_assert_int_eq(pinctl(&d, &out, "acquire 12Q"), 2);
+	free(out);
+	ck_assert_int_eq(pinctl(&d, &out, "status --bogus"), 2);
+	free(out);
+}
+END_TEST
+
+START_TEST(test_no_daemon_exits_1_and_says_what_to_do)
+{
+	char *out = NULL;
+
+	ck_assert_int_eq(run_capture(PINCTL_PATH " --socket /tmp/no-such-pinbroker.sock status", &out), 1);
+	ck_assert_ptr_nonnull(strstr(out, "/tmp/no-such-pinbroker.sock"));
+	ck_assert_ptr_nonnull(strcasestr(out, "pinbrokerd"));
+	free(out);
+}
+END_TEST
+
+START_TEST(test_revoke_of_unresponsive_holder_stays_counted_as_overdue)
+{
+	char *out = NULL;
+
+	start_holder(); /* its library releases nothing on its own: no callback, not idle */
+	ck_assert_int_eq(pinctl(&d, &out, "revoke --all --deadline 200"), 0);
+	free(out);
+	usleep(600000);
+	ck_assert_int_eq(pinctl(&d, &out, "status --json"), 0);
+	/* Never forgotten: the unresponsive holder's bytes stay counted, as overdue. */
+	ck_assert_ptr_nonnull(strstr(out, "\"overdue_bytes\":6291456"));
+	free(out);
+}
+END_TEST
+
+START_TEST(test_daemon_bad_cli_exits_2_and_bad_config_gives_file_line)
+{
+	char *out = NULL, path[] = "/tmp/pbconf.XXXXXX", *cmd = NULL;
+	FILE *f;
+	int fd;
+
+	ck_assert_int_eq(run_capture(PINBROKERD_PATH " --no-such-option", &out), 2);
+	ck_assert_ptr_nonnull(strcasestr(out, "usage"));
+	free(out);
+	fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	f = fdopen(fd, "w");
+	fprintf(f, "# test\nbudget = 2G\nbugdet = 3G\nprewarm = lots\n");
+	fclose(f);
+	ck_assert_int_ge(asprintf(&cmd, PINBROKERD_PATH " --config %s --check-config", path), 0);
+	ck_assert_int_eq(run_capture(cmd, &out), 1);
+	ck_assert_msg(strstr(out, ":3:") && strstr(out, ":4:"), "want file:line errors, got:\n%s", out);
+	ck_assert_ptr_nonnull(strstr(out, "budget"));
+	free(out);
+	free(cmd);
+	unlink(path);
+}
+END_TEST
+
+START_TEST(test_revoke_enforced_with_sigterm_returns_bytes)
+{
+	char *out = NULL;
+	int st;
+
+	start_holder();
+	ck_assert_int_eq(pinctl(&d, &out, "revoke --all --deadline 200"), 0);
+	free(out);
+	/* revoke-enforce defaults to sigterm: the holder is terminated through its pidfd. */
+	ck_assert_int_eq(waitpid(holder, &st, 0), holder);
+	ck_assert(WIFSIGNALED(st));
+	ck_assert_int_eq(WTERMSIG(st), SIGTERM);
+	holder = 0;
+	ck_assert_int_eq(wait_leased(d.socket, 0, 2000), 0);
+}
+END_TEST
+
+static void start_no_enforce(void)
+{
+	static const char *const args[] = { "--revoke-enforce", "none", NULL };
+
+	daemon_start(&d, args);
+}
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("integration-pinctl");
+	TCase *t = tcase_create("pinctl");
+	TCase *r = tcase_create("revoke-no-enforce");
+
+	tcase_add_checked_fixture(t, start, stop);
+	tcase_set_timeout(t, 30);
+	tcase_add_test(t, test_status_human_shows_budget_and_client_rows);
+	tcase_add_test(t, test_status_json_has_stable_schema);
+	tcase_add_test(t, test_leases_lists_each_lease);
+	tcase_add_test(t, test_acquire_prints_timing_and_releases);
+	tcase_add_test(t, test_acquire_refused_exits_1_with_reason);
+	tcase_add_test(t, test_bad_arguments_exit_2_with_usage);
+	tcase_add_test(t, test_no_daemon_exits_1_and_says_what_to_do);
+	tcase_add_test(t, test_revoke_enforced_with_sigterm_returns_bytes);
+	tcase_add_test(t, test_daemon_bad_cli_exits_2_and_bad_config_gives_file_line);
+	suite_add_tcase(s, t);
+
+	tcase_add_checked_fixture(r, start_no_enforce, stop);
+	tcase_set_timeout(r, 30);
+	tcase_add_test(r, test_revoke_of_unresponsive_holder_stays_counted_as_overdue);
+	suite_add_tcase(s, r);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

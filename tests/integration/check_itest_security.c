@@ -1,0 +1,415 @@
+/* SPDX-License-Identifier: MIT */
+/* Integration: uid isolation between real processes, and hostile raw packets against the real daemon. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "itest.h"
+#include "pinbroker.h"
+#include "wire.h"
+
+#define MiB (1024ull * 1024ull)
+#define UID_A 61001
+#define UID_B 61002
+
+static struct daemon d;
+
+static void start(void)
+{
+	daemon_start(&d, NULL);
+}
+
+static void stop(void)
+{
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+
+static void drop_to(uid_t uid)
+{
+	if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
+		_exit(90);
+}
+
+/* Child A: acquire raw, fill with a secret, report lease id and pid, then wait for a byte to release. */
+static void child_a(int wr, int rd, const char *sock)
+{
+	uint64_t id;
+	int fds[8];
+	size_t nfds;
+	int fd;
+	char *p;
+
+	drop_to(UID_A);
+	fd = raw_connect(sock);
+	if (fd < 0 || raw_hello(fd) != 0)
+		_exit(91);
+	if (raw_acquire(fd, 2 * MiB, &id, fds, 8, &nfds) != 0 || nfds != 1)
+		_exit(92);
+	p = mmap(NULL, 2 * MiB, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+	if (p == MAP_FAILED)
+		_exit(93);
+	memset(p, 'S', 2 * MiB);
+	/* Sealed: the holder itself can neither grow nor shrink it. */
+	if (ftruncate(fds[0], 4 * MiB) == 0 || errno != EPERM)
+		_exit(94);
+	if (ftruncate(fds[0], 1 * MiB) == 0 || errno != EPERM)
+		_exit(95);
+	if (write(wr, &id, sizeof(id)) != sizeof(id))
+		_exit(96);
+	{
+		char c;
+
+		if (read(rd, &c, 1) != 1)
+			_exit(97);
+	}
+	munmap(p, 2 * MiB);
+	close(fds[0]);
+	close(fd); /* connection close returns the lease */
+	_exit(0);
+}
+
+START_TEST(test_uids_cannot_touch_each_others_memory)
+{
+	int a2p[2], p2a[2], st;
+	pid_t a, b;
+	uint64_t id;
+
+	ck_assert_int_eq(pipe(a2p), 0);
+	ck_assert_int_eq(pipe(p2a), 0);
+	a = itest_fork();
+	ck_assert_int_ge(a, 0);
+	if (a == 0)
+		child_a(a2p[1], p2a[0], d.socket);
+	ck_assert_int_eq(read(a2p[0], &id, sizeof(id)), (ssize_t)sizeof(id));
+
+	b = itest_fork();
+	ck_assert_int_ge(b, 0);
+	if (b == 0) {
+		Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+		Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
+		Pinbroker__V1__Reply *rep;
+		char path[64];
+		int fd, err;
+
+		drop_to(UID_B);
+		fd = raw_connect(d.socket);
+		if (fd < 0 || raw_hello(fd) != 0)
+			_exit(81);
+		/* B cannot release (or learn anything about) A's lease by id. */
+		rel.lease_id = id;
+		req.has_seq = true;
+		req.seq = 3;
+		req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
+		req.release = &rel;
+		if (raw_send(fd, &req, NULL, 0) < 0)
+			_exit(82);
+		rep = raw_recv(fd, NULL, 0, NULL, 3000, &err);
+		if (!rep || rep->status != PINBROKER__V1__STATUS_CODE__STATUS_NOT_YOUR_LEASE)
+			_exit(83);
+		pinbroker__v1__reply__free_unpacked(rep, NULL);
+		/* Nor reach A's memfd through /proc: another uid's fds are closed to it. */
+		snprintf(path, sizeof(path), "/proc/%d/fd/3", (int)a);
+		for (int i = 3; i < 16; i++) {
+			int x;
+
+			snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)a, i);
+			x = open(path, O_RDWR);
+			if (x >= 0)
+				_exit(84);
+		}
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(b, &st, 0), b);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "uid B child failed with %d", WEXITSTATUS(st));
+
+	/* A lets go; B then gets memory that never shows A's bytes. */
+	ck_assert_int_eq(write(p2a[1], "x", 1), 1);
+	ck_assert_int_eq(waitpid(a, &st, 0), a);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "uid A child failed with %d", WEXITSTATUS(st));
+	ck_assert_int_eq(wait_leased(d.socket, 0, 2000), 0);
+
+	b = itest_fork();
+	ck_assert_int_ge(b, 0);
+	if (b == 0) {
+		uint64_t idb;
+		int fds[8];
+		size_t nfds;
+		unsigned char *p;
+		int fd;
+
+		drop_to(UID_B);
+		fd = raw_connect(d.socket);
+		if (fd < 0 || raw_hello(fd) != 0)
+			_exit(71);
+		/* Ask for the whole warm pool, so A's old chunk would be among it if it were reused. */
+		if (raw_acquire(fd, 16 * MiB, &idb, fds, 8, &nfds) != 0)
+			_exit(72);
+		for (size_t k = 0; k < nfds; k++) {
+			struct stat sb;
+
+			if (fstat(fds[k], &sb) < 0)
+				_exit(73);
+			p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fds[k], 0);
+			if (p == MAP_FAILED)
+				_exit(74);
+			for (off_t i = 0; i < sb.st_size; i++)
+				if (p[i] == 'S')
+					_exit(75);
+			munmap(p, (size_t)sb.st_size);
+		}
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(b, &st, 0), b);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "uid B second child failed with %d", WEXITSTATUS(st));
+	close(a2p[0]);
+	close(a2p[1]);
+	close(p2a[0]);
+	close(p2a[1]);
+}
+END_TEST
+
+START_TEST(test_non_admin_cannot_revoke_or_set)
+{
+	pb_client *c;
+	int st;
+	pid_t pid;
+
+	pid = itest_fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		drop_to(UID_A);
+		if (pb_connect(d.socket, &c) < 0)
+			_exit(1);
+		if (pb_admin_revoke(c, PB_REVOKE_ALL, 0, 0, 0, NULL, NULL) != -EACCES)
+			_exit(2);
+		if (pb_admin_set(c, "budget", "1G") != -EACCES)
+			_exit(3);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child failed with %d", WEXITSTATUS(st));
+}
+END_TEST
+
+static void assert_survives(void)
+{
+	ck_assert(daemon_alive(&d));
+	ck_assert_int_ge(status_leased(d.socket), 0);
+}
+
+START_TEST(test_garbage_packet_closes_only_that_connection)
+{
+	int bystander = raw_connect(d.socket), fd = raw_connect(d.socket);
+	unsigned char junk[512];
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(raw_hello(bystander), 0);
+	for (size_t i = 0; i < sizeof(junk); i++)
+		junk[i] = (unsigned char)(i * 37 + 11);
+	ck_assert_int_eq(wire_send(fd, junk, sizeof(junk), NULL, 0), 0);
+	ck_assert(raw_closed_by_peer(fd, 3000));
+	close(fd);
+	assert_survives();
+	/* The bystander's connection is untouched. */
+	ck_assert_int_eq(raw_status(bystander), 0);
+	close(bystander);
+}
+END_TEST
+
+START_TEST(test_oversized_packet_closes_connection)
+{
+	int fd = raw_connect(d.socket);
+	size_t n = 200 * 1024; /* over max-message-bytes (64 KiB) */
+	char *big = calloc(1, n);
+
+	ck_assert_int_eq(raw_hello(fd), 0);
+	ck_assert_int_eq(wire_send(fd, big, n, NULL, 0), 0);
+	ck_assert(raw_closed_by_peer(fd, 3000));
+	free(big);
+	close(fd);
+	assert_survives();
+}
+END_TEST
+
+START_TEST(test_packet_with_fd_closes_connection)
+{
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__StatusRequest sreq = PINBROKER__V1__STATUS_REQUEST__INIT;
+	int fd = raw_connect(d.socket), extra = open("/dev/null", O_RDONLY);
+
+	ck_assert_int_eq(raw_hello(fd), 0);
+	req.body_case = PINBROKER__V1__REQUEST__BODY_STATUS;
+	req.status = &sreq;
+	ck_assert_int_eq(raw_send(fd, &req, &extra, 1), 0);
+	ck_assert(raw_closed_by_peer(fd, 3000));
+	close(extra);
+	close(fd);
+	assert_survives();
+}
+END_TEST
+
+START_TEST(test_request_before_hello_is_refused_and_closed)
+{
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Acquire a = PINBROKER__V1__ACQUIRE__INIT;
+	Pinbroker__V1__Reply *rep;
+	int fd = raw_connect(d.socket), err;
+
+	a.size = 4096;
+	req.has_seq = true;
+	req.seq = 9;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
+	req.acquire = &a;
+	ck_assert_int_eq(raw_send(fd, &req, NULL, 0), 0);
+	rep = raw_recv(fd, NULL, 0, NULL, 3000, &err);
+	ck_assert_ptr_nonnull(rep);
+	ck_assert_int_eq(rep->status, PINBROKER__V1__STATUS_CODE__STATUS_NO_HELLO);
+	pinbroker__v1__reply__free_unpacked(rep, NULL);
+	ck_assert(raw_closed_by_peer(fd, 3000));
+	close(fd);
+	assert_survives();
+}
+END_TEST
+
+START_TEST(test_wrong_version_gets_clear_error)
+{
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Hello h = PINBROKER__V1__HELLO__INIT;
+	Pinbroker__V1__Reply *rep;
+	int fd = raw_connect(d.socket), err;
+
+	h.version = 99;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_HELLO;
+	req.hello = &h;
+	ck_assert_int_eq(raw_send(fd, &req, NULL, 0), 0);
+	rep = raw_recv(fd, NULL, 0, NULL, 3000, &err);
+	ck_assert_ptr_nonnull(rep);
+	ck_assert_int_eq(rep->status, PINBROKER__V1__STATUS_CODE__STATUS_VERSION_MISMATCH);
+	ck_assert_ptr_nonnull(strstr(rep->message, "version"));
+	pinbroker__v1__reply__free_unpacked(rep, NULL);
+	close(fd);
+	assert_survives();
+}
+END_TEST
+
+START_TEST(test_empty_request_and_truncated_packets_close_connection)
+{
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Acquire a = PINBROKER__V1__ACQUIRE__INIT;
+	uint8_t buf[64];
+	size_t n;
+	int fd;
+
+	/* No body at all: unknown request kind. */
+	fd = raw_connect(d.socket);
+	ck_assert_int_eq(raw_hello(fd), 0);
+	ck_assert_int_eq(raw_send(fd, &req, NULL, 0), 0);
+	ck_assert(raw_closed_by_peer(fd, 3000));
+	close(fd);
+
+	/* A valid ACQUIRE cut short. */
+	fd = raw_connect(d.socket);
+	ck_assert_int_eq(raw_hello(fd), 0);
+	a.size = 1ull << 40;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
+	req.acquire = &a;
+	n = pinbroker__v1__request__pack(&req, buf);
+	ck_assert_int_eq(wire_send(fd, buf, n - 2, NULL, 0), 0);
+	ck_assert(raw_closed_by_peer(fd, 3000));
+	close(fd);
+	assert_survives();
+}
+END_TEST
+
+START_TEST(test_absurd_sizes_get_status_not_crash)
+{
+	uint64_t id;
+	int fds[4];
+	size_t nfds;
+	int fd = raw_connect(d.socket);
+
+	ck_assert_int_eq(raw_hello(fd), 0);
+	ck_assert_int_eq(raw_acquire(fd, 0, &id, fds, 4, &nfds), PINBROKER__V1__STATUS_CODE__STATUS_INVALID_SIZE);
+	ck_assert_int_eq(raw_acquire(fd, UINT64_MAX, &id, fds, 4, &nfds), PINBROKER__V1__STATUS_CODE__STATUS_INVALID_SIZE);
+	ck_assert_int_eq(raw_acquire(fd, 1ull << 63, &id, fds, 4, &nfds), PINBROKER__V1__STATUS_CODE__STATUS_TOO_LARGE);
+	close(fd);
+	assert_survives();
+}
+END_TEST
+
+START_TEST(test_silent_peer_is_dropped_after_handshake_timeout)
+{
+	int fd = raw_connect(d.socket);
+
+	ck_assert_int_ge(fd, 0);
+	/* --handshake-timeout-ms 300 for this case. */
+	ck_assert(raw_closed_by_peer(fd, 3000));
+	close(fd);
+	assert_survives();
+}
+END_TEST
+
+static void start_short_handshake(void)
+{
+	static const char *const args[] = { "--handshake-timeout-ms", "300", NULL };
+
+	daemon_start(&d, args);
+}
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("integration-security");
+	TCase *iso;
+	TCase *bad = tcase_create("bad-input");
+	TCase *hs = tcase_create("handshake");
+
+	if (geteuid() == 0) {
+		iso = tcase_create("isolation");
+		tcase_add_checked_fixture(iso, start, stop);
+		tcase_set_timeout(iso, 30);
+		tcase_add_test(iso, test_uids_cannot_touch_each_others_memory);
+		tcase_add_test(iso, test_non_admin_cannot_revoke_or_set);
+		suite_add_tcase(s, iso);
+	} else {
+		fprintf(stderr, "SKIPPED: 2 uid-isolation tests need root to switch uids; run the suite as root\n");
+	}
+
+	tcase_add_checked_fixture(bad, start, stop);
+	tcase_set_timeout(bad, 30);
+	tcase_add_test(bad, test_garbage_packet_closes_only_that_connection);
+	tcase_add_test(bad, test_oversized_packet_closes_connection);
+	tcase_add_test(bad, test_packet_with_fd_closes_connection);
+	tcase_add_test(bad, test_request_before_hello_is_refused_and_closed);
+	tcase_add_test(bad, test_wrong_version_gets_clear_error);
+	tcase_add_test(bad, test_empty_request_and_truncated_packets_close_connection);
+	tcase_add_test(bad, test_absurd_sizes_get_status_not_crash);
+	suite_add_tcase(s, bad);
+
+	tcase_add_checked_fixture(hs, start_short_handshake, stop);
+	tcase_set_timeout(hs, 30);
+	tcase_add_test(hs, test_silent_peer_is_dropped_after_handshake_timeout);
+	suite_add_tcase(s, hs);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,414 @@
+/* SPDX-License-Identifier: MIT */
+/* Helpers for integration tests: run the real pinbrokerd on a temp socket, run pinctl, talk raw protocol. */
+#define _GNU_SOURCE
+#include "itest.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pinbroker.h"
+#include "wire.h"
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+pid_t itest_fork(void)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		signal(SIGTERM, SIG_DFL);
+		signal(SIGINT, SIG_DFL);
+		signal(SIGHUP, SIG_DFL);
+	}
+	return pid;
+}
+
+void daemon_start(struct daemon *d, const char *const *extra)
+{
+	const char *argv[64];
+	size_t n = 0;
+	uint64_t t0;
+
+	memset(d, 0, sizeof(*d));
+	snprintf(d->dir, sizeof(d->dir), "/tmp/pbtest.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(d->dir));
+	chmod(d->dir, 0755);
+	snprintf(d->socket, sizeof(d->socket), "%s/pb.sock", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/daemon.log", d->dir);
+
+	argv[n++] = PINBROKERD_PATH;
+	argv[n++] = "--socket";
+	argv[n++] = d->socket;
+	argv[n++] = "--config";
+	argv[n++] = "/dev/null";
+	/* Small, fast defaults for tests; extra args override them (later wins). */
+	argv[n++] = "--budget";
+	argv[n++] = "256M";
+	argv[n++] = "--prewarm";
+	argv[n++] = "16M";
+	argv[n++] = "--log-level";
+	argv[n++] = "debug";
+	for (size_t i = 0; extra && extra[i] && n < 62; i++)
+		argv[n++] = extra[i];
+	argv[n] = NULL;
+
+	d->pid = itest_fork();
+	ck_assert_int_ge(d->pid, 0);
+	if (d->pid == 0) {
+		int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		unsetenv("NOTIFY_SOCKET");
+		unsetenv("JOURNAL_STREAM");
+		unsetenv("LISTEN_FDS");
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	/* --config /dev/null: tests run on embedded defaults plus their arguments, never /etc. */
+	t0 = mono_ms();
+	for (;;) {
+		int fd = raw_connect(d->socket);
+
+		if (fd >= 0) {
+			int st = raw_hello(fd);
+
+			close(fd);
+			if (st == 0)
+				return;
+		}
+		if (!daemon_alive(d)) {
+			char *log = daemon_log(d);
+
+			ck_abort_msg("pinbrokerd exited during start-up; log:\n%s", log ? log : "(none)");
+		}
+		if (mono_ms() - t0 > 10000) {
+			char *log = daemon_log(d);
+
+			ck_abort_msg("pinbrokerd did not answer within 10 s; log:\n%s", log ? log : "(none)");
+		}
+		usleep(5000);
+	}
+}
+
+bool daemon_alive(const struct daemon *d)
+{
+	int st;
+
+	return d->pid > 0 && waitpid(d->pid, &st, WNOHANG) == 0;
+}
+
+int daemon_stop(struct daemon *d)
+{
+	int st = 0;
+	char cmd[600];
+
+	if (d->pid <= 0)
+		return -1;
+	kill(d->pid, SIGTERM);
+	for (int i = 0; i < 500; i++) {
+		pid_t r = waitpid(d->pid, &st, WNOHANG);
+
+		if (r == d->pid)
+			break;
+		if (i == 499) {
+			kill(d->pid, SIGKILL);
+			waitpid(d->pid, &st, 0);
+		}
+		usleep(10000);
+	}
+	d->pid = 0;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->dir);
+	if (getenv("PINBROKER_KEEP_TEST_DIRS") == NULL && system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", d->dir);
+	if (WIFEXITED(st))
+		return WEXITSTATUS(st);
+	return 128 + WTERMSIG(st);
+}
+
+char *daemon_log(const struct daemon *d)
+{
+	FILE *f = fopen(d->log, "r");
+	char *buf = NULL;
+	size_t len = 0;
+
+	if (!f)
+		return NULL;
+	if (getdelim(&buf, &len, '\0', f) < 0) {
+		free(buf);
+		buf = NULL;
+	}
+	fclose(f);
+	return buf;
+}
+
+int run_capture(const char *cmdline, char **out)
+{
+	char *full = NULL;
+	FILE *p;
+	size_t cap = 4096, len = 0;
+	char *buf = malloc(cap);
+	int st;
+
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_int_ge(asprintf(&full, "%s 2>&1", cmdline), 0);
+	p = popen(full, "r");
+	ck_assert_ptr_nonnull(p);
+	for (;;) {
+		size_t n;
+
+		if (len + 1024 > cap) {
+			cap *= 2;
+			buf = realloc(buf, cap);
+			ck_assert_ptr_nonnull(buf);
+		}
+		n = fread(buf + len, 1, cap - len - 1, p);
+		if (n == 0)
+			break;
+		len += n;
+	}
+	buf[len] = '\0';
+	st = pclose(p);
+	free(full);
+	if (out)
+		*out = buf;
+	else
+		free(buf);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+int pinctl(const struct daemon *d, char **out, const char *fmt, ...)
+{
+	char *args = NULL, *cmd = NULL;
+	va_list ap;
+	int r;
+
+	va_start(ap, fmt);
+	ck_assert_int_ge(vasprintf(&args, fmt, ap), 0);
+	va_end(ap);
+	ck_assert_int_ge(asprintf(&cmd, "%s --socket '%s' %s", PINCTL_PATH, d->socket, args), 0);
+	r = run_capture(cmd, out);
+	free(args);
+	free(cmd);
+	return r;
+}
+
+int raw_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+int raw_send(int fd, const Pinbroker__V1__Request *req, const int *fds, size_t nfds)
+{
+	size_t len = pinbroker__v1__request__get_packed_size(req);
+	uint8_t *buf = malloc(len ? len : 1);
+	int r;
+
+	if (!buf)
+		return -ENOMEM;
+	pinbroker__v1__request__pack(req, buf);
+	r = wire_send(fd, buf, len, fds, nfds);
+	free(buf);
+	return r;
+}
+
+Pinbroker__V1__Reply *raw_recv(int fd, int *fds, size_t max_fds, size_t *nfds, int timeout_ms, int *err)
+{
+	static uint8_t buf[PB_MAX_MSG_BYTES];
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	size_t dummy;
+	ssize_t n;
+	int pr;
+
+	if (!nfds)
+		nfds = &dummy;
+	*nfds = 0;
+	pr = poll(&p, 1, timeout_ms);
+	if (pr <= 0) {
+		if (err)
+			*err = pr == 0 ? -ETIMEDOUT : -errno;
+		return NULL;
+	}
+	n = wire_recv(fd, buf, sizeof(buf), fds, max_fds, nfds);
+	if (n <= 0) {
+		if (err)
+			*err = n == 0 ? -ECONNRESET : (int)n;
+		return NULL;
+	}
+	if (err)
+		*err = 0;
+	return pinbroker__v1__reply__unpack(NULL, (size_t)n, buf);
+}
+
+int raw_hello(int fd)
+{
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Hello h = PINBROKER__V1__HELLO__INIT;
+	Pinbroker__V1__Reply *rep;
+	int err, st;
+
+	h.version = PB_PROTOCOL_VERSION;
+	h.client_name = (char *)"itest";
+	req.has_seq = true;
+	req.seq = 1;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_HELLO;
+	req.hello = &h;
+	if (raw_send(fd, &req, NULL, 0) < 0)
+		return -EPIPE;
+	rep = raw_recv(fd, NULL, 0, NULL, 5000, &err);
+	if (!rep)
+		return err;
+	st = rep->status;
+	pinbroker__v1__reply__free_unpacked(rep, NULL);
+	return st;
+}
+
+int raw_status(int fd)
+{
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__StatusRequest sr = PINBROKER__V1__STATUS_REQUEST__INIT;
+	Pinbroker__V1__Reply *rep;
+	int err, st;
+
+	req.has_seq = true;
+	req.seq = 2;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_STATUS;
+	req.status = &sr;
+	if (raw_send(fd, &req, NULL, 0) < 0)
+		return -EPIPE;
+	rep = raw_recv(fd, NULL, 0, NULL, 5000, &err);
+	if (!rep)
+		return err;
+	st = rep->status;
+	pinbroker__v1__reply__free_unpacked(rep, NULL);
+	return st;
+}
+
+int raw_acquire(int fd, uint64_t size, uint64_t *lease_id, int *fds, size_t max_fds, size_t *nfds)
+{
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Acquire a = PINBROKER__V1__ACQUIRE__INIT;
+	Pinbroker__V1__Reply *rep;
+	size_t got = 0, k, total;
+	int err, st;
+
+	a.size = size;
+	req.has_seq = true;
+	req.seq = 7;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
+	req.acquire = &a;
+	if (raw_send(fd, &req, NULL, 0) < 0)
+		return -EPIPE;
+	rep = raw_recv(fd, fds, max_fds, &k, 5000, &err);
+	if (!rep)
+		return err;
+	st = rep->status;
+	if (st != 0 || rep->body_case != PINBROKER__V1__REPLY__BODY_LEASE) {
+		pinbroker__v1__reply__free_unpacked(rep, NULL);
+		return st ? st : -EPROTO;
+	}
+	*lease_id = rep->lease->lease_id;
+	total = rep->lease->n_chunk_bytes;
+	got = k;
+	pinbroker__v1__reply__free_unpacked(rep, NULL);
+	while (got < total) {
+		rep = raw_recv(fd, fds + got, max_fds - got, &k, 5000, &err);
+		if (!rep)
+			return err;
+		pinbroker__v1__reply__free_unpacked(rep, NULL);
+		got += k;
+	}
+	*nfds = got;
+	return 0;
+}
+
+bool raw_closed_by_peer(int fd, int timeout_ms)
+{
+	uint64_t t0 = mono_ms();
+
+	/* Drain replies until EOF; a reply (e.g. an error status) may come first. */
+	while (mono_ms() - t0 < (uint64_t)timeout_ms) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		char buf[65536];
+		ssize_t n;
+
+		if (poll(&p, 1, timeout_ms) <= 0)
+			return false;
+		n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n == 0)
+			return true;
+		if (n < 0 && errno != EAGAIN)
+			return errno == ECONNRESET;
+	}
+	return false;
+}
+
+static int64_t status_field(const char *socket_path, int which)
+{
+	struct pb_status *s = NULL;
+	pb_client *c = NULL;
+	int64_t v = -1;
+
+	if (pb_connect(socket_path, &c) < 0)
+		return -1;
+	if (pb_status_get(c, &s) == 0) {
+		v = which == 0 ? (int64_t)s->leased_bytes : (int64_t)s->pool_bytes;
+		pb_status_free(s);
+	}
+	pb_disconnect(c);
+	return v;
+}
+
+int64_t status_leased(const char *socket_path)
+{
+	return status_field(socket_path, 0);
+}
+
+int64_t status_pool(const char *socket_path)
+{
+	return status_field(socket_path, 1);
+}
+
+int64_t wait_leased(const char *socket_path, int64_t want, int timeout_ms)
+{
+	uint64_t t0 = mono_ms();
+	int64_t v;
+
+	for (;;) {
+		v = status_leased(socket_path);
+		if (v == want || mono_ms() - t0 > (uint64_t)timeout_ms)
+			return v;
+		usleep(10000);
+	}
+}

@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/* Helpers for integration tests: run the real pinbrokerd on a temp socket, run pinctl, talk raw protocol. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "pinbroker.pb-c.h"
+
+struct daemon {
+	pid_t pid;
+	char dir[256];        /* temp dir holding the socket and the log */
+	char socket[300];
+	char log[300];
+};
+
+/*
+ * Start PINBROKERD_PATH with --socket in a fresh temp dir plus the given
+ * extra arguments (NULL-terminated), and wait until it answers. Aborts the
+ * test (ck_abort) if it does not start within 10 s.
+ */
+void daemon_start(struct daemon *d, const char *const *extra_args);
+/* SIGTERM, wait, and check it exited 0. Returns the exit status (or 128+signal). */
+int daemon_stop(struct daemon *d);
+/* True while the daemon process is alive. */
+bool daemon_alive(const struct daemon *d);
+/* Read the daemon's log file into a malloc'd string. */
+char *daemon_log(const struct daemon *d);
+
+/*
+ * fork() for test children. The child gets default SIGTERM/SIGINT handling back:
+ * Check's runner handlers, inherited through its fork, would otherwise kill the
+ * whole test's process group when the child is signalled.
+ */
+pid_t itest_fork(void);
+
+/* Run a shell command line, capture stdout+stderr into *out (malloc'd). Returns the exit code. */
+int run_capture(const char *cmdline, char **out);
+/* Run pinctl --socket d->socket ARGS..., capture output. Returns the exit code. */
+int pinctl(const struct daemon *d, char **out, const char *args_fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Raw protocol, for hostile-input tests. */
+int raw_connect(const char *socket_path);              /* SOCK_SEQPACKET fd, blocking, or -1 */
+int raw_hello(int fd);                                  /* HELLO v1; returns reply status or -errno */
+int raw_status(int fd);                                 /* STATUS; returns reply status or -errno */
+int raw_send(int fd, const Pinbroker__V1__Request *req, const int *fds, size_t nfds);
+/* Receive one Reply with up to max_fds fds; timeout_ms bounds the wait. NULL on EOF/error/timeout (*err says which). */
+Pinbroker__V1__Reply *raw_recv(int fd, int *fds, size_t max_fds, size_t *nfds, int timeout_ms, int *err);
+/* Acquire via raw protocol; fills fds (all batches). Returns status code, or -errno. */
+int raw_acquire(int fd, uint64_t size, uint64_t *lease_id, int *fds, size_t max_fds, size_t *nfds);
+/* True if the peer closed the connection within timeout_ms. */
+bool raw_closed_by_peer(int fd, int timeout_ms);
+
+/* Status fields via libpinbroker. Returns -1 on failure. */
+int64_t status_leased(const char *socket_path);
+int64_t status_pool(const char *socket_path);
+/* Poll until leased == want or timeout; returns the last value seen. */
+int64_t wait_leased(const char *socket_path, int64_t want, int timeout_ms);
