@@ -29,11 +29,29 @@ struct monitor_event {
 	char text[160];
 };
 
+/* What the daemon may lend against, read once at start before the monitor runs. */
+struct pressure_host {
+	uint64_t mem_total_bytes;
+	uint64_t mem_available_bytes;
+	uint64_t cgroup_limit_bytes;  /* the tightest limit of the memory cgroup and its ancestors; 0 = none */
+	uint64_t cgroup_usage_bytes;  /* usage of the cgroup that set that limit */
+};
+
+/*
+ * Read <proc_root>/proc/meminfo and the daemon's memory cgroup (v1 or v2;
+ * NULL or "" means "/"). Lives here because it does I/O; pressure.c parses.
+ * Returns 0, or a negative errno (-EBADMSG for a malformed meminfo). A
+ * missing or unreadable cgroup is not an error: the limit is then 0.
+ */
+int pressure_read_host(const char *proc_root, struct pressure_host *ret);
+
 /*
  * Start sampling under cfg (proc-root, thresholds, poll-interval-ms, psi-*).
  * Arms PSI triggers when the kernel has them (sub-2 s windows need
  * CAP_SYS_RESOURCE; falls back to 2 s multiples, then to polling, saying so).
- * Returns 0 and *ret, or a negative errno when even /proc/meminfo is unreadable.
+ * Returns 0 and *ret, or a negative errno when even /proc/meminfo is unreadable
+ * or malformed (logged). The first evaluation runs from the loop at once, so
+ * fn also hears of a host that is already tight or critical at start.
  */
 int monitor_new(struct ev_loop *loop, const struct config *cfg, monitor_state_fn fn, void *ud, struct monitor **ret);
 void monitor_free(struct monitor *m);

@@ -149,7 +149,7 @@ int pressure_parse_meminfo(const char *buf, size_t len, struct meminfo *ret)
 {
 	const char *p = buf, *end = buf + len, *ls, *le;
 	uint64_t vals[sizeof(meminfo_keys) / sizeof(meminfo_keys[0])] = {0};
-	unsigned have = 0, bad = 0;
+	unsigned have = 0;
 	struct meminfo m = {0};
 
 	if (!buf)
@@ -164,13 +164,11 @@ int pressure_parse_meminfo(const char *buf, size_t len, struct meminfo *ret)
 
 			if (!span_eq(ls, colon, k->name))
 				continue;
-			if (meminfo_value(colon + 1, le, k->kb, &vals[i]) < 0) {
-				bad |= k->bit;
+			/* A malformed optional field is dropped; the caller sees its bit clear. */
+			if (meminfo_value(colon + 1, le, k->kb, &vals[i]) < 0)
 				have &= ~k->bit;
-			} else {
+			else
 				have |= k->bit;
-				bad &= ~k->bit;
-			}
 			break;
 		}
 	}

@@ -92,7 +92,7 @@ static int u64_str(int (*fn)(const char *, size_t, uint64_t *), const char *s, u
 
 static int fixture_meminfo(const char *scenario, struct meminfo *m)
 {
-	char rel[256];
+	char rel[512];
 	size_t len;
 	char *b;
 	int r;
@@ -106,7 +106,7 @@ static int fixture_meminfo(const char *scenario, struct meminfo *m)
 
 static int fixture_psi(const char *scenario, const char *file, struct psi *p)
 {
-	char rel[256];
+	char rel[512];
 	size_t len;
 	char *b;
 	int r;
@@ -149,7 +149,7 @@ static int fixture_keyed(const char *scenario, const char *file, const char *key
 
 static int fixture_vmstat(const char *scenario, const char *file, struct vmstat *v)
 {
-	char rel[256];
+	char rel[512];
 	size_t len;
 	char *b;
 	int r;
@@ -163,7 +163,7 @@ static int fixture_vmstat(const char *scenario, const char *file, struct vmstat 
 
 static int fixture_cgroup(const char *scenario, struct cgroup_paths *c)
 {
-	char rel[256];
+	char rel[512];
 	size_t len;
 	char *b;
 	int r;
@@ -186,7 +186,7 @@ static bool fixture_exists(const char *rel)
 /* A sample built from a fixture the way the monitor builds one (no vmstat rate). */
 static void fixture_sample(const char *scenario, struct pressure_sample *s)
 {
-	char rel[256];
+	char rel[512];
 
 	memset(s, 0, sizeof(*s));
 	ck_assert_int_eq(fixture_meminfo(scenario, &s->mem), 0);
@@ -355,7 +355,7 @@ START_TEST(test_cgroup_v1_fixture_limit_makes_it_critical)
 	struct pressure_sample s;
 	struct pressure_figures f;
 	struct cgroup_paths c;
-	char file[256], why[512];
+	char file[200], why[512];
 	uint64_t parent;
 
 	fixture_sample("cgroup-v1", &s);
@@ -398,7 +398,7 @@ START_TEST(test_cgroup_v2_fixture_limit_makes_it_tight)
 	struct pressure_figures f;
 	struct cgroup_paths c;
 	struct psi cg_psi;
-	char file[256];
+	char file[200];
 	uint64_t slice;
 
 	fixture_sample("cgroup-v2", &s);
