@@ -78,6 +78,7 @@ fi
 flock -u 9
 
 # --- a /usr-prefixed build with the debug hooks (the watchdog check needs SIGUSR2) ---
+mkdir -p "$BUILD"
 IB=$BUILD/nspawn-build
 t=$(date +%s.%N)
 cmake -S "$SRC" -B "$IB" -DCMAKE_INSTALL_PREFIX=/usr -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -111,8 +112,7 @@ After=multi-user.target
 [Service]
 Type=oneshot
 ExecStart=/bin/touch /pinbroker-probe-booted
-SuccessAction=poweroff
-FailureAction=poweroff
+ExecStopPost=/bin/systemctl poweroff --no-block
 EOF
 ln -s ../pinbroker-probe.service "$ROOT/etc/systemd/system/multi-user.target.wants/pinbroker-probe.service"
 t=$(date +%s.%N)
@@ -146,8 +146,8 @@ After=multi-user.target
 Type=oneshot
 ExecStart=/bin/bash /usr/local/libexec/pinbroker-test/in-guest.sh /pinbroker-results
 TimeoutStartSec=$((TIMEOUT - 30))
-SuccessAction=poweroff
-FailureAction=poweroff
+# Not SuccessAction=poweroff: on this 252 guest it left the container running.
+ExecStopPost=/bin/systemctl poweroff --no-block
 
 [Install]
 WantedBy=multi-user.target
