@@ -1,0 +1,426 @@
+/* SPDX-License-Identifier: MIT */
+/* Integration: pressure states against a fixture proc root that the test flips, and once against the real kernel. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "itest.h"
+#include "pinbroker.h"
+
+#define MiB (1024ull * 1024ull)
+#define MEMTOTAL_KB 24683548ull /* the idle fixture's MemTotal */
+
+static struct daemon d;
+static char root[256];
+static pid_t kids[8];
+static int nkids;
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Write meminfo with MemAvailable at pct of MemTotal; rename() makes the switch atomic for the sampler. */
+static void set_mem_available_pct(double pct)
+{
+	char path[512], tmp[520];
+	FILE *in, *out;
+	char line[256];
+
+	snprintf(path, sizeof(path), FIXTURES_DIR "/proc/idle/proc/meminfo");
+	in = fopen(path, "r");
+	ck_assert_ptr_nonnull(in);
+	snprintf(path, sizeof(path), "%s/proc/meminfo", root);
+	snprintf(tmp, sizeof(tmp), "%s.new", path);
+	out = fopen(tmp, "w");
+	ck_assert_ptr_nonnull(out);
+	while (fgets(line, sizeof(line), in)) {
+		if (strncmp(line, "MemAvailable:", 13) == 0)
+			fprintf(out, "MemAvailable:   %llu kB\n", (unsigned long long)(MEMTOTAL_KB * pct / 100.0));
+		else
+			fputs(line, out);
+	}
+	fclose(in);
+	fclose(out);
+	ck_assert_int_eq(rename(tmp, path), 0);
+}
+
+static char *status_json(void)
+{
+	char *out = NULL;
+
+	ck_assert_int_eq(pinctl(&d, &out, "status --json"), 0);
+	return out;
+}
+
+static bool state_is(const char *state)
+{
+	char *js = status_json(), want[64];
+	bool yes;
+
+	snprintf(want, sizeof(want), "\"pressure_state\":\"%s\"", state);
+	yes = strstr(js, want) != NULL;
+	free(js);
+	return yes;
+}
+
+static bool wait_state(const char *state, int timeout_ms)
+{
+	uint64_t t0 = mono_ms();
+
+	while (mono_ms() - t0 < (uint64_t)timeout_ms) {
+		if (state_is(state))
+			return true;
+		usleep(20000);
+	}
+	return false;
+}
+
+static void start_fixture(const char *const *more)
+{
+	const char *args[32] = { "--proc-root", root, "--poll-interval-ms", "100", "--hysteresis-ms", "800",
+				 "--revoke-deadline-ms", "1000" };
+	size_t n = 8;
+	char cmd[600];
+
+	snprintf(root, sizeof(root), "/tmp/pbroot.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(root));
+	snprintf(cmd, sizeof(cmd), "cp -a " FIXTURES_DIR "/proc/idle/. '%s/'", root);
+	ck_assert_int_eq(system(cmd), 0);
+	for (size_t i = 0; more && more[i] && n < 30; i++)
+		args[n++] = more[i];
+	args[n] = NULL;
+	daemon_start(&d, args);
+	nkids = 0;
+}
+
+static void start(void)
+{
+	start_fixture(NULL);
+}
+
+static void stop(void)
+{
+	char cmd[300];
+
+	for (int i = 0; i < nkids; i++) {
+		kill(kids[i], SIGKILL);
+		waitpid(kids[i], NULL, 0);
+	}
+	nkids = 0;
+	ck_assert_int_eq(daemon_stop(&d), 0);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+static int cooperative_cb(pb_client *c, pb_lease *l, uint32_t deadline_ms, void *ud)
+{
+	pb_release(c, l);
+	return 0;
+}
+
+/* A child holding one lease of size at priority prio; cooperative releases on REVOKE. */
+static void spawn_holder(size_t size, enum pb_priority prio, const char *label, bool cooperative)
+{
+	int pfd[2];
+	pid_t pid;
+	char ok;
+
+	ck_assert_int_eq(pipe(pfd), 0);
+	pid = itest_fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA, .priority = prio, .label = label };
+		pb_client *c;
+		pb_lease *l;
+
+		if (pb_connect(d.socket, &c) < 0)
+			_exit(1);
+		if (cooperative)
+			pb_set_revoke_callback(c, cooperative_cb, NULL);
+		if (pb_acquire(c, size, &o, &l) < 0)
+			_exit(2);
+		if (write(pfd[1], "k", 1) != 1)
+			_exit(3);
+		for (;;)
+			pause();
+	}
+	close(pfd[1]);
+	ck_assert_int_eq(read(pfd[0], &ok, 1), 1);
+	close(pfd[0]);
+	kids[nkids++] = pid;
+}
+
+START_TEST(test_critical_revokes_best_effort_first_then_normal_then_critical)
+{
+	char *js, *p_be, *p_n, *p_c;
+
+	spawn_holder(16 * MiB, PB_PRIORITY_CRITICAL, "crit", true);
+	spawn_holder(8 * MiB, PB_PRIORITY_NORMAL, "norm", true);
+	spawn_holder(4 * MiB, PB_PRIORITY_BEST_EFFORT, "be", true);
+	ck_assert_int_eq(status_leased(d.socket), (int64_t)(28 * MiB));
+	ck_assert(state_is("normal"));
+
+	set_mem_available_pct(3.0); /* below critical (5%) */
+	ck_assert(wait_state("critical", 3000));
+	/* Cooperative clients give everything back well inside the 1 s deadline. */
+	ck_assert_int_eq(wait_leased(d.socket, 0, 1000), 0);
+	js = status_json();
+	ck_assert_ptr_nonnull(strstr(js, "\"overdue_bytes\":0"));
+	/* revocations are newest first: critical, then normal, then best-effort was the first. */
+	p_c = strstr(js, "uid 0 16777216");
+	p_n = strstr(js, "uid 0 8388608");
+	p_be = strstr(js, "uid 0 4194304");
+	ck_assert_msg(p_c && p_n && p_be, "revocations missing in %s", js);
+	ck_assert_msg(p_c < p_n && p_n < p_be, "wrong revocation order in %s", js);
+	free(js);
+}
+END_TEST
+
+START_TEST(test_client_that_ignores_revoke_is_enforced_and_counted_until_gone)
+{
+	spawn_holder(8 * MiB, PB_PRIORITY_NORMAL, "deaf", false);
+	set_mem_available_pct(3.0);
+	ck_assert(wait_state("critical", 3000));
+	/* Before the deadline it is still counted. */
+	ck_assert_int_eq(status_leased(d.socket), (int64_t)(8 * MiB));
+	/* After it (1 s), revoke-enforce=sigterm ends the holder and the bytes come back. */
+	ck_assert_int_eq(wait_leased(d.socket, 0, 4000), 0);
+	{
+		int st;
+
+		ck_assert_int_eq(waitpid(kids[0], &st, 0), kids[0]);
+		ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM);
+		nkids = 0;
+	}
+}
+END_TEST
+
+START_TEST(test_state_returns_to_normal_only_after_hysteresis)
+{
+	uint64_t t0;
+
+	set_mem_available_pct(3.0);
+	ck_assert(wait_state("critical", 3000));
+	set_mem_available_pct(50.0);
+	t0 = mono_ms();
+	ck_assert(wait_state("normal", 5000));
+	/* hysteresis-ms is 800: leaving critical can't happen sooner. */
+	ck_assert_uint_ge(mono_ms() - t0, 700);
+}
+END_TEST
+
+START_TEST(test_tight_refuses_beyond_warm_pool_and_client_falls_back)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	pb_client *c;
+	pb_lease *l;
+
+	set_mem_available_pct(8.0); /* tight: below 10%, above 5% */
+	ck_assert(wait_state("tight", 3000));
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	/* The idle pool was shrunk to zero on entering tight: nothing warm is left to lend. */
+	ck_assert_int_eq(pb_acquire(c, 32 * MiB, &o, &l), -EBUSY);
+	ck_assert_ptr_nonnull(strstr(pb_last_error(), "tight"));
+	l = pb_acquire_or_fallback(c, 32 * MiB, &o);
+	ck_assert_ptr_nonnull(l);
+	ck_assert_int_eq(pb_lease_kind(l), PB_MEM_FALLBACK);
+	ck_assert_int_eq(pb_release(c, l), 0);
+	pb_disconnect(c);
+	ck_assert_int_eq(status_pool(d.socket), 0);
+}
+END_TEST
+
+START_TEST(test_waiting_acquire_refused_at_once_while_critical)
+{
+	struct pb_acquire_opts w = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_WAIT, .timeout_ms = 5000 };
+	pb_client *c;
+	pb_lease *l;
+	uint64_t t0;
+
+	set_mem_available_pct(3.0);
+	ck_assert(wait_state("critical", 3000));
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	t0 = mono_ms();
+	ck_assert_int_eq(pb_acquire(c, 4 * MiB, &w, &l), -EAGAIN);
+	ck_assert_uint_lt(mono_ms() - t0, 2000);
+	pb_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_status_shows_signals_thresholds_and_transitions)
+{
+	char *out = NULL;
+
+	set_mem_available_pct(3.0);
+	ck_assert(wait_state("critical", 3000));
+	ck_assert_int_eq(pinctl(&d, &out, "status"), 0);
+	ck_assert_ptr_nonnull(strstr(out, "critical"));
+	ck_assert_ptr_nonnull(strstr(out, "mem_available_pct"));
+	free(out);
+	out = status_json();
+	ck_assert_ptr_nonnull(strstr(out, "\"name\":\"mem_available_pct\""));
+	ck_assert_ptr_nonnull(strstr(out, "\"transitions\":[{"));
+	free(out);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- real kernel */
+
+static uint64_t meminfo_kb(const char *key)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	unsigned long long v = 0;
+	size_t n = strlen(key);
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, key, n) == 0 && line[n] == ':')
+			sscanf(line + n + 1, "%llu", &v);
+	fclose(f);
+	return v;
+}
+
+START_TEST(test_real_kernel_memory_hog_makes_daemon_refuse_and_revoke)
+{
+	uint64_t total = meminfo_kb("MemTotal"), avail = meminfo_kb("MemAvailable");
+	double avail_pct = 100.0 * (double)avail / (double)total;
+	char tight[32], crit[32];
+	const char *args[16];
+	pid_t hog;
+	int pfd[2];
+	char ok;
+
+	/* Thresholds sit just under what is available now, so a hog of ~6% of RAM crosses them
+	 * without endangering the machine (24 GiB here: about 1.5 GiB). */
+	if (avail_pct < 20.0) {
+		fprintf(stderr, "SKIPPED real-kernel pressure test: only %.1f%% of memory available\n", avail_pct);
+		return;
+	}
+	snprintf(tight, sizeof(tight), "%.2f", avail_pct - 2.0);
+	snprintf(crit, sizeof(crit), "%.2f", avail_pct - 4.0);
+	args[0] = "--poll-interval-ms";
+	args[1] = "100";
+	args[2] = "--tight-mem-available-pct";
+	args[3] = tight;
+	args[4] = "--critical-mem-available-pct";
+	args[5] = crit;
+	args[6] = "--revoke-deadline-ms";
+	args[7] = "1000";
+	args[8] = "--hysteresis-ms";
+	args[9] = "500";
+	args[10] = "--prewarm";
+	args[11] = "0";
+	args[12] = NULL;
+	daemon_start(&d, args);
+	root[0] = '\0';
+	nkids = 0;
+	spawn_holder(8 * MiB, PB_PRIORITY_NORMAL, "real", true);
+	ck_assert(wait_state("normal", 3000));
+
+	ck_assert_int_eq(pipe(pfd), 0);
+	hog = itest_fork();
+	ck_assert_int_ge(hog, 0);
+	if (hog == 0) {
+		size_t bytes = (size_t)((avail_pct * 0 + 6.0) / 100.0 * (double)total * 1024.0);
+		char *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (p == MAP_FAILED)
+			_exit(1);
+		for (size_t i = 0; i < bytes; i += 4096)
+			p[i] = 1;
+		if (write(pfd[1], "h", 1) != 1)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(pfd[1]);
+	ck_assert_int_eq(read(pfd[0], &ok, 1), 1);
+	close(pfd[0]);
+	kids[nkids++] = hog;
+
+	ck_assert_msg(wait_state("critical", 5000), "daemon never saw the real memory drop");
+	/* The cooperative holder's lease is revoked and returned... */
+	ck_assert_int_eq(wait_leased(d.socket, 0, 3000), 0);
+	/* ...and new leases are refused while the hog runs. */
+	{
+		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+		pb_client *c;
+		pb_lease *l;
+		int r;
+
+		ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+		r = pb_acquire(c, 4 * MiB, &o, &l);
+		ck_assert_msg(r == -EAGAIN || r == -EBUSY, "acquire under real pressure returned %d", r);
+		pb_disconnect(c);
+	}
+	kill(hog, SIGKILL);
+	waitpid(hog, NULL, 0);
+	nkids--;
+	if (!wait_state("normal", 8000)) {
+		char *js = status_json();
+
+		ck_abort_msg("state did not return to normal after the hog exited: %s", js);
+	}
+}
+END_TEST
+
+static void stop_real(void)
+{
+	for (int i = 0; i < nkids; i++) {
+		kill(kids[i], SIGKILL);
+		waitpid(kids[i], NULL, 0);
+	}
+	nkids = 0;
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+
+static void noop(void)
+{
+}
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("integration-pressure");
+	TCase *t = tcase_create("fixture");
+	TCase *r = tcase_create("real-kernel");
+
+	tcase_add_checked_fixture(t, start, stop);
+	tcase_set_timeout(t, 30);
+	tcase_add_test(t, test_critical_revokes_best_effort_first_then_normal_then_critical);
+	tcase_add_test(t, test_client_that_ignores_revoke_is_enforced_and_counted_until_gone);
+	tcase_add_test(t, test_state_returns_to_normal_only_after_hysteresis);
+	tcase_add_test(t, test_tight_refuses_beyond_warm_pool_and_client_falls_back);
+	tcase_add_test(t, test_waiting_acquire_refused_at_once_while_critical);
+	tcase_add_test(t, test_status_shows_signals_thresholds_and_transitions);
+	suite_add_tcase(s, t);
+
+	tcase_add_checked_fixture(r, noop, stop_real);
+	tcase_set_timeout(r, 60);
+	tcase_add_test(r, test_real_kernel_memory_hog_makes_daemon_refuse_and_revoke);
+	suite_add_tcase(s, r);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
