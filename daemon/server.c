@@ -170,6 +170,48 @@ static size_t conns_of_uid(const struct server *s, uid_t uid)
 	return n;
 }
 
+int server_adopt(struct server *s, int fd, const struct ucred *cred, struct conn **ret)
+{
+	const struct config *cfg = s->broker->cfg;
+	struct ev_loop *loop = s->broker->loop;
+	struct conn *c;
+
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return -ENOMEM;
+	}
+	c->srv = s;
+	c->broker = s->broker;
+	c->id = ++s->next_conn_id;
+	c->fd = fd;
+	c->pid = cred->pid;
+	c->uid = cred->uid;
+	c->gid = cred->gid;
+	c->admin = uid_is_admin(cfg, cred->uid, cred->gid);
+	c->connected_ms = now_ms();
+	c->pidfd = (int)syscall(SYS_pidfd_open, cred->pid, 0);
+	if (c->pidfd >= 0)
+		fcntl(c->pidfd, F_SETFD, FD_CLOEXEC);
+	ev_io_init(&c->io, conn_io_cb, fd, EV_READ);
+	c->io.data = c;
+	ev_io_start(loop, &c->io);
+	ev_timer_init(&c->handshake, conn_handshake_cb, cfg->handshake_timeout_ms / 1000.0, 0.);
+	c->handshake.data = c;
+	ev_timer_start(loop, &c->handshake);
+
+	c->next = s->conns;
+	if (s->conns)
+		s->conns->prev = c;
+	s->conns = c;
+	s->nconns++;
+	log_debug("connection %llu from pid %d uid %u%s", (unsigned long long)c->id, c->pid, c->uid,
+		  c->admin ? " (admin)" : "");
+	if (ret)
+		*ret = c;
+	return 0;
+}
+
 static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct server *s = w->data;
@@ -178,7 +220,6 @@ static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 	for (int i = 0; i < 64; i++) {
 		struct ucred cred;
 		socklen_t len = sizeof(cred);
-		struct conn *c;
 		int fd;
 
 		fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -206,37 +247,7 @@ static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 			close(fd);
 			continue;
 		}
-		c = calloc(1, sizeof(*c));
-		if (!c) {
-			close(fd);
-			continue;
-		}
-		c->srv = s;
-		c->broker = s->broker;
-		c->id = ++s->next_conn_id;
-		c->fd = fd;
-		c->pid = cred.pid;
-		c->uid = cred.uid;
-		c->gid = cred.gid;
-		c->admin = uid_is_admin(cfg, cred.uid, cred.gid);
-		c->connected_ms = now_ms();
-		c->pidfd = (int)syscall(SYS_pidfd_open, cred.pid, 0);
-		if (c->pidfd >= 0)
-			fcntl(c->pidfd, F_SETFD, FD_CLOEXEC);
-		ev_io_init(&c->io, conn_io_cb, fd, EV_READ);
-		c->io.data = c;
-		ev_io_start(loop, &c->io);
-		ev_timer_init(&c->handshake, conn_handshake_cb, cfg->handshake_timeout_ms / 1000.0, 0.);
-		c->handshake.data = c;
-		ev_timer_start(loop, &c->handshake);
-
-		c->next = s->conns;
-		if (s->conns)
-			s->conns->prev = c;
-		s->conns = c;
-		s->nconns++;
-		log_debug("connection %llu from pid %d uid %u%s", (unsigned long long)c->id, c->pid, c->uid,
-			  c->admin ? " (admin)" : "");
+		server_adopt(s, fd, &cred, NULL);
 	}
 }
 

@@ -59,6 +59,15 @@ int server_listen_fd(const struct server *s);
  */
 int server_send(struct conn *c, const Pinbroker__V1__Reply *reply, const int *fds, size_t nfds);
 
+/*
+ * Take a connected SOCK_SEQPACKET fd (non-blocking) as a client connection with
+ * the given peer credentials, skipping the connection limits (accept checks them
+ * first). Used by accept and by the fuzz harnesses. Takes ownership of fd.
+ * Returns 0 and *ret (if ret is not NULL), or -ENOMEM with fd closed.
+ */
+struct ucred;
+int server_adopt(struct server *s, int fd, const struct ucred *cred, struct conn **ret);
+
 /* Close a connection: logs why at debug, frees its leases, drops pending acquires. */
 void server_close(struct conn *c, const char *why);
 
