@@ -16,6 +16,7 @@ struct pressure;
 struct monitor;
 struct server;
 struct revoker;
+struct recovery;
 struct ev_loop;
 
 /* Pressure states, ordered by severity. */
@@ -34,6 +35,7 @@ struct broker {
 	struct monitor *monitor;     /* I/O: samplers and PSI triggers */
 	struct server *server;
 	struct revoker *revoker;     /* I/O: REVOKE deadlines, enforcement, waiting acquires */
+	struct recovery *recovery;   /* fd-store state for crash recovery; NULL without systemd */
 	struct ev_loop *loop;
 	const char *config_path;     /* for SIGHUP; NULL when none */
 

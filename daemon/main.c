@@ -179,57 +179,16 @@ fail:
 	return r;
 }
 
-static int read_file(const char *root, const char *path, char *buf, size_t cap, size_t *len)
-{
-	char full[PATH_MAX];
-	ssize_t n;
-	int fd;
-
-	snprintf(full, sizeof(full), "%s%s", strcmp(root, "/") == 0 ? "" : root, path);
-	fd = open(full, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	n = read(fd, buf, cap);
-	close(fd);
-	if (n < 0)
-		return -errno;
-	*len = (size_t)n;
-	return 0;
-}
-
 /* What the daemon may use: MemTotal, or its cgroup's memory limit when lower (in a container, meminfo shows the host). */
-static uint64_t memory_base(const char *root)
+static uint64_t memory_base(const char *proc_root)
 {
-	static char buf[65536];
-	struct cgroup_paths cg;
-	struct meminfo mi;
-	uint64_t base, limit;
-	size_t len;
+	struct pressure_host h;
 
-	if (read_file(root, "/proc/meminfo", buf, sizeof(buf), &len) < 0 ||
-	    pressure_parse_meminfo(buf, len, &mi) < 0)
+	if (pressure_read_host(proc_root, &h) < 0 || h.mem_total_bytes == 0)
 		return 0;
-	base = mi.mem_total_bytes;
-	if (read_file(root, "/proc/self/cgroup", buf, sizeof(buf), &len) < 0 ||
-	    pressure_parse_self_cgroup(buf, len, &cg) < 0)
-		return base;
-	if (cg.has_v2) {
-		char path[PATH_MAX];
-
-		snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.max", cg.v2);
-		if (read_file(root, path, buf, sizeof(buf), &len) == 0 &&
-		    pressure_parse_cgroup_v2_max(buf, len, &limit) == 0 && limit > 0 && limit < base)
-			base = limit;
-	}
-	if (cg.has_v1_memory) {
-		char path[PATH_MAX];
-
-		snprintf(path, sizeof(path), "/sys/fs/cgroup/memory%s/memory.limit_in_bytes", cg.v1_memory);
-		if (read_file(root, path, buf, sizeof(buf), &len) == 0 &&
-		    pressure_parse_cgroup_v1_limit(buf, len, &limit) == 0 && limit > 0 && limit < base)
-			base = limit;
-	}
-	return base;
+	if (h.cgroup_limit_bytes > 0 && h.cgroup_limit_bytes < h.mem_total_bytes)
+		return h.cgroup_limit_bytes;
+	return h.mem_total_bytes;
 }
 
 static void resolve_sizes(struct broker *b, const struct config *c)
@@ -503,7 +462,7 @@ int main(int argc, char **argv)
 		fatalx("cannot listen on %s: %s", cfg->socket_path, strerror(-r));
 
 	/* Adopt pool memory and leases kept in systemd's fd store by our previous life. */
-	recovery_adopt(&b);
+	recovery_init(&b);
 
 	if (b.prewarm_bytes > pool_idle_bytes(b.pool)) {
 		uint64_t t0 = now_us();
@@ -518,7 +477,6 @@ int main(int argc, char **argv)
 			log_info("pool warmed: %s in %.1f ms", format_size(pool_idle_bytes(b.pool), s1, sizeof(s1)),
 				 (double)(now_us() - t0) / 1000.0);
 	}
-	recovery_store_pool(&b);
 
 	r = monitor_new(b.loop, cfg, request_on_pressure, &b, &b.monitor);
 	if (r < 0)
@@ -562,7 +520,6 @@ int main(int argc, char **argv)
 		bye.message = (char *)"pinbrokerd is stopping; your mappings stay valid but are no longer counted";
 		server_broadcast(b.server, &bye);
 	}
-	recovery_save_state(&b);
 	notify_fini(b.loop);
 	if (notify_enabled())
 		ev_timer_stop(b.loop, &status_timer);
@@ -570,6 +527,7 @@ int main(int argc, char **argv)
 		ev_signal_stop(b.loop, &sigs[i]);
 	monitor_free(b.monitor);
 	server_free(b.server);
+	recovery_fini(&b);
 	request_fini(&b);
 	pool_free(b.pool);
 	lease_table_free(b.leases);

@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -45,6 +48,7 @@ struct pool {
 
 	pthread_mutex_t id_lock;  /* chunk ids are handed out from grow threads */
 	uint64_t next_chunk_id;
+	struct pool_hooks hooks;
 };
 
 /* Reads HugePages_Free from <proc_root>/proc/meminfo; 0 when it can't tell. */
@@ -123,6 +127,22 @@ int pool_new(const struct pool_opts *opts, struct pool **ret)
 	return 0;
 }
 
+static void chunk_destroy(struct chunk *c);
+
+/* Destroy a chunk the pool had announced through the created hook. */
+static void pool_destroy(struct pool *p, struct chunk *c)
+{
+	if (p->hooks.destroyed)
+		p->hooks.destroyed(c, p->hooks.ud);
+	chunk_destroy(c);
+}
+
+static void announce(struct pool *p, struct chunk *c)
+{
+	if (p->hooks.created)
+		p->hooks.created(c, p->hooks.ud);
+}
+
 static void chunk_destroy(struct chunk *c)
 {
 	if (c->addr)
@@ -140,7 +160,7 @@ void pool_free(struct pool *p)
 		return;
 	for (c = p->idle; c; c = next) {
 		next = c->next;
-		chunk_destroy(c);
+		pool_destroy(p, c);
 	}
 	pthread_mutex_destroy(&p->id_lock);
 	free(p);
@@ -406,6 +426,7 @@ int pool_grow(struct pool *p, uint64_t bytes, void (*progress)(uint64_t done, ui
 		if (made[i]) {
 			idle_push(p, made[i]);
 			p->nchunks++;
+			announce(p, made[i]);
 		}
 out:
 	free(sizes);
@@ -480,6 +501,7 @@ int pool_take(struct pool *p, uid_t uid, uint64_t bytes, struct chunk ***ret, si
 		v[ntotal++] = fresh[i];
 		p->nchunks++;
 		p->lent_bytes += fresh[i]->bytes;
+		announce(p, fresh[i]);
 	}
 	for (size_t i = 0; i < nreused; i++)
 		p->lent_bytes += v[i]->bytes;
@@ -499,7 +521,7 @@ int pool_take(struct pool *p, uid_t uid, uint64_t bytes, struct chunk ***ret, si
 		}
 		idle_unlink(p, pp);
 		p->nchunks--;
-		chunk_destroy(c);
+		pool_destroy(p, c);
 		nreplace--;
 	}
 
@@ -530,7 +552,7 @@ void pool_put(struct pool *p, struct chunk **chunks, size_t n)
 		p->lent_bytes -= c->bytes;
 		if (c->tail) {
 			p->nchunks--;
-			chunk_destroy(c);
+			pool_destroy(p, c);
 		} else {
 			idle_push(p, c);
 		}
@@ -558,7 +580,7 @@ uint64_t pool_shrink(struct pool *p, uint64_t keep_bytes)
 			idle_unlink(p, pp);
 			released_bytes += c->bytes;
 			p->nchunks--;
-			chunk_destroy(c);
+			pool_destroy(p, c);
 		}
 	}
 	return released_bytes;
@@ -577,4 +599,70 @@ uint64_t pool_resident_bytes(const struct pool *p)
 size_t pool_chunk_count(const struct pool *p)
 {
 	return p->nchunks;
+}
+
+void pool_set_hooks(struct pool *p, const struct pool_hooks *h)
+{
+	if (h)
+		p->hooks = *h;
+	else
+		memset(&p->hooks, 0, sizeof(p->hooks));
+}
+
+void pool_foreach_idle(const struct pool *p, void (*fn)(const struct chunk *c, void *ud), void *ud)
+{
+	for (const struct chunk *c = p->idle; c; c = c->next)
+		fn(c, ud);
+}
+
+int pool_adopt(struct pool *p, int fd, uint64_t id, uid_t owner_uid, bool tail, bool idle, struct chunk **ret)
+{
+	struct statfs sfs;
+	struct stat st;
+	struct chunk *c;
+	int seals, r;
+
+	if (fstat(fd, &st) < 0 || fstatfs(fd, &sfs) < 0)
+		return -errno;
+	seals = fcntl(fd, F_GET_SEALS);
+	/* Only what this daemon made: a sealed memfd of whole pages. */
+	if (st.st_size <= 0 || seals < 0 || (seals & CHUNK_SEALS) != CHUNK_SEALS ||
+	    (uint64_t)st.st_size % PAGE_4K_BYTES != 0)
+		return -EINVAL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->fd = fd;
+	c->id = id;
+	c->bytes = (uint64_t)st.st_size;
+	c->owner_uid = owner_uid;
+	c->tail = tail;
+	c->hugetlb = sfs.f_type == HUGETLBFS_MAGIC;
+	c->addr = mmap(NULL, c->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (c->addr == MAP_FAILED) {
+		r = -errno;
+		free(c);
+		return r;
+	}
+	/* Still resident: populating only rebuilds our page tables. */
+	r = prefault(c->addr, c->bytes, c->hugetlb ? HUGE_2M_BYTES : PAGE_4K_BYTES);
+	if (r == 0 && p->lock && mlock(c->addr, c->bytes) < 0)
+		r = -errno;
+	if (r < 0) {
+		munmap(c->addr, c->bytes);
+		free(c);
+		return r;
+	}
+	pthread_mutex_lock(&p->id_lock);
+	if (id > p->next_chunk_id)
+		p->next_chunk_id = id;
+	pthread_mutex_unlock(&p->id_lock);
+	p->nchunks++;
+	if (idle) {
+		idle_push(p, c);
+	} else {
+		p->lent_bytes += c->bytes;
+		*ret = c;
+	}
+	return 0;
 }

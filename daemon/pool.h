@@ -75,5 +75,27 @@ uint64_t pool_idle_bytes(const struct pool *p);
 uint64_t pool_resident_bytes(const struct pool *p);
 size_t pool_chunk_count(const struct pool *p);
 
+/*
+ * Watchers for chunks coming and going (the fd store keeps every chunk memfd
+ * across a daemon crash). Called from the calling thread, after the fact.
+ */
+struct pool_hooks {
+	void (*created)(struct chunk *c, void *ud);
+	void (*destroyed)(struct chunk *c, void *ud);
+	void *ud;
+};
+void pool_set_hooks(struct pool *p, const struct pool_hooks *h);
+
+/* Call fn for every idle chunk. */
+void pool_foreach_idle(const struct pool *p, void (*fn)(const struct chunk *c, void *ud), void *ud);
+
+/*
+ * Adopt a chunk memfd kept from an earlier daemon instance: map and lock it
+ * again (its pages are still resident), keep its id (later ids go above it).
+ * idle: put it on the idle list; otherwise it counts as lent and *ret gets it.
+ * Returns 0, or -EINVAL (not a sealed memfd of whole pages) / -errno.
+ */
+int pool_adopt(struct pool *p, int fd, uint64_t id, uid_t owner_uid, bool tail, bool idle, struct chunk **ret);
+
 /* Chunk size for the page size in effect (4096 or 2 MiB) by probing the host. */
 uint64_t pool_host_page_size(enum pool_hugetlb mode, const char *proc_root);

@@ -4,9 +4,14 @@
 
 struct broker;
 
-/* At start-up: adopt chunks and leases stored by the previous instance (orphaned until re-declared). */
-void recovery_adopt(struct broker *b);
-/* Store the current pool's chunks and start keeping the state memfd current. */
-void recovery_store_pool(struct broker *b);
-/* At clean shutdown: clear the fd store, so a deliberate stop starts clean. */
-void recovery_save_state(struct broker *b);
+/*
+ * Under systemd (with FileDescriptorStoreMax=): adopt the chunks and leases a
+ * previous instance kept in the fd store (leases come back ORPHANED until
+ * their clients re-declare them, and are reclaimed after redeclare-grace-ms),
+ * then keep storing every new chunk and a state memfd describing who holds
+ * what. Call after the pool and lease table exist, before prewarming.
+ * Without systemd it does nothing: a restart starts clean.
+ */
+void recovery_init(struct broker *b);
+/* Stop watching; at a clean stop the pool's destroy hook empties the store. */
+void recovery_fini(struct broker *b);
