@@ -16,7 +16,7 @@ CONF=/etc/pinbroker/pinbrokerd.conf
 SOCK=/run/pinbroker/pinbroker.sock
 UNIT=pinbrokerd.service
 N=0
-PLAN=22
+PLAN=23
 
 log() { printf '# %s\n' "$*"; }
 ok() { N=$((N + 1)); echo "ok $N - $1" >>"$TAP"; log "ok $N - $1"; }
@@ -66,6 +66,9 @@ check "sysusers: group and user pinbroker exist" \
 	sh -c 'getent group pinbroker && getent passwd pinbroker'
 check "tmpfiles: /run/pinbroker is a root-owned 0755 directory" \
 	sh -c '[ "$(stat -c "%a %U %G" /run/pinbroker)" = "755 root root" ]'
+
+check "the installed sample config is valid (pinbrokerd --check-config)" \
+	/usr/sbin/pinbrokerd --check-config --config /etc/pinbroker/pinbrokerd.conf.sample
 
 # 3-5: socket enabled and listening with the right mode; service not started yet.
 check "pinbrokerd.socket is enabled and active" \
