@@ -568,6 +568,27 @@ static int cmd_start_daemon(const char *label, const char *sock, const char *log
 	return 0;
 }
 
+/* ---------------------------------------------------------------- info */
+
+/* What the results were measured on, as META lines. */
+static int cmd_info(void)
+{
+	struct cudaDeviceProp prop;
+	int drv = 0, rt = 0;
+	const char *why = NULL;
+
+	CK(cudaDriverGetVersion(&drv));
+	CK(cudaRuntimeGetVersion(&rt));
+	CK(cudaGetDeviceProperties(&prop, 0));
+	printf("META gpu=%s (sm_%d%d, %.0f GiB)\n", prop.name, prop.major, prop.minor,
+	       (double)prop.totalGlobalMem / (1ull << 30));
+	printf("META cuda_driver_api=%d.%d\n", drv / 1000, (drv % 1000) / 10);
+	printf("META cuda_runtime=%d.%d (static cudart, built with nvcc %d.%d)\n", rt / 1000, (rt % 1000) / 10,
+	       __CUDACC_VER_MAJOR__, __CUDACC_VER_MINOR__);
+	printf("META libpinbroker_cuda=%s\n", pb_cuda_available(&why) ? "usable" : why ? why : "not usable");
+	return 0;
+}
+
 /* ---------------------------------------------------------------- main */
 
 static void usage(FILE *f)
@@ -578,6 +599,7 @@ static void usage(FILE *f)
 		"                          [--cached-reps 201]\n"
 		"       pb_gpu_bench many --mode broker|cudaHostAlloc [--socket S] [--procs 8] [--size 2G] [--passes 4]\n"
 		"       pb_gpu_bench hostalloc-total [--size 16G] [--chunk 1G]\n"
+		"       pb_gpu_bench info\n"
 		"       pb_gpu_bench start-daemon --label L --socket S --log FILE --pidfile FILE -- PINBROKERD ARGS...\n"
 		"Prints RESULT lines (bench/gpu/report.py makes the tables); exits 77 without a GPU.\n");
 }
@@ -640,6 +662,8 @@ int main(int argc, char **argv)
 		printf("SKIP: %s\n", gpu);
 		return GPU_EXIT_SKIP;
 	}
+	if (!strcmp(cmd, "info"))
+		return cmd_info();
 	if (!strcmp(cmd, "bandwidth")) {
 		struct bw_opts o = { reps, 2 };
 

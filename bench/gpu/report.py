@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Turns the RESULT/META lines of bench/gpu/run-bench.sh into one markdown table per section, plus the targets."""
+import argparse
+import math
+import sys
+
+SIZES = ["2MiB", "64MiB", "1GiB"]
+SIZE_NAMES = {"2MiB": "2 MiB", "64MiB": "64 MiB", "1GiB": "1 GiB", "2GiB": "2 GiB", "16GiB": "16 GiB"}
+
+
+def parse(path):
+    meta, rows = {}, []
+    with open(path, errors="replace") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if line.startswith("META "):
+                k, _, v = line[5:].partition("=")
+                meta.setdefault(k.strip(), v.strip())
+            elif line.startswith("RESULT "):
+                parts = line.split()
+                r = {"section": parts[1]}
+                for p in parts[2:]:
+                    k, _, v = p.partition("=")
+                    r[k] = v
+                rows.append(r)
+    return meta, rows
+
+
+def num(r, k):
+    try:
+        return float(r.get(k, "nan"))
+    except ValueError:
+        return math.nan
+
+
+def f1(x, nd=1):
+    return "–" if x is None or math.isnan(x) else f"{x:.{nd}f}"
+
+
+def table(head, body):
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
+    return "\n".join(out)
+
+
+def sz(s):
+    return SIZE_NAMES.get(s, s)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("raw")
+    ap.add_argument("--short", action="store_true", help="only the targets table")
+    a = ap.parse_args()
+    meta, rows = parse(a.raw)
+    out, targets = [], []
+
+    def target(name, value, goal, ok):
+        targets.append([name, value, goal, "met" if ok else ("not measured" if ok is None else "**not met**")])
+
+    # ---- bandwidth
+    bw = [r for r in rows if r["section"] == "bandwidth"]
+    ref = {(r["size"]): r for r in bw if r["source"] == "cudaHostAlloc"}
+    body = []
+    for r in bw:
+        base = ref.get(r["size"])
+        rh = num(r, "h2d_gbs") / num(base, "h2d_gbs") if base else math.nan
+        rd = num(r, "d2h_gbs") / num(base, "d2h_gbs") if base else math.nan
+        body.append([r["source"], sz(r["size"]), f1(num(r, "h2d_gbs")), f1(rh, 3), f1(num(r, "d2h_gbs")), f1(rd, 3),
+                     r.get("kind", "")])
+        if r["source"].startswith("broker"):
+            ok = not math.isnan(rh) and rh >= 0.98 and rd >= 0.98
+            target(f"bandwidth {r['source']} {sz(r['size'])}", f"H2D {rh:.3f}×, D2H {rd:.3f}×", "≥ 0.98× cudaHostAlloc",
+                   ok)
+    if body:
+        reps = bw[0].get("reps", "?")
+        out.append(f"### Bandwidth (GB/s, median of {reps} copies timed with events)\n")
+        out.append(table(["host buffer", "size", "H2D GB/s", "H2D × cudaHostAlloc", "D2H GB/s", "D2H × cudaHostAlloc",
+                          "memory"], body))
+
+    # ---- set-up time
+    st = [r for r in rows if r["section"] == "setup"]
+    by = {}
+    for r in st:
+        by.setdefault(r["method"], {})[r["size"]] = r
+
+    def cell(r):
+        if not r:
+            return "–"
+        unit = "µs" if r.get("unit") == "us" else "ms"
+        s = f"{f1(num(r, 'median_ms'), 2 if unit == 'ms' else 1)} {unit}"
+        if r.get("n", "1") != "1":
+            s += f" (first {f1(num(r, 'first_ms'), 2 if unit == 'ms' else 1)})"
+        if "hits" in r:
+            s += f", hits {r['hits']}"
+        return s
+
+    order = ["cudaHostAlloc", "malloc+cudaHostRegister", "torch.empty(pin_memory=True)", "broker-4k-warm",
+             "broker-hugetlb-warm", "broker-4k-cached", "broker-hugetlb-cached", "torch-pinned-cached"]
+    names = {
+        "cudaHostAlloc": "cudaHostAlloc",
+        "malloc+cudaHostRegister": "malloc + cudaHostRegister",
+        "torch.empty(pin_memory=True)": "torch.empty(pin_memory=True), first call",
+        "broker-4k-warm": "broker acquire, warm pool, 4 KiB pages (map + register)",
+        "broker-hugetlb-warm": "broker acquire, warm pool, hugetlb (map + register)",
+        "broker-4k-cached": "broker re-acquire from client cache, 4 KiB",
+        "broker-hugetlb-cached": "broker re-acquire from client cache, hugetlb",
+        "torch-pinned-cached": "torch pinned re-alloc from its cache",
+    }
+    body = [[names[m]] + [cell(by[m].get(s)) for s in SIZES] for m in order if m in by]
+    if body:
+        out.append("\n### Time to a usable pinned buffer (median; first call in brackets)\n")
+        out.append(table(["method", "2 MiB", "64 MiB", "1 GiB"], body))
+        notes = []
+        for m, what in (("cuda-context", "CUDA context creation (excluded above)"),
+                        ("pb_connect", "pb_connect (once per process, excluded above)"),
+                        ("torch-cuda-init", "torch CUDA init (excluded above)"),
+                        ("torch-pin-init", "torch's first pinned allocation, 1 byte (excluded above)")):
+            if m in by:
+                r = next(iter(by[m].values()))
+                notes.append(f"{what}: {f1(num(r, 'median_ms'), 2)} ms")
+        if notes:
+            out.append("\n" + "; ".join(notes) + ".")
+        for s in ("64MiB", "1GiB"):
+            ha = by.get("cudaHostAlloc", {}).get(s)
+            for m in ("broker-4k-warm", "broker-hugetlb-warm"):
+                b = by.get(m, {}).get(s)
+                if ha and b:
+                    x = num(ha, "median_ms") / num(b, "median_ms")
+                    target(f"warm acquire {m.split('-')[1]} {sz(s)}", f"{x:.1f}× faster than cudaHostAlloc "
+                           f"({f1(num(b, 'median_ms'), 2)} vs {f1(num(ha, 'median_ms'), 1)} ms)", "≥ 10×", x >= 10)
+        for m in ("broker-4k-cached", "broker-hugetlb-cached"):
+            for s in SIZES:
+                r = by.get(m, {}).get(s)
+                if r:
+                    hits = r.get("hits", "0/1").split("/")
+                    allhit = hits[0] == hits[1]
+                    target(f"cached re-acquire {m.split('-')[1]} {sz(s)}",
+                           f"{f1(num(r, 'median_ms'), 2)} µs, hits {r.get('hits')}", "≤ 5 µs (cache hits)",
+                           allhit and num(r, "median_ms") <= 5.0)
+
+    # ---- many jobs
+    mj = [r for r in rows if r["section"] == "many"]
+    body = [[r["mode"], f"{r['procs']} × {sz(r['size'])}", f1(num(r, "setup_wall_ms")), f1(num(r, "setup_median_ms")),
+             f1(num(r, "h2d_aggregate_gbs")), f1(num(r, "h2d_per_job_median_gbs")), f"{r['pinned']}/{r['procs']}",
+             r["failed"]] for r in mj]
+    if body:
+        out.append(f"\n### Many jobs (each streams its buffer to the GPU {mj[0].get('passes', '?')} times, all at once)\n")
+        out.append(table(["set-up", "jobs", "set-up wall ms (all jobs)", "set-up ms per job (median)",
+                          "aggregate H2D GB/s", "per-job H2D GB/s (median)", "pinned", "failed"], body))
+        b = next((r for r in mj if r["mode"] == "broker"), None)
+        h = next((r for r in mj if r["mode"] == "cudaHostAlloc"), None)
+        if b and h:
+            x = num(h, "setup_wall_ms") / num(b, "setup_wall_ms")
+            out.append(f"\nBroker set-up is {x:.1f}× faster for the whole group; aggregate H2D "
+                       f"{f1(num(b, 'h2d_aggregate_gbs'))} vs {f1(num(h, 'h2d_aggregate_gbs'))} GB/s. CUDA context "
+                       f"creation (median {f1(num(b, 'ctx_median_ms'))} ms per job) is excluded.")
+
+    # ---- pool warm-up
+    wu = [r for r in rows if r["section"] == "warmup"]
+    ha = next((r for r in wu if r.get("method") == "cudaHostAlloc"), None)
+    body = []
+    for r in wu:
+        if r.get("method") == "pinbrokerd":
+            gib = num(r, "pool_bytes") / (1 << 30)
+            body.append([f"pinbrokerd start → READY ({r.get('label')}, {'hugetlb' if r.get('hugetlb') == '1' else '4 KiB'}"
+                         f" pages)", f"{gib:.1f} GiB", f1(num(r, "ready_ms")), f"pool warmed in {f1(num(r, 'log_warm_ms'))} ms",
+                         f1(num(ha, "ms") / num(r, "ready_ms"), 1) + "×" if ha else "–"])
+        else:
+            body.append([f"cudaHostAlloc in {sz(r['chunk'])} pieces", sz(r["total"]), f1(num(r, "ms")),
+                         f"free {f1(num(r, 'free_ms'))} ms; context {f1(num(r, 'ctx_ms'))} ms excluded", "1.0×"])
+    if body:
+        out.append("\n### Pool warm-up\n")
+        out.append(table(["what", "size", "ms", "detail", "cudaHostAlloc ÷ this"], body))
+        for r in wu:
+            if r.get("method") == "pinbrokerd" and r.get("label") in ("cold", "4k") and ha:
+                x = num(ha, "ms") / num(r, "ready_ms")
+                target(f"pool warm-up ({r['label']})", f"{x:.1f}× faster than cudaHostAlloc", "≥ 3×", x >= 3)
+
+    # ---- pytorch
+    tr = [r for r in rows if r["section"] == "torch"]
+    body = [[r["source"], sz(r["size"]), r["is_pinned"], r["pin_memory_same_ptr"], r["data_ok"], f1(num(r, "h2d_gbs")),
+             f1(num(r, "d2h_gbs")), f1(num(r, "h2d_call_us"))] for r in tr]
+    if body:
+        out.append("\n### PyTorch (copy_(non_blocking=True), median of "
+                   f"{tr[0].get('reps', '?')})\n")
+        out.append(table(["tensor", "size", "is_pinned()", "pin_memory() same memory", "data ok", "H2D GB/s", "D2H GB/s",
+                          "copy_ call returns in µs"], body))
+        b = next((r for r in tr if r["source"] == "broker-lease"), None)
+        p = next((r for r in tr if r["source"] == "torch-pinned"), None)
+        if b:
+            target("torch.frombuffer(lease).is_pinned()", b["is_pinned"], "True", b["is_pinned"] == "True")
+        if b and p:
+            x = num(b, "h2d_gbs") / num(p, "h2d_gbs")
+            target("torch non_blocking H2D from lease", f"{x:.3f}× torch pinned", "≥ 0.98×", x >= 0.98)
+
+    hdr = ["## GPU benchmark results\n"]
+    for k in ("gpu", "nvidia_smi", "driver", "cuda_driver_api", "cuda_runtime", "torch", "kernel", "cpus", "memtotal",
+              "hugepages", "date"):
+        if k in meta:
+            hdr.append(f"- {k}: {meta[k]}")
+    tt = "\n### Targets\n\n" + table(["target", "measured", "goal", "status"], targets) if targets else ""
+    if a.short:
+        print("\n".join(hdr) + "\n" + tt)
+    else:
+        print("\n".join(hdr) + "\n\n" + "\n".join(out) + "\n" + tt)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

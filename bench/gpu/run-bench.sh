@@ -1,0 +1,129 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# Runs every GPU benchmark section (pool warm-up, many jobs, set-up time, bandwidth, PyTorch) against freshly started
+# pinbrokerd instances on temp sockets, and writes the raw RESULT lines plus markdown tables.
+#
+# usage: bench/gpu/run-bench.sh [BUILD_DIR]      (default: build-gpu, then build)
+# env:   OUT                  where results go (default: a temp dir, printed)
+#        PB_WARMUP_BYTES      pool warm-up size (default 16G)
+#        PB_JOBS PB_JOB_BYTES many-jobs processes and bytes each (default 8 and 2G)
+#        PB_HUGE_BUDGET       hugetlb daemon's budget and prewarm, when huge pages are free (default 2G)
+# Needs a GPU; root (or CAP_IPC_LOCK) to lock the pool. Exits 77 without a GPU.
+set -u
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${1:-}
+if [ -z "$BUILD" ]; then
+	for b in "$SRC/build-gpu" "$SRC/build"; do [ -x "$b/bench/gpu/pb_gpu_bench" ] && BUILD=$b && break; done
+fi
+BUILD=$(realpath -m "${BUILD:-$SRC/build-gpu}")
+BENCH=$BUILD/bench/gpu/pb_gpu_bench
+DAEMON=$BUILD/daemon/pinbrokerd
+PINCTL=$BUILD/client/pinctl
+LIB=$BUILD/client/libpinbroker.so
+for f in "$BENCH" "$DAEMON" "$PINCTL" "$LIB"; do
+	[ -e "$f" ] || { echo "missing $f (build with: cmake -S . -B build-gpu && cmake --build build-gpu)"; exit 2; }
+done
+OUTDIR=${OUT:-$(mktemp -d /tmp/pb-bench-out.XXXXXX)}
+mkdir -p "$OUTDIR"
+RAW=$OUTDIR/bench-raw.txt
+DLOG=$OUTDIR/daemons.log
+TMP=$(mktemp -d /tmp/pb-bench.XXXXXX)
+WARM=${PB_WARMUP_BYTES:-16G}
+JOBS=${PB_JOBS:-8}
+JOB_BYTES=${PB_JOB_BYTES:-2G}
+HUGE_BUDGET=${PB_HUGE_BUDGET:-2G}
+: >"$RAW"
+
+# The benchmark measures copies and set-up, not pressure policy: thresholds sit low so a VM whose memory grows on
+# demand (MemAvailable starts small) does not make the daemon refuse or revoke mid-run. The pool never shrinks.
+DARGS=(--lock-memory yes --log-level info --pool-shrink-delay-ms 3600000
+	--tight-mem-available-pct 3 --critical-mem-available-pct 1)
+
+log() { echo "== $*" | tee -a "$RAW"; }
+run() { echo "\$ $*" >>"$RAW"; "$@" 2>&1 | tee -a "$RAW"; return "${PIPESTATUS[0]}"; }
+
+PIDS=()
+start_daemon() { # label socket args...
+	local label=$1 sock=$2
+	shift 2
+	echo "--- pinbrokerd $label: $*" >>"$DLOG"
+	run "$BENCH" start-daemon --label "$label" --socket "$sock" --log "$DLOG" --pidfile "$TMP/$label.pid" \
+		-- "$DAEMON" --socket "$sock" "${DARGS[@]}" "$@" || return 1
+	PIDS+=("$(cat "$TMP/$label.pid")")
+}
+stop_pid() {
+	local pid=$1
+	kill -TERM "$pid" 2>/dev/null || return 0
+	for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.05; done
+	echo "pinbrokerd $pid did not stop in 10 s; SIGKILL" | tee -a "$RAW"
+	kill -KILL "$pid" 2>/dev/null
+}
+cleanup() {
+	local p
+	for p in "${PIDS[@]}"; do stop_pid "$p"; done
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+"$BENCH" info >"$TMP/info" 2>&1
+rc=$?
+cat "$TMP/info" | tee -a "$RAW"
+[ $rc = 77 ] && exit 77
+[ $rc = 0 ] || exit 1
+{
+	echo "META date=$(date -u '+%Y-%m-%d %H:%M UTC')"
+	if command -v nvidia-smi >/dev/null; then
+		echo "META nvidia_smi=$(nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.max,pcie.link.width.max \
+			--format=csv,noheader 2>/dev/null | head -1)"
+		echo "META driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)"
+	fi
+	echo "META kernel=$(uname -r)"
+	echo "META cpus=$(nproc)"
+	echo "META memtotal=$(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+	echo "META hugepages=$(cat /proc/sys/vm/nr_hugepages 2>/dev/null) total, $(awk '/HugePages_Free/ {print $2}' /proc/meminfo) free"
+	echo "META python_torch=$(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)"
+} | tee -a "$RAW"
+
+# ---- Pool warm-up: daemon start to READY (first in a fresh VM, which pays first touch), cudaHostAlloc of the same
+# total, then the daemon again (the one the other sections use).
+log "pool warm-up: $WARM"
+S4K=$TMP/pb4k.sock
+SHUGE=$TMP/pbhuge.sock
+start_daemon cold "$TMP/cold.sock" --budget 24G --prewarm "$WARM" --hugetlb no && { stop_pid "${PIDS[-1]}"; unset 'PIDS[-1]'; }
+run "$BENCH" hostalloc-total --size "$WARM" --chunk 1G
+start_daemon 4k "$S4K" --budget 24G --prewarm "$WARM" --hugetlb no || { echo "FAIL: pinbrokerd did not start"; exit 1; }
+HUGE_OK=0
+if [ "$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)" -ge 1024 ] 2>/dev/null; then
+	start_daemon hugetlb "$SHUGE" --budget "$HUGE_BUDGET" --prewarm "$HUGE_BUDGET" --hugetlb yes && HUGE_OK=1
+else
+	echo "no free huge pages (echo 1100 > /proc/sys/vm/nr_hugepages as root): hugetlb rows skipped" | tee -a "$RAW"
+fi
+HUGEARG=()
+[ $HUGE_OK = 1 ] && HUGEARG=(--socket-huge "$SHUGE")
+
+# ---- Many jobs: JOBS processes each take JOB_BYTES and stream it to the GPU.
+log "many jobs: $JOBS x $JOB_BYTES"
+run "$BENCH" many --mode broker --socket "$S4K" --procs "$JOBS" --size "$JOB_BYTES" --passes 4
+run "$BENCH" many --mode cudaHostAlloc --procs "$JOBS" --size "$JOB_BYTES" --passes 4
+
+# ---- Time to a usable pinned buffer.
+log "set-up time"
+run "$BENCH" setup --socket "$S4K" "${HUGEARG[@]}" --sizes 2M,64M,1G --reps 11 --reps-large 5 --cached-reps 201
+
+# ---- Bandwidth.
+log "bandwidth"
+run "$BENCH" bandwidth --socket "$S4K" "${HUGEARG[@]}" --sizes 64M,1G --reps 11
+
+# ---- PyTorch: its own pinned allocation, and a broker lease as a tensor.
+log "pytorch"
+PYTHONUNBUFFERED=1 run python3 "$SRC/bench/gpu/torch_check.py" --lib "$LIB" --socket "$S4K" --sizes 2M,64M,1G \
+	--bw-size 1G --reps 9
+
+log "daemon status at the end"
+run "$PINCTL" --socket "$S4K" status
+[ $HUGE_OK = 1 ] && run "$PINCTL" --socket "$SHUGE" status
+
+for p in "${PIDS[@]}"; do stop_pid "$p"; done
+PIDS=()
+python3 "$SRC/bench/gpu/report.py" "$RAW" >"$OUTDIR/bench.md"
+echo "results: $RAW, $OUTDIR/bench.md"
