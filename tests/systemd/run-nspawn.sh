@@ -135,6 +135,7 @@ cat >"$ROOT/etc/pinbroker/pinbrokerd.conf" <<'EOF'
 budget = 512M
 prewarm = 64M
 log-level = debug
+redeclare-grace-ms = 3000
 EOF
 install -D -m 0755 "$SRC/tests/systemd/in-guest.sh" "$ROOT/usr/local/libexec/pinbroker-test/in-guest.sh"
 cat >"$ROOT/etc/systemd/system/pinbroker-test.service" <<EOF
