@@ -78,13 +78,15 @@ fi
 flock -u 9
 
 # --- a /usr-prefixed build with the debug hooks (the watchdog check needs SIGUSR2) ---
+# Only what gets installed: a half-written benchmark elsewhere must not fail this test.
 mkdir -p "$BUILD"
 IB=$BUILD/nspawn-build
 t=$(date +%s.%N)
 cmake -S "$SRC" -B "$IB" -DCMAKE_INSTALL_PREFIX=/usr -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	-DBUILD_TESTING=OFF -DPINBROKER_DEBUG_HOOKS=ON -DPINBROKER_GPU_TESTS=OFF \
 	-DPINBROKER_SANITIZE=OFF -DPINBROKER_FUZZ=OFF >"$BUILD/nspawn-cmake.log" 2>&1 &&
-	cmake --build "$IB" -j"$(nproc)" >>"$BUILD/nspawn-cmake.log" 2>&1 ||
+	cmake --build "$IB" -j"$(nproc)" --target pinbrokerd pinctl pinbroker pinbroker_static \
+		pinbroker_sample_config >>"$BUILD/nspawn-cmake.log" 2>&1 ||
 	{ tail -n 30 "$BUILD/nspawn-cmake.log"; fail "cannot build pinbroker for /usr (log: $BUILD/nspawn-cmake.log)"; }
 lap "build" "$t"
 
