@@ -202,7 +202,8 @@ static void setup_result(const char *method, size_t bytes, const std::vector<dou
 	fflush(stdout);
 }
 
-static void setup_broker_warm(const char *method, pb_client *c, size_t bytes, int reps)
+/* flags: PB_ACQUIRE_NO_CUDA times the map alone, which splits the cost into map and registration. */
+static void setup_broker_warm(const char *method, pb_client *c, size_t bytes, int reps, uint32_t flags)
 {
 	std::vector<double> ms, free_ms;
 	int pinned = 0;
@@ -211,7 +212,7 @@ static void setup_broker_warm(const char *method, pb_client *c, size_t bytes, in
 	pb_set_cache_limit(c, 0);
 	for (int i = 0; i < reps; i++) {
 		uint64_t t0 = now_ns();
-		pb_lease *l = acquire_or_die(c, bytes, PB_ACQUIRE_NO_CACHE, "bench-setup");
+		pb_lease *l = acquire_or_die(c, bytes, PB_ACQUIRE_NO_CACHE | flags, "bench-setup");
 
 		ms.push_back(ms_since(t0));
 		pinned += pb_lease_kind(l) == PB_MEM_PINNED;
@@ -319,10 +320,14 @@ static int cmd_setup(const char *sock, const char *sock_huge, const std::vector<
 		}
 		setup_result("malloc+cudaHostRegister", bytes, ms, free_ms, NULL);
 
-		if (c)
-			setup_broker_warm("broker-4k-warm", c, bytes, reps);
-		if (ch)
-			setup_broker_warm("broker-hugetlb-warm", ch, bytes, reps);
+		if (c) {
+			setup_broker_warm("broker-4k-warm", c, bytes, reps, 0);
+			setup_broker_warm("broker-4k-map-only", c, bytes, reps, PB_ACQUIRE_NO_CUDA);
+		}
+		if (ch) {
+			setup_broker_warm("broker-hugetlb-warm", ch, bytes, reps, 0);
+			setup_broker_warm("broker-hugetlb-map-only", ch, bytes, reps, PB_ACQUIRE_NO_CUDA);
+		}
 		if (ch)
 			setup_broker_cached("broker-hugetlb-cached", ch, bytes, cached_reps);
 		if (c)
@@ -412,7 +417,7 @@ static int many_child(int idx, int procs, bool broker, const char *sock, size_t 
 }
 
 /* Run before any CUDA call in this process: a CUDA context does not survive fork. */
-static int cmd_many(bool broker, const char *sock, int procs, size_t bytes, int passes)
+static int cmd_many(bool broker, const char *label, const char *sock, int procs, size_t bytes, int passes)
 {
 	struct many_shared *sh;
 	pid_t pids[64];
@@ -468,7 +473,7 @@ static int cmd_many(bool broker, const char *sock, int procs, size_t bytes, int 
 	printf("RESULT many mode=%s procs=%d size=%s passes=%d failed=%d pinned=%d setup_wall_ms=%.1f "
 	       "setup_median_ms=%.1f setup_max_ms=%.1f connect_median_ms=%.3f ctx_median_ms=%.1f h2d_aggregate_gbs=%.2f "
 	       "h2d_per_job_median_gbs=%.2f copy_wall_ms=%.1f\n",
-	       broker ? "broker" : "cudaHostAlloc", procs, size_label(bytes, sz, sizeof(sz)), passes, failed, pinned,
+	       label && label[0] ? label : broker ? "broker" : "cudaHostAlloc", procs, size_label(bytes, sz, sizeof(sz)), passes, failed, pinned,
 	       setup_ms.empty() ? NAN : (double)(s1 - s0) / 1e6, median(setup_ms), vmax(setup_ms),
 	       broker ? median(conn_ms) : 0.0, median(ctx_ms),
 	       setup_ms.empty() ? NAN : (double)bytes * passes * (double)setup_ms.size() / ((double)(c1 - c0) / 1e9) / 1e9,
@@ -499,8 +504,8 @@ static int cmd_hostalloc_total(size_t total, size_t chunk)
 	for (void *p : bufs)
 		CK(cudaFreeHost(p));
 	free_ms = ms_since(t0);
-	printf("RESULT warmup method=cudaHostAlloc total=%s chunk=%s ms=%.1f free_ms=%.1f ctx_ms=%.1f\n",
-	       size_label(total, sz, sizeof(sz)), size_label(chunk, csz, sizeof(csz)), alloc_ms, free_ms, ctx_ms);
+	printf("RESULT warmup method=cudaHostAlloc total=%s bytes=%zu chunk=%s ms=%.1f free_ms=%.1f ctx_ms=%.1f\n",
+	       size_label(total, sz, sizeof(sz)), total, size_label(chunk, csz, sizeof(csz)), alloc_ms, free_ms, ctx_ms);
 	return 0;
 }
 
@@ -597,7 +602,7 @@ static void usage(FILE *f)
 		"usage: pb_gpu_bench bandwidth --socket S [--socket-huge S] [--sizes 64M,1G] [--reps 11]\n"
 		"       pb_gpu_bench setup --socket S [--socket-huge S] [--sizes 2M,64M,1G] [--reps 11] [--reps-large 5]\n"
 		"                          [--cached-reps 201]\n"
-		"       pb_gpu_bench many --mode broker|cudaHostAlloc [--socket S] [--procs 8] [--size 2G] [--passes 4]\n"
+		"       pb_gpu_bench many --mode broker|cudaHostAlloc [--label L] [--socket S] [--procs 8] [--size 2G] [--passes 4]\n"
 		"       pb_gpu_bench hostalloc-total [--size 16G] [--chunk 1G]\n"
 		"       pb_gpu_bench info\n"
 		"       pb_gpu_bench start-daemon --label L --socket S --log FILE --pidfile FILE -- PINBROKERD ARGS...\n"
@@ -672,7 +677,7 @@ int main(int argc, char **argv)
 	if (!strcmp(cmd, "setup"))
 		return cmd_setup(sock, sock_huge, parse_sizes(sizes ? sizes : "2M,64M,1G"), reps, reps_large, cached_reps);
 	if (!strcmp(cmd, "many"))
-		return cmd_many(!strcmp(mode, "broker"), sock, procs, size ? size : 2ull << 30, passes);
+		return cmd_many(!strcmp(mode, "broker"), label, sock, procs, size ? size : 2ull << 30, passes);
 	if (!strcmp(cmd, "hostalloc-total"))
 		return cmd_hostalloc_total(size ? size : 16ull << 30, chunk);
 	usage(stderr);

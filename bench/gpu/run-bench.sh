@@ -7,7 +7,9 @@
 # env:   OUT                  where results go (default: a temp dir, printed)
 #        PB_WARMUP_BYTES      pool warm-up size (default 16G)
 #        PB_JOBS PB_JOB_BYTES many-jobs processes and bytes each (default 8 and 2G)
-#        PB_HUGE_BUDGET       hugetlb daemon's budget and prewarm, when huge pages are free (default 2G)
+#        PB_HUGEPAGES_BIG     as root, raise nr_hugepages to this for a hugetlb pool as large as the warm-up
+#                             (default 8400; 0 = use the huge pages already free, if any); restored at the end
+#        PB_WARMUP_SCAN=0     skip the prewarm-threads scan (1, 4, 16 threads, 4 GiB, 4 KiB pages)
 # Needs a GPU; root (or CAP_IPC_LOCK) to lock the pool. Exits 77 without a GPU.
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -31,7 +33,7 @@ TMP=$(mktemp -d /tmp/pb-bench.XXXXXX)
 WARM=${PB_WARMUP_BYTES:-16G}
 JOBS=${PB_JOBS:-8}
 JOB_BYTES=${PB_JOB_BYTES:-2G}
-HUGE_BUDGET=${PB_HUGE_BUDGET:-2G}
+HUGE_BIG=${PB_HUGEPAGES_BIG:-8400}
 : >"$RAW"
 
 # The benchmark measures copies and set-up, not pressure policy: thresholds sit low so a VM whose memory grows on
@@ -58,9 +60,11 @@ stop_pid() {
 	echo "pinbrokerd $pid did not stop in 10 s; SIGKILL" | tee -a "$RAW"
 	kill -KILL "$pid" 2>/dev/null
 }
+HUGE_BEFORE=
 cleanup() {
 	local p
 	for p in "${PIDS[@]}"; do stop_pid "$p"; done
+	[ -n "$HUGE_BEFORE" ] && echo "$HUGE_BEFORE" >/proc/sys/vm/nr_hugepages 2>/dev/null
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -92,18 +96,40 @@ SHUGE=$TMP/pbhuge.sock
 start_daemon cold "$TMP/cold.sock" --budget 24G --prewarm "$WARM" --hugetlb no && { stop_pid "${PIDS[-1]}"; unset 'PIDS[-1]'; }
 run "$BENCH" hostalloc-total --size "$WARM" --chunk 1G
 start_daemon 4k "$S4K" --budget 24G --prewarm "$WARM" --hugetlb no || { echo "FAIL: pinbrokerd did not start"; exit 1; }
+# A hugetlb pool as large as the warm-up where huge pages can be reserved, else 2 GiB on what is free.
+free_huge() { awk '/HugePages_Free/ {print $2}' /proc/meminfo; }
+if [ "$HUGE_BIG" != 0 ] && [ -w /proc/sys/vm/nr_hugepages ] && [ "$(cat /proc/sys/vm/nr_hugepages)" -lt "$HUGE_BIG" ]; then
+	HUGE_BEFORE=$(cat /proc/sys/vm/nr_hugepages)
+	t0=$(date +%s%N)
+	echo "$HUGE_BIG" >/proc/sys/vm/nr_hugepages
+	echo "META hugepages_big=nr_hugepages $HUGE_BEFORE -> $(cat /proc/sys/vm/nr_hugepages) in $(( ($(date +%s%N) - t0) / 1000000 )) ms, $(free_huge) free" | tee -a "$RAW"
+fi
 HUGE_OK=0
-if [ "$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)" -ge 1024 ] 2>/dev/null; then
-	start_daemon hugetlb "$SHUGE" --budget "$HUGE_BUDGET" --prewarm "$HUGE_BUDGET" --hugetlb yes && HUGE_OK=1
+WARM_BYTES=$(python3 -c "import sys; s=sys.argv[1].upper(); m={'K':1<<10,'M':1<<20,'G':1<<30}
+print(int(float(s[:-1])*m[s[-1]]) if s[-1] in m else int(s))" "$WARM")
+WARM_PAGES=$((WARM_BYTES / 2097152))
+if [ "$(free_huge)" -ge "$WARM_PAGES" ] 2>/dev/null; then
+	start_daemon hugetlb "$SHUGE" --budget 24G --prewarm "$WARM" --hugetlb yes && HUGE_OK=1
+elif [ "$(free_huge)" -ge 1024 ] 2>/dev/null; then
+	start_daemon hugetlb-2g "$SHUGE" --budget 2G --prewarm 2G --hugetlb yes && HUGE_OK=1
 else
 	echo "no free huge pages (echo 1100 > /proc/sys/vm/nr_hugepages as root): hugetlb rows skipped" | tee -a "$RAW"
+fi
+if [ "${PB_WARMUP_SCAN:-1}" != 0 ]; then
+	log "prewarm threads scan: 4G, 4 KiB pages"
+	for th in 1 4 16; do
+		start_daemon "4k-4G-${th}threads" "$TMP/scan.sock" --budget 8G --prewarm 4G --hugetlb no --prewarm-threads "$th" &&
+			{ stop_pid "${PIDS[-1]}"; unset 'PIDS[-1]'; }
+	done
 fi
 HUGEARG=()
 [ $HUGE_OK = 1 ] && HUGEARG=(--socket-huge "$SHUGE")
 
 # ---- Many jobs: JOBS processes each take JOB_BYTES and stream it to the GPU.
 log "many jobs: $JOBS x $JOB_BYTES"
-run "$BENCH" many --mode broker --socket "$S4K" --procs "$JOBS" --size "$JOB_BYTES" --passes 4
+run "$BENCH" many --mode broker --label broker-4k --socket "$S4K" --procs "$JOBS" --size "$JOB_BYTES" --passes 4
+[ $HUGE_OK = 1 ] && run "$BENCH" many --mode broker --label broker-hugetlb --socket "$SHUGE" --procs "$JOBS" \
+	--size "$JOB_BYTES" --passes 4
 run "$BENCH" many --mode cudaHostAlloc --procs "$JOBS" --size "$JOB_BYTES" --passes 4
 
 # ---- Time to a usable pinned buffer.

@@ -97,7 +97,7 @@ run_tests() { # label socket expect-hugetlb
 	rc=$?
 	cat "$TMP/run.log" >>"$TLOG"
 	line=$(grep -E '^gpu_lease:' "$TMP/run.log" | tail -1)
-	grep -E 'FAIL|error' "$TMP/run.log" | head -20
+	grep -E '^(\[w[0-9]+\] )?FAIL' "$TMP/run.log" | head -20
 	SUMMARY+=("| $1 | ${line#gpu_lease: } | $([ $rc = 0 ] && echo pass || echo "FAIL ($rc)") | $(( ($(date +%s%N) - t0) / 1000000 )) ms |")
 	[ $rc = 0 ] || FAILED=1
 }
@@ -126,7 +126,7 @@ echo "=== ctest-style run (own daemon)" | tee -a "$TLOG"
 	--daemon-arg=3 --daemon-arg=--critical-mem-available-pct --daemon-arg=1 >"$TMP/run.log" 2>&1
 rc=$?
 cat "$TMP/run.log" >>"$TLOG"
-grep -E 'FAIL|error' "$TMP/run.log" | head -20
+grep -E '^(\[w[0-9]+\] )?FAIL' "$TMP/run.log" | head -20
 SUMMARY+=("| own daemon (ctest form), 2 processes | $(grep -E '^gpu_lease:' "$TMP/run.log" | tail -1 | sed 's/^gpu_lease: //') | $([ $rc = 0 ] && echo pass || echo "FAIL ($rc)") | |")
 [ $rc = 0 ] || FAILED=1
 
