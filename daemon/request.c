@@ -565,6 +565,7 @@ static void reclaim_step(struct broker *b)
 {
 	struct monitor_signal sig[16];
 	struct lease **order = NULL;
+	uint64_t *ids;
 	size_t n = 0, nsig = 0;
 	double avail_pct = NAN;
 	uint64_t deficit, in_flight = revoking_bytes(b);
@@ -587,11 +588,19 @@ static void reclaim_step(struct broker *b)
 		return;
 	if (lease_revoke_order(b->leases, &order, &n) < 0)
 		return;
-	for (size_t i = 0; i < n && in_flight < deficit; i++) {
-		if (request_revoke(b, order[i], 0, "host memory is critical") == 0)
-			in_flight += order[i]->bytes;
-	}
+	/* By id: a failed REVOKE send closes its connection and frees leases further down the order. */
+	ids = malloc((n ? n : 1) * sizeof(*ids));
+	for (size_t i = 0; ids && i < n; i++)
+		ids[i] = order[i]->id;
 	free(order);
+	for (size_t i = 0; ids && i < n && in_flight < deficit; i++) {
+		struct lease *l = lease_find(b->leases, ids[i]);
+		uint64_t bytes = l ? l->bytes : 0;
+
+		if (l && request_revoke(b, l, 0, "host memory is critical") == 0)
+			in_flight += bytes;
+	}
+	free(ids);
 }
 
 static void reclaim_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -796,15 +805,35 @@ static enum lease_priority prio_from_wire(Pinbroker__V1__Priority p)
 /* Cached-idle leases of other holders that could cover a shortfall. */
 static uint64_t reclaim_idle_for(struct broker *b, struct conn *asker, uint64_t need)
 {
-	uint64_t got = 0;
+	uint64_t got = 0, *ids = NULL;
+	size_t n = 0, cap = 0;
 	struct lease *l;
 
-	for (l = lease_first(b->leases); l && got < need; l = lease_next(b->leases, l)) {
+	/* Collect ids first: a failed REVOKE send closes that holder and frees its leases. */
+	for (l = lease_first(b->leases); l; l = lease_next(b->leases, l)) {
 		if (l->state != LEASE_IDLE || l->owner == asker)
 			continue;
-		if (request_revoke(b, l, 0, "another client needs the memory (cached-idle lease)") == 0)
-			got += l->bytes;
+		if (n == cap) {
+			uint64_t *nid = realloc(ids, (cap ? cap * 2 : 16) * sizeof(*ids));
+
+			if (!nid)
+				break;
+			ids = nid;
+			cap = cap ? cap * 2 : 16;
+		}
+		ids[n++] = l->id;
 	}
+	for (size_t i = 0; i < n && got < need; i++) {
+		uint64_t bytes;
+
+		l = lease_find(b->leases, ids[i]);
+		if (!l || l->state != LEASE_IDLE)
+			continue;
+		bytes = l->bytes;
+		if (request_revoke(b, l, 0, "another client needs the memory (cached-idle lease)") == 0)
+			got += bytes;
+	}
+	free(ids);
 	return got;
 }
 
