@@ -16,7 +16,7 @@ CONF=/etc/pinbroker/pinbrokerd.conf
 SOCK=/run/pinbroker/pinbroker.sock
 UNIT=pinbrokerd.service
 N=0
-PLAN=25
+PLAN=26
 
 log() { printf '# %s\n' "$*"; }
 ok() { N=$((N + 1)); echo "ok $N - $1" >>"$TAP"; log "ok $N - $1"; }
@@ -164,6 +164,16 @@ if grep -q '"MESSAGE_ID"' "$OUT/lease-journal.json" && grep -q '"PINBROKER_UID" 
 else
 	notok "journal: lease event carries MESSAGE_ID, PINBROKER_LEASE, PINBROKER_UID, PINBROKER_PID" \
 		"$(wc -l <"$OUT/lease-journal.json") entries with PINBROKER_LEASE"
+fi
+
+# The installed catalog explains the lease event's MESSAGE_ID (journalctl -x).
+mid=$(grep -o '"MESSAGE_ID" *: *"[0-9a-f]*"' "$OUT/lease-journal.json" | head -n1 | sed 's/.*: *"//; s/"$//')
+journalctl --update-catalog
+if [ -f /usr/lib/systemd/catalog/pinbroker.catalog ] && [ -n "$mid" ] &&
+	journalctl --list-catalog "$mid" | grep -q pinbroker; then
+	ok "journal catalog installed and explains MESSAGE_ID $mid"
+else
+	notok "journal catalog installed and explains the lease MESSAGE_ID" "id='$mid'"
 fi
 
 # 14-16: kill -9: restarted by Restart=on-failure; the held lease is re-adopted from the fd store.
