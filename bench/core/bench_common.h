@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+/* Shared helpers for the CPU benchmarks: clocks, percentiles, a daemon under test, and /proc readings of it. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t bench_now_ns(void);
+
+/* Sleep for ms milliseconds (restarted on EINTR). */
+void bench_sleep_ms(unsigned ms);
+
+/* The p-th percentile (0..100, nearest rank) of v[0..n); sorts v. 0 when n is 0. */
+double bench_percentile(double *v, size_t n, double p);
+
+/* Print a message with strerror(-err) and exit(1). */
+__attribute__((noreturn, format(printf, 2, 3))) void bench_die(int err, const char *fmt, ...);
+
+/*
+ * Start pinbrokerd (path) with "--config /dev/null --socket sock" plus the
+ * NULL-terminated extra argv, stderr to logpath. Waits (up to 30 s) until a
+ * pb_connect succeeds. Returns the pid or exits.
+ */
+pid_t bench_daemon_start(const char *path, const char *sock, const char *logpath, const char *const *extra);
+
+/* SIGTERM the daemon and reap it (SIGKILL after 5 s). */
+void bench_daemon_stop(pid_t pid);
+
+/* A field of /proc/PID/status in kB ("VmRSS", "RssShmem", ...); -1 if absent. */
+long bench_status_kb(pid_t pid, const char *field);
+
+/* CPU time of pid (all threads) in ns from /proc/PID/schedstat, -1 on error. */
+int64_t bench_cpu_ns(pid_t pid);
+
+/* utime+stime of pid in clock ticks from /proc/PID/stat, -1 on error. */
+int64_t bench_cpu_ticks(pid_t pid);
+
+/* voluntary + involuntary context switches of pid, summed over its threads; -1 on error. */
+int64_t bench_ctxt_switches(pid_t pid);
+
+struct bench_idle {
+	double cpu_pct_schedstat; /* % of one core, from schedstat (ns resolution) */
+	double cpu_pct_ticks;     /* % of one core, from utime+stime (10 ms ticks) */
+	double wakeups_per_s;     /* context switches per second: how often it ran at all */
+};
+
+/* Measure the CPU of pids[0..n) over the same `seconds` of wall time, with nothing asked of them. */
+void bench_idle_measure(const pid_t *pids, size_t n, unsigned seconds, struct bench_idle *ret);
+
+/* Write the current date/time and host facts (kernel, CPUs, memory) as '# ' comment lines. */
+void bench_print_host(void);
+
+/* Write /proc/loadavg as a '# ' comment line. */
+void bench_print_load(void);

@@ -1,0 +1,675 @@
+/* SPDX-License-Identifier: MIT */
+/* Lease benchmark (issue 2 §7): pinbrokerd's acquire/map/touch/release against a raw SCM_RIGHTS floor, plus RSS and idle CPU. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench_common.h"
+#include "pinbroker.h"
+
+#define CHUNK_BYTES (2u << 20)   /* the daemon's default chunk-size */
+#define POOL_CHUNKS 128u         /* 256 MiB: the daemon's default prewarm */
+#define MAX_LEASE_CHUNKS 32u     /* 64 MiB, the largest size measured */
+#define FLOOR_MAX_CONNS 256
+#define PAGE_BYTES 4096u         /* no hugetlb on this machine kind; the daemon reports 4 KiB pages */
+#define CHILD_RESULT_TIMEOUT_MS 60000
+#define MAX_PROCS 64
+
+static const char *daemon_path = PB_BENCH_DAEMON;
+static unsigned duration_s = 3;
+static unsigned idle_s = 10;
+static unsigned iters_small = 2000, iters_large = 200;
+static char floor_sock[108], broker_sock[108], broker_log[128];
+
+/* ---------------------------------------------------------------- the floor server */
+
+/*
+ * The floor: what any fd-lending server must do and nothing more. A pool of
+ * pre-faulted, mlocked 2 MiB memfd chunks; one epoll loop, single-threaded
+ * like pinbrokerd; a request byte n (1..32) is answered by one byte and n
+ * chunk fds via SCM_RIGHTS; a release byte 0 returns every chunk that
+ * connection holds and is acked with one byte (libpinbroker's pb_release
+ * waits for the daemon's answer too, so both sides do two round trips).
+ */
+struct floor_conn {
+	int fd;
+	unsigned nheld;
+	unsigned held[MAX_LEASE_CHUNKS];
+};
+
+static int floor_free[POOL_CHUNKS], floor_nfree;
+static int floor_fds[POOL_CHUNKS];
+
+static void floor_pool_init(void)
+{
+	for (unsigned i = 0; i < POOL_CHUNKS; i++) {
+		int fd = memfd_create("floor-chunk", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+		void *p;
+
+		if (fd < 0)
+			bench_die(-errno, "floor: memfd_create");
+		if (ftruncate(fd, CHUNK_BYTES) < 0)
+			bench_die(-errno, "floor: ftruncate");
+		if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+			bench_die(-errno, "floor: F_ADD_SEALS");
+		p = mmap(NULL, CHUNK_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (p == MAP_FAILED)
+			bench_die(-errno, "floor: mmap");
+		if (madvise(p, CHUNK_BYTES, MADV_POPULATE_WRITE) < 0)
+			bench_die(-errno, "floor: MADV_POPULATE_WRITE");
+		if (mlock(p, CHUNK_BYTES) < 0)
+			bench_die(-errno, "floor: mlock");
+		/* The mapping stays, as the daemon's does: it keeps the pages locked. */
+		floor_fds[i] = fd;
+		floor_free[floor_nfree++] = (int)i;
+	}
+}
+
+static void floor_return(struct floor_conn *fc)
+{
+	for (unsigned i = 0; i < fc->nheld; i++)
+		floor_free[floor_nfree++] = (int)fc->held[i];
+	fc->nheld = 0;
+}
+
+static int floor_send(int fd, uint8_t byte, const int *fds, unsigned nfds)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * MAX_LEASE_CHUNKS)];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (nfds) {
+		struct cmsghdr *cm;
+
+		mh.msg_control = u.buf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
+	}
+	return sendmsg(fd, &mh, MSG_NOSIGNAL) == 1 ? 0 : -errno;
+}
+
+/* One request from fc; returns false when the connection must close. */
+static bool floor_serve(struct floor_conn *fc)
+{
+	int fds[MAX_LEASE_CHUNKS];
+	uint8_t req;
+	ssize_t n = recv(fc->fd, &req, 1, MSG_DONTWAIT);
+
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return true;
+	if (n <= 0)
+		return false;
+	if (req == 0) {
+		floor_return(fc);
+		return floor_send(fc->fd, 0, NULL, 0) == 0;
+	}
+	if (req > MAX_LEASE_CHUNKS || fc->nheld + req > MAX_LEASE_CHUNKS || (int)req > floor_nfree)
+		return floor_send(fc->fd, 0, NULL, 0) == 0;
+	for (unsigned i = 0; i < req; i++) {
+		int idx = floor_free[--floor_nfree];
+
+		fc->held[fc->nheld++] = (unsigned)idx;
+		fds[i] = floor_fds[idx];
+	}
+	return floor_send(fc->fd, req, fds, req) == 0;
+}
+
+static void floor_server_main(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	static struct floor_conn conns[FLOOR_MAX_CONNS];
+	struct epoll_event ev;
+	int lfd, ep;
+
+	floor_pool_init();
+	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (lfd < 0)
+		bench_die(-errno, "floor: socket");
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(lfd, 128) < 0)
+		bench_die(-errno, "floor: bind/listen %s", path);
+	ep = epoll_create1(EPOLL_CLOEXEC);
+	if (ep < 0)
+		bench_die(-errno, "floor: epoll_create1");
+	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = NULL };
+	if (epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev) < 0)
+		bench_die(-errno, "floor: epoll_ctl");
+	for (int i = 0; i < FLOOR_MAX_CONNS; i++)
+		conns[i].fd = -1;
+
+	for (;;) {
+		struct epoll_event evs[64];
+		int n = epoll_wait(ep, evs, 64, -1);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			bench_die(-errno, "floor: epoll_wait");
+		for (int i = 0; i < n; i++) {
+			struct floor_conn *fc = evs[i].data.ptr;
+
+			if (!fc) {
+				int cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+				int slot = -1;
+
+				if (cfd < 0)
+					continue;
+				for (int k = 0; k < FLOOR_MAX_CONNS && slot < 0; k++)
+					if (conns[k].fd < 0)
+						slot = k;
+				if (slot < 0) {
+					close(cfd);
+					continue;
+				}
+				conns[slot].fd = cfd;
+				conns[slot].nheld = 0;
+				ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = &conns[slot] };
+				if (epoll_ctl(ep, EPOLL_CTL_ADD, cfd, &ev) < 0)
+					bench_die(-errno, "floor: epoll_ctl");
+				continue;
+			}
+			if (!floor_serve(fc)) {
+				floor_return(fc);
+				epoll_ctl(ep, EPOLL_CTL_DEL, fc->fd, NULL);
+				close(fc->fd);
+				fc->fd = -1;
+			}
+		}
+	}
+}
+
+static pid_t floor_start(void)
+{
+	uint64_t deadline = bench_now_ns() + 30000000000ull;
+	pid_t pid;
+
+	if (unlink(floor_sock) < 0 && errno != ENOENT)
+		bench_die(-errno, "unlink %s", floor_sock);
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0)
+		bench_die(-errno, "fork");
+	if (pid == 0) {
+		floor_server_main(floor_sock);
+		_exit(0);
+	}
+	while (bench_now_ns() < deadline) {
+		if (access(floor_sock, F_OK) == 0)
+			return pid;
+		bench_sleep_ms(5);
+	}
+	bench_die(0, "floor server did not start");
+}
+
+/* ---------------------------------------------------------------- the two clients */
+
+enum cycle {
+	CYCLE_LAZY,      /* floor only: map without populating, no touch (the issue's "bare round trip") */
+	CYCLE_POPULATED, /* map with MAP_POPULATE as libpinbroker does, no touch */
+	CYCLE_TOUCHED,   /* map with MAP_POPULATE as libpinbroker does, then write one byte per page */
+	CYCLE_FAULTED,   /* floor only: map without populating, then touch: every page a fault */
+};
+
+struct client {
+	bool floor;
+	int fd;          /* floor */
+	pb_client *pb;   /* broker */
+};
+
+static void client_open(struct client *c, bool is_floor)
+{
+	c->floor = is_floor;
+	c->fd = -1;
+	c->pb = NULL;
+	if (is_floor) {
+		struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+		c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		if (c->fd < 0)
+			bench_die(-errno, "socket");
+		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", floor_sock);
+		if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+			bench_die(-errno, "connect %s", floor_sock);
+	} else {
+		int r = pb_connect(broker_sock, &c->pb);
+
+		if (r < 0)
+			bench_die(r, "pb_connect %s: %s", broker_sock, pb_last_error());
+		pb_set_cache_limit(c->pb, 0);
+	}
+}
+
+static void client_close(struct client *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	pb_disconnect(c->pb);
+}
+
+static void touch(volatile uint8_t *p, size_t bytes)
+{
+	for (size_t off = 0; off < bytes; off += PAGE_BYTES)
+		p[off] = 1;
+}
+
+/* Receive the one-byte answer and its fds. Returns the byte, or -errno. */
+static int floor_recv(int fd, int *fds, unsigned max_fds, unsigned *nfds)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * MAX_LEASE_CHUNKS)];
+		struct cmsghdr align;
+	} u;
+	uint8_t byte;
+	struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
+	struct cmsghdr *cm;
+	ssize_t n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+
+	*nfds = 0;
+	if (n < 0)
+		return -errno;
+	if (n == 0)
+		return -ECONNRESET;
+	for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+			unsigned k = (unsigned)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+
+			if (k > max_fds)
+				return -EBADMSG;
+			memcpy(fds, CMSG_DATA(cm), k * sizeof(int));
+			*nfds = k;
+		}
+	if (mh.msg_flags & MSG_CTRUNC)
+		return -EBADMSG;
+	return byte;
+}
+
+/* One floor cycle: request, map back to back into one reserved range, maybe touch, unmap, release. */
+static int floor_cycle(struct client *c, unsigned nchunks, enum cycle cy)
+{
+	int fds[MAX_LEASE_CHUNKS];
+	size_t total = (size_t)nchunks * CHUNK_BYTES;
+	int populate = cy == CYCLE_POPULATED || cy == CYCLE_TOUCHED ? MAP_POPULATE : 0;
+	uint8_t req = (uint8_t)nchunks, rel = 0;
+	unsigned nfds;
+	uint8_t *base;
+	int r;
+
+	if (send(c->fd, &req, 1, MSG_NOSIGNAL) != 1)
+		return -errno;
+	r = floor_recv(c->fd, fds, MAX_LEASE_CHUNKS, &nfds);
+	if (r < 0)
+		return r;
+	if ((unsigned)r != nchunks || nfds != nchunks) {
+		for (unsigned i = 0; i < nfds; i++)
+			close(fds[i]);
+		return -ENOSPC;
+	}
+	base = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (base == MAP_FAILED)
+		return -errno;
+	for (unsigned i = 0; i < nchunks; i++) {
+		if (mmap(base + (size_t)i * CHUNK_BYTES, CHUNK_BYTES, PROT_READ | PROT_WRITE,
+			 MAP_SHARED | MAP_FIXED | populate, fds[i], 0) == MAP_FAILED)
+			bench_die(-errno, "floor: mmap chunk");
+		close(fds[i]);
+	}
+	if (cy == CYCLE_TOUCHED || cy == CYCLE_FAULTED)
+		touch(base, total);
+	if (munmap(base, total) < 0)
+		return -errno;
+	if (send(c->fd, &rel, 1, MSG_NOSIGNAL) != 1)
+		return -errno;
+	r = floor_recv(c->fd, fds, MAX_LEASE_CHUNKS, &nfds);
+	return r < 0 ? r : 0;
+}
+
+static int broker_cycle(struct client *c, unsigned nchunks, enum cycle cy)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
+	size_t total = (size_t)nchunks * CHUNK_BYTES;
+	pb_lease *l;
+	int r = pb_acquire(c->pb, total, &o, &l);
+
+	if (r < 0)
+		return r;
+	if (cy == CYCLE_TOUCHED)
+		touch(pb_lease_data(l), total);
+	return pb_release(c->pb, l);
+}
+
+static int cycle(struct client *c, unsigned nchunks, enum cycle cy)
+{
+	return c->floor ? floor_cycle(c, nchunks, cy) : broker_cycle(c, nchunks, cy);
+}
+
+/* ---------------------------------------------------------------- latency */
+
+struct lat {
+	double p50_us, p99_us;
+};
+
+/*
+ * Floor and broker alternate in ROUNDS blocks so drift (other tenants, CPU
+ * frequency) hits both alike. One warm-up block each first.
+ */
+#define ROUNDS 10
+#define WARMUP 20
+
+static void latency(unsigned nchunks, enum cycle cy, unsigned iters, bool with_broker, struct lat *fl, struct lat *br)
+{
+	double *v[2];
+	size_t n[2] = { 0, 0 };
+	struct client cl[2];
+
+	for (int s = 0; s < 2; s++) {
+		v[s] = calloc(iters + ROUNDS, sizeof(double));
+		if (!v[s])
+			bench_die(-ENOMEM, "calloc");
+		if (s == 0 || with_broker)
+			client_open(&cl[s], s == 0);
+	}
+	for (int s = 0; s < (with_broker ? 2 : 1); s++)
+		for (unsigned i = 0; i < WARMUP; i++) {
+			int r = cycle(&cl[s], nchunks, cy);
+
+			if (r < 0)
+				bench_die(r, "%s warm-up cycle: %s", s ? "broker" : "floor", s ? pb_last_error() : "");
+		}
+	for (unsigned round = 0; round < ROUNDS; round++)
+		for (int s = 0; s < (with_broker ? 2 : 1); s++)
+			for (unsigned i = 0; i < iters / ROUNDS; i++) {
+				uint64_t t0 = bench_now_ns();
+				int r = cycle(&cl[s], nchunks, cy);
+
+				if (r < 0)
+					bench_die(r, "%s cycle: %s", s ? "broker" : "floor", s ? pb_last_error() : "");
+				v[s][n[s]++] = (double)(bench_now_ns() - t0) / 1000.0;
+			}
+	fl->p50_us = bench_percentile(v[0], n[0], 50);
+	fl->p99_us = bench_percentile(v[0], n[0], 99);
+	if (with_broker) {
+		br->p50_us = bench_percentile(v[1], n[1], 50);
+		br->p99_us = bench_percentile(v[1], n[1], 99);
+	}
+	for (int s = 0; s < 2; s++) {
+		free(v[s]);
+		if (s == 0 || with_broker)
+			client_close(&cl[s]);
+	}
+}
+
+/* ---------------------------------------------------------------- throughput */
+
+struct child_result {
+	uint64_t ops;
+	uint64_t errors;
+};
+
+static void child_loop(bool is_floor, enum cycle cy, int start_rd, int result_wr)
+{
+	struct child_result res = { 0, 0 };
+	struct client c;
+	uint64_t start_ns, end_ns;
+
+	client_open(&c, is_floor);
+	if (read(start_rd, &start_ns, sizeof(start_ns)) != sizeof(start_ns))
+		_exit(2);
+	end_ns = start_ns + (uint64_t)duration_s * 1000000000ull;
+	while (bench_now_ns() < start_ns)
+		bench_sleep_ms(1);
+	while (bench_now_ns() < end_ns) {
+		if (cycle(&c, 1, cy) == 0)
+			res.ops++;
+		else
+			res.errors++;
+	}
+	if (write(result_wr, &res, sizeof(res)) != sizeof(res))
+		_exit(3);
+	client_close(&c);
+	_exit(0);
+}
+
+/* Aggregate ops/s of nprocs processes looping 2 MiB cycles for duration_s. */
+static double throughput(bool is_floor, enum cycle cy, unsigned nprocs, uint64_t *errors)
+{
+	int sp[2], rp[2];
+	pid_t pids[MAX_PROCS];
+	uint64_t start_ns, ops = 0;
+	int r;
+
+	*errors = 0;
+	if (pipe2(sp, O_CLOEXEC) < 0 || pipe2(rp, O_CLOEXEC) < 0)
+		bench_die(-errno, "pipe2");
+	fflush(NULL);
+	for (unsigned i = 0; i < nprocs; i++) {
+		pids[i] = fork();
+		if (pids[i] < 0)
+			bench_die(-errno, "fork");
+		if (pids[i] == 0) {
+			close(sp[1]);
+			close(rp[0]);
+			child_loop(is_floor, cy, sp[0], rp[1]);
+		}
+	}
+	close(sp[0]);
+	close(rp[1]);
+	/* Everyone starts together, 300 ms from now: time to connect first. */
+	start_ns = bench_now_ns() + 300000000ull;
+	for (unsigned i = 0; i < nprocs; i++)
+		if (write(sp[1], &start_ns, sizeof(start_ns)) != sizeof(start_ns))
+			bench_die(-errno, "write start");
+	close(sp[1]);
+	for (unsigned i = 0; i < nprocs; i++) {
+		struct pollfd pfd = { .fd = rp[0], .events = POLLIN };
+		struct child_result res;
+
+		r = poll(&pfd, 1, CHILD_RESULT_TIMEOUT_MS);
+		if (r <= 0)
+			bench_die(r < 0 ? -errno : -ETIMEDOUT, "waiting for benchmark children");
+		if (read(rp[0], &res, sizeof(res)) != sizeof(res))
+			bench_die(-errno, "a benchmark child died without a result");
+		ops += res.ops;
+		*errors += res.errors;
+	}
+	close(rp[0]);
+	for (unsigned i = 0; i < nprocs; i++) {
+		int st;
+
+		if (waitpid(pids[i], &st, 0) < 0)
+			bench_die(-errno, "waitpid");
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			bench_die(0, "benchmark child %d failed (status %d)", (int)pids[i], st);
+	}
+	return (double)ops / (double)duration_s;
+}
+
+/* ---------------------------------------------------------------- main */
+
+static void usage(int code)
+{
+	printf("Usage: bench_lease [--daemon PATH] [--duration-s N] [--idle-s N] [--iters N] [--quick]\n"
+	       "Runs a raw SCM_RIGHTS floor server and pinbrokerd side by side and prints ratios.\n");
+	exit(code);
+}
+
+static const char *mark(bool ok)
+{
+	return ok ? "met" : "MISSED";
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "daemon", required_argument, NULL, 'd' },   { "duration-s", required_argument, NULL, 't' },
+		{ "idle-s", required_argument, NULL, 'i' },   { "iters", required_argument, NULL, 'n' },
+		{ "quick", no_argument, NULL, 'q' },          { "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	static const char *const daemon_args[] = { "--prewarm", "256M", NULL };
+	static const unsigned sizes_chunks[] = { 1, MAX_LEASE_CHUNKS };
+	static const unsigned procs[] = { 1, 8, 32 };
+	struct bench_idle idle[2];
+	struct pb_status *st;
+	pb_client *pc;
+	pid_t fpid, dpid, idle_pids[2];
+	long rss_kb, shmem_kb, anon_kb, file_kb, f_rss_kb, f_shmem_kb;
+	bool p50_ok = true, ops_ok = true;
+	int opt, r;
+
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'd': daemon_path = optarg; break;
+		case 't': duration_s = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'i': idle_s = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'n': iters_small = (unsigned)strtoul(optarg, NULL, 10); iters_large = iters_small / 10; break;
+		case 'q': duration_s = 1; idle_s = 2; iters_small = 200; iters_large = 40; break;
+		case 'h': usage(0); break;
+		default: usage(2);
+		}
+	}
+	if (duration_s == 0 || duration_s > 60 || idle_s == 0 || idle_s > 120 || iters_small < ROUNDS ||
+	    iters_small > 1000000 || iters_large < ROUNDS)
+		usage(2);
+	/* The client cache would turn re-acquires into no-ops: measure the real round trip. */
+	unsetenv("PINBROKER_CACHE_BYTES");
+	signal(SIGPIPE, SIG_IGN);
+	snprintf(floor_sock, sizeof(floor_sock), "/tmp/pb-bench-floor.%d.sock", (int)getpid());
+	snprintf(broker_sock, sizeof(broker_sock), "/tmp/pb-bench-broker.%d.sock", (int)getpid());
+	snprintf(broker_log, sizeof(broker_log), "/tmp/pb-bench-broker.%d.log", (int)getpid());
+
+	fpid = floor_start();
+	dpid = bench_daemon_start(daemon_path, broker_sock, broker_log, daemon_args);
+
+	printf("## bench_lease: pinbrokerd lease cycle vs a raw SCM_RIGHTS floor (issue 2 §7)\n");
+	bench_print_host();
+	printf("# floor: one-thread epoll server, %u pre-faulted mlocked 2 MiB memfd chunks; 1-byte request -> "
+	       "1 byte + chunk fds; 1-byte release, acked\n", POOL_CHUNKS);
+	printf("# broker: %s --config /dev/null --prewarm 256M (4 KiB pages, 2 MiB chunks, log level info); "
+	       "pb_acquire(PB_ACQUIRE_NO_CUDA|NO_CACHE) -> pb_release\n", daemon_path);
+	printf("# both map the chunks back to back into one reserved range (MAP_FIXED); touched = one write per "
+	       "4 KiB page\n\n");
+
+	printf("### Round trip latency (µs; %u samples at 2 MiB, %u at 64 MiB, floor and broker interleaved)\n\n",
+	       iters_small, iters_large);
+	printf("| size | cycle | floor p50 | floor p99 | broker p50 | broker p99 | ratio p50 | ratio p99 |\n");
+	printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
+	for (size_t s = 0; s < 2; s++) {
+		unsigned nch = sizes_chunks[s], iters = s ? iters_large : iters_small;
+		const char *sz = s ? "64 MiB" : "2 MiB";
+		struct lat fl, br;
+
+		latency(nch, CYCLE_LAZY, iters, false, &fl, &br);
+		printf("| %s | floor only: lazy map, no touch ¹ | %.0f | %.0f | – | – | – | – |\n", sz, fl.p50_us, fl.p99_us);
+		latency(nch, CYCLE_POPULATED, iters, true, &fl, &br);
+		printf("| %s | map (MAP_POPULATE), no touch ² | %.0f | %.0f | %.0f | %.0f | %.2f× | %.2f× |\n", sz,
+		       fl.p50_us, fl.p99_us, br.p50_us, br.p99_us, br.p50_us / fl.p50_us, br.p99_us / fl.p99_us);
+		fflush(stdout);
+		latency(nch, CYCLE_TOUCHED, iters, true, &fl, &br);
+		printf("| %s | **acquire → map + touch → release** | %.0f | %.0f | %.0f | %.0f | **%.2f×** | %.2f× |\n", sz,
+		       fl.p50_us, fl.p99_us, br.p50_us, br.p99_us, br.p50_us / fl.p50_us, br.p99_us / fl.p99_us);
+		p50_ok &= br.p50_us / fl.p50_us <= 1.5;
+		fflush(stdout);
+		latency(nch, CYCLE_FAULTED, iters, false, &fl, &br);
+		printf("| %s | floor only: lazy map, then touch (page faults) ³ | %.0f | %.0f | – | – | – | – |\n", sz,
+		       fl.p50_us, fl.p99_us);
+		fflush(stdout);
+	}
+	printf("\n¹ the issue's \"bare round trip with a lazy map\" (~60 µs reference). libpinbroker cannot do this: it "
+	       "always maps with MAP_POPULATE (client/client.c map_chunks).\n");
+	printf("² the same steps on both sides without the touch: isolates protocol, daemon and library cost.\n");
+	printf("³ populating by faults instead of MAP_POPULATE (the issue's \"~190 µs more for 2 MiB\").\n");
+	printf("Touching a page the first time after a fresh mapping is dominated by the hypervisor on this VM "
+	       "(perf: ~7 µs/page spent in user code with no guest fault; the guest kernel is PVM), so the touched "
+	       "rows vary with host load.\n");
+	printf("Target p50 ≤ 1.5× floor (touched rows): %s\n\n", mark(p50_ok));
+	fflush(stdout);
+
+	printf("### Aggregate throughput, 2 MiB cycles (ops/s over %u s, processes forked, one connection each)\n\n",
+	       duration_s);
+	printf("| cycle | procs | floor ops/s | broker ops/s | ratio | errors (floor/broker) |\n");
+	printf("|---|---:|---:|---:|---:|---|\n");
+	for (int touched = 1; touched >= 0; touched--)
+		for (size_t i = 0; i < sizeof(procs) / sizeof(procs[0]); i++) {
+			enum cycle cy = touched ? CYCLE_TOUCHED : CYCLE_POPULATED;
+			uint64_t fe, be;
+			double f = throughput(true, cy, procs[i], &fe);
+			double b = throughput(false, cy, procs[i], &be);
+
+			printf("| %s | %u | %.0f | %.0f | %s%.2f×%s | %llu/%llu |\n", touched ? "map + touch" : "map, no touch",
+			       procs[i], f, b, touched ? "**" : "", b / f, touched ? "**" : "", (unsigned long long)fe,
+			       (unsigned long long)be);
+			if (touched)
+				ops_ok &= b / f >= 0.7;
+			fflush(stdout);
+		}
+	printf("\nTarget ≥ 0.7× floor at each concurrency (touched rows): %s\n\n", mark(ops_ok));
+
+	r = pb_connect(broker_sock, &pc);
+	if (r < 0)
+		bench_die(r, "pb_connect: %s", pb_last_error());
+	r = pb_status_get(pc, &st);
+	if (r < 0)
+		bench_die(r, "pb_status_get: %s", pb_last_error());
+	pb_disconnect(pc);
+	rss_kb = bench_status_kb(dpid, "VmRSS");
+	shmem_kb = bench_status_kb(dpid, "RssShmem");
+	anon_kb = bench_status_kb(dpid, "RssAnon");
+	file_kb = bench_status_kb(dpid, "RssFile");
+	f_rss_kb = bench_status_kb(fpid, "VmRSS");
+	f_shmem_kb = bench_status_kb(fpid, "RssShmem");
+	if (rss_kb < 0 || shmem_kb < 0 || anon_kb < 0 || file_kb < 0 || f_rss_kb < 0 || f_shmem_kb < 0)
+		bench_die(0, "cannot read /proc/PID/status");
+	printf("### Daemon memory after the load above\n\n");
+	printf("| process | VmRSS | RssShmem (pool) | pool_bytes (status) | RssAnon | RssFile | **RSS outside the pool** |\n");
+	printf("|---|---:|---:|---:|---:|---:|---:|\n");
+	printf("| pinbrokerd | %.1f MiB | %.1f MiB | %.1f MiB | %.2f MiB | %.2f MiB | **%.2f MiB** |\n", rss_kb / 1024.0,
+	       shmem_kb / 1024.0, (double)st->pool_bytes / 1048576.0, anon_kb / 1024.0, file_kb / 1024.0,
+	       (rss_kb - shmem_kb) / 1024.0);
+	printf("| floor | %.1f MiB | %.1f MiB | – | %.2f MiB | %.2f MiB | %.2f MiB |\n", f_rss_kb / 1024.0,
+	       f_shmem_kb / 1024.0, bench_status_kb(fpid, "RssAnon") / 1024.0,
+	       bench_status_kb(fpid, "RssFile") / 1024.0, (f_rss_kb - f_shmem_kb) / 1024.0);
+	printf("\nTarget ≤ 8 MiB outside the pool: %s (RssFile is mostly shared libraries)\n\n",
+	       mark(rss_kb - shmem_kb <= 8 * 1024));
+	pb_status_free(st);
+	fflush(stdout);
+
+	idle_pids[0] = dpid;
+	idle_pids[1] = fpid;
+	bench_idle_measure(idle_pids, 2, idle_s, idle);
+	printf("### Idle CPU over %u s, no clients (real /proc, default poll-interval-ms 1000)\n\n", idle_s);
+	printf("| process | CPU (schedstat) | CPU (utime+stime) | wake-ups/s |\n|---|---:|---:|---:|\n");
+	printf("| pinbrokerd | %.4f%% | %.2f%% | %.1f |\n", idle[0].cpu_pct_schedstat, idle[0].cpu_pct_ticks,
+	       idle[0].wakeups_per_s);
+	printf("| floor | %.4f%% | %.2f%% | %.1f |\n", idle[1].cpu_pct_schedstat, idle[1].cpu_pct_ticks,
+	       idle[1].wakeups_per_s);
+	printf("\nTarget ~0 (≤ 0.1%% of a core): %s\n", mark(idle[0].cpu_pct_schedstat <= 0.1));
+
+	bench_daemon_stop(dpid);
+	kill(fpid, SIGTERM);
+	waitpid(fpid, NULL, 0);
+	unlink(floor_sock);
+	unlink(broker_sock);
+	unlink(broker_log);
+	return 0;
+}
