@@ -386,19 +386,25 @@ static void grant(struct conn *c, uint64_t seq, struct lease *l)
 void request_grant_waiting(struct broker *b)
 {
 	struct revoker *rv = b->revoker;
-	struct pending *p, *next;
+	struct pending *p;
 
 	if (!rv || b->state == BROKER_CRITICAL)
 		return;
-	for (p = rv->pending; p; p = next) {
+	/*
+	 * Rescan from the head after each grant or refusal: a failed send closes
+	 * that connection, which drops its other waiting acquires (and frees
+	 * memory, which may grant more from inside this call).
+	 */
+restart:
+	for (p = rv->pending; p; p = p->next) {
 		struct conn *c = server_find_conn(b->server, p->conn_id);
+		uint64_t seq = p->seq, size = p->args.size;
 		struct lease *l;
 		int r;
 
-		next = p->next;
 		if (!c) {
 			pending_destroy(b, p);
-			continue;
+			goto restart;
 		}
 		if (c->nleases >= b->cfg->max_leases_per_client)
 			continue;
@@ -407,15 +413,12 @@ void request_grant_waiting(struct broker *b)
 			continue; /* only this uid's own releases can help it */
 		if (r == -ENOSPC || r == -EBUSY)
 			break;    /* strict priority: nobody behind may overtake */
-		{
-			uint64_t seq = p->seq, size = p->args.size;
-
-			pending_destroy(b, p);
-			if (r < 0)
-				reply_acquire_error(c, seq, r, size);
-			else
-				grant(c, seq, l);
-		}
+		pending_destroy(b, p);
+		if (r < 0)
+			reply_acquire_error(c, seq, r, size);
+		else
+			grant(c, seq, l);
+		goto restart;
 	}
 }
 
@@ -758,6 +761,7 @@ static void handle_hello(struct conn *c, const Request *req)
 	struct broker *b = c->broker;
 	Pinbroker__V1__HelloReply hr = PINBROKER__V1__HELLO_REPLY__INIT;
 	const Pinbroker__V1__Hello *h = req->hello;
+	uint64_t id = c->id;
 	Reply r;
 
 	if (c->hello_done) {
@@ -769,7 +773,8 @@ static void handle_hello(struct conn *c, const Request *req)
 			     "protocol version %u is not supported: this pinbrokerd %s speaks version %d; "
 			     "upgrade libpinbroker or pinbrokerd so they match",
 			     h->version, PINBROKER_VERSION, PB_PROTOCOL_VERSION);
-		server_close(c, "protocol version mismatch");
+		if (server_find_conn(b->server, id))
+			server_close(c, "protocol version mismatch");
 		return;
 	}
 	c->hello_done = true;
@@ -975,6 +980,7 @@ static void handle_admin_revoke(struct conn *c, const Request *req)
 {
 	struct broker *b = c->broker;
 	const Pinbroker__V1__AdminRevoke *ar = req->admin_revoke;
+	uint64_t conn_id = c->id;
 	Pinbroker__V1__AdminRevokeReply rr = PINBROKER__V1__ADMIN_REVOKE_REPLY__INIT;
 	uint64_t *ids = NULL;
 	size_t n = 0, cap = 0;
@@ -1010,11 +1016,16 @@ static void handle_admin_revoke(struct conn *c, const Request *req)
 		}
 		ids[n++] = l->id;
 	}
-	/* Revoke after collecting: a failed send may close a connection and free its leases. */
+	/* Revoke after collecting: a failed send may close a connection and free its leases,
+	 * the asker's own included. */
 	for (size_t i = 0; i < n; i++) {
 		l = lease_find(b->leases, ids[i]);
 		if (l)
 			request_revoke(b, l, ar->has_deadline_ms ? ar->deadline_ms : 0, reason);
+	}
+	if (!server_find_conn(b->server, conn_id)) {
+		free(ids);
+		return;
 	}
 	rr.n_lease_ids = n;
 	rr.lease_ids = ids;
@@ -1320,9 +1331,13 @@ void request_dispatch(struct conn *c, const uint8_t *buf, size_t len)
 	if (!kind) {
 		server_close(c, "unknown request kind");
 	} else if ((kind->flags & REQ_NEEDS_HELLO) && !c->hello_done) {
+		uint64_t id = c->id;
+
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_NO_HELLO,
 			     "send HELLO with the protocol version first");
-		server_close(c, "request before HELLO");
+		/* A failed send has already closed (and freed) c. */
+		if (server_find_conn(b->server, id))
+			server_close(c, "request before HELLO");
 	} else if ((kind->flags & REQ_ADMIN) && !c->admin) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED,
 			     "'%s' needs uid 0 or membership of the admin group (admin-group = %s)", kind->name,
