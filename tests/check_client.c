@@ -1,0 +1,761 @@
+/* SPDX-License-Identifier: MIT */
+/* Check suite for libpinbroker against a scripted stand-in daemon: leases in many fd packets, revokes, the cache, fallback, drops. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pinbroker.h"
+#include "pinbroker.pb-c.h"
+#include "util.h"
+#include "wire.h"
+
+typedef Pinbroker__V1__Request Request;
+typedef Pinbroker__V1__Reply Reply;
+
+#define MOCK_PAGE_BYTES 4096
+#define MOCK_MAX_LEASES 64
+#define MOCK_MAX_EVENTS 256
+
+/* What the stand-in daemon does; each test picks. */
+struct mock_cfg {
+	uint64_t chunk_bytes;     /* leases are cut into chunks of this size */
+	size_t fds_per_packet;    /* < chunks forces LeaseFds packets */
+	uint64_t quota_bytes;     /* bigger acquires get OVER_QUOTA */
+	bool version_mismatch;    /* answer HELLO with VERSION_MISMATCH */
+	bool revoke_on_grant;     /* revoke each lease before its last fd packet: the grant/revoke race, made certain */
+};
+
+struct mock_lease {
+	uint64_t id;
+	int fd0; /* the first chunk, to read back what the client wrote */
+};
+
+/* The stand-in's memory: leases alive and a log the tests read through STATUS transitions. */
+static struct mock_lease mock_leases[MOCK_MAX_LEASES];
+static char *mock_events[MOCK_MAX_EVENTS];
+static size_t mock_nevents;
+static uint64_t mock_next_id = 1;
+
+static char sock_path[108];
+static pid_t mock_pid;
+
+__attribute__((format(printf, 1, 2))) static void mock_event(const char *fmt, ...)
+{
+	va_list ap;
+	char *s;
+
+	va_start(ap, fmt);
+	if (vasprintf(&s, fmt, ap) < 0)
+		abort();
+	va_end(ap);
+	if (mock_nevents < MOCK_MAX_EVENTS)
+		mock_events[mock_nevents++] = s;
+	else
+		free(s);
+}
+
+static void mock_send(int s, Reply *rep, const int *fds, size_t nfds)
+{
+	size_t len = pinbroker__v1__reply__get_packed_size(rep);
+	uint8_t *buf = malloc(len);
+
+	pinbroker__v1__reply__pack(rep, buf);
+	/* A client that hung up is not an error: its next read shows EOF. */
+	wire_send(s, buf, len, fds, nfds);
+	free(buf);
+}
+
+static void mock_status(int s, uint64_t seq, Pinbroker__V1__StatusCode st, const char *msg)
+{
+	Reply rep = PINBROKER__V1__REPLY__INIT;
+
+	rep.has_seq = 1;
+	rep.seq = seq;
+	rep.status = st;
+	rep.message = (char *)msg;
+	mock_send(s, &rep, NULL, 0);
+}
+
+static void mock_revoke(int s, uint64_t id)
+{
+	Pinbroker__V1__Revoke rv = PINBROKER__V1__REVOKE__INIT;
+	Reply rep = PINBROKER__V1__REPLY__INIT;
+
+	rv.lease_id = id;
+	rv.deadline_ms = 5000;
+	rep.body_case = PINBROKER__V1__REPLY__BODY_REVOKE;
+	rep.revoke = &rv;
+	mock_send(s, &rep, NULL, 0);
+}
+
+static struct mock_lease *mock_find(uint64_t id)
+{
+	for (size_t i = 0; i < MOCK_MAX_LEASES; i++)
+		if (mock_leases[i].id == id)
+			return &mock_leases[i];
+	return NULL;
+}
+
+static void mock_acquire(int s, const struct mock_cfg *cfg, uint64_t seq, const Pinbroker__V1__Acquire *a)
+{
+	Pinbroker__V1__Lease ls = PINBROKER__V1__LEASE__INIT;
+	Reply rep = PINBROKER__V1__REPLY__INIT;
+	uint64_t size = round_up(a->size, MOCK_PAGE_BYTES), left = size;
+	size_t n = (size_t)((size + cfg->chunk_bytes - 1) / cfg->chunk_bytes), sent;
+	uint64_t *chunks = calloc(n, sizeof(*chunks));
+	int *fds = calloc(n, sizeof(*fds));
+	struct mock_lease *ml = mock_find(0);
+
+	if (a->size > cfg->quota_bytes) {
+		mock_status(s, seq, PINBROKER__V1__STATUS_CODE__STATUS_OVER_QUOTA, "uid 1000 would exceed its quota");
+		free(chunks);
+		free(fds);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		chunks[i] = left < cfg->chunk_bytes ? left : cfg->chunk_bytes;
+		left -= chunks[i];
+		fds[i] = memfd_create("mock-chunk", MFD_CLOEXEC);
+		if (fds[i] < 0 || ftruncate(fds[i], (off_t)chunks[i]) < 0)
+			_exit(4);
+	}
+	ml->id = mock_next_id++;
+	ml->fd0 = dup(fds[0]);
+	mock_event("acquire %llu %llu %s", (unsigned long long)ml->id, (unsigned long long)a->size,
+		   a->label ? a->label : "");
+	ls.lease_id = ml->id;
+	ls.size = size;
+	ls.page_size = MOCK_PAGE_BYTES;
+	ls.n_chunk_bytes = n;
+	ls.chunk_bytes = chunks;
+	ls.fds_in_reply = (uint32_t)(n < cfg->fds_per_packet ? n : cfg->fds_per_packet);
+	rep.has_seq = 1;
+	rep.seq = seq;
+	rep.body_case = PINBROKER__V1__REPLY__BODY_LEASE;
+	rep.lease = &ls;
+	mock_send(s, &rep, fds, ls.fds_in_reply);
+	for (sent = ls.fds_in_reply; sent < n;) {
+		Pinbroker__V1__LeaseFds lf = PINBROKER__V1__LEASE_FDS__INIT;
+		Reply more = PINBROKER__V1__REPLY__INIT;
+		size_t k = n - sent < cfg->fds_per_packet ? n - sent : cfg->fds_per_packet;
+
+		lf.lease_id = ml->id;
+		lf.first_index = (uint32_t)sent;
+		lf.count = (uint32_t)k;
+		more.has_seq = 1;
+		more.seq = seq;
+		more.body_case = PINBROKER__V1__REPLY__BODY_LEASE_FDS;
+		more.lease_fds = &lf;
+		if (cfg->revoke_on_grant && sent + k == n)
+			mock_revoke(s, ml->id);
+		mock_send(s, &more, fds + sent, k);
+		sent += k;
+	}
+	wire_close_fds(fds, n);
+	free(fds);
+	free(chunks);
+}
+
+static void mock_status_reply(int s, uint64_t seq)
+{
+	Pinbroker__V1__StatusReply sr = PINBROKER__V1__STATUS_REPLY__INIT;
+	Pinbroker__V1__SignalInfo sg = PINBROKER__V1__SIGNAL_INFO__INIT, *sgs[] = { &sg };
+	Pinbroker__V1__EventInfo *evs = calloc(mock_nevents + 1, sizeof(*evs));
+	Pinbroker__V1__EventInfo **pevs = calloc(mock_nevents + 1, sizeof(*pevs));
+	Reply rep = PINBROKER__V1__REPLY__INIT;
+
+	for (size_t i = 0; i < mock_nevents; i++) {
+		pinbroker__v1__event_info__init(&evs[i]);
+		evs[i].text = mock_events[i];
+		pevs[i] = &evs[i];
+	}
+	sg.name = (char *)"mem_available";
+	sg.value = 42.5;
+	sg.has_critical = 1;
+	sg.critical = 5;
+	sg.unit = (char *)"%";
+	sr.schema_version = 1;
+	sr.server_version = (char *)"mock";
+	sr.budget_bytes = 1u << 30;
+	sr.page_size_bytes = MOCK_PAGE_BYTES;
+	sr.n_signals = 1;
+	sr.signals = sgs;
+	sr.n_transitions = mock_nevents;
+	sr.transitions = pevs;
+	rep.has_seq = 1;
+	rep.seq = seq;
+	rep.body_case = PINBROKER__V1__REPLY__BODY_STATUS_REPLY;
+	rep.status_reply = &sr;
+	mock_send(s, &rep, NULL, 0);
+	free(pevs);
+	free(evs);
+}
+
+/* Returns false when the client should be hung up on. */
+static bool mock_handle(int s, const struct mock_cfg *cfg, const Request *req)
+{
+	uint64_t seq = req->seq;
+	struct mock_lease *ml;
+
+	switch (req->body_case) {
+	case PINBROKER__V1__REQUEST__BODY_HELLO: {
+		Pinbroker__V1__HelloReply hr = PINBROKER__V1__HELLO_REPLY__INIT;
+		Reply rep = PINBROKER__V1__REPLY__INIT;
+
+		if (cfg->version_mismatch) {
+			mock_status(s, seq, PINBROKER__V1__STATUS_CODE__STATUS_VERSION_MISMATCH,
+				    "pinbrokerd 9.0 speaks protocol 9 only");
+			return false;
+		}
+		mock_event("hello %s", req->hello->client_name ? req->hello->client_name : "");
+		hr.version = PB_PROTOCOL_VERSION;
+		hr.has_page_size = 1;
+		hr.page_size = MOCK_PAGE_BYTES;
+		rep.has_seq = 1;
+		rep.seq = seq;
+		rep.body_case = PINBROKER__V1__REPLY__BODY_HELLO;
+		rep.hello = &hr;
+		mock_send(s, &rep, NULL, 0);
+		return true;
+	}
+	case PINBROKER__V1__REQUEST__BODY_ACQUIRE:
+		mock_acquire(s, cfg, seq, req->acquire);
+		return true;
+	case PINBROKER__V1__REQUEST__BODY_RELEASE:
+		ml = mock_find(req->release->lease_id);
+		if (!ml) {
+			mock_status(s, seq, PINBROKER__V1__STATUS_CODE__STATUS_UNKNOWN_LEASE, "no such lease");
+			return true;
+		}
+		{
+			char first = 0;
+
+			if (pread(ml->fd0, &first, 1, 0) != 1)
+				first = '?';
+			mock_event("release %llu first=%d", (unsigned long long)ml->id, first);
+		}
+		close(ml->fd0);
+		ml->id = 0;
+		mock_status(s, seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+		return true;
+	case PINBROKER__V1__REQUEST__BODY_SET_IDLE:
+		mock_event("idle %llu %d", (unsigned long long)req->set_idle->lease_id, req->set_idle->idle);
+		mock_status(s, seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+		return true;
+	case PINBROKER__V1__REQUEST__BODY_REVOKE_ACK:
+		mock_event("ack %llu", (unsigned long long)req->revoke_ack->lease_id);
+		mock_status(s, seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+		return true;
+	case PINBROKER__V1__REQUEST__BODY_STATUS:
+		mock_status_reply(s, seq);
+		return true;
+	case PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE: {
+		Pinbroker__V1__AdminRevokeReply arr = PINBROKER__V1__ADMIN_REVOKE_REPLY__INIT;
+		Reply rep = PINBROKER__V1__REPLY__INIT;
+		uint64_t ids[MOCK_MAX_LEASES];
+
+		for (size_t i = 0; i < MOCK_MAX_LEASES; i++)
+			if (mock_leases[i].id)
+				ids[arr.n_lease_ids++] = mock_leases[i].id;
+		arr.lease_ids = ids;
+		rep.has_seq = 1;
+		rep.seq = seq;
+		rep.body_case = PINBROKER__V1__REPLY__BODY_ADMIN_REVOKE;
+		rep.admin_revoke = &arr;
+		mock_send(s, &rep, NULL, 0);
+		for (size_t i = 0; i < arr.n_lease_ids; i++)
+			mock_revoke(s, ids[i]);
+		return true;
+	}
+	case PINBROKER__V1__REQUEST__BODY_SET_CONFIG:
+		/* Test hooks: "drop" hangs up mid-conversation, "deny" refuses like a non-admin caller. */
+		if (strcmp(req->set_config->key, "drop") == 0)
+			return false;
+		if (strcmp(req->set_config->key, "deny") == 0) {
+			mock_status(s, seq, PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED,
+				    "set needs uid 0 or group pinbroker-admin");
+			return true;
+		}
+		mock_event("set %s=%s", req->set_config->key, req->set_config->value);
+		mock_status(s, seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+		return true;
+	default:
+		mock_status(s, seq, PINBROKER__V1__STATUS_CODE__STATUS_BAD_REQUEST, "unexpected request");
+		return true;
+	}
+}
+
+static void mock_serve(int lsock, const struct mock_cfg *cfg)
+{
+	uint8_t *buf = malloc(PB_MAX_MSG_BYTES);
+
+	for (;;) {
+		int s = accept4(lsock, NULL, NULL, SOCK_CLOEXEC), fds[PB_MAX_FDS_PER_MSG];
+		bool alive = true;
+		size_t nfds;
+
+		if (s < 0)
+			_exit(2);
+		while (alive) {
+			ssize_t n = wire_recv(s, buf, PB_MAX_MSG_BYTES, fds, PB_MAX_FDS_PER_MSG, &nfds);
+			Request *req;
+
+			if (n <= 0)
+				break;
+			wire_close_fds(fds, nfds);
+			req = pinbroker__v1__request__unpack(NULL, (size_t)n, buf);
+			if (!req)
+				break;
+			alive = mock_handle(s, cfg, req);
+			pinbroker__v1__request__free_unpacked(req, NULL);
+		}
+		close(s);
+		for (size_t i = 0; i < MOCK_MAX_LEASES; i++)
+			if (mock_leases[i].id) {
+				mock_event("closed-with %llu", (unsigned long long)mock_leases[i].id);
+				close(mock_leases[i].fd0);
+				mock_leases[i].id = 0;
+			}
+	}
+}
+
+/* Fork the stand-in daemon before any library thread exists. */
+static void mock_start(const struct mock_cfg *cfg)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int lsock;
+
+	snprintf(sock_path, sizeof(sock_path), "/tmp/check_client.%d.sock", (int)getpid());
+	unlink(sock_path);
+	memcpy(sa.sun_path, sock_path, strlen(sock_path) + 1);
+	lsock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(lsock, 0);
+	ck_assert_int_eq(bind(lsock, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(lsock, 8), 0);
+	mock_pid = fork();
+	ck_assert_int_ge(mock_pid, 0);
+	if (mock_pid == 0) {
+		/* Never outlive the test, even one that failed before mock_stop(). */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		mock_serve(lsock, cfg);
+		_exit(0);
+	}
+	close(lsock);
+}
+
+static void mock_stop(void)
+{
+	if (mock_pid > 0) {
+		kill(mock_pid, SIGKILL);
+		waitpid(mock_pid, NULL, 0);
+		mock_pid = 0;
+	}
+	unlink(sock_path);
+}
+
+static const struct mock_cfg default_cfg = {
+	.chunk_bytes = 64 * 1024, .fds_per_packet = 7, .quota_bytes = 64u << 20,
+};
+
+static pb_client *connect_mock(const struct mock_cfg *cfg)
+{
+	pb_client *c = NULL;
+
+	mock_start(cfg);
+	ck_assert_msg(pb_connect(sock_path, &c) == 0, "pb_connect: %s", pb_last_error());
+	return c;
+}
+
+/* The stand-in logs what it saw; async requests land a moment later, so poll for the line. */
+static bool mock_saw(pb_client *c, const char *line)
+{
+	for (int tries = 0; tries < 200; tries++) {
+		struct pb_status *s;
+		bool found = false;
+
+		ck_assert_int_eq(pb_status_get(c, &s), 0);
+		for (size_t i = 0; i < s->n_transitions; i++)
+			found |= strcmp(s->transitions[i].text, line) == 0;
+		pb_status_free(s);
+		if (found)
+			return true;
+		usleep(5000);
+	}
+	return false;
+}
+
+/* ---------------------------------------------------------------- tests */
+
+START_TEST(test_lease_arrives_in_many_fd_packets_and_maps_contiguously)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA, .label = "t1" };
+	pb_client *c = connect_mock(&default_cfg);
+	pb_lease *l;
+	uint8_t *p;
+
+	/* 1 MiB + 1 byte in 64 KiB chunks: 17 chunks, 7 fds a packet, a last chunk of one page. */
+	ck_assert_int_eq(pb_acquire(c, (1u << 20) + 1, &o, &l), 0);
+	ck_assert_uint_eq(pb_lease_size(l), (1u << 20) + MOCK_PAGE_BYTES);
+	ck_assert_uint_eq(pb_lease_chunks(l), 17);
+	ck_assert_int_eq(pb_lease_kind(l), PB_MEM_LOCKED);
+	ck_assert_int_eq(pb_lease_cuda_registered(l), 0);
+	p = pb_lease_data(l);
+	ck_assert_ptr_nonnull(p);
+	/* Every byte of every chunk is writable, back to back. */
+	memset(p, 0xab, pb_lease_size(l));
+	p[0] = 42;
+	ck_assert(mock_saw(c, "acquire 1 1048577 t1"));
+	ck_assert_int_eq(pb_release(c, l), 0);
+	/* The daemon's memfd saw the client's write: it is shared memory, not a copy. */
+	ck_assert(mock_saw(c, "release 1 first=42"));
+	pb_disconnect(c);
+	mock_stop();
+}
+END_TEST
+
+START_TEST(test_refusal_maps_status_to_errno_with_daemon_message)
+{
+	pb_client *c = connect_mock(&default_cfg);
+	pb_lease *l = (pb_lease *)1;
+
+	ck_assert_int_eq(pb_acquire(c, 128u << 20, NULL, &l), -EDQUOT);
+	ck_assert_ptr_null(l);
+	ck_assert_str_eq(pb_last_error(), "uid 1000 would exceed its quota");
+	ck_assert_str_eq(pb_strerror(-EDQUOT), "over uid quota");
+	ck_assert_int_eq(pb_acquire(c, 0, NULL, &l), -EINVAL);
+	pb_disconnect(c);
+	mock_stop();
+}
+END_TEST
+
+START_TEST(test_fallback_when_refused_or_absent)
+{
+	pb_client *c = connect_mock(&default_cfg);
+	pb_lease *l;
+
+	l = pb_acquire_or_fallback(c, 128u << 20, NULL);
+	ck_assert_ptr_nonnull(l);
+	ck_assert_int_eq(pb_lease_kind(l), PB_MEM_FALLBACK);
+	ck_assert_uint_eq(pb_lease_id(l), 0);
+	ck_assert_uint_eq((uintptr_t)pb_lease_data(l) % (uintptr_t)sysconf(_SC_PAGESIZE), 0);
+	ck_assert_ptr_nonnull(strstr(pb_lease_fallback_reason(l), "broker refused: over uid quota"));
+	memset(pb_lease_data(l), 1, pb_lease_size(l));
+	ck_assert_int_eq(pb_release(c, l), 0);
+	pb_disconnect(c);
+	mock_stop();
+
+	ck_assert_int_eq(pb_connect("/tmp/check_client.no.such.sock", &c), -ENOENT);
+	ck_assert_ptr_null(c);
+	l = pb_acquire_or_fallback(NULL, 100, NULL);
+	ck_assert_ptr_nonnull(l);
+	ck_assert_str_eq(pb_lease_fallback_reason(l),
+			 "no broker at /tmp/check_client.no.such.sock: No such file or directory");
+	ck_assert_uint_eq(pb_lease_size(l), (size_t)sysconf(_SC_PAGESIZE));
+	ck_assert_int_eq(pb_release(NULL, l), 0);
+}
+END_TEST
+
+START_TEST(test_version_mismatch_is_eprotonosupport)
+{
+	struct mock_cfg cfg = default_cfg;
+	pb_client *c = NULL;
+
+	cfg.version_mismatch = true;
+	mock_start(&cfg);
+	ck_assert_int_eq(pb_connect(sock_path, &c), -EPROTONOSUPPORT);
+	ck_assert_ptr_null(c);
+	ck_assert_ptr_nonnull(strstr(pb_last_error(), "pinbrokerd 9.0 speaks protocol 9 only"));
+	mock_stop();
+}
+END_TEST
+
+START_TEST(test_cached_reacquire_reuses_the_lease_in_microseconds)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	pb_client *c = connect_mock(&default_cfg);
+	pb_lease *a, *b, *d;
+	uint64_t t0, t1;
+
+	pb_set_cache_limit(c, 8u << 20);
+	ck_assert_int_eq(pb_acquire(c, 4u << 20, &o, &a), 0);
+	ck_assert_int_eq(pb_release(c, a), 0);
+	ck_assert(mock_saw(c, "idle 1 1"));
+	t0 = now_us();
+	ck_assert_int_eq(pb_acquire(c, 3u << 20, &o, &b), 0);
+	t1 = now_us();
+	ck_assert_uint_eq(pb_lease_id(b), 1);
+	ck_assert_uint_lt(t1 - t0, 1000); /* no round trip: measured ~1 us */
+	ck_assert(mock_saw(c, "idle 1 0"));
+	/* More than twice the request is too wasteful to reuse. */
+	ck_assert_int_eq(pb_release(c, b), 0);
+	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &d), 0);
+	ck_assert_uint_eq(pb_lease_id(d), 2);
+	ck_assert_int_eq(pb_release(c, d), 0); /* cached beside lease 1: 5 MiB of 8 */
+	/* Shrinking the cache gives cached leases back for real. */
+	pb_set_cache_limit(c, 0);
+	ck_assert(mock_saw(c, "release 1 first=0"));
+	ck_assert(mock_saw(c, "release 2 first=0"));
+	pb_disconnect(c);
+	mock_stop();
+}
+END_TEST
+
+START_TEST(test_revoke_of_cached_lease_releases_it_in_the_background)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	pb_client *c = connect_mock(&default_cfg);
+	uint64_t *ids;
+	pb_lease *a;
+	size_t n;
+
+	pb_set_cache_limit(c, 8u << 20);
+	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &a), 0);
+	ck_assert_int_eq(pb_release(c, a), 0);
+	ck_assert_int_eq(pb_admin_revoke(c, PB_REVOKE_ALL, 0, 0, 0, &ids, &n), 0);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_eq(ids[0], 1);
+	free(ids);
+	ck_assert(mock_saw(c, "release 1 first=0"));
+	ck_assert(mock_saw(c, "ack 1"));
+	/* The cache is empty now: the next acquire is a new lease. */
+	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &a), 0);
+	ck_assert_uint_eq(pb_lease_id(a), 2);
+	pb_disconnect(c);
+	mock_stop();
+}
+END_TEST
+
+START_TEST(test_revoke_of_idle_lease_releases_it_and_leaves_a_fault_not_memory)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	pb_client *c = connect_mock(&default_cfg);
+	pb_lease *busy, *idle;
+
+	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &busy), 0);
+	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &idle), 0);
+	pb_lease_set_idle(idle, 1);
+	ck_assert(mock_saw(c, "idle 2 1"));
+	ck_assert_int_eq(pb_admin_revoke(c, PB_REVOKE_ALL, 0, 0, 0, NULL, NULL), 0);
+	ck_assert(mock_saw(c, "release 2 first=0"));
+	ck_assert(mock_saw(c, "ack 2"));
+	ck_assert_ptr_null(pb_lease_data(idle));
+	/* A busy lease without a callback is left alone: no ack, the daemon counts it overdue. */
+	ck_assert_ptr_nonnull(pb_lease_data(busy));
+	ck_assert(!mock_saw(c, "ack 1"));
+	ck_assert_int_eq(pb_release(c, idle), 0);
+	ck_assert_int_eq(pb_release(c, busy), 0);
+	ck_assert(mock_saw(c, "release 1 first=0"));
+	pb_disconnect(c);
+	mock_stop();
+}
+END_TEST
+
+static int revoke_calls;
+
+/* Releasing from inside the callback is allowed: the library must not wait on its own receiver thread. */
+static int release_in_callback(pb_client *c, pb_lease *l, uint32_t deadline_ms, void *userdata)
+{
+	ck_assert_uint_eq(deadline_ms, 5000);
+	ck_assert_ptr_eq(userdata, &revoke_calls);
+	revoke_calls++;
+	ck_assert_int_eq(pb_release(c, l), 0);
+	return 0;
+}
+
+START_TEST(test_revoke_callback_may_release_on_the_receiver_thread)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	pb_client *c = connect_mock(&default_cfg);
+	pb_lease *l;
+
+	pb_set_cache_limit(c, 8u << 20); /* a revoked lease must not go into the cache */
+	pb_set_revoke_callback(c, release_in_callback, &revoke_calls);
+	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &l), 0);
+	ck_assert_int_eq(pb_admin_revoke(c, PB_REVOKE_LEASE, 1, 0, 0, NULL, NULL), 0);
+	ck_assert(mock_saw(c, "release 1 first=0"));
+	ck_assert(mock_saw(c, "ack 1"));
+	ck_assert_int_eq(revoke_calls, 1);
+	pb_disconnect(c);
+	mock_stop();
+}
+END_TEST
+
+START_TEST(test_revoke_racing_the_grant_gives_the_lease_back)
+{
+	struct mock_cfg cfg = default_cfg;
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	pb_client *c;
+	pb_lease *l;
+
+	cfg.revoke_on_grant = true;
+	c = connect_mock(&cfg);
+	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &l), -EAGAIN);
+	ck_assert(mock_saw(c, "release 1 first=0"));
+	ck_assert(mock_saw(c, "ack 1"));
+	pb_disconnect(c);
+	mock_stop();
+}
+END_TEST
+
+START_TEST(test_connection_drop_fails_calls_but_keeps_mappings)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	pb_client *c = connect_mock(&default_cfg);
+	pb_lease *l, *f;
+	uint8_t *p;
+
+	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &l), 0);
+	p = pb_lease_data(l);
+	p[0] = 7;
+	ck_assert_int_eq(pb_admin_set(c, "drop", "now"), -ECONNRESET);
+	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &f), -ECONNRESET);
+	/* Still mapped: the application decides when to let go. */
+	ck_assert_int_eq(p[0], 7);
+	p[(1u << 20) - 1] = 8;
+	f = pb_acquire_or_fallback(c, 4096, NULL);
+	ck_assert_int_eq(pb_lease_kind(f), PB_MEM_FALLBACK);
+	ck_assert_ptr_nonnull(strstr(pb_lease_fallback_reason(f), "broker failed"));
+	ck_assert_int_eq(pb_release(c, f), 0);
+	ck_assert_int_eq(pb_release(c, l), 0);
+	pb_disconnect(c);
+	mock_stop();
+}
+END_TEST
+
+START_TEST(test_status_and_admin_map_to_public_structs)
+{
+	pb_client *c = connect_mock(&default_cfg);
+	struct pb_status *s;
+
+	ck_assert_int_eq(pb_admin_set(c, "budget", "8G"), 0);
+	ck_assert_int_eq(pb_admin_set(c, "deny", "x"), -EACCES);
+	ck_assert_str_eq(pb_last_error(), "set needs uid 0 or group pinbroker-admin");
+	ck_assert_int_eq(pb_status_get(c, &s), 0);
+	ck_assert_str_eq(s->server_version, "mock");
+	ck_assert_uint_eq(s->budget_bytes, 1u << 30);
+	ck_assert_uint_eq(s->n_signals, 1);
+	ck_assert(isnan(s->signals[0].tight));
+	ck_assert(s->signals[0].critical == 5.0);
+	ck_assert_int_eq(s->signals[0].available, 1);
+	ck_assert_str_eq(s->pressure_state, "unknown");
+	ck_assert(strncmp(s->transitions[0].text, "hello ", 6) == 0);
+	ck_assert_str_eq(s->transitions[0].text + 6, program_invocation_short_name);
+	ck_assert_str_eq(s->transitions[1].text, "set budget=8G");
+	pb_status_free(s);
+	pb_disconnect(c);
+	mock_stop();
+}
+END_TEST
+
+/* Many threads share one client: replies must reach the thread that asked. */
+static void *acquire_loop(void *arg)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	pb_client *c = arg;
+
+	for (int i = 0; i < 50; i++) {
+		pb_lease *l;
+		size_t size = (size_t)(i % 5 + 1) * 65536;
+
+		if (pb_acquire(c, size, &o, &l) != 0)
+			return (void *)1;
+		if (pb_lease_size(l) != size) {
+			pb_release(c, l);
+			return (void *)2;
+		}
+		memset(pb_lease_data(l), i, size);
+		if (pb_release(c, l) != 0)
+			return (void *)3;
+	}
+	return NULL;
+}
+
+START_TEST(test_threads_share_one_client)
+{
+	pb_client *c = connect_mock(&default_cfg);
+	pthread_t t[4];
+
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(pthread_create(&t[i], NULL, acquire_loop, c), 0);
+	for (int i = 0; i < 4; i++) {
+		void *ret;
+
+		pthread_join(t[i], &ret);
+		ck_assert_ptr_null(ret);
+	}
+	pb_disconnect(c);
+	mock_stop();
+}
+END_TEST
+
+START_TEST(test_disconnect_returns_everything)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	pb_client *c = connect_mock(&default_cfg);
+	pb_client *c2;
+	pb_lease *a, *b;
+
+	pb_set_cache_limit(c, 8u << 20);
+	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &a), 0);
+	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &b), 0);
+	ck_assert_int_eq(pb_release(c, b), 0); /* cached */
+	pb_disconnect(c);
+	/* A second connection sees the stand-in's log: both came back by RELEASE before the close. */
+	ck_assert_int_eq(pb_connect(sock_path, &c2), 0);
+	ck_assert(mock_saw(c2, "release 1 first=0"));
+	ck_assert(mock_saw(c2, "release 2 first=0"));
+	pb_disconnect(c2);
+	mock_stop();
+}
+END_TEST
+
+static Suite *client_suite(void)
+{
+	Suite *s = suite_create("client");
+	TCase *tc = tcase_create("mock daemon");
+
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_lease_arrives_in_many_fd_packets_and_maps_contiguously);
+	tcase_add_test(tc, test_refusal_maps_status_to_errno_with_daemon_message);
+	tcase_add_test(tc, test_fallback_when_refused_or_absent);
+	tcase_add_test(tc, test_version_mismatch_is_eprotonosupport);
+	tcase_add_test(tc, test_cached_reacquire_reuses_the_lease_in_microseconds);
+	tcase_add_test(tc, test_revoke_of_cached_lease_releases_it_in_the_background);
+	tcase_add_test(tc, test_revoke_of_idle_lease_releases_it_and_leaves_a_fault_not_memory);
+	tcase_add_test(tc, test_revoke_callback_may_release_on_the_receiver_thread);
+	tcase_add_test(tc, test_revoke_racing_the_grant_gives_the_lease_back);
+	tcase_add_test(tc, test_connection_drop_fails_calls_but_keeps_mappings);
+	tcase_add_test(tc, test_status_and_admin_map_to_public_structs);
+	tcase_add_test(tc, test_threads_share_one_client);
+	tcase_add_test(tc, test_disconnect_returns_everything);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(client_suite());
+	int failed;
+
+	/* No GPU in CI; the GPU path is covered by the GPU tests. */
+	setenv("PINBROKER_NO_CUDA", "1", 1);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
