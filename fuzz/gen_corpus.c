@@ -1,0 +1,309 @@
+/* SPDX-License-Identifier: MIT */
+/* Writes the seed corpora of valid request sequences for fuzz_request and fuzz_fdpath (see each harness for the format). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "pinbroker.pb-c.h"
+
+typedef Pinbroker__V1__Request Request;
+
+struct seed {
+	uint8_t buf[8192];
+	size_t n;
+	bool fdpath;
+};
+
+static void put(struct seed *s, uint8_t b)
+{
+	if (s->n >= sizeof(s->buf)) {
+		fprintf(stderr, "seed too long\n");
+		exit(1);
+	}
+	s->buf[s->n++] = b;
+}
+
+static void put_len(struct seed *s, size_t len)
+{
+	if (len < 0x80) {
+		put(s, (uint8_t)len);
+	} else {
+		put(s, (uint8_t)(0x80 | (len >> 8)));
+		put(s, (uint8_t)(len & 0xff));
+	}
+}
+
+/* A packet on connection conn with the given fd kinds (fdpath only). */
+static void pkt_fds(struct seed *s, int conn, const Request *r, const uint8_t *kinds, size_t nkinds)
+{
+	uint8_t tmp[4096];
+	size_t len = pinbroker__v1__request__pack(r, tmp);
+
+	put(s, (uint8_t)(conn << 3));
+	if (s->fdpath) {
+		put(s, (uint8_t)nkinds);
+		for (size_t i = 0; i < nkinds; i++)
+			put(s, kinds[i]);
+	}
+	put_len(s, len);
+	for (size_t i = 0; i < len; i++)
+		put(s, tmp[i]);
+}
+
+static void pkt(struct seed *s, int conn, const Request *r)
+{
+	pkt_fds(s, conn, r, NULL, 0);
+}
+
+static void drain(struct seed *s) { put(s, 4); }
+static void state(struct seed *s, int st) { put(s, (uint8_t)(5 | (st << 3))); }
+static void loop_sleep(struct seed *s) { put(s, 6 | 8); put(s, 4); }
+static void close_peer(struct seed *s, int conn) { put(s, (uint8_t)(7 | (conn << 3))); }
+
+static uint64_t seqno;
+
+static void hello(struct seed *s, int conn, uint32_t version)
+{
+	Request r = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Hello h = PINBROKER__V1__HELLO__INIT;
+
+	r.has_seq = true;
+	r.seq = ++seqno;
+	h.version = version;
+	h.client_name = (char *)"seed";
+	r.body_case = PINBROKER__V1__REQUEST__BODY_HELLO;
+	r.hello = &h;
+	pkt(s, conn, &r);
+}
+
+static void acquire(struct seed *s, int conn, uint64_t size, uint32_t flags, uint32_t timeout_ms, int prio)
+{
+	Request r = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Acquire a = PINBROKER__V1__ACQUIRE__INIT;
+
+	r.has_seq = true;
+	r.seq = ++seqno;
+	a.size = size;
+	a.has_flags = flags != 0;
+	a.flags = flags;
+	a.has_timeout_ms = timeout_ms != 0;
+	a.timeout_ms = timeout_ms;
+	a.has_priority = prio >= 0;
+	a.priority = prio >= 0 ? (Pinbroker__V1__Priority)prio : 0;
+	a.label = (char *)"seed-label";
+	r.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
+	r.acquire = &a;
+	pkt(s, conn, &r);
+}
+
+static void release(struct seed *s, int conn, uint64_t id)
+{
+	Request r = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Release m = PINBROKER__V1__RELEASE__INIT;
+
+	r.has_seq = true;
+	r.seq = ++seqno;
+	m.lease_id = id;
+	r.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
+	r.release = &m;
+	pkt(s, conn, &r);
+}
+
+static void set_idle(struct seed *s, int conn, uint64_t id, bool idle)
+{
+	Request r = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__SetIdle m = PINBROKER__V1__SET_IDLE__INIT;
+
+	r.has_seq = true;
+	r.seq = ++seqno;
+	m.lease_id = id;
+	m.idle = idle;
+	r.body_case = PINBROKER__V1__REQUEST__BODY_SET_IDLE;
+	r.set_idle = &m;
+	pkt(s, conn, &r);
+}
+
+static void revoke_ack(struct seed *s, int conn, uint64_t id)
+{
+	Request r = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__RevokeAck m = PINBROKER__V1__REVOKE_ACK__INIT;
+
+	r.has_seq = true;
+	r.seq = ++seqno;
+	m.lease_id = id;
+	r.body_case = PINBROKER__V1__REQUEST__BODY_REVOKE_ACK;
+	r.revoke_ack = &m;
+	pkt(s, conn, &r);
+}
+
+static void status(struct seed *s, int conn)
+{
+	Request r = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__StatusRequest m = PINBROKER__V1__STATUS_REQUEST__INIT;
+
+	r.has_seq = true;
+	r.seq = ++seqno;
+	r.body_case = PINBROKER__V1__REQUEST__BODY_STATUS;
+	r.status = &m;
+	pkt(s, conn, &r);
+}
+
+static void admin_revoke(struct seed *s, int conn, int64_t id, int64_t uid, bool all, uint32_t deadline_ms)
+{
+	Request r = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__AdminRevoke m = PINBROKER__V1__ADMIN_REVOKE__INIT;
+
+	r.has_seq = true;
+	r.seq = ++seqno;
+	m.has_lease_id = id >= 0;
+	m.lease_id = id >= 0 ? (uint64_t)id : 0;
+	m.has_uid = uid >= 0;
+	m.uid = uid >= 0 ? (uint32_t)uid : 0;
+	m.has_all = all;
+	m.all = all;
+	m.has_deadline_ms = deadline_ms != 0;
+	m.deadline_ms = deadline_ms;
+	r.body_case = PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE;
+	r.admin_revoke = &m;
+	pkt(s, conn, &r);
+}
+
+static void set_config(struct seed *s, int conn, const char *key, const char *value)
+{
+	Request r = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__SetConfig m = PINBROKER__V1__SET_CONFIG__INIT;
+
+	r.has_seq = true;
+	r.seq = ++seqno;
+	m.key = (char *)key;
+	m.value = (char *)value;
+	r.body_case = PINBROKER__V1__REQUEST__BODY_SET_CONFIG;
+	r.set_config = &m;
+	pkt(s, conn, &r);
+}
+
+static void redeclare(struct seed *s, int conn)
+{
+	Request r = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Redeclare m = PINBROKER__V1__REDECLARE__INIT;
+	uint64_t ids[] = { 1, 2, 3, 1000 };
+
+	r.has_seq = true;
+	r.seq = ++seqno;
+	m.n_lease_ids = 4;
+	m.lease_ids = ids;
+	r.body_case = PINBROKER__V1__REQUEST__BODY_REDECLARE;
+	r.redeclare = &m;
+	pkt(s, conn, &r);
+}
+
+static const char *outdir;
+
+static void save(struct seed *s, const char *name)
+{
+	char path[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", outdir, name);
+	f = fopen(path, "wb");
+	if (!f || fwrite(s->buf, 1, s->n, f) != s->n) {
+		perror(path);
+		exit(1);
+	}
+	fclose(f);
+}
+
+#define K 1024ull
+#define M (1024ull * 1024)
+#define FLAG_WAIT PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT
+
+static void seeds(bool fdpath)
+{
+	struct seed s;
+
+#define BEGIN(flags) do { memset(&s, 0, sizeof(s)); s.fdpath = fdpath; put(&s, flags); seqno = 0; } while (0)
+	BEGIN(0); hello(&s, 0, 1); status(&s, 0); drain(&s); save(&s, "hello-status");
+	BEGIN(0); hello(&s, 0, 1); acquire(&s, 0, 100 * K, 0, 0, -1); drain(&s); release(&s, 0, 1); drain(&s);
+	save(&s, "acquire-release");
+	BEGIN(0); hello(&s, 0, 1); acquire(&s, 0, 5 * M, 0, 0, 1); hello(&s, 1, 1);
+	acquire(&s, 1, 4 * M, FLAG_WAIT, 1, 2); drain(&s); loop_sleep(&s); release(&s, 0, 1); drain(&s);
+	save(&s, "wait-timeout");
+	BEGIN(0); hello(&s, 0, 1); acquire(&s, 0, 5 * M, 0, 0, -1); hello(&s, 1, 1);
+	acquire(&s, 1, 2 * M, FLAG_WAIT, 500, -1); release(&s, 0, 1); drain(&s); status(&s, 1); drain(&s);
+	save(&s, "wait-granted");
+	BEGIN(0); hello(&s, 0, 1); acquire(&s, 0, 3 * M, 0, 0, -1); set_idle(&s, 0, 1, true); hello(&s, 1, 1);
+	acquire(&s, 1, 6 * M, 0, 0, -1); drain(&s); release(&s, 0, 1); revoke_ack(&s, 0, 1); drain(&s);
+	loop_sleep(&s); save(&s, "idle-reclaim");
+	BEGIN(1); hello(&s, 0, 1); acquire(&s, 0, 1 * M, 0, 0, -1); hello(&s, 1, 1); acquire(&s, 1, 1 * M, 0, 0, -1);
+	admin_revoke(&s, 0, -1, -1, true, 1); drain(&s); loop_sleep(&s); loop_sleep(&s); status(&s, 0); drain(&s);
+	save(&s, "admin-revoke-all");
+	BEGIN(1); hello(&s, 0, 1); hello(&s, 1, 1); acquire(&s, 1, 200 * K, 0, 0, -1);
+	admin_revoke(&s, 0, 1, -1, false, 0); admin_revoke(&s, 0, -1, 1001, false, 0);
+	admin_revoke(&s, 0, 77, -1, false, 0); admin_revoke(&s, 0, -1, -1, false, 0); drain(&s);
+	save(&s, "admin-revoke-by");
+	BEGIN(1); hello(&s, 0, 1); set_config(&s, 0, "budget", "4M"); set_config(&s, 0, "max-pending-acquires", "0");
+	set_config(&s, 0, "no-such-key", "1"); set_config(&s, 0, "chunk-size", "4K");
+	set_config(&s, 0, "budget", "100%"); set_config(&s, 0, "revoke-enforce", "sigterm"); drain(&s);
+	save(&s, "set-config");
+	BEGIN(0); hello(&s, 0, 1); set_config(&s, 0, "budget", "1G"); drain(&s); save(&s, "set-config-denied");
+	BEGIN(0); hello(&s, 0, 1); redeclare(&s, 0); drain(&s); save(&s, "redeclare");
+	BEGIN(0); acquire(&s, 0, 4096, 0, 0, -1); hello(&s, 1, 7); hello(&s, 0, 1); hello(&s, 0, 1); drain(&s);
+	save(&s, "handshake-errors");
+	BEGIN(0); hello(&s, 0, 1); acquire(&s, 0, 0, 0, 0, -1); acquire(&s, 0, 1ull << 63, 0, 0, -1);
+	acquire(&s, 0, UINT64_MAX, 0, 0, -1); acquire(&s, 0, 7 * M, 0, 0, -1); release(&s, 0, 999);
+	hello(&s, 1, 1); acquire(&s, 1, 64 * K, 0, 0, -1); release(&s, 0, 1); revoke_ack(&s, 0, 1);
+	set_idle(&s, 0, 1, true); revoke_ack(&s, 0, 12345); drain(&s);
+	save(&s, "invalid-values");
+	BEGIN(0); hello(&s, 0, 1); hello(&s, 1, 1); acquire(&s, 0, 1 * M, 0, 0, -1); state(&s, 1);
+	acquire(&s, 1, 2 * M, 0, 0, -1); acquire(&s, 1, 100 * K, FLAG_WAIT, 50, -1); state(&s, 2); drain(&s);
+	loop_sleep(&s); state(&s, 0); acquire(&s, 1, 100 * K, 0, 0, -1); drain(&s);
+	save(&s, "pressure");
+	BEGIN(0); hello(&s, 0, 1); acquire(&s, 0, 64 * K, 0, 0, -1); close_peer(&s, 0); acquire(&s, 0, 64 * K, 0, 0, -1);
+	hello(&s, 1, 1); acquire(&s, 1, 64 * K, 0, 0, -1); close_peer(&s, 1); status(&s, 1);
+	save(&s, "peer-gone");
+	BEGIN(0); hello(&s, 0, 1);
+	for (int i = 0; i < 18; i++)
+		acquire(&s, 0, 64 * K, 0, 0, -1);
+	drain(&s); status(&s, 0); drain(&s);
+	save(&s, "max-leases");
+	BEGIN(0); hello(&s, 0, 1); acquire(&s, 0, 6 * M, 0, 0, -1);
+	for (int i = 0; i < 6; i++)
+		acquire(&s, 0, 1 * M, FLAG_WAIT, 100, -1);
+	drain(&s); release(&s, 0, 1); drain(&s);
+	save(&s, "max-pending");
+	if (fdpath) {
+		static const uint8_t one_memfd[] = { 0 }, mixed[] = { 1, 2, 3, 4, 5, 6, 7 };
+		Request r = PINBROKER__V1__REQUEST__INIT;
+		Pinbroker__V1__StatusRequest m = PINBROKER__V1__STATUS_REQUEST__INIT;
+
+		r.body_case = PINBROKER__V1__REQUEST__BODY_STATUS;
+		r.status = &m;
+		BEGIN(0); hello(&s, 0, 1); pkt_fds(&s, 0, &r, one_memfd, 1); drain(&s); save(&s, "status-with-memfd");
+		BEGIN(0); hello(&s, 0, 1); pkt_fds(&s, 0, &r, mixed, sizeof(mixed)); hello(&s, 1, 1);
+		pkt_fds(&s, 1, &r, mixed, 3); drain(&s); save(&s, "status-with-mixed-fds");
+		BEGIN(0); hello(&s, 0, 1); acquire(&s, 0, 64 * K, 0, 0, -1); put(&s, 0); put(&s, 0x40); put(&s, 2);
+		put(&s, 0x08); put(&s, 0x01); drain(&s); save(&s, "credentials");
+		BEGIN(0); hello(&s, 0, 1); put(&s, 0); put(&s, 0); put(&s, 0x84); put(&s, 0x01); put(&s, 0x08);
+		put(&s, 0x01); drain(&s); save(&s, "oversize");
+	}
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 3) {
+		fprintf(stderr, "usage: %s request|fdpath OUTDIR\n", argv[0]);
+		return 2;
+	}
+	outdir = argv[2];
+	if (mkdir(outdir, 0755) < 0 && errno != EEXIST) {
+		perror(outdir);
+		return 1;
+	}
+	seeds(strcmp(argv[1], "fdpath") == 0);
+	return 0;
+}

@@ -1,0 +1,8 @@
+# SPDX-License-Identifier: MIT
+# The daemon sources a fuzz harness links (everything but main.c), shared by fuzz/ and tests/fuzz-regress/.
+set(PB_FUZZ_DIR ${CMAKE_SOURCE_DIR}/fuzz)
+set(PB_FUZZ_DAEMON_SOURCES
+  ${CMAKE_SOURCE_DIR}/daemon/server.c
+  ${CMAKE_SOURCE_DIR}/daemon/request.c
+  ${CMAKE_SOURCE_DIR}/daemon/monitor.c)
+set(PB_FUZZ_HARNESSES fuzz_request fuzz_fdpath)

@@ -1,0 +1,691 @@
+/* SPDX-License-Identifier: MIT */
+/* Load and fault tests: crash storms, connection floods, hostile packets and limits, with accounting checked against the kernel. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "itest.h"
+#include "wire.h"
+
+#define MIB (1024ull * 1024)
+#define STORM_CLIENTS 1000
+#define STORM_WAVE 50
+#define FLOOD_CONNS 1000
+/* Baselines allow this much drift: malloc arenas and libev's fd tables grow once and stay. */
+#define RSS_SLACK_KB (4 * 1024)
+#define FD_SLACK 4
+/* Mlocked in /proc/meminfo is host-wide and other processes lock and unlock meanwhile: the
+ * checker holds the daemon's own VmLck to the pool exactly (at least), and meminfo only loosely. */
+#define MLOCK_SLACK_BYTES (32 * MIB)
+
+static struct daemon d;
+static uint64_t mlocked_before_bytes;
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static uint64_t meminfo_kb(const char *key)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	uint64_t v = 0;
+	size_t klen = strlen(key);
+
+	while (f && fgets(line, sizeof(line), f))
+		if (strncmp(line, key, klen) == 0 && line[klen] == ':')
+			v = strtoull(line + klen + 1, NULL, 10);
+	if (f)
+		fclose(f);
+	return v;
+}
+
+/* One "Key:   N kB" line of /proc/PID/status, in KiB; 0 when absent. */
+static uint64_t daemon_status_kb(pid_t pid, const char *key)
+{
+	char path[64], line[256];
+	uint64_t v = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f))
+		if (strncmp(line, key, strlen(key)) == 0)
+			v = strtoull(line + strlen(key), NULL, 10);
+	if (f)
+		fclose(f);
+	return v;
+}
+
+/* VmRSS minus RssShmem: the daemon's own memory, not the pool's memfd pages. */
+static int64_t daemon_private_rss_kb(pid_t pid)
+{
+	char path[64], line[256];
+	int64_t rss = -1, shmem = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "VmRSS:", 6) == 0)
+			rss = strtoll(line + 6, NULL, 10);
+		else if (strncmp(line, "RssShmem:", 9) == 0)
+			shmem = strtoll(line + 9, NULL, 10);
+	}
+	if (f)
+		fclose(f);
+	return rss < 0 ? -1 : rss - shmem;
+}
+
+/* The daemon's open fds; *memfd_bytes gets the summed size of its pool memfds. */
+static int daemon_fds(pid_t pid, uint64_t *memfd_bytes, int *memfds)
+{
+	char dir[64], path[384], link[256];
+	struct dirent *e;
+	int n = 0, m = 0;
+	uint64_t sum = 0;
+	DIR *dp;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", pid);
+	dp = opendir(dir);
+	ck_assert_ptr_nonnull(dp);
+	while ((e = readdir(dp))) {
+		struct stat st;
+		ssize_t len;
+
+		if (e->d_name[0] == '.')
+			continue;
+		n++;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		len = readlink(path, link, sizeof(link) - 1);
+		if (len <= 0)
+			continue;
+		link[len] = '\0';
+		if (strncmp(link, "/memfd:pinbroker", 16) == 0 && stat(path, &st) == 0) {
+			sum += (uint64_t)st.st_size;
+			m++;
+		}
+	}
+	closedir(dp);
+	if (memfd_bytes)
+		*memfd_bytes = sum;
+	if (memfds)
+		*memfds = m;
+	return n;
+}
+
+static Pinbroker__V1__Reply *raw_status_reply(int fd)
+{
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__StatusRequest sr = PINBROKER__V1__STATUS_REQUEST__INIT;
+	int err;
+
+	req.has_seq = true;
+	req.seq = 42;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_STATUS;
+	req.status = &sr;
+	if (raw_send(fd, &req, NULL, 0) < 0)
+		return NULL;
+	for (;;) {
+		size_t nfds;
+		Pinbroker__V1__Reply *rep = raw_recv(fd, NULL, 0, &nfds, 5000, &err);
+
+		if (!rep || rep->body_case == PINBROKER__V1__REPLY__BODY_STATUS_REPLY)
+			return rep;
+		pinbroker__v1__reply__free_unpacked(rep, NULL); /* an unsolicited REVOKE */
+	}
+}
+
+/*
+ * The checker: the daemon's books against the sum of its live leases and
+ * against the kernel (its pool memfds, and Mlocked host-wide). Retries a few
+ * times, because status and /proc are read at different instants.
+ */
+static void check_accounting(const char *where)
+{
+	char msg[512] = "";
+
+	for (int attempt = 0; attempt < 20; attempt++) {
+		int fd = raw_connect(d.socket);
+		Pinbroker__V1__Reply *rep;
+		uint64_t sum = 0, memfd_bytes, mlocked_bytes;
+		int memfds;
+
+		ck_assert_msg(fd >= 0 && raw_hello(fd) == 0, "%s: cannot talk to the daemon", where);
+		rep = raw_status_reply(fd);
+		close(fd);
+		ck_assert_msg(rep != NULL, "%s: no status reply", where);
+		for (size_t i = 0; i < rep->status_reply->n_leases; i++)
+			sum += rep->status_reply->leases[i]->bytes;
+		daemon_fds(d.pid, &memfd_bytes, &memfds);
+		mlocked_bytes = daemon_status_kb(d.pid, "VmLck:") * 1024;
+		if (rep->status_reply->leased_bytes != sum)
+			snprintf(msg, sizeof(msg), "%s: leased_bytes %llu != sum of leases %llu", where,
+				 (unsigned long long)rep->status_reply->leased_bytes, (unsigned long long)sum);
+		else if (rep->status_reply->pool_bytes != memfd_bytes)
+			snprintf(msg, sizeof(msg), "%s: pool_bytes %llu != %d memfds holding %llu", where,
+				 (unsigned long long)rep->status_reply->pool_bytes, memfds,
+				 (unsigned long long)memfd_bytes);
+		else if (mlocked_bytes < rep->status_reply->pool_bytes)
+			snprintf(msg, sizeof(msg), "%s: the kernel counts %llu bytes locked by the daemon, pool holds %llu",
+				 where, (unsigned long long)mlocked_bytes, (unsigned long long)rep->status_reply->pool_bytes);
+		else if (meminfo_kb("Mlocked") * 1024 + MLOCK_SLACK_BYTES < mlocked_before_bytes + rep->status_reply->pool_bytes &&
+			 attempt < 19)
+			snprintf(msg, sizeof(msg), "%s: Mlocked in /proc/meminfo grew less than the pool", where);
+		else
+			msg[0] = '\0';
+		pinbroker__v1__reply__free_unpacked(rep, NULL);
+		if (!msg[0])
+			return;
+		usleep(50000);
+	}
+	ck_abort_msg("%s", msg);
+}
+
+static void raise_nofile(rlim_t want)
+{
+	struct rlimit rl;
+
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_max < want && geteuid() == 0)
+		rl.rlim_max = want;
+	rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+}
+
+static void start_with(const char *const *more)
+{
+	const char *args[32] = { "--max-connections", "4096", "--max-connections-per-uid", "4096",
+				 "--pool-shrink-delay-ms", "0", "--log-level", "info", NULL };
+	size_t n = 8;
+
+	for (size_t i = 0; more && more[i] && n < 30; i++)
+		args[n++] = more[i];
+	args[n] = NULL;
+	mlocked_before_bytes = meminfo_kb("Mlocked") * 1024;
+	daemon_start(&d, args);
+}
+
+static void start(void)
+{
+	start_with(NULL);
+}
+
+static void stop(void)
+{
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+
+/* Connect, HELLO, acquire a random size, then hold it until killed. */
+static void storm_child(unsigned seed)
+{
+	int fd = raw_connect(d.socket);
+	int fds[PB_MAX_FDS_PER_MSG * 4];
+	size_t nfds;
+	uint64_t id;
+
+	srand(seed);
+	if (fd < 0 || raw_hello(fd) != 0)
+		_exit(1);
+	for (int i = 0; i < 1 + rand() % 3; i++)
+		raw_acquire(fd, 4096 + (uint64_t)(rand() % (4 * 1024)) * 1024, &id, fds, sizeof(fds) / sizeof(fds[0]),
+			    &nfds);
+	pause();
+	_exit(0);
+}
+
+START_TEST(test_crash_storm_returns_every_byte_fd_and_page)
+{
+	int base_fds, fds_after;
+	int64_t base_rss, rss_after;
+	uint64_t t0 = mono_ms();
+
+	srand(12345);
+	/* One warm-up wave first: malloc arenas and libev tables grow once and stay. */
+	for (int done = 0, wave = 0; done < STORM_CLIENTS; wave++) {
+		pid_t kids[STORM_WAVE];
+		int n = STORM_CLIENTS - done < STORM_WAVE ? STORM_CLIENTS - done : STORM_WAVE;
+
+		for (int i = 0; i < n; i++) {
+			kids[i] = itest_fork();
+			ck_assert_int_ge(kids[i], 0);
+			if (kids[i] == 0)
+				storm_child((unsigned)(done + i));
+		}
+		/* SIGKILL each at a random point: before HELLO, mid-acquire, or while holding. */
+		for (int i = 0; i < n; i++) {
+			usleep((useconds_t)(rand() % 4000));
+			kill(kids[i], SIGKILL);
+		}
+		for (int i = 0; i < n; i++)
+			waitpid(kids[i], NULL, 0);
+		done += n;
+		if (wave == 0) {
+			ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
+			check_accounting("after the warm-up wave");
+			base_fds = daemon_fds(d.pid, NULL, NULL);
+			base_rss = daemon_private_rss_kb(d.pid);
+		} else if (wave % 5 == 0) {
+			check_accounting("during the storm");
+		}
+	}
+	ck_assert_int_eq(wait_leased(d.socket, 0, 10000), 0);
+	check_accounting("after the storm");
+	/* Give the daemon a moment to see the last hang-ups and shrink the pool. */
+	for (int i = 0; i < 50; i++) {
+		fds_after = daemon_fds(d.pid, NULL, NULL);
+		rss_after = daemon_private_rss_kb(d.pid);
+		if (fds_after <= base_fds + FD_SLACK && rss_after <= base_rss + RSS_SLACK_KB)
+			break;
+		usleep(100000);
+	}
+	ck_assert_msg(fds_after <= base_fds + FD_SLACK, "daemon fds %d after the storm, %d at baseline", fds_after,
+		      base_fds);
+	ck_assert_msg(rss_after <= base_rss + RSS_SLACK_KB, "daemon RSS %lld KiB after the storm, %lld KiB at baseline",
+		      (long long)rss_after, (long long)base_rss);
+	ck_assert(daemon_alive(&d));
+	fprintf(stderr, "crash storm: %d clients in %llu ms; fds %d -> %d, private RSS %lld -> %lld KiB\n",
+		STORM_CLIENTS, (unsigned long long)(mono_ms() - t0), base_fds, fds_after, (long long)base_rss,
+		(long long)rss_after);
+}
+END_TEST
+
+static double pinctl_status_ms(void)
+{
+	uint64_t t0 = mono_ms();
+	char *out = NULL;
+	int rc = pinctl(&d, &out, "status");
+
+	ck_assert_msg(rc == 0, "pinctl status failed during the flood (%d): %s", rc, out ? out : "");
+	free(out);
+	return (double)(mono_ms() - t0);
+}
+
+START_TEST(test_flood_of_half_open_connections_never_starves_status)
+{
+	int *fds = calloc(FLOOD_CONNS, sizeof(*fds));
+	int base_fds = daemon_fds(d.pid, NULL, NULL), peak_fds, n_open = 0;
+	double worst_ms = 0;
+
+	ck_assert_ptr_nonnull(fds);
+	raise_nofile(FLOOD_CONNS * 2 + 256);
+	for (int i = 0; i < FLOOD_CONNS; i++) {
+		fds[i] = raw_connect(d.socket);
+		ck_assert_msg(fds[i] >= 0, "connection %d refused", i);
+		/* Every other one says HELLO; the rest stay half-open. */
+		if (i % 2 == 0)
+			ck_assert_int_eq(raw_hello(fds[i]), 0);
+		if (i % 100 == 0) {
+			double ms = pinctl_status_ms();
+
+			worst_ms = ms > worst_ms ? ms : worst_ms;
+		}
+	}
+	peak_fds = daemon_fds(d.pid, NULL, NULL);
+	ck_assert_msg(peak_fds >= base_fds + FLOOD_CONNS, "daemon holds %d fds, expected at least %d", peak_fds,
+		      base_fds + FLOOD_CONNS);
+	for (int i = 0; i < 5; i++) {
+		double ms = pinctl_status_ms();
+
+		worst_ms = ms > worst_ms ? ms : worst_ms;
+	}
+	ck_assert_msg(worst_ms < 1000, "pinctl status took %.0f ms during the flood", worst_ms);
+	check_accounting("during the flood");
+	/* The handshake timeout (1 s here) drops the silent half. */
+	for (int i = 1; i < FLOOD_CONNS; i += 2)
+		ck_assert_msg(raw_closed_by_peer(fds[i], 5000), "half-open connection %d outlived the handshake timeout",
+			      i);
+	for (int i = 0; i < FLOOD_CONNS; i += 2)
+		n_open += raw_status(fds[i]) == 0;
+	ck_assert_int_eq(n_open, FLOOD_CONNS / 2);
+	for (int i = 0; i < FLOOD_CONNS; i++)
+		close(fds[i]);
+	free(fds);
+	for (int i = 0; i < 50 && daemon_fds(d.pid, NULL, NULL) > base_fds + FD_SLACK; i++)
+		usleep(100000);
+	ck_assert_int_le(daemon_fds(d.pid, NULL, NULL), base_fds + FD_SLACK);
+	fprintf(stderr, "flood: %d connections, worst pinctl status %.0f ms, daemon fds %d -> %d -> %d\n", FLOOD_CONNS,
+		worst_ms, base_fds, peak_fds, daemon_fds(d.pid, NULL, NULL));
+}
+END_TEST
+
+static void start_flood(void)
+{
+	static const char *const more[] = { "--handshake-timeout-ms", "1000", NULL };
+
+	start_with(more);
+}
+
+static int send_bytes(int fd, const void *buf, size_t len)
+{
+	return wire_send(fd, buf, len, NULL, 0);
+}
+
+static int request_status(int fd, Pinbroker__V1__Request *req)
+{
+	Pinbroker__V1__Reply *rep;
+	size_t nfds;
+	int err, st;
+
+	req->has_seq = true;
+	req->seq = 9;
+	if (raw_send(fd, req, NULL, 0) < 0)
+		return -EPIPE;
+	rep = raw_recv(fd, NULL, 0, &nfds, 5000, &err);
+	if (!rep)
+		return err;
+	st = rep->status;
+	pinbroker__v1__reply__free_unpacked(rep, NULL);
+	return st;
+}
+
+static int release_id(int fd, uint64_t id)
+{
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Release m = PINBROKER__V1__RELEASE__INIT;
+
+	m.lease_id = id;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
+	req.release = &m;
+	return request_status(fd, &req);
+}
+
+static int revoke_ack_id(int fd, uint64_t id)
+{
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__RevokeAck m = PINBROKER__V1__REVOKE_ACK__INIT;
+
+	m.lease_id = id;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_REVOKE_ACK;
+	req.revoke_ack = &m;
+	return request_status(fd, &req);
+}
+
+static int acquire_size(int fd, uint64_t size)
+{
+	int fds[64];
+	size_t nfds = 0;
+	uint64_t id;
+	int st = raw_acquire(fd, size, &id, fds, 64, &nfds);
+
+	for (size_t i = 0; i < nfds; i++)
+		close(fds[i]);
+	return st;
+}
+
+START_TEST(test_hostile_packets_close_only_their_connection_and_keep_the_books)
+{
+	int holder = raw_connect(d.socket), other = raw_connect(d.socket), fd;
+	int fds[64];
+	size_t nfds = 0;
+	uint64_t mine, id;
+	uint8_t junk[512], packed[256];
+	int st;
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Acquire a = PINBROKER__V1__ACQUIRE__INIT;
+	size_t len;
+
+	ck_assert_int_eq(raw_hello(holder), 0);
+	ck_assert_int_eq(raw_hello(other), 0);
+	ck_assert_int_eq(raw_acquire(holder, 3 * MIB, &mine, fds, 64, &nfds), 0);
+	check_accounting("one lease held");
+
+	srand(7);
+	for (int round = 0; round < 200; round++) {
+		size_t n = 1 + (size_t)(rand() % (int)sizeof(junk));
+
+		for (size_t i = 0; i < n; i++)
+			junk[i] = (uint8_t)rand();
+		fd = raw_connect(d.socket);
+		ck_assert_int_ge(fd, 0);
+		if (round % 2)
+			ck_assert_int_eq(raw_hello(fd), 0);
+		send_bytes(fd, junk, n);
+		/* Garbage either fails to decode (closed) or decodes to some request (answered): never a crash. */
+		close(fd);
+	}
+	ck_assert(daemon_alive(&d));
+
+	/* A valid ACQUIRE cut short at every length. */
+	a.size = 1 * MIB;
+	req.has_seq = true;
+	req.seq = 3;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
+	req.acquire = &a;
+	len = pinbroker__v1__request__pack(&req, packed);
+	for (size_t cut = 1; cut < len; cut++) {
+		fd = raw_connect(d.socket);
+		ck_assert_int_eq(raw_hello(fd), 0);
+		send_bytes(fd, packed, cut);
+		raw_closed_by_peer(fd, 200);
+		close(fd);
+	}
+	/* Over max-message-bytes (1024 here): closed. */
+	{
+		uint8_t big[2048];
+
+		memset(big, 0x0a, sizeof(big));
+		fd = raw_connect(d.socket);
+		ck_assert_int_eq(raw_hello(fd), 0);
+		send_bytes(fd, big, sizeof(big));
+		ck_assert(raw_closed_by_peer(fd, 2000));
+		close(fd);
+	}
+
+	/* Valid packets, invalid values: a status each, and the connection stays. */
+	ck_assert_int_eq(acquire_size(other, 0), 4 /* STATUS_INVALID_SIZE */);
+	/* 2^63 is a size no budget can lend: STATUS_TOO_LARGE, or INVALID_SIZE where it is rejected as absurd. */
+	st = acquire_size(other, 1ull << 63);
+	ck_assert_msg(st == 7 || st == 4, "size 2^63 got status %d", st);
+	ck_assert_int_eq(acquire_size(other, UINT64_MAX), 4 /* STATUS_INVALID_SIZE */);
+	ck_assert_int_eq(acquire_size(other, 1ull << 40), 7 /* STATUS_TOO_LARGE */);
+	ck_assert_int_eq(release_id(other, 987654321), 8 /* STATUS_UNKNOWN_LEASE */);
+	ck_assert_int_eq(release_id(other, mine), 9 /* STATUS_NOT_YOUR_LEASE */);
+	ck_assert_int_eq(release_id(other, 0), 8 /* STATUS_UNKNOWN_LEASE */);
+	/* REVOKE acks for leases it never held change nothing. */
+	ck_assert_int_eq(revoke_ack_id(other, mine), 9 /* STATUS_NOT_YOUR_LEASE */);
+	ck_assert_int_eq(revoke_ack_id(other, 424242), 8 /* STATUS_UNKNOWN_LEASE */);
+	ck_assert_int_eq(raw_status(other), 0);
+	ck_assert_int_eq(status_leased(d.socket), 3 * MIB);
+	check_accounting("after hostile packets");
+
+	/* The holder's lease is untouched and still its to release. */
+	ck_assert_int_eq(raw_acquire(other, 1 * MIB, &id, fds + nfds, 64 - nfds, &nfds), 0);
+	ck_assert_int_eq(release_id(holder, mine), 0);
+	ck_assert_int_eq(release_id(other, id), 0);
+	ck_assert_int_eq(status_leased(d.socket), 0);
+	check_accounting("after releases");
+	close(holder);
+	close(other);
+}
+END_TEST
+
+static void start_hostile(void)
+{
+	static const char *const more[] = { "--max-message-bytes", "1024", NULL };
+
+	start_with(more);
+}
+
+START_TEST(test_every_limit_is_refused_with_a_status_or_a_close)
+{
+	int a = raw_connect(d.socket), fds[16], conns[8], extra, st;
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Acquire acq = PINBROKER__V1__ACQUIRE__INIT;
+	size_t n;
+
+	/* max-leases-per-client = 3 */
+	ck_assert_int_eq(raw_hello(a), 0);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(acquire_size(a, 64 * 1024), 0);
+	ck_assert_int_eq(acquire_size(a, 64 * 1024), 15 /* STATUS_LIMIT */);
+	ck_assert_int_eq(raw_status(a), 0);
+
+	/* max-pending-acquires = 1: fill the budget, then wait twice. */
+	{
+		int b = raw_connect(d.socket), c = raw_connect(d.socket);
+		Pinbroker__V1__Reply *rep;
+		int err;
+
+		ck_assert_int_eq(raw_hello(b), 0);
+		ck_assert_int_eq(raw_hello(c), 0);
+		ck_assert_int_eq(acquire_size(b, 60 * MIB), 0);
+		acq.size = 8 * MIB;
+		acq.has_flags = true;
+		acq.flags = PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT;
+		acq.has_timeout_ms = true;
+		acq.timeout_ms = 3000;
+		req.has_seq = true;
+		req.seq = 1;
+		req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
+		req.acquire = &acq;
+		ck_assert_int_ge(raw_send(c, &req, NULL, 0), 0); /* waits */
+		usleep(100000);
+		ck_assert_int_ge(raw_send(b, &req, NULL, 0), 0);
+		rep = raw_recv(b, fds, 16, &n, 2000, &err);
+		ck_assert_ptr_nonnull(rep);
+		ck_assert_int_eq(rep->status, 15 /* STATUS_LIMIT */);
+		ck_assert_ptr_nonnull(strstr(rep->message, "max-pending-acquires"));
+		pinbroker__v1__reply__free_unpacked(rep, NULL);
+		close(b);
+		close(c);
+	}
+	ck_assert_int_eq(wait_leased(d.socket, 3 * 64 * 1024, 3000), 3 * 64 * 1024);
+
+	/* max-connections-per-uid = 6 (a holds one): the seventh is closed at once. */
+	for (int i = 0; i < 5; i++) {
+		conns[i] = raw_connect(d.socket);
+		ck_assert_int_eq(raw_hello(conns[i]), 0);
+	}
+	extra = raw_connect(d.socket);
+	ck_assert_int_ge(extra, 0);
+	st = raw_hello(extra);
+	ck_assert_msg(st < 0, "connection over max-connections-per-uid got HELLO status %d", st);
+	close(extra);
+	for (int i = 0; i < 5; i++)
+		close(conns[i]);
+
+	/* handshake-timeout-ms = 300 */
+	extra = raw_connect(d.socket);
+	ck_assert(raw_closed_by_peer(extra, 3000));
+	close(extra);
+
+	/* max-message-bytes = 256 */
+	{
+		uint8_t big[300];
+
+		memset(big, 0x0a, sizeof(big));
+		extra = raw_connect(d.socket);
+		ck_assert_int_eq(raw_hello(extra), 0);
+		send_bytes(extra, big, sizeof(big));
+		ck_assert(raw_closed_by_peer(extra, 2000));
+		close(extra);
+	}
+	ck_assert_int_eq(raw_status(a), 0);
+	check_accounting("after the limits");
+	close(a);
+	ck_assert_int_eq(wait_leased(d.socket, 0, 3000), 0);
+}
+END_TEST
+
+static void start_limits(void)
+{
+	static const char *const args[] = {
+		"--budget", "64M", "--max-leases-per-client", "3", "--max-pending-acquires", "1",
+		"--max-connections", "16", "--max-connections-per-uid", "6", "--handshake-timeout-ms", "300",
+		"--max-message-bytes", "256", "--pool-shrink-delay-ms", "0", NULL,
+	};
+
+	mlocked_before_bytes = meminfo_kb("Mlocked") * 1024;
+	daemon_start(&d, args);
+}
+
+START_TEST(test_total_connection_limit_closes_the_extra_one)
+{
+	int conns[16], extra;
+
+	for (int i = 0; i < 16; i++) {
+		conns[i] = raw_connect(d.socket);
+		ck_assert_int_eq(raw_hello(conns[i]), 0);
+	}
+	extra = raw_connect(d.socket);
+	ck_assert_int_lt(raw_hello(extra), 0);
+	close(extra);
+	close(conns[0]);
+	usleep(100000);
+	extra = raw_connect(d.socket);
+	ck_assert_int_eq(raw_hello(extra), 0);
+	close(extra);
+	for (int i = 1; i < 16; i++)
+		close(conns[i]);
+}
+END_TEST
+
+static void start_total_limit(void)
+{
+	static const char *const args[] = { "--max-connections", "16", "--max-connections-per-uid", "16", NULL };
+
+	daemon_start(&d, args);
+}
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("integration-hardening");
+	TCase *storm = tcase_create("crash-storm");
+	TCase *flood = tcase_create("flood");
+	TCase *hostile = tcase_create("hostile");
+	TCase *limits = tcase_create("limits");
+	TCase *total = tcase_create("total-limit");
+
+	tcase_add_checked_fixture(storm, start, stop);
+	tcase_set_timeout(storm, 120);
+	tcase_add_test(storm, test_crash_storm_returns_every_byte_fd_and_page);
+	suite_add_tcase(s, storm);
+
+	tcase_add_checked_fixture(flood, start_flood, stop);
+	tcase_set_timeout(flood, 60);
+	tcase_add_test(flood, test_flood_of_half_open_connections_never_starves_status);
+	suite_add_tcase(s, flood);
+
+	tcase_add_checked_fixture(hostile, start_hostile, stop);
+	tcase_set_timeout(hostile, 60);
+	tcase_add_test(hostile, test_hostile_packets_close_only_their_connection_and_keep_the_books);
+	suite_add_tcase(s, hostile);
+
+	tcase_add_checked_fixture(limits, start_limits, stop);
+	tcase_set_timeout(limits, 30);
+	tcase_add_test(limits, test_every_limit_is_refused_with_a_status_or_a_close);
+	suite_add_tcase(s, limits);
+
+	tcase_add_checked_fixture(total, start_total_limit, stop);
+	tcase_set_timeout(total, 30);
+	tcase_add_test(total, test_total_connection_limit_closes_the_extra_one);
+	suite_add_tcase(s, total);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
