@@ -91,12 +91,8 @@ cat "$TMP/info" | tee -a "$RAW"
 # ---- Pool warm-up: daemon start to READY (first in a fresh VM, which pays first touch), cudaHostAlloc of the same
 # total, then the daemon again (the one the other sections use).
 log "pool warm-up: $WARM"
-S4K=$TMP/pb4k.sock
-SHUGE=$TMP/pbhuge.sock
-start_daemon cold "$TMP/cold.sock" --budget 24G --prewarm "$WARM" --hugetlb no && { stop_pid "${PIDS[-1]}"; unset 'PIDS[-1]'; }
-run "$BENCH" hostalloc-total --size "$WARM" --chunk 1G
-start_daemon 4k "$S4K" --budget 24G --prewarm "$WARM" --hugetlb no || { echo "FAIL: pinbrokerd did not start"; exit 1; }
-# A hugetlb pool as large as the warm-up where huge pages can be reserved, else 2 GiB on what is free.
+# Huge pages are reserved first, so that every warm-up below has a first start (which, in a VM whose memory grows on
+# demand, pays the VM's first touch) and a second start on memory the VM has already backed.
 free_huge() { awk '/HugePages_Free/ {print $2}' /proc/meminfo; }
 if [ "$HUGE_BIG" != 0 ] && [ -w /proc/sys/vm/nr_hugepages ] && [ "$(cat /proc/sys/vm/nr_hugepages)" -lt "$HUGE_BIG" ]; then
 	HUGE_BEFORE=$(cat /proc/sys/vm/nr_hugepages)
@@ -104,11 +100,18 @@ if [ "$HUGE_BIG" != 0 ] && [ -w /proc/sys/vm/nr_hugepages ] && [ "$(cat /proc/sy
 	echo "$HUGE_BIG" >/proc/sys/vm/nr_hugepages
 	echo "META hugepages_big=nr_hugepages $HUGE_BEFORE -> $(cat /proc/sys/vm/nr_hugepages) in $(( ($(date +%s%N) - t0) / 1000000 )) ms, $(free_huge) free" | tee -a "$RAW"
 fi
+S4K=$TMP/pb4k.sock
+SHUGE=$TMP/pbhuge.sock
+start_daemon cold "$TMP/cold.sock" --budget 24G --prewarm "$WARM" --hugetlb no && { stop_pid "${PIDS[-1]}"; unset 'PIDS[-1]'; }
+run "$BENCH" hostalloc-total --size "$WARM" --chunk 1G
+start_daemon 4k "$S4K" --budget 24G --prewarm "$WARM" --hugetlb no || { echo "FAIL: pinbrokerd did not start"; exit 1; }
 HUGE_OK=0
 WARM_BYTES=$(python3 -c "import sys; s=sys.argv[1].upper(); m={'K':1<<10,'M':1<<20,'G':1<<30}
 print(int(float(s[:-1])*m[s[-1]]) if s[-1] in m else int(s))" "$WARM")
 WARM_PAGES=$((WARM_BYTES / 2097152))
 if [ "$(free_huge)" -ge "$WARM_PAGES" ] 2>/dev/null; then
+	start_daemon hugetlb-cold "$SHUGE" --budget 24G --prewarm "$WARM" --hugetlb yes &&
+		{ stop_pid "${PIDS[-1]}"; unset 'PIDS[-1]'; }
 	start_daemon hugetlb "$SHUGE" --budget 24G --prewarm "$WARM" --hugetlb yes && HUGE_OK=1
 elif [ "$(free_huge)" -ge 1024 ] 2>/dev/null; then
 	start_daemon hugetlb-2g "$SHUGE" --budget 2G --prewarm 2G --hugetlb yes && HUGE_OK=1
