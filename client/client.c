@@ -94,7 +94,6 @@ struct pb_client {
 	size_t cached_bytes;
 	pb_revoke_fn revoke_fn;
 	void *revoke_userdata;
-	uint64_t page_size_bytes;
 	uint8_t *rxbuf; /* PB_MAX_MSG_BYTES, used only by whoever is reading: HELLO, then the receiver */
 };
 
@@ -783,7 +782,6 @@ static int say_hello(pb_client *c, const char *path)
 	} else if (rep->body_case != PINBROKER__V1__REPLY__BODY_HELLO || !rep->has_seq || rep->seq != req.seq) {
 		r = set_error(-EPROTO, "unexpected answer to HELLO from %s", path);
 	} else {
-		c->page_size_bytes = rep->hello->has_page_size ? rep->hello->page_size : 0;
 		r = 0;
 	}
 	pinbroker__v1__reply__free_unpacked(rep, NULL);
