@@ -102,9 +102,10 @@ cp -a --reflink=auto "$CACHE" "$ROOT" || fail "cannot copy $CACHE"
 lap "copy root" "$t"
 
 boot() {
-	# CAP_IPC_LOCK is not in nspawn's default capability set; the unit's ambient set needs it.
+	# CAP_IPC_LOCK and CAP_SYS_RESOURCE are not in nspawn's default bounding set, and systemd
+	# silently masks AmbientCapabilities= by it.
 	timeout -k 10 "$1" systemd-nspawn --boot --register=no --keep-unit --console=pipe \
-		--capability=CAP_IPC_LOCK --machine=pinbroker-test -D "$ROOT" </dev/null
+		--capability=CAP_IPC_LOCK,CAP_SYS_RESOURCE --machine=pinbroker-test -D "$ROOT" </dev/null
 }
 
 # --- probe: can this host boot a container at all? ---
@@ -149,6 +150,8 @@ After=multi-user.target
 Type=oneshot
 ExecStart=/bin/bash /usr/local/libexec/pinbroker-test/in-guest.sh /pinbroker-results
 TimeoutStartSec=$((TIMEOUT - 30))
+# The guest can only have capabilities this host's bounding set still holds.
+Environment=HOST_CAPBND=$(awk '/^CapBnd:/ { print $2 }' /proc/self/status)
 # Not SuccessAction=poweroff: on this 252 guest it left the container running.
 ExecStopPost=/bin/systemctl poweroff --no-block
 
