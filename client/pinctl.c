@@ -454,6 +454,9 @@ static void status_human(const struct pb_status *s)
 	for (size_t i = 0; i < s->n_clients; i++) {
 		const struct pb_client_info *ci = &s->clients[i];
 
+		/* pinctl's own connection is not news. */
+		if (ci->pid == getpid() && ci->leases == 0)
+			continue;
 		printf("%-8" PRId32 " %-6" PRIu32 " %-6" PRIu32 " %-10s %s\n", ci->pid, ci->uid, ci->leases,
 		       size_str(ci->bytes, a, sizeof(a)), ci->labels[0] ? ci->labels : "-");
 	}
