@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "broker.h"
@@ -20,12 +21,17 @@
 #include "log.h"
 #include "notify.h"
 #include "pool.h"
+#include "request.h"
 #include "util.h"
 
 #define STATE_FDNAME "state"
 #define STATE_MAGIC "pinbroker-state 1"
 /* A chunk whose last owner is not known (torn state): never handed to anyone unreplaced. */
 #define OWNER_UNKNOWN ((uid_t)-2)
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
 
 struct recovery {
 	struct broker *b;
@@ -357,11 +363,26 @@ static void grace_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	size_t n = 0;
 
 	for (l = lease_first(b->leases); l; l = next) {
+		int pidfd;
+
 		next = lease_next(b->leases, l);
-		if (l->state != LEASE_ORPHANED)
+		if (l->state != LEASE_ORPHANED || l->owner)
 			continue;
+		/* A holder still alive may still map the pages: they must not reach anyone else yet. */
+		pidfd = l->pid > 0 ? (int)syscall(SYS_pidfd_open, l->pid, 0) : -1;
+		if (pidfd >= 0) {
+			uint64_t id = l->id;
+
+			log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, l->uid, l->pid,
+				  "lease %llu was not re-declared within redeclare-grace-ms but pid %d still runs: "
+				  "it stays counted until that process exits",
+				  (unsigned long long)l->id, l->pid);
+			if (request_hold_until_exit(b, pidfd, l->pid, &id, 1) == 0)
+				continue;
+		}
 		log_event(EV_LEASE_RELEASED, LOG_NOTICE, l->id, l->uid, l->pid,
-			  "lease %llu (%llu bytes, pid %d) was not re-declared within redeclare-grace-ms: reclaimed",
+			  "lease %llu (%llu bytes, pid %d) was not re-declared within redeclare-grace-ms and its holder "
+			  "is gone: reclaimed",
 			  (unsigned long long)l->id, (unsigned long long)l->bytes, l->pid);
 		broker_free_lease(b, l);
 		n++;

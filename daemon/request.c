@@ -685,12 +685,42 @@ static void ghost_cb(struct ev_loop *loop, ev_io *w, int revents)
 	after_free(b);
 }
 
+/* Watch pidfd (taken over) and free leases ids once that process exits. Returns 0 or -ENOMEM. */
+int request_hold_until_exit(struct broker *b, int pidfd, pid_t pid, const uint64_t *ids, size_t n)
+{
+	struct revoker *rv = b->revoker;
+	struct ghost *g = calloc(1, sizeof(*g));
+
+	if (!g || !(g->ids = calloc(n ? n : 1, sizeof(*g->ids)))) {
+		free(g);
+		close(pidfd);
+		return -ENOMEM;
+	}
+	g->broker = b;
+	g->pid = pid;
+	g->pidfd = pidfd;
+	memcpy(g->ids, ids, n * sizeof(*ids));
+	g->nids = n;
+	for (size_t i = 0; i < n; i++) {
+		struct lease *l = lease_find(b->leases, ids[i]);
+
+		if (l)
+			l->owner = NULL;
+	}
+	ev_io_init(&g->io, ghost_cb, g->pidfd, EV_READ);
+	g->io.data = g;
+	ev_io_start(b->loop, &g->io);
+	g->next = rv->ghosts;
+	rv->ghosts = g;
+	return 0;
+}
+
 void request_conn_closed(struct broker *b, struct conn *c)
 {
 	struct revoker *rv = b->revoker;
-	struct ghost *g = NULL;
 	struct lease *l, *next;
-	size_t freed = 0;
+	uint64_t *held = NULL;
+	size_t nheld = 0, freed = 0;
 	uint64_t freed_bytes = 0;
 
 	/* Its waiting acquires die with it. */
@@ -710,27 +740,12 @@ void request_conn_closed(struct broker *b, struct conn *c)
 			continue;
 		/* An overdue holder may still map and pin these pages: keep them counted until its process exits. */
 		if (l->state == LEASE_OVERDUE && c->pidfd >= 0 && rv) {
-			if (!g) {
-				g = calloc(1, sizeof(*g));
-				if (g) {
-					g->broker = b;
-					g->pid = c->pid;
-					g->pidfd = fcntl(c->pidfd, F_DUPFD_CLOEXEC, 3);
-					if (g->pidfd < 0) {
-						free(g);
-						g = NULL;
-					}
-				}
-			}
-			if (g) {
-				uint64_t *ids = realloc(g->ids, (g->nids + 1) * sizeof(*ids));
+			uint64_t *ids = realloc(held, (nheld + 1) * sizeof(*ids));
 
-				if (ids) {
-					g->ids = ids;
-					g->ids[g->nids++] = l->id;
-					l->owner = NULL;
-					continue;
-				}
+			if (ids) {
+				held = ids;
+				held[nheld++] = l->id;
+				continue;
 			}
 		}
 		freed++;
@@ -739,13 +754,19 @@ void request_conn_closed(struct broker *b, struct conn *c)
 		free_lease(b, l, "connection closed");
 	}
 	c->nleases = 0;
-	if (g) {
-		ev_io_init(&g->io, ghost_cb, g->pidfd, EV_READ);
-		g->io.data = g;
-		ev_io_start(b->loop, &g->io);
-		g->next = rv->ghosts;
-		rv->ghosts = g;
+	if (nheld > 0) {
+		int pidfd = fcntl(c->pidfd, F_DUPFD_CLOEXEC, 3);
+
+		if (pidfd < 0 || request_hold_until_exit(b, pidfd, c->pid, held, nheld) < 0) {
+			/* Cannot watch the process: better to free than to leak the bytes forever. */
+			for (size_t i = 0; i < nheld; i++) {
+				l = lease_find(b->leases, held[i]);
+				if (l)
+					free_lease(b, l, "connection closed (cannot watch the holder)");
+			}
+		}
 	}
+	free(held);
 	if (freed > 0) {
 		log_event(EV_CLIENT_DIED, LOG_NOTICE, 0, c->uid, c->pid,
 			  "client pid %d uid %u went away holding %zu leases (%llu bytes); returned to the pool", c->pid,

@@ -33,6 +33,14 @@ void request_on_pressure(void *ud, enum broker_state from, enum broker_state to,
  */
 int request_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, const char *reason);
 
+/*
+ * Keep leases ids counted until the process behind pidfd exits, then free
+ * them (an overdue holder that disconnected, or an orphan whose holder is
+ * alive but did not re-declare). Takes over pidfd. Returns 0 or -ENOMEM
+ * (pidfd closed, leases untouched).
+ */
+int request_hold_until_exit(struct broker *b, int pidfd, pid_t pid, const uint64_t *ids, size_t n);
+
 /* Memory was freed: grant waiting acquires that now fit, in priority order. */
 void request_grant_waiting(struct broker *b);
 
