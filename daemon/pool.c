@@ -213,26 +213,45 @@ static int chunk_make_one(uint64_t bytes, bool hugetlb, bool lock, struct chunk 
 		r = -errno;
 		goto fail;
 	}
+	/*
+	 * Allocate (and zero) every page through the file, not through a mapping:
+	 * no page faults and no mmap_lock, so prewarm threads do not serialise on
+	 * the process's address space. ENOSPC here means huge pages ran out.
+	 */
+	if (fallocate(c->fd, 0, 0, (off_t)bytes) < 0) {
+		r = errno == EOPNOTSUPP ? 0 : -errno;
+		if (r < 0)
+			goto fail;
+	}
 	/* Sealed so a client can neither shrink the file under the daemon (SIGBUS) nor grow it. */
 	if (fcntl(c->fd, F_ADD_SEALS, CHUNK_SEALS) < 0) {
 		r = -errno;
 		goto fail;
 	}
-	c->addr = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
-	if (c->addr == MAP_FAILED) {
-		c->addr = NULL;
-		r = -errno;
-		goto fail;
-	}
-	/* Fewer TLB misses where shmem THP is enabled; harmless where it is not. */
-	if (!hugetlb)
+	if (!hugetlb) {
+		/*
+		 * shmem pages are swappable until something locks them: map them and
+		 * mlock the mapping (which also builds its page tables). hugetlb pages
+		 * are never swapped or reclaimed, so they need neither.
+		 */
+		c->addr = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
+		if (c->addr == MAP_FAILED) {
+			c->addr = NULL;
+			r = -errno;
+			goto fail;
+		}
+		/* Fewer TLB misses where shmem THP is enabled; harmless where it is not. */
 		(void)madvise(c->addr, bytes, MADV_HUGEPAGE);
-	r = prefault(c->addr, bytes, hugetlb ? HUGE_2M_BYTES : PAGE_4K_BYTES);
-	if (r < 0)
-		goto fail;
-	if (lock && mlock(c->addr, bytes) < 0) {
-		r = -errno;
-		goto fail;
+		if (lock) {
+			if (mlock(c->addr, bytes) < 0) {
+				r = -errno;
+				goto fail;
+			}
+		} else {
+			r = prefault(c->addr, bytes, PAGE_4K_BYTES);
+			if (r < 0)
+				goto fail;
+		}
 	}
 	c->bytes = bytes;
 	c->hugetlb = hugetlb;
@@ -638,20 +657,20 @@ int pool_adopt(struct pool *p, int fd, uint64_t id, uid_t owner_uid, bool tail, 
 	c->owner_uid = owner_uid;
 	c->tail = tail;
 	c->hugetlb = sfs.f_type == HUGETLBFS_MAGIC;
-	c->addr = mmap(NULL, c->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (c->addr == MAP_FAILED) {
-		r = -errno;
-		free(c);
-		return r;
-	}
-	/* Still resident: populating only rebuilds our page tables. */
-	r = prefault(c->addr, c->bytes, c->hugetlb ? HUGE_2M_BYTES : PAGE_4K_BYTES);
-	if (r == 0 && p->lock && mlock(c->addr, c->bytes) < 0)
-		r = -errno;
-	if (r < 0) {
-		munmap(c->addr, c->bytes);
-		free(c);
-		return r;
+	if (!c->hugetlb) {
+		c->addr = mmap(NULL, c->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (c->addr == MAP_FAILED) {
+			r = -errno;
+			free(c);
+			return r;
+		}
+		/* Still resident: locking only rebuilds our page tables. */
+		r = p->lock ? (mlock(c->addr, c->bytes) < 0 ? -errno : 0) : prefault(c->addr, c->bytes, PAGE_4K_BYTES);
+		if (r < 0) {
+			munmap(c->addr, c->bytes);
+			free(c);
+			return r;
+		}
 	}
 	pthread_mutex_lock(&p->id_lock);
 	if (id > p->next_chunk_id)

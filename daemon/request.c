@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -722,6 +723,13 @@ void request_conn_closed(struct broker *b, struct conn *c)
 	uint64_t *held = NULL;
 	size_t nheld = 0, freed = 0;
 	uint64_t freed_bytes = 0;
+	bool holder_alive = false;
+
+	if (c->pidfd >= 0 && c->nleases > 0) {
+		struct pollfd p = { .fd = c->pidfd, .events = POLLIN };
+
+		holder_alive = poll(&p, 1, 0) == 0;
+	}
 
 	/* Its waiting acquires die with it. */
 	if (rv) {
@@ -738,8 +746,13 @@ void request_conn_closed(struct broker *b, struct conn *c)
 		next = lease_next(b->leases, l);
 		if (l->owner != c)
 			continue;
-		/* An overdue holder may still map and pin these pages: keep them counted until its process exits. */
-		if (l->state == LEASE_OVERDUE && c->pidfd >= 0 && rv) {
+		/*
+		 * A holder that is still alive may still map (and pin) these pages: the
+		 * library keeps mappings valid when a connection drops. Keep them counted,
+		 * and out of anyone's reach, until the process exits. A process that died
+		 * (its pidfd is readable) has no mappings left: free at once.
+		 */
+		if (holder_alive && rv) {
 			uint64_t *ids = realloc(held, (nheld + 1) * sizeof(*ids));
 
 			if (ids) {
@@ -757,6 +770,8 @@ void request_conn_closed(struct broker *b, struct conn *c)
 	if (nheld > 0) {
 		int pidfd = fcntl(c->pidfd, F_DUPFD_CLOEXEC, 3);
 
+		log_debug("connection of pid %d closed while the process lives: %zu leases stay counted until it exits",
+			  c->pid, nheld);
 		if (pidfd < 0 || request_hold_until_exit(b, pidfd, c->pid, held, nheld) < 0) {
 			/* Cannot watch the process: better to free than to leak the bytes forever. */
 			for (size_t i = 0; i < nheld; i++) {

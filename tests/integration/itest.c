@@ -71,6 +71,8 @@ void daemon_start(struct daemon *d, const char *const *extra)
 	argv[n++] = "256M";
 	argv[n++] = "--prewarm";
 	argv[n++] = "16M";
+	argv[n++] = "--hugetlb";
+	argv[n++] = "no";
 	argv[n++] = "--log-level";
 	argv[n++] = "debug";
 	for (size_t i = 0; extra && extra[i] && n < 62; i++)
