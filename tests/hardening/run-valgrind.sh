@@ -1,0 +1,22 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Run the integration suites once with pinbrokerd under valgrind memcheck: zero errors and no definite leaks, or the daemon exits 99 and the suite fails.
+set -eu
+src=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$src/build-valgrind}
+command -v valgrind >/dev/null || { echo "valgrind not installed (apt-get install valgrind)"; exit 77; }
+cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Debug >/dev/null
+cmake --build "$build" -j"${JOBS:-$(nproc)}"
+logdir=$build/valgrind-logs
+rm -rf "$logdir" && mkdir -p "$logdir"
+export PINBROKER_DAEMON_WRAPPER="valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite --track-fds=no --log-file=$logdir/pinbrokerd.%p.log"
+# Everything runs slower under valgrind: give Check's timeouts room.
+export CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-10}
+cd "$build"
+rc=0
+ctest --output-on-failure -R '^check_itest_' --timeout 3000 "$@" || rc=$?
+errs=$(grep -h "ERROR SUMMARY" "$logdir"/*.log 2>/dev/null | grep -vc " 0 errors" || true)
+defs=$(grep -h "definitely lost:" "$logdir"/*.log 2>/dev/null | grep -vc " 0 bytes" || true)
+echo "valgrind: $(ls "$logdir" | wc -l) daemon runs; runs with errors: $errs; runs with definite leaks: $defs (logs in $logdir)"
+[ "$errs" -eq 0 ] && [ "$defs" -eq 0 ] || rc=1
+exit $rc
