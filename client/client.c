@@ -8,6 +8,7 @@
 #pragma GCC visibility pop
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -21,6 +22,7 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cuda.h"
@@ -33,6 +35,11 @@ typedef Pinbroker__V1__Reply Reply;
 
 /* A daemon that does not answer HELLO in this time is wedged; fail pb_connect instead of hanging. */
 #define HELLO_TIMEOUT_MS 10000
+/* After losing the daemon, keep trying this long: systemd restarts it within seconds
+ * (RestartSec=1s), and the daemon keeps our leases for redeclare-grace-ms (10 s). */
+#define RECONNECT_WINDOW_MS 60000
+#define RECONNECT_BACKOFF_MIN_MS 20
+#define RECONNECT_BACKOFF_MAX_MS 1000
 /* Sanity bound on one lease's chunk count: 2^20 chunks of 2 MiB is 2 TiB. */
 #define MAX_CHUNKS_PER_LEASE (1u << 20)
 /* Requests are a few dozen bytes; pack them on the stack unless they are unusually large. */
@@ -95,6 +102,8 @@ struct pb_client {
 	pb_revoke_fn revoke_fn;
 	void *revoke_userdata;
 	uint8_t *rxbuf; /* PB_MAX_MSG_BYTES, used only by whoever is reading: HELLO, then the receiver */
+	char path[108]; /* the socket, for reconnecting after the daemon restarts */
+	bool closing;   /* pb_disconnect is running: never reconnect */
 };
 
 /* ---------------------------------------------------------------- errors */
@@ -684,6 +693,106 @@ static void dispatch(pb_client *c, Reply *rep, int *fds, size_t nfds)
 	pthread_mutex_unlock(&c->lock);
 }
 
+static int say_hello(pb_client *c, const char *path);
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Sleep up to ms, waking early when pb_disconnect starts. Returns false once closing. */
+static bool backoff_wait(pb_client *c, unsigned ms)
+{
+	struct timespec until;
+	bool go_on;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += ms / 1000;
+	until.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&c->lock);
+	if (!c->closing)
+		pthread_cond_timedwait(&c->cond, &c->lock, &until);
+	go_on = !c->closing;
+	pthread_mutex_unlock(&c->lock);
+	return go_on;
+}
+
+/*
+ * The daemon went away (crash, restart): connect again on the same path, say
+ * HELLO, and re-declare the leases this process still maps, so a daemon that
+ * recovered them from systemd's fd store keeps counting them. The new socket
+ * replaces the old one at the same fd number (dup2), so no other thread can
+ * ever write to a recycled descriptor. Returns 0 when connected again.
+ */
+static int reconnect(pb_client *c)
+{
+	Pinbroker__V1__Redeclare rd = PINBROKER__V1__REDECLARE__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	uint64_t give_up = mono_ms() + RECONNECT_WINDOW_MS;
+	unsigned wait_ms = RECONNECT_BACKOFF_MIN_MS;
+	uint64_t *ids = NULL;
+	size_t n = 0;
+	int r;
+
+	memcpy(sa.sun_path, c->path, sizeof(c->path));
+	for (;;) {
+		int s;
+
+		if (!backoff_wait(c, wait_ms) || mono_ms() > give_up)
+			return -ECONNRESET;
+		wait_ms = wait_ms * 2 > RECONNECT_BACKOFF_MAX_MS ? RECONNECT_BACKOFF_MAX_MS : wait_ms * 2;
+		s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		if (s < 0)
+			continue;
+		if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+			close(s);
+			continue;
+		}
+		r = dup3(s, c->sock, O_CLOEXEC) < 0 ? -errno : 0;
+		close(s);
+		if (r < 0)
+			return r;
+		r = say_hello(c, c->path);
+		if (r == -EPROTONOSUPPORT)
+			return r; /* a different daemon version: retrying will not help */
+		if (r == 0)
+			break;
+	}
+
+	pthread_mutex_lock(&c->lock);
+	for (pb_lease *l = c->leases; l; l = l->next)
+		n++;
+	ids = calloc(n ? n : 1, sizeof(*ids));
+	n = 0;
+	for (pb_lease *l = c->leases; ids && l; l = l->next)
+		if (l->state != LEASE_GONE && l->id)
+			ids[n++] = l->id;
+	c->dead = 0;
+	c->dead_reason[0] = '\0';
+	req.has_seq = 1;
+	req.seq = c->next_seq++;
+	pthread_mutex_unlock(&c->lock);
+
+	/* Fire and forget: leases the new daemon does not know stay mapped here, just uncounted. */
+	if (n > 0) {
+		rd.n_lease_ids = n;
+		rd.lease_ids = ids;
+		req.body_case = PINBROKER__V1__REQUEST__BODY_REDECLARE;
+		req.redeclare = &rd;
+		send_packed(c->sock, &req);
+	}
+	free(ids);
+	return 0;
+}
+
 static void *receiver_main(void *arg)
 {
 	pb_client *c = arg;
@@ -693,38 +802,51 @@ static void *receiver_main(void *arg)
 	ssize_t n;
 
 	for (;;) {
-		Reply *rep;
+		for (;;) {
+			Reply *rep;
 
-		n = wire_recv(c->sock, c->rxbuf, PB_MAX_MSG_BYTES, fds, PB_MAX_FDS_PER_MSG, &nfds);
-		if (n == 0) {
-			snprintf(reason, sizeof(reason), "pinbrokerd closed the connection");
+			n = wire_recv(c->sock, c->rxbuf, PB_MAX_MSG_BYTES, fds, PB_MAX_FDS_PER_MSG, &nfds);
+			if (n == 0) {
+				snprintf(reason, sizeof(reason), "pinbrokerd closed the connection");
+				break;
+			}
+			if (n < 0) {
+				snprintf(reason, sizeof(reason), "receiving: %s", strerror((int)-n));
+				break;
+			}
+			rep = pinbroker__v1__reply__unpack(NULL, (size_t)n, c->rxbuf);
+			if (!rep) {
+				wire_close_fds(fds, nfds);
+				snprintf(reason, sizeof(reason), "malformed packet from pinbrokerd");
+				break;
+			}
+			dispatch(c, rep, fds, nfds);
+		}
+
+		/* Hang up for real, so the daemon returns our leases even if it was we who saw garbage. */
+		shutdown(c->sock, SHUT_RDWR);
+		pthread_mutex_lock(&c->lock);
+		c->dead = -ECONNRESET;
+		snprintf(c->dead_reason, sizeof(c->dead_reason), "%s", reason);
+		for (struct waiter *w = c->waiters; w; w = w->next)
+			if (!w->done) {
+				w->err = -ECONNRESET;
+				w->done = true;
+			}
+		pthread_cond_broadcast(&c->cond);
+		if (c->closing) {
+			pthread_mutex_unlock(&c->lock);
 			break;
 		}
-		if (n < 0) {
-			snprintf(reason, sizeof(reason), "receiving: %s", strerror((int)-n));
+		snprintf(c->dead_reason, sizeof(c->dead_reason), "%.140s; reconnecting", reason);
+		pthread_mutex_unlock(&c->lock);
+		if (reconnect(c) < 0) {
+			pthread_mutex_lock(&c->lock);
+			snprintf(c->dead_reason, sizeof(c->dead_reason), "%s", reason);
+			pthread_mutex_unlock(&c->lock);
 			break;
 		}
-		rep = pinbroker__v1__reply__unpack(NULL, (size_t)n, c->rxbuf);
-		if (!rep) {
-			wire_close_fds(fds, nfds);
-			snprintf(reason, sizeof(reason), "malformed packet from pinbrokerd");
-			break;
-		}
-		dispatch(c, rep, fds, nfds);
 	}
-
-	/* Hang up for real, so the daemon returns our leases even if it was we who saw garbage. */
-	shutdown(c->sock, SHUT_RDWR);
-	pthread_mutex_lock(&c->lock);
-	c->dead = -ECONNRESET;
-	snprintf(c->dead_reason, sizeof(c->dead_reason), "%s", reason);
-	for (struct waiter *w = c->waiters; w; w = w->next)
-		if (!w->done) {
-			w->err = -ECONNRESET;
-			w->done = true;
-		}
-	pthread_cond_broadcast(&c->cond);
-	pthread_mutex_unlock(&c->lock);
 	return NULL;
 }
 
@@ -832,6 +954,7 @@ int pb_connect(const char *path, pb_client **ret)
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return set_error(-ENOMEM, "out of memory");
+	memcpy(c->path, sa.sun_path, sizeof(c->path));
 	c->sock = -1;
 	c->next_seq = 1;
 	pthread_mutex_init(&c->lock, NULL);
@@ -909,6 +1032,10 @@ void pb_disconnect(pb_client *c)
 			lease_release_now(c, l, false);
 		}
 	}
+	pthread_mutex_lock(&c->lock);
+	c->closing = true;
+	pthread_cond_broadcast(&c->cond); /* wakes a reconnect backoff */
+	pthread_mutex_unlock(&c->lock);
 	shutdown(c->sock, SHUT_RDWR);
 	if (c->receiver_started)
 		pthread_join(c->receiver, NULL);

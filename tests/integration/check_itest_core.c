@@ -290,6 +290,39 @@ START_TEST(test_fallback_when_broker_refuses)
 }
 END_TEST
 
+START_TEST(test_client_reconnects_after_daemon_restart_without_systemd)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	pb_client *c;
+	pb_lease *l, *m = NULL;
+	int r = -1;
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_acquire(c, 4 * MiB, &o, &l), 0);
+	kill(d.pid, SIGKILL);
+	waitpid(d.pid, NULL, 0);
+	/* Without systemd's fd store the new daemon starts clean: first a clear error... */
+	usleep(100000);
+	ck_assert_int_eq(pb_acquire(c, 4 * MiB, &o, &m), -ECONNRESET);
+	ck_assert_ptr_nonnull(strstr(pb_last_error(), "pinbrokerd"));
+	/* ...the old mapping stays usable... */
+	memset(pb_lease_data(l), 7, pb_lease_size(l));
+	daemon_restart(&d, NULL);
+	/* ...and the same client reconnects by itself. */
+	for (int i = 0; i < 300 && r != 0; i++) {
+		r = pb_acquire(c, 4 * MiB, &o, &m);
+		if (r != 0)
+			usleep(10000);
+	}
+	ck_assert_int_eq(r, 0);
+	ck_assert_int_eq(status_leased(d.socket), (int64_t)(4 * MiB));
+	ck_assert_int_eq(pb_release(c, m), 0);
+	pb_release(c, l); /* unknown to the new daemon: freed locally, error ignored */
+	ck_assert_int_eq(status_leased(d.socket), 0);
+	pb_disconnect(c);
+}
+END_TEST
+
 static void start_quota(void)
 {
 	static const char *const args[] = { "--uid-quota", "64M", NULL };
@@ -322,6 +355,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_admin_revoke_reaches_callback_and_frees);
 	tcase_add_test(t, test_fallback_when_no_broker);
 	tcase_add_test(t, test_fallback_when_broker_refuses);
+	tcase_add_test(t, test_client_reconnects_after_daemon_restart_without_systemd);
 	suite_add_tcase(s, t);
 
 	tcase_add_checked_fixture(q, start_quota, stop_daemon);

@@ -44,17 +44,21 @@ pid_t itest_fork(void)
 
 void daemon_start(struct daemon *d, const char *const *extra)
 {
-	const char *argv[64];
-	char *wrapper;
-	size_t n = 0;
-	uint64_t t0;
-
 	memset(d, 0, sizeof(*d));
 	snprintf(d->dir, sizeof(d->dir), "/tmp/pbtest.XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(d->dir));
 	chmod(d->dir, 0755);
 	snprintf(d->socket, sizeof(d->socket), "%s/pb.sock", d->dir);
 	snprintf(d->log, sizeof(d->log), "%s/daemon.log", d->dir);
+	daemon_restart(d, extra);
+}
+
+void daemon_restart(struct daemon *d, const char *const *extra)
+{
+	const char *argv[64];
+	char *wrapper;
+	size_t n = 0;
+	uint64_t t0;
 
 	/* PINBROKER_DAEMON_WRAPPER="valgrind --error-exitcode=99 ..." runs the daemon under a tool (split on spaces). */
 	wrapper = getenv("PINBROKER_DAEMON_WRAPPER") ? strdup(getenv("PINBROKER_DAEMON_WRAPPER")) : NULL;
@@ -82,7 +86,7 @@ void daemon_start(struct daemon *d, const char *const *extra)
 	d->pid = itest_fork();
 	ck_assert_int_ge(d->pid, 0);
 	if (d->pid == 0) {
-		int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 
 		if (fd >= 0) {
 			dup2(fd, 1);

@@ -22,6 +22,8 @@ struct daemon {
  * test (ck_abort) if it does not start within 10 s.
  */
 void daemon_start(struct daemon *d, const char *const *extra_args);
+/* Start the daemon again in the same dir and on the same socket (after a crash or stop). */
+void daemon_restart(struct daemon *d, const char *const *extra_args);
 /* SIGTERM, wait, and check it exited 0. Returns the exit status (or 128+signal). */
 int daemon_stop(struct daemon *d);
 /* True while the daemon process is alive. */
