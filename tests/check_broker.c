@@ -10,6 +10,7 @@
 #include "budget.h"
 #include "lease.h"
 #include "pool.h"
+#include "check_main.h"
 
 #define KIB 1024ull
 #define MIB (1024ull * KIB)
@@ -443,14 +444,4 @@ static Suite *broker_suite(void)
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(broker_suite());
-	int failed;
-
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(broker_suite)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "budget.h"
+#include "check_main.h"
 
 #define MIB (1024ull * 1024)
 #define GIB (1024ull * MIB)
@@ -236,14 +237,4 @@ static Suite *budget_suite(void)
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(budget_suite());
-	int failed;
-
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(budget_suite)

@@ -23,6 +23,7 @@
 #include "pinbroker.pb-c.h"
 #include "util.h"
 #include "wire.h"
+#include "check_main.h"
 
 typedef Pinbroker__V1__Request Request;
 typedef Pinbroker__V1__Reply Reply;
@@ -747,15 +748,4 @@ static Suite *client_suite(void)
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(client_suite());
-	int failed;
-
-	/* No GPU in CI; the GPU path is covered by the GPU tests. */
-	setenv("PINBROKER_NO_CUDA", "1", 1);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(client_suite)

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "check_main.h"
 
 #define TIMEOUT_S 10
 
@@ -1000,14 +1001,4 @@ static Suite *config_suite(void)
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(config_suite());
-	int failed;
-
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(config_suite)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "lease.h"
+#include "check_main.h"
 
 #define MIB (1024ull * 1024)
 
@@ -367,14 +368,4 @@ static Suite *lease_suite(void)
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(lease_suite());
-	int failed;
-
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(lease_suite)

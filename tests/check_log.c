@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "check_main.h"
 
 #define TIMEOUT_S 10
 #define T0 UINT64_C(1000000000) /* an arbitrary monotonic start, far from 0 */
@@ -345,14 +346,4 @@ static Suite *log_suite(void)
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(log_suite());
-	int failed;
-
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(log_suite)

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "pool.h"
+#include "check_main.h"
 
 #define KIB 1024ull
 #define MIB (1024ull * KIB)
@@ -591,14 +592,4 @@ static Suite *pool_suite(void)
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(pool_suite());
-	int failed;
-
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(pool_suite)

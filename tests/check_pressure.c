@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "pressure.h"
+#include "check_main.h"
 
 #define KIB 1024ull
 #define MIB (1024ull * KIB)
@@ -1196,13 +1197,4 @@ static Suite *pressure_suite(void)
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(pressure_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(pressure_suite)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "util.h"
+#include "check_main.h"
 
 #define TIMEOUT_S 10
 
@@ -209,14 +210,4 @@ static Suite *util_suite(void)
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(util_suite());
-	int failed;
-
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(util_suite)

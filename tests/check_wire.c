@@ -15,6 +15,7 @@
 
 #include "pinbroker.pb-c.h"
 #include "wire.h"
+#include "check_main.h"
 
 /* The kernel's per-message limit (SCM_MAX_FD): one more than wire_recv makes room for. */
 #define KERNEL_SCM_MAX_FD 253
@@ -565,13 +566,4 @@ static Suite *wire_suite(void)
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(wire_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(wire_suite)

@@ -18,6 +18,7 @@
 #include "itest.h"
 #include "pinbroker.h"
 #include "wire.h"
+#include "../check_main.h"
 
 #define MiB (1024ull * 1024ull)
 #define UID_A 61001
@@ -403,13 +404,4 @@ static Suite *suite(void)
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(suite)
