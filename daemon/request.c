@@ -1417,6 +1417,12 @@ void request_fini(struct broker *b)
 		pending_destroy(b, rv->pending);
 	while (rv->ghosts)
 		ghost_free(b, rv->ghosts);
+	/* Shutdown: leases still counted for live or overdue holders (their fds are in the
+	 * fd store by now) give their chunks back, so pool_free releases them. */
+	for (struct lease *l = lease_first(b->leases), *next; l; l = next) {
+		next = lease_next(b->leases, l);
+		broker_free_lease(b, l);
+	}
 	ev_timer_stop(b->loop, &rv->deadline_timer);
 	ev_timer_stop(b->loop, &rv->reclaim_timer);
 	ev_timer_stop(b->loop, &rv->shrink_timer);
