@@ -95,7 +95,7 @@ void daemon_restart(struct daemon *d, const char *const *extra)
 		unsetenv("NOTIFY_SOCKET");
 		unsetenv("JOURNAL_STREAM");
 		unsetenv("LISTEN_FDS");
-		execv(argv[0], (char *const *)argv);
+		execvp(argv[0], (char *const *)argv); /* p: the wrapper is found on PATH */
 		_exit(127);
 	}
 	/* --config /dev/null: tests run on embedded defaults plus their arguments, never /etc. */
