@@ -236,7 +236,7 @@ START_TEST(test_defaults_hold_documented_values)
 	ck_assert_uint_eq(c->max_message_bytes, 65536);
 	ck_assert_double_eq(c->critical_mem_available_pct, 5);
 	ck_assert_double_eq(c->critical_swapout_pages_s, 10000);
-	ck_assert_uint_eq(c->poll_interval_ms, 1000);
+	ck_assert_uint_eq(c->poll_interval_ms, 100);
 	ck_assert_int_eq(c->revoke_enforce, ENFORCE_SIGTERM);
 	ck_assert_uint_eq(c->redeclare_grace_ms, 10000);
 	config_free(c);
