@@ -27,6 +27,7 @@
 #include "request.h"
 #include "server.h"
 #include "util.h"
+#include "wire.h"
 
 /* Command-line overrides, re-applied over the file on every reload. */
 struct override {
@@ -379,35 +380,33 @@ int main(int argc, char **argv)
 	r = parse_args(argc, argv, &o, &action);
 	if (r < 0) {
 		usage(stderr);
+		free(o.ov);
 		return 2;
 	}
-	switch (action) {
-	case 'h':
-		usage(stdout);
+	if (action == 'h' || action == 'V' || action == OPT_SAMPLE || action == OPT_DOC) {
+		if (action == 'h')
+			usage(stdout);
+		else if (action == 'V')
+			printf("pinbrokerd %s (protocol %d)\n", PINBROKER_VERSION, PB_PROTOCOL_VERSION);
+		else if (action == OPT_SAMPLE)
+			config_write_sample(stdout);
+		else
+			config_write_markdown(stdout);
+		free(o.ov);
 		return 0;
-	case 'V':
-		printf("pinbrokerd %s (protocol %d)\n", PINBROKER_VERSION, 1);
-		return 0;
-	case OPT_SAMPLE:
-		config_write_sample(stdout);
-		return 0;
-	case OPT_DOC:
-		config_write_markdown(stdout);
-		return 0;
-	default:
-		break;
 	}
 
 	r = load_config(&o, &cfg, &err);
-	if (r < 0) {
-		fprintf(stderr, "%s%s", err ? err : strerror(-r), err && err[strlen(err) - 1] == '\n' ? "" : "\n");
+	if (r < 0 || action == OPT_CHECK) {
+		if (r < 0)
+			fprintf(stderr, "%s%s", err ? err : strerror(-r),
+				err && err[strlen(err) - 1] == '\n' ? "" : "\n");
+		else
+			printf("configuration OK\n");
 		free(err);
-		return action == OPT_CHECK ? 1 : 1;
-	}
-	if (action == OPT_CHECK) {
-		printf("configuration OK\n");
 		config_free(cfg);
-		return 0;
+		free(o.ov);
+		return r < 0 ? 1 : 0;
 	}
 	log_init(cfg->log_level, -1);
 	signal(SIGPIPE, SIG_IGN);

@@ -24,14 +24,10 @@ step "ctest under ASan + UBSan"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	ctest --output-on-failure -j2 --timeout 900 -E systemd_nspawn) || fail=1
 
-if [ -x fuzz/run-ci.sh ]; then
-	step "fuzzers: corpus replay plus a short run each"
-	fuzz/run-ci.sh || fail=1
-fi
-if [ -x tests/valgrind.sh ]; then
-	step "integration suites under valgrind memcheck"
-	tests/valgrind.sh build-test || fail=1
-fi
+step "fuzzers: corpus replay plus a 60 s run each"
+fuzz/run-ci.sh 60 || fail=1
+step "integration suites under valgrind memcheck"
+tests/hardening/run-valgrind.sh build-valgrind || fail=1
 
 echo
 if [ "$fail" = 0 ]; then echo "test: ALL PASSED"; else echo "test: FAILURES (see above)"; fi

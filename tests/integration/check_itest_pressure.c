@@ -304,14 +304,15 @@ START_TEST(test_real_kernel_memory_hog_makes_daemon_refuse_and_revoke)
 	int pfd[2];
 	char ok;
 
-	/* Thresholds sit just under what is available now, so a hog of ~6% of RAM crosses them
-	 * without endangering the machine (24 GiB here: about 1.5 GiB). */
+	/* Thresholds sit just under what is available now, so a hog of 9% of RAM crosses them
+	 * without endangering the machine (24 GiB here: about 2.2 GiB). */
 	if (avail_pct < 20.0) {
 		fprintf(stderr, "SKIPPED real-kernel pressure test: only %.1f%% of memory available\n", avail_pct);
 		return;
 	}
-	snprintf(tight, sizeof(tight), "%.2f", avail_pct - 2.0);
-	snprintf(crit, sizeof(crit), "%.2f", avail_pct - 4.0);
+	/* Margins wide enough that other processes on a shared machine do not cross them. */
+	snprintf(tight, sizeof(tight), "%.2f", avail_pct - 4.0);
+	snprintf(crit, sizeof(crit), "%.2f", avail_pct - 6.0);
 	args[0] = "--poll-interval-ms";
 	args[1] = "100";
 	args[2] = "--tight-mem-available-pct";
@@ -335,7 +336,7 @@ START_TEST(test_real_kernel_memory_hog_makes_daemon_refuse_and_revoke)
 	hog = itest_fork();
 	ck_assert_int_ge(hog, 0);
 	if (hog == 0) {
-		size_t bytes = (size_t)((avail_pct * 0 + 6.0) / 100.0 * (double)total * 1024.0);
+		size_t bytes = (size_t)(9.0 / 100.0 * (double)total * 1024.0);
 		char *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
 		if (p == MAP_FAILED)
@@ -397,16 +398,22 @@ static Suite *suite(void)
 	Suite *s = suite_create("integration-pressure");
 	TCase *t = tcase_create("fixture");
 	TCase *r = tcase_create("real-kernel");
+	/* Needs pidfd_send_signal: valgrind 3.19 lacks pidfd_open, so its run excludes "enforce". */
+	TCase *e = tcase_create("enforce");
 
 	tcase_add_checked_fixture(t, start, stop);
 	tcase_set_timeout(t, 30);
 	tcase_add_test(t, test_critical_revokes_best_effort_first_then_normal_then_critical);
-	tcase_add_test(t, test_client_that_ignores_revoke_is_enforced_and_counted_until_gone);
 	tcase_add_test(t, test_state_returns_to_normal_only_after_hysteresis);
 	tcase_add_test(t, test_tight_refuses_beyond_warm_pool_and_client_falls_back);
 	tcase_add_test(t, test_waiting_acquire_refused_at_once_while_critical);
 	tcase_add_test(t, test_status_shows_signals_thresholds_and_transitions);
 	suite_add_tcase(s, t);
+
+	tcase_add_checked_fixture(e, start, stop);
+	tcase_set_timeout(e, 30);
+	tcase_add_test(e, test_client_that_ignores_revoke_is_enforced_and_counted_until_gone);
+	suite_add_tcase(s, e);
 
 	tcase_add_checked_fixture(r, noop, stop_real);
 	tcase_set_timeout(r, 60);
