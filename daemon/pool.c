@@ -214,14 +214,15 @@ static int chunk_make_one(uint64_t bytes, bool hugetlb, bool lock, struct chunk 
 		goto fail;
 	}
 	/*
-	 * Allocate (and zero) every page through the file, not through a mapping:
-	 * no page faults and no mmap_lock, so prewarm threads do not serialise on
-	 * the process's address space. ENOSPC here means huge pages ran out.
+	 * hugetlb: allocate (and zero) every page through the file, not through a
+	 * mapping: no faults and no mmap_lock, so prewarm threads do not serialise
+	 * on the address space. On the H200 host this took a 16 GiB warm-up from
+	 * 2.9 s to 0.4 s. ENOSPC here means huge pages ran out. (For 4 KiB shmem
+	 * the same call was 3x slower there than populating through the mapping.)
 	 */
-	if (fallocate(c->fd, 0, 0, (off_t)bytes) < 0) {
-		r = errno == EOPNOTSUPP ? 0 : -errno;
-		if (r < 0)
-			goto fail;
+	if (hugetlb && fallocate(c->fd, 0, 0, (off_t)bytes) < 0) {
+		r = -errno;
+		goto fail;
 	}
 	/* Sealed so a client can neither shrink the file under the daemon (SIGBUS) nor grow it. */
 	if (fcntl(c->fd, F_ADD_SEALS, CHUNK_SEALS) < 0) {
@@ -242,15 +243,12 @@ static int chunk_make_one(uint64_t bytes, bool hugetlb, bool lock, struct chunk 
 		}
 		/* Fewer TLB misses where shmem THP is enabled; harmless where it is not. */
 		(void)madvise(c->addr, bytes, MADV_HUGEPAGE);
-		if (lock) {
-			if (mlock(c->addr, bytes) < 0) {
-				r = -errno;
-				goto fail;
-			}
-		} else {
-			r = prefault(c->addr, bytes, PAGE_4K_BYTES);
-			if (r < 0)
-				goto fail;
+		r = prefault(c->addr, bytes, PAGE_4K_BYTES);
+		if (r < 0)
+			goto fail;
+		if (lock && mlock(c->addr, bytes) < 0) {
+			r = -errno;
+			goto fail;
 		}
 	}
 	c->bytes = bytes;
