@@ -3,7 +3,7 @@
 # Run the integration suites once with pinbrokerd under valgrind memcheck: zero errors and no definite leaks, or the daemon exits 99 and the suite fails.
 set -eu
 src=$(cd "$(dirname "$0")/../.." && pwd)
-build=${1:-$src/build-valgrind}
+build=$(realpath -m "${1:-$src/build-valgrind}")
 command -v valgrind >/dev/null || { echo "valgrind not installed (apt-get install valgrind)"; exit 77; }
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build "$build" -j"${JOBS:-$(nproc)}"
