@@ -212,6 +212,19 @@ int server_adopt(struct server *s, int fd, const struct ucred *cred, struct conn
 	return 0;
 }
 
+/* Close the oldest connection (of uid, or of anyone for (uid_t)-1) still waiting to say HELLO. */
+static void evict_silent(struct server *s, uid_t uid)
+{
+	struct conn *victim = NULL;
+
+	for (struct conn *c = s->conns; c; c = c->next)
+		if (!c->hello_done && !c->closing && (uid == (uid_t)-1 || c->uid == uid) &&
+		    (!victim || c->connected_ms <= victim->connected_ms))
+			victim = c;
+	if (victim)
+		server_close(victim, "evicted: connection limit reached and it never sent HELLO");
+}
+
 static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct server *s = w->data;
@@ -240,6 +253,15 @@ static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 			close(fd);
 			continue;
 		}
+		/*
+		 * At a limit, a peer that never said HELLO gives way to the newcomer
+		 * (oldest first), so a flood of silent connections cannot lock out
+		 * pinctl; only when every slot is a live client is the newcomer refused.
+		 */
+		if (s->nconns >= cfg->max_connections)
+			evict_silent(s, (uid_t)-1);
+		if (conns_of_uid(s, cred.uid) >= cfg->max_connections_per_uid)
+			evict_silent(s, cred.uid);
 		if (s->nconns >= cfg->max_connections ||
 		    conns_of_uid(s, cred.uid) >= cfg->max_connections_per_uid) {
 			log_debug("refusing connection from pid %d uid %u: connection limit reached", cred.pid,
