@@ -238,7 +238,7 @@ static Suite *suite(void)
 	Suite *s = suite_create("integration-pinctl");
 	TCase *t = tcase_create("pinctl");
 	TCase *r = tcase_create("revoke-no-enforce");
-	/* Needs pidfd_send_signal: valgrind 3.19 lacks pidfd_open, so its run excludes "enforce". */
+	/* Needs pidfd_send_signal: valgrind 3.19 lacks pidfd_open, so its run excludes the tag "enforce". */
 	TCase *e = tcase_create("enforce");
 
 	tcase_add_checked_fixture(t, start, stop);
@@ -255,6 +255,7 @@ static Suite *suite(void)
 
 	tcase_add_checked_fixture(e, start, stop);
 	tcase_set_timeout(e, 30);
+	tcase_set_tags(e, "enforce");
 	tcase_add_test(e, test_revoke_enforced_with_sigterm_returns_bytes);
 	suite_add_tcase(s, e);
 

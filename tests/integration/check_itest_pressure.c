@@ -398,7 +398,7 @@ static Suite *suite(void)
 	Suite *s = suite_create("integration-pressure");
 	TCase *t = tcase_create("fixture");
 	TCase *r = tcase_create("real-kernel");
-	/* Needs pidfd_send_signal: valgrind 3.19 lacks pidfd_open, so its run excludes "enforce". */
+	/* Needs pidfd_send_signal: valgrind 3.19 lacks pidfd_open, so its run excludes the tag "enforce". */
 	TCase *e = tcase_create("enforce");
 
 	tcase_add_checked_fixture(t, start, stop);
@@ -412,6 +412,7 @@ static Suite *suite(void)
 
 	tcase_add_checked_fixture(e, start, stop);
 	tcase_set_timeout(e, 30);
+	tcase_set_tags(e, "enforce");
 	tcase_add_test(e, test_client_that_ignores_revoke_is_enforced_and_counted_until_gone);
 	suite_add_tcase(s, e);
 
