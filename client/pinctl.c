@@ -240,6 +240,22 @@ static void json_u64(FILE *f, const char *k, uint64_t v, bool comma)
 	fprintf(f, "%" PRIu64 "%s", v, comma ? "," : "");
 }
 
+static void json_kstr(FILE *f, const char *k, const char *v, bool comma)
+{
+	json_key(f, k);
+	json_str(f, v);
+	if (comma)
+		fputc(',', f);
+}
+
+static void json_kdouble(FILE *f, const char *k, double v, bool comma)
+{
+	json_key(f, k);
+	json_double(f, v);
+	if (comma)
+		fputc(',', f);
+}
+
 static void json_events(FILE *f, const char *k, const struct pb_event_info *e, size_t n)
 {
 	json_key(f, k);
@@ -247,8 +263,7 @@ static void json_events(FILE *f, const char *k, const struct pb_event_info *e, s
 	for (size_t i = 0; i < n; i++) {
 		fprintf(f, "%s{", i ? "," : "");
 		json_u64(f, "age_ms", e[i].age_ms, true);
-		json_key(f, "text");
-		json_str(f, e[i].text);
+		json_kstr(f, "text", e[i].text, false);
 		fputc('}', f);
 	}
 	fputc(']', f);
@@ -291,16 +306,10 @@ static void json_leases(FILE *f, const struct pb_status *s)
 		fprintf(f, "%" PRId32 ",", l->pid);
 		json_u64(f, "uid", l->uid, true);
 		json_u64(f, "bytes", l->bytes, true);
-		json_key(f, "label");
-		json_str(f, l->label);
-		fputc(',', f);
+		json_kstr(f, "label", l->label, true);
 		json_u64(f, "age_ms", l->age_ms, true);
-		json_key(f, "priority");
-		json_str(f, priority_name(l->priority));
-		fputc(',', f);
-		json_key(f, "state");
-		json_str(f, l->state);
-		fputc(',', f);
+		json_kstr(f, "priority", priority_name(l->priority), true);
+		json_kstr(f, "state", l->state, true);
 		json_u64(f, "idle_ms", l->idle_ms, true);
 		json_key(f, "deadline_left_ms");
 		fprintf(f, "%" PRId64 "}", l->deadline_left_ms);
@@ -312,9 +321,7 @@ static void status_json(FILE *f, const struct pb_status *s)
 {
 	fputc('{', f);
 	json_u64(f, "schema_version", JSON_SCHEMA_VERSION, true);
-	json_key(f, "version");
-	json_str(f, s->server_version);
-	fputc(',', f);
+	json_kstr(f, "version", s->server_version, true);
 	json_u64(f, "budget_bytes", s->budget_bytes, true);
 	json_u64(f, "uid_quota_bytes", s->uid_quota_bytes, true);
 	json_u64(f, "leased_bytes", s->leased_bytes, true);
@@ -329,12 +336,8 @@ static void status_json(FILE *f, const struct pb_status *s)
 	json_u64(f, "cached_idle_bytes", s->cached_idle_bytes, true);
 	json_u64(f, "prewarm_bytes", s->prewarm_bytes, true);
 	json_u64(f, "waiting_acquires", s->waiting_acquires, true);
-	json_key(f, "pressure_state");
-	json_str(f, s->pressure_state);
-	fputc(',', f);
-	json_key(f, "monitor_mode");
-	json_str(f, s->monitor_mode);
-	fputc(',', f);
+	json_kstr(f, "pressure_state", s->pressure_state, true);
+	json_kstr(f, "monitor_mode", s->monitor_mode, true);
 	json_u64(f, "uptime_ms", s->uptime_ms, true);
 
 	json_key(f, "signals");
@@ -343,21 +346,11 @@ static void status_json(FILE *f, const struct pb_status *s)
 		const struct pb_signal_info *g = &s->signals[i];
 
 		fprintf(f, "%s{", i ? "," : "");
-		json_key(f, "name");
-		json_str(f, g->name);
-		fputc(',', f);
-		json_key(f, "value");
-		json_double(f, g->value);
-		fputc(',', f);
-		json_key(f, "tight");
-		json_double(f, g->tight);
-		fputc(',', f);
-		json_key(f, "critical");
-		json_double(f, g->critical);
-		fputc(',', f);
-		json_key(f, "unit");
-		json_str(f, g->unit);
-		fputc(',', f);
+		json_kstr(f, "name", g->name, true);
+		json_kdouble(f, "value", g->value, true);
+		json_kdouble(f, "tight", g->tight, true);
+		json_kdouble(f, "critical", g->critical, true);
+		json_kstr(f, "unit", g->unit, true);
 		json_key(f, "available");
 		fputs(g->available ? "true}" : "false}", f);
 	}
@@ -376,9 +369,7 @@ static void status_json(FILE *f, const struct pb_status *s)
 		json_key(f, "pid");
 		fprintf(f, "%" PRId32 ",", ci->pid);
 		json_u64(f, "uid", ci->uid, true);
-		json_key(f, "name");
-		json_str(f, ci->name);
-		fputc(',', f);
+		json_kstr(f, "name", ci->name, true);
 		json_u64(f, "leases", ci->leases, true);
 		json_u64(f, "bytes", ci->bytes, true);
 		json_key(f, "labels");

@@ -11,14 +11,6 @@
 #include "util.h"
 
 /* Leased plus idle must fit the budget: idle chunks are locked memory too. */
-static void fit_idle_to_budget(struct broker *b)
-{
-	uint64_t allowance_bytes = budget_pool_allowance(b->budget);
-
-	if (pool_idle_bytes(b->pool) > allowance_bytes)
-		pool_shrink(b->pool, allowance_bytes);
-}
-
 int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease **ret)
 {
 	struct chunk **chunks = NULL;
@@ -56,7 +48,8 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 	if (r < 0)
 		goto fail;
 
-	fit_idle_to_budget(b);
+	b->generation++;
+	broker_trim_pool(b, UINT64_MAX);
 	*ret = l;
 	return 0;
 
@@ -66,7 +59,7 @@ fail:
 		lease_remove(b->leases, l); /* frees the chunks array it took over */
 	else
 		free(chunks);
-	fit_idle_to_budget(b);
+	broker_trim_pool(b, UINT64_MAX);
 	return r;
 }
 
@@ -75,8 +68,9 @@ void broker_free_lease(struct broker *b, struct lease *l)
 	budget_uncharge(b->budget, l->uid, l->bytes);
 	pool_put(b->pool, l->chunks, l->nchunks);
 	lease_remove(b->leases, l);
+	b->generation++;
 	/* A reload may have lowered the limit below what is held: the returned chunks may not all fit. */
-	fit_idle_to_budget(b);
+	broker_trim_pool(b, UINT64_MAX);
 }
 
 int broker_release(struct broker *b, uint64_t id, uid_t uid, void *owner, bool admin)
@@ -115,8 +109,10 @@ void broker_trim_pool(struct broker *b, uint64_t target_idle_bytes)
 	uint64_t allowance_bytes = budget_pool_allowance(b->budget);
 	uint64_t keep_bytes = target_idle_bytes < allowance_bytes ? target_idle_bytes : allowance_bytes;
 
-	if (pool_idle_bytes(b->pool) > keep_bytes)
+	if (pool_idle_bytes(b->pool) > keep_bytes) {
 		pool_shrink(b->pool, keep_bytes);
+		b->generation++;
+	}
 }
 
 uint64_t broker_overdue_bytes(const struct broker *b)

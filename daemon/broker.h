@@ -12,7 +12,6 @@ struct budget;
 struct pool;
 struct lease_table;
 struct config;
-struct pressure;
 struct monitor;
 struct server;
 struct revoker;
@@ -31,7 +30,6 @@ struct broker {
 	struct budget *budget;
 	struct pool *pool;
 	struct lease_table *leases;
-	struct pressure *pressure;   /* policy state machine */
 	struct monitor *monitor;     /* I/O: samplers and PSI triggers */
 	struct server *server;
 	struct revoker *revoker;     /* I/O: REVOKE deadlines, enforcement, waiting acquires */
@@ -46,6 +44,9 @@ struct broker {
 	uint64_t started_ms;
 	enum broker_state state;
 	bool shutting_down;
+	/* Bumped by every verb below that changes the leases, their holders or the idle pool:
+	 * the fd-store state (recovery.c) is rewritten only when it moved. */
+	uint64_t generation;
 };
 
 struct acquire_args {

@@ -36,7 +36,7 @@
 struct recovery {
 	struct broker *b;
 	int state_fd;
-	uint64_t written_hash;
+	uint64_t written_generation;
 	bool have_written;
 	ev_prepare prepare;
 	ev_timer grace;
@@ -89,35 +89,6 @@ static void idle_line(const struct chunk *c, void *ud)
 	bprintf(ud, "idle %llu %u\n", (unsigned long long)c->id, (unsigned)c->owner_uid);
 }
 
-static uint64_t fnv(uint64_t h, uint64_t v)
-{
-	for (int i = 0; i < 8; i++) {
-		h ^= (v >> (i * 8)) & 0xff;
-		h *= 1099511628211ull;
-	}
-	return h;
-}
-
-static void hash_idle(const struct chunk *c, void *ud)
-{
-	uint64_t *h = ud;
-
-	*h = fnv(fnv(*h, c->id), c->owner_uid);
-}
-
-/* What the state file would say, cheaply: leases, their chunks, idle chunks and owners. */
-static uint64_t state_hash(const struct broker *b)
-{
-	uint64_t h = 14695981039346656037ull;
-
-	for (const struct lease *l = lease_first(b->leases); l; l = lease_next(b->leases, l)) {
-		h = fnv(fnv(h, l->id), l->nchunks);
-		h = fnv(h, l->pid);
-	}
-	pool_foreach_idle(b->pool, hash_idle, &h);
-	return h;
-}
-
 static void write_state(struct recovery *rc)
 {
 	struct broker *b = rc->b;
@@ -152,13 +123,12 @@ static void write_state(struct recovery *rc)
 static void prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
 {
 	struct recovery *rc = w->data;
-	uint64_t h = state_hash(rc->b);
 
-	/* Once per loop iteration, and only when something changed. */
-	if (rc->have_written && h == rc->written_hash)
+	/* Once per loop iteration, and only when a broker verb changed something. */
+	if (rc->have_written && rc->b->generation == rc->written_generation)
 		return;
 	write_state(rc);
-	rc->written_hash = h;
+	rc->written_generation = rc->b->generation;
 	rc->have_written = true;
 }
 

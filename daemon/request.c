@@ -1133,6 +1133,7 @@ static void handle_redeclare(struct conn *c, const Request *req)
 			l->owner = c;
 			l->pid = c->pid;
 			c->nleases++;
+			b->generation++;
 			ok[rr.n_adopted++] = l->id;
 			log_event(EV_LEASE_GRANTED, LOG_INFO, l->id, l->uid, l->pid,
 				  "lease %llu re-adopted by pid %d after restart", (unsigned long long)l->id, c->pid);

@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
-#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -24,6 +23,8 @@
 
 /* A peer that stops reading may hold this many unsent packets before it is dropped. */
 #define OUTQ_MAX_PACKETS 256
+/* Supplementary groups read from a peer; the kernel truncates beyond this. */
+#define NGROUPS_MAX_PEER 1024
 /* Packets read per wake-up per connection, so one busy client cannot starve the rest. */
 #define READS_PER_WAKEUP 32
 
@@ -50,6 +51,9 @@ struct server {
 	uint64_t next_conn_id;
 	uint8_t *rxbuf;        /* max-message-bytes + 1: one byte more tells "too long" */
 	size_t rxcap;
+	char admin_group[64];  /* the admin-group value admin_gid was resolved for */
+	bool admin_gid_known;
+	gid_t admin_gid;
 };
 
 static void conn_io_cb(struct ev_loop *loop, ev_io *w, int revents);
@@ -132,31 +136,40 @@ static int make_listen_socket(const char *path, int *ret)
 	return 0;
 }
 
-static bool uid_is_admin(const struct config *cfg, uid_t uid, gid_t gid)
+/*
+ * uid 0, or a member of admin-group: its primary group, or among the
+ * supplementary groups the kernel recorded at connect (SO_PEERGROUPS). The
+ * group name is resolved once per configured value, not on every accept.
+ */
+static bool peer_is_admin(struct server *s, int fd, uid_t uid, gid_t gid)
 {
-	struct group *gr;
+	const struct config *cfg = s->broker->cfg;
+	gid_t groups[NGROUPS_MAX_PEER];
+	socklen_t len = sizeof(groups);
 
 	if (uid == 0)
 		return true;
 	if (!cfg->admin_group || !cfg->admin_group[0])
 		return false;
-	gr = getgrnam(cfg->admin_group);
-	if (!gr)
-		return false;
-	if (gr->gr_gid == gid)
-		return true;
-	/* Supplementary membership: check the member list of the group. */
-	{
-		struct passwd *pw;
-		char **m;
+	if (strcmp(s->admin_group, cfg->admin_group) != 0) {
+		struct group *gr = getgrnam(cfg->admin_group);
 
-		pw = getpwuid(uid);
-		if (!pw)
-			return false;
-		for (m = gr->gr_mem; *m; m++)
-			if (strcmp(*m, pw->pw_name) == 0)
-				return true;
+		snprintf(s->admin_group, sizeof(s->admin_group), "%s", cfg->admin_group);
+		s->admin_gid_known = gr != NULL;
+		if (gr)
+			s->admin_gid = gr->gr_gid;
+		else
+			log_warnx("admin-group '%s' does not exist: only root is admin", cfg->admin_group);
 	}
+	if (!s->admin_gid_known)
+		return false;
+	if (gid == s->admin_gid)
+		return true;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
+		return false;
+	for (size_t i = 0; i < len / sizeof(gid_t); i++)
+		if (groups[i] == s->admin_gid)
+			return true;
 	return false;
 }
 
@@ -188,7 +201,7 @@ int server_adopt(struct server *s, int fd, const struct ucred *cred, struct conn
 	c->pid = cred->pid;
 	c->uid = cred->uid;
 	c->gid = cred->gid;
-	c->admin = uid_is_admin(cfg, cred->uid, cred->gid);
+	c->admin = peer_is_admin(s, fd, cred->uid, cred->gid);
 	c->connected_ms = now_ms();
 	c->pidfd = (int)syscall(SYS_pidfd_open, cred->pid, 0);
 	if (c->pidfd >= 0)

@@ -44,7 +44,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int baseline_fds;
 	const uint8_t *p = data, *end = data + size;
 	struct fz f;
-	int nfds;
 
 	if (size < 1)
 		return 0;
@@ -78,28 +77,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			request_dispatch(c, pkt, len);
 			break;
 		}
-		case 4:
-			fz_drain(&f);
-			break;
-		case 5:
-			fz_set_state(&f, (enum broker_state)((op >> 3) % 3));
-			break;
-		case 6:
-			if (op & 8)
-				usleep(3000);
-			fz_run_loop(&f);
-			break;
-		case 7:
-			fz_close_peer(&f, i);
+		default:
+			fz_common_op(&f, op, i);
 			break;
 		}
 		fz_check(&f);
 	}
-	fz_drain(&f);
-	fz_teardown(&f);
-	nfds = fz_count_fds();
-	if (nfds != baseline_fds)
-		fz_dump_fds();
-	FZ_ASSERT(nfds == baseline_fds, "fd leak: %d open, %d at start", nfds, baseline_fds);
+	fz_finish(&f, baseline_fds);
 	return 0;
 }

@@ -345,3 +345,38 @@ void fz_teardown(struct fz *f)
 	config_free(b->cfg);
 	memset(f, 0, sizeof(*f));
 }
+
+bool fz_common_op(struct fz *f, uint8_t op, int i)
+{
+	switch (op & 7) {
+	case 4:
+		fz_drain(f);
+		return true;
+	case 5:
+		fz_set_state(f, (enum broker_state)((op >> 3) % 3));
+		return true;
+	case 6:
+		if (op & 8)
+			usleep(3000);
+		fz_run_loop(f);
+		return true;
+	case 7:
+		fz_close_peer(f, i);
+		return true;
+	default:
+		return false;
+	}
+}
+
+void fz_finish(struct fz *f, int baseline_fds)
+{
+	int nfds;
+
+	fz_run_loop(f);
+	fz_drain(f);
+	fz_teardown(f);
+	nfds = fz_count_fds();
+	if (nfds != baseline_fds)
+		fz_dump_fds();
+	FZ_ASSERT(nfds == baseline_fds, "fd leak: %d open, %d at start", nfds, baseline_fds);
+}

@@ -62,3 +62,13 @@ void fz_check(struct fz *f);
 int fz_count_fds(void);
 /* List open fds on stderr (for a leak report). */
 void fz_dump_fds(void);
+
+/*
+ * The operations both harnesses share, ops 4-7 of an input byte: drain the
+ * peers, flip the pressure state, run the loop (sometimes after a sleep so
+ * timers fire), hang up peer i. Returns false for any other op.
+ */
+bool fz_common_op(struct fz *f, uint8_t op, int i);
+
+/* End of an input: run the loop, drain, tear down, and assert no fd leaked since baseline_fds. */
+void fz_finish(struct fz *f, int baseline_fds);
