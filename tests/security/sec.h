@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: MIT */
+/* Shared by the security suites: two real uids, dropping to them in children, and a main that skips without root. */
+#pragma once
+
+#define _GNU_SOURCE
+#include <check.h>
+#include <grp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "itest.h"
+
+/* The two unprivileged uids (and same-numbered gids) every security suite plays. */
+#define SEC_UID_A 61001
+#define SEC_UID_B 61002
+
+/* In a child: become uid (and gid) with no supplementary groups, or _exit(90). */
+static inline void sec_drop_to(uid_t uid)
+{
+	if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
+		_exit(90);
+}
+
+/*
+ * main() for a security suite: fork mode, and exit 77 (ctest's SKIP_RETURN_CODE)
+ * with a message where the test cannot switch uids.
+ */
+#define SEC_MAIN(suite_fn)                                                                                    \
+	int main(void)                                                                                       \
+	{                                                                                                    \
+		SRunner *sr;                                                                                 \
+		int failed;                                                                                  \
+                                                                                                             \
+		if (geteuid() != 0) {                                                                        \
+			printf("SKIP: %s needs root to run clients as two real uids\n", __FILE__);          \
+			return 77;                                                                           \
+		}                                                                                            \
+		sr = srunner_create(suite_fn());                                                             \
+		srunner_set_fork_status(sr, CK_FORK);                                                        \
+		srunner_run_all(sr, CK_NORMAL);                                                              \
+		failed = srunner_ntests_failed(sr);                                                          \
+		srunner_free(sr);                                                                            \
+		return failed ? EXIT_FAILURE : EXIT_SUCCESS;                                                 \
+	}
