@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -69,6 +70,9 @@ struct pb_lease {
 	bool hugetlb;
 	bool no_cuda;        /* acquired with PB_ACQUIRE_NO_CUDA: a cache hit must match */
 	bool revoke_pending; /* the daemon wants it back: never cache it */
+	bool stale;          /* the broker no longer counts it (new instance, or not re-adopted): atomic */
+	uint64_t instance_id; /* of the daemon that granted it: (instance_id, id) names the lease */
+	uint64_t conn_gen;    /* the connection it is counted on; requests naming it go only there */
 	int idle;            /* pb_lease_set_idle; read by the receiver thread (atomic) */
 	char *fallback_reason;
 };
@@ -84,10 +88,18 @@ struct waiter {
 	int err;             /* 0, or a negative errno when no usable reply came */
 	bool done;
 	bool revoked;        /* a revoke came for the lease before pb_acquire published it */
+	uint64_t instance_id; /* the daemon instance and connection the reply came on */
+	uint64_t conn_gen;
 };
 
 struct pb_client {
 	int sock;
+	/*
+	 * Held shared around every send and exclusively while a reconnect swaps the
+	 * socket: a request checked against one connection (and daemon instance)
+	 * is never written to the next one. Taken before lock, never while waiting.
+	 */
+	pthread_rwlock_t sock_lock;
 	pthread_t receiver;
 	bool receiver_started;
 	pthread_mutex_t lock; /* guards everything below */
@@ -104,6 +116,11 @@ struct pb_client {
 	uint8_t *rxbuf; /* PB_MAX_MSG_BYTES, used only by whoever is reading: HELLO, then the receiver */
 	char path[108]; /* the socket, for reconnecting after the daemon restarts */
 	bool closing;   /* pb_disconnect is running: never reconnect */
+	uint64_t instance_id; /* the daemon's, from HELLO; 0 if it sent none */
+	uint64_t conn_gen;    /* bumped by each reconnect */
+	/* A call that finds the connection down asks for an attempt now (kick_gen) and waits until
+	 * an attempt that started after its ask has ended (served_gen). */
+	uint64_t kick_gen, served_gen;
 };
 
 /* ---------------------------------------------------------------- errors */
@@ -254,24 +271,42 @@ static int send_packed(int sock, const Request *req)
 	return r;
 }
 
-/* Fire and forget: the receiver thread drops the reply, which has no waiter. */
-static int send_async(pb_client *c, Request *req)
+/*
+ * Under c->lock: may a request go out now? -ECONNRESET while the connection is
+ * down; -ESTALE when gen (a lease's connection generation, 0 for requests that
+ * name no lease) is not the current connection's: the lease belongs to a
+ * daemon instance, or a connection, that is gone, and its id may now name
+ * another lease.
+ */
+static int may_send_locked(const pb_client *c, uint64_t gen)
+{
+	if (c->dead)
+		return -ECONNRESET;
+	if (gen && gen != c->conn_gen)
+		return -ESTALE;
+	return 0;
+}
+
+/* Fire and forget: the receiver thread drops the reply, which has no waiter. gen as for may_send_locked. */
+static int send_async(pb_client *c, Request *req, uint64_t gen)
 {
 	int r;
 
+	pthread_rwlock_rdlock(&c->sock_lock);
 	pthread_mutex_lock(&c->lock);
-	if (c->dead) {
-		pthread_mutex_unlock(&c->lock);
-		return -ECONNRESET;
+	r = may_send_locked(c, gen);
+	if (r == 0) {
+		req->has_seq = 1;
+		req->seq = c->next_seq++;
 	}
-	req->has_seq = 1;
-	req->seq = c->next_seq++;
 	pthread_mutex_unlock(&c->lock);
-	r = send_packed(c->sock, req);
+	if (r == 0)
+		r = send_packed(c->sock, req);
+	pthread_rwlock_unlock(&c->sock_lock);
 	return r == -EPIPE ? -ECONNRESET : r;
 }
 
-static int send_release_async(pb_client *c, uint64_t id);
+static int send_release_async(pb_client *c, uint64_t id, uint64_t gen);
 
 static void unlink_waiter_locked(pb_client *c, struct waiter *w)
 {
@@ -296,12 +331,32 @@ static void waiter_cleanup(struct waiter *w)
 }
 
 /*
+ * Under c->lock, with the connection down: have the receiver thread try to
+ * reconnect now, and wait until an attempt that began after this request has
+ * ended, so that "the next call reconnects" holds whatever the backoff.
+ */
+static void await_reconnect_locked(pb_client *c)
+{
+	uint64_t mine;
+
+	if (!c->receiver_started || c->closing)
+		return;
+	mine = ++c->kick_gen;
+	pthread_cond_broadcast(&c->cond);
+	while (c->dead && !c->closing && c->served_gen < mine)
+		pthread_cond_wait(&c->cond, &c->lock);
+}
+
+/*
  * Send req and wait until its reply (and, for a lease, all its fds) has come.
  * With keep, w stays linked so a revoke racing with pb_acquire finds it; the
- * caller unlinks it under the lock. Returns 0 with w->reply set (any status),
- * or a negative errno when the connection failed.
+ * caller unlinks it under the lock. gen as for may_send_locked. A call that
+ * finds the connection down first waits for one reconnect attempt. Returns 0
+ * with w->reply set (any status), or a negative errno when the connection
+ * failed (-ECONNRESET: the daemon went away, also while this call was in
+ * flight) or the lease is stale (-ESTALE).
  */
-static int call(pb_client *c, Request *req, struct waiter *w, bool keep)
+static int call(pb_client *c, Request *req, struct waiter *w, bool keep, uint64_t gen)
 {
 	int r;
 
@@ -309,9 +364,20 @@ static int call(pb_client *c, Request *req, struct waiter *w, bool keep)
 	if (on_receiver_thread(c))
 		return set_error(-EDEADLK, "cannot wait for pinbrokerd inside a revoke callback");
 	pthread_mutex_lock(&c->lock);
-	if (c->dead) {
-		r = set_error(-ECONNRESET, "connection to pinbrokerd lost: %s", c->dead_reason);
+	if (c->dead)
+		await_reconnect_locked(c);
+	pthread_mutex_unlock(&c->lock);
+
+	pthread_rwlock_rdlock(&c->sock_lock);
+	pthread_mutex_lock(&c->lock);
+	r = may_send_locked(c, gen);
+	if (r < 0) {
+		if (r == -ECONNRESET)
+			set_error(r, "connection to pinbrokerd lost: %s", c->dead_reason);
+		else
+			set_error(r, "the lease belongs to a pinbrokerd connection that is gone");
 		pthread_mutex_unlock(&c->lock);
+		pthread_rwlock_unlock(&c->sock_lock);
 		return r;
 	}
 	w->seq = c->next_seq++;
@@ -323,6 +389,7 @@ static int call(pb_client *c, Request *req, struct waiter *w, bool keep)
 	pthread_mutex_unlock(&c->lock);
 
 	r = send_packed(c->sock, req);
+	pthread_rwlock_unlock(&c->sock_lock);
 
 	pthread_mutex_lock(&c->lock);
 	if (r < 0) {
@@ -347,12 +414,12 @@ static int call(pb_client *c, Request *req, struct waiter *w, bool keep)
 	/* A lease the daemon granted but we cannot take is still counted there: hand it back. */
 	if (w->reply && w->reply->status == PINBROKER__V1__STATUS_CODE__STATUS_OK &&
 	    w->reply->body_case == PINBROKER__V1__REPLY__BODY_LEASE)
-		send_release_async(c, w->reply->lease->lease_id);
+		send_release_async(c, w->reply->lease->lease_id, w->conn_gen);
 	waiter_cleanup(w);
 	return r;
 }
 
-static int send_release_async(pb_client *c, uint64_t id)
+static int send_release_async(pb_client *c, uint64_t id, uint64_t gen)
 {
 	Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
 	Request req = PINBROKER__V1__REQUEST__INIT;
@@ -360,10 +427,10 @@ static int send_release_async(pb_client *c, uint64_t id)
 	rel.lease_id = id;
 	req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
 	req.release = &rel;
-	return send_async(c, &req);
+	return send_async(c, &req, gen);
 }
 
-static int send_revoke_ack(pb_client *c, uint64_t id)
+static int send_revoke_ack(pb_client *c, uint64_t id, uint64_t gen)
 {
 	Pinbroker__V1__RevokeAck ack = PINBROKER__V1__REVOKE_ACK__INIT;
 	Request req = PINBROKER__V1__REQUEST__INIT;
@@ -371,10 +438,10 @@ static int send_revoke_ack(pb_client *c, uint64_t id)
 	ack.lease_id = id;
 	req.body_case = PINBROKER__V1__REQUEST__BODY_REVOKE_ACK;
 	req.revoke_ack = &ack;
-	return send_async(c, &req);
+	return send_async(c, &req, gen);
 }
 
-static int send_set_idle(pb_client *c, uint64_t id, bool idle)
+static int send_set_idle(pb_client *c, uint64_t id, bool idle, uint64_t gen)
 {
 	Pinbroker__V1__SetIdle si = PINBROKER__V1__SET_IDLE__INIT;
 	Request req = PINBROKER__V1__REQUEST__INIT;
@@ -383,7 +450,7 @@ static int send_set_idle(pb_client *c, uint64_t id, bool idle)
 	si.idle = idle;
 	req.body_case = PINBROKER__V1__REQUEST__BODY_SET_IDLE;
 	req.set_idle = &si;
-	return send_async(c, &req);
+	return send_async(c, &req, gen);
 }
 
 /* ---------------------------------------------------------------- leases and mappings */
@@ -408,10 +475,16 @@ static void lease_unlink_locked(pb_client *c, pb_lease *l)
 	l->prev = l->next = NULL;
 }
 
+static bool lease_is_stale(const pb_lease *l)
+{
+	return __atomic_load_n(&l->stale, __ATOMIC_ACQUIRE);
+}
+
+/* A lease of the current connection by id: a stale handle may carry an id that now names another lease. */
 static pb_lease *lease_find_locked(pb_client *c, uint64_t id)
 {
 	for (pb_lease *l = c->leases; l; l = l->next)
-		if (l->id == id && l->state != LEASE_GONE)
+		if (l->id == id && l->state != LEASE_GONE && !lease_is_stale(l) && l->conn_gen == c->conn_gen)
 			return l;
 	return NULL;
 }
@@ -496,7 +569,9 @@ static void lease_retire_mapping(pb_lease *l)
 	if (l->cuda_registered)
 		pbcuda_unregister(l->map_base);
 	l->cuda_registered = false;
+	/* Data first: whoever sees PB_MEM_REVOKED also sees NULL data. */
 	__atomic_store_n(&l->data, NULL, __ATOMIC_RELEASE);
+	__atomic_store_n(&l->kind, PB_MEM_REVOKED, __ATOMIC_RELEASE);
 	if (mmap(l->map_base, l->map_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
 		 0) == MAP_FAILED) {
 		munmap(l->map_base, l->map_bytes);
@@ -510,31 +585,40 @@ static void lease_free(pb_lease *l)
 	free(l);
 }
 
-/* Unmap, free, and RELEASE on the wire; waits for the daemon's answer when it may. */
+/*
+ * Unmap, free, and RELEASE on the wire; waits for the daemon's answer when it
+ * may. A stale lease is only unmapped and freed: its id may name someone
+ * else's lease now, so nothing is sent.
+ */
 static int lease_release_now(pb_client *c, pb_lease *l, bool wait)
 {
 	Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
 	Request req = PINBROKER__V1__REQUEST__INIT;
-	uint64_t id = l->id;
+	uint64_t id = l->id, gen;
 	struct waiter w;
+	bool stale;
 	int r;
 
-	lease_unmap(l);
-	lease_free(l);
 	pthread_mutex_lock(&c->lock);
+	gen = l->conn_gen;
+	stale = lease_is_stale(l) || gen != c->conn_gen;
 	/* A dead connection already returned every lease: the daemon frees them at close. */
 	r = c->dead;
 	pthread_mutex_unlock(&c->lock);
-	if (r)
+	lease_unmap(l);
+	lease_free(l);
+	if (r || stale)
 		return 0;
-	if (!wait || on_receiver_thread(c))
-		return send_release_async(c, id);
+	if (!wait || on_receiver_thread(c)) {
+		r = send_release_async(c, id, gen);
+		return r == -ESTALE || r == -ECONNRESET ? 0 : r;
+	}
 
 	rel.lease_id = id;
 	req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
 	req.release = &rel;
-	r = call(c, &req, &w, false);
-	if (r == -ECONNRESET)
+	r = call(c, &req, &w, false, gen);
+	if (r == -ECONNRESET || r == -ESTALE)
 		return 0;
 	if (r < 0)
 		return r;
@@ -551,6 +635,7 @@ static void handle_revoke(pb_client *c, uint64_t id, uint32_t deadline_ms)
 {
 	pb_revoke_fn fn;
 	void *userdata;
+	uint64_t gen;
 	pb_lease *l;
 
 	pthread_mutex_lock(&c->lock);
@@ -564,6 +649,7 @@ static void handle_revoke(pb_client *c, uint64_t id, uint32_t deadline_ms)
 		pthread_mutex_unlock(&c->lock);
 		return;
 	}
+	gen = l->conn_gen;
 	if (l->state == LEASE_CACHED) {
 		/* Cached memory is the library's own: give it back at once. */
 		c->cached_bytes -= l->size_bytes;
@@ -571,8 +657,8 @@ static void handle_revoke(pb_client *c, uint64_t id, uint32_t deadline_ms)
 		pthread_mutex_unlock(&c->lock);
 		lease_unmap(l);
 		lease_free(l);
-		send_release_async(c, id);
-		send_revoke_ack(c, id);
+		send_release_async(c, id, gen);
+		send_revoke_ack(c, id, gen);
 		return;
 	}
 	if (l->state != LEASE_ACTIVE) {
@@ -585,15 +671,15 @@ static void handle_revoke(pb_client *c, uint64_t id, uint32_t deadline_ms)
 	if (fn) {
 		pthread_mutex_unlock(&c->lock);
 		fn(c, l, deadline_ms, userdata);
-		send_revoke_ack(c, id);
+		send_revoke_ack(c, id, gen);
 		return;
 	}
 	if (__atomic_load_n(&l->idle, __ATOMIC_ACQUIRE)) {
 		l->state = LEASE_REVOKING;
 		pthread_mutex_unlock(&c->lock);
 		lease_retire_mapping(l);
-		send_release_async(c, id);
-		send_revoke_ack(c, id);
+		send_release_async(c, id, gen);
+		send_revoke_ack(c, id, gen);
 		pthread_mutex_lock(&c->lock);
 		l->state = LEASE_GONE;
 		pthread_cond_broadcast(&c->cond);
@@ -682,6 +768,9 @@ static void dispatch(pb_client *c, Reply *rep, int *fds, size_t nfds)
 		pinbroker__v1__reply__free_unpacked(rep, NULL);
 		return;
 	}
+	/* The connection a lease came on decides where requests naming it may go. */
+	w->instance_id = c->instance_id;
+	w->conn_gen = c->conn_gen;
 	if (rep->body_case == PINBROKER__V1__REPLY__BODY_LEASE_FDS) {
 		collect_lease_fds_locked(w, rep->lease_fds, fds, nfds);
 		pinbroker__v1__reply__free_unpacked(rep, NULL);
@@ -693,7 +782,7 @@ static void dispatch(pb_client *c, Reply *rep, int *fds, size_t nfds)
 	pthread_mutex_unlock(&c->lock);
 }
 
-static int say_hello(pb_client *c, const char *path);
+static int say_hello(pb_client *c, const char *path, uint64_t *instance_id);
 
 static uint64_t mono_ms(void)
 {
@@ -703,8 +792,12 @@ static uint64_t mono_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-/* Sleep up to ms, waking early when pb_disconnect starts. Returns false once closing. */
-static bool backoff_wait(pb_client *c, unsigned ms)
+/*
+ * Wait for the next reconnect attempt: up to ms (0: until asked), or at once
+ * when a call asked for one. Returns false once pb_disconnect started; else
+ * *attempt_for says which asks the attempt will answer.
+ */
+static bool wait_for_attempt(pb_client *c, unsigned ms, uint64_t *attempt_for)
 {
 	struct timespec until;
 	bool go_on;
@@ -717,80 +810,218 @@ static bool backoff_wait(pb_client *c, unsigned ms)
 		until.tv_nsec -= 1000000000L;
 	}
 	pthread_mutex_lock(&c->lock);
-	if (!c->closing)
-		pthread_cond_timedwait(&c->cond, &c->lock, &until);
+	while (!c->closing && c->kick_gen <= c->served_gen) {
+		if (ms == 0)
+			pthread_cond_wait(&c->cond, &c->lock);
+		else if (pthread_cond_timedwait(&c->cond, &c->lock, &until) == ETIMEDOUT)
+			break;
+	}
 	go_on = !c->closing;
+	*attempt_for = c->kick_gen;
 	pthread_mutex_unlock(&c->lock);
 	return go_on;
 }
 
 /*
- * The daemon went away (crash, restart): connect again on the same path, say
- * HELLO, and re-declare the leases this process still maps, so a daemon that
- * recovered them from systemd's fd store keeps counting them. The new socket
- * replaces the old one at the same fd number (dup2), so no other thread can
- * ever write to a recycled descriptor. Returns 0 when connected again.
+ * Re-declare ids to the daemon instance that granted them and wait for its
+ * answer here, on the receiver thread, dispatching whatever else arrives
+ * meanwhile. *adopted (malloc'd, *nadopted) lists the ids it took back.
+ * Returns 0, or a negative errno when no answer came.
  */
-static int reconnect(pb_client *c)
+static int redeclare(pb_client *c, uint64_t *ids, size_t n, uint64_t instance_id, uint64_t **adopted, size_t *nadopted)
 {
 	Pinbroker__V1__Redeclare rd = PINBROKER__V1__REDECLARE__INIT;
 	Request req = PINBROKER__V1__REQUEST__INIT;
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	uint64_t give_up = mono_ms() + RECONNECT_WINDOW_MS;
-	unsigned wait_ms = RECONNECT_BACKOFF_MIN_MS;
-	uint64_t *ids = NULL;
-	size_t n = 0;
+	uint64_t give_up = mono_ms() + HELLO_TIMEOUT_MS;
 	int r;
 
-	memcpy(sa.sun_path, c->path, sizeof(c->path));
-	for (;;) {
-		int s;
-
-		if (!backoff_wait(c, wait_ms) || mono_ms() > give_up)
-			return -ECONNRESET;
-		wait_ms = wait_ms * 2 > RECONNECT_BACKOFF_MAX_MS ? RECONNECT_BACKOFF_MAX_MS : wait_ms * 2;
-		s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-		if (s < 0)
-			continue;
-		if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-			close(s);
-			continue;
-		}
-		r = dup3(s, c->sock, O_CLOEXEC) < 0 ? -errno : 0;
-		close(s);
-		if (r < 0)
-			return r;
-		r = say_hello(c, c->path);
-		if (r == -EPROTONOSUPPORT)
-			return r; /* a different daemon version: retrying will not help */
-		if (r == 0)
-			break;
-	}
-
+	*adopted = NULL;
+	*nadopted = 0;
+	rd.n_lease_ids = n;
+	rd.lease_ids = ids;
+	rd.has_instance_id = instance_id != 0;
+	rd.instance_id = instance_id;
 	pthread_mutex_lock(&c->lock);
-	for (pb_lease *l = c->leases; l; l = l->next)
-		n++;
-	ids = calloc(n ? n : 1, sizeof(*ids));
-	n = 0;
-	for (pb_lease *l = c->leases; ids && l; l = l->next)
-		if (l->state != LEASE_GONE && l->id)
-			ids[n++] = l->id;
-	c->dead = 0;
-	c->dead_reason[0] = '\0';
 	req.has_seq = 1;
 	req.seq = c->next_seq++;
 	pthread_mutex_unlock(&c->lock);
+	req.body_case = PINBROKER__V1__REQUEST__BODY_REDECLARE;
+	req.redeclare = &rd;
+	r = send_packed(c->sock, &req);
+	if (r < 0)
+		return r;
+	for (;;) {
+		struct pollfd p = { .fd = c->sock, .events = POLLIN };
+		int fds[PB_MAX_FDS_PER_MSG];
+		uint64_t now = mono_ms();
+		size_t nfds;
+		Reply *rep;
+		ssize_t len;
 
-	/* Fire and forget: leases the new daemon does not know stay mapped here, just uncounted. */
+		if (now >= give_up)
+			return -ETIMEDOUT;
+		if (poll(&p, 1, (int)(give_up - now)) <= 0)
+			continue;
+		len = wire_recv(c->sock, c->rxbuf, PB_MAX_MSG_BYTES, fds, PB_MAX_FDS_PER_MSG, &nfds);
+		if (len <= 0)
+			return len == 0 ? -ECONNRESET : (int)len;
+		rep = pinbroker__v1__reply__unpack(NULL, (size_t)len, c->rxbuf);
+		if (!rep) {
+			wire_close_fds(fds, nfds);
+			return -EPROTO;
+		}
+		if (rep->has_seq && rep->seq == req.seq) {
+			wire_close_fds(fds, nfds);
+			if (rep->status == PINBROKER__V1__STATUS_CODE__STATUS_OK &&
+			    rep->body_case == PINBROKER__V1__REPLY__BODY_REDECLARE && rep->redeclare->n_adopted > 0) {
+				*adopted = malloc(rep->redeclare->n_adopted * sizeof(**adopted));
+				if (*adopted) {
+					memcpy(*adopted, rep->redeclare->adopted, rep->redeclare->n_adopted * sizeof(**adopted));
+					*nadopted = rep->redeclare->n_adopted;
+				}
+			}
+			pinbroker__v1__reply__free_unpacked(rep, NULL);
+			return 0;
+		}
+		dispatch(c, rep, fds, nfds);
+	}
+}
+
+static bool id_in(const uint64_t *ids, size_t n, uint64_t id)
+{
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
+/*
+ * One reconnect attempt: connect again on the same path, say HELLO, and,
+ * when it is the daemon instance that granted our leases (a restart that
+ * adopted systemd's fd store), re-declare them so it keeps counting them.
+ * Every other lease becomes stale: still mapped here, no longer counted, and
+ * never named on the wire again (its id may be reused by the new instance).
+ * The new socket replaces the old one at the same fd number (dup3) under
+ * sock_lock, so no request checked against the old connection can reach it.
+ * Returns 0 when connected again.
+ */
+static int try_reconnect(pb_client *c)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	uint64_t instance_id = 0, *ids = NULL, *adopted = NULL;
+	pb_lease *drop = NULL;
+	size_t n = 0, nadopted = 0;
+	bool same;
+	int s, r;
+
+	memcpy(sa.sun_path, c->path, sizeof(c->path));
+	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -errno;
+	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		r = -errno;
+		close(s);
+		return set_error(r, "no pinbrokerd at %s: %s", c->path, strerror(-r));
+	}
+	pthread_rwlock_wrlock(&c->sock_lock);
+	r = dup3(s, c->sock, O_CLOEXEC) < 0 ? -errno : 0;
+	pthread_rwlock_unlock(&c->sock_lock);
+	close(s);
+	if (r < 0)
+		return r;
+	r = say_hello(c, c->path, &instance_id);
+	if (r < 0)
+		goto fail;
+
+	pthread_mutex_lock(&c->lock);
+	/* A daemon that names no instance is taken for a new one: re-declaring to it could adopt someone's id. */
+	same = instance_id != 0 && instance_id == c->instance_id;
+	for (pb_lease *l = c->leases; same && l; l = l->next)
+		n++;
+	ids = same ? calloc(n ? n : 1, sizeof(*ids)) : NULL;
+	n = 0;
+	for (pb_lease *l = c->leases; ids && l; l = l->next)
+		if (l->state != LEASE_GONE && !lease_is_stale(l) && l->instance_id == instance_id)
+			ids[n++] = l->id;
+	pthread_mutex_unlock(&c->lock);
+
 	if (n > 0) {
-		rd.n_lease_ids = n;
-		rd.lease_ids = ids;
-		req.body_case = PINBROKER__V1__REQUEST__BODY_REDECLARE;
-		req.redeclare = &rd;
-		send_packed(c->sock, &req);
+		r = redeclare(c, ids, n, instance_id, &adopted, &nadopted);
+		if (r == -ECONNRESET || r == -EPROTO)
+			goto fail;
+		/* No answer in time: nothing counts as adopted; those leases go stale below. */
+	}
+
+	pthread_mutex_lock(&c->lock);
+	c->conn_gen++;
+	for (pb_lease *l = c->leases, *next; l; l = next) {
+		next = l->next;
+		if (l->state == LEASE_GONE)
+			continue;
+		if (same && !lease_is_stale(l) && l->instance_id == instance_id && id_in(adopted, nadopted, l->id)) {
+			l->conn_gen = c->conn_gen;
+			continue;
+		}
+		__atomic_store_n(&l->stale, true, __ATOMIC_RELEASE);
+		if (l->state == LEASE_CACHED) {
+			/* Cached memory is the library's own: nobody counts it any more, so let it go here. */
+			c->cached_bytes -= l->size_bytes;
+			lease_unlink_locked(c, l);
+			l->next = drop;
+			drop = l;
+		}
+	}
+	c->instance_id = instance_id;
+	c->dead = 0;
+	c->dead_reason[0] = '\0';
+	pthread_mutex_unlock(&c->lock);
+	while (drop) {
+		pb_lease *l = drop;
+
+		drop = l->next;
+		lease_unmap(l);
+		lease_free(l);
 	}
 	free(ids);
+	free(adopted);
 	return 0;
+fail:
+	free(ids);
+	free(adopted);
+	/* Whatever answered is not usable: hang up so the next attempt starts clean. */
+	shutdown(c->sock, SHUT_RDWR);
+	return r;
+}
+
+/*
+ * The daemon went away (crash, restart): try again with backoff for
+ * RECONNECT_WINDOW_MS (systemd restarts it within seconds, RestartSec=1s, and
+ * it keeps our leases for redeclare-grace-ms), then only when a call asks.
+ * Returns 0 when connected again, -ECANCELED when pb_disconnect started.
+ */
+static int reconnect(pb_client *c)
+{
+	uint64_t give_up = mono_ms() + RECONNECT_WINDOW_MS;
+	unsigned wait_ms = RECONNECT_BACKOFF_MIN_MS;
+
+	for (;;) {
+		uint64_t attempt_for;
+		int r;
+
+		if (!wait_for_attempt(c, mono_ms() > give_up ? 0 : wait_ms, &attempt_for))
+			return -ECANCELED;
+		wait_ms = wait_ms * 2 > RECONNECT_BACKOFF_MAX_MS ? RECONNECT_BACKOFF_MAX_MS : wait_ms * 2;
+		r = try_reconnect(c);
+		pthread_mutex_lock(&c->lock);
+		if (attempt_for > c->served_gen)
+			c->served_gen = attempt_for;
+		if (r < 0)
+			snprintf(c->dead_reason, sizeof(c->dead_reason), "reconnecting failed: %.120s", pb_last_error());
+		pthread_cond_broadcast(&c->cond);
+		pthread_mutex_unlock(&c->lock);
+		if (r == 0)
+			return 0;
+	}
 }
 
 static void *receiver_main(void *arg)
@@ -828,6 +1059,7 @@ static void *receiver_main(void *arg)
 		pthread_mutex_lock(&c->lock);
 		c->dead = -ECONNRESET;
 		snprintf(c->dead_reason, sizeof(c->dead_reason), "%s", reason);
+		/* Every call in flight fails now; the next one reconnects. */
 		for (struct waiter *w = c->waiters; w; w = w->next)
 			if (!w->done) {
 				w->err = -ECONNRESET;
@@ -840,12 +1072,8 @@ static void *receiver_main(void *arg)
 		}
 		snprintf(c->dead_reason, sizeof(c->dead_reason), "%.140s; reconnecting", reason);
 		pthread_mutex_unlock(&c->lock);
-		if (reconnect(c) < 0) {
-			pthread_mutex_lock(&c->lock);
-			snprintf(c->dead_reason, sizeof(c->dead_reason), "%s", reason);
-			pthread_mutex_unlock(&c->lock);
+		if (reconnect(c) < 0)
 			break;
-		}
 	}
 	return NULL;
 }
@@ -859,8 +1087,12 @@ static void record_connect_failure(const char *msg)
 	pthread_mutex_unlock(&connect_failure_lock);
 }
 
-/* HELLO is read here, before the receiver thread exists: nothing else can arrive first. */
-static int say_hello(pb_client *c, const char *path)
+/*
+ * HELLO is read here, before the receiver thread exists (or on it, when it
+ * reconnects): nothing else can arrive first. *instance_id gets the daemon's
+ * instance, 0 if it names none.
+ */
+static int say_hello(pb_client *c, const char *path, uint64_t *instance_id)
 {
 	Pinbroker__V1__Hello hello = PINBROKER__V1__HELLO__INIT;
 	Request req = PINBROKER__V1__REQUEST__INIT;
@@ -904,6 +1136,7 @@ static int say_hello(pb_client *c, const char *path)
 	} else if (rep->body_case != PINBROKER__V1__REPLY__BODY_HELLO || !rep->has_seq || rep->seq != req.seq) {
 		r = set_error(-EPROTO, "unexpected answer to HELLO from %s", path);
 	} else {
+		*instance_id = rep->hello->has_instance_id ? rep->hello->instance_id : 0;
 		r = 0;
 	}
 	pinbroker__v1__reply__free_unpacked(rep, NULL);
@@ -926,6 +1159,7 @@ static void client_free(pb_client *c)
 		close(c->sock);
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->lock);
+	pthread_rwlock_destroy(&c->sock_lock);
 	free(c->rxbuf);
 	free(c);
 }
@@ -957,6 +1191,8 @@ int pb_connect(const char *path, pb_client **ret)
 	memcpy(c->path, sa.sun_path, sizeof(c->path));
 	c->sock = -1;
 	c->next_seq = 1;
+	c->conn_gen = 1; /* 0 means "names no lease" to may_send_locked */
+	pthread_rwlock_init(&c->sock_lock, NULL);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->cond, NULL);
 	c->cache_limit_bytes = cache_limit_from_env();
@@ -974,7 +1210,7 @@ int pb_connect(const char *path, pb_client **ret)
 		r = set_error(-errno, "no broker at %s: %m", path);
 		goto fail;
 	}
-	r = say_hello(c, path);
+	r = say_hello(c, path, &c->instance_id);
 	if (r < 0)
 		goto fail;
 
@@ -1045,7 +1281,7 @@ void pb_disconnect(pb_client *c)
 /* ---------------------------------------------------------------- acquire / release */
 
 /* Best fit among cached leases: big enough, at most twice the size, same CUDA and priority choice. */
-static pb_lease *cache_take(pb_client *c, size_t size, bool no_cuda, enum pb_priority prio)
+static pb_lease *cache_take(pb_client *c, size_t size, bool no_cuda, enum pb_priority prio, uint64_t *gen)
 {
 	pb_lease *best = NULL;
 
@@ -1065,6 +1301,7 @@ static pb_lease *cache_take(pb_client *c, size_t size, bool no_cuda, enum pb_pri
 		best->state = LEASE_ACTIVE;
 		c->cached_bytes -= best->size_bytes;
 		__atomic_store_n(&best->idle, 0, __ATOMIC_RELEASE);
+		*gen = best->conn_gen;
 	}
 	pthread_mutex_unlock(&c->lock);
 	return best;
@@ -1131,10 +1368,12 @@ int pb_acquire(pb_client *c, size_t size, const struct pb_acquire_opts *opts, pb
 		return set_error(-EINVAL, "cannot acquire 0 bytes");
 
 	if (!(flags & PB_ACQUIRE_NO_CACHE)) {
-		l = cache_take(c, size, flags & PB_ACQUIRE_NO_CUDA, prio);
+		uint64_t gen = 0;
+
+		l = cache_take(c, size, flags & PB_ACQUIRE_NO_CUDA, prio, &gen);
 		if (l) {
 			/* Not awaited: this is what makes a cached re-acquire cost microseconds. */
-			send_set_idle(c, l->id, false);
+			send_set_idle(c, l->id, false, gen);
 			*ret = l;
 			return 0;
 		}
@@ -1153,7 +1392,7 @@ int pb_acquire(pb_client *c, size_t size, const struct pb_acquire_opts *opts, pb
 	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
 	req.acquire = &acq;
 
-	r = call(c, &req, &w, true);
+	r = call(c, &req, &w, true, 0);
 	if (r < 0)
 		return r;
 	if (w.reply->status != PINBROKER__V1__STATUS_CODE__STATUS_OK) {
@@ -1170,17 +1409,24 @@ int pb_acquire(pb_client *c, size_t size, const struct pb_acquire_opts *opts, pb
 	pthread_mutex_lock(&c->lock);
 	unlink_waiter_locked(c, &w);
 	revoked = w.revoked;
-	if (r == 0 && !revoked)
-		lease_link_locked(c, l);
+	if (r == 0) {
+		l->instance_id = w.instance_id;
+		l->conn_gen = w.conn_gen;
+		/* Granted on a connection that has gone since: that daemon did not get to re-adopt it. */
+		if (w.conn_gen != c->conn_gen)
+			__atomic_store_n(&l->stale, true, __ATOMIC_RELEASE);
+		if (!revoked)
+			lease_link_locked(c, l);
+	}
 	pthread_mutex_unlock(&c->lock);
 
 	if (r < 0) {
-		send_release_async(c, id);
+		send_release_async(c, id, w.conn_gen);
 		goto out;
 	}
 	if (revoked) {
 		lease_release_now(c, l, true);
-		send_revoke_ack(c, id);
+		send_revoke_ack(c, id, w.conn_gen);
 		r = set_error(-EAGAIN, "lease %llu was revoked before it could be used: host memory is critical",
 			      (unsigned long long)id);
 		goto out;
@@ -1286,16 +1532,17 @@ int pb_release(pb_client *c, pb_lease *l)
 		pthread_mutex_unlock(&c->lock);
 		return set_error(-EINVAL, "lease %llu released twice", (unsigned long long)l->id);
 	}
-	if (!l->revoke_pending && !c->dead && c->cached_bytes <= c->cache_limit_bytes &&
-	    l->size_bytes <= c->cache_limit_bytes - c->cached_bytes) {
-		uint64_t id = l->id;
+	/* A stale lease is never cached: no broker counts it, and its id may name another lease. */
+	if (!l->revoke_pending && !c->dead && !lease_is_stale(l) && l->conn_gen == c->conn_gen &&
+	    c->cached_bytes <= c->cache_limit_bytes && l->size_bytes <= c->cache_limit_bytes - c->cached_bytes) {
+		uint64_t id = l->id, gen = l->conn_gen;
 
 		l->state = LEASE_CACHED;
 		c->cached_bytes += l->size_bytes;
 		__atomic_store_n(&l->idle, 1, __ATOMIC_RELEASE);
 		pthread_mutex_unlock(&c->lock);
 		/* Tell the daemon it may take this one back first. */
-		send_set_idle(c, id, true);
+		send_set_idle(c, id, true, gen);
 		return 0;
 	}
 	lease_unlink_locked(c, l);
@@ -1339,21 +1586,52 @@ void pb_set_revoke_callback(pb_client *c, pb_revoke_fn fn, void *userdata)
 	pthread_mutex_unlock(&c->lock);
 }
 
-void pb_lease_set_idle(pb_lease *l, int idle)
+int pb_lease_set_idle(pb_lease *l, int idle)
 {
 	pb_client *c;
+	uint64_t gen;
 	bool changed;
+	int r = 0;
 
-	if (!l || l->kind == PB_MEM_FALLBACK)
-		return;
+	if (!l)
+		return set_error(-EINVAL, "pb_lease_set_idle: lease is NULL");
+	if (l->client == NULL)
+		return 0; /* fallback memory: nobody to tell */
 	c = l->client;
 	pthread_mutex_lock(&c->lock);
-	changed = l->state == LEASE_ACTIVE &&
-		  __atomic_exchange_n(&l->idle, idle ? 1 : 0, __ATOMIC_ACQ_REL) != (idle ? 1 : 0);
+	switch (l->state) {
+	case LEASE_ACTIVE:
+		break;
+	case LEASE_CACHED:
+		r = set_error(-EINVAL, "lease %llu was released: the handle is no longer valid", (unsigned long long)l->id);
+		break;
+	case LEASE_REVOKING:
+	case LEASE_GONE:
+		r = set_error(-ESTALE, "lease %llu was revoked and given back by the library: its memory is gone "
+				       "(pb_lease_data is NULL); call pb_release on it",
+			      (unsigned long long)l->id);
+		break;
+	}
+	if (r == 0 && (lease_is_stale(l) || l->conn_gen != c->conn_gen))
+		r = set_error(-ESTALE, "lease %llu is from a pinbrokerd that is gone: still mapped here but no longer "
+				       "counted by the broker",
+			      (unsigned long long)l->id);
+	if (r < 0) {
+		pthread_mutex_unlock(&c->lock);
+		return r;
+	}
+	changed = __atomic_exchange_n(&l->idle, idle ? 1 : 0, __ATOMIC_ACQ_REL) != (idle ? 1 : 0);
+	gen = l->conn_gen;
 	pthread_mutex_unlock(&c->lock);
 	/* Idle leases are what the daemon revokes first; tell it only on a change. */
 	if (changed)
-		send_set_idle(c, l->id, idle != 0);
+		send_set_idle(c, l->id, idle != 0, gen);
+	return 0;
+}
+
+int pb_lease_stale(const pb_lease *l)
+{
+	return l && l->client && lease_is_stale(l);
 }
 
 void *pb_lease_data(const pb_lease *l)
@@ -1378,7 +1656,7 @@ uint64_t pb_lease_id(const pb_lease *l)
 
 enum pb_memory_kind pb_lease_kind(const pb_lease *l)
 {
-	return l ? l->kind : PB_MEM_FALLBACK;
+	return l ? __atomic_load_n(&l->kind, __ATOMIC_ACQUIRE) : PB_MEM_FALLBACK;
 }
 
 int pb_lease_cuda_registered(const pb_lease *l)
@@ -1415,7 +1693,7 @@ static int call_checked(pb_client *c, Request *req, struct waiter *w)
 
 	if (!c)
 		return set_error(-ENOTCONN, "not connected to a broker");
-	r = call(c, req, w, false);
+	r = call(c, req, w, false, 0);
 	if (r < 0)
 		return r;
 	if (w->reply->status != PINBROKER__V1__STATUS_CODE__STATUS_OK) {

@@ -44,7 +44,41 @@ enum pb_memory_kind {
 	PB_MEM_PINNED = 0,   /* broker memory, locked and registered with CUDA: full-speed async copies */
 	PB_MEM_LOCKED = 1,   /* broker memory, locked but not CUDA-registered (no GPU or no driver here) */
 	PB_MEM_FALLBACK = 2, /* ordinary pageable memory: the broker refused or is not running */
+	PB_MEM_REVOKED = 3,  /* revoked while idle and given back by the library: no memory (data is NULL) */
 };
+
+/*
+ * Lease handles and their lifetime.
+ *
+ * A pb_lease stays valid until pb_release() is called on it, whatever happens
+ * to its memory meanwhile; pb_release() is then the only call that frees it.
+ * Its memory can go in two ways:
+ *
+ * - Revoked. When the daemon revokes a lease that is marked idle
+ *   (pb_lease_set_idle(l, 1)) and no revoke callback is set, the library gives
+ *   the memory back itself: from then on pb_lease_data() is NULL,
+ *   pb_lease_kind() is PB_MEM_REVOKED and pb_lease_set_idle() returns -ESTALE,
+ *   and the old range faults (PROT_NONE) instead of reaching other memory. So
+ *   mark a lease busy with pb_lease_set_idle(l, 0) before touching it again,
+ *   and touch it only if that returned 0.
+ *
+ * - Stale. A lease is named by the daemon instance that granted it and its id;
+ *   ids start at 1 again in a new instance. When the daemon restarts with its
+ *   leases kept in systemd's fd store, it is the same instance: the library
+ *   reconnects and re-declares the leases and nothing changes. When it starts
+ *   clean instead (no systemd, or no fd store), every handle from the earlier
+ *   instance becomes stale (pb_lease_stale() is 1), as does one the daemon did
+ *   not take back at re-declare: its data stays mapped and usable by this
+ *   process, but it is no longer counted or locked by the broker; the library
+ *   never names it to the daemon again, so pb_release() on it only unmaps and
+ *   frees it here and can never free someone else's lease, and
+ *   pb_lease_set_idle() returns -ESTALE. Release stale leases when convenient
+ *   and acquire again to be counted.
+ *
+ * When the connection drops, a call in flight returns -ECONNRESET; the next
+ * call reconnects first (and returns -ECONNRESET again if no daemon answers).
+ * Between calls the library also retries in the background for a minute.
+ */
 
 /*
  * Connect and say HELLO. path NULL means $PINBROKER_SOCKET, else
@@ -78,8 +112,9 @@ pb_lease *pb_acquire_or_fallback(pb_client *c, size_t size, const struct pb_acqu
 /*
  * Give a lease back (unregister, unmap, RELEASE), or, when the client cache is
  * enabled, keep it mapped as cached-idle for a fast re-acquire. Works for
- * fallback leases too. l is invalid afterwards. Returns 0 or a negative errno
- * (the local resources are freed either way).
+ * fallback, revoked and stale leases too (a stale one is only unmapped and
+ * freed here: nothing is sent). l is invalid afterwards. Returns 0 or a
+ * negative errno (the local resources are freed either way).
  */
 int pb_release(pb_client *c, pb_lease *l);
 
@@ -87,18 +122,26 @@ void *pb_lease_data(const pb_lease *l);
 size_t pb_lease_size(const pb_lease *l);
 size_t pb_lease_page_size(const pb_lease *l);
 uint64_t pb_lease_id(const pb_lease *l);              /* 0 for fallback memory */
-enum pb_memory_kind pb_lease_kind(const pb_lease *l);
+enum pb_memory_kind pb_lease_kind(const pb_lease *l); /* PB_MEM_REVOKED once given back */
 int pb_lease_cuda_registered(const pb_lease *l);      /* 1 or 0 */
 int pb_lease_hugetlb(const pb_lease *l);              /* 1 when every chunk is on 2 MiB pages */
 size_t pb_lease_chunks(const pb_lease *l);            /* memfd chunks mapped back to back; 0 for fallback */
 const char *pb_lease_fallback_reason(const pb_lease *l); /* NULL unless PB_MEM_FALLBACK */
 
+/* 1 when the broker no longer counts the lease (see "Lease handles" above): still mapped, not brokered. */
+int pb_lease_stale(const pb_lease *l);
+
 /*
  * Mark a lease idle (1) or busy (0). On REVOKE with no callback set, the
  * library releases idle leases itself; busy ones go to the callback or are
- * reported overdue.
+ * reported overdue. Returns 0 (also for fallback memory, where it does
+ * nothing), or:
+ *   -ESTALE the lease was revoked and given back (pb_lease_data() is NULL:
+ *           do not touch the memory), or it is stale (still mapped, no longer
+ *           counted); call pb_release() on it either way;
+ *   -EINVAL l is NULL or was released.
  */
-void pb_lease_set_idle(pb_lease *l, int idle);
+int pb_lease_set_idle(pb_lease *l, int idle);
 
 /*
  * Called from the library's receiver thread when the daemon revokes a lease:

@@ -33,7 +33,7 @@ struct broker {
 	struct monitor *monitor;     /* I/O: samplers and PSI triggers */
 	struct server *server;
 	struct revoker *revoker;     /* I/O: REVOKE deadlines, enforcement, waiting acquires */
-	struct recovery *recovery;   /* fd-store state for crash recovery; NULL without systemd */
+	struct recovery *recovery;   /* instance id, and the fd-store state for crash recovery under systemd */
 	struct ev_loop *loop;
 	const char *config_path;     /* for SIGHUP; NULL when none */
 

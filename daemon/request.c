@@ -21,6 +21,7 @@
 #include "log.h"
 #include "monitor.h"
 #include "pool.h"
+#include "recovery.h"
 #include "server.h"
 #include "util.h"
 #include "wire.h"
@@ -200,6 +201,8 @@ static int send_lease(struct conn *c, uint64_t seq, const struct lease *l)
 	lm.hugetlb = huge;
 	lm.has_priority = true;
 	lm.priority = prio_to_wire(l->priority);
+	/* Recorded as lent before its fds leave: a crash from here on finds these chunks held. */
+	recovery_lent(b, l);
 	reply_init(&r, seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
 	r.body_case = PINBROKER__V1__REPLY__BODY_LEASE;
 	r.lease = &lm;
@@ -825,6 +828,8 @@ static void handle_hello(struct conn *c, const Request *req)
 	hr.chunk_size = pool_chunk_size(b->pool);
 	hr.has_hugetlb = true;
 	hr.hugetlb = pool_hugetlb(b->pool);
+	hr.has_instance_id = true;
+	hr.instance_id = recovery_instance_id(b);
 	reply_init(&r, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
 	r.body_case = PINBROKER__V1__REPLY__BODY_HELLO;
 	r.hello = &hr;
@@ -1127,7 +1132,9 @@ static void handle_redeclare(struct conn *c, const Request *req)
 	for (size_t i = 0; i < rd->n_lease_ids; i++) {
 		struct lease *l = lease_find(b->leases, rd->lease_ids[i]);
 
-		/* Only an orphan of the same uid can be adopted. */
+		/* Only an orphan of the same uid, granted by this instance, can be adopted. */
+		if (rd->has_instance_id && rd->instance_id != recovery_instance_id(b))
+			l = NULL;
 		if (l && l->state == LEASE_ORPHANED && !l->owner && l->uid == c->uid &&
 		    lease_set_state(l, LEASE_ACTIVE, now_ms()) == 0) {
 			l->owner = c;

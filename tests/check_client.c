@@ -39,6 +39,9 @@ struct mock_cfg {
 	uint64_t quota_bytes;     /* bigger acquires get OVER_QUOTA */
 	bool version_mismatch;    /* answer HELLO with VERSION_MISMATCH */
 	bool revoke_on_grant;     /* revoke each lease before its last fd packet: the grant/revoke race, made certain */
+	uint64_t instance_id;     /* sent in HELLO when not 0 */
+	bool restart_per_conn;    /* each connection is a new daemon instance: new instance id, ids from 1 again */
+	bool keep_leases;         /* leases outlive a connection (a restart that kept the fd store) */
 };
 
 struct mock_lease {
@@ -54,6 +57,7 @@ static uint64_t mock_next_id = 1;
 
 static char sock_path[108];
 static pid_t mock_pid;
+static uint64_t mock_instance; /* of the connection being served */
 
 __attribute__((format(printf, 1, 2))) static void mock_event(const char *fmt, ...)
 {
@@ -227,6 +231,8 @@ static bool mock_handle(int s, const struct mock_cfg *cfg, const Request *req)
 		hr.version = PB_PROTOCOL_VERSION;
 		hr.has_page_size = 1;
 		hr.page_size = MOCK_PAGE_BYTES;
+		hr.has_instance_id = mock_instance != 0;
+		hr.instance_id = mock_instance;
 		rep.has_seq = 1;
 		rep.seq = seq;
 		rep.body_case = PINBROKER__V1__REPLY__BODY_HELLO;
@@ -240,6 +246,7 @@ static bool mock_handle(int s, const struct mock_cfg *cfg, const Request *req)
 	case PINBROKER__V1__REQUEST__BODY_RELEASE:
 		ml = mock_find(req->release->lease_id);
 		if (!ml) {
+			mock_event("release-unknown %llu", (unsigned long long)req->release->lease_id);
 			mock_status(s, seq, PINBROKER__V1__STATUS_CODE__STATUS_UNKNOWN_LEASE, "no such lease");
 			return true;
 		}
@@ -283,10 +290,50 @@ static bool mock_handle(int s, const struct mock_cfg *cfg, const Request *req)
 			mock_revoke(s, ids[i]);
 		return true;
 	}
+	case PINBROKER__V1__REQUEST__BODY_REDECLARE: {
+		Pinbroker__V1__RedeclareReply rr = PINBROKER__V1__REDECLARE_REPLY__INIT;
+		const Pinbroker__V1__Redeclare *rd = req->redeclare;
+		Reply rep = PINBROKER__V1__REPLY__INIT;
+		uint64_t ok[MOCK_MAX_LEASES], bad[MOCK_MAX_LEASES];
+		char line[512];
+		size_t at;
+
+		at = (size_t)snprintf(line, sizeof(line), "redeclare");
+		for (size_t i = 0; i < rd->n_lease_ids && i < MOCK_MAX_LEASES; i++) {
+			/* Only the instance that granted an id may take it back. */
+			bool mine = mock_find(rd->lease_ids[i]) && rd->has_instance_id && rd->instance_id == mock_instance;
+
+			if (mine)
+				ok[rr.n_adopted++] = rd->lease_ids[i];
+			else
+				bad[rr.n_rejected++] = rd->lease_ids[i];
+			at += (size_t)snprintf(line + at, sizeof(line) - at, " %llu%s",
+					       (unsigned long long)rd->lease_ids[i], mine ? "" : "!");
+		}
+		mock_event("%s", line);
+		rr.adopted = ok;
+		rr.rejected = bad;
+		rep.has_seq = 1;
+		rep.seq = seq;
+		rep.body_case = PINBROKER__V1__REPLY__BODY_REDECLARE;
+		rep.redeclare = &rr;
+		mock_send(s, &rep, NULL, 0);
+		return true;
+	}
 	case PINBROKER__V1__REQUEST__BODY_SET_CONFIG:
-		/* Test hooks: "drop" hangs up mid-conversation, "deny" refuses like a non-admin caller. */
+		/* Test hooks: "drop" hangs up mid-conversation, "deny" refuses like a non-admin caller,
+		 * "forget" drops a lease as a restarted daemon that lost it would. */
 		if (strcmp(req->set_config->key, "drop") == 0)
 			return false;
+		if (strcmp(req->set_config->key, "forget") == 0) {
+			ml = mock_find(strtoull(req->set_config->value, NULL, 10));
+			if (ml) {
+				close(ml->fd0);
+				ml->id = 0;
+			}
+			mock_status(s, seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+			return true;
+		}
 		if (strcmp(req->set_config->key, "deny") == 0) {
 			mock_status(s, seq, PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED,
 				    "set needs uid 0 or group pinbroker-admin");
@@ -304,7 +351,9 @@ static bool mock_handle(int s, const struct mock_cfg *cfg, const Request *req)
 static void mock_serve(int lsock, const struct mock_cfg *cfg)
 {
 	uint8_t *buf = malloc(PB_MAX_MSG_BYTES);
+	unsigned nconn = 0;
 
+	mock_instance = cfg->instance_id;
 	for (;;) {
 		int s = accept4(lsock, NULL, NULL, SOCK_CLOEXEC), fds[PB_MAX_FDS_PER_MSG];
 		bool alive = true;
@@ -312,6 +361,11 @@ static void mock_serve(int lsock, const struct mock_cfg *cfg)
 
 		if (s < 0)
 			_exit(2);
+		if (cfg->restart_per_conn && nconn++ > 0) {
+			/* A daemon that started clean: another instance, and its ids start at 1 again. */
+			mock_instance++;
+			mock_next_id = 1;
+		}
 		while (alive) {
 			ssize_t n = wire_recv(s, buf, PB_MAX_MSG_BYTES, fds, PB_MAX_FDS_PER_MSG, &nfds);
 			Request *req;
@@ -326,7 +380,7 @@ static void mock_serve(int lsock, const struct mock_cfg *cfg)
 			pinbroker__v1__request__free_unpacked(req, NULL);
 		}
 		close(s);
-		for (size_t i = 0; i < MOCK_MAX_LEASES; i++)
+		for (size_t i = 0; !cfg->keep_leases && i < MOCK_MAX_LEASES; i++)
 			if (mock_leases[i].id) {
 				mock_event("closed-with %llu", (unsigned long long)mock_leases[i].id);
 				close(mock_leases[i].fd0);
@@ -613,26 +667,127 @@ START_TEST(test_revoke_racing_the_grant_gives_the_lease_back)
 }
 END_TEST
 
-START_TEST(test_connection_drop_fails_calls_but_keeps_mappings)
+/* How many of the stand-in's log lines equal line (after mock_saw found one, so async requests have landed). */
+static size_t mock_count(pb_client *c, const char *line)
 {
-	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
-	pb_client *c = connect_mock(&default_cfg);
-	pb_lease *l, *f;
-	uint8_t *p;
+	struct pb_status *s;
+	size_t n = 0;
 
+	ck_assert_int_eq(pb_status_get(c, &s), 0);
+	for (size_t i = 0; i < s->n_transitions; i++)
+		n += strcmp(s->transitions[i].text, line) == 0;
+	pb_status_free(s);
+	return n;
+}
+
+START_TEST(test_connection_drop_fails_the_call_in_flight_and_the_next_call_reconnects)
+{
+	struct mock_cfg cfg = default_cfg;
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	pb_client *c;
+	pb_lease *l, *m, *f;
+	uint8_t *p, *q;
+
+	/* Each connection is a daemon that started clean: a new instance, lease ids from 1 again. */
+	cfg.instance_id = 100;
+	cfg.restart_per_conn = true;
+	c = connect_mock(&cfg);
 	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &l), 0);
+	ck_assert_uint_eq(pb_lease_id(l), 1);
 	p = pb_lease_data(l);
 	p[0] = 7;
+	/* In flight when the daemon goes: -ECONNRESET... */
 	ck_assert_int_eq(pb_admin_set(c, "drop", "now"), -ECONNRESET);
-	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &f), -ECONNRESET);
-	/* Still mapped: the application decides when to let go. */
+	/* ...and the next call reconnects, whatever the background backoff is doing. */
+	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &m), 0);
+	ck_assert_uint_eq(pb_lease_id(m), 1); /* the same id, in another instance */
+	ck_assert_int_eq(pb_lease_stale(m), 0);
+	q = pb_lease_data(m);
+	q[0] = 9;
+	/* The old handle is stale: still mapped and usable here, no longer brokered. */
+	ck_assert_int_eq(pb_lease_stale(l), 1);
 	ck_assert_int_eq(p[0], 7);
 	p[(1u << 20) - 1] = 8;
+	ck_assert_int_eq(pb_lease_kind(l), PB_MEM_LOCKED);
+	ck_assert_int_eq(pb_lease_set_idle(l, 1), -ESTALE);
+	/* Releasing it is local: it must not free lease 1 of the new instance, which is m. */
+	ck_assert_int_eq(pb_release(c, l), 0);
+	ck_assert_int_eq(pb_release(c, m), 0);
+	ck_assert(mock_saw(c, "release 1 first=9"));
+	ck_assert_uint_eq(mock_count(c, "release 1 first=9"), 1);
+	ck_assert_uint_eq(mock_count(c, "release-unknown 1"), 0);
+	ck_assert_uint_eq(mock_count(c, "idle 1 1"), 0);
+	/* With no daemon at all, the next call's reconnect fails: -ECONNRESET, then fallback memory. */
+	ck_assert_int_eq(pb_admin_set(c, "drop", "now"), -ECONNRESET);
+	mock_stop();
+	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &f), -ECONNRESET);
+	ck_assert_ptr_nonnull(strstr(pb_last_error(), "pinbrokerd"));
 	f = pb_acquire_or_fallback(c, 4096, NULL);
 	ck_assert_int_eq(pb_lease_kind(f), PB_MEM_FALLBACK);
 	ck_assert_ptr_nonnull(strstr(pb_lease_fallback_reason(f), "broker failed"));
+	ck_assert_int_eq(pb_lease_set_idle(f, 1), 0);
 	ck_assert_int_eq(pb_release(c, f), 0);
-	ck_assert_int_eq(pb_release(c, l), 0);
+	pb_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_same_instance_redeclares_and_only_rejected_leases_go_stale)
+{
+	struct mock_cfg cfg = default_cfg;
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	pb_client *c;
+	pb_lease *a, *b, *n;
+
+	/* A restart that kept its leases (systemd's fd store): the same instance, which lost lease 2. */
+	cfg.instance_id = 200;
+	cfg.keep_leases = true;
+	c = connect_mock(&cfg);
+	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &a), 0);
+	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &b), 0);
+	ck_assert_int_eq(pb_admin_set(c, "forget", "2"), 0);
+	ck_assert_int_eq(pb_admin_set(c, "drop", "now"), -ECONNRESET);
+	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &n), 0);
+	ck_assert_uint_eq(pb_lease_id(n), 3); /* ids go on in the same instance */
+	ck_assert(mock_saw(c, "redeclare 2! 1"));
+	ck_assert_int_eq(pb_lease_stale(a), 0);
+	ck_assert_int_eq(pb_lease_stale(b), 1);
+	ck_assert_int_eq(pb_lease_set_idle(a, 1), 0);
+	ck_assert(mock_saw(c, "idle 1 1"));
+	ck_assert_int_eq(pb_release(c, b), 0);
+	ck_assert_int_eq(pb_release(c, a), 0);
+	ck_assert_int_eq(pb_release(c, n), 0);
+	ck_assert(mock_saw(c, "release 3 first=0"));
+	ck_assert_uint_eq(mock_count(c, "release 1 first=0"), 1);
+	ck_assert_uint_eq(mock_count(c, "release-unknown 2"), 0);
+	pb_disconnect(c);
+	mock_stop();
+}
+END_TEST
+
+START_TEST(test_set_idle_after_the_library_gave_a_revoked_lease_back_is_estale)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	pb_client *c = connect_mock(&default_cfg);
+	pb_lease *busy, *idle;
+
+	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &busy), 0);
+	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &idle), 0);
+	ck_assert_int_eq(pb_lease_set_idle(idle, 1), 0);
+	ck_assert_int_eq(pb_admin_revoke(c, PB_REVOKE_ALL, 0, 0, 0, NULL, NULL), 0);
+	ck_assert(mock_saw(c, "ack 2"));
+	/* The program wants it back: it learns the memory is gone instead of writing through NULL. */
+	ck_assert_int_eq(pb_lease_set_idle(idle, 0), -ESTALE);
+	ck_assert_ptr_nonnull(strstr(pb_last_error(), "revoked"));
+	ck_assert_ptr_null(pb_lease_data(idle));
+	ck_assert_int_eq(pb_lease_kind(idle), PB_MEM_REVOKED);
+	ck_assert_int_eq(pb_lease_cuda_registered(idle), 0);
+	ck_assert_int_eq(pb_lease_stale(idle), 0);
+	/* The busy one is untouched and still answers. */
+	ck_assert_int_eq(pb_lease_set_idle(busy, 1), 0);
+	ck_assert_int_eq(pb_lease_kind(busy), PB_MEM_LOCKED);
+	ck_assert_int_eq(pb_lease_set_idle(NULL, 1), -EINVAL);
+	ck_assert_int_eq(pb_release(c, idle), 0);
+	ck_assert_int_eq(pb_release(c, busy), 0);
 	pb_disconnect(c);
 	mock_stop();
 }
@@ -740,7 +895,9 @@ static Suite *client_suite(void)
 	tcase_add_test(tc, test_revoke_of_idle_lease_releases_it_and_leaves_a_fault_not_memory);
 	tcase_add_test(tc, test_revoke_callback_may_release_on_the_receiver_thread);
 	tcase_add_test(tc, test_revoke_racing_the_grant_gives_the_lease_back);
-	tcase_add_test(tc, test_connection_drop_fails_calls_but_keeps_mappings);
+	tcase_add_test(tc, test_connection_drop_fails_the_call_in_flight_and_the_next_call_reconnects);
+	tcase_add_test(tc, test_same_instance_redeclares_and_only_rejected_leases_go_stale);
+	tcase_add_test(tc, test_set_idle_after_the_library_gave_a_revoked_lease_back_is_estale);
 	tcase_add_test(tc, test_status_and_admin_map_to_public_structs);
 	tcase_add_test(tc, test_threads_share_one_client);
 	tcase_add_test(tc, test_disconnect_returns_everything);
