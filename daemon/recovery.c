@@ -54,11 +54,14 @@
 /* Sanity bound when reading: 64 MiB of text is some 400k leases. */
 #define STATE_MAX_BYTES (64ull << 20)
 /*
- * The full snapshot is O(leases) (about 4 ms at 20k leases), so it is written
- * at most this often; appends cover what happens in between. A crash forgets at
- * most this much release history, which only delays reuse of that memory.
+ * The full snapshot is O(leases), so the loop spends at most a tenth of its
+ * time on it: after a snapshot that took t, the next waits 9 t (a few µs with
+ * few leases, so then it is written every iteration that changed something).
+ * Appends cover what happens in between; what a crash forgets is only release
+ * history, which makes recovery hold that memory longer, never lend it.
  */
-#define SNAPSHOT_INTERVAL_MS 100u
+#define SNAPSHOT_SPACING_FACTOR 9u
+#define SNAPSHOT_SPACING_MAX_US 1000000u
 #define JOURNAL_MIN_BYTES (64u * 1024)
 /* A quarantined chunk's owner: matches no uid that could ask (and such chunks are never idle anyway). */
 #define OWNER_UNKNOWN ((uid_t)-2)
@@ -105,7 +108,8 @@ struct recovery {
 	uint64_t journal_bytes;
 	uint64_t max_lent_id;
 	uint64_t written_generation;
-	uint64_t snapshot_ms;
+	uint64_t snapshot_us;     /* when the last snapshot was committed */
+	uint64_t snapshot_cost_us; /* how long it took */
 	struct buf body, rec;     /* formatting buffers, reused */
 	struct chunk **quarantine; /* adopted chunks nobody may be lent: counted as lent, held here */
 	size_t nquarantine;
@@ -279,7 +283,7 @@ static int commit_snapshot(struct recovery *rc)
 	struct broker *b = rc->b;
 	struct buf *body = &rc->body;
 	struct state_desc d;
-	uint64_t off;
+	uint64_t off, t0_us = now_us();
 	int slot, r;
 
 	body->len = 0;
@@ -324,7 +328,8 @@ static int commit_snapshot(struct recovery *rc)
 	rc->journal_end = align8(off + body->len);
 	rc->journal_bytes = 0;
 	rc->written_generation = b->generation;
-	rc->snapshot_ms = now_ms();
+	rc->snapshot_us = now_us();
+	rc->snapshot_cost_us = rc->snapshot_us - t0_us;
 	/* Back at the front: what lies beyond (older snapshots) is dead weight. */
 	if (off == BODY_START_BYTES && ftruncate(rc->state_fd, (off_t)rc->journal_end) < 0)
 		log_debug("cannot shrink the recovery state: %s", strerror(errno));
@@ -383,17 +388,20 @@ static void snapshot_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 static void prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
 {
 	struct recovery *rc = w->data;
-	uint64_t since_ms, limit_bytes;
+	uint64_t since_us, spacing_us, limit_bytes;
 	int r;
 
-	/* Only when a broker verb changed something, and at most every SNAPSHOT_INTERVAL_MS. */
+	/* Only when a broker verb changed something, and no more often than the spacing allows. */
 	if (rc->committed && rc->b->generation == rc->written_generation)
 		return;
-	since_ms = now_ms() - rc->snapshot_ms;
+	since_us = now_us() - rc->snapshot_us;
+	spacing_us = rc->snapshot_cost_us * SNAPSHOT_SPACING_FACTOR;
+	if (spacing_us > SNAPSHOT_SPACING_MAX_US)
+		spacing_us = SNAPSHOT_SPACING_MAX_US;
 	limit_bytes = rc->body_len > JOURNAL_MIN_BYTES ? rc->body_len : JOURNAL_MIN_BYTES;
-	if (rc->committed && since_ms < SNAPSHOT_INTERVAL_MS && rc->journal_bytes < limit_bytes) {
+	if (rc->committed && since_us < spacing_us && rc->journal_bytes < limit_bytes) {
 		if (!ev_is_active(&rc->snapshot_timer)) {
-			ev_timer_set(&rc->snapshot_timer, (double)(SNAPSHOT_INTERVAL_MS - since_ms) / 1000.0, 0.);
+			ev_timer_set(&rc->snapshot_timer, (double)(spacing_us - since_us) / 1e6, 0.);
 			ev_timer_start(loop, &rc->snapshot_timer);
 		}
 		return;

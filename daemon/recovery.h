@@ -36,7 +36,8 @@ uint64_t recovery_instance_id(const struct broker *b);
  * Record lease l as lent, synchronously, before any of its chunk fds leave the
  * daemon: a crash after this call finds its chunks held, never idle. Costs one
  * short append to the state memfd (O(l->nchunks)); the full state is rewritten
- * at most every few tens of ms from the loop. If the record cannot be written
+ * from the loop, spaced so that it takes at most a tenth of the loop's time.
+ * If the record cannot be written
  * the state is made unreadable, so that recovery quarantines every chunk
  * instead of trusting stale lines. No-op without an fd store.
  */

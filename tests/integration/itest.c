@@ -42,7 +42,7 @@ pid_t itest_fork(void)
 	return pid;
 }
 
-void daemon_start(struct daemon *d, const char *const *extra)
+void daemon_prepare(struct daemon *d)
 {
 	memset(d, 0, sizeof(*d));
 	snprintf(d->dir, sizeof(d->dir), "/tmp/pbtest.XXXXXX");
@@ -50,10 +50,20 @@ void daemon_start(struct daemon *d, const char *const *extra)
 	chmod(d->dir, 0755);
 	snprintf(d->socket, sizeof(d->socket), "%s/pb.sock", d->dir);
 	snprintf(d->log, sizeof(d->log), "%s/daemon.log", d->dir);
+}
+
+void daemon_start(struct daemon *d, const char *const *extra)
+{
+	daemon_prepare(d);
 	daemon_restart(d, extra);
 }
 
 void daemon_restart(struct daemon *d, const char *const *extra)
+{
+	daemon_restart_with(d, extra, NULL, NULL);
+}
+
+void daemon_restart_with(struct daemon *d, const char *const *extra, void (*child_setup)(void *ud), void *ud)
 {
 	const char *argv[64];
 	char *wrapper;
@@ -95,6 +105,8 @@ void daemon_restart(struct daemon *d, const char *const *extra)
 		unsetenv("NOTIFY_SOCKET");
 		unsetenv("JOURNAL_STREAM");
 		unsetenv("LISTEN_FDS");
+		if (child_setup)
+			child_setup(ud);
 		execvp(argv[0], (char *const *)argv); /* p: the wrapper is found on PATH */
 		_exit(127);
 	}

@@ -24,6 +24,14 @@ struct daemon {
 void daemon_start(struct daemon *d, const char *const *extra_args);
 /* Start the daemon again in the same dir and on the same socket (after a crash or stop). */
 void daemon_restart(struct daemon *d, const char *const *extra_args);
+/* daemon_start's first half: a fresh temp dir and the paths in it, nothing started. */
+void daemon_prepare(struct daemon *d);
+/*
+ * daemon_restart, with child_setup(ud) run in the child just before exec, after the
+ * environment was cleaned (NOTIFY_SOCKET, LISTEN_FDS unset): a stand-in for a
+ * service manager sets its own there (tests/security/fdstore.h).
+ */
+void daemon_restart_with(struct daemon *d, const char *const *extra_args, void (*child_setup)(void *ud), void *ud);
 /* SIGTERM, wait, and check it exited 0. Returns the exit status (or 128+signal). */
 int daemon_stop(struct daemon *d);
 /* True while the daemon process is alive. */
