@@ -32,6 +32,7 @@
 
 static const char *const hugetlb_choices[] = { "auto", "yes", "no", NULL };
 static const char *const enforce_choices[] = { "none", "disconnect", "sigterm", "sigkill", NULL };
+static const char *const visibility_choices[] = { "own", "all", NULL };
 
 /* Enum values are indexes into their choices arrays. */
 _Static_assert(CONFIG_HUGETLB_AUTO == 0 && CONFIG_HUGETLB_YES == 1 && CONFIG_HUGETLB_NO == 2,
@@ -39,6 +40,7 @@ _Static_assert(CONFIG_HUGETLB_AUTO == 0 && CONFIG_HUGETLB_YES == 1 && CONFIG_HUG
 _Static_assert(ENFORCE_NONE == 0 && ENFORCE_DISCONNECT == 1 && ENFORCE_SIGTERM == 2 &&
 		       ENFORCE_SIGKILL == 3,
 	       "enforce_choices order");
+_Static_assert(VISIBILITY_OWN == 0 && VISIBILITY_ALL == 1, "visibility_choices order");
 
 /*
  * The offset macros check at compile time that each field has the C type its
@@ -122,6 +124,11 @@ static const struct config_key keys[] = {
 	       "Largest request packet accepted; a larger one closes the connection."),
 	K_UINT("acquire-timeout-ms", acquire_timeout_ms, 0, HOUR_MS, "10000", true,
 	       "How long a waiting ACQUIRE waits for memory when the client gives no timeout."),
+	K_ENUM("status-visibility", status_visibility, visibility_choices, "own", true,
+	       "Whose client and lease rows (pids, labels, names) a non-admin sees in status: own (its uid's only) "
+	       "or all. own by default: labels are free text that may name jobs and data, and which uid runs what "
+	       "is no other member's business (least privilege); budget, leased and pressure figures stay visible "
+	       "to all, and admins always see every row."),
 
 	K_DOUBLE("tight-mem-available-pct", tight_mem_available_pct, 0, 100, "10", true,
 		 "Tight when MemAvailable falls below this share of MemTotal; 0 turns the signal off."),

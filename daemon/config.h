@@ -10,6 +10,8 @@
 
 enum config_hugetlb { CONFIG_HUGETLB_AUTO, CONFIG_HUGETLB_YES, CONFIG_HUGETLB_NO };
 enum config_enforce { ENFORCE_NONE, ENFORCE_DISCONNECT, ENFORCE_SIGTERM, ENFORCE_SIGKILL };
+/* Whose client and lease rows STATUS shows a non-admin (admins always see every row). */
+enum config_visibility { VISIBILITY_OWN, VISIBILITY_ALL };
 
 /* A size written as bytes ("4G") or as a share of something ("25%"). */
 struct size_spec {
@@ -40,6 +42,7 @@ struct config {
 	uint32_t max_pending_acquires;     /* max-pending-acquires */
 	uint32_t max_message_bytes;        /* max-message-bytes */
 	uint32_t acquire_timeout_ms;       /* acquire-timeout-ms: default wait for ACQUIRE_FLAG_WAIT */
+	enum config_visibility status_visibility; /* status-visibility */
 
 	/* pressure policy */
 	double tight_mem_available_pct;    /* tight-mem-available-pct */

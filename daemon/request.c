@@ -21,7 +21,9 @@
 #include "log.h"
 #include "monitor.h"
 #include "pool.h"
+#include "request-int.h"
 #include "server.h"
+#include "text.h"
 #include "util.h"
 #include "wire.h"
 
@@ -89,7 +91,7 @@ static void arm_deadline_timer(struct broker *b);
 
 /* ---------------------------------------------------------------- replies */
 
-static void reply_init(Reply *r, uint64_t seq, Pinbroker__V1__StatusCode status, const char *message)
+void reply_init(Reply *r, uint64_t seq, Pinbroker__V1__StatusCode status, const char *message)
 {
 	pinbroker__v1__reply__init(r);
 	r->has_seq = true;
@@ -157,7 +159,7 @@ uint32_t request_waiting_count(const struct broker *b)
 
 /* ------------------------------------------------------------- lease send */
 
-static Pinbroker__V1__Priority prio_to_wire(enum lease_priority p)
+Pinbroker__V1__Priority prio_to_wire(enum lease_priority p)
 {
 	switch (p) {
 	case LEASE_PRIO_CRITICAL:
@@ -248,8 +250,10 @@ static void free_lease(struct broker *b, struct lease *l, const char *why)
 
 	log_event(EV_LEASE_RELEASED, LOG_INFO, l->id, l->uid, l->pid, "lease %llu released (%s): %llu bytes",
 		  (unsigned long long)l->id, why, (unsigned long long)l->bytes);
-	if (c && c->nleases > 0)
+	if (c && c->nleases > 0) {
 		c->nleases--;
+		status_conn_remove(c, l);
+	}
 	broker_free_lease(b, l);
 }
 
@@ -377,10 +381,13 @@ static int pending_add(struct conn *c, uint64_t seq, const struct acquire_args *
 
 static void grant(struct conn *c, uint64_t seq, struct lease *l)
 {
+	char label[4 * LEASE_LABEL_MAX]; /* escaped: a label from an older daemon's fd store was never checked */
+
 	c->nleases++;
+	status_conn_add(c, l);
 	log_event(EV_LEASE_GRANTED, LOG_INFO, l->id, l->uid, l->pid, "lease %llu granted: %llu bytes in %zu chunks to pid %d uid %u%s%s",
 		  (unsigned long long)l->id, (unsigned long long)l->bytes, l->nchunks, l->pid, l->uid,
-		  l->label[0] ? ", label " : "", l->label);
+		  l->label[0] ? ", label " : "", text_escape(label, sizeof(label), l->label));
 	send_lease(c, seq, l);
 }
 
@@ -816,7 +823,7 @@ static void handle_hello(struct conn *c, const Request *req)
 	c->hello_done = true;
 	ev_timer_stop(b->loop, &c->handshake);
 	if (h->client_name)
-		snprintf(c->name, sizeof(c->name), "%s", h->client_name);
+		text_sanitize(c->name, sizeof(c->name), h->client_name); /* shown to others: no control characters */
 	hr.version = PB_PROTOCOL_VERSION;
 	hr.server_version = (char *)PINBROKER_VERSION;
 	hr.has_page_size = true;
@@ -902,6 +909,16 @@ static void handle_acquire(struct conn *c, const Request *req)
 			     c->nleases);
 		return;
 	}
+	/* Labels are shown to other users and logged: a control character could forge a row or a log line. */
+	if (a->label && !text_printable(a->label)) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "the label must be printable UTF-8 text: control characters (bytes 0x00-0x1f and 0x7f, "
+			     "U+0080-U+009F), line separators and bidirectional controls are refused");
+		return;
+	}
+	/* Stored labels hold LEASE_LABEL_MAX - 1 bytes: cut here, where a character is never split. */
+	if (a->label)
+		text_truncate(a->label, LEASE_LABEL_MAX - 1);
 	r = broker_acquire(b, &args, &l);
 	if (r == 0) {
 		grant(c, req->seq, l);
@@ -1133,6 +1150,7 @@ static void handle_redeclare(struct conn *c, const Request *req)
 			l->owner = c;
 			l->pid = c->pid;
 			c->nleases++;
+			status_conn_add(c, l);
 			b->generation++;
 			ok[rr.n_adopted++] = l->id;
 			log_event(EV_LEASE_GRANTED, LOG_INFO, l->id, l->uid, l->pid,
@@ -1149,187 +1167,6 @@ static void handle_redeclare(struct conn *c, const Request *req)
 	server_send(c, &r, NULL, 0);
 	free(ok);
 	free(bad);
-}
-
-/* ------------------------------------------------------------------ status */
-
-static void handle_status(struct conn *c, const Request *req)
-{
-	struct broker *b = c->broker;
-	Pinbroker__V1__StatusReply sr = PINBROKER__V1__STATUS_REPLY__INIT;
-	Pinbroker__V1__ClientInfo *ci = NULL, **cip = NULL;
-	Pinbroker__V1__LeaseInfo *li = NULL, **lip = NULL;
-	Pinbroker__V1__SignalInfo si[16], *sip[16];
-	Pinbroker__V1__EventInfo ti[16], *tip[16], vi[REVOCATION_RING], *vip[REVOCATION_RING];
-	struct monitor_signal sig[16];
-	struct monitor_event tev[16], rev[REVOCATION_RING];
-	char **labels = NULL;
-	size_t nconn = server_conn_count(b->server), nlease = lease_count(b->leases), k;
-	bool include_leases = !req->status->has_include_leases || req->status->include_leases;
-	uint64_t now = now_ms(), cached = 0;
-	struct conn *cc;
-	struct lease *l;
-	Reply r;
-
-	ci = calloc(nconn + 1, sizeof(*ci));
-	cip = calloc(nconn + 1, sizeof(*cip));
-	labels = calloc(nlease + 1, sizeof(*labels));
-	li = calloc(nlease + 1, sizeof(*li));
-	lip = calloc(nlease + 1, sizeof(*lip));
-	if (!ci || !cip || !labels || !li || !lip) {
-		server_close(c, "out of memory building status");
-		goto out;
-	}
-
-	sr.schema_version = 1;
-	sr.server_version = (char *)PINBROKER_VERSION;
-	sr.budget_bytes = budget_limit(b->budget);
-	sr.uid_quota_bytes = budget_uid_quota(b->budget);
-	sr.leased_bytes = budget_leased(b->budget);
-	sr.pool_bytes = pool_resident_bytes(b->pool);
-	sr.pool_idle_bytes = pool_idle_bytes(b->pool);
-	sr.page_size_bytes = pool_page_size(b->pool);
-	sr.chunk_size_bytes = pool_chunk_size(b->pool);
-	sr.has_hugetlb = true;
-	sr.hugetlb = pool_hugetlb(b->pool);
-	sr.has_overdue_bytes = true;
-	sr.overdue_bytes = broker_overdue_bytes(b);
-	sr.pressure_state = (char *)monitor_state_name(b->state);
-	sr.monitor_mode = (char *)(b->monitor ? monitor_mode(b->monitor) : "off");
-	sr.has_uptime_ms = true;
-	sr.uptime_ms = now - b->started_ms;
-	sr.has_prewarm_bytes = true;
-	sr.prewarm_bytes = b->prewarm_bytes;
-	sr.has_waiting_acquires = true;
-	sr.waiting_acquires = request_waiting_count(b);
-
-	/* One row per connection, labels joined from its leases. */
-	k = 0;
-	for (cc = server_conns(b->server); cc && k < nconn; cc = cc->next) {
-		Pinbroker__V1__ClientInfo *x = &ci[k];
-
-		pinbroker__v1__client_info__init(x);
-		x->pid = cc->pid;
-		x->uid = cc->uid;
-		x->has_gid = true;
-		x->gid = cc->gid;
-		x->name = cc->name;
-		cip[k++] = x;
-	}
-	sr.n_clients = k;
-	sr.clients = cip;
-	for (size_t i = 0; i < k; i++) {
-		Pinbroker__V1__ClientInfo *x = cip[i];
-		char **mine = NULL;
-		size_t nl = 0;
-
-		x->labels = NULL;
-		for (l = lease_first(b->leases); l; l = lease_next(b->leases, l)) {
-			struct conn *o = l->owner;
-
-			if (!o || o->pid != x->pid || o->uid != x->uid)
-				continue;
-			x->leases++;
-			x->bytes += l->bytes;
-			if (l->label[0]) {
-				bool dup = false;
-
-				for (size_t j = 0; j < nl; j++)
-					dup = dup || strcmp(mine[j], l->label) == 0;
-				if (!dup) {
-					char **nm = realloc(mine, (nl + 1) * sizeof(*nm));
-
-					if (nm) {
-						mine = nm;
-						mine[nl++] = l->label;
-					}
-				}
-			}
-		}
-		x->n_labels = nl;
-		x->labels = mine;
-	}
-
-	k = 0;
-	for (l = lease_first(b->leases); l; l = lease_next(b->leases, l)) {
-		if (l->state == LEASE_IDLE)
-			cached += l->bytes;
-		if (!include_leases || k >= nlease)
-			continue;
-		pinbroker__v1__lease_info__init(&li[k]);
-		li[k].id = l->id;
-		li[k].pid = l->pid;
-		li[k].uid = l->uid;
-		li[k].bytes = l->bytes;
-		li[k].label = l->label;
-		li[k].age_ms = now - l->created_ms;
-		li[k].has_priority = true;
-		li[k].priority = prio_to_wire(l->priority);
-		li[k].state = (char *)lease_state_name(l->state);
-		if (l->state == LEASE_IDLE) {
-			li[k].has_idle_ms = true;
-			li[k].idle_ms = now - l->last_used_ms;
-		}
-		if (l->state == LEASE_REVOKING || l->state == LEASE_OVERDUE) {
-			li[k].has_deadline_left_ms = true;
-			li[k].deadline_left_ms = (int64_t)l->deadline_ms - (int64_t)now;
-		}
-		lip[k] = &li[k];
-		k++;
-	}
-	sr.n_leases = k;
-	sr.leases = lip;
-	sr.has_cached_idle_bytes = true;
-	sr.cached_idle_bytes = cached;
-
-	if (b->monitor) {
-		size_t ns = monitor_signals(b->monitor, sig, 16);
-
-		for (size_t i = 0; i < ns && i < 16; i++) {
-			pinbroker__v1__signal_info__init(&si[i]);
-			si[i].name = (char *)sig[i].name;
-			si[i].value = sig[i].value;
-			si[i].has_tight = !isnan(sig[i].tight);
-			si[i].tight = sig[i].tight;
-			si[i].has_critical = !isnan(sig[i].critical);
-			si[i].critical = sig[i].critical;
-			si[i].unit = (char *)sig[i].unit;
-			si[i].has_available = true;
-			si[i].available = sig[i].available;
-			sip[i] = &si[i];
-		}
-		sr.n_signals = ns < 16 ? ns : 16;
-		sr.signals = sip;
-		sr.n_transitions = monitor_transitions(b->monitor, tev, 16);
-		for (size_t i = 0; i < sr.n_transitions; i++) {
-			pinbroker__v1__event_info__init(&ti[i]);
-			ti[i].age_ms = now - tev[i].when_ms;
-			ti[i].text = tev[i].text;
-			tip[i] = &ti[i];
-		}
-		sr.transitions = tip;
-	}
-	sr.n_revocations = request_revocations(b, rev, REVOCATION_RING);
-	for (size_t i = 0; i < sr.n_revocations; i++) {
-		pinbroker__v1__event_info__init(&vi[i]);
-		vi[i].age_ms = now - rev[i].when_ms;
-		vi[i].text = rev[i].text;
-		vip[i] = &vi[i];
-	}
-	sr.revocations = vip;
-
-	reply_init(&r, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
-	r.body_case = PINBROKER__V1__REPLY__BODY_STATUS_REPLY;
-	r.status_reply = &sr;
-	server_send(c, &r, NULL, 0);
-out:
-	for (size_t i = 0; ci && i < sr.n_clients; i++)
-		free(ci[i].labels);
-	free(ci);
-	free(cip);
-	free(labels);
-	free(li);
-	free(lip);
 }
 
 /* ------------------------------------------------------------------- table */

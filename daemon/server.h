@@ -8,10 +8,14 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "lease.h"
 #include "pinbroker.pb-c.h"
 
 struct broker;
 struct outpkt;
+
+/* Distinct lease labels listed on a connection's status row: a few, so the row stays small. */
+#define CONN_LABELS_MAX 4
 
 struct conn {
 	struct server *srv;
@@ -28,6 +32,12 @@ struct conn {
 	char name[32];        /* client_name from HELLO */
 	uint32_t nleases;
 	uint32_t npending;    /* waiting acquires */
+	/* Status counters, kept by status_conn_add/remove with every lease it gains or loses (req-status.c). */
+	uint64_t lease_bytes;
+	struct conn_label {
+		char text[LEASE_LABEL_MAX];
+		uint32_t leases;      /* 0: free slot */
+	} labels[CONN_LABELS_MAX]; /* distinct labels of its leases; a full set lists no more */
 	uint64_t connected_ms;
 	ev_io io;
 	ev_timer handshake;
