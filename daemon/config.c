@@ -118,6 +118,18 @@ static const struct config_key keys[] = {
 	       "Time a new connection has to send HELLO before it is closed."),
 	K_UINT("max-leases-per-client", max_leases_per_client, 1, COUNT_MAX, "4096", true,
 	       "Most leases one connection may hold."),
+	K_UINT("max-leases-per-uid", max_leases_per_uid, 0, COUNT_MAX, "0", true,
+	       "Most leases one uid may hold over all its connections; 0 derives it from the daemon's limits "
+	       "(as max-chunks-per-uid)."),
+	K_UINT("max-chunks-per-uid", max_chunks_per_uid, 0, COUNT_MAX, "0", true,
+	       "Most pool chunks (each one file descriptor, and one mapping without hugetlb, in the daemon) one uid "
+	       "may hold; 0 means half of what the daemon's RLIMIT_NOFILE and vm.max_map_count allow."),
+	K_UINT("reserve-fds", reserve_fds, 16, COUNT_MAX, "64", false,
+	       "File descriptors (and mappings) kept free of leases, so an admin connection always works."),
+	K_SIZE("max-queued-bytes-per-connection", max_queued_bytes_per_conn, 4 * 1024, (double)(1ull << 40), "1M", true,
+	       "Reply bytes queued for a client that does not read them before it is disconnected."),
+	K_SIZE("max-queued-bytes", max_queued_bytes, 4 * 1024, (double)(1ull << 40), "64M", true,
+	       "Reply bytes queued for all slow clients together; past it the client with the most is disconnected."),
 	K_UINT("max-pending-acquires", max_pending_acquires, 0, COUNT_MAX, "256", true,
 	       "Most ACQUIRE requests waiting for memory at once, host-wide; 0 refuses instead of waiting."),
 	K_UINT("max-message-bytes", max_message_bytes, 256, 1048576, "65536", false,

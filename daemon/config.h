@@ -39,6 +39,11 @@ struct config {
 	uint32_t max_connections_per_uid;  /* max-connections-per-uid */
 	uint32_t handshake_timeout_ms;     /* handshake-timeout-ms */
 	uint32_t max_leases_per_client;    /* max-leases-per-client */
+	uint32_t max_leases_per_uid;       /* max-leases-per-uid: 0 = derived */
+	uint32_t max_chunks_per_uid;       /* max-chunks-per-uid: 0 = derived from RLIMIT_NOFILE and max_map_count */
+	uint32_t reserve_fds;              /* reserve-fds */
+	uint64_t max_queued_bytes_per_conn;/* max-queued-bytes-per-connection */
+	uint64_t max_queued_bytes;         /* max-queued-bytes: all connections together */
 	uint32_t max_pending_acquires;     /* max-pending-acquires */
 	uint32_t max_message_bytes;        /* max-message-bytes */
 	uint32_t acquire_timeout_ms;       /* acquire-timeout-ms: default wait for ACQUIRE_FLAG_WAIT */

@@ -396,6 +396,7 @@ static size_t adopt(struct recovery *rc, struct notify_stored *st, int nst, int 
 			l->gid = sl->gid;
 			l->pid = sl->pid;
 			budget_charge(b->budget, sl->uid, sl->bytes);
+			budget_count_add(b->budget, sl->uid, sl->nchunks);
 			adopted++;
 		} else {
 			/* Incomplete or over budget: its chunks become idle, still marked with the uid. */

@@ -56,7 +56,7 @@ struct request_kind {
 struct pending {
 	struct pending *next;
 	struct broker *broker;
-	uint64_t conn_id;
+	struct conn *conn;           /* valid while queued: a closing conn's pendings go at its reap */
 	uint64_t seq;
 	struct acquire_args args;
 	char label[LEASE_LABEL_MAX];
@@ -300,6 +300,26 @@ static void reply_acquire_error(struct conn *c, uint64_t seq, int err, uint64_t 
 		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_TIMEOUT,
 			     "no pinned memory freed up within the wait timeout");
 		return;
+	case -EMLINK:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
+			     "uid %u already holds %llu leases (max-leases-per-uid = %llu); release some first, "
+			     "or ask the admin to raise max-leases-per-uid",
+			     c->uid, (unsigned long long)budget_uid_leases(b->budget, c->uid),
+			     (unsigned long long)b->max_leases_per_uid);
+		return;
+	case -EMFILE:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
+			     "uid %u already holds %llu pool chunks (max-chunks-per-uid = %llu); release leases, use "
+			     "fewer larger ones, or ask the admin to raise max-chunks-per-uid",
+			     c->uid, (unsigned long long)budget_uid_chunks(b->budget, c->uid),
+			     (unsigned long long)b->max_chunks_per_uid);
+		return;
+	case -ENFILE:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
+			     "the daemon holds %llu pool chunks, all its file descriptors and mappings allow while keeping "
+			     "reserve-fds (%u) free; try again later, or raise LimitNOFILE / vm.max_map_count",
+			     (unsigned long long)budget_chunks(b->budget), b->cfg->reserve_fds);
+		return;
 	default:
 		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_INTERNAL,
 			     "the daemon could not create pool memory: %s", strerror(-err));
@@ -321,11 +341,11 @@ static void pending_unlink(struct revoker *rv, struct pending *p)
 
 static void pending_destroy(struct broker *b, struct pending *p)
 {
-	struct conn *c = server_find_conn(b->server, p->conn_id);
+	struct conn *c = p->conn;
 
 	ev_timer_stop(b->loop, &p->timeout);
 	pending_unlink(b->revoker, p);
-	if (c && c->npending > 0)
+	if (c->npending > 0)
 		c->npending--;
 	free(p);
 }
@@ -334,12 +354,11 @@ static void pending_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct pending *p = w->data;
 	struct broker *b = p->broker;
-	struct conn *c = server_find_conn(b->server, p->conn_id);
+	struct conn *c = p->conn;
 	uint64_t seq = p->seq, size = p->args.size;
 
 	pending_destroy(b, p);
-	if (c)
-		reply_acquire_error(c, seq, -ETIMEDOUT, size);
+	reply_acquire_error(c, seq, -ETIMEDOUT, size);
 }
 
 static int prio_rank(enum lease_priority p)
@@ -359,7 +378,7 @@ static int pending_add(struct conn *c, uint64_t seq, const struct acquire_args *
 	if (!p)
 		return -ENOMEM;
 	p->broker = b;
-	p->conn_id = c->id;
+	p->conn = c;
 	p->seq = seq;
 	p->args = *a;
 	if (a->label)
@@ -394,27 +413,20 @@ static void grant(struct conn *c, uint64_t seq, struct lease *l)
 void request_grant_waiting(struct broker *b)
 {
 	struct revoker *rv = b->revoker;
-	struct pending *p;
+	struct pending *p, *pnext;
 
 	if (!rv || b->state == BROKER_CRITICAL)
 		return;
-	/*
-	 * Rescan from the head after each grant or refusal: a failed send closes
-	 * that connection, which drops its other waiting acquires (and frees
-	 * memory, which may grant more from inside this call).
-	 */
-restart:
-	for (p = rv->pending; p; p = p->next) {
-		struct conn *c = server_find_conn(b->server, p->conn_id);
+	/* A failed send only marks its connection closing (server_reap frees it later), so the
+	 * queue cannot change under us except for the entry destroyed here. */
+	for (p = rv->pending; p; p = pnext) {
+		struct conn *c = p->conn;
 		uint64_t seq = p->seq, size = p->args.size;
 		struct lease *l;
 		int r;
 
-		if (!c) {
-			pending_destroy(b, p);
-			goto restart;
-		}
-		if (c->nleases >= b->cfg->max_leases_per_client)
+		pnext = p->next;
+		if (c->closing || c->nleases >= b->cfg->max_leases_per_client)
 			continue;
 		r = broker_acquire(b, &p->args, &l);
 		if (r == -EDQUOT)
@@ -426,7 +438,6 @@ restart:
 			reply_acquire_error(c, seq, r, size);
 		else
 			grant(c, seq, l);
-		goto restart;
 	}
 }
 
@@ -458,7 +469,7 @@ int request_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, cons
 		reply_init(&r, 0, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
 		r.body_case = PINBROKER__V1__REPLY__BODY_REVOKE;
 		r.revoke = &rm;
-		server_send(c, &r, NULL, 0); /* a failed send closes c and frees the lease */
+		server_send(c, &r, NULL, 0); /* a failed send marks c closing; its reap frees the lease */
 	}
 	arm_deadline_timer(b);
 	return 0;
@@ -504,10 +515,8 @@ static void deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	struct broker *b = w->data;
 	uint64_t now = now_ms();
 	struct lease *l, *next;
-	uint64_t *due = NULL;
-	size_t ndue = 0, cap = 0;
 
-	/* Collect first: enforcement may close connections and free leases. */
+	/* Enforcement may close connections, but their leases go back only at the reap. */
 	for (l = lease_first(b->leases); l; l = next) {
 		next = lease_next(b->leases, l);
 		if (l->state != LEASE_REVOKING || l->deadline_ms > now)
@@ -519,22 +528,8 @@ static void deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
 			  (unsigned long long)l->id, (unsigned long long)l->bytes, l->pid,
 			  config_enforce_name(b->cfg->revoke_enforce));
 		record_revocation(b, "lease %llu pid %d overdue", (unsigned long long)l->id, l->pid);
-		if (ndue == cap) {
-			uint64_t *nd = realloc(due, (cap ? cap * 2 : 16) * sizeof(*due));
-
-			if (!nd)
-				break;
-			due = nd;
-			cap = cap ? cap * 2 : 16;
-		}
-		due[ndue++] = l->id;
+		enforce(b, l);
 	}
-	for (size_t i = 0; i < ndue; i++) {
-		l = lease_find(b->leases, due[i]);
-		if (l && l->state == LEASE_OVERDUE)
-			enforce(b, l);
-	}
-	free(due);
 	arm_deadline_timer(b);
 }
 
@@ -576,7 +571,6 @@ static void reclaim_step(struct broker *b)
 {
 	struct monitor_signal sig[16];
 	struct lease **order = NULL;
-	uint64_t *ids;
 	size_t n = 0, nsig = 0;
 	double avail_pct = NAN;
 	uint64_t deficit, in_flight = revoking_bytes(b);
@@ -599,19 +593,11 @@ static void reclaim_step(struct broker *b)
 		return;
 	if (lease_revoke_order(b->leases, &order, &n) < 0)
 		return;
-	/* By id: a failed REVOKE send closes its connection and frees leases further down the order. */
-	ids = malloc((n ? n : 1) * sizeof(*ids));
-	for (size_t i = 0; ids && i < n; i++)
-		ids[i] = order[i]->id;
+	/* A failed REVOKE send frees nothing before the reap, so the order stays valid. */
+	for (size_t i = 0; i < n && in_flight < deficit; i++)
+		if (request_revoke(b, order[i], 0, "host memory is critical") == 0)
+			in_flight += order[i]->bytes;
 	free(order);
-	for (size_t i = 0; ids && i < n && in_flight < deficit; i++) {
-		struct lease *l = lease_find(b->leases, ids[i]);
-		uint64_t bytes = l ? l->bytes : 0;
-
-		if (l && request_revoke(b, l, 0, "host memory is critical") == 0)
-			in_flight += bytes;
-	}
-	free(ids);
 }
 
 static void reclaim_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -643,12 +629,11 @@ void request_on_pressure(void *ud, enum broker_state from, enum broker_state to,
 		/* Waiting acquires are refused at once while critical. */
 		while (rv->pending) {
 			struct pending *p = rv->pending;
-			struct conn *c = server_find_conn(b->server, p->conn_id);
+			struct conn *c = p->conn;
 			uint64_t seq = p->seq, size = p->args.size;
 
 			pending_destroy(b, p);
-			if (c)
-				reply_acquire_error(c, seq, -EAGAIN, size);
+			reply_acquire_error(c, seq, -EAGAIN, size);
 		}
 		reclaim_step(b);
 		ev_timer_set(&rv->reclaim_timer, RECLAIM_STEP_MS / 1000.0, RECLAIM_STEP_MS / 1000.0);
@@ -744,7 +729,7 @@ void request_conn_closed(struct broker *b, struct conn *c)
 
 		for (p = rv->pending; p; p = pn) {
 			pn = p->next;
-			if (p->conn_id == c->id)
+			if (p->conn == c)
 				pending_destroy(b, p);
 		}
 	}
@@ -804,7 +789,6 @@ static void handle_hello(struct conn *c, const Request *req)
 	struct broker *b = c->broker;
 	Pinbroker__V1__HelloReply hr = PINBROKER__V1__HELLO_REPLY__INIT;
 	const Pinbroker__V1__Hello *h = req->hello;
-	uint64_t id = c->id;
 	Reply r;
 
 	if (c->hello_done) {
@@ -816,8 +800,7 @@ static void handle_hello(struct conn *c, const Request *req)
 			     "protocol version %u is not supported: this pinbrokerd %s speaks version %d; "
 			     "upgrade libpinbroker or pinbrokerd so they match",
 			     h->version, PINBROKER_VERSION, PB_PROTOCOL_VERSION);
-		if (server_find_conn(b->server, id))
-			server_close(c, "protocol version mismatch");
+		server_close(c, "protocol version mismatch");
 		return;
 	}
 	c->hello_done = true;
@@ -853,35 +836,16 @@ static enum lease_priority prio_from_wire(Pinbroker__V1__Priority p)
 /* Cached-idle leases of other holders that could cover a shortfall. */
 static uint64_t reclaim_idle_for(struct broker *b, struct conn *asker, uint64_t need)
 {
-	uint64_t got = 0, *ids = NULL;
-	size_t n = 0, cap = 0;
+	uint64_t got = 0;
 	struct lease *l;
 
-	/* Collect ids first: a failed REVOKE send closes that holder and frees its leases. */
-	for (l = lease_first(b->leases); l; l = lease_next(b->leases, l)) {
+	/* A failed REVOKE send frees nothing before the reap, so the walk stays valid. */
+	for (l = lease_first(b->leases); l && got < need; l = lease_next(b->leases, l)) {
 		if (l->state != LEASE_IDLE || l->owner == asker)
 			continue;
-		if (n == cap) {
-			uint64_t *nid = realloc(ids, (cap ? cap * 2 : 16) * sizeof(*ids));
-
-			if (!nid)
-				break;
-			ids = nid;
-			cap = cap ? cap * 2 : 16;
-		}
-		ids[n++] = l->id;
-	}
-	for (size_t i = 0; i < n && got < need; i++) {
-		uint64_t bytes;
-
-		l = lease_find(b->leases, ids[i]);
-		if (!l || l->state != LEASE_IDLE)
-			continue;
-		bytes = l->bytes;
 		if (request_revoke(b, l, 0, "another client needs the memory (cached-idle lease)") == 0)
-			got += bytes;
+			got += l->bytes;
 	}
-	free(ids);
 	return got;
 }
 
@@ -983,9 +947,10 @@ static void handle_release(struct conn *c, const Request *req)
 		reply_lease_error(c, req->seq, -ENOENT, id);
 		return;
 	}
-	/* Only the holder releases; an admin may also drop an orphan nobody re-declared.
-	 * Taking a live client's lease is what revoke is for: the holder still maps it. */
-	if (l->owner != c && !(c->admin && l->owner == NULL)) {
+	/* The holder releases. A lease with no connection (an orphan nobody re-declared, or one
+	 * held until its process exits) may be dropped by an admin or by its own uid. Taking a
+	 * live connection's lease is what revoke is for: the holder still maps it. */
+	if (l->owner != c && !(l->owner == NULL && (c->admin || l->uid == c->uid))) {
 		reply_lease_error(c, req->seq, -EPERM, id);
 		return;
 	}
@@ -1033,11 +998,10 @@ static void handle_admin_revoke(struct conn *c, const Request *req)
 {
 	struct broker *b = c->broker;
 	const Pinbroker__V1__AdminRevoke *ar = req->admin_revoke;
-	uint64_t conn_id = c->id;
 	Pinbroker__V1__AdminRevokeReply rr = PINBROKER__V1__ADMIN_REVOKE_REPLY__INIT;
 	uint64_t *ids = NULL;
 	size_t n = 0, cap = 0;
-	struct lease *l, *next;
+	struct lease *l, *target = NULL;
 	char reason[64];
 	Reply r;
 
@@ -1046,15 +1010,23 @@ static void handle_admin_revoke(struct conn *c, const Request *req)
 			     "revoke needs a lease id, a uid, or all");
 		return;
 	}
-	if (ar->has_lease_id && !lease_find(b->leases, ar->lease_id)) {
+	if (ar->has_lease_id && !(target = lease_find(b->leases, ar->lease_id))) {
 		reply_lease_error(c, req->seq, -ENOENT, ar->lease_id);
 		return;
 	}
-	snprintf(reason, sizeof(reason), "revoked by admin uid %u", c->uid);
-	for (l = lease_first(b->leases); l; l = next) {
-		next = lease_next(b->leases, l);
-		if (ar->has_lease_id && l->id != ar->lease_id)
-			continue;
+	/* Anyone may revoke a lease of their own uid, or all of them (--uid self); other uids'
+	 * leases, and "all", need admin rights. */
+	if (!c->admin && ((target && target->uid != c->uid) || (ar->has_uid && ar->uid != c->uid) ||
+			  (!target && !ar->has_uid))) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED,
+			     "revoking other uids' leases needs uid 0 or membership of the admin group "
+			     "(admin-group = %s); you may revoke your own: a lease id of yours, or --uid %u",
+			     b->cfg->admin_group && b->cfg->admin_group[0] ? b->cfg->admin_group : "none set", c->uid);
+		return;
+	}
+	snprintf(reason, sizeof(reason), "revoked by %suid %u", c->admin ? "admin " : "", c->uid);
+	/* A failed REVOKE send only marks its connection closing, so the walk stays valid. */
+	for (l = target ? target : lease_first(b->leases); l; l = target ? NULL : lease_next(b->leases, l)) {
 		if (ar->has_uid && l->uid != ar->uid)
 			continue;
 		if (l->state != LEASE_ACTIVE && l->state != LEASE_IDLE)
@@ -1068,17 +1040,7 @@ static void handle_admin_revoke(struct conn *c, const Request *req)
 			cap = cap ? cap * 2 : 16;
 		}
 		ids[n++] = l->id;
-	}
-	/* Revoke after collecting: a failed send may close a connection and free its leases,
-	 * the asker's own included. */
-	for (size_t i = 0; i < n; i++) {
-		l = lease_find(b->leases, ids[i]);
-		if (l)
-			request_revoke(b, l, ar->has_deadline_ms ? ar->deadline_ms : 0, reason);
-	}
-	if (!server_find_conn(b->server, conn_id)) {
-		free(ids);
-		return;
+		request_revoke(b, l, ar->has_deadline_ms ? ar->deadline_ms : 0, reason);
 	}
 	rr.n_lease_ids = n;
 	rr.lease_ids = ids;
@@ -1177,7 +1139,8 @@ static const struct request_kind request_table[] = {
 	  handle_acquire },
 	{ PINBROKER__V1__REQUEST__BODY_RELEASE, "release", REQ_NEEDS_HELLO, handle_release },
 	{ PINBROKER__V1__REQUEST__BODY_STATUS, "status", REQ_NEEDS_HELLO, handle_status },
-	{ PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE, "revoke", REQ_NEEDS_HELLO | REQ_ADMIN, handle_admin_revoke },
+	/* Not REQ_ADMIN: a holder may revoke its own leases; the handler checks other uids'. */
+	{ PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE, "revoke", REQ_NEEDS_HELLO, handle_admin_revoke },
 	{ PINBROKER__V1__REQUEST__BODY_SET_CONFIG, "set", REQ_NEEDS_HELLO | REQ_ADMIN, handle_set_config },
 	{ PINBROKER__V1__REQUEST__BODY_REVOKE_ACK, "revoke-ack", REQ_NEEDS_HELLO, handle_revoke_ack },
 	{ PINBROKER__V1__REQUEST__BODY_SET_IDLE, "set-idle", REQ_NEEDS_HELLO, handle_set_idle },
@@ -1205,13 +1168,9 @@ void request_dispatch(struct conn *c, const uint8_t *buf, size_t len)
 	if (!kind) {
 		server_close(c, "unknown request kind");
 	} else if ((kind->flags & REQ_NEEDS_HELLO) && !c->hello_done) {
-		uint64_t id = c->id;
-
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_NO_HELLO,
 			     "send HELLO with the protocol version first");
-		/* A failed send has already closed (and freed) c. */
-		if (server_find_conn(b->server, id))
-			server_close(c, "request before HELLO");
+		server_close(c, "request before HELLO");
 	} else if ((kind->flags & REQ_ADMIN) && !c->admin) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED,
 			     "'%s' needs uid 0 or membership of the admin group (admin-group = %s)", kind->name,
