@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* STATUS: the summary from counters and bounded pages of client and lease rows, never a walk over every lease. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
