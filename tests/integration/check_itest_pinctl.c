@@ -302,6 +302,41 @@ START_TEST(test_leases_and_status_json_page_past_one_reply)
 }
 END_TEST
 
+/* More connections than one page of client rows holds. */
+#define PAGED_CONNS 1100
+
+static void start_many_conns(void)
+{
+	static const char *const args[] = { "--max-connections", "2000", "--max-connections-per-uid", "2000", NULL };
+
+	daemon_start(&d, args);
+}
+
+START_TEST(test_status_lists_every_connection_across_pages)
+{
+	static int fds[PAGED_CONNS];
+	struct pb_status *s = NULL;
+	pb_client *c = NULL;
+	size_t itest_rows = 0;
+
+	for (int i = 0; i < PAGED_CONNS; i++) {
+		fds[i] = raw_connect(d.socket);
+		ck_assert_int_ge(fds[i], 0);
+		ck_assert_int_eq(raw_hello(fds[i]), 0);
+	}
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_status_get(c, &s), 0);
+	for (size_t i = 0; i < s->n_clients; i++)
+		itest_rows += strcmp(s->clients[i].name, "itest") == 0;
+	ck_assert_uint_eq(itest_rows, PAGED_CONNS);
+	ck_assert_uint_eq(s->n_clients, PAGED_CONNS + 1); /* and this one */
+	pb_status_free(s);
+	pb_disconnect(c);
+	for (int i = 0; i < PAGED_CONNS; i++)
+		close(fds[i]);
+}
+END_TEST
+
 static void start_no_enforce(void)
 {
 	static const char *const args[] = { "--revoke-enforce", "none", NULL };
@@ -317,6 +352,7 @@ static Suite *suite(void)
 	/* Needs pidfd_send_signal: valgrind 3.19 lacks pidfd_open, so its run excludes the tag "enforce". */
 	TCase *e = tcase_create("enforce");
 	TCase *p = tcase_create("paged");
+	TCase *pc = tcase_create("paged-clients");
 
 	tcase_add_checked_fixture(t, start, stop);
 	tcase_set_timeout(t, 30);
@@ -340,6 +376,11 @@ static Suite *suite(void)
 	tcase_set_timeout(p, 60);
 	tcase_add_test(p, test_leases_and_status_json_page_past_one_reply);
 	suite_add_tcase(s, p);
+
+	tcase_add_checked_fixture(pc, start_many_conns, stop);
+	tcase_set_timeout(pc, 60);
+	tcase_add_test(pc, test_status_lists_every_connection_across_pages);
+	suite_add_tcase(s, pc);
 
 	tcase_add_checked_fixture(r, start_no_enforce, stop);
 	tcase_set_timeout(r, 30);
