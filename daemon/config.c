@@ -168,7 +168,9 @@ static const struct config_key keys[] = {
 	       "Time a client has to give back a revoked lease before revoke-enforce applies."),
 	K_ENUM("revoke-enforce", revoke_enforce, enforce_choices, "sigterm", true,
 	       "What happens to a client that misses a revoke deadline: none, disconnect, sigterm or sigkill. "
-	       "sigterm by default: the job gets to clean up and exit; escalating to sigkill is the admin's choice."),
+	       "sigterm by default: the job gets to clean up and exit; escalating to sigkill is the admin's choice. "
+	       "A signal reaches the connection's process and every other process of the lease's uid that still "
+	       "maps or holds its memory (found in /proc, which needs root or CAP_SYS_PTRACE)."),
 
 	K_UINT("redeclare-grace-ms", redeclare_grace_ms, 0, HOUR_MS, "10000", false,
 	       "After a restart, how long clients have to re-declare the leases they still hold."),
