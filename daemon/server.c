@@ -250,8 +250,9 @@ int server_adopt(struct server *s, int fd, const struct ucred *cred, struct conn
 		s->conns->prev = c;
 	s->conns = c;
 	s->nconns++;
-	log_debug("connection %llu from pid %d uid %u%s", (unsigned long long)c->id, c->pid, c->uid,
-		  c->admin ? " (admin)" : "");
+	log_debug("connection %llu from pid %d uid %u%s, pidfd %s", (unsigned long long)c->id, c->pid, c->uid,
+		  c->admin ? " (admin)" : "",
+		  c->pidfd_from_peer ? "from SO_PEERPIDFD" : c->pidfd >= 0 ? "from pidfd_open (pid reuse possible)" : "none");
 	if (ret)
 		*ret = c;
 	return 0;

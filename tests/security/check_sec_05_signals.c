@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include "sec.h"
@@ -328,6 +329,32 @@ START_TEST(test_revoke_of_a_ghost_lease_reaches_every_mapper)
 }
 END_TEST
 
+/* The pidfd names the process that connected, taken by the kernel at connect (not a pid looked up later). */
+START_TEST(test_pidfd_comes_from_the_kernel_at_connect)
+{
+	struct utsname u;
+	unsigned maj = 0, min = 0;
+	char *log;
+	int fd;
+
+	ck_assert_int_eq(uname(&u), 0);
+	sscanf(u.release, "%u.%u", &maj, &min);
+	fd = raw_connect(d.socket);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(raw_hello(fd), 0);
+	close(fd);
+	log = daemon_log(&d);
+	if (maj > 6 || (maj == 6 && min >= 5)) {
+		ck_assert_msg(strstr(log, "pidfd from SO_PEERPIDFD"), "the daemon did not take the peer's pidfd from SO_PEERPIDFD");
+		ck_assert_msg(!strstr(log, "pidfd from pidfd_open"), "a connection fell back to pidfd_open of a pid number");
+	} else {
+		/* Before 6.5 the documented fallback, and the log says so. */
+		ck_assert_msg(strstr(log, "pidfd from pidfd_open (pid reuse possible)"), "kernel %s: no fallback logged", u.release);
+	}
+	free(log);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sec-05-signals");
@@ -338,6 +365,7 @@ static Suite *suite(void)
 	tcase_set_tags(t, "enforce");
 	tcase_set_timeout(t, 60);
 	tcase_add_checked_fixture(t, start_sigterm, stop);
+	tcase_add_test(t, test_pidfd_comes_from_the_kernel_at_connect);
 	tcase_add_test(t, test_revoke_reaches_the_child_of_a_parent_that_exited);
 	tcase_add_test(t, test_revoke_spares_other_uids_and_processes_without_the_memory);
 	suite_add_tcase(s, t);
