@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "audit.h"
 #include "broker.h"
 #include "budget.h"
 #include "config.h"
@@ -370,6 +371,7 @@ int main(int argc, char **argv)
 	struct pool_opts po = { 0 };
 	struct config *cfg = NULL;
 	struct sigctx sc = { &b, &o };
+	struct audit *audit = NULL;
 	ev_signal sigs[5];
 	static const int signums[] = { SIGTERM, SIGINT, SIGHUP, SIGUSR2, SIGUSR1 };
 	char *err = NULL;
@@ -449,6 +451,9 @@ int main(int argc, char **argv)
 	r = request_init(&b);
 	if (r < 0)
 		fatalx("cannot set up the request layer: %s", strerror(-r));
+	r = audit_new(&b, &audit);
+	if (r < 0)
+		fatalx("cannot set up the pool audit: %s", strerror(-r));
 
 	lock_self(cfg);
 
@@ -528,6 +533,7 @@ int main(int argc, char **argv)
 	server_free(b.server);
 	recovery_fini(&b);
 	request_fini(&b);
+	audit_free(audit);
 	pool_free(b.pool);
 	lease_table_free(b.leases);
 	budget_free(b.budget);
