@@ -130,6 +130,18 @@ static int parse_args(int argc, char **argv, struct options *o, int *action)
 	return 0;
 }
 
+/* Once per start, reload and --check-config: a config file others can change is a warning, not a refusal. */
+static void warn_config_mode(const char *path)
+{
+	char *warn = NULL;
+
+	if (config_check_file_mode(path, &warn) < 0 || !warn)
+		return;
+	for (char *save = NULL, *line = strtok_r(warn, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+		log_warnx("%s", line);
+	free(warn);
+}
+
 /*
  * Embedded defaults, then the file, then $PINBROKER_SOCKET, then the command
  * line. Errors are collected into *err as "file:line: ..." lines.
@@ -153,6 +165,7 @@ static int load_config(const struct options *o, struct config **ret, char **err)
 		}
 		if (r < 0)
 			goto fail;
+		warn_config_mode(o->config_path);
 	}
 	env = getenv("PINBROKER_SOCKET");
 	if (env && *env) {
