@@ -202,3 +202,11 @@ out:
 	free(dir);
 	return r;
 }
+
+void listen_unlink(const char *path)
+{
+	struct stat st;
+
+	if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && unlink(path) < 0)
+		log_warn("cannot remove the socket %s, ignoring", path);
+}

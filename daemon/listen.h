@@ -19,3 +19,10 @@
  * -EADDRINUSE (a daemon answers there), or the errno of a failed call.
  */
 int listen_unix_socket(const char *path, int *ret);
+
+/*
+ * Remove the socket at path when the daemon stops, only if a socket is still
+ * what is there: unlink() never follows the link itself, but whatever replaced
+ * the socket (by root or the folder's owner) is not ours to delete.
+ */
+void listen_unlink(const char *path);
