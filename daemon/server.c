@@ -564,7 +564,7 @@ void server_free(struct server *s)
 	if (s->listen_fd >= 0)
 		close(s->listen_fd);
 	if (s->own_socket && s->path)
-		unlink(s->path);
+		listen_unlink(s->path);
 	free(s->path);
 	free(s->rxbuf);
 	free(s);
