@@ -94,6 +94,9 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 		      nchunks, now_ms(), &l);
 	if (r < 0)
 		goto fail;
+	/* So the pool's hole-punch reports can name the lease (pool.h). */
+	for (size_t i = 0; i < nchunks; i++)
+		chunks[i]->lease_id = l->id;
 
 	r = budget_count_add(b->budget, a->uid, nchunks);
 	if (r < 0)

@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "util.h"
@@ -175,7 +177,9 @@ static const struct config_key keys[] = {
 	       "Time a client has to give back a revoked lease before revoke-enforce applies."),
 	K_ENUM("revoke-enforce", revoke_enforce, enforce_choices, "sigterm", true,
 	       "What happens to a client that misses a revoke deadline: none, disconnect, sigterm or sigkill. "
-	       "sigterm by default: the job gets to clean up and exit; escalating to sigkill is the admin's choice."),
+	       "sigterm by default: the job gets to clean up and exit; escalating to sigkill is the admin's choice. "
+	       "A signal reaches the connection's process and every other process of the lease's uid that still "
+	       "maps or holds its memory (found in /proc, which needs root or CAP_SYS_PTRACE)."),
 
 	K_UINT("redeclare-grace-ms", redeclare_grace_ms, 0, HOUR_MS, "10000", false,
 	       "After a restart, how long clients have to re-declare the leases they still hold."),
@@ -754,6 +758,77 @@ out:
 	free(line);
 	fclose(f);
 	return r;
+}
+
+/* StrictModes lines for path (a folder when is_dir), in the name of the config file, into e. */
+static void mode_problem(FILE *e, const char *path, const struct stat *st, bool is_dir, const char *file)
+{
+	uid_t euid = geteuid();
+	mode_t mode = st->st_mode & 07777;
+	char what[PATH_MAX + 16];
+
+	if (is_dir)
+		snprintf(what, sizeof(what), "its folder %s", path);
+	else
+		snprintf(what, sizeof(what), "the config file");
+	if (st->st_uid != 0 && st->st_uid != euid)
+		fprintf(e, "%s: %s is owned by uid %u, who could change the daemon's settings; run chown root %s\n",
+			file, what, (unsigned)st->st_uid, path);
+	if ((mode & (S_IWGRP | S_IWOTH)) && !(is_dir && (mode & S_ISVTX)))
+		fprintf(e, "%s: %s is writable by %s (mode %04o), who could change the daemon's settings; run chmod go-w %s\n",
+			file, what,
+			(mode & S_IWGRP) && (mode & S_IWOTH) ? "group and others" : mode & S_IWOTH ? "others" : "its group",
+			(unsigned)mode, path);
+}
+
+int config_check_file_mode(const char *path, char **warn)
+{
+	char *real, *slash, *buf = NULL;
+	size_t len = 0;
+	struct stat st;
+	FILE *e;
+	int r;
+
+	*warn = NULL;
+	/* Check what is actually read: through any symlinks, the file and the folders that hold it. */
+	real = realpath(path, NULL);
+	if (!real)
+		return -errno;
+	if (stat(real, &st) < 0) {
+		r = -errno;
+		free(real);
+		return r;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		free(real);
+		return 0;
+	}
+	e = open_memstream(&buf, &len);
+	if (!e) {
+		free(real);
+		return -ENOMEM;
+	}
+	mode_problem(e, real, &st, false, path);
+	while ((slash = strrchr(real, '/'))) {
+		if (slash == real)
+			slash[1] = '\0';
+		else
+			*slash = '\0';
+		if (stat(real, &st) == 0)
+			mode_problem(e, real, &st, true, path);
+		if (slash == real)
+			break;
+	}
+	free(real);
+	if (fclose(e) != 0) {
+		free(buf);
+		return -ENOMEM;
+	}
+	if (len > 0)
+		*warn = buf;
+	else
+		free(buf);
+	return 0;
 }
 
 int config_validate(const struct config *c, char **err)

@@ -107,6 +107,17 @@ int config_set(struct config *c, const char *key, const char *value, char **err)
  */
 int config_load_file(struct config *c, const char *path, char **err);
 
+/*
+ * sshd's StrictModes, as a warning: the config file, and every folder above
+ * it, should be changeable only by root or the daemon's euid. A regular file
+ * that another uid owns or that group or others may write, or a folder like
+ * that (a sticky one, as /tmp, may be writable), gets one line each in *warn
+ * (malloc'd, "path: what is wrong; what to run\n"); *warn is NULL when all is
+ * well. Anything that is not a regular file (/dev/null) is not checked.
+ * Returns 0, or a negative errno when path cannot be resolved (*warn NULL).
+ */
+int config_check_file_mode(const char *path, char **warn);
+
 /* Cross-key checks (critical below tight, ...). Returns 0 or -EINVAL with *err. */
 int config_validate(const struct config *c, char **err);
 

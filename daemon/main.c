@@ -15,6 +15,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "audit.h"
 #include "broker.h"
 #include "budget.h"
 #include "config.h"
@@ -130,6 +131,18 @@ static int parse_args(int argc, char **argv, struct options *o, int *action)
 	return 0;
 }
 
+/* Once per start, reload and --check-config: a config file others can change is a warning, not a refusal. */
+static void warn_config_mode(const char *path)
+{
+	char *warn = NULL;
+
+	if (config_check_file_mode(path, &warn) < 0 || !warn)
+		return;
+	for (char *save = NULL, *line = strtok_r(warn, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+		log_warnx("%s", line);
+	free(warn);
+}
+
 /*
  * Embedded defaults, then the file, then $PINBROKER_SOCKET, then the command
  * line. Errors are collected into *err as "file:line: ..." lines.
@@ -153,6 +166,7 @@ static int load_config(const struct options *o, struct config **ret, char **err)
 		}
 		if (r < 0)
 			goto fail;
+		warn_config_mode(o->config_path);
 	}
 	env = getenv("PINBROKER_SOCKET");
 	if (env && *env) {
@@ -439,6 +453,7 @@ int main(int argc, char **argv)
 	struct pool_opts po = { 0 };
 	struct config *cfg = NULL;
 	struct sigctx sc = { &b, &o };
+	struct audit *audit = NULL;
 	ev_signal sigs[5];
 	static const int signums[] = { SIGTERM, SIGINT, SIGHUP, SIGUSR2, SIGUSR1 };
 	char *err = NULL;
@@ -521,6 +536,9 @@ int main(int argc, char **argv)
 	r = request_init(&b);
 	if (r < 0)
 		fatalx("cannot set up the request layer: %s", strerror(-r));
+	r = audit_new(&b, &audit);
+	if (r < 0)
+		fatalx("cannot set up the pool audit: %s", strerror(-r));
 
 	lock_self(cfg);
 
@@ -600,6 +618,7 @@ int main(int argc, char **argv)
 	server_free(b.server);
 	recovery_fini(&b);
 	request_fini(&b);
+	audit_free(audit);
 	pool_free(b.pool);
 	lease_table_free(b.leases);
 	budget_free(b.budget);

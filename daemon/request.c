@@ -12,11 +12,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "budget.h"
 #include "config.h"
+#include "holders.h"
 #include "lease.h"
 #include "log.h"
 #include "monitor.h"
@@ -475,9 +477,65 @@ int request_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, cons
 	return 0;
 }
 
+/*
+ * Signal whoever else still maps or holds the lease's memfds, as fuser -k would
+ * within the lease's uid: a child forked after the acquire keeps the memory
+ * past its parent's exit, and a ghost or orphaned lease has no connection to
+ * signal at all. signalled: the connection's pid, already reached through its
+ * own pidfd (0: none). One /proc scan per enforcement (cost in holders.h).
+ */
+static void enforce_holders(struct broker *b, const struct lease *l, int sig, pid_t signalled)
+{
+	struct holder_key *keys = calloc(l->nchunks ? l->nchunks : 1, sizeof(*keys));
+	struct holder *h = NULL;
+	size_t nkeys = 0, nh = 0, unreadable = 0;
+	uint64_t t0 = now_us();
+	int r;
+
+	if (!keys) {
+		log_warnx("cannot look for other holders of overdue lease %llu: out of memory, ignoring",
+			  (unsigned long long)l->id);
+		return;
+	}
+	for (size_t i = 0; i < l->nchunks; i++) {
+		struct stat st;
+
+		if (fstat(l->chunks[i]->fd, &st) == 0)
+			keys[nkeys++] = (struct holder_key){ .dev = st.st_dev, .ino = st.st_ino };
+	}
+	r = holders_find(b->cfg->proc_root, l->uid, keys, nkeys, signalled, &h, &nh, &unreadable);
+	free(keys);
+	if (r < 0) {
+		log_warnx("cannot look for other holders of overdue lease %llu in %s/proc: %s; check proc-root, ignoring",
+			  (unsigned long long)l->id, b->cfg->proc_root, strerror(-r));
+		return;
+	}
+	log_debug("holder scan for overdue lease %llu (uid %u): %zu other processes in %llu us",
+		  (unsigned long long)l->id, l->uid, nh, (unsigned long long)(now_us() - t0));
+	for (size_t i = 0; i < nh; i++) {
+		if (syscall(SYS_pidfd_send_signal, h[i].pidfd, sig, NULL, 0) < 0)
+			log_warn("pidfd_send_signal(%d, %s) for overdue lease %llu failed, ignoring", h[i].pid,
+				 strsignal(sig), (unsigned long long)l->id);
+		else
+			log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, l->uid, h[i].pid,
+				  "sent %s to pid %d for overdue lease %llu: it still maps or holds the lease's memory",
+				  sigabbrev_np(sig), h[i].pid, (unsigned long long)l->id);
+	}
+	holders_free(h, nh);
+	if (l->uid != geteuid() && !holders_can_inspect_all())
+		log_warnx("overdue lease %llu: cannot read the /proc/PID/maps of uid %u without CAP_SYS_PTRACE, so "
+			  "processes other than its connection's that still map it were not signalled; grant the "
+			  "capability or run as root",
+			  (unsigned long long)l->id, l->uid);
+	else if (unreadable > 0)
+		log_warnx("overdue lease %llu: %zu processes could not be inspected for its memory, ignoring",
+			  (unsigned long long)l->id, unreadable);
+}
+
 static void enforce(struct broker *b, struct lease *l)
 {
 	struct conn *c = owner_conn(b, l);
+	pid_t signalled = 0;
 	int sig = 0;
 
 	switch (b->cfg->revoke_enforce) {
@@ -494,20 +552,19 @@ static void enforce(struct broker *b, struct lease *l)
 		sig = SIGKILL;
 		break;
 	}
-	if (!c)
-		return;
 	/* Only through a pidfd: a bare pid may have been reused by an innocent process. */
-	if (c->pidfd < 0) {
+	if (c && c->pidfd < 0) {
 		log_warnx("cannot signal pid %d for overdue lease %llu: no pidfd on this kernel, ignoring", c->pid,
 			  (unsigned long long)l->id);
-		return;
-	}
-	if (syscall(SYS_pidfd_send_signal, c->pidfd, sig, NULL, 0) < 0)
+	} else if (c && syscall(SYS_pidfd_send_signal, c->pidfd, sig, NULL, 0) < 0) {
 		log_warn("pidfd_send_signal(%d, %s) for overdue lease %llu failed, ignoring", c->pid,
 			 strsignal(sig), (unsigned long long)l->id);
-	else
+	} else if (c) {
 		log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, l->uid, l->pid, "sent %s to pid %d for overdue lease %llu",
 			  sigabbrev_np(sig), c->pid, (unsigned long long)l->id);
+		signalled = c->pid;
+	}
+	enforce_holders(b, l, sig, signalled);
 }
 
 static void deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)

@@ -16,6 +16,7 @@
 
 #include "broker.h"
 #include "config.h"
+#include "listen.h"
 #include "log.h"
 #include "request.h"
 #include "util.h"
@@ -64,83 +65,6 @@ struct server {
 
 static void conn_io_cb(struct ev_loop *loop, ev_io *w, int revents);
 static void conn_handshake_cb(struct ev_loop *loop, ev_timer *w, int revents);
-
-static int make_listen_socket(const char *path, int *ret)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct group *gr;
-	mode_t mode = 0660;
-	char *dir, *slash;
-	int fd, r;
-
-	if (strlen(path) >= sizeof(sa.sun_path)) {
-		log_warnx("socket path '%s' is longer than %zu bytes; choose a shorter --socket", path,
-			  sizeof(sa.sun_path) - 1);
-		return -ENAMETOOLONG;
-	}
-	strcpy(sa.sun_path, path);
-
-	dir = strdup(path);
-	if (!dir)
-		return -ENOMEM;
-	slash = strrchr(dir, '/');
-	if (slash && slash != dir) {
-		*slash = '\0';
-		if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-			log_warn("cannot create socket directory %s, ignoring", dir);
-	}
-	free(dir);
-
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-
-	/* A socket file left by a crashed daemon is stale only if nobody answers on it. */
-	if (access(path, F_OK) == 0) {
-		int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-		if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-			close(probe);
-			close(fd);
-			log_warnx("another pinbrokerd is already listening on %s; stop it or use --socket", path);
-			return -EADDRINUSE;
-		}
-		if (probe >= 0)
-			close(probe);
-		unlink(path);
-	}
-
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		r = -errno;
-		log_warn("cannot bind %s", path);
-		close(fd);
-		return r;
-	}
-	/* Mode 0660, group pinbroker (DESIGN.md). Without the group, leave it open to all
-	 * local users rather than unusable, and say how to fix it. */
-	gr = getgrnam("pinbroker");
-	if (gr && geteuid() == 0) {
-		if (chown(path, 0, gr->gr_gid) < 0)
-			log_warn("cannot chown %s to group pinbroker, ignoring", path);
-	} else if (!gr) {
-		mode = 0666;
-		log_info("group 'pinbroker' does not exist: socket %s is open to every local user; "
-			 "create the group (systemd-sysusers) to restrict it",
-			 path);
-	}
-	if (chmod(path, mode) < 0)
-		log_warn("cannot chmod %s, ignoring", path);
-
-	if (listen(fd, SOMAXCONN) < 0) {
-		r = -errno;
-		log_warn("cannot listen on %s", path);
-		close(fd);
-		unlink(path);
-		return r;
-	}
-	*ret = fd;
-	return 0;
-}
 
 /*
  * uid 0, or a member of admin-group: its primary group, or among the
@@ -250,8 +174,9 @@ int server_adopt(struct server *s, int fd, const struct ucred *cred, struct conn
 		s->conns->prev = c;
 	s->conns = c;
 	s->nconns++;
-	log_debug("connection %llu from pid %d uid %u%s", (unsigned long long)c->id, c->pid, c->uid,
-		  c->admin ? " (admin)" : "");
+	log_debug("connection %llu from pid %d uid %u%s, pidfd %s", (unsigned long long)c->id, c->pid, c->uid,
+		  c->admin ? " (admin)" : "",
+		  c->pidfd_from_peer ? "from SO_PEERPIDFD" : c->pidfd >= 0 ? "from pidfd_open (pid reuse possible)" : "none");
 	if (ret)
 		*ret = c;
 	return 0;
@@ -603,7 +528,7 @@ int server_new(struct broker *b, int listen_fd, struct server **ret)
 			fcntl(listen_fd, F_SETFL, flags | O_NONBLOCK);
 		s->listen_fd = listen_fd;
 	} else {
-		r = make_listen_socket(b->cfg->socket_path, &s->listen_fd);
+		r = listen_unix_socket(b->cfg->socket_path, &s->listen_fd);
 		if (r < 0)
 			goto fail;
 		s->own_socket = true;
@@ -639,7 +564,7 @@ void server_free(struct server *s)
 	if (s->listen_fd >= 0)
 		close(s->listen_fd);
 	if (s->own_socket && s->path)
-		unlink(s->path);
+		listen_unlink(s->path);
 	free(s->path);
 	free(s->rxbuf);
 	free(s);
