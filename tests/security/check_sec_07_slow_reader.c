@@ -2,6 +2,7 @@
 /* Finding 7: clients that never read their replies must not pin daemon memory; they are cut off at a byte cap. */
 #include <check.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,16 @@ static void stop(void)
 {
 	ck_assert_int_eq(daemon_stop(&d), 0);
 }
+
+/*
+ * ASan's quarantine keeps freed memory resident, so under it the heap figure says nothing and
+ * only the disconnects and their log lines are checked.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#define HEAP_BOUND_KIB(kib) LONG_MAX
+#else
+#define HEAP_BOUND_KIB(kib) (kib)
+#endif
 
 /* RssAnon of the daemon in KiB: its heap, where queued replies live (the pool is shmem). */
 static long daemon_rss_anon_kib(void)
@@ -134,7 +145,7 @@ START_TEST(test_client_that_never_reads_is_cut_off_at_the_byte_cap)
 	sent = flood_until_closed(fd, 30);
 	ck_assert_msg(sent >= 0, "the daemon never closed a client that reads nothing");
 	after = daemon_rss_anon_kib();
-	ck_assert_msg(after - before < 8 * 1024, "daemon heap grew by %ld KiB for one non-reading client", after - before);
+	ck_assert_msg(after - before < HEAP_BOUND_KIB(8 * 1024), "daemon heap grew by %ld KiB for one non-reading client", after - before);
 	log = daemon_log(&d);
 	ck_assert_msg(strstr(log, "max-queued-bytes-per-connection"), "no log line names the cap");
 	free(log);
@@ -192,7 +203,7 @@ START_TEST(test_many_slow_clients_are_bounded_in_total)
 		}
 	}
 	ck_assert_msg(closed > 0, "no slow client was closed");
-	ck_assert_msg(peak - before < 16 * 1024, "daemon heap grew by %ld KiB for %d non-reading clients", peak - before,
+	ck_assert_msg(peak - before < HEAP_BOUND_KIB(16 * 1024), "daemon heap grew by %ld KiB for %d non-reading clients", peak - before,
 		      NSLOW);
 	log = daemon_log(&d);
 	ck_assert_msg(strstr(log, "(max-queued-bytes = "), "no log line names the total cap");
