@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# Run every CPU benchmark against an existing build dir (builds nothing) and save the output in bench/results/cpu-<date>.txt.
+# Run every CPU benchmark (lease, pressure, status) against an existing build dir (builds nothing) and save the output in bench/results/cpu-<date>.txt.
 set -eu
 
 usage() {
@@ -20,7 +20,7 @@ fi
 case $build in /*) ;; *) build=$(pwd)/$build ;; esac
 
 daemon=$build/daemon/pinbrokerd
-for bin in "$daemon" "$build/bench/core/bench_lease" "$build/bench/core/bench_pressure"; do
+for bin in "$daemon" "$build/bench/core/bench_lease" "$build/bench/core/bench_pressure" "$build/bench/core/bench_status"; do
 	[ -x "$bin" ] || { echo "run-cpu.sh: $bin not found or not executable" >&2; usage; }
 done
 if [ "$(id -u)" -ne 0 ] && [ "$(ulimit -l)" != unlimited ]; then
@@ -40,6 +40,8 @@ rm -f "$failed"
 	echo
 	"$build/bench/core/bench_pressure" --daemon "$daemon" --fixtures "$root/tests/fixtures/proc" "$@" ||
 		echo "bench_pressure failed: exit $?" >>"$failed"
+	echo
+	"$build/bench/core/bench_status" --daemon "$daemon" "$@" || echo "bench_status failed: exit $?" >>"$failed"
 } 2>&1 | tee "$out.tmp"
 if [ -e "$failed" ]; then
 	cat "$failed" >&2

@@ -1745,6 +1745,63 @@ static void copy_events(Pinbroker__V1__EventInfo **src, size_t n, struct pb_even
 	}
 }
 
+/* Append sr's client rows to s->clients. */
+static void append_clients(struct pb_status *s, const Pinbroker__V1__StatusReply *sr, bool *oom)
+{
+	struct pb_client_info *v;
+
+	if (sr->n_clients == 0)
+		return;
+	v = realloc(s->clients, (s->n_clients + sr->n_clients) * sizeof(*v));
+	if (!v) {
+		*oom = true;
+		return;
+	}
+	s->clients = v;
+	for (size_t i = 0; i < sr->n_clients; i++) {
+		const Pinbroker__V1__ClientInfo *ci = sr->clients[i];
+		struct pb_client_info *d = &s->clients[s->n_clients++];
+
+		d->pid = ci->pid;
+		d->uid = ci->uid;
+		d->leases = ci->leases;
+		d->bytes = ci->bytes;
+		d->labels = join_labels(ci->labels, ci->n_labels, oom);
+		d->name = xstrdup(ci->name, oom);
+	}
+}
+
+static void lease_info_copy(struct pb_lease_info *d, const Pinbroker__V1__LeaseInfo *li, bool *oom)
+{
+	d->id = li->id;
+	d->pid = li->pid;
+	d->uid = li->uid;
+	d->bytes = li->bytes;
+	d->label = xstrdup(li->label, oom);
+	d->age_ms = li->age_ms;
+	d->priority = li->has_priority ? (enum pb_priority)li->priority : PB_PRIORITY_NORMAL;
+	d->state = xstrdup(li->state ? li->state : "active", oom);
+	d->idle_ms = li->has_idle_ms ? li->idle_ms : 0;
+	d->deadline_left_ms = li->has_deadline_left_ms ? li->deadline_left_ms : 0;
+}
+
+/* Append sr's lease rows to (*rows, *n). */
+static void append_leases(struct pb_lease_info **rows, size_t *n, const Pinbroker__V1__StatusReply *sr, bool *oom)
+{
+	struct pb_lease_info *v;
+
+	if (sr->n_leases == 0)
+		return;
+	v = realloc(*rows, (*n + sr->n_leases) * sizeof(*v));
+	if (!v) {
+		*oom = true;
+		return;
+	}
+	*rows = v;
+	for (size_t i = 0; i < sr->n_leases; i++)
+		lease_info_copy(&v[(*n)++], sr->leases[i], oom);
+}
+
 static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status **ret)
 {
 	struct pb_status *s = calloc(1, sizeof(*s));
@@ -1770,43 +1827,13 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 	s->monitor_mode = xstrdup(sr->monitor_mode ? sr->monitor_mode : "unknown", &oom);
 	s->uptime_ms = sr->has_uptime_ms ? sr->uptime_ms : 0;
 
-	s->clients = calloc(sr->n_clients ? sr->n_clients : 1, sizeof(*s->clients));
-	if (!s->clients)
+	/* Never NULL, even empty: callers index them by n_*. */
+	s->clients = calloc(1, sizeof(*s->clients));
+	s->leases = calloc(1, sizeof(*s->leases));
+	if (!s->clients || !s->leases)
 		oom = true;
-	else
-		s->n_clients = sr->n_clients;
-	for (size_t i = 0; s->clients && i < sr->n_clients; i++) {
-		const Pinbroker__V1__ClientInfo *ci = sr->clients[i];
-		struct pb_client_info *d = &s->clients[i];
-
-		d->pid = ci->pid;
-		d->uid = ci->uid;
-		d->leases = ci->leases;
-		d->bytes = ci->bytes;
-		d->labels = join_labels(ci->labels, ci->n_labels, &oom);
-		d->name = xstrdup(ci->name, &oom);
-	}
-
-	s->leases = calloc(sr->n_leases ? sr->n_leases : 1, sizeof(*s->leases));
-	if (!s->leases)
-		oom = true;
-	else
-		s->n_leases = sr->n_leases;
-	for (size_t i = 0; s->leases && i < sr->n_leases; i++) {
-		const Pinbroker__V1__LeaseInfo *li = sr->leases[i];
-		struct pb_lease_info *d = &s->leases[i];
-
-		d->id = li->id;
-		d->pid = li->pid;
-		d->uid = li->uid;
-		d->bytes = li->bytes;
-		d->label = xstrdup(li->label, &oom);
-		d->age_ms = li->age_ms;
-		d->priority = li->has_priority ? (enum pb_priority)li->priority : PB_PRIORITY_NORMAL;
-		d->state = xstrdup(li->state ? li->state : "active", &oom);
-		d->idle_ms = li->has_idle_ms ? li->idle_ms : 0;
-		d->deadline_left_ms = li->has_deadline_left_ms ? li->deadline_left_ms : 0;
-	}
+	append_clients(s, sr, &oom);
+	append_leases(&s->leases, &s->n_leases, sr, &oom);
 
 	s->signals = calloc(sr->n_signals ? sr->n_signals : 1, sizeof(*s->signals));
 	if (!s->signals)
@@ -1836,29 +1863,148 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 	return 0;
 }
 
-int pb_status_get(pb_client *c, struct pb_status **ret)
+/* Paging state of one pass over the daemon's rows. */
+struct status_pages {
+	uint64_t lease_cursor;  /* 0 with want_leases false: no lease rows wanted (any more) */
+	uint64_t client_cursor;
+	bool want_leases, want_clients, first;
+};
+
+/* One STATUS round trip; *w holds a STATUS reply on success. */
+static int status_call(pb_client *c, const struct status_pages *p, uint32_t lease_limit, struct waiter *w)
 {
 	Pinbroker__V1__StatusRequest sreq = PINBROKER__V1__STATUS_REQUEST__INIT;
 	Request req = PINBROKER__V1__REQUEST__INIT;
+	int r;
+
+	sreq.has_include_leases = 1;
+	sreq.include_leases = p->want_leases;
+	sreq.has_lease_cursor = p->lease_cursor != 0;
+	sreq.lease_cursor = p->lease_cursor;
+	sreq.has_lease_limit = lease_limit != 0;
+	sreq.lease_limit = lease_limit;
+	sreq.has_include_clients = 1;
+	sreq.include_clients = p->want_clients;
+	sreq.has_client_cursor = p->client_cursor != 0;
+	sreq.client_cursor = p->client_cursor;
+	/* Signals and events are the same on every page: only the first asks for them. */
+	sreq.has_include_events = 1;
+	sreq.include_events = p->first;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_STATUS;
+	req.status = &sreq;
+	r = call_checked(c, &req, w);
+	if (r < 0)
+		return r;
+	if (w->reply->body_case != PINBROKER__V1__REPLY__BODY_STATUS_REPLY || !w->reply->status_reply) {
+		waiter_cleanup(w);
+		return set_error(-EPROTO, "pinbrokerd answered STATUS without a status");
+	}
+	return 0;
+}
+
+/*
+ * Where the next page starts, from a reply. A daemon that does not page sends
+ * no cursor (0: done). A cursor that does not move on would loop forever:
+ * lease ids only grow, connection ids only shrink, page to page.
+ */
+static int status_advance(struct status_pages *p, const Pinbroker__V1__StatusReply *sr)
+{
+	uint64_t nl = sr->has_next_lease_cursor ? sr->next_lease_cursor : 0;
+	uint64_t nc = sr->has_next_client_cursor ? sr->next_client_cursor : 0;
+
+	if (p->want_leases && nl && nl <= p->lease_cursor)
+		return set_error(-EPROTO, "pinbrokerd sent a lease cursor that does not advance (%llu after %llu)",
+				 (unsigned long long)nl, (unsigned long long)p->lease_cursor);
+	if (p->want_clients && nc && p->client_cursor && nc >= p->client_cursor)
+		return set_error(-EPROTO, "pinbrokerd sent a client cursor that does not advance");
+	p->want_leases = p->want_leases && nl != 0;
+	p->lease_cursor = nl;
+	p->want_clients = p->want_clients && nc != 0;
+	p->client_cursor = nc;
+	p->first = false;
+	return 0;
+}
+
+int pb_status_query(pb_client *c, unsigned flags, struct pb_status **ret)
+{
+	struct status_pages p = { .want_leases = (flags & PB_STATUS_LEASES) != 0, .want_clients = true, .first = true };
+	struct pb_status *s = NULL;
 	struct waiter w;
+	bool oom = false;
 	int r;
 
 	if (!ret)
-		return set_error(-EINVAL, "pb_status_get: ret is NULL");
+		return set_error(-EINVAL, "pb_status_query: ret is NULL");
 	*ret = NULL;
-	sreq.has_include_leases = 1;
-	sreq.include_leases = 1;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_STATUS;
-	req.status = &sreq;
-	r = call_checked(c, &req, &w);
+	r = status_call(c, &p, 0, &w);
 	if (r < 0)
 		return r;
-	if (w.reply->body_case != PINBROKER__V1__REPLY__BODY_STATUS_REPLY)
-		r = set_error(-EPROTO, "pinbrokerd answered STATUS without a status");
-	else
-		r = status_convert(w.reply->status_reply, ret);
+	r = status_convert(w.reply->status_reply, &s);
+	if (r == 0)
+		r = status_advance(&p, w.reply->status_reply);
 	waiter_cleanup(&w);
-	return r;
+	while (r == 0 && (p.want_leases || p.want_clients)) {
+		r = status_call(c, &p, 0, &w);
+		if (r < 0)
+			break;
+		if (p.want_clients)
+			append_clients(s, w.reply->status_reply, &oom);
+		if (p.want_leases)
+			append_leases(&s->leases, &s->n_leases, w.reply->status_reply, &oom);
+		r = oom ? set_error(-ENOMEM, "out of memory") : status_advance(&p, w.reply->status_reply);
+		waiter_cleanup(&w);
+	}
+	if (r < 0) {
+		pb_status_free(s);
+		return r;
+	}
+	*ret = s;
+	return 0;
+}
+
+int pb_status_get(pb_client *c, struct pb_status **ret)
+{
+	return pb_status_query(c, PB_STATUS_LEASES, ret);
+}
+
+int pb_leases_page(pb_client *c, uint64_t cursor, size_t max_rows, struct pb_lease_info **rows, size_t *n,
+		   uint64_t *next)
+{
+	struct status_pages p = { .lease_cursor = cursor, .want_leases = true };
+	struct pb_lease_info *v = NULL;
+	struct waiter w;
+	size_t k = 0;
+	bool oom = false;
+	int r;
+
+	if (!rows || !n || !next)
+		return set_error(-EINVAL, "pb_leases_page: rows, n and next are required");
+	*rows = NULL;
+	*n = 0;
+	*next = 0;
+	r = status_call(c, &p, max_rows > UINT32_MAX ? UINT32_MAX : (uint32_t)max_rows, &w);
+	if (r < 0)
+		return r;
+	append_leases(&v, &k, w.reply->status_reply, &oom);
+	r = oom ? set_error(-ENOMEM, "out of memory") : status_advance(&p, w.reply->status_reply);
+	waiter_cleanup(&w);
+	if (r < 0) {
+		pb_lease_info_free(v, k);
+		return r;
+	}
+	*rows = v;
+	*n = k;
+	*next = p.lease_cursor;
+	return 0;
+}
+
+void pb_lease_info_free(struct pb_lease_info *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++) {
+		free(rows[i].label);
+		free(rows[i].state);
+	}
+	free(rows);
 }
 
 static void free_events(struct pb_event_info *e, size_t n)
@@ -1880,11 +2026,7 @@ void pb_status_free(struct pb_status *s)
 		free(s->clients[i].name);
 	}
 	free(s->clients);
-	for (size_t i = 0; s->leases && i < s->n_leases; i++) {
-		free(s->leases[i].label);
-		free(s->leases[i].state);
-	}
-	free(s->leases);
+	pb_lease_info_free(s->leases, s->n_leases);
 	for (size_t i = 0; s->signals && i < s->n_signals; i++) {
 		free(s->signals[i].name);
 		free(s->signals[i].unit);

@@ -164,13 +164,14 @@ const char *pb_strerror(int err);
 
 /* ---- status and administration (used by pinctl) ---- */
 
+/* One row per connection: a process with two connections has two rows; a lease counts on the one holding it. */
 struct pb_client_info {
 	int32_t pid;
 	uint32_t uid;
 	uint32_t leases;
 	uint64_t bytes;
-	char *labels; /* comma-separated, "" if none */
-	char *name;
+	char *labels; /* up to 4 distinct labels of its leases, comma-separated, "" if none */
+	char *name;   /* the client name from its HELLO, control characters replaced by '?' */
 };
 
 struct pb_lease_info {
@@ -230,8 +231,45 @@ struct pb_status {
 	struct pb_event_info *revocations;
 };
 
+/*
+ * The daemon's status: the summary, every client row, and with
+ * PB_STATUS_LEASES every lease row. The daemon sends rows in pages that fit
+ * one packet (up to 1024 of each kind); this asks for page after page, one
+ * round trip each, and returns them all. Pages are read one after the other,
+ * not as one snapshot: a lease that comes or goes meanwhile may be listed or
+ * not, but none is listed twice. Under the daemon's status-visibility = own
+ * (the default), a caller that is not an admin gets only its own uid's client
+ * and lease rows (and no revocation events); the summary figures are always
+ * the whole host's. Free *ret with pb_status_free. Returns 0 or a negative
+ * errno (-ECONNRESET, -ENOMEM, -EPROTO for a reply that makes no sense).
+ */
+#define PB_STATUS_LEASES (1u << 0)
+int pb_status_query(pb_client *c, unsigned flags, struct pb_status **ret);
+/* pb_status_query(c, PB_STATUS_LEASES, ret). */
 int pb_status_get(pb_client *c, struct pb_status **ret);
 void pb_status_free(struct pb_status *s);
+
+/*
+ * One page of lease rows, for walking a long lease list without holding all
+ * of it: the leases with id > cursor (0: from the first), in id order, at most
+ * max_rows (0: as many as the daemon puts in one page, at most 1024). *next is
+ * the cursor for the next page, 0 after the last one. A page may hold fewer
+ * rows than asked, even none, before the end (the daemon bounds the work of
+ * one page): go on until *next is 0.
+ *
+ *   uint64_t cur = 0;
+ *   do {
+ *           if (pb_leases_page(c, cur, 0, &rows, &n, &cur) < 0) break;
+ *           ... rows[0..n) ...
+ *           pb_lease_info_free(rows, n);
+ *   } while (cur);
+ *
+ * Visibility as for pb_status_query. Free *rows (n of them) with
+ * pb_lease_info_free. Returns 0 or a negative errno.
+ */
+int pb_leases_page(pb_client *c, uint64_t cursor, size_t max_rows, struct pb_lease_info **rows, size_t *n,
+		   uint64_t *next);
+void pb_lease_info_free(struct pb_lease_info *rows, size_t n);
 
 /*
  * Revoke leases (admin): one lease_id, or every lease of uid (by_uid set),

@@ -16,11 +16,14 @@
 #include <unistd.h>
 
 #include "pinbroker.h"
+#include "text.h"
 #include "util.h"
 #include "wire.h"
 
 #define EXIT_USAGE 2
 #define JSON_SCHEMA_VERSION 1
+/* Room for any peer string C-escaped: every byte may become \xNN (labels: 4 of 63 bytes, comma-joined). */
+#define ESC_BYTES 1100
 
 static const char *socket_path; /* as given; NULL means libpinbroker's default */
 
@@ -31,7 +34,7 @@ static void usage(FILE *f)
 		"\n"
 		"Commands:\n"
 		"  status [--json]                   budget, pool, pressure signals and clients\n"
-		"  leases [--json]                   every lease on the host\n"
+		"  leases [--json]                   every lease on the host (fetched page by page)\n"
 		"  acquire SIZE [--hold SECONDS] [--label L] [--priority normal|critical|best-effort]\n"
 		"          [--wait MS]               borrow SIZE (e.g. 64M, 1G), touch it, hold, release\n"
 		"  revoke LEASE | --uid UID | --all [--deadline MS]\n"
@@ -102,10 +105,22 @@ static pb_client *connect_or_explain(void)
 	return NULL;
 }
 
+/*
+ * Text that came from the daemon or its other clients (labels, names, event
+ * texts), made safe for a terminal: C-escaped, so a newline can't forge a row
+ * and an escape sequence can't drive the terminal. buf holds ESC_BYTES.
+ */
+static const char *esc(const char *s, char *buf)
+{
+	return text_escape(buf, ESC_BYTES, s ? s : "");
+}
+
 /* A failed request: the daemon's words, plus what to do where there is something to do. */
 static int report_failure(const char *what, int r)
 {
-	fprintf(stderr, "pinctl: %s: %s\n", what, pb_last_error());
+	char e[ESC_BYTES];
+
+	fprintf(stderr, "pinctl: %s: %s\n", what, esc(pb_last_error(), e));
 	if (r == -EACCES)
 		fprintf(stderr, "This needs root or membership in pinbrokerd's admin group.\n");
 	else if (r == -ECONNRESET)
@@ -189,32 +204,42 @@ static const char *threshold_str(double v, char *buf, size_t len)
 
 /* ---------------------------------------------------------------- JSON, written by hand */
 
+/*
+ * A JSON string (RFC 8259): quote, backslash and every unprintable character
+ * escaped (controls, DEL, C1, U+2028/U+2029, which end a line in JavaScript,
+ * and the bidirectional controls); bytes that are not UTF-8 become U+FFFD,
+ * because JSON text must be UTF-8.
+ */
 static void json_str(FILE *f, const char *s)
 {
+	const char *p = s ? s : "";
+	size_t len = strlen(p);
+
 	fputc('"', f);
-	for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-		switch (*p) {
-		case '"':
-			fputs("\\\"", f);
-			break;
-		case '\\':
-			fputs("\\\\", f);
-			break;
-		case '\n':
-			fputs("\\n", f);
-			break;
-		case '\r':
-			fputs("\\r", f);
-			break;
-		case '\t':
-			fputs("\\t", f);
-			break;
-		default:
-			if (*p < 0x20 || *p == 0x7f)
-				fprintf(f, "\\u%04x", *p);
-			else
-				fputc(*p, f);
+	for (size_t i = 0; i < len;) {
+		uint32_t cp;
+		size_t n = text_decode(p + i, len - i, &cp);
+
+		if (n == 0) {
+			fputs("\\ufffd", f);
+			i++;
+			continue;
 		}
+		if (cp == '"')
+			fputs("\\\"", f);
+		else if (cp == '\\')
+			fputs("\\\\", f);
+		else if (cp == '\n')
+			fputs("\\n", f);
+		else if (cp == '\r')
+			fputs("\\r", f);
+		else if (cp == '\t')
+			fputs("\\t", f);
+		else if (!text_cp_printable(cp))
+			fprintf(f, "\\u%04" PRIx32, cp); /* every unprintable one is in the BMP */
+		else
+			fwrite(p + i, 1, n, f);
+		i += n;
 	}
 	fputc('"', f);
 }
@@ -293,12 +318,12 @@ static void json_labels(FILE *f, const char *joined)
 	fputc(']', f);
 }
 
-static void json_leases(FILE *f, const struct pb_status *s)
+static void json_leases(FILE *f, const struct pb_lease_info *rows, size_t n)
 {
 	json_key(f, "leases");
 	fputc('[', f);
-	for (size_t i = 0; i < s->n_leases; i++) {
-		const struct pb_lease_info *l = &s->leases[i];
+	for (size_t i = 0; i < n; i++) {
+		const struct pb_lease_info *l = &rows[i];
 
 		fprintf(f, "%s{", i ? "," : "");
 		json_u64(f, "id", l->id, true);
@@ -377,7 +402,7 @@ static void status_json(FILE *f, const struct pb_status *s)
 		fputc('}', f);
 	}
 	fputs("],", f);
-	json_leases(f, s);
+	json_leases(f, s->leases, s->n_leases);
 	fputs("}\n", f);
 }
 
@@ -385,35 +410,35 @@ static void status_json(FILE *f, const struct pb_status *s)
 
 static void print_events(const char *title, const struct pb_event_info *e, size_t n)
 {
-	char age[32];
+	char age[32], t[ESC_BYTES];
 
 	printf("%s:%s\n", title, n ? "" : " none");
 	for (size_t i = 0; i < n; i++)
-		printf("  %10s ago  %s\n", duration_str(e[i].age_ms, age, sizeof(age)), e[i].text);
+		printf("  %10s ago  %s\n", duration_str(e[i].age_ms, age, sizeof(age)), esc(e[i].text, t));
 }
 
-static void print_leases_table(const struct pb_status *s)
+static void print_leases_table(const struct pb_lease_info *rows, size_t n)
 {
-	char sz[32], age[32];
+	char sz[32], age[32], st[ESC_BYTES], lb[ESC_BYTES];
 
 	printf("%-8s %-8s %-6s %-10s %-11s %-9s %-10s %s\n", "ID", "PID", "UID", "BYTES", "PRIORITY", "STATE", "AGE",
 	       "LABEL");
-	for (size_t i = 0; i < s->n_leases; i++) {
-		const struct pb_lease_info *l = &s->leases[i];
+	for (size_t i = 0; i < n; i++) {
+		const struct pb_lease_info *l = &rows[i];
 
 		printf("%-8" PRIu64 " %-8" PRId32 " %-6" PRIu32 " %-10s %-11s %-9s %-10s %s\n", l->id, l->pid, l->uid,
-		       size_str(l->bytes, sz, sizeof(sz)), priority_name(l->priority), l->state,
-		       duration_str(l->age_ms, age, sizeof(age)), l->label);
+		       size_str(l->bytes, sz, sizeof(sz)), priority_name(l->priority), esc(l->state, st),
+		       duration_str(l->age_ms, age, sizeof(age)), esc(l->label, lb));
 	}
 }
 
 static void status_human(const struct pb_status *s)
 {
-	char a[32], b[32], c[32], d[32];
+	char a[32], b[32], c[32], d[32], e1[ESC_BYTES], e2[ESC_BYTES];
 
-	printf("pinbrokerd %s, up %s\n", s->server_version[0] ? s->server_version : "(unknown version)",
+	printf("pinbrokerd %s, up %s\n", s->server_version[0] ? esc(s->server_version, e1) : "(unknown version)",
 	       duration_str(s->uptime_ms, a, sizeof(a)));
-	printf("state:        %s (monitor: %s)\n", s->pressure_state, s->monitor_mode);
+	printf("state:        %s (monitor: %s)\n", esc(s->pressure_state, e1), esc(s->monitor_mode, e2));
 	printf("budget:       %s (uid quota %s)\n", size_str(s->budget_bytes, a, sizeof(a)),
 	       size_str(s->uid_quota_bytes, b, sizeof(b)));
 	printf("leased:       %s, free %s, overdue %s, cached idle %s\n", size_str(s->leased_bytes, a, sizeof(a)),
@@ -435,73 +460,138 @@ static void status_human(const struct pb_status *s)
 			snprintf(a, sizeof(a), "%.4g", g->value);
 		else
 			snprintf(a, sizeof(a), "n/a");
-		printf("  %-24s %12s %12s %12s  %s\n", g->name, a, threshold_str(g->tight, b, sizeof(b)),
-		       threshold_str(g->critical, c, sizeof(c)), g->unit);
+		printf("  %-24s %12s %12s %12s  %s\n", esc(g->name, e1), a, threshold_str(g->tight, b, sizeof(b)),
+		       threshold_str(g->critical, c, sizeof(c)), esc(g->unit, e2));
 	}
 	print_events("transitions", s->transitions, s->n_transitions);
 	print_events("revocations", s->revocations, s->n_revocations);
 
-	printf("\n%-8s %-6s %-6s %-10s %s\n", "PID", "UID", "LEASES", "BYTES", "LABELS");
+	printf("\n%-8s %-6s %-6s %-10s %-16s %s\n", "PID", "UID", "LEASES", "BYTES", "NAME", "LABELS");
 	for (size_t i = 0; i < s->n_clients; i++) {
 		const struct pb_client_info *ci = &s->clients[i];
 
 		/* pinctl's own connection is not news. */
 		if (ci->pid == getpid() && ci->leases == 0)
 			continue;
-		printf("%-8" PRId32 " %-6" PRIu32 " %-6" PRIu32 " %-10s %s\n", ci->pid, ci->uid, ci->leases,
-		       size_str(ci->bytes, a, sizeof(a)), ci->labels[0] ? ci->labels : "-");
+		printf("%-8" PRId32 " %-6" PRIu32 " %-6" PRIu32 " %-10s %-16s %s\n", ci->pid, ci->uid, ci->leases,
+		       size_str(ci->bytes, a, sizeof(a)), ci->name[0] ? esc(ci->name, e1) : "-",
+		       ci->labels[0] ? esc(ci->labels, e2) : "-");
 	}
 }
 
 /* ---------------------------------------------------------------- commands */
 
-/* status and leases share one request: the daemon's STATUS carries the lease list. */
-static int cmd_status_or_leases(int argc, char **argv, bool leases_only)
+/* The one option of status and leases. Returns 0, or the usage exit code. */
+static int parse_json_flag(int argc, char **argv, bool *json)
 {
 	static const struct option opts[] = { { "json", no_argument, NULL, 'j' }, { NULL, 0, NULL, 0 } };
-	struct pb_status *s;
-	bool json = false;
-	pb_client *c;
-	int o, r;
+	int o;
 
+	*json = false;
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		if (o != 'j')
 			return usage_error("%s: unknown option", argv[0]);
-		json = true;
+		*json = true;
 	}
 	if (optind != argc)
 		return usage_error("%s takes no arguments", argv[0]);
-	c = connect_or_explain();
-	if (!c)
-		return EXIT_FAILURE;
-	r = pb_status_get(c, &s);
-	pb_disconnect(c);
-	if (r < 0)
-		return report_failure("status", r);
-	if (json && leases_only) {
-		fputc('{', stdout);
-		json_u64(stdout, "schema_version", JSON_SCHEMA_VERSION, true);
-		json_leases(stdout, s);
-		fputs("}\n", stdout);
-	} else if (json) {
-		status_json(stdout, s);
-	} else if (leases_only) {
-		print_leases_table(s);
-	} else {
-		status_human(s);
-	}
-	pb_status_free(s);
-	return fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return 0;
 }
 
 static int cmd_status(int argc, char **argv)
 {
-	return cmd_status_or_leases(argc, argv, false);
+	struct pb_status *s;
+	bool json;
+	pb_client *c;
+	int r;
+
+	r = parse_json_flag(argc, argv, &json);
+	if (r)
+		return r;
+	c = connect_or_explain();
+	if (!c)
+		return EXIT_FAILURE;
+	/* The text form shows no lease rows, so it does not fetch their pages. */
+	r = pb_status_query(c, json ? PB_STATUS_LEASES : 0, &s);
+	pb_disconnect(c);
+	if (r < 0)
+		return report_failure("status", r);
+	if (json)
+		status_json(stdout, s);
+	else
+		status_human(s);
+	pb_status_free(s);
+	return fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+/* Every lease, page after page; all of it is in hand before anything is printed, so a failure prints no half list. */
+static int fetch_leases(pb_client *c, struct pb_lease_info **ret, size_t *nret)
+{
+	struct pb_lease_info *all = NULL;
+	uint64_t cursor = 0;
+	size_t n = 0;
+	int r;
+
+	do {
+		struct pb_lease_info *rows, *v;
+		size_t k;
+
+		r = pb_leases_page(c, cursor, 0, &rows, &k, &cursor);
+		if (r < 0)
+			break;
+		v = k ? realloc(all, (n + k) * sizeof(*v)) : all;
+		if (k && !v) {
+			pb_lease_info_free(rows, k);
+			fprintf(stderr, "pinctl: leases: out of memory after %zu rows\n", n);
+			r = -ENOMEM;
+			break;
+		}
+		all = v;
+		/* The strings move over to all; only the page's array is freed. */
+		if (k)
+			memcpy(all + n, rows, k * sizeof(*rows));
+		n += k;
+		free(rows);
+	} while (cursor);
+	if (r < 0) {
+		pb_lease_info_free(all, n);
+		return r;
+	}
+	*ret = all;
+	*nret = n;
+	return 0;
 }
 
 static int cmd_leases(int argc, char **argv)
 {
-	return cmd_status_or_leases(argc, argv, true);
+	struct pb_lease_info *rows = NULL;
+	size_t n = 0;
+	bool json;
+	pb_client *c;
+	int r;
+
+	r = parse_json_flag(argc, argv, &json);
+	if (r)
+		return r;
+	c = connect_or_explain();
+	if (!c)
+		return EXIT_FAILURE;
+	r = fetch_leases(c, &rows, &n);
+	pb_disconnect(c);
+	if (r == -ENOMEM)
+		return EXIT_FAILURE;
+	if (r < 0)
+		return report_failure("leases", r);
+	if (json) {
+		fputc('{', stdout);
+		json_u64(stdout, "schema_version", JSON_SCHEMA_VERSION, true);
+		json_leases(stdout, rows, n);
+		fputs("}\n", stdout);
+	} else {
+		print_leases_table(rows, n);
+	}
+	pb_lease_info_free(rows, n);
+	return fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
 static pthread_t main_thread;
@@ -574,7 +664,7 @@ static int cmd_acquire(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct pb_acquire_opts ao = { .priority = PB_PRIORITY_NORMAL };
-	char sz[32], pg[32], mem[400];
+	char sz[32], pg[32], mem[400], e[ESC_BYTES];
 	double hold_s = 0;
 	uint64_t size, t0, t1, t2, wait_ms;
 	sigset_t set;
@@ -631,7 +721,7 @@ static int cmd_acquire(int argc, char **argv)
 	r = pb_acquire(c, (size_t)size, &ao, &l);
 	t1 = now_us();
 	if (r < 0) {
-		fprintf(stderr, "pinctl: acquire %s: refused: %s\n", size_str(size, sz, sizeof(sz)), pb_last_error());
+		fprintf(stderr, "pinctl: acquire %s: refused: %s\n", size_str(size, sz, sizeof(sz)), esc(pb_last_error(), e));
 		if (r == -EDQUOT || r == -ENOSPC || r == -EBUSY || r == -EAGAIN)
 			fprintf(stderr, "See what holds the memory: pinctl status\n");
 		else if (r == -EFBIG)

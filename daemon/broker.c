@@ -6,9 +6,57 @@
 #include <stdlib.h>
 
 #include "budget.h"
+#include "config.h"
 #include "lease.h"
 #include "pool.h"
 #include "util.h"
+
+bool broker_resolve_limits(struct broker *b, uint64_t nofile, uint64_t max_map_count, uint64_t fds_in_use,
+			   uint64_t maps_in_use)
+{
+	const struct config *cfg = b->cfg;
+	uint64_t fixed_fds = fds_in_use + cfg->reserve_fds + 2ull * cfg->max_connections + BROKER_QUEUED_FDS_MAX;
+	uint64_t cap = nofile > fixed_fds ? nofile - fixed_fds : 0;
+	bool clamped = false;
+
+	if (max_map_count > 0) {
+		uint64_t fixed_maps = maps_in_use + cfg->reserve_fds;
+		uint64_t map_cap = max_map_count > fixed_maps ? max_map_count - fixed_maps : 0;
+
+		if (map_cap < cap)
+			cap = map_cap;
+	}
+	if (cap < BROKER_CHUNK_CAPACITY_MIN) {
+		cap = BROKER_CHUNK_CAPACITY_MIN;
+		clamped = true;
+	}
+	b->chunk_capacity = cap;
+	b->max_chunks_per_uid = cfg->max_chunks_per_uid ? cfg->max_chunks_per_uid : cap / 2;
+	b->max_leases_per_uid = cfg->max_leases_per_uid ? cfg->max_leases_per_uid : b->max_chunks_per_uid;
+	return clamped;
+}
+
+/* Chunks a lease of size_bytes takes: whole chunks plus a tail for the remainder. */
+static uint64_t chunks_for(const struct broker *b, uint64_t size_bytes)
+{
+	uint64_t chunk = pool_chunk_size(b->pool);
+
+	return size_bytes / chunk + (size_bytes % chunk ? 1 : 0);
+}
+
+/* The caps on file descriptors and mappings: per uid, then the daemon's own. */
+static int check_counts(const struct broker *b, uid_t uid, uint64_t size_bytes)
+{
+	uint64_t need = chunks_for(b, size_bytes);
+
+	if (b->max_leases_per_uid && budget_uid_leases(b->budget, uid) >= b->max_leases_per_uid)
+		return -EMLINK;
+	if (b->max_chunks_per_uid && budget_uid_chunks(b->budget, uid) + need > b->max_chunks_per_uid)
+		return -EMFILE;
+	if (b->chunk_capacity && budget_chunks(b->budget) + need > b->chunk_capacity)
+		return -ENFILE;
+	return 0;
+}
 
 /* Leased plus idle must fit the budget: idle chunks are locked memory too. */
 int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease **ret)
@@ -28,6 +76,9 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 	r = budget_check(b->budget, a->uid, size_bytes);
 	if (r < 0)
 		return r;
+	r = check_counts(b, a->uid, size_bytes);
+	if (r < 0)
+		return r;
 
 	/* Under pressure, lend only memory that is already locked; new pinning would add to it. */
 	if (b->state == BROKER_CRITICAL)
@@ -43,10 +94,18 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 		      nchunks, now_ms(), &l);
 	if (r < 0)
 		goto fail;
+	/* So the pool's hole-punch reports can name the lease (pool.h). */
+	for (size_t i = 0; i < nchunks; i++)
+		chunks[i]->lease_id = l->id;
 
-	r = budget_charge(b->budget, a->uid, size_bytes);
+	r = budget_count_add(b->budget, a->uid, nchunks);
 	if (r < 0)
 		goto fail;
+	r = budget_charge(b->budget, a->uid, size_bytes);
+	if (r < 0) {
+		budget_count_sub(b->budget, a->uid, nchunks);
+		goto fail;
+	}
 
 	b->generation++;
 	broker_trim_pool(b, UINT64_MAX);
@@ -66,6 +125,7 @@ fail:
 void broker_free_lease(struct broker *b, struct lease *l)
 {
 	budget_uncharge(b->budget, l->uid, l->bytes);
+	budget_count_sub(b->budget, l->uid, l->nchunks);
 	pool_put(b->pool, l->chunks, l->nchunks);
 	lease_remove(b->leases, l);
 	b->generation++;

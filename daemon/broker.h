@@ -44,6 +44,11 @@ struct broker {
 	uint64_t started_ms;
 	enum broker_state state;
 	bool shutting_down;
+
+	/* Resolved by broker_resolve_limits(): what the daemon's fds and mappings allow. */
+	uint64_t chunk_capacity;     /* pool chunks the daemon may hold lent at once */
+	uint64_t max_chunks_per_uid;
+	uint64_t max_leases_per_uid;
 	/* Bumped by every verb below that changes the leases, their holders or the idle pool:
 	 * the fd-store state (recovery.c) is rewritten only when it moved. */
 	uint64_t generation;
@@ -59,12 +64,31 @@ struct acquire_args {
 	const char *label;
 };
 
+/* Queued reply packets duplicate their fds; this many may be queued over all connections. */
+#define BROKER_QUEUED_FDS_MAX 1024
+/* Below this many chunks the daemon could not serve a useful load; the limits are clamped up to it. */
+#define BROKER_CHUNK_CAPACITY_MIN 64
+
+/*
+ * Derive chunk_capacity and the per-uid caps from the daemon's own limits:
+ * nofile (RLIMIT_NOFILE), max_map_count (vm.max_map_count; 0 when chunks are
+ * not mapped, as with hugetlb), and the fds and mappings in use before any
+ * chunk exists. Each connection costs two fds (socket and pidfd); reserve-fds
+ * fds and mappings stay free for admin connections. Unset (0) per-uid caps
+ * become half the capacity. Returns true if the capacity had to be clamped
+ * up to BROKER_CHUNK_CAPACITY_MIN (the caller warns).
+ */
+bool broker_resolve_limits(struct broker *b, uint64_t nofile, uint64_t max_map_count, uint64_t fds_in_use,
+			   uint64_t maps_in_use);
+
 /*
  * Grant a lease: checks size, budget, quota and pressure state, takes chunks
  * from the pool (shrinking idle chunks if the budget needs the room), charges
  * the budget and adds the lease. Returns 0 and *ret, or:
  *   -EINVAL (size 0 or rounds past 2^64), -EFBIG (never satisfiable), -EDQUOT,
  *   -ENOSPC, -EBUSY (tight: beyond the free warm pool), -EAGAIN (critical),
+ *   -EMLINK (uid at max-leases-per-uid), -EMFILE (uid at max-chunks-per-uid),
+ *   -ENFILE (the daemon at its chunk capacity: fds or mappings),
  *   or the pool's errno (-ENOMEM ...) with nothing changed.
  */
 int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease **ret);

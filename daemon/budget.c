@@ -11,6 +11,8 @@
 struct uid_usage {
 	uid_t uid;
 	uint64_t leased_bytes;
+	uint64_t leases;  /* counted by budget_count_add/sub, for the per-uid caps */
+	uint64_t chunks;  /* pool chunks those leases hold: fds (and mappings) in the daemon */
 };
 
 /*
@@ -28,7 +30,8 @@ struct budget {
 	uint64_t limit_bytes;
 	uint64_t uid_quota_bytes; /* 0: no per-uid quota beyond the budget itself */
 	uint64_t leased_bytes;
-	struct uid_usage *uids; /* sorted by uid; entries at 0 bytes are dropped */
+	uint64_t leases, chunks;
+	struct uid_usage *uids; /* sorted by uid; entries at 0 bytes, 0 leases and 0 chunks are dropped */
 	size_t nuids;
 	size_t cap_uids;
 };
@@ -100,7 +103,8 @@ int budget_check(const struct budget *b, uid_t uid, uint64_t bytes)
 	return 0;
 }
 
-int budget_charge(struct budget *b, uid_t uid, uint64_t bytes)
+/* The entry of uid, created at zero if missing. NULL on -ENOMEM. */
+static struct uid_usage *uid_entry(struct budget *b, uid_t uid)
 {
 	size_t i;
 	int found;
@@ -112,17 +116,34 @@ int budget_charge(struct budget *b, uid_t uid, uint64_t bytes)
 			struct uid_usage *u = realloc(b->uids, cap * sizeof(*u));
 
 			if (!u)
-				return -ENOMEM;
+				return NULL;
 			b->uids = u;
 			b->cap_uids = cap;
 		}
 		memmove(&b->uids[i + 1], &b->uids[i], (b->nuids - i) * sizeof(b->uids[0]));
-		b->uids[i] = (struct uid_usage){ .uid = uid, .leased_bytes = 0 };
+		b->uids[i] = (struct uid_usage){ .uid = uid };
 		b->nuids++;
 	}
-	BUDGET_INVARIANT(b->uids[i].leased_bytes <= UINT64_MAX - bytes);
+	return &b->uids[i];
+}
+
+static void uid_drop_if_empty(struct budget *b, size_t i)
+{
+	if (b->uids[i].leased_bytes == 0 && b->uids[i].leases == 0 && b->uids[i].chunks == 0) {
+		memmove(&b->uids[i], &b->uids[i + 1], (b->nuids - i - 1) * sizeof(b->uids[0]));
+		b->nuids--;
+	}
+}
+
+int budget_charge(struct budget *b, uid_t uid, uint64_t bytes)
+{
+	struct uid_usage *u = uid_entry(b, uid);
+
+	if (!u)
+		return -ENOMEM;
+	BUDGET_INVARIANT(u->leased_bytes <= UINT64_MAX - bytes);
 	BUDGET_INVARIANT(b->leased_bytes <= UINT64_MAX - bytes);
-	b->uids[i].leased_bytes += bytes;
+	u->leased_bytes += bytes;
 	b->leased_bytes += bytes;
 	return 0;
 }
@@ -141,10 +162,34 @@ void budget_uncharge(struct budget *b, uid_t uid, uint64_t bytes)
 	BUDGET_INVARIANT(b->leased_bytes >= bytes);
 	b->uids[i].leased_bytes -= bytes;
 	b->leased_bytes -= bytes;
-	if (b->uids[i].leased_bytes == 0) {
-		memmove(&b->uids[i], &b->uids[i + 1], (b->nuids - i - 1) * sizeof(b->uids[0]));
-		b->nuids--;
-	}
+	uid_drop_if_empty(b, i);
+}
+
+int budget_count_add(struct budget *b, uid_t uid, size_t nchunks)
+{
+	struct uid_usage *u = uid_entry(b, uid);
+
+	if (!u)
+		return -ENOMEM;
+	u->leases++;
+	u->chunks += nchunks;
+	b->leases++;
+	b->chunks += nchunks;
+	return 0;
+}
+
+void budget_count_sub(struct budget *b, uid_t uid, size_t nchunks)
+{
+	size_t i;
+	int found;
+
+	i = uid_search(b, uid, &found);
+	BUDGET_INVARIANT(found && b->uids[i].leases >= 1 && b->uids[i].chunks >= nchunks);
+	b->uids[i].leases--;
+	b->uids[i].chunks -= nchunks;
+	b->leases--;
+	b->chunks -= nchunks;
+	uid_drop_if_empty(b, i);
 }
 
 uint64_t budget_limit(const struct budget *b)
@@ -174,4 +219,32 @@ uint64_t budget_uid_leased(const struct budget *b, uid_t uid)
 uint64_t budget_pool_allowance(const struct budget *b)
 {
 	return b->leased_bytes >= b->limit_bytes ? 0 : b->limit_bytes - b->leased_bytes;
+}
+
+uint64_t budget_uid_leases(const struct budget *b, uid_t uid)
+{
+	size_t i;
+	int found;
+
+	i = uid_search(b, uid, &found);
+	return found ? b->uids[i].leases : 0;
+}
+
+uint64_t budget_uid_chunks(const struct budget *b, uid_t uid)
+{
+	size_t i;
+	int found;
+
+	i = uid_search(b, uid, &found);
+	return found ? b->uids[i].chunks : 0;
+}
+
+uint64_t budget_leases(const struct budget *b)
+{
+	return b->leases;
+}
+
+uint64_t budget_chunks(const struct budget *b)
+{
+	return b->chunks;
 }

@@ -2,6 +2,7 @@
 /* Exact accounting of leased bytes against the host budget and per-uid quotas. Pure: no I/O. */
 #pragma once
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -35,6 +36,19 @@ uint64_t budget_limit(const struct budget *b);
 uint64_t budget_uid_quota(const struct budget *b);
 uint64_t budget_leased(const struct budget *b);
 uint64_t budget_uid_leased(const struct budget *b, uid_t uid);
+
+/*
+ * Count one lease of nchunks pool chunks for uid, or take one back. Kept
+ * beside the bytes for the per-uid caps on leases and chunks (each chunk is
+ * a file descriptor in the daemon). add returns 0 or -ENOMEM; sub aborts if
+ * it was never counted.
+ */
+int budget_count_add(struct budget *b, uid_t uid, size_t nchunks);
+void budget_count_sub(struct budget *b, uid_t uid, size_t nchunks);
+uint64_t budget_uid_leases(const struct budget *b, uid_t uid);
+uint64_t budget_uid_chunks(const struct budget *b, uid_t uid);
+uint64_t budget_leases(const struct budget *b);
+uint64_t budget_chunks(const struct budget *b);
 
 /* Bytes the idle pool may hold right now: limit - leased, 0 when over. */
 uint64_t budget_pool_allowance(const struct budget *b);

@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "util.h"
@@ -32,6 +34,7 @@
 
 static const char *const hugetlb_choices[] = { "auto", "yes", "no", NULL };
 static const char *const enforce_choices[] = { "none", "disconnect", "sigterm", "sigkill", NULL };
+static const char *const visibility_choices[] = { "own", "all", NULL };
 
 /* Enum values are indexes into their choices arrays. */
 _Static_assert(CONFIG_HUGETLB_AUTO == 0 && CONFIG_HUGETLB_YES == 1 && CONFIG_HUGETLB_NO == 2,
@@ -39,6 +42,7 @@ _Static_assert(CONFIG_HUGETLB_AUTO == 0 && CONFIG_HUGETLB_YES == 1 && CONFIG_HUG
 _Static_assert(ENFORCE_NONE == 0 && ENFORCE_DISCONNECT == 1 && ENFORCE_SIGTERM == 2 &&
 		       ENFORCE_SIGKILL == 3,
 	       "enforce_choices order");
+_Static_assert(VISIBILITY_OWN == 0 && VISIBILITY_ALL == 1, "visibility_choices order");
 
 /*
  * The offset macros check at compile time that each field has the C type its
@@ -116,12 +120,29 @@ static const struct config_key keys[] = {
 	       "Time a new connection has to send HELLO before it is closed."),
 	K_UINT("max-leases-per-client", max_leases_per_client, 1, COUNT_MAX, "4096", true,
 	       "Most leases one connection may hold."),
+	K_UINT("max-leases-per-uid", max_leases_per_uid, 0, COUNT_MAX, "0", true,
+	       "Most leases one uid may hold over all its connections; 0 derives it from the daemon's limits "
+	       "(as max-chunks-per-uid)."),
+	K_UINT("max-chunks-per-uid", max_chunks_per_uid, 0, COUNT_MAX, "0", true,
+	       "Most pool chunks (each one file descriptor, and one mapping without hugetlb, in the daemon) one uid "
+	       "may hold; 0 means half of what the daemon's RLIMIT_NOFILE and vm.max_map_count allow."),
+	K_UINT("reserve-fds", reserve_fds, 16, COUNT_MAX, "64", false,
+	       "File descriptors (and mappings) kept free of leases, so an admin connection always works."),
+	K_SIZE("max-queued-bytes-per-connection", max_queued_bytes_per_conn, 4 * 1024, (double)(1ull << 40), "1M", true,
+	       "Reply bytes queued for a client that does not read them before it is disconnected."),
+	K_SIZE("max-queued-bytes", max_queued_bytes, 4 * 1024, (double)(1ull << 40), "64M", true,
+	       "Reply bytes queued for all slow clients together; past it the client with the most is disconnected."),
 	K_UINT("max-pending-acquires", max_pending_acquires, 0, COUNT_MAX, "256", true,
 	       "Most ACQUIRE requests waiting for memory at once, host-wide; 0 refuses instead of waiting."),
 	K_UINT("max-message-bytes", max_message_bytes, 256, 1048576, "65536", false,
 	       "Largest request packet accepted; a larger one closes the connection."),
 	K_UINT("acquire-timeout-ms", acquire_timeout_ms, 0, HOUR_MS, "10000", true,
 	       "How long a waiting ACQUIRE waits for memory when the client gives no timeout."),
+	K_ENUM("status-visibility", status_visibility, visibility_choices, "own", true,
+	       "Whose client and lease rows (pids, labels, names) a non-admin sees in status: own (its uid's only) "
+	       "or all. own by default: labels are free text that may name jobs and data, and which uid runs what "
+	       "is no other member's business (least privilege); budget, leased and pressure figures stay visible "
+	       "to all, and admins always see every row."),
 
 	K_DOUBLE("tight-mem-available-pct", tight_mem_available_pct, 0, 100, "10", true,
 		 "Tight when MemAvailable falls below this share of MemTotal; 0 turns the signal off."),
@@ -156,7 +177,9 @@ static const struct config_key keys[] = {
 	       "Time a client has to give back a revoked lease before revoke-enforce applies."),
 	K_ENUM("revoke-enforce", revoke_enforce, enforce_choices, "sigterm", true,
 	       "What happens to a client that misses a revoke deadline: none, disconnect, sigterm or sigkill. "
-	       "sigterm by default: the job gets to clean up and exit; escalating to sigkill is the admin's choice."),
+	       "sigterm by default: the job gets to clean up and exit; escalating to sigkill is the admin's choice. "
+	       "A signal reaches the connection's process and every other process of the lease's uid that still "
+	       "maps or holds its memory (found in /proc, which needs root or CAP_SYS_PTRACE)."),
 
 	K_UINT("redeclare-grace-ms", redeclare_grace_ms, 0, HOUR_MS, "10000", false,
 	       "After a restart, how long clients have to re-declare the leases they still hold."),
@@ -735,6 +758,77 @@ out:
 	free(line);
 	fclose(f);
 	return r;
+}
+
+/* StrictModes lines for path (a folder when is_dir), in the name of the config file, into e. */
+static void mode_problem(FILE *e, const char *path, const struct stat *st, bool is_dir, const char *file)
+{
+	uid_t euid = geteuid();
+	mode_t mode = st->st_mode & 07777;
+	char what[PATH_MAX + 16];
+
+	if (is_dir)
+		snprintf(what, sizeof(what), "its folder %s", path);
+	else
+		snprintf(what, sizeof(what), "the config file");
+	if (st->st_uid != 0 && st->st_uid != euid)
+		fprintf(e, "%s: %s is owned by uid %u, who could change the daemon's settings; run chown root %s\n",
+			file, what, (unsigned)st->st_uid, path);
+	if ((mode & (S_IWGRP | S_IWOTH)) && !(is_dir && (mode & S_ISVTX)))
+		fprintf(e, "%s: %s is writable by %s (mode %04o), who could change the daemon's settings; run chmod go-w %s\n",
+			file, what,
+			(mode & S_IWGRP) && (mode & S_IWOTH) ? "group and others" : mode & S_IWOTH ? "others" : "its group",
+			(unsigned)mode, path);
+}
+
+int config_check_file_mode(const char *path, char **warn)
+{
+	char *real, *slash, *buf = NULL;
+	size_t len = 0;
+	struct stat st;
+	FILE *e;
+	int r;
+
+	*warn = NULL;
+	/* Check what is actually read: through any symlinks, the file and the folders that hold it. */
+	real = realpath(path, NULL);
+	if (!real)
+		return -errno;
+	if (stat(real, &st) < 0) {
+		r = -errno;
+		free(real);
+		return r;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		free(real);
+		return 0;
+	}
+	e = open_memstream(&buf, &len);
+	if (!e) {
+		free(real);
+		return -ENOMEM;
+	}
+	mode_problem(e, real, &st, false, path);
+	while ((slash = strrchr(real, '/'))) {
+		if (slash == real)
+			slash[1] = '\0';
+		else
+			*slash = '\0';
+		if (stat(real, &st) == 0)
+			mode_problem(e, real, &st, true, path);
+		if (slash == real)
+			break;
+	}
+	free(real);
+	if (fclose(e) != 0) {
+		free(buf);
+		return -ENOMEM;
+	}
+	if (len > 0)
+		*warn = buf;
+	else
+		free(buf);
+	return 0;
 }
 
 int config_validate(const struct config *c, char **err)

@@ -10,6 +10,8 @@
 
 enum config_hugetlb { CONFIG_HUGETLB_AUTO, CONFIG_HUGETLB_YES, CONFIG_HUGETLB_NO };
 enum config_enforce { ENFORCE_NONE, ENFORCE_DISCONNECT, ENFORCE_SIGTERM, ENFORCE_SIGKILL };
+/* Whose client and lease rows STATUS shows a non-admin (admins always see every row). */
+enum config_visibility { VISIBILITY_OWN, VISIBILITY_ALL };
 
 /* A size written as bytes ("4G") or as a share of something ("25%"). */
 struct size_spec {
@@ -37,9 +39,15 @@ struct config {
 	uint32_t max_connections_per_uid;  /* max-connections-per-uid */
 	uint32_t handshake_timeout_ms;     /* handshake-timeout-ms */
 	uint32_t max_leases_per_client;    /* max-leases-per-client */
+	uint32_t max_leases_per_uid;       /* max-leases-per-uid: 0 = derived */
+	uint32_t max_chunks_per_uid;       /* max-chunks-per-uid: 0 = derived from RLIMIT_NOFILE and max_map_count */
+	uint32_t reserve_fds;              /* reserve-fds */
+	uint64_t max_queued_bytes_per_conn;/* max-queued-bytes-per-connection */
+	uint64_t max_queued_bytes;         /* max-queued-bytes: all connections together */
 	uint32_t max_pending_acquires;     /* max-pending-acquires */
 	uint32_t max_message_bytes;        /* max-message-bytes */
 	uint32_t acquire_timeout_ms;       /* acquire-timeout-ms: default wait for ACQUIRE_FLAG_WAIT */
+	enum config_visibility status_visibility; /* status-visibility */
 
 	/* pressure policy */
 	double tight_mem_available_pct;    /* tight-mem-available-pct */
@@ -98,6 +106,17 @@ int config_set(struct config *c, const char *key, const char *value, char **err)
  * -ENOENT with *err saying so. Returns 0 on success.
  */
 int config_load_file(struct config *c, const char *path, char **err);
+
+/*
+ * sshd's StrictModes, as a warning: the config file, and every folder above
+ * it, should be changeable only by root or the daemon's euid. A regular file
+ * that another uid owns or that group or others may write, or a folder like
+ * that (a sticky one, as /tmp, may be writable), gets one line each in *warn
+ * (malloc'd, "path: what is wrong; what to run\n"); *warn is NULL when all is
+ * well. Anything that is not a regular file (/dev/null) is not checked.
+ * Returns 0, or a negative errno when path cannot be resolved (*warn NULL).
+ */
+int config_check_file_mode(const char *path, char **warn);
 
 /* Cross-key checks (critical below tight, ...). Returns 0 or -EINVAL with *err. */
 int config_validate(const struct config *c, char **err);

@@ -1,19 +1,25 @@
 /* SPDX-License-Identifier: MIT */
-/* The lease table (a hash for lookup, a list in id order for iteration) and the lease state machine. */
+/* The lease table (a hash for lookup, a list and a tree in id order for walks and cursors) and the lease state machine. */
 #include "lease.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 /*
- * Leases are allocated inside nodes so that lookup, in-order walks and
- * removal are all O(1) without exposing links in struct lease.
+ * Leases are allocated inside nodes so that links stay out of struct lease.
+ * Each node is in three structures at once: a hash chain (lookup by id), a
+ * list in id order (O(1) walks both ways) and an AVL tree keyed by id (the
+ * place of an out-of-order adopted id, and lease_next_after for an id that
+ * is gone, both O(log n) worst case).
  */
 struct lease_node {
 	struct lease lease;              /* first, so a lease pointer is a node pointer */
 	struct lease_node *hash_next;
 	struct lease_node *prev, *next;  /* id order */
+	struct lease_node *left, *right; /* AVL tree by id */
+	int height;                      /* of the subtree rooted here; a leaf is 1 */
 };
 
 struct lease_table {
@@ -21,10 +27,25 @@ struct lease_table {
 	size_t nbuckets;                 /* a power of two */
 	size_t count;
 	struct lease_node *head, *tail;  /* id order */
+	struct lease_node *root;         /* AVL tree */
 	uint64_t last_id;                /* ids handed out are > last_id */
+	size_t state_count[LEASE__STATE_MAX];
+	uint64_t state_bytes[LEASE__STATE_MAX];
 };
 
 #define LEASE_BUCKETS_MIN 64
+
+/*
+ * A broken table is a daemon bug: a cycle in a chain spins the loop, a
+ * freed node left reachable is a use-after-free. Abort (the unit restarts
+ * and recovers from the fd store) even where NDEBUG drops assert().
+ */
+#define LEASE_INVARIANT(cond)     \
+	do {                      \
+		assert(cond);     \
+		if (!(cond))      \
+			abort();  \
+	} while (0)
 
 static const bool edges[LEASE__STATE_MAX][LEASE__STATE_MAX] = {
 	[LEASE_ACTIVE] = { [LEASE_IDLE] = true, [LEASE_REVOKING] = true, [LEASE_FREED] = true },
@@ -84,7 +105,150 @@ void lease_table_free(struct lease_table *t)
 	free(t);
 }
 
-/* Keep chains short: double at load factor 1. Failure to grow only costs speed. */
+static int height(const struct lease_node *n)
+{
+	return n ? n->height : 0;
+}
+
+static void fix_height(struct lease_node *n)
+{
+	int hl = height(n->left), hr = height(n->right);
+
+	n->height = 1 + (hl > hr ? hl : hr);
+}
+
+static struct lease_node *rotate_right(struct lease_node *n)
+{
+	struct lease_node *l = n->left;
+
+	n->left = l->right;
+	l->right = n;
+	fix_height(n);
+	fix_height(l);
+	return l;
+}
+
+static struct lease_node *rotate_left(struct lease_node *n)
+{
+	struct lease_node *r = n->right;
+
+	n->right = r->left;
+	r->left = n;
+	fix_height(n);
+	fix_height(r);
+	return r;
+}
+
+/* Restore the AVL property at n, whose subtrees differ in height by at most 2. Returns the subtree's new root. */
+static struct lease_node *rebalance(struct lease_node *n)
+{
+	int bf;
+
+	fix_height(n);
+	bf = height(n->left) - height(n->right);
+	if (bf > 1) {
+		if (height(n->left->left) < height(n->left->right))
+			n->left = rotate_left(n->left);
+		return rotate_right(n);
+	}
+	if (bf < -1) {
+		if (height(n->right->right) < height(n->right->left))
+			n->right = rotate_right(n->right);
+		return rotate_left(n);
+	}
+	return n;
+}
+
+/* Recursion depth is the tree height, at most 1.44 log2(n): under 50 for any table that fits in memory. */
+static struct lease_node *tree_insert(struct lease_node *root, struct lease_node *n)
+{
+	if (!root) {
+		n->left = n->right = NULL;
+		n->height = 1;
+		return n;
+	}
+	if (n->lease.id < root->lease.id)
+		root->left = tree_insert(root->left, n);
+	else
+		root->right = tree_insert(root->right, n);
+	return rebalance(root);
+}
+
+static struct lease_node *tree_remove_min(struct lease_node *root, struct lease_node **min)
+{
+	if (!root->left) {
+		*min = root;
+		return root->right;
+	}
+	root->left = tree_remove_min(root->left, min);
+	return rebalance(root);
+}
+
+/* Remove node n (present in the tree): its place goes to its in-order successor. */
+static struct lease_node *tree_remove(struct lease_node *root, struct lease_node *n)
+{
+	struct lease_node *succ, *right;
+
+	LEASE_INVARIANT(root != NULL);
+	if (n->lease.id < root->lease.id) {
+		root->left = tree_remove(root->left, n);
+		return rebalance(root);
+	}
+	if (n->lease.id > root->lease.id) {
+		root->right = tree_remove(root->right, n);
+		return rebalance(root);
+	}
+	LEASE_INVARIANT(root == n);
+	if (!n->right)
+		return n->left;
+	right = tree_remove_min(n->right, &succ);
+	succ->left = n->left;
+	succ->right = right;
+	return rebalance(succ);
+}
+
+/* The node with the largest id below id, or NULL. */
+static struct lease_node *tree_below(const struct lease_table *t, uint64_t id)
+{
+	struct lease_node *n = t->root, *best = NULL;
+
+	while (n) {
+		if (n->lease.id < id) {
+			best = n;
+			n = n->right;
+		} else {
+			n = n->left;
+		}
+	}
+	return best;
+}
+
+/* The node with the smallest id above id, or NULL. */
+static struct lease_node *tree_above(const struct lease_table *t, uint64_t id)
+{
+	struct lease_node *n = t->root, *best = NULL;
+
+	while (n) {
+		if (n->lease.id > id) {
+			best = n;
+			n = n->left;
+		} else {
+			n = n->right;
+		}
+	}
+	return best;
+}
+
+static void hash_insert(struct lease_node **buckets, size_t b, struct lease_node *n)
+{
+	n->hash_next = buckets[b];
+	buckets[b] = n;
+}
+
+/*
+ * Keep chains short: double at load factor 1, rehashing every linked node
+ * once. Failure to grow only costs speed.
+ */
 static void maybe_grow(struct lease_table *t)
 {
 	struct lease_node **nb, *n;
@@ -96,24 +260,27 @@ static void maybe_grow(struct lease_table *t)
 	if (!nb)
 		return;
 	t->nbuckets = old * 2;
-	for (n = t->head; n; n = n->next) {
-		size_t b = bucket_of(t, n->lease.id);
-
-		n->hash_next = nb[b];
-		nb[b] = n;
-	}
+	for (n = t->head; n; n = n->next)
+		hash_insert(nb, bucket_of(t, n->lease.id), n);
 	free(t->buckets);
 	t->buckets = nb;
 }
 
-/* Link into the hash and the id-ordered list. Adopted ids may arrive out of order. */
+/*
+ * Link a node whose id is not in the table into the list, the tree and the
+ * hash, then count it. The hash is filled before maybe_grow, which rehashes
+ * from the list: hashing the node after a rehash would link it twice, and
+ * its chain would loop onto itself.
+ */
 static void link_node(struct lease_table *t, struct lease_node *n)
 {
-	struct lease_node *after = t->tail;
-	size_t b;
+	struct lease_node *after;
 
-	while (after && after->lease.id > n->lease.id)
-		after = after->prev;
+	/* lease_add's ids always go last; only adopted ones need the tree. */
+	if (!t->tail || t->tail->lease.id < n->lease.id)
+		after = t->tail;
+	else
+		after = tree_below(t, n->lease.id);
 	n->prev = after;
 	n->next = after ? after->next : t->head;
 	if (n->next)
@@ -124,12 +291,14 @@ static void link_node(struct lease_table *t, struct lease_node *n)
 		after->next = n;
 	else
 		t->head = n;
+	t->root = tree_insert(t->root, n);
+	hash_insert(t->buckets, bucket_of(t, n->lease.id), n);
 
+	n->lease.table = t;
 	t->count++;
+	t->state_count[n->lease.state]++;
+	t->state_bytes[n->lease.state] += n->lease.bytes;
 	maybe_grow(t);
-	b = bucket_of(t, n->lease.id);
-	n->hash_next = t->buckets[b];
-	t->buckets[b] = n;
 }
 
 static void copy_label(struct lease *l, const char *label)
@@ -233,8 +402,16 @@ bool lease_edge_legal(enum lease_state from, enum lease_state to)
 
 int lease_set_state(struct lease *l, enum lease_state to, uint64_t now_ms)
 {
+	struct lease_table *t = l->table;
+
 	if (!lease_edge_legal(l->state, to))
 		return -EINVAL;
+	if (t) {
+		t->state_count[l->state]--;
+		t->state_bytes[l->state] -= l->bytes;
+		t->state_count[to]++;
+		t->state_bytes[to] += l->bytes;
+	}
 	l->state = to;
 	if (to == LEASE_ACTIVE)
 		l->last_used_ms = now_ms;
@@ -245,11 +422,12 @@ void lease_remove(struct lease_table *t, struct lease *l)
 {
 	struct lease_node *n = node_of(l), **pp;
 
-	for (pp = &t->buckets[bucket_of(t, l->id)]; *pp; pp = &(*pp)->hash_next)
-		if (*pp == n) {
-			*pp = n->hash_next;
-			break;
-		}
+	LEASE_INVARIANT(l->table == t);
+	for (pp = &t->buckets[bucket_of(t, l->id)]; *pp && *pp != n; pp = &(*pp)->hash_next)
+		;
+	/* Unlinking from the list and tree alone would leave the freed node in its chain. */
+	LEASE_INVARIANT(*pp == n);
+	*pp = n->hash_next;
 	if (n->prev)
 		n->prev->next = n->next;
 	else
@@ -258,13 +436,26 @@ void lease_remove(struct lease_table *t, struct lease *l)
 		n->next->prev = n->prev;
 	else
 		t->tail = n->prev;
+	t->root = tree_remove(t->root, n);
 	t->count--;
+	t->state_count[l->state]--;
+	t->state_bytes[l->state] -= l->bytes;
 	node_free(n);
 }
 
 size_t lease_count(const struct lease_table *t)
 {
 	return t->count;
+}
+
+size_t lease_state_count(const struct lease_table *t, enum lease_state s)
+{
+	return (unsigned)s < LEASE__STATE_MAX ? t->state_count[s] : 0;
+}
+
+uint64_t lease_state_bytes(const struct lease_table *t, enum lease_state s)
+{
+	return (unsigned)s < LEASE__STATE_MAX ? t->state_bytes[s] : 0;
 }
 
 struct lease *lease_first(const struct lease_table *t)
@@ -277,6 +468,33 @@ struct lease *lease_next(const struct lease_table *t, const struct lease *l)
 	struct lease_node *n = node_of(l)->next;
 
 	(void)t;
+	return n ? &n->lease : NULL;
+}
+
+struct lease *lease_last(const struct lease_table *t)
+{
+	return t->tail ? &t->tail->lease : NULL;
+}
+
+struct lease *lease_prev(const struct lease_table *t, const struct lease *l)
+{
+	struct lease_node *n = node_of(l)->prev;
+
+	(void)t;
+	return n ? &n->lease : NULL;
+}
+
+struct lease *lease_next_after(const struct lease_table *t, uint64_t id)
+{
+	struct lease *l;
+	struct lease_node *n;
+
+	if (id == 0)
+		return lease_first(t);
+	l = lease_find(t, id);
+	if (l)
+		return lease_next(t, l);
+	n = tree_above(t, id);
 	return n ? &n->lease : NULL;
 }
 

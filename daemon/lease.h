@@ -42,6 +42,13 @@ struct lease {
 	uint64_t deadline_ms;      /* monotonic, while REVOKING/OVERDUE */
 	struct chunk **chunks;     /* owned: freed by lease_remove (the chunks themselves are not) */
 	size_t nchunks;
+	/*
+	 * Set by lease_add/lease_adopt and kept by the table: lease_set_state
+	 * updates its per-state counters through it. NULL for a lease built
+	 * outside a table (tests of the state machine). id, bytes and table must
+	 * not be written while the lease is in a table.
+	 */
+	struct lease_table *table;
 };
 
 struct lease_table;
@@ -54,37 +61,73 @@ void lease_table_free(struct lease_table *t);
  * Add a lease in state ACTIVE with a fresh id (never 0, never reused while the
  * daemon runs; ids start above start_id, see lease_table_set_next_id).
  * Takes ownership of chunks. label may be NULL; it is truncated to fit.
- * Returns 0 and *ret, or -ENOMEM.
+ * Returns 0 and *ret, -ENOSPC once ids are exhausted, or -ENOMEM.
  */
 int lease_add(struct lease_table *t, uid_t uid, gid_t gid, pid_t pid, void *owner, uint64_t bytes,
 	      enum lease_priority prio, const char *label, struct chunk **chunks, size_t nchunks,
 	      uint64_t now_ms, struct lease **ret);
 
-/* Re-insert a lease with a known id (fd-store recovery). -EEXIST if the id is taken. */
+/*
+ * Re-insert a lease with a known id (fd-store recovery), in state ORPHANED;
+ * ids may come in any order. Fresh ids from lease_add stay above it.
+ * Returns 0 and *ret, -EINVAL for id 0, -EEXIST if the id is taken (the
+ * table is unchanged and chunks stay the caller's), or -ENOMEM.
+ */
 int lease_adopt(struct lease_table *t, uint64_t id, uid_t uid, uint64_t bytes, enum lease_priority prio,
 		const char *label, struct chunk **chunks, size_t nchunks, uint64_t now_ms, struct lease **ret);
 
 /* Ids handed out from now on are > id. */
 void lease_table_set_next_id(struct lease_table *t, uint64_t id);
 
+/* The lease with this id, or NULL (id 0 is never a lease). O(1) expected. */
 struct lease *lease_find(const struct lease_table *t, uint64_t id);
 
 /*
  * The one place a state changes. Returns 0, or -EINVAL for an edge the
  * machine does not have (the lease is unchanged). Going to ACTIVE stamps
- * last_used_ms with now_ms.
+ * last_used_ms with now_ms. A lease in a table moves its bytes between
+ * the table's per-state counters (O(1)).
  */
 int lease_set_state(struct lease *l, enum lease_state to, uint64_t now_ms);
 bool lease_edge_legal(enum lease_state from, enum lease_state to);
 
-/* Unlink and free a lease (any state). The chunks array is freed; chunks are not. */
+/*
+ * Unlink and free a lease (any state) of table t. The chunks array is freed;
+ * chunks are not. O(log n). Aborts if l is not in t: that is a daemon bug
+ * that would otherwise leave a freed node reachable.
+ */
 void lease_remove(struct lease_table *t, struct lease *l);
 
+/* Live leases in the table, in any state. O(1). */
 size_t lease_count(const struct lease_table *t);
 
-/* Iterate in id order: for (l = lease_first(t); l; l = lease_next(t, l)). Safe to remove the current one after fetching next. */
+/*
+ * How many leases are in state s now, and their bytes summed. O(1): the
+ * table keeps the counters on every add, adopt, state change and remove.
+ * 0 for an out-of-range s.
+ */
+size_t lease_state_count(const struct lease_table *t, enum lease_state s);
+uint64_t lease_state_bytes(const struct lease_table *t, enum lease_state s);
+
+/*
+ * Iterate in id order, ascending:
+ *   for (l = lease_first(t); l; l = lease_next(t, l))
+ * or descending with lease_last/lease_prev. Each step is O(1). It is safe to
+ * remove the current lease after fetching its neighbour; adding during a walk
+ * is safe too (a lease_add lands at the end).
+ */
 struct lease *lease_first(const struct lease_table *t);
 struct lease *lease_next(const struct lease_table *t, const struct lease *l);
+struct lease *lease_last(const struct lease_table *t);
+struct lease *lease_prev(const struct lease_table *t, const struct lease *l);
+
+/*
+ * The lease with the smallest id strictly greater than id (id 0: the first
+ * lease), or NULL if there is none: a cursor for paging the lease list that
+ * stays valid when the lease it names is removed meanwhile. O(1) expected
+ * when id is live, O(log n) worst case otherwise.
+ */
+struct lease *lease_next_after(const struct lease_table *t, uint64_t id);
 
 /*
  * Revocation order, as DESIGN.md sets it: best-effort first, then cached-idle,

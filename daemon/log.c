@@ -43,6 +43,7 @@ static const struct {
 	[EV_CLIENT_DIED] = { "client-died", "df571f49930f412482485059089b49d4" },
 	[EV_CONFIG_RELOADED] = { "config-reloaded", "4c3cedd37ef44a0b95a77f34ec2bced1" },
 	[EV_PROTOCOL_ERROR] = { "protocol-error", "e001fcf90bf844d58fb941eb2e79d1ec" },
+	[EV_MEMORY_PUNCHED] = { "memory-punched", "3e5e21b1c2f24a74b17ce73761826c27" },
 };
 
 /* One window per kind: a storm of one kind (refusals under pressure) must not hide the others. */

@@ -35,6 +35,7 @@ enum log_event_kind {
 	EV_CLIENT_DIED,
 	EV_CONFIG_RELOADED,
 	EV_PROTOCOL_ERROR,
+	EV_MEMORY_PUNCHED, /* a holder freed pinned pages with fallocate(PUNCH_HOLE) */
 	EV__MAX,
 };
 

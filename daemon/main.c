@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* pinbrokerd: configuration, start-up order, the event loop, reload and shutdown. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <ev.h>
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "audit.h"
 #include "broker.h"
 #include "budget.h"
 #include "config.h"
@@ -129,6 +131,18 @@ static int parse_args(int argc, char **argv, struct options *o, int *action)
 	return 0;
 }
 
+/* Once per start, reload and --check-config: a config file others can change is a warning, not a refusal. */
+static void warn_config_mode(const char *path)
+{
+	char *warn = NULL;
+
+	if (config_check_file_mode(path, &warn) < 0 || !warn)
+		return;
+	for (char *save = NULL, *line = strtok_r(warn, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+		log_warnx("%s", line);
+	free(warn);
+}
+
 /*
  * Embedded defaults, then the file, then $PINBROKER_SOCKET, then the command
  * line. Errors are collected into *err as "file:line: ..." lines.
@@ -152,6 +166,7 @@ static int load_config(const struct options *o, struct config **ret, char **err)
 		}
 		if (r < 0)
 			goto fail;
+		warn_config_mode(o->config_path);
 	}
 	env = getenv("PINBROKER_SOCKET");
 	if (env && *env) {
@@ -203,6 +218,71 @@ static void resolve_sizes(struct broker *b, const struct config *c)
 		b->uid_quota_bytes = b->budget_bytes;
 }
 
+/* Fds and mappings the daemon itself may open beyond those counted at start: the loop, the monitor's
+ * /proc and PSI files, the journal, the fd store's state memfd, prewarm thread stacks, malloc arenas. */
+#define DAEMON_OWN_FDS 64
+#define DAEMON_OWN_MAPS 512
+
+static uint64_t fds_at_start, maps_at_start;
+
+static uint64_t count_lines_or_entries(const char *path, bool dir)
+{
+	uint64_t n = 0;
+
+	if (dir) {
+		DIR *d = opendir(path);
+		struct dirent *e;
+
+		if (!d)
+			return 0;
+		while ((e = readdir(d)))
+			n += e->d_name[0] != '.';
+		closedir(d);
+	} else {
+		FILE *f = fopen(path, "re");
+		int ch;
+
+		if (!f)
+			return 0;
+		while ((ch = fgetc(f)) != EOF)
+			n += ch == '\n';
+		fclose(f);
+	}
+	return n;
+}
+
+/* The per-uid caps and the daemon's chunk capacity, from RLIMIT_NOFILE and vm.max_map_count. */
+static void resolve_limits(struct broker *b)
+{
+	struct rlimit rl = { 0 };
+	uint64_t nofile, map_max = 0;
+	char path[PATH_MAX], buf[32];
+	FILE *f;
+
+	nofile = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur : 1u << 20;
+	/* hugetlb chunks are never mapped in the daemon; 4 KiB chunks are, one mapping each. */
+	if (!pool_hugetlb(b->pool)) {
+		snprintf(path, sizeof(path), "%s/proc/sys/vm/max_map_count", b->cfg->proc_root);
+		f = fopen(path, "re");
+		if (!f)
+			f = fopen("/proc/sys/vm/max_map_count", "re");
+		if (f && fgets(buf, sizeof(buf), f))
+			map_max = strtoull(buf, NULL, 10);
+		if (f)
+			fclose(f);
+		if (map_max == 0)
+			map_max = 65530; /* the kernel's default (DEFAULT_MAX_MAP_COUNT) */
+	}
+	if (broker_resolve_limits(b, nofile, map_max, fds_at_start + DAEMON_OWN_FDS, maps_at_start + DAEMON_OWN_MAPS))
+		log_warnx("RLIMIT_NOFILE (%llu) and vm.max_map_count (%llu) leave almost no room for pool chunks "
+			  "after reserve-fds and max-connections; lending at most %llu chunks: raise LimitNOFILE",
+			  (unsigned long long)nofile, (unsigned long long)map_max,
+			  (unsigned long long)b->chunk_capacity);
+	log_debug("limits: %llu chunks in all (RLIMIT_NOFILE %llu, max_map_count %llu), %llu chunks and %llu leases per uid",
+		  (unsigned long long)b->chunk_capacity, (unsigned long long)nofile, (unsigned long long)map_max,
+		  (unsigned long long)b->max_chunks_per_uid, (unsigned long long)b->max_leases_per_uid);
+}
+
 static void update_status(struct broker *b)
 {
 	char bud[32], leased[32], idle[32];
@@ -247,12 +327,14 @@ int daemon_apply_config(struct broker *b, struct config *n, char **err)
 	KEEP_NUM(prewarm_threads, "prewarm-threads");
 	KEEP_NUM(lock_memory, "lock-memory");
 	KEEP_NUM(max_message_bytes, "max-message-bytes");
+	KEEP_NUM(reserve_fds, "reserve-fds");
 #undef KEEP_STR
 #undef KEEP_NUM
 	if (!n->socket_path || !n->proc_root)
 		return -ENOMEM;
 	b->cfg = n;
 	resolve_sizes(b, n);
+	resolve_limits(b);
 	budget_set_limits(b->budget, b->budget_bytes, b->uid_quota_bytes);
 	log_level = n->log_level;
 	if (b->monitor) {
@@ -260,6 +342,7 @@ int daemon_apply_config(struct broker *b, struct config *n, char **err)
 		if (r < 0) {
 			b->cfg = old;
 			resolve_sizes(b, old);
+			resolve_limits(b);
 			budget_set_limits(b->budget, b->budget_bytes, b->uid_quota_bytes);
 			log_level = old->log_level;
 			if (err && asprintf(err, "cannot apply the monitor settings: %s", strerror(-r)) < 0)
@@ -370,6 +453,7 @@ int main(int argc, char **argv)
 	struct pool_opts po = { 0 };
 	struct config *cfg = NULL;
 	struct sigctx sc = { &b, &o };
+	struct audit *audit = NULL;
 	ev_signal sigs[5];
 	static const int signums[] = { SIGTERM, SIGINT, SIGHUP, SIGUSR2, SIGUSR1 };
 	char *err = NULL;
@@ -411,6 +495,8 @@ int main(int argc, char **argv)
 	log_init(cfg->log_level, -1);
 	signal(SIGPIPE, SIG_IGN);
 	raise_nofile();
+	fds_at_start = count_lines_or_entries("/proc/self/fd", true);
+	maps_at_start = count_lines_or_entries("/proc/self/maps", false);
 
 	b.cfg = cfg;
 	b.config_path = o.config_path;
@@ -446,9 +532,13 @@ int main(int argc, char **argv)
 		       "(echo N > /proc/sys/vm/nr_hugepages) or set hugetlb = auto");
 	if (r < 0)
 		fatalx("cannot set up the pool: %s", strerror(-r));
+	resolve_limits(&b);
 	r = request_init(&b);
 	if (r < 0)
 		fatalx("cannot set up the request layer: %s", strerror(-r));
+	r = audit_new(&b, &audit);
+	if (r < 0)
+		fatalx("cannot set up the pool audit: %s", strerror(-r));
 
 	lock_self(cfg);
 
@@ -528,6 +618,7 @@ int main(int argc, char **argv)
 	server_free(b.server);
 	recovery_fini(&b);
 	request_fini(&b);
+	audit_free(audit);
 	pool_free(b.pool);
 	lease_table_free(b.leases);
 	budget_free(b.budget);

@@ -32,6 +32,17 @@
 #define PARALLEL_MIN_BYTES (64ull * 1024 * 1024)
 #define MAX_THREADS 16u
 #define CHUNK_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+/* /proc/self/pagemap entry bits (Documentation/admin-guide/mm/pagemap.rst). Swapped covers
+ * migration entries too: a locked page being moved by compaction is not a punched one. */
+#define PM_PRESENT (1ull << 63)
+#define PM_SWAPPED (1ull << 62)
+/* pagemap entries read per pread: one 2 MiB chunk of 4 KiB pages (measured ~10 us). */
+#define PAGEMAP_BATCH 512u
+
+struct punch_count {
+	uid_t uid;
+	uint64_t n;
+};
 
 struct pool {
 	uint64_t chunk_bytes;
@@ -49,6 +60,15 @@ struct pool {
 	pthread_mutex_t id_lock;  /* chunk ids are handed out from grow threads */
 	uint64_t next_chunk_id;
 	struct pool_hooks hooks;
+
+	struct chunk *all;        /* every chunk, idle and lent (all_next links) */
+	struct chunk *audit_next; /* where the next pool_audit slice starts; NULL = at the head */
+	int pagemap_fd;           /* /proc/self/pagemap, opened on first use; -2 = unavailable */
+	pool_punch_fn punch_fn;
+	void *punch_ud;
+	uint64_t punched;
+	struct punch_count *punched_uid;
+	size_t npunched_uid;
 };
 
 /* Reads HugePages_Free from <proc_root>/proc/meminfo; 0 when it can't tell. */
@@ -123,22 +143,48 @@ int pool_new(const struct pool_opts *opts, struct pool **ret)
 	if (p->threads > MAX_THREADS)
 		p->threads = MAX_THREADS;
 	pthread_mutex_init(&p->id_lock, NULL);
+	p->pagemap_fd = -1;
 	*ret = p;
 	return 0;
 }
 
 static void chunk_destroy(struct chunk *c);
 
+static void all_link(struct pool *p, struct chunk *c)
+{
+	c->all_prev = NULL;
+	c->all_next = p->all;
+	if (p->all)
+		p->all->all_prev = c;
+	p->all = c;
+}
+
+static void all_unlink(struct pool *p, struct chunk *c)
+{
+	if (p->audit_next == c)
+		p->audit_next = c->all_next;
+	if (c->all_prev)
+		c->all_prev->all_next = c->all_next;
+	else
+		p->all = c->all_next;
+	if (c->all_next)
+		c->all_next->all_prev = c->all_prev;
+	c->all_prev = c->all_next = NULL;
+}
+
 /* Destroy a chunk the pool had announced through the created hook. */
 static void pool_destroy(struct pool *p, struct chunk *c)
 {
+	all_unlink(p, c);
 	if (p->hooks.destroyed)
 		p->hooks.destroyed(c, p->hooks.ud);
 	chunk_destroy(c);
 }
 
+/* A chunk joins the pool: the audit sees it from now on, and so do the hooks. */
 static void announce(struct pool *p, struct chunk *c)
 {
+	all_link(p, c);
 	if (p->hooks.created)
 		p->hooks.created(c, p->hooks.ud);
 }
@@ -162,6 +208,9 @@ void pool_free(struct pool *p)
 		next = c->next;
 		pool_destroy(p, c);
 	}
+	if (p->pagemap_fd >= 0)
+		close(p->pagemap_fd);
+	free(p->punched_uid);
 	pthread_mutex_destroy(&p->id_lock);
 	free(p);
 }
@@ -559,21 +608,192 @@ fail:
 	return r;
 }
 
+/* Bytes of c's range that the daemon's own mapping no longer has a page for; 0 when it can't tell. */
+static uint64_t unmapped_bytes(struct pool *p, const struct chunk *c)
+{
+	uint64_t entries[PAGEMAP_BATCH], missing_bytes = 0;
+	uint64_t first = (uintptr_t)c->addr / PAGE_4K_BYTES, npages = c->bytes / PAGE_4K_BYTES;
+
+	if (p->pagemap_fd == -1) {
+		p->pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+		if (p->pagemap_fd < 0)
+			p->pagemap_fd = -2;
+	}
+	if (p->pagemap_fd < 0)
+		return 0;
+	for (uint64_t i = 0; i < npages;) {
+		size_t n = npages - i < PAGEMAP_BATCH ? (size_t)(npages - i) : PAGEMAP_BATCH;
+		ssize_t got = pread(p->pagemap_fd, entries, n * sizeof(entries[0]),
+				    (off_t)((first + i) * sizeof(entries[0])));
+
+		if (got != (ssize_t)(n * sizeof(entries[0])))
+			return 0;
+		for (size_t k = 0; k < n; k++)
+			if (!(entries[k] & (PM_PRESENT | PM_SWAPPED)))
+				missing_bytes += PAGE_4K_BYTES;
+		i += n;
+	}
+	return missing_bytes;
+}
+
+/*
+ * How much of c a holder has punched out (see pool.h): pages the file no longer
+ * has, or, for a locked chunk, pages our locked mapping no longer maps. Without
+ * locking, reclaim may unmap our pages on its own, so only st_blocks counts.
+ */
+static uint64_t missing_bytes(struct pool *p, const struct chunk *c)
+{
+	struct stat st;
+	uint64_t have_bytes;
+
+	if (fstat(c->fd, &st) < 0)
+		return 0;
+	have_bytes = (uint64_t)st.st_blocks * 512u;
+	if (have_bytes < c->bytes)
+		return c->bytes - have_bytes;
+	if (c->addr && p->lock)
+		return unmapped_bytes(p, c);
+	return 0;
+}
+
+/* Put every page back, locked through our mapping; -EAGAIN if some are missing again already. */
+static int chunk_repair(struct pool *p, struct chunk *c)
+{
+	int r;
+
+	if (!c->addr) {
+		/* hugetlb: nothing of ours maps it; allocating the holes is the whole repair. */
+		if (fallocate(c->fd, 0, 0, (off_t)c->bytes) < 0)
+			return -errno;
+	} else {
+		/* A fault in our VM_LOCKED mapping locks the page, whoever faulted it into the file. */
+		r = prefault(c->addr, c->bytes, PAGE_4K_BYTES);
+		if (r < 0)
+			return r;
+		if (p->lock && mlock(c->addr, c->bytes) < 0)
+			return -errno;
+	}
+	return missing_bytes(p, c) ? -EAGAIN : 0;
+}
+
+static void count_punch(struct pool *p, uid_t uid)
+{
+	struct punch_count *v;
+
+	p->punched++;
+	for (size_t i = 0; i < p->npunched_uid; i++)
+		if (p->punched_uid[i].uid == uid) {
+			p->punched_uid[i].n++;
+			return;
+		}
+	/* One slot per uid that ever punched: bounded by the host's users. Out of memory, only the total counts. */
+	v = realloc(p->punched_uid, (p->npunched_uid + 1) * sizeof(*v));
+	if (!v)
+		return;
+	p->punched_uid = v;
+	v[p->npunched_uid++] = (struct punch_count){ uid, 1 };
+}
+
+/*
+ * Check c. A punched chunk is counted and reported once until it is whole again,
+ * and repaired when repair is set. Returns 0 when c was whole, 1 when it was
+ * punched and is whole again, or -EIO when pages are still missing.
+ */
+static int chunk_check(struct pool *p, struct chunk *c, bool repair)
+{
+	uint64_t missing = missing_bytes(p, c);
+
+	if (!missing) {
+		c->punched = false;
+		return 0;
+	}
+	if (!c->punched) {
+		c->punched = true;
+		count_punch(p, c->owner_uid);
+		if (p->punch_fn)
+			p->punch_fn(c, missing, p->punch_ud);
+	}
+	if (!repair || chunk_repair(p, c) < 0)
+		return -EIO;
+	c->punched = false;
+	return 1;
+}
+
+/* Take c off the idle list if it is there. */
+static bool idle_remove(struct pool *p, struct chunk *c)
+{
+	for (struct chunk **pp = &p->idle; *pp; pp = &(*pp)->next)
+		if (*pp == c) {
+			idle_unlink(p, pp);
+			return true;
+		}
+	return false;
+}
+
 void pool_put(struct pool *p, struct chunk **chunks, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		struct chunk *c = chunks[i];
+		int r;
 
 		if (!c)
 			continue;
 		p->lent_bytes -= c->bytes;
-		if (c->tail) {
+		/* A tail is destroyed anyway, but checked still, so its holder's punch is counted. */
+		r = chunk_check(p, c, !c->tail);
+		c->lease_id = 0;
+		if (c->tail || r < 0) {
 			p->nchunks--;
 			pool_destroy(p, c);
 		} else {
 			idle_push(p, c);
 		}
 	}
+}
+
+size_t pool_audit(struct pool *p, uint64_t max_bytes)
+{
+	size_t found = 0, left = p->nchunks;
+	uint64_t done_bytes = 0;
+
+	/* One round at most, so a large max_bytes checks each chunk once. */
+	while (p->all && left-- > 0) {
+		struct chunk *c = p->audit_next ? p->audit_next : p->all;
+		int r;
+
+		p->audit_next = c->all_next;
+		done_bytes += c->bytes;
+		r = chunk_check(p, c, true);
+		if (r != 0)
+			found++;
+		/* A lent chunk stays with its holder (and in the books) until it comes back. */
+		if (r < 0 && idle_remove(p, c)) {
+			p->nchunks--;
+			pool_destroy(p, c);
+		}
+		if (done_bytes >= max_bytes)
+			break;
+	}
+	return found;
+}
+
+void pool_set_punch_hook(struct pool *p, pool_punch_fn fn, void *ud)
+{
+	p->punch_fn = fn;
+	p->punch_ud = ud;
+}
+
+uint64_t pool_punched_count(const struct pool *p)
+{
+	return p->punched;
+}
+
+uint64_t pool_punched_count_uid(const struct pool *p, uid_t uid)
+{
+	for (size_t i = 0; i < p->npunched_uid; i++)
+		if (p->punched_uid[i].uid == uid)
+			return p->punched_uid[i].n;
+	return 0;
 }
 
 uint64_t pool_shrink(struct pool *p, uint64_t keep_bytes)
@@ -675,6 +895,20 @@ int pool_adopt(struct pool *p, int fd, uint64_t id, uid_t owner_uid, bool tail, 
 		p->next_chunk_id = id;
 	pthread_mutex_unlock(&p->id_lock);
 	p->nchunks++;
+	all_link(p, c);
+	/*
+	 * Pages punched while no daemon ran: locking above refilled shmem holes, hugetlb
+	 * ones are allocated here. An idle chunk that stays short is refused (the fd
+	 * stays the caller's); a lent one stays marked and is dropped when it comes back.
+	 */
+	if (chunk_check(p, c, true) < 0 && idle) {
+		all_unlink(p, c);
+		p->nchunks--;
+		if (c->addr)
+			munmap(c->addr, c->bytes);
+		free(c);
+		return -EIO;
+	}
 	if (idle) {
 		idle_push(p, c);
 	} else {

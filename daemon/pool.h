@@ -23,7 +23,10 @@ struct chunk {
 	uid_t owner_uid;  /* uid it was last lent to, POOL_NO_OWNER if never */
 	bool hugetlb;
 	bool tail;        /* made for one lease's remainder; destroyed on return */
+	bool punched;     /* found with pages missing and not yet repaired (counted once) */
+	uint64_t lease_id; /* the lease it is lent to, for reports; 0 while idle or unknown */
 	struct chunk *next; /* idle list link, owned by the pool */
+	struct chunk *all_prev, *all_next; /* every chunk, idle and lent, for the audit */
 };
 
 struct pool_opts {
@@ -64,7 +67,12 @@ int pool_grow(struct pool *p, uint64_t bytes, void (*progress)(uint64_t done, ui
  */
 int pool_take(struct pool *p, uid_t uid, uint64_t bytes, struct chunk ***ret, size_t *n);
 
-/* Give chunks back: full ones become idle, tails are destroyed. Does not free the array. */
+/*
+ * Give chunks back: full ones become idle, tails are destroyed. Does not free the array.
+ * Each chunk is checked first (see pool_audit): a punched one is counted, reported
+ * through the punch hook (its lease_id still set), and repaired before it goes idle,
+ * or destroyed when it cannot be repaired.
+ */
 void pool_put(struct pool *p, struct chunk **chunks, size_t n);
 
 /* Destroy idle chunks until at most keep_bytes stay idle. Returns bytes released. */
@@ -85,6 +93,43 @@ struct pool_hooks {
 	void *ud;
 };
 void pool_set_hooks(struct pool *p, const struct pool_hooks *h);
+
+/*
+ * Hole punching. A holder may fallocate(FALLOC_FL_PUNCH_HOLE) its memfd: the
+ * kernel frees those pages even though the daemon's mapping is mlocked, and a
+ * later touch brings back fresh pages that are not locked (shmem), or takes new
+ * huge pages from the free pool (hugetlb). No seal blocks it yet lets the holder
+ * write: F_SEAL_WRITE and F_SEAL_FUTURE_WRITE forbid punching but also the
+ * holder's writable mapping, and F_SEAL_SHRINK/GROW do not cover it. So the pool
+ * detects it: st_blocks below the chunk size (pages freed, both page kinds), or,
+ * for a locked shmem chunk, pages of the daemon's own mapping that are neither
+ * present nor swapped in /proc/self/pagemap (freed, then touched again through
+ * the holder's mapping only: st_blocks is whole again but the pages are not
+ * locked). Repair puts every page back and locks it through the daemon's
+ * mapping (hugetlb: fallocate); a hole reads as zeros either way, so the holder
+ * sees no change.
+ */
+
+/*
+ * Called once per detection with the chunk (owner_uid is the holder, lease_id
+ * its lease where known) and how many bytes were missing, before any repair.
+ */
+typedef void (*pool_punch_fn)(const struct chunk *c, uint64_t missing_bytes, void *ud);
+void pool_set_punch_hook(struct pool *p, pool_punch_fn fn, void *ud);
+
+/*
+ * Check the next chunks (idle and lent, round robin over every chunk the pool
+ * holds) until max_bytes of them are checked, at least one: a bounded slice per
+ * call, so a periodic caller covers the pool over several calls. A punched chunk
+ * is counted, reported and repaired in place; an idle one that cannot be repaired
+ * is destroyed, a lent one is tried again next time round. Returns the number of
+ * chunks found punched.
+ */
+size_t pool_audit(struct pool *p, uint64_t max_bytes);
+
+/* Chunks found punched since pool_new, in all and by the uid that held them. */
+uint64_t pool_punched_count(const struct pool *p);
+uint64_t pool_punched_count_uid(const struct pool *p, uid_t uid);
 
 /* Call fn for every idle chunk. */
 void pool_foreach_idle(const struct pool *p, void (*fn)(const struct chunk *c, void *ud), void *ud);

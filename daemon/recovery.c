@@ -898,6 +898,7 @@ static bool adopt_lease(struct recovery *rc, struct store *s, const struct store
 		l->gid = sl->gid;
 		l->pid = sl->pid;
 		budget_charge(b->budget, sl->uid, sl->bytes);
+		budget_count_add(b->budget, sl->uid, sl->nchunks);
 		return true;
 	}
 	/* Its holder may still map these pages: nobody else gets them before the grace ends. */

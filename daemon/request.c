@@ -12,17 +12,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "budget.h"
 #include "config.h"
+#include "holders.h"
 #include "lease.h"
 #include "log.h"
 #include "monitor.h"
 #include "pool.h"
 #include "recovery.h"
+#include "request-int.h"
 #include "server.h"
+#include "text.h"
 #include "util.h"
 #include "wire.h"
 
@@ -55,7 +59,7 @@ struct request_kind {
 struct pending {
 	struct pending *next;
 	struct broker *broker;
-	uint64_t conn_id;
+	struct conn *conn;           /* valid while queued: a closing conn's pendings go at its reap */
 	uint64_t seq;
 	struct acquire_args args;
 	char label[LEASE_LABEL_MAX];
@@ -90,7 +94,7 @@ static void arm_deadline_timer(struct broker *b);
 
 /* ---------------------------------------------------------------- replies */
 
-static void reply_init(Reply *r, uint64_t seq, Pinbroker__V1__StatusCode status, const char *message)
+void reply_init(Reply *r, uint64_t seq, Pinbroker__V1__StatusCode status, const char *message)
 {
 	pinbroker__v1__reply__init(r);
 	r->has_seq = true;
@@ -158,7 +162,7 @@ uint32_t request_waiting_count(const struct broker *b)
 
 /* ------------------------------------------------------------- lease send */
 
-static Pinbroker__V1__Priority prio_to_wire(enum lease_priority p)
+Pinbroker__V1__Priority prio_to_wire(enum lease_priority p)
 {
 	switch (p) {
 	case LEASE_PRIO_CRITICAL:
@@ -251,8 +255,10 @@ static void free_lease(struct broker *b, struct lease *l, const char *why)
 
 	log_event(EV_LEASE_RELEASED, LOG_INFO, l->id, l->uid, l->pid, "lease %llu released (%s): %llu bytes",
 		  (unsigned long long)l->id, why, (unsigned long long)l->bytes);
-	if (c && c->nleases > 0)
+	if (c && c->nleases > 0) {
 		c->nleases--;
+		status_conn_remove(c, l);
+	}
 	broker_free_lease(b, l);
 }
 
@@ -299,6 +305,26 @@ static void reply_acquire_error(struct conn *c, uint64_t seq, int err, uint64_t 
 		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_TIMEOUT,
 			     "no pinned memory freed up within the wait timeout");
 		return;
+	case -EMLINK:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
+			     "uid %u already holds %llu leases (max-leases-per-uid = %llu); release some first, "
+			     "or ask the admin to raise max-leases-per-uid",
+			     c->uid, (unsigned long long)budget_uid_leases(b->budget, c->uid),
+			     (unsigned long long)b->max_leases_per_uid);
+		return;
+	case -EMFILE:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
+			     "uid %u already holds %llu pool chunks (max-chunks-per-uid = %llu); release leases, use "
+			     "fewer larger ones, or ask the admin to raise max-chunks-per-uid",
+			     c->uid, (unsigned long long)budget_uid_chunks(b->budget, c->uid),
+			     (unsigned long long)b->max_chunks_per_uid);
+		return;
+	case -ENFILE:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
+			     "the daemon holds %llu pool chunks, all its file descriptors and mappings allow while keeping "
+			     "reserve-fds (%u) free; try again later, or raise LimitNOFILE / vm.max_map_count",
+			     (unsigned long long)budget_chunks(b->budget), b->cfg->reserve_fds);
+		return;
 	default:
 		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_INTERNAL,
 			     "the daemon could not create pool memory: %s", strerror(-err));
@@ -320,11 +346,11 @@ static void pending_unlink(struct revoker *rv, struct pending *p)
 
 static void pending_destroy(struct broker *b, struct pending *p)
 {
-	struct conn *c = server_find_conn(b->server, p->conn_id);
+	struct conn *c = p->conn;
 
 	ev_timer_stop(b->loop, &p->timeout);
 	pending_unlink(b->revoker, p);
-	if (c && c->npending > 0)
+	if (c->npending > 0)
 		c->npending--;
 	free(p);
 }
@@ -333,12 +359,11 @@ static void pending_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct pending *p = w->data;
 	struct broker *b = p->broker;
-	struct conn *c = server_find_conn(b->server, p->conn_id);
+	struct conn *c = p->conn;
 	uint64_t seq = p->seq, size = p->args.size;
 
 	pending_destroy(b, p);
-	if (c)
-		reply_acquire_error(c, seq, -ETIMEDOUT, size);
+	reply_acquire_error(c, seq, -ETIMEDOUT, size);
 }
 
 static int prio_rank(enum lease_priority p)
@@ -358,7 +383,7 @@ static int pending_add(struct conn *c, uint64_t seq, const struct acquire_args *
 	if (!p)
 		return -ENOMEM;
 	p->broker = b;
-	p->conn_id = c->id;
+	p->conn = c;
 	p->seq = seq;
 	p->args = *a;
 	if (a->label)
@@ -380,37 +405,33 @@ static int pending_add(struct conn *c, uint64_t seq, const struct acquire_args *
 
 static void grant(struct conn *c, uint64_t seq, struct lease *l)
 {
+	char label[4 * LEASE_LABEL_MAX]; /* escaped: a label from an older daemon's fd store was never checked */
+
 	c->nleases++;
+	status_conn_add(c, l);
 	log_event(EV_LEASE_GRANTED, LOG_INFO, l->id, l->uid, l->pid, "lease %llu granted: %llu bytes in %zu chunks to pid %d uid %u%s%s",
 		  (unsigned long long)l->id, (unsigned long long)l->bytes, l->nchunks, l->pid, l->uid,
-		  l->label[0] ? ", label " : "", l->label);
+		  l->label[0] ? ", label " : "", text_escape(label, sizeof(label), l->label));
 	send_lease(c, seq, l);
 }
 
 void request_grant_waiting(struct broker *b)
 {
 	struct revoker *rv = b->revoker;
-	struct pending *p;
+	struct pending *p, *pnext;
 
 	if (!rv || b->state == BROKER_CRITICAL)
 		return;
-	/*
-	 * Rescan from the head after each grant or refusal: a failed send closes
-	 * that connection, which drops its other waiting acquires (and frees
-	 * memory, which may grant more from inside this call).
-	 */
-restart:
-	for (p = rv->pending; p; p = p->next) {
-		struct conn *c = server_find_conn(b->server, p->conn_id);
+	/* A failed send only marks its connection closing (server_reap frees it later), so the
+	 * queue cannot change under us except for the entry destroyed here. */
+	for (p = rv->pending; p; p = pnext) {
+		struct conn *c = p->conn;
 		uint64_t seq = p->seq, size = p->args.size;
 		struct lease *l;
 		int r;
 
-		if (!c) {
-			pending_destroy(b, p);
-			goto restart;
-		}
-		if (c->nleases >= b->cfg->max_leases_per_client)
+		pnext = p->next;
+		if (c->closing || c->nleases >= b->cfg->max_leases_per_client)
 			continue;
 		r = broker_acquire(b, &p->args, &l);
 		if (r == -EDQUOT)
@@ -422,7 +443,6 @@ restart:
 			reply_acquire_error(c, seq, r, size);
 		else
 			grant(c, seq, l);
-		goto restart;
 	}
 }
 
@@ -454,15 +474,71 @@ int request_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, cons
 		reply_init(&r, 0, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
 		r.body_case = PINBROKER__V1__REPLY__BODY_REVOKE;
 		r.revoke = &rm;
-		server_send(c, &r, NULL, 0); /* a failed send closes c and frees the lease */
+		server_send(c, &r, NULL, 0); /* a failed send marks c closing; its reap frees the lease */
 	}
 	arm_deadline_timer(b);
 	return 0;
 }
 
+/*
+ * Signal whoever else still maps or holds the lease's memfds, as fuser -k would
+ * within the lease's uid: a child forked after the acquire keeps the memory
+ * past its parent's exit, and a ghost or orphaned lease has no connection to
+ * signal at all. signalled: the connection's pid, already reached through its
+ * own pidfd (0: none). One /proc scan per enforcement (cost in holders.h).
+ */
+static void enforce_holders(struct broker *b, const struct lease *l, int sig, pid_t signalled)
+{
+	struct holder_key *keys = calloc(l->nchunks ? l->nchunks : 1, sizeof(*keys));
+	struct holder *h = NULL;
+	size_t nkeys = 0, nh = 0, unreadable = 0;
+	uint64_t t0 = now_us();
+	int r;
+
+	if (!keys) {
+		log_warnx("cannot look for other holders of overdue lease %llu: out of memory, ignoring",
+			  (unsigned long long)l->id);
+		return;
+	}
+	for (size_t i = 0; i < l->nchunks; i++) {
+		struct stat st;
+
+		if (fstat(l->chunks[i]->fd, &st) == 0)
+			keys[nkeys++] = (struct holder_key){ .dev = st.st_dev, .ino = st.st_ino };
+	}
+	r = holders_find(b->cfg->proc_root, l->uid, keys, nkeys, signalled, &h, &nh, &unreadable);
+	free(keys);
+	if (r < 0) {
+		log_warnx("cannot look for other holders of overdue lease %llu in %s/proc: %s; check proc-root, ignoring",
+			  (unsigned long long)l->id, b->cfg->proc_root, strerror(-r));
+		return;
+	}
+	log_debug("holder scan for overdue lease %llu (uid %u): %zu other processes in %llu us",
+		  (unsigned long long)l->id, l->uid, nh, (unsigned long long)(now_us() - t0));
+	for (size_t i = 0; i < nh; i++) {
+		if (syscall(SYS_pidfd_send_signal, h[i].pidfd, sig, NULL, 0) < 0)
+			log_warn("pidfd_send_signal(%d, %s) for overdue lease %llu failed, ignoring", h[i].pid,
+				 strsignal(sig), (unsigned long long)l->id);
+		else
+			log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, l->uid, h[i].pid,
+				  "sent %s to pid %d for overdue lease %llu: it still maps or holds the lease's memory",
+				  sigabbrev_np(sig), h[i].pid, (unsigned long long)l->id);
+	}
+	holders_free(h, nh);
+	if (l->uid != geteuid() && !holders_can_inspect_all())
+		log_warnx("overdue lease %llu: cannot read the /proc/PID/maps of uid %u without CAP_SYS_PTRACE, so "
+			  "processes other than its connection's that still map it were not signalled; grant the "
+			  "capability or run as root",
+			  (unsigned long long)l->id, l->uid);
+	else if (unreadable > 0)
+		log_warnx("overdue lease %llu: %zu processes could not be inspected for its memory, ignoring",
+			  (unsigned long long)l->id, unreadable);
+}
+
 static void enforce(struct broker *b, struct lease *l)
 {
 	struct conn *c = owner_conn(b, l);
+	pid_t signalled = 0;
 	int sig = 0;
 
 	switch (b->cfg->revoke_enforce) {
@@ -479,20 +555,19 @@ static void enforce(struct broker *b, struct lease *l)
 		sig = SIGKILL;
 		break;
 	}
-	if (!c)
-		return;
 	/* Only through a pidfd: a bare pid may have been reused by an innocent process. */
-	if (c->pidfd < 0) {
+	if (c && c->pidfd < 0) {
 		log_warnx("cannot signal pid %d for overdue lease %llu: no pidfd on this kernel, ignoring", c->pid,
 			  (unsigned long long)l->id);
-		return;
-	}
-	if (syscall(SYS_pidfd_send_signal, c->pidfd, sig, NULL, 0) < 0)
+	} else if (c && syscall(SYS_pidfd_send_signal, c->pidfd, sig, NULL, 0) < 0) {
 		log_warn("pidfd_send_signal(%d, %s) for overdue lease %llu failed, ignoring", c->pid,
 			 strsignal(sig), (unsigned long long)l->id);
-	else
+	} else if (c) {
 		log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, l->uid, l->pid, "sent %s to pid %d for overdue lease %llu",
 			  sigabbrev_np(sig), c->pid, (unsigned long long)l->id);
+		signalled = c->pid;
+	}
+	enforce_holders(b, l, sig, signalled);
 }
 
 static void deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -500,10 +575,8 @@ static void deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	struct broker *b = w->data;
 	uint64_t now = now_ms();
 	struct lease *l, *next;
-	uint64_t *due = NULL;
-	size_t ndue = 0, cap = 0;
 
-	/* Collect first: enforcement may close connections and free leases. */
+	/* Enforcement may close connections, but their leases go back only at the reap. */
 	for (l = lease_first(b->leases); l; l = next) {
 		next = lease_next(b->leases, l);
 		if (l->state != LEASE_REVOKING || l->deadline_ms > now)
@@ -515,22 +588,8 @@ static void deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
 			  (unsigned long long)l->id, (unsigned long long)l->bytes, l->pid,
 			  config_enforce_name(b->cfg->revoke_enforce));
 		record_revocation(b, "lease %llu pid %d overdue", (unsigned long long)l->id, l->pid);
-		if (ndue == cap) {
-			uint64_t *nd = realloc(due, (cap ? cap * 2 : 16) * sizeof(*due));
-
-			if (!nd)
-				break;
-			due = nd;
-			cap = cap ? cap * 2 : 16;
-		}
-		due[ndue++] = l->id;
+		enforce(b, l);
 	}
-	for (size_t i = 0; i < ndue; i++) {
-		l = lease_find(b->leases, due[i]);
-		if (l && l->state == LEASE_OVERDUE)
-			enforce(b, l);
-	}
-	free(due);
 	arm_deadline_timer(b);
 }
 
@@ -572,7 +631,6 @@ static void reclaim_step(struct broker *b)
 {
 	struct monitor_signal sig[16];
 	struct lease **order = NULL;
-	uint64_t *ids;
 	size_t n = 0, nsig = 0;
 	double avail_pct = NAN;
 	uint64_t deficit, in_flight = revoking_bytes(b);
@@ -595,19 +653,11 @@ static void reclaim_step(struct broker *b)
 		return;
 	if (lease_revoke_order(b->leases, &order, &n) < 0)
 		return;
-	/* By id: a failed REVOKE send closes its connection and frees leases further down the order. */
-	ids = malloc((n ? n : 1) * sizeof(*ids));
-	for (size_t i = 0; ids && i < n; i++)
-		ids[i] = order[i]->id;
+	/* A failed REVOKE send frees nothing before the reap, so the order stays valid. */
+	for (size_t i = 0; i < n && in_flight < deficit; i++)
+		if (request_revoke(b, order[i], 0, "host memory is critical") == 0)
+			in_flight += order[i]->bytes;
 	free(order);
-	for (size_t i = 0; ids && i < n && in_flight < deficit; i++) {
-		struct lease *l = lease_find(b->leases, ids[i]);
-		uint64_t bytes = l ? l->bytes : 0;
-
-		if (l && request_revoke(b, l, 0, "host memory is critical") == 0)
-			in_flight += bytes;
-	}
-	free(ids);
 }
 
 static void reclaim_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -639,12 +689,11 @@ void request_on_pressure(void *ud, enum broker_state from, enum broker_state to,
 		/* Waiting acquires are refused at once while critical. */
 		while (rv->pending) {
 			struct pending *p = rv->pending;
-			struct conn *c = server_find_conn(b->server, p->conn_id);
+			struct conn *c = p->conn;
 			uint64_t seq = p->seq, size = p->args.size;
 
 			pending_destroy(b, p);
-			if (c)
-				reply_acquire_error(c, seq, -EAGAIN, size);
+			reply_acquire_error(c, seq, -EAGAIN, size);
 		}
 		reclaim_step(b);
 		ev_timer_set(&rv->reclaim_timer, RECLAIM_STEP_MS / 1000.0, RECLAIM_STEP_MS / 1000.0);
@@ -740,7 +789,7 @@ void request_conn_closed(struct broker *b, struct conn *c)
 
 		for (p = rv->pending; p; p = pn) {
 			pn = p->next;
-			if (p->conn_id == c->id)
+			if (p->conn == c)
 				pending_destroy(b, p);
 		}
 	}
@@ -800,7 +849,6 @@ static void handle_hello(struct conn *c, const Request *req)
 	struct broker *b = c->broker;
 	Pinbroker__V1__HelloReply hr = PINBROKER__V1__HELLO_REPLY__INIT;
 	const Pinbroker__V1__Hello *h = req->hello;
-	uint64_t id = c->id;
 	Reply r;
 
 	if (c->hello_done) {
@@ -812,14 +860,13 @@ static void handle_hello(struct conn *c, const Request *req)
 			     "protocol version %u is not supported: this pinbrokerd %s speaks version %d; "
 			     "upgrade libpinbroker or pinbrokerd so they match",
 			     h->version, PINBROKER_VERSION, PB_PROTOCOL_VERSION);
-		if (server_find_conn(b->server, id))
-			server_close(c, "protocol version mismatch");
+		server_close(c, "protocol version mismatch");
 		return;
 	}
 	c->hello_done = true;
 	ev_timer_stop(b->loop, &c->handshake);
 	if (h->client_name)
-		snprintf(c->name, sizeof(c->name), "%s", h->client_name);
+		text_sanitize(c->name, sizeof(c->name), h->client_name); /* shown to others: no control characters */
 	hr.version = PB_PROTOCOL_VERSION;
 	hr.server_version = (char *)PINBROKER_VERSION;
 	hr.has_page_size = true;
@@ -851,35 +898,16 @@ static enum lease_priority prio_from_wire(Pinbroker__V1__Priority p)
 /* Cached-idle leases of other holders that could cover a shortfall. */
 static uint64_t reclaim_idle_for(struct broker *b, struct conn *asker, uint64_t need)
 {
-	uint64_t got = 0, *ids = NULL;
-	size_t n = 0, cap = 0;
+	uint64_t got = 0;
 	struct lease *l;
 
-	/* Collect ids first: a failed REVOKE send closes that holder and frees its leases. */
-	for (l = lease_first(b->leases); l; l = lease_next(b->leases, l)) {
+	/* A failed REVOKE send frees nothing before the reap, so the walk stays valid. */
+	for (l = lease_first(b->leases); l && got < need; l = lease_next(b->leases, l)) {
 		if (l->state != LEASE_IDLE || l->owner == asker)
 			continue;
-		if (n == cap) {
-			uint64_t *nid = realloc(ids, (cap ? cap * 2 : 16) * sizeof(*ids));
-
-			if (!nid)
-				break;
-			ids = nid;
-			cap = cap ? cap * 2 : 16;
-		}
-		ids[n++] = l->id;
-	}
-	for (size_t i = 0; i < n && got < need; i++) {
-		uint64_t bytes;
-
-		l = lease_find(b->leases, ids[i]);
-		if (!l || l->state != LEASE_IDLE)
-			continue;
-		bytes = l->bytes;
 		if (request_revoke(b, l, 0, "another client needs the memory (cached-idle lease)") == 0)
-			got += bytes;
+			got += l->bytes;
 	}
-	free(ids);
 	return got;
 }
 
@@ -907,6 +935,16 @@ static void handle_acquire(struct conn *c, const Request *req)
 			     c->nleases);
 		return;
 	}
+	/* Labels are shown to other users and logged: a control character could forge a row or a log line. */
+	if (a->label && !text_printable(a->label)) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "the label must be printable UTF-8 text: control characters (bytes 0x00-0x1f and 0x7f, "
+			     "U+0080-U+009F), line separators and bidirectional controls are refused");
+		return;
+	}
+	/* Stored labels hold LEASE_LABEL_MAX - 1 bytes: cut here, where a character is never split. */
+	if (a->label)
+		text_truncate(a->label, LEASE_LABEL_MAX - 1);
 	r = broker_acquire(b, &args, &l);
 	if (r == 0) {
 		grant(c, req->seq, l);
@@ -971,9 +1009,10 @@ static void handle_release(struct conn *c, const Request *req)
 		reply_lease_error(c, req->seq, -ENOENT, id);
 		return;
 	}
-	/* Only the holder releases; an admin may also drop an orphan nobody re-declared.
-	 * Taking a live client's lease is what revoke is for: the holder still maps it. */
-	if (l->owner != c && !(c->admin && l->owner == NULL)) {
+	/* The holder releases. A lease with no connection (an orphan nobody re-declared, or one
+	 * held until its process exits) may be dropped by an admin or by its own uid. Taking a
+	 * live connection's lease is what revoke is for: the holder still maps it. */
+	if (l->owner != c && !(l->owner == NULL && (c->admin || l->uid == c->uid))) {
 		reply_lease_error(c, req->seq, -EPERM, id);
 		return;
 	}
@@ -1021,11 +1060,10 @@ static void handle_admin_revoke(struct conn *c, const Request *req)
 {
 	struct broker *b = c->broker;
 	const Pinbroker__V1__AdminRevoke *ar = req->admin_revoke;
-	uint64_t conn_id = c->id;
 	Pinbroker__V1__AdminRevokeReply rr = PINBROKER__V1__ADMIN_REVOKE_REPLY__INIT;
 	uint64_t *ids = NULL;
 	size_t n = 0, cap = 0;
-	struct lease *l, *next;
+	struct lease *l, *target = NULL;
 	char reason[64];
 	Reply r;
 
@@ -1034,15 +1072,23 @@ static void handle_admin_revoke(struct conn *c, const Request *req)
 			     "revoke needs a lease id, a uid, or all");
 		return;
 	}
-	if (ar->has_lease_id && !lease_find(b->leases, ar->lease_id)) {
+	if (ar->has_lease_id && !(target = lease_find(b->leases, ar->lease_id))) {
 		reply_lease_error(c, req->seq, -ENOENT, ar->lease_id);
 		return;
 	}
-	snprintf(reason, sizeof(reason), "revoked by admin uid %u", c->uid);
-	for (l = lease_first(b->leases); l; l = next) {
-		next = lease_next(b->leases, l);
-		if (ar->has_lease_id && l->id != ar->lease_id)
-			continue;
+	/* Anyone may revoke a lease of their own uid, or all of them (--uid self); other uids'
+	 * leases, and "all", need admin rights. */
+	if (!c->admin && ((target && target->uid != c->uid) || (ar->has_uid && ar->uid != c->uid) ||
+			  (!target && !ar->has_uid))) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED,
+			     "revoking other uids' leases needs uid 0 or membership of the admin group "
+			     "(admin-group = %s); you may revoke your own: a lease id of yours, or --uid %u",
+			     b->cfg->admin_group && b->cfg->admin_group[0] ? b->cfg->admin_group : "none set", c->uid);
+		return;
+	}
+	snprintf(reason, sizeof(reason), "revoked by %suid %u", c->admin ? "admin " : "", c->uid);
+	/* A failed REVOKE send only marks its connection closing, so the walk stays valid. */
+	for (l = target ? target : lease_first(b->leases); l; l = target ? NULL : lease_next(b->leases, l)) {
 		if (ar->has_uid && l->uid != ar->uid)
 			continue;
 		if (l->state != LEASE_ACTIVE && l->state != LEASE_IDLE)
@@ -1056,17 +1102,7 @@ static void handle_admin_revoke(struct conn *c, const Request *req)
 			cap = cap ? cap * 2 : 16;
 		}
 		ids[n++] = l->id;
-	}
-	/* Revoke after collecting: a failed send may close a connection and free its leases,
-	 * the asker's own included. */
-	for (size_t i = 0; i < n; i++) {
-		l = lease_find(b->leases, ids[i]);
-		if (l)
-			request_revoke(b, l, ar->has_deadline_ms ? ar->deadline_ms : 0, reason);
-	}
-	if (!server_find_conn(b->server, conn_id)) {
-		free(ids);
-		return;
+		request_revoke(b, l, ar->has_deadline_ms ? ar->deadline_ms : 0, reason);
 	}
 	rr.n_lease_ids = n;
 	rr.lease_ids = ids;
@@ -1140,6 +1176,7 @@ static void handle_redeclare(struct conn *c, const Request *req)
 			l->owner = c;
 			l->pid = c->pid;
 			c->nleases++;
+			status_conn_add(c, l);
 			b->generation++;
 			ok[rr.n_adopted++] = l->id;
 			log_event(EV_LEASE_GRANTED, LOG_INFO, l->id, l->uid, l->pid,
@@ -1158,187 +1195,6 @@ static void handle_redeclare(struct conn *c, const Request *req)
 	free(bad);
 }
 
-/* ------------------------------------------------------------------ status */
-
-static void handle_status(struct conn *c, const Request *req)
-{
-	struct broker *b = c->broker;
-	Pinbroker__V1__StatusReply sr = PINBROKER__V1__STATUS_REPLY__INIT;
-	Pinbroker__V1__ClientInfo *ci = NULL, **cip = NULL;
-	Pinbroker__V1__LeaseInfo *li = NULL, **lip = NULL;
-	Pinbroker__V1__SignalInfo si[16], *sip[16];
-	Pinbroker__V1__EventInfo ti[16], *tip[16], vi[REVOCATION_RING], *vip[REVOCATION_RING];
-	struct monitor_signal sig[16];
-	struct monitor_event tev[16], rev[REVOCATION_RING];
-	char **labels = NULL;
-	size_t nconn = server_conn_count(b->server), nlease = lease_count(b->leases), k;
-	bool include_leases = !req->status->has_include_leases || req->status->include_leases;
-	uint64_t now = now_ms(), cached = 0;
-	struct conn *cc;
-	struct lease *l;
-	Reply r;
-
-	ci = calloc(nconn + 1, sizeof(*ci));
-	cip = calloc(nconn + 1, sizeof(*cip));
-	labels = calloc(nlease + 1, sizeof(*labels));
-	li = calloc(nlease + 1, sizeof(*li));
-	lip = calloc(nlease + 1, sizeof(*lip));
-	if (!ci || !cip || !labels || !li || !lip) {
-		server_close(c, "out of memory building status");
-		goto out;
-	}
-
-	sr.schema_version = 1;
-	sr.server_version = (char *)PINBROKER_VERSION;
-	sr.budget_bytes = budget_limit(b->budget);
-	sr.uid_quota_bytes = budget_uid_quota(b->budget);
-	sr.leased_bytes = budget_leased(b->budget);
-	sr.pool_bytes = pool_resident_bytes(b->pool);
-	sr.pool_idle_bytes = pool_idle_bytes(b->pool);
-	sr.page_size_bytes = pool_page_size(b->pool);
-	sr.chunk_size_bytes = pool_chunk_size(b->pool);
-	sr.has_hugetlb = true;
-	sr.hugetlb = pool_hugetlb(b->pool);
-	sr.has_overdue_bytes = true;
-	sr.overdue_bytes = broker_overdue_bytes(b);
-	sr.pressure_state = (char *)monitor_state_name(b->state);
-	sr.monitor_mode = (char *)(b->monitor ? monitor_mode(b->monitor) : "off");
-	sr.has_uptime_ms = true;
-	sr.uptime_ms = now - b->started_ms;
-	sr.has_prewarm_bytes = true;
-	sr.prewarm_bytes = b->prewarm_bytes;
-	sr.has_waiting_acquires = true;
-	sr.waiting_acquires = request_waiting_count(b);
-
-	/* One row per connection, labels joined from its leases. */
-	k = 0;
-	for (cc = server_conns(b->server); cc && k < nconn; cc = cc->next) {
-		Pinbroker__V1__ClientInfo *x = &ci[k];
-
-		pinbroker__v1__client_info__init(x);
-		x->pid = cc->pid;
-		x->uid = cc->uid;
-		x->has_gid = true;
-		x->gid = cc->gid;
-		x->name = cc->name;
-		cip[k++] = x;
-	}
-	sr.n_clients = k;
-	sr.clients = cip;
-	for (size_t i = 0; i < k; i++) {
-		Pinbroker__V1__ClientInfo *x = cip[i];
-		char **mine = NULL;
-		size_t nl = 0;
-
-		x->labels = NULL;
-		for (l = lease_first(b->leases); l; l = lease_next(b->leases, l)) {
-			struct conn *o = l->owner;
-
-			if (!o || o->pid != x->pid || o->uid != x->uid)
-				continue;
-			x->leases++;
-			x->bytes += l->bytes;
-			if (l->label[0]) {
-				bool dup = false;
-
-				for (size_t j = 0; j < nl; j++)
-					dup = dup || strcmp(mine[j], l->label) == 0;
-				if (!dup) {
-					char **nm = realloc(mine, (nl + 1) * sizeof(*nm));
-
-					if (nm) {
-						mine = nm;
-						mine[nl++] = l->label;
-					}
-				}
-			}
-		}
-		x->n_labels = nl;
-		x->labels = mine;
-	}
-
-	k = 0;
-	for (l = lease_first(b->leases); l; l = lease_next(b->leases, l)) {
-		if (l->state == LEASE_IDLE)
-			cached += l->bytes;
-		if (!include_leases || k >= nlease)
-			continue;
-		pinbroker__v1__lease_info__init(&li[k]);
-		li[k].id = l->id;
-		li[k].pid = l->pid;
-		li[k].uid = l->uid;
-		li[k].bytes = l->bytes;
-		li[k].label = l->label;
-		li[k].age_ms = now - l->created_ms;
-		li[k].has_priority = true;
-		li[k].priority = prio_to_wire(l->priority);
-		li[k].state = (char *)lease_state_name(l->state);
-		if (l->state == LEASE_IDLE) {
-			li[k].has_idle_ms = true;
-			li[k].idle_ms = now - l->last_used_ms;
-		}
-		if (l->state == LEASE_REVOKING || l->state == LEASE_OVERDUE) {
-			li[k].has_deadline_left_ms = true;
-			li[k].deadline_left_ms = (int64_t)l->deadline_ms - (int64_t)now;
-		}
-		lip[k] = &li[k];
-		k++;
-	}
-	sr.n_leases = k;
-	sr.leases = lip;
-	sr.has_cached_idle_bytes = true;
-	sr.cached_idle_bytes = cached;
-
-	if (b->monitor) {
-		size_t ns = monitor_signals(b->monitor, sig, 16);
-
-		for (size_t i = 0; i < ns && i < 16; i++) {
-			pinbroker__v1__signal_info__init(&si[i]);
-			si[i].name = (char *)sig[i].name;
-			si[i].value = sig[i].value;
-			si[i].has_tight = !isnan(sig[i].tight);
-			si[i].tight = sig[i].tight;
-			si[i].has_critical = !isnan(sig[i].critical);
-			si[i].critical = sig[i].critical;
-			si[i].unit = (char *)sig[i].unit;
-			si[i].has_available = true;
-			si[i].available = sig[i].available;
-			sip[i] = &si[i];
-		}
-		sr.n_signals = ns < 16 ? ns : 16;
-		sr.signals = sip;
-		sr.n_transitions = monitor_transitions(b->monitor, tev, 16);
-		for (size_t i = 0; i < sr.n_transitions; i++) {
-			pinbroker__v1__event_info__init(&ti[i]);
-			ti[i].age_ms = now - tev[i].when_ms;
-			ti[i].text = tev[i].text;
-			tip[i] = &ti[i];
-		}
-		sr.transitions = tip;
-	}
-	sr.n_revocations = request_revocations(b, rev, REVOCATION_RING);
-	for (size_t i = 0; i < sr.n_revocations; i++) {
-		pinbroker__v1__event_info__init(&vi[i]);
-		vi[i].age_ms = now - rev[i].when_ms;
-		vi[i].text = rev[i].text;
-		vip[i] = &vi[i];
-	}
-	sr.revocations = vip;
-
-	reply_init(&r, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
-	r.body_case = PINBROKER__V1__REPLY__BODY_STATUS_REPLY;
-	r.status_reply = &sr;
-	server_send(c, &r, NULL, 0);
-out:
-	for (size_t i = 0; ci && i < sr.n_clients; i++)
-		free(ci[i].labels);
-	free(ci);
-	free(cip);
-	free(labels);
-	free(li);
-	free(lip);
-}
-
 /* ------------------------------------------------------------------- table */
 
 static const struct request_kind request_table[] = {
@@ -1347,7 +1203,8 @@ static const struct request_kind request_table[] = {
 	  handle_acquire },
 	{ PINBROKER__V1__REQUEST__BODY_RELEASE, "release", REQ_NEEDS_HELLO, handle_release },
 	{ PINBROKER__V1__REQUEST__BODY_STATUS, "status", REQ_NEEDS_HELLO, handle_status },
-	{ PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE, "revoke", REQ_NEEDS_HELLO | REQ_ADMIN, handle_admin_revoke },
+	/* Not REQ_ADMIN: a holder may revoke its own leases; the handler checks other uids'. */
+	{ PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE, "revoke", REQ_NEEDS_HELLO, handle_admin_revoke },
 	{ PINBROKER__V1__REQUEST__BODY_SET_CONFIG, "set", REQ_NEEDS_HELLO | REQ_ADMIN, handle_set_config },
 	{ PINBROKER__V1__REQUEST__BODY_REVOKE_ACK, "revoke-ack", REQ_NEEDS_HELLO, handle_revoke_ack },
 	{ PINBROKER__V1__REQUEST__BODY_SET_IDLE, "set-idle", REQ_NEEDS_HELLO, handle_set_idle },
@@ -1375,13 +1232,9 @@ void request_dispatch(struct conn *c, const uint8_t *buf, size_t len)
 	if (!kind) {
 		server_close(c, "unknown request kind");
 	} else if ((kind->flags & REQ_NEEDS_HELLO) && !c->hello_done) {
-		uint64_t id = c->id;
-
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_NO_HELLO,
 			     "send HELLO with the protocol version first");
-		/* A failed send has already closed (and freed) c. */
-		if (server_find_conn(b->server, id))
-			server_close(c, "request before HELLO");
+		server_close(c, "request before HELLO");
 	} else if ((kind->flags & REQ_ADMIN) && !c->admin) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED,
 			     "'%s' needs uid 0 or membership of the admin group (admin-group = %s)", kind->name,

@@ -16,13 +16,12 @@
 
 #include "broker.h"
 #include "config.h"
+#include "listen.h"
 #include "log.h"
 #include "request.h"
 #include "util.h"
 #include "wire.h"
 
-/* A peer that stops reading may hold this many unsent packets before it is dropped. */
-#define OUTQ_MAX_PACKETS 256
 /* Supplementary groups read from a peer; the kernel truncates beyond this. */
 #define NGROUPS_MAX_PEER 1024
 /* Packets read per wake-up per connection, so one busy client cannot starve the rest. */
@@ -30,6 +29,10 @@
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
+#endif
+/* Linux 6.5: a pidfd for the peer, taken by the kernel at connect(), immune to pid reuse. */
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
 #endif
 
 struct outpkt {
@@ -46,8 +49,12 @@ struct server {
 	bool own_socket;       /* we created (and will unlink) the path */
 	char *path;
 	ev_io accept_io;
-	struct conn *conns;
+	struct conn *conns;    /* live */
 	size_t nconns;
+	struct conn *dead;     /* closed, waiting for server_reap */
+	ev_check reap_check;
+	size_t queued_bytes;   /* over every connection's reply queue */
+	size_t queued_fds;
 	uint64_t next_conn_id;
 	uint8_t *rxbuf;        /* max-message-bytes + 1: one byte more tells "too long" */
 	size_t rxcap;
@@ -58,83 +65,6 @@ struct server {
 
 static void conn_io_cb(struct ev_loop *loop, ev_io *w, int revents);
 static void conn_handshake_cb(struct ev_loop *loop, ev_timer *w, int revents);
-
-static int make_listen_socket(const char *path, int *ret)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct group *gr;
-	mode_t mode = 0660;
-	char *dir, *slash;
-	int fd, r;
-
-	if (strlen(path) >= sizeof(sa.sun_path)) {
-		log_warnx("socket path '%s' is longer than %zu bytes; choose a shorter --socket", path,
-			  sizeof(sa.sun_path) - 1);
-		return -ENAMETOOLONG;
-	}
-	strcpy(sa.sun_path, path);
-
-	dir = strdup(path);
-	if (!dir)
-		return -ENOMEM;
-	slash = strrchr(dir, '/');
-	if (slash && slash != dir) {
-		*slash = '\0';
-		if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-			log_warn("cannot create socket directory %s, ignoring", dir);
-	}
-	free(dir);
-
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-
-	/* A socket file left by a crashed daemon is stale only if nobody answers on it. */
-	if (access(path, F_OK) == 0) {
-		int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-		if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-			close(probe);
-			close(fd);
-			log_warnx("another pinbrokerd is already listening on %s; stop it or use --socket", path);
-			return -EADDRINUSE;
-		}
-		if (probe >= 0)
-			close(probe);
-		unlink(path);
-	}
-
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		r = -errno;
-		log_warn("cannot bind %s", path);
-		close(fd);
-		return r;
-	}
-	/* Mode 0660, group pinbroker (DESIGN.md). Without the group, leave it open to all
-	 * local users rather than unusable, and say how to fix it. */
-	gr = getgrnam("pinbroker");
-	if (gr && geteuid() == 0) {
-		if (chown(path, 0, gr->gr_gid) < 0)
-			log_warn("cannot chown %s to group pinbroker, ignoring", path);
-	} else if (!gr) {
-		mode = 0666;
-		log_info("group 'pinbroker' does not exist: socket %s is open to every local user; "
-			 "create the group (systemd-sysusers) to restrict it",
-			 path);
-	}
-	if (chmod(path, mode) < 0)
-		log_warn("cannot chmod %s, ignoring", path);
-
-	if (listen(fd, SOMAXCONN) < 0) {
-		r = -errno;
-		log_warn("cannot listen on %s", path);
-		close(fd);
-		unlink(path);
-		return r;
-	}
-	*ret = fd;
-	return 0;
-}
 
 /*
  * uid 0, or a member of admin-group: its primary group, or among the
@@ -173,6 +103,34 @@ static bool peer_is_admin(struct server *s, int fd, uid_t uid, gid_t gid)
 	return false;
 }
 
+/*
+ * A pidfd for the peer. SO_PEERPIDFD (Linux 6.5) names the process that
+ * called connect(), whatever happened to its pid since. Older kernels fall
+ * back to pidfd_open() of SO_PEERCRED's pid: if the peer exited and its pid
+ * was reused before accept, that pidfd names the wrong process, so revoke
+ * enforcement additionally checks the process's uid and its mappings of the
+ * lease (holders.c) before it signals anything. -1 without pidfds at all.
+ */
+static int peer_pidfd(int fd, pid_t pid, bool *from_peer)
+{
+	socklen_t len = sizeof(int);
+	int pidfd = -1;
+
+	*from_peer = false;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) == 0 && pidfd >= 0) {
+		*from_peer = true;
+		fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+		return pidfd;
+	}
+	/* ESRCH: the peer is already gone; nothing to watch or signal. */
+	if (errno == ESRCH)
+		return -1;
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (pidfd >= 0)
+		fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+	return pidfd;
+}
+
 static size_t conns_of_uid(const struct server *s, uid_t uid)
 {
 	size_t n = 0;
@@ -203,9 +161,7 @@ int server_adopt(struct server *s, int fd, const struct ucred *cred, struct conn
 	c->gid = cred->gid;
 	c->admin = peer_is_admin(s, fd, cred->uid, cred->gid);
 	c->connected_ms = now_ms();
-	c->pidfd = (int)syscall(SYS_pidfd_open, cred->pid, 0);
-	if (c->pidfd >= 0)
-		fcntl(c->pidfd, F_SETFD, FD_CLOEXEC);
+	c->pidfd = peer_pidfd(fd, cred->pid, &c->pidfd_from_peer);
 	ev_io_init(&c->io, conn_io_cb, fd, EV_READ);
 	c->io.data = c;
 	ev_io_start(loop, &c->io);
@@ -218,8 +174,9 @@ int server_adopt(struct server *s, int fd, const struct ucred *cred, struct conn
 		s->conns->prev = c;
 	s->conns = c;
 	s->nconns++;
-	log_debug("connection %llu from pid %d uid %u%s", (unsigned long long)c->id, c->pid, c->uid,
-		  c->admin ? " (admin)" : "");
+	log_debug("connection %llu from pid %d uid %u%s, pidfd %s", (unsigned long long)c->id, c->pid, c->uid,
+		  c->admin ? " (admin)" : "",
+		  c->pidfd_from_peer ? "from SO_PEERPIDFD" : c->pidfd >= 0 ? "from pidfd_open (pid reuse possible)" : "none");
 	if (ret)
 		*ret = c;
 	return 0;
@@ -286,19 +243,37 @@ static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 	}
 }
 
-static void conn_free(struct conn *c)
+static void outq_drop(struct conn *c)
 {
 	struct server *s = c->srv;
-	struct ev_loop *loop = s->broker->loop;
 	struct outpkt *p, *next;
 
-	ev_io_stop(loop, &c->io);
-	ev_timer_stop(loop, &c->handshake);
 	for (p = c->outq_head; p; p = next) {
 		next = p->next;
 		wire_close_fds(p->fds, p->nfds);
 		free(p);
 	}
+	s->queued_bytes -= c->outq_bytes;
+	s->queued_fds -= c->outq_fds;
+	c->outq_head = c->outq_tail = NULL;
+	c->outq_len = c->outq_bytes = c->outq_fds = 0;
+}
+
+void server_close(struct conn *c, const char *why)
+{
+	struct server *s = c->srv;
+	struct ev_loop *loop = s->broker->loop;
+
+	if (c->closing)
+		return;
+	c->closing = true;
+	log_debug("closing connection %llu (pid %d uid %u): %s", (unsigned long long)c->id, c->pid, c->uid,
+		  why);
+	ev_io_stop(loop, &c->io);
+	ev_timer_stop(loop, &c->handshake);
+	outq_drop(c);
+	/* Off the live list, onto the dead one: nothing finds it any more, but its memory stays
+	 * valid for whoever is still holding the pointer in this callback. */
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -306,25 +281,38 @@ static void conn_free(struct conn *c)
 	if (c->next)
 		c->next->prev = c->prev;
 	s->nconns--;
-	close(c->fd);
-	if (c->pidfd >= 0)
-		close(c->pidfd);
-	free(c);
+	c->prev = NULL;
+	c->next = s->dead;
+	s->dead = c;
+}
+
+void server_reap(struct server *s)
+{
+	struct ev_loop *loop = s->broker->loop;
+	struct conn *c;
+	bool freed = false;
+
+	/* Returning leases can grant waiting acquires, whose sends can close more connections. */
+	while ((c = s->dead)) {
+		s->dead = c->next;
+		request_conn_closed(s->broker, c);
+		close(c->fd);
+		if (c->pidfd >= 0)
+			close(c->pidfd);
+		free(c);
+		freed = true;
+	}
 	/* A slot freed: accept again if EMFILE had paused us. */
-	if (!ev_is_active(&s->accept_io) && s->listen_fd >= 0)
+	if (freed && !ev_is_active(&s->accept_io) && s->listen_fd >= 0)
 		ev_io_start(loop, &s->accept_io);
 }
 
-void server_close(struct conn *c, const char *why)
+static void reap_cb(struct ev_loop *loop, ev_check *w, int revents)
 {
-	if (c->closing)
-		return;
-	c->closing = true;
-	log_debug("closing connection %llu (pid %d uid %u): %s", (unsigned long long)c->id, c->pid, c->uid,
-		  why);
-	/* Leases and waiting acquires go back in this same loop iteration. */
-	request_conn_closed(c->srv->broker, c);
-	conn_free(c);
+	struct server *s = w->data;
+
+	if (s->dead)
+		server_reap(s);
 }
 
 static int flush_outq(struct conn *c)
@@ -342,6 +330,10 @@ static int flush_outq(struct conn *c)
 		if (!c->outq_head)
 			c->outq_tail = NULL;
 		c->outq_len--;
+		c->outq_bytes -= p->len;
+		c->outq_fds -= p->nfds;
+		c->srv->queued_bytes -= p->len;
+		c->srv->queued_fds -= p->nfds;
 		wire_close_fds(p->fds, p->nfds);
 		free(p);
 	}
@@ -360,9 +352,31 @@ static void update_events(struct conn *c)
 	}
 }
 
+/* All queues together are over max-queued-bytes: drop the connection holding the most. */
+static void enforce_total_queue(struct server *s)
+{
+	const struct config *cfg = s->broker->cfg;
+	struct conn *worst = NULL;
+
+	if (s->queued_bytes <= cfg->max_queued_bytes)
+		return;
+	for (struct conn *c = s->conns; c; c = c->next)
+		if (!worst || c->outq_bytes > worst->outq_bytes)
+			worst = c;
+	if (!worst)
+		return;
+	log_warnx("closing connection %llu (pid %d uid %u): %zu reply bytes unread while all clients together "
+		  "have %zu queued (max-queued-bytes = %llu)",
+		  (unsigned long long)worst->id, worst->pid, worst->uid, worst->outq_bytes, s->queued_bytes,
+		  (unsigned long long)cfg->max_queued_bytes);
+	server_close(worst, "max-queued-bytes reached");
+}
+
 int server_send(struct conn *c, const Pinbroker__V1__Reply *reply, const int *fds, size_t nfds)
 {
+	const struct config *cfg = c->broker->cfg;
 	size_t len = pinbroker__v1__reply__get_packed_size(reply);
+	struct server *s = c->srv;
 	struct outpkt *p;
 	int r;
 
@@ -395,9 +409,21 @@ int server_send(struct conn *c, const Pinbroker__V1__Reply *reply, const int *fd
 			return r;
 		}
 	}
-	if (c->outq_len >= OUTQ_MAX_PACKETS) {
+	if (c->outq_bytes + p->len > cfg->max_queued_bytes_per_conn) {
+		log_warnx("closing connection %llu (pid %d uid %u): it does not read its replies, %zu bytes queued "
+			  "(max-queued-bytes-per-connection = %llu)",
+			  (unsigned long long)c->id, c->pid, c->uid, c->outq_bytes + p->len,
+			  (unsigned long long)cfg->max_queued_bytes_per_conn);
 		free(p);
-		server_close(c, "peer is not reading its replies");
+		server_close(c, "max-queued-bytes-per-connection reached");
+		return -ENOBUFS;
+	}
+	if (s->queued_fds + nfds > BROKER_QUEUED_FDS_MAX) {
+		log_warnx("closing connection %llu (pid %d uid %u): %zu file descriptors already wait in unread "
+			  "replies of all clients (at most %d)",
+			  (unsigned long long)c->id, c->pid, c->uid, s->queued_fds, BROKER_QUEUED_FDS_MAX);
+		free(p);
+		server_close(c, "too many queued file descriptors");
 		return -ENOBUFS;
 	}
 	/* Queued packets own duplicates: the originals belong to pool chunks. */
@@ -419,8 +445,13 @@ int server_send(struct conn *c, const Pinbroker__V1__Reply *reply, const int *fd
 		c->outq_head = p;
 	c->outq_tail = p;
 	c->outq_len++;
+	c->outq_bytes += p->len;
+	c->outq_fds += nfds;
+	s->queued_bytes += p->len;
+	s->queued_fds += nfds;
 	update_events(c);
-	return 0;
+	enforce_total_queue(s);
+	return c->closing ? -ENOBUFS : 0;
 }
 
 static void conn_handshake_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -435,7 +466,6 @@ static void conn_io_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct conn *c = w->data;
 	struct server *s = c->srv;
-	uint64_t id = c->id;
 
 	if (revents & EV_WRITE) {
 		if (flush_outq(c) < 0) {
@@ -470,9 +500,7 @@ static void conn_io_cb(struct ev_loop *loop, ev_io *w, int revents)
 			return;
 		}
 		request_dispatch(c, s->rxbuf, (size_t)n);
-		/* The handler may have closed the connection, freeing c. */
-		if (!server_find_conn(s, id))
-			return;
+		/* The handler may have closed the connection; c itself lives until the reaper runs. */
 		if (c->closing)
 			return;
 	}
@@ -500,7 +528,7 @@ int server_new(struct broker *b, int listen_fd, struct server **ret)
 			fcntl(listen_fd, F_SETFL, flags | O_NONBLOCK);
 		s->listen_fd = listen_fd;
 	} else {
-		r = make_listen_socket(b->cfg->socket_path, &s->listen_fd);
+		r = listen_unix_socket(b->cfg->socket_path, &s->listen_fd);
 		if (r < 0)
 			goto fail;
 		s->own_socket = true;
@@ -509,6 +537,12 @@ int server_new(struct broker *b, int listen_fd, struct server **ret)
 	ev_io_init(&s->accept_io, accept_cb, s->listen_fd, EV_READ);
 	s->accept_io.data = s;
 	ev_io_start(b->loop, &s->accept_io);
+	/* Lowest priority: runs after every other callback of the iteration that closed a connection. */
+	ev_check_init(&s->reap_check, reap_cb);
+	ev_set_priority(&s->reap_check, EV_MINPRI);
+	s->reap_check.data = s;
+	ev_check_start(b->loop, &s->reap_check);
+	ev_unref(b->loop); /* the reaper alone must not keep the loop running */
 	*ret = s;
 	return 0;
 fail:
@@ -523,11 +557,14 @@ void server_free(struct server *s)
 		return;
 	while (s->conns)
 		server_close(s->conns, "daemon stopping");
+	server_reap(s);
+	ev_ref(s->broker->loop);
+	ev_check_stop(s->broker->loop, &s->reap_check);
 	ev_io_stop(s->broker->loop, &s->accept_io);
 	if (s->listen_fd >= 0)
 		close(s->listen_fd);
 	if (s->own_socket && s->path)
-		unlink(s->path);
+		listen_unlink(s->path);
 	free(s->path);
 	free(s->rxbuf);
 	free(s);
@@ -561,7 +598,7 @@ void server_broadcast(struct server *s, const Pinbroker__V1__Reply *reply)
 	struct conn *c, *next;
 
 	for (c = s->conns; c; c = next) {
-		next = c->next;
+		next = c->next; /* a failed send moves c to the dead list */
 		server_send(c, reply, NULL, 0);
 	}
 }

@@ -8,10 +8,14 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "lease.h"
 #include "pinbroker.pb-c.h"
 
 struct broker;
 struct outpkt;
+
+/* Distinct lease labels listed on a connection's status row: a few, so the row stays small. */
+#define CONN_LABELS_MAX 4
 
 struct conn {
 	struct server *srv;
@@ -24,16 +28,25 @@ struct conn {
 	gid_t gid;
 	bool hello_done;
 	bool admin;           /* uid 0 or member of admin-group, decided at accept */
-	bool closing;
+	bool pidfd_from_peer; /* pidfd came from SO_PEERPIDFD (not from a pid number) */
+	bool closing;         /* dead: watchers stopped, freed by server_reap after the callback returns */
 	char name[32];        /* client_name from HELLO */
 	uint32_t nleases;
 	uint32_t npending;    /* waiting acquires */
+	/* Status counters, kept by status_conn_add/remove with every lease it gains or loses (req-status.c). */
+	uint64_t lease_bytes;
+	struct conn_label {
+		char text[LEASE_LABEL_MAX];
+		uint32_t leases;      /* 0: free slot */
+	} labels[CONN_LABELS_MAX]; /* distinct labels of its leases; a full set lists no more */
 	uint64_t connected_ms;
 	ev_io io;
 	ev_timer handshake;
 	struct outpkt *outq_head, *outq_tail;
 	size_t outq_len;
-	struct conn *prev, *next;
+	size_t outq_bytes;
+	size_t outq_fds;
+	struct conn *prev, *next;  /* the live list, or the dead list once closing */
 };
 
 struct server;
@@ -52,10 +65,11 @@ int server_listen_fd(const struct server *s);
 
 /*
  * Send a reply with optional fds. Packets the peer's buffer cannot take yet
- * are queued (fds dup'ed) and flushed on EV_WRITE; a peer that lets the queue
- * grow past its cap is disconnected. Returns 0, or a negative errno when the
- * connection had to be closed (c is then closing; do not touch it after the
- * current callback returns).
+ * are queued (fds dup'ed) and flushed on EV_WRITE; a peer that lets its queue
+ * grow past max-queued-bytes-per-connection (or all queues past
+ * max-queued-bytes) is disconnected. Never frees c. Returns 0, or a negative
+ * errno when the connection is (or had to be) closed: c is then marked
+ * closing, and stays valid until the current callback returns.
  */
 int server_send(struct conn *c, const Pinbroker__V1__Reply *reply, const int *fds, size_t nfds);
 
@@ -68,10 +82,19 @@ int server_send(struct conn *c, const Pinbroker__V1__Reply *reply, const int *fd
 struct ucred;
 int server_adopt(struct server *s, int fd, const struct ucred *cred, struct conn **ret);
 
-/* Close a connection: logs why at debug, frees its leases, drops pending acquires. */
+/*
+ * Close a connection: logs why at debug, stops its watchers and marks it
+ * closing. It is never freed here: server_reap(), run by an ev_check watcher
+ * after the callbacks of the loop iteration, returns its leases, drops its
+ * waiting acquires and frees it. So a handler's conn pointer stays valid
+ * until the handler returns (tmux reaps dead peers the same way).
+ */
 void server_close(struct conn *c, const char *why);
 
-struct conn *server_conns(const struct server *s);   /* list head; follow ->next */
+/* Free every closed connection (their leases go back). Runs from the loop; harnesses call it directly. */
+void server_reap(struct server *s);
+
+struct conn *server_conns(const struct server *s);   /* live connections; follow ->next */
 size_t server_conn_count(const struct server *s);
 struct conn *server_find_conn(const struct server *s, uint64_t id);
 

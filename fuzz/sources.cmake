@@ -3,7 +3,9 @@
 set(PB_FUZZ_DIR ${CMAKE_SOURCE_DIR}/fuzz)
 set(PB_FUZZ_DAEMON_SOURCES
   ${CMAKE_SOURCE_DIR}/daemon/server.c
+  ${CMAKE_SOURCE_DIR}/daemon/listen.c
   ${CMAKE_SOURCE_DIR}/daemon/request.c
+  ${CMAKE_SOURCE_DIR}/daemon/req-status.c
   ${CMAKE_SOURCE_DIR}/daemon/monitor.c
   # request.c names the instance id and records leases for the fd store (both inert without recovery_init).
   ${CMAKE_SOURCE_DIR}/daemon/recovery.c

@@ -1,31 +1,55 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # Install dependencies, build, start pinbrokerd on its embedded defaults, and show it lending memory.
+# It returns and leaves the daemon running. CI (scripts/test.sh) points it elsewhere:
+# PINBROKER_SOCKET (the socket), DEMO_DIR (log and pid file, default /tmp), DEMO_BUILD (default build).
 set -eu
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "demo: run as root (it installs packages and locks memory)" >&2; exit 1; }
-./scripts/deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$(nproc)" >/dev/null
-echo "== built: build/daemon/pinbrokerd, build/client/pinctl, build/client/libpinbroker.so"
+BUILD=${DEMO_BUILD:-build}
+DIR=${DEMO_DIR:-/tmp}
+LOG=$DIR/pinbrokerd-demo.log
+PIDFILE=$DIR/pinbrokerd-demo.pid
+SOCK=${PINBROKER_SOCKET:-/run/pinbroker/pinbroker.sock}
+# The daemon and pinctl both take the socket from here.
+export PINBROKER_SOCKET="$SOCK"
+PINCTL=$BUILD/client/pinctl
 
-SOCK=/run/pinbroker/pinbroker.sock
-if build/client/pinctl status >/dev/null 2>&1; then
+./scripts/deps.sh
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$BUILD" -j"$(nproc)" >/dev/null
+echo "== built: $BUILD/daemon/pinbrokerd, $BUILD/client/pinctl, $BUILD/client/libpinbroker.so"
+
+started=0
+if "$PINCTL" status >/dev/null 2>&1; then
 	echo "== pinbrokerd is already running on $SOCK"
 else
-	# Embedded defaults: no config file, no options.
-	build/daemon/pinbrokerd --config /dev/null >/tmp/pinbrokerd-demo.log 2>&1 &
-	echo $! >/tmp/pinbrokerd-demo.pid
-	for _ in $(seq 100); do build/client/pinctl status >/dev/null 2>&1 && break; sleep 0.1; done
-	echo "== pinbrokerd started (pid $(cat /tmp/pinbrokerd-demo.pid)), log /tmp/pinbrokerd-demo.log:"
-	sed 's/^/   /' /tmp/pinbrokerd-demo.log
+	# Embedded defaults: no config file, no options. Nothing of this script's terminal or
+	# pipes stays open in it, so the script (and a CI step reading its output) can end.
+	"$BUILD/daemon/pinbrokerd" --config /dev/null </dev/null >"$LOG" 2>&1 &
+	echo $! >"$PIDFILE"
+	started=1
+	for _ in $(seq 100); do "$PINCTL" status >/dev/null 2>&1 && break; sleep 0.1; done
+	if ! "$PINCTL" status >/dev/null 2>&1; then
+		echo "demo: pinbrokerd did not answer on $SOCK within 10 s; its log ($LOG):" >&2
+		sed 's/^/   /' "$LOG" >&2
+		exit 1
+	fi
+	echo "== pinbrokerd started (pid $(cat "$PIDFILE")), log $LOG:"
+	sed 's/^/   /' "$LOG"
 fi
 echo "== pinctl acquire 256M --hold 2 --label demo  (in the background)"
-build/client/pinctl acquire 256M --hold 2 --label demo &
+"$PINCTL" acquire 256M --hold 2 --label demo &
+holder=$!
 sleep 1
 echo "== pinctl status, while the lease is held"
-build/client/pinctl status
-wait
+"$PINCTL" status
+# Wait for the lease holder only: a bare `wait` would also wait for the daemon, forever.
+wait "$holder"
 echo "== pinctl status, after release"
-build/client/pinctl status
-echo "== pinbrokerd keeps running; stop it with: kill \$(cat /tmp/pinbrokerd-demo.pid)"
+"$PINCTL" status
+if [ "$started" = 1 ]; then
+	echo "== pinbrokerd keeps running; stop it with: kill \$(cat $PIDFILE)"
+else
+	echo "== pinbrokerd keeps running as before (this demo did not start it)"
+fi

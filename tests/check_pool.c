@@ -10,8 +10,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <linux/falloc.h>
 
 #include "pool.h"
 #include "check_main.h"
@@ -562,6 +564,200 @@ START_TEST(test_large_take_from_empty_pool_uses_threads_and_is_exact)
 }
 END_TEST
 
+/* ------------------------------------------------------------ hole punching (finding 10) */
+
+struct punch_seen {
+	size_t calls;
+	uint64_t missing_bytes;
+	uint64_t lease_id;
+	uid_t uid;
+};
+
+static void on_punch(const struct chunk *c, uint64_t missing_bytes, void *ud)
+{
+	struct punch_seen *s = ud;
+
+	s->calls++;
+	s->missing_bytes += missing_bytes;
+	s->lease_id = c->lease_id;
+	s->uid = c->owner_uid;
+}
+
+static void punch(const struct chunk *c, uint64_t off, uint64_t len)
+{
+	ck_assert_int_eq(fallocate(c->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len), 0);
+}
+
+static uint64_t file_bytes(const struct chunk *c)
+{
+	struct stat st;
+
+	ck_assert_int_eq(fstat(c->fd, &st), 0);
+	return (uint64_t)st.st_blocks * 512u;
+}
+
+/* Pages of the pool's own mapping of c that are present (what its mlock covers). */
+static uint64_t mapped_bytes(const struct chunk *c)
+{
+	uint64_t e, n = 0;
+	int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+
+	ck_assert_int_ge(fd, 0);
+	for (uint64_t off = 0; off < c->bytes; off += 4096) {
+		ck_assert_int_eq(pread(fd, &e, sizeof(e), (off_t)(((uintptr_t)c->addr + off) / 4096 * 8)), 8);
+		n += (e >> 63) ? 4096 : 0;
+	}
+	close(fd);
+	return n;
+}
+
+START_TEST(test_seals_do_not_stop_a_punch)
+{
+	struct pool *p = new_pool(2 * MIB, 1);
+	struct chunk **v = NULL;
+	size_t n = 0;
+
+	/* Why the pool detects instead of preventing: its seals leave fallocate(PUNCH_HOLE) open. */
+	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
+	punch(v[0], 0, 1 * MIB);
+	ck_assert_uint_eq(file_bytes(v[0]), 1 * MIB);
+	pool_put(p, v, n);
+	free(v);
+	pool_free(p);
+}
+END_TEST
+
+START_TEST(test_put_repairs_a_punched_chunk_and_counts_its_uid)
+{
+	struct pool *p = new_pool(2 * MIB, 1);
+	struct punch_seen seen = { 0 };
+	struct chunk **v = NULL, *c;
+	size_t n = 0;
+
+	pool_set_punch_hook(p, on_punch, &seen);
+	ck_assert_int_eq(pool_take(p, UID_A, 4 * MIB, &v, &n), 0);
+	ck_assert_uint_eq(n, 2);
+	v[0]->lease_id = v[1]->lease_id = 77;
+	c = v[0];
+	punch(c, 0, 2 * MIB);
+	punch(v[1], 4096, 4096);
+	pool_put(p, v, n);
+	free(v);
+	ck_assert_uint_eq(seen.calls, 2);
+	ck_assert_uint_eq(seen.missing_bytes, 2 * MIB + 4096);
+	ck_assert_uint_eq(seen.lease_id, 77);
+	ck_assert_uint_eq(seen.uid, UID_A);
+	ck_assert_uint_eq(pool_punched_count(p), 2);
+	ck_assert_uint_eq(pool_punched_count_uid(p, UID_A), 2);
+	ck_assert_uint_eq(pool_punched_count_uid(p, UID_B), 0);
+	/* Back in the pool whole: every page in the file and in the pool's (locked) mapping. */
+	ck_assert_uint_eq(pool_idle_bytes(p), 4 * MIB);
+	ck_assert_uint_eq(pool_chunk_count(p), 2);
+	ck_assert_uint_eq(file_bytes(c), 2 * MIB);
+	ck_assert_uint_eq(mapped_bytes(c), 2 * MIB);
+	ck_assert_uint_eq(c->lease_id, 0);
+	ck_assert_uint_eq(pool_audit(p, UINT64_MAX), 0);
+	ck_assert_uint_eq(seen.calls, 2);
+	pool_free(p);
+}
+END_TEST
+
+START_TEST(test_put_finds_pages_punched_then_touched_through_the_holder_mapping)
+{
+	struct pool *p;
+	struct punch_seen seen = { 0 };
+	struct chunk **v = NULL, *c;
+	size_t n = 0;
+	char *holder;
+
+	if (geteuid() != 0)
+		return; /* needs a locked pool: without mlock, reclaim may unmap pages by itself */
+	p = new_pool(2 * MIB, 1);
+	pool_set_punch_hook(p, on_punch, &seen);
+	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
+	c = v[0];
+	holder = mmap(NULL, c->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
+	ck_assert(holder != MAP_FAILED);
+	punch(c, 0, 1 * MIB);
+	memset(holder, 0x5a, c->bytes);
+	munmap(holder, c->bytes);
+	/* The file is whole again, but half of it is fresh pages that nothing locks. */
+	ck_assert_uint_eq(file_bytes(c), 2 * MIB);
+	ck_assert_uint_eq(mapped_bytes(c), 1 * MIB);
+	pool_put(p, v, n);
+	free(v);
+	ck_assert_uint_eq(seen.calls, 1);
+	ck_assert_uint_eq(seen.missing_bytes, 1 * MIB);
+	ck_assert_uint_eq(mapped_bytes(c), 2 * MIB);
+	/* The repair keeps what the holder wrote. */
+	ck_assert_int_eq(((unsigned char *)c->addr)[0], 0x5a);
+	pool_free(p);
+}
+END_TEST
+
+START_TEST(test_tail_punch_is_counted_and_the_tail_destroyed)
+{
+	struct pool *p = new_pool(2 * MIB, 1);
+	struct punch_seen seen = { 0 };
+	struct chunk **v = NULL;
+	size_t n = 0;
+
+	pool_set_punch_hook(p, on_punch, &seen);
+	ck_assert_int_eq(pool_take(p, UID_B, 64 * KIB, &v, &n), 0);
+	ck_assert(v[0]->tail);
+	punch(v[0], 0, 64 * KIB);
+	pool_put(p, v, n);
+	free(v);
+	ck_assert_uint_eq(seen.calls, 1);
+	ck_assert_uint_eq(pool_punched_count_uid(p, UID_B), 1);
+	ck_assert_uint_eq(pool_chunk_count(p), 0);
+	ck_assert_uint_eq(pool_resident_bytes(p), 0);
+	pool_free(p);
+}
+END_TEST
+
+START_TEST(test_audit_checks_bounded_slices_and_repairs_lent_chunks_in_place)
+{
+	struct pool *p = new_pool(2 * MIB, 1);
+	struct punch_seen seen = { 0 };
+	struct chunk **v = NULL, *idle;
+	size_t n = 0, calls = 0, found = 0;
+
+	pool_set_punch_hook(p, on_punch, &seen);
+	ck_assert_int_eq(pool_grow(p, 8 * MIB, NULL, NULL), 0);
+	ck_assert_int_eq(pool_take(p, UID_A, 8 * MIB, &v, &n), 0);
+	ck_assert_int_eq(pool_grow(p, 4 * MIB, NULL, NULL), 0);
+	ck_assert_uint_eq(pool_chunk_count(p), 6);
+	punch(v[2], 0, 2 * MIB);
+	/* One chunk per call: the punched one turns up within one round of the six. */
+	while (found == 0 && calls < 6) {
+		found += pool_audit(p, 1);
+		calls++;
+	}
+	ck_assert_uint_eq(found, 1);
+	ck_assert_uint_eq(seen.calls, 1);
+	ck_assert_uint_eq(pool_punched_count_uid(p, UID_A), 1);
+	/* Repaired where it is: still lent, whole again, nothing counted twice. */
+	ck_assert_uint_eq(file_bytes(v[2]), 2 * MIB);
+	ck_assert_uint_eq(pool_resident_bytes(p), 12 * MIB);
+	for (int i = 0; i < 12; i++)
+		ck_assert_uint_eq(pool_audit(p, 1), 0);
+	idle = v[0];
+	pool_put(p, v, n);
+	free(v);
+	ck_assert_uint_eq(seen.calls, 1);
+	ck_assert_uint_eq(pool_idle_bytes(p), 12 * MIB);
+
+	/* Idle chunks too: a holder may keep a chunk's fd after releasing it. */
+	punch(idle, 0, 2 * MIB);
+	ck_assert_uint_eq(pool_audit(p, UINT64_MAX), 1);
+	ck_assert_uint_eq(pool_punched_count_uid(p, UID_A), 2);
+	ck_assert_uint_eq(file_bytes(idle), 2 * MIB);
+	ck_assert_uint_eq(pool_idle_bytes(p), 12 * MIB);
+	pool_free(p);
+}
+END_TEST
+
 static Suite *pool_suite(void)
 {
 	Suite *s = suite_create("pool");
@@ -588,6 +784,11 @@ static Suite *pool_suite(void)
 	tcase_add_test(tc, test_shrink_drops_uid_owned_chunks_before_never_lent_ones);
 	tcase_add_test(tc, test_grow_with_threads_makes_distinct_prefaulted_chunks);
 	tcase_add_test(tc, test_large_take_from_empty_pool_uses_threads_and_is_exact);
+	tcase_add_test(tc, test_seals_do_not_stop_a_punch);
+	tcase_add_test(tc, test_put_repairs_a_punched_chunk_and_counts_its_uid);
+	tcase_add_test(tc, test_put_finds_pages_punched_then_touched_through_the_holder_mapping);
+	tcase_add_test(tc, test_tail_punch_is_counted_and_the_tail_destroyed);
+	tcase_add_test(tc, test_audit_checks_bounded_slices_and_repairs_lent_chunks_in_place);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -69,6 +69,7 @@ START_TEST(test_status_human_shows_budget_and_client_rows)
 	ck_assert_ptr_nonnull(strstr(out, "256 MiB"));
 	ck_assert_ptr_nonnull(strstr(out, "page 4 KiB"));
 	ck_assert_ptr_nonnull(strstr(out, "trainer-7"));
+	ck_assert_ptr_nonnull(strstr(out, "NAME")); /* the HELLO name of each connection */
 	snprintf(pid, sizeof(pid), "%d", (int)holder);
 	ck_assert_msg(strstr(out, pid) != NULL, "holder pid %s missing from:\n%s", pid, out);
 	ck_assert_ptr_nonnull(strstr(out, "6 MiB"));
@@ -226,6 +227,116 @@ START_TEST(test_revoke_enforced_with_sigterm_returns_bytes)
 }
 END_TEST
 
+/* More leases than one page holds (1024 rows): pinctl must ask page after page. */
+#define PAGED_LEASES 2500
+
+static void start_small_chunks(void)
+{
+	static const char *const args[] = { "--chunk-size", "4K", NULL };
+
+	daemon_start(&d, args);
+}
+
+static size_t count(const char *hay, const char *needle)
+{
+	size_t n = 0;
+
+	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
+START_TEST(test_leases_and_status_json_page_past_one_reply)
+{
+	char *out = NULL, *cmd = NULL;
+	int pfd[2];
+	char ok;
+
+	ck_assert_int_eq(pipe(pfd), 0);
+	holder = itest_fork();
+	ck_assert_int_ge(holder, 0);
+	if (holder == 0) {
+		int fd = raw_connect(d.socket), fds[4];
+
+		if (fd < 0 || raw_hello(fd) != 0)
+			_exit(1);
+		for (int i = 0; i < PAGED_LEASES; i++) {
+			uint64_t id;
+			size_t nfds = 0;
+
+			if (raw_acquire(fd, 4096, &id, fds, 4, &nfds) != 0)
+				_exit(2);
+			for (size_t k = 0; k < nfds; k++)
+				close(fds[k]);
+		}
+		if (write(pfd[1], "k", 1) != 1)
+			_exit(3);
+		for (;;)
+			pause();
+	}
+	close(pfd[1]);
+	ck_assert_int_eq(read(pfd[0], &ok, 1), 1);
+	close(pfd[0]);
+
+	ck_assert_int_eq(pinctl(&d, &out, "leases"), 0);
+	ck_assert_uint_eq(count(out, " active "), PAGED_LEASES);
+	free(out);
+	ck_assert_int_eq(pinctl(&d, &out, "leases --json"), 0);
+	ck_assert_uint_eq(count(out, "{\"id\":"), PAGED_LEASES);
+	free(out);
+	/* status --json keeps its schema, leases[] complete. */
+	ck_assert_int_eq(pinctl(&d, &out, "status --json"), 0);
+	ck_assert_ptr_nonnull(strstr(out, "\"schema_version\":1"));
+	ck_assert_uint_eq(count(out, "{\"id\":"), PAGED_LEASES);
+	free(out);
+	if (!have_jq())
+		return;
+	ck_assert_int_ge(asprintf(&cmd,
+				  "%s --socket '%s' status --json | jq -e '(.leases | length) == %d and "
+				  "([.leases[].id] | unique | length) == %d and (.clients[] | select(.pid == %d) | .leases == %d)'",
+				  PINCTL_PATH, d.socket, PAGED_LEASES, PAGED_LEASES, (int)holder, PAGED_LEASES),
+			 0);
+	ck_assert_int_eq(run_capture(cmd, &out), 0);
+	free(out);
+	free(cmd);
+}
+END_TEST
+
+/* More connections than one page of client rows holds. */
+#define PAGED_CONNS 1100
+
+static void start_many_conns(void)
+{
+	static const char *const args[] = { "--max-connections", "2000", "--max-connections-per-uid", "2000", NULL };
+
+	daemon_start(&d, args);
+}
+
+START_TEST(test_status_lists_every_connection_across_pages)
+{
+	static int fds[PAGED_CONNS];
+	struct pb_status *s = NULL;
+	pb_client *c = NULL;
+	size_t itest_rows = 0;
+
+	for (int i = 0; i < PAGED_CONNS; i++) {
+		fds[i] = raw_connect(d.socket);
+		ck_assert_int_ge(fds[i], 0);
+		ck_assert_int_eq(raw_hello(fds[i]), 0);
+	}
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_status_get(c, &s), 0);
+	for (size_t i = 0; i < s->n_clients; i++)
+		itest_rows += strcmp(s->clients[i].name, "itest") == 0;
+	ck_assert_uint_eq(itest_rows, PAGED_CONNS);
+	ck_assert_uint_eq(s->n_clients, PAGED_CONNS + 1); /* and this one */
+	pb_status_free(s);
+	pb_disconnect(c);
+	for (int i = 0; i < PAGED_CONNS; i++)
+		close(fds[i]);
+}
+END_TEST
+
 static void start_no_enforce(void)
 {
 	static const char *const args[] = { "--revoke-enforce", "none", NULL };
@@ -240,6 +351,8 @@ static Suite *suite(void)
 	TCase *r = tcase_create("revoke-no-enforce");
 	/* Needs pidfd_send_signal: valgrind 3.19 lacks pidfd_open, so its run excludes the tag "enforce". */
 	TCase *e = tcase_create("enforce");
+	TCase *p = tcase_create("paged");
+	TCase *pc = tcase_create("paged-clients");
 
 	tcase_add_checked_fixture(t, start, stop);
 	tcase_set_timeout(t, 30);
@@ -258,6 +371,16 @@ static Suite *suite(void)
 	tcase_set_tags(e, "enforce");
 	tcase_add_test(e, test_revoke_enforced_with_sigterm_returns_bytes);
 	suite_add_tcase(s, e);
+
+	tcase_add_checked_fixture(p, start_small_chunks, stop);
+	tcase_set_timeout(p, 60);
+	tcase_add_test(p, test_leases_and_status_json_page_past_one_reply);
+	suite_add_tcase(s, p);
+
+	tcase_add_checked_fixture(pc, start_many_conns, stop);
+	tcase_set_timeout(pc, 60);
+	tcase_add_test(pc, test_status_lists_every_connection_across_pages);
+	suite_add_tcase(s, pc);
 
 	tcase_add_checked_fixture(r, start_no_enforce, stop);
 	tcase_set_timeout(r, 30);

@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/* Finding every process of one uid that maps or holds a lease's memfds, through /proc as fuser does, and pinning each by pidfd. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* One memfd, as fstat() of the daemon's own chunk fd shows it. */
+struct holder_key {
+	dev_t dev;
+	ino_t ino;
+};
+
+/* A process found holding one of the keys. */
+struct holder {
+	pid_t pid;
+	int pidfd;  /* opened before the last check, so it names the process that was checked */
+	size_t key; /* index into the caller's keys of the memfd it maps or holds */
+};
+
+/*
+ * Sort keys so the parsers below can look them up (holders_find sorts its own
+ * copy). Keys are compared by (ino, dev).
+ */
+void holders_sort_keys(struct holder_key *keys, size_t nkeys);
+
+/*
+ * Scan the complete lines of a /proc/PID/maps buffer (buf need not be
+ * NUL-terminated) for a mapping whose "major:minor inode" columns name one of
+ * keys (sorted by holders_sort_keys). Only the dev and inode columns count: the
+ * path column is whatever the mapper named its file. A last line without a
+ * newline is never trusted: *consumed (optional) is the length up to the last
+ * newline, so a streaming caller keeps the rest for its next read.
+ * Returns the index into keys of the first match, or -ENOENT.
+ */
+int holders_parse_maps(const char *buf, size_t len, const struct holder_key *keys, size_t nkeys,
+		       size_t *consumed);
+
+/*
+ * The "Uid:" line of a /proc/PID/status buffer: real, effective, saved and
+ * filesystem uid. Returns 0, or -EBADMSG when the line is missing, malformed
+ * or not newline-terminated.
+ */
+int holders_parse_status_uid(const char *buf, size_t len, uid_t ret[4]);
+
+/*
+ * Every process under <proc_root>/proc whose real, effective and saved uid are
+ * all uid, that maps one of keys or holds an fd to one, except pid 1, the
+ * calling process and exclude_pid (0: none). Each is pinned by a pidfd opened
+ * first and then checked again through the same /proc/PID directory fd (uid
+ * and holding), so a pid reused between the scan and pidfd_open is never
+ * returned. A process that exits or cannot be read meanwhile is skipped.
+ *
+ * Cost: one pass over /proc: for each process one read of status; for the
+ * uid's own processes also their maps (stops at the first match) and, when no
+ * mapping matched, one fstatat per open fd. Measured on the 2-core development
+ * VM (kernel 6.18) with 1000 small processes: 5 ms when none is the uid's,
+ * 30 ms when all are; a process's share grows with its maps and fd count.
+ *
+ * *ret is a malloc'd array of *n holders (NULL and 0 when none). *unreadable
+ * (optional) counts processes of other uids or unknown uid whose status could
+ * not be read (no CAP_SYS_PTRACE, or hidepid), so the caller can say that the
+ * scan may have missed some. Returns 0, or -errno when <proc_root>/proc cannot
+ * be opened, or -ENOMEM.
+ */
+int holders_find(const char *proc_root, uid_t uid, const struct holder_key *keys, size_t nkeys, pid_t exclude_pid,
+		 struct holder **ret, size_t *n, size_t *unreadable);
+
+/*
+ * Whether this process may read other users' /proc/PID/maps and fd (it has
+ * CAP_SYS_PTRACE in its effective set: root has it, the shipped unit's user
+ * does not). Without it holders_find sees only the daemon's own uid, and under
+ * ProtectProc=invisible it cannot even tell what it missed.
+ */
+bool holders_can_inspect_all(void);
+
+/* Close every pidfd and free the array. NULL is fine. */
+void holders_free(struct holder *h, size_t n);

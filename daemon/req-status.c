@@ -1,0 +1,382 @@
+/* SPDX-License-Identifier: MIT */
+/* STATUS: the summary from counters and bounded pages of client and lease rows, never a walk over every lease. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "broker.h"
+#include "budget.h"
+#include "config.h"
+#include "lease.h"
+#include "monitor.h"
+#include "pool.h"
+#include "request-int.h"
+#include "request.h"
+#include "server.h"
+#include "util.h"
+
+/* Rows of each kind in one reply: a page costs the loop a bounded time whatever the lease count. */
+#define STATUS_PAGE_MAX_ROWS 1024
+/*
+ * Largest STATUS reply. A SEQPACKET packet larger than the socket's send
+ * buffer fails with EMSGSIZE (unix_dgram_sendmsg refuses len > sk_sndbuf - 32),
+ * which dropped the admin connection at about 7k leases when STATUS sent every
+ * row at once; the default buffer is net.core.wmem_default, 212992 bytes.
+ */
+#define STATUS_MAX_BYTES (96 * 1024)
+/* Headroom kept under SO_SNDBUF, for the kernel's own accounting of a packet. */
+#define STATUS_SNDBUF_SLACK_BYTES 1024
+/* What one element of a repeated message field adds beyond the message: a tag of 2 bytes, a length of 3. */
+#define ROW_OVERHEAD_BYTES 5
+/*
+ * Leases looked at for one page when a non-admin sees only its own uid's rows:
+ * its few leases among many others' then cost a bounded walk, and the page's
+ * cursor says where to go on (such a page may hold fewer rows, even none).
+ */
+#define STATUS_SCAN_MAX (8 * STATUS_PAGE_MAX_ROWS)
+#define STATUS_EVENTS_MAX 16
+
+/* One STATUS reply under construction: the storage its pointers lead into, and its size so far. */
+struct status_build {
+	struct broker *b;
+	const struct conn *asker;
+	bool see_all;    /* admin, or status-visibility = all */
+	uint64_t now;
+	size_t bytes;    /* packed size of the reply so far (rows at their upper bound) */
+	size_t max_bytes;
+
+	Pinbroker__V1__SignalInfo si[STATUS_EVENTS_MAX], *sip[STATUS_EVENTS_MAX];
+	Pinbroker__V1__EventInfo ti[STATUS_EVENTS_MAX], *tip[STATUS_EVENTS_MAX];
+	Pinbroker__V1__EventInfo vi[STATUS_EVENTS_MAX], *vip[STATUS_EVENTS_MAX];
+	struct monitor_signal sig[STATUS_EVENTS_MAX];
+	struct monitor_event tev[STATUS_EVENTS_MAX], rev[STATUS_EVENTS_MAX];
+
+	struct conn **conns;                 /* candidates for client rows */
+	Pinbroker__V1__ClientInfo *ci, **cip;
+	char **labels;                       /* CONN_LABELS_MAX per client row */
+	Pinbroker__V1__LeaseInfo *li, **lip;
+};
+
+/* ------------------------------------------------------- connection counters */
+
+void status_conn_add(struct conn *c, const struct lease *l)
+{
+	struct conn_label *free_slot = NULL;
+
+	c->lease_bytes += l->bytes;
+	if (!l->label[0])
+		return;
+	for (size_t i = 0; i < CONN_LABELS_MAX; i++) {
+		struct conn_label *s = &c->labels[i];
+
+		if (s->leases && strcmp(s->text, l->label) == 0) {
+			s->leases++;
+			return;
+		}
+		if (!s->leases && !free_slot)
+			free_slot = s;
+	}
+	/* A full set lists no more: the lease rows still carry every label. */
+	if (free_slot) {
+		snprintf(free_slot->text, sizeof(free_slot->text), "%s", l->label);
+		free_slot->leases = 1;
+	}
+}
+
+void status_conn_remove(struct conn *c, const struct lease *l)
+{
+	c->lease_bytes = c->lease_bytes > l->bytes ? c->lease_bytes - l->bytes : 0;
+	if (!l->label[0])
+		return;
+	for (size_t i = 0; i < CONN_LABELS_MAX; i++) {
+		struct conn_label *s = &c->labels[i];
+
+		if (s->leases && strcmp(s->text, l->label) == 0) {
+			s->leases--;
+			return;
+		}
+	}
+}
+
+/* ------------------------------------------------------------------ parts */
+
+static bool visible(const struct status_build *sb, uid_t uid)
+{
+	return sb->see_all || uid == sb->asker->uid;
+}
+
+/* The reply must fit the asker's send buffer, whatever the host set it to. */
+static size_t reply_max_bytes(const struct conn *c)
+{
+	int sndbuf = 0;
+	socklen_t len = sizeof(sndbuf);
+
+	if (getsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) < 0 || sndbuf <= STATUS_SNDBUF_SLACK_BYTES)
+		return STATUS_MAX_BYTES;
+	return (size_t)sndbuf - STATUS_SNDBUF_SLACK_BYTES < STATUS_MAX_BYTES ? (size_t)sndbuf - STATUS_SNDBUF_SLACK_BYTES
+									    : STATUS_MAX_BYTES;
+}
+
+/* Every figure here is a counter: O(1) whatever the lease count. */
+static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr)
+{
+	struct broker *b = sb->b;
+
+	sr->schema_version = 1;
+	sr->server_version = (char *)PINBROKER_VERSION;
+	sr->budget_bytes = budget_limit(b->budget);
+	sr->uid_quota_bytes = budget_uid_quota(b->budget);
+	sr->leased_bytes = budget_leased(b->budget);
+	sr->pool_bytes = pool_resident_bytes(b->pool);
+	sr->pool_idle_bytes = pool_idle_bytes(b->pool);
+	sr->page_size_bytes = pool_page_size(b->pool);
+	sr->chunk_size_bytes = pool_chunk_size(b->pool);
+	sr->has_hugetlb = true;
+	sr->hugetlb = pool_hugetlb(b->pool);
+	sr->has_overdue_bytes = true;
+	sr->overdue_bytes = lease_state_bytes(b->leases, LEASE_OVERDUE);
+	sr->has_cached_idle_bytes = true;
+	sr->cached_idle_bytes = lease_state_bytes(b->leases, LEASE_IDLE);
+	sr->pressure_state = (char *)monitor_state_name(b->state);
+	sr->monitor_mode = (char *)(b->monitor ? monitor_mode(b->monitor) : "off");
+	sr->has_uptime_ms = true;
+	sr->uptime_ms = sb->now - b->started_ms;
+	sr->has_prewarm_bytes = true;
+	sr->prewarm_bytes = b->prewarm_bytes;
+	sr->has_waiting_acquires = true;
+	sr->waiting_acquires = request_waiting_count(b);
+}
+
+/* Pressure signals and transitions; revocations, which name pids and uids, only for who sees every row. */
+static void fill_events(struct status_build *sb, Pinbroker__V1__StatusReply *sr)
+{
+	struct broker *b = sb->b;
+
+	if (b->monitor) {
+		size_t ns = monitor_signals(b->monitor, sb->sig, STATUS_EVENTS_MAX);
+
+		for (size_t i = 0; i < ns; i++) {
+			Pinbroker__V1__SignalInfo *x = &sb->si[i];
+
+			pinbroker__v1__signal_info__init(x);
+			x->name = (char *)sb->sig[i].name;
+			x->value = sb->sig[i].value;
+			x->has_tight = !isnan(sb->sig[i].tight);
+			x->tight = sb->sig[i].tight;
+			x->has_critical = !isnan(sb->sig[i].critical);
+			x->critical = sb->sig[i].critical;
+			x->unit = (char *)sb->sig[i].unit;
+			x->has_available = true;
+			x->available = sb->sig[i].available;
+			sb->sip[i] = x;
+		}
+		sr->n_signals = ns;
+		sr->signals = sb->sip;
+		sr->n_transitions = monitor_transitions(b->monitor, sb->tev, STATUS_EVENTS_MAX);
+		for (size_t i = 0; i < sr->n_transitions; i++) {
+			pinbroker__v1__event_info__init(&sb->ti[i]);
+			sb->ti[i].age_ms = sb->now - sb->tev[i].when_ms;
+			sb->ti[i].text = sb->tev[i].text;
+			sb->tip[i] = &sb->ti[i];
+		}
+		sr->transitions = sb->tip;
+	}
+	if (!sb->see_all)
+		return;
+	sr->n_revocations = request_revocations(b, sb->rev, STATUS_EVENTS_MAX);
+	for (size_t i = 0; i < sr->n_revocations; i++) {
+		pinbroker__v1__event_info__init(&sb->vi[i]);
+		sb->vi[i].age_ms = sb->now - sb->rev[i].when_ms;
+		sb->vi[i].text = sb->rev[i].text;
+		sb->vip[i] = &sb->vi[i];
+	}
+	sr->revocations = sb->vip;
+}
+
+/* A connection's row, from its own counters: each lease counts on the connection holding it. */
+static void fill_client(Pinbroker__V1__ClientInfo *x, struct conn *cc, char **labels)
+{
+	pinbroker__v1__client_info__init(x);
+	x->pid = cc->pid;
+	x->uid = cc->uid;
+	x->has_gid = true;
+	x->gid = cc->gid;
+	x->name = cc->name;
+	x->leases = cc->nleases;
+	x->bytes = cc->lease_bytes;
+	for (size_t i = 0; i < CONN_LABELS_MAX; i++)
+		if (cc->labels[i].leases)
+			labels[x->n_labels++] = cc->labels[i].text;
+	x->labels = labels;
+}
+
+static int conn_newest_first(const void *a, const void *b)
+{
+	const struct conn *x = *(struct conn *const *)a, *y = *(struct conn *const *)b;
+
+	return x->id < y->id ? 1 : x->id > y->id ? -1 : 0;
+}
+
+/*
+ * Client rows, newest connection first, for connections older than cursor
+ * (0: from the newest). Bounded by max-connections, and by the page.
+ * Returns 0 or -ENOMEM.
+ */
+static int fill_clients(struct status_build *sb, Pinbroker__V1__StatusReply *sr, uint64_t cursor)
+{
+	struct server *srv = sb->b->server;
+	size_t nconn = server_conn_count(srv), n = 0, k = 0, max;
+	bool sorted = true;
+
+	sb->conns = calloc(nconn + 1, sizeof(*sb->conns));
+	if (!sb->conns)
+		return -ENOMEM;
+	for (struct conn *cc = server_conns(srv); cc && n < nconn; cc = cc->next) {
+		if (cc->closing || (cursor && cc->id >= cursor) || !visible(sb, cc->uid))
+			continue;
+		sorted = sorted && (n == 0 || sb->conns[n - 1]->id > cc->id);
+		sb->conns[n++] = cc;
+	}
+	/* The list is kept newest first; sort only if that ever changes. */
+	if (!sorted)
+		qsort(sb->conns, n, sizeof(*sb->conns), conn_newest_first);
+	max = n < STATUS_PAGE_MAX_ROWS ? n : STATUS_PAGE_MAX_ROWS;
+	sb->ci = calloc(max + 1, sizeof(*sb->ci));
+	sb->cip = calloc(max + 1, sizeof(*sb->cip));
+	sb->labels = calloc((max + 1) * CONN_LABELS_MAX, sizeof(*sb->labels));
+	if (!sb->ci || !sb->cip || !sb->labels)
+		return -ENOMEM;
+	for (; k < max; k++) {
+		Pinbroker__V1__ClientInfo *x = &sb->ci[k];
+		size_t row;
+
+		fill_client(x, sb->conns[k], &sb->labels[k * CONN_LABELS_MAX]);
+		row = pinbroker__v1__client_info__get_packed_size(x) + ROW_OVERHEAD_BYTES;
+		/* At least one row per page, so paging always moves on. */
+		if (k > 0 && sb->bytes + row > sb->max_bytes)
+			break;
+		sb->bytes += row;
+		sb->cip[k] = x;
+	}
+	sr->n_clients = k;
+	sr->clients = sb->cip;
+	sr->has_next_client_cursor = true;
+	sr->next_client_cursor = k < n ? sb->conns[k - 1]->id : 0;
+	return 0;
+}
+
+static void fill_lease(Pinbroker__V1__LeaseInfo *x, const struct lease *l, uint64_t now)
+{
+	pinbroker__v1__lease_info__init(x);
+	x->id = l->id;
+	x->pid = l->pid;
+	x->uid = l->uid;
+	x->bytes = l->bytes;
+	x->label = (char *)l->label;
+	x->age_ms = now - l->created_ms;
+	x->has_priority = true;
+	x->priority = prio_to_wire(l->priority);
+	x->state = (char *)lease_state_name(l->state);
+	if (l->state == LEASE_IDLE) {
+		x->has_idle_ms = true;
+		x->idle_ms = now - l->last_used_ms;
+	}
+	if (l->state == LEASE_REVOKING || l->state == LEASE_OVERDUE) {
+		x->has_deadline_left_ms = true;
+		x->deadline_left_ms = (int64_t)l->deadline_ms - (int64_t)now;
+	}
+}
+
+/*
+ * Lease rows in id order from the first id above cursor: at most limit (0:
+ * the page maximum), as many as fit the packet. Returns 0 or -ENOMEM.
+ */
+static int fill_leases(struct status_build *sb, Pinbroker__V1__StatusReply *sr, uint64_t cursor, uint32_t limit)
+{
+	struct lease_table *t = sb->b->leases;
+	size_t max = limit && limit < STATUS_PAGE_MAX_ROWS ? limit : STATUS_PAGE_MAX_ROWS, k = 0, scanned = 0;
+	const struct lease *l, *last = NULL;
+
+	sb->li = calloc(max + 1, sizeof(*sb->li));
+	sb->lip = calloc(max + 1, sizeof(*sb->lip));
+	if (!sb->li || !sb->lip)
+		return -ENOMEM;
+	for (l = lease_next_after(t, cursor); l; l = lease_next(t, l)) {
+		Pinbroker__V1__LeaseInfo *x = &sb->li[k];
+		size_t row;
+
+		if (k == max || scanned == STATUS_SCAN_MAX)
+			break;
+		scanned++;
+		if (!visible(sb, l->uid)) {
+			last = l;
+			continue;
+		}
+		fill_lease(x, l, sb->now);
+		row = pinbroker__v1__lease_info__get_packed_size(x) + ROW_OVERHEAD_BYTES;
+		if (k > 0 && sb->bytes + row > sb->max_bytes)
+			break;
+		sb->bytes += row;
+		sb->lip[k++] = x;
+		last = l;
+	}
+	sr->n_leases = k;
+	sr->leases = sb->lip;
+	sr->has_next_lease_cursor = true;
+	/* Stopped early: the next page starts after the last lease this one looked at. */
+	sr->next_lease_cursor = l && last ? last->id : 0;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- handler */
+
+void handle_status(struct conn *c, const Pinbroker__V1__Request *req)
+{
+	const Pinbroker__V1__StatusRequest *q = req->status;
+	Pinbroker__V1__StatusReply sr = PINBROKER__V1__STATUS_REPLY__INIT;
+	struct status_build *sb = calloc(1, sizeof(*sb));
+	Pinbroker__V1__Reply r;
+	int ret = -ENOMEM;
+
+	if (!sb)
+		goto out;
+	sb->b = c->broker;
+	sb->asker = c;
+	sb->see_all = c->admin || c->broker->cfg->status_visibility == VISIBILITY_ALL;
+	sb->now = now_ms();
+	sb->max_bytes = reply_max_bytes(c);
+
+	reply_init(&r, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+	r.body_case = PINBROKER__V1__REPLY__BODY_STATUS_REPLY;
+	r.status_reply = &sr;
+	fill_summary(sb, &sr);
+	if (!q->has_include_events || q->include_events)
+		fill_events(sb, &sr);
+	/* Both cursors are sent even when 0, so a client can tell "no more" from a daemon that does not page. */
+	sr.has_next_client_cursor = true;
+	sr.has_next_lease_cursor = true;
+	sb->bytes = pinbroker__v1__reply__get_packed_size(&r) + 2 * 11;
+	ret = 0;
+	if (!q->has_include_clients || q->include_clients)
+		ret = fill_clients(sb, &sr, q->has_client_cursor ? q->client_cursor : 0);
+	if (ret == 0 && (!q->has_include_leases || q->include_leases))
+		ret = fill_leases(sb, &sr, q->has_lease_cursor ? q->lease_cursor : 0,
+				  q->has_lease_limit ? q->lease_limit : 0);
+	if (ret == 0)
+		server_send(c, &r, NULL, 0);
+out:
+	if (ret < 0)
+		server_close(c, "out of memory building status");
+	if (sb) {
+		free(sb->conns);
+		free(sb->ci);
+		free(sb->cip);
+		free(sb->labels);
+		free(sb->li);
+		free(sb->lip);
+	}
+	free(sb);
+}
