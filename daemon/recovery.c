@@ -878,7 +878,7 @@ static bool adopt_lease(struct recovery *rc, struct store *s, const struct store
 		int fd = take_chunk_fd(s, sl->chunk_ids[k]);
 
 		if (fd < 0) {
-			why = "a chunk is missing from the fd store";
+			why = "a chunk is missing from the fd store or named by a later lease";
 		} else if (pool_adopt(b->pool, fd, sl->chunk_ids[k], sl->uid, sl->tails[k], false, &chunks[k]) < 0) {
 			close(fd);
 			why = "a stored chunk is not a sealed memfd";

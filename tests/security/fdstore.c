@@ -346,6 +346,13 @@ int fdstore_replace(struct fdstore *fs, const char *name, int fd)
 	return 0;
 }
 
+void fdstore_remove(struct fdstore *fs, const char *name)
+{
+	pthread_mutex_lock(&fs->lock);
+	remove_name_locked(fs, name);
+	pthread_mutex_unlock(&fs->lock);
+}
+
 int fdstore_ready(struct fdstore *fs)
 {
 	int r;

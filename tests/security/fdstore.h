@@ -45,5 +45,7 @@ size_t fdstore_count(struct fdstore *fs, const char *prefix);
 int fdstore_get(struct fdstore *fs, const char *name);
 /* Replace whatever is stored under name by a dup of fd (a crafted state or chunk). Returns 0 or -errno. */
 int fdstore_replace(struct fdstore *fs, const char *name, int fd);
+/* Drop whatever is stored under name, as FDSTOREREMOVE=1 would. */
+void fdstore_remove(struct fdstore *fs, const char *name);
 /* Has the daemon said READY=1 since its last start? */
 int fdstore_ready(struct fdstore *fs);
