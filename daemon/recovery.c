@@ -1062,6 +1062,8 @@ void recovery_init(struct broker *b)
 	/* Record the adopted world at once: the next crash must not see the previous instance's lines. */
 	if (commit_snapshot(rc) < 0)
 		poison(rc);
+	/* Prewarming adds idle chunks next without a broker verb: record them at the first iteration. */
+	rc->written_generation = b->generation - 1;
 	ev_prepare_init(&rc->prepare, prepare_cb);
 	rc->prepare.data = rc;
 	ev_prepare_start(b->loop, &rc->prepare);
