@@ -899,6 +899,8 @@ static bool adopt_lease(struct recovery *rc, struct store *s, const struct store
 		l->pid = sl->pid;
 		budget_charge(b->budget, sl->uid, sl->bytes);
 		budget_count_add(b->budget, sl->uid, sl->nchunks);
+		for (size_t k = 0; k < sl->nchunks; k++)
+			chunks[k]->lease_id = l->id; /* so a punch found by the audit names its lease */
 		return true;
 	}
 	/* Its holder may still map these pages: nobody else gets them before the grace ends. */
