@@ -63,8 +63,8 @@ static void pkt(struct seed *s, int conn, const Request *r)
 static void drain(struct seed *s) { put(s, 4); }
 /* Bulk ops (fz_bulk_op in fuzz/harness.h): op 3, connection bit 3, sub-op bits 4-5, argument bits 6-7. */
 static void bulk(struct seed *s, int conn, int sub, int arg) { put(s, (uint8_t)(3 | conn << 3 | sub << 4 | arg << 6)); }
-/* A burst's size byte: pages (1..4) of 4 KiB, priority 0 normal, 1 critical, 2 best-effort, 3 none. */
-#define BURST_SIZE(pages, prio) ((uint8_t)(((pages) - 1) | (prio) << 2))
+/* A burst's size byte: 1 or 4 pages of 4 KiB, priority 0 normal, 1 critical, 2 best-effort, 3 none. */
+#define BURST_SIZE(pages, prio) ((uint8_t)(((pages) == 4 ? 0xf0 : 0) | (prio)))
 /* n leases (up to 255, or a multiple of 1024 up to 16384) of the size byte's size and priority. */
 static void burst(struct seed *s, int conn, unsigned n, uint8_t size_byte)
 {
@@ -313,7 +313,7 @@ static void seeds(bool fdpath)
 	 */
 	BEGIN(4); hello(&s, 0, 1); burst(&s, 0, 64, BURST_SIZE(1, 0)); status(&s, 0); drain(&s); release_seen(&s, 0, 0);
 	save(&s, "many-64");
-	BEGIN(4); hello(&s, 0, 1); burst(&s, 0, 200, BURST_SIZE(2, 1)); hello(&s, 1, 1); release(&s, 1, 133);
+	BEGIN(4); hello(&s, 0, 1); burst(&s, 0, 200, BURST_SIZE(1, 1)); hello(&s, 1, 1); release(&s, 1, 133);
 	sweep(&s, 1, 0, 190, 100); status(&s, 0);
 	drain(&s); release_seen(&s, 0, 2); release_seen(&s, 0, 1); drain(&s);
 	save(&s, "many-200");
@@ -346,9 +346,8 @@ static void seeds(bool fdpath)
 /* The huge profile: the many-leases flag and the magic in bits 3-7 (fuzz/harness.h). */
 #define HUGE (0x04 | 0x58)
 
-static void slow_seeds(void)
+static void slow_seeds(bool fdpath)
 {
-	const bool fdpath = false;
 	struct seed s;
 
 	BEGIN(HUGE); hello(&s, 0, 1); burst(&s, 0, 10240, BURST_SIZE(1, 0)); drain(&s); sweep(&s, 0, 0, 10200, 100);
@@ -363,7 +362,7 @@ static void slow_seeds(void)
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
-		fprintf(stderr, "usage: %s request|fdpath|slow OUTDIR\n", argv[0]);
+		fprintf(stderr, "usage: %s request|fdpath|request-slow|fdpath-slow OUTDIR\n", argv[0]);
 		return 2;
 	}
 	outdir = argv[2];
@@ -371,8 +370,8 @@ int main(int argc, char **argv)
 		perror(outdir);
 		return 1;
 	}
-	if (strcmp(argv[1], "slow") == 0)
-		slow_seeds();
+	if (strstr(argv[1], "-slow"))
+		slow_seeds(strncmp(argv[1], "fdpath", 6) == 0);
 	else
 		seeds(strcmp(argv[1], "fdpath") == 0);
 	return 0;

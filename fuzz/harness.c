@@ -94,11 +94,12 @@ void fz_advance_clock(uint64_t ms)
  * later freeing pages nobody reads: a third of the run before this). The fuzz
  * target is the daemon's logic, not the kernel's page cache, so pre-faulting
  * succeeds without touching a page, as lock-memory=no already skips mlock.
- * Every other advice goes to the kernel.
+ * Other advice goes to the kernel.
  */
 int madvise(void *addr, size_t len, int advice)
 {
-	if (advice == MADV_POPULATE_WRITE)
+	/* MADV_HUGEPAGE only asks for huge pages of pages that will never be touched here. */
+	if (advice == MADV_POPULATE_WRITE || advice == MADV_HUGEPAGE)
 		return 0;
 	return (int)syscall(SYS_madvise, addr, len, advice);
 }
@@ -222,8 +223,9 @@ static void apply_kv(struct config *cfg, const char *const *kv)
 }
 
 /*
- * The config of a profile. The warm pool (prewarm) is 512 KiB in each, so a
- * profile switch between inputs leaves both pools canonical. The default
+ * The config of a profile. Each profile has its own pool (chunk sizes differ)
+ * and keeps it canonical at its own prewarm: 512 KiB (32 chunks) for the
+ * default profile, 1 MiB (256 chunks, a typical burst) for the others. The default
  * profile's sizes are small on purpose: every fresh chunk costs syscalls, and
  * chunks are what an input costs, not the daemon's logic.
  */
@@ -236,7 +238,7 @@ static struct config *profile_config(enum fz_profile profile)
 		NULL,
 	};
 	const char *const many[] = {
-		many_budget, "uid-quota=100%", "chunk-size=4K", "max-leases-per-client=320", NULL,
+		many_budget, "uid-quota=100%", "chunk-size=4K", "prewarm=1M", "max-leases-per-client=320", NULL,
 	};
 	static const char *const huge[] = { "max-leases-per-client=16384", NULL };
 	struct config *cfg = NULL;
@@ -737,10 +739,14 @@ static void bulk_acquire(struct fz *f, int i, const uint8_t **p, const uint8_t *
 	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
 	Pinbroker__V1__Acquire a = PINBROKER__V1__ACQUIRE__INIT;
 
-	/* Small: in the many-leases pool of 4 KiB chunks a burst lease is one to four warm chunks. */
-	a.size = (uint64_t)((sb & 3) + 1) * FZ_PAGE_BYTES;
-	a.has_priority = (sb >> 2) % 4 != 3;
-	a.priority = a.has_priority ? (Pinbroker__V1__Priority)((sb >> 2) % 4) : 0;
+	/*
+	 * One page, so that in the many-leases pool (4 KiB chunks) a burst lease
+	 * is one warm chunk: fresh chunks are what bursts cost. Other sizes are
+	 * what ACQUIRE packets are for.
+	 */
+	a.size = (uint64_t)((sb >> 4) == 0xf ? 4 : 1) * FZ_PAGE_BYTES;
+	a.has_priority = (sb & 3) != 3;
+	a.priority = a.has_priority ? (Pinbroker__V1__Priority)(sb & 3) : 0;
 	a.label = (char *)"burst";
 	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
 	req.acquire = &a;

@@ -62,7 +62,8 @@ void fz_fail(const char *file, int line, const char *cond, const char *fmt, ...)
  * overrides (NULL-terminated, may be NULL; keys a reload cannot change go
  * here). The many and huge profiles raise the budget to the whole pretend
  * host (16384 leases of 4 KiB, fewer where the fd limit is below 18432) and
- * use a second pool of 4 KiB chunks, so a 4 KiB lease is one warm chunk.
+ * use a second pool of 4 KiB chunks with 1 MiB warm, so a 4 KiB lease is one
+ * warm chunk.
  */
 void fz_global_init(const char *const *overrides);
 
@@ -123,9 +124,9 @@ typedef void (*fz_inject_fn)(struct fz *f, int i, const uint8_t *pkt, size_t len
  * thousands of live leases and probe ids around them. Reads its argument
  * bytes from *p (advancing it, never past end). Sub-op (op >> 4) & 3:
  *   0  acquire burst on connection i: count byte C (C + 1 leases), size
- *      byte S (((S & 3) + 1) * 4 KiB, priority (S >> 2) % 4, 3 meaning
- *      none); C = 0xff is followed by a byte M for ((M & 15) + 1) * 1024
- *      leases. A burst stops at the first refusal;
+ *      byte S (4 KiB, or 16 KiB where S >> 4 is 0xf; priority S & 3, 3
+ *      meaning none); C = 0xff is followed by a byte M for ((M & 15) + 1) *
+ *      1024 leases. A burst stops at the first refusal;
  *   1  id sweep: two bytes base id (little-endian), count byte (+1): one
  *      request per id of kind op >> 6: RELEASE, SET_IDLE, REVOKE_ACK or an
  *      admin REVOKE of that lease id;
