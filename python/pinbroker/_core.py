@@ -18,7 +18,7 @@ import weakref
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _lib
-from .errors import BrokerError, InvalidArgument, NotConnected, error_from_errno
+from .errors import BrokerError, InvalidArgument, LibraryNotFound, NotConnected, error_from_errno
 
 __all__ = [
     "Kind",
@@ -913,7 +913,7 @@ def acquire_or_fallback(
     prio = _priority(priority)
     try:
         _lib.load()
-    except _lib.LibraryNotFound as e:
+    except LibraryNotFound as e:
         if not isinstance(nbytes, int) or nbytes < 0:
             raise ValueError(f"nbytes must be a non-negative int (got {nbytes!r})") from None
         size = max(1, -(-nbytes // _page_size()) * _page_size())

@@ -11,6 +11,8 @@ import os
 import threading
 from typing import List, Optional, Tuple
 
+from .errors import LibraryNotFound
+
 #: The SONAME of the ABI this binding is written against (client/CMakeLists.txt: SOVERSION 0).
 SONAME = "libpinbroker.so.0"
 #: Environment variable naming the library file to load, ahead of every other place.
@@ -182,10 +184,6 @@ _OPTIONAL = {
 }
 
 
-class LibraryNotFound(OSError):
-    """libpinbroker.so could not be loaded; the message lists every place that was tried."""
-
-
 def _repo_candidates() -> List[str]:
     """Libraries in the build trees of the source checkout this package is run from, newest first.
 
@@ -249,8 +247,8 @@ def load() -> ctypes.CDLL:
             errno.ELIBACC,
             "cannot load libpinbroker: tried "
             + "; ".join(tried)
-            + ". Install pinbroker's C library (cmake --install, or the libpinbroker0 package), "
-            f"or set {LIBRARY_ENV}=/path/to/{SONAME}",
+            + f". Install pinbroker's C library so that {SONAME} is on the linker's path (cmake --install "
+            f"<build dir>, then ldconfig), or set {LIBRARY_ENV}=/path/to/{SONAME}",
         )
         raise _load_error
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import errno as _errno
 from typing import Dict, Type
 
-from ._lib import LibraryNotFound
-
 __all__ = [
     "BrokerError",
     "BudgetExhausted",
@@ -75,6 +73,10 @@ class LimitReached(BrokerError):
 
 class InvalidArgument(BrokerError, ValueError):
     """EINVAL: a size of 0, or an argument the daemon rejects."""
+
+
+class LibraryNotFound(BrokerError):
+    """ELIBACC: libpinbroker.so could not be loaded; the message lists every place that was tried."""
 
 
 class ProtocolError(BrokerError):
