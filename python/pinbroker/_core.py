@@ -835,13 +835,17 @@ def _lease_info(li: _lib.LeaseInfo) -> Dict[str, Any]:
     }
 
 
+_STATUS_LISTS = ("clients", "leases", "signals", "transitions", "revocations")
+
+
 def _status_dict(s: _lib.Status, with_leases: bool) -> Dict[str, Any]:
+    """struct pb_status as a dict: every summary field by its C name, and the row arrays as lists."""
     d: Dict[str, Any] = {}
     for name, _typ in _lib.Status._fields_:
-        if name.startswith("n_") or name in ("clients", "leases", "signals", "transitions", "revocations"):
+        if name.startswith("n_") or name in _STATUS_LISTS:
             continue
         v = getattr(s, name)
-        d[name] = _dec(v) if isinstance(v, bytes) or name in ("server_version", "pressure_state", "monitor_mode") else v
+        d[name] = _dec(v) if isinstance(v, bytes) or v is None and name.endswith(("version", "state", "mode")) else v
     d["hugetlb"] = bool(s.hugetlb)
     d["clients"] = [
         {"pid": c.pid, "uid": c.uid, "leases": c.leases, "bytes": c.bytes, "labels": _dec(c.labels) or "",
@@ -853,8 +857,9 @@ def _status_dict(s: _lib.Status, with_leases: bool) -> Dict[str, Any]:
          "available": bool(g.available)}
         for g in (s.signals[i] for i in range(s.n_signals))
     ]
-    d["transitions"] = [{"age_ms": e.age_ms, "text": _dec(e.text)} for e in (s.transitions[i] for i in range(s.n_transitions))]
-    d["revocations"] = [{"age_ms": e.age_ms, "text": _dec(e.text)} for e in (s.revocations[i] for i in range(s.n_revocations))]
+    for key in ("transitions", "revocations"):
+        arr, n = getattr(s, key), getattr(s, "n_" + key)
+        d[key] = [{"age_ms": arr[i].age_ms, "text": _dec(arr[i].text)} for i in range(n)]
     if with_leases:
         d["leases"] = [_lease_info(s.leases[i]) for i in range(s.n_leases)]
     return d

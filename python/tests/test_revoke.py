@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-import pinbroker
 from conftest import run_python
 
 MiB = 1 << 20
@@ -159,3 +158,45 @@ def test_close_inside_callback_is_refused_not_deadlocked(daemon, client, capfd):
 def test_on_revoke_rejects_non_callables(client):
     with pytest.raises(TypeError):
         client.on_revoke(42)  # type: ignore[arg-type]
+
+
+def test_threads_acquiring_while_revocations_arrive(daemon, client):
+    np = pytest.importorskip("numpy")
+    revoked = []
+    got = []
+    client.on_revoke(lambda lease, ms: (revoked.append(lease.id), lease.release()))
+    stop = threading.Event()
+    failures = []
+
+    def worker(k):
+        try:
+            for i in range(100):
+                lease = client.acquire_or_fallback((k + 1) * 65536, label=f"w{k}")
+                a = lease.numpy(np.uint8)
+                a[:] = k
+                time.sleep(0.002)  # held long enough for revocations to catch some
+                assert int(a[-1]) == k  # a view stays valid even when a revoke released the lease
+                del a
+                lease.release()
+        except BaseException as e:  # reported below; a thread's exception would otherwise vanish
+            failures.append(repr(e))
+
+    def revoker():
+        with daemon.connect() as admin:
+            while not stop.is_set():
+                got.extend(admin.revoke(all=True, deadline_ms=2000))
+                time.sleep(0.005)
+
+    r = threading.Thread(target=revoker)
+    r.start()
+    ws = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
+    for w in ws:
+        w.start()
+    for w in ws:
+        w.join(60)
+    stop.set()
+    r.join(10)
+    assert not failures, failures
+    assert revoked, f"no revocation arrived while the workers ran ({got})"
+    gc.collect()
+    assert daemon.wait_leased(0) == 0

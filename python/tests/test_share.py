@@ -16,7 +16,7 @@ import pytest
 
 import pinbroker
 from pinbroker import _lib
-from conftest import NOBODY, PYDIR, need_root, run_python
+from conftest import NOBODY, PYDIR, need_root
 
 MiB = 1 << 20
 
