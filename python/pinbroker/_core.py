@@ -18,7 +18,7 @@ import weakref
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _lib
-from .errors import BrokerError, InvalidArgument, LibraryNotFound, NotConnected, error_from_errno
+from .errors import BrokerError, InvalidArgument, LibraryNotFound, NotConnected, UnknownLease, error_from_errno
 
 __all__ = [
     "Kind",
@@ -79,11 +79,15 @@ def _priority(p: Union[str, Priority, None]) -> Priority:
     raise ValueError(f"priority must be one of 'normal', 'critical', 'best-effort', not {p!r}")
 
 
-def _raise(r: int, what: str) -> None:
-    """Raise the exception for C return value r, with pb_last_error()'s message (read on this thread)."""
+def _raise(r: int, what: str, lease_context: bool = False) -> None:
+    """Raise the exception for C return value r, with pb_last_error()'s message (read on this thread).
+
+    lease_context: ENOENT names a lease or token (UnknownLease), not a missing daemon."""
     msg = _lib.last_error()
     if not msg or msg == "no error":
         msg = f"{what}: {_lib.strerror(r)}"
+    if lease_context and abs(r) == errno.ENOENT:
+        raise UnknownLease(errno.ENOENT, msg)
     raise error_from_errno(r, msg)
 
 
@@ -376,7 +380,9 @@ class Lease:
         self._check()
         self._m.idle = bool(idle)
         if self._m.ptr is not None:
-            _lib.load().pb_lease_set_idle(self._m.ptr, 1 if idle else 0)
+            r = _lib.load().pb_lease_set_idle(self._m.ptr, 1 if idle else 0)
+            if _lib.has_sharing() and r < 0:  # an int only since shared leases; void before
+                _raise(r, f"marking {self._m.describe()} {'idle' if idle else 'busy'}")
 
     def share(self, uids: Iterable[int] = ()) -> str:
         """A share token another process (of this uid, or of one of ``uids``) passes to :meth:`Client.attach`.
@@ -665,11 +671,12 @@ class Client:
             ret = ctypes.c_void_p()
             r = fn(ptr, token.encode("ascii", "replace"), ctypes.byref(ret))
             if r < 0:
-                _raise(r, "attaching a shared lease")
+                _raise(r, "attaching a shared lease", lease_context=True)
             m = _Mapping(self, int(ret.value))
         finally:
             self._leave()
-        return Lease(m, requested_nbytes=m.nbytes, label=label, priority=Priority.NORMAL, attached=True)
+        lease = Lease(m, requested_nbytes=m.nbytes, label=label, priority=Priority.NORMAL, attached=True)
+        return lease
 
     # -- revocation
 
@@ -754,14 +761,14 @@ class Client:
             out: List[Dict[str, Any]] = []
             cursor = 0
             while True:
-                rows = ctypes.POINTER(_lib.LeaseInfo)()
+                rows = ctypes.c_void_p()
                 n = ctypes.c_size_t()
                 nxt = ctypes.c_uint64()
                 r = lib.pb_leases_page(ptr, cursor, 0, ctypes.byref(rows), ctypes.byref(n), ctypes.byref(nxt))
                 if r < 0:
                     _raise(r, "listing leases")
                 try:
-                    out += [_lease_info(rows[i]) for i in range(n.value)]
+                    out += _lease_rows(rows.value, n.value)
                 finally:
                     lib.pb_lease_info_free(rows, n.value)
                 cursor = nxt.value
@@ -820,8 +827,17 @@ def _libc_free(p: Any) -> None:
     libc.free(ctypes.cast(p, ctypes.c_void_p))
 
 
-def _lease_info(li: _lib.LeaseInfo) -> Dict[str, Any]:
-    return {
+def _lease_rows(ptr: Optional[int], n: int) -> List[Dict[str, Any]]:
+    if not ptr or n == 0:
+        return []
+    rows = ctypes.cast(ptr, ctypes.POINTER(_lib.row_types()[1]))
+    return [_lease_info(rows[i]) for i in range(n)]
+
+
+def _lease_info(li: Any) -> Dict[str, Any]:
+    """One pb_lease_info row; with a library that has shared leases, also shared, holder_detached,
+    attachers and attacher_pids."""
+    d = {
         "id": int(li.id),
         "pid": int(li.pid),
         "uid": int(li.uid),
@@ -833,6 +849,12 @@ def _lease_info(li: _lib.LeaseInfo) -> Dict[str, Any]:
         "idle_ms": int(li.idle_ms),
         "deadline_left_ms": int(li.deadline_left_ms),
     }
+    if hasattr(li, "attachers"):
+        d["shared"] = bool(li.shared)
+        d["holder_detached"] = bool(li.holder_detached)
+        d["attachers"] = int(li.attachers)
+        d["attacher_pids"] = [int(li.attacher_pids[i]) for i in range(min(li.n_attacher_pids, _lib.PB_LEASE_INFO_PIDS))]
+    return d
 
 
 _STATUS_LISTS = ("clients", "leases", "signals", "transitions", "revocations")
@@ -847,11 +869,16 @@ def _status_dict(s: _lib.Status, with_leases: bool) -> Dict[str, Any]:
         v = getattr(s, name)
         d[name] = _dec(v) if isinstance(v, bytes) or v is None and name.endswith(("version", "state", "mode")) else v
     d["hugetlb"] = bool(s.hugetlb)
-    d["clients"] = [
-        {"pid": c.pid, "uid": c.uid, "leases": c.leases, "bytes": c.bytes, "labels": _dec(c.labels) or "",
-         "name": _dec(c.name) or ""}
-        for c in (s.clients[i] for i in range(s.n_clients))
-    ]
+    d["clients"] = []
+    if s.clients and s.n_clients:
+        rows = ctypes.cast(s.clients, ctypes.POINTER(_lib.row_types()[0]))
+        for i in range(s.n_clients):
+            c = rows[i]
+            row = {"pid": c.pid, "uid": c.uid, "leases": c.leases, "bytes": c.bytes, "labels": _dec(c.labels) or "",
+                   "name": _dec(c.name) or ""}
+            if hasattr(c, "attached"):
+                row["attached"] = int(c.attached)
+            d["clients"].append(row)
     d["signals"] = [
         {"name": _dec(g.name), "value": g.value, "tight": g.tight, "critical": g.critical, "unit": _dec(g.unit),
          "available": bool(g.available)}
@@ -861,7 +888,7 @@ def _status_dict(s: _lib.Status, with_leases: bool) -> Dict[str, Any]:
         arr, n = getattr(s, key), getattr(s, "n_" + key)
         d[key] = [{"age_ms": arr[i].age_ms, "text": _dec(arr[i].text)} for i in range(n)]
     if with_leases:
-        d["leases"] = [_lease_info(s.leases[i]) for i in range(s.n_leases)]
+        d["leases"] = _lease_rows(s.leases, s.n_leases)
     return d
 
 
