@@ -307,6 +307,17 @@ class Lease:
         return self._mapping is None
 
     @property
+    def stale(self) -> bool:
+        """True when the daemon no longer counts this lease (it restarted clean): still mapped here, but not
+        brokered; release it and acquire again. Always False with a library older than shared leases."""
+        m = self._m
+        fn = _lib.optional("pb_lease_stale") if m.ptr is not None else None
+        if fn is None or m.pid != os.getpid():
+            return False
+        with m.lock:  # free() marks freed under the lock before pb_release: the handle is valid here
+            return False if m.freed else bool(fn(m.ptr))
+
+    @property
     def views(self) -> int:
         """How many views of this lease are alive (they keep its memory mapped)."""
         return self._m.views
@@ -989,10 +1000,12 @@ def _after_fork_in_child() -> None:
 
 def _at_exit() -> None:
     # Before interpreter teardown: no receiver thread may call into Python once finalisation starts.
+    # A call still in flight on a daemon thread (an acquire waiting for memory) is given 1 s; past that
+    # the connection is left to the kernel, which gives the leases back as the process exits.
     for c in list(_clients.values()):
         if c._pid == os.getpid():
             try:
-                c.close(timeout=5)
+                c.close(timeout=1)
             except Exception:
                 pass
 
