@@ -108,8 +108,7 @@ class _ViewToken:
     __slots__ = ("mapping",)
 
     def __init__(self, mapping: "_Mapping") -> None:
-        self.mapping = mapping
-        mapping._view_opened()
+        self.mapping = mapping  # counted by _Mapping.array(), under its lock
 
     def __del__(self) -> None:
         try:
@@ -171,19 +170,19 @@ class _Mapping:
     def array(self) -> ctypes.Array:
         """A new ctypes array over the memory that counts as a view for as long as it (or a memoryview of it) lives."""
         with self.lock:
+            # Counted under the same lock as the check, so a release() racing with this cannot free the
+            # memory between the two.
             if self.released or self.freed:
                 raise ValueError(f"{self.describe()} was released: its memory can no longer be viewed")
+            self.views += 1
+        token = _ViewToken(self)  # from here on its __del__ uncounts the view, whatever happens below
         typ = ctypes.c_ubyte * self.nbytes
         arr = typ.from_buffer(self.pymem) if self.pymem is not None else typ.from_address(self.address)
-        arr._pinbroker_view = _ViewToken(self)  # type: ignore[attr-defined]
+        arr._pinbroker_view = token  # type: ignore[attr-defined]
         return arr
 
     def describe(self) -> str:
         return f"lease {self.id}" if self.id else f"fallback lease at {self.address:#x}"
-
-    def _view_opened(self) -> None:
-        with self.lock:
-            self.views += 1
 
     def _view_closed(self) -> None:
         with self.lock:
