@@ -525,6 +525,13 @@ class Client:
         Waits for calls in flight on other threads (an acquire with wait=True, up to its timeout), or at
         most ``timeout`` seconds, after which it leaves the connection to the kernel to close at exit.
         """
+        self._close(timeout, release_each=True)
+
+    def _close(self, timeout: Optional[float], release_each: bool) -> None:
+        # release_each: a RELEASE and its answer per lease before pb_disconnect. pb_disconnect only
+        # pipelines them, and the daemon drops the connection when it cannot send the first answer,
+        # so the rest stay counted until this process exits: fine at exit, a leak in a process that
+        # lives on. At exit a daemon that does not answer must not hang us: no waiting there.
         if getattr(_in_callback, "active", False):
             raise RuntimeError("Client.close() cannot run inside its revoke callback (the callback runs on "
                                "the thread that close() waits for); release the lease there and close later")
@@ -538,13 +545,19 @@ class Client:
             ptr, self._ptr = self._ptr, None
             mappings = [r() for r in self._mappings.values()]
             self._mappings.clear()
+        lib = _lib.load()
         for m in mappings:
-            if m is not None:
-                with m.lock:
-                    m.freed = True  # pb_disconnect frees the pb_lease structs
+            if m is None:
+                continue
+            with m.lock:
+                if m.freed:
+                    continue
+                m.freed = True  # from here the handle is ours to release, or pb_disconnect's to free
+            if mine and ptr and release_each:
+                lib.pb_release(ptr, m.ptr)
         _clients.pop(self._key, None)
         if mine and ptr:
-            _lib.load().pb_disconnect(ptr)
+            lib.pb_disconnect(ptr)
 
     def __enter__(self) -> "Client":
         return self
@@ -1004,7 +1017,7 @@ def _at_exit() -> None:
     for c in list(_clients.values()):
         if c._pid == os.getpid():
             try:
-                c.close(timeout=1)
+                c._close(timeout=1, release_each=False)
             except Exception:
                 pass
 
