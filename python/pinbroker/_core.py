@@ -677,7 +677,7 @@ class Client:
             self._leave()
         return token.value.decode("ascii")
 
-    def attach(self, token: str, label: Optional[str] = None) -> Lease:
+    def attach(self, token: Union[str, bytes], label: Optional[str] = None) -> Lease:
         """Map a lease another process shared with :meth:`Lease.share`. Its release detaches this process;
         the lease lives until its last attacher lets it go. Raises PermissionDenied (EACCES/EPERM) for a uid
         without a grant, NotConnected (ENOENT) for a forged or stale token."""
@@ -687,8 +687,10 @@ class Client:
                 f"the libpinbroker loaded from {_lib.path()} has no pb_attach: shared leases need a newer "
                 "libpinbroker (and pinbrokerd); upgrade both, or point PINBROKER_LIBRARY at a newer build"
             )
+        if isinstance(token, (bytes, bytearray)):
+            token = bytes(token).decode("ascii", "replace")
         if not isinstance(token, str):
-            raise TypeError(f"token must be a str from Lease.share(), not {type(token).__name__}")
+            raise TypeError(f"token must be the str from Lease.share(), not {type(token).__name__}")
         ptr = self._enter()
         try:
             ret = ctypes.c_void_p()
