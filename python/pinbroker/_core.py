@@ -240,6 +240,9 @@ class Lease:
     or CUDA) are not views: using one after release is undefined, as with a freed buffer.
 
     A Lease is a context manager: ``with client.acquire(n) as lease: ...`` releases it on exit.
+    Leases come from :meth:`Client.acquire`, :meth:`Client.attach` and the ``acquire_or_fallback``
+    functions, not from this constructor. In a forked child the inherited mapping and its views stay
+    usable, and ``release()`` there does nothing: the parent holds the lease.
     """
 
     def __init__(self, mapping: _Mapping, *, requested_nbytes: int, label: Optional[str], priority: Priority,
