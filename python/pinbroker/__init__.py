@@ -1,0 +1,74 @@
+# SPDX-License-Identifier: MIT
+"""pinbroker: borrow pinned, CUDA-registered host memory from pinbrokerd, from Python.
+
+A thin ctypes binding over libpinbroker.so (found through $PINBROKER_LIBRARY, the build tree of a source
+checkout, then the dynamic linker as libpinbroker.so.0)::
+
+    import pinbroker
+
+    with pinbroker.connect() as client, client.acquire(64 << 20, label="staging") as lease:
+        batch = lease.tensor(torch.uint8, (64, 3, 224, 224))   # no copy; is_pinned() where CUDA registered it
+
+    lease = pinbroker.acquire_or_fallback(64 << 20)            # never fails for lack of a daemon
+    print(lease.kind, lease.fallback_reason)
+
+Errors are OSError subclasses (:mod:`pinbroker.errors`) carrying errno and the daemon's message.
+"""
+
+from ._core import (
+    Client,
+    Kind,
+    Lease,
+    Priority,
+    RevokeCallback,
+    acquire_or_fallback,
+    connect,
+    cuda_available,
+    library_path,
+)
+from .errors import (
+    BrokerError,
+    BudgetExhausted,
+    InvalidArgument,
+    LibraryNotFound,
+    LimitReached,
+    MemoryPressure,
+    NotConnected,
+    PermissionDenied,
+    ProtocolError,
+    QuotaExceeded,
+    ShuttingDown,
+    Timeout,
+    TooLarge,
+    Stale,
+    UnknownLease,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client",
+    "Kind",
+    "Lease",
+    "Priority",
+    "RevokeCallback",
+    "acquire_or_fallback",
+    "connect",
+    "cuda_available",
+    "library_path",
+    "BrokerError",
+    "BudgetExhausted",
+    "InvalidArgument",
+    "LibraryNotFound",
+    "LimitReached",
+    "MemoryPressure",
+    "NotConnected",
+    "PermissionDenied",
+    "ProtocolError",
+    "QuotaExceeded",
+    "ShuttingDown",
+    "Timeout",
+    "TooLarge",
+    "Stale",
+    "UnknownLease",
+]

@@ -1,0 +1,317 @@
+# SPDX-License-Identifier: MIT
+"""Finding libpinbroker.so and declaring its C API with ctypes (the layout of client/pinbroker.h)."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import glob
+import os
+import threading
+from typing import List, Optional, Tuple
+
+from .errors import LibraryNotFound
+
+#: The SONAME of the ABI this binding is written against (client/CMakeLists.txt: SOVERSION 0).
+SONAME = "libpinbroker.so.0"
+#: Environment variable naming the library file to load, ahead of every other place.
+LIBRARY_ENV = "PINBROKER_LIBRARY"
+
+PB_ACQUIRE_WAIT = 1 << 0
+PB_ACQUIRE_NO_CUDA = 1 << 1
+PB_ACQUIRE_NO_CACHE = 1 << 2
+PB_STATUS_LEASES = 1 << 0
+PB_REVOKE_LEASE = 0
+PB_REVOKE_UID = 1
+PB_REVOKE_ALL = 2
+PB_SHARE_TOKEN_LEN = 33  # 32 characters and the NUL
+
+PB_PRIORITY_NORMAL = 0
+PB_PRIORITY_CRITICAL = 1
+PB_PRIORITY_BEST_EFFORT = 2
+
+PB_MEM_PINNED = 0
+PB_MEM_LOCKED = 1
+PB_MEM_FALLBACK = 2
+
+
+class AcquireOpts(ctypes.Structure):
+    """struct pb_acquire_opts."""
+
+    _fields_ = [
+        ("flags", ctypes.c_uint32),
+        ("timeout_ms", ctypes.c_uint32),
+        ("priority", ctypes.c_int),  # enum pb_priority
+        ("label", ctypes.c_char_p),
+    ]
+
+
+class ClientInfo(ctypes.Structure):
+    """struct pb_client_info."""
+
+    _fields_ = [
+        ("pid", ctypes.c_int32),
+        ("uid", ctypes.c_uint32),
+        ("leases", ctypes.c_uint32),
+        ("bytes", ctypes.c_uint64),
+        ("labels", ctypes.c_char_p),
+        ("name", ctypes.c_char_p),
+    ]
+
+
+class LeaseInfo(ctypes.Structure):
+    """struct pb_lease_info."""
+
+    _fields_ = [
+        ("id", ctypes.c_uint64),
+        ("pid", ctypes.c_int32),
+        ("uid", ctypes.c_uint32),
+        ("bytes", ctypes.c_uint64),
+        ("label", ctypes.c_char_p),
+        ("age_ms", ctypes.c_uint64),
+        ("priority", ctypes.c_int),
+        ("state", ctypes.c_char_p),
+        ("idle_ms", ctypes.c_uint64),
+        ("deadline_left_ms", ctypes.c_int64),
+    ]
+
+
+class ClientInfoShared(ctypes.Structure):
+    """struct pb_client_info of a library with shared leases (pb_lease_share): one more field."""
+
+    _fields_ = ClientInfo._fields_ + [("attached", ctypes.c_uint32)]
+
+
+PB_LEASE_INFO_PIDS = 16
+
+
+class LeaseInfoShared(ctypes.Structure):
+    """struct pb_lease_info of a library with shared leases (pb_lease_share): the sharing fields."""
+
+    _fields_ = LeaseInfo._fields_ + [
+        ("shared", ctypes.c_int),
+        ("holder_detached", ctypes.c_int),
+        ("attachers", ctypes.c_uint32),
+        ("n_attacher_pids", ctypes.c_size_t),
+        ("attacher_pids", ctypes.c_int32 * PB_LEASE_INFO_PIDS),
+    ]
+
+
+class SignalInfo(ctypes.Structure):
+    """struct pb_signal_info."""
+
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("value", ctypes.c_double),
+        ("tight", ctypes.c_double),
+        ("critical", ctypes.c_double),
+        ("unit", ctypes.c_char_p),
+        ("available", ctypes.c_int),
+    ]
+
+
+class EventInfo(ctypes.Structure):
+    """struct pb_event_info."""
+
+    _fields_ = [("age_ms", ctypes.c_uint64), ("text", ctypes.c_char_p)]
+
+
+class Status(ctypes.Structure):
+    """struct pb_status. The client and lease rows are void pointers: their struct depends on the
+    library's version (row_types()), and arrays are indexed by the struct's size."""
+
+    _fields_ = [
+        ("schema_version", ctypes.c_uint32),
+        ("server_version", ctypes.c_char_p),
+        ("budget_bytes", ctypes.c_uint64),
+        ("uid_quota_bytes", ctypes.c_uint64),
+        ("leased_bytes", ctypes.c_uint64),
+        ("pool_bytes", ctypes.c_uint64),
+        ("pool_idle_bytes", ctypes.c_uint64),
+        ("page_size_bytes", ctypes.c_uint64),
+        ("chunk_size_bytes", ctypes.c_uint64),
+        ("hugetlb", ctypes.c_int),
+        ("overdue_bytes", ctypes.c_uint64),
+        ("cached_idle_bytes", ctypes.c_uint64),
+        ("prewarm_bytes", ctypes.c_uint64),
+        ("waiting_acquires", ctypes.c_uint32),
+        ("pressure_state", ctypes.c_char_p),
+        ("monitor_mode", ctypes.c_char_p),
+        ("uptime_ms", ctypes.c_uint64),
+        ("n_clients", ctypes.c_size_t),
+        ("clients", ctypes.c_void_p),
+        ("n_leases", ctypes.c_size_t),
+        ("leases", ctypes.c_void_p),
+        ("n_signals", ctypes.c_size_t),
+        ("signals", ctypes.POINTER(SignalInfo)),
+        ("n_transitions", ctypes.c_size_t),
+        ("transitions", ctypes.POINTER(EventInfo)),
+        ("n_revocations", ctypes.c_size_t),
+        ("revocations", ctypes.POINTER(EventInfo)),
+    ]
+
+
+#: typedef int (*pb_revoke_fn)(pb_client *c, pb_lease *l, uint32_t deadline_ms, void *userdata);
+REVOKE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p)
+
+_vp = ctypes.c_void_p
+_int = ctypes.c_int
+_size = ctypes.c_size_t
+_u64 = ctypes.c_uint64
+_u32 = ctypes.c_uint32
+_cstr = ctypes.c_char_p
+
+# name: (restype, argtypes). Every one of these is in libpinbroker.so.0 since its first release.
+_REQUIRED = {
+    "pb_connect": (_int, [_cstr, ctypes.POINTER(_vp)]),
+    "pb_disconnect": (None, [_vp]),
+    "pb_acquire": (_int, [_vp, _size, ctypes.POINTER(AcquireOpts), ctypes.POINTER(_vp)]),
+    "pb_acquire_or_fallback": (_vp, [_vp, _size, ctypes.POINTER(AcquireOpts)]),
+    "pb_release": (_int, [_vp, _vp]),
+    "pb_lease_data": (_vp, [_vp]),
+    "pb_lease_size": (_size, [_vp]),
+    "pb_lease_page_size": (_size, [_vp]),
+    "pb_lease_id": (_u64, [_vp]),
+    "pb_lease_kind": (_int, [_vp]),
+    "pb_lease_cuda_registered": (_int, [_vp]),
+    "pb_lease_hugetlb": (_int, [_vp]),
+    "pb_lease_chunks": (_size, [_vp]),
+    "pb_lease_fallback_reason": (_cstr, [_vp]),
+    # void in the first release, int (0 or -ESTALE/-EINVAL) with shared leases: see set_idle_returns_int().
+    "pb_lease_set_idle": (_int, [_vp, _int]),
+    "pb_set_revoke_callback": (None, [_vp, REVOKE_FN, _vp]),
+    "pb_set_cache_limit": (None, [_vp, _size]),
+    "pb_cuda_available": (_int, [ctypes.POINTER(_cstr)]),
+    "pb_last_error": (_cstr, []),
+    "pb_strerror": (_cstr, [_int]),
+    "pb_status_query": (_int, [_vp, ctypes.c_uint, ctypes.POINTER(ctypes.POINTER(Status))]),
+    "pb_status_free": (None, [ctypes.POINTER(Status)]),
+    "pb_leases_page": (
+        _int,
+        [_vp, _u64, _size, ctypes.POINTER(_vp), ctypes.POINTER(_size), ctypes.POINTER(_u64)],
+    ),
+    "pb_lease_info_free": (None, [_vp, _size]),
+    "pb_admin_revoke": (
+        _int,
+        [_vp, _int, _u64, _u32, _u32, ctypes.POINTER(ctypes.POINTER(_u64)), ctypes.POINTER(_size)],
+    ),
+    "pb_admin_set": (_int, [_vp, _cstr, _cstr]),
+}
+
+# Added later (shared leases, issue 10): declared on first use, so this package still imports and works
+# against a library that predates them.
+_OPTIONAL = {
+    "pb_lease_share": (_int, [_vp, _vp, ctypes.POINTER(ctypes.c_uint32), _size, ctypes.c_char_p]),
+    "pb_attach": (_int, [_vp, _cstr, ctypes.POINTER(_vp)]),
+    "pb_lease_attached": (_int, [_vp]),
+    "pb_lease_stale": (_int, [_vp]),
+}
+
+
+def _repo_candidates() -> List[str]:
+    """Libraries in the build trees of the source checkout this package is run from, newest first.
+
+    Only when the package sits in a checkout (python/pinbroker/ next to client/pinbroker.h): an
+    installed package never looks here.
+    """
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if not os.path.isfile(os.path.join(root, "client", "pinbroker.h")):
+        return []
+    found = glob.glob(os.path.join(root, "build*", "client", SONAME))
+    return sorted(found, key=lambda p: os.path.getmtime(p), reverse=True)
+
+
+def _candidates() -> List[Tuple[str, str]]:
+    """(what to dlopen, where it came from), in search order."""
+    out: List[Tuple[str, str]] = []
+    env = os.environ.get(LIBRARY_ENV)
+    if env:
+        # Named explicitly: this one or nothing, so a typo is not papered over by another copy.
+        return [(env, "$" + LIBRARY_ENV)]
+    out += [(p, "the source checkout's build tree") for p in _repo_candidates()]
+    out.append((SONAME, "the dynamic linker's search path"))
+    found = ctypes.util.find_library("pinbroker")
+    if found and found != SONAME:
+        out.append((found, "ctypes.util.find_library"))
+    return out
+
+
+_lock = threading.Lock()
+_lib: Optional[ctypes.CDLL] = None
+_lib_path: Optional[str] = None
+_load_error: Optional[LibraryNotFound] = None
+
+
+def load() -> ctypes.CDLL:
+    """Load libpinbroker once and declare its functions; raise LibraryNotFound saying what to do."""
+    global _lib, _lib_path, _load_error
+    with _lock:
+        if _lib is not None:
+            return _lib
+        if _load_error is not None:
+            raise _load_error
+        tried = []
+        for name, origin in _candidates():
+            try:
+                lib = ctypes.CDLL(name)
+            except OSError as e:
+                tried.append(f"{name} ({origin}): {e}")
+                continue
+            missing = [f for f in _REQUIRED if not hasattr(lib, f)]
+            if missing:
+                tried.append(f"{name} ({origin}): not libpinbroker (lacks {', '.join(missing[:3])})")
+                continue
+            for fname, (res, args) in _REQUIRED.items():
+                fn = getattr(lib, fname)
+                fn.restype = res
+                fn.argtypes = args
+            _lib, _lib_path = lib, getattr(lib, "_name", name)
+            return lib
+        _load_error = LibraryNotFound(
+            errno.ELIBACC,
+            "cannot load libpinbroker: tried "
+            + "; ".join(tried)
+            + f". Install pinbroker's C library so that {SONAME} is on the linker's path (cmake --install "
+            f"<build dir>, then ldconfig), or set {LIBRARY_ENV}=/path/to/{SONAME}",
+        )
+        raise _load_error
+
+
+def path() -> Optional[str]:
+    """The file the library was loaded from (what was passed to dlopen), or None before load()."""
+    return _lib_path
+
+
+def optional(name: str) -> Optional[ctypes._CFuncPtr]:  # type: ignore[name-defined]
+    """A function of _OPTIONAL, declared on first use, or None when this library lacks it."""
+    lib = load()
+    try:
+        fn = getattr(lib, name)
+    except AttributeError:
+        return None
+    res, args = _OPTIONAL[name]
+    fn.restype = res
+    fn.argtypes = args
+    return fn
+
+
+def has_sharing() -> bool:
+    """True for a library with shared leases (pb_lease_share): its status rows have the sharing fields and
+    pb_lease_set_idle returns int. Both came with pb_lease_share (issue 10), so its presence decides."""
+    return hasattr(load(), "pb_lease_share")
+
+
+def row_types() -> Tuple[type, type]:
+    """(client row struct, lease row struct) of the loaded library."""
+    return (ClientInfoShared, LeaseInfoShared) if has_sharing() else (ClientInfo, LeaseInfo)
+
+
+def last_error() -> str:
+    """pb_last_error() of the calling thread, decoded."""
+    return load().pb_last_error().decode("utf-8", "replace")
+
+
+def strerror(err: int) -> str:
+    """pb_strerror(-errno), decoded."""
+    return load().pb_strerror(-abs(err)).decode("utf-8", "replace")
