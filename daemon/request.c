@@ -835,6 +835,19 @@ int request_hold_until_exit(struct broker *b, int pidfd, pid_t pid, const uint64
 	return 0;
 }
 
+size_t request_hold_pids(const struct broker *b, uint64_t id, pid_t *out, size_t max)
+{
+	size_t n = 0;
+
+	if (!b->revoker)
+		return 0;
+	for (const struct ghost *g = b->revoker->ghosts; g && n < max; g = g->next)
+		for (size_t i = 0; i < g->nids && n < max; i++)
+			if (g->ids[i] == id)
+				out[n++] = g->pid;
+	return n;
+}
+
 void request_conn_closed(struct broker *b, struct conn *c)
 {
 	struct revoker *rv = b->revoker;

@@ -304,7 +304,7 @@ void fz_check(struct fz *f)
 		uint32_t n = 0;
 
 		for (struct lease *l = lease_first(b->leases); l; l = lease_next(b->leases, l))
-			n += l->owner == c;
+			n += l->owner == c || lease_attacher_find(l, c) != NULL; /* attachments count too */
 		FZ_ASSERT(c->nleases == n, "connection %llu counts %u leases, holds %u", (unsigned long long)c->id,
 			  c->nleases, n);
 		FZ_ASSERT(!c->closing, "closed connection %llu still listed", (unsigned long long)c->id);
