@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fdstore.h"
 #include "itest.h"
 #include "pinbroker.h"
 #include "../check_main.h"
@@ -496,10 +497,65 @@ START_TEST(test_holder_killed_leaves_lease_to_attacher_until_it_releases)
 }
 END_TEST
 
+/*
+ * A restart that keeps the fd store: the holder re-declares, the attacher does
+ * not (its handle goes stale), and the lease stays counted until the former
+ * attacher exits, though the holder has let go: its pages must reach nobody
+ * while a stale attacher still maps them.
+ */
+START_TEST(test_restart_keeps_lease_counted_until_former_attacher_exits)
+{
+	static const char *const args[] = { "--redeclare-grace-ms", "300", NULL };
+	char token[PB_SHARE_TOKEN_LEN];
+	struct pb_status *st = NULL;
+	struct fdstore *fs;
+	int to, from, r;
+	int64_t leased;
+	pb_client *c;
+	pb_lease *l;
+	pid_t pid;
+
+	daemon_prepare(&d);
+	fs = fdstore_new(&d);
+	fdstore_daemon_start(fs, args);
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	l = acquire_filled(c);
+	ck_assert_int_eq(pb_lease_share(c, l, NULL, 0, token), 0);
+	pid = spawn_attacher(0, &to, &from);
+	write_all(to, token, sizeof(token));
+	read_all(from, &r, sizeof(r));
+	ck_assert_int_eq(r, 0);
+	read_all(from, &leased, sizeof(leased));
+
+	fdstore_daemon_kill(fs);
+	fdstore_daemon_start(fs, args);
+	/* One call: the library reconnects and re-declares the held lease. */
+	for (int i = 0; i < 100 && pb_status_get(c, &st) < 0; i++)
+		usleep(20000);
+	ck_assert_ptr_nonnull(st);
+	pb_status_free(st);
+	ck_assert_int_eq(pb_lease_stale(l), 0);
+	ck_assert_int_eq(status_leased(d.socket), (int64_t)LEASE_BYTES);
+
+	/* The holder lets go; past the grace, the former attacher still holds it. */
+	ck_assert_int_eq(pb_release(c, l), 0);
+	usleep(600000);
+	ck_assert_int_eq(status_leased(d.socket), (int64_t)LEASE_BYTES);
+	write_all(to, "x", 1);
+	ck_assert_int_eq(wait_exit(pid), 0);
+	ck_assert_int_eq(wait_leased(d.socket, 0, 3000), 0);
+	close(to);
+	close(from);
+	pb_disconnect(c);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+	fdstore_free(fs);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-share");
-	TCase *t = tcase_create("share");
+	TCase *t = tcase_create("share"), *r;
 
 	tcase_add_checked_fixture(t, start, stop);
 	tcase_set_timeout(t, 60);
@@ -510,6 +566,11 @@ static Suite *suite(void)
 	tcase_add_test(t, test_attachers_killed_are_cleaned_up_and_accounting_stays_exact);
 	tcase_add_test(t, test_holder_killed_leaves_lease_to_attacher_until_it_releases);
 	suite_add_tcase(s, t);
+
+	r = tcase_create("restart");
+	tcase_set_timeout(r, 60);
+	tcase_add_test(r, test_restart_keeps_lease_counted_until_former_attacher_exits);
+	suite_add_tcase(s, r);
 	return s;
 }
 
