@@ -64,6 +64,8 @@ static void drain(struct seed *s) { put(s, 4); }
 static void state(struct seed *s, int st) { put(s, (uint8_t)(5 | (st << 3))); }
 static void loop_sleep(struct seed *s) { put(s, 6 | 8); put(s, 4); }
 static void close_peer(struct seed *s, int conn) { put(s, (uint8_t)(7 | (conn << 3))); }
+/* ATTACH with the token of the last SHARE reply a drain saw (drain first). */
+static void attach_last(struct seed *s, int conn) { put(s, (uint8_t)(7 | (conn << 3) | 16)); }
 
 static uint64_t seqno;
 
@@ -111,6 +113,21 @@ static void release(struct seed *s, int conn, uint64_t id)
 	m.lease_id = id;
 	r.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
 	r.release = &m;
+	pkt(s, conn, &r);
+}
+
+static void share(struct seed *s, int conn, uint64_t id, const uint32_t *uids, size_t n)
+{
+	Request r = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Share m = PINBROKER__V1__SHARE__INIT;
+
+	r.has_seq = true;
+	r.seq = ++seqno;
+	m.lease_id = id;
+	m.n_uids = n;
+	m.uids = (uint32_t *)uids;
+	r.body_case = PINBROKER__V1__REQUEST__BODY_SHARE;
+	r.share = &m;
 	pkt(s, conn, &r);
 }
 
@@ -276,6 +293,26 @@ static void seeds(bool fdpath)
 		acquire(&s, 0, 1 * M, FLAG_WAIT, 100, -1);
 	drain(&s); release(&s, 0, 1); drain(&s);
 	save(&s, "max-pending");
+	{
+		static const uint32_t root[] = { 0 }, other[] = { 1001 }; /* the harness's second uid */
+
+		BEGIN(0); hello(&s, 0, 1); acquire(&s, 0, 1 * M, 0, 0, -1); share(&s, 0, 1, NULL, 0); drain(&s);
+		hello(&s, 1, 1); attach_last(&s, 1); share(&s, 0, 1, other, 1); attach_last(&s, 1); attach_last(&s, 1);
+		attach_last(&s, 0); drain(&s);
+		set_idle(&s, 0, 1, true); share(&s, 1, 1, NULL, 0); release(&s, 0, 1); status(&s, 1); drain(&s);
+		release(&s, 1, 1); attach_last(&s, 1); drain(&s);
+		save(&s, "share-attach");
+		BEGIN(1); hello(&s, 0, 1); hello(&s, 1, 1); acquire(&s, 1, 1 * M, 0, 0, -1); share(&s, 1, 1, NULL, 0);
+		drain(&s); attach_last(&s, 0); share(&s, 1, 1, root, 1); drain(&s); attach_last(&s, 0); drain(&s);
+		admin_revoke(&s, 0, 1, -1, false, 1); drain(&s); loop_sleep(&s); loop_sleep(&s); close_peer(&s, 1);
+		loop_sleep(&s); status(&s, 0); drain(&s); release(&s, 0, 1); drain(&s);
+		save(&s, "share-revoke");
+		BEGIN(0); hello(&s, 0, 1); acquire(&s, 0, 256 * K, 0, 0, -1); share(&s, 0, 1, NULL, 0); drain(&s);
+		share(&s, 0, 1, other, 1); hello(&s, 1, 1); attach_last(&s, 1); drain(&s); close_peer(&s, 0);
+		loop_sleep(&s); status(&s, 1);
+		drain(&s); close_peer(&s, 1); loop_sleep(&s);
+		save(&s, "share-peers-gone");
+	}
 	if (fdpath) {
 		static const uint8_t one_memfd[] = { 0 }, mixed[] = { 1, 2, 3, 4, 5, 6, 7 };
 		Request r = PINBROKER__V1__REQUEST__INIT;

@@ -255,6 +255,11 @@ void fz_drain(struct fz *f)
 			if (rep->body_case == PINBROKER__V1__REPLY__BODY_LEASE)
 				FZ_ASSERT(rep->lease->fds_in_reply == nfds, "lease reply says %u fds, %zu came",
 					  rep->lease->fds_in_reply, nfds);
+			if (rep->body_case == PINBROKER__V1__REPLY__BODY_SHARE) {
+				FZ_ASSERT(rep->share->token && strlen(rep->share->token) == 32,
+					  "share reply without a 32-character token");
+				snprintf(f->token, sizeof(f->token), "%s", rep->share->token);
+			}
 			for (size_t j = 0; j < nfds; j++) {
 				/* What a client would do: the chunk must be a sealed memfd of the stated size. */
 				FZ_ASSERT(fcntl(fds[j], F_GET_SEALS) >= 0, "reply fd %d is not a memfd", fds[j]);
@@ -291,6 +296,21 @@ void fz_check(struct fz *f)
 		for (struct conn *c = server_conns(b->server); c && !owner_found; c = c->next)
 			owner_found = l->owner == c;
 		FZ_ASSERT(owner_found, "lease %llu is owned by a connection that is gone", (unsigned long long)l->id);
+		for (size_t k = 0; k < l->nattachers; k++) {
+			bool live = false;
+
+			for (struct conn *c = server_conns(b->server); c && !live; c = c->next)
+				live = l->attachers[k].owner == c;
+			FZ_ASSERT(live, "lease %llu has an attacher whose connection is gone", (unsigned long long)l->id);
+			FZ_ASSERT(l->attachers[k].owner != l->owner, "lease %llu: its holder is also an attacher",
+				  (unsigned long long)l->id);
+		}
+		FZ_ASSERT(l->nattachers == 0 || l->share, "lease %llu has attachers but no share",
+			  (unsigned long long)l->id);
+		FZ_ASSERT(l->state != LEASE_ORPHANED || l->nattachers == 0, "orphan %llu has attachers",
+			  (unsigned long long)l->id);
+		FZ_ASSERT(!l->share || lease_find_token(b->leases, l->share->token) == l,
+			  "lease %llu: its token does not find it", (unsigned long long)l->id);
 		sum += l->bytes;
 		nleases++;
 	}
@@ -301,10 +321,14 @@ void fz_check(struct fz *f)
 		  "pool resident %llu != idle %llu + leased %llu", (unsigned long long)pool_resident_bytes(b->pool),
 		  (unsigned long long)pool_idle_bytes(b->pool), (unsigned long long)sum);
 	for (struct conn *c = server_conns(b->server); c; c = c->next) {
-		uint32_t n = 0;
+		uint32_t n = 0, na = 0;
 
-		for (struct lease *l = lease_first(b->leases); l; l = lease_next(b->leases, l))
+		for (struct lease *l = lease_first(b->leases); l; l = lease_next(b->leases, l)) {
 			n += l->owner == c || lease_attacher_find(l, c) != NULL; /* attachments count too */
+			na += lease_attacher_find(l, c) != NULL;
+		}
+		FZ_ASSERT(c->nattached == na, "connection %llu counts %u attachments, has %u", (unsigned long long)c->id,
+			  c->nattached, na);
 		FZ_ASSERT(c->nleases == n, "connection %llu counts %u leases, holds %u", (unsigned long long)c->id,
 			  c->nleases, n);
 		FZ_ASSERT(!c->closing, "closed connection %llu still listed", (unsigned long long)c->id);
@@ -346,6 +370,23 @@ void fz_teardown(struct fz *f)
 	memset(f, 0, sizeof(*f));
 }
 
+/* ATTACH with the last token seen, on connection i, through the real decoder and gate. */
+static void fz_attach_last(struct fz *f, int i)
+{
+	Pinbroker__V1__Attach at = PINBROKER__V1__ATTACH__INIT;
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	uint8_t buf[128];
+	size_t len;
+
+	at.token = f->token;
+	req.has_seq = 1;
+	req.seq = 7777;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_ATTACH;
+	req.attach = &at;
+	len = pinbroker__v1__request__pack(&req, buf);
+	request_dispatch(fz_conn(f, i), buf, len);
+}
+
 bool fz_common_op(struct fz *f, uint8_t op, int i)
 {
 	switch (op & 7) {
@@ -361,7 +402,10 @@ bool fz_common_op(struct fz *f, uint8_t op, int i)
 		fz_run_loop(f);
 		return true;
 	case 7:
-		fz_close_peer(f, i);
+		if (op & 16)
+			fz_attach_last(f, i);
+		else
+			fz_close_peer(f, i);
 		return true;
 	default:
 		return false;

@@ -18,6 +18,7 @@ struct fz {
 	uint64_t conn_id[FZ_CONNS];
 	int peer[FZ_CONNS];             /* our end of each socketpair, -1 once closed */
 	uid_t uid[FZ_CONNS];
+	char token[40];                 /* the last share token a SHARE reply carried ("" until one did) */
 };
 
 /* Abort with a message: libFuzzer records the input as a crash. */
@@ -66,7 +67,10 @@ void fz_dump_fds(void);
 /*
  * The operations both harnesses share, ops 4-7 of an input byte: drain the
  * peers, flip the pressure state, run the loop (sometimes after a sleep so
- * timers fire), hang up peer i. Returns false for any other op.
+ * timers fire), hang up peer i, or with op 7 and bit 4 set, send ATTACH with
+ * the last share token a drain saw on connection i (a fuzzer cannot guess a
+ * token; this is how it reaches live attachments). Returns false for any
+ * other op.
  */
 bool fz_common_op(struct fz *f, uint8_t op, int i);
 
