@@ -404,6 +404,7 @@ static void status_json(FILE *f, const struct pb_status *s)
 		json_u64(f, "uid", ci->uid, true);
 		json_kstr(f, "name", ci->name, true);
 		json_u64(f, "leases", ci->leases, true);
+		json_u64(f, "attached", ci->attached, true); /* of leases: mapped through a share token */
 		json_u64(f, "bytes", ci->bytes, true);
 		json_key(f, "labels");
 		json_labels(f, ci->labels);

@@ -203,6 +203,20 @@ START_TEST(test_attacher_of_same_uid_sees_and_writes_the_same_bytes_counted_once
 	ck_assert_uint_eq(li.attachers, 1);
 	ck_assert_uint_eq(li.n_attacher_pids, 1);
 	ck_assert_int_eq(li.attacher_pids[0], pid);
+	/* The attacher's client row counts the attachment (the budget does not). */
+	{
+		struct pb_status *st;
+		bool row = false;
+
+		ck_assert_int_eq(pb_status_get(c, &st), 0);
+		for (size_t i = 0; i < st->n_clients; i++)
+			if (st->clients[i].pid == pid)
+				row = st->clients[i].attached == 1 && st->clients[i].leases == 1 &&
+				      st->clients[i].bytes == LEASE_BYTES;
+		ck_assert_uint_eq(st->leased_bytes, LEASE_BYTES);
+		pb_status_free(st);
+		ck_assert_msg(row, "no client row for attacher pid %d with one attached lease", pid);
+	}
 	ck_assert_int_eq(pinctl(&d, &out, "leases"), 0);
 	{
 		char want[64];
