@@ -192,9 +192,12 @@ int pb_cuda_available(const char **reason);
 
 /*
  * Let processes of the holder's uid, plus nuids more uids (uids may be NULL
- * when nuids is 0), attach to l, a lease this process acquired. Writes the
- * lease's NUL-terminated token. Returns 0, or -EINVAL (a fallback, stale,
- * attached, revoked or released lease, or more than 32 uids in all),
+ * when nuids is 0), attach to l, a lease this process acquired (c may be NULL:
+ * the lease knows its client). Writes the
+ * lease's NUL-terminated token (token[0] is NUL on failure). The holder's uid
+ * need not be named; naming a uid twice is harmless. Returns 0, or -EINVAL (a
+ * fallback, stale, attached, revoked or released lease, or the uids granted
+ * over all calls would pass 32 besides the holder's; the grant is unchanged),
  * -ECONNRESET (the daemon went away), or another -errno from the daemon.
  */
 int pb_lease_share(pb_client *c, pb_lease *l, const uid_t *uids, size_t nuids, char token[PB_SHARE_TOKEN_LEN]);

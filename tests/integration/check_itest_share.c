@@ -268,6 +268,17 @@ START_TEST(test_cross_uid_attach_refused_without_grant_and_allowed_with_one)
 	/* The grant adds the uid to the same token. */
 	ck_assert_int_eq(pb_lease_share(c, l, &grant, 1, again), 0);
 	ck_assert_str_eq(token, again);
+	/* At most 32 uids besides the holder's, over all calls; a refusal leaves the grant as it was. */
+	{
+		uid_t many[33];
+
+		for (size_t i = 0; i < 33; i++)
+			many[i] = 70000 + (uid_t)i;
+		ck_assert_int_eq(pb_lease_share(c, l, many, 33, again), -EINVAL);
+		ck_assert_int_eq(pb_lease_share(c, l, many, 32, again), -EINVAL); /* 31 fit beside UID_A */
+		ck_assert_int_eq(pb_lease_share(c, l, many, 31, again), 0);
+		ck_assert_str_eq(token, again);
+	}
 	pid = spawn_attacher(UID_A, &to, &from);
 	write_all(to, token, sizeof(token));
 	read_all(from, &r, sizeof(r));
