@@ -645,6 +645,9 @@ static void describe_memory(const pb_lease *l, char *buf, size_t len)
 		else
 			snprintf(buf, len, "locked, not CUDA-registered (%s)", pb_last_error());
 		break;
+	case PB_MEM_REVOKED:
+		snprintf(buf, len, "revoked: given back to the broker");
+		break;
 	case PB_MEM_FALLBACK:
 	default:
 		snprintf(buf, len, "ordinary memory (%s)", pb_lease_fallback_reason(l));

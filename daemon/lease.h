@@ -90,8 +90,8 @@ void lease_table_free(struct lease_table *t);
 /*
  * Add a lease in state ACTIVE with a fresh id (never 0, never reused while the
  * daemon runs; ids start above start_id, see lease_table_set_next_id).
- * Takes ownership of chunks. label may be NULL; it is truncated to fit.
- * Returns 0 and *ret, -ENOSPC once ids are exhausted, or -ENOMEM.
+ * Takes ownership of chunks on success. label may be NULL; it is truncated
+ * to fit. Returns 0 and *ret, -ENOSPC once ids are exhausted, or -ENOMEM.
  */
 int lease_add(struct lease_table *t, uid_t uid, gid_t gid, pid_t pid, void *owner, uint64_t bytes,
 	      enum lease_priority prio, const char *label, struct chunk **chunks, size_t nchunks,
@@ -100,8 +100,8 @@ int lease_add(struct lease_table *t, uid_t uid, gid_t gid, pid_t pid, void *owne
 /*
  * Re-insert a lease with a known id (fd-store recovery), in state ORPHANED;
  * ids may come in any order. Fresh ids from lease_add stay above it.
- * Returns 0 and *ret, -EINVAL for id 0, -EEXIST if the id is taken (the
- * table is unchanged and chunks stay the caller's), or -ENOMEM.
+ * Returns 0 and *ret, -EINVAL for id 0, -EEXIST if the id is taken, or
+ * -ENOMEM; on an error the table is unchanged and chunks stay the caller's.
  */
 int lease_adopt(struct lease_table *t, uint64_t id, uid_t uid, uint64_t bytes, enum lease_priority prio,
 		const char *label, struct chunk **chunks, size_t nchunks, uint64_t now_ms, struct lease **ret);

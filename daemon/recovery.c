@@ -938,6 +938,8 @@ static bool adopt_lease(struct recovery *rc, struct store *s, const struct store
 		l->pid = sl->pid;
 		budget_charge(b->budget, sl->uid, sl->bytes);
 		budget_count_add(b->budget, sl->uid, sl->nchunks);
+		for (size_t k = 0; k < sl->nchunks; k++)
+			chunks[k]->lease_id = l->id; /* so a punch found by the audit names its lease */
 		/* Its attachers do not re-declare: each still running holds it until it exits. A
 		 * reused pid only keeps it counted longer, never lets its pages go early. */
 		for (size_t k = 0; k < sl->nmappers; k++) {
@@ -1110,6 +1112,8 @@ void recovery_init(struct broker *b)
 	/* Record the adopted world at once: the next crash must not see the previous instance's lines. */
 	if (commit_snapshot(rc) < 0)
 		poison(rc);
+	/* Prewarming adds idle chunks next without a broker verb: record them at the first iteration. */
+	rc->written_generation = b->generation - 1;
 	ev_prepare_init(&rc->prepare, prepare_cb);
 	rc->prepare.data = rc;
 	ev_prepare_start(b->loop, &rc->prepare);

@@ -15,8 +15,9 @@
 #include "harness.h"
 
 /*
- * Input: one flags byte (bit i: connection i is uid 0), then operations:
- *   op & 7 in 0..3  send a packet from connection (op >> 3) & 1's peer into the
+ * Input: one flags byte (bit i: connection i is uid 0; bit 2: the many-leases
+ * profile, see harness.h), then operations:
+ *   op & 7 in 0..2  send a packet from connection (op >> 3) & 1's peer into the
  *                   daemon's socket, then run the loop (wire_recv + dispatch):
  *                   an fd byte F: F & 0x3f fds (capped at 253, the kernel's
  *                   SCM_MAX_FD), F & 0x40 adds an SCM_CREDENTIALS message; one
@@ -24,9 +25,12 @@
  *                   end, socket, /dev/null, eventfd, the peer socket itself,
  *                   a sealed memfd); then a length byte (bit 7: a second byte,
  *                   15 bits) and that many payload bytes, repeated to fill L;
+ *   3               requests in bulk from connection (op >> 3) & 1's peer,
+ *                   each sent into the daemon's socket and read by its loop
+ *                   (fz_bulk_op in harness.h);
  *   4               drain both peers;
  *   5               pressure state (op >> 3) % 3;
- *   6               run the loop once (3 ms sleep first with op & 8);
+ *   6               run the loop once (3 ms of clock first with op & 8);
  *   7               close our end of connection (op >> 3) & 1.
  * After each input every fd the harness or the daemon opened must be closed.
  */
@@ -116,33 +120,39 @@ static void send_packet(struct fz *f, int i, const uint8_t *payload, size_t plen
 	(void)sendmsg(f->peer[i], &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
+/* A bulk op's request, through the socket and the daemon's own receive path. */
+static void send_plain(struct fz *f, int i, const uint8_t *pkt, size_t len)
+{
+	fz_conn(f, i);
+	send_packet(f, i, pkt, len, len, NULL, 0, false);
+	fz_run_loop(f);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	fz_global_init();
+	static const char *const overrides[] = { "max-message-bytes=1024", NULL };
+
+	fz_global_init(overrides);
 	return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static const char *const overrides[] = { "max-message-bytes=1024", NULL };
-	int baseline_fds;
 	const uint8_t *p = data, *end = data + size;
-	struct fz f;
+	struct fz *f;
 
 	if (size < 1)
 		return 0;
-	/* Counted per input: libFuzzer's symbolizer opens pipes between inputs. */
-	baseline_fds = fz_count_fds();
-	fz_setup(&f, data[0], overrides);
+	f = fz_begin(data[0]);
 	p++;
 	while (p < end) {
 		uint8_t op = *p++;
 		int i = (op >> 3) & 1;
 
 		switch (op & 7) {
-		case 0: case 1: case 2: case 3: {
+		case 0: case 1: case 2: {
 			int fds[253], extras[253];
 			size_t nfds = 0, len, plen;
 			bool creds;
@@ -152,10 +162,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				break;
 			fb = *p++;
 			creds = fb & 0x40;
-			fz_conn(&f, i);
+			fz_conn(f, i);
 			for (size_t k = 0; k < (size_t)(fb & 0x3f) && k < 253; k++) {
 				unsigned kind = p < end ? *p++ : 0;
-				int fd = make_fd(&f, i, kind, &extras[nfds]);
+				int fd = make_fd(f, i, kind, &extras[nfds]);
 
 				if (fd >= 0)
 					fds[nfds++] = fd;
@@ -164,22 +174,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if ((len & 0x80) && p < end)
 				len = ((len & 0x7f) << 8) | *p++;
 			plen = (size_t)(end - p) < (len & 0x7fff) ? (size_t)(end - p) : (len & 0x7fff);
-			send_packet(&f, i, p, plen, len & 0x7fff, fds, nfds, creds);
+			send_packet(f, i, p, plen, len & 0x7fff, fds, nfds, creds);
 			p += plen;
 			for (size_t k = 0; k < nfds; k++) {
 				close(fds[k]);
 				if (extras[k] >= 0)
 					close(extras[k]);
 			}
-			fz_run_loop(&f);
+			fz_run_loop(f);
 			break;
 		}
+		case 3:
+			fz_bulk_op(f, op, i, &p, end, send_plain);
+			break;
 		default:
-			fz_common_op(&f, op, i);
+			fz_common_op(f, op, i);
 			break;
 		}
-		fz_check(&f);
+		fz_after_op(f);
 	}
-	fz_finish(&f, baseline_fds);
+	fz_end(f);
 	return 0;
 }

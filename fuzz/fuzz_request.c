@@ -10,15 +10,19 @@
 #include "request.h"
 
 /*
- * Input: one flags byte (bit i: connection i is uid 0), then operations until
- * the input ends. An operation is one byte, op:
- *   op & 7 in 0..3  a packet for connection (op >> 3) & 1: a length byte L
+ * Input: one flags byte (bit i: connection i is uid 0; bit 2: the many-leases
+ * profile, see harness.h), then operations until the input ends. An operation
+ * is one byte, op:
+ *   op & 7 in 0..2  a packet for connection (op >> 3) & 1: a length byte L
  *                   (bit 7 set: a second length byte follows, L = 15 bits),
  *                   then L bytes handed to request_dispatch;
+ *   3               requests in bulk on connection (op >> 3) & 1: acquire
+ *                   bursts, id sweeps, release of every id seen, clock jumps
+ *                   (fz_bulk_op in harness.h);
  *   4               drain both peers (replies are decoded and checked);
  *   5               pressure state (op >> 3) % 3;
  *   6               run the loop once (flush queues, due timers); with op & 8, first
- *                   sleep 3 ms so short acquire and revoke timeouts expire;
+ *                   move the clock on 3 ms so short acquire and revoke timeouts expire;
  *   7               close our end of connection (op >> 3) & 1: later sends fail.
  * fuzz/gen_corpus.c writes seeds in this format.
  */
@@ -31,35 +35,36 @@ static bool take(const uint8_t **p, const uint8_t *end, size_t n)
 	return true;
 }
 
+static void dispatch(struct fz *f, int i, const uint8_t *pkt, size_t len)
+{
+	request_dispatch(fz_conn(f, i), pkt, len);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	fz_global_init();
+	fz_global_init(NULL);
 	return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	int baseline_fds;
 	const uint8_t *p = data, *end = data + size;
-	struct fz f;
+	struct fz *f;
 
 	if (size < 1)
 		return 0;
-	/* Counted per input: libFuzzer's symbolizer opens pipes between inputs. */
-	baseline_fds = fz_count_fds();
-	fz_setup(&f, data[0], NULL);
+	f = fz_begin(data[0]);
 	p++;
 	while (p < end) {
 		uint8_t op = *p++;
 		int i = (op >> 3) & 1;
 
 		switch (op & 7) {
-		case 0: case 1: case 2: case 3: {
+		case 0: case 1: case 2: {
 			size_t len;
 			const uint8_t *pkt;
-			struct conn *c;
 
 			if (p >= end)
 				break;
@@ -73,16 +78,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				len = (size_t)(end - p);
 			pkt = p;
 			take(&p, end, len);
-			c = fz_conn(&f, i);
-			request_dispatch(c, pkt, len);
+			dispatch(f, i, pkt, len);
 			break;
 		}
+		case 3:
+			fz_bulk_op(f, op, i, &p, end, dispatch);
+			break;
 		default:
-			fz_common_op(&f, op, i);
+			fz_common_op(f, op, i);
 			break;
 		}
-		fz_check(&f);
+		fz_after_op(f);
 	}
-	fz_finish(&f, baseline_fds);
+	fz_end(f);
 	return 0;
 }

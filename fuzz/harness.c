@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* Shared fuzz harness core: a broker built in memory with real modules, connections over socketpairs, and accounting checks. */
+/* Shared fuzz harness core: one broker built in memory with real modules for the whole process, reset between inputs, connections over socketpairs, and accounting checks. */
 #define _GNU_SOURCE
 #include "harness.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <ev.h>
 #include <fcntl.h>
@@ -13,8 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "budget.h"
@@ -27,9 +34,77 @@
 #include "wire.h"
 
 #define FZ_MEM_TOTAL_BYTES (64ull << 20) /* a pretend host: percentages in SET budget resolve against it */
+#define FZ_PAGE_BYTES 4096u
+/*
+ * The many-leases profiles hold up to budget / 4 KiB leases, each at least
+ * one chunk memfd in this process: 16384 of them need that many fds and more.
+ */
+#define FZ_MANY_LEASES_MAX 16384u
+#define FZ_FD_HEADROOM 1024u
+/* Drain replies this often in bulk ops: the socket buffer holds a few hundred small packets. */
+#define FZ_BULK_DRAIN_EVERY 32u
 
 /* Connections carry this child's pid, so revoke-enforce signals and pidfd ghosts hit it, never us. */
 static pid_t victim_pid = -1;
+
+static struct fz the_fz;
+static const char *const *harness_overrides;
+static char many_budget[64];
+
+/* ------------------------------------------------------------------ clock */
+
+/*
+ * The daemon's timers (libev) and deadlines (now_ms) read CLOCK_MONOTONIC.
+ * This process sees a monotonic clock that stands still except when an input
+ * moves it on: timers fire exactly where the input says, whatever the speed
+ * of the machine, and no input sleeps. Other clocks (libFuzzer's timing) are
+ * real. Symbol interposition: libev calls clock_gettime through the PLT.
+ */
+static int (*real_clock_gettime)(clockid_t, struct timespec *);
+static uint64_t virtual_mono_ns = 1000000000ull; /* 1 s: well clear of 0, which some code reads as "never" */
+
+int clock_gettime(clockid_t id, struct timespec *ts)
+{
+	if (id == CLOCK_MONOTONIC) {
+		ts->tv_sec = (time_t)(virtual_mono_ns / 1000000000ull);
+		ts->tv_nsec = (long)(virtual_mono_ns % 1000000000ull);
+		return 0;
+	}
+	if (!real_clock_gettime)
+		real_clock_gettime = (int (*)(clockid_t, struct timespec *))dlsym(RTLD_NEXT, "clock_gettime");
+	if (real_clock_gettime)
+		return real_clock_gettime(id, ts);
+	return (int)syscall(SYS_clock_gettime, id, ts);
+}
+
+void fz_advance_clock(uint64_t ms)
+{
+	virtual_mono_ns += ms * 1000000ull;
+}
+
+/* ------------------------------------------------------------------ memory */
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+/*
+ * The pool pre-faults every chunk it makes (MADV_POPULATE_WRITE): on a real
+ * host that is the point, here it is what an input costs most (zeroing and
+ * later freeing pages nobody reads: a third of the run before this). The fuzz
+ * target is the daemon's logic, not the kernel's page cache, so pre-faulting
+ * succeeds without touching a page, as lock-memory=no already skips mlock.
+ * Other advice goes to the kernel.
+ */
+int madvise(void *addr, size_t len, int advice)
+{
+	/* MADV_HUGEPAGE only asks for huge pages of pages that will never be touched here. */
+	if (advice == MADV_POPULATE_WRITE || advice == MADV_HUGEPAGE)
+		return 0;
+	return (int)syscall(SYS_madvise, addr, len, advice);
+}
+
+/* ------------------------------------------------------------------ basics */
 
 void fz_fail(const char *file, int line, const char *cond, const char *fmt, ...)
 {
@@ -61,21 +136,21 @@ static void victim_ensure(void)
 	}
 }
 
-void fz_global_init(void)
-{
-	signal(SIGPIPE, SIG_IGN);
-	log_init(getenv("FUZZ_LOG") ? LOG_DEBUG : LOG_EMERG, 0);
-	victim_ensure();
-	/* The default loop lives for the whole process (epoll fd, wake-up eventfd): open it before fds are counted. */
-	ev_default_loop(EVFLAG_AUTO);
-}
-
 int fz_count_fds(void)
 {
-	DIR *d = opendir("/proc/self/fd");
+	struct stat st;
 	struct dirent *e;
 	int n = 0;
+	DIR *d;
 
+	/*
+	 * Since Linux 6.2 the directory's size is its number of entries: one
+	 * stat instead of a readdir that builds a dentry per fd (15% of a run
+	 * that holds a few hundred pool chunks).
+	 */
+	if (stat("/proc/self/fd", &st) == 0 && st.st_size > 0)
+		return (int)st.st_size;
+	d = opendir("/proc/self/fd");
 	if (!d)
 		return -1;
 	while ((e = readdir(d)))
@@ -105,9 +180,24 @@ void fz_dump_fds(void)
 		closedir(d);
 }
 
+/* ------------------------------------------------------------------ config */
+
+/*
+ * The most budget this process can back: the daemon and its clients share
+ * one fd table here, and every 4 KiB lease is a memfd on the daemon's side
+ * plus, while its reply waits in a queue, a dup. An admin SET may ask for
+ * more (a real daemon would meet EMFILE); here it is clamped, so that the
+ * harness itself never runs out of fds. Per profile, set at start-up.
+ */
+static uint64_t budget_cap_bytes[2];
+
 static void resolve_sizes(struct broker *b, const struct config *c)
 {
+	uint64_t cap = budget_cap_bytes[the_fz.profile != FZ_PROFILE_DEFAULT];
+
 	b->budget_bytes = config_resolve(&c->budget, b->mem_total_bytes);
+	if (cap && b->budget_bytes > cap)
+		b->budget_bytes = cap;
 	b->uid_quota_bytes = config_resolve(&c->uid_quota, b->budget_bytes);
 	b->prewarm_bytes = config_resolve(&c->prewarm, b->budget_bytes);
 	if (b->prewarm_bytes > b->budget_bytes)
@@ -116,11 +206,76 @@ static void resolve_sizes(struct broker *b, const struct config *c)
 		b->uid_quota_bytes = b->budget_bytes;
 }
 
+static void apply_kv(struct config *cfg, const char *const *kv)
+{
+	char *err = NULL;
+
+	for (size_t i = 0; kv && kv[i]; i++) {
+		char key[64];
+		const char *eq = strchr(kv[i], '=');
+		int r;
+
+		FZ_ASSERT(eq != NULL, "override %s has no '='", kv[i]);
+		snprintf(key, sizeof(key), "%.*s", (int)(eq - kv[i]), kv[i]);
+		r = config_set(cfg, key, eq + 1, &err);
+		FZ_ASSERT(r == 0, "config_set %s: %s", kv[i], err ? err : "?");
+	}
+}
+
+/*
+ * The config of a profile. Each profile has its own pool (chunk sizes differ)
+ * and keeps it canonical at its own prewarm: 512 KiB (32 chunks) for the
+ * default profile, 1 MiB (256 chunks, a typical burst) for the others. The default
+ * profile's sizes are small on purpose: every fresh chunk costs syscalls, and
+ * chunks are what an input costs, not the daemon's logic.
+ */
+static struct config *profile_config(enum fz_profile profile)
+{
+	static const char *const base[] = {
+		"budget=2M", "uid-quota=1536K", "prewarm=512K", "chunk-size=16K", "hugetlb=no", "lock-memory=no",
+		"pool-shrink-delay-ms=0", "acquire-timeout-ms=2", "revoke-deadline-ms=2", "revoke-enforce=disconnect",
+		"max-leases-per-client=16", "max-pending-acquires=4", "log-level=err", "socket=/nonexistent/fuzz.sock",
+		NULL,
+	};
+	const char *const many[] = {
+		many_budget, "uid-quota=100%", "chunk-size=4K", "prewarm=1M", "max-leases-per-client=320", NULL,
+	};
+	static const char *const huge[] = { "max-leases-per-client=16384", NULL };
+	struct config *cfg = NULL;
+	char *err = NULL;
+
+	FZ_ASSERT(config_new(&cfg) == 0, "config_new");
+	apply_kv(cfg, base);
+	apply_kv(cfg, harness_overrides);
+	if (profile != FZ_PROFILE_DEFAULT)
+		apply_kv(cfg, many);
+	if (profile == FZ_PROFILE_HUGE)
+		apply_kv(cfg, huge);
+	FZ_ASSERT(config_validate(cfg, &err) == 0, "config_validate: %s", err ? err : "?");
+	return cfg;
+}
+
+/* Switch profiles between inputs (no leases exist): its config, and the pool of its chunk size. */
+static void use_config(struct fz *f, enum fz_profile profile)
+{
+	struct broker *b = &f->b;
+
+	f->profile = profile;
+	config_free(b->cfg);
+	b->cfg = profile_config(profile);
+	resolve_sizes(b, b->cfg);
+	budget_set_limits(b->budget, b->budget_bytes, b->uid_quota_bytes);
+	b->pool = f->pools[profile != FZ_PROFILE_DEFAULT];
+	f->cfg_dirty = false;
+	log_level = getenv("FUZZ_LOG") ? LOG_DEBUG : LOG_EMERG;
+}
+
 /* main.c's version, less the monitor and sd_notify: the harness links request.c without main.c. */
 int daemon_apply_config(struct broker *b, struct config *n, char **err)
 {
 	struct config *old = b->cfg;
 
+	(void)err;
 	free(n->socket_path);
 	n->socket_path = strdup(old->socket_path);
 	free(n->proc_root);
@@ -138,67 +293,132 @@ int daemon_apply_config(struct broker *b, struct config *n, char **err)
 	config_free(old);
 	broker_trim_pool(b, b->state == BROKER_NORMAL ? b->prewarm_bytes : 0);
 	request_grant_waiting(b);
+	the_fz.cfg_dirty = true;
 	return 0;
 }
 
-void fz_setup(struct fz *f, unsigned flags, const char *const *overrides)
+/* ------------------------------------------------------------------ set-up and reset */
+
+/* The pool every input starts with: exactly prewarm bytes idle, as a daemon has after start-up. */
+static void pool_canonical(struct fz *f)
 {
-	static const char *const base[] = {
-		"budget=8M", "uid-quota=6M", "prewarm=256K", "chunk-size=64K", "hugetlb=no", "lock-memory=no",
-		"pool-shrink-delay-ms=0", "acquire-timeout-ms=2", "revoke-deadline-ms=2", "revoke-enforce=disconnect",
-		"max-leases-per-client=16", "max-pending-acquires=4", "log-level=err", "socket=/nonexistent/fuzz.sock",
-		NULL,
-	};
-	struct pool_opts po = { 0 };
-	struct config *cfg = NULL;
-	char *err = NULL;
-	int lfd, r;
+	struct broker *b = &f->b;
 
-	victim_ensure();
-	memset(f, 0, sizeof(*f));
-	FZ_ASSERT(config_new(&cfg) == 0, "config_new");
-	for (int pass = 0; pass < 2; pass++) {
-		const char *const *kv = pass == 0 ? base : overrides;
+	pool_shrink(b->pool, b->prewarm_bytes);
+	if (pool_idle_bytes(b->pool) < b->prewarm_bytes)
+		FZ_ASSERT(pool_grow(b->pool, b->prewarm_bytes, NULL, NULL) == 0, "pool_grow to %llu",
+			  (unsigned long long)b->prewarm_bytes);
+	FZ_ASSERT(pool_idle_bytes(b->pool) == b->prewarm_bytes, "pool holds %llu idle, not %llu",
+		  (unsigned long long)pool_idle_bytes(b->pool), (unsigned long long)b->prewarm_bytes);
+}
 
-		for (size_t i = 0; kv && kv[i]; i++) {
-			char key[64];
-			const char *eq = strchr(kv[i], '=');
+/* The per-input parts: a lease table (ids from 1 again), the revoker and a server with no connections. */
+static void parts_new(struct fz *f)
+{
+	struct broker *b = &f->b;
+	int lfd;
 
-			snprintf(key, sizeof(key), "%.*s", (int)(eq - kv[i]), kv[i]);
-			r = config_set(cfg, key, eq + 1, &err);
-			FZ_ASSERT(r == 0, "config_set %s: %s", kv[i], err ? err : "?");
-		}
-	}
-	FZ_ASSERT(config_validate(cfg, &err) == 0, "config_validate: %s", err ? err : "?");
-	log_level = getenv("FUZZ_LOG") ? LOG_DEBUG : LOG_EMERG;
-
-	f->b.cfg = cfg;
-	f->b.loop = ev_default_loop(EVFLAG_AUTO);
-	f->b.started_ms = now_ms();
-	f->b.state = BROKER_NORMAL;
-	f->b.mem_total_bytes = FZ_MEM_TOTAL_BYTES;
-	resolve_sizes(&f->b, cfg);
-	FZ_ASSERT(budget_new(f->b.budget_bytes, f->b.uid_quota_bytes, &f->b.budget) == 0, "budget_new");
-	FZ_ASSERT(lease_table_new(&f->b.leases) == 0, "lease_table_new");
-	po.chunk_bytes = cfg->chunk_bytes;
-	po.hugetlb = POOL_HUGETLB_NO;
-	po.threads = 1;
-	po.lock = false;
-	FZ_ASSERT(pool_new(&po, &f->b.pool) == 0, "pool_new");
-	FZ_ASSERT(request_init(&f->b) == 0, "request_init");
-	/* A listening socket nobody connects to: the harness attaches connections itself. */
+	FZ_ASSERT(lease_table_new(&b->leases) == 0, "lease_table_new");
+	FZ_ASSERT(request_init(b) == 0, "request_init");
+	/*
+	 * A listening socket nobody connects to: the harness attaches connections
+	 * itself. Bound (to an autobound abstract name) and listening, so that
+	 * epoll does not report it ready and every loop run does not fail an accept.
+	 */
 	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	FZ_ASSERT(lfd >= 0, "socket");
-	FZ_ASSERT(server_new(&f->b, lfd, &f->b.server) == 0, "server_new");
+	FZ_ASSERT(bind(lfd, (struct sockaddr *)&(struct sockaddr_un){ .sun_family = AF_UNIX }, sizeof(sa_family_t)) == 0 &&
+			  listen(lfd, 1) == 0,
+		  "listen: %s", strerror(errno));
+	FZ_ASSERT(server_new(b, lfd, &b->server) == 0, "server_new");
+}
+
+void fz_global_init(const char *const *overrides)
+{
+	struct fz *f = &the_fz;
+	struct broker *b = &f->b;
+	struct rlimit rl;
+	uint64_t fds = FZ_MANY_LEASES_MAX;
+
+	signal(SIGPIPE, SIG_IGN);
+	log_init(getenv("FUZZ_LOG") ? LOG_DEBUG : LOG_EMERG, 0);
+	harness_overrides = overrides;
+	/* Every live 4 KiB lease is a memfd here; take all the fds the hard limit allows. */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+		fds = rl.rlim_cur > 2 * FZ_FD_HEADROOM ? rl.rlim_cur - 2 * FZ_FD_HEADROOM : FZ_FD_HEADROOM;
+	/*
+	 * The many-leases profile drains after every op (fz_after_op), so one fd
+	 * per lease; the default profile may leave every reply queued, so two.
+	 */
+	budget_cap_bytes[1] = (fds < FZ_MANY_LEASES_MAX ? fds : FZ_MANY_LEASES_MAX) * (uint64_t)FZ_PAGE_BYTES;
+	budget_cap_bytes[0] = (fds / 2 < FZ_MANY_LEASES_MAX ? fds / 2 : FZ_MANY_LEASES_MAX) * (uint64_t)FZ_PAGE_BYTES;
+	snprintf(many_budget, sizeof(many_budget), "budget=%lluK", (unsigned long long)(budget_cap_bytes[1] / 1024));
+	victim_ensure();
+
+	memset(f, 0, sizeof(*f));
+	/* The default loop lives for the whole process (epoll fd, wake-up eventfd). */
+	b->loop = ev_default_loop(EVFLAG_AUTO);
+	b->started_ms = now_ms();
+	b->state = BROKER_NORMAL;
+	b->mem_total_bytes = FZ_MEM_TOTAL_BYTES;
+	FZ_ASSERT(budget_new(0, 0, &b->budget) == 0, "budget_new");
+	/* Each pool made canonical under its own profile; the default profile last, as inputs expect none. */
+	for (int k = 1; k >= 0; k--) {
+		struct config *cfg = profile_config(k ? FZ_PROFILE_MANY : FZ_PROFILE_DEFAULT);
+		struct pool_opts po = {
+			.chunk_bytes = cfg->chunk_bytes, .hugetlb = POOL_HUGETLB_NO, .threads = 1, .lock = false,
+		};
+
+		FZ_ASSERT(pool_new(&po, &f->pools[k]) == 0, "pool_new");
+		config_free(cfg);
+		use_config(f, k ? FZ_PROFILE_MANY : FZ_PROFILE_DEFAULT);
+		pool_canonical(f);
+	}
 	for (int i = 0; i < FZ_CONNS; i++) {
 		f->peer[i] = -1;
-		f->uid[i] = (flags >> i) & 1 ? 0 : 1000 + (uid_t)i;
+		f->ids[i] = malloc(FZ_IDS_MAX * sizeof(*f->ids[i]));
+		FZ_ASSERT(f->ids[i] != NULL, "ids");
 	}
+	parts_new(f);
 }
+
+struct fz *fz_begin(unsigned flags)
+{
+	struct fz *f = &the_fz;
+	enum fz_profile profile = FZ_PROFILE_DEFAULT;
+
+	if (flags & FZ_FLAG_MANY)
+		profile = (flags & 0xf8) == FZ_FLAGS_HUGE_MAGIC ? FZ_PROFILE_HUGE : FZ_PROFILE_MANY;
+
+	victim_ensure();
+	if (profile != f->profile)
+		use_config(f, profile);
+	for (int i = 0; i < FZ_CONNS; i++) {
+		f->uid[i] = (flags >> i) & 1 ? 0 : 1000 + (uid_t)i;
+		f->nids[i] = 0;
+	}
+	f->seq = 0;
+	f->peak_leases = 0;
+	/* Counted per input: libFuzzer's symbolizer opens pipes between inputs. */
+	f->baseline_fds = fz_count_fds();
+	return f;
+}
+
+/* ------------------------------------------------------------------ connections */
 
 bool fz_conn_alive(struct fz *f, int i)
 {
-	if (f->conn[i] && !server_find_conn(f->b.server, f->conn_id[i]))
+	struct conn *c;
+
+	if (!f->conn[i])
+		return false;
+	/* Found by id first: a conn that is gone may already be freed. */
+	c = server_find_conn(f->b.server, f->conn_id[i]);
+	if (!c || c->closing)
 		f->conn[i] = NULL;
 	return f->conn[i] != NULL;
 }
@@ -216,7 +436,9 @@ struct conn *fz_conn(struct fz *f, int i)
 	if (f->peer[i] >= 0)
 		close(f->peer[i]);
 	f->peer[i] = -1;
-	FZ_ASSERT(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0, "socketpair");
+	f->nids[i] = 0;
+	FZ_ASSERT(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0, "socketpair: %s",
+		  strerror(errno));
 	f->peer[i] = sv[0];
 	FZ_ASSERT(server_adopt(f->b.server, sv[1], &cred, &f->conn[i]) == 0, "server_adopt");
 	f->conn_id[i] = f->conn[i]->id;
@@ -236,38 +458,71 @@ void fz_run_loop(struct fz *f)
 	ev_run(f->b.loop, EVRUN_NOWAIT);
 }
 
-void fz_drain(struct fz *f)
+/* Free the connections closed so far, as the daemon's ev_check watcher does after each callback. */
+static void fz_reap(struct fz *f)
+{
+	server_reap(f->b.server);
+}
+
+static void remember_id(struct fz *f, int i, uint64_t id)
+{
+	/* A lease's later fd batches repeat its id. */
+	if (f->nids[i] > 0 && f->ids[i][f->nids[i] - 1] == id)
+		return;
+	if (f->nids[i] < FZ_IDS_MAX)
+		f->ids[i][f->nids[i]++] = id;
+}
+
+void fz_drain_one(struct fz *f, int i)
 {
 	static uint8_t buf[PB_MAX_MSG_BYTES + 1];
 
-	for (int i = 0; i < FZ_CONNS; i++) {
-		for (int k = 0; f->peer[i] >= 0 && k < 4096; k++) {
-			int fds[PB_MAX_FDS_PER_MSG];
-			size_t nfds = 0;
-			ssize_t n = wire_recv(f->peer[i], buf, sizeof(buf), fds, PB_MAX_FDS_PER_MSG, &nfds);
-			Pinbroker__V1__Reply *rep;
+	for (int k = 0; f->peer[i] >= 0 && k < 4096; k++) {
+		int fds[PB_MAX_FDS_PER_MSG];
+		size_t nfds = 0;
+		ssize_t n = wire_recv(f->peer[i], buf, sizeof(buf), fds, PB_MAX_FDS_PER_MSG, &nfds);
+		Pinbroker__V1__Reply *rep;
 
-			if (n == -EAGAIN || n == 0 || n == -ECONNRESET)
-				break;
-			FZ_ASSERT(n > 0, "daemon sent a packet the client cannot receive: %s", strerror((int)-n));
-			rep = pinbroker__v1__reply__unpack(NULL, (size_t)n, buf);
-			FZ_ASSERT(rep != NULL, "daemon sent a reply that does not decode (%zd bytes)", n);
-			if (rep->body_case == PINBROKER__V1__REPLY__BODY_LEASE)
-				FZ_ASSERT(rep->lease->fds_in_reply == nfds, "lease reply says %u fds, %zu came",
-					  rep->lease->fds_in_reply, nfds);
-			if (rep->body_case == PINBROKER__V1__REPLY__BODY_SHARE) {
-				FZ_ASSERT(rep->share->token && strlen(rep->share->token) == 32,
-					  "share reply without a 32-character token");
-				snprintf(f->token, sizeof(f->token), "%s", rep->share->token);
-			}
-			for (size_t j = 0; j < nfds; j++) {
-				/* What a client would do: the chunk must be a sealed memfd of the stated size. */
-				FZ_ASSERT(fcntl(fds[j], F_GET_SEALS) >= 0, "reply fd %d is not a memfd", fds[j]);
-			}
-			wire_close_fds(fds, nfds);
-			pinbroker__v1__reply__free_unpacked(rep, NULL);
+		if (n == -EAGAIN || n == 0 || n == -ECONNRESET)
+			break;
+		FZ_ASSERT(n > 0, "daemon sent a packet the client cannot receive: %s (%d fds open)", strerror((int)-n),
+			  fz_count_fds());
+		rep = pinbroker__v1__reply__unpack(NULL, (size_t)n, buf);
+		FZ_ASSERT(rep != NULL, "daemon sent a reply that does not decode (%zd bytes)", n);
+		if (rep->body_case == PINBROKER__V1__REPLY__BODY_LEASE) {
+			FZ_ASSERT(rep->lease->fds_in_reply == nfds, "lease reply says %u fds, %zu came",
+				  rep->lease->fds_in_reply, nfds);
+			if (rep->status == PINBROKER__V1__STATUS_CODE__STATUS_OK)
+				remember_id(f, i, rep->lease->lease_id);
 		}
+		for (size_t j = 0; j < nfds; j++) {
+			/* What a client would do: the chunk must be a sealed memfd of the stated size. */
+			FZ_ASSERT(fcntl(fds[j], F_GET_SEALS) >= 0, "reply fd %d is not a memfd", fds[j]);
+		}
+		wire_close_fds(fds, nfds);
+		pinbroker__v1__reply__free_unpacked(rep, NULL);
 	}
+}
+
+void fz_drain(struct fz *f)
+{
+	for (int i = 0; i < FZ_CONNS; i++)
+		fz_drain_one(f, i);
+}
+
+void fz_after_op(struct fz *f)
+{
+	/*
+	 * In the many-leases profile the peers read after every op: a reply
+	 * nobody reads keeps a dup of each of its chunk fds queued, and with
+	 * 16384 leases those dups would run this process (daemon and clients
+	 * both) out of fds. Slow readers are the default profile's business.
+	 */
+	if (f->profile != FZ_PROFILE_DEFAULT)
+		fz_drain(f);
+	if (lease_count(f->b.leases) > f->peak_leases)
+		f->peak_leases = lease_count(f->b.leases);
+	fz_check(f);
 }
 
 void fz_set_state(struct fz *f, enum broker_state to)
@@ -278,62 +533,80 @@ void fz_set_state(struct fz *f, enum broker_state to)
 		request_on_pressure(&f->b, from, to, "fuzz");
 }
 
+/* ------------------------------------------------------------------ checks */
+
+/* Index of the listed, open connection c, or -1; a short list (a few per input). */
+static int conn_index(struct conn *const *conns, size_t n, const void *c)
+{
+	for (size_t k = 0; k < n; k++)
+		if (conns[k] == c)
+			return (int)k;
+	return -1;
+}
+
+#define FZ_CHECK_CONNS 64
+
 void fz_check(struct fz *f)
 {
 	struct broker *b = &f->b;
-	uint64_t sum = 0, pending_conn = 0;
-	size_t nleases = 0;
+	struct conn *conns[FZ_CHECK_CONNS];
+	uint32_t held[FZ_CHECK_CONNS] = { 0 };
+	size_t nconns = 0, nleases = 0, state_count[LEASE__STATE_MAX] = { 0 };
+	uint64_t sum = 0, pending_conn = 0, state_bytes[LEASE__STATE_MAX] = { 0 }, prev_id = 0;
 
+	/* The books are checked where the daemon's loop would: after the reaper ran. */
+	fz_reap(f);
+	for (struct conn *c = server_conns(b->server); c; c = c->next) {
+		FZ_ASSERT(!c->closing, "closed connection %llu is still on the live list", (unsigned long long)c->id);
+		FZ_ASSERT(nconns < FZ_CHECK_CONNS, "more than %d open connections", FZ_CHECK_CONNS);
+		conns[nconns++] = c;
+		pending_conn += c->npending;
+	}
 	for (struct lease *l = lease_first(b->leases); l; l = lease_next(b->leases, l)) {
 		uint64_t chunk_sum = 0;
-		bool owner_found = l->owner == NULL;
+		int k = l->owner ? conn_index(conns, nconns, l->owner) : -1;
 
 		FZ_ASSERT(l->state != LEASE_FREED, "freed lease %llu still in the table", (unsigned long long)l->id);
+		FZ_ASSERT(l->id > prev_id, "lease %llu walked after %llu", (unsigned long long)l->id,
+			  (unsigned long long)prev_id);
+		/* Every lease the walk sees must be what a lookup of its id finds: a broken chain hangs or misses here. */
+		FZ_ASSERT(lease_find(b->leases, l->id) == l, "lease %llu not found by id", (unsigned long long)l->id);
+		prev_id = l->id;
 		for (size_t i = 0; i < l->nchunks; i++)
 			chunk_sum += l->chunks[i]->bytes;
 		FZ_ASSERT(chunk_sum == l->bytes, "lease %llu: %llu bytes but chunks hold %llu", (unsigned long long)l->id,
 			  (unsigned long long)l->bytes, (unsigned long long)chunk_sum);
-		for (struct conn *c = server_conns(b->server); c && !owner_found; c = c->next)
-			owner_found = l->owner == c;
-		FZ_ASSERT(owner_found, "lease %llu is owned by a connection that is gone", (unsigned long long)l->id);
-		for (size_t k = 0; k < l->nattachers; k++) {
-			bool live = false;
+		FZ_ASSERT(l->owner == NULL || k >= 0, "lease %llu is owned by a connection that is gone",
+			  (unsigned long long)l->id);
+		if (k >= 0)
+			held[k]++;
+		/* An attachment counts on its connection too (shared leases, lease.h). */
+		for (size_t j = 0; j < l->nattachers; j++) {
+			int ka = conn_index(conns, nconns, l->attachers[j].owner);
 
-			for (struct conn *c = server_conns(b->server); c && !live; c = c->next)
-				live = l->attachers[k].owner == c;
-			FZ_ASSERT(live, "lease %llu has an attacher whose connection is gone", (unsigned long long)l->id);
-			FZ_ASSERT(l->attachers[k].owner != l->owner, "lease %llu: its holder is also an attacher",
-				  (unsigned long long)l->id);
+			FZ_ASSERT(ka >= 0, "lease %llu has an attacher whose connection is gone", (unsigned long long)l->id);
+			held[ka]++;
 		}
-		FZ_ASSERT(l->nattachers == 0 || l->share, "lease %llu has attachers but no share",
-			  (unsigned long long)l->id);
-		FZ_ASSERT(l->state != LEASE_ORPHANED || l->nattachers == 0, "orphan %llu has attachers",
-			  (unsigned long long)l->id);
-		FZ_ASSERT(!l->share || lease_find_token(b->leases, l->share->token) == l,
-			  "lease %llu: its token does not find it", (unsigned long long)l->id);
+		state_count[l->state]++;
+		state_bytes[l->state] += l->bytes;
 		sum += l->bytes;
 		nleases++;
 	}
 	FZ_ASSERT(nleases == lease_count(b->leases), "lease_count %zu, walked %zu", lease_count(b->leases), nleases);
+	for (int s = 0; s < LEASE__STATE_MAX; s++)
+		FZ_ASSERT(lease_state_count(b->leases, s) == state_count[s] &&
+				  lease_state_bytes(b->leases, s) == state_bytes[s],
+			  "state %s: table counts %zu leases of %llu bytes, walk %zu of %llu", lease_state_name(s),
+			  lease_state_count(b->leases, s), (unsigned long long)lease_state_bytes(b->leases, s),
+			  state_count[s], (unsigned long long)state_bytes[s]);
 	FZ_ASSERT(budget_leased(b->budget) == sum, "budget says %llu leased, leases hold %llu",
 		  (unsigned long long)budget_leased(b->budget), (unsigned long long)sum);
 	FZ_ASSERT(pool_resident_bytes(b->pool) == pool_idle_bytes(b->pool) + sum,
 		  "pool resident %llu != idle %llu + leased %llu", (unsigned long long)pool_resident_bytes(b->pool),
 		  (unsigned long long)pool_idle_bytes(b->pool), (unsigned long long)sum);
-	for (struct conn *c = server_conns(b->server); c; c = c->next) {
-		uint32_t n = 0, na = 0;
-
-		for (struct lease *l = lease_first(b->leases); l; l = lease_next(b->leases, l)) {
-			n += l->owner == c || lease_attacher_find(l, c) != NULL; /* attachments count too */
-			na += lease_attacher_find(l, c) != NULL;
-		}
-		FZ_ASSERT(c->nattached == na, "connection %llu counts %u attachments, has %u", (unsigned long long)c->id,
-			  c->nattached, na);
-		FZ_ASSERT(c->nleases == n, "connection %llu counts %u leases, holds %u", (unsigned long long)c->id,
-			  c->nleases, n);
-		FZ_ASSERT(!c->closing, "closed connection %llu still listed", (unsigned long long)c->id);
-		pending_conn += c->npending;
-	}
+	for (size_t k = 0; k < nconns; k++)
+		FZ_ASSERT(conns[k]->nleases == held[k], "connection %llu counts %u leases, holds %u",
+			  (unsigned long long)conns[k]->id, conns[k]->nleases, held[k]);
 	FZ_ASSERT(pending_conn == request_waiting_count(b), "connections count %llu waiting acquires, queue has %u",
 		  (unsigned long long)pending_conn, request_waiting_count(b));
 	FZ_ASSERT(request_waiting_count(b) <= b->cfg->max_pending_acquires || request_waiting_count(b) == 0,
@@ -341,14 +614,35 @@ void fz_check(struct fz *f)
 		  b->cfg->max_pending_acquires);
 }
 
-void fz_teardown(struct fz *f)
+/* Once per input: the reverse walk and the cursor chain agree with the forward walk. */
+static void check_order(struct fz *f)
+{
+	struct lease_table *t = f->b.leases;
+	struct lease *l, *r = lease_last(t), *c = lease_next_after(t, 0);
+	size_t n = 0;
+
+	for (l = lease_first(t); l; l = lease_next(t, l), n++) {
+		FZ_ASSERT(c == l, "cursor after the lease before %llu is wrong", (unsigned long long)l->id);
+		c = lease_next_after(t, l->id);
+	}
+	FZ_ASSERT(c == NULL, "cursor goes past the last lease%s", "");
+	for (; r; r = lease_prev(t, r))
+		n--;
+	FZ_ASSERT(n == 0, "reverse walk and forward walk differ by %zu leases", n);
+}
+
+/* Back to the canonical state: nothing held, nothing connected, accounting at zero. */
+static void fz_reset(struct fz *f)
 {
 	struct broker *b = &f->b;
 	struct lease *l, *next;
 
 	fz_check(f);
-	for (int i = 0; i < FZ_CONNS; i++)
+	check_order(f);
+	for (int i = 0; i < FZ_CONNS; i++) {
 		fz_close_peer(f, i);
+		f->conn[i] = NULL;
+	}
 	b->shutting_down = true;
 	server_free(b->server);
 	b->server = NULL;
@@ -360,32 +654,41 @@ void fz_teardown(struct fz *f)
 		broker_free_lease(b, l);
 	}
 	request_fini(b);
-	FZ_ASSERT(budget_leased(b->budget) == 0, "%llu bytes still leased after teardown",
+	FZ_ASSERT(lease_count(b->leases) == 0, "%zu leases left after reset", lease_count(b->leases));
+	for (int s = 0; s < LEASE__STATE_MAX; s++)
+		FZ_ASSERT(lease_state_count(b->leases, s) == 0 && lease_state_bytes(b->leases, s) == 0,
+			  "state %s still counts leases after reset", lease_state_name(s));
+	FZ_ASSERT(budget_leased(b->budget) == 0, "%llu bytes still leased after reset",
 		  (unsigned long long)budget_leased(b->budget));
 	FZ_ASSERT(pool_resident_bytes(b->pool) == pool_idle_bytes(b->pool), "pool lent chunks nobody holds");
-	pool_free(b->pool);
 	lease_table_free(b->leases);
-	budget_free(b->budget);
-	config_free(b->cfg);
-	memset(f, 0, sizeof(*f));
+	b->leases = NULL;
+	b->shutting_down = false;
+	b->state = BROKER_NORMAL;
+	if (f->cfg_dirty)
+		use_config(f, f->profile);
+	pool_canonical(f);
+	parts_new(f);
 }
 
-/* ATTACH with the last token seen, on connection i, through the real decoder and gate. */
-static void fz_attach_last(struct fz *f, int i)
+void fz_end(struct fz *f)
 {
-	Pinbroker__V1__Attach at = PINBROKER__V1__ATTACH__INIT;
-	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
-	uint8_t buf[128];
-	size_t len;
+	int nfds;
 
-	at.token = f->token;
-	req.has_seq = 1;
-	req.seq = 7777;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_ATTACH;
-	req.attach = &at;
-	len = pinbroker__v1__request__pack(&req, buf);
-	request_dispatch(fz_conn(f, i), buf, len);
+	fz_run_loop(f);
+	fz_drain(f);
+	fz_reap(f);
+	/* FUZZ_PEAK=1: how many leases this input held at once (run-ci.sh shows the slow seeds' numbers). */
+	if (getenv("FUZZ_PEAK"))
+		fprintf(stderr, "fuzz: input held at most %zu live leases\n", f->peak_leases);
+	fz_reset(f);
+	nfds = fz_count_fds();
+	if (nfds != f->baseline_fds)
+		fz_dump_fds();
+	FZ_ASSERT(nfds == f->baseline_fds, "fd leak: %d open, %d at start", nfds, f->baseline_fds);
 }
+
+/* ------------------------------------------------------------------ ops */
 
 bool fz_common_op(struct fz *f, uint8_t op, int i)
 {
@@ -397,30 +700,165 @@ bool fz_common_op(struct fz *f, uint8_t op, int i)
 		fz_set_state(f, (enum broker_state)((op >> 3) % 3));
 		return true;
 	case 6:
+		/* 3 ms: past acquire-timeout-ms and revoke-deadline-ms (2 ms). */
 		if (op & 8)
-			usleep(3000);
+			fz_advance_clock(3);
 		fz_run_loop(f);
 		return true;
 	case 7:
-		if (op & 16)
-			fz_attach_last(f, i);
-		else
-			fz_close_peer(f, i);
+		fz_close_peer(f, i);
 		return true;
 	default:
 		return false;
 	}
 }
 
-void fz_finish(struct fz *f, int baseline_fds)
+static uint8_t take_byte(const uint8_t **p, const uint8_t *end)
 {
-	int nfds;
+	return *p < end ? *(*p)++ : 0;
+}
 
-	fz_run_loop(f);
-	fz_drain(f);
-	fz_teardown(f);
-	nfds = fz_count_fds();
-	if (nfds != baseline_fds)
-		fz_dump_fds();
-	FZ_ASSERT(nfds == baseline_fds, "fd leak: %d open, %d at start", nfds, baseline_fds);
+static void inject_request(struct fz *f, int i, Pinbroker__V1__Request *req, fz_inject_fn inject)
+{
+	uint8_t buf[256];
+	size_t len;
+
+	req->has_seq = true;
+	req->seq = ++f->seq;
+	len = pinbroker__v1__request__get_packed_size(req);
+	FZ_ASSERT(len <= sizeof(buf), "bulk request of %zu bytes", len);
+	pinbroker__v1__request__pack(req, buf);
+	inject(f, i, buf, len);
+}
+
+static void bulk_acquire(struct fz *f, int i, const uint8_t **p, const uint8_t *end, fz_inject_fn inject)
+{
+	uint8_t cb = take_byte(p, end), sb = take_byte(p, end);
+	/* Thousands only by a rare escape: each lease costs a memfd, and a slow input costs throughput. */
+	size_t n = cb == 0xff ? ((size_t)(take_byte(p, end) & 15) + 1) * 1024 : (size_t)cb + 1;
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Acquire a = PINBROKER__V1__ACQUIRE__INIT;
+
+	/*
+	 * One page, so that in the many-leases pool (4 KiB chunks) a burst lease
+	 * is one warm chunk: fresh chunks are what bursts cost. Other sizes are
+	 * what ACQUIRE packets are for.
+	 */
+	a.size = (uint64_t)((sb >> 4) == 0xf ? 4 : 1) * FZ_PAGE_BYTES;
+	a.has_priority = (sb & 3) != 3;
+	a.priority = a.has_priority ? (Pinbroker__V1__Priority)(sb & 3) : 0;
+	a.label = (char *)"burst";
+	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
+	req.acquire = &a;
+	for (size_t k = 0; k < n; k++) {
+		uint32_t before = fz_conn(f, i)->nleases;
+
+		inject_request(f, i, &req, inject);
+		/*
+		 * Refused (a limit, the budget, pressure, no HELLO) or closed: the
+		 * rest of the burst would be the same refusal thousands of times.
+		 */
+		if (!fz_conn_alive(f, i) || f->conn[i]->nleases == before)
+			break;
+		if (k % FZ_BULK_DRAIN_EVERY == FZ_BULK_DRAIN_EVERY - 1)
+			fz_drain_one(f, i);
+	}
+	fz_drain_one(f, i);
+}
+
+/* One request naming lease id: kind 0 RELEASE, 1 SET_IDLE, 2 REVOKE_ACK, 3 admin REVOKE. */
+static void id_request(struct fz *f, int i, unsigned kind, uint64_t id, fz_inject_fn inject)
+{
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
+	Pinbroker__V1__SetIdle si = PINBROKER__V1__SET_IDLE__INIT;
+	Pinbroker__V1__RevokeAck ra = PINBROKER__V1__REVOKE_ACK__INIT;
+	Pinbroker__V1__AdminRevoke ar = PINBROKER__V1__ADMIN_REVOKE__INIT;
+
+	switch (kind & 3) {
+	case 0:
+		rel.lease_id = id;
+		req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
+		req.release = &rel;
+		break;
+	case 1:
+		si.lease_id = id;
+		si.idle = true;
+		req.body_case = PINBROKER__V1__REQUEST__BODY_SET_IDLE;
+		req.set_idle = &si;
+		break;
+	case 2:
+		ra.lease_id = id;
+		req.body_case = PINBROKER__V1__REQUEST__BODY_REVOKE_ACK;
+		req.revoke_ack = &ra;
+		break;
+	default:
+		ar.has_lease_id = true;
+		ar.lease_id = id;
+		req.body_case = PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE;
+		req.admin_revoke = &ar;
+		break;
+	}
+	inject_request(f, i, &req, inject);
+}
+
+static void bulk_sweep(struct fz *f, uint8_t op, int i, const uint8_t **p, const uint8_t *end, fz_inject_fn inject)
+{
+	uint64_t base = take_byte(p, end);
+	size_t n;
+
+	base |= (uint64_t)take_byte(p, end) << 8;
+	n = (size_t)take_byte(p, end) + 1;
+	for (size_t k = 0; k < n; k++) {
+		id_request(f, i, op >> 6, base + k, inject);
+		/* Closed (no HELLO, a failed send): a client stops there too. */
+		if (!fz_conn_alive(f, i))
+			break;
+		if (k % FZ_BULK_DRAIN_EVERY == FZ_BULK_DRAIN_EVERY - 1)
+			fz_drain_one(f, i);
+	}
+	fz_drain_one(f, i);
+}
+
+static void bulk_release_seen(struct fz *f, uint8_t op, int i, fz_inject_fn inject)
+{
+	unsigned how = op >> 6;
+	size_t n = f->nids[i], sent = 0;
+	/* Copied: replies drained meanwhile append to the list, and a replaced connection empties it. */
+	uint64_t *ids = malloc((n ? n : 1) * sizeof(*ids));
+
+	FZ_ASSERT(ids != NULL, "ids");
+	memcpy(ids, f->ids[i], n * sizeof(*ids));
+	for (size_t k = 0; k < n; k++) {
+		uint64_t id = how == 1 ? ids[n - 1 - k] : ids[k];
+
+		if (how == 2 && k % 2)
+			continue;
+		id_request(f, i, how == 3 ? 1 : 0, id, inject);
+		if (!fz_conn_alive(f, i))
+			break;
+		if (++sent % FZ_BULK_DRAIN_EVERY == 0)
+			fz_drain_one(f, i);
+	}
+	free(ids);
+	fz_drain_one(f, i);
+}
+
+void fz_bulk_op(struct fz *f, uint8_t op, int i, const uint8_t **p, const uint8_t *end, fz_inject_fn inject)
+{
+	switch ((op >> 4) & 3) {
+	case 0:
+		bulk_acquire(f, i, p, end, inject);
+		break;
+	case 1:
+		bulk_sweep(f, op, i, p, end, inject);
+		break;
+	case 2:
+		bulk_release_seen(f, op, i, inject);
+		break;
+	default:
+		fz_advance_clock((uint64_t)take_byte(p, end) * 10);
+		fz_run_loop(f);
+		break;
+	}
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Shared fuzz harness core: a broker built in memory with real modules, connections over socketpairs, and accounting checks. */
+/* Shared fuzz harness core: one broker built in memory with real modules for the whole process, reset between inputs, connections over socketpairs, and accounting checks. */
 #pragma once
 
 #include <stdbool.h>
@@ -11,6 +11,23 @@
 #include "server.h"
 
 #define FZ_CONNS 2
+/* Lease ids a connection's peer remembers from its replies, for the release-all op. */
+#define FZ_IDS_MAX 16384
+
+/*
+ * Input flags byte: bit i makes connection i uid 0; FZ_FLAG_MANY picks the
+ * many-leases profile, and with bits 3-7 equal to FZ_FLAGS_HUGE_MAGIC the
+ * huge one. The magic keeps inputs with ten thousand leases (a quarter of a
+ * second each) rare in random mutation, so they cannot eat the run.
+ */
+#define FZ_FLAG_MANY 0x04
+#define FZ_FLAGS_HUGE_MAGIC 0x58
+
+enum fz_profile {
+	FZ_PROFILE_DEFAULT, /* 2 MiB budget, 16 leases per client, 16 KiB chunks */
+	FZ_PROFILE_MANY,    /* 64 MiB budget, 320 leases per client, 4 KiB chunks, peers drained after each op */
+	FZ_PROFILE_HUGE,    /* as MANY with 16384 leases per client */
+};
 
 struct fz {
 	struct broker b;
@@ -18,7 +35,14 @@ struct fz {
 	uint64_t conn_id[FZ_CONNS];
 	int peer[FZ_CONNS];             /* our end of each socketpair, -1 once closed */
 	uid_t uid[FZ_CONNS];
-	char token[40];                 /* the last share token a SHARE reply carried ("" until one did) */
+	uint64_t *ids[FZ_CONNS];        /* lease ids seen in replies on connection i */
+	size_t nids[FZ_CONNS];
+	uint64_t seq;                   /* for requests the harness builds itself */
+	size_t peak_leases;             /* the most live leases after any op of this input */
+	int baseline_fds;               /* open at the start of this input */
+	enum fz_profile profile;        /* which config and pool the broker runs */
+	struct pool *pools[2];          /* 16 KiB chunks (default profile), 4 KiB chunks (the others) */
+	bool cfg_dirty;                 /* a SET replaced the config during this input */
 };
 
 /* Abort with a message: libFuzzer records the input as a crash. */
@@ -30,17 +54,32 @@ struct fz {
 void fz_fail(const char *file, int line, const char *cond, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5), noreturn));
 
-/* One-time process set-up (signals, the victim process whose pid connections carry). */
-void fz_global_init(void);
+/*
+ * One-time process set-up: signals, the fd limit, the victim process whose
+ * pid connections carry, the loop, and the broker itself. The broker runs
+ * with budget 2 MiB of a pretend 64 MiB host, 16 KiB chunks, a 512 KiB warm
+ * pool, unlocked memfds and short timeouts, plus the given "key=value"
+ * overrides (NULL-terminated, may be NULL; keys a reload cannot change go
+ * here). The many and huge profiles raise the budget to the whole pretend
+ * host (16384 leases of 4 KiB, fewer where the fd limit is below 18432) and
+ * use a second pool of 4 KiB chunks with 1 MiB warm, so a 4 KiB lease is one
+ * warm chunk.
+ */
+void fz_global_init(const char *const *overrides);
 
 /*
- * Build a fresh broker: budget 8 MiB of a pretend 64 MiB host, 64 KiB chunks,
- * unlocked memfds, short timeouts, plus the given "key=value" overrides
- * (NULL-terminated, may be NULL). flags bit i set makes connection i uid 0.
+ * Start an input: pick the profile from flags (FZ_FLAG_MANY...), set each
+ * connection's uid (bit i: uid 0, else 1000 + i), and count open fds.
+ * The broker is in its canonical state: no leases, no connections, lease ids
+ * from 1, pressure normal, exactly prewarm bytes idle in the pool.
  */
-void fz_setup(struct fz *f, unsigned flags, const char *const *overrides);
-/* Tear everything down and check that nothing leaked: bytes, leases, fds. */
-void fz_teardown(struct fz *f);
+struct fz *fz_begin(unsigned flags);
+/*
+ * End an input: run the loop, drain, check, then reset the broker to its
+ * canonical state (every connection closed, every lease freed, accounting
+ * at zero) and assert that no fd leaked since fz_begin.
+ */
+void fz_end(struct fz *f);
 
 /* Connection i, (re)created if the daemon closed it or its peer went away. */
 struct conn *fz_conn(struct fz *f, int i);
@@ -51,13 +90,19 @@ void fz_close_peer(struct fz *f, int i);
 
 /* Run the loop once without blocking (flush queues, fire due timers, read input). */
 void fz_run_loop(struct fz *f);
+/* Move the daemon's monotonic clock on by ms (no real sleep: timers fire at the next loop run). */
+void fz_advance_clock(uint64_t ms);
 /* Read and check every reply waiting at each peer, closing any fds that came. */
 void fz_drain(struct fz *f);
+/* The same for connection i only. */
+void fz_drain_one(struct fz *f, int i);
 /* Put the broker in a pressure state, as the monitor would. */
 void fz_set_state(struct fz *f, enum broker_state to);
 
 /* Check the accounting invariants; aborts on a mismatch. */
 void fz_check(struct fz *f);
+/* After each op of an input: drain the peers in the many-leases profile, then fz_check. */
+void fz_after_op(struct fz *f);
 
 /* Open fds of this process. */
 int fz_count_fds(void);
@@ -66,13 +111,28 @@ void fz_dump_fds(void);
 
 /*
  * The operations both harnesses share, ops 4-7 of an input byte: drain the
- * peers, flip the pressure state, run the loop (sometimes after a sleep so
- * timers fire), hang up peer i, or with op 7 and bit 4 set, send ATTACH with
- * the last share token a drain saw on connection i (a fuzzer cannot guess a
- * token; this is how it reaches live attachments). Returns false for any
- * other op.
+ * peers, flip the pressure state, run the loop (sometimes after 3 ms of
+ * clock so timers fire), hang up peer i. Returns false for any other op.
  */
 bool fz_common_op(struct fz *f, uint8_t op, int i);
 
-/* End of an input: run the loop, drain, tear down, and assert no fd leaked since baseline_fds. */
-void fz_finish(struct fz *f, int baseline_fds);
+/* How a harness hands one request packet to the daemon on connection i. */
+typedef void (*fz_inject_fn)(struct fz *f, int i, const uint8_t *pkt, size_t len);
+
+/*
+ * Op 3: requests in bulk, built by the harness, so one input can hold
+ * thousands of live leases and probe ids around them. Reads its argument
+ * bytes from *p (advancing it, never past end). Sub-op (op >> 4) & 3:
+ *   0  acquire burst on connection i: count byte C (C + 1 leases), size
+ *      byte S (4 KiB, or 16 KiB where S >> 4 is 0xf; priority S & 3, 3
+ *      meaning none); C = 0xff is followed by a byte M for ((M & 15) + 1) *
+ *      1024 leases. A burst stops at the first refusal;
+ *   1  id sweep: two bytes base id (little-endian), count byte (+1): one
+ *      request per id of kind op >> 6: RELEASE, SET_IDLE, REVOKE_ACK or an
+ *      admin REVOKE of that lease id;
+ *   2  release the ids connection i saw in its lease replies: op >> 6 picks
+ *      forward, reverse, every other one, or SET_IDLE instead of RELEASE;
+ *   3  clock: byte T, move the clock on by T * 10 ms and run the loop.
+ * Replies are drained every 32 requests, as a client would read them.
+ */
+void fz_bulk_op(struct fz *f, uint8_t op, int i, const uint8_t **p, const uint8_t *end, fz_inject_fn inject);

@@ -8,9 +8,9 @@ build=${PINBROKER_FUZZ_BUILD:-$src/build-fuzz}
 CC=${CC:-clang} cmake -S "$src" -B "$build" -DPINBROKER_FUZZ=ON -DBUILD_TESTING=OFF -DPINBROKER_GPU_TESTS=OFF >/dev/null
 cmake --build "$build" --target fuzz -j"$(nproc)"
 for h in fuzz_request fuzz_fdpath; do
-	echo "== $h: corpus and regressions"
-	mkdir -p "$src/fuzz/regressions/$h"
-	"$build/fuzz/$h" -runs=0 -print_funcs=0 "$src/fuzz/corpus/$h" "$src/fuzz/regressions/$h"
+	echo "== $h: corpus, slow seeds and regressions"
+	mkdir -p "$src/fuzz/regressions/$h" "$src/fuzz/corpus-slow/$h"
+	"$build/fuzz/$h" -runs=0 -print_funcs=0 "$src/fuzz/corpus/$h" "$src/fuzz/corpus-slow/$h" "$src/fuzz/regressions/$h"
 	echo "== $h: fuzzing for $secs s"
 	"$src/fuzz/run.sh" "$h" "$secs" "$build"
 done

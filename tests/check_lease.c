@@ -2,6 +2,7 @@
 /* Unit tests for the lease table: ids, lookup, id-order walks, cursors, per-state counters, every state edge, revoke order, and a model test against a plain reference. */
 #include <check.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -403,6 +404,16 @@ START_TEST(test_next_after_pages_past_removed_ids_and_reverse_walk_mirrors_forwa
 	ck_assert_uint_eq(k, 0);
 	ck_assert_ptr_eq(lease_prev(t, v[0]), NULL);
 	lease_table_free(t);
+}
+END_TEST
+
+/* A lease removed through the wrong table would leave a freed node in the right one: abort instead. */
+START_TEST(test_remove_through_another_table_aborts)
+{
+	struct lease_table *t = new_table(), *other = new_table();
+	struct lease *l = add(t, 1, MIB, LEASE_PRIO_NORMAL, 0);
+
+	lease_remove(other, l);
 }
 END_TEST
 
@@ -910,6 +921,7 @@ static Suite *lease_suite(void)
 	tcase_add_test(tc, test_names_cover_every_state_and_priority);
 	tcase_add_test(tc, test_state_counters_follow_add_adopt_transitions_and_remove);
 	tcase_add_test(tc, test_next_after_pages_past_removed_ids_and_reverse_walk_mirrors_forward);
+	tcase_add_test_raise_signal(tc, test_remove_through_another_table_aborts, SIGABRT);
 	suite_add_tcase(s, tc);
 
 	/* Today's hang (issue 16, finding 1) must fail by timeout, not wedge the run. */

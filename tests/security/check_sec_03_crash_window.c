@@ -32,7 +32,7 @@
 #define GIVEN_BACK 'R'          /* what it writes over it just before releasing */
 
 static const char *const args[] = {
-	"--budget", "48M", "--uid-quota", "48M", "--prewarm", "8M", "--chunk-size", CHUNK, "--redeclare-grace-ms", "300",
+	"--budget", "24M", "--uid-quota", "24M", "--prewarm", "8M", "--chunk-size", CHUNK, "--redeclare-grace-ms", "300",
 	NULL,
 };
 
@@ -240,7 +240,7 @@ static Suite *suite(void)
 	Suite *s = suite_create("sec-03-crash-window");
 	TCase *t = tcase_create("kill -9 under an fd store");
 
-	tcase_set_timeout(t, 170);
+	tcase_set_timeout(t, 240);
 	tcase_add_test(t, test_kill_during_acquire_storm_never_hands_live_memory_on);
 	suite_add_tcase(s, t);
 	return s;

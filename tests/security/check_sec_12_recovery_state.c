@@ -185,6 +185,30 @@ static int memfd_with(const void *data, size_t len)
 	return fd;
 }
 
+/* The control: an intact store brings lease 1 back, counted, in the same instance, and its holder keeps it. */
+START_TEST(test_intact_state_readopts_the_lease)
+{
+	struct world w;
+	char *log;
+
+	world_start(&w);
+	fdstore_daemon_kill(w.fs);
+	fdstore_daemon_start(w.fs, args);
+	ck_assert_int_eq(status_leased(w.d.socket), (int64_t)LEASE_BYTES);
+	say(w.to_holder, 's');
+	ck_assert_int_eq(hear(&w), 'n');
+	usleep((GRACE_MS + 300) * 1000);
+	ck_assert_int_eq(status_leased(w.d.socket), (int64_t)LEASE_BYTES);
+	ck_assert_int_eq(take_all(w.d.socket, SEC_UID_B), 0);
+	ck_assert_int_eq(take_all(w.d.socket, SEC_UID_A), 0);
+	log = daemon_log(&w.d);
+	ck_assert_ptr_nonnull(strstr(log, "1 leases (awaiting re-declaration for 600 ms), 0 idle chunks, 0 chunks quarantined"));
+	ck_assert_ptr_nonnull(strstr(log, "lease 1 re-adopted"));
+	free(log);
+	world_stop(&w);
+}
+END_TEST
+
 /*
  * The chunk of lease 1 swapped for one of another size: a state line whose
  * chunks do not add up to its bytes. The lease must not come back (not
@@ -351,6 +375,7 @@ static Suite *suite(void)
 	TCase *t = tcase_create("crafted fd store");
 
 	tcase_set_timeout(t, 60);
+	tcase_add_test(t, test_intact_state_readopts_the_lease);
 	tcase_add_test(t, test_lease_whose_chunk_is_larger_than_its_bytes_is_not_adopted);
 	tcase_add_test(t, test_lease_whose_chunk_is_smaller_than_its_bytes_is_not_adopted);
 	tcase_add_test(t, test_garbage_state_quarantines_the_live_chunk);
