@@ -70,6 +70,8 @@ struct pb_lease {
 	bool hugetlb;
 	bool no_cuda;        /* acquired with PB_ACQUIRE_NO_CUDA: a cache hit must match */
 	bool revoke_pending; /* the daemon wants it back: never cache it */
+	bool shared;         /* pb_lease_share gave out a token: others may map it, never cache it */
+	bool attached;       /* mapped by pb_attach: another process holds it; never cached or re-declared */
 	bool stale;          /* the broker no longer counts it (new instance, or not re-adopted): atomic */
 	uint64_t instance_id; /* of the daemon that granted it: (instance_id, id) names the lease */
 	uint64_t conn_gen;    /* the connection it is counted on; requests naming it go only there */
@@ -215,6 +217,7 @@ static int status_to_errno(Pinbroker__V1__StatusCode s)
 	case PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT:
 		return -EINVAL;
 	case PINBROKER__V1__STATUS_CODE__STATUS_UNKNOWN_LEASE:
+	case PINBROKER__V1__STATUS_CODE__STATUS_SHARE_DENIED:
 		return -ENOENT;
 	case PINBROKER__V1__STATUS_CODE__STATUS_NOT_YOUR_LEASE:
 		return -EPERM;
@@ -941,7 +944,9 @@ static int try_reconnect(pb_client *c)
 	ids = same ? calloc(n ? n : 1, sizeof(*ids)) : NULL;
 	n = 0;
 	for (pb_lease *l = c->leases; ids && l; l = l->next)
-		if (l->state != LEASE_GONE && !lease_is_stale(l) && l->instance_id == instance_id)
+		/* An attachment is not the connection's to re-declare: re-adopting it would make this
+		 * process the holder. It goes stale below; the daemon holds the lease until we exit. */
+		if (l->state != LEASE_GONE && !lease_is_stale(l) && l->instance_id == instance_id && !l->attached)
 			ids[n++] = l->id;
 	pthread_mutex_unlock(&c->lock);
 
@@ -958,7 +963,8 @@ static int try_reconnect(pb_client *c)
 		next = l->next;
 		if (l->state == LEASE_GONE)
 			continue;
-		if (same && !lease_is_stale(l) && l->instance_id == instance_id && id_in(adopted, nadopted, l->id)) {
+		if (same && !lease_is_stale(l) && l->instance_id == instance_id && !l->attached &&
+		    id_in(adopted, nadopted, l->id)) {
 			l->conn_gen = c->conn_gen;
 			continue;
 		}
@@ -1533,7 +1539,8 @@ int pb_release(pb_client *c, pb_lease *l)
 		return set_error(-EINVAL, "lease %llu released twice", (unsigned long long)l->id);
 	}
 	/* A stale lease is never cached: no broker counts it, and its id may name another lease. */
-	if (!l->revoke_pending && !c->dead && !lease_is_stale(l) && l->conn_gen == c->conn_gen &&
+	if (!l->revoke_pending && !l->shared && !l->attached && !c->dead && !lease_is_stale(l) &&
+	    l->conn_gen == c->conn_gen &&
 	    c->cached_bytes <= c->cache_limit_bytes && l->size_bytes <= c->cache_limit_bytes - c->cached_bytes) {
 		uint64_t id = l->id, gen = l->conn_gen;
 
@@ -1623,10 +1630,147 @@ int pb_lease_set_idle(pb_lease *l, int idle)
 	changed = __atomic_exchange_n(&l->idle, idle ? 1 : 0, __ATOMIC_ACQ_REL) != (idle ? 1 : 0);
 	gen = l->conn_gen;
 	pthread_mutex_unlock(&c->lock);
-	/* Idle leases are what the daemon revokes first; tell it only on a change. */
-	if (changed)
+	/* Idle leases are what the daemon revokes first; tell it only on a change. A shared lease
+	 * is never idle there (its attachers may be using it): the flag only tells this library
+	 * that it may give the memory back itself on a revoke. */
+	if (changed && !l->shared && !l->attached)
 		send_set_idle(c, l->id, idle != 0, gen);
 	return 0;
+}
+
+/* ---------------------------------------------------------------- sharing */
+
+int pb_lease_share(pb_client *c, pb_lease *l, const uid_t *uids, size_t nuids, char token[PB_SHARE_TOKEN_LEN])
+{
+	Pinbroker__V1__Share sh = PINBROKER__V1__SHARE__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	uint32_t wire_uids[32];
+	struct waiter w;
+	uint64_t gen;
+	int r;
+
+	if (!l || !token)
+		return set_error(-EINVAL, "pb_lease_share: lease or token is NULL");
+	token[0] = '\0';
+	if (!l->client)
+		return set_error(-EINVAL, "this lease is ordinary memory (%s): only broker leases can be shared",
+				 l->fallback_reason ? l->fallback_reason : "fallback");
+	if (nuids > 32 || (nuids > 0 && !uids))
+		return set_error(-EINVAL, "a lease may be shared with at most 32 uids besides its holder's");
+	c = l->client;
+	pthread_mutex_lock(&c->lock);
+	r = 0;
+	if (l->attached)
+		r = set_error(-EINVAL, "lease %llu is attached, not held, here: only its holder can share it",
+			      (unsigned long long)l->id);
+	else if (l->state != LEASE_ACTIVE)
+		r = set_error(-EINVAL, "lease %llu was released or revoked: it cannot be shared", (unsigned long long)l->id);
+	else if (lease_is_stale(l) || l->conn_gen != c->conn_gen)
+		r = set_error(-EINVAL, "lease %llu is from a pinbrokerd that is gone: acquire again to share",
+			      (unsigned long long)l->id);
+	gen = l->conn_gen;
+	pthread_mutex_unlock(&c->lock);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < nuids; i++)
+		wire_uids[i] = (uint32_t)uids[i];
+	sh.lease_id = l->id;
+	sh.n_uids = nuids;
+	sh.uids = wire_uids;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_SHARE;
+	req.share = &sh;
+	r = call(c, &req, &w, false, gen);
+	if (r == -ESTALE)
+		return set_error(-EINVAL, "lease %llu is from a pinbrokerd connection that is gone: acquire again to share",
+				 (unsigned long long)l->id);
+	if (r < 0)
+		return r;
+	if (w.reply->status != PINBROKER__V1__STATUS_CODE__STATUS_OK)
+		r = status_error(w.reply);
+	else if (w.reply->body_case != PINBROKER__V1__REPLY__BODY_SHARE || !w.reply->share->token ||
+		 strlen(w.reply->share->token) != PB_SHARE_TOKEN_LEN - 1)
+		r = set_error(-EPROTO, "pinbrokerd answered SHARE without a valid token");
+	if (r == 0) {
+		memcpy(token, w.reply->share->token, PB_SHARE_TOKEN_LEN);
+		pthread_mutex_lock(&c->lock);
+		l->shared = true;
+		pthread_mutex_unlock(&c->lock);
+	}
+	waiter_cleanup(&w);
+	return r;
+}
+
+int pb_attach(pb_client *c, const char *token, pb_lease **ret)
+{
+	Pinbroker__V1__Attach at = PINBROKER__V1__ATTACH__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	struct waiter w;
+	pb_lease *l = NULL;
+	uint64_t id;
+	bool revoked;
+	int r;
+
+	if (!ret)
+		return set_error(-EINVAL, "pb_attach: ret is NULL");
+	*ret = NULL;
+	if (!c)
+		return set_error(-ENOTCONN, "not connected to a broker");
+	if (!token || strnlen(token, PB_SHARE_TOKEN_LEN) != PB_SHARE_TOKEN_LEN - 1)
+		return set_error(-ENOENT, "a share token is %d hex characters", PB_SHARE_TOKEN_LEN - 1);
+	at.token = (char *)token;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_ATTACH;
+	req.attach = &at;
+	r = call(c, &req, &w, true, 0);
+	if (r < 0)
+		return r;
+	if (w.reply->status != PINBROKER__V1__STATUS_CODE__STATUS_OK) {
+		r = status_error(w.reply);
+		goto out;
+	}
+	if (w.reply->body_case != PINBROKER__V1__REPLY__BODY_LEASE) {
+		r = set_error(-EPROTO, "pinbrokerd answered ATTACH without a lease");
+		goto out;
+	}
+	id = w.reply->lease->lease_id;
+	r = lease_from_reply(c, &w, 0, &l);
+
+	pthread_mutex_lock(&c->lock);
+	unlink_waiter_locked(c, &w);
+	revoked = w.revoked;
+	if (r == 0) {
+		l->attached = true;
+		l->instance_id = w.instance_id;
+		l->conn_gen = w.conn_gen;
+		if (w.conn_gen != c->conn_gen)
+			__atomic_store_n(&l->stale, true, __ATOMIC_RELEASE);
+		if (!revoked)
+			lease_link_locked(c, l);
+	}
+	pthread_mutex_unlock(&c->lock);
+
+	if (r < 0) {
+		send_release_async(c, id, w.conn_gen); /* detach what we could not map */
+		goto out;
+	}
+	if (revoked) {
+		lease_release_now(c, l, true);
+		send_revoke_ack(c, id, w.conn_gen);
+		r = set_error(-ENOENT, "lease %llu was revoked while attaching", (unsigned long long)id);
+		goto out;
+	}
+	*ret = l;
+	r = 0;
+out:
+	pthread_mutex_lock(&c->lock);
+	unlink_waiter_locked(c, &w);
+	pthread_mutex_unlock(&c->lock);
+	waiter_cleanup(&w);
+	return r;
+}
+
+int pb_lease_attached(const pb_lease *l)
+{
+	return l && l->attached;
 }
 
 int pb_lease_stale(const pb_lease *l)
@@ -1768,6 +1912,7 @@ static void append_clients(struct pb_status *s, const Pinbroker__V1__StatusReply
 		d->bytes = ci->bytes;
 		d->labels = join_labels(ci->labels, ci->n_labels, oom);
 		d->name = xstrdup(ci->name, oom);
+		d->attached = ci->has_attached ? ci->attached : 0;
 	}
 }
 
@@ -1783,6 +1928,12 @@ static void lease_info_copy(struct pb_lease_info *d, const Pinbroker__V1__LeaseI
 	d->state = xstrdup(li->state ? li->state : "active", oom);
 	d->idle_ms = li->has_idle_ms ? li->idle_ms : 0;
 	d->deadline_left_ms = li->has_deadline_left_ms ? li->deadline_left_ms : 0;
+	d->shared = li->has_shared && li->shared;
+	d->holder_detached = li->has_holder_detached && li->holder_detached;
+	d->attachers = li->has_attachers ? li->attachers : 0;
+	d->n_attacher_pids = 0;
+	for (size_t i = 0; i < li->n_attacher_pids && i < PB_LEASE_INFO_PIDS; i++)
+		d->attacher_pids[d->n_attacher_pids++] = li->attacher_pids[i];
 }
 
 /* Append sr's lease rows to (*rows, *n). */

@@ -157,6 +157,67 @@ void pb_set_cache_limit(pb_client *c, size_t bytes);
 /* The CUDA state of this process: 1 usable, 0 not, with a reason ("no libcuda.so.1", ...). */
 int pb_cuda_available(const char **reason);
 
+/*
+ * Shared leases: one lease, mapped by several processes, counted once.
+ *
+ * The holder of a lease (the process that acquired it) calls pb_lease_share()
+ * to get a token, and passes it to other processes by any means (a pipe, an
+ * environment variable, a DataLoader worker's arguments). Each calls
+ * pb_attach() on its own pb_client and maps the same memory: what one writes,
+ * the others read. The token is the only key: 128 random bits, so hand it only
+ * to processes that should map the lease.
+ *
+ * - Who may attach: processes of the holder's uid, and of the uids named in
+ *   pb_lease_share(). A lease has one token for its life: sharing it again
+ *   returns the same token and adds the uids named (at most 32 besides the
+ *   holder's).
+ * - Accounting: the lease is charged once, to the holder's uid, and stays
+ *   charged until its last mapper lets go. pb_release() by the holder with
+ *   attachers left only detaches the holder; the lease lives on for them.
+ *   An attacher's pb_release() detaches it. A mapper that exits or crashes lets
+ *   go like a pb_release(); one whose connection drops while the process lives
+ *   keeps the lease counted until it exits.
+ * - Revocation: a revoke reaches every mapper (each gets its revoke callback)
+ *   and every one must pb_release() before the deadline; the deadline's
+ *   enforcement (revoke-enforce) applies to each of them.
+ * - Shared and attached leases never go to the client cache: pb_release() on
+ *   them always lets go at once.
+ * - A daemon restart: the holder re-declares its lease as usual, attachments
+ *   are not re-declared: an attached handle goes stale (pb_lease_stale() is 1;
+ *   its memory stays mapped here; release it and attach again with a fresh
+ *   token from the holder). The daemon keeps the lease counted until such a
+ *   stale attacher exits, so its memory never reaches anyone else meanwhile.
+ */
+#define PB_SHARE_TOKEN_LEN 33 /* 32 hex characters + NUL */
+
+/*
+ * Let processes of the holder's uid, plus nuids more uids (uids may be NULL
+ * when nuids is 0), attach to l, a lease this process acquired (c may be NULL:
+ * the lease knows its client). Writes the
+ * lease's NUL-terminated token (token[0] is NUL on failure). The holder's uid
+ * need not be named; naming a uid twice is harmless. Returns 0, or -EINVAL (a
+ * fallback, stale, attached, revoked or released lease, or the uids granted
+ * over all calls would pass 32 besides the holder's; the grant is unchanged),
+ * -ECONNRESET (the daemon went away), or another -errno from the daemon.
+ */
+int pb_lease_share(pb_client *c, pb_lease *l, const uid_t *uids, size_t nuids, char token[PB_SHARE_TOKEN_LEN]);
+
+/*
+ * Map the lease a token names, registered with CUDA like an acquired lease
+ * (unless PINBROKER_NO_CUDA is set; pb_lease_kind says which), and return a
+ * handle to it in *ret. pb_release(c, *ret) detaches. The revoke callback
+ * fires for it like for an acquired lease. Returns 0, or -ENOENT (an unknown,
+ * forged, mistyped or stale token: its lease was released or is being
+ * revoked), -EACCES (this uid was not granted), -EINVAL (this connection
+ * already maps that lease, as its holder or attached: attach from another
+ * pb_client), -EUSERS (max-leases-per-client, attachments included),
+ * -ECONNRESET, or another -errno.
+ */
+int pb_attach(pb_client *c, const char *token, pb_lease **ret);
+
+/* 1 if l was mapped with pb_attach(), 0 otherwise. */
+int pb_lease_attached(const pb_lease *l);
+
 /* The human message for the last failure in this thread. Never NULL. */
 const char *pb_last_error(void);
 /* A short name for a negative errno as the library uses it ("over uid quota", ...). */
@@ -172,6 +233,7 @@ struct pb_client_info {
 	uint64_t bytes;
 	char *labels; /* up to 4 distinct labels of its leases, comma-separated, "" if none */
 	char *name;   /* the client name from its HELLO, control characters replaced by '?' */
+	uint32_t attached; /* of its leases, how many it maps through a share token (also in leases and bytes) */
 };
 
 struct pb_lease_info {
@@ -185,6 +247,13 @@ struct pb_lease_info {
 	char *state;              /* "active", "idle", "revoking", "overdue", "orphaned" */
 	uint64_t idle_ms;
 	int64_t deadline_left_ms; /* while revoking; negative when overdue */
+	/* Sharing (pb_lease_share): the lease is counted once, to uid, whoever maps it. */
+	int shared;               /* 1 once a share token exists */
+	int holder_detached;      /* 1 when its holder let go and it lives on for its attachers */
+	uint32_t attachers;       /* connections attached to it now */
+	size_t n_attacher_pids;   /* how many of attacher_pids are set (at most PB_LEASE_INFO_PIDS) */
+#define PB_LEASE_INFO_PIDS 16
+	int32_t attacher_pids[PB_LEASE_INFO_PIDS];
 };
 
 struct pb_signal_info {

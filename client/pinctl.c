@@ -337,7 +337,15 @@ static void json_leases(FILE *f, const struct pb_lease_info *rows, size_t n)
 		json_kstr(f, "state", l->state, true);
 		json_u64(f, "idle_ms", l->idle_ms, true);
 		json_key(f, "deadline_left_ms");
-		fprintf(f, "%" PRId64 "}", l->deadline_left_ms);
+		fprintf(f, "%" PRId64 ",", l->deadline_left_ms);
+		fprintf(f, "\"shared\":%s,\"holder_detached\":%s,", l->shared ? "true" : "false",
+			l->holder_detached ? "true" : "false");
+		json_u64(f, "attachers", l->attachers, true);
+		json_key(f, "attacher_pids");
+		fputc('[', f);
+		for (size_t k = 0; k < l->n_attacher_pids; k++)
+			fprintf(f, "%s%" PRId32, k ? "," : "", l->attacher_pids[k]);
+		fputs("]}", f);
 	}
 	fputc(']', f);
 }
@@ -396,6 +404,7 @@ static void status_json(FILE *f, const struct pb_status *s)
 		json_u64(f, "uid", ci->uid, true);
 		json_kstr(f, "name", ci->name, true);
 		json_u64(f, "leases", ci->leases, true);
+		json_u64(f, "attached", ci->attached, true); /* of leases: mapped through a share token */
 		json_u64(f, "bytes", ci->bytes, true);
 		json_key(f, "labels");
 		json_labels(f, ci->labels);
@@ -429,6 +438,15 @@ static void print_leases_table(const struct pb_lease_info *rows, size_t n)
 		printf("%-8" PRIu64 " %-8" PRId32 " %-6" PRIu32 " %-10s %-11s %-9s %-10s %s\n", l->id, l->pid, l->uid,
 		       size_str(l->bytes, sz, sizeof(sz)), priority_name(l->priority), esc(l->state, st),
 		       duration_str(l->age_ms, age, sizeof(age)), esc(l->label, lb));
+		/* Shared leases get a second line: who else maps them (counted once, on this row). */
+		if (l->shared) {
+			printf("%-8s shared: %" PRIu32 " attached", "", l->attachers);
+			for (size_t k = 0; k < l->n_attacher_pids; k++)
+				printf("%s%" PRId32, k ? ", " : " (pid ", l->attacher_pids[k]);
+			if (l->n_attacher_pids < l->attachers)
+				printf(", ...");
+			printf("%s%s\n", l->n_attacher_pids ? ")" : "", l->holder_detached ? "; holder let go" : "");
+		}
 	}
 }
 

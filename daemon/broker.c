@@ -156,12 +156,54 @@ size_t broker_drop_owner(struct broker *b, void *owner)
 		return 0;
 	for (l = lease_first(b->leases); l; l = next) {
 		next = lease_next(b->leases, l);
-		if (l->owner != owner)
-			continue;
-		broker_free_lease(b, l);
-		nfreed++;
+		if (broker_detach(b, l, owner) == 1) {
+			broker_free_lease(b, l);
+			nfreed++;
+		}
 	}
 	return nfreed;
+}
+
+int broker_share(struct broker *b, struct lease *l, const void *owner, const uint8_t token[LEASE_TOKEN_BYTES],
+		 const uid_t *uids, size_t n)
+{
+	if (!owner || l->owner != owner)
+		return -EPERM;
+	if (l->state != LEASE_ACTIVE && l->state != LEASE_IDLE)
+		return -EINVAL;
+	return lease_share(b->leases, l, token, uids, n);
+}
+
+int broker_attach(struct broker *b, const uint8_t token[LEASE_TOKEN_BYTES], void *owner, uid_t uid, pid_t pid,
+		  struct lease **ret)
+{
+	struct lease *l = lease_find_token(b->leases, token);
+	int r;
+
+	/* A lease on its way back is as good as gone: a new mapper would only delay it. */
+	if (!l || (l->state != LEASE_ACTIVE && l->state != LEASE_IDLE))
+		return -ENOENT;
+	if (!lease_share_allows(l, uid))
+		return -EACCES;
+	r = lease_attach(l, owner, pid, uid);
+	if (r < 0)
+		return r;
+	/* Someone uses it now: not a cached buffer to reclaim first. */
+	if (l->state == LEASE_IDLE)
+		lease_set_state(l, LEASE_ACTIVE, now_ms());
+	b->generation++;
+	*ret = l;
+	return 0;
+}
+
+int broker_detach(struct broker *b, struct lease *l, const void *owner)
+{
+	int r = lease_detach(l, owner);
+
+	if (r < 0)
+		return r;
+	b->generation++;
+	return lease_unmapped(l) ? 1 : 0;
 }
 
 void broker_trim_pool(struct broker *b, uint64_t target_idle_bytes)

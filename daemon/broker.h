@@ -102,8 +102,37 @@ int broker_release(struct broker *b, uint64_t id, uid_t uid, void *owner, bool a
 /* Return a lease's chunks to the pool and uncharge it, whatever its state. */
 void broker_free_lease(struct broker *b, struct lease *l);
 
-/* A connection closed: free every lease it holds. Returns the number freed. */
+/*
+ * A connection closed: it lets go of every lease it holds or is attached to,
+ * and those nobody maps any more are freed. Returns the number freed.
+ */
 size_t broker_drop_owner(struct broker *b, void *owner);
+
+/*
+ * Share lease l on behalf of owner, its holder: see lease_share (token: 128
+ * random bits, used on the first share only). Returns 0, -EPERM (owner is not
+ * its holder), -EINVAL (not ACTIVE or IDLE: revoked, or an orphan), -E2BIG
+ * (too many uids), -EEXIST (token taken) or -ENOMEM.
+ */
+int broker_share(struct broker *b, struct lease *l, const void *owner, const uint8_t token[LEASE_TOKEN_BYTES],
+		 const uid_t *uids, size_t n);
+
+/*
+ * Attach owner (a connection of uid, pid) to the lease token names: no new
+ * charge, the lease is counted once. An IDLE lease becomes ACTIVE (it is in
+ * use again). Returns 0 and *ret, -ENOENT (no live lease has this token, or it
+ * is being revoked), -EACCES (uid not granted), -EEXIST (owner maps it
+ * already) or -ENOMEM.
+ */
+int broker_attach(struct broker *b, const uint8_t token[LEASE_TOKEN_BYTES], void *owner, uid_t uid, pid_t pid,
+		  struct lease **ret);
+
+/*
+ * owner (holder or attacher) lets go of l. Returns 1 when nobody maps l any
+ * more (the caller frees it: broker_free_lease), 0 when it lives on for its
+ * other mappers, or -ENOENT if owner does not map l.
+ */
+int broker_detach(struct broker *b, struct lease *l, const void *owner);
 
 /* Bring the idle pool toward target: shrink above it (never below 0), bounded by the budget. */
 void broker_trim_pool(struct broker *b, uint64_t target_idle_bytes);

@@ -17,6 +17,7 @@
 struct lease_node {
 	struct lease lease;              /* first, so a lease pointer is a node pointer */
 	struct lease_node *hash_next;
+	struct lease_node *token_next;   /* the token hash, while shared */
 	struct lease_node *prev, *next;  /* id order */
 	struct lease_node *left, *right; /* AVL tree by id */
 	int height;                      /* of the subtree rooted here; a leaf is 1 */
@@ -31,6 +32,9 @@ struct lease_table {
 	uint64_t last_id;                /* ids handed out are > last_id */
 	size_t state_count[LEASE__STATE_MAX];
 	uint64_t state_bytes[LEASE__STATE_MAX];
+	struct lease_node **token_buckets; /* shared leases by token; NULL until the first share */
+	size_t ntoken_buckets;             /* a power of two */
+	size_t ntokens;
 };
 
 #define LEASE_BUCKETS_MIN 64
@@ -56,6 +60,8 @@ static const bool edges[LEASE__STATE_MAX][LEASE__STATE_MAX] = {
 	[LEASE_ORPHANED] = { [LEASE_ACTIVE] = true, [LEASE_IDLE] = true, [LEASE_FREED] = true },
 	[LEASE_FREED] = { 0 },
 };
+
+static void token_unlink(struct lease_table *t, struct lease_node *n);
 
 static struct lease_node *node_of(const struct lease *l)
 {
@@ -87,6 +93,8 @@ int lease_table_new(struct lease_table **ret)
 
 static void node_free(struct lease_node *n)
 {
+	free(n->lease.share);
+	free(n->lease.attachers);
 	free(n->lease.chunks);
 	free(n);
 }
@@ -102,6 +110,7 @@ void lease_table_free(struct lease_table *t)
 		node_free(n);
 	}
 	free(t->buckets);
+	free(t->token_buckets);
 	free(t);
 }
 
@@ -423,6 +432,8 @@ void lease_remove(struct lease_table *t, struct lease *l)
 	struct lease_node *n = node_of(l), **pp;
 
 	LEASE_INVARIANT(l->table == t);
+	if (l->share)
+		token_unlink(t, n);
 	for (pp = &t->buckets[bucket_of(t, l->id)]; *pp && *pp != n; pp = &(*pp)->hash_next)
 		;
 	/* Unlinking from the list and tree alone would leave the freed node in its chain. */
@@ -542,6 +553,175 @@ int lease_revoke_order(const struct lease_table *t, struct lease ***ret, size_t 
 	*ret = v;
 	*n = k;
 	return 0;
+}
+
+/* ------------------------------------------------------------------ sharing */
+
+/* Tokens are random: their first bytes are already a uniform hash. */
+static size_t token_bucket(size_t nbuckets, const uint8_t *token)
+{
+	uint64_t h;
+
+	memcpy(&h, token, sizeof(h));
+	return (size_t)h & (nbuckets - 1);
+}
+
+/* Constant time, so how long a refusal takes says nothing about how close a guess came. */
+static bool token_eq(const uint8_t *a, const uint8_t *b)
+{
+	uint8_t d = 0;
+
+	for (size_t i = 0; i < LEASE_TOKEN_BYTES; i++)
+		d |= a[i] ^ b[i];
+	return d == 0;
+}
+
+/* Grow the token hash at load factor 1 (or create it). Returns 0 or -ENOMEM; failing to grow a live one only costs speed. */
+static int token_grow(struct lease_table *t)
+{
+	size_t nb = t->ntoken_buckets ? t->ntoken_buckets * 2 : LEASE_BUCKETS_MIN;
+	struct lease_node **b, *n, *next;
+
+	if (t->token_buckets && t->ntokens < t->ntoken_buckets)
+		return 0;
+	b = calloc(nb, sizeof(*b));
+	if (!b)
+		return t->token_buckets ? 0 : -ENOMEM;
+	for (size_t i = 0; i < t->ntoken_buckets; i++)
+		for (n = t->token_buckets[i]; n; n = next) {
+			size_t k = token_bucket(nb, n->lease.share->token);
+
+			next = n->token_next;
+			n->token_next = b[k];
+			b[k] = n;
+		}
+	free(t->token_buckets);
+	t->token_buckets = b;
+	t->ntoken_buckets = nb;
+	return 0;
+}
+
+static void token_unlink(struct lease_table *t, struct lease_node *n)
+{
+	struct lease_node **pp = &t->token_buckets[token_bucket(t->ntoken_buckets, n->lease.share->token)];
+
+	for (; *pp && *pp != n; pp = &(*pp)->token_next)
+		;
+	LEASE_INVARIANT(*pp == n);
+	*pp = n->token_next;
+	t->ntokens--;
+}
+
+struct lease *lease_find_token(const struct lease_table *t, const uint8_t token[LEASE_TOKEN_BYTES])
+{
+	struct lease_node *n;
+
+	if (!t->token_buckets)
+		return NULL;
+	for (n = t->token_buckets[token_bucket(t->ntoken_buckets, token)]; n; n = n->token_next)
+		if (token_eq(n->lease.share->token, token))
+			return &n->lease;
+	return NULL;
+}
+
+static bool share_has(const struct lease_share *s, uid_t uid)
+{
+	for (size_t i = 0; i < s->nuids; i++)
+		if (s->uids[i] == uid)
+			return true;
+	return false;
+}
+
+int lease_share(struct lease_table *t, struct lease *l, const uint8_t token[LEASE_TOKEN_BYTES], const uid_t *uids,
+		size_t n)
+{
+	struct lease_share add = { .nuids = 0 }, *s = l->share;
+	struct lease_node *node = node_of(l);
+	size_t k;
+	int r;
+
+	if (l->table != t || !t)
+		return -EINVAL;
+	/* Work on a copy, so a refusal leaves the grant as it was. */
+	if (s)
+		add = *s;
+	for (size_t i = 0; i < n; i++) {
+		if (uids[i] == l->uid || share_has(&add, uids[i]))
+			continue;
+		if (add.nuids == LEASE_SHARE_UIDS_MAX)
+			return -E2BIG;
+		add.uids[add.nuids++] = uids[i];
+	}
+	if (s) {
+		*s = add;
+		return 0;
+	}
+	if (lease_find_token(t, token))
+		return -EEXIST;
+	r = token_grow(t);
+	if (r < 0)
+		return r;
+	s = malloc(sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	*s = add;
+	memcpy(s->token, token, LEASE_TOKEN_BYTES);
+	l->share = s;
+	k = token_bucket(t->ntoken_buckets, s->token);
+	node->token_next = t->token_buckets[k];
+	t->token_buckets[k] = node;
+	t->ntokens++;
+	return 0;
+}
+
+bool lease_share_allows(const struct lease *l, uid_t uid)
+{
+	return l->share && (uid == l->uid || share_has(l->share, uid));
+}
+
+struct lease_attacher *lease_attacher_find(const struct lease *l, const void *owner)
+{
+	for (size_t i = 0; i < l->nattachers; i++)
+		if (l->attachers[i].owner == owner)
+			return &l->attachers[i];
+	return NULL;
+}
+
+int lease_attach(struct lease *l, void *owner, pid_t pid, uid_t uid)
+{
+	struct lease_attacher *v;
+
+	if ((l->owner && l->owner == owner) || lease_attacher_find(l, owner))
+		return -EEXIST;
+	v = realloc(l->attachers, (l->nattachers + 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	l->attachers = v;
+	v[l->nattachers++] = (struct lease_attacher){ .owner = owner, .pid = pid, .uid = uid };
+	return 0;
+}
+
+int lease_detach(struct lease *l, const void *owner)
+{
+	struct lease_attacher *a;
+
+	if (owner && l->owner == owner) {
+		l->owner = NULL;
+		l->holder_detached = true;
+		return 0;
+	}
+	a = lease_attacher_find(l, owner);
+	if (!a)
+		return -ENOENT;
+	/* Order does not matter: move the last entry into the hole. */
+	*a = l->attachers[--l->nattachers];
+	return 0;
+}
+
+bool lease_unmapped(const struct lease *l)
+{
+	/* An orphan waits for its holder's re-declare, not for this. */
+	return l->state != LEASE_ORPHANED && !l->owner && l->nattachers == 0 && l->exit_holds == 0;
 }
 
 const char *lease_state_name(enum lease_state s)

@@ -26,6 +26,24 @@ enum lease_state {
 };
 
 #define LEASE_LABEL_MAX 64
+/* A share token: 128 random bits, so it cannot be guessed (hex on the wire). */
+#define LEASE_TOKEN_BYTES 16
+/* Uids one share may name besides the holder's: a grant, not a group database. */
+#define LEASE_SHARE_UIDS_MAX 32
+
+/* A connection that maps a lease through its share token (not its holder). */
+struct lease_attacher {
+	void *owner;               /* the attached connection; opaque here */
+	pid_t pid;
+	uid_t uid;
+};
+
+/* Who may attach: set by lease_share, for the lease's life. */
+struct lease_share {
+	uint8_t token[LEASE_TOKEN_BYTES];
+	size_t nuids;
+	uid_t uids[LEASE_SHARE_UIDS_MAX]; /* besides the holder's uid, which is always allowed */
+};
 
 struct lease {
 	uint64_t id;
@@ -42,6 +60,18 @@ struct lease {
 	uint64_t deadline_ms;      /* monotonic, while REVOKING/OVERDUE */
 	struct chunk **chunks;     /* owned: freed by lease_remove (the chunks themselves are not) */
 	size_t nchunks;
+	/*
+	 * Sharing. The lease is charged once, to uid, and lives while any mapper
+	 * does: its holder (owner), an attacher, or a process whose connection
+	 * closed while it still ran (exit_holds, each released when that process
+	 * exits). holder_detached: the holder let go while attachers remained;
+	 * owner is then NULL for good.
+	 */
+	struct lease_share *share;          /* owned; NULL until shared */
+	struct lease_attacher *attachers;   /* owned */
+	size_t nattachers;
+	uint32_t exit_holds;
+	bool holder_detached;
 	/*
 	 * Set by lease_add/lease_adopt and kept by the table: lease_set_state
 	 * updates its per-state counters through it. NULL for a lease built
@@ -136,6 +166,42 @@ struct lease *lease_next_after(const struct lease_table *t, uint64_t id);
  * *ret is a malloc'd array of *n leases. Returns 0 or -ENOMEM.
  */
 int lease_revoke_order(const struct lease_table *t, struct lease ***ret, size_t *n);
+
+/*
+ * Share l: the first call sets its token (token: 128 random bits from the
+ * caller) and links it for lease_find_token; later calls keep the first token
+ * and only add uids. uids holds n more uids allowed to attach (duplicates and
+ * the holder's own are dropped). Returns 0, -E2BIG if the union would pass
+ * LEASE_SHARE_UIDS_MAX (l unchanged), -EEXIST if another lease has this
+ * token, -ENOMEM, or -EINVAL for a lease outside a table.
+ */
+int lease_share(struct lease_table *t, struct lease *l, const uint8_t token[LEASE_TOKEN_BYTES], const uid_t *uids,
+		size_t n);
+
+/* The lease whose share token this is, or NULL. O(1) expected; tokens compare in constant time. */
+struct lease *lease_find_token(const struct lease_table *t, const uint8_t token[LEASE_TOKEN_BYTES]);
+
+/* True if uid may attach to l: l is shared and uid is its holder's or a granted one. */
+bool lease_share_allows(const struct lease *l, uid_t uid);
+
+/*
+ * Record owner (a connection of pid, uid) as an attacher of l. Returns 0,
+ * -EEXIST if owner already maps l (as its holder or an attacher), or -ENOMEM.
+ */
+int lease_attach(struct lease *l, void *owner, pid_t pid, uid_t uid);
+
+/* The attacher entry of owner, or NULL. */
+struct lease_attacher *lease_attacher_find(const struct lease *l, const void *owner);
+
+/*
+ * owner lets go of l: the holder (owner == l->owner) detaches and
+ * holder_detached is set; an attacher is removed. Returns 0 or -ENOENT (owner
+ * does not map l, l unchanged).
+ */
+int lease_detach(struct lease *l, const void *owner);
+
+/* True once nobody maps l any more (no holder, attacher or exit hold): it must be freed. */
+bool lease_unmapped(const struct lease *l);
 
 const char *lease_state_name(enum lease_state s);
 const char *lease_priority_name(enum lease_priority p);

@@ -46,6 +46,8 @@
  * changes (releases) may be missing after a crash; that only makes recovery
  * treat idle memory as held, never the other way round.
  */
+/* Other mappers' pids kept per lease line: past this many, the rest are not waited for. */
+#define RECOVERY_MAPPERS_MAX 64
 #define STATE_FDNAME "state"
 #define STATE_MAGIC "pinbroker-st 2"
 #define DESC_BYTES 128u
@@ -178,15 +180,19 @@ static void put_i64(struct buf *b, int64_t v, char sep)
 	}
 }
 
-static void put_lease_line(struct buf *b, const struct lease *l)
+static void put_lease_line(struct buf *b, const struct broker *br, const struct lease *l)
 {
 	static const char hex[] = "0123456789abcdef";
+
+	pid_t held[RECOVERY_MAPPERS_MAX];
+	size_t nheld = 0;
 
 	put_str(b, "lease ");
 	put_u64(b, l->id, ' ');
 	put_u64(b, l->uid, ' ');
 	put_u64(b, l->gid, ' ');
-	put_i64(b, l->pid, ' ');
+	/* A holder that let go of a shared lease maps it no more: no reason to wait for it. */
+	put_i64(b, l->holder_detached ? 0 : l->pid, ' ');
 	put_u64(b, l->bytes, ' ');
 	put_i64(b, (int64_t)l->priority, ' ');
 	put_u64(b, l->nchunks, ' ');
@@ -201,6 +207,20 @@ static void put_lease_line(struct buf *b, const struct lease *l)
 
 		put_mem(b, h, 2);
 	}
+	/*
+	 * Then the other processes that map it, if any: attachers, and processes whose
+	 * connection closed while they ran. Attachments are not re-declared after a restart;
+	 * these pids keep the lease counted until each exits, so its pages reach nobody else
+	 * while a stale attacher still maps them. Daemons before sharing stop at the label.
+	 */
+	for (size_t i = 0; i < l->nattachers && nheld < RECOVERY_MAPPERS_MAX; i++)
+		held[nheld++] = l->attachers[i].pid;
+	if (l->exit_holds > 0)
+		nheld += request_hold_pids(br, l->id, held + nheld, RECOVERY_MAPPERS_MAX - nheld);
+	if (nheld > 0)
+		put_mem(b, " A", 2);
+	for (size_t i = 0; i < nheld; i++)
+		put_i64(b, held[i], ',');
 	put_mem(b, "\n", 1);
 }
 
@@ -289,7 +309,7 @@ static int commit_snapshot(struct recovery *rc)
 	body->len = 0;
 	body->oom = false;
 	for (const struct lease *l = lease_first(b->leases); l; l = lease_next(b->leases, l))
-		put_lease_line(body, l);
+		put_lease_line(body, b, l);
 	pool_foreach_idle(b->pool, idle_line, body);
 	if (body->oom)
 		return -ENOMEM;
@@ -356,7 +376,7 @@ void recovery_lent(struct broker *b, const struct lease *l)
 	rec->len = 0;
 	rec->oom = false;
 	put_mem(rec, &(struct record_hdr){ 0 }, sizeof(h));
-	put_lease_line(rec, l);
+	put_lease_line(rec, rc->b, l);
 	if (rec->oom) {
 		r = -ENOMEM;
 		goto out;
@@ -448,6 +468,8 @@ struct stored_lease {
 	uint64_t *chunk_ids;
 	bool *tails;
 	char label[LEASE_LABEL_MAX];
+	pid_t mappers[RECOVERY_MAPPERS_MAX]; /* attachers and exited-connection holders, when it was shared */
+	size_t nmappers;
 };
 
 struct parsed {
@@ -525,6 +547,20 @@ static int parse_lease(char *line, struct stored_lease *sl)
 			sl->label[k++] = (char)v;
 		}
 		sl->label[k] = '\0';
+	}
+	/* Optional: " A" and the pids of its other mappers, each followed by a comma. */
+	tok = strtok_r(NULL, " ", &save);
+	if (tok && tok[0] == 'A') {
+		char *p = tok + 1, *end;
+
+		while (*p && sl->nmappers < RECOVERY_MAPPERS_MAX) {
+			long v = strtol(p, &end, 10);
+
+			if (end == p || *end != ',' || v <= 0 || v > INT32_MAX)
+				return -EBADMSG;
+			sl->mappers[sl->nmappers++] = (pid_t)v;
+			p = end + 1;
+		}
 	}
 	return 0;
 }
@@ -838,6 +874,9 @@ static void grace_cb(struct ev_loop *loop, ev_timer *w, int revents)
 		next = lease_next(b->leases, l);
 		if (l->state != LEASE_ORPHANED || l->owner)
 			continue;
+		/* Former attachers still run: the last one's exit frees it (request.c's exit holds). */
+		if (l->exit_holds > 0)
+			continue;
 		/* A holder still alive may still map the pages: they must not reach anyone else yet. */
 		pidfd = l->pid > 0 ? (int)syscall(SYS_pidfd_open, l->pid, 0) : -1;
 		if (pidfd >= 0) {
@@ -901,6 +940,15 @@ static bool adopt_lease(struct recovery *rc, struct store *s, const struct store
 		budget_count_add(b->budget, sl->uid, sl->nchunks);
 		for (size_t k = 0; k < sl->nchunks; k++)
 			chunks[k]->lease_id = l->id; /* so a punch found by the audit names its lease */
+		/* Its attachers do not re-declare: each still running holds it until it exits. A
+		 * reused pid only keeps it counted longer, never lets its pages go early. */
+		for (size_t k = 0; k < sl->nmappers; k++) {
+			int pidfd = (int)syscall(SYS_pidfd_open, sl->mappers[k], 0);
+			uint64_t id = l->id;
+
+			if (pidfd >= 0)
+				request_hold_until_exit(b, pidfd, sl->mappers[k], &id, 1);
+		}
 		return true;
 	}
 	/* Its holder may still map these pages: nobody else gets them before the grace ends. */

@@ -38,6 +38,8 @@
  */
 #define STATUS_SCAN_MAX (8 * STATUS_PAGE_MAX_ROWS)
 #define STATUS_EVENTS_MAX 16
+/* Attacher pids listed on one lease row; the count says how many there are in all. */
+#define STATUS_ATTACHER_PIDS_MAX 16
 
 /* One STATUS reply under construction: the storage its pointers lead into, and its size so far. */
 struct status_build {
@@ -58,6 +60,7 @@ struct status_build {
 	Pinbroker__V1__ClientInfo *ci, **cip;
 	char **labels;                       /* CONN_LABELS_MAX per client row */
 	Pinbroker__V1__LeaseInfo *li, **lip;
+	int32_t *pids;                       /* STATUS_ATTACHER_PIDS_MAX per lease row */
 };
 
 /* ------------------------------------------------------- connection counters */
@@ -196,7 +199,7 @@ static void fill_events(struct status_build *sb, Pinbroker__V1__StatusReply *sr)
 	sr->revocations = sb->vip;
 }
 
-/* A connection's row, from its own counters: each lease counts on the connection holding it. */
+/* A connection's row, from its own counters: each lease counts on the connection holding it and on each attached one. */
 static void fill_client(Pinbroker__V1__ClientInfo *x, struct conn *cc, char **labels)
 {
 	pinbroker__v1__client_info__init(x);
@@ -207,6 +210,8 @@ static void fill_client(Pinbroker__V1__ClientInfo *x, struct conn *cc, char **la
 	x->name = cc->name;
 	x->leases = cc->nleases;
 	x->bytes = cc->lease_bytes;
+	x->has_attached = true;
+	x->attached = cc->nattached;
 	for (size_t i = 0; i < CONN_LABELS_MAX; i++)
 		if (cc->labels[i].leases)
 			labels[x->n_labels++] = cc->labels[i].text;
@@ -268,7 +273,7 @@ static int fill_clients(struct status_build *sb, Pinbroker__V1__StatusReply *sr,
 	return 0;
 }
 
-static void fill_lease(Pinbroker__V1__LeaseInfo *x, const struct lease *l, uint64_t now)
+static void fill_lease(Pinbroker__V1__LeaseInfo *x, const struct lease *l, uint64_t now, int32_t *pids)
 {
 	pinbroker__v1__lease_info__init(x);
 	x->id = l->id;
@@ -288,6 +293,19 @@ static void fill_lease(Pinbroker__V1__LeaseInfo *x, const struct lease *l, uint6
 		x->has_deadline_left_ms = true;
 		x->deadline_left_ms = (int64_t)l->deadline_ms - (int64_t)now;
 	}
+	if (l->share) {
+		x->has_shared = true;
+		x->shared = true;
+		x->has_attachers = true;
+		x->attachers = (uint32_t)l->nattachers;
+		for (size_t i = 0; i < l->nattachers && i < STATUS_ATTACHER_PIDS_MAX; i++)
+			pids[x->n_attacher_pids++] = l->attachers[i].pid;
+		x->attacher_pids = pids;
+	}
+	if (l->holder_detached) {
+		x->has_holder_detached = true;
+		x->holder_detached = true;
+	}
 }
 
 /*
@@ -302,7 +320,8 @@ static int fill_leases(struct status_build *sb, Pinbroker__V1__StatusReply *sr, 
 
 	sb->li = calloc(max + 1, sizeof(*sb->li));
 	sb->lip = calloc(max + 1, sizeof(*sb->lip));
-	if (!sb->li || !sb->lip)
+	sb->pids = calloc((max + 1) * STATUS_ATTACHER_PIDS_MAX, sizeof(*sb->pids));
+	if (!sb->li || !sb->lip || !sb->pids)
 		return -ENOMEM;
 	for (l = lease_next_after(t, cursor); l; l = lease_next(t, l)) {
 		Pinbroker__V1__LeaseInfo *x = &sb->li[k];
@@ -315,7 +334,7 @@ static int fill_leases(struct status_build *sb, Pinbroker__V1__StatusReply *sr, 
 			last = l;
 			continue;
 		}
-		fill_lease(x, l, sb->now);
+		fill_lease(x, l, sb->now, &sb->pids[k * STATUS_ATTACHER_PIDS_MAX]);
 		row = pinbroker__v1__lease_info__get_packed_size(x) + ROW_OVERHEAD_BYTES;
 		if (k > 0 && sb->bytes + row > sb->max_bytes)
 			break;
@@ -377,6 +396,7 @@ out:
 		free(sb->labels);
 		free(sb->li);
 		free(sb->lip);
+		free(sb->pids);
 	}
 	free(sb);
 }

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -174,7 +175,7 @@ Pinbroker__V1__Priority prio_to_wire(enum lease_priority p)
 	}
 }
 
-static int send_lease(struct conn *c, uint64_t seq, const struct lease *l)
+static int send_lease(struct conn *c, uint64_t seq, const struct lease *l, bool attached)
 {
 	struct broker *b = c->broker;
 	Pinbroker__V1__Lease lm = PINBROKER__V1__LEASE__INIT;
@@ -205,6 +206,10 @@ static int send_lease(struct conn *c, uint64_t seq, const struct lease *l)
 	lm.hugetlb = huge;
 	lm.has_priority = true;
 	lm.priority = prio_to_wire(l->priority);
+	if (attached) {
+		lm.has_attached = true;
+		lm.attached = true;
+	}
 	/* Recorded as lent before its fds leave: a crash from here on finds these chunks held. */
 	recovery_lent(b, l);
 	reply_init(&r, seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
@@ -248,17 +253,28 @@ static void after_free(struct broker *b)
 	request_grant_waiting(b);
 }
 
-/* Free one lease, keeping the owner's count right, and log it. */
+/* c no longer maps l (as its holder, or attached): its counters follow. */
+static void conn_lose(struct conn *c, const struct lease *l, bool attached)
+{
+	if (c->nleases > 0) {
+		c->nleases--;
+		status_conn_remove(c, l);
+	}
+	if (attached && c->nattached > 0)
+		c->nattached--;
+}
+
+/* Free one lease, keeping its holder's and attachers' counts right, and log it. */
 static void free_lease(struct broker *b, struct lease *l, const char *why)
 {
 	struct conn *c = owner_conn(b, l);
 
 	log_event(EV_LEASE_RELEASED, LOG_INFO, l->id, l->uid, l->pid, "lease %llu released (%s): %llu bytes",
 		  (unsigned long long)l->id, why, (unsigned long long)l->bytes);
-	if (c && c->nleases > 0) {
-		c->nleases--;
-		status_conn_remove(c, l);
-	}
+	if (c)
+		conn_lose(c, l, false);
+	for (size_t i = 0; i < l->nattachers; i++)
+		conn_lose(l->attachers[i].owner, l, true);
 	broker_free_lease(b, l);
 }
 
@@ -412,7 +428,7 @@ static void grant(struct conn *c, uint64_t seq, struct lease *l)
 	log_event(EV_LEASE_GRANTED, LOG_INFO, l->id, l->uid, l->pid, "lease %llu granted: %llu bytes in %zu chunks to pid %d uid %u%s%s",
 		  (unsigned long long)l->id, (unsigned long long)l->bytes, l->nchunks, l->pid, l->uid,
 		  l->label[0] ? ", label " : "", text_escape(label, sizeof(label), l->label));
-	send_lease(c, seq, l);
+	send_lease(c, seq, l, false);
 }
 
 void request_grant_waiting(struct broker *b)
@@ -476,6 +492,21 @@ int request_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, cons
 		r.revoke = &rm;
 		server_send(c, &r, NULL, 0); /* a failed send marks c closing; its reap frees the lease */
 	}
+	/* Every mapper must let go: each attacher gets the same REVOKE on its own connection. */
+	if (l->nattachers > 0) {
+		rm.lease_id = l->id;
+		rm.deadline_ms = deadline_ms;
+		rm.reason = (char *)reason;
+		reply_init(&r, 0, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+		r.body_case = PINBROKER__V1__REPLY__BODY_REVOKE;
+		r.revoke = &rm;
+		for (size_t i = 0; i < l->nattachers; i++) {
+			struct conn *ac = l->attachers[i].owner;
+
+			if (!ac->closing)
+				server_send(ac, &r, NULL, 0);
+		}
+	}
 	arm_deadline_timer(b);
 	return 0;
 }
@@ -535,6 +566,43 @@ static void enforce_holders(struct broker *b, const struct lease *l, int sig, pi
 			  (unsigned long long)l->id, unreadable);
 }
 
+/* Signal one mapper of an overdue lease through its pidfd. Returns true if the signal went. */
+static bool signal_mapper(const struct lease *l, int pidfd, pid_t pid, int sig)
+{
+	/* Only through a pidfd: a bare pid may have been reused by an innocent process. */
+	if (pidfd < 0) {
+		log_warnx("cannot signal pid %d for overdue lease %llu: no pidfd on this kernel, ignoring", pid,
+			  (unsigned long long)l->id);
+		return false;
+	}
+	if (syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0) < 0) {
+		log_warn("pidfd_send_signal(%d, %s) for overdue lease %llu failed, ignoring", pid, strsignal(sig),
+			 (unsigned long long)l->id);
+		return false;
+	}
+	log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, l->uid, pid, "sent %s to pid %d for overdue lease %llu",
+		  sigabbrev_np(sig), pid, (unsigned long long)l->id);
+	return true;
+}
+
+/*
+ * The attachers of an overdue lease, and the processes whose connections
+ * closed while they mapped it (ghosts): an attacher of another uid is out of
+ * the /proc scan's reach, so each is signalled through its own pidfd.
+ */
+static void enforce_mappers(struct broker *b, const struct lease *l, int sig)
+{
+	for (size_t i = 0; i < l->nattachers; i++) {
+		const struct conn *ac = l->attachers[i].owner;
+
+		signal_mapper(l, ac->pidfd, ac->pid, sig);
+	}
+	for (struct ghost *g = b->revoker->ghosts; g; g = g->next)
+		for (size_t i = 0; i < g->nids; i++)
+			if (g->ids[i] == l->id)
+				signal_mapper(l, g->pidfd, g->pid, sig);
+}
+
 static void enforce(struct broker *b, struct lease *l)
 {
 	struct conn *c = owner_conn(b, l);
@@ -547,6 +615,9 @@ static void enforce(struct broker *b, struct lease *l)
 	case ENFORCE_DISCONNECT:
 		if (c)
 			server_close(c, "revoke deadline passed (revoke-enforce=disconnect)");
+		/* Closing only marks them: the attachers array stays as it is until the reap. */
+		for (size_t i = 0; i < l->nattachers; i++)
+			server_close(l->attachers[i].owner, "revoke deadline passed (revoke-enforce=disconnect)");
 		return;
 	case ENFORCE_SIGTERM:
 		sig = SIGTERM;
@@ -555,18 +626,9 @@ static void enforce(struct broker *b, struct lease *l)
 		sig = SIGKILL;
 		break;
 	}
-	/* Only through a pidfd: a bare pid may have been reused by an innocent process. */
-	if (c && c->pidfd < 0) {
-		log_warnx("cannot signal pid %d for overdue lease %llu: no pidfd on this kernel, ignoring", c->pid,
-			  (unsigned long long)l->id);
-	} else if (c && syscall(SYS_pidfd_send_signal, c->pidfd, sig, NULL, 0) < 0) {
-		log_warn("pidfd_send_signal(%d, %s) for overdue lease %llu failed, ignoring", c->pid,
-			 strsignal(sig), (unsigned long long)l->id);
-	} else if (c) {
-		log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, l->uid, l->pid, "sent %s to pid %d for overdue lease %llu",
-			  sigabbrev_np(sig), c->pid, (unsigned long long)l->id);
+	if (c && signal_mapper(l, c->pidfd, c->pid, sig))
 		signalled = c->pid;
-	}
+	enforce_mappers(b, l, sig);
 	enforce_holders(b, l, sig, signalled);
 }
 
@@ -731,8 +793,13 @@ static void ghost_cb(struct ev_loop *loop, ev_io *w, int revents)
 	for (size_t i = 0; i < g->nids; i++) {
 		struct lease *l = lease_find(b->leases, g->ids[i]);
 
-		if (l && !l->owner)
-			free_lease(b, l, "overdue holder exited");
+		if (!l)
+			continue;
+		if (l->exit_holds > 0)
+			l->exit_holds--;
+		/* Not lease_unmapped: an orphan held for its process is freed here too. */
+		if (!l->owner && l->nattachers == 0 && l->exit_holds == 0)
+			free_lease(b, l, "holder exited");
 	}
 	ghost_free(b, g);
 	after_free(b);
@@ -758,7 +825,7 @@ int request_hold_until_exit(struct broker *b, int pidfd, pid_t pid, const uint64
 		struct lease *l = lease_find(b->leases, ids[i]);
 
 		if (l)
-			l->owner = NULL;
+			l->exit_holds++;
 	}
 	ev_io_init(&g->io, ghost_cb, g->pidfd, EV_READ);
 	g->io.data = g;
@@ -766,6 +833,19 @@ int request_hold_until_exit(struct broker *b, int pidfd, pid_t pid, const uint64
 	g->next = rv->ghosts;
 	rv->ghosts = g;
 	return 0;
+}
+
+size_t request_hold_pids(const struct broker *b, uint64_t id, pid_t *out, size_t max)
+{
+	size_t n = 0;
+
+	if (!b->revoker)
+		return 0;
+	for (const struct ghost *g = b->revoker->ghosts; g && n < max; g = g->next)
+		for (size_t i = 0; i < g->nids && n < max; i++)
+			if (g->ids[i] == id)
+				out[n++] = g->pid;
+	return n;
 }
 
 void request_conn_closed(struct broker *b, struct conn *c)
@@ -795,14 +875,24 @@ void request_conn_closed(struct broker *b, struct conn *c)
 	}
 
 	for (l = lease_first(b->leases); l; l = next) {
+		bool attached;
+
 		next = lease_next(b->leases, l);
-		if (l->owner != c)
+		attached = l->owner != c && lease_attacher_find(l, c);
+		if (l->owner != c && !attached)
 			continue;
+		/* c lets go, as its holder or an attacher; other mappers keep the lease alive. */
+		if (attached)
+			lease_detach(l, c);
+		else
+			l->owner = NULL;
+		conn_lose(c, l, attached);
+		b->generation++;
 		/*
-		 * A holder that is still alive may still map (and pin) these pages: the
+		 * A process that is still alive may still map (and pin) these pages: the
 		 * library keeps mappings valid when a connection drops. Keep them counted,
-		 * and out of anyone's reach, until the process exits. A process that died
-		 * (its pidfd is readable) has no mappings left: free at once.
+		 * and out of anyone's reach, until the process exits (an exit hold). A
+		 * process that died (its pidfd is readable) has no mappings left.
 		 */
 		if (holder_alive && rv) {
 			uint64_t *ids = realloc(held, (nheld + 1) * sizeof(*ids));
@@ -813,12 +903,14 @@ void request_conn_closed(struct broker *b, struct conn *c)
 				continue;
 			}
 		}
+		if (!lease_unmapped(l))
+			continue;
 		freed++;
 		freed_bytes += l->bytes;
-		l->owner = NULL;
 		free_lease(b, l, "connection closed");
 	}
 	c->nleases = 0;
+	c->nattached = 0;
 	if (nheld > 0) {
 		int pidfd = fcntl(c->pidfd, F_DUPFD_CLOEXEC, 3);
 
@@ -828,7 +920,7 @@ void request_conn_closed(struct broker *b, struct conn *c)
 			/* Cannot watch the process: better to free than to leak the bytes forever. */
 			for (size_t i = 0; i < nheld; i++) {
 				l = lease_find(b->leases, held[i]);
-				if (l)
+				if (l && lease_unmapped(l))
 					free_lease(b, l, "connection closed (cannot watch the holder)");
 			}
 		}
@@ -1004,15 +1096,31 @@ static void handle_release(struct conn *c, const Request *req)
 	struct broker *b = c->broker;
 	uint64_t id = req->release->lease_id;
 	struct lease *l = lease_find(b->leases, id);
+	bool holder, attached;
 
 	if (!l) {
 		reply_lease_error(c, req->seq, -ENOENT, id);
 		return;
 	}
-	/* The holder releases. A lease with no connection (an orphan nobody re-declared, or one
-	 * held until its process exits) may be dropped by an admin or by its own uid. Taking a
-	 * live connection's lease is what revoke is for: the holder still maps it. */
-	if (l->owner != c && !(l->owner == NULL && (c->admin || l->uid == c->uid))) {
+	holder = l->owner == c;
+	attached = !holder && lease_attacher_find(l, c);
+	if (holder || attached) {
+		/* A mapper lets go; a shared lease lives on while others map it. */
+		int r = broker_detach(b, l, c);
+
+		conn_lose(c, l, attached);
+		if (r == 0) {
+			log_event(EV_LEASE_RELEASED, LOG_INFO, l->id, l->uid, c->pid,
+				  "lease %llu: pid %d (%s) let go; it lives on for %zu attachers and %u exited-connection holds",
+				  (unsigned long long)l->id, c->pid, attached ? "attacher" : "holder", l->nattachers,
+				  l->exit_holds);
+			reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
+			return;
+		}
+	} else if (!(l->owner == NULL && l->nattachers == 0 && (c->admin || l->uid == c->uid))) {
+		/* A lease with no connection (an orphan nobody re-declared, or one held until its
+		 * process exits) may be dropped by an admin or by its own uid, unless attachers still
+		 * map it. Taking a live connection's lease is what revoke is for: it still maps it. */
 		reply_lease_error(c, req->seq, -EPERM, id);
 		return;
 	}
@@ -1033,6 +1141,9 @@ static void handle_set_idle(struct conn *c, const Request *req)
 		/* Already there, or revoking: nothing to do, not an error. */
 		if (l->state == to || l->state == LEASE_REVOKING || l->state == LEASE_OVERDUE)
 			r = 0;
+		/* Idle leases are reclaimed first: one that attachers use is not a cached buffer. */
+		else if (to == LEASE_IDLE && l->nattachers > 0)
+			r = -EBUSY;
 		else
 			r = lease_set_state(l, to, now_ms());
 	}
@@ -1050,6 +1161,9 @@ static void handle_revoke_ack(struct conn *c, const Request *req)
 	/* The client releases before it acks; an ack for a lease it still holds
 	 * changes nothing, and one for a lease it never held is just answered. */
 	r = check_own(c, req->revoke_ack->lease_id, &l);
+	/* An attacher acks the REVOKE it got as well. */
+	if (r == -EPERM && lease_attacher_find(lease_find(c->broker->leases, req->revoke_ack->lease_id), c))
+		r = 0;
 	if (r < 0)
 		reply_lease_error(c, req->seq, r, req->revoke_ack->lease_id);
 	else
@@ -1195,6 +1309,155 @@ static void handle_redeclare(struct conn *c, const Request *req)
 	free(bad);
 }
 
+/* Hex on the wire, bytes in the table. Returns false for anything but exactly 32 hex digits. */
+static bool token_parse(const char *hex, uint8_t out[LEASE_TOKEN_BYTES])
+{
+	if (!hex || strlen(hex) != 2 * LEASE_TOKEN_BYTES)
+		return false;
+	for (size_t i = 0; i < LEASE_TOKEN_BYTES; i++) {
+		int v = 0;
+
+		for (int k = 0; k < 2; k++) {
+			char ch = hex[2 * i + (size_t)k];
+
+			v <<= 4;
+			if (ch >= '0' && ch <= '9')
+				v |= ch - '0';
+			else if (ch >= 'a' && ch <= 'f')
+				v |= ch - 'a' + 10;
+			else if (ch >= 'A' && ch <= 'F')
+				v |= ch - 'A' + 10;
+			else
+				return false;
+		}
+		out[i] = (uint8_t)v;
+	}
+	return true;
+}
+
+static void token_format(const uint8_t token[LEASE_TOKEN_BYTES], char out[2 * LEASE_TOKEN_BYTES + 1])
+{
+	static const char digits[] = "0123456789abcdef";
+
+	for (size_t i = 0; i < LEASE_TOKEN_BYTES; i++) {
+		out[2 * i] = digits[token[i] >> 4];
+		out[2 * i + 1] = digits[token[i] & 15];
+	}
+	out[2 * LEASE_TOKEN_BYTES] = '\0';
+}
+
+static void handle_share(struct conn *c, const Request *req)
+{
+	struct broker *b = c->broker;
+	const Pinbroker__V1__Share *sh = req->share;
+	Pinbroker__V1__ShareReply sr = PINBROKER__V1__SHARE_REPLY__INIT;
+	uint32_t uids[1 + LEASE_SHARE_UIDS_MAX];
+	uint8_t token[LEASE_TOKEN_BYTES];
+	char hex[2 * LEASE_TOKEN_BYTES + 1];
+	struct lease *l;
+	Reply r;
+	int ret;
+
+	ret = check_own(c, sh->lease_id, &l);
+	if (ret < 0) {
+		reply_lease_error(c, req->seq, ret, sh->lease_id);
+		return;
+	}
+	if (sh->n_uids > LEASE_SHARE_UIDS_MAX) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "a lease may be shared with at most %d uids besides its holder's; %zu were named",
+			     LEASE_SHARE_UIDS_MAX, sh->n_uids);
+		return;
+	}
+	/* 128 bits from the kernel's CSPRNG: the token is the only key, so it must not be guessable. */
+	if (!l->share && getrandom(token, sizeof(token), 0) != (ssize_t)sizeof(token)) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INTERNAL,
+			     "the daemon could not draw a random share token: %s", strerror(errno));
+		return;
+	}
+	ret = broker_share(b, l, c, token, (const uid_t *)sh->uids, sh->n_uids);
+	if (ret == -E2BIG) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "lease %llu would be shared with more than %d uids besides its holder's",
+			     (unsigned long long)l->id, LEASE_SHARE_UIDS_MAX);
+		return;
+	}
+	if (ret == -EINVAL) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "lease %llu is %s: only an active or idle lease can be shared", (unsigned long long)l->id,
+			     lease_state_name(l->state));
+		return;
+	}
+	if (ret < 0) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INTERNAL, "cannot share lease %llu: %s",
+			     (unsigned long long)l->id, strerror(-ret));
+		return;
+	}
+	token_format(l->share->token, hex);
+	uids[0] = l->uid;
+	for (size_t i = 0; i < l->share->nuids; i++)
+		uids[1 + i] = l->share->uids[i];
+	sr.token = hex;
+	sr.n_uids = 1 + l->share->nuids;
+	sr.uids = uids;
+	log_event(EV_LEASE_GRANTED, LOG_INFO, l->id, l->uid, c->pid, "lease %llu shared by pid %d with %zu more uids",
+		  (unsigned long long)l->id, c->pid, l->share->nuids);
+	reply_init(&r, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+	r.body_case = PINBROKER__V1__REPLY__BODY_SHARE;
+	r.share = &sr;
+	server_send(c, &r, NULL, 0);
+}
+
+static void handle_attach(struct conn *c, const Request *req)
+{
+	struct broker *b = c->broker;
+	uint8_t token[LEASE_TOKEN_BYTES];
+	struct lease *l = NULL;
+	int r;
+
+	if (c->nleases + c->npending >= b->cfg->max_leases_per_client) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
+			     "this connection already maps %u leases (max-leases-per-client, attachments included); "
+			     "release some first",
+			     c->nleases);
+		return;
+	}
+	/*
+	 * A token nobody holds, a malformed one and one whose lease is gone get the same
+	 * answer. A uid that is not granted learns the token is live, but only someone who
+	 * was handed the token can ask, and 128 bits cannot be guessed.
+	 */
+	r = token_parse(req->attach->token, token) ? broker_attach(b, token, c, c->uid, c->pid, &l) : -ENOENT;
+	switch (r) {
+	case 0:
+		break;
+	case -ENOENT:
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_SHARE_DENIED,
+			     "no live lease has this share token: it is mistyped, or its lease was released or revoked; "
+			     "ask the holder for a fresh one");
+		return;
+	case -EACCES:
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED,
+			     "uid %u may not attach to this lease: its holder must share it with this uid", c->uid);
+		return;
+	case -EEXIST:
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "this connection already maps the lease this token names (as its holder or attached)");
+		return;
+	default:
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INTERNAL, "cannot attach: %s",
+			     strerror(-r));
+		return;
+	}
+	c->nleases++;
+	c->nattached++;
+	status_conn_add(c, l);
+	log_event(EV_LEASE_GRANTED, LOG_INFO, l->id, l->uid, c->pid,
+		  "lease %llu attached by pid %d uid %u (%zu attachers); counted once, to uid %u", (unsigned long long)l->id,
+		  c->pid, c->uid, l->nattachers, l->uid);
+	send_lease(c, req->seq, l, true);
+}
+
 /* ------------------------------------------------------------------- table */
 
 static const struct request_kind request_table[] = {
@@ -1209,6 +1472,8 @@ static const struct request_kind request_table[] = {
 	{ PINBROKER__V1__REQUEST__BODY_REVOKE_ACK, "revoke-ack", REQ_NEEDS_HELLO, handle_revoke_ack },
 	{ PINBROKER__V1__REQUEST__BODY_SET_IDLE, "set-idle", REQ_NEEDS_HELLO, handle_set_idle },
 	{ PINBROKER__V1__REQUEST__BODY_REDECLARE, "redeclare", REQ_NEEDS_HELLO, handle_redeclare },
+	{ PINBROKER__V1__REQUEST__BODY_SHARE, "share", REQ_NEEDS_HELLO, handle_share },
+	{ PINBROKER__V1__REQUEST__BODY_ATTACH, "attach", REQ_NEEDS_HELLO | REQ_RETURNS_FD, handle_attach },
 };
 
 void request_dispatch(struct conn *c, const uint8_t *buf, size_t len)

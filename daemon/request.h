@@ -34,12 +34,18 @@ void request_on_pressure(void *ud, enum broker_state from, enum broker_state to,
 int request_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, const char *reason);
 
 /*
- * Keep leases ids counted until the process behind pidfd exits, then free
- * them (an overdue holder that disconnected, or an orphan whose holder is
- * alive but did not re-declare). Takes over pidfd. Returns 0 or -ENOMEM
- * (pidfd closed, leases untouched).
+ * Keep leases ids counted until the process behind pidfd exits (a holder or
+ * attacher whose connection closed while it runs, an orphan whose holder is
+ * alive but did not re-declare, a former attacher after a restart): each
+ * lease gains an exit hold (lease.h), dropped at that exit; a lease that
+ * nobody maps then is freed. The caller has already detached the process's
+ * connection from them. Takes over pidfd. Returns 0 or -ENOMEM (pidfd
+ * closed, leases untouched).
  */
 int request_hold_until_exit(struct broker *b, int pidfd, pid_t pid, const uint64_t *ids, size_t n);
+
+/* The pids of the processes holding lease id until they exit: at most max in out. Returns how many. */
+size_t request_hold_pids(const struct broker *b, uint64_t id, pid_t *out, size_t max);
 
 /* Memory was freed: grant waiting acquires that now fit, in priority order. */
 void request_grant_waiting(struct broker *b);

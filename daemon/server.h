@@ -31,7 +31,8 @@ struct conn {
 	bool pidfd_from_peer; /* pidfd came from SO_PEERPIDFD (not from a pid number) */
 	bool closing;         /* dead: watchers stopped, freed by server_reap after the callback returns */
 	char name[32];        /* client_name from HELLO */
-	uint32_t nleases;
+	uint32_t nleases;     /* leases it maps: held, plus attached */
+	uint32_t nattached;   /* of those, attached through a share token */
 	uint32_t npending;    /* waiting acquires */
 	/* Status counters, kept by status_conn_add/remove with every lease it gains or loses (req-status.c). */
 	uint64_t lease_bytes;

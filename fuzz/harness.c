@@ -580,6 +580,13 @@ void fz_check(struct fz *f)
 			  (unsigned long long)l->id);
 		if (k >= 0)
 			held[k]++;
+		/* An attachment counts on its connection too (shared leases, lease.h). */
+		for (size_t j = 0; j < l->nattachers; j++) {
+			int ka = conn_index(conns, nconns, l->attachers[j].owner);
+
+			FZ_ASSERT(ka >= 0, "lease %llu has an attacher whose connection is gone", (unsigned long long)l->id);
+			held[ka]++;
+		}
 		state_count[l->state]++;
 		state_bytes[l->state] += l->bytes;
 		sum += l->bytes;

@@ -416,6 +416,70 @@ START_TEST(test_random_acquire_release_keeps_books_exact_and_within_budget)
 }
 END_TEST
 
+START_TEST(test_attach_charges_nothing_and_lease_lives_until_last_mapper)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+	uint8_t tok[LEASE_TOKEN_BYTES] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16 };
+	uint8_t bad[LEASE_TOKEN_BYTES] = { 0 };
+	uid_t grant = UID_B;
+	struct lease *l = NULL, *got = NULL;
+	uint64_t id;
+
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), 0);
+	id = l->id;
+	/* Only the holder shares. */
+	ck_assert_int_eq(broker_share(b, l, &conn_b, tok, NULL, 0), -EPERM);
+	ck_assert_int_eq(broker_share(b, l, &conn_a, tok, NULL, 0), 0);
+	ck_assert_int_eq(broker_attach(b, bad, &conn_b, UID_A, 7, &got), -ENOENT);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_c, UID_B, 8, &got), -EACCES);
+	ck_assert_int_eq(broker_share(b, l, &conn_a, tok, &grant, 1), 0);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_c, UID_B, 8, &got), 0);
+	ck_assert_ptr_eq(got, l);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 7, &got), 0);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 7, &got), -EEXIST);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_a, UID_A, 7, &got), -EEXIST);
+	/* Counted once, to the holder's uid. */
+	ck_assert_uint_eq(budget_leased(b->budget), 2 * MIB);
+	ck_assert_uint_eq(budget_uid_leased(b->budget, UID_A), 2 * MIB);
+	ck_assert_uint_eq(budget_uid_leased(b->budget, UID_B), 0);
+	check_books(b);
+	/* Holder first, then the attachers: freed only with the last. */
+	ck_assert_int_eq(broker_detach(b, l, &conn_a), 0);
+	ck_assert_int_eq(broker_detach(b, l, &conn_a), -ENOENT);
+	ck_assert_int_eq(broker_detach(b, l, &conn_c), 0);
+	ck_assert_int_eq(broker_detach(b, l, &conn_b), 1);
+	broker_free_lease(b, l);
+	ck_assert_ptr_null(lease_find(b->leases, id));
+	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 7, &got), -ENOENT);
+	ck_assert_uint_eq(budget_leased(b->budget), 0);
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_attach_refused_while_revoking_and_idle_lease_becomes_active)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+	uint8_t tok[LEASE_TOKEN_BYTES] = { 9, 9, 9, 9, 9, 9, 9, 9, 1, 1, 1, 1, 1, 1, 1, 1 };
+	struct lease *l = NULL, *got = NULL;
+
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, MIB, &l), 0);
+	ck_assert_int_eq(lease_set_state(l, LEASE_IDLE, 1), 0);
+	ck_assert_int_eq(broker_share(b, l, &conn_a, tok, NULL, 0), 0);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 7, &got), 0);
+	ck_assert_int_eq(l->state, LEASE_ACTIVE);
+	ck_assert_int_eq(lease_set_state(l, LEASE_REVOKING, 2), 0);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_c, UID_A, 8, &got), -ENOENT);
+	ck_assert_int_eq(broker_share(b, l, &conn_a, tok, NULL, 0), -EINVAL);
+	/* A closed connection lets go of what it attached, too. */
+	ck_assert_uint_eq(broker_drop_owner(b, &conn_a), 0);
+	ck_assert_uint_eq(broker_drop_owner(b, &conn_b), 1);
+	ck_assert_uint_eq(lease_count(b->leases), 0);
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
 static Suite *broker_suite(void)
 {
 	Suite *s = suite_create("broker");
@@ -440,6 +504,8 @@ static Suite *broker_suite(void)
 	tcase_add_test(tc, test_trim_pool_shrinks_to_target_bounded_by_budget);
 	tcase_add_test(tc, test_overdue_bytes_counts_only_overdue_leases);
 	tcase_add_test(tc, test_random_acquire_release_keeps_books_exact_and_within_budget);
+	tcase_add_test(tc, test_attach_charges_nothing_and_lease_lives_until_last_mapper);
+	tcase_add_test(tc, test_attach_refused_while_revoking_and_idle_lease_becomes_active);
 	suite_add_tcase(s, tc);
 	return s;
 }

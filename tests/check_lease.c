@@ -153,6 +153,8 @@ START_TEST(test_adopt_keeps_id_is_orphaned_and_rejects_taken_ids)
 	ck_assert_int_eq(l->state, LEASE_ORPHANED);
 	ck_assert_ptr_null(l->owner);
 	ck_assert_ptr_eq(lease_find(t, 42), l);
+	/* An orphan waits for its holder's re-declare: never "unmapped", though nobody maps it yet. */
+	ck_assert(!lease_unmapped(l));
 
 	struct chunk **dup = fake_chunks(1);
 	ck_assert_int_eq(lease_adopt(t, 42, 1000, MIB, LEASE_PRIO_NORMAL, NULL, dup, 1, 9, &l), -EEXIST);
@@ -771,6 +773,132 @@ START_TEST(test_model_random_ops_match_reference)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ sharing */
+
+static void token_of(uint8_t tok[LEASE_TOKEN_BYTES], uint8_t seed)
+{
+	for (size_t i = 0; i < LEASE_TOKEN_BYTES; i++)
+		tok[i] = (uint8_t)(seed * 31 + i * 7 + 1);
+}
+
+START_TEST(test_share_links_token_and_keeps_first_token_adding_uids)
+{
+	struct lease_table *t = new_table();
+	struct lease *l = add(t, 1000, MIB, LEASE_PRIO_NORMAL, 1), *other = add(t, 1000, MIB, LEASE_PRIO_NORMAL, 1);
+	uint8_t tok[LEASE_TOKEN_BYTES], tok2[LEASE_TOKEN_BYTES], off[LEASE_TOKEN_BYTES];
+	uid_t u1[] = { 2000, 1000, 2000 }, u2[] = { 3000 };
+
+	token_of(tok, 1);
+	token_of(tok2, 2);
+	ck_assert_ptr_null(lease_find_token(t, tok));
+	ck_assert(!lease_share_allows(l, 1000)); /* not shared: nobody attaches, not even its uid */
+	ck_assert_int_eq(lease_share(t, l, tok, u1, 3), 0);
+	ck_assert_ptr_eq(lease_find_token(t, tok), l);
+	/* The holder's uid and duplicates are not stored. */
+	ck_assert_uint_eq(l->share->nuids, 1);
+	ck_assert(lease_share_allows(l, 1000));
+	ck_assert(lease_share_allows(l, 2000));
+	ck_assert(!lease_share_allows(l, 3000));
+	/* Again: the first token stays, uids are added. */
+	ck_assert_int_eq(lease_share(t, l, tok2, u2, 1), 0);
+	ck_assert_ptr_eq(lease_find_token(t, tok), l);
+	ck_assert_ptr_null(lease_find_token(t, tok2));
+	ck_assert(lease_share_allows(l, 3000));
+	/* One bit off is another token. */
+	memcpy(off, tok, sizeof(off));
+	off[LEASE_TOKEN_BYTES - 1] ^= 1;
+	ck_assert_ptr_null(lease_find_token(t, off));
+	/* Another lease cannot take a live token. */
+	ck_assert_int_eq(lease_share(t, other, tok, NULL, 0), -EEXIST);
+	ck_assert_ptr_null(other->share);
+	/* Removal unlinks the token: it names nothing after. */
+	lease_remove(t, l);
+	ck_assert_ptr_null(lease_find_token(t, tok));
+	ck_assert_int_eq(lease_share(t, other, tok, NULL, 0), 0);
+	ck_assert_ptr_eq(lease_find_token(t, tok), other);
+	lease_table_free(t);
+}
+END_TEST
+
+START_TEST(test_share_past_uid_limit_fails_and_leaves_grant_unchanged)
+{
+	struct lease_table *t = new_table();
+	struct lease *l = add(t, 1, MIB, LEASE_PRIO_NORMAL, 1);
+	uid_t uids[LEASE_SHARE_UIDS_MAX + 1];
+	uint8_t tok[LEASE_TOKEN_BYTES];
+
+	for (size_t i = 0; i < LEASE_SHARE_UIDS_MAX + 1; i++)
+		uids[i] = (uid_t)(100 + i);
+	token_of(tok, 3);
+	ck_assert_int_eq(lease_share(t, l, tok, uids, LEASE_SHARE_UIDS_MAX + 1), -E2BIG);
+	ck_assert_ptr_null(l->share);
+	ck_assert_int_eq(lease_share(t, l, tok, uids, LEASE_SHARE_UIDS_MAX - 1), 0);
+	ck_assert_int_eq(lease_share(t, l, tok, uids + LEASE_SHARE_UIDS_MAX - 1, 2), -E2BIG);
+	ck_assert_uint_eq(l->share->nuids, LEASE_SHARE_UIDS_MAX - 1);
+	ck_assert(!lease_share_allows(l, uids[LEASE_SHARE_UIDS_MAX - 1]));
+	lease_table_free(t);
+}
+END_TEST
+
+START_TEST(test_many_tokens_found_across_hash_growth)
+{
+	struct lease_table *t = new_table();
+	struct lease *v[300];
+	uint8_t tok[LEASE_TOKEN_BYTES];
+
+	for (int i = 0; i < 300; i++) {
+		v[i] = add(t, 1, MIB, LEASE_PRIO_NORMAL, 1);
+		memset(tok, 0, sizeof(tok));
+		memcpy(tok, &i, sizeof(i));
+		tok[8] = 0xee;
+		ck_assert_int_eq(lease_share(t, v[i], tok, NULL, 0), 0);
+	}
+	for (int i = 0; i < 300; i += 2)
+		lease_remove(t, v[i]);
+	for (int i = 0; i < 300; i++) {
+		memset(tok, 0, sizeof(tok));
+		memcpy(tok, &i, sizeof(i));
+		tok[8] = 0xee;
+		ck_assert_ptr_eq(lease_find_token(t, tok), i % 2 ? v[i] : NULL);
+	}
+	lease_table_free(t);
+}
+END_TEST
+
+START_TEST(test_attach_detach_and_unmapped_follow_every_mapper)
+{
+	struct lease_table *t = new_table();
+	struct lease *l = add(t, 1, MIB, LEASE_PRIO_NORMAL, 1);
+	int a, b;
+
+	/* add() makes the table pointer the holder. */
+	ck_assert_int_eq(lease_attach(l, t, 5, 1), -EEXIST);
+	ck_assert_int_eq(lease_attach(l, &a, 10, 1), 0);
+	ck_assert_int_eq(lease_attach(l, &a, 10, 1), -EEXIST);
+	ck_assert_int_eq(lease_attach(l, &b, 11, 2), 0);
+	ck_assert_uint_eq(l->nattachers, 2);
+	ck_assert_int_eq(lease_attacher_find(l, &b)->pid, 11);
+	ck_assert(!lease_unmapped(l));
+	/* The holder goes first: the lease lives on for its attachers. */
+	ck_assert_int_eq(lease_detach(l, t), 0);
+	ck_assert_ptr_null(l->owner);
+	ck_assert(l->holder_detached);
+	ck_assert(!lease_unmapped(l));
+	ck_assert_int_eq(lease_detach(l, t), -ENOENT);
+	ck_assert_int_eq(lease_detach(l, &a), 0);
+	ck_assert_ptr_null(lease_attacher_find(l, &a));
+	ck_assert_int_eq(lease_attacher_find(l, &b)->pid, 11);
+	ck_assert(!lease_unmapped(l));
+	/* An exit hold (a mapper whose connection closed while it runs) keeps it too. */
+	l->exit_holds = 1;
+	ck_assert_int_eq(lease_detach(l, &b), 0);
+	ck_assert(!lease_unmapped(l));
+	l->exit_holds = 0;
+	ck_assert(lease_unmapped(l));
+	lease_table_free(t);
+}
+END_TEST
+
 static Suite *lease_suite(void)
 {
 	Suite *s = suite_create("lease");
@@ -806,6 +934,10 @@ static Suite *lease_suite(void)
 	tc = tcase_create("model");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_model_random_ops_match_reference);
+	tcase_add_test(tc, test_share_links_token_and_keeps_first_token_adding_uids);
+	tcase_add_test(tc, test_share_past_uid_limit_fails_and_leaves_grant_unchanged);
+	tcase_add_test(tc, test_many_tokens_found_across_hash_growth);
+	tcase_add_test(tc, test_attach_detach_and_unmapped_follow_every_mapper);
 	suite_add_tcase(s, tc);
 	return s;
 }

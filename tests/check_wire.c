@@ -156,6 +156,9 @@ START_TEST(test_every_request_kind_round_trips)
 	Pinbroker__V1__RevokeAck ack = PINBROKER__V1__REVOKE_ACK__INIT;
 	Pinbroker__V1__SetIdle si = PINBROKER__V1__SET_IDLE__INIT;
 	Pinbroker__V1__Redeclare rd = PINBROKER__V1__REDECLARE__INIT;
+	Pinbroker__V1__Share sh = PINBROKER__V1__SHARE__INIT;
+	Pinbroker__V1__Attach at = PINBROKER__V1__ATTACH__INIT;
+	uint32_t share_uids[] = { 1001, 4294967294u };
 	uint64_t ids[] = { 3, 7, 1ull << 40 };
 	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
 
@@ -183,6 +186,10 @@ START_TEST(test_every_request_kind_round_trips)
 	si.idle = 1;
 	rd.n_lease_ids = 3;
 	rd.lease_ids = ids;
+	sh.lease_id = 45;
+	sh.n_uids = 2;
+	sh.uids = share_uids;
+	at.token = (char *)"0123456789abcdef0123456789abcdef";
 
 	for (size_t nfds = 0; nfds <= 1; nfds++) {
 		req.has_seq = 1;
@@ -214,6 +221,12 @@ START_TEST(test_every_request_kind_round_trips)
 		req.body_case = PINBROKER__V1__REQUEST__BODY_REDECLARE;
 		req.redeclare = &rd;
 		roundtrip_request(&req, nfds);
+		req.body_case = PINBROKER__V1__REQUEST__BODY_SHARE;
+		req.share = &sh;
+		roundtrip_request(&req, nfds);
+		req.body_case = PINBROKER__V1__REQUEST__BODY_ATTACH;
+		req.attach = &at;
+		roundtrip_request(&req, nfds);
 		/* A request with no body at all is well-formed on the wire; the daemon's gate rejects it. */
 		req.body_case = PINBROKER__V1__REQUEST__BODY__NOT_SET;
 		roundtrip_request(&req, nfds);
@@ -234,7 +247,11 @@ START_TEST(test_every_reply_kind_round_trips)
 	Pinbroker__V1__RedeclareReply rdr = PINBROKER__V1__REDECLARE_REPLY__INIT;
 	Pinbroker__V1__Revoke rv = PINBROKER__V1__REVOKE__INIT;
 	Pinbroker__V1__LeaseFds lf = PINBROKER__V1__LEASE_FDS__INIT;
+	Pinbroker__V1__ShareReply shr = PINBROKER__V1__SHARE_REPLY__INIT;
+	Pinbroker__V1__Lease attached = PINBROKER__V1__LEASE__INIT;
 	Pinbroker__V1__Reply rep = PINBROKER__V1__REPLY__INIT;
+	uint32_t shr_uids[] = { 1000, 1001 };
+	int32_t attacher_pids[] = { 4321, 4322 };
 	uint64_t chunks[] = { 2u << 20, 2u << 20, 1u << 20 };
 	uint64_t ids[] = { 5, 6 };
 	char *labels[] = { (char *)"train", (char *)"a,b" };
@@ -267,6 +284,14 @@ START_TEST(test_every_reply_kind_round_trips)
 	li.state = (char *)"revoking";
 	li.has_deadline_left_ms = 1;
 	li.deadline_left_ms = -250;
+	li.has_shared = li.has_attachers = li.has_holder_detached = 1;
+	li.shared = 1;
+	li.attachers = 2;
+	li.n_attacher_pids = 2;
+	li.attacher_pids = attacher_pids;
+	li.holder_detached = 1;
+	ci.has_attached = 1;
+	ci.attached = 1;
 	sg.name = (char *)"mem_available";
 	sg.value = 12.5;
 	sg.has_tight = 1;
@@ -305,6 +330,12 @@ START_TEST(test_every_reply_kind_round_trips)
 	lf.lease_id = 9;
 	lf.first_index = 1;
 	lf.count = 2;
+	shr.token = (char *)"fedcba9876543210fedcba9876543210";
+	shr.n_uids = 2;
+	shr.uids = shr_uids;
+	attached = lease;
+	attached.has_attached = 1;
+	attached.attached = 1;
 
 	for (size_t nfds = 0; nfds <= 2; nfds += 2) {
 		rep.has_seq = 1;
@@ -328,6 +359,12 @@ START_TEST(test_every_reply_kind_round_trips)
 		rep.body_case = PINBROKER__V1__REPLY__BODY_LEASE_FDS;
 		rep.lease_fds = &lf;
 		roundtrip_reply(&rep, nfds);
+		rep.body_case = PINBROKER__V1__REPLY__BODY_SHARE;
+		rep.share = &shr;
+		roundtrip_reply(&rep, nfds);
+		rep.body_case = PINBROKER__V1__REPLY__BODY_LEASE;
+		rep.lease = &attached;
+		roundtrip_reply(&rep, nfds);
 		rep.seq = 0; /* revokes are unsolicited */
 		rep.body_case = PINBROKER__V1__REPLY__BODY_REVOKE;
 		rep.revoke = &rv;
@@ -337,6 +374,9 @@ START_TEST(test_every_reply_kind_round_trips)
 		rep.status = PINBROKER__V1__STATUS_CODE__STATUS_OVER_QUOTA;
 		rep.message = (char *)"uid 1000 holds 4 GiB of its 4 GiB quota";
 		rep.body_case = PINBROKER__V1__REPLY__BODY__NOT_SET;
+		roundtrip_reply(&rep, nfds);
+		rep.status = PINBROKER__V1__STATUS_CODE__STATUS_SHARE_DENIED;
+		rep.message = (char *)"no live lease has this share token";
 		roundtrip_reply(&rep, nfds);
 		rep.message = NULL;
 	}
