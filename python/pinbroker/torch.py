@@ -602,14 +602,14 @@ def _collate_into(batch: Sequence[Any], arena: _Arena) -> Tuple[Any, ...]:
     if isinstance(elem, collections.abc.Mapping):
         return ("M", elem_type, [(key, _collate_into([d[key] for d in batch], arena)) for key in elem])
     if isinstance(elem, tuple) and hasattr(elem, "_fields"):
-        return ("N", elem_type, [_collate_into(list(samples), arena) for samples in zip(*batch)])
+        return ("N", elem_type, [_collate_into(samples, arena) for samples in zip(*batch)])
     if isinstance(elem, collections.abc.Sequence):
         it = iter(batch)
         elem_size = len(next(it))
         if not all(len(e) == elem_size for e in it):
             raise RuntimeError("each element in list of batch should be of equal size")
         transposed = list(zip(*batch))
-        parts = [_collate_into(list(samples), arena) for samples in transposed]
+        parts = [_collate_into(samples, arena) for samples in transposed]
         if isinstance(elem, tuple) or elem_type is list:
             return ("L", parts)
         return ("S", elem_type, parts)
@@ -879,6 +879,7 @@ class DataLoader(torch.utils.data.DataLoader):
     def _close_ring(collate: _RingCollate) -> None:
         ring, collate.ring = collate.ring, None
         if ring is not None and ring.owner_pid == os.getpid():
+            ring.reconcile()  # no iterator outlives its loader: what workers took will not come back
             ring.close()
 
     # -- iteration
@@ -1072,6 +1073,8 @@ class _PinnedIter:
             return self._pinned(item.batch)
         if ring is not None:
             loader._count(False, "no ring")
+        elif loader._pb_seen_max == 0:
+            loader._pb_seen_max = _nbytes(item)  # an unsized loader measures its first batch for the next ring
         return item
 
     def _warn_revoked(self) -> None:
