@@ -169,9 +169,7 @@ class _Broker:
                     return
                 rings = list(cls._rings.values())
                 client = cls._client
-            if not rings:
-                continue
-            if client is not None and cls.alive(client):
+            if not rings or client is None or cls.alive(client):
                 continue
             for ring in rings:
                 ring.revoke(None, why="pinbrokerd went away")
