@@ -214,6 +214,26 @@ class _Broker:
 # ----------------------------------------------------------------------------------------------- the ring
 
 
+def _mapped(addr: int, nbytes: int) -> bool:
+    """Whether [addr, addr + nbytes) is mapped in this process (/proc/self/maps), read-write."""
+    if not addr:
+        return False
+    end = addr + nbytes
+    covered = addr
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                span, perms = line.split(None, 2)[:2]
+                lo, hi = (int(x, 16) for x in span.split("-"))
+                if lo <= covered < hi and perms.startswith("rw"):
+                    covered = hi
+                    if covered >= end:
+                        return True
+    except OSError:
+        return True  # no /proc: trust fork semantics
+    return False
+
+
 class _Ring:
     """One leased ring of equal slots, shared by the main process and its workers.
 
@@ -312,11 +332,13 @@ class _Ring:
             return self._child_u8
         self._child_pid = pid
         self._child_u8 = None
-        if self.mv is not None:
+        if self.mv is not None and _mapped(self.addr, self.nbytes):
             # Forked: the mapping and its Python view came along.
             self._child_mv = self.mv
             self._child_u8 = self.ring_u8
             return self._child_u8
+        # Spawned, or forked without the mapping (a range marked MADV_DONTFORK is not inherited).
+        self.addr = 0
         if self.token is None:
             return None
         try:
@@ -728,7 +750,7 @@ class _RingCollate:
             return _TorchPath(self._plain(samples), "revoked", 0)
         u8 = ring.local_u8()
         if u8 is None:
-            return _TorchPath(self._plain(samples), "no ring in worker", 0)
+            return _TorchPath(self._plain(samples), "worker cannot map the ring", 0)
         slot, why = ring.take_slot(self.slot_wait_s)
         if slot is None:
             if why == "revoked":
@@ -943,7 +965,13 @@ class DataLoader(torch.utils.data.DataLoader):
                 lease.release()
                 raise OSError(getattr(lease, "fallback_reason", "the broker gave ordinary memory"))
             token = None
-            if method in ("spawn", "forkserver"):
+            if method == "fork":
+                # Not needed where fork inherits the ring; a worker that finds it missing attaches instead.
+                try:
+                    token = lease.share()
+                except (NotImplementedError, OSError):
+                    token = None
+            elif method in ("spawn", "forkserver"):
                 try:
                     token = lease.share()
                 except NotImplementedError:
@@ -1062,6 +1090,12 @@ class _PinnedIter:
                 )
             elif item.reason == "revoked":
                 self._warn_revoked()
+            elif item.reason == "worker cannot map the ring":
+                loader._warn_once(
+                    "nomap",
+                    "a worker cannot map the pinned ring (a forked worker did not inherit it, and it cannot attach "
+                    "to it); its batches take torch's path",
+                )
             elif item.reason == "ring full":
                 loader._warn_once(
                     "full",

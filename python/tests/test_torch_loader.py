@@ -405,3 +405,27 @@ def test_killed_worker_raises_like_torch_and_leaks_nothing(broker, persistent):
     gc.collect()
     assert broker.wait_leased(0) == 0, broker.status(leases=True)["leases"]
 
+
+
+def test_forked_worker_without_the_mapping_takes_torchs_path(broker):
+    """A range marked MADV_DONTFORK (as a driver may do to registered memory) is not inherited: the worker
+    must notice rather than fault, and its batches take torch's path (or attach, with shared leases)."""
+    import ctypes
+
+    ds = data.Images(n=24, shape=(3, 8, 8))
+    ref = reference(ds, batch_size=4)
+    loader = pbt.DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context="fork")
+    ring = loader._ensure_ring()
+    assert ring is not None
+    libc = ctypes.CDLL(None, use_errno=True)
+    madv_dontfork = 10
+    assert libc.madvise(ctypes.c_void_p(ring.addr), ctypes.c_size_t(ring.nbytes), madv_dontfork) == 0, ctypes.get_errno()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        compare_epoch(loader, ref)
+    st = loader.stats
+    if HAVE_SHARES:
+        assert st["ring_batches"] == len(ref), st
+    else:
+        assert st["reasons"].get("worker cannot map the ring") == len(ref), st
+        assert any("cannot map the pinned ring" in str(x.message) for x in w)
