@@ -904,11 +904,12 @@ class DataLoader(torch.utils.data.DataLoader):
 
     # -- iteration
 
-    def _warn_once(self, key: str, message: str) -> None:
+    def _warn_once(self, key: str, message: str, stacklevel: int = 3) -> None:
+        """Warn once per loader and kind, pointing at the program's line (its next() or its iter())."""
         if key in self._pb_warned:
             return
         self._pb_warned.add(key)
-        warnings.warn(f"pinbroker DataLoader: {message}", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"pinbroker DataLoader: {message}", RuntimeWarning, stacklevel=stacklevel)
 
     def _count(self, ring: bool, reason: str = "") -> None:
         if ring:
@@ -951,7 +952,7 @@ class DataLoader(torch.utils.data.DataLoader):
             return ring
         if want is None:
             self._warn_once("unsized", "cannot size ring slots before seeing a batch; this iterator takes torch's "
-                            "path and measures (pass slot_bytes= to start at once)")
+                            "path and measures (pass slot_bytes= to start at once)", stacklevel=4)
             return None
         method = "none" if self.num_workers == 0 else self._start_method()
         n_slots = self._pb_slots or (self.prefetch_factor or 2) * max(self.num_workers, 0) + 4
@@ -980,13 +981,12 @@ class DataLoader(torch.utils.data.DataLoader):
                         "noshare",
                         f"{method} workers need shared leases, which this libpinbroker lacks; behaving like "
                         "torch.utils.data.DataLoader(pin_memory=True) (use the fork start method, or a newer "
-                        "library and daemon)",
-                    )
+                        "library and daemon)", stacklevel=4)
                     return None
                 except OSError as e:
                     lease.release()
                     self._warn_once("noshare", f"the broker refused to share the ring with {method} workers ({e}); "
-                                    "behaving like torch.utils.data.DataLoader(pin_memory=True)")
+                                    "behaving like torch.utils.data.DataLoader(pin_memory=True)", stacklevel=4)
                     return None
             ring = _Ring(lease, want, n_slots, self._mp_ctx(), token, self._pb_label)
             _Broker.register(lease, ring)
@@ -994,7 +994,7 @@ class DataLoader(torch.utils.data.DataLoader):
         except OSError as e:
             _Broker.forget_if_dead()
             self._warn_once("refused", f"no pinned ring from pinbrokerd ({e}); behaving like "
-                            "torch.utils.data.DataLoader(pin_memory=True)")
+                            "torch.utils.data.DataLoader(pin_memory=True)", stacklevel=4)
             return None
         self._pb_ring = ring
         return ring
@@ -1126,15 +1126,15 @@ class _PinnedIter:
 # ------------------------------------------------------------------------------------------------ helpers
 
 
-def slot_of(tensor: torch.Tensor) -> Optional[Tuple[DataLoader, int]]:
-    """Not for general use: the (ring id, slot) a yielded tensor views, or None."""
+def slot_of(tensor: torch.Tensor) -> Optional[Tuple["_Ring", int]]:
+    """The (ring, slot number) a yielded tensor views, or None for a tensor outside every ring (diagnostics)."""
     ptr = tensor.data_ptr()
     for ring in list(_Broker._rings.values()):
         if ring.released or ring.ring_u8 is None:
             continue
         base = ring.ring_u8.data_ptr()
         if base <= ptr < base + ring.nbytes:
-            return ring, (ptr - base) // ring.slot_bytes  # type: ignore[return-value]
+            return ring, (ptr - base) // ring.slot_bytes
     return None
 
 
