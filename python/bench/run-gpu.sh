@@ -1,0 +1,114 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# The pinned DataLoader on a GPU host: starts pinbrokerd on a temp socket (huge pages when root can have them),
+# runs python/bench/gpu_loader_check.py then python/bench/bench_loader.py against it, writes everything to
+# $OUT and prints the benchmark table last.
+#
+# usage: python/bench/run-gpu.sh [BUILD_DIR]   (default: build-gpu, then build)
+# env:   OUT            results folder (default: a temp dir)
+#        PYTHON         the interpreter with a CUDA torch (default python3)
+#        PB_HUGEPAGES   as root, raise /proc/sys/vm/nr_hugepages to this for the daemon's pool (default 1100,
+#                       2.2 GiB; 0 leaves it alone and uses 4 KiB pages). Given back at the end.
+#        PB_BUDGET      the daemon's budget (default 8G: the largest ring, 20 slots of 38.5 MB x 1.25, is ~1 GB)
+#        PB_PREWARM     the pool kept warm without huge pages (default 2G)
+#        BENCH_ARGS     extra arguments for bench_loader.py (e.g. "--repeats 5")
+# Exits 0 when the checks passed (the benchmark reports, it does not fail), 1 when one failed, 77 without a GPU.
+set -u
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${1:-}
+if [ -z "$BUILD" ]; then
+	for b in "$SRC/build-gpu" "$SRC/build"; do [ -x "$b/daemon/pinbrokerd" ] && BUILD=$b && break; done
+fi
+BUILD=$(realpath -m "${BUILD:-$SRC/build-gpu}")
+DAEMON=$BUILD/daemon/pinbrokerd
+PINCTL=$BUILD/client/pinctl
+LIB=$BUILD/client/libpinbroker.so.0
+for f in "$DAEMON" "$PINCTL" "$LIB"; do
+	[ -e "$f" ] || { echo "missing $f (cmake -S . -B build-gpu && cmake --build build-gpu)"; exit 2; }
+done
+PY=${PYTHON:-python3}
+export OUT=${OUT:-$(mktemp -d /tmp/pb-loader-out.XXXXXX)}
+mkdir -p "$OUT"
+TMP=$(mktemp -d /tmp/pb-loader.XXXXXX)
+SOCK=$TMP/pb.sock
+DLOG=$OUT/pinbrokerd.log
+DPID=
+HUGE_BEFORE=
+
+# shellcheck disable=SC2317 # called through the EXIT trap
+cleanup() {
+	if [ -n "$DPID" ]; then
+		kill -TERM "$DPID" 2>/dev/null
+		for _ in $(seq 1 200); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.05; done
+		kill -0 "$DPID" 2>/dev/null && kill -KILL "$DPID"
+	fi
+	[ -n "$HUGE_BEFORE" ] && echo "$HUGE_BEFORE" >/proc/sys/vm/nr_hugepages 2>/dev/null
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+"$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 77)' 2>"$TMP/torch.err"
+rc=$?
+if [ $rc = 77 ]; then
+	echo "SKIP: $PY has no CUDA device (torch.cuda.is_available() is False)"
+	exit 77
+elif [ $rc != 0 ]; then
+	cat "$TMP/torch.err"
+	echo "FAIL: $PY cannot import torch (set PYTHON to an interpreter with a CUDA torch)"
+	exit 1
+fi
+
+WANT_HUGE=${PB_HUGEPAGES:-1100}
+HUGE=no
+if [ "$WANT_HUGE" != 0 ] && [ -w /proc/sys/vm/nr_hugepages ]; then
+	cur=$(cat /proc/sys/vm/nr_hugepages)
+	if [ "$cur" -lt "$WANT_HUGE" ]; then
+		HUGE_BEFORE=$cur
+		echo "$WANT_HUGE" >/proc/sys/vm/nr_hugepages
+	fi
+	[ "$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)" -ge 1024 ] 2>/dev/null && HUGE=yes
+fi
+# With huge pages the pool is them (2 GiB of them: enough for the largest ring); else 4 KiB pages.
+if [ $HUGE = yes ]; then
+	DARGS=(--budget 2G --prewarm 2G --hugetlb yes)
+else
+	DARGS=(--budget "${PB_BUDGET:-8G}" --prewarm "${PB_PREWARM:-2G}" --hugetlb no)
+fi
+LOCK=yes
+[ "$(id -u)" = 0 ] || LOCK=no
+echo "pinbrokerd: ${DARGS[*]} --lock-memory $LOCK (huge pages: $(awk '/HugePages_Free/ {print $2}' /proc/meminfo) free)" | tee "$OUT/setup.txt"
+# Pressure thresholds sit low: the run checks the loader, and a VM's MemAvailable may start small.
+"$DAEMON" --socket "$SOCK" --config /dev/null "${DARGS[@]}" --lock-memory $LOCK --tight-mem-available-pct 3 \
+	--critical-mem-available-pct 1 --log-level info >"$DLOG" 2>&1 &
+DPID=$!
+for _ in $(seq 1 600); do
+	"$PINCTL" --socket "$SOCK" status >/dev/null 2>&1 && break
+	kill -0 "$DPID" 2>/dev/null || { echo "FAIL: pinbrokerd exited; see $DLOG"; tail -20 "$DLOG"; DPID=; exit 1; }
+	sleep 0.1
+done
+"$PINCTL" --socket "$SOCK" status >/dev/null 2>&1 || { echo "FAIL: pinbrokerd did not answer in 60 s"; exit 1; }
+
+export PINBROKER_SOCKET=$SOCK PINBROKER_LIBRARY=$LIB
+export LD_LIBRARY_PATH=$BUILD/client${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PYTHONUNBUFFERED=1
+
+echo "=== gpu_loader_check"
+"$PY" "$SRC/python/bench/gpu_loader_check.py" --out "$OUT" 2>&1 | tee "$OUT/gpu_loader_check.log"
+CHECK=${PIPESTATUS[0]}
+
+echo "=== bench_loader"
+# shellcheck disable=SC2086
+timeout 420 "$PY" "$SRC/python/bench/bench_loader.py" --out "$OUT" ${BENCH_ARGS:-} >"$OUT/bench_loader.log" 2>&1
+BENCH=$?
+grep -E '^ +' "$OUT/bench_loader.log" | tail -20
+"$PINCTL" --socket "$SOCK" status >"$OUT/pinctl-status.txt" 2>&1
+
+echo
+echo "## pinned DataLoader on $(hostname) ($(date -u +%FT%TZ)); results in $OUT"
+echo
+grep -E '^(PASS|FAIL)' "$OUT/gpu_loader_check.log"
+echo "gpu_loader_check exit $CHECK, bench_loader exit $BENCH"
+echo
+if [ -f "$OUT/bench_loader.md" ]; then cat "$OUT/bench_loader.md"; else tail -20 "$OUT/bench_loader.log"; fi
+[ "$CHECK" = 0 ] || exit 1
+exit 0
