@@ -31,6 +31,9 @@
 #include "util.h"
 #include "wire.h"
 
+/* How long pb_disconnect waits for the daemon to answer its RELEASEs and close. */
+#define DISCONNECT_DRAIN_MS 2000
+
 typedef Pinbroker__V1__Request Request;
 typedef Pinbroker__V1__Reply Reply;
 
@@ -1278,9 +1281,32 @@ void pb_disconnect(pb_client *c)
 	c->closing = true;
 	pthread_cond_broadcast(&c->cond); /* wakes a reconnect backoff */
 	pthread_mutex_unlock(&c->lock);
-	shutdown(c->sock, SHUT_RDWR);
-	if (c->receiver_started)
-		pthread_join(c->receiver, NULL);
+	/*
+	 * Half-close, so the daemon still reads the pipelined RELEASEs and answers
+	 * them (a full shutdown made its first answer fail, and it dropped the
+	 * connection with the later RELEASEs unread: those leases then stayed
+	 * counted until this process exited). The receiver drains the answers and
+	 * sees EOF when the daemon closes; a daemon that does not close within
+	 * DISCONNECT_DRAIN_MS is cut off.
+	 */
+	shutdown(c->sock, SHUT_WR);
+	if (c->receiver_started) {
+		struct timespec until;
+
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += DISCONNECT_DRAIN_MS / 1000;
+		until.tv_nsec += (long)(DISCONNECT_DRAIN_MS % 1000) * 1000000L;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
+		}
+		if (pthread_timedjoin_np(c->receiver, NULL, &until) != 0) {
+			shutdown(c->sock, SHUT_RDWR);
+			pthread_join(c->receiver, NULL);
+		}
+	} else {
+		shutdown(c->sock, SHUT_RDWR);
+	}
 	client_free(c);
 }
 
