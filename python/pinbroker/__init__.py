@@ -40,6 +40,8 @@ from .errors import (
     ShuttingDown,
     Timeout,
     TooLarge,
+    Stale,
+    UnknownLease,
 )
 
 __version__ = "0.1.0"
@@ -67,4 +69,6 @@ __all__ = [
     "ShuttingDown",
     "Timeout",
     "TooLarge",
+    "Stale",
+    "UnknownLease",
 ]

@@ -18,7 +18,7 @@ import weakref
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _lib
-from .errors import BrokerError, InvalidArgument, LibraryNotFound, NotConnected, error_from_errno
+from .errors import BrokerError, InvalidArgument, LibraryNotFound, NotConnected, UnknownLease, error_from_errno
 
 __all__ = [
     "Kind",
@@ -79,11 +79,15 @@ def _priority(p: Union[str, Priority, None]) -> Priority:
     raise ValueError(f"priority must be one of 'normal', 'critical', 'best-effort', not {p!r}")
 
 
-def _raise(r: int, what: str) -> None:
-    """Raise the exception for C return value r, with pb_last_error()'s message (read on this thread)."""
+def _raise(r: int, what: str, lease_context: bool = False) -> None:
+    """Raise the exception for C return value r, with pb_last_error()'s message (read on this thread).
+
+    lease_context: ENOENT names a lease or token (UnknownLease), not a missing daemon."""
     msg = _lib.last_error()
     if not msg or msg == "no error":
         msg = f"{what}: {_lib.strerror(r)}"
+    if lease_context and abs(r) == errno.ENOENT:
+        raise UnknownLease(errno.ENOENT, msg)
     raise error_from_errno(r, msg)
 
 
@@ -104,8 +108,7 @@ class _ViewToken:
     __slots__ = ("mapping",)
 
     def __init__(self, mapping: "_Mapping") -> None:
-        self.mapping = mapping
-        mapping._view_opened()
+        self.mapping = mapping  # counted by _Mapping.array(), under its lock
 
     def __del__(self) -> None:
         try:
@@ -167,19 +170,19 @@ class _Mapping:
     def array(self) -> ctypes.Array:
         """A new ctypes array over the memory that counts as a view for as long as it (or a memoryview of it) lives."""
         with self.lock:
+            # Counted under the same lock as the check, so a release() racing with this cannot free the
+            # memory between the two.
             if self.released or self.freed:
                 raise ValueError(f"{self.describe()} was released: its memory can no longer be viewed")
+            self.views += 1
+        token = _ViewToken(self)  # from here on its __del__ uncounts the view, whatever happens below
         typ = ctypes.c_ubyte * self.nbytes
         arr = typ.from_buffer(self.pymem) if self.pymem is not None else typ.from_address(self.address)
-        arr._pinbroker_view = _ViewToken(self)  # type: ignore[attr-defined]
+        arr._pinbroker_view = token  # type: ignore[attr-defined]
         return arr
 
     def describe(self) -> str:
         return f"lease {self.id}" if self.id else f"fallback lease at {self.address:#x}"
-
-    def _view_opened(self) -> None:
-        with self.lock:
-            self.views += 1
 
     def _view_closed(self) -> None:
         with self.lock:
@@ -237,6 +240,9 @@ class Lease:
     or CUDA) are not views: using one after release is undefined, as with a freed buffer.
 
     A Lease is a context manager: ``with client.acquire(n) as lease: ...`` releases it on exit.
+    Leases come from :meth:`Client.acquire`, :meth:`Client.attach` and the ``acquire_or_fallback``
+    functions, not from this constructor. In a forked child the inherited mapping and its views stay
+    usable, and ``release()`` there does nothing: the parent holds the lease.
     """
 
     def __init__(self, mapping: _Mapping, *, requested_nbytes: int, label: Optional[str], priority: Priority,
@@ -301,6 +307,17 @@ class Lease:
     def released(self) -> bool:
         """True once :meth:`release` was called (the memory may still be mapped for live views)."""
         return self._mapping is None
+
+    @property
+    def stale(self) -> bool:
+        """True when the daemon no longer counts this lease (it restarted clean): still mapped here, but not
+        brokered; release it and acquire again. Always False with a library older than shared leases."""
+        m = self._m
+        fn = _lib.optional("pb_lease_stale") if m.ptr is not None else None
+        if fn is None or m.pid != os.getpid():
+            return False
+        with m.lock:  # free() marks freed under the lock before pb_release: the handle is valid here
+            return False if m.freed else bool(fn(m.ptr))
 
     @property
     def views(self) -> int:
@@ -376,7 +393,9 @@ class Lease:
         self._check()
         self._m.idle = bool(idle)
         if self._m.ptr is not None:
-            _lib.load().pb_lease_set_idle(self._m.ptr, 1 if idle else 0)
+            r = _lib.load().pb_lease_set_idle(self._m.ptr, 1 if idle else 0)
+            if _lib.has_sharing() and r < 0:  # an int only since shared leases; void before
+                _raise(r, f"marking {self._m.describe()} {'idle' if idle else 'busy'}")
 
     def share(self, uids: Iterable[int] = ()) -> str:
         """A share token another process (of this uid, or of one of ``uids``) passes to :meth:`Client.attach`.
@@ -509,6 +528,13 @@ class Client:
         Waits for calls in flight on other threads (an acquire with wait=True, up to its timeout), or at
         most ``timeout`` seconds, after which it leaves the connection to the kernel to close at exit.
         """
+        self._close(timeout, release_each=True)
+
+    def _close(self, timeout: Optional[float], release_each: bool) -> None:
+        # release_each: a RELEASE and its answer per lease before pb_disconnect. pb_disconnect only
+        # pipelines them, and the daemon drops the connection when it cannot send the first answer,
+        # so the rest stay counted until this process exits: fine at exit, a leak in a process that
+        # lives on. At exit a daemon that does not answer must not hang us: no waiting there.
         if getattr(_in_callback, "active", False):
             raise RuntimeError("Client.close() cannot run inside its revoke callback (the callback runs on "
                                "the thread that close() waits for); release the lease there and close later")
@@ -522,13 +548,19 @@ class Client:
             ptr, self._ptr = self._ptr, None
             mappings = [r() for r in self._mappings.values()]
             self._mappings.clear()
+        lib = _lib.load()
         for m in mappings:
-            if m is not None:
-                with m.lock:
-                    m.freed = True  # pb_disconnect frees the pb_lease structs
+            if m is None:
+                continue
+            with m.lock:
+                if m.freed:
+                    continue
+                m.freed = True  # from here the handle is ours to release, or pb_disconnect's to free
+            if mine and ptr and release_each:
+                lib.pb_release(ptr, m.ptr)
         _clients.pop(self._key, None)
         if mine and ptr:
-            _lib.load().pb_disconnect(ptr)
+            lib.pb_disconnect(ptr)
 
     def __enter__(self) -> "Client":
         return self
@@ -648,7 +680,7 @@ class Client:
             self._leave()
         return token.value.decode("ascii")
 
-    def attach(self, token: str, label: Optional[str] = None) -> Lease:
+    def attach(self, token: Union[str, bytes], label: Optional[str] = None) -> Lease:
         """Map a lease another process shared with :meth:`Lease.share`. Its release detaches this process;
         the lease lives until its last attacher lets it go. Raises PermissionDenied (EACCES/EPERM) for a uid
         without a grant, NotConnected (ENOENT) for a forged or stale token."""
@@ -658,18 +690,21 @@ class Client:
                 f"the libpinbroker loaded from {_lib.path()} has no pb_attach: shared leases need a newer "
                 "libpinbroker (and pinbrokerd); upgrade both, or point PINBROKER_LIBRARY at a newer build"
             )
+        if isinstance(token, (bytes, bytearray)):
+            token = bytes(token).decode("ascii", "replace")
         if not isinstance(token, str):
-            raise TypeError(f"token must be a str from Lease.share(), not {type(token).__name__}")
+            raise TypeError(f"token must be the str from Lease.share(), not {type(token).__name__}")
         ptr = self._enter()
         try:
             ret = ctypes.c_void_p()
             r = fn(ptr, token.encode("ascii", "replace"), ctypes.byref(ret))
             if r < 0:
-                _raise(r, "attaching a shared lease")
+                _raise(r, "attaching a shared lease", lease_context=True)
             m = _Mapping(self, int(ret.value))
         finally:
             self._leave()
-        return Lease(m, requested_nbytes=m.nbytes, label=label, priority=Priority.NORMAL, attached=True)
+        lease = Lease(m, requested_nbytes=m.nbytes, label=label, priority=Priority.NORMAL, attached=True)
+        return lease
 
     # -- revocation
 
@@ -754,14 +789,14 @@ class Client:
             out: List[Dict[str, Any]] = []
             cursor = 0
             while True:
-                rows = ctypes.POINTER(_lib.LeaseInfo)()
+                rows = ctypes.c_void_p()
                 n = ctypes.c_size_t()
                 nxt = ctypes.c_uint64()
                 r = lib.pb_leases_page(ptr, cursor, 0, ctypes.byref(rows), ctypes.byref(n), ctypes.byref(nxt))
                 if r < 0:
                     _raise(r, "listing leases")
                 try:
-                    out += [_lease_info(rows[i]) for i in range(n.value)]
+                    out += _lease_rows(rows.value, n.value)
                 finally:
                     lib.pb_lease_info_free(rows, n.value)
                 cursor = nxt.value
@@ -820,8 +855,17 @@ def _libc_free(p: Any) -> None:
     libc.free(ctypes.cast(p, ctypes.c_void_p))
 
 
-def _lease_info(li: _lib.LeaseInfo) -> Dict[str, Any]:
-    return {
+def _lease_rows(ptr: Optional[int], n: int) -> List[Dict[str, Any]]:
+    if not ptr or n == 0:
+        return []
+    rows = ctypes.cast(ptr, ctypes.POINTER(_lib.row_types()[1]))
+    return [_lease_info(rows[i]) for i in range(n)]
+
+
+def _lease_info(li: Any) -> Dict[str, Any]:
+    """One pb_lease_info row; with a library that has shared leases, also shared, holder_detached,
+    attachers and attacher_pids."""
+    d = {
         "id": int(li.id),
         "pid": int(li.pid),
         "uid": int(li.uid),
@@ -833,30 +877,46 @@ def _lease_info(li: _lib.LeaseInfo) -> Dict[str, Any]:
         "idle_ms": int(li.idle_ms),
         "deadline_left_ms": int(li.deadline_left_ms),
     }
+    if hasattr(li, "attachers"):
+        d["shared"] = bool(li.shared)
+        d["holder_detached"] = bool(li.holder_detached)
+        d["attachers"] = int(li.attachers)
+        d["attacher_pids"] = [int(li.attacher_pids[i]) for i in range(min(li.n_attacher_pids, _lib.PB_LEASE_INFO_PIDS))]
+    return d
+
+
+_STATUS_LISTS = ("clients", "leases", "signals", "transitions", "revocations")
 
 
 def _status_dict(s: _lib.Status, with_leases: bool) -> Dict[str, Any]:
+    """struct pb_status as a dict: every summary field by its C name, and the row arrays as lists."""
     d: Dict[str, Any] = {}
     for name, _typ in _lib.Status._fields_:
-        if name.startswith("n_") or name in ("clients", "leases", "signals", "transitions", "revocations"):
+        if name.startswith("n_") or name in _STATUS_LISTS:
             continue
         v = getattr(s, name)
-        d[name] = _dec(v) if isinstance(v, bytes) or name in ("server_version", "pressure_state", "monitor_mode") else v
+        d[name] = _dec(v) if isinstance(v, bytes) or v is None and name.endswith(("version", "state", "mode")) else v
     d["hugetlb"] = bool(s.hugetlb)
-    d["clients"] = [
-        {"pid": c.pid, "uid": c.uid, "leases": c.leases, "bytes": c.bytes, "labels": _dec(c.labels) or "",
-         "name": _dec(c.name) or ""}
-        for c in (s.clients[i] for i in range(s.n_clients))
-    ]
+    d["clients"] = []
+    if s.clients and s.n_clients:
+        rows = ctypes.cast(s.clients, ctypes.POINTER(_lib.row_types()[0]))
+        for i in range(s.n_clients):
+            c = rows[i]
+            row = {"pid": c.pid, "uid": c.uid, "leases": c.leases, "bytes": c.bytes, "labels": _dec(c.labels) or "",
+                   "name": _dec(c.name) or ""}
+            if hasattr(c, "attached"):
+                row["attached"] = int(c.attached)
+            d["clients"].append(row)
     d["signals"] = [
         {"name": _dec(g.name), "value": g.value, "tight": g.tight, "critical": g.critical, "unit": _dec(g.unit),
          "available": bool(g.available)}
         for g in (s.signals[i] for i in range(s.n_signals))
     ]
-    d["transitions"] = [{"age_ms": e.age_ms, "text": _dec(e.text)} for e in (s.transitions[i] for i in range(s.n_transitions))]
-    d["revocations"] = [{"age_ms": e.age_ms, "text": _dec(e.text)} for e in (s.revocations[i] for i in range(s.n_revocations))]
+    for key in ("transitions", "revocations"):
+        arr, n = getattr(s, key), getattr(s, "n_" + key)
+        d[key] = [{"age_ms": arr[i].age_ms, "text": _dec(arr[i].text)} for i in range(n)]
     if with_leases:
-        d["leases"] = [_lease_info(s.leases[i]) for i in range(s.n_leases)]
+        d["leases"] = _lease_rows(s.leases, s.n_leases)
     return d
 
 
@@ -957,10 +1017,12 @@ def _after_fork_in_child() -> None:
 
 def _at_exit() -> None:
     # Before interpreter teardown: no receiver thread may call into Python once finalisation starts.
+    # A call still in flight on a daemon thread (an acquire waiting for memory) is given 1 s; past that
+    # the connection is left to the kernel, which gives the leases back as the process exits.
     for c in list(_clients.values()):
         if c._pid == os.getpid():
             try:
-                c.close(timeout=5)
+                c._close(timeout=1, release_each=False)
             except Exception:
                 pass
 

@@ -77,6 +77,27 @@ class LeaseInfo(ctypes.Structure):
     ]
 
 
+class ClientInfoShared(ctypes.Structure):
+    """struct pb_client_info of a library with shared leases (pb_lease_share): one more field."""
+
+    _fields_ = ClientInfo._fields_ + [("attached", ctypes.c_uint32)]
+
+
+PB_LEASE_INFO_PIDS = 16
+
+
+class LeaseInfoShared(ctypes.Structure):
+    """struct pb_lease_info of a library with shared leases (pb_lease_share): the sharing fields."""
+
+    _fields_ = LeaseInfo._fields_ + [
+        ("shared", ctypes.c_int),
+        ("holder_detached", ctypes.c_int),
+        ("attachers", ctypes.c_uint32),
+        ("n_attacher_pids", ctypes.c_size_t),
+        ("attacher_pids", ctypes.c_int32 * PB_LEASE_INFO_PIDS),
+    ]
+
+
 class SignalInfo(ctypes.Structure):
     """struct pb_signal_info."""
 
@@ -97,7 +118,8 @@ class EventInfo(ctypes.Structure):
 
 
 class Status(ctypes.Structure):
-    """struct pb_status."""
+    """struct pb_status. The client and lease rows are void pointers: their struct depends on the
+    library's version (row_types()), and arrays are indexed by the struct's size."""
 
     _fields_ = [
         ("schema_version", ctypes.c_uint32),
@@ -118,9 +140,9 @@ class Status(ctypes.Structure):
         ("monitor_mode", ctypes.c_char_p),
         ("uptime_ms", ctypes.c_uint64),
         ("n_clients", ctypes.c_size_t),
-        ("clients", ctypes.POINTER(ClientInfo)),
+        ("clients", ctypes.c_void_p),
         ("n_leases", ctypes.c_size_t),
-        ("leases", ctypes.POINTER(LeaseInfo)),
+        ("leases", ctypes.c_void_p),
         ("n_signals", ctypes.c_size_t),
         ("signals", ctypes.POINTER(SignalInfo)),
         ("n_transitions", ctypes.c_size_t),
@@ -156,7 +178,8 @@ _REQUIRED = {
     "pb_lease_hugetlb": (_int, [_vp]),
     "pb_lease_chunks": (_size, [_vp]),
     "pb_lease_fallback_reason": (_cstr, [_vp]),
-    "pb_lease_set_idle": (None, [_vp, _int]),
+    # void in the first release, int (0 or -ESTALE/-EINVAL) with shared leases: see set_idle_returns_int().
+    "pb_lease_set_idle": (_int, [_vp, _int]),
     "pb_set_revoke_callback": (None, [_vp, REVOKE_FN, _vp]),
     "pb_set_cache_limit": (None, [_vp, _size]),
     "pb_cuda_available": (_int, [ctypes.POINTER(_cstr)]),
@@ -166,9 +189,9 @@ _REQUIRED = {
     "pb_status_free": (None, [ctypes.POINTER(Status)]),
     "pb_leases_page": (
         _int,
-        [_vp, _u64, _size, ctypes.POINTER(ctypes.POINTER(LeaseInfo)), ctypes.POINTER(_size), ctypes.POINTER(_u64)],
+        [_vp, _u64, _size, ctypes.POINTER(_vp), ctypes.POINTER(_size), ctypes.POINTER(_u64)],
     ),
-    "pb_lease_info_free": (None, [ctypes.POINTER(LeaseInfo), _size]),
+    "pb_lease_info_free": (None, [_vp, _size]),
     "pb_admin_revoke": (
         _int,
         [_vp, _int, _u64, _u32, _u32, ctypes.POINTER(ctypes.POINTER(_u64)), ctypes.POINTER(_size)],
@@ -181,6 +204,8 @@ _REQUIRED = {
 _OPTIONAL = {
     "pb_lease_share": (_int, [_vp, _vp, ctypes.POINTER(ctypes.c_uint32), _size, ctypes.c_char_p]),
     "pb_attach": (_int, [_vp, _cstr, ctypes.POINTER(_vp)]),
+    "pb_lease_attached": (_int, [_vp]),
+    "pb_lease_stale": (_int, [_vp]),
 }
 
 
@@ -269,6 +294,17 @@ def optional(name: str) -> Optional[ctypes._CFuncPtr]:  # type: ignore[name-defi
     fn.restype = res
     fn.argtypes = args
     return fn
+
+
+def has_sharing() -> bool:
+    """True for a library with shared leases (pb_lease_share): its status rows have the sharing fields and
+    pb_lease_set_idle returns int. Both came with pb_lease_share (issue 10), so its presence decides."""
+    return hasattr(load(), "pb_lease_share")
+
+
+def row_types() -> Tuple[type, type]:
+    """(client row struct, lease row struct) of the loaded library."""
+    return (ClientInfoShared, LeaseInfoShared) if has_sharing() else (ClientInfo, LeaseInfo)
 
 
 def last_error() -> str:

@@ -20,6 +20,8 @@ __all__ = [
     "InvalidArgument",
     "ProtocolError",
     "LibraryNotFound",
+    "UnknownLease",
+    "Stale",
     "error_from_errno",
 ]
 
@@ -75,6 +77,16 @@ class InvalidArgument(BrokerError, ValueError):
     """EINVAL: a size of 0, or an argument the daemon rejects."""
 
 
+class UnknownLease(BrokerError, LookupError):
+    """ENOENT from attach: an unknown, forged, mistyped or stale share token (its lease was released or is
+    being revoked). Ask the holder for a fresh token."""
+
+
+class Stale(BrokerError):
+    """ESTALE: the lease was revoked and given back, or the daemon restarted clean and no longer counts it;
+    release it and acquire again."""
+
+
 class LibraryNotFound(BrokerError):
     """ELIBACC: libpinbroker.so could not be loaded; the message lists every place that was tried."""
 
@@ -102,6 +114,7 @@ _BY_ERRNO: Dict[int, Type[BrokerError]] = {
     _errno.EPROTO: ProtocolError,
     _errno.EPROTONOSUPPORT: ProtocolError,
     _errno.EIO: ProtocolError,
+    _errno.ESTALE: Stale,
 }
 
 

@@ -46,6 +46,12 @@ QUIET = [
     "--tight-swapout-pages-per-s", "0", "--critical-swapout-pages-per-s", "0",
     "--tight-swap-free-pct", "0", "--revoke-enforce", "none",
 ]
+if os.geteuid() != 0:
+    # Root is an admin; anyone else running the tests is made one through its group, for the
+    # revoke tests (admin requests).
+    import grp
+
+    QUIET += ["--admin-group", grp.getgrgid(os.getegid()).gr_name]
 
 
 class Daemon:
@@ -56,11 +62,15 @@ class Daemon:
         os.chmod(self.dir, 0o755)  # other uids (the cross-uid tests) reach the socket
         self.socket = os.path.join(self.dir, "pb.sock")
         self.log_path = os.path.join(self.dir, "pinbrokerd.log")
-        argv = [PINBROKERD, "--socket", self.socket, "--config", "/dev/null", "--budget", "256M",
-                "--prewarm", "16M", "--hugetlb", "no", "--lock-memory", "no", "--log-level", "debug"] + QUIET + args
+        self.argv = [PINBROKERD, "--socket", self.socket, "--config", "/dev/null", "--budget", "256M",
+                     "--prewarm", "16M", "--hugetlb", "no", "--lock-memory", "no", "--log-level", "debug"] + QUIET + args
+        self.start()
+
+    def start(self) -> None:
+        """Start (or, after stop(), start again) on the same socket with the same arguments."""
         env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "LISTEN_FDS", "JOURNAL_STREAM")}
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 10
         while True:
             try:
