@@ -268,6 +268,7 @@ class _Ring:
         self._cond = threading.Condition()
         self._events: Dict[int, List[Any]] = {}
         self._pending: Dict[int, List[Any]] = {}
+        self._views: Dict[int, Any] = {}  # slot -> the weakref.finalize of its yielded view
         self.revoking = False
         self.revoke_why = ""
         self.revoke_deadline: Optional[float] = None
@@ -434,6 +435,7 @@ class _Ring:
         """The last tensor viewing slot is gone (any thread): free it now, or once its CUDA events complete."""
         with self._cond:
             events = self._events.pop(slot, [])
+            self._views.pop(slot, None)
         try:
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 ev = torch.cuda.Event()
@@ -463,6 +465,7 @@ class _Ring:
         arr = np.frombuffer(self.mv, dtype=np.uint8, count=self.slot_bytes, offset=slot * self.slot_bytes)
         fin = weakref.finalize(arr, self.on_dropped, slot)
         fin.atexit = False
+        self._views[slot] = fin
         return torch.from_numpy(arr)
 
     def plain_slot_view(self, slot: int) -> torch.Tensor:
@@ -474,10 +477,15 @@ class _Ring:
             return sum(1 for i in range(self.n_slots) if self.state[1 + i] != _FREE)
 
     def reconcile(self) -> None:
-        """No worker runs any more: slots a worker took but never returned are free again."""
+        """No worker runs and no iterator is active: slots a worker took but never returned are free again, and
+        so are slots back in the main process with no view alive and no CUDA work pending (an exception, such as
+        torch's worker-death signal, can land between marking a slot and viewing it, or inside its finaliser)."""
+        with self._cond:
+            unviewed = [i for i in range(self.n_slots) if i not in self._pending and
+                        not (i in self._views and self._views[i].alive)]
         with self.mp_lock:
             for i in range(self.n_slots):
-                if self.state[1 + i] == _ISSUED:
+                if self.state[1 + i] == _ISSUED or (self.state[1 + i] == _MAIN and i in unviewed):
                     self.state[1 + i] = _FREE
         self._notify()
 
