@@ -111,7 +111,10 @@ static void world_start(struct world *w)
 	w->to_holder = a[1];
 	w->from_holder = b[0];
 	ck_assert_int_eq(hear(w), 'a');
-	/* The lease's one chunk, and the state, are in the store. */
+	/* The lease's one chunk, and the state, are in the store (the stand-in reads the daemon's
+	 * FDSTORE messages on its own thread: give it a moment to catch up). */
+	for (int i = 0; i < 200 && (fdstore_count(w->fs, "c") < 1 || fdstore_count(w->fs, "state") < 1); i++)
+		usleep(10 * 1000);
 	ck_assert_uint_eq(fdstore_count(w->fs, "c"), 1);
 	ck_assert_uint_eq(fdstore_count(w->fs, "state"), 1);
 	ck_assert_int_ge(fdstore_get(w->fs, "c1"), 0);
