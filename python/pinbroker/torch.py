@@ -282,6 +282,8 @@ class _Ring:
         self._child_u8: Optional[torch.Tensor] = None
         self._child_pid = 0
         self._child_unmapped = False
+        self._child_revoked = False
+        self._child_lock = threading.Lock()
         self._rr = 0
 
     # -- pickling: what a spawn/forkserver worker gets
@@ -312,6 +314,8 @@ class _Ring:
         self._child_u8 = None
         self._child_pid = 0
         self._child_unmapped = False
+        self._child_revoked = False
+        self._child_lock = threading.Lock()
         self._rr = 0
 
     def owns(self, lease: Any) -> bool:
@@ -345,10 +349,16 @@ class _Ring:
         try:
             import pinbroker
 
+            # A worker only writes into the ring: registering it with CUDA here would start a CUDA context
+            # in every worker. (Read when the library first looks for the driver, which in a spawned worker
+            # is this attach.)
+            os.environ.setdefault("PINBROKER_NO_CUDA", "1")
             client = pinbroker.connect()
-            lease = client.attach(self.token)
+            # A revoke reaches every mapper: this worker lets go of its mapping in time, by itself.
+            client.on_revoke(self._child_on_revoke)
+            lease = client.attach(self.token, label=self.label)
             mv = lease.memoryview()
-        except (OSError, AttributeError, ValueError) as e:
+        except (OSError, AttributeError, ValueError, NotImplementedError) as e:
             warnings.warn(
                 f"pinbroker DataLoader worker {pid}: cannot attach to the ring ({e}); this worker takes "
                 "torch's path",
@@ -361,6 +371,13 @@ class _Ring:
         self._child_u8 = torch.frombuffer(mv, dtype=torch.uint8)
         return self._child_u8
 
+    def _child_on_revoke(self, lease: Any, deadline_ms: Any = None) -> None:
+        """A worker's revoke callback (its library's receiver thread): give the attachment back, after the
+        batch being written, if any (the main process reads that slot through its own mapping)."""
+        with self._child_lock:
+            self._child_revoked = True
+            self.child_drop_mapping()
+
     def child_drop_mapping(self) -> None:
         """In a worker, once the ring is closed: stop mapping it (attached: release; forked: PROT_NONE)."""
         if os.getpid() == self.owner_pid or self._child_unmapped or self._child_pid != os.getpid():
@@ -371,7 +388,7 @@ class _Ring:
             self._child_mv = None
             try:
                 self._child_lease.release()
-            except OSError:
+            except (OSError, ValueError):
                 pass
             self._child_lease = None
         elif self.addr and self.nbytes:
@@ -753,32 +770,36 @@ class _RingCollate:
         ring = self.ring
         if ring is None:
             return self._plain(samples)
-        if ring.closed():
-            ring.child_drop_mapping()
-            return _TorchPath(self._plain(samples), "revoked", 0)
-        u8 = ring.local_u8()
-        if u8 is None:
-            return _TorchPath(self._plain(samples), "worker cannot map the ring", 0)
-        slot, why = ring.take_slot(self.slot_wait_s)
-        if slot is None:
-            if why == "revoked":
+        with ring._child_lock:  # a worker's revoke callback waits for the batch being written
+            if ring.closed():
                 ring.child_drop_mapping()
-            return _TorchPath(self._plain(samples), why, 0)
-        try:
+                return _TorchPath(self._plain(samples), "revoked", 0)
+            if ring._child_revoked:
+                return _TorchPath(self._plain(samples), "revoked", 0)
+            u8 = ring.local_u8()
+            if u8 is None:
+                return _TorchPath(self._plain(samples), "worker cannot map the ring", 0)
+            slot, why = ring.take_slot(self.slot_wait_s)
+            if slot is None:
+                if why == "revoked":
+                    ring.child_drop_mapping()
+                return _TorchPath(self._plain(samples), why, 0)
             off = slot * ring.slot_bytes
             arena = _Arena(u8[off : off + ring.slot_bytes])
-            if self.user_collate is None:
-                desc = _collate_into(samples, arena)
-            else:
-                desc = _describe_into(self.user_collate(samples), arena)
-        except _NoRoom:
-            ring.untake_slot(slot)
-            out = self._plain(samples)
-            return _TorchPath(out, "too big", _nbytes(out))
-        except BaseException:
-            ring.untake_slot(slot)
-            raise
-        return _SlotBatch(ring.id, slot, desc, arena.off)
+            del u8  # only the ring holds views of an attachment, so a revoke can let go of it
+            try:
+                if self.user_collate is None:
+                    desc = _collate_into(samples, arena)
+                else:
+                    desc = _describe_into(self.user_collate(samples), arena)
+            except _NoRoom:
+                ring.untake_slot(slot)
+                out = self._plain(samples)
+                return _TorchPath(out, "too big", _nbytes(out))
+            except BaseException:
+                ring.untake_slot(slot)
+                raise
+            return _SlotBatch(ring.id, slot, desc, arena.off)
 
 
 # ------------------------------------------------------------------------------------------- the loader
@@ -898,9 +919,18 @@ class DataLoader(torch.utils.data.DataLoader):
         return out
 
     def close(self) -> None:
-        """Give the ring back (at once, or when the last held batch is dropped); later iterators lease anew."""
+        """Give the ring back (at once, or when the last held batch is dropped), and stop persistent workers
+        (they map the ring). Later iterators start workers and lease a ring anew."""
+        inner, self._pb_inner = self._pb_inner, None
+        if inner is not None:
+            shutdown = getattr(inner, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+        self._pb_inner_ring = None
         ring, self._pb_ring = self._pb_ring, None
         if ring is not None:
+            if not any(it.active for it in self._pb_live):
+                ring.reconcile()
             ring.close()
 
     @staticmethod

@@ -306,10 +306,13 @@ def test_batch_too_big_takes_torchs_path_then_slots_grow(broker):
 # ------------------------------------------------------------------------------------- things going wrong
 
 
-def test_revoked_mid_epoch_continues_on_torchs_path(broker):
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_revoked_mid_epoch_continues_on_torchs_path(broker, method):
+    if method == "spawn" and not HAVE_SHARES:
+        pytest.skip("spawn workers map the ring through shared leases, which this libpinbroker lacks")
     ds = data.Images(n=120, shape=(3, 16, 16))
     ref = reference(ds, batch_size=4)
-    loader = pbt.DataLoader(ds, batch_size=4, num_workers=2)
+    loader = pbt.DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context=method)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         it = iter(loader)
