@@ -20,23 +20,26 @@ and nothing is copied on the host. Only the batch's structure crosses the worker
 How workers reach the ring:
 
 - ``fork`` (Linux's default before Python 3.14): the ring is leased before the workers fork, so they inherit
-  the mapping.
+  the mapping. A worker checks that it did (/proc/self/maps: a range marked MADV_DONTFORK is not inherited)
+  and otherwise attaches as below.
 - ``spawn`` / ``forkserver``: each worker attaches to the ring with a share token (``Lease.share()`` and
-  ``Client.attach()``), over its own connection to the broker. Where the library or the daemon has no shared
-  leases, those loaders take torch's path and say so once. (The ring's memfds are not kept open by the
-  library, and reopening a mapping through /proc/PID/map_files needs CAP_SYS_ADMIN, so there is no fd-passing
-  fallback that works for ordinary users.)
+  ``Client.attach()``, shared leases), over its own connection to the broker, with ``PINBROKER_NO_CUDA=1``:
+  only the main process, which copies to the GPU, registers the ring with CUDA. Where the library or the
+  daemon has no shared leases, those loaders behave like ``DataLoader(pin_memory=True)`` and say so once.
+  (The library closes a lease's memfds once mapped, and reopening a mapping through /proc/PID/map_files
+  needs CAP_SYS_ADMIN, so there is no fd-passing fallback that works for ordinary users.)
 
 Lifetime contract of a yielded batch. The tensors of a batch view their slot. The slot is reused only when
 both hold:
 
 1. the program has let go of every tensor that views the slot, including views made from them (``x[0]``,
    ``x.view(...)``): the slot is tracked through the tensors' shared storage, not through the batch object;
+   a loop variable holds the previous batch until it is rebound, which the default slot count allows for;
 2. the CUDA work that may read the slot has completed. When the last reference goes, an event is recorded on
-   the current CUDA stream (if CUDA was initialised), which covers ``x.cuda(non_blocking=True)`` issued on
-   that stream. Copies issued on another stream must be announced with :func:`record_stream`
-   (``pinbroker.torch.record_stream(batch, stream)``) before the batch is dropped, as with
-   ``Tensor.record_stream`` for the caching allocator.
+   the current CUDA stream (if this process has a CUDA context), which covers ``x.cuda(non_blocking=True)``
+   issued on that stream (of the current device). Copies issued on another stream or device must be
+   announced with :func:`record_stream` (``pinbroker.torch.record_stream(batch, stream)``) before the batch
+   is dropped, as ``Tensor.record_stream`` is for the caching allocator.
 
 Keeping a batch therefore never corrupts it: a program that holds many batches only makes the later ones
 take torch's path (counted in :attr:`DataLoader.stats` as ``ring full``). Writing into a yielded batch is
@@ -48,11 +51,15 @@ When the ring cannot be used, the loader behaves exactly like ``torch.utils.data
 - no daemon, or the broker refused the ring (budget, quota, pressure): the whole iterator takes torch's path;
 - a batch larger than its slot: that batch takes torch's path; the next iterator sizes its slots from the
   largest batch seen;
-- the ring is revoked mid-epoch: workers stop writing into it, batches already collated into slots are copied
-  out and yielded in order, the ring is given back as soon as no slot is held (before the deadline, unless the
-  program itself keeps a batch past it), and the epoch continues on torch's path;
-- the daemon dies: the ring's memory stays mapped and valid, so the epoch goes on unharmed; the next
-  iterator finds no daemon and takes torch's path.
+- the ring is revoked mid-epoch: workers stop writing into it (an attached worker also gives its mapping
+  back, from its own revoke callback, once the batch it is writing is done), batches already collated into
+  slots are copied out and yielded in order, the ring is given back as soon as no slot is held (before the
+  deadline, unless the program itself keeps a batch past it: the ring is never unmapped under a live
+  tensor), and the epoch continues on torch's path. Persistent workers stay on torch's path for the
+  loader's life; other loaders lease a new ring at their next iterator;
+- the daemon dies: the ring's memory stays mapped and valid; within a second (a liveness check) the ring is
+  closed as if revoked and the epoch continues on torch's path; the next iterator finds no daemon and takes
+  torch's path from the start.
 
 Slot sizing. Without ``slot_bytes``, the first iterator sizes slots from one sample (``dataset[0]``, read in
 the main process with the random-number generators' states saved and restored, so the epoch's order and
@@ -454,7 +461,7 @@ class _Ring:
             events = self._events.pop(slot, [])
             self._views.pop(slot, None)
         try:
-            if torch.cuda.is_available() and torch.cuda.is_initialized():
+            if torch.cuda.is_initialized():  # no CUDA context here: no copy can be reading the slot
                 ev = torch.cuda.Event()
                 ev.record(torch.cuda.current_stream())
                 events.append(ev)
