@@ -270,7 +270,9 @@ class _Ring:
         self.nbytes = slot_bytes * n_slots
         self.kind = str(getattr(lease, "kind", "?"))
         self.state = ctx.RawArray("i", n_slots + 1)
-        self.mp_lock = ctx.Lock()
+        # Recursive: a slot's finaliser (which frees it) can run from a garbage collection that starts while
+        # this thread already holds the lock.
+        self.mp_lock = ctx.RLock()
         # Main-process only (not pickled): held slots and their CUDA events.
         self._cond = threading.Condition()
         self._events: Dict[int, List[Any]] = {}
