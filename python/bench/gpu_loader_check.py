@@ -15,7 +15,6 @@ import json
 import os
 import statistics
 import sys
-import time
 from typing import Any, Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -10,7 +10,7 @@ import signal
 import sys
 import time
 import warnings
-from typing import Any, Iterator, List
+from typing import Any, List
 
 import pytest
 
@@ -20,7 +20,6 @@ np = pytest.importorskip("numpy")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import loader_data as data  # noqa: E402
-import pinbroker  # noqa: E402
 import pinbroker.torch as pbt  # noqa: E402
 from pinbroker import _lib  # noqa: E402
 
