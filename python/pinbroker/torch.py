@@ -221,24 +221,23 @@ class _Broker:
 # ----------------------------------------------------------------------------------------------- the ring
 
 
-def _mapped(addr: int, nbytes: int) -> bool:
-    """Whether [addr, addr + nbytes) is mapped in this process (/proc/self/maps), read-write."""
+def _maps_signature(addr: int, nbytes: int) -> Optional[List[Tuple[int, int, str, str]]]:
+    """The /proc/self/maps entries over [addr, addr + nbytes): (start, end, inode, path) each, or None without
+    /proc. What a forked worker compares, to tell the ring it inherited from memory mapped there since."""
     if not addr:
-        return False
+        return []
     end = addr + nbytes
-    covered = addr
+    out = []
     try:
         with open("/proc/self/maps") as f:
             for line in f:
-                span, perms = line.split(None, 2)[:2]
-                lo, hi = (int(x, 16) for x in span.split("-"))
-                if lo <= covered < hi and perms.startswith("rw"):
-                    covered = hi
-                    if covered >= end:
-                        return True
+                parts = line.split(None, 5)
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                if hi > addr and lo < end:
+                    out.append((lo, hi, parts[4], parts[5].strip() if len(parts) > 5 else ""))
     except OSError:
-        return True  # no /proc: trust fork semantics
-    return False
+        return None
+    return out
 
 
 class _Ring:
@@ -268,6 +267,7 @@ class _Ring:
         self.mv: Optional[memoryview] = lease.memoryview()
         self.addr = ctypes.addressof(ctypes.c_char.from_buffer(self.mv)) if not self.mv.readonly else 0
         self.nbytes = slot_bytes * n_slots
+        self.maps_sig = _maps_signature(self.addr, self.nbytes)
         self.kind = str(getattr(lease, "kind", "?"))
         self.state = ctx.RawArray("i", n_slots + 1)
         # Recursive: a slot's finaliser (which frees it) can run from a garbage collection that starts while
@@ -346,7 +346,7 @@ class _Ring:
             return self._child_u8
         self._child_pid = pid
         self._child_u8 = None
-        if self.mv is not None and _mapped(self.addr, self.nbytes):
+        if self.mv is not None and self._inherited():
             # Forked: the mapping and its Python view came along.
             self._child_mv = self.mv
             self._child_u8 = self.ring_u8
@@ -386,6 +386,13 @@ class _Ring:
         with self._child_lock:
             self._child_revoked = True
             self.child_drop_mapping()
+
+    def _inherited(self) -> bool:
+        """In a forked worker: the ring's own mapping is here (not a hole, nor something mapped into one)."""
+        here = _maps_signature(self.addr, self.nbytes)
+        if here is None or self.maps_sig is None:
+            return True  # no /proc to tell: trust fork semantics
+        return bool(here) and here == self.maps_sig
 
     def child_drop_mapping(self) -> None:
         """In a worker, once the ring is closed: stop mapping it (attached: release; forked: PROT_NONE)."""
