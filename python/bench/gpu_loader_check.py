@@ -15,7 +15,6 @@ import json
 import os
 import statistics
 import sys
-import time
 from typing import Any, Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -93,28 +92,36 @@ def main() -> int:
     torch.cuda.init()
     dev = torch.device("cuda")
 
-    # 1. Pinned batches, and their data checked on the device.
-    ds = Images(args.batch * args.batches)
-    base_gpu = ds.base.to(dev)
-    loader = pbt.DataLoader(ds, batch_size=args.batch, num_workers=args.workers, multiprocessing_context="fork")
-    pinned = total = bad = 0
-    for batch in loader:
-        leaves = [batch["image"], batch["label"], batch["meta"]["id"]]
-        total += len(leaves)
-        pinned += sum(1 for t in leaves if t.is_pinned())
-        img = batch["image"].to(dev, non_blocking=True)
-        lab = batch["label"].to(dev, non_blocking=True)
-        want = base_gpu[lab % ds.k] + (lab % 256).to(torch.uint8).view(-1, 1, 1, 1)
-        if not torch.equal(img, want) or batch["meta"]["name"] != [f"img{int(i)}" for i in batch["label"]]:
-            bad += 1
-    st = loader.stats
-    checks.add("ring used", st["ring_batches"] == args.batches and st["torch_path_batches"] == 0,
-               f"{st['ring_batches']} ring batches, {st['torch_path_batches']} on torch's path {st['reasons']}, "
-               f"ring {st['ring']}")
-    checks.add("is_pinned() on every yielded tensor", pinned == total and total > 0, f"{pinned}/{total} pinned")
-    checks.add("data checked on the device", bad == 0, f"{bad} of {args.batches} batches differ")
-    loader.close()
-    del loader, batch
+    # 1. Pinned batches, and their data checked on the device: fork workers (inherit the ring), and spawn
+    #    workers (attach to it) where the library has shared leases.
+    from pinbroker import _lib
+
+    methods = ["fork"] + (["spawn"] if _lib.optional("pb_attach") is not None else [])
+    if len(methods) == 1:
+        print("note: this libpinbroker has no shared leases: spawn workers not checked", flush=True)
+    for method in methods:
+        ds = Images(args.batch * args.batches)
+        base_gpu = ds.base.to(dev)
+        loader = pbt.DataLoader(ds, batch_size=args.batch, num_workers=args.workers, multiprocessing_context=method)
+        pinned = total = bad = 0
+        for batch in loader:
+            leaves = [batch["image"], batch["label"], batch["meta"]["id"]]
+            total += len(leaves)
+            pinned += sum(1 for t in leaves if t.is_pinned())
+            img = batch["image"].to(dev, non_blocking=True)
+            lab = batch["label"].to(dev, non_blocking=True)
+            want = base_gpu[lab % ds.k] + (lab % 256).to(torch.uint8).view(-1, 1, 1, 1)
+            if not torch.equal(img, want) or batch["meta"]["name"] != [f"img{int(i)}" for i in batch["label"]]:
+                bad += 1
+        st = loader.stats
+        checks.add(f"{method}: ring used", st["ring_batches"] == args.batches and st["torch_path_batches"] == 0,
+                   f"{st['ring_batches']} ring batches, {st['torch_path_batches']} on torch's path {st['reasons']}, "
+                   f"ring {st['ring']}")
+        checks.add(f"{method}: is_pinned() on every yielded tensor", pinned == total and total > 0,
+                   f"{pinned}/{total} pinned")
+        checks.add(f"{method}: data checked on the device", bad == 0, f"{bad} of {args.batches} batches differ")
+        loader.close()
+        del loader, batch
 
     # 2. H2D bandwidth from a yielded batch against torch's own pinned tensor of the same size.
     ds2 = Images(args.bw_batch * 4)

@@ -20,23 +20,26 @@ and nothing is copied on the host. Only the batch's structure crosses the worker
 How workers reach the ring:
 
 - ``fork`` (Linux's default before Python 3.14): the ring is leased before the workers fork, so they inherit
-  the mapping.
+  the mapping. A worker checks that it did (/proc/self/maps: a range marked MADV_DONTFORK is not inherited)
+  and otherwise attaches as below.
 - ``spawn`` / ``forkserver``: each worker attaches to the ring with a share token (``Lease.share()`` and
-  ``Client.attach()``), over its own connection to the broker. Where the library or the daemon has no shared
-  leases, those loaders take torch's path and say so once. (The ring's memfds are not kept open by the
-  library, and reopening a mapping through /proc/PID/map_files needs CAP_SYS_ADMIN, so there is no fd-passing
-  fallback that works for ordinary users.)
+  ``Client.attach()``, shared leases), over its own connection to the broker, with ``PINBROKER_NO_CUDA=1``:
+  only the main process, which copies to the GPU, registers the ring with CUDA. Where the library or the
+  daemon has no shared leases, those loaders behave like ``DataLoader(pin_memory=True)`` and say so once.
+  (The library closes a lease's memfds once mapped, and reopening a mapping through /proc/PID/map_files
+  needs CAP_SYS_ADMIN, so there is no fd-passing fallback that works for ordinary users.)
 
 Lifetime contract of a yielded batch. The tensors of a batch view their slot. The slot is reused only when
 both hold:
 
 1. the program has let go of every tensor that views the slot, including views made from them (``x[0]``,
    ``x.view(...)``): the slot is tracked through the tensors' shared storage, not through the batch object;
+   a loop variable holds the previous batch until it is rebound, which the default slot count allows for;
 2. the CUDA work that may read the slot has completed. When the last reference goes, an event is recorded on
-   the current CUDA stream (if CUDA was initialised), which covers ``x.cuda(non_blocking=True)`` issued on
-   that stream. Copies issued on another stream must be announced with :func:`record_stream`
-   (``pinbroker.torch.record_stream(batch, stream)``) before the batch is dropped, as with
-   ``Tensor.record_stream`` for the caching allocator.
+   the current CUDA stream (if this process has a CUDA context), which covers ``x.cuda(non_blocking=True)``
+   issued on that stream (of the current device). Copies issued on another stream or device must be
+   announced with :func:`record_stream` (``pinbroker.torch.record_stream(batch, stream)``) before the batch
+   is dropped, as ``Tensor.record_stream`` is for the caching allocator.
 
 Keeping a batch therefore never corrupts it: a program that holds many batches only makes the later ones
 take torch's path (counted in :attr:`DataLoader.stats` as ``ring full``). Writing into a yielded batch is
@@ -48,11 +51,15 @@ When the ring cannot be used, the loader behaves exactly like ``torch.utils.data
 - no daemon, or the broker refused the ring (budget, quota, pressure): the whole iterator takes torch's path;
 - a batch larger than its slot: that batch takes torch's path; the next iterator sizes its slots from the
   largest batch seen;
-- the ring is revoked mid-epoch: workers stop writing into it, batches already collated into slots are copied
-  out and yielded in order, the ring is given back as soon as no slot is held (before the deadline, unless the
-  program itself keeps a batch past it), and the epoch continues on torch's path;
-- the daemon dies: the ring's memory stays mapped and valid, so the epoch goes on unharmed; the next
-  iterator finds no daemon and takes torch's path.
+- the ring is revoked mid-epoch: workers stop writing into it (an attached worker also gives its mapping
+  back, from its own revoke callback, once the batch it is writing is done), batches already collated into
+  slots are copied out and yielded in order, the ring is given back as soon as no slot is held (before the
+  deadline, unless the program itself keeps a batch past it: the ring is never unmapped under a live
+  tensor), and the epoch continues on torch's path. Persistent workers stay on torch's path for the
+  loader's life; other loaders lease a new ring at their next iterator;
+- the daemon dies: the ring's memory stays mapped and valid; within a second (a liveness check) the ring is
+  closed as if revoked and the epoch continues on torch's path; the next iterator finds no daemon and takes
+  torch's path from the start.
 
 Slot sizing. Without ``slot_bytes``, the first iterator sizes slots from one sample (``dataset[0]``, read in
 the main process with the random-number generators' states saved and restored, so the epoch's order and
@@ -75,7 +82,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -214,24 +221,23 @@ class _Broker:
 # ----------------------------------------------------------------------------------------------- the ring
 
 
-def _mapped(addr: int, nbytes: int) -> bool:
-    """Whether [addr, addr + nbytes) is mapped in this process (/proc/self/maps), read-write."""
+def _maps_signature(addr: int, nbytes: int) -> Optional[List[Tuple[int, int, str, str]]]:
+    """The /proc/self/maps entries over [addr, addr + nbytes): (start, end, inode, path) each, or None without
+    /proc. What a forked worker compares, to tell the ring it inherited from memory mapped there since."""
     if not addr:
-        return False
+        return []
     end = addr + nbytes
-    covered = addr
+    out = []
     try:
         with open("/proc/self/maps") as f:
             for line in f:
-                span, perms = line.split(None, 2)[:2]
-                lo, hi = (int(x, 16) for x in span.split("-"))
-                if lo <= covered < hi and perms.startswith("rw"):
-                    covered = hi
-                    if covered >= end:
-                        return True
+                parts = line.split(None, 5)
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                if hi > addr and lo < end:
+                    out.append((lo, hi, parts[4], parts[5].strip() if len(parts) > 5 else ""))
     except OSError:
-        return True  # no /proc: trust fork semantics
-    return False
+        return None
+    return out
 
 
 class _Ring:
@@ -261,9 +267,12 @@ class _Ring:
         self.mv: Optional[memoryview] = lease.memoryview()
         self.addr = ctypes.addressof(ctypes.c_char.from_buffer(self.mv)) if not self.mv.readonly else 0
         self.nbytes = slot_bytes * n_slots
+        self.maps_sig = _maps_signature(self.addr, self.nbytes)
         self.kind = str(getattr(lease, "kind", "?"))
         self.state = ctx.RawArray("i", n_slots + 1)
-        self.mp_lock = ctx.Lock()
+        # Recursive: a slot's finaliser (which frees it) can run from a garbage collection that starts while
+        # this thread already holds the lock.
+        self.mp_lock = ctx.RLock()
         # Main-process only (not pickled): held slots and their CUDA events.
         self._cond = threading.Condition()
         self._events: Dict[int, List[Any]] = {}
@@ -282,6 +291,8 @@ class _Ring:
         self._child_u8: Optional[torch.Tensor] = None
         self._child_pid = 0
         self._child_unmapped = False
+        self._child_revoked = False
+        self._child_lock = threading.Lock()
         self._rr = 0
 
     # -- pickling: what a spawn/forkserver worker gets
@@ -312,6 +323,8 @@ class _Ring:
         self._child_u8 = None
         self._child_pid = 0
         self._child_unmapped = False
+        self._child_revoked = False
+        self._child_lock = threading.Lock()
         self._rr = 0
 
     def owns(self, lease: Any) -> bool:
@@ -333,7 +346,7 @@ class _Ring:
             return self._child_u8
         self._child_pid = pid
         self._child_u8 = None
-        if self.mv is not None and _mapped(self.addr, self.nbytes):
+        if self.mv is not None and self._inherited():
             # Forked: the mapping and its Python view came along.
             self._child_mv = self.mv
             self._child_u8 = self.ring_u8
@@ -345,10 +358,16 @@ class _Ring:
         try:
             import pinbroker
 
+            # A worker only writes into the ring: registering it with CUDA here would start a CUDA context
+            # in every worker. (Read when the library first looks for the driver, which in a spawned worker
+            # is this attach.)
+            os.environ.setdefault("PINBROKER_NO_CUDA", "1")
             client = pinbroker.connect()
-            lease = client.attach(self.token)
+            # A revoke reaches every mapper: this worker lets go of its mapping in time, by itself.
+            client.on_revoke(self._child_on_revoke)
+            lease = client.attach(self.token, label=self.label)
             mv = lease.memoryview()
-        except (OSError, AttributeError, ValueError) as e:
+        except (OSError, AttributeError, ValueError, NotImplementedError) as e:
             warnings.warn(
                 f"pinbroker DataLoader worker {pid}: cannot attach to the ring ({e}); this worker takes "
                 "torch's path",
@@ -361,6 +380,20 @@ class _Ring:
         self._child_u8 = torch.frombuffer(mv, dtype=torch.uint8)
         return self._child_u8
 
+    def _child_on_revoke(self, lease: Any, deadline_ms: Any = None) -> None:
+        """A worker's revoke callback (its library's receiver thread): give the attachment back, after the
+        batch being written, if any (the main process reads that slot through its own mapping)."""
+        with self._child_lock:
+            self._child_revoked = True
+            self.child_drop_mapping()
+
+    def _inherited(self) -> bool:
+        """In a forked worker: the ring's own mapping is here (not a hole, nor something mapped into one)."""
+        here = _maps_signature(self.addr, self.nbytes)
+        if here is None or self.maps_sig is None:
+            return True  # no /proc to tell: trust fork semantics
+        return bool(here) and here == self.maps_sig
+
     def child_drop_mapping(self) -> None:
         """In a worker, once the ring is closed: stop mapping it (attached: release; forked: PROT_NONE)."""
         if os.getpid() == self.owner_pid or self._child_unmapped or self._child_pid != os.getpid():
@@ -371,7 +404,7 @@ class _Ring:
             self._child_mv = None
             try:
                 self._child_lease.release()
-            except OSError:
+            except (OSError, ValueError):
                 pass
             self._child_lease = None
         elif self.addr and self.nbytes:
@@ -437,7 +470,7 @@ class _Ring:
             events = self._events.pop(slot, [])
             self._views.pop(slot, None)
         try:
-            if torch.cuda.is_available() and torch.cuda.is_initialized():
+            if torch.cuda.is_initialized():  # no CUDA context here: no copy can be reading the slot
                 ev = torch.cuda.Event()
                 ev.record(torch.cuda.current_stream())
                 events.append(ev)
@@ -753,32 +786,36 @@ class _RingCollate:
         ring = self.ring
         if ring is None:
             return self._plain(samples)
-        if ring.closed():
-            ring.child_drop_mapping()
-            return _TorchPath(self._plain(samples), "revoked", 0)
-        u8 = ring.local_u8()
-        if u8 is None:
-            return _TorchPath(self._plain(samples), "worker cannot map the ring", 0)
-        slot, why = ring.take_slot(self.slot_wait_s)
-        if slot is None:
-            if why == "revoked":
+        with ring._child_lock:  # a worker's revoke callback waits for the batch being written
+            if ring.closed():
                 ring.child_drop_mapping()
-            return _TorchPath(self._plain(samples), why, 0)
-        try:
+                return _TorchPath(self._plain(samples), "revoked", 0)
+            if ring._child_revoked:
+                return _TorchPath(self._plain(samples), "revoked", 0)
+            u8 = ring.local_u8()
+            if u8 is None:
+                return _TorchPath(self._plain(samples), "worker cannot map the ring", 0)
+            slot, why = ring.take_slot(self.slot_wait_s)
+            if slot is None:
+                if why == "revoked":
+                    ring.child_drop_mapping()
+                return _TorchPath(self._plain(samples), why, 0)
             off = slot * ring.slot_bytes
             arena = _Arena(u8[off : off + ring.slot_bytes])
-            if self.user_collate is None:
-                desc = _collate_into(samples, arena)
-            else:
-                desc = _describe_into(self.user_collate(samples), arena)
-        except _NoRoom:
-            ring.untake_slot(slot)
-            out = self._plain(samples)
-            return _TorchPath(out, "too big", _nbytes(out))
-        except BaseException:
-            ring.untake_slot(slot)
-            raise
-        return _SlotBatch(ring.id, slot, desc, arena.off)
+            del u8  # only the ring holds views of an attachment, so a revoke can let go of it
+            try:
+                if self.user_collate is None:
+                    desc = _collate_into(samples, arena)
+                else:
+                    desc = _describe_into(self.user_collate(samples), arena)
+            except _NoRoom:
+                ring.untake_slot(slot)
+                out = self._plain(samples)
+                return _TorchPath(out, "too big", _nbytes(out))
+            except BaseException:
+                ring.untake_slot(slot)
+                raise
+            return _SlotBatch(ring.id, slot, desc, arena.off)
 
 
 # ------------------------------------------------------------------------------------------- the loader
@@ -898,9 +935,18 @@ class DataLoader(torch.utils.data.DataLoader):
         return out
 
     def close(self) -> None:
-        """Give the ring back (at once, or when the last held batch is dropped); later iterators lease anew."""
+        """Give the ring back (at once, or when the last held batch is dropped), and stop persistent workers
+        (they map the ring). Later iterators start workers and lease a ring anew."""
+        inner, self._pb_inner = self._pb_inner, None
+        if inner is not None:
+            shutdown = getattr(inner, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+        self._pb_inner_ring = None
         ring, self._pb_ring = self._pb_ring, None
         if ring is not None:
+            if not any(it.active for it in self._pb_live):
+                ring.reconcile()
             ring.close()
 
     @staticmethod

@@ -7,7 +7,7 @@ import collections
 import os
 import signal
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 import numpy as np
 import torch

@@ -10,7 +10,7 @@ import signal
 import sys
 import time
 import warnings
-from typing import Any, Iterator, List
+from typing import Any, List
 
 import pytest
 
@@ -20,7 +20,6 @@ np = pytest.importorskip("numpy")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import loader_data as data  # noqa: E402
-import pinbroker  # noqa: E402
 import pinbroker.torch as pbt  # noqa: E402
 from pinbroker import _lib  # noqa: E402
 
@@ -306,10 +305,13 @@ def test_batch_too_big_takes_torchs_path_then_slots_grow(broker):
 # ------------------------------------------------------------------------------------- things going wrong
 
 
-def test_revoked_mid_epoch_continues_on_torchs_path(broker):
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_revoked_mid_epoch_continues_on_torchs_path(broker, method):
+    if method == "spawn" and not HAVE_SHARES:
+        pytest.skip("spawn workers map the ring through shared leases, which this libpinbroker lacks")
     ds = data.Images(n=120, shape=(3, 16, 16))
     ref = reference(ds, batch_size=4)
-    loader = pbt.DataLoader(ds, batch_size=4, num_workers=2)
+    loader = pbt.DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context=method)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         it = iter(loader)
