@@ -98,6 +98,10 @@ _ISSUED = 1  # taken by a worker (or the main process with num_workers=0) that i
 _MAIN = 2  # back in the main process: yielded and held, or waiting for its CUDA events
 
 _ALIGN_BYTES = 64  # every leaf starts on a cache line (and on any dtype's alignment)
+# Leaves this large start on a page: a copy engine reading from a 64-byte-aligned start ran at 0.90x of
+# torch's (page-aligned) pinned tensors on the H200 (48.5 against 53.8 GB/s at 38.5 MB).
+_PAGE_ALIGN_MIN_BYTES = 64 * 1024
+_PAGE_BYTES = 4096
 _DEFAULT_HEADROOM = 1.25
 _DEFAULT_SLOT_WAIT_S = 0.05  # how long a worker waits for a free slot before taking torch's path
 _POLL_S = 0.0005
@@ -120,6 +124,18 @@ def _elem_size(dtype: torch.dtype) -> int:
 
 def _align(n: int) -> int:
     return (n + _ALIGN_BYTES - 1) & ~(_ALIGN_BYTES - 1)
+
+
+def _leaf_align(off: int, nbytes: int) -> int:
+    """Where a leaf of nbytes starts at or after off: a page for large leaves, else a cache line."""
+    if nbytes >= _PAGE_ALIGN_MIN_BYTES:
+        return (off + _PAGE_BYTES - 1) & ~(_PAGE_BYTES - 1)
+    return _align(off)
+
+
+def _leaf_bytes(nbytes: int) -> int:
+    """Bytes a leaf may take in a slot, with the worst-case padding before it."""
+    return _align(nbytes) + (_PAGE_BYTES if nbytes >= _PAGE_ALIGN_MIN_BYTES else 0)
 
 
 def _round_up(n: int, to: int) -> int:
@@ -609,7 +625,7 @@ class _Arena:
         for d in shape:
             numel *= int(d)
         nbytes = numel * _elem_size(dtype)
-        off = _align(self.off)
+        off = _leaf_align(self.off, nbytes)
         if off + nbytes > self.cap:
             raise _NoRoom()
         self.off = off + nbytes
@@ -730,9 +746,9 @@ def _build(desc: Tuple[Any, ...], base: torch.Tensor, copy: bool) -> Any:
 def _nbytes(obj: Any) -> int:
     """Bytes a batch takes in a slot, counting alignment."""
     if isinstance(obj, torch.Tensor):
-        return _align(obj.numel() * obj.element_size())
+        return _leaf_bytes(obj.numel() * obj.element_size())
     if isinstance(obj, np.ndarray):
-        return _align(obj.nbytes)
+        return _leaf_bytes(obj.nbytes)
     if isinstance(obj, (int, float)) and not isinstance(obj, bool):
         return _ALIGN_BYTES
     if isinstance(obj, collections.abc.Mapping):
