@@ -80,6 +80,15 @@ static size_t uid_search(const struct budget *b, uid_t uid, int *found)
 	return lo;
 }
 
+/* uid's entry, or NULL when it holds nothing. */
+static const struct uid_usage *uid_find(const struct budget *b, uid_t uid)
+{
+	int found;
+	size_t i = uid_search(b, uid, &found);
+
+	return found ? &b->uids[i] : NULL;
+}
+
 static uint64_t effective_quota(const struct budget *b)
 {
 	return b->uid_quota_bytes ? b->uid_quota_bytes : b->limit_bytes;
@@ -209,11 +218,9 @@ uint64_t budget_leased(const struct budget *b)
 
 uint64_t budget_uid_leased(const struct budget *b, uid_t uid)
 {
-	size_t i;
-	int found;
+	const struct uid_usage *u = uid_find(b, uid);
 
-	i = uid_search(b, uid, &found);
-	return found ? b->uids[i].leased_bytes : 0;
+	return u ? u->leased_bytes : 0;
 }
 
 uint64_t budget_pool_allowance(const struct budget *b)
@@ -223,20 +230,16 @@ uint64_t budget_pool_allowance(const struct budget *b)
 
 uint64_t budget_uid_leases(const struct budget *b, uid_t uid)
 {
-	size_t i;
-	int found;
+	const struct uid_usage *u = uid_find(b, uid);
 
-	i = uid_search(b, uid, &found);
-	return found ? b->uids[i].leases : 0;
+	return u ? u->leases : 0;
 }
 
 uint64_t budget_uid_chunks(const struct budget *b, uid_t uid)
 {
-	size_t i;
-	int found;
+	const struct uid_usage *u = uid_find(b, uid);
 
-	i = uid_search(b, uid, &found);
-	return found ? b->uids[i].chunks : 0;
+	return u ? u->chunks : 0;
 }
 
 uint64_t budget_leases(const struct budget *b)

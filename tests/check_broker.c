@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "broker.h"
+#include "config.h"
 #include "budget.h"
 #include "lease.h"
 #include "pool.h"
@@ -480,6 +481,42 @@ START_TEST(test_attach_refused_while_revoking_and_idle_lease_becomes_active)
 }
 END_TEST
 
+
+/* Per-uid caps on leases and chunks, and the daemon's chunk capacity, each with its own error. */
+START_TEST(test_caps_refuse_by_leases_chunks_and_capacity)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+	struct config cfg = { .reserve_fds = 16, .max_connections = 1 };
+	struct lease *l;
+
+	b->cfg = &cfg;
+	/* 16 fds of room after the reserve, two per connection and the queued-fd allowance. */
+	ck_assert(!broker_resolve_limits(b, 16 + 2 + BROKER_QUEUED_FDS_MAX + 100 + 64, 0, 100, 0));
+	ck_assert_uint_eq(b->chunk_capacity, 64);
+	ck_assert_uint_eq(b->max_chunks_per_uid, 32);
+	ck_assert_uint_eq(b->max_leases_per_uid, 32);
+	b->max_leases_per_uid = 2;
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), 0);
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), 0);
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), -EMLINK);
+	/* 2 MiB chunks: 5 MiB takes three (two whole and a tail). */
+	b->max_leases_per_uid = 100;
+	b->max_chunks_per_uid = 4;
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 5 * MIB, &l), -EMFILE);
+	ck_assert_int_eq(acquire(b, UID_B, &conn_b, 5 * MIB, &l), 0);
+	b->max_chunks_per_uid = 0;
+	b->chunk_capacity = 6;
+	ck_assert_int_eq(acquire(b, UID_C, &conn_c, 4 * MIB, &l), -ENFILE);
+	ck_assert_int_eq(acquire(b, UID_C, &conn_c, 2 * MIB, &l), 0);
+	check_books(b);
+	/* Too few fds at all: the capacity is clamped up and the caller is told. */
+	ck_assert(broker_resolve_limits(b, 100, 0, 100, 0));
+	ck_assert_uint_eq(b->chunk_capacity, BROKER_CHUNK_CAPACITY_MIN);
+	b->cfg = NULL;
+	free_broker(b);
+}
+END_TEST
+
 static Suite *broker_suite(void)
 {
 	Suite *s = suite_create("broker");
@@ -506,6 +543,7 @@ static Suite *broker_suite(void)
 	tcase_add_test(tc, test_random_acquire_release_keeps_books_exact_and_within_budget);
 	tcase_add_test(tc, test_attach_charges_nothing_and_lease_lives_until_last_mapper);
 	tcase_add_test(tc, test_attach_refused_while_revoking_and_idle_lease_becomes_active);
+	tcase_add_test(tc, test_caps_refuse_by_leases_chunks_and_capacity);
 	suite_add_tcase(s, tc);
 	return s;
 }

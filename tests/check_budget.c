@@ -214,6 +214,42 @@ START_TEST(test_random_charge_uncharge_stays_exact)
 }
 END_TEST
 
+START_TEST(test_counts_follow_leases_and_chunks_per_uid)
+{
+	struct budget *b = new_budget(4 * GIB, 0);
+
+	ck_assert_int_eq(budget_count_add(b, 1000, 3), 0);
+	ck_assert_int_eq(budget_count_add(b, 1000, 1), 0);
+	ck_assert_int_eq(budget_count_add(b, 1001, 2), 0);
+	ck_assert_uint_eq(budget_uid_leases(b, 1000), 2);
+	ck_assert_uint_eq(budget_uid_chunks(b, 1000), 4);
+	ck_assert_uint_eq(budget_uid_leases(b, 1001), 1);
+	ck_assert_uint_eq(budget_leases(b), 3);
+	ck_assert_uint_eq(budget_chunks(b), 6);
+	/* Counts keep a uid's entry even with no bytes charged, and bytes without counts too. */
+	ck_assert_int_eq(budget_charge(b, 1000, MIB), 0);
+	budget_uncharge(b, 1000, MIB);
+	ck_assert_uint_eq(budget_uid_leases(b, 1000), 2);
+	budget_count_sub(b, 1000, 3);
+	budget_count_sub(b, 1000, 1);
+	budget_count_sub(b, 1001, 2);
+	ck_assert_uint_eq(budget_uid_leases(b, 1000), 0);
+	ck_assert_uint_eq(budget_uid_chunks(b, 1001), 0);
+	ck_assert_uint_eq(budget_leases(b), 0);
+	ck_assert_uint_eq(budget_chunks(b), 0);
+	budget_free(b);
+}
+END_TEST
+
+START_TEST(test_count_sub_of_uncounted_lease_aborts)
+{
+	struct budget *b = new_budget(4 * GIB, 0);
+
+	ck_assert_int_eq(budget_count_add(b, 1000, 1), 0);
+	budget_count_sub(b, 1000, 2); /* more chunks than counted */
+}
+END_TEST
+
 static Suite *budget_suite(void)
 {
 	Suite *s = suite_create("budget");
@@ -233,6 +269,8 @@ static Suite *budget_suite(void)
 	tcase_add_test_raise_signal(tc, test_uncharge_more_than_charged_aborts, SIGABRT);
 	tcase_add_test_raise_signal(tc, test_uncharge_of_unknown_uid_aborts, SIGABRT);
 	tcase_add_test(tc, test_random_charge_uncharge_stays_exact);
+	tcase_add_test(tc, test_counts_follow_leases_and_chunks_per_uid);
+	tcase_add_test_raise_signal(tc, test_count_sub_of_uncounted_lease_aborts, SIGABRT);
 	suite_add_tcase(s, tc);
 	return s;
 }
