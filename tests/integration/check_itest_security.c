@@ -4,7 +4,6 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,12 +35,6 @@ static void stop(void)
 	ck_assert_int_eq(daemon_stop(&d), 0);
 }
 
-static void drop_to(uid_t uid)
-{
-	if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
-		_exit(90);
-}
-
 /* Child A: acquire raw, fill with a secret, report lease id and pid, then wait for a byte to release. */
 static void child_a(int wr, int rd, const char *sock)
 {
@@ -51,7 +44,7 @@ static void child_a(int wr, int rd, const char *sock)
 	int fd;
 	char *p;
 
-	drop_to(UID_A);
+	itest_drop_to(UID_A);
 	fd = raw_connect(sock);
 	if (fd < 0 || raw_hello(fd) != 0)
 		_exit(91);
@@ -97,28 +90,19 @@ START_TEST(test_uids_cannot_touch_each_others_memory)
 	b = itest_fork();
 	ck_assert_int_ge(b, 0);
 	if (b == 0) {
-		Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
-		Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
-		Pinbroker__V1__Reply *rep;
 		char path[64];
-		int fd, err;
+		int fd, rst;
 
-		drop_to(UID_B);
+		itest_drop_to(UID_B);
 		fd = raw_connect(d.socket);
 		if (fd < 0 || raw_hello(fd) != 0)
 			_exit(81);
 		/* B cannot release (or learn anything about) A's lease by id. */
-		rel.lease_id = id;
-		req.has_seq = true;
-		req.seq = 3;
-		req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
-		req.release = &rel;
-		if (raw_send(fd, &req, NULL, 0) < 0)
+		rst = raw_release_seq(fd, id, 3, 3000);
+		if (rst == -EPIPE)
 			_exit(82);
-		rep = raw_recv(fd, NULL, 0, NULL, 3000, &err);
-		if (!rep || rep->status != PINBROKER__V1__STATUS_CODE__STATUS_NOT_YOUR_LEASE)
+		if (rst != PINBROKER__V1__STATUS_CODE__STATUS_NOT_YOUR_LEASE)
 			_exit(83);
-		pinbroker__v1__reply__free_unpacked(rep, NULL);
 		/* Nor reach A's memfd through /proc: another uid's fds are closed to it. */
 		snprintf(path, sizeof(path), "/proc/%d/fd/3", (int)a);
 		for (int i = 3; i < 16; i++) {
@@ -149,7 +133,7 @@ START_TEST(test_uids_cannot_touch_each_others_memory)
 		unsigned char *p;
 		int fd;
 
-		drop_to(UID_B);
+		itest_drop_to(UID_B);
 		fd = raw_connect(d.socket);
 		if (fd < 0 || raw_hello(fd) != 0)
 			_exit(71);
@@ -189,7 +173,7 @@ START_TEST(test_non_admin_cannot_revoke_or_set)
 	pid = itest_fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
-		drop_to(UID_A);
+		itest_drop_to(UID_A);
 		if (pb_connect(d.socket, &c) < 0)
 			_exit(1);
 		if (pb_admin_revoke(c, PB_REVOKE_ALL, 0, 0, 0, NULL, NULL) != -EACCES)

@@ -3,7 +3,6 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <errno.h>
-#include <grp.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -33,12 +32,6 @@ static void start(void)
 static void stop(void)
 {
 	ck_assert_int_eq(daemon_stop(&d), 0);
-}
-
-static void drop_to(uid_t uid)
-{
-	if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
-		_exit(90);
 }
 
 static void write_all(int fd, const void *p, size_t n)
@@ -115,7 +108,7 @@ static void attacher_child(int rd, int wr, uid_t uid)
 	int r;
 
 	if (uid)
-		drop_to(uid);
+		itest_drop_to(uid);
 	if (child_read(rd, token, sizeof(token)))
 		_exit(80);
 	if (pb_connect(d.socket, &c) < 0)

@@ -6,6 +6,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -297,48 +298,110 @@ Pinbroker__V1__Reply *raw_recv(int fd, int *fds, size_t max_fds, size_t *nfds, i
 	return pinbroker__v1__reply__unpack(NULL, (size_t)n, buf);
 }
 
-int raw_hello(int fd)
+void itest_drop_to(uid_t uid)
+{
+	if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
+		_exit(90);
+}
+
+int raw_call(int fd, Pinbroker__V1__Request *req, uint64_t seq, char *msg, size_t msglen, int timeout_ms)
+{
+	Pinbroker__V1__Reply *rep;
+	int fds[16], err, st;
+	size_t nfds = 0;
+
+	req->has_seq = true;
+	req->seq = seq;
+	if (raw_send(fd, req, NULL, 0) < 0)
+		return -EPIPE;
+	rep = raw_recv(fd, fds, 16, &nfds, timeout_ms, &err);
+	if (!rep)
+		return err ? err : -EPROTO; /* err is 0 when the reply did not unpack */
+	wire_close_fds(fds, nfds);
+	st = rep->status;
+	if (msg)
+		snprintf(msg, msglen, "%s", rep->message ? rep->message : "");
+	pinbroker__v1__reply__free_unpacked(rep, NULL);
+	return st;
+}
+
+int raw_hello_as(int fd, const char *client_name)
 {
 	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
 	Pinbroker__V1__Hello h = PINBROKER__V1__HELLO__INIT;
-	Pinbroker__V1__Reply *rep;
-	int err, st;
 
 	h.version = PB_PROTOCOL_VERSION;
-	h.client_name = (char *)"itest";
-	req.has_seq = true;
-	req.seq = 1;
+	h.client_name = (char *)client_name;
 	req.body_case = PINBROKER__V1__REQUEST__BODY_HELLO;
 	req.hello = &h;
-	if (raw_send(fd, &req, NULL, 0) < 0)
-		return -EPIPE;
-	rep = raw_recv(fd, NULL, 0, NULL, 5000, &err);
-	if (!rep)
-		return err;
-	st = rep->status;
-	pinbroker__v1__reply__free_unpacked(rep, NULL);
-	return st;
+	return raw_call(fd, &req, 1, NULL, 0, 5000);
+}
+
+int raw_hello(int fd)
+{
+	return raw_hello_as(fd, "itest");
 }
 
 int raw_status(int fd)
 {
 	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
 	Pinbroker__V1__StatusRequest sr = PINBROKER__V1__STATUS_REQUEST__INIT;
-	Pinbroker__V1__Reply *rep;
-	int err, st;
 
-	req.has_seq = true;
-	req.seq = 2;
 	req.body_case = PINBROKER__V1__REQUEST__BODY_STATUS;
 	req.status = &sr;
-	if (raw_send(fd, &req, NULL, 0) < 0)
-		return -EPIPE;
-	rep = raw_recv(fd, NULL, 0, NULL, 5000, &err);
-	if (!rep)
-		return err;
-	st = rep->status;
-	pinbroker__v1__reply__free_unpacked(rep, NULL);
-	return st;
+	return raw_call(fd, &req, 2, NULL, 0, 5000);
+}
+
+int raw_release_seq(int fd, uint64_t lease_id, uint64_t seq, int timeout_ms)
+{
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
+
+	rel.lease_id = lease_id;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
+	req.release = &rel;
+	return raw_call(fd, &req, seq, NULL, 0, timeout_ms);
+}
+
+int raw_release(int fd, uint64_t lease_id)
+{
+	return raw_release_seq(fd, lease_id, 9, 5000);
+}
+
+int raw_set_idle(int fd, uint64_t lease_id, bool idle)
+{
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__SetIdle si = PINBROKER__V1__SET_IDLE__INIT;
+
+	si.lease_id = lease_id;
+	si.idle = idle;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_SET_IDLE;
+	req.set_idle = &si;
+	return raw_call(fd, &req, 11, NULL, 0, 5000);
+}
+
+int raw_admin_revoke(int fd, uint64_t lease_id, int timeout_ms)
+{
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__AdminRevoke ar = PINBROKER__V1__ADMIN_REVOKE__INIT;
+
+	ar.has_lease_id = true;
+	ar.lease_id = lease_id;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE;
+	req.admin_revoke = &ar;
+	return raw_call(fd, &req, 5, NULL, 0, timeout_ms);
+}
+
+int raw_acquire_msg(int fd, uint64_t size, const char *label, uint64_t seq, char *msg, size_t msglen, int timeout_ms)
+{
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Acquire a = PINBROKER__V1__ACQUIRE__INIT;
+
+	a.size = size;
+	a.label = (char *)label;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
+	req.acquire = &a;
+	return raw_call(fd, &req, seq, msg, msglen, timeout_ms);
 }
 
 int raw_acquire(int fd, uint64_t size, uint64_t *lease_id, int *fds, size_t max_fds, size_t *nfds)

@@ -45,6 +45,8 @@ char *daemon_log(const struct daemon *d);
  * whole test's process group when the child is signalled.
  */
 pid_t itest_fork(void);
+/* In a child: become uid (and the same-numbered gid) with no supplementary groups, or _exit(90). */
+void itest_drop_to(uid_t uid);
 
 /* Run a shell command line, capture stdout+stderr into *out (malloc'd). Returns the exit code. */
 int run_capture(const char *cmdline, char **out);
@@ -55,6 +57,20 @@ int pinctl(const struct daemon *d, char **out, const char *args_fmt, ...) __attr
 int raw_connect(const char *socket_path);              /* SOCK_SEQPACKET fd, blocking, or -1 */
 int raw_hello(int fd);                                  /* HELLO v1; returns reply status or -errno */
 int raw_status(int fd);                                 /* STATUS; returns reply status or -errno */
+/*
+ * Send req (with has_seq/seq set to seq), receive one reply within timeout_ms and
+ * return its status, or -errno (-EPIPE when the send fails). Any fds that come
+ * with the reply are closed; its message is copied into msg when msg != NULL.
+ */
+int raw_call(int fd, Pinbroker__V1__Request *req, uint64_t seq, char *msg, size_t msglen, int timeout_ms);
+int raw_hello_as(int fd, const char *client_name);    /* HELLO v1 as client_name (seq 1, 5 s); status or -errno */
+/* RELEASE lease_id; status or -errno. raw_release uses seq 9 and a 5 s timeout. */
+int raw_release_seq(int fd, uint64_t lease_id, uint64_t seq, int timeout_ms);
+int raw_release(int fd, uint64_t lease_id);
+int raw_set_idle(int fd, uint64_t lease_id, bool idle); /* SET_IDLE (seq 11, 5 s); status or -errno */
+int raw_admin_revoke(int fd, uint64_t lease_id, int timeout_ms); /* ADMIN_REVOKE one id (seq 5); status or -errno */
+/* ACQUIRE size (label may be NULL); the granted fds are closed at once. Status or -errno; the message in msg. */
+int raw_acquire_msg(int fd, uint64_t size, const char *label, uint64_t seq, char *msg, size_t msglen, int timeout_ms);
 int raw_send(int fd, const Pinbroker__V1__Request *req, const int *fds, size_t nfds);
 /* Receive one Reply with up to max_fds fds; timeout_ms bounds the wait. NULL on EOF/error/timeout (*err says which). */
 Pinbroker__V1__Reply *raw_recv(int fd, int *fds, size_t max_fds, size_t *nfds, int timeout_ms, int *err);

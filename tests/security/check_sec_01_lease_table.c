@@ -28,51 +28,10 @@ static void stop(void)
 	ck_assert_int_eq(daemon_stop(&d), 0);
 }
 
-/* RELEASE id over fd; returns the reply's status, or -errno (-ETIMEDOUT when the daemon does not answer). */
-static int raw_release(int fd, uint64_t id)
+/* RELEASE id over fd (seq id); returns the reply's status, or -errno (-ETIMEDOUT when the daemon does not answer). */
+static int release_id(int fd, uint64_t id)
 {
-	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
-	Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
-	Pinbroker__V1__Reply *rep;
-	int err, st;
-
-	rel.lease_id = id;
-	req.has_seq = true;
-	req.seq = id;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
-	req.release = &rel;
-	if (raw_send(fd, &req, NULL, 0) < 0)
-		return -EPIPE;
-	rep = raw_recv(fd, NULL, 0, NULL, REPLY_TIMEOUT_MS, &err);
-	if (!rep)
-		return err;
-	st = rep->status;
-	pinbroker__v1__reply__free_unpacked(rep, NULL);
-	return st;
-}
-
-/* ADMIN_REVOKE of one lease id; returns the reply's status, or -errno. */
-static int raw_admin_revoke(int fd, uint64_t id)
-{
-	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
-	Pinbroker__V1__AdminRevoke ar = PINBROKER__V1__ADMIN_REVOKE__INIT;
-	Pinbroker__V1__Reply *rep;
-	int err, st;
-
-	ar.has_lease_id = true;
-	ar.lease_id = id;
-	req.has_seq = true;
-	req.seq = 5;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE;
-	req.admin_revoke = &ar;
-	if (raw_send(fd, &req, NULL, 0) < 0)
-		return -EPIPE;
-	rep = raw_recv(fd, NULL, 0, NULL, REPLY_TIMEOUT_MS, &err);
-	if (!rep)
-		return err;
-	st = rep->status;
-	pinbroker__v1__reply__free_unpacked(rep, NULL);
-	return st;
+	return raw_release_seq(fd, id, id, REPLY_TIMEOUT_MS);
 }
 
 /*
@@ -105,7 +64,7 @@ static void holder(int n, int wr, int rd, const char *sock)
 	if (read(rd, &c, 1) != 1)
 		_exit(94);
 	for (int i = 0; i < n; i++)
-		if (raw_release(fd, ids[i]) != PINBROKER__V1__STATUS_CODE__STATUS_OK)
+		if (release_id(fd, ids[i]) != PINBROKER__V1__STATUS_CODE__STATUS_OK)
 			_exit(95);
 	close(fd);
 	_exit(0);
@@ -121,7 +80,7 @@ static void prober(const uint64_t *absent, size_t n, const char *sock)
 	if (fd < 0 || raw_hello(fd) != 0)
 		_exit(81);
 	for (size_t i = 0; i < n; i++) {
-		int st = raw_release(fd, absent[i]);
+		int st = release_id(fd, absent[i]);
 
 		if (st == -ETIMEDOUT)
 			_exit(82);
@@ -215,8 +174,8 @@ static void hold_probe_release(int n)
 	fd = raw_connect(d.socket);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(raw_hello(fd), 0);
-	ck_assert_int_eq(raw_admin_revoke(fd, absent[0]), PINBROKER__V1__STATUS_CODE__STATUS_UNKNOWN_LEASE);
-	ck_assert_int_eq(raw_admin_revoke(fd, absent[nabsent - 1]), PINBROKER__V1__STATUS_CODE__STATUS_UNKNOWN_LEASE);
+	ck_assert_int_eq(raw_admin_revoke(fd, absent[0], REPLY_TIMEOUT_MS), PINBROKER__V1__STATUS_CODE__STATUS_UNKNOWN_LEASE);
+	ck_assert_int_eq(raw_admin_revoke(fd, absent[nabsent - 1], REPLY_TIMEOUT_MS), PINBROKER__V1__STATUS_CODE__STATUS_UNKNOWN_LEASE);
 	close(fd);
 
 	/* The holder lets go of every lease; the table must give each one back exactly once. */

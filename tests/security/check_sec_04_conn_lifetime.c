@@ -51,27 +51,6 @@ static int send_acquire(int fd, uint64_t seq, uint64_t size, bool wait)
 	return send_req(fd, seq, &req);
 }
 
-static int set_idle(int fd, uint64_t id)
-{
-	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
-	Pinbroker__V1__SetIdle si = PINBROKER__V1__SET_IDLE__INIT;
-	Pinbroker__V1__Reply *rep;
-	int err, st;
-
-	si.lease_id = id;
-	si.idle = true;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_SET_IDLE;
-	req.set_idle = &si;
-	if (send_req(fd, 11, &req) < 0)
-		return -EPIPE;
-	rep = raw_recv(fd, NULL, 0, NULL, 5000, &err);
-	if (!rep)
-		return err;
-	st = rep->status;
-	pinbroker__v1__reply__free_unpacked(rep, NULL);
-	return st;
-}
-
 /* A holder of one lease of size bytes, marked idle when idle is set. Returns the fd or aborts. */
 static int holder(uint64_t size, bool idle, uint64_t *id)
 {
@@ -84,7 +63,7 @@ static int holder(uint64_t size, bool idle, uint64_t *id)
 	for (size_t i = 0; i < nfds; i++)
 		close(fds[i]);
 	if (idle)
-		ck_assert_int_eq(set_idle(fd, *id), 0);
+		ck_assert_int_eq(raw_set_idle(fd, *id, true), 0);
 	return fd;
 }
 

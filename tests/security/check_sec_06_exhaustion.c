@@ -28,29 +28,7 @@ static void stop(void)
 /* ACQUIRE size; on success close the fds at once (the daemon keeps its own). Returns the status; *msg on refusal. */
 static int acquire_msg(int fd, uint64_t size, char *msg, size_t msglen)
 {
-	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
-	Pinbroker__V1__Acquire a = PINBROKER__V1__ACQUIRE__INIT;
-	Pinbroker__V1__Reply *rep;
-	int fds[4], err, st;
-	size_t nfds;
-
-	a.size = size;
-	req.has_seq = true;
-	req.seq = 5;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
-	req.acquire = &a;
-	if (raw_send(fd, &req, NULL, 0) < 0)
-		return -EPIPE;
-	rep = raw_recv(fd, fds, 4, &nfds, 10000, &err);
-	if (!rep)
-		return err;
-	for (size_t i = 0; i < nfds; i++)
-		close(fds[i]);
-	st = rep->status;
-	if (msg)
-		snprintf(msg, msglen, "%s", rep->message ? rep->message : "");
-	pinbroker__v1__reply__free_unpacked(rep, NULL);
-	return st;
+	return raw_acquire_msg(fd, size, NULL, 5, msg, msglen, 10000);
 }
 
 /*

@@ -102,28 +102,6 @@ static void check_books(const char *where, int64_t want_leased)
 	ck_abort_msg("%s", msg);
 }
 
-static int raw_release(int fd, uint64_t id)
-{
-	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
-	Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
-	Pinbroker__V1__Reply *rep;
-	int err, st;
-
-	rel.lease_id = id;
-	req.has_seq = true;
-	req.seq = 9;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
-	req.release = &rel;
-	if (raw_send(fd, &req, NULL, 0) < 0)
-		return -EPIPE;
-	rep = raw_recv(fd, NULL, 0, NULL, 5000, &err);
-	if (!rep)
-		return err;
-	st = rep->status;
-	pinbroker__v1__reply__free_unpacked(rep, NULL);
-	return st;
-}
-
 struct held {
 	int conn;
 	uint64_t id;

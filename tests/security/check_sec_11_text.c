@@ -36,55 +36,10 @@ static void stop(void)
 	daemon_stop(&d);
 }
 
-static int hello_as(int fd, const char *name)
-{
-	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
-	Pinbroker__V1__Hello h = PINBROKER__V1__HELLO__INIT;
-	Pinbroker__V1__Reply *rep;
-	int err, st;
-
-	h.version = PB_PROTOCOL_VERSION;
-	h.client_name = (char *)name;
-	req.has_seq = true;
-	req.seq = 1;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_HELLO;
-	req.hello = &h;
-	if (raw_send(fd, &req, NULL, 0) < 0)
-		return -EPIPE;
-	rep = raw_recv(fd, NULL, 0, NULL, 5000, &err);
-	if (!rep)
-		return err;
-	st = rep->status;
-	pinbroker__v1__reply__free_unpacked(rep, NULL);
-	return st;
-}
-
 /* ACQUIRE 1 MiB with a label; returns the reply status (or -errno), the message in msg. */
 static int acquire_labelled(int fd, const char *label, char *msg, size_t msglen)
 {
-	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
-	Pinbroker__V1__Acquire a = PINBROKER__V1__ACQUIRE__INIT;
-	Pinbroker__V1__Reply *rep;
-	int fds[8], err, st;
-	size_t nfds = 0;
-
-	a.size = 1024 * 1024;
-	a.label = (char *)label;
-	req.has_seq = true;
-	req.seq = 2;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
-	req.acquire = &a;
-	if (raw_send(fd, &req, NULL, 0) < 0)
-		return -EPIPE;
-	rep = raw_recv(fd, fds, 8, &nfds, 5000, &err);
-	if (!rep)
-		return err;
-	wire_close_fds(fds, nfds);
-	st = rep->status;
-	if (msg)
-		snprintf(msg, msglen, "%s", rep->message ? rep->message : "");
-	pinbroker__v1__reply__free_unpacked(rep, NULL);
-	return st;
+	return raw_acquire_msg(fd, 1024 * 1024, label, 2, msg, msglen, 5000);
 }
 
 /*
@@ -107,7 +62,7 @@ static int start_holder(uid_t uid, const char *name, int nconn, const char *labe
 		sec_drop_to(uid);
 		for (int i = 0; i < nconn; i++) {
 			fds[i] = raw_connect(d.socket);
-			if (fds[i] < 0 || hello_as(fds[i], name) != 0)
+			if (fds[i] < 0 || raw_hello_as(fds[i], name) != 0)
 				_exit(2);
 		}
 		r = acquire_labelled(fds[0], label, m, sizeof(m));

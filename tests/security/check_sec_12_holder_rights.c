@@ -149,23 +149,14 @@ static int raw_release_as(uid_t uid, uint64_t id)
 
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
-		Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
-		Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
-		Pinbroker__V1__Reply *rep;
-		int fd, err;
+		int fd, rst;
 
 		sec_drop_to(uid);
 		fd = raw_connect(d.socket);
 		if (fd < 0 || raw_hello(fd) != 0)
 			_exit(100);
-		rel.lease_id = id;
-		req.has_seq = true;
-		req.seq = 9;
-		req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
-		req.release = &rel;
-		if (raw_send(fd, &req, NULL, 0) < 0 || !(rep = raw_recv(fd, NULL, 0, NULL, 3000, &err)))
-			_exit(101);
-		_exit(rep->status);
+		rst = raw_release_seq(fd, id, 9, 3000);
+		_exit(rst < 0 ? 101 : rst);
 	}
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
 	ck_assert(WIFEXITED(st));

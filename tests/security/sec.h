@@ -18,8 +18,7 @@
 /* In a child: become uid (and gid) with no supplementary groups, or _exit(90). */
 static inline void sec_drop_to(uid_t uid)
 {
-	if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
-		_exit(90);
+	itest_drop_to(uid);
 }
 
 /*
