@@ -186,6 +186,7 @@ static const struct config_key keys[] = {
 };
 
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
+_Static_assert(N_KEYS <= CONFIG_MAX_KEYS, "raise CONFIG_MAX_KEYS");
 
 static const struct {
 	int level;
@@ -460,10 +461,11 @@ static int parse_bool(const char *s, bool *ret)
 	return -EINVAL;
 }
 
+static int set_value(struct config *c, const struct config_key *k, const char *value, char **err);
+
 int config_set(struct config *c, const char *key, const char *value, char **err)
 {
 	const struct config_key *k;
-	void *p;
 	int r;
 
 	if (err)
@@ -473,7 +475,16 @@ int config_set(struct config *c, const char *key, const char *value, char **err)
 	k = config_key_find(key);
 	if (!k)
 		return fail(err, -ENOENT, "unknown key '%s'", key);
-	p = field(c, k);
+	r = set_value(c, k, value, err);
+	if (r == 0)
+		c->origin[k - keys] = CONFIG_ORIGIN_SET;
+	return r;
+}
+
+static int set_value(struct config *c, const struct config_key *k, const char *value, char **err)
+{
+	void *p = field(c, k);
+	int r;
 
 	switch (k->type) {
 	case CT_STRING: {
@@ -557,6 +568,7 @@ int config_new(struct config **ret)
 			return r == -ENOMEM ? r : -EINVAL;
 		}
 	}
+	memset(c->origin, 0, sizeof(c->origin));
 	*ret = c;
 	return 0;
 }
@@ -730,6 +742,8 @@ int config_load_file(struct config *c, const char *path, char **err)
 		}
 		first_line[k - keys] = lineno;
 		r = config_set(c, key, value, &msg);
+		if (r == 0)
+			c->origin[k - keys] = lineno;
 		if (r == -ENOMEM) {
 			free(msg);
 			goto out;
@@ -831,9 +845,84 @@ int config_check_file_mode(const char *path, char **warn)
 	return 0;
 }
 
+/* "path:line: " for a key the file set, else "". */
+static void where(const struct config *c, const char *path, const char *key, char *buf, size_t len)
+{
+	const struct config_key *k = config_key_find(key);
+	unsigned line = k ? c->origin[k - keys] : 0;
+
+	buf[0] = '\0';
+	if (path && line && line != CONFIG_ORIGIN_SET)
+		snprintf(buf, len, "%s:%u: ", path, line);
+}
+
+bool config_is_user_set(const struct config *c, const char *key)
+{
+	const struct config_key *k = config_key_find(key);
+
+	return k && c->origin[k - keys] != 0;
+}
+
+bool config_prewarm_yields(const struct config *c)
+{
+	return !config_is_user_set(c, "prewarm") && !c->budget.is_pct && !c->prewarm.is_pct &&
+	       c->prewarm.bytes > c->budget.bytes;
+}
+
+int config_mark_runtime(struct config *c, const char *key)
+{
+	const struct config_key *k = config_key_find(key);
+
+	if (!k)
+		return -ENOENT;
+	c->origin[k - keys] = CONFIG_ORIGIN_RUNTIME;
+	return 0;
+}
+
+int config_keep_runtime(struct config *dst, const struct config *src,
+			void (*note)(const char *key, const char *value, void *ud), void *ud)
+{
+	for (size_t i = 0; i < N_KEYS; i++) {
+		char buf[PATH_MAX + 8];
+
+		if (src->origin[i] != CONFIG_ORIGIN_RUNTIME)
+			continue;
+		if (keys[i].type == CT_STRING) {
+			const char *s = *(char *const *)cfield(src, &keys[i]);
+			char *copy = strdup(s ? s : "");
+
+			if (!copy)
+				return -ENOMEM;
+			free(*(char **)field(dst, &keys[i]));
+			*(char **)field(dst, &keys[i]) = copy;
+		} else {
+			/* Every other type is stored inline: the bytes are the value. */
+			size_t width = keys[i].type == CT_SIZE_PCT ? sizeof(struct size_spec)
+				       : keys[i].type == CT_SIZE   ? sizeof(uint64_t)
+				       : keys[i].type == CT_UINT   ? sizeof(uint32_t)
+				       : keys[i].type == CT_DOUBLE ? sizeof(double)
+				       : keys[i].type == CT_BOOL   ? sizeof(bool)
+								   : sizeof(int);
+
+			memcpy(field(dst, &keys[i]), cfield(src, &keys[i]), width);
+		}
+		dst->origin[i] = CONFIG_ORIGIN_RUNTIME;
+		if (note) {
+			format_value(src, &keys[i], buf, sizeof(buf));
+			note(keys[i].name, buf, ud);
+		}
+	}
+	return 0;
+}
+
 int config_validate(const struct config *c, char **err)
 {
-	char *buf = NULL, a[32], b[32];
+	return config_validate_file(c, NULL, err);
+}
+
+int config_validate_file(const struct config *c, const char *path, char **err)
+{
+	char *buf = NULL, a[32], b[32], at[PATH_MAX + 32];
 	size_t len = 0;
 	unsigned nerr = 0;
 	FILE *e;
@@ -843,50 +932,54 @@ int config_validate(const struct config *c, char **err)
 	e = open_memstream(&buf, &len);
 	if (!e)
 		return -ENOMEM;
+#define AT(key) (where(c, path, key, at, sizeof(at)), at)
 
 	if (c->critical_mem_available_pct > 0 && c->critical_mem_available_pct >= c->tight_mem_available_pct) {
-		fprintf(e, "critical-mem-available-pct (%g) must be below tight-mem-available-pct (%g): "
+		fprintf(e, "%scritical-mem-available-pct (%g) must be below tight-mem-available-pct (%g): "
 			   "critical is the deeper state\n",
-			c->critical_mem_available_pct, c->tight_mem_available_pct);
+			AT("critical-mem-available-pct"), c->critical_mem_available_pct, c->tight_mem_available_pct);
 		nerr++;
 	}
 	if (c->tight_swapout_pages_s > 0 && c->critical_swapout_pages_s > 0 &&
 	    c->critical_swapout_pages_s < c->tight_swapout_pages_s) {
-		fprintf(e, "critical-swapout-pages-per-s (%g) must not be below tight-swapout-pages-per-s (%g)\n",
-			c->critical_swapout_pages_s, c->tight_swapout_pages_s);
+		fprintf(e, "%scritical-swapout-pages-per-s (%g) must not be below tight-swapout-pages-per-s (%g)\n",
+			AT("critical-swapout-pages-per-s"), c->critical_swapout_pages_s, c->tight_swapout_pages_s);
 		nerr++;
 	}
-	if (!c->budget.is_pct && !c->prewarm.is_pct && c->prewarm.bytes > c->budget.bytes) {
-		fprintf(e, "prewarm (%s) is above budget (%s); lower prewarm or raise budget\n",
+	if (!c->budget.is_pct && !c->prewarm.is_pct && c->prewarm.bytes > c->budget.bytes &&
+	    !config_prewarm_yields(c)) {
+		fprintf(e, "%sprewarm (%s) is above budget (%s); lower prewarm or raise budget\n", AT("prewarm"),
 			format_size(c->prewarm.bytes, a, sizeof(a)), format_size(c->budget.bytes, b, sizeof(b)));
 		nerr++;
 	}
 	if (!c->budget.is_pct && !c->uid_quota.is_pct && c->uid_quota.bytes > c->budget.bytes) {
-		fprintf(e, "uid-quota (%s) is above budget (%s); lower uid-quota, or write it as a percentage\n",
-			format_size(c->uid_quota.bytes, a, sizeof(a)), format_size(c->budget.bytes, b, sizeof(b)));
+		fprintf(e, "%suid-quota (%s) is above budget (%s); lower uid-quota, or write it as a percentage\n",
+			AT("uid-quota"), format_size(c->uid_quota.bytes, a, sizeof(a)),
+			format_size(c->budget.bytes, b, sizeof(b)));
 		nerr++;
 	}
 	if (!c->budget.is_pct && c->budget.bytes > 0 && c->budget.bytes < c->chunk_bytes) {
-		fprintf(e, "budget (%s) is smaller than chunk-size (%s), so no lease could be granted\n",
+		fprintf(e, "%sbudget (%s) is smaller than chunk-size (%s), so no lease could be granted\n", AT("budget"),
 			format_size(c->budget.bytes, a, sizeof(a)), format_size(c->chunk_bytes, b, sizeof(b)));
 		nerr++;
 	}
 	if (c->hugetlb == CONFIG_HUGETLB_YES && c->chunk_bytes % HUGE_PAGE_BYTES != 0) {
-		fprintf(e, "chunk-size (%s) is not a multiple of 2M, which hugetlb = yes needs\n",
+		fprintf(e, "%schunk-size (%s) is not a multiple of 2M, which hugetlb = yes needs\n", AT("chunk-size"),
 			format_size(c->chunk_bytes, a, sizeof(a)));
 		nerr++;
 	}
 	if (c->max_connections_per_uid > c->max_connections) {
-		fprintf(e, "max-connections-per-uid (%" PRIu32 ") is above max-connections (%" PRIu32 ")\n",
-			c->max_connections_per_uid, c->max_connections);
+		fprintf(e, "%smax-connections-per-uid (%" PRIu32 ") is above max-connections (%" PRIu32 ")\n",
+			AT("max-connections-per-uid"), c->max_connections_per_uid, c->max_connections);
 		nerr++;
 	}
 	/* The kernel refuses a trigger whose stall exceeds its window (kernel/sched/psi.c). */
 	if (c->psi_stall_ms > c->psi_window_ms) {
-		fprintf(e, "psi-stall-ms (%" PRIu32 ") is above psi-window-ms (%" PRIu32 "); the kernel refuses it\n",
-			c->psi_stall_ms, c->psi_window_ms);
+		fprintf(e, "%spsi-stall-ms (%" PRIu32 ") is above psi-window-ms (%" PRIu32 "); the kernel refuses it\n",
+			AT("psi-stall-ms"), c->psi_stall_ms, c->psi_window_ms);
 		nerr++;
 	}
+#undef AT
 
 	if (fclose(e) != 0) {
 		free(buf);

@@ -4,9 +4,14 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <limits.h>
 #include <stdio.h>
 
 #define CONFIG_DEFAULT_PATH "/etc/pinbroker/pinbrokerd.conf"
+/* Room for the key table's rows in struct config's origin array (a static assert checks it). */
+#define CONFIG_MAX_KEYS 64
+#define CONFIG_ORIGIN_SET UINT_MAX
+#define CONFIG_ORIGIN_RUNTIME (UINT_MAX - 1) /* pinctl set: kept over the file on reload until restart */
 
 enum config_hugetlb { CONFIG_HUGETLB_AUTO, CONFIG_HUGETLB_YES, CONFIG_HUGETLB_NO };
 enum config_enforce { ENFORCE_NONE, ENFORCE_DISCONNECT, ENFORCE_SIGTERM, ENFORCE_SIGKILL };
@@ -66,6 +71,15 @@ struct config {
 
 	/* service */
 	uint32_t redeclare_grace_ms;       /* redeclare-grace-ms: after a restart, wait this long for clients */
+
+	/*
+	 * Where each key's value came from, by its index in the table: 0 is the
+	 * embedded default, CONFIG_ORIGIN_SET a config_set call (the command line,
+	 * pinctl set), anything else the config file line. An embedded default
+	 * yields to a value the user set (prewarm to a smaller budget); two values
+	 * the user set that conflict are an error.
+	 */
+	unsigned origin[CONFIG_MAX_KEYS];
 };
 
 enum config_type { CT_STRING, CT_SIZE, CT_SIZE_PCT, CT_UINT, CT_DOUBLE, CT_BOOL, CT_ENUM, CT_LOGLEVEL };
@@ -118,8 +132,35 @@ int config_load_file(struct config *c, const char *path, char **err);
  */
 int config_check_file_mode(const char *path, char **warn);
 
-/* Cross-key checks (critical below tight, ...). Returns 0 or -EINVAL with *err. */
+/*
+ * Cross-key checks (critical below tight, ...). Returns 0 or -EINVAL with *err,
+ * one message a line; a message about a key set in the file starts with
+ * "path:line: " (path is the file's name, or NULL to leave locations out).
+ * A prewarm left at its embedded default is not checked against the budget:
+ * it yields (see config_prewarm_yields).
+ */
 int config_validate(const struct config *c, char **err);
+int config_validate_file(const struct config *c, const char *path, char **err);
+
+/* Whether key's value was set by the user (the file, the command line or pinctl set), not embedded. */
+bool config_is_user_set(const struct config *c, const char *key);
+
+/*
+ * True when prewarm is its embedded default and above a budget written as a
+ * size: the pool then warms only the budget, and the caller says so once.
+ */
+bool config_prewarm_yields(const struct config *c);
+
+/* Mark key as set at run time (pinctl set), so a reload keeps it. Returns 0 or -ENOENT. */
+int config_mark_runtime(struct config *c, const char *key);
+
+/*
+ * Copy every key src marks as set at run time into dst, with the mark; for
+ * each, call note (if set) with the key and its value as config text, so the
+ * caller can say it overrides the file. Returns 0 or -ENOMEM.
+ */
+int config_keep_runtime(struct config *dst, const struct config *src,
+			void (*note)(const char *key, const char *value, void *ud), void *ud);
 
 /* Write the commented sample config (every key, its default and help). */
 void config_write_sample(FILE *f);

@@ -6,6 +6,7 @@
 #include <ev.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <grp.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -45,6 +46,10 @@ struct options {
 };
 
 static ev_timer status_timer;
+/* Grows the pool toward a raised prewarm a step per loop turn, so requests are served in between. */
+static ev_idle prewarm_idle;
+/* A step faults in and locks 64 MiB: a few tens of ms on the development VM, so a request waits at most that. */
+#define PREWARM_STEP_BYTES (UINT64_C(64) << 20)
 
 static void usage(FILE *f)
 {
@@ -69,6 +74,29 @@ static void usage(FILE *f)
 }
 
 enum { OPT_CHECK = 1000, OPT_SAMPLE, OPT_DOC, OPT_KEY_BASE = 2000 };
+
+/* A bad value on the command line is a usage error (exit 2), found before any file is read. */
+static int check_overrides(const struct options *o)
+{
+	struct config *scratch = NULL;
+	int r;
+
+	r = config_new(&scratch);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < o->nov; i++) {
+		char *e = NULL;
+
+		r = config_set(scratch, o->ov[i].key, o->ov[i].value, &e);
+		if (r < 0) {
+			fprintf(stderr, "pinbrokerd: --%s: %s\n", o->ov[i].key, e ? e : strerror(-r));
+			free(e);
+			break;
+		}
+	}
+	config_free(scratch);
+	return r < 0 ? -EINVAL : 0;
+}
 
 static int parse_args(int argc, char **argv, struct options *o, int *action)
 {
@@ -128,7 +156,7 @@ static int parse_args(int argc, char **argv, struct options *o, int *action)
 		fprintf(stderr, "pinbrokerd: unexpected argument '%s'\n", argv[optind]);
 		return -EINVAL;
 	}
-	return 0;
+	return check_overrides(o);
 }
 
 /* Once per start, reload and --check-config: a config file others can change is a warning, not a refusal. */
@@ -143,14 +171,51 @@ static void warn_config_mode(const char *path)
 	free(warn);
 }
 
+/* Appends msg (and a newline if it lacks one) to *all. Returns 0 or -ENOMEM. */
+static int add_errors(char **all, const char *msg)
+{
+	size_t len = strlen(msg);
+	char *joined;
+
+	if (asprintf(&joined, "%s%s%s", *all ? *all : "", msg, len && msg[len - 1] == '\n' ? "" : "\n") < 0)
+		return -ENOMEM;
+	free(*all);
+	*all = joined;
+	return 0;
+}
+
+static void note_runtime(const char *key, const char *value, void *ud)
+{
+	log_info("keeping %s = %s from pinctl set over the config file and command line until restart", key, value);
+}
+
+/* Warnings about a config that loads but may not do what was meant: at start, reload and --check-config. */
+static void warn_config(const struct config *c)
+{
+	char a[32], b[32];
+
+	if (c->admin_group && c->admin_group[0] && !getgrnam(c->admin_group))
+		log_warnx("admin-group '%s' does not exist, so only root may run admin requests; create it "
+			  "(groupadd %s) or set admin-group to an existing group",
+			  c->admin_group, c->admin_group);
+	if (config_prewarm_yields(c))
+		log_info("prewarm: the default (%s) is above budget (%s); warming %s, the whole budget (set prewarm "
+			 "to choose)",
+			 format_size(c->prewarm.bytes, a, sizeof(a)), format_size(c->budget.bytes, b, sizeof(b)),
+			 format_size(c->budget.bytes, b, sizeof(b)));
+}
+
 /*
  * Embedded defaults, then the file, then $PINBROKER_SOCKET, then the command
- * line. Errors are collected into *err as "file:line: ..." lines.
+ * line, then (on reload) what pinctl set changed in the running config. Every
+ * error, the file's and the cross-key ones, is collected into *err, one
+ * "file:line: ..." line each.
  */
-static int load_config(const struct options *o, struct config **ret, char **err)
+static int load_config(const struct options *o, const struct config *running, struct config **ret, char **err)
 {
 	struct config *c = NULL;
 	const char *env;
+	char *e = NULL;
 	int r;
 
 	*err = NULL;
@@ -158,39 +223,69 @@ static int load_config(const struct options *o, struct config **ret, char **err)
 	if (r < 0)
 		return r;
 	if (o->config_path) {
-		r = config_load_file(c, o->config_path, err);
-		if (r == -ENOENT && !o->config_explicit) {
-			free(*err);
-			*err = NULL;
+		r = config_load_file(c, o->config_path, &e);
+		if (r == -ENOENT && !o->config_explicit)
 			r = 0;
+		else if (r == -EINVAL && e)
+			r = add_errors(err, e);
+		else if (r < 0) {
+			*err = e;
+			e = NULL;
+			goto fail;
 		}
+		free(e);
+		e = NULL;
 		if (r < 0)
 			goto fail;
 		warn_config_mode(o->config_path);
 	}
 	env = getenv("PINBROKER_SOCKET");
-	if (env && *env) {
-		r = config_set(c, "socket", env, err);
+	if (env && *env && config_set(c, "socket", env, &e) < 0) {
+		char *line = NULL;
+
+		r = asprintf(&line, "$PINBROKER_SOCKET: %s", e ? e : "bad value") < 0 ? -ENOMEM : add_errors(err, line);
+		free(line);
+		free(e);
+		e = NULL;
 		if (r < 0)
 			goto fail;
 	}
 	for (size_t i = 0; i < o->nov; i++) {
-		char *e = NULL;
-
 		r = config_set(c, o->ov[i].key, o->ov[i].value, &e);
 		if (r < 0) {
-			if (asprintf(err, "command line: --%s: %s", o->ov[i].key, e ? e : strerror(-r)) < 0)
-				*err = NULL;
-			free(e);
-			goto fail;
+			char *line = NULL;
+
+			r = asprintf(&line, "command line: --%s: %s", o->ov[i].key, e ? e : strerror(-r)) < 0
+				    ? -ENOMEM
+				    : add_errors(err, line);
+			free(line);
+			if (r < 0)
+				goto fail;
 		}
+		free(e);
+		e = NULL;
 	}
-	r = config_validate(c, err);
+	if (running) {
+		r = config_keep_runtime(c, running, note_runtime, NULL);
+		if (r < 0)
+			goto fail;
+	}
+	r = config_validate_file(c, o->config_path, &e);
+	if (r == -EINVAL && e)
+		r = add_errors(err, e);
+	free(e);
+	e = NULL;
 	if (r < 0)
 		goto fail;
+	if (*err) {
+		r = -EINVAL;
+		goto fail;
+	}
+	warn_config(c);
 	*ret = c;
 	return 0;
 fail:
+	free(e);
 	config_free(c);
 	return r;
 }
@@ -298,6 +393,43 @@ static void status_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	update_status(w->data);
 }
 
+/* What the idle pool should warm to: prewarm, within what the budget leaves beside the leases. */
+static uint64_t prewarm_target(const struct broker *b)
+{
+	uint64_t allowance = budget_pool_allowance(b->budget);
+
+	if (b->state != BROKER_NORMAL)
+		return 0;
+	return b->prewarm_bytes < allowance ? b->prewarm_bytes : allowance;
+}
+
+static void prewarm_cb(struct ev_loop *loop, ev_idle *w, int revents)
+{
+	struct broker *b = w->data;
+	uint64_t target = prewarm_target(b), idle = pool_idle_bytes(b->pool), step;
+	char s1[32], s2[32];
+	int r;
+
+	if (idle >= target) {
+		ev_idle_stop(loop, w);
+		return;
+	}
+	step = target - idle < PREWARM_STEP_BYTES ? target : idle + PREWARM_STEP_BYTES;
+	r = pool_grow(b->pool, step, NULL, NULL);
+	b->generation++;
+	if (r < 0) {
+		log_warnx("warming the pool to %s failed: %s; continuing with %s warm (raise LimitMEMLOCK or grant "
+			  "CAP_IPC_LOCK)",
+			  format_size(target, s1, sizeof(s1)), strerror(-r),
+			  format_size(pool_idle_bytes(b->pool), s2, sizeof(s2)));
+		ev_idle_stop(loop, w);
+	} else if (pool_idle_bytes(b->pool) >= target) {
+		log_info("pool warmed to %s for the new prewarm", format_size(pool_idle_bytes(b->pool), s1, sizeof(s1)));
+		ev_idle_stop(loop, w);
+		update_status(b);
+	}
+}
+
 int daemon_apply_config(struct broker *b, struct config *n, char **err)
 {
 	struct config *old = b->cfg;
@@ -353,6 +485,11 @@ int daemon_apply_config(struct broker *b, struct config *n, char **err)
 	config_free(old);
 	/* A smaller budget shrinks the idle pool; a larger one lets waiting acquires through. */
 	broker_trim_pool(b, b->state == BROKER_NORMAL ? b->prewarm_bytes : 0);
+	/* A raised prewarm grows the pool, in steps off the loop's busy turns (prewarm_cb). */
+	if (b->loop && prewarm_target(b) > pool_idle_bytes(b->pool) && !ev_is_active(&prewarm_idle)) {
+		prewarm_idle.data = b;
+		ev_idle_start(b->loop, &prewarm_idle);
+	}
 	request_grant_waiting(b);
 	update_status(b);
 	return 0;
@@ -374,7 +511,7 @@ static void reload(struct broker *b, const struct options *o)
 
 	notify_reloading();
 	log_info("reloading %s", o->config_path ? o->config_path : "(no config file)");
-	r = load_config(o, &n, &err);
+	r = load_config(o, b->cfg, &n, &err);
 	if (r == 0)
 		r = daemon_apply_config(b, n, &err);
 	if (r < 0) {
@@ -465,7 +602,7 @@ int main(int argc, char **argv)
 	if (r < 0) {
 		usage(stderr);
 		free(o.ov);
-		return 2;
+		return r == -ENOMEM ? 1 : 2;
 	}
 	if (action == 'h' || action == 'V' || action == OPT_SAMPLE || action == OPT_DOC) {
 		if (action == 'h')
@@ -480,7 +617,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 
-	r = load_config(&o, &cfg, &err);
+	r = load_config(&o, NULL, &cfg, &err);
 	if (r < 0 || action == OPT_CHECK) {
 		if (r < 0)
 			fprintf(stderr, "%s%s", err ? err : strerror(-r),
@@ -505,6 +642,7 @@ int main(int argc, char **argv)
 	b.state = BROKER_NORMAL;
 	if (!b.loop)
 		fatalx("cannot create the event loop");
+	ev_idle_init(&prewarm_idle, prewarm_cb);
 
 	b.mem_total_bytes = memory_base(cfg->proc_root);
 	if (b.mem_total_bytes == 0)
@@ -610,6 +748,7 @@ int main(int argc, char **argv)
 		server_broadcast(b.server, &bye);
 	}
 	notify_fini(b.loop);
+	ev_idle_stop(b.loop, &prewarm_idle);
 	if (notify_enabled())
 		ev_timer_stop(b.loop, &status_timer);
 	for (size_t i = 0; i < sizeof(signums) / sizeof(signums[0]); i++)

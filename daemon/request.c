@@ -1251,6 +1251,9 @@ static void handle_set_config(struct conn *c, const Request *req)
 		r = config_set(n, k->name, req->set_config->value, &err);
 	if (r == 0)
 		r = config_validate(n, &err);
+	/* A reload keeps the value until restart, as it keeps command-line values. */
+	if (r == 0)
+		r = config_mark_runtime(n, k->name);
 	if (r == 0)
 		r = daemon_apply_config(b, n, &err);
 	if (r < 0) {
@@ -1258,7 +1261,8 @@ static void handle_set_config(struct conn *c, const Request *req)
 			     err ? err : strerror(-r));
 		config_free(n);
 	} else {
-		log_info("%s set to %s by uid %u", k->name, req->set_config->value, c->uid);
+		log_info("%s set to %s by uid %u; it overrides the config file, also on reload, until restart",
+			 k->name, req->set_config->value, c->uid);
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
 	}
 	free(err);

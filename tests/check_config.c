@@ -916,6 +916,89 @@ START_TEST(test_validate_collects_every_error)
 }
 END_TEST
 
+START_TEST(test_validate_default_prewarm_yields_to_a_smaller_budget)
+{
+	struct config *c = defaults();
+	char *err;
+
+	/* budget 128M alone: the embedded prewarm (256M) yields instead of refusing the start. */
+	set_ok(c, "budget", "128M");
+	ck_assert(config_prewarm_yields(c));
+	ck_assert_int_eq(config_validate(c, NULL), 0);
+	ck_assert(!config_is_user_set(c, "prewarm"));
+	ck_assert(config_is_user_set(c, "budget"));
+	/* Both set by the user and in conflict: still an error. */
+	set_ok(c, "prewarm", "256M");
+	ck_assert(!config_prewarm_yields(c));
+	err = validate_fails(c);
+	ck_assert_str_eq(err, "prewarm (256 MiB) is above budget (128 MiB); lower prewarm or raise budget\n");
+	free(err);
+	config_free(c);
+}
+END_TEST
+
+START_TEST(test_validate_errors_carry_the_file_line)
+{
+	char *path = write_temp("# pressure\ntight-mem-available-pct = 5\ncritical-mem-available-pct = 8\n"
+				"budget = 1G\nprewarm = 2G\n");
+	struct config *c = defaults();
+	char *err = NULL, *want = NULL;
+
+	ck_assert_int_eq(config_load_file(c, path, &err), 0);
+	ck_assert_int_eq(config_validate_file(c, path, &err), -EINVAL);
+	ck_assert_int_ge(asprintf(&want,
+				  "%s:3: critical-mem-available-pct (8) must be below tight-mem-available-pct (5): "
+				  "critical is the deeper state\n"
+				  "%s:5: prewarm (2 GiB) is above budget (1 GiB); lower prewarm or raise budget\n",
+				  path, path),
+			 0);
+	ck_assert_str_eq(err, want);
+	free(err);
+	free(want);
+	/* A value set later (command line, pinctl set) has no line to name. */
+	set_ok(c, "critical-mem-available-pct", "9");
+	ck_assert_int_eq(config_validate_file(c, path, &err), -EINVAL);
+	ck_assert(strncmp(err, "critical-mem-available-pct (9)", 30) == 0);
+	free(err);
+	unlink(path);
+	free(path);
+	config_free(c);
+}
+END_TEST
+
+static void count_note(const char *key, const char *value, void *ud)
+{
+	ck_assert_str_eq(key, "budget");
+	ck_assert_str_eq(value, "1G");
+	(*(unsigned *)ud)++;
+}
+
+START_TEST(test_runtime_values_are_kept_over_a_reloaded_file)
+{
+	char *path = write_temp("budget = 2G\nadmin-group = file\n");
+	struct config *running = defaults(), *n = defaults();
+	unsigned notes = 0;
+	char *err = NULL;
+
+	set_ok(running, "budget", "1G");
+	ck_assert_int_eq(config_mark_runtime(running, "budget"), 0);
+	ck_assert_int_eq(config_mark_runtime(running, "no-such-key"), -ENOENT);
+	set_ok(running, "admin-group", "cmdline"); /* set, but not at run time: the file wins */
+	ck_assert_int_eq(config_load_file(n, path, &err), 0);
+	ck_assert_int_eq(config_keep_runtime(n, running, count_note, &notes), 0);
+	ck_assert_uint_eq(notes, 1);
+	ck_assert(!n->budget.is_pct);
+	ck_assert_uint_eq(n->budget.bytes, 1u << 30);
+	ck_assert_str_eq(n->admin_group, "file");
+	/* The mark travels, so the next reload keeps it too. */
+	ck_assert_uint_eq(n->origin[config_key_find("budget") - config_keys(NULL)], CONFIG_ORIGIN_RUNTIME);
+	unlink(path);
+	free(path);
+	config_free(running);
+	config_free(n);
+}
+END_TEST
+
 /* --- copies --- */
 
 START_TEST(test_dup_copies_deeply)
@@ -996,6 +1079,9 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_validate_prewarm_not_above_absolute_budget);
 	tcase_add_test(tc, test_validate_other_cross_key_limits);
 	tcase_add_test(tc, test_validate_collects_every_error);
+	tcase_add_test(tc, test_validate_default_prewarm_yields_to_a_smaller_budget);
+	tcase_add_test(tc, test_validate_errors_carry_the_file_line);
+	tcase_add_test(tc, test_runtime_values_are_kept_over_a_reloaded_file);
 	tcase_add_test(tc, test_dup_copies_deeply);
 	suite_add_tcase(s, tc);
 	return s;
