@@ -1,0 +1,301 @@
+/* SPDX-License-Identifier: MIT */
+/* Integration suite for configuration: the real pinbrokerd with a file, command-line values, SIGHUP and pinctl set. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../check_main.h"
+#include "itest.h"
+
+#define TIMEOUT_S 60
+#define MIB (UINT64_C(1) << 20)
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* A config file in the daemon's temp dir; returns its path (static buffer per daemon). */
+static void write_conf(const struct daemon *d, const char *text, char *path, size_t len)
+{
+	FILE *f;
+
+	snprintf(path, len, "%s/pinbrokerd.conf", d->dir);
+	f = fopen(path, "we");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+/*
+ * Start pinbrokerd on d's socket with only the given arguments (daemon_start
+ * always adds --prewarm, which would make every prewarm a user's value).
+ */
+static void start_plain(struct daemon *d, const char *const *args)
+{
+	const char *argv[32];
+	size_t n = 0;
+	uint64_t t0;
+
+	argv[n++] = PINBROKERD_PATH;
+	argv[n++] = "--socket";
+	argv[n++] = d->socket;
+	argv[n++] = "--hugetlb";
+	argv[n++] = "no";
+	for (size_t i = 0; args[i] && n < 31; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	d->pid = itest_fork();
+	ck_assert_int_ge(d->pid, 0);
+	if (d->pid == 0) {
+		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		unsetenv("NOTIFY_SOCKET");
+		unsetenv("JOURNAL_STREAM");
+		unsetenv("LISTEN_FDS");
+		unsetenv("PINBROKER_SOCKET");
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	for (t0 = mono_ms();; usleep(5000)) {
+		int fd = raw_connect(d->socket);
+
+		if (fd >= 0) {
+			int st = raw_hello(fd);
+
+			close(fd);
+			if (st == 0)
+				return;
+		}
+		if (!daemon_alive(d) || mono_ms() - t0 > 10000) {
+			char *log = daemon_log(d);
+
+			ck_abort_msg("pinbrokerd did not start; log:\n%s", log ? log : "(none)");
+		}
+	}
+}
+
+/* One number from `pinctl status --json`, or -1. */
+static int64_t json_field(const struct daemon *d, const char *key)
+{
+	char *out = NULL, pat[64], *p;
+	int64_t v = -1;
+
+	if (pinctl(d, &out, "status --json") == 0) {
+		snprintf(pat, sizeof(pat), "\"%s\":", key);
+		p = strstr(out, pat);
+		if (p)
+			v = strtoll(p + strlen(pat) + strspn(p + strlen(pat), " "), NULL, 10);
+	}
+	free(out);
+	return v;
+}
+
+static int64_t wait_json(const struct daemon *d, const char *key, int64_t at_least, int timeout_ms)
+{
+	uint64_t t0 = mono_ms();
+	int64_t v;
+
+	for (;;) {
+		v = json_field(d, key);
+		if (v >= at_least || mono_ms() - t0 > (uint64_t)timeout_ms)
+			return v;
+		usleep(20000);
+	}
+}
+
+static void reload_and_wait(struct daemon *d)
+{
+	char *log;
+	uint64_t t0 = mono_ms();
+
+	ck_assert_int_eq(kill(d->pid, SIGHUP), 0);
+	for (;;) {
+		log = daemon_log(d);
+		if (log && (strstr(log, "config reloaded") || strstr(log, "reload rejected")))
+			break;
+		free(log);
+		ck_assert_msg(mono_ms() - t0 < 10000, "no reload within 10 s");
+		usleep(20000);
+	}
+	ck_assert_msg(strstr(log, "config reloaded"), "reload rejected:\n%s", log);
+	free(log);
+}
+
+/* Runs pinbrokerd with args and captures its output; returns the exit code. */
+static int pinbrokerd(char **out, const char *args)
+{
+	char cmd[1024];
+
+	snprintf(cmd, sizeof(cmd), "env -u PINBROKER_SOCKET %s --config /dev/null %s", PINBROKERD_PATH, args);
+	return run_capture(cmd, out);
+}
+
+START_TEST(test_budget_alone_starts_with_the_default_prewarm_clamped)
+{
+	static const char *const args[] = { "--config", "/dev/null", "--budget", "128M", NULL };
+	struct daemon d;
+	char *log, *out = NULL;
+
+	daemon_prepare(&d);
+	start_plain(&d, args);
+	ck_assert_int_eq(json_field(&d, "budget_bytes"), (int64_t)(128 * MIB));
+	ck_assert_int_eq(json_field(&d, "prewarm_bytes"), (int64_t)(128 * MIB));
+	log = daemon_log(&d);
+	ck_assert_msg(strstr(log, "prewarm: the default (256 MiB) is above budget (128 MiB); warming 128 MiB"),
+		      "no clamp notice:\n%s", log);
+	/* Said once, not per check. */
+	ck_assert_ptr_null(strstr(strstr(log, "prewarm: the default") + 1, "prewarm: the default"));
+	free(log);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+
+	/* A pair the user set both halves of stays an error. */
+	ck_assert_int_eq(pinbrokerd(&out, "--budget 128M --prewarm 256M --check-config"), 1);
+	ck_assert_msg(strstr(out, "prewarm (256 MiB) is above budget (128 MiB); lower prewarm or raise budget"),
+		      "%s", out);
+	free(out);
+	ck_assert_int_eq(pinbrokerd(&out, "--budget 100M --check-config"), 0);
+	ck_assert_msg(strstr(out, "configuration OK"), "%s", out);
+	free(out);
+}
+END_TEST
+
+START_TEST(test_bad_command_line_value_exits_2_with_usage)
+{
+	char *out = NULL;
+
+	ck_assert_int_eq(pinbrokerd(&out, "--budget 12Q --check-config"), 2);
+	ck_assert_msg(strstr(out, "--budget: budget: '12Q' is not a size"), "%s", out);
+	ck_assert_msg(strstr(out, "Usage: pinbrokerd"), "%s", out);
+	free(out);
+	ck_assert_int_eq(pinbrokerd(&out, "--max-connections 0"), 2);
+	ck_assert_msg(strstr(out, "out of range"), "%s", out);
+	free(out);
+}
+END_TEST
+
+START_TEST(test_cross_key_errors_come_with_the_file_errors_and_lines)
+{
+	struct daemon d;
+	char path[512], args[700], *out = NULL, want[700];
+
+	daemon_prepare(&d);
+	write_conf(&d, "bogus-key = 1\ntight-mem-available-pct = 5\ncritical-mem-available-pct = 8\n", path,
+		   sizeof(path));
+	snprintf(args, sizeof(args), "--config %s --check-config", path);
+	ck_assert_int_eq(pinbrokerd(&out, args), 1);
+	snprintf(want, sizeof(want), "%s:1: unknown key 'bogus-key'", path);
+	ck_assert_msg(strstr(out, want), "%s", out);
+	snprintf(want, sizeof(want), "%s:3: critical-mem-available-pct (8) must be below tight-mem-available-pct (5)",
+		 path);
+	ck_assert_msg(strstr(out, want), "%s", out);
+	free(out);
+}
+END_TEST
+
+START_TEST(test_missing_admin_group_warns_at_check_and_start)
+{
+	static const char *const args[] = { "--config", "/dev/null", "--budget", "64M", "--prewarm", "0",
+					    "--admin-group", "pb-no-such-group", NULL };
+	struct daemon d;
+	char *out = NULL, *log;
+
+	ck_assert_int_eq(pinbrokerd(&out, "--admin-group pb-no-such-group --check-config"), 0);
+	ck_assert_msg(strstr(out, "admin-group 'pb-no-such-group' does not exist"), "%s", out);
+	ck_assert_msg(strstr(out, "configuration OK"), "%s", out);
+	free(out);
+	daemon_prepare(&d);
+	start_plain(&d, args);
+	log = daemon_log(&d);
+	ck_assert_msg(strstr(log, "admin-group 'pb-no-such-group' does not exist"), "%s", log);
+	free(log);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(test_reload_grows_the_pool_to_a_raised_prewarm)
+{
+	struct daemon d;
+	char path[512];
+	const char *args[] = { "--config", path, "--lock-memory", "no", NULL };
+
+	daemon_prepare(&d);
+	write_conf(&d, "budget = 256M\nprewarm = 16M\n", path, sizeof(path));
+	start_plain(&d, args);
+	ck_assert_int_eq(wait_json(&d, "pool_idle_bytes", (int64_t)(16 * MIB), 5000), (int64_t)(16 * MIB));
+	write_conf(&d, "budget = 256M\nprewarm = 144M\n", path, sizeof(path));
+	reload_and_wait(&d);
+	ck_assert_int_eq(json_field(&d, "prewarm_bytes"), (int64_t)(144 * MIB));
+	ck_assert_int_eq(wait_json(&d, "pool_idle_bytes", (int64_t)(144 * MIB), 10000), (int64_t)(144 * MIB));
+	/* pinctl set applies it the same way. */
+	{
+		char *out = NULL;
+
+		ck_assert_int_eq(pinctl(&d, &out, "set prewarm 200M"), 0);
+		free(out);
+	}
+	ck_assert_int_eq(wait_json(&d, "pool_idle_bytes", (int64_t)(200 * MIB), 10000), (int64_t)(200 * MIB));
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(test_pinctl_set_values_survive_a_reload)
+{
+	struct daemon d;
+	char path[512], *out = NULL, *log;
+	const char *args[] = { "--config", path, "--lock-memory", "no", NULL };
+
+	daemon_prepare(&d);
+	write_conf(&d, "budget = 256M\nprewarm = 8M\nuid-quota = 100%\n", path, sizeof(path));
+	start_plain(&d, args);
+	ck_assert_int_eq(pinctl(&d, &out, "set uid-quota 64M"), 0);
+	free(out);
+	ck_assert_int_eq(json_field(&d, "uid_quota_bytes"), (int64_t)(64 * MIB));
+	/* The file changes another key; the set value stays, the file's new budget applies. */
+	write_conf(&d, "budget = 192M\nprewarm = 8M\nuid-quota = 100%\n", path, sizeof(path));
+	reload_and_wait(&d);
+	ck_assert_int_eq(json_field(&d, "budget_bytes"), (int64_t)(192 * MIB));
+	ck_assert_int_eq(json_field(&d, "uid_quota_bytes"), (int64_t)(64 * MIB));
+	log = daemon_log(&d);
+	ck_assert_msg(strstr(log, "keeping uid-quota = 64M from pinctl set over the config file"), "%s", log);
+	free(log);
+	/* A second reload keeps it too. */
+	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
+	usleep(300000);
+	ck_assert_int_eq(json_field(&d, "uid_quota_bytes"), (int64_t)(64 * MIB));
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+END_TEST
+
+static Suite *itest_config_suite(void)
+{
+	Suite *s = suite_create("itest_config");
+	TCase *tc = tcase_create("config");
+
+	tcase_set_timeout(tc, TIMEOUT_S);
+	tcase_add_test(tc, test_budget_alone_starts_with_the_default_prewarm_clamped);
+	tcase_add_test(tc, test_bad_command_line_value_exits_2_with_usage);
+	tcase_add_test(tc, test_cross_key_errors_come_with_the_file_errors_and_lines);
+	tcase_add_test(tc, test_missing_admin_group_warns_at_check_and_start);
+	tcase_add_test(tc, test_reload_grows_the_pool_to_a_raised_prewarm);
+	tcase_add_test(tc, test_pinctl_set_values_survive_a_reload);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+CHECK_MAIN(itest_config_suite)
