@@ -191,7 +191,7 @@ static void note_runtime(const char *key, const char *value, void *ud)
 }
 
 /* Warnings about a config that loads but may not do what was meant: at start, reload and --check-config. */
-static void warn_config(const struct config *c)
+static void warn_config(const struct config *c, const struct config *running)
 {
 	char a[32], b[32];
 
@@ -199,7 +199,8 @@ static void warn_config(const struct config *c)
 		log_warnx("admin-group '%s' does not exist, so only root may run admin requests; create it "
 			  "(groupadd %s) or set admin-group to an existing group",
 			  c->admin_group, c->admin_group);
-	if (config_prewarm_yields(c))
+	/* Once: a reload that changes neither says nothing new. */
+	if (config_prewarm_yields(c) && !(running && config_prewarm_yields(running)))
 		log_info("prewarm: the default (%s) is above budget (%s); warming %s, the whole budget (set prewarm "
 			 "to choose)",
 			 format_size(c->prewarm.bytes, a, sizeof(a)), format_size(c->budget.bytes, b, sizeof(b)),
@@ -282,7 +283,7 @@ static int load_config(const struct options *o, const struct config *running, st
 		r = -EINVAL;
 		goto fail;
 	}
-	warn_config(c);
+	warn_config(c, running);
 	*ret = c;
 	return 0;
 fail:
