@@ -78,6 +78,13 @@ so=$(env -u LD_LIBRARY_PATH ldd "$P/bin/pinctl" | sed -n 's/.*libpinbroker\.so\.
 	fail "the installed pinctl loads libpinbroker.so.0 from '${so:-nowhere}', not $LIBDIR"
 env -u LD_LIBRARY_PATH "$P/bin/pinctl" --help >/dev/null 2>&1 || fail "the installed pinctl --help does not run"
 
+# Like the shared library's version script: the archive defines no global name but pb_*.
+if command -v nm >/dev/null; then
+	extra=$(nm -g --defined-only "$lib" | awk 'NF == 3 && $3 !~ /^pb_/ { print $3 }' | sort -u)
+	[ -z "$extra" ] || fail "$lib defines global symbols outside pb_*, which can clash with a program's own:
+$extra"
+fi
+
 # A static link of the installed archive, with what pkg-config --static lists; libc stays dynamic.
 cflags=$(pkg-config --cflags pinbroker) && libs=$(pkg-config --static --libs pinbroker) ||
 	fail "pkg-config --static --libs pinbroker failed"
