@@ -89,6 +89,8 @@ fi
 cflags=$(pkg-config --cflags pinbroker) && libs=$(pkg-config --static --libs pinbroker) ||
 	fail "pkg-config --static --libs pinbroker failed"
 libs=$(echo "$libs" | sed 's/-lpinbroker/-Wl,-Bstatic -lpinbroker -Wl,-Bdynamic/')
+# An ASan/UBSan build's archive needs the sanitizer runtimes at link time.
+[ "${PINBROKER_SANITIZED:-0}" = 1 ] && libs="-fsanitize=address,undefined $libs"
 # shellcheck disable=SC2086
 cc -o "$T/static-link" "$SRC/tests/install/static-link.c" $cflags $libs >"$T/cc.log" 2>&1 ||
 	{ cat "$T/cc.log"; fail "linking against the installed libpinbroker.a failed: cc ... $cflags $libs"; }
