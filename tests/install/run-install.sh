@@ -32,8 +32,9 @@ if [ "$(id -u)" = 0 ]; then
 		# CMake always writes BUILD/install_manifest.txt; a user installing from their own
 		# build tree owns it, so lend this one to nobody for the run.
 		M=$BUILD/install_manifest.txt
-		touch "$M" && chown 65534 "$M" || fail "cannot hand $M to nobody for the install"
-		trap 'chown 0:0 "$M"; rm -rf "$T"' EXIT
+		touch "$M" && OWNER=$(stat -c %u:%g "$M") && chown 65534 "$M" ||
+			fail "cannot hand $M to nobody for the install"
+		trap 'chown "$OWNER" "$M"; rm -rf "$T"' EXIT
 	else
 		echo "note: nobody cannot read $BUILD (or no setpriv); installing as root into $T"
 	fi
