@@ -62,6 +62,7 @@ LIBDIR=$(dirname "$lib")
 
 # The unit: ExecStart runs the installed daemon with the installed config.
 exec_start=$(sed -n 's/^ExecStart=//p' "$P/lib/systemd/system/pinbrokerd.service")
+# shellcheck disable=SC2086 # split ExecStart into its words
 set -- $exec_start
 [ "$1" = "$P/sbin/pinbrokerd" ] || fail "pinbrokerd.service runs '$1', not the installed $P/sbin/pinbrokerd"
 [ "${2:-}" = --config ] && [ "${3:-}" = "$P/etc/pinbroker/pinbrokerd.conf" ] ||
