@@ -230,7 +230,7 @@ journal_since "$t" -o cat | tail -n 20
 
 # 18-19: systemd-analyze, inside the guest where the installed binary exists.
 check "systemd-analyze verify pinbrokerd.service pinbrokerd.socket" \
-	systemd-analyze verify /lib/systemd/system/pinbrokerd.service /lib/systemd/system/pinbrokerd.socket
+	systemd-analyze verify /usr/lib/systemd/system/pinbrokerd.service /usr/lib/systemd/system/pinbrokerd.socket
 score=$(systemd-analyze security --no-pager "$UNIT" 2>/dev/null | sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p')
 log "online security exposure: $score"
 if [ -n "$score" ] && awk -v s="$score" 'BEGIN { exit !(s <= 2.0) }'; then ok "systemd-analyze security (running unit): exposure $score <= 2.0"

@@ -1,0 +1,103 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# `cmake --install BUILD --prefix P` into a temp prefix, as an unprivileged user where it can:
+# every installed file stays under P, the unit's ExecStart and --config point into P, the .pc
+# names P, the installed pinctl finds its library, and a program links the installed
+# libpinbroker.a statically and runs (no daemon: pb_connect gives -ENOENT, acquire falls back).
+# usage: run-install.sh BUILD_DIR SOURCE_DIR      exit 0 pass, 1 fail, 77 skip
+set -u
+BUILD=${1:?usage: run-install.sh BUILD_DIR SOURCE_DIR}
+SRC=${2:?usage: run-install.sh BUILD_DIR SOURCE_DIR}
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+skip() { echo "SKIP: $*" >&2; exit 77; }
+
+for t in cmake pkg-config cc; do
+	command -v $t >/dev/null || skip "$t not found (apt-get install cmake pkg-config gcc)"
+done
+
+T=$(mktemp -d /tmp/pinbroker-install.XXXXXX) || fail "cannot create a temp directory under /tmp"
+trap 'rm -rf "$T"' EXIT
+chmod 0755 "$T"
+P=$T/prefix
+
+# As root, install as nobody: a step that writes outside the prefix (or into the build tree)
+# then fails instead of quietly touching the host.
+AS=
+if [ "$(id -u)" = 0 ]; then
+	if command -v setpriv >/dev/null &&
+		setpriv --reuid=65534 --regid=65534 --clear-groups test -r "$BUILD/cmake_install.cmake"; then
+		AS="setpriv --reuid=65534 --regid=65534 --clear-groups"
+		mkdir -p "$T/dest" "$P" && chown 65534:65534 "$T/dest" "$P"
+		# CMake always writes BUILD/install_manifest.txt; a user installing from their own
+		# build tree owns it, so lend this one to nobody for the run.
+		M=$BUILD/install_manifest.txt
+		touch "$M" && OWNER=$(stat -c %u:%g "$M") && chown 65534 "$M" ||
+			fail "cannot hand $M to nobody for the install"
+		trap 'chown "$OWNER" "$M"; rm -rf "$T"' EXIT
+	else
+		echo "note: nobody cannot read $BUILD (or no setpriv); installing as root into $T"
+	fi
+fi
+
+# 1. Into a DESTDIR, so that a path outside the prefix shows up instead of landing on the host.
+DESTDIR=$T/dest $AS cmake --install "$BUILD" --prefix "$P" >"$T/install-destdir.log" 2>&1 ||
+	{ cat "$T/install-destdir.log"; fail "cmake --install --prefix $P with DESTDIR=$T/dest failed (log above)"; }
+outside=$(find "$T/dest" \( -type f -o -type l \) ! -path "$T/dest$P/*")
+[ -z "$outside" ] || fail "cmake --install --prefix $P put these outside the prefix:
+$outside"
+
+# 2. Straight into the prefix, which is what the rest checks.
+$AS cmake --install "$BUILD" --prefix "$P" >"$T/install.log" 2>&1 ||
+	{ cat "$T/install.log"; fail "cmake --install --prefix $P failed (log above)"; }
+
+for f in sbin/pinbrokerd bin/pinctl include/pinbroker.h lib/systemd/system/pinbrokerd.service \
+	lib/systemd/system/pinbrokerd.socket lib/sysusers.d/pinbroker.conf lib/tmpfiles.d/pinbroker.conf \
+	lib/systemd/catalog/pinbroker.catalog etc/pinbroker/pinbrokerd.conf etc/pinbroker/pinbrokerd.conf.sample; do
+	[ -e "$P/$f" ] || fail "cmake --install did not install $P/$f"
+done
+lib=$(find "$P" -name libpinbroker.a) && [ -n "$lib" ] || fail "no libpinbroker.a under $P"
+LIBDIR=$(dirname "$lib")
+[ -e "$LIBDIR/pkgconfig/pinbroker.pc" ] || fail "no pinbroker.pc in $LIBDIR/pkgconfig"
+
+# The unit: ExecStart runs the installed daemon with the installed config.
+exec_start=$(sed -n 's/^ExecStart=//p' "$P/lib/systemd/system/pinbrokerd.service")
+# shellcheck disable=SC2086 # split ExecStart into its words
+set -- $exec_start
+[ "$1" = "$P/sbin/pinbrokerd" ] || fail "pinbrokerd.service runs '$1', not the installed $P/sbin/pinbrokerd"
+[ "${2:-}" = --config ] && [ "${3:-}" = "$P/etc/pinbroker/pinbrokerd.conf" ] ||
+	fail "pinbrokerd.service passes '${2:-} ${3:-}', not --config $P/etc/pinbroker/pinbrokerd.conf"
+"$P/sbin/pinbrokerd" --check-config --config "$3" >"$T/check-config.log" 2>&1 ||
+	{ cat "$T/check-config.log"; fail "the installed daemon rejects the installed config $3"; }
+
+export PKG_CONFIG_PATH="$LIBDIR/pkgconfig"
+pc_prefix=$(pkg-config --variable=prefix pinbroker) || fail "pkg-config cannot read $LIBDIR/pkgconfig/pinbroker.pc"
+[ "$pc_prefix" = "$P" ] || fail "pinbroker.pc says prefix=$pc_prefix, not $P"
+
+# The installed pinctl finds the installed libpinbroker.so.0 on its own (RUNPATH $ORIGIN/..).
+so=$(env -u LD_LIBRARY_PATH ldd "$P/bin/pinctl" | sed -n 's/.*libpinbroker\.so\.0 => \([^ ]*\).*/\1/p')
+[ -n "$so" ] && [ "$(readlink -f "$so")" = "$(readlink -f "$LIBDIR/libpinbroker.so.0")" ] ||
+	fail "the installed pinctl loads libpinbroker.so.0 from '${so:-nowhere}', not $LIBDIR"
+env -u LD_LIBRARY_PATH "$P/bin/pinctl" --help >/dev/null 2>&1 || fail "the installed pinctl --help does not run"
+
+# Like the shared library's version script: the archive defines no global name but pb_*.
+if command -v nm >/dev/null; then
+	extra=$(nm -g --defined-only "$lib" | awk 'NF == 3 && $3 !~ /^pb_/ { print $3 }' | sort -u)
+	[ -z "$extra" ] || fail "$lib defines global symbols outside pb_*, which can clash with a program's own:
+$extra"
+fi
+
+# A static link of the installed archive, with what pkg-config --static lists; libc stays dynamic.
+cflags=$(pkg-config --cflags pinbroker) && libs=$(pkg-config --static --libs pinbroker) ||
+	fail "pkg-config --static --libs pinbroker failed"
+libs=$(echo "$libs" | sed 's/-lpinbroker/-Wl,-Bstatic -lpinbroker -Wl,-Bdynamic/')
+# An ASan/UBSan build's archive needs the sanitizer runtimes at link time.
+[ "${PINBROKER_SANITIZED:-0}" = 1 ] && libs="-fsanitize=address,undefined $libs"
+# shellcheck disable=SC2086
+cc -o "$T/static-link" "$SRC/tests/install/static-link.c" $cflags $libs >"$T/cc.log" 2>&1 ||
+	{ cat "$T/cc.log"; fail "linking against the installed libpinbroker.a failed: cc ... $cflags $libs"; }
+if readelf -d "$T/static-link" | grep -q 'NEEDED.*libpinbroker'; then
+	fail "the static link still needs libpinbroker.so"
+fi
+"$T/static-link" "$T/no-such.sock" || fail "the statically linked program failed (output above)"
+echo "ok: installed under $P; static link: cc $cflags $libs"
