@@ -384,8 +384,8 @@ static void pending_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	/* Over its own quota, only this uid's releases could have helped: say so, not "nothing freed up". */
 	if (size > quota || held > quota - size) {
 		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_TIMEOUT,
-			     "timed out over quota: uid %u holds %s of its %s quota, so %s more never fitted; release "
-			     "some of its leases or ask for less",
+			     "no pinned memory within the wait timeout: uid %u is over quota, holding %s of its %s "
+			     "quota with %s more asked; release some of its leases or ask for less",
 			     c->uid, format_size(held, h, sizeof(h)), format_size(quota, q, sizeof(q)),
 			     format_size(size, a, sizeof(a)));
 		return;
