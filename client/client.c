@@ -1500,6 +1500,11 @@ pb_lease *pb_acquire_or_fallback(pb_client *c, size_t size, const struct pb_acqu
 	uint64_t bytes;
 	int r;
 
+	/* Size 0 is the caller's mistake, not a lack of pinned memory: no fallback hides it. */
+	if (size == 0) {
+		set_error(-EINVAL, "size 0: a lease needs at least 1 byte");
+		return NULL;
+	}
 	if (c) {
 		last_daemon_message[0] = '\0';
 		r = pb_acquire(c, size, opts, &l);
@@ -1518,7 +1523,7 @@ pb_lease *pb_acquire_or_fallback(pb_client *c, size_t size, const struct pb_acqu
 		pthread_mutex_unlock(&connect_failure_lock);
 	}
 
-	bytes = round_up(size ? size : 1, page_bytes);
+	bytes = round_up(size, page_bytes);
 	l = calloc(1, sizeof(*l));
 	if (!l || bytes == 0 || bytes > SIZE_MAX)
 		goto fail;

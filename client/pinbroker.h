@@ -104,8 +104,9 @@ int pb_acquire(pb_client *c, size_t size, const struct pb_acquire_opts *opts, pb
 /*
  * Like pb_acquire, but never fails for lack of pinned memory: when the broker
  * refuses or c is NULL/disconnected, returns ordinary memory with kind
- * PB_MEM_FALLBACK. Returns NULL only when even malloc fails. The reason for a
- * fallback is in pb_lease_fallback_reason().
+ * PB_MEM_FALLBACK. Returns NULL, with pb_last_error() set, for size 0 (the
+ * -EINVAL of pb_acquire; no fallback is made) and when even malloc fails. The
+ * reason for a fallback is in pb_lease_fallback_reason().
  */
 pb_lease *pb_acquire_or_fallback(pb_client *c, size_t size, const struct pb_acquire_opts *opts);
 

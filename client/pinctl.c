@@ -9,9 +9,12 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <grp.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,6 +27,11 @@
 #define JSON_SCHEMA_VERSION 1
 /* Room for any peer string C-escaped: every byte may become \xNN (labels: 4 of 63 bytes, comma-joined). */
 #define ESC_BYTES 1100
+/* The daemon lends less than 2^63 bytes (daemon/request.c, STATUS_INVALID_SIZE). */
+#define MAX_LEASE_BYTES (UINT64_C(1) << 63)
+#define ADMIN_HINT                                                                                                  \
+	"Run pinctl as root, or ask the host's admin to add you to the group named by admin-group in "             \
+	"/etc/pinbroker/pinbrokerd.conf (then log in again)."
 
 static const char *socket_path; /* as given; NULL means libpinbroker's default */
 
@@ -58,9 +66,24 @@ __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ..
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "\n\n");
-	usage(stderr);
+	fprintf(stderr, "; see 'pinctl --help' for usage\n");
 	return EXIT_USAGE;
+}
+
+/*
+ * getopt's '?' or ':' (opterr is 0, so getopt printed nothing): one message
+ * naming the option. optopt is the short option, or 0 for a long one, which is
+ * then argv[optind - 1].
+ */
+static int option_error(const char *cmd, int o, char **argv)
+{
+	char shortopt[3] = { '-', (char)optopt, '\0' };
+	/* A long option missing its value leaves its val in optopt, so ':' always reads argv. */
+	const char *name = optopt && o != ':' ? shortopt : argv[optind - 1];
+
+	if (o == ':')
+		return usage_error("%s%s%s needs a value", cmd ? cmd : "", cmd ? ": " : "", name);
+	return usage_error("%s%sunknown option %s", cmd ? cmd : "", cmd ? ": " : "", name);
 }
 
 static const char *effective_socket(void)
@@ -70,6 +93,60 @@ static const char *effective_socket(void)
 	if (!p || !*p)
 		p = getenv(PB_SOCKET_ENV);
 	return p && *p ? p : PB_DEFAULT_SOCKET;
+}
+
+static const char *group_name(gid_t gid, char *buf, size_t len)
+{
+	struct group *g = getgrgid(gid);
+
+	if (g)
+		snprintf(buf, len, "%s", g->gr_name);
+	else
+		snprintf(buf, len, "%u", (unsigned)gid);
+	return buf;
+}
+
+/*
+ * connect() needs search (x) on every folder above the socket and write on the
+ * socket itself. Walk the chain from the root and name the first path that
+ * denies, so the hint points at the real cause.
+ */
+static void explain_eacces(const char *path)
+{
+	char buf[PATH_MAX], grp[64];
+	const char *deny = NULL;
+	struct stat st;
+	size_t len = strlen(path);
+
+	if (len >= sizeof(buf)) {
+		fprintf(stderr, "pinctl: cannot connect to %s: %s\n", path, strerror(EACCES));
+		return;
+	}
+	memcpy(buf, path, len + 1);
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (access(buf, X_OK) < 0 && errno == EACCES) {
+			deny = buf;
+			break;
+		}
+		*p = '/';
+	}
+	if (deny && stat(deny, &st) == 0) {
+		fprintf(stderr,
+			"pinctl: cannot connect to %s: the folder %s (mode %04o, group %s) does not let you in; "
+			"run as root, or ask the admin to open that folder to your group\n",
+			path, deny, (unsigned)(st.st_mode & 07777), group_name(st.st_gid, grp, sizeof(grp)));
+	} else if (!deny && stat(path, &st) == 0) {
+		fprintf(stderr,
+			"pinctl: cannot connect to %s: the socket (mode %04o, group %s) does not let you write; "
+			"run as root, or add yourself to group %s (then log in again)\n",
+			path, (unsigned)(st.st_mode & 07777), group_name(st.st_gid, grp, sizeof(grp)), grp);
+	} else {
+		fprintf(stderr, "pinctl: cannot connect to %s: %s; check the permissions of the socket and its folders\n",
+			path, strerror(EACCES));
+	}
 }
 
 static pb_client *connect_or_explain(void)
@@ -90,10 +167,7 @@ static pb_client *connect_or_explain(void)
 			path, strerror(-r));
 		break;
 	case -EACCES:
-		fprintf(stderr,
-			"pinctl: cannot connect to %s: %s\n"
-			"The socket is group pinbroker, mode 0660: add yourself to that group (then log in again).\n",
-			path, strerror(-r));
+		explain_eacces(path);
 		break;
 	case -EPROTONOSUPPORT:
 		fprintf(stderr, "pinctl: %s\nUse the pinctl that came with this pinbrokerd.\n", pb_last_error());
@@ -122,7 +196,7 @@ static int report_failure(const char *what, int r)
 
 	fprintf(stderr, "pinctl: %s: %s\n", what, esc(pb_last_error(), e));
 	if (r == -EACCES)
-		fprintf(stderr, "This needs root or membership in pinbrokerd's admin group.\n");
+		fprintf(stderr, ADMIN_HINT "\n");
 	else if (r == -ECONNRESET)
 		fprintf(stderr, "pinbrokerd went away; check: journalctl -u pinbrokerd\n");
 	return EXIT_FAILURE;
@@ -194,11 +268,17 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *ret)
 	return 0;
 }
 
-static const char *threshold_str(double v, char *buf, size_t len)
+/* A signal's figure in its unit: bytes human-readable, whole numbers as integers, the rest to 4 digits. */
+static const char *figure_str(double v, const char *unit, char *buf, size_t len)
 {
 	if (isnan(v))
 		return "-";
-	snprintf(buf, len, "%.4g", v);
+	if (strcmp(unit, "bytes") == 0 && v >= 0 && v < 1.8e19)
+		return format_size((uint64_t)v, buf, len);
+	if (isfinite(v) && v == floor(v) && fabs(v) < 1e15)
+		snprintf(buf, len, "%.0f", v);
+	else
+		snprintf(buf, len, "%.4g", v);
 	return buf;
 }
 
@@ -475,11 +555,12 @@ static void status_human(const struct pb_status *s)
 		const struct pb_signal_info *g = &s->signals[i];
 
 		if (g->available)
-			snprintf(a, sizeof(a), "%.4g", g->value);
+			figure_str(g->value, g->unit, a, sizeof(a));
 		else
 			snprintf(a, sizeof(a), "n/a");
-		printf("  %-24s %12s %12s %12s  %s\n", esc(g->name, e1), a, threshold_str(g->tight, b, sizeof(b)),
-		       threshold_str(g->critical, c, sizeof(c)), esc(g->unit, e2));
+		printf("  %-24s %12s %12s %12s  %s\n", esc(g->name, e1), a, figure_str(g->tight, g->unit, b, sizeof(b)),
+		       figure_str(g->critical, g->unit, c, sizeof(c)),
+		       strcmp(g->unit, "bytes") == 0 ? "" : esc(g->unit, e2));
 	}
 	print_events("transitions", s->transitions, s->n_transitions);
 	print_events("revocations", s->revocations, s->n_revocations);
@@ -506,9 +587,9 @@ static int parse_json_flag(int argc, char **argv, bool *json)
 	int o;
 
 	*json = false;
-	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
 		if (o != 'j')
-			return usage_error("%s: unknown option", argv[0]);
+			return option_error(argv[0], o, argv);
 		*json = true;
 	}
 	if (optind != argc)
@@ -693,7 +774,7 @@ static int cmd_acquire(int argc, char **argv)
 	pb_lease *l;
 	int o, r, sig, ret = EXIT_SUCCESS;
 
-	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
 		char *end;
 
 		switch (o) {
@@ -718,13 +799,24 @@ static int cmd_acquire(int argc, char **argv)
 			ao.timeout_ms = (uint32_t)wait_ms;
 			break;
 		default:
-			return usage_error("%s: unknown option", "acquire");
+			/* "-5" reaches getopt as an option; it is a size, and sizes are positive. */
+			if (o == '?' && optopt >= '0' && optopt <= '9')
+				return usage_error("acquire: %s: a size must be positive (examples: 4096, 64M, 1G)",
+						   argv[optind - 1]);
+			return option_error("acquire", o, argv);
 		}
 	}
+	if (optind == argc)
+		return usage_error("acquire: give a SIZE (examples: 4096, 64M, 1G)");
 	if (optind + 1 != argc)
-		return usage_error("%s: expected one SIZE", "acquire");
-	if (parse_size(argv[optind], &size) < 0 || size == 0 || size > SIZE_MAX)
+		return usage_error("acquire: give one SIZE, not %d arguments", argc - optind);
+	r = parse_size(argv[optind], &size);
+	if (r == -ERANGE || (r == 0 && (size >= MAX_LEASE_BYTES || size > SIZE_MAX)))
+		return usage_error("acquire: %s: too large; a lease is less than 8 EiB", argv[optind]);
+	if (r < 0)
 		return usage_error("acquire: not a size: %s (examples: 4096, 64M, 1G)", argv[optind]);
+	if (size == 0)
+		return usage_error("acquire: %s: a size must be at least 1 byte", argv[optind]);
 
 	/* Signals are taken synchronously by hold(); block them before any thread exists. */
 	sigemptyset(&set);
@@ -787,7 +879,7 @@ static int cmd_revoke(int argc, char **argv)
 	size_t n = 0;
 	pb_client *c;
 
-	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
 		switch (o) {
 		case 'u':
 			if (parse_u64(optarg, UINT32_MAX, &uid) < 0)
@@ -804,12 +896,14 @@ static int cmd_revoke(int argc, char **argv)
 				return usage_error("--deadline: not a number of milliseconds: %s", optarg);
 			break;
 		default:
-			return usage_error("%s: unknown option", "revoke");
+			return option_error("revoke", o, argv);
 		}
 	}
 	if (optind < argc) {
-		if (optind + 1 != argc || parse_u64(argv[optind], UINT64_MAX, &lease_id) < 0 || lease_id == 0)
-			return usage_error("revoke: not a lease id: %s", argv[optind]);
+		if (optind + 1 != argc)
+			return usage_error("revoke: give one LEASE id, not %d arguments", argc - optind);
+		if (parse_u64(argv[optind], UINT64_MAX, &lease_id) < 0 || lease_id == 0)
+			return usage_error("revoke: not a lease id: %s (ids are in 'pinctl leases')", argv[optind]);
 		what = PB_REVOKE_LEASE;
 		targets++;
 	}
@@ -841,7 +935,7 @@ static int cmd_set(int argc, char **argv)
 	int r;
 
 	if (argc != 3)
-		return usage_error("%s: expected KEY VALUE", "set");
+		return usage_error("set: give KEY VALUE, not %d argument%s", argc - 1, argc == 2 ? "" : "s");
 	c = connect_or_explain();
 	if (!c)
 		return EXIT_FAILURE;
@@ -877,10 +971,14 @@ int main(int argc, char **argv)
 	};
 	int o;
 
+	opterr = 0; /* every bad option gets one message, ours */
 	/* "+": stop at the command, whose own options are parsed by the command. */
-	while ((o = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
 		switch (o) {
 		case 's':
+			if (!*optarg)
+				return usage_error("--socket: empty path; give the daemon's socket, or leave --socket "
+						   "out for the default");
 			socket_path = optarg;
 			break;
 		case 'V':
@@ -890,14 +988,11 @@ int main(int argc, char **argv)
 			usage(stdout);
 			return EXIT_SUCCESS;
 		default:
-			usage(stderr);
-			return EXIT_USAGE;
+			return option_error(NULL, o, argv);
 		}
 	}
-	if (optind >= argc) {
-		usage(stderr);
-		return EXIT_USAGE;
-	}
+	if (optind >= argc)
+		return usage_error("no command given (status, leases, acquire, revoke, set)");
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
 		if (strcmp(argv[optind], commands[i].name) == 0) {
 			char **sub = argv + optind;

@@ -377,8 +377,19 @@ static void pending_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	struct broker *b = p->broker;
 	struct conn *c = p->conn;
 	uint64_t seq = p->seq, size = p->args.size;
+	uint64_t held = budget_uid_leased(b->budget, c->uid), quota = budget_uid_quota(b->budget);
+	char h[32], q[32], a[32];
 
 	pending_destroy(b, p);
+	/* Over its own quota, only this uid's releases could have helped: say so, not "nothing freed up". */
+	if (size > quota || held > quota - size) {
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_TIMEOUT,
+			     "no pinned memory within the wait timeout: uid %u is over quota, holding %s of its %s "
+			     "quota with %s more asked; release some of its leases or ask for less",
+			     c->uid, format_size(held, h, sizeof(h)), format_size(quota, q, sizeof(q)),
+			     format_size(size, a, sizeof(a)));
+		return;
+	}
 	reply_acquire_error(c, seq, -ETIMEDOUT, size);
 }
 

@@ -525,6 +525,19 @@ START_TEST(test_fallback_when_refused_or_absent)
 }
 END_TEST
 
+START_TEST(test_fallback_of_size_0_is_einval_not_a_buffer)
+{
+	pb_client *c = connect_mock(&default_cfg);
+
+	ck_assert_ptr_null(pb_acquire_or_fallback(c, 0, NULL));
+	ck_assert_ptr_nonnull(strstr(pb_last_error(), "size 0"));
+	pb_disconnect(c);
+	mock_stop();
+	ck_assert_ptr_null(pb_acquire_or_fallback(NULL, 0, NULL));
+	ck_assert_ptr_nonnull(strstr(pb_last_error(), "size 0"));
+}
+END_TEST
+
 START_TEST(test_version_mismatch_is_eprotonosupport)
 {
 	struct mock_cfg cfg = default_cfg;
@@ -889,6 +902,7 @@ static Suite *client_suite(void)
 	tcase_add_test(tc, test_lease_arrives_in_many_fd_packets_and_maps_contiguously);
 	tcase_add_test(tc, test_refusal_maps_status_to_errno_with_daemon_message);
 	tcase_add_test(tc, test_fallback_when_refused_or_absent);
+	tcase_add_test(tc, test_fallback_of_size_0_is_einval_not_a_buffer);
 	tcase_add_test(tc, test_version_mismatch_is_eprotonosupport);
 	tcase_add_test(tc, test_cached_reacquire_reuses_the_lease_in_microseconds);
 	tcase_add_test(tc, test_revoke_of_cached_lease_releases_it_in_the_background);

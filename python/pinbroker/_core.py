@@ -943,6 +943,8 @@ def _fallback_lease(client: Optional[Client], nbytes: int, label: Optional[str],
     lib = _lib.load()
     p = lib.pb_acquire_or_fallback(ptr, nbytes, ctypes.byref(opts))
     if not p:
+        if nbytes == 0:  # libpinbroker refuses size 0 with EINVAL, as pb_acquire does
+            raise InvalidArgument(errno.EINVAL, _lib.last_error())
         raise MemoryError(_lib.last_error())
     kind = _KIND_BY_C.get(lib.pb_lease_kind(p), Kind.FALLBACK)
     m = _Mapping(client if kind != Kind.FALLBACK else None, int(p))
@@ -976,6 +978,8 @@ def acquire_or_fallback(
     except LibraryNotFound as e:
         if not isinstance(nbytes, int) or nbytes < 0:
             raise ValueError(f"nbytes must be a non-negative int (got {nbytes!r})") from None
+        if nbytes == 0:
+            raise InvalidArgument(errno.EINVAL, "size 0: a lease needs at least 1 byte") from None
         size = max(1, -(-nbytes // _page_size()) * _page_size())
         return Lease(_Mapping(None, None, pymem=mmap.mmap(-1, size), reason=f"no libpinbroker: {e.strerror}"),
                      requested_nbytes=nbytes, label=label, priority=prio)

@@ -91,6 +91,10 @@ def test_invalid_size(client):
         client.acquire(-1)
     with pytest.raises(TypeError):
         client.acquire(1.5)  # type: ignore[arg-type]
+    # Size 0 is refused, not papered over with fallback memory.
+    with pytest.raises(pinbroker.InvalidArgument) as ei:
+        client.acquire_or_fallback(0)
+    assert ei.value.errno == errno.EINVAL and "size 0" in ei.value.strerror
 
 
 @pytest.mark.parametrize("scenario, err, critical", [("swapping", errno.EBUSY, False),

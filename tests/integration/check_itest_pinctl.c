@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -156,6 +157,159 @@ START_TEST(test_bad_arguments_exit_2_with_usage)
 	ck_assert_int_eq(pinctl(&d, &out, "acquire 12Q"), 2);
 	free(out);
 	ck_assert_int_eq(pinctl(&d, &out, "status --bogus"), 2);
+	free(out);
+}
+END_TEST
+
+/* How often needle occurs in hay. */
+static int count_of(const char *hay, const char *needle)
+{
+	int n = 0;
+
+	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
+static int count_lines(const char *s)
+{
+	int n = 0;
+
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+/* A usage error: exit 2, one line that names the problem once, and the pointer to --help, no usage dump. */
+static void assert_usage_error(const char *args, const char *says)
+{
+	char *out = NULL;
+
+	ck_assert_int_eq(pinctl(&d, &out, "%s", args), 2);
+	ck_assert_msg(count_lines(out) == 1, "pinctl %s: want one line, got:\n%s", args, out);
+	ck_assert_msg(count_of(out, says) == 1, "pinctl %s: want \"%s\" once in:\n%s", args, says, out);
+	ck_assert_int_eq(count_of(out, "see 'pinctl --help'"), 1);
+	ck_assert_ptr_null(strstr(out, "Usage:"));
+	free(out);
+}
+
+START_TEST(test_usage_errors_are_one_line_each_said_once)
+{
+	assert_usage_error("acquire -5", "-5: a size must be positive");
+	assert_usage_error("acquire 0", "0: a size must be at least 1 byte");
+	assert_usage_error("acquire", "give a SIZE");
+	assert_usage_error("acquire 1M 2M", "give one SIZE, not 2 arguments");
+	assert_usage_error("acquire 12Q", "not a size: 12Q");
+	assert_usage_error("acquire 1M --hold", "--hold needs a value");
+	assert_usage_error("revoke 1 2", "give one LEASE id, not 2 arguments");
+	assert_usage_error("revoke x", "not a lease id: x");
+	assert_usage_error("status --bogus", "unknown option --bogus");
+	assert_usage_error("set admin-group", "give KEY VALUE");
+	assert_usage_error("frobnicate", "unknown command: frobnicate");
+}
+END_TEST
+
+/* Every size too large for any lease exits 2 the same way, however many digits it has. */
+START_TEST(test_oversized_sizes_exit_2_whatever_the_digits)
+{
+	assert_usage_error("acquire 9223372036854775808", "too large");  /* 2^63 */
+	assert_usage_error("acquire 9999999999999999999", "too large");  /* fits u64 */
+	assert_usage_error("acquire 99999999999999999999", "too large"); /* overflows u64 */
+	assert_usage_error("acquire 17179869184G", "too large"); /* 16 EiB: the suffix overflows */
+}
+END_TEST
+
+START_TEST(test_empty_socket_is_a_usage_error_and_help_exits_0)
+{
+	char *out = NULL;
+
+	ck_assert_int_eq(run_capture(PINCTL_PATH " --socket '' status", &out), 2);
+	ck_assert_int_eq(count_lines(out), 1);
+	ck_assert_int_eq(count_of(out, "--socket: empty path"), 1);
+	free(out);
+	ck_assert_int_eq(run_capture(PINCTL_PATH " --help", &out), 0);
+	ck_assert_ptr_nonnull(strstr(out, "Usage:"));
+	ck_assert_ptr_nonnull(strstr(out, "Commands:"));
+	free(out);
+	ck_assert_int_eq(run_capture(PINCTL_PATH " --bogus", &out), 2);
+	ck_assert_int_eq(count_lines(out), 1);
+	ck_assert_int_eq(count_of(out, "unknown option --bogus"), 1);
+	free(out);
+}
+END_TEST
+
+START_TEST(test_status_prints_sizes_and_integer_counts_not_exponents)
+{
+	char *out = NULL;
+
+	ck_assert_int_eq(pinctl(&d, &out, "status"), 0);
+	ck_assert_msg(strstr(out, "e+") == NULL, "exponent in:\n%s", out);
+	ck_assert_ptr_null(strstr(out, " bytes\n"));
+	free(out);
+}
+END_TEST
+
+/* Runs cmd as nobody (uid/gid 65534, no groups); skips the test when that is impossible. */
+static int run_as_nobody(const char *args, char **out)
+{
+	char *cmd = NULL;
+	int r;
+
+	ck_assert_int_ge(asprintf(&cmd, "setpriv --reuid=65534 --regid=65534 --clear-groups %s --socket '%s' %s",
+				  PINCTL_PATH, d.socket, args),
+			 0);
+	r = run_capture(cmd, out);
+	free(cmd);
+	return r;
+}
+
+static bool can_drop_to_nobody(void)
+{
+	/* Called while building the suite, outside any test: plain system(), no ck_assert. */
+	return geteuid() == 0 && system("setpriv --reuid=65534 --regid=65534 --clear-groups true >/dev/null 2>&1") == 0;
+}
+
+START_TEST(test_permission_denied_says_how_to_get_admin_once)
+{
+	char *out = NULL;
+
+	ck_assert_int_eq(chmod(d.socket, 0666), 0);
+	ck_assert_int_eq(run_as_nobody("revoke --all", &out), 1);
+	ck_assert_int_eq(count_of(out, "needs uid 0 or membership"), 1);
+	ck_assert_ptr_null(strstr(out, "needs root"));
+	ck_assert_int_eq(count_of(out, "admin-group in /etc/pinbroker/pinbrokerd.conf"), 1);
+	free(out);
+}
+END_TEST
+
+START_TEST(test_eacces_names_the_folder_or_socket_that_denies)
+{
+	char *out = NULL;
+
+	ck_assert_int_eq(chmod(d.dir, 0700), 0);
+	ck_assert_int_eq(run_as_nobody("status", &out), 1);
+	ck_assert_msg(strstr(out, "the folder ") && strstr(out, d.dir) && !strstr(out, "the socket ("),
+		      "want the folder %s named in:\n%s", d.dir, out);
+	ck_assert_int_eq(count_lines(out), 1);
+	free(out);
+	ck_assert_int_eq(chmod(d.dir, 0755), 0);
+	ck_assert_int_eq(chmod(d.socket, 0600), 0);
+	ck_assert_int_eq(run_as_nobody("status", &out), 1);
+	ck_assert_msg(strstr(out, "the socket (mode 0600") && !strstr(out, "the folder "), "want the socket named in:\n%s",
+		      out);
+	ck_assert_int_eq(count_lines(out), 1);
+	free(out);
+}
+END_TEST
+
+START_TEST(test_wait_timed_out_over_quota_says_over_quota)
+{
+	char *out = NULL;
+
+	start_holder(); /* 6 MiB of the 8 MiB quota */
+	ck_assert_int_eq(pinctl(&d, &out, "acquire 4M --wait 300"), 1);
+	ck_assert_msg(count_of(out, "over quota") == 1, "want \"over quota\" once in:\n%s", out);
+	ck_assert_ptr_null(strstr(out, "freed up"));
 	free(out);
 }
 END_TEST
@@ -344,8 +498,16 @@ static void start_no_enforce(void)
 	daemon_start(&d, args);
 }
 
+static void start_small_quota(void)
+{
+	static const char *const args[] = { "--uid-quota", "8M", NULL };
+
+	daemon_start(&d, args);
+}
+
 static Suite *suite(void)
 {
+	TCase *q = tcase_create("quota");
 	Suite *s = suite_create("integration-pinctl");
 	TCase *t = tcase_create("pinctl");
 	TCase *r = tcase_create("revoke-no-enforce");
@@ -364,7 +526,24 @@ static Suite *suite(void)
 	tcase_add_test(t, test_bad_arguments_exit_2_with_usage);
 	tcase_add_test(t, test_no_daemon_exits_1_and_says_what_to_do);
 	tcase_add_test(t, test_daemon_bad_cli_exits_2_and_bad_config_gives_file_line);
+	tcase_add_test(t, test_usage_errors_are_one_line_each_said_once);
+	tcase_add_test(t, test_oversized_sizes_exit_2_whatever_the_digits);
+	tcase_add_test(t, test_empty_socket_is_a_usage_error_and_help_exits_0);
+	tcase_add_test(t, test_status_prints_sizes_and_integer_counts_not_exponents);
+	/* Registered only where they can run, so they never pass without running. */
+	if (can_drop_to_nobody()) {
+		tcase_add_test(t, test_permission_denied_says_how_to_get_admin_once);
+		tcase_add_test(t, test_eacces_names_the_folder_or_socket_that_denies);
+	} else {
+		fprintf(stderr, "not running the permission tests: they need root and setpriv to run pinctl as "
+				"nobody\n");
+	}
 	suite_add_tcase(s, t);
+
+	tcase_add_checked_fixture(q, start_small_quota, stop);
+	tcase_set_timeout(q, 30);
+	tcase_add_test(q, test_wait_timed_out_over_quota_says_over_quota);
+	suite_add_tcase(s, q);
 
 	tcase_add_checked_fixture(e, start, stop);
 	tcase_set_timeout(e, 30);
