@@ -222,6 +222,25 @@ START_TEST(test_state_returns_to_normal_only_after_hysteresis)
 }
 END_TEST
 
+/* An hour between polls: only SIGUSR1 can make the daemon look at the fixture again. */
+static void start_slow_poll(void)
+{
+	static const char *const more[] = { "--poll-interval-ms", "3600000", NULL };
+
+	start_fixture(more);
+}
+
+START_TEST(test_sigusr1_samples_at_once)
+{
+	ck_assert(wait_state("normal", 3000));
+	set_mem_available_pct(3.0);
+	usleep(500000);
+	ck_assert_msg(state_is("normal"), "the daemon sampled without being asked; this test needs a quiet poll");
+	ck_assert_int_eq(kill(d.pid, SIGUSR1), 0);
+	ck_assert_msg(wait_state("critical", 2000), "SIGUSR1 did not make the daemon sample /proc");
+}
+END_TEST
+
 START_TEST(test_tight_refuses_beyond_warm_pool_and_client_falls_back)
 {
 	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
@@ -414,6 +433,7 @@ static Suite *suite(void)
 	TCase *r = tcase_create("real-kernel");
 	/* Needs pidfd_send_signal: valgrind 3.19 lacks pidfd_open, so its run excludes the tag "enforce". */
 	TCase *e = tcase_create("enforce");
+	TCase *u = tcase_create("sample-now");
 
 	tcase_add_checked_fixture(t, start, stop);
 	tcase_set_timeout(t, 30);
@@ -423,6 +443,11 @@ static Suite *suite(void)
 	tcase_add_test(t, test_waiting_acquire_refused_at_once_while_critical);
 	tcase_add_test(t, test_status_shows_signals_thresholds_and_transitions);
 	suite_add_tcase(s, t);
+
+	tcase_add_checked_fixture(u, start_slow_poll, stop);
+	tcase_set_timeout(u, 30);
+	tcase_add_test(u, test_sigusr1_samples_at_once);
+	suite_add_tcase(s, u);
 
 	tcase_add_checked_fixture(e, start, stop);
 	tcase_set_timeout(e, 30);
