@@ -529,6 +529,14 @@ static void reload(struct broker *b, const struct options *o)
 	update_status(b);
 }
 
+/* --version names a build with the debug hooks, so a test needing one can tell (tests/systemd/in-guest.sh). */
+#ifdef PINBROKER_DEBUG_HOOKS
+#define DEBUG_HOOKS_NOTE " [debug hooks: SIGUSR2 stalls the loop]"
+#else
+#define DEBUG_HOOKS_NOTE ""
+#endif
+
+/* SIGUSR2 is caught in every build so that, without the debug hooks, it is ignored rather than fatal. */
 static void signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
 {
 	struct sigctx *sc = w->data;
@@ -541,6 +549,12 @@ static void signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
 		break;
 	case SIGHUP:
 		reload(sc->b, sc->o);
+		break;
+	case SIGUSR1:
+		/* Sample /proc now instead of at the next poll (tests, and an operator who just freed memory). */
+		log_debug("SIGUSR1: sampling memory pressure now");
+		if (sc->b->monitor)
+			monitor_sample_now(sc->b->monitor);
 		break;
 #ifdef PINBROKER_DEBUG_HOOKS
 	case SIGUSR2:
@@ -610,7 +624,8 @@ int main(int argc, char **argv)
 		if (action == 'h')
 			usage(stdout);
 		else if (action == 'V')
-			printf("pinbrokerd %s (protocol %d)\n", PINBROKER_VERSION, PB_PROTOCOL_VERSION);
+			printf("pinbrokerd %s (protocol %d)%s\n", PINBROKER_VERSION, PB_PROTOCOL_VERSION,
+			       DEBUG_HOOKS_NOTE);
 		else if (action == OPT_SAMPLE)
 			config_write_sample(stdout);
 		else

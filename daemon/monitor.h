@@ -59,7 +59,7 @@ void monitor_free(struct monitor *m);
 /* Apply reloaded thresholds and intervals. Returns 0 or a negative errno. */
 int monitor_reconfigure(struct monitor *m, const struct config *cfg);
 
-/* Sample now, re-reading the cgroup limits too, and run the policy (also used by tests through SIGUSR1). */
+/* Sample now, re-reading the cgroup limits too, and run the policy (main.c calls it on SIGUSR1). */
 void monitor_sample_now(struct monitor *m);
 
 enum broker_state monitor_state(const struct monitor *m);

@@ -188,7 +188,11 @@ struct pressure_thresholds {
 
 struct pressure;
 
-/* The documented defaults (the config's embedded defaults are the same figures). */
+/*
+ * Fixed reference thresholds for tests and benchmarks. The daemon takes its thresholds from the
+ * config table (config.c) instead, whose defaults match these except hysteresis-ms (5000 there,
+ * 10000 here).
+ */
 void pressure_thresholds_default(struct pressure_thresholds *ret);
 
 /* Reduce a sample to the figures the policy compares. */

@@ -17,6 +17,11 @@ struct outpkt;
 /* Distinct lease labels listed on a connection's status row: a few, so the row stays small. */
 #define CONN_LABELS_MAX 4
 
+/*
+ * One client connection. Lifetime: server_adopt() puts it on the live list; server_close() stops
+ * its watchers and moves it to the dead list (closing); server_reap() frees it once the loop
+ * iteration's callbacks are done. A pointer held by a handler stays valid until then.
+ */
 struct conn {
 	struct server *srv;
 	struct broker *broker;
@@ -70,7 +75,7 @@ int server_listen_fd(const struct server *s);
  * grow past max-queued-bytes-per-connection (or all queues past
  * max-queued-bytes) is disconnected. Never frees c. Returns 0, or a negative
  * errno when the connection is (or had to be) closed: c is then marked
- * closing, and stays valid until the current callback returns.
+ * closing, and stays valid until server_reap() frees it after the current callbacks.
  */
 int server_send(struct conn *c, const Pinbroker__V1__Reply *reply, const int *fds, size_t nfds);
 
@@ -97,6 +102,7 @@ void server_reap(struct server *s);
 
 struct conn *server_conns(const struct server *s);   /* live connections; follow ->next */
 size_t server_conn_count(const struct server *s);
+/* The live connection with this id, or NULL (a closing one is not found). */
 struct conn *server_find_conn(const struct server *s, uint64_t id);
 
 /* Send a packet to every connection (shutdown notice). */

@@ -744,32 +744,137 @@ START_TEST(test_self_cgroup_rejects_unsafe_or_missing_paths)
 }
 END_TEST
 
+/* Bias the alphabet toward the bytes the parsers look for, so runs reach deep branches. */
+static const char fuzz_alphabet[] = "MemTotal:Available kB0123456789 .=\n:/-somefullavg10total,memory\xff";
+
+/* Parsers that accepted a buffer in check_parsers_on(), counted so a test can show it reached them. */
+struct parse_counts {
+	unsigned meminfo, psi, cgroup;
+};
+
+/* A ".." path component, which pressure_parse_self_cgroup promises never to return. */
+static bool has_dotdot_component(const char *path)
+{
+	size_t n = strlen(path);
+
+	return strstr(path, "/../") || (n >= 3 && strcmp(path + n - 3, "/..") == 0);
+}
+
+/* Every parser on one buffer: each fails with its documented errno or leaves what it promises. */
+static void check_parsers_on(const char *b, size_t len, const struct pressure_thresholds *t, struct parse_counts *n)
+{
+	struct meminfo m;
+	struct vmstat v;
+	struct psi p;
+	struct cgroup_paths c;
+	struct pressure_sample smp = {0};
+	struct pressure_figures f;
+	enum broker_state st;
+	uint64_t u;
+	int r;
+
+	r = pressure_parse_meminfo(b, len, &m);
+	ck_assert_msg(r == 0 || r == -EBADMSG, "meminfo: %d", r);
+	ck_assert(len > 0 || r == -EBADMSG);
+	if (r == 0) {
+		n->meminfo++;
+		ck_assert(m.mem_total_bytes > 0);
+		ck_assert_uint_eq(m.have & (MEMINFO_MEM_TOTAL | MEMINFO_MEM_AVAILABLE),
+				  MEMINFO_MEM_TOTAL | MEMINFO_MEM_AVAILABLE);
+		/* A parsed meminfo alone gives finite figures, no PSI or swap-out signal, and a state in range. */
+		smp.mem = m;
+		pressure_figures(&smp, &f);
+		ck_assert(isfinite(f.mem_available_pct) && f.mem_available_pct >= 0 && f.mem_available_pct <= 100);
+		ck_assert(f.mem_available_bytes <= f.mem_base_bytes);
+		ck_assert(isnan(f.swap_free_pct) || (f.swap_free_pct >= 0 && f.swap_free_pct <= 100));
+		ck_assert(isnan(f.psi_some_avg10) && isnan(f.psi_full_avg10) && isnan(f.swapout_pages_s));
+		st = pressure_level(t, &f);
+		ck_assert(st == BROKER_NORMAL || st == BROKER_TIGHT || st == BROKER_CRITICAL);
+	}
+	r = pressure_parse_vmstat(b, len, &v);
+	ck_assert_msg(r == 0 || r == -EBADMSG, "vmstat: %d", r);
+	ck_assert(len > 0 || r == -EBADMSG);
+	r = pressure_parse_psi(b, len, &p);
+	ck_assert_msg(r == 0 || r == -EBADMSG, "psi: %d", r);
+	ck_assert(len > 0 || r == -EBADMSG);
+	if (r == 0) {
+		n->psi++;
+		ck_assert(p.some.present);
+		ck_assert(isfinite(p.some.avg10) && isfinite(p.some.avg60) && isfinite(p.some.avg300));
+		ck_assert(!p.full.present || (isfinite(p.full.avg10) && isfinite(p.full.avg60) && isfinite(p.full.avg300)));
+	}
+	r = pressure_parse_self_cgroup(b, len, &c);
+	ck_assert_msg(r == 0 || r == -EBADMSG || r == -ENAMETOOLONG, "self_cgroup: %d", r);
+	ck_assert(len > 0 || r == -EBADMSG);
+	if (r == 0) {
+		n->cgroup++;
+		ck_assert(c.has_v1_memory || c.has_v2);
+		ck_assert(!c.has_v1_memory || (c.v1_memory[0] == '/' && !has_dotdot_component(c.v1_memory)));
+		ck_assert(!c.has_v2 || (c.v2[0] == '/' && !has_dotdot_component(c.v2)));
+	}
+	r = pressure_parse_cgroup_v2_max(b, len, &u);
+	ck_assert_msg(r == 0 || r == -EBADMSG, "v2_max: %d", r);
+	ck_assert(len > 0 || r == -EBADMSG);
+	r = pressure_parse_cgroup_v1_limit(b, len, &u);
+	ck_assert_msg(r == 0 || r == -EBADMSG, "v1_limit: %d", r);
+	ck_assert(len > 0 || r == -EBADMSG);
+	r = pressure_parse_keyed_u64(b, len, "pswpout", &u);
+	ck_assert_msg(r == 0 || r == -ENOENT || r == -EBADMSG, "keyed_u64: %d", r);
+	ck_assert(len > 0 || r == -ENOENT);
+}
+
 START_TEST(test_random_buffers_never_crash_a_parser)
 {
 	unsigned seed = 12345;
-	/* Bias the alphabet toward the bytes the parsers look for, so runs reach deep branches. */
-	static const char alphabet[] = "MemTotal:Available kB0123456789 .=\n:/-somefullavg10total,memory\xff";
+	struct pressure_thresholds t;
+	struct parse_counts n = {0};
 
+	pressure_thresholds_default(&t);
 	for (int i = 0; i < 20000; i++) {
 		size_t len = (size_t)(rand_r(&seed) % 300);
 		char *b = malloc(len ? len : 1);
-		struct meminfo m;
-		struct vmstat v;
-		struct psi p;
-		struct cgroup_paths c;
-		uint64_t u;
 
 		for (size_t j = 0; j < len; j++)
-			b[j] = (i & 1) ? (char)rand_r(&seed) : alphabet[(unsigned)rand_r(&seed) % (sizeof(alphabet) - 1)];
-		(void)pressure_parse_meminfo(b, len, &m);
-		(void)pressure_parse_vmstat(b, len, &v);
-		(void)pressure_parse_psi(b, len, &p);
-		(void)pressure_parse_self_cgroup(b, len, &c);
-		(void)pressure_parse_cgroup_v2_max(b, len, &u);
-		(void)pressure_parse_cgroup_v1_limit(b, len, &u);
-		(void)pressure_parse_keyed_u64(b, len, "pswpout", &u);
+			b[j] = (i & 1) ? (char)rand_r(&seed)
+				       : fuzz_alphabet[(unsigned)rand_r(&seed) % (sizeof(fuzz_alphabet) - 1)];
+		check_parsers_on(b, len, &t, &n);
 		free(b);
 	}
+}
+END_TEST
+
+/* Real files with a few bytes changed or cut short: these reach the parsers' success paths. */
+START_TEST(test_mutated_fixtures_parse_to_sane_values_or_fail_cleanly)
+{
+	static const char *const files[] = { "idle/proc/meminfo", "idle/proc/pressure/memory",
+					     "cgroup-v2/proc/self/cgroup", "idle/proc/vmstat" };
+	unsigned seed = 54321;
+	struct pressure_thresholds t;
+	struct parse_counts n = {0};
+
+	pressure_thresholds_default(&t);
+	for (size_t k = 0; k < sizeof(files) / sizeof(files[0]); k++) {
+		size_t orig_len;
+		char *orig = slurp(files[k], &orig_len);
+
+		for (int i = 0; i < 2000; i++) {
+			size_t len = (i % 4 == 0) ? (size_t)rand_r(&seed) % (orig_len + 1) : orig_len;
+			char *b = malloc(len ? len : 1);
+			int flips = rand_r(&seed) % 4;
+
+			memcpy(b, orig, len);
+			for (int j = 0; j < flips && len > 0; j++)
+				b[(size_t)rand_r(&seed) % len] =
+					fuzz_alphabet[(unsigned)rand_r(&seed) % (sizeof(fuzz_alphabet) - 1)];
+			check_parsers_on(b, len, &t, &n);
+			free(b);
+		}
+		free(orig);
+	}
+	/* The postconditions above ran on accepted input, not only on rejections. */
+	ck_assert_uint_gt(n.meminfo, 100);
+	ck_assert_uint_gt(n.psi, 100);
+	ck_assert_uint_gt(n.cgroup, 100);
 }
 END_TEST
 
@@ -1172,6 +1277,7 @@ static Suite *pressure_suite(void)
 	tcase_add_test(parse, test_self_cgroup_finds_v1_memory_and_v2);
 	tcase_add_test(parse, test_self_cgroup_rejects_unsafe_or_missing_paths);
 	tcase_add_test(parse, test_random_buffers_never_crash_a_parser);
+	tcase_add_test(parse, test_mutated_fixtures_parse_to_sane_values_or_fail_cleanly);
 	tcase_add_test(parse, test_rate_of_counter_going_back_is_zero);
 	suite_add_tcase(s, parse);
 

@@ -657,7 +657,7 @@ int main(int argc, char **argv)
 	idle_pids[0] = dpid;
 	idle_pids[1] = fpid;
 	bench_idle_measure(idle_pids, 2, idle_s, idle);
-	printf("### Idle CPU over %u s, no clients (real /proc, default poll-interval-ms 1000)\n\n", idle_s);
+	printf("### Idle CPU over %u s, no clients (real /proc, default poll-interval-ms 100)\n\n", idle_s);
 	printf("| process | CPU (schedstat) | CPU (utime+stime) | wake-ups/s |\n|---|---:|---:|---:|\n");
 	printf("| pinbrokerd | %.4f%% | %.2f%% | %.1f |\n", idle[0].cpu_pct_schedstat, idle[0].cpu_pct_ticks,
 	       idle[0].wakeups_per_s);

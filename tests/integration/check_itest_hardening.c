@@ -28,6 +28,9 @@
 /* Mlocked in /proc/meminfo is host-wide and other processes lock and unlock meanwhile: the
  * checker holds the daemon's own VmLck to the pool exactly (at least), and meminfo only loosely. */
 #define MLOCK_SLACK_BYTES (32 * MIB)
+/* status and /proc are read at different instants: each check gets this many tries, 50 ms apart,
+ * and fails only when every one disagrees. */
+#define ACCOUNTING_ATTEMPTS 20
 
 static struct daemon d;
 static uint64_t mlocked_before_bytes;
@@ -160,10 +163,10 @@ static void check_accounting(const char *where)
 {
 	char msg[512] = "";
 
-	for (int attempt = 0; attempt < 20; attempt++) {
+	for (int attempt = 0; attempt < ACCOUNTING_ATTEMPTS; attempt++) {
 		int fd = raw_connect(d.socket);
 		Pinbroker__V1__Reply *rep;
-		uint64_t sum = 0, memfd_bytes, mlocked_bytes;
+		uint64_t sum = 0, memfd_bytes, mlocked_bytes, host_mlocked_bytes;
 		int memfds;
 
 		ck_assert_msg(fd >= 0 && raw_hello(fd) == 0, "%s: cannot talk to the daemon", where);
@@ -190,9 +193,15 @@ static void check_accounting(const char *where)
 			snprintf(msg, sizeof(msg), "%s: the kernel counts %llu bytes locked by the daemon, pool holds %llu",
 				 where, (unsigned long long)mlocked_bytes, (unsigned long long)rep->status_reply->pool_bytes);
 		else if (mlocked_bytes != UINT64_MAX &&
-			 meminfo_kb("Mlocked") * 1024 + MLOCK_SLACK_BYTES < mlocked_before_bytes + rep->status_reply->pool_bytes &&
-			 attempt < 19)
-			snprintf(msg, sizeof(msg), "%s: Mlocked in /proc/meminfo grew less than the pool", where);
+			 (host_mlocked_bytes = meminfo_kb("Mlocked") * 1024) + MLOCK_SLACK_BYTES <
+				 mlocked_before_bytes + rep->status_reply->pool_bytes)
+			snprintf(msg, sizeof(msg),
+				 "%s: Mlocked in /proc/meminfo is %llu bytes, under the %llu at start plus the pool's "
+				 "%llu (less %llu slack), on every one of %d attempts: the pool's pages are not locked "
+				 "host-wide, or other processes unlocked memory throughout (rerun on a quiet machine)",
+				 where, (unsigned long long)host_mlocked_bytes, (unsigned long long)mlocked_before_bytes,
+				 (unsigned long long)rep->status_reply->pool_bytes, (unsigned long long)MLOCK_SLACK_BYTES,
+				 ACCOUNTING_ATTEMPTS);
 		else
 			msg[0] = '\0';
 		pinbroker__v1__reply__free_unpacked(rep, NULL);

@@ -215,18 +215,23 @@ pinctl status
 pinctl leases
 
 # 17: a stalled loop (debug hook: SIGUSR2) ends in a watchdog restart.
-pid0=$(prop MainPID)
-r0=$(prop NRestarts)
-t=$(date +%s)
-sleep 1
-kill -USR2 "$pid0"
-if wait_for 30 new_mainpid "$pid0" && journal_since "$t" -o cat | grep -q "Watchdog timeout" &&
-	journal_since "$t" -o cat | grep -q "result 'watchdog'"; then
-	ok "SIGUSR2 stall: watchdog restart (Result=watchdog, NRestarts $r0 -> $(prop NRestarts))"
+# run-nspawn.sh builds with -DPINBROKER_DEBUG_HOOKS=ON; a build without the hook says so here.
+if ! /usr/sbin/pinbrokerd --version | grep -q "debug hooks"; then
+	ok "# SKIP SIGUSR2 stall: pinbrokerd was built without -DPINBROKER_DEBUG_HOOKS=ON (rebuild with it to test the watchdog)"
 else
-	notok "SIGUSR2 stall: watchdog restart" "state=$(prop ActiveState) MainPID=$(prop MainPID) NRestarts=$(prop NRestarts)"
+	pid0=$(prop MainPID)
+	r0=$(prop NRestarts)
+	t=$(date +%s)
+	sleep 1
+	kill -USR2 "$pid0"
+	if wait_for 30 new_mainpid "$pid0" && journal_since "$t" -o cat | grep -q "Watchdog timeout" &&
+		journal_since "$t" -o cat | grep -q "result 'watchdog'"; then
+		ok "SIGUSR2 stall: watchdog restart (Result=watchdog, NRestarts $r0 -> $(prop NRestarts))"
+	else
+		notok "SIGUSR2 stall: watchdog restart" "state=$(prop ActiveState) MainPID=$(prop MainPID) NRestarts=$(prop NRestarts)"
+	fi
+	journal_since "$t" -o cat | tail -n 20
 fi
-journal_since "$t" -o cat | tail -n 20
 
 # 18-19: systemd-analyze, inside the guest where the installed binary exists.
 check "systemd-analyze verify pinbrokerd.service pinbrokerd.socket" \
