@@ -135,14 +135,14 @@ static void explain_eacces(const char *path)
 	}
 	if (deny && stat(deny, &st) == 0) {
 		fprintf(stderr,
-			"pinctl: cannot connect to %s: the folder %s (mode %04o, group %s) does not let you in; "
+			"pinctl: cannot connect to %s: %s: the folder %s (mode %04o, group %s) does not let you in; "
 			"run as root, or ask the admin to open that folder to your group\n",
-			path, deny, (unsigned)(st.st_mode & 07777), group_name(st.st_gid, grp, sizeof(grp)));
+			path, strerror(EACCES), deny, (unsigned)(st.st_mode & 07777), group_name(st.st_gid, grp, sizeof(grp)));
 	} else if (!deny && stat(path, &st) == 0) {
 		fprintf(stderr,
-			"pinctl: cannot connect to %s: the socket (mode %04o, group %s) does not let you write; "
+			"pinctl: cannot connect to %s: %s: the socket (mode %04o, group %s) does not let you write; "
 			"run as root, or add yourself to group %s (then log in again)\n",
-			path, (unsigned)(st.st_mode & 07777), group_name(st.st_gid, grp, sizeof(grp)), grp);
+			path, strerror(EACCES), (unsigned)(st.st_mode & 07777), group_name(st.st_gid, grp, sizeof(grp)), grp);
 	} else {
 		fprintf(stderr, "pinctl: cannot connect to %s: %s; check the permissions of the socket and its folders\n",
 			path, strerror(EACCES));
