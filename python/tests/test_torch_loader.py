@@ -431,3 +431,19 @@ def test_forked_worker_without_the_mapping_takes_torchs_path(broker):
     else:
         assert st["reasons"].get("worker cannot map the ring") == len(ref), st
         assert any("cannot map the pinned ring" in str(x.message) for x in w)
+
+
+def test_spawn_persistent_workers_keep_their_attachment_across_epochs(broker):
+    if not HAVE_SHARES:
+        pytest.skip("spawn workers map the ring through shared leases, which this libpinbroker lacks")
+    ds = data.Images(n=24, shape=(3, 8, 8))
+    ref = reference(ds, batch_size=4)
+    loader = pbt.DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=True,
+                            multiprocessing_context="spawn")
+    for _ in range(3):
+        compare_epoch(loader, ref)
+    assert loader.stats["ring_batches"] == 3 * len(ref), loader.stats
+    rows = [l for l in broker.status(leases=True)["leases"] if l["label"] == "dataloader"]
+    assert len(rows) == 1, rows  # one ring, counted once, whoever maps it
+    loader.close()  # stops the workers, which detach; the holder lets go: a shared lease ends with its last mapper
+    assert broker.wait_leased(0) == 0, broker.status(leases=True)["leases"]
