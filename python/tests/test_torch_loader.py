@@ -356,7 +356,7 @@ def test_revoked_with_pinctl_between_epochs_then_a_new_ring(broker):
     assert ring_lease_id(broker) != lease_id
 
 
-def test_daemon_killed_mid_epoch(broker):
+def test_daemon_killed_mid_epoch(broker, start_daemon, monkeypatch):
     ds = data.Images(n=160, shape=(3, 8, 8))
     ref = reference(ds, batch_size=4)
     loader = pbt.DataLoader(ds, batch_size=4, num_workers=2)
@@ -379,6 +379,12 @@ def test_daemon_killed_mid_epoch(broker):
     assert st["reasons"].get("revoked", 0) > 0, st
     msgs = [str(x.message) for x in w if "pinbroker" in str(x.message)]
     assert any("went away" in m for m in msgs), msgs
+    # A daemon again: the next iterator leases a ring from it.
+    again = start_daemon()
+    monkeypatch.setenv("PINBROKER_SOCKET", again.socket)
+    before = loader.stats["ring_batches"]
+    compare_epoch(loader, ref)
+    assert loader.stats["ring_batches"] == before + len(ref), loader.stats
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["workers", "persistent-workers"])
