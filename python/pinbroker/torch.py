@@ -162,9 +162,11 @@ class _Broker:
 
         with cls._lock:
             if cls._client is None or cls._client_pid != os.getpid():
-                # A client inherited through fork is the parent's: its receiver thread does not exist here.
+                if cls._client_pid != os.getpid():
+                    # A client inherited through fork is the parent's (its receiver thread does not exist
+                    # here), and so are its rings.
+                    cls._rings = {}
                 cls._client = None
-                cls._rings = {}
                 client = pinbroker.connect()
                 on_revoke = getattr(client, "on_revoke", None)
                 if on_revoke is not None:
@@ -194,6 +196,9 @@ class _Broker:
                 client = cls._client
             if not rings or client is None or cls.alive(client):
                 continue
+            with cls._lock:
+                if cls._client is client:
+                    cls._client = None  # the next ring connects anew (to a restarted daemon, say)
             for ring in rings:
                 ring.revoke(None, why="pinbrokerd went away")
 

@@ -356,7 +356,7 @@ def test_revoked_with_pinctl_between_epochs_then_a_new_ring(broker):
     assert ring_lease_id(broker) != lease_id
 
 
-def test_daemon_killed_mid_epoch(broker):
+def test_daemon_killed_mid_epoch(broker, start_daemon, monkeypatch):
     ds = data.Images(n=160, shape=(3, 8, 8))
     ref = reference(ds, batch_size=4)
     loader = pbt.DataLoader(ds, batch_size=4, num_workers=2)
@@ -379,6 +379,12 @@ def test_daemon_killed_mid_epoch(broker):
     assert st["reasons"].get("revoked", 0) > 0, st
     msgs = [str(x.message) for x in w if "pinbroker" in str(x.message)]
     assert any("went away" in m for m in msgs), msgs
+    # A daemon again: the next iterator leases a ring from it.
+    again = start_daemon()
+    monkeypatch.setenv("PINBROKER_SOCKET", again.socket)
+    before = loader.stats["ring_batches"]
+    compare_epoch(loader, ref)
+    assert loader.stats["ring_batches"] == before + len(ref), loader.stats
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["workers", "persistent-workers"])
@@ -431,3 +437,19 @@ def test_forked_worker_without_the_mapping_takes_torchs_path(broker):
     else:
         assert st["reasons"].get("worker cannot map the ring") == len(ref), st
         assert any("cannot map the pinned ring" in str(x.message) for x in w)
+
+
+def test_spawn_persistent_workers_keep_their_attachment_across_epochs(broker):
+    if not HAVE_SHARES:
+        pytest.skip("spawn workers map the ring through shared leases, which this libpinbroker lacks")
+    ds = data.Images(n=24, shape=(3, 8, 8))
+    ref = reference(ds, batch_size=4)
+    loader = pbt.DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=True,
+                            multiprocessing_context="spawn")
+    for _ in range(3):
+        compare_epoch(loader, ref)
+    assert loader.stats["ring_batches"] == 3 * len(ref), loader.stats
+    rows = [l for l in broker.status(leases=True)["leases"] if l["label"] == "dataloader"]
+    assert len(rows) == 1, rows  # one ring, counted once, whoever maps it
+    loader.close()  # stops the workers, which detach; the holder lets go: a shared lease ends with its last mapper
+    assert broker.wait_leased(0) == 0, broker.status(leases=True)["leases"]
