@@ -174,9 +174,12 @@ def test_held_batches_are_never_overwritten(broker):
         for j, v in views:
             assert torch.equal(ref[j][0][1], v), f"view of batch {j} overwritten at step {i}"
     st = loader.stats
-    # Held slots were not reused: 5 of 6 slots stayed taken, and everything else still arrived intact.
+    # Held slots were not reused: every held batch that came from the ring still holds its slot (under
+    # load a worker may have found the ring full and sent one of the first batches on torch's path),
+    # and everything else still arrived intact.
+    held = sum(pbt.slot_of(b[0][1]) is not None for _, b in kept) + sum(pbt.slot_of(v) is not None for _, v in views)
     assert st["ring_batches"] + st["torch_path_batches"] == len(ref)
-    assert st["ring"]["in_use"] >= 5, st
+    assert held >= 1 and st["ring"]["in_use"] >= held, (held, st)
     del batch, b, v  # the loop variables hold the last kept batch and view
     kept.clear()
     views.clear()
@@ -411,7 +414,8 @@ def test_killed_worker_raises_like_torch_and_leaks_nothing(broker, persistent):
     compare_epoch(loader2, ref)
     del loader, loader2, ours, e  # the exception's traceback holds the iterator, which holds the loader
     gc.collect()
-    assert broker.wait_leased(0) == 0, broker.status(leases=True)["leases"]
+    # Generous: on a loaded 2-core CI box the dead worker's slots and the ring come back in seconds.
+    assert broker.wait_leased(0, timeout=30.0) == 0, broker.status(leases=True)["leases"]
 
 
 
