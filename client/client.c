@@ -1379,17 +1379,77 @@ static int lease_from_reply(pb_client *c, struct waiter *w, uint32_t flags, pb_l
 	return 0;
 }
 
+/*
+ * Send req (ACQUIRE or ATTACH), map the lease in the reply and link it to c.
+ * A lease that the daemon revoked before it could be used is given back and
+ * fails: -EAGAIN for an acquire (host memory critical), -ENOENT for an attach.
+ */
+static int lease_call(pb_client *c, Request *req, const char *verb, uint32_t flags, bool attached, pb_lease **ret)
+{
+	struct waiter w;
+	pb_lease *l = NULL;
+	uint64_t id;
+	bool revoked;
+	int r;
+
+	r = call(c, req, &w, true, 0);
+	if (r < 0)
+		return r;
+	if (w.reply->status != PINBROKER__V1__STATUS_CODE__STATUS_OK) {
+		r = status_error(w.reply);
+		goto out;
+	}
+	if (w.reply->body_case != PINBROKER__V1__REPLY__BODY_LEASE) {
+		r = set_error(-EPROTO, "pinbrokerd answered %s without a lease", verb);
+		goto out;
+	}
+	id = w.reply->lease->lease_id;
+	r = lease_from_reply(c, &w, flags, &l);
+
+	pthread_mutex_lock(&c->lock);
+	unlink_waiter_locked(c, &w);
+	revoked = w.revoked;
+	if (r == 0) {
+		l->attached = attached;
+		l->instance_id = w.instance_id;
+		l->conn_gen = w.conn_gen;
+		/* Granted on a connection that has gone since: that daemon did not get to re-adopt it. */
+		if (w.conn_gen != c->conn_gen)
+			__atomic_store_n(&l->stale, true, __ATOMIC_RELEASE);
+		if (!revoked)
+			lease_link_locked(c, l);
+	}
+	pthread_mutex_unlock(&c->lock);
+
+	if (r < 0) {
+		send_release_async(c, id, w.conn_gen); /* give back (or detach) what we could not map */
+		goto out;
+	}
+	if (revoked) {
+		lease_release_now(c, l, true);
+		send_revoke_ack(c, id, w.conn_gen);
+		r = attached ? set_error(-ENOENT, "lease %llu was revoked while attaching", (unsigned long long)id)
+			     : set_error(-EAGAIN, "lease %llu was revoked before it could be used: host memory is critical",
+					 (unsigned long long)id);
+		goto out;
+	}
+	*ret = l;
+	r = 0;
+out:
+	pthread_mutex_lock(&c->lock);
+	unlink_waiter_locked(c, &w);
+	pthread_mutex_unlock(&c->lock);
+	waiter_cleanup(&w);
+	return r;
+}
+
 int pb_acquire(pb_client *c, size_t size, const struct pb_acquire_opts *opts, pb_lease **ret)
 {
 	Pinbroker__V1__Acquire acq = PINBROKER__V1__ACQUIRE__INIT;
 	Request req = PINBROKER__V1__REQUEST__INIT;
 	uint32_t flags = opts ? opts->flags : 0;
 	enum pb_priority prio = opts ? opts->priority : PB_PRIORITY_NORMAL;
-	struct waiter w;
 	pb_lease *l = NULL;
-	uint64_t id;
-	bool revoked;
-	int r;
 
 	if (!ret)
 		return set_error(-EINVAL, "pb_acquire: ret is NULL");
@@ -1424,53 +1484,7 @@ int pb_acquire(pb_client *c, size_t size, const struct pb_acquire_opts *opts, pb
 	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
 	req.acquire = &acq;
 
-	r = call(c, &req, &w, true, 0);
-	if (r < 0)
-		return r;
-	if (w.reply->status != PINBROKER__V1__STATUS_CODE__STATUS_OK) {
-		r = status_error(w.reply);
-		goto out;
-	}
-	if (w.reply->body_case != PINBROKER__V1__REPLY__BODY_LEASE) {
-		r = set_error(-EPROTO, "pinbrokerd answered ACQUIRE without a lease");
-		goto out;
-	}
-	id = w.reply->lease->lease_id;
-	r = lease_from_reply(c, &w, flags, &l);
-
-	pthread_mutex_lock(&c->lock);
-	unlink_waiter_locked(c, &w);
-	revoked = w.revoked;
-	if (r == 0) {
-		l->instance_id = w.instance_id;
-		l->conn_gen = w.conn_gen;
-		/* Granted on a connection that has gone since: that daemon did not get to re-adopt it. */
-		if (w.conn_gen != c->conn_gen)
-			__atomic_store_n(&l->stale, true, __ATOMIC_RELEASE);
-		if (!revoked)
-			lease_link_locked(c, l);
-	}
-	pthread_mutex_unlock(&c->lock);
-
-	if (r < 0) {
-		send_release_async(c, id, w.conn_gen);
-		goto out;
-	}
-	if (revoked) {
-		lease_release_now(c, l, true);
-		send_revoke_ack(c, id, w.conn_gen);
-		r = set_error(-EAGAIN, "lease %llu was revoked before it could be used: host memory is critical",
-			      (unsigned long long)id);
-		goto out;
-	}
-	*ret = l;
-	r = 0;
-out:
-	pthread_mutex_lock(&c->lock);
-	unlink_waiter_locked(c, &w);
-	pthread_mutex_unlock(&c->lock);
-	waiter_cleanup(&w);
-	return r;
+	return lease_call(c, &req, "ACQUIRE", flags, false, ret);
 }
 
 static bool is_refusal(int err)
@@ -1735,11 +1749,6 @@ int pb_attach(pb_client *c, const char *token, pb_lease **ret)
 {
 	Pinbroker__V1__Attach at = PINBROKER__V1__ATTACH__INIT;
 	Request req = PINBROKER__V1__REQUEST__INIT;
-	struct waiter w;
-	pb_lease *l = NULL;
-	uint64_t id;
-	bool revoked;
-	int r;
 
 	if (!ret)
 		return set_error(-EINVAL, "pb_attach: ret is NULL");
@@ -1751,52 +1760,7 @@ int pb_attach(pb_client *c, const char *token, pb_lease **ret)
 	at.token = (char *)token;
 	req.body_case = PINBROKER__V1__REQUEST__BODY_ATTACH;
 	req.attach = &at;
-	r = call(c, &req, &w, true, 0);
-	if (r < 0)
-		return r;
-	if (w.reply->status != PINBROKER__V1__STATUS_CODE__STATUS_OK) {
-		r = status_error(w.reply);
-		goto out;
-	}
-	if (w.reply->body_case != PINBROKER__V1__REPLY__BODY_LEASE) {
-		r = set_error(-EPROTO, "pinbrokerd answered ATTACH without a lease");
-		goto out;
-	}
-	id = w.reply->lease->lease_id;
-	r = lease_from_reply(c, &w, 0, &l);
-
-	pthread_mutex_lock(&c->lock);
-	unlink_waiter_locked(c, &w);
-	revoked = w.revoked;
-	if (r == 0) {
-		l->attached = true;
-		l->instance_id = w.instance_id;
-		l->conn_gen = w.conn_gen;
-		if (w.conn_gen != c->conn_gen)
-			__atomic_store_n(&l->stale, true, __ATOMIC_RELEASE);
-		if (!revoked)
-			lease_link_locked(c, l);
-	}
-	pthread_mutex_unlock(&c->lock);
-
-	if (r < 0) {
-		send_release_async(c, id, w.conn_gen); /* detach what we could not map */
-		goto out;
-	}
-	if (revoked) {
-		lease_release_now(c, l, true);
-		send_revoke_ack(c, id, w.conn_gen);
-		r = set_error(-ENOENT, "lease %llu was revoked while attaching", (unsigned long long)id);
-		goto out;
-	}
-	*ret = l;
-	r = 0;
-out:
-	pthread_mutex_lock(&c->lock);
-	unlink_waiter_locked(c, &w);
-	pthread_mutex_unlock(&c->lock);
-	waiter_cleanup(&w);
-	return r;
+	return lease_call(c, &req, "ATTACH", 0, true, ret);
 }
 
 int pb_lease_attached(const pb_lease *l)
