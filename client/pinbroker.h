@@ -31,6 +31,16 @@ enum pb_priority {
 #define PB_ACQUIRE_WAIT (1u << 0)     /* wait up to timeout_ms for memory instead of failing at once */
 #define PB_ACQUIRE_NO_CUDA (1u << 1)  /* map only; skip CUDA registration */
 #define PB_ACQUIRE_NO_CACHE (1u << 2) /* do not reuse a cached buffer */
+/*
+ * The caller cannot give memory back on request (a program run under the
+ * LD_PRELOAD interposer): the daemon never revokes the lease and never
+ * signals its holder; under pressure it refuses new ones instead.
+ */
+#define PB_ACQUIRE_NO_REVOKE (1u << 3)
+/* Register with CU_MEMHOSTREGISTER_DEVICEMAP too, so cuMemHostGetDevicePointer works on it. */
+#define PB_ACQUIRE_MAPPED (1u << 4)
+/* pb_register only: charge the budget but leave CUDA registration to the caller. */
+#define PB_REGISTER_CHARGE_ONLY (1u << 5)
 
 struct pb_acquire_opts {
 	uint32_t flags;
@@ -109,6 +119,30 @@ int pb_acquire(pb_client *c, size_t size, const struct pb_acquire_opts *opts, pb
  * reason for a fallback is in pb_lease_fallback_reason().
  */
 pb_lease *pb_acquire_or_fallback(pb_client *c, size_t size, const struct pb_acquire_opts *opts);
+
+/*
+ * Budgeted cudaHostRegister: charge [p, p + size) (widened to whole pages) to
+ * the budget and quota as a registration lease (counted, not pool memory, never
+ * revoked), then register it with CUDA (PORTABLE, plus DEVICEMAP with
+ * PB_ACQUIRE_MAPPED) unless PB_REGISTER_CHARGE_ONLY. The memory stays the
+ * caller's: pb_lease_data() is p. Refusals are pb_acquire's errnos; a CUDA
+ * failure returns its errno and gives the charge back. Free with pb_unregister.
+ */
+int pb_register(pb_client *c, void *p, size_t size, const struct pb_acquire_opts *opts, pb_lease **ret);
+
+/* Unregister from CUDA (unless it was charge-only) and give the charge back. l is invalid afterwards. */
+int pb_unregister(pb_client *c, pb_lease *l);
+
+/* 1 for a pb_register lease. */
+int pb_lease_registration(const pb_lease *l);
+
+/*
+ * Tell the daemon this process holds `bytes` of pinned memory outside the
+ * broker (the interposer's fallback to the real allocator), so `pinctl status`
+ * shows all pinned memory on the host. Each report replaces the last; the
+ * daemon forgets it when the connection closes.
+ */
+int pb_report_unbrokered(pb_client *c, uint64_t bytes);
 
 /*
  * Give a lease back (unregister, unmap, RELEASE), or, when the client cache is
