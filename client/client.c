@@ -72,6 +72,8 @@ struct pb_lease {
 	bool cuda_registered;
 	bool hugetlb;
 	bool no_cuda;        /* acquired with PB_ACQUIRE_NO_CUDA: a cache hit must match */
+	bool no_revoke;      /* PB_ACQUIRE_NO_REVOKE or a registration: the daemon never takes it back, never cached */
+	bool registration;   /* pb_register: data is the caller's memory, nothing is mapped here */
 	bool revoke_pending; /* the daemon wants it back: never cache it */
 	bool shared;         /* pb_lease_share gave out a token: others may map it, never cache it */
 	bool attached;       /* mapped by pb_attach: another process holds it; never cached or re-declared */
@@ -556,6 +558,13 @@ static int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, void **bas
 
 static void lease_unmap(pb_lease *l)
 {
+	if (l->registration) {
+		if (l->cuda_registered)
+			pbcuda_unregister(l->data);
+		l->cuda_registered = false;
+		__atomic_store_n(&l->data, NULL, __ATOMIC_RELEASE);
+		return;
+	}
 	if (l->cuda_registered)
 		pbcuda_unregister(l->map_base);
 	l->cuda_registered = false;
@@ -572,6 +581,12 @@ static void lease_unmap(pb_lease *l)
  */
 static void lease_retire_mapping(pb_lease *l)
 {
+	/* The caller's own memory is never ours to take away: only the charge goes. */
+	if (l->registration) {
+		lease_unmap(l);
+		__atomic_store_n(&l->kind, PB_MEM_REVOKED, __ATOMIC_RELEASE);
+		return;
+	}
 	if (l->cuda_registered)
 		pbcuda_unregister(l->map_base);
 	l->cuda_registered = false;
@@ -1339,8 +1354,44 @@ static pb_lease *cache_take(pb_client *c, size_t size, bool no_cuda, enum pb_pri
 	return best;
 }
 
-/* Turn a granted lease (w holds the reply and all fds) into a mapped, registered pb_lease. */
-static int lease_from_reply(pb_client *c, struct waiter *w, uint32_t flags, pb_lease **ret)
+/* The caller's memory that a pb_register charge is for. */
+struct reg_span {
+	void *p;
+	size_t bytes;
+};
+
+/* A granted registration charge: nothing to map; register the caller's range unless it does that itself. */
+static int registration_from_reply(pb_client *c, const Pinbroker__V1__Lease *ls, uint32_t flags,
+				   const struct reg_span *reg, pb_lease *l)
+{
+	int r;
+
+	if (!(ls->has_registration && ls->registration))
+		return set_error(-EPROTO, "pinbrokerd answered a registration with a pool lease");
+	l->client = c;
+	l->id = ls->lease_id;
+	l->data = reg->p;
+	l->size_bytes = ls->size;
+	l->page_size_bytes = ls->page_size;
+	l->registration = true;
+	l->no_revoke = true;
+	l->no_cuda = flags & PB_REGISTER_CHARGE_ONLY;
+	l->kind = PB_MEM_PINNED;
+	if (l->no_cuda)
+		return 0;
+	r = pbcuda_register(reg->p, reg->bytes, flags & PB_ACQUIRE_MAPPED);
+	if (r < 0)
+		return set_error(r, "%s", pbcuda_strerror());
+	l->cuda_registered = true;
+	return 0;
+}
+
+/*
+ * Turn a granted lease (w holds the reply and all fds) into a mapped, registered pb_lease,
+ * or, for reg, into a registration of the caller's memory.
+ */
+static int lease_from_reply(pb_client *c, struct waiter *w, uint32_t flags, const struct reg_span *reg,
+			    pb_lease **ret)
 {
 	const Pinbroker__V1__Lease *ls = w->reply->lease;
 	pb_lease *l;
@@ -1349,6 +1400,16 @@ static int lease_from_reply(pb_client *c, struct waiter *w, uint32_t flags, pb_l
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return set_error(-ENOMEM, "out of memory");
+	if (reg) {
+		wire_close_fds(w->fds, w->nfds);
+		r = registration_from_reply(c, ls, flags, reg, l);
+		if (r < 0) {
+			free(l);
+			return r;
+		}
+		*ret = l;
+		return 0;
+	}
 	r = map_chunks(ls, w->fds, &l->map_base, &l->map_bytes);
 	/* Mapped or not, the fds have done their job: the mapping keeps the memory. */
 	wire_close_fds(w->fds, w->nfds);
@@ -1365,10 +1426,11 @@ static int lease_from_reply(pb_client *c, struct waiter *w, uint32_t flags, pb_l
 	l->hugetlb = ls->has_hugetlb ? ls->hugetlb : ls->page_size >= (2u << 20);
 	l->priority = ls->has_priority ? (enum pb_priority)ls->priority : PB_PRIORITY_NORMAL;
 	l->no_cuda = flags & PB_ACQUIRE_NO_CUDA;
+	l->no_revoke = ls->has_no_revoke && ls->no_revoke;
 	l->kind = PB_MEM_LOCKED;
 	if (!l->no_cuda && pbcuda_available(NULL)) {
 		/* Register the whole range once; the lease is still good (locked) if the driver refuses. */
-		if (pbcuda_register(l->map_base, l->map_bytes) == 0) {
+		if (pbcuda_register(l->map_base, l->map_bytes, flags & PB_ACQUIRE_MAPPED) == 0) {
 			l->cuda_registered = true;
 			l->kind = PB_MEM_PINNED;
 		} else {
@@ -1384,7 +1446,8 @@ static int lease_from_reply(pb_client *c, struct waiter *w, uint32_t flags, pb_l
  * A lease that the daemon revoked before it could be used is given back and
  * fails: -EAGAIN for an acquire (host memory critical), -ENOENT for an attach.
  */
-static int lease_call(pb_client *c, Request *req, const char *verb, uint32_t flags, bool attached, pb_lease **ret)
+static int lease_call(pb_client *c, Request *req, const char *verb, uint32_t flags, bool attached,
+		      const struct reg_span *reg, pb_lease **ret)
 {
 	struct waiter w;
 	pb_lease *l = NULL;
@@ -1404,7 +1467,7 @@ static int lease_call(pb_client *c, Request *req, const char *verb, uint32_t fla
 		goto out;
 	}
 	id = w.reply->lease->lease_id;
-	r = lease_from_reply(c, &w, flags, &l);
+	r = lease_from_reply(c, &w, flags, reg, &l);
 
 	pthread_mutex_lock(&c->lock);
 	unlink_waiter_locked(c, &w);
@@ -1443,6 +1506,30 @@ out:
 	return r;
 }
 
+static int call_checked(pb_client *c, Request *req, struct waiter *w);
+
+/* An ACQUIRE for size bytes as opts asks, with the wire flags extra on top. */
+static void acquire_message(Pinbroker__V1__Acquire *acq, uint64_t size, const struct pb_acquire_opts *opts,
+			    uint32_t extra)
+{
+	uint32_t flags = opts ? opts->flags : 0;
+	enum pb_priority prio = opts ? opts->priority : PB_PRIORITY_NORMAL;
+
+	acq->size = size;
+	acq->flags = extra;
+	if (flags & PB_ACQUIRE_WAIT) {
+		acq->flags |= PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT;
+		acq->has_timeout_ms = opts->timeout_ms != 0;
+		acq->timeout_ms = opts->timeout_ms;
+	}
+	if (flags & PB_ACQUIRE_NO_REVOKE)
+		acq->flags |= PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE;
+	acq->has_flags = acq->flags != 0;
+	acq->has_priority = prio != PB_PRIORITY_NORMAL;
+	acq->priority = (Pinbroker__V1__Priority)prio;
+	acq->label = opts && opts->label ? (char *)opts->label : NULL;
+}
+
 int pb_acquire(pb_client *c, size_t size, const struct pb_acquire_opts *opts, pb_lease **ret)
 {
 	Pinbroker__V1__Acquire acq = PINBROKER__V1__ACQUIRE__INIT;
@@ -1459,7 +1546,8 @@ int pb_acquire(pb_client *c, size_t size, const struct pb_acquire_opts *opts, pb
 	if (size == 0)
 		return set_error(-EINVAL, "cannot acquire 0 bytes");
 
-	if (!(flags & PB_ACQUIRE_NO_CACHE)) {
+	/* Cached leases are revocable and registered without DEVICEMAP: no match for those asks. */
+	if (!(flags & (PB_ACQUIRE_NO_CACHE | PB_ACQUIRE_NO_REVOKE | PB_ACQUIRE_MAPPED))) {
 		uint64_t gen = 0;
 
 		l = cache_take(c, size, flags & PB_ACQUIRE_NO_CUDA, prio, &gen);
@@ -1471,20 +1559,73 @@ int pb_acquire(pb_client *c, size_t size, const struct pb_acquire_opts *opts, pb
 		}
 	}
 
-	acq.size = size;
-	if (flags & PB_ACQUIRE_WAIT) {
-		acq.has_flags = 1;
-		acq.flags = PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT;
-		acq.has_timeout_ms = opts->timeout_ms != 0;
-		acq.timeout_ms = opts->timeout_ms;
-	}
-	acq.has_priority = prio != PB_PRIORITY_NORMAL;
-	acq.priority = (Pinbroker__V1__Priority)prio;
-	acq.label = opts && opts->label ? (char *)opts->label : NULL;
+	acquire_message(&acq, size, opts, 0);
 	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
 	req.acquire = &acq;
 
-	return lease_call(c, &req, "ACQUIRE", flags, false, ret);
+	return lease_call(c, &req, "ACQUIRE", flags, false, NULL, ret);
+}
+
+int pb_register(pb_client *c, void *p, size_t size, const struct pb_acquire_opts *opts, pb_lease **ret)
+{
+	Pinbroker__V1__Acquire acq = PINBROKER__V1__ACQUIRE__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	uint32_t flags = opts ? opts->flags : 0;
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), first, end;
+	struct reg_span reg = { p, size };
+
+	if (!ret)
+		return set_error(-EINVAL, "pb_register: ret is NULL");
+	*ret = NULL;
+	if (!c)
+		return set_error(-ENOTCONN, "not connected to a broker");
+	if (!p || size == 0)
+		return set_error(-EINVAL, "cannot register %s", p ? "0 bytes" : "a NULL pointer");
+	/* The pages the driver locks: every page the range touches. */
+	first = (uintptr_t)p & ~(page - 1);
+	if (__builtin_add_overflow((uintptr_t)p, size, &end) || end > UINTPTR_MAX - page)
+		return set_error(-EINVAL, "the range at %p of %zu bytes wraps around the address space", p, size);
+	end = (end + page - 1) & ~(page - 1);
+	acquire_message(&acq, end - first, opts,
+			PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY |
+				PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE);
+	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
+	req.acquire = &acq;
+	return lease_call(c, &req, "a registration", flags, false, &reg, ret);
+}
+
+int pb_unregister(pb_client *c, pb_lease *l)
+{
+	if (!l)
+		return 0;
+	if (!l->registration)
+		return set_error(-EINVAL, "lease %llu is not a registration: give it back with pb_release",
+				 (unsigned long long)l->id);
+	return pb_release(c, l);
+}
+
+int pb_lease_registration(const pb_lease *l)
+{
+	return l && l->registration;
+}
+
+int pb_report_unbrokered(pb_client *c, uint64_t bytes)
+{
+	Pinbroker__V1__ReportUnbrokered ru = PINBROKER__V1__REPORT_UNBROKERED__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	struct waiter w;
+	int r;
+
+	if (!c)
+		return set_error(-ENOTCONN, "not connected to a broker");
+	ru.bytes = bytes;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_REPORT_UNBROKERED;
+	req.report_unbrokered = &ru;
+	r = call_checked(c, &req, &w);
+	if (r < 0)
+		return r;
+	waiter_cleanup(&w);
+	return 0;
 }
 
 static bool is_refusal(int err)
@@ -1584,7 +1725,7 @@ int pb_release(pb_client *c, pb_lease *l)
 		return set_error(-EINVAL, "lease %llu released twice", (unsigned long long)l->id);
 	}
 	/* A stale lease is never cached: no broker counts it, and its id may name another lease. */
-	if (!l->revoke_pending && !l->shared && !l->attached && !c->dead && !lease_is_stale(l) &&
+	if (!l->revoke_pending && !l->shared && !l->attached && !l->no_revoke && !c->dead && !lease_is_stale(l) &&
 	    l->conn_gen == c->conn_gen &&
 	    c->cached_bytes <= c->cache_limit_bytes && l->size_bytes <= c->cache_limit_bytes - c->cached_bytes) {
 		uint64_t id = l->id, gen = l->conn_gen;
@@ -1760,7 +1901,7 @@ int pb_attach(pb_client *c, const char *token, pb_lease **ret)
 	at.token = (char *)token;
 	req.body_case = PINBROKER__V1__REQUEST__BODY_ATTACH;
 	req.attach = &at;
-	return lease_call(c, &req, "ATTACH", 0, true, ret);
+	return lease_call(c, &req, "ATTACH", 0, true, NULL, ret);
 }
 
 int pb_lease_attached(const pb_lease *l)
@@ -1908,6 +2049,7 @@ static void append_clients(struct pb_status *s, const Pinbroker__V1__StatusReply
 		d->labels = join_labels(ci->labels, ci->n_labels, oom);
 		d->name = xstrdup(ci->name, oom);
 		d->attached = ci->has_attached ? ci->attached : 0;
+		d->unbrokered_bytes = ci->has_unbrokered_bytes ? ci->unbrokered_bytes : 0;
 	}
 }
 
@@ -1929,6 +2071,8 @@ static void lease_info_copy(struct pb_lease_info *d, const Pinbroker__V1__LeaseI
 	d->n_attacher_pids = 0;
 	for (size_t i = 0; i < li->n_attacher_pids && i < PB_LEASE_INFO_PIDS; i++)
 		d->attacher_pids[d->n_attacher_pids++] = li->attacher_pids[i];
+	d->registration = li->has_registration && li->registration;
+	d->no_revoke = li->has_no_revoke && li->no_revoke;
 }
 
 /* Append sr's lease rows to (*rows, *n). */
@@ -1972,6 +2116,9 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 	s->pressure_state = xstrdup(sr->pressure_state ? sr->pressure_state : "unknown", &oom);
 	s->monitor_mode = xstrdup(sr->monitor_mode ? sr->monitor_mode : "unknown", &oom);
 	s->uptime_ms = sr->has_uptime_ms ? sr->uptime_ms : 0;
+	s->registered_bytes = sr->has_registered_bytes ? sr->registered_bytes : 0;
+	s->no_revoke_bytes = sr->has_no_revoke_bytes ? sr->no_revoke_bytes : 0;
+	s->unbrokered_bytes = sr->has_unbrokered_bytes ? sr->unbrokered_bytes : 0;
 
 	/* Never NULL, even empty: callers index them by n_*. */
 	s->clients = calloc(1, sizeof(*s->clients));

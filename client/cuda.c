@@ -24,6 +24,7 @@ typedef unsigned long long CUdeviceptr;
 #define CUDA_ERROR_NOT_SUPPORTED 801
 #define CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED 712
 #define CU_MEMHOSTREGISTER_PORTABLE 0x01
+#define CU_MEMHOSTREGISTER_DEVICEMAP 0x02
 #define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
 #define CU_MEMORYTYPE_HOST 1
 
@@ -191,7 +192,7 @@ static void leave_context(int pushed)
 		cu.ctx_pop_current(&dummy);
 }
 
-int pbcuda_register(void *p, size_t bytes)
+int pbcuda_register(void *p, size_t bytes, bool mapped)
 {
 	const char *reason;
 	CUresult r;
@@ -205,7 +206,7 @@ int pbcuda_register(void *p, size_t bytes)
 	if (pushed < 0)
 		return pushed;
 	/* PORTABLE: every context in this process sees the range as pinned, not just this one. */
-	r = cu.mem_host_register(p, bytes, CU_MEMHOSTREGISTER_PORTABLE);
+	r = cu.mem_host_register(p, bytes, CU_MEMHOSTREGISTER_PORTABLE | (mapped ? CU_MEMHOSTREGISTER_DEVICEMAP : 0));
 	leave_context(pushed);
 	if (r != CUDA_SUCCESS) {
 		snprintf(cuda_error, sizeof(cuda_error), "cuMemHostRegister failed: %s (%d)", result_string(r), r);

@@ -2,6 +2,7 @@
 /* libpinbroker's run-time binding to the CUDA driver (dlopen of libcuda.so.1): internal, never exported. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /*
@@ -12,12 +13,13 @@
 int pbcuda_available(const char **reason);
 
 /*
- * cuMemHostRegister(PORTABLE) the range [p, p + bytes). Works whether or not
+ * cuMemHostRegister(PORTABLE, plus DEVICEMAP when mapped) the range
+ * [p, p + bytes), so cuMemHostGetDevicePointer works on it. Works whether or not
  * the calling thread has a current context (it borrows device 0's primary
  * context otherwise). Returns 0 or a negative errno; pbcuda_strerror() then
  * says what the driver answered.
  */
-int pbcuda_register(void *p, size_t bytes);
+int pbcuda_register(void *p, size_t bytes, bool mapped);
 
 /* Undo pbcuda_register(p, ...). Failures are ignored: the range is unmapped next anyway. */
 void pbcuda_unregister(void *p);

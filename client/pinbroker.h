@@ -269,6 +269,7 @@ struct pb_client_info {
 	char *labels; /* up to 4 distinct labels of its leases, comma-separated, "" if none */
 	char *name;   /* the client name from its HELLO, control characters replaced by '?' */
 	uint32_t attached; /* of its leases, how many it maps through a share token (also in leases and bytes) */
+	uint64_t unbrokered_bytes; /* pinned outside the broker, as its pb_report_unbrokered last said */
 };
 
 struct pb_lease_info {
@@ -289,6 +290,8 @@ struct pb_lease_info {
 	size_t n_attacher_pids;   /* how many of attacher_pids are set (at most PB_LEASE_INFO_PIDS) */
 #define PB_LEASE_INFO_PIDS 16
 	int32_t attacher_pids[PB_LEASE_INFO_PIDS];
+	int registration;         /* 1 for a pb_register charge: memory the program owns, not pool memory */
+	int no_revoke;            /* 1 when never revoked: its holder cannot give memory back */
 };
 
 struct pb_signal_info {
@@ -333,6 +336,9 @@ struct pb_status {
 	struct pb_event_info *transitions;
 	size_t n_revocations;
 	struct pb_event_info *revocations;
+	uint64_t registered_bytes; /* of leased_bytes, pb_register charges */
+	uint64_t no_revoke_bytes;  /* of leased_bytes, never revoked (interposed programs, registrations) */
+	uint64_t unbrokered_bytes; /* pinned outside the budget, as clients report it: on top of leased_bytes */
 };
 
 /*

@@ -420,6 +420,8 @@ static void json_leases(FILE *f, const struct pb_lease_info *rows, size_t n)
 		fprintf(f, "%" PRId64 ",", l->deadline_left_ms);
 		fprintf(f, "\"shared\":%s,\"holder_detached\":%s,", l->shared ? "true" : "false",
 			l->holder_detached ? "true" : "false");
+		fprintf(f, "\"registration\":%s,\"no_revoke\":%s,", l->registration ? "true" : "false",
+			l->no_revoke ? "true" : "false");
 		json_u64(f, "attachers", l->attachers, true);
 		json_key(f, "attacher_pids");
 		fputc('[', f);
@@ -447,6 +449,9 @@ static void status_json(FILE *f, const struct pb_status *s)
 	fputs(s->hugetlb ? "true," : "false,", f);
 	json_u64(f, "overdue_bytes", s->overdue_bytes, true);
 	json_u64(f, "cached_idle_bytes", s->cached_idle_bytes, true);
+	json_u64(f, "registered_bytes", s->registered_bytes, true);
+	json_u64(f, "no_revoke_bytes", s->no_revoke_bytes, true);
+	json_u64(f, "unbrokered_bytes", s->unbrokered_bytes, true);
 	json_u64(f, "prewarm_bytes", s->prewarm_bytes, true);
 	json_u64(f, "waiting_acquires", s->waiting_acquires, true);
 	json_kstr(f, "pressure_state", s->pressure_state, true);
@@ -486,6 +491,7 @@ static void status_json(FILE *f, const struct pb_status *s)
 		json_u64(f, "leases", ci->leases, true);
 		json_u64(f, "attached", ci->attached, true); /* of leases: mapped through a share token */
 		json_u64(f, "bytes", ci->bytes, true);
+		json_u64(f, "unbrokered_bytes", ci->unbrokered_bytes, true);
 		json_key(f, "labels");
 		json_labels(f, ci->labels);
 		fputc('}', f);
@@ -518,6 +524,9 @@ static void print_leases_table(const struct pb_lease_info *rows, size_t n)
 		printf("%-8" PRIu64 " %-8" PRId32 " %-6" PRIu32 " %-10s %-11s %-9s %-10s %s\n", l->id, l->pid, l->uid,
 		       size_str(l->bytes, sz, sizeof(sz)), priority_name(l->priority), esc(l->state, st),
 		       duration_str(l->age_ms, age, sizeof(age)), esc(l->label, lb));
+		if (l->registration || l->no_revoke)
+			printf("%-8s %s\n", "", l->registration ? "registration: the program's own memory, charged; never revoked"
+								: "never revoked: its program cannot give memory back");
 		/* Shared leases get a second line: who else maps them (counted once, on this row). */
 		if (l->shared) {
 			printf("%-8s shared: %" PRIu32 " attached", "", l->attachers);
@@ -542,6 +551,12 @@ static void status_human(const struct pb_status *s)
 	printf("leased:       %s, free %s, overdue %s, cached idle %s\n", size_str(s->leased_bytes, a, sizeof(a)),
 	       size_str(s->budget_bytes > s->leased_bytes ? s->budget_bytes - s->leased_bytes : 0, b, sizeof(b)),
 	       size_str(s->overdue_bytes, c, sizeof(c)), size_str(s->cached_idle_bytes, d, sizeof(d)));
+	if (s->registered_bytes || s->no_revoke_bytes)
+		printf("of leased:    %s registered (programs' own memory), %s never revoked\n",
+		       size_str(s->registered_bytes, a, sizeof(a)), size_str(s->no_revoke_bytes, b, sizeof(b)));
+	printf("unbrokered:   %s pinned outside the budget, as clients report it (pinned in all: %s)\n",
+	       size_str(s->unbrokered_bytes, a, sizeof(a)),
+	       size_str(s->pool_bytes + s->registered_bytes + s->unbrokered_bytes, b, sizeof(b)));
 	printf("pool:         %s resident, %s idle (prewarm %s)\n", size_str(s->pool_bytes, a, sizeof(a)),
 	       size_str(s->pool_idle_bytes, b, sizeof(b)), size_str(s->prewarm_bytes, c, sizeof(c)));
 	printf("pages:        page %s, chunk %s, hugetlb %s\n", size_str(s->page_size_bytes, a, sizeof(a)),

@@ -45,9 +45,8 @@ static uint64_t chunks_for(const struct broker *b, uint64_t size_bytes)
 }
 
 /* The caps on file descriptors and mappings: per uid, then the daemon's own. */
-static int check_counts(const struct broker *b, uid_t uid, uint64_t size_bytes)
+static int check_counts(const struct broker *b, uid_t uid, uint64_t need)
 {
-	uint64_t need = chunks_for(b, size_bytes);
 
 	if (b->max_leases_per_uid && budget_uid_leases(b->budget, uid) >= b->max_leases_per_uid)
 		return -EMLINK;
@@ -76,19 +75,21 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 	r = budget_check(b->budget, a->uid, size_bytes);
 	if (r < 0)
 		return r;
-	r = check_counts(b, a->uid, size_bytes);
+	r = check_counts(b, a->uid, a->registration ? 0 : chunks_for(b, size_bytes));
 	if (r < 0)
 		return r;
 
 	/* Under pressure, lend only memory that is already locked; new pinning would add to it. */
 	if (b->state == BROKER_CRITICAL)
 		return -EAGAIN;
-	if (b->state == BROKER_TIGHT && size_bytes > pool_idle_bytes(b->pool))
+	if (b->state == BROKER_TIGHT && (a->registration || size_bytes > pool_idle_bytes(b->pool)))
 		return -EBUSY;
 
-	r = pool_take(b->pool, a->uid, size_bytes, &chunks, &nchunks);
-	if (r < 0)
-		return r;
+	if (!a->registration) {
+		r = pool_take(b->pool, a->uid, size_bytes, &chunks, &nchunks);
+		if (r < 0)
+			return r;
+	}
 
 	r = lease_add(b->leases, a->uid, a->gid, a->pid, a->owner, size_bytes, a->priority, a->label, chunks,
 		      nchunks, now_ms(), &l);
@@ -107,6 +108,12 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 		goto fail;
 	}
 
+	l->registration = a->registration;
+	l->no_revoke = a->no_revoke || a->registration;
+	if (l->registration)
+		b->registered_bytes += size_bytes;
+	if (l->no_revoke)
+		b->no_revoke_bytes += size_bytes;
 	b->generation++;
 	broker_trim_pool(b, UINT64_MAX);
 	*ret = l;
@@ -126,6 +133,10 @@ void broker_free_lease(struct broker *b, struct lease *l)
 {
 	budget_uncharge(b->budget, l->uid, l->bytes);
 	budget_count_sub(b->budget, l->uid, l->nchunks);
+	if (l->registration)
+		b->registered_bytes -= l->bytes;
+	if (l->no_revoke)
+		b->no_revoke_bytes -= l->bytes;
 	pool_put(b->pool, l->chunks, l->nchunks);
 	lease_remove(b->leases, l);
 	b->generation++;

@@ -52,6 +52,12 @@ struct broker {
 	/* Bumped by every verb below that changes the leases, their holders or the idle pool:
 	 * the fd-store state (recovery.c) is rewritten only when it moved. */
 	uint64_t generation;
+
+	/* Of the leased bytes: registration charges, and leases that are never revoked. */
+	uint64_t registered_bytes;
+	uint64_t no_revoke_bytes;
+	/* Pinned outside the broker, as live connections last reported it (ReportUnbrokered). */
+	uint64_t unbrokered_bytes;
 };
 
 struct acquire_args {
@@ -62,6 +68,8 @@ struct acquire_args {
 	uint64_t size;               /* as requested; rounded up to the page size here */
 	enum lease_priority priority;
 	const char *label;
+	bool no_revoke;              /* never revoked: its holder cannot give memory back */
+	bool registration;           /* a charge only: no pool memory (implies no_revoke) */
 };
 
 /* Queued reply packets duplicate their fds; this many may be queued over all connections. */
@@ -90,6 +98,8 @@ bool broker_resolve_limits(struct broker *b, uint64_t nofile, uint64_t max_map_c
  *   -EMLINK (uid at max-leases-per-uid), -EMFILE (uid at max-chunks-per-uid),
  *   -ENFILE (the daemon at its chunk capacity: fds or mappings),
  *   or the pool's errno (-ENOMEM ...) with nothing changed.
+ * A registration (a->registration) takes no chunks: it is charged and counted
+ * as a lease, and refused with -EBUSY while tight, since it would pin new pages.
  */
 int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease **ret);
 

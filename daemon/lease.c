@@ -547,7 +547,7 @@ int lease_revoke_order(const struct lease_table *t, struct lease ***ret, size_t 
 	if (!v)
 		return -ENOMEM;
 	for (node = t->head; node; node = node->next)
-		if (node->lease.state == LEASE_ACTIVE || node->lease.state == LEASE_IDLE)
+		if ((node->lease.state == LEASE_ACTIVE || node->lease.state == LEASE_IDLE) && !node->lease.no_revoke)
 			v[k++] = &node->lease;
 	qsort(v, k, sizeof(*v), revoke_cmp);
 	*ret = v;

@@ -73,6 +73,15 @@ struct lease {
 	uint32_t exit_holds;
 	bool holder_detached;
 	/*
+	 * no_revoke: its holder cannot give memory back on request (a program run
+	 * under the interposer), so it is never revoked and its holder never
+	 * signalled. registration: a charge for memory the program owns and
+	 * registered with CUDA itself: no chunks, never in the pool or the fd store;
+	 * always no_revoke.
+	 */
+	bool no_revoke;
+	bool registration;
+	/*
 	 * Set by lease_add/lease_adopt and kept by the table: lease_set_state
 	 * updates its per-state counters through it. NULL for a lease built
 	 * outside a table (tests of the state machine). id, bytes and table must
@@ -162,7 +171,8 @@ struct lease *lease_next_after(const struct lease_table *t, uint64_t id);
 /*
  * Revocation order, as DESIGN.md sets it: best-effort first, then cached-idle,
  * then normal, then critical; within a class the largest first, then the least
- * recently used. Only ACTIVE and IDLE leases are candidates.
+ * recently used. Only ACTIVE and IDLE leases are candidates, and never a
+ * no_revoke one.
  * *ret is a malloc'd array of *n leases. Returns 0 or -ENOMEM.
  */
 int lease_revoke_order(const struct lease_table *t, struct lease ***ret, size_t *n);

@@ -308,8 +308,10 @@ static int commit_snapshot(struct recovery *rc)
 
 	body->len = 0;
 	body->oom = false;
+	/* A registration has no memfd to keep: after a restart its program's re-declare is refused. */
 	for (const struct lease *l = lease_first(b->leases); l; l = lease_next(b->leases, l))
-		put_lease_line(body, b, l);
+		if (!l->registration)
+			put_lease_line(body, b, l);
 	pool_foreach_idle(b->pool, idle_line, body);
 	if (body->oom)
 		return -ENOMEM;
@@ -367,6 +369,8 @@ void recovery_lent(struct broker *b, const struct lease *l)
 		return;
 	if (l->id > rc->max_lent_id)
 		rc->max_lent_id = l->id;
+	if (l->registration)
+		return; /* no memfd to keep; its id reaches the next descriptor */
 	if (!rc->committed) {
 		/* The snapshot holds l already: it is in the lease table. */
 		r = commit_snapshot(rc);

@@ -145,6 +145,12 @@ static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr
 	sr->cached_idle_bytes = lease_state_bytes(b->leases, LEASE_IDLE);
 	sr->pressure_state = (char *)monitor_state_name(b->state);
 	sr->monitor_mode = (char *)(b->monitor ? monitor_mode(b->monitor) : "off");
+	sr->has_registered_bytes = true;
+	sr->registered_bytes = b->registered_bytes;
+	sr->has_no_revoke_bytes = true;
+	sr->no_revoke_bytes = b->no_revoke_bytes;
+	sr->has_unbrokered_bytes = true;
+	sr->unbrokered_bytes = b->unbrokered_bytes;
 	sr->has_uptime_ms = true;
 	sr->uptime_ms = sb->now - b->started_ms;
 	sr->has_prewarm_bytes = true;
@@ -212,6 +218,8 @@ static void fill_client(Pinbroker__V1__ClientInfo *x, struct conn *cc, char **la
 	x->bytes = cc->lease_bytes;
 	x->has_attached = true;
 	x->attached = cc->nattached;
+	x->has_unbrokered_bytes = cc->unbrokered_bytes > 0;
+	x->unbrokered_bytes = cc->unbrokered_bytes;
 	for (size_t i = 0; i < CONN_LABELS_MAX; i++)
 		if (cc->labels[i].leases)
 			labels[x->n_labels++] = cc->labels[i].text;
@@ -285,6 +293,10 @@ static void fill_lease(Pinbroker__V1__LeaseInfo *x, const struct lease *l, uint6
 	x->has_priority = true;
 	x->priority = prio_to_wire(l->priority);
 	x->state = (char *)lease_state_name(l->state);
+	x->has_registration = l->registration;
+	x->registration = l->registration;
+	x->has_no_revoke = l->no_revoke;
+	x->no_revoke = l->no_revoke;
 	if (l->state == LEASE_IDLE) {
 		x->has_idle_ms = true;
 		x->idle_ms = now - l->last_used_ms;

@@ -210,6 +210,10 @@ static int send_lease(struct conn *c, uint64_t seq, const struct lease *l, bool 
 		lm.has_attached = true;
 		lm.attached = true;
 	}
+	lm.has_registration = l->registration;
+	lm.registration = l->registration;
+	lm.has_no_revoke = l->no_revoke;
+	lm.no_revoke = l->no_revoke;
 	/* Recorded as lent before its fds leave: a crash from here on finds these chunks held. */
 	recovery_lent(b, l);
 	reply_init(&r, seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
@@ -483,6 +487,9 @@ int request_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, cons
 	Reply r;
 	int ret;
 
+	/* Its holder cannot give it back: asking would only end in enforcement against it. */
+	if (l->no_revoke)
+		return -EPERM;
 	if (deadline_ms == 0)
 		deadline_ms = b->cfg->revoke_deadline_ms;
 	ret = lease_set_state(l, LEASE_REVOKING, now);
@@ -922,6 +929,8 @@ void request_conn_closed(struct broker *b, struct conn *c)
 	}
 	c->nleases = 0;
 	c->nattached = 0;
+	b->unbrokered_bytes -= c->unbrokered_bytes;
+	c->unbrokered_bytes = 0;
 	if (nheld > 0) {
 		int pidfd = fcntl(c->pidfd, F_DUPFD_CLOEXEC, 3);
 
@@ -1026,6 +1035,8 @@ static void handle_acquire(struct conn *c, const Request *req)
 		.size = a->size,
 		.priority = prio_from_wire(a->priority),
 		.label = a->label,
+		.no_revoke = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE) != 0,
+		.registration = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY) != 0,
 	};
 	bool wait = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT) != 0;
 	uint32_t timeout_ms = a->has_timeout_ms && a->timeout_ms ? a->timeout_ms : b->cfg->acquire_timeout_ms;
@@ -1211,12 +1222,20 @@ static void handle_admin_revoke(struct conn *c, const Request *req)
 			     b->cfg->admin_group && b->cfg->admin_group[0] ? b->cfg->admin_group : "none set", c->uid);
 		return;
 	}
+	if (target && target->no_revoke) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "lease %llu is held by pid %d, which cannot give memory back (%s); it is freed when that "
+			     "process frees it or exits: stop the process to free it now",
+			     (unsigned long long)target->id, target->pid,
+			     target->registration ? "a cudaHostRegister charge" : "a program run under the interposer");
+		return;
+	}
 	snprintf(reason, sizeof(reason), "revoked by %suid %u", c->admin ? "admin " : "", c->uid);
 	/* A failed REVOKE send only marks its connection closing, so the walk stays valid. */
 	for (l = target ? target : lease_first(b->leases); l; l = target ? NULL : lease_next(b->leases, l)) {
 		if (ar->has_uid && l->uid != ar->uid)
 			continue;
-		if (l->state != LEASE_ACTIVE && l->state != LEASE_IDLE)
+		if ((l->state != LEASE_ACTIVE && l->state != LEASE_IDLE) || l->no_revoke)
 			continue;
 		if (n == cap) {
 			uint64_t *nid = realloc(ids, (cap ? cap * 2 : 16) * sizeof(*ids));
@@ -1475,6 +1494,27 @@ static void handle_attach(struct conn *c, const Request *req)
 
 /* ------------------------------------------------------------------- table */
 
+/* No process pins a pebibyte: a larger report is a bug or a lie, and would overflow the sum. */
+#define UNBROKERED_REPORT_MAX (1ull << 50)
+
+static void handle_report_unbrokered(struct conn *c, const Request *req)
+{
+	struct broker *b = c->broker;
+	uint64_t bytes = req->report_unbrokered->bytes;
+
+	if (bytes > UNBROKERED_REPORT_MAX) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "%llu unbrokered bytes is more than any host holds; report the bytes pinned outside the broker",
+			     (unsigned long long)bytes);
+		return;
+	}
+	b->unbrokered_bytes = b->unbrokered_bytes - c->unbrokered_bytes + bytes;
+	if (bytes != c->unbrokered_bytes)
+		log_debug("pid %d uid %u pins %llu bytes outside the broker", c->pid, c->uid, (unsigned long long)bytes);
+	c->unbrokered_bytes = bytes;
+	reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
+}
+
 static const struct request_kind request_table[] = {
 	{ PINBROKER__V1__REQUEST__BODY_HELLO, "hello", 0, handle_hello },
 	{ PINBROKER__V1__REQUEST__BODY_ACQUIRE, "acquire", REQ_NEEDS_HELLO | REQ_RETURNS_FD | REQ_DENIED_UNDER_PRESSURE,
@@ -1489,6 +1529,8 @@ static const struct request_kind request_table[] = {
 	{ PINBROKER__V1__REQUEST__BODY_REDECLARE, "redeclare", REQ_NEEDS_HELLO, handle_redeclare },
 	{ PINBROKER__V1__REQUEST__BODY_SHARE, "share", REQ_NEEDS_HELLO, handle_share },
 	{ PINBROKER__V1__REQUEST__BODY_ATTACH, "attach", REQ_NEEDS_HELLO | REQ_RETURNS_FD, handle_attach },
+	{ PINBROKER__V1__REQUEST__BODY_REPORT_UNBROKERED, "report-unbrokered", REQ_NEEDS_HELLO,
+	  handle_report_unbrokered },
 };
 
 void request_dispatch(struct conn *c, const uint8_t *buf, size_t len)

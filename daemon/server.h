@@ -39,6 +39,7 @@ struct conn {
 	uint32_t nleases;     /* leases it maps: held, plus attached */
 	uint32_t nattached;   /* of those, attached through a share token */
 	uint32_t npending;    /* waiting acquires */
+	uint64_t unbrokered_bytes; /* pinned outside the broker, as its last ReportUnbrokered said */
 	/* Status counters, kept by status_conn_add/remove with every lease it gains or loses (req-status.c). */
 	uint64_t lease_bytes;
 	struct conn_label {
