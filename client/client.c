@@ -749,6 +749,9 @@ static void deliver_reply_locked(struct waiter *w, Reply *rep, int *fds, size_t 
 		return;
 	}
 	ls = rep->lease;
+	/* A registration charge is the one lease with no memory to map. */
+	if (ls->has_registration && ls->registration && ls->n_chunk_bytes == 0 && nfds == 0 && ls->fds_in_reply == 0)
+		return;
 	if (ls->n_chunk_bytes == 0 || ls->n_chunk_bytes > MAX_CHUNKS_PER_LEASE || ls->fds_in_reply != nfds ||
 	    nfds > ls->n_chunk_bytes) {
 		wire_close_fds(fds, nfds);
