@@ -456,6 +456,44 @@ def _revoke_trampoline(c: Optional[int], l: Optional[int], deadline_ms: int, use
 _REVOKE_CFUNC = _lib.REVOKE_FN(_revoke_trampoline)
 
 
+class Registration:
+    """A budget charge for memory the process owns (:meth:`Client.register`), like a budgeted
+    cudaHostRegister. A context manager: ``with client.register(addr, n): ...`` unregisters on exit."""
+
+    def __init__(self, client: "Client", handle: int, address: int, nbytes: int, label: Optional[str]) -> None:
+        self._client = client
+        self._handle: Optional[int] = handle
+        self.address = address
+        self.nbytes = nbytes
+        self.label = label
+
+    @property
+    def charged_bytes(self) -> int:
+        """The bytes charged: every page the range touches."""
+        if self._handle is None:
+            return 0
+        return int(_lib.load().pb_lease_size(self._handle))
+
+    @property
+    def id(self) -> Optional[int]:
+        return None if self._handle is None else int(_lib.load().pb_lease_id(self._handle))
+
+    def unregister(self) -> None:
+        """Unregister from CUDA (unless charge-only) and give the charge back. Idempotent."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            self._client._unregister(handle)
+
+    def __enter__(self) -> "Registration":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.unregister()
+
+    def __repr__(self) -> str:
+        return f"<pinbroker.Registration {self.nbytes} bytes at {self.address:#x}{'' if self._handle else ' (gone)'}>"
+
+
 class Client:
     """One connection to pinbrokerd (:func:`connect`). Thread-safe; a context manager (``close()`` on exit).
 
@@ -659,6 +697,59 @@ class Client:
         if not cache:
             opts.flags |= _lib.PB_ACQUIRE_NO_CACHE
         return opts, prio
+
+    # -- registrations (budgeted cudaHostRegister)
+
+    def register(self, address: int, nbytes: int, label: Optional[str] = None, *, cuda: bool = True,
+                 mapped: bool = False) -> "Registration":
+        """Charge ``nbytes`` of memory this process owns, at ``address``, to the budget, and register it with
+        CUDA (``cuda=False``: charge only, the caller registers it). Every page the range touches is charged;
+        the charge is never revoked and goes back with :meth:`Registration.unregister`, at close, or when the
+        process exits. ``mapped`` registers it DEVICEMAP too. Raises BudgetExhausted, TooLarge, ... like
+        :meth:`acquire`.
+        """
+        if not isinstance(address, int) or not isinstance(nbytes, int) or address <= 0 or nbytes <= 0:
+            raise InvalidArgument(errno.EINVAL, f"register needs a positive address and size (got {address!r}, {nbytes!r})")
+        opts = _lib.AcquireOpts()
+        opts.label = label.encode("utf-8") if label is not None else None
+        if not cuda:
+            opts.flags |= _lib.PB_REGISTER_CHARGE_ONLY
+        if mapped:
+            opts.flags |= _lib.PB_ACQUIRE_MAPPED
+        fn = _lib.optional("pb_register")
+        if fn is None:
+            raise InvalidArgument(errno.ENOSYS, "this libpinbroker has no pb_register: install a newer one")
+        ptr = self._enter()
+        try:
+            ret = ctypes.c_void_p()
+            r = fn(ptr, address, nbytes, ctypes.byref(opts), ctypes.byref(ret))
+            if r < 0:
+                _raise(r, f"registering {nbytes} bytes at {address:#x}")
+            return Registration(self, int(ret.value), address, nbytes, label)
+        finally:
+            self._leave()
+
+    def _unregister(self, handle: int) -> None:
+        ptr = self._enter()
+        try:
+            r = _lib.optional("pb_unregister")(ptr, handle)
+            if r < 0:
+                _raise(r, "unregistering")
+        finally:
+            self._leave()
+
+    def report_unbrokered(self, nbytes: int) -> None:
+        """Tell the daemon this process pins ``nbytes`` outside the broker (replaces the last report)."""
+        fn = _lib.optional("pb_report_unbrokered")
+        if fn is None:
+            raise InvalidArgument(errno.ENOSYS, "this libpinbroker has no pb_report_unbrokered: install a newer one")
+        ptr = self._enter()
+        try:
+            r = fn(ptr, nbytes)
+            if r < 0:
+                _raise(r, "reporting unbrokered bytes")
+        finally:
+            self._leave()
 
     # -- shared leases
 
@@ -882,6 +973,9 @@ def _lease_info(li: Any) -> Dict[str, Any]:
         d["holder_detached"] = bool(li.holder_detached)
         d["attachers"] = int(li.attachers)
         d["attacher_pids"] = [int(li.attacher_pids[i]) for i in range(min(li.n_attacher_pids, _lib.PB_LEASE_INFO_PIDS))]
+    if hasattr(li, "registration"):
+        d["registration"] = bool(li.registration)
+        d["no_revoke"] = bool(li.no_revoke)
     return d
 
 
@@ -897,6 +991,10 @@ def _status_dict(s: _lib.Status, with_leases: bool) -> Dict[str, Any]:
         v = getattr(s, name)
         d[name] = _dec(v) if isinstance(v, bytes) or v is None and name.endswith(("version", "state", "mode")) else v
     d["hugetlb"] = bool(s.hugetlb)
+    if _lib.has_registration():
+        ext = ctypes.cast(ctypes.pointer(s), ctypes.POINTER(_lib.StatusRegistration)).contents
+        for name in ("registered_bytes", "no_revoke_bytes", "unbrokered_bytes"):
+            d[name] = int(getattr(ext, name))
     d["clients"] = []
     if s.clients and s.n_clients:
         rows = ctypes.cast(s.clients, ctypes.POINTER(_lib.row_types()[0]))
@@ -906,6 +1004,8 @@ def _status_dict(s: _lib.Status, with_leases: bool) -> Dict[str, Any]:
                    "name": _dec(c.name) or ""}
             if hasattr(c, "attached"):
                 row["attached"] = int(c.attached)
+            if hasattr(c, "unbrokered_bytes"):
+                row["unbrokered_bytes"] = int(c.unbrokered_bytes)
             d["clients"].append(row)
     d["signals"] = [
         {"name": _dec(g.name), "value": g.value, "tight": g.tight, "critical": g.critical, "unit": _dec(g.unit),

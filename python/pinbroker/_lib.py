@@ -21,6 +21,9 @@ LIBRARY_ENV = "PINBROKER_LIBRARY"
 PB_ACQUIRE_WAIT = 1 << 0
 PB_ACQUIRE_NO_CUDA = 1 << 1
 PB_ACQUIRE_NO_CACHE = 1 << 2
+PB_ACQUIRE_NO_REVOKE = 1 << 3
+PB_ACQUIRE_MAPPED = 1 << 4
+PB_REGISTER_CHARGE_ONLY = 1 << 5
 PB_STATUS_LEASES = 1 << 0
 PB_REVOKE_LEASE = 0
 PB_REVOKE_UID = 1
@@ -98,6 +101,18 @@ class LeaseInfoShared(ctypes.Structure):
     ]
 
 
+class ClientInfoRegistration(ctypes.Structure):
+    """struct pb_client_info of a library with registrations (pb_register): unbrokered bytes too."""
+
+    _fields_ = ClientInfoShared._fields_ + [("unbrokered_bytes", ctypes.c_uint64)]
+
+
+class LeaseInfoRegistration(ctypes.Structure):
+    """struct pb_lease_info of a library with registrations (pb_register): the lease's kind too."""
+
+    _fields_ = LeaseInfoShared._fields_ + [("registration", ctypes.c_int), ("no_revoke", ctypes.c_int)]
+
+
 class SignalInfo(ctypes.Structure):
     """struct pb_signal_info."""
 
@@ -149,6 +164,16 @@ class Status(ctypes.Structure):
         ("transitions", ctypes.POINTER(EventInfo)),
         ("n_revocations", ctypes.c_size_t),
         ("revocations", ctypes.POINTER(EventInfo)),
+    ]
+
+
+class StatusRegistration(ctypes.Structure):
+    """struct pb_status of a library with registrations (pb_register): three more summary figures."""
+
+    _fields_ = Status._fields_ + [
+        ("registered_bytes", ctypes.c_uint64),
+        ("no_revoke_bytes", ctypes.c_uint64),
+        ("unbrokered_bytes", ctypes.c_uint64),
     ]
 
 
@@ -206,6 +231,10 @@ _OPTIONAL = {
     "pb_attach": (_int, [_vp, _cstr, ctypes.POINTER(_vp)]),
     "pb_lease_attached": (_int, [_vp]),
     "pb_lease_stale": (_int, [_vp]),
+    # Registrations and unbrokered reports (issue 14).
+    "pb_register": (_int, [_vp, _vp, _size, _vp, ctypes.POINTER(_vp)]),
+    "pb_unregister": (_int, [_vp, _vp]),
+    "pb_report_unbrokered": (_int, [_vp, ctypes.c_uint64]),
 }
 
 
@@ -302,8 +331,15 @@ def has_sharing() -> bool:
     return hasattr(load(), "pb_lease_share")
 
 
+def has_registration() -> bool:
+    """True for a library with registrations (pb_register): its status structs grew with it."""
+    return hasattr(load(), "pb_register")
+
+
 def row_types() -> Tuple[type, type]:
     """(client row struct, lease row struct) of the loaded library."""
+    if has_registration():
+        return (ClientInfoRegistration, LeaseInfoRegistration)
     return (ClientInfoShared, LeaseInfoShared) if has_sharing() else (ClientInfo, LeaseInfo)
 
 

@@ -1,0 +1,60 @@
+# SPDX-License-Identifier: MIT
+"""Budgeted registration and unbrokered reports: Client.register / report_unbrokered over pb_register,
+pb_unregister and pb_report_unbrokered (issue 14, item 3), against the real daemon."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+
+import pytest
+
+import pinbroker
+
+PAGE = mmap.PAGESIZE
+MiB = 1 << 20
+
+
+def _buffer(n: int):
+    buf = (ctypes.c_char * n)()
+    return buf, ctypes.addressof(buf)
+
+
+def test_register_charges_every_touched_page_and_unregister_returns_it(client):
+    buf, addr = _buffer(4 * PAGE)
+    base = addr - addr % PAGE + PAGE  # a page boundary inside buf
+    with client.register(base + 10, PAGE, label="own", cuda=False) as reg:
+        assert reg.charged_bytes == 2 * PAGE
+        st = client.status(leases=True)
+        assert st["registered_bytes"] == 2 * PAGE
+        assert st["no_revoke_bytes"] == 2 * PAGE
+        assert st["leased_bytes"] == 2 * PAGE
+        row = [r for r in st["leases"] if r["id"] == reg.id][0]
+        assert row["registration"] is True and row["no_revoke"] is True and row["label"] == "own"
+    st = client.status()
+    assert st["registered_bytes"] == 0 and st["leased_bytes"] == 0
+    reg.unregister()  # idempotent
+    del buf
+
+
+def test_register_over_budget_raises_the_broker_error(client):
+    # Charge-only: the daemon never touches the range, so an address is all the test needs.
+    with pytest.raises(pinbroker.TooLarge):
+        client.register(0x7F0000000000, 512 * MiB, cuda=False)
+    with pytest.raises(pinbroker.InvalidArgument):
+        client.register(0, PAGE, cuda=False)
+    with pytest.raises(pinbroker.InvalidArgument):
+        client.register(0x7F0000000000, 0, cuda=False)
+    assert client.status()["leased_bytes"] == 0
+
+
+def test_unbrokered_reports_replace_each_other(client):
+    client.report_unbrokered(3 * MiB)
+    assert client.status()["unbrokered_bytes"] == 3 * MiB
+    client.report_unbrokered(MiB)
+    st = client.status()
+    assert st["unbrokered_bytes"] == MiB
+    assert st["leased_bytes"] == 0
+    assert any(c.get("unbrokered_bytes") == MiB for c in st["clients"])
+    client.report_unbrokered(0)
+    assert client.status()["unbrokered_bytes"] == 0
