@@ -1397,6 +1397,13 @@ static void handle_share(struct conn *c, const Request *req)
 		reply_lease_error(c, req->seq, ret, sh->lease_id);
 		return;
 	}
+	/* A registration is a charge for the holder's own memory: there is nothing another process could map. */
+	if (l->registration) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "lease %llu is a registration (memory its process owns): only pool leases can be shared",
+			     (unsigned long long)l->id);
+		return;
+	}
 	if (sh->n_uids > LEASE_SHARE_UIDS_MAX) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
 			     "a lease may be shared with at most %d uids besides its holder's; %zu were named",

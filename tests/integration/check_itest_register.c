@@ -103,6 +103,13 @@ START_TEST(test_registration_charges_every_touched_page_and_no_pool_memory)
 	ck_assert_str_eq(row->label, "reg");
 	pb_status_free(s);
 
+	/* Nothing another process could map: a registration is never shared. */
+	{
+		char token[PB_SHARE_TOKEN_LEN];
+
+		ck_assert_int_eq(pb_lease_share(c, l, NULL, 0, token), -EINVAL);
+		ck_assert_ptr_nonnull(strstr(pb_last_error(), "registration"));
+	}
 	/* The program's memory is untouched by the charge and by its return. */
 	buf[100] = 0x5a;
 	ck_assert_int_eq(pb_unregister(c, l), 0);
@@ -267,7 +274,7 @@ START_TEST(test_killed_registrant_returns_its_charge_and_report)
 	ck_assert_int_eq(pipe(p), 0);
 	pid = itest_fork();
 	if (pid == 0) {
-		static char buf[16 * 4096];
+		static char buf[16 * 4096] __attribute__((aligned(4096)));
 		pb_client *c;
 		pb_lease *l;
 
