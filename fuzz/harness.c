@@ -553,6 +553,7 @@ void fz_check(struct fz *f)
 	uint32_t held[FZ_CHECK_CONNS] = { 0 };
 	size_t nconns = 0, nleases = 0, state_count[LEASE__STATE_MAX] = { 0 };
 	uint64_t sum = 0, pending_conn = 0, state_bytes[LEASE__STATE_MAX] = { 0 }, prev_id = 0;
+	uint64_t registered = 0, no_revoke = 0, unbrokered = 0;
 
 	/* The books are checked where the daemon's loop would: after the reaper ran. */
 	fz_reap(f);
@@ -561,6 +562,7 @@ void fz_check(struct fz *f)
 		FZ_ASSERT(nconns < FZ_CHECK_CONNS, "more than %d open connections", FZ_CHECK_CONNS);
 		conns[nconns++] = c;
 		pending_conn += c->npending;
+		unbrokered += c->unbrokered_bytes;
 	}
 	for (struct lease *l = lease_first(b->leases); l; l = lease_next(b->leases, l)) {
 		uint64_t chunk_sum = 0;
@@ -574,8 +576,16 @@ void fz_check(struct fz *f)
 		prev_id = l->id;
 		for (size_t i = 0; i < l->nchunks; i++)
 			chunk_sum += l->chunks[i]->bytes;
-		FZ_ASSERT(chunk_sum == l->bytes, "lease %llu: %llu bytes but chunks hold %llu", (unsigned long long)l->id,
-			  (unsigned long long)l->bytes, (unsigned long long)chunk_sum);
+		/* A registration is a charge for the program's own memory: no chunks at all. */
+		FZ_ASSERT(chunk_sum == (l->registration ? 0 : l->bytes), "lease %llu%s: %llu bytes but chunks hold %llu",
+			  (unsigned long long)l->id, l->registration ? " (registration)" : "", (unsigned long long)l->bytes,
+			  (unsigned long long)chunk_sum);
+		FZ_ASSERT(!l->registration || (l->no_revoke && !l->share), "registration %llu is revocable or shared",
+			  (unsigned long long)l->id);
+		FZ_ASSERT(!l->no_revoke || l->state == LEASE_ACTIVE || l->state == LEASE_IDLE,
+			  "never-revoked lease %llu is %s", (unsigned long long)l->id, lease_state_name(l->state));
+		registered += l->registration ? l->bytes : 0;
+		no_revoke += l->no_revoke ? l->bytes : 0;
 		FZ_ASSERT(l->owner == NULL || k >= 0, "lease %llu is owned by a connection that is gone",
 			  (unsigned long long)l->id);
 		if (k >= 0)
@@ -601,9 +611,16 @@ void fz_check(struct fz *f)
 			  state_count[s], (unsigned long long)state_bytes[s]);
 	FZ_ASSERT(budget_leased(b->budget) == sum, "budget says %llu leased, leases hold %llu",
 		  (unsigned long long)budget_leased(b->budget), (unsigned long long)sum);
-	FZ_ASSERT(pool_resident_bytes(b->pool) == pool_idle_bytes(b->pool) + sum,
-		  "pool resident %llu != idle %llu + leased %llu", (unsigned long long)pool_resident_bytes(b->pool),
-		  (unsigned long long)pool_idle_bytes(b->pool), (unsigned long long)sum);
+	FZ_ASSERT(pool_resident_bytes(b->pool) == pool_idle_bytes(b->pool) + sum - registered,
+		  "pool resident %llu != idle %llu + leased %llu - registered %llu",
+		  (unsigned long long)pool_resident_bytes(b->pool), (unsigned long long)pool_idle_bytes(b->pool),
+		  (unsigned long long)sum, (unsigned long long)registered);
+	FZ_ASSERT(b->registered_bytes == registered && b->no_revoke_bytes == no_revoke,
+		  "broker counts %llu registered, %llu never-revoked; leases hold %llu, %llu",
+		  (unsigned long long)b->registered_bytes, (unsigned long long)b->no_revoke_bytes,
+		  (unsigned long long)registered, (unsigned long long)no_revoke);
+	FZ_ASSERT(b->unbrokered_bytes == unbrokered, "broker counts %llu unbrokered, connections report %llu",
+		  (unsigned long long)b->unbrokered_bytes, (unsigned long long)unbrokered);
 	for (size_t k = 0; k < nconns; k++)
 		FZ_ASSERT(conns[k]->nleases == held[k], "connection %llu counts %u leases, holds %u",
 			  (unsigned long long)conns[k]->id, conns[k]->nleases, held[k]);
