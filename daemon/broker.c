@@ -47,7 +47,6 @@ static uint64_t chunks_for(const struct broker *b, uint64_t size_bytes)
 /* The caps on file descriptors and mappings: per uid, then the daemon's own. */
 static int check_counts(const struct broker *b, uid_t uid, uint64_t need)
 {
-
 	if (b->max_leases_per_uid && budget_uid_leases(b->budget, uid) >= b->max_leases_per_uid)
 		return -EMLINK;
 	if (b->max_chunks_per_uid && budget_uid_chunks(b->budget, uid) + need > b->max_chunks_per_uid)

@@ -64,14 +64,6 @@ static uint64_t unbrokered_now(void)
 	return v;
 }
 
-static int wait_exit(pid_t pid)
-{
-	int st;
-
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 START_TEST(test_registration_charges_every_touched_page_and_no_pool_memory)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -292,7 +284,7 @@ START_TEST(test_killed_registrant_returns_its_charge_and_report)
 	ck_assert_int_eq(status_leased(d.socket), 16 * 4096);
 	ck_assert_uint_eq(unbrokered_now(), 5 * MiB);
 	kill(pid, SIGKILL);
-	ck_assert_int_eq(wait_exit(pid), 128 + SIGKILL);
+	ck_assert_int_eq(itest_wait_exit(pid), 128 + SIGKILL);
 	ck_assert_int_eq(wait_leased(d.socket, 0, 3000), 0);
 	ck_assert_uint_eq(unbrokered_now(), 0);
 	close(p[0]);

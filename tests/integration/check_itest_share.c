@@ -50,14 +50,6 @@ static int child_read(int fd, void *p, size_t n)
 	return read(fd, p, n) == (ssize_t)n ? 0 : 1;
 }
 
-static int wait_exit(pid_t pid)
-{
-	int st;
-
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 /* The lease row of id, as the daemon reports it; false if there is none. */
 static bool lease_row(uint64_t id, struct pb_lease_info *ret)
 {
@@ -228,7 +220,7 @@ START_TEST(test_attacher_of_same_uid_sees_and_writes_the_same_bytes_counted_once
 	ck_assert(lease_row(li.id, &li));
 	ck_assert_int_eq(li.holder_detached, 1);
 	write_all(to, "x", 1);
-	ck_assert_int_eq(wait_exit(pid), 0);
+	ck_assert_int_eq(itest_wait_exit(pid), 0);
 	ck_assert_int_eq(wait_leased(d.socket, 0, 2000), 0);
 	close(to);
 	close(from);
@@ -254,7 +246,7 @@ START_TEST(test_cross_uid_attach_refused_without_grant_and_allowed_with_one)
 	write_all(to, token, sizeof(token));
 	read_all(from, &r, sizeof(r));
 	ck_assert_int_eq(r, -EACCES);
-	ck_assert_int_eq(wait_exit(pid), 0);
+	ck_assert_int_eq(itest_wait_exit(pid), 0);
 	close(to);
 	close(from);
 
@@ -279,7 +271,7 @@ START_TEST(test_cross_uid_attach_refused_without_grant_and_allowed_with_one)
 	read_all(from, &leased, sizeof(leased));
 	ck_assert_uint_eq(((unsigned char *)pb_lease_data(l))[1], 0x5a);
 	write_all(to, "x", 1);
-	ck_assert_int_eq(wait_exit(pid), 0);
+	ck_assert_int_eq(itest_wait_exit(pid), 0);
 	ck_assert_int_eq(wait_attachers(pb_lease_id(l), 0, 2000), 0);
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)LEASE_BYTES);
 	ck_assert_int_eq(pb_release(c, l), 0);
@@ -437,7 +429,7 @@ START_TEST(test_attachers_killed_are_cleaned_up_and_accounting_stays_exact)
 	/* Crash them all: the holder lives, so the lease stays, counted once. */
 	for (int i = 0; i < 4; i++) {
 		kill(pid[i], SIGKILL);
-		ck_assert_int_eq(wait_exit(pid[i]), 128 + SIGKILL);
+		ck_assert_int_eq(itest_wait_exit(pid[i]), 128 + SIGKILL);
 		close(to[i]);
 		close(from[i]);
 	}
@@ -454,7 +446,7 @@ START_TEST(test_attachers_killed_are_cleaned_up_and_accounting_stays_exact)
 	ck_assert_int_eq(pb_release(c, l), 0);
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)LEASE_BYTES);
 	kill(pid[0], SIGKILL);
-	ck_assert_int_eq(wait_exit(pid[0]), 128 + SIGKILL);
+	ck_assert_int_eq(itest_wait_exit(pid[0]), 128 + SIGKILL);
 	ck_assert_int_eq(wait_leased(d.socket, 0, 2000), 0);
 	check_books("every mapper gone");
 	close(to[0]);
@@ -502,7 +494,7 @@ START_TEST(test_holder_killed_leaves_lease_to_attacher_until_it_releases)
 	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
 	ck_assert_int_eq(pb_attach(c, token, &l), 0);
 	kill(pid, SIGKILL);
-	ck_assert_int_eq(wait_exit(pid), 128 + SIGKILL);
+	ck_assert_int_eq(itest_wait_exit(pid), 128 + SIGKILL);
 	/* The holder is gone; this process still maps the lease: it stays, counted once. */
 	usleep(200000);
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)LEASE_BYTES);
@@ -560,7 +552,7 @@ START_TEST(test_restart_keeps_lease_counted_until_former_attacher_exits)
 	usleep(600000);
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)LEASE_BYTES);
 	write_all(to, "x", 1);
-	ck_assert_int_eq(wait_exit(pid), 0);
+	ck_assert_int_eq(itest_wait_exit(pid), 0);
 	ck_assert_int_eq(wait_leased(d.socket, 0, 3000), 0);
 	close(to);
 	close(from);

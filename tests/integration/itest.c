@@ -43,6 +43,14 @@ pid_t itest_fork(void)
 	return pid;
 }
 
+int itest_wait_exit(pid_t pid)
+{
+	int st;
+
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 void daemon_prepare(struct daemon *d)
 {
 	memset(d, 0, sizeof(*d));

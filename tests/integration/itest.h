@@ -45,6 +45,8 @@ char *daemon_log(const struct daemon *d);
  * whole test's process group when the child is signalled.
  */
 pid_t itest_fork(void);
+/* Reap child pid (asserting it is ours): its exit status, or 128 + the signal that killed it. */
+int itest_wait_exit(pid_t pid);
 /* In a child: become uid (and the same-numbered gid) with no supplementary groups, or _exit(90). */
 void itest_drop_to(uid_t uid);
 
