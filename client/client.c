@@ -101,6 +101,7 @@ struct waiter {
 
 struct pb_client {
 	int sock;
+	bool registrations;   /* the daemon's HELLO: it knows NO_REVOKE, REGISTER_ONLY, ReportUnbrokered (atomic) */
 	/*
 	 * Held shared around every send and exclusively while a reconnect swaps the
 	 * socket: a request checked against one connection (and daemon instance)
@@ -1164,6 +1165,8 @@ static int say_hello(pb_client *c, const char *path, uint64_t *instance_id)
 		r = set_error(-EPROTO, "unexpected answer to HELLO from %s", path);
 	} else {
 		*instance_id = rep->hello->has_instance_id ? rep->hello->instance_id : 0;
+		__atomic_store_n(&c->registrations, rep->hello->has_registrations && rep->hello->registrations,
+				 __ATOMIC_RELEASE);
 		r = 0;
 	}
 	pinbroker__v1__reply__free_unpacked(rep, NULL);
@@ -1511,6 +1514,14 @@ out:
 
 static int call_checked(pb_client *c, Request *req, struct waiter *w);
 
+/* An older daemon would drop the never-revoke flag, or close the connection: ask it for neither. */
+static int need_registrations(const pb_client *c, const char *what)
+{
+	if (__atomic_load_n(&c->registrations, __ATOMIC_ACQUIRE))
+		return 0;
+	return set_error(-EOPNOTSUPP, "this pinbrokerd predates %s: upgrade it (the library asked for nothing)", what);
+}
+
 /* An ACQUIRE for size bytes as opts asks, with the wire flags extra on top. */
 static void acquire_message(Pinbroker__V1__Acquire *acq, uint64_t size, const struct pb_acquire_opts *opts,
 			    uint32_t extra)
@@ -1548,6 +1559,8 @@ int pb_acquire(pb_client *c, size_t size, const struct pb_acquire_opts *opts, pb
 		return set_error(-ENOTCONN, "not connected to a broker");
 	if (size == 0)
 		return set_error(-EINVAL, "cannot acquire 0 bytes");
+	if ((flags & PB_ACQUIRE_NO_REVOKE) && need_registrations(c, "never-revoked leases") < 0)
+		return -EOPNOTSUPP;
 
 	/* Cached leases are revocable and registered without DEVICEMAP: no match for those asks. */
 	if (!(flags & (PB_ACQUIRE_NO_CACHE | PB_ACQUIRE_NO_REVOKE | PB_ACQUIRE_MAPPED))) {
@@ -1584,6 +1597,8 @@ int pb_register(pb_client *c, void *p, size_t size, const struct pb_acquire_opts
 		return set_error(-ENOTCONN, "not connected to a broker");
 	if (!p || size == 0)
 		return set_error(-EINVAL, "cannot register %s", p ? "0 bytes" : "a NULL pointer");
+	if (need_registrations(c, "registrations") < 0)
+		return -EOPNOTSUPP;
 	/* The pages the driver locks: every page the range touches. */
 	first = (uintptr_t)p & ~(page - 1);
 	if (__builtin_add_overflow((uintptr_t)p, size, &end) || end > UINTPTR_MAX - page)
@@ -1621,6 +1636,8 @@ int pb_report_unbrokered(pb_client *c, uint64_t bytes)
 
 	if (!c)
 		return set_error(-ENOTCONN, "not connected to a broker");
+	if (need_registrations(c, "unbrokered reports") < 0)
+		return -EOPNOTSUPP;
 	ru.bytes = bytes;
 	req.body_case = PINBROKER__V1__REQUEST__BODY_REPORT_UNBROKERED;
 	req.report_unbrokered = &ru;

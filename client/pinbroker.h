@@ -34,7 +34,9 @@ enum pb_priority {
 /*
  * The caller cannot give memory back on request (a program run under the
  * LD_PRELOAD interposer): the daemon never revokes the lease and never
- * signals its holder; under pressure it refuses new ones instead.
+ * signals its holder; under pressure it refuses new ones instead. At most
+ * max-no-revoke-per-uid of a uid's memory (-EUSERS past it); -EOPNOTSUPP from
+ * a daemon that predates them.
  */
 #define PB_ACQUIRE_NO_REVOKE (1u << 3)
 /* Register with CU_MEMHOSTREGISTER_DEVICEMAP too, so cuMemHostGetDevicePointer works on it. */
@@ -125,8 +127,10 @@ pb_lease *pb_acquire_or_fallback(pb_client *c, size_t size, const struct pb_acqu
  * the budget and quota as a registration lease (counted, not pool memory, never
  * revoked), then register it with CUDA (PORTABLE, plus DEVICEMAP with
  * PB_ACQUIRE_MAPPED) unless PB_REGISTER_CHARGE_ONLY. The memory stays the
- * caller's: pb_lease_data() is p. Refusals are pb_acquire's errnos; a CUDA
- * failure returns its errno and gives the charge back. Free with pb_unregister.
+ * caller's: pb_lease_data() is p. Refusals are pb_acquire's errnos, plus
+ * -EUSERS past max-no-revoke-per-uid and -EOPNOTSUPP from a daemon that
+ * predates registrations; a CUDA failure returns its errno and gives the
+ * charge back. Free with pb_unregister.
  */
 int pb_register(pb_client *c, void *p, size_t size, const struct pb_acquire_opts *opts, pb_lease **ret);
 

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "budget.h"
 #include "config.h"
@@ -67,7 +68,8 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 
 	if (a->size == 0)
 		return -EINVAL;
-	size_bytes = round_up(a->size, pool_page_size(b->pool));
+	/* A registration locks the program's own pages, not the pool's (which may be 2 MiB ones). */
+	size_bytes = round_up(a->size, a->registration ? (uint64_t)sysconf(_SC_PAGESIZE) : pool_page_size(b->pool));
 	if (size_bytes == 0)
 		return -EINVAL;
 
@@ -77,6 +79,10 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 	r = check_counts(b, a->uid, a->registration ? 0 : chunks_for(b, size_bytes));
 	if (r < 0)
 		return r;
+	/* Only the holder's exit frees a never-revoked lease: a uid gets a bounded share of them. */
+	if ((a->no_revoke || a->registration) &&
+	    budget_uid_no_revoke(b->budget, a->uid) + size_bytes > b->max_no_revoke_per_uid_bytes)
+		return -EXFULL;
 
 	/* Under pressure, lend only memory that is already locked; new pinning would add to it. */
 	if (b->state == BROKER_CRITICAL)
@@ -112,7 +118,7 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 	if (l->registration)
 		b->registered_bytes += size_bytes;
 	if (l->no_revoke)
-		b->no_revoke_bytes += size_bytes;
+		budget_no_revoke_add(b->budget, a->uid, size_bytes);
 	b->generation++;
 	broker_trim_pool(b, UINT64_MAX);
 	*ret = l;
@@ -130,12 +136,12 @@ fail:
 
 void broker_free_lease(struct broker *b, struct lease *l)
 {
-	budget_uncharge(b->budget, l->uid, l->bytes);
-	budget_count_sub(b->budget, l->uid, l->nchunks);
+	if (l->no_revoke)
+		budget_no_revoke_sub(b->budget, l->uid, l->bytes);
 	if (l->registration)
 		b->registered_bytes -= l->bytes;
-	if (l->no_revoke)
-		b->no_revoke_bytes -= l->bytes;
+	budget_uncharge(b->budget, l->uid, l->bytes);
+	budget_count_sub(b->budget, l->uid, l->nchunks);
 	pool_put(b->pool, l->chunks, l->nchunks);
 	lease_remove(b->leases, l);
 	b->generation++;

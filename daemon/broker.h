@@ -40,6 +40,7 @@ struct broker {
 	uint64_t mem_total_bytes;    /* MemTotal, or the cgroup limit if lower */
 	uint64_t budget_bytes;       /* resolved from cfg */
 	uint64_t uid_quota_bytes;
+	uint64_t max_no_revoke_per_uid_bytes;
 	uint64_t prewarm_bytes;
 	uint64_t started_ms;
 	enum broker_state state;
@@ -53,9 +54,8 @@ struct broker {
 	 * the fd-store state (recovery.c) is rewritten only when it moved. */
 	uint64_t generation;
 
-	/* Of the leased bytes: registration charges, and leases that are never revoked. */
+	/* Of the leased bytes, registration charges (never-revoked bytes are the budget's: budget_no_revoke). */
 	uint64_t registered_bytes;
-	uint64_t no_revoke_bytes;
 	/* Pinned outside the broker, as live connections last reported it (ReportUnbrokered). */
 	uint64_t unbrokered_bytes;
 };
@@ -97,6 +97,7 @@ bool broker_resolve_limits(struct broker *b, uint64_t nofile, uint64_t max_map_c
  *   -ENOSPC, -EBUSY (tight: beyond the free warm pool), -EAGAIN (critical),
  *   -EMLINK (uid at max-leases-per-uid), -EMFILE (uid at max-chunks-per-uid),
  *   -ENFILE (the daemon at its chunk capacity: fds or mappings),
+ *   -EXFULL (a never-revoked lease past the uid's max-no-revoke-per-uid),
  *   or the pool's errno (-ENOMEM ...) with nothing changed.
  * A registration (a->registration) takes no chunks: it is charged and counted
  * as a lease, and refused with -EBUSY while tight, since it would pin new pages.

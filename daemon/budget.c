@@ -13,6 +13,7 @@ struct uid_usage {
 	uint64_t leased_bytes;
 	uint64_t leases;  /* counted by budget_count_add/sub, for the per-uid caps */
 	uint64_t chunks;  /* pool chunks those leases hold: fds (and mappings) in the daemon */
+	uint64_t no_revoke_bytes; /* of leased_bytes, in leases that are never revoked */
 };
 
 /*
@@ -31,6 +32,7 @@ struct budget {
 	uint64_t uid_quota_bytes; /* 0: no per-uid quota beyond the budget itself */
 	uint64_t leased_bytes;
 	uint64_t leases, chunks;
+	uint64_t no_revoke_bytes;
 	struct uid_usage *uids; /* sorted by uid; entries at 0 bytes, 0 leases and 0 chunks are dropped */
 	size_t nuids;
 	size_t cap_uids;
@@ -167,7 +169,7 @@ void budget_uncharge(struct budget *b, uid_t uid, uint64_t bytes)
 	BUDGET_INVARIANT(found || bytes == 0);
 	if (!found)
 		return;
-	BUDGET_INVARIANT(b->uids[i].leased_bytes >= bytes);
+	BUDGET_INVARIANT(b->uids[i].leased_bytes - b->uids[i].no_revoke_bytes >= bytes);
 	BUDGET_INVARIANT(b->leased_bytes >= bytes);
 	b->uids[i].leased_bytes -= bytes;
 	b->leased_bytes -= bytes;
@@ -199,6 +201,41 @@ void budget_count_sub(struct budget *b, uid_t uid, size_t nchunks)
 	b->leases--;
 	b->chunks -= nchunks;
 	uid_drop_if_empty(b, i);
+}
+
+void budget_no_revoke_add(struct budget *b, uid_t uid, uint64_t bytes)
+{
+	size_t i;
+	int found;
+
+	/* Only charged bytes can be never-revoked ones: the uid's entry exists. */
+	i = uid_search(b, uid, &found);
+	BUDGET_INVARIANT(found && b->uids[i].leased_bytes - b->uids[i].no_revoke_bytes >= bytes);
+	b->uids[i].no_revoke_bytes += bytes;
+	b->no_revoke_bytes += bytes;
+}
+
+void budget_no_revoke_sub(struct budget *b, uid_t uid, uint64_t bytes)
+{
+	size_t i;
+	int found;
+
+	i = uid_search(b, uid, &found);
+	BUDGET_INVARIANT(found && b->uids[i].no_revoke_bytes >= bytes && b->no_revoke_bytes >= bytes);
+	b->uids[i].no_revoke_bytes -= bytes;
+	b->no_revoke_bytes -= bytes;
+}
+
+uint64_t budget_uid_no_revoke(const struct budget *b, uid_t uid)
+{
+	const struct uid_usage *u = uid_find(b, uid);
+
+	return u ? u->no_revoke_bytes : 0;
+}
+
+uint64_t budget_no_revoke(const struct budget *b)
+{
+	return b->no_revoke_bytes;
 }
 
 uint64_t budget_limit(const struct budget *b)

@@ -45,6 +45,16 @@ uint64_t budget_uid_leased(const struct budget *b, uid_t uid);
  */
 int budget_count_add(struct budget *b, uid_t uid, size_t nchunks);
 void budget_count_sub(struct budget *b, uid_t uid, size_t nchunks);
+
+/*
+ * Of a uid's charged bytes, those in leases that are never revoked (for the
+ * max-no-revoke-per-uid cap). Add after budget_charge, sub before
+ * budget_uncharge: the bytes must be charged while they are counted here.
+ */
+void budget_no_revoke_add(struct budget *b, uid_t uid, uint64_t bytes);
+void budget_no_revoke_sub(struct budget *b, uid_t uid, uint64_t bytes);
+uint64_t budget_uid_no_revoke(const struct budget *b, uid_t uid);
+uint64_t budget_no_revoke(const struct budget *b);
 uint64_t budget_uid_leases(const struct budget *b, uid_t uid);
 uint64_t budget_uid_chunks(const struct budget *b, uid_t uid);
 uint64_t budget_leases(const struct budget *b);

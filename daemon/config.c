@@ -93,6 +93,10 @@ static const struct config_key keys[] = {
 	       "Most memory lent at once: a size, or a percentage of MemTotal (or of the cgroup memory limit if lower)."),
 	K_SPEC("uid-quota", uid_quota, "100%", true,
 	       "Most memory one uid may hold: a size, or a percentage of the budget."),
+	K_SPEC("max-no-revoke-per-uid", max_no_revoke_per_uid, "50%", true,
+	       "Most memory one uid may hold in leases that are never revoked (pb_register charges, PB_ACQUIRE_NO_REVOKE "
+	       "leases): a size, or a percentage of the uid quota. Only the holder's exit frees such memory, so past "
+	       "this they are refused; 0 refuses them all."),
 	K_SPEC("prewarm", prewarm, "256M", true,
 	       "Locked memory kept warm in the pool while idle: a size, or a percentage of the budget."),
 	K_SIZE("chunk-size", chunk_bytes, (double)(4 * KIB), (double)GIB, "2M", false,

@@ -30,6 +30,7 @@ struct config {
 	struct size_spec budget;       /* budget: of MemTotal or the cgroup limit if lower */
 	struct size_spec uid_quota;    /* uid-quota: of the budget */
 	struct size_spec prewarm;      /* prewarm: of the budget */
+	struct size_spec max_no_revoke_per_uid; /* max-no-revoke-per-uid: of the uid quota */
 	uint64_t chunk_bytes;          /* chunk-size */
 	enum config_hugetlb hugetlb;   /* hugetlb */
 	unsigned prewarm_threads;      /* prewarm-threads: 0 = CPUs */

@@ -313,6 +313,7 @@ static void resolve_sizes(struct broker *b, const struct config *c)
 		b->prewarm_bytes = b->budget_bytes;
 	if (b->uid_quota_bytes > b->budget_bytes)
 		b->uid_quota_bytes = b->budget_bytes;
+	b->max_no_revoke_per_uid_bytes = config_resolve(&c->max_no_revoke_per_uid, b->uid_quota_bytes);
 }
 
 /* Fds and mappings the daemon itself may open beyond those counted at start: the loop, the monitor's

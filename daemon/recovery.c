@@ -207,6 +207,9 @@ static void put_lease_line(struct buf *b, const struct broker *br, const struct 
 
 		put_mem(b, h, 2);
 	}
+	/* Its holder cannot give it back: it must stay unrevokable after the restart. Older daemons skip it. */
+	if (l->no_revoke)
+		put_mem(b, " N", 2);
 	/*
 	 * Then the other processes that map it, if any: attachers, and processes whose
 	 * connection closed while they ran. Attachments are not re-declared after a restart;
@@ -474,6 +477,7 @@ struct stored_lease {
 	char label[LEASE_LABEL_MAX];
 	pid_t mappers[RECOVERY_MAPPERS_MAX]; /* attachers and exited-connection holders, when it was shared */
 	size_t nmappers;
+	bool no_revoke;
 };
 
 struct parsed {
@@ -552,8 +556,12 @@ static int parse_lease(char *line, struct stored_lease *sl)
 		}
 		sl->label[k] = '\0';
 	}
-	/* Optional: " A" and the pids of its other mappers, each followed by a comma. */
+	/* Optional: " N" (never revoked), then " A" and the pids of its other mappers, each followed by a comma. */
 	tok = strtok_r(NULL, " ", &save);
+	if (tok && strcmp(tok, "N") == 0) {
+		sl->no_revoke = true;
+		tok = strtok_r(NULL, " ", &save);
+	}
 	if (tok && tok[0] == 'A') {
 		char *p = tok + 1, *end;
 
@@ -940,7 +948,10 @@ static bool adopt_lease(struct recovery *rc, struct store *s, const struct store
 	if (!why) {
 		l->gid = sl->gid;
 		l->pid = sl->pid;
+		l->no_revoke = sl->no_revoke;
 		budget_charge(b->budget, sl->uid, sl->bytes);
+		if (l->no_revoke)
+			budget_no_revoke_add(b->budget, sl->uid, sl->bytes);
 		budget_count_add(b->budget, sl->uid, sl->nchunks);
 		for (size_t k = 0; k < sl->nchunks; k++)
 			chunks[k]->lease_id = l->id; /* so a punch found by the audit names its lease */

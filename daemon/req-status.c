@@ -148,7 +148,7 @@ static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr
 	sr->has_registered_bytes = true;
 	sr->registered_bytes = b->registered_bytes;
 	sr->has_no_revoke_bytes = true;
-	sr->no_revoke_bytes = b->no_revoke_bytes;
+	sr->no_revoke_bytes = budget_no_revoke(b->budget);
 	sr->has_unbrokered_bytes = true;
 	sr->unbrokered_bytes = b->unbrokered_bytes;
 	sr->has_uptime_ms = true;

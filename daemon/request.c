@@ -339,6 +339,14 @@ static void reply_acquire_error(struct conn *c, uint64_t seq, int err, uint64_t 
 			     c->uid, (unsigned long long)budget_uid_chunks(b->budget, c->uid),
 			     (unsigned long long)b->max_chunks_per_uid);
 		return;
+	case -EXFULL:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
+			     "uid %u already holds %s in leases that are never revoked (max-no-revoke-per-uid = %s); "
+			     "%s more would exceed it: use a lease that can be revoked, or ask the admin to raise "
+			     "max-no-revoke-per-uid",
+			     c->uid, format_size(budget_uid_no_revoke(b->budget, c->uid), h, sizeof(h)),
+			     format_size(b->max_no_revoke_per_uid_bytes, q, sizeof(q)), format_size(size, a, sizeof(a)));
+		return;
 	case -ENFILE:
 		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
 			     "the daemon holds %llu pool chunks, all its file descriptors and mappings allow while keeping "
@@ -989,6 +997,8 @@ static void handle_hello(struct conn *c, const Request *req)
 	hr.hugetlb = pool_hugetlb(b->pool);
 	hr.has_instance_id = true;
 	hr.instance_id = recovery_instance_id(b);
+	hr.has_registrations = true;
+	hr.registrations = true;
 	reply_init(&r, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
 	r.body_case = PINBROKER__V1__REPLY__BODY_HELLO;
 	r.hello = &hr;
@@ -1163,8 +1173,9 @@ static void handle_set_idle(struct conn *c, const Request *req)
 		/* Already there, or revoking: nothing to do, not an error. */
 		if (l->state == to || l->state == LEASE_REVOKING || l->state == LEASE_OVERDUE)
 			r = 0;
-		/* Idle leases are reclaimed first: one that attachers use is not a cached buffer. */
-		else if (to == LEASE_IDLE && l->nattachers > 0)
+		/* Idle leases are reclaimed first: one that attachers use is not a cached buffer, and one
+		 * that is never revoked could not be reclaimed at all. */
+		else if (to == LEASE_IDLE && (l->nattachers > 0 || l->no_revoke))
 			r = -EBUSY;
 		else
 			r = lease_set_state(l, to, now_ms());
@@ -1501,8 +1512,11 @@ static void handle_attach(struct conn *c, const Request *req)
 
 /* ------------------------------------------------------------------- table */
 
-/* No process pins a pebibyte: a larger report is a bug or a lie, and would overflow the sum. */
-#define UNBROKERED_REPORT_MAX (1ull << 50)
+/*
+ * No process pins 16 TiB outside the broker: a larger report is a bug or a lie. The cap also keeps
+ * the host-wide sum from wrapping: 2^44 bytes times max-connections' ceiling (2^20) fits 64 bits.
+ */
+#define UNBROKERED_REPORT_MAX (1ull << 44)
 
 static void handle_report_unbrokered(struct conn *c, const Request *req)
 {
@@ -1511,7 +1525,7 @@ static void handle_report_unbrokered(struct conn *c, const Request *req)
 
 	if (bytes > UNBROKERED_REPORT_MAX) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
-			     "%llu unbrokered bytes is more than any host holds; report the bytes pinned outside the broker",
+			     "%llu unbrokered bytes is more than 16 TiB; report the bytes this process pinned outside the broker",
 			     (unsigned long long)bytes);
 		return;
 	}

@@ -204,6 +204,7 @@ static void resolve_sizes(struct broker *b, const struct config *c)
 		b->prewarm_bytes = b->budget_bytes;
 	if (b->uid_quota_bytes > b->budget_bytes)
 		b->uid_quota_bytes = b->budget_bytes;
+	b->max_no_revoke_per_uid_bytes = config_resolve(&c->max_no_revoke_per_uid, b->uid_quota_bytes);
 }
 
 static void apply_kv(struct config *cfg, const char *const *kv)
@@ -615,9 +616,9 @@ void fz_check(struct fz *f)
 		  "pool resident %llu != idle %llu + leased %llu - registered %llu",
 		  (unsigned long long)pool_resident_bytes(b->pool), (unsigned long long)pool_idle_bytes(b->pool),
 		  (unsigned long long)sum, (unsigned long long)registered);
-	FZ_ASSERT(b->registered_bytes == registered && b->no_revoke_bytes == no_revoke,
+	FZ_ASSERT(b->registered_bytes == registered && budget_no_revoke(b->budget) == no_revoke,
 		  "broker counts %llu registered, %llu never-revoked; leases hold %llu, %llu",
-		  (unsigned long long)b->registered_bytes, (unsigned long long)b->no_revoke_bytes,
+		  (unsigned long long)b->registered_bytes, (unsigned long long)budget_no_revoke(b->budget),
 		  (unsigned long long)registered, (unsigned long long)no_revoke);
 	FZ_ASSERT(b->unbrokered_bytes == unbrokered, "broker counts %llu unbrokered, connections report %llu",
 		  (unsigned long long)b->unbrokered_bytes, (unsigned long long)unbrokered);

@@ -35,6 +35,7 @@ static struct broker *new_broker(uint64_t limit_bytes, uint64_t quota_bytes, uin
 		ck_assert_int_eq(pool_grow(b->pool, prewarm_bytes, NULL, NULL), 0);
 	b->budget_bytes = limit_bytes;
 	b->uid_quota_bytes = quota_bytes;
+	b->max_no_revoke_per_uid_bytes = (quota_bytes ? quota_bytes : limit_bytes) / 2; /* the 50% default */
 	b->state = BROKER_NORMAL;
 	return b;
 }
@@ -58,7 +59,7 @@ static void free_broker(struct broker *b)
 static void check_books(const struct broker *b)
 {
 	static const uid_t uids[] = { UID_A, UID_B, UID_C };
-	uint64_t per_uid[3] = { 0 }, total = 0;
+	uint64_t per_uid[3] = { 0 }, total = 0, registered = 0;
 	const struct lease *l;
 
 	for (l = lease_first(b->leases); l; l = lease_next(b->leases, l)) {
@@ -66,7 +67,9 @@ static void check_books(const struct broker *b)
 
 		for (size_t i = 0; i < l->nchunks; i++)
 			chunk_sum += l->chunks[i]->bytes;
-		ck_assert_uint_eq(chunk_sum, l->bytes);
+		/* A registration is the program's own memory: charged, no chunks. */
+		ck_assert_uint_eq(chunk_sum, l->registration ? 0 : l->bytes);
+		registered += l->registration ? l->bytes : 0;
 		total += l->bytes;
 		for (int k = 0; k < 3; k++)
 			if (l->uid == uids[k])
@@ -75,15 +78,20 @@ static void check_books(const struct broker *b)
 	ck_assert_uint_eq(budget_leased(b->budget), total);
 	for (int k = 0; k < 3; k++)
 		ck_assert_uint_eq(budget_uid_leased(b->budget, uids[k]), per_uid[k]);
-	ck_assert_uint_eq(pool_resident_bytes(b->pool), total + pool_idle_bytes(b->pool));
+	ck_assert_uint_eq(b->registered_bytes, registered);
+	ck_assert_uint_eq(pool_resident_bytes(b->pool), total - registered + pool_idle_bytes(b->pool));
 	ck_assert_uint_le(budget_leased(b->budget) + pool_idle_bytes(b->pool), budget_limit(b->budget));
 }
 
-static int acquire(struct broker *b, uid_t uid, void *owner, uint64_t size, struct lease **ret)
+/* What kind of lease acquire_kind asks for. */
+enum ask { ASK_POOL, ASK_NO_REVOKE, ASK_REGISTRATION };
+
+static int acquire_kind(struct broker *b, uid_t uid, void *owner, uint64_t size, enum ask kind, struct lease **ret)
 {
 	struct acquire_args a = {
 		.uid = uid, .gid = uid, .pid = 1234, .owner = owner, .size = size,
 		.priority = LEASE_PRIO_NORMAL, .label = "test",
+		.no_revoke = kind == ASK_NO_REVOKE, .registration = kind == ASK_REGISTRATION,
 	};
 	struct lease *l = NULL;
 	int r;
@@ -92,6 +100,11 @@ static int acquire(struct broker *b, uid_t uid, void *owner, uint64_t size, stru
 	if (ret)
 		*ret = l;
 	return r;
+}
+
+static int acquire(struct broker *b, uid_t uid, void *owner, uint64_t size, struct lease **ret)
+{
+	return acquire_kind(b, uid, owner, size, ASK_POOL, ret);
 }
 
 START_TEST(test_acquire_rounds_to_page_size_and_charges_exactly)
@@ -499,6 +512,8 @@ START_TEST(test_caps_refuse_by_leases_chunks_and_capacity)
 	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), 0);
 	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), 0);
 	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), -EMLINK);
+	/* A registration takes no chunk, but it is a lease: 100,000 of them meet the same cap. */
+	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 4096, ASK_REGISTRATION, &l), -EMLINK);
 	/* 2 MiB chunks: 5 MiB takes three (two whole and a tail). */
 	b->max_leases_per_uid = 100;
 	b->max_chunks_per_uid = 4;
@@ -513,6 +528,65 @@ START_TEST(test_caps_refuse_by_leases_chunks_and_capacity)
 	ck_assert(broker_resolve_limits(b, 100, 0, 100, 0));
 	ck_assert_uint_eq(b->chunk_capacity, BROKER_CHUNK_CAPACITY_MIN);
 	b->cfg = NULL;
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_registration_is_charged_without_pool_memory_and_never_revoked)
+{
+	struct broker *b = new_broker(64 * MIB, 32 * MIB, 4 * MIB);
+	struct lease *r, *n, **order;
+	size_t norder;
+
+	/* Whole 4 KiB pages of the program's own memory, however large the pool's pages are. */
+	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 5000, ASK_REGISTRATION, &r), 0);
+	ck_assert_uint_eq(r->bytes, 8 * KIB);
+	ck_assert_uint_eq(r->nchunks, 0);
+	ck_assert(r->registration && r->no_revoke);
+	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 2 * MIB, ASK_NO_REVOKE, &n), 0);
+	ck_assert(!n->registration && n->no_revoke);
+	ck_assert_uint_eq(b->registered_bytes, 8 * KIB);
+	ck_assert_uint_eq(budget_uid_no_revoke(b->budget, UID_A), 2 * MIB + 8 * KIB);
+	ck_assert_uint_eq(budget_uid_leased(b->budget, UID_A), 2 * MIB + 8 * KIB);
+	/* The pool lent the never-revoked lease, not the registration. */
+	ck_assert_uint_eq(pool_resident_bytes(b->pool), 4 * MIB);
+	ck_assert_uint_eq(pool_idle_bytes(b->pool), 2 * MIB);
+	ck_assert_int_eq(lease_revoke_order(b->leases, &order, &norder), 0);
+	ck_assert_uint_eq(norder, 0);
+	free(order);
+	/* Tight: a registration pins new pages, so it is refused like a lease beyond the idle pool. */
+	b->state = BROKER_TIGHT;
+	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 4096, ASK_REGISTRATION, NULL), -EBUSY);
+	b->state = BROKER_NORMAL;
+	broker_free_lease(b, r);
+	broker_free_lease(b, n);
+	ck_assert_uint_eq(b->registered_bytes, 0);
+	ck_assert_uint_eq(budget_no_revoke(b->budget), 0);
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_never_revoked_bytes_are_capped_per_uid)
+{
+	struct broker *b = new_broker(64 * MIB, 32 * MIB, 0);
+	struct lease *l;
+
+	/* new_broker's cap: half the 32 MiB quota. */
+	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 12 * MIB, ASK_NO_REVOKE, &l), 0);
+	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 4 * MIB + 4096, ASK_REGISTRATION, NULL), -EXFULL);
+	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 4 * MIB, ASK_REGISTRATION, NULL), 0);
+	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 4096, ASK_NO_REVOKE, NULL), -EXFULL);
+	/* The rest of the quota is still there for leases that can be taken back, and for other uids. */
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 16 * MIB, NULL), 0);
+	ck_assert_int_eq(acquire_kind(b, UID_B, &conn_b, 16 * MIB, ASK_NO_REVOKE, NULL), 0);
+	/* Freed, the share comes back. */
+	broker_free_lease(b, l);
+	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 12 * MIB, ASK_REGISTRATION, NULL), 0);
+	/* 0 refuses every one. */
+	b->max_no_revoke_per_uid_bytes = 0;
+	ck_assert_int_eq(acquire_kind(b, UID_C, &conn_c, 4096, ASK_NO_REVOKE, NULL), -EXFULL);
+	check_books(b);
 	free_broker(b);
 }
 END_TEST
@@ -544,6 +618,8 @@ static Suite *broker_suite(void)
 	tcase_add_test(tc, test_attach_charges_nothing_and_lease_lives_until_last_mapper);
 	tcase_add_test(tc, test_attach_refused_while_revoking_and_idle_lease_becomes_active);
 	tcase_add_test(tc, test_caps_refuse_by_leases_chunks_and_capacity);
+	tcase_add_test(tc, test_registration_is_charged_without_pool_memory_and_never_revoked);
+	tcase_add_test(tc, test_never_revoked_bytes_are_capped_per_uid);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -893,6 +893,28 @@ START_TEST(test_disconnect_returns_everything)
 }
 END_TEST
 
+/* The mock answers HELLO as a daemon from before registrations: the library asks it for none of them. */
+START_TEST(test_registrations_are_not_asked_of_a_daemon_that_predates_them)
+{
+	const struct pb_acquire_opts nr = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_REVOKE };
+	static char buf[4096] __attribute__((aligned(4096)));
+	pb_client *c = connect_mock(&default_cfg);
+	pb_lease *l = NULL;
+
+	ck_assert_int_eq(pb_register(c, buf, sizeof(buf), NULL, &l), -EOPNOTSUPP);
+	ck_assert_ptr_nonnull(strstr(pb_last_error(), "upgrade"));
+	ck_assert_int_eq(pb_acquire(c, 4096, &nr, &l), -EOPNOTSUPP);
+	ck_assert_ptr_null(l);
+	ck_assert_int_eq(pb_report_unbrokered(c, 4096), -EOPNOTSUPP);
+	/* Nothing reached the daemon (its first lease is still id 1), and the connection is as good as before. */
+	ck_assert_int_eq(pb_acquire(c, 4096, &(struct pb_acquire_opts){ .flags = PB_ACQUIRE_NO_CUDA }, &l), 0);
+	ck_assert_uint_eq(pb_lease_id(l), 1);
+	ck_assert_int_eq(pb_release(c, l), 0);
+	pb_disconnect(c);
+	mock_stop();
+}
+END_TEST
+
 static Suite *client_suite(void)
 {
 	Suite *s = suite_create("client");
@@ -900,6 +922,7 @@ static Suite *client_suite(void)
 
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_lease_arrives_in_many_fd_packets_and_maps_contiguously);
+	tcase_add_test(tc, test_registrations_are_not_asked_of_a_daemon_that_predates_them);
 	tcase_add_test(tc, test_refusal_maps_status_to_errno_with_daemon_message);
 	tcase_add_test(tc, test_fallback_when_refused_or_absent);
 	tcase_add_test(tc, test_fallback_of_size_0_is_einval_not_a_buffer);

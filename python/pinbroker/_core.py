@@ -466,20 +466,16 @@ class Registration:
         self.address = address
         self.nbytes = nbytes
         self.label = label
-
-    @property
-    def charged_bytes(self) -> int:
-        """The bytes charged: every page the range touches."""
-        if self._handle is None:
-            return 0
-        return int(_lib.load().pb_lease_size(self._handle))
-
-    @property
-    def id(self) -> Optional[int]:
-        return None if self._handle is None else int(_lib.load().pb_lease_id(self._handle))
+        lib = _lib.load()
+        # Read now: after Client.close() the handle is the library's to free.
+        #: The bytes charged: every page the range touches.
+        self.charged_bytes = int(lib.pb_lease_size(handle))
+        #: The daemon's lease id of the charge.
+        self.id = int(lib.pb_lease_id(handle))
 
     def unregister(self) -> None:
-        """Unregister from CUDA (unless charge-only) and give the charge back. Idempotent."""
+        """Unregister from CUDA (unless charge-only) and give the charge back. Idempotent, and a no-op once
+        the client is closed (closing gave every charge back)."""
         handle, self._handle = self._handle, None
         if handle is not None:
             self._client._unregister(handle)
@@ -510,6 +506,7 @@ class Client:
         self._busy = 0
         self._closed = False
         self._mappings: Dict[int, weakref.ReferenceType] = {}
+        self._registrations: set = set()  # pb_register handles not yet given back
         self._revoke_cb: Optional[RevokeCallback] = None
         self._warned_no_callback = False
         with _key_lock:
@@ -586,7 +583,12 @@ class Client:
             ptr, self._ptr = self._ptr, None
             mappings = [r() for r in self._mappings.values()]
             self._mappings.clear()
+            registrations = list(self._registrations)
+            self._registrations.clear()
         lib = _lib.load()
+        for handle in registrations:
+            if mine and ptr and release_each:
+                lib.pb_release(ptr, handle)
         for m in mappings:
             if m is None:
                 continue
@@ -725,13 +727,23 @@ class Client:
             r = fn(ptr, address, nbytes, ctypes.byref(opts), ctypes.byref(ret))
             if r < 0:
                 _raise(r, f"registering {nbytes} bytes at {address:#x}")
-            return Registration(self, int(ret.value), address, nbytes, label)
+            reg = Registration(self, int(ret.value), address, nbytes, label)
+            with self._cond:
+                self._registrations.add(int(ret.value))
+            return reg
         finally:
             self._leave()
 
     def _unregister(self, handle: int) -> None:
-        ptr = self._enter()
         try:
+            ptr = self._enter()
+        except NotConnected:
+            return  # closed: the close gave the charge back
+        try:
+            with self._cond:
+                if handle not in self._registrations:
+                    return
+                self._registrations.discard(handle)
             r = _lib.optional("pb_unregister")(ptr, handle)
             if r < 0:
                 _raise(r, "unregistering")

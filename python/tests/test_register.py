@@ -58,3 +58,21 @@ def test_unbrokered_reports_replace_each_other(client):
     assert any(c.get("unbrokered_bytes") == MiB for c in st["clients"])
     client.report_unbrokered(0)
     assert client.status()["unbrokered_bytes"] == 0
+
+
+def test_close_gives_registrations_back_and_they_stay_readable(daemon):
+    c = pinbroker.connect(daemon.socket)
+    reg = c.register(0x7F0000000000, 3 * PAGE, cuda=False)
+    rid, charged = reg.id, reg.charged_bytes
+    c2 = pinbroker.connect(daemon.socket)
+    assert c2.status()["registered_bytes"] == 3 * PAGE
+    c.close()
+    # Given back at close, on the connection's last answer: not held until this process exits.
+    assert c2.status()["registered_bytes"] == 0
+    assert c2.status()["leased_bytes"] == 0
+    # Facts stay readable, and unregister after close does nothing.
+    assert (reg.id, reg.charged_bytes) == (rid, charged)
+    reg.unregister()
+    with c2.register(0x7F0000000000, PAGE, cuda=False):
+        pass
+    c2.close()

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fdstore.h"
 #include "itest.h"
 #include "pinbroker.h"
 #include "../check_main.h"
@@ -231,8 +232,9 @@ START_TEST(test_unbrokered_reports_replace_each_other_and_die_with_the_connectio
 	ck_assert_uint_eq(unbrokered_now(), 4 * MiB);
 	ck_assert_int_eq(pb_report_unbrokered(c, 1 * MiB), 0);
 	ck_assert_uint_eq(unbrokered_now(), 2 * MiB);
-	/* Over a pebibyte is a lie: refused, the last report stands. */
+	/* Over 16 TiB is a lie (and, times max-connections, would wrap the sum): refused, the last report stands. */
 	ck_assert_int_eq(pb_report_unbrokered(c, 1ull << 51), -EINVAL);
+	ck_assert_int_eq(pb_report_unbrokered(c, (1ull << 44) + 1), -EINVAL);
 	ck_assert_uint_eq(unbrokered_now(), 2 * MiB);
 
 	s = status();
@@ -291,10 +293,85 @@ START_TEST(test_killed_registrant_returns_its_charge_and_report)
 }
 END_TEST
 
+/* The uid's share of never-revoked memory is a setting: past it the daemon says so, and revocable leases still come. */
+START_TEST(test_never_revoked_memory_is_capped_per_uid)
+{
+	static const char *const args[] = { "--max-no-revoke-per-uid", "8M", NULL };
+	const struct pb_acquire_opts nr = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE | PB_ACQUIRE_NO_REVOKE };
+	const struct pb_acquire_opts plain = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
+	static char buf[4 * 4096] __attribute__((aligned(4096)));
+	pb_client *c;
+	pb_lease *a, *reg, *more = NULL, *p;
+
+	ck_assert_int_eq(daemon_stop(&d), 0);
+	daemon_restart(&d, args);
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_acquire(c, 8 * MiB - sizeof(buf), &nr, &a), 0);
+	ck_assert_int_eq(pb_register(c, buf, sizeof(buf), &charge_only, &reg), 0);
+	ck_assert_int_eq(pb_acquire(c, 4096, &nr, &more), -EUSERS);
+	ck_assert_ptr_null(more);
+	ck_assert_msg(strstr(pb_last_error(), "max-no-revoke-per-uid"), "said: %s", pb_last_error());
+	ck_assert_int_eq(pb_register(c, buf, 4096, &charge_only, &more), -EUSERS);
+	ck_assert_int_eq(pb_acquire(c, 8 * MiB, &plain, &p), 0);
+	ck_assert_int_eq(pb_release(c, p), 0);
+	ck_assert_int_eq(pb_unregister(c, reg), 0);
+	ck_assert_int_eq(pb_register(c, buf, sizeof(buf), &charge_only, &reg), 0);
+	ck_assert_int_eq(pb_unregister(c, reg), 0);
+	ck_assert_int_eq(pb_release(c, a), 0);
+	ck_assert_int_eq(wait_leased(d.socket, 0, 3000), 0);
+	pb_disconnect(c);
+}
+END_TEST
+
+/* A never-revoked lease kept in the fd store across a crash is still never revoked; a registration is forgotten. */
+START_TEST(test_restart_keeps_never_revoked_leases_unrevokable)
+{
+	static const char *const args[] = { "--redeclare-grace-ms", "2000", NULL };
+	const struct pb_acquire_opts nr = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE | PB_ACQUIRE_NO_REVOKE };
+	static char buf[2 * 4096] __attribute__((aligned(4096)));
+	struct pb_status *st = NULL;
+	struct fdstore *fs;
+	pb_client *c;
+	pb_lease *l, *reg;
+	uint64_t *ids = NULL;
+	size_t n = 1;
+
+	daemon_prepare(&d);
+	fs = fdstore_new(&d);
+	fdstore_daemon_start(fs, args);
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_acquire(c, 4 * MiB, &nr, &l), 0);
+	ck_assert_int_eq(pb_register(c, buf, sizeof(buf), &charge_only, &reg), 0);
+
+	fdstore_daemon_kill(fs);
+	fdstore_daemon_start(fs, args);
+	for (int i = 0; i < 100 && pb_status_get(c, &st) < 0; i++)
+		usleep(20000);
+	ck_assert_ptr_nonnull(st);
+	pb_status_free(st);
+	ck_assert_int_eq(pb_lease_stale(l), 0);
+	ck_assert_int_eq(pb_lease_stale(reg), 1);
+	st = status();
+	ck_assert_uint_eq(st->leased_bytes, 4 * MiB);
+	ck_assert_uint_eq(st->no_revoke_bytes, 4 * MiB);
+	ck_assert_int_eq(row_of(st, pb_lease_id(l))->no_revoke, 1);
+	pb_status_free(st);
+	ck_assert_int_eq(pb_admin_revoke(c, PB_REVOKE_ALL, 0, 0, 500, &ids, &n), 0);
+	ck_assert_uint_eq(n, 0);
+	free(ids);
+	ck_assert_int_eq(pb_unregister(c, reg), 0);
+	ck_assert_int_eq(pb_release(c, l), 0);
+	ck_assert_int_eq(wait_leased(d.socket, 0, 3000), 0);
+	pb_disconnect(c);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+	fdstore_free(fs);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-register");
-	TCase *t = tcase_create("register");
+	TCase *t = tcase_create("register"), *r;
 
 	tcase_add_checked_fixture(t, start, stop);
 	tcase_set_timeout(t, 60);
@@ -304,7 +381,13 @@ static Suite *suite(void)
 	tcase_add_test(t, test_no_revoke_leases_are_never_revoked_by_admin_or_pressure_order);
 	tcase_add_test(t, test_unbrokered_reports_replace_each_other_and_die_with_the_connection);
 	tcase_add_test(t, test_killed_registrant_returns_its_charge_and_report);
+	tcase_add_test(t, test_never_revoked_memory_is_capped_per_uid);
 	suite_add_tcase(s, t);
+
+	r = tcase_create("restart");
+	tcase_set_timeout(r, 60);
+	tcase_add_test(r, test_restart_keeps_never_revoked_leases_unrevokable);
+	suite_add_tcase(s, r);
 	return s;
 }
 
