@@ -1,0 +1,407 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Integration: libpinbroker-preload.so in unmodified programs, against the real
+ * pinbrokerd. The programs (tests/preload/target.c) are built three ways, as
+ * CUDA programs reach the driver: the shared runtime (symbols), the static
+ * runtime (dlsym and cuGetProcAddress only) and the driver API, and run on a
+ * stand-in libcuda.so.1 that records what it pinned itself. What the broker
+ * sees is read from its status; what the driver did, from the programs.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "itest.h"
+#include "pinbroker.h"
+#include "../check_main.h"
+
+#define MiB (1024ull * 1024ull)
+
+static struct daemon d;
+
+static const char *const targets[] = { TARGET_SHARED, TARGET_STATIC, TARGET_DRIVER };
+static const char *const target_names[] = { "shared", "static", "driver" };
+
+static void start(void)
+{
+	daemon_start(&d, NULL);
+}
+
+/* A budget too small for the 32 MiB the fallback tests ask. */
+static void start_small(void)
+{
+	static const char *const args[] = { "--budget", "16M", "--prewarm", "4M", NULL };
+
+	daemon_start(&d, args);
+}
+
+static void stop(void)
+{
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+
+struct prog {
+	pid_t pid;
+	int in;    /* its stdin: closing it makes `hold` free and exit */
+	FILE *out; /* its stdout */
+};
+
+struct run_opts {
+	bool preload;
+	const char *policy; /* PINBROKER_PRELOAD_FALLBACK, or NULL */
+	const char *expect; /* PB_EXPECT */
+	const char *label;
+	const char *socket; /* NULL: the test daemon's */
+};
+
+static void spawn(struct prog *p, const char *bin, const struct run_opts *o, const char *const *args)
+{
+	int in[2], out[2];
+	const char *argv[16];
+	size_t n = 0;
+
+	ck_assert_int_eq(pipe(in), 0);
+	ck_assert_int_eq(pipe(out), 0);
+	argv[n++] = bin;
+	for (size_t i = 0; args[i] && n < 15; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	p->pid = itest_fork();
+	ck_assert_int_ge(p->pid, 0);
+	if (p->pid == 0) {
+		char asan[512];
+
+		dup2(in[0], 0);
+		dup2(out[1], 1);
+		close(in[1]);
+		close(out[0]);
+		setenv("LD_LIBRARY_PATH", STUB_DIR, 1);
+		setenv("PINBROKER_SOCKET", o->socket ? o->socket : d.socket, 1);
+		setenv("PB_EXPECT", o->expect ? o->expect : "broker", 1);
+		if (o->preload)
+			setenv("LD_PRELOAD", PRELOAD_LIB, 1);
+		if (o->policy)
+			setenv("PINBROKER_PRELOAD_FALLBACK", o->policy, 1);
+		if (o->label)
+			setenv("PINBROKER_LABEL", o->label, 1);
+		/* Under ASan the interposer precedes the sanitizer's runtime in the load order; that is fine. */
+		snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0", getenv("ASAN_OPTIONS") ?: "",
+			 getenv("ASAN_OPTIONS") ? ":" : "");
+		setenv("ASAN_OPTIONS", asan, 1);
+		execv(bin, (char *const *)argv);
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	p->in = in[1];
+	p->out = fdopen(out[0], "r");
+	ck_assert_ptr_nonnull(p->out);
+}
+
+/* The next line the program prints (without its newline); aborts the test at EOF. */
+static void read_line(struct prog *p, char *buf, size_t len)
+{
+	ck_assert_msg(fgets(buf, (int)len, p->out) != NULL, "the program (pid %d) printed nothing", (int)p->pid);
+	buf[strcspn(buf, "\n")] = 0;
+}
+
+/* Close its stdin, read what is left, and return its exit status. */
+static int finish(struct prog *p, char *last, size_t len)
+{
+	char buf[256];
+
+	close(p->in);
+	if (last)
+		*last = 0;
+	while (fgets(buf, sizeof(buf), p->out))
+		if (last)
+			snprintf(last, len, "%.*s", (int)strcspn(buf, "\n"), buf);
+	fclose(p->out);
+	return itest_wait_exit(p->pid);
+}
+
+static int run(const char *bin, const struct run_opts *o, const char *const *args)
+{
+	struct prog p;
+
+	spawn(&p, bin, o, args);
+	return finish(&p, NULL, 0);
+}
+
+static unsigned long long field(const char *line, const char *key)
+{
+	const char *at = strstr(line, key);
+
+	ck_assert_msg(at != NULL, "no %s in \"%s\"", key, line);
+	return strtoull(at + strlen(key), NULL, 10);
+}
+
+static struct pb_status *status(void)
+{
+	struct pb_status *s;
+	pb_client *c;
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_status_get(c, &s), 0);
+	pb_disconnect(c);
+	return s;
+}
+
+/* Rows of pid, sorted by size into bytes[] (at most max); returns how many. */
+static size_t rows_of(const struct pb_status *s, pid_t pid, const char *label, uint64_t *bytes, int *registration,
+		      size_t max)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < s->n_leases; i++) {
+		const struct pb_lease_info *r = &s->leases[i];
+
+		if (r->pid != pid || n == max)
+			continue;
+		ck_assert_str_eq(r->label, label);
+		ck_assert_int_eq(r->no_revoke, 1);
+		bytes[n] = r->bytes;
+		registration[n] = r->registration;
+		n++;
+	}
+	for (size_t i = 1; i < n; i++)
+		for (size_t j = i; j > 0 && bytes[j - 1] > bytes[j]; j--) {
+			uint64_t t = bytes[j];
+			int u = registration[j];
+
+			bytes[j] = bytes[j - 1];
+			registration[j] = registration[j - 1];
+			bytes[j - 1] = t;
+			registration[j - 1] = u;
+		}
+	return n;
+}
+
+/* Wait until the broker has nothing lent and nothing reported: what a program leaves when it is gone. */
+static void wait_all_returned(void)
+{
+	ck_assert_int_eq(wait_leased(d.socket, 0, 10000), 0);
+	for (int i = 0; i < 100; i++) {
+		struct pb_status *s = status();
+		uint64_t u = s->unbrokered_bytes;
+
+		pb_status_free(s);
+		if (u == 0)
+			return;
+		usleep(50 * 1000);
+	}
+	ck_abort_msg("unbrokered bytes still reported after the programs exited");
+}
+
+START_TEST(test_checks_pass_under_the_interposer_for_every_way_in)
+{
+	static const char *const args[] = { "check", NULL };
+	struct run_opts o = { .preload = true, .label = "check" };
+
+	ck_assert_msg(run(targets[_i], &o, args) == 0, "%s: the checks failed under the interposer", target_names[_i]);
+	wait_all_returned();
+}
+END_TEST
+
+/* The same checks without the interposer: the driver serves everything, and the broker checks fail. */
+START_TEST(test_without_the_interposer_the_driver_serves_and_the_broker_checks_fail)
+{
+	static const char *const args[] = { "check", NULL };
+	struct run_opts driver = { .expect = "driver" }, broker = { .expect = "broker" };
+	struct pb_status *s;
+
+	ck_assert_msg(run(targets[_i], &driver, args) == 0, "%s: the checks failed on the bare driver",
+		      target_names[_i]);
+	ck_assert_msg(run(targets[_i], &broker, args) == 1, "%s: the broker checks passed without the broker",
+		      target_names[_i]);
+	s = status();
+	ck_assert_uint_eq(s->n_leases, 0);
+	pb_status_free(s);
+}
+END_TEST
+
+START_TEST(test_allocations_are_leases_of_the_page_rounded_size_and_come_back)
+{
+	static const char *const args[] = { "hold", "alloc", "1", "4097", "67108987", NULL };
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	struct run_opts o = { .preload = true, .label = "held" };
+	uint64_t bytes[8];
+	int reg[8];
+	struct pb_status *s;
+	struct prog p;
+	char line[256];
+
+	spawn(&p, targets[_i], &o, args);
+	read_line(&p, line, sizeof(line));
+	ck_assert_msg(strncmp(line, "ready", 5) == 0, "%s: %s", target_names[_i], line);
+	/* The driver pinned nothing itself: it only registered the leases (libpinbroker did, PORTABLE|DEVICEMAP). */
+	ck_assert_uint_eq(field(line, "alloc="), 0);
+	ck_assert_uint_eq(field(line, "reg="), page + 2 * page + (64 * MiB + page));
+	s = status();
+	ck_assert_uint_eq(rows_of(s, p.pid, "held", bytes, reg, 8), 3);
+	ck_assert_uint_eq(bytes[0], page);
+	ck_assert_uint_eq(bytes[1], 2 * page);
+	ck_assert_uint_eq(bytes[2], 64 * MiB + page);
+	ck_assert_int_eq(reg[0] | reg[1] | reg[2], 0);
+	ck_assert_uint_eq(s->unbrokered_bytes, 0);
+	pb_status_free(s);
+	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	ck_assert_str_eq(line, "freed alloc=0 reg=0");
+	wait_all_returned();
+}
+END_TEST
+
+START_TEST(test_registrations_and_write_combined_memory_are_charged)
+{
+	static const char *const reg_args[] = { "hold", "register", "1048581", NULL };
+	static const char *const wc_args[] = { "hold", "wc", "65536", "65536", NULL };
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	struct run_opts o = { .preload = true, .label = "charged" };
+	uint64_t bytes[8];
+	int reg[8];
+	struct pb_status *s;
+	struct prog p;
+	char line[256];
+
+	/* The program's own memory: registered by the driver, charged to the budget as a registration. */
+	spawn(&p, targets[_i], &o, reg_args);
+	read_line(&p, line, sizeof(line));
+	ck_assert_uint_eq(field(line, "alloc="), 0);
+	ck_assert_uint_eq(field(line, "reg="), 1048581);
+	s = status();
+	ck_assert_uint_eq(rows_of(s, p.pid, "charged", bytes, reg, 8), 1);
+	ck_assert_uint_eq(bytes[0], MiB + page);
+	ck_assert_int_eq(reg[0], 1);
+	ck_assert_uint_eq(s->registered_bytes, MiB + page); /* a charge, not pool memory */
+	pb_status_free(s);
+	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	wait_all_returned();
+
+	/* Write-combined: the driver's own allocation, charged the same way. */
+	spawn(&p, targets[_i], &o, wc_args);
+	read_line(&p, line, sizeof(line));
+	ck_assert_uint_eq(field(line, "alloc="), 2 * 65536);
+	s = status();
+	ck_assert_uint_eq(rows_of(s, p.pid, "charged", bytes, reg, 8), 2);
+	ck_assert_uint_eq(bytes[0], 65536);
+	ck_assert_int_eq(reg[0] & reg[1], 1);
+	pb_status_free(s);
+	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	ck_assert_str_eq(line, "freed alloc=0 reg=0");
+	wait_all_returned();
+}
+END_TEST
+
+START_TEST(test_a_killed_program_gives_everything_back)
+{
+	static const char *const args[] = { "hold", "alloc", "8388608", "12345", NULL };
+	struct run_opts o = { .preload = true };
+	struct prog p;
+	char line[256];
+
+	spawn(&p, targets[_i], &o, args);
+	read_line(&p, line, sizeof(line));
+	ck_assert_int_gt(status_leased(d.socket), 0);
+	kill(p.pid, SIGKILL);
+	close(p.in);
+	fclose(p.out);
+	itest_wait_exit(p.pid);
+	wait_all_returned();
+}
+END_TEST
+
+/* Budget 16 MiB, 32 MiB asked: each policy's answer. */
+START_TEST(test_fallback_policies_when_the_broker_refuses)
+{
+	static const char *const hold[] = { "hold", "alloc", "33554432", NULL };
+	static const char *const hold_mapped[] = { "hold", "mapped", "33554432", NULL };
+	static const char *const hold_reg[] = { "hold", "register", "33554432", NULL };
+	static const char *const oom[] = { "expect-oom", "alloc", "33554432", NULL };
+	static const char *const oom_reg[] = { "expect-oom", "register", "33554432", NULL };
+	struct run_opts cuda = { .preload = true, .policy = "cuda" }, error = { .preload = true, .policy = "error" },
+			pageable = { .preload = true, .policy = "pageable" };
+	struct pb_status *s;
+	struct prog p;
+	char line[256];
+
+	/* cuda: the driver pins it, and the broker hears of it as unbrokered, until it is freed. */
+	spawn(&p, targets[_i], &cuda, hold);
+	read_line(&p, line, sizeof(line));
+	ck_assert_uint_eq(field(line, "alloc="), 32 * MiB);
+	s = status();
+	ck_assert_uint_eq(s->unbrokered_bytes, 32 * MiB);
+	ck_assert_uint_eq(s->leased_bytes, 0);
+	pb_status_free(s);
+	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	wait_all_returned();
+
+	spawn(&p, targets[_i], &cuda, hold_reg);
+	read_line(&p, line, sizeof(line));
+	ck_assert_uint_eq(field(line, "reg="), 32 * MiB);
+	s = status();
+	ck_assert_uint_eq(s->unbrokered_bytes, 32 * MiB);
+	pb_status_free(s);
+	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	wait_all_returned();
+
+	/* error: CUDA's out-of-memory error, for allocations and registrations. */
+	ck_assert_int_eq(run(targets[_i], &error, oom), 0);
+	ck_assert_int_eq(run(targets[_i], &error, oom_reg), 0);
+
+	/* pageable: ordinary memory, nothing pinned, nothing reported... */
+	spawn(&p, targets[_i], &pageable, hold);
+	read_line(&p, line, sizeof(line));
+	ck_assert_uint_eq(field(line, "alloc="), 0);
+	ck_assert_uint_eq(field(line, "reg="), 0);
+	s = status();
+	ck_assert_uint_eq(s->unbrokered_bytes, 0);
+	pb_status_free(s);
+	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	/* ...except where a device pointer is needed: mapped memory goes to the driver. */
+	spawn(&p, targets[_i], &pageable, hold_mapped);
+	read_line(&p, line, sizeof(line));
+	ck_assert_uint_eq(field(line, "alloc="), 32 * MiB);
+	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	wait_all_returned();
+}
+END_TEST
+
+START_TEST(test_without_a_daemon_the_program_still_runs_on_the_driver)
+{
+	static const char *const args[] = { "check", NULL };
+	struct run_opts o = { .preload = true, .expect = "driver", .socket = "/nonexistent/pinbroker.sock" };
+
+	ck_assert_int_eq(run(targets[_i], &o, args), 0);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("integration-preload");
+	TCase *t = tcase_create("interposer"), *small = tcase_create("fallback");
+	int n = (int)(sizeof(targets) / sizeof(targets[0]));
+
+	tcase_add_checked_fixture(t, start, stop);
+	tcase_set_timeout(t, 120);
+	tcase_add_loop_test(t, test_checks_pass_under_the_interposer_for_every_way_in, 0, n);
+	tcase_add_loop_test(t, test_without_the_interposer_the_driver_serves_and_the_broker_checks_fail, 0, n);
+	tcase_add_loop_test(t, test_allocations_are_leases_of_the_page_rounded_size_and_come_back, 0, n);
+	tcase_add_loop_test(t, test_registrations_and_write_combined_memory_are_charged, 0, n);
+	tcase_add_loop_test(t, test_a_killed_program_gives_everything_back, 0, n);
+	tcase_add_loop_test(t, test_without_a_daemon_the_program_still_runs_on_the_driver, 0, n);
+	suite_add_tcase(s, t);
+
+	tcase_add_checked_fixture(small, start_small, stop);
+	tcase_set_timeout(small, 120);
+	tcase_add_loop_test(small, test_fallback_policies_when_the_broker_refuses, 0, n);
+	suite_add_tcase(s, small);
+	return s;
+}
+
+CHECK_MAIN(suite)

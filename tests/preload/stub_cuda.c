@@ -1,0 +1,357 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A stand-in libcuda.so.1 for the interposer's CPU tests: the driver entry
+ * points libpinbroker and the interposer use, with the real ABI and error
+ * codes, over ordinary memory. It records what the "driver" itself pinned
+ * (allocations and registrations) so a test can tell memory the broker served
+ * from memory that reached the driver. Linked -Bsymbolic, as a driver is: its
+ * own references never reach the interposer's functions of the same names.
+ */
+#define _GNU_SOURCE
+#include "stub_cuda.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef unsigned long long CUdeviceptr;
+typedef uint64_t cuuint64_t;
+
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_OUT_OF_MEMORY 2
+#define CUDA_ERROR_NOT_INITIALIZED 3
+#define CUDA_ERROR_NOT_FOUND 500
+#define CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED 712
+#define CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED 713
+#define DEVICEMAP 0x2u
+
+#define STUB __attribute__((visibility("default")))
+
+struct range {
+	uintptr_t p;
+	size_t bytes;
+	unsigned flags;
+	bool alloc; /* else a registration */
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct range ranges[4096];
+static size_t n_ranges;
+static struct stub_cuda_stats stats;
+static int initialised;
+static __thread CUcontext current;
+static struct CUctx_st {
+	int dummy;
+} primary;
+
+/* Index of the range holding p (exactly at its start when exact), or -1. Under lock. */
+static int find(uintptr_t p, bool exact)
+{
+	for (size_t i = 0; i < n_ranges; i++)
+		if (exact ? ranges[i].p == p : p - ranges[i].p < ranges[i].bytes)
+			return (int)i;
+	return -1;
+}
+
+static CUresult add(void *p, size_t bytes, unsigned flags, bool alloc)
+{
+	CUresult r = CUDA_SUCCESS;
+
+	pthread_mutex_lock(&lock);
+	if (!alloc && (find((uintptr_t)p, false) >= 0 || find((uintptr_t)p + bytes - 1, false) >= 0))
+		r = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+	else if (n_ranges == sizeof(ranges) / sizeof(ranges[0]))
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	if (r == CUDA_SUCCESS) {
+		ranges[n_ranges++] = (struct range){ (uintptr_t)p, bytes, flags, alloc };
+		if (alloc) {
+			stats.alloc_bytes += bytes;
+			stats.alloc_calls++;
+		} else {
+			stats.registered_bytes += bytes;
+			stats.register_calls++;
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+static bool take(void *p, bool alloc, struct range *out)
+{
+	int i;
+
+	pthread_mutex_lock(&lock);
+	i = find((uintptr_t)p, true);
+	if (i >= 0 && ranges[i].alloc == alloc) {
+		*out = ranges[i];
+		ranges[i] = ranges[--n_ranges];
+		if (alloc)
+			stats.alloc_bytes -= out->bytes;
+		else
+			stats.registered_bytes -= out->bytes;
+	} else {
+		i = -1;
+	}
+	pthread_mutex_unlock(&lock);
+	return i >= 0;
+}
+
+STUB void stub_cuda_get_stats(struct stub_cuda_stats *s)
+{
+	pthread_mutex_lock(&lock);
+	*s = stats;
+	pthread_mutex_unlock(&lock);
+}
+
+STUB CUresult cuInit(unsigned flags)
+{
+	(void)flags;
+	initialised = 1;
+	return CUDA_SUCCESS;
+}
+
+STUB CUresult cuDriverGetVersion(int *v)
+{
+	*v = 13000;
+	return CUDA_SUCCESS;
+}
+
+STUB CUresult cuDeviceGetCount(int *n)
+{
+	if (!initialised)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	*n = 1;
+	return CUDA_SUCCESS;
+}
+
+STUB CUresult cuDeviceGet(CUdevice *d, int ordinal)
+{
+	if (ordinal != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	*d = 0;
+	return CUDA_SUCCESS;
+}
+
+STUB CUresult cuGetErrorString(CUresult r, const char **s)
+{
+	switch (r) {
+	case CUDA_SUCCESS:
+		*s = "no error";
+		break;
+	case CUDA_ERROR_OUT_OF_MEMORY:
+		*s = "out of memory";
+		break;
+	case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
+		*s = "part or all of the requested memory range is already mapped";
+		break;
+	case CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED:
+		*s = "pointer does not correspond to a registered memory region";
+		break;
+	default:
+		*s = "invalid argument";
+		break;
+	}
+	return CUDA_SUCCESS;
+}
+
+STUB CUresult cuCtxGetCurrent(CUcontext *c)
+{
+	*c = current;
+	return CUDA_SUCCESS;
+}
+
+STUB CUresult cuCtxSetCurrent(CUcontext c)
+{
+	current = c;
+	return CUDA_SUCCESS;
+}
+
+STUB CUresult cuCtxPushCurrent_v2(CUcontext c)
+{
+	current = c;
+	return CUDA_SUCCESS;
+}
+
+STUB CUresult cuCtxPopCurrent_v2(CUcontext *c)
+{
+	if (c)
+		*c = current;
+	current = NULL;
+	return CUDA_SUCCESS;
+}
+
+STUB CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
+{
+	(void)d;
+	*c = &primary;
+	return CUDA_SUCCESS;
+}
+
+static CUresult host_alloc(void **pp, size_t bytes, unsigned flags)
+{
+	void *p;
+	CUresult r;
+
+	if (!pp || bytes == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	r = add(p, bytes, flags, true);
+	if (r != CUDA_SUCCESS) {
+		munmap(p, bytes);
+		return r;
+	}
+	*pp = p;
+	return CUDA_SUCCESS;
+}
+
+/* Memory the interposer never saw: its frees must reach the driver untouched. */
+STUB CUresult stub_cuda_alloc_untracked(void **pp, size_t bytes)
+{
+	return host_alloc(pp, bytes, 0);
+}
+
+STUB CUresult cuMemHostAlloc(void **pp, size_t bytes, unsigned flags)
+{
+	return host_alloc(pp, bytes, flags);
+}
+
+STUB CUresult cuMemAllocHost(void **pp, unsigned int bytes)
+{
+	return host_alloc(pp, bytes, 0);
+}
+
+STUB CUresult cuMemAllocHost_v2(void **pp, size_t bytes)
+{
+	return host_alloc(pp, bytes, 0);
+}
+
+STUB CUresult cuMemFreeHost(void *p)
+{
+	struct range r;
+
+	if (!take(p, true, &r))
+		return CUDA_ERROR_INVALID_VALUE;
+	munmap(p, r.bytes);
+	return CUDA_SUCCESS;
+}
+
+STUB CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned flags)
+{
+	if (!p || bytes == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	return add(p, bytes, flags, false);
+}
+
+STUB CUresult cuMemHostRegister(void *p, size_t bytes, unsigned flags)
+{
+	return cuMemHostRegister_v2(p, bytes, flags);
+}
+
+STUB CUresult cuMemHostUnregister(void *p)
+{
+	struct range r;
+
+	return take(p, false, &r) ? CUDA_SUCCESS : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+}
+
+STUB CUresult cuMemHostGetFlags(unsigned *flags, void *p)
+{
+	int i;
+	CUresult r = CUDA_ERROR_INVALID_VALUE;
+
+	pthread_mutex_lock(&lock);
+	i = find((uintptr_t)p, false);
+	if (i >= 0 && ranges[i].alloc) {
+		*flags = ranges[i].flags;
+		r = CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+/* Mapped memory's device address is its host address (as under UVA): only DEVICEMAP memory has one. */
+STUB CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned flags)
+{
+	int i;
+	CUresult r = CUDA_ERROR_INVALID_VALUE;
+
+	(void)flags;
+	pthread_mutex_lock(&lock);
+	i = find((uintptr_t)p, false);
+	if (i >= 0 && (ranges[i].flags & DEVICEMAP)) {
+		*d = (CUdeviceptr)(uintptr_t)p;
+		r = CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+STUB CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr ptr)
+{
+	int i;
+
+	if (attribute != 2) /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE */
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&lock);
+	i = find((uintptr_t)ptr, false);
+	pthread_mutex_unlock(&lock);
+	if (i < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	*(unsigned *)data = 1; /* CU_MEMORYTYPE_HOST */
+	return CUDA_SUCCESS;
+}
+
+STUB CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status);
+
+/* Base name -> the version cuda.h maps it to at this CUDA version, as the real driver answers. */
+STUB CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
+{
+	typedef void (*any_fn)(void);
+	static const struct {
+		const char *name;
+		int since; /* the CUDA version from which this entry answers the name */
+		any_fn fn;
+	} table[] = {
+		{ "cuMemHostAlloc", 0, (any_fn)cuMemHostAlloc },
+		{ "cuMemAllocHost", 3020, (any_fn)cuMemAllocHost_v2 },
+		{ "cuMemAllocHost", 0, (any_fn)cuMemAllocHost },
+		{ "cuMemFreeHost", 0, (any_fn)cuMemFreeHost },
+		{ "cuMemHostRegister", 6050, (any_fn)cuMemHostRegister_v2 },
+		{ "cuMemHostRegister", 0, (any_fn)cuMemHostRegister },
+		{ "cuMemHostUnregister", 0, (any_fn)cuMemHostUnregister },
+		{ "cuMemHostGetFlags", 0, (any_fn)cuMemHostGetFlags },
+		{ "cuMemHostGetDevicePointer", 3020, (any_fn)cuMemHostGetDevicePointer_v2 },
+		{ "cuGetProcAddress", 12000, (any_fn)cuGetProcAddress_v2 },
+		{ "cuGetProcAddress", 0, (any_fn)cuGetProcAddress },
+		{ "cuInit", 0, (any_fn)cuInit },
+		{ "cuGetErrorString", 0, (any_fn)cuGetErrorString },
+	};
+
+	(void)flags;
+	if (!symbol || !pfn)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+		if (strcmp(symbol, table[i].name) == 0 && version >= table[i].since) {
+			*pfn = (void *)(uintptr_t)table[i].fn;
+			return CUDA_SUCCESS;
+		}
+	}
+	*pfn = NULL;
+	return CUDA_ERROR_NOT_FOUND;
+}
+
+STUB CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status)
+{
+	CUresult r = cuGetProcAddress(symbol, pfn, version, flags);
+
+	if (status)
+		*status = r == CUDA_SUCCESS ? 0 : 1; /* CU_GET_PROC_ADDRESS_SUCCESS / _SYMBOL_NOT_FOUND */
+	return r;
+}
