@@ -47,6 +47,11 @@
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
+/*
+ * dlsym() runs from the sanitizers' own start-up (they look their interceptors up with it), before
+ * their shadow memory exists: what it reaches here must not be instrumented.
+ */
+#define UNSANITIZED __attribute__((no_sanitize("address", "undefined")))
 
 /* From cuda.h and driver_types.h: the values are ABI. The runtime's and the driver's coincide for these. */
 typedef int CUresult;
@@ -168,7 +173,7 @@ __attribute__((format(printf, 2, 3))) static void say(bool warning, const char *
 	fprintf(stderr, "pinbroker-preload[%d]: %s\n", (int)getpid(), msg);
 }
 
-static void *resolve_real_dlsym(void)
+UNSANITIZED static void *resolve_real_dlsym(void)
 {
 	static const char *const versions[] = { "GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0" };
 	void *p = NULL;
@@ -178,7 +183,7 @@ static void *resolve_real_dlsym(void)
 	return p;
 }
 
-static void *real_dlsym(void *handle, const char *name)
+UNSANITIZED static void *real_dlsym(void *handle, const char *name)
 {
 	if (!pbp_real_dlsym)
 		pbp_real_dlsym = (void *(*)(void *, const char *))(uintptr_t)resolve_real_dlsym();
@@ -816,7 +821,7 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda_ver
 	return r;
 }
 
-static void *wrapper(enum fn f)
+UNSANITIZED static void *wrapper(enum fn f)
 {
 	typedef void (*any_fn)(void);
 	/* A static table, so a dlsym() made before our constructor ran (another library's) is served too. */
@@ -845,7 +850,7 @@ static void *wrapper(enum fn f)
 /* ---- dlsym ---- */
 
 /* Calls from this object, and from libpinbroker itself (registering its own leases), get the real thing. */
-static bool caller_is_ours(void *caller)
+UNSANITIZED static bool caller_is_ours(void *caller)
 {
 	Dl_info info;
 	const char *base;
@@ -866,7 +871,7 @@ static bool caller_is_ours(void *caller)
  * Returns our wrapper, or NULL for "let the real dlsym answer", which the
  * assembly then tail-calls so that RTLD_NEXT keeps meaning the caller's next.
  */
-void *pbp_dlsym_override(void *handle, const char *name, void *caller)
+UNSANITIZED void *pbp_dlsym_override(void *handle, const char *name, void *caller)
 {
 	void *real;
 	int f;

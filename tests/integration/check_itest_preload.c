@@ -58,6 +58,7 @@ struct run_opts {
 	const char *expect; /* PB_EXPECT */
 	const char *label;
 	const char *socket; /* NULL: the test daemon's */
+	bool quiet;         /* its stderr to /dev/null: a run expected to fail its checks */
 };
 
 static void spawn(struct prog *p, const char *bin, const struct run_opts *o, const char *const *args)
@@ -81,6 +82,8 @@ static void spawn(struct prog *p, const char *bin, const struct run_opts *o, con
 		dup2(out[1], 1);
 		close(in[1]);
 		close(out[0]);
+		if (o->quiet && freopen("/dev/null", "w", stderr) == NULL)
+			_exit(126);
 		setenv("LD_LIBRARY_PATH", STUB_DIR, 1);
 		setenv("PINBROKER_SOCKET", o->socket ? o->socket : d.socket, 1);
 		setenv("PB_EXPECT", o->expect ? o->expect : "broker", 1);
@@ -213,7 +216,7 @@ END_TEST
 START_TEST(test_without_the_interposer_the_driver_serves_and_the_broker_checks_fail)
 {
 	static const char *const args[] = { "check", NULL };
-	struct run_opts driver = { .expect = "driver" }, broker = { .expect = "broker" };
+	struct run_opts driver = { .expect = "driver" }, broker = { .expect = "broker", .quiet = true };
 	struct pb_status *s;
 
 	ck_assert_msg(run(targets[_i], &driver, args) == 0, "%s: the checks failed on the bare driver",
@@ -381,6 +384,44 @@ START_TEST(test_without_a_daemon_the_program_still_runs_on_the_driver)
 }
 END_TEST
 
+/* pinctl run: the interposer, the label and the policy set for the program, whatever its way in. */
+START_TEST(test_pinctl_run_puts_a_program_under_the_budget)
+{
+	const char *args[] = { "--socket", d.socket, "run", "--label", "via-pinctl", "--fallback", "error", "--",
+			       targets[_i], "hold", "alloc", "20000", NULL };
+	struct run_opts o = { .preload = false };
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	uint64_t bytes[4];
+	int reg[4];
+	struct pb_status *s;
+	struct prog p;
+	char line[256], *out = NULL;
+
+	spawn(&p, PINCTL_PATH, &o, args);
+	read_line(&p, line, sizeof(line));
+	ck_assert_uint_eq(field(line, "alloc="), 0);
+	s = status();
+	/* pinctl execs the program: the lease is the pid's pinctl started as. */
+	ck_assert_uint_eq(rows_of(s, p.pid, "via-pinctl", bytes, reg, 4), 1);
+	ck_assert_uint_eq(bytes[0], (20000 + page - 1) / page * page);
+	pb_status_free(s);
+	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	wait_all_returned();
+
+	/* Its usage errors exit 2; a program that is not there, 127, as env(1) says. (Once is enough.) */
+	if (_i != 0)
+		return;
+	ck_assert_int_eq(pinctl(&d, &out, "run --fallback sometimes -- true"), 2);
+	ck_assert_ptr_nonnull(strstr(out, "expected cuda, error or pageable"));
+	free(out);
+	ck_assert_int_eq(pinctl(&d, &out, "run"), 2);
+	free(out);
+	ck_assert_int_eq(pinctl(&d, &out, "run -- /nonexistent/program"), 127);
+	ck_assert_ptr_nonnull(strstr(out, "cannot run /nonexistent/program"));
+	free(out);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-preload");
@@ -395,6 +436,7 @@ static Suite *suite(void)
 	tcase_add_loop_test(t, test_registrations_and_write_combined_memory_are_charged, 0, n);
 	tcase_add_loop_test(t, test_a_killed_program_gives_everything_back, 0, n);
 	tcase_add_loop_test(t, test_without_a_daemon_the_program_still_runs_on_the_driver, 0, n);
+	tcase_add_loop_test(t, test_pinctl_run_puts_a_program_under_the_budget, 0, n);
 	suite_add_tcase(s, t);
 
 	tcase_add_checked_fixture(small, start_small, stop);
