@@ -137,6 +137,18 @@ if [ "${PB_SKIP_BENCH:-0}" != 1 ]; then
 	tail -5 "$OUT/bench-console.log"
 fi
 
+# The LD_PRELOAD interposer, when this build has it: its own daemons, checks and benchmark (tests/gpu/run-preload.sh).
+if [ -e "$BUILD/client/libpinbroker-preload.so" ]; then
+	echo "=== preload interposer tests" | tee -a "$TLOG"
+	bash "$SRC/tests/gpu/run-preload.sh" "$BUILD" >"$OUT/preload-console.log" 2>&1
+	rc=$?
+	grep -E '^FAIL' "$OUT/preload-console.log" | head -20
+	SUMMARY+=("| preload interposer (run-preload.sh) | $(grep -E '^preload:' "$OUT/preload-console.log" | tail -1 | sed 's/^preload: //; s/ (log .*//') | $([ $rc = 0 ] && echo pass || echo "FAIL ($rc)") | |")
+	[ $rc = 0 ] || FAILED=1
+else
+	SUMMARY+=("| preload interposer | not run: no $BUILD/client/libpinbroker-preload.so | skipped | |")
+fi
+
 echo
 echo "## GPU tests"
 echo
@@ -144,4 +156,5 @@ echo "| run | checks | result | time |"
 echo "|---|---|---|---|"
 printf '%s\n' "${SUMMARY[@]}"
 [ -f "$OUT/bench-raw.txt" ] && python3 "$SRC/bench/gpu/report.py" --short "$OUT/bench-raw.txt"
+[ -f "$OUT/preload-bench.md" ] && { echo; cat "$OUT/preload-bench.md"; }
 exit $FAILED

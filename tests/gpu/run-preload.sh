@@ -1,0 +1,401 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# GPU-host tests of libpinbroker-preload.so: unmodified CUDA programs (static and shared cudart, driver API) under
+# `pinctl run`, checked against what pinbrokerd says (leases, status), the fallback policies, then a benchmark.
+#
+# usage: tests/gpu/run-preload.sh [BUILD_DIR]   (default: build-gpu, then build)
+# env:   OUT             results folder (default: a temp dir)
+#        PB_HUGEPAGES    as root, raise /proc/sys/vm/nr_hugepages to this for the benchmark's hugetlb pool (default
+#                        1100; 0 leaves it alone). Huge pages taken here are given back at the end.
+#        PB_SKIP_BENCH=1 tests only
+# Exits 0 when every check passed (the benchmark reports, it does not fail), 1 when one failed, 2 when a binary is
+# missing, 77 without a GPU.
+set -u
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${1:-}
+if [ -z "$BUILD" ]; then
+	for b in "$SRC/build-gpu" "$SRC/build"; do [ -x "$b/tests/gpu/preload_prog_static" ] && BUILD=$b && break; done
+fi
+BUILD=$(realpath -m "${BUILD:-$SRC/build-gpu}")
+DAEMON=$BUILD/daemon/pinbrokerd
+PINCTL=$BUILD/client/pinctl
+PRELOAD=$BUILD/client/libpinbroker-preload.so
+declare -A PROG=([static]=$BUILD/tests/gpu/preload_prog_static [shared]=$BUILD/tests/gpu/preload_prog_shared
+	[driver]=$BUILD/tests/gpu/preload_driver)
+KINDS=(static shared driver)
+for f in "$DAEMON" "$PINCTL" "$PRELOAD" "${PROG[@]}"; do
+	[ -e "$f" ] || { echo "missing $f (cmake -S . -B build-gpu -DPINBROKER_STATIC_DEPS=ON && cmake --build build-gpu)"; exit 2; }
+done
+# pinctl run looks for the interposer next to the libpinbroker.so it runs with; a statically linked pinctl has none.
+export PINBROKER_PRELOAD_LIB=$PRELOAD
+export OUT=${OUT:-$(mktemp -d /tmp/pb-preload-out.XXXXXX)}
+mkdir -p "$OUT"
+LOG=$OUT/preload-tests.log
+DLOG=$OUT/preload-daemons.log
+TMP=$(mktemp -d /tmp/pb-preload.XXXXXX)
+: >"$LOG"
+
+MIB=1048576
+PAGE=4096
+HOLD_SIZES=(1 4097 $((64 * MIB + 123)))
+FALLBACK_BYTES=$((64 * MIB))
+# As run-gpu.sh: pressure thresholds sit low (a VM's MemAvailable may start small). Preloaded allocations are
+# never-revoked leases, which max-no-revoke-per-uid caps at 50% of the uid quota by default: allow all of it.
+DARGS=(--lock-memory yes --tight-mem-available-pct 3 --critical-mem-available-pct 1 --max-no-revoke-per-uid 100%)
+PIDS=()
+HOLDS=()
+HUGE_BEFORE=
+cleanup() {
+	local p
+	for p in "${HOLDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+	for p in "${PIDS[@]}"; do
+		kill -TERM "$p" 2>/dev/null
+		for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+	done
+	[ -n "$HUGE_BEFORE" ] && echo "$HUGE_BEFORE" >/proc/sys/vm/nr_hugepages 2>/dev/null
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+# Skip before touching anything when there is no GPU.
+"${PROG[static]}" probe >"$TMP/probe" 2>&1
+rc=$?
+tee -a "$LOG" <"$TMP/probe"
+[ $rc = 77 ] && exit 77
+[ $rc = 0 ] || { echo "FAIL: preload_prog_static probe exited $rc"; exit 1; }
+
+WANT_HUGE=${PB_HUGEPAGES:-1100}
+if [ "$WANT_HUGE" != 0 ] && [ -w /proc/sys/vm/nr_hugepages ] && [ "${PB_SKIP_BENCH:-0}" != 1 ]; then
+	cur=$(cat /proc/sys/vm/nr_hugepages)
+	if [ "$cur" -lt "$WANT_HUGE" ]; then
+		HUGE_BEFORE=$cur
+		echo "$WANT_HUGE" >/proc/sys/vm/nr_hugepages
+	fi
+fi
+
+# Start pinbrokerd on SOCKET and wait until it answers (the pool warms before the socket serves).
+start_daemon() { # label socket args...
+	local label=$1 sock=$2 pid
+	shift 2
+	echo "--- pinbrokerd $label: $*" >>"$DLOG"
+	setsid "$DAEMON" --socket "$sock" "${DARGS[@]}" "$@" >>"$DLOG" 2>&1 </dev/null &
+	pid=$!
+	PIDS+=("$pid")
+	for _ in $(seq 1 1200); do
+		"$PINCTL" --socket "$sock" status --json >/dev/null 2>&1 && return 0
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	echo "FAIL: pinbrokerd $label did not answer on $sock; see $DLOG" | tee -a "$LOG"
+	return 1
+}
+stop_last() {
+	local p=${PIDS[-1]}
+	unset 'PIDS[-1]'
+	kill -TERM "$p" 2>/dev/null
+	for _ in $(seq 1 200); do kill -0 "$p" 2>/dev/null || return 0; sleep 0.05; done
+	echo "FAIL: pinbrokerd $p did not stop" | tee -a "$LOG"
+	kill -KILL "$p"
+	return 1
+}
+
+# JSON from pinctl, read with python3 (on the GPU host; no jq there).
+status_field() { # field -> value from `pinctl status --json`
+	"$PINCTL" status --json 2>>"$LOG" |
+		python3 -c 'import json,sys; print(json.load(sys.stdin).get(sys.argv[1], "missing"))' "$1"
+}
+leases_of() { # label -> one line per lease: "bytes registration no_revoke" (sorted by bytes)
+	"$PINCTL" leases --json 2>>"$LOG" | python3 -c '
+import json, sys
+rows = [l for l in json.load(sys.stdin)["leases"] if l.get("label") == sys.argv[1]]
+for l in sorted(rows, key=lambda l: l["bytes"]):
+    print(l["bytes"], int(bool(l.get("registration"))), int(bool(l.get("no_revoke"))))' "$1"
+}
+counters() { # the budget figures a finished program must leave as it found them
+	"$PINCTL" status --json 2>>"$LOG" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print(" ".join("%s=%s" % (k, d.get(k)) for k in ("leased_bytes", "registered_bytes", "no_revoke_bytes", "unbrokered_bytes")))'
+}
+
+PASSED=0
+FAILED=0
+SUMMARY=()
+ok() { PASSED=$((PASSED + 1)); echo "PASS $*" >>"$LOG"; }
+bad() { FAILED=$((FAILED + 1)); echo "FAIL $*" | tee -a "$LOG"; }
+check() { # description command...: PASS when the command succeeds
+	local what=$1
+	shift
+	if "$@"; then ok "$what"; else bad "$what"; fi
+}
+
+# Run a program's `hold` under pinctl run in the background; sets HOLD_PID and HOLD_OUT. Returns 1 when it did not
+# reach "hold" (its output is in the log then).
+HOLD_N=0
+hold_start() { # fallback label kind prog sizes...
+	local fb=$1 label=$2 kind=$3 prog=$4
+	shift 4
+	HOLD_N=$((HOLD_N + 1))
+	HOLD_OUT=$TMP/hold$HOLD_N.out
+	HOLD_REL=$TMP/hold$HOLD_N.release
+	HOLD_EXIT=$TMP/hold$HOLD_N.exit
+	echo "\$ pinctl run --fallback $fb --label $label -- $prog hold $* (PB_HOLD_KIND=$kind)" >>"$LOG"
+	PB_HOLD_RELEASE=$HOLD_REL PB_HOLD_EXIT=$HOLD_EXIT PB_HOLD_KIND=$kind PB_HOLD_TIMEOUT_S=120 \
+		"$PINCTL" run --fallback "$fb" --label "$label" -- "$prog" hold "$@" >"$HOLD_OUT" 2>&1 </dev/null &
+	HOLD_PID=$!
+	HOLDS+=("$HOLD_PID")
+	wait_line '^hold ' || return 1
+}
+wait_line() { # regex: wait for it in HOLD_OUT while the hold process lives (60 s at most)
+	for _ in $(seq 1 1200); do
+		grep -qE "$1" "$HOLD_OUT" && return 0
+		kill -0 "$HOLD_PID" 2>/dev/null || break
+		sleep 0.05
+	done
+	grep -qE "$1" "$HOLD_OUT" && return 0
+	echo "  hold output (wanted /$1/):" >>"$LOG"
+	sed 's/^/  | /' "$HOLD_OUT" >>"$LOG"
+	return 1
+}
+hold_free() { touch "$HOLD_REL"; wait_line '^released'; }
+hold_end() { # -> the hold process's exit status (through pinctl run); TERM after 60 s
+	local rc
+	touch "$HOLD_REL" "$HOLD_EXIT"
+	for _ in $(seq 1 1200); do kill -0 "$HOLD_PID" 2>/dev/null || break; sleep 0.05; done
+	kill -0 "$HOLD_PID" 2>/dev/null && { echo "  hold $HOLD_PID did not exit: TERM" >>"$LOG"; kill -TERM "$HOLD_PID"; }
+	wait "$HOLD_PID"
+	rc=$?
+	sed 's/^/  | /' "$HOLD_OUT" >>"$LOG"
+	return $rc
+}
+expect_eq() { # what got want
+	[ "$2" = "$3" ] && return 0
+	echo "  $1: got '$2', want '$3'" >>"$LOG"
+	return 1
+}
+# The daemon sees a free or an exit a moment later than the program makes it: retry for up to 2 s.
+eventually_eq() { # what command want: the command's output must become want
+	local what=$1 cmd=$2 want=$3 got end=$(($(date +%s%N) + 2000000000))
+	while :; do
+		got=$($cmd)
+		[ "$got" = "$want" ] && return 0
+		[ "$(date +%s%N)" -lt $end ] || break
+		sleep 0.05
+	done
+	expect_eq "$what" "$got" "$want"
+}
+eventually_ge() { # what command min
+	local got end=$(($(date +%s%N) + 2000000000))
+	while :; do
+		got=$($2)
+		[ "$got" -ge "$3" ] 2>/dev/null && return 0
+		[ "$(date +%s%N)" -lt $end ] || break
+		sleep 0.05
+	done
+	echo "  $1: got '$got', want >= $3" >>"$LOG"
+	return 1
+}
+unbrokered() { status_field unbrokered_bytes; }
+round_page() { echo $(( ($1 + PAGE - 1) / PAGE * PAGE )); }
+
+# hold: a lease per allocation, of the page-rounded size and the label, gone again after the free.
+hold_test() { # prog-kind hold-kind
+	local k=$1 hk=$2 label="pb-$1-$2-$$" want="" s start got reg
+	reg=$([ "$hk" = alloc ] || [ "$hk" = mapped ] && echo 0 || echo 1)
+	for s in "${HOLD_SIZES[@]}"; do want+="$(round_page "$s") $reg"$'\n'; done
+	want=$(printf '%s' "$want" | sort -n)
+	start=$(counters)
+	if ! hold_start cuda "$label" "$hk" "${PROG[$k]}" "${HOLD_SIZES[@]}"; then
+		bad "$k hold ($hk): did not start"
+		hold_end
+		return
+	fi
+	got=$(leases_of "$label" | cut -d' ' -f1,2)
+	check "$k hold ($hk): one lease per allocation, page-rounded, label $label, registration=$reg" \
+		expect_eq "leases" "$got" "$want"
+	if [ "$hk" = alloc ] || [ "$hk" = mapped ]; then
+		got=$(leases_of "$label" | awk '$3 != 1' | wc -l)
+		check "$k hold ($hk): the leases are never-revoked" expect_eq "leases not no_revoke" "$got" 0
+	fi
+	if hold_free; then
+		check "$k hold ($hk): no lease left after the free" expect_eq "leases" "$(leases_of "$label")" ""
+		check "$k hold ($hk): budget counters back after the free (process alive)" \
+			eventually_eq "counters" counters "$start"
+	else
+		bad "$k hold ($hk): never said released"
+	fi
+	check "$k hold ($hk): exit 0" hold_end
+	check "$k hold ($hk): budget counters back after exit" eventually_eq "counters" counters "$start"
+}
+
+run_check() { # prog-kind bare|interposed: bare is the baseline (a FAIL there is the test's or the host's, not the
+	# interposer's); the INFO lines of both land in the log for a line-by-line comparison
+	local k=$1 mode=$2 rc line start
+	local cmd=("${PROG[$k]}" check)
+	[ "$mode" = interposed ] && cmd=("$PINCTL" run --label "pb-$k-check-$$" -- "${PROG[$k]}" check)
+	start=$(counters)
+	echo "\$ ${cmd[*]}" >>"$LOG"
+	"${cmd[@]}" >"$TMP/check.out" 2>&1 </dev/null
+	rc=$?
+	sed 's/^/  | /' "$TMP/check.out" >>"$LOG"
+	cp "$TMP/check.out" "$OUT/preload-check-$k-$mode.txt"
+	grep -E '^FAIL' "$TMP/check.out" | head -10
+	line=$(grep -E '^preload_(prog|driver):' "$TMP/check.out" | tail -1)
+	check "$k check ($mode): exit 0 (${line:-no summary line})" expect_eq "check exit" "$rc" 0
+	check "$k check ($mode): budget counters back after exit" eventually_eq "counters" counters "$start"
+	CHECK_LINE[$k-$mode]="${line#*: }, exit $rc"
+}
+
+declare -A CHECK_LINE
+section() { # name: runs the rest of the arguments, then adds a summary row with the checks it counted
+	local name=$1 p0=$PASSED f0=$FAILED t0 res
+	shift
+	t0=$(date +%s%N)
+	echo "=== $name" | tee -a "$LOG"
+	"$@"
+	res=$([ $FAILED = "$f0" ] && echo pass || echo FAIL)
+	SUMMARY+=("| $name | $((PASSED - p0)) passed, $((FAILED - f0)) failed | $res | $(( ($(date +%s%N) - t0) / 1000000 )) ms |")
+}
+
+programs() {
+	local k hk
+	for k in "${KINDS[@]}"; do
+		run_check "$k" bare
+		run_check "$k" interposed
+		for hk in alloc mapped register wc; do hold_test "$k" "$hk"; done
+	done
+}
+
+# A budget smaller than the request: each fallback policy.
+fallbacks() {
+	local k label start u
+	for k in "${KINDS[@]}"; do
+		start=$(unbrokered)
+		label="pb-$k-fb-cuda-$$"
+		if hold_start cuda "$label" alloc "${PROG[$k]}" "$FALLBACK_BYTES"; then
+			check "$k --fallback cuda: allocation served, unbrokered >= $FALLBACK_BYTES while held" \
+				eventually_ge "unbrokered" unbrokered $((start + FALLBACK_BYTES))
+			check "$k --fallback cuda: no lease" expect_eq "leases" "$(leases_of "$label")" ""
+			hold_free || bad "$k --fallback cuda: never said released"
+			check "$k --fallback cuda: unbrokered back after the free" \
+				eventually_eq "unbrokered" unbrokered "$start"
+		else
+			bad "$k --fallback cuda: the allocation failed"
+		fi
+		check "$k --fallback cuda: exit 0" hold_end
+		check "$k --fallback cuda: unbrokered back after exit" eventually_eq "unbrokered" unbrokered "$start"
+
+		echo "\$ pinctl run --fallback error -- ${PROG[$k]} expect-oom $FALLBACK_BYTES" >>"$LOG"
+		"$PINCTL" run --fallback error --label "pb-$k-fb-error-$$" -- "${PROG[$k]}" expect-oom "$FALLBACK_BYTES" \
+			>"$TMP/oom.out" 2>&1 </dev/null
+		u=$?
+		sed 's/^/  | /' "$TMP/oom.out" >>"$LOG"
+		grep -E '^FAIL' "$TMP/oom.out" | head -5
+		check "$k --fallback error: the allocation fails with out-of-memory" expect_eq "expect-oom exit" "$u" 0
+
+		label="pb-$k-fb-pageable-$$"
+		if hold_start pageable "$label" alloc "${PROG[$k]}" "$FALLBACK_BYTES"; then
+			check "$k --fallback pageable: no lease" expect_eq "leases" "$(leases_of "$label")" ""
+			check "$k --fallback pageable: nothing unbrokered" expect_eq "unbrokered" "$(unbrokered)" "$start"
+		else
+			bad "$k --fallback pageable: the allocation failed"
+		fi
+		check "$k --fallback pageable: exit 0" hold_end
+	done
+}
+
+if start_daemon checks "$TMP/checks.sock" --budget 8G --prewarm 512M --hugetlb no; then
+	export PINBROKER_SOCKET=$TMP/checks.sock
+	section "preloaded programs (check, hold: alloc, mapped, register, wc)" programs
+	stop_last || FAILED=$((FAILED + 1))
+else
+	FAILED=$((FAILED + 1))
+fi
+if start_daemon small "$TMP/small.sock" --budget 16M --prewarm 0 --hugetlb no --max-pending-acquires 0; then
+	export PINBROKER_SOCKET=$TMP/small.sock
+	section "fallbacks: 64 MiB against a 16 MiB budget" fallbacks
+	stop_last || FAILED=$((FAILED + 1))
+else
+	FAILED=$((FAILED + 1))
+fi
+
+# Benchmark: the same binary bare and under pinctl run, one after the other, against a warm pool.
+BENCH_MD=$OUT/preload-bench.md
+if [ "${PB_SKIP_BENCH:-0}" != 1 ]; then
+	if [ "$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)" -ge 1024 ] 2>/dev/null; then huge=yes; else huge=no; fi
+	echo "=== benchmark (hugetlb $huge)" | tee -a "$LOG"
+	if start_daemon bench "$TMP/bench.sock" --budget 4G --prewarm 2G --hugetlb "$huge" \
+		--pool-shrink-delay-ms 3600000; then
+		export PINBROKER_SOCKET=$TMP/bench.sock
+		for k in static shared; do
+			"${PROG[$k]}" bench >"$OUT/preload-bench-$k-real.txt" 2>&1
+			echo "$k real: exit $?" >>"$LOG"
+			"$PINCTL" run --label "pb-bench-$k-$$" -- "${PROG[$k]}" bench >"$OUT/preload-bench-$k-interposed.txt" 2>&1
+			echo "$k interposed: exit $?" >>"$LOG"
+			# Whether the interposer was reached at all: the daemon logs every lease it grants, with its label.
+			grep -c "label pb-bench-$k-$$\$" "$DLOG" >"$OUT/preload-bench-$k-leases.txt"
+		done
+		stop_last
+		python3 - "$OUT" "$huge" >"$BENCH_MD" <<'EOF'
+import os, sys
+out, huge = sys.argv[1], sys.argv[2]
+def load(path):
+    r = {}
+    if os.path.exists(path):
+        for line in open(path):
+            f = line.split()
+            if len(f) == 4 and f[0] == "bench":
+                r[(f[1], int(f[2]))] = float(f[3])
+    return r
+def size(b):
+    return "%d GiB" % (b >> 30) if b >= 1 << 30 else "%d MiB" % (b >> 20)
+print("## Preload interposer benchmark (pool hugetlb %s)" % huge)
+print()
+print("| program | figure | size | real | interposed | interposed/real | target |")
+print("|---|---|---|---:|---:|---:|---|")
+for k in ("static", "shared"):
+    real = load(os.path.join(out, "preload-bench-%s-real.txt" % k))
+    pre = load(os.path.join(out, "preload-bench-%s-interposed.txt" % k))
+    try:
+        leases = int(open(os.path.join(out, "preload-bench-%s-leases.txt" % k)).read().split()[0])
+    except (OSError, ValueError, IndexError):
+        leases = 0
+    prog = "%s cudart (%s)" % (k, "%d leases" % leases if leases else "NOT interposed: no lease")
+    for (fig, b) in sorted(real, key=lambda x: (x[0] != "h2d_gbps", x[0], x[1])):
+        r, p = real[(fig, b)], pre.get((fig, b))
+        if fig == "h2d_gbps":
+            ratio = "%.3f" % (p / r) if p and r else "-"
+            target = ">= 0.98: %s" % ("met" if p and r and p / r >= 0.98 else "MISSED")
+            unit = "GB/s"
+        elif fig == "alloc_free_ms":
+            ratio = "%.1fx faster" % (r / p) if p and r else "-"
+            target = ">= 10x: %s" % ("met" if p and r and r / p >= 10 else "MISSED")
+            unit = "ms"
+        else:
+            ratio = "%.1fx faster" % (r / p) if p and r else "-"
+            target = ""
+            unit = "ms"
+        print("| %s | %s %s | %s | %.3g | %s | %s | %s |" % (prog, fig, unit, size(b), r,
+              "%.3g" % p if p is not None else "-", ratio, target))
+EOF
+	else
+		echo "benchmark not run: its pinbrokerd did not start" >"$BENCH_MD"
+	fi
+fi
+
+{
+	echo
+	echo "## Preload interposer tests"
+	echo
+	head -1 "$TMP/probe"
+	echo
+	echo "| run | checks | result | time |"
+	echo "|---|---|---|---|"
+	printf '%s\n' "${SUMMARY[@]}"
+	for k in "${KINDS[@]}"; do
+		echo "- $k check: bare ${CHECK_LINE[$k-bare]:-not run}; interposed ${CHECK_LINE[$k-interposed]:-not run}"
+	done
+	[ -f "$BENCH_MD" ] && { echo; cat "$BENCH_MD"; }
+} | tee "$OUT/preload-summary.md"
+echo "preload: $PASSED passed, $FAILED failed (log $LOG)"
+[ $FAILED = 0 ]
