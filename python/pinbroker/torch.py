@@ -90,7 +90,11 @@ import torch.utils.data
 from torch.utils.data import IterableDataset
 from torch.utils.data._utils.collate import default_collate
 
-__all__ = ["DataLoader", "PinnedDataLoader", "record_stream", "slot_of"]
+# torch's CUDA host allocator backed by pinbrokerd (pin_memory=True everywhere): see torch_alloc.py.
+from .torch_alloc import HostAllocator, allocator_stats, install, install_from_env, uninstall
+
+__all__ = ["DataLoader", "PinnedDataLoader", "record_stream", "slot_of", "HostAllocator", "allocator_stats",
+           "install", "install_from_env", "uninstall"]
 
 # Slot states in the shared state array (index 0 is the ring's "closed" flag).
 _FREE = 0

@@ -1,0 +1,67 @@
+# SPDX-License-Identifier: MIT
+"""An unmodified-looking torch program for ``pinctl run`` on a GPU host (tests/gpu/run-torch.sh).
+
+It pins tensors the ordinary way (``torch.empty(..., pin_memory=True)``, ``Tensor.pin_memory()``, a
+DataLoader with ``pin_memory=True``), copies them to the GPU and back, and then asks the daemon, through the
+pinbroker package, which leases its own pid holds. ``--expect exact``: pinctl run installed pinbroker's host
+allocator (PINBROKER_TORCH=1 via sitecustomize), so each tensor is one lease of its page-rounded size.
+``--expect pow2``: ``pinctl run --no-torch``, torch's own caching allocator under the interposer, so its
+power-of-two blocks are leases. Prints one JSON line; exits 0 when the expectation holds, 1 otherwise,
+77 without CUDA.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--expect", choices=["exact", "pow2"], required=True)
+    ap.add_argument("--label", required=True)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("no CUDA", file=sys.stderr)
+        return 77
+    import pinbroker
+
+    n = 129_500_000
+    a = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+    a.fill_(7)
+    b = torch.arange(1 << 20, dtype=torch.float32).pin_memory()
+    ds = torch.utils.data.TensorDataset(torch.arange(4096, dtype=torch.float32).view(64, 64))
+    batch = next(iter(torch.utils.data.DataLoader(ds, batch_size=16, num_workers=2, pin_memory=True)))[0]
+    ok = a.is_pinned() and b.is_pinned() and batch.is_pinned()
+    d = a.cuda(non_blocking=True)
+    e = b.cuda(non_blocking=True)
+    torch.cuda.synchronize()
+    ok = ok and int(d[n - 1].item()) == 7 and torch.equal(e.cpu(), b)
+
+    with pinbroker.connect() as c:
+        mine = [r for r in c.leases() if r["pid"] == os.getpid()]
+    sizes = sorted(r["bytes"] for r in mine)
+    labels = sorted({r["label"] for r in mine})
+    rounded = (n + PAGE - 1) // PAGE * PAGE
+    if args.expect == "exact":
+        want = rounded in sizes and (4 << 20) in sizes
+    else:
+        want = (128 << 20) in sizes and rounded not in sizes
+    try:
+        import pinbroker.torch_alloc as ta
+
+        stats = ta.allocator_stats()
+    except Exception:  # the package without the allocator module
+        stats = None
+    print(json.dumps({"expect": args.expect, "pinned": ok, "lease_bytes": sizes, "labels": labels,
+                      "ld_preload": os.environ.get("LD_PRELOAD", ""), "allocator": bool(stats),
+                      "allocator_stats": stats}, default=str))
+    return 0 if ok and want and labels and all(lb == args.label for lb in labels if not lb.startswith("torch:")) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

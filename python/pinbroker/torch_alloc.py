@@ -1,0 +1,277 @@
+# SPDX-License-Identifier: MIT
+"""torch's CUDA host allocator backed by pinbrokerd: every pinned tensor is an exact-size lease.
+
+Usage::
+
+    import pinbroker.torch
+    alloc = pinbroker.torch.install()          # torch >= 2.8 with CUDA; builds a small C++ extension once
+    x = torch.empty(n, pin_memory=True)        # leased from pinbrokerd: exactly n bytes, page-rounded
+    print(alloc.stats())
+
+After :func:`install`, everything torch pins goes through the broker: ``torch.empty(..., pin_memory=True)``,
+``Tensor.pin_memory()``, the DataLoader's pin thread, ``non_blocking`` copies to the CPU. Stock torch rounds
+each pinned allocation up to a power of two and caches it (a 2.08 GiB tensor took 4 GiB on the H200); here
+each is one lease of the requested size, counted by the daemon under the label ``torch:<pid>`` (or
+$PINBROKER_LABEL), and given back when the tensor is freed and the CUDA work recorded on it (``non_blocking``
+copies) has completed. There is no cache of free blocks: the daemon's warm pool keeps leasing cheap.
+
+Leases are taken with PB_ACQUIRE_NO_REVOKE (torch cannot hand a tensor's memory back on request), so the
+daemon never revokes them and refuses new ones under pressure instead. A refused lease, and one CUDA did not
+register, falls back to torch's own allocator; :meth:`HostAllocator.stats` counts those.
+
+The C++ part (``csrc/host_allocator.cpp``) is built on first use with ``torch.utils.cpp_extension.load``
+into torch's extension cache ($TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions; 20-40 s on the H200 host,
+then a load): it needs a C++ compiler, ninja, and the CUDA headers torch was built against. It links
+nothing of pinbroker's: it opens the libpinbroker that :mod:`pinbroker._lib` found, and takes
+client/pinbroker.h (or an installed pinbroker.h) for the prototypes.
+
+Installing does not initialise CUDA (the first pinned allocation does, as in stock torch), so a program can
+install before it forks: see ``pinbroker/_autotorch/sitecustomize.py``, which installs right after
+``import torch`` when PINBROKER_TORCH=1 (``pinctl run``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import warnings
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+from . import _lib
+
+__all__ = ["HostAllocator", "install", "install_from_env", "uninstall", "allocator_stats", "MIN_TORCH"]
+
+#: at::HostAllocator and at::setHostAllocator came with torch 2.8 (ATen/core/CachingHostAllocator.h).
+MIN_TORCH = (2, 8)
+#: Environment variable that makes install_from_env() install (set by ``pinctl run``).
+ENV = "PINBROKER_TORCH"
+#: Environment variable naming a directory that holds pinbroker.h, ahead of every other place.
+INCLUDE_ENV = "PINBROKER_INCLUDE_DIR"
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SOURCE = os.path.join(_HERE, "csrc", "host_allocator.cpp")
+_LOG_TAIL_LINES = 40
+
+_lock = threading.Lock()
+_ext: Any = None
+_installed: Optional["HostAllocator"] = None
+
+
+def _torch_version(v: str) -> Tuple[int, int]:
+    """(major, minor) of a torch version string ("2.11.0+cu130", "1.13.0a0"); (0, 0) if unreadable."""
+    m = re.match(r"(\d+)\.(\d+)", v)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def _find_include_dir() -> str:
+    """The directory holding pinbroker.h: $PINBROKER_INCLUDE_DIR, the checkout's client/ (when this package
+    is run from one), then the include directories next to the library and of this interpreter."""
+    env = os.environ.get(INCLUDE_ENV)
+    if env:
+        if os.path.isfile(os.path.join(env, "pinbroker.h")):
+            return env
+        raise RuntimeError(f"${INCLUDE_ENV}={env} holds no pinbroker.h")
+    cands: List[str] = [os.path.join(os.path.dirname(os.path.dirname(_HERE)), "client")]
+    lib = _lib.path()
+    if lib and os.sep in lib:
+        libdir = os.path.dirname(os.path.realpath(lib))
+        cands += [os.path.join(libdir, "..", "include"), os.path.join(libdir, "..", "..", "include")]
+    cands += [os.path.join(sys.prefix, "include"), "/usr/local/include", "/usr/include"]
+    for d in cands:
+        if os.path.isfile(os.path.join(d, "pinbroker.h")):
+            return os.path.normpath(d)
+    raise RuntimeError(
+        "pinbroker.torch.install: cannot find pinbroker.h (tried " + ", ".join(os.path.normpath(c) for c in cands)
+        + f"); install pinbroker's C headers (cmake --install <build dir>) or set {INCLUDE_ENV}"
+    )
+
+
+def _check_torch() -> Any:
+    """torch, once it is known to be new enough and built with CUDA; RuntimeError otherwise."""
+    try:
+        import torch
+    except ImportError as e:
+        raise RuntimeError(f"pinbroker.torch.install needs torch >= {MIN_TORCH[0]}.{MIN_TORCH[1]}: {e}") from None
+    ver = getattr(torch, "__version__", "?")
+    if _torch_version(str(ver)) < MIN_TORCH:
+        raise RuntimeError(
+            f"pinbroker.torch.install needs torch >= {MIN_TORCH[0]}.{MIN_TORCH[1]} (at::setHostAllocator, "
+            f"ATen/core/CachingHostAllocator.h); found torch {ver}"
+        )
+    if getattr(torch.version, "cuda", None) is None:
+        raise RuntimeError(f"pinbroker.torch.install: CUDA is not available (torch {ver} is built without CUDA)")
+    # device_count() asks NVML first, so it does not initialise CUDA (which would break a later fork()).
+    if torch.cuda.device_count() < 1:
+        raise RuntimeError(f"pinbroker.torch.install: CUDA is not available (torch {ver} sees no CUDA device)")
+    return torch
+
+
+def _build(torch: Any, include_dir: str, verbose: bool) -> Any:
+    """Load the extension, building it into torch's extension cache when its sources or flags changed."""
+    global _ext
+    if _ext is not None:
+        return _ext
+    try:
+        from torch.utils import cpp_extension
+    except ImportError as e:
+        raise RuntimeError(f"pinbroker.torch.install: torch.utils.cpp_extension is unavailable: {e}") from None
+    major, minor = _torch_version(torch.__version__)
+    # One name per torch minor: the cache directory is shared by every torch of this Python and CUDA.
+    name = f"pinbroker_host_allocator_t{major}_{minor}"
+    try:
+        _ext = cpp_extension.load(
+            name=name,
+            sources=[_SOURCE],
+            extra_include_paths=[include_dir],
+            extra_cflags=["-O2"],
+            extra_ldflags=["-ldl"],
+            with_cuda=True,
+            verbose=verbose,
+        )
+    except Exception as e:  # a compiler error, no compiler, no ninja, no CUDA headers: all say so in e
+        lines = str(e).strip().splitlines()
+        tail = "\n".join(lines[-_LOG_TAIL_LINES:])
+        raise RuntimeError(
+            f"pinbroker.torch.install: building the host allocator extension ({_SOURCE}) failed: "
+            f"{type(e).__name__}. It needs a C++ compiler, ninja and the CUDA headers torch {torch.__version__} "
+            f"was built with (CUDA_HOME). The build log ends:\n{tail}"
+        ) from e
+    return _ext
+
+
+class HostAllocator:
+    """The installed allocator: :meth:`stats`, :meth:`empty_cache`, :meth:`uninstall`. One per process."""
+
+    def __init__(self, ext: Any, *, library: str, socket: Optional[str], label: str, priority: int) -> None:
+        self._ext = ext
+        self.library = library
+        self.socket = socket
+        self.label = label
+        self.priority = priority
+
+    @property
+    def installed(self) -> bool:
+        """True while torch's CUDA host allocator is this one."""
+        return bool(self._ext.installed())
+
+    def stats(self) -> Dict[str, Any]:
+        """Counters: allocations, live_blocks, allocated_bytes (requested, live), leased_bytes (page-rounded,
+        including freed blocks whose copies are still in flight), peaks, blocks_waiting, events_pending,
+        released, fallbacks / fallback_bytes / fallback_reasons / last_fallback, cuda_errors, and the time
+        spent in pb_acquire / pb_release (µs). ``torch.cuda.host_memory_stats()`` shows the same through
+        torch's HostStats."""
+        return dict(self._ext.stats())
+
+    def empty_cache(self) -> None:
+        """Give back every freed block whose copies completed, and empty torch's own pinned cache
+        (fallbacks, and tensors pinned before install). ``torch._C._host_emptyCache()`` does the same."""
+        self._ext.empty_cache()
+
+    def uninstall(self) -> bool:
+        """Put torch's allocator back for new allocations; False if this one was not installed. Blocks
+        still alive stay leased until freed; since their later copies are reported to torch's allocator,
+        each one freed after this waits for the devices to go idle before it is given back."""
+        with _lock:
+            return bool(self._ext.uninstall())
+
+    def __repr__(self) -> str:
+        try:
+            s = self.stats()
+            what = f"{s['live_blocks']} blocks, {s['allocated_bytes']} bytes, {s['fallbacks']} fallbacks"
+        except Exception as e:  # repr must not raise
+            what = f"stats unavailable: {e}"
+        state = "installed" if self._installed_quiet() else "uninstalled"
+        return f"<pinbroker.torch.HostAllocator {state}, label {self.label!r}: {what}>"
+
+    def _installed_quiet(self) -> bool:
+        try:
+            return self.installed
+        except Exception:
+            return False
+
+
+def _socket_of(client: Any) -> Optional[str]:
+    if client is None:
+        return None
+    if isinstance(client, (str, os.PathLike)):
+        return os.fspath(client)
+    path = getattr(client, "path", None)
+    if isinstance(path, str):
+        return path
+    raise TypeError(f"client must be a pinbroker.Client, a socket path or None, not {type(client).__name__}")
+
+
+def install(*, client: Union[Any, str, None] = None, label: Optional[str] = None, priority: int = 0,
+            verbose: bool = False) -> HostAllocator:
+    """Make pinbrokerd's leases torch's CUDA host memory (pinned tensors); returns the :class:`HostAllocator`.
+
+    ``client``: a :class:`pinbroker.Client` or a socket path naming the daemon (None: $PINBROKER_SOCKET, else
+    /run/pinbroker/pinbroker.sock). The allocator makes its own connection there, for the life of the
+    process: pinned tensors may outlive any Client object, and closing one must not take their memory.
+    ``label``: shown by ``pinctl leases`` (default $PINBROKER_LABEL, else ``torch:<pid>``). ``priority``:
+    at::setHostAllocator's; an allocator installed with a higher one is not replaced (RuntimeError).
+    ``verbose`` shows the extension's build.
+
+    Idempotent: a second call returns the installed allocator (and reinstalls it after :func:`uninstall`).
+    Raises RuntimeError for torch older than 2.8, a torch without CUDA or no CUDA device, a failed build
+    (with the end of its log), no pinbroker.h, no libpinbroker, or no daemon answering.
+    """
+    global _installed
+    torch = _check_torch()
+    with _lock:
+        if _installed is not None and _installed.installed:
+            return _installed
+        try:
+            _lib.load()
+        except OSError as e:
+            raise RuntimeError(f"pinbroker.torch.install: {e.strerror or e}") from e
+        libpath = _lib.path() or _lib.SONAME
+        ext = _build(torch, _find_include_dir(), verbose)
+        socket = _socket_of(client)
+        if _installed is not None:
+            label = _installed.label  # one allocator per process: its label and connection stay
+        if label is None:
+            label = os.environ.get("PINBROKER_LABEL") or f"torch:{os.getpid()}"
+        try:
+            ext.install(libpath, socket or "", label, int(priority))
+        except RuntimeError as e:
+            raise RuntimeError(str(e).splitlines()[0] if str(e) else "pinbroker.torch.install failed") from e
+        if _installed is None:
+            _installed = HostAllocator(ext, library=libpath, socket=socket, label=label, priority=int(priority))
+        _installed.priority = int(priority)
+        return _installed
+
+
+def uninstall() -> bool:
+    """Put torch's own allocator back (see :meth:`HostAllocator.uninstall`); False if none was installed."""
+    return _installed.uninstall() if _installed is not None else False
+
+
+def allocator_stats() -> Optional[Dict[str, Any]]:
+    """:meth:`HostAllocator.stats` of the installed allocator, or None before :func:`install`."""
+    return _installed.stats() if _installed is not None else None
+
+
+def _env_on(value: Optional[str]) -> bool:
+    return (value or "").strip().lower() in ("1", "yes", "true", "on")
+
+
+def install_from_env() -> Optional[HostAllocator]:
+    """:func:`install` when $PINBROKER_TORCH is 1 (``pinctl run`` sets it); None otherwise.
+
+    Never raises: a failure (old torch, no CUDA, no compiler, no daemon) is a RuntimeWarning, and torch
+    keeps its own allocator. Returns the allocator, or None.
+    """
+    if not _env_on(os.environ.get(ENV)):
+        return None
+    try:
+        return install()
+    except Exception as e:
+        msg = str(e)
+        if len(msg) > 4000:
+            msg = msg[:1000] + "\n...\n" + msg[-3000:]
+        warnings.warn(f"pinbroker: {ENV}=1, but torch keeps its own pinned-memory allocator: {msg}",
+                      RuntimeWarning, stacklevel=2)
+        return None
