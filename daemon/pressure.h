@@ -188,13 +188,6 @@ struct pressure_thresholds {
 
 struct pressure;
 
-/*
- * Fixed reference thresholds for tests and benchmarks. The daemon takes its thresholds from the
- * config table (config.c) instead, whose defaults match these except hysteresis-ms (5000 there,
- * 10000 here).
- */
-void pressure_thresholds_default(struct pressure_thresholds *ret);
-
 /* Reduce a sample to the figures the policy compares. */
 void pressure_figures(const struct pressure_sample *s, struct pressure_figures *ret);
 

@@ -25,6 +25,7 @@
 #include "monitor.h"
 #include "pool.h"
 #include "recovery.h"
+#include "reload.h"
 #include "request-int.h"
 #include "server.h"
 #include "text.h"
@@ -1271,39 +1272,20 @@ static void handle_admin_revoke(struct conn *c, const Request *req)
 static void handle_set_config(struct conn *c, const Request *req)
 {
 	struct broker *b = c->broker;
-	const struct config_key *k = config_key_find(req->set_config->key);
 	struct config *n = NULL;
 	char *err = NULL;
 	int r;
 
-	if (!k) {
-		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
-			     "unknown setting '%s'", req->set_config->key);
-		return;
-	}
-	if (!k->reloadable) {
-		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
-			     "'%s' cannot change while the daemon runs; set it in the config file and restart",
-			     k->name);
-		return;
-	}
-	r = config_dup(b->cfg, &n);
+	r = reload_prepare_set(b->cfg, req->set_config->key, req->set_config->value, &n, &err);
 	if (r == 0)
-		r = config_set(n, k->name, req->set_config->value, &err);
-	if (r == 0)
-		r = config_validate(n, &err);
-	/* A reload keeps the value until restart, as it keeps command-line values. */
-	if (r == 0)
-		r = config_mark_runtime(n, k->name);
-	if (r == 0)
-		r = daemon_apply_config(b, n, &err);
+		r = reload_apply(b, n, &err);
 	if (r < 0) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT, "%s",
 			     err ? err : strerror(-r));
 		config_free(n);
 	} else {
 		log_info("%s set to %s by uid %u; it overrides the config file, also on reload, until restart",
-			 k->name, req->set_config->value, c->uid);
+			 req->set_config->key, req->set_config->value, c->uid);
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
 	}
 	free(err);
