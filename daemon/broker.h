@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include "lease.h"
+#include "pressure.h"
 
 struct budget;
 struct pool;
@@ -18,13 +19,6 @@ struct revoker;
 struct recovery;
 struct ev_loop;
 struct reload_hooks;
-
-/* Pressure states, ordered by severity. */
-enum broker_state {
-	BROKER_NORMAL,
-	BROKER_TIGHT,    /* refuse beyond the free warm pool; shrink the idle pool */
-	BROKER_CRITICAL, /* revoke until out */
-};
 
 struct broker {
 	struct config *cfg;

@@ -6,7 +6,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "broker.h"
+/* Pressure states, ordered by severity: pressure.c's policy holds the state, struct broker what it acts on. */
+enum broker_state {
+	BROKER_NORMAL,
+	BROKER_TIGHT,    /* refuse beyond the free warm pool; shrink the idle pool */
+	BROKER_CRITICAL, /* revoke until out */
+};
 
 /* A cgroup limit of "max" (v2) or a v1 limit at or above PRESSURE_V1_UNLIMITED_BYTES. */
 #define PRESSURE_UNLIMITED UINT64_MAX

@@ -36,7 +36,6 @@
 #define SYS_pidfd_send_signal 424
 #endif
 
-#define REVOCATION_RING 16
 /* While critical, look again this often whether more leases must go. */
 #define RECLAIM_STEP_MS 100
 
@@ -87,7 +86,7 @@ struct revoker {
 	struct pending *pending;
 	uint32_t npending;
 	struct ghost *ghosts;
-	struct monitor_event ring[REVOCATION_RING];
+	struct monitor_event ring[REQUEST_REVOCATIONS_MAX];
 	size_t ring_count;
 	size_t ring_next;
 };
@@ -137,8 +136,8 @@ static void record_revocation(struct broker *b, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(e->text, sizeof(e->text), fmt, ap);
 	va_end(ap);
-	rv->ring_next = (rv->ring_next + 1) % REVOCATION_RING;
-	if (rv->ring_count < REVOCATION_RING)
+	rv->ring_next = (rv->ring_next + 1) % REQUEST_REVOCATIONS_MAX;
+	if (rv->ring_count < REQUEST_REVOCATIONS_MAX)
 		rv->ring_count++;
 }
 
@@ -150,7 +149,7 @@ size_t request_revocations(const struct broker *b, struct monitor_event *out, si
 	if (!rv)
 		return 0;
 	for (size_t i = 0; i < rv->ring_count && n < max; i++) {
-		size_t idx = (rv->ring_next + REVOCATION_RING - 1 - i) % REVOCATION_RING;
+		size_t idx = (rv->ring_next + REQUEST_REVOCATIONS_MAX - 1 - i) % REQUEST_REVOCATIONS_MAX;
 
 		out[n++] = rv->ring[idx];
 	}
@@ -718,18 +717,12 @@ static uint64_t revoking_bytes(const struct broker *b)
  */
 static void reclaim_step(struct broker *b)
 {
-	struct monitor_signal sig[16];
 	struct lease **order = NULL;
-	size_t n = 0, nsig = 0;
-	double avail_pct = NAN;
+	size_t n = 0;
+	double avail_pct = b->monitor ? monitor_mem_available_pct(b->monitor) : NAN;
 	uint64_t deficit, in_flight = revoking_bytes(b);
 
 	broker_trim_pool(b, 0);
-	if (b->monitor)
-		nsig = monitor_signals(b->monitor, sig, 16);
-	for (size_t i = 0; i < nsig && i < 16; i++)
-		if (strcmp(sig[i].name, "mem_available_pct") == 0 && sig[i].available)
-			avail_pct = sig[i].value;
 	if (!isnan(avail_pct) && avail_pct < b->cfg->tight_mem_available_pct) {
 		/* Aim for the tight line, so hysteresis can carry the state down. */
 		double d = (b->cfg->tight_mem_available_pct - avail_pct) / 100.0 * (double)b->mem_total_bytes;

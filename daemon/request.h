@@ -50,6 +50,8 @@ size_t request_hold_pids(const struct broker *b, uint64_t id, pid_t *out, size_t
 /* Memory was freed: grant waiting acquires that now fit, in priority order. */
 void request_grant_waiting(struct broker *b);
 
+/* The revocation events kept for request_revocations. */
+#define REQUEST_REVOCATIONS_MAX 16
 /* Copy of the last revocation events, newest first. Returns how many. */
 struct monitor_event;
 size_t request_revocations(const struct broker *b, struct monitor_event *out, size_t max);
