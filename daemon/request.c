@@ -14,7 +14,6 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "budget.h"
@@ -31,10 +30,6 @@
 #include "text.h"
 #include "util.h"
 #include "wire.h"
-
-#ifndef SYS_pidfd_send_signal
-#define SYS_pidfd_send_signal 424
-#endif
 
 /* While critical, look again this often whether more leases must go. */
 #define RECLAIM_STEP_MS 100
@@ -573,7 +568,7 @@ static void enforce_holders(struct broker *b, const struct lease *l, int sig, pi
 	log_debug("holder scan for overdue lease %llu (uid %u): %zu other processes in %llu us",
 		  (unsigned long long)l->id, l->uid, nh, (unsigned long long)(now_us() - t0));
 	for (size_t i = 0; i < nh; i++) {
-		if (syscall(SYS_pidfd_send_signal, h[i].pidfd, sig, NULL, 0) < 0)
+		if (sys_pidfd_send_signal(h[i].pidfd, sig, 0) < 0)
 			log_warn("pidfd_send_signal(%d, %s) for overdue lease %llu failed, ignoring", h[i].pid,
 				 strsignal(sig), (unsigned long long)l->id);
 		else
@@ -601,7 +596,7 @@ static bool signal_mapper(const struct lease *l, int pidfd, pid_t pid, int sig)
 			  (unsigned long long)l->id);
 		return false;
 	}
-	if (syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0) < 0) {
+	if (sys_pidfd_send_signal(pidfd, sig, 0) < 0) {
 		log_warn("pidfd_send_signal(%d, %s) for overdue lease %llu failed, ignoring", pid, strsignal(sig),
 			 (unsigned long long)l->id);
 		return false;
