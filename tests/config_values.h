@@ -16,8 +16,10 @@ static inline bool config_set_other_value(struct config *c, const struct config 
 					  const char **value)
 {
 	static const char *const common[] = {
-		"1",  "2",    "50",  "100", "1000", "3000", "4M", "8K", "50%",
-		"1M", "no",   "yes", "debug", "err", "/tmp/pinbroker-check", NULL,
+		"1",    "2",   "50",    "100", "1000",
+		"3000", "4M",  "8K",    "50%", "1M",
+		"no",   "yes", "debug", "err", "/tmp/pinbroker-check",
+		NULL,
 	};
 
 	for (int pass = 0; pass < 2; pass++) {
