@@ -809,14 +809,6 @@ static void dispatch(pb_client *c, Reply *rep, int *fds, size_t nfds)
 
 static int say_hello(pb_client *c, const char *path, uint64_t *instance_id);
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /*
  * Wait for the next reconnect attempt: up to ms (0: until asked), or at once
  * when a call asked for one. Returns false once pb_disconnect started; else
@@ -857,7 +849,7 @@ static int redeclare(pb_client *c, uint64_t *ids, size_t n, uint64_t instance_id
 {
 	Pinbroker__V1__Redeclare rd = PINBROKER__V1__REDECLARE__INIT;
 	Request req = PINBROKER__V1__REQUEST__INIT;
-	uint64_t give_up = mono_ms() + HELLO_TIMEOUT_MS;
+	uint64_t give_up = now_ms() + HELLO_TIMEOUT_MS;
 	int r;
 
 	*adopted = NULL;
@@ -878,7 +870,7 @@ static int redeclare(pb_client *c, uint64_t *ids, size_t n, uint64_t instance_id
 	for (;;) {
 		struct pollfd p = { .fd = c->sock, .events = POLLIN };
 		int fds[PB_MAX_FDS_PER_MSG];
-		uint64_t now = mono_ms();
+		uint64_t now = now_ms();
 		size_t nfds;
 		Reply *rep;
 		ssize_t len;
@@ -1029,14 +1021,14 @@ fail:
  */
 static int reconnect(pb_client *c)
 {
-	uint64_t give_up = mono_ms() + RECONNECT_WINDOW_MS;
+	uint64_t give_up = now_ms() + RECONNECT_WINDOW_MS;
 	unsigned wait_ms = RECONNECT_BACKOFF_MIN_MS;
 
 	for (;;) {
 		uint64_t attempt_for;
 		int r;
 
-		if (!wait_for_attempt(c, mono_ms() > give_up ? 0 : wait_ms, &attempt_for))
+		if (!wait_for_attempt(c, now_ms() > give_up ? 0 : wait_ms, &attempt_for))
 			return -ECANCELED;
 		wait_ms = wait_ms * 2 > RECONNECT_BACKOFF_MAX_MS ? RECONNECT_BACKOFF_MAX_MS : wait_ms * 2;
 		r = try_reconnect(c);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Size parsing/formatting and clocks shared by every pinbroker binary. */
+/* Size parsing/formatting, clocks and pidfd calls shared by every pinbroker binary. */
 #include "util.h"
 
 #include <ctype.h>
@@ -9,7 +9,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
+
+/* The same numbers on every architecture since Linux 5.1 and 5.3 (the unified syscall table). */
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
 
 static int suffix_shift(const char *s, unsigned *shift)
 {
@@ -131,4 +141,14 @@ uint64_t round_up(uint64_t x, uint64_t align)
 	if (x > UINT64_MAX - (align - r))
 		return 0;
 	return x + (align - r);
+}
+
+int sys_pidfd_open(pid_t pid, unsigned flags)
+{
+	return (int)syscall(SYS_pidfd_open, pid, flags);
+}
+
+int sys_pidfd_send_signal(int pidfd, int sig, unsigned flags)
+{
+	return (int)syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, flags);
 }

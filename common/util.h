@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* Small helpers shared by daemon, library and pinctl: size parsing and formatting, clocks. */
+/* Small helpers shared by daemon, library and pinctl: size parsing and formatting, clocks, pidfd calls. */
 #pragma once
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /*
  * Parse a byte size: a decimal number with an optional K, M, G or T suffix
@@ -28,3 +29,12 @@ uint64_t now_ms(void);
 
 /* Round x up to a multiple of align (a power of two or not); 0 on overflow. */
 uint64_t round_up(uint64_t x, uint64_t align);
+
+/*
+ * pidfd_open(2) and pidfd_send_signal(2) (no siginfo) through syscall(2), for
+ * C libraries older than their wrappers (glibc 2.36); the one place that
+ * knows their numbers. Return as the syscalls do: an fd or 0, else -1 with
+ * errno set.
+ */
+int sys_pidfd_open(pid_t pid, unsigned flags);
+int sys_pidfd_send_signal(int pidfd, int sig, unsigned flags);

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include "lease.h"
+#include "pressure.h"
 
 struct budget;
 struct pool;
@@ -17,13 +18,7 @@ struct server;
 struct revoker;
 struct recovery;
 struct ev_loop;
-
-/* Pressure states, ordered by severity. */
-enum broker_state {
-	BROKER_NORMAL,
-	BROKER_TIGHT,    /* refuse beyond the free warm pool; shrink the idle pool */
-	BROKER_CRITICAL, /* revoke until out */
-};
+struct reload_hooks;
 
 struct broker {
 	struct config *cfg;
@@ -36,8 +31,10 @@ struct broker {
 	struct recovery *recovery;   /* instance id, and the fd-store state for crash recovery under systemd */
 	struct ev_loop *loop;
 	const char *config_path;     /* for SIGHUP; NULL when none */
+	const struct reload_hooks *reload_hooks; /* what reload_apply runs around a new config (reload.h) */
 
 	uint64_t mem_total_bytes;    /* MemTotal, or the cgroup limit if lower */
+	uint64_t budget_cap_bytes;   /* the most the budget resolves to; 0 = no cap (the fuzz harness sets one) */
 	uint64_t budget_bytes;       /* resolved from cfg */
 	uint64_t uid_quota_bytes;
 	uint64_t max_no_revoke_per_uid_bytes;

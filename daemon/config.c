@@ -148,6 +148,11 @@ static const struct config_key keys[] = {
 	       "is no other member's business (least privilege); budget, leased and pressure figures stay visible "
 	       "to all, and admins always see every row."),
 
+	/*
+	 * MemAvailable and PSI figures follow the issue's anchors. systemd-oomd
+	 * acts at 60% PSI over 20 s; ours act earlier because revoking pinned
+	 * memory is cheap next to killing a job.
+	 */
 	K_DOUBLE("tight-mem-available-pct", tight_mem_available_pct, 0, 100, "10", true,
 		 "Tight when MemAvailable falls below this share of MemTotal; 0 turns the signal off."),
 	K_DOUBLE("critical-mem-available-pct", critical_mem_available_pct, 0, 100, "5", true,
@@ -883,6 +888,31 @@ int config_mark_runtime(struct config *c, const char *key)
 	return 0;
 }
 
+/* Copy k's value from src into dst. Returns 0 or -ENOMEM (dst unchanged). */
+static int copy_value(struct config *dst, const struct config *src, const struct config_key *k)
+{
+	if (k->type == CT_STRING) {
+		const char *s = *(char *const *)cfield(src, k);
+		char *copy = strdup(s ? s : "");
+
+		if (!copy)
+			return -ENOMEM;
+		free(*(char **)field(dst, k));
+		*(char **)field(dst, k) = copy;
+	} else {
+		/* Every other type is stored inline: the bytes are the value. */
+		size_t width = k->type == CT_SIZE_PCT ? sizeof(struct size_spec)
+			       : k->type == CT_SIZE   ? sizeof(uint64_t)
+			       : k->type == CT_UINT   ? sizeof(uint32_t)
+			       : k->type == CT_DOUBLE ? sizeof(double)
+			       : k->type == CT_BOOL   ? sizeof(bool)
+						      : sizeof(int);
+
+		memcpy(field(dst, k), cfield(src, k), width);
+	}
+	return 0;
+}
+
 int config_keep_runtime(struct config *dst, const struct config *src,
 			void (*note)(const char *key, const char *value, void *ud), void *ud)
 {
@@ -891,30 +921,41 @@ int config_keep_runtime(struct config *dst, const struct config *src,
 
 		if (src->origin[i] != CONFIG_ORIGIN_RUNTIME)
 			continue;
-		if (keys[i].type == CT_STRING) {
-			const char *s = *(char *const *)cfield(src, &keys[i]);
-			char *copy = strdup(s ? s : "");
-
-			if (!copy)
-				return -ENOMEM;
-			free(*(char **)field(dst, &keys[i]));
-			*(char **)field(dst, &keys[i]) = copy;
-		} else {
-			/* Every other type is stored inline: the bytes are the value. */
-			size_t width = keys[i].type == CT_SIZE_PCT ? sizeof(struct size_spec)
-				       : keys[i].type == CT_SIZE   ? sizeof(uint64_t)
-				       : keys[i].type == CT_UINT   ? sizeof(uint32_t)
-				       : keys[i].type == CT_DOUBLE ? sizeof(double)
-				       : keys[i].type == CT_BOOL   ? sizeof(bool)
-								   : sizeof(int);
-
-			memcpy(field(dst, &keys[i]), cfield(src, &keys[i]), width);
-		}
+		if (copy_value(dst, src, &keys[i]) < 0)
+			return -ENOMEM;
 		dst->origin[i] = CONFIG_ORIGIN_RUNTIME;
 		if (note) {
 			format_value(src, &keys[i], buf, sizeof(buf));
 			note(keys[i].name, buf, ud);
 		}
+	}
+	return 0;
+}
+
+bool config_key_equal(const struct config *a, const struct config *b, const struct config_key *k)
+{
+	char va[PATH_MAX + 8], vb[PATH_MAX + 8];
+
+	/* As config text: a size_spec's padding, and a NULL against an empty string, compare equal. */
+	format_value(a, k, va, sizeof(va));
+	format_value(b, k, vb, sizeof(vb));
+	return strcmp(va, vb) == 0;
+}
+
+int config_keep_fixed(struct config *dst, const struct config *src,
+		      void (*note)(const char *key, const char *wanted, const char *kept, void *ud), void *ud)
+{
+	for (size_t i = 0; i < N_KEYS; i++) {
+		char wanted[PATH_MAX + 8], kept[PATH_MAX + 8];
+
+		if (keys[i].reloadable || config_key_equal(dst, src, &keys[i]))
+			continue;
+		format_value(dst, &keys[i], wanted, sizeof(wanted));
+		format_value(src, &keys[i], kept, sizeof(kept));
+		if (copy_value(dst, src, &keys[i]) < 0)
+			return -ENOMEM;
+		if (note)
+			note(keys[i].name, wanted, kept, ud);
 	}
 	return 0;
 }

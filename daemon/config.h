@@ -163,6 +163,18 @@ int config_mark_runtime(struct config *c, const char *key);
 int config_keep_runtime(struct config *dst, const struct config *src,
 			void (*note)(const char *key, const char *value, void *ud), void *ud);
 
+/*
+ * Copy into dst, from src, the value of every key the table marks not
+ * reloadable whose value differs: a reload keeps what was set up at start.
+ * For each, call note (if set) with the key, the value dst asked for and the
+ * value kept, as config text. Returns 0 or -ENOMEM.
+ */
+int config_keep_fixed(struct config *dst, const struct config *src,
+		      void (*note)(const char *key, const char *wanted, const char *kept, void *ud), void *ud);
+
+/* Whether k has the same value in a and b, compared as config text. */
+bool config_key_equal(const struct config *a, const struct config *b, const struct config_key *k);
+
 /* Write the commented sample config (every key, its default and help). */
 void config_write_sample(FILE *f);
 /* Write a markdown table of every key (key | default | reloadable | meaning), for the README. */

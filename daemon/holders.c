@@ -16,9 +16,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
+#include "util.h"
 
 /*
  * Longest maps line: about 100 bytes of columns plus a path of PATH_MAX (4096)
@@ -355,7 +353,7 @@ int holders_find(const char *proc_root, uid_t uid, const struct holder_key *keys
 		 * passes, pdir's process was alive after pidfd_open, so the pid
 		 * could not have been reused and the pidfd names that process.
 		 */
-		pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+		pidfd = sys_pidfd_open(pid, 0);
 		if (pidfd < 0) {
 			close(pdir);
 			continue; /* exited, or no pidfds: never signal by pid */

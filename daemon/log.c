@@ -13,10 +13,11 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <systemd/sd-journal.h>
+
+#include "util.h"
 
 #define IDENT "pinbrokerd"
 /* Longer messages are cut: a log line that long is a bug, and the stack buffer keeps logging allocation-free. */
@@ -288,14 +289,6 @@ bool log_ratelimit_pass(enum log_event_kind kind, uint64_t now_us, unsigned *sup
 	return false;
 }
 
-static uint64_t monotonic_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
 static void report_suppressed(enum log_event_kind kind, unsigned n)
 {
 	struct fields fl = { .event = events[kind].name, .uid = (uid_t)-1, .suppressed = n };
@@ -316,7 +309,7 @@ void log_event(enum log_event_kind kind, int priority, uint64_t lease_id, uid_t 
 
 	if (priority > log_level || (unsigned)kind >= EV__MAX)
 		return;
-	now = monotonic_us();
+	now = now_us();
 	/* Flush every kind here, so a burst that stopped still gets its count reported. */
 	pthread_mutex_lock(&limits_lock);
 	for (int k = 0; k < EV__MAX; k++)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* pinbrokerd: configuration, start-up order, the event loop, reload and shutdown. */
+/* pinbrokerd: configuration, start-up order, the event loop, reload (reload.c applies it) and shutdown. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -27,6 +27,7 @@
 #include "pool.h"
 #include "pressure.h"
 #include "recovery.h"
+#include "reload.h"
 #include "request.h"
 #include "server.h"
 #include "util.h"
@@ -304,18 +305,6 @@ static uint64_t memory_base(const char *proc_root)
 	return h.mem_total_bytes;
 }
 
-static void resolve_sizes(struct broker *b, const struct config *c)
-{
-	b->budget_bytes = config_resolve(&c->budget, b->mem_total_bytes);
-	b->uid_quota_bytes = config_resolve(&c->uid_quota, b->budget_bytes);
-	b->prewarm_bytes = config_resolve(&c->prewarm, b->budget_bytes);
-	if (b->prewarm_bytes > b->budget_bytes)
-		b->prewarm_bytes = b->budget_bytes;
-	if (b->uid_quota_bytes > b->budget_bytes)
-		b->uid_quota_bytes = b->budget_bytes;
-	b->max_no_revoke_per_uid_bytes = config_resolve(&c->max_no_revoke_per_uid, b->uid_quota_bytes);
-}
-
 /* Fds and mappings the daemon itself may open beyond those counted at start: the loop, the monitor's
  * /proc and PSI files, the journal, the fd store's state memfd, prewarm thread stacks, malloc arenas. */
 #define DAEMON_OWN_FDS 64
@@ -433,61 +422,13 @@ static void prewarm_cb(struct ev_loop *loop, ev_idle *w, int revents)
 	}
 }
 
-int daemon_apply_config(struct broker *b, struct config *n, char **err)
+static int reconfigure_monitor(struct broker *b, const struct config *cfg)
 {
-	struct config *old = b->cfg;
-	int r;
+	return b->monitor ? monitor_reconfigure(b->monitor, cfg) : 0;
+}
 
-	/* Keys that need a restart keep their running values; say so if they changed. */
-#define KEEP_STR(field, key)                                                                                   \
-	do {                                                                                                   \
-		if (strcmp(old->field, n->field) != 0) {                                                      \
-			log_warnx(key " changed to '%s': it takes effect at the next restart, keeping '%s'",  \
-				  n->field, old->field);                                                       \
-			free(n->field);                                                                        \
-			n->field = strdup(old->field);                                                         \
-		}                                                                                              \
-	} while (0)
-#define KEEP_NUM(field, key)                                                                                   \
-	do {                                                                                                   \
-		if (old->field != n->field) {                                                                 \
-			log_warnx(key " changed: it takes effect at the next restart, keeping the running value"); \
-			n->field = old->field;                                                                 \
-		}                                                                                              \
-	} while (0)
-	KEEP_STR(socket_path, "socket");
-	KEEP_STR(proc_root, "proc-root");
-	KEEP_NUM(chunk_bytes, "chunk-size");
-	KEEP_NUM(hugetlb, "hugetlb");
-	KEEP_NUM(prewarm_threads, "prewarm-threads");
-	KEEP_NUM(lock_memory, "lock-memory");
-	KEEP_NUM(max_message_bytes, "max-message-bytes");
-	KEEP_NUM(reserve_fds, "reserve-fds");
-#undef KEEP_STR
-#undef KEEP_NUM
-	if (!n->socket_path || !n->proc_root)
-		return -ENOMEM;
-	b->cfg = n;
-	resolve_sizes(b, n);
-	resolve_limits(b);
-	budget_set_limits(b->budget, b->budget_bytes, b->uid_quota_bytes);
-	log_level = n->log_level;
-	if (b->monitor) {
-		r = monitor_reconfigure(b->monitor, n);
-		if (r < 0) {
-			b->cfg = old;
-			resolve_sizes(b, old);
-			resolve_limits(b);
-			budget_set_limits(b->budget, b->budget_bytes, b->uid_quota_bytes);
-			log_level = old->log_level;
-			if (err && asprintf(err, "cannot apply the monitor settings: %s", strerror(-r)) < 0)
-				*err = NULL;
-			return r;
-		}
-	}
-	config_free(old);
-	/* A smaller budget shrinks the idle pool; a larger one lets waiting acquires through. */
-	broker_trim_pool(b, b->state == BROKER_NORMAL ? b->prewarm_bytes : 0);
+static void config_applied(struct broker *b)
+{
 	/* A raised prewarm grows the pool, in steps off the loop's busy turns (prewarm_cb). */
 	if (b->loop && prewarm_target(b) > pool_idle_bytes(b->pool) && !ev_is_active(&prewarm_idle)) {
 		prewarm_idle.data = b;
@@ -495,8 +436,13 @@ int daemon_apply_config(struct broker *b, struct config *n, char **err)
 	}
 	request_grant_waiting(b);
 	update_status(b);
-	return 0;
 }
+
+static const struct reload_hooks daemon_reload_hooks = {
+	.resolve_limits = resolve_limits,
+	.reconfigure = reconfigure_monitor,
+	.applied = config_applied,
+};
 
 /* ------------------------------------------------------------- signals */
 
@@ -516,7 +462,7 @@ static void reload(struct broker *b, const struct options *o)
 	log_info("reloading %s", o->config_path ? o->config_path : "(no config file)");
 	r = load_config(o, b->cfg, &n, &err);
 	if (r == 0)
-		r = daemon_apply_config(b, n, &err);
+		r = reload_apply(b, n, &err);
 	if (r < 0) {
 		/* Each line of err is already "file:line: message". */
 		log_warnx("reload rejected, keeping the running config:\n%s", err ? err : strerror(-r));
@@ -655,6 +601,7 @@ int main(int argc, char **argv)
 
 	b.cfg = cfg;
 	b.config_path = o.config_path;
+	b.reload_hooks = &daemon_reload_hooks;
 	b.loop = ev_default_loop(EVFLAG_AUTO);
 	b.started_ms = now_ms();
 	b.state = BROKER_NORMAL;
@@ -665,7 +612,7 @@ int main(int argc, char **argv)
 	b.mem_total_bytes = memory_base(cfg->proc_root);
 	if (b.mem_total_bytes == 0)
 		fatalx("cannot read MemTotal from %s/proc/meminfo; check --proc-root", cfg->proc_root);
-	resolve_sizes(&b, cfg);
+	reload_resolve_sizes(&b, cfg);
 	if (b.budget_bytes == 0)
 		fatalx("the budget resolves to 0 bytes; set budget to a size or a percentage above 0");
 

@@ -6,11 +6,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "broker.h"
+#include "pressure.h"
 
 struct ev_loop;
 struct config;
 struct monitor;
+
+/* The signals monitor_signals reports. */
+#define MONITOR_SIGNALS_MAX 8
+/* The transitions kept for monitor_transitions. */
+#define MONITOR_EVENTS_MAX 16
 
 /* Called from the loop on every state change, after it is logged. why names the figures. */
 typedef void (*monitor_state_fn)(void *ud, enum broker_state from, enum broker_state to, const char *why);
@@ -62,7 +67,10 @@ int monitor_reconfigure(struct monitor *m, const struct config *cfg);
 /* Sample now, re-reading the cgroup limits too, and run the policy (main.c calls it on SIGUSR1). */
 void monitor_sample_now(struct monitor *m);
 
+/* The policy's state (pressure.c holds it; the monitor keeps no copy). */
 enum broker_state monitor_state(const struct monitor *m);
+/* MemAvailable as a share of MemTotal (or of a lower cgroup limit) at the last sample; NAN before the first. */
+double monitor_mem_available_pct(const struct monitor *m);
 const char *monitor_state_name(enum broker_state s);
 /* "psi-trigger", "psi-trigger-2s", "poll (no PSI)", ... */
 const char *monitor_mode(const struct monitor *m);

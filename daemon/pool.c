@@ -16,6 +16,7 @@
 #include <linux/magic.h>
 #include <unistd.h>
 
+#include "pressure.h"
 #include "util.h"
 
 #ifndef MADV_POPULATE_WRITE
@@ -71,22 +72,24 @@ struct pool {
 	size_t npunched_uid;
 };
 
-/* Reads HugePages_Free from <proc_root>/proc/meminfo; 0 when it can't tell. */
+/* HugePages_Free from <proc_root>/proc/meminfo, parsed as the monitor parses it; 0 when it can't tell. */
 static uint64_t huge_pages_free(const char *proc_root)
 {
-	char path[4096], line[256];
-	unsigned long long v = 0;
+	/* meminfo is about 1.5 KiB on 6.x kernels; a cut last line is ignored by the parser. */
+	char path[4096], buf[16384];
+	struct meminfo m;
+	size_t len;
 	FILE *f;
 
 	snprintf(path, sizeof(path), "%s/proc/meminfo", proc_root ? proc_root : "");
 	f = fopen(path, "re");
 	if (!f)
 		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "HugePages_Free: %llu", &v) == 1)
-			break;
+	len = fread(buf, 1, sizeof(buf), f);
 	fclose(f);
-	return v;
+	if (pressure_parse_meminfo(buf, len, &m) < 0 || m.hugepage_size_bytes == 0)
+		return 0;
+	return m.hugepages_free_bytes / m.hugepage_size_bytes;
 }
 
 uint64_t pool_host_page_size(enum pool_hugetlb mode, const char *proc_root)

@@ -469,25 +469,6 @@ struct pressure {
 	uint64_t below_tight_since_ms;
 };
 
-void pressure_thresholds_default(struct pressure_thresholds *ret)
-{
-	/*
-	 * MemAvailable and PSI figures follow the issue's anchors. systemd-oomd
-	 * acts at 60% PSI over 20 s; ours act earlier because revoking pinned
-	 * memory is cheap next to killing a job.
-	 */
-	*ret = (struct pressure_thresholds){
-		.tight_mem_available_pct = 10,
-		.critical_mem_available_pct = 5,
-		.tight_psi_some_avg10 = 10,
-		.critical_psi_full_avg10 = 5,
-		.tight_swapout_pages_s = 1000,
-		.critical_swapout_pages_s = 10000,
-		.tight_swap_free_pct = 20,
-		.hysteresis_ms = 10000,
-	};
-}
-
 void pressure_figures(const struct pressure_sample *s, struct pressure_figures *ret)
 {
 	const struct meminfo *m = &s->mem;

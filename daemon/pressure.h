@@ -6,7 +6,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "broker.h"
+/* Pressure states, ordered by severity: pressure.c's policy holds the state, struct broker what it acts on. */
+enum broker_state {
+	BROKER_NORMAL,
+	BROKER_TIGHT,    /* refuse beyond the free warm pool; shrink the idle pool */
+	BROKER_CRITICAL, /* revoke until out */
+};
 
 /* A cgroup limit of "max" (v2) or a v1 limit at or above PRESSURE_V1_UNLIMITED_BYTES. */
 #define PRESSURE_UNLIMITED UINT64_MAX
@@ -187,13 +192,6 @@ struct pressure_thresholds {
 };
 
 struct pressure;
-
-/*
- * Fixed reference thresholds for tests and benchmarks. The daemon takes its thresholds from the
- * config table (config.c) instead, whose defaults match these except hysteresis-ms (5000 there,
- * 10000 here).
- */
-void pressure_thresholds_default(struct pressure_thresholds *ret);
 
 /* Reduce a sample to the figures the policy compares. */
 void pressure_figures(const struct pressure_sample *s, struct pressure_figures *ret);

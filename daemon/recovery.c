@@ -13,7 +13,6 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -68,9 +67,6 @@
 /* A quarantined chunk's owner: matches no uid that could ask (and such chunks are never idle anyway). */
 #define OWNER_UNKNOWN ((uid_t)-2)
 
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
 
 struct state_desc {
 	char magic[16];
@@ -890,7 +886,7 @@ static void grace_cb(struct ev_loop *loop, ev_timer *w, int revents)
 		if (l->exit_holds > 0)
 			continue;
 		/* A holder still alive may still map the pages: they must not reach anyone else yet. */
-		pidfd = l->pid > 0 ? (int)syscall(SYS_pidfd_open, l->pid, 0) : -1;
+		pidfd = l->pid > 0 ? sys_pidfd_open(l->pid, 0) : -1;
 		if (pidfd >= 0) {
 			uint64_t id = l->id;
 
@@ -958,7 +954,7 @@ static bool adopt_lease(struct recovery *rc, struct store *s, const struct store
 		/* Its attachers do not re-declare: each still running holds it until it exits. A
 		 * reused pid only keeps it counted longer, never lets its pages go early. */
 		for (size_t k = 0; k < sl->nmappers; k++) {
-			int pidfd = (int)syscall(SYS_pidfd_open, sl->mappers[k], 0);
+			int pidfd = sys_pidfd_open(sl->mappers[k], 0);
 			uint64_t id = l->id;
 
 			if (pidfd >= 0)

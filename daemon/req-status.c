@@ -37,7 +37,6 @@
  * cursor says where to go on (such a page may hold fewer rows, even none).
  */
 #define STATUS_SCAN_MAX (8 * STATUS_PAGE_MAX_ROWS)
-#define STATUS_EVENTS_MAX 16
 /* Attacher pids listed on one lease row; the count says how many there are in all. */
 #define STATUS_ATTACHER_PIDS_MAX 16
 
@@ -50,11 +49,11 @@ struct status_build {
 	size_t bytes;    /* packed size of the reply so far (rows at their upper bound) */
 	size_t max_bytes;
 
-	Pinbroker__V1__SignalInfo si[STATUS_EVENTS_MAX], *sip[STATUS_EVENTS_MAX];
-	Pinbroker__V1__EventInfo ti[STATUS_EVENTS_MAX], *tip[STATUS_EVENTS_MAX];
-	Pinbroker__V1__EventInfo vi[STATUS_EVENTS_MAX], *vip[STATUS_EVENTS_MAX];
-	struct monitor_signal sig[STATUS_EVENTS_MAX];
-	struct monitor_event tev[STATUS_EVENTS_MAX], rev[STATUS_EVENTS_MAX];
+	Pinbroker__V1__SignalInfo si[MONITOR_SIGNALS_MAX], *sip[MONITOR_SIGNALS_MAX];
+	Pinbroker__V1__EventInfo ti[MONITOR_EVENTS_MAX], *tip[MONITOR_EVENTS_MAX];
+	Pinbroker__V1__EventInfo vi[REQUEST_REVOCATIONS_MAX], *vip[REQUEST_REVOCATIONS_MAX];
+	struct monitor_signal sig[MONITOR_SIGNALS_MAX];
+	struct monitor_event tev[MONITOR_EVENTS_MAX], rev[REQUEST_REVOCATIONS_MAX];
 
 	struct conn **conns;                 /* candidates for client rows */
 	Pinbroker__V1__ClientInfo *ci, **cip;
@@ -165,7 +164,7 @@ static void fill_events(struct status_build *sb, Pinbroker__V1__StatusReply *sr)
 	struct broker *b = sb->b;
 
 	if (b->monitor) {
-		size_t ns = monitor_signals(b->monitor, sb->sig, STATUS_EVENTS_MAX);
+		size_t ns = monitor_signals(b->monitor, sb->sig, MONITOR_SIGNALS_MAX);
 
 		for (size_t i = 0; i < ns; i++) {
 			Pinbroker__V1__SignalInfo *x = &sb->si[i];
@@ -184,7 +183,7 @@ static void fill_events(struct status_build *sb, Pinbroker__V1__StatusReply *sr)
 		}
 		sr->n_signals = ns;
 		sr->signals = sb->sip;
-		sr->n_transitions = monitor_transitions(b->monitor, sb->tev, STATUS_EVENTS_MAX);
+		sr->n_transitions = monitor_transitions(b->monitor, sb->tev, MONITOR_EVENTS_MAX);
 		for (size_t i = 0; i < sr->n_transitions; i++) {
 			pinbroker__v1__event_info__init(&sb->ti[i]);
 			sb->ti[i].age_ms = sb->now - sb->tev[i].when_ms;
@@ -195,7 +194,7 @@ static void fill_events(struct status_build *sb, Pinbroker__V1__StatusReply *sr)
 	}
 	if (!sb->see_all)
 		return;
-	sr->n_revocations = request_revocations(b, sb->rev, STATUS_EVENTS_MAX);
+	sr->n_revocations = request_revocations(b, sb->rev, REQUEST_REVOCATIONS_MAX);
 	for (size_t i = 0; i < sr->n_revocations; i++) {
 		pinbroker__v1__event_info__init(&sb->vi[i]);
 		sb->vi[i].age_ms = sb->now - sb->rev[i].when_ms;

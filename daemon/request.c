@@ -14,7 +14,6 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "budget.h"
@@ -25,17 +24,13 @@
 #include "monitor.h"
 #include "pool.h"
 #include "recovery.h"
+#include "reload.h"
 #include "request-int.h"
 #include "server.h"
 #include "text.h"
 #include "util.h"
 #include "wire.h"
 
-#ifndef SYS_pidfd_send_signal
-#define SYS_pidfd_send_signal 424
-#endif
-
-#define REVOCATION_RING 16
 /* While critical, look again this often whether more leases must go. */
 #define RECLAIM_STEP_MS 100
 
@@ -86,7 +81,7 @@ struct revoker {
 	struct pending *pending;
 	uint32_t npending;
 	struct ghost *ghosts;
-	struct monitor_event ring[REVOCATION_RING];
+	struct monitor_event ring[REQUEST_REVOCATIONS_MAX];
 	size_t ring_count;
 	size_t ring_next;
 };
@@ -136,8 +131,8 @@ static void record_revocation(struct broker *b, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(e->text, sizeof(e->text), fmt, ap);
 	va_end(ap);
-	rv->ring_next = (rv->ring_next + 1) % REVOCATION_RING;
-	if (rv->ring_count < REVOCATION_RING)
+	rv->ring_next = (rv->ring_next + 1) % REQUEST_REVOCATIONS_MAX;
+	if (rv->ring_count < REQUEST_REVOCATIONS_MAX)
 		rv->ring_count++;
 }
 
@@ -149,7 +144,7 @@ size_t request_revocations(const struct broker *b, struct monitor_event *out, si
 	if (!rv)
 		return 0;
 	for (size_t i = 0; i < rv->ring_count && n < max; i++) {
-		size_t idx = (rv->ring_next + REVOCATION_RING - 1 - i) % REVOCATION_RING;
+		size_t idx = (rv->ring_next + REQUEST_REVOCATIONS_MAX - 1 - i) % REQUEST_REVOCATIONS_MAX;
 
 		out[n++] = rv->ring[idx];
 	}
@@ -573,7 +568,7 @@ static void enforce_holders(struct broker *b, const struct lease *l, int sig, pi
 	log_debug("holder scan for overdue lease %llu (uid %u): %zu other processes in %llu us",
 		  (unsigned long long)l->id, l->uid, nh, (unsigned long long)(now_us() - t0));
 	for (size_t i = 0; i < nh; i++) {
-		if (syscall(SYS_pidfd_send_signal, h[i].pidfd, sig, NULL, 0) < 0)
+		if (sys_pidfd_send_signal(h[i].pidfd, sig, 0) < 0)
 			log_warn("pidfd_send_signal(%d, %s) for overdue lease %llu failed, ignoring", h[i].pid,
 				 strsignal(sig), (unsigned long long)l->id);
 		else
@@ -601,7 +596,7 @@ static bool signal_mapper(const struct lease *l, int pidfd, pid_t pid, int sig)
 			  (unsigned long long)l->id);
 		return false;
 	}
-	if (syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0) < 0) {
+	if (sys_pidfd_send_signal(pidfd, sig, 0) < 0) {
 		log_warn("pidfd_send_signal(%d, %s) for overdue lease %llu failed, ignoring", pid, strsignal(sig),
 			 (unsigned long long)l->id);
 		return false;
@@ -717,18 +712,12 @@ static uint64_t revoking_bytes(const struct broker *b)
  */
 static void reclaim_step(struct broker *b)
 {
-	struct monitor_signal sig[16];
 	struct lease **order = NULL;
-	size_t n = 0, nsig = 0;
-	double avail_pct = NAN;
+	size_t n = 0;
+	double avail_pct = b->monitor ? monitor_mem_available_pct(b->monitor) : NAN;
 	uint64_t deficit, in_flight = revoking_bytes(b);
 
 	broker_trim_pool(b, 0);
-	if (b->monitor)
-		nsig = monitor_signals(b->monitor, sig, 16);
-	for (size_t i = 0; i < nsig && i < 16; i++)
-		if (strcmp(sig[i].name, "mem_available_pct") == 0 && sig[i].available)
-			avail_pct = sig[i].value;
 	if (!isnan(avail_pct) && avail_pct < b->cfg->tight_mem_available_pct) {
 		/* Aim for the tight line, so hysteresis can carry the state down. */
 		double d = (b->cfg->tight_mem_available_pct - avail_pct) / 100.0 * (double)b->mem_total_bytes;
@@ -1271,39 +1260,20 @@ static void handle_admin_revoke(struct conn *c, const Request *req)
 static void handle_set_config(struct conn *c, const Request *req)
 {
 	struct broker *b = c->broker;
-	const struct config_key *k = config_key_find(req->set_config->key);
 	struct config *n = NULL;
 	char *err = NULL;
 	int r;
 
-	if (!k) {
-		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
-			     "unknown setting '%s'", req->set_config->key);
-		return;
-	}
-	if (!k->reloadable) {
-		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
-			     "'%s' cannot change while the daemon runs; set it in the config file and restart",
-			     k->name);
-		return;
-	}
-	r = config_dup(b->cfg, &n);
+	r = reload_prepare_set(b->cfg, req->set_config->key, req->set_config->value, &n, &err);
 	if (r == 0)
-		r = config_set(n, k->name, req->set_config->value, &err);
-	if (r == 0)
-		r = config_validate(n, &err);
-	/* A reload keeps the value until restart, as it keeps command-line values. */
-	if (r == 0)
-		r = config_mark_runtime(n, k->name);
-	if (r == 0)
-		r = daemon_apply_config(b, n, &err);
+		r = reload_apply(b, n, &err);
 	if (r < 0) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT, "%s",
 			     err ? err : strerror(-r));
 		config_free(n);
 	} else {
 		log_info("%s set to %s by uid %u; it overrides the config file, also on reload, until restart",
-			 k->name, req->set_config->value, c->uid);
+			 req->set_config->key, req->set_config->value, c->uid);
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
 	}
 	free(err);

@@ -50,15 +50,9 @@ size_t request_hold_pids(const struct broker *b, uint64_t id, pid_t *out, size_t
 /* Memory was freed: grant waiting acquires that now fit, in priority order. */
 void request_grant_waiting(struct broker *b);
 
+/* The revocation events kept for request_revocations. */
+#define REQUEST_REVOCATIONS_MAX 16
 /* Copy of the last revocation events, newest first. Returns how many. */
 struct monitor_event;
 size_t request_revocations(const struct broker *b, struct monitor_event *out, size_t max);
 uint32_t request_waiting_count(const struct broker *b);
-
-/*
- * Swap in a validated config at run time (SIGHUP, `pinctl set`): recompute
- * budget, quota and prewarm, re-tune the monitor. Takes ownership of cfg on
- * success. Defined in main.c. Returns 0 or a negative errno with *err set.
- */
-struct config;
-int daemon_apply_config(struct broker *b, struct config *cfg, char **err);

@@ -10,7 +10,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -27,9 +26,6 @@
 /* Packets read per wake-up per connection, so one busy client cannot starve the rest. */
 #define READS_PER_WAKEUP 32
 
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
 /* Linux 6.5: a pidfd for the peer, taken by the kernel at connect(), immune to pid reuse. */
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
@@ -125,7 +121,7 @@ static int peer_pidfd(int fd, pid_t pid, bool *from_peer)
 	/* ESRCH: the peer is already gone; nothing to watch or signal. */
 	if (errno == ESRCH)
 		return -1;
-	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	pidfd = sys_pidfd_open(pid, 0);
 	if (pidfd >= 0)
 		fcntl(pidfd, F_SETFD, FD_CLOEXEC);
 	return pidfd;

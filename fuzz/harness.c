@@ -29,6 +29,7 @@
 #include "lease.h"
 #include "log.h"
 #include "pool.h"
+#include "reload.h"
 #include "request.h"
 #include "util.h"
 #include "wire.h"
@@ -191,22 +192,6 @@ void fz_dump_fds(void)
  */
 static uint64_t budget_cap_bytes[2];
 
-static void resolve_sizes(struct broker *b, const struct config *c)
-{
-	uint64_t cap = budget_cap_bytes[the_fz.profile != FZ_PROFILE_DEFAULT];
-
-	b->budget_bytes = config_resolve(&c->budget, b->mem_total_bytes);
-	if (cap && b->budget_bytes > cap)
-		b->budget_bytes = cap;
-	b->uid_quota_bytes = config_resolve(&c->uid_quota, b->budget_bytes);
-	b->prewarm_bytes = config_resolve(&c->prewarm, b->budget_bytes);
-	if (b->prewarm_bytes > b->budget_bytes)
-		b->prewarm_bytes = b->budget_bytes;
-	if (b->uid_quota_bytes > b->budget_bytes)
-		b->uid_quota_bytes = b->budget_bytes;
-	b->max_no_revoke_per_uid_bytes = config_resolve(&c->max_no_revoke_per_uid, b->uid_quota_bytes);
-}
-
 static void apply_kv(struct config *cfg, const char *const *kv)
 {
 	char *err = NULL;
@@ -264,39 +249,24 @@ static void use_config(struct fz *f, enum fz_profile profile)
 	f->profile = profile;
 	config_free(b->cfg);
 	b->cfg = profile_config(profile);
-	resolve_sizes(b, b->cfg);
+	b->budget_cap_bytes = budget_cap_bytes[profile != FZ_PROFILE_DEFAULT];
+	reload_resolve_sizes(b, b->cfg);
 	budget_set_limits(b->budget, b->budget_bytes, b->uid_quota_bytes);
 	b->pool = f->pools[profile != FZ_PROFILE_DEFAULT];
 	f->cfg_dirty = false;
 	log_level = getenv("FUZZ_LOG") ? LOG_DEBUG : LOG_EMERG;
 }
 
-/* main.c's version, less the monitor and sd_notify: the harness links request.c without main.c. */
-int daemon_apply_config(struct broker *b, struct config *n, char **err)
+/* reload_apply's hooks here: no monitor, no fd limits to re-derive (the harness's fd table is its own). */
+static void config_applied(struct broker *b)
 {
-	struct config *old = b->cfg;
-
-	(void)err;
-	free(n->socket_path);
-	n->socket_path = strdup(old->socket_path);
-	free(n->proc_root);
-	n->proc_root = strdup(old->proc_root);
-	n->chunk_bytes = old->chunk_bytes;
-	n->hugetlb = old->hugetlb;
-	n->prewarm_threads = old->prewarm_threads;
-	n->lock_memory = old->lock_memory;
-	n->max_message_bytes = old->max_message_bytes;
-	if (!n->socket_path || !n->proc_root)
-		return -ENOMEM;
-	b->cfg = n;
-	resolve_sizes(b, n);
-	budget_set_limits(b->budget, b->budget_bytes, b->uid_quota_bytes);
-	config_free(old);
-	broker_trim_pool(b, b->state == BROKER_NORMAL ? b->prewarm_bytes : 0);
 	request_grant_waiting(b);
+	/* A SET of log-level must not make the fuzzer log. */
+	log_level = getenv("FUZZ_LOG") ? LOG_DEBUG : LOG_EMERG;
 	the_fz.cfg_dirty = true;
-	return 0;
 }
+
+static const struct reload_hooks fz_reload_hooks = { .applied = config_applied };
 
 /* ------------------------------------------------------------------ set-up and reset */
 
@@ -363,6 +333,7 @@ void fz_global_init(const char *const *overrides)
 	memset(f, 0, sizeof(*f));
 	/* The default loop lives for the whole process (epoll fd, wake-up eventfd). */
 	b->loop = ev_default_loop(EVFLAG_AUTO);
+	b->reload_hooks = &fz_reload_hooks;
 	b->started_ms = now_ms();
 	b->state = BROKER_NORMAL;
 	b->mem_total_bytes = FZ_MEM_TOTAL_BYTES;

@@ -7,6 +7,9 @@ set(PB_FUZZ_DAEMON_SOURCES
   ${CMAKE_SOURCE_DIR}/daemon/request.c
   ${CMAKE_SOURCE_DIR}/daemon/req-status.c
   ${CMAKE_SOURCE_DIR}/daemon/monitor.c
+  ${CMAKE_SOURCE_DIR}/daemon/monitor-proc.c
+  ${CMAKE_SOURCE_DIR}/daemon/monitor-cgroup.c
+  ${CMAKE_SOURCE_DIR}/daemon/monitor-psi.c
   # request.c names the instance id and records leases for the fd store (both inert without recovery_init).
   ${CMAKE_SOURCE_DIR}/daemon/recovery.c
   ${CMAKE_SOURCE_DIR}/daemon/notify.c)

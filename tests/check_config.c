@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "config_values.h"
 #include "check_main.h"
 
 #define TIMEOUT_S 10
@@ -177,17 +178,54 @@ START_TEST(test_table_keys_are_unique_and_documented)
 }
 END_TEST
 
-START_TEST(test_setup_keys_are_not_reloadable)
+/* The table's reloadable flag decides what a reload keeps: every key that is not reloadable, and no other. */
+START_TEST(test_keep_fixed_keeps_exactly_the_unreloadable_keys)
 {
-	static const char *const fixed[] = { "socket",    "chunk-size",      "hugetlb",          "proc-root",
-					     "lock-memory", "prewarm-threads", "max-message-bytes" };
-	static const char *const live[] = { "budget", "uid-quota", "prewarm", "pool-shrink-delay-ms", "admin-group",
-					    "log-level", "max-connections", "revoke-enforce" };
+	size_t n;
+	const struct config_key *keys = config_keys(&n);
 
-	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
-		ck_assert_msg(!config_key_find(fixed[i])->reloadable, "%s", fixed[i]);
-	for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++)
-		ck_assert_msg(config_key_find(live[i])->reloadable, "%s", live[i]);
+	for (size_t i = 0; i < n; i++) {
+		struct config *running = defaults(), *next = defaults();
+		const char *value = NULL;
+
+		ck_assert_msg(config_set_other_value(next, running, &keys[i], &value), "%s: no other value validates",
+			      keys[i].name);
+		ck_assert_int_eq(config_keep_fixed(next, running, NULL, NULL), 0);
+		ck_assert_msg(config_key_equal(next, running, &keys[i]) == !keys[i].reloadable,
+			      "%s = %s: reloadable %d, yet the running value was%s kept", keys[i].name, value,
+			      keys[i].reloadable, keys[i].reloadable ? "" : " not");
+		/* Only that key moved. */
+		for (size_t j = 0; j < n; j++)
+			if (j != i)
+				ck_assert_msg(config_key_equal(next, running, &keys[j]), "%s", keys[j].name);
+		config_free(running);
+		config_free(next);
+	}
+}
+END_TEST
+
+static void note_kept(const char *key, const char *wanted, const char *kept, void *ud)
+{
+	char *seen = ud;
+
+	snprintf(seen + strlen(seen), 256 - strlen(seen), "%s:%s>%s;", key, wanted, kept);
+}
+
+START_TEST(test_keep_fixed_notes_each_kept_key)
+{
+	struct config *running = defaults(), *next = defaults();
+	char seen[256] = "";
+
+	set_ok(next, "chunk-size", "4M");
+	set_ok(next, "socket", "/tmp/other.sock");
+	set_ok(next, "budget", "1G");
+	ck_assert_int_eq(config_keep_fixed(next, running, note_kept, seen), 0);
+	ck_assert_str_eq(seen, "socket:/tmp/other.sock>/run/pinbroker/pinbroker.sock;chunk-size:4M>2M;");
+	ck_assert_str_eq(next->socket_path, "/run/pinbroker/pinbroker.sock");
+	ck_assert_uint_eq(next->chunk_bytes, 2u << 20);
+	ck_assert_uint_eq(next->budget.bytes, 1u << 30);
+	config_free(running);
+	config_free(next);
 }
 END_TEST
 
@@ -1030,7 +1068,8 @@ static Suite *config_suite(void)
 	tc = tcase_create("table");
 	tcase_set_timeout(tc, TIMEOUT_S);
 	tcase_add_test(tc, test_table_keys_are_unique_and_documented);
-	tcase_add_test(tc, test_setup_keys_are_not_reloadable);
+	tcase_add_test(tc, test_keep_fixed_keeps_exactly_the_unreloadable_keys);
+	tcase_add_test(tc, test_keep_fixed_notes_each_kept_key);
 	tcase_add_test(tc, test_every_default_parses);
 	tcase_add_test(tc, test_defaults_validate);
 	tcase_add_test(tc, test_defaults_hold_documented_values);

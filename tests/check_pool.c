@@ -38,8 +38,8 @@ static const char *fake_proc(unsigned huge_free)
 	snprintf(path, sizeof(path), "%s/proc/meminfo", proc_root);
 	f = fopen(path, "w");
 	ck_assert_ptr_nonnull(f);
-	fprintf(f, "MemTotal:       24000000 kB\nHugePages_Total:    %u\nHugePages_Free:     %u\n"
-		   "Hugepagesize:       2048 kB\n",
+	fprintf(f, "MemTotal:       24000000 kB\nMemAvailable:   20000000 kB\n"
+		   "HugePages_Total:    %u\nHugePages_Free:     %u\nHugepagesize:       2048 kB\n",
 		huge_free, huge_free);
 	fclose(f);
 	return proc_root;

@@ -18,6 +18,25 @@
 #define GIB (1024ull * MIB)
 
 /* Read a fixture into a buffer of exactly its size, with no NUL after it, so ASan catches over-reads. */
+/*
+ * Fixed thresholds these tests were written against: the config table's
+ * defaults (config.c, where the daemon takes its thresholds from), except a
+ * hysteresis of 10 s where the table has 5 s.
+ */
+static void reference_thresholds(struct pressure_thresholds *ret)
+{
+	*ret = (struct pressure_thresholds){
+		.tight_mem_available_pct = 10,
+		.critical_mem_available_pct = 5,
+		.tight_psi_some_avg10 = 10,
+		.critical_psi_full_avg10 = 5,
+		.tight_swapout_pages_s = 1000,
+		.critical_swapout_pages_s = 10000,
+		.tight_swap_free_pct = 20,
+		.hysteresis_ms = 10000,
+	};
+}
+
 static char *slurp(const char *rel, size_t *len)
 {
 	char path[1024];
@@ -261,7 +280,7 @@ START_TEST(test_idle_fixture_is_normal)
 	struct pressure_sample s;
 	char why[256];
 
-	pressure_thresholds_default(&t);
+	reference_thresholds(&t);
 	ck_assert_int_eq(pressure_new(&t, &p), 0);
 	fixture_sample("idle", &s);
 	ck_assert_int_eq(pressure_evaluate(p, &s, 1000, why, sizeof(why)), BROKER_NORMAL);
@@ -292,7 +311,7 @@ START_TEST(test_swapping_fixture_is_tight_with_swapout_rate)
 	ck_assert_double_eq_tol(f.swap_free_pct, 12.0, 0.01);
 	ck_assert_double_eq_tol(f.mem_available_pct, 12.0, 0.01);
 
-	pressure_thresholds_default(&t);
+	reference_thresholds(&t);
 	ck_assert_int_eq(pressure_new(&t, &p), 0);
 	ck_assert_int_eq(pressure_evaluate(p, &s, 1000, why, sizeof(why)), BROKER_TIGHT);
 	ck_assert_ptr_nonnull(strstr(why, "swap-out 1800 pages/s > 1000/s tight threshold"));
@@ -312,7 +331,7 @@ START_TEST(test_near_oom_fixture_is_critical)
 	fixture_sample("near-oom", &s);
 	ck_assert(s.have_psi);
 	ck_assert_double_eq_tol(s.psi.full.avg10, 35.7, 1e-9);
-	pressure_thresholds_default(&t);
+	reference_thresholds(&t);
 	ck_assert_int_eq(pressure_new(&t, &p), 0);
 	ck_assert_int_eq(pressure_evaluate(p, &s, 1000, why, sizeof(why)), BROKER_CRITICAL);
 	ck_assert_ptr_nonnull(strstr(why, "MemAvailable 3.0% < 5% critical threshold"));
@@ -338,7 +357,7 @@ START_TEST(test_no_psi_fixture_polls_meminfo_only)
 	ck_assert_int_eq(fixture_cgroup("no-psi", &c), 0);
 	ck_assert(!c.has_v1_memory);
 	ck_assert_str_eq(c.v2, "/");
-	pressure_thresholds_default(&t);
+	reference_thresholds(&t);
 	ck_assert_int_eq(pressure_new(&t, &p), 0);
 	ck_assert_int_eq(pressure_evaluate(p, &s, 1, NULL, 0), BROKER_NORMAL);
 	/* MemAvailable alone still drives it. */
@@ -382,7 +401,7 @@ START_TEST(test_cgroup_v1_fixture_limit_makes_it_critical)
 	ck_assert_double_eq_tol(f.mem_available_pct, 3.75, 0.01);
 	ck_assert_double_eq_tol(f.cgroup_usage_pct, 96.875, 0.001);
 
-	pressure_thresholds_default(&t);
+	reference_thresholds(&t);
 	ck_assert_int_eq(pressure_new(&t, &p), 0);
 	ck_assert_int_eq(pressure_evaluate(p, &s, 1, why, sizeof(why)), BROKER_CRITICAL);
 	ck_assert_ptr_nonnull(strstr(why, "of cgroup limit 8"));
@@ -427,7 +446,7 @@ START_TEST(test_cgroup_v2_fixture_limit_makes_it_tight)
 	pressure_figures(&s, &f);
 	ck_assert(f.cgroup_dominates);
 	ck_assert_double_eq_tol(f.mem_available_pct, 7.5, 0.01);
-	pressure_thresholds_default(&t);
+	reference_thresholds(&t);
 	ck_assert_int_eq(pressure_new(&t, &p), 0);
 	ck_assert_int_eq(pressure_evaluate(p, &s, 1, NULL, 0), BROKER_TIGHT);
 	pressure_free(p);
@@ -829,7 +848,7 @@ START_TEST(test_random_buffers_never_crash_a_parser)
 	struct pressure_thresholds t;
 	struct parse_counts n = {0};
 
-	pressure_thresholds_default(&t);
+	reference_thresholds(&t);
 	for (int i = 0; i < 20000; i++) {
 		size_t len = (size_t)(rand_r(&seed) % 300);
 		char *b = malloc(len ? len : 1);
@@ -852,7 +871,7 @@ START_TEST(test_mutated_fixtures_parse_to_sane_values_or_fail_cleanly)
 	struct pressure_thresholds t;
 	struct parse_counts n = {0};
 
-	pressure_thresholds_default(&t);
+	reference_thresholds(&t);
 	for (size_t k = 0; k < sizeof(files) / sizeof(files[0]); k++) {
 		size_t orig_len;
 		char *orig = slurp(files[k], &orig_len);
@@ -907,7 +926,7 @@ static struct pressure *policy(uint32_t hysteresis_ms)
 	struct pressure_thresholds t;
 	struct pressure *p = NULL;
 
-	pressure_thresholds_default(&t);
+	reference_thresholds(&t);
 	t.hysteresis_ms = hysteresis_ms;
 	ck_assert_int_eq(pressure_new(&t, &p), 0);
 	return p;
@@ -1181,7 +1200,7 @@ START_TEST(test_nan_threshold_disables_condition)
 	struct pressure *p;
 	struct pressure_sample s = sample_pct(50);
 
-	pressure_thresholds_default(&t);
+	reference_thresholds(&t);
 	t.tight_psi_some_avg10 = NAN;
 	ck_assert_int_eq(pressure_new(&t, &p), 0);
 	s.psi.some.avg10 = 90;

@@ -283,6 +283,30 @@ START_TEST(test_pinctl_set_values_survive_a_reload)
 }
 END_TEST
 
+/* psi-window-ms needs a restart: a reload keeps the running value and says so, and pinctl set refuses it. */
+START_TEST(test_reload_keeps_and_set_refuses_a_restart_key)
+{
+	struct daemon d;
+	char path[512], *out = NULL, *log;
+	const char *args[] = { "--config", path, "--lock-memory", "no", NULL };
+
+	daemon_prepare(&d);
+	write_conf(&d, "budget = 256M\nprewarm = 8M\n", path, sizeof(path));
+	start_plain(&d, args);
+	write_conf(&d, "budget = 192M\nprewarm = 8M\npsi-window-ms = 4000\n", path, sizeof(path));
+	reload_and_wait(&d);
+	ck_assert_int_eq(json_field(&d, "budget_bytes"), (int64_t)(192 * MIB));
+	log = daemon_log(&d);
+	ck_assert_msg(strstr(log, "psi-window-ms changed to '4000': it takes effect at the next restart, keeping '2000'"),
+		      "%s", log);
+	free(log);
+	ck_assert_int_ne(pinctl(&d, &out, "set psi-window-ms 4000"), 0);
+	ck_assert_msg(strstr(out, "'psi-window-ms' cannot change while the daemon runs"), "%s", out);
+	free(out);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+END_TEST
+
 static Suite *itest_config_suite(void)
 {
 	Suite *s = suite_create("itest_config");
@@ -295,6 +319,7 @@ static Suite *itest_config_suite(void)
 	tcase_add_test(tc, test_missing_admin_group_warns_at_check_and_start);
 	tcase_add_test(tc, test_reload_grows_the_pool_to_a_raised_prewarm);
 	tcase_add_test(tc, test_pinctl_set_values_survive_a_reload);
+	tcase_add_test(tc, test_reload_keeps_and_set_refuses_a_restart_key);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: MIT */
+/* Swapping in a new config at run time: the one path SIGHUP and pinctl set share. */
+#define _GNU_SOURCE
+#include "reload.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker.h"
+#include "budget.h"
+#include "config.h"
+#include "log.h"
+
+void reload_resolve_sizes(struct broker *b, const struct config *c)
+{
+	b->budget_bytes = config_resolve(&c->budget, b->mem_total_bytes);
+	if (b->budget_cap_bytes && b->budget_bytes > b->budget_cap_bytes)
+		b->budget_bytes = b->budget_cap_bytes;
+	b->uid_quota_bytes = config_resolve(&c->uid_quota, b->budget_bytes);
+	b->prewarm_bytes = config_resolve(&c->prewarm, b->budget_bytes);
+	if (b->prewarm_bytes > b->budget_bytes)
+		b->prewarm_bytes = b->budget_bytes;
+	if (b->uid_quota_bytes > b->budget_bytes)
+		b->uid_quota_bytes = b->budget_bytes;
+	b->max_no_revoke_per_uid_bytes = config_resolve(&c->max_no_revoke_per_uid, b->uid_quota_bytes);
+}
+
+static void note_fixed(const char *key, const char *wanted, const char *kept, void *ud)
+{
+	(void)ud;
+	log_warnx("%s changed to '%s': it takes effect at the next restart, keeping '%s'", key, wanted, kept);
+}
+
+int reload_keep_fixed(struct config *n, const struct config *running)
+{
+	return config_keep_fixed(n, running, note_fixed, NULL);
+}
+
+int reload_prepare_set(const struct config *running, const char *key, const char *value, struct config **ret,
+		       char **err)
+{
+	const struct config_key *k = config_key_find(key);
+	struct config *n = NULL;
+	int r;
+
+	*err = NULL;
+	if (!k) {
+		if (asprintf(err, "unknown setting '%s'", key ? key : "") < 0)
+			*err = NULL;
+		return -ENOENT;
+	}
+	if (!k->reloadable) {
+		if (asprintf(err, "'%s' cannot change while the daemon runs; set it in the config file and restart",
+			     k->name) < 0)
+			*err = NULL;
+		return -EPERM;
+	}
+	r = config_dup(running, &n);
+	if (r == 0)
+		r = config_set(n, k->name, value, err);
+	if (r == 0)
+		r = config_validate(n, err);
+	/* A reload keeps the value until restart, as it keeps command-line values. */
+	if (r == 0)
+		r = config_mark_runtime(n, k->name);
+	if (r < 0) {
+		config_free(n);
+		return r;
+	}
+	*ret = n;
+	return 0;
+}
+
+int reload_apply(struct broker *b, struct config *n, char **err)
+{
+	const struct reload_hooks *h = b->reload_hooks;
+	struct config *old = b->cfg;
+	int r;
+
+	r = reload_keep_fixed(n, old);
+	if (r < 0)
+		return r;
+	b->cfg = n;
+	reload_resolve_sizes(b, n);
+	if (h && h->resolve_limits)
+		h->resolve_limits(b);
+	budget_set_limits(b->budget, b->budget_bytes, b->uid_quota_bytes);
+	log_level = n->log_level;
+	if (h && h->reconfigure) {
+		r = h->reconfigure(b, n);
+		if (r < 0) {
+			b->cfg = old;
+			reload_resolve_sizes(b, old);
+			if (h->resolve_limits)
+				h->resolve_limits(b);
+			budget_set_limits(b->budget, b->budget_bytes, b->uid_quota_bytes);
+			log_level = old->log_level;
+			if (err && asprintf(err, "cannot apply the monitor settings: %s", strerror(-r)) < 0)
+				*err = NULL;
+			return r;
+		}
+	}
+	config_free(old);
+	/* A smaller budget shrinks the idle pool; a larger one lets waiting acquires through (applied). */
+	broker_trim_pool(b, b->state == BROKER_NORMAL ? b->prewarm_bytes : 0);
+	if (h && h->applied)
+		h->applied(b);
+	return 0;
+}
