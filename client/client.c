@@ -503,6 +503,9 @@ static pb_lease *lease_find_locked(pb_client *c, uint64_t id)
  * register it once (chunk-by-chunk registration breaks copies that span two
  * chunks, measured on the H200). Does not close the fds. Returns 0 or -errno.
  */
+/* A PMD's worth of memory: the alignment that lets a mapping use 2 MiB pages. */
+#define HUGE_PMD_BYTES (UINT64_C(2) * 1024 * 1024)
+
 static int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, void **base_ret, size_t *map_bytes_ret)
 {
 	uint64_t sys_page_bytes = (uint64_t)sysconf(_SC_PAGESIZE);
@@ -527,8 +530,11 @@ static int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, void **bas
 		return set_error(-EPROTO, "pinbrokerd sent a lease of %llu bytes in %llu bytes of chunks",
 				 (unsigned long long)ls->size, (unsigned long long)total);
 
-	/* hugetlb mappings must start on a huge-page boundary: over-reserve, then trim. */
-	align = page > sys_page_bytes ? page : 0;
+	/*
+	 * hugetlb mappings must start on a huge-page boundary, and THP-collapsed chunks are PMD-mapped
+	 * only from one (the daemon puts whole chunks first, the tail last): over-reserve, then trim.
+	 */
+	align = page > sys_page_bytes ? page : total >= HUGE_PMD_BYTES ? HUGE_PMD_BYTES : 0;
 	reserve_bytes = total + align;
 	res = mmap(NULL, reserve_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (res == MAP_FAILED)
@@ -2131,6 +2137,11 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 	s->registered_bytes = sr->has_registered_bytes ? sr->registered_bytes : 0;
 	s->no_revoke_bytes = sr->has_no_revoke_bytes ? sr->no_revoke_bytes : 0;
 	s->unbrokered_bytes = sr->has_unbrokered_bytes ? sr->unbrokered_bytes : 0;
+	s->page_kind = xstrdup(sr->page_kind ? sr->page_kind : "unknown", &oom);
+	s->thp_bytes = sr->has_thp_bytes ? sr->thp_bytes : 0;
+	s->thp_failures = sr->has_thp_failures ? sr->thp_failures : 0;
+	s->hugetlb_bytes = sr->has_hugetlb_bytes ? sr->hugetlb_bytes : 0;
+	s->huge_pages_free_bytes = sr->has_huge_pages_free_bytes ? sr->huge_pages_free_bytes : 0;
 
 	/* Never NULL, even empty: callers index them by n_*. */
 	s->clients = calloc(1, sizeof(*s->clients));
@@ -2326,6 +2337,7 @@ void pb_status_free(struct pb_status *s)
 	free(s->server_version);
 	free(s->pressure_state);
 	free(s->monitor_mode);
+	free(s->page_kind);
 	for (size_t i = 0; s->clients && i < s->n_clients; i++) {
 		free(s->clients[i].labels);
 		free(s->clients[i].name);

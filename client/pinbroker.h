@@ -343,6 +343,12 @@ struct pb_status {
 	uint64_t registered_bytes; /* of leased_bytes, pb_register charges */
 	uint64_t no_revoke_bytes;  /* of leased_bytes, never revoked (interposed programs, registrations) */
 	uint64_t unbrokered_bytes; /* pinned outside the budget, as clients report it: on top of leased_bytes */
+	/* The pool's pages. */
+	char *page_kind;           /* "hugetlb", "thp" or "4k" ("unknown" from an older daemon) */
+	uint64_t thp_bytes;        /* pool chunks collapsed into transparent huge pages */
+	uint64_t thp_failures;     /* chunks whose collapse failed (on 4 KiB pages) */
+	uint64_t hugetlb_bytes;    /* pool chunks on hugetlb pages */
+	uint64_t huge_pages_free_bytes; /* the host's free hugetlb memory */
 };
 
 /*

@@ -210,6 +210,18 @@ static int report_failure(const char *what, int r)
 
 /* ---------------------------------------------------------------- formatting */
 
+/* The pool's page kind for people. */
+static const char *page_kind_text(const char *kind)
+{
+	if (strcmp(kind, "hugetlb") == 0)
+		return "hugetlb 2 MiB pages";
+	if (strcmp(kind, "thp") == 0)
+		return "4 KiB shmem collapsed into transparent huge pages";
+	if (strcmp(kind, "4k") == 0)
+		return "4 KiB pages";
+	return "pages of an unknown kind (an older daemon)";
+}
+
 static const char *size_str(uint64_t bytes, char *buf, size_t len)
 {
 	return format_size(bytes, buf, len);
@@ -453,6 +465,11 @@ static void status_json(FILE *f, const struct pb_status *s)
 	json_u64(f, "chunk_size_bytes", s->chunk_size_bytes, true);
 	json_key(f, "hugetlb");
 	fputs(s->hugetlb ? "true," : "false,", f);
+	json_kstr(f, "page_kind", s->page_kind, true);
+	json_u64(f, "thp_bytes", s->thp_bytes, true);
+	json_u64(f, "thp_failures", s->thp_failures, true);
+	json_u64(f, "hugetlb_bytes", s->hugetlb_bytes, true);
+	json_u64(f, "huge_pages_free_bytes", s->huge_pages_free_bytes, true);
 	json_u64(f, "overdue_bytes", s->overdue_bytes, true);
 	json_u64(f, "cached_idle_bytes", s->cached_idle_bytes, true);
 	json_u64(f, "registered_bytes", s->registered_bytes, true);
@@ -565,8 +582,15 @@ static void status_human(const struct pb_status *s)
 	       size_str(s->pool_bytes + s->registered_bytes + s->unbrokered_bytes, b, sizeof(b)));
 	printf("pool:         %s resident, %s idle (prewarm %s)\n", size_str(s->pool_bytes, a, sizeof(a)),
 	       size_str(s->pool_idle_bytes, b, sizeof(b)), size_str(s->prewarm_bytes, c, sizeof(c)));
-	printf("pages:        page %s, chunk %s, hugetlb %s\n", size_str(s->page_size_bytes, a, sizeof(a)),
-	       size_str(s->chunk_size_bytes, b, sizeof(b)), s->hugetlb ? "yes" : "no");
+	printf("pages:        page %s, chunk %s, pool on %s\n", size_str(s->page_size_bytes, a, sizeof(a)),
+	       size_str(s->chunk_size_bytes, b, sizeof(b)), page_kind_text(s->page_kind));
+	if (strcmp(s->page_kind, "thp") == 0 || s->thp_bytes || s->thp_failures)
+		printf("huge pages:   %s of the pool collapsed into transparent huge pages%s%s\n",
+		       size_str(s->thp_bytes, a, sizeof(a)), s->thp_failures ? ", chunks whose collapse failed: " : "",
+		       s->thp_failures ? (snprintf(b, sizeof(b), "%" PRIu64, s->thp_failures), b) : "");
+	if (s->hugetlb || s->huge_pages_free_bytes)
+		printf("hugetlb:      the pool holds %s of huge pages; %s more free on the host\n",
+		       size_str(s->hugetlb_bytes, a, sizeof(a)), size_str(s->huge_pages_free_bytes, b, sizeof(b)));
 	printf("waiting:      %" PRIu32 " acquire%s\n", s->waiting_acquires, s->waiting_acquires == 1 ? "" : "s");
 
 	printf("signals:%s\n", s->n_signals ? "" : " none");

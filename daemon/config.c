@@ -39,6 +39,7 @@ static const char *const visibility_choices[] = { "own", "all", NULL };
 /* Enum values are indexes into their choices arrays. */
 _Static_assert(CONFIG_HUGETLB_AUTO == 0 && CONFIG_HUGETLB_YES == 1 && CONFIG_HUGETLB_NO == 2,
 	       "hugetlb_choices order");
+_Static_assert(CONFIG_THP_AUTO == 0 && CONFIG_THP_YES == 1 && CONFIG_THP_NO == 2, "hugetlb_choices order (thp)");
 _Static_assert(ENFORCE_NONE == 0 && ENFORCE_DISCONNECT == 1 && ENFORCE_SIGTERM == 2 &&
 		       ENFORCE_SIGKILL == 3,
 	       "enforce_choices order");
@@ -103,6 +104,10 @@ static const struct config_key keys[] = {
 	       "Size of each pool memfd; leases are made of whole chunks (a multiple of 4K; of 2M with hugetlb = yes)."),
 	K_ENUM("hugetlb", hugetlb, hugetlb_choices, "auto", false,
 	       "Back the pool with 2 MiB huge pages: auto uses them when the host has them free."),
+	K_ENUM("thp", thp, hugetlb_choices, "auto", false,
+	       "Collapse 4 KiB pool chunks into transparent huge pages (MADV_COLLAPSE, Linux 6.1+; no reservation "
+	       "needed): auto where the kernel can, yes or refuse to start, no. Used when the pool is not on "
+	       "hugetlb, and when huge pages run out."),
 	K_UINT("prewarm-threads", prewarm_threads, 0, 64, "0", false,
 	       "Threads that fault in the pool at start; 0 means one per CPU."),
 	K_UINT("pool-shrink-delay-ms", pool_shrink_delay_ms, 0, (double)UINT32_MAX, "30000", true,

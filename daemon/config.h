@@ -14,6 +14,7 @@
 #define CONFIG_ORIGIN_RUNTIME (UINT_MAX - 1) /* pinctl set: kept over the file on reload until restart */
 
 enum config_hugetlb { CONFIG_HUGETLB_AUTO, CONFIG_HUGETLB_YES, CONFIG_HUGETLB_NO };
+enum config_thp { CONFIG_THP_AUTO, CONFIG_THP_YES, CONFIG_THP_NO };
 enum config_enforce { ENFORCE_NONE, ENFORCE_DISCONNECT, ENFORCE_SIGTERM, ENFORCE_SIGKILL };
 /* Whose client and lease rows STATUS shows a non-admin (admins always see every row). */
 enum config_visibility { VISIBILITY_OWN, VISIBILITY_ALL };
@@ -33,6 +34,7 @@ struct config {
 	struct size_spec max_no_revoke_per_uid; /* max-no-revoke-per-uid: of the uid quota */
 	uint64_t chunk_bytes;          /* chunk-size */
 	enum config_hugetlb hugetlb;   /* hugetlb */
+	enum config_thp thp;           /* thp */
 	unsigned prewarm_threads;      /* prewarm-threads: 0 = CPUs */
 	uint32_t pool_shrink_delay_ms; /* pool-shrink-delay-ms: idle time before shrinking to prewarm */
 	char *admin_group;             /* admin-group: "" = root only */

@@ -626,6 +626,7 @@ int main(int argc, char **argv)
 	po.hugetlb = cfg->hugetlb == CONFIG_HUGETLB_YES ? POOL_HUGETLB_YES
 		     : cfg->hugetlb == CONFIG_HUGETLB_NO ? POOL_HUGETLB_NO
 							 : POOL_HUGETLB_AUTO;
+	po.thp = cfg->thp == CONFIG_THP_YES ? POOL_THP_YES : cfg->thp == CONFIG_THP_NO ? POOL_THP_NO : POOL_THP_AUTO;
 	po.threads = cfg->prewarm_threads;
 	po.proc_root = cfg->proc_root;
 	po.lock = cfg->lock_memory;
@@ -633,6 +634,9 @@ int main(int argc, char **argv)
 	if (r == -ENOTSUP)
 		fatalx("hugetlb = yes but the host has no free huge pages; reserve some "
 		       "(echo N > /proc/sys/vm/nr_hugepages) or set hugetlb = auto");
+	if (r == -EOPNOTSUPP)
+		fatalx("thp = yes but this kernel cannot collapse shmem into huge pages (MADV_COLLAPSE needs Linux "
+		       "6.1 or later); set thp = auto or no");
 	if (r < 0)
 		fatalx("cannot set up the pool: %s", strerror(-r));
 	resolve_limits(&b);
@@ -693,7 +697,7 @@ int main(int argc, char **argv)
 	log_info("version %s ready on %s: budget %s (uid quota %s), %s warm, %s pages%s, monitor %s",
 		 PINBROKER_VERSION, cfg->socket_path, format_size(b.budget_bytes, s1, sizeof(s1)),
 		 format_size(b.uid_quota_bytes, s2, sizeof(s2)), format_size(pool_idle_bytes(b.pool), s3, sizeof(s3)),
-		 pool_hugetlb(b.pool) ? "2 MiB hugetlb" : "4 KiB", cfg->lock_memory ? "" : " (NOT locked: lock-memory = no)",
+		 pool_hugetlb(b.pool) ? "2 MiB hugetlb" : pool_thp(b.pool) ? "THP-collapsed 4 KiB" : "4 KiB", cfg->lock_memory ? "" : " (NOT locked: lock-memory = no)",
 		 b.monitor ? monitor_mode(b.monitor) : "off");
 	notify_ready();
 	update_status(&b);

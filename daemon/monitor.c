@@ -409,6 +409,11 @@ double monitor_mem_available_pct(const struct monitor *m)
 	return m->have_sample ? m->figs.mem_available_pct : NAN;
 }
 
+uint64_t monitor_huge_pages_free_bytes(const struct monitor *m)
+{
+	return m->have_sample ? m->sample.mem.hugepages_free_bytes : 0;
+}
+
 const char *monitor_state_name(enum broker_state s)
 {
 	return pressure_state_name(s);

@@ -71,6 +71,8 @@ void monitor_sample_now(struct monitor *m);
 enum broker_state monitor_state(const struct monitor *m);
 /* MemAvailable as a share of MemTotal (or of a lower cgroup limit) at the last sample; NAN before the first. */
 double monitor_mem_available_pct(const struct monitor *m);
+/* The host's free hugetlb memory (HugePages_Free x Hugepagesize) at the last sample; 0 before one. */
+uint64_t monitor_huge_pages_free_bytes(const struct monitor *m);
 const char *monitor_state_name(enum broker_state s);
 /* "psi-trigger", "psi-trigger-2s", "poll (no PSI)", ... */
 const char *monitor_mode(const struct monitor *m);

@@ -32,6 +32,9 @@
 /* Below this a single thread faults faster than threads can be started and joined. */
 #define PARALLEL_MIN_BYTES (64ull * 1024 * 1024)
 #define MAX_THREADS 16u
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 /* Linux 6.1 */
+#endif
 #define CHUNK_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 /* /proc/self/pagemap entry bits (Documentation/admin-guide/mm/pagemap.rst). Swapped covers
  * migration entries too: a locked page being moved by compaction is not a punched one. */
@@ -50,6 +53,7 @@ struct pool {
 	uint64_t page_bytes;
 	bool hugetlb;             /* try MFD_HUGETLB first */
 	bool hugetlb_required;    /* POOL_HUGETLB_YES: no fallback to 4 KiB pages */
+	bool thp;                 /* collapse 4 KiB chunks to THP */
 	bool lock;
 	unsigned threads;
 
@@ -57,6 +61,9 @@ struct pool {
 	uint64_t idle_bytes;
 	uint64_t lent_bytes;
 	size_t nchunks;           /* idle and lent */
+	uint64_t thp_bytes;       /* chunks (idle and lent) collapsed to THP; under id_lock while growing */
+	uint64_t thp_failures;
+	uint64_t hugetlb_bytes;   /* hugetlb chunks, idle and lent; under id_lock while growing */
 
 	pthread_mutex_t id_lock;  /* chunk ids are handed out from grow threads */
 	uint64_t next_chunk_id;
@@ -105,6 +112,66 @@ uint64_t pool_host_page_size(enum pool_hugetlb mode, const char *proc_root)
 	return huge_pages_free(proc_root) > 0 ? HUGE_2M_BYTES : PAGE_4K_BYTES;
 }
 
+/*
+ * A 4 KiB-page chunk mapped at a 2 MiB boundary, so its THPs (if any) are PMD-mapped here: over-reserve
+ * address space, map the memfd inside it, trim the rest. NULL (errno set) on failure.
+ */
+static void *map_aligned(int fd, uint64_t bytes)
+{
+	uint8_t *res, *base;
+	size_t reserve = bytes + HUGE_2M_BYTES;
+
+	res = mmap(NULL, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (res == MAP_FAILED)
+		return NULL;
+	base = (uint8_t *)(((uintptr_t)res + HUGE_2M_BYTES - 1) & ~(uintptr_t)(HUGE_2M_BYTES - 1));
+	if (mmap(base, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+		int err = errno;
+
+		munmap(res, reserve);
+		errno = err;
+		return NULL;
+	}
+	if (base > res)
+		munmap(res, (size_t)(base - res));
+	if (base + bytes < res + reserve)
+		munmap(base + bytes, (size_t)(res + reserve - (base + bytes)));
+	return base;
+}
+
+/*
+ * Collapse a fresh or resident chunk into THPs. One touch per 2 MiB is enough: the collapse allocates
+ * each huge page and fills what was never touched with zeros (19 ms per 64 MiB here, against 52 ms to
+ * populate it on 4 KiB pages). Returns true when the whole chunk is THP-backed.
+ */
+static bool collapse(void *addr, uint64_t bytes)
+{
+	volatile uint8_t *b = addr;
+
+	if (bytes % HUGE_2M_BYTES != 0 || ((uintptr_t)addr & (HUGE_2M_BYTES - 1)) != 0)
+		return false;
+	for (uint64_t off = 0; off < bytes; off += HUGE_2M_BYTES)
+		b[off] = b[off];
+	return madvise(addr, bytes, MADV_COLLAPSE) == 0;
+}
+
+/* Whether this kernel collapses shmem into THP: one 2 MiB memfd, tried and thrown away. */
+static bool thp_supported(void)
+{
+	int fd = memfd_create("pinbroker-thp-probe", MFD_CLOEXEC);
+	void *a;
+	bool ok = false;
+
+	if (fd < 0)
+		return false;
+	if (ftruncate(fd, HUGE_2M_BYTES) == 0 && (a = map_aligned(fd, HUGE_2M_BYTES)) != NULL) {
+		ok = collapse(a, HUGE_2M_BYTES);
+		munmap(a, HUGE_2M_BYTES);
+	}
+	close(fd);
+	return ok;
+}
+
 int pool_new(const struct pool_opts *opts, struct pool **ret)
 {
 	bool have_huge = huge_pages_free(opts->proc_root) > 0;
@@ -136,6 +203,17 @@ int pool_new(const struct pool_opts *opts, struct pool **ret)
 	if (p->chunk_bytes % p->page_bytes != 0) {
 		free(p);
 		return -EINVAL;
+	}
+	/*
+	 * THP for whole 2 MiB chunks of 4 KiB pages: the pool's own when it is not on hugetlb, and
+	 * the fallback's when huge pages run out.
+	 */
+	if (opts->thp != POOL_THP_NO && p->chunk_bytes % HUGE_2M_BYTES == 0) {
+		p->thp = thp_supported();
+		if (!p->thp && opts->thp == POOL_THP_YES && !p->hugetlb) {
+			free(p);
+			return -EOPNOTSUPP;
+		}
 	}
 	p->lock = opts->lock;
 	p->threads = opts->threads;
@@ -176,9 +254,12 @@ static void all_unlink(struct pool *p, struct chunk *c)
 }
 
 /* Destroy a chunk the pool had announced through the created hook. */
+static void count_kind(struct pool *p, const struct chunk *c, int sign);
+
 static void pool_destroy(struct pool *p, struct chunk *c)
 {
 	all_unlink(p, c);
+	count_kind(p, c, -1);
 	if (p->hooks.destroyed)
 		p->hooks.destroyed(c, p->hooks.ud);
 	chunk_destroy(c);
@@ -233,6 +314,31 @@ bool pool_hugetlb(const struct pool *p)
 	return p->hugetlb;
 }
 
+bool pool_thp(const struct pool *p)
+{
+	return p->thp && !p->hugetlb;
+}
+
+uint64_t pool_thp_bytes(const struct pool *p)
+{
+	return p->thp_bytes;
+}
+
+uint64_t pool_thp_failures(const struct pool *p)
+{
+	return p->thp_failures;
+}
+
+uint64_t pool_hugetlb_bytes(const struct pool *p)
+{
+	return p->hugetlb_bytes;
+}
+
+const char *pool_page_kind(const struct pool *p)
+{
+	return p->hugetlb ? "hugetlb" : pool_thp(p) ? "thp" : "4k";
+}
+
 /* Fault every page in writable now, so no client ever pays for a first touch. */
 static int prefault(void *addr, uint64_t bytes, uint64_t page_bytes)
 {
@@ -249,7 +355,7 @@ static int prefault(void *addr, uint64_t bytes, uint64_t page_bytes)
 }
 
 /* One memfd of bytes with the given page kind; on failure nothing is left behind. */
-static int chunk_make_one(uint64_t bytes, bool hugetlb, bool lock, struct chunk *c)
+static int chunk_make_one(uint64_t bytes, bool hugetlb, bool thp, bool lock, struct chunk *c)
 {
 	unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
 	int r;
@@ -287,15 +393,16 @@ static int chunk_make_one(uint64_t bytes, bool hugetlb, bool lock, struct chunk 
 		 * mlock the mapping (which also builds its page tables). hugetlb pages
 		 * are never swapped or reclaimed, so they need neither.
 		 */
-		c->addr = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
-		if (c->addr == MAP_FAILED) {
-			c->addr = NULL;
+		c->addr = map_aligned(c->fd, bytes);
+		if (!c->addr) {
 			r = -errno;
 			goto fail;
 		}
 		/* Fewer TLB misses where shmem THP is enabled; harmless where it is not. */
 		(void)madvise(c->addr, bytes, MADV_HUGEPAGE);
-		r = prefault(c->addr, bytes, PAGE_4K_BYTES);
+		/* Collapsed, every page is allocated (zeroed) already; otherwise, or if it fails, populate. */
+		c->thp = thp && collapse(c->addr, bytes);
+		r = c->thp ? 0 : prefault(c->addr, bytes, PAGE_4K_BYTES);
 		if (r < 0)
 			goto fail;
 		if (lock && mlock(c->addr, bytes) < 0) {
@@ -314,7 +421,17 @@ fail:
 		close(c->fd);
 	c->addr = NULL;
 	c->fd = -1;
+	c->thp = false;
 	return r;
+}
+
+/* Add (sign 1) or remove (-1) c from the page-kind counters. Grow threads hold id_lock. */
+static void count_kind(struct pool *p, const struct chunk *c, int sign)
+{
+	uint64_t *counter = c->hugetlb ? &p->hugetlb_bytes : c->thp ? &p->thp_bytes : NULL;
+
+	if (counter)
+		*counter = sign > 0 ? *counter + c->bytes : *counter - c->bytes;
 }
 
 /* A new chunk owned by owner_uid. Thread-safe: called from grow threads. */
@@ -327,10 +444,10 @@ static int chunk_new(struct pool *p, uint64_t bytes, uid_t owner_uid, bool tail,
 	if (!c)
 		return -ENOMEM;
 	c->fd = -1;
-	r = chunk_make_one(bytes, p->hugetlb, p->lock, c);
-	/* Huge pages ran out (or were never reserved): 4 KiB pages of the same size serve as well. */
+	r = chunk_make_one(bytes, p->hugetlb, p->thp && !tail, p->lock, c);
+	/* Huge pages ran out (or were never reserved): 4 KiB pages (THP where it can) serve as well. */
 	if (r < 0 && p->hugetlb && !p->hugetlb_required && (r == -ENOMEM || r == -ENOSPC))
-		r = chunk_make_one(bytes, false, p->lock, c);
+		r = chunk_make_one(bytes, false, p->thp && !tail, p->lock, c);
 	if (r < 0) {
 		free(c);
 		return r;
@@ -339,6 +456,9 @@ static int chunk_new(struct pool *p, uint64_t bytes, uid_t owner_uid, bool tail,
 	c->tail = tail;
 	pthread_mutex_lock(&p->id_lock);
 	c->id = ++p->next_chunk_id;
+	count_kind(p, c, 1);
+	if (p->thp && !tail && !c->hugetlb && !c->thp)
+		p->thp_failures++;
 	pthread_mutex_unlock(&p->id_lock);
 	*ret = c;
 	return 0;
@@ -603,8 +723,10 @@ int pool_take(struct pool *p, uid_t uid, uint64_t bytes, struct chunk ***ret, si
 fail:
 	if (fresh)
 		for (size_t i = 0; i < nfresh; i++)
-			if (fresh[i])
+			if (fresh[i]) {
+				count_kind(p, fresh[i], -1);
 				chunk_destroy(fresh[i]);
+			}
 	free(sizes);
 	free(fresh);
 	free(v);
@@ -675,6 +797,12 @@ static int chunk_repair(struct pool *p, struct chunk *c)
 			return r;
 		if (p->lock && mlock(c->addr, c->bytes) < 0)
 			return -errno;
+		/* A hole punched in a THP split it: the chunk is whole again, so collapse it again. */
+		if (c->thp) {
+			count_kind(p, c, -1);
+			c->thp = collapse(c->addr, c->bytes);
+			count_kind(p, c, 1);
+		}
 	}
 	return missing_bytes(p, c) ? -EAGAIN : 0;
 }
@@ -879,12 +1007,17 @@ int pool_adopt(struct pool *p, int fd, uint64_t id, uid_t owner_uid, bool tail, 
 	c->tail = tail;
 	c->hugetlb = sfs.f_type == HUGETLBFS_MAGIC;
 	if (!c->hugetlb) {
-		c->addr = mmap(NULL, c->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		if (c->addr == MAP_FAILED) {
+		c->addr = map_aligned(fd, c->bytes);
+		if (!c->addr) {
 			r = -errno;
 			free(c);
 			return r;
 		}
+		/*
+		 * An idle chunk is (re)collapsed: quick when the last daemon made it THP already. A lent
+		 * one is left as it is: a client's CUDA registration pins its pages, which no collapse moves.
+		 */
+		c->thp = idle && !tail && p->thp && collapse(c->addr, c->bytes);
 		/* Still resident: locking only rebuilds our page tables. */
 		r = p->lock ? (mlock(c->addr, c->bytes) < 0 ? -errno : 0) : prefault(c->addr, c->bytes, PAGE_4K_BYTES);
 		if (r < 0) {
@@ -899,6 +1032,7 @@ int pool_adopt(struct pool *p, int fd, uint64_t id, uid_t owner_uid, bool tail, 
 	pthread_mutex_unlock(&p->id_lock);
 	p->nchunks++;
 	all_link(p, c);
+	count_kind(p, c, 1);
 	/*
 	 * Pages punched while no daemon ran: locking above refilled shmem holes, hugetlb
 	 * ones are allocated here. An idle chunk that stays short is refused (the fd
@@ -906,6 +1040,7 @@ int pool_adopt(struct pool *p, int fd, uint64_t id, uid_t owner_uid, bool tail, 
 	 */
 	if (chunk_check(p, c, true) < 0 && idle) {
 		all_unlink(p, c);
+		count_kind(p, c, -1);
 		p->nchunks--;
 		if (c->addr)
 			munmap(c->addr, c->bytes);

@@ -15,6 +15,13 @@ enum pool_hugetlb {
 	POOL_HUGETLB_NO,   /* 4 KiB pages, MADV_HUGEPAGE where shmem THP allows */
 };
 
+/* Collapsing 4 KiB chunks into shmem THPs (MADV_COLLAPSE, Linux 6.1+): huge pages with no reservation. */
+enum pool_thp {
+	POOL_THP_AUTO, /* collapse where the kernel can, when the pool is not on hugetlb */
+	POOL_THP_YES,  /* the kernel must be able to (else pool_new fails), when not on hugetlb */
+	POOL_THP_NO,
+};
+
 struct chunk {
 	uint64_t id;
 	int fd;           /* memfd, sealed against grow and shrink */
@@ -22,6 +29,7 @@ struct chunk {
 	uint64_t bytes;
 	uid_t owner_uid;  /* uid it was last lent to, POOL_NO_OWNER if never */
 	bool hugetlb;
+	bool thp;         /* 4 KiB shmem collapsed into 2 MiB THPs (mapped PMD-aligned) */
 	bool tail;        /* made for one lease's remainder; destroyed on return */
 	bool punched;     /* found with pages missing and not yet repaired (counted once) */
 	uint64_t lease_id; /* the lease it is lent to, for reports; 0 while idle or unknown */
@@ -32,6 +40,7 @@ struct chunk {
 struct pool_opts {
 	uint64_t chunk_bytes;     /* multiple of the page size; default 2 MiB */
 	enum pool_hugetlb hugetlb;
+	enum pool_thp thp;
 	unsigned threads;         /* pre-fault threads for large grows; 0 = number of CPUs, max 16 */
 	const char *proc_root;    /* for /proc/meminfo HugePages_*; NULL = "/" */
 	bool lock;                /* mlock chunks; false only for unprivileged tests */
@@ -39,7 +48,10 @@ struct pool_opts {
 
 struct pool;
 
-/* Returns 0 and *ret, -EINVAL for a bad chunk size, -ENOTSUP when hugetlb=YES but none exist. */
+/*
+ * Returns 0 and *ret, -EINVAL for a bad chunk size, -ENOTSUP when hugetlb=YES but none exist,
+ * -EOPNOTSUPP when thp=YES on a 4 KiB pool but the kernel cannot collapse shmem.
+ */
 int pool_new(const struct pool_opts *opts, struct pool **ret);
 /* Unmaps and closes every idle chunk. Lent chunks must have come back first. */
 void pool_free(struct pool *p);
@@ -47,6 +59,16 @@ void pool_free(struct pool *p);
 uint64_t pool_page_size(const struct pool *p);
 uint64_t pool_chunk_size(const struct pool *p);
 bool pool_hugetlb(const struct pool *p);
+/* Chunks are collapsed to THP (pool not on hugetlb, thp not "no", the kernel can). */
+bool pool_thp(const struct pool *p);
+/* Bytes of chunks (idle and lent) that are THP-collapsed now. */
+uint64_t pool_thp_bytes(const struct pool *p);
+/* Chunks whose collapse failed (they stay on 4 KiB pages). */
+uint64_t pool_thp_failures(const struct pool *p);
+/* Bytes of hugetlb chunks (idle and lent): the huge pages the pool holds, times 2 MiB. */
+uint64_t pool_hugetlb_bytes(const struct pool *p);
+/* "hugetlb", "thp" or "4k": what the pool's full chunks are made of. */
+const char *pool_page_kind(const struct pool *p);
 
 /*
  * Add idle chunks until the idle pool holds at least bytes (rounded up to chunks),

@@ -148,6 +148,15 @@ static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr
 	sr->registered_bytes = b->registered_bytes;
 	sr->has_no_revoke_bytes = true;
 	sr->no_revoke_bytes = budget_no_revoke(b->budget);
+	sr->page_kind = (char *)pool_page_kind(b->pool);
+	sr->has_thp_bytes = true;
+	sr->thp_bytes = pool_thp_bytes(b->pool);
+	sr->has_thp_failures = true;
+	sr->thp_failures = pool_thp_failures(b->pool);
+	sr->has_hugetlb_bytes = true;
+	sr->hugetlb_bytes = pool_hugetlb_bytes(b->pool);
+	sr->has_huge_pages_free_bytes = true;
+	sr->huge_pages_free_bytes = b->monitor ? monitor_huge_pages_free_bytes(b->monitor) : 0;
 	sr->has_unbrokered_bytes = true;
 	sr->unbrokered_bytes = b->unbrokered_bytes;
 	sr->has_uptime_ms = true;
