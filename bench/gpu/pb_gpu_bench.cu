@@ -151,8 +151,8 @@ static void bw_broker(const char *source, const char *sock, size_t bytes, void *
 	pb_disconnect(c);
 }
 
-static int cmd_bandwidth(const char *sock, const char *sock_huge, const std::vector<size_t> &sizes,
-			 const struct bw_opts *o)
+static int cmd_bandwidth(const char *sock, const char *sock_huge, const char *sock_thp,
+			 const std::vector<size_t> &sizes, const struct bw_opts *o)
 {
 	cudaStream_t s;
 
@@ -182,6 +182,8 @@ static int cmd_bandwidth(const char *sock, const char *sock_huge, const std::vec
 			bw_broker("broker-4k", sock, bytes, dev, o, s);
 		if (sock_huge)
 			bw_broker("broker-hugetlb", sock_huge, bytes, dev, o, s);
+		if (sock_thp)
+			bw_broker("broker-thp", sock_thp, bytes, dev, o, s);
 		CK(cudaFree(dev));
 	}
 	CK(cudaStreamDestroy(s));
@@ -266,10 +268,10 @@ static void setup_broker_cached(const char *method, pb_client *c, size_t bytes, 
 	setup_result(method, bytes, ms, free_ms, extra);
 }
 
-static int cmd_setup(const char *sock, const char *sock_huge, const std::vector<size_t> &sizes, int reps_small,
-		     int reps_large, int cached_reps)
+static int cmd_setup(const char *sock, const char *sock_huge, const char *sock_thp, const std::vector<size_t> &sizes,
+		     int reps_small, int reps_large, int cached_reps)
 {
-	pb_client *c = NULL, *ch = NULL;
+	pb_client *c = NULL, *ch = NULL, *ct = NULL;
 	double ctx_ms, conn_ms;
 	uint64_t t0;
 
@@ -283,6 +285,8 @@ static int cmd_setup(const char *sock, const char *sock_huge, const std::vector<
 	}
 	if (sock_huge)
 		ch = connect_or_die(sock_huge);
+	if (sock_thp)
+		ct = connect_or_die(sock_thp);
 
 	for (size_t bytes : sizes) {
 		int reps = bytes >= (1ull << 30) ? reps_large : reps_small;
@@ -328,6 +332,10 @@ static int cmd_setup(const char *sock, const char *sock_huge, const std::vector<
 			setup_broker_warm("broker-hugetlb-warm", ch, bytes, reps, 0);
 			setup_broker_warm("broker-hugetlb-map-only", ch, bytes, reps, PB_ACQUIRE_NO_CUDA);
 		}
+		if (ct) {
+			setup_broker_warm("broker-thp-warm", ct, bytes, reps, 0);
+			setup_broker_warm("broker-thp-map-only", ct, bytes, reps, PB_ACQUIRE_NO_CUDA);
+		}
 		if (ch)
 			setup_broker_cached("broker-hugetlb-cached", ch, bytes, cached_reps);
 		if (c)
@@ -335,6 +343,7 @@ static int cmd_setup(const char *sock, const char *sock_huge, const std::vector<
 	}
 	pb_disconnect(c);
 	pb_disconnect(ch);
+	pb_disconnect(ct);
 	return 0;
 }
 
@@ -599,8 +608,9 @@ static int cmd_info(void)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: pb_gpu_bench bandwidth --socket S [--socket-huge S] [--sizes 64M,1G] [--reps 11]\n"
-		"       pb_gpu_bench setup --socket S [--socket-huge S] [--sizes 2M,64M,1G] [--reps 11] [--reps-large 5]\n"
+		"usage: pb_gpu_bench bandwidth --socket S [--socket-huge S] [--socket-thp S] [--sizes 64M,1G] [--reps 11]\n"
+		"       pb_gpu_bench setup --socket S [--socket-huge S] [--socket-thp S] [--sizes 2M,64M,1G] [--reps 11]\n"
+		"                          [--reps-large 5]\n"
 		"                          [--cached-reps 201]\n"
 		"       pb_gpu_bench many --mode broker|cudaHostAlloc [--label L] [--socket S] [--procs 8] [--size 2G] [--passes 4]\n"
 		"       pb_gpu_bench hostalloc-total [--size 16G] [--chunk 1G]\n"
@@ -613,6 +623,7 @@ int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "socket", required_argument, NULL, 's' },    { "socket-huge", required_argument, NULL, 'S' },
+		{ "socket-thp", required_argument, NULL, 'T' },
 		{ "sizes", required_argument, NULL, 'z' },     { "size", required_argument, NULL, 'b' },
 		{ "reps", required_argument, NULL, 'r' },      { "reps-large", required_argument, NULL, 'R' },
 		{ "cached-reps", required_argument, NULL, 'c' }, { "mode", required_argument, NULL, 'm' },
@@ -621,7 +632,7 @@ int main(int argc, char **argv)
 		{ "log", required_argument, NULL, 'L' },       { "pidfile", required_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },	       { NULL, 0, NULL, 0 },
 	};
-	const char *cmd, *sock = NULL, *sock_huge = NULL, *sizes = NULL, *mode = "broker", *label = "", *log = NULL,
+	const char *cmd, *sock = NULL, *sock_huge = NULL, *sock_thp = NULL, *sizes = NULL, *mode = "broker", *label = "", *log = NULL,
 			 *pidfile = NULL;
 	size_t size = 0, chunk = 1ull << 30;
 	int reps = 11, reps_large = 5, cached_reps = 201, procs = 8, passes = 4, ch;
@@ -637,6 +648,7 @@ int main(int argc, char **argv)
 		switch (ch) {
 		case 's': sock = optarg; break;
 		case 'S': sock_huge = optarg[0] ? optarg : NULL; break;
+		case 'T': sock_thp = optarg[0] ? optarg : NULL; break;
 		case 'z': sizes = optarg; break;
 		case 'b': size = parse_size(optarg); break;
 		case 'r': reps = atoi(optarg); break;
@@ -672,10 +684,11 @@ int main(int argc, char **argv)
 	if (!strcmp(cmd, "bandwidth")) {
 		struct bw_opts o = { reps, 2 };
 
-		return cmd_bandwidth(sock, sock_huge, parse_sizes(sizes ? sizes : "64M,1G"), &o);
+		return cmd_bandwidth(sock, sock_huge, sock_thp, parse_sizes(sizes ? sizes : "64M,1G"), &o);
 	}
 	if (!strcmp(cmd, "setup"))
-		return cmd_setup(sock, sock_huge, parse_sizes(sizes ? sizes : "2M,64M,1G"), reps, reps_large, cached_reps);
+		return cmd_setup(sock, sock_huge, sock_thp, parse_sizes(sizes ? sizes : "2M,64M,1G"), reps, reps_large,
+				 cached_reps);
 	if (!strcmp(cmd, "many"))
 		return cmd_many(!strcmp(mode, "broker"), label, sock, procs, size ? size : 2ull << 30, passes);
 	if (!strcmp(cmd, "hostalloc-total"))

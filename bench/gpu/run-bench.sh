@@ -102,9 +102,16 @@ if [ "$HUGE_BIG" != 0 ] && [ -w /proc/sys/vm/nr_hugepages ] && [ "$(cat /proc/sy
 fi
 S4K=$TMP/pb4k.sock
 SHUGE=$TMP/pbhuge.sock
-start_daemon cold "$TMP/cold.sock" --budget 24G --prewarm "$WARM" --hugetlb no && { stop_pid "${PIDS[-1]}"; unset 'PIDS[-1]'; }
+STHP=$TMP/pbthp.sock
+start_daemon cold "$TMP/cold.sock" --budget 24G --prewarm "$WARM" --hugetlb no --thp no &&
+	{ stop_pid "${PIDS[-1]}"; unset 'PIDS[-1]'; }
 run "$BENCH" hostalloc-total --size "$WARM" --chunk 1G
-start_daemon 4k "$S4K" --budget 24G --prewarm "$WARM" --hugetlb no || { echo "FAIL: pinbrokerd did not start"; exit 1; }
+start_daemon 4k "$S4K" --budget 24G --prewarm "$WARM" --hugetlb no --thp no || { echo "FAIL: pinbrokerd did not start"; exit 1; }
+# THP-collapsed 4 KiB chunks (thp = yes: the kernel must be able to), started twice like the others.
+THP_OK=0
+start_daemon thp-cold "$STHP" --budget 24G --prewarm "$WARM" --hugetlb no --thp yes &&
+	{ stop_pid "${PIDS[-1]}"; unset 'PIDS[-1]'; }
+start_daemon thp "$STHP" --budget 24G --prewarm "$WARM" --hugetlb no --thp yes && THP_OK=1
 HUGE_OK=0
 WARM_BYTES=$(python3 -c "import sys; s=sys.argv[1].upper(); m={'K':1<<10,'M':1<<20,'G':1<<30}
 print(int(float(s[:-1])*m[s[-1]]) if s[-1] in m else int(s))" "$WARM")
@@ -121,19 +128,23 @@ fi
 if [ "${PB_WARMUP_SCAN:-1}" != 0 ]; then
 	log "prewarm threads scan: 4G, 4 KiB pages"
 	for th in 1 4 16; do
-		start_daemon "4k-4G-${th}threads" "$TMP/scan.sock" --budget 8G --prewarm 4G --hugetlb no --prewarm-threads "$th" &&
+		start_daemon "4k-4G-${th}threads" "$TMP/scan.sock" --budget 8G --prewarm 4G --hugetlb no --thp no \
+			--prewarm-threads "$th" &&
 			{ stop_pid "${PIDS[-1]}"; unset 'PIDS[-1]'; }
 	done
 fi
 HUGEARG=()
 [ $HUGE_OK = 1 ] && HUGEARG=(--socket-huge "$SHUGE")
+[ $THP_OK = 1 ] && HUGEARG+=(--socket-thp "$STHP")
 
 # ---- Many jobs: JOBS processes each take JOB_BYTES and stream it to the GPU.
+if [ "${PB_SKIP_MANY:-0}" != 1 ]; then
 log "many jobs: $JOBS x $JOB_BYTES"
 run "$BENCH" many --mode broker --label broker-4k --socket "$S4K" --procs "$JOBS" --size "$JOB_BYTES" --passes 4
 [ $HUGE_OK = 1 ] && run "$BENCH" many --mode broker --label broker-hugetlb --socket "$SHUGE" --procs "$JOBS" \
 	--size "$JOB_BYTES" --passes 4
 run "$BENCH" many --mode cudaHostAlloc --procs "$JOBS" --size "$JOB_BYTES" --passes 4
+fi
 
 # ---- Time to a usable pinned buffer.
 log "set-up time"
@@ -151,6 +162,7 @@ PYTHONUNBUFFERED=1 run python3 "$SRC/bench/gpu/torch_check.py" --lib "$LIB" --so
 log "daemon status at the end"
 run "$PINCTL" --socket "$S4K" status
 [ $HUGE_OK = 1 ] && run "$PINCTL" --socket "$SHUGE" status
+[ $THP_OK = 1 ] && run "$PINCTL" --socket "$STHP" status
 
 for p in "${PIDS[@]}"; do stop_pid "$p"; done
 PIDS=()
