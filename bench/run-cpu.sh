@@ -20,7 +20,8 @@ fi
 case $build in /*) ;; *) build=$(pwd)/$build ;; esac
 
 daemon=$build/daemon/pinbrokerd
-for bin in "$daemon" "$build/bench/core/bench_lease" "$build/bench/core/bench_pressure" "$build/bench/core/bench_status"; do
+for bin in "$daemon" "$build/bench/core/bench_lease" "$build/bench/core/bench_pressure" "$build/bench/core/bench_status" \
+	"$build/bench/core/bench_pagekind"; do
 	[ -x "$bin" ] || { echo "run-cpu.sh: $bin not found or not executable" >&2; usage; }
 done
 if [ "$(id -u)" -ne 0 ] && [ "$(ulimit -l)" != unlimited ]; then
@@ -42,6 +43,8 @@ rm -f "$failed"
 		echo "bench_pressure failed: exit $?" >>"$failed"
 	echo
 	"$build/bench/core/bench_status" --daemon "$daemon" "$@" || echo "bench_status failed: exit $?" >>"$failed"
+	echo
+	"$build/bench/core/bench_pagekind" --daemon "$daemon" "$@" || echo "bench_pagekind failed: exit $?" >>"$failed"
 } 2>&1 | tee "$out.tmp"
 if [ -e "$failed" ]; then
 	cat "$failed" >&2
