@@ -65,6 +65,8 @@ static void usage(FILE *f)
 		"      --check-config  validate the config and the command line, then exit\n"
 		"      --sample-config print a commented config with every key and exit\n"
 		"      --config-doc    print the keys as a markdown table and exit\n"
+		"      --reserve-hugepages  raise vm.nr_hugepages so the budget fits in free 2 MiB huge pages\n"
+		"                      (as root, before the daemon starts: pinbroker-hugepages.service), then exit\n"
 		"  -d, --debug         same as --log-level debug\n"
 		"  -h, --help          show this help\n"
 		"  -V, --version       show the version\n\n"
@@ -75,7 +77,7 @@ static void usage(FILE *f)
 	fprintf(f, "\nThe socket is also taken from $PINBROKER_SOCKET.\n");
 }
 
-enum { OPT_CHECK = 1000, OPT_SAMPLE, OPT_DOC, OPT_KEY_BASE = 2000 };
+enum { OPT_CHECK = 1000, OPT_SAMPLE, OPT_DOC, OPT_RESERVE, OPT_KEY_BASE = 2000 };
 
 /* A bad value on the command line is a usage error (exit 2), found before any file is read. */
 static int check_overrides(const struct options *o)
@@ -102,7 +104,7 @@ static int check_overrides(const struct options *o)
 
 static int parse_args(int argc, char **argv, struct options *o, int *action)
 {
-	size_t nkeys, nbase = 7;
+	size_t nkeys, nbase = 8;
 	const struct config_key *keys = config_keys(&nkeys);
 	struct option *lo = calloc(nkeys + nbase + 1, sizeof(*lo));
 	int ch;
@@ -116,6 +118,7 @@ static int parse_args(int argc, char **argv, struct options *o, int *action)
 	lo[4] = (struct option){ "debug", no_argument, NULL, 'd' };
 	lo[5] = (struct option){ "help", no_argument, NULL, 'h' };
 	lo[6] = (struct option){ "version", no_argument, NULL, 'V' };
+	lo[7] = (struct option){ "reserve-hugepages", no_argument, NULL, OPT_RESERVE };
 	for (size_t i = 0; i < nkeys; i++)
 		lo[nbase + i] = (struct option){ keys[i].name, required_argument, NULL, OPT_KEY_BASE + (int)i };
 
@@ -142,6 +145,7 @@ static int parse_args(int argc, char **argv, struct options *o, int *action)
 		case OPT_CHECK:
 		case OPT_SAMPLE:
 		case OPT_DOC:
+		case OPT_RESERVE:
 			*action = ch;
 			break;
 		default:
@@ -159,6 +163,81 @@ static int parse_args(int argc, char **argv, struct options *o, int *action)
 		return -EINVAL;
 	}
 	return check_overrides(o);
+}
+
+static int read_u64_file(const char *path, uint64_t *v)
+{
+	FILE *f = fopen(path, "re");
+	unsigned long long x;
+	int ok;
+
+	if (!f)
+		return -errno;
+	ok = fscanf(f, "%llu", &x) == 1;
+	fclose(f);
+	if (!ok)
+		return -EBADMSG;
+	*v = x;
+	return 0;
+}
+
+/*
+ * --reserve-hugepages: the opt-in reservation (pinbroker-hugepages.service runs it before the daemon).
+ * Raises vm.nr_hugepages by what the budget needs beyond the free huge pages, reads back what the kernel
+ * gave, and says so. Exit 0 when the budget fits, 1 when the kernel gave fewer (memory too fragmented).
+ */
+static int reserve_hugepages(const struct config *cfg, uint64_t budget_bytes)
+{
+	char nr_path[4096], mem_path[4096], buf[16384];
+	uint64_t nr_now, nr_after, target, free_pages, want;
+	struct meminfo m;
+	size_t len;
+	FILE *f;
+	int r;
+
+	snprintf(nr_path, sizeof(nr_path), "%s/proc/sys/vm/nr_hugepages", cfg->proc_root);
+	snprintf(mem_path, sizeof(mem_path), "%s/proc/meminfo", cfg->proc_root);
+	r = read_u64_file(nr_path, &nr_now);
+	f = r == 0 ? fopen(mem_path, "re") : NULL;
+	if (!f) {
+		fprintf(stderr, "pinbrokerd: cannot read %s: %s\n", r < 0 ? nr_path : mem_path,
+			strerror(r < 0 ? -r : errno));
+		return 1;
+	}
+	len = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	if (pressure_parse_meminfo(buf, len, &m) < 0 || m.hugepage_size_bytes != 2u * 1024 * 1024) {
+		fprintf(stderr, "pinbrokerd: %s has no 2 MiB Hugepagesize: the pool's huge pages are 2 MiB\n", mem_path);
+		return 1;
+	}
+	free_pages = m.hugepages_free_bytes / m.hugepage_size_bytes;
+	want = (budget_bytes + m.hugepage_size_bytes - 1) / m.hugepage_size_bytes;
+	target = pool_hugepages_target(budget_bytes, nr_now, free_pages);
+	if (target == nr_now) {
+		printf("hugetlb: the budget (%llu huge pages) fits in the %llu free; vm.nr_hugepages stays %llu\n",
+		       (unsigned long long)want, (unsigned long long)free_pages, (unsigned long long)nr_now);
+		return 0;
+	}
+	f = fopen(nr_path, "we");
+	if (!f || fprintf(f, "%llu\n", (unsigned long long)target) < 0 || fclose(f) != 0) {
+		fprintf(stderr, "pinbrokerd: cannot write %s: %s (run as root)\n", nr_path, strerror(errno));
+		return 1;
+	}
+	r = read_u64_file(nr_path, &nr_after);
+	if (r < 0)
+		nr_after = nr_now;
+	printf("hugetlb: the budget needs %llu huge pages, %llu were free: vm.nr_hugepages %llu -> %llu (asked %llu)\n",
+	       (unsigned long long)want, (unsigned long long)free_pages, (unsigned long long)nr_now,
+	       (unsigned long long)nr_after, (unsigned long long)target);
+	if (nr_after < target) {
+		fprintf(stderr,
+			"pinbrokerd: the kernel gave %llu of the %llu huge pages asked (memory too fragmented now): "
+			"reserve them at boot with hugepages=%llu on the kernel command line, or lower the budget\n",
+			(unsigned long long)(nr_after > nr_now ? nr_after - nr_now : 0),
+			(unsigned long long)(target - nr_now), (unsigned long long)target);
+		return 1;
+	}
+	return 0;
 }
 
 /* Once per start, reload and --check-config: a config file others can change is a warning, not a refusal. */
@@ -615,6 +694,12 @@ int main(int argc, char **argv)
 	reload_resolve_sizes(&b, cfg);
 	if (b.budget_bytes == 0)
 		fatalx("the budget resolves to 0 bytes; set budget to a size or a percentage above 0");
+	if (action == OPT_RESERVE) {
+		r = reserve_hugepages(cfg, b.budget_bytes);
+		config_free(cfg);
+		free(o.ov);
+		return r;
+	}
 
 	r = budget_new(b.budget_bytes, b.uid_quota_bytes, &b.budget);
 	if (r < 0)

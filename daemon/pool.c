@@ -172,6 +172,13 @@ static bool thp_supported(void)
 	return ok;
 }
 
+uint64_t pool_hugepages_target(uint64_t want_bytes, uint64_t nr_now, uint64_t free_now)
+{
+	uint64_t want = (want_bytes + HUGE_2M_BYTES - 1) / HUGE_2M_BYTES;
+
+	return want > free_now ? nr_now + (want - free_now) : nr_now;
+}
+
 int pool_new(const struct pool_opts *opts, struct pool **ret)
 {
 	bool have_huge = huge_pages_free(opts->proc_root) > 0;

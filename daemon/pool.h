@@ -166,3 +166,9 @@ int pool_adopt(struct pool *p, int fd, uint64_t id, uid_t owner_uid, bool tail, 
 
 /* Chunk size for the page size in effect (4096 or 2 MiB) by probing the host. */
 uint64_t pool_host_page_size(enum pool_hugetlb mode, const char *proc_root);
+
+/*
+ * The vm.nr_hugepages that leaves want_bytes of 2 MiB huge pages free for the pool, given the
+ * host's nr_hugepages and free huge pages now: never lower than now (pages others hold stay theirs).
+ */
+uint64_t pool_hugepages_target(uint64_t want_bytes, uint64_t nr_now, uint64_t free_now);

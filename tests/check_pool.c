@@ -843,6 +843,17 @@ START_TEST(test_thp_chunks_are_collapsed_pmd_mapped_and_counted)
 }
 END_TEST
 
+START_TEST(test_hugepages_target_adds_only_what_the_free_pages_lack)
+{
+	/* 64 MiB = 32 pages. */
+	ck_assert_uint_eq(pool_hugepages_target(64 * MIB, 10, 10), 32);
+	ck_assert_uint_eq(pool_hugepages_target(64 * MIB, 100, 40), 100);   /* fits: never lowered */
+	ck_assert_uint_eq(pool_hugepages_target(64 * MIB, 100, 20), 112);   /* others hold 80 */
+	ck_assert_uint_eq(pool_hugepages_target(64 * MIB + 1, 0, 0), 33);   /* a partial page is a page */
+	ck_assert_uint_eq(pool_hugepages_target(0, 7, 0), 7);
+}
+END_TEST
+
 START_TEST(test_thp_no_and_hugetlb_pools_do_not_collapse)
 {
 	struct pool_opts o = { .chunk_bytes = 2 * MIB, .hugetlb = POOL_HUGETLB_NO, .thp = POOL_THP_NO, .threads = 1 };
@@ -924,6 +935,7 @@ static Suite *pool_suite(void)
 	tcase_add_test(tc, test_tail_punch_is_counted_and_the_tail_destroyed);
 	tcase_add_test(tc, test_audit_checks_bounded_slices_and_repairs_lent_chunks_in_place);
 	tcase_add_test(tc, test_thp_no_and_hugetlb_pools_do_not_collapse);
+	tcase_add_test(tc, test_hugepages_target_adds_only_what_the_free_pages_lack);
 	/* Left out, and the suite reported skipped, where the kernel cannot collapse shmem or mlock is denied. */
 	if (kernel_collapses()) {
 		tcase_add_test(tc, test_thp_chunks_are_collapsed_pmd_mapped_and_counted);

@@ -307,6 +307,48 @@ START_TEST(test_reload_keeps_and_set_refuses_a_restart_key)
 }
 END_TEST
 
+/* --reserve-hugepages against a fixture proc root: nr_hugepages raised by what the budget lacks, never lowered. */
+START_TEST(test_reserve_hugepages_raises_nr_hugepages_by_what_the_budget_lacks)
+{
+	char root[] = "/tmp/pb-hp.XXXXXX", path[256], *out = NULL, args[512];
+	FILE *f;
+	unsigned long long nr = 0;
+
+	ck_assert_ptr_nonnull(mkdtemp(root));
+	snprintf(path, sizeof(path), "%s/proc/sys/vm", root);
+	snprintf(args, sizeof(args), "mkdir -p %s", path);
+	ck_assert_int_eq(system(args), 0);
+	snprintf(path, sizeof(path), "%s/proc/meminfo", root);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("MemTotal: 16777216 kB\nMemFree: 8388608 kB\nMemAvailable: 12582912 kB\nSwapTotal: 0 kB\n"
+	      "SwapFree: 0 kB\nHugePages_Total: 10\nHugePages_Free: 10\nHugepagesize: 2048 kB\n", f);
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/proc/sys/vm/nr_hugepages", root);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("10\n", f);
+	fclose(f);
+
+	/* 64 MiB = 32 pages, 10 free: asks for 22 more. */
+	snprintf(args, sizeof(args), "--proc-root %s --budget 64M --prewarm 0 --reserve-hugepages", root);
+	ck_assert_int_eq(pinbrokerd(&out, args), 0);
+	ck_assert_ptr_nonnull(strstr(out, "vm.nr_hugepages 10 -> 32"));
+	free(out);
+	f = fopen(path, "r");
+	ck_assert_int_eq(fscanf(f, "%llu", &nr), 1);
+	fclose(f);
+	ck_assert_uint_eq(nr, 32);
+	/* A budget the free pages already hold changes nothing. */
+	snprintf(args, sizeof(args), "--proc-root %s --budget 16M --prewarm 0 --reserve-hugepages", root);
+	ck_assert_int_eq(pinbrokerd(&out, args), 0);
+	ck_assert_ptr_nonnull(strstr(out, "stays 32"));
+	free(out);
+	snprintf(args, sizeof(args), "rm -rf %s", root);
+	ck_assert_int_eq(system(args), 0);
+}
+END_TEST
+
 static Suite *itest_config_suite(void)
 {
 	Suite *s = suite_create("itest_config");
@@ -320,6 +362,7 @@ static Suite *itest_config_suite(void)
 	tcase_add_test(tc, test_reload_grows_the_pool_to_a_raised_prewarm);
 	tcase_add_test(tc, test_pinctl_set_values_survive_a_reload);
 	tcase_add_test(tc, test_reload_keeps_and_set_refuses_a_restart_key);
+	tcase_add_test(tc, test_reserve_hugepages_raises_nr_hugepages_by_what_the_budget_lacks);
 	suite_add_tcase(s, tc);
 	return s;
 }
