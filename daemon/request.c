@@ -35,10 +35,10 @@
 #define RECLAIM_STEP_MS 100
 
 enum {
-	REQ_NEEDS_HELLO = 1u << 0,           /* refused before HELLO */
-	REQ_ADMIN = 1u << 1,                 /* uid 0 or admin-group only */
-	REQ_RETURNS_FD = 1u << 2,            /* reply carries memfds */
-	REQ_DENIED_UNDER_PRESSURE = 1u << 3, /* refused at once while critical */
+	REQ_NEEDS_HELLO = 1u << 0,            /* refused before HELLO */
+	REQ_ADMIN = 1u << 1,                  /* uid 0 or admin-group only */
+	REQ_TAKES_MEMORY = 1u << 2,           /* charges new bytes (a pool lease or a registration): refused while critical */
+	REQ_ALLOWED_WHILE_STOPPING = 1u << 3, /* served while the daemon stops; every other kind is refused */
 };
 
 typedef Pinbroker__V1__Request Request;
@@ -1508,10 +1508,11 @@ static void handle_report_unbrokered(struct conn *c, const Request *req)
 
 static const struct request_kind request_table[] = {
 	{ PINBROKER__V1__REQUEST__BODY_HELLO, "hello", 0, handle_hello },
-	{ PINBROKER__V1__REQUEST__BODY_ACQUIRE, "acquire", REQ_NEEDS_HELLO | REQ_RETURNS_FD | REQ_DENIED_UNDER_PRESSURE,
-	  handle_acquire },
-	{ PINBROKER__V1__REQUEST__BODY_RELEASE, "release", REQ_NEEDS_HELLO, handle_release },
-	{ PINBROKER__V1__REQUEST__BODY_STATUS, "status", REQ_NEEDS_HELLO, handle_status },
+	/* Register-only acquires too: a registration charges the budget for pages it pins. */
+	{ PINBROKER__V1__REQUEST__BODY_ACQUIRE, "acquire", REQ_NEEDS_HELLO | REQ_TAKES_MEMORY, handle_acquire },
+	/* Giving memory back and looking are what a stopping daemon still answers. */
+	{ PINBROKER__V1__REQUEST__BODY_RELEASE, "release", REQ_NEEDS_HELLO | REQ_ALLOWED_WHILE_STOPPING, handle_release },
+	{ PINBROKER__V1__REQUEST__BODY_STATUS, "status", REQ_NEEDS_HELLO | REQ_ALLOWED_WHILE_STOPPING, handle_status },
 	/* Not REQ_ADMIN: a holder may revoke its own leases; the handler checks other uids'. */
 	{ PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE, "revoke", REQ_NEEDS_HELLO, handle_admin_revoke },
 	{ PINBROKER__V1__REQUEST__BODY_SET_CONFIG, "set", REQ_NEEDS_HELLO | REQ_ADMIN, handle_set_config },
@@ -1519,7 +1520,8 @@ static const struct request_kind request_table[] = {
 	{ PINBROKER__V1__REQUEST__BODY_SET_IDLE, "set-idle", REQ_NEEDS_HELLO, handle_set_idle },
 	{ PINBROKER__V1__REQUEST__BODY_REDECLARE, "redeclare", REQ_NEEDS_HELLO, handle_redeclare },
 	{ PINBROKER__V1__REQUEST__BODY_SHARE, "share", REQ_NEEDS_HELLO, handle_share },
-	{ PINBROKER__V1__REQUEST__BODY_ATTACH, "attach", REQ_NEEDS_HELLO | REQ_RETURNS_FD, handle_attach },
+	/* Not REQ_TAKES_MEMORY: an attachment maps a lease already counted, once, to its holder. */
+	{ PINBROKER__V1__REQUEST__BODY_ATTACH, "attach", REQ_NEEDS_HELLO, handle_attach },
 	{ PINBROKER__V1__REQUEST__BODY_REPORT_UNBROKERED, "report-unbrokered", REQ_NEEDS_HELLO,
 	  handle_report_unbrokered },
 };
@@ -1552,11 +1554,10 @@ void request_dispatch(struct conn *c, const uint8_t *buf, size_t len)
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED,
 			     "'%s' needs uid 0 or membership of the admin group (admin-group = %s)", kind->name,
 			     b->cfg->admin_group && b->cfg->admin_group[0] ? b->cfg->admin_group : "none set");
-	} else if (b->shutting_down && kind->body != PINBROKER__V1__REQUEST__BODY_RELEASE &&
-		   kind->body != PINBROKER__V1__REQUEST__BODY_STATUS) {
+	} else if (b->shutting_down && !(kind->flags & REQ_ALLOWED_WHILE_STOPPING)) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_SHUTTING_DOWN, "pinbrokerd is stopping");
-	} else if ((kind->flags & REQ_DENIED_UNDER_PRESSURE) && b->state == BROKER_CRITICAL) {
-		reply_acquire_error(c, req->seq, -EAGAIN, req->acquire->size);
+	} else if ((kind->flags & REQ_TAKES_MEMORY) && b->state == BROKER_CRITICAL) {
+		reply_acquire_error(c, req->seq, -EAGAIN, 0); /* the critical answer names no size */
 	} else {
 		kind->handler(c, req);
 	}
