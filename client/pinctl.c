@@ -29,7 +29,7 @@
 #define JSON_SCHEMA_VERSION 1
 /* Room for any peer string C-escaped: every byte may become \xNN (labels: 4 of 63 bytes, comma-joined). */
 #define ESC_BYTES 1100
-/* The daemon lends less than 2^63 bytes (daemon/request.c, STATUS_INVALID_SIZE). */
+/* The daemon lends less than 2^63 bytes (daemon/reply.c, STATUS_INVALID_SIZE). */
 #define MAX_LEASE_BYTES (UINT64_C(1) << 63)
 #define ADMIN_HINT                                                                                                  \
 	"Run pinctl as root, or ask the host's admin to add you to the group named by admin-group in "             \

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "budget.h"
@@ -242,4 +243,35 @@ uint64_t broker_overdue_bytes(const struct broker *b)
 		if (l->state == LEASE_OVERDUE)
 			overdue_bytes += l->bytes;
 	return overdue_bytes;
+}
+
+int broker_listen_freed(struct broker *b, broker_freed_fn *fn)
+{
+	for (size_t i = 0; i < BROKER_FREED_LISTENERS_MAX; i++)
+		if (b->freed_listeners[i] == fn)
+			return -EEXIST;
+	for (size_t i = 0; i < BROKER_FREED_LISTENERS_MAX; i++)
+		if (!b->freed_listeners[i]) {
+			b->freed_listeners[i] = fn;
+			return 0;
+		}
+	return -ENOSPC;
+}
+
+void broker_unlisten_freed(struct broker *b, broker_freed_fn *fn)
+{
+	for (size_t i = 0; i < BROKER_FREED_LISTENERS_MAX; i++)
+		if (b->freed_listeners[i] == fn)
+			b->freed_listeners[i] = NULL;
+}
+
+void broker_memory_freed(struct broker *b)
+{
+	/* A copy: a listener may add or drop listeners (its own, or another's) while it runs. */
+	broker_freed_fn *fns[BROKER_FREED_LISTENERS_MAX];
+
+	memcpy(fns, b->freed_listeners, sizeof(fns));
+	for (size_t i = 0; i < BROKER_FREED_LISTENERS_MAX; i++)
+		if (fns[i])
+			fns[i](b);
 }

@@ -16,9 +16,16 @@ struct config;
 struct monitor;
 struct server;
 struct revoker;
+struct waitq;
+struct conn_io;
 struct recovery;
 struct ev_loop;
 struct reload_hooks;
+
+struct broker;
+/* A listener of the freed-memory event: runs after leases were freed and the pool trimmed. */
+typedef void broker_freed_fn(struct broker *b);
+#define BROKER_FREED_LISTENERS_MAX 4
 
 struct broker {
 	struct config *cfg;
@@ -27,7 +34,9 @@ struct broker {
 	struct lease_table *leases;
 	struct monitor *monitor;     /* I/O: samplers and PSI triggers */
 	struct server *server;
-	struct revoker *revoker;     /* I/O: REVOKE deadlines, enforcement, waiting acquires */
+	struct revoker *revoker;     /* I/O: REVOKE deadlines, enforcement, reclaim, exit holds */
+	struct waitq *waitq;         /* I/O: acquires waiting for memory */
+	const struct conn_io *conn_io; /* how the request modules send and close (conn.h); set by server_new */
 	struct recovery *recovery;   /* instance id, and the fd-store state for crash recovery under systemd */
 	struct ev_loop *loop;
 	const char *config_path;     /* for SIGHUP; NULL when none */
@@ -55,6 +64,9 @@ struct broker {
 	uint64_t registered_bytes;
 	/* Pinned outside the broker, as live connections last reported it (ReportUnbrokered). */
 	uint64_t unbrokered_bytes;
+
+	/* Who hears that leased memory came back (broker_memory_freed): the wait queue, a test. */
+	broker_freed_fn *freed_listeners[BROKER_FREED_LISTENERS_MAX];
 };
 
 struct acquire_args {
@@ -147,3 +159,16 @@ void broker_trim_pool(struct broker *b, uint64_t target_idle_bytes);
 
 /* Sum of bytes in OVERDUE leases. */
 uint64_t broker_overdue_bytes(const struct broker *b);
+
+/*
+ * Listen to the freed-memory event: fn runs once at each broker_memory_freed.
+ * Returns 0, -EEXIST (fn listens already) or -ENOSPC (BROKER_FREED_LISTENERS_MAX listen).
+ */
+int broker_listen_freed(struct broker *b, broker_freed_fn *fn);
+/* fn stops listening (nothing if it did not listen). */
+void broker_unlisten_freed(struct broker *b, broker_freed_fn *fn);
+/*
+ * Leased memory came back (released, a holder exited, a connection closed): tell every listener.
+ * The revoker raises it once per batch of frees, never with a lease half freed.
+ */
+void broker_memory_freed(struct broker *b);

@@ -29,6 +29,7 @@
 #include "recovery.h"
 #include "reload.h"
 #include "request.h"
+#include "waitq.h"
 #include "server.h"
 #include "util.h"
 #include "wire.h"
@@ -513,7 +514,7 @@ static void config_applied(struct broker *b)
 		prewarm_idle.data = b;
 		ev_idle_start(b->loop, &prewarm_idle);
 	}
-	request_grant_waiting(b);
+	waitq_grant(b);
 	update_status(b);
 }
 

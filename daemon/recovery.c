@@ -23,7 +23,7 @@
 #include "log.h"
 #include "notify.h"
 #include "pool.h"
-#include "request.h"
+#include "revoker.h"
 #include "util.h"
 
 /*
@@ -215,7 +215,7 @@ static void put_lease_line(struct buf *b, const struct broker *br, const struct 
 	for (size_t i = 0; i < l->nattachers && nheld < RECOVERY_MAPPERS_MAX; i++)
 		held[nheld++] = l->attachers[i].pid;
 	if (l->exit_holds > 0)
-		nheld += request_hold_pids(br, l->id, held + nheld, RECOVERY_MAPPERS_MAX - nheld);
+		nheld += revoker_hold_pids(br, l->id, held + nheld, RECOVERY_MAPPERS_MAX - nheld);
 	if (nheld > 0)
 		put_mem(b, " A", 2);
 	for (size_t i = 0; i < nheld; i++)
@@ -882,7 +882,7 @@ static void grace_cb(struct ev_loop *loop, ev_timer *w, int revents)
 		next = lease_next(b->leases, l);
 		if (l->state != LEASE_ORPHANED || l->owner)
 			continue;
-		/* Former attachers still run: the last one's exit frees it (request.c's exit holds). */
+		/* Former attachers still run: the last one's exit frees it (revoker.c's exit holds). */
 		if (l->exit_holds > 0)
 			continue;
 		/* A holder still alive may still map the pages: they must not reach anyone else yet. */
@@ -894,7 +894,7 @@ static void grace_cb(struct ev_loop *loop, ev_timer *w, int revents)
 				  "lease %llu was not re-declared within redeclare-grace-ms but pid %d still runs: "
 				  "it stays counted until that process exits",
 				  (unsigned long long)l->id, l->pid);
-			if (request_hold_until_exit(b, pidfd, l->pid, &id, 1) == 0)
+			if (revoker_hold_until_exit(b, pidfd, l->pid, &id, 1) == 0)
 				continue;
 		}
 		log_event(EV_LEASE_RELEASED, LOG_NOTICE, l->id, l->uid, l->pid,
@@ -958,7 +958,7 @@ static bool adopt_lease(struct recovery *rc, struct store *s, const struct store
 			uint64_t id = l->id;
 
 			if (pidfd >= 0)
-				request_hold_until_exit(b, pidfd, sl->mappers[k], &id, 1);
+				revoker_hold_until_exit(b, pidfd, sl->mappers[k], &id, 1);
 		}
 		return true;
 	}

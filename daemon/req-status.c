@@ -10,13 +10,15 @@
 #include "broker.h"
 #include "budget.h"
 #include "config.h"
+#include "conn.h"
 #include "lease.h"
 #include "monitor.h"
 #include "pool.h"
+#include "reply.h"
 #include "request-int.h"
-#include "request.h"
-#include "server.h"
+#include "revoker.h"
 #include "util.h"
+#include "waitq.h"
 
 /* Rows of each kind in one reply: a page costs the loop a bounded time whatever the lease count. */
 #define STATUS_PAGE_MAX_ROWS 1024
@@ -51,9 +53,9 @@ struct status_build {
 
 	Pinbroker__V1__SignalInfo si[MONITOR_SIGNALS_MAX], *sip[MONITOR_SIGNALS_MAX];
 	Pinbroker__V1__EventInfo ti[MONITOR_EVENTS_MAX], *tip[MONITOR_EVENTS_MAX];
-	Pinbroker__V1__EventInfo vi[REQUEST_REVOCATIONS_MAX], *vip[REQUEST_REVOCATIONS_MAX];
+	Pinbroker__V1__EventInfo vi[REVOKER_REVOCATIONS_MAX], *vip[REVOKER_REVOCATIONS_MAX];
 	struct monitor_signal sig[MONITOR_SIGNALS_MAX];
-	struct monitor_event tev[MONITOR_EVENTS_MAX], rev[REQUEST_REVOCATIONS_MAX];
+	struct monitor_event tev[MONITOR_EVENTS_MAX], rev[REVOKER_REVOCATIONS_MAX];
 
 	struct conn **conns;                 /* candidates for client rows */
 	Pinbroker__V1__ClientInfo *ci, **cip;
@@ -61,47 +63,6 @@ struct status_build {
 	Pinbroker__V1__LeaseInfo *li, **lip;
 	int32_t *pids;                       /* STATUS_ATTACHER_PIDS_MAX per lease row */
 };
-
-/* ------------------------------------------------------- connection counters */
-
-void status_conn_add(struct conn *c, const struct lease *l)
-{
-	struct conn_label *free_slot = NULL;
-
-	c->lease_bytes += l->bytes;
-	if (!l->label[0])
-		return;
-	for (size_t i = 0; i < CONN_LABELS_MAX; i++) {
-		struct conn_label *s = &c->labels[i];
-
-		if (s->leases && strcmp(s->text, l->label) == 0) {
-			s->leases++;
-			return;
-		}
-		if (!s->leases && !free_slot)
-			free_slot = s;
-	}
-	/* A full set lists no more: the lease rows still carry every label. */
-	if (free_slot) {
-		snprintf(free_slot->text, sizeof(free_slot->text), "%s", l->label);
-		free_slot->leases = 1;
-	}
-}
-
-void status_conn_remove(struct conn *c, const struct lease *l)
-{
-	c->lease_bytes = c->lease_bytes > l->bytes ? c->lease_bytes - l->bytes : 0;
-	if (!l->label[0])
-		return;
-	for (size_t i = 0; i < CONN_LABELS_MAX; i++) {
-		struct conn_label *s = &c->labels[i];
-
-		if (s->leases && strcmp(s->text, l->label) == 0) {
-			s->leases--;
-			return;
-		}
-	}
-}
 
 /* ------------------------------------------------------------------ parts */
 
@@ -164,7 +125,7 @@ static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr
 	sr->has_prewarm_bytes = true;
 	sr->prewarm_bytes = b->prewarm_bytes;
 	sr->has_waiting_acquires = true;
-	sr->waiting_acquires = request_waiting_count(b);
+	sr->waiting_acquires = waitq_count(b);
 }
 
 /* Pressure signals and transitions; revocations, which name pids and uids, only for who sees every row. */
@@ -203,7 +164,7 @@ static void fill_events(struct status_build *sb, Pinbroker__V1__StatusReply *sr)
 	}
 	if (!sb->see_all)
 		return;
-	sr->n_revocations = request_revocations(b, sb->rev, REQUEST_REVOCATIONS_MAX);
+	sr->n_revocations = revoker_revocations(b, sb->rev, REVOKER_REVOCATIONS_MAX);
 	for (size_t i = 0; i < sr->n_revocations; i++) {
 		pinbroker__v1__event_info__init(&sb->vi[i]);
 		sb->vi[i].age_ms = sb->now - sb->rev[i].when_ms;
@@ -248,14 +209,14 @@ static int conn_newest_first(const void *a, const void *b)
  */
 static int fill_clients(struct status_build *sb, Pinbroker__V1__StatusReply *sr, uint64_t cursor)
 {
-	struct server *srv = sb->b->server;
-	size_t nconn = server_conn_count(srv), n = 0, k = 0, max;
+	const struct broker *b = sb->b;
+	size_t nconn = b->conn_io->count(b), n = 0, k = 0, max;
 	bool sorted = true;
 
 	sb->conns = calloc(nconn + 1, sizeof(*sb->conns));
 	if (!sb->conns)
 		return -ENOMEM;
-	for (struct conn *cc = server_conns(srv); cc && n < nconn; cc = cc->next) {
+	for (struct conn *cc = b->conn_io->first(b); cc && n < nconn; cc = cc->next) {
 		if (cc->closing || (cursor && cc->id >= cursor) || !visible(sb, cc->uid))
 			continue;
 		sorted = sorted && (n == 0 || sb->conns[n - 1]->id > cc->id);
@@ -405,10 +366,10 @@ void handle_status(struct conn *c, const Pinbroker__V1__Request *req)
 		ret = fill_leases(sb, &sr, q->has_lease_cursor ? q->lease_cursor : 0,
 				  q->has_lease_limit ? q->lease_limit : 0);
 	if (ret == 0)
-		server_send(c, &r, NULL, 0);
+		reply_send(c, &r, NULL, 0);
 out:
 	if (ret < 0)
-		server_close(c, "out of memory building status");
+		reply_close(c, "out of memory building status");
 	if (sb) {
 		free(sb->conns);
 		free(sb->ci);

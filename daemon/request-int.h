@@ -1,28 +1,33 @@
 /* SPDX-License-Identifier: MIT */
-/* What request.c shares with the request modules beside it (req-status.c): reply helpers and their handlers. */
+/* The handlers request.c's table names: client verbs (req-client.c), admin verbs (req-admin.c, req-status.c). */
 #pragma once
 
-#include <stdint.h>
-
-#include "lease.h"
 #include "pinbroker.pb-c.h"
 
 struct conn;
 
-/* A reply header: seq echoed, status, and message (not copied; NULL for none). */
-void reply_init(Pinbroker__V1__Reply *r, uint64_t seq, Pinbroker__V1__StatusCode status, const char *message);
+/*
+ * Each runs after the gate (request.c): the kind is known, its payload set,
+ * HELLO done where the table asks, admin rights checked, and the stopping and
+ * pressure gates passed. A handler answers with a status or its reply, or
+ * closes c; it never frees c.
+ */
 
-Pinbroker__V1__Priority prio_to_wire(enum lease_priority p);
+/* ---- req-client.c */
+void handle_hello(struct conn *c, const Pinbroker__V1__Request *req);
+void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req);
+void handle_release(struct conn *c, const Pinbroker__V1__Request *req);
+void handle_set_idle(struct conn *c, const Pinbroker__V1__Request *req);
+void handle_revoke_ack(struct conn *c, const Pinbroker__V1__Request *req);
+void handle_redeclare(struct conn *c, const Pinbroker__V1__Request *req);
+void handle_share(struct conn *c, const Pinbroker__V1__Request *req);
+void handle_attach(struct conn *c, const Pinbroker__V1__Request *req);
+void handle_report_unbrokered(struct conn *c, const Pinbroker__V1__Request *req);
+
+/* ---- req-admin.c */
+void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req);
+void handle_set_config(struct conn *c, const Pinbroker__V1__Request *req);
 
 /* ---- req-status.c */
-
 /* STATUS: summary from counters, one bounded page of client rows and one of lease rows. */
 void handle_status(struct conn *c, const Pinbroker__V1__Request *req);
-
-/*
- * c now holds l / no longer holds l: keep the connection's status counters
- * (bytes, labels) in step. request.c calls these wherever it changes
- * c->nleases, so a client row never needs a walk over the leases.
- */
-void status_conn_add(struct conn *c, const struct lease *l);
-void status_conn_remove(struct conn *c, const struct lease *l);

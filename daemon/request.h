@@ -16,43 +16,12 @@ struct conn;
  */
 void request_dispatch(struct conn *c, const uint8_t *buf, size_t len);
 
-/* c is closing: free its leases (overdue ones stay counted until its process exits) and drop its waiting acquires. */
+/* c is closing: drop its waiting acquires (waitq.c), then free its leases (revoker.c; a live process's stay counted until it exits). */
 void request_conn_closed(struct broker *b, struct conn *c);
 
-/* Set up and tear down the revoker (deadline timer, waiting-acquire queue, ghost watchers). */
+/* Set up and tear down the revoker (revoker.h) and the wait queue (waitq.h). request_init returns 0 or a negative errno. */
 int request_init(struct broker *b);
 void request_fini(struct broker *b);
 
-/* The pressure monitor's callback (monitor_state_fn). */
+/* The pressure monitor's callback (monitor_state_fn): sets b->state, trims, refuses or grants waiting acquires, starts or stops reclaim. */
 void request_on_pressure(void *ud, enum broker_state from, enum broker_state to, const char *why);
-
-/*
- * Send REVOKE(lease, deadline) to its holder and mark it REVOKING. Idle cached
- * leases are included. Returns 0, or -EINVAL if the lease cannot be revoked
- * in its state.
- */
-int request_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, const char *reason);
-
-/*
- * Keep leases ids counted until the process behind pidfd exits (a holder or
- * attacher whose connection closed while it runs, an orphan whose holder is
- * alive but did not re-declare, a former attacher after a restart): each
- * lease gains an exit hold (lease.h), dropped at that exit; a lease that
- * nobody maps then is freed. The caller has already detached the process's
- * connection from them. Takes over pidfd. Returns 0 or -ENOMEM (pidfd
- * closed, leases untouched).
- */
-int request_hold_until_exit(struct broker *b, int pidfd, pid_t pid, const uint64_t *ids, size_t n);
-
-/* The pids of the processes holding lease id until they exit: at most max in out. Returns how many. */
-size_t request_hold_pids(const struct broker *b, uint64_t id, pid_t *out, size_t max);
-
-/* Memory was freed: grant waiting acquires that now fit, in priority order. */
-void request_grant_waiting(struct broker *b);
-
-/* The revocation events kept for request_revocations. */
-#define REQUEST_REVOCATIONS_MAX 16
-/* Copy of the last revocation events, newest first. Returns how many. */
-struct monitor_event;
-size_t request_revocations(const struct broker *b, struct monitor_event *out, size_t max);
-uint32_t request_waiting_count(const struct broker *b);

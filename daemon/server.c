@@ -539,6 +539,7 @@ int server_new(struct broker *b, int listen_fd, struct server **ret)
 	s->reap_check.data = s;
 	ev_check_start(b->loop, &s->reap_check);
 	ev_unref(b->loop); /* the reaper alone must not keep the loop running */
+	b->conn_io = &server_conn_io;
 	*ret = s;
 	return 0;
 fail:
@@ -588,6 +589,29 @@ struct conn *server_find_conn(const struct server *s, uint64_t id)
 			return c;
 	return NULL;
 }
+
+static void conn_hello_done(struct conn *c)
+{
+	ev_timer_stop(c->broker->loop, &c->handshake);
+}
+
+static struct conn *broker_conns(const struct broker *b)
+{
+	return b->server ? server_conns(b->server) : NULL;
+}
+
+static size_t broker_conn_count(const struct broker *b)
+{
+	return b->server ? server_conn_count(b->server) : 0;
+}
+
+const struct conn_io server_conn_io = {
+	.send = server_send,
+	.close = server_close,
+	.hello_done = conn_hello_done,
+	.first = broker_conns,
+	.count = broker_conn_count,
+};
 
 void server_broadcast(struct server *s, const Pinbroker__V1__Reply *reply)
 {

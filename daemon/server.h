@@ -8,53 +8,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "lease.h"
+#include "conn.h"
 #include "pinbroker.pb-c.h"
 
 struct broker;
-struct outpkt;
-
-/* Distinct lease labels listed on a connection's status row: a few, so the row stays small. */
-#define CONN_LABELS_MAX 4
-
-/*
- * One client connection. Lifetime: server_adopt() puts it on the live list; server_close() stops
- * its watchers and moves it to the dead list (closing); server_reap() frees it once the loop
- * iteration's callbacks are done. A pointer held by a handler stays valid until then.
- */
-struct conn {
-	struct server *srv;
-	struct broker *broker;
-	uint64_t id;
-	int fd;
-	int pidfd;            /* -1 where the kernel has no pidfd_open */
-	pid_t pid;
-	uid_t uid;
-	gid_t gid;
-	bool hello_done;
-	bool admin;           /* uid 0 or member of admin-group, decided at accept */
-	bool pidfd_from_peer; /* pidfd came from SO_PEERPIDFD (not from a pid number) */
-	bool closing;         /* dead: watchers stopped, freed by server_reap after the callback returns */
-	char name[32];        /* client_name from HELLO */
-	uint32_t nleases;     /* leases it maps: held, plus attached */
-	uint32_t nattached;   /* of those, attached through a share token */
-	uint32_t npending;    /* waiting acquires */
-	uint64_t unbrokered_bytes; /* pinned outside the broker, as its last ReportUnbrokered said */
-	/* Status counters, kept by status_conn_add/remove with every lease it gains or loses (req-status.c). */
-	uint64_t lease_bytes;
-	struct conn_label {
-		char text[LEASE_LABEL_MAX];
-		uint32_t leases;      /* 0: free slot */
-	} labels[CONN_LABELS_MAX]; /* distinct labels of its leases; a full set lists no more */
-	uint64_t connected_ms;
-	ev_io io;
-	ev_timer handshake;
-	struct outpkt *outq_head, *outq_tail;
-	size_t outq_len;
-	size_t outq_bytes;
-	size_t outq_fds;
-	struct conn *prev, *next;  /* the live list, or the dead list once closing */
-};
 
 struct server;
 
@@ -105,6 +62,12 @@ struct conn *server_conns(const struct server *s);   /* live connections; follow
 size_t server_conn_count(const struct server *s);
 /* The live connection with this id, or NULL (a closing one is not found). */
 struct conn *server_find_conn(const struct server *s, uint64_t id);
+
+/*
+ * What the request modules do with a connection (conn.h), through server_send, server_close and
+ * the live list. server_new installs it as the broker's conn_io; a harness may wrap it.
+ */
+extern const struct conn_io server_conn_io;
 
 /* Send a packet to every connection (shutdown notice). */
 void server_broadcast(struct server *s, const Pinbroker__V1__Reply *reply);

@@ -32,6 +32,7 @@
 #include "reload.h"
 #include "request.h"
 #include "util.h"
+#include "waitq.h"
 #include "wire.h"
 
 #define FZ_MEM_TOTAL_BYTES (64ull << 20) /* a pretend host: percentages in SET budget resolve against it */
@@ -260,13 +261,49 @@ static void use_config(struct fz *f, enum fz_profile profile)
 /* reload_apply's hooks here: no monitor, no fd limits to re-derive (the harness's fd table is its own). */
 static void config_applied(struct broker *b)
 {
-	request_grant_waiting(b);
+	waitq_grant(b);
 	/* A SET of log-level must not make the fuzzer log. */
 	log_level = getenv("FUZZ_LOG") ? LOG_DEBUG : LOG_EMERG;
 	the_fz.cfg_dirty = true;
 }
 
 static const struct reload_hooks fz_reload_hooks = { .applied = config_applied };
+
+/* ------------------------------------------------------------------ connection I/O */
+
+/*
+ * The harness's own conn_io (conn.h): the real server's, with every packet the request
+ * modules send counted (struct fz's packets_sent), so a test can tell "answered" from "silent".
+ */
+static int fz_send(struct conn *c, const Pinbroker__V1__Reply *reply, const int *fds, size_t nfds)
+{
+	the_fz.packets_sent++;
+	return server_conn_io.send(c, reply, fds, nfds);
+}
+
+static void fz_close(struct conn *c, const char *why)
+{
+	server_conn_io.close(c, why);
+}
+
+static void fz_hello_done(struct conn *c)
+{
+	server_conn_io.hello_done(c);
+}
+
+static struct conn *fz_first(const struct broker *b)
+{
+	return server_conn_io.first(b);
+}
+
+static size_t fz_count(const struct broker *b)
+{
+	return server_conn_io.count(b);
+}
+
+static const struct conn_io fz_conn_io = {
+	.send = fz_send, .close = fz_close, .hello_done = fz_hello_done, .first = fz_first, .count = fz_count,
+};
 
 /* ------------------------------------------------------------------ set-up and reset */
 
@@ -302,6 +339,7 @@ static void parts_new(struct fz *f)
 			  listen(lfd, 1) == 0,
 		  "listen: %s", strerror(errno));
 	FZ_ASSERT(server_new(b, lfd, &b->server) == 0, "server_new");
+	b->conn_io = &fz_conn_io; /* in place of the one server_new installed */
 }
 
 void fz_global_init(const char *const *overrides)
@@ -596,10 +634,10 @@ void fz_check(struct fz *f)
 	for (size_t k = 0; k < nconns; k++)
 		FZ_ASSERT(conns[k]->nleases == held[k], "connection %llu counts %u leases, holds %u",
 			  (unsigned long long)conns[k]->id, conns[k]->nleases, held[k]);
-	FZ_ASSERT(pending_conn == request_waiting_count(b), "connections count %llu waiting acquires, queue has %u",
-		  (unsigned long long)pending_conn, request_waiting_count(b));
-	FZ_ASSERT(request_waiting_count(b) <= b->cfg->max_pending_acquires || request_waiting_count(b) == 0,
-		  "%u waiting acquires over max-pending-acquires %u", request_waiting_count(b),
+	FZ_ASSERT(pending_conn == waitq_count(b), "connections count %llu waiting acquires, queue has %u",
+		  (unsigned long long)pending_conn, waitq_count(b));
+	FZ_ASSERT(waitq_count(b) <= b->cfg->max_pending_acquires || waitq_count(b) == 0,
+		  "%u waiting acquires over max-pending-acquires %u", waitq_count(b),
 		  b->cfg->max_pending_acquires);
 }
 

@@ -43,6 +43,7 @@ struct fz {
 	enum fz_profile profile;        /* which config and pool the broker runs */
 	struct pool *pools[2];          /* 16 KiB chunks (default profile), 4 KiB chunks (the others) */
 	bool cfg_dirty;                 /* a SET replaced the config during this input */
+	uint64_t packets_sent;          /* by the request modules, through the harness's conn_io; never reset */
 };
 
 /* Abort with a message: libFuzzer records the input as a crash. */

@@ -1,0 +1,311 @@
+/* SPDX-License-Identifier: MIT */
+/* What every request module shares: reply headers and statuses, lease replies with fd batches, the wire conversions and a connection's counters. */
+#define _GNU_SOURCE
+#include "reply.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker.h"
+#include "budget.h"
+#include "config.h"
+#include "conn.h"
+#include "log.h"
+#include "pool.h"
+#include "recovery.h"
+#include "text.h"
+#include "util.h"
+#include "wire.h"
+
+/* ------------------------------------------------------------ connection */
+
+int reply_send(struct conn *c, const Pinbroker__V1__Reply *reply, const int *fds, size_t nfds)
+{
+	return c->broker->conn_io->send(c, reply, fds, nfds);
+}
+
+void reply_close(struct conn *c, const char *why)
+{
+	c->broker->conn_io->close(c, why);
+}
+
+/* ---------------------------------------------------------------- replies */
+
+void reply_init(Pinbroker__V1__Reply *r, uint64_t seq, Pinbroker__V1__StatusCode status, const char *message)
+{
+	pinbroker__v1__reply__init(r);
+	r->has_seq = true;
+	r->seq = seq;
+	r->status = status;
+	r->message = (char *)message;
+}
+
+void reply_status(struct conn *c, uint64_t seq, Pinbroker__V1__StatusCode status, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	Pinbroker__V1__Reply r;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	reply_init(&r, seq, status, msg);
+	reply_send(c, &r, NULL, 0);
+}
+
+void reply_lease_error(struct conn *c, uint64_t seq, int r, uint64_t id)
+{
+	if (r == -ENOENT)
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_UNKNOWN_LEASE, "no lease %llu",
+			     (unsigned long long)id);
+	else if (r == -EPERM)
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_NOT_YOUR_LEASE,
+			     "lease %llu belongs to another client", (unsigned long long)id);
+	else
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "lease %llu cannot do that in its state", (unsigned long long)id);
+}
+
+/* ----------------------------------------------------------- error mapping */
+
+void reply_acquire_error(struct conn *c, uint64_t seq, int err, uint64_t size)
+{
+	struct broker *b = c->broker;
+	char a[32], q[32], h[32];
+
+	switch (err) {
+	case -EINVAL:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_SIZE,
+			     "size %llu is not a valid lease size: ask for at least 1 byte and less than 2^63",
+			     (unsigned long long)size);
+		return;
+	case -EFBIG:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_TOO_LARGE,
+			     "%s is more than the budget (%s) or the uid quota (%s) can ever lend",
+			     format_size(size, a, sizeof(a)), format_size(budget_limit(b->budget), h, sizeof(h)),
+			     format_size(budget_uid_quota(b->budget), q, sizeof(q)));
+		return;
+	case -EDQUOT:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_OVER_QUOTA,
+			     "uid %u already holds %s of its %s quota; %s more would exceed it", c->uid,
+			     format_size(budget_uid_leased(b->budget, c->uid), h, sizeof(h)),
+			     format_size(budget_uid_quota(b->budget), q, sizeof(q)), format_size(size, a, sizeof(a)));
+		return;
+	case -ENOSPC:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_OVER_BUDGET,
+			     "pinned budget exhausted: %s of %s leased, %s asked", format_size(budget_leased(b->budget), h, sizeof(h)),
+			     format_size(budget_limit(b->budget), q, sizeof(q)), format_size(size, a, sizeof(a)));
+		return;
+	case -EBUSY:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_PRESSURE,
+			     "host memory is tight: only the free warm pool (%s) is lent now; use pageable memory",
+			     format_size(pool_idle_bytes(b->pool), a, sizeof(a)));
+		return;
+	case -EAGAIN:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_CRITICAL,
+			     "host memory is critical: no pinned memory is lent until it recovers");
+		return;
+	case -ETIMEDOUT:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_TIMEOUT,
+			     "no pinned memory freed up within the wait timeout");
+		return;
+	case -EMLINK:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
+			     "uid %u already holds %llu leases (max-leases-per-uid = %llu); release some first, "
+			     "or ask the admin to raise max-leases-per-uid",
+			     c->uid, (unsigned long long)budget_uid_leases(b->budget, c->uid),
+			     (unsigned long long)b->max_leases_per_uid);
+		return;
+	case -EMFILE:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
+			     "uid %u already holds %llu pool chunks (max-chunks-per-uid = %llu); release leases, use "
+			     "fewer larger ones, or ask the admin to raise max-chunks-per-uid",
+			     c->uid, (unsigned long long)budget_uid_chunks(b->budget, c->uid),
+			     (unsigned long long)b->max_chunks_per_uid);
+		return;
+	case -EXFULL:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
+			     "uid %u already holds %s in leases that are never revoked (max-no-revoke-per-uid = %s); "
+			     "%s more would exceed it: use a lease that can be revoked, or ask the admin to raise "
+			     "max-no-revoke-per-uid",
+			     c->uid, format_size(budget_uid_no_revoke(b->budget, c->uid), h, sizeof(h)),
+			     format_size(b->max_no_revoke_per_uid_bytes, q, sizeof(q)), format_size(size, a, sizeof(a)));
+		return;
+	case -ENFILE:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
+			     "the daemon holds %llu pool chunks, all its file descriptors and mappings allow while keeping "
+			     "reserve-fds (%u) free; try again later, or raise LimitNOFILE / vm.max_map_count",
+			     (unsigned long long)budget_chunks(b->budget), b->cfg->reserve_fds);
+		return;
+	default:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_INTERNAL,
+			     "the daemon could not create pool memory: %s", strerror(-err));
+		return;
+	}
+}
+
+/* ------------------------------------------------------------- wire enums */
+
+Pinbroker__V1__Priority prio_to_wire(enum lease_priority p)
+{
+	switch (p) {
+	case LEASE_PRIO_CRITICAL:
+		return PINBROKER__V1__PRIORITY__PRIORITY_CRITICAL;
+	case LEASE_PRIO_BEST_EFFORT:
+		return PINBROKER__V1__PRIORITY__PRIORITY_BEST_EFFORT;
+	default:
+		return PINBROKER__V1__PRIORITY__PRIORITY_NORMAL;
+	}
+}
+
+enum lease_priority prio_from_wire(Pinbroker__V1__Priority p)
+{
+	switch (p) {
+	case PINBROKER__V1__PRIORITY__PRIORITY_CRITICAL:
+		return LEASE_PRIO_CRITICAL;
+	case PINBROKER__V1__PRIORITY__PRIORITY_BEST_EFFORT:
+		return LEASE_PRIO_BEST_EFFORT;
+	default:
+		return LEASE_PRIO_NORMAL;
+	}
+}
+
+/* ------------------------------------------------------------- lease send */
+
+int send_lease(struct conn *c, uint64_t seq, const struct lease *l, bool attached)
+{
+	struct broker *b = c->broker;
+	Pinbroker__V1__Lease lm = PINBROKER__V1__LEASE__INIT;
+	uint64_t *sizes = NULL;
+	int *fds = NULL;
+	size_t first, n = l->nchunks;
+	bool huge = n > 0;
+	Pinbroker__V1__Reply r;
+	int ret = -ENOMEM;
+
+	sizes = calloc(n ? n : 1, sizeof(*sizes));
+	fds = calloc(n ? n : 1, sizeof(*fds));
+	if (!sizes || !fds)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		sizes[i] = l->chunks[i]->bytes;
+		fds[i] = l->chunks[i]->fd;
+		huge = huge && l->chunks[i]->hugetlb;
+	}
+	first = n < PB_MAX_FDS_PER_MSG ? n : PB_MAX_FDS_PER_MSG;
+	lm.lease_id = l->id;
+	lm.size = l->bytes;
+	lm.page_size = pool_page_size(b->pool);
+	lm.n_chunk_bytes = n;
+	lm.chunk_bytes = sizes;
+	lm.fds_in_reply = (uint32_t)first;
+	lm.has_hugetlb = true;
+	lm.hugetlb = huge;
+	lm.has_priority = true;
+	lm.priority = prio_to_wire(l->priority);
+	if (attached) {
+		lm.has_attached = true;
+		lm.attached = true;
+	}
+	lm.has_registration = l->registration;
+	lm.registration = l->registration;
+	lm.has_no_revoke = l->no_revoke;
+	lm.no_revoke = l->no_revoke;
+	/* Recorded as lent before its fds leave: a crash from here on finds these chunks held. */
+	recovery_lent(b, l);
+	reply_init(&r, seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+	r.body_case = PINBROKER__V1__REPLY__BODY_LEASE;
+	r.lease = &lm;
+	ret = reply_send(c, &r, fds, first);
+	/* The rest of the fds follow in order; SEQPACKET keeps packets in sequence. */
+	for (size_t at = first; ret == 0 && at < n; at += PB_MAX_FDS_PER_MSG) {
+		Pinbroker__V1__LeaseFds lf = PINBROKER__V1__LEASE_FDS__INIT;
+		size_t k = n - at < PB_MAX_FDS_PER_MSG ? n - at : PB_MAX_FDS_PER_MSG;
+
+		lf.lease_id = l->id;
+		lf.first_index = (uint32_t)at;
+		lf.count = (uint32_t)k;
+		reply_init(&r, seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+		r.body_case = PINBROKER__V1__REPLY__BODY_LEASE_FDS;
+		r.lease_fds = &lf;
+		ret = reply_send(c, &r, fds + at, k);
+	}
+out:
+	free(sizes);
+	free(fds);
+	return ret;
+}
+
+void reply_grant(struct conn *c, uint64_t seq, struct lease *l)
+{
+	char label[4 * LEASE_LABEL_MAX]; /* escaped: a label from an older daemon's fd store was never checked */
+
+	conn_gain(c, l, false);
+	log_event(EV_LEASE_GRANTED, LOG_INFO, l->id, l->uid, l->pid, "lease %llu granted: %llu bytes in %zu chunks to pid %d uid %u%s%s",
+		  (unsigned long long)l->id, (unsigned long long)l->bytes, l->nchunks, l->pid, l->uid,
+		  l->label[0] ? ", label " : "", text_escape(label, sizeof(label), l->label));
+	send_lease(c, seq, l, false);
+}
+
+/* ------------------------------------------------------- connection counters */
+
+static void status_conn_add(struct conn *c, const struct lease *l)
+{
+	struct conn_label *free_slot = NULL;
+
+	c->lease_bytes += l->bytes;
+	if (!l->label[0])
+		return;
+	for (size_t i = 0; i < CONN_LABELS_MAX; i++) {
+		struct conn_label *s = &c->labels[i];
+
+		if (s->leases && strcmp(s->text, l->label) == 0) {
+			s->leases++;
+			return;
+		}
+		if (!s->leases && !free_slot)
+			free_slot = s;
+	}
+	/* A full set lists no more: the lease rows still carry every label. */
+	if (free_slot) {
+		snprintf(free_slot->text, sizeof(free_slot->text), "%s", l->label);
+		free_slot->leases = 1;
+	}
+}
+
+static void status_conn_remove(struct conn *c, const struct lease *l)
+{
+	c->lease_bytes = c->lease_bytes > l->bytes ? c->lease_bytes - l->bytes : 0;
+	if (!l->label[0])
+		return;
+	for (size_t i = 0; i < CONN_LABELS_MAX; i++) {
+		struct conn_label *s = &c->labels[i];
+
+		if (s->leases && strcmp(s->text, l->label) == 0) {
+			s->leases--;
+			return;
+		}
+	}
+}
+
+void conn_gain(struct conn *c, const struct lease *l, bool attached)
+{
+	c->nleases++;
+	if (attached)
+		c->nattached++;
+	status_conn_add(c, l);
+}
+
+/* c no longer maps l (as its holder, or attached): its counters follow. */
+void conn_lose(struct conn *c, const struct lease *l, bool attached)
+{
+	if (c->nleases > 0) {
+		c->nleases--;
+		status_conn_remove(c, l);
+	}
+	if (attached && c->nattached > 0)
+		c->nattached--;
+}

@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+/* What every request module shares (handlers, the revoker, the wait queue): replies, lease sends, wire conversions, a connection's counters. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lease.h"
+#include "pinbroker.pb-c.h"
+
+struct conn;
+
+/* Send through the broker's conn_io (conn.h): 0, or < 0 with c marked closing. Never frees c. */
+int reply_send(struct conn *c, const Pinbroker__V1__Reply *reply, const int *fds, size_t nfds);
+/* Close c through the broker's conn_io: marked closing, valid until the reap. */
+void reply_close(struct conn *c, const char *why);
+
+/* A reply header: seq echoed, status, and message (not copied; NULL for none). */
+void reply_init(Pinbroker__V1__Reply *r, uint64_t seq, Pinbroker__V1__StatusCode status, const char *message);
+/* Send a reply of status with a printf-formatted human message (cut at 511 bytes). */
+void reply_status(struct conn *c, uint64_t seq, Pinbroker__V1__StatusCode status, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* Why lease id cannot be used by c: -ENOENT (no such lease), -EPERM (someone else's), else its state. */
+void reply_lease_error(struct conn *c, uint64_t seq, int r, uint64_t id);
+/* The status and message for broker_acquire's errno err (broker.h) on an acquire of size bytes. */
+void reply_acquire_error(struct conn *c, uint64_t seq, int err, uint64_t size);
+
+Pinbroker__V1__Priority prio_to_wire(enum lease_priority p);
+enum lease_priority prio_from_wire(Pinbroker__V1__Priority p);
+
+/*
+ * Send lease l to c: the LEASE reply with the first fd batch, then LEASE_FDS
+ * packets for the rest, in order. Recorded as lent (recovery) before any fd
+ * leaves. Returns 0, -ENOMEM, or the send's error (c is then closing).
+ */
+int send_lease(struct conn *c, uint64_t seq, const struct lease *l, bool attached);
+/* c is l's new holder: its counters, the grant's log line, and the lease sent. */
+void reply_grant(struct conn *c, uint64_t seq, struct lease *l);
+
+/*
+ * c now maps l / no longer maps l, as its holder or attached: c->nleases,
+ * c->nattached and the status row's counters (bytes, labels) follow, so a
+ * client row never needs a walk over the leases.
+ */
+void conn_gain(struct conn *c, const struct lease *l, bool attached);
+void conn_lose(struct conn *c, const struct lease *l, bool attached);

@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: MIT */
+/* The admin verbs: revoke (one's own leases, or anyone's for an admin) and set; status, the third, is req-status.c. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker.h"
+#include "config.h"
+#include "conn.h"
+#include "lease.h"
+#include "log.h"
+#include "reload.h"
+#include "reply.h"
+#include "request-int.h"
+#include "revoker.h"
+
+void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req)
+{
+	struct broker *b = c->broker;
+	const Pinbroker__V1__AdminRevoke *ar = req->admin_revoke;
+	Pinbroker__V1__AdminRevokeReply rr = PINBROKER__V1__ADMIN_REVOKE_REPLY__INIT;
+	uint64_t *ids = NULL;
+	size_t n = 0, cap = 0;
+	struct lease *l, *target = NULL;
+	char reason[64];
+	Pinbroker__V1__Reply r;
+
+	if (!ar->has_lease_id && !ar->has_uid && !(ar->has_all && ar->all)) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "revoke needs a lease id, a uid, or all");
+		return;
+	}
+	if (ar->has_lease_id && !(target = lease_find(b->leases, ar->lease_id))) {
+		reply_lease_error(c, req->seq, -ENOENT, ar->lease_id);
+		return;
+	}
+	/* Anyone may revoke a lease of their own uid, or all of them (--uid self); other uids'
+	 * leases, and "all", need admin rights. */
+	if (!c->admin && ((target && target->uid != c->uid) || (ar->has_uid && ar->uid != c->uid) ||
+			  (!target && !ar->has_uid))) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED,
+			     "revoking other uids' leases needs uid 0 or membership of the admin group "
+			     "(admin-group = %s); you may revoke your own: a lease id of yours, or --uid %u",
+			     b->cfg->admin_group && b->cfg->admin_group[0] ? b->cfg->admin_group : "none set", c->uid);
+		return;
+	}
+	if (target && target->no_revoke) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "lease %llu is held by pid %d, which cannot give memory back (%s); it is freed when that "
+			     "process frees it or exits: stop the process to free it now",
+			     (unsigned long long)target->id, target->pid,
+			     target->registration ? "a cudaHostRegister charge" : "a program run under the interposer");
+		return;
+	}
+	snprintf(reason, sizeof(reason), "revoked by %suid %u", c->admin ? "admin " : "", c->uid);
+	/* A failed REVOKE send only marks its connection closing, so the walk stays valid. */
+	for (l = target ? target : lease_first(b->leases); l; l = target ? NULL : lease_next(b->leases, l)) {
+		if (ar->has_uid && l->uid != ar->uid)
+			continue;
+		if ((l->state != LEASE_ACTIVE && l->state != LEASE_IDLE) || l->no_revoke)
+			continue;
+		if (n == cap) {
+			uint64_t *nid = realloc(ids, (cap ? cap * 2 : 16) * sizeof(*ids));
+
+			if (!nid)
+				break;
+			ids = nid;
+			cap = cap ? cap * 2 : 16;
+		}
+		ids[n++] = l->id;
+		revoker_revoke(b, l, ar->has_deadline_ms ? ar->deadline_ms : 0, reason);
+	}
+	rr.n_lease_ids = n;
+	rr.lease_ids = ids;
+	reply_init(&r, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+	r.body_case = PINBROKER__V1__REPLY__BODY_ADMIN_REVOKE;
+	r.admin_revoke = &rr;
+	reply_send(c, &r, NULL, 0);
+	free(ids);
+}
+
+void handle_set_config(struct conn *c, const Pinbroker__V1__Request *req)
+{
+	struct broker *b = c->broker;
+	struct config *n = NULL;
+	char *err = NULL;
+	int r;
+
+	r = reload_prepare_set(b->cfg, req->set_config->key, req->set_config->value, &n, &err);
+	if (r == 0)
+		r = reload_apply(b, n, &err);
+	if (r < 0) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT, "%s",
+			     err ? err : strerror(-r));
+		config_free(n);
+	} else {
+		log_info("%s set to %s by uid %u; it overrides the config file, also on reload, until restart",
+			 req->set_config->key, req->set_config->value, c->uid);
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
+	}
+	free(err);
+}

@@ -1,0 +1,443 @@
+/* SPDX-License-Identifier: MIT */
+/* The client verbs: hello, acquire, release, set-idle, revoke-ack, redeclare, share, attach and report-unbrokered. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "broker.h"
+#include "config.h"
+#include "conn.h"
+#include "lease.h"
+#include "log.h"
+#include "pool.h"
+#include "recovery.h"
+#include "reply.h"
+#include "request-int.h"
+#include "revoker.h"
+#include "text.h"
+#include "util.h"
+#include "waitq.h"
+#include "wire.h"
+
+void handle_hello(struct conn *c, const Pinbroker__V1__Request *req)
+{
+	struct broker *b = c->broker;
+	Pinbroker__V1__HelloReply hr = PINBROKER__V1__HELLO_REPLY__INIT;
+	const Pinbroker__V1__Hello *h = req->hello;
+	Pinbroker__V1__Reply r;
+
+	if (c->hello_done) {
+		reply_close(c, "second HELLO");
+		return;
+	}
+	if (h->version != PB_PROTOCOL_VERSION) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_VERSION_MISMATCH,
+			     "protocol version %u is not supported: this pinbrokerd %s speaks version %d; "
+			     "upgrade libpinbroker or pinbrokerd so they match",
+			     h->version, PINBROKER_VERSION, PB_PROTOCOL_VERSION);
+		reply_close(c, "protocol version mismatch");
+		return;
+	}
+	c->hello_done = true;
+	b->conn_io->hello_done(c);
+	if (h->client_name)
+		text_sanitize(c->name, sizeof(c->name), h->client_name); /* shown to others: no control characters */
+	hr.version = PB_PROTOCOL_VERSION;
+	hr.server_version = (char *)PINBROKER_VERSION;
+	hr.has_page_size = true;
+	hr.page_size = pool_page_size(b->pool);
+	hr.has_chunk_size = true;
+	hr.chunk_size = pool_chunk_size(b->pool);
+	hr.has_hugetlb = true;
+	hr.hugetlb = pool_hugetlb(b->pool);
+	hr.has_instance_id = true;
+	hr.instance_id = recovery_instance_id(b);
+	hr.has_registrations = true;
+	hr.registrations = true;
+	reply_init(&r, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+	r.body_case = PINBROKER__V1__REPLY__BODY_HELLO;
+	r.hello = &hr;
+	reply_send(c, &r, NULL, 0);
+}
+
+void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
+{
+	struct broker *b = c->broker;
+	const Pinbroker__V1__Acquire *a = req->acquire;
+	struct acquire_args args = {
+		.uid = c->uid,
+		.gid = c->gid,
+		.pid = c->pid,
+		.owner = c,
+		.size = a->size,
+		.priority = prio_from_wire(a->priority),
+		.label = a->label,
+		.no_revoke = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE) != 0,
+		.registration = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY) != 0,
+	};
+	bool wait = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT) != 0;
+	uint32_t timeout_ms = a->has_timeout_ms && a->timeout_ms ? a->timeout_ms : b->cfg->acquire_timeout_ms;
+	struct lease *l;
+	int r;
+
+	if (c->nleases + c->npending >= b->cfg->max_leases_per_client) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
+			     "this connection already holds %u leases (max-leases-per-client); release some first",
+			     c->nleases);
+		return;
+	}
+	/* Labels are shown to other users and logged: a control character could forge a row or a log line. */
+	if (a->label && !text_printable(a->label)) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "the label must be printable UTF-8 text: control characters (bytes 0x00-0x1f and 0x7f, "
+			     "U+0080-U+009F), line separators and bidirectional controls are refused");
+		return;
+	}
+	/* Stored labels hold LEASE_LABEL_MAX - 1 bytes: cut here, where a character is never split. */
+	if (a->label)
+		text_truncate(a->label, LEASE_LABEL_MAX - 1);
+	r = broker_acquire(b, &args, &l);
+	if (r == 0) {
+		reply_grant(c, req->seq, l);
+		return;
+	}
+	if (r == -ENOSPC) {
+		/* Take cached-idle leases back first; the acquire waits for them. */
+		uint64_t shortfall = round_up(a->size, pool_page_size(b->pool));
+		uint64_t got = revoker_reclaim_idle(b, c, shortfall);
+
+		if (got > 0 && !wait) {
+			wait = true;
+			timeout_ms = b->cfg->revoke_deadline_ms;
+		}
+	}
+	if (wait && (r == -ENOSPC || r == -EDQUOT || r == -EBUSY)) {
+		int q = waitq_add(c, req->seq, &args, timeout_ms);
+
+		if (q == 0)
+			return;
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
+			     "%u acquires are already waiting (max-pending-acquires); try again later", waitq_count(b));
+		return;
+	}
+	log_event(EV_LEASE_REFUSED, LOG_INFO, 0, c->uid, c->pid, "refused %llu bytes to pid %d uid %u: %s",
+		  (unsigned long long)a->size, c->pid, c->uid, strerror(-r));
+	reply_acquire_error(c, req->seq, r, a->size);
+}
+
+static int check_own(struct conn *c, uint64_t id, struct lease **ret)
+{
+	struct lease *l = lease_find(c->broker->leases, id);
+
+	if (!l)
+		return -ENOENT;
+	if (l->owner != c)
+		return -EPERM;
+	*ret = l;
+	return 0;
+}
+
+void handle_release(struct conn *c, const Pinbroker__V1__Request *req)
+{
+	struct broker *b = c->broker;
+	uint64_t id = req->release->lease_id;
+	struct lease *l = lease_find(b->leases, id);
+	bool holder, attached;
+
+	if (!l) {
+		reply_lease_error(c, req->seq, -ENOENT, id);
+		return;
+	}
+	holder = l->owner == c;
+	attached = !holder && lease_attacher_find(l, c);
+	if (holder || attached) {
+		/* A mapper lets go; a shared lease lives on while others map it. */
+		int r = broker_detach(b, l, c);
+
+		conn_lose(c, l, attached);
+		if (r == 0) {
+			log_event(EV_LEASE_RELEASED, LOG_INFO, l->id, l->uid, c->pid,
+				  "lease %llu: pid %d (%s) let go; it lives on for %zu attachers and %u exited-connection holds",
+				  (unsigned long long)l->id, c->pid, attached ? "attacher" : "holder", l->nattachers,
+				  l->exit_holds);
+			reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
+			return;
+		}
+	} else if (!(l->owner == NULL && l->nattachers == 0 && (c->admin || l->uid == c->uid))) {
+		/* A lease with no connection (an orphan nobody re-declared, or one held until its
+		 * process exits) may be dropped by an admin or by its own uid, unless attachers still
+		 * map it. Taking a live connection's lease is what revoke is for: it still maps it. */
+		reply_lease_error(c, req->seq, -EPERM, id);
+		return;
+	}
+	revoker_free_lease(b, l, "released");
+	reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
+	revoker_freed(b);
+}
+
+void handle_set_idle(struct conn *c, const Pinbroker__V1__Request *req)
+{
+	struct lease *l;
+	int r;
+
+	r = check_own(c, req->set_idle->lease_id, &l);
+	if (r == 0) {
+		enum lease_state to = req->set_idle->idle ? LEASE_IDLE : LEASE_ACTIVE;
+
+		/* Already there, or revoking: nothing to do, not an error. */
+		if (l->state == to || l->state == LEASE_REVOKING || l->state == LEASE_OVERDUE)
+			r = 0;
+		/* Idle leases are reclaimed first: one that attachers use is not a cached buffer, and one
+		 * that is never revoked could not be reclaimed at all. */
+		else if (to == LEASE_IDLE && (l->nattachers > 0 || l->no_revoke))
+			r = -EBUSY;
+		else
+			r = lease_set_state(l, to, now_ms());
+	}
+	if (r < 0)
+		reply_lease_error(c, req->seq, r, req->set_idle->lease_id);
+	else
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
+}
+
+void handle_revoke_ack(struct conn *c, const Pinbroker__V1__Request *req)
+{
+	struct lease *l;
+	int r;
+
+	/* The client releases before it acks; an ack for a lease it still holds
+	 * changes nothing, and one for a lease it never held is just answered. */
+	r = check_own(c, req->revoke_ack->lease_id, &l);
+	/* An attacher acks the REVOKE it got as well. */
+	if (r == -EPERM && lease_attacher_find(lease_find(c->broker->leases, req->revoke_ack->lease_id), c))
+		r = 0;
+	if (r < 0)
+		reply_lease_error(c, req->seq, r, req->revoke_ack->lease_id);
+	else
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
+}
+
+void handle_redeclare(struct conn *c, const Pinbroker__V1__Request *req)
+{
+	struct broker *b = c->broker;
+	const Pinbroker__V1__Redeclare *rd = req->redeclare;
+	Pinbroker__V1__RedeclareReply rr = PINBROKER__V1__REDECLARE_REPLY__INIT;
+	uint64_t *ok = calloc(rd->n_lease_ids + 1, sizeof(*ok));
+	uint64_t *bad = calloc(rd->n_lease_ids + 1, sizeof(*bad));
+	Pinbroker__V1__Reply r;
+
+	if (!ok || !bad) {
+		free(ok);
+		free(bad);
+		reply_close(c, "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < rd->n_lease_ids; i++) {
+		struct lease *l = lease_find(b->leases, rd->lease_ids[i]);
+
+		/* Only an orphan of the same uid, granted by this instance, can be adopted. */
+		if (rd->has_instance_id && rd->instance_id != recovery_instance_id(b))
+			l = NULL;
+		if (l && l->state == LEASE_ORPHANED && !l->owner && l->uid == c->uid &&
+		    lease_set_state(l, LEASE_ACTIVE, now_ms()) == 0) {
+			l->owner = c;
+			l->pid = c->pid;
+			conn_gain(c, l, false);
+			b->generation++;
+			ok[rr.n_adopted++] = l->id;
+			log_event(EV_LEASE_GRANTED, LOG_INFO, l->id, l->uid, l->pid,
+				  "lease %llu re-adopted by pid %d after restart", (unsigned long long)l->id, c->pid);
+		} else {
+			bad[rr.n_rejected++] = rd->lease_ids[i];
+		}
+	}
+	rr.adopted = ok;
+	rr.rejected = bad;
+	reply_init(&r, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+	r.body_case = PINBROKER__V1__REPLY__BODY_REDECLARE;
+	r.redeclare = &rr;
+	reply_send(c, &r, NULL, 0);
+	free(ok);
+	free(bad);
+}
+
+/* Hex on the wire, bytes in the table. Returns false for anything but exactly 32 hex digits. */
+static bool token_parse(const char *hex, uint8_t out[LEASE_TOKEN_BYTES])
+{
+	if (!hex || strlen(hex) != 2 * LEASE_TOKEN_BYTES)
+		return false;
+	for (size_t i = 0; i < LEASE_TOKEN_BYTES; i++) {
+		int v = 0;
+
+		for (int k = 0; k < 2; k++) {
+			char ch = hex[2 * i + (size_t)k];
+
+			v <<= 4;
+			if (ch >= '0' && ch <= '9')
+				v |= ch - '0';
+			else if (ch >= 'a' && ch <= 'f')
+				v |= ch - 'a' + 10;
+			else if (ch >= 'A' && ch <= 'F')
+				v |= ch - 'A' + 10;
+			else
+				return false;
+		}
+		out[i] = (uint8_t)v;
+	}
+	return true;
+}
+
+static void token_format(const uint8_t token[LEASE_TOKEN_BYTES], char out[2 * LEASE_TOKEN_BYTES + 1])
+{
+	static const char digits[] = "0123456789abcdef";
+
+	for (size_t i = 0; i < LEASE_TOKEN_BYTES; i++) {
+		out[2 * i] = digits[token[i] >> 4];
+		out[2 * i + 1] = digits[token[i] & 15];
+	}
+	out[2 * LEASE_TOKEN_BYTES] = '\0';
+}
+
+void handle_share(struct conn *c, const Pinbroker__V1__Request *req)
+{
+	struct broker *b = c->broker;
+	const Pinbroker__V1__Share *sh = req->share;
+	Pinbroker__V1__ShareReply sr = PINBROKER__V1__SHARE_REPLY__INIT;
+	uint32_t uids[1 + LEASE_SHARE_UIDS_MAX];
+	uint8_t token[LEASE_TOKEN_BYTES];
+	char hex[2 * LEASE_TOKEN_BYTES + 1];
+	struct lease *l;
+	Pinbroker__V1__Reply r;
+	int ret;
+
+	ret = check_own(c, sh->lease_id, &l);
+	if (ret < 0) {
+		reply_lease_error(c, req->seq, ret, sh->lease_id);
+		return;
+	}
+	/* A registration is a charge for the holder's own memory: there is nothing another process could map. */
+	if (l->registration) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "lease %llu is a registration (memory its process owns): only pool leases can be shared",
+			     (unsigned long long)l->id);
+		return;
+	}
+	if (sh->n_uids > LEASE_SHARE_UIDS_MAX) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "a lease may be shared with at most %d uids besides its holder's; %zu were named",
+			     LEASE_SHARE_UIDS_MAX, sh->n_uids);
+		return;
+	}
+	/* 128 bits from the kernel's CSPRNG: the token is the only key, so it must not be guessable. */
+	if (!l->share && getrandom(token, sizeof(token), 0) != (ssize_t)sizeof(token)) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INTERNAL,
+			     "the daemon could not draw a random share token: %s", strerror(errno));
+		return;
+	}
+	ret = broker_share(b, l, c, token, (const uid_t *)sh->uids, sh->n_uids);
+	if (ret == -E2BIG) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "lease %llu would be shared with more than %d uids besides its holder's",
+			     (unsigned long long)l->id, LEASE_SHARE_UIDS_MAX);
+		return;
+	}
+	if (ret == -EINVAL) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "lease %llu is %s: only an active or idle lease can be shared", (unsigned long long)l->id,
+			     lease_state_name(l->state));
+		return;
+	}
+	if (ret < 0) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INTERNAL, "cannot share lease %llu: %s",
+			     (unsigned long long)l->id, strerror(-ret));
+		return;
+	}
+	token_format(l->share->token, hex);
+	uids[0] = l->uid;
+	for (size_t i = 0; i < l->share->nuids; i++)
+		uids[1 + i] = l->share->uids[i];
+	sr.token = hex;
+	sr.n_uids = 1 + l->share->nuids;
+	sr.uids = uids;
+	log_event(EV_LEASE_GRANTED, LOG_INFO, l->id, l->uid, c->pid, "lease %llu shared by pid %d with %zu more uids",
+		  (unsigned long long)l->id, c->pid, l->share->nuids);
+	reply_init(&r, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+	r.body_case = PINBROKER__V1__REPLY__BODY_SHARE;
+	r.share = &sr;
+	reply_send(c, &r, NULL, 0);
+}
+
+void handle_attach(struct conn *c, const Pinbroker__V1__Request *req)
+{
+	struct broker *b = c->broker;
+	uint8_t token[LEASE_TOKEN_BYTES];
+	struct lease *l = NULL;
+	int r;
+
+	if (c->nleases + c->npending >= b->cfg->max_leases_per_client) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
+			     "this connection already maps %u leases (max-leases-per-client, attachments included); "
+			     "release some first",
+			     c->nleases);
+		return;
+	}
+	/*
+	 * A token nobody holds, a malformed one and one whose lease is gone get the same
+	 * answer. A uid that is not granted learns the token is live, but only someone who
+	 * was handed the token can ask, and 128 bits cannot be guessed.
+	 */
+	r = token_parse(req->attach->token, token) ? broker_attach(b, token, c, c->uid, c->pid, &l) : -ENOENT;
+	switch (r) {
+	case 0:
+		break;
+	case -ENOENT:
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_SHARE_DENIED,
+			     "no live lease has this share token: it is mistyped, or its lease was released or revoked; "
+			     "ask the holder for a fresh one");
+		return;
+	case -EACCES:
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED,
+			     "uid %u may not attach to this lease: its holder must share it with this uid", c->uid);
+		return;
+	case -EEXIST:
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "this connection already maps the lease this token names (as its holder or attached)");
+		return;
+	default:
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INTERNAL, "cannot attach: %s",
+			     strerror(-r));
+		return;
+	}
+	conn_gain(c, l, true);
+	log_event(EV_LEASE_GRANTED, LOG_INFO, l->id, l->uid, c->pid,
+		  "lease %llu attached by pid %d uid %u (%zu attachers); counted once, to uid %u", (unsigned long long)l->id,
+		  c->pid, c->uid, l->nattachers, l->uid);
+	send_lease(c, req->seq, l, true);
+}
+
+/*
+ * No process pins 16 TiB outside the broker: a larger report is a bug or a lie. The cap also keeps
+ * the host-wide sum from wrapping: 2^44 bytes times max-connections' ceiling (2^20) fits 64 bits.
+ */
+#define UNBROKERED_REPORT_MAX (1ull << 44)
+
+void handle_report_unbrokered(struct conn *c, const Pinbroker__V1__Request *req)
+{
+	struct broker *b = c->broker;
+	uint64_t bytes = req->report_unbrokered->bytes;
+
+	if (bytes > UNBROKERED_REPORT_MAX) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "%llu unbrokered bytes is more than 16 TiB; report the bytes this process pinned outside the broker",
+			     (unsigned long long)bytes);
+		return;
+	}
+	b->unbrokered_bytes = b->unbrokered_bytes - c->unbrokered_bytes + bytes;
+	if (bytes != c->unbrokered_bytes)
+		log_debug("pid %d uid %u pins %llu bytes outside the broker", c->pid, c->uid, (unsigned long long)bytes);
+	c->unbrokered_bytes = bytes;
+	reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
+}

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/* The revoker: REVOKE with deadlines, enforcement, critical-state reclaim, the revocation ring, freeing leases, and exit holds. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "broker.h"
+
+struct conn;
+struct lease;
+struct monitor_event;
+
+/* Its deadline, reclaim and pool-shrink timers; ghost watchers come with hold_until_exit. Returns 0 or -ENOMEM. */
+int revoker_init(struct broker *b);
+/* Stops the timers and the ghost watchers, and frees every lease left (shutdown: the fd store has them). */
+void revoker_fini(struct broker *b);
+
+/*
+ * Send REVOKE(lease, deadline) to its holder and every attacher and mark it
+ * REVOKING (deadline 0: revoke-deadline-ms). Idle cached leases are included.
+ * Returns 0, -EPERM (a never-revoked lease) or -EINVAL if the lease cannot
+ * be revoked in its state.
+ */
+int revoker_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, const char *reason);
+
+/* Revoke cached-idle leases of holders other than asker until need bytes are on their way back. Returns the bytes. */
+uint64_t revoker_reclaim_idle(struct broker *b, struct conn *asker, uint64_t need);
+
+/* Free one lease, keeping its holder's and attachers' counters right, and log why. */
+void revoker_free_lease(struct broker *b, struct lease *l, const char *why);
+/*
+ * Leases were freed: trim the pool (at once under pressure, after
+ * pool-shrink-delay-ms otherwise) and raise the freed-memory event
+ * (broker_memory_freed), which the wait queue listens to.
+ */
+void revoker_freed(struct broker *b);
+
+/* c is closing: free its leases (a live process's stay counted until it exits). Its waiting acquires are gone already. */
+void revoker_conn_closed(struct broker *b, struct conn *c);
+
+/* The pressure state is now to (b->state set): while critical, reclaim every RECLAIM_STEP_MS. */
+void revoker_on_pressure(struct broker *b, enum broker_state to);
+
+/*
+ * Keep leases ids counted until the process behind pidfd exits (a holder or
+ * attacher whose connection closed while it runs, an orphan whose holder is
+ * alive but did not re-declare, a former attacher after a restart): each
+ * lease gains an exit hold (lease.h), dropped at that exit; a lease that
+ * nobody maps then is freed. The caller has already detached the process's
+ * connection from them. Takes over pidfd. Returns 0 or -ENOMEM (pidfd
+ * closed, leases untouched).
+ */
+int revoker_hold_until_exit(struct broker *b, int pidfd, pid_t pid, const uint64_t *ids, size_t n);
+
+/* The pids of the processes holding lease id until they exit: at most max in out. Returns how many. */
+size_t revoker_hold_pids(const struct broker *b, uint64_t id, pid_t *out, size_t max);
+
+/* The revocation events kept for revoker_revocations. */
+#define REVOKER_REVOCATIONS_MAX 16
+/* Copy of the last revocation events, newest first. Returns how many. */
+size_t revoker_revocations(const struct broker *b, struct monitor_event *out, size_t max);

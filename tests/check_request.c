@@ -1,0 +1,536 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests for the request modules on the fuzz harness's in-memory broker: the gate, the pressure gate, lease accounting, the wait queue's freed-memory event, admin rights. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "broker.h"
+#include "budget.h"
+#include "config.h"
+#include "harness.h"
+#include "lease.h"
+#include "monitor.h"
+#include "request.h"
+#include "revoker.h"
+#include "waitq.h"
+#include "wire.h"
+#include "check_main.h"
+
+#define KIB 1024ull
+/* The harness's default profile (fuzz/harness.c): a 2 MiB budget, 1536 KiB per uid, 16 KiB chunks. */
+#define FZ_BUDGET_BYTES (2048 * KIB)
+#define FZ_QUOTA_BYTES (1536 * KIB)
+#define NO_REPLY (-1)
+
+typedef Pinbroker__V1__Request Request;
+typedef Pinbroker__V1__Reply Reply;
+
+static struct fz *F;
+
+static void setup(void)
+{
+	fz_global_init(NULL);
+}
+
+/* Hand req to connection i's dispatch, as its peer would send it. Returns its seq. */
+static uint64_t send_req(int i, Request *req)
+{
+	static uint8_t buf[4096];
+	size_t len;
+
+	req->has_seq = true;
+	req->seq = ++F->seq;
+	len = pinbroker__v1__request__get_packed_size(req);
+	ck_assert_uint_le(len, sizeof(buf));
+	pinbroker__v1__request__pack(req, buf);
+	request_dispatch(fz_conn(F, i), buf, len);
+	return req->seq;
+}
+
+/*
+ * The reply to seq waiting at connection i's peer, or NULL: packets before it
+ * (a REVOKE, another reply) are read and dropped, fds closed. Free with
+ * pinbroker__v1__reply__free_unpacked.
+ */
+static Reply *recv_reply(int i, uint64_t seq)
+{
+	static uint8_t buf[PB_MAX_MSG_BYTES + 1];
+
+	while (F->peer[i] >= 0) {
+		int fds[PB_MAX_FDS_PER_MSG];
+		size_t nfds = 0;
+		ssize_t n = wire_recv(F->peer[i], buf, sizeof(buf), fds, PB_MAX_FDS_PER_MSG, &nfds);
+		Reply *rep;
+
+		if (n <= 0)
+			return NULL;
+		wire_close_fds(fds, nfds);
+		rep = pinbroker__v1__reply__unpack(NULL, (size_t)n, buf);
+		ck_assert_ptr_nonnull(rep);
+		if (rep->has_seq && rep->seq == seq && rep->body_case != PINBROKER__V1__REPLY__BODY_LEASE_FDS)
+			return rep;
+		pinbroker__v1__reply__free_unpacked(rep, NULL);
+	}
+	return NULL;
+}
+
+/* The status of the reply to seq on connection i, or NO_REPLY. *body: its body kind (may be NULL). */
+static int reply_of(int i, uint64_t seq, Pinbroker__V1__Reply__BodyCase *body, uint64_t *lease_id)
+{
+	Reply *rep = recv_reply(i, seq);
+	int st;
+
+	if (!rep)
+		return NO_REPLY;
+	st = (int)rep->status;
+	if (body)
+		*body = rep->body_case;
+	if (lease_id && rep->body_case == PINBROKER__V1__REPLY__BODY_LEASE)
+		*lease_id = rep->lease->lease_id;
+	pinbroker__v1__reply__free_unpacked(rep, NULL);
+	return st;
+}
+
+static int hello(int i)
+{
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Hello h = PINBROKER__V1__HELLO__INIT;
+
+	h.version = PB_PROTOCOL_VERSION;
+	h.client_name = (char *)"check_request";
+	req.body_case = PINBROKER__V1__REQUEST__BODY_HELLO;
+	req.hello = &h;
+	return reply_of(i, send_req(i, &req), NULL, NULL);
+}
+
+static uint64_t send_acquire(int i, uint64_t size, uint32_t flags, const char *label, uint32_t timeout_ms)
+{
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Acquire a = PINBROKER__V1__ACQUIRE__INIT;
+
+	a.size = size;
+	a.has_flags = flags != 0;
+	a.flags = flags;
+	a.label = (char *)label;
+	a.has_timeout_ms = timeout_ms > 0;
+	a.timeout_ms = timeout_ms;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
+	req.acquire = &a;
+	return send_req(i, &req);
+}
+
+/* Acquire size bytes on connection i; the lease id, after asserting the grant. */
+static uint64_t acquire_ok(int i, uint64_t size)
+{
+	Pinbroker__V1__Reply__BodyCase body = 0;
+	uint64_t id = 0;
+
+	ck_assert_int_eq(reply_of(i, send_acquire(i, size, 0, NULL, 0), &body, &id),
+			 PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_int_eq(body, PINBROKER__V1__REPLY__BODY_LEASE);
+	ck_assert_uint_ne(id, 0);
+	return id;
+}
+
+static uint64_t send_release(int i, uint64_t id)
+{
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
+
+	rel.lease_id = id;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
+	req.release = &rel;
+	return send_req(i, &req);
+}
+
+static uint64_t send_status(int i)
+{
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__StatusRequest sq = PINBROKER__V1__STATUS_REQUEST__INIT;
+
+	req.body_case = PINBROKER__V1__REQUEST__BODY_STATUS;
+	req.status = &sq;
+	return send_req(i, &req);
+}
+
+static uint64_t send_set(int i, const char *key, const char *value)
+{
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__SetConfig sc = PINBROKER__V1__SET_CONFIG__INIT;
+
+	sc.key = (char *)key;
+	sc.value = (char *)value;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_SET_CONFIG;
+	req.set_config = &sc;
+	return send_req(i, &req);
+}
+
+static uint64_t send_revoke(int i, uint64_t id)
+{
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__AdminRevoke ar = PINBROKER__V1__ADMIN_REVOKE__INIT;
+
+	ar.has_lease_id = true;
+	ar.lease_id = id;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE;
+	req.admin_revoke = &ar;
+	return send_req(i, &req);
+}
+
+static uint64_t send_report_unbrokered(int i, uint64_t bytes)
+{
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__ReportUnbrokered ru = PINBROKER__V1__REPORT_UNBROKERED__INIT;
+
+	ru.bytes = bytes;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_REPORT_UNBROKERED;
+	req.report_unbrokered = &ru;
+	return send_req(i, &req);
+}
+
+/* Freed-memory events seen by the test's own listener. */
+static unsigned freed_events;
+
+static void count_freed(struct broker *b)
+{
+	(void)b;
+	freed_events++;
+}
+
+/* ------------------------------------------------------------------ the gate */
+
+START_TEST(test_request_before_hello_is_refused_and_closes)
+{
+	F = fz_begin(0);
+	ck_assert_int_eq(reply_of(0, send_acquire(0, 64 * KIB, 0, NULL, 0), NULL, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_NO_HELLO);
+	ck_assert(!fz_conn_alive(F, 0));
+	ck_assert_uint_eq(lease_count(F->b.leases), 0);
+	ck_assert_uint_eq(budget_leased(F->b.budget), 0);
+	fz_end(F);
+}
+END_TEST
+
+START_TEST(test_second_hello_closes_the_connection)
+{
+	F = fz_begin(0);
+	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert(fz_conn(F, 0)->hello_done);
+	ck_assert_int_eq(hello(0), NO_REPLY);
+	ck_assert(!fz_conn_alive(F, 0));
+	fz_end(F);
+}
+END_TEST
+
+START_TEST(test_acquire_and_release_bring_every_counter_back_to_zero)
+{
+	uint64_t id, id2;
+	struct conn *c;
+
+	F = fz_begin(0);
+	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	id = acquire_ok(0, 64 * KIB);
+	id2 = acquire_ok(0, 100 * KIB); /* rounded up to whole pages */
+	c = fz_conn(F, 0);
+	ck_assert_uint_eq(c->nleases, 2);
+	ck_assert_uint_eq(c->lease_bytes, 64 * KIB + 100 * KIB);
+	ck_assert_uint_eq(budget_leased(F->b.budget), 164 * KIB);
+	ck_assert_uint_eq(budget_uid_leased(F->b.budget, c->uid), 164 * KIB);
+	ck_assert_uint_eq(lease_count(F->b.leases), 2);
+	fz_check(F);
+	ck_assert_int_eq(reply_of(0, send_release(0, id), NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_int_eq(reply_of(0, send_release(0, id2), NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_uint_eq(c->nleases, 0);
+	ck_assert_uint_eq(c->lease_bytes, 0);
+	ck_assert_uint_eq(budget_leased(F->b.budget), 0);
+	ck_assert_uint_eq(budget_uid_leased(F->b.budget, c->uid), 0);
+	ck_assert_uint_eq(lease_count(F->b.leases), 0);
+	/* Released again: the lease is gone. */
+	ck_assert_int_eq(reply_of(0, send_release(0, id), NULL, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_UNKNOWN_LEASE);
+	fz_check(F);
+	fz_end(F);
+}
+END_TEST
+
+START_TEST(test_stopping_serves_release_and_status)
+{
+	Pinbroker__V1__Reply__BodyCase body = 0;
+	uint64_t id;
+
+	F = fz_begin(0);
+	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	id = acquire_ok(0, 64 * KIB);
+	F->b.shutting_down = true;
+	ck_assert_int_eq(reply_of(0, send_status(0), &body, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_int_eq(body, PINBROKER__V1__REPLY__BODY_STATUS_REPLY);
+	ck_assert_int_eq(reply_of(0, send_release(0, id), NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_uint_eq(budget_leased(F->b.budget), 0);
+	ck_assert_uint_eq(lease_count(F->b.leases), 0);
+	F->b.shutting_down = false;
+	fz_end(F);
+}
+END_TEST
+
+START_TEST(test_stopping_refuses_every_other_kind)
+{
+	F = fz_begin(1); /* connection 0 is admin: refused for stopping, not for rights */
+	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	F->b.shutting_down = true;
+	ck_assert_int_eq(reply_of(0, send_acquire(0, 64 * KIB, 0, NULL, 0), NULL, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_SHUTTING_DOWN);
+	ck_assert_int_eq(reply_of(0, send_set(0, "acquire-timeout-ms", "7"), NULL, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_SHUTTING_DOWN);
+	ck_assert_int_eq(reply_of(0, send_report_unbrokered(0, 4096), NULL, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_SHUTTING_DOWN);
+	ck_assert_uint_eq(lease_count(F->b.leases), 0);
+	ck_assert_uint_eq(F->b.cfg->acquire_timeout_ms, 2);
+	ck_assert_uint_eq(F->b.unbrokered_bytes, 0);
+	ck_assert(fz_conn_alive(F, 0));
+	F->b.shutting_down = false;
+	fz_end(F);
+}
+END_TEST
+
+/* ------------------------------------------------------------ the pressure gate */
+
+START_TEST(test_critical_refuses_acquire_at_the_gate)
+{
+	F = fz_begin(0);
+	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	fz_set_state(F, BROKER_CRITICAL);
+	/*
+	 * The label is refused by the handler (INVALID_ARGUMENT) before broker_acquire would say
+	 * critical: only the gate answers CRITICAL here.
+	 */
+	ck_assert_int_eq(reply_of(0, send_acquire(0, 64 * KIB, 0, "bad\nlabel", 0), NULL, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_CRITICAL);
+	ck_assert_uint_eq(lease_count(F->b.leases), 0);
+	ck_assert_uint_eq(budget_leased(F->b.budget), 0);
+	fz_set_state(F, BROKER_NORMAL);
+	ck_assert_int_eq(reply_of(0, send_acquire(0, 64 * KIB, 0, "bad\nlabel", 0), NULL, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT);
+	fz_end(F);
+}
+END_TEST
+
+START_TEST(test_critical_refuses_register_only_and_waiting_acquires)
+{
+	uint32_t reg = PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY;
+	uint32_t wait = PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT;
+
+	F = fz_begin(0);
+	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	fz_set_state(F, BROKER_CRITICAL);
+	ck_assert_int_eq(reply_of(0, send_acquire(0, 64 * KIB, reg, "bad\tlabel", 0), NULL, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_CRITICAL);
+	ck_assert_int_eq(reply_of(0, send_acquire(0, 64 * KIB, wait, NULL, 1000), NULL, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_CRITICAL);
+	ck_assert_uint_eq(F->b.registered_bytes, 0);
+	ck_assert_uint_eq(waitq_count(&F->b), 0);
+	ck_assert_uint_eq(lease_count(F->b.leases), 0);
+	fz_set_state(F, BROKER_NORMAL);
+	fz_end(F);
+}
+END_TEST
+
+START_TEST(test_critical_serves_requests_that_take_no_memory)
+{
+	uint64_t id;
+
+	F = fz_begin(0);
+	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	id = acquire_ok(0, 64 * KIB);
+	fz_set_state(F, BROKER_CRITICAL); /* reclaim revokes the lease: its REVOKE is skipped below */
+	ck_assert_int_eq(reply_of(0, send_report_unbrokered(0, 8192), NULL, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_uint_eq(F->b.unbrokered_bytes, 8192);
+	ck_assert_int_eq(reply_of(0, send_release(0, id), NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_uint_eq(budget_leased(F->b.budget), 0);
+	fz_set_state(F, BROKER_NORMAL);
+	fz_end(F);
+}
+END_TEST
+
+/* --------------------------------------------------- the freed-memory event */
+
+/* Connection 0 holds its whole quota; connection 1 (another uid) waits for more than the rest of the budget. */
+static uint64_t fill_and_wait(uint64_t *waiting_seq)
+{
+	uint32_t wait = PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT;
+	uint64_t id, sent;
+
+	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_int_eq(hello(1), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	id = acquire_ok(0, FZ_QUOTA_BYTES);
+	sent = F->packets_sent;
+	*waiting_seq = send_acquire(1, FZ_BUDGET_BYTES - FZ_QUOTA_BYTES + 64 * KIB, wait, NULL, 60000);
+	ck_assert_int_eq(reply_of(1, *waiting_seq, NULL, NULL), NO_REPLY);
+	ck_assert_uint_eq(F->packets_sent, sent); /* queued, not answered */
+	ck_assert_uint_eq(waitq_count(&F->b), 1);
+	ck_assert_uint_eq(fz_conn(F, 1)->npending, 1);
+	ck_assert_int_eq(reply_of(1, *waiting_seq, NULL, NULL), NO_REPLY);
+	return id;
+}
+
+START_TEST(test_revoke_and_release_grant_the_waiting_acquire_through_the_event)
+{
+	Pinbroker__V1__Reply__BodyCase body = 0;
+	uint64_t id, seq;
+
+	F = fz_begin(0);
+	freed_events = 0;
+	ck_assert_int_eq(broker_listen_freed(&F->b, count_freed), 0);
+	ck_assert_int_eq(broker_listen_freed(&F->b, count_freed), -EEXIST);
+	id = fill_and_wait(&seq);
+	/* Its holder revokes its own lease, gets the REVOKE and gives the lease back. */
+	ck_assert_int_eq(reply_of(0, send_revoke(0, id), &body, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_int_eq(body, PINBROKER__V1__REPLY__BODY_ADMIN_REVOKE);
+	ck_assert_int_eq(lease_find(F->b.leases, id)->state, LEASE_REVOKING);
+	ck_assert_uint_eq(waitq_count(&F->b), 1);
+	ck_assert_uint_eq(freed_events, 0);
+	ck_assert_int_eq(reply_of(0, send_release(0, id), NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_uint_eq(freed_events, 1);
+	ck_assert_uint_eq(waitq_count(&F->b), 0);
+	ck_assert_uint_eq(fz_conn(F, 1)->npending, 0);
+	ck_assert_uint_eq(fz_conn(F, 1)->nleases, 1);
+	ck_assert_int_eq(reply_of(1, seq, &body, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_int_eq(body, PINBROKER__V1__REPLY__BODY_LEASE);
+	ck_assert_uint_eq(budget_leased(F->b.budget), FZ_BUDGET_BYTES - FZ_QUOTA_BYTES + 64 * KIB);
+	broker_unlisten_freed(&F->b, count_freed);
+	fz_check(F);
+	fz_end(F);
+}
+END_TEST
+
+START_TEST(test_wait_queue_grants_only_on_the_freed_memory_event)
+{
+	Pinbroker__V1__Reply__BodyCase body = 0;
+	uint64_t id, seq;
+
+	F = fz_begin(0);
+	id = fill_and_wait(&seq);
+	/* Freed without the revoker's event: the queue does not look. */
+	revoker_free_lease(&F->b, lease_find(F->b.leases, id), "check_request");
+	ck_assert_uint_eq(waitq_count(&F->b), 1);
+	ck_assert_int_eq(reply_of(1, seq, NULL, NULL), NO_REPLY);
+	/* The event alone grants it. */
+	broker_memory_freed(&F->b);
+	ck_assert_uint_eq(waitq_count(&F->b), 0);
+	ck_assert_int_eq(reply_of(1, seq, &body, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_int_eq(body, PINBROKER__V1__REPLY__BODY_LEASE);
+	ck_assert_uint_eq(fz_conn(F, 1)->nleases, 1);
+	ck_assert_uint_eq(fz_conn(F, 0)->nleases, 0);
+	fz_check(F);
+	fz_end(F);
+}
+END_TEST
+
+START_TEST(test_waiting_acquire_times_out_and_leaves_the_queue)
+{
+	uint64_t seq;
+
+	F = fz_begin(0);
+	(void)fill_and_wait(&seq);
+	fz_advance_clock(60001);
+	fz_run_loop(F);
+	ck_assert_uint_eq(waitq_count(&F->b), 0);
+	ck_assert_uint_eq(fz_conn(F, 1)->npending, 0);
+	ck_assert_int_eq(reply_of(1, seq, NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_TIMEOUT);
+	fz_end(F);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ admin */
+
+START_TEST(test_set_is_refused_to_non_admins)
+{
+	F = fz_begin(0);
+	ck_assert(!fz_conn(F, 0)->admin);
+	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_int_eq(reply_of(0, send_set(0, "acquire-timeout-ms", "7"), NULL, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED);
+	ck_assert_uint_eq(F->b.cfg->acquire_timeout_ms, 2);
+	ck_assert(fz_conn_alive(F, 0));
+	fz_end(F);
+}
+END_TEST
+
+START_TEST(test_set_is_served_to_admins)
+{
+	F = fz_begin(1); /* connection 0 is uid 0 */
+	ck_assert(fz_conn(F, 0)->admin);
+	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_int_eq(reply_of(0, send_set(0, "acquire-timeout-ms", "7"), NULL, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_uint_eq(F->b.cfg->acquire_timeout_ms, 7);
+	fz_end(F);
+}
+END_TEST
+
+START_TEST(test_revoking_another_uids_lease_needs_admin)
+{
+	uint64_t id;
+
+	F = fz_begin(0);
+	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_int_eq(hello(1), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	id = acquire_ok(0, 64 * KIB);
+	ck_assert_int_eq(reply_of(1, send_revoke(1, id), NULL, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED);
+	ck_assert_int_eq(lease_find(F->b.leases, id)->state, LEASE_ACTIVE);
+	ck_assert_uint_eq(revoker_revocations(&F->b, (struct monitor_event[REVOKER_REVOCATIONS_MAX]){ 0 },
+					      REVOKER_REVOCATIONS_MAX),
+			  0);
+	fz_end(F);
+}
+END_TEST
+
+START_TEST(test_admin_revokes_another_uids_lease)
+{
+	uint64_t id;
+
+	F = fz_begin(2); /* connection 1 is uid 0 */
+	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_int_eq(hello(1), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	id = acquire_ok(0, 64 * KIB);
+	ck_assert_int_eq(reply_of(1, send_revoke(1, id), NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_int_eq(lease_find(F->b.leases, id)->state, LEASE_REVOKING);
+	ck_assert_uint_eq(revoker_revocations(&F->b, (struct monitor_event[REVOKER_REVOCATIONS_MAX]){ 0 },
+					      REVOKER_REVOCATIONS_MAX),
+			  1);
+	fz_end(F);
+}
+END_TEST
+
+static Suite *request_suite(void)
+{
+	Suite *s = suite_create("request");
+	TCase *tc = tcase_create("core");
+
+	/* Each test builds the harness's broker in its own forked child. */
+	tcase_add_checked_fixture(tc, setup, NULL);
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_request_before_hello_is_refused_and_closes);
+	tcase_add_test(tc, test_second_hello_closes_the_connection);
+	tcase_add_test(tc, test_acquire_and_release_bring_every_counter_back_to_zero);
+	tcase_add_test(tc, test_stopping_serves_release_and_status);
+	tcase_add_test(tc, test_stopping_refuses_every_other_kind);
+	tcase_add_test(tc, test_critical_refuses_acquire_at_the_gate);
+	tcase_add_test(tc, test_critical_refuses_register_only_and_waiting_acquires);
+	tcase_add_test(tc, test_critical_serves_requests_that_take_no_memory);
+	tcase_add_test(tc, test_revoke_and_release_grant_the_waiting_acquire_through_the_event);
+	tcase_add_test(tc, test_wait_queue_grants_only_on_the_freed_memory_event);
+	tcase_add_test(tc, test_waiting_acquire_times_out_and_leaves_the_queue);
+	tcase_add_test(tc, test_set_is_refused_to_non_admins);
+	tcase_add_test(tc, test_set_is_served_to_admins);
+	tcase_add_test(tc, test_revoking_another_uids_lease_needs_admin);
+	tcase_add_test(tc, test_admin_revokes_another_uids_lease);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+CHECK_MAIN(request_suite)
