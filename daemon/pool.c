@@ -12,10 +12,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/vfs.h>
 #include <linux/magic.h>
 #include <unistd.h>
 
+#include "numa.h"
 #include "pressure.h"
 #include "util.h"
 
@@ -35,6 +37,11 @@
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE 25 /* Linux 6.1 */
 #endif
+/* <numaif.h>'s policy modes, without libnuma. */
+#define PB_MPOL_DEFAULT 0
+#define PB_MPOL_PREFERRED 1
+/* Pages of a chunk whose node move_pages is asked (spread over it). */
+#define PLACEMENT_SAMPLES 64
 #define CHUNK_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 /* /proc/self/pagemap entry bits (Documentation/admin-guide/mm/pagemap.rst). Swapped covers
  * migration entries too: a locked page being moved by compaction is not a punched one. */
@@ -54,6 +61,8 @@ struct pool {
 	bool hugetlb;             /* try MFD_HUGETLB first */
 	bool hugetlb_required;    /* POOL_HUGETLB_YES: no fallback to 4 KiB pages */
 	bool thp;                 /* collapse 4 KiB chunks to THP */
+	int nodes[NUMA_MAX_NODES]; /* NUMA placement: the nodes chunks go on */
+	size_t n_nodes;           /* 0: no placement */
 	bool lock;
 	unsigned threads;
 
@@ -223,6 +232,9 @@ int pool_new(const struct pool_opts *opts, struct pool **ret)
 		}
 	}
 	p->lock = opts->lock;
+	p->n_nodes = opts->n_nodes < NUMA_MAX_NODES ? opts->n_nodes : NUMA_MAX_NODES;
+	for (size_t i = 0; i < p->n_nodes; i++)
+		p->nodes[i] = opts->nodes[i];
 	p->threads = opts->threads;
 	if (p->threads == 0) {
 		ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -341,6 +353,29 @@ uint64_t pool_hugetlb_bytes(const struct pool *p)
 	return p->hugetlb_bytes;
 }
 
+void pool_node_bytes(const struct pool *p, int node, struct pool_node_bytes *ret)
+{
+	uint64_t all = 0;
+
+	*ret = (struct pool_node_bytes){ 0 };
+	for (const struct chunk *c = p->idle; c; c = c->next)
+		if (c->node == node)
+			ret->idle += c->bytes;
+	for (const struct chunk *c = p->all; c; c = c->all_next)
+		if (c->node == node) {
+			all += c->bytes;
+			if (c->misplaced)
+				ret->misplaced += c->bytes;
+		}
+	ret->lent = all - ret->idle;
+}
+
+size_t pool_nodes(const struct pool *p, const int **nodes)
+{
+	*nodes = p->nodes;
+	return p->n_nodes;
+}
+
 const char *pool_page_kind(const struct pool *p)
 {
 	return p->hugetlb ? "hugetlb" : pool_thp(p) ? "thp" : "4k";
@@ -361,8 +396,78 @@ static int prefault(void *addr, uint64_t bytes, uint64_t page_bytes)
 	return 0;
 }
 
+/* A node mask for mbind/set_mempolicy: the one bit of node. */
+struct node_mask {
+	unsigned long bits[NUMA_MAX_NODES / (8 * sizeof(unsigned long)) + 1];
+};
+
+static struct node_mask mask_of(int node)
+{
+	struct node_mask m = { { 0 } };
+
+	m.bits[(size_t)node / (8 * sizeof(unsigned long))] = 1ul << ((size_t)node % (8 * sizeof(unsigned long)));
+	return m;
+}
+
+/* Prefer node for the range's pages from now on (shmem keeps the policy with the file). */
+static int prefer_range(void *addr, uint64_t bytes, int node)
+{
+	struct node_mask m = mask_of(node);
+
+	return syscall(SYS_mbind, addr, bytes, PB_MPOL_PREFERRED, m.bits, NUMA_MAX_NODES + 1, 0) == 0 ? 0 : -errno;
+}
+
+/* Prefer node for this thread's allocations (hugetlb's fallocate), or back to the default (node < 0). */
+static void prefer_thread(int node)
+{
+	struct node_mask m = node >= 0 ? mask_of(node) : (struct node_mask){ { 0 } };
+
+	(void)syscall(SYS_set_mempolicy, node >= 0 ? PB_MPOL_PREFERRED : PB_MPOL_DEFAULT, node >= 0 ? m.bits : NULL,
+		      node >= 0 ? NUMA_MAX_NODES + 1 : 0);
+}
+
+/*
+ * Where a resident range's pages are: the node of its first page (-1 if it cannot tell), and in
+ * *misplaced whether any of PLACEMENT_SAMPLES pages spread over it is on another node than want.
+ */
+static int range_node(void *addr, uint64_t bytes, int want, bool *misplaced)
+{
+	void *pages[PLACEMENT_SAMPLES];
+	int status[PLACEMENT_SAMPLES];
+	size_t n = bytes / PAGE_4K_BYTES < PLACEMENT_SAMPLES ? bytes / PAGE_4K_BYTES : PLACEMENT_SAMPLES;
+
+	*misplaced = false;
+	if (n == 0)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		pages[i] = (uint8_t *)addr + (bytes / n * i) / PAGE_4K_BYTES * PAGE_4K_BYTES;
+	if (syscall(SYS_move_pages, 0, n, pages, NULL, status, 0) != 0)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		if (want >= 0 && status[i] != want)
+			*misplaced = true;
+	return status[0] >= 0 ? status[0] : -1;
+}
+
+/* range_node for a chunk, mapping a hugetlb one (which the daemon does not map) for the question. */
+static void chunk_locate(struct chunk *c, int want)
+{
+	void *a = c->addr;
+
+	if (!a) {
+		a = mmap(NULL, c->bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, c->fd, 0);
+		if (a == MAP_FAILED) {
+			c->node = -1;
+			return;
+		}
+	}
+	c->node = range_node(a, c->bytes, want, &c->misplaced);
+	if (!c->addr)
+		munmap(a, c->bytes);
+}
+
 /* One memfd of bytes with the given page kind; on failure nothing is left behind. */
-static int chunk_make_one(uint64_t bytes, bool hugetlb, bool thp, bool lock, struct chunk *c)
+static int chunk_make_one(uint64_t bytes, bool hugetlb, bool thp, bool lock, int node, struct chunk *c)
 {
 	unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
 	int r;
@@ -385,9 +490,15 @@ static int chunk_make_one(uint64_t bytes, bool hugetlb, bool thp, bool lock, str
 	 * 2.9 s to 0.4 s. ENOSPC here means huge pages ran out. (For 4 KiB shmem
 	 * the same call was 3x slower there than populating through the mapping.)
 	 */
-	if (hugetlb && fallocate(c->fd, 0, 0, (off_t)bytes) < 0) {
-		r = -errno;
-		goto fail;
+	if (hugetlb) {
+		/* Huge pages come from the node this (maker) thread prefers. */
+		if (node >= 0)
+			prefer_thread(node);
+		r = fallocate(c->fd, 0, 0, (off_t)bytes) < 0 ? -errno : 0;
+		if (node >= 0)
+			prefer_thread(-1);
+		if (r < 0)
+			goto fail;
 	}
 	/* Sealed so a client can neither shrink the file under the daemon (SIGBUS) nor grow it. */
 	if (fcntl(c->fd, F_ADD_SEALS, CHUNK_SEALS) < 0) {
@@ -405,6 +516,13 @@ static int chunk_make_one(uint64_t bytes, bool hugetlb, bool thp, bool lock, str
 			r = -errno;
 			goto fail;
 		}
+		/*
+		 * Placed before any page exists: every fault and the collapse then allocate on node. A node
+		 * the kernel refuses (offline, or a fixture's) places nothing; the check below then says
+		 * where the pages went.
+		 */
+		if (node >= 0)
+			(void)prefer_range(c->addr, bytes, node);
 		/* Fewer TLB misses where shmem THP is enabled; harmless where it is not. */
 		(void)madvise(c->addr, bytes, MADV_HUGEPAGE);
 		/* Collapsed, every page is allocated (zeroed) already; otherwise, or if it fails, populate. */
@@ -442,7 +560,7 @@ static void count_kind(struct pool *p, const struct chunk *c, int sign)
 }
 
 /* A new chunk owned by owner_uid. Thread-safe: called from grow threads. */
-static int chunk_new(struct pool *p, uint64_t bytes, uid_t owner_uid, bool tail, struct chunk **ret)
+static int chunk_new(struct pool *p, uint64_t bytes, uid_t owner_uid, bool tail, int node, struct chunk **ret)
 {
 	struct chunk *c;
 	int r;
@@ -451,14 +569,19 @@ static int chunk_new(struct pool *p, uint64_t bytes, uid_t owner_uid, bool tail,
 	if (!c)
 		return -ENOMEM;
 	c->fd = -1;
-	r = chunk_make_one(bytes, p->hugetlb, p->thp && !tail, p->lock, c);
+	if (p->n_nodes == 0)
+		node = -1;
+	r = chunk_make_one(bytes, p->hugetlb, p->thp && !tail, p->lock, node, c);
 	/* Huge pages ran out (or were never reserved): 4 KiB pages (THP where it can) serve as well. */
 	if (r < 0 && p->hugetlb && !p->hugetlb_required && (r == -ENOMEM || r == -ENOSPC))
-		r = chunk_make_one(bytes, false, p->thp && !tail, p->lock, c);
+		r = chunk_make_one(bytes, false, p->thp && !tail, p->lock, node, c);
 	if (r < 0) {
 		free(c);
 		return r;
 	}
+	c->node = -1;
+	if (p->n_nodes > 0)
+		chunk_locate(c, node);
 	c->owner_uid = owner_uid;
 	c->tail = tail;
 	pthread_mutex_lock(&p->id_lock);
@@ -477,6 +600,7 @@ struct maker {
 	struct chunk **out;
 	const uint64_t *sizes;
 	uid_t owner_uid;
+	int node;                 /* placement, or -1 */
 	size_t n;
 	size_t tail_index;        /* index of the tail chunk, or n for none */
 
@@ -506,7 +630,7 @@ static void *maker_thread(void *arg)
 		i = m->next++;
 		pthread_mutex_unlock(&m->lock);
 
-		r = chunk_new(m->p, m->sizes[i], m->owner_uid, i == m->tail_index, &m->out[i]);
+		r = chunk_new(m->p, m->sizes[i], m->owner_uid, i == m->tail_index, m->node, &m->out[i]);
 
 		pthread_mutex_lock(&m->lock);
 		if (r < 0 && m->error == 0)
@@ -522,11 +646,11 @@ static void *maker_thread(void *arg)
  * Make n chunks of sizes[i] into out[i] (NULL where not made), in parallel for
  * large batches. Returns 0 or the first error; made chunks stay in out.
  */
-static int make_chunks(struct pool *p, const uint64_t *sizes, size_t n, size_t tail_index, uid_t owner_uid,
+static int make_chunks(struct pool *p, const uint64_t *sizes, size_t n, size_t tail_index, uid_t owner_uid, int node,
 		       struct chunk **out, void (*progress)(uint64_t, uint64_t, void *), void *ud)
 {
 	struct maker m = {
-		.p = p, .out = out, .sizes = sizes, .owner_uid = owner_uid, .n = n, .tail_index = tail_index,
+		.p = p, .out = out, .sizes = sizes, .owner_uid = owner_uid, .node = node, .n = n, .tail_index = tail_index,
 	};
 	pthread_t tids[MAX_THREADS];
 	uint64_t total_bytes = 0;
@@ -593,20 +717,56 @@ static void idle_unlink(struct pool *p, struct chunk **pp)
 	p->idle_bytes -= c->bytes;
 }
 
+/* node if chunks are placed on it, else -1 (any): a node the pool does not place on is no request. */
+static int placement_node(const struct pool *p, int node)
+{
+	for (size_t i = 0; node >= 0 && i < p->n_nodes; i++)
+		if (p->nodes[i] == node)
+			return node;
+	return -1;
+}
+
+/* Whether chunk c counts as on node (-1, or no placement: every chunk does). */
+static bool on_node(const struct pool *p, const struct chunk *c, int node)
+{
+	return node < 0 || p->n_nodes == 0 || c->node == node;
+}
+
+/* Idle bytes on node. */
+static uint64_t idle_bytes_on(const struct pool *p, int node)
+{
+	uint64_t n = 0;
+
+	if (node < 0 || p->n_nodes == 0)
+		return p->idle_bytes;
+	for (const struct chunk *c = p->idle; c; c = c->next)
+		if (c->node == node)
+			n += c->bytes;
+	return n;
+}
+
 int pool_grow(struct pool *p, uint64_t bytes, void (*progress)(uint64_t done, uint64_t total, void *ud), void *ud)
+{
+	return pool_grow_on(p, bytes, -1, progress, ud);
+}
+
+int pool_grow_on(struct pool *p, uint64_t bytes, int node, void (*progress)(uint64_t done, uint64_t total, void *ud),
+		 void *ud)
 {
 	struct chunk **made = NULL;
 	uint64_t *sizes = NULL;
-	uint64_t want_bytes;
+	uint64_t want_bytes, have_bytes;
 	size_t n;
 	int r;
 
+	node = placement_node(p, node);
+	have_bytes = idle_bytes_on(p, node);
 	want_bytes = round_up(bytes, p->chunk_bytes);
 	if (want_bytes == 0 && bytes != 0)
 		return -EINVAL;
-	if (want_bytes <= p->idle_bytes)
+	if (want_bytes <= have_bytes)
 		return 0;
-	n = (size_t)((want_bytes - p->idle_bytes) / p->chunk_bytes);
+	n = (size_t)((want_bytes - have_bytes) / p->chunk_bytes);
 	made = calloc(n, sizeof(*made));
 	sizes = malloc(n * sizeof(*sizes));
 	if (!made || !sizes) {
@@ -616,7 +776,7 @@ int pool_grow(struct pool *p, uint64_t bytes, void (*progress)(uint64_t done, ui
 	for (size_t i = 0; i < n; i++)
 		sizes[i] = p->chunk_bytes;
 
-	r = make_chunks(p, sizes, n, n, POOL_NO_OWNER, made, progress, ud);
+	r = make_chunks(p, sizes, n, n, POOL_NO_OWNER, node, made, progress, ud);
 	/* What was made stays, even after a failure: a partly warm pool still helps. */
 	for (size_t i = 0; i < n; i++)
 		if (made[i]) {
@@ -632,6 +792,12 @@ out:
 
 int pool_take(struct pool *p, uid_t uid, uint64_t bytes, struct chunk ***ret, size_t *n)
 {
+	return pool_take_on(p, uid, bytes, -1, ret, n);
+}
+
+int pool_take_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chunk ***ret, size_t *n)
+{
+	node = placement_node(p, node);
 	uint64_t full = bytes / p->chunk_bytes, tail_bytes = bytes % p->chunk_bytes;
 	size_t nfull, nreused = 0, nfresh, nreplace, ntotal;
 	struct chunk **v = NULL, **fresh = NULL, **pp;
@@ -652,10 +818,10 @@ int pool_take(struct pool *p, uid_t uid, uint64_t bytes, struct chunk ***ret, si
 	 * unlinked until every new chunk exists, so a failure changes nothing.
 	 */
 	for (struct chunk *c = p->idle; c && nreused < nfull; c = c->next)
-		if (c->owner_uid == uid)
+		if (c->owner_uid == uid && on_node(p, c, node))
 			nreused++;
 	for (struct chunk *c = p->idle; c && nreused < nfull; c = c->next)
-		if (c->owner_uid == POOL_NO_OWNER)
+		if (c->owner_uid == POOL_NO_OWNER && on_node(p, c, node))
 			nreused++;
 
 	nfresh = ntotal - nreused;
@@ -670,7 +836,7 @@ int pool_take(struct pool *p, uid_t uid, uint64_t bytes, struct chunk ***ret, si
 			sizes[i] = p->chunk_bytes;
 		if (tail_bytes)
 			sizes[nfresh - 1] = tail_bytes;
-		r = make_chunks(p, sizes, nfresh, tail_bytes ? nfresh - 1 : nfresh, uid, fresh, NULL, NULL);
+		r = make_chunks(p, sizes, nfresh, tail_bytes ? nfresh - 1 : nfresh, uid, node, fresh, NULL, NULL);
 		if (r < 0)
 			goto fail;
 	}
@@ -682,7 +848,7 @@ int pool_take(struct pool *p, uid_t uid, uint64_t bytes, struct chunk ***ret, si
 
 		pp = &p->idle;
 		while (*pp && ntotal < nreused) {
-			if ((*pp)->owner_uid == want) {
+			if ((*pp)->owner_uid == want && on_node(p, *pp, node)) {
 				struct chunk *c = *pp;
 
 				idle_unlink(p, pp);
@@ -711,7 +877,8 @@ int pool_take(struct pool *p, uid_t uid, uint64_t bytes, struct chunk ***ret, si
 	while (*pp && nreplace > 0) {
 		struct chunk *c = *pp;
 
-		if (c->owner_uid == POOL_NO_OWNER || c->owner_uid == uid) {
+		/* Replaced first: chunks another uid had, or (asked for a node) chunks on another node. */
+		if ((c->owner_uid == POOL_NO_OWNER || c->owner_uid == uid) && on_node(p, c, node)) {
 			pp = &c->next;
 			continue;
 		}
@@ -1013,6 +1180,7 @@ int pool_adopt(struct pool *p, int fd, uint64_t id, uid_t owner_uid, bool tail, 
 	c->owner_uid = owner_uid;
 	c->tail = tail;
 	c->hugetlb = sfs.f_type == HUGETLBFS_MAGIC;
+	c->node = -1;
 	if (!c->hugetlb) {
 		c->addr = map_aligned(fd, c->bytes);
 		if (!c->addr) {
@@ -1037,6 +1205,8 @@ int pool_adopt(struct pool *p, int fd, uint64_t id, uid_t owner_uid, bool tail, 
 	if (id > p->next_chunk_id)
 		p->next_chunk_id = id;
 	pthread_mutex_unlock(&p->id_lock);
+	if (p->n_nodes > 0)
+		chunk_locate(c, -1);
 	p->nchunks++;
 	all_link(p, c);
 	count_kind(p, c, 1);

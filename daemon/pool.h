@@ -30,6 +30,8 @@ struct chunk {
 	uid_t owner_uid;  /* uid it was last lent to, POOL_NO_OWNER if never */
 	bool hugetlb;
 	bool thp;         /* 4 KiB shmem collapsed into 2 MiB THPs (mapped PMD-aligned) */
+	int node;         /* the NUMA node its pages are on (checked with move_pages); -1 without placement */
+	bool misplaced;   /* placed on a node but some of its pages are elsewhere (that node was full) */
 	bool tail;        /* made for one lease's remainder; destroyed on return */
 	bool punched;     /* found with pages missing and not yet repaired (counted once) */
 	uint64_t lease_id; /* the lease it is lent to, for reports; 0 while idle or unknown */
@@ -44,6 +46,9 @@ struct pool_opts {
 	unsigned threads;         /* pre-fault threads for large grows; 0 = number of CPUs, max 16 */
 	const char *proc_root;    /* for /proc/meminfo HugePages_*; NULL = "/" */
 	bool lock;                /* mlock chunks; false only for unprivileged tests */
+	/* NUMA nodes chunks are placed on (mbind MPOL_PREFERRED before any page is faulted); n_nodes 0: no placement. */
+	const int *nodes;
+	size_t n_nodes;
 };
 
 struct pool;
@@ -88,6 +93,27 @@ int pool_grow(struct pool *p, uint64_t bytes, void (*progress)(uint64_t done, ui
  * of a failed memfd_create/ftruncate/mmap/mlock (nothing is taken then).
  */
 int pool_take(struct pool *p, uid_t uid, uint64_t bytes, struct chunk ***ret, size_t *n);
+
+/*
+ * pool_take with a NUMA node (-1: any): idle chunks on that node first, fresh
+ * ones placed there; the kernel places pages elsewhere only when the node is
+ * full, which the chunks then say (node, misplaced). Without placement the node
+ * is ignored.
+ */
+int pool_take_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chunk ***ret, size_t *n);
+
+/* pool_grow for one NUMA node: idle chunks on node until they hold at least bytes. */
+int pool_grow_on(struct pool *p, uint64_t bytes, int node, void (*progress)(uint64_t done, uint64_t total, void *ud),
+		 void *ud);
+
+/* Bytes of chunks on node: idle, lent, and of those lent, placed elsewhere than asked (misplaced). */
+struct pool_node_bytes {
+	uint64_t idle, lent, misplaced;
+};
+void pool_node_bytes(const struct pool *p, int node, struct pool_node_bytes *ret);
+
+/* The placement nodes (n_nodes 0: placement off). */
+size_t pool_nodes(const struct pool *p, const int **nodes);
 
 /*
  * Give chunks back: full ones become idle, tails are destroyed. Does not free the array.

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/resource.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -843,6 +844,74 @@ START_TEST(test_thp_chunks_are_collapsed_pmd_mapped_and_counted)
 }
 END_TEST
 
+/* The node of the page at addr, asked of the kernel by the test itself. */
+static int kernel_node_of(void *addr)
+{
+	int status = -1;
+	void *pages[1] = { addr };
+
+	ck_assert_int_eq(syscall(SYS_move_pages, 0, 1, pages, NULL, &status, 0), 0);
+	return status;
+}
+
+START_TEST(test_numa_placed_chunks_land_where_the_pool_says)
+{
+	int nodes[1] = { 0 };
+	struct pool_opts o = { .chunk_bytes = 2 * MIB, .hugetlb = POOL_HUGETLB_NO, .thp = POOL_THP_NO, .threads = 2,
+			       .lock = geteuid() == 0, .nodes = nodes, .n_nodes = 1 };
+	struct pool_node_bytes nb;
+	struct chunk **v = NULL;
+	struct pool *p = NULL;
+	const int *pn;
+	size_t n = 0;
+
+	ck_assert_int_eq(pool_new(&o, &p), 0);
+	ck_assert_uint_eq(pool_nodes(p, &pn), 1);
+	ck_assert_int_eq(pn[0], 0);
+	ck_assert_int_eq(pool_grow_on(p, 8 * MIB, 0, NULL, NULL), 0);
+	pool_node_bytes(p, 0, &nb);
+	ck_assert_uint_eq(nb.idle, 8 * MIB);
+	ck_assert_uint_eq(nb.lent, 0);
+	ck_assert_int_eq(pool_take_on(p, UID_A, 4 * MIB + 4096, 0, &v, &n), 0);
+	for (size_t i = 0; i < n; i++) {
+		/* A mapping of our own, asked of the kernel: the pages are where the pool said. */
+		char *m = mmap(NULL, v[i]->bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, v[i]->fd, 0);
+
+		ck_assert(m != MAP_FAILED);
+		ck_assert_int_eq(v[i]->node, 0);
+		ck_assert(!v[i]->misplaced);
+		ck_assert_int_eq(kernel_node_of(m), 0);
+		ck_assert_int_eq(kernel_node_of(m + v[i]->bytes - 4096), 0);
+		munmap(m, v[i]->bytes);
+	}
+	pool_node_bytes(p, 0, &nb);
+	ck_assert_uint_eq(nb.lent, 4 * MIB + 4096);
+	ck_assert_uint_eq(nb.misplaced, 0);
+	pool_put(p, v, n);
+	free(v);
+	/* A node the pool does not place on asks for nothing in particular: served from node 0. */
+	ck_assert_int_eq(pool_take_on(p, UID_A, 2 * MIB, 7, &v, &n), 0);
+	ck_assert_int_eq(v[0]->node, 0);
+	pool_put(p, v, n);
+	free(v);
+	pool_free(p);
+}
+END_TEST
+
+START_TEST(test_without_placement_chunks_have_no_node)
+{
+	struct chunk **v = NULL;
+	struct pool *p = new_pool(2 * MIB, 1);
+	size_t n = 0;
+
+	ck_assert_int_eq(pool_take_on(p, UID_A, 2 * MIB, 0, &v, &n), 0);
+	ck_assert_int_eq(v[0]->node, -1);
+	pool_put(p, v, n);
+	free(v);
+	pool_free(p);
+}
+END_TEST
+
 START_TEST(test_hugepages_target_adds_only_what_the_free_pages_lack)
 {
 	/* 64 MiB = 32 pages. */
@@ -936,6 +1005,8 @@ static Suite *pool_suite(void)
 	tcase_add_test(tc, test_audit_checks_bounded_slices_and_repairs_lent_chunks_in_place);
 	tcase_add_test(tc, test_thp_no_and_hugetlb_pools_do_not_collapse);
 	tcase_add_test(tc, test_hugepages_target_adds_only_what_the_free_pages_lack);
+	tcase_add_test(tc, test_numa_placed_chunks_land_where_the_pool_says);
+	tcase_add_test(tc, test_without_placement_chunks_have_no_node);
 	/* Left out, and the suite reported skipped, where the kernel cannot collapse shmem or mlock is denied. */
 	if (kernel_collapses()) {
 		tcase_add_test(tc, test_thp_chunks_are_collapsed_pmd_mapped_and_counted);
