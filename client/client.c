@@ -7,6 +7,7 @@
 #include "pinbroker.h"
 #pragma GCC visibility pop
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -74,6 +75,8 @@ struct pb_lease {
 	bool no_cuda;        /* acquired with PB_ACQUIRE_NO_CUDA: a cache hit must match */
 	bool no_revoke;      /* PB_ACQUIRE_NO_REVOKE or a registration: the daemon never takes it back, never cached */
 	bool registration;   /* pb_register: data is the caller's memory, nothing is mapped here */
+	int numa_node;       /* where the daemon says its pages are; -1 when not placed */
+	bool misplaced;      /* placed for a node and partly elsewhere */
 	bool revoke_pending; /* the daemon wants it back: never cache it */
 	bool shared;         /* pb_lease_share gave out a token: others may map it, never cache it */
 	bool attached;       /* mapped by pb_attach: another process holds it; never cached or re-declared */
@@ -1431,6 +1434,8 @@ static int lease_from_reply(pb_client *c, struct waiter *w, uint32_t flags, cons
 	l->priority = ls->has_priority ? (enum pb_priority)ls->priority : PB_PRIORITY_NORMAL;
 	l->no_cuda = flags & PB_ACQUIRE_NO_CUDA;
 	l->no_revoke = ls->has_no_revoke && ls->no_revoke;
+	l->numa_node = ls->has_numa_node ? ls->numa_node : -1;
+	l->misplaced = ls->has_misplaced && ls->misplaced;
 	l->kind = PB_MEM_LOCKED;
 	if (!l->no_cuda && pbcuda_available(NULL)) {
 		/* Register the whole range once; the lease is still good (locked) if the driver refuses. */
@@ -1521,6 +1526,71 @@ static int need_registrations(const pb_client *c, const char *what)
 }
 
 /* An ACQUIRE for size bytes as opts asks, with the wire flags extra on top. */
+/*
+ * A GPU's node from <PINBROKER_SYS_ROOT>/sys/bus/pci/devices/BUS/numa_node (the domain added when
+ * missing, lower case, as sysfs names devices); -1 when it cannot tell.
+ */
+static int bus_node(const char *bus)
+{
+	const char *root = getenv("PINBROKER_SYS_ROOT");
+	char name[32], path[4200], line[32];
+	size_t n = 0;
+	FILE *f;
+	int node = -1;
+
+	if (!strchr(bus, ':') || strlen(bus) > 20)
+		return -1;
+	/* "3b:00.0" has one colon; "0000:3b:00.0" two. */
+	if (strchr(bus, ':') == strrchr(bus, ':'))
+		n = (size_t)snprintf(name, sizeof(name), "0000:");
+	for (const char *c = bus; *c && n + 1 < sizeof(name); c++)
+		name[n++] = (char)tolower((unsigned char)*c);
+	name[n] = 0;
+	snprintf(path, sizeof(path), "%s/sys/bus/pci/devices/%s/numa_node", root ? root : "", name);
+	f = fopen(path, "re");
+	if (f) {
+		if (fgets(line, sizeof(line), f))
+			node = atoi(line);
+		fclose(f);
+	}
+	return node >= 0 ? node : -1;
+}
+
+int pb_gpu_numa_node(const char *gpu)
+{
+	char bus[64];
+
+	if (!gpu || !*gpu)
+		return -1;
+	if (strchr(gpu, ':'))
+		return bus_node(gpu);
+	return pbcuda_bus_id(gpu, bus, sizeof(bus)) == 0 ? bus_node(bus) : -1;
+}
+
+/* The node an acquire asks for (PB_ACQUIRE_NUMA_NODE, _GPU, _ANY_NODE, else the current CUDA device's), or -1. */
+static int acquire_node(const struct pb_acquire_opts *opts)
+{
+	static __thread char last_bus[64];
+	static __thread int last_node = -1;
+	uint32_t flags = opts ? opts->flags : 0;
+	char bus[64];
+
+	if (flags & PB_ACQUIRE_ANY_NODE)
+		return -1;
+	if (flags & PB_ACQUIRE_NUMA_NODE)
+		return opts->numa_node >= 0 ? opts->numa_node : -1;
+	if (flags & PB_ACQUIRE_GPU)
+		return pb_gpu_numa_node(opts->gpu);
+	/* No CUDA asked for, or none here: no preference (and no driver loaded for it). */
+	if ((flags & PB_ACQUIRE_NO_CUDA) || pbcuda_bus_id(NULL, bus, sizeof(bus)) < 0)
+		return -1;
+	if (strcmp(bus, last_bus) != 0) {
+		snprintf(last_bus, sizeof(last_bus), "%s", bus);
+		last_node = bus_node(bus);
+	}
+	return last_node;
+}
+
 static void acquire_message(Pinbroker__V1__Acquire *acq, uint64_t size, const struct pb_acquire_opts *opts,
 			    uint32_t extra)
 {
@@ -1540,6 +1610,12 @@ static void acquire_message(Pinbroker__V1__Acquire *acq, uint64_t size, const st
 	acq->has_priority = prio != PB_PRIORITY_NORMAL;
 	acq->priority = (Pinbroker__V1__Priority)prio;
 	acq->label = opts && opts->label ? (char *)opts->label : NULL;
+	{
+		int node = acquire_node(opts);
+
+		acq->has_numa_node = node >= 0;
+		acq->numa_node = node;
+	}
 }
 
 int pb_acquire(pb_client *c, size_t size, const struct pb_acquire_opts *opts, pb_lease **ret)
@@ -1618,6 +1694,13 @@ int pb_unregister(pb_client *c, pb_lease *l)
 		return set_error(-EINVAL, "lease %llu is not a registration: give it back with pb_release",
 				 (unsigned long long)l->id);
 	return pb_release(c, l);
+}
+
+int pb_lease_numa_node(const pb_lease *l, int *misplaced)
+{
+	if (misplaced)
+		*misplaced = l && l->misplaced;
+	return l && l->client ? l->numa_node : -1;
 }
 
 int pb_lease_registration(const pb_lease *l)
@@ -2091,6 +2174,8 @@ static void lease_info_copy(struct pb_lease_info *d, const Pinbroker__V1__LeaseI
 		d->attacher_pids[d->n_attacher_pids++] = li->attacher_pids[i];
 	d->registration = li->has_registration && li->registration;
 	d->no_revoke = li->has_no_revoke && li->no_revoke;
+	d->numa_node = li->has_numa_node ? li->numa_node : -1;
+	d->misplaced = li->has_misplaced && li->misplaced;
 }
 
 /* Append sr's lease rows to (*rows, *n). */
@@ -2142,6 +2227,17 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 	s->thp_failures = sr->has_thp_failures ? sr->thp_failures : 0;
 	s->hugetlb_bytes = sr->has_hugetlb_bytes ? sr->hugetlb_bytes : 0;
 	s->huge_pages_free_bytes = sr->has_huge_pages_free_bytes ? sr->huge_pages_free_bytes : 0;
+	s->nodes = calloc(sr->n_nodes ? sr->n_nodes : 1, sizeof(*s->nodes));
+	if (!s->nodes)
+		oom = true;
+	for (size_t i = 0; s->nodes && i < sr->n_nodes; i++) {
+		const Pinbroker__V1__NodeInfo *ni = sr->nodes[i];
+
+		s->nodes[i] = (struct pb_node_info){ .node = ni->node, .idle_bytes = ni->idle_bytes,
+						     .lent_bytes = ni->lent_bytes, .misplaced_bytes = ni->misplaced_bytes,
+						     .gpus = ni->gpus, .mem_free_bytes = ni->mem_free_bytes };
+		s->n_nodes++;
+	}
 
 	/* Never NULL, even empty: callers index them by n_*. */
 	s->clients = calloc(1, sizeof(*s->clients));
@@ -2338,6 +2434,7 @@ void pb_status_free(struct pb_status *s)
 	free(s->pressure_state);
 	free(s->monitor_mode);
 	free(s->page_kind);
+	free(s->nodes);
 	for (size_t i = 0; s->clients && i < s->n_clients; i++) {
 		free(s->clients[i].labels);
 		free(s->clients[i].name);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* The few driver API types and constants used here, from cuda.h (ABI-stable since CUDA 4). */
 typedef int CUresult;
@@ -40,6 +41,10 @@ static struct {
 	CUresult (*ctx_push_current)(CUcontext ctx);
 	CUresult (*ctx_pop_current)(CUcontext *ctx);
 	CUresult (*primary_ctx_retain)(CUcontext *ctx, CUdevice dev);
+	/* Optional: NUMA placement only. */
+	CUresult (*ctx_get_device)(CUdevice *dev);
+	CUresult (*device_get_pci_bus_id)(char *buf, int len, CUdevice dev);
+	CUresult (*device_get_uuid)(unsigned char uuid[16], CUdevice dev);
 } cu;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -99,6 +104,9 @@ static void load_driver(void)
 	*(void **)&cu.ctx_push_current = sym(h, "cuCtxPushCurrent_v2", "cuCtxPushCurrent");
 	*(void **)&cu.ctx_pop_current = sym(h, "cuCtxPopCurrent_v2", "cuCtxPopCurrent");
 	*(void **)&cu.primary_ctx_retain = sym(h, NULL, "cuDevicePrimaryCtxRetain");
+	*(void **)&cu.ctx_get_device = sym(h, NULL, "cuCtxGetDevice");
+	*(void **)&cu.device_get_pci_bus_id = sym(h, NULL, "cuDeviceGetPCIBusId");
+	*(void **)&cu.device_get_uuid = sym(h, "cuDeviceGetUuid_v2", "cuDeviceGetUuid");
 	if (!cu.init || !cu.device_get_count || !cu.device_get || !cu.mem_host_register ||
 	    !cu.mem_host_unregister || !cu.ctx_get_current || !cu.ctx_push_current || !cu.ctx_pop_current ||
 	    !cu.primary_ctx_retain) {
@@ -243,6 +251,53 @@ int pbcuda_is_registered(const void *p)
 	     type == CU_MEMORYTYPE_HOST;
 	leave_context(pushed);
 	return ok;
+}
+
+/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L prints it. */
+static void uuid_text(const unsigned char u[16], char *out, size_t len)
+{
+	snprintf(out, len,
+		 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3],
+		 u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+int pbcuda_bus_id(const char *gpu, char *buf, size_t len)
+{
+	CUdevice dev = -1;
+	int count = 0;
+
+	if (!pbcuda_available(NULL) || !cu.device_get_pci_bus_id)
+		return -ENODEV;
+	if (!gpu) {
+		CUcontext cur = NULL;
+
+		if (!cu.ctx_get_device || cu.ctx_get_current(&cur) != CUDA_SUCCESS || !cur ||
+		    cu.ctx_get_device(&dev) != CUDA_SUCCESS)
+			return -ENODEV;
+	} else if (strncasecmp(gpu, "GPU-", 4) == 0) {
+		if (!cu.device_get_uuid || cu.device_get_count(&count) != CUDA_SUCCESS)
+			return -ENODEV;
+		for (int i = 0; i < count && dev < 0; i++) {
+			unsigned char u[16];
+			char text[64];
+			CUdevice d;
+
+			if (cu.device_get(&d, i) == CUDA_SUCCESS && cu.device_get_uuid(u, d) == CUDA_SUCCESS) {
+				uuid_text(u, text, sizeof(text));
+				if (strncasecmp(text, gpu, strlen(gpu)) == 0)
+					dev = d;
+			}
+		}
+	} else {
+		char *end;
+		long i = strtol(gpu, &end, 10);
+
+		if (end == gpu || *end || i < 0 || i > INT32_MAX || cu.device_get(&dev, (int)i) != CUDA_SUCCESS)
+			return -ENODEV;
+	}
+	if (dev < 0 || cu.device_get_pci_bus_id(buf, (int)len, dev) != CUDA_SUCCESS)
+		return -ENODEV;
+	return 0;
 }
 
 const char *pbcuda_strerror(void)

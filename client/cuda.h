@@ -27,5 +27,12 @@ void pbcuda_unregister(void *p);
 /* 1 when the driver knows p as registered host memory, 0 otherwise (for tests and diagnostics). */
 int pbcuda_is_registered(const void *p);
 
+/*
+ * The PCI bus id ("0000:3b:00.0") of the calling thread's current CUDA device
+ * (gpu NULL), or of a GPU named by CUDA ordinal ("0") or UUID ("GPU-..."), in
+ * buf. Returns 0, or -ENODEV (no driver, no context, no such GPU).
+ */
+int pbcuda_bus_id(const char *gpu, char *buf, size_t len);
+
 /* The calling thread's message for its last failed pbcuda_register(). Never NULL. */
 const char *pbcuda_strerror(void);

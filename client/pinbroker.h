@@ -43,12 +43,27 @@ enum pb_priority {
 #define PB_ACQUIRE_MAPPED (1u << 4)
 /* pb_register only: charge the budget but leave CUDA registration to the caller. */
 #define PB_REGISTER_CHARGE_ONLY (1u << 5)
+/*
+ * NUMA placement. By default a lease goes on the node of the calling thread's
+ * current CUDA device (where the driver and sysfs say; anywhere when they do
+ * not, or without a CUDA context). PB_ACQUIRE_NUMA_NODE names a node
+ * (opts->numa_node), PB_ACQUIRE_GPU a GPU (opts->gpu: a CUDA ordinal "0", a
+ * UUID "GPU-...", or a PCI bus id "0000:3b:00.0"), PB_ACQUIRE_ANY_NODE none.
+ * The daemon falls back to another node only when the asked one is full, and
+ * pb_lease_numa_node() says where the lease landed.
+ */
+#define PB_ACQUIRE_NUMA_NODE (1u << 6)
+#define PB_ACQUIRE_GPU (1u << 7)
+#define PB_ACQUIRE_ANY_NODE (1u << 8)
 
 struct pb_acquire_opts {
 	uint32_t flags;
 	uint32_t timeout_ms;         /* with PB_ACQUIRE_WAIT; 0 = the daemon's default */
 	enum pb_priority priority;
 	const char *label;           /* shown by `pinctl status`; may be NULL */
+	/* Read only with the flag that names them (so callers built before them pass a shorter struct). */
+	int numa_node;               /* PB_ACQUIRE_NUMA_NODE */
+	const char *gpu;             /* PB_ACQUIRE_GPU */
 };
 
 /* What a lease's memory is. */
@@ -139,6 +154,20 @@ int pb_unregister(pb_client *c, pb_lease *l);
 
 /* 1 for a pb_register lease. */
 int pb_lease_registration(const pb_lease *l);
+
+/*
+ * The NUMA node a lease's pages are on, or -1 (no placement: a daemon with
+ * numa = no, an older daemon, fallback memory). *misplaced (may be NULL) is 1
+ * when it was placed for a node and some of it is on another (that node was full).
+ */
+int pb_lease_numa_node(const pb_lease *l, int *misplaced);
+
+/*
+ * The NUMA node of a GPU (a CUDA ordinal "0", "GPU-<uuid>", or a PCI bus id),
+ * from sysfs; -1 when it cannot tell (no such GPU, no driver for an ordinal
+ * or UUID, or firmware that gives no node).
+ */
+int pb_gpu_numa_node(const char *gpu);
 
 /*
  * Tell the daemon this process holds `bytes` of pinned memory outside the
@@ -296,6 +325,8 @@ struct pb_lease_info {
 	int32_t attacher_pids[PB_LEASE_INFO_PIDS];
 	int registration;         /* 1 for a pb_register charge: memory the program owns, not pool memory */
 	int no_revoke;            /* 1 when never revoked: its holder cannot give memory back */
+	int numa_node;            /* the node its pages are on, -1 when not placed */
+	int misplaced;            /* 1 when placed for a node and some pages are elsewhere */
 };
 
 struct pb_signal_info {
@@ -310,6 +341,15 @@ struct pb_signal_info {
 struct pb_event_info {
 	uint64_t age_ms;
 	char *text;
+};
+
+struct pb_node_info {
+	int node;
+	uint64_t idle_bytes;      /* pool memory on it, idle */
+	uint64_t lent_bytes;      /* pool memory on it, lent */
+	uint64_t misplaced_bytes; /* of it, chunks with pages off the node they were asked for */
+	uint32_t gpus;            /* NVIDIA GPUs on it */
+	uint64_t mem_free_bytes;  /* its MemFree when the daemon started */
 };
 
 struct pb_status {
@@ -349,6 +389,8 @@ struct pb_status {
 	uint64_t thp_failures;     /* chunks whose collapse failed (on 4 KiB pages) */
 	uint64_t hugetlb_bytes;    /* pool chunks on hugetlb pages */
 	uint64_t huge_pages_free_bytes; /* the host's free hugetlb memory */
+	size_t n_nodes;            /* NUMA nodes the pool places on (0: no placement) */
+	struct pb_node_info *nodes;
 };
 
 /*

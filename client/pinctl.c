@@ -440,6 +440,12 @@ static void json_leases(FILE *f, const struct pb_lease_info *rows, size_t n)
 			l->holder_detached ? "true" : "false");
 		fprintf(f, "\"registration\":%s,\"no_revoke\":%s,", l->registration ? "true" : "false",
 			l->no_revoke ? "true" : "false");
+		json_key(f, "numa_node");
+		if (l->numa_node >= 0)
+			fprintf(f, "%d,", l->numa_node);
+		else
+			fputs("null,", f);
+		fprintf(f, "\"misplaced\":%s,", l->misplaced ? "true" : "false");
 		json_u64(f, "attachers", l->attachers, true);
 		json_key(f, "attacher_pids");
 		fputc('[', f);
@@ -470,6 +476,20 @@ static void status_json(FILE *f, const struct pb_status *s)
 	json_u64(f, "thp_failures", s->thp_failures, true);
 	json_u64(f, "hugetlb_bytes", s->hugetlb_bytes, true);
 	json_u64(f, "huge_pages_free_bytes", s->huge_pages_free_bytes, true);
+	json_key(f, "nodes");
+	fputc('[', f);
+	for (size_t i = 0; i < s->n_nodes; i++) {
+		const struct pb_node_info *nd = &s->nodes[i];
+
+		fprintf(f, "%s{\"node\":%d,", i ? "," : "", nd->node);
+		json_u64(f, "idle_bytes", nd->idle_bytes, true);
+		json_u64(f, "lent_bytes", nd->lent_bytes, true);
+		json_u64(f, "misplaced_bytes", nd->misplaced_bytes, true);
+		json_u64(f, "gpus", nd->gpus, true);
+		json_u64(f, "mem_free_bytes", nd->mem_free_bytes, false);
+		fputc('}', f);
+	}
+	fputs("],", f);
 	json_u64(f, "overdue_bytes", s->overdue_bytes, true);
 	json_u64(f, "cached_idle_bytes", s->cached_idle_bytes, true);
 	json_u64(f, "registered_bytes", s->registered_bytes, true);
@@ -550,6 +570,9 @@ static void print_leases_table(const struct pb_lease_info *rows, size_t n)
 		if (l->registration || l->no_revoke)
 			printf("%-8s %s\n", "", l->registration ? "registration: the program's own memory, charged; never revoked"
 								: "never revoked: its program cannot give memory back");
+		if (l->misplaced)
+			printf("%-8s misplaced: placed for a NUMA node that was full; some pages are on node %d and others\n",
+			       "", l->numa_node);
 		/* Shared leases get a second line: who else maps them (counted once, on this row). */
 		if (l->shared) {
 			printf("%-8s shared: %" PRIu32 " attached", "", l->attachers);
@@ -589,8 +612,18 @@ static void status_human(const struct pb_status *s)
 		       size_str(s->thp_bytes, a, sizeof(a)), s->thp_failures ? ", chunks whose collapse failed: " : "",
 		       s->thp_failures ? (snprintf(b, sizeof(b), "%" PRIu64, s->thp_failures), b) : "");
 	if (s->hugetlb || s->huge_pages_free_bytes)
-		printf("hugetlb:      the pool holds %s of huge pages; %s more free on the host\n",
+		printf("hugetlb:      the pool holds %s of huge pages (it could use up to the budget); %s more free "
+		       "on the host\n",
 		       size_str(s->hugetlb_bytes, a, sizeof(a)), size_str(s->huge_pages_free_bytes, b, sizeof(b)));
+	for (size_t i = 0; i < s->n_nodes; i++) {
+		const struct pb_node_info *nd = &s->nodes[i];
+		char m[32], fr[32];
+
+		printf("%-14snode %d: %s idle, %s lent, %s misplaced; %" PRIu32 " GPU%s, %s free at start\n",
+		       i == 0 ? "numa:" : "", nd->node, size_str(nd->idle_bytes, a, sizeof(a)),
+		       size_str(nd->lent_bytes, b, sizeof(b)), size_str(nd->misplaced_bytes, m, sizeof(m)), nd->gpus,
+		       nd->gpus == 1 ? "" : "s", size_str(nd->mem_free_bytes, fr, sizeof(fr)));
+	}
 	printf("waiting:      %" PRIu32 " acquire%s\n", s->waiting_acquires, s->waiting_acquires == 1 ? "" : "s");
 
 	printf("signals:%s\n", s->n_signals ? "" : " none");

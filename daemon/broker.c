@@ -59,6 +59,17 @@ static int check_counts(const struct broker *b, uid_t uid, uint64_t need)
 }
 
 /* Leased plus idle must fit the budget: idle chunks are locked memory too. */
+int broker_lease_node(const struct lease *l, bool *misplaced)
+{
+	*misplaced = false;
+	if (l->nchunks == 0 || l->chunks[0]->node < 0)
+		return -1;
+	for (size_t i = 0; i < l->nchunks && l->numa_node >= 0; i++)
+		if (l->chunks[i]->mixed || l->chunks[i]->node != l->numa_node)
+			*misplaced = true;
+	return l->chunks[0]->node;
+}
+
 int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease **ret)
 {
 	struct chunk **chunks = NULL;
@@ -92,7 +103,7 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 		return -EBUSY;
 
 	if (!a->registration) {
-		r = pool_take(b->pool, a->uid, size_bytes, &chunks, &nchunks);
+		r = pool_take_on(b->pool, a->uid, size_bytes, a->numa_node, &chunks, &nchunks);
 		if (r < 0)
 			return r;
 	}
@@ -116,6 +127,8 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 
 	l->registration = a->registration;
 	l->no_revoke = a->no_revoke || a->registration;
+	/* A node the pool does not place on was served as "any": nothing to be misplaced from. */
+	l->numa_node = pool_places_on(b->pool, a->numa_node) ? a->numa_node : -1;
 	if (l->registration)
 		b->registered_bytes += size_bytes;
 	if (l->no_revoke)

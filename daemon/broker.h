@@ -65,9 +65,14 @@ struct broker {
 	/* Pinned outside the broker, as live connections last reported it (ReportUnbrokered). */
 	uint64_t unbrokered_bytes;
 
+	/* NUMA topology the pool places on (main.c's; NULL in tests and the fuzz harness). */
+	const struct numa_topology *numa;
+
 	/* Who hears that leased memory came back (broker_memory_freed): the wait queue, a test. */
 	broker_freed_fn *freed_listeners[BROKER_FREED_LISTENERS_MAX];
 };
+
+struct numa_topology;
 
 struct acquire_args {
 	uid_t uid;
@@ -79,6 +84,7 @@ struct acquire_args {
 	const char *label;
 	bool no_revoke;              /* never revoked: its holder cannot give memory back */
 	bool registration;           /* a charge only: no pool memory (implies no_revoke) */
+	int numa_node;               /* NUMA node asked for, -1 for any (only with a placing pool) */
 };
 
 /* Queued reply packets duplicate their fds; this many may be queued over all connections. */
@@ -95,6 +101,12 @@ struct acquire_args {
  * become half the capacity. Returns true if the capacity had to be clamped
  * up to BROKER_CHUNK_CAPACITY_MIN (the caller warns).
  */
+/*
+ * Where a lease's pages are: the node of its first chunk (-1 without placement
+ * or chunks), and whether it was asked for a node and some chunk is elsewhere.
+ */
+int broker_lease_node(const struct lease *l, bool *misplaced);
+
 bool broker_resolve_limits(struct broker *b, uint64_t nofile, uint64_t max_map_count, uint64_t fds_in_use,
 			   uint64_t maps_in_use);
 

@@ -35,6 +35,7 @@
 static const char *const hugetlb_choices[] = { "auto", "yes", "no", NULL };
 static const char *const enforce_choices[] = { "none", "disconnect", "sigterm", "sigkill", NULL };
 static const char *const visibility_choices[] = { "own", "all", NULL };
+static const char *const numa_choices[] = { "auto", "no", NULL };
 
 /* Enum values are indexes into their choices arrays. */
 _Static_assert(CONFIG_HUGETLB_AUTO == 0 && CONFIG_HUGETLB_YES == 1 && CONFIG_HUGETLB_NO == 2,
@@ -44,6 +45,7 @@ _Static_assert(ENFORCE_NONE == 0 && ENFORCE_DISCONNECT == 1 && ENFORCE_SIGTERM =
 		       ENFORCE_SIGKILL == 3,
 	       "enforce_choices order");
 _Static_assert(VISIBILITY_OWN == 0 && VISIBILITY_ALL == 1, "visibility_choices order");
+_Static_assert(CONFIG_NUMA_AUTO == 0 && CONFIG_NUMA_NO == 1, "numa_choices order");
 
 /*
  * The offset macros check at compile time that each field has the C type its
@@ -108,6 +110,12 @@ static const struct config_key keys[] = {
 	       "Collapse 4 KiB pool chunks into transparent huge pages (MADV_COLLAPSE, Linux 6.1+; no reservation "
 	       "needed): auto where the kernel can, yes or refuse to start, no. Used when the pool is not on "
 	       "hugetlb, and when huge pages run out."),
+	K_ENUM("numa", numa, numa_choices, "auto", false,
+	       "Place pool chunks on NUMA nodes (mbind before any page is faulted, checked with move_pages) and "
+	       "lease each client memory on its GPU's node: auto, or no to let the kernel place pages."),
+	K_STRING("numa-prewarm", numa_prewarm, "gpus", false,
+		 "How prewarm is spread over NUMA nodes: gpus (in proportion to each node's GPUs; even when none "
+		 "says its node), even, or NODE:SIZE,... (for example 0:8G,1:8G)."),
 	K_UINT("prewarm-threads", prewarm_threads, 0, 64, "0", false,
 	       "Threads that fault in the pool at start; 0 means one per CPU."),
 	K_UINT("pool-shrink-delay-ms", pool_shrink_delay_ms, 0, (double)UINT32_MAX, "30000", true,

@@ -15,6 +15,7 @@
 
 enum config_hugetlb { CONFIG_HUGETLB_AUTO, CONFIG_HUGETLB_YES, CONFIG_HUGETLB_NO };
 enum config_thp { CONFIG_THP_AUTO, CONFIG_THP_YES, CONFIG_THP_NO };
+enum config_numa { CONFIG_NUMA_AUTO, CONFIG_NUMA_NO };
 enum config_enforce { ENFORCE_NONE, ENFORCE_DISCONNECT, ENFORCE_SIGTERM, ENFORCE_SIGKILL };
 /* Whose client and lease rows STATUS shows a non-admin (admins always see every row). */
 enum config_visibility { VISIBILITY_OWN, VISIBILITY_ALL };
@@ -35,6 +36,8 @@ struct config {
 	uint64_t chunk_bytes;          /* chunk-size */
 	enum config_hugetlb hugetlb;   /* hugetlb */
 	enum config_thp thp;           /* thp */
+	enum config_numa numa;         /* numa */
+	char *numa_prewarm;            /* numa-prewarm: gpus, even, or NODE:SIZE,... */
 	unsigned prewarm_threads;      /* prewarm-threads: 0 = CPUs */
 	uint32_t pool_shrink_delay_ms; /* pool-shrink-delay-ms: idle time before shrinking to prewarm */
 	char *admin_group;             /* admin-group: "" = root only */

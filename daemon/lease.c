@@ -335,6 +335,7 @@ int lease_add(struct lease_table *t, uid_t uid, gid_t gid, pid_t pid, void *owne
 		return -ENOMEM;
 	n->lease = (struct lease){
 		.id = ++t->last_id,
+		.numa_node = -1,
 		.uid = uid,
 		.gid = gid,
 		.pid = pid,
@@ -367,6 +368,7 @@ int lease_adopt(struct lease_table *t, uint64_t id, uid_t uid, uint64_t bytes, e
 		return -ENOMEM;
 	n->lease = (struct lease){
 		.id = id,
+		.numa_node = -1,
 		.uid = uid,
 		.bytes = bytes,
 		.priority = prio,

@@ -59,6 +59,7 @@ struct lease {
 	uint64_t last_used_ms;     /* last ACTIVE transition, for LRU */
 	uint64_t deadline_ms;      /* monotonic, while REVOKING/OVERDUE */
 	struct chunk **chunks;     /* owned: freed by lease_remove (the chunks themselves are not) */
+	int numa_node;             /* the NUMA node asked for, -1 for any */
 	size_t nchunks;
 	/*
 	 * Sharing. The lease is charged once, to uid, and lives while any mapper

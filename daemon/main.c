@@ -24,6 +24,7 @@
 #include "log.h"
 #include "monitor.h"
 #include "notify.h"
+#include "numa.h"
 #include "pool.h"
 #include "pressure.h"
 #include "recovery.h"
@@ -595,6 +596,34 @@ static void signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
 	}
 }
 
+/* The host's NUMA nodes, and how prewarm is spread over them (numa, numa-prewarm). */
+static struct numa_topology numa_topo;
+static enum numa_prewarm numa_how;
+static uint64_t numa_list[NUMA_MAX_NODES];
+static int numa_ids[NUMA_MAX_NODES];
+
+/* Warm the pool to bytes, spread over the NUMA nodes it places on (numa-prewarm), or as one. */
+static int grow_prewarm(struct broker *b, uint64_t bytes, void (*progress)(uint64_t, uint64_t, void *))
+{
+	uint64_t split[NUMA_MAX_NODES], left = bytes;
+	const int *nodes;
+	size_t n = pool_nodes(b->pool, &nodes);
+	int r, first = 0;
+
+	if (n == 0)
+		return pool_grow(b->pool, bytes, progress, NULL);
+	numa_split_prewarm(&numa_topo, numa_how, bytes, pool_chunk_size(b->pool), numa_list, split);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t want = split[i] < left ? split[i] : left; /* a list larger than the prewarm is cut */
+
+		left -= want;
+		r = want ? pool_grow_on(b->pool, want, nodes[i], progress, NULL) : 0;
+		if (r < 0 && first == 0)
+			first = r;
+	}
+	return first;
+}
+
 static void progress_cb(uint64_t done, uint64_t total, void *ud)
 {
 	char d[32], t[32];
@@ -712,6 +741,20 @@ int main(int argc, char **argv)
 	po.hugetlb = cfg->hugetlb == CONFIG_HUGETLB_YES ? POOL_HUGETLB_YES
 		     : cfg->hugetlb == CONFIG_HUGETLB_NO ? POOL_HUGETLB_NO
 							 : POOL_HUGETLB_AUTO;
+	numa_read(cfg->proc_root, b.mem_total_bytes, &numa_topo);
+	{
+		const char *nerr = NULL;
+
+		if (numa_parse_prewarm(&numa_topo, cfg->numa_prewarm, &numa_how, numa_list, &nerr) < 0)
+			fatalx("numa-prewarm = %s: %s", cfg->numa_prewarm, nerr);
+	}
+	if (cfg->numa == CONFIG_NUMA_AUTO) {
+		for (size_t i = 0; i < numa_topo.n; i++)
+			numa_ids[i] = numa_topo.node[i].id;
+		po.nodes = numa_ids;
+		po.n_nodes = numa_topo.n;
+		b.numa = &numa_topo;
+	}
 	po.thp = cfg->thp == CONFIG_THP_YES ? POOL_THP_YES : cfg->thp == CONFIG_THP_NO ? POOL_THP_NO : POOL_THP_AUTO;
 	po.threads = cfg->prewarm_threads;
 	po.proc_root = cfg->proc_root;
@@ -749,7 +792,7 @@ int main(int argc, char **argv)
 	if (b.prewarm_bytes > pool_idle_bytes(b.pool)) {
 		uint64_t t0 = now_us();
 
-		r = pool_grow(b.pool, b.prewarm_bytes, progress_cb, NULL);
+		r = grow_prewarm(&b, b.prewarm_bytes, progress_cb);
 		if (r < 0)
 			log_warnx("warming the pool to %s failed: %s; continuing with %s warm (raise LimitMEMLOCK or "
 				  "grant CAP_IPC_LOCK)",

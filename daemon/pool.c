@@ -63,6 +63,8 @@ struct pool {
 	bool thp;                 /* collapse 4 KiB chunks to THP */
 	int nodes[NUMA_MAX_NODES]; /* NUMA placement: the nodes chunks go on */
 	size_t n_nodes;           /* 0: no placement */
+	/* Per placement node (by index into nodes): chunks on it, idle ones, misplaced ones. Kept as they move. */
+	uint64_t node_all[NUMA_MAX_NODES], node_idle[NUMA_MAX_NODES], node_misplaced[NUMA_MAX_NODES];
 	bool lock;
 	unsigned threads;
 
@@ -87,6 +89,9 @@ struct pool {
 	struct punch_count *punched_uid;
 	size_t npunched_uid;
 };
+
+static int node_slot(const struct pool *p, int node);
+static int placement_node(const struct pool *p, int node);
 
 /* HugePages_Free from <proc_root>/proc/meminfo, parsed as the monitor parses it; 0 when it can't tell. */
 static uint64_t huge_pages_free(const char *proc_root)
@@ -355,19 +360,19 @@ uint64_t pool_hugetlb_bytes(const struct pool *p)
 
 void pool_node_bytes(const struct pool *p, int node, struct pool_node_bytes *ret)
 {
-	uint64_t all = 0;
+	int slot = node_slot(p, node);
 
 	*ret = (struct pool_node_bytes){ 0 };
-	for (const struct chunk *c = p->idle; c; c = c->next)
-		if (c->node == node)
-			ret->idle += c->bytes;
-	for (const struct chunk *c = p->all; c; c = c->all_next)
-		if (c->node == node) {
-			all += c->bytes;
-			if (c->misplaced)
-				ret->misplaced += c->bytes;
-		}
-	ret->lent = all - ret->idle;
+	if (slot < 0)
+		return;
+	ret->idle = p->node_idle[slot];
+	ret->lent = p->node_all[slot] - p->node_idle[slot];
+	ret->misplaced = p->node_misplaced[slot];
+}
+
+bool pool_places_on(const struct pool *p, int node)
+{
+	return placement_node(p, node) >= 0;
 }
 
 size_t pool_nodes(const struct pool *p, const int **nodes)
@@ -428,24 +433,24 @@ static void prefer_thread(int node)
 
 /*
  * Where a resident range's pages are: the node of its first page (-1 if it cannot tell), and in
- * *misplaced whether any of PLACEMENT_SAMPLES pages spread over it is on another node than want.
+ * *mixed whether any of PLACEMENT_SAMPLES pages spread over it is on another node than that one.
  */
-static int range_node(void *addr, uint64_t bytes, int want, bool *misplaced)
+static int range_node(void *addr, uint64_t bytes, bool *mixed)
 {
 	void *pages[PLACEMENT_SAMPLES];
 	int status[PLACEMENT_SAMPLES];
 	size_t n = bytes / PAGE_4K_BYTES < PLACEMENT_SAMPLES ? bytes / PAGE_4K_BYTES : PLACEMENT_SAMPLES;
 
-	*misplaced = false;
+	*mixed = false;
 	if (n == 0)
 		return -1;
 	for (size_t i = 0; i < n; i++)
 		pages[i] = (uint8_t *)addr + (bytes / n * i) / PAGE_4K_BYTES * PAGE_4K_BYTES;
 	if (syscall(SYS_move_pages, 0, n, pages, NULL, status, 0) != 0)
 		return -1;
-	for (size_t i = 0; i < n; i++)
-		if (want >= 0 && status[i] != want)
-			*misplaced = true;
+	for (size_t i = 1; i < n; i++)
+		if (status[i] != status[0])
+			*mixed = true;
 	return status[0] >= 0 ? status[0] : -1;
 }
 
@@ -461,7 +466,8 @@ static void chunk_locate(struct chunk *c, int want)
 			return;
 		}
 	}
-	c->node = range_node(a, c->bytes, want, &c->misplaced);
+	c->node = range_node(a, c->bytes, &c->mixed);
+	c->misplaced = want >= 0 && (c->node != want || c->mixed);
 	if (!c->addr)
 		munmap(a, c->bytes);
 }
@@ -550,13 +556,33 @@ fail:
 	return r;
 }
 
-/* Add (sign 1) or remove (-1) c from the page-kind counters. Grow threads hold id_lock. */
+/* The index of node in p->nodes, or -1. */
+static int node_slot(const struct pool *p, int node)
+{
+	for (size_t i = 0; node >= 0 && i < p->n_nodes; i++)
+		if (p->nodes[i] == node)
+			return (int)i;
+	return -1;
+}
+
+static void add_signed(uint64_t *counter, int sign, uint64_t bytes)
+{
+	*counter = sign > 0 ? *counter + bytes : *counter - bytes;
+}
+
+/* Add (sign 1) or remove (-1) c from the page-kind and node counters. Grow threads hold id_lock. */
 static void count_kind(struct pool *p, const struct chunk *c, int sign)
 {
 	uint64_t *counter = c->hugetlb ? &p->hugetlb_bytes : c->thp ? &p->thp_bytes : NULL;
+	int slot = node_slot(p, c->node);
 
 	if (counter)
-		*counter = sign > 0 ? *counter + c->bytes : *counter - c->bytes;
+		add_signed(counter, sign, c->bytes);
+	if (slot >= 0) {
+		add_signed(&p->node_all[slot], sign, c->bytes);
+		if (c->misplaced)
+			add_signed(&p->node_misplaced[slot], sign, c->bytes);
+	}
 }
 
 /* A new chunk owned by owner_uid. Thread-safe: called from grow threads. */
@@ -703,18 +729,25 @@ static int make_chunks(struct pool *p, const uint64_t *sizes, size_t n, size_t t
 
 static void idle_push(struct pool *p, struct chunk *c)
 {
+	int slot = node_slot(p, c->node);
+
 	c->next = p->idle;
 	p->idle = c;
 	p->idle_bytes += c->bytes;
+	if (slot >= 0)
+		p->node_idle[slot] += c->bytes;
 }
 
 static void idle_unlink(struct pool *p, struct chunk **pp)
 {
 	struct chunk *c = *pp;
+	int slot = node_slot(p, c->node);
 
 	*pp = c->next;
 	c->next = NULL;
 	p->idle_bytes -= c->bytes;
+	if (slot >= 0)
+		p->node_idle[slot] -= c->bytes;
 }
 
 /* node if chunks are placed on it, else -1 (any): a node the pool does not place on is no request. */
@@ -735,14 +768,9 @@ static bool on_node(const struct pool *p, const struct chunk *c, int node)
 /* Idle bytes on node. */
 static uint64_t idle_bytes_on(const struct pool *p, int node)
 {
-	uint64_t n = 0;
+	int slot = node_slot(p, node);
 
-	if (node < 0 || p->n_nodes == 0)
-		return p->idle_bytes;
-	for (const struct chunk *c = p->idle; c; c = c->next)
-		if (c->node == node)
-			n += c->bytes;
-	return n;
+	return slot < 0 ? p->idle_bytes : p->node_idle[slot];
 }
 
 int pool_grow(struct pool *p, uint64_t bytes, void (*progress)(uint64_t done, uint64_t total, void *ud), void *ud)

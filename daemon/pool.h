@@ -30,8 +30,9 @@ struct chunk {
 	uid_t owner_uid;  /* uid it was last lent to, POOL_NO_OWNER if never */
 	bool hugetlb;
 	bool thp;         /* 4 KiB shmem collapsed into 2 MiB THPs (mapped PMD-aligned) */
-	int node;         /* the NUMA node its pages are on (checked with move_pages); -1 without placement */
-	bool misplaced;   /* placed on a node but some of its pages are elsewhere (that node was full) */
+	int node;         /* the NUMA node its (first) pages are on, checked with move_pages; -1 without placement */
+	bool mixed;       /* its pages are on more than one node */
+	bool misplaced;   /* made for another node than it landed on (that node was full or is not there) */
 	bool tail;        /* made for one lease's remainder; destroyed on return */
 	bool punched;     /* found with pages missing and not yet repaired (counted once) */
 	uint64_t lease_id; /* the lease it is lent to, for reports; 0 while idle or unknown */
@@ -97,7 +98,7 @@ int pool_take(struct pool *p, uid_t uid, uint64_t bytes, struct chunk ***ret, si
 /*
  * pool_take with a NUMA node (-1: any): idle chunks on that node first, fresh
  * ones placed there; the kernel places pages elsewhere only when the node is
- * full, which the chunks then say (node, misplaced). Without placement the node
+ * full, which the chunks then say (node, mixed, misplaced). Without placement the node
  * is ignored.
  */
 int pool_take_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chunk ***ret, size_t *n);
@@ -106,11 +107,14 @@ int pool_take_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chu
 int pool_grow_on(struct pool *p, uint64_t bytes, int node, void (*progress)(uint64_t done, uint64_t total, void *ud),
 		 void *ud);
 
-/* Bytes of chunks on node: idle, lent, and of those lent, placed elsewhere than asked (misplaced). */
+/* Bytes of chunks on node: idle, lent, and misplaced (made for another node, idle or lent). */
 struct pool_node_bytes {
 	uint64_t idle, lent, misplaced;
 };
 void pool_node_bytes(const struct pool *p, int node, struct pool_node_bytes *ret);
+
+/* Whether the pool places chunks on node. */
+bool pool_places_on(const struct pool *p, int node);
 
 /* The placement nodes (n_nodes 0: placement off). */
 size_t pool_nodes(const struct pool *p, const int **nodes);

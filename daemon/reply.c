@@ -214,6 +214,15 @@ int send_lease(struct conn *c, uint64_t seq, const struct lease *l, bool attache
 	lm.registration = l->registration;
 	lm.has_no_revoke = l->no_revoke;
 	lm.no_revoke = l->no_revoke;
+	{
+		bool misplaced;
+		int node = broker_lease_node(l, &misplaced);
+
+		lm.has_numa_node = node >= 0;
+		lm.numa_node = node;
+		lm.has_misplaced = misplaced;
+		lm.misplaced = misplaced;
+	}
 	/* Recorded as lent before its fds leave: a crash from here on finds these chunks held. */
 	recovery_lent(b, l);
 	reply_init(&r, seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);

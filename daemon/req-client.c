@@ -77,6 +77,7 @@ void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
 		.label = a->label,
 		.no_revoke = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE) != 0,
 		.registration = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY) != 0,
+		.numa_node = a->has_numa_node && a->numa_node >= 0 ? a->numa_node : -1,
 	};
 	bool wait = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT) != 0;
 	uint32_t timeout_ms = a->has_timeout_ms && a->timeout_ms ? a->timeout_ms : b->cfg->acquire_timeout_ms;

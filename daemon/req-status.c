@@ -13,6 +13,7 @@
 #include "conn.h"
 #include "lease.h"
 #include "monitor.h"
+#include "numa.h"
 #include "pool.h"
 #include "reply.h"
 #include "request-int.h"
@@ -83,7 +84,38 @@ static size_t reply_max_bytes(const struct conn *c)
 									    : STATUS_MAX_BYTES;
 }
 
-/* Every figure here is a counter: O(1) whatever the lease count. */
+/* One row per NUMA node the pool places on, from the pool's per-node counters (O(nodes)). */
+static void fill_nodes(struct broker *b, Pinbroker__V1__StatusReply *sr)
+{
+	/* Built and packed within one request: the loop is single-threaded, so static rows serve. */
+	static Pinbroker__V1__NodeInfo rows[NUMA_MAX_NODES];
+	static Pinbroker__V1__NodeInfo *ptrs[NUMA_MAX_NODES];
+	const int *nodes;
+	size_t n = pool_nodes(b->pool, &nodes);
+
+	for (size_t i = 0; i < n; i++) {
+		struct pool_node_bytes nb;
+		int t = b->numa ? numa_index(b->numa, nodes[i]) : -1;
+
+		pool_node_bytes(b->pool, nodes[i], &nb);
+		pinbroker__v1__node_info__init(&rows[i]);
+		rows[i].node = nodes[i];
+		rows[i].has_idle_bytes = rows[i].has_lent_bytes = rows[i].has_misplaced_bytes = true;
+		rows[i].idle_bytes = nb.idle;
+		rows[i].lent_bytes = nb.lent;
+		rows[i].misplaced_bytes = nb.misplaced;
+		if (t >= 0) {
+			rows[i].has_gpus = rows[i].has_mem_free_bytes = true;
+			rows[i].gpus = b->numa->node[t].gpus;
+			rows[i].mem_free_bytes = b->numa->node[t].mem_free_bytes;
+		}
+		ptrs[i] = &rows[i];
+	}
+	sr->n_nodes = n;
+	sr->nodes = ptrs;
+}
+
+/* Every figure here is a counter: O(1) whatever the lease count (and the node rows, O(nodes)). */
 static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr)
 {
 	struct broker *b = sb->b;
@@ -126,6 +158,7 @@ static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr
 	sr->prewarm_bytes = b->prewarm_bytes;
 	sr->has_waiting_acquires = true;
 	sr->waiting_acquires = waitq_count(b);
+	fill_nodes(b, sr);
 }
 
 /* Pressure signals and transitions; revocations, which name pids and uids, only for who sees every row. */
@@ -266,6 +299,15 @@ static void fill_lease(Pinbroker__V1__LeaseInfo *x, const struct lease *l, uint6
 	x->registration = l->registration;
 	x->has_no_revoke = l->no_revoke;
 	x->no_revoke = l->no_revoke;
+	{
+		bool misplaced;
+		int node = broker_lease_node(l, &misplaced);
+
+		x->has_numa_node = node >= 0;
+		x->numa_node = node;
+		x->has_misplaced = misplaced;
+		x->misplaced = misplaced;
+	}
 	if (l->state == LEASE_IDLE) {
 		x->has_idle_ms = true;
 		x->idle_ms = now - l->last_used_ms;

@@ -68,7 +68,7 @@ static pb_client *connect_or_die(const char *path)
 
 static pb_lease *acquire_or_die(pb_client *c, size_t bytes, uint32_t flags, const char *label)
 {
-	struct pb_acquire_opts ao = { flags, 0, PB_PRIORITY_NORMAL, label };
+	struct pb_acquire_opts ao = { flags, 0, PB_PRIORITY_NORMAL, label, 0, NULL };
 	pb_lease *l = NULL;
 	int r = pb_acquire(c, bytes, &ao, &l);
 
@@ -381,7 +381,7 @@ static int many_child(int idx, int procs, bool broker, const char *sock, size_t 
 	if (broker) {
 		int r = connect_retry(sock, CONNECT_GUARD_MS, &c);
 		char label[32];
-		struct pb_acquire_opts ao = { 0, 0, PB_PRIORITY_NORMAL, label };
+		struct pb_acquire_opts ao = { 0, 0, PB_PRIORITY_NORMAL, label, 0, NULL };
 
 		t->connect_ms = ms_since(t->setup0_ns);
 		if (r < 0) {

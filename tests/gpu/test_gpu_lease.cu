@@ -314,7 +314,7 @@ static int on_revoke(pb_client *c, pb_lease *l, uint32_t deadline_ms, void *user
 /* Revoke with a callback: the application hears of it and releases; the range is then unregistered. */
 static void check_revoke_callback(const struct opts *o, pb_client *c, size_t bytes, uint64_t *id_out)
 {
-	struct pb_acquire_opts ao = { 0, 0, PB_PRIORITY_NORMAL, "gpu-test-revoke-cb" };
+	struct pb_acquire_opts ao = { 0, 0, PB_PRIORITY_NORMAL, "gpu-test-revoke-cb", 0, NULL };
 	struct revoke_seen rs = { NULL, 0, 0 };
 	pb_lease *l = NULL, *got = NULL;
 	uint64_t t0, id;
@@ -350,7 +350,7 @@ static void check_revoke_callback(const struct opts *o, pb_client *c, size_t byt
 /* Revoke of an idle lease with no callback: the library gives it back by itself, unregistering it. */
 static void check_revoke_idle(const struct opts *o, pb_client *c, size_t bytes, uint64_t *id_out)
 {
-	struct pb_acquire_opts ao = { 0, 0, PB_PRIORITY_NORMAL, "gpu-test-revoke-idle" };
+	struct pb_acquire_opts ao = { 0, 0, PB_PRIORITY_NORMAL, "gpu-test-revoke-idle", 0, NULL };
 	pb_lease *l = NULL;
 	uint64_t t0, id;
 	bool listed = true;
@@ -395,7 +395,7 @@ static int worker(const struct opts *o, int idx, struct shared *sh)
 
 	for (int i = 0; i < o->n_sizes; i++) {
 		char label[48];
-		struct pb_acquire_opts ao = { 0, 0, PB_PRIORITY_NORMAL, label };
+		struct pb_acquire_opts ao = { 0, 0, PB_PRIORITY_NORMAL, label, 0, NULL };
 
 		snprintf(label, sizeof(label), "gpu-test-w%d-%d", idx, i);
 		r = pb_acquire(c, o->sizes[i], &ao, &leases[i]);

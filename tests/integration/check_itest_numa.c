@@ -1,0 +1,243 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Integration: NUMA placement against the real pinbrokerd. On this host's real kernel (one node here): leases land
+ * on the node asked, as the daemon, the library and pinctl say. On a fixture sysfs of two nodes with GPUs on each
+ * (tests/fixtures/sys/numa2) over the same single-node kernel: the prewarm split and the node rows follow the
+ * fixture, the library resolves a GPU's node from sysfs, and a lease asked of node 1, which the kernel cannot
+ * place there, falls back to node 0 and says it is misplaced.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "itest.h"
+#include "pinbroker.h"
+#include "../check_main.h"
+
+#define MiB (1024ull * 1024ull)
+
+static struct daemon d;
+static char root[64];
+
+static void start(void)
+{
+	static const char *const args[] = { "--prewarm", "16M", "--thp", "no", NULL };
+
+	daemon_start(&d, args);
+}
+
+/* A proc root (the idle fixture) with the two-node sysfs fixture beside it. */
+static void start_fixture(void)
+{
+	static const char *args[] = { "--proc-root", root, "--prewarm", "64M", "--thp", "no", NULL };
+	char cmd[600];
+
+	snprintf(root, sizeof(root), "/tmp/pbnuma.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(root));
+	snprintf(cmd, sizeof(cmd), "cp -a " FIXTURES_DIR "/proc/idle/. '%s/' && cp -a " FIXTURES_DIR "/sys/numa2/sys/. '%s/sys/'",
+		 root, root);
+	ck_assert_int_eq(system(cmd), 0);
+	daemon_start(&d, args);
+}
+
+static void stop(void)
+{
+	char cmd[128];
+
+	ck_assert_int_eq(daemon_stop(&d), 0);
+	if (root[0]) {
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+		ck_assert_int_eq(system(cmd), 0);
+		root[0] = 0;
+	}
+}
+
+static struct pb_status *status(pb_client *c)
+{
+	struct pb_status *s;
+
+	ck_assert_int_eq(pb_status_get(c, &s), 0);
+	return s;
+}
+
+static const struct pb_lease_info *row_of(const struct pb_status *s, uint64_t id)
+{
+	for (size_t i = 0; i < s->n_leases; i++)
+		if (s->leases[i].id == id)
+			return &s->leases[i];
+	return NULL;
+}
+
+static const struct pb_node_info *node_row(const struct pb_status *s, int node)
+{
+	for (size_t i = 0; i < s->n_nodes; i++)
+		if (s->nodes[i].node == node)
+			return &s->nodes[i];
+	return NULL;
+}
+
+START_TEST(test_real_kernel_leases_land_on_the_node_asked)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NUMA_NODE, .numa_node = 0 };
+	const struct pb_node_info *nd;
+	struct pb_status *s;
+	pb_client *c;
+	pb_lease *l, *any;
+	int misplaced = -1;
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_acquire(c, 6 * MiB, &o, &l), 0);
+	ck_assert_int_eq(pb_lease_numa_node(l, &misplaced), 0);
+	ck_assert_int_eq(misplaced, 0);
+	s = status(c);
+	ck_assert_uint_ge(s->n_nodes, 1);
+	nd = node_row(s, 0);
+	ck_assert_ptr_nonnull(nd);
+	ck_assert_uint_eq(nd->lent_bytes, 6 * MiB);
+	ck_assert_uint_eq(nd->misplaced_bytes, 0);
+	ck_assert_int_eq(row_of(s, pb_lease_id(l))->numa_node, 0);
+	ck_assert_int_eq(row_of(s, pb_lease_id(l))->misplaced, 0);
+	pb_status_free(s);
+	/* A node the daemon does not place on is "any": served, and not misplaced. */
+	o.numa_node = 63;
+	ck_assert_int_eq(pb_acquire(c, 2 * MiB, &o, &any), 0);
+	ck_assert_int_eq(pb_lease_numa_node(any, &misplaced), 0);
+	ck_assert_int_eq(misplaced, 0);
+	pb_release(c, any);
+	pb_release(c, l);
+	s = status(c);
+	ck_assert_uint_eq(node_row(s, 0)->lent_bytes, 0);
+	pb_status_free(s);
+	pb_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_numa_no_places_nothing)
+{
+	static const char *const args[] = { "--numa", "no", NULL };
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NUMA_NODE, .numa_node = 0 };
+	struct pb_status *s;
+	pb_client *c;
+	pb_lease *l;
+
+	ck_assert_int_eq(daemon_stop(&d), 0);
+	daemon_restart(&d, args);
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_acquire(c, 2 * MiB, &o, &l), 0);
+	ck_assert_int_eq(pb_lease_numa_node(l, NULL), -1);
+	s = status(c);
+	ck_assert_uint_eq(s->n_nodes, 0);
+	pb_status_free(s);
+	pb_release(c, l);
+	pb_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_fixture_nodes_split_the_prewarm_and_a_full_node_falls_back)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NUMA_NODE, .numa_node = 1 };
+	const struct pb_node_info *n0, *n1;
+	struct pb_status *s;
+	pb_client *c;
+	pb_lease *l, *l0;
+	int misplaced = 0;
+	char *out = NULL;
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	s = status(c);
+	/* The fixture's two nodes, its GPUs (3 and 1) and memory. */
+	ck_assert_uint_eq(s->n_nodes, 2);
+	n0 = node_row(s, 0);
+	n1 = node_row(s, 1);
+	ck_assert_ptr_nonnull(n0);
+	ck_assert_ptr_nonnull(n1);
+	ck_assert_uint_eq(n0->gpus, 3);
+	ck_assert_uint_eq(n1->gpus, 1);
+	ck_assert_uint_eq(n1->mem_free_bytes, 50000000ull * 1024);
+	/*
+	 * 64 MiB split 3:1 by GPUs: node 1's 16 MiB was asked of a kernel with no node 1, so it landed on node 0 and is
+	 * counted there, misplaced; nothing is on node 1.
+	 */
+	ck_assert_uint_eq(n0->idle_bytes, 64 * MiB);
+	ck_assert_uint_eq(n0->misplaced_bytes, 16 * MiB);
+	ck_assert_uint_eq(n1->idle_bytes + n1->lent_bytes, 0);
+	pb_status_free(s);
+
+	/* Asked of node 1, which cannot take it: served from node 0, and the lease says so. */
+	ck_assert_int_eq(pb_acquire(c, 4 * MiB, &o, &l), 0);
+	ck_assert_int_eq(pb_lease_numa_node(l, &misplaced), 0);
+	ck_assert_int_eq(misplaced, 1);
+	o.numa_node = 0;
+	ck_assert_int_eq(pb_acquire(c, 4 * MiB, &o, &l0), 0);
+	ck_assert_int_eq(pb_lease_numa_node(l0, &misplaced), 0);
+	ck_assert_int_eq(misplaced, 0);
+	s = status(c);
+	ck_assert_int_eq(row_of(s, pb_lease_id(l))->misplaced, 1);
+	ck_assert_int_eq(row_of(s, pb_lease_id(l0))->misplaced, 0);
+	pb_status_free(s);
+	ck_assert_int_eq(pinctl(&d, &out, "leases"), 0);
+	ck_assert_ptr_nonnull(strstr(out, "misplaced: placed for a NUMA node that was full"));
+	free(out);
+	ck_assert_int_eq(pinctl(&d, &out, "status"), 0);
+	ck_assert_ptr_nonnull(strstr(out, "node 1: 0 B idle, 0 B lent, 0 B misplaced; 1 GPU"));
+	free(out);
+
+	/* The library finds a GPU's node in sysfs (here the fixture's): 0000:86:00.0 is on node 1. */
+	{
+		char sys[128];
+		struct pb_acquire_opts g = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_GPU, .gpu = "86:00.0" };
+		pb_lease *lg;
+
+		snprintf(sys, sizeof(sys), "%s", root);
+		setenv("PINBROKER_SYS_ROOT", sys, 1);
+		ck_assert_int_eq(pb_gpu_numa_node("0000:86:00.0"), 1);
+		ck_assert_int_eq(pb_gpu_numa_node("0000:3B:00.0"), 0);
+		ck_assert_int_eq(pb_gpu_numa_node("0000:99:00.0"), -1);
+		ck_assert_int_eq(pb_acquire(c, 2 * MiB, &g, &lg), 0);
+		ck_assert_int_eq(pb_lease_numa_node(lg, &misplaced), 0);
+		ck_assert_int_eq(misplaced, 1); /* asked for node 1, through its GPU */
+		pb_release(c, lg);
+		unsetenv("PINBROKER_SYS_ROOT");
+	}
+	pb_release(c, l);
+	pb_release(c, l0);
+	pb_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_bad_numa_prewarm_names_the_node)
+{
+	char *out = NULL, cmd[512];
+
+	snprintf(cmd, sizeof(cmd), "%s --config /dev/null --socket /tmp/pb-numa-bad.sock --numa-prewarm 5:1G 2>&1",
+		 PINBROKERD_PATH);
+	ck_assert_int_ne(run_capture(cmd, &out), 0);
+	ck_assert_ptr_nonnull(strstr(out, "numa-prewarm = 5:1G: no such NUMA node"));
+	free(out);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("integration-numa");
+	TCase *real = tcase_create("real-kernel"), *fix = tcase_create("fixture"), *cfg = tcase_create("config");
+
+	tcase_add_checked_fixture(real, start, stop);
+	tcase_set_timeout(real, 60);
+	tcase_add_test(real, test_real_kernel_leases_land_on_the_node_asked);
+	tcase_add_test(real, test_numa_no_places_nothing);
+	suite_add_tcase(s, real);
+	tcase_add_checked_fixture(fix, start_fixture, stop);
+	tcase_set_timeout(fix, 60);
+	tcase_add_test(fix, test_fixture_nodes_split_the_prewarm_and_a_full_node_falls_back);
+	suite_add_tcase(s, fix);
+	tcase_add_test(cfg, test_bad_numa_prewarm_names_the_node);
+	suite_add_tcase(s, cfg);
+	return s;
+}
+
+CHECK_MAIN(suite)
