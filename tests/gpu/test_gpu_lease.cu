@@ -265,6 +265,23 @@ static void check_lease_basics(const struct opts *o, pb_lease *l, size_t asked)
 	if (o->expect_hugetlb >= 0)
 		check(pb_lease_hugetlb(l) == o->expect_hugetlb, "lease %llu: hugetlb = %d, expected %d",
 		      (unsigned long long)pb_lease_id(l), pb_lease_hugetlb(l), o->expect_hugetlb);
+	/*
+	 * NUMA: with a current CUDA device, a default acquire goes on that GPU's node (sysfs numa_node); a firmware
+	 * that names none leaves it anywhere. Either way the lease is on a node and not misplaced on a one-node host.
+	 */
+	if (have_gpu) {
+		char bus[32];
+		int dev = 0, misplaced = -1, want;
+
+		if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetPCIBusId(bus, sizeof(bus), dev) == cudaSuccess) {
+			int node = pb_lease_numa_node(l, &misplaced);
+
+			want = pb_gpu_numa_node(bus);
+			check(node >= 0 && (want < 0 || node == want) && misplaced == 0,
+			      "lease %llu: on NUMA node %d (misplaced %d); the current GPU %s is on node %d",
+			      (unsigned long long)pb_lease_id(l), node, misplaced, bus, want);
+		}
+	}
 }
 
 static int run_pinctl_revoke(const struct opts *o, pb_client *c, uint64_t id)
