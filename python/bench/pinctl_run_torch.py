@@ -22,7 +22,7 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--expect", choices=["exact", "pow2"], required=True)
+    ap.add_argument("--expect", choices=["exact", "pow2", "fallback", "unbrokered"], required=True)
     ap.add_argument("--label", required=True)
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -44,13 +44,26 @@ def main() -> int:
 
     with pinbroker.connect() as c:
         mine = [r for r in c.leases() if r["pid"] == os.getpid()]
+        unbrokered = c.status().get("unbrokered_bytes", 0)
     sizes = sorted(r["bytes"] for r in mine)
     labels = sorted({r["label"] for r in mine})
     rounded = (n + PAGE - 1) // PAGE * PAGE
+    try:
+        import pinbroker.torch_alloc as ta0
+
+        st0 = ta0.allocator_stats() or {}
+    except Exception:
+        st0 = {}
     if args.expect == "exact":
         want = rounded in sizes and (4 << 20) in sizes
-    else:
+    elif args.expect == "pow2":
         want = (128 << 20) in sizes and rounded not in sizes
+    elif args.expect == "fallback":
+        # A budget too small for the big tensor: the allocator fell back to torch's own, counted, and it is pinned.
+        want = rounded not in sizes and st0.get("fallbacks", 0) > 0
+    else:
+        # --no-torch, budget too small: the interposer's fallback=cuda pinned it through the driver and reported it.
+        want = rounded not in sizes and unbrokered >= (128 << 20)
     try:
         import pinbroker.torch_alloc as ta
 
@@ -58,9 +71,13 @@ def main() -> int:
     except Exception:  # the package without the allocator module
         stats = None
     print(json.dumps({"expect": args.expect, "pinned": ok, "lease_bytes": sizes, "labels": labels,
+                      "unbrokered_bytes": unbrokered,
                       "ld_preload": os.environ.get("LD_PRELOAD", ""), "allocator": bool(stats),
                       "allocator_stats": stats}, default=str))
-    return 0 if ok and want and labels and all(lb == args.label for lb in labels if not lb.startswith("torch:")) else 1
+    labels_ok = all(lb == args.label for lb in labels if not lb.startswith("torch:"))
+    if args.expect in ("exact", "pow2"):
+        labels_ok = labels_ok and bool(labels)
+    return 0 if ok and want and labels_ok else 1
 
 
 if __name__ == "__main__":

@@ -988,6 +988,9 @@ def _lease_info(li: Any) -> Dict[str, Any]:
     if hasattr(li, "registration"):
         d["registration"] = bool(li.registration)
         d["no_revoke"] = bool(li.no_revoke)
+    if hasattr(li, "numa_node"):
+        d["numa_node"] = int(li.numa_node) if li.numa_node >= 0 else None
+        d["misplaced"] = bool(li.misplaced)
     return d
 
 

@@ -113,6 +113,12 @@ class LeaseInfoRegistration(ctypes.Structure):
     _fields_ = LeaseInfoShared._fields_ + [("registration", ctypes.c_int), ("no_revoke", ctypes.c_int)]
 
 
+class LeaseInfoNuma(ctypes.Structure):
+    """struct pb_lease_info of a library with NUMA placement (pb_lease_numa_node): the lease's node too."""
+
+    _fields_ = LeaseInfoRegistration._fields_ + [("numa_node", ctypes.c_int), ("misplaced", ctypes.c_int)]
+
+
 class SignalInfo(ctypes.Structure):
     """struct pb_signal_info."""
 
@@ -336,8 +342,15 @@ def has_registration() -> bool:
     return hasattr(load(), "pb_register")
 
 
+def has_numa() -> bool:
+    """True for a library with NUMA placement (pb_lease_numa_node): its lease rows grew with it."""
+    return hasattr(load(), "pb_lease_numa_node")
+
+
 def row_types() -> Tuple[type, type]:
     """(client row struct, lease row struct) of the loaded library."""
+    if has_numa():
+        return (ClientInfoRegistration, LeaseInfoNuma)
     if has_registration():
         return (ClientInfoRegistration, LeaseInfoRegistration)
     return (ClientInfoShared, LeaseInfoShared) if has_sharing() else (ClientInfo, LeaseInfo)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import os
 
 import pytest
 
@@ -76,3 +77,19 @@ def test_close_gives_registrations_back_and_they_stay_readable(daemon):
     with c2.register(0x7F0000000000, PAGE, cuda=False):
         pass
     c2.close()
+
+
+def test_lease_rows_of_several_leases_read_back_whole(client):
+    """Every row of a multi-row listing decodes (the row struct's size must match the library's, row after row)."""
+    leases = [client.acquire(4096 * (i + 1), label=f"row-{i}") for i in range(4)]
+    try:
+        rows = {r["id"]: r for r in client.leases()}
+        for i, lease in enumerate(leases):
+            r = rows[lease.id]
+            assert r["label"] == f"row-{i}"
+            assert r["bytes"] == 4096 * (i + 1)
+            assert r["pid"] == os.getpid()
+            assert r.get("misplaced", False) is False
+    finally:
+        for lease in leases:
+            lease.release()

@@ -38,6 +38,24 @@ timeout 300 "$PINCTL" run --no-torch --label stock -- python3 "$SRC/python/bench
 	--label stock >"$OUT/pinctl-run-notorch.log" 2>&1
 rc=$?
 row "pinctl run --no-torch -- torch program (torch's allocator, interposed)" "$(tail -1 "$OUT/pinctl-run-notorch.log" | cut -c1-160)" $rc
+# A budget too small for the 129.5 MB tensor: the allocator falls back to torch's, and under --no-torch the
+# interposer's fallback=cuda pins it through the driver and reports it as unbrokered.
+SMALL=$T/small.sock
+"$BUILD/daemon/pinbrokerd" --socket "$SMALL" --config /dev/null --budget 64M --prewarm 16M --hugetlb no \
+	--max-no-revoke-per-uid 100% --tight-mem-available-pct 3 --critical-mem-available-pct 1 \
+	>"$OUT/torch-daemon-small.log" 2>&1 &
+SPID=$!
+for _ in $(seq 1 100); do "$PINCTL" --socket "$SMALL" status >/dev/null 2>&1 && break; sleep 0.1; done
+PINBROKER_SOCKET=$SMALL timeout 300 "$PINCTL" --socket "$SMALL" run --label small -- python3 \
+	"$SRC/python/bench/pinctl_run_torch.py" --expect fallback --label small >"$OUT/pinctl-run-torch-small.log" 2>&1
+rc=$?
+row "budget 64M: pinctl run -- torch (allocator falls back to torch's)" "$(tail -1 "$OUT/pinctl-run-torch-small.log" | cut -c1-160)" $rc
+PINBROKER_SOCKET=$SMALL timeout 300 "$PINCTL" --socket "$SMALL" run --no-torch --label small -- python3 \
+	"$SRC/python/bench/pinctl_run_torch.py" --expect unbrokered --label small >"$OUT/pinctl-run-notorch-small.log" 2>&1
+rc=$?
+row "budget 64M: pinctl run --no-torch -- torch (driver pins it, reported unbrokered)" "$(tail -1 "$OUT/pinctl-run-notorch-small.log" | cut -c1-160)" $rc
+kill $SPID 2>/dev/null
+wait $SPID 2>/dev/null
 sleep 1
 lent=$("$PINCTL" status --json | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["leased_bytes"], s.get("unbrokered_bytes", 0))')
 [ "$lent" = "0 0" ]
