@@ -2084,6 +2084,31 @@ static int call_checked(pb_client *c, Request *req, struct waiter *w)
 	return r;
 }
 
+int pb_metrics(pb_client *c, char **text)
+{
+	Pinbroker__V1__MetricsRequest mr = PINBROKER__V1__METRICS_REQUEST__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	struct waiter w;
+	int r;
+
+	if (!text)
+		return set_error(-EINVAL, "pb_metrics: text is NULL");
+	*text = NULL;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_METRICS;
+	req.metrics = &mr;
+	r = call_checked(c, &req, &w);
+	if (r == -ECONNRESET)
+		return set_error(r, "pinbrokerd closed the connection on METRICS: it may predate metrics (upgrade it)");
+	if (r < 0)
+		return r;
+	if (w.reply->body_case != PINBROKER__V1__REPLY__BODY_METRICS || !w.reply->metrics->text)
+		r = set_error(-EPROTO, "pinbrokerd answered METRICS without the metrics");
+	else if (!(*text = strdup(w.reply->metrics->text)))
+		r = set_error(-ENOMEM, "out of memory");
+	waiter_cleanup(&w);
+	return r;
+}
+
 static char *xstrdup(const char *s, bool *oom)
 {
 	char *d = strdup(s ? s : "");

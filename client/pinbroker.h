@@ -178,6 +178,12 @@ int pb_gpu_numa_node(const char *gpu);
 int pb_report_unbrokered(pb_client *c, uint64_t bytes);
 
 /*
+ * The daemon's Prometheus metrics (what metrics-path holds) as text in *text
+ * (free it); per-uid rows only for admins or with status-visibility = all.
+ */
+int pb_metrics(pb_client *c, char **text);
+
+/*
  * Give a lease back (unregister, unmap, RELEASE), or, when the client cache is
  * enabled, keep it mapped as cached-idle for a fast re-acquire. Works for
  * fallback, revoked and stale leases too (a stale one is only unmapped and

@@ -50,6 +50,7 @@ static void usage(FILE *f)
 		"  revoke LEASE | --uid UID | --all [--deadline MS]\n"
 		"                                    ask clients to give leases back (admin)\n"
 		"  set KEY VALUE                     change a reloadable daemon setting (admin)\n"
+		"  metrics                           the daemon's Prometheus metrics (text format)\n"
 		"  run [--fallback cuda|error|pageable] [--label L] [--no-torch] [--] CMD [ARGS]\n"
 		"                                    run an unmodified program with its pinned memory\n"
 		"                                    under the budget (LD_PRELOAD=libpinbroker-preload.so)\n"
@@ -1153,6 +1154,26 @@ static int cmd_run(int argc, char **argv)
 	return r == ENOENT ? 127 : 126; /* as env(1) and the shells answer */
 }
 
+static int cmd_metrics(int argc, char **argv)
+{
+	pb_client *c;
+	char *text = NULL;
+	int r;
+
+	if (argc > 1)
+		return usage_error("metrics takes no arguments");
+	c = connect_or_explain();
+	if (!c)
+		return EXIT_FAILURE;
+	r = pb_metrics(c, &text);
+	pb_disconnect(c);
+	if (r < 0)
+		return report_failure("metrics", r);
+	fputs(text, stdout);
+	free(text);
+	return EXIT_SUCCESS;
+}
+
 static int cmd_help(int argc, char **argv)
 {
 	usage(stdout);
@@ -1165,6 +1186,7 @@ static const struct command {
 } commands[] = {
 	{ "status", cmd_status }, { "leases", cmd_leases }, { "acquire", cmd_acquire },
 	{ "revoke", cmd_revoke }, { "set", cmd_set },       { "run", cmd_run },
+	{ "metrics", cmd_metrics },
 	{ "help", cmd_help },
 };
 

@@ -27,6 +27,29 @@ struct broker;
 typedef void broker_freed_fn(struct broker *b);
 #define BROKER_FREED_LISTENERS_MAX 4
 
+/* Why acquires were refused, for the metrics (reply_acquire_error's cases). */
+enum broker_refusal {
+	REFUSED_INVALID,
+	REFUSED_TOO_LARGE,
+	REFUSED_OVER_QUOTA,
+	REFUSED_OVER_BUDGET,
+	REFUSED_PRESSURE,
+	REFUSED_CRITICAL,
+	REFUSED_LIMIT,
+	REFUSED_TIMEOUT,
+	REFUSED_OTHER,
+	REFUSED_N,
+};
+
+/* Counters since start, for the metrics. */
+struct broker_counters {
+	uint64_t granted;          /* leases granted (registrations included) */
+	uint64_t granted_bytes;
+	uint64_t refused[REFUSED_N];
+	uint64_t revocations;      /* REVOKEs sent */
+	uint64_t enforcements;     /* overdue holders disconnected or signalled */
+};
+
 struct broker {
 	struct config *cfg;
 	struct budget *budget;
@@ -64,6 +87,8 @@ struct broker {
 	uint64_t registered_bytes;
 	/* Pinned outside the broker, as live connections last reported it (ReportUnbrokered). */
 	uint64_t unbrokered_bytes;
+
+	struct broker_counters counters;
 
 	/* NUMA topology the pool places on (main.c's; NULL in tests and the fuzz harness). */
 	const struct numa_topology *numa;

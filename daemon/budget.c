@@ -51,6 +51,14 @@ int budget_new(uint64_t limit_bytes, uint64_t uid_quota_bytes, struct budget **r
 	return 0;
 }
 
+bool budget_uid_at(const struct budget *b, size_t i, uid_t *uid)
+{
+	if (i >= b->nuids)
+		return false;
+	*uid = b->uids[i].uid;
+	return true;
+}
+
 void budget_free(struct budget *b)
 {
 	if (!b)

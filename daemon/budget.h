@@ -3,6 +3,7 @@
 #pragma once
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -36,6 +37,8 @@ uint64_t budget_limit(const struct budget *b);
 uint64_t budget_uid_quota(const struct budget *b);
 uint64_t budget_leased(const struct budget *b);
 uint64_t budget_uid_leased(const struct budget *b, uid_t uid);
+/* The i-th uid holding anything (in uid order) into *uid; false past the last. */
+bool budget_uid_at(const struct budget *b, size_t i, uid_t *uid);
 
 /*
  * Count one lease of nchunks pool chunks for uid, or take one back. Kept

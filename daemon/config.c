@@ -122,6 +122,11 @@ static const struct config_key keys[] = {
 	       "Idle time before the pool shrinks back to the prewarm size."),
 	K_STRING("admin-group", admin_group, "", true,
 		 "Group whose members may run admin requests (other uids' leases, the budget); empty means root only."),
+	K_STRING("metrics-path", metrics_path, "", true,
+		 "Prometheus text file the daemon rewrites atomically every metrics-interval-ms, for node_exporter's "
+		 "textfile collector (for example /var/lib/prometheus/node-exporter/pinbroker.prom); empty: none."),
+	K_UINT("metrics-interval-ms", metrics_interval_ms, 1000, HOUR_MS, "15000", true,
+	       "How often metrics-path is rewritten."),
 	K_LOGLEVEL("log-level", log_level, "info", true,
 		   "Least severe messages logged: debug, info, notice, warning or err."),
 	K_STRING("proc-root", proc_root, "/", false,

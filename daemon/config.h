@@ -38,6 +38,8 @@ struct config {
 	enum config_thp thp;           /* thp */
 	enum config_numa numa;         /* numa */
 	char *numa_prewarm;            /* numa-prewarm: gpus, even, or NODE:SIZE,... */
+	char *metrics_path;            /* metrics-path: "" = no metrics file */
+	uint32_t metrics_interval_ms;  /* metrics-interval-ms */
 	unsigned prewarm_threads;      /* prewarm-threads: 0 = CPUs */
 	uint32_t pool_shrink_delay_ms; /* pool-shrink-delay-ms: idle time before shrinking to prewarm */
 	char *admin_group;             /* admin-group: "" = root only */

@@ -71,10 +71,40 @@ void reply_lease_error(struct conn *c, uint64_t seq, int r, uint64_t id)
 
 /* ----------------------------------------------------------- error mapping */
 
+/* The metrics' reason for a refused acquire. */
+static enum broker_refusal refusal_of(int err)
+{
+	switch (err) {
+	case -EINVAL:
+		return REFUSED_INVALID;
+	case -EFBIG:
+		return REFUSED_TOO_LARGE;
+	case -EDQUOT:
+		return REFUSED_OVER_QUOTA;
+	case -ENOSPC:
+		return REFUSED_OVER_BUDGET;
+	case -EBUSY:
+		return REFUSED_PRESSURE;
+	case -EAGAIN:
+		return REFUSED_CRITICAL;
+	case -ETIMEDOUT:
+		return REFUSED_TIMEOUT;
+	case -EMLINK:
+	case -EMFILE:
+	case -EXFULL:
+	case -ENFILE:
+		return REFUSED_LIMIT;
+	default:
+		return REFUSED_OTHER;
+	}
+}
+
 void reply_acquire_error(struct conn *c, uint64_t seq, int err, uint64_t size)
 {
 	struct broker *b = c->broker;
 	char a[32], q[32], h[32];
+
+	b->counters.refused[refusal_of(err)]++;
 
 	switch (err) {
 	case -EINVAL:
@@ -253,6 +283,8 @@ void reply_grant(struct conn *c, uint64_t seq, struct lease *l)
 	char label[4 * LEASE_LABEL_MAX]; /* escaped: a label from an older daemon's fd store was never checked */
 
 	conn_gain(c, l, false);
+	c->broker->counters.granted++;
+	c->broker->counters.granted_bytes += l->bytes;
 	log_event(EV_LEASE_GRANTED, LOG_INFO, l->id, l->uid, l->pid, "lease %llu granted: %llu bytes in %zu chunks to pid %d uid %u%s%s",
 		  (unsigned long long)l->id, (unsigned long long)l->bytes, l->nchunks, l->pid, l->uid,
 		  l->label[0] ? ", label " : "", text_escape(label, sizeof(label), l->label));

@@ -1,16 +1,21 @@
 /* SPDX-License-Identifier: MIT */
-/* The admin verbs: revoke (one's own leases, or anyone's for an admin) and set; status, the third, is req-status.c. */
+/*
+ * The admin verbs: revoke (one's own leases, or anyone's for an admin), set, and metrics; status, the
+ * fourth, is req-status.c.
+ */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "broker.h"
 #include "config.h"
 #include "conn.h"
 #include "lease.h"
 #include "log.h"
+#include "metrics.h"
 #include "reload.h"
 #include "reply.h"
 #include "request-int.h"
@@ -101,4 +106,31 @@ void handle_set_config(struct conn *c, const Pinbroker__V1__Request *req)
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
 	}
 	free(err);
+}
+
+/* The metrics-path text, for `pinctl metrics`; per-uid rows only for whom status shows every uid. */
+void handle_metrics(struct conn *c, const Pinbroker__V1__Request *req)
+{
+	struct broker *b = c->broker;
+	Pinbroker__V1__MetricsReply mr = PINBROKER__V1__METRICS_REPLY__INIT;
+	bool see_all = c->admin || b->cfg->status_visibility == VISIBILITY_ALL;
+	struct timespec ts;
+	char *text = NULL;
+	size_t len = 0;
+	Pinbroker__V1__Reply r;
+	int e;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	e = metrics_render(b, see_all, (double)ts.tv_sec + ts.tv_nsec / 1e9, &text, &len);
+	if (e < 0) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INTERNAL, "cannot render the metrics: %s",
+			     strerror(-e));
+		return;
+	}
+	mr.text = text;
+	reply_init(&r, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+	r.body_case = PINBROKER__V1__REPLY__BODY_METRICS;
+	r.metrics = &mr;
+	reply_send(c, &r, NULL, 0);
+	free(text);
 }

@@ -27,6 +27,7 @@ void handle_report_unbrokered(struct conn *c, const Pinbroker__V1__Request *req)
 /* ---- req-admin.c */
 void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req);
 void handle_set_config(struct conn *c, const Pinbroker__V1__Request *req);
+void handle_metrics(struct conn *c, const Pinbroker__V1__Request *req);
 
 /* ---- req-status.c */
 /* STATUS: summary from counters, one bounded page of client rows and one of lease rows. */

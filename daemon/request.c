@@ -47,6 +47,7 @@ static const struct request_kind request_table[] = {
 	{ PINBROKER__V1__REQUEST__BODY_ATTACH, "attach", REQ_NEEDS_HELLO, handle_attach },
 	{ PINBROKER__V1__REQUEST__BODY_REPORT_UNBROKERED, "report-unbrokered", REQ_NEEDS_HELLO,
 	  handle_report_unbrokered },
+	{ PINBROKER__V1__REQUEST__BODY_METRICS, "metrics", REQ_NEEDS_HELLO | REQ_ALLOWED_WHILE_STOPPING, handle_metrics },
 };
 
 void request_dispatch(struct conn *c, const uint8_t *buf, size_t len)

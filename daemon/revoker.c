@@ -142,6 +142,7 @@ int revoker_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, cons
 	if (ret < 0)
 		return ret;
 	l->deadline_ms = now + deadline_ms;
+	b->counters.revocations++;
 	log_event(EV_LEASE_REVOKED, LOG_WARNING, l->id, l->uid, l->pid,
 		  "revoking lease %llu (%llu bytes, pid %d, %s) with a %u ms deadline: %s", (unsigned long long)l->id,
 		  (unsigned long long)l->bytes, l->pid, lease_priority_name(l->priority), deadline_ms, reason);
@@ -273,6 +274,8 @@ static void enforce(struct broker *b, struct lease *l)
 	pid_t signalled = 0;
 	int sig = 0;
 
+	if (b->cfg->revoke_enforce != ENFORCE_NONE)
+		b->counters.enforcements++;
 	switch (b->cfg->revoke_enforce) {
 	case ENFORCE_NONE:
 		return;

@@ -7,6 +7,7 @@ set(PB_FUZZ_DAEMON_SOURCES
   ${CMAKE_SOURCE_DIR}/daemon/request.c
   ${CMAKE_SOURCE_DIR}/daemon/req-client.c
   ${CMAKE_SOURCE_DIR}/daemon/req-admin.c
+  ${CMAKE_SOURCE_DIR}/daemon/metrics.c
   ${CMAKE_SOURCE_DIR}/daemon/req-status.c
   ${CMAKE_SOURCE_DIR}/daemon/reply.c
   ${CMAKE_SOURCE_DIR}/daemon/revoker.c

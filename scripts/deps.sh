@@ -9,7 +9,8 @@ PKGS="build-essential cmake pkg-config libev-dev libprotobuf-c-dev protobuf-c-co
 # package's tests (Debian's python3 with CPU torch, numpy, pytest; setuptools and pip to install it).
 if [ "${1:-}" = "--test" ]; then
 	PKGS="$PKGS clang libclang-rt-14-dev valgrind debootstrap systemd-container procps
-	      python3 python3-pytest python3-numpy python3-torch python3-setuptools python3-pip"
+	      python3 python3-pytest python3-numpy python3-torch python3-setuptools python3-pip
+	      prometheus-node-exporter curl"
 fi
 missing=""
 for p in $PKGS; do

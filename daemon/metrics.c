@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Prometheus metrics in the text exposition format, for node_exporter's
+ * textfile collector (metrics-path, written atomically every
+ * metrics-interval-ms) and `pinctl metrics`. Names follow the Prometheus
+ * conventions as node_exporter and dcgm-exporter use them: a pinbroker_
+ * prefix, base units (_bytes), _total for counters, labels for dimensions.
+ */
+#define _GNU_SOURCE
+#include "metrics.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "broker.h"
+#include "budget.h"
+#include "lease.h"
+#include "monitor.h"
+#include "pool.h"
+#include "waitq.h"
+
+static const char *const refusal_names[REFUSED_N] = {
+	[REFUSED_INVALID] = "invalid_size", [REFUSED_TOO_LARGE] = "too_large",
+	[REFUSED_OVER_QUOTA] = "over_quota", [REFUSED_OVER_BUDGET] = "over_budget",
+	[REFUSED_PRESSURE] = "pressure",    [REFUSED_CRITICAL] = "critical",
+	[REFUSED_LIMIT] = "limit",          [REFUSED_TIMEOUT] = "timeout",
+	[REFUSED_OTHER] = "other",
+};
+
+static void head(FILE *f, const char *name, const char *type, const char *help)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void gauge(FILE *f, const char *name, const char *help, double v)
+{
+	head(f, name, "gauge", help);
+	fprintf(f, "%s %.17g\n", name, v);
+}
+
+static void counter(FILE *f, const char *name, const char *help, uint64_t v)
+{
+	head(f, name, "counter", help);
+	fprintf(f, "%s %llu\n", name, (unsigned long long)v);
+}
+
+/* A label value as the format wants it: backslash, quote and newline escaped. */
+static void label_value(FILE *f, const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '\\' || *s == '"')
+			fputc('\\', f);
+		if (*s == '\n') {
+			fputs("\\n", f);
+			continue;
+		}
+		fputc(*s, f);
+	}
+}
+
+static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
+{
+	static const enum broker_state states[] = { BROKER_NORMAL, BROKER_TIGHT, BROKER_CRITICAL };
+	struct monitor_signal sig[MONITOR_SIGNALS_MAX];
+	const int *nodes;
+	size_t n;
+	uid_t uid;
+
+	head(f, "pinbroker_info", "gauge", "The daemon's version and pool page kind (value 1).");
+	fprintf(f, "pinbroker_info{version=\"%s\",page_kind=\"%s\"} 1\n", PINBROKER_VERSION, pool_page_kind(b->pool));
+	gauge(f, "pinbroker_budget_bytes", "Most pinned memory the daemon lends at once.", (double)budget_limit(b->budget));
+	gauge(f, "pinbroker_uid_quota_bytes", "Most pinned memory one uid may hold.", (double)budget_uid_quota(b->budget));
+	gauge(f, "pinbroker_leased_bytes", "Pinned memory lent now (registrations included).",
+	      (double)budget_leased(b->budget));
+	gauge(f, "pinbroker_pool_bytes", "Locked pool memory, idle and lent.", (double)pool_resident_bytes(b->pool));
+	gauge(f, "pinbroker_pool_idle_bytes", "Locked pool memory kept warm and not lent.", (double)pool_idle_bytes(b->pool));
+	gauge(f, "pinbroker_overdue_bytes", "Leases past their revoke deadline, still held.",
+	      (double)lease_state_bytes(b->leases, LEASE_OVERDUE));
+	gauge(f, "pinbroker_cached_idle_bytes", "Leases a client keeps cached and idle.",
+	      (double)lease_state_bytes(b->leases, LEASE_IDLE));
+	gauge(f, "pinbroker_registered_bytes", "Of the leased bytes, registration charges (memory programs own).",
+	      (double)b->registered_bytes);
+	gauge(f, "pinbroker_no_revoke_bytes", "Of the leased bytes, memory that is never revoked.",
+	      (double)budget_no_revoke(b->budget));
+	gauge(f, "pinbroker_unbrokered_bytes", "Pinned outside the budget, as clients report it.",
+	      (double)b->unbrokered_bytes);
+	gauge(f, "pinbroker_thp_bytes", "Pool memory collapsed into transparent huge pages.", (double)pool_thp_bytes(b->pool));
+	gauge(f, "pinbroker_hugetlb_bytes", "Pool memory on hugetlb pages.", (double)pool_hugetlb_bytes(b->pool));
+	gauge(f, "pinbroker_leases", "Leases held now.", (double)lease_count(b->leases));
+	gauge(f, "pinbroker_waiting_acquires", "Acquires waiting for memory.", (double)waitq_count(b));
+
+	head(f, "pinbroker_pressure_state", "gauge", "1 for the pressure state the daemon is in, 0 for the others.");
+	for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++)
+		fprintf(f, "pinbroker_pressure_state{state=\"%s\"} %d\n", monitor_state_name(states[i]),
+			b->state == states[i]);
+	n = b->monitor ? monitor_signals(b->monitor, sig, MONITOR_SIGNALS_MAX) : 0;
+	if (n) {
+		head(f, "pinbroker_signal", "gauge", "The pressure signals the daemon watches, as last sampled.");
+		for (size_t i = 0; i < n; i++)
+			if (sig[i].available && isfinite(sig[i].value))
+				fprintf(f, "pinbroker_signal{signal=\"%s\",unit=\"%s\"} %.17g\n", sig[i].name, sig[i].unit,
+					sig[i].value);
+	}
+
+	counter(f, "pinbroker_acquires_granted_total", "Leases granted since start.", b->counters.granted);
+	counter(f, "pinbroker_granted_bytes_total", "Bytes granted since start.", b->counters.granted_bytes);
+	head(f, "pinbroker_acquires_refused_total", "counter", "Acquires refused since start, by reason.");
+	for (int r = 0; r < REFUSED_N; r++)
+		fprintf(f, "pinbroker_acquires_refused_total{reason=\"%s\"} %llu\n", refusal_names[r],
+			(unsigned long long)b->counters.refused[r]);
+	counter(f, "pinbroker_revocations_total", "REVOKEs sent since start.", b->counters.revocations);
+	counter(f, "pinbroker_enforcements_total", "Overdue holders disconnected or signalled since start.",
+		b->counters.enforcements);
+
+	n = pool_nodes(b->pool, &nodes);
+	if (n) {
+		head(f, "pinbroker_numa_bytes", "gauge", "Pool memory per NUMA node: idle, lent, misplaced.");
+		for (size_t i = 0; i < n; i++) {
+			struct pool_node_bytes nb;
+
+			pool_node_bytes(b->pool, nodes[i], &nb);
+			fprintf(f, "pinbroker_numa_bytes{node=\"%d\",state=\"idle\"} %llu\n", nodes[i],
+				(unsigned long long)nb.idle);
+			fprintf(f, "pinbroker_numa_bytes{node=\"%d\",state=\"lent\"} %llu\n", nodes[i],
+				(unsigned long long)nb.lent);
+			fprintf(f, "pinbroker_numa_bytes{node=\"%d\",state=\"misplaced\"} %llu\n", nodes[i],
+				(unsigned long long)nb.misplaced);
+		}
+	}
+
+	if (per_uid && budget_uid_at(b->budget, 0, &uid)) {
+		head(f, "pinbroker_uid_leased_bytes", "gauge", "Pinned memory each uid holds now.");
+		for (size_t i = 0; budget_uid_at(b->budget, i, &uid); i++) {
+			char buf[1024];
+			struct passwd pw, *pp = NULL;
+
+			fprintf(f, "pinbroker_uid_leased_bytes{uid=\"%u\",user=\"", (unsigned)uid);
+			if (getpwuid_r(uid, &pw, buf, sizeof(buf), &pp) == 0 && pp)
+				label_value(f, pp->pw_name);
+			fprintf(f, "\"} %llu\n", (unsigned long long)budget_uid_leased(b->budget, uid));
+		}
+	}
+	gauge(f, "pinbroker_metrics_timestamp_seconds", "When these figures were taken (Unix time).", now_s);
+}
+
+int metrics_render(const struct broker *b, bool per_uid, double now_s, char **out, size_t *len)
+{
+	FILE *f = open_memstream(out, len);
+
+	if (!f)
+		return -errno;
+	render(f, b, per_uid, now_s);
+	if (fclose(f) != 0)
+		return -errno;
+	return 0;
+}
+
+int metrics_write_file(const struct broker *b, const char *path, double now_s)
+{
+	char *text = NULL, *tmp = NULL;
+	size_t len = 0;
+	int fd, r;
+
+	r = metrics_render(b, true, now_s, &text, &len);
+	if (r < 0)
+		return r;
+	/* Beside the target, so the rename is atomic: the collector never reads half a file. */
+	if (asprintf(&tmp, "%s.tmp", path) < 0) {
+		free(text);
+		return -ENOMEM;
+	}
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	r = fd < 0 ? -errno : 0;
+	if (r == 0 && write(fd, text, len) != (ssize_t)len)
+		r = errno ? -errno : -EIO;
+	if (fd >= 0 && close(fd) < 0 && r == 0)
+		r = -errno;
+	if (r == 0 && rename(tmp, path) < 0)
+		r = -errno;
+	if (r < 0)
+		unlink(tmp);
+	free(tmp);
+	free(text);
+	return r;
+}
