@@ -55,27 +55,11 @@ static double sample(const char *text, const char *name)
 	return -1;
 }
 
-static char *read_file(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *buf = NULL;
-	size_t len = 0;
-
-	if (!f)
-		return NULL;
-	if (getdelim(&buf, &len, '\0', f) < 0) {
-		free(buf);
-		buf = NULL;
-	}
-	fclose(f);
-	return buf;
-}
-
 /* Wait until the file shows name at want (the daemon rewrites it every second). */
 static char *wait_file(const char *name, double want)
 {
 	for (int i = 0; i < 60; i++) {
-		char *t = read_file(prom);
+		char *t = itest_read_file(prom);
 
 		if (t && sample(t, name) == want)
 			return t;

@@ -64,13 +64,6 @@ static struct pb_status *status(pb_client *c)
 	return s;
 }
 
-static const struct pb_lease_info *row_of(const struct pb_status *s, uint64_t id)
-{
-	for (size_t i = 0; i < s->n_leases; i++)
-		if (s->leases[i].id == id)
-			return &s->leases[i];
-	return NULL;
-}
 
 static const struct pb_node_info *node_row(const struct pb_status *s, int node)
 {
@@ -99,8 +92,8 @@ START_TEST(test_real_kernel_leases_land_on_the_node_asked)
 	ck_assert_ptr_nonnull(nd);
 	ck_assert_uint_eq(nd->lent_bytes, 6 * MiB);
 	ck_assert_uint_eq(nd->misplaced_bytes, 0);
-	ck_assert_int_eq(row_of(s, pb_lease_id(l))->numa_node, 0);
-	ck_assert_int_eq(row_of(s, pb_lease_id(l))->misplaced, 0);
+	ck_assert_int_eq(itest_lease_row(s, pb_lease_id(l))->numa_node, 0);
+	ck_assert_int_eq(itest_lease_row(s, pb_lease_id(l))->misplaced, 0);
 	pb_status_free(s);
 	/* A node the daemon does not place on is "any": served, and not misplaced. */
 	o.numa_node = 63;
@@ -176,8 +169,8 @@ START_TEST(test_fixture_nodes_split_the_prewarm_and_a_full_node_falls_back)
 	ck_assert_int_eq(pb_lease_numa_node(l0, &misplaced), 0);
 	ck_assert_int_eq(misplaced, 0);
 	s = status(c);
-	ck_assert_int_eq(row_of(s, pb_lease_id(l))->misplaced, 1);
-	ck_assert_int_eq(row_of(s, pb_lease_id(l0))->misplaced, 0);
+	ck_assert_int_eq(itest_lease_row(s, pb_lease_id(l))->misplaced, 1);
+	ck_assert_int_eq(itest_lease_row(s, pb_lease_id(l0))->misplaced, 0);
 	pb_status_free(s);
 	ck_assert_int_eq(pinctl(&d, &out, "leases"), 0);
 	ck_assert_ptr_nonnull(strstr(out, "misplaced: placed for a NUMA node that was full"));

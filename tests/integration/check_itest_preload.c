@@ -147,13 +147,7 @@ static unsigned long long field(const char *line, const char *key)
 
 static struct pb_status *status(void)
 {
-	struct pb_status *s;
-	pb_client *c;
-
-	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	ck_assert_int_eq(pb_status_get(c, &s), 0);
-	pb_disconnect(c);
-	return s;
+	return itest_status(d.socket);
 }
 
 /* Rows of pid, sorted by size into bytes[] (at most max); returns how many. */

@@ -38,23 +38,9 @@ static void stop(void)
 
 static struct pb_status *status(void)
 {
-	struct pb_status *s;
-	pb_client *c;
-
-	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	ck_assert_int_eq(pb_status_get(c, &s), 0);
-	pb_disconnect(c);
-	return s;
+	return itest_status(d.socket);
 }
 
-/* The lease row of id, or NULL; the row lives as long as s. */
-static const struct pb_lease_info *row_of(const struct pb_status *s, uint64_t id)
-{
-	for (size_t i = 0; i < s->n_leases; i++)
-		if (s->leases[i].id == id)
-			return &s->leases[i];
-	return NULL;
-}
 
 static uint64_t unbrokered_now(void)
 {
@@ -89,7 +75,7 @@ START_TEST(test_registration_charges_every_touched_page_and_no_pool_memory)
 	ck_assert_uint_eq(s->no_revoke_bytes, 2 * page);
 	/* Not pool memory: the warm pool neither shrinks to lend it nor grows. */
 	ck_assert_uint_eq(s->pool_bytes, before->pool_bytes);
-	row = row_of(s, pb_lease_id(l));
+	row = itest_lease_row(s, pb_lease_id(l));
 	ck_assert_ptr_nonnull(row);
 	ck_assert_int_eq(row->registration, 1);
 	ck_assert_int_eq(row->no_revoke, 1);
@@ -193,9 +179,9 @@ START_TEST(test_no_revoke_leases_are_never_revoked_by_admin_or_pressure_order)
 	ck_assert_int_eq(pb_acquire(c, 4 * MiB, &pinned, &nr), 0);
 	ck_assert_int_eq(pb_acquire(c, 4 * MiB, &plain, &coop), 0);
 	s = status();
-	ck_assert_int_eq(row_of(s, pb_lease_id(nr))->no_revoke, 1);
-	ck_assert_int_eq(row_of(s, pb_lease_id(nr))->registration, 0);
-	ck_assert_int_eq(row_of(s, pb_lease_id(coop))->no_revoke, 0);
+	ck_assert_int_eq(itest_lease_row(s, pb_lease_id(nr))->no_revoke, 1);
+	ck_assert_int_eq(itest_lease_row(s, pb_lease_id(nr))->registration, 0);
+	ck_assert_int_eq(itest_lease_row(s, pb_lease_id(coop))->no_revoke, 0);
 	ck_assert_uint_eq(s->no_revoke_bytes, 4 * MiB);
 	pb_status_free(s);
 
@@ -354,7 +340,7 @@ START_TEST(test_restart_keeps_never_revoked_leases_unrevokable)
 	st = status();
 	ck_assert_uint_eq(st->leased_bytes, 4 * MiB);
 	ck_assert_uint_eq(st->no_revoke_bytes, 4 * MiB);
-	ck_assert_int_eq(row_of(st, pb_lease_id(l))->no_revoke, 1);
+	ck_assert_int_eq(itest_lease_row(st, pb_lease_id(l))->no_revoke, 1);
 	pb_status_free(st);
 	ck_assert_int_eq(pb_admin_revoke(c, PB_REVOKE_ALL, 0, 0, 500, &ids, &n), 0);
 	ck_assert_uint_eq(n, 0);

@@ -184,7 +184,12 @@ int daemon_stop(struct daemon *d)
 
 char *daemon_log(const struct daemon *d)
 {
-	FILE *f = fopen(d->log, "r");
+	return itest_read_file(d->log);
+}
+
+char *itest_read_file(const char *path)
+{
+	FILE *f = fopen(path, "r");
 	char *buf = NULL;
 	size_t len = 0;
 
@@ -508,4 +513,23 @@ int64_t wait_leased(const char *socket_path, int64_t want, int timeout_ms)
 			return v;
 		usleep(10000);
 	}
+}
+
+struct pb_status *itest_status(const char *socket_path)
+{
+	struct pb_status *s;
+	pb_client *c;
+
+	ck_assert_int_eq(pb_connect(socket_path, &c), 0);
+	ck_assert_int_eq(pb_status_get(c, &s), 0);
+	pb_disconnect(c);
+	return s;
+}
+
+const struct pb_lease_info *itest_lease_row(const struct pb_status *s, uint64_t id)
+{
+	for (size_t i = 0; i < s->n_leases; i++)
+		if (s->leases[i].id == id)
+			return &s->leases[i];
+	return NULL;
 }

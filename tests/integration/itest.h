@@ -2,6 +2,8 @@
 /* Helpers for integration tests: run the real pinbrokerd on a temp socket, run pinctl, talk raw protocol. */
 #pragma once
 
+#include "pinbroker.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -38,6 +40,12 @@ int daemon_stop(struct daemon *d);
 bool daemon_alive(const struct daemon *d);
 /* Read the daemon's log file into a malloc'd string. */
 char *daemon_log(const struct daemon *d);
+/* The whole file at path (malloc'd), or NULL. */
+char *itest_read_file(const char *path);
+/* The daemon's status with every lease row, through a connection of its own (free with pb_status_free). */
+struct pb_status *itest_status(const char *socket_path);
+/* The lease row of id in s, or NULL; it lives as long as s. */
+const struct pb_lease_info *itest_lease_row(const struct pb_status *s, uint64_t id);
 
 /*
  * fork() for test children. The child gets default SIGTERM/SIGINT handling back:
