@@ -20,12 +20,12 @@
 #include <unistd.h>
 
 #include "pinbroker.h"
+#include "pinctl.h"
 #include "preload-table.h"
 #include "text.h"
 #include "util.h"
 #include "wire.h"
 
-#define EXIT_USAGE 2
 #define JSON_SCHEMA_VERSION 1
 /* Room for any peer string C-escaped: every byte may become \xNN (labels: 4 of 63 bytes, comma-joined). */
 #define ESC_BYTES 1100
@@ -53,6 +53,8 @@ static void usage(FILE *f)
 		"  run [--fallback cuda|error|pageable] [--label L] [--no-torch] [--] CMD [ARGS]\n"
 		"                                    run an unmodified program with its pinned memory\n"
 		"                                    under the budget (LD_PRELOAD=libpinbroker-preload.so)\n"
+		"  doctor [--json]                   check this host's set-up, each finding with its fix\n"
+		"                                    (exit 0 ok, 1 a warning, 3 a failure)\n"
 		"  help                              this text\n"
 		"\n"
 		"Options:\n"
@@ -64,7 +66,7 @@ static void usage(FILE *f)
 		PB_SOCKET_ENV, PB_DEFAULT_SOCKET);
 }
 
-__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
+int usage_error(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -81,7 +83,7 @@ __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ..
  * naming the option. optopt is the short option, or 0 for a long one, which is
  * then argv[optind - 1].
  */
-static int option_error(const char *cmd, int o, char **argv)
+int option_error(const char *cmd, int o, char **argv)
 {
 	char shortopt[3] = { '-', (char)optopt, '\0' };
 	/* A long option missing its value leaves its val in optopt, so ':' always reads argv. */
@@ -99,6 +101,11 @@ static const char *effective_socket(void)
 	if (!p || !*p)
 		p = getenv(PB_SOCKET_ENV);
 	return p && *p ? p : PB_DEFAULT_SOCKET;
+}
+
+const char *pinctl_socket(void)
+{
+	return effective_socket();
 }
 
 static const char *group_name(gid_t gid, char *buf, size_t len)
@@ -308,7 +315,7 @@ static const char *figure_str(double v, const char *unit, char *buf, size_t len)
  * and the bidirectional controls); bytes that are not UTF-8 become U+FFFD,
  * because JSON text must be UTF-8.
  */
-static void json_str(FILE *f, const char *s)
+void json_str(FILE *f, const char *s)
 {
 	const char *p = s ? s : "";
 	size_t len = strlen(p);
@@ -1132,7 +1139,7 @@ static const struct command {
 } commands[] = {
 	{ "status", cmd_status }, { "leases", cmd_leases }, { "acquire", cmd_acquire },
 	{ "revoke", cmd_revoke }, { "set", cmd_set },       { "run", cmd_run },
-	{ "help", cmd_help },
+	{ "doctor", cmd_doctor }, { "help", cmd_help },
 };
 
 int main(int argc, char **argv)
@@ -1166,7 +1173,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (optind >= argc)
-		return usage_error("no command given (status, leases, acquire, revoke, set, run)");
+		return usage_error("no command given (status, leases, acquire, revoke, set, run, doctor)");
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
 		if (strcmp(argv[optind], commands[i].name) == 0) {
 			char **sub = argv + optind;
