@@ -980,28 +980,24 @@ static void print_human(const struct doctor *d, unsigned warns, unsigned fails)
 	printf("\n%u warning%s, %u failure%s\n", warns, warns == 1 ? "" : "s", fails, fails == 1 ? "" : "s");
 }
 
-static void doctor_usage(FILE *f)
-{
-	fprintf(f,
-		"Usage: pinctl doctor [--json]\n"
-		"\n"
-		"Check this host's set-up for pinbrokerd and say how to fix what is wrong: the daemon's and your\n"
-		"memlock limits, huge pages and THP, the CUDA driver, the socket and groups, the cgroup, PSI,\n"
-		"the service, and the budget against MemTotal and the GPUs' memory.\n"
-		"\n"
-		"  --json   one JSON array, each element {check, status, message, fix}; status is ok, warn,\n"
-		"           fail or skip\n"
-		"\n"
-		"Exit status: 0 every check ok or skipped, 1 a warning, 2 usage, 3 a failure.\n"
-		"%s=DIR reads /proc and /sys files under DIR (for tests).\n",
-		DOCTOR_ROOT_ENV);
-}
+const char doctor_help[] =
+	"Usage: pinctl doctor [--json]\n"
+	"\n"
+	"Check this host's set-up for pinbrokerd and say how to fix what is wrong: the daemon's and your\n"
+	"memlock limits, huge pages and THP, the CUDA driver, the socket and groups, the cgroup, PSI,\n"
+	"the service, and the budget against MemTotal and the GPUs' memory.\n"
+	"\n"
+	"  --json          one JSON array, each element {check, status, message, fix}; status is ok,\n"
+	"                  warn, fail or skip\n"
+	"\n"
+	"Exit status: 0 every check ok or skipped, 1 a warning, 2 usage, 3 a failure.\n"
+	DOCTOR_ROOT_ENV "=DIR reads the host's /proc and /sys files under DIR (for tests).\n";
 
 int cmd_doctor(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },
+		PINCTL_COMMON_OPTIONS,
 		{ NULL, 0, NULL, 0 },
 	};
 	struct doctor *d;
@@ -1009,17 +1005,11 @@ int cmd_doctor(int argc, char **argv)
 	bool json = false;
 	int o, ret;
 
-	while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (o) {
-		case 'j':
+	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+		if (o == 'j')
 			json = true;
-			break;
-		case 'h':
-			doctor_usage(stdout);
-			return EXIT_SUCCESS;
-		default:
-			return option_error("doctor", o, argv);
-		}
+		else if ((ret = command_option("doctor", o, argv)) != PINCTL_OPT_NEXT)
+			return ret;
 	}
 	if (optind != argc)
 		return usage_error("doctor takes no arguments");
