@@ -53,7 +53,8 @@ $AS cmake --install "$BUILD" --prefix "$P" >"$T/install.log" 2>&1 ||
 
 for f in sbin/pinbrokerd bin/pinctl include/pinbroker.h lib/systemd/system/pinbrokerd.service \
 	lib/systemd/system/pinbrokerd.socket lib/sysusers.d/pinbroker.conf lib/tmpfiles.d/pinbroker.conf \
-	lib/systemd/catalog/pinbroker.catalog etc/pinbroker/pinbrokerd.conf etc/pinbroker/pinbrokerd.conf.sample; do
+	lib/systemd/catalog/pinbroker.catalog etc/pinbroker/pinbrokerd.conf etc/pinbroker/pinbrokerd.conf.sample \
+	share/bash-completion/completions/pinctl share/bash-completion/completions/pinbrokerd; do
 	[ -e "$P/$f" ] || fail "cmake --install did not install $P/$f"
 done
 lib=$(find "$P" -name libpinbroker.a) && [ -n "$lib" ] || fail "no libpinbroker.a under $P"
