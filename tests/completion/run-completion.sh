@@ -71,6 +71,7 @@ expect "auto no yes" _pinbrokerd "$PINBROKERD" --hugetlb ""
 expect "own" _pinbrokerd "$PINBROKERD" --status-visibility o
 expect "sigkill sigterm" _pinbrokerd "$PINBROKERD" --revoke-enforce sig
 expect "debug" _pinbrokerd "$PINBROKERD" --log-level d
+expect "no yes" _pinbrokerd "$PINBROKERD" --lock-memory ""
 expect "" _pinbrokerd "$PINBROKERD" --budget ""
 contains "--budget" _pinbrokerd "$PINBROKERD" --check-config --bu
 # Every key of the table is offered.
