@@ -154,6 +154,11 @@ __attribute__((format(printf, 2, 3))) static int set_error(int err, const char *
 	return err;
 }
 
+const char *pb_version(void)
+{
+	return PINBROKER_VERSION; /* project(VERSION), the same for every binary of this build */
+}
+
 const char *pb_last_error(void)
 {
 	return last_error[0] ? last_error : "no error";

@@ -12,6 +12,17 @@ extern "C" {
 #endif
 
 /*
+ * The version of this header; pb_version() gives the library's at run time. CMake checks these
+ * against project(VERSION) at configure time, so the two cannot drift.
+ */
+#define PINBROKER_VERSION_MAJOR 0
+#define PINBROKER_VERSION_MINOR 1
+#define PINBROKER_VERSION_PATCH 0
+/* One number to compare with #if: 10000 * major + 100 * minor + patch (0.1.0 is 100). */
+#define PINBROKER_VERSION_NUMBER                                                                                       \
+	(PINBROKER_VERSION_MAJOR * 10000 + PINBROKER_VERSION_MINOR * 100 + PINBROKER_VERSION_PATCH)
+
+/*
  * Conventions: functions returning int return 0 on success or a negative
  * errno. After a failure, pb_last_error() gives a human message for the
  * calling thread (the daemon's own words when it refused). All calls on one
@@ -296,6 +307,11 @@ int pb_lease_attached(const pb_lease *l);
 const char *pb_last_error(void);
 /* A short name for a negative errno as the library uses it ("over uid quota", ...). */
 const char *pb_strerror(int err);
+/*
+ * The library's version, "MAJOR.MINOR.PATCH" (as PINBROKER_VERSION_* of the header it was built
+ * with). A static string, never NULL; any thread, no connection needed.
+ */
+const char *pb_version(void);
 
 /* ---- status and administration (used by pinctl) ---- */
 

@@ -20,12 +20,12 @@
 #include <unistd.h>
 
 #include "pinbroker.h"
+#include "pinctl.h"
 #include "preload-table.h"
 #include "text.h"
 #include "util.h"
 #include "wire.h"
 
-#define EXIT_USAGE 2
 #define JSON_SCHEMA_VERSION 1
 /* Room for any peer string C-escaped: every byte may become \xNN (labels: 4 of 63 bytes, comma-joined). */
 #define ESC_BYTES 1100
@@ -54,10 +54,12 @@ static void usage(FILE *f)
 		"  run [--fallback cuda|error|pageable] [--label L] [--no-torch] [--] CMD [ARGS]\n"
 		"                                    run an unmodified program with its pinned memory\n"
 		"                                    under the budget (LD_PRELOAD=libpinbroker-preload.so)\n"
-		"  help                              this text\n"
+		"  doctor [--json]                   check this host's set-up, each finding with its fix\n"
+		"                                    (exit 0 ok, 1 a warning, 3 a failure)\n"
+		"  help [COMMAND]                    this text, or COMMAND's (also: pinctl COMMAND --help)\n"
 		"\n"
 		"Options:\n"
-		"  --socket PATH   daemon socket (default $%s, else %s)\n"
+		"  --socket PATH   daemon socket (default $%s, else %s); also after the command\n"
 		"  --version       print the version\n"
 		"\n"
 		"Exit status: 0 success, 1 error, 2 usage; run exits with its program's status\n"
@@ -65,7 +67,7 @@ static void usage(FILE *f)
 		PB_SOCKET_ENV, PB_DEFAULT_SOCKET);
 }
 
-__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
+int usage_error(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -82,7 +84,7 @@ __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ..
  * naming the option. optopt is the short option, or 0 for a long one, which is
  * then argv[optind - 1].
  */
-static int option_error(const char *cmd, int o, char **argv)
+int option_error(const char *cmd, int o, char **argv)
 {
 	char shortopt[3] = { '-', (char)optopt, '\0' };
 	/* A long option missing its value leaves its val in optopt, so ':' always reads argv. */
@@ -93,6 +95,98 @@ static int option_error(const char *cmd, int o, char **argv)
 	return usage_error("%s%sunknown option %s", cmd ? cmd : "", cmd ? ": " : "", name);
 }
 
+/* One command's --help (pinctl CMD --help, pinctl help CMD): its usage, what it does, its options. */
+static const struct command_help {
+	const char *name;
+	const char *text;
+} helps[] = {
+	{ "status", "Usage: pinctl status [--json]\n"
+		    "\n"
+		    "The budget, leased, pool and free memory, the page kind, the pressure state and its signals,\n"
+		    "recent transitions and revocations, and one row per client connection.\n"
+		    "\n"
+		    "  --json          the stable JSON schema (schema_version 1), every lease row included\n" },
+	{ "leases", "Usage: pinctl leases [--json]\n"
+		    "\n"
+		    "Every lease on the host you may see (all of them as an admin), fetched page by page.\n"
+		    "\n"
+		    "  --json          {schema_version, leases[]}\n" },
+	{ "acquire", "Usage: pinctl acquire SIZE [--hold SECONDS] [--label L] [--priority P] [--wait MS]\n"
+		     "\n"
+		     "Borrow SIZE (4096, 64M, 1G) from the daemon, map it, touch every page, report the timings,\n"
+		     "hold it, then release it. A revoke, SIGINT or SIGTERM releases it early.\n"
+		     "\n"
+		     "  --hold SECONDS  keep the lease this long (fractions allowed; default 0)\n"
+		     "  --label L       the label status and leases show\n"
+		     "  --priority P    normal, critical (revoked last) or best-effort (revoked first)\n"
+		     "  --wait MS       wait up to MS for memory instead of being refused at once\n" },
+	{ "revoke", "Usage: pinctl revoke LEASE | --uid UID | --all [--deadline MS]\n"
+		    "\n"
+		    "Ask the holders to give leases back (admin): one lease by id, every lease of a uid, or all.\n"
+		    "\n"
+		    "  --uid UID       every lease of UID\n"
+		    "  --all           every lease on the host\n"
+		    "  --deadline MS   time the holders have before revoke-enforce applies (default: the daemon's\n"
+		    "                  revoke-deadline-ms)\n" },
+	{ "set", "Usage: pinctl set KEY VALUE\n"
+		 "\n"
+		 "Change a reloadable daemon setting at run time (admin), e.g. pinctl set budget 8G. The value\n"
+		 "wins over the file and the command line, also on reload, until the daemon restarts.\n"
+		 "The keys: pinbrokerd --config-doc.\n" },
+	{ "run", "Usage: pinctl run [--fallback cuda|error|pageable] [--label L] [--no-torch] [--] CMD [ARGS]\n"
+		 "\n"
+		 "Run an unmodified program with its pinned memory (cudaHostAlloc, cudaMallocHost,\n"
+		 "cudaHostRegister and the driver API's) taken from the budget: LD_PRELOAD=libpinbroker-preload.so.\n"
+		 "Options end at CMD; its own options are its own.\n"
+		 "\n"
+		 "  --fallback P    when the daemon refuses: cuda (the driver's own pinned memory, the default),\n"
+		 "                  error (the call fails) or pageable (ordinary memory)\n"
+		 "  --label L       the label its leases carry\n"
+		 "  --no-torch      do not install pinbroker's torch host allocator in Python programs\n"
+		 "\n"
+		 "Exit status: the program's, or 126/127 when it cannot be run.\n" },
+	{ "metrics", "Usage: pinctl metrics\n"
+		     "\n"
+		     "The daemon's Prometheus metrics in the text format: what metrics-path holds. Per-uid rows\n"
+		     "only for admins, or with status-visibility = all.\n" },
+	{ "doctor", doctor_help },
+	{ "help", "Usage: pinctl help [COMMAND]\n"
+		  "\n"
+		  "pinctl's usage, or one command's help (as pinctl COMMAND --help).\n" },
+};
+
+static int command_help(const char *name, FILE *f)
+{
+	for (size_t i = 0; i < sizeof(helps) / sizeof(helps[0]); i++) {
+		if (strcmp(helps[i].name, name) != 0)
+			continue;
+		fputs(helps[i].text, f);
+		fprintf(f, "\n"
+			   "Options every command takes (before or after its name):\n"
+			   "  --socket PATH   daemon socket (default $%s, else %s)\n"
+			   "  --help          this text\n",
+			PB_SOCKET_ENV, PB_DEFAULT_SOCKET);
+		return EXIT_SUCCESS;
+	}
+	return usage_error("help: unknown command: %s", name);
+}
+
+int command_option(const char *cmd, int o, char **argv)
+{
+	switch (o) {
+	case 'S':
+		if (!*optarg)
+			return usage_error("--socket: empty path; give the daemon's socket, or leave --socket out for "
+					   "the default");
+		socket_path = optarg;
+		return PINCTL_OPT_NEXT;
+	case 'H':
+		return command_help(cmd, stdout);
+	default:
+		return option_error(cmd, o, argv);
+	}
+}
+
 static const char *effective_socket(void)
 {
 	const char *p = socket_path;
@@ -100,6 +194,11 @@ static const char *effective_socket(void)
 	if (!p || !*p)
 		p = getenv(PB_SOCKET_ENV);
 	return p && *p ? p : PB_DEFAULT_SOCKET;
+}
+
+const char *pinctl_socket(void)
+{
+	return effective_socket();
 }
 
 static const char *group_name(gid_t gid, char *buf, size_t len)
@@ -309,7 +408,7 @@ static const char *figure_str(double v, const char *unit, char *buf, size_t len)
  * and the bidirectional controls); bytes that are not UTF-8 become U+FFFD,
  * because JSON text must be UTF-8.
  */
-static void json_str(FILE *f, const char *s)
+void json_str(FILE *f, const char *s)
 {
 	const char *p = s ? s : "";
 	size_t len = strlen(p);
@@ -659,21 +758,23 @@ static void status_human(const struct pb_status *s)
 
 /* ---------------------------------------------------------------- commands */
 
-/* The one option of status and leases. Returns 0, or the usage exit code. */
+/* The one option of status and leases. Returns PINCTL_OPT_NEXT to go on, or the exit code (--help, usage). */
 static int parse_json_flag(int argc, char **argv, bool *json)
 {
-	static const struct option opts[] = { { "json", no_argument, NULL, 'j' }, { NULL, 0, NULL, 0 } };
-	int o;
+	static const struct option opts[] = { { "json", no_argument, NULL, 'j' }, PINCTL_COMMON_OPTIONS,
+					      { NULL, 0, NULL, 0 } };
+	int o, r;
 
 	*json = false;
 	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-		if (o != 'j')
-			return option_error(argv[0], o, argv);
-		*json = true;
+		if (o == 'j')
+			*json = true;
+		else if ((r = command_option(argv[0], o, argv)) != PINCTL_OPT_NEXT)
+			return r;
 	}
 	if (optind != argc)
 		return usage_error("%s takes no arguments", argv[0]);
-	return 0;
+	return PINCTL_OPT_NEXT;
 }
 
 static int cmd_status(int argc, char **argv)
@@ -684,7 +785,7 @@ static int cmd_status(int argc, char **argv)
 	int r;
 
 	r = parse_json_flag(argc, argv, &json);
-	if (r)
+	if (r != PINCTL_OPT_NEXT)
 		return r;
 	c = connect_or_explain();
 	if (!c)
@@ -749,7 +850,7 @@ static int cmd_leases(int argc, char **argv)
 	int r;
 
 	r = parse_json_flag(argc, argv, &json);
-	if (r)
+	if (r != PINCTL_OPT_NEXT)
 		return r;
 	c = connect_or_explain();
 	if (!c)
@@ -842,7 +943,7 @@ static int cmd_acquire(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "hold", required_argument, NULL, 'h' },     { "label", required_argument, NULL, 'l' },
 		{ "priority", required_argument, NULL, 'p' }, { "wait", required_argument, NULL, 'w' },
-		{ NULL, 0, NULL, 0 },
+		PINCTL_COMMON_OPTIONS,                          { NULL, 0, NULL, 0 },
 	};
 	struct pb_acquire_opts ao = { .priority = PB_PRIORITY_NORMAL };
 	char sz[32], pg[32], mem[400], e[ESC_BYTES];
@@ -882,7 +983,9 @@ static int cmd_acquire(int argc, char **argv)
 			if (o == '?' && optopt >= '0' && optopt <= '9')
 				return usage_error("acquire: %s: a size must be positive (examples: 4096, 64M, 1G)",
 						   argv[optind - 1]);
-			return option_error("acquire", o, argv);
+			if ((r = command_option("acquire", o, argv)) != PINCTL_OPT_NEXT)
+				return r;
+			break;
 		}
 	}
 	if (optind == argc)
@@ -951,6 +1054,7 @@ static int cmd_revoke(int argc, char **argv)
 		{ "uid", required_argument, NULL, 'u' },
 		{ "all", no_argument, NULL, 'a' },
 		{ "deadline", required_argument, NULL, 'd' },
+		PINCTL_COMMON_OPTIONS,
 		{ NULL, 0, NULL, 0 },
 	};
 	uint64_t lease_id = 0, uid = 0, deadline_ms = 0, *ids = NULL;
@@ -975,7 +1079,9 @@ static int cmd_revoke(int argc, char **argv)
 				return usage_error("--deadline: not a number of milliseconds: %s", optarg);
 			break;
 		default:
-			return option_error("revoke", o, argv);
+			if ((r = command_option("revoke", o, argv)) != PINCTL_OPT_NEXT)
+				return r;
+			break;
 		}
 	}
 	if (optind < argc) {
@@ -1010,19 +1116,27 @@ static int cmd_revoke(int argc, char **argv)
 
 static int cmd_set(int argc, char **argv)
 {
+	static const struct option opts[] = { PINCTL_COMMON_OPTIONS, { NULL, 0, NULL, 0 } };
+	const char *key, *value;
 	pb_client *c;
-	int r;
+	int o, r, n;
 
-	if (argc != 3)
-		return usage_error("set: give KEY VALUE, not %d argument%s", argc - 1, argc == 2 ? "" : "s");
+	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1)
+		if ((r = command_option("set", o, argv)) != PINCTL_OPT_NEXT)
+			return r;
+	n = argc - optind;
+	if (n != 2)
+		return usage_error("set: give KEY VALUE, not %d argument%s", n, n == 1 ? "" : "s");
+	key = argv[optind];
+	value = argv[optind + 1];
 	c = connect_or_explain();
 	if (!c)
 		return EXIT_FAILURE;
-	r = pb_admin_set(c, argv[1], argv[2]);
+	r = pb_admin_set(c, key, value);
 	pb_disconnect(c);
 	if (r < 0)
 		return report_failure("set", r);
-	printf("%s = %s\n", argv[1], argv[2]);
+	printf("%s = %s\n", key, value);
 	return EXIT_SUCCESS;
 }
 
@@ -1089,6 +1203,7 @@ static int cmd_run(int argc, char **argv)
 		{ "fallback", required_argument, NULL, 'f' },
 		{ "label", required_argument, NULL, 'l' },
 		{ "no-torch", no_argument, NULL, 'T' },
+		PINCTL_COMMON_OPTIONS,
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *fallback = NULL, *label = NULL;
@@ -1115,7 +1230,9 @@ static int cmd_run(int argc, char **argv)
 			torch = false;
 			break;
 		default:
-			return option_error("run", o, argv);
+			if ((r = command_option("run", o, argv)) != PINCTL_OPT_NEXT)
+				return r;
+			break;
 		}
 	}
 	if (optind >= argc)
@@ -1156,11 +1273,15 @@ static int cmd_run(int argc, char **argv)
 
 static int cmd_metrics(int argc, char **argv)
 {
+	static const struct option opts[] = { PINCTL_COMMON_OPTIONS, { NULL, 0, NULL, 0 } };
 	pb_client *c;
 	char *text = NULL;
-	int r;
+	int o, r;
 
-	if (argc > 1)
+	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1)
+		if ((r = command_option("metrics", o, argv)) != PINCTL_OPT_NEXT)
+			return r;
+	if (optind < argc)
 		return usage_error("metrics takes no arguments");
 	c = connect_or_explain();
 	if (!c)
@@ -1176,6 +1297,12 @@ static int cmd_metrics(int argc, char **argv)
 
 static int cmd_help(int argc, char **argv)
 {
+	if (argc == 2 && strcmp(argv[1], "--help") == 0)
+		return command_help("help", stdout);
+	if (argc > 2)
+		return usage_error("help: give at most one COMMAND");
+	if (argc == 2)
+		return command_help(argv[1], stdout);
 	usage(stdout);
 	return EXIT_SUCCESS;
 }
@@ -1186,8 +1313,7 @@ static const struct command {
 } commands[] = {
 	{ "status", cmd_status }, { "leases", cmd_leases }, { "acquire", cmd_acquire },
 	{ "revoke", cmd_revoke }, { "set", cmd_set },       { "run", cmd_run },
-	{ "metrics", cmd_metrics },
-	{ "help", cmd_help },
+	{ "metrics", cmd_metrics }, { "doctor", cmd_doctor }, { "help", cmd_help },
 };
 
 int main(int argc, char **argv)
@@ -1221,12 +1347,15 @@ int main(int argc, char **argv)
 		}
 	}
 	if (optind >= argc)
-		return usage_error("no command given (status, leases, acquire, revoke, set, run)");
+		return usage_error("no command given (status, leases, acquire, revoke, set, run, doctor)");
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
 		if (strcmp(argv[optind], commands[i].name) == 0) {
 			char **sub = argv + optind;
 			int n = argc - optind;
 
+			/* -h too, which no command has as a short option (run's -h would be CMD's, after --). */
+			if (n >= 2 && strcmp(sub[1], "-h") == 0)
+				return command_help(sub[0], stdout);
 			optind = 0; /* full getopt re-initialisation for the command's own options */
 			return commands[i].run(n, sub);
 		}

@@ -186,6 +186,8 @@ bool config_key_equal(const struct config *a, const struct config *b, const stru
 void config_write_sample(FILE *f);
 /* Write a markdown table of every key (key | default | reloadable | meaning), for the README. */
 void config_write_markdown(FILE *f);
+/* Write the pinbrokerd.conf(5) man page (man macros): the file format and every key, from the same table. */
+void config_write_man(FILE *f);
 /* Write the effective config as "key = value" lines. */
 void config_dump(const struct config *c, FILE *f);
 

@@ -71,6 +71,7 @@ static void usage(FILE *f)
 		"      --check-config  validate the config and the command line, then exit\n"
 		"      --sample-config print a commented config with every key and exit\n"
 		"      --config-doc    print the keys as a markdown table and exit\n"
+		"      --config-man    print the pinbrokerd.conf(5) man page and exit\n"
 		"      --reserve-hugepages  raise vm.nr_hugepages so the budget fits in free 2 MiB huge pages\n"
 		"                      (as root, before the daemon starts: pinbroker-hugepages.service), then exit\n"
 		"  -d, --debug         same as --log-level debug\n"
@@ -83,7 +84,7 @@ static void usage(FILE *f)
 	fprintf(f, "\nThe socket is also taken from $PINBROKER_SOCKET.\n");
 }
 
-enum { OPT_CHECK = 1000, OPT_SAMPLE, OPT_DOC, OPT_RESERVE, OPT_KEY_BASE = 2000 };
+enum { OPT_CHECK = 1000, OPT_SAMPLE, OPT_DOC, OPT_RESERVE, OPT_MAN, OPT_KEY_BASE = 2000 };
 
 /* A bad value on the command line is a usage error (exit 2), found before any file is read. */
 static int check_overrides(const struct options *o)
@@ -110,7 +111,7 @@ static int check_overrides(const struct options *o)
 
 static int parse_args(int argc, char **argv, struct options *o, int *action)
 {
-	size_t nkeys, nbase = 8;
+	size_t nkeys, nbase = 9;
 	const struct config_key *keys = config_keys(&nkeys);
 	struct option *lo = calloc(nkeys + nbase + 1, sizeof(*lo));
 	int ch;
@@ -125,6 +126,7 @@ static int parse_args(int argc, char **argv, struct options *o, int *action)
 	lo[5] = (struct option){ "help", no_argument, NULL, 'h' };
 	lo[6] = (struct option){ "version", no_argument, NULL, 'V' };
 	lo[7] = (struct option){ "reserve-hugepages", no_argument, NULL, OPT_RESERVE };
+	lo[8] = (struct option){ "config-man", no_argument, NULL, OPT_MAN };
 	for (size_t i = 0; i < nkeys; i++)
 		lo[nbase + i] = (struct option){ keys[i].name, required_argument, NULL, OPT_KEY_BASE + (int)i };
 
@@ -151,6 +153,7 @@ static int parse_args(int argc, char **argv, struct options *o, int *action)
 		case OPT_CHECK:
 		case OPT_SAMPLE:
 		case OPT_DOC:
+		case OPT_MAN:
 		case OPT_RESERVE:
 			*action = ch;
 			break;
@@ -704,7 +707,7 @@ int main(int argc, char **argv)
 		free(o.ov);
 		return r == -ENOMEM ? 1 : 2;
 	}
-	if (action == 'h' || action == 'V' || action == OPT_SAMPLE || action == OPT_DOC) {
+	if (action == 'h' || action == 'V' || action == OPT_SAMPLE || action == OPT_DOC || action == OPT_MAN) {
 		if (action == 'h')
 			usage(stdout);
 		else if (action == 'V')
@@ -712,6 +715,8 @@ int main(int argc, char **argv)
 			       DEBUG_HOOKS_NOTE);
 		else if (action == OPT_SAMPLE)
 			config_write_sample(stdout);
+		else if (action == OPT_MAN)
+			config_write_man(stdout);
 		else
 			config_write_markdown(stdout);
 		free(o.ov);

@@ -456,6 +456,21 @@ static bool mock_saw(pb_client *c, const char *line)
 
 /* ---------------------------------------------------------------- tests */
 
+START_TEST(test_version_is_the_headers_and_needs_no_daemon)
+{
+	char want[32];
+
+	snprintf(want, sizeof(want), "%d.%d.%d", PINBROKER_VERSION_MAJOR, PINBROKER_VERSION_MINOR,
+		 PINBROKER_VERSION_PATCH);
+	ck_assert_ptr_nonnull(pb_version());
+	ck_assert_str_eq(pb_version(), want);
+	ck_assert_str_eq(pb_version(), PINBROKER_VERSION);
+	ck_assert_ptr_eq(pb_version(), pb_version()); /* static: the caller never frees it */
+	ck_assert_int_eq(PINBROKER_VERSION_NUMBER,
+			 PINBROKER_VERSION_MAJOR * 10000 + PINBROKER_VERSION_MINOR * 100 + PINBROKER_VERSION_PATCH);
+}
+END_TEST
+
 START_TEST(test_lease_arrives_in_many_fd_packets_and_maps_contiguously)
 {
 	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA, .label = "t1" };
@@ -921,6 +936,7 @@ static Suite *client_suite(void)
 	TCase *tc = tcase_create("mock daemon");
 
 	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_version_is_the_headers_and_needs_no_daemon);
 	tcase_add_test(tc, test_lease_arrives_in_many_fd_packets_and_maps_contiguously);
 	tcase_add_test(tc, test_registrations_are_not_asked_of_a_daemon_that_predates_them);
 	tcase_add_test(tc, test_refusal_maps_status_to_errno_with_daemon_message);

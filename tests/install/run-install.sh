@@ -53,9 +53,31 @@ $AS cmake --install "$BUILD" --prefix "$P" >"$T/install.log" 2>&1 ||
 
 for f in sbin/pinbrokerd bin/pinctl include/pinbroker.h lib/systemd/system/pinbrokerd.service \
 	lib/systemd/system/pinbrokerd.socket lib/sysusers.d/pinbroker.conf lib/tmpfiles.d/pinbroker.conf \
-	lib/systemd/catalog/pinbroker.catalog etc/pinbroker/pinbrokerd.conf etc/pinbroker/pinbrokerd.conf.sample; do
+	lib/systemd/catalog/pinbroker.catalog etc/pinbroker/pinbrokerd.conf etc/pinbroker/pinbrokerd.conf.sample \
+	share/bash-completion/completions/pinctl share/bash-completion/completions/pinbrokerd \
+	share/man/man8/pinbrokerd.8 share/man/man8/pinctl.8 share/man/man5/pinbrokerd.conf.5 \
+	share/man/man3/libpinbroker.3 share/doc/pinbroker/LICENSE share/doc/pinbroker/CHANGELOG.md; do
 	[ -e "$P/$f" ] || fail "cmake --install did not install $P/$f"
 done
+# pinbrokerd.conf(5) comes from the key table, so it names every key the installed daemon has.
+keys=$("$P/sbin/pinbrokerd" --config-doc | sed -n 's/^| `\([a-z0-9-]*\)` |.*/\1/p')
+[ -n "$keys" ] || fail "the installed pinbrokerd --config-doc lists no keys"
+for k in $keys; do
+	man_key=$(printf '%s' "$k" | sed 's/-/\\-/g')
+	grep -qxF ".B $man_key" "$P/share/man/man5/pinbrokerd.conf.5" ||
+		fail "pinbrokerd.conf.5 does not describe the key $k"
+done
+# Every page renders without a warning (groff-base, which man-db needs, has the man macros).
+if command -v groff >/dev/null; then
+	for page in man8/pinbrokerd.8 man8/pinctl.8 man5/pinbrokerd.conf.5 man3/libpinbroker.3; do
+		w=$(groff -man -Tutf8 -ww -z "$P/share/man/$page" 2>&1)
+		[ -z "$w" ] || fail "groff warns about $page: $w"
+		grep -q '@PROJECT_VERSION@' "$P/share/man/$page" && fail "$page still says @PROJECT_VERSION@"
+	done
+else
+	echo "note: no groff (apt-get install groff-base): the man pages were not rendered"
+fi
+
 lib=$(find "$P" -name libpinbroker.a) && [ -n "$lib" ] || fail "no libpinbroker.a under $P"
 LIBDIR=$(dirname "$lib")
 [ -e "$LIBDIR/pkgconfig/pinbroker.pc" ] || fail "no pinbroker.pc in $LIBDIR/pkgconfig"
@@ -100,4 +122,13 @@ if readelf -d "$T/static-link" | grep -q 'NEEDED.*libpinbroker'; then
 	fail "the static link still needs libpinbroker.so"
 fi
 "$T/static-link" "$T/no-such.sock" || fail "the statically linked program failed (output above)"
+# examples/acquire.c builds out of the tree with the README's one line, and falls back without a daemon.
+dyn=$(pkg-config --libs pinbroker)
+[ "${PINBROKER_SANITIZED:-0}" = 1 ] && dyn="-fsanitize=address,undefined $dyn"
+# shellcheck disable=SC2086
+cc -o "$T/acquire" "$SRC/examples/acquire.c" $cflags $dyn >"$T/cc-example.log" 2>&1 ||
+	{ cat "$T/cc-example.log"; fail "examples/acquire.c does not build against the installed library"; }
+out=$(PINBROKER_SOCKET=$T/no-such.sock LD_LIBRARY_PATH=$LIBDIR "$T/acquire" 4096 2>&1) ||
+	fail "examples/acquire.c failed: $out"
+echo "$out" | grep -q "ordinary pageable memory" || fail "examples/acquire.c did not fall back: $out"
 echo "ok: installed under $P; static link: cc $cflags $libs"

@@ -239,6 +239,67 @@ START_TEST(test_empty_socket_is_a_usage_error_and_help_exits_0)
 }
 END_TEST
 
+START_TEST(test_every_command_has_help_and_takes_socket_after_its_name)
+{
+	static const char *const cmds[] = { "status", "leases", "acquire", "revoke", "set", "run", "doctor", "help" };
+	char *out = NULL, *cmd = NULL, want[64];
+
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		snprintf(want, sizeof(want), "Usage: pinctl %s", cmds[i]);
+		/* --help, -h and pinctl help CMD say the same, exit 0, and connect to nothing. */
+		ck_assert_int_ge(asprintf(&cmd, PINCTL_PATH " --socket /nonexistent %s --help", cmds[i]), 0);
+		ck_assert_msg(run_capture(cmd, &out) == 0, "%s --help: %s", cmds[i], out);
+		ck_assert_msg(strncmp(out, want, strlen(want)) == 0, "%s --help: %s", cmds[i], out);
+		ck_assert_ptr_nonnull(strstr(out, "--socket PATH"));
+		free(out);
+		free(cmd);
+		ck_assert_int_ge(asprintf(&cmd, PINCTL_PATH " %s -h", cmds[i]), 0);
+		ck_assert_int_eq(run_capture(cmd, &out), 0);
+		ck_assert_msg(strncmp(out, want, strlen(want)) == 0, "%s -h: %s", cmds[i], out);
+		free(out);
+		free(cmd);
+		ck_assert_int_ge(asprintf(&cmd, PINCTL_PATH " help %s", cmds[i]), 0);
+		ck_assert_int_eq(run_capture(cmd, &out), 0);
+		ck_assert_msg(strncmp(out, want, strlen(want)) == 0, "help %s: %s", cmds[i], out);
+		free(out);
+		free(cmd);
+	}
+	ck_assert_int_eq(run_capture(PINCTL_PATH " help bogus", &out), 2);
+	ck_assert_int_eq(count_of(out, "unknown command: bogus"), 1);
+	free(out);
+	/* --socket after the command, also after its arguments; the last one wins. */
+	ck_assert_int_ge(asprintf(&cmd, PINCTL_PATH " status --socket '%s' --json", d.socket), 0);
+	ck_assert_int_eq(run_capture(cmd, &out), 0);
+	ck_assert_ptr_nonnull(strstr(out, "\"budget_bytes\":268435456"));
+	free(out);
+	free(cmd);
+	ck_assert_int_ge(asprintf(&cmd, PINCTL_PATH " --socket /nonexistent leases --socket '%s'", d.socket), 0);
+	ck_assert_int_eq(run_capture(cmd, &out), 0);
+	free(out);
+	free(cmd);
+	ck_assert_int_ge(asprintf(&cmd, PINCTL_PATH " acquire 1M --socket '%s' --hold 0", d.socket), 0);
+	ck_assert_int_eq(run_capture(cmd, &out), 0);
+	ck_assert_ptr_nonnull(strstr(out, "released"));
+	free(out);
+	free(cmd);
+	ck_assert_int_ge(asprintf(&cmd, PINCTL_PATH " set pool-shrink-delay-ms 20000 --socket '%s'", d.socket), 0);
+	ck_assert_int_eq(run_capture(cmd, &out), 0);
+	ck_assert_ptr_nonnull(strstr(out, "pool-shrink-delay-ms = 20000"));
+	free(out);
+	free(cmd);
+	ck_assert_int_ge(asprintf(&cmd, PINCTL_PATH " revoke --all --socket '%s'", d.socket), 0);
+	ck_assert_int_eq(run_capture(cmd, &out), 0);
+	free(out);
+	free(cmd);
+	ck_assert_int_eq(run_capture(PINCTL_PATH " status --socket ''", &out), 2);
+	ck_assert_int_eq(count_of(out, "--socket: empty path"), 1);
+	free(out);
+	ck_assert_int_eq(run_capture(PINCTL_PATH " set a --socket", &out), 2);
+	ck_assert_int_eq(count_of(out, "--socket needs a value"), 1);
+	free(out);
+}
+END_TEST
+
 START_TEST(test_status_prints_sizes_and_integer_counts_not_exponents)
 {
 	char *out = NULL;
@@ -534,6 +595,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_usage_errors_are_one_line_each_said_once);
 	tcase_add_test(t, test_oversized_sizes_exit_2_whatever_the_digits);
 	tcase_add_test(t, test_empty_socket_is_a_usage_error_and_help_exits_0);
+	tcase_add_test(t, test_every_command_has_help_and_takes_socket_after_its_name);
 	tcase_add_test(t, test_status_prints_sizes_and_integer_counts_not_exponents);
 	/* Registered only where they can run, so they never pass without running. */
 	if (can_drop_to_nobody()) {

@@ -137,6 +137,15 @@ STUB CUresult cuDeviceGet(CUdevice *d, int ordinal)
 	return CUDA_SUCCESS;
 }
 
+/* One 16 GiB GPU, for pinctl doctor's budget check. */
+STUB CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d)
+{
+	if (d != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	*bytes = (size_t)16 << 30;
+	return CUDA_SUCCESS;
+}
+
 STUB CUresult cuGetErrorString(CUresult r, const char **s)
 {
 	switch (r) {

@@ -1,0 +1,81 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# Sources completion/pinctl.bash and pinbrokerd.bash in a plain bash (no bash-completion package:
+# they need none) and checks what they register and what they offer, against the built binaries.
+# usage: run-completion.sh SOURCE_DIR PINCTL PINBROKERD      exit 0 pass, 1 fail
+set -u
+export LC_ALL=C
+SRC=${1:?usage: run-completion.sh SOURCE_DIR PINCTL PINBROKERD}
+PINCTL=${2:?}
+PINBROKERD=${3:?}
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# shellcheck source=/dev/null
+. "$SRC/completion/pinctl.bash" || fail "sourcing pinctl.bash failed"
+# shellcheck source=/dev/null
+. "$SRC/completion/pinbrokerd.bash" || fail "sourcing pinbrokerd.bash failed"
+[[ $(complete -p pinctl) == "complete -F _pinctl pinctl" ]] || fail "complete -p pinctl: $(complete -p pinctl 2>&1)"
+[[ $(complete -p pinbrokerd) == "complete -F _pinbrokerd pinbrokerd" ]] ||
+	fail "complete -p pinbrokerd: $(complete -p pinbrokerd 2>&1)"
+
+# Complete the line "$@" (the last word is the one under the cursor) with FN, as bash would call it.
+comp() {
+	local fn=$1 cmd=$2
+	shift 2
+	COMP_WORDS=("$cmd" "$@")
+	COMP_CWORD=$#
+	COMPREPLY=()
+	"$fn" "$cmd" "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD - 1]}"
+	printf '%s\n' "${COMPREPLY[@]}" | sort | tr '\n' ' ' | sed 's/ $//'
+}
+expect() {
+	local want=$1 got
+	shift
+	got=$(comp "$@")
+	[[ $got == "$want" ]] || fail "completing '${*:2}': want '$want', got '$got'"
+}
+contains() {
+	local want=$1 got
+	shift
+	got=$(comp "$@")
+	[[ " $got " == *" $want "* ]] || fail "completing '${*:2}': '$want' not among '$got'"
+}
+lacks() {
+	local unwanted=$1 got
+	shift
+	got=$(comp "$@")
+	[[ " $got " != *" $unwanted "* ]] || fail "completing '${*:2}': '$unwanted' should not be among '$got'"
+}
+
+expect "acquire" _pinctl "$PINCTL" ac
+expect "doctor" _pinctl "$PINCTL" --socket /tmp/s d
+expect "revoke run" _pinctl "$PINCTL" r
+expect "--socket" _pinctl "$PINCTL" --s
+expect "--json" _pinctl "$PINCTL" status --j
+expect "--help --hold" _pinctl "$PINCTL" acquire 1G --h
+expect "best-effort" _pinctl "$PINCTL" acquire --priority b
+expect "cuda" _pinctl "$PINCTL" run --fallback c
+expect "--no-torch" _pinctl "$PINCTL" run --no
+expect "" _pinctl "$PINCTL" acquire --wait ""
+contains "bash" _pinctl "$PINCTL" run -- bas
+expect "leases" _pinctl "$PINCTL" help le
+# set's keys are the reloadable ones of the daemon's table: budget is, chunk-size is not.
+PATH=${PINBROKERD%/*}:$PATH
+contains "budget" _pinctl "$PINCTL" set b
+lacks "chunk-size" _pinctl "$PINCTL" set c
+expect "" _pinctl "$PINCTL" set budget ""
+
+contains "--check-config" _pinbrokerd "$PINBROKERD" --check
+contains "--max-connections-per-uid" _pinbrokerd "$PINBROKERD" --max-conn
+expect "auto no yes" _pinbrokerd "$PINBROKERD" --hugetlb ""
+expect "own" _pinbrokerd "$PINBROKERD" --status-visibility o
+expect "sigkill sigterm" _pinbrokerd "$PINBROKERD" --revoke-enforce sig
+expect "debug" _pinbrokerd "$PINBROKERD" --log-level d
+expect "no yes" _pinbrokerd "$PINBROKERD" --lock-memory ""
+expect "" _pinbrokerd "$PINBROKERD" --budget ""
+contains "--budget" _pinbrokerd "$PINBROKERD" --check-config --bu
+# Every key of the table is offered.
+for key in $("$PINBROKERD" --config-doc | sed -n 's/^| `\([a-z0-9-]*\)` |.*/\1/p'); do
+	contains "--$key" _pinbrokerd "$PINBROKERD" "--$key"
+done
+echo "completion: all checks passed"

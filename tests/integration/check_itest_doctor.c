@@ -1,0 +1,454 @@
+/* SPDX-License-Identifier: MIT */
+/* Integration suite for pinctl doctor: the real pinctl against the real daemon, host files from fixture roots, each check's status read from --json. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../check_main.h"
+#include "itest.h"
+
+#define TIMEOUT_S 60
+#define EXIT_WARN 1
+#define EXIT_USAGE 2
+#define EXIT_FAIL 3
+
+static struct daemon dmn;
+static char root[300];
+/* Without root and with a small RLIMIT_MEMLOCK the daemon cannot lock its budget: daemon-memlock warns. */
+static int base_exit;
+
+/* The exit status doctor must give when the fixture's worst finding exits want. */
+static int expect(int want)
+{
+	return want > base_exit ? want : base_exit;
+}
+
+/* Write text to root/rel, making its folders. */
+static void put(const char *rel, const char *text)
+{
+	char path[600];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", root, rel);
+	for (char *p = path + strlen(root) + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		ck_assert_msg(mkdir(path, 0755) == 0 || errno == EEXIST, "mkdir %s: %s", path, strerror(errno));
+		*p = '/';
+	}
+	f = fopen(path, "we");
+	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+	fputs(text, f);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+static void unput(const char *rel)
+{
+	char path[600];
+
+	snprintf(path, sizeof(path), "%s/%s", root, rel);
+	ck_assert_int_eq(unlink(path), 0);
+}
+
+static void meminfo(unsigned total_mib, unsigned huge_total, unsigned huge_free)
+{
+	char buf[512];
+
+	snprintf(buf, sizeof(buf),
+		 "MemTotal:       %u kB\nMemFree:        %u kB\nMemAvailable:   %u kB\n"
+		 "HugePages_Total:    %u\nHugePages_Free:     %u\nHugepagesize:       2048 kB\n",
+		 total_mib * 1024, total_mib * 512, total_mib * 768, huge_total, huge_free);
+	put("proc/meminfo", buf);
+	snprintf(buf, sizeof(buf), "%u\n", huge_total);
+	put("proc/sys/vm/nr_hugepages", buf);
+}
+
+/*
+ * A fixture root where every check is ok: 8 GiB, no huge pages, THP advise, cgroup v2 without a
+ * limit, PSI. No CUDA (PINBROKER_NO_CUDA: skip) and a systemctl that says enabled.
+ */
+static void setup(void)
+{
+	const char *const args[] = { NULL };
+	char sh[600];
+
+	struct rlimit rl;
+
+	daemon_start(&dmn, args);
+	base_exit = geteuid() != 0 && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+				    rl.rlim_cur < (256u << 20)
+			    ? EXIT_WARN
+			    : 0;
+	snprintf(root, sizeof(root), "%s/root", dmn.dir);
+	ck_assert_int_eq(mkdir(root, 0755), 0);
+	meminfo(8192, 0, 0);
+	put("sys/kernel/mm/transparent_hugepage/shmem_enabled", "always within_size [advise] never deny force\n");
+	put("proc/self/cgroup", "0::/system.slice/pinbrokerd.service\n");
+	put("sys/fs/cgroup/system.slice/pinbrokerd.service/memory.max", "max\n");
+	put("sys/fs/cgroup/system.slice/memory.max", "max\n");
+	put("proc/pressure/memory", "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+				    "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n");
+	put("systemctl",
+	    "#!/bin/sh\necho \"${PB_FAKE_ENABLED:-enabled}\"\n[ \"${PB_FAKE_ENABLED:-enabled}\" = enabled ]\n");
+	snprintf(sh, sizeof(sh), "%s/systemctl", root);
+	ck_assert_int_eq(chmod(sh, 0755), 0);
+	ck_assert_int_eq(setenv("PINBROKER_DOCTOR_ROOT", root, 1), 0);
+	ck_assert_int_eq(setenv("PINBROKER_DOCTOR_SYSTEMCTL", sh, 1), 0);
+	ck_assert_int_eq(setenv("PINBROKER_NO_CUDA", "1", 1), 0);
+}
+
+static void teardown(void)
+{
+	daemon_stop(&dmn);
+}
+
+/* pinctl doctor --json; its output in *out, its exit status returned. */
+static int doctor(char **out)
+{
+	return pinctl(&dmn, out, "doctor --json");
+}
+
+/* The status of one check in doctor's JSON ("" when the check is missing); its message goes to msg. */
+static const char *status_of(const char *json, const char *check, char *msg, size_t len)
+{
+	static char st[16];
+	char key[80];
+	const char *p, *m;
+
+	st[0] = '\0';
+	snprintf(key, sizeof(key), "{\"check\":\"%s\",\"status\":\"", check);
+	p = strstr(json, key);
+	if (!p)
+		return st;
+	p += strlen(key);
+	snprintf(st, sizeof(st), "%.*s", (int)strcspn(p, "\""), p);
+	m = strstr(p, "\"message\":\"");
+	if (msg && m) {
+		m += strlen("\"message\":\"");
+		snprintf(msg, len, "%.*s", (int)strcspn(m, "\""), m);
+	}
+	return st;
+}
+
+#define ASSERT_CHECK(json, check, want)                                                                           \
+	do {                                                                                                      \
+		char msg_[700];                                                                                   \
+		const char *got_ = status_of(json, check, msg_, sizeof(msg_));                                    \
+		ck_assert_msg(strcmp(got_, want) == 0, "%s: want %s, got '%s' (%s)\n%s", check, want, got_, msg_, \
+			      json);                                                                              \
+	} while (0)
+
+static void assert_message(const char *json, const char *check, const char *needle)
+{
+	char msg[700];
+
+	status_of(json, check, msg, sizeof(msg));
+	ck_assert_msg(strstr(msg, needle), "%s: '%s' not in '%s'", check, needle, msg);
+}
+
+START_TEST(test_healthy_fixture_is_all_ok_and_exits_0)
+{
+	static const char *const checks[] = { "socket",    "groups", "daemon-memlock", "caller-memlock",
+					      "hugepages", "thp",    "thp-collapse",   "cuda",
+					      "cgroup",    "psi",    "service",        "budget" };
+	char *out;
+	int r = doctor(&out);
+
+	ck_assert_msg(r == expect(0), "exit %d\n%s", r, out);
+	ck_assert_msg(out[0] == '[', "not an array: %s", out);
+	for (size_t i = 0; i < sizeof(checks) / sizeof(checks[0]); i++) {
+		const char *st = status_of(out, checks[i], NULL, 0);
+
+		if (base_exit && strcmp(checks[i], "daemon-memlock") == 0)
+			continue;
+		ck_assert_msg(strcmp(st, "ok") == 0 || strcmp(st, "skip") == 0, "%s: %s\n%s", checks[i], st, out);
+	}
+	/* Under a fixture root the kernel is not tried, and PINBROKER_NO_CUDA skips the driver. */
+	ASSERT_CHECK(out, "thp-collapse", "skip");
+	ASSERT_CHECK(out, "cuda", "skip");
+	ASSERT_CHECK(out, "socket", "ok");
+	assert_message(out, "budget", "256 MiB");
+	free(out);
+}
+END_TEST
+
+START_TEST(test_thp_never_and_advise_collapse_deny_warns)
+{
+	char *out;
+
+	ck_assert_int_eq(doctor(&out), expect(0));
+	ASSERT_CHECK(out, "thp", "ok");
+	assert_message(out, "thp", "advise");
+	free(out);
+	/* MADV_COLLAPSE ignores the shmem setting but for deny (the H200 pool collapsed with never). */
+	put("sys/kernel/mm/transparent_hugepage/shmem_enabled", "always within_size advise [never] deny force\n");
+	ck_assert_int_eq(doctor(&out), expect(0));
+	ASSERT_CHECK(out, "thp", "ok");
+	assert_message(out, "thp", "never");
+	free(out);
+	put("sys/kernel/mm/transparent_hugepage/shmem_enabled", "always within_size advise never [deny] force\n");
+	ck_assert_int_eq(doctor(&out), expect(EXIT_WARN));
+	ASSERT_CHECK(out, "thp", "warn");
+	ck_assert_ptr_nonnull(strstr(out, "\"fix\":\"echo never"));
+	free(out);
+	unput("sys/kernel/mm/transparent_hugepage/shmem_enabled");
+	ck_assert_int_eq(doctor(&out), expect(EXIT_WARN));
+	ASSERT_CHECK(out, "thp", "warn");
+	free(out);
+}
+END_TEST
+
+START_TEST(test_hugepages_none_some_and_none_free)
+{
+	char *out;
+
+	ck_assert_int_eq(doctor(&out), expect(0));
+	ASSERT_CHECK(out, "hugepages", "ok");
+	assert_message(out, "hugepages", "no huge pages reserved");
+	free(out);
+	meminfo(8192, 512, 512);
+	ck_assert_int_eq(doctor(&out), expect(0));
+	ASSERT_CHECK(out, "hugepages", "ok");
+	assert_message(out, "hugepages", "512 huge pages of 2 MiB reserved, 512 free (1 GiB)");
+	free(out);
+	meminfo(8192, 512, 0);
+	ck_assert_int_eq(doctor(&out), expect(EXIT_WARN));
+	ASSERT_CHECK(out, "hugepages", "warn");
+	assert_message(out, "hugepages", "none free");
+	free(out);
+}
+END_TEST
+
+START_TEST(test_cgroup_v2_limits)
+{
+	char *out;
+	int r;
+
+	ck_assert_int_eq(doctor(&out), expect(0));
+	ASSERT_CHECK(out, "cgroup", "ok");
+	assert_message(out, "cgroup", "v2");
+	assert_message(out, "cgroup", "no memory limit");
+	free(out);
+	/* 4 GiB on the service: the 256 MiB budget fits. */
+	put("sys/fs/cgroup/system.slice/pinbrokerd.service/memory.max", "4294967296\n");
+	ck_assert_int_eq(doctor(&out), expect(0));
+	ASSERT_CHECK(out, "cgroup", "ok");
+	assert_message(out, "cgroup", "memory limit 4 GiB");
+	free(out);
+	/* The lower limit of an ancestor counts. */
+	put("sys/fs/cgroup/system.slice/memory.max", "419430400\n");
+	r = doctor(&out);
+	ck_assert_msg(r == expect(EXIT_WARN), "exit %d\n%s", r, out);
+	ASSERT_CHECK(out, "cgroup", "warn");
+	assert_message(out, "cgroup", "400 MiB");
+	free(out);
+	put("sys/fs/cgroup/system.slice/memory.max", "209715200\n");
+	r = doctor(&out);
+	ck_assert_msg(r == EXIT_FAIL, "exit %d\n%s", r, out);
+	ASSERT_CHECK(out, "cgroup", "fail");
+	assert_message(out, "cgroup", "under the budget");
+	free(out);
+}
+END_TEST
+
+START_TEST(test_cgroup_v1_and_hybrid)
+{
+	char *out;
+
+	put("proc/self/cgroup", "5:memory:/pinbroker/job\n4:pids:/\n1:name=systemd:/\n0::/\n");
+	put("sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
+	put("sys/fs/cgroup/memory/pinbroker/memory.limit_in_bytes", "9223372036854771712\n");
+	put("sys/fs/cgroup/memory/pinbroker/job/memory.limit_in_bytes", "9223372036854771712\n");
+	ck_assert_int_eq(doctor(&out), expect(0));
+	ASSERT_CHECK(out, "cgroup", "ok");
+	assert_message(out, "cgroup", "hybrid, memory on v1");
+	assert_message(out, "cgroup", "no memory limit");
+	free(out);
+	put("proc/self/cgroup", "5:memory:/pinbroker/job\n4:pids:/\n");
+	put("sys/fs/cgroup/memory/pinbroker/job/memory.limit_in_bytes", "8589934592\n");
+	ck_assert_int_eq(doctor(&out), expect(0));
+	ASSERT_CHECK(out, "cgroup", "ok");
+	assert_message(out, "cgroup", "cgroup v1");
+	assert_message(out, "cgroup", "memory limit 8 GiB");
+	free(out);
+	put("sys/fs/cgroup/memory/pinbroker/memory.limit_in_bytes", "104857600\n");
+	ck_assert_int_eq(doctor(&out), expect(EXIT_FAIL));
+	ASSERT_CHECK(out, "cgroup", "fail");
+	assert_message(out, "cgroup", "100 MiB");
+	free(out);
+}
+END_TEST
+
+START_TEST(test_no_psi_warns)
+{
+	char *out;
+
+	unput("proc/pressure/memory");
+	ck_assert_int_eq(doctor(&out), expect(EXIT_WARN));
+	ASSERT_CHECK(out, "psi", "warn");
+	ck_assert_ptr_nonnull(strstr(out, "CONFIG_PSI"));
+	free(out);
+	put("proc/pressure/memory", "garbage\n");
+	ck_assert_int_eq(doctor(&out), expect(EXIT_WARN));
+	ASSERT_CHECK(out, "psi", "warn");
+	free(out);
+}
+END_TEST
+
+START_TEST(test_budget_against_memtotal)
+{
+	char *out;
+
+	meminfo(400, 0, 0); /* 256 MiB of 400 MiB: 64% */
+	ck_assert_int_eq(doctor(&out), expect(EXIT_WARN));
+	ASSERT_CHECK(out, "budget", "warn");
+	assert_message(out, "budget", "64% of MemTotal 400 MiB");
+	free(out);
+	meminfo(200, 0, 0);
+	ck_assert_int_eq(doctor(&out), expect(EXIT_FAIL));
+	ASSERT_CHECK(out, "budget", "fail");
+	free(out);
+}
+END_TEST
+
+START_TEST(test_service_enabled_disabled_absent)
+{
+	char *out;
+
+	ck_assert_int_eq(setenv("PB_FAKE_ENABLED", "disabled", 1), 0);
+	ck_assert_int_eq(doctor(&out), expect(EXIT_WARN));
+	ASSERT_CHECK(out, "service", "warn");
+	ck_assert_ptr_nonnull(strstr(out, "systemctl enable --now pinbrokerd.socket"));
+	free(out);
+	ck_assert_int_eq(setenv("PB_FAKE_ENABLED", "not-found", 1), 0);
+	ck_assert_int_eq(doctor(&out), expect(EXIT_WARN));
+	ASSERT_CHECK(out, "service", "warn");
+	assert_message(out, "service", "not installed");
+	free(out);
+	/* No systemctl at all (an empty path stands for one not found): skipped, saying so. */
+	ck_assert_int_eq(setenv("PINBROKER_DOCTOR_SYSTEMCTL", "", 1), 0);
+	ck_assert_int_eq(doctor(&out), expect(0));
+	ASSERT_CHECK(out, "service", "skip");
+	assert_message(out, "service", "no systemctl");
+	free(out);
+}
+END_TEST
+
+START_TEST(test_cuda_driver_version_and_gpu_memory)
+{
+	char *out, *cmd;
+	int r;
+
+	/* The stand-in libcuda.so.1 of tests/preload: driver API 13.0, one GPU of 16 GiB. */
+	unsetenv("PINBROKER_NO_CUDA");
+	ck_assert_int_ge(asprintf(&cmd, "LD_LIBRARY_PATH='%s' %s --socket '%s' doctor --json", STUB_DIR, PINCTL_PATH,
+				  dmn.socket),
+			 0);
+	r = run_capture(cmd, &out);
+	ck_assert_msg(r == expect(0), "exit %d\n%s", r, out);
+	ASSERT_CHECK(out, "cuda", "ok");
+	assert_message(out, "cuda", "driver API 13.0, 1 GPU with 16 GiB");
+	assert_message(out, "budget", "within the GPUs' 16 GiB");
+	free(out);
+	free(cmd);
+	/* No driver on the path: a warning, not a failure. */
+	ck_assert_int_ge(
+		asprintf(&cmd, "LD_LIBRARY_PATH=/nonexistent %s --socket '%s' doctor --json", PINCTL_PATH, dmn.socket),
+		0);
+	r = run_capture(cmd, &out);
+	if (!strstr(out, "\"check\":\"cuda\",\"status\":\"ok\"")) { /* a host with a real driver says ok */
+		ck_assert_msg(r == expect(EXIT_WARN), "exit %d\n%s", r, out);
+		ASSERT_CHECK(out, "cuda", "warn");
+	}
+	free(out);
+	free(cmd);
+}
+END_TEST
+
+START_TEST(test_daemon_found_and_admin_group_checked)
+{
+	const char *const args[] = { "--admin-group", "pinbroker-no-such-group", NULL };
+	char *out;
+
+	daemon_stop(&dmn);
+	daemon_start(&dmn, args);
+	ck_assert_int_eq(doctor(&out), expect(EXIT_WARN));
+	if (!base_exit)
+		ASSERT_CHECK(out, "daemon-memlock", "ok");
+	assert_message(out, "daemon-memlock", "pinbrokerd (pid ");
+	ASSERT_CHECK(out, "groups", "warn");
+	assert_message(out, "groups", "pinbroker-no-such-group");
+	free(out);
+}
+END_TEST
+
+START_TEST(test_no_daemon_fails_socket_and_skips_budget)
+{
+	char *out;
+	int r;
+
+	daemon_stop(&dmn);
+	r = doctor(&out);
+	ck_assert_msg(r == EXIT_FAIL, "exit %d\n%s", r, out);
+	ASSERT_CHECK(out, "socket", "fail");
+	ASSERT_CHECK(out, "daemon-memlock", "skip");
+	ASSERT_CHECK(out, "budget", "skip");
+	free(out);
+	daemon_start(&dmn, (const char *const[]){ NULL });
+}
+END_TEST
+
+START_TEST(test_human_output_usage_and_help)
+{
+	char *out;
+
+	unput("proc/pressure/memory");
+	ck_assert_int_eq(pinctl(&dmn, &out, "doctor"), expect(EXIT_WARN));
+	ck_assert_ptr_nonnull(strstr(out, "warn  psi"));
+	ck_assert_ptr_nonnull(strstr(out, "fix: boot a kernel with CONFIG_PSI=y"));
+	ck_assert_ptr_nonnull(strstr(out, base_exit ? "2 warnings, 0 failures" : "1 warning, 0 failures"));
+	free(out);
+	ck_assert_int_eq(pinctl(&dmn, &out, "doctor extra"), EXIT_USAGE);
+	ck_assert_ptr_nonnull(strstr(out, "see 'pinctl --help'"));
+	free(out);
+	ck_assert_int_eq(pinctl(&dmn, &out, "doctor --bogus"), EXIT_USAGE);
+	ck_assert_ptr_nonnull(strstr(out, "unknown option --bogus"));
+	free(out);
+	ck_assert_int_eq(pinctl(&dmn, &out, "doctor --help"), 0);
+	ck_assert_ptr_nonnull(strstr(out, "Usage: pinctl doctor"));
+	ck_assert_ptr_nonnull(strstr(out, "3 a failure"));
+	free(out);
+}
+END_TEST
+
+static Suite *doctor_suite(void)
+{
+	Suite *s = suite_create("itest_doctor");
+	TCase *tc = tcase_create("doctor");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, TIMEOUT_S);
+	tcase_add_test(tc, test_healthy_fixture_is_all_ok_and_exits_0);
+	tcase_add_test(tc, test_thp_never_and_advise_collapse_deny_warns);
+	tcase_add_test(tc, test_hugepages_none_some_and_none_free);
+	tcase_add_test(tc, test_cgroup_v2_limits);
+	tcase_add_test(tc, test_cgroup_v1_and_hybrid);
+	tcase_add_test(tc, test_no_psi_warns);
+	tcase_add_test(tc, test_budget_against_memtotal);
+	tcase_add_test(tc, test_service_enabled_disabled_absent);
+	tcase_add_test(tc, test_cuda_driver_version_and_gpu_memory);
+	tcase_add_test(tc, test_daemon_found_and_admin_group_checked);
+	tcase_add_test(tc, test_no_daemon_fails_socket_and_skips_budget);
+	tcase_add_test(tc, test_human_output_usage_and_help);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+CHECK_MAIN(doctor_suite)
