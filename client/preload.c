@@ -990,8 +990,13 @@ __attribute__((constructor)) static void preload_init(void)
 	}
 	if (label && *label)
 		snprintf(cfg.label, sizeof(cfg.label), "%s", label);
-	else
+	else {
+		/* The daemon takes printable labels only: a program name with other bytes must not cost every lease. */
 		snprintf(cfg.label, sizeof(cfg.label), "preload:%s", program_invocation_short_name);
+		for (char *c = cfg.label; *c; c++)
+			if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f)
+				*c = '?';
+	}
 	pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 	if (!pbp_real_dlsym)
 		pbp_real_dlsym = (void *(*)(void *, const char *))(uintptr_t)resolve_real_dlsym();

@@ -507,6 +507,39 @@ static uint64_t prewarm_target(const struct broker *b)
 	return b->prewarm_bytes < allowance ? b->prewarm_bytes : allowance;
 }
 
+/* The host's NUMA nodes, and how prewarm is spread over them (numa, numa-prewarm). */
+static struct numa_topology numa_topo;
+static enum numa_prewarm numa_how;
+static uint64_t numa_list[NUMA_MAX_NODES];
+static int numa_ids[NUMA_MAX_NODES];
+
+/* Warm the pool to bytes, spread over the NUMA nodes it places on (numa-prewarm), or as one. */
+static int grow_prewarm(struct broker *b, uint64_t bytes, void (*progress)(uint64_t, uint64_t, void *))
+{
+	uint64_t split[NUMA_MAX_NODES], left = bytes;
+	const int *nodes;
+	size_t n = pool_nodes(b->pool, &nodes);
+	int r, first = 0;
+
+	if (n == 0)
+		return pool_grow(b->pool, bytes, progress, NULL);
+	numa_split_prewarm(&numa_topo, numa_how, bytes, pool_chunk_size(b->pool), numa_list, split);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t want = split[i] < left ? split[i] : left; /* a list larger than the prewarm is cut */
+
+		left -= want;
+		r = want ? pool_grow_on(b->pool, want, nodes[i], progress, NULL) : 0;
+		if (r < 0 && first == 0)
+			first = r;
+	}
+	/*
+	 * Whatever the split left short (chunk rounding, a list smaller than the prewarm, pages a node
+	 * could not take) is topped up on any node: the pool ends at least this warm, as without NUMA.
+	 */
+	r = first < 0 ? first : pool_grow(b->pool, bytes, progress, NULL);
+	return r;
+}
+
 static void prewarm_cb(struct ev_loop *loop, ev_idle *w, int revents)
 {
 	struct broker *b = w->data;
@@ -519,7 +552,7 @@ static void prewarm_cb(struct ev_loop *loop, ev_idle *w, int revents)
 		return;
 	}
 	step = target - idle < PREWARM_STEP_BYTES ? target : idle + PREWARM_STEP_BYTES;
-	r = pool_grow(b->pool, step, NULL, NULL);
+	r = grow_prewarm(b, step, NULL);
 	b->generation++;
 	if (r < 0) {
 		log_warnx("warming the pool to %s failed: %s; continuing with %s warm (raise LimitMEMLOCK or grant "
@@ -625,34 +658,6 @@ static void signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
 	default:
 		break;
 	}
-}
-
-/* The host's NUMA nodes, and how prewarm is spread over them (numa, numa-prewarm). */
-static struct numa_topology numa_topo;
-static enum numa_prewarm numa_how;
-static uint64_t numa_list[NUMA_MAX_NODES];
-static int numa_ids[NUMA_MAX_NODES];
-
-/* Warm the pool to bytes, spread over the NUMA nodes it places on (numa-prewarm), or as one. */
-static int grow_prewarm(struct broker *b, uint64_t bytes, void (*progress)(uint64_t, uint64_t, void *))
-{
-	uint64_t split[NUMA_MAX_NODES], left = bytes;
-	const int *nodes;
-	size_t n = pool_nodes(b->pool, &nodes);
-	int r, first = 0;
-
-	if (n == 0)
-		return pool_grow(b->pool, bytes, progress, NULL);
-	numa_split_prewarm(&numa_topo, numa_how, bytes, pool_chunk_size(b->pool), numa_list, split);
-	for (size_t i = 0; i < n; i++) {
-		uint64_t want = split[i] < left ? split[i] : left; /* a list larger than the prewarm is cut */
-
-		left -= want;
-		r = want ? pool_grow_on(b->pool, want, nodes[i], progress, NULL) : 0;
-		if (r < 0 && first == 0)
-			first = r;
-	}
-	return first;
 }
 
 static void progress_cb(uint64_t done, uint64_t total, void *ud)

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "broker.h"
@@ -170,20 +171,26 @@ int metrics_write_file(const struct broker *b, const char *path, double now_s)
 	r = metrics_render(b, true, now_s, &text, &len);
 	if (r < 0)
 		return r;
-	/* Beside the target, so the rename is atomic: the collector never reads half a file. */
-	if (asprintf(&tmp, "%s.tmp", path) < 0) {
+	/*
+	 * Beside the target, so the rename is atomic: the collector never reads half a file. A fresh name
+	 * made here (mkostemp's O_EXCL), never a fixed one, so nothing another user left in that folder is
+	 * written to or renamed into place.
+	 */
+	if (asprintf(&tmp, "%s.XXXXXX", path) < 0) {
 		free(text);
 		return -ENOMEM;
 	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	fd = mkostemp(tmp, O_CLOEXEC);
 	r = fd < 0 ? -errno : 0;
+	if (r == 0 && fchmod(fd, 0644) < 0)
+		r = -errno;
 	if (r == 0 && write(fd, text, len) != (ssize_t)len)
 		r = errno ? -errno : -EIO;
 	if (fd >= 0 && close(fd) < 0 && r == 0)
 		r = -errno;
 	if (r == 0 && rename(tmp, path) < 0)
 		r = -errno;
-	if (r < 0)
+	if (r < 0 && fd >= 0)
 		unlink(tmp);
 	free(tmp);
 	free(text);

@@ -142,7 +142,17 @@ int numa_read(const char *root, uint64_t mem_total_fallback, struct numa_topolog
 	memset(t, 0, sizeof(*t));
 	root = root ? root : "";
 	snprintf(path, sizeof(path), "%s/sys/devices/system/node/online", root);
-	if (!read_line(path, buf, sizeof(buf)) || (n = numa_parse_list(buf, ids, NUMA_MAX_NODES)) <= 0) {
+	n = read_line(path, buf, sizeof(buf)) ? numa_parse_list(buf, ids, NUMA_MAX_NODES) : -1;
+	/* Node masks here hold ids below NUMA_MAX_NODES: a node numbered past them is not placed on. */
+	if (n > 0) {
+		int kept = 0;
+
+		for (int i = 0; i < n; i++)
+			if (ids[i] < NUMA_MAX_NODES)
+				ids[kept++] = ids[i];
+		n = kept;
+	}
+	if (n <= 0) {
 		/* No NUMA in this kernel: one node, all the memory. */
 		t->n = 1;
 		t->node[0].mem_total_bytes = mem_total_fallback;

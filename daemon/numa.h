@@ -34,7 +34,7 @@ struct numa_topology {
 };
 
 /*
- * Read the online nodes, their memory and distances, and the NVIDIA GPUs
+ * Read the online nodes (those numbered below NUMA_MAX_NODES), their memory and distances, and the NVIDIA GPUs
  * (vendor 0x10de, display class 0x03) from <root>/sys ("" for the host).
  * A kernel without NUMA (no node folder) reads as one node 0 holding all the
  * memory (mem_total_fallback). Returns 0 or a negative errno.

@@ -410,6 +410,8 @@ static struct node_mask mask_of(int node)
 {
 	struct node_mask m = { { 0 } };
 
+	if (node < 0 || node >= NUMA_MAX_NODES) /* numa_read never lists one: an empty mask, the local node */
+		return m;
 	m.bits[(size_t)node / (8 * sizeof(unsigned long))] = 1ul << ((size_t)node % (8 * sizeof(unsigned long)));
 	return m;
 }

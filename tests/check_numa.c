@@ -3,6 +3,7 @@
  * real host's, GPU nodes, the prewarm split, numa-prewarm parsing and the fallback order. */
 #include <check.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -144,6 +145,28 @@ START_TEST(test_no_numa_in_the_kernel_is_one_node_with_all_memory)
 }
 END_TEST
 
+START_TEST(test_nodes_numbered_past_the_mask_are_left_out)
+{
+	char root[] = "/tmp/pbnuma-ids.XXXXXX", cmd[256];
+	struct numa_topology t;
+
+	ck_assert_ptr_nonnull(mkdtemp(root));
+	snprintf(cmd, sizeof(cmd), "mkdir -p %s/sys/devices/system/node && echo 0,70,200-201 > %s/sys/devices/system/node/online",
+		 root, root);
+	ck_assert_int_eq(system(cmd), 0);
+	ck_assert_int_eq(numa_read(root, 1, &t), 0);
+	ck_assert_uint_eq(t.n, 1);
+	ck_assert_int_eq(t.node[0].id, 0);
+	snprintf(cmd, sizeof(cmd), "echo 70 > %s/sys/devices/system/node/online", root);
+	ck_assert_int_eq(system(cmd), 0);
+	ck_assert_int_eq(numa_read(root, 9, &t), 0); /* none usable: one node 0, as without NUMA */
+	ck_assert_uint_eq(t.n, 1);
+	ck_assert_uint_eq(t.node[0].mem_total_bytes, 9);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(test_the_real_host_has_a_node_zero)
 {
 	struct numa_topology t;
@@ -166,6 +189,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_prewarm_follows_the_gpus_or_is_even);
 	tcase_add_test(t, test_numa_prewarm_spec_parses_and_names_its_errors);
 	tcase_add_test(t, test_no_numa_in_the_kernel_is_one_node_with_all_memory);
+	tcase_add_test(t, test_nodes_numbered_past_the_mask_are_left_out);
 	tcase_add_test(t, test_the_real_host_has_a_node_zero);
 	suite_add_tcase(s, t);
 	return s;

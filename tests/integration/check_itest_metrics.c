@@ -103,8 +103,20 @@ START_TEST(test_file_and_pinctl_show_the_figures_and_counters)
 	free(out);
 	ck_assert_int_eq(pinctl(&d, &out, "metrics extra"), 2);
 	free(out);
+	/* Something another user left beside the file is neither written to nor renamed into place. */
+	snprintf(row, sizeof(row), "%s.tmp", prom);
+	{
+		FILE *f = fopen(row, "w");
+
+		ck_assert_ptr_nonnull(f);
+		fputs("planted\n", f);
+		fclose(f);
+	}
 	pb_release(c, l);
 	t = wait_file("pinbroker_leased_bytes", 0);
+	free(t);
+	t = itest_read_file(row);
+	ck_assert_str_eq(t, "planted\n");
 	free(t);
 	pb_disconnect(c);
 }

@@ -416,6 +416,33 @@ START_TEST(test_pinctl_run_puts_a_program_under_the_budget)
 }
 END_TEST
 
+/* A program whose name the daemon would refuse as a label still gets its leases, under a cleaned-up label. */
+START_TEST(test_a_program_name_with_control_bytes_still_gets_leases)
+{
+	char dir[] = "/tmp/pbodd.XXXXXX", bin[96], cmd[256], line[256];
+	const char *args[] = { "hold", "alloc", "4096", NULL };
+	struct run_opts o = { .preload = true };
+	uint64_t bytes[2];
+	int reg[2];
+	struct pb_status *s;
+	struct prog p;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(bin, sizeof(bin), "%s/odd\tname", dir);
+	snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", TARGET_STATIC, bin);
+	ck_assert_int_eq(system(cmd), 0);
+	spawn(&p, bin, &o, args);
+	read_line(&p, line, sizeof(line));
+	s = status();
+	ck_assert_uint_eq(rows_of(s, p.pid, "preload:odd?name", bytes, reg, 2), 1);
+	pb_status_free(s);
+	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(cmd), 0);
+	wait_all_returned();
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-preload");
@@ -431,6 +458,7 @@ static Suite *suite(void)
 	tcase_add_loop_test(t, test_a_killed_program_gives_everything_back, 0, n);
 	tcase_add_loop_test(t, test_without_a_daemon_the_program_still_runs_on_the_driver, 0, n);
 	tcase_add_loop_test(t, test_pinctl_run_puts_a_program_under_the_budget, 0, n);
+	tcase_add_test(t, test_a_program_name_with_control_bytes_still_gets_leases);
 	suite_add_tcase(s, t);
 
 	tcase_add_checked_fixture(small, start_small, stop);
