@@ -2551,3 +2551,133 @@ int pb_admin_set(pb_client *c, const char *key, const char *value)
 		waiter_cleanup(&w);
 	return r;
 }
+
+/* ------------------------------------------------------------ job quotas */
+
+static int quota_copy(const Pinbroker__V1__QuotaReply *qr, struct pb_quota_rule **rules, size_t *nrules,
+		      struct pb_job **jobs, size_t *njobs)
+{
+	if (rules) {
+		*rules = calloc(qr->n_rules + 1, sizeof(**rules));
+		if (!*rules)
+			return set_error(-ENOMEM, "out of memory");
+		for (size_t i = 0; i < qr->n_rules; i++) {
+			snprintf((*rules)[i].pattern, sizeof((*rules)[i].pattern), "%s", qr->rules[i]->pattern);
+			(*rules)[i].bytes = qr->rules[i]->bytes;
+			snprintf((*rules)[i].source, sizeof((*rules)[i].source), "%s", qr->rules[i]->source);
+			(*rules)[i].seen = qr->rules[i]->seen;
+		}
+		*nrules = qr->n_rules;
+	}
+	if (jobs) {
+		*jobs = calloc(qr->n_jobs + 1, sizeof(**jobs));
+		if (!*jobs) {
+			if (rules) {
+				free(*rules);
+				*rules = NULL;
+				*nrules = 0;
+			}
+			return set_error(-ENOMEM, "out of memory");
+		}
+		for (size_t i = 0; i < qr->n_jobs; i++) {
+			const Pinbroker__V1__JobInfo *x = qr->jobs[i];
+			struct pb_job *y = &(*jobs)[i];
+
+			snprintf(y->job, sizeof(y->job), "%s", x->job);
+			y->bytes = x->bytes;
+			y->leases = x->leases;
+			y->has_quota = x->has_quota_bytes;
+			y->quota_bytes = x->quota_bytes;
+			snprintf(y->rule, sizeof(y->rule), "%s", x->rule ? x->rule : "");
+			snprintf(y->source, sizeof(y->source), "%s", x->source ? x->source : "");
+		}
+		*njobs = qr->n_jobs;
+	}
+	return 0;
+}
+
+/* Send a quota request and check its reply is a QuotaReply. */
+static int quota_call(pb_client *c, Request *req, const char *what, struct waiter *w)
+{
+	int r = call_checked(c, req, w);
+
+	if (r == -ECONNRESET)
+		return set_error(r, "pinbrokerd closed the connection on %s: it may predate job quotas (upgrade it)", what);
+	if (r < 0)
+		return r;
+	if (w->reply->body_case != PINBROKER__V1__REPLY__BODY_QUOTA) {
+		waiter_cleanup(w);
+		return set_error(-EPROTO, "pinbrokerd answered %s without the quota list", what);
+	}
+	return 0;
+}
+
+int pb_quota_set(pb_client *c, const char *cgroup, uint64_t bytes, unsigned flags, uint32_t deadline_ms,
+		 uint64_t **ids, size_t *n)
+{
+	Pinbroker__V1__QuotaSet qs = PINBROKER__V1__QUOTA_SET__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	const Pinbroker__V1__QuotaReply *qr;
+	struct waiter w;
+	int r;
+
+	if (ids)
+		*ids = NULL;
+	if (n)
+		*n = 0;
+	if (!cgroup)
+		return set_error(-EINVAL, "pb_quota_set: cgroup is NULL");
+	qs.cgroup = (char *)cgroup;
+	qs.has_bytes = !(flags & PB_QUOTA_CLEAR);
+	qs.bytes = bytes;
+	qs.has_clear = (flags & PB_QUOTA_CLEAR) != 0;
+	qs.clear = qs.has_clear;
+	qs.has_revoke = (flags & PB_QUOTA_REVOKE) != 0;
+	qs.revoke = qs.has_revoke;
+	qs.has_deadline_ms = deadline_ms != 0;
+	qs.deadline_ms = deadline_ms;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_QUOTA_SET;
+	req.quota_set = &qs;
+	r = quota_call(c, &req, "QUOTA_SET", &w);
+	if (r < 0)
+		return r;
+	qr = w.reply->quota;
+	if (ids && qr->n_revoked_lease_ids) {
+		*ids = malloc(qr->n_revoked_lease_ids * sizeof(**ids));
+		if (!*ids)
+			r = set_error(-ENOMEM, "out of memory");
+		else
+			memcpy(*ids, qr->revoked_lease_ids, qr->n_revoked_lease_ids * sizeof(**ids));
+	}
+	if (r == 0 && n)
+		*n = qr->n_revoked_lease_ids;
+	waiter_cleanup(&w);
+	return r;
+}
+
+int pb_quota_list(pb_client *c, struct pb_quota_rule **rules, size_t *nrules, struct pb_job **jobs, size_t *njobs)
+{
+	Pinbroker__V1__QuotaList ql = PINBROKER__V1__QUOTA_LIST__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	struct waiter w;
+	int r;
+
+	if ((rules && !nrules) || (jobs && !njobs))
+		return set_error(-EINVAL, "pb_quota_list: a list without its count");
+	if (rules) {
+		*rules = NULL;
+		*nrules = 0;
+	}
+	if (jobs) {
+		*jobs = NULL;
+		*njobs = 0;
+	}
+	req.body_case = PINBROKER__V1__REQUEST__BODY_QUOTA_LIST;
+	req.quota_list = &ql;
+	r = quota_call(c, &req, "QUOTA_LIST", &w);
+	if (r < 0)
+		return r;
+	r = quota_copy(w.reply->quota, rules, nrules, jobs, njobs);
+	waiter_cleanup(&w);
+	return r;
+}

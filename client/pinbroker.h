@@ -469,6 +469,43 @@ int pb_admin_revoke(pb_client *c, int what, uint64_t lease_id, uint32_t uid, uin
 /* Change a reloadable daemon setting (admin), e.g. ("budget", "8G"). */
 int pb_admin_set(pb_client *c, const char *key, const char *value);
 
+/*
+ * Per-job quotas. Leases are charged to the client's cgroup; a quota rule names a cgroup path whose
+ * components may be globs ("/kubepods.slice/" then "*": one quota per pod) and bounds what each job
+ * it makes may hold. See pinctl quota.
+ */
+#define PB_JOB_PATH_MAX 512
+struct pb_job {
+	char job[PB_JOB_PATH_MAX];  /* the cgroup, or the part of its path a rule names */
+	uint64_t bytes;             /* charged to it now */
+	uint32_t leases;
+	int has_quota;               /* 0: no rule covers it (quota_bytes is 0) */
+	uint64_t quota_bytes;
+	char rule[PB_JOB_PATH_MAX]; /* the rule's pattern ("" without a quota) */
+	char source[8];             /* "config" (the job-quota key) or "set" (pb_quota_set) */
+};
+struct pb_quota_rule {
+	char pattern[PB_JOB_PATH_MAX];
+	uint64_t bytes;
+	char source[8];
+	int seen;   /* a set rule's cgroup was seen to exist: the rule is released once it is gone */
+};
+/* pb_quota_set flags. */
+#define PB_QUOTA_CLEAR 1u  /* remove the rule instead of setting it (bytes is ignored) */
+#define PB_QUOTA_REVOKE 2u /* also revoke the leases of every job cgroup matches */
+/*
+ * Set (or with PB_QUOTA_CLEAR, remove) the quota of cgroup (admin). With PB_QUOTA_REVOKE the
+ * matching jobs' leases are revoked with deadline_ms (0: the daemon's default); their ids in
+ * *ids (free it), *n of them (either may be NULL). Returns 0 or a negative errno.
+ */
+int pb_quota_set(pb_client *c, const char *cgroup, uint64_t bytes, unsigned flags, uint32_t deadline_ms,
+		 uint64_t **ids, size_t *n);
+/*
+ * The rules (admins, or with status-visibility = all; else none) and the jobs, largest first
+ * (every job for them; else the caller's own). Free both arrays; either pointer may be NULL.
+ */
+int pb_quota_list(pb_client *c, struct pb_quota_rule **rules, size_t *nrules, struct pb_job **jobs, size_t *njobs);
+
 #ifdef __cplusplus
 }
 #endif

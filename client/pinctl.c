@@ -28,7 +28,6 @@
 
 #define JSON_SCHEMA_VERSION 1
 /* Room for any peer string C-escaped: every byte may become \xNN (labels: 4 of 63 bytes, comma-joined). */
-#define ESC_BYTES 1100
 /* The daemon lends less than 2^63 bytes (daemon/reply.c, STATUS_INVALID_SIZE). */
 #define MAX_LEASE_BYTES (UINT64_C(1) << 63)
 #define ADMIN_HINT                                                                                                  \
@@ -56,6 +55,9 @@ static void usage(FILE *f)
 		"                                    under the budget (LD_PRELOAD=libpinbroker-preload.so)\n"
 		"  doctor [--json]                   check this host's set-up, each finding with its fix\n"
 		"                                    (exit 0 ok, 1 a warning, 3 a failure)\n"
+		"  quota set CGROUP SIZE | clear CGROUP [--revoke] | list [--json]\n"
+		"                                    per-job quotas over cgroup paths (admin to change)\n"
+		"  jobs [--json]                     pinned bytes per job (cgroup), with quotas\n"
 		"  help [COMMAND]                    this text, or COMMAND's (also: pinctl COMMAND --help)\n"
 		"\n"
 		"Options:\n"
@@ -150,6 +152,8 @@ static const struct command_help {
 		     "The daemon's Prometheus metrics in the text format: what metrics-path holds. Per-uid rows\n"
 		     "only for admins, or with status-visibility = all.\n" },
 	{ "doctor", doctor_help },
+	{ "quota", quota_help },
+	{ "jobs", jobs_help },
 	{ "help", "Usage: pinctl help [COMMAND]\n"
 		  "\n"
 		  "pinctl's usage, or one command's help (as pinctl COMMAND --help).\n" },
@@ -255,7 +259,7 @@ static void explain_eacces(const char *path)
 	}
 }
 
-static pb_client *connect_or_explain(void)
+pb_client *connect_or_explain(void)
 {
 	const char *path = effective_socket();
 	pb_client *c;
@@ -290,13 +294,13 @@ static pb_client *connect_or_explain(void)
  * texts), made safe for a terminal: C-escaped, so a newline can't forge a row
  * and an escape sequence can't drive the terminal. buf holds ESC_BYTES.
  */
-static const char *esc(const char *s, char *buf)
+const char *esc(const char *s, char *buf)
 {
 	return text_escape(buf, ESC_BYTES, s ? s : "");
 }
 
 /* A failed request: the daemon's words, plus what to do where there is something to do. */
-static int report_failure(const char *what, int r)
+int report_failure(const char *what, int r)
 {
 	char e[ESC_BYTES];
 
@@ -370,8 +374,7 @@ static int parse_priority(const char *s, enum pb_priority *ret)
 	return 0;
 }
 
-/* A whole decimal number in [0, max]. */
-static int parse_u64(const char *s, uint64_t max, uint64_t *ret)
+int parse_u64(const char *s, uint64_t max, uint64_t *ret)
 {
 	unsigned long long v;
 	char *end;
@@ -1313,7 +1316,8 @@ static const struct command {
 } commands[] = {
 	{ "status", cmd_status }, { "leases", cmd_leases }, { "acquire", cmd_acquire },
 	{ "revoke", cmd_revoke }, { "set", cmd_set },       { "run", cmd_run },
-	{ "metrics", cmd_metrics }, { "doctor", cmd_doctor }, { "help", cmd_help },
+	{ "metrics", cmd_metrics }, { "doctor", cmd_doctor }, { "quota", cmd_quota },
+	{ "jobs", cmd_jobs },       { "help", cmd_help },
 };
 
 int main(int argc, char **argv)

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #define EXIT_USAGE 2
@@ -25,6 +26,26 @@ int option_error(const char *cmd, int o, char **argv);
  * command's help; returns 0), else getopt's error as option_error (EXIT_USAGE).
  */
 int command_option(const char *cmd, int o, char **argv);
+
+/* Room for any peer string C-escaped: every byte may become \xNN (labels: 4 of 63 bytes, comma-joined). */
+#define ESC_BYTES 2200
+
+struct pb_client;
+/* Connect to pinctl_socket(), or say why not and what to do on stderr (NULL). */
+struct pb_client *connect_or_explain(void);
+/* A failed request: the daemon's words and what to do, on stderr. Returns EXIT_FAILURE. */
+int report_failure(const char *what, int r);
+/* Text from the daemon or other clients made terminal-safe (C-escaped) into buf of ESC_BYTES. */
+const char *esc(const char *s, char *buf);
+
+/* A whole decimal number in [0, max]: 0, or -EINVAL. */
+int parse_u64(const char *s, uint64_t max, uint64_t *ret);
+
+/* pinctl quota and pinctl jobs, and their --help texts (pinctl-quota.c). */
+extern const char quota_help[];
+extern const char jobs_help[];
+int cmd_quota(int argc, char **argv);
+int cmd_jobs(int argc, char **argv);
 
 /* pinctl doctor's --help text (pinctl-doctor.c). */
 extern const char doctor_help[];

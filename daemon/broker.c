@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The broker's verbs: grant, release and reclaim leases across budget, pool and lease table, with no I/O. */
 #include "broker.h"
+#include "jobs.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -88,6 +89,9 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 	r = budget_check(b->budget, a->uid, size_bytes);
 	if (r < 0)
 		return r;
+	r = jobs_check(a->cgroup, size_bytes);
+	if (r < 0)
+		return r;
 	r = check_counts(b, a->uid, a->registration ? 0 : chunks_for(b, size_bytes));
 	if (r < 0)
 		return r;
@@ -133,6 +137,10 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 		b->registered_bytes += size_bytes;
 	if (l->no_revoke)
 		budget_no_revoke_add(b->budget, a->uid, size_bytes);
+	if (b->jobs && a->cgroup) {
+		l->cgroup = a->cgroup;
+		jobs_charge(b->jobs, l->cgroup, size_bytes);
+	}
 	b->generation++;
 	broker_trim_pool(b, UINT64_MAX);
 	*ret = l;
@@ -155,6 +163,9 @@ void broker_free_lease(struct broker *b, struct lease *l)
 	if (l->registration)
 		b->registered_bytes -= l->bytes;
 	budget_uncharge(b->budget, l->uid, l->bytes);
+	if (b->jobs)
+		jobs_uncharge(b->jobs, l->cgroup, l->bytes);
+	l->cgroup = NULL;
 	budget_count_sub(b->budget, l->uid, l->nchunks);
 	pool_put(b->pool, l->chunks, l->nchunks);
 	lease_remove(b->leases, l);

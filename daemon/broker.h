@@ -21,6 +21,9 @@ struct conn_io;
 struct recovery;
 struct ev_loop;
 struct reload_hooks;
+struct jobs;
+struct jobs_watch;
+struct job_cgroup;
 
 struct broker;
 /* A listener of the freed-memory event: runs after leases were freed and the pool trimmed. */
@@ -32,6 +35,7 @@ enum broker_refusal {
 	REFUSED_INVALID,
 	REFUSED_TOO_LARGE,
 	REFUSED_OVER_QUOTA,
+	REFUSED_JOB_QUOTA,
 	REFUSED_OVER_BUDGET,
 	REFUSED_PRESSURE,
 	REFUSED_CRITICAL,
@@ -60,6 +64,8 @@ struct broker {
 	struct revoker *revoker;     /* I/O: REVOKE deadlines, enforcement, reclaim, exit holds */
 	struct waitq *waitq;         /* I/O: acquires waiting for memory */
 	const struct conn_io *conn_io; /* how the request modules send and close (conn.h); set by server_new */
+	struct jobs *jobs;           /* per-job quotas; NULL: none (the fuzz harness) */
+	struct jobs_watch *jobs_watch; /* I/O: clients' cgroups, and rules whose cgroup went away */
 	struct recovery *recovery;   /* instance id, and the fd-store state for crash recovery under systemd */
 	struct ev_loop *loop;
 	const char *config_path;     /* for SIGHUP; NULL when none */
@@ -110,6 +116,7 @@ struct acquire_args {
 	bool no_revoke;              /* never revoked: its holder cannot give memory back */
 	bool registration;           /* a charge only: no pool memory (implies no_revoke) */
 	int numa_node;               /* NUMA node asked for, -1 for any (only with a placing pool) */
+	struct job_cgroup *cgroup;   /* the client's cgroup, charged for job quotas; NULL: none */
 };
 
 /* Queued reply packets duplicate their fds; this many may be queued over all connections. */
@@ -140,6 +147,7 @@ bool broker_resolve_limits(struct broker *b, uint64_t nofile, uint64_t max_map_c
  * from the pool (shrinking idle chunks if the budget needs the room), charges
  * the budget and adds the lease. Returns 0 and *ret, or:
  *   -EINVAL (size 0 or rounds past 2^64), -EFBIG (never satisfiable), -EDQUOT,
+ *   -EUSERS (the client's job is at its quota: jobs.h),
  *   -ENOSPC, -EBUSY (tight: beyond the free warm pool), -EAGAIN (critical),
  *   -EMLINK (uid at max-leases-per-uid), -EMFILE (uid at max-chunks-per-uid),
  *   -ENFILE (the daemon at its chunk capacity: fds or mappings),

@@ -2,6 +2,7 @@
 /* pinbrokerd's configuration: one key table drives parsing, validation, the sample config, dump and docs. */
 #define _GNU_SOURCE /* vasprintf, open_memstream */
 #include "config.h"
+#include "jobs.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -122,6 +123,10 @@ static const struct config_key keys[] = {
 	       "Idle time before the pool shrinks back to the prewarm size."),
 	K_STRING("admin-group", admin_group, "", true,
 		 "Group whose members may run admin requests (other uids' leases, the budget); empty means root only."),
+	K_STRING("job-quota", job_quota, "", true,
+		 "Per-job quotas: CGROUP:SIZE entries apart by blanks, CGROUP a cgroup path whose components may be "
+		 "globs, SIZE bytes or a share of the budget (/kubepods.slice/*:16G gives every pod 16G); see "
+		 "pinctl quota."),
 	K_STRING("metrics-path", metrics_path, "", true,
 		 "Prometheus text file the daemon rewrites atomically every metrics-interval-ms, for node_exporter's "
 		 "textfile collector (for example /var/lib/prometheus/node-exporter/pinbroker.prom); empty: none."),
@@ -374,6 +379,11 @@ static int check_string(const struct config_key *k, const char *value, char **er
 		if (strlen(value) >= max)
 			return fail(err, -ERANGE, "%s: '%s' is too long for a Unix socket; use a path under %zu bytes",
 				    k->name, value, max);
+	} else if (k->offset == offsetof(struct config, job_quota)) {
+		int r = jobs_parse_config(value, 0, NULL, NULL, err);
+
+		if (r < 0)
+			return r;
 	} else if (k->offset == offsetof(struct config, proc_root)) {
 		if (!is_absolute_path(value))
 			return fail(err, -EINVAL, "%s: '%s' is not an absolute path; write one starting with /",

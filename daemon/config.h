@@ -38,6 +38,7 @@ struct config {
 	enum config_thp thp;           /* thp */
 	enum config_numa numa;         /* numa */
 	char *numa_prewarm;            /* numa-prewarm: gpus, even, or NODE:SIZE,... */
+	char *job_quota;               /* job-quota: CGROUP:SIZE entries, "" = none */
 	char *metrics_path;            /* metrics-path: "" = no metrics file */
 	uint32_t metrics_interval_ms;  /* metrics-interval-ms */
 	unsigned prewarm_threads;      /* prewarm-threads: 0 = CPUs */

@@ -12,6 +12,7 @@
 #include "pinbroker.pb-c.h"
 
 struct broker;
+struct job_cgroup;
 struct outpkt;
 struct server;
 
@@ -41,6 +42,7 @@ struct conn {
 	uint32_t nattached;   /* of those, attached through a share token */
 	uint32_t npending;    /* waiting acquires */
 	uint64_t unbrokered_bytes; /* pinned outside the broker, as its last ReportUnbrokered said */
+	struct job_cgroup *cgroup; /* its process's cgroup at connect, for job quotas (a reference); NULL: unknown */
 	/* Status counters, kept by conn_gain/conn_lose with every lease it gains or loses (reply.c). */
 	uint64_t lease_bytes;
 	struct conn_label {

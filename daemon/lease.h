@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 struct chunk;
+struct job_cgroup;
 
 enum lease_priority {
 	LEASE_PRIO_NORMAL = 0,
@@ -82,6 +83,8 @@ struct lease {
 	 */
 	bool no_revoke;
 	bool registration;
+	/* The client cgroup it is charged to for job quotas (jobs.h); NULL: none (an orphan, a test). */
+	struct job_cgroup *cgroup;
 	/*
 	 * Set by lease_add/lease_adopt and kept by the table: lease_set_state
 	 * updates its per-state counters through it. NULL for a lease built

@@ -21,6 +21,7 @@
 #include "broker.h"
 #include "budget.h"
 #include "config.h"
+#include "jobs-watch.h"
 #include "lease.h"
 #include "log.h"
 #include "monitor.h"
@@ -816,6 +817,10 @@ int main(int argc, char **argv)
 
 	lock_self(cfg);
 
+	r = jobs_watch_start(&b);
+	if (r < 0)
+		fatalx("cannot set up job quotas: %s", r == -EINVAL ? "job-quota does not parse (logged above)" : strerror(-r));
+
 	/* Listen first, so clients queue in the backlog while the pool warms. */
 	listen_fd = notify_listen_fd();
 	if (listen_fd < 0 && listen_fd != -ENOENT)
@@ -902,6 +907,7 @@ int main(int argc, char **argv)
 	audit_free(audit);
 	pool_free(b.pool);
 	lease_table_free(b.leases);
+	jobs_watch_stop(&b);
 	budget_free(b.budget);
 	config_free(b.cfg);
 	free(o.ov);

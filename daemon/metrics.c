@@ -21,6 +21,7 @@
 
 #include "broker.h"
 #include "budget.h"
+#include "jobs.h"
 #include "lease.h"
 #include "monitor.h"
 #include "pool.h"
@@ -28,7 +29,7 @@
 
 static const char *const refusal_names[REFUSED_N] = {
 	[REFUSED_INVALID] = "invalid_size", [REFUSED_TOO_LARGE] = "too_large",
-	[REFUSED_OVER_QUOTA] = "over_quota", [REFUSED_OVER_BUDGET] = "over_budget",
+	[REFUSED_OVER_QUOTA] = "over_quota", [REFUSED_JOB_QUOTA] = "job_quota", [REFUSED_OVER_BUDGET] = "over_budget",
 	[REFUSED_PRESSURE] = "pressure",    [REFUSED_CRITICAL] = "critical",
 	[REFUSED_LIMIT] = "limit",          [REFUSED_TIMEOUT] = "timeout",
 	[REFUSED_OTHER] = "other",
@@ -62,6 +63,31 @@ static void label_value(FILE *f, const char *s)
 			continue;
 		}
 		fputc(*s, f);
+	}
+}
+
+/* Per job: its bytes, leases and quota (jobs without a quota have no quota row). */
+static void render_jobs(FILE *f, const struct jobs *j)
+{
+	static const struct {
+		const char *name, *help;
+	} series[] = {
+		{ "pinbroker_job_leased_bytes", "Pinned memory each job (cgroup, or the part a quota rule names) holds now." },
+		{ "pinbroker_job_leases", "Leases each job holds now." },
+		{ "pinbroker_job_quota_bytes", "Each job's quota, for jobs a quota rule covers." },
+	};
+
+	for (size_t s = 0; s < sizeof(series) / sizeof(series[0]); s++) {
+		head(f, series[s].name, "gauge", series[s].help);
+		for (const struct job *jb = jobs_first(j); jb; jb = jb->next) {
+			unsigned long long v = s == 0 ? jb->bytes : s == 1 ? jb->leases : jb->rule ? jb->rule->bytes : 0;
+
+			if ((s == 2 && !jb->rule) || (!jb->leases && !jb->rule))
+				continue;
+			fprintf(f, "%s{job=\"", series[s].name);
+			label_value(f, jb->key);
+			fprintf(f, "\"} %llu\n", v);
+		}
 	}
 }
 
@@ -147,6 +173,8 @@ static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 			fprintf(f, "\"} %llu\n", (unsigned long long)budget_uid_leased(b->budget, uid));
 		}
 	}
+	if (per_uid && b->jobs)
+		render_jobs(f, b->jobs);
 	gauge(f, "pinbroker_metrics_timestamp_seconds", "When these figures were taken (Unix time).", now_s);
 }
 

@@ -11,6 +11,7 @@
 #include "broker.h"
 #include "budget.h"
 #include "config.h"
+#include "jobs.h"
 #include "log.h"
 
 void reload_resolve_sizes(struct broker *b, const struct config *c)
@@ -103,6 +104,14 @@ int reload_apply(struct broker *b, struct config *n, char **err)
 		}
 	}
 	config_free(old);
+	/* Job quotas: the config's rules are replaced (percentages follow the budget); pinctl quota set's stay. */
+	if (b->jobs) {
+		char *jerr = NULL;
+
+		if (jobs_set_config(b->jobs, n->job_quota, b->budget_bytes, &jerr) < 0)
+			log_warnx("%s; the job quotas of the config file are left out", jerr ? jerr : "job-quota: out of memory");
+		free(jerr);
+	}
 	/* A smaller budget shrinks the idle pool; a larger one lets waiting acquires through (applied). */
 	broker_trim_pool(b, b->state == BROKER_NORMAL ? b->prewarm_bytes : 0);
 	if (h && h->applied)

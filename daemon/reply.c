@@ -13,6 +13,7 @@
 #include "budget.h"
 #include "config.h"
 #include "conn.h"
+#include "jobs.h"
 #include "log.h"
 #include "pool.h"
 #include "recovery.h"
@@ -81,6 +82,8 @@ static enum broker_refusal refusal_of(int err)
 		return REFUSED_TOO_LARGE;
 	case -EDQUOT:
 		return REFUSED_OVER_QUOTA;
+	case -EUSERS:
+		return REFUSED_JOB_QUOTA;
 	case -ENOSPC:
 		return REFUSED_OVER_BUDGET;
 	case -EBUSY:
@@ -124,6 +127,17 @@ void reply_acquire_error(struct conn *c, uint64_t seq, int err, uint64_t size)
 			     format_size(budget_uid_leased(b->budget, c->uid), h, sizeof(h)),
 			     format_size(budget_uid_quota(b->budget), q, sizeof(q)), format_size(size, a, sizeof(a)));
 		return;
+	case -EUSERS: {
+		const struct job *jb = c->cgroup ? c->cgroup->job : NULL;
+
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_OVER_QUOTA,
+			     "job %s already holds %s of its %s quota (rule %s); %s more would exceed it: release some "
+			     "of its leases, or ask the admin to raise it (pinctl quota set)",
+			     jb ? jb->key : "?", format_size(jb ? jb->bytes : 0, h, sizeof(h)),
+			     format_size(jb && jb->rule ? jb->rule->bytes : 0, q, sizeof(q)),
+			     jb && jb->rule ? jb->rule->pattern : "?", format_size(size, a, sizeof(a)));
+		return;
+	}
 	case -ENOSPC:
 		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_OVER_BUDGET,
 			     "pinned budget exhausted: %s of %s leased, %s asked", format_size(budget_leased(b->budget), h, sizeof(h)),

@@ -10,6 +10,7 @@
 #include "broker.h"
 #include "config.h"
 #include "conn.h"
+#include "jobs.h"
 #include "lease.h"
 #include "log.h"
 #include "pool.h"
@@ -78,6 +79,7 @@ void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
 		.no_revoke = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE) != 0,
 		.registration = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY) != 0,
 		.numa_node = a->has_numa_node && a->numa_node >= 0 ? a->numa_node : -1,
+		.cgroup = c->cgroup,
 	};
 	bool wait = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT) != 0;
 	uint32_t timeout_ms = a->has_timeout_ms && a->timeout_ms ? a->timeout_ms : b->cfg->acquire_timeout_ms;
@@ -115,7 +117,7 @@ void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
 			timeout_ms = b->cfg->revoke_deadline_ms;
 		}
 	}
-	if (wait && (r == -ENOSPC || r == -EDQUOT || r == -EBUSY)) {
+	if (wait && (r == -ENOSPC || r == -EDQUOT || r == -EUSERS || r == -EBUSY)) {
 		int q = waitq_add(c, req->seq, &args, timeout_ms);
 
 		if (q == 0)
@@ -246,6 +248,11 @@ void handle_redeclare(struct conn *c, const Pinbroker__V1__Request *req)
 		    lease_set_state(l, LEASE_ACTIVE, now_ms()) == 0) {
 			l->owner = c;
 			l->pid = c->pid;
+			/* Charged to the job of the process that re-declares it, as a new lease would be. */
+			if (b->jobs && c->cgroup && !l->cgroup) {
+				l->cgroup = c->cgroup;
+				jobs_charge(b->jobs, l->cgroup, l->bytes);
+			}
 			conn_gain(c, l, false);
 			b->generation++;
 			ok[rr.n_adopted++] = l->id;

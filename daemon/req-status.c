@@ -11,6 +11,7 @@
 #include "budget.h"
 #include "config.h"
 #include "conn.h"
+#include "jobs.h"
 #include "lease.h"
 #include "monitor.h"
 #include "numa.h"
@@ -40,6 +41,8 @@
  * cursor says where to go on (such a page may hold fewer rows, even none).
  */
 #define STATUS_SCAN_MAX (8 * STATUS_PAGE_MAX_ROWS)
+/* Job rows, the largest: pinctl jobs lists them all. */
+#define STATUS_JOBS_MAX 64
 /* Attacher pids listed on one lease row; the count says how many there are in all. */
 #define STATUS_ATTACHER_PIDS_MAX 16
 
@@ -57,6 +60,7 @@ struct status_build {
 	Pinbroker__V1__EventInfo vi[REVOKER_REVOCATIONS_MAX], *vip[REVOKER_REVOCATIONS_MAX];
 	struct monitor_signal sig[MONITOR_SIGNALS_MAX];
 	struct monitor_event tev[MONITOR_EVENTS_MAX], rev[REVOKER_REVOCATIONS_MAX];
+	Pinbroker__V1__JobInfo ji[STATUS_JOBS_MAX], *jip[STATUS_JOBS_MAX];
 
 	struct conn **conns;                 /* candidates for client rows */
 	Pinbroker__V1__ClientInfo *ci, **cip;
@@ -159,6 +163,10 @@ static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr
 	sr->has_waiting_acquires = true;
 	sr->waiting_acquires = waitq_count(b);
 	fill_nodes(b, sr);
+	sr->n_jobs = quota_fill_jobs(b, sb->asker, sb->see_all, sb->ji, sb->jip, STATUS_JOBS_MAX);
+	sr->jobs = sb->jip;
+	sr->has_quota_rules = b->jobs != NULL;
+	sr->quota_rules = b->jobs ? (uint32_t)jobs_rule_count(b->jobs) : 0;
 }
 
 /* Pressure signals and transitions; revocations, which name pids and uids, only for who sees every row. */
@@ -220,6 +228,7 @@ static void fill_client(Pinbroker__V1__ClientInfo *x, struct conn *cc, char **la
 	x->bytes = cc->lease_bytes;
 	x->has_attached = true;
 	x->attached = cc->nattached;
+	x->cgroup = cc->cgroup ? cc->cgroup->path : NULL;
 	x->has_unbrokered_bytes = cc->unbrokered_bytes > 0;
 	x->unbrokered_bytes = cc->unbrokered_bytes;
 	for (size_t i = 0; i < CONN_LABELS_MAX; i++)
@@ -295,6 +304,7 @@ static void fill_lease(Pinbroker__V1__LeaseInfo *x, const struct lease *l, uint6
 	x->has_priority = true;
 	x->priority = prio_to_wire(l->priority);
 	x->state = (char *)lease_state_name(l->state);
+	x->job = l->cgroup && l->cgroup->job ? l->cgroup->job->key : NULL;
 	x->has_registration = l->registration;
 	x->registration = l->registration;
 	x->has_no_revoke = l->no_revoke;

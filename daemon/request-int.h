@@ -2,8 +2,12 @@
 /* The handlers request.c's table names: client verbs (req-client.c), admin verbs (req-admin.c, req-status.c). */
 #pragma once
 
+#include <stdbool.h>
+#include <stddef.h>
+
 #include "pinbroker.pb-c.h"
 
+struct broker;
 struct conn;
 
 /*
@@ -28,6 +32,13 @@ void handle_report_unbrokered(struct conn *c, const Pinbroker__V1__Request *req)
 void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req);
 void handle_set_config(struct conn *c, const Pinbroker__V1__Request *req);
 void handle_metrics(struct conn *c, const Pinbroker__V1__Request *req);
+
+/* ---- req-quota.c */
+void handle_quota_set(struct conn *c, const Pinbroker__V1__Request *req);
+void handle_quota_list(struct conn *c, const Pinbroker__V1__Request *req);
+/* Job rows, largest first, at most max: every job for see_all, else the asker's own connection's. */
+size_t quota_fill_jobs(const struct broker *b, const struct conn *asker, bool see_all, Pinbroker__V1__JobInfo *rows,
+		       Pinbroker__V1__JobInfo **ptrs, size_t max);
 
 /* ---- req-status.c */
 /* STATUS: summary from counters, one bounded page of client rows and one of lease rows. */

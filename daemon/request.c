@@ -48,6 +48,9 @@ static const struct request_kind request_table[] = {
 	{ PINBROKER__V1__REQUEST__BODY_REPORT_UNBROKERED, "report-unbrokered", REQ_NEEDS_HELLO,
 	  handle_report_unbrokered },
 	{ PINBROKER__V1__REQUEST__BODY_METRICS, "metrics", REQ_NEEDS_HELLO | REQ_ALLOWED_WHILE_STOPPING, handle_metrics },
+	{ PINBROKER__V1__REQUEST__BODY_QUOTA_SET, "quota-set", REQ_NEEDS_HELLO | REQ_ADMIN, handle_quota_set },
+	{ PINBROKER__V1__REQUEST__BODY_QUOTA_LIST, "quota-list", REQ_NEEDS_HELLO | REQ_ALLOWED_WHILE_STOPPING,
+	  handle_quota_list },
 };
 
 void request_dispatch(struct conn *c, const uint8_t *buf, size_t len)

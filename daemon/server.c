@@ -15,6 +15,8 @@
 
 #include "broker.h"
 #include "config.h"
+#include "jobs-watch.h"
+#include "jobs.h"
 #include "listen.h"
 #include "log.h"
 #include "request.h"
@@ -158,6 +160,7 @@ int server_adopt(struct server *s, int fd, const struct ucred *cred, struct conn
 	c->admin = peer_is_admin(s, fd, cred->uid, cred->gid);
 	c->connected_ms = now_ms();
 	c->pidfd = peer_pidfd(fd, cred->pid, &c->pidfd_from_peer);
+	c->cgroup = jobs_watch_cgroup_of(s->broker, cred->pid);
 	ev_io_init(&c->io, conn_io_cb, fd, EV_READ);
 	c->io.data = c;
 	ev_io_start(loop, &c->io);
@@ -292,6 +295,8 @@ void server_reap(struct server *s)
 	while ((c = s->dead)) {
 		s->dead = c->next;
 		request_conn_closed(s->broker, c);
+		if (s->broker->jobs)
+			jobs_cgroup_put(s->broker->jobs, c->cgroup);
 		close(c->fd);
 		if (c->pidfd >= 0)
 			close(c->pidfd);

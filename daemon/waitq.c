@@ -132,8 +132,8 @@ void waitq_grant(struct broker *b)
 		if (c->closing || c->nleases >= b->cfg->max_leases_per_client)
 			continue;
 		r = broker_acquire(b, &p->args, &l);
-		if (r == -EDQUOT)
-			continue; /* only this uid's own releases can help it */
+		if (r == -EDQUOT || r == -EUSERS)
+			continue; /* only this uid's (this job's) own releases can help it */
 		if (r == -ENOSPC || r == -EBUSY)
 			break;    /* strict priority: nobody behind may overtake */
 		pending_destroy(b, p);

@@ -12,6 +12,8 @@ set(PB_FUZZ_DAEMON_SOURCES
   ${CMAKE_SOURCE_DIR}/daemon/reply.c
   ${CMAKE_SOURCE_DIR}/daemon/revoker.c
   ${CMAKE_SOURCE_DIR}/daemon/waitq.c
+  ${CMAKE_SOURCE_DIR}/daemon/jobs-watch.c
+  ${CMAKE_SOURCE_DIR}/daemon/req-quota.c
   ${CMAKE_SOURCE_DIR}/daemon/monitor.c
   ${CMAKE_SOURCE_DIR}/daemon/monitor-proc.c
   ${CMAKE_SOURCE_DIR}/daemon/monitor-cgroup.c

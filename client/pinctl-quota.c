@@ -1,0 +1,262 @@
+/* SPDX-License-Identifier: MIT */
+/* pinctl quota (set, clear, list) and pinctl jobs: per-job quotas over cgroup paths. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pinbroker.h"
+#include "pinctl.h"
+#include "util.h"
+
+const char quota_help[] =
+	"Usage: pinctl quota set CGROUP SIZE [--revoke [--deadline MS]]\n"
+	"       pinctl quota clear CGROUP [--revoke] [--deadline MS]\n"
+	"       pinctl quota list [--json]\n"
+	"\n"
+	"Per-job quotas. Every lease is charged to its client's cgroup (the v1 memory controller's path\n"
+	"where the host has one, else the unified hierarchy's, as /proc/PID/cgroup shows). A quota rule\n"
+	"names a cgroup path, and each component may be a glob: the jobs it makes are the cgroups whose\n"
+	"first components match, each with SIZE of its own.\n"
+	"  pinctl quota set /system.slice/slurmstepd.scope/job_42 8G    one Slurm job, all its steps\n"
+	"  pinctl quota set '/kubepods.slice/*' 16G                    every pod 16G\n"
+	"Setting and clearing need admin rights. A rule set here outlives reloads; it is released when\n"
+	"its cgroup, once seen, is gone (a glob rule stays until cleared). Rules from the job-quota\n"
+	"config key come back on reload. Lowering a quota revokes nothing: use --revoke.\n"
+	"\n"
+	"  --revoke        also revoke the leases of every job CGROUP matches\n"
+	"  --deadline MS   time their holders have (default: the daemon's revoke-deadline-ms)\n"
+	"  --json          list as {schema_version, rules[], jobs[]}\n";
+
+const char jobs_help[] = "Usage: pinctl jobs [--json]\n"
+			 "\n"
+			 "Pinned bytes per job, largest first: each cgroup with leases, or the part of its path a\n"
+			 "quota rule names, with its quota. Admins (or status-visibility = all) see every job,\n"
+			 "others their own.\n"
+			 "\n"
+			 "  --json          {schema_version, jobs[]}\n";
+
+static void json_jobs(FILE *f, const struct pb_job *jobs, size_t n)
+{
+	fputs("\"jobs\":[", f);
+	for (size_t i = 0; i < n; i++) {
+		const struct pb_job *j = &jobs[i];
+
+		fprintf(f, "%s{\"job\":", i ? "," : "");
+		json_str(f, j->job);
+		fprintf(f, ",\"bytes\":%" PRIu64 ",\"leases\":%u", j->bytes, j->leases);
+		if (j->has_quota) {
+			fprintf(f, ",\"quota_bytes\":%" PRIu64 ",\"rule\":", j->quota_bytes);
+			json_str(f, j->rule);
+			fputs(",\"source\":", f);
+			json_str(f, j->source);
+		} else {
+			fputs(",\"quota_bytes\":null", f);
+		}
+		fputc('}', f);
+	}
+	fputc(']', f);
+}
+
+static void print_jobs(const struct pb_job *jobs, size_t n)
+{
+	char e[ESC_BYTES], b[32], q[32];
+
+	if (n == 0) {
+		printf("no jobs hold leases\n");
+		return;
+	}
+	printf("%-48s %10s %7s %10s %6s  %s\n", "JOB", "LEASED", "LEASES", "QUOTA", "USED", "RULE");
+	for (size_t i = 0; i < n; i++) {
+		const struct pb_job *j = &jobs[i];
+		char used[16] = "-";
+
+		if (j->has_quota && j->quota_bytes)
+			snprintf(used, sizeof(used), "%.0f%%", 100.0 * (double)j->bytes / (double)j->quota_bytes);
+		printf("%-48s %10s %7u %10s %6s  %s\n", esc(j->job, e), format_size(j->bytes, b, sizeof(b)), j->leases,
+		       j->has_quota ? format_size(j->quota_bytes, q, sizeof(q)) : "-", used,
+		       j->has_quota ? j->rule : "-");
+	}
+}
+
+static int quota_list(bool json)
+{
+	struct pb_quota_rule *rules = NULL;
+	struct pb_job *jobs = NULL;
+	size_t nrules = 0, njobs = 0;
+	pb_client *c = connect_or_explain();
+	char e[ESC_BYTES], q[32];
+	int r;
+
+	if (!c)
+		return EXIT_FAILURE;
+	r = pb_quota_list(c, &rules, &nrules, &jobs, &njobs);
+	pb_disconnect(c);
+	if (r < 0)
+		return report_failure("quota list", r);
+	if (json) {
+		printf("{\"schema_version\":1,\"rules\":[");
+		for (size_t i = 0; i < nrules; i++) {
+			printf("%s{\"pattern\":", i ? "," : "");
+			json_str(stdout, rules[i].pattern);
+			printf(",\"bytes\":%" PRIu64 ",\"source\":", rules[i].bytes);
+			json_str(stdout, rules[i].source);
+			printf(",\"seen\":%s}", rules[i].seen ? "true" : "false");
+		}
+		printf("],");
+		json_jobs(stdout, jobs, njobs);
+		printf("}\n");
+	} else {
+		if (nrules == 0) {
+			printf("no quota rules (pinctl quota set CGROUP SIZE, or job-quota in the config)\n");
+		} else {
+			printf("%-48s %10s  %s\n", "RULE", "QUOTA", "SOURCE");
+			for (size_t i = 0; i < nrules; i++)
+				printf("%-48s %10s  %s%s\n", esc(rules[i].pattern, e),
+				       format_size(rules[i].bytes, q, sizeof(q)), rules[i].source,
+				       strcmp(rules[i].source, "set") == 0 && !strpbrk(rules[i].pattern, "*?[\\")
+					       ? (rules[i].seen ? " (released when its cgroup goes)" : " (its cgroup not seen yet)")
+					       : "");
+		}
+		printf("\n");
+		print_jobs(jobs, njobs);
+	}
+	free(rules);
+	free(jobs);
+	return EXIT_SUCCESS;
+}
+
+int cmd_quota(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "revoke", no_argument, NULL, 'r' },
+		{ "deadline", required_argument, NULL, 'd' },
+		{ "json", no_argument, NULL, 'j' },
+		PINCTL_COMMON_OPTIONS,
+		{ NULL, 0, NULL, 0 },
+	};
+	bool revoke = false, json = false, deadline_given = false;
+	uint64_t deadline_ms = 0, bytes = 0, *ids = NULL;
+	const char *verb, *cgroup;
+	unsigned flags = 0;
+	size_t n = 0;
+	pb_client *c;
+	int o, r, nargs;
+
+	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+		switch (o) {
+		case 'r':
+			revoke = true;
+			break;
+		case 'd':
+			if (parse_u64(optarg, UINT32_MAX, &deadline_ms) < 0)
+				return usage_error("quota: --deadline: not a number of milliseconds: %s", optarg);
+			deadline_given = true;
+			break;
+		case 'j':
+			json = true;
+			break;
+		default:
+			if ((r = command_option("quota", o, argv)) != PINCTL_OPT_NEXT)
+				return r;
+			break;
+		}
+	}
+	nargs = argc - optind;
+	if (nargs < 1)
+		return usage_error("quota: give set, clear or list");
+	verb = argv[optind];
+	if (strcmp(verb, "list") == 0) {
+		if (nargs != 1 || revoke || deadline_given)
+			return usage_error("quota list takes only --json");
+		return quota_list(json);
+	}
+	if (json)
+		return usage_error("quota: --json is for quota list");
+	if (deadline_given && !revoke)
+		return usage_error("quota: --deadline goes with --revoke");
+	if (strcmp(verb, "set") == 0) {
+		if (nargs != 3)
+			return usage_error("quota set: give CGROUP SIZE, not %d argument%s", nargs - 1, nargs == 2 ? "" : "s");
+		if (parse_size(argv[optind + 2], &bytes) < 0)
+			return usage_error("quota set: not a size: %s (write 8G, 512M, ...)", argv[optind + 2]);
+	} else if (strcmp(verb, "clear") == 0) {
+		if (nargs != 2)
+			return usage_error("quota clear: give one CGROUP, not %d arguments", nargs - 1);
+		flags |= PB_QUOTA_CLEAR;
+	} else {
+		return usage_error("quota: unknown verb %s (set, clear or list)", verb);
+	}
+	cgroup = argv[optind + 1];
+	if (cgroup[0] != '/')
+		return usage_error("quota %s: '%s' is not a cgroup path; write it as /proc/PID/cgroup does, from /", verb,
+				   cgroup);
+	if (revoke)
+		flags |= PB_QUOTA_REVOKE;
+
+	c = connect_or_explain();
+	if (!c)
+		return EXIT_FAILURE;
+	r = pb_quota_set(c, cgroup, bytes, flags, (uint32_t)deadline_ms, &ids, &n);
+	pb_disconnect(c);
+	if (r < 0)
+		return report_failure(flags & PB_QUOTA_CLEAR ? "quota clear" : "quota set", r);
+	if (flags & PB_QUOTA_CLEAR) {
+		printf("quota of %s cleared\n", cgroup);
+	} else {
+		char q[32];
+
+		printf("quota of %s: %s\n", cgroup, format_size(bytes, q, sizeof(q)));
+	}
+	if (revoke) {
+		printf("revoking %zu lease%s", n, n == 1 ? "" : "s");
+		for (size_t i = 0; i < n; i++)
+			printf("%s%" PRIu64, i ? " " : ": ", ids[i]);
+		printf("\n");
+	}
+	free(ids);
+	return EXIT_SUCCESS;
+}
+
+int cmd_jobs(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		PINCTL_COMMON_OPTIONS,
+		{ NULL, 0, NULL, 0 },
+	};
+	struct pb_job *jobs = NULL;
+	size_t njobs = 0;
+	bool json = false;
+	pb_client *c;
+	int o, r;
+
+	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+		if (o == 'j')
+			json = true;
+		else if ((r = command_option("jobs", o, argv)) != PINCTL_OPT_NEXT)
+			return r;
+	}
+	if (optind < argc)
+		return usage_error("jobs takes no arguments");
+	c = connect_or_explain();
+	if (!c)
+		return EXIT_FAILURE;
+	r = pb_quota_list(c, NULL, NULL, &jobs, &njobs);
+	pb_disconnect(c);
+	if (r < 0)
+		return report_failure("jobs", r);
+	if (json) {
+		printf("{\"schema_version\":1,");
+		json_jobs(stdout, jobs, njobs);
+		printf("}\n");
+	} else {
+		print_jobs(jobs, njobs);
+	}
+	free(jobs);
+	return EXIT_SUCCESS;
+}

@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: MIT */
+/* Job quotas' I/O: clients' cgroups at connect, and releasing rules whose cgroup went away (jobs-watch.h). */
+#define _GNU_SOURCE
+#include "jobs-watch.h"
+
+#include <errno.h>
+#include <ev.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "broker.h"
+#include "config.h"
+#include "jobs.h"
+#include "log.h"
+#include "util.h"
+
+struct jobs_watch {
+	struct broker *broker;
+	ev_timer sweep;
+	char root[256]; /* proc-root without its trailing '/' ("" for /) */
+};
+
+/* The mounts a cgroup may be under: v1's memory controller, cgroup2 alone, cgroup2 on a hybrid host. */
+static const char *const cgroup_mounts[] = { "sys/fs/cgroup/memory", "sys/fs/cgroup", "sys/fs/cgroup/unified" };
+
+static bool cgroup_exists(void *ctx, const char *path)
+{
+	struct jobs_watch *w = ctx;
+	char p[JOBS_PATH_MAX + 320];
+
+	for (size_t i = 0; i < sizeof(cgroup_mounts) / sizeof(cgroup_mounts[0]); i++) {
+		snprintf(p, sizeof(p), "%s/%s%s/cgroup.procs", w->root, cgroup_mounts[i], path);
+		if (access(p, F_OK) == 0)
+			return true;
+	}
+	return false;
+}
+
+static void rule_gone(void *ctx, const struct job_rule *r)
+{
+	char q[32];
+
+	(void)ctx;
+	log_info("job quota %s (%s) released: its cgroup is gone", r->pattern, format_size(r->bytes, q, sizeof(q)));
+}
+
+void jobs_watch_sweep(struct broker *b)
+{
+	if (b->jobs && b->jobs_watch && jobs_sweep(b->jobs, cgroup_exists, rule_gone, b->jobs_watch) > 0)
+		b->generation++;
+}
+
+static void sweep_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct jobs_watch *w = t->data;
+
+	(void)loop;
+	(void)revents;
+	jobs_watch_sweep(w->broker);
+}
+
+int jobs_watch_start(struct broker *b)
+{
+	struct jobs_watch *w;
+	char *err = NULL;
+	int r;
+
+	r = jobs_new(&b->jobs);
+	if (r < 0)
+		return r;
+	r = jobs_set_config(b->jobs, b->cfg->job_quota, b->budget_bytes, &err);
+	if (r < 0) {
+		log_warnx("%s", err ? err : "job-quota: out of memory");
+		free(err);
+		jobs_free(b->jobs);
+		b->jobs = NULL;
+		return r;
+	}
+	w = calloc(1, sizeof(*w));
+	if (!w) {
+		jobs_free(b->jobs);
+		b->jobs = NULL;
+		return -ENOMEM;
+	}
+	w->broker = b;
+	snprintf(w->root, sizeof(w->root), "%s", b->cfg->proc_root);
+	for (size_t n = strlen(w->root); n > 0 && w->root[n - 1] == '/';)
+		w->root[--n] = '\0';
+	ev_timer_init(&w->sweep, sweep_cb, JOBS_SWEEP_MS / 1000.0, JOBS_SWEEP_MS / 1000.0);
+	w->sweep.data = w;
+	if (b->loop)
+		ev_timer_start(b->loop, &w->sweep);
+	b->jobs_watch = w;
+	return 0;
+}
+
+void jobs_watch_stop(struct broker *b)
+{
+	if (b->jobs_watch && b->loop)
+		ev_timer_stop(b->loop, &b->jobs_watch->sweep);
+	free(b->jobs_watch);
+	b->jobs_watch = NULL;
+	jobs_free(b->jobs);
+	b->jobs = NULL;
+}
+
+struct job_cgroup *jobs_watch_cgroup_of(struct broker *b, pid_t pid)
+{
+	struct jobs_watch *w = b->jobs_watch;
+	char path[320], text[4096], cg[JOBS_PATH_MAX];
+	struct job_cgroup *ret = NULL;
+	ssize_t n;
+	int fd, r;
+
+	if (!w || !b->jobs || pid <= 0)
+		return NULL;
+	snprintf(path, sizeof(path), "%s/proc/%d/cgroup", w->root, (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		log_debug("job quotas: cannot read %s: %s; pid %d is charged to no job", path, strerror(errno), (int)pid);
+		return NULL;
+	}
+	n = read(fd, text, sizeof(text) - 1);
+	close(fd);
+	if (n < 0) {
+		log_debug("job quotas: cannot read %s: %s; pid %d is charged to no job", path, strerror(errno), (int)pid);
+		return NULL;
+	}
+	text[n] = '\0';
+	r = jobs_parse_proc_cgroup(text, cg, sizeof(cg), NULL);
+	if (r < 0) {
+		log_debug("job quotas: %s names no usable cgroup (%s); pid %d is charged to no job", path,
+			  r == -ENOENT ? "no memory or unified line" : "an odd path", (int)pid);
+		return NULL;
+	}
+	if (jobs_cgroup_get(b->jobs, cg, &ret) < 0)
+		return NULL;
+	return ret;
+}

@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+/* The I/O of job quotas (jobs.h): a client's cgroup from /proc/PID/cgroup, and the sweep for cgroups that went away. */
+#pragma once
+
+#include <sys/types.h>
+
+struct broker;
+struct job_cgroup;
+
+/* How often quota rules set for a cgroup are checked for the cgroup having gone. */
+#define JOBS_SWEEP_MS 5000
+
+/*
+ * Make b->jobs (with the config's job-quota rules) and b->jobs_watch, and start the sweep.
+ * Returns 0, -EINVAL (job-quota does not parse: logged) or -ENOMEM.
+ */
+int jobs_watch_start(struct broker *b);
+/* Stop the sweep and free b->jobs_watch and b->jobs (every connection and lease must be gone). */
+void jobs_watch_stop(struct broker *b);
+
+/*
+ * The cgroup pid runs in, read from <proc-root>/proc/PID/cgroup: a new reference (put it with
+ * jobs_cgroup_put), or NULL when there are no job quotas or it cannot be read (the client is then
+ * charged to no job: logged at debug).
+ */
+struct job_cgroup *jobs_watch_cgroup_of(struct broker *b, pid_t pid);
+
+/* Run the sweep now (the QUOTA request does, before it lists). */
+void jobs_watch_sweep(struct broker *b);
