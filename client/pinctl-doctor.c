@@ -178,8 +178,9 @@ static bool comm_is_pinbrokerd(pid_t pid)
 }
 
 /*
- * The daemon's pid: the socket's peer (SO_PEERCRED names whoever called listen(), which is pid 1
- * under socket activation), else the only pinbrokerd in /proc. 0 when there is none.
+ * The daemon's pid: the socket's peer (SO_PEERCRED names whoever called listen()), or, where that
+ * is pid 1 (socket activation), the only pinbrokerd in /proc. 0 when there is none: without a
+ * listener on this socket no daemon serves it, whatever other pinbrokerd runs (another socket's).
  */
 static pid_t find_daemon(const char *socket_path)
 {
@@ -187,6 +188,7 @@ static pid_t find_daemon(const char *socket_path)
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
 	pid_t found = 0;
+	bool activated = false;
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	DIR *dir;
 	struct dirent *e;
@@ -195,11 +197,14 @@ static pid_t find_daemon(const char *socket_path)
 		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", socket_path);
 		/* The listener is the daemon whatever its comm (under valgrind it is memcheck's). */
 		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-		    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid > 1)
-			found = cred.pid;
+		    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+			if (cred.pid > 1)
+				found = cred.pid;
+			activated = cred.pid == 1;
+		}
 		close(fd);
 	}
-	if (found)
+	if (found || !activated)
 		return found;
 	dir = opendir("/proc");
 	if (!dir)
