@@ -18,7 +18,7 @@ static inline bool config_set_other_value(struct config *c, const struct config 
 	static const char *const common[] = {
 		"1",    "2",   "50",    "100", "1000",
 		"3000", "4M",  "8K",    "50%", "1M",
-		"no",   "yes", "debug", "err", "/tmp/pinbroker-check",
+		"no",   "yes", "debug", "err", "/tmp/pinbroker-check", "/pinbroker-check/*:1M",
 		NULL,
 	};
 

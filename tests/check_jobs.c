@@ -1,0 +1,349 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests for per-job quotas (jobs.c): /proc/PID/cgroup parsing over captured layouts, rule matching and
+ * precedence, the charges jobs sum, regrouping when rules change, the job-quota key, and the sweep. */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jobs.h"
+#include "check_main.h"
+
+#define MIB (1024ull * 1024)
+#define GIB (1024ull * MIB)
+
+static const char *fixture(const char *name)
+{
+	static char text[4096];
+	char path[512];
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "%s/proc-cgroup/%s", FIXTURES_DIR, name);
+	f = fopen(path, "r");
+	ck_assert_msg(f, "no fixture %s", path);
+	n = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	text[n] = '\0';
+	return text;
+}
+
+static struct jobs *new_jobs(void)
+{
+	struct jobs *j;
+
+	ck_assert_int_eq(jobs_new(&j), 0);
+	return j;
+}
+
+static void set_rule(struct jobs *j, const char *pattern, uint64_t bytes, enum job_rule_source src)
+{
+	const char *why = NULL;
+
+	ck_assert_msg(jobs_rule_set(j, pattern, bytes, src, &why) == 0, "%s: %s", pattern, why ? why : "?");
+}
+
+START_TEST(test_proc_cgroup_layouts)
+{
+	char cg[JOBS_PATH_MAX];
+	bool v1;
+
+	ck_assert_int_eq(jobs_parse_proc_cgroup(fixture("v2-slurm"), cg, sizeof(cg), &v1), 0);
+	ck_assert_str_eq(cg, "/system.slice/slurmstepd.scope/job_42/step_0/user/task_0");
+	ck_assert(!v1);
+	/* On a hybrid host the v1 memory controller's path wins over the unified line (slurmd's own unit). */
+	ck_assert_int_eq(jobs_parse_proc_cgroup(fixture("v1-slurm"), cg, sizeof(cg), &v1), 0);
+	ck_assert_str_eq(cg, "/slurm/uid_1000/job_42/step_0/task_0");
+	ck_assert(v1);
+	ck_assert_int_eq(jobs_parse_proc_cgroup(fixture("v1-comounted-memory"), cg, sizeof(cg), &v1), 0);
+	ck_assert_str_eq(cg, "/docker/0123456789ab");
+	ck_assert_int_eq(jobs_parse_proc_cgroup(fixture("v2-kubepods"), cg, sizeof(cg), NULL), 0);
+	ck_assert_ptr_nonnull(strstr(cg, "/kubepods.slice/kubepods-burstable.slice/"));
+	ck_assert_int_eq(jobs_parse_proc_cgroup(fixture("v1-no-memory"), cg, sizeof(cg), NULL), -ENOENT);
+	ck_assert_int_eq(jobs_parse_proc_cgroup(fixture("v2-odd-path"), cg, sizeof(cg), NULL), -EINVAL);
+	ck_assert_int_eq(jobs_parse_proc_cgroup("", cg, sizeof(cg), NULL), -ENOENT);
+	/* Too long for the buffer: refused, not cut. */
+	ck_assert_int_eq(jobs_parse_proc_cgroup("0::/abcdefgh\n", cg, 8, NULL), -EINVAL);
+	/* The captured host's text always names something: v1 memory or unified. */
+	ck_assert_int_eq(jobs_parse_proc_cgroup(fixture("hybrid-this-host"), cg, sizeof(cg), NULL), 0);
+	ck_assert_int_eq(cg[0], '/');
+}
+END_TEST
+
+START_TEST(test_paths_and_patterns_are_checked)
+{
+	const char *why;
+
+	ck_assert_int_eq(jobs_path_check("/a/b", false, &why), 0);
+	ck_assert_int_eq(jobs_path_check("/", false, &why), 0);
+	ck_assert_int_eq(jobs_path_check("/kubepods.slice/*", true, &why), 0);
+	ck_assert_int_eq(jobs_path_check("a/b", true, &why), -EINVAL);
+	ck_assert_int_eq(jobs_path_check("/a/", true, &why), -EINVAL);
+	ck_assert_int_eq(jobs_path_check("/a//b", true, &why), -EINVAL);
+	ck_assert_int_eq(jobs_path_check("/a/../b", true, &why), -EINVAL);
+	ck_assert_int_eq(jobs_path_check("/a/.", true, &why), -EINVAL);
+	ck_assert_int_eq(jobs_path_check("/a b", true, &why), -EINVAL);
+	ck_assert_int_eq(jobs_path_check("/a\nb", true, &why), -EINVAL);
+	ck_assert_ptr_nonnull(why);
+	/* ".x" is a name, not a dot component. */
+	ck_assert_int_eq(jobs_path_check("/a/.x", true, &why), 0);
+}
+END_TEST
+
+START_TEST(test_patterns_match_leading_components)
+{
+	ck_assert(jobs_pattern_matches("/a/b", "/a/b"));
+	ck_assert(jobs_pattern_matches("/a/b", "/a/b/c/d"));
+	ck_assert(!jobs_pattern_matches("/a/b", "/a/bc"));
+	ck_assert(!jobs_pattern_matches("/a/b", "/a"));
+	ck_assert(jobs_pattern_matches("/a/*", "/a/x/y"));
+	ck_assert(!jobs_pattern_matches("/a/*", "/b/x"));
+	ck_assert(jobs_pattern_matches("/slurm/uid_*/job_*", "/slurm/uid_1000/job_42/step_0"));
+	ck_assert(!jobs_pattern_matches("/slurm/uid_*/job_*", "/slurm/uid_1000/step_0"));
+	ck_assert(jobs_pattern_matches("/", "/anything/at/all"));
+	/* A glob never spans a '/'. */
+	ck_assert(!jobs_pattern_matches("/a*b", "/a/b"));
+	ck_assert(jobs_pattern_matches("/a*", "/a/b")); /* "/a" matches, and "/a/b" is inside it */
+	ck_assert(jobs_pattern_matches("/a*", "/ab/c"));
+}
+END_TEST
+
+START_TEST(test_cgroups_are_interned_and_charges_sum_into_jobs)
+{
+	struct jobs *j = new_jobs();
+	struct job_cgroup *a, *a2, *b;
+
+	ck_assert_int_eq(jobs_cgroup_get(j, "/j/1/step_0", &a), 0);
+	ck_assert_int_eq(jobs_cgroup_get(j, "/j/1/step_0", &a2), 0);
+	ck_assert_ptr_eq(a, a2);
+	ck_assert_uint_eq(a->refs, 2);
+	ck_assert_int_eq(jobs_cgroup_get(j, "/j/1/step_1", &b), 0);
+	/* Without a rule each cgroup is its own job, without a quota. */
+	ck_assert_ptr_ne(a->job, b->job);
+	ck_assert_ptr_null(a->job->rule);
+	ck_assert_int_eq(jobs_check(a, 100 * GIB), 0);
+
+	set_rule(j, "/j/1", 64 * MIB, JOB_RULE_SET);
+	/* Both steps now sum into the rule's job. */
+	ck_assert_ptr_eq(a->job, b->job);
+	ck_assert_str_eq(a->job->key, "/j/1");
+	jobs_charge(j, a, 40 * MIB);
+	ck_assert_int_eq(jobs_check(b, 24 * MIB), 0);
+	ck_assert_int_eq(jobs_check(b, 24 * MIB + 1), -EUSERS);
+	jobs_charge(j, b, 24 * MIB);
+	ck_assert_uint_eq(a->job->bytes, 64 * MIB);
+	ck_assert_uint_eq(a->job->leases, 2);
+	ck_assert_int_eq(jobs_check(a, 1), -EUSERS);
+
+	/* Clearing regroups: each step is its own unlimited job again, keeping its own charge. */
+	ck_assert_int_eq(jobs_rule_clear(j, "/j/1", NULL), 0);
+	ck_assert_ptr_ne(a->job, b->job);
+	ck_assert_uint_eq(a->job->bytes, 40 * MIB);
+	ck_assert_uint_eq(b->job->bytes, 24 * MIB);
+	ck_assert_int_eq(jobs_rule_clear(j, "/j/1", NULL), -ENOENT);
+
+	/* A lease holds its cgroup: the connection's references can go first. */
+	jobs_cgroup_put(j, a);
+	jobs_cgroup_put(j, a2);
+	ck_assert_uint_eq(a->refs, 1);
+	jobs_uncharge(j, a, 40 * MIB); /* frees a */
+	jobs_uncharge(j, b, 24 * MIB);
+	jobs_cgroup_put(j, b);
+	ck_assert_ptr_null(jobs_first(j));
+	ck_assert_uint_eq(jobs_count(j), 0);
+	jobs_free(j);
+}
+END_TEST
+
+START_TEST(test_most_specific_rule_wins_and_set_beats_config)
+{
+	struct jobs *j = new_jobs();
+	struct job_cgroup *pod1, *pod2, *other;
+
+	set_rule(j, "/kubepods.slice/*", 16 * GIB, JOB_RULE_CONFIG);
+	ck_assert_int_eq(jobs_cgroup_get(j, "/kubepods.slice/pod1/ctr", &pod1), 0);
+	ck_assert_int_eq(jobs_cgroup_get(j, "/kubepods.slice/pod2/ctr", &pod2), 0);
+	ck_assert_int_eq(jobs_cgroup_get(j, "/system.slice/x", &other), 0);
+	/* A glob rule gives each match its own job and quota. */
+	ck_assert_str_eq(pod1->job->key, "/kubepods.slice/pod1");
+	ck_assert_str_eq(pod2->job->key, "/kubepods.slice/pod2");
+	ck_assert_uint_eq(pod1->job->rule->bytes, 16 * GIB);
+	ck_assert_ptr_null(other->job->rule);
+
+	/* Deeper wins. */
+	set_rule(j, "/kubepods.slice/pod1/ctr", 1 * GIB, JOB_RULE_CONFIG);
+	ck_assert_str_eq(pod1->job->key, "/kubepods.slice/pod1/ctr");
+	ck_assert_uint_eq(pod1->job->rule->bytes, 1 * GIB);
+	/* Same depth: the rule set at run time beats the config's. */
+	set_rule(j, "/kubepods.slice/pod2", 2 * GIB, JOB_RULE_SET);
+	ck_assert_uint_eq(pod2->job->rule->bytes, 2 * GIB);
+	ck_assert_int_eq(pod2->job->rule->source, JOB_RULE_SET);
+	/* Setting the same pattern again replaces its size. */
+	set_rule(j, "/kubepods.slice/pod2", 3 * GIB, JOB_RULE_SET);
+	ck_assert_uint_eq(jobs_rule_count(j), 3);
+	ck_assert_uint_eq(pod2->job->rule->bytes, 3 * GIB);
+	/* A literal rule's job is listed with nothing charged yet. */
+	bool listed = false;
+	for (const struct job *jb = jobs_first(j); jb; jb = jb->next)
+		listed = listed || strcmp(jb->key, "/kubepods.slice/pod2") == 0;
+	ck_assert(listed);
+	jobs_cgroup_put(j, pod1);
+	jobs_cgroup_put(j, pod2);
+	jobs_cgroup_put(j, other);
+	jobs_free(j);
+}
+END_TEST
+
+START_TEST(test_lowering_a_quota_refuses_new_charges_only)
+{
+	struct jobs *j = new_jobs();
+	struct job_cgroup *cg;
+
+	set_rule(j, "/job", 100 * MIB, JOB_RULE_SET);
+	ck_assert_int_eq(jobs_cgroup_get(j, "/job", &cg), 0);
+	jobs_charge(j, cg, 80 * MIB);
+	set_rule(j, "/job", 50 * MIB, JOB_RULE_SET);
+	ck_assert_uint_eq(cg->job->bytes, 80 * MIB); /* kept: nothing double-counted or lost */
+	ck_assert_int_eq(jobs_check(cg, 1), -EUSERS);
+	jobs_uncharge(j, cg, 80 * MIB);
+	ck_assert_int_eq(jobs_check(cg, 50 * MIB), 0);
+	jobs_cgroup_put(j, cg);
+	jobs_free(j);
+}
+END_TEST
+
+START_TEST(test_job_quota_key_parses_and_names_its_errors)
+{
+	struct jobs *j = new_jobs();
+	char *err = NULL;
+
+	ck_assert_int_eq(jobs_set_config(j, "/kubepods.slice/*:16G  /slurm/uid_*/job_*:10%,/batch:512M", 10 * GIB, &err),
+			 0);
+	ck_assert_uint_eq(jobs_rule_count(j), 3);
+	ck_assert_str_eq(jobs_rule_at(j, 0)->pattern, "/kubepods.slice/*");
+	ck_assert_uint_eq(jobs_rule_at(j, 0)->bytes, 16 * GIB);
+	ck_assert_uint_eq(jobs_rule_at(j, 1)->bytes, 1 * GIB); /* 10% of 10G */
+	ck_assert_uint_eq(jobs_rule_at(j, 2)->bytes, 512 * MIB);
+
+	/* A reload replaces the config's rules and keeps the ones set at run time. */
+	set_rule(j, "/mine", 1 * MIB, JOB_RULE_SET);
+	ck_assert_int_eq(jobs_set_config(j, "/batch:1G", 10 * GIB, &err), 0);
+	ck_assert_uint_eq(jobs_rule_count(j), 2);
+	ck_assert_str_eq(jobs_rule_at(j, 0)->pattern, "/batch");
+	ck_assert_str_eq(jobs_rule_at(j, 1)->pattern, "/mine");
+
+	/* Errors name the entry, and change nothing. */
+	ck_assert_int_eq(jobs_set_config(j, "/ok:1G /nosize", 0, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "/nosize"));
+	free(err);
+	ck_assert_int_eq(jobs_set_config(j, "relative:1G", 0, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "starts with '/'"));
+	free(err);
+	ck_assert_int_eq(jobs_set_config(j, "/a:12Q", 0, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "not a size"));
+	free(err);
+	ck_assert_uint_eq(jobs_rule_count(j), 2);
+	ck_assert_int_eq(jobs_set_config(j, "", 0, &err), 0);
+	ck_assert_uint_eq(jobs_rule_count(j), 1);
+	jobs_free(j);
+}
+END_TEST
+
+static const char *existing;
+
+static bool fake_exists(void *ctx, const char *path)
+{
+	(void)ctx;
+	return existing && strcmp(path, existing) == 0;
+}
+
+static int gone_count;
+
+static void fake_gone(void *ctx, const struct job_rule *r)
+{
+	(void)ctx;
+	(void)r;
+	gone_count++;
+}
+
+START_TEST(test_sweep_releases_set_rules_once_their_cgroup_went)
+{
+	struct jobs *j = new_jobs();
+	char *err = NULL;
+
+	set_rule(j, "/job_1", 1 * GIB, JOB_RULE_SET);
+	set_rule(j, "/job_*", 1 * GIB, JOB_RULE_SET);
+	ck_assert_int_eq(jobs_set_config(j, "/cfg:1G", 0, &err), 0);
+	/* Not seen yet (a prolog runs before the job's cgroup exists): kept. */
+	existing = NULL;
+	ck_assert_uint_eq(jobs_sweep(j, fake_exists, fake_gone, NULL), 0);
+	existing = "/job_1";
+	ck_assert_uint_eq(jobs_sweep(j, fake_exists, fake_gone, NULL), 0);
+	ck_assert(jobs_rule_at(j, 1)->seen || jobs_rule_at(j, 0)->seen);
+	/* Gone after it was seen: released. Glob and config rules never are. */
+	existing = NULL;
+	gone_count = 0;
+	ck_assert_uint_eq(jobs_sweep(j, fake_exists, fake_gone, NULL), 1);
+	ck_assert_int_eq(gone_count, 1);
+	ck_assert_uint_eq(jobs_rule_count(j), 2);
+	for (size_t i = 0; i < jobs_rule_count(j); i++)
+		ck_assert_str_ne(jobs_rule_at(j, i)->pattern, "/job_1");
+	jobs_free(j);
+}
+END_TEST
+
+START_TEST(test_a_client_in_the_cgroup_marks_a_rule_seen)
+{
+	struct jobs *j = new_jobs();
+	struct job_cgroup *cg;
+
+	set_rule(j, "/job_7", 1 * GIB, JOB_RULE_SET);
+	ck_assert(!jobs_rule_at(j, 0)->seen);
+	ck_assert_int_eq(jobs_cgroup_get(j, "/job_7/step_0", &cg), 0);
+	ck_assert(jobs_rule_at(j, 0)->seen);
+	jobs_cgroup_put(j, cg);
+	existing = NULL;
+	ck_assert_uint_eq(jobs_sweep(j, fake_exists, NULL, NULL), 1);
+	jobs_free(j);
+}
+END_TEST
+
+START_TEST(test_rule_count_is_bounded)
+{
+	struct jobs *j = new_jobs();
+	const char *why = NULL;
+	char p[32];
+
+	for (int i = 0; i < JOBS_RULES_MAX; i++) {
+		snprintf(p, sizeof(p), "/j%d", i);
+		set_rule(j, p, 1, JOB_RULE_SET);
+	}
+	ck_assert_int_eq(jobs_rule_set(j, "/one-more", 1, JOB_RULE_SET, &why), -ENOSPC);
+	ck_assert_ptr_nonnull(why);
+	/* Replacing one still works at the limit. */
+	ck_assert_int_eq(jobs_rule_set(j, "/j0", 2, JOB_RULE_SET, &why), 0);
+	jobs_free(j);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("jobs");
+	TCase *t = tcase_create("quotas");
+
+	tcase_add_test(t, test_proc_cgroup_layouts);
+	tcase_add_test(t, test_paths_and_patterns_are_checked);
+	tcase_add_test(t, test_patterns_match_leading_components);
+	tcase_add_test(t, test_cgroups_are_interned_and_charges_sum_into_jobs);
+	tcase_add_test(t, test_most_specific_rule_wins_and_set_beats_config);
+	tcase_add_test(t, test_lowering_a_quota_refuses_new_charges_only);
+	tcase_add_test(t, test_job_quota_key_parses_and_names_its_errors);
+	tcase_add_test(t, test_sweep_releases_set_rules_once_their_cgroup_went);
+	tcase_add_test(t, test_a_client_in_the_cgroup_marks_a_rule_seen);
+	tcase_add_test(t, test_rule_count_is_bounded);
+	suite_add_tcase(s, t);
+	return s;
+}
+
+CHECK_MAIN(suite)
