@@ -21,7 +21,7 @@ SOCK=/run/pinbroker/pinbroker.sock
 UNIT=pinbrokerd.service
 CATALOG=/usr/lib/systemd/catalog/pinbroker.catalog
 N=0
-PLAN=33
+PLAN=35
 
 log() { printf '# %s\n' "$*"; }
 ok() { N=$((N + 1)); echo "ok $N - $1" >>"$TAP"; log "ok $N - $1"; }
@@ -52,8 +52,16 @@ svc_active() { [ "$(prop ActiveState)" = active ]; }
 svc_inactive() { [ "$(prop ActiveState)" = inactive ]; }
 sock_active() { [ "$(prop ActiveState pinbrokerd.socket)" = active ]; }
 pkg_status() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null; }
-# A listening AF_UNIX socket bound to the broker's path (/proc/net/unix: flags 00010000 = listening).
-listening() { awk -v p="$SOCK" '$NF == p && $4 == "00010000" { f = 1 } END { exit !f }' /proc/net/unix; }
+# A listening AF_UNIX socket bound to the broker's path (/proc/net/unix: flags 00010000 =
+# listening) that a process of this guest holds. The guest shares the host's network namespace,
+# so /proc/net/unix also lists other containers' sockets of the same path (run-nspawn.sh's).
+listening() {
+	local ino
+	for ino in $(awk -v p="$SOCK" '$NF == p && $4 == "00010000" { print $7 }' /proc/net/unix); do
+		find /proc/[0-9]*/fd -lname "socket:\[$ino\]" 2>/dev/null | grep -q . && return 0
+	done
+	return 1
+}
 new_mainpid() { local p; p=$(prop MainPID); [ "$p" != 0 ] && [ "$p" != "$1" ] && svc_active; }
 sock_ok() { listening && [ "$(stat -c '%a %U %G' "$SOCK")" = '660 root pinbroker' ]; }
 not_listening() { ! listening; }
@@ -116,7 +124,7 @@ if [ -n "$IDS" ] && catalog_lists; then ok "journalctl --list-catalog lists all 
 else notok "journalctl --list-catalog lists all pinbroker message ids" "ids '$(echo $IDS)'"; fi
 # The id whose entry says "granted": the lease-granted event, which the acquire above logged.
 granted=$(awk '/^-- [0-9a-f]+$/ { id = $2 } /^Subject:.* granted/ { print id; exit }' "$CATALOG")
-# Not with -u: its matches are ORed, and a field match added to them does not narrow them all.
+# MESSAGE_ID alone: only pinbrokerd logs these ids.
 explained() {
 	journalctl -q --no-pager -x --since "@$t" MESSAGE_ID="$granted" >"$OUT/granted.txt" 2>&1
 	grep -q 'Subject: Pinned-memory lease .* granted' "$OUT/granted.txt"
@@ -165,7 +173,15 @@ check "after dpkg -r: the conffiles stay (status deinstall ok config-files)" \
 if catalog_lists_none; then ok "after dpkg -r: journalctl --list-catalog no longer lists pinbroker's ids"
 else notok "after dpkg -r: journalctl --list-catalog no longer lists pinbroker's ids"; fi
 
-# --- dpkg -P: purges config, links, state ---
+# --- dpkg -i over the config files dpkg -r left (the postinst gets the old version as $2) ---
+dpkg -i "$DEB" >"$OUT/dpkg-reinstall-removed.log" 2>&1
+rc=$?
+cat "$OUT/dpkg-reinstall-removed.log"
+check "dpkg -i after dpkg -r: the socket is enabled and listening again" \
+	sh -c "[ $rc = 0 ] && [ \"\$(systemctl is-enabled pinbrokerd.socket)\" = enabled ] && systemctl is-active pinbrokerd.socket"
+check "dpkg -i after dpkg -r: a client starts the daemon" sh -c 'pinctl status >/dev/null'
+
+# --- dpkg -P (of the installed package: prerm and postrm remove, then postrm purge) ---
 dpkg -P pinbroker >"$OUT/dpkg-purge.log" 2>&1
 rc=$?
 cat "$OUT/dpkg-purge.log"
