@@ -5,7 +5,7 @@
 # systemd-nspawn, runs tests/systemd/in-guest.sh there, and reports "N passed, N failed".
 #
 # usage: run-nspawn.sh [BUILD_DIR]     (BUILD_DIR only hosts the /usr-prefixed build and results)
-# env:   PINBROKER_NSPAWN_CACHE   root cache (default /var/cache/pinbroker-test/bookworm-root)
+# env:   PINBROKER_NSPAWN_CACHE   root cache (default /var/cache/pinbroker-test/bookworm-root; nspawn-lib.sh)
 #        PINBROKER_NSPAWN_MIRROR  Debian mirror (default: the first one in /etc/apt/sources*)
 #        PINBROKER_NSPAWN_TIMEOUT seconds the booted guest may take (default 300)
 #        PINBROKER_NSPAWN_KEEP=1  keep the per-run root copy for debugging
@@ -13,12 +13,7 @@
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=$(realpath -m "${1:-$SRC/build}")
-CACHE=${PINBROKER_NSPAWN_CACHE:-/var/cache/pinbroker-test/bookworm-root}
 TIMEOUT=${PINBROKER_NSPAWN_TIMEOUT:-300}
-SUITE=bookworm
-# procps: /bin/kill for ExecReload=; passwd/login/util-linux (useradd, runuser) are in minbase.
-PACKAGES=systemd,systemd-sysv,dbus,libev4,libprotobuf-c1,libsystemd0,procps
-STAMP="$SUITE minbase $PACKAGES v1"
 MAX_EXPOSURE=2.0
 
 skip() { echo "SKIP: $*"; exit 77; }
@@ -26,9 +21,9 @@ fail() { echo "FAIL: $*"; exit 1; }
 t_start=$(date +%s.%N)
 lap() { printf '%s: %.1f s\n' "$1" "$(echo "$(date +%s.%N) - $2" | bc)"; }
 
-[ "$(id -u)" = 0 ] || skip "needs root (debootstrap and systemd-nspawn --boot)"
-command -v systemd-nspawn >/dev/null || skip "systemd-nspawn not found (apt-get install systemd-container)"
-command -v debootstrap >/dev/null || skip "debootstrap not found (apt-get install debootstrap)"
+# The root cache, its copies and booting them: shared with tests/package/run-deb.sh.
+. "$SRC/tests/systemd/nspawn-lib.sh"
+nspawn_require
 for t in cmake bc; do command -v $t >/dev/null || skip "$t not found"; done
 
 PASS=0
@@ -46,36 +41,8 @@ else
 	host_notok "security exposure '${score}' <= $MAX_EXPOSURE"
 fi
 
-mirror() {
-	local u
-	u=$(grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources | grep -o 'https\?://[^ ]*' |
-		grep -v -- '-security' | grep -m1 '/debian/\?$')
-	[ -n "$u" ] || u=$(grep -hs '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list |
-		grep -o 'https\?://[^ ]*' | grep -v -- '-security' | grep -m1 '/debian/\?$')
-	echo "${u:-http://deb.debian.org/debian}"
-}
-
 # --- the cached root, built once (a stamp names what it was built with) ---
-mkdir -p "$(dirname "$CACHE")"
-exec 9>"$CACHE.lock"
-flock 9
-if [ "$(cat "$CACHE/.pinbroker-root" 2>/dev/null)" != "$STAMP" ]; then
-	M=${PINBROKER_NSPAWN_MIRROR:-$(mirror)}
-	echo "debootstrap $SUITE from $M into $CACHE ..."
-	t=$(date +%s.%N)
-	rm -rf --one-file-system "$CACHE.new"
-	if ! debootstrap --variant=minbase --include=$PACKAGES $SUITE "$CACHE.new" "$M" \
-		>"$CACHE.debootstrap.log" 2>&1; then
-		tail -n 15 "$CACHE.debootstrap.log"
-		skip "debootstrap of $SUITE from $M failed (no route to the mirror?); log: $CACHE.debootstrap.log"
-	fi
-	rm -f "$CACHE.new"/var/cache/apt/archives/*.deb
-	echo "$STAMP" >"$CACHE.new/.pinbroker-root"
-	rm -rf --one-file-system "$CACHE"
-	mv "$CACHE.new" "$CACHE"
-	lap "debootstrap" "$t"
-fi
-flock -u 9
+nspawn_cached_root
 
 # --- a /usr-prefixed build with the debug hooks (the watchdog check needs SIGUSR2) ---
 # Only what gets installed: a half-written benchmark elsewhere must not fail this test.
@@ -97,36 +64,10 @@ cleanup() {
 	if [ "${PINBROKER_NSPAWN_KEEP:-0}" = 1 ]; then echo "kept $WORK"; else rm -rf --one-file-system "$WORK"; fi
 }
 trap cleanup EXIT
-t=$(date +%s.%N)
-cp -a --reflink=auto "$CACHE" "$ROOT" || fail "cannot copy $CACHE"
-lap "copy root" "$t"
-
-boot() {
-	# CAP_IPC_LOCK and CAP_SYS_RESOURCE are not in nspawn's default bounding set, and systemd
-	# silently masks AmbientCapabilities= by it.
-	timeout -k 10 "$1" systemd-nspawn --boot --register=no --keep-unit --console=pipe \
-		--capability=CAP_IPC_LOCK,CAP_SYS_RESOURCE --machine=pinbroker-test -D "$ROOT" </dev/null
-}
+nspawn_copy_root "$ROOT"
 
 # --- probe: can this host boot a container at all? ---
-cat >"$ROOT/etc/systemd/system/pinbroker-probe.service" <<'EOF'
-[Unit]
-After=multi-user.target
-[Service]
-Type=oneshot
-ExecStart=/bin/touch /pinbroker-probe-booted
-ExecStopPost=/bin/systemctl poweroff --no-block
-EOF
-ln -s ../pinbroker-probe.service "$ROOT/etc/systemd/system/multi-user.target.wants/pinbroker-probe.service"
-t=$(date +%s.%N)
-boot 60 >"$WORK/probe.log" 2>&1
-if [ ! -e "$ROOT/pinbroker-probe-booted" ]; then
-	tail -n 15 "$WORK/probe.log"
-	skip "systemd-nspawn --boot of a minimal $SUITE did not reach multi-user.target here"
-fi
-lap "probe boot" "$t"
-rm -f "$ROOT/pinbroker-probe-booted" "$ROOT/etc/systemd/system/pinbroker-probe.service" \
-	"$ROOT/etc/systemd/system/multi-user.target.wants/pinbroker-probe.service"
+nspawn_probe "$ROOT" "$WORK/probe.log"
 
 # --- install into the root, as an admin would: cmake --install, enable the socket ---
 DESTDIR=$ROOT cmake --install "$IB" >"$WORK/install.log" 2>&1 ||
@@ -141,29 +82,13 @@ log-level = debug
 redeclare-grace-ms = 3000
 EOF
 install -D -m 0755 "$SRC/tests/systemd/in-guest.sh" "$ROOT/usr/local/libexec/pinbroker-test/in-guest.sh"
-cat >"$ROOT/etc/systemd/system/pinbroker-test.service" <<EOF
-[Unit]
-Description=pinbroker checks under systemd
-After=multi-user.target
-
-[Service]
-Type=oneshot
-ExecStart=/bin/bash /usr/local/libexec/pinbroker-test/in-guest.sh /pinbroker-results
-TimeoutStartSec=$((TIMEOUT - 30))
-# The guest can only have capabilities this host's bounding set still holds.
-Environment=HOST_CAPBND=$(awk '/^CapBnd:/ { print $2 }' /proc/self/status)
-# Not SuccessAction=poweroff: on this 252 guest it left the container running.
-ExecStopPost=/bin/systemctl poweroff --no-block
-
-[Install]
-WantedBy=multi-user.target
-EOF
-systemctl --root="$ROOT" enable pinbrokerd.socket pinbroker-test.service >/dev/null 2>&1 ||
+nspawn_guest_unit "$ROOT" pinbroker-test /usr/local/libexec/pinbroker-test/in-guest.sh "$TIMEOUT"
+systemctl --root="$ROOT" enable pinbrokerd.socket >/dev/null 2>&1 ||
 	fail "systemctl --root enable pinbrokerd.socket failed"
 
 # --- boot and run the checks ---
 t=$(date +%s.%N)
-boot "$TIMEOUT" >"$WORK/console.log" 2>&1
+nspawn_boot "$ROOT" "$TIMEOUT" >"$WORK/console.log" 2>&1
 rc=$?
 lap "nspawn boot + guest checks" "$t"
 RES=$BUILD/nspawn-results

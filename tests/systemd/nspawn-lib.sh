@@ -1,0 +1,121 @@
+# SPDX-License-Identifier: MIT
+# Sourced by tests/systemd/run-nspawn.sh and tests/package/run-deb.sh (bash): the cached
+# pristine Debian bookworm root (debootstrapped once, stamped with what it was built from), a
+# throwaway copy of it per run, booting a copy with systemd-nspawn, and a probe that skips
+# where this host cannot boot one. The caller defines skip MSG (exit 77), fail MSG (exit 1) and
+# lap NAME START, and may set PINBROKER_NSPAWN_CACHE / PINBROKER_NSPAWN_MIRROR first.
+
+NSPAWN_CACHE=${PINBROKER_NSPAWN_CACHE:-/var/cache/pinbroker-test/bookworm-root}
+NSPAWN_SUITE=bookworm
+# procps: /bin/kill for ExecReload=; passwd/login/util-linux (useradd, runuser) are in minbase.
+# libev4, libprotobuf-c1, libsystemd0: what the packages depend on, so `dpkg -i` needs no network.
+NSPAWN_PACKAGES=systemd,systemd-sysv,dbus,libev4,libprotobuf-c1,libsystemd0,procps
+NSPAWN_STAMP="$NSPAWN_SUITE minbase $NSPAWN_PACKAGES v1"
+
+# nspawn_require: skips unless this runs as root with debootstrap and systemd-nspawn.
+nspawn_require() {
+	[ "$(id -u)" = 0 ] || skip "needs root (debootstrap and systemd-nspawn --boot)"
+	command -v systemd-nspawn >/dev/null || skip "systemd-nspawn not found (apt-get install systemd-container)"
+	command -v debootstrap >/dev/null || skip "debootstrap not found (apt-get install debootstrap)"
+}
+
+# nspawn_mirror: the host's own Debian mirror (not -security), else deb.debian.org.
+nspawn_mirror() {
+	local u
+	u=$(grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources | grep -o 'https\?://[^ ]*' |
+		grep -v -- '-security' | grep -m1 '/debian/\?$')
+	[ -n "$u" ] || u=$(grep -hs '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list |
+		grep -o 'https\?://[^ ]*' | grep -v -- '-security' | grep -m1 '/debian/\?$')
+	echo "${u:-http://deb.debian.org/debian}"
+}
+
+# nspawn_cached_root: makes $NSPAWN_CACHE unless it holds a root of $NSPAWN_STAMP already; under
+# a lock, so that two tests started together debootstrap once. Skips when debootstrap fails.
+nspawn_cached_root() {
+	local M t
+	mkdir -p "$(dirname "$NSPAWN_CACHE")"
+	exec 9>"$NSPAWN_CACHE.lock"
+	flock 9
+	if [ "$(cat "$NSPAWN_CACHE/.pinbroker-root" 2>/dev/null)" != "$NSPAWN_STAMP" ]; then
+		M=${PINBROKER_NSPAWN_MIRROR:-$(nspawn_mirror)}
+		echo "debootstrap $NSPAWN_SUITE from $M into $NSPAWN_CACHE ..."
+		t=$(date +%s.%N)
+		rm -rf --one-file-system "$NSPAWN_CACHE.new"
+		if ! debootstrap --variant=minbase --include=$NSPAWN_PACKAGES $NSPAWN_SUITE "$NSPAWN_CACHE.new" "$M" \
+			>"$NSPAWN_CACHE.debootstrap.log" 2>&1; then
+			tail -n 15 "$NSPAWN_CACHE.debootstrap.log"
+			flock -u 9
+			skip "debootstrap of $NSPAWN_SUITE from $M failed (no route to the mirror?); log: $NSPAWN_CACHE.debootstrap.log"
+		fi
+		rm -f "$NSPAWN_CACHE.new"/var/cache/apt/archives/*.deb
+		echo "$NSPAWN_STAMP" >"$NSPAWN_CACHE.new/.pinbroker-root"
+		rm -rf --one-file-system "$NSPAWN_CACHE"
+		mv "$NSPAWN_CACHE.new" "$NSPAWN_CACHE"
+		lap "debootstrap" "$t"
+	fi
+	flock -u 9
+}
+
+# nspawn_copy_root DIR: a throwaway copy of the cached root at DIR.
+nspawn_copy_root() {
+	local t
+	t=$(date +%s.%N)
+	cp -a --reflink=auto "$NSPAWN_CACHE" "$1" || fail "cannot copy $NSPAWN_CACHE"
+	lap "copy root" "$t"
+}
+
+# nspawn_boot ROOT SECONDS [MACHINE]: boots ROOT until it powers off, at most SECONDS.
+nspawn_boot() {
+	# CAP_IPC_LOCK and CAP_SYS_RESOURCE are not in nspawn's default bounding set, and systemd
+	# silently masks AmbientCapabilities= by it.
+	timeout -k 10 "$2" systemd-nspawn --boot --register=no --keep-unit --console=pipe \
+		--capability=CAP_IPC_LOCK,CAP_SYS_RESOURCE --machine="${3:-pinbroker-test}" -D "$1" </dev/null
+}
+
+# nspawn_probe ROOT LOG: boots ROOT once with a unit that only powers it off again, and skips
+# unless that reached multi-user.target. Leaves ROOT as it found it.
+nspawn_probe() {
+	local root=$1 t
+	cat >"$root/etc/systemd/system/pinbroker-probe.service" <<-'EOF'
+		[Unit]
+		After=multi-user.target
+		[Service]
+		Type=oneshot
+		ExecStart=/bin/touch /pinbroker-probe-booted
+		ExecStopPost=/bin/systemctl poweroff --no-block
+	EOF
+	ln -s ../pinbroker-probe.service "$root/etc/systemd/system/multi-user.target.wants/pinbroker-probe.service"
+	t=$(date +%s.%N)
+	nspawn_boot "$root" 60 >"$2" 2>&1
+	if [ ! -e "$root/pinbroker-probe-booted" ]; then
+		tail -n 15 "$2"
+		skip "systemd-nspawn --boot of a minimal $NSPAWN_SUITE did not reach multi-user.target here"
+	fi
+	lap "probe boot" "$t"
+	rm -f "$root/pinbroker-probe-booted" "$root/etc/systemd/system/pinbroker-probe.service" \
+		"$root/etc/systemd/system/multi-user.target.wants/pinbroker-probe.service"
+}
+
+# nspawn_guest_unit ROOT NAME SCRIPT TIMEOUT: a oneshot unit NAME.service in ROOT, enabled, that
+# runs SCRIPT (already in ROOT) with /pinbroker-results as its argument after boot, then powers
+# the guest off. HOST_CAPBND tells the script which capabilities the guest can have at most.
+nspawn_guest_unit() {
+	cat >"$1/etc/systemd/system/$2.service" <<-EOF
+		[Unit]
+		Description=pinbroker checks under systemd ($2)
+		After=multi-user.target
+
+		[Service]
+		Type=oneshot
+		ExecStart=/bin/bash $3 /pinbroker-results
+		TimeoutStartSec=$(($4 - 30))
+		# The guest can only have capabilities this host's bounding set still holds.
+		Environment=HOST_CAPBND=$(awk '/^CapBnd:/ { print $2 }' /proc/self/status)
+		# Not SuccessAction=poweroff: on this 252 guest it left the container running.
+		ExecStopPost=/bin/systemctl poweroff --no-block
+
+		[Install]
+		WantedBy=multi-user.target
+	EOF
+	systemctl --root="$1" enable "$2.service" >/dev/null 2>&1 || fail "systemctl --root enable $2.service failed"
+}
