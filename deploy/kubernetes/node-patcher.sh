@@ -68,7 +68,8 @@ api() {
 	out=$(printf 'header = "Authorization: Bearer %s"\n' "$token" | curl "$@" "$url" 2>&1)
 	rc=$?
 	if [ $rc -ne 0 ]; then
-		log "$method $url failed: curl exit $rc: $(printf '%s' "$out" | sed '$d' | tr '\n' ' ')"
+		# curl's own one-line error ("curl: (60) SSL certificate problem: ..."), not its advice
+		log "$method $url failed: curl exit $rc: $(printf '%s\n' "$out" | grep -m 1 '^curl: ' || printf '%s' "$out" | head -n 1)"
 		return 1
 	fi
 	code=$(printf '%s' "$out" | tail -n 1)
