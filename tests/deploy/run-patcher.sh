@@ -5,8 +5,9 @@
 # JSON-patch body (/status/capacity/pinbroker.io~1pinned-gib, whole GiB rounded down); no PATCH
 # while the value is unchanged; a PATCH after `pinctl set budget` and after the resource is
 # dropped from the node; clear errors for a refused token, RBAC, a wrong CA, an unknown node,
-# no daemon and no NODE_NAME; a prompt exit on SIGTERM; and, as the pods mount it, pinctl
-# reaching the socket through a read-only bind mount of its folder.
+# no daemon and no NODE_NAME; a prompt exit on SIGTERM; as the pods mount it, pinctl reaching the
+# socket through a read-only bind mount of its folder; and why the DaemonSet has hostPID: a
+# daemon in a pid namespace of its own sees a client in another one as pid 0.
 # usage: run-patcher.sh SOURCE_DIR BUILD_DIR      exit 0 pass, 1 fail, 77 skip
 set -u
 SRC=${1:?usage: run-patcher.sh SOURCE_DIR BUILD_DIR}
@@ -22,12 +23,15 @@ skip() { echo "SKIP: $*" >&2; exit 77; }
 for t in curl jq openssl python3; do
 	command -v $t >/dev/null || skip "$t not found (apt-get install curl jq openssl python3)"
 done
-[ -x "$PINBROKERD" ] && [ -x "$PINCTL_BIN" ] || fail "no $PINBROKERD or $PINCTL_BIN: build first"
+[ -x "$PINBROKERD" ] || fail "no $PINBROKERD: build first"
+[ -x "$PINCTL_BIN" ] || fail "no $PINBROKERD or $PINCTL_BIN: build first"
 
 T=$(mktemp -d /tmp/pinbroker-k8s.XXXXXX) || fail "cannot create a temp directory"
 chmod 0755 "$T"
-DPID= SPID= LPID=
+DPID='' SPID='' LPID='' NPID='' CPID=''
 cleanup() {
+	# unshare -f ignores SIGTERM; SIGKILL takes it and, by --kill-child, what runs under it.
+	for p in $CPID $NPID; do kill -KILL "$p" 2>/dev/null; done
 	for p in $LPID $SPID $DPID; do kill "$p" 2>/dev/null; done
 	wait 2>/dev/null
 	rm -rf "$T"
@@ -67,8 +71,8 @@ SPID=$!
 wait_for 100 test -s "$T/port" || { cat "$T/server.log"; fail "the fake API server did not start"; }
 API=https://127.0.0.1:$(cat "$T/port")
 
-export NODE_NAME=$NODE PATCHER_API_URL=$API PATCHER_TOKEN_FILE=$T/token PATCHER_CA_FILE=$T/ca.crt \
-	PINCTL=$PINCTL_BIN PINBROKER_SOCKET=$SOCK PATCHER_INTERVAL_S=1
+export NODE_NAME="$NODE" PATCHER_API_URL="$API" PATCHER_TOKEN_FILE="$T/token" PATCHER_CA_FILE="$T/ca.crt" \
+	PINCTL="$PINCTL_BIN" PINBROKER_SOCKET="$SOCK" PATCHER_INTERVAL_S=1
 unset KUBERNETES_SERVICE_HOST KUBERNETES_SERVICE_PORT PATCHER_ONCE
 
 npatch() { jq -s '[.[] | select(.method == "PATCH")] | length' "$REQ"; }
@@ -156,11 +160,39 @@ once 1 "https://\[fd00::1\]:443/api/v1/nodes/$NODE" PATCHER_API_URL= KUBERNETES_
 # 7. The socket folder mounted read-only, as the client pod and the patcher mount it.
 if command -v unshare >/dev/null && unshare -m true 2>/dev/null; then
 	mkdir "$T/ro"
+	# shellcheck disable=SC2016
 	unshare -m sh -c 'mount --bind "$1" "$2" && mount -o remount,bind,ro "$2" && ! touch "$2/x" 2>/dev/null &&
 		"$3" --socket "$2/pinbroker.sock" status >/dev/null' sh "$T/run" "$T/ro" "$PINCTL_BIN" ||
 		fail "pinctl could not reach the daemon through a read-only bind mount of its socket folder"
 	echo "ok: pinctl status through a read-only bind mount of the socket folder"
 else
 	echo "note: no mount namespace here: the read-only mount check did not run"
+fi
+# 8. hostPID: the daemon in the host's pid namespace sees a client's real pid; one in a pid
+# namespace of its own (a pod without hostPID) sees a client pod's process as pid 0.
+"$PINCTL_BIN" --socket "$SOCK" acquire 4M --hold 3 --label host-ns >/dev/null 2>&1 &
+CPID=$!
+lease_pid() { "$PINCTL_BIN" --socket "$1" status --json | jq -e --arg l "$2" '.leases[] | select(.label == $l) | .pid'; }
+wait_for 50 lease_pid "$SOCK" host-ns >/dev/null || fail "no lease from the host-namespace client"
+[ "$(lease_pid "$SOCK" host-ns)" = "$CPID" ] || fail "the daemon saw pid $(lease_pid "$SOCK" host-ns) for client $CPID"
+kill "$CPID" 2>/dev/null
+wait "$CPID" 2>/dev/null
+CPID=''
+
+if unshare -p -f --mount-proc --kill-child true 2>/dev/null; then
+	mkdir -m 0755 "$T/ns"
+	unshare -p -f --mount-proc --kill-child "$PINBROKERD" --config /dev/null --socket "$T/ns/pb.sock" --budget 1G \
+		--prewarm 4M </dev/null >"$T/ns.log" 2>&1 &
+	NPID=$!
+	wait_for 100 "$PINCTL_BIN" --socket "$T/ns/pb.sock" status >/dev/null 2>&1 || { cat "$T/ns.log"; fail "no daemon in a pid namespace"; }
+	unshare -p -f --mount-proc --kill-child "$PINCTL_BIN" --socket "$T/ns/pb.sock" acquire 4M --hold 3 --label pod \
+		>/dev/null 2>&1 &
+	CPID=$!
+	wait_for 50 lease_pid "$T/ns/pb.sock" pod >/dev/null || fail "no lease from the client in another pid namespace"
+	p=$(lease_pid "$T/ns/pb.sock" pod)
+	[ "$p" = 0 ] || fail "a daemon in its own pid namespace saw the other namespace's client as pid $p, expected 0"
+	echo "ok: hostPID: the host-namespace daemon sees the client's pid ($CPID); one in its own pid namespace sees pid 0"
+else
+	echo "note: no pid namespaces here: the hostPID check did not run"
 fi
 echo "PASS: node-patcher.sh"
