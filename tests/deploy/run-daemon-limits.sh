@@ -92,6 +92,11 @@ wait "$APID" || { cat "$T/acquire.log"; fail "pinctl acquire $want failed in the
 grep -q ", locked," "$T/acquire.log" || fail "the lease was not locked: $(cat "$T/acquire.log")"
 [ "$(printf '%s' "$st" | jq -r .pressure_state)" = normal ] ||
 	fail "pressure went $(printf '%s' "$st" | jq -r .pressure_state) with $want leased: $(printf '%s' "$st" | jq -c .signals)"
-[ $((locked_kb * 1024)) -ge $((budget * 9 / 10)) ] || fail "the daemon locked only $locked_kb kB for a $want lease"
-echo "ok: a $want lease: locked by the daemon ($locked_kb kB past a 64 KiB RLIMIT_MEMLOCK), pressure normal"
+if [ "${PINBROKER_SANITIZED:-0}" = 1 ]; then
+	# ASan's runtime makes mlock and mlockall no-ops, so VmLck says nothing there.
+	echo "ok: a $want lease, pressure normal (sanitized build: VmLck not checked, ASan turns mlock into a no-op)"
+else
+	[ $((locked_kb * 1024)) -ge $((budget * 9 / 10)) ] || fail "the daemon locked only $locked_kb kB for a $want lease"
+	echo "ok: a $want lease: locked by the daemon ($locked_kb kB past a 64 KiB RLIMIT_MEMLOCK), pressure normal"
+fi
 echo "PASS: pinbrokerd under the DaemonSet's limits"
