@@ -6,11 +6,15 @@ export DEBIAN_FRONTEND=noninteractive
 PKGS="build-essential cmake pkg-config libev-dev libprotobuf-c-dev protobuf-c-compiler
       libsystemd-dev check jq"
 # Tests: fuzzing (clang + libFuzzer runtime), valgrind, the booted-systemd test, groff for rendering
-# the man pages in the install test, lintian for the Debian packages (tests/package), and the Python package's tests (Debian's python3 with CPU torch, numpy, pytest; setuptools and pip to install it).
+# the man pages in the install test, lintian for the Debian packages (tests/package), the Kubernetes manifests' and patcher's tests, and the Python package's tests (Debian's python3 with CPU torch, numpy, pytest; setuptools and pip to install it).
 if [ "${1:-}" = "--test" ]; then
 	PKGS="$PKGS clang libclang-rt-14-dev valgrind debootstrap systemd-container procps
 	      python3 python3-pytest python3-numpy python3-torch python3-setuptools python3-pip groff-base
-	      prometheus-node-exporter curl lintian"
+	      prometheus-node-exporter curl lintian openssl yamllint python3-yaml shellcheck"
+	# The Kubernetes manifests' test renders them with kubectl's kustomize: Debian's
+	# kubernetes-client (kubectl 1.20), unless some kubectl is already installed (another
+	# package's /usr/bin/kubectl would conflict with it).
+	command -v kubectl >/dev/null || PKGS="$PKGS kubernetes-client"
 fi
 missing=""
 for p in $PKGS; do
@@ -21,4 +25,12 @@ if [ -n "$missing" ]; then
 	apt-get update -qq
 	# shellcheck disable=SC2086
 	apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+# The schema check of the Kubernetes manifests (tests/deploy/run-k8s.sh) uses the npm package
+# kubernetes-models where node and npm are installed; without them that one check is skipped.
+if [ "${1:-}" = "--test" ] && command -v npm >/dev/null; then
+	cache="$(dirname "$0")/../.cache/k8s-schema"
+	[ -d "$cache/node_modules/kubernetes-models" ] ||
+		npm install --silent --no-audit --no-fund --prefix "$cache" kubernetes-models@4.5.1 >/dev/null ||
+		echo "deps: npm could not install kubernetes-models: the manifests' schema check will be skipped" >&2
 fi

@@ -1,0 +1,84 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Offline checks of deploy/kubernetes: the base and the overlay render with kubectl's built-in
+# kustomize (every kubectl named in $KUBECTLS, default the one on PATH; kubectl 1.20, Debian 12's
+# kubernetes-client, is the oldest meant to work), yamllint on the sources, shellcheck on the
+# patcher, the structural checks of check-manifests.py on what was rendered (the real pinbrokerd
+# validates the ConfigMap's config), and a schema check with kubernetes-models when node has it.
+# Nothing here talks to a cluster: `kubectl apply --dry-run=client` needs an API server for
+# discovery even with --validate=false, so it is not used.
+# usage: run-k8s.sh SOURCE_DIR BUILD_DIR      exit 0 pass, 1 fail, 77 skip
+set -u
+SRC=${1:?usage: run-k8s.sh SOURCE_DIR BUILD_DIR}
+BUILD=${2:?usage: run-k8s.sh SOURCE_DIR BUILD_DIR}
+K8S=$SRC/deploy/kubernetes
+OVERLAY=$SRC/deploy/overlays/large-budget
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+skip() { echo "SKIP: $*" >&2; exit 77; }
+
+KUBECTLS=${KUBECTLS:-kubectl}
+for k in $KUBECTLS; do
+	command -v "$k" >/dev/null || skip "$k not found (apt-get install kubernetes-client: kubectl with kustomize built in)"
+done
+python3 -c 'import yaml' 2>/dev/null || skip "python3 with yaml not found (apt-get install python3-yaml)"
+[ -x "$BUILD/daemon/pinbrokerd" ] || fail "no $BUILD/daemon/pinbrokerd: build first"
+
+T=$(mktemp -d /tmp/pinbroker-k8s-manifests.XXXXXX) || fail "cannot create a temp directory"
+trap 'rm -rf "$T"' EXIT
+
+# 1. Render, with each kubectl; the checks below run on every rendering.
+i=0
+for k in $KUBECTLS; do
+	i=$((i + 1))
+	v=$("$k" version --client 2>/dev/null | grep -o 'v[0-9][0-9.]*[^ ",]*' | head -n 1)
+	"$k" kustomize "$K8S" >"$T/base-$i.yaml" 2>"$T/err" || { cat "$T/err"; fail "$k kustomize $K8S failed"; }
+	"$k" kustomize "$OVERLAY" >"$T/overlay-$i.yaml" 2>"$T/err" || { cat "$T/err"; fail "$k kustomize $OVERLAY failed"; }
+	echo "ok: rendered with $k ($v): $(grep -c '^kind:' "$T/base-$i.yaml") objects in the base, $(grep -c '^kind:' "$T/overlay-$i.yaml") in the overlay"
+done
+
+# 2. yamllint on the sources, two-space style, lines up to 120.
+if command -v yamllint >/dev/null; then
+	rules='line-length: {max: 120}, document-start: disable, comments: {min-spaces-from-content: 1}'
+	yamllint -s -d "{extends: default, rules: {$rules}}" \
+		"$K8S" "$SRC/deploy/overlays" || fail "yamllint found problems (above)"
+	echo "ok: yamllint"
+else
+	echo "note: yamllint not found (apt-get install yamllint): not linted"
+fi
+
+# 3. The patcher: POSIX sh.
+sh -n "$K8S/node-patcher.sh" || fail "node-patcher.sh does not parse"
+if command -v shellcheck >/dev/null; then
+	shellcheck -s sh "$K8S/node-patcher.sh" || fail "shellcheck found problems in node-patcher.sh (above)"
+	echo "ok: shellcheck node-patcher.sh"
+else
+	echo "note: shellcheck not found: node-patcher.sh only parsed with sh -n"
+fi
+
+# 4. What matters in the rendered objects (with a self-test: each broken variant must be caught).
+i=0
+for k in $KUBECTLS; do
+	i=$((i + 1))
+	python3 "$SRC/tests/deploy/check-manifests.py" "$T/base-$i.yaml" "$T/overlay-$i.yaml" \
+		"$K8S/examples/client-pod.yaml" "$BUILD/daemon/pinbrokerd" "$K8S/node-patcher.sh" >"$T/check.out" 2>&1 ||
+		{ cat "$T/check.out"; fail "check-manifests.py on $k's rendering"; }
+	grep '^self-test' "$T/check.out" | sed 's/^/  /'
+	echo "ok: structural checks on $k's rendering"
+done
+
+# 5. Schema: kubernetes-models (npm) from $PINBROKER_K8S_MODELS or .cache/k8s-schema, when there.
+MODELS=${PINBROKER_K8S_MODELS:-$SRC/.cache/k8s-schema/node_modules}
+if command -v node >/dev/null && [ -d "$MODELS/kubernetes-models" ]; then
+	mv=$(jq -r .version "$MODELS/kubernetes-models/package.json" 2>/dev/null)
+	for f in "$T/base-1.yaml" "$T/overlay-1.yaml" "$K8S/examples/client-pod.yaml"; do
+		python3 -c 'import sys, yaml, json; print(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d]))' "$f" |
+			NODE_PATH=$MODELS node "$SRC/tests/deploy/validate-schema.js" >"$T/schema.out" 2>&1 ||
+			{ cat "$T/schema.out"; fail "schema check of $f (kubernetes-models $mv)"; }
+	done
+	echo "ok: schema check (kubernetes-models $mv) of the base, the overlay and the client pod"
+else
+	echo "note: schema check skipped: needs node and kubernetes-models" \
+		"(npm install --prefix $SRC/.cache/k8s-schema kubernetes-models@4.5.1, or set PINBROKER_K8S_MODELS)"
+fi
+echo "PASS: deploy/kubernetes"
