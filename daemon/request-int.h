@@ -28,6 +28,8 @@ void handle_report_unbrokered(struct conn *c, const Pinbroker__V1__Request *req)
 void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req);
 void handle_set_config(struct conn *c, const Pinbroker__V1__Request *req);
 void handle_metrics(struct conn *c, const Pinbroker__V1__Request *req);
+/* CONFIG: the running config, one key or all, each value with where it came from (pinctl get, config). */
+void handle_config(struct conn *c, const Pinbroker__V1__Request *req);
 
 /* ---- req-status.c */
 /* STATUS: summary from counters, one bounded page of client rows and one of lease rows. */
