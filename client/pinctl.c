@@ -739,9 +739,9 @@ static void print_leases_table(const struct pb_lease_info *rows, size_t n)
 		const struct pb_lease_info *l = &rows[i];
 
 		printf("%-8" PRIu64 " %-8" PRId32 " %-10s %-10s %-11s %-9s %-10s %s\n", l->id, l->pid,
-		       user_name(l->uid, user, sizeof(user)),
-		       size_str(l->bytes, sz, sizeof(sz)), priority_name(l->priority), esc(l->state, st),
-		       duration_str(l->age_ms, age, sizeof(age)), esc(l->label, lb));
+		       user_name(l->uid, user, sizeof(user)), size_str(l->bytes, sz, sizeof(sz)),
+		       priority_name(l->priority), esc(l->state, st), duration_str(l->age_ms, age, sizeof(age)),
+		       esc(l->label, lb));
 		if (l->registration || l->no_revoke)
 			printf("%-8s %s\n", "", l->registration ? "registration: the program's own memory, charged; never revoked"
 								: "never revoked: its program cannot give memory back");
@@ -1510,12 +1510,11 @@ struct top_view {
 	int rows, cols;   /* what a frame may fill */
 	bool interactive; /* refreshing in place: clear to the end of each line */
 	bool colour;
-	int used;         /* lines written in this frame */
+	int used; /* lines written in this frame */
 };
 
 /* One line of a frame, cut to the width, in colour (NULL for none); nothing once the height is full. */
-__attribute__((format(printf, 3, 4))) static void top_line(struct top_view *v, const char *colour, const char *fmt,
-							     ...)
+__attribute__((format(printf, 3, 4))) static void top_line(struct top_view *v, const char *colour, const char *fmt, ...)
 {
 	char buf[TOP_LINE_BYTES];
 	va_list ap;
@@ -1683,8 +1682,8 @@ static int cmd_top(int argc, char **argv)
 			errno = 0;
 			interval_s = strtod(optarg, &end);
 			if (errno || *end || end == optarg || !(interval_s >= 0.1 && interval_s <= TOP_MAX_INTERVAL_S))
-				return usage_error("%s: --interval: not a number of seconds from 0.1 to 3600: %s", argv[0],
-						   optarg);
+				return usage_error("%s: --interval: not a number of seconds from 0.1 to 3600: %s",
+						   argv[0], optarg);
 			break;
 		case '1':
 			once = true;

@@ -298,8 +298,8 @@ START_TEST(test_top_colours_a_tty_unless_no_color)
 	ck_assert_msg(strstr(out, "\033[32m") && strstr(out, "pressure: normal"), "no colour on a tty: %s", out);
 	free(out);
 	free(cmd);
-	ck_assert_int_ge(asprintf(&cmd, "NO_COLOR=1 script -qec \"%s --socket '%s' top --once\" /dev/null",
-				  PINCTL_PATH, d.socket),
+	ck_assert_int_ge(asprintf(&cmd, "NO_COLOR=1 script -qec \"%s --socket '%s' top --once\" /dev/null", PINCTL_PATH,
+				  d.socket),
 			 0);
 	ck_assert_int_eq(run_capture(cmd, &out), 0);
 	ck_assert_ptr_nonnull(strstr(out, "pressure: normal"));
@@ -314,7 +314,8 @@ START_TEST(test_top_interactive_quits_on_q_and_restores_the_terminal)
 {
 	char *out = NULL, *cmd = NULL;
 
-	ck_assert_int_ge(asprintf(&cmd, "(sleep 1; printf q) | script -qec \"%s --socket '%s' top --interval 0.2\" /dev/null",
+	ck_assert_int_ge(asprintf(&cmd,
+				  "(sleep 1; printf q) | script -qec \"%s --socket '%s' top --interval 0.2\" /dev/null",
 				  PINCTL_PATH, d.socket),
 			 0);
 	ck_assert_int_eq(run_capture(cmd, &out), 0);
