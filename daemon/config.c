@@ -893,10 +893,11 @@ int config_check_file_mode(const char *path, char **warn)
 static void where(const struct config *c, const char *path, const char *key, char *buf, size_t len)
 {
 	const struct config_key *k = config_key_find(key);
-	unsigned line = k ? c->origin[k - keys] : 0;
+	unsigned line = 0;
 
 	buf[0] = '\0';
-	if (path && line && line != CONFIG_ORIGIN_SET)
+	/* Only a value from the file has a line; the environment's and pinctl set's have none. */
+	if (path && k && config_source_of(c, k, &line) == CONFIG_SOURCE_FILE)
 		snprintf(buf, len, "%s:%u: ", path, line);
 }
 

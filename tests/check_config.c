@@ -998,6 +998,15 @@ START_TEST(test_validate_errors_carry_the_file_line)
 	ck_assert_int_eq(config_validate_file(c, path, &err), -EINVAL);
 	ck_assert(strncmp(err, "critical-mem-available-pct (9)", 30) == 0);
 	free(err);
+	/* Nor has one from pinctl set or the environment (their origins are not line numbers). */
+	ck_assert_int_eq(config_mark_runtime(c, "critical-mem-available-pct"), 0);
+	ck_assert_int_eq(config_validate_file(c, path, &err), -EINVAL);
+	ck_assert_msg(strncmp(err, "critical-mem-available-pct (9)", 30) == 0, "%s", err);
+	free(err);
+	ck_assert_int_eq(config_mark_env(c, "critical-mem-available-pct"), 0);
+	ck_assert_int_eq(config_validate_file(c, path, &err), -EINVAL);
+	ck_assert_msg(strncmp(err, "critical-mem-available-pct (9)", 30) == 0, "%s", err);
+	free(err);
 	unlink(path);
 	free(path);
 	config_free(c);
