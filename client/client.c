@@ -2123,6 +2123,74 @@ static char *xstrdup(const char *s, bool *oom)
 	return d;
 }
 
+void pb_config_free(struct pb_config_entry *e, size_t n)
+{
+	if (!e)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		free(e[i].key);
+		free(e[i].value);
+		free(e[i].source);
+		free(e[i].file);
+	}
+	free(e);
+}
+
+int pb_config_get(pb_client *c, const char *key, struct pb_config_entry **ret, size_t *n)
+{
+	Pinbroker__V1__ConfigRequest cq = PINBROKER__V1__CONFIG_REQUEST__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	const Pinbroker__V1__ConfigReply *cr;
+	struct pb_config_entry *e;
+	bool oom = false;
+	struct waiter w;
+	size_t count;
+	int r;
+
+	if (!ret || !n)
+		return set_error(-EINVAL, "pb_config_get: ret and n are required");
+	*ret = NULL;
+	*n = 0;
+	cq.key = (char *)key;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_CONFIG;
+	req.config = &cq;
+	r = call_checked(c, &req, &w);
+	if (r == -ECONNRESET)
+		return set_error(-EOPNOTSUPP, "pinbrokerd closed the connection on CONFIG: it predates pinctl get and "
+					      "pinctl config (upgrade it)");
+	if (r < 0)
+		return r;
+	if (w.reply->body_case != PINBROKER__V1__REPLY__BODY_CONFIG) {
+		waiter_cleanup(&w);
+		return set_error(-EPROTO, "pinbrokerd answered CONFIG without the config");
+	}
+	cr = w.reply->config;
+	e = calloc(cr->n_entries ? cr->n_entries : 1, sizeof(*e));
+	if (!e) {
+		waiter_cleanup(&w);
+		return set_error(-ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < cr->n_entries; i++) {
+		const Pinbroker__V1__ConfigEntry *ce = cr->entries[i];
+
+		e[i].key = xstrdup(ce->key, &oom);
+		e[i].value = xstrdup(ce->value, &oom);
+		e[i].source = xstrdup(ce->source, &oom);
+		e[i].file = xstrdup(ce->file, &oom);
+		e[i].line = ce->has_line ? ce->line : 0;
+		e[i].reloadable = ce->has_reloadable && ce->reloadable;
+	}
+	count = cr->n_entries;
+	waiter_cleanup(&w);
+	if (oom) {
+		pb_config_free(e, count);
+		return set_error(-ENOMEM, "out of memory");
+	}
+	*ret = e;
+	*n = count;
+	return 0;
+}
+
 static char *join_labels(char **labels, size_t n, bool *oom)
 {
 	size_t len = 1;

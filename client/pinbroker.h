@@ -194,6 +194,26 @@ int pb_report_unbrokered(pb_client *c, uint64_t bytes);
  */
 int pb_metrics(pb_client *c, char **text);
 
+/* One key of the daemon's running config, as pb_config_get returns it. */
+struct pb_config_entry {
+	char *key;
+	char *value;  /* as the config file spells it: "8G", "25%", "30000", "yes"; "" written as \"\" */
+	char *source; /* "default", "file", "environment", "command line" or "set" (pinctl set) */
+	char *file;   /* source "file": the file read, else "" */
+	uint32_t line; /* source "file": its line, else 0 */
+	int reloadable; /* 1: SIGHUP and pinctl set apply it; 0: only a restart */
+};
+
+/*
+ * The daemon's running config: key's entry, or every key when key is NULL,
+ * in *ret (an array of *n; free with pb_config_free). Any client may ask.
+ * Returns 0, -EINVAL for an unknown key (pb_last_error() names close
+ * matches), -EOPNOTSUPP against a daemon older than the request, or another
+ * negative errno.
+ */
+int pb_config_get(pb_client *c, const char *key, struct pb_config_entry **ret, size_t *n);
+void pb_config_free(struct pb_config_entry *e, size_t n);
+
 /*
  * Give a lease back (unregister, unmap, RELEASE), or, when the client cache is
  * enabled, keep it mapped as cached-idle for a fast re-acquire. Works for

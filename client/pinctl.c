@@ -6,7 +6,9 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -15,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,8 +50,12 @@ static void usage(FILE *f)
 		"  leases [--json]                   every lease on the host (fetched page by page)\n"
 		"  acquire SIZE [--hold SECONDS] [--label L] [--priority normal|critical|best-effort]\n"
 		"          [--wait MS]               borrow SIZE (e.g. 64M, 1G), touch it, hold, release\n"
-		"  revoke LEASE | --uid UID | --all [--deadline MS]\n"
+		"  revoke LEASE | --uid USER | --all [--deadline MS]\n"
 		"                                    ask clients to give leases back (admin)\n"
+		"  top [--interval SECONDS] [--once] a live view of the budget, clients and leases (also: watch)\n"
+		"  get KEY [--json]                  one running setting and where it came from\n"
+		"  config [--json]                   every running setting, each with its source (default,\n"
+		"                                    file:line, environment, command line, set)\n"
 		"  set KEY VALUE                     change a reloadable daemon setting (admin)\n"
 		"  metrics                           the daemon's Prometheus metrics (text format)\n"
 		"  run [--fallback cuda|error|pageable] [--label L] [--no-torch] [--] CMD [ARGS]\n"
@@ -122,19 +130,45 @@ static const struct command_help {
 		     "  --label L       the label status and leases show\n"
 		     "  --priority P    normal, critical (revoked last) or best-effort (revoked first)\n"
 		     "  --wait MS       wait up to MS for memory instead of being refused at once\n" },
-	{ "revoke", "Usage: pinctl revoke LEASE | --uid UID | --all [--deadline MS]\n"
+	{ "revoke", "Usage: pinctl revoke LEASE | --uid USER | --all [--deadline MS]\n"
 		    "\n"
 		    "Ask the holders to give leases back (admin): one lease by id, every lease of a uid, or all.\n"
 		    "\n"
-		    "  --uid UID       every lease of UID\n"
+		    "  --uid USER      every lease of USER, a user name or a uid\n"
 		    "  --all           every lease on the host\n"
 		    "  --deadline MS   time the holders have before revoke-enforce applies (default: the daemon's\n"
 		    "                  revoke-deadline-ms)\n" },
+	{ "top", "Usage: pinctl top [--interval SECONDS] [--once]   (also: pinctl watch)\n"
+		 "\n"
+		 "A live view, refreshed in place: the budget, leased, pool and pressure, then the clients and the\n"
+		 "leases holding the most bytes, as many as the terminal has room for. q or Ctrl-C quits.\n"
+		 "Colour only on a terminal, and not with NO_COLOR set (https://no-color.org). When stdout is not\n"
+		 "a terminal it prints one frame ($LINES x $COLUMNS, else 24x80) and exits.\n"
+		 "\n"
+		 "  --interval S    seconds between refreshes, 0.1 to 3600 (default 1; also -n S)\n"
+		 "  --once          print one frame and exit\n" },
+	{ "watch", "Usage: pinctl watch [--interval SECONDS] [--once]\n"
+		   "\n"
+		   "Another name for pinctl top.\n" },
+	{ "get", "Usage: pinctl get KEY [--json]\n"
+		 "\n"
+		 "The running value of one daemon setting, as the config file spells it (8G, 25%, 30000), and\n"
+		 "where it came from: default, file PATH:LINE, environment, command line, or set (pinctl set).\n"
+		 "Any user may read the config. An unknown key is an error naming the closest key.\n"
+		 "\n"
+		 "  --json          {schema_version, config: {key, value, source, file, line, reloadable}}\n" },
+	{ "config", "Usage: pinctl config [--json]\n"
+		    "\n"
+		    "Every running daemon setting as 'key = value  # source' lines (config-file syntax), the source\n"
+		    "being default, file PATH:LINE, environment, command line, or set (pinctl set). A SIGHUP reload\n"
+		    "re-reads the file but keeps the set values until the daemon restarts.\n"
+		    "\n"
+		    "  --json          {schema_version, config: [{key, value, source, file, line, reloadable}]}\n" },
 	{ "set", "Usage: pinctl set KEY VALUE\n"
 		 "\n"
 		 "Change a reloadable daemon setting at run time (admin), e.g. pinctl set budget 8G. The value\n"
-		 "wins over the file and the command line, also on reload, until the daemon restarts.\n"
-		 "The keys: pinbrokerd --config-doc.\n" },
+		 "wins over the file and the command line, also on reload, until the daemon restarts;\n"
+		 "pinctl get KEY then shows its source as set. The keys: pinctl config, pinbrokerd --config-doc.\n" },
 	{ "run", "Usage: pinctl run [--fallback cuda|error|pageable] [--label L] [--no-torch] [--] CMD [ARGS]\n"
 		 "\n"
 		 "Run an unmodified program with its pinned memory (cudaHostAlloc, cudaMallocHost,\n"
@@ -214,6 +248,42 @@ static const char *group_name(gid_t gid, char *buf, size_t len)
 	else
 		snprintf(buf, len, "%u", (unsigned)gid);
 	return buf;
+}
+
+/* uid's user name, or the number when the passwd database has none. */
+static const char *user_name(uint32_t uid, char *buf, size_t len)
+{
+	struct passwd *pw = getpwuid((uid_t)uid);
+
+	if (pw && pw->pw_name && *pw->pw_name)
+		snprintf(buf, len, "%s", pw->pw_name);
+	else
+		snprintf(buf, len, "%" PRIu32, uid);
+	return buf;
+}
+
+/* A user as a name (getpwnam) or a number. Returns 0, or -EINVAL for neither, -ENOENT for an unknown name. */
+static int parse_user(const char *s, uint32_t *ret)
+{
+	struct passwd *pw;
+	unsigned long v;
+	char *end;
+
+	if (!s || !*s)
+		return -EINVAL;
+	if (*s >= '0' && *s <= '9') {
+		errno = 0;
+		v = strtoul(s, &end, 10);
+		if (errno || *end || v >= UINT32_MAX) /* (uid_t)-1 is "no uid" to the kernel */
+			return -EINVAL;
+		*ret = (uint32_t)v;
+		return 0;
+	}
+	pw = getpwnam(s);
+	if (!pw)
+		return -ENOENT;
+	*ret = (uint32_t)pw->pw_uid;
+	return 0;
 }
 
 /*
@@ -525,12 +595,14 @@ static void json_leases(FILE *f, const struct pb_lease_info *rows, size_t n)
 	fputc('[', f);
 	for (size_t i = 0; i < n; i++) {
 		const struct pb_lease_info *l = &rows[i];
+		char user[64];
 
 		fprintf(f, "%s{", i ? "," : "");
 		json_u64(f, "id", l->id, true);
 		json_key(f, "pid");
 		fprintf(f, "%" PRId32 ",", l->pid);
 		json_u64(f, "uid", l->uid, true);
+		json_kstr(f, "user", user_name(l->uid, user, sizeof(user)), true);
 		json_u64(f, "bytes", l->bytes, true);
 		json_kstr(f, "label", l->label, true);
 		json_u64(f, "age_ms", l->age_ms, true);
@@ -628,11 +700,13 @@ static void status_json(FILE *f, const struct pb_status *s)
 	fputc('[', f);
 	for (size_t i = 0; i < s->n_clients; i++) {
 		const struct pb_client_info *ci = &s->clients[i];
+		char user[64];
 
 		fprintf(f, "%s{", i ? "," : "");
 		json_key(f, "pid");
 		fprintf(f, "%" PRId32 ",", ci->pid);
 		json_u64(f, "uid", ci->uid, true);
+		json_kstr(f, "user", user_name(ci->uid, user, sizeof(user)), true);
 		json_kstr(f, "name", ci->name, true);
 		json_u64(f, "leases", ci->leases, true);
 		json_u64(f, "attached", ci->attached, true); /* of leases: mapped through a share token */
@@ -660,16 +734,17 @@ static void print_events(const char *title, const struct pb_event_info *e, size_
 
 static void print_leases_table(const struct pb_lease_info *rows, size_t n)
 {
-	char sz[32], age[32], st[ESC_BYTES], lb[ESC_BYTES];
+	char sz[32], age[32], st[ESC_BYTES], lb[ESC_BYTES], user[64];
 
-	printf("%-8s %-8s %-6s %-10s %-11s %-9s %-10s %s\n", "ID", "PID", "UID", "BYTES", "PRIORITY", "STATE", "AGE",
+	printf("%-8s %-8s %-10s %-10s %-11s %-9s %-10s %s\n", "ID", "PID", "USER", "BYTES", "PRIORITY", "STATE", "AGE",
 	       "LABEL");
 	for (size_t i = 0; i < n; i++) {
 		const struct pb_lease_info *l = &rows[i];
 
-		printf("%-8" PRIu64 " %-8" PRId32 " %-6" PRIu32 " %-10s %-11s %-9s %-10s %s\n", l->id, l->pid, l->uid,
-		       size_str(l->bytes, sz, sizeof(sz)), priority_name(l->priority), esc(l->state, st),
-		       duration_str(l->age_ms, age, sizeof(age)), esc(l->label, lb));
+		printf("%-8" PRIu64 " %-8" PRId32 " %-10s %-10s %-11s %-9s %-10s %s\n", l->id, l->pid,
+		       user_name(l->uid, user, sizeof(user)), size_str(l->bytes, sz, sizeof(sz)),
+		       priority_name(l->priority), esc(l->state, st), duration_str(l->age_ms, age, sizeof(age)),
+		       esc(l->label, lb));
 		if (l->registration || l->no_revoke)
 			printf("%-8s %s\n", "", l->registration ? "registration: the program's own memory, charged; never revoked"
 								: "never revoked: its program cannot give memory back");
@@ -746,14 +821,16 @@ static void status_human(const struct pb_status *s)
 	print_events("transitions", s->transitions, s->n_transitions);
 	print_events("revocations", s->revocations, s->n_revocations);
 
-	printf("\n%-8s %-6s %-6s %-10s %-16s %s\n", "PID", "UID", "LEASES", "BYTES", "NAME", "LABELS");
+	printf("\n%-8s %-10s %-6s %-10s %-16s %s\n", "PID", "USER", "LEASES", "BYTES", "NAME", "LABELS");
 	for (size_t i = 0; i < s->n_clients; i++) {
 		const struct pb_client_info *ci = &s->clients[i];
+		char user[64];
 
 		/* pinctl's own connection is not news. */
 		if (ci->pid == getpid() && ci->leases == 0)
 			continue;
-		printf("%-8" PRId32 " %-6" PRIu32 " %-6" PRIu32 " %-10s %-16s %s\n", ci->pid, ci->uid, ci->leases,
+		printf("%-8" PRId32 " %-10s %-6" PRIu32 " %-10s %-16s %s\n", ci->pid, user_name(ci->uid, user, sizeof(user)),
+		       ci->leases,
 		       size_str(ci->bytes, a, sizeof(a)), ci->name[0] ? esc(ci->name, e1) : "-",
 		       ci->labels[0] ? esc(ci->labels, e2) : "-");
 	}
@@ -761,8 +838,11 @@ static void status_human(const struct pb_status *s)
 
 /* ---------------------------------------------------------------- commands */
 
-/* The one option of status and leases. Returns PINCTL_OPT_NEXT to go on, or the exit code (--help, usage). */
-static int parse_json_flag(int argc, char **argv, bool *json)
+/*
+ * --json, the one option of status, leases, get and config, and nargs arguments after it.
+ * Returns PINCTL_OPT_NEXT to go on (the arguments start at optind), or the exit code (--help, usage).
+ */
+static int parse_json_flag_args(int argc, char **argv, bool *json, int nargs)
 {
 	static const struct option opts[] = { { "json", no_argument, NULL, 'j' }, PINCTL_COMMON_OPTIONS,
 					      { NULL, 0, NULL, 0 } };
@@ -775,9 +855,18 @@ static int parse_json_flag(int argc, char **argv, bool *json)
 		else if ((r = command_option(argv[0], o, argv)) != PINCTL_OPT_NEXT)
 			return r;
 	}
-	if (optind != argc)
+	if (nargs == 0 && optind != argc)
 		return usage_error("%s takes no arguments", argv[0]);
+	if (nargs == 1 && optind == argc)
+		return usage_error("%s: give a KEY (pinctl config lists them)", argv[0]);
+	if (argc - optind > nargs)
+		return usage_error("%s: give one KEY, not %d arguments", argv[0], argc - optind);
 	return PINCTL_OPT_NEXT;
+}
+
+static int parse_json_flag(int argc, char **argv, bool *json)
+{
+	return parse_json_flag_args(argc, argv, json, 0);
 }
 
 static int cmd_status(int argc, char **argv)
@@ -1061,6 +1150,7 @@ static int cmd_revoke(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	uint64_t lease_id = 0, uid = 0, deadline_ms = 0, *ids = NULL;
+	uint32_t uid32 = 0;
 	int what = -1, o, r, targets = 0;
 	size_t n = 0;
 	pb_client *c;
@@ -1068,8 +1158,12 @@ static int cmd_revoke(int argc, char **argv)
 	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
 		switch (o) {
 		case 'u':
-			if (parse_u64(optarg, UINT32_MAX, &uid) < 0)
-				return usage_error("--uid: not a uid: %s", optarg);
+			r = parse_user(optarg, &uid32);
+			if (r == -ENOENT)
+				return usage_error("revoke: --uid: no such user: %s (give a user name or a uid)", optarg);
+			if (r < 0)
+				return usage_error("revoke: --uid: not a user name or uid: %s", optarg);
+			uid = uid32;
 			what = PB_REVOKE_UID;
 			targets++;
 			break;
@@ -1096,7 +1190,7 @@ static int cmd_revoke(int argc, char **argv)
 		targets++;
 	}
 	if (targets != 1)
-		return usage_error("%s: give exactly one of LEASE, --uid UID or --all", "revoke");
+		return usage_error("%s: give exactly one of LEASE, --uid USER or --all", "revoke");
 
 	c = connect_or_explain();
 	if (!c)
@@ -1298,6 +1392,388 @@ static int cmd_metrics(int argc, char **argv)
 	return EXIT_SUCCESS;
 }
 
+/* ---------------------------------------------------------------- get, config */
+
+static void config_entry_json(FILE *f, const struct pb_config_entry *e)
+{
+	fputc('{', f);
+	json_kstr(f, "key", e->key, true);
+	json_kstr(f, "value", e->value, true);
+	json_kstr(f, "source", e->source, true);
+	if (e->file[0]) {
+		json_kstr(f, "file", e->file, true);
+		json_u64(f, "line", e->line, true);
+	}
+	fprintf(f, "\"reloadable\":%s}", e->reloadable ? "true" : "false");
+}
+
+/* "key = value  # source": config-file syntax, so a line can be pasted back into the file. */
+static void config_entry_human(const struct pb_config_entry *e)
+{
+	char k[ESC_BYTES], v[ESC_BYTES], src[ESC_BYTES], file[ESC_BYTES];
+	char where[2 * ESC_BYTES + 32];
+
+	esc(e->key, k);
+	esc(e->value, v);
+	if (e->file[0])
+		snprintf(where, sizeof(where), "%s %s:%" PRIu32, esc(e->source, src), esc(e->file, file), e->line);
+	else
+		snprintf(where, sizeof(where), "%s", esc(e->source, src));
+	printf("%s = %-*s # %s%s\n", k, (int)(k[0] ? (strlen(k) < 32 ? 32 - strlen(k) : 1) : 1), v, where,
+	       e->reloadable ? "" : " (restart to change)");
+}
+
+/* get KEY and config share it: key NULL asks for every key. */
+static int show_config(const char *what, const char *key, bool json)
+{
+	struct pb_config_entry *e = NULL;
+	size_t n = 0;
+	pb_client *c;
+	int r;
+
+	c = connect_or_explain();
+	if (!c)
+		return EXIT_FAILURE;
+	r = pb_config_get(c, key, &e, &n);
+	pb_disconnect(c);
+	if (r < 0)
+		return report_failure(what, r);
+	if (json && key && n == 1) {
+		fputc('{', stdout);
+		json_u64(stdout, "schema_version", JSON_SCHEMA_VERSION, true);
+		json_key(stdout, "config");
+		config_entry_json(stdout, &e[0]);
+		fputs("}\n", stdout);
+	} else if (json) {
+		fputc('{', stdout);
+		json_u64(stdout, "schema_version", JSON_SCHEMA_VERSION, true);
+		json_key(stdout, "config");
+		fputc('[', stdout);
+		for (size_t i = 0; i < n; i++) {
+			if (i)
+				fputc(',', stdout);
+			config_entry_json(stdout, &e[i]);
+		}
+		fputs("]}\n", stdout);
+	} else {
+		for (size_t i = 0; i < n; i++)
+			config_entry_human(&e[i]);
+	}
+	pb_config_free(e, n);
+	return fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+static int cmd_get(int argc, char **argv)
+{
+	bool json;
+	int r;
+
+	r = parse_json_flag_args(argc, argv, &json, 1);
+	if (r != PINCTL_OPT_NEXT)
+		return r;
+	return show_config("get", argv[optind], json);
+}
+
+static int cmd_config(int argc, char **argv)
+{
+	bool json;
+	int r;
+
+	r = parse_json_flag(argc, argv, &json);
+	if (r != PINCTL_OPT_NEXT)
+		return r;
+	return show_config("config", NULL, json);
+}
+
+/* ---------------------------------------------------------------- top */
+
+#define TOP_MAX_INTERVAL_S 3600.0
+#define TOP_DEFAULT_ROWS 24
+#define TOP_DEFAULT_COLS 80
+#define TOP_MIN_COLS 20
+#define TOP_LINE_BYTES 1024
+
+#define ANSI_RESET "\033[0m"
+#define ANSI_BOLD "\033[1m"
+#define ANSI_RED "\033[31m"
+#define ANSI_GREEN "\033[32m"
+#define ANSI_YELLOW "\033[33m"
+
+static volatile sig_atomic_t top_quit, top_resized;
+
+static void top_on_signal(int sig)
+{
+	if (sig == SIGWINCH)
+		top_resized = 1;
+	else
+		top_quit = 1;
+}
+
+struct top_view {
+	int rows, cols;   /* what a frame may fill */
+	bool interactive; /* refreshing in place: clear to the end of each line */
+	bool colour;
+	int used; /* lines written in this frame */
+};
+
+/* One line of a frame, cut to the width, in colour (NULL for none); nothing once the height is full. */
+__attribute__((format(printf, 3, 4))) static void top_line(struct top_view *v, const char *colour, const char *fmt, ...)
+{
+	char buf[TOP_LINE_BYTES];
+	va_list ap;
+
+	if (v->used >= v->rows)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if ((int)strlen(buf) > v->cols)
+		buf[v->cols] = '\0';
+	if (colour && v->colour)
+		printf("%s%s%s", colour, buf, ANSI_RESET);
+	else
+		fputs(buf, stdout);
+	fputs(v->interactive ? "\033[K\n" : "\n", stdout);
+	v->used++;
+}
+
+static const char *state_colour(const char *state)
+{
+	if (strcmp(state, "critical") == 0)
+		return ANSI_RED ANSI_BOLD;
+	if (strcmp(state, "tight") == 0)
+		return ANSI_YELLOW ANSI_BOLD;
+	return ANSI_GREEN;
+}
+
+static int by_client_bytes(const void *a, const void *b)
+{
+	const struct pb_client_info *x = *(const struct pb_client_info *const *)a;
+	const struct pb_client_info *y = *(const struct pb_client_info *const *)b;
+
+	return x->bytes < y->bytes ? 1 : x->bytes > y->bytes ? -1 : (x->pid > y->pid) - (x->pid < y->pid);
+}
+
+static int by_lease_bytes(const void *a, const void *b)
+{
+	const struct pb_lease_info *x = *(const struct pb_lease_info *const *)a;
+	const struct pb_lease_info *y = *(const struct pb_lease_info *const *)b;
+
+	return x->bytes < y->bytes ? 1 : x->bytes > y->bytes ? -1 : (x->id > y->id) - (x->id < y->id);
+}
+
+static void top_frame(struct top_view *v, const struct pb_status *s, double interval_s)
+{
+	const struct pb_client_info **cl = calloc(s->n_clients ? s->n_clients : 1, sizeof(*cl));
+	const struct pb_lease_info **ls = calloc(s->n_leases ? s->n_leases : 1, sizeof(*ls));
+	char a[32], b[32], c[32], d[32], e1[ESC_BYTES], e2[ESC_BYTES], user[64], bar[TOP_LINE_BYTES];
+	size_t ncl = 0, room, client_rows, lease_rows, fill, width;
+	unsigned pct = s->budget_bytes ? (unsigned)((s->leased_bytes * 100.0) / (double)s->budget_bytes) : 0;
+
+	v->used = 0;
+	if (!cl || !ls) {
+		top_line(v, NULL, "pinctl top: out of memory");
+		free(cl);
+		free(ls);
+		return;
+	}
+	for (size_t i = 0; i < s->n_clients; i++)
+		if (!(s->clients[i].pid == getpid() && s->clients[i].leases == 0)) /* pinctl itself */
+			cl[ncl++] = &s->clients[i];
+	for (size_t i = 0; i < s->n_leases; i++)
+		ls[i] = &s->leases[i];
+	qsort(cl, ncl, sizeof(*cl), by_client_bytes);
+	qsort(ls, s->n_leases, sizeof(*ls), by_lease_bytes);
+
+	top_line(v, ANSI_BOLD, "pinbrokerd %s, up %s; every %.1f s%s",
+		 s->server_version[0] ? esc(s->server_version, e1) : "(unknown version)",
+		 duration_str(s->uptime_ms, a, sizeof(a)), interval_s, v->interactive ? "; q quits" : "");
+	top_line(v, state_colour(s->pressure_state), "pressure: %s (monitor: %s)", esc(s->pressure_state, e1),
+		 esc(s->monitor_mode, e2));
+	top_line(v, NULL, "budget %s  leased %s (%u%%)  free %s  overdue %s", size_str(s->budget_bytes, a, sizeof(a)),
+		 size_str(s->leased_bytes, b, sizeof(b)), pct,
+		 size_str(s->budget_bytes > s->leased_bytes ? s->budget_bytes - s->leased_bytes : 0, c, sizeof(c)),
+		 size_str(s->overdue_bytes, d, sizeof(d)));
+	top_line(v, NULL, "pool %s (idle %s, prewarm %s)  waiting %" PRIu32, size_str(s->pool_bytes, a, sizeof(a)),
+		 size_str(s->pool_idle_bytes, b, sizeof(b)), size_str(s->prewarm_bytes, c, sizeof(c)),
+		 s->waiting_acquires);
+	/* The leased share of the budget as a bar across the width: [#####.....] */
+	width = v->cols > 2 ? (size_t)v->cols - 2 : 0;
+	if (width >= sizeof(bar) - 3)
+		width = sizeof(bar) - 3;
+	fill = width * (pct > 100 ? 100 : pct) / 100;
+	bar[0] = '[';
+	memset(bar + 1, '#', fill);
+	memset(bar + 1 + fill, '.', width - fill);
+	bar[1 + width] = ']';
+	bar[2 + width] = '\0';
+	top_line(v, state_colour(s->pressure_state), "%s", bar);
+
+	/* What is left of the height, shared: clients first, up to half, the leases the rest. */
+	room = v->rows > v->used + 5 ? (size_t)(v->rows - v->used - 5) : 0;
+	client_rows = ncl < (room + 1) / 2 ? ncl : (room + 1) / 2;
+	lease_rows = room - client_rows;
+	if (lease_rows > s->n_leases) {
+		lease_rows = s->n_leases;
+		client_rows = ncl < room - lease_rows ? ncl : room - lease_rows;
+	}
+
+	top_line(v, NULL, "%s", "");
+	top_line(v, ANSI_BOLD, "clients by bytes (%zu of %zu)", client_rows, ncl);
+	top_line(v, ANSI_BOLD, "%-8s %-10s %-6s %-10s %-16s %s", "PID", "USER", "LEASES", "BYTES", "NAME", "LABELS");
+	for (size_t i = 0; i < client_rows; i++)
+		top_line(v, NULL, "%-8" PRId32 " %-10s %-6" PRIu32 " %-10s %-16s %s", cl[i]->pid,
+			 user_name(cl[i]->uid, user, sizeof(user)), cl[i]->leases, size_str(cl[i]->bytes, a, sizeof(a)),
+			 cl[i]->name[0] ? esc(cl[i]->name, e1) : "-", cl[i]->labels[0] ? esc(cl[i]->labels, e2) : "-");
+	top_line(v, ANSI_BOLD, "leases by bytes (%zu of %zu)", lease_rows, s->n_leases);
+	top_line(v, ANSI_BOLD, "%-8s %-8s %-10s %-10s %-11s %-9s %s", "ID", "PID", "USER", "BYTES", "PRIORITY", "STATE",
+		 "LABEL");
+	for (size_t i = 0; i < lease_rows; i++)
+		top_line(v, NULL, "%-8" PRIu64 " %-8" PRId32 " %-10s %-10s %-11s %-9s %s", ls[i]->id, ls[i]->pid,
+			 user_name(ls[i]->uid, user, sizeof(user)), size_str(ls[i]->bytes, a, sizeof(a)),
+			 priority_name(ls[i]->priority), esc(ls[i]->state, e1), esc(ls[i]->label, e2));
+	free(cl);
+	free(ls);
+}
+
+/* The frame's size: the terminal's (TIOCGWINSZ) when stdout is one, else $LINES and $COLUMNS, else 24x80. */
+static void top_size(struct top_view *v, bool tty)
+{
+	struct winsize ws;
+	const char *e;
+
+	v->rows = TOP_DEFAULT_ROWS;
+	v->cols = TOP_DEFAULT_COLS;
+	if (tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row && ws.ws_col) {
+		v->rows = ws.ws_row;
+		v->cols = ws.ws_col;
+		return;
+	}
+	if ((e = getenv("LINES")) && atoi(e) > 0)
+		v->rows = atoi(e);
+	if ((e = getenv("COLUMNS")) && atoi(e) > 0)
+		v->cols = atoi(e);
+	if (v->cols < TOP_MIN_COLS)
+		v->cols = TOP_MIN_COLS;
+	if (v->cols >= TOP_LINE_BYTES)
+		v->cols = TOP_LINE_BYTES - 1;
+}
+
+static int cmd_top(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "interval", required_argument, NULL, 'i' },
+		{ "once", no_argument, NULL, '1' },
+		PINCTL_COMMON_OPTIONS,
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *nc = getenv("NO_COLOR");
+	bool once = false, tty = isatty(STDOUT_FILENO), raw = false;
+	struct top_view v = { 0 };
+	struct termios saved, t;
+	struct sigaction sa = { 0 };
+	double interval_s = 1.0;
+	int o, r, ret = EXIT_SUCCESS;
+	pb_client *c;
+
+	while ((o = getopt_long(argc, argv, ":n:", opts, NULL)) != -1) {
+		char *end;
+
+		switch (o) {
+		case 'i':
+		case 'n':
+			errno = 0;
+			interval_s = strtod(optarg, &end);
+			if (errno || *end || end == optarg || !(interval_s >= 0.1 && interval_s <= TOP_MAX_INTERVAL_S))
+				return usage_error("%s: --interval: not a number of seconds from 0.1 to 3600: %s",
+						   argv[0], optarg);
+			break;
+		case '1':
+			once = true;
+			break;
+		default:
+			if ((r = command_option(argv[0], o, argv)) != PINCTL_OPT_NEXT)
+				return r;
+			break;
+		}
+	}
+	if (optind != argc)
+		return usage_error("%s takes no arguments", argv[0]);
+	/* https://no-color.org: NO_COLOR present and not empty turns colour off. */
+	v.colour = tty && !(nc && *nc);
+	v.interactive = tty && !once;
+	top_size(&v, tty);
+
+	c = connect_or_explain();
+	if (!c)
+		return EXIT_FAILURE;
+	if (v.interactive) {
+		sa.sa_handler = top_on_signal; /* no SA_RESTART: poll() returns on each */
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGTERM, &sa, NULL);
+		sigaction(SIGHUP, &sa, NULL);
+		sigaction(SIGWINCH, &sa, NULL);
+		/* Keys one at a time without echo, so q quits at once; ISIG stays, so Ctrl-C is SIGINT. */
+		if (isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &saved) == 0) {
+			t = saved;
+			t.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+			t.c_cc[VMIN] = 0;
+			t.c_cc[VTIME] = 0;
+			raw = tcsetattr(STDIN_FILENO, TCSANOW, &t) == 0;
+		}
+		fputs("\033[?1049h\033[?25l", stdout); /* the alternate screen, no cursor */
+	}
+	while (!top_quit) {
+		struct pb_status *s;
+		struct pollfd pfd = { .fd = STDIN_FILENO, .events = POLLIN };
+		uint64_t until;
+
+		r = pb_status_query(c, PB_STATUS_LEASES, &s);
+		if (r < 0) {
+			if (v.interactive)
+				fputs("\033[?25h\033[?1049l", stdout);
+			v.interactive = false;
+			ret = report_failure(argv[0], r);
+			break;
+		}
+		if (v.interactive)
+			fputs("\033[H", stdout);
+		top_frame(&v, s, interval_s);
+		pb_status_free(s);
+		if (v.interactive)
+			fputs("\033[J", stdout);
+		fflush(stdout);
+		if (!v.interactive)
+			break;
+		until = now_us() + (uint64_t)(interval_s * 1e6);
+		while (!top_quit && !top_resized) {
+			uint64_t now = now_us();
+			char key;
+
+			if (now >= until)
+				break;
+			if (poll(&pfd, raw ? 1 : 0, (int)((until - now + 999) / 1000)) > 0 && (pfd.revents & POLLIN)) {
+				if (read(STDIN_FILENO, &key, 1) == 1 && (key == 'q' || key == 'Q'))
+					top_quit = 1;
+				else if (pfd.revents & (POLLHUP | POLLERR))
+					top_quit = 1;
+			}
+		}
+		if (top_resized) {
+			top_resized = 0;
+			top_size(&v, tty);
+		}
+	}
+	if (v.interactive)
+		fputs("\033[?25h\033[?1049l", stdout);
+	fflush(stdout);
+	if (raw)
+		tcsetattr(STDIN_FILENO, TCSANOW, &saved);
+	pb_disconnect(c);
+	return ret;
+}
+
 static int cmd_help(int argc, char **argv)
 {
 	if (argc == 2 && strcmp(argv[1], "--help") == 0)
@@ -1317,7 +1793,9 @@ static const struct command {
 	{ "status", cmd_status }, { "leases", cmd_leases }, { "acquire", cmd_acquire },
 	{ "revoke", cmd_revoke }, { "set", cmd_set },       { "run", cmd_run },
 	{ "metrics", cmd_metrics }, { "doctor", cmd_doctor }, { "quota", cmd_quota },
-	{ "jobs", cmd_jobs },       { "help", cmd_help },
+	{ "jobs", cmd_jobs },       { "help", cmd_help },     { "get", cmd_get },
+	{ "config", cmd_config },   { "top", cmd_top },
+	{ "watch", cmd_top }, /* top's other name, as procps has watch(1) */
 };
 
 int main(int argc, char **argv)
@@ -1351,7 +1829,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (optind >= argc)
-		return usage_error("no command given (status, leases, acquire, revoke, set, run, doctor)");
+		return usage_error("no command given (status, leases, top, acquire, revoke, get, set, config, run, doctor)");
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
 		if (strcmp(argv[optind], commands[i].name) == 0) {
 			char **sub = argv + optind;

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # bash completion for pinctl: commands, each command's options (read from `pinctl CMD --help`, so
-# they never drift), option values, pinctl set's reloadable keys (from `pinbrokerd --config-doc`),
-# and run's program. Needs nothing but bash; bash-completion's helpers are not used.
+# they never drift), option values, pinctl set's reloadable keys and get's keys (from
+# `pinbrokerd --config-doc`), user names for --uid, quota's subcommands, and run's program. Needs nothing but bash; bash-completion's helpers are not used.
 
 # Words of the line being completed: cur (the word under the cursor) and prev.
 _pinctl_words() {
@@ -34,6 +34,13 @@ _pinctl_set_keys() {
 	"$daemon" --config-doc 2>/dev/null | sed -n 's/^| `\([a-z0-9-]*\)` | [^|]* | yes |.*/\1/p'
 }
 
+# The keys pinctl get shows: every row of the table.
+_pinctl_all_keys() {
+	local daemon
+	daemon=$(_pinctl_daemon "$1") || return 0
+	"$daemon" --config-doc 2>/dev/null | sed -n 's/^| `\([a-z0-9-]*\)` |.*/\1/p'
+}
+
 # Completions for what a word is, one per line, filtered by cur: COMPREPLY.
 _pinctl_reply() {
 	local IFS=$'\n'
@@ -42,7 +49,7 @@ _pinctl_reply() {
 
 _pinctl() {
 	local cur prev cmd=$1 sub= i w skip=0 nargs=0 run_prog=
-	local commands="status leases acquire revoke set run doctor help"
+	local commands="status leases top watch acquire revoke get set config quota jobs metrics run doctor help"
 	_pinctl_words
 	COMPREPLY=()
 
@@ -63,7 +70,7 @@ _pinctl() {
 		fi
 		# Inside the command: count its arguments; run's program ends pinctl's options.
 		case $w in
-		--socket | --hold | --label | --priority | --wait | --uid | --deadline | --fallback) skip=1 ;;
+		--socket | --hold | --label | --priority | --wait | --uid | --deadline | --fallback | --interval | -n) skip=1 ;;
 		--) [[ $sub == run ]] && run_prog=next ;;
 		-*) ;;
 		*)
@@ -89,7 +96,11 @@ _pinctl() {
 		_pinctl_reply $'cuda\nerror\npageable'
 		return 0
 		;;
-	--hold | --label | --wait | --uid | --deadline)
+	--uid)
+		COMPREPLY=($(compgen -u -- "$cur"))
+		return 0
+		;;
+	--hold | --label | --wait | --deadline | --interval)
 		return 0
 		;;
 	esac
@@ -122,6 +133,13 @@ _pinctl() {
 		;;
 	set)
 		((nargs == 0)) && _pinctl_reply "$(_pinctl_set_keys "$cmd")"
+		;;
+	get)
+		((nargs == 0)) && _pinctl_reply "$(_pinctl_all_keys "$cmd")"
+		;;
+	quota)
+		((nargs == 0)) && _pinctl_reply $'set\nclear\nlist'
+		((nargs >= 1)) && [[ $prev == set || $prev == clear ]] && COMPREPLY=($(compgen -u -- "$cur"))
 		;;
 	run)
 		COMPREPLY=($(compgen -c -- "$cur"))

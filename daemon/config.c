@@ -583,6 +583,7 @@ void config_free(struct config *c)
 	for (size_t i = 0; i < N_KEYS; i++)
 		if (keys[i].type == CT_STRING)
 			free(*(char **)field(c, &keys[i]));
+	free(c->file_path);
 	free(c);
 }
 
@@ -622,6 +623,11 @@ int config_dup(const struct config *c, struct config **ret)
 	for (size_t i = 0; i < N_KEYS; i++)
 		if (keys[i].type == CT_STRING)
 			*(char **)field(d, &keys[i]) = NULL;
+	d->file_path = NULL;
+	if (c->file_path && !(d->file_path = strdup(c->file_path))) {
+		config_free(d);
+		return -ENOMEM;
+	}
 	for (size_t i = 0; i < N_KEYS; i++) {
 		const char *s;
 
@@ -687,6 +693,11 @@ static const char *suggest_key(const char *name)
 	return best <= limit ? hit : NULL;
 }
 
+const char *config_suggest_key(const char *name)
+{
+	return name ? suggest_key(name) : NULL;
+}
+
 static char *trim(char *s)
 {
 	char *e;
@@ -728,6 +739,12 @@ int config_load_file(struct config *c, const char *path, char **err)
 	}
 	e = open_memstream(&errbuf, &errlen);
 	if (!e) {
+		r = -ENOMEM;
+		goto out;
+	}
+	free(c->file_path);
+	c->file_path = strdup(path);
+	if (!c->file_path) {
 		r = -ENOMEM;
 		goto out;
 	}
@@ -886,10 +903,11 @@ int config_check_file_mode(const char *path, char **warn)
 static void where(const struct config *c, const char *path, const char *key, char *buf, size_t len)
 {
 	const struct config_key *k = config_key_find(key);
-	unsigned line = k ? c->origin[k - keys] : 0;
+	unsigned line = 0;
 
 	buf[0] = '\0';
-	if (path && line && line != CONFIG_ORIGIN_SET)
+	/* Only a value from the file has a line; the environment's and pinctl set's have none. */
+	if (path && k && config_source_of(c, k, &line) == CONFIG_SOURCE_FILE)
 		snprintf(buf, len, "%s:%u: ", path, line);
 }
 
@@ -914,6 +932,65 @@ int config_mark_runtime(struct config *c, const char *key)
 		return -ENOENT;
 	c->origin[k - keys] = CONFIG_ORIGIN_RUNTIME;
 	return 0;
+}
+
+int config_mark_env(struct config *c, const char *key)
+{
+	const struct config_key *k = config_key_find(key);
+
+	if (!k)
+		return -ENOENT;
+	c->origin[k - keys] = CONFIG_ORIGIN_ENV;
+	return 0;
+}
+
+enum config_source config_source_of(const struct config *c, const struct config_key *k, unsigned *line)
+{
+	unsigned o = c->origin[k - keys];
+
+	if (line)
+		*line = 0;
+	switch (o) {
+	case 0:
+		return CONFIG_SOURCE_DEFAULT;
+	case CONFIG_ORIGIN_SET:
+		return CONFIG_SOURCE_COMMAND_LINE;
+	case CONFIG_ORIGIN_RUNTIME:
+		return CONFIG_SOURCE_SET;
+	case CONFIG_ORIGIN_ENV:
+		return CONFIG_SOURCE_ENVIRONMENT;
+	default:
+		if (line)
+			*line = o;
+		return CONFIG_SOURCE_FILE;
+	}
+}
+
+const char *config_source_name(enum config_source s)
+{
+	switch (s) {
+	case CONFIG_SOURCE_FILE:
+		return "file";
+	case CONFIG_SOURCE_ENVIRONMENT:
+		return "environment";
+	case CONFIG_SOURCE_COMMAND_LINE:
+		return "command line";
+	case CONFIG_SOURCE_SET:
+		return "set";
+	case CONFIG_SOURCE_DEFAULT:
+	default:
+		return "default";
+	}
+}
+
+const char *config_file_path(const struct config *c)
+{
+	return c->file_path;
+}
+
+void config_format_value(const struct config *c, const struct config_key *k, char *buf, size_t len)
+{
+	format_value(c, k, buf, len);
 }
 
 /* Copy k's value from src into dst. Returns 0 or -ENOMEM (dst unchanged). */
@@ -982,6 +1059,8 @@ int config_keep_fixed(struct config *dst, const struct config *src,
 		format_value(src, &keys[i], kept, sizeof(kept));
 		if (copy_value(dst, src, &keys[i]) < 0)
 			return -ENOMEM;
+		/* The value kept is the old one, and so is where it came from. */
+		dst->origin[i] = src->origin[i];
 		if (note)
 			note(keys[i].name, wanted, kept, ud);
 	}

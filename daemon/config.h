@@ -12,6 +12,16 @@
 #define CONFIG_MAX_KEYS 64
 #define CONFIG_ORIGIN_SET UINT_MAX
 #define CONFIG_ORIGIN_RUNTIME (UINT_MAX - 1) /* pinctl set: kept over the file on reload until restart */
+#define CONFIG_ORIGIN_ENV (UINT_MAX - 2)     /* $PINBROKER_SOCKET */
+
+/* Where a key's running value came from, as pinctl get and pinctl config show it. */
+enum config_source {
+	CONFIG_SOURCE_DEFAULT,      /* the embedded default */
+	CONFIG_SOURCE_FILE,         /* a line of the config file */
+	CONFIG_SOURCE_ENVIRONMENT,  /* $PINBROKER_SOCKET */
+	CONFIG_SOURCE_COMMAND_LINE, /* --KEY VALUE */
+	CONFIG_SOURCE_SET,          /* pinctl set at run time: kept over the file on reload until restart */
+};
 
 enum config_hugetlb { CONFIG_HUGETLB_AUTO, CONFIG_HUGETLB_YES, CONFIG_HUGETLB_NO };
 enum config_thp { CONFIG_THP_AUTO, CONFIG_THP_YES, CONFIG_THP_NO };
@@ -89,6 +99,7 @@ struct config {
 	 * the user set that conflict are an error.
 	 */
 	unsigned origin[CONFIG_MAX_KEYS];
+	char *file_path; /* the file config_load_file last read into this config, or NULL */
 };
 
 enum config_type { CT_STRING, CT_SIZE, CT_SIZE_PCT, CT_UINT, CT_DOUBLE, CT_BOOL, CT_ENUM, CT_LOGLEVEL };
@@ -107,6 +118,8 @@ struct config_key {
 /* The table, in the order the sample config lists it. */
 const struct config_key *config_keys(size_t *n);
 const struct config_key *config_key_find(const char *name);
+/* The key closest to name when it is close enough to be a typo ("bugdet": "budget"), else NULL. */
+const char *config_suggest_key(const char *name);
 
 /* A config holding every embedded default. Returns 0 and *ret, or -ENOMEM. */
 int config_new(struct config **ret);
@@ -159,6 +172,20 @@ bool config_is_user_set(const struct config *c, const char *key);
  * size: the pool then warms only the budget, and the caller says so once.
  */
 bool config_prewarm_yields(const struct config *c);
+
+/*
+ * Where k's value in c came from; for CONFIG_SOURCE_FILE, *line (if line is
+ * not NULL) gets its line in config_file_path(c), else 0.
+ */
+enum config_source config_source_of(const struct config *c, const struct config_key *k, unsigned *line);
+/* "default", "file", "environment", "command line" or "set". */
+const char *config_source_name(enum config_source s);
+/* The file config_load_file read into c (kept by config_dup), or NULL when none was. */
+const char *config_file_path(const struct config *c);
+/* Mark key as set from the environment ($PINBROKER_SOCKET). Returns 0 or -ENOENT. */
+int config_mark_env(struct config *c, const char *key);
+/* k's value in c as config text, as the config file spells it ("8G", "25%", "yes"); buf of len bytes. */
+void config_format_value(const struct config *c, const struct config_key *k, char *buf, size_t len);
 
 /* Mark key as set at run time (pinctl set), so a reload keeps it. Returns 0 or -ENOENT. */
 int config_mark_runtime(struct config *c, const char *key);

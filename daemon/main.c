@@ -332,7 +332,9 @@ static int load_config(const struct options *o, const struct config *running, st
 		warn_config_mode(o->config_path);
 	}
 	env = getenv("PINBROKER_SOCKET");
-	if (env && *env && config_set(c, "socket", env, &e) < 0) {
+	if (env && *env && config_set(c, "socket", env, &e) == 0) {
+		config_mark_env(c, "socket");
+	} else if (env && *env) {
 		char *line = NULL;
 
 		r = asprintf(&line, "$PINBROKER_SOCKET: %s", e ? e : "bad value") < 0 ? -ENOMEM : add_errors(err, line);

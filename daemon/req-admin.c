@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The admin verbs: revoke (one's own leases, or anyone's for an admin), set, and metrics; status, the
- * fourth, is req-status.c.
+ * The admin verbs: revoke (one's own leases, or anyone's for an admin), set, config (reading it back)
+ * and metrics; status is req-status.c.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,4 +134,74 @@ void handle_metrics(struct conn *c, const Pinbroker__V1__Request *req)
 	r.metrics = &mr;
 	reply_send(c, &r, NULL, 0);
 	free(text);
+}
+
+/* Room for one value as config text: a path is the longest. */
+#define CONFIG_VALUE_BYTES (PATH_MAX + 8)
+
+void handle_config(struct conn *c, const Pinbroker__V1__Request *req)
+{
+	struct broker *b = c->broker;
+	const char *want = req->config->key;
+	Pinbroker__V1__ConfigReply cr = PINBROKER__V1__CONFIG_REPLY__INIT;
+	Pinbroker__V1__ConfigEntry *ents = NULL, **ptrs = NULL;
+	const struct config_key *keys, *only = NULL;
+	char *values = NULL;
+	size_t nkeys, n = 0;
+	Pinbroker__V1__Reply r;
+
+	keys = config_keys(&nkeys);
+	if (want) {
+		const char *hint;
+
+		only = config_key_find(want);
+		if (!only) {
+			hint = config_suggest_key(want);
+			reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+				     "unknown key '%s'%s%s%s; pinctl config lists the keys", want,
+				     hint ? " (did you mean '" : "", hint ? hint : "", hint ? "'?)" : "");
+			return;
+		}
+	}
+	ents = calloc(nkeys, sizeof(*ents));
+	ptrs = calloc(nkeys, sizeof(*ptrs));
+	values = malloc(nkeys * CONFIG_VALUE_BYTES);
+	if (!ents || !ptrs || !values) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INTERNAL, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < nkeys; i++) {
+		const struct config_key *k = &keys[i];
+		Pinbroker__V1__ConfigEntry *e = &ents[n];
+		char *v = values + n * CONFIG_VALUE_BYTES;
+		enum config_source src;
+		unsigned line;
+
+		if (only && k != only)
+			continue;
+		pinbroker__v1__config_entry__init(e);
+		config_format_value(b->cfg, k, v, CONFIG_VALUE_BYTES);
+		src = config_source_of(b->cfg, k, &line);
+		e->key = (char *)k->name;
+		e->value = v;
+		e->source = (char *)config_source_name(src);
+		if (src == CONFIG_SOURCE_FILE && config_file_path(b->cfg)) {
+			e->file = (char *)config_file_path(b->cfg);
+			e->has_line = true;
+			e->line = line;
+		}
+		e->has_reloadable = true;
+		e->reloadable = k->reloadable;
+		ptrs[n++] = e;
+	}
+	cr.n_entries = n;
+	cr.entries = ptrs;
+	reply_init(&r, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+	r.body_case = PINBROKER__V1__REPLY__BODY_CONFIG;
+	r.config = &cr;
+	reply_send(c, &r, NULL, 0);
+out:
+	free(values);
+	free(ptrs);
+	free(ents);
 }

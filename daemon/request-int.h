@@ -32,6 +32,8 @@ void handle_report_unbrokered(struct conn *c, const Pinbroker__V1__Request *req)
 void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req);
 void handle_set_config(struct conn *c, const Pinbroker__V1__Request *req);
 void handle_metrics(struct conn *c, const Pinbroker__V1__Request *req);
+/* CONFIG: the running config, one key or all, each value with where it came from (pinctl get, config). */
+void handle_config(struct conn *c, const Pinbroker__V1__Request *req);
 
 /* ---- req-quota.c */
 void handle_quota_set(struct conn *c, const Pinbroker__V1__Request *req);

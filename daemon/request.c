@@ -51,6 +51,11 @@ static const struct request_kind request_table[] = {
 	{ PINBROKER__V1__REQUEST__BODY_QUOTA_SET, "quota-set", REQ_NEEDS_HELLO | REQ_ADMIN, handle_quota_set },
 	{ PINBROKER__V1__REQUEST__BODY_QUOTA_LIST, "quota-list", REQ_NEEDS_HELLO | REQ_ALLOWED_WHILE_STOPPING,
 	  handle_quota_list },
+	/*
+	 * Not REQ_ADMIN, as STATUS is not: reading is not changing (set is admin), no key holds a secret
+	 * or another uid's data, and the installed config file is world-readable (0644) anyway.
+	 */
+	{ PINBROKER__V1__REQUEST__BODY_CONFIG, "config", REQ_NEEDS_HELLO | REQ_ALLOWED_WHILE_STOPPING, handle_config },
 };
 
 void request_dispatch(struct conn *c, const uint8_t *buf, size_t len)

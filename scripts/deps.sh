@@ -6,10 +6,10 @@ export DEBIAN_FRONTEND=noninteractive
 PKGS="build-essential cmake pkg-config libev-dev libprotobuf-c-dev protobuf-c-compiler
       libsystemd-dev check jq"
 # Tests: fuzzing (clang + libFuzzer runtime), valgrind, the booted-systemd test, groff for rendering
-# the man pages in the install test, lintian for the Debian packages (tests/package), the Kubernetes manifests' and patcher's tests, and the Python package's tests (Debian's python3 with CPU torch, numpy, pytest; setuptools and pip to install it).
+# the man pages in the install test, lintian for the Debian packages (tests/package), the Kubernetes manifests' and patcher's tests, zsh for the zsh completion test, and the Python package's tests (Debian's python3 with CPU torch, numpy, pytest; setuptools and pip to install it).
 if [ "${1:-}" = "--test" ]; then
 	PKGS="$PKGS clang libclang-rt-14-dev valgrind debootstrap systemd-container procps
-	      python3 python3-pytest python3-numpy python3-torch python3-setuptools python3-pip groff-base
+	      python3 python3-pytest python3-numpy python3-torch python3-setuptools python3-pip groff-base zsh
 	      prometheus-node-exporter curl lintian openssl yamllint python3-yaml shellcheck"
 	# The Kubernetes manifests' test renders them with kubectl's kustomize: Debian's
 	# kubernetes-client (kubectl 1.20), unless some kubectl is already installed (another

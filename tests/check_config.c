@@ -998,6 +998,15 @@ START_TEST(test_validate_errors_carry_the_file_line)
 	ck_assert_int_eq(config_validate_file(c, path, &err), -EINVAL);
 	ck_assert(strncmp(err, "critical-mem-available-pct (9)", 30) == 0);
 	free(err);
+	/* Nor has one from pinctl set or the environment (their origins are not line numbers). */
+	ck_assert_int_eq(config_mark_runtime(c, "critical-mem-available-pct"), 0);
+	ck_assert_int_eq(config_validate_file(c, path, &err), -EINVAL);
+	ck_assert_msg(strncmp(err, "critical-mem-available-pct (9)", 30) == 0, "%s", err);
+	free(err);
+	ck_assert_int_eq(config_mark_env(c, "critical-mem-available-pct"), 0);
+	ck_assert_int_eq(config_validate_file(c, path, &err), -EINVAL);
+	ck_assert_msg(strncmp(err, "critical-mem-available-pct (9)", 30) == 0, "%s", err);
+	free(err);
 	unlink(path);
 	free(path);
 	config_free(c);
@@ -1057,6 +1066,129 @@ START_TEST(test_dup_copies_deeply)
 	ck_assert_str_eq(d->socket_path, "/alt");
 	config_free(d);
 	config_free(NULL);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- sources */
+
+static enum config_source source_of(const struct config *c, const char *key, unsigned *line)
+{
+	const struct config_key *k = config_key_find(key);
+
+	ck_assert_ptr_nonnull(k);
+	return config_source_of(c, k, line);
+}
+
+START_TEST(test_source_is_default_until_something_sets_the_key)
+{
+	struct config *c = defaults();
+	unsigned line = 99;
+
+	ck_assert_int_eq(source_of(c, "budget", &line), CONFIG_SOURCE_DEFAULT);
+	ck_assert_uint_eq(line, 0);
+	ck_assert_ptr_null(config_file_path(c));
+	ck_assert_str_eq(config_source_name(CONFIG_SOURCE_DEFAULT), "default");
+	config_free(c);
+}
+END_TEST
+
+START_TEST(test_source_file_carries_the_path_and_line)
+{
+	char *path = write_temp("# comment\n\nbudget = 8G\nuid-quota = 50%\n");
+	struct config *c = defaults(), *d = NULL;
+	unsigned line = 0;
+	char *err = NULL;
+
+	ck_assert_int_eq(config_load_file(c, path, &err), 0);
+	ck_assert_int_eq(source_of(c, "budget", &line), CONFIG_SOURCE_FILE);
+	ck_assert_uint_eq(line, 3);
+	ck_assert_int_eq(source_of(c, "uid-quota", &line), CONFIG_SOURCE_FILE);
+	ck_assert_uint_eq(line, 4);
+	ck_assert_int_eq(source_of(c, "prewarm", &line), CONFIG_SOURCE_DEFAULT);
+	ck_assert_str_eq(config_file_path(c), path);
+	ck_assert_str_eq(config_source_name(CONFIG_SOURCE_FILE), "file");
+	/* A copy keeps the file: a reload's dup still says where each value came from. */
+	ck_assert_int_eq(config_dup(c, &d), 0);
+	ck_assert_ptr_ne(config_file_path(d), config_file_path(c));
+	ck_assert_str_eq(config_file_path(d), path);
+	ck_assert_int_eq(source_of(d, "budget", &line), CONFIG_SOURCE_FILE);
+	ck_assert_uint_eq(line, 3);
+	config_free(d);
+	config_free(c);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
+START_TEST(test_source_command_line_environment_and_set_are_told_apart)
+{
+	struct config *c = defaults();
+	char *err = NULL;
+
+	ck_assert_int_eq(config_set(c, "budget", "4G", &err), 0);
+	ck_assert_int_eq(source_of(c, "budget", NULL), CONFIG_SOURCE_COMMAND_LINE);
+	ck_assert_str_eq(config_source_name(CONFIG_SOURCE_COMMAND_LINE), "command line");
+	ck_assert_int_eq(config_set(c, "socket", "/run/x.sock", &err), 0);
+	ck_assert_int_eq(config_mark_env(c, "socket"), 0);
+	ck_assert_int_eq(source_of(c, "socket", NULL), CONFIG_SOURCE_ENVIRONMENT);
+	ck_assert_str_eq(config_source_name(CONFIG_SOURCE_ENVIRONMENT), "environment");
+	ck_assert_int_eq(config_mark_env(c, "no-such-key"), -ENOENT);
+	ck_assert_int_eq(config_mark_runtime(c, "budget"), 0);
+	ck_assert_int_eq(source_of(c, "budget", NULL), CONFIG_SOURCE_SET);
+	ck_assert_str_eq(config_source_name(CONFIG_SOURCE_SET), "set");
+	config_free(c);
+}
+END_TEST
+
+/* SIGHUP: a fresh file load, then the set values copied over it; each keeps its own source. */
+START_TEST(test_source_survives_reload_keep_runtime_and_keep_fixed)
+{
+	char *path = write_temp("max-connections = 500\nbudget = 2G\nchunk-size = 4M\n");
+	struct config *running = defaults(), *n = defaults();
+	unsigned line = 0;
+	char *err = NULL;
+
+	ck_assert_int_eq(config_set(running, "max-connections", "900", &err), 0);
+	ck_assert_int_eq(config_mark_runtime(running, "max-connections"), 0);
+	ck_assert_int_eq(config_load_file(n, path, &err), 0);
+	ck_assert_int_eq(config_keep_runtime(n, running, NULL, NULL), 0);
+	ck_assert_int_eq(source_of(n, "max-connections", NULL), CONFIG_SOURCE_SET);
+	ck_assert_int_eq(source_of(n, "budget", &line), CONFIG_SOURCE_FILE);
+	ck_assert_uint_eq(line, 2);
+	/* chunk-size is fixed at start: the running value is kept, and so is its source. */
+	ck_assert_int_eq(config_keep_fixed(n, running, NULL, NULL), 0);
+	ck_assert_int_eq(source_of(n, "chunk-size", NULL), CONFIG_SOURCE_DEFAULT);
+	config_free(n);
+	config_free(running);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
+START_TEST(test_format_value_spells_values_as_the_file_does)
+{
+	struct config *c = defaults();
+	char buf[64], *err = NULL;
+
+	ck_assert_int_eq(config_set(c, "budget", "8G", &err), 0);
+	config_format_value(c, config_key_find("budget"), buf, sizeof(buf));
+	ck_assert_str_eq(buf, "8G");
+	config_format_value(c, config_key_find("uid-quota"), buf, sizeof(buf));
+	ck_assert_str_eq(buf, "100%");
+	config_format_value(c, config_key_find("admin-group"), buf, sizeof(buf));
+	ck_assert_str_eq(buf, "\"\"");
+	config_format_value(c, config_key_find("pool-shrink-delay-ms"), buf, sizeof(buf));
+	ck_assert_str_eq(buf, "30000");
+	config_free(c);
+}
+END_TEST
+
+START_TEST(test_suggest_key_names_a_close_key_only)
+{
+	ck_assert_str_eq(config_suggest_key("bugdet"), "budget");
+	ck_assert_str_eq(config_suggest_key("max-conections"), "max-connections");
+	ck_assert_ptr_null(config_suggest_key("zzzzzzzzzzzz"));
+	ck_assert_ptr_null(config_suggest_key(NULL));
 }
 END_TEST
 
@@ -1122,6 +1254,16 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_validate_errors_carry_the_file_line);
 	tcase_add_test(tc, test_runtime_values_are_kept_over_a_reloaded_file);
 	tcase_add_test(tc, test_dup_copies_deeply);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("sources");
+	tcase_set_timeout(tc, TIMEOUT_S);
+	tcase_add_test(tc, test_source_is_default_until_something_sets_the_key);
+	tcase_add_test(tc, test_source_file_carries_the_path_and_line);
+	tcase_add_test(tc, test_source_command_line_environment_and_set_are_told_apart);
+	tcase_add_test(tc, test_source_survives_reload_keep_runtime_and_keep_fixed);
+	tcase_add_test(tc, test_format_value_spells_values_as_the_file_does);
+	tcase_add_test(tc, test_suggest_key_names_a_close_key_only);
 	suite_add_tcase(s, tc);
 	return s;
 }

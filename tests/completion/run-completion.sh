@@ -50,6 +50,18 @@ lacks() {
 expect "acquire" _pinctl "$PINCTL" ac
 expect "doctor" _pinctl "$PINCTL" --socket /tmp/s d
 expect "revoke run" _pinctl "$PINCTL" r
+expect "top" _pinctl "$PINCTL" to
+expect "watch" _pinctl "$PINCTL" wa
+expect "get" _pinctl "$PINCTL" ge
+expect "config" _pinctl "$PINCTL" con
+expect "quota" _pinctl "$PINCTL" qu
+expect "jobs" _pinctl "$PINCTL" jo
+expect "clear list set" _pinctl "$PINCTL" quota ""
+expect "--interval" _pinctl "$PINCTL" top --int
+contains "--once" _pinctl "$PINCTL" watch --
+expect "" _pinctl "$PINCTL" top --interval ""
+contains "root" _pinctl "$PINCTL" revoke --uid ro
+contains "root" _pinctl "$PINCTL" quota set ro
 expect "--socket" _pinctl "$PINCTL" --s
 expect "--json" _pinctl "$PINCTL" status --j
 expect "--help --hold" _pinctl "$PINCTL" acquire 1G --h
@@ -64,6 +76,10 @@ PATH=${PINBROKERD%/*}:$PATH
 contains "budget" _pinctl "$PINCTL" set b
 lacks "chunk-size" _pinctl "$PINCTL" set c
 expect "" _pinctl "$PINCTL" set budget ""
+# get takes every key, the fixed ones too.
+contains "chunk-size" _pinctl "$PINCTL" get c
+contains "budget" _pinctl "$PINCTL" get b
+expect "" _pinctl "$PINCTL" get budget ""
 
 contains "--check-config" _pinbrokerd "$PINBROKERD" --check
 contains "--max-connections-per-uid" _pinbrokerd "$PINBROKERD" --max-conn

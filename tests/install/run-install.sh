@@ -55,6 +55,7 @@ for f in sbin/pinbrokerd bin/pinctl include/pinbroker.h lib/systemd/system/pinbr
 	lib/systemd/system/pinbrokerd.socket lib/sysusers.d/pinbroker.conf lib/tmpfiles.d/pinbroker.conf \
 	lib/systemd/catalog/pinbroker.catalog etc/pinbroker/pinbrokerd.conf etc/pinbroker/pinbrokerd.conf.sample \
 	share/bash-completion/completions/pinctl share/bash-completion/completions/pinbrokerd \
+	share/zsh/vendor-completions/_pinctl share/zsh/vendor-completions/_pinbrokerd \
 	share/man/man8/pinbrokerd.8 share/man/man8/pinctl.8 share/man/man5/pinbrokerd.conf.5 \
 	share/man/man3/libpinbroker.3 share/doc/pinbroker/LICENSE share/doc/pinbroker/CHANGELOG.md; do
 	[ -e "$P/$f" ] || fail "cmake --install did not install $P/$f"

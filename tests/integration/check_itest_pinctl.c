@@ -241,7 +241,8 @@ END_TEST
 
 START_TEST(test_every_command_has_help_and_takes_socket_after_its_name)
 {
-	static const char *const cmds[] = { "status", "leases", "acquire", "revoke", "set", "run", "doctor", "help" };
+	static const char *const cmds[] = { "status", "leases", "top",	   "watch", "acquire", "revoke", "get",
+					    "set",    "config", "metrics", "run",   "doctor",  "help" };
 	char *out = NULL, *cmd = NULL, want[64];
 
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {

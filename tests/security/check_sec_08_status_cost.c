@@ -209,7 +209,8 @@ START_TEST(test_status_answers_with_20k_leases_of_one_uid)
 	rc = pinctl(&d, &out, "status");
 	ck_assert_msg(rc == 0, "pinctl status failed (%d) with %zu leases:\n%.2000s", rc, nleases, out);
 	snprintf(leased, sizeof(leased), "leased:       %s", format_size(nleases * 4096, row, sizeof(row)));
-	snprintf(row, sizeof(row), " %-6u %-6zu ", SEC_UID_A, nleases); /* the holder's row: uid, lease count */
+	/* the holder's row: its user (no passwd name, so the uid) and lease count */
+	snprintf(row, sizeof(row), " %-10u %-6zu ", SEC_UID_A, nleases);
 	ck_assert_msg(strstr(out, leased) && strstr(out, row), "want '%s' and '%s' in:\n%s", leased, row, out);
 	free(out);
 	ck_assert_int_eq(daemon_alive(&d), true);

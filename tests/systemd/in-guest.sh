@@ -16,7 +16,7 @@ CONF=/etc/pinbroker/pinbrokerd.conf
 SOCK=/run/pinbroker/pinbroker.sock
 UNIT=pinbrokerd.service
 N=0
-PLAN=27
+PLAN=28
 
 log() { printf '# %s\n' "$*"; }
 ok() { N=$((N + 1)); echo "ok $N - $1" >>"$TAP"; log "ok $N - $1"; }
@@ -88,6 +88,10 @@ systemctl status --no-pager "$UNIT" pinbrokerd.socket
 useradd -M -G pinbroker alice
 useradd -M bob
 check "pinctl status works for alice (group pinbroker)" runuser -u alice -- pinctl status
+out=$(runuser -u alice -- pinctl get budget 2>&1)
+if grep -q '^budget = .*# file /etc/pinbroker/pinbrokerd.conf:[0-9]' <<<"$out" ||
+	grep -q '^budget = .*# default' <<<"$out"; then ok "pinctl get budget works for alice and names its source"
+else notok "pinctl get budget works for alice and names its source" "$out"; fi
 out=$(runuser -u bob -- pinctl status 2>&1)
 rc=$?
 log "bob: rc=$rc: $out"
