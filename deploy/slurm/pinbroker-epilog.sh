@@ -105,8 +105,28 @@ pb_cgroup_path() {
 	fi
 	case $pb_mode in
 	v1)
-		pb_pre=$(pb_slurm_conf_get CgroupPrepend "$pb_cgconf")
-		printf '%s/uid_%s/job_%s\n' "${pb_pre:-/slurm}" "$pb_uid" "$pb_job"
+		# CgroupPrepend, else the build's default: "/slurm", or "/slurm_%n" where slurmd was built
+		# for multiple slurmds per host (Debian's is): a cgroup already there, else libslurm says.
+		pb_pre=${PINBROKER_SLURM_CGROUP_PREPEND:-$(pb_slurm_conf_get CgroupPrepend "$pb_cgconf")}
+		if [ -z "$pb_pre" ]; then
+			if [ -d "/sys/fs/cgroup/memory/slurm_${SLURMD_NODENAME:-}" ]; then
+				pb_pre=/slurm_%n
+			elif [ -d /sys/fs/cgroup/memory/slurm ]; then
+				pb_pre=/slurm
+			else
+				pb_pre=/slurm
+				for pb_lib in /usr/lib/*/slurm-wlm/libslurmfull.so /usr/lib*/slurm/libslurmfull.so \
+					/usr/local/lib*/slurm/libslurmfull.so; do
+					[ -r "$pb_lib" ] || continue
+					grep -q -a '/slurm_%n' "$pb_lib" && pb_pre=/slurm_%n
+					break
+				done
+			fi
+		fi
+		pb_node=${SLURMD_NODENAME:-$(hostname -s 2>/dev/null || uname -n)}
+		pb_host=$(hostname -s 2>/dev/null || uname -n)
+		pb_pre=$(printf '%s\n' "$pb_pre" | sed "s/%n/$pb_node/g; s/%h/$pb_host/g")
+		printf '%s/uid_%s/job_%s\n' "$pb_pre" "$pb_uid" "$pb_job"
 		;;
 	v2) printf '/system.slice/slurmstepd.scope/job_%s\n' "$pb_job" ;;
 	*)
