@@ -80,7 +80,7 @@ check "sh -n pinbroker-prolog.sh" sh -n "$PROLOG"
 check "sh -n pinbroker-epilog.sh" sh -n "$EPILOG"
 check "sh -n pinbroker-gres-count.sh" sh -n "$GRESCOUNT"
 if command -v shellcheck >/dev/null 2>&1; then
-	check "shellcheck deploy/slurm/*.sh" shellcheck "$PROLOG" "$EPILOG" "$GRESCOUNT" "$0"
+	check "shellcheck deploy/slurm/*.sh" shellcheck "$PROLOG" "$EPILOG" "$GRESCOUNT" "$0" "$SRC/tests/deploy/run-slurm-real.sh"
 else
 	echo "skip shellcheck: not installed (apt-get install shellcheck)"
 fi
