@@ -61,8 +61,8 @@ pb_load_conf() {
 # Run a command under timeout(1) where present, so a hung broker or slurmctld cannot hold the job
 # past PrologEpilogTimeout (which would drain the node).
 pb_run() {
-	if [ "${PINBROKER_SLURM_TIMEOUT:-10}" != 0 ] && command -v timeout >/dev/null 2>&1; then
-		timeout -k 2 "${PINBROKER_SLURM_TIMEOUT:-10}" "$@"
+	if [ "${PINBROKER_SLURM_TIMEOUT:-5}" != 0 ] && command -v timeout >/dev/null 2>&1; then
+		timeout -k 2 "${PINBROKER_SLURM_TIMEOUT:-5}" "$@"
 	else
 		"$@"
 	fi

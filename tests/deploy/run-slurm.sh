@@ -52,6 +52,7 @@ bad() {
 	fails=$((fails + 1))
 	echo "FAIL $*"
 }
+absent() { ! grep -q "$1" "$2"; } # TEXT FILE
 check() { # DESCRIPTION COMMAND...
 	d=$1
 	shift
@@ -199,6 +200,11 @@ srun_line 108 $U alice "gres:gpu:1,gres:pinned:fast:3" >"$T/jobs/108"
 check "prolog exits 0" prolog 108 $U alice PINBROKER_SLURM_GRES_UNIT=256M
 expect_rule "gres:pinned:fast:3 at 256M" "$(cgpath $U 108)" 805306368
 
+echo "== no TresPerNode: gres/pinned=4 in the allocated TRES over NumNodes=2"
+srun_line 115 $U alice "" | sed 's/ TresPerNode=$//; s/TRES=cpu=1,node=1,billing=1/TRES=cpu=2,node=2,billing=2,gres\/pinned=4/; s/NumNodes=1 /NumNodes=2 /' >"$T/jobs/115"
+check "prolog exits 0" prolog 115 $U alice
+expect_rule "TRES gres/pinned=4 over 2 nodes" "$(cgpath $U 115)" 2147483648
+
 echo "== comment (sbatch --comment 'pinned=512M for the loader'), from SLURM_JOB_COMMENT"
 batch_line 102 $U alice "pinned=512M for the loader" >"$T/jobs/102"
 check "prolog exits 0" prolog 102 $U alice SLURM_JOB_COMMENT="pinned=512M for the loader"
@@ -250,8 +256,15 @@ echo "== a prolog run in another context does nothing"
 check "prolog as epilog_slurmd exits 0" slurmd_run 114 $U bob epilog_slurmd "$PROLOG" SLURM_JOB_COMMENT="pinned=2M"
 expect_rule "no rule" "$(cgpath $U 114)" none
 
+echo "== pinbroker-slurm.conf.example parses without a warning"
+srun_line 116 $U alice "" >"$T/jobs/116"
+check "prolog exits 0" prolog 116 $U alice PINBROKER_SLURM_CONF="$SRC/deploy/slurm/pinbroker-slurm.conf.example" \
+	PINBROKER_SOCKET="$SOCK" PINBROKER_SLURM_PINCTL="$PINCTL"
+check "no warning" absent ignoring "$T/out"
+expect_rule "its default is none" "$(cgpath $U 116)" none
+
 echo "== epilogs clear the rules"
-for j in 101 102 103 107 108 109 110 111 112; do
+for j in 101 102 103 107 108 109 110 111 112 115; do
 	epilog $j $U alice >/dev/null 2>&1 || bad "epilog of job $j exited $?"
 	expect_rule "epilog of job $j" "$(cgpath $U "$j")" none
 done
