@@ -4,6 +4,7 @@
 # slurmd's variables and no PATH), against a real pinbrokerd and real cgroups. Only scontrol is a
 # stand-in: it prints `scontrol show job -o` lines captured from a real slurmctld 22.05.8 (Debian 12).
 # Usage: run-slurm.sh [BUILD_DIR]. Exit 0, 1 (a check failed) or 77 (cannot run here: not root, no jq).
+# PB_TEST_SH=/bin/bash runs the scripts under another shell than /bin/sh (dash on Debian).
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=$(cd "${1:-$SRC/build}" && pwd)
@@ -157,7 +158,7 @@ slurmd_run() {
 		SLURM_JOB_USER="$user" SLURM_JOB_WORK_DIR=/tmp SLURM_NODELIST=node1 SLURM_JOB_PARTITION=debug \
 		SLURM_JOB_NUM_NODES=1 SLURM_JOB_CPUS_PER_NODE=1 SLURM_JOB_RESTART_COUNT=0 \
 		SLURM_SCRIPT_CONTEXT="$ctx" PINBROKER_SLURM_CONF="$T/pinbroker-slurm.conf" $CGENV "$@" \
-		/bin/sh "$script" >"$T/out" 2>&1
+		${PB_TEST_SH:-/bin/sh} "$script" >"$T/out" 2>&1
 	rc=$?
 	sed 's/^/       | /' "$T/out"
 	return $rc
