@@ -29,6 +29,14 @@ fi
 T=$(mktemp -d /tmp/pb-slurm-real.XXXXXX)
 chmod 755 "$T"
 NODE=$(hostname -s)
+# The cgroups slurmd will make (cgroup/v1: /slurm or /slurm_NODE in each controller): those not
+# there before are removed after, once empty.
+NEWCG=""
+for c in /sys/fs/cgroup/*/; do
+	for p in slurm "slurm_$NODE"; do
+		[ -e "$c$p" ] || NEWCG="$NEWCG $c$p"
+	done
+done
 export PINBROKER_SOCKET="$T/pb.sock" SLURM_CONF="$T/slurm.conf"
 DAEMON="" fails=0 checks=0
 cleanup() {
@@ -37,6 +45,11 @@ cleanup() {
 	done
 	[ -n "$DAEMON" ] && kill "$DAEMON" 2>/dev/null
 	sleep 1
+	for d in $NEWCG; do
+		[ -d "$d" ] || continue
+		for u in "$d"/uid_*; do [ -d "$u" ] && rmdir "$u" 2>/dev/null; done
+		rmdir "$d" 2>/dev/null
+	done
 	rm -rf "$T"
 }
 trap cleanup EXIT
