@@ -5,7 +5,7 @@ set -eu
 export DEBIAN_FRONTEND=noninteractive
 PKGS="build-essential cmake pkg-config libev-dev libprotobuf-c-dev protobuf-c-compiler
       libsystemd-dev check jq"
-# Tests: fuzzing (clang + libFuzzer runtime), valgrind, the booted-systemd test, groff for rendering
+# Tests: fuzzing (clang + libFuzzer runtime), valgrind, shellcheck (tests/deploy), the booted-systemd test, groff for rendering
 # the man pages in the install test, lintian for the Debian packages (tests/package), the Kubernetes manifests' and patcher's tests, zsh for the zsh completion test, and the Python package's tests (Debian's python3 with CPU torch, numpy, pytest; setuptools and pip to install it).
 if [ "${1:-}" = "--test" ]; then
 	PKGS="$PKGS clang libclang-rt-14-dev valgrind debootstrap systemd-container procps

@@ -1,0 +1,174 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# deploy/slurm for real: a single-node Slurm of Debian's packages (munged, slurmctld, slurmd of
+# their own, on ports and sockets of their own) with Prolog/Epilog pointing at deploy/slurm, the
+# cgroup/v1 plugin with ConstrainRAMSpace, a pinned GRES, and a real pinbrokerd. Jobs by srun and
+# sbatch then pin memory through pinctl acquire inside their Slurm-made cgroups.
+# Usage: run-slurm-real.sh [BUILD_DIR]. Exit 0, 1, or 77 (not root; no slurmd/slurmctld/munged/jq;
+# no cgroup v1 memory controller: Slurm's v2 plugin wants systemd's dbus, not there in containers).
+# shellcheck disable=SC2016 # sh -c '...' scripts take their values as arguments, on purpose
+set -u
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=$(cd "${1:-$SRC/build}" && pwd)
+PINBROKERD=$BUILD/daemon/pinbrokerd
+PINCTL=$BUILD/client/pinctl
+skip() {
+	echo "SKIP: $*"
+	exit 77
+}
+[ "$(id -u)" = 0 ] || skip "run as root"
+for c in slurmctld slurmd munged srun sbatch scontrol scancel squeue jq; do
+	command -v $c >/dev/null 2>&1 || skip "no $c (apt-get install slurmd slurmctld slurm-client munge jq)"
+done
+[ "$(stat -f -c %T /sys/fs/cgroup/memory 2>/dev/null)" = cgroupfs ] || skip "no cgroup v1 memory controller"
+if [ ! -x "$PINBROKERD" ] || [ ! -x "$PINCTL" ]; then
+	echo "FAIL: build $BUILD first"
+	exit 1
+fi
+
+T=$(mktemp -d /tmp/pb-slurm-real.XXXXXX)
+chmod 755 "$T"
+NODE=$(hostname -s)
+# The cgroups slurmd will make (cgroup/v1: /slurm or /slurm_NODE in each controller): those not
+# there before are removed after, once empty.
+NEWCG=""
+for c in /sys/fs/cgroup/*/; do
+	for p in slurm "slurm_$NODE"; do
+		[ -e "$c$p" ] || NEWCG="$NEWCG $c$p"
+	done
+done
+export PINBROKER_SOCKET="$T/pb.sock" SLURM_CONF="$T/slurm.conf"
+DAEMON="" fails=0 checks=0
+cleanup() {
+	for f in "$T/slurmd.pid" "$T/slurmctld.pid" "$T/munged.pid"; do
+		[ -r "$f" ] && kill "$(cat "$f")" 2>/dev/null
+	done
+	[ -n "$DAEMON" ] && kill "$DAEMON" 2>/dev/null
+	sleep 1
+	for d in $NEWCG; do
+		[ -d "$d" ] || continue
+		for u in "$d"/uid_*; do [ -d "$u" ] && rmdir "$u" 2>/dev/null; done
+		rmdir "$d" 2>/dev/null
+	done
+	rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+ok() {
+	checks=$((checks + 1))
+	echo "ok   $*"
+}
+bad() {
+	checks=$((checks + 1))
+	fails=$((fails + 1))
+	echo "FAIL $*"
+}
+check() {
+	d=$1
+	shift
+	if "$@"; then ok "$d"; else bad "$d"; fi
+}
+logs() {
+	for f in "$T"/log/*; do
+		echo "--- $f"
+		tail -n 30 "$f"
+	done
+}
+
+mkdir -p "$T/state" "$T/spool" "$T/log"
+# munge: a key and a socket of its own, so a host's munged is left alone.
+dd if=/dev/urandom of="$T/munge.key" bs=1024 count=1 2>/dev/null
+chmod 600 "$T/munge.key"
+munged --force --socket="$T/munge.sock" --key-file="$T/munge.key" --pid-file="$T/munged.pid" \
+	--log-file="$T/log/munged.log" --seed-file="$T/munge.seed" || {
+	echo "FAIL: munged did not start"
+	exit 1
+}
+"$PINBROKERD" --socket "$PINBROKER_SOCKET" --budget 1G --prewarm 0 --config /dev/null </dev/null >"$T/log/pinbrokerd.log" 2>&1 &
+DAEMON=$!
+
+# /etc/pinbroker/slurm.conf's stand-in (slurmd gives Prolog/Epilog a fresh environment, so the
+# wrappers below only name this file): the GRES in units of 128M so jobs fit the 1G budget.
+cat >"$T/pinbroker-slurm.conf" <<EOF
+PINBROKER_SOCKET=$PINBROKER_SOCKET
+PINBROKER_SLURM_PINCTL=$PINCTL
+PINBROKER_SLURM_GRES_UNIT=128M
+EOF
+for s in prolog epilog; do
+	printf '#!/bin/sh\nenv >"%s/%s-env.$SLURM_JOB_ID"\nPINBROKER_SLURM_CONF=%s exec %s 2>>"%s"\n' \
+		"$T" "$s" "$T/pinbroker-slurm.conf" "$SRC/deploy/slurm/pinbroker-$s.sh" "$T/log/pinbroker-$s.log" >"$T/$s.sh"
+	chmod 755 "$T/$s.sh"
+done
+cat >"$SLURM_CONF" <<EOF
+ClusterName=pbtest
+SlurmctldHost=$NODE
+SlurmctldPort=16817
+SlurmdPort=16818
+SlurmUser=root
+AuthType=auth/munge
+AuthInfo=socket=$T/munge.sock
+StateSaveLocation=$T/state
+SlurmdSpoolDir=$T/spool
+SlurmctldPidFile=$T/slurmctld.pid
+SlurmdPidFile=$T/slurmd.pid
+SlurmctldLogFile=$T/log/slurmctld.log
+SlurmdLogFile=$T/log/slurmd.log
+ProctrackType=proctrack/cgroup
+TaskPlugin=task/cgroup
+SelectType=select/cons_tres
+GresTypes=pinned
+ReturnToService=2
+MpiDefault=none
+Prolog=$T/prolog.sh
+Epilog=$T/epilog.sh
+NodeName=$NODE CPUs=$(nproc) RealMemory=1000 Gres=pinned:8 State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+EOF
+printf 'CgroupPlugin=cgroup/v1\nConstrainRAMSpace=yes\n' >"$T/cgroup.conf"
+printf 'Name=pinned Count=8 Flags=CountOnly\n' >"$T/gres.conf"
+slurmctld -f "$SLURM_CONF" </dev/null >"$T/log/slurmctld.out" 2>&1
+slurmd -f "$SLURM_CONF" </dev/null >"$T/log/slurmd.out" 2>&1
+for _ in $(seq 60); do
+	sinfo -h -o %t 2>/dev/null | grep -q idle && break
+	sleep 0.5
+done
+if ! sinfo -h -o %t 2>/dev/null | grep -q idle; then
+	echo "FAIL: the node did not come up idle"
+	logs
+	exit 1
+fi
+ok "slurmctld and slurmd up, node $NODE idle"
+
+echo "== srun --gres=pinned:2 (256M): beyond it refused, within granted"
+out=$(timeout 120 srun --gres=pinned:2 sh -c "grep memory /proc/self/cgroup; $PINCTL acquire 384M; echo rc=\$?; $PINCTL acquire 192M; echo rc=\$?" 2>&1)
+echo "$out" | sed 's/^/       | /'
+J=$(sed -n 's/^SLURM_JOB_ID=//p' "$T"/prolog-env.* 2>/dev/null | sort -n | tail -n 1)
+CG=$(echo "$out" | sed -n 's/^[0-9]*:memory:\(.*\/job_[0-9]*\)\/.*/\1/p')
+check "the job ran in a Slurm memory cgroup ($CG)" test -n "$CG"
+check "the prolog gave that cgroup its quota" grep -q "quota 268435456 bytes (GRES pinned:2) for $CG\$" "$T/log/pinbroker-prolog.log"
+check "acquire 384M was refused by the job's quota" sh -c 'echo "$1" | grep -q "refused: job $2 already holds 0 B of its 256 MiB quota"' sh "$out" "$CG"
+check "acquire 384M exited 1, 192M 0" sh -c 'echo "$1" | tr "\n" " " | grep -q "rc=1 .*lease .*rc=0"' sh "$out"
+check "slurmd ran the prolog as prolog_slurmd" grep -q SLURM_SCRIPT_CONTEXT=prolog_slurmd "$T/prolog-env.$J"
+check "without a PATH" sh -c '! grep -q ^PATH= "$1"' sh "$T/prolog-env.$J"
+
+echo "== sbatch --comment 'pinned=96M', holding 64M; scancel"
+J=$(sbatch --parsable --comment "pinned=96M for the loader" -o "$T/job-%j.out" --wrap "$PINCTL acquire 64M --hold 120")
+for _ in $(seq 100); do grep -q "^lease" "$T/job-$J.out" 2>/dev/null && break; sleep 0.2; done
+CG=/slurm_$NODE/uid_0/job_$J
+grep -q "for /slurm/uid_0/job_$J\$" "$T/log/pinbroker-prolog.log" && CG=/slurm/uid_0/job_$J
+got=$("$PINCTL" jobs --json | jq -r --arg p "$CG" '.jobs[] | select(.job == $p) | "\(.bytes) \(.quota_bytes)"')
+check "pinctl jobs: $CG holds 64M of 96M ($got)" test "$got" = "67108864 100663296"
+scancel "$J"
+for _ in $(seq 100); do
+	[ -z "$(squeue -h -j "$J" 2>/dev/null)" ] && grep -q "job $J:" "$T/log/pinbroker-epilog.log" 2>/dev/null && break
+	sleep 0.2
+done
+sed 's/^/       | /' "$T/job-$J.out"
+check "the epilog cleared $CG" grep -q "job $J: $CG: quota of $CG cleared" "$T/log/pinbroker-epilog.log"
+check "no lease left" test "$("$PINCTL" leases --json | jq '.leases | length')" = 0
+check "no rule left" test "$("$PINCTL" quota list --json | jq '.rules | length')" = 0
+check "the node is not drained" sh -c '! sinfo -h -o %t | grep -q drain'
+
+[ "$fails" = 0 ] || logs
+echo "$checks checks, $fails failed"
+[ "$fails" = 0 ]
