@@ -38,16 +38,15 @@ static int job_larger_first(const void *a, const void *b)
 size_t quota_fill_jobs(const struct broker *b, const struct conn *asker, bool see_all, Pinbroker__V1__JobInfo *rows,
 		       Pinbroker__V1__JobInfo **ptrs, size_t max)
 {
-	const struct job **all;
+	const struct job **all, *own = NULL;
 	size_t n = 0, k = 0;
 
 	if (!b->jobs || max == 0)
 		return 0;
 	/* Someone who sees only their own rows sees their own connection's job, nothing else. */
 	if (!see_all) {
-		const struct job *own = asker->cgroup ? asker->cgroup->job : NULL;
-
-		all = own ? &own : NULL;
+		own = asker->cgroup ? asker->cgroup->job : NULL;
+		all = &own;
 		n = own && (own->leases || own->rule) ? 1 : 0;
 	} else {
 		all = calloc(jobs_count(b->jobs) + 1, sizeof(*all));
