@@ -2693,6 +2693,7 @@ int pb_quota_set(pb_client *c, const char *cgroup, uint64_t bytes, unsigned flag
 		*ids = NULL;
 	if (n)
 		*n = 0;
+	last_error[0] = '\0';
 	if (!cgroup)
 		return set_error(-EINVAL, "pb_quota_set: cgroup is NULL");
 	qs.cgroup = (char *)cgroup;
@@ -2710,6 +2711,10 @@ int pb_quota_set(pb_client *c, const char *cgroup, uint64_t bytes, unsigned flag
 	if (r < 0)
 		return r;
 	qr = w.reply->quota;
+	/* A message on success is a warning (a quota over the budget): pb_last_error() gives it. */
+	last_error[0] = '\0';
+	if (w.reply->message && w.reply->message[0])
+		snprintf(last_error, sizeof(last_error), "%s", w.reply->message);
 	if (ids && qr->n_revoked_lease_ids) {
 		*ids = malloc(qr->n_revoked_lease_ids * sizeof(**ids));
 		if (!*ids)

@@ -516,7 +516,9 @@ struct pb_quota_rule {
 /*
  * Set (or with PB_QUOTA_CLEAR, remove) the quota of cgroup (admin). With PB_QUOTA_REVOKE the
  * matching jobs' leases are revoked with deadline_ms (0: the daemon's default); their ids in
- * *ids (free it), *n of them (either may be NULL). Returns 0 or a negative errno.
+ * *ids (free it), *n of them (either may be NULL). Returns 0 or a negative errno. On success,
+ * pb_last_error() is the daemon's warning if it gave one (a quota larger than the whole budget,
+ * accepted but binding nothing), else "no error".
  */
 int pb_quota_set(pb_client *c, const char *cgroup, uint64_t bytes, unsigned flags, uint32_t deadline_ms,
 		 uint64_t **ids, size_t *n);
