@@ -2274,6 +2274,7 @@ static void lease_info_copy(struct pb_lease_info *d, const Pinbroker__V1__LeaseI
 	d->no_revoke = li->has_no_revoke && li->no_revoke;
 	d->numa_node = li->has_numa_node ? li->numa_node : -1;
 	d->misplaced = li->has_misplaced && li->misplaced;
+	d->job = xstrdup(li->job ? li->job : "", oom);
 }
 
 /* Append sr's lease rows to (*rows, *n). */
@@ -2513,6 +2514,7 @@ void pb_lease_info_free(struct pb_lease_info *rows, size_t n)
 	for (size_t i = 0; rows && i < n; i++) {
 		free(rows[i].label);
 		free(rows[i].state);
+		free(rows[i].job);
 	}
 	free(rows);
 }

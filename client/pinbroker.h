@@ -369,6 +369,7 @@ struct pb_lease_info {
 	int no_revoke;            /* 1 when never revoked: its holder cannot give memory back */
 	int numa_node;            /* the node its pages are on, -1 when not placed */
 	int misplaced;            /* 1 when placed for a node and some pages are elsewhere */
+	char *job;                /* the job it is charged to (pb_quota_list's jobs), "" when none */
 };
 
 struct pb_signal_info {
