@@ -433,6 +433,9 @@ static Suite *suite(void)
 	Suite *s = suite_create("jobs");
 	TCase *t = tcase_create("quotas");
 
+	/* JOBS_RULES_MAX rules, each set regrouping every job: seconds under ASan. */
+	tcase_set_timeout(t, 60);
+
 	tcase_add_test(t, test_proc_cgroup_layouts);
 	tcase_add_test(t, test_paths_and_patterns_are_checked);
 	tcase_add_test(t, test_patterns_match_leading_components);
