@@ -2274,6 +2274,7 @@ static void lease_info_copy(struct pb_lease_info *d, const Pinbroker__V1__LeaseI
 	d->no_revoke = li->has_no_revoke && li->no_revoke;
 	d->numa_node = li->has_numa_node ? li->numa_node : -1;
 	d->misplaced = li->has_misplaced && li->misplaced;
+	d->job = xstrdup(li->job ? li->job : "", oom);
 }
 
 /* Append sr's lease rows to (*rows, *n). */
@@ -2513,6 +2514,7 @@ void pb_lease_info_free(struct pb_lease_info *rows, size_t n)
 	for (size_t i = 0; rows && i < n; i++) {
 		free(rows[i].label);
 		free(rows[i].state);
+		free(rows[i].job);
 	}
 	free(rows);
 }
@@ -2693,6 +2695,7 @@ int pb_quota_set(pb_client *c, const char *cgroup, uint64_t bytes, unsigned flag
 		*ids = NULL;
 	if (n)
 		*n = 0;
+	last_error[0] = '\0';
 	if (!cgroup)
 		return set_error(-EINVAL, "pb_quota_set: cgroup is NULL");
 	qs.cgroup = (char *)cgroup;
@@ -2710,6 +2713,10 @@ int pb_quota_set(pb_client *c, const char *cgroup, uint64_t bytes, unsigned flag
 	if (r < 0)
 		return r;
 	qr = w.reply->quota;
+	/* A message on success is a warning (a quota over the budget): pb_last_error() gives it. */
+	last_error[0] = '\0';
+	if (w.reply->message && w.reply->message[0])
+		snprintf(last_error, sizeof(last_error), "%s", w.reply->message);
 	if (ids && qr->n_revoked_lease_ids) {
 		*ids = malloc(qr->n_revoked_lease_ids * sizeof(**ids));
 		if (!*ids)

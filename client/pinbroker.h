@@ -369,6 +369,7 @@ struct pb_lease_info {
 	int no_revoke;            /* 1 when never revoked: its holder cannot give memory back */
 	int numa_node;            /* the node its pages are on, -1 when not placed */
 	int misplaced;            /* 1 when placed for a node and some pages are elsewhere */
+	char *job;                /* the job it is charged to (pb_quota_list's jobs), "" when none */
 };
 
 struct pb_signal_info {
@@ -516,7 +517,9 @@ struct pb_quota_rule {
 /*
  * Set (or with PB_QUOTA_CLEAR, remove) the quota of cgroup (admin). With PB_QUOTA_REVOKE the
  * matching jobs' leases are revoked with deadline_ms (0: the daemon's default); their ids in
- * *ids (free it), *n of them (either may be NULL). Returns 0 or a negative errno.
+ * *ids (free it), *n of them (either may be NULL). Returns 0 or a negative errno. On success,
+ * pb_last_error() is the daemon's warning if it gave one (a quota larger than the whole budget,
+ * accepted but binding nothing), else "no error".
  */
 int pb_quota_set(pb_client *c, const char *cgroup, uint64_t bytes, unsigned flags, uint32_t deadline_ms,
 		 uint64_t **ids, size_t *n);

@@ -23,7 +23,7 @@ const char quota_help[] =
 	"names a cgroup path, and each component may be a glob: the jobs it makes are the cgroups whose\n"
 	"first components match, each with SIZE of its own.\n"
 	"  pinctl quota set /system.slice/slurmstepd.scope/job_42 8G    one Slurm job, all its steps\n"
-	"  pinctl quota set '/kubepods.slice/*' 16G                    every pod 16G\n"
+	"  pinctl quota set '/kubepods.slice/kubepods-burstable.slice/*' 16G   each burstable pod 16G\n"
 	"Setting and clearing need admin rights. A rule set here outlives reloads; it is released when\n"
 	"its cgroup, once seen, is gone (a glob rule stays until cleared). Rules from the job-quota\n"
 	"config key come back on reload. Lowering a quota revokes nothing: use --revoke.\n"
@@ -39,6 +39,18 @@ const char jobs_help[] = "Usage: pinctl jobs [--json]\n"
 			 "others their own.\n"
 			 "\n"
 			 "  --json          {schema_version, jobs[]}\n";
+
+/* The Usage lines of help (up to its first blank line) on stderr, after a usage error; returns r. */
+static int with_usage(int r, const char *help)
+{
+	const char *end = strstr(help, "\n\n");
+
+	if (r == EXIT_USAGE)
+		fprintf(stderr, "%.*s\n", end ? (int)(end - help) : (int)strlen(help), help);
+	return r;
+}
+
+#define quota_usage(...) with_usage(usage_error(__VA_ARGS__), quota_help)
 
 static void json_jobs(FILE *f, const struct pb_job *jobs, size_t n)
 {
@@ -154,7 +166,7 @@ int cmd_quota(int argc, char **argv)
 			break;
 		case 'd':
 			if (parse_u64(optarg, UINT32_MAX, &deadline_ms) < 0)
-				return usage_error("quota: --deadline: not a number of milliseconds: %s", optarg);
+				return quota_usage("quota: --deadline: not a number of milliseconds: %s", optarg);
 			deadline_given = true;
 			break;
 		case 'j':
@@ -162,38 +174,38 @@ int cmd_quota(int argc, char **argv)
 			break;
 		default:
 			if ((r = command_option("quota", o, argv)) != PINCTL_OPT_NEXT)
-				return r;
+				return with_usage(r, quota_help);
 			break;
 		}
 	}
 	nargs = argc - optind;
 	if (nargs < 1)
-		return usage_error("quota: give set, clear or list");
+		return quota_usage("quota: give set, clear or list");
 	verb = argv[optind];
 	if (strcmp(verb, "list") == 0) {
 		if (nargs != 1 || revoke || deadline_given)
-			return usage_error("quota list takes only --json");
+			return quota_usage("quota list takes only --json");
 		return quota_list(json);
 	}
 	if (json)
-		return usage_error("quota: --json is for quota list");
+		return quota_usage("quota: --json is for quota list");
 	if (deadline_given && !revoke)
-		return usage_error("quota: --deadline goes with --revoke");
+		return quota_usage("quota: --deadline goes with --revoke");
 	if (strcmp(verb, "set") == 0) {
 		if (nargs != 3)
-			return usage_error("quota set: give CGROUP SIZE, not %d argument%s", nargs - 1, nargs == 2 ? "" : "s");
+			return quota_usage("quota set: give CGROUP SIZE, not %d argument%s", nargs - 1, nargs == 2 ? "" : "s");
 		if (parse_size(argv[optind + 2], &bytes) < 0)
-			return usage_error("quota set: not a size: %s (write 8G, 512M, ...)", argv[optind + 2]);
+			return quota_usage("quota set: not a size: %s (write 8G, 512M, ...)", argv[optind + 2]);
 	} else if (strcmp(verb, "clear") == 0) {
 		if (nargs != 2)
-			return usage_error("quota clear: give one CGROUP, not %d arguments", nargs - 1);
+			return quota_usage("quota clear: give one CGROUP, not %d arguments", nargs - 1);
 		flags |= PB_QUOTA_CLEAR;
 	} else {
-		return usage_error("quota: unknown verb %s (set, clear or list)", verb);
+		return quota_usage("quota: unknown verb %s (set, clear or list)", verb);
 	}
 	cgroup = argv[optind + 1];
 	if (cgroup[0] != '/')
-		return usage_error("quota %s: '%s' is not a cgroup path; write it as /proc/PID/cgroup does, from /", verb,
+		return quota_usage("quota %s: '%s' is not a cgroup path; write it as /proc/PID/cgroup does, from /", verb,
 				   cgroup);
 	if (revoke)
 		flags |= PB_QUOTA_REVOKE;
@@ -202,6 +214,11 @@ int cmd_quota(int argc, char **argv)
 	if (!c)
 		return EXIT_FAILURE;
 	r = pb_quota_set(c, cgroup, bytes, flags, (uint32_t)deadline_ms, &ids, &n);
+	if (r == 0 && strcmp(pb_last_error(), "no error") != 0) {
+		char e[ESC_BYTES];
+
+		fprintf(stderr, "pinctl: warning: %s\n", esc(pb_last_error(), e));
+	}
 	pb_disconnect(c);
 	if (r < 0)
 		return report_failure(flags & PB_QUOTA_CLEAR ? "quota clear" : "quota set", r);
@@ -239,10 +256,10 @@ int cmd_jobs(int argc, char **argv)
 		if (o == 'j')
 			json = true;
 		else if ((r = command_option("jobs", o, argv)) != PINCTL_OPT_NEXT)
-			return r;
+			return with_usage(r, jobs_help);
 	}
 	if (optind < argc)
-		return usage_error("jobs takes no arguments");
+		return with_usage(usage_error("jobs takes no arguments"), jobs_help);
 	c = connect_or_explain();
 	if (!c)
 		return EXIT_FAILURE;

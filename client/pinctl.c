@@ -621,6 +621,13 @@ static void json_leases(FILE *f, const struct pb_lease_info *rows, size_t n)
 		else
 			fputs("null,", f);
 		fprintf(f, "\"misplaced\":%s,", l->misplaced ? "true" : "false");
+		json_key(f, "job");
+		if (l->job && l->job[0]) {
+			json_str(f, l->job);
+			fputc(',', f);
+		} else {
+			fputs("null,", f);
+		}
 		json_u64(f, "attachers", l->attachers, true);
 		json_key(f, "attacher_pids");
 		fputc('[', f);

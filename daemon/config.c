@@ -125,7 +125,7 @@ static const struct config_key keys[] = {
 		 "Group whose members may run admin requests (other uids' leases, the budget); empty means root only."),
 	K_STRING("job-quota", job_quota, "", true,
 		 "Per-job quotas: CGROUP:SIZE entries apart by blanks, CGROUP a cgroup path whose components may be "
-		 "globs, SIZE bytes or a share of the budget (/kubepods.slice/*:16G gives every pod 16G); see "
+		 "globs, SIZE bytes or a share of the budget (/kubepods.slice/kubepods-burstable.slice/*:16G gives each burstable pod 16G); see "
 		 "pinctl quota."),
 	K_STRING("metrics-path", metrics_path, "", true,
 		 "Prometheus text file the daemon rewrites atomically every metrics-interval-ms, for node_exporter's "

@@ -15,6 +15,7 @@
 #include "config.h"
 #include "jobs.h"
 #include "log.h"
+#include "reload.h"
 #include "util.h"
 
 struct jobs_watch {
@@ -79,6 +80,7 @@ int jobs_watch_start(struct broker *b)
 		b->jobs = NULL;
 		return r;
 	}
+	reload_warn_job_quotas(b);
 	w = calloc(1, sizeof(*w));
 	if (!w) {
 		jobs_free(b->jobs);

@@ -196,6 +196,21 @@ int jobs_parse_proc_cgroup(const char *text, char *out, size_t outlen, bool *v1)
 
 /* ----------------------------------------------------------- rule matching */
 
+/*
+ * Precedence (jobs.h): more components, then a SET rule over a CONFIG one, then a literal path over
+ * a glob of its depth. Two rules never tie: a pattern has one rule per source.
+ */
+static bool rule_beats(const struct job_rule *a, const struct job_rule *b)
+{
+	if (!b)
+		return true;
+	if (a->ncomp != b->ncomp)
+		return a->ncomp > b->ncomp;
+	if (a->source != b->source)
+		return a->source > b->source;
+	return a->literal && !b->literal;
+}
+
 const struct job_rule *jobs_best_rule(const struct jobs *j, const char *path)
 {
 	const struct job_rule *best = NULL;
@@ -203,22 +218,27 @@ const struct job_rule *jobs_best_rule(const struct jobs *j, const char *path)
 	for (size_t i = 0; i < j->nrules; i++) {
 		const struct job_rule *r = &j->rules[i];
 
-		if (!jobs_pattern_matches(r->pattern, path))
-			continue;
-		if (!best || r->ncomp > best->ncomp || (r->ncomp == best->ncomp && r->source > best->source))
+		if (jobs_pattern_matches(r->pattern, path) && rule_beats(r, best))
 			best = r;
 	}
 	return best;
 }
 
-/* The job for key (made if new, with rule); NULL without memory. */
+/*
+ * The job for key (made if new, with rule); NULL without memory. A job found keeps the better of
+ * its rule and rule: a literal rule's job is made before its cgroups are placed, and a SET rule of
+ * the same path (or a deeper-ranked glob) must still be the one its quota comes from.
+ */
 static struct job *job_get(struct jobs *j, const char *key, const struct job_rule *rule)
 {
 	struct job *jb;
 
 	for (jb = j->jobs; jb; jb = jb->next)
-		if (strcmp(jb->key, key) == 0)
+		if (strcmp(jb->key, key) == 0) {
+			if (rule && rule_beats(rule, jb->rule))
+				jb->rule = rule;
 			return jb;
+		}
 	jb = calloc(1, sizeof(*jb));
 	if (!jb || !(jb->key = strdup(key))) {
 		free(jb);
@@ -461,6 +481,7 @@ int jobs_parse_config(const char *spec, uint64_t budget, int (*fn)(void *ctx, co
 		      void *ctx, char **err)
 {
 	const char *p = spec;
+	size_t nentries = 0;
 
 	*err = NULL;
 	while (*p) {
@@ -481,9 +502,12 @@ int jobs_parse_config(const char *spec, uint64_t budget, int (*fn)(void *ctx, co
 		memcpy(entry, p, len);
 		entry[len] = '\0';
 		p += len;
+		if (++nentries > JOBS_RULES_MAX)
+			return fail(err, -EINVAL, "job-quota: more than %d entries; use a glob for many jobs of one shape",
+				    JOBS_RULES_MAX);
 		colon = strrchr(entry, ':');
 		if (!colon)
-			return fail(err, -EINVAL, "job-quota: '%s' has no size; write CGROUP:SIZE, as /kubepods.slice/*:16G",
+			return fail(err, -EINVAL, "job-quota: '%s' has no size; write CGROUP:SIZE, as /slurm/uid_*/job_*:8G",
 				    entry);
 		*colon = '\0';
 		if (jobs_path_check(entry, true, &why) < 0)
@@ -505,17 +529,33 @@ static int add_config_rule(void *ctx, const char *pattern, uint64_t bytes)
 	return rule_add(ctx, pattern, bytes, JOB_RULE_CONFIG);
 }
 
+static int count_entry(void *ctx, const char *pattern, uint64_t bytes)
+{
+	(void)pattern;
+	(void)bytes;
+	++*(size_t *)ctx;
+	return 0;
+}
+
 int jobs_set_config(struct jobs *j, const char *spec, uint64_t budget, char **err)
 {
-	int r = jobs_parse_config(spec ? spec : "", budget, NULL, NULL, err);
+	size_t nconfig = 0, nset = 0;
+	int r = jobs_parse_config(spec ? spec : "", budget, count_entry, &nconfig, err);
 
 	if (r < 0)
 		return r;
+	/* Checked before anything is removed, so a refused spec leaves the old rules in force. */
+	for (size_t i = 0; i < j->nrules; i++)
+		nset += j->rules[i].source == JOB_RULE_SET;
+	if (nconfig + nset > JOBS_RULES_MAX)
+		return fail(err, -ENOSPC,
+			    "job-quota: its %zu entries and the %zu rules set by pinctl quota set are more than %d; "
+			    "clear some of those (pinctl quota clear) or shorten job-quota",
+			    nconfig, nset, JOBS_RULES_MAX);
 	for (size_t i = j->nrules; i-- > 0;)
 		if (j->rules[i].source == JOB_RULE_CONFIG)
 			rule_remove_at(j, i);
 	/* Config rules first, in the file's order, then the SET ones as they were. */
-	size_t nset = j->nrules;
 	r = jobs_parse_config(spec ? spec : "", budget, add_config_rule, j, err);
 	if (r == 0 && nset) {
 		struct job_rule *tmp = malloc(nset * sizeof(*tmp));

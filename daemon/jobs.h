@@ -8,7 +8,8 @@
  * glob. A cgroup matches a rule of N components when its first N components match; the job it
  * belongs to is then those N components: "/kubepods.slice" followed by a "*" component gives every
  * pod its own quota, "/system.slice/slurmstepd.scope/job_42" sums a job with its steps. Where rules overlap, the one of
- * most components wins, then a rule set at run time over one from the config. A cgroup no rule
+ * most components wins, then a rule set at run time over one from the config, then a literal path
+ * over a glob of its depth. A cgroup no rule
  * matches is a job of its own, without a quota.
  */
 #pragma once
@@ -105,11 +106,16 @@ int jobs_rule_clear(struct jobs *j, const char *pattern, enum job_rule_source *s
 /*
  * Parse the job-quota config value: entries "PATTERN:SIZE" apart by blanks, SIZE as
  * config sizes are written (8G) or a share of budget ("10%"). Calls fn for each entry; with
- * fn NULL it only checks. Returns 0, or -EINVAL with *err a malloc'd message naming the entry.
+ * fn NULL it only checks. More than JOBS_RULES_MAX entries is an error. Returns 0, or -EINVAL
+ * with *err a malloc'd message naming the entry.
  */
 int jobs_parse_config(const char *spec, uint64_t budget, int (*fn)(void *ctx, const char *pattern, uint64_t bytes),
 		      void *ctx, char **err);
-/* Replace every CONFIG rule with spec's (checked first: on an error nothing changes). */
+/*
+ * Replace every CONFIG rule with spec's (checked first: on an error nothing changes). Returns 0,
+ * -EINVAL (spec does not parse), -ENOSPC (spec's entries and the SET rules are more than
+ * JOBS_RULES_MAX) or -ENOMEM, with *err a malloc'd message.
+ */
 int jobs_set_config(struct jobs *j, const char *spec, uint64_t budget, char **err);
 
 /*

@@ -13,6 +13,7 @@
 #include "config.h"
 #include "jobs.h"
 #include "log.h"
+#include "util.h"
 
 void reload_resolve_sizes(struct broker *b, const struct config *c)
 {
@@ -74,6 +75,20 @@ int reload_prepare_set(const struct config *running, const char *key, const char
 	return 0;
 }
 
+void reload_warn_job_quotas(const struct broker *b)
+{
+	char q[32], h[32];
+
+	for (size_t i = 0; b->jobs && i < jobs_rule_count(b->jobs); i++) {
+		const struct job_rule *r = jobs_rule_at(b->jobs, i);
+
+		if (r->source == JOB_RULE_CONFIG && r->bytes > b->budget_bytes)
+			log_warnx("job-quota: %s's %s is more than the whole budget (%s): the budget binds first, so "
+				  "it limits nothing; give it a smaller size",
+				  r->pattern, format_size(r->bytes, q, sizeof(q)), format_size(b->budget_bytes, h, sizeof(h)));
+	}
+}
+
 int reload_apply(struct broker *b, struct config *n, char **err)
 {
 	const struct reload_hooks *h = b->reload_hooks;
@@ -109,8 +124,10 @@ int reload_apply(struct broker *b, struct config *n, char **err)
 		char *jerr = NULL;
 
 		if (jobs_set_config(b->jobs, n->job_quota, b->budget_bytes, &jerr) < 0)
-			log_warnx("%s; the job quotas of the config file are left out", jerr ? jerr : "job-quota: out of memory");
+			log_warnx("%s; the job quotas of the config file are left as they were",
+				  jerr ? jerr : "job-quota: out of memory");
 		free(jerr);
+		reload_warn_job_quotas(b);
 	}
 	/* A smaller budget shrinks the idle pool; a larger one lets waiting acquires through (applied). */
 	broker_trim_pool(b, b->state == BROKER_NORMAL ? b->prewarm_bytes : 0);

@@ -51,3 +51,5 @@ int reload_prepare_set(const struct config *running, const char *key, const char
  * with *err (malloc'd, may stay NULL) set.
  */
 int reload_apply(struct broker *b, struct config *n, char **err);
+/* Log a warning for each job-quota rule larger than the whole budget (it can never bind). */
+void reload_warn_job_quotas(const struct broker *b);

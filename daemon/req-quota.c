@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "broker.h"
+#include "budget.h"
 #include "config.h"
 #include "conn.h"
 #include "jobs-watch.h"
@@ -20,6 +21,8 @@
 
 /* Job rows in a QUOTA_LIST reply: every job with a quota or leases fits under the reply limit. */
 #define QUOTA_LIST_JOBS_MAX 512
+/* Bytes of a refused path echoed back: enough to recognise it, short enough for the reason to fit. */
+#define QUOTA_ECHO_MAX 80
 
 static const char *source_name(enum job_rule_source s)
 {
@@ -110,8 +113,8 @@ static size_t revoke_matching(struct conn *c, const char *pattern, uint32_t dead
 	return n;
 }
 
-/* The reply to both: every rule, and the jobs the asker may see. */
-static void reply_quota(struct conn *c, uint64_t seq, const uint64_t *revoked, size_t nrevoked)
+/* The reply to both: every rule, and the jobs the asker may see; warning (NULL: none) as its message. */
+static void reply_quota(struct conn *c, uint64_t seq, const uint64_t *revoked, size_t nrevoked, const char *warning)
 {
 	struct broker *b = c->broker;
 	Pinbroker__V1__QuotaReply qr = PINBROKER__V1__QUOTA_REPLY__INIT;
@@ -144,7 +147,7 @@ static void reply_quota(struct conn *c, uint64_t seq, const uint64_t *revoked, s
 	qr.jobs = rowp;
 	qr.n_revoked_lease_ids = nrevoked;
 	qr.revoked_lease_ids = (uint64_t *)revoked;
-	reply_init(&r, seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+	reply_init(&r, seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, warning);
 	r.body_case = PINBROKER__V1__REPLY__BODY_QUOTA;
 	r.quota = &qr;
 	reply_send(c, &r, NULL, 0);
@@ -172,7 +175,7 @@ void handle_quota_set(struct conn *c, const Pinbroker__V1__Request *req)
 	uint64_t *revoked = NULL;
 	size_t nrevoked = 0;
 	const char *why = NULL;
-	char sz[32];
+	char sz[32], bsz[32], warning[JOBS_PATH_MAX + 256] = "";
 	int r;
 
 	if (!quotas_on(c, req->seq))
@@ -183,8 +186,10 @@ void handle_quota_set(struct conn *c, const Pinbroker__V1__Request *req)
 		return;
 	}
 	if (jobs_path_check(qs->cgroup, true, &why) < 0) {
-		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT, "quota: '%s': %s",
-			     qs->cgroup, why);
+		/* Cut: a path of kilobytes would push the reason out of the reply. */
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "quota: '%.*s%s': %s; write a cgroup path as /proc/PID/cgroup shows it, components may be globs",
+			     QUOTA_ECHO_MAX, qs->cgroup, strlen(qs->cgroup) > QUOTA_ECHO_MAX ? "..." : "", why);
 		return;
 	}
 	if (clear) {
@@ -211,13 +216,21 @@ void handle_quota_set(struct conn *c, const Pinbroker__V1__Request *req)
 			return;
 		}
 		log_info("job quota %s set to %s by uid %u", qs->cgroup, format_size(qs->bytes, sz, sizeof(sz)), c->uid);
+		/* Accepted, not refused: a prolog written for a larger node must not fail the job's start. */
+		if (qs->bytes > budget_limit(b->budget)) {
+			snprintf(warning, sizeof(warning),
+				 "the quota of %s (%s) is more than the whole budget (%s): the budget binds first, so "
+				 "this quota limits nothing until the budget grows; set a smaller one to bound the job",
+				 qs->cgroup, sz, format_size(budget_limit(b->budget), bsz, sizeof(bsz)));
+			log_warnx("job quota: %s", warning);
+		}
 	}
 	b->generation++;
 	if (qs->has_revoke && qs->revoke)
 		nrevoked = revoke_matching(c, qs->cgroup, qs->has_deadline_ms ? qs->deadline_ms : 0, &revoked);
 	/* A raised or cleared quota may let waiting acquires of the job through. */
 	broker_memory_freed(b);
-	reply_quota(c, req->seq, revoked, nrevoked);
+	reply_quota(c, req->seq, revoked, nrevoked, warning[0] ? warning : NULL);
 	free(revoked);
 }
 
@@ -226,5 +239,5 @@ void handle_quota_list(struct conn *c, const Pinbroker__V1__Request *req)
 	if (!quotas_on(c, req->seq))
 		return;
 	jobs_watch_sweep(c->broker);
-	reply_quota(c, req->seq, NULL, 0);
+	reply_quota(c, req->seq, NULL, 0, NULL);
 }

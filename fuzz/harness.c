@@ -26,6 +26,7 @@
 
 #include "budget.h"
 #include "config.h"
+#include "jobs.h"
 #include "lease.h"
 #include "log.h"
 #include "pool.h"
@@ -376,6 +377,8 @@ void fz_global_init(const char *const *overrides)
 	b->state = BROKER_NORMAL;
 	b->mem_total_bytes = FZ_MEM_TOTAL_BYTES;
 	FZ_ASSERT(budget_new(0, 0, &b->budget) == 0, "budget_new");
+	/* Job quotas on, so QUOTA_SET and QUOTA_LIST reach their handlers (rules start empty each input). */
+	FZ_ASSERT(jobs_new(&b->jobs) == 0, "jobs_new");
 	/* Each pool made canonical under its own profile; the default profile last, as inputs expect none. */
 	for (int k = 1; k >= 0; k--) {
 		struct config *cfg = profile_config(k ? FZ_PROFILE_MANY : FZ_PROFILE_DEFAULT);
@@ -420,6 +423,13 @@ struct fz *fz_begin(unsigned flags)
 
 /* ------------------------------------------------------------------ connections */
 
+/*
+ * The cgroup each connection is charged to (no /proc here: the harness has no jobs_watch). Two
+ * share a job under the "/fz/job_1" rule the quota tests set, so cross-job visibility and a job's
+ * sum are both fuzzed.
+ */
+static const char *const fz_cgroups[FZ_CONNS] = { "/fz/job_1/step_0", "/fz/job_2/step_0" };
+
 bool fz_conn_alive(struct fz *f, int i)
 {
 	struct conn *c;
@@ -451,6 +461,8 @@ struct conn *fz_conn(struct fz *f, int i)
 		  strerror(errno));
 	f->peer[i] = sv[0];
 	FZ_ASSERT(server_adopt(f->b.server, sv[1], &cred, &f->conn[i]) == 0, "server_adopt");
+	if (!f->conn[i]->cgroup && f->b.jobs)
+		FZ_ASSERT(jobs_cgroup_get(f->b.jobs, fz_cgroups[i % FZ_CONNS], &f->conn[i]->cgroup) == 0, "jobs_cgroup_get");
 	f->conn_id[i] = f->conn[i]->id;
 	return f->conn[i];
 }
@@ -563,7 +575,7 @@ void fz_check(struct fz *f)
 	uint32_t held[FZ_CHECK_CONNS] = { 0 };
 	size_t nconns = 0, nleases = 0, state_count[LEASE__STATE_MAX] = { 0 };
 	uint64_t sum = 0, pending_conn = 0, state_bytes[LEASE__STATE_MAX] = { 0 }, prev_id = 0;
-	uint64_t registered = 0, no_revoke = 0, unbrokered = 0;
+	uint64_t registered = 0, no_revoke = 0, unbrokered = 0, job_sum = 0;
 
 	/* The books are checked where the daemon's loop would: after the reaper ran. */
 	fz_reap(f);
@@ -610,7 +622,17 @@ void fz_check(struct fz *f)
 		state_count[l->state]++;
 		state_bytes[l->state] += l->bytes;
 		sum += l->bytes;
+		job_sum += l->cgroup ? l->bytes : 0;
 		nleases++;
+	}
+	/* Every charged lease is in exactly one job, whatever the rules did to the grouping. */
+	if (b->jobs) {
+		uint64_t jobs_bytes = 0;
+
+		for (const struct job *jb = jobs_first(b->jobs); jb; jb = jb->next)
+			jobs_bytes += jb->bytes;
+		FZ_ASSERT(jobs_bytes == job_sum, "jobs are charged %llu bytes, leases charged to cgroups hold %llu",
+			  (unsigned long long)jobs_bytes, (unsigned long long)job_sum);
 	}
 	FZ_ASSERT(nleases == lease_count(b->leases), "lease_count %zu, walked %zu", lease_count(b->leases), nleases);
 	for (int s = 0; s < LEASE__STATE_MAX; s++)
@@ -690,6 +712,13 @@ static void fz_reset(struct fz *f)
 	FZ_ASSERT(pool_resident_bytes(b->pool) == pool_idle_bytes(b->pool), "pool lent chunks nobody holds");
 	lease_table_free(b->leases);
 	b->leases = NULL;
+	/* Every connection and lease put its cgroup back: only rule-made jobs may be left, with nothing charged. */
+	for (const struct job *jb = jobs_first(b->jobs); jb; jb = jb->next)
+		FZ_ASSERT(jb->ncgroups == 0 && jb->bytes == 0 && jb->leases == 0 && jb->rule,
+			  "job %s still holds %u cgroups, %llu bytes after reset", jb->key, jb->ncgroups,
+			  (unsigned long long)jb->bytes);
+	jobs_free(b->jobs);
+	FZ_ASSERT(jobs_new(&b->jobs) == 0, "jobs_new");
 	b->shutting_down = false;
 	b->state = BROKER_NORMAL;
 	if (f->cfg_dirty)

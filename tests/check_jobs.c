@@ -327,10 +327,114 @@ START_TEST(test_rule_count_is_bounded)
 }
 END_TEST
 
+/* Regression: a literal rule's job was made with the first rule of its path, the config's, so a
+ * pinctl quota set of that same path showed and bound nothing. */
+START_TEST(test_a_set_rule_binds_over_a_config_rule_of_the_same_path)
+{
+	struct jobs *j = new_jobs();
+	struct job_cgroup *c, *d;
+	char *err = NULL;
+
+	ck_assert_int_eq(jobs_set_config(j, "/slurm/job_1:8G", 64 * GIB, &err), 0);
+	ck_assert_int_eq(jobs_cgroup_get(j, "/slurm/job_1/step_0", &c), 0);
+	ck_assert_int_eq(jobs_cgroup_get(j, "/slurm/job_1/step_1", &d), 0);
+	jobs_charge(j, c, 2 * MIB);
+	jobs_charge(j, d, 1 * MIB);
+	set_rule(j, "/slurm/job_1", 4 * MIB, JOB_RULE_SET);
+	ck_assert_ptr_eq(c->job, d->job);
+	ck_assert_int_eq(c->job->rule->source, JOB_RULE_SET);
+	ck_assert_uint_eq(c->job->rule->bytes, 4 * MIB);
+	ck_assert_uint_eq(c->job->bytes, 3 * MIB);
+	ck_assert_int_eq(jobs_check(c, 2 * MIB), -EUSERS);
+	ck_assert_int_eq(jobs_check(c, 1 * MIB), 0);
+	/* A reload re-adds the config rule first: the set one still binds. */
+	ck_assert_int_eq(jobs_set_config(j, "/slurm/job_1:8G", 64 * GIB, &err), 0);
+	ck_assert_int_eq(c->job->rule->source, JOB_RULE_SET);
+	ck_assert_int_eq(jobs_check(d, 2 * MIB), -EUSERS);
+	ck_assert_uint_eq(c->job->bytes, 3 * MIB);
+	/* Cleared, the config's applies again, with the same bytes. */
+	ck_assert_int_eq(jobs_rule_clear(j, "/slurm/job_1", NULL), 0);
+	ck_assert_int_eq(c->job->rule->source, JOB_RULE_CONFIG);
+	ck_assert_uint_eq(c->job->bytes, 3 * MIB);
+	ck_assert_int_eq(jobs_check(c, 2 * MIB), 0);
+	jobs_uncharge(j, c, 2 * MIB);
+	jobs_uncharge(j, d, 1 * MIB);
+	ck_assert_uint_eq(c->job->bytes, 0);
+	jobs_cgroup_put(j, c);
+	jobs_cgroup_put(j, d);
+	jobs_free(j);
+}
+END_TEST
+
+/* A glob and a literal path of one depth and source: the literal, more specific, wins, whichever came first. */
+START_TEST(test_a_literal_rule_beats_a_glob_of_its_depth)
+{
+	static const char *const specs[] = { "/pods/*:8G /pods/p1:4M", "/pods/p1:4M /pods/*:8G" };
+
+	for (size_t k = 0; k < 2; k++) {
+		struct jobs *j = new_jobs();
+		struct job_cgroup *p1, *p2;
+		char *err = NULL;
+
+		ck_assert_int_eq(jobs_set_config(j, specs[k], 64 * GIB, &err), 0);
+		ck_assert_int_eq(jobs_cgroup_get(j, "/pods/p1/ctr", &p1), 0);
+		ck_assert_int_eq(jobs_cgroup_get(j, "/pods/p2/ctr", &p2), 0);
+		ck_assert_str_eq(p1->job->rule->pattern, "/pods/p1");
+		ck_assert_str_eq(jobs_best_rule(j, "/pods/p1/x")->pattern, "/pods/p1");
+		ck_assert_str_eq(p2->job->rule->pattern, "/pods/*");
+		ck_assert_int_eq(jobs_check(p1, 8 * MIB), -EUSERS);
+		ck_assert_int_eq(jobs_check(p2, 8 * MIB), 0);
+		jobs_cgroup_put(j, p1);
+		jobs_cgroup_put(j, p2);
+		jobs_free(j);
+	}
+}
+END_TEST
+
+/* Regression: job-quota took any number of entries, and a reload past the rule limit half-applied. */
+START_TEST(test_job_quota_key_past_the_rule_limit_is_refused_whole)
+{
+	struct jobs *j = new_jobs();
+	size_t len = (size_t)(JOBS_RULES_MAX + 1) * 16;
+	char *spec = malloc(len), *err = NULL, p[32];
+	size_t off = 0;
+
+	for (int i = 0; i <= JOBS_RULES_MAX; i++)
+		off += (size_t)snprintf(spec + off, len - off, "/j%d:1G ", i);
+	ck_assert_int_eq(jobs_parse_config(spec, 0, NULL, NULL, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "more than"));
+	free(err);
+	err = NULL;
+
+	/* 1000 set rules, then a config of 100 entries: refused, and the old config rule stays. */
+	ck_assert_int_eq(jobs_set_config(j, "/old:1G", 0, &err), 0);
+	for (int i = 0; i < 1000; i++) {
+		snprintf(p, sizeof(p), "/s%d", i);
+		set_rule(j, p, 1, JOB_RULE_SET);
+	}
+	off = 0;
+	for (int i = 0; i < 100; i++)
+		off += (size_t)snprintf(spec + off, len - off, "/c%d:1G ", i);
+	ck_assert_int_eq(jobs_set_config(j, spec, 0, &err), -ENOSPC);
+	ck_assert_ptr_nonnull(strstr(err, "pinctl quota clear"));
+	free(err);
+	ck_assert_uint_eq(jobs_rule_count(j), 1001);
+	ck_assert_str_eq(jobs_rule_at(j, 0)->pattern, "/old");
+	for (size_t i = 0; i < jobs_rule_count(j); i++)
+		ck_assert_msg(strncmp(jobs_rule_at(j, i)->pattern, "/c", 2) != 0, "%s half-applied",
+			      jobs_rule_at(j, i)->pattern);
+	free(spec);
+	jobs_free(j);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("jobs");
 	TCase *t = tcase_create("quotas");
+
+	/* JOBS_RULES_MAX rules, each set regrouping every job: seconds under ASan. */
+	tcase_set_timeout(t, 60);
 
 	tcase_add_test(t, test_proc_cgroup_layouts);
 	tcase_add_test(t, test_paths_and_patterns_are_checked);
@@ -342,6 +446,9 @@ static Suite *suite(void)
 	tcase_add_test(t, test_sweep_releases_set_rules_once_their_cgroup_went);
 	tcase_add_test(t, test_a_client_in_the_cgroup_marks_a_rule_seen);
 	tcase_add_test(t, test_rule_count_is_bounded);
+	tcase_add_test(t, test_a_set_rule_binds_over_a_config_rule_of_the_same_path);
+	tcase_add_test(t, test_a_literal_rule_beats_a_glob_of_its_depth);
+	tcase_add_test(t, test_job_quota_key_past_the_rule_limit_is_refused_whole);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -506,6 +506,103 @@ START_TEST(test_admin_revokes_another_uids_lease)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ job quotas */
+
+/* QUOTA_SET from connection i; the reply's status, its message into msg. */
+static int quota_set(int i, const char *cgroup, uint64_t bytes, bool clear, char *msg, size_t msglen)
+{
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__QuotaSet qs = PINBROKER__V1__QUOTA_SET__INIT;
+	Reply *rep;
+	int st;
+
+	qs.cgroup = (char *)cgroup;
+	qs.has_bytes = !clear;
+	qs.bytes = bytes;
+	qs.has_clear = clear;
+	qs.clear = clear;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_QUOTA_SET;
+	req.quota_set = &qs;
+	rep = recv_reply(i, send_req(i, &req));
+	ck_assert_ptr_nonnull(rep);
+	st = (int)rep->status;
+	snprintf(msg, msglen, "%s", rep->message ? rep->message : "");
+	pinbroker__v1__reply__free_unpacked(rep, NULL);
+	return st;
+}
+
+/* QUOTA_LIST from connection i: its rule and job counts. */
+static void quota_list(int i, size_t *nrules, size_t *njobs)
+{
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__QuotaList ql = PINBROKER__V1__QUOTA_LIST__INIT;
+	Reply *rep;
+
+	req.body_case = PINBROKER__V1__REQUEST__BODY_QUOTA_LIST;
+	req.quota_list = &ql;
+	rep = recv_reply(i, send_req(i, &req));
+	ck_assert_ptr_nonnull(rep);
+	ck_assert_int_eq(rep->status, PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_int_eq(rep->body_case, PINBROKER__V1__REPLY__BODY_QUOTA);
+	*nrules = rep->quota->n_rules;
+	*njobs = rep->quota->n_jobs;
+	pinbroker__v1__reply__free_unpacked(rep, NULL);
+}
+
+/* Regression: the harness had no jobs, so every QUOTA_SET the fuzzer made was "not set up". */
+START_TEST(test_quota_handlers_are_served_in_the_harness)
+{
+	char msg[512];
+	size_t nrules, njobs;
+
+	F = fz_begin(1); /* connection 0 is admin */
+	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_int_eq(hello(1), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_int_eq(quota_set(0, "/fz/job_1", 128 * KIB, false, msg, sizeof(msg)),
+			 PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_str_eq(msg, "");
+	acquire_ok(0, 128 * KIB);
+	ck_assert_int_eq(reply_of(0, send_acquire(0, 4 * KIB, 0, NULL, 0), NULL, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_OVER_QUOTA);
+	/* The non-admin (default visibility) sees no rules and not the other job. */
+	quota_list(1, &nrules, &njobs);
+	ck_assert_uint_eq(nrules, 0);
+	ck_assert_uint_eq(njobs, 0);
+	quota_list(0, &nrules, &njobs);
+	ck_assert_uint_eq(nrules, 1);
+	ck_assert_uint_eq(njobs, 1);
+	ck_assert_int_eq(quota_set(1, "/fz/job_2", 1, false, msg, sizeof(msg)),
+			 PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED);
+	fz_after_op(F);
+	fz_end(F);
+}
+END_TEST
+
+/* Regression: a quota over the whole budget was taken silently, and a long path's reason was cut off. */
+START_TEST(test_quota_set_warns_over_the_budget_and_names_a_bad_path)
+{
+	char msg[512], path[2048];
+
+	F = fz_begin(1);
+	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_int_eq(quota_set(0, "/fz/job_1", 64ull << 30, false, msg, sizeof(msg)),
+			 PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_msg(strstr(msg, "more than the whole budget"), "no warning: '%s'", msg);
+	memset(path, 'x', sizeof(path) - 1);
+	path[0] = '/';
+	path[sizeof(path) - 1] = '\0';
+	ck_assert_int_eq(quota_set(0, path, 1, false, msg, sizeof(msg)),
+			 PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT);
+	ck_assert_msg(strstr(msg, "too long"), "reason cut off: '%s'", msg);
+	ck_assert_int_eq(quota_set(0, "/fz/a b", 1, false, msg, sizeof(msg)),
+			 PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT);
+	ck_assert_int_eq(quota_set(0, "/fz/nothing", 0, true, msg, sizeof(msg)),
+			 PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT);
+	ck_assert_ptr_nonnull(strstr(msg, "pinctl quota list"));
+	fz_end(F);
+}
+END_TEST
+
 static Suite *request_suite(void)
 {
 	Suite *s = suite_create("request");
@@ -529,6 +626,8 @@ static Suite *request_suite(void)
 	tcase_add_test(tc, test_set_is_served_to_admins);
 	tcase_add_test(tc, test_revoking_another_uids_lease_needs_admin);
 	tcase_add_test(tc, test_admin_revokes_another_uids_lease);
+	tcase_add_test(tc, test_quota_handlers_are_served_in_the_harness);
+	tcase_add_test(tc, test_quota_set_warns_over_the_budget_and_names_a_bad_path);
 	suite_add_tcase(s, tc);
 	return s;
 }

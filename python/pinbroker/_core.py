@@ -991,6 +991,8 @@ def _lease_info(li: Any) -> Dict[str, Any]:
     if hasattr(li, "numa_node"):
         d["numa_node"] = int(li.numa_node) if li.numa_node >= 0 else None
         d["misplaced"] = bool(li.misplaced)
+    if hasattr(li, "job"):
+        d["job"] = _dec(li.job) or None
     return d
 
 

@@ -119,6 +119,12 @@ class LeaseInfoNuma(ctypes.Structure):
     _fields_ = LeaseInfoRegistration._fields_ + [("numa_node", ctypes.c_int), ("misplaced", ctypes.c_int)]
 
 
+class LeaseInfoJob(ctypes.Structure):
+    """struct pb_lease_info of a library with job quotas (pb_quota_list): the job it is charged to."""
+
+    _fields_ = LeaseInfoNuma._fields_ + [("job", ctypes.c_char_p)]
+
+
 class SignalInfo(ctypes.Structure):
     """struct pb_signal_info."""
 
@@ -349,6 +355,8 @@ def has_numa() -> bool:
 
 def row_types() -> Tuple[type, type]:
     """(client row struct, lease row struct) of the loaded library."""
+    if hasattr(load(), "pb_quota_list"):
+        return (ClientInfoRegistration, LeaseInfoJob)
     if has_numa():
         return (ClientInfoRegistration, LeaseInfoNuma)
     if has_registration():
