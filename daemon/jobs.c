@@ -231,6 +231,16 @@ static struct job *job_get(struct jobs *j, const char *key, const struct job_rul
 	return jb;
 }
 
+/* The job of key, under rule r: the best rule for its cgroups, which a literal rule's job made earlier may lack. */
+static struct job *job_under(struct jobs *j, const char *key, const struct job_rule *r)
+{
+	struct job *jb = job_get(j, key, r);
+
+	if (jb)
+		jb->rule = r;
+	return jb;
+}
+
 /* Where cgroup path belongs: its best rule's first ncomp components, or itself. */
 static struct job *job_for(struct jobs *j, const char *path)
 {
@@ -240,7 +250,7 @@ static struct job *job_for(struct jobs *j, const char *path)
 	if (!r)
 		return job_get(j, path, NULL);
 	if (r->ncomp == 0)
-		return job_get(j, "/", r);
+		return job_under(j, "/", r);
 	/* The first ncomp components of path. */
 	unsigned n = 0;
 	const char *p = path;
@@ -249,7 +259,7 @@ static struct job *job_for(struct jobs *j, const char *path)
 		if (*p == '/' && p[1] && ++n > r->ncomp)
 			break;
 	snprintf(key, sizeof(key), "%.*s", (int)(p - path), path);
-	return job_get(j, key, r);
+	return job_under(j, key, r);
 }
 
 static void job_drop_if_unused(struct jobs *j, struct job *jb)
@@ -274,9 +284,15 @@ static void job_drop_if_unused(struct jobs *j, struct job *jb)
 static void regroup(struct jobs *j)
 {
 	job_free_all(j);
-	for (size_t i = 0; i < j->nrules; i++)
-		if (j->rules[i].literal)
-			job_get(j, j->rules[i].pattern, &j->rules[i]);
+	/*
+	 * A literal rule's job exists before any cgroup joins it. job_get() keeps the rule a job was
+	 * made with, so set rules go first: one of the same path as a config rule wins, as
+	 * jobs_best_rule() has it (and job_for() corrects the rest once a cgroup joins).
+	 */
+	for (int src = JOB_RULE_SET; src >= JOB_RULE_CONFIG; src--)
+		for (size_t i = 0; i < j->nrules; i++)
+			if (j->rules[i].literal && j->rules[i].source == (enum job_rule_source)src)
+				job_get(j, j->rules[i].pattern, &j->rules[i]);
 	for (struct job_cgroup *cg = j->cgroups; cg; cg = cg->next) {
 		cg->job = job_for(j, cg->path);
 		if (cg->job) {
