@@ -124,7 +124,8 @@ static void set_mem_available_pct(int i, double pct)
 
 		line = l;
 		if (strncmp(line, "MemAvailable:", 13) == 0) {
-			snprintf(buf, sizeof(buf), "MemAvailable:   %llu kB", (unsigned long long)(MEMTOTAL_KB * pct / 100.0));
+			snprintf(buf, sizeof(buf), "MemAvailable:   %llu kB",
+				 (unsigned long long)(MEMTOTAL_KB * pct / 100.0));
 			line = buf;
 		}
 		len += (size_t)snprintf(out + len, sizeof(out) - len, "%s\n", line);
@@ -139,8 +140,9 @@ static void node_start(int i)
 {
 	struct node *n = &nodes[i];
 	char dir[sizeof(n->d.dir)], budget[32], conf[sizeof(n->d.dir) + 32], cmd[800];
-	const char *args[32] = { "--proc-root", n->root, "--budget", budget, "--poll-interval-ms", "100",
-				 "--hysteresis-ms", "800", "--revoke-deadline-ms", "1000", "--metrics-path", n->prom,
+	const char *args[32] = { "--proc-root",           n->root, "--budget",        budget,
+				 "--poll-interval-ms",    "100",   "--hysteresis-ms", "800",
+				 "--revoke-deadline-ms",  "1000",  "--metrics-path",  n->prom,
 				 "--metrics-interval-ms", "1000" };
 	size_t na = 14;
 
@@ -393,8 +395,8 @@ static void assert_node(int i, uint64_t leased, double job1, double job2)
 {
 	char *t = metrics(i), name[128];
 
-	ck_assert_msg(sample(t, "pinbroker_budget_bytes") == (double)nodes[i].budget_bytes, "node %d budget %.0f", i + 1,
-		      sample(t, "pinbroker_budget_bytes"));
+	ck_assert_msg(sample(t, "pinbroker_budget_bytes") == (double)nodes[i].budget_bytes, "node %d budget %.0f",
+		      i + 1, sample(t, "pinbroker_budget_bytes"));
 	ck_assert_msg(sample(t, "pinbroker_leased_bytes") == (double)leased, "node %d leased %.0f, want %llu", i + 1,
 		      sample(t, "pinbroker_leased_bytes"), (unsigned long long)leased);
 	snprintf(name, sizeof(name), "pinbroker_job_leased_bytes{job=\"%s\"}", JOB1);
@@ -446,7 +448,8 @@ static void assert_job(const char *js, int i, const char *job, uint64_t bytes, u
 
 	ck_assert_msg(json_job(js, job, &b, &n, &q), "node %d lists no job %s: %s", i + 1, job, js);
 	ck_assert_msg(b == bytes && n == leases && q == quota,
-		      "node %d job %s: %" PRIu64 " bytes in %u leases, quota %" PRId64 "; want %" PRIu64 " in %u, %" PRId64,
+		      "node %d job %s: %" PRIu64 " bytes in %u leases, quota %" PRId64 "; want %" PRIu64
+		      " in %u, %" PRId64,
 		      i + 1, job, b, n, q, bytes, leases, quota);
 }
 
@@ -605,7 +608,8 @@ START_TEST(test_pressure_on_one_node_revokes_only_its_leases)
 		ck_assert(state_is(i, "normal"));
 
 	set_mem_available_pct(1, 3.0); /* under critical-mem-available-pct (5%) */
-	ck_assert_msg(wait_metric(1, "pinbroker_pressure_state{state=\"critical\"}", 1, 3000), "node 2 never went critical");
+	ck_assert_msg(wait_metric(1, "pinbroker_pressure_state{state=\"critical\"}", 1, 3000),
+		      "node 2 never went critical");
 	/* Its cooperative clients hear the revoke and give everything back well inside the 1 s deadline. */
 	ck_assert_msg(kid_revoked(&kids[a2], 3000), "node 2's job 1 client saw no revoke");
 	ck_assert_msg(kid_revoked(&kids[b2], 3000), "node 2's job 2 client saw no revoke");
