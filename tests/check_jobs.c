@@ -195,6 +195,47 @@ START_TEST(test_most_specific_rule_wins_and_set_beats_config)
 }
 END_TEST
 
+/* A literal rule makes its job before any cgroup joins it: that job must still take the winning rule. */
+START_TEST(test_set_rule_beats_a_literal_config_rule_of_the_same_path)
+{
+	struct jobs *j = new_jobs();
+	struct job_cgroup *cg, *other;
+
+	set_rule(j, "/fleet.slice/job_1", 24 * MIB, JOB_RULE_CONFIG);
+	set_rule(j, "/fleet.slice/job_2", 24 * MIB, JOB_RULE_CONFIG);
+	ck_assert_int_eq(jobs_cgroup_get(j, "/fleet.slice/job_1", &cg), 0);
+	jobs_charge(j, cg, 16 * MIB);
+	ck_assert_int_eq(jobs_check(cg, 12 * MIB), -EUSERS);
+	/* pinctl quota set of the same path raises it. */
+	set_rule(j, "/fleet.slice/job_1", 40 * MIB, JOB_RULE_SET);
+	ck_assert_int_eq(cg->job->rule->source, JOB_RULE_SET);
+	ck_assert_uint_eq(cg->job->rule->bytes, 40 * MIB);
+	ck_assert_int_eq(jobs_check(cg, 12 * MIB), 0);
+	for (const struct job *jb = jobs_first(j); jb; jb = jb->next)
+		if (strcmp(jb->key, "/fleet.slice/job_1") == 0)
+			ck_assert_int_eq(jb->rule->source, JOB_RULE_SET);
+	/* A client that joins later gets the same job and rule. */
+	ck_assert_int_eq(jobs_cgroup_get(j, "/fleet.slice/job_1", &other), 0);
+	ck_assert_ptr_eq(other, cg);
+	jobs_cgroup_put(j, other);
+	/* A glob set at run time beats a literal config rule of its depth too, for the cgroups charged. */
+	ck_assert_int_eq(jobs_cgroup_get(j, "/fleet.slice/job_2/step_0", &other), 0);
+	set_rule(j, "/fleet.slice/*", 8 * MIB, JOB_RULE_SET);
+	ck_assert_str_eq(other->job->key, "/fleet.slice/job_2");
+	ck_assert_str_eq(other->job->rule->pattern, "/fleet.slice/*");
+	ck_assert_int_eq(jobs_check(other, 10 * MIB), -EUSERS);
+	jobs_cgroup_put(j, other);
+	/* Clearing the set rules brings the config's back. */
+	ck_assert_int_eq(jobs_rule_clear(j, "/fleet.slice/*", NULL), 0);
+	ck_assert_int_eq(jobs_rule_clear(j, "/fleet.slice/job_1", NULL), 0);
+	ck_assert_int_eq(cg->job->rule->source, JOB_RULE_CONFIG);
+	ck_assert_int_eq(jobs_check(cg, 12 * MIB), -EUSERS);
+	jobs_uncharge(j, cg, 16 * MIB);
+	jobs_cgroup_put(j, cg);
+	jobs_free(j);
+}
+END_TEST
+
 START_TEST(test_lowering_a_quota_refuses_new_charges_only)
 {
 	struct jobs *j = new_jobs();
@@ -441,6 +482,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_patterns_match_leading_components);
 	tcase_add_test(t, test_cgroups_are_interned_and_charges_sum_into_jobs);
 	tcase_add_test(t, test_most_specific_rule_wins_and_set_beats_config);
+	tcase_add_test(t, test_set_rule_beats_a_literal_config_rule_of_the_same_path);
 	tcase_add_test(t, test_lowering_a_quota_refuses_new_charges_only);
 	tcase_add_test(t, test_job_quota_key_parses_and_names_its_errors);
 	tcase_add_test(t, test_sweep_releases_set_rules_once_their_cgroup_went);
