@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # bash completion for pinctl: commands, each command's options (read from `pinctl CMD --help`, so
 # they never drift), option values, pinctl set's reloadable keys and get's keys (from
-# `pinbrokerd --config-doc`), user names for --uid, quota's subcommands, and run's program. Needs nothing but bash; bash-completion's helpers are not used.
+# `pinbrokerd --config-doc`), user names for --uid, quota's subcommands and cgroup paths, and run's program. Needs nothing but bash; bash-completion's helpers are not used.
 
 # Words of the line being completed: cur (the word under the cursor) and prev.
 _pinctl_words() {
@@ -42,6 +42,21 @@ _pinctl_all_keys() {
 }
 
 # Completions for what a word is, one per line, filtered by cur: COMPREPLY.
+# cgroup paths for quota set and clear, as the daemon names them: the v1 memory controller's tree
+# where the host has one, else the unified tree. PINCTL_CGROUP_ROOT names another root (a container's
+# view of the host's cgroupfs, or a test's).
+_pinctl_cgroups() {
+	local root=${PINCTL_CGROUP_ROOT:-/sys/fs/cgroup} d want=$1
+	[[ -z ${PINCTL_CGROUP_ROOT:-} && -d $root/memory ]] && root=$root/memory
+	[[ $want == /* ]] || want=/$want
+	COMPREPLY=()
+	while IFS= read -r d; do
+		COMPREPLY+=("${d#"$root"}/")
+	done < <(compgen -d -- "$root$want")
+	compopt -o nospace 2>/dev/null
+	return 0
+}
+
 _pinctl_reply() {
 	local IFS=$'\n'
 	COMPREPLY=($(compgen -W "$1" -- "$cur"))
@@ -139,7 +154,7 @@ _pinctl() {
 		;;
 	quota)
 		((nargs == 0)) && _pinctl_reply $'set\nclear\nlist'
-		((nargs >= 1)) && [[ $prev == set || $prev == clear ]] && COMPREPLY=($(compgen -u -- "$cur"))
+		((nargs == 1)) && [[ $prev == set || $prev == clear ]] && _pinctl_cgroups "$cur"
 		;;
 	run)
 		COMPREPLY=($(compgen -c -- "$cur"))

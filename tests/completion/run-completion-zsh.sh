@@ -51,7 +51,14 @@ expect "--help --interval --once --socket" "$PINCTL" watch --
 expect "best-effort" "$PINCTL" acquire --priority b
 expect "cuda error pageable" "$PINCTL" run --fallback ""
 expect "clear list set" "$PINCTL" quota ""
-contains "root" "$PINCTL" quota set ro
+# quota set and clear complete cgroup paths under the cgroupfs root (here a fixture tree).
+CGROOT=$(mktemp -d)
+trap 'rm -rf "$CGROOT"' EXIT
+mkdir -p "$CGROOT/slurm_n1/uid_1000/job_42" "$CGROOT/slurm_n1/uid_1000/job_43" "$CGROOT/system.slice"
+export PINCTL_CGROUP_ROOT=$CGROOT
+expect "/slurm_n1 /system.slice" "$PINCTL" quota set "" # the / is the suffix compadd adds
+expect "/slurm_n1/uid_1000/job_42 /slurm_n1/uid_1000/job_43" "$PINCTL" quota clear /slurm_n1/uid_1000/job_4
+unset PINCTL_CGROUP_ROOT
 contains "root" "$PINCTL" revoke --uid ro
 expect "leases" "$PINCTL" help le
 # get takes every key; set only the reloadable ones (budget is, chunk-size is not).

@@ -61,7 +61,16 @@ expect "--interval" _pinctl "$PINCTL" top --int
 contains "--once" _pinctl "$PINCTL" watch --
 expect "" _pinctl "$PINCTL" top --interval ""
 contains "root" _pinctl "$PINCTL" revoke --uid ro
-contains "root" _pinctl "$PINCTL" quota set ro
+# quota set and clear complete cgroup paths under the cgroupfs root (here a fixture tree).
+CGROOT=$(mktemp -d)
+trap 'rm -rf "$CGROOT"' EXIT
+mkdir -p "$CGROOT/slurm_n1/uid_1000/job_42" "$CGROOT/slurm_n1/uid_1000/job_43" "$CGROOT/system.slice"
+export PINCTL_CGROUP_ROOT=$CGROOT
+expect "/slurm_n1/ /system.slice/" _pinctl "$PINCTL" quota set ""
+expect "/slurm_n1/uid_1000/job_42/ /slurm_n1/uid_1000/job_43/" _pinctl "$PINCTL" quota clear /slurm_n1/uid_1000/job_4
+expect "/system.slice/" _pinctl "$PINCTL" quota set sys
+expect "" _pinctl "$PINCTL" quota set /slurm_n1/uid_1000/job_42 ""
+unset PINCTL_CGROUP_ROOT
 expect "--socket" _pinctl "$PINCTL" --s
 expect "--json" _pinctl "$PINCTL" status --j
 expect "--help --hold" _pinctl "$PINCTL" acquire 1G --h
