@@ -79,14 +79,19 @@ static pb_lease *acquire_or_die(pb_client *c, size_t bytes, uint32_t flags, cons
 	return l;
 }
 
-static void init_cuda(double *ctx_ms)
+static void init_cuda_on(int dev, double *ctx_ms)
 {
 	uint64_t t0 = now_ns();
 
-	CK(cudaSetDevice(0));
+	CK(cudaSetDevice(dev));
 	CK(cudaFree(0));
 	if (ctx_ms)
 		*ctx_ms = ms_since(t0);
+}
+
+static void init_cuda(double *ctx_ms)
+{
+	init_cuda_on(0, ctx_ms);
 }
 
 /* ---------------------------------------------------------------- bandwidth */
@@ -354,6 +359,7 @@ struct job_times {
 	uint64_t setup0_ns, setup1_ns, copy0_ns, copy1_ns;
 	double connect_ms;
 	int kind; /* pb_memory_kind, or -1 for cudaHostAlloc */
+	int gpu;  /* the CUDA device it ran on */
 	int ok;
 };
 
@@ -370,7 +376,12 @@ static int many_child(int idx, int procs, bool broker, const char *sock, size_t 
 	void *host = NULL, *dev;
 	cudaStream_t s;
 
-	init_cuda(&t->ctx_ms);
+	int ndev = 1;
+
+	/* Jobs go round the GPUs (one GPU: all on it), as one job per GPU would on a multi-GPU host. */
+	CK(cudaGetDeviceCount(&ndev));
+	t->gpu = ndev > 0 ? idx % ndev : 0;
+	init_cuda_on(t->gpu, &t->ctx_ms);
 	CK(cudaMalloc(&dev, bytes));
 	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 	if (barrier_wait(&sh->bar, 0, procs, BARRIER_GUARD_MS) < 0)
@@ -430,7 +441,7 @@ static int cmd_many(bool broker, const char *label, const char *sock, int procs,
 {
 	struct many_shared *sh;
 	pid_t pids[64];
-	int failed = 0, pinned = 0;
+	int failed = 0, pinned = 0, gpus = 0;
 	uint64_t s0 = UINT64_MAX, s1 = 0, c0 = UINT64_MAX, c1 = 0;
 	std::vector<double> setup_ms, ctx_ms, conn_ms, per_gbs;
 	char sz[32];
@@ -479,10 +490,17 @@ static int cmd_many(bool broker, const char *label, const char *sock, int procs,
 		per_gbs.push_back((double)bytes * passes / ((double)(t->copy1_ns - t->copy0_ns) / 1e9) / 1e9);
 		pinned += t->kind == PB_MEM_PINNED || t->kind == -1;
 	}
-	printf("RESULT many mode=%s procs=%d size=%s passes=%d failed=%d pinned=%d setup_wall_ms=%.1f "
+	for (int i = 0; i < procs; i++) {
+		bool first = sh->t[i].ok;
+
+		for (int k = 0; k < i && first; k++)
+			first = !(sh->t[k].ok && sh->t[k].gpu == sh->t[i].gpu);
+		gpus += first;
+	}
+	printf("RESULT many mode=%s procs=%d gpus=%d size=%s passes=%d failed=%d pinned=%d setup_wall_ms=%.1f "
 	       "setup_median_ms=%.1f setup_max_ms=%.1f connect_median_ms=%.3f ctx_median_ms=%.1f h2d_aggregate_gbs=%.2f "
 	       "h2d_per_job_median_gbs=%.2f copy_wall_ms=%.1f\n",
-	       label && label[0] ? label : broker ? "broker" : "cudaHostAlloc", procs, size_label(bytes, sz, sizeof(sz)), passes, failed, pinned,
+	       label && label[0] ? label : broker ? "broker" : "cudaHostAlloc", procs, gpus, size_label(bytes, sz, sizeof(sz)), passes, failed, pinned,
 	       setup_ms.empty() ? NAN : (double)(s1 - s0) / 1e6, median(setup_ms), vmax(setup_ms),
 	       broker ? median(conn_ms) : 0.0, median(ctx_ms),
 	       setup_ms.empty() ? NAN : (double)bytes * passes * (double)setup_ms.size() / ((double)(c1 - c0) / 1e9) / 1e9,
