@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include <check.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,6 +239,73 @@ START_TEST(test_fixture_nodes_split_the_prewarm_and_a_full_node_falls_back)
 }
 END_TEST
 
+/*
+ * The library asks the driver for a GPU's node first (CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID), and sysfs only when the
+ * driver cannot say. The stand-in libcuda.so.1 is loaded before the library looks for one (it finds it by its
+ * soname); its one GPU is 0000:86:00.0, on node 1 in the fixture sysfs; the attribute answers
+ * STUB_CUDA_HOST_NUMA_ID, or is refused (a driver before CUDA 12.2) when that is unset.
+ */
+START_TEST(test_gpu_node_comes_from_the_driver_else_sysfs)
+{
+	struct pb_acquire_opts g = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_GPU, .gpu = "0" };
+	struct pb_acquire_opts cur = { .flags = 0 };
+	int (*retain)(void **, int), (*push)(void *);
+	void *h, *ctx = NULL;
+	struct pb_status *s;
+	pb_client *c;
+	pb_lease *l;
+	int misplaced = -1;
+
+	h = dlopen(STUB_DIR "/libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+	ck_assert_ptr_nonnull(h);
+	setenv("PINBROKER_SYS_ROOT", root, 1);
+	setenv("STUB_CUDA_PCI_BUS_ID", "0000:86:00.0", 1);
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+
+	/* The attribute unsupported: sysfs, through the bus id the driver gives (ordinal, bus id alike). */
+	unsetenv("STUB_CUDA_HOST_NUMA_ID");
+	ck_assert_int_eq(pb_gpu_numa_node("0"), 1);
+	ck_assert_int_eq(pb_gpu_numa_node("86:00.0"), 1);
+	ck_assert_int_eq(pb_acquire(c, 2 * MiB, &g, &l), 0);
+	ck_assert_int_eq(pb_lease_numa_node(l, &misplaced), 0);
+	ck_assert_int_eq(misplaced, 1); /* asked of node 1, which this kernel does not have */
+	pb_release(c, l);
+	/* -1 from the driver (no NUMA, it says): sysfs still. */
+	setenv("STUB_CUDA_HOST_NUMA_ID", "-1", 1);
+	ck_assert_int_eq(pb_gpu_numa_node("0"), 1);
+
+	/* The driver says node 0, against sysfs's 1: the driver wins, and the lease lands where it asked. */
+	setenv("STUB_CUDA_HOST_NUMA_ID", "0", 1);
+	ck_assert_int_eq(pb_gpu_numa_node("0"), 0);
+	ck_assert_int_eq(pb_gpu_numa_node("0000:86:00.0"), 0);
+	ck_assert_int_eq(pb_acquire(c, 2 * MiB, &g, &l), 0);
+	ck_assert_int_eq(pb_lease_numa_node(l, &misplaced), 0);
+	ck_assert_int_eq(misplaced, 0);
+	s = status(c);
+	ck_assert_int_eq(itest_lease_row(s, pb_lease_id(l))->misplaced, 0);
+	pb_status_free(s);
+	pb_release(c, l);
+
+	/* With no GPU named, the current device's node: the driver's 0 (the default a CUDA job gets). */
+	*(void **)&retain = dlsym(h, "cuDevicePrimaryCtxRetain");
+	*(void **)&push = dlsym(h, "cuCtxPushCurrent_v2");
+	ck_assert_ptr_nonnull(retain);
+	ck_assert_ptr_nonnull(push);
+	ck_assert_int_eq(retain(&ctx, 0), 0);
+	ck_assert_int_eq(push(ctx), 0);
+	ck_assert_int_eq(pb_acquire(c, 2 * MiB, &cur, &l), 0);
+	ck_assert_int_eq(pb_lease_numa_node(l, &misplaced), 0);
+	ck_assert_int_eq(misplaced, 0);
+	s = status(c);
+	ck_assert_int_eq(itest_lease_row(s, pb_lease_id(l))->misplaced, 0);
+	pb_status_free(s);
+	pb_release(c, l);
+	pb_disconnect(c);
+	unsetenv("STUB_CUDA_HOST_NUMA_ID");
+	unsetenv("PINBROKER_SYS_ROOT");
+}
+END_TEST
+
 START_TEST(test_four_fixture_nodes_split_the_prewarm_by_gpus_and_report_each_node)
 {
 	const struct pb_node_info *nd[4];
@@ -360,6 +428,7 @@ static Suite *suite(void)
 	tcase_add_checked_fixture(fix, start_fixture, stop);
 	tcase_set_timeout(fix, 60);
 	tcase_add_test(fix, test_fixture_nodes_split_the_prewarm_and_a_full_node_falls_back);
+	tcase_add_test(fix, test_gpu_node_comes_from_the_driver_else_sysfs);
 	suite_add_tcase(s, fix);
 	tcase_add_test(cfg, test_bad_numa_prewarm_names_the_node);
 	tcase_add_checked_fixture(fix4, start_fixture4_gpus, stop);
