@@ -1561,12 +1561,20 @@ static int bus_node(const char *bus)
 	return node >= 0 ? node : -1;
 }
 
+/*
+ * A GPU's node: the driver's CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID first (the only source on hosts whose
+ * firmware leaves sysfs numa_node at -1, as the H200 test VM does), then sysfs through its PCI bus id.
+ */
 int pb_gpu_numa_node(const char *gpu)
 {
 	char bus[64];
+	int node;
 
 	if (!gpu || !*gpu)
 		return -1;
+	node = pbcuda_host_numa_node(gpu);
+	if (node >= 0)
+		return node;
 	if (strchr(gpu, ':'))
 		return bus_node(gpu);
 	return pbcuda_bus_id(gpu, bus, sizeof(bus)) == 0 ? bus_node(bus) : -1;
@@ -1589,9 +1597,12 @@ static int acquire_node(const struct pb_acquire_opts *opts)
 	/* No CUDA asked for, or none here: no preference (and no driver loaded for it). */
 	if ((flags & PB_ACQUIRE_NO_CUDA) || pbcuda_bus_id(NULL, bus, sizeof(bus)) < 0)
 		return -1;
+	/* Resolved once per device a thread switches to: the driver's answer, else sysfs's. */
 	if (strcmp(bus, last_bus) != 0) {
 		snprintf(last_bus, sizeof(last_bus), "%s", bus);
-		last_node = bus_node(bus);
+		last_node = pbcuda_host_numa_node(NULL);
+		if (last_node < 0)
+			last_node = bus_node(bus);
 	}
 	return last_node;
 }

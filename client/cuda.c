@@ -28,6 +28,8 @@ typedef unsigned long long CUdeviceptr;
 #define CU_MEMHOSTREGISTER_DEVICEMAP 0x02
 #define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
 #define CU_MEMORYTYPE_HOST 1
+/* CUDA 12.2+: the host node nearest the GPU, -1 where the system has no NUMA; older drivers refuse it. */
+#define CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID 134
 
 static struct {
 	CUresult (*init)(unsigned int flags);
@@ -45,6 +47,8 @@ static struct {
 	CUresult (*ctx_get_device)(CUdevice *dev);
 	CUresult (*device_get_pci_bus_id)(char *buf, int len, CUdevice dev);
 	CUresult (*device_get_uuid)(unsigned char uuid[16], CUdevice dev);
+	CUresult (*device_get_attribute)(int *value, int attribute, CUdevice dev);
+	CUresult (*device_get_by_pci_bus_id)(CUdevice *dev, const char *bus);
 } cu;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -107,6 +111,8 @@ static void load_driver(void)
 	*(void **)&cu.ctx_get_device = sym(h, NULL, "cuCtxGetDevice");
 	*(void **)&cu.device_get_pci_bus_id = sym(h, NULL, "cuDeviceGetPCIBusId");
 	*(void **)&cu.device_get_uuid = sym(h, "cuDeviceGetUuid_v2", "cuDeviceGetUuid");
+	*(void **)&cu.device_get_attribute = sym(h, NULL, "cuDeviceGetAttribute");
+	*(void **)&cu.device_get_by_pci_bus_id = sym(h, NULL, "cuDeviceGetByPCIBusId");
 	if (!cu.init || !cu.device_get_count || !cu.device_get || !cu.mem_host_register ||
 	    !cu.mem_host_unregister || !cu.ctx_get_current || !cu.ctx_push_current || !cu.ctx_pop_current ||
 	    !cu.primary_ctx_retain) {
@@ -261,12 +267,13 @@ static void uuid_text(const unsigned char u[16], char *out, size_t len)
 		 u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
 }
 
-int pbcuda_bus_id(const char *gpu, char *buf, size_t len)
+/* The device gpu names (see pbcuda_bus_id; also a PCI bus id), or -ENODEV. */
+static int resolve_device(const char *gpu, CUdevice *ret)
 {
 	CUdevice dev = -1;
 	int count = 0;
 
-	if (!pbcuda_available(NULL) || !cu.device_get_pci_bus_id)
+	if (!pbcuda_available(NULL))
 		return -ENODEV;
 	if (!gpu) {
 		CUcontext cur = NULL;
@@ -288,6 +295,9 @@ int pbcuda_bus_id(const char *gpu, char *buf, size_t len)
 					dev = d;
 			}
 		}
+	} else if (strchr(gpu, ':')) {
+		if (!cu.device_get_by_pci_bus_id || cu.device_get_by_pci_bus_id(&dev, gpu) != CUDA_SUCCESS)
+			return -ENODEV;
 	} else {
 		char *end;
 		long i = strtol(gpu, &end, 10);
@@ -295,9 +305,31 @@ int pbcuda_bus_id(const char *gpu, char *buf, size_t len)
 		if (end == gpu || *end || i < 0 || i > INT32_MAX || cu.device_get(&dev, (int)i) != CUDA_SUCCESS)
 			return -ENODEV;
 	}
-	if (dev < 0 || cu.device_get_pci_bus_id(buf, (int)len, dev) != CUDA_SUCCESS)
+	if (dev < 0)
+		return -ENODEV;
+	*ret = dev;
+	return 0;
+}
+
+int pbcuda_bus_id(const char *gpu, char *buf, size_t len)
+{
+	CUdevice dev;
+
+	if (resolve_device(gpu, &dev) < 0 || !cu.device_get_pci_bus_id ||
+	    cu.device_get_pci_bus_id(buf, (int)len, dev) != CUDA_SUCCESS)
 		return -ENODEV;
 	return 0;
+}
+
+int pbcuda_host_numa_node(const char *gpu)
+{
+	CUdevice dev;
+	int node = -1;
+
+	if (resolve_device(gpu, &dev) < 0 || !cu.device_get_attribute ||
+	    cu.device_get_attribute(&node, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, dev) != CUDA_SUCCESS)
+		return -1;
+	return node >= 0 ? node : -1;
 }
 
 const char *pbcuda_strerror(void)

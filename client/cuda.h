@@ -34,5 +34,12 @@ int pbcuda_is_registered(const void *p);
  */
 int pbcuda_bus_id(const char *gpu, char *buf, size_t len);
 
+/*
+ * The host NUMA node the driver reports for a GPU (CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, CUDA 12.2+): gpu as
+ * pbcuda_bus_id takes it, or a PCI bus id. Returns the node, or -1 when the driver cannot say (no driver,
+ * no such GPU, a driver without the attribute, or a system without NUMA).
+ */
+int pbcuda_host_numa_node(const char *gpu);
+
 /* The calling thread's message for its last failed pbcuda_register(). Never NULL. */
 const char *pbcuda_strerror(void);

@@ -174,9 +174,10 @@ int pb_lease_registration(const pb_lease *l);
 int pb_lease_numa_node(const pb_lease *l, int *misplaced);
 
 /*
- * The NUMA node of a GPU (a CUDA ordinal "0", "GPU-<uuid>", or a PCI bus id),
- * from sysfs; -1 when it cannot tell (no such GPU, no driver for an ordinal
- * or UUID, or firmware that gives no node).
+ * The NUMA node of a GPU (a CUDA ordinal "0", "GPU-<uuid>", or a PCI bus id):
+ * the driver's CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID (CUDA 12.2+) where it gives
+ * one, else sysfs through the GPU's PCI bus id; -1 when neither can tell (no
+ * such GPU, no driver for an ordinal or UUID, firmware that gives no node).
  */
 int pb_gpu_numa_node(const char *gpu);
 

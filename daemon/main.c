@@ -516,6 +516,44 @@ static enum numa_prewarm numa_how;
 static uint64_t numa_list[NUMA_MAX_NODES];
 static int numa_ids[NUMA_MAX_NODES];
 
+static char numa_root[4096]; /* proc-root at start (a reload keeps the topology read then) */
+
+/* The pool's view of a node's free memory: read now, as the kernel reports it (a fixture's in tests). */
+static uint64_t numa_hook_free(int node, void *ud)
+{
+	uint64_t v;
+
+	(void)ud;
+	return numa_node_free(numa_root, node, &v) == 0 ? v : UINT64_MAX;
+}
+
+/* The nodes that stand in for node when it is full, nearest first, by id (numa_fallback_order without node). */
+static size_t numa_hook_fallback(int node, int *order, size_t max, void *ud)
+{
+	int idx[NUMA_MAX_NODES];
+	size_t n = numa_fallback_order(&numa_topo, node, idx), got = 0;
+
+	(void)ud;
+	for (size_t i = 0; i < n && got < max; i++)
+		if (numa_topo.node[idx[i]].id != node)
+			order[got++] = numa_topo.node[idx[i]].id;
+	return got;
+}
+
+/* Say once that collapses the kernel answered yes to were not huge pages after all (pool_thp_unverified). */
+static void warn_thp_unverified(const struct broker *b)
+{
+	static bool said;
+	uint64_t n = pool_thp_unverified(b->pool);
+
+	if (n && !said) {
+		said = true;
+		log_warnx("%llu pool chunk%s collapsed by MADV_COLLAPSE but not PMD-mapped in /proc/self/smaps; "
+			  "counted as 4 KiB pages, ignoring",
+			  (unsigned long long)n, n == 1 ? "" : "s");
+	}
+}
+
 /* Warm the pool to bytes, spread over the NUMA nodes it places on (numa-prewarm), or as one. */
 static int grow_prewarm(struct broker *b, uint64_t bytes, void (*progress)(uint64_t, uint64_t, void *))
 {
@@ -524,8 +562,11 @@ static int grow_prewarm(struct broker *b, uint64_t bytes, void (*progress)(uint6
 	size_t n = pool_nodes(b->pool, &nodes);
 	int r, first = 0;
 
-	if (n == 0)
-		return pool_grow(b->pool, bytes, progress, NULL);
+	if (n == 0) {
+		r = pool_grow(b->pool, bytes, progress, NULL);
+		warn_thp_unverified(b);
+		return r;
+	}
 	numa_split_prewarm(&numa_topo, numa_how, bytes, pool_chunk_size(b->pool), numa_list, split);
 	for (size_t i = 0; i < n; i++) {
 		uint64_t want = split[i] < left ? split[i] : left; /* a list larger than the prewarm is cut */
@@ -540,6 +581,7 @@ static int grow_prewarm(struct broker *b, uint64_t bytes, void (*progress)(uint6
 	 * could not take) is topped up on any node: the pool ends at least this warm, as without NUMA.
 	 */
 	r = first < 0 ? first : pool_grow(b->pool, bytes, progress, NULL);
+	warn_thp_unverified(b);
 	return r;
 }
 
@@ -809,6 +851,12 @@ int main(int argc, char **argv)
 		       "6.1 or later); set thp = auto or no");
 	if (r < 0)
 		fatalx("cannot set up the pool: %s", strerror(-r));
+	if (b.numa) {
+		static const struct pool_numa_hooks hooks = { numa_hook_free, numa_hook_fallback, NULL };
+
+		snprintf(numa_root, sizeof(numa_root), "%s", cfg->proc_root ? cfg->proc_root : "");
+		pool_set_numa_hooks(b.pool, &hooks);
+	}
 	resolve_limits(&b);
 	r = request_init(&b);
 	if (r < 0)

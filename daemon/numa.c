@@ -96,6 +96,22 @@ static void read_node_meminfo(const char *path, struct numa_node *nd)
 	fclose(f);
 }
 
+int numa_node_free(const char *root, int id, uint64_t *free_bytes)
+{
+	char path[4096 + 64];
+	struct numa_node nd = { .id = id };
+
+	if (id < 0)
+		return -EINVAL;
+	snprintf(path, sizeof(path), "%s/sys/devices/system/node/node%d/meminfo", root ? root : "", id);
+	nd.mem_free_bytes = UINT64_MAX;
+	read_node_meminfo(path, &nd);
+	if (nd.mem_free_bytes == UINT64_MAX)
+		return -ENOENT;
+	*free_bytes = nd.mem_free_bytes;
+	return 0;
+}
+
 static void read_gpus(const char *root, struct numa_topology *t)
 {
 	char dir[4096], path[4096 + 256 + 32], buf[64];

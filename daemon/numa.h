@@ -41,6 +41,12 @@ struct numa_topology {
  */
 int numa_read(const char *root, uint64_t mem_total_fallback, struct numa_topology *t);
 
+/*
+ * Node id's MemFree now, from <root>/sys/devices/system/node/nodeN/meminfo, into *free_bytes.
+ * Returns 0, or -ENOENT when the file or its MemFree line is missing (-EINVAL for a negative id).
+ */
+int numa_node_free(const char *root, int id, uint64_t *free_bytes);
+
 /* Parse a kernel node list ("0", "0-3", "0,2-3") into ids (at most max). Returns the count or -EINVAL. */
 int numa_parse_list(const char *s, int *ids, size_t max);
 
@@ -76,6 +82,7 @@ int numa_parse_prewarm(const struct numa_topology *t, const char *spec, enum num
 /*
  * The nodes that serve a lease asked of node id, best first: the node, then
  * the others by distance (ties by id). Writes indexes into order[]; returns
- * how many (t->n), or 0 when id is not a node.
+ * how many (t->n), or 0 when id is not a node. The daemon's pool takes another
+ * node's idle chunks in this order when node id is full (pool_set_numa_hooks).
  */
 size_t numa_fallback_order(const struct numa_topology *t, int id, int *order);

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <linux/memfd.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,12 @@
 #define PB_MPOL_PREFERRED 1
 /* Pages of a chunk whose node move_pages is asked (spread over it). */
 #define PLACEMENT_SAMPLES 64
+/*
+ * Free memory a node keeps before it counts as full for a take: below it the kernel reclaims on the
+ * node (its watermarks are ~0.1-0.5% of it: some hundreds of MiB on a 100+ GiB socket) or, under
+ * MPOL_PREFERRED, places fresh pages on another node anyway.
+ */
+#define NODE_RESERVE_BYTES (256ull * 1024 * 1024)
 #define CHUNK_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 /* /proc/self/pagemap entry bits (Documentation/admin-guide/mm/pagemap.rst). Swapped covers
  * migration entries too: a locked page being moved by compaction is not a punched one. */
@@ -74,11 +81,13 @@ struct pool {
 	size_t nchunks;           /* idle and lent */
 	uint64_t thp_bytes;       /* chunks (idle and lent) collapsed to THP; under id_lock while growing */
 	uint64_t thp_failures;
+	uint64_t thp_unverified;  /* of thp_failures: collapse said yes, smaps said not PMD-mapped */
 	uint64_t hugetlb_bytes;   /* hugetlb chunks, idle and lent; under id_lock while growing */
 
 	pthread_mutex_t id_lock;  /* chunk ids are handed out from grow threads */
 	uint64_t next_chunk_id;
 	struct pool_hooks hooks;
+	struct pool_numa_hooks numa_hooks;
 
 	struct chunk *all;        /* every chunk, idle and lent (all_next links) */
 	struct chunk *audit_next; /* where the next pool_audit slice starts; NULL = at the head */
@@ -184,6 +193,161 @@ static bool thp_supported(void)
 	}
 	close(fd);
 	return ok;
+}
+
+int pool_parse_smaps_pmd(const char *buf, size_t len, const uintptr_t *starts, size_t n, uint64_t *pmd_bytes)
+{
+	const char *line = buf, *end = buf + len;
+	ptrdiff_t cur = -1; /* index into starts of the VMA being read, or -1 */
+	bool header = false;
+	int found = 0;
+
+	for (size_t i = 0; i < n; i++)
+		pmd_bytes[i] = UINT64_MAX;
+	while (line < end) {
+		const char *nl = memchr(line, '\n', (size_t)(end - line));
+		size_t ll = nl ? (size_t)(nl - line) : (size_t)(end - line);
+		char text[256];
+		unsigned long long lo, hi, kb;
+
+		/* Lines past 255 bytes (a long path) matter only for their start, which fits. */
+		memcpy(text, line, ll < sizeof(text) - 1 ? ll : sizeof(text) - 1);
+		text[ll < sizeof(text) - 1 ? ll : sizeof(text) - 1] = 0;
+		line = nl ? nl + 1 : end;
+		/* A VMA's header: "7f...000-7f...000 rw-s 00000000 00:01 1234   /memfd:... (deleted)". */
+		if (strchr(text, '-') && strchr(text, ' ') && strchr(text, '-') < strchr(text, ' ') &&
+		    sscanf(text, "%llx-%llx ", &lo, &hi) == 2) {
+			size_t a = 0, b = n;
+
+			header = true;
+			cur = -1;
+			while (a < b) { /* starts[] is ascending */
+				size_t mid = a + (b - a) / 2;
+
+				if (starts[mid] < (uintptr_t)lo)
+					a = mid + 1;
+				else
+					b = mid;
+			}
+			if (a < n && starts[a] == (uintptr_t)lo) {
+				cur = (ptrdiff_t)a;
+				pmd_bytes[a] = 0;
+				found++;
+			}
+			continue;
+		}
+		if (cur < 0)
+			continue;
+		if (sscanf(text, "ShmemPmdMapped: %llu kB", &kb) == 1 || sscanf(text, "FilePmdMapped: %llu kB", &kb) == 1)
+			pmd_bytes[cur] += kb * 1024;
+	}
+	return header || len == 0 ? found : -EINVAL;
+}
+
+/* /proc/self/smaps, whole, in a malloc'd buffer (*len bytes); NULL when it cannot be read. */
+static char *read_smaps(size_t *len)
+{
+	size_t cap = 1 << 20, n = 0;
+	char *buf = malloc(cap);
+	int fd = open("/proc/self/smaps", O_RDONLY | O_CLOEXEC);
+
+	if (!buf || fd < 0)
+		goto fail;
+	for (;;) {
+		ssize_t got;
+
+		if (cap - n < 65536) {
+			char *nb = realloc(buf, cap * 2);
+
+			if (!nb)
+				goto fail;
+			buf = nb;
+			cap *= 2;
+		}
+		got = read(fd, buf + n, cap - n);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			goto fail;
+		if (got == 0)
+			break;
+		n += (size_t)got;
+	}
+	close(fd);
+	*len = n;
+	return buf;
+fail:
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	return NULL;
+}
+
+static int cmp_chunk_addr(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t)(*(struct chunk *const *)a)->addr, y = (uintptr_t)(*(struct chunk *const *)b)->addr;
+
+	return x < y ? -1 : x > y;
+}
+
+static void count_kind(struct pool *p, const struct chunk *c, int sign);
+static int prefault(void *addr, uint64_t bytes, uint64_t page_bytes);
+
+/*
+ * madvise(MADV_COLLAPSE) answering 0 is not the last word (the issue asks for the result checked): after a
+ * batch of chunks is made, one read of /proc/self/smaps says how much of each collapsed chunk's VMA the
+ * kernel maps with PMDs (ShmemPmdMapped). A collapsed chunk that is not whole huge pages counts as 4 KiB
+ * pages (and as a THP failure). One read per batch, not per chunk: smaps walks every VMA of the daemon.
+ * Without a readable smaps the collapse's answer stands.
+ */
+static void verify_collapsed(struct pool *p, struct chunk **v, size_t n)
+{
+	struct chunk **thp = NULL;
+	uintptr_t *starts = NULL;
+	uint64_t *pmd = NULL;
+	size_t k = 0, len = 0;
+	char *buf = NULL;
+
+	for (size_t i = 0; i < n; i++)
+		if (v[i] && v[i]->thp && v[i]->bytes >= HUGE_2M_BYTES)
+			k++;
+	if (k == 0)
+		return;
+	thp = malloc(k * sizeof(*thp));
+	starts = malloc(k * sizeof(*starts));
+	pmd = malloc(k * sizeof(*pmd));
+	if (!thp || !starts || !pmd)
+		goto out;
+	k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (v[i] && v[i]->thp && v[i]->bytes >= HUGE_2M_BYTES)
+			thp[k++] = v[i];
+	qsort(thp, k, sizeof(*thp), cmp_chunk_addr);
+	for (size_t i = 0; i < k; i++)
+		starts[i] = (uintptr_t)thp[i]->addr;
+	buf = read_smaps(&len);
+	if (!buf || pool_parse_smaps_pmd(buf, len, starts, k, pmd) < 0)
+		goto out;
+	for (size_t i = 0; i < k; i++) {
+		struct chunk *c = thp[i];
+
+		if (pmd[i] == UINT64_MAX || pmd[i] >= c->bytes)
+			continue;
+		pthread_mutex_lock(&p->id_lock);
+		count_kind(p, c, -1);
+		c->thp = false;
+		count_kind(p, c, 1);
+		p->thp_failures++;
+		p->thp_unverified++;
+		pthread_mutex_unlock(&p->id_lock);
+		/* Whatever the collapse left, every page is there and locked before anyone is lent it. */
+		(void)prefault(c->addr, c->bytes, PAGE_4K_BYTES);
+	}
+out:
+	free(buf);
+	free(pmd);
+	free(starts);
+	free(thp);
 }
 
 uint64_t pool_hugepages_target(uint64_t want_bytes, uint64_t nr_now, uint64_t free_now)
@@ -351,6 +515,19 @@ uint64_t pool_thp_bytes(const struct pool *p)
 uint64_t pool_thp_failures(const struct pool *p)
 {
 	return p->thp_failures;
+}
+
+uint64_t pool_thp_unverified(const struct pool *p)
+{
+	return p->thp_unverified;
+}
+
+void pool_set_numa_hooks(struct pool *p, const struct pool_numa_hooks *h)
+{
+	if (h)
+		p->numa_hooks = *h;
+	else
+		memset(&p->numa_hooks, 0, sizeof(p->numa_hooks));
 }
 
 uint64_t pool_hugetlb_bytes(const struct pool *p)
@@ -721,6 +898,8 @@ static int make_chunks(struct pool *p, const uint64_t *sizes, size_t n, size_t t
 		m.running = 1;
 		maker_thread(&m);
 	}
+	if (p->thp)
+		verify_collapsed(p, out, n);
 	if (progress)
 		progress(m.done_bytes, total_bytes, ud);
 
@@ -773,6 +952,68 @@ static uint64_t idle_bytes_on(const struct pool *p, int node)
 	int slot = node_slot(p, node);
 
 	return slot < 0 ? p->idle_bytes : p->node_idle[slot];
+}
+
+/*
+ * Idle chunks for uid, up to limit: for each node of nodes[] in turn (-1: any), first those last lent to
+ * uid, then never-lent ones. Counts them (take NULL), or unlinks them into take[] (owned by uid now), in
+ * the same order, so a count and the take after it agree. Returns how many.
+ */
+static size_t idle_pick(struct pool *p, uid_t uid, const int *nodes, size_t nn, size_t limit, struct chunk **take)
+{
+	size_t got = 0;
+
+	for (size_t k = 0; k < nn; k++)
+		for (int pass = 0; pass < 2; pass++) {
+			uid_t want = pass == 0 ? uid : POOL_NO_OWNER;
+			struct chunk **pp = &p->idle;
+
+			while (*pp && got < limit) {
+				struct chunk *c = *pp;
+
+				if (c->owner_uid != want || !on_node(p, c, nodes[k])) {
+					pp = &c->next;
+					continue;
+				}
+				if (take) {
+					idle_unlink(p, pp);
+					c->owner_uid = uid;
+					take[got] = c;
+				} else {
+					pp = &c->next;
+				}
+				got++;
+			}
+		}
+	return got;
+}
+
+/*
+ * The nodes whose idle chunks serve a take for node, into out[]: node itself, then, when node's free
+ * memory cannot hold short_bytes of fresh chunks and still keep NODE_RESERVE_BYTES, the nodes the
+ * numa hooks say stand in for it, nearest first. Returns the count (1 without a node or hooks).
+ */
+static size_t take_nodes(const struct pool *p, int node, uint64_t short_bytes, int *out)
+{
+	const struct pool_numa_hooks *h = &p->numa_hooks;
+	uint64_t free_bytes;
+	size_t n = 0;
+
+	out[n++] = node;
+	if (node < 0 || p->n_nodes == 0 || short_bytes == 0 || !h->free_bytes || !h->fallback)
+		return n;
+	free_bytes = h->free_bytes(node, h->ud);
+	if (free_bytes == UINT64_MAX || free_bytes >= short_bytes + NODE_RESERVE_BYTES)
+		return n;
+	{
+		size_t got = h->fallback(node, out + 1, NUMA_MAX_NODES - 1, h->ud);
+
+		/* Keeping the order: only nodes the pool places on, node itself once. */
+		for (size_t i = 1; i <= got; i++)
+			if (out[i] != node && pool_places_on(p, out[i]))
+				out[n++] = out[i];
+	}
+	return n;
 }
 
 int pool_grow(struct pool *p, uint64_t bytes, void (*progress)(uint64_t done, uint64_t total, void *ud), void *ud)
@@ -832,6 +1073,8 @@ int pool_take_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chu
 	size_t nfull, nreused = 0, nfresh, nreplace, ntotal;
 	struct chunk **v = NULL, **fresh = NULL, **pp;
 	uint64_t *sizes = NULL;
+	int from[NUMA_MAX_NODES];
+	size_t nfrom;
 	int r;
 
 	if (bytes == 0 || bytes % p->page_bytes != 0 || full > SIZE_MAX / sizeof(*v) - 1)
@@ -847,12 +1090,10 @@ int pool_take_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chu
 	 * first chunks this uid had before, then never-lent ones. Nothing is
 	 * unlinked until every new chunk exists, so a failure changes nothing.
 	 */
-	for (struct chunk *c = p->idle; c && nreused < nfull; c = c->next)
-		if (c->owner_uid == uid && on_node(p, c, node))
-			nreused++;
-	for (struct chunk *c = p->idle; c && nreused < nfull; c = c->next)
-		if (c->owner_uid == POOL_NO_OWNER && on_node(p, c, node))
-			nreused++;
+	nreused = idle_pick(p, uid, &node, 1, nfull, NULL);
+	nfrom = take_nodes(p, node, (nfull - nreused) * p->chunk_bytes + tail_bytes, from);
+	if (nfrom > 1)
+		nreused = idle_pick(p, uid, from, nfrom, nfull, NULL);
 
 	nfresh = ntotal - nreused;
 	if (nfresh > 0) {
@@ -872,23 +1113,7 @@ int pool_take_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chu
 	}
 
 	/* Commit: unlink the reused chunks in preference order. */
-	ntotal = 0;
-	for (int pass = 0; pass < 2; pass++) {
-		uid_t want = pass == 0 ? uid : POOL_NO_OWNER;
-
-		pp = &p->idle;
-		while (*pp && ntotal < nreused) {
-			if ((*pp)->owner_uid == want && on_node(p, *pp, node)) {
-				struct chunk *c = *pp;
-
-				idle_unlink(p, pp);
-				c->owner_uid = uid;
-				v[ntotal++] = c;
-			} else {
-				pp = &(*pp)->next;
-			}
-		}
-	}
+	ntotal = idle_pick(p, uid, from, nfrom, nreused, v);
 	for (size_t i = 0; i < nfresh; i++) {
 		v[ntotal++] = fresh[i];
 		p->nchunks++;

@@ -71,6 +71,20 @@ bool pool_thp(const struct pool *p);
 uint64_t pool_thp_bytes(const struct pool *p);
 /* Chunks whose collapse failed (they stay on 4 KiB pages). */
 uint64_t pool_thp_failures(const struct pool *p);
+/*
+ * Of pool_thp_failures: chunks whose MADV_COLLAPSE returned 0 but whose mapping /proc/self/smaps then did
+ * not show as wholly PMD-mapped (ShmemPmdMapped/FilePmdMapped below the chunk's size); they count as 4 KiB.
+ */
+uint64_t pool_thp_unverified(const struct pool *p);
+
+/*
+ * For the fixture tests and the daemon's checks: the ShmemPmdMapped plus FilePmdMapped bytes of each VMA of
+ * smaps text buf (len bytes) that starts at one of starts[] (n addresses, ascending), into pmd_bytes[i];
+ * UINT64_MAX where no VMA starts there. Returns how many were found, or -EINVAL when buf has text but no
+ * VMA header (not smaps).
+ */
+int pool_parse_smaps_pmd(const char *buf, size_t len, const uintptr_t *starts, size_t n, uint64_t *pmd_bytes);
+
 /* Bytes of hugetlb chunks (idle and lent): the huge pages the pool holds, times 2 MiB. */
 uint64_t pool_hugetlb_bytes(const struct pool *p);
 /* "hugetlb", "thp" or "4k": what the pool's full chunks are made of. */
@@ -106,6 +120,24 @@ int pool_take_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chu
 /* pool_grow for one NUMA node: idle chunks on node until they hold at least bytes. */
 int pool_grow_on(struct pool *p, uint64_t bytes, int node, void (*progress)(uint64_t done, uint64_t total, void *ud),
 		 void *ud);
+
+/*
+ * What the pool needs to know of the host's nodes to fall back (set by the daemon from its topology):
+ * free_bytes: a node's free memory now (UINT64_MAX: unknown, taken as room); fallback: the other nodes
+ * that stand in for node, nearest first (at most max ids into order[]; returns the count).
+ */
+struct pool_numa_hooks {
+	uint64_t (*free_bytes)(int node, void *ud);
+	size_t (*fallback)(int node, int *order, size_t max, void *ud);
+	void *ud;
+};
+/*
+ * With hooks set, pool_take_on for a node whose idle chunks fall short and whose free memory cannot hold
+ * the fresh chunks (less than 256 MiB of it would be left) takes idle chunks of the
+ * fallback nodes, nearest first, before making fresh ones; those chunks say their own node, so the lease
+ * reads as misplaced. NULL clears them (then only the kernel's MPOL_PREFERRED fallback applies).
+ */
+void pool_set_numa_hooks(struct pool *p, const struct pool_numa_hooks *h);
 
 /* Bytes of chunks on node: idle, lent, and misplaced (made for another node, idle or lent). */
 struct pool_node_bytes {

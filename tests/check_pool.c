@@ -796,6 +796,48 @@ static bool kernel_collapses(void)
 	return r == 0;
 }
 
+/* The smaps parser on captured-layout text: each chunk's PMD-mapped bytes, by the VMA's start. */
+START_TEST(test_smaps_parser_reads_pmd_mapped_bytes_per_chunk)
+{
+	const uintptr_t starts[] = { 0x7f3a40000000, 0x7f3a40600000, 0x7f3a40c00000, 0x7f3a40d00000, 0x7f3a41000000 };
+	uint64_t pmd[5];
+	char path[512], *buf;
+	size_t len;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/proc/smaps/pool-chunks", FIXTURES_DIR);
+	f = fopen(path, "re");
+	ck_assert_ptr_nonnull(f);
+	buf = malloc(1 << 16);
+	ck_assert_ptr_nonnull(buf);
+	len = fread(buf, 1, 1 << 16, f);
+	fclose(f);
+	ck_assert_int_eq(pool_parse_smaps_pmd(buf, len, starts, 5, pmd), 4);
+	ck_assert_uint_eq(pmd[0], 4 * MIB); /* wholly huge */
+	ck_assert_uint_eq(pmd[1], 2 * MIB); /* collapse said yes, half PTE-mapped: not verified */
+	ck_assert_uint_eq(pmd[2], 0);
+	ck_assert_uint_eq(pmd[3], UINT64_MAX); /* no VMA starts there (inside the one before) */
+	ck_assert_uint_eq(pmd[4], 2 * MIB);    /* FilePmdMapped, past a path longer than a line buffer */
+	/* Cut in the middle of the first chunk's fields: what is there is read, nothing invented. */
+	ck_assert_int_eq(pool_parse_smaps_pmd(buf, (size_t)(strstr(strstr(buf, "7f3a40000000-"), "ShmemPmdMapped") - buf), starts, 1, pmd), 1);
+	ck_assert_uint_eq(pmd[0], 0);
+	ck_assert_int_eq(pool_parse_smaps_pmd("", 0, starts, 1, pmd), 0);
+	ck_assert_uint_eq(pmd[0], UINT64_MAX);
+	free(buf);
+
+	/* Not smaps at all (the garbage fixture): refused, so the collapse's own answer stands. */
+	snprintf(path, sizeof(path), "%s/proc/garbage/proc/meminfo", FIXTURES_DIR);
+	f = fopen(path, "re");
+	ck_assert_ptr_nonnull(f);
+	buf = malloc(8192);
+	ck_assert_ptr_nonnull(buf);
+	len = fread(buf, 1, 8192, f);
+	fclose(f);
+	ck_assert_int_eq(pool_parse_smaps_pmd(buf, len, starts, 5, pmd), -EINVAL);
+	free(buf);
+}
+END_TEST
+
 START_TEST(test_thp_chunks_are_collapsed_pmd_mapped_and_counted)
 {
 	struct pool_opts o = { .chunk_bytes = 4 * MIB, .hugetlb = POOL_HUGETLB_NO, .thp = POOL_THP_AUTO,
@@ -810,6 +852,7 @@ START_TEST(test_thp_chunks_are_collapsed_pmd_mapped_and_counted)
 	ck_assert_int_eq(pool_grow(p, 16 * MIB, NULL, NULL), 0);
 	ck_assert_uint_eq(pool_thp_bytes(p), 16 * MIB);
 	ck_assert_uint_eq(pool_thp_failures(p), 0);
+	ck_assert_uint_eq(pool_thp_unverified(p), 0); /* smaps agreed with every collapse */
 	/* A lease of 2 full chunks and a 4 KiB tail: the tail stays on 4 KiB pages. */
 	ck_assert_int_eq(pool_take(p, UID_A, 8 * MIB + 4096, &v, &n), 0);
 	ck_assert_uint_eq(n, 3);
@@ -898,6 +941,82 @@ START_TEST(test_numa_placed_chunks_land_where_the_pool_says)
 }
 END_TEST
 
+/* A fake host for the numa hooks: node 1 is full while node1_full says so; 2, then 0, stand in for it. */
+static bool node1_full;
+static unsigned fallback_asked;
+
+static uint64_t fake_free(int node, void *ud)
+{
+	(void)ud;
+	return node == 1 && node1_full ? 0 : UINT64_MAX;
+}
+
+static size_t fake_fallback(int node, int *order, size_t max, void *ud)
+{
+	static const int by_node[3][2] = { { 1, 2 }, { 2, 0 }, { 1, 0 } };
+
+	(void)ud;
+	ck_assert_uint_ge(max, 2);
+	fallback_asked++;
+	order[0] = by_node[node][0];
+	order[1] = by_node[node][1];
+	return 2;
+}
+
+/*
+ * Asked of a node that is full, a take uses the idle chunks of the nodes that stand in for it, nearest
+ * first (node 2 has none, node 0 has), and makes nothing; asked of a node with room, it makes fresh ones
+ * there and the kernel's placement decides. This host has one node, so only node 0 holds pages.
+ */
+START_TEST(test_take_on_a_full_node_uses_idle_chunks_of_the_nearest_node_with_some)
+{
+	int nodes[3] = { 0, 1, 2 };
+	struct pool_opts o = { .chunk_bytes = 2 * MIB, .hugetlb = POOL_HUGETLB_NO, .thp = POOL_THP_NO, .threads = 1,
+			       .lock = geteuid() == 0, .nodes = nodes, .n_nodes = 3 };
+	const struct pool_numa_hooks hooks = { fake_free, fake_fallback, NULL };
+	struct pool_node_bytes nb;
+	struct chunk **v = NULL, **w = NULL;
+	struct pool *p = NULL;
+	size_t n = 0, m = 0;
+
+	ck_assert_int_eq(pool_new(&o, &p), 0);
+	pool_set_numa_hooks(p, &hooks);
+	ck_assert_int_eq(pool_grow_on(p, 8 * MIB, 0, NULL, NULL), 0);
+	ck_assert_uint_eq(pool_chunk_count(p), 4);
+	node1_full = true;
+	ck_assert_int_eq(pool_take_on(p, UID_A, 4 * MIB, 1, &v, &n), 0);
+	ck_assert_uint_eq(fallback_asked, 1);
+	ck_assert_uint_eq(n, 2);
+	ck_assert_uint_eq(pool_chunk_count(p), 4); /* nothing made, nothing replaced */
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_int_eq(v[i]->node, 0);
+		ck_assert(!v[i]->misplaced); /* made for node 0, where it is: the lease (asked of 1) is what is misplaced */
+	}
+	pool_node_bytes(p, 0, &nb);
+	ck_assert_uint_eq(nb.idle, 4 * MIB);
+	ck_assert_uint_eq(nb.lent, 4 * MIB);
+	/* A node with room gets fresh chunks placed for it, even with idle ones elsewhere. */
+	node1_full = false;
+	ck_assert_int_eq(pool_take_on(p, UID_A, 2 * MIB, 1, &w, &m), 0);
+	ck_assert_uint_eq(fallback_asked, 1);
+	ck_assert_uint_eq(m, 1);
+	ck_assert_uint_gt(w[0]->id, 4);
+	ck_assert(w[0]->misplaced); /* asked of node 1, which this kernel does not have */
+	ck_assert_uint_eq(pool_chunk_count(p), 4); /* an idle node-0 chunk made room for it */
+	pool_put(p, w, m);
+	pool_put(p, v, n);
+	free(w);
+	free(v);
+	/* A take its own node can serve never asks for a fallback. */
+	node1_full = true;
+	ck_assert_int_eq(pool_take_on(p, UID_A, 2 * MIB, 0, &v, &n), 0);
+	ck_assert_uint_eq(fallback_asked, 1);
+	pool_put(p, v, n);
+	free(v);
+	pool_free(p);
+}
+END_TEST
+
 START_TEST(test_without_placement_chunks_have_no_node)
 {
 	struct chunk **v = NULL;
@@ -979,6 +1098,7 @@ static Suite *pool_suite(void)
 
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_new_rejects_chunk_size_not_a_page_multiple);
+	tcase_add_test(tc, test_smaps_parser_reads_pmd_mapped_bytes_per_chunk);
 	tcase_add_test(tc, test_new_defaults_to_2mib_chunks_of_4k_pages);
 	tcase_add_test(tc, test_hugetlb_yes_without_huge_pages_is_not_supported);
 	tcase_add_test(tc, test_hugetlb_mode_needs_chunks_of_2mib_multiples);
@@ -1006,6 +1126,7 @@ static Suite *pool_suite(void)
 	tcase_add_test(tc, test_thp_no_and_hugetlb_pools_do_not_collapse);
 	tcase_add_test(tc, test_hugepages_target_adds_only_what_the_free_pages_lack);
 	tcase_add_test(tc, test_numa_placed_chunks_land_where_the_pool_says);
+	tcase_add_test(tc, test_take_on_a_full_node_uses_idle_chunks_of_the_nearest_node_with_some);
 	tcase_add_test(tc, test_without_placement_chunks_have_no_node);
 	/* Left out, and the suite reported skipped, where the kernel cannot collapse shmem or mlock is denied. */
 	if (kernel_collapses()) {

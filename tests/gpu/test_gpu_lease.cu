@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* GPU test: broker leases taken by several processes are CUDA-registered, copy asynchronously, keep data, and unregister on release and revoke. */
+#include <ctype.h>
 #include <getopt.h>
 #include <spawn.h>
 #include <stdbool.h>
@@ -266,20 +267,38 @@ static void check_lease_basics(const struct opts *o, pb_lease *l, size_t asked)
 		check(pb_lease_hugetlb(l) == o->expect_hugetlb, "lease %llu: hugetlb = %d, expected %d",
 		      (unsigned long long)pb_lease_id(l), pb_lease_hugetlb(l), o->expect_hugetlb);
 	/*
-	 * NUMA: with a current CUDA device, a default acquire goes on that GPU's node (sysfs numa_node); a firmware
-	 * that names none leaves it anywhere. Either way the lease is on a node and not misplaced on a one-node host.
+	 * NUMA: with a current CUDA device, a default acquire goes on that GPU's node, as the driver reports it
+	 * (CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, asked here through the runtime's cudaDevAttrHostNumaId, the same
+	 * attribute), else as sysfs numa_node says (read here by the test itself). Where neither names a node the
+	 * lease may be anywhere, but on a node and not misplaced on a one-node host.
 	 */
 	if (have_gpu) {
-		char bus[32];
-		int dev = 0, misplaced = -1, want;
+		char bus[32], path[128], line[32];
+		int dev = 0, misplaced = -1, driver_node = -1, sysfs_node = -1, want, lib;
 
 		if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetPCIBusId(bus, sizeof(bus), dev) == cudaSuccess) {
 			int node = pb_lease_numa_node(l, &misplaced);
+			FILE *f;
 
-			want = pb_gpu_numa_node(bus);
+			if (cudaDeviceGetAttribute(&driver_node, cudaDevAttrHostNumaId, dev) != cudaSuccess)
+				driver_node = -1;
+			for (char *c = bus; *c; c++)
+				*c = (char)tolower((unsigned char)*c);
+			snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/numa_node", bus);
+			f = fopen(path, "re");
+			if (f) {
+				if (fgets(line, sizeof(line), f))
+					sysfs_node = atoi(line);
+				fclose(f);
+			}
+			want = driver_node >= 0 ? driver_node : sysfs_node >= 0 ? sysfs_node : -1;
+			lib = pb_gpu_numa_node(bus);
+			check(lib == want, "pb_gpu_numa_node(%s) = %d; the driver says %d, sysfs %d", bus, lib, driver_node,
+			      sysfs_node);
 			check(node >= 0 && (want < 0 || node == want) && misplaced == 0,
-			      "lease %llu: on NUMA node %d (misplaced %d); the current GPU %s is on node %d",
-			      (unsigned long long)pb_lease_id(l), node, misplaced, bus, want);
+			      "lease %llu: on NUMA node %d (misplaced %d); the current GPU %s is on node %d "
+			      "(driver %d, sysfs %d)",
+			      (unsigned long long)pb_lease_id(l), node, misplaced, bus, want, driver_node, sysfs_node);
 		}
 	}
 }

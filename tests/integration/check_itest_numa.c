@@ -4,10 +4,13 @@
  * on the node asked, as the daemon, the library and pinctl say. On a fixture sysfs of two nodes with GPUs on each
  * (tests/fixtures/sys/numa2) over the same single-node kernel: the prewarm split and the node rows follow the
  * fixture, the library resolves a GPU's node from sysfs, and a lease asked of node 1, which the kernel cannot
- * place there, falls back to node 0 and says it is misplaced.
+ * place there, falls back to node 0 and says it is misplaced. On the four-node fixture
+ * (tests/fixtures/sys/numa4): the prewarm split and a row per node, and a node the fixture says is full
+ * (MemFree 0) served from the idle chunks of the nearest node that has some, marked misplaced.
  */
 #define _GNU_SOURCE
 #include <check.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +45,40 @@ static void start_fixture(void)
 		 root, root);
 	ck_assert_int_eq(system(cmd), 0);
 	daemon_start(&d, args);
+}
+
+/*
+ * The four-node fixture (tests/fixtures/sys/numa4: GPUs 2, 0, 0, 2, one GPU with no node; nodes 0-1 and 2-3
+ * near each other) beside the idle proc root, with node 2's MemFree set to 0: a node that is full.
+ */
+static void start_fixture4(const char *const *args)
+{
+	char cmd[900];
+
+	snprintf(root, sizeof(root), "/tmp/pbnuma4.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(root));
+	snprintf(cmd, sizeof(cmd),
+		 "cp -a " FIXTURES_DIR "/proc/idle/. '%s/' && cp -a " FIXTURES_DIR "/sys/numa4/sys/. '%s/sys/' && "
+		 "sed -i 's/^Node 2 MemFree: .*/Node 2 MemFree:        0 kB/' '%s/sys/devices/system/node/node2/meminfo'",
+		 root, root, root);
+	ck_assert_int_eq(system(cmd), 0);
+	daemon_start(&d, args);
+}
+
+static void start_fixture4_gpus(void)
+{
+	static const char *const args[] = { "--proc-root", root, "--prewarm", "64M", "--thp", "no", NULL };
+
+	start_fixture4(args);
+}
+
+/* All of the prewarm on node 0, so a chunk counted misplaced there can only be a fresh one made for another. */
+static void start_fixture4_node0(void)
+{
+	static const char *const args[] = { "--proc-root", root, "--prewarm", "64M", "--numa-prewarm", "0:64M",
+					    "--thp", "no", NULL };
+
+	start_fixture4(args);
 }
 
 static void stop(void)
@@ -202,6 +239,169 @@ START_TEST(test_fixture_nodes_split_the_prewarm_and_a_full_node_falls_back)
 }
 END_TEST
 
+/*
+ * The library asks the driver for a GPU's node first (CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID), and sysfs only when the
+ * driver cannot say. The stand-in libcuda.so.1 is loaded before the library looks for one (it finds it by its
+ * soname); its one GPU is 0000:86:00.0, on node 1 in the fixture sysfs; the attribute answers
+ * STUB_CUDA_HOST_NUMA_ID, or is refused (a driver before CUDA 12.2) when that is unset.
+ */
+START_TEST(test_gpu_node_comes_from_the_driver_else_sysfs)
+{
+	struct pb_acquire_opts g = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_GPU, .gpu = "0" };
+	struct pb_acquire_opts cur = { .flags = 0 };
+	int (*retain)(void **, int), (*push)(void *);
+	void *h, *ctx = NULL;
+	struct pb_status *s;
+	pb_client *c;
+	pb_lease *l;
+	int misplaced = -1;
+
+	h = dlopen(STUB_DIR "/libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+	ck_assert_ptr_nonnull(h);
+	setenv("PINBROKER_SYS_ROOT", root, 1);
+	setenv("STUB_CUDA_PCI_BUS_ID", "0000:86:00.0", 1);
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+
+	/* The attribute unsupported: sysfs, through the bus id the driver gives (ordinal, bus id alike). */
+	unsetenv("STUB_CUDA_HOST_NUMA_ID");
+	ck_assert_int_eq(pb_gpu_numa_node("0"), 1);
+	ck_assert_int_eq(pb_gpu_numa_node("86:00.0"), 1);
+	ck_assert_int_eq(pb_acquire(c, 2 * MiB, &g, &l), 0);
+	ck_assert_int_eq(pb_lease_numa_node(l, &misplaced), 0);
+	ck_assert_int_eq(misplaced, 1); /* asked of node 1, which this kernel does not have */
+	pb_release(c, l);
+	/* -1 from the driver (no NUMA, it says): sysfs still. */
+	setenv("STUB_CUDA_HOST_NUMA_ID", "-1", 1);
+	ck_assert_int_eq(pb_gpu_numa_node("0"), 1);
+
+	/* The driver says node 0, against sysfs's 1: the driver wins, and the lease lands where it asked. */
+	setenv("STUB_CUDA_HOST_NUMA_ID", "0", 1);
+	ck_assert_int_eq(pb_gpu_numa_node("0"), 0);
+	ck_assert_int_eq(pb_gpu_numa_node("0000:86:00.0"), 0);
+	ck_assert_int_eq(pb_acquire(c, 2 * MiB, &g, &l), 0);
+	ck_assert_int_eq(pb_lease_numa_node(l, &misplaced), 0);
+	ck_assert_int_eq(misplaced, 0);
+	s = status(c);
+	ck_assert_int_eq(itest_lease_row(s, pb_lease_id(l))->misplaced, 0);
+	pb_status_free(s);
+	pb_release(c, l);
+
+	/* With no GPU named, the current device's node: the driver's 0 (the default a CUDA job gets). */
+	*(void **)&retain = dlsym(h, "cuDevicePrimaryCtxRetain");
+	*(void **)&push = dlsym(h, "cuCtxPushCurrent_v2");
+	ck_assert_ptr_nonnull(retain);
+	ck_assert_ptr_nonnull(push);
+	ck_assert_int_eq(retain(&ctx, 0), 0);
+	ck_assert_int_eq(push(ctx), 0);
+	ck_assert_int_eq(pb_acquire(c, 2 * MiB, &cur, &l), 0);
+	ck_assert_int_eq(pb_lease_numa_node(l, &misplaced), 0);
+	ck_assert_int_eq(misplaced, 0);
+	s = status(c);
+	ck_assert_int_eq(itest_lease_row(s, pb_lease_id(l))->misplaced, 0);
+	pb_status_free(s);
+	pb_release(c, l);
+	pb_disconnect(c);
+	unsetenv("STUB_CUDA_HOST_NUMA_ID");
+	unsetenv("PINBROKER_SYS_ROOT");
+}
+END_TEST
+
+START_TEST(test_four_fixture_nodes_split_the_prewarm_by_gpus_and_report_each_node)
+{
+	const struct pb_node_info *nd[4];
+	struct pb_status *s;
+	pb_client *c;
+	char *out = NULL;
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	s = status(c);
+	ck_assert_uint_eq(s->n_nodes, 4);
+	for (int i = 0; i < 4; i++) {
+		nd[i] = node_row(s, i);
+		ck_assert_ptr_nonnull(nd[i]);
+	}
+	/* GPUs per node as the fixture says; the one whose numa_node is -1 counts nowhere. */
+	ck_assert_uint_eq(nd[0]->gpus, 2);
+	ck_assert_uint_eq(nd[1]->gpus, 0);
+	ck_assert_uint_eq(nd[2]->gpus, 0);
+	ck_assert_uint_eq(nd[3]->gpus, 2);
+	ck_assert_uint_eq(nd[1]->mem_free_bytes, 30000000ull * 1024);
+	ck_assert_uint_eq(nd[2]->mem_free_bytes, 0);
+	/*
+	 * 64 MiB split 2:0:0:2 by GPUs: node 0's 32 MiB is on node 0; node 3's was asked of a kernel with one node, so
+	 * it landed on node 0 too and is counted there, misplaced. Nodes 1-3 hold nothing.
+	 */
+	ck_assert_uint_eq(nd[0]->idle_bytes, 64 * MiB);
+	ck_assert_uint_eq(nd[0]->misplaced_bytes, 32 * MiB);
+	for (int i = 1; i < 4; i++)
+		ck_assert_uint_eq(nd[i]->idle_bytes + nd[i]->lent_bytes + nd[i]->misplaced_bytes, 0);
+	pb_status_free(s);
+	ck_assert_int_eq(pinctl(&d, &out, "status"), 0);
+	ck_assert_ptr_nonnull(strstr(out, "node 3: 0 B idle, 0 B lent, 0 B misplaced; 2 GPUs"));
+	ck_assert_ptr_nonnull(strstr(out, "node 1: 0 B idle, 0 B lent, 0 B misplaced; 0 GPUs"));
+	free(out);
+	/* The library reads the same fixture for a GPU's node: 0000:c2:00.0 is on node 3, e1 on none. */
+	setenv("PINBROKER_SYS_ROOT", root, 1);
+	ck_assert_int_eq(pb_gpu_numa_node("c2:00.0"), 3);
+	ck_assert_int_eq(pb_gpu_numa_node("0000:19:00.0"), 0);
+	ck_assert_int_eq(pb_gpu_numa_node("0000:e1:00.0"), -1);
+	unsetenv("PINBROKER_SYS_ROOT");
+	pb_disconnect(c);
+}
+END_TEST
+
+/*
+ * Node 2 is full (the fixture's MemFree 0) and has no idle chunks: a lease for it falls back to the idle chunks
+ * of the nodes that stand in for it, nearest first (3, which has none here, then 0), with nothing made, and
+ * says it is misplaced. Node 1 has room: a lease for it gets fresh chunks placed for node 1 (which this
+ * kernel puts on node 0: misplaced too, and counted as misplaced chunks, unlike the fallen-back ones).
+ */
+START_TEST(test_a_full_node_falls_back_to_the_nearest_idle_chunks_and_says_so)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NUMA_NODE, .numa_node = 2 };
+	const struct pb_node_info *n0;
+	struct pb_status *s;
+	pb_client *c;
+	pb_lease *l2, *l1;
+	int misplaced = 0;
+	char *out = NULL;
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	s = status(c);
+	n0 = node_row(s, 0);
+	ck_assert_uint_eq(n0->idle_bytes, 64 * MiB);
+	ck_assert_uint_eq(n0->misplaced_bytes, 0);
+	pb_status_free(s);
+
+	ck_assert_int_eq(pb_acquire(c, 8 * MiB, &o, &l2), 0);
+	ck_assert_int_eq(pb_lease_numa_node(l2, &misplaced), 0); /* where it is */
+	ck_assert_int_eq(misplaced, 1);
+	s = status(c);
+	n0 = node_row(s, 0);
+	ck_assert_uint_eq(n0->lent_bytes, 8 * MiB);
+	ck_assert_uint_eq(n0->idle_bytes, 56 * MiB);
+	ck_assert_uint_eq(n0->misplaced_bytes, 0); /* node 0's own chunks, lent: nothing was made for node 2 */
+	ck_assert_uint_eq(s->pool_bytes, 64 * MiB);
+	ck_assert_int_eq(itest_lease_row(s, pb_lease_id(l2))->numa_node, 0);
+	ck_assert_int_eq(itest_lease_row(s, pb_lease_id(l2))->misplaced, 1);
+	pb_status_free(s);
+	ck_assert_int_eq(pinctl(&d, &out, "leases"), 0);
+	ck_assert_ptr_nonnull(strstr(out, "misplaced: placed for a NUMA node that was full"));
+	free(out);
+
+	o.numa_node = 1;
+	ck_assert_int_eq(pb_acquire(c, 4 * MiB, &o, &l1), 0);
+	ck_assert_int_eq(pb_lease_numa_node(l1, &misplaced), 0);
+	ck_assert_int_eq(misplaced, 1);
+	s = status(c);
+	ck_assert_uint_eq(node_row(s, 0)->misplaced_bytes, 4 * MiB); /* fresh chunks made for node 1 */
+	pb_status_free(s);
+	pb_release(c, l1);
+	pb_release(c, l2);
+	pb_disconnect(c);
+}
+END_TEST
+
 START_TEST(test_bad_numa_prewarm_names_the_node)
 {
 	char *out = NULL, cmd[512];
@@ -218,6 +418,7 @@ static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-numa");
 	TCase *real = tcase_create("real-kernel"), *fix = tcase_create("fixture"), *cfg = tcase_create("config");
+	TCase *fix4 = tcase_create("fixture-4-nodes"), *full = tcase_create("fixture-full-node");
 
 	tcase_add_checked_fixture(real, start, stop);
 	tcase_set_timeout(real, 60);
@@ -227,8 +428,17 @@ static Suite *suite(void)
 	tcase_add_checked_fixture(fix, start_fixture, stop);
 	tcase_set_timeout(fix, 60);
 	tcase_add_test(fix, test_fixture_nodes_split_the_prewarm_and_a_full_node_falls_back);
+	tcase_add_test(fix, test_gpu_node_comes_from_the_driver_else_sysfs);
 	suite_add_tcase(s, fix);
 	tcase_add_test(cfg, test_bad_numa_prewarm_names_the_node);
+	tcase_add_checked_fixture(fix4, start_fixture4_gpus, stop);
+	tcase_set_timeout(fix4, 60);
+	tcase_add_test(fix4, test_four_fixture_nodes_split_the_prewarm_by_gpus_and_report_each_node);
+	suite_add_tcase(s, fix4);
+	tcase_add_checked_fixture(full, start_fixture4_node0, stop);
+	tcase_set_timeout(full, 60);
+	tcase_add_test(full, test_a_full_node_falls_back_to_the_nearest_idle_chunks_and_says_so);
+	suite_add_tcase(s, full);
 	suite_add_tcase(s, cfg);
 	return s;
 }

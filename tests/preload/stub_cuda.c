@@ -12,7 +12,10 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 
 typedef int CUresult;
@@ -138,6 +141,61 @@ STUB CUresult cuDeviceGet(CUdevice *d, int ordinal)
 }
 
 /* One 16 GiB GPU, for pinctl doctor's budget check. */
+/*
+ * NUMA placement's entry points. The one device's PCI bus id is STUB_CUDA_PCI_BUS_ID (default
+ * 0000:3b:00.0). CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID (134) answers STUB_CUDA_HOST_NUMA_ID, and is refused as a
+ * driver before CUDA 12.2 refuses it (CUDA_ERROR_INVALID_VALUE) while that is unset.
+ */
+static const char *stub_bus_id(void)
+{
+	const char *b = getenv("STUB_CUDA_PCI_BUS_ID");
+
+	return b && *b ? b : "0000:3b:00.0";
+}
+
+STUB CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice d)
+{
+	const char *v = getenv("STUB_CUDA_HOST_NUMA_ID");
+
+	if (!initialised)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (d != 0 || attribute != 134 || !v || !*v)
+		return CUDA_ERROR_INVALID_VALUE;
+	*value = atoi(v);
+	return CUDA_SUCCESS;
+}
+
+STUB CUresult cuDeviceGetPCIBusId(char *buf, int len, CUdevice d)
+{
+	if (!initialised)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (d != 0 || len <= 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	snprintf(buf, (size_t)len, "%s", stub_bus_id());
+	return CUDA_SUCCESS;
+}
+
+STUB CUresult cuDeviceGetByPCIBusId(CUdevice *d, const char *bus)
+{
+	const char *mine = stub_bus_id();
+	size_t skip = strchr(bus, ':') == strrchr(bus, ':') ? 5 : 0; /* "3b:00.0" against "0000:3b:00.0" */
+
+	if (!initialised)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (strlen(mine) < skip || strcasecmp(mine + skip, bus) != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	*d = 0;
+	return CUDA_SUCCESS;
+}
+
+STUB CUresult cuCtxGetDevice(CUdevice *d)
+{
+	if (!current)
+		return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+	*d = 0;
+	return CUDA_SUCCESS;
+}
+
 STUB CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d)
 {
 	if (d != 0)
