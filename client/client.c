@@ -2235,10 +2235,23 @@ static void copy_events(Pinbroker__V1__EventInfo **src, size_t n, struct pb_even
 	}
 }
 
+/* One job row, as STATUS and the quota replies carry it. */
+static void job_copy(struct pb_job *y, const Pinbroker__V1__JobInfo *x)
+{
+	snprintf(y->job, sizeof(y->job), "%s", x->job);
+	y->bytes = x->has_bytes ? x->bytes : 0;
+	y->leases = x->has_leases ? x->leases : 0;
+	y->has_quota = x->has_quota_bytes;
+	y->quota_bytes = x->has_quota_bytes ? x->quota_bytes : 0;
+	snprintf(y->rule, sizeof(y->rule), "%s", x->rule ? x->rule : "");
+	snprintf(y->source, sizeof(y->source), "%s", x->source ? x->source : "");
+}
+
 /* Append sr's client rows to s->clients. */
 static void append_clients(struct pb_status *s, const Pinbroker__V1__StatusReply *sr, bool *oom)
 {
 	struct pb_client_info *v;
+	char **cg;
 
 	if (sr->n_clients == 0)
 		return;
@@ -2248,10 +2261,17 @@ static void append_clients(struct pb_status *s, const Pinbroker__V1__StatusReply
 		return;
 	}
 	s->clients = v;
+	cg = realloc(s->client_cgroups, (s->n_clients + sr->n_clients) * sizeof(*cg));
+	if (!cg) {
+		*oom = true;
+		return;
+	}
+	s->client_cgroups = cg;
 	for (size_t i = 0; i < sr->n_clients; i++) {
 		const Pinbroker__V1__ClientInfo *ci = sr->clients[i];
-		struct pb_client_info *d = &s->clients[s->n_clients++];
+		struct pb_client_info *d = &s->clients[s->n_clients];
 
+		s->client_cgroups[s->n_clients++] = xstrdup(ci->cgroup, oom);
 		d->pid = ci->pid;
 		d->uid = ci->uid;
 		d->leases = ci->leases;
@@ -2348,11 +2368,17 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 						     .gpus = ni->gpus, .mem_free_bytes = ni->mem_free_bytes };
 		s->n_nodes++;
 	}
+	s->jobs = calloc(sr->n_jobs + 1, sizeof(*s->jobs));
+	if (!s->jobs)
+		oom = true;
+	for (size_t i = 0; s->jobs && i < sr->n_jobs; i++)
+		job_copy(&s->jobs[s->n_jobs++], sr->jobs[i]);
 
 	/* Never NULL, even empty: callers index them by n_*. */
 	s->clients = calloc(1, sizeof(*s->clients));
+	s->client_cgroups = calloc(1, sizeof(*s->client_cgroups));
 	s->leases = calloc(1, sizeof(*s->leases));
-	if (!s->clients || !s->leases)
+	if (!s->clients || !s->client_cgroups || !s->leases)
 		oom = true;
 	append_clients(s, sr, &oom);
 	append_leases(&s->leases, &s->n_leases, sr, &oom);
@@ -2546,10 +2572,14 @@ void pb_status_free(struct pb_status *s)
 	free(s->monitor_mode);
 	free(s->page_kind);
 	free(s->nodes);
+	free(s->jobs);
 	for (size_t i = 0; s->clients && i < s->n_clients; i++) {
 		free(s->clients[i].labels);
 		free(s->clients[i].name);
 	}
+	for (size_t i = 0; s->client_cgroups && i < s->n_clients; i++)
+		free(s->client_cgroups[i]);
+	free(s->client_cgroups);
 	free(s->clients);
 	pb_lease_info_free(s->leases, s->n_leases);
 	for (size_t i = 0; s->signals && i < s->n_signals; i++) {
@@ -2660,18 +2690,8 @@ static int quota_copy(const Pinbroker__V1__QuotaReply *qr, struct pb_quota_rule 
 			}
 			return set_error(-ENOMEM, "out of memory");
 		}
-		for (size_t i = 0; i < qr->n_jobs; i++) {
-			const Pinbroker__V1__JobInfo *x = qr->jobs[i];
-			struct pb_job *y = &(*jobs)[i];
-
-			snprintf(y->job, sizeof(y->job), "%s", x->job);
-			y->bytes = x->bytes;
-			y->leases = x->leases;
-			y->has_quota = x->has_quota_bytes;
-			y->quota_bytes = x->quota_bytes;
-			snprintf(y->rule, sizeof(y->rule), "%s", x->rule ? x->rule : "");
-			snprintf(y->source, sizeof(y->source), "%s", x->source ? x->source : "");
-		}
+		for (size_t i = 0; i < qr->n_jobs; i++)
+			job_copy(&(*jobs)[i], qr->jobs[i]);
 		*njobs = qr->n_jobs;
 	}
 	return 0;

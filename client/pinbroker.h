@@ -435,6 +435,13 @@ struct pb_status {
 	uint64_t huge_pages_free_bytes; /* the host's free hugetlb memory */
 	size_t n_nodes;            /* NUMA nodes the pool places on (0: no placement) */
 	struct pb_node_info *nodes;
+	/* Per-job quotas: the jobs with a quota or with leases, largest first, at most 64 (pb_quota_list has
+	 * them all); every job for admins (or status-visibility = all), else the caller's own. */
+	size_t n_jobs;
+	struct pb_job *jobs;       /* struct pb_job is below */
+	/* client_cgroups[i] is clients[i]'s cgroup at connect, "" when unknown: kept apart so that
+	 * struct pb_client_info, which programs index by its size, keeps its layout. */
+	char **client_cgroups;
 };
 
 /*

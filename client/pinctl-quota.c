@@ -52,7 +52,7 @@ static int with_usage(int r, const char *help)
 
 #define quota_usage(...) with_usage(usage_error(__VA_ARGS__), quota_help)
 
-static void json_jobs(FILE *f, const struct pb_job *jobs, size_t n)
+void json_jobs(FILE *f, const struct pb_job *jobs, size_t n)
 {
 	fputs("\"jobs\":[", f);
 	for (size_t i = 0; i < n; i++) {

@@ -115,10 +115,12 @@ static const struct command_help {
 		    "The budget, leased, pool and free memory, the page kind, the pressure state and its signals,\n"
 		    "recent transitions and revocations, and one row per client connection.\n"
 		    "\n"
-		    "  --json          the stable JSON schema (schema_version 1), every lease row included\n" },
+		    "  --json          the stable JSON schema (schema_version 1), every lease row included,\n"
+		    "                  each client's cgroup and the jobs (jobs[])\n" },
 	{ "leases", "Usage: pinctl leases [--json]\n"
 		    "\n"
-		    "Every lease on the host you may see (all of them as an admin), fetched page by page.\n"
+		    "Every lease on the host you may see (all of them as an admin), fetched page by page: its NUMA\n"
+		    "node (NODE, '!' when misplaced, '-' when not placed) and the job it is charged to (JOB).\n"
 		    "\n"
 		    "  --json          {schema_version, leases[]}\n" },
 	{ "acquire", "Usage: pinctl acquire SIZE [--hold SECONDS] [--label L] [--priority P] [--wait MS]\n"
@@ -719,11 +721,20 @@ static void status_json(FILE *f, const struct pb_status *s)
 		json_u64(f, "attached", ci->attached, true); /* of leases: mapped through a share token */
 		json_u64(f, "bytes", ci->bytes, true);
 		json_u64(f, "unbrokered_bytes", ci->unbrokered_bytes, true);
+		json_key(f, "cgroup");
+		if (s->client_cgroups && s->client_cgroups[i] && s->client_cgroups[i][0]) {
+			json_str(f, s->client_cgroups[i]);
+			fputc(',', f);
+		} else {
+			fputs("null,", f);
+		}
 		json_key(f, "labels");
 		json_labels(f, ci->labels);
 		fputc('}', f);
 	}
 	fputs("],", f);
+	json_jobs(f, s->jobs, s->n_jobs);
+	fputc(',', f);
 	json_leases(f, s->leases, s->n_leases);
 	fputs("}\n", f);
 }
@@ -739,19 +750,49 @@ static void print_events(const char *title, const struct pb_event_info *e, size_
 		printf("  %10s ago  %s\n", duration_str(e[i].age_ms, age, sizeof(age)), esc(e[i].text, t));
 }
 
+/* The leases table's JOB column: wide enough for a Slurm job's last levels or a pod's slice. */
+#define JOB_COLUMN 28
+
+/*
+ * A job's cgroup path (already escaped) cut to JOB_COLUMN characters: its last components, which
+ * name the job, after ".../" ("/slurm_node1/uid_1000/job_42" stays whole; a long kubepods path
+ * keeps its pod). A last component too long alone keeps its tail after "...". "-" for no job.
+ */
+static const char *job_column(const char *job, char *buf, size_t len)
+{
+	size_t n = strlen(job);
+	const char *p;
+
+	if (n == 0)
+		return "-";
+	if (n <= JOB_COLUMN)
+		return job;
+	/* The first '/' at or after the point where what follows fits beside ".../" (4 characters). */
+	p = strchr(job + n - (JOB_COLUMN - 4), '/');
+	if (p && p[1])
+		snprintf(buf, len, "...%s", p);
+	else
+		snprintf(buf, len, "...%s", job + n - (JOB_COLUMN - 3));
+	return buf;
+}
+
 static void print_leases_table(const struct pb_lease_info *rows, size_t n)
 {
-	char sz[32], age[32], st[ESC_BYTES], lb[ESC_BYTES], user[64];
+	char sz[32], age[32], node[16], st[ESC_BYTES], lb[ESC_BYTES], jb[ESC_BYTES], jc[JOB_COLUMN + 1], user[64];
 
-	printf("%-8s %-8s %-10s %-10s %-11s %-9s %-10s %s\n", "ID", "PID", "USER", "BYTES", "PRIORITY", "STATE", "AGE",
-	       "LABEL");
+	printf("%-8s %-8s %-10s %-10s %-11s %-9s %-10s %-4s %-*s %s\n", "ID", "PID", "USER", "BYTES", "PRIORITY",
+	       "STATE", "AGE", "NODE", JOB_COLUMN, "JOB", "LABEL");
 	for (size_t i = 0; i < n; i++) {
 		const struct pb_lease_info *l = &rows[i];
 
-		printf("%-8" PRIu64 " %-8" PRId32 " %-10s %-10s %-11s %-9s %-10s %s\n", l->id, l->pid,
+		if (l->numa_node >= 0)
+			snprintf(node, sizeof(node), "%d%s", l->numa_node, l->misplaced ? "!" : "");
+		else
+			snprintf(node, sizeof(node), "-");
+		printf("%-8" PRIu64 " %-8" PRId32 " %-10s %-10s %-11s %-9s %-10s %-4s %-*s %s\n", l->id, l->pid,
 		       user_name(l->uid, user, sizeof(user)), size_str(l->bytes, sz, sizeof(sz)),
-		       priority_name(l->priority), esc(l->state, st), duration_str(l->age_ms, age, sizeof(age)),
-		       esc(l->label, lb));
+		       priority_name(l->priority), esc(l->state, st), duration_str(l->age_ms, age, sizeof(age)), node,
+		       JOB_COLUMN, job_column(esc(l->job ? l->job : "", jb), jc, sizeof(jc)), esc(l->label, lb));
 		if (l->registration || l->no_revoke)
 			printf("%-8s %s\n", "", l->registration ? "registration: the program's own memory, charged; never revoked"
 								: "never revoked: its program cannot give memory back");

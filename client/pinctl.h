@@ -46,6 +46,9 @@ extern const char quota_help[];
 extern const char jobs_help[];
 int cmd_quota(int argc, char **argv);
 int cmd_jobs(int argc, char **argv);
+struct pb_job;
+/* "jobs":[{job, bytes, leases, quota_bytes (null without a quota), rule, source}], as pinctl jobs --json has it. */
+void json_jobs(FILE *f, const struct pb_job *jobs, size_t n);
 
 /* pinctl doctor's --help text (pinctl-doctor.c). */
 extern const char doctor_help[];

@@ -45,13 +45,38 @@ enum broker_refusal {
 	REFUSED_N,
 };
 
+/* What a grant lent, for the metrics' kind label. */
+enum broker_grant {
+	GRANTED_POOL,         /* pool memory, mapped through memfds */
+	GRANTED_REGISTRATION, /* a charge for memory the program owns (ACQUIRE_FLAG_REGISTER_ONLY) */
+	GRANTED_N,
+};
+
+/* Why a lease was revoked (revoker_revoke's callers), for the metrics' reason label. */
+enum broker_revocation {
+	REVOKED_PRESSURE,     /* host memory critical: reclaim */
+	REVOKED_IDLE_RECLAIM, /* a cached-idle lease another client's acquire needs */
+	REVOKED_ADMIN,        /* pinctl revoke by an admin */
+	REVOKED_SELF,         /* pinctl revoke of a uid's own leases by that uid */
+	REVOKED_JOB_QUOTA,    /* pinctl quota set|clear --revoke */
+	REVOKED_N,
+};
+
+/* What was done to an overdue holder (revoke-enforce), for the metrics' action label. */
+enum broker_enforcement {
+	ENFORCED_DISCONNECT,
+	ENFORCED_SIGTERM,
+	ENFORCED_SIGKILL,
+	ENFORCED_N,
+};
+
 /* Counters since start, for the metrics. */
 struct broker_counters {
-	uint64_t granted;          /* leases granted (registrations included) */
-	uint64_t granted_bytes;
+	uint64_t granted[GRANTED_N];       /* leases granted, by kind */
+	uint64_t granted_bytes[GRANTED_N];
 	uint64_t refused[REFUSED_N];
-	uint64_t revocations;      /* REVOKEs sent */
-	uint64_t enforcements;     /* overdue holders disconnected or signalled */
+	uint64_t revocations[REVOKED_N];   /* REVOKEs sent, by reason */
+	uint64_t enforcements[ENFORCED_N]; /* overdue holders disconnected or signalled, by action */
 };
 
 struct broker {

@@ -35,6 +35,22 @@ static const char *const refusal_names[REFUSED_N] = {
 	[REFUSED_OTHER] = "other",
 };
 
+static const char *const grant_names[GRANTED_N] = {
+	[GRANTED_POOL] = "pool",
+	[GRANTED_REGISTRATION] = "registration",
+};
+
+static const char *const revocation_names[REVOKED_N] = {
+	[REVOKED_PRESSURE] = "pressure", [REVOKED_IDLE_RECLAIM] = "idle_reclaim", [REVOKED_ADMIN] = "admin",
+	[REVOKED_SELF] = "self",         [REVOKED_JOB_QUOTA] = "job_quota",
+};
+
+static const char *const enforcement_names[ENFORCED_N] = {
+	[ENFORCED_DISCONNECT] = "disconnect",
+	[ENFORCED_SIGTERM] = "sigterm",
+	[ENFORCED_SIGKILL] = "sigkill",
+};
+
 static void head(FILE *f, const char *name, const char *type, const char *help)
 {
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
@@ -46,10 +62,13 @@ static void gauge(FILE *f, const char *name, const char *help, double v)
 	fprintf(f, "%s %.17g\n", name, v);
 }
 
-static void counter(FILE *f, const char *name, const char *help, uint64_t v)
+/* A counter with one label, a row for every value even at 0, so rate() sees each series from the start. */
+static void counter_by(FILE *f, const char *name, const char *help, const char *label, const char *const *values,
+		       const uint64_t *v, size_t n)
 {
 	head(f, name, "counter", help);
-	fprintf(f, "%s %llu\n", name, (unsigned long long)v);
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "%s{%s=\"%s\"} %llu\n", name, label, values[i], (unsigned long long)v[i]);
 }
 
 /* A label value as the format wants it: backslash, quote and newline escaped. */
@@ -135,15 +154,17 @@ static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 					sig[i].value);
 	}
 
-	counter(f, "pinbroker_acquires_granted_total", "Leases granted since start.", b->counters.granted);
-	counter(f, "pinbroker_granted_bytes_total", "Bytes granted since start.", b->counters.granted_bytes);
-	head(f, "pinbroker_acquires_refused_total", "counter", "Acquires refused since start, by reason.");
-	for (int r = 0; r < REFUSED_N; r++)
-		fprintf(f, "pinbroker_acquires_refused_total{reason=\"%s\"} %llu\n", refusal_names[r],
-			(unsigned long long)b->counters.refused[r]);
-	counter(f, "pinbroker_revocations_total", "REVOKEs sent since start.", b->counters.revocations);
-	counter(f, "pinbroker_enforcements_total", "Overdue holders disconnected or signalled since start.",
-		b->counters.enforcements);
+	counter_by(f, "pinbroker_acquires_granted_total",
+		   "Leases granted since start, by kind: pool memory, or a registration charge.", "kind", grant_names,
+		   b->counters.granted, GRANTED_N);
+	counter_by(f, "pinbroker_granted_bytes_total", "Bytes granted since start, by kind.", "kind", grant_names,
+		   b->counters.granted_bytes, GRANTED_N);
+	counter_by(f, "pinbroker_acquires_refused_total", "Acquires refused since start, by reason.", "reason",
+		   refusal_names, b->counters.refused, REFUSED_N);
+	counter_by(f, "pinbroker_revocations_total", "Leases revoked (REVOKEs sent) since start, by reason.", "reason",
+		   revocation_names, b->counters.revocations, REVOKED_N);
+	counter_by(f, "pinbroker_enforcements_total", "Overdue leases enforced since start, by revoke-enforce action.",
+		   "action", enforcement_names, b->counters.enforcements, ENFORCED_N);
 
 	n = pool_nodes(b->pool, &nodes);
 	if (n) {

@@ -297,8 +297,8 @@ void reply_grant(struct conn *c, uint64_t seq, struct lease *l)
 	char label[4 * LEASE_LABEL_MAX]; /* escaped: a label from an older daemon's fd store was never checked */
 
 	conn_gain(c, l, false);
-	c->broker->counters.granted++;
-	c->broker->counters.granted_bytes += l->bytes;
+	c->broker->counters.granted[l->registration ? GRANTED_REGISTRATION : GRANTED_POOL]++;
+	c->broker->counters.granted_bytes[l->registration ? GRANTED_REGISTRATION : GRANTED_POOL] += l->bytes;
 	log_event(EV_LEASE_GRANTED, LOG_INFO, l->id, l->uid, l->pid, "lease %llu granted: %llu bytes in %zu chunks to pid %d uid %u%s%s",
 		  (unsigned long long)l->id, (unsigned long long)l->bytes, l->nchunks, l->pid, l->uid,
 		  l->label[0] ? ", label " : "", text_escape(label, sizeof(label), l->label));

@@ -76,7 +76,8 @@ void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req)
 			cap = cap ? cap * 2 : 16;
 		}
 		ids[n++] = l->id;
-		revoker_revoke(b, l, ar->has_deadline_ms ? ar->deadline_ms : 0, reason);
+		revoker_revoke(b, l, ar->has_deadline_ms ? ar->deadline_ms : 0, c->admin ? REVOKED_ADMIN : REVOKED_SELF,
+			       reason);
 	}
 	rr.n_lease_ids = n;
 	rr.lease_ids = ids;

@@ -108,7 +108,7 @@ static size_t revoke_matching(struct conn *c, const char *pattern, uint32_t dead
 			cap = cap ? cap * 2 : 16;
 		}
 		(*ids)[n++] = l->id;
-		revoker_revoke(b, l, deadline_ms, reason);
+		revoker_revoke(b, l, deadline_ms, REVOKED_JOB_QUOTA, reason);
 	}
 	return n;
 }

@@ -125,7 +125,8 @@ void revoker_free_lease(struct broker *b, struct lease *l, const char *why)
 
 /* ---------------------------------------------------------------- revoking */
 
-int revoker_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, const char *reason)
+int revoker_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, enum broker_revocation why,
+		   const char *reason)
 {
 	Pinbroker__V1__Revoke rm = PINBROKER__V1__REVOKE__INIT;
 	struct conn *c = owner_conn(b, l);
@@ -142,7 +143,7 @@ int revoker_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, cons
 	if (ret < 0)
 		return ret;
 	l->deadline_ms = now + deadline_ms;
-	b->counters.revocations++;
+	b->counters.revocations[why]++;
 	log_event(EV_LEASE_REVOKED, LOG_WARNING, l->id, l->uid, l->pid,
 		  "revoking lease %llu (%llu bytes, pid %d, %s) with a %u ms deadline: %s", (unsigned long long)l->id,
 		  (unsigned long long)l->bytes, l->pid, lease_priority_name(l->priority), deadline_ms, reason);
@@ -274,12 +275,11 @@ static void enforce(struct broker *b, struct lease *l)
 	pid_t signalled = 0;
 	int sig = 0;
 
-	if (b->cfg->revoke_enforce != ENFORCE_NONE)
-		b->counters.enforcements++;
 	switch (b->cfg->revoke_enforce) {
 	case ENFORCE_NONE:
 		return;
 	case ENFORCE_DISCONNECT:
+		b->counters.enforcements[ENFORCED_DISCONNECT]++;
 		if (c)
 			reply_close(c, "revoke deadline passed (revoke-enforce=disconnect)");
 		/* Closing only marks them: the attachers array stays as it is until the reap. */
@@ -287,9 +287,11 @@ static void enforce(struct broker *b, struct lease *l)
 			reply_close(l->attachers[i].owner, "revoke deadline passed (revoke-enforce=disconnect)");
 		return;
 	case ENFORCE_SIGTERM:
+		b->counters.enforcements[ENFORCED_SIGTERM]++;
 		sig = SIGTERM;
 		break;
 	case ENFORCE_SIGKILL:
+		b->counters.enforcements[ENFORCED_SIGKILL]++;
 		sig = SIGKILL;
 		break;
 	}
@@ -378,7 +380,7 @@ static void reclaim_step(struct broker *b)
 		return;
 	/* A failed REVOKE send frees nothing before the reap, so the order stays valid. */
 	for (size_t i = 0; i < n && in_flight < deficit; i++)
-		if (revoker_revoke(b, order[i], 0, "host memory is critical") == 0)
+		if (revoker_revoke(b, order[i], 0, REVOKED_PRESSURE, "host memory is critical") == 0)
 			in_flight += order[i]->bytes;
 	free(order);
 }
@@ -423,7 +425,8 @@ uint64_t revoker_reclaim_idle(struct broker *b, struct conn *asker, uint64_t nee
 	for (l = lease_first(b->leases); l && got < need; l = lease_next(b->leases, l)) {
 		if (l->state != LEASE_IDLE || l->owner == asker)
 			continue;
-		if (revoker_revoke(b, l, 0, "another client needs the memory (cached-idle lease)") == 0)
+		if (revoker_revoke(b, l, 0, REVOKED_IDLE_RECLAIM,
+				   "another client needs the memory (cached-idle lease)") == 0)
 			got += l->bytes;
 	}
 	return got;

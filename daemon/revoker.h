@@ -20,10 +20,12 @@ void revoker_fini(struct broker *b);
 /*
  * Send REVOKE(lease, deadline) to its holder and every attacher and mark it
  * REVOKING (deadline 0: revoke-deadline-ms). Idle cached leases are included.
- * Returns 0, -EPERM (a never-revoked lease) or -EINVAL if the lease cannot
- * be revoked in its state.
+ * why is counted in pinbroker_revocations_total{reason}; reason is the text
+ * the holder, the journal and pinctl status see. Returns 0, -EPERM (a
+ * never-revoked lease) or -EINVAL if the lease cannot be revoked in its state.
  */
-int revoker_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, const char *reason);
+int revoker_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, enum broker_revocation why,
+		   const char *reason);
 
 /* Revoke cached-idle leases of holders other than asker until need bytes are on their way back. Returns the bytes. */
 uint64_t revoker_reclaim_idle(struct broker *b, struct conn *asker, uint64_t need);

@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Integration: Prometheus metrics from the real pinbrokerd. metrics-path is rewritten atomically on its interval,
- * `pinctl metrics` prints the same figures, counters move with grants and refusals, per-uid rows follow the
- * holders, and Debian's prometheus-node-exporter reads the file through its textfile collector without a scrape
- * error (left out, and the suite reported skipped, where it is not installed).
+ * Integration: Prometheus metrics from the real pinbrokerd. metrics-path is rewritten atomically on its interval
+ * (a reader never sees half a file, no temp file is left), `pinctl metrics` prints the same figures, counters move
+ * with grants, refusals, revocations (by reason) and enforcements (by action), per-uid rows follow the holders, and
+ * Debian's prometheus-node-exporter reads the file through its textfile collector without a scrape error (left
+ * out, and the suite reported skipped, where it is not installed).
  */
 #define _GNU_SOURCE
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -70,6 +72,62 @@ static char *wait_file(const char *name, double want)
 	return NULL;
 }
 
+static size_t count(const char *text, const char *what)
+{
+	size_t n = 0;
+
+	for (const char *p = text; (p = strstr(p, what)); p += strlen(what))
+		n++;
+	return n;
+}
+
+/* A whole file: it ends in a newline, every family has its HELP and TYPE, and the last line is there. */
+static void assert_whole(const char *t, int read_no)
+{
+	size_t len = strlen(t);
+
+	ck_assert_msg(len > 0 && t[len - 1] == '\n', "read %d: the file does not end in a newline:\n%s", read_no, t);
+	ck_assert_msg(count(t, "# HELP ") == count(t, "# TYPE ") && count(t, "# TYPE ") >= 20,
+		      "read %d: %zu HELP and %zu TYPE lines", read_no, count(t, "# HELP "), count(t, "# TYPE "));
+	ck_assert_msg(sample(t, "pinbroker_budget_bytes") == 256 * MiB, "read %d: no budget line", read_no);
+	ck_assert_msg(sample(t, "pinbroker_metrics_timestamp_seconds") > 0, "read %d: no timestamp line (the last)",
+		      read_no);
+}
+
+/* The names beside prom that look like metrics_write_file's temp files (PATH.XXXXXX), at most max. */
+static size_t temp_names(char names[][64], size_t max)
+{
+	size_t n = strlen("pinbroker.prom."), k = 0;
+	struct dirent *e;
+	DIR *dp = opendir(dir);
+
+	ck_assert_ptr_nonnull(dp);
+	while ((e = readdir(dp)) && k < max)
+		if (strncmp(e->d_name, "pinbroker.prom.", n) == 0 && strlen(e->d_name) == n + 6)
+			memcpy(names[k++], e->d_name, n + 7); /* the length was checked: it fits, with its NUL */
+	closedir(dp);
+	return k;
+}
+
+/*
+ * Temp files left behind. One being written right now is no leftover: it is renamed within the write, and the
+ * next one gets a fresh random name. So count only names seen twice, 300 ms apart.
+ */
+static int leftover_temp_files(void)
+{
+	char a[16][64], b[16][64];
+	size_t na = temp_names(a, 16), nb;
+	int k = 0;
+
+	usleep(300 * 1000);
+	nb = temp_names(b, 16);
+	for (size_t i = 0; i < na; i++)
+		for (size_t j = 0; j < nb; j++)
+			if (strcmp(a[i], b[j]) == 0)
+				k++;
+	return k;
+}
+
 START_TEST(test_file_and_pinctl_show_the_figures_and_counters)
 {
 	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA, .label = "metrics" };
@@ -83,7 +141,9 @@ START_TEST(test_file_and_pinctl_show_the_figures_and_counters)
 	ck_assert_int_eq(pb_acquire(c, 1ull << 40, &o, &big), -EFBIG);
 	t = wait_file("pinbroker_leased_bytes", 6 * MiB);
 	ck_assert(sample(t, "pinbroker_leases") == 1);
-	ck_assert(sample(t, "pinbroker_acquires_granted_total") >= 1);
+	ck_assert(sample(t, "pinbroker_acquires_granted_total{kind=\"pool\"}") == 1);
+	ck_assert(sample(t, "pinbroker_granted_bytes_total{kind=\"pool\"}") == 6 * MiB);
+	ck_assert(sample(t, "pinbroker_acquires_granted_total{kind=\"registration\"}") == 0);
 	ck_assert(sample(t, "pinbroker_acquires_refused_total{reason=\"too_large\"}") == 1);
 	ck_assert(sample(t, "pinbroker_pressure_state{state=\"normal\"}") == 1);
 	ck_assert(sample(t, "pinbroker_budget_bytes") == 256 * MiB);
@@ -91,11 +151,9 @@ START_TEST(test_file_and_pinctl_show_the_figures_and_counters)
 	ck_assert_ptr_nonnull(strstr(t, row));
 	ck_assert_ptr_nonnull(strstr(t, "# TYPE pinbroker_acquires_refused_total counter"));
 	free(t);
-	/* Written whole and then renamed: no temp file left, readable by a collector running as another user. */
+	/* Readable by a collector running as another user; written whole and then renamed (the test after next). */
 	ck_assert_int_eq(stat(prom, &st), 0);
 	ck_assert_int_eq(st.st_mode & 0777, 0644);
-	snprintf(row, sizeof(row), "%s.tmp", prom);
-	ck_assert_int_ne(access(row, F_OK), 0);
 	/* pinctl metrics prints the same figures. */
 	ck_assert_int_eq(pinctl(&d, &out, "metrics"), 0);
 	ck_assert(sample(out, "pinbroker_leased_bytes") == 6 * MiB);
@@ -119,6 +177,91 @@ START_TEST(test_file_and_pinctl_show_the_figures_and_counters)
 	ck_assert_str_eq(t, "planted\n");
 	free(t);
 	pb_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_file_is_replaced_whole_and_leaves_no_temp_file)
+{
+	struct stat st;
+	ino_t first;
+	int rewrites = 0;
+
+	free(wait_file("pinbroker_leases", 0));
+	ck_assert_int_eq(stat(prom, &st), 0);
+	first = st.st_ino;
+	/*
+	 * Read it over and over while the daemon rewrites it (every second): each read is one whole file, never a
+	 * half-written one. Bounded: at most 4000 reads (about 10 s), done after three rewrites were seen.
+	 */
+	for (int i = 0; i < 4000 && rewrites < 3; i++) {
+		char *t = itest_read_file(prom);
+		ino_t ino;
+
+		ck_assert_msg(t != NULL, "read %d: %s is gone", i, prom);
+		assert_whole(t, i);
+		free(t);
+		ck_assert_int_eq(stat(prom, &st), 0);
+		ino = st.st_ino;
+		if (ino != first) {
+			rewrites++;
+			first = ino;
+		}
+		usleep(2500);
+	}
+	/* Each rewrite is a rename of a fresh file over it: a new inode. */
+	ck_assert_msg(rewrites >= 1, "%s was never rewritten", prom);
+	ck_assert_int_eq(leftover_temp_files(), 0);
+}
+END_TEST
+
+/* An admin's revoke is counted by reason; a holder that misses the deadline, by enforcement action. */
+START_TEST(test_revocations_and_enforcements_by_reason)
+{
+	static const char *const zero[] = {
+		"pinbroker_revocations_total{reason=\"pressure\"}",
+		"pinbroker_revocations_total{reason=\"idle_reclaim\"}",
+		"pinbroker_revocations_total{reason=\"self\"}",
+		"pinbroker_revocations_total{reason=\"job_quota\"}",
+		"pinbroker_enforcements_total{action=\"sigterm\"}",
+		"pinbroker_enforcements_total{action=\"sigkill\"}",
+	};
+	char *t, *out = NULL;
+	uint64_t id = 0;
+	int fd, fds[16];
+	size_t nfds = 0;
+
+	/* Every reason and action has its row from the start, at 0, so rate() sees each series. */
+	t = wait_file("pinbroker_leases", 0);
+	ck_assert(sample(t, "pinbroker_revocations_total{reason=\"admin\"}") == 0);
+	ck_assert(sample(t, "pinbroker_enforcements_total{action=\"disconnect\"}") == 0);
+	for (size_t i = 0; i < sizeof(zero) / sizeof(zero[0]); i++)
+		ck_assert_msg(sample(t, zero[i]) == 0, "%s: %.0f", zero[i], sample(t, zero[i]));
+	ck_assert_ptr_nonnull(strstr(t, "# TYPE pinbroker_revocations_total counter"));
+	ck_assert_ptr_nonnull(strstr(t, "# TYPE pinbroker_enforcements_total counter"));
+	free(t);
+
+	/* A raw holder never answers REVOKE: disconnected at the deadline (not signalled: it is this process). */
+	ck_assert_int_eq(pinctl(&d, &out, "set revoke-enforce disconnect"), 0);
+	free(out);
+	fd = raw_connect(d.socket);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(raw_hello(fd), 0);
+	ck_assert_int_eq(raw_acquire(fd, 2 * MiB, &id, fds, 16, &nfds), 0);
+	for (size_t i = 0; i < nfds; i++)
+		close(fds[i]);
+	ck_assert_int_eq(pinctl(&d, &out, "revoke %llu --deadline 100", (unsigned long long)id), 0);
+	free(out);
+	ck_assert_msg(raw_closed_by_peer(fd, 10000), "the overdue holder was not disconnected");
+	close(fd);
+	t = wait_file("pinbroker_enforcements_total{action=\"disconnect\"}", 1);
+	ck_assert(sample(t, "pinbroker_revocations_total{reason=\"admin\"}") == 1);
+	for (size_t i = 0; i < sizeof(zero) / sizeof(zero[0]); i++)
+		ck_assert_msg(sample(t, zero[i]) == 0, "%s: %.0f", zero[i], sample(t, zero[i]));
+	free(t);
+	ck_assert_int_eq(pinctl(&d, &out, "metrics"), 0);
+	ck_assert(sample(out, "pinbroker_revocations_total{reason=\"admin\"}") == 1);
+	ck_assert(sample(out, "pinbroker_enforcements_total{action=\"disconnect\"}") == 1);
+	free(out);
 }
 END_TEST
 
@@ -166,6 +309,8 @@ static Suite *suite(void)
 	tcase_add_checked_fixture(t, start, stop);
 	tcase_set_timeout(t, 60);
 	tcase_add_test(t, test_file_and_pinctl_show_the_figures_and_counters);
+	tcase_add_test(t, test_file_is_replaced_whole_and_leaves_no_temp_file);
+	tcase_add_test(t, test_revocations_and_enforcements_by_reason);
 	if (access(NODE_EXPORTER, X_OK) == 0 && system("command -v curl >/dev/null") == 0)
 		tcase_add_test(t, test_node_exporter_reads_the_file);
 	else

@@ -211,6 +211,19 @@ START_TEST(test_fixture_nodes_split_the_prewarm_and_a_full_node_falls_back)
 	pb_status_free(s);
 	ck_assert_int_eq(pinctl(&d, &out, "leases"), 0);
 	ck_assert_ptr_nonnull(strstr(out, "misplaced: placed for a NUMA node that was full"));
+	/* The NODE column: the node its pages are on, '!' when misplaced. */
+	{
+		char id[32], *cell;
+
+		snprintf(id, sizeof(id), "%-8llu ", (unsigned long long)pb_lease_id(l));
+		cell = itest_table_cell(out, id, "NODE");
+		ck_assert_msg(cell && strcmp(cell, "0!") == 0, "lease %s NODE '%s' in:\n%s", id, cell, out);
+		free(cell);
+		snprintf(id, sizeof(id), "%-8llu ", (unsigned long long)pb_lease_id(l0));
+		cell = itest_table_cell(out, id, "NODE");
+		ck_assert_msg(cell && strcmp(cell, "0") == 0, "lease %s NODE '%s' in:\n%s", id, cell, out);
+		free(cell);
+	}
 	free(out);
 	ck_assert_int_eq(pinctl(&d, &out, "status"), 0);
 	ck_assert_ptr_nonnull(strstr(out, "node 1: 0 B idle, 0 B lent, 0 B misplaced; 1 GPU"));

@@ -568,16 +568,19 @@ END_TEST
 START_TEST(test_fixture_layouts_charge_the_right_job)
 {
 	static const struct {
-		const char *fixture, *job;
+		const char *fixture, *job, *column;
 	} cases[] = {
-		{ "v2-slurm", "/system.slice/slurmstepd.scope/job_42/step_0/user/task_0" },
-		{ "v1-slurm", "/slurm/uid_1000/job_42/step_0/task_0" },
-		{ "v2-kubepods", "/kubepods.slice/kubepods-burstable.slice/"
-				 "kubepods-burstable-pod8f2c7a1e_3b4d_4c5e_9f60_7a8b9c0d1e2f.slice/cri-containerd-4f1e2d3c.scope" },
-		{ "v1-comounted-memory", "/docker/0123456789ab" },
-		{ "hybrid-this-host", "/process_api/72a38dad009b4799edce4b82ef71581e" },
+		{ "v2-slurm", "/system.slice/slurmstepd.scope/job_42/step_0/user/task_0", ".../step_0/user/task_0" },
+		{ "v1-slurm", "/slurm/uid_1000/job_42/step_0/task_0", ".../job_42/step_0/task_0" },
+		{ "v2-kubepods",
+		  "/kubepods.slice/kubepods-burstable.slice/"
+		  "kubepods-burstable-pod8f2c7a1e_3b4d_4c5e_9f60_7a8b9c0d1e2f.slice/cri-containerd-4f1e2d3c.scope",
+		  "...containerd-4f1e2d3c.scope" },
+		{ "v1-comounted-memory", "/docker/0123456789ab", "/docker/0123456789ab" },
+		{ "hybrid-this-host", "/process_api/72a38dad009b4799edce4b82ef71581e", "...d009b4799edce4b82ef71581e" },
 	};
-	char job[600];
+	uint64_t ids[sizeof(cases) / sizeof(cases[0])];
+	char job[600], *out = NULL;
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct holder *h = spawn_holder(0, NULL, fixture(cases[i].fixture), 2 * MiB);
@@ -586,7 +589,20 @@ START_TEST(test_fixture_layouts_charge_the_right_job)
 		lease_job(h->lease_id, job, sizeof(job));
 		ck_assert_msg(strcmp(job, cases[i].job) == 0, "%s: charged to '%s'", cases[i].fixture, job);
 		ck_assert_int_eq(job_field(cases[i].job, "bytes"), (int64_t)(2 * MiB));
+		ids[i] = h->lease_id;
 	}
+	/* pinctl leases keeps a long job's last components ("-" for none is in the odd layouts' test). */
+	ck_assert_int_eq(pinctl(&d, &out, "leases"), 0);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char id[32], *cell;
+
+		snprintf(id, sizeof(id), "%-8llu ", (unsigned long long)ids[i]);
+		cell = itest_table_cell(out, id, "JOB");
+		ck_assert_msg(cell && strcmp(cell, cases[i].column) == 0, "%s: JOB '%s', want '%s' in:\n%s",
+			      cases[i].fixture, cell, cases[i].column, out);
+		free(cell);
+	}
+	free(out);
 }
 END_TEST
 
@@ -602,6 +618,16 @@ START_TEST(test_fixture_odd_layouts_charge_no_job_but_grant)
 		lease_job(h->lease_id, job, sizeof(job));
 		ck_assert_msg(job[0] == '\0', "%s: charged to '%s'", odd[i], job);
 	}
+	ck_assert_int_eq(pinctl(&d, &out, "leases"), 0);
+	{
+		char id[32], *cell;
+
+		snprintf(id, sizeof(id), "%-8llu ", (unsigned long long)holders[nholders - 1].lease_id);
+		cell = itest_table_cell(out, id, "JOB");
+		ck_assert_msg(cell && strcmp(cell, "-") == 0, "JOB '%s' in:\n%s", cell, out);
+		free(cell);
+	}
+	free(out);
 	/* No file at all (a pid the proc root does not know) is the same. */
 	ck_assert_int_eq(spawn_holder(0, NULL, NULL, 2 * MiB)->r, 0);
 	ck_assert_int_eq(pinctl(&d, &out, "jobs --json"), 0);
@@ -622,6 +648,40 @@ START_TEST(test_fixture_prefix_glob_sums_slurm_steps)
 	b = spawn_holder(0, NULL, "9:memory:/slurm/uid_1000/job_42/step_1/task_0\n0::/\n", 2 * MiB);
 	ck_assert_msg(a->r == 0 && b->r == 0, "%s %s", a->msg, b->msg);
 	ck_assert_int_eq(job_field("/slurm/uid_1000/job_42", "bytes"), (int64_t)(4 * MiB));
+	/* status --json: the job, as pinctl jobs has it, and each client's cgroup (the step, not the job). */
+	ck_assert_int_eq(pinctl(&d, &out, "status --json"), 0);
+	ck_assert_msg(strstr(out, "\"jobs\":[{\"job\":\"/slurm/uid_1000/job_42\",\"bytes\":4194304,\"leases\":2,"
+				  "\"quota_bytes\":5242880,\"rule\":\"/slurm/*/job_42\",\"source\":\"set\"}]"),
+		      "status --json jobs: %s", out);
+	ck_assert_msg(strstr(out, "\"cgroup\":\"/slurm/uid_1000/job_42/step_0/task_0\"") &&
+			      strstr(out, "\"cgroup\":\"/slurm/uid_1000/job_42/step_1/task_0\""),
+		      "status --json client cgroups: %s", out);
+	free(out);
+	/* pinctl leases: the JOB column names the job each lease is charged to (the rule's part of the path). */
+	ck_assert_int_eq(pinctl(&d, &out, "leases"), 0);
+	{
+		char id[32], *cell;
+
+		snprintf(id, sizeof(id), "%-8llu ", (unsigned long long)a->lease_id);
+		cell = itest_table_cell(out, id, "JOB");
+		ck_assert_msg(cell && strcmp(cell, "/slurm/uid_1000/job_42") == 0, "JOB '%s' in:\n%s", cell, out);
+		free(cell);
+		/* NODE: where the pool put its pages on this host, as the lease row says ("-": not placed). */
+		{
+			struct pb_status *st = itest_status(d.socket);
+			const struct pb_lease_info *row = itest_lease_row(st, a->lease_id);
+			char want[16] = "-";
+
+			ck_assert_ptr_nonnull(row);
+			if (row->numa_node >= 0)
+				snprintf(want, sizeof(want), "%d%s", row->numa_node, row->misplaced ? "!" : "");
+			pb_status_free(st);
+			cell = itest_table_cell(out, id, "NODE");
+			ck_assert_msg(cell && strcmp(cell, want) == 0, "NODE '%s', want '%s' in:\n%s", cell, want, out);
+			free(cell);
+		}
+	}
+	free(out);
 	c = spawn_holder(0, NULL, "9:memory:/slurm/uid_1000/job_42/batch\n", 2 * MiB);
 	ck_assert_int_eq(c->r, -EDQUOT);
 	ck_assert_msg(strstr(c->msg, "/slurm/uid_1000/job_42"), "%s", c->msg);

@@ -203,6 +203,32 @@ char *itest_read_file(const char *path)
 	return buf;
 }
 
+char *itest_table_cell(const char *table, const char *row_prefix, const char *col)
+{
+	size_t cl = strlen(col), off = 0;
+	bool header = false;
+
+	for (const char *l = table; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+		size_t len = strcspn(l, "\n");
+
+		if (!header) {
+			for (size_t p = 0; p + cl <= len && !header; p++)
+				if ((p == 0 || l[p - 1] == ' ') && strncmp(l + p, col, cl) == 0 &&
+				    (p + cl == len || l[p + cl] == ' ')) {
+					header = true;
+					off = p;
+				}
+			continue;
+		}
+		if (strncmp(l, row_prefix, strlen(row_prefix)) == 0) {
+			if (len <= off || l[off] == ' ')
+				return NULL;
+			return strndup(l + off, strcspn(l + off, " \n"));
+		}
+	}
+	return NULL;
+}
+
 int run_capture(const char *cmdline, char **out)
 {
 	char *full = NULL;

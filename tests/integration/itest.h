@@ -42,6 +42,11 @@ bool daemon_alive(const struct daemon *d);
 char *daemon_log(const struct daemon *d);
 /* The whole file at path (malloc'd), or NULL. */
 char *itest_read_file(const char *path);
+/*
+ * In a pinctl table (a header line naming col as a word, then rows): the word under col's header
+ * in the first row that starts with row_prefix (malloc'd), or NULL without such a row or column.
+ */
+char *itest_table_cell(const char *table, const char *row_prefix, const char *col);
 /* The daemon's status with every lease row, through a connection of its own (free with pb_status_free). */
 struct pb_status *itest_status(const char *socket_path);
 /* The lease row of id in s, or NULL; it lives as long as s. */
