@@ -319,6 +319,16 @@ STUB CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr ptr)
 
 STUB CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status);
 
+/*
+ * What cuGetProcAddress hands out for cuMemHostRegister before CUDA 6.5: an
+ * address the driver does not export (a real driver may do that), so only the
+ * name and the version asked can tell an interposer which ABI it is.
+ */
+static CUresult host_register_pre_6050(void *p, size_t bytes, unsigned flags)
+{
+	return cuMemHostRegister_v2(p, bytes, flags);
+}
+
 /* Base name -> the version cuda.h maps it to at this CUDA version, as the real driver answers. */
 STUB CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
 {
@@ -333,7 +343,7 @@ STUB CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuui
 		{ "cuMemAllocHost", 0, (any_fn)cuMemAllocHost },
 		{ "cuMemFreeHost", 0, (any_fn)cuMemFreeHost },
 		{ "cuMemHostRegister", 6050, (any_fn)cuMemHostRegister_v2 },
-		{ "cuMemHostRegister", 0, (any_fn)cuMemHostRegister },
+		{ "cuMemHostRegister", 0, (any_fn)host_register_pre_6050 },
 		{ "cuMemHostUnregister", 0, (any_fn)cuMemHostUnregister },
 		{ "cuMemHostGetFlags", 0, (any_fn)cuMemHostGetFlags },
 		{ "cuMemHostGetDevicePointer", 3020, (any_fn)cuMemHostGetDevicePointer_v2 },
