@@ -398,6 +398,7 @@ START_TEST(test_lookup_paths_yield_leases_of_the_page_rounded_size)
 }
 END_TEST
 
+#ifndef __SANITIZE_ADDRESS__ /* see suite() */
 /* fork() while threads allocate and report: every child finishes (a held lock would hang it; its alarm fails it). */
 START_TEST(test_fork_while_other_threads_report_never_hangs_the_child)
 {
@@ -414,6 +415,7 @@ START_TEST(test_fork_while_other_threads_report_never_hangs_the_child)
 	wait_all_returned();
 }
 END_TEST
+#endif
 
 /* Tight: an interposed program's leases would be never revoked, so the daemon refuses them; the policy decides. */
 START_TEST(test_tight_refuses_interposed_programs_and_the_fallback_decides)
@@ -621,7 +623,12 @@ static Suite *suite(void)
 	tcase_add_checked_fixture(small, start_small, stop);
 	tcase_set_timeout(small, 120);
 	tcase_add_loop_test(small, test_fallback_policies_when_the_broker_refuses, 0, n);
+#ifndef __SANITIZE_ADDRESS__
+	/* Not under ASan: GCC 12's libasan holds no allocator lock across fork(), so a child forked while
+	 * another thread mallocs can hang in its first malloc (seen here in
+	 * SizeClassAllocator64::GetFromAllocator), whatever the interposer does. */
 	tcase_add_loop_test(small, test_fork_while_other_threads_report_never_hangs_the_child, 0, n);
+#endif
 	suite_add_tcase(s, small);
 
 	tcase_add_checked_fixture(tight, start_tight, stop_tight);

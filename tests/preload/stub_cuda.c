@@ -49,6 +49,22 @@ static struct CUctx_st {
 	int dummy;
 } primary;
 
+/* Held across fork(), so a child forked while another thread is in here can still call in (the fork tests). */
+static void lock_for_fork(void)
+{
+	pthread_mutex_lock(&lock);
+}
+
+static void unlock_after_fork(void)
+{
+	pthread_mutex_unlock(&lock);
+}
+
+__attribute__((constructor)) static void stub_init(void)
+{
+	pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
+}
+
 /* Index of the range holding p (exactly at its start when exact), or -1. Under lock. */
 static int find(uintptr_t p, bool exact)
 {
