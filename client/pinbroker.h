@@ -45,7 +45,8 @@ enum pb_priority {
 /*
  * The caller cannot give memory back on request (a program run under the
  * LD_PRELOAD interposer): the daemon never revokes the lease and never
- * signals its holder; under pressure it refuses new ones instead. At most
+ * signals its holder; under pressure it refuses new ones instead (-EBUSY as
+ * soon as memory is tight, even when the warm pool could serve them). At most
  * max-no-revoke-per-uid of a uid's memory (-EUSERS past it); -EOPNOTSUPP from
  * a daemon that predates them.
  */

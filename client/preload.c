@@ -140,6 +140,7 @@ static pb_client *client;
 static int64_t next_connect_ms;
 static int warnings_left = 5;
 
+/* Taken before client_lock and table_lock when nested (report_unbrokered, before_fork). */
 static pthread_mutex_t report_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int64_t mono_ms(void)
@@ -866,6 +867,16 @@ UNSANITIZED static bool caller_is_ours(void *caller)
 	return strncmp(base, "libpinbroker", 12) == 0;
 }
 
+/* An address inside this object (one of our own exports). */
+UNSANITIZED static bool addr_is_ours(void *p)
+{
+	Dl_info info;
+
+	if (!cfg.self_base && dladdr((void *)(uintptr_t)caller_is_ours, &info))
+		cfg.self_base = (uintptr_t)info.dli_fbase;
+	return dladdr(p, &info) && (uintptr_t)info.dli_fbase == cfg.self_base;
+}
+
 /*
  * Called by dlsym() below with dlsym's own arguments and return address.
  * Returns our wrapper, or NULL for "let the real dlsym answer", which the
@@ -888,7 +899,8 @@ UNSANITIZED void *pbp_dlsym_override(void *handle, const char *name, void *calle
 	real = real_dlsym(handle, name);
 	if (!real)
 		return NULL;
-	if (f >= F_DRIVER_END && !atomic_load(&fn_real[f]))
+	/* RTLD_DEFAULT or RTLD_NEXT may find our own export first: that is no runtime to call. */
+	if (f >= F_DRIVER_END && !atomic_load(&fn_real[f]) && !addr_is_ours(real))
 		atomic_store(&fn_real[f], real);
 	return wrapper(f);
 }
@@ -946,8 +958,15 @@ __asm__(".text\n"
 
 /* ---- Set-up ---- */
 
+/*
+ * Every lock the child may need, held across fork() so that none is copied
+ * held by a thread the child does not have. The order is the one the code
+ * nests them in: report_lock (held over say(), which takes client_lock, and
+ * over reading the count under table_lock), then client_lock, then table_lock.
+ */
 static void before_fork(void)
 {
+	pthread_mutex_lock(&report_lock);
 	pthread_mutex_lock(&client_lock);
 	pthread_mutex_lock(&table_lock);
 }
@@ -956,6 +975,7 @@ static void after_fork_parent(void)
 {
 	pthread_mutex_unlock(&table_lock);
 	pthread_mutex_unlock(&client_lock);
+	pthread_mutex_unlock(&report_lock);
 }
 
 /*
@@ -971,6 +991,7 @@ static void after_fork_child(void)
 	unbrokered_bytes = 0;
 	pthread_mutex_unlock(&table_lock);
 	pthread_mutex_unlock(&client_lock);
+	pthread_mutex_unlock(&report_lock);
 }
 
 __attribute__((constructor)) static void preload_init(void)

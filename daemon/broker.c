@@ -103,7 +103,12 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 	/* Under pressure, lend only memory that is already locked; new pinning would add to it. */
 	if (b->state == BROKER_CRITICAL)
 		return -EAGAIN;
-	if (b->state == BROKER_TIGHT && (a->registration || size_bytes > pool_idle_bytes(b->pool)))
+	/* Nor memory that could not be taken back if it got worse: a never-revoked lease (an interposed
+	 * program's) or a registration (which pins new pages as well). Only cooperative leases, which
+	 * the revoker can reclaim when critical, are lent from the idle pool. */
+	if (b->state == BROKER_TIGHT && (a->no_revoke || a->registration))
+		return -ENOLCK;
+	if (b->state == BROKER_TIGHT && size_bytes > pool_idle_bytes(b->pool))
 		return -EBUSY;
 
 	if (!a->registration) {

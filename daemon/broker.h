@@ -174,12 +174,14 @@ bool broker_resolve_limits(struct broker *b, uint64_t nofile, uint64_t max_map_c
  *   -EINVAL (size 0 or rounds past 2^64), -EFBIG (never satisfiable), -EDQUOT,
  *   -EUSERS (the client's job is at its quota: jobs.h),
  *   -ENOSPC, -EBUSY (tight: beyond the free warm pool), -EAGAIN (critical),
+ *   -ENOLCK (tight: a never-revoked lease or a registration, whatever its size),
  *   -EMLINK (uid at max-leases-per-uid), -EMFILE (uid at max-chunks-per-uid),
  *   -ENFILE (the daemon at its chunk capacity: fds or mappings),
  *   -EXFULL (a never-revoked lease past the uid's max-no-revoke-per-uid),
  *   or the pool's errno (-ENOMEM ...) with nothing changed.
  * A registration (a->registration) takes no chunks: it is charged and counted
- * as a lease, and refused with -EBUSY while tight, since it would pin new pages.
+ * as a lease. While tight, it and every never-revoked lease are refused with
+ * -ENOLCK: the revoker could not take them back if the host got worse.
  */
 int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease **ret);
 

@@ -87,6 +87,7 @@ static enum broker_refusal refusal_of(int err)
 	case -ENOSPC:
 		return REFUSED_OVER_BUDGET;
 	case -EBUSY:
+	case -ENOLCK:
 		return REFUSED_PRESSURE;
 	case -EAGAIN:
 		return REFUSED_CRITICAL;
@@ -147,6 +148,12 @@ void reply_acquire_error(struct conn *c, uint64_t seq, int err, uint64_t size)
 		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_PRESSURE,
 			     "host memory is tight: only the free warm pool (%s) is lent now; use pageable memory",
 			     format_size(pool_idle_bytes(b->pool), a, sizeof(a)));
+		return;
+	case -ENOLCK:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_PRESSURE,
+			     "host memory is tight: memory that is never revoked (registrations, PB_ACQUIRE_NO_REVOKE, "
+			     "interposed programs) is not lent until it eases; use pageable memory or a revocable "
+			     "lease, or retry later");
 		return;
 	case -EAGAIN:
 		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_CRITICAL,

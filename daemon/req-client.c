@@ -117,7 +117,7 @@ void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
 			timeout_ms = b->cfg->revoke_deadline_ms;
 		}
 	}
-	if (wait && (r == -ENOSPC || r == -EDQUOT || r == -EUSERS || r == -EBUSY)) {
+	if (wait && (r == -ENOSPC || r == -EDQUOT || r == -EUSERS || r == -EBUSY || r == -ENOLCK)) {
 		int q = waitq_add(c, req->seq, &args, timeout_ms);
 
 		if (q == 0)

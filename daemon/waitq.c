@@ -134,7 +134,7 @@ void waitq_grant(struct broker *b)
 		r = broker_acquire(b, &p->args, &l);
 		if (r == -EDQUOT || r == -EUSERS)
 			continue; /* only this uid's (this job's) own releases can help it */
-		if (r == -ENOSPC || r == -EBUSY)
+		if (r == -ENOSPC || r == -EBUSY || r == -ENOLCK)
 			break;    /* strict priority: nobody behind may overtake */
 		pending_destroy(b, p);
 		if (r < 0)

@@ -172,6 +172,38 @@ START_TEST(test_acquire_when_tight_lends_only_from_the_idle_pool)
 }
 END_TEST
 
+START_TEST(test_acquire_when_tight_refuses_never_revoked_leases_even_from_the_idle_pool)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 4 * MIB);
+	struct lease *l = NULL;
+
+	b->state = BROKER_TIGHT;
+	/* The idle pool could serve them, but nothing could take them back if the host got worse. */
+	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 4096, ASK_NO_REVOKE, NULL), -ENOLCK);
+	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 4096, ASK_REGISTRATION, NULL), -ENOLCK);
+	ck_assert_uint_eq(lease_count(b->leases), 0);
+	ck_assert_uint_eq(budget_leased(b->budget), 0);
+	ck_assert_uint_eq(budget_no_revoke(b->budget), 0);
+	ck_assert_uint_eq(pool_idle_bytes(b->pool), 4 * MIB);
+	/* A cooperative lease is still lent from the idle pool, as before. */
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), 0);
+	ck_assert(!l->no_revoke);
+	ck_assert_uint_eq(pool_idle_bytes(b->pool), 2 * MIB);
+	/* Critical answers first, whatever the kind. */
+	b->state = BROKER_CRITICAL;
+	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 4096, ASK_NO_REVOKE, NULL), -EAGAIN);
+	/* Normal again: both kinds are lent. */
+	b->state = BROKER_NORMAL;
+	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 4096, ASK_NO_REVOKE, &l), 0);
+	ck_assert(l->no_revoke && !l->registration);
+	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 4096, ASK_REGISTRATION, &l), 0);
+	ck_assert(l->no_revoke && l->registration);
+	ck_assert_uint_eq(budget_no_revoke(b->budget), 8 * KIB);
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
 START_TEST(test_acquire_when_critical_is_refused)
 {
 	struct broker *b = new_broker(64 * MIB, 0, 4 * MIB);
@@ -554,9 +586,9 @@ START_TEST(test_registration_is_charged_without_pool_memory_and_never_revoked)
 	ck_assert_int_eq(lease_revoke_order(b->leases, &order, &norder), 0);
 	ck_assert_uint_eq(norder, 0);
 	free(order);
-	/* Tight: a registration pins new pages, so it is refused like a lease beyond the idle pool. */
+	/* Tight: a registration pins new pages that could not be taken back, so it is refused. */
 	b->state = BROKER_TIGHT;
-	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 4096, ASK_REGISTRATION, NULL), -EBUSY);
+	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 4096, ASK_REGISTRATION, NULL), -ENOLCK);
 	b->state = BROKER_NORMAL;
 	broker_free_lease(b, r);
 	broker_free_lease(b, n);
@@ -601,6 +633,7 @@ static Suite *broker_suite(void)
 	tcase_add_test(tc, test_acquire_of_zero_or_overflowing_size_is_invalid);
 	tcase_add_test(tc, test_acquire_passes_budget_refusals_through);
 	tcase_add_test(tc, test_acquire_when_tight_lends_only_from_the_idle_pool);
+	tcase_add_test(tc, test_acquire_when_tight_refuses_never_revoked_leases_even_from_the_idle_pool);
 	tcase_add_test(tc, test_acquire_when_critical_is_refused);
 	tcase_add_test(tc, test_budget_refusal_wins_over_pressure_refusal);
 	tcase_add_test(tc, test_acquire_shrinks_idle_pool_to_fit_budget);

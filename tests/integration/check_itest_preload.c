@@ -46,6 +46,44 @@ static void stop(void)
 	ck_assert_int_eq(daemon_stop(&d), 0);
 }
 
+static struct pb_status *status(void);
+
+/* A fixture proc root whose MemAvailable is 8% of MemTotal: tight (below 10%), not critical (5%). */
+static char root[64];
+
+static void start_tight(void)
+{
+	const char *args[] = { "--proc-root", root, "--poll-interval-ms", "100", NULL };
+	char cmd[1024];
+	struct pb_status *s = NULL;
+
+	snprintf(root, sizeof(root), "/tmp/pbroot.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(root));
+	snprintf(cmd, sizeof(cmd), "cp -a " FIXTURES_DIR "/proc/idle/. '%s/' && sed -i 's/^MemAvailable:.*/MemAvailable: "
+		 "%llu kB/' '%s/proc/meminfo'", root, 24683548ull * 8 / 100, root);
+	ck_assert_int_eq(system(cmd), 0);
+	daemon_start(&d, args);
+	for (int i = 0; i < 100; i++) {
+		s = status();
+		if (s->pressure_state && strcmp(s->pressure_state, "tight") == 0)
+			break;
+		pb_status_free(s);
+		s = NULL;
+		usleep(50 * 1000);
+	}
+	ck_assert_msg(s != NULL, "the daemon did not turn tight on the fixture");
+	pb_status_free(s);
+}
+
+static void stop_tight(void)
+{
+	char cmd[300];
+
+	stop();
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
 struct prog {
 	pid_t pid;
 	int in;    /* its stdin: closing it makes `hold` free and exit */
@@ -313,6 +351,113 @@ START_TEST(test_a_killed_program_gives_everything_back)
 }
 END_TEST
 
+/* dlsym() and cuGetProcAddress() answers are the wrappers: the memory is a broker lease of the page-rounded size. */
+START_TEST(test_lookup_paths_yield_leases_of_the_page_rounded_size)
+{
+	static const char *const by_dlsym[] = { "hold", "dlsym-driver", "20000", NULL };
+	static const char *const by_dlsym_rt[] = { "hold", "dlsym-runtime", "20000", NULL };
+	static const char *const by_gpa[] = { "hold", "gpa-register-6000", "12293", NULL };
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	struct run_opts o = { .preload = true, .label = "looked-up" };
+	uint64_t bytes[4];
+	int reg[4];
+	struct pb_status *s;
+	struct prog p;
+	char line[256];
+
+	/* dlsym(libcuda handle, "cuMemHostAlloc"), as the static runtime finds the driver; and, with the shared
+	 * runtime, dlsym(RTLD_DEFAULT, "cudaHostAlloc"), where the interposer's own export comes first. */
+	for (int k = 0; k < (_i == 0 ? 2 : 1); k++) {
+		spawn(&p, targets[_i], &o, k == 0 ? by_dlsym : by_dlsym_rt);
+		read_line(&p, line, sizeof(line));
+		ck_assert_msg(strncmp(line, "ready", 5) == 0, "%s: %s", target_names[_i], line);
+		ck_assert_uint_eq(field(line, "alloc="), 0);
+		s = status();
+		ck_assert_uint_eq(rows_of(s, p.pid, "looked-up", bytes, reg, 4), 1);
+		ck_assert_uint_eq(bytes[0], (20000 + page - 1) / page * page);
+		ck_assert_int_eq(reg[0], 0);
+		pb_status_free(s);
+		ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+		ck_assert_str_eq(line, "freed alloc=0 reg=0");
+		wait_all_returned();
+	}
+
+	/* cuGetProcAddress("cuMemHostRegister") at CUDA 6.0: an unexported address, known by name and version. */
+	spawn(&p, targets[_i], &o, by_gpa);
+	read_line(&p, line, sizeof(line));
+	ck_assert_msg(strncmp(line, "ready", 5) == 0, "%s: %s", target_names[_i], line);
+	ck_assert_uint_eq(field(line, "reg="), 12293);
+	s = status();
+	ck_assert_uint_eq(rows_of(s, p.pid, "looked-up", bytes, reg, 4), 1);
+	ck_assert_uint_eq(bytes[0], (12293 + page - 1) / page * page);
+	ck_assert_int_eq(reg[0], 1);
+	pb_status_free(s);
+	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	ck_assert_str_eq(line, "freed alloc=0 reg=0");
+	wait_all_returned();
+}
+END_TEST
+
+#ifndef __SANITIZE_ADDRESS__ /* see suite() */
+/* fork() while threads allocate and report: every child finishes (a held lock would hang it; its alarm fails it). */
+START_TEST(test_fork_while_other_threads_report_never_hangs_the_child)
+{
+	static const char *const refused[] = { "fork-stress", "alloc", "33554432", "60", NULL };
+	static const char *const leased[] = { "fork-stress", "alloc", "4096", "60", NULL };
+	static const char *const registered[] = { "fork-stress", "register", "33554432", "30", NULL };
+	struct run_opts cuda = { .preload = true, .policy = "cuda" };
+
+	/* Refused by the 16 MiB budget: the driver's memory, reported as unbrokered on every allocation and free. */
+	ck_assert_msg(run(targets[_i], &cuda, refused) == 0, "%s: refused allocations", target_names[_i]);
+	ck_assert_msg(run(targets[_i], &cuda, registered) == 0, "%s: refused registrations", target_names[_i]);
+	/* Broker leases: the connection's and the table's locks. */
+	ck_assert_msg(run(targets[_i], &cuda, leased) == 0, "%s: leases", target_names[_i]);
+	wait_all_returned();
+}
+END_TEST
+#endif
+
+/* Tight: an interposed program's leases would be never revoked, so the daemon refuses them; the policy decides. */
+START_TEST(test_tight_refuses_interposed_programs_and_the_fallback_decides)
+{
+	static const char *const hold[] = { "hold", "alloc", "1048576", NULL };
+	static const char *const hold_reg[] = { "hold", "register", "1048576", NULL };
+	static const char *const oom[] = { "expect-oom", "alloc", "4096", NULL };
+	static const char *const oom_reg[] = { "expect-oom", "register", "4096", NULL };
+	struct run_opts cuda = { .preload = true, .policy = "cuda" }, error = { .preload = true, .policy = "error" };
+	struct pb_status *s;
+	struct prog p;
+	char line[256];
+
+	/* cuda: the real call, reported as unbrokered; nothing leased. */
+	spawn(&p, targets[_i], &cuda, hold);
+	read_line(&p, line, sizeof(line));
+	ck_assert_uint_eq(field(line, "alloc="), MiB);
+	s = status();
+	ck_assert_str_eq(s->pressure_state, "tight");
+	ck_assert_uint_eq(s->unbrokered_bytes, MiB);
+	ck_assert_uint_eq(s->leased_bytes, 0);
+	ck_assert_uint_eq(s->n_leases, 0);
+	pb_status_free(s);
+	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	wait_all_returned();
+
+	spawn(&p, targets[_i], &cuda, hold_reg);
+	read_line(&p, line, sizeof(line));
+	ck_assert_uint_eq(field(line, "reg="), MiB);
+	s = status();
+	ck_assert_uint_eq(s->unbrokered_bytes, MiB);
+	ck_assert_uint_eq(s->n_leases, 0);
+	pb_status_free(s);
+	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	wait_all_returned();
+
+	/* error: CUDA's out-of-memory error, however small the request. */
+	ck_assert_int_eq(run(targets[_i], &error, oom), 0);
+	ck_assert_int_eq(run(targets[_i], &error, oom_reg), 0);
+}
+END_TEST
+
 /* Budget 16 MiB, 32 MiB asked: each policy's answer. */
 START_TEST(test_fallback_policies_when_the_broker_refuses)
 {
@@ -346,6 +491,19 @@ START_TEST(test_fallback_policies_when_the_broker_refuses)
 	pb_status_free(s);
 	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
 	wait_all_returned();
+
+	/* dlsym(RTLD_DEFAULT, "cudaHostAlloc") finds the interposer's own export first: its fallback must still
+	 * reach libcudart's, not recurse into itself. (The shared runtime only: the others export no runtime.) */
+	if (_i == 0) {
+		static const char *const hold_rt[] = { "hold", "dlsym-runtime", "33554432", NULL };
+
+		spawn(&p, targets[_i], &cuda, hold_rt);
+		read_line(&p, line, sizeof(line));
+		ck_assert_uint_eq(field(line, "alloc="), 32 * MiB);
+		ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+		ck_assert_str_eq(line, "freed alloc=0 reg=0");
+		wait_all_returned();
+	}
 
 	/* error: CUDA's out-of-memory error, for allocations and registrations. */
 	ck_assert_int_eq(run(targets[_i], &error, oom), 0);
@@ -446,7 +604,7 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-preload");
-	TCase *t = tcase_create("interposer"), *small = tcase_create("fallback");
+	TCase *t = tcase_create("interposer"), *small = tcase_create("fallback"), *tight = tcase_create("tight");
 	int n = (int)(sizeof(targets) / sizeof(targets[0]));
 
 	tcase_add_checked_fixture(t, start, stop);
@@ -459,12 +617,24 @@ static Suite *suite(void)
 	tcase_add_loop_test(t, test_without_a_daemon_the_program_still_runs_on_the_driver, 0, n);
 	tcase_add_loop_test(t, test_pinctl_run_puts_a_program_under_the_budget, 0, n);
 	tcase_add_test(t, test_a_program_name_with_control_bytes_still_gets_leases);
+	tcase_add_loop_test(t, test_lookup_paths_yield_leases_of_the_page_rounded_size, 0, n);
 	suite_add_tcase(s, t);
 
 	tcase_add_checked_fixture(small, start_small, stop);
 	tcase_set_timeout(small, 120);
 	tcase_add_loop_test(small, test_fallback_policies_when_the_broker_refuses, 0, n);
+#ifndef __SANITIZE_ADDRESS__
+	/* Not under ASan: GCC 12's libasan holds no allocator lock across fork(), so a child forked while
+	 * another thread mallocs can hang in its first malloc (seen here in
+	 * SizeClassAllocator64::GetFromAllocator), whatever the interposer does. */
+	tcase_add_loop_test(small, test_fork_while_other_threads_report_never_hangs_the_child, 0, n);
+#endif
 	suite_add_tcase(s, small);
+
+	tcase_add_checked_fixture(tight, start_tight, stop_tight);
+	tcase_set_timeout(tight, 120);
+	tcase_add_loop_test(tight, test_tight_refuses_interposed_programs_and_the_fallback_decides, 0, n);
+	suite_add_tcase(s, tight);
 	return s;
 }
 

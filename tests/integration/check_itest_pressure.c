@@ -263,6 +263,39 @@ START_TEST(test_tight_refuses_beyond_warm_pool_and_client_falls_back)
 }
 END_TEST
 
+/* Memory that is never revoked could not be taken back if it got worse: tight refuses it, with its own message. */
+START_TEST(test_tight_refuses_never_revoked_leases_and_registrations)
+{
+	struct pb_acquire_opts nr = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_REVOKE };
+	struct pb_acquire_opts reg = { .flags = PB_REGISTER_CHARGE_ONLY };
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	void *own = NULL;
+	pb_client *c;
+	pb_lease *l;
+
+	ck_assert_int_eq(posix_memalign(&own, page, 4 * page), 0);
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	set_mem_available_pct(8.0);
+	ck_assert(wait_state("tight", 3000));
+	ck_assert_int_eq(pb_acquire(c, page, &nr, &l), -EBUSY);
+	ck_assert_msg(strstr(pb_last_error(), "tight") && strstr(pb_last_error(), "never revoked") &&
+			      strstr(pb_last_error(), "pageable memory"),
+		      "%s", pb_last_error());
+	ck_assert_int_eq(pb_register(c, own, 4 * page, &reg, &l), -EBUSY);
+	ck_assert_ptr_nonnull(strstr(pb_last_error(), "never revoked"));
+	ck_assert_uint_eq(status_leased(d.socket), 0);
+	/* Normal again (after the hysteresis): both are lent. */
+	set_mem_available_pct(60.0);
+	ck_assert(wait_state("normal", 5000));
+	ck_assert_int_eq(pb_acquire(c, page, &nr, &l), 0);
+	ck_assert_int_eq(pb_release(c, l), 0);
+	ck_assert_int_eq(pb_register(c, own, 4 * page, &reg, &l), 0);
+	ck_assert_int_eq(pb_unregister(c, l), 0);
+	pb_disconnect(c);
+	free(own);
+}
+END_TEST
+
 START_TEST(test_waiting_acquire_refused_at_once_while_critical)
 {
 	struct pb_acquire_opts w = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_WAIT, .timeout_ms = 5000 };
@@ -451,6 +484,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_critical_revokes_best_effort_first_then_normal_then_critical);
 	tcase_add_test(t, test_state_returns_to_normal_only_after_hysteresis);
 	tcase_add_test(t, test_tight_refuses_beyond_warm_pool_and_client_falls_back);
+	tcase_add_test(t, test_tight_refuses_never_revoked_leases_and_registrations);
 	tcase_add_test(t, test_waiting_acquire_refused_at_once_while_critical);
 	tcase_add_test(t, test_status_shows_signals_thresholds_and_transitions);
 	suite_add_tcase(s, t);

@@ -52,6 +52,22 @@ static struct CUctx_st {
 	int dummy;
 } primary;
 
+/* Held across fork(), so a child forked while another thread is in here can still call in (the fork tests). */
+static void lock_for_fork(void)
+{
+	pthread_mutex_lock(&lock);
+}
+
+static void unlock_after_fork(void)
+{
+	pthread_mutex_unlock(&lock);
+}
+
+__attribute__((constructor)) static void stub_init(void)
+{
+	pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
+}
+
 /* Index of the range holding p (exactly at its start when exact), or -1. Under lock. */
 static int find(uintptr_t p, bool exact)
 {
@@ -377,6 +393,16 @@ STUB CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr ptr)
 
 STUB CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status);
 
+/*
+ * What cuGetProcAddress hands out for cuMemHostRegister before CUDA 6.5: an
+ * address the driver does not export (a real driver may do that), so only the
+ * name and the version asked can tell an interposer which ABI it is.
+ */
+static CUresult host_register_pre_6050(void *p, size_t bytes, unsigned flags)
+{
+	return cuMemHostRegister_v2(p, bytes, flags);
+}
+
 /* Base name -> the version cuda.h maps it to at this CUDA version, as the real driver answers. */
 STUB CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
 {
@@ -391,7 +417,7 @@ STUB CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuui
 		{ "cuMemAllocHost", 0, (any_fn)cuMemAllocHost },
 		{ "cuMemFreeHost", 0, (any_fn)cuMemFreeHost },
 		{ "cuMemHostRegister", 6050, (any_fn)cuMemHostRegister_v2 },
-		{ "cuMemHostRegister", 0, (any_fn)cuMemHostRegister },
+		{ "cuMemHostRegister", 0, (any_fn)host_register_pre_6050 },
 		{ "cuMemHostUnregister", 0, (any_fn)cuMemHostUnregister },
 		{ "cuMemHostGetFlags", 0, (any_fn)cuMemHostGetFlags },
 		{ "cuMemHostGetDevicePointer", 3020, (any_fn)cuMemHostGetDevicePointer_v2 },

@@ -11,7 +11,12 @@
  *                              close, check the data, free, print "freed ...", exit 0
  *   target expect-oom KIND SIZE  exit 0 when the allocation fails with the out-of-memory error
  *   target check               self-checks (flags, mapped pointers, threads, fork, pass-through)
- * KIND: alloc, mallochost, mapped, wc, register.
+ *   target fork-stress KIND SIZE N  fork N times while two threads allocate and free SIZE bytes of KIND;
+ *                              each child allocates too and must exit within 10 s (alarm): exit 0 if all did
+ * KIND: alloc, mallochost, mapped, wc, register, and the lookup paths a program may take instead of a
+ * symbol: dlsym-driver (cuMemHostAlloc from dlsym on a libcuda.so.1 handle), dlsym-runtime
+ * (cudaHostAlloc from dlsym(RTLD_DEFAULT), freed through the libcudart.so handle; the shared runtime
+ * only), gpa-register-6000 (cuMemHostRegister from cuGetProcAddress at CUDA 6.0, itself from dlsym).
  * env PB_EXPECT=broker|driver: which of the two the checks expect to have served the memory.
  */
 #define _GNU_SOURCE
@@ -20,6 +25,8 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -136,11 +143,59 @@ static size_t span(size_t n)
 	return (n + page() - 1) / page() * page();
 }
 
+typedef int (*ptr_fn)(void *);
+typedef int (*alloc_fn)(void **, size_t, unsigned);
+typedef int (*register_fn)(void *, size_t, unsigned);
+typedef int (*gpa_fn)(const char *, void **, int, uint64_t);
+
 struct block {
 	void *p;
 	size_t n;
 	bool registered; /* the program's own memory, registered */
+	ptr_fn put;      /* the free or unregister found the same way as the allocation; NULL: the API's */
 };
+
+/* A function looked up with dlsym on lib's handle, as the static runtime looks the driver up. */
+static void *lookup(const char *lib, const char *name)
+{
+	/* The handle stays open: a library unloaded under the functions taken from it would crash. */
+	void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+
+	return h ? dlsym(h, name) : NULL;
+}
+
+/* The lookup-path kinds of get_block. Returns the CUDA error, or -1 when the function cannot be found. */
+static int get_looked_up(const char *kind, size_t n, struct block *b)
+{
+	alloc_fn alloc = NULL;
+	register_fn reg = NULL;
+	gpa_fn gpa = NULL;
+	int r;
+
+	if (strcmp(kind, "dlsym-driver") == 0) {
+		*(void **)&alloc = lookup("libcuda.so.1", "cuMemHostAlloc");
+		*(void **)&b->put = lookup("libcuda.so.1", "cuMemFreeHost");
+		return alloc && b->put ? alloc(&b->p, n, 0) : -1;
+	}
+	if (strcmp(kind, "dlsym-runtime") == 0) {
+		/* RTLD_DEFAULT: the interposer's own export comes before libcudart's in the global scope. */
+		*(void **)&alloc = dlsym(RTLD_DEFAULT, "cudaHostAlloc");
+		*(void **)&b->put = lookup("libcudart.so.13", "cudaFreeHost");
+		return alloc && b->put ? alloc(&b->p, n, 0) : -1;
+	}
+	/* gpa-register-6000 */
+	*(void **)&gpa = lookup("libcuda.so.1", "cuGetProcAddress");
+	if (!gpa || gpa("cuMemHostRegister", (void **)&reg, 6000, 0) != 0 || !reg ||
+	    gpa("cuMemHostUnregister", (void **)&b->put, 6000, 0) != 0 || !b->put)
+		return -1;
+	b->registered = true;
+	if (posix_memalign(&b->p, page(), span(n)) != 0)
+		return 2;
+	r = reg(b->p, n, 0);
+	if (r != 0)
+		free(b->p);
+	return r;
+}
 
 /* Allocate (or allocate and register) one block of the kind named. Returns the CUDA error. */
 static int get_block(const char *kind, size_t n, struct block *b)
@@ -148,6 +203,7 @@ static int get_block(const char *kind, size_t n, struct block *b)
 	int r;
 
 	b->n = n;
+	b->put = NULL;
 	b->registered = strcmp(kind, "register") == 0;
 	if (b->registered) {
 		if (posix_memalign(&b->p, page(), span(n)) != 0)
@@ -157,6 +213,8 @@ static int get_block(const char *kind, size_t n, struct block *b)
 			free(b->p);
 		return r;
 	}
+	if (strncmp(kind, "dlsym-", 6) == 0 || strcmp(kind, "gpa-register-6000") == 0)
+		return get_looked_up(kind, n, b);
 	if (strcmp(kind, "mallochost") == 0)
 		return api_alloc(&b->p, n, 0, true);
 	if (strcmp(kind, "mapped") == 0)
@@ -171,11 +229,11 @@ static int put_block(struct block *b)
 	int r;
 
 	if (b->registered) {
-		r = api_unregister(b->p);
+		r = b->put ? b->put(b->p) : api_unregister(b->p);
 		free(b->p);
 		return r;
 	}
-	return api_free(b->p);
+	return b->put ? b->put(b->p) : api_free(b->p);
 }
 
 static void fill(struct block *b, unsigned seed)
@@ -245,6 +303,78 @@ static int cmd_expect_oom(const char *kind, const char *size)
 	}
 	printf("error %d\n", r);
 	return r == 2 ? 0 : 1;
+}
+
+struct stress {
+	const char *kind;
+	size_t n;
+	atomic_bool stop;
+	atomic_ulong rounds;
+};
+
+static void *alloc_loop(void *arg)
+{
+	struct stress *st = arg;
+
+	while (!atomic_load(&st->stop)) {
+		struct block b;
+
+		if (get_block(st->kind, st->n, &b) == 0)
+			put_block(&b);
+		atomic_fetch_add(&st->rounds, 1);
+	}
+	return NULL;
+}
+
+/*
+ * fork() while other threads allocate, free and report: the child must find
+ * none of the interposer's locks held by a thread it does not have. A child
+ * that hangs is killed by its alarm and counted.
+ */
+static int cmd_fork_stress(const char *kind, const char *size, const char *count)
+{
+	struct stress st = { .kind = kind, .n = strtoull(size, NULL, 0) };
+	int forks = atoi(count), hung = 0, bad = 0;
+	pthread_t t[2];
+
+	alarm(60); /* the parent too: a deadlock in fork's own handlers fails the run instead of hanging it */
+	atomic_init(&st.stop, false);
+	atomic_init(&st.rounds, 0);
+	for (int i = 0; i < 2; i++)
+		pthread_create(&t[i], NULL, alloc_loop, &st);
+	while (atomic_load(&st.rounds) < 2)
+		usleep(1000);
+	for (int i = 0; i < forks; i++) {
+		pid_t pid;
+		int status;
+
+		fflush(NULL);
+		pid = fork();
+		if (pid == 0) {
+			struct block b;
+
+			alarm(10);
+			if (get_block(kind, st.n, &b) != 0 || put_block(&b) != 0)
+				_exit(1);
+			_exit(0);
+		}
+		if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+			bad++;
+			continue;
+		}
+		if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+			hung++;
+		else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+			bad++;
+	}
+	atomic_store(&st.stop, true);
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	CHECK(hung == 0, "%d of %d children hung after fork", hung, forks);
+	CHECK(bad == 0, "%d of %d children failed", bad, forks);
+	printf("fork-stress %s: %d forks, %lu rounds in the threads, %d hung, %d failed\n", API, forks,
+	       (unsigned long)atomic_load(&st.rounds), hung, bad);
+	return failures ? 1 : 0;
 }
 
 static void *churn(void *arg)
@@ -343,6 +473,23 @@ static int cmd_check(void)
 	      "forked child");
 	CHECK(intact(&a, 7), "the parent's block after the child freed its copy");
 
+	/* The lookup paths: dlsym on the driver's handle, and cuGetProcAddress at CUDA 6.0 for registration. */
+	{
+		struct block l, g;
+
+		s0 = stats();
+		CHECK(get_block("dlsym-driver", 3 * 4096 + 1, &l) == 0, "cuMemHostAlloc through dlsym");
+		CHECK(get_block("gpa-register-6000", 2 * 4096, &g) == 0, "cuMemHostRegister through cuGetProcAddress");
+		s1 = stats();
+		CHECK(s1.registered_bytes - s0.registered_bytes == (expect_broker() ? span(3 * 4096 + 1) : 0) + 2 * 4096,
+		      "registered %llu", (unsigned long long)(s1.registered_bytes - s0.registered_bytes));
+		if (expect_broker()) {
+			CHECK(s1.alloc_bytes == s0.alloc_bytes, "dlsym's cuMemHostAlloc reached the driver");
+			CHECK(api_get_flags(&flags, l.p) == 0 && flags == (HOST_PORTABLE | HOST_MAPPED), "flags %u", flags);
+		}
+		CHECK(put_block(&l) == 0 && put_block(&g) == 0, "freeing what the lookups gave");
+	}
+
 #ifdef TARGET_DRIVER
 	{
 		/* cuGetProcAddress: CUDA 3.0's cuMemAllocHost takes an unsigned int; 3.2's a size_t. */
@@ -379,6 +526,9 @@ int main(int argc, char **argv)
 		return cmd_expect_oom(argv[2], argv[3]);
 	if (argc == 2 && strcmp(argv[1], "check") == 0)
 		return cmd_check();
-	fprintf(stderr, "usage: %s hold KIND SIZE... | expect-oom KIND SIZE | check\n", argv[0]);
+	if (argc == 5 && strcmp(argv[1], "fork-stress") == 0)
+		return cmd_fork_stress(argv[2], argv[3], argv[4]);
+	fprintf(stderr, "usage: %s hold KIND SIZE... | expect-oom KIND SIZE | check | fork-stress KIND SIZE N\n",
+		argv[0]);
 	return 2;
 }
