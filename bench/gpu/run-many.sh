@@ -44,6 +44,11 @@ SOCK=$TMP/pb.sock
 	--hugetlb no --thp "${PB_THP:-yes}" --pool-shrink-delay-ms 3600000 \
 	--tight-mem-available-pct 3 --critical-mem-available-pct 1 2>&1 | tee -a "$RAW"
 [ -s "$TMP/pid" ] || { echo "FAIL: pinbrokerd did not start (see $OUTDIR/daemon.log)"; exit 1; }
+# The pool as the daemon reports it (page kind, THP collapses checked in smaps, huge pages) and its warnings.
+"$BUILD/client/pinctl" --socket "$SOCK" status >"$OUTDIR/many-status.txt" 2>&1
+grep -iE 'warn|not PMD' "$OUTDIR/daemon.log" >>"$OUTDIR/many-status.txt"
+# One GPU streaming 2 GiB each way: pageable, cudaHostAlloc and a lease from this pool, in one run.
+"$BENCH" bandwidth --socket-thp "$SOCK" --sizes 2G 2>&1 | tee -a "$RAW"
 "$BENCH" many --mode broker --label "broker-thp-${PB_THP:-yes}" --socket "$SOCK" --procs "$JOBS" --size "$JOB_BYTES" \
 	--passes "$PASSES" 2>&1 | tee -a "$RAW"
 rc_broker=${PIPESTATUS[0]}
