@@ -456,6 +456,15 @@ static void resolve_limits(struct broker *b)
 			  "after reserve-fds and max-connections; lending at most %llu chunks: raise LimitNOFILE",
 			  (unsigned long long)nofile, (unsigned long long)map_max,
 			  (unsigned long long)b->chunk_capacity);
+	if (b->chunk_capacity && budget_limit(b->budget) / pool_chunk_size(b->pool) > b->chunk_capacity) {
+		char s1[32], s2[32], s3[32];
+
+		log_warnx("budget %s is more chunks of %s than the daemon's file descriptors allow (%llu): at most %s "
+			  "can be lent; raise LimitNOFILE, or chunk-size",
+			  format_size(budget_limit(b->budget), s1, sizeof(s1)),
+			  format_size(pool_chunk_size(b->pool), s2, sizeof(s2)), (unsigned long long)b->chunk_capacity,
+			  format_size(b->chunk_capacity * pool_chunk_size(b->pool), s3, sizeof(s3)));
+	}
 	log_debug("limits: %llu chunks in all (RLIMIT_NOFILE %llu, max_map_count %llu), %llu chunks and %llu leases per uid",
 		  (unsigned long long)b->chunk_capacity, (unsigned long long)nofile, (unsigned long long)map_max,
 		  (unsigned long long)b->max_chunks_per_uid, (unsigned long long)b->max_leases_per_uid);
@@ -501,13 +510,53 @@ static void status_cb(struct ev_loop *loop, ev_timer *w, int revents)
 }
 
 /* What the idle pool should warm to: prewarm, within what the budget leaves beside the leases. */
+/*
+ * Warm bytes the daemon's descriptors leave room for: each chunk, idle or lent, is one fd (and one mapping without
+ * hugetlb), and chunk_capacity already keeps reserve-fds and the connections' share free. Warming past it would
+ * take the descriptors that accept, the monitor and recovery need.
+ */
+static uint64_t prewarm_fd_room(const struct broker *b)
+{
+	uint64_t lent = budget_chunks(b->budget);
+
+	if (b->chunk_capacity == 0)
+		return UINT64_MAX;
+	return (b->chunk_capacity > lent ? b->chunk_capacity - lent : 0) * pool_chunk_size(b->pool);
+}
+
+/* Say once that prewarm is more than the descriptors allow, and what to raise. */
+static uint64_t prewarm_clamp_fds(const struct broker *b, uint64_t want)
+{
+	static bool said;
+	uint64_t room = prewarm_fd_room(b);
+	char s1[32], s2[32], s3[32];
+
+	if (want <= room)
+		return want;
+	if (!said) {
+		said = true;
+		log_warnx("prewarm %s needs more chunks of %s than the daemon's file descriptors allow (%llu chunks in "
+			  "all): warming %s; raise LimitNOFILE, or chunk-size",
+			  format_size(want, s1, sizeof(s1)), format_size(pool_chunk_size(b->pool), s2, sizeof(s2)),
+			  (unsigned long long)b->chunk_capacity, format_size(room, s3, sizeof(s3)));
+	}
+	return room;
+}
+
 static uint64_t prewarm_target(const struct broker *b)
 {
 	uint64_t allowance = budget_pool_allowance(b->budget);
 
 	if (b->state != BROKER_NORMAL)
 		return 0;
-	return b->prewarm_bytes < allowance ? b->prewarm_bytes : allowance;
+	return prewarm_clamp_fds(b, b->prewarm_bytes < allowance ? b->prewarm_bytes : allowance);
+}
+
+/* What a failed warm-up should make the operator raise. */
+static const char *prewarm_fix(int err)
+{
+	return err == -EMFILE || err == -ENFILE ? "raise LimitNOFILE, or chunk-size"
+						: "raise LimitMEMLOCK or grant CAP_IPC_LOCK";
 }
 
 /* The host's NUMA nodes, and how prewarm is spread over them (numa, numa-prewarm). */
@@ -600,10 +649,9 @@ static void prewarm_cb(struct ev_loop *loop, ev_idle *w, int revents)
 	r = grow_prewarm(b, step, NULL);
 	b->generation++;
 	if (r < 0) {
-		log_warnx("warming the pool to %s failed: %s; continuing with %s warm (raise LimitMEMLOCK or grant "
-			  "CAP_IPC_LOCK)",
+		log_warnx("warming the pool to %s failed: %s; continuing with %s warm (%s)",
 			  format_size(target, s1, sizeof(s1)), strerror(-r),
-			  format_size(pool_idle_bytes(b->pool), s2, sizeof(s2)));
+			  format_size(pool_idle_bytes(b->pool), s2, sizeof(s2)), prewarm_fix(r));
 		ev_idle_stop(loop, w);
 	} else if (pool_idle_bytes(b->pool) >= target) {
 		log_info("pool warmed to %s for the new prewarm", format_size(pool_idle_bytes(b->pool), s1, sizeof(s1)));
@@ -882,15 +930,14 @@ int main(int argc, char **argv)
 	/* Adopt pool memory and leases kept in systemd's fd store by our previous life. */
 	recovery_init(&b);
 
-	if (b.prewarm_bytes > pool_idle_bytes(b.pool)) {
-		uint64_t t0 = now_us();
+	if (prewarm_clamp_fds(&b, b.prewarm_bytes) > pool_idle_bytes(b.pool)) {
+		uint64_t t0 = now_us(), want = prewarm_clamp_fds(&b, b.prewarm_bytes);
 
-		r = grow_prewarm(&b, b.prewarm_bytes, progress_cb);
+		r = grow_prewarm(&b, want, progress_cb);
 		if (r < 0)
-			log_warnx("warming the pool to %s failed: %s; continuing with %s warm (raise LimitMEMLOCK or "
-				  "grant CAP_IPC_LOCK)",
-				  format_size(b.prewarm_bytes, s1, sizeof(s1)), strerror(-r),
-				  format_size(pool_idle_bytes(b.pool), s2, sizeof(s2)));
+			log_warnx("warming the pool to %s failed: %s; continuing with %s warm (%s)",
+				  format_size(want, s1, sizeof(s1)), strerror(-r),
+				  format_size(pool_idle_bytes(b.pool), s2, sizeof(s2)), prewarm_fix(r));
 		else
 			log_info("pool warmed: %s in %.1f ms", format_size(pool_idle_bytes(b.pool), s1, sizeof(s1)),
 				 (double)(now_us() - t0) / 1000.0);

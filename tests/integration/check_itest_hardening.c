@@ -681,6 +681,59 @@ static void start_total_limit(void)
 	daemon_start(&d, args);
 }
 
+/* The child's RLIMIT_NOFILE, soft and hard, just before exec: the daemon raises soft to hard and no further. */
+static void child_nofile(void *ud)
+{
+	struct rlimit rl = { *(const rlim_t *)ud, *(const rlim_t *)ud };
+
+	if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+		_exit(125);
+}
+
+/*
+ * A prewarm of more chunks than RLIMIT_NOFILE leaves room for (4 GiB of 2 MiB chunks at 1,400 fds, with 16
+ * connections' share, reserve-fds and the queued-fd cap kept free): the daemon warms what fits, says what to raise,
+ * and keeps the descriptors that accept and the pressure monitor need. Before, warm-up ran to EMFILE and took them:
+ * the monitor could not start and accept failed (seen on the H200 host with a 64 GiB prewarm at 20,000 fds).
+ */
+START_TEST(test_prewarm_past_the_fd_limit_warms_what_fits_and_keeps_serving)
+{
+	static const rlim_t nofile = 1400;
+	static const char *const args[] = { "--max-connections", "16", "--max-connections-per-uid", "16",
+					    "--budget", "4G", "--prewarm", "4G", "--chunk-size", "2M",
+					    "--hugetlb", "no", NULL };
+	int conns[3], fds[64];
+	size_t nfds;
+	uint64_t id;
+	int64_t pool;
+	char *log;
+
+	daemon_prepare(&d);
+	daemon_restart_with(&d, args, child_nofile, (void *)&nofile);
+	pool = status_pool(d.socket);
+	ck_assert_int_gt(pool, 0);
+	/* 1,400 fds less the connections' share, reserve-fds and the queued-fd cap leave ~250 chunks: 0.5 GiB. */
+	ck_assert_int_le(pool, 1024ll * 1024 * 1024);
+	for (int i = 0; i < 3; i++) {
+		conns[i] = raw_connect(d.socket);
+		ck_assert_int_ge(conns[i], 0);
+		ck_assert_int_eq(raw_hello(conns[i]), 0);
+		ck_assert_int_eq(raw_acquire(conns[i], 4u << 20, &id, fds, 64, &nfds), 0);
+		for (size_t k = 0; k < nfds; k++)
+			close(fds[k]);
+	}
+	log = daemon_log(&d);
+	ck_assert_msg(strstr(log, "than the daemon's file descriptors allow") && strstr(log, "raise LimitNOFILE"),
+		      "no notice of the clamped prewarm:\n%s", log);
+	ck_assert_msg(!strstr(log, "monitor unavailable") && !strstr(log, "accept failed") &&
+			      !strstr(log, "Too many open files"),
+		      "the warm-up took descriptors the daemon needs:\n%s", log);
+	free(log);
+	for (int i = 0; i < 3; i++)
+		close(conns[i]);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-hardening");
@@ -714,6 +767,12 @@ static Suite *suite(void)
 	tcase_set_timeout(total, 30);
 	tcase_add_test(total, test_total_connection_limit_closes_the_extra_one);
 	suite_add_tcase(s, total);
+
+	TCase *nofile = tcase_create("prewarm-nofile");
+	tcase_add_checked_fixture(nofile, NULL, stop);
+	tcase_set_timeout(nofile, 60);
+	tcase_add_test(nofile, test_prewarm_past_the_fd_limit_warms_what_fits_and_keeps_serving);
+	suite_add_tcase(s, nofile);
 	return s;
 }
 
