@@ -11,6 +11,7 @@
 #        PB_JOB_BYTES   bytes each (default 8G)
 #        PB_PASSES      H2D copies of the whole buffer per job (default 2)
 #        PB_THP         the pool's thp setting (default yes; no for 4 KiB pages)
+#        PB_CHUNK       the pool's chunk-size (default 16M: 8 x 8 GiB of 2 MiB chunks would pass a 20,000-fd limit)
 # Needs a GPU and root (the pool is locked). Exits 77 without a GPU.
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -41,7 +42,7 @@ trap 'rm -rf "$TMP"' EXIT
 SOCK=$TMP/pb.sock
 "$BENCH" start-daemon --label "many-pool" --socket "$SOCK" --log "$OUTDIR/daemon.log" --pidfile "$TMP/pid" \
 	-- "$DAEMON" --socket "$SOCK" --lock-memory yes --budget "$((TOTAL_GIB + 1))G" --prewarm "${TOTAL_GIB}G" \
-	--hugetlb no --thp "${PB_THP:-yes}" --pool-shrink-delay-ms 3600000 \
+	--hugetlb no --thp "${PB_THP:-yes}" --chunk-size "${PB_CHUNK:-16M}" --pool-shrink-delay-ms 3600000 \
 	--tight-mem-available-pct 3 --critical-mem-available-pct 1 2>&1 | tee -a "$RAW"
 [ -s "$TMP/pid" ] || { echo "FAIL: pinbrokerd did not start (see $OUTDIR/daemon.log)"; exit 1; }
 # The pool as the daemon reports it (page kind, THP collapses checked in smaps, huge pages) and its warnings.
