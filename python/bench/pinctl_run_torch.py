@@ -39,8 +39,11 @@ def main() -> int:
     ok = a.is_pinned() and b.is_pinned() and batch.is_pinned()
     d = a.cuda(non_blocking=True)
     e = b.cuda(non_blocking=True)
+    g = batch.cuda(non_blocking=True)
     torch.cuda.synchronize()
     ok = ok and int(d[n - 1].item()) == 7 and torch.equal(e.cpu(), b)
+    # The DataLoader's pinned batch: the first 16 rows, on the GPU as in host memory.
+    ok = ok and torch.equal(batch, ds.tensors[0][:16]) and torch.equal(g.cpu(), batch)
 
     with pinbroker.connect() as c:
         mine = [r for r in c.leases() if r["pid"] == os.getpid()]
@@ -48,6 +51,7 @@ def main() -> int:
     sizes = sorted(r["bytes"] for r in mine)
     labels = sorted({r["label"] for r in mine})
     rounded = (n + PAGE - 1) // PAGE * PAGE
+    batch_rounded = (batch.numel() * batch.element_size() + PAGE - 1) // PAGE * PAGE
     try:
         import pinbroker.torch_alloc as ta0
 
@@ -55,7 +59,8 @@ def main() -> int:
     except Exception:
         st0 = {}
     if args.expect == "exact":
-        want = rounded in sizes and (4 << 20) in sizes
+        # Each tensor, and the pin thread's copy of the batch, is one lease of its page-rounded size.
+        want = rounded in sizes and (4 << 20) in sizes and batch_rounded in sizes
     elif args.expect == "pow2":
         want = (128 << 20) in sizes and rounded not in sizes
     elif args.expect == "fallback":
