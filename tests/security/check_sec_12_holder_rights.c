@@ -128,6 +128,16 @@ START_TEST(test_holder_revokes_its_own_lease_without_admin)
 	ck_assert_msg(holder_saw_revoke(&a), "the holder got no REVOKE for its lease");
 	holder_end(&a);
 	ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
+	/* The metrics count it as the holder's own revoke, not an admin's. */
+	{
+		char *out = NULL;
+
+		ck_assert_int_eq(pinctl(&d, &out, "metrics"), 0);
+		ck_assert_msg(strstr(out, "pinbroker_revocations_total{reason=\"self\"} 1\n") &&
+				      strstr(out, "pinbroker_revocations_total{reason=\"admin\"} 0\n"),
+			      "a holder's own revoke is not counted as reason=\"self\":\n%s", out);
+		free(out);
+	}
 }
 END_TEST
 
