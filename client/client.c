@@ -132,6 +132,14 @@ struct pb_client {
 	/* A call that finds the connection down asks for an attempt now (kick_gen) and waits until
 	 * an attempt that started after its ask has ended (served_gen). */
 	uint64_t kick_gen, served_gen;
+	/*
+	 * Leases released while the connection was down (or whose RELEASE the dying connection lost), by the
+	 * instance that granted them. A restart that adopts systemd's fd store keeps them counted while this
+	 * process runs, so the reconnect that finds that instance again sends their RELEASE.
+	 */
+	uint64_t *away_ids;
+	size_t n_away, cap_away;
+	uint64_t away_instance;
 };
 
 /* ---------------------------------------------------------------- errors */
@@ -622,15 +630,41 @@ static void lease_free(pb_lease *l)
 }
 
 /*
+ * Under c->lock: remember that lease id of instance was let go while the connection was down. A daemon that
+ * dies frees a closed connection's leases only if it comes back without them; one restarted from systemd's fd
+ * store keeps them counted while this process runs, until told. Only the newest instance's ids are kept.
+ */
+static void note_away_release_locked(pb_client *c, uint64_t instance, uint64_t id)
+{
+	if (instance == 0)
+		return;
+	if (instance != c->away_instance) {
+		c->n_away = 0;
+		c->away_instance = instance;
+	}
+	if (c->n_away == c->cap_away) {
+		size_t cap = c->cap_away ? c->cap_away * 2 : 16;
+		uint64_t *ids = realloc(c->away_ids, cap * sizeof(*ids));
+
+		if (!ids)
+			return; /* then it stays counted until this process exits, as before */
+		c->away_ids = ids;
+		c->cap_away = cap;
+	}
+	c->away_ids[c->n_away++] = id;
+}
+
+/*
  * Unmap, free, and RELEASE on the wire; waits for the daemon's answer when it
  * may. A stale lease is only unmapped and freed: its id may name someone
- * else's lease now, so nothing is sent.
+ * else's lease now, so nothing is sent. One let go while the connection is
+ * down is remembered, and given back by the reconnect (try_reconnect).
  */
 static int lease_release_now(pb_client *c, pb_lease *l, bool wait)
 {
 	Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
 	Request req = PINBROKER__V1__REQUEST__INIT;
-	uint64_t id = l->id, gen;
+	uint64_t id = l->id, instance = l->instance_id, gen;
 	struct waiter w;
 	bool stale;
 	int r;
@@ -638,8 +672,9 @@ static int lease_release_now(pb_client *c, pb_lease *l, bool wait)
 	pthread_mutex_lock(&c->lock);
 	gen = l->conn_gen;
 	stale = lease_is_stale(l) || gen != c->conn_gen;
-	/* A dead connection already returned every lease: the daemon frees them at close. */
 	r = c->dead;
+	if (r && !stale)
+		note_away_release_locked(c, instance, id);
 	pthread_mutex_unlock(&c->lock);
 	lease_unmap(l);
 	lease_free(l);
@@ -647,6 +682,11 @@ static int lease_release_now(pb_client *c, pb_lease *l, bool wait)
 		return 0;
 	if (!wait || on_receiver_thread(c)) {
 		r = send_release_async(c, id, gen);
+		if (r == -ECONNRESET) {
+			pthread_mutex_lock(&c->lock);
+			note_away_release_locked(c, instance, id);
+			pthread_mutex_unlock(&c->lock);
+		}
 		return r == -ESTALE || r == -ECONNRESET ? 0 : r;
 	}
 
@@ -654,6 +694,13 @@ static int lease_release_now(pb_client *c, pb_lease *l, bool wait)
 	req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
 	req.release = &rel;
 	r = call(c, &req, &w, false, gen);
+	if (r == -ECONNRESET) {
+		/* The daemon may or may not have seen it: saying it again after the restart is harmless. */
+		pthread_mutex_lock(&c->lock);
+		if (c->conn_gen == gen)
+			note_away_release_locked(c, instance, id);
+		pthread_mutex_unlock(&c->lock);
+	}
 	if (r == -ECONNRESET || r == -ESTALE)
 		return 0;
 	if (r < 0)
@@ -939,9 +986,9 @@ static bool id_in(const uint64_t *ids, size_t n, uint64_t id)
 static int try_reconnect(pb_client *c)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	uint64_t instance_id = 0, *ids = NULL, *adopted = NULL;
+	uint64_t instance_id = 0, *ids = NULL, *adopted = NULL, *away = NULL;
 	pb_lease *drop = NULL;
-	size_t n = 0, nadopted = 0;
+	size_t n = 0, nadopted = 0, n_away = 0;
 	bool same;
 	int s, r;
 
@@ -986,6 +1033,14 @@ static int try_reconnect(pb_client *c)
 	}
 
 	pthread_mutex_lock(&c->lock);
+	if (same && c->away_instance == instance_id && c->n_away > 0) {
+		away = c->away_ids;
+		n_away = c->n_away;
+		c->away_ids = NULL;
+		c->n_away = c->cap_away = 0;
+	} else if (!same) {
+		c->n_away = 0; /* another instance: what the old one held died with it */
+	}
 	c->conn_gen++;
 	for (pb_lease *l = c->leases, *next; l; l = next) {
 		next = l->next;
@@ -1016,6 +1071,11 @@ static int try_reconnect(pb_client *c)
 		lease_unmap(l);
 		lease_free(l);
 	}
+	/* What was let go while we were away: the restarted daemon holds it for this pid until told. Replies
+	 * (OK, or not-found where the old daemon had already freed it) have no waiter and are dropped. */
+	for (size_t i = 0; i < n_away; i++)
+		send_release_async(c, away[i], 0);
+	free(away);
 	free(ids);
 	free(adopted);
 	return 0;
@@ -1193,6 +1253,7 @@ static void client_free(pb_client *c)
 {
 	if (c->sock >= 0)
 		close(c->sock);
+	free(c->away_ids);
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->lock);
 	pthread_rwlock_destroy(&c->sock_lock);

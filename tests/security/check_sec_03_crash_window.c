@@ -235,14 +235,66 @@ START_TEST(test_kill_during_acquire_storm_never_hands_live_memory_on)
 }
 END_TEST
 
+/*
+ * A lease let go while the daemon is down, in a process that lives on: the restarted daemon (same instance, from
+ * the fd store) recovers it as held by that pid, and the library's reconnect must give it back. Before, it stayed
+ * counted until the process exited: the storm above, slowed down, filled its 24 MiB budget so (384 leases of dead
+ * releases across ~70 kills) and the stormers stalled.
+ */
+START_TEST(test_release_while_the_daemon_is_down_is_given_back_after_the_restart)
+{
+	static const char *const small[] = { "--budget", "16M", "--prewarm", "4M", "--redeclare-grace-ms", "300",
+					     NULL };
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
+	struct pb_status *st = NULL;
+	struct daemon d;
+	struct fdstore *fs;
+	pb_lease *keep, *gone, *mid;
+	pb_client *c;
+
+	daemon_prepare(&d);
+	fs = fdstore_new(&d);
+	fdstore_daemon_start(fs, small);
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_acquire(c, MiB, &o, &keep), 0);
+	ck_assert_int_eq(pb_acquire(c, 2 * MiB, &o, &gone), 0);
+	ck_assert_int_eq(pb_acquire(c, 4 * MiB, &o, &mid), 0);
+	ck_assert_int_eq(status_leased(d.socket), (int64_t)(7 * MiB));
+
+	/* Released in the window: the daemon is dead, then while it starts again. */
+	fdstore_daemon_kill(fs);
+	ck_assert_int_eq(pb_release(c, gone), 0);
+	fdstore_daemon_start(fs, small);
+	ck_assert_int_eq(pb_release(c, mid), 0);
+	/* One call: the library reconnects, re-declares what it holds, and gives back what it let go. */
+	for (int i = 0; i < 100 && pb_status_get(c, &st) < 0; i++)
+		usleep(20000);
+	ck_assert_ptr_nonnull(st);
+	pb_status_free(st);
+	ck_assert_int_eq(pb_lease_stale(keep), 0);
+	/* Past the grace, only the held lease counts, while this process runs on. */
+	usleep(600000);
+	ck_assert_int_eq(wait_leased(d.socket, (int64_t)MiB, 3000), (int64_t)MiB);
+	ck_assert_int_eq(pb_release(c, keep), 0);
+	ck_assert_int_eq(wait_leased(d.socket, 0, 3000), 0);
+	pb_disconnect(c);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+	fdstore_free(fs);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sec-03-crash-window");
 	TCase *t = tcase_create("kill -9 under an fd store");
+	TCase *away = tcase_create("release while away");
 
 	tcase_set_timeout(t, 240);
 	tcase_add_test(t, test_kill_during_acquire_storm_never_hands_live_memory_on);
 	suite_add_tcase(s, t);
+	tcase_set_timeout(away, 60);
+	tcase_add_test(away, test_release_while_the_daemon_is_down_is_given_back_after_the_restart);
+	suite_add_tcase(s, away);
 	return s;
 }
 
