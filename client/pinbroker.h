@@ -164,7 +164,7 @@ int pb_register(pb_client *c, void *p, size_t size, const struct pb_acquire_opts
 /* Unregister from CUDA (unless it was charge-only) and give the charge back. l is invalid afterwards. */
 int pb_unregister(pb_client *c, pb_lease *l);
 
-/* 1 for a pb_register lease. */
+/* 1 for a lease made by pb_register() (memory the program owns, charged to the budget), else 0. */
 int pb_lease_registration(const pb_lease *l);
 
 /*
@@ -214,6 +214,7 @@ struct pb_config_entry {
  * negative errno.
  */
 int pb_config_get(pb_client *c, const char *key, struct pb_config_entry **ret, size_t *n);
+/* Free the n entries pb_config_get() returned in e (NULL is fine). */
 void pb_config_free(struct pb_config_entry *e, size_t n);
 
 /*
@@ -225,15 +226,31 @@ void pb_config_free(struct pb_config_entry *e, size_t n);
  */
 int pb_release(pb_client *c, pb_lease *l);
 
+/*
+ * The start of a lease's memory: the mapping for broker memory, p for a pb_register lease, the
+ * allocation for fallback memory; NULL once the lease was revoked and given back (PB_MEM_REVOKED).
+ * Valid until pb_release(); NULL for a NULL l.
+ */
 void *pb_lease_data(const pb_lease *l);
+/* Its usable size in bytes: the size asked for, rounded up to whole pages (0 for a NULL l). */
 size_t pb_lease_size(const pb_lease *l);
+/* The page size it is mapped with: the pool's (2 MiB on hugetlb pages), the system's for fallback memory. */
 size_t pb_lease_page_size(const pb_lease *l);
-uint64_t pb_lease_id(const pb_lease *l);              /* 0 for fallback memory */
-enum pb_memory_kind pb_lease_kind(const pb_lease *l); /* PB_MEM_REVOKED once given back */
-int pb_lease_cuda_registered(const pb_lease *l);      /* 1 or 0 */
-int pb_lease_hugetlb(const pb_lease *l);              /* 1 when every chunk is on 2 MiB pages */
-size_t pb_lease_chunks(const pb_lease *l);            /* memfd chunks mapped back to back; 0 for fallback */
-const char *pb_lease_fallback_reason(const pb_lease *l); /* NULL unless PB_MEM_FALLBACK */
+/* The daemon's id for the lease, as `pinctl leases` and pb_admin_revoke() name it; 0 for fallback memory. */
+uint64_t pb_lease_id(const pb_lease *l);
+/* What its memory is (enum pb_memory_kind): PB_MEM_REVOKED once revoked and given back. */
+enum pb_memory_kind pb_lease_kind(const pb_lease *l);
+/* 1 when the memory is registered with CUDA in this process (kind PB_MEM_PINNED), else 0. */
+int pb_lease_cuda_registered(const pb_lease *l);
+/* 1 when every chunk of the lease is on 2 MiB hugetlb pages, else 0. */
+int pb_lease_hugetlb(const pb_lease *l);
+/* How many of the daemon's memfd chunks are mapped back to back to make the lease; 0 for fallback memory. */
+size_t pb_lease_chunks(const pb_lease *l);
+/*
+ * Why a lease is fallback memory ("broker refused: over uid quota", "not connected to a broker", ...), for a
+ * log line; NULL unless its kind is PB_MEM_FALLBACK. Owned by the lease: valid until pb_release().
+ */
+const char *pb_lease_fallback_reason(const pb_lease *l);
 
 /* 1 when the broker no longer counts the lease (see "Lease handles" above): still mapped, not brokered. */
 int pb_lease_stale(const pb_lease *l);
@@ -265,9 +282,9 @@ void pb_set_cache_limit(pb_client *c, size_t bytes);
 int pb_cuda_available(const char **reason);
 
 /*
- * Shared leases: one lease, mapped by several processes, counted once.
+ * Shared leases.
  *
- * The holder of a lease (the process that acquired it) calls pb_lease_share()
+ * One lease, mapped by several processes, counted once. The holder of a lease (the process that acquired it) calls pb_lease_share()
  * to get a token, and passes it to other processes by any means (a pipe, an
  * environment variable, a DataLoader worker's arguments). Each calls
  * pb_attach() on its own pb_client and maps the same memory: what one writes,
@@ -327,7 +344,10 @@ int pb_lease_attached(const pb_lease *l);
 
 /* The human message for the last failure in this thread. Never NULL. */
 const char *pb_last_error(void);
-/* A short name for a negative errno as the library uses it ("over uid quota", ...). */
+/*
+ * A short description of a negative errno as the library uses it ("over uid quota" for -EDQUOT,
+ * "budget exhausted" for -ENOSPC, ...), else strerror's; a static string, never NULL.
+ */
 const char *pb_strerror(int err);
 /*
  * The library's version, "MAJOR.MINOR.PATCH" (as PINBROKER_VERSION_* of the header it was built
@@ -459,8 +479,9 @@ struct pb_status {
  */
 #define PB_STATUS_LEASES (1u << 0)
 int pb_status_query(pb_client *c, unsigned flags, struct pb_status **ret);
-/* pb_status_query(c, PB_STATUS_LEASES, ret). */
+/* The status with every lease row: pb_status_query(c, PB_STATUS_LEASES, ret). */
 int pb_status_get(pb_client *c, struct pb_status **ret);
+/* Free what pb_status_query() or pb_status_get() returned, every row included (NULL is fine). */
 void pb_status_free(struct pb_status *s);
 
 /*
@@ -483,12 +504,15 @@ void pb_status_free(struct pb_status *s);
  */
 int pb_leases_page(pb_client *c, uint64_t cursor, size_t max_rows, struct pb_lease_info **rows, size_t *n,
 		   uint64_t *next);
+/* Free the n rows pb_leases_page() returned (NULL is fine). */
 void pb_lease_info_free(struct pb_lease_info *rows, size_t n);
 
 /*
- * Revoke leases (admin): one lease_id, or every lease of uid (by_uid set),
- * or all. deadline_ms 0 = the daemon's default. *ids and *n list what was revoked
- * (free(*ids)); both may be NULL.
+ * Revoke leases (admin): what is PB_REVOKE_LEASE (the lease lease_id),
+ * PB_REVOKE_UID (every lease of uid) or PB_REVOKE_ALL (every lease); the
+ * holders get deadline_ms to give them back (0 = the daemon's default).
+ * *ids and *n list what was revoked (free(*ids)); both may be NULL.
+ * Returns 0 or a negative errno (-EACCES for a caller that is not an admin).
  */
 #define PB_REVOKE_LEASE 0
 #define PB_REVOKE_UID 1

@@ -68,6 +68,33 @@ for k in $keys; do
 	grep -qxF ".B $man_key" "$P/share/man/man5/pinbrokerd.conf.5" ||
 		fail "pinbrokerd.conf.5 does not describe the key $k"
 done
+# libpinbroker(3) has an entry (.SS, made from the header's comments) for every function the
+# installed header declares (a declaration's first line names it: TYPE [*]pb_NAME( ...).
+funcs=$(sed -n 's/^[a-z][^(]*[ *]\(pb_[a-z0-9_]*\)(.*/\1/p' "$P/include/pinbroker.h")
+[ -n "$funcs" ] || fail "found no pb_* function declared in the installed $P/include/pinbroker.h"
+for f in $funcs; do
+	grep -qE "^\.SS \"?([a-z0-9_]+, )*$f(,|\"|\$)" "$P/share/man/man3/libpinbroker.3" ||
+		fail "libpinbroker.3 has no entry (.SS) for $f, which include/pinbroker.h declares"
+done
+# pinctl(8)'s COMMANDS section has an entry (a .TP tag) for every command of `pinctl --help`.
+cmds=$(env -u LD_LIBRARY_PATH "$P/bin/pinctl" --help 2>&1 |
+	awk '/^Commands:/ { on = 1; next } on && /^[^ ]/ { exit } on && /^  [a-z]/ { print $1 }')
+[ -n "$cmds" ] || fail "the installed pinctl --help lists no command under \"Commands:\""
+tags=$(awk '/^\.SH/ { on = ($2 == "COMMANDS") } on && tag { print } { tag = on && /^\.TP/ }' \
+	"$P/share/man/man8/pinctl.8" | sed 's/^\.[A-Z]* *"\{0,1\}\([a-z-]*\).*/\1/')
+for cmd in $cmds; do
+	echo "$tags" | grep -qxF "$cmd" ||
+		fail "pinctl.8 has no entry for the command $cmd in its COMMANDS section (pinctl --help lists it)"
+done
+# pinbrokerd(8)'s OPTIONS section names every option of `pinbrokerd --help` above the config keys.
+opts=$("$P/sbin/pinbrokerd" --help | awk '/^Every config key is also an option/ { exit }
+	$1 ~ /^-/ { for (i = 1; i <= NF; i++) { o = $i; sub(/,$/, "", o); if (o !~ /^-/) break; print o } }')
+[ -n "$opts" ] || fail "the installed pinbrokerd --help lists no option"
+page8=$(awk '/^\.SH/ { on = ($2 == "OPTIONS") } on' "$P/share/man/man8/pinbrokerd.8" | sed 's/\\-/-/g')
+for o in $opts; do
+	echo "$page8" | grep -qE -- "(^|[^a-zA-Z0-9-])$o([^a-zA-Z0-9-]|\$)" ||
+		fail "pinbrokerd.8 does not describe the option $o in its OPTIONS section (pinbrokerd --help lists it)"
+done
 # Every page renders without a warning (groff-base, which man-db needs, has the man macros).
 if command -v groff >/dev/null; then
 	for page in man8/pinbrokerd.8 man8/pinctl.8 man5/pinbrokerd.conf.5 man3/libpinbroker.3; do
