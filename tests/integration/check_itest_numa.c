@@ -252,6 +252,22 @@ START_TEST(test_fixture_nodes_split_the_prewarm_and_a_full_node_falls_back)
 }
 END_TEST
 
+/* Acquire 2 MiB with o: the lease must be placed as asked (not misplaced), by the library and in the daemon's rows. */
+static void expect_placed_lease(pb_client *c, const struct pb_acquire_opts *o)
+{
+	struct pb_status *s;
+	int misplaced = -1;
+	pb_lease *l;
+
+	ck_assert_int_eq(pb_acquire(c, 2 * MiB, o, &l), 0);
+	ck_assert_int_eq(pb_lease_numa_node(l, &misplaced), 0);
+	ck_assert_int_eq(misplaced, 0);
+	s = status(c);
+	ck_assert_int_eq(itest_lease_row(s, pb_lease_id(l))->misplaced, 0);
+	pb_status_free(s);
+	pb_release(c, l);
+}
+
 /*
  * The library asks the driver for a GPU's node first (CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID), and sysfs only when the
  * driver cannot say. The stand-in libcuda.so.1 is loaded before the library looks for one (it finds it by its
@@ -264,7 +280,6 @@ START_TEST(test_gpu_node_comes_from_the_driver_else_sysfs)
 	struct pb_acquire_opts cur = { .flags = 0 };
 	int (*retain)(void **, int), (*push)(void *);
 	void *h, *ctx = NULL;
-	struct pb_status *s;
 	pb_client *c;
 	pb_lease *l;
 	int misplaced = -1;
@@ -291,13 +306,7 @@ START_TEST(test_gpu_node_comes_from_the_driver_else_sysfs)
 	setenv("STUB_CUDA_HOST_NUMA_ID", "0", 1);
 	ck_assert_int_eq(pb_gpu_numa_node("0"), 0);
 	ck_assert_int_eq(pb_gpu_numa_node("0000:86:00.0"), 0);
-	ck_assert_int_eq(pb_acquire(c, 2 * MiB, &g, &l), 0);
-	ck_assert_int_eq(pb_lease_numa_node(l, &misplaced), 0);
-	ck_assert_int_eq(misplaced, 0);
-	s = status(c);
-	ck_assert_int_eq(itest_lease_row(s, pb_lease_id(l))->misplaced, 0);
-	pb_status_free(s);
-	pb_release(c, l);
+	expect_placed_lease(c, &g);
 
 	/* With no GPU named, the current device's node: the driver's 0 (the default a CUDA job gets). */
 	*(void **)&retain = dlsym(h, "cuDevicePrimaryCtxRetain");
@@ -306,13 +315,7 @@ START_TEST(test_gpu_node_comes_from_the_driver_else_sysfs)
 	ck_assert_ptr_nonnull(push);
 	ck_assert_int_eq(retain(&ctx, 0), 0);
 	ck_assert_int_eq(push(ctx), 0);
-	ck_assert_int_eq(pb_acquire(c, 2 * MiB, &cur, &l), 0);
-	ck_assert_int_eq(pb_lease_numa_node(l, &misplaced), 0);
-	ck_assert_int_eq(misplaced, 0);
-	s = status(c);
-	ck_assert_int_eq(itest_lease_row(s, pb_lease_id(l))->misplaced, 0);
-	pb_status_free(s);
-	pb_release(c, l);
+	expect_placed_lease(c, &cur);
 	pb_disconnect(c);
 	unsetenv("STUB_CUDA_HOST_NUMA_ID");
 	unsetenv("PINBROKER_SYS_ROOT");
