@@ -1012,6 +1012,26 @@ def _status_dict(s: _lib.Status, with_leases: bool) -> Dict[str, Any]:
         ext = ctypes.cast(ctypes.pointer(s), ctypes.POINTER(_lib.StatusRegistration)).contents
         for name in ("registered_bytes", "no_revoke_bytes", "unbrokered_bytes"):
             d[name] = int(getattr(ext, name))
+    cgroups = None
+    if _lib.has_numa():
+        pages = ctypes.cast(ctypes.pointer(s), ctypes.POINTER(_lib.StatusPages)).contents
+        d["page_kind"] = _dec(pages.page_kind) or "unknown"
+        for name in ("thp_bytes", "thp_failures", "hugetlb_bytes", "huge_pages_free_bytes"):
+            d[name] = int(getattr(pages, name))
+        d["nodes"] = [
+            {"node": n.node, "idle_bytes": n.idle_bytes, "lent_bytes": n.lent_bytes,
+             "misplaced_bytes": n.misplaced_bytes, "gpus": n.gpus, "mem_free_bytes": n.mem_free_bytes}
+            for n in (pages.nodes[i] for i in range(pages.n_nodes))
+        ]
+    if _lib.has_status_jobs():
+        ext = ctypes.cast(ctypes.pointer(s), ctypes.POINTER(_lib.StatusJobs)).contents
+        d["jobs"] = [
+            {"job": _dec(j.job), "bytes": j.bytes, "leases": j.leases,
+             "quota_bytes": j.quota_bytes if j.has_quota else None, "rule": _dec(j.rule) or None,
+             "source": _dec(j.source) or None}
+            for j in (ext.jobs[i] for i in range(ext.n_jobs))
+        ]
+        cgroups = ext.client_cgroups
     d["clients"] = []
     if s.clients and s.n_clients:
         rows = ctypes.cast(s.clients, ctypes.POINTER(_lib.row_types()[0]))
@@ -1023,6 +1043,8 @@ def _status_dict(s: _lib.Status, with_leases: bool) -> Dict[str, Any]:
                 row["attached"] = int(c.attached)
             if hasattr(c, "unbrokered_bytes"):
                 row["unbrokered_bytes"] = int(c.unbrokered_bytes)
+            if cgroups:
+                row["cgroup"] = _dec(cgroups[i]) or None
             d["clients"].append(row)
     d["signals"] = [
         {"name": _dec(g.name), "value": g.value, "tight": g.tight, "critical": g.critical, "unit": _dec(g.unit),

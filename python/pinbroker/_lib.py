@@ -189,6 +189,60 @@ class StatusRegistration(ctypes.Structure):
     ]
 
 
+class NodeInfo(ctypes.Structure):
+    """struct pb_node_info: the pool on one NUMA node."""
+
+    _fields_ = [
+        ("node", ctypes.c_int),
+        ("idle_bytes", ctypes.c_uint64),
+        ("lent_bytes", ctypes.c_uint64),
+        ("misplaced_bytes", ctypes.c_uint64),
+        ("gpus", ctypes.c_uint32),
+        ("mem_free_bytes", ctypes.c_uint64),
+    ]
+
+
+JOB_PATH_MAX = 512  # PB_JOB_PATH_MAX
+
+
+class Job(ctypes.Structure):
+    """struct pb_job: one job (cgroup) with leases or a quota."""
+
+    _fields_ = [
+        ("job", ctypes.c_char * JOB_PATH_MAX),
+        ("bytes", ctypes.c_uint64),
+        ("leases", ctypes.c_uint32),
+        ("has_quota", ctypes.c_int),
+        ("quota_bytes", ctypes.c_uint64),
+        ("rule", ctypes.c_char * JOB_PATH_MAX),
+        ("source", ctypes.c_char * 8),
+    ]
+
+
+class StatusPages(ctypes.Structure):
+    """struct pb_status of a library with NUMA placement (pb_lease_numa_node): the pool's pages and nodes."""
+
+    _fields_ = StatusRegistration._fields_ + [
+        ("page_kind", ctypes.c_char_p),
+        ("thp_bytes", ctypes.c_uint64),
+        ("thp_failures", ctypes.c_uint64),
+        ("hugetlb_bytes", ctypes.c_uint64),
+        ("huge_pages_free_bytes", ctypes.c_uint64),
+        ("n_nodes", ctypes.c_size_t),
+        ("nodes", ctypes.POINTER(NodeInfo)),
+    ]
+
+
+class StatusJobs(ctypes.Structure):
+    """struct pb_status of a library with per-job quotas (pb_quota_list): job rows and client cgroups."""
+
+    _fields_ = StatusPages._fields_ + [
+        ("n_jobs", ctypes.c_size_t),
+        ("jobs", ctypes.POINTER(Job)),
+        ("client_cgroups", ctypes.POINTER(ctypes.c_char_p)),
+    ]
+
+
 #: typedef int (*pb_revoke_fn)(pb_client *c, pb_lease *l, uint32_t deadline_ms, void *userdata);
 REVOKE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p)
 
@@ -346,6 +400,11 @@ def has_sharing() -> bool:
 def has_registration() -> bool:
     """True for a library with registrations (pb_register): its status structs grew with it."""
     return hasattr(load(), "pb_register")
+
+
+def has_status_jobs() -> bool:
+    """True for a library with per-job quotas (pb_quota_list): its struct pb_status ends with job rows."""
+    return hasattr(load(), "pb_quota_list")
 
 
 def has_numa() -> bool:

@@ -310,3 +310,25 @@ def test_daemon_restarted_clean_leaves_the_mapping_usable(daemon):
     assert again.id and daemon.leased() == again.nbytes
     again.release()
     c.close()
+
+
+def test_status_has_the_pool_pages_nodes_jobs_and_client_cgroups(daemon, client):
+    """status() carries what pinctl status --json shows: page kind, NUMA nodes, jobs, each client's cgroup."""
+    lease = client.acquire(2 * MiB, label="jobs")
+    try:
+        st = client.status()
+        assert st["page_kind"] in ("4k", "thp", "hugetlb")
+        assert st["thp_bytes"] + st["hugetlb_bytes"] <= st["pool_bytes"]
+        assert isinstance(st["nodes"], list)
+        assert sum(n["idle_bytes"] + n["lent_bytes"] for n in st["nodes"]) in (0, st["pool_bytes"])
+        me = [r for r in st["clients"] if r["pid"] == os.getpid() and r["leases"] >= 1]
+        assert me and "cgroup" in me[0]
+        # The daemon charges a lease to its holder's cgroup, when it can read one: that job's row counts it.
+        cg = me[0]["cgroup"]
+        if cg:
+            rows = [j for j in st["jobs"] if cg == j["job"] or cg.startswith(j["job"].rstrip("/") + "/")]
+            assert rows and rows[0]["bytes"] >= lease.nbytes and rows[0]["leases"] >= 1, (cg, st["jobs"])
+        else:
+            assert st["jobs"] == [] or all(j["bytes"] == 0 or j["job"] for j in st["jobs"])
+    finally:
+        lease.release()
