@@ -509,7 +509,6 @@ static void status_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	update_status(w->data);
 }
 
-/* What the idle pool should warm to: prewarm, within what the budget leaves beside the leases. */
 /*
  * Warm bytes the daemon's descriptors leave room for: each chunk, idle or lent, is one fd (and one mapping without
  * hugetlb), and chunk_capacity already keeps reserve-fds and the connections' share free. Warming past it would
@@ -543,6 +542,7 @@ static uint64_t prewarm_clamp_fds(const struct broker *b, uint64_t want)
 	return room;
 }
 
+/* What the idle pool should warm to: prewarm, within what the budget leaves beside the leases and the fds allow. */
 static uint64_t prewarm_target(const struct broker *b)
 {
 	uint64_t allowance = budget_pool_allowance(b->budget);
@@ -552,11 +552,15 @@ static uint64_t prewarm_target(const struct broker *b)
 	return prewarm_clamp_fds(b, b->prewarm_bytes < allowance ? b->prewarm_bytes : allowance);
 }
 
-/* What a failed warm-up should make the operator raise. */
-static const char *prewarm_fix(int err)
+/* A warm-up to want that failed with err: what is warm, and what the operator should raise. */
+static void warn_prewarm_failed(const struct broker *b, uint64_t want, int err)
 {
-	return err == -EMFILE || err == -ENFILE ? "raise LimitNOFILE, or chunk-size"
-						: "raise LimitMEMLOCK or grant CAP_IPC_LOCK";
+	char s1[32], s2[32];
+
+	log_warnx("warming the pool to %s failed: %s; continuing with %s warm (%s)", format_size(want, s1, sizeof(s1)),
+		  strerror(-err), format_size(pool_idle_bytes(b->pool), s2, sizeof(s2)),
+		  err == -EMFILE || err == -ENFILE ? "raise LimitNOFILE, or chunk-size"
+						   : "raise LimitMEMLOCK or grant CAP_IPC_LOCK");
 }
 
 /* The host's NUMA nodes, and how prewarm is spread over them (numa, numa-prewarm). */
@@ -613,8 +617,7 @@ static int grow_prewarm(struct broker *b, uint64_t bytes, void (*progress)(uint6
 
 	if (n == 0) {
 		r = pool_grow(b->pool, bytes, progress, NULL);
-		warn_thp_unverified(b);
-		return r;
+		goto out;
 	}
 	numa_split_prewarm(&numa_topo, numa_how, bytes, pool_chunk_size(b->pool), numa_list, split);
 	for (size_t i = 0; i < n; i++) {
@@ -630,6 +633,7 @@ static int grow_prewarm(struct broker *b, uint64_t bytes, void (*progress)(uint6
 	 * could not take) is topped up on any node: the pool ends at least this warm, as without NUMA.
 	 */
 	r = first < 0 ? first : pool_grow(b->pool, bytes, progress, NULL);
+out:
 	warn_thp_unverified(b);
 	return r;
 }
@@ -638,7 +642,7 @@ static void prewarm_cb(struct ev_loop *loop, ev_idle *w, int revents)
 {
 	struct broker *b = w->data;
 	uint64_t target = prewarm_target(b), idle = pool_idle_bytes(b->pool), step;
-	char s1[32], s2[32];
+	char s1[32];
 	int r;
 
 	if (idle >= target) {
@@ -649,9 +653,7 @@ static void prewarm_cb(struct ev_loop *loop, ev_idle *w, int revents)
 	r = grow_prewarm(b, step, NULL);
 	b->generation++;
 	if (r < 0) {
-		log_warnx("warming the pool to %s failed: %s; continuing with %s warm (%s)",
-			  format_size(target, s1, sizeof(s1)), strerror(-r),
-			  format_size(pool_idle_bytes(b->pool), s2, sizeof(s2)), prewarm_fix(r));
+		warn_prewarm_failed(b, target, r);
 		ev_idle_stop(loop, w);
 	} else if (pool_idle_bytes(b->pool) >= target) {
 		log_info("pool warmed to %s for the new prewarm", format_size(pool_idle_bytes(b->pool), s1, sizeof(s1)));
@@ -796,6 +798,7 @@ int main(int argc, char **argv)
 	static const int signums[] = { SIGTERM, SIGINT, SIGHUP, SIGUSR2, SIGUSR1 };
 	char *err = NULL;
 	char s1[32], s2[32], s3[32];
+	uint64_t warm;
 	int action = 0, listen_fd, r, rc = 1;
 
 	log_init(LOG_INFO, -1);
@@ -930,14 +933,13 @@ int main(int argc, char **argv)
 	/* Adopt pool memory and leases kept in systemd's fd store by our previous life. */
 	recovery_init(&b);
 
-	if (prewarm_clamp_fds(&b, b.prewarm_bytes) > pool_idle_bytes(b.pool)) {
-		uint64_t t0 = now_us(), want = prewarm_clamp_fds(&b, b.prewarm_bytes);
+	warm = prewarm_clamp_fds(&b, b.prewarm_bytes);
+	if (warm > pool_idle_bytes(b.pool)) {
+		uint64_t t0 = now_us();
 
-		r = grow_prewarm(&b, want, progress_cb);
+		r = grow_prewarm(&b, warm, progress_cb);
 		if (r < 0)
-			log_warnx("warming the pool to %s failed: %s; continuing with %s warm (%s)",
-				  format_size(want, s1, sizeof(s1)), strerror(-r),
-				  format_size(pool_idle_bytes(b.pool), s2, sizeof(s2)), prewarm_fix(r));
+			warn_prewarm_failed(&b, warm, r);
 		else
 			log_info("pool warmed: %s in %.1f ms", format_size(pool_idle_bytes(b.pool), s1, sizeof(s1)),
 				 (double)(now_us() - t0) / 1000.0);

@@ -294,11 +294,11 @@ static void count_kind(struct pool *p, const struct chunk *c, int sign);
 static int prefault(void *addr, uint64_t bytes, uint64_t page_bytes);
 
 /*
- * madvise(MADV_COLLAPSE) answering 0 is not the last word (the issue asks for the result checked): after a
- * batch of chunks is made, one read of /proc/self/smaps says how much of each collapsed chunk's VMA the
- * kernel maps with PMDs (ShmemPmdMapped). A collapsed chunk that is not whole huge pages counts as 4 KiB
- * pages (and as a THP failure). One read per batch, not per chunk: smaps walks every VMA of the daemon.
- * Without a readable smaps the collapse's answer stands.
+ * madvise(MADV_COLLAPSE) answering 0 is not the last word: after a warm-up batch (pool_grow_on) is made, one
+ * read of /proc/self/smaps says how much of each collapsed chunk's VMA the kernel maps with PMDs
+ * (ShmemPmdMapped). A collapsed chunk that is not whole huge pages counts as 4 KiB pages (and as a THP
+ * failure). One read per batch, not per chunk, and never for an acquire's fresh chunks: smaps walks every
+ * VMA of the daemon. Without a readable smaps the collapse's answer stands.
  */
 static void verify_collapsed(struct pool *p, struct chunk **v, size_t n)
 {
@@ -898,8 +898,6 @@ static int make_chunks(struct pool *p, const uint64_t *sizes, size_t n, size_t t
 		m.running = 1;
 		maker_thread(&m);
 	}
-	if (p->thp)
-		verify_collapsed(p, out, n);
 	if (progress)
 		progress(m.done_bytes, total_bytes, ud);
 
@@ -1048,6 +1046,9 @@ int pool_grow_on(struct pool *p, uint64_t bytes, int node, void (*progress)(uint
 		sizes[i] = p->chunk_bytes;
 
 	r = make_chunks(p, sizes, n, n, POOL_NO_OWNER, node, made, progress, ud);
+	/* Warm-up only: chunks an acquire makes trust the collapse's answer, so no acquire reads smaps. */
+	if (p->thp)
+		verify_collapsed(p, made, n);
 	/* What was made stays, even after a failure: a partly warm pool still helps. */
 	for (size_t i = 0; i < n; i++)
 		if (made[i]) {

@@ -74,6 +74,7 @@ uint64_t pool_thp_failures(const struct pool *p);
 /*
  * Of pool_thp_failures: chunks whose MADV_COLLAPSE returned 0 but whose mapping /proc/self/smaps then did
  * not show as wholly PMD-mapped (ShmemPmdMapped/FilePmdMapped below the chunk's size); they count as 4 KiB.
+ * Checked for warm-up batches (pool_grow, pool_grow_on) only: an acquire's fresh chunks never read smaps.
  */
 uint64_t pool_thp_unverified(const struct pool *p);
 
