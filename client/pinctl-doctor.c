@@ -28,7 +28,7 @@
 #include "pinctl.h"
 #include "util.h"
 
-/* Exit codes (README, pinctl doctor): 2 is the usage error every pinctl command shares. */
+/* Exit codes (docs/pinctl.md, pinctl doctor): 2 is the usage error every pinctl command shares. */
 #define DOCTOR_EXIT_WARN 1
 #define DOCTOR_EXIT_FAIL 3
 #define DOCTOR_ROOT_ENV "PINBROKER_DOCTOR_ROOT"
@@ -892,7 +892,7 @@ static void check_service(struct doctor *d)
 		f = add(d, "service", DOCTOR_WARN, "pinbrokerd's units are not installed");
 		fix(f,
 		    "cmake --install build, systemd-sysusers, systemd-tmpfiles --create, then systemctl enable --now "
-		    "pinbrokerd.socket (README: Running as a systemd service)");
+		    "pinbrokerd.socket (docs/operations.md: Running as a systemd service)");
 		return;
 	}
 	f = add(d, "service", DOCTOR_WARN,

@@ -93,7 +93,7 @@ def check_rendered(docs, where, pinbrokerd, patcher_src):
     check(spec.get("selector", {}).get("matchLabels", {}).items() <=
           spec.get("template", {}).get("metadata", {}).get("labels", {}).items(),
           f"{where}: the selector does not match the pod template's labels")
-    check(pod.get("hostPID") is True, f"{where}: hostPID is not true (peer pids would read 0: README.md)")
+    check(pod.get("hostPID") is True, f"{where}: hostPID is not true (peer pids would read 0: docs/kubernetes.md)")
     check(not pod.get("hostNetwork") and not pod.get("hostIPC"), f"{where}: hostNetwork or hostIPC set")
     check(pod.get("serviceAccountName") == sa["metadata"]["name"], f"{where}: the pod does not run as the ServiceAccount")
     check(pod.get("automountServiceAccountToken") is False, f"{where}: the pod automounts a token into every container")

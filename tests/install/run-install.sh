@@ -150,7 +150,7 @@ if readelf -d "$T/static-link" | grep -q 'NEEDED.*libpinbroker'; then
 	fail "the static link still needs libpinbroker.so"
 fi
 "$T/static-link" "$T/no-such.sock" || fail "the statically linked program failed (output above)"
-# examples/acquire.c builds out of the tree with the README's one line, and falls back without a daemon.
+# examples/acquire.c builds out of the tree with the one line of README.md and docs/library.md, and falls back without a daemon.
 dyn=$(pkg-config --libs pinbroker)
 [ "${PINBROKER_SANITIZED:-0}" = 1 ] && dyn="-fsanitize=address,undefined $dyn"
 # shellcheck disable=SC2086

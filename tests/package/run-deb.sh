@@ -119,7 +119,7 @@ if [ "${PINBROKER_DEB_LINTIAN:-1}" != 0 ] && command -v lintian >/dev/null; then
 	lap "lintian" "$t"
 	sed 's/^/lintian: /' "$BUILD/deb-lintian.txt" | grep -v 'root privileges'
 	if grep -q '^E: ' "$BUILD/deb-lintian.txt"; then host_notok "lintian reports no error (E:)"
-	else host_ok "lintian reports no error (E:) ($(grep -c '^W: ' "$BUILD/deb-lintian.txt") warnings, README lists them)"; fi
+	else host_ok "lintian reports no error (E:) ($(grep -c '^W: ' "$BUILD/deb-lintian.txt") warnings, docs/install.md lists them)"; fi
 else
 	echo "note: lintian not run (not installed, or PINBROKER_DEB_LINTIAN=0)"
 fi
