@@ -193,18 +193,57 @@ static Dl_serinfo *search_list(void *handle)
 	return si;
 }
 
+/* The folder of the object that holds caller, into dir: what $ORIGIN means in that object's dlopen(). */
+static bool caller_origin(void *caller, char *dir, size_t len)
+{
+	struct link_map *lm = NULL;
+	Dl_info info;
+	char *slash;
+	ssize_t n;
+
+	if (!dladdr1(caller, &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm)
+		return false;
+	if (lm->l_name && lm->l_name[0]) {
+		if (snprintf(dir, len, "%s", lm->l_name) >= (int)len)
+			return false;
+	} else {
+		/* The main program: its l_name is empty. */
+		n = readlink("/proc/self/exe", dir, len - 1);
+		if (n <= 0)
+			return false;
+		dir[n] = 0;
+	}
+	slash = strrchr(dir, '/');
+	if (!slash)
+		return false;
+	*slash = 0;
+	return true;
+}
+
 /*
- * dlopen() looks a name without a slash up along the RPATH/RUNPATH of the object that called it; called from
- * here, the loader would use ours. So the caller's own folders (those of its search list that ours lacks:
- * ours holds LD_LIBRARY_PATH and the system's) are tried first. Returns path filled, or file.
+ * dlopen() expands $ORIGIN, and looks a name without a slash up along the RPATH/RUNPATH, of the object that
+ * called it; called from here, the loader would use ours. So a leading $ORIGIN is expanded here, and for a
+ * bare name the caller's own folders (those of its search list that ours lacks: ours holds LD_LIBRARY_PATH
+ * and the system's) are tried first. Returns path, filled, or file unchanged.
  */
 static const char *caller_path(const char *file, void *caller, char *path, size_t len)
 {
 	struct link_map *clm = NULL, *self = NULL;
 	Dl_serinfo *theirs = NULL, *ours = NULL;
 	Dl_info info;
-	const char *found = file;
+	const char *found = file, *rest = NULL;
 
+	if (strncmp(file, "$ORIGIN/", 8) == 0)
+		rest = file + 7;
+	else if (strncmp(file, "${ORIGIN}/", 10) == 0)
+		rest = file + 9;
+	if (rest) {
+		char dir[2048];
+
+		if (caller_origin(caller, dir, sizeof(dir)) && snprintf(path, len, "%s%s", dir, rest) < (int)len)
+			return path;
+		return file;
+	}
 	if (strchr(file, '/') || !dladdr1(caller, &info, (void **)&clm, RTLD_DL_LINKMAP) || !clm ||
 	    !dladdr1((void *)(uintptr_t)caller_path, &info, (void **)&self, RTLD_DL_LINKMAP) || !self)
 		return file;

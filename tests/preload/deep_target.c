@@ -5,6 +5,7 @@
  *   print "ready driver=N scope=S" (N: bytes the stand-in driver allocated itself; S: "plugin" when the
  *   plugin's own deep_scope_probe won over this program's, as RTLD_DEEPBIND promises), wait for stdin to close,
  *   free, print "freed", exit 0. LIB may be a bare name: it is found along this program's RUNPATH.
+ *   env DEEP_TARGET_SHALLOW=1: dlopen without RTLD_DEEPBIND (the plugin then binds to the global scope).
  */
 #define _GNU_SOURCE
 #include "stub_cuda.h"
@@ -38,7 +39,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: deep_target LIB call|dlsym|gpa SIZE\n");
 		return 2;
 	}
-	h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+	h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL | (getenv("DEEP_TARGET_SHALLOW") ? 0 : RTLD_DEEPBIND));
 	if (!h) {
 		fprintf(stderr, "deep_target: %s\n", dlerror());
 		return 3;

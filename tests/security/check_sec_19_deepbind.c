@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,13 +41,19 @@ static void stop(void)
 	daemon_stop(&d);
 }
 
-/* The ways in: how the plugin reaches cuMemHostAlloc, and how the program names the plugin. */
+/*
+ * The ways in: how the plugin reaches cuMemHostAlloc, and how the program names the plugin (a path, a bare
+ * name along its RUNPATH, $ORIGIN: each must still find it under the interposer). The last is the control:
+ * the same plugin loaded without RTLD_DEEPBIND, which the interposer must still pass through unchanged.
+ */
 static const struct {
 	const char *way;
 	const char *lib;
+	bool shallow;
 } cases[] = {
-	{ "call", DEEP_LIB }, { "call", "libpbdeep.so" }, { "dlsym", DEEP_LIB },
-	{ "dlsym", "libpbdeep.so" }, { "gpa", DEEP_LIB }, { "gpa", "libpbdeep.so" },
+	{ "call", DEEP_LIB, false },	 { "call", "libpbdeep.so", false }, { "dlsym", DEEP_LIB, false },
+	{ "dlsym", "libpbdeep.so", false }, { "gpa", DEEP_LIB, false },	   { "gpa", "libpbdeep.so", false },
+	{ "call", "$ORIGIN/deep/libpbdeep.so", false }, { "call", "libpbdeep.so", true },
 };
 
 /* Run pinctl ARGS as uid, output (stdout and stderr) into *out. Returns its exit status. */
@@ -130,6 +137,8 @@ START_TEST(test_a_deep_bound_plugin_pins_where_status_sees_it)
 		close(in[1]);
 		close(out[0]);
 		sec_drop_to(SEC_UID_A);
+		if (cases[_i].shallow)
+			setenv("DEEP_TARGET_SHALLOW", "1", 1);
 		snprintf(size, sizeof(size), "%llu", PLUGIN_BYTES);
 		/* The interposer's default fallback (cuda): refused memory would still show, as unbrokered. */
 		execl(PINCTL_PATH, "pinctl", "--socket", d.socket, "run", "--label", "deep", "--", DEEP_TARGET, lib, way,
@@ -142,8 +151,8 @@ START_TEST(test_a_deep_bound_plugin_pins_where_status_sees_it)
 	ck_assert_ptr_nonnull(f);
 	ck_assert_msg(fgets(line, sizeof(line), f) != NULL, "%s %s: the program printed nothing", way, lib);
 	ck_assert_msg(sscanf(line, "ready driver=%llu scope=%31s", &driver, scope) == 2, "%s", line);
-	/* Still deep-bound: the plugin's own symbol won over the program's. */
-	ck_assert_str_eq(scope, "plugin");
+	/* Still deep-bound: the plugin's own symbol won over the program's (and not, without RTLD_DEEPBIND). */
+	ck_assert_str_eq(scope, cases[_i].shallow ? "program" : "plugin");
 
 	/* The 64 MiB shows for the program's pid (pinctl execs it): leased, or at least reported as unbrokered. */
 	for (i = 0; i < 500; i++) {
