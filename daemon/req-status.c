@@ -457,7 +457,9 @@ void handle_status(struct conn *c, const Pinbroker__V1__Request *req)
 	r.body_case = PINBROKER__V1__REPLY__BODY_STATUS_REPLY;
 	r.status_reply = &sr;
 	fill_summary(sb, &sr);
-	if (fill_unbrokered_uids(sb, &sr) < 0)
+	/* The uid rows go with the first page only: the library reads them from it, later pages add rows. */
+	if (!(q->has_client_cursor && q->client_cursor) && !(q->has_lease_cursor && q->lease_cursor) &&
+	    fill_unbrokered_uids(sb, &sr) < 0)
 		goto out;
 	if (!q->has_include_events || q->include_events)
 		fill_events(sb, &sr);
