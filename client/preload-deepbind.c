@@ -75,18 +75,31 @@ static int patch_object(uintptr_t base, const ElfW(Dyn) *dyn, uintptr_t relro_lo
 
 	for (; dyn->d_tag != DT_NULL; dyn++) {
 		switch (dyn->d_tag) {
-		case DT_SYMTAB: symtab = (const void *)dyn_ptr(base, dyn->d_un.d_ptr); break;
-		case DT_STRTAB: strtab = (const void *)dyn_ptr(base, dyn->d_un.d_ptr); break;
-		case DT_JMPREL: rel[0] = (const void *)dyn_ptr(base, dyn->d_un.d_ptr); break;
-		case DT_PLTRELSZ: relsz[0] = dyn->d_un.d_val; break;
-		case DT_RELA: rel[1] = (const void *)dyn_ptr(base, dyn->d_un.d_ptr); break;
-		case DT_RELASZ: relsz[1] = dyn->d_un.d_val; break;
+		case DT_SYMTAB:
+			symtab = (const void *)dyn_ptr(base, dyn->d_un.d_ptr);
+			break;
+		case DT_STRTAB:
+			strtab = (const void *)dyn_ptr(base, dyn->d_un.d_ptr);
+			break;
+		case DT_JMPREL:
+			rel[0] = (const void *)dyn_ptr(base, dyn->d_un.d_ptr);
+			break;
+		case DT_PLTRELSZ:
+			relsz[0] = dyn->d_un.d_val;
+			break;
+		case DT_RELA:
+			rel[1] = (const void *)dyn_ptr(base, dyn->d_un.d_ptr);
+			break;
+		case DT_RELASZ:
+			relsz[1] = dyn->d_un.d_val;
+			break;
 		case DT_PLTREL:
 			/* x86_64 and aarch64 use RELA only; anything else is not an object we know how to read. */
 			if (dyn->d_un.d_val != DT_RELA)
 				return 0;
 			break;
-		default: break;
+		default:
+			break;
 		}
 	}
 	if (!symtab || !strtab)

@@ -15,7 +15,7 @@
  */
 struct unbrokered_uid {
 	uid_t uid;
-	uint32_t connections;   /* its connections whose last report is not 0 */
+	uint32_t connections;    /* its connections whose last report is not 0 */
 	uint64_t reported_bytes; /* the sum of their last reports */
 };
 
@@ -24,7 +24,7 @@ struct unbrokered {
 	struct unbrokered_uid *uids; /* sorted by uid; freed when the last entry goes */
 	size_t nuids;
 	size_t cap_uids;
-	uint64_t reported_bytes;     /* the sum over every uid, before any cap */
+	uint64_t reported_bytes; /* the sum over every uid, before any cap */
 };
 
 /*

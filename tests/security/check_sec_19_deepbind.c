@@ -51,9 +51,14 @@ static const struct {
 	const char *lib;
 	bool shallow;
 } cases[] = {
-	{ "call", DEEP_LIB, false },	 { "call", "libpbdeep.so", false }, { "dlsym", DEEP_LIB, false },
-	{ "dlsym", "libpbdeep.so", false }, { "gpa", DEEP_LIB, false },	   { "gpa", "libpbdeep.so", false },
-	{ "call", "$ORIGIN/deep/libpbdeep.so", false }, { "call", "libpbdeep.so", true },
+	{ "call", DEEP_LIB, false },
+	{ "call", "libpbdeep.so", false },
+	{ "dlsym", DEEP_LIB, false },
+	{ "dlsym", "libpbdeep.so", false },
+	{ "gpa", DEEP_LIB, false },
+	{ "gpa", "libpbdeep.so", false },
+	{ "call", "$ORIGIN/deep/libpbdeep.so", false },
+	{ "call", "libpbdeep.so", true },
 };
 
 /* Run pinctl ARGS as uid, output (stdout and stderr) into *out. Returns its exit status. */
@@ -145,8 +150,8 @@ START_TEST(test_a_deep_bound_plugin_pins_where_status_sees_it)
 		setenv("ASAN_OPTIONS", asan, 1);
 		snprintf(size, sizeof(size), "%llu", PLUGIN_BYTES);
 		/* The interposer's default fallback (cuda): refused memory would still show, as unbrokered. */
-		execl(PINCTL_PATH, "pinctl", "--socket", d.socket, "run", "--label", "deep", "--", DEEP_TARGET, lib, way,
-		      size, (char *)NULL);
+		execl(PINCTL_PATH, "pinctl", "--socket", d.socket, "run", "--label", "deep", "--", DEEP_TARGET, lib,
+		      way, size, (char *)NULL);
 		_exit(127);
 	}
 	close(in[0]);
