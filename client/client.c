@@ -2424,8 +2424,11 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 		const Pinbroker__V1__UnbrokeredUid *ui = sr->unbrokered_uids[i];
 
 		s->unbrokered_uids[s->n_unbrokered_uids++] = (struct pb_unbrokered_uid){
-			.uid = ui->uid, .connections = ui->has_connections ? ui->connections : 0,
-			.reported_bytes = ui->reported_bytes, .counted_bytes = ui->counted_bytes };
+			.uid = ui->uid,
+			.connections = ui->has_connections ? ui->connections : 0,
+			.reported_bytes = ui->reported_bytes,
+			.counted_bytes = ui->counted_bytes
+		};
 	}
 	s->page_kind = xstrdup(sr->page_kind ? sr->page_kind : "unknown", &oom);
 	s->thp_bytes = sr->has_thp_bytes ? sr->thp_bytes : 0;

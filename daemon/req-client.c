@@ -454,7 +454,8 @@ void handle_report_unbrokered(struct conn *c, const Pinbroker__V1__Request *req)
 				  "pid %d uid %u reported %llu bytes pinned outside the broker, more than %s; refused, "
 				  "its last report (%llu bytes) stands",
 				  c->pid, c->uid, (unsigned long long)bytes,
-				  over_host ? "the host's MemTotal" : "16 TiB", (unsigned long long)c->unbrokered_bytes);
+				  over_host ? "the host's MemTotal" : "16 TiB",
+				  (unsigned long long)c->unbrokered_bytes);
 		}
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
 			     "%llu unbrokered bytes is more than %s (%llu bytes); report the bytes this process pinned "

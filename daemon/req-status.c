@@ -64,7 +64,7 @@ struct status_build {
 	struct monitor_event tev[MONITOR_EVENTS_MAX], rev[REVOKER_REVOCATIONS_MAX];
 	Pinbroker__V1__JobInfo ji[STATUS_JOBS_MAX], *jip[STATUS_JOBS_MAX];
 	Pinbroker__V1__UnbrokeredUid ui[STATUS_UNBROKERED_UIDS_MAX], *uip[STATUS_UNBROKERED_UIDS_MAX];
-	struct unbrokered_uid *uids;         /* the visible uids reporting, largest first */
+	struct unbrokered_uid *uids; /* the visible uids reporting, largest first */
 
 	struct conn **conns;                 /* candidates for client rows */
 	Pinbroker__V1__ClientInfo *ci, **cip;
