@@ -172,7 +172,11 @@ static int patch_cb(struct dl_phdr_info *info, size_t size, void *arg)
 	return 0;
 }
 
-/* The objects a deep-bound dlopen() loaded are lm and those after it in the namespace's list. */
+/*
+ * The objects a deep-bound dlopen() loaded are lm and those after it in the namespace's list (lm was not
+ * loaded before: pbp_dlopen_slow checked). Objects another thread loads at the same moment come after it
+ * too; rewriting their slots is harmless: through the global scope they bind to the stand-ins anyway.
+ */
 static void bind_deep(struct link_map *lm, const char *file)
 {
 	struct deep_set set = { 0 };
