@@ -2413,6 +2413,23 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 	s->registered_bytes = sr->has_registered_bytes ? sr->registered_bytes : 0;
 	s->no_revoke_bytes = sr->has_no_revoke_bytes ? sr->no_revoke_bytes : 0;
 	s->unbrokered_bytes = sr->has_unbrokered_bytes ? sr->unbrokered_bytes : 0;
+	/* An older daemon sends no reported sum: its figure is the sum. */
+	s->unbrokered_reported_bytes = sr->has_unbrokered_reported_bytes ? sr->unbrokered_reported_bytes
+									 : s->unbrokered_bytes;
+	s->unbrokered_cap_bytes = sr->has_unbrokered_cap_bytes ? sr->unbrokered_cap_bytes : 0;
+	s->unbrokered_uids = calloc(sr->n_unbrokered_uids + 1, sizeof(*s->unbrokered_uids));
+	if (!s->unbrokered_uids)
+		oom = true;
+	for (size_t i = 0; s->unbrokered_uids && i < sr->n_unbrokered_uids; i++) {
+		const Pinbroker__V1__UnbrokeredUid *ui = sr->unbrokered_uids[i];
+
+		s->unbrokered_uids[s->n_unbrokered_uids++] = (struct pb_unbrokered_uid){
+			.uid = ui->uid,
+			.connections = ui->has_connections ? ui->connections : 0,
+			.reported_bytes = ui->reported_bytes,
+			.counted_bytes = ui->counted_bytes
+		};
+	}
 	s->page_kind = xstrdup(sr->page_kind ? sr->page_kind : "unknown", &oom);
 	s->thp_bytes = sr->has_thp_bytes ? sr->thp_bytes : 0;
 	s->thp_failures = sr->has_thp_failures ? sr->thp_failures : 0;
@@ -2634,6 +2651,7 @@ void pb_status_free(struct pb_status *s)
 	free(s->page_kind);
 	free(s->nodes);
 	free(s->jobs);
+	free(s->unbrokered_uids);
 	for (size_t i = 0; s->clients && i < s->n_clients; i++) {
 		free(s->clients[i].labels);
 		free(s->clients[i].name);

@@ -417,6 +417,14 @@ struct pb_node_info {
 	uint64_t mem_free_bytes;  /* its MemFree when the daemon started */
 };
 
+/* One uid's unbrokered reports (pb_report_unbrokered), summed over its connections: its word, never verified. */
+struct pb_unbrokered_uid {
+	uint32_t uid;
+	uint32_t connections;    /* its connections that report more than 0 */
+	uint64_t reported_bytes; /* the sum of their last reports */
+	uint64_t counted_bytes;  /* of that, what counts in unbrokered_bytes: at most unbrokered_cap_bytes */
+};
+
 struct pb_status {
 	uint32_t schema_version;
 	char *server_version;
@@ -447,7 +455,9 @@ struct pb_status {
 	struct pb_event_info *revocations;
 	uint64_t registered_bytes; /* of leased_bytes, pb_register charges */
 	uint64_t no_revoke_bytes;  /* of leased_bytes, never revoked (interposed programs, registrations) */
-	uint64_t unbrokered_bytes; /* pinned outside the budget, as clients report it: on top of leased_bytes */
+	/* Pinned outside the budget, reported by clients and not verified: on top of leased_bytes. Each uid's sum
+	 * and the total are capped at unbrokered_cap_bytes, so no uid can inflate it past what the host holds. */
+	uint64_t unbrokered_bytes;
 	/* The pool's pages. */
 	char *page_kind;           /* "hugetlb", "thp" or "4k" ("unknown" from an older daemon) */
 	uint64_t thp_bytes;        /* pool chunks collapsed into transparent huge pages */
@@ -463,6 +473,13 @@ struct pb_status {
 	/* client_cgroups[i] is clients[i]'s cgroup at connect, "" when unknown: kept apart so that
 	 * struct pb_client_info, which programs index by its size, keeps its layout. */
 	char **client_cgroups;
+	/* Unbrokered reports before the caps, the cap (MemTotal less the pool and registrations; UINT64_MAX
+	 * when the daemon does not know MemTotal, 0 from an older daemon), and per uid, the largest reports
+	 * first (at most 64; visible as client rows are). */
+	uint64_t unbrokered_reported_bytes;
+	uint64_t unbrokered_cap_bytes;
+	size_t n_unbrokered_uids;
+	struct pb_unbrokered_uid *unbrokered_uids;
 };
 
 /*

@@ -679,6 +679,25 @@ static void status_json(FILE *f, const struct pb_status *s)
 	json_u64(f, "registered_bytes", s->registered_bytes, true);
 	json_u64(f, "no_revoke_bytes", s->no_revoke_bytes, true);
 	json_u64(f, "unbrokered_bytes", s->unbrokered_bytes, true);
+	/* The unbrokered figures are clients' word: the JSON says so, as the text does. */
+	json_kstr(f, "unbrokered_source", "reported by clients, not verified", true);
+	json_u64(f, "unbrokered_reported_bytes", s->unbrokered_reported_bytes, true);
+	json_u64(f, "unbrokered_cap_bytes", s->unbrokered_cap_bytes, true);
+	json_key(f, "unbrokered_uids");
+	fputc('[', f);
+	for (size_t i = 0; i < s->n_unbrokered_uids; i++) {
+		const struct pb_unbrokered_uid *u = &s->unbrokered_uids[i];
+		char user[64];
+
+		fprintf(f, "%s{", i ? "," : "");
+		json_u64(f, "uid", u->uid, true);
+		json_kstr(f, "user", user_name(u->uid, user, sizeof(user)), true);
+		json_u64(f, "connections", u->connections, true);
+		json_u64(f, "reported_bytes", u->reported_bytes, true);
+		json_u64(f, "counted_bytes", u->counted_bytes, false);
+		fputc('}', f);
+	}
+	fputs("],", f);
 	json_u64(f, "prewarm_bytes", s->prewarm_bytes, true);
 	json_u64(f, "waiting_acquires", s->waiting_acquires, true);
 	json_kstr(f, "pressure_state", s->pressure_state, true);
@@ -826,9 +845,22 @@ static void status_human(const struct pb_status *s)
 	if (s->registered_bytes || s->no_revoke_bytes)
 		printf("of leased:    %s registered (programs' own memory), %s never revoked\n",
 		       size_str(s->registered_bytes, a, sizeof(a)), size_str(s->no_revoke_bytes, b, sizeof(b)));
-	printf("unbrokered:   %s pinned outside the budget, as clients report it (pinned in all: %s)\n",
+	printf("unbrokered:   %s pinned outside the budget, reported by clients, not verified (pinned in all: %s)\n",
 	       size_str(s->unbrokered_bytes, a, sizeof(a)),
 	       size_str(s->pool_bytes + s->registered_bytes + s->unbrokered_bytes, b, sizeof(b)));
+	/* Reports past what the host can hold are a bug or a lie: say so, and whose they are. */
+	if (s->unbrokered_reported_bytes > s->unbrokered_bytes)
+		printf("%-14sclients reported %s in all; counted up to %s (MemTotal less the pool and registrations)\n",
+		       "", size_str(s->unbrokered_reported_bytes, a, sizeof(a)),
+		       size_str(s->unbrokered_cap_bytes, b, sizeof(b)));
+	for (size_t i = 0; i < s->n_unbrokered_uids; i++) {
+		const struct pb_unbrokered_uid *u = &s->unbrokered_uids[i];
+		char user[64];
+
+		printf("%-14suid %s: %s reported on %" PRIu32 " connection%s, %s counted\n", "",
+		       user_name(u->uid, user, sizeof(user)), size_str(u->reported_bytes, a, sizeof(a)), u->connections,
+		       u->connections == 1 ? "" : "s", size_str(u->counted_bytes, b, sizeof(b)));
+	}
 	printf("pool:         %s resident, %s idle (prewarm %s)\n", size_str(s->pool_bytes, a, sizeof(a)),
 	       size_str(s->pool_idle_bytes, b, sizeof(b)), size_str(s->prewarm_bytes, c, sizeof(c)));
 	printf("pages:        page %s, chunk %s, pool on %s\n", size_str(s->page_size_bytes, a, sizeof(a)),

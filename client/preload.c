@@ -12,7 +12,10 @@
  *   the wrapper here;
  * - cuGetProcAddress(_v2): what it returns for a host-memory function is
  *   swapped for the wrapper with the same ABI (matched by address against the
- *   driver's exported versions).
+ *   driver's exported versions);
+ * - dlopen() with RTLD_DEEPBIND (preload-deepbind.c): such a library binds to
+ *   its own dependencies first, the driver included, so its imports of these
+ *   functions, dlsym and dlopen are pointed at the wrappers once it is loaded.
  *
  * An allocation (cudaHostAlloc, cudaMallocHost, cuMemHostAlloc,
  * cuMemAllocHost) becomes a never-revoked broker lease of the page-rounded
@@ -29,6 +32,7 @@
  */
 #define _GNU_SOURCE
 #include "pinbroker.h"
+#include "preload-deepbind.h"
 #include "preload-table.h"
 
 #include <dlfcn.h>
@@ -903,6 +907,46 @@ UNSANITIZED void *pbp_dlsym_override(void *handle, const char *name, void *calle
 	if (f >= F_DRIVER_END && !atomic_load(&fn_real[f]) && !addr_is_ours(real))
 		atomic_store(&fn_real[f], real);
 	return wrapper(f);
+}
+
+/* ---- For preload-deepbind.c ---- */
+
+extern void *dlopen(const char *file, int mode);
+
+/*
+ * The runtime's functions are not among the stand-ins: a deep-bound library's own libcudart reaches the
+ * driver through dlsym and cuGetProcAddress, which are.
+ */
+UNSANITIZED void *pbp_stand_in(const char *name)
+{
+	if (cfg.off)
+		return NULL;
+	if (strcmp(name, "dlsym") == 0)
+		return (void *)(uintptr_t)dlsym;
+	if (strcmp(name, "dlopen") == 0)
+		return (void *)(uintptr_t)dlopen;
+	if (name[0] != 'c' || name[1] != 'u')
+		return NULL;
+	for (int f = 0; f < F_DRIVER_END; f++)
+		if (strcmp(name, fn_names[f]) == 0)
+			return wrapper(f);
+	return NULL;
+}
+
+UNSANITIZED bool pbp_caller_is_ours(void *caller)
+{
+	return caller_is_ours(caller);
+}
+
+void pbp_note(const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	say(false, "%s", msg);
 }
 
 #if defined(__x86_64__)

@@ -304,3 +304,9 @@ void broker_memory_freed(struct broker *b)
 		if (fns[i])
 			fns[i](b);
 }
+
+uint64_t broker_unbrokered_cap(const struct broker *b)
+{
+	return unbrokered_cap(b->host_mem_total_bytes,
+			      (b->pool ? pool_resident_bytes(b->pool) : 0) + b->registered_bytes);
+}

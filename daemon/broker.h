@@ -8,6 +8,7 @@
 
 #include "lease.h"
 #include "pressure.h"
+#include "unbrokered.h"
 
 struct budget;
 struct pool;
@@ -97,6 +98,7 @@ struct broker {
 	const struct reload_hooks *reload_hooks; /* what reload_apply runs around a new config (reload.h) */
 
 	uint64_t mem_total_bytes;    /* MemTotal, or the cgroup limit if lower */
+	uint64_t host_mem_total_bytes; /* MemTotal itself, what caps clients' unbrokered reports; 0: unknown */
 	uint64_t budget_cap_bytes;   /* the most the budget resolves to; 0 = no cap (the fuzz harness sets one) */
 	uint64_t budget_bytes;       /* resolved from cfg */
 	uint64_t uid_quota_bytes;
@@ -116,8 +118,10 @@ struct broker {
 
 	/* Of the leased bytes, registration charges (never-revoked bytes are the budget's: budget_no_revoke). */
 	uint64_t registered_bytes;
-	/* Pinned outside the broker, as live connections last reported it (ReportUnbrokered). */
+	/* Pinned outside the broker, as live connections last reported it (ReportUnbrokered), before any cap. */
 	uint64_t unbrokered_bytes;
+	/* The same reports per uid: what status and the metrics show is capped from these (unbrokered.h). */
+	struct unbrokered unbrokered;
 
 	struct broker_counters counters;
 
@@ -163,6 +167,12 @@ struct acquire_args {
  * or chunks), and whether it was asked for a node and some chunk is elsewhere.
  */
 int broker_lease_node(const struct lease *l, bool *misplaced);
+
+/*
+ * What clients' unbrokered reports count up to, per uid and in all: the host's MemTotal less what the
+ * daemon knows is pinned (its resident pool and registration charges). UINT64_MAX when MemTotal is unknown.
+ */
+uint64_t broker_unbrokered_cap(const struct broker *b);
 
 bool broker_resolve_limits(struct broker *b, uint64_t nofile, uint64_t max_map_count, uint64_t fds_in_use,
 			   uint64_t maps_in_use);

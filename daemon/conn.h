@@ -41,7 +41,8 @@ struct conn {
 	uint32_t nleases;     /* leases it maps: held, plus attached */
 	uint32_t nattached;   /* of those, attached through a share token */
 	uint32_t npending;    /* waiting acquires */
-	uint64_t unbrokered_bytes; /* pinned outside the broker, as its last ReportUnbrokered said */
+	uint64_t unbrokered_bytes; /* pinned outside the broker, as its last accepted ReportUnbrokered said */
+	bool unbrokered_warned;    /* an impossible report of its was logged: once per connection */
 	struct job_cgroup *cgroup; /* its process's cgroup at connect, for job quotas (a reference); NULL: unknown */
 	/* Status counters, kept by conn_gain/conn_lose with every lease it gains or loses (reply.c). */
 	uint64_t lease_bytes;

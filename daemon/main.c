@@ -384,13 +384,18 @@ fail:
 	return r;
 }
 
-/* What the daemon may use: MemTotal, or its cgroup's memory limit when lower (in a container, meminfo shows the host). */
-static uint64_t memory_base(const char *proc_root)
+/*
+ * What the daemon may use: MemTotal, or its cgroup's memory limit when lower (in a container, meminfo shows the
+ * host). *host_total is MemTotal itself: clients outside the daemon's cgroup can pin up to that.
+ */
+static uint64_t memory_base(const char *proc_root, uint64_t *host_total)
 {
 	struct pressure_host h;
 
+	*host_total = 0;
 	if (pressure_read_host(proc_root, &h) < 0 || h.mem_total_bytes == 0)
 		return 0;
+	*host_total = h.mem_total_bytes;
 	if (h.cgroup_limit_bytes > 0 && h.cgroup_limit_bytes < h.mem_total_bytes)
 		return h.cgroup_limit_bytes;
 	return h.mem_total_bytes;
@@ -852,7 +857,7 @@ int main(int argc, char **argv)
 		fatalx("cannot create the event loop");
 	ev_idle_init(&prewarm_idle, prewarm_cb);
 
-	b.mem_total_bytes = memory_base(cfg->proc_root);
+	b.mem_total_bytes = memory_base(cfg->proc_root, &b.host_mem_total_bytes);
 	if (b.mem_total_bytes == 0)
 		fatalx("cannot read MemTotal from %s/proc/meminfo; check --proc-root", cfg->proc_root);
 	reload_resolve_sizes(&b, cfg);
@@ -1008,6 +1013,7 @@ int main(int argc, char **argv)
 	lease_table_free(b.leases);
 	jobs_watch_stop(&b);
 	budget_free(b.budget);
+	unbrokered_clear(&b.unbrokered);
 	config_free(b.cfg);
 	free(o.ov);
 	log_info("stopped");

@@ -134,7 +134,12 @@ static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 	      (double)b->registered_bytes);
 	gauge(f, "pinbroker_no_revoke_bytes", "Of the leased bytes, memory that is never revoked.",
 	      (double)budget_no_revoke(b->budget));
-	gauge(f, "pinbroker_unbrokered_bytes", "Pinned outside the budget, as clients report it.",
+	gauge(f, "pinbroker_unbrokered_bytes",
+	      "Pinned outside the budget, reported by clients, not verified: each uid's sum and the total capped at "
+	      "MemTotal less the pool and registrations.",
+	      (double)unbrokered_counted(&b->unbrokered, broker_unbrokered_cap(b)));
+	gauge(f, "pinbroker_unbrokered_reported_bytes",
+	      "Pinned outside the budget, the sum of clients' reports before any cap (reported by clients, not verified).",
 	      (double)b->unbrokered_bytes);
 	gauge(f, "pinbroker_thp_bytes", "Pool memory collapsed into transparent huge pages.", (double)pool_thp_bytes(b->pool));
 	gauge(f, "pinbroker_hugetlb_bytes", "Pool memory on hugetlb pages.", (double)pool_hugetlb_bytes(b->pool));

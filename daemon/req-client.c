@@ -429,21 +429,48 @@ void handle_attach(struct conn *c, const Pinbroker__V1__Request *req)
 /*
  * No process pins 16 TiB outside the broker: a larger report is a bug or a lie. The cap also keeps
  * the host-wide sum from wrapping: 2^44 bytes times max-connections' ceiling (2^20) fits 64 bits.
+ * Where MemTotal is known, a report above it is refused too: no process pins more than the host has.
  */
 #define UNBROKERED_REPORT_MAX (1ull << 44)
 
+/*
+ * A report is the client's word, never verified: it replaces the connection's last one and is summed
+ * per uid (unbrokered.h); what status and the metrics show is capped at what the host can hold, so
+ * one uid's many connections cannot inflate the host's figure. An impossible report is refused (its
+ * last report stands), logged once per connection and rate-limited with the other protocol errors.
+ */
 void handle_report_unbrokered(struct conn *c, const Pinbroker__V1__Request *req)
 {
 	struct broker *b = c->broker;
 	uint64_t bytes = req->report_unbrokered->bytes;
+	int r;
 
-	if (bytes > UNBROKERED_REPORT_MAX) {
+	if (!unbrokered_report_ok(bytes, b->host_mem_total_bytes, UNBROKERED_REPORT_MAX)) {
+		bool over_host = b->host_mem_total_bytes && bytes > b->host_mem_total_bytes;
+
+		if (!c->unbrokered_warned) {
+			c->unbrokered_warned = true;
+			log_event(EV_PROTOCOL_ERROR, LOG_WARNING, 0, c->uid, c->pid,
+				  "pid %d uid %u reported %llu bytes pinned outside the broker, more than %s; refused, "
+				  "its last report (%llu bytes) stands",
+				  c->pid, c->uid, (unsigned long long)bytes,
+				  over_host ? "the host's MemTotal" : "16 TiB",
+				  (unsigned long long)c->unbrokered_bytes);
+		}
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
-			     "%llu unbrokered bytes is more than 16 TiB; report the bytes this process pinned outside the broker",
-			     (unsigned long long)bytes);
+			     "%llu unbrokered bytes is more than %s (%llu bytes); report the bytes this process pinned "
+			     "outside the broker",
+			     (unsigned long long)bytes, over_host ? "this host's MemTotal" : "16 TiB",
+			     (unsigned long long)(over_host ? b->host_mem_total_bytes : UNBROKERED_REPORT_MAX));
 		return;
 	}
-	b->unbrokered_bytes = b->unbrokered_bytes - c->unbrokered_bytes + bytes;
+	r = unbrokered_set(&b->unbrokered, c->uid, c->unbrokered_bytes, bytes);
+	if (r < 0) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INTERNAL, "cannot record the report: %s",
+			     strerror(-r));
+		return;
+	}
+	b->unbrokered_bytes = b->unbrokered.reported_bytes;
 	if (bytes != c->unbrokered_bytes)
 		log_debug("pid %d uid %u pins %llu bytes outside the broker", c->pid, c->uid, (unsigned long long)bytes);
 	c->unbrokered_bytes = bytes;

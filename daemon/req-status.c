@@ -41,6 +41,8 @@
  * cursor says where to go on (such a page may hold fewer rows, even none).
  */
 #define STATUS_SCAN_MAX (8 * STATUS_PAGE_MAX_ROWS)
+/* Uids' unbrokered rows, the largest reports: enough to name who inflates the figure. */
+#define STATUS_UNBROKERED_UIDS_MAX 64
 /* Job rows, the largest: pinctl jobs lists them all. */
 #define STATUS_JOBS_MAX 64
 /* Attacher pids listed on one lease row; the count says how many there are in all. */
@@ -61,6 +63,8 @@ struct status_build {
 	struct monitor_signal sig[MONITOR_SIGNALS_MAX];
 	struct monitor_event tev[MONITOR_EVENTS_MAX], rev[REVOKER_REVOCATIONS_MAX];
 	Pinbroker__V1__JobInfo ji[STATUS_JOBS_MAX], *jip[STATUS_JOBS_MAX];
+	Pinbroker__V1__UnbrokeredUid ui[STATUS_UNBROKERED_UIDS_MAX], *uip[STATUS_UNBROKERED_UIDS_MAX];
+	struct unbrokered_uid *uids; /* the visible uids reporting, largest first */
 
 	struct conn **conns;                 /* candidates for client rows */
 	Pinbroker__V1__ClientInfo *ci, **cip;
@@ -155,7 +159,11 @@ static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr
 	sr->has_huge_pages_free_bytes = true;
 	sr->huge_pages_free_bytes = b->monitor ? monitor_huge_pages_free_bytes(b->monitor) : 0;
 	sr->has_unbrokered_bytes = true;
-	sr->unbrokered_bytes = b->unbrokered_bytes;
+	sr->unbrokered_bytes = unbrokered_counted(&b->unbrokered, broker_unbrokered_cap(b));
+	sr->has_unbrokered_reported_bytes = true;
+	sr->unbrokered_reported_bytes = b->unbrokered.reported_bytes;
+	sr->has_unbrokered_cap_bytes = true;
+	sr->unbrokered_cap_bytes = broker_unbrokered_cap(b);
 	sr->has_uptime_ms = true;
 	sr->uptime_ms = sb->now - b->started_ms;
 	sr->has_prewarm_bytes = true;
@@ -167,6 +175,50 @@ static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr
 	sr->jobs = sb->jip;
 	sr->has_quota_rules = b->jobs != NULL;
 	sr->quota_rules = b->jobs ? (uint32_t)jobs_rule_count(b->jobs) : 0;
+}
+
+static int larger_report_first(const void *a, const void *b)
+{
+	const struct unbrokered_uid *x = a, *y = b;
+
+	return x->reported_bytes < y->reported_bytes ? 1 : x->reported_bytes > y->reported_bytes ? -1 : 0;
+}
+
+/*
+ * One row per uid reporting unbrokered memory that the asker may see, the largest reports first, at most
+ * STATUS_UNBROKERED_UIDS_MAX. O(uids log uids); uids are bounded by the connections. Returns 0 or -ENOMEM.
+ */
+static int fill_unbrokered_uids(struct status_build *sb, Pinbroker__V1__StatusReply *sr)
+{
+	const struct unbrokered *u = &sb->b->unbrokered;
+	uint64_t cap = broker_unbrokered_cap(sb->b);
+	size_t n = 0;
+
+	if (u->nuids == 0)
+		return 0;
+	sb->uids = calloc(u->nuids, sizeof(*sb->uids));
+	if (!sb->uids)
+		return -ENOMEM;
+	for (size_t i = 0; i < u->nuids; i++)
+		if (visible(sb, u->uids[i].uid))
+			sb->uids[n++] = u->uids[i];
+	qsort(sb->uids, n, sizeof(*sb->uids), larger_report_first);
+	if (n > STATUS_UNBROKERED_UIDS_MAX)
+		n = STATUS_UNBROKERED_UIDS_MAX;
+	for (size_t i = 0; i < n; i++) {
+		Pinbroker__V1__UnbrokeredUid *x = &sb->ui[i];
+
+		pinbroker__v1__unbrokered_uid__init(x);
+		x->uid = sb->uids[i].uid;
+		x->reported_bytes = sb->uids[i].reported_bytes;
+		x->counted_bytes = x->reported_bytes < cap ? x->reported_bytes : cap;
+		x->has_connections = true;
+		x->connections = sb->uids[i].connections;
+		sb->uip[i] = x;
+	}
+	sr->n_unbrokered_uids = n;
+	sr->unbrokered_uids = sb->uip;
+	return 0;
 }
 
 /* Pressure signals and transitions; revocations, which name pids and uids, only for who sees every row. */
@@ -405,6 +457,10 @@ void handle_status(struct conn *c, const Pinbroker__V1__Request *req)
 	r.body_case = PINBROKER__V1__REPLY__BODY_STATUS_REPLY;
 	r.status_reply = &sr;
 	fill_summary(sb, &sr);
+	/* The uid rows go with the first page only: the library reads them from it, later pages add rows. */
+	if (!(q->has_client_cursor && q->client_cursor) && !(q->has_lease_cursor && q->lease_cursor) &&
+	    fill_unbrokered_uids(sb, &sr) < 0)
+		goto out;
 	if (!q->has_include_events || q->include_events)
 		fill_events(sb, &sr);
 	/* Both cursors are sent even when 0, so a client can tell "no more" from a daemon that does not page. */
@@ -430,6 +486,7 @@ out:
 		free(sb->li);
 		free(sb->lip);
 		free(sb->pids);
+		free(sb->uids);
 	}
 	free(sb);
 }

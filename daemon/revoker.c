@@ -565,7 +565,9 @@ void revoker_conn_closed(struct broker *b, struct conn *c)
 	}
 	c->nleases = 0;
 	c->nattached = 0;
-	b->unbrokered_bytes -= c->unbrokered_bytes;
+	/* Going to 0 never fails: the uid's entry only shrinks or goes. */
+	unbrokered_set(&b->unbrokered, c->uid, c->unbrokered_bytes, 0);
+	b->unbrokered_bytes = b->unbrokered.reported_bytes;
 	c->unbrokered_bytes = 0;
 	if (nheld > 0) {
 		int pidfd = fcntl(c->pidfd, F_DUPFD_CLOEXEC, 3);

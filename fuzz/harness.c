@@ -653,6 +653,11 @@ void fz_check(struct fz *f)
 		  (unsigned long long)registered, (unsigned long long)no_revoke);
 	FZ_ASSERT(b->unbrokered_bytes == unbrokered, "broker counts %llu unbrokered, connections report %llu",
 		  (unsigned long long)b->unbrokered_bytes, (unsigned long long)unbrokered);
+	/* The per-uid table sums to the same, and what status shows never passes the cap. */
+	FZ_ASSERT(b->unbrokered.reported_bytes == unbrokered, "per-uid unbrokered sums to %llu, connections report %llu",
+		  (unsigned long long)b->unbrokered.reported_bytes, (unsigned long long)unbrokered);
+	FZ_ASSERT(unbrokered_counted(&b->unbrokered, broker_unbrokered_cap(b)) <= broker_unbrokered_cap(b),
+		  "counted unbrokered over its cap");
 	for (size_t k = 0; k < nconns; k++)
 		FZ_ASSERT(conns[k]->nleases == held[k], "connection %llu counts %u leases, holds %u",
 			  (unsigned long long)conns[k]->id, conns[k]->nleases, held[k]);

@@ -1,0 +1,209 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Issue 22, finding 6: under `pinctl run`, a library dlopen()ed with RTLD_DEEPBIND that pins 64 MiB through
+ * the driver it links must show in status (leased or unbrokered), not 0 B, whichever way it reaches the
+ * driver (the symbol, dlsym, cuGetProcAddress) and whether the program names it by path or by a bare name
+ * along its RUNPATH; and the library must stay deep-bound. Run against the stand-in libcuda.so.1.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pinbroker.h"
+#include "sec.h"
+
+#define MiB (1024ull * 1024)
+#define PLUGIN_BYTES (64 * MiB)
+
+static struct daemon d;
+static pid_t prog;
+
+static void start(void)
+{
+	daemon_start(&d, NULL);
+}
+
+static void stop(void)
+{
+	if (prog > 0) {
+		kill(prog, SIGKILL);
+		waitpid(prog, NULL, 0);
+		prog = 0;
+	}
+	daemon_stop(&d);
+}
+
+/*
+ * The ways in: how the plugin reaches cuMemHostAlloc, and how the program names the plugin (a path, a bare
+ * name along its RUNPATH, $ORIGIN: each must still find it under the interposer). The last is the control:
+ * the same plugin loaded without RTLD_DEEPBIND, which the interposer must still pass through unchanged.
+ */
+static const struct {
+	const char *way;
+	const char *lib;
+	bool shallow;
+} cases[] = {
+	{ "call", DEEP_LIB, false },
+	{ "call", "libpbdeep.so", false },
+	{ "dlsym", DEEP_LIB, false },
+	{ "dlsym", "libpbdeep.so", false },
+	{ "gpa", DEEP_LIB, false },
+	{ "gpa", "libpbdeep.so", false },
+	{ "call", "$ORIGIN/deep/libpbdeep.so", false },
+	{ "call", "libpbdeep.so", true },
+};
+
+/* Run pinctl ARGS as uid, output (stdout and stderr) into *out. Returns its exit status. */
+static int pinctl_as(uid_t uid, char **out, const char *args)
+{
+	char *cmd = NULL, buf[4096];
+	size_t len = 0, cap = 0;
+	int pfd[2];
+	pid_t pid;
+	ssize_t n;
+
+	ck_assert_int_ge(asprintf(&cmd, "%s --socket '%s' %s", PINCTL_PATH, d.socket, args), 0);
+	ck_assert_int_eq(pipe(pfd), 0);
+	pid = itest_fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		sec_drop_to(uid);
+		dup2(pfd[1], 1);
+		dup2(pfd[1], 2);
+		close(pfd[0]);
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	close(pfd[1]);
+	free(cmd);
+	*out = NULL;
+	while ((n = read(pfd[0], buf, sizeof(buf))) > 0) {
+		if (len + (size_t)n + 1 > cap) {
+			cap = (len + (size_t)n + 1) * 2;
+			*out = realloc(*out, cap);
+			ck_assert_ptr_nonnull(*out);
+		}
+		memcpy(*out + len, buf, (size_t)n);
+		len += (size_t)n;
+		(*out)[len] = 0;
+	}
+	close(pfd[0]);
+	if (!*out)
+		*out = strdup("");
+	return itest_wait_exit(pid);
+}
+
+/* What status counts for pid: its lease bytes and the unbrokered bytes its connections report. */
+static uint64_t seen_for(pid_t pid, uint64_t *leased, uint64_t *unbrokered)
+{
+	struct pb_status *s = itest_status(d.socket);
+
+	ck_assert_ptr_nonnull(s);
+	*leased = *unbrokered = 0;
+	for (size_t i = 0; i < s->n_leases; i++)
+		if (s->leases[i].pid == pid) {
+			ck_assert_uint_eq(s->leases[i].uid, SEC_UID_A);
+			*leased += s->leases[i].bytes;
+		}
+	for (size_t i = 0; i < s->n_clients; i++)
+		if (s->clients[i].pid == pid)
+			*unbrokered += s->clients[i].unbrokered_bytes;
+	pb_status_free(s);
+	return *leased + *unbrokered;
+}
+
+START_TEST(test_a_deep_bound_plugin_pins_where_status_sees_it)
+{
+	const char *way = cases[_i].way, *lib = cases[_i].lib;
+	int in[2], out[2];
+	uint64_t leased = 0, unbrokered = 0, seen = 0;
+	unsigned long long driver = ~0ull;
+	char line[256], scope[32] = "", *text = NULL;
+	FILE *f;
+	int i;
+
+	ck_assert_int_eq(pipe(in), 0);
+	ck_assert_int_eq(pipe(out), 0);
+	prog = itest_fork();
+	ck_assert_int_ge(prog, 0);
+	if (prog == 0) {
+		char size[32], asan[512];
+
+		dup2(in[0], 0);
+		dup2(out[1], 1);
+		close(in[1]);
+		close(out[0]);
+		sec_drop_to(SEC_UID_A);
+		if (cases[_i].shallow)
+			setenv("DEEP_TARGET_SHALLOW", "1", 1);
+		/* Under ASan the interposer precedes the sanitizer's runtime in the load order; that is fine. */
+		snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0", getenv("ASAN_OPTIONS") ?: "",
+			 getenv("ASAN_OPTIONS") ? ":" : "");
+		setenv("ASAN_OPTIONS", asan, 1);
+		snprintf(size, sizeof(size), "%llu", PLUGIN_BYTES);
+		/* The interposer's default fallback (cuda): refused memory would still show, as unbrokered. */
+		execl(PINCTL_PATH, "pinctl", "--socket", d.socket, "run", "--label", "deep", "--", DEEP_TARGET, lib,
+		      way, size, (char *)NULL);
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	f = fdopen(out[0], "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_msg(fgets(line, sizeof(line), f) != NULL, "%s %s: the program printed nothing", way, lib);
+	ck_assert_msg(sscanf(line, "ready driver=%llu scope=%31s", &driver, scope) == 2, "%s", line);
+	/* Still deep-bound: the plugin's own symbol won over the program's (and not, without RTLD_DEEPBIND). */
+	ck_assert_str_eq(scope, cases[_i].shallow ? "program" : "plugin");
+
+	/* The 64 MiB shows for the program's pid (pinctl execs it): leased, or at least reported as unbrokered. */
+	for (i = 0; i < 500; i++) {
+		seen = seen_for(prog, &leased, &unbrokered);
+		if (seen >= PLUGIN_BYTES)
+			break;
+		nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000 * 1000 }, NULL);
+	}
+	ck_assert_msg(seen >= PLUGIN_BYTES,
+		      "%s %s: status shows %" PRIu64 " B leased and %" PRIu64 " B unbrokered for the plugin's 64 MiB",
+		      way, lib, leased, unbrokered);
+	/* With the budget free it is a lease: pool memory, so the driver allocated nothing itself. */
+	ck_assert_uint_eq(leased, PLUGIN_BYTES);
+	ck_assert_uint_eq(driver, 0);
+	/* The other uid sees it in the host's figures too. */
+	ck_assert_int_eq(pinctl_as(SEC_UID_B, &text, "status --json"), 0);
+	ck_assert_msg(strstr(text, "\"leased_bytes\":"), "%s", text);
+	ck_assert_msg(strtoull(strstr(text, "\"leased_bytes\":") + 15, NULL, 10) >= PLUGIN_BYTES, "%s", text);
+	free(text);
+
+	/* Freed through the plugin: the lease comes back. */
+	close(in[1]);
+	ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+	ck_assert_str_eq(line, "freed 0\n");
+	fclose(f);
+	ck_assert_int_eq(itest_wait_exit(prog), 0);
+	prog = 0;
+	ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("sec_19_deepbind");
+	TCase *t = tcase_create("deepbind");
+
+	tcase_add_checked_fixture(t, start, stop);
+	tcase_set_timeout(t, 60);
+	tcase_add_loop_test(t, test_a_deep_bound_plugin_pins_where_status_sees_it, 0,
+			    (int)(sizeof(cases) / sizeof(cases[0])));
+	suite_add_tcase(s, t);
+	return s;
+}
+
+SEC_MAIN(suite)
