@@ -202,7 +202,8 @@ static void put_lease_line(struct buf *b, const struct broker *br, const struct 
 	 */
 	for (size_t i = 0; i < l->nchunks; i++) {
 		put_u64(b, l->chunks[i]->id, ':');
-		put_u64(b, (l->chunks[i]->tail ? CHUNK_FLAG_TAIL : 0) | (l->chunks[i]->tainted ? CHUNK_FLAG_TAINTED : 0),
+		put_u64(b,
+			(l->chunks[i]->tail ? CHUNK_FLAG_TAIL : 0) | (l->chunks[i]->tainted ? CHUNK_FLAG_TAINTED : 0),
 			' ');
 	}
 	/* The label goes last, hex-encoded, so any bytes survive. */
@@ -479,7 +480,7 @@ struct stored_lease {
 	size_t nchunks;
 	uint64_t *chunk_ids;
 	bool *tails;
-	bool *tainted;               /* another uid mapped it: it must stay out of the pool after the restart */
+	bool *tainted; /* another uid mapped it: it must stay out of the pool after the restart */
 	char label[LEASE_LABEL_MAX];
 	pid_t mappers[RECOVERY_MAPPERS_MAX]; /* attachers and exited-connection holders, when it was shared */
 	size_t nmappers;

@@ -538,7 +538,8 @@ void fz_drain_one(struct fz *f, int i)
 		rep = pinbroker__v1__reply__unpack(NULL, (size_t)n, buf);
 		FZ_ASSERT(rep != NULL, "daemon sent a reply that does not decode (%zd bytes)", n);
 		/* A client hands the token on: the share ops attach with it (no input could guess 128 bits). */
-		if (rep->body_case == PINBROKER__V1__REPLY__BODY_SHARE && rep->status == PINBROKER__V1__STATUS_CODE__STATUS_OK) {
+		if (rep->body_case == PINBROKER__V1__REPLY__BODY_SHARE &&
+		    rep->status == PINBROKER__V1__STATUS_CODE__STATUS_OK) {
 			FZ_ASSERT(rep->share->token && strlen(rep->share->token) == 32, "share token %s",
 				  rep->share->token ? rep->share->token : "(none)");
 			memcpy(f->token[i], rep->share->token, 33);
@@ -699,9 +700,11 @@ void fz_check(struct fz *f)
 		}
 		for (size_t j = 0; j < l->nattachers; j++)
 			for (size_t i = 0; l->attachers[j].uid != l->uid && i < l->nchunks; i++)
-				FZ_ASSERT(l->chunks[i]->tainted, "lease %llu of uid %u has an attacher of uid %u but chunk "
-					  "%llu is not tainted", (unsigned long long)l->id, (unsigned)l->uid,
-					  (unsigned)l->attachers[j].uid, (unsigned long long)l->chunks[i]->id);
+				FZ_ASSERT(l->chunks[i]->tainted,
+					  "lease %llu of uid %u has an attacher of uid %u but chunk "
+					  "%llu is not tainted",
+					  (unsigned long long)l->id, (unsigned)l->uid, (unsigned)l->attachers[j].uid,
+					  (unsigned long long)l->chunks[i]->id);
 		lent_chunks += l->nchunks;
 		for (int u = 0; u < FZ_CHECK_UIDS; u++)
 			if (l->uid == f->uid[u]) {
@@ -759,14 +762,15 @@ void fz_check(struct fz *f)
 	for (int u = 0; u < FZ_CHECK_UIDS; u++) {
 		if (u > 0 && f->uid[u] == f->uid[0])
 			continue;
-		FZ_ASSERT(budget_uid_leased(b->budget, f->uid[u]) == uid_bytes[u] &&
-				  budget_uid_leases(b->budget, f->uid[u]) == uid_leases[u] &&
-				  budget_uid_chunks(b->budget, f->uid[u]) == uid_chunks[u],
-			  "uid %u: budget counts %llu bytes, %llu leases, %llu chunks; its leases hold %llu, %llu, %llu",
-			  (unsigned)f->uid[u], (unsigned long long)budget_uid_leased(b->budget, f->uid[u]),
-			  (unsigned long long)budget_uid_leases(b->budget, f->uid[u]),
-			  (unsigned long long)budget_uid_chunks(b->budget, f->uid[u]), (unsigned long long)uid_bytes[u],
-			  (unsigned long long)uid_leases[u], (unsigned long long)uid_chunks[u]);
+		FZ_ASSERT(
+			budget_uid_leased(b->budget, f->uid[u]) == uid_bytes[u] &&
+				budget_uid_leases(b->budget, f->uid[u]) == uid_leases[u] &&
+				budget_uid_chunks(b->budget, f->uid[u]) == uid_chunks[u],
+			"uid %u: budget counts %llu bytes, %llu leases, %llu chunks; its leases hold %llu, %llu, %llu",
+			(unsigned)f->uid[u], (unsigned long long)budget_uid_leased(b->budget, f->uid[u]),
+			(unsigned long long)budget_uid_leases(b->budget, f->uid[u]),
+			(unsigned long long)budget_uid_chunks(b->budget, f->uid[u]), (unsigned long long)uid_bytes[u],
+			(unsigned long long)uid_leases[u], (unsigned long long)uid_chunks[u]);
 	}
 	FZ_ASSERT(budget_chunks(b->budget) == lent_chunks, "budget counts %llu chunks lent, leases hold %llu",
 		  (unsigned long long)budget_chunks(b->budget), (unsigned long long)lent_chunks);

@@ -527,8 +527,6 @@ START_TEST(test_attach_refused_while_revoking_and_idle_lease_becomes_active)
 }
 END_TEST
 
-
-
 /* The chunk ids of l, for comparing leases across a release (ids are never reused). */
 static void chunk_ids(const struct lease *l, uint64_t *ids, size_t max)
 {

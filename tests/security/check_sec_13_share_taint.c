@@ -58,7 +58,7 @@ struct report {
 };
 
 struct setup {
-	int32_t status;      /* 0, or where the attacher failed */
+	int32_t status; /* 0, or where the attacher failed */
 	pid_t fork_pid, third_pid;
 	uint64_t lease_id;
 };
@@ -440,13 +440,16 @@ static void check_books(const char *where)
 
 		ck_assert_ptr_nonnull(s);
 		if (s->leased_bytes != 0)
-			snprintf(msg, sizeof(msg), "%s: %llu bytes still leased", where, (unsigned long long)s->leased_bytes);
+			snprintf(msg, sizeof(msg), "%s: %llu bytes still leased", where,
+				 (unsigned long long)s->leased_bytes);
 		else if (s->pool_bytes != s->pool_idle_bytes)
-			snprintf(msg, sizeof(msg), "%s: the pool holds %llu bytes but only %llu idle with nothing leased",
-				 where, (unsigned long long)s->pool_bytes, (unsigned long long)s->pool_idle_bytes);
+			snprintf(msg, sizeof(msg),
+				 "%s: the pool holds %llu bytes but only %llu idle with nothing leased", where,
+				 (unsigned long long)s->pool_bytes, (unsigned long long)s->pool_idle_bytes);
 		else if (s->pool_bytes != resident)
-			snprintf(msg, sizeof(msg), "%s: the pool says %llu bytes, the daemon's chunk mappings hold %llu",
-				 where, (unsigned long long)s->pool_bytes, (unsigned long long)resident);
+			snprintf(msg, sizeof(msg),
+				 "%s: the pool says %llu bytes, the daemon's chunk mappings hold %llu", where,
+				 (unsigned long long)s->pool_bytes, (unsigned long long)resident);
 		else
 			msg[0] = '\0';
 		pb_status_free(s);
@@ -465,8 +468,8 @@ struct world {
 	pid_t b;
 	struct pipes pp;
 	struct setup su;
-	size_t len;   /* chunk bytes */
-	size_t size;  /* lease bytes */
+	size_t len;  /* chunk bytes */
+	size_t size; /* lease bytes */
 };
 
 static void start_holder(struct world *w, uid_t share_uid)
@@ -528,7 +531,8 @@ static void attack_setup(struct world *w, uid_t attacher_uid)
 	if (read(w->pp.ctl[0], &w->su, sizeof(w->su)) != (ssize_t)sizeof(w->su)) {
 		int st = itest_wait_exit(w->b);
 
-		ck_abort_msg("the attacher (uid %u) failed while setting up its views: exit %d", (unsigned)attacher_uid, st);
+		ck_abort_msg("the attacher (uid %u) failed while setting up its views: exit %d", (unsigned)attacher_uid,
+			     st);
 	}
 	close(w->pp.ctl[0]);
 	/* Its RELEASE was answered: only the holder maps the lease now, as far as the daemon knows. */
@@ -557,8 +561,8 @@ static void check_views(struct world *w, uid_t attacher_uid, struct report *sum)
 
 		for (int k = 0; k < V_N; k++)
 			if (sum->secret[k] && off < sizeof(msg))
-				off += (size_t)snprintf(msg + off, sizeof(msg) - off, " %d of %d %s views;", sum->secret[k],
-							 sum->views[k], view_names[k]);
+				off += (size_t)snprintf(msg + off, sizeof(msg) - off, " %d of %d %s views;",
+							sum->secret[k], sum->views[k], view_names[k]);
 		ck_assert_msg(!msg[0], "uid %u read uid %u's later secret through%s", (unsigned)attacher_uid, SEC_UID_A,
 			      msg);
 	}
@@ -616,8 +620,8 @@ static void world_end(struct world *w)
  */
 static void run_attack(const char *chunk_arg, size_t chunk_bytes, const char *prewarm)
 {
-	const char *const args[] = { "--lock-memory", "yes", "--chunk-size", chunk_arg, "--prewarm", prewarm,
-				     "--log-level", "info", NULL };
+	const char *const args[] = { "--lock-memory", "yes",         "--chunk-size", chunk_arg, "--prewarm",
+				     prewarm,         "--log-level", "info",         NULL };
 	struct world w = { .len = chunk_bytes, .size = NCHUNKS * chunk_bytes };
 	struct report sum;
 
@@ -678,8 +682,9 @@ END_TEST
  */
 START_TEST(test_taint_survives_a_crash_and_recovery)
 {
-	static const char *const args[] = { "--lock-memory", "yes", "--chunk-size", "2M", "--prewarm", "16M",
-					     "--redeclare-grace-ms", "5000", NULL };
+	static const char *const args[] = {
+		"--lock-memory", "yes", "--chunk-size", "2M", "--prewarm", "16M", "--redeclare-grace-ms", "5000", NULL
+	};
 	struct world w = { .len = 2 * MIB, .size = NCHUNKS * 2 * MIB };
 	struct report sum;
 
@@ -693,7 +698,8 @@ START_TEST(test_taint_survives_a_crash_and_recovery)
 	ck_assert_msg(holder_cmd(&w, 's') == 'y', "the holder's lease was not re-adopted after the restart");
 	ck_assert_int_eq(holder_cmd(&w, 'r'), 'k');
 	check_views(&w, SEC_UID_B, &sum);
-	ck_assert_msg(!holder_shares_a_chunk_with_b(&w), "after the restart uid A's new lease reuses chunks uid B maps");
+	ck_assert_msg(!holder_shares_a_chunk_with_b(&w),
+		      "after the restart uid A's new lease reuses chunks uid B maps");
 	world_end(&w);
 	check_books("after every lease was released");
 	ck_assert_int_eq(daemon_stop(&d), 0);
