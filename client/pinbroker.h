@@ -306,6 +306,14 @@ int pb_cuda_available(const char **reason);
  *   enforcement (revoke-enforce) applies to each of them.
  * - Shared and attached leases never go to the client cache: pb_release() on
  *   them always lets go at once.
+ * - What an attacher can keep: a process may keep a view of the pages after
+ *   its pb_release() (a second mapping, a forked child, the fd passed on), and
+ *   keeps seeing and writing what is in the lease until the lease ends. Write
+ *   nothing into a shared lease that its attachers must not see, and trust
+ *   nothing read from it, until it is released. Once an attacher of another
+ *   uid has mapped it, its memory is never lent again, to anyone: the holder's
+ *   later leases are fresh memory. An attachment by the holder's own uid
+ *   changes nothing (that uid may read the holder's memory anyway).
  * - A daemon restart: the holder re-declares its lease as usual, attachments
  *   are not re-declared: an attached handle goes stale (pb_lease_stale() is 1;
  *   its memory stays mapped here; release it and attach again with a fresh

@@ -234,6 +234,17 @@ int broker_attach(struct broker *b, const uint8_t token[LEASE_TOKEN_BYTES], void
 	r = lease_attach(l, owner, pid, uid);
 	if (r < 0)
 		return r;
+	/*
+	 * Its fds go to another uid next (the caller sends them). That uid may keep a view of the
+	 * pages past its release: a second mapping (mremap), a forked child, the fd passed on,
+	 * /proc/PID/map_files. Only destroying the chunks when the lease ends keeps the holder's
+	 * later leases, which pool_take would otherwise hand the same pages, out of its reach. A
+	 * process of the holder's own uid may read the holder's memory anyway (ptrace,
+	 * process_vm_readv): its attachment taints nothing, so same-uid sharing keeps the warm pool.
+	 */
+	if (uid != l->uid)
+		for (size_t i = 0; i < l->nchunks; i++)
+			l->chunks[i]->tainted = true;
 	/* Someone uses it now: not a cached buffer to reclaim first. */
 	if (l->state == LEASE_IDLE)
 		lease_set_state(l, LEASE_ACTIVE, now_ms());

@@ -222,9 +222,11 @@ int broker_share(struct broker *b, struct lease *l, const void *owner, const uin
 /*
  * Attach owner (a connection of uid, pid) to the lease token names: no new
  * charge, the lease is counted once. An IDLE lease becomes ACTIVE (it is in
- * use again). Returns 0 and *ret, -ENOENT (no live lease has this token, or it
- * is being revoked), -EACCES (uid not granted), -EEXIST (owner maps it
- * already) or -ENOMEM.
+ * use again). An attacher of another uid than the holder's taints the lease's
+ * chunks (struct chunk's tainted) before the caller sends their fds: they are
+ * destroyed when the lease ends, never pooled again. Returns 0 and *ret,
+ * -ENOENT (no live lease has this token, or it is being revoked), -EACCES (uid
+ * not granted), -EEXIST (owner maps it already) or -ENOMEM.
  */
 int broker_attach(struct broker *b, const uint8_t token[LEASE_TOKEN_BYTES], void *owner, uid_t uid, pid_t pid,
 		  struct lease **ret);

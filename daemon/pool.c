@@ -95,6 +95,7 @@ struct pool {
 	pool_punch_fn punch_fn;
 	void *punch_ud;
 	uint64_t punched;
+	uint64_t tainted_destroyed; /* chunks destroyed on return because another uid had mapped them */
 	struct punch_count *punched_uid;
 	size_t npunched_uid;
 };
@@ -1300,10 +1301,14 @@ void pool_put(struct pool *p, struct chunk **chunks, size_t n)
 		if (!c)
 			continue;
 		p->lent_bytes -= c->bytes;
-		/* A tail is destroyed anyway, but checked still, so its holder's punch is counted. */
-		r = chunk_check(p, c, !c->tail);
+		/* A tail or tainted chunk is destroyed anyway, but checked still, so its holder's punch is counted. */
+		r = chunk_check(p, c, !c->tail && !c->tainted);
 		c->lease_id = 0;
-		if (c->tail || r < 0) {
+		/* Another uid may still map a tainted chunk (its mremap or fork outlives a release): nobody
+		 * gets its pages again, as nobody gets a tail's. */
+		if (c->tainted)
+			p->tainted_destroyed++;
+		if (c->tail || c->tainted || r < 0) {
 			p->nchunks--;
 			pool_destroy(p, c);
 		} else {
@@ -1355,6 +1360,11 @@ uint64_t pool_punched_count_uid(const struct pool *p, uid_t uid)
 		if (p->punched_uid[i].uid == uid)
 			return p->punched_uid[i].n;
 	return 0;
+}
+
+uint64_t pool_tainted_destroyed(const struct pool *p)
+{
+	return p->tainted_destroyed;
 }
 
 uint64_t pool_shrink(struct pool *p, uint64_t keep_bytes)

@@ -34,6 +34,12 @@ struct chunk {
 	bool mixed;       /* its pages are on more than one node */
 	bool misplaced;   /* made for another node than it landed on (that node was full or is not there) */
 	bool tail;        /* made for one lease's remainder; destroyed on return */
+	/*
+	 * Its fd went to another uid (a shared lease's attacher), set before the fd left the daemon.
+	 * That uid may keep a view past its release (mremap, fork, a passed-on fd, map_files), so the
+	 * chunk is destroyed on return like a tail, never pooled again for anyone.
+	 */
+	bool tainted;
 	bool punched;     /* found with pages missing and not yet repaired (counted once) */
 	uint64_t lease_id; /* the lease it is lent to, for reports; 0 while idle or unknown */
 	struct chunk *next; /* idle list link, owned by the pool */
@@ -153,12 +159,16 @@ bool pool_places_on(const struct pool *p, int node);
 size_t pool_nodes(const struct pool *p, const int **nodes);
 
 /*
- * Give chunks back: full ones become idle, tails are destroyed. Does not free the array.
+ * Give chunks back: full ones become idle, tails and tainted chunks are destroyed (the pool
+ * shrinks by them; a later take makes fresh ones). Does not free the array.
  * Each chunk is checked first (see pool_audit): a punched one is counted, reported
  * through the punch hook (its lease_id still set), and repaired before it goes idle,
  * or destroyed when it cannot be repaired.
  */
 void pool_put(struct pool *p, struct chunk **chunks, size_t n);
+
+/* Chunks destroyed on return because another uid had mapped them (tainted), since pool_new. */
+uint64_t pool_tainted_destroyed(const struct pool *p);
 
 /* Destroy idle chunks until at most keep_bytes stay idle. Returns bytes released. */
 uint64_t pool_shrink(struct pool *p, uint64_t keep_bytes);

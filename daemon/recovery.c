@@ -64,6 +64,9 @@
 #define SNAPSHOT_SPACING_FACTOR 9u
 #define SNAPSHOT_SPACING_MAX_US 1000000u
 #define JOURNAL_MIN_BYTES (64u * 1024)
+/* A lease line's per-chunk flags ("id:flags"). */
+#define CHUNK_FLAG_TAIL 1u
+#define CHUNK_FLAG_TAINTED 2u
 /* A quarantined chunk's owner: matches no uid that could ask (and such chunks are never idle anyway). */
 #define OWNER_UNKNOWN ((uid_t)-2)
 
@@ -192,9 +195,16 @@ static void put_lease_line(struct buf *b, const struct broker *br, const struct 
 	put_u64(b, l->bytes, ' ');
 	put_i64(b, (int64_t)l->priority, ' ');
 	put_u64(b, l->nchunks, ' ');
+	/*
+	 * Each chunk as "id:flags": bit 0 a tail, bit 1 tainted (another uid mapped it: destroyed
+	 * when the lease ends). Daemons before the taint wrote 0 or 1 and read any non-zero value as
+	 * a tail, which is destroyed on return as well: a downgrade pools no tainted chunk either.
+	 */
 	for (size_t i = 0; i < l->nchunks; i++) {
 		put_u64(b, l->chunks[i]->id, ':');
-		put_u64(b, l->chunks[i]->tail ? 1 : 0, ' ');
+		put_u64(b,
+			(l->chunks[i]->tail ? CHUNK_FLAG_TAIL : 0) | (l->chunks[i]->tainted ? CHUNK_FLAG_TAINTED : 0),
+			' ');
 	}
 	/* The label goes last, hex-encoded, so any bytes survive. */
 	put_mem(b, "L", 1);
@@ -470,6 +480,7 @@ struct stored_lease {
 	size_t nchunks;
 	uint64_t *chunk_ids;
 	bool *tails;
+	bool *tainted; /* another uid mapped it: it must stay out of the pool after the restart */
 	char label[LEASE_LABEL_MAX];
 	pid_t mappers[RECOVERY_MAPPERS_MAX]; /* attachers and exited-connection holders, when it was shared */
 	size_t nmappers;
@@ -494,6 +505,7 @@ static void parsed_free(struct parsed *p)
 	for (size_t i = 0; i < p->nleases; i++) {
 		free(p->leases[i].chunk_ids);
 		free(p->leases[i].tails);
+		free(p->leases[i].tainted);
 	}
 	free(p->leases);
 	free(p->idle_ids);
@@ -526,17 +538,20 @@ static int parse_lease(char *line, struct stored_lease *sl)
 	sl->nchunks = n;
 	sl->chunk_ids = calloc(n, sizeof(*sl->chunk_ids));
 	sl->tails = calloc(n, sizeof(*sl->tails));
-	if (!sl->chunk_ids || !sl->tails)
+	sl->tainted = calloc(n, sizeof(*sl->tainted));
+	if (!sl->chunk_ids || !sl->tails || !sl->tainted)
 		return -ENOMEM;
 	tok = strtok_r(line + used, " ", &save);
 	for (size_t i = 0; i < n; i++, tok = strtok_r(NULL, " ", &save)) {
 		unsigned long long cid;
-		int tail;
+		unsigned flags;
 
-		if (!tok || sscanf(tok, "%llu:%d", &cid, &tail) != 2)
+		if (!tok || sscanf(tok, "%llu:%u", &cid, &flags) != 2)
 			return -EBADMSG;
 		sl->chunk_ids[i] = cid;
-		sl->tails[i] = tail != 0;
+		sl->tails[i] = (flags & CHUNK_FLAG_TAIL) != 0;
+		/* A flag this daemon does not know is read as tainted: pooling too little is the safe side. */
+		sl->tainted[i] = (flags & ~CHUNK_FLAG_TAIL) != 0;
 	}
 	if (!tok || tok[0] != 'L')
 		return -EBADMSG;
@@ -949,8 +964,11 @@ static bool adopt_lease(struct recovery *rc, struct store *s, const struct store
 		if (l->no_revoke)
 			budget_no_revoke_add(b->budget, sl->uid, sl->bytes);
 		budget_count_add(b->budget, sl->uid, sl->nchunks);
-		for (size_t k = 0; k < sl->nchunks; k++)
+		for (size_t k = 0; k < sl->nchunks; k++) {
 			chunks[k]->lease_id = l->id; /* so a punch found by the audit names its lease */
+			/* A former attacher of another uid may still map it: destroyed when the lease ends. */
+			chunks[k]->tainted = sl->tainted[k];
+		}
 		/* Its attachers do not re-declare: each still running holds it until it exits. A
 		 * reused pid only keeps it counted longer, never lets its pages go early. */
 		for (size_t k = 0; k < sl->nmappers; k++) {

@@ -85,6 +85,10 @@ static void sweep(struct seed *s, int conn, int kind, uint16_t base, unsigned n)
 /* how: 0 forward, 1 reverse, 2 every other one, 3 SET_IDLE each. */
 static void release_seen(struct seed *s, int conn, int how) { bulk(s, conn, 2, how); }
 static void clock_jump(struct seed *s, uint8_t tens_of_ms) { bulk(s, 0, 3, 0); put(s, tens_of_ms); }
+/* Sharing across the two uids (fz_bulk_op sub-op 3): SHARE the k-th seen lease, ATTACH with the other's token, let go. */
+static void share(struct seed *s, int conn, uint8_t k) { bulk(s, conn, 3, 1); put(s, k); }
+static void attach(struct seed *s, int conn, uint8_t k) { bulk(s, conn, 3, 2); put(s, k); }
+static void let_go(struct seed *s, int conn, uint8_t k) { bulk(s, conn, 3, 3); put(s, k); }
 static void state(struct seed *s, int st) { put(s, (uint8_t)(5 | (st << 3))); }
 static void loop_sleep(struct seed *s) { put(s, 6 | 8); put(s, 4); }
 static void close_peer(struct seed *s, int conn) { put(s, (uint8_t)(7 | (conn << 3))); }
@@ -321,6 +325,25 @@ static void seeds(bool fdpath)
 	admin_revoke(&s, 0, -1, 1001, false, 0); drain(&s); release_seen(&s, 1, 3); loop_sleep(&s);
 	clock_jump(&s, 10); status(&s, 0); drain(&s);
 	save(&s, "many-revoke");
+	/*
+	 * Shared leases across two uids (issue 22, finding 1): the attacher lets go, then the holder, who
+	 * acquires again; the checks hold that no chunk the other uid mapped comes back. The same with
+	 * both connections root (nothing tainted), with refused and forged attaches, and in bulk.
+	 */
+	BEGIN(0); hello(&s, 0, 1); hello(&s, 1, 1); acquire(&s, 0, 3 * CHUNK + 4 * K, 0, 0, -1); drain(&s);
+	share(&s, 0, 0); attach(&s, 1, 0); drain(&s); let_go(&s, 1, 0xc0); status(&s, 0); drain(&s);
+	save(&s, "share-attach-let-go");
+	BEGIN(3); hello(&s, 0, 1); hello(&s, 1, 1); acquire(&s, 0, 3 * CHUNK + 4 * K, 0, 0, -1); drain(&s);
+	share(&s, 0, 0x80); attach(&s, 1, 0); drain(&s); let_go(&s, 1, 0xc0); drain(&s);
+	save(&s, "share-same-uid");
+	BEGIN(0); hello(&s, 0, 1); hello(&s, 1, 1); acquire(&s, 0, 2 * CHUNK, 0, 0, -1); drain(&s);
+	share(&s, 0, 0x80); attach(&s, 1, 0); share(&s, 0, 0); attach(&s, 1, 2); attach(&s, 1, 0); attach(&s, 1, 0);
+	drain(&s); close_peer(&s, 1); release(&s, 0, 1); acquire(&s, 0, 2 * CHUNK, 0, 0, -1); drain(&s);
+	save(&s, "share-refused-forged-hangup");
+	BEGIN(4); hello(&s, 0, 1); hello(&s, 1, 1); burst(&s, 0, 32, BURST_SIZE(4, 0)); share(&s, 0, 5);
+	attach(&s, 1, 0); share(&s, 0, 9); attach(&s, 1, 0); let_go(&s, 1, 0x41); release_seen(&s, 1, 0);
+	release_seen(&s, 0, 1); burst(&s, 0, 32, BURST_SIZE(4, 0)); drain(&s);
+	save(&s, "many-share");
 	if (fdpath) {
 		static const uint8_t one_memfd[] = { 0 }, mixed[] = { 1, 2, 3, 4, 5, 6, 7 };
 		Request r = PINBROKER__V1__REQUEST__INIT;

@@ -107,6 +107,29 @@ int madvise(void *addr, size_t len, int advice)
 	return (int)syscall(SYS_madvise, addr, len, advice);
 }
 
+/*
+ * The other half of that model: a chunk whose pre-fault was skipped has no blocks, which the pool's
+ * punch check (st_blocks below the size, pool.h) would read as a holder's hole and destroy the chunk
+ * on its return. Every returned chunk was then destroyed and no input ever had a chunk lent twice,
+ * the path where one uid's pages could reach another. So a sealed memfd reads as whole, as it does
+ * in a daemon that pre-faulted it (no peer here punches holes in a chunk).
+ */
+#define FZ_CHUNK_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+static int (*real_fstat)(int, struct stat *);
+
+int fstat(int fd, struct stat *st)
+{
+	int seals, r;
+
+	if (!real_fstat)
+		real_fstat = (int (*)(int, struct stat *))dlsym(RTLD_NEXT, "fstat");
+	r = real_fstat ? real_fstat(fd, st) : (int)syscall(SYS_fstat, fd, st);
+	if (r == 0 && S_ISREG(st->st_mode) && (uint64_t)st->st_blocks * 512u < (uint64_t)st->st_size &&
+	    (seals = fcntl(fd, F_GET_SEALS)) >= 0 && (seals & FZ_CHUNK_SEALS) == FZ_CHUNK_SEALS)
+		st->st_blocks = (blkcnt_t)((st->st_size + 511) / 512);
+	return r;
+}
+
 /* ------------------------------------------------------------------ basics */
 
 void fz_fail(const char *file, int line, const char *cond, const char *fmt, ...)
@@ -416,6 +439,9 @@ struct fz *fz_begin(unsigned flags)
 	}
 	f->seq = 0;
 	f->peak_leases = 0;
+	/* Tokens and the taint model are per input: every lease is freed, and with it every tainted chunk, at its end. */
+	f->ntaint = 0;
+	memset(f->has_token, 0, sizeof(f->has_token));
 	/* Counted per input: libFuzzer's symbolizer opens pipes between inputs. */
 	f->baseline_fds = fz_count_fds();
 	return f;
@@ -511,6 +537,15 @@ void fz_drain_one(struct fz *f, int i)
 			  fz_count_fds());
 		rep = pinbroker__v1__reply__unpack(NULL, (size_t)n, buf);
 		FZ_ASSERT(rep != NULL, "daemon sent a reply that does not decode (%zd bytes)", n);
+		/* A client hands the token on: the share ops attach with it (no input could guess 128 bits). */
+		if (rep->body_case == PINBROKER__V1__REPLY__BODY_SHARE &&
+		    rep->status == PINBROKER__V1__STATUS_CODE__STATUS_OK) {
+			FZ_ASSERT(rep->share->token && strlen(rep->share->token) == 32, "share token %s",
+				  rep->share->token ? rep->share->token : "(none)");
+			memcpy(f->token[i], rep->share->token, 33);
+			f->has_token[i] = true;
+			f->token_lease[i] = f->share_asked[i];
+		}
 		if (rep->body_case == PINBROKER__V1__REPLY__BODY_LEASE) {
 			FZ_ASSERT(rep->lease->fds_in_reply == nfds, "lease reply says %u fds, %zu came",
 				  rep->lease->fds_in_reply, nfds);
@@ -567,6 +602,60 @@ static int conn_index(struct conn *const *conns, size_t n, const void *c)
 }
 
 #define FZ_CHECK_CONNS 64
+/* Uids the per-uid books are checked for: the two connections' (both may be 0). */
+#define FZ_CHECK_UIDS FZ_CONNS
+
+static int taint_cmp(const void *a, const void *b)
+{
+	uint64_t x = ((const struct fz_taint *)a)->chunk_id, y = ((const struct fz_taint *)b)->chunk_id;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The model's entry for chunk id, or NULL. */
+static const struct fz_taint *taint_find(const struct fz *f, uint64_t chunk_id)
+{
+	struct fz_taint key = { .chunk_id = chunk_id };
+
+	return f->ntaint ? bsearch(&key, f->taint, f->ntaint, sizeof(key), taint_cmp) : NULL;
+}
+
+/* Lease l's chunk fds went to another uid: none of its chunks may be pooled or lent elsewhere again. */
+static void taint_model_add(struct fz *f, const struct lease *l)
+{
+	for (size_t k = 0; k < l->nchunks; k++) {
+		if (taint_find(f, l->chunks[k]->id))
+			continue;
+		if (f->ntaint == f->taint_cap) {
+			size_t cap = f->taint_cap ? 2 * f->taint_cap : 256;
+			struct fz_taint *v = realloc(f->taint, cap * sizeof(*v));
+
+			FZ_ASSERT(v != NULL, "taint model of %zu chunks", cap);
+			f->taint = v;
+			f->taint_cap = cap;
+		}
+		f->taint[f->ntaint++] = (struct fz_taint){ l->chunks[k]->id, l->id };
+		qsort(f->taint, f->ntaint, sizeof(*f->taint), taint_cmp);
+	}
+}
+
+struct idle_walk {
+	const struct fz *f;
+	uint64_t bytes;
+	size_t n;
+};
+
+static void check_idle_chunk(const struct chunk *c, void *ud)
+{
+	struct idle_walk *w = ud;
+	const struct fz_taint *t = taint_find(w->f, c->id);
+
+	FZ_ASSERT(!c->tainted, "idle chunk %llu is tainted: another uid mapped it", (unsigned long long)c->id);
+	FZ_ASSERT(t == NULL, "chunk %llu went to another uid in lease %llu and is back in the pool",
+		  (unsigned long long)c->id, (unsigned long long)(t ? t->lease_id : 0));
+	w->bytes += c->bytes;
+	w->n++;
+}
 
 void fz_check(struct fz *f)
 {
@@ -576,6 +665,9 @@ void fz_check(struct fz *f)
 	size_t nconns = 0, nleases = 0, state_count[LEASE__STATE_MAX] = { 0 };
 	uint64_t sum = 0, pending_conn = 0, state_bytes[LEASE__STATE_MAX] = { 0 }, prev_id = 0;
 	uint64_t registered = 0, no_revoke = 0, unbrokered = 0, job_sum = 0;
+	uint64_t uid_bytes[FZ_CHECK_UIDS] = { 0 }, uid_leases[FZ_CHECK_UIDS] = { 0 }, uid_chunks[FZ_CHECK_UIDS] = { 0 };
+	uint64_t lent_chunks = 0;
+	struct idle_walk idle = { .f = f };
 
 	/* The books are checked where the daemon's loop would: after the reaper ran. */
 	fz_reap(f);
@@ -596,8 +688,31 @@ void fz_check(struct fz *f)
 		/* Every lease the walk sees must be what a lookup of its id finds: a broken chain hangs or misses here. */
 		FZ_ASSERT(lease_find(b->leases, l->id) == l, "lease %llu not found by id", (unsigned long long)l->id);
 		prev_id = l->id;
-		for (size_t i = 0; i < l->nchunks; i++)
+		for (size_t i = 0; i < l->nchunks; i++) {
+			const struct fz_taint *t = taint_find(f, l->chunks[i]->id);
+
 			chunk_sum += l->chunks[i]->bytes;
+			/* Sent to another uid: the daemon knows it, and the chunk never moved to another lease. */
+			FZ_ASSERT(t == NULL || (t->lease_id == l->id && l->chunks[i]->tainted),
+				  "chunk %llu went to another uid in lease %llu; now in lease %llu, %s",
+				  (unsigned long long)l->chunks[i]->id, (unsigned long long)(t ? t->lease_id : 0),
+				  (unsigned long long)l->id, l->chunks[i]->tainted ? "tainted" : "not tainted");
+		}
+		for (size_t j = 0; j < l->nattachers; j++)
+			for (size_t i = 0; l->attachers[j].uid != l->uid && i < l->nchunks; i++)
+				FZ_ASSERT(l->chunks[i]->tainted,
+					  "lease %llu of uid %u has an attacher of uid %u but chunk "
+					  "%llu is not tainted",
+					  (unsigned long long)l->id, (unsigned)l->uid, (unsigned)l->attachers[j].uid,
+					  (unsigned long long)l->chunks[i]->id);
+		lent_chunks += l->nchunks;
+		for (int u = 0; u < FZ_CHECK_UIDS; u++)
+			if (l->uid == f->uid[u]) {
+				uid_bytes[u] += l->bytes;
+				uid_leases[u]++;
+				uid_chunks[u] += l->nchunks;
+				break;
+			}
 		/* A registration is a charge for the program's own memory: no chunks at all. */
 		FZ_ASSERT(chunk_sum == (l->registration ? 0 : l->bytes), "lease %llu%s: %llu bytes but chunks hold %llu",
 			  (unsigned long long)l->id, l->registration ? " (registration)" : "", (unsigned long long)l->bytes,
@@ -643,6 +758,28 @@ void fz_check(struct fz *f)
 			  state_count[s], (unsigned long long)state_bytes[s]);
 	FZ_ASSERT(budget_leased(b->budget) == sum, "budget says %llu leased, leases hold %llu",
 		  (unsigned long long)budget_leased(b->budget), (unsigned long long)sum);
+	/* Per uid, each counted once (the connections' uids may be the same one). */
+	for (int u = 0; u < FZ_CHECK_UIDS; u++) {
+		if (u > 0 && f->uid[u] == f->uid[0])
+			continue;
+		FZ_ASSERT(
+			budget_uid_leased(b->budget, f->uid[u]) == uid_bytes[u] &&
+				budget_uid_leases(b->budget, f->uid[u]) == uid_leases[u] &&
+				budget_uid_chunks(b->budget, f->uid[u]) == uid_chunks[u],
+			"uid %u: budget counts %llu bytes, %llu leases, %llu chunks; its leases hold %llu, %llu, %llu",
+			(unsigned)f->uid[u], (unsigned long long)budget_uid_leased(b->budget, f->uid[u]),
+			(unsigned long long)budget_uid_leases(b->budget, f->uid[u]),
+			(unsigned long long)budget_uid_chunks(b->budget, f->uid[u]), (unsigned long long)uid_bytes[u],
+			(unsigned long long)uid_leases[u], (unsigned long long)uid_chunks[u]);
+	}
+	FZ_ASSERT(budget_chunks(b->budget) == lent_chunks, "budget counts %llu chunks lent, leases hold %llu",
+		  (unsigned long long)budget_chunks(b->budget), (unsigned long long)lent_chunks);
+	/* Every chunk the pool holds is idle or in exactly one lease; no tainted one is idle. */
+	pool_foreach_idle(b->pool, check_idle_chunk, &idle);
+	FZ_ASSERT(idle.bytes == pool_idle_bytes(b->pool) && idle.n + lent_chunks == pool_chunk_count(b->pool),
+		  "pool: %zu chunks (%llu bytes idle); idle list %zu chunks of %llu bytes, leases %llu chunks",
+		  pool_chunk_count(b->pool), (unsigned long long)pool_idle_bytes(b->pool), idle.n,
+		  (unsigned long long)idle.bytes, (unsigned long long)lent_chunks);
 	FZ_ASSERT(pool_resident_bytes(b->pool) == pool_idle_bytes(b->pool) + sum - registered,
 		  "pool resident %llu != idle %llu + leased %llu - registered %llu",
 		  (unsigned long long)pool_resident_bytes(b->pool), (unsigned long long)pool_idle_bytes(b->pool),
@@ -905,6 +1042,115 @@ static void bulk_release_seen(struct fz *f, uint8_t op, int i, fz_inject_fn inje
 	fz_drain_one(f, i);
 }
 
+/* SHARE the (k % n)-th lease connection i saw, with the other connection's uid (none with k & 0x80). */
+static void share_lease(struct fz *f, int i, uint8_t k, fz_inject_fn inject)
+{
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Share sh = PINBROKER__V1__SHARE__INIT;
+	uint32_t other = f->uid[1 - i];
+
+	if (f->nids[i] == 0)
+		return;
+	sh.lease_id = f->ids[i][k % f->nids[i]];
+	if (!(k & 0x80)) {
+		sh.n_uids = 1;
+		sh.uids = &other;
+	}
+	req.body_case = PINBROKER__V1__REQUEST__BODY_SHARE;
+	req.share = &sh;
+	f->share_asked[i] = sh.lease_id;
+	inject_request(f, i, &req, inject);
+	fz_run_loop(f);
+	fz_drain_one(f, i);
+}
+
+/* ATTACH on connection i with a token connection src got (a forged one with k & 2). */
+static void attach_lease(struct fz *f, int i, uint8_t k, fz_inject_fn inject)
+{
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Attach at = PINBROKER__V1__ATTACH__INIT;
+	int src = k & 1 ? i : 1 - i;
+	bool forged = k & 2, was;
+	struct lease *l;
+	char tok[33];
+
+	if (!f->has_token[src])
+		return;
+	memcpy(tok, f->token[src], sizeof(tok));
+	if (forged) {
+		size_t at_ = (size_t)(k >> 2) % 32;
+
+		tok[at_] = tok[at_] == '0' ? '1' : '0';
+	}
+	l = lease_find(f->b.leases, f->token_lease[src]);
+	was = l && fz_conn_alive(f, i) && lease_attacher_find(l, f->conn[i]);
+	at.token = tok;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_ATTACH;
+	req.attach = &at;
+	inject_request(f, i, &req, inject);
+	l = lease_find(f->b.leases, f->token_lease[src]);
+	if (!was && l && fz_conn_alive(f, i) && lease_attacher_find(l, f->conn[i])) {
+		FZ_ASSERT(!forged, "a forged token attached connection %d to lease %llu", i, (unsigned long long)l->id);
+		/* Its fds went to this uid: the model, not the daemon's word, says which chunks may never come back. */
+		if (f->uid[i] != l->uid)
+			taint_model_add(f, l);
+	}
+	fz_run_loop(f);
+	fz_drain_one(f, i);
+}
+
+static void release_id(struct fz *f, int i, uint64_t id, fz_inject_fn inject)
+{
+	id_request(f, i, 0, id, inject);
+}
+
+/*
+ * Issue 22's sequence: the attacher lets go, then (k & 0x80) the holder, then (k & 0x40) the holder
+ * asks for the same size again, which the checks see getting no chunk the attacher's uid mapped.
+ */
+static void let_go(struct fz *f, int i, uint8_t k, fz_inject_fn inject)
+{
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Acquire a = PINBROKER__V1__ACQUIRE__INIT;
+	struct lease *l = NULL;
+	size_t n = 0, pick;
+	int holder = -1;
+	uint64_t id = 0;
+
+	if (!fz_conn_alive(f, i))
+		return;
+	for (size_t j = 0; j < f->nids[i]; j++) {
+		struct lease *c = lease_find(f->b.leases, f->ids[i][j]);
+
+		n += c && lease_attacher_find(c, f->conn[i]) ? 1 : 0;
+	}
+	if (n == 0)
+		return;
+	pick = k % n;
+	for (size_t j = 0; j < f->nids[i] && !l; j++) {
+		struct lease *c = lease_find(f->b.leases, f->ids[i][j]);
+
+		if (c && lease_attacher_find(c, f->conn[i]) && pick-- == 0)
+			l = c;
+	}
+	id = l->id;
+	a.size = l->bytes;
+	for (int j = 0; j < FZ_CONNS; j++)
+		if (fz_conn_alive(f, j) && l->owner == f->conn[j])
+			holder = j;
+	release_id(f, i, id, inject);
+	if ((k & 0x80) && holder >= 0)
+		release_id(f, holder, id, inject);
+	if ((k & 0x40) && holder >= 0) {
+		a.label = (char *)"again";
+		req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
+		req.acquire = &a;
+		inject_request(f, holder, &req, inject);
+	}
+	fz_run_loop(f);
+	fz_drain(f);
+}
+
 void fz_bulk_op(struct fz *f, uint8_t op, int i, const uint8_t **p, const uint8_t *end, fz_inject_fn inject)
 {
 	switch ((op >> 4) & 3) {
@@ -918,8 +1164,21 @@ void fz_bulk_op(struct fz *f, uint8_t op, int i, const uint8_t **p, const uint8_
 		bulk_release_seen(f, op, i, inject);
 		break;
 	default:
-		fz_advance_clock((uint64_t)take_byte(p, end) * 10);
-		fz_run_loop(f);
+		switch (op >> 6) {
+		case 0:
+			fz_advance_clock((uint64_t)take_byte(p, end) * 10);
+			fz_run_loop(f);
+			break;
+		case 1:
+			share_lease(f, i, take_byte(p, end), inject);
+			break;
+		case 2:
+			attach_lease(f, i, take_byte(p, end), inject);
+			break;
+		default:
+			let_go(f, i, take_byte(p, end), inject);
+			break;
+		}
 		break;
 	}
 }

@@ -44,6 +44,20 @@ struct fz {
 	struct pool *pools[2];          /* 16 KiB chunks (default profile), 4 KiB chunks (the others) */
 	bool cfg_dirty;                 /* a SET replaced the config during this input */
 	uint64_t packets_sent;          /* by the request modules, through the harness's conn_io; never reset */
+	/*
+	 * Sharing across the two uids (the share ops, fz_bulk_op): the last share token connection i
+	 * got in a reply and the lease it names; and the model of chunks whose fds went to another uid
+	 * (chunk id and the lease it was in then, sorted by chunk id), kept apart from the daemon's
+	 * own flag: such a chunk must never be idle again nor lent in any other lease.
+	 */
+	char token[FZ_CONNS][33];
+	bool has_token[FZ_CONNS];
+	uint64_t token_lease[FZ_CONNS];
+	uint64_t share_asked[FZ_CONNS]; /* the lease of the SHARE in flight on connection i */
+	struct fz_taint {
+		uint64_t chunk_id, lease_id;
+	} *taint;
+	size_t ntaint, taint_cap;
 };
 
 /* Abort with a message: libFuzzer records the input as a crash. */
@@ -133,7 +147,19 @@ typedef void (*fz_inject_fn)(struct fz *f, int i, const uint8_t *pkt, size_t len
  *      admin REVOKE of that lease id;
  *   2  release the ids connection i saw in its lease replies: op >> 6 picks
  *      forward, reverse, every other one, or SET_IDLE instead of RELEASE;
- *   3  clock: byte T, move the clock on by T * 10 ms and run the loop.
+ *   3  by op >> 6, with an argument byte K:
+ *      0  clock: move the clock on by K * 10 ms and run the loop;
+ *      1  SHARE on connection i of the (K % n)-th lease id it saw, with the
+ *         other connection's uid (none with K & 0x80); the token comes back
+ *         in the reply, which is read at once;
+ *      2  ATTACH on connection i with the last token of the other connection
+ *         (its own with K & 1), one hex digit changed with K & 2 (a forged
+ *         token, which must be refused);
+ *      3  let go as in issue 22 (finding 1): connection i RELEASEs the
+ *         (K % n)-th lease it is attached to; with K & 0x80 its holder's
+ *         connection then RELEASEs it too, and with K & 0x40 the holder
+ *         acquires the same size again (which must get no chunk another
+ *         uid mapped).
  * Replies are drained every 32 requests, as a client would read them.
  */
 void fz_bulk_op(struct fz *f, uint8_t op, int i, const uint8_t **p, const uint8_t *end, fz_inject_fn inject);

@@ -2,6 +2,7 @@
 /* Unit tests for the broker verbs: budget stays exact, leased plus idle never exceeds it, gates and owners hold. */
 #include <check.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -526,6 +527,96 @@ START_TEST(test_attach_refused_while_revoking_and_idle_lease_becomes_active)
 }
 END_TEST
 
+/* The chunk ids of l, for comparing leases across a release (ids are never reused). */
+static void chunk_ids(const struct lease *l, uint64_t *ids, size_t max)
+{
+	ck_assert_uint_le(l->nchunks, max);
+	for (size_t i = 0; i < l->nchunks; i++)
+		ids[i] = l->chunks[i]->id;
+}
+
+static bool shares_a_chunk(const struct lease *l, const uint64_t *ids, size_t n)
+{
+	for (size_t i = 0; i < l->nchunks; i++)
+		for (size_t k = 0; k < n; k++)
+			if (l->chunks[i]->id == ids[k])
+				return true;
+	return false;
+}
+
+/*
+ * Issue 22, finding 1: uid B attaches to uid A's shared lease and may keep a view after it lets go.
+ * The chunks are tainted at the attach (before their fds leave), destroyed when the lease ends, and
+ * A's next lease is made of other chunks; the books stay exact through it.
+ */
+START_TEST(test_cross_uid_attach_taints_chunks_and_they_never_return_to_the_pool)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 8 * MIB);
+	uint8_t tok[LEASE_TOKEN_BYTES] = { 3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3 };
+	uid_t grant = UID_B;
+	struct lease *l = NULL, *got = NULL;
+	uint64_t old[4];
+	size_t nold;
+
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 4 * MIB + 4 * KIB, &l), 0); /* two warm chunks and a tail */
+	nold = l->nchunks;
+	ck_assert_uint_eq(nold, 3);
+	chunk_ids(l, old, 4);
+	ck_assert_int_eq(broker_share(b, l, &conn_a, tok, &grant, 1), 0);
+	for (size_t i = 0; i < nold; i++)
+		ck_assert_msg(!l->chunks[i]->tainted, "sharing alone sends no fd: nothing is tainted yet");
+	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_B, 8, &got), 0);
+	for (size_t i = 0; i < nold; i++)
+		ck_assert_msg(l->chunks[i]->tainted, "chunk %zu not tainted by uid B's attach", i);
+	/* The attacher lets go first (its view may outlive that), then the holder. */
+	ck_assert_int_eq(broker_detach(b, l, &conn_b), 0);
+	ck_assert_int_eq(broker_detach(b, l, &conn_a), 1);
+	broker_free_lease(b, l);
+	ck_assert_uint_eq(budget_leased(b->budget), 0);
+	ck_assert_uint_eq(pool_tainted_destroyed(b->pool), 3);
+	/* The two warm chunks are gone, not idle: the pool holds what it did not lend. */
+	ck_assert_uint_eq(pool_idle_bytes(b->pool), 4 * MIB);
+	ck_assert_uint_eq(pool_resident_bytes(b->pool), 4 * MIB);
+	ck_assert_uint_eq(pool_chunk_count(b->pool), 2);
+	check_books(b);
+
+	/* A again, the same size and more: never the tainted chunks. */
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 4 * MIB + 4 * KIB, &l), 0);
+	ck_assert(!shares_a_chunk(l, old, nold));
+	for (size_t i = 0; i < l->nchunks; i++)
+		ck_assert(!l->chunks[i]->tainted);
+	check_books(b);
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 8 * MIB, &got), 0);
+	ck_assert(!shares_a_chunk(got, old, nold));
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
+/* The holder's own uid may read its memory anyway: its attachment taints nothing and the warm chunks come back. */
+START_TEST(test_same_uid_attach_taints_nothing)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 8 * MIB);
+	uint8_t tok[LEASE_TOKEN_BYTES] = { 2, 7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5, 9, 0, 4, 5 };
+	struct lease *l = NULL, *got = NULL;
+	uint64_t old[4];
+
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 4 * MIB, &l), 0);
+	chunk_ids(l, old, 4);
+	ck_assert_int_eq(broker_share(b, l, &conn_a, tok, NULL, 0), 0);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 8, &got), 0);
+	for (size_t i = 0; i < l->nchunks; i++)
+		ck_assert(!l->chunks[i]->tainted);
+	ck_assert_uint_eq(broker_drop_owner(b, &conn_b), 0);
+	ck_assert_uint_eq(broker_drop_owner(b, &conn_a), 1);
+	ck_assert_uint_eq(pool_tainted_destroyed(b->pool), 0);
+	ck_assert_uint_eq(pool_idle_bytes(b->pool), 8 * MIB);
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 4 * MIB, &l), 0);
+	ck_assert(shares_a_chunk(l, old, 2));
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
 
 /* Per-uid caps on leases and chunks, and the daemon's chunk capacity, each with its own error. */
 START_TEST(test_caps_refuse_by_leases_chunks_and_capacity)
@@ -650,6 +741,8 @@ static Suite *broker_suite(void)
 	tcase_add_test(tc, test_random_acquire_release_keeps_books_exact_and_within_budget);
 	tcase_add_test(tc, test_attach_charges_nothing_and_lease_lives_until_last_mapper);
 	tcase_add_test(tc, test_attach_refused_while_revoking_and_idle_lease_becomes_active);
+	tcase_add_test(tc, test_cross_uid_attach_taints_chunks_and_they_never_return_to_the_pool);
+	tcase_add_test(tc, test_same_uid_attach_taints_nothing);
 	tcase_add_test(tc, test_caps_refuse_by_leases_chunks_and_capacity);
 	tcase_add_test(tc, test_registration_is_charged_without_pool_memory_and_never_revoked);
 	tcase_add_test(tc, test_never_revoked_bytes_are_capped_per_uid);

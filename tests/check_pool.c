@@ -366,6 +366,62 @@ START_TEST(test_same_uid_gets_its_own_chunk_back)
 }
 END_TEST
 
+/*
+ * Issue 22, finding 1: a chunk whose fd went to another uid (tainted) may still be mapped there after
+ * it comes back (mremap, fork, a passed-on fd), so it is destroyed like a tail, never lent again, not
+ * even to the uid it was lent to; the pool's books stay exact and a later take makes a fresh chunk.
+ */
+START_TEST(test_tainted_chunk_is_destroyed_on_put_and_never_lent_again)
+{
+	struct pool *p = new_pool(2 * MIB, 1);
+	struct chunk **v = NULL;
+	ino_t kept_ino[2];
+	int kept[2];
+	size_t n = 0;
+
+	ck_assert_int_eq(pool_grow(p, 6 * MIB, NULL, NULL), 0);
+	ck_assert_int_eq(pool_take(p, UID_A, 4 * MIB + 4 * KIB, &v, &n), 0); /* two full chunks and a tail */
+	ck_assert_uint_eq(n, 3);
+	ck_assert_uint_eq(pool_idle_bytes(p), 2 * MIB);
+	/* The other uid's view: a dup of each full chunk's fd, as a mapping or a passed fd would keep it. */
+	for (int i = 0; i < 2; i++) {
+		kept[i] = dup(v[i]->fd);
+		ck_assert_int_ge(kept[i], 0);
+		kept_ino[i] = inode_of(v[i]);
+		v[i]->tainted = true;
+	}
+	pool_put(p, v, n);
+	free(v);
+	/* Gone, both full chunks and the tail: only the never-lent chunk is left, and nothing is lent. */
+	ck_assert_uint_eq(pool_tainted_destroyed(p), 2);
+	ck_assert_uint_eq(pool_idle_bytes(p), 2 * MIB);
+	ck_assert_uint_eq(pool_resident_bytes(p), 2 * MIB);
+	ck_assert_uint_eq(pool_chunk_count(p), 1);
+
+	/* The same uid asks again: fresh pages, none of the kept ones, and writes through a kept fd reach none. */
+	ck_assert_int_eq(pool_take(p, UID_A, 4 * MIB, &v, &n), 0);
+	ck_assert_uint_eq(n, 2);
+	for (int i = 0; i < 2; i++) {
+		ck_assert(!v[i]->tainted);
+		for (int k = 0; k < 2; k++)
+			ck_assert_uint_ne(inode_of(v[i]), kept_ino[k]);
+		ck_assert_int_eq(pwrite(kept[i], "B", 1, 0), 1);
+	}
+	for (int i = 0; i < 2; i++)
+		ck_assert(all_zero(v[i]));
+	ck_assert_uint_eq(pool_resident_bytes(p), 4 * MIB);
+	ck_assert_uint_eq(pool_chunk_count(p), 2);
+	pool_put(p, v, n);
+	free(v);
+	/* Untainted, they are pooled again as before. */
+	ck_assert_uint_eq(pool_idle_bytes(p), 4 * MIB);
+	ck_assert_uint_eq(pool_tainted_destroyed(p), 2);
+	close(kept[0]);
+	close(kept[1]);
+	pool_free(p);
+}
+END_TEST
+
 START_TEST(test_take_prefers_own_then_never_lent_chunks)
 {
 	struct pool *p = new_pool(2 * MIB, 1);
@@ -1112,6 +1168,7 @@ static Suite *pool_suite(void)
 	tcase_add_test(tc, test_chunk_released_by_one_uid_is_never_lent_to_another);
 	tcase_add_test(tc, test_same_uid_gets_its_own_chunk_back);
 	tcase_add_test(tc, test_take_prefers_own_then_never_lent_chunks);
+	tcase_add_test(tc, test_tainted_chunk_is_destroyed_on_put_and_never_lent_again);
 	tcase_add_test(tc, test_take_fails_atomically_when_fds_run_out);
 	tcase_add_test(tc, test_grow_keeps_chunks_made_before_a_failure);
 	tcase_add_test(tc, test_shrink_releases_idle_down_to_keep);
