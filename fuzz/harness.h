@@ -39,6 +39,7 @@ struct fz {
 	size_t nids[FZ_CONNS];
 	uint64_t seq;                   /* for requests the harness builds itself */
 	size_t peak_leases;             /* the most live leases after any op of this input */
+	unsigned prev_waiting;          /* waiting acquires after the previous op */
 	int baseline_fds;               /* open at the start of this input */
 	enum fz_profile profile;        /* which config and pool the broker runs */
 	struct pool *pools[2];          /* 16 KiB chunks (default profile), 4 KiB chunks (the others) */
