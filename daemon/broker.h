@@ -77,6 +77,8 @@ struct broker_counters {
 	uint64_t refused[REFUSED_N];
 	uint64_t revocations[REVOKED_N];   /* REVOKEs sent, by reason */
 	uint64_t enforcements[ENFORCED_N]; /* overdue holders disconnected or signalled, by action */
+	uint64_t holder_scans;             /* /proc scans for processes mapping overdue leases (one per round) */
+	uint64_t loop_turn_max_us;         /* the longest loop turn (all callbacks of one iteration) since start */
 };
 
 struct broker {
@@ -166,6 +168,22 @@ int broker_lease_node(const struct lease *l, bool *misplaced);
 
 bool broker_resolve_limits(struct broker *b, uint64_t nofile, uint64_t max_map_count, uint64_t fds_in_use,
 			   uint64_t maps_in_use);
+
+/*
+ * The deadline a REVOKE carries: asked_ms (0: revoke-deadline-ms), raised to
+ * revoke-min-deadline-ms when the asker is not an admin (a holder revoking its
+ * own leases), so a 1 ms self-revoke cannot make all of a uid's leases overdue
+ * before its processes had a chance to let go. Admin revokes keep asked_ms.
+ */
+uint32_t broker_revoke_deadline_ms(const struct config *cfg, bool admin, uint32_t asked_ms);
+
+/*
+ * May enforcement on overdue lease l signal (or disconnect) a process of
+ * target_uid? Always for a pressure or admin revoke; for a revoke the holder
+ * started itself, only a process of the lease's own uid: a holder must not be
+ * able to kill another uid's attacher by revoking its own lease.
+ */
+bool broker_enforce_may_signal(const struct lease *l, uid_t target_uid);
 
 /*
  * Grant a lease: checks size, budget, quota and pressure state, takes chunks

@@ -59,6 +59,12 @@ struct lease {
 	uint64_t created_ms;       /* monotonic */
 	uint64_t last_used_ms;     /* last ACTIVE transition, for LRU */
 	uint64_t deadline_ms;      /* monotonic, while REVOKING/OVERDUE */
+	/*
+	 * While REVOKING/OVERDUE: the revoke was started by the holder's own uid
+	 * (not an admin, not pressure), so its enforcement never reaches a process
+	 * of another uid (broker_enforce_may_signal).
+	 */
+	bool revoke_by_holder;
 	struct chunk **chunks;     /* owned: freed by lease_remove (the chunks themselves are not) */
 	int numa_node;             /* the NUMA node asked for, -1 for any */
 	size_t nchunks;

@@ -165,6 +165,14 @@ static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 		   revocation_names, b->counters.revocations, REVOKED_N);
 	counter_by(f, "pinbroker_enforcements_total", "Overdue leases enforced since start, by revoke-enforce action.",
 		   "action", enforcement_names, b->counters.enforcements, ENFORCED_N);
+	head(f, "pinbroker_holder_scans_total", "counter",
+	     "Passes over /proc for processes still mapping overdue leases: one per deadline round, however many "
+	     "leases fell overdue in it.");
+	fprintf(f, "pinbroker_holder_scans_total %llu\n", (unsigned long long)b->counters.holder_scans);
+	gauge(f, "pinbroker_loop_turn_longest_seconds",
+	      "The longest event loop turn (every callback of one iteration) since start: while it runs, no client is "
+	      "answered.",
+	      (double)b->counters.loop_turn_max_us / 1e6);
 
 	n = pool_nodes(b->pool, &nodes);
 	if (n) {
