@@ -212,7 +212,18 @@ int revoker_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, enum
 				reply_send(ac, &r, NULL, 0);
 		}
 	}
-	arm_deadline_timer(b);
+	/* Not arm_deadline_timer's walk of every lease: a revoke of thousands would be quadratic. */
+	{
+		struct revoker *rv = b->revoker;
+
+		if (rv && rv->round.phase == ROUND_IDLE &&
+		    (!ev_is_active(&rv->deadline_timer) ||
+		     ev_timer_remaining(b->loop, &rv->deadline_timer) * 1000.0 > (double)deadline_ms)) {
+			ev_timer_stop(b->loop, &rv->deadline_timer);
+			ev_timer_set(&rv->deadline_timer, deadline_ms / 1000.0, 0.);
+			ev_timer_start(b->loop, &rv->deadline_timer);
+		}
+	}
 	return 0;
 }
 
@@ -474,7 +485,6 @@ static void round_step(struct broker *b)
 				  rd->overdue, b->cfg->proc_root, strerror(-r));
 			goto done;
 		}
-		b->counters.holder_scans++;
 		if (now_us() - t0 >= budget_us)
 			goto more;
 	}
@@ -489,6 +499,7 @@ static void round_step(struct broker *b)
 			goto done;
 		}
 		holders_scan_take(rd->scan, &rd->found, &rd->nfound, &rd->unreadable, NULL);
+		b->counters.holder_scans++;
 		log_debug("holder scan for %zu overdue leases (%zu chunks): %zu other processes, %llu ms since the "
 			  "deadline round began",
 			  rd->overdue, rd->nkeys, rd->nfound, (unsigned long long)(now_ms() - rd->started_ms));
