@@ -773,10 +773,17 @@ static void timed_invoke(struct ev_loop *loop)
 	struct broker *b = ev_userdata(loop);
 	uint64_t t0 = now_us(), dt;
 
+	static const uint64_t bound_us[BROKER_TURN_BUCKETS] = BROKER_TURN_BUCKET_US;
+	size_t i = 0;
+
 	ev_invoke_pending(loop);
 	dt = now_us() - t0;
 	if (dt > b->counters.loop_turn_max_us)
 		b->counters.loop_turn_max_us = dt;
+	while (i < BROKER_TURN_BUCKETS && dt > bound_us[i])
+		i++;
+	b->counters.loop_turns[i]++;
+	b->counters.loop_turn_sum_us += dt;
 }
 
 static void raise_nofile(void)
