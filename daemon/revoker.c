@@ -163,6 +163,25 @@ void revoker_free_lease(struct broker *b, struct lease *l, const char *why)
 
 /* ---------------------------------------------------------------- revoking */
 
+/*
+ * A lease now falls due in deadline_ms: fire the deadline timer by then. Not
+ * arm_deadline_timer's walk of every lease, which would make a revoke of
+ * thousands quadratic. A round under way re-arms when it ends.
+ */
+static void arm_deadline_timer_for(struct broker *b, uint32_t deadline_ms)
+{
+	struct revoker *rv = b->revoker;
+
+	if (!rv || rv->round.phase != ROUND_IDLE)
+		return;
+	if (ev_is_active(&rv->deadline_timer) &&
+	    ev_timer_remaining(b->loop, &rv->deadline_timer) * 1000.0 <= (double)deadline_ms)
+		return;
+	ev_timer_stop(b->loop, &rv->deadline_timer);
+	ev_timer_set(&rv->deadline_timer, deadline_ms / 1000.0, 0.);
+	ev_timer_start(b->loop, &rv->deadline_timer);
+}
+
 int revoker_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, enum broker_revocation why,
 		   const char *reason)
 {
@@ -212,18 +231,7 @@ int revoker_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, enum
 				reply_send(ac, &r, NULL, 0);
 		}
 	}
-	/* Not arm_deadline_timer's walk of every lease: a revoke of thousands would be quadratic. */
-	{
-		struct revoker *rv = b->revoker;
-
-		if (rv && rv->round.phase == ROUND_IDLE &&
-		    (!ev_is_active(&rv->deadline_timer) ||
-		     ev_timer_remaining(b->loop, &rv->deadline_timer) * 1000.0 > (double)deadline_ms)) {
-			ev_timer_stop(b->loop, &rv->deadline_timer);
-			ev_timer_set(&rv->deadline_timer, deadline_ms / 1000.0, 0.);
-			ev_timer_start(b->loop, &rv->deadline_timer);
-		}
-	}
+	arm_deadline_timer_for(b, deadline_ms);
 	return 0;
 }
 
@@ -440,8 +448,12 @@ static bool round_signal(struct broker *b, struct enforce_round *rd, uint64_t t0
 		struct holder *h = &rd->found[rd->next_found++];
 		const struct lease *l = lease_find(b->leases, rd->key_lease[h->key]);
 
-		/* Freed (its chunks may be another lease's by now) or given back meanwhile: leave it be. */
-		if (sig && l && l->state == LEASE_OVERDUE && broker_enforce_may_signal(l, l->uid)) {
+		/*
+		 * Freed (its chunks may be another lease's by now) or given back
+		 * meanwhile: leave it be. The scan matched only processes of the
+		 * lease's own uid, which every revoke may reach.
+		 */
+		if (sig && l && l->state == LEASE_OVERDUE) {
 			if (sys_pidfd_send_signal(h->pidfd, sig, 0) < 0)
 				log_warn("pidfd_send_signal(%d, %s) for overdue lease %llu failed, ignoring", h->pid,
 					 strsignal(sig), (unsigned long long)l->id);
