@@ -72,7 +72,8 @@ struct lease {
 	 * Sharing. The lease is charged once, to uid, and lives while any mapper
 	 * does: its holder (owner), an attacher, or a process whose connection
 	 * closed while it still ran (exit_holds, each released when that process
-	 * exits). holder_detached: the holder let go while attachers remained;
+	 * exits; an enforcement round scanning for its mappers holds it too, until
+	 * the round ends). holder_detached: the holder let go while attachers remained;
 	 * owner is then NULL for good.
 	 */
 	struct lease_share *share;          /* owned; NULL until shared */

@@ -69,6 +69,9 @@ struct enforce_round {
 	struct holder_key *keys; /* the overdue leases' chunks, each with its lease's uid */
 	uint64_t *key_lease;     /* the lease id of each key */
 	size_t nkeys, capkeys;
+	uint64_t *held;          /* leases kept (an exit hold each) until the round ends, so none is freed and
+				  * its chunks lent again while the scan still looks for their mappers */
+	size_t nheld, capheld;
 	pid_t *signalled;        /* connection processes already reached: the scan skips them */
 	size_t nsignalled, capsignalled;
 	bool other_uids;         /* some lease is not the daemon's uid's */
@@ -294,9 +297,22 @@ static void round_add_signalled(struct enforce_round *rd, pid_t pid)
 	rd->signalled[rd->nsignalled++] = pid;
 }
 
-/* Add l's chunks to the round's scan. Returns 0 or -ENOMEM. */
-static int round_add_keys(struct enforce_round *rd, const struct lease *l)
+/* Add l's chunks to the round's scan, and hold l until the round ends. Returns 0 or -ENOMEM. */
+static int round_add_keys(struct enforce_round *rd, struct lease *l)
 {
+	if (l->nchunks == 0)
+		return 0;
+	if (rd->nheld == rd->capheld) {
+		size_t cap = rd->capheld ? rd->capheld * 2 : 64;
+		uint64_t *p = realloc(rd->held, cap * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		rd->held = p;
+		rd->capheld = cap;
+	}
+	rd->held[rd->nheld++] = l->id;
+	l->exit_holds++;
 	for (size_t i = 0; i < l->nchunks; i++) {
 		struct stat st;
 
@@ -388,6 +404,28 @@ static void enforce(struct broker *b, struct lease *l)
 			  (unsigned long long)l->id);
 }
 
+/* The round is over: its holds end, and a lease nobody maps any more (its process exited meanwhile) is freed. */
+static void round_release(struct broker *b, struct enforce_round *rd)
+{
+	size_t freed = 0;
+
+	for (size_t i = 0; i < rd->nheld; i++) {
+		struct lease *l = lease_find(b->leases, rd->held[i]);
+
+		if (!l)
+			continue; /* released by its uid meanwhile */
+		if (l->exit_holds > 0)
+			l->exit_holds--;
+		if (!l->owner && l->nattachers == 0 && l->exit_holds == 0) {
+			revoker_free_lease(b, l, "holder exited");
+			freed++;
+		}
+	}
+	rd->nheld = 0;
+	if (freed > 0)
+		revoker_freed(b);
+}
+
 static void round_reset(struct enforce_round *rd)
 {
 	holders_scan_free(rd->scan);
@@ -397,6 +435,7 @@ static void round_reset(struct enforce_round *rd)
 	free(rd->found);
 	free(rd->keys);
 	free(rd->key_lease);
+	free(rd->held);
 	free(rd->signalled);
 	*rd = (struct enforce_round){ .phase = ROUND_IDLE };
 }
@@ -525,6 +564,7 @@ static void round_step(struct broker *b)
 	if (rd->phase == ROUND_SIGNAL && !round_signal(b, rd, t0, budget_us))
 		goto more;
 done:
+	round_release(b, rd);
 	round_reset(rd);
 	arm_deadline_timer(b);
 	return;
