@@ -57,7 +57,11 @@ struct ghost {
  * marked overdue and its connections reached (MARK, resuming after cursor),
  * then one /proc scan looks for other processes mapping any of their chunks
  * (SCAN), then those are signalled (SIGNAL). Leases are named by id between
- * turns: one may be freed meanwhile.
+ * turns: one may be freed meanwhile. Incremental on the loop thread rather
+ * than a scan thread: the lease table, the chunk fds and the pidfds stay
+ * single-threaded with no locks, and a slice boundary is simply the next
+ * /proc entry; a thread would need a copy of the keys, a hand-back of its
+ * pidfds through the loop, and a way to stop it when the daemon does.
  */
 enum round_phase { ROUND_IDLE, ROUND_MARK, ROUND_SCAN, ROUND_SIGNAL };
 
