@@ -39,6 +39,20 @@ bool broker_resolve_limits(struct broker *b, uint64_t nofile, uint64_t max_map_c
 	return clamped;
 }
 
+uint32_t broker_revoke_deadline_ms(const struct config *cfg, bool admin, uint32_t asked_ms)
+{
+	uint32_t d = asked_ms ? asked_ms : cfg->revoke_deadline_ms;
+
+	if (!admin && d < cfg->revoke_min_deadline_ms)
+		d = cfg->revoke_min_deadline_ms;
+	return d;
+}
+
+bool broker_enforce_may_signal(const struct lease *l, uid_t target_uid)
+{
+	return !l->revoke_by_holder || target_uid == l->uid;
+}
+
 /* Chunks a lease of size_bytes takes: whole chunks plus a tail for the remainder. */
 static uint64_t chunks_for(const struct broker *b, uint64_t size_bytes)
 {
@@ -52,9 +66,10 @@ static int check_counts(const struct broker *b, uid_t uid, uint64_t need)
 {
 	if (b->max_leases_per_uid && budget_uid_leases(b->budget, uid) >= b->max_leases_per_uid)
 		return -EMLINK;
-	if (b->max_chunks_per_uid && budget_uid_chunks(b->budget, uid) + need > b->max_chunks_per_uid)
+	/* Chunks and the pidfds of exit holds alike: each is an fd the daemon keeps for uid. */
+	if (b->max_chunks_per_uid && budget_uid_fds(b->budget, uid) + need > b->max_chunks_per_uid)
 		return -EMFILE;
-	if (b->chunk_capacity && budget_chunks(b->budget) + need > b->chunk_capacity)
+	if (b->chunk_capacity && budget_fds(b->budget) + need > b->chunk_capacity)
 		return -ENFILE;
 	return 0;
 }

@@ -71,6 +71,10 @@ enum broker_enforcement {
 	ENFORCED_N,
 };
 
+/* Loop-turn histogram bounds: the issue 22 goal is no turn over 20 ms under a revoke storm. */
+#define BROKER_TURN_BUCKETS 6
+#define BROKER_TURN_BUCKET_US { 1000, 5000, 20000, 50000, 100000, 1000000 }
+
 /* Counters since start, for the metrics. */
 struct broker_counters {
 	uint64_t granted[GRANTED_N];       /* leases granted, by kind */
@@ -78,6 +82,10 @@ struct broker_counters {
 	uint64_t refused[REFUSED_N];
 	uint64_t revocations[REVOKED_N];   /* REVOKEs sent, by reason */
 	uint64_t enforcements[ENFORCED_N]; /* overdue holders disconnected or signalled, by action */
+	uint64_t holder_scans;             /* /proc scans for processes mapping overdue leases (one per round) */
+	uint64_t loop_turn_max_us;         /* the longest loop turn (all callbacks of one iteration) since start */
+	uint64_t loop_turns[BROKER_TURN_BUCKETS + 1]; /* turns by length: <= each of BROKER_TURN_BUCKET_US, then longer */
+	uint64_t loop_turn_sum_us;
 };
 
 struct broker {
@@ -176,6 +184,22 @@ uint64_t broker_unbrokered_cap(const struct broker *b);
 
 bool broker_resolve_limits(struct broker *b, uint64_t nofile, uint64_t max_map_count, uint64_t fds_in_use,
 			   uint64_t maps_in_use);
+
+/*
+ * The deadline a REVOKE carries: asked_ms (0: revoke-deadline-ms), raised to
+ * revoke-min-deadline-ms when the asker is not an admin (a holder revoking its
+ * own leases), so a 1 ms self-revoke cannot make all of a uid's leases overdue
+ * before its processes had a chance to let go. Admin revokes keep asked_ms.
+ */
+uint32_t broker_revoke_deadline_ms(const struct config *cfg, bool admin, uint32_t asked_ms);
+
+/*
+ * May enforcement on overdue lease l signal (or disconnect) a process of
+ * target_uid? Always for a pressure or admin revoke; for a revoke the holder
+ * started itself, only a process of the lease's own uid: a holder must not be
+ * able to kill another uid's attacher by revoking its own lease.
+ */
+bool broker_enforce_may_signal(const struct lease *l, uid_t target_uid);
 
 /*
  * Grant a lease: checks size, budget, quota and pressure state, takes chunks

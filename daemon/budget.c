@@ -14,6 +14,7 @@ struct uid_usage {
 	uint64_t leases;  /* counted by budget_count_add/sub, for the per-uid caps */
 	uint64_t chunks;  /* pool chunks those leases hold: fds (and mappings) in the daemon */
 	uint64_t no_revoke_bytes; /* of leased_bytes, in leases that are never revoked */
+	uint64_t held_fds; /* other fds the daemon keeps for uid (an exiting process's pidfd), for the same caps */
 };
 
 /*
@@ -32,6 +33,7 @@ struct budget {
 	uint64_t uid_quota_bytes; /* 0: no per-uid quota beyond the budget itself */
 	uint64_t leased_bytes;
 	uint64_t leases, chunks;
+	uint64_t held_fds;
 	uint64_t no_revoke_bytes;
 	struct uid_usage *uids; /* sorted by uid; entries at 0 bytes, 0 leases and 0 chunks are dropped */
 	size_t nuids;
@@ -148,7 +150,8 @@ static struct uid_usage *uid_entry(struct budget *b, uid_t uid)
 
 static void uid_drop_if_empty(struct budget *b, size_t i)
 {
-	if (b->uids[i].leased_bytes == 0 && b->uids[i].leases == 0 && b->uids[i].chunks == 0) {
+	if (b->uids[i].leased_bytes == 0 && b->uids[i].leases == 0 && b->uids[i].chunks == 0 &&
+	    b->uids[i].held_fds == 0) {
 		memmove(&b->uids[i], &b->uids[i + 1], (b->nuids - i - 1) * sizeof(b->uids[0]));
 		b->nuids--;
 	}
@@ -285,6 +288,41 @@ uint64_t budget_uid_chunks(const struct budget *b, uid_t uid)
 	const struct uid_usage *u = uid_find(b, uid);
 
 	return u ? u->chunks : 0;
+}
+
+int budget_fd_add(struct budget *b, uid_t uid)
+{
+	struct uid_usage *u = uid_entry(b, uid);
+
+	if (!u)
+		return -ENOMEM;
+	u->held_fds++;
+	b->held_fds++;
+	return 0;
+}
+
+void budget_fd_sub(struct budget *b, uid_t uid)
+{
+	size_t i;
+	int found;
+
+	i = uid_search(b, uid, &found);
+	BUDGET_INVARIANT(found && b->uids[i].held_fds > 0 && b->held_fds > 0);
+	b->uids[i].held_fds--;
+	b->held_fds--;
+	uid_drop_if_empty(b, i);
+}
+
+uint64_t budget_uid_fds(const struct budget *b, uid_t uid)
+{
+	const struct uid_usage *u = uid_find(b, uid);
+
+	return u ? u->chunks + u->held_fds : 0;
+}
+
+uint64_t budget_fds(const struct budget *b)
+{
+	return b->chunks + b->held_fds;
 }
 
 uint64_t budget_leases(const struct budget *b)

@@ -61,6 +61,20 @@ uint64_t budget_no_revoke(const struct budget *b);
 uint64_t budget_uid_leases(const struct budget *b, uid_t uid);
 uint64_t budget_uid_chunks(const struct budget *b, uid_t uid);
 uint64_t budget_leases(const struct budget *b);
+
+/*
+ * Count one more (or one fewer) fd the daemon keeps on uid's behalf besides
+ * its chunks: the pidfd of a process whose leases are held until it exits.
+ * They meet the same per-uid and daemon-wide fd caps as chunks do, so the
+ * admin reserve (reserve-fds) stays free. add returns 0 or -ENOMEM; sub
+ * aborts if none was counted.
+ */
+int budget_fd_add(struct budget *b, uid_t uid);
+void budget_fd_sub(struct budget *b, uid_t uid);
+/* The fds the daemon keeps for uid: its chunks plus its held fds. */
+uint64_t budget_uid_fds(const struct budget *b, uid_t uid);
+/* The same over every uid. */
+uint64_t budget_fds(const struct budget *b);
 uint64_t budget_chunks(const struct budget *b);
 
 /* Bytes the idle pool may hold right now: limit - leased, 0 when over. */

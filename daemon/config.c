@@ -207,11 +207,30 @@ static const struct config_key keys[] = {
 	       "Memory stall within one PSI window that wakes the daemon; at most psi-window-ms."),
 	K_UINT("revoke-deadline-ms", revoke_deadline_ms, 1, HOUR_MS, "5000", true,
 	       "Time a client has to give back a revoked lease before revoke-enforce applies."),
+	/*
+	 * A non-admin's own revoke with a 1 ms deadline made every lease of a
+	 * uid overdue in one round (issue 22, finding 2): the floor gives the
+	 * holder's processes time to let go before any enforcement runs.
+	 */
+	K_UINT("revoke-min-deadline-ms", revoke_min_deadline_ms, 1, HOUR_MS, "1000", true,
+	       "Shortest deadline a non-admin may give when revoking its own leases; a shorter one (or 0) is raised to "
+	       "it. Admin revokes and pressure reclaim are not bound by it."),
+	/*
+	 * Enforcement is sliced: a round's /proc scan and its signals run in
+	 * slices of this much time, one per loop turn, so other clients' requests
+	 * are served in between (the issue's goal: no loop turn over 20 ms).
+	 */
+	K_UINT("enforce-slice-us", enforce_slice_us, 100, 1000000, "2000", true,
+	       "Most time one loop turn spends on revoke enforcement (marking leases overdue, the /proc scan for "
+	       "processes still mapping them, signals); the rest waits for the next turn, so other clients are "
+	       "answered in between. One process's /proc entry is read whole, so a turn can pass it by that much."),
 	K_ENUM("revoke-enforce", revoke_enforce, enforce_choices, "sigterm", true,
 	       "What happens to a client that misses a revoke deadline: none, disconnect, sigterm or sigkill. "
 	       "sigterm by default: the job gets to clean up and exit; escalating to sigkill is the admin's choice. "
 	       "A signal reaches the connection's process and every other process of the lease's uid that still "
-	       "maps or holds its memory (found in /proc, which needs root or CAP_SYS_PTRACE)."),
+	       "maps or holds its memory (found in /proc, which needs root or CAP_SYS_PTRACE). A revoke the "
+	       "holder started itself signals only processes of the holder's own uid: attachers of other uids are "
+	       "detached instead; pressure and admin revokes reach every mapper."),
 
 	K_UINT("redeclare-grace-ms", redeclare_grace_ms, 0, HOUR_MS, "10000", false,
 	       "After a restart, how long clients have to re-declare the leases they still hold."),

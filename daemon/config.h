@@ -86,6 +86,8 @@ struct config {
 	uint32_t psi_window_ms;            /* psi-window-ms */
 	uint32_t psi_stall_ms;             /* psi-stall-ms: stall within the window that fires a trigger */
 	uint32_t revoke_deadline_ms;       /* revoke-deadline-ms */
+	uint32_t revoke_min_deadline_ms;   /* revoke-min-deadline-ms: floor of a non-admin's own revoke */
+	uint32_t enforce_slice_us;         /* enforce-slice-us: enforcement time per loop turn */
 	enum config_enforce revoke_enforce;/* revoke-enforce */
 
 	/* service */

@@ -113,7 +113,9 @@ static int maps_line(const char *p, const char *end, const struct holder_key *ke
 	return key_index(keys, nkeys, makedev((unsigned)maj, (unsigned)min), (ino_t)ino);
 }
 
-int holders_parse_maps(const char *buf, size_t len, const struct holder_key *keys, size_t nkeys, size_t *consumed)
+/* As holders_parse_maps; with filter, a key counts only when its uid is uid (a process of that uid). */
+static int parse_maps(const char *buf, size_t len, const struct holder_key *keys, size_t nkeys, size_t *consumed,
+		      bool filter, uid_t uid)
 {
 	const char *p = buf, *end = buf + len, *nl;
 	int r = -ENOENT;
@@ -121,12 +123,18 @@ int holders_parse_maps(const char *buf, size_t len, const struct holder_key *key
 	while (p < end && (nl = memchr(p, '\n', (size_t)(end - p)))) {
 		r = maps_line(p, nl, keys, nkeys);
 		p = nl + 1;
-		if (r >= 0)
+		if (r >= 0 && (!filter || keys[r].uid == uid))
 			break;
+		r = -ENOENT;
 	}
 	if (consumed)
 		*consumed = (size_t)(p - buf);
 	return r;
+}
+
+int holders_parse_maps(const char *buf, size_t len, const struct holder_key *keys, size_t nkeys, size_t *consumed)
+{
+	return parse_maps(buf, len, keys, nkeys, consumed, false, 0);
 }
 
 int holders_parse_status_uid(const char *buf, size_t len, uid_t ret[4])
@@ -177,8 +185,25 @@ static ssize_t read_small(int dirfd, const char *name, char *buf, size_t cap)
 	return (ssize_t)have;
 }
 
-/* 1 when the process behind pdir has exactly uid as its real, effective and saved uid; 0 if not; -errno. */
-static int uid_matches(int pdir, uid_t uid)
+static int uid_cmp(const void *a, const void *b)
+{
+	uid_t x = *(const uid_t *)a, y = *(const uid_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int pid_cmp(const void *a, const void *b)
+{
+	pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * 1 and *ret when the process behind pdir has one uid as its real, effective
+ * and saved uid, and that uid is in uids (sorted); 0 if not; -errno.
+ */
+static int uid_matches(int pdir, const uid_t *uids, size_t nuids, uid_t *ret)
 {
 	char buf[STATUS_BUF_BYTES];
 	ssize_t n = read_small(pdir, "status", buf, sizeof(buf));
@@ -193,11 +218,14 @@ static int uid_matches(int pdir, uid_t uid)
 	 * theirs, effective root) is not the user's to lose, even though the
 	 * kernel would let the user signal it.
 	 */
-	return ids[0] == uid && ids[1] == uid && ids[2] == uid;
+	if (ids[0] != ids[1] || ids[0] != ids[2] || !bsearch(&ids[0], uids, nuids, sizeof(*uids), uid_cmp))
+		return 0;
+	*ret = ids[0];
+	return 1;
 }
 
 /* Index of the first key mapped in pdir's maps, -ENOENT, or -errno. */
-static int maps_match(int pdir, const struct holder_key *keys, size_t nkeys, char *buf)
+static int maps_match(int pdir, const struct holder_key *keys, size_t nkeys, uid_t uid, char *buf)
 {
 	size_t have = 0, used;
 	ssize_t n;
@@ -216,7 +244,7 @@ static int maps_match(int pdir, const struct holder_key *keys, size_t nkeys, cha
 		if (n == 0)
 			break; /* an unterminated last line is not procfs: ignored */
 		have += (size_t)n;
-		r = holders_parse_maps(buf, have, keys, nkeys, &used);
+		r = parse_maps(buf, have, keys, nkeys, &used, true, uid);
 		if (r >= 0)
 			break;
 		if (used == 0 && have == MAPS_BUF_BYTES)
@@ -229,7 +257,7 @@ static int maps_match(int pdir, const struct holder_key *keys, size_t nkeys, cha
 }
 
 /* Index of the first key pdir's process holds an fd to, -ENOENT, or -errno. */
-static int fds_match(int pdir, const struct holder_key *keys, size_t nkeys)
+static int fds_match(int pdir, const struct holder_key *keys, size_t nkeys, uid_t uid)
 {
 	struct dirent *e;
 	struct stat st;
@@ -251,24 +279,31 @@ static int fds_match(int pdir, const struct holder_key *keys, size_t nkeys)
 		if (fstatat(dirfd(d), e->d_name, &st, 0) < 0)
 			continue; /* closed meanwhile */
 		r = key_index(keys, nkeys, st.st_dev, st.st_ino);
-		if (r >= 0)
+		if (r >= 0 && keys[r].uid == uid)
 			break;
+		r = -ENOENT;
 	}
 	closedir(d);
 	return r;
 }
 
-/* The key index pdir's process (of uid) maps or holds, -ENOENT when it holds none or is not uid's, or -errno. */
-static int process_match(int pdir, uid_t uid, const struct holder_key *keys, size_t nkeys, char *buf)
+/*
+ * The key index pdir's process maps or holds, of a key whose uid is the
+ * process's (its real, effective and saved uid, one of uids); -ENOENT when it
+ * holds none or its uid is not among them, or -errno.
+ */
+static int process_match(int pdir, const uid_t *uids, size_t nuids, const struct holder_key *keys, size_t nkeys,
+			 char *buf)
 {
-	int r = uid_matches(pdir, uid);
+	uid_t uid;
+	int r = uid_matches(pdir, uids, nuids, &uid);
 
 	if (r <= 0)
 		return r < 0 ? r : -ENOENT;
-	r = maps_match(pdir, keys, nkeys, buf);
+	r = maps_match(pdir, keys, nkeys, uid, buf);
 	if (r != -ENOENT)
 		return r;
-	return fds_match(pdir, keys, nkeys);
+	return fds_match(pdir, keys, nkeys, uid);
 }
 
 static pid_t parse_pid(const char *s)
@@ -290,17 +325,199 @@ static bool unreadable_errno(int r)
 	return r == -EACCES || r == -EPERM;
 }
 
+struct holders_scan {
+	const struct holder_key *caller_keys; /* for reporting the caller's index; the caller keeps it */
+	struct holder_key *keys;              /* sorted copy */
+	size_t nkeys;
+	uid_t *uids;                          /* the keys' uids, sorted, unique */
+	size_t nuids;
+	pid_t *exclude;                       /* sorted */
+	size_t nexclude;
+	pid_t self;
+	DIR *d;
+	char *buf;
+	struct holder *out;
+	size_t nout, cap;
+	size_t unreadable;
+	size_t examined;
+	bool done;
+};
+
+void holders_scan_free(struct holders_scan *s)
+{
+	if (!s)
+		return;
+	holders_free(s->out, s->nout);
+	if (s->d)
+		closedir(s->d);
+	free(s->keys);
+	free(s->uids);
+	free(s->exclude);
+	free(s->buf);
+	free(s);
+}
+
+int holders_scan_new(const char *proc_root, const struct holder_key *keys, size_t nkeys, const pid_t *exclude,
+		     size_t nexclude, struct holders_scan **ret)
+{
+	struct holders_scan *s = calloc(1, sizeof(*s));
+	int root_fd = -1, proc_fd = -1;
+	int r;
+
+	*ret = NULL;
+	if (!s)
+		return -ENOMEM;
+	s->self = getpid();
+	s->caller_keys = keys;
+	s->nkeys = nkeys;
+	if (nkeys == 0) {
+		s->done = true;
+		*ret = s;
+		return 0;
+	}
+	s->keys = malloc(nkeys * sizeof(*s->keys));
+	s->uids = malloc(nkeys * sizeof(*s->uids));
+	s->exclude = malloc((nexclude ? nexclude : 1) * sizeof(*s->exclude));
+	s->buf = malloc(MAPS_BUF_BYTES);
+	if (!s->keys || !s->uids || !s->exclude || !s->buf) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	memcpy(s->keys, keys, nkeys * sizeof(*keys));
+	holders_sort_keys(s->keys, nkeys);
+	for (size_t i = 0; i < nkeys; i++)
+		s->uids[i] = keys[i].uid;
+	qsort(s->uids, nkeys, sizeof(*s->uids), uid_cmp);
+	for (size_t i = 0; i < nkeys; i++)
+		if (s->nuids == 0 || s->uids[s->nuids - 1] != s->uids[i])
+			s->uids[s->nuids++] = s->uids[i];
+	if (nexclude)
+		memcpy(s->exclude, exclude, nexclude * sizeof(*exclude));
+	s->nexclude = nexclude;
+	qsort(s->exclude, nexclude, sizeof(*s->exclude), pid_cmp);
+	root_fd = open(proc_root && *proc_root ? proc_root : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (root_fd < 0 || (proc_fd = openat(root_fd, "proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	s->d = fdopendir(proc_fd);
+	if (!s->d) {
+		r = -errno;
+		goto fail;
+	}
+	close(root_fd);
+	*ret = s;
+	return 0;
+fail:
+	if (proc_fd >= 0 && !s->d)
+		close(proc_fd);
+	if (root_fd >= 0)
+		close(root_fd);
+	holders_scan_free(s);
+	return r;
+}
+
+/* One /proc entry: a holder appended to s->out, or nothing. Returns 0 or -ENOMEM. */
+static int scan_entry(struct holders_scan *s, const char *name)
+{
+	pid_t pid = parse_pid(name);
+	int pdir, pidfd, k;
+
+	if (pid <= 1 || pid == s->self ||
+	    (s->nexclude && bsearch(&pid, s->exclude, s->nexclude, sizeof(pid), pid_cmp)))
+		return 0;
+	s->examined++;
+	/*
+	 * The /proc/PID directory fd stays bound to the process it was opened on:
+	 * once that process is gone, lookups below it fail, even if the pid
+	 * number has been given to another process.
+	 */
+	pdir = openat(dirfd(s->d), name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (pdir < 0)
+		return 0;
+	k = process_match(pdir, s->uids, s->nuids, s->keys, s->nkeys, s->buf);
+	if (k < 0) {
+		s->unreadable += unreadable_errno(k);
+		close(pdir);
+		return 0;
+	}
+	/*
+	 * pidfd first, then check again through pdir: if the check still passes,
+	 * pdir's process was alive after pidfd_open, so the pid could not have
+	 * been reused and the pidfd names that process.
+	 */
+	pidfd = sys_pidfd_open(pid, 0);
+	if (pidfd < 0) {
+		close(pdir);
+		return 0; /* exited, or no pidfds: never signal by pid */
+	}
+	k = process_match(pdir, s->uids, s->nuids, s->keys, s->nkeys, s->buf);
+	close(pdir);
+	if (k < 0) {
+		close(pidfd);
+		return 0;
+	}
+	if (s->nout == s->cap) {
+		size_t ncap = s->cap ? s->cap * 2 : 8;
+		struct holder *no = realloc(s->out, ncap * sizeof(*no));
+
+		if (!no) {
+			close(pidfd);
+			return -ENOMEM;
+		}
+		s->out = no;
+		s->cap = ncap;
+	}
+	/* Report the caller's index, not the sorted copy's. */
+	for (size_t i = 0; i < s->nkeys; i++)
+		if (s->caller_keys[i].dev == s->keys[k].dev && s->caller_keys[i].ino == s->keys[k].ino) {
+			k = (int)i;
+			break;
+		}
+	s->out[s->nout++] = (struct holder){ .pid = pid, .pidfd = pidfd, .key = (size_t)k };
+	return 0;
+}
+
+int holders_scan_step(struct holders_scan *s, uint64_t budget_us)
+{
+	uint64_t t0 = now_us();
+	struct dirent *e;
+	int r;
+
+	/* At least one entry per step, so a tiny budget still ends. */
+	while (!s->done) {
+		errno = 0;
+		e = readdir(s->d);
+		if (!e) {
+			s->done = true;
+			break;
+		}
+		r = scan_entry(s, e->d_name);
+		if (r < 0)
+			return r;
+		if (now_us() - t0 >= budget_us)
+			break;
+	}
+	return s->done ? 1 : 0;
+}
+
+void holders_scan_take(struct holders_scan *s, struct holder **ret, size_t *n, size_t *unreadable, size_t *examined)
+{
+	*ret = s->out;
+	*n = s->nout;
+	s->out = NULL;
+	s->nout = s->cap = 0;
+	if (unreadable)
+		*unreadable = s->unreadable;
+	if (examined)
+		*examined = s->examined;
+}
+
 int holders_find(const char *proc_root, uid_t uid, const struct holder_key *keys, size_t nkeys, pid_t exclude_pid,
 		 struct holder **ret, size_t *n, size_t *unreadable)
 {
-	struct holder_key *sorted = NULL;
-	struct holder *out = NULL;
-	size_t nout = 0, cap = 0, nunread = 0;
-	pid_t self = getpid();
-	struct dirent *e;
-	char *buf = NULL;
-	int root_fd = -1, proc_fd = -1;
-	DIR *d = NULL;
+	struct holder_key *k = NULL;
+	struct holders_scan *s = NULL;
 	int r;
 
 	*ret = NULL;
@@ -309,98 +526,23 @@ int holders_find(const char *proc_root, uid_t uid, const struct holder_key *keys
 		*unreadable = 0;
 	if (nkeys == 0)
 		return 0;
-	sorted = malloc(nkeys * sizeof(*sorted));
-	buf = malloc(MAPS_BUF_BYTES);
-	if (!sorted || !buf) {
-		r = -ENOMEM;
-		goto out;
+	k = malloc(nkeys * sizeof(*k));
+	if (!k)
+		return -ENOMEM;
+	for (size_t i = 0; i < nkeys; i++) {
+		k[i] = keys[i];
+		k[i].uid = uid;
 	}
-	memcpy(sorted, keys, nkeys * sizeof(*sorted));
-	holders_sort_keys(sorted, nkeys);
-	root_fd = open(proc_root && *proc_root ? proc_root : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (root_fd < 0 || (proc_fd = openat(root_fd, "proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-		r = -errno;
-		goto out;
+	r = holders_scan_new(proc_root, k, nkeys, &exclude_pid, exclude_pid > 0 ? 1 : 0, &s);
+	if (r == 0) {
+		r = holders_scan_step(s, UINT64_MAX);
+		if (r >= 0) {
+			holders_scan_take(s, ret, n, unreadable, NULL);
+			r = 0;
+		}
 	}
-	d = fdopendir(proc_fd);
-	if (!d) {
-		r = -errno;
-		goto out;
-	}
-	proc_fd = -1; /* owned by d now */
-	while ((e = readdir(d))) {
-		pid_t pid = parse_pid(e->d_name);
-		int pdir, pidfd, k;
-
-		if (pid <= 1 || pid == self || pid == exclude_pid)
-			continue;
-		/*
-		 * The /proc/PID directory fd stays bound to the process it was
-		 * opened on: once that process is gone, lookups below it fail,
-		 * even if the pid number has been given to another process.
-		 */
-		pdir = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (pdir < 0)
-			continue;
-		k = process_match(pdir, uid, sorted, nkeys, buf);
-		if (k < 0) {
-			nunread += unreadable_errno(k);
-			close(pdir);
-			continue;
-		}
-		/*
-		 * pidfd first, then check again through pdir: if the check still
-		 * passes, pdir's process was alive after pidfd_open, so the pid
-		 * could not have been reused and the pidfd names that process.
-		 */
-		pidfd = sys_pidfd_open(pid, 0);
-		if (pidfd < 0) {
-			close(pdir);
-			continue; /* exited, or no pidfds: never signal by pid */
-		}
-		k = process_match(pdir, uid, sorted, nkeys, buf);
-		close(pdir);
-		if (k < 0) {
-			close(pidfd);
-			continue;
-		}
-		if (nout == cap) {
-			size_t ncap = cap ? cap * 2 : 8;
-			struct holder *no = realloc(out, ncap * sizeof(*out));
-
-			if (!no) {
-				close(pidfd);
-				r = -ENOMEM;
-				goto out;
-			}
-			out = no;
-			cap = ncap;
-		}
-		/* Report the caller's index, not the sorted copy's. */
-		for (size_t i = 0; i < nkeys; i++)
-			if (keys[i].dev == sorted[k].dev && keys[i].ino == sorted[k].ino) {
-				k = (int)i;
-				break;
-			}
-		out[nout++] = (struct holder){ .pid = pid, .pidfd = pidfd, .key = (size_t)k };
-	}
-	*ret = out;
-	*n = nout;
-	out = NULL;
-	nout = 0;
-	if (unreadable)
-		*unreadable = nunread;
-	r = 0;
-out:
-	holders_free(out, nout);
-	if (d)
-		closedir(d);
-	if (proc_fd >= 0)
-		close(proc_fd);
-	if (root_fd >= 0)
-		close(root_fd);
-	free(buf);
-	free(sorted);
+	holders_scan_free(s);
+	free(k);
 	return r;
 }
 

@@ -4,12 +4,14 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* One memfd, as fstat() of the daemon's own chunk fd shows it. */
 struct holder_key {
 	dev_t dev;
 	ino_t ino;
+	uid_t uid; /* holders_scan: only processes of this uid are matched on it (holders_find sets it) */
 };
 
 /* A process found holding one of the keys. */
@@ -66,6 +68,36 @@ int holders_parse_status_uid(const char *buf, size_t len, uid_t ret[4]);
  */
 int holders_find(const char *proc_root, uid_t uid, const struct holder_key *keys, size_t nkeys, pid_t exclude_pid,
 		 struct holder **ret, size_t *n, size_t *unreadable);
+
+/*
+ * The same search in slices, for many keys of several uids at once: one pass
+ * over /proc for every overdue lease of a deadline round, spread over loop
+ * turns so that other clients are answered in between (issue 22, finding 2).
+ * A process is matched only on a key whose uid is the process's real,
+ * effective and saved uid, so a process is never reported for another uid's
+ * memory it maps. keys must stay valid (unchanged) until the scan is freed;
+ * exclude lists pids never reported (nexclude may be 0).
+ * holders_scan_new returns 0 and *ret, -errno when <proc_root>/proc cannot be
+ * opened, or -ENOMEM.
+ */
+struct holders_scan;
+int holders_scan_new(const char *proc_root, const struct holder_key *keys, size_t nkeys, const pid_t *exclude,
+		     size_t nexclude, struct holders_scan **ret);
+/*
+ * Examine /proc entries until budget_us has passed (at least one entry; one
+ * process is examined whole, so a step can pass the budget by one process's
+ * maps and fds). Returns 1 once the pass is complete, 0 when entries remain,
+ * or -ENOMEM.
+ */
+int holders_scan_step(struct holders_scan *s, uint64_t budget_us);
+/*
+ * Take what was found so far (key: an index into the caller's keys) and how
+ * many processes could not be read and were examined; the holders are the
+ * caller's (holders_free).
+ */
+void holders_scan_take(struct holders_scan *s, struct holder **ret, size_t *n, size_t *unreadable, size_t *examined);
+/* Close the scan and any holders not taken. NULL is fine. */
+void holders_scan_free(struct holders_scan *s);
 
 /*
  * Whether this process may read other users' /proc/PID/maps and fd (it has

@@ -59,6 +59,12 @@ struct lease {
 	uint64_t created_ms;       /* monotonic */
 	uint64_t last_used_ms;     /* last ACTIVE transition, for LRU */
 	uint64_t deadline_ms;      /* monotonic, while REVOKING/OVERDUE */
+	/*
+	 * While REVOKING/OVERDUE: the revoke was started by the holder's own uid
+	 * (not an admin, not pressure), so its enforcement never reaches a process
+	 * of another uid (broker_enforce_may_signal).
+	 */
+	bool revoke_by_holder;
 	struct chunk **chunks;     /* owned: freed by lease_remove (the chunks themselves are not) */
 	int numa_node;             /* the NUMA node asked for, -1 for any */
 	size_t nchunks;
@@ -66,7 +72,8 @@ struct lease {
 	 * Sharing. The lease is charged once, to uid, and lives while any mapper
 	 * does: its holder (owner), an attacher, or a process whose connection
 	 * closed while it still ran (exit_holds, each released when that process
-	 * exits). holder_detached: the holder let go while attachers remained;
+	 * exits; an enforcement round scanning for its mappers holds it too, until
+	 * the round ends). holder_detached: the holder let go while attachers remained;
 	 * owner is then NULL for good.
 	 */
 	struct lease_share *share;          /* owned; NULL until shared */

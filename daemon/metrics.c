@@ -170,6 +170,31 @@ static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 		   revocation_names, b->counters.revocations, REVOKED_N);
 	counter_by(f, "pinbroker_enforcements_total", "Overdue leases enforced since start, by revoke-enforce action.",
 		   "action", enforcement_names, b->counters.enforcements, ENFORCED_N);
+	head(f, "pinbroker_holder_scans_total", "counter",
+	     "Passes over /proc for processes still mapping overdue leases: one per deadline round, however many "
+	     "leases fell overdue in it.");
+	fprintf(f, "pinbroker_holder_scans_total %llu\n", (unsigned long long)b->counters.holder_scans);
+	{
+		static const uint64_t bound_us[BROKER_TURN_BUCKETS] = BROKER_TURN_BUCKET_US;
+		uint64_t cum = 0;
+
+		head(f, "pinbroker_loop_turn_seconds", "histogram",
+		     "Event loop turns (every callback of one iteration) by length: while one runs, no client is "
+		     "answered.");
+		for (size_t i = 0; i < BROKER_TURN_BUCKETS; i++) {
+			cum += b->counters.loop_turns[i];
+			fprintf(f, "pinbroker_loop_turn_seconds_bucket{le=\"%g\"} %llu\n", bound_us[i] / 1e6,
+				(unsigned long long)cum);
+		}
+		cum += b->counters.loop_turns[BROKER_TURN_BUCKETS];
+		fprintf(f, "pinbroker_loop_turn_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+		fprintf(f, "pinbroker_loop_turn_seconds_sum %.6f\n", b->counters.loop_turn_sum_us / 1e6);
+		fprintf(f, "pinbroker_loop_turn_seconds_count %llu\n", (unsigned long long)cum);
+	}
+	gauge(f, "pinbroker_loop_turn_longest_seconds",
+	      "The longest event loop turn (every callback of one iteration) since start: while it runs, no client is "
+	      "answered.",
+	      (double)b->counters.loop_turn_max_us / 1e6);
 
 	n = pool_nodes(b->pool, &nodes);
 	if (n) {

@@ -172,9 +172,11 @@ void reply_acquire_error(struct conn *c, uint64_t seq, int err, uint64_t size)
 		return;
 	case -EMFILE:
 		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
-			     "uid %u already holds %llu pool chunks (max-chunks-per-uid = %llu); release leases, use "
-			     "fewer larger ones, or ask the admin to raise max-chunks-per-uid",
+			     "uid %u already holds %llu pool chunks and %llu processes' exit holds, each an fd in the "
+			     "daemon (max-chunks-per-uid = %llu); release leases, use fewer larger ones, let processes "
+			     "that closed their connections exit, or ask the admin to raise max-chunks-per-uid",
 			     c->uid, (unsigned long long)budget_uid_chunks(b->budget, c->uid),
+			     (unsigned long long)(budget_uid_fds(b->budget, c->uid) - budget_uid_chunks(b->budget, c->uid)),
 			     (unsigned long long)b->max_chunks_per_uid);
 		return;
 	case -EXFULL:
@@ -187,9 +189,10 @@ void reply_acquire_error(struct conn *c, uint64_t seq, int err, uint64_t size)
 		return;
 	case -ENFILE:
 		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
-			     "the daemon holds %llu pool chunks, all its file descriptors and mappings allow while keeping "
-			     "reserve-fds (%u) free; try again later, or raise LimitNOFILE / vm.max_map_count",
-			     (unsigned long long)budget_chunks(b->budget), b->cfg->reserve_fds);
+			     "the daemon holds %llu fds for leases and exit holds, all its file descriptors and mappings "
+			     "allow while keeping reserve-fds (%u) free; try again later, or raise LimitNOFILE / "
+			     "vm.max_map_count",
+			     (unsigned long long)budget_fds(b->budget), b->cfg->reserve_fds);
 		return;
 	default:
 		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_INTERNAL,

@@ -31,6 +31,7 @@ void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req)
 	size_t n = 0, cap = 0;
 	struct lease *l, *target = NULL;
 	char reason[64];
+	uint32_t deadline_ms;
 	Pinbroker__V1__Reply r;
 
 	if (!ar->has_lease_id && !ar->has_uid && !(ar->has_all && ar->all)) {
@@ -61,6 +62,8 @@ void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req)
 		return;
 	}
 	snprintf(reason, sizeof(reason), "revoked by %suid %u", c->admin ? "admin " : "", c->uid);
+	/* A holder's own revoke gets at least revoke-min-deadline-ms (issue 22, finding 2). */
+	deadline_ms = broker_revoke_deadline_ms(b->cfg, c->admin, ar->has_deadline_ms ? ar->deadline_ms : 0);
 	/* A failed REVOKE send only marks its connection closing, so the walk stays valid. */
 	for (l = target ? target : lease_first(b->leases); l; l = target ? NULL : lease_next(b->leases, l)) {
 		if (ar->has_uid && l->uid != ar->uid)
@@ -76,8 +79,7 @@ void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req)
 			cap = cap ? cap * 2 : 16;
 		}
 		ids[n++] = l->id;
-		revoker_revoke(b, l, ar->has_deadline_ms ? ar->deadline_ms : 0, c->admin ? REVOKED_ADMIN : REVOKED_SELF,
-			       reason);
+		revoker_revoke(b, l, deadline_ms, c->admin ? REVOKED_ADMIN : REVOKED_SELF, reason);
 	}
 	rr.n_lease_ids = n;
 	rr.lease_ids = ids;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "broker.h"
+#include "budget.h"
 #include "config.h"
 #include "conn.h"
 #include "holders.h"
@@ -30,21 +31,65 @@
 /* While critical, look again this often whether more leases must go. */
 #define RECLAIM_STEP_MS 100
 
-/* Leases of a closed connection that were overdue: their process may still map them. */
+/*
+ * A process whose leases stay counted until it exits (an exit hold): its
+ * connection closed while it ran, or it was detached from another uid's
+ * overdue lease. One per process, however many connections and leases it
+ * had: its one pidfd is an fd the daemon keeps for uid, counted against
+ * uid's caps (budget_fd_add), so exit holds cannot eat the admin reserve
+ * (issue 22, finding 3).
+ */
 struct ghost {
 	struct ghost *next;
 	struct broker *broker;
 	int pidfd;
 	pid_t pid;
+	uid_t uid;
+	bool counted; /* budget_fd_add done */
 	ev_io io;
-	size_t nids;
+	size_t nids, capids;
 	uint64_t *ids;
+};
+
+/*
+ * One deadline round of enforcement, run in slices of enforce-slice-us per
+ * loop turn (issue 22, finding 2): first every lease past its deadline is
+ * marked overdue and its connections reached (MARK, resuming after cursor),
+ * then one /proc scan looks for other processes mapping any of their chunks
+ * (SCAN), then those are signalled (SIGNAL). Leases are named by id between
+ * turns: one may be freed meanwhile. Incremental on the loop thread rather
+ * than a scan thread: the lease table, the chunk fds and the pidfds stay
+ * single-threaded with no locks, and a slice boundary is simply the next
+ * /proc entry; a thread would need a copy of the keys, a hand-back of its
+ * pidfds through the loop, and a way to stop it when the daemon does.
+ */
+enum round_phase { ROUND_IDLE, ROUND_MARK, ROUND_SCAN, ROUND_SIGNAL };
+
+struct enforce_round {
+	enum round_phase phase;
+	uint64_t started_ms;
+	uint64_t cursor;         /* MARK: the last lease id looked at */
+	size_t overdue;          /* leases marked in this round */
+	struct holder_key *keys; /* the overdue leases' chunks, each with its lease's uid */
+	uint64_t *key_lease;     /* the lease id of each key */
+	size_t nkeys, capkeys;
+	uint64_t *held;          /* leases kept (an exit hold each) until the round ends, so none is freed and
+				  * its chunks lent again while the scan still looks for their mappers */
+	size_t nheld, capheld;
+	pid_t *signalled;        /* connection processes already reached: the scan skips them */
+	size_t nsignalled, capsignalled;
+	bool other_uids;         /* some lease is not the daemon's uid's */
+	struct holders_scan *scan;
+	struct holder *found;
+	size_t nfound, next_found, unreadable;
 };
 
 struct revoker {
 	ev_timer deadline_timer;
 	ev_timer reclaim_timer;
 	ev_timer shrink_timer;
+	ev_timer slice_timer; /* 0 s: the next slice of a round, after the loop has served I/O */
+	struct enforce_round round;
 	struct ghost *ghosts;
 	struct monitor_event ring[REVOKER_REVOCATIONS_MAX];
 	size_t ring_count;
@@ -125,6 +170,25 @@ void revoker_free_lease(struct broker *b, struct lease *l, const char *why)
 
 /* ---------------------------------------------------------------- revoking */
 
+/*
+ * A lease now falls due in deadline_ms: fire the deadline timer by then. Not
+ * arm_deadline_timer's walk of every lease, which would make a revoke of
+ * thousands quadratic. A round under way re-arms when it ends.
+ */
+static void arm_deadline_timer_for(struct broker *b, uint32_t deadline_ms)
+{
+	struct revoker *rv = b->revoker;
+
+	if (!rv || rv->round.phase != ROUND_IDLE)
+		return;
+	if (ev_is_active(&rv->deadline_timer) &&
+	    ev_timer_remaining(b->loop, &rv->deadline_timer) * 1000.0 <= (double)deadline_ms)
+		return;
+	ev_timer_stop(b->loop, &rv->deadline_timer);
+	ev_timer_set(&rv->deadline_timer, deadline_ms / 1000.0, 0.);
+	ev_timer_start(b->loop, &rv->deadline_timer);
+}
+
 int revoker_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, enum broker_revocation why,
 		   const char *reason)
 {
@@ -143,6 +207,7 @@ int revoker_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, enum
 	if (ret < 0)
 		return ret;
 	l->deadline_ms = now + deadline_ms;
+	l->revoke_by_holder = why == REVOKED_SELF;
 	b->counters.revocations[why]++;
 	log_event(EV_LEASE_REVOKED, LOG_WARNING, l->id, l->uid, l->pid,
 		  "revoking lease %llu (%llu bytes, pid %d, %s) with a %u ms deadline: %s", (unsigned long long)l->id,
@@ -173,63 +238,8 @@ int revoker_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, enum
 				reply_send(ac, &r, NULL, 0);
 		}
 	}
-	arm_deadline_timer(b);
+	arm_deadline_timer_for(b, deadline_ms);
 	return 0;
-}
-
-/*
- * Signal whoever else still maps or holds the lease's memfds, as fuser -k would
- * within the lease's uid: a child forked after the acquire keeps the memory
- * past its parent's exit, and a ghost or orphaned lease has no connection to
- * signal at all. signalled: the connection's pid, already reached through its
- * own pidfd (0: none). One /proc scan per enforcement (cost in holders.h).
- */
-static void enforce_holders(struct broker *b, const struct lease *l, int sig, pid_t signalled)
-{
-	struct holder_key *keys = calloc(l->nchunks ? l->nchunks : 1, sizeof(*keys));
-	struct holder *h = NULL;
-	size_t nkeys = 0, nh = 0, unreadable = 0;
-	uint64_t t0 = now_us();
-	int r;
-
-	if (!keys) {
-		log_warnx("cannot look for other holders of overdue lease %llu: out of memory, ignoring",
-			  (unsigned long long)l->id);
-		return;
-	}
-	for (size_t i = 0; i < l->nchunks; i++) {
-		struct stat st;
-
-		if (fstat(l->chunks[i]->fd, &st) == 0)
-			keys[nkeys++] = (struct holder_key){ .dev = st.st_dev, .ino = st.st_ino };
-	}
-	r = holders_find(b->cfg->proc_root, l->uid, keys, nkeys, signalled, &h, &nh, &unreadable);
-	free(keys);
-	if (r < 0) {
-		log_warnx("cannot look for other holders of overdue lease %llu in %s/proc: %s; check proc-root, ignoring",
-			  (unsigned long long)l->id, b->cfg->proc_root, strerror(-r));
-		return;
-	}
-	log_debug("holder scan for overdue lease %llu (uid %u): %zu other processes in %llu us",
-		  (unsigned long long)l->id, l->uid, nh, (unsigned long long)(now_us() - t0));
-	for (size_t i = 0; i < nh; i++) {
-		if (sys_pidfd_send_signal(h[i].pidfd, sig, 0) < 0)
-			log_warn("pidfd_send_signal(%d, %s) for overdue lease %llu failed, ignoring", h[i].pid,
-				 strsignal(sig), (unsigned long long)l->id);
-		else
-			log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, l->uid, h[i].pid,
-				  "sent %s to pid %d for overdue lease %llu: it still maps or holds the lease's memory",
-				  sigabbrev_np(sig), h[i].pid, (unsigned long long)l->id);
-	}
-	holders_free(h, nh);
-	if (l->uid != geteuid() && !holders_can_inspect_all())
-		log_warnx("overdue lease %llu: cannot read the /proc/PID/maps of uid %u without CAP_SYS_PTRACE, so "
-			  "processes other than its connection's that still map it were not signalled; grant the "
-			  "capability or run as root",
-			  (unsigned long long)l->id, l->uid);
-	else if (unreadable > 0)
-		log_warnx("overdue lease %llu: %zu processes could not be inspected for its memory, ignoring",
-			  (unsigned long long)l->id, unreadable);
 }
 
 /* Signal one mapper of an overdue lease through its pidfd. Returns true if the signal went. */
@@ -251,34 +261,118 @@ static bool signal_mapper(const struct lease *l, int pidfd, pid_t pid, int sig)
 	return true;
 }
 
-/*
- * The attachers of an overdue lease, and the processes whose connections
- * closed while they mapped it (ghosts): an attacher of another uid is out of
- * the /proc scan's reach, so each is signalled through its own pidfd.
- */
-static void enforce_mappers(struct broker *b, const struct lease *l, int sig)
-{
-	for (size_t i = 0; i < l->nattachers; i++) {
-		const struct conn *ac = l->attachers[i].owner;
+static int hold_process(struct broker *b, int pidfd, bool take_pidfd, pid_t pid, uid_t uid, const uint64_t *ids,
+			size_t n);
 
-		signal_mapper(l, ac->pidfd, ac->pid, sig);
-	}
-	for (struct ghost *g = b->revoker->ghosts; g; g = g->next)
-		for (size_t i = 0; i < g->nids; i++)
-			if (g->ids[i] == l->id)
-				signal_mapper(l, g->pidfd, g->pid, sig);
+/*
+ * An attacher of another uid on a lease whose holder revoked it: not
+ * signalled (issue 22, finding 4). It got the REVOKE on its own connection;
+ * now the lease leaves that connection's books, and since its process may
+ * still map the pages, they stay counted until that process exits (an exit
+ * hold on the attacher's process, its one pidfd counted to its own uid).
+ */
+static void detach_foreign_attacher(struct broker *b, struct lease *l, struct conn *ac)
+{
+	int r;
+
+	lease_detach(l, ac);
+	conn_lose(ac, l, true);
+	b->generation++;
+	r = ac->pidfd >= 0 ? hold_process(b, ac->pidfd, false, ac->pid, ac->uid, &l->id, 1) : -EBADF;
+	log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, ac->uid, ac->pid,
+		  "overdue lease %llu: attacher pid %d of uid %u detached, not signalled: a revoke its holder (uid %u) "
+		  "started does not reach other uids%s",
+		  (unsigned long long)l->id, ac->pid, ac->uid, l->uid,
+		  r == 0 ? "; it stays counted until that process exits" : "");
 }
 
+/* Note that pid was signalled in this round, so the scan skips it. */
+static void round_add_signalled(struct enforce_round *rd, pid_t pid)
+{
+	if (rd->nsignalled == rd->capsignalled) {
+		size_t cap = rd->capsignalled ? rd->capsignalled * 2 : 16;
+		pid_t *p = realloc(rd->signalled, cap * sizeof(*p));
+
+		if (!p)
+			return; /* it may get a second signal: harmless */
+		rd->signalled = p;
+		rd->capsignalled = cap;
+	}
+	rd->signalled[rd->nsignalled++] = pid;
+}
+
+/* Add l's chunks to the round's scan, and hold l until the round ends. Returns 0 or -ENOMEM. */
+static int round_add_keys(struct enforce_round *rd, struct lease *l)
+{
+	if (l->nchunks == 0)
+		return 0;
+	if (rd->nheld == rd->capheld) {
+		size_t cap = rd->capheld ? rd->capheld * 2 : 64;
+		uint64_t *p = realloc(rd->held, cap * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		rd->held = p;
+		rd->capheld = cap;
+	}
+	rd->held[rd->nheld++] = l->id;
+	l->exit_holds++;
+	for (size_t i = 0; i < l->nchunks; i++) {
+		struct stat st;
+
+		if (fstat(l->chunks[i]->fd, &st) < 0)
+			continue;
+		if (rd->nkeys == rd->capkeys) {
+			size_t cap = rd->capkeys ? rd->capkeys * 2 : 64;
+			struct holder_key *k = realloc(rd->keys, cap * sizeof(*k));
+			uint64_t *ids;
+
+			if (!k)
+				return -ENOMEM;
+			rd->keys = k;
+			ids = realloc(rd->key_lease, cap * sizeof(*ids));
+			if (!ids)
+				return -ENOMEM;
+			rd->key_lease = ids;
+			rd->capkeys = cap;
+		}
+		rd->keys[rd->nkeys] = (struct holder_key){ .dev = st.st_dev, .ino = st.st_ino, .uid = l->uid };
+		rd->key_lease[rd->nkeys++] = l->id;
+	}
+	if (l->uid != geteuid())
+		rd->other_uids = true;
+	return 0;
+}
+
+static int enforce_signal(const struct config *cfg)
+{
+	return cfg->revoke_enforce == ENFORCE_SIGKILL ? SIGKILL : cfg->revoke_enforce == ENFORCE_SIGTERM ? SIGTERM : 0;
+}
+
+/*
+ * The cheap half of enforcing one overdue lease, in the MARK phase: its
+ * connection, its attachers and the processes holding it until they exit are
+ * reached through pidfds the daemon has; the /proc scan for the rest is the
+ * round's (round_add_keys). A revoke the holder started never reaches a
+ * process of another uid (broker_enforce_may_signal): such attachers are
+ * detached instead.
+ */
 static void enforce(struct broker *b, struct lease *l)
 {
+	struct enforce_round *rd = &b->revoker->round;
 	struct conn *c = owner_conn(b, l);
-	pid_t signalled = 0;
-	int sig = 0;
+	int sig = enforce_signal(b->cfg);
 
-	switch (b->cfg->revoke_enforce) {
-	case ENFORCE_NONE:
+	if (b->cfg->revoke_enforce == ENFORCE_NONE)
 		return;
-	case ENFORCE_DISCONNECT:
+	/* From the last, since detaching moves the last entry into the hole. */
+	for (size_t i = l->nattachers; i-- > 0;) {
+		struct conn *ac = l->attachers[i].owner;
+
+		if (!broker_enforce_may_signal(l, ac->uid))
+			detach_foreign_attacher(b, l, ac);
+	}
+	if (b->cfg->revoke_enforce == ENFORCE_DISCONNECT) {
 		b->counters.enforcements[ENFORCED_DISCONNECT]++;
 		if (c)
 			reply_close(c, "revoke deadline passed (revoke-enforce=disconnect)");
@@ -286,42 +380,224 @@ static void enforce(struct broker *b, struct lease *l)
 		for (size_t i = 0; i < l->nattachers; i++)
 			reply_close(l->attachers[i].owner, "revoke deadline passed (revoke-enforce=disconnect)");
 		return;
-	case ENFORCE_SIGTERM:
-		b->counters.enforcements[ENFORCED_SIGTERM]++;
-		sig = SIGTERM;
-		break;
-	case ENFORCE_SIGKILL:
-		b->counters.enforcements[ENFORCED_SIGKILL]++;
-		sig = SIGKILL;
-		break;
 	}
+	b->counters.enforcements[sig == SIGKILL ? ENFORCED_SIGKILL : ENFORCED_SIGTERM]++;
 	if (c && signal_mapper(l, c->pidfd, c->pid, sig))
-		signalled = c->pid;
-	enforce_mappers(b, l, sig);
-	enforce_holders(b, l, sig, signalled);
+		round_add_signalled(rd, c->pid);
+	/* An attacher of another uid is out of the /proc scan's reach: each is signalled through its own pidfd. */
+	for (size_t i = 0; i < l->nattachers; i++) {
+		const struct conn *ac = l->attachers[i].owner;
+
+		if (signal_mapper(l, ac->pidfd, ac->pid, sig))
+			round_add_signalled(rd, ac->pid);
+	}
+	for (struct ghost *g = b->revoker->ghosts; g; g = g->next)
+		for (size_t i = 0; i < g->nids; i++) {
+			if (g->ids[i] != l->id)
+				continue;
+			if (!broker_enforce_may_signal(l, g->uid))
+				log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, g->uid, g->pid,
+					  "overdue lease %llu: pid %d of uid %u still holds it and is not signalled: a "
+					  "revoke its holder started does not reach other uids",
+					  (unsigned long long)l->id, g->pid, g->uid);
+			else if (signal_mapper(l, g->pidfd, g->pid, sig))
+				round_add_signalled(rd, g->pid);
+		}
+	if (round_add_keys(rd, l) < 0)
+		log_warnx("cannot look for other holders of overdue lease %llu: out of memory, ignoring",
+			  (unsigned long long)l->id);
 }
 
-static void deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
+/* The round is over: its holds end, and a lease nobody maps any more (its process exited meanwhile) is freed. */
+static void round_release(struct broker *b, struct enforce_round *rd)
 {
-	struct broker *b = w->data;
-	uint64_t now = now_ms();
-	struct lease *l, *next;
+	size_t freed = 0;
 
-	/* Enforcement may close connections, but their leases go back only at the reap. */
-	for (l = lease_first(b->leases); l; l = next) {
-		next = lease_next(b->leases, l);
-		if (l->state != LEASE_REVOKING || l->deadline_ms > now)
+	for (size_t i = 0; i < rd->nheld; i++) {
+		struct lease *l = lease_find(b->leases, rd->held[i]);
+
+		if (!l)
+			continue; /* released by its uid meanwhile */
+		if (l->exit_holds > 0)
+			l->exit_holds--;
+		if (!l->owner && l->nattachers == 0 && l->exit_holds == 0) {
+			revoker_free_lease(b, l, "holder exited");
+			freed++;
+		}
+	}
+	rd->nheld = 0;
+	if (freed > 0)
+		revoker_freed(b);
+}
+
+static void round_reset(struct enforce_round *rd)
+{
+	holders_scan_free(rd->scan);
+	for (size_t i = rd->next_found; i < rd->nfound; i++)
+		if (rd->found[i].pidfd >= 0)
+			close(rd->found[i].pidfd);
+	free(rd->found);
+	free(rd->keys);
+	free(rd->key_lease);
+	free(rd->held);
+	free(rd->signalled);
+	*rd = (struct enforce_round){ .phase = ROUND_IDLE };
+}
+
+/* The round's scan is over: say what it could not see. */
+static void round_report(struct broker *b, struct enforce_round *rd)
+{
+	if (rd->other_uids && !holders_can_inspect_all())
+		log_warnx("%zu overdue leases: cannot read the /proc/PID/maps of other uids without CAP_SYS_PTRACE, so "
+			  "processes other than their connections' that still map them were not signalled; grant the "
+			  "capability or run as root",
+			  rd->overdue);
+	else if (rd->unreadable > 0)
+		log_warnx("%zu processes could not be inspected for the memory of %zu overdue leases, ignoring",
+			  rd->unreadable, rd->overdue);
+}
+
+/* MARK: leases past their deadline, from the cursor on. Returns true when the walk is done. */
+static bool round_mark(struct broker *b, struct enforce_round *rd, uint64_t t0, uint64_t budget_us)
+{
+	struct lease *l;
+
+	while ((l = lease_next_after(b->leases, rd->cursor))) {
+		rd->cursor = l->id;
+		if (l->state != LEASE_REVOKING || l->deadline_ms > rd->started_ms)
 			continue;
-		lease_set_state(l, LEASE_OVERDUE, now);
+		lease_set_state(l, LEASE_OVERDUE, now_ms());
+		rd->overdue++;
 		log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, l->uid, l->pid,
 			  "lease %llu (%llu bytes, pid %d) is overdue: its holder did not let go within the deadline; "
 			  "it stays counted until it does (revoke-enforce=%s)",
 			  (unsigned long long)l->id, (unsigned long long)l->bytes, l->pid,
 			  config_enforce_name(b->cfg->revoke_enforce));
 		record_revocation(b, "lease %llu pid %d overdue", (unsigned long long)l->id, l->pid);
+		/* Enforcement may close connections, but their leases go back only at the reap. */
 		enforce(b, l);
+		if (now_us() - t0 >= budget_us)
+			return false;
 	}
+	return true;
+}
+
+/* SIGNAL: the processes the scan found, each if its lease is still overdue. Returns true when done. */
+static bool round_signal(struct broker *b, struct enforce_round *rd, uint64_t t0, uint64_t budget_us)
+{
+	int sig = enforce_signal(b->cfg);
+
+	while (rd->next_found < rd->nfound) {
+		struct holder *h = &rd->found[rd->next_found++];
+		const struct lease *l = lease_find(b->leases, rd->key_lease[h->key]);
+
+		/*
+		 * Freed (its chunks may be another lease's by now) or given back
+		 * meanwhile: leave it be. The scan matched only processes of the
+		 * lease's own uid, which every revoke may reach.
+		 */
+		if (sig && l && l->state == LEASE_OVERDUE) {
+			if (sys_pidfd_send_signal(h->pidfd, sig, 0) < 0)
+				log_warn("pidfd_send_signal(%d, %s) for overdue lease %llu failed, ignoring", h->pid,
+					 strsignal(sig), (unsigned long long)l->id);
+			else
+				log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, l->uid, h->pid,
+					  "sent %s to pid %d for overdue lease %llu: it still maps or holds the lease's "
+					  "memory",
+					  sigabbrev_np(sig), h->pid, (unsigned long long)l->id);
+		}
+		close(h->pidfd);
+		h->pidfd = -1;
+		if (now_us() - t0 >= budget_us)
+			return rd->next_found == rd->nfound;
+	}
+	return true;
+}
+
+/*
+ * One slice of the round: at most enforce-slice-us of work (one process's
+ * /proc entry may pass it), then the loop serves everyone else and the
+ * slice timer brings the next slice. The whole round scans /proc once,
+ * whatever the number of overdue leases.
+ */
+static void round_step(struct broker *b)
+{
+	struct revoker *rv = b->revoker;
+	struct enforce_round *rd = &rv->round;
+	uint64_t t0 = now_us(), budget_us = b->cfg->enforce_slice_us;
+	int r;
+
+	if (rd->phase == ROUND_MARK) {
+		if (!round_mark(b, rd, t0, budget_us))
+			goto more;
+		rd->phase = ROUND_SCAN;
+		if (rd->nkeys == 0 || !enforce_signal(b->cfg))
+			goto done;
+		r = holders_scan_new(b->cfg->proc_root, rd->keys, rd->nkeys, rd->signalled, rd->nsignalled, &rd->scan);
+		if (r < 0) {
+			log_warnx("cannot look for other holders of %zu overdue leases in %s/proc: %s; check proc-root, "
+				  "ignoring",
+				  rd->overdue, b->cfg->proc_root, strerror(-r));
+			goto done;
+		}
+		if (now_us() - t0 >= budget_us)
+			goto more;
+	}
+	if (rd->phase == ROUND_SCAN) {
+		uint64_t spent = now_us() - t0;
+
+		r = holders_scan_step(rd->scan, budget_us > spent ? budget_us - spent : 1);
+		if (r == 0)
+			goto more;
+		if (r < 0) {
+			log_warnx("the holder scan for %zu overdue leases ran out of memory, ignoring", rd->overdue);
+			goto done;
+		}
+		holders_scan_take(rd->scan, &rd->found, &rd->nfound, &rd->unreadable, NULL);
+		b->counters.holder_scans++;
+		log_debug("holder scan for %zu overdue leases (%zu chunks): %zu other processes, %llu ms since the "
+			  "deadline round began",
+			  rd->overdue, rd->nkeys, rd->nfound, (unsigned long long)(now_ms() - rd->started_ms));
+		holders_scan_free(rd->scan);
+		rd->scan = NULL;
+		round_report(b, rd);
+		rd->phase = ROUND_SIGNAL;
+		if (now_us() - t0 >= budget_us)
+			goto more;
+	}
+	if (rd->phase == ROUND_SIGNAL && !round_signal(b, rd, t0, budget_us))
+		goto more;
+done:
+	round_release(b, rd);
+	round_reset(rd);
 	arm_deadline_timer(b);
+	return;
+more:
+	ev_timer_stop(b->loop, &rv->slice_timer);
+	ev_timer_set(&rv->slice_timer, 0., 0.);
+	ev_timer_start(b->loop, &rv->slice_timer);
+}
+
+static void slice_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct broker *b = w->data;
+
+	if (b->revoker->round.phase != ROUND_IDLE)
+		round_step(b);
+}
+
+static void deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct broker *b = w->data;
+	struct enforce_round *rd = &b->revoker->round;
+
+	/* A round under way picks up nothing new; the next one starts when it ends (arm_deadline_timer). */
+	if (rd->phase != ROUND_IDLE)
+		return;
+	rd->phase = ROUND_MARK;
+	rd->started_ms = now_ms();
+	rd->cursor = 0;
+	round_step(b);
 }
 
 static void arm_deadline_timer(struct broker *b)
@@ -329,8 +605,8 @@ static void arm_deadline_timer(struct broker *b)
 	struct revoker *rv = b->revoker;
 	uint64_t earliest = UINT64_MAX, now = now_ms();
 
-	if (!rv)
-		return;
+	if (!rv || rv->round.phase != ROUND_IDLE)
+		return; /* the round re-arms when it ends */
 	for (struct lease *l = lease_first(b->leases); l; l = lease_next(b->leases, l))
 		if (l->state == LEASE_REVOKING && l->deadline_ms < earliest)
 			earliest = l->deadline_ms;
@@ -445,6 +721,8 @@ static void ghost_free(struct broker *b, struct ghost *g)
 		}
 	ev_io_stop(b->loop, &g->io);
 	close(g->pidfd);
+	if (g->counted && b->budget)
+		budget_fd_sub(b->budget, g->uid);
 	free(g->ids);
 	free(g);
 }
@@ -470,34 +748,97 @@ static void ghost_cb(struct ev_loop *loop, ev_io *w, int revents)
 	revoker_freed(b);
 }
 
-/* Watch pidfd (taken over) and free leases ids once that process exits. Returns 0 or -ENOMEM. */
-int revoker_hold_until_exit(struct broker *b, int pidfd, pid_t pid, const uint64_t *ids, size_t n)
+/* The exit hold of pid if it has one and the process still runs (then the pid cannot name another). */
+static struct ghost *ghost_find(struct broker *b, pid_t pid)
+{
+	for (struct ghost *g = b->revoker->ghosts; g; g = g->next) {
+		struct pollfd p = { .fd = g->pidfd, .events = POLLIN };
+
+		if (g->pid == pid && poll(&p, 1, 0) == 0)
+			return g;
+	}
+	return NULL;
+}
+
+/*
+ * Hold leases ids until the process behind pidfd exits. A process keeps one
+ * exit hold, with one pidfd, however many of its connections closed and
+ * leases it held: a second call for a live pid adds its ids to the first.
+ * take_pidfd: pidfd is the caller's to give (kept or closed here); otherwise
+ * a copy is made only when the process has no hold yet. The pidfd is counted
+ * against uid's fd caps. Returns 0, -ENOMEM or -errno of the copy (the
+ * leases untouched, a taken pidfd closed).
+ */
+static int hold_process(struct broker *b, int pidfd, bool take_pidfd, pid_t pid, uid_t uid, const uint64_t *ids,
+			size_t n)
 {
 	struct revoker *rv = b->revoker;
-	struct ghost *g = calloc(1, sizeof(*g));
+	struct ghost *g = ghost_find(b, pid);
+	bool fresh = !g;
+	int r;
 
-	if (!g || !(g->ids = calloc(n ? n : 1, sizeof(*g->ids)))) {
-		free(g);
+	if (g && take_pidfd)
 		close(pidfd);
-		return -ENOMEM;
+	if (!g) {
+		g = calloc(1, sizeof(*g));
+		if (!g) {
+			if (take_pidfd)
+				close(pidfd);
+			return -ENOMEM;
+		}
+		g->pidfd = take_pidfd ? pidfd : fcntl(pidfd, F_DUPFD_CLOEXEC, 3);
+		if (g->pidfd < 0) {
+			r = -errno;
+			free(g);
+			return r;
+		}
+		g->broker = b;
+		g->pid = pid;
+		g->uid = uid;
 	}
-	g->broker = b;
-	g->pid = pid;
-	g->pidfd = pidfd;
-	memcpy(g->ids, ids, n * sizeof(*ids));
-	g->nids = n;
+	if (g->nids + n > g->capids) {
+		size_t cap = g->capids ? g->capids * 2 : 4;
+		uint64_t *p;
+
+		while (cap < g->nids + n)
+			cap *= 2;
+		p = realloc(g->ids, cap * sizeof(*p));
+		if (!p) {
+			if (fresh) {
+				close(g->pidfd);
+				free(g);
+			}
+			return -ENOMEM;
+		}
+		g->ids = p;
+		g->capids = cap;
+	}
+	memcpy(g->ids + g->nids, ids, n * sizeof(*ids));
+	g->nids += n;
 	for (size_t i = 0; i < n; i++) {
 		struct lease *l = lease_find(b->leases, ids[i]);
 
 		if (l)
 			l->exit_holds++;
 	}
+	if (!fresh)
+		return 0;
+	/* Counted even past the cap: the process holds the memory either way; acquires see it. */
+	g->counted = b->budget && budget_fd_add(b->budget, uid) == 0;
 	ev_io_init(&g->io, ghost_cb, g->pidfd, EV_READ);
 	g->io.data = g;
 	ev_io_start(b->loop, &g->io);
 	g->next = rv->ghosts;
 	rv->ghosts = g;
 	return 0;
+}
+
+int revoker_hold_until_exit(struct broker *b, int pidfd, pid_t pid, const uint64_t *ids, size_t n)
+{
+	const struct lease *l = n > 0 ? lease_find(b->leases, ids[0]) : NULL;
+
+	/* The process's own uid is not known here (a holder or a mapper after a restart): charge the lease's. */
+	return hold_process(b, pidfd, true, pid, l ? l->uid : 0, ids, n);
 }
 
 size_t revoker_hold_pids(const struct broker *b, uint64_t id, pid_t *out, size_t max)
@@ -570,11 +911,18 @@ void revoker_conn_closed(struct broker *b, struct conn *c)
 	b->unbrokered_bytes = b->unbrokered.reported_bytes;
 	c->unbrokered_bytes = 0;
 	if (nheld > 0) {
-		int pidfd = fcntl(c->pidfd, F_DUPFD_CLOEXEC, 3);
+		bool had_hold = ghost_find(b, c->pid) != NULL;
 
 		log_debug("connection of pid %d closed while the process lives: %zu leases stay counted until it exits",
 			  c->pid, nheld);
-		if (pidfd < 0 || revoker_hold_until_exit(b, pidfd, c->pid, held, nheld) < 0) {
+		/* The connection's own pidfd becomes the process's exit hold (no copy); a second connection's
+		 * pidfd is closed with it at the reap, as the process has one already. */
+		if (hold_process(b, c->pidfd, !had_hold, c->pid, c->uid, held, nheld) == 0) {
+			if (!had_hold)
+				c->pidfd = -1;
+		} else {
+			if (!had_hold)
+				c->pidfd = -1; /* closed by hold_process */
 			/* Cannot watch the process: better to free than to leak the bytes forever. */
 			for (size_t i = 0; i < nheld; i++) {
 				l = lease_find(b->leases, held[i]);
@@ -606,6 +954,8 @@ int revoker_init(struct broker *b)
 	rv->reclaim_timer.data = b;
 	ev_timer_init(&rv->shrink_timer, shrink_cb, 0., 0.);
 	rv->shrink_timer.data = b;
+	ev_timer_init(&rv->slice_timer, slice_cb, 0., 0.);
+	rv->slice_timer.data = b;
 	b->revoker = rv;
 	return 0;
 }
@@ -616,6 +966,8 @@ void revoker_fini(struct broker *b)
 
 	if (!rv)
 		return;
+	ev_timer_stop(b->loop, &rv->slice_timer);
+	round_reset(&rv->round);
 	while (rv->ghosts)
 		ghost_free(b, rv->ghosts);
 	/* Shutdown: leases still counted for live or overdue holders (their fds are in the

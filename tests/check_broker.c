@@ -655,6 +655,63 @@ START_TEST(test_caps_refuse_by_leases_chunks_and_capacity)
 }
 END_TEST
 
+/* Issue 22, finding 2: a non-admin's own revoke gets at least revoke-min-deadline-ms; an admin's does not. */
+START_TEST(test_revoke_deadline_floor_applies_to_non_admins_only)
+{
+	struct config cfg = { .revoke_deadline_ms = 5000, .revoke_min_deadline_ms = 1000 };
+
+	ck_assert_uint_eq(broker_revoke_deadline_ms(&cfg, false, 1), 1000);
+	ck_assert_uint_eq(broker_revoke_deadline_ms(&cfg, false, 999), 1000);
+	ck_assert_uint_eq(broker_revoke_deadline_ms(&cfg, false, 1000), 1000);
+	ck_assert_uint_eq(broker_revoke_deadline_ms(&cfg, false, 3000), 3000);
+	ck_assert_uint_eq(broker_revoke_deadline_ms(&cfg, false, 0), 5000);
+	ck_assert_uint_eq(broker_revoke_deadline_ms(&cfg, true, 1), 1);
+	ck_assert_uint_eq(broker_revoke_deadline_ms(&cfg, true, 0), 5000);
+	/* A default below the floor is raised for a non-admin too. */
+	cfg.revoke_deadline_ms = 200;
+	ck_assert_uint_eq(broker_revoke_deadline_ms(&cfg, false, 0), 1000);
+	ck_assert_uint_eq(broker_revoke_deadline_ms(&cfg, true, 0), 200);
+}
+END_TEST
+
+/* Issue 22, finding 4: a revoke the holder started reaches only the holder's uid; others reach every uid. */
+START_TEST(test_holder_revoke_never_signals_another_uid)
+{
+	struct lease l = { .uid = UID_A };
+
+	ck_assert(broker_enforce_may_signal(&l, UID_A));
+	ck_assert(broker_enforce_may_signal(&l, UID_B));
+	l.revoke_by_holder = true;
+	ck_assert(broker_enforce_may_signal(&l, UID_A));
+	ck_assert(!broker_enforce_may_signal(&l, UID_B));
+	ck_assert(!broker_enforce_may_signal(&l, 0));
+}
+END_TEST
+
+/* Issue 22, finding 3: the pidfds of exit holds meet the per-uid chunk cap and the daemon's capacity. */
+START_TEST(test_held_fds_meet_the_chunk_caps)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+	struct lease *l;
+
+	b->max_chunks_per_uid = 3;
+	ck_assert_int_eq(budget_fd_add(b->budget, UID_A), 0);
+	ck_assert_int_eq(budget_fd_add(b->budget, UID_A), 0);
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), 0);
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), -EMFILE);
+	ck_assert_int_eq(acquire(b, UID_B, &conn_b, 4 * MIB, &l), 0);
+	b->max_chunks_per_uid = 0;
+	b->chunk_capacity = 6;
+	/* 3 chunks and 2 pidfds held: one fd left of the capacity. */
+	ck_assert_int_eq(acquire(b, UID_C, &conn_c, 4 * MIB, &l), -ENFILE);
+	ck_assert_int_eq(acquire(b, UID_C, &conn_c, 2 * MIB, &l), 0);
+	budget_fd_sub(b->budget, UID_A);
+	budget_fd_sub(b->budget, UID_A);
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
 START_TEST(test_registration_is_charged_without_pool_memory_and_never_revoked)
 {
 	struct broker *b = new_broker(64 * MIB, 32 * MIB, 4 * MIB);
@@ -745,6 +802,9 @@ static Suite *broker_suite(void)
 	tcase_add_test(tc, test_same_uid_attach_taints_nothing);
 	tcase_add_test(tc, test_caps_refuse_by_leases_chunks_and_capacity);
 	tcase_add_test(tc, test_registration_is_charged_without_pool_memory_and_never_revoked);
+	tcase_add_test(tc, test_revoke_deadline_floor_applies_to_non_admins_only);
+	tcase_add_test(tc, test_holder_revoke_never_signals_another_uid);
+	tcase_add_test(tc, test_held_fds_meet_the_chunk_caps);
 	tcase_add_test(tc, test_never_revoked_bytes_are_capped_per_uid);
 	suite_add_tcase(s, tc);
 	return s;

@@ -250,6 +250,39 @@ START_TEST(test_count_sub_of_uncounted_lease_aborts)
 }
 END_TEST
 
+/* Issue 22, finding 3: the pidfd of an exit hold is an fd the daemon keeps for its uid, like a chunk. */
+START_TEST(test_held_fds_count_with_chunks_per_uid)
+{
+	struct budget *b;
+
+	ck_assert_int_eq(budget_new(64 * MIB, 0, &b), 0);
+	ck_assert_int_eq(budget_count_add(b, 1000, 3), 0);
+	ck_assert_int_eq(budget_fd_add(b, 1000), 0);
+	ck_assert_int_eq(budget_fd_add(b, 1001), 0);
+	ck_assert_uint_eq(budget_uid_fds(b, 1000), 4);
+	ck_assert_uint_eq(budget_uid_chunks(b, 1000), 3);
+	ck_assert_uint_eq(budget_uid_fds(b, 1001), 1);
+	ck_assert_uint_eq(budget_fds(b), 5);
+	/* A uid holding only a pidfd is still on the books, and leaves them with it. */
+	budget_fd_sub(b, 1001);
+	ck_assert_uint_eq(budget_uid_fds(b, 1001), 0);
+	ck_assert_uint_eq(budget_fds(b), 4);
+	budget_count_sub(b, 1000, 3);
+	budget_fd_sub(b, 1000);
+	ck_assert_uint_eq(budget_fds(b), 0);
+	budget_free(b);
+}
+END_TEST
+
+START_TEST(test_fd_sub_of_uncounted_fd_aborts)
+{
+	struct budget *b;
+
+	ck_assert_int_eq(budget_new(64 * MIB, 0, &b), 0);
+	budget_fd_sub(b, 1000);
+}
+END_TEST
+
 static Suite *budget_suite(void)
 {
 	Suite *s = suite_create("budget");
@@ -271,6 +304,8 @@ static Suite *budget_suite(void)
 	tcase_add_test(tc, test_random_charge_uncharge_stays_exact);
 	tcase_add_test(tc, test_counts_follow_leases_and_chunks_per_uid);
 	tcase_add_test_raise_signal(tc, test_count_sub_of_uncounted_lease_aborts, SIGABRT);
+	tcase_add_test(tc, test_held_fds_count_with_chunks_per_uid);
+	tcase_add_test_raise_signal(tc, test_fd_sub_of_uncounted_fd_aborts, SIGABRT);
 	suite_add_tcase(s, tc);
 	return s;
 }
