@@ -2413,6 +2413,7 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 	s->registered_bytes = sr->has_registered_bytes ? sr->registered_bytes : 0;
 	s->no_revoke_bytes = sr->has_no_revoke_bytes ? sr->no_revoke_bytes : 0;
 	s->unbrokered_bytes = sr->has_unbrokered_bytes ? sr->unbrokered_bytes : 0;
+	s->orphaned_bytes = sr->has_orphaned_bytes ? sr->orphaned_bytes : 0;
 	s->page_kind = xstrdup(sr->page_kind ? sr->page_kind : "unknown", &oom);
 	s->thp_bytes = sr->has_thp_bytes ? sr->thp_bytes : 0;
 	s->thp_failures = sr->has_thp_failures ? sr->thp_failures : 0;

@@ -463,6 +463,9 @@ struct pb_status {
 	/* client_cgroups[i] is clients[i]'s cgroup at connect, "" when unknown: kept apart so that
 	 * struct pb_client_info, which programs index by its size, keeps its layout. */
 	char **client_cgroups;
+	/* Of leased_bytes, memory an earlier daemon instance lent that live processes still map: after a restart
+	 * it stays counted until they let go (0 from an older daemon). */
+	uint64_t orphaned_bytes;
 };
 
 /*

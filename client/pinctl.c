@@ -679,6 +679,7 @@ static void status_json(FILE *f, const struct pb_status *s)
 	json_u64(f, "registered_bytes", s->registered_bytes, true);
 	json_u64(f, "no_revoke_bytes", s->no_revoke_bytes, true);
 	json_u64(f, "unbrokered_bytes", s->unbrokered_bytes, true);
+	json_u64(f, "orphaned_bytes", s->orphaned_bytes, true);
 	json_u64(f, "prewarm_bytes", s->prewarm_bytes, true);
 	json_u64(f, "waiting_acquires", s->waiting_acquires, true);
 	json_kstr(f, "pressure_state", s->pressure_state, true);
@@ -826,9 +827,12 @@ static void status_human(const struct pb_status *s)
 	if (s->registered_bytes || s->no_revoke_bytes)
 		printf("of leased:    %s registered (programs' own memory), %s never revoked\n",
 		       size_str(s->registered_bytes, a, sizeof(a)), size_str(s->no_revoke_bytes, b, sizeof(b)));
+	if (s->orphaned_bytes)
+		printf("of leased:    %s orphaned: lent by the daemon before a restart, still mapped by live processes\n",
+		       size_str(s->orphaned_bytes, a, sizeof(a)));
 	printf("unbrokered:   %s pinned outside the budget, as clients report it (pinned in all: %s)\n",
 	       size_str(s->unbrokered_bytes, a, sizeof(a)),
-	       size_str(s->pool_bytes + s->registered_bytes + s->unbrokered_bytes, b, sizeof(b)));
+	       size_str(s->pool_bytes + s->registered_bytes + s->unbrokered_bytes + s->orphaned_bytes, b, sizeof(b)));
 	printf("pool:         %s resident, %s idle (prewarm %s)\n", size_str(s->pool_bytes, a, sizeof(a)),
 	       size_str(s->pool_idle_bytes, b, sizeof(b)), size_str(s->prewarm_bytes, c, sizeof(c)));
 	printf("pages:        page %s, chunk %s, pool on %s\n", size_str(s->page_size_bytes, a, sizeof(a)),

@@ -50,7 +50,14 @@ struct pool_opts {
 	/* NUMA nodes chunks are placed on (mbind MPOL_PREFERRED before any page is faulted); n_nodes 0: no placement. */
 	const int *nodes;
 	size_t n_nodes;
+	/* memfd name of every chunk (NULL: POOL_MEMFD_NAME); what a restarted daemon looks for in /proc (restart.c). */
+	const char *memfd_name;
 };
+
+/* The default chunk memfd name; the daemon appends its socket's tag (restart.h) so that instances differ. */
+#define POOL_MEMFD_NAME "pinbroker-chunk"
+/* memfd_create(2) takes names of up to 249 bytes; ours stay far shorter. */
+#define POOL_MEMFD_NAME_MAX 64
 
 struct pool;
 

@@ -156,6 +156,8 @@ static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr
 	sr->huge_pages_free_bytes = b->monitor ? monitor_huge_pages_free_bytes(b->monitor) : 0;
 	sr->has_unbrokered_bytes = true;
 	sr->unbrokered_bytes = b->unbrokered_bytes;
+	sr->has_orphaned_bytes = true;
+	sr->orphaned_bytes = b->orphaned_bytes;
 	sr->has_uptime_ms = true;
 	sr->uptime_ms = sb->now - b->started_ms;
 	sr->has_prewarm_bytes = true;
