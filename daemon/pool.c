@@ -1416,6 +1416,12 @@ void pool_foreach_idle(const struct pool *p, void (*fn)(const struct chunk *c, v
 		fn(c, ud);
 }
 
+void pool_foreach_chunk(const struct pool *p, void (*fn)(const struct chunk *c, void *ud), void *ud)
+{
+	for (const struct chunk *c = p->all; c; c = c->all_next)
+		fn(c, ud);
+}
+
 int pool_adopt(struct pool *p, int fd, uint64_t id, uid_t owner_uid, bool tail, bool idle, struct chunk **ret)
 {
 	struct statfs sfs;

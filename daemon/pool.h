@@ -225,6 +225,8 @@ uint64_t pool_punched_count_uid(const struct pool *p, uid_t uid);
 
 /* Call fn for every idle chunk. */
 void pool_foreach_idle(const struct pool *p, void (*fn)(const struct chunk *c, void *ud), void *ud);
+/* Every chunk the pool holds, idle, lent or set aside (recovery's quarantine), in no particular order. */
+void pool_foreach_chunk(const struct pool *p, void (*fn)(const struct chunk *c, void *ud), void *ud);
 
 /*
  * Adopt a chunk memfd kept from an earlier daemon instance: map and lock it

@@ -409,7 +409,7 @@ static void rescan_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
 /* ------------------------------------------------------------ start */
 
-/* The pool's own memfds (adopted from the fd store): theirs are leases again, not orphans. */
+/* The pool's own memfds (adopted from the fd store, lent, idle or quarantined): never orphans. */
 struct ownset {
 	struct holders_memfd *k;
 	size_t n, cap;
@@ -436,7 +436,7 @@ static void own_add(struct ownset *o, int fd)
 	o->k[o->n++] = (struct holders_memfd){ .dev = st.st_dev, .ino = st.st_ino };
 }
 
-static void own_idle(const struct chunk *c, void *ud)
+static void own_chunk(const struct chunk *c, void *ud)
 {
 	own_add(ud, c->fd);
 }
@@ -562,10 +562,7 @@ void restart_init(struct broker *b)
 		for (size_t k = 0; k < v[i].npids; k++)
 			v[i].pidfds[k] = sys_pidfd_open(v[i].pids[k], 0);
 
-	for (const struct lease *l = lease_first(b->leases); l; l = lease_next(b->leases, l))
-		for (size_t k = 0; k < l->nchunks; k++)
-			own_add(&own, l->chunks[k]->fd);
-	pool_foreach_idle(b->pool, own_idle, &own);
+	pool_foreach_chunk(b->pool, own_chunk, &own);
 	if (own.n > 1)
 		qsort(own.k, own.n, sizeof(*own.k), memfd_cmp);
 
