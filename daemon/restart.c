@@ -596,7 +596,26 @@ void restart_init(struct broker *b)
 
 		for (size_t k = 0; k < o->nkeys && !adopted; k++)
 			adopted = own_has(&own, o->keys[k].dev, o->keys[k].ino);
-		if (adopted || !orphan_held(o, &s) || push(rs, &cap, o) < 0) {
+		if (adopted || !orphan_held(o, &s)) {
+			orphan_close(o);
+			continue;
+		}
+		/* Never less than what is seen mapped: a file that understates a memfd never hides its pages. */
+		for (size_t k = 0; k < o->nkeys; k++) {
+			const struct holders_memfd *m = scan_find(&s, o->keys[k].dev, o->keys[k].ino);
+			uint64_t seen = 0;
+
+			/* bsearch lands on any of the equal entries: start from the first. */
+			while (m && m > s.m && m[-1].dev == m->dev && m[-1].ino == m->ino)
+				m--;
+			for (; m && m < s.m + s.n && m->dev == o->keys[k].dev && m->ino == o->keys[k].ino; m++)
+				seen = m->bytes > seen ? m->bytes : seen;
+			if (seen > o->keys[k].bytes) {
+				o->bytes += seen - o->keys[k].bytes;
+				o->keys[k].bytes = seen;
+			}
+		}
+		if (push(rs, &cap, o) < 0) {
 			orphan_close(o);
 			continue;
 		}
