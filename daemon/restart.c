@@ -397,6 +397,8 @@ static void rescan_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	struct scan s;
 	int r;
 
+	/* orphan-rescan-ms may have changed at a reload: libev re-arms with repeat after this call. */
+	w->repeat = rs->b->cfg->orphan_rescan_ms / 1000.0;
 	r = scan_proc(rs, &s);
 	if (r < 0) {
 		log_debug("restart: cannot scan /proc for orphaned memory (%s); trying again", strerror(-r));
@@ -500,7 +502,8 @@ static void add_unnamed(struct restart *rs, size_t *cap, const struct scan *s, c
 		bytes = (bytes + page - 1) / page * page;
 		if (bytes == 0 || own_has(own, m->dev, m->ino) || orphans_have_key(rs->v, rs->n, m->dev, m->ino))
 			continue;
-		if (quota && budget_uid_leased(rs->b->budget, m->uid) + bytes > quota) {
+		if (bytes > rs->b->mem_total_bytes ||
+		    (quota && budget_uid_leased(rs->b->budget, m->uid) + bytes > quota)) {
 			log_warnx("restart: pid %d (uid %u) maps %llu more bytes of memfds named %s than uid-quota allows: "
 				  "not counted",
 				  (int)m->pid, (unsigned)m->uid, (unsigned long long)bytes, rs->memfd_name);
@@ -614,6 +617,13 @@ void restart_init(struct broker *b)
 				o->bytes += seen - o->keys[k].bytes;
 				o->keys[k].bytes = seen;
 			}
+		}
+		/* No lease was ever larger than the host's memory: a line that says so was not written by us. */
+		if (o->bytes > b->mem_total_bytes) {
+			log_warnx("restart: ignoring the state line of lease %llu: %llu bytes is more than MemTotal",
+				  (unsigned long long)o->lease_id, (unsigned long long)o->bytes);
+			orphan_close(o);
+			continue;
 		}
 		if (push(rs, &cap, o) < 0) {
 			orphan_close(o);
