@@ -214,8 +214,8 @@ dpkg -P pinbroker >"$OUT/dpkg-purge.log" 2>&1
 rc=$?
 cat "$OUT/dpkg-purge.log"
 check "dpkg -P pinbroker succeeds" [ $rc = 0 ]
-check "after dpkg -P: /etc/pinbroker and /run/pinbroker are gone" \
-	sh -c '[ ! -e /etc/pinbroker ] && [ ! -e /run/pinbroker ]'
+check "after dpkg -P: /etc/pinbroker, /run/pinbroker and /run/pinbrokerd are gone" \
+	sh -c '[ ! -e /etc/pinbroker ] && [ ! -e /run/pinbroker ] && [ ! -e /run/pinbrokerd ]'
 left=$(find /etc/systemd /var/lib/systemd/deb-systemd-helper-enabled /var/lib/systemd/deb-systemd-helper-masked \
 	-name '*pinbroker*' ! -name 'pinbroker-deb-test.service' 2>/dev/null)
 log "left under /etc/systemd and deb-systemd-helper's state: '$left'"
