@@ -146,7 +146,8 @@ int orphans_parse(const char *buf, size_t len, const char *boot_id, struct orpha
 		} else if (line == 1) {
 			if (ll < 5 || memcmp(p, "boot ", 5) != 0)
 				r = -EBADMSG;
-			else if (boot_id && *boot_id && (ll - 5 != strlen(boot_id) || memcmp(p + 5, boot_id, ll - 5) != 0))
+			else if (boot_id && *boot_id &&
+				 (ll - 5 != strlen(boot_id) || memcmp(p + 5, boot_id, ll - 5) != 0))
 				r = -ESTALE;
 		} else if (ll == 3 && memcmp(p, "end", 3) == 0) {
 			ended = true;
@@ -237,8 +238,8 @@ int orphans_format(const struct orphan *v, size_t n, const char *boot_id, char *
 			add(&t, "%s%d", k ? "," : "", (int)o->pids[k]);
 		add(&t, " k");
 		for (size_t k = 0; k < o->nkeys; k++)
-			add(&t, "%s%u:%u:%" PRIu64 ":%" PRIu64, k ? "," : "", major(o->keys[k].dev), minor(o->keys[k].dev),
-			    (uint64_t)o->keys[k].ino, o->keys[k].bytes);
+			add(&t, "%s%u:%u:%" PRIu64 ":%" PRIu64, k ? "," : "", major(o->keys[k].dev),
+			    minor(o->keys[k].dev), (uint64_t)o->keys[k].ino, o->keys[k].bytes);
 		add(&t, "\n");
 	}
 	add(&t, "end\n");

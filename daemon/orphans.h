@@ -19,15 +19,15 @@ struct orphan_key {
  * by its name), counted against the budget and its uid until nothing holds it.
  */
 struct orphan {
-	uint64_t lease_id;        /* its id under the daemon that lent it; 0 when found by name alone */
+	uint64_t lease_id; /* its id under the daemon that lent it; 0 when found by name alone */
 	uid_t uid;
-	uint64_t bytes;           /* charged to the budget and to uid */
-	bool verified;            /* named by the state file; else found by the memfd's name only */
-	size_t nkeys;             /* 0 for a registration: the program's own memory, held while a pid lives */
+	uint64_t bytes; /* charged to the budget and to uid */
+	bool verified;  /* named by the state file; else found by the memfd's name only */
+	size_t nkeys;   /* 0 for a registration: the program's own memory, held while a pid lives */
 	struct orphan_key *keys;
 	size_t npids;
-	pid_t *pids;              /* the processes that held it at the stop: each holds it while it lives */
-	int *pidfds;              /* the restart module's, one per pid (-1: gone); orphans_parse sets -1 */
+	pid_t *pids; /* the processes that held it at the stop: each holds it while it lives */
+	int *pidfds; /* the restart module's, one per pid (-1: gone); orphans_parse sets -1 */
 };
 
 /* Past these a state file is damaged (or not ours): a lease's mappers are capped like recovery.c's. */

@@ -454,15 +454,6 @@ static bool own_has(const struct ownset *o, dev_t dev, ino_t ino)
 	return o->n && bsearch(&k, o->k, o->n, sizeof(*o->k), memfd_cmp);
 }
 
-static bool orphans_have_key(const struct orphan *v, size_t n, dev_t dev, ino_t ino)
-{
-	for (size_t i = 0; i < n; i++)
-		for (size_t k = 0; k < v[i].nkeys; k++)
-			if (v[i].keys[k].dev == dev && v[i].keys[k].ino == ino)
-				return true;
-	return false;
-}
-
 static int push(struct restart *rs, size_t *cap, const struct orphan *o)
 {
 	if (rs->n == *cap) {
@@ -488,6 +479,29 @@ static int push(struct restart *rs, size_t *cap, const struct orphan *o)
 static void add_unnamed(struct restart *rs, size_t *cap, const struct scan *s, const struct ownset *own)
 {
 	const uint64_t page = 4096;
+	struct ownset named = { 0 };
+	size_t nv = rs->n;
+
+	/* The memfds the state file named (counted already), sorted for lookup: there may be thousands. */
+	for (size_t i = 0; i < nv; i++)
+		for (size_t k = 0; k < rs->v[i].nkeys; k++) {
+			if (named.n == named.cap) {
+				size_t nc = named.cap ? 2 * named.cap : 64;
+				struct holders_memfd *nk = realloc(named.k, nc * sizeof(*nk));
+
+				if (!nk) {
+					free(named.k);
+					log_warnx("restart: out of memory counting orphaned memory, ignoring");
+					return;
+				}
+				named.k = nk;
+				named.cap = nc;
+			}
+			named.k[named.n++] = (struct holders_memfd){ .dev = rs->v[i].keys[k].dev,
+								     .ino = rs->v[i].keys[k].ino };
+		}
+	if (named.n > 1)
+		qsort(named.k, named.n, sizeof(*named.k), memfd_cmp);
 
 	for (size_t i = 0; i < s->n;) {
 		const struct holders_memfd *m = &s->m[i];
@@ -500,13 +514,14 @@ static void add_unnamed(struct restart *rs, size_t *cap, const struct scan *s, c
 				bytes = s->m[j].bytes;
 		i = j;
 		bytes = (bytes + page - 1) / page * page;
-		if (bytes == 0 || own_has(own, m->dev, m->ino) || orphans_have_key(rs->v, rs->n, m->dev, m->ino))
+		if (bytes == 0 || own_has(own, m->dev, m->ino) || own_has(&named, m->dev, m->ino))
 			continue;
 		if (bytes > rs->b->mem_total_bytes ||
 		    (quota && budget_uid_leased(rs->b->budget, m->uid) + bytes > quota)) {
-			log_warnx("restart: pid %d (uid %u) maps %llu more bytes of memfds named %s than uid-quota allows: "
-				  "not counted",
-				  (int)m->pid, (unsigned)m->uid, (unsigned long long)bytes, rs->memfd_name);
+			log_warnx(
+				"restart: pid %d (uid %u) maps %llu more bytes of memfds named %s than uid-quota allows: "
+				"not counted",
+				(int)m->pid, (unsigned)m->uid, (unsigned long long)bytes, rs->memfd_name);
 			continue;
 		}
 		o.uid = m->uid;
@@ -516,7 +531,7 @@ static void add_unnamed(struct restart *rs, size_t *cap, const struct scan *s, c
 		if (!o.keys || !o.pidfds || push(rs, cap, &o) < 0) {
 			orphan_clear(&o);
 			log_warnx("restart: out of memory counting orphaned memory, ignoring");
-			return;
+			break;
 		}
 		log_debug("restart: pid %d (uid %u) maps or holds memfd %llu (%llu bytes) that no state line names: "
 			  "counted as orphaned",
@@ -526,6 +541,7 @@ static void add_unnamed(struct restart *rs, size_t *cap, const struct scan *s, c
 		budget_charge(rs->b->budget, o.uid, o.bytes);
 		rs->b->orphaned_bytes += o.bytes;
 	}
+	free(named.k);
 }
 
 void restart_init(struct broker *b)

@@ -77,23 +77,23 @@ END_TEST
 START_TEST(test_damaged_states_are_refused)
 {
 	static const char *const bad[] = {
-		"",                                                                  /* empty */
-		"pinbroker-restart 2\nboot " BOOT "\nend\n",                         /* another version */
-		"pinbroker-restart 1\nboot " BOOT "\no 1 61001 4096 p5 k0:1:9:4096\n", /* torn: no end */
-		"pinbroker-restart 1\nboot " BOOT "\nend\no 1 61001 4096 p5 k0:1:9:4096\n", /* after end */
-		"pinbroker-restart 1\nboot " BOOT "\nend",                          /* end without newline */
-		"pinbroker-restart 1\nboot " BOOT "\no 1 61001 8192 p5 k0:1:9:4096\nend\n", /* keys do not add up */
-		"pinbroker-restart 1\nboot " BOOT "\no 1 61001 0 p5 k\nend\n",      /* no bytes */
-		"pinbroker-restart 1\nboot " BOOT "\no 1 61001 4096 p k\nend\n",    /* nothing holds it */
+		"",                                                                          /* empty */
+		"pinbroker-restart 2\nboot " BOOT "\nend\n",                                 /* another version */
+		"pinbroker-restart 1\nboot " BOOT "\no 1 61001 4096 p5 k0:1:9:4096\n",       /* torn: no end */
+		"pinbroker-restart 1\nboot " BOOT "\nend\no 1 61001 4096 p5 k0:1:9:4096\n",  /* after end */
+		"pinbroker-restart 1\nboot " BOOT "\nend",                                   /* end without newline */
+		"pinbroker-restart 1\nboot " BOOT "\no 1 61001 8192 p5 k0:1:9:4096\nend\n",  /* keys do not add up */
+		"pinbroker-restart 1\nboot " BOOT "\no 1 61001 0 p5 k\nend\n",               /* no bytes */
+		"pinbroker-restart 1\nboot " BOOT "\no 1 61001 4096 p k\nend\n",             /* nothing holds it */
 		"pinbroker-restart 1\nboot " BOOT "\no 1 61001 4096 p5, k0:1:9:4096\nend\n", /* trailing comma */
 		"pinbroker-restart 1\nboot " BOOT "\no 1 61001 4096 p5 k0:1:9:4096,\nend\n", /* trailing comma */
-		"pinbroker-restart 1\nboot " BOOT "\no 1 61001 4096 p0 k0:1:9:4096\nend\n", /* pid 0 */
-		"pinbroker-restart 1\nboot " BOOT "\no 1 61001 4096 p5 k0:1:0:4096\nend\n", /* inode 0 */
-		"pinbroker-restart 1\nboot " BOOT "\no 1 4294967295 4096 p5 k0:1:9:4096\nend\n", /* uid -1 */
+		"pinbroker-restart 1\nboot " BOOT "\no 1 61001 4096 p0 k0:1:9:4096\nend\n",  /* pid 0 */
+		"pinbroker-restart 1\nboot " BOOT "\no 1 61001 4096 p5 k0:1:0:4096\nend\n",  /* inode 0 */
+		"pinbroker-restart 1\nboot " BOOT "\no 1 4294967295 4096 p5 k0:1:9:4096\nend\n",     /* uid -1 */
 		"pinbroker-restart 1\nboot " BOOT "\no 1 61001 99999999999999999999999 p5 k\nend\n", /* overflow */
-		"pinbroker-restart 1\nboot " BOOT "\no 1 61001 4096 p5 k0:1:9:4096 x\nend\n", /* junk */
-		"pinbroker-restart 1\nboot " BOOT "\nx 1 61001 4096 p5 k0:1:9:4096\nend\n", /* unknown line */
-		"pinbroker-restart 1\nbot " BOOT "\nend\n",                          /* no boot line */
+		"pinbroker-restart 1\nboot " BOOT "\no 1 61001 4096 p5 k0:1:9:4096 x\nend\n",        /* junk */
+		"pinbroker-restart 1\nboot " BOOT "\nx 1 61001 4096 p5 k0:1:9:4096\nend\n",          /* unknown line */
+		"pinbroker-restart 1\nbot " BOOT "\nend\n",                                          /* no boot line */
 	};
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

@@ -24,10 +24,10 @@
 static const char *const args[] = { "--budget", "64M", "--uid-quota", "64M", "--prewarm", "8M", NULL };
 
 enum stop_how {
-	STOP_CLEAN,        /* SIGTERM: the restart state file is written */
-	STOP_KILL,         /* kill -9: no file, no fd store */
-	STOP_NO_STATE,     /* SIGTERM, then the file is removed */
-	STOP_DAMAGED,      /* SIGTERM, then the file is garbage */
+	STOP_CLEAN,    /* SIGTERM: the restart state file is written */
+	STOP_KILL,     /* kill -9: no file, no fd store */
+	STOP_NO_STATE, /* SIGTERM, then the file is removed */
+	STOP_DAMAGED,  /* SIGTERM, then the file is garbage */
 };
 
 static void say(int fd, char c)
@@ -209,8 +209,7 @@ static void scenario(enum stop_how how)
 	ck_assert_msg(s->pool_bytes + rss_after <= BUDGET_BYTES,
 		      "pool %llu + held %llu bytes over the %llu budget (daemon VmLck %llu, before the restart %llu)",
 		      (unsigned long long)s->pool_bytes, (unsigned long long)rss_after,
-		      (unsigned long long)BUDGET_BYTES, (unsigned long long)lck_after,
-		      (unsigned long long)lck_before);
+		      (unsigned long long)BUDGET_BYTES, (unsigned long long)lck_after, (unsigned long long)lck_before);
 	pb_status_free(s);
 
 	log = daemon_log(&d);
