@@ -977,8 +977,8 @@ static bool id_in(const uint64_t *ids, size_t n, uint64_t id)
  * One reconnect attempt: connect again on the same path, say HELLO, and,
  * when it is the daemon instance that granted our leases (a restart that
  * adopted systemd's fd store), re-declare them so it keeps counting them.
- * Every other lease becomes stale: still mapped here, no longer counted, and
- * never named on the wire again (its id may be reused by the new instance).
+ * Every other lease becomes stale: still mapped here (the new daemon counts it
+ * as orphaned while it is), no longer a lease, and never named on the wire again (its id may be reused by the new instance).
  * The new socket replaces the old one at the same fd number (dup3) under
  * sock_lock, so no request checked against the old connection can reach it.
  * Returns 0 when connected again.
@@ -2430,6 +2430,7 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 			.counted_bytes = ui->counted_bytes
 		};
 	}
+	s->orphaned_bytes = sr->has_orphaned_bytes ? sr->orphaned_bytes : 0;
 	s->page_kind = xstrdup(sr->page_kind ? sr->page_kind : "unknown", &oom);
 	s->thp_bytes = sr->has_thp_bytes ? sr->thp_bytes : 0;
 	s->thp_failures = sr->has_thp_failures ? sr->thp_failures : 0;

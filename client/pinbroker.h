@@ -108,11 +108,13 @@ enum pb_memory_kind {
  *   clean instead (no systemd, or no fd store), every handle from the earlier
  *   instance becomes stale (pb_lease_stale() is 1), as does one the daemon did
  *   not take back at re-declare: its data stays mapped and usable by this
- *   process, but it is no longer counted or locked by the broker; the library
+ *   process, but it is no longer a lease nor locked by the broker: the new
+ *   daemon counts it against the budget and this uid as orphaned memory for
+ *   as long as this process maps it (pb_status orphaned_bytes). The library
  *   never names it to the daemon again, so pb_release() on it only unmaps and
- *   frees it here and can never free someone else's lease, and
- *   pb_lease_set_idle() returns -ESTALE. Release stale leases when convenient
- *   and acquire again to be counted.
+ *   frees it here (the daemon stops counting it at its next look at /proc)
+ *   and can never free someone else's lease, and pb_lease_set_idle() returns
+ *   -ESTALE. Release stale leases when convenient and acquire again.
  *
  * When the connection drops, a call in flight returns -ECONNRESET; the next
  * call reconnects first (and returns -ECONNRESET again if no daemon answers).
@@ -488,6 +490,9 @@ struct pb_status {
 	uint64_t unbrokered_cap_bytes;
 	size_t n_unbrokered_uids;
 	struct pb_unbrokered_uid *unbrokered_uids;
+	/* Of leased_bytes, memory an earlier daemon instance lent that live processes still map: after a restart
+	 * it stays counted until they let go (0 from an older daemon). */
+	uint64_t orphaned_bytes;
 };
 
 /*

@@ -698,6 +698,7 @@ static void status_json(FILE *f, const struct pb_status *s)
 		fputc('}', f);
 	}
 	fputs("],", f);
+	json_u64(f, "orphaned_bytes", s->orphaned_bytes, true);
 	json_u64(f, "prewarm_bytes", s->prewarm_bytes, true);
 	json_u64(f, "waiting_acquires", s->waiting_acquires, true);
 	json_kstr(f, "pressure_state", s->pressure_state, true);
@@ -845,9 +846,12 @@ static void status_human(const struct pb_status *s)
 	if (s->registered_bytes || s->no_revoke_bytes)
 		printf("of leased:    %s registered (programs' own memory), %s never revoked\n",
 		       size_str(s->registered_bytes, a, sizeof(a)), size_str(s->no_revoke_bytes, b, sizeof(b)));
+	if (s->orphaned_bytes)
+		printf("of leased:    %s orphaned: lent by the daemon before a restart, still mapped by live processes\n",
+		       size_str(s->orphaned_bytes, a, sizeof(a)));
 	printf("unbrokered:   %s pinned outside the budget, reported by clients, not verified (pinned in all: %s)\n",
 	       size_str(s->unbrokered_bytes, a, sizeof(a)),
-	       size_str(s->pool_bytes + s->registered_bytes + s->unbrokered_bytes, b, sizeof(b)));
+	       size_str(s->pool_bytes + s->registered_bytes + s->unbrokered_bytes + s->orphaned_bytes, b, sizeof(b)));
 	/* Reports past what the host can hold are a bug or a lie: say so, and whose they are. */
 	if (s->unbrokered_reported_bytes > s->unbrokered_bytes)
 		printf("%-14sclients reported %s in all; counted up to %s (MemTotal less the pool and registrations)\n",

@@ -333,6 +333,7 @@ void broker_memory_freed(struct broker *b)
 
 uint64_t broker_unbrokered_cap(const struct broker *b)
 {
+	/* Orphaned memory (an earlier instance's chunks, still mapped) is pinned too, and in no pool. */
 	return unbrokered_cap(b->host_mem_total_bytes,
-			      (b->pool ? pool_resident_bytes(b->pool) : 0) + b->registered_bytes);
+			      (b->pool ? pool_resident_bytes(b->pool) : 0) + b->registered_bytes + b->orphaned_bytes);
 }

@@ -20,6 +20,7 @@ struct revoker;
 struct waitq;
 struct conn_io;
 struct recovery;
+struct restart;
 struct ev_loop;
 struct reload_hooks;
 struct jobs;
@@ -101,6 +102,7 @@ struct broker {
 	struct jobs *jobs;           /* per-job quotas; NULL: none (the fuzz harness) */
 	struct jobs_watch *jobs_watch; /* I/O: clients' cgroups, and rules whose cgroup went away */
 	struct recovery *recovery;   /* instance id, and the fd-store state for crash recovery under systemd */
+	struct restart *restart;     /* I/O: the restart state file, and what live processes still map of an earlier daemon */
 	struct ev_loop *loop;
 	const char *config_path;     /* for SIGHUP; NULL when none */
 	const struct reload_hooks *reload_hooks; /* what reload_apply runs around a new config (reload.h) */
@@ -130,6 +132,8 @@ struct broker {
 	uint64_t unbrokered_bytes;
 	/* The same reports per uid: what status and the metrics show is capped from these (unbrokered.h). */
 	struct unbrokered unbrokered;
+	/* Of the leased bytes, memory an earlier daemon lent that live processes still map (restart.c). */
+	uint64_t orphaned_bytes;
 
 	struct broker_counters counters;
 

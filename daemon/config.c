@@ -234,6 +234,14 @@ static const struct config_key keys[] = {
 
 	K_UINT("redeclare-grace-ms", redeclare_grace_ms, 0, HOUR_MS, "10000", false,
 	       "After a restart, how long clients have to re-declare the leases they still hold."),
+	K_STRING("restart-state", restart_state, "", false,
+		 "File a clean stop writes naming every lease's memfds and holders, so that the next daemon counts what "
+		 "live processes still map (an absolute path; empty: $RUNTIME_DIRECTORY/restart-state under systemd, "
+		 "else the socket path with .state appended)."),
+	/* Each check is one pass over /proc (about 30 ms per 1000 processes on the 2-CPU development VM). */
+	K_UINT("orphan-rescan-ms", orphan_rescan_ms, 100, HOUR_MS, "2000", true,
+	       "After a restart, how often memory an earlier daemon lent is checked in /proc; it stops being counted "
+	       "at the first check that finds no live process mapping it."),
 };
 
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
@@ -403,7 +411,8 @@ static int check_string(const struct config_key *k, const char *value, char **er
 
 		if (r < 0)
 			return r;
-	} else if (k->offset == offsetof(struct config, proc_root)) {
+	} else if (k->offset == offsetof(struct config, proc_root) ||
+		   (k->offset == offsetof(struct config, restart_state) && value[0])) {
 		if (!is_absolute_path(value))
 			return fail(err, -EINVAL, "%s: '%s' is not an absolute path; write one starting with /",
 				    k->name, value);

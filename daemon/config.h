@@ -91,6 +91,8 @@ struct config {
 	enum config_enforce revoke_enforce;/* revoke-enforce */
 
 	/* service */
+	char *restart_state;               /* restart-state: the file a clean stop leaves ("": the default place) */
+	uint32_t orphan_rescan_ms;         /* orphan-rescan-ms: how often what a previous daemon lent is checked */
 	uint32_t redeclare_grace_ms;       /* redeclare-grace-ms: after a restart, wait this long for clients */
 
 	/*

@@ -107,5 +107,41 @@ void holders_scan_free(struct holders_scan *s);
  */
 bool holders_can_inspect_all(void);
 
+/* A memfd of a given name that a process maps or holds an fd to (holders_scan_memfds). */
+struct holders_memfd {
+	pid_t pid;
+	uid_t uid;      /* the process's real uid */
+	dev_t dev;
+	ino_t ino;
+	uint64_t bytes; /* an fd: the file's size; a mapping: where it ends in the file (offset + length) */
+};
+
+/* Called for each mapping or fd found; the same memfd may be reported several times, by one process or many. */
+typedef void holders_memfd_fn(const struct holders_memfd *m, void *ud);
+/* Called once per process whose maps and fd table were both read to the end (what it holds was all seen). */
+typedef void holders_read_fn(pid_t pid, void *ud);
+
+/*
+ * Parse one /proc/PID/maps line (without its newline) of a mapping of the
+ * memfd named name: its path column is exactly "/memfd:NAME (deleted)" (the
+ * kernel's name for a memfd, which its holder cannot change). Returns 0 with
+ * *dev, *ino and *end_bytes (file offset + mapping length), or -ENOENT.
+ */
+int holders_parse_memfd_map(const char *line, size_t len, const char *name, dev_t *dev, ino_t *ino,
+			    uint64_t *end_bytes);
+
+/*
+ * Every process under <proc_root>/proc, of any uid, except pid 1 and the
+ * calling process, that maps or holds an fd to a memfd named name: on_memfd
+ * for each, then on_read (optional) for each process read completely. A
+ * process this one may not read (another uid without CAP_SYS_PTRACE, hidden by
+ * hidepid or ProtectProc=invisible) is neither; *unreadable (optional) counts
+ * the ones seen but not read. Cost: one pass over /proc reading every readable
+ * process's status and maps, and one readlink per open fd (fstat only for
+ * names that match). Returns 0, or -errno when <proc_root>/proc cannot be opened.
+ */
+int holders_scan_memfds(const char *proc_root, const char *name, holders_memfd_fn *on_memfd, holders_read_fn *on_read,
+			void *ud, size_t *unreadable);
+
 /* Close every pidfd and free the array. NULL is fine. */
 void holders_free(struct holder *h, size_t n);

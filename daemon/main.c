@@ -32,6 +32,7 @@
 #include "pressure.h"
 #include "recovery.h"
 #include "reload.h"
+#include "restart.h"
 #include "request.h"
 #include "waitq.h"
 #include "server.h"
@@ -825,7 +826,7 @@ int main(int argc, char **argv)
 	ev_signal sigs[5];
 	static const int signums[] = { SIGTERM, SIGINT, SIGHUP, SIGUSR2, SIGUSR1 };
 	char *err = NULL;
-	char s1[32], s2[32], s3[32];
+	char s1[32], s2[32], s3[32], memfd_name[POOL_MEMFD_NAME_MAX];
 	uint64_t warm;
 	int action = 0, listen_fd, r, rc = 1;
 
@@ -923,6 +924,8 @@ int main(int argc, char **argv)
 	po.threads = cfg->prewarm_threads;
 	po.proc_root = cfg->proc_root;
 	po.lock = cfg->lock_memory;
+	restart_memfd_name(cfg, memfd_name, sizeof(memfd_name));
+	po.memfd_name = memfd_name;
 	r = pool_new(&po, &b.pool);
 	if (r == -ENOTSUP)
 		fatalx("hugetlb = yes but the host has no free huge pages; reserve some "
@@ -962,6 +965,9 @@ int main(int argc, char **argv)
 
 	/* Adopt pool memory and leases kept in systemd's fd store by our previous life. */
 	recovery_init(&b);
+	/* Then count what live processes still map of a daemon that stopped without the fd store: before
+	 * prewarming, so the pool warms only what the budget has left. */
+	restart_init(&b);
 
 	warm = prewarm_clamp_fds(&b, b.prewarm_bytes);
 	if (warm > pool_idle_bytes(b.pool)) {
@@ -1020,9 +1026,12 @@ int main(int argc, char **argv)
 		bye.has_seq = true;
 		bye.seq = 0;
 		bye.status = PINBROKER__V1__STATUS_CODE__STATUS_SHUTTING_DOWN;
-		bye.message = (char *)"pinbrokerd is stopping; your mappings stay valid but are no longer counted";
+		bye.message = (char *)"pinbrokerd is stopping; your mappings stay valid and the next daemon counts them "
+				      "until you unmap them";
 		server_broadcast(b.server, &bye);
 	}
+	/* While the leases still exist: closing the connections below lets them go. */
+	restart_save(&b);
 	notify_fini(b.loop);
 	ev_idle_stop(b.loop, &prewarm_idle);
 	if (notify_enabled())
@@ -1036,6 +1045,7 @@ int main(int argc, char **argv)
 	audit_free(audit);
 	pool_free(b.pool);
 	lease_table_free(b.leases);
+	restart_fini(&b);
 	jobs_watch_stop(&b);
 	budget_free(b.budget);
 	unbrokered_clear(&b.unbrokered);

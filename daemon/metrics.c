@@ -141,6 +141,9 @@ static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 	gauge(f, "pinbroker_unbrokered_reported_bytes",
 	      "Pinned outside the budget, the sum of clients' reports before any cap (reported by clients, not verified).",
 	      (double)b->unbrokered_bytes);
+	gauge(f, "pinbroker_orphaned_bytes",
+	      "Of the leased bytes, memory an earlier daemon lent that live processes still map (counted until they let go).",
+	      (double)b->orphaned_bytes);
 	gauge(f, "pinbroker_thp_bytes", "Pool memory collapsed into transparent huge pages.", (double)pool_thp_bytes(b->pool));
 	gauge(f, "pinbroker_hugetlb_bytes", "Pool memory on hugetlb pages.", (double)pool_hugetlb_bytes(b->pool));
 	gauge(f, "pinbroker_leases", "Leases held now.", (double)lease_count(b->leases));

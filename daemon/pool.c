@@ -74,6 +74,7 @@ struct pool {
 	uint64_t node_all[NUMA_MAX_NODES], node_idle[NUMA_MAX_NODES], node_misplaced[NUMA_MAX_NODES];
 	bool lock;
 	unsigned threads;
+	char memfd_name[POOL_MEMFD_NAME_MAX];
 
 	struct chunk *idle;       /* most recently returned first */
 	uint64_t idle_bytes;
@@ -402,6 +403,7 @@ int pool_new(const struct pool_opts *opts, struct pool **ret)
 		}
 	}
 	p->lock = opts->lock;
+	snprintf(p->memfd_name, sizeof(p->memfd_name), "%s", opts->memfd_name ? opts->memfd_name : POOL_MEMFD_NAME);
 	p->n_nodes = opts->n_nodes < NUMA_MAX_NODES ? opts->n_nodes : NUMA_MAX_NODES;
 	for (size_t i = 0; i < p->n_nodes; i++)
 		p->nodes[i] = opts->nodes[i];
@@ -653,14 +655,15 @@ static void chunk_locate(struct chunk *c, int want)
 }
 
 /* One memfd of bytes with the given page kind; on failure nothing is left behind. */
-static int chunk_make_one(uint64_t bytes, bool hugetlb, bool thp, bool lock, int node, struct chunk *c)
+static int chunk_make_one(const char *name, uint64_t bytes, bool hugetlb, bool thp, bool lock, int node,
+			  struct chunk *c)
 {
 	unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
 	int r;
 
 	if (hugetlb)
 		flags |= MFD_HUGETLB | MFD_HUGE_2MB;
-	c->fd = memfd_create("pinbroker-chunk", flags);
+	c->fd = memfd_create(name, flags);
 	if (c->fd < 0) {
 		r = -errno;
 		goto fail;
@@ -777,10 +780,10 @@ static int chunk_new(struct pool *p, uint64_t bytes, uid_t owner_uid, bool tail,
 	c->fd = -1;
 	if (p->n_nodes == 0)
 		node = -1;
-	r = chunk_make_one(bytes, p->hugetlb, p->thp && !tail, p->lock, node, c);
+	r = chunk_make_one(p->memfd_name, bytes, p->hugetlb, p->thp && !tail, p->lock, node, c);
 	/* Huge pages ran out (or were never reserved): 4 KiB pages (THP where it can) serve as well. */
 	if (r < 0 && p->hugetlb && !p->hugetlb_required && (r == -ENOMEM || r == -ENOSPC))
-		r = chunk_make_one(bytes, false, p->thp && !tail, p->lock, node, c);
+		r = chunk_make_one(p->memfd_name, bytes, false, p->thp && !tail, p->lock, node, c);
 	if (r < 0) {
 		free(c);
 		return r;
@@ -1420,6 +1423,12 @@ void pool_set_hooks(struct pool *p, const struct pool_hooks *h)
 void pool_foreach_idle(const struct pool *p, void (*fn)(const struct chunk *c, void *ud), void *ud)
 {
 	for (const struct chunk *c = p->idle; c; c = c->next)
+		fn(c, ud);
+}
+
+void pool_foreach_chunk(const struct pool *p, void (*fn)(const struct chunk *c, void *ud), void *ud)
+{
+	for (const struct chunk *c = p->all; c; c = c->all_next)
 		fn(c, ud);
 }
 

@@ -56,7 +56,14 @@ struct pool_opts {
 	/* NUMA nodes chunks are placed on (mbind MPOL_PREFERRED before any page is faulted); n_nodes 0: no placement. */
 	const int *nodes;
 	size_t n_nodes;
+	/* memfd name of every chunk (NULL: POOL_MEMFD_NAME); what a restarted daemon looks for in /proc (restart.c). */
+	const char *memfd_name;
 };
+
+/* The default chunk memfd name; the daemon appends its socket's tag (restart.h) so that instances differ. */
+#define POOL_MEMFD_NAME "pinbroker-chunk"
+/* memfd_create(2) takes names of up to 249 bytes; ours stay far shorter. */
+#define POOL_MEMFD_NAME_MAX 64
 
 struct pool;
 
@@ -228,6 +235,8 @@ uint64_t pool_punched_count_uid(const struct pool *p, uid_t uid);
 
 /* Call fn for every idle chunk. */
 void pool_foreach_idle(const struct pool *p, void (*fn)(const struct chunk *c, void *ud), void *ud);
+/* Every chunk the pool holds, idle, lent or set aside (recovery's quarantine), in no particular order. */
+void pool_foreach_chunk(const struct pool *p, void (*fn)(const struct chunk *c, void *ud), void *ud);
 
 /*
  * Adopt a chunk memfd kept from an earlier daemon instance: map and lock it

@@ -117,6 +117,8 @@ struct recovery {
 	ev_prepare prepare;
 	ev_timer snapshot_timer;
 	ev_timer grace;
+	bool adopted_state;       /* recovery_init read a committed state from the fd store */
+	bool lost_lease;          /* a lease line of it could not be re-adopted: its chunks may be outside the store */
 };
 
 /* ------------------------------------------------------------ formatting */
@@ -1016,6 +1018,8 @@ static int adopt(struct recovery *rc, struct notify_stored *st, int nst, int sta
 	for (size_t i = ps.nleases; i-- > 0;)
 		if (adopt_lease(rc, &s, &ps.leases[i]))
 			adopted++;
+		else
+			rc->lost_lease = true;
 	for (size_t i = 0; i < ps.nidle; i++) {
 		int fd = take_chunk_fd(&s, ps.idle_ids[i]);
 		char name[32];
@@ -1125,6 +1129,7 @@ void recovery_init(struct broker *b)
 	}
 	if (r != 0)
 		rc->instance_id = new_instance_id();
+	rc->adopted_state = r == 0 && !rc->lost_lease;
 	if (state_fd < 0) {
 		state_fd = memfd_create("pinbroker-state", MFD_CLOEXEC);
 		if (state_fd < 0 || notify_fdstore(state_fd, STATE_FDNAME) < 0) {
@@ -1176,6 +1181,11 @@ void recovery_fini(struct broker *b)
 	free(rc->rec.p);
 	free(rc);
 	b->recovery = NULL;
+}
+
+bool recovery_adopted_state(const struct broker *b)
+{
+	return b->recovery && b->recovery->adopted_state;
 }
 
 uint64_t recovery_instance_id(const struct broker *b)

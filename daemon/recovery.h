@@ -2,6 +2,7 @@
 /* Crash and restart recovery through systemd's fd store: pool memfds plus a small state memfd; the instance id. */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct broker;
@@ -31,6 +32,13 @@ void recovery_fini(struct broker *b);
  * id); lease ids start at 1 again in a new instance. 0 before recovery_init.
  */
 uint64_t recovery_instance_id(const struct broker *b);
+
+/*
+ * Whether recovery_init read a committed state from the fd store and
+ * re-adopted every lease it names: then every chunk the previous instance
+ * lent is the pool's again, and restart.c need not look for others by name.
+ */
+bool recovery_adopted_state(const struct broker *b);
 
 /*
  * Record lease l as lent, synchronously, before any of its chunk fds leave the

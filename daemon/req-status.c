@@ -164,6 +164,8 @@ static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr
 	sr->unbrokered_reported_bytes = b->unbrokered.reported_bytes;
 	sr->has_unbrokered_cap_bytes = true;
 	sr->unbrokered_cap_bytes = broker_unbrokered_cap(b);
+	sr->has_orphaned_bytes = true;
+	sr->orphaned_bytes = b->orphaned_bytes;
 	sr->has_uptime_ms = true;
 	sr->uptime_ms = sb->now - b->started_ms;
 	sr->has_prewarm_bytes = true;

@@ -531,6 +531,113 @@ START_TEST(test_find_through_fd_links_and_bad_roots)
 }
 END_TEST
 
+/* The restart scan's maps parser: the exact memfd name, its dev, inode and where the mapping ends in the file. */
+START_TEST(test_memfd_map_line_matches_only_the_exact_name)
+{
+	static const char *const no[] = {
+		"7f00c0a00000-7f00c0c00000 rw-s 00000000 00:01 1607 /memfd:pinbroker-chunk.1a2b3c4d",
+		"7f00c0a00000-7f00c0c00000 rw-s 00000000 00:01 1607 /memfd:pinbroker-chunk (deleted)",
+		"7f00c0a00000-7f00c0c00000 rw-s 00000000 00:01 1607 /memfd:pinbroker-chunk.1a2b3c4dx (deleted)",
+		"7f00c0a00000-7f00c0c00000 rw-s 00000000 00:01 1607 /tmp/memfd:pinbroker-chunk.1a2b3c4d (deleted)",
+		"7f00c0a00000-7f00c0c00000 rw-s 00000000 00:01 0 /memfd:pinbroker-chunk.1a2b3c4d (deleted)",
+		"7f00c0c00000-7f00c0a00000 rw-s 00000000 00:01 1607 /memfd:pinbroker-chunk.1a2b3c4d (deleted)",
+		"garbage",
+	};
+	const char *yes = "7f00c0a00000-7f00c0c00000 rw-s 00100000 00:1a 1607    /memfd:pinbroker-chunk.1a2b3c4d (deleted)";
+	uint64_t end = 0;
+	dev_t dev = 0;
+	ino_t ino = 0;
+
+	ck_assert_int_eq(holders_parse_memfd_map(yes, strlen(yes), "pinbroker-chunk.1a2b3c4d", &dev, &ino, &end), 0);
+	ck_assert(dev == makedev(0, 0x1a));
+	ck_assert_uint_eq(ino, 1607);
+	ck_assert_uint_eq(end, 0x100000 + 0x200000);
+	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+		ck_assert_msg(holders_parse_memfd_map(no[i], strlen(no[i]), "pinbroker-chunk.1a2b3c4d", &dev, &ino, &end) ==
+				      -ENOENT,
+			      "matched: %s", no[i]);
+}
+END_TEST
+
+struct seen_memfds {
+	ino_t want;
+	pid_t mapper, holder;
+	bool mapped, held, mapper_read;
+	uint64_t bytes;
+};
+
+static void seen_memfd(const struct holders_memfd *m, void *ud)
+{
+	struct seen_memfds *s = ud;
+
+	if (m->ino != s->want)
+		return;
+	if (m->pid == s->mapper)
+		s->mapped = true;
+	if (m->pid == s->holder)
+		s->held = true;
+	s->bytes = m->bytes;
+}
+
+static void seen_read(pid_t pid, void *ud)
+{
+	struct seen_memfds *s = ud;
+
+	s->mapper_read |= pid == s->mapper;
+}
+
+/* Real children: one maps a memfd of a unique name (its fd closed), one only holds the fd; both are found. */
+START_TEST(test_scan_memfds_finds_mappers_and_fd_holders_of_any_uid)
+{
+	char name[64];
+	struct seen_memfds s = { 0 };
+	int ready[2], go[2], fd;
+	struct stat st;
+	char c;
+
+	snprintf(name, sizeof(name), "pinbroker-chunk.test%d", (int)getpid());
+	fd = memfd_create(name, MFD_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, 65536), 0);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_int_eq(pipe(ready), 0);
+	ck_assert_int_eq(pipe(go), 0);
+	s.want = st.st_ino;
+	s.mapper = fork();
+	ck_assert_int_ge(s.mapper, 0);
+	if (s.mapper == 0) {
+		void *p = mmap(NULL, 65536, PROT_READ, MAP_SHARED, fd, 0);
+
+		close(fd);
+		if (p == MAP_FAILED || write(ready[1], "m", 1) != 1 || read(go[0], &c, 1) != 1)
+			_exit(1);
+		_exit(0);
+	}
+	s.holder = fork();
+	ck_assert_int_ge(s.holder, 0);
+	if (s.holder == 0) {
+		if (write(ready[1], "h", 1) != 1 || read(go[0], &c, 1) != 1)
+			_exit(1);
+		_exit(0);
+	}
+	close(fd);
+	ck_assert_int_eq(read(ready[0], &c, 1), 1);
+	ck_assert_int_eq(read(ready[0], &c, 1), 1);
+	ck_assert_int_eq(holders_scan_memfds(NULL, name, seen_memfd, seen_read, &s, NULL), 0);
+	ck_assert(s.mapped);
+	ck_assert(s.held);
+	ck_assert(s.mapper_read);
+	ck_assert_uint_eq(s.bytes, 65536);
+	/* Another name finds nothing of ours. */
+	s.mapped = s.held = false;
+	ck_assert_int_eq(holders_scan_memfds(NULL, "pinbroker-chunk.other", seen_memfd, NULL, &s, NULL), 0);
+	ck_assert(!s.mapped && !s.held);
+	ck_assert_int_eq(write(go[1], "gg", 2), 2);
+	ck_assert_int_eq(waitpid(s.mapper, NULL, 0), s.mapper);
+	ck_assert_int_eq(waitpid(s.holder, NULL, 0), s.holder);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("holders");
@@ -546,6 +653,7 @@ static Suite *suite(void)
 	tcase_add_test(p, test_maps_garbage_lines_are_skipped);
 	tcase_add_test(p, test_status_uid_line_captured_and_crafted);
 	tcase_add_test(p, test_status_uid_malformed_is_ebadmsg);
+	tcase_add_test(p, test_memfd_map_line_matches_only_the_exact_name);
 	suite_add_tcase(s, p);
 
 	/* pidfd_open: valgrind 3.19 lacks it, so its run excludes the tag "enforce". */
@@ -555,6 +663,7 @@ static Suite *suite(void)
 	tcase_add_test(f, test_find_on_real_proc_returns_mapper_and_fd_holder_only);
 	tcase_add_test(f, test_find_keeps_to_the_leases_uid_and_never_pid_1);
 	tcase_add_test(f, test_find_through_fd_links_and_bad_roots);
+	tcase_add_test(f, test_scan_memfds_finds_mappers_and_fd_holders_of_any_uid);
 	suite_add_tcase(s, f);
 	return s;
 }

@@ -220,6 +220,7 @@ END_TEST
  */
 static void chunk_of_size(uint64_t bytes)
 {
+	struct pb_status *s;
 	struct world w;
 	char *log;
 	int fd;
@@ -230,7 +231,16 @@ static void chunk_of_size(uint64_t bytes)
 	ck_assert_int_eq(fdstore_replace(w.fs, "c1", fd), 0);
 	close(fd);
 	fdstore_daemon_start(w.fs, args);
-	ck_assert_int_eq(status_leased(w.d.socket), 0);
+	/*
+	 * No lease is counted. The real chunk, which the store no longer holds, is
+	 * still mapped by the holder: since issue 22 (finding 7) the daemon counts
+	 * it as orphaned memory, never as a lease.
+	 */
+	s = itest_status(w.d.socket);
+	ck_assert_uint_eq(s->leased_bytes - s->orphaned_bytes, 0);
+	ck_assert_uint_eq(s->orphaned_bytes, LEASE_BYTES);
+	ck_assert_ptr_null(itest_lease_row(s, 1));
+	pb_status_free(s);
 	say(w.to_holder, 's');
 	ck_assert_int_eq(hear(&w), 'y');
 	ck_assert_int_eq(take_all(w.d.socket, SEC_UID_B), 0);

@@ -1,0 +1,752 @@
+/* SPDX-License-Identifier: MIT */
+/* Restarts that keep the books: the state file a clean stop leaves, and the memory live processes still map after it. */
+#define _GNU_SOURCE
+#include "restart.h"
+
+#include <errno.h>
+#include <ev.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "broker.h"
+#include "budget.h"
+#include "config.h"
+#include "holders.h"
+#include "lease.h"
+#include "log.h"
+#include "orphans.h"
+#include "pool.h"
+#include "recovery.h"
+#include "revoker.h"
+#include "util.h"
+
+/*
+ * Why a file, and not only systemd's fd store: systemd 252 empties the store
+ * at every stop, `systemctl restart` and a package upgrade's restart included
+ * (FileDescriptorStorePreserve= came in 254), and without systemd there is no
+ * store at all. The chunks themselves cannot be kept; what a new daemon needs
+ * is to know which memfds are still mapped, by whom, so it never lends that
+ * memory's budget again. The file names them by (dev, inode); /proc says who
+ * still maps them, as fuser does; a pidfd says when a process we may not read
+ * has gone.
+ */
+#define STATE_NAME "restart-state"
+#define BOOT_ID_BYTES 64
+/* A lease's pids, as recovery.c keeps them: past this many, the rest are not waited for. */
+#define SAVE_PIDS_MAX ORPHAN_PIDS_MAX
+
+struct restart {
+	struct broker *b;
+	char path[PATH_MAX];
+	char boot_id[BOOT_ID_BYTES];
+	char memfd_name[POOL_MEMFD_NAME_MAX];
+	struct orphan *v;
+	size_t n;
+	ev_timer rescan;
+};
+
+/* One scan of /proc: every mapping or fd of our memfd name, and the processes read to the end. */
+struct scan {
+	struct holders_memfd *m;
+	size_t n, cap;
+	pid_t *read;
+	size_t nread, capread;
+	bool oom;
+};
+
+/* ------------------------------------------------------------ names and paths */
+
+void restart_memfd_name(const struct config *cfg, char *buf, size_t len)
+{
+	uint32_t h = 2166136261u; /* FNV-1a: a stable tag, not a secret */
+
+	for (const unsigned char *p = (const unsigned char *)cfg->socket_path; p && *p; p++)
+		h = (h ^ *p) * 16777619u;
+	snprintf(buf, len, "%s.%08x", POOL_MEMFD_NAME, h);
+}
+
+int restart_state_path(const struct config *cfg, char *buf, size_t len)
+{
+	const char *rt = getenv("RUNTIME_DIRECTORY");
+	int n;
+
+	if (cfg->restart_state && cfg->restart_state[0])
+		n = snprintf(buf, len, "%s", cfg->restart_state);
+	else if (rt && rt[0] == '/')
+		/* systemd sets it for RuntimeDirectory= (the unit's, kept across stops): its first entry. */
+		n = snprintf(buf, len, "%.*s/%s", (int)strcspn(rt, ":"), rt, STATE_NAME);
+	else
+		n = snprintf(buf, len, "%s.state", cfg->socket_path);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static void read_boot_id(const char *proc_root, char *buf, size_t len)
+{
+	char path[PATH_MAX];
+	FILE *f;
+
+	buf[0] = '\0';
+	snprintf(path, sizeof(path), "%s/proc/sys/kernel/random/boot_id", proc_root ? proc_root : "");
+	f = fopen(path, "re");
+	if (!f)
+		return;
+	if (!fgets(buf, (int)len, f))
+		buf[0] = '\0';
+	fclose(f);
+	buf[strcspn(buf, "\n")] = '\0';
+	/* Only the kernel's uuid text goes into the file's "boot" line. */
+	for (char *p = buf; *p; p++)
+		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f') || *p == '-')) {
+			buf[0] = '\0';
+			return;
+		}
+}
+
+/* ------------------------------------------------------------ the file */
+
+/* The file's text, or -ENOENT when there is none; -EPERM (with *why) when it is not one this daemon wrote. */
+static int read_state(const char *path, char **ret, size_t *len, const char **why)
+{
+	struct stat st;
+	char *buf;
+	size_t have = 0;
+	int fd, r;
+
+	*ret = NULL;
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0) {
+		*why = errno == ELOOP ? "it is a symbolic link" : strerror(errno);
+		return errno == ENOENT ? -ENOENT : -EPERM;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		*why = "it is not a regular file";
+		r = -EPERM;
+		goto out;
+	}
+	/* Only this daemon's uid writes it; one others may write could make it lend what is mapped. */
+	if (st.st_uid != geteuid()) {
+		*why = "another user owns it";
+		r = -EPERM;
+		goto out;
+	}
+	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		*why = "its group or others may write it";
+		r = -EPERM;
+		goto out;
+	}
+	if ((uint64_t)st.st_size > ORPHANS_STATE_MAX_BYTES) {
+		*why = "it is larger than any this daemon writes";
+		r = -EPERM;
+		goto out;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		r = -ENOMEM;
+		goto out;
+	}
+	while (have < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + have, (size_t)st.st_size - have);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+	}
+	buf[have] = '\0';
+	*ret = buf;
+	*len = have;
+	r = 0;
+out:
+	close(fd);
+	return r;
+}
+
+/* Replace the file atomically with v (or remove it when v is empty). */
+static void write_state(const struct restart *rs, const struct orphan *v, size_t n)
+{
+	char tmp[PATH_MAX + 8], *text = NULL;
+	size_t len = 0, done = 0;
+	int fd, r;
+
+	if (n == 0) {
+		if (unlink(rs->path) < 0 && errno != ENOENT)
+			log_warn("cannot remove the restart state %s, ignoring", rs->path);
+		return;
+	}
+	r = orphans_format(v, n, rs->boot_id, &text, &len);
+	if (r < 0) {
+		log_warnx("cannot write the restart state %s: %s; a restart now forgets what live processes map",
+			  rs->path, strerror(-r));
+		return;
+	}
+	snprintf(tmp, sizeof(tmp), "%s.XXXXXX", rs->path);
+	/* mkostemp: a new file of mode 0600, never one planted at a guessable name. */
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0) {
+		log_warn("cannot write the restart state %s; a restart now forgets what live processes map", rs->path);
+		free(text);
+		return;
+	}
+	while (done < len) {
+		ssize_t w = write(fd, text + done, len - done);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			break;
+		done += (size_t)w;
+	}
+	r = done == len && fdatasync(fd) == 0 ? 0 : -1;
+	if (close(fd) < 0)
+		r = -1;
+	if (r == 0 && rename(tmp, rs->path) == 0) {
+		free(text);
+		return;
+	}
+	log_warn("cannot write the restart state %s; a restart now forgets what live processes map", rs->path);
+	unlink(tmp);
+	free(text);
+}
+
+/* ------------------------------------------------------------ scanning */
+
+static void on_memfd(const struct holders_memfd *m, void *ud)
+{
+	struct scan *s = ud;
+
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? 2 * s->cap : 64;
+		struct holders_memfd *nm = realloc(s->m, cap * sizeof(*nm));
+
+		if (!nm) {
+			s->oom = true;
+			return;
+		}
+		s->m = nm;
+		s->cap = cap;
+	}
+	s->m[s->n++] = *m;
+}
+
+static void on_read(pid_t pid, void *ud)
+{
+	struct scan *s = ud;
+
+	if (s->nread == s->capread) {
+		size_t cap = s->capread ? 2 * s->capread : 256;
+		pid_t *np = realloc(s->read, cap * sizeof(*np));
+
+		if (!np) {
+			s->oom = true;
+			return;
+		}
+		s->read = np;
+		s->capread = cap;
+	}
+	s->read[s->nread++] = pid;
+}
+
+static int memfd_cmp(const void *a, const void *b)
+{
+	const struct holders_memfd *x = a, *y = b;
+
+	if (x->ino != y->ino)
+		return x->ino < y->ino ? -1 : 1;
+	if (x->dev != y->dev)
+		return x->dev < y->dev ? -1 : 1;
+	return 0;
+}
+
+static int pid_cmp(const void *a, const void *b)
+{
+	pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void scan_free(struct scan *s)
+{
+	free(s->m);
+	free(s->read);
+	memset(s, 0, sizeof(*s));
+}
+
+/* One pass over /proc. Returns 0, or -errno (then nothing may be let go on its word). */
+static int scan_proc(const struct restart *rs, struct scan *s)
+{
+	size_t unreadable = 0;
+	uint64_t t0_us = now_us();
+	int r;
+
+	memset(s, 0, sizeof(*s));
+	r = holders_scan_memfds(rs->b->cfg->proc_root, rs->memfd_name, on_memfd, on_read, s, &unreadable);
+	log_debug("restart: /proc scan for memfds named %s: %zu found, %zu processes read, %zu unreadable, %.1f ms",
+		  rs->memfd_name, s->n, s->nread, unreadable, (double)(now_us() - t0_us) / 1000.0);
+	if (r == 0 && s->oom)
+		r = -ENOMEM;
+	if (r < 0) {
+		scan_free(s);
+		return r;
+	}
+	if (s->n > 1)
+		qsort(s->m, s->n, sizeof(*s->m), memfd_cmp);
+	if (s->nread > 1)
+		qsort(s->read, s->nread, sizeof(*s->read), pid_cmp);
+	return 0;
+}
+
+static const struct holders_memfd *scan_find(const struct scan *s, dev_t dev, ino_t ino)
+{
+	struct holders_memfd k = { .dev = dev, .ino = ino };
+
+	return s->n ? bsearch(&k, s->m, s->n, sizeof(*s->m), memfd_cmp) : NULL;
+}
+
+static bool scan_read(const struct scan *s, pid_t pid)
+{
+	return s->nread && bsearch(&pid, s->read, s->nread, sizeof(pid), pid_cmp);
+}
+
+static bool pidfd_exited(int pidfd)
+{
+	struct pollfd p = { .fd = pidfd, .events = POLLIN };
+
+	/* A pidfd polls readable once its process has exited. */
+	return poll(&p, 1, 0) > 0;
+}
+
+/*
+ * Does anything still hold o? A mapping or fd of one of its memfds seen in
+ * this scan does; so does a process it names that still runs and whose /proc
+ * this daemon could not read (it may map them unseen). Pidfds of processes
+ * gone are closed on the way.
+ */
+static bool orphan_held(struct orphan *o, const struct scan *s)
+{
+	bool held = false;
+
+	for (size_t k = 0; k < o->nkeys && !held; k++)
+		held = scan_find(s, o->keys[k].dev, o->keys[k].ino) != NULL;
+	for (size_t i = 0; i < o->npids; i++) {
+		if (o->pidfds[i] < 0)
+			continue;
+		if (pidfd_exited(o->pidfds[i])) {
+			close(o->pidfds[i]);
+			o->pidfds[i] = -1;
+			continue;
+		}
+		/* Read to the end and none of its memfds seen: that process let go. A registration
+		 * (no memfds) is its program's own memory: held while the program runs. */
+		if (o->nkeys == 0 || !scan_read(s, o->pids[i]))
+			held = true;
+	}
+	return held;
+}
+
+static void orphan_close(struct orphan *o)
+{
+	for (size_t i = 0; i < o->npids; i++)
+		if (o->pidfds[i] >= 0)
+			close(o->pidfds[i]);
+	orphan_clear(o);
+}
+
+static void uncharge(struct restart *rs, struct orphan *o)
+{
+	struct broker *b = rs->b;
+
+	budget_uncharge(b->budget, o->uid, o->bytes);
+	b->orphaned_bytes -= o->bytes;
+}
+
+/* Drop what nothing holds any more. Returns how many went. */
+static size_t let_go(struct restart *rs, const struct scan *s)
+{
+	size_t kept = 0, gone = 0;
+
+	for (size_t i = 0; i < rs->n; i++) {
+		struct orphan *o = &rs->v[i];
+
+		if (orphan_held(o, s)) {
+			rs->v[kept++] = *o;
+			continue;
+		}
+		log_event(EV_LEASE_RELEASED, LOG_NOTICE, o->lease_id, o->uid, o->npids ? o->pids[0] : 0,
+			  "orphaned memory of the previous daemon (lease %llu, %llu bytes, uid %u) is no longer mapped "
+			  "by any live process: no longer counted",
+			  (unsigned long long)o->lease_id, (unsigned long long)o->bytes, (unsigned)o->uid);
+		uncharge(rs, o);
+		orphan_close(o);
+		gone++;
+	}
+	rs->n = kept;
+	return gone;
+}
+
+static void rescan_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct restart *rs = w->data;
+	struct scan s;
+	int r;
+
+	/* orphan-rescan-ms may have changed at a reload: libev re-arms with repeat after this call. */
+	w->repeat = rs->b->cfg->orphan_rescan_ms / 1000.0;
+	r = scan_proc(rs, &s);
+	if (r < 0) {
+		log_debug("restart: cannot scan /proc for orphaned memory (%s); trying again", strerror(-r));
+		return;
+	}
+	if (let_go(rs, &s) > 0) {
+		write_state(rs, rs->v, rs->n);
+		broker_memory_freed(rs->b);
+	}
+	scan_free(&s);
+	if (rs->n == 0)
+		ev_timer_stop(loop, w);
+}
+
+/* ------------------------------------------------------------ start */
+
+/* The pool's own memfds (adopted from the fd store, lent, idle or quarantined): never orphans. */
+struct ownset {
+	struct holders_memfd *k;
+	size_t n, cap;
+	bool oom;
+};
+
+static void own_add(struct ownset *o, int fd)
+{
+	struct stat st;
+
+	if (fd < 0 || fstat(fd, &st) < 0)
+		return;
+	if (o->n == o->cap) {
+		size_t cap = o->cap ? 2 * o->cap : 64;
+		struct holders_memfd *nk = realloc(o->k, cap * sizeof(*nk));
+
+		if (!nk) {
+			o->oom = true;
+			return;
+		}
+		o->k = nk;
+		o->cap = cap;
+	}
+	o->k[o->n++] = (struct holders_memfd){ .dev = st.st_dev, .ino = st.st_ino };
+}
+
+static void own_chunk(const struct chunk *c, void *ud)
+{
+	own_add(ud, c->fd);
+}
+
+static bool own_has(const struct ownset *o, dev_t dev, ino_t ino)
+{
+	struct holders_memfd k = { .dev = dev, .ino = ino };
+
+	return o->n && bsearch(&k, o->k, o->n, sizeof(*o->k), memfd_cmp);
+}
+
+static int push(struct restart *rs, size_t *cap, const struct orphan *o)
+{
+	if (rs->n == *cap) {
+		size_t nc = *cap ? 2 * *cap : 16;
+		struct orphan *nv = realloc(rs->v, nc * sizeof(*nv));
+
+		if (!nv)
+			return -ENOMEM;
+		rs->v = nv;
+		*cap = nc;
+	}
+	rs->v[rs->n++] = *o;
+	return 0;
+}
+
+/*
+ * Memfds of our name that no state line names: leases of a daemon that died
+ * without writing the file (kill -9 without the fd store). Each is counted
+ * once, at the largest size seen, against the uid of the first process found
+ * with it; a uid's such memory is capped at its quota, so a process that makes
+ * memfds of our name can cost the budget no more than its own quota could.
+ */
+static void add_unnamed(struct restart *rs, size_t *cap, const struct scan *s, const struct ownset *own)
+{
+	const uint64_t page = 4096;
+	struct ownset named = { 0 };
+	size_t nv = rs->n;
+
+	/* The memfds the state file named (counted already), sorted for lookup: there may be thousands. */
+	for (size_t i = 0; i < nv; i++)
+		for (size_t k = 0; k < rs->v[i].nkeys; k++) {
+			if (named.n == named.cap) {
+				size_t nc = named.cap ? 2 * named.cap : 64;
+				struct holders_memfd *nk = realloc(named.k, nc * sizeof(*nk));
+
+				if (!nk) {
+					free(named.k);
+					log_warnx("restart: out of memory counting orphaned memory, ignoring");
+					return;
+				}
+				named.k = nk;
+				named.cap = nc;
+			}
+			named.k[named.n++] = (struct holders_memfd){ .dev = rs->v[i].keys[k].dev,
+								     .ino = rs->v[i].keys[k].ino };
+		}
+	if (named.n > 1)
+		qsort(named.k, named.n, sizeof(*named.k), memfd_cmp);
+
+	for (size_t i = 0; i < s->n;) {
+		const struct holders_memfd *m = &s->m[i];
+		uint64_t bytes = 0, quota = budget_uid_quota(rs->b->budget);
+		struct orphan o = { 0 };
+		size_t j = i;
+
+		for (; j < s->n && s->m[j].dev == m->dev && s->m[j].ino == m->ino; j++)
+			if (s->m[j].bytes > bytes)
+				bytes = s->m[j].bytes;
+		i = j;
+		bytes = (bytes + page - 1) / page * page;
+		if (bytes == 0 || own_has(own, m->dev, m->ino) || own_has(&named, m->dev, m->ino))
+			continue;
+		if (bytes > rs->b->mem_total_bytes ||
+		    (quota && budget_uid_leased(rs->b->budget, m->uid) + bytes > quota)) {
+			log_warnx(
+				"restart: pid %d (uid %u) maps %llu more bytes of memfds named %s than uid-quota allows: "
+				"not counted",
+				(int)m->pid, (unsigned)m->uid, (unsigned long long)bytes, rs->memfd_name);
+			continue;
+		}
+		o.uid = m->uid;
+		o.bytes = bytes;
+		o.keys = malloc(sizeof(*o.keys));
+		o.pidfds = malloc(sizeof(*o.pidfds));
+		if (!o.keys || !o.pidfds || push(rs, cap, &o) < 0) {
+			orphan_clear(&o);
+			log_warnx("restart: out of memory counting orphaned memory, ignoring");
+			break;
+		}
+		log_debug("restart: pid %d (uid %u) maps or holds memfd %llu (%llu bytes) that no state line names: "
+			  "counted as orphaned",
+			  (int)m->pid, (unsigned)m->uid, (unsigned long long)m->ino, (unsigned long long)bytes);
+		o.keys[0] = (struct orphan_key){ m->dev, m->ino, bytes };
+		rs->v[rs->n - 1].nkeys = 1;
+		budget_charge(rs->b->budget, o.uid, o.bytes);
+		rs->b->orphaned_bytes += o.bytes;
+	}
+	free(named.k);
+}
+
+void restart_init(struct broker *b)
+{
+	struct restart *rs = calloc(1, sizeof(*rs));
+	struct orphan *v = NULL;
+	struct ownset own = { 0 };
+	struct scan s = { 0 };
+	size_t nv = 0, cap = 0, verified = 0;
+	const char *why = NULL;
+	char *text = NULL, sz[32];
+	size_t len = 0;
+	bool by_name;
+	int r;
+
+	if (!rs)
+		fatalx("cannot set up restart accounting: out of memory");
+	rs->b = b;
+	b->restart = rs;
+	restart_memfd_name(b->cfg, rs->memfd_name, sizeof(rs->memfd_name));
+	read_boot_id(b->cfg->proc_root, rs->boot_id, sizeof(rs->boot_id));
+	ev_timer_init(&rs->rescan, rescan_cb, b->cfg->orphan_rescan_ms / 1000.0, b->cfg->orphan_rescan_ms / 1000.0);
+	rs->rescan.data = rs;
+	if (restart_state_path(b->cfg, rs->path, sizeof(rs->path)) < 0) {
+		log_warnx("the restart state path is too long: a restart will forget what live processes map");
+		rs->path[0] = '\0';
+	}
+
+	r = rs->path[0] ? read_state(rs->path, &text, &len, &why) : -ENOENT;
+	if (r == -EPERM)
+		log_warnx("ignoring the restart state %s: %s", rs->path, why);
+	else if (r < 0 && r != -ENOENT)
+		log_warnx("cannot read the restart state %s (%s), ignoring", rs->path, strerror(-r));
+	if (r == 0) {
+		r = orphans_parse(text, len, rs->boot_id, &v, &nv);
+		if (r == -ESTALE)
+			log_info("the restart state %s is from another boot: nothing it names still runs", rs->path);
+		else if (r < 0)
+			log_warnx("the restart state %s is damaged (%s), ignoring it: only memfds named %s that live "
+				  "processes map are counted",
+				  rs->path, strerror(-r), rs->memfd_name);
+	}
+	free(text);
+	for (size_t i = 0; i < nv; i++)
+		for (size_t k = 0; k < v[i].npids; k++)
+			v[i].pidfds[k] = sys_pidfd_open(v[i].pids[k], 0);
+
+	/*
+	 * After a crash under systemd the fd store gave every lent chunk back to the pool: nothing to
+	 * look for by name, and a restart loop need not pay a pass over /proc each time (about 1 ms per
+	 * process on a busy 2-CPU VM). Otherwise (a clean stop, no fd store, or its state unreadable)
+	 * memfds of our name that live processes hold are this daemon's predecessors'.
+	 */
+	by_name = !recovery_adopted_state(b);
+	if (!by_name && nv == 0) {
+		if (rs->path[0])
+			write_state(rs, NULL, 0);
+		return;
+	}
+	pool_foreach_chunk(b->pool, own_chunk, &own);
+	if (own.n > 1)
+		qsort(own.k, own.n, sizeof(*own.k), memfd_cmp);
+	r = scan_proc(rs, &s);
+	if (r < 0)
+		log_warnx("restart: cannot scan %s/proc (%s): memory the previous daemon lent is counted only while "
+			  "the processes it names run",
+			  b->cfg->proc_root, strerror(-r));
+	for (size_t i = 0; i < nv; i++) {
+		struct orphan *o = &v[i];
+		bool adopted = false;
+
+		for (size_t k = 0; k < o->nkeys && !adopted; k++)
+			adopted = own_has(&own, o->keys[k].dev, o->keys[k].ino);
+		if (adopted || !orphan_held(o, &s)) {
+			orphan_close(o);
+			continue;
+		}
+		/* Never less than what is seen mapped: a file that understates a memfd never hides its pages. */
+		for (size_t k = 0; k < o->nkeys; k++) {
+			const struct holders_memfd *m = scan_find(&s, o->keys[k].dev, o->keys[k].ino);
+			uint64_t seen = 0;
+
+			/* bsearch lands on any of the equal entries: start from the first. */
+			while (m && m > s.m && m[-1].dev == m->dev && m[-1].ino == m->ino)
+				m--;
+			for (; m && m < s.m + s.n && m->dev == o->keys[k].dev && m->ino == o->keys[k].ino; m++)
+				seen = m->bytes > seen ? m->bytes : seen;
+			if (seen > o->keys[k].bytes) {
+				o->bytes += seen - o->keys[k].bytes;
+				o->keys[k].bytes = seen;
+			}
+		}
+		/* No lease was ever larger than the host's memory: a line that says so was not written by us. */
+		if (o->bytes > b->mem_total_bytes) {
+			log_warnx("restart: ignoring the state line of lease %llu: %llu bytes is more than MemTotal",
+				  (unsigned long long)o->lease_id, (unsigned long long)o->bytes);
+			orphan_close(o);
+			continue;
+		}
+		if (push(rs, &cap, o) < 0) {
+			orphan_close(o);
+			continue;
+		}
+		budget_charge(b->budget, o->uid, o->bytes);
+		b->orphaned_bytes += o->bytes;
+		verified++;
+	}
+	free(v);
+	if (r == 0 && by_name)
+		add_unnamed(rs, &cap, &s, &own);
+	scan_free(&s);
+	free(own.k);
+	if (rs->n) {
+		log_warnx("restart: %zu lease%s of the previous daemon (%s) are still mapped by live processes "
+			  "(%zu named by %s, %zu found by memfd name): counted as orphaned until they let go",
+			  rs->n, rs->n == 1 ? "" : "s", format_size(b->orphaned_bytes, sz, sizeof(sz)), verified,
+			  rs->path[0] ? rs->path : "(no state file)", rs->n - verified);
+		ev_timer_start(b->loop, &rs->rescan);
+	}
+	/* The file now says what this daemon counts: a crash before the next clean stop reads that. */
+	if (rs->path[0])
+		write_state(rs, rs->v, rs->n);
+}
+
+/* ------------------------------------------------------------ stop */
+
+void restart_save(struct broker *b)
+{
+	struct restart *rs = b->restart;
+	struct orphan *v;
+	size_t n = 0, cap;
+
+	if (!rs || !rs->path[0])
+		return;
+	cap = rs->n + lease_count(b->leases);
+	v = calloc(cap ? cap : 1, sizeof(*v));
+	if (!v) {
+		log_warnx("cannot write the restart state: out of memory");
+		return;
+	}
+	for (size_t i = 0; i < rs->n; i++)
+		v[n++] = rs->v[i]; /* shallow: written, not freed here */
+	for (const struct lease *l = lease_first(b->leases); l && n < cap; l = lease_next(b->leases, l)) {
+		struct orphan *o = &v[n];
+		pid_t pids[SAVE_PIDS_MAX];
+		size_t np = 0;
+
+		if (!l->holder_detached && l->pid > 0)
+			pids[np++] = l->pid;
+		for (size_t i = 0; i < l->nattachers && np < SAVE_PIDS_MAX; i++)
+			if (l->attachers[i].pid > 0)
+				pids[np++] = l->attachers[i].pid;
+		if (l->exit_holds > 0 && np < SAVE_PIDS_MAX)
+			np += revoker_hold_pids(b, l->id, pids + np, SAVE_PIDS_MAX - np);
+		o->lease_id = l->id;
+		o->uid = l->uid;
+		o->bytes = l->bytes;
+		o->keys = calloc(l->nchunks ? l->nchunks : 1, sizeof(*o->keys));
+		o->pids = malloc((np ? np : 1) * sizeof(*o->pids));
+		if (!o->keys || !o->pids) {
+			free(o->keys);
+			free(o->pids);
+			continue;
+		}
+		for (size_t k = 0; k < l->nchunks; k++) {
+			struct stat st;
+
+			if (fstat(l->chunks[k]->fd, &st) == 0)
+				o->keys[o->nkeys++] = (struct orphan_key){ st.st_dev, st.st_ino, l->chunks[k]->bytes };
+		}
+		memcpy(o->pids, pids, np * sizeof(*pids));
+		o->npids = np;
+		/* Chunks that cannot be named: held by the pids alone, as a registration is. */
+		if (o->nkeys != l->nchunks)
+			o->nkeys = 0;
+		if (o->nkeys == 0 && o->npids == 0) {
+			free(o->keys);
+			free(o->pids);
+			continue;
+		}
+		n++;
+	}
+	write_state(rs, v, n);
+	if (n > rs->n)
+		log_info("restart state: %zu lease%s still mapped written to %s for the next daemon", n - rs->n,
+			 n - rs->n == 1 ? "" : "s", rs->path);
+	for (size_t i = rs->n; i < n; i++) {
+		free(v[i].keys);
+		free(v[i].pids);
+	}
+	free(v);
+}
+
+void restart_fini(struct broker *b)
+{
+	struct restart *rs = b->restart;
+
+	if (!rs)
+		return;
+	ev_timer_stop(b->loop, &rs->rescan);
+	for (size_t i = 0; i < rs->n; i++) {
+		uncharge(rs, &rs->v[i]);
+		orphan_close(&rs->v[i]);
+	}
+	free(rs->v);
+	free(rs);
+	b->restart = NULL;
+}

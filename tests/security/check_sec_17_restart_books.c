@@ -1,0 +1,308 @@
+/* SPDX-License-Identifier: MIT */
+/* Issue 22 finding 7: a daemon stopped and started again, without systemd, still counts what a live holder maps. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pinbroker.h"
+#include "sec.h"
+
+#define MiB (1024ull * 1024ull)
+/* The issue's 128 MiB holder on a 512 MiB budget, scaled to the test's size: half the budget stays mapped. */
+#define BUDGET_BYTES (64 * MiB)
+#define HOLD_BYTES (32 * MiB)
+/* orphan-rescan-ms is 2 s by default: a freed holder must be seen within a few checks. */
+#define FREED_WITHIN_MS 20000
+
+static const char *const args[] = { "--budget", "64M", "--uid-quota", "64M", "--prewarm", "8M", NULL };
+
+enum stop_how {
+	STOP_CLEAN,    /* SIGTERM: the restart state file is written */
+	STOP_KILL,     /* kill -9: no file, no fd store */
+	STOP_NO_STATE, /* SIGTERM, then the file is removed */
+	STOP_DAMAGED,  /* SIGTERM, then the file is garbage */
+};
+
+static void say(int fd, char c)
+{
+	if (write(fd, &c, 1) != 1)
+		_exit(80);
+}
+
+static char hear(int fd)
+{
+	char c = 0;
+
+	alarm(120);
+	if (read(fd, &c, 1) != 1)
+		_exit(81);
+	alarm(0);
+	return c;
+}
+
+/* uid A: one lease of HOLD_BYTES, written, kept mapped until told to go; then it exits without a word. */
+static void holder(const char *sock, int to_test, int from_test)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
+	pb_client *c;
+	pb_lease *l;
+
+	sec_drop_to(SEC_UID_A);
+	if (pb_connect(sock, &c) < 0)
+		_exit(10);
+	if (pb_acquire(c, HOLD_BYTES, &o, &l) < 0)
+		_exit(11);
+	memset(pb_lease_data(l), 'A', HOLD_BYTES);
+	say(to_test, 'h');
+	hear(from_test);
+	/* Still 'A' after the restart: nobody was lent these pages. */
+	for (size_t i = 0; i < HOLD_BYTES; i += 4096)
+		if (((const char *)pb_lease_data(l))[i] != 'A')
+			_exit(12);
+	_exit(0);
+}
+
+/* Bytes of memfd mappings named pinbroker-chunk* in pid's smaps that are resident: the pages it holds. */
+static uint64_t memfd_rss(pid_t pid)
+{
+	char path[64], line[512];
+	uint64_t total = 0;
+	bool in = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
+	f = fopen(path, "re");
+	ck_assert_msg(f != NULL, "cannot read %s", path);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long kb;
+
+		if (strchr(line, '-') && strchr(line, ' ') && strchr(line, '-') < strchr(line, ' '))
+			in = strstr(line, "/memfd:pinbroker-chunk") != NULL;
+		else if (in && sscanf(line, "Rss: %llu kB", &kb) == 1)
+			total += kb * 1024;
+	}
+	fclose(f);
+	return total;
+}
+
+/* VmLck of pid, in bytes (what its mlock holds). */
+static uint64_t vm_locked(pid_t pid)
+{
+	char path[64], line[256];
+	unsigned long long kb = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	ck_assert_msg(f != NULL, "cannot read %s", path);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmLck: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb * 1024;
+}
+
+/* As uid, ask for bytes once, without waiting: 0, or the library's negative errno. */
+static int try_acquire_as(const char *sock, uid_t uid, uint64_t bytes)
+{
+	pid_t pid = itest_fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
+		pb_client *c;
+		pb_lease *l;
+		int r;
+
+		sec_drop_to(uid);
+		if (pb_connect(sock, &c) < 0)
+			_exit(100);
+		r = pb_acquire(c, bytes, &o, &l);
+		_exit(r == 0 ? 0 : r == -ENOSPC ? 1 : 2);
+	}
+	return itest_wait_exit(pid);
+}
+
+static int64_t orphaned(const char *sock)
+{
+	struct pb_status *s = itest_status(sock);
+	int64_t v = (int64_t)s->orphaned_bytes;
+
+	pb_status_free(s);
+	return v;
+}
+
+static void scenario(enum stop_how how)
+{
+	char state[400], *log;
+	struct daemon d;
+	int to_test[2], from_test[2];
+	uint64_t rss_before, rss_after, lck_before, lck_after;
+	struct pb_status *s;
+	pid_t h;
+
+	daemon_start(&d, args);
+	ck_assert_int_eq(pipe(to_test), 0);
+	ck_assert_int_eq(pipe(from_test), 0);
+	h = itest_fork();
+	ck_assert_int_ge(h, 0);
+	if (h == 0) {
+		close(to_test[0]);
+		close(from_test[1]);
+		holder(d.socket, to_test[1], from_test[0]);
+	}
+	close(to_test[1]);
+	close(from_test[0]);
+	ck_assert_msg(hear(to_test[0]) == 'h', "the holder did not get its lease");
+
+	ck_assert_int_eq(status_leased(d.socket), (int64_t)HOLD_BYTES);
+	rss_before = memfd_rss(h);
+	lck_before = vm_locked(d.pid);
+	ck_assert_uint_eq(rss_before, HOLD_BYTES);
+	/* The lent chunks are the daemon's locked memory while it runs. */
+	ck_assert_uint_ge(lck_before, HOLD_BYTES);
+
+	snprintf(state, sizeof(state), "%s.state", d.socket);
+	if (how == STOP_KILL) {
+		kill(d.pid, SIGKILL);
+		ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
+	} else {
+		int st = 0;
+
+		kill(d.pid, SIGTERM);
+		ck_assert_int_eq(waitpid(d.pid, &st, 0), d.pid);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the daemon did not stop cleanly");
+	}
+	if (how == STOP_NO_STATE)
+		unlink(state);
+	if (how == STOP_DAMAGED) {
+		FILE *f = fopen(state, "we");
+
+		ck_assert_ptr_nonnull(f);
+		/* A torn line whose chunks do not add up, and no "end". */
+		fputs("pinbroker-restart 1\nboot\no 1 61001 99999999999 p1 k0:1:5:7\n", f);
+		fclose(f);
+	}
+	daemon_restart(&d, args);
+
+	/* The holder still maps its pages: the new daemon counts them, as the issue requires. */
+	ck_assert_uint_eq(memfd_rss(h), HOLD_BYTES);
+	ck_assert_int_eq(status_leased(d.socket), (int64_t)HOLD_BYTES);
+	ck_assert_int_eq(orphaned(d.socket), (int64_t)HOLD_BYTES);
+	/* The issue's over-grant: what would put the host over budget is refused, to another uid and to A. */
+	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - HOLD_BYTES + 16 * MiB), 1);
+	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_A, BUDGET_BYTES - HOLD_BYTES + 2 * MiB), 1);
+	/* What is left is still lent (B's process exits and gives it back). */
+	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - HOLD_BYTES), 0);
+	ck_assert_int_eq(wait_leased(d.socket, HOLD_BYTES, 10000), (int64_t)HOLD_BYTES);
+	/* Locked by the new daemon plus what the holder keeps mapped: within the budget. */
+	s = itest_status(d.socket);
+	rss_after = memfd_rss(h);
+	lck_after = vm_locked(d.pid);
+	ck_assert_msg(s->pool_bytes + rss_after <= BUDGET_BYTES,
+		      "pool %llu + held %llu bytes over the %llu budget (daemon VmLck %llu, before the restart %llu)",
+		      (unsigned long long)s->pool_bytes, (unsigned long long)rss_after,
+		      (unsigned long long)BUDGET_BYTES, (unsigned long long)lck_after, (unsigned long long)lck_before);
+	pb_status_free(s);
+
+	log = daemon_log(&d);
+	if (how == STOP_DAMAGED)
+		ck_assert_msg(strstr(log, "is damaged") != NULL, "no warning about the damaged state file:\n%s", log);
+	ck_assert_msg(strstr(log, "counted as orphaned") != NULL, "no log line about orphaned memory:\n%s", log);
+	free(log);
+
+	/* The holder lets go (exits): the bytes come back within a bounded poll, and can be lent again. */
+	say(from_test[1], 'q');
+	ck_assert_int_eq(itest_wait_exit(h), 0);
+	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
+	ck_assert_int_eq(orphaned(d.socket), 0);
+	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - 16 * MiB), 0);
+	ck_assert_int_eq(wait_leased(d.socket, 0, 10000), 0);
+	close(to_test[0]);
+	close(from_test[1]);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+
+START_TEST(test_clean_stop_keeps_a_live_holder_counted)
+{
+	scenario(STOP_CLEAN);
+}
+END_TEST
+
+START_TEST(test_kill_9_without_fd_store_keeps_a_live_holder_counted)
+{
+	scenario(STOP_KILL);
+}
+END_TEST
+
+START_TEST(test_clean_stop_without_state_file_counts_by_memfd_name)
+{
+	scenario(STOP_NO_STATE);
+}
+END_TEST
+
+START_TEST(test_damaged_state_file_is_ignored_and_the_holder_still_counted)
+{
+	scenario(STOP_DAMAGED);
+}
+END_TEST
+
+/* Two restarts in a row, the holder alive through both: the second daemon still counts it. */
+START_TEST(test_two_clean_restarts_keep_counting)
+{
+	struct daemon d;
+	int to_test[2], from_test[2];
+	pid_t h;
+
+	daemon_start(&d, args);
+	ck_assert_int_eq(pipe(to_test), 0);
+	ck_assert_int_eq(pipe(from_test), 0);
+	h = itest_fork();
+	ck_assert_int_ge(h, 0);
+	if (h == 0) {
+		close(to_test[0]);
+		close(from_test[1]);
+		holder(d.socket, to_test[1], from_test[0]);
+	}
+	close(to_test[1]);
+	close(from_test[0]);
+	ck_assert_msg(hear(to_test[0]) == 'h', "the holder did not get its lease");
+	for (int round = 0; round < 2; round++) {
+		kill(d.pid, SIGTERM);
+		ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
+		daemon_restart(&d, args);
+		ck_assert_int_eq(status_leased(d.socket), (int64_t)HOLD_BYTES);
+		ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - HOLD_BYTES + 16 * MiB), 1);
+	}
+	say(from_test[1], 'q');
+	ck_assert_int_eq(itest_wait_exit(h), 0);
+	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
+	close(to_test[0]);
+	close(from_test[1]);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("sec-17-restart-books");
+	TCase *t = tcase_create("restart without systemd");
+
+	tcase_set_timeout(t, 120);
+	tcase_add_test(t, test_clean_stop_keeps_a_live_holder_counted);
+	tcase_add_test(t, test_kill_9_without_fd_store_keeps_a_live_holder_counted);
+	tcase_add_test(t, test_clean_stop_without_state_file_counts_by_memfd_name);
+	tcase_add_test(t, test_damaged_state_file_is_ignored_and_the_holder_still_counted);
+	tcase_add_test(t, test_two_clean_restarts_keep_counting);
+	suite_add_tcase(s, t);
+	return s;
+}
+
+SEC_MAIN(suite)
