@@ -259,6 +259,27 @@ section() { # name: runs the rest of the arguments, then adds a summary row with
 	SUMMARY+=("| $name | $((PASSED - p0)) passed, $((FAILED - f0)) failed | $res | $(( ($(date +%s%N) - t0) / 1000000 )) ms |")
 }
 
+# A plugin dlopen()ed with RTLD_DEEPBIND binds cuMemHostAlloc to libcuda.so.1 itself (issue 22, finding 6): under
+# pinctl run the interposer must still see it, so the 64 MiB is a lease of the program's label, freed at exit.
+deepbind() {
+	local label=pb-deep-$$ out=$TMP/deep.out fifo=$TMP/deep.fifo pid got=
+	local prog=$BUILD/tests/gpu/deepbind_prog plugin=$BUILD/tests/gpu/libdeepbind_plugin.so
+	[ -x "$prog" ] && [ -e "$plugin" ] || { bad "deep-bound plugin: $prog or $plugin missing"; return; }
+	mkfifo "$fifo"
+	"$PINCTL" run --label "$label" -- "$prog" "$plugin" $((64 * MIB)) <"$fifo" >"$out" 2>&1 &
+	pid=$!
+	exec 9>"$fifo"
+	for _ in $(seq 1 600); do grep -q '^hold' "$out" && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+	grep -q '^hold' "$out" && got=$(leases_of "$label" | awk '{s += $1} END {print s + 0}')
+	cat "$out" >>"$LOG"
+	check "deep-bound plugin: its cuMemHostAlloc of 64 MiB is a lease of the program's label (${got:-none} bytes)" \
+		test "${got:-0}" -ge $((64 * MIB))
+	exec 9>&-
+	wait $pid
+	check "deep-bound plugin: freed, the program exited 0 ($(tail -1 "$out"))" grep -q '^freed 0' "$out"
+	check "deep-bound plugin: nothing of its label left leased" test -z "$(leases_of "$label")"
+}
+
 programs() {
 	local k hk
 	for k in "${KINDS[@]}"; do
@@ -375,6 +396,13 @@ if start_daemon host "$TMP/host.sock" --budget 256M --prewarm 256M --hugetlb no 
 	--pool-shrink-delay-ms 3600000; then
 	export PINBROKER_SOCKET=$TMP/host.sock
 	section "host total: pinned memory within the budget plus unbrokered" host_total
+	stop_last || FAILED=$((FAILED + 1))
+else
+	FAILED=$((FAILED + 1))
+fi
+if start_daemon deep "$TMP/deep.sock" --budget 256M --prewarm 0 --hugetlb no; then
+	export PINBROKER_SOCKET=$TMP/deep.sock
+	section "deep-bound plugin (RTLD_DEEPBIND) under pinctl run" deepbind
 	stop_last || FAILED=$((FAILED + 1))
 else
 	FAILED=$((FAILED + 1))
