@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import atexit
 import glob
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -149,11 +151,55 @@ def client(daemon: Daemon) -> Iterator["pinbroker.Client"]:
     c.close()
 
 
+_stage_dir: Optional[str] = None
+
+
+def _stage() -> str:
+    """This checkout's package and the libpinbroker it loaded, copied into one temp folder any uid can read.
+
+    Another uid cannot import from a checkout under a 0700 folder (a clone in /root): a process run as one imports
+    the copy. Made once per session, removed at exit.
+    """
+    global _stage_dir
+    if _stage_dir is None:
+        d = tempfile.mkdtemp(prefix="pbpy-stage.", dir="/tmp")
+        atexit.register(shutil.rmtree, d, True)
+        shutil.copytree(os.path.join(PYDIR, "pinbroker"), os.path.join(d, "pinbroker"),
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        pinbroker._lib.load()
+        lib = pinbroker._lib.path()
+        if lib and os.path.isabs(lib):
+            shutil.copy(os.path.realpath(lib), os.path.join(d, os.path.basename(lib)))
+        # Explicit modes: root's umask may be 077.
+        for top, dirs, files in os.walk(d):
+            os.chmod(top, 0o755)
+            for f in files:
+                os.chmod(os.path.join(top, f), 0o644)
+        _stage_dir = d
+    return _stage_dir
+
+
+def env_for_uid(env: Dict[str, str], user: Optional[int]) -> Dict[str, str]:
+    """env with PYTHONPATH (and $PINBROKER_LIBRARY) naming this checkout's package for a process run as user:
+    the checkout itself for this uid, the staged copy (_stage) for another."""
+    e = dict(env)
+    # No empty entry: that would put the current folder on the path.
+    rest = [e["PYTHONPATH"]] if e.get("PYTHONPATH") else []
+    if user is None or user == os.geteuid():
+        e["PYTHONPATH"] = os.pathsep.join([PYDIR, *rest])
+        return e
+    d = _stage()
+    e["PYTHONPATH"] = os.pathsep.join([d, *rest])
+    lib = pinbroker._lib.path()
+    if lib and os.path.isabs(lib):
+        e["PINBROKER_LIBRARY"] = os.path.join(d, os.path.basename(lib))
+    return e
+
+
 def run_python(code: str, env: Optional[Dict[str, str]] = None, user: Optional[int] = None,
                timeout: float = 60) -> subprocess.CompletedProcess:
     """Run code in a fresh interpreter that imports this checkout's package (as uid ``user`` if given)."""
-    e = dict(os.environ)
-    e["PYTHONPATH"] = PYDIR + os.pathsep + e.get("PYTHONPATH", "")
+    e = env_for_uid(os.environ, user)
     if env:
         e.update(env)
     kw = {}

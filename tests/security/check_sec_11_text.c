@@ -95,7 +95,8 @@ static int pinctl_as(uid_t uid, char **out, const char *args)
 	pid_t pid;
 	ssize_t n;
 
-	ck_assert_int_ge(asprintf(&cmd, "%s --socket '%s' %s", PINCTL_PATH, d.socket, args), 0);
+	/* The staged copy: the build tree may lie where uid cannot reach it. */
+	ck_assert_int_ge(asprintf(&cmd, "%s --socket '%s' %s", ITEST_PINCTL_FOR_OTHERS, d.socket, args), 0);
 	ck_assert_int_eq(pipe(pfd), 0);
 	pid = itest_fork();
 	ck_assert_int_ge(pid, 0);
