@@ -17,6 +17,7 @@ struct daemon {
 	char dir[256];        /* temp dir holding the socket and the log */
 	char socket[300];
 	char log[300];
+	long log_from;        /* the log's size when the daemon was last started: where that start's output begins */
 };
 
 /*
@@ -48,7 +49,7 @@ char *daemon_log(const struct daemon *d);
  */
 #define ITEST_LOG_EXCERPT 2500
 char *itest_excerpt(const char *text);
-/* itest_excerpt of the daemon's log (malloc'd). */
+/* itest_excerpt of the daemon's log since its last start (malloc'd). */
 char *daemon_log_excerpt(const struct daemon *d);
 /*
  * Bound for waiting on the daemon to answer at start, in ms: 30 s, or ITEST_START_TIMEOUT_S, times 4 under a
