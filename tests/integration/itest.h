@@ -23,7 +23,8 @@ struct daemon {
 /*
  * Start PINBROKERD_PATH with --socket in a fresh temp dir plus the given
  * extra arguments (NULL-terminated), and wait until it answers. Aborts the
- * test (ck_abort) if it does not start within 10 s.
+ * test (ck_abort), with its exit status and the end of its log, if it exits
+ * first or does not answer within itest_start_timeout_ms().
  */
 void daemon_start(struct daemon *d, const char *const *extra_args);
 /* Start the daemon again in the same dir and on the same socket (after a crash or stop). */
