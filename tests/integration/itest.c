@@ -164,7 +164,9 @@ void daemon_restart_with(struct daemon *d, const char *const *extra, void (*chil
 				     WIFEXITED(wst) ? "exit status" : "signal",
 				     WIFEXITED(wst) ? WEXITSTATUS(wst) : WTERMSIG(wst), d->log, daemon_log_excerpt(d));
 		if (mono_ms() - t0 > limit) {
-			/* Read after the wait: a daemon that wrote nothing yet shows an empty log, not "(none)". */
+			/* A daemon that never answered is not left running after the test. */
+			kill(d->pid, SIGKILL);
+			waitpid(d->pid, NULL, 0);
 			ck_abort_msg(
 				"pinbrokerd (pid %d) did not answer on %s within %u ms; log %s since this start:\n%s",
 				(int)d->pid, d->socket, limit, d->log, daemon_log_excerpt(d));
