@@ -21,7 +21,7 @@ fail=0
 failed_steps=""
 summary=$(mktemp /tmp/pbtest-summary.XXXXXX)
 skips=$(mktemp /tmp/pbtest-skips.XXXXXX)
-trap 'rm -f "$summary" "$skips" "$summary.ctest"' EXIT
+trap 'rm -f "$summary" "$skips" "$summary.ctest" "$summary.rc"' EXIT
 # Suites the README promises run on a Debian 12 root once deps.sh --test installed their packages. gpu_lease (no
 # GPU) and deploy_slurm_real (no Slurm cluster) are not among them; they say why they skip.
 PROMISED="systemd_nspawn package_deb python_pinbroker completion_bash completion_zsh install_prefix deploy_k8s_*
@@ -75,10 +75,11 @@ run_ctest() {
 	dir=$1
 	pass=$2
 	shift 2
-	rc=0
-	(cd "$dir" && ctest --output-on-failure -j2 --timeout 900 "$@") >"$summary.ctest" 2>&1 || rc=$?
-	cat "$summary.ctest"
-	[ "$rc" = 0 ] || { failed; ctest_failures "$dir"; }
+	rm -f "$summary.rc"
+	# Shown as it runs, and kept for the skip list.
+	{ (cd "$dir" && ctest --output-on-failure -j2 --timeout 900 "$@") 2>&1 || echo "$?" >"$summary.rc"; } |
+		tee "$summary.ctest"
+	[ ! -e "$summary.rc" ] || { failed; ctest_failures "$dir"; }
 	ctest_skips "$dir" "$summary.ctest" "$pass"
 }
 
