@@ -6,7 +6,7 @@
 #
 # usage: run-nspawn.sh [BUILD_DIR]     (BUILD_DIR only hosts the /usr-prefixed build and results)
 # env:   PINBROKER_NSPAWN_CACHE   root cache (default /var/cache/pinbroker-test/bookworm-root; nspawn-lib.sh)
-#        PINBROKER_NSPAWN_MIRROR  Debian mirror (default: the first one in /etc/apt/sources*)
+#        PINBROKER_NSPAWN_MIRROR  Debian mirror (default: apt's own, nspawn_mirror in nspawn-lib.sh; none: it fails)
 #        PINBROKER_NSPAWN_TIMEOUT seconds the booted guest may take (default 300)
 #        PINBROKER_NSPAWN_KEEP=1  keep the per-run root copy for debugging
 # Exits 0 when every check passed, 1 when one failed, 77 (skip) where nspawn cannot run.
