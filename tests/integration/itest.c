@@ -237,6 +237,16 @@ char *itest_excerpt(const char *text)
 	return out;
 }
 
+const char *itest_tail(const char *text)
+{
+	static char buf[ITEST_LOG_EXCERPT + 64];
+	char *ex = itest_excerpt(text);
+
+	snprintf(buf, sizeof(buf), "%s", ex ? ex : "(out of memory)");
+	free(ex);
+	return buf;
+}
+
 char *daemon_log_excerpt(const struct daemon *d)
 {
 	char *log = daemon_log(d), *ex;

@@ -50,6 +50,8 @@ char *daemon_log(const struct daemon *d);
  */
 #define ITEST_LOG_EXCERPT 2500
 char *itest_excerpt(const char *text);
+/* itest_excerpt into a buffer of its own, overwritten by the next call: for a Check message's argument. */
+const char *itest_tail(const char *text);
 /* itest_excerpt of the daemon's log since its last start (malloc'd). */
 char *daemon_log_excerpt(const struct daemon *d);
 /*
