@@ -5,8 +5,8 @@
 # integration suites once under valgrind.
 #
 # Every skipped test is listed at the end with the reason it printed. A promised suite (PROMISED below) that skips
-# for a missing package (its reason says "not found", "not installed" or "apt-get install") fails the run: deps.sh
-# --test should have installed it. With CI=true, a promised suite may not skip at all in the plain run.
+# for a missing package (its reason says "not found", "not installed", "apt-get install" or "deps.sh") fails the
+# run: deps.sh --test should have installed it. With CI=true, a promised suite may not skip at all in the plain run.
 set -eu
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/progress.sh
@@ -153,7 +153,7 @@ if [ -s "$skips" ]; then
 		name=${name%:}
 		note=""
 		if promised "$name"; then
-			if echo "$reason" | grep -qiE 'not found|not installed|apt-get install|no [a-z0-9-]+ \(apt'; then
+			if echo "$reason" | grep -qiE 'not found|not installed|apt-get install|deps\.sh'; then
 				note="  <- FAILS the run: a package scripts/deps.sh --test installs is missing"
 			elif [ "${CI:-}" = true ] && [ "$pass" = plain ]; then
 				note="  <- FAILS the run: CI=true and this suite is promised to run"

@@ -24,7 +24,7 @@ lap() { printf '%s: %.1f s\n' "$1" "$(echo "$(date +%s.%N) - $2" | bc)"; }
 # The root cache, its copies and booting them: shared with tests/package/run-deb.sh.
 . "$SRC/tests/systemd/nspawn-lib.sh"
 nspawn_require
-for t in cmake bc; do command -v $t >/dev/null || skip "$t not found"; done
+for t in cmake bc; do command -v $t >/dev/null || skip "$t not found (apt-get install $t; scripts/deps.sh --test installs it)"; done
 
 PASS=0
 FAIL=0
