@@ -164,7 +164,10 @@ def _stage() -> str:
     """
     global _stage_dir
     if _stage_dir is None:
-        d = tempfile.mkdtemp(prefix="pbpy-stage.", dir="/tmp")
+        # Where a library may be mapped executable: a hardened host mounts /tmp noexec.
+        top = next((t for t in ("/tmp", "/var/tmp", "/dev/shm")
+                    if os.path.isdir(t) and not os.statvfs(t).f_flag & os.ST_NOEXEC), "/tmp")
+        d = tempfile.mkdtemp(prefix="pbpy-stage.", dir=top)
         atexit.register(shutil.rmtree, d, True)
         shutil.copytree(os.path.join(PYDIR, "pinbroker"), os.path.join(d, "pinbroker"),
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

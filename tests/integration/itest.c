@@ -17,6 +17,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -308,7 +309,10 @@ void itest_require_fds(rlim_t want)
 	ck_assert_msg(itest_need_fds(want) == 0, "%s", itest_nofile_why);
 }
 
-/* The staging folder, and the pid that made it (Check's fork mode runs tests in children, which inherit it). */
+/*
+ * The staging folder (under /tmp, or /var/tmp or /dev/shm where /tmp is noexec), and the pid that made it (Check's
+ * fork mode runs tests in children, which inherit it).
+ */
 static char stage_dir[64];
 static pid_t stage_owner;
 
@@ -369,8 +373,16 @@ const char *itest_stage(const char *path)
 	int r;
 
 	if (stage_owner != getpid()) {
+		/* Where programs may run: a hardened host mounts /tmp noexec. */
+		static const char *const tops[] = { "/tmp", "/var/tmp", "/dev/shm" };
+		struct statvfs vfs;
+		size_t t = 0;
+
+		while (t + 1 < sizeof(tops) / sizeof(tops[0]) && statvfs(tops[t], &vfs) == 0 &&
+		       (vfs.f_flag & ST_NOEXEC))
+			t++;
 		/* A test child's copy of its parent's record: this process makes (and removes) its own. */
-		snprintf(stage_dir, sizeof(stage_dir), "/tmp/pbstage.XXXXXX");
+		snprintf(stage_dir, sizeof(stage_dir), "%s/pbstage.XXXXXX", tops[t]);
 		ck_assert_ptr_nonnull(mkdtemp(stage_dir));
 		ck_assert_int_eq(chmod(stage_dir, 0755), 0);
 		stage_owner = getpid();
