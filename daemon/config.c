@@ -615,6 +615,36 @@ void config_free(struct config *c)
 	free(c);
 }
 
+/* Whether s ends with "/" suffix; *head gets the length before that slash. */
+static bool ends_with_dir(const char *s, size_t len, const char *suffix, size_t *head)
+{
+	size_t sl = strlen(suffix);
+
+	if (sl == 0 || len < sl + 1 || strncmp(s + len - sl, suffix, sl) != 0 || s[len - sl - 1] != '/')
+		return false;
+	*head = len - sl - 1;
+	return true;
+}
+
+int config_default_path_for(const char *exe, char *out, size_t len)
+{
+	const char *slash = exe ? strrchr(exe, '/') : NULL;
+	size_t dir_len, prefix_len;
+	int n;
+
+	if (CONFIG_CONFDIR[0] == '/') /* PINBROKER_CONFDIR: the install put the config there, whatever the prefix */
+		n = snprintf(out, len, "%s/pinbrokerd.conf", CONFIG_CONFDIR);
+	else if (!slash || CONFIG_SBINDIR[0] == '/' || !ends_with_dir(exe, (size_t)(slash - exe), CONFIG_SBINDIR, &dir_len))
+		n = snprintf(out, len, "%s", CONFIG_DEFAULT_PATH); /* not an installed layout: a build tree */
+	else if ((prefix_len = dir_len) == 0 || (prefix_len == 4 && strncmp(exe, "/usr", 4) == 0))
+		n = snprintf(out, len, "%s", CONFIG_DEFAULT_PATH); /* the distribution's prefix: /etc, as GNUInstallDirs */
+	else if (CONFIG_SYSCONFDIR[0] == '/')
+		n = snprintf(out, len, "%s/pinbroker/pinbrokerd.conf", CONFIG_SYSCONFDIR);
+	else
+		n = snprintf(out, len, "%.*s/%s/pinbroker/pinbrokerd.conf", (int)prefix_len, exe, CONFIG_SYSCONFDIR);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
 int config_new(struct config **ret)
 {
 	struct config *c;

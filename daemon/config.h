@@ -8,6 +8,20 @@
 #include <stdio.h>
 
 #define CONFIG_DEFAULT_PATH "/etc/pinbroker/pinbrokerd.conf"
+/*
+ * Where an installed daemon's config lives, as the install rules put it (systemd/CMakeLists.txt), set by CMake:
+ * CONFIG_SBINDIR and CONFIG_SYSCONFDIR as GNUInstallDirs names them (relative to the prefix, or absolute), and
+ * CONFIG_CONFDIR the folder PINBROKER_CONFDIR forces ("" when it is not set).
+ */
+#ifndef CONFIG_SBINDIR
+#define CONFIG_SBINDIR "sbin"
+#endif
+#ifndef CONFIG_SYSCONFDIR
+#define CONFIG_SYSCONFDIR "etc"
+#endif
+#ifndef CONFIG_CONFDIR
+#define CONFIG_CONFDIR ""
+#endif
 /* Room for the key table's rows in struct config's origin array (a static assert checks it). */
 #define CONFIG_MAX_KEYS 64
 #define CONFIG_ORIGIN_SET UINT_MAX
@@ -127,6 +141,13 @@ const char *config_suggest_key(const char *name);
 
 /* A config holding every embedded default. Returns 0 and *ret, or -ENOMEM. */
 int config_new(struct config **ret);
+/*
+ * The config file a daemon at exe (its own path, /proc/self/exe) reads when --config is not given: PREFIX/etc/
+ * pinbroker/pinbrokerd.conf for exe = PREFIX/sbin/pinbrokerd (`cmake --install --prefix PREFIX` writes it there,
+ * whatever prefix the build was configured with), CONFIG_DEFAULT_PATH for prefix /usr or / and for a daemon run
+ * from anywhere else (a build tree). Pure: no file is looked at. 0, or -ENAMETOOLONG where out is too small.
+ */
+int config_default_path_for(const char *exe, char *out, size_t len);
 void config_free(struct config *c);
 /* Deep copy. Returns 0 or -ENOMEM. */
 int config_dup(const struct config *c, struct config **ret);

@@ -61,6 +61,21 @@ static ev_idle prewarm_idle;
  * the longest a request waits behind one step. */
 #define PREWARM_STEP_BYTES (UINT64_C(64) << 20)
 
+/* The config read without --config: this daemon's install prefix's (config_default_path_for). */
+static char default_config[PATH_MAX] = CONFIG_DEFAULT_PATH;
+
+static void default_config_init(void)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	if (n <= 0)
+		return; /* no /proc: the system path */
+	exe[n] = '\0';
+	if (config_default_path_for(exe, default_config, sizeof(default_config)) < 0)
+		snprintf(default_config, sizeof(default_config), "%s", CONFIG_DEFAULT_PATH);
+}
+
 static void usage(FILE *f)
 {
 	size_t n;
@@ -80,7 +95,7 @@ static void usage(FILE *f)
 		"  -h, --help          show this help\n"
 		"  -V, --version       show the version\n\n"
 		"Every config key is also an option, --KEY VALUE:\n",
-		CONFIG_DEFAULT_PATH);
+		default_config);
 	for (size_t i = 0; i < n; i++)
 		fprintf(f, "      --%-28s %s (default %s)\n", k[i].name, k[i].help, k[i].def && *k[i].def ? k[i].def : "\"\"");
 	fprintf(f, "\nThe socket is also taken from $PINBROKER_SOCKET.\n");
@@ -817,7 +832,7 @@ static void lock_self(const struct config *c)
 
 int main(int argc, char **argv)
 {
-	struct options o = { .config_path = CONFIG_DEFAULT_PATH };
+	struct options o = { .config_path = default_config };
 	struct broker b = { 0 };
 	struct pool_opts po = { 0 };
 	struct config *cfg = NULL;
@@ -831,6 +846,7 @@ int main(int argc, char **argv)
 	int action = 0, listen_fd, r, rc = 1;
 
 	log_init(LOG_INFO, -1);
+	default_config_init();
 	r = parse_args(argc, argv, &o, &action);
 	if (r < 0) {
 		usage(stderr);

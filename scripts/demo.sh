@@ -15,9 +15,15 @@ SOCK=${PINBROKER_SOCKET:-/run/pinbroker/pinbroker.sock}
 export PINBROKER_SOCKET="$SOCK"
 PINCTL=$BUILD/client/pinctl
 
+# One line per phase, with the time since the start ([  12s] ...), and a line every 15 s while one runs.
+# shellcheck source=scripts/progress.sh
+. ./scripts/progress.sh
+say "demo: packages (scripts/deps.sh)"
 ./scripts/deps.sh
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$BUILD" -j"$(nproc)" >/dev/null
+buildlog=$(mktemp /tmp/pbdemo-build.XXXXXX)
+quietly "build: configure $BUILD (cmake)" "$buildlog" cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+quietly "build: compile with $(nproc) jobs (cmake --build $BUILD)" "$buildlog" cmake --build "$BUILD" -j"$(nproc)"
+rm -f "$buildlog"
 echo "== built: $BUILD/daemon/pinbrokerd, $BUILD/client/pinctl, $BUILD/client/libpinbroker.so"
 
 started=0
@@ -29,9 +35,10 @@ else
 	"$BUILD/daemon/pinbrokerd" --config /dev/null </dev/null >"$LOG" 2>&1 &
 	echo $! >"$PIDFILE"
 	started=1
-	for _ in $(seq 100); do "$PINCTL" status >/dev/null 2>&1 && break; sleep 0.1; done
+	# Up to 30 s: a loaded machine can take seconds to start it and lock its warm pool.
+	for _ in $(seq 300); do "$PINCTL" status >/dev/null 2>&1 && break; sleep 0.1; done
 	if ! "$PINCTL" status >/dev/null 2>&1; then
-		echo "demo: pinbrokerd did not answer on $SOCK within 10 s; its log ($LOG):" >&2
+		echo "demo: pinbrokerd did not answer on $SOCK within 30 s; its log ($LOG):" >&2
 		sed 's/^/   /' "$LOG" >&2
 		exit 1
 	fi

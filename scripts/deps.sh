@@ -3,12 +3,20 @@
 # Install what pinbroker needs to build and test on Debian 12 (run as root).
 set -eu
 export DEBIAN_FRONTEND=noninteractive
+here=$(dirname "$0")
+# shellcheck source=scripts/progress.sh
+. "$here/progress.sh"
 PKGS="build-essential cmake pkg-config libev-dev libprotobuf-c-dev protobuf-c-compiler
       libsystemd-dev check jq"
-# Tests: fuzzing (clang + libFuzzer runtime), valgrind, shellcheck (tests/deploy), the booted-systemd test, groff for rendering
-# the man pages in the install test, lintian for the Debian packages (tests/package), the Kubernetes manifests' and patcher's tests, zsh for the zsh completion test, and the Python package's tests (Debian's python3 with CPU torch, numpy, pytest; setuptools and pip to install it).
+# Tests: fuzzing (clang + libFuzzer runtime), valgrind, shellcheck (tests/deploy), the booted-systemd test and the
+# Debian package test (debootstrap, systemd-nspawn, bc for their timings), groff for rendering the man pages in the
+# install test, lintian for the Debian packages (tests/package), the Kubernetes manifests' and patcher's tests, zsh
+# for the zsh completion test, and the Python package's tests (Debian's python3 with CPU torch, numpy, pytest;
+# setuptools and pip to install it). git: .ci/run tests a fresh clone. util-linux (setpriv, unshare), bsdutils
+# (script) and procps (pgrep) are named although a full Debian has them: a minimal root (debootstrap minbase)
+# may not.
 if [ "${1:-}" = "--test" ]; then
-	PKGS="$PKGS clang libclang-rt-14-dev valgrind debootstrap systemd-container procps
+	PKGS="$PKGS clang libclang-rt-14-dev valgrind debootstrap systemd-container procps bc git util-linux bsdutils
 	      python3 python3-pytest python3-numpy python3-torch python3-setuptools python3-pip groff-base zsh
 	      prometheus-node-exporter curl lintian openssl yamllint python3-yaml shellcheck"
 	# The Kubernetes manifests' test renders them with kubectl's kustomize: Debian's
@@ -21,16 +29,24 @@ for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
 if [ -n "$missing" ]; then
-	echo "deps: installing$missing"
-	apt-get update -qq
 	# shellcheck disable=SC2086
-	apt-get install -y -qq --no-install-recommends $missing >/dev/null
+	set -- $missing
+	log=$(mktemp /tmp/pbdeps.XXXXXX)
+	quietly "deps: apt-get update" "$log" apt-get update
+	say "deps: installing $# packages:$missing"
+	# Its own progress lines ("Unpacking ...", "Setting up ...") go to the log, one of them shown now and then.
+	quietly "deps: apt-get install ($# packages and what they need)" "$log" \
+		apt-get install -y --no-install-recommends "$@"
+	rm -f "$log"
+else
+	say "deps: all $(echo "$PKGS" | wc -w) packages already installed"
 fi
 # The schema check of the Kubernetes manifests (tests/deploy/run-k8s.sh) uses the npm package
 # kubernetes-models where node and npm are installed; without them that one check is skipped.
 if [ "${1:-}" = "--test" ] && command -v npm >/dev/null; then
 	cache="$(dirname "$0")/../.cache/k8s-schema"
 	[ -d "$cache/node_modules/kubernetes-models" ] ||
-		npm install --silent --no-audit --no-fund --prefix "$cache" kubernetes-models@4.5.1 >/dev/null ||
+		{ say "deps: npm install kubernetes-models (the manifests' schema check)" &&
+			npm install --silent --no-audit --no-fund --prefix "$cache" kubernetes-models@4.5.1 >/dev/null; } ||
 		echo "deps: npm could not install kubernetes-models: the manifests' schema check will be skipped" >&2
 fi

@@ -1192,6 +1192,31 @@ START_TEST(test_suggest_key_names_a_close_key_only)
 }
 END_TEST
 
+/* Issue 23: a daemon installed with `cmake --install --prefix P` reads P's config without --config. */
+START_TEST(test_default_path_follows_the_install_prefix)
+{
+	char p[PATH_MAX], tiny[8];
+
+	ck_assert_int_eq(config_default_path_for("/home/u/pb/sbin/pinbrokerd", p, sizeof(p)), 0);
+	ck_assert_str_eq(p, "/home/u/pb/etc/pinbroker/pinbrokerd.conf");
+	ck_assert_int_eq(config_default_path_for("/usr/local/sbin/pinbrokerd", p, sizeof(p)), 0);
+	ck_assert_str_eq(p, "/usr/local/etc/pinbroker/pinbrokerd.conf");
+	/* The distribution's prefixes keep /etc, as GNUInstallDirs and the install rules do. */
+	ck_assert_int_eq(config_default_path_for("/usr/sbin/pinbrokerd", p, sizeof(p)), 0);
+	ck_assert_str_eq(p, "/etc/pinbroker/pinbrokerd.conf");
+	ck_assert_int_eq(config_default_path_for("/sbin/pinbrokerd", p, sizeof(p)), 0);
+	ck_assert_str_eq(p, "/etc/pinbroker/pinbrokerd.conf");
+	/* Not an installed layout (a build tree, a folder merely ending in "sbin"): the system path. */
+	ck_assert_int_eq(config_default_path_for("/src/pinbroker/build/daemon/pinbrokerd", p, sizeof(p)), 0);
+	ck_assert_str_eq(p, "/etc/pinbroker/pinbrokerd.conf");
+	ck_assert_int_eq(config_default_path_for("/opt/notsbin/pinbrokerd", p, sizeof(p)), 0);
+	ck_assert_str_eq(p, "/etc/pinbroker/pinbrokerd.conf");
+	ck_assert_int_eq(config_default_path_for(NULL, p, sizeof(p)), 0);
+	ck_assert_str_eq(p, "/etc/pinbroker/pinbrokerd.conf");
+	ck_assert_int_eq(config_default_path_for("/home/u/pb/sbin/pinbrokerd", tiny, sizeof(tiny)), -ENAMETOOLONG);
+}
+END_TEST
+
 static Suite *config_suite(void)
 {
 	Suite *s = suite_create("config");
@@ -1264,6 +1289,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_source_survives_reload_keep_runtime_and_keep_fixed);
 	tcase_add_test(tc, test_format_value_spells_values_as_the_file_does);
 	tcase_add_test(tc, test_suggest_key_names_a_close_key_only);
+	tcase_add_test(tc, test_default_path_follows_the_install_prefix);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import atexit
 import glob
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -71,7 +73,9 @@ class Daemon:
         env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "LISTEN_FDS", "JOURNAL_STREAM")}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + 10
+        # 30 s, or ITEST_START_TIMEOUT_S (as the C suites): a loaded machine can take seconds to start it.
+        wait_s = int(os.environ.get("ITEST_START_TIMEOUT_S", "0") or 0) or 30
+        deadline = time.monotonic() + wait_s
         while True:
             try:
                 pinbroker.connect(self.socket).close()
@@ -82,7 +86,7 @@ class Daemon:
                 raise RuntimeError(f"pinbrokerd exited ({self.proc.returncode}) during start-up:\n{self.log()}")
             if time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"pinbrokerd did not answer within 10 s:\n{self.log()}")
+                raise RuntimeError(f"pinbrokerd did not answer within {wait_s} s:\n{self.log()}")
             time.sleep(0.01)
 
     def log(self) -> str:
@@ -149,11 +153,58 @@ def client(daemon: Daemon) -> Iterator["pinbroker.Client"]:
     c.close()
 
 
+_stage_dir: Optional[str] = None
+
+
+def _stage() -> str:
+    """This checkout's package and the libpinbroker it loaded, copied into one temp folder any uid can read.
+
+    Another uid cannot import from a checkout under a 0700 folder (a clone in /root): a process run as one imports
+    the copy. Made once per session, removed at exit.
+    """
+    global _stage_dir
+    if _stage_dir is None:
+        # Where a library may be mapped executable: a hardened host mounts /tmp noexec.
+        top = next((t for t in ("/tmp", "/var/tmp", "/dev/shm")
+                    if os.path.isdir(t) and not os.statvfs(t).f_flag & os.ST_NOEXEC), "/tmp")
+        d = tempfile.mkdtemp(prefix="pbpy-stage.", dir=top)
+        atexit.register(shutil.rmtree, d, True)
+        shutil.copytree(os.path.join(PYDIR, "pinbroker"), os.path.join(d, "pinbroker"),
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        pinbroker._lib.load()
+        lib = pinbroker._lib.path()
+        if lib and os.path.isabs(lib):
+            shutil.copy(os.path.realpath(lib), os.path.join(d, os.path.basename(lib)))
+        # Explicit modes: root's umask may be 077.
+        for top, dirs, files in os.walk(d):
+            os.chmod(top, 0o755)
+            for f in files:
+                os.chmod(os.path.join(top, f), 0o644)
+        _stage_dir = d
+    return _stage_dir
+
+
+def env_for_uid(env: Dict[str, str], user: Optional[int]) -> Dict[str, str]:
+    """env with PYTHONPATH (and $PINBROKER_LIBRARY) naming this checkout's package for a process run as user:
+    the checkout itself for this uid, the staged copy (_stage) for another."""
+    e = dict(env)
+    # No empty entry: that would put the current folder on the path.
+    rest = [e["PYTHONPATH"]] if e.get("PYTHONPATH") else []
+    if user is None or user == os.geteuid():
+        e["PYTHONPATH"] = os.pathsep.join([PYDIR, *rest])
+        return e
+    d = _stage()
+    e["PYTHONPATH"] = os.pathsep.join([d, *rest])
+    lib = pinbroker._lib.path()
+    if lib and os.path.isabs(lib):
+        e["PINBROKER_LIBRARY"] = os.path.join(d, os.path.basename(lib))
+    return e
+
+
 def run_python(code: str, env: Optional[Dict[str, str]] = None, user: Optional[int] = None,
                timeout: float = 60) -> subprocess.CompletedProcess:
     """Run code in a fresh interpreter that imports this checkout's package (as uid ``user`` if given)."""
-    e = dict(os.environ)
-    e["PYTHONPATH"] = PYDIR + os.pathsep + e.get("PYTHONPATH", "")
+    e = env_for_uid(os.environ, user)
     if env:
         e.update(env)
     kw = {}

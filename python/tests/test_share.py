@@ -16,7 +16,7 @@ import pytest
 
 import pinbroker
 from pinbroker import _lib
-from conftest import NOBODY, PYDIR, need_root
+from conftest import NOBODY, env_for_uid, need_root
 
 MiB = 1 << 20
 
@@ -84,8 +84,7 @@ class Attacher:
     """)
 
     def __init__(self, socket: str, token: str, user: int = None) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = PYDIR
+        env = env_for_uid({k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, user)
         kw = {"user": user, "group": user, "extra_groups": []} if user is not None else {}
         self.p = subprocess.Popen([sys.executable, "-c", self.SCRIPT, socket, token], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **kw)

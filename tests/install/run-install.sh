@@ -120,6 +120,21 @@ set -- $exec_start
 "$P/sbin/pinbrokerd" --check-config --config "$3" >"$T/check-config.log" 2>&1 ||
 	{ cat "$T/check-config.log"; fail "the installed daemon rejects the installed config $3"; }
 
+# Without --config (started by hand), the installed daemon reads its prefix's config, not /etc's (issue 23): --help
+# names it as the default, a bad line added to it is what --check-config reports, and without it the config passes.
+conf=$P/etc/pinbroker/pinbrokerd.conf
+"$P/sbin/pinbrokerd" --help | grep -qF "read FILE (default $conf;" ||
+	fail "the installed pinbrokerd --help does not name $conf as its default config: $("$P/sbin/pinbrokerd" --help | grep -- --config)"
+cp "$conf" "$T/conf.saved"
+echo "no-such-key-of-the-install-test = 1" >>"$conf"
+"$P/sbin/pinbrokerd" --check-config >"$T/check-default.log" 2>&1 &&
+	fail "the installed daemon without --config did not read $conf (a bad line there passed --check-config)"
+grep -qF "$conf:" "$T/check-default.log" ||
+	{ cat "$T/check-default.log"; fail "the installed daemon without --config did not report $conf's bad line"; }
+cat "$T/conf.saved" >"$conf"
+env -u PINBROKER_SOCKET "$P/sbin/pinbrokerd" --check-config >"$T/check-default.log" 2>&1 ||
+	{ cat "$T/check-default.log"; fail "the installed daemon without --config rejects $conf"; }
+
 export PKG_CONFIG_PATH="$LIBDIR/pkgconfig"
 pc_prefix=$(pkg-config --variable=prefix pinbroker) || fail "pkg-config cannot read $LIBDIR/pkgconfig/pinbroker.pc"
 [ "$pc_prefix" = "$P" ] || fail "pinbroker.pc says prefix=$pc_prefix, not $P"

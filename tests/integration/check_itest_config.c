@@ -82,10 +82,10 @@ static void start_plain(struct daemon *d, const char *const *args)
 			if (st == 0)
 				return;
 		}
-		if (!daemon_alive(d) || mono_ms() - t0 > 10000) {
+		if (!daemon_alive(d) || mono_ms() - t0 > itest_start_timeout_ms()) {
 			char *log = daemon_log(d);
 
-			ck_abort_msg("pinbrokerd did not start; log:\n%s", log ? log : "(none)");
+			ck_abort_msg("pinbrokerd did not start; log:\n%s", itest_tail(log));
 		}
 	}
 }
@@ -133,7 +133,7 @@ static void reload_and_wait(struct daemon *d)
 		ck_assert_msg(mono_ms() - t0 < 10000, "no reload within 10 s");
 		usleep(20000);
 	}
-	ck_assert_msg(strstr(log, "config reloaded"), "reload rejected:\n%s", log);
+	ck_assert_msg(strstr(log, "config reloaded"), "reload rejected:\n%s", itest_tail(log));
 	free(log);
 }
 
@@ -159,7 +159,7 @@ START_TEST(test_budget_alone_starts_with_the_default_prewarm_clamped)
 	reload_and_wait(&d);
 	log = daemon_log(&d);
 	ck_assert_msg(strstr(log, "prewarm: the default (256 MiB) is above budget (128 MiB); warming 128 MiB"),
-		      "no clamp notice:\n%s", log);
+		      "no clamp notice:\n%s", itest_tail(log));
 	/* Said once, not again on a reload that changes nothing. */
 	ck_assert_ptr_null(strstr(strstr(log, "prewarm: the default") + 1, "prewarm: the default"));
 	free(log);
@@ -223,7 +223,7 @@ START_TEST(test_missing_admin_group_warns_at_check_and_start)
 	daemon_prepare(&d);
 	start_plain(&d, args);
 	log = daemon_log(&d);
-	ck_assert_msg(strstr(log, "admin-group 'pb-no-such-group' does not exist"), "%s", log);
+	ck_assert_msg(strstr(log, "admin-group 'pb-no-such-group' does not exist"), "%s", itest_tail(log));
 	free(log);
 	ck_assert_int_eq(daemon_stop(&d), 0);
 }
@@ -273,7 +273,8 @@ START_TEST(test_pinctl_set_values_survive_a_reload)
 	ck_assert_int_eq(json_field(&d, "budget_bytes"), (int64_t)(192 * MIB));
 	ck_assert_int_eq(json_field(&d, "uid_quota_bytes"), (int64_t)(64 * MIB));
 	log = daemon_log(&d);
-	ck_assert_msg(strstr(log, "keeping uid-quota = 64M from pinctl set over the config file"), "%s", log);
+	ck_assert_msg(strstr(log, "keeping uid-quota = 64M from pinctl set over the config file"), "%s",
+		      itest_tail(log));
 	free(log);
 	/* A second reload keeps it too. */
 	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
@@ -298,7 +299,7 @@ START_TEST(test_reload_keeps_and_set_refuses_a_restart_key)
 	ck_assert_int_eq(json_field(&d, "budget_bytes"), (int64_t)(192 * MIB));
 	log = daemon_log(&d);
 	ck_assert_msg(strstr(log, "psi-window-ms changed to '4000': it takes effect at the next restart, keeping '2000'"),
-		      "%s", log);
+		      "%s", itest_tail(log));
 	free(log);
 	ck_assert_int_ne(pinctl(&d, &out, "set psi-window-ms 4000"), 0);
 	ck_assert_msg(strstr(out, "'psi-window-ms' cannot change while the daemon runs"), "%s", out);

@@ -6,6 +6,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
@@ -13,8 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -72,12 +75,30 @@ void daemon_restart(struct daemon *d, const char *const *extra)
 	daemon_restart_with(d, extra, NULL, NULL);
 }
 
+/*
+ * The daemon raises its soft RLIMIT_NOFILE to the hard one at start, but under valgrind it cannot: valgrind fixes
+ * the client's limit from the soft one it was started with (less its own reserve). Raising it before exec gives
+ * the daemon under a wrapper the room it has natively (a root shell's soft limit is 1024); at most cap, which no
+ * test needs more than, where a container's hard limit is in the millions.
+ */
+static void soft_nofile_to_hard(rlim_t cap)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max && rl.rlim_cur < cap) {
+		rl.rlim_cur = rl.rlim_max < cap ? rl.rlim_max : cap;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
 void daemon_restart_with(struct daemon *d, const char *const *extra, void (*child_setup)(void *ud), void *ud)
 {
 	const char *argv[64];
 	char *wrapper;
 	size_t n = 0;
 	uint64_t t0;
+	unsigned limit = itest_start_timeout_ms();
+	int wst;
 
 	/* PINBROKER_DAEMON_WRAPPER="valgrind --error-exitcode=99 ..." runs the daemon under a tool (split on spaces). */
 	wrapper = getenv("PINBROKER_DAEMON_WRAPPER") ? strdup(getenv("PINBROKER_DAEMON_WRAPPER")) : NULL;
@@ -102,6 +123,11 @@ void daemon_restart_with(struct daemon *d, const char *const *extra, void (*chil
 		argv[n++] = extra[i];
 	argv[n] = NULL;
 
+	{
+		struct stat st;
+
+		d->log_from = stat(d->log, &st) == 0 ? (long)st.st_size : 0;
+	}
 	d->pid = itest_fork();
 	ck_assert_int_ge(d->pid, 0);
 	if (d->pid == 0) {
@@ -114,6 +140,8 @@ void daemon_restart_with(struct daemon *d, const char *const *extra, void (*chil
 		unsetenv("NOTIFY_SOCKET");
 		unsetenv("JOURNAL_STREAM");
 		unsetenv("LISTEN_FDS");
+		if (wrapper)
+			soft_nofile_to_hard(65536);
 		if (child_setup)
 			child_setup(ud);
 		execvp(argv[0], (char *const *)argv); /* p: the wrapper is found on PATH */
@@ -132,15 +160,17 @@ void daemon_restart_with(struct daemon *d, const char *const *extra, void (*chil
 			if (st == 0)
 				return;
 		}
-		if (!daemon_alive(d)) {
-			char *log = daemon_log(d);
-
-			ck_abort_msg("pinbrokerd exited during start-up; log:\n%s", log ? log : "(none)");
-		}
-		if (mono_ms() - t0 > (getenv("PINBROKER_DAEMON_WRAPPER") ? 60000u : 10000u)) {
-			char *log = daemon_log(d);
-
-			ck_abort_msg("pinbrokerd did not answer within 10 s; log:\n%s", log ? log : "(none)");
+		if (waitpid(d->pid, &wst, WNOHANG) == d->pid)
+			ck_abort_msg("pinbrokerd exited during start-up (%s %d); log %s since this start:\n%s",
+				     WIFEXITED(wst) ? "exit status" : "signal",
+				     WIFEXITED(wst) ? WEXITSTATUS(wst) : WTERMSIG(wst), d->log, daemon_log_excerpt(d));
+		if (mono_ms() - t0 > limit) {
+			/* A daemon that never answered is not left running after the test. */
+			kill(d->pid, SIGKILL);
+			waitpid(d->pid, NULL, 0);
+			ck_abort_msg(
+				"pinbrokerd (pid %d) did not answer on %s within %u ms; log %s since this start:\n%s",
+				(int)d->pid, d->socket, limit, d->log, daemon_log_excerpt(d));
 		}
 		usleep(5000);
 	}
@@ -185,6 +215,192 @@ int daemon_stop(struct daemon *d)
 char *daemon_log(const struct daemon *d)
 {
 	return itest_read_file(d->log);
+}
+
+char *itest_excerpt(const char *text)
+{
+	size_t len = text ? strlen(text) : 0;
+	const char *from;
+	char *out = NULL;
+
+	if (!text)
+		return strdup("(none)");
+	if (len == 0)
+		return strdup("(empty)");
+	if (len <= ITEST_LOG_EXCERPT)
+		return strdup(text);
+	/* The end is what tells why: the last lines, from a line start. */
+	from = text + len - ITEST_LOG_EXCERPT;
+	if (strchr(from, '\n') && strchr(from, '\n')[1])
+		from = strchr(from, '\n') + 1;
+	if (asprintf(&out, "[... first %zu bytes left out]\n%s", (size_t)(from - text), from) < 0)
+		return NULL;
+	return out;
+}
+
+const char *itest_tail(const char *text)
+{
+	static char buf[ITEST_LOG_EXCERPT + 64];
+	char *ex = itest_excerpt(text);
+
+	snprintf(buf, sizeof(buf), "%s", ex ? ex : "(out of memory)");
+	free(ex);
+	return buf;
+}
+
+char *daemon_log_excerpt(const struct daemon *d)
+{
+	char *log = daemon_log(d), *ex;
+
+	/* An empty file reads as NULL: say which of the two it is. */
+	if (!log && access(d->log, F_OK) == 0)
+		return strdup("(empty: the daemon wrote nothing yet)");
+	ex = itest_excerpt(log && (long)strlen(log) >= d->log_from ? log + d->log_from : log);
+	free(log);
+	return ex;
+}
+
+unsigned itest_start_timeout_ms(void)
+{
+	const char *env = getenv("ITEST_START_TIMEOUT_S");
+	unsigned ms = env && atoi(env) > 0 ? (unsigned)atoi(env) * 1000u : 30000u;
+
+	if (getenv("PINBROKER_DAEMON_WRAPPER"))
+		return ms * 10;
+#if defined(__SANITIZE_ADDRESS__)
+	ms *= 4;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+	ms *= 4;
+#endif
+#endif
+	return ms;
+}
+
+char itest_nofile_why[200];
+
+int itest_need_fds(rlim_t want)
+{
+	struct rlimit rl;
+
+	itest_nofile_why[0] = '\0';
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return -errno;
+	if (rl.rlim_cur >= want)
+		return 0;
+	if (rl.rlim_max < want) {
+		/* Root may raise the hard limit (CAP_SYS_RESOURCE), up to fs.nr_open. */
+		struct rlimit up = { want, want };
+
+		if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+			return 0;
+		snprintf(itest_nofile_why, sizeof(itest_nofile_why),
+			 "needs %llu open files and the hard RLIMIT_NOFILE is %llu (raise it: ulimit -Hn %llu, or "
+			 "LimitNOFILE= in a unit)",
+			 (unsigned long long)want, (unsigned long long)rl.rlim_max, (unsigned long long)want);
+		return -EMFILE;
+	}
+	rl.rlim_cur = want;
+	return setrlimit(RLIMIT_NOFILE, &rl) < 0 ? -errno : 0;
+}
+
+void itest_require_fds(rlim_t want)
+{
+	ck_assert_msg(itest_need_fds(want) == 0, "%s", itest_nofile_why);
+}
+
+/*
+ * The staging folder (under /tmp, or /var/tmp or /dev/shm where /tmp is noexec), and the pid that made it (Check's
+ * fork mode runs tests in children, which inherit it).
+ */
+static char stage_dir[64];
+static pid_t stage_owner;
+
+static void stage_remove(void)
+{
+	char cmd[128];
+
+	if (stage_owner != getpid() || !stage_dir[0])
+		return;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", stage_dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", stage_dir);
+	stage_dir[0] = '\0';
+}
+
+/* Copy src to dir/name with mode; 0 or -errno. */
+static int copy_file(const char *src, const char *dir, const char *name, mode_t mode)
+{
+	char dst[PATH_MAX], buf[65536];
+	int in, out, r = 0;
+	ssize_t n;
+
+	snprintf(dst, sizeof(dst), "%s/%s", dir, name);
+	in = open(src, O_RDONLY | O_CLOEXEC);
+	if (in < 0)
+		return -errno;
+	out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (out < 0) {
+		r = -errno;
+		close(in);
+		return r == -EEXIST ? 0 : r;
+	}
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		if (write(out, buf, (size_t)n) != n) {
+			r = -EIO;
+			break;
+		}
+	if (n < 0)
+		r = -errno;
+	/* Explicit mode: the umask (077 on some root accounts) must not make the copy unreadable to others. */
+	if (r == 0 && fchmod(out, mode) < 0)
+		r = -errno;
+	close(in);
+	if (close(out) < 0 && r == 0)
+		r = -errno;
+	return r;
+}
+
+const char *itest_stage(const char *path)
+{
+	/* Copies made by this process: the source path and where it went. */
+	static struct {
+		const char *src;
+		char dst[PATH_MAX];
+	} staged[8];
+	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+	size_t i;
+	int r;
+
+	if (stage_owner != getpid()) {
+		/* Where programs may run: a hardened host mounts /tmp noexec. */
+		static const char *const tops[] = { "/tmp", "/var/tmp", "/dev/shm" };
+		struct statvfs vfs;
+		size_t t = 0;
+
+		while (t + 1 < sizeof(tops) / sizeof(tops[0]) && statvfs(tops[t], &vfs) == 0 &&
+		       (vfs.f_flag & ST_NOEXEC))
+			t++;
+		/* A test child's copy of its parent's record: this process makes (and removes) its own. */
+		snprintf(stage_dir, sizeof(stage_dir), "%s/pbstage.XXXXXX", tops[t]);
+		ck_assert_ptr_nonnull(mkdtemp(stage_dir));
+		ck_assert_int_eq(chmod(stage_dir, 0755), 0);
+		stage_owner = getpid();
+		memset(staged, 0, sizeof(staged));
+		atexit(stage_remove);
+		/* The build tree's pinctl finds libpinbroker at $ORIGIN: it goes next to every staged program. */
+		r = copy_file(LIBPINBROKER_PATH, stage_dir, LIBPINBROKER_SONAME, 0644);
+		ck_assert_msg(r == 0, "cannot stage %s in %s: %s", LIBPINBROKER_PATH, stage_dir, strerror(-r));
+	}
+	for (i = 0; i < sizeof(staged) / sizeof(staged[0]) && staged[i].src; i++)
+		if (strcmp(staged[i].src, path) == 0)
+			return staged[i].dst;
+	ck_assert_uint_lt(i, sizeof(staged) / sizeof(staged[0]));
+	r = copy_file(path, stage_dir, base, 0755);
+	ck_assert_msg(r == 0, "cannot stage %s in %s: %s", path, stage_dir, strerror(-r));
+	staged[i].src = path;
+	snprintf(staged[i].dst, sizeof(staged[i].dst), "%s/%s", stage_dir, base);
+	return staged[i].dst;
 }
 
 char *itest_read_file(const char *path)

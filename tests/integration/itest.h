@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include "pinbroker.pb-c.h"
@@ -16,12 +17,14 @@ struct daemon {
 	char dir[256];        /* temp dir holding the socket and the log */
 	char socket[300];
 	char log[300];
+	long log_from;        /* the log's size when the daemon was last started: where that start's output begins */
 };
 
 /*
  * Start PINBROKERD_PATH with --socket in a fresh temp dir plus the given
  * extra arguments (NULL-terminated), and wait until it answers. Aborts the
- * test (ck_abort) if it does not start within 10 s.
+ * test (ck_abort), with its exit status and the end of its log, if it exits
+ * first or does not answer within itest_start_timeout_ms().
  */
 void daemon_start(struct daemon *d, const char *const *extra_args);
 /* Start the daemon again in the same dir and on the same socket (after a crash or stop). */
@@ -40,6 +43,22 @@ int daemon_stop(struct daemon *d);
 bool daemon_alive(const struct daemon *d);
 /* Read the daemon's log file into a malloc'd string. */
 char *daemon_log(const struct daemon *d);
+/*
+ * At most the last ITEST_LOG_EXCERPT bytes of text, from a line start, with a note of what was cut (malloc'd;
+ * "(none)" for NULL): what goes into a Check message, which Check aborts on past 4 KiB ("Message string too
+ * long"), hiding the failure it was to report.
+ */
+#define ITEST_LOG_EXCERPT 2500
+char *itest_excerpt(const char *text);
+/* itest_excerpt into a buffer of its own, overwritten by the next call: for a Check message's argument. */
+const char *itest_tail(const char *text);
+/* itest_excerpt of the daemon's log since its last start (malloc'd). */
+char *daemon_log_excerpt(const struct daemon *d);
+/*
+ * Bound for waiting on the daemon to answer at start, in ms: 30 s, or ITEST_START_TIMEOUT_S, times 4 under a
+ * sanitizer build and 10 under a wrapper (valgrind); a loaded machine can take seconds to exec and warm up.
+ */
+unsigned itest_start_timeout_ms(void);
 /* The whole file at path (malloc'd), or NULL. */
 char *itest_read_file(const char *path);
 /*
@@ -62,6 +81,27 @@ pid_t itest_fork(void);
 int itest_wait_exit(pid_t pid);
 /* In a child: become uid (and the same-numbered gid) with no supplementary groups, or _exit(90). */
 void itest_drop_to(uid_t uid);
+
+/*
+ * A world-reachable copy of path (0755), for other uids to exec: uids 61001/61002 and nobody cannot reach a
+ * build tree under a 0700 folder (a clone in /root). The first call makes one temp folder under /tmp (0755) and
+ * stages libpinbroker there too under its soniname, where the build tree's pinctl finds it ($ORIGIN in its
+ * build RPATH); the folder is removed when the process that made it exits. Returns a path that lives as long
+ * as the process, or aborts the test.
+ */
+const char *itest_stage(const char *path);
+/* pinctl, staged for other uids. */
+#define ITEST_PINCTL_FOR_OTHERS itest_stage(PINCTL_PATH)
+
+/*
+ * Raise this process's soft RLIMIT_NOFILE to want (root may raise the hard limit too), before the daemon starts,
+ * so that it, and valgrind around it, inherit the room: a root shell's soft limit is 1024. Returns 0, or -EMFILE
+ * where the hard limit is below want and cannot be raised; the reason is in itest_nofile_why.
+ */
+int itest_need_fds(rlim_t want);
+extern char itest_nofile_why[200];
+/* itest_need_fds, or fail the test with itest_nofile_why: for tests inside a running TCase. */
+void itest_require_fds(rlim_t want);
 
 /* Run a shell command line, capture stdout+stderr into *out (malloc'd). Returns the exit code. */
 int run_capture(const char *cmdline, char **out);

@@ -11,7 +11,7 @@
 # usage: run-deb.sh [BUILD_DIR]       (the packages are built in BUILD_DIR/deb-build)
 # env:   PINBROKER_NSPAWN_CACHE   root cache (default /var/cache/pinbroker-test/bookworm-root;
 #                                 tests/systemd/nspawn-lib.sh, shared with run-nspawn.sh)
-#        PINBROKER_NSPAWN_MIRROR  Debian mirror for a first debootstrap
+#        PINBROKER_NSPAWN_MIRROR  Debian mirror for a first debootstrap (default: apt's own)
 #        PINBROKER_DEB_TIMEOUT    seconds the booted guest may take (default 240)
 #        PINBROKER_DEB_LINTIAN=0  leave lintian out even where it is installed
 #        PINBROKER_NSPAWN_KEEP=1  keep the per-run root copy for debugging

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -237,6 +238,18 @@ void fdstore_free(struct fdstore *fs)
 	free(fs);
 }
 
+/* In the child, on a failure to place the fds: say why in the daemon's log (its stderr by now), and exit 126. */
+static __attribute__((noreturn)) void child_fail(const struct fdstore *fs, const char *what)
+{
+	struct rlimit rl = { 0, 0 };
+	int e = errno;
+
+	getrlimit(RLIMIT_NOFILE, &rl);
+	dprintf(2, "fdstore stand-in: cannot pass %zu fds to the daemon: %s: %s (RLIMIT_NOFILE soft %llu, hard %llu)\n",
+		fs->child_n, what, strerror(e), (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
+	_exit(126);
+}
+
 /* In the child, before exec: the fds from 3 up, and the environment sd_listen_fds_with_names reads. */
 static void child_setup(void *ud)
 {
@@ -245,16 +258,16 @@ static void child_setup(void *ud)
 	int *tmp = malloc((fs->child_n + 1) * sizeof(int));
 
 	if (!tmp)
-		_exit(126);
+		child_fail(fs, "malloc");
 	/* Park every fd above the target range first, so no dup2 overwrites one still to be placed. */
 	for (size_t i = 0; i < fs->child_n; i++) {
 		tmp[i] = fcntl(fs->child_fds[i], F_DUPFD_CLOEXEC, 3 + (int)fs->child_n);
 		if (tmp[i] < 0)
-			_exit(126);
+			child_fail(fs, "F_DUPFD");
 	}
 	for (size_t i = 0; i < fs->child_n; i++)
 		if (dup2(tmp[i], 3 + (int)i) < 0) /* dup2 clears FD_CLOEXEC on the target */
-			_exit(126);
+			child_fail(fs, "dup2");
 	setenv("NOTIFY_SOCKET", fs->notify_path, 1);
 	snprintf(num, sizeof(num), "%zu", fs->child_n);
 	setenv("LISTEN_FDS", num, 1);
@@ -269,6 +282,12 @@ void fdstore_daemon_start(struct fdstore *fs, const char *const *extra)
 	char *p;
 
 	pthread_mutex_lock(&fs->lock);
+	/*
+	 * This process holds the store and makes a copy of it below, and the child parks one more copy before placing
+	 * them: room for three times the store (and what the store thread may add meanwhile), as a service manager
+	 * has. A root shell's soft limit is 1024.
+	 */
+	itest_require_fds(3 * (fs->n + 1) + 256);
 	fs->ready = false;
 	fs->child_n = fs->n + 1;
 	fs->child_fds = calloc(fs->child_n, sizeof(int));

@@ -19,14 +19,49 @@ nspawn_require() {
 	command -v debootstrap >/dev/null || skip "debootstrap not found (apt-get install debootstrap)"
 }
 
-# nspawn_mirror: the host's own Debian mirror (not -security), else deb.debian.org.
+# nspawn_mirror [APT_DIR]: the Debian mirror apt is configured with (APT_DIR, default /etc/apt): deb822 stanzas in
+# sources.list.d/*.sources and one-line entries in sources.list and sources.list.d/*.list, of Types deb and not
+# disabled. A source of the suite $NSPAWN_SUITE first, else one of any suite but -security (the security archive
+# holds no base system). Prints nothing and returns 1 where there is none: no host is assumed; the caller says
+# to set PINBROKER_NSPAWN_MIRROR.
 nspawn_mirror() {
-	local u
-	u=$(grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources | grep -o 'https\?://[^ ]*' |
-		grep -v -- '-security' | grep -m1 '/debian/\?$')
-	[ -n "$u" ] || u=$(grep -hs '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list |
-		grep -o 'https\?://[^ ]*' | grep -v -- '-security' | grep -m1 '/debian/\?$')
-	echo "${u:-http://deb.debian.org/debian}"
+	local apt=${1:-/etc/apt} want
+	for want in "$NSPAWN_SUITE" any; do
+		# shellcheck disable=SC2016 # awk's own $fields
+		{
+			for f in "$apt"/sources.list.d/*.sources; do
+				[ -f "$f" ] && awk -v want="$want" '
+					BEGIN { RS = ""; FS = "\n" }
+					{
+						uris = ""; suites = ""; types = ""; on = 1
+						for (i = 1; i <= NF; i++) {
+							if ($i ~ /^[ \t]*#/) continue
+							if (match($i, /^URIs:[ \t]*/)) uris = substr($i, RLENGTH + 1)
+							else if (match($i, /^Suites:[ \t]*/)) suites = substr($i, RLENGTH + 1)
+							else if (match($i, /^Types:[ \t]*/)) types = substr($i, RLENGTH + 1)
+							else if ($i ~ /^Enabled:[ \t]*[Nn][Oo]/) on = 0
+						}
+						if (!on || (" " types " ") !~ / deb /) next
+						n = split(suites, s, /[ \t]+/)
+						for (k = 1; k <= n; k++)
+							if (s[k] != "" && (want == "any" ? s[k] !~ /-security$/ : s[k] == want)) {
+								split(uris, u, /[ \t]+/); print u[1]; exit
+							}
+					}' "$f"
+			done
+			for f in "$apt/sources.list" "$apt"/sources.list.d/*.list; do
+				[ -f "$f" ] && awk -v want="$want" '
+					$1 == "deb" {
+						i = 2
+						if ($i ~ /^\[/) while (i <= NF && $i !~ /\]$/) i++
+						if ($i ~ /^\[/ || $i ~ /\]$/) i++
+						uri = $i; suite = $(i + 1)
+						if (want == "any" ? suite !~ /-security$/ : suite == want) { print uri; exit }
+					}' "$f"
+			done
+		} | grep -m1 . && return 0
+	done
+	return 1
 }
 
 # nspawn_cached_root: makes $NSPAWN_CACHE unless it holds a root of $NSPAWN_STAMP already; under
@@ -37,7 +72,8 @@ nspawn_cached_root() {
 	exec 9>"$NSPAWN_CACHE.lock"
 	flock 9
 	if [ "$(cat "$NSPAWN_CACHE/.pinbroker-root" 2>/dev/null)" != "$NSPAWN_STAMP" ]; then
-		M=${PINBROKER_NSPAWN_MIRROR:-$(nspawn_mirror)}
+		M=${PINBROKER_NSPAWN_MIRROR:-$(nspawn_mirror /etc/apt)} ||
+			fail "no Debian mirror in apt's configuration (/etc/apt/sources.list.d/*.sources, /etc/apt/sources.list): set PINBROKER_NSPAWN_MIRROR to one"
 		echo "debootstrap $NSPAWN_SUITE from $M into $NSPAWN_CACHE ..."
 		t=$(date +%s.%N)
 		rm -rf --one-file-system "$NSPAWN_CACHE.new"

@@ -6,7 +6,7 @@
 #
 # usage: run-nspawn.sh [BUILD_DIR]     (BUILD_DIR only hosts the /usr-prefixed build and results)
 # env:   PINBROKER_NSPAWN_CACHE   root cache (default /var/cache/pinbroker-test/bookworm-root; nspawn-lib.sh)
-#        PINBROKER_NSPAWN_MIRROR  Debian mirror (default: the first one in /etc/apt/sources*)
+#        PINBROKER_NSPAWN_MIRROR  Debian mirror (default: apt's own, nspawn_mirror in nspawn-lib.sh; none: it fails)
 #        PINBROKER_NSPAWN_TIMEOUT seconds the booted guest may take (default 300)
 #        PINBROKER_NSPAWN_KEEP=1  keep the per-run root copy for debugging
 # Exits 0 when every check passed, 1 when one failed, 77 (skip) where nspawn cannot run.
@@ -24,7 +24,7 @@ lap() { printf '%s: %.1f s\n' "$1" "$(echo "$(date +%s.%N) - $2" | bc)"; }
 # The root cache, its copies and booting them: shared with tests/package/run-deb.sh.
 . "$SRC/tests/systemd/nspawn-lib.sh"
 nspawn_require
-for t in cmake bc; do command -v $t >/dev/null || skip "$t not found"; done
+for t in cmake bc; do command -v $t >/dev/null || skip "$t not found (apt-get install $t; scripts/deps.sh --test installs it)"; done
 
 PASS=0
 FAIL=0
