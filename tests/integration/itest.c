@@ -363,12 +363,17 @@ static int copy_file(const char *src, const char *dir, const char *name, mode_t 
 
 const char *itest_stage(const char *path)
 {
+	return itest_stage_as(path, strrchr(path, '/') ? strrchr(path, '/') + 1 : path);
+}
+
+const char *itest_stage_as(const char *path, const char *relpath)
+{
 	/* Copies made by this process: the source path and where it went. */
 	static struct {
 		const char *src;
 		char dst[PATH_MAX];
-	} staged[8];
-	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+	} staged[16];
+	char sub[PATH_MAX];
 	size_t i;
 	int r;
 
@@ -396,10 +401,16 @@ const char *itest_stage(const char *path)
 		if (strcmp(staged[i].src, path) == 0)
 			return staged[i].dst;
 	ck_assert_uint_lt(i, sizeof(staged) / sizeof(staged[0]));
-	r = copy_file(path, stage_dir, base, 0755);
+	/* Each folder of relpath, made reachable (0755 whatever the umask). */
+	for (const char *slash = strchr(relpath, '/'); slash; slash = strchr(slash + 1, '/')) {
+		snprintf(sub, sizeof(sub), "%s/%.*s", stage_dir, (int)(slash - relpath), relpath);
+		ck_assert_msg(mkdir(sub, 0755) == 0 || errno == EEXIST, "cannot make %s: %s", sub, strerror(errno));
+		ck_assert_int_eq(chmod(sub, 0755), 0);
+	}
+	r = copy_file(path, stage_dir, relpath, 0755);
 	ck_assert_msg(r == 0, "cannot stage %s in %s: %s", path, stage_dir, strerror(-r));
 	staged[i].src = path;
-	snprintf(staged[i].dst, sizeof(staged[i].dst), "%s/%s", stage_dir, base);
+	snprintf(staged[i].dst, sizeof(staged[i].dst), "%s/%s", stage_dir, relpath);
 	return staged[i].dst;
 }
 

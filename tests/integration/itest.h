@@ -90,6 +90,9 @@ void itest_drop_to(uid_t uid);
  * as the process, or aborts the test.
  */
 const char *itest_stage(const char *path);
+/* The same, staged as relpath inside that folder (its folders made 0755): for programs whose run paths are
+ * relative to $ORIGIN and need their neighbours' layout. */
+const char *itest_stage_as(const char *path, const char *relpath);
 /* pinctl, staged for other uids. */
 #define ITEST_PINCTL_FOR_OTHERS itest_stage(PINCTL_PATH)
 

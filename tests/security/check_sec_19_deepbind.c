@@ -51,15 +51,30 @@ static const struct {
 	const char *lib;
 	bool shallow;
 } cases[] = {
-	{ "call", DEEP_LIB, false },
+	{ "call", NULL, false }, /* NULL: the plugin by its full path */
 	{ "call", "libpbdeep.so", false },
-	{ "dlsym", DEEP_LIB, false },
+	{ "dlsym", NULL, false },
 	{ "dlsym", "libpbdeep.so", false },
-	{ "gpa", DEEP_LIB, false },
+	{ "gpa", NULL, false },
 	{ "gpa", "libpbdeep.so", false },
 	{ "call", "$ORIGIN/deep/libpbdeep.so", false },
 	{ "call", "libpbdeep.so", true },
 };
+
+/*
+ * What uid A runs, staged where it can reach it (a build tree under a 0700 folder, a clone in /root, is out of
+ * its reach): pinctl beside libpinbroker and the interposer (pinctl run looks for it there), and the program
+ * with deep/ and stub/ beside it, the layout its $ORIGIN run paths name. Returns the program; *plugin is the
+ * staged plugin's full path.
+ */
+static const char *stage_for_uid_a(const char **plugin)
+{
+	itest_stage(PINCTL_PATH);
+	itest_stage(PRELOAD_LIB);
+	*plugin = itest_stage_as(DEEP_LIB, "preload/deep/libpbdeep.so");
+	itest_stage_as(STUB_DIR "/libcuda.so.1", "preload/stub/libcuda.so.1");
+	return itest_stage_as(DEEP_TARGET, "preload/preload_deep_target");
+}
 
 /* Run pinctl ARGS as uid, output (stdout and stderr) into *out. Returns its exit status. */
 static int pinctl_as(uid_t uid, char **out, const char *args)
@@ -70,7 +85,7 @@ static int pinctl_as(uid_t uid, char **out, const char *args)
 	pid_t pid;
 	ssize_t n;
 
-	ck_assert_int_ge(asprintf(&cmd, "%s --socket '%s' %s", PINCTL_PATH, d.socket, args), 0);
+	ck_assert_int_ge(asprintf(&cmd, "%s --socket '%s' %s", ITEST_PINCTL_FOR_OTHERS, d.socket, args), 0);
 	ck_assert_int_eq(pipe(pfd), 0);
 	pid = itest_fork();
 	ck_assert_int_ge(pid, 0);
@@ -122,7 +137,8 @@ static uint64_t seen_for(pid_t pid, uint64_t *leased, uint64_t *unbrokered)
 
 START_TEST(test_a_deep_bound_plugin_pins_where_status_sees_it)
 {
-	const char *way = cases[_i].way, *lib = cases[_i].lib;
+	const char *way = cases[_i].way, *plugin, *target = stage_for_uid_a(&plugin);
+	const char *lib = cases[_i].lib ? cases[_i].lib : plugin, *pinctl = ITEST_PINCTL_FOR_OTHERS;
 	int in[2], out[2];
 	uint64_t leased = 0, unbrokered = 0, seen = 0;
 	unsigned long long driver = ~0ull;
@@ -150,7 +166,7 @@ START_TEST(test_a_deep_bound_plugin_pins_where_status_sees_it)
 		setenv("ASAN_OPTIONS", asan, 1);
 		snprintf(size, sizeof(size), "%llu", PLUGIN_BYTES);
 		/* The interposer's default fallback (cuda): refused memory would still show, as unbrokered. */
-		execl(PINCTL_PATH, "pinctl", "--socket", d.socket, "run", "--label", "deep", "--", DEEP_TARGET, lib,
+		execl(pinctl, "pinctl", "--socket", d.socket, "run", "--label", "deep", "--", target, lib,
 		      way, size, (char *)NULL);
 		_exit(127);
 	}
