@@ -98,6 +98,7 @@ void daemon_restart_with(struct daemon *d, const char *const *extra, void (*chil
 	size_t n = 0;
 	uint64_t t0;
 	unsigned limit = itest_start_timeout_ms();
+	bool noticed = false;
 	int wst;
 
 	/* PINBROKER_DAEMON_WRAPPER="valgrind --error-exitcode=99 ..." runs the daemon under a tool (split on spaces). */
@@ -164,6 +165,20 @@ void daemon_restart_with(struct daemon *d, const char *const *extra, void (*chil
 			ck_abort_msg("pinbrokerd exited during start-up (%s %d); log %s since this start:\n%s",
 				     WIFEXITED(wst) ? "exit status" : "signal",
 				     WIFEXITED(wst) ? WEXITSTATUS(wst) : WTERMSIG(wst), d->log, daemon_log_excerpt(d));
+		if (!noticed && mono_ms() - t0 > 10000u && limit > 10000u) {
+			/*
+			 * Said now, as well: a Check case timeout shorter than the bound would kill this test with only
+			 * "Test timeout expired", hiding what the daemon logged.
+			 */
+			char *ex = daemon_log_excerpt(d);
+
+			fprintf(stderr,
+				"itest: pinbrokerd (pid %d) has not answered on %s for 10 s (waiting up to %u ms); "
+				"log %s since this start:\n%s\n",
+				(int)d->pid, d->socket, limit, d->log, ex ? ex : "");
+			free(ex);
+			noticed = true;
+		}
 		if (mono_ms() - t0 > limit) {
 			/* A daemon that never answered is not left running after the test. */
 			kill(d->pid, SIGKILL);
