@@ -132,9 +132,13 @@ if quietly "build: configure build-asan" build-asan/build.log \
 	quietly "build: compile build-asan with $JOBS jobs (log: build-asan/build.log)" build-asan/build.log \
 		cmake --build build-asan -j"$JOBS"; then
 	step "ctest under ASan + UBSan"
+	# Check's per-case timeouts are set for the plain build; ASan runs the daemon and the suites 2-3x slower
+	# (the daemon start waits are x4 already: itest.c), and a 2-core machine under load more: x3, as the
+	# valgrind run's x10 (tests/hardening/run-valgrind.sh). ctest's --timeout stays the outer bound.
 	export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+	export CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-3}
 	run_ctest build-asan asan -E "systemd_nspawn|package_deb"
-	unset ASAN_OPTIONS UBSAN_OPTIONS
+	unset ASAN_OPTIONS UBSAN_OPTIONS CK_TIMEOUT_MULTIPLIER
 else
 	failed
 fi
