@@ -506,6 +506,42 @@ int run_capture(const char *cmdline, char **out)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+int pinctl_as(const struct daemon *d, uid_t uid, char **out, const char *args)
+{
+	char *cmd = NULL;
+	size_t len = 0;
+	int pfd[2], st;
+	pid_t pid;
+	FILE *f;
+
+	/* The staged copy: the build tree may lie where uid cannot reach it. */
+	ck_assert_int_ge(asprintf(&cmd, "%s --socket '%s' %s", ITEST_PINCTL_FOR_OTHERS, d->socket, args), 0);
+	ck_assert_int_eq(pipe(pfd), 0);
+	pid = itest_fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		itest_drop_to(uid);
+		dup2(pfd[1], 1);
+		dup2(pfd[1], 2);
+		close(pfd[0]);
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	close(pfd[1]);
+	free(cmd);
+	f = fdopen(pfd[0], "r");
+	ck_assert_ptr_nonnull(f);
+	*out = NULL;
+	if (getdelim(out, &len, '\0', f) < 0) {
+		free(*out);
+		*out = strdup("");
+	}
+	fclose(f);
+	ck_assert_ptr_nonnull(*out);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 int pinctl(const struct daemon *d, char **out, const char *fmt, ...)
 {
 	char *args = NULL, *cmd = NULL;

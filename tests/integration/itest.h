@@ -108,6 +108,9 @@ void itest_require_fds(rlim_t want);
 
 /* Run a shell command line, capture stdout+stderr into *out (malloc'd). Returns the exit code. */
 int run_capture(const char *cmdline, char **out);
+/* Run the staged pinctl --socket d->socket ARGS (a shell line) as uid, stdout+stderr into *out (malloc'd).
+ * Returns its exit status (127: it could not run). */
+int pinctl_as(const struct daemon *d, uid_t uid, char **out, const char *args);
 /* Run pinctl --socket d->socket ARGS..., capture output. Returns the exit code. */
 int pinctl(const struct daemon *d, char **out, const char *args_fmt, ...) __attribute__((format(printf, 3, 4)));
 

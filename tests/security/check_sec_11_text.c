@@ -86,49 +86,6 @@ static int start_holder(uid_t uid, const char *name, int nconn, const char *labe
 	return st;
 }
 
-/* Run pinctl ARGS as uid, output (stdout and stderr) into *out. Returns its exit status. */
-static int pinctl_as(uid_t uid, char **out, const char *args)
-{
-	char *cmd = NULL, buf[4096];
-	size_t len = 0, cap = 0;
-	int pfd[2], st;
-	pid_t pid;
-	ssize_t n;
-
-	/* The staged copy: the build tree may lie where uid cannot reach it. */
-	ck_assert_int_ge(asprintf(&cmd, "%s --socket '%s' %s", ITEST_PINCTL_FOR_OTHERS, d.socket, args), 0);
-	ck_assert_int_eq(pipe(pfd), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		sec_drop_to(uid);
-		dup2(pfd[1], 1);
-		dup2(pfd[1], 2);
-		close(pfd[0]);
-		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-		_exit(127);
-	}
-	close(pfd[1]);
-	*out = NULL;
-	while ((n = read(pfd[0], buf, sizeof(buf))) > 0) {
-		if (len + (size_t)n + 1 > cap) {
-			cap = (len + (size_t)n + 1) * 2;
-			*out = realloc(*out, cap);
-			ck_assert_ptr_nonnull(*out);
-		}
-		memcpy(*out + len, buf, (size_t)n);
-		len += (size_t)n;
-	}
-	if (!*out)
-		*out = calloc(1, 1);
-	else
-		(*out)[len] = '\0';
-	close(pfd[0]);
-	free(cmd);
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 static bool has_line_starting(const char *text, const char *prefix)
 {
 	size_t n = strlen(prefix);
@@ -201,21 +158,21 @@ START_TEST(test_visibility_own_hides_other_uids_rows_but_not_from_root)
 	snprintf(pid, sizeof(pid), "%d", (int)holder);
 
 	/* uid B, not an admin: the totals, but none of A's rows. */
-	ck_assert_int_eq(pinctl_as(SEC_UID_B, &out, "status"), 0);
+	ck_assert_int_eq(pinctl_as(&d, SEC_UID_B, &out, "status"), 0);
 	ck_assert_ptr_nonnull(strstr(out, "leased:       1 MiB"));
 	ck_assert_msg(!strstr(out, "secret-a") && !strstr(out, "holder-a") && !strstr(out, pid),
 		      "uid %u sees uid %u's row:\n%s", SEC_UID_B, SEC_UID_A, out);
 	free(out);
-	ck_assert_int_eq(pinctl_as(SEC_UID_B, &out, "leases"), 0);
+	ck_assert_int_eq(pinctl_as(&d, SEC_UID_B, &out, "leases"), 0);
 	ck_assert_msg(!strstr(out, "secret-a") && !strstr(out, pid), "uid %u sees uid %u's lease:\n%s", SEC_UID_B,
 		      SEC_UID_A, out);
 	free(out);
-	ck_assert_int_eq(pinctl_as(SEC_UID_B, &out, "status --json"), 0);
+	ck_assert_int_eq(pinctl_as(&d, SEC_UID_B, &out, "status --json"), 0);
 	ck_assert_msg(!strstr(out, "secret-a") && strstr(out, "\"leased_bytes\":1048576"), "uid B's JSON:\n%s", out);
 	free(out);
 
 	/* A sees its own. */
-	ck_assert_int_eq(pinctl_as(SEC_UID_A, &out, "leases"), 0);
+	ck_assert_int_eq(pinctl_as(&d, SEC_UID_A, &out, "leases"), 0);
 	ck_assert_msg(strstr(out, "secret-a"), "uid A does not see its own lease:\n%s", out);
 	free(out);
 
@@ -230,7 +187,7 @@ START_TEST(test_visibility_own_hides_other_uids_rows_but_not_from_root)
 	/* The setting is reloadable: all shows B every row again. */
 	ck_assert_int_eq(pinctl(&d, &out, "set status-visibility all"), 0);
 	free(out);
-	ck_assert_int_eq(pinctl_as(SEC_UID_B, &out, "leases"), 0);
+	ck_assert_int_eq(pinctl_as(&d, SEC_UID_B, &out, "leases"), 0);
 	ck_assert_msg(strstr(out, "secret-a"), "status-visibility = all, yet uid B sees no row:\n%s", out);
 	free(out);
 }

@@ -76,46 +76,6 @@ static const char *stage_for_uid_a(const char **plugin)
 	return itest_stage_as(DEEP_TARGET, "preload/preload_deep_target");
 }
 
-/* Run pinctl ARGS as uid, output (stdout and stderr) into *out. Returns its exit status. */
-static int pinctl_as(uid_t uid, char **out, const char *args)
-{
-	char *cmd = NULL, buf[4096];
-	size_t len = 0, cap = 0;
-	int pfd[2];
-	pid_t pid;
-	ssize_t n;
-
-	ck_assert_int_ge(asprintf(&cmd, "%s --socket '%s' %s", ITEST_PINCTL_FOR_OTHERS, d.socket, args), 0);
-	ck_assert_int_eq(pipe(pfd), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		sec_drop_to(uid);
-		dup2(pfd[1], 1);
-		dup2(pfd[1], 2);
-		close(pfd[0]);
-		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-		_exit(127);
-	}
-	close(pfd[1]);
-	free(cmd);
-	*out = NULL;
-	while ((n = read(pfd[0], buf, sizeof(buf))) > 0) {
-		if (len + (size_t)n + 1 > cap) {
-			cap = (len + (size_t)n + 1) * 2;
-			*out = realloc(*out, cap);
-			ck_assert_ptr_nonnull(*out);
-		}
-		memcpy(*out + len, buf, (size_t)n);
-		len += (size_t)n;
-		(*out)[len] = 0;
-	}
-	close(pfd[0]);
-	if (!*out)
-		*out = strdup("");
-	return itest_wait_exit(pid);
-}
-
 /* What status counts for pid: its lease bytes and the unbrokered bytes its connections report. */
 static uint64_t seen_for(pid_t pid, uint64_t *leased, uint64_t *unbrokered)
 {
@@ -193,7 +153,7 @@ START_TEST(test_a_deep_bound_plugin_pins_where_status_sees_it)
 	ck_assert_uint_eq(leased, PLUGIN_BYTES);
 	ck_assert_uint_eq(driver, 0);
 	/* The other uid sees it in the host's figures too. */
-	ck_assert_int_eq(pinctl_as(SEC_UID_B, &text, "status --json"), 0);
+	ck_assert_int_eq(pinctl_as(&d, SEC_UID_B, &text, "status --json"), 0);
 	ck_assert_msg(strstr(text, "\"leased_bytes\":"), "%s", text);
 	ck_assert_msg(strtoull(strstr(text, "\"leased_bytes\":") + 15, NULL, 10) >= PLUGIN_BYTES, "%s", text);
 	free(text);
