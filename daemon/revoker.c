@@ -842,12 +842,38 @@ static int hold_process(struct broker *b, int pidfd, bool take_pidfd, pid_t pid,
 	return 0;
 }
 
+/*
+ * The real uid of the process pidfd names, read from /proc/PID/status and confirmed through the pidfd after
+ * the read (a pid is reused only once its process is gone, and the pidfd outlives neither): (uid_t)-1 when
+ * it cannot be told.
+ */
+static uid_t pidfd_real_uid(int pidfd, pid_t pid)
+{
+	char path[64], line[256];
+	unsigned long uid = (unsigned long)-1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return (uid_t)-1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Uid: %lu", &uid) == 1)
+			break;
+	fclose(f);
+	if (uid == (unsigned long)-1 || sys_pidfd_send_signal(pidfd, 0, 0) < 0)
+		return (uid_t)-1;
+	return (uid_t)uid;
+}
+
 int revoker_hold_until_exit(struct broker *b, int pidfd, pid_t pid, const uint64_t *ids, size_t n)
 {
-	const struct lease *l = n > 0 ? lease_find(b->leases, ids[0]) : NULL;
-
-	/* The process's own uid is not known here (a holder or a mapper after a restart): charge the lease's. */
-	return hold_process(b, pidfd, true, pid, l ? l->uid : 0, ids, n);
+	/*
+	 * A holder or a mapper after a restart: its own uid, not the lease's, which an attacher of another uid
+	 * does not share. The pidfd is charged to it, and a revoke the holder starts never signals it (issue
+	 * 22, finding 4). One whose uid cannot be told is charged to no real uid and never signalled by a holder.
+	 */
+	return hold_process(b, pidfd, true, pid, pidfd_real_uid(pidfd, pid), ids, n);
 }
 
 size_t revoker_hold_pids(const struct broker *b, uint64_t id, pid_t *out, size_t max)

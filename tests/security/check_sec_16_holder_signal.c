@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fdstore.h"
 #include "sec.h"
 
 #define MiB (1024ull * 1024ull)
@@ -271,9 +272,53 @@ START_TEST(test_admin_revoke_still_reaches_another_uids_attacher)
 }
 END_TEST
 
+/*
+ * The same after a crash: the restarted daemon (the fd store kept the lease; a stand-in for systemd's) holds
+ * B's recovered attach until B exits, as an exit hold on B's own uid, read from its process, not the lease's.
+ * Uid A's revoke of its own lease must still reach A's process only.
+ */
+START_TEST(test_holder_self_revoke_after_a_crash_never_signals_another_uid)
+{
+	static const char *const args[] = { "--revoke-enforce", "sigterm", "--redeclare-grace-ms", "5000", NULL };
+	struct fdstore *fs;
+	struct shared sh;
+	pid_t a, b;
+	int to, from, r, st;
+
+	daemon_prepare(&d);
+	fs = fdstore_new(&d);
+	fdstore_daemon_start(fs, args);
+	a = holder(&to, &from);
+	ck_assert_int_eq(read(from, &sh, sizeof(sh)), (ssize_t)sizeof(sh));
+	b = attacher(&sh);
+	ck_assert_int_eq(wait_attachers(sh.id, 1, 5000), 1);
+	fdstore_daemon_kill(fs);
+	fdstore_daemon_start(fs, args);
+
+	/* A's first call reconnects to the same instance and re-declares its lease, then revokes it with 1 ms. */
+	ck_assert_int_eq(write(to, "r", 1), 1);
+	ck_assert_int_eq(read(from, &r, sizeof(r)), (ssize_t)sizeof(r));
+	ck_assert_msg(r == 0, "uid A's revoke of its own lease after the restart: %d", r);
+	st = wait_end(a, 15000);
+	ck_assert_msg(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM,
+		      "uid A's holder was not SIGTERMed after its own revoke (status %#x)", st);
+	ck_assert_msg(wait_end(b, 1000) == -1,
+		      "uid B's attacher, recovered after the crash, was killed by uid A's revoke of its own lease");
+	/* B may still map the pages: counted until it exits. */
+	ck_assert_int_eq(status_leased(d.socket), (int64_t)LEASE_BYTES);
+	ck_assert_int_eq(kill_and_reap(b), SIGKILL);
+	ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
+	close(to);
+	close(from);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+	fdstore_free(fs);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sec_16_holder_signal");
+	TCase *tr = tcase_create("after a crash");
 	TCase *tc = tcase_create("sigterm");
 	TCase *tk = tcase_create("sigkill");
 
@@ -286,6 +331,9 @@ static Suite *suite(void)
 	tcase_set_timeout(tk, 60);
 	tcase_add_test(tk, test_holder_self_revoke_never_signals_another_uid_sigkill);
 	suite_add_tcase(s, tk);
+	tcase_set_timeout(tr, 60);
+	tcase_add_test(tr, test_holder_self_revoke_after_a_crash_never_signals_another_uid);
+	suite_add_tcase(s, tr);
 	return s;
 }
 
