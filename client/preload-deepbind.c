@@ -203,13 +203,19 @@ struct obj_list {
 	struct deep_obj *v;
 	size_t n, cap;
 	const struct obj_list *before; /* for the second walk: the objects loaded before the dlopen() */
+	uintptr_t mine;                /* for the second walk: the load address of the dlopen()'s own object */
 	bool failed;
 };
 
-static bool listed(const struct obj_list *l, uintptr_t addr, const ElfW(Phdr) *phdr)
+/*
+ * Whether an object was in the list: by address and name, since another thread may have unloaded one and
+ * this dlopen() mapped another in its place (two plugins built alike even have their headers at one address).
+ */
+static bool listed(const struct obj_list *l, const struct dl_phdr_info *info)
 {
 	for (size_t i = 0; l && i < l->n; i++)
-		if (l->v[i].addr == addr && l->v[i].phdr == phdr)
+		if (l->v[i].addr == info->dlpi_addr && l->v[i].phdr == info->dlpi_phdr &&
+		    strcmp(l->v[i].name, info->dlpi_name ? info->dlpi_name : "") == 0)
 			return true;
 	return false;
 }
@@ -220,7 +226,8 @@ static int collect_cb(struct dl_phdr_info *info, size_t size, void *arg)
 	struct deep_obj *o;
 
 	(void)size;
-	if (l->failed || listed(l->before, info->dlpi_addr, info->dlpi_phdr))
+	/* The dlopen()'s own object counts even so: it was not loaded when pbp_dlopen_slow looked. */
+	if (l->failed || (listed(l->before, info) && info->dlpi_addr != l->mine))
 		return 0;
 	/* After the dlopen(): only named objects (a loaded library always has a name; the vDSO and program not). */
 	if (l->before && (!info->dlpi_name || !info->dlpi_name[0]))
@@ -238,11 +245,28 @@ static int collect_cb(struct dl_phdr_info *info, size_t size, void *arg)
 	}
 	o = &l->v[l->n];
 	*o = (struct deep_obj){ .addr = info->dlpi_addr, .phdr = info->dlpi_phdr, .phnum = info->dlpi_phnum };
-	if (l->before && !(o->name = strdup(info->dlpi_name))) {
+	if (!(o->name = strdup(info->dlpi_name ? info->dlpi_name : ""))) {
 		l->failed = true;
 		return 0;
 	}
 	l->n++;
+	return 0;
+}
+
+/* The program headers of the objects held in a list, read again; phnum stays 0 for one not found. */
+static int refresh_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	struct obj_list *l = arg;
+
+	(void)size;
+	for (size_t i = 0; i < l->n; i++) {
+		struct deep_obj *o = &l->v[i];
+
+		if (o->hold && o->addr == info->dlpi_addr && info->dlpi_name && strcmp(o->name, info->dlpi_name) == 0) {
+			o->phdr = info->dlpi_phdr;
+			o->phnum = info->dlpi_phnum;
+		}
+	}
 	return 0;
 }
 
@@ -312,7 +336,7 @@ static bool needed_by_any(const struct deep_obj *o, const struct deep_obj *set, 
  */
 static void bind_deep(struct link_map *lm, const char *file, const struct obj_list *before)
 {
-	struct obj_list now = { .before = before };
+	struct obj_list now = { .before = before, .mine = lm->l_addr };
 	sigset_t all, old;
 	bool *in = NULL, grew = true;
 	int patched = 0;
@@ -326,17 +350,26 @@ static void bind_deep(struct link_map *lm, const char *file, const struct obj_li
 
 		o->hold = pbp_real_dlopen(o->name, RTLD_LAZY | RTLD_NOLOAD);
 		if (o->hold && (dlinfo(o->hold, RTLD_DI_LINKMAP, &hl) < 0 || !hl || hl->l_addr != o->addr ||
-				hl->l_ld != dynamic_of(o))) {
+				!hl->l_name || strcmp(hl->l_name, o->name) != 0)) {
 			dlclose(o->hold);
 			o->hold = NULL;
 		}
-		in[i] = o->hold && o->addr == lm->l_addr && hl->l_ld == lm->l_ld;
+		o->phnum = 0;
+		in[i] = o->hold && hl == lm;
 	}
+	/*
+	 * What the first walk saw of an object not held then may be gone (unloaded) or another's (loaded at the
+	 * same address since): read the program headers again, now that the objects to rewrite are held.
+	 */
+	dl_iterate_phdr(refresh_cb, &now);
+	for (size_t i = 0; i < now.n; i++)
+		if (!now.v[i].phnum)
+			in[i] = false;
 	/* Its dependency closure among the new objects. */
 	while (grew) {
 		grew = false;
 		for (size_t i = 0; i < now.n; i++)
-			if (!in[i] && now.v[i].hold && needed_by_any(&now.v[i], now.v, now.n, in))
+			if (!in[i] && now.v[i].phnum && needed_by_any(&now.v[i], now.v, now.n, in))
 				in[i] = grew = true;
 	}
 	sigfillset(&all);
@@ -344,12 +377,13 @@ static void bind_deep(struct link_map *lm, const char *file, const struct obj_li
 	pthread_mutex_lock(&patch_lock);
 	for (size_t i = 0; i < now.n; i++) {
 		const char *base = strrchr(now.v[i].name, '/');
-		const ElfW(Dyn) *dyn = dynamic_of(&now.v[i]);
+		const ElfW(Dyn) *dyn;
 
 		base = base ? base + 1 : now.v[i].name;
 		/* The driver itself: its own imports are its business. */
-		if (in[i] && dyn && strncmp(base, "libcuda.so", 10) != 0)
-			patched += patch_object(&now.v[i], dyn);
+		if (!in[i] || strncmp(base, "libcuda.so", 10) == 0 || !(dyn = dynamic_of(&now.v[i])))
+			continue;
+		patched += patch_object(&now.v[i], dyn);
 	}
 	pthread_mutex_unlock(&patch_lock);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);

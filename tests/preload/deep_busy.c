@@ -10,14 +10,20 @@
 #include <dlfcn.h>
 #include <stdint.h>
 
-#define X4(x) x, x, x, x
-#define X16(x) X4(x), X4(x), X4(x), X4(x)
-#define X256(x) X16(X16(x))
+#define S ((void *)(uintptr_t)dlsym)
+#define O ((void *)(uintptr_t)dlopen)
+#define S16 S, S, S, S, S, S, S, S, S, S, S, S, S, S, S, S
+#define O16 O, O, O, O, O, O, O, O, O, O, O, O, O, O, O, O
+#define S256 S16, S16, S16, S16, S16, S16, S16, S16, S16, S16, S16, S16, S16, S16, S16, S16
+#define O256 O16, O16, O16, O16, O16, O16, O16, O16, O16, O16, O16, O16, O16, O16, O16, O16
+#define SO512 S256, O256
+#define SO8192 SO512, SO512, SO512, SO512, SO512, SO512, SO512, SO512, SO512, SO512, SO512, SO512, SO512, \
+	SO512, SO512, SO512
 
 __attribute__((visibility("default"))) uintptr_t deep_busy_sum(void);
 
 /* 8192 pointers: 64 KiB of RELRO, all of it relocated at load. */
-static void *const table[] = { X16(X256((void *)(uintptr_t)dlsym)), X16(X256((void *)(uintptr_t)dlopen)) };
+static void *const table[] = { SO8192 };
 
 uintptr_t deep_busy_sum(void)
 {
