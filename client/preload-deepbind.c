@@ -9,7 +9,11 @@
  * once the loader has relocated the objects that dlopen() brought in, their GOT slots that import one of the
  * driver's host-memory functions, cuGetProcAddress(_v2), dlsym or dlopen are pointed at our stand-ins
  * (pbp_stand_in), as the global scope would have bound them: only those slots change, and only in objects
- * that this deep-bound dlopen() loaded. The rest of the library's deep binding stays as asked.
+ * that this deep-bound dlopen() loaded (its own object and its dependencies that were not loaded before), once
+ * the loader is done with them: never an object another thread is loading at the same moment, whose RELRO
+ * the loader may still be writing. A read-only (RELRO) page is made writable for the store and given its
+ * protection back under one lock; a writable one is only stored to. The rest of the library's deep binding
+ * stays as asked.
  *
  * What this cannot reach (the README's list of ways pinned memory escapes): a deep-bound library's
  * constructors, which run inside dlopen() before the slots are rewritten; libraries loaded into another
@@ -307,7 +311,7 @@ static bool needs(const struct deep_obj *o, const char *name)
 	return false;
 }
 
-/* The names o answers a DT_NEEDED by: its DT_SONAME, and its file's base name. */
+/* Whether an object already taken (in) names o among its DT_NEEDED: by o's DT_SONAME or its file's base name. */
 static bool needed_by_any(const struct deep_obj *o, const struct deep_obj *set, size_t n, const bool *in)
 {
 	const ElfW(Dyn) *dyn = dynamic_of(o), *d;
