@@ -9,7 +9,11 @@
  * once the loader has relocated the objects that dlopen() brought in, their GOT slots that import one of the
  * driver's host-memory functions, cuGetProcAddress(_v2), dlsym or dlopen are pointed at our stand-ins
  * (pbp_stand_in), as the global scope would have bound them: only those slots change, and only in objects
- * that this deep-bound dlopen() loaded. The rest of the library's deep binding stays as asked.
+ * that this deep-bound dlopen() loaded (its own object and its dependencies that were not loaded before), once
+ * the loader is done with them: never an object another thread is loading at the same moment, whose RELRO
+ * the loader may still be writing. A read-only (RELRO) page is made writable for the store and given its
+ * protection back under one lock; a writable one is only stored to. The rest of the library's deep binding
+ * stays as asked.
  *
  * What this cannot reach (the README's list of ways pinned memory escapes): a deep-bound library's
  * constructors, which run inside dlopen() before the slots are rewritten; libraries loaded into another
@@ -20,6 +24,8 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -62,15 +68,72 @@ static uintptr_t dyn_ptr(uintptr_t base, uintptr_t p)
 }
 
 /*
- * Point the GOT slots of one object that import a function we stand in for at our stand-in. Slots in its
- * RELRO part [relro_lo, relro_hi) are made writable for the write and read-only again. Returns how many changed.
+ * Serialises every rewrite of a GOT slot: two deep-bound dlopen()s whose objects share a page (or patch the
+ * same object) must not interleave one's mprotect(RW) / store / mprotect(back) with the other's, or one puts
+ * the page back to read-only between the other's mprotect and its store. Held only around mprotect() and
+ * stores, with signals blocked, so nothing under it can fork, dlopen or re-enter; pthread_atfork keeps it
+ * consistent in a child forked by another thread while it was held.
  */
-static int patch_object(uintptr_t base, const ElfW(Dyn) *dyn, uintptr_t relro_lo, uintptr_t relro_hi)
+static pthread_mutex_t patch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void patch_lock_prepare(void)
+{
+	pthread_mutex_lock(&patch_lock);
+}
+
+static void patch_lock_release(void)
+{
+	pthread_mutex_unlock(&patch_lock);
+}
+
+/* One object to rewrite: found by dl_iterate_phdr, and held (a RTLD_NOLOAD handle) while it is rewritten. */
+struct deep_obj {
+	uintptr_t addr;
+	const ElfW(Phdr) *phdr;
+	ElfW(Half) phnum;
+	char *name;
+	void *hold;
+};
+
+/*
+ * The protection the loader left on the page of slot, from the object's program headers: PROT_READ inside
+ * its PT_GNU_RELRO pages (whole pages from its start, its end rounded down, as the loader protects them),
+ * else its PT_LOAD segment's flags. -1 if no segment holds it.
+ */
+static int slot_prot(const struct deep_obj *o, uintptr_t slot, uintptr_t page)
+{
+	int prot = -1;
+
+	for (ElfW(Half) i = 0; i < o->phnum; i++) {
+		const ElfW(Phdr) *ph = &o->phdr[i];
+		uintptr_t lo = o->addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+
+		if (ph->p_type == PT_GNU_RELRO) {
+			lo &= ~(page - 1);
+			hi &= ~(page - 1);
+			if (slot >= lo && slot < hi)
+				return PROT_READ;
+		} else if (ph->p_type == PT_LOAD && slot >= lo && slot < hi) {
+			prot = ((ph->p_flags & PF_R) ? PROT_READ : 0) | ((ph->p_flags & PF_W) ? PROT_WRITE : 0) |
+			       ((ph->p_flags & PF_X) ? PROT_EXEC : 0);
+		}
+	}
+	return prot;
+}
+
+/*
+ * Point the GOT slots of one object that import a function we stand in for at our stand-in. A slot in a
+ * read-only page (its RELRO) is made writable for the store and given its original protection back; a slot
+ * in a writable page is stored as is; anything else is left alone. Call with patch_lock held. Returns how
+ * many changed.
+ */
+static int patch_object(const struct deep_obj *o, const ElfW(Dyn) *dyn)
 {
 	const ElfW(Sym) *symtab = NULL;
 	const char *strtab = NULL;
 	const ElfW(Rela) *rel[2] = { NULL, NULL };
 	size_t relsz[2] = { 0, 0 }, page = (size_t)sysconf(_SC_PAGESIZE);
+	uintptr_t base = o->addr;
 	int n = 0;
 
 	for (; dyn->d_tag != DT_NULL; dyn++) {
@@ -111,6 +174,7 @@ static int patch_object(uintptr_t base, const ElfW(Dyn) *dyn, uintptr_t relro_lo
 			const ElfW(Sym) *sym = &symtab[ELF64_R_SYM(r->r_info)];
 			uintptr_t slot = base + r->r_offset, want, pg;
 			void *to;
+			int prot;
 
 			if ((type != R_SLOT && type != R_GLOB && type != R_ABS) || ELF64_R_SYM(r->r_info) == 0)
 				continue;
@@ -121,11 +185,14 @@ static int patch_object(uintptr_t base, const ElfW(Dyn) *dyn, uintptr_t relro_lo
 			if (*(uintptr_t *)slot == want)
 				continue;
 			pg = slot & ~(uintptr_t)(page - 1);
-			if (slot >= relro_lo && slot < relro_hi) {
-				if (mprotect((void *)pg, page, PROT_READ | PROT_WRITE) < 0)
+			prot = slot_prot(o, slot, page);
+			if (prot < 0 || !(prot & PROT_READ))
+				continue;
+			if (!(prot & PROT_WRITE)) {
+				if (mprotect((void *)pg, page, prot | PROT_WRITE) < 0)
 					continue;
 				__atomic_store_n((uintptr_t *)slot, want, __ATOMIC_RELEASE);
-				mprotect((void *)pg, page, PROT_READ);
+				mprotect((void *)pg, page, prot);
 			} else {
 				__atomic_store_n((uintptr_t *)slot, want, __ATOMIC_RELEASE);
 			}
@@ -135,65 +202,201 @@ static int patch_object(uintptr_t base, const ElfW(Dyn) *dyn, uintptr_t relro_lo
 	return n;
 }
 
-struct deep_set {
-	uintptr_t *bases; /* load addresses of the objects the deep-bound dlopen() brought in */
-	size_t n;
-	int patched;
+/* A growing list of objects, filled inside dl_iterate_phdr (which holds the loader's list lock). */
+struct obj_list {
+	struct deep_obj *v;
+	size_t n, cap;
+	const struct obj_list *before; /* for the second walk: the objects loaded before the dlopen() */
+	uintptr_t mine;                /* for the second walk: the load address of the dlopen()'s own object */
+	bool failed;
 };
 
-static int patch_cb(struct dl_phdr_info *info, size_t size, void *arg)
+/*
+ * Whether an object was in the list: by address and name, since another thread may have unloaded one and
+ * this dlopen() mapped another in its place (two plugins built alike even have their headers at one address).
+ */
+static bool listed(const struct obj_list *l, const struct dl_phdr_info *info)
 {
-	struct deep_set *set = arg;
-	const ElfW(Dyn) *dyn = NULL;
-	uintptr_t lo = 0, hi = 0, page = (uintptr_t)sysconf(_SC_PAGESIZE);
-	const char *base = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
-	bool mine = false;
+	for (size_t i = 0; l && i < l->n; i++)
+		if (l->v[i].addr == info->dlpi_addr && l->v[i].phdr == info->dlpi_phdr &&
+		    strcmp(l->v[i].name, info->dlpi_name ? info->dlpi_name : "") == 0)
+			return true;
+	return false;
+}
+
+static int collect_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	struct obj_list *l = arg;
+	struct deep_obj *o;
 
 	(void)size;
-	for (size_t i = 0; i < set->n && !mine; i++)
-		mine = set->bases[i] == info->dlpi_addr;
-	base = base ? base + 1 : info->dlpi_name;
-	/* The driver itself: its own imports are its business. */
-	if (!mine || (base && strncmp(base, "libcuda.so", 10) == 0))
+	/* The dlopen()'s own object counts even so: it was not loaded when pbp_dlopen_slow looked. */
+	if (l->failed || (listed(l->before, info) && info->dlpi_addr != l->mine))
 		return 0;
-	for (int i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+	/* After the dlopen(): only named objects (a loaded library always has a name; the vDSO and program not). */
+	if (l->before && (!info->dlpi_name || !info->dlpi_name[0]))
+		return 0;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		struct deep_obj *v = realloc(l->v, cap * sizeof(*v));
 
-		if (ph->p_type == PT_DYNAMIC)
-			dyn = (const void *)(info->dlpi_addr + ph->p_vaddr);
-		else if (ph->p_type == PT_GNU_RELRO) {
-			/* As the loader protects it: whole pages from its start to its end, rounded down. */
-			lo = (info->dlpi_addr + ph->p_vaddr) & ~(page - 1);
-			hi = (info->dlpi_addr + ph->p_vaddr + ph->p_memsz) & ~(page - 1);
+		if (!v) {
+			l->failed = true;
+			return 0;
 		}
+		l->v = v;
+		l->cap = cap;
 	}
-	if (dyn)
-		set->patched += patch_object(info->dlpi_addr, dyn, lo, hi);
+	o = &l->v[l->n];
+	*o = (struct deep_obj){ .addr = info->dlpi_addr, .phdr = info->dlpi_phdr, .phnum = info->dlpi_phnum };
+	if (!(o->name = strdup(info->dlpi_name ? info->dlpi_name : ""))) {
+		l->failed = true;
+		return 0;
+	}
+	l->n++;
 	return 0;
 }
 
-/*
- * The objects a deep-bound dlopen() loaded are lm and those after it in the namespace's list (lm was not
- * loaded before: pbp_dlopen_slow checked). Objects another thread loads at the same moment come after it
- * too; rewriting their slots is harmless: through the global scope they bind to the stand-ins anyway.
- */
-static void bind_deep(struct link_map *lm, const char *file)
+/* The program headers of the objects held in a list, read again; phnum stays 0 for one not found. */
+static int refresh_cb(struct dl_phdr_info *info, size_t size, void *arg)
 {
-	struct deep_set set = { 0 };
-	size_t n = 0;
+	struct obj_list *l = arg;
 
-	for (struct link_map *l = lm; l; l = l->l_next)
-		n++;
-	set.bases = calloc(n, sizeof(*set.bases));
-	if (!set.bases)
-		return;
-	for (struct link_map *l = lm; l; l = l->l_next)
-		if (l->l_addr)
-			set.bases[set.n++] = l->l_addr;
-	dl_iterate_phdr(patch_cb, &set);
-	free(set.bases);
-	pbp_note("dlopen(%s, RTLD_DEEPBIND): %d driver import%s bound to the interposer", file, set.patched,
-		 set.patched == 1 ? "" : "s");
+	(void)size;
+	for (size_t i = 0; i < l->n; i++) {
+		struct deep_obj *o = &l->v[i];
+
+		if (o->hold && o->addr == info->dlpi_addr && info->dlpi_name && strcmp(o->name, info->dlpi_name) == 0) {
+			o->phdr = info->dlpi_phdr;
+			o->phnum = info->dlpi_phnum;
+		}
+	}
+	return 0;
+}
+
+static void free_list(struct obj_list *l)
+{
+	for (size_t i = 0; i < l->n; i++) {
+		free(l->v[i].name);
+		if (l->v[i].hold)
+			dlclose(l->v[i].hold);
+	}
+	free(l->v);
+	*l = (struct obj_list){ 0 };
+}
+
+static const ElfW(Dyn) *dynamic_of(const struct deep_obj *o)
+{
+	for (ElfW(Half) i = 0; i < o->phnum; i++)
+		if (o->phdr[i].p_type == PT_DYNAMIC)
+			return (const void *)(o->addr + o->phdr[i].p_vaddr);
+	return NULL;
+}
+
+/* Whether one of o's DT_NEEDED names is name (a soname or a file's base name). */
+static bool needs(const struct deep_obj *o, const char *name)
+{
+	const ElfW(Dyn) *dyn = dynamic_of(o), *d;
+	const char *strtab = NULL;
+
+	for (d = dyn; d && d->d_tag != DT_NULL; d++)
+		if (d->d_tag == DT_STRTAB)
+			strtab = (const void *)dyn_ptr(o->addr, d->d_un.d_ptr);
+	for (d = dyn; d && strtab && d->d_tag != DT_NULL; d++) {
+		const char *want = strtab + d->d_un.d_val, *slash = strrchr(want, '/');
+
+		if (d->d_tag == DT_NEEDED && strcmp(slash ? slash + 1 : want, name) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* Whether an object already taken (in) names o among its DT_NEEDED: by o's DT_SONAME or its file's base name. */
+static bool needed_by_any(const struct deep_obj *o, const struct deep_obj *set, size_t n, const bool *in)
+{
+	const ElfW(Dyn) *dyn = dynamic_of(o), *d;
+	const char *strtab = NULL, *soname = NULL, *base = strrchr(o->name, '/');
+
+	base = base ? base + 1 : o->name;
+	for (d = dyn; d && d->d_tag != DT_NULL; d++)
+		if (d->d_tag == DT_STRTAB)
+			strtab = (const void *)dyn_ptr(o->addr, d->d_un.d_ptr);
+	for (d = dyn; d && strtab && d->d_tag != DT_NULL; d++)
+		if (d->d_tag == DT_SONAME)
+			soname = strtab + d->d_un.d_val;
+	for (size_t i = 0; i < n; i++)
+		if (in[i] && (needs(&set[i], base) || (soname && needs(&set[i], soname))))
+			return true;
+	return false;
+}
+
+/*
+ * Rewrite the objects this deep-bound dlopen() brought in: lm (its handle's object) and its dependencies
+ * that were not loaded before the call (before). Objects another thread is loading at the same moment are
+ * not ours: the loader may still be relocating them, and making a page of theirs read-only under it would
+ * fault its next relocation. So each candidate is taken with dlopen(RTLD_NOLOAD) by its own name, which
+ * waits for any dlopen() in progress (the loader's lock) and holds it loaded while it is rewritten; only one
+ * that is that same object, in this namespace, and lm or a DT_NEEDED of one already taken, is rewritten.
+ */
+static void bind_deep(struct link_map *lm, const char *file, const struct obj_list *before)
+{
+	struct obj_list now = { .before = before, .mine = lm->l_addr };
+	sigset_t all, old;
+	bool *in = NULL, grew = true;
+	int patched = 0;
+
+	dl_iterate_phdr(collect_cb, &now);
+	if (now.failed || !(in = calloc(now.n ? now.n : 1, sizeof(*in))))
+		goto out;
+	for (size_t i = 0; i < now.n; i++) {
+		struct deep_obj *o = &now.v[i];
+		struct link_map *hl = NULL;
+
+		o->hold = pbp_real_dlopen(o->name, RTLD_LAZY | RTLD_NOLOAD);
+		if (o->hold && (dlinfo(o->hold, RTLD_DI_LINKMAP, &hl) < 0 || !hl || hl->l_addr != o->addr ||
+				!hl->l_name || strcmp(hl->l_name, o->name) != 0)) {
+			dlclose(o->hold);
+			o->hold = NULL;
+		}
+		o->phnum = 0;
+		in[i] = o->hold && hl == lm;
+	}
+	/*
+	 * What the first walk saw of an object not held then may be gone (unloaded) or another's (loaded at the
+	 * same address since): read the program headers again, now that the objects to rewrite are held.
+	 */
+	dl_iterate_phdr(refresh_cb, &now);
+	for (size_t i = 0; i < now.n; i++)
+		if (!now.v[i].phnum)
+			in[i] = false;
+	/* Its dependency closure among the new objects. */
+	while (grew) {
+		grew = false;
+		for (size_t i = 0; i < now.n; i++)
+			if (!in[i] && now.v[i].phnum && needed_by_any(&now.v[i], now.v, now.n, in))
+				in[i] = grew = true;
+	}
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	pthread_mutex_lock(&patch_lock);
+	for (size_t i = 0; i < now.n; i++) {
+		const char *base = strrchr(now.v[i].name, '/');
+		const ElfW(Dyn) *dyn;
+
+		base = base ? base + 1 : now.v[i].name;
+		/* The driver itself: its own imports are its business. */
+		if (!in[i] || strncmp(base, "libcuda.so", 10) == 0 || !(dyn = dynamic_of(&now.v[i])))
+			continue;
+		patched += patch_object(&now.v[i], dyn);
+	}
+	pthread_mutex_unlock(&patch_lock);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+out:
+	free(in);
+	/* The holds go after the lock: a last dlclose() runs destructors, which may dlopen(). */
+	free_list(&now);
+	pbp_note("dlopen(%s, RTLD_DEEPBIND): %d driver import%s bound to the interposer", file, patched,
+		 patched == 1 ? "" : "s");
 }
 
 /* A search list (dlinfo RTLD_DI_SERINFO) of the object that handle names; NULL if none. Free it. */
@@ -291,6 +494,7 @@ UNSANITIZED void *pbp_dlopen_slow(const char *file, int mode, void *caller)
 	char buf[4096];
 	const char *path;
 	struct link_map *lm = NULL;
+	struct obj_list before = { 0 };
 	void *h;
 
 	if (!pbp_real_dlopen)
@@ -307,9 +511,12 @@ UNSANITIZED void *pbp_dlopen_slow(const char *file, int mode, void *caller)
 		dlclose(h);
 		return pbp_real_dlopen(path, mode);
 	}
+	/* What was loaded before: the objects this dlopen() brings in are among the others afterwards. */
+	dl_iterate_phdr(collect_cb, &before);
 	h = pbp_real_dlopen(path, mode);
-	if (h && dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm)
-		bind_deep(lm, file);
+	if (h && !before.failed && dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm)
+		bind_deep(lm, file, &before);
+	free_list(&before);
 	return h;
 }
 
@@ -317,6 +524,7 @@ __attribute__((constructor)) static void deepbind_init(void)
 {
 	if (!pbp_real_dlopen)
 		resolve_real_dlopen();
+	pthread_atfork(patch_lock_prepare, patch_lock_release, patch_lock_release);
 }
 
 /*

@@ -3,7 +3,9 @@
  * Issue 22, finding 6: under `pinctl run`, a library dlopen()ed with RTLD_DEEPBIND that pins 64 MiB through
  * the driver it links must show in status (leased or unbrokered), not 0 B, whichever way it reaches the
  * driver (the symbol, dlsym, cuGetProcAddress) and whether the program names it by path or by a bare name
- * along its RUNPATH; and the library must stay deep-bound. Run against the stand-in libcuda.so.1.
+ * along its RUNPATH; and the library must stay deep-bound. Run against the stand-in libcuda.so.1. And deep-bound
+ * dlopen()s racing each other and a plain dlopen() in other threads must not crash the program (the
+ * interposer rewrites only the objects each deep-bound dlopen() brought in, once they are relocated).
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -169,6 +171,82 @@ START_TEST(test_a_deep_bound_plugin_pins_where_status_sees_it)
 }
 END_TEST
 
+/*
+ * Two threads dlopen() two plugins with RTLD_DEEPBIND, pin through them and dlclose them, over and over, while
+ * a third dlopen()s and dlclose()s a plain library whose RELRO holds thousands of dlsym/dlopen pointers. The
+ * interposer must rewrite only what each deep-bound dlopen() brought in, once relocated: rewriting the plain
+ * library while the loader still relocates it (and write-protecting its page) crashes the program. Every
+ * allocation still goes through the interposer, and the two last ones show as leases.
+ */
+#define RACE_ROUNDS "300"
+#define RACE_BYTES (16 * MiB)
+
+START_TEST(test_deep_bound_dlopens_racing_a_plain_one_do_not_crash)
+{
+	const char *plugin, *plugin2, *busy, *target, *pinctl = ITEST_PINCTL_FOR_OTHERS;
+	int in[2], out[2];
+	uint64_t leased = 0, unbrokered = 0;
+	unsigned long long calls = ~0ull;
+	char line[256];
+	FILE *f;
+	int i;
+
+	stage_for_uid_a(&plugin);
+	plugin2 = itest_stage_as(DEEP_LIB2, "preload/deep/libpbdeep2.so");
+	busy = itest_stage_as(DEEP_BUSY, "preload/deep/libpbdeepbusy.so");
+	target = itest_stage_as(DEEP_RACE, "preload/preload_deep_race");
+	ck_assert_int_eq(pipe(in), 0);
+	ck_assert_int_eq(pipe(out), 0);
+	prog = itest_fork();
+	ck_assert_int_ge(prog, 0);
+	if (prog == 0) {
+		char size[32], asan[512];
+
+		dup2(in[0], 0);
+		dup2(out[1], 1);
+		close(in[1]);
+		close(out[0]);
+		sec_drop_to(SEC_UID_A);
+		snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0", getenv("ASAN_OPTIONS") ?: "",
+			 getenv("ASAN_OPTIONS") ? ":" : "");
+		setenv("ASAN_OPTIONS", asan, 1);
+		snprintf(size, sizeof(size), "%llu", RACE_BYTES);
+		execl(pinctl, "pinctl", "--socket", d.socket, "run", "--label", "deep-race", "--", target, plugin,
+		      plugin2, busy, RACE_ROUNDS, size, (char *)NULL);
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	f = fdopen(out[0], "r");
+	ck_assert_ptr_nonnull(f);
+	if (!fgets(line, sizeof(line), f)) {
+		int st = 0;
+
+		ck_assert_int_eq(waitpid(prog, &st, 0), prog);
+		prog = 0;
+		ck_abort_msg("the racing program printed nothing and ended with %s %d",
+			     WIFSIGNALED(st) ? "signal" : "status", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	}
+	ck_assert_msg(sscanf(line, "ready calls=%llu", &calls) == 1, "%s", line);
+	/* No allocation, of the hundreds made, reached the driver past the interposer. */
+	ck_assert_uint_eq(calls, 0);
+	for (i = 0; i < 500; i++) {
+		if (seen_for(prog, &leased, &unbrokered) >= 2 * RACE_BYTES)
+			break;
+		nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000 * 1000 }, NULL);
+	}
+	/* Both plugins' last allocations are leases. */
+	ck_assert_uint_eq(leased, 2 * RACE_BYTES);
+	close(in[1]);
+	ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+	ck_assert_str_eq(line, "freed 0\n");
+	fclose(f);
+	ck_assert_int_eq(itest_wait_exit(prog), 0);
+	prog = 0;
+	ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sec_19_deepbind");
@@ -178,6 +256,7 @@ static Suite *suite(void)
 	tcase_set_timeout(t, 60);
 	tcase_add_loop_test(t, test_a_deep_bound_plugin_pins_where_status_sees_it, 0,
 			    (int)(sizeof(cases) / sizeof(cases[0])));
+	tcase_add_test(t, test_deep_bound_dlopens_racing_a_plain_one_do_not_crash);
 	suite_add_tcase(s, t);
 	return s;
 }
