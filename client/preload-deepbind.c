@@ -9,7 +9,7 @@
  * once the loader has relocated the objects that dlopen() brought in, their GOT slots that import one of the
  * driver's host-memory functions, cuGetProcAddress(_v2), dlsym or dlopen are pointed at our stand-ins
  * (pbp_stand_in), as the global scope would have bound them: only those slots change, and only in objects
- * that this deep-bound dlopen() loaded (its own object and its dependencies that were not loaded before), once
+ * that this deep-bound dlopen() loaded (the object it names, when that was not loaded before), once
  * the loader is done with them: never an object another thread is loading at the same moment, whose RELRO
  * the loader may still be writing. A read-only (RELRO) page is made writable for the store and given its
  * protection back under one lock; a writable one is only stored to. The rest of the library's deep binding
@@ -293,46 +293,11 @@ static const ElfW(Dyn) *dynamic_of(const struct deep_obj *o)
 	return NULL;
 }
 
-/* Whether one of o's DT_NEEDED names is name (a soname or a file's base name). */
-static bool needs(const struct deep_obj *o, const char *name)
-{
-	const ElfW(Dyn) *dyn = dynamic_of(o), *d;
-	const char *strtab = NULL;
-
-	for (d = dyn; d && d->d_tag != DT_NULL; d++)
-		if (d->d_tag == DT_STRTAB)
-			strtab = (const void *)dyn_ptr(o->addr, d->d_un.d_ptr);
-	for (d = dyn; d && strtab && d->d_tag != DT_NULL; d++) {
-		const char *want = strtab + d->d_un.d_val, *slash = strrchr(want, '/');
-
-		if (d->d_tag == DT_NEEDED && strcmp(slash ? slash + 1 : want, name) == 0)
-			return true;
-	}
-	return false;
-}
-
-/* Whether an object already taken (in) names o among its DT_NEEDED: by o's DT_SONAME or its file's base name. */
-static bool needed_by_any(const struct deep_obj *o, const struct deep_obj *set, size_t n, const bool *in)
-{
-	const ElfW(Dyn) *dyn = dynamic_of(o), *d;
-	const char *strtab = NULL, *soname = NULL, *base = strrchr(o->name, '/');
-
-	base = base ? base + 1 : o->name;
-	for (d = dyn; d && d->d_tag != DT_NULL; d++)
-		if (d->d_tag == DT_STRTAB)
-			strtab = (const void *)dyn_ptr(o->addr, d->d_un.d_ptr);
-	for (d = dyn; d && strtab && d->d_tag != DT_NULL; d++)
-		if (d->d_tag == DT_SONAME)
-			soname = strtab + d->d_un.d_val;
-	for (size_t i = 0; i < n; i++)
-		if (in[i] && (needs(&set[i], base) || (soname && needs(&set[i], soname))))
-			return true;
-	return false;
-}
-
 /*
- * Rewrite the objects this deep-bound dlopen() brought in: lm (its handle's object) and its dependencies
- * that were not loaded before the call (before). Objects another thread is loading at the same moment are
+ * Rewrite the object this deep-bound dlopen() brought in: lm, its handle's object, when it was not loaded
+ * before the call (before). Its dependencies loaded with it are left as they bound: telling which of them
+ * are its (DT_NEEDED by name) read objects that another thread could unload meanwhile, and a plugin that
+ * reaches the driver through a library of its own is listed among what escapes (docs/unmodified-programs.md). Objects another thread is loading at the same moment are
  * not ours: the loader may still be relocating them, and making a page of theirs read-only under it would
  * fault its next relocation. So each candidate is taken with dlopen(RTLD_NOLOAD) by its own name, which
  * waits for any dlopen() in progress (the loader's lock) and holds it loaded while it is rewritten; only one
@@ -342,7 +307,7 @@ static void bind_deep(struct link_map *lm, const char *file, const struct obj_li
 {
 	struct obj_list now = { .before = before, .mine = lm->l_addr };
 	sigset_t all, old;
-	bool *in = NULL, grew = true;
+	bool *in = NULL;
 	int patched = 0;
 
 	dl_iterate_phdr(collect_cb, &now);
@@ -369,13 +334,6 @@ static void bind_deep(struct link_map *lm, const char *file, const struct obj_li
 	for (size_t i = 0; i < now.n; i++)
 		if (!now.v[i].phnum)
 			in[i] = false;
-	/* Its dependency closure among the new objects. */
-	while (grew) {
-		grew = false;
-		for (size_t i = 0; i < now.n; i++)
-			if (!in[i] && now.v[i].phnum && needed_by_any(&now.v[i], now.v, now.n, in))
-				in[i] = grew = true;
-	}
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
 	pthread_mutex_lock(&patch_lock);
