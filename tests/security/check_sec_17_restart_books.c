@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +30,15 @@ enum stop_how {
 	STOP_NO_STATE, /* SIGTERM, then the file is removed */
 	STOP_DAMAGED,  /* SIGTERM, then the file is garbage */
 };
+
+/*
+ * Set by a case before the holder forks: once it has its lease, the holder
+ * makes a second mapping of the lease's first chunk, PROT_NONE, 1 TiB long
+ * (mremap with old size 0 duplicates a shared mapping), so /proc shows a
+ * mapping that ends far past the memfd's end (issue 22 finding 7, review 1).
+ */
+static bool stretch;
+#define STRETCH_BYTES (1ull << 40)
 
 static void say(int fd, char c)
 {
@@ -60,6 +70,12 @@ static void holder(const char *sock, int to_test, int from_test)
 	if (pb_acquire(c, HOLD_BYTES, &o, &l) < 0)
 		_exit(11);
 	memset(pb_lease_data(l), 'A', HOLD_BYTES);
+	if (stretch) {
+		void *p = mremap(pb_lease_data(l), 0, STRETCH_BYTES, MREMAP_MAYMOVE);
+
+		if (p == MAP_FAILED || mprotect(p, STRETCH_BYTES, PROT_NONE) < 0)
+			_exit(13);
+	}
 	say(to_test, 'h');
 	hear(from_test);
 	/* Still 'A' after the restart: nobody was lent these pages. */
@@ -230,6 +246,72 @@ static void scenario(enum stop_how how)
 	ck_assert_int_eq(daemon_stop(&d), 0);
 }
 
+/* A holder that stretches a mapping of its lease cannot make the next daemon forget (or inflate) it. */
+START_TEST(test_stretched_mapping_neither_inflates_nor_drops_a_named_lease)
+{
+	stretch = true;
+	scenario(STOP_CLEAN);
+}
+END_TEST
+
+/* The same without a state file: the memfd's size counts, not where a mapping of it ends. */
+START_TEST(test_stretched_mapping_neither_inflates_nor_drops_a_lease_found_by_name)
+{
+	stretch = true;
+	scenario(STOP_KILL);
+}
+END_TEST
+
+/*
+ * The release before chunks carried their socket's tag named them plain
+ * "pinbroker-chunk": the daemon that replaces it (no state file) still counts
+ * them while a live process maps them.
+ */
+START_TEST(test_legacy_chunk_name_is_counted_without_a_state_file)
+{
+	struct daemon d;
+	int to_test[2], from_test[2];
+	pid_t h;
+
+	ck_assert_int_eq(pipe(to_test), 0);
+	ck_assert_int_eq(pipe(from_test), 0);
+	h = itest_fork();
+	ck_assert_int_ge(h, 0);
+	if (h == 0) {
+		int fd;
+		char *p;
+
+		close(to_test[0]);
+		close(from_test[1]);
+		sec_drop_to(SEC_UID_A);
+		fd = memfd_create("pinbroker-chunk", MFD_CLOEXEC);
+		if (fd < 0 || ftruncate(fd, (off_t)HOLD_BYTES) < 0)
+			_exit(20);
+		p = mmap(NULL, HOLD_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (p == MAP_FAILED)
+			_exit(21);
+		close(fd);
+		memset(p, 'A', HOLD_BYTES);
+		say(to_test[1], 'h');
+		hear(from_test[0]);
+		_exit(0);
+	}
+	close(to_test[1]);
+	close(from_test[0]);
+	ck_assert_msg(hear(to_test[0]) == 'h', "the legacy holder did not map its memfd");
+	daemon_start(&d, args);
+	ck_assert_int_eq(orphaned(d.socket), (int64_t)HOLD_BYTES);
+	ck_assert_int_eq(status_leased(d.socket), (int64_t)HOLD_BYTES);
+	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - HOLD_BYTES + 16 * MiB), 1);
+	say(from_test[1], 'q');
+	ck_assert_int_eq(itest_wait_exit(h), 0);
+	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
+	close(to_test[0]);
+	close(from_test[1]);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+END_TEST
+
 START_TEST(test_clean_stop_keeps_a_live_holder_counted)
 {
 	scenario(STOP_CLEAN);
@@ -301,6 +383,9 @@ static Suite *suite(void)
 	tcase_add_test(t, test_clean_stop_without_state_file_counts_by_memfd_name);
 	tcase_add_test(t, test_damaged_state_file_is_ignored_and_the_holder_still_counted);
 	tcase_add_test(t, test_two_clean_restarts_keep_counting);
+	tcase_add_test(t, test_stretched_mapping_neither_inflates_nor_drops_a_named_lease);
+	tcase_add_test(t, test_stretched_mapping_neither_inflates_nor_drops_a_lease_found_by_name);
+	tcase_add_test(t, test_legacy_chunk_name_is_counted_without_a_state_file);
 	suite_add_tcase(s, t);
 	return s;
 }
