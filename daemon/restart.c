@@ -69,7 +69,8 @@ struct restart {
 	struct orphan *v;
 	size_t n;
 	bool legacy;       /* some orphans were found by the legacy name: rescans look for it too */
-	double backoff;    /* the rescan interval now, in orphan-rescan-ms: 1, doubled while nothing goes */
+	unsigned backoff;  /* the scan interval now, in orphan-rescan-ms ticks: 1, doubled while nothing goes */
+	unsigned ticks;    /* ticks since the last scan */
 	uid_t *uids;       /* sorted: the uids that own an orphan, and 0 (a process not dumpable shows as root) */
 	size_t nuids;
 	pid_t *named;      /* sorted: every pid the orphans name */
@@ -505,11 +506,36 @@ static size_t let_go(struct restart *rs, const struct scan *s)
 	return gone;
 }
 
+/* Has a process the state file names exited since the last look? A pidfd poll (or kill 0) each: no /proc read. */
+static bool named_pid_exited(const struct restart *rs)
+{
+	for (size_t i = 0; i < rs->n; i++)
+		for (size_t k = 0; k < rs->v[i].npids; k++) {
+			int fd = rs->v[i].pidfds[k];
+
+			if (fd == PIDFD_NONE ? !pid_runs(rs->v[i].pids[k]) : fd >= 0 && pidfd_exited(fd))
+				return true;
+		}
+	return false;
+}
+
 static void rescan_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct restart *rs = w->data;
 	struct scan s;
 	int r;
+
+	/* orphan-rescan-ms may have changed at a reload: libev re-arms with repeat after this call. */
+	w->repeat = rs->b->cfg->orphan_rescan_ms / 1000.0;
+	/*
+	 * A holder that keeps its lease for hours would otherwise cost a pass over /proc every
+	 * orphan-rescan-ms: while nothing goes, a pass comes every backoff ticks (doubling up to
+	 * RESCAN_BACKOFF_MAX). A process the file names exiting is seen at the next tick (its
+	 * pidfd, no /proc read) and brings the pass forward.
+	 */
+	if (++rs->ticks < rs->backoff && !named_pid_exited(rs))
+		return;
+	rs->ticks = 0;
 
 	/* Filtered: a uid with nothing orphaned can make processes, never make this scan read them. */
 	r = scan_proc(rs, &s, rs->uids != NULL);
@@ -522,14 +548,8 @@ static void rescan_cb(struct ev_loop *loop, ev_timer *w, int revents)
 		broker_memory_freed(rs->b);
 		rs->backoff = 1;
 	} else {
-		/*
-		 * Nothing went: a holder that keeps its lease for hours would otherwise cost a pass
-		 * over /proc every orphan-rescan-ms. Back off, doubling up to RESCAN_BACKOFF_MAX times.
-		 */
 		rs->backoff = rs->backoff * 2 > RESCAN_BACKOFF_MAX ? RESCAN_BACKOFF_MAX : rs->backoff * 2;
 	}
-	/* orphan-rescan-ms may have changed at a reload: libev re-arms with repeat after this call. */
-	w->repeat = rs->backoff * rs->b->cfg->orphan_rescan_ms / 1000.0;
 	if (r < 0)
 		return;
 	scan_free(&s);

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -372,6 +374,131 @@ START_TEST(test_two_clean_restarts_keep_counting)
 }
 END_TEST
 
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static size_t count(const char *hay, const char *needle)
+{
+	size_t n = 0;
+
+	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
+/*
+ * Review finding 3: while an orphan lives, the new daemon must not pay a full
+ * pass over /proc every orphan-rescan-ms for as long as its holder keeps it.
+ * At 100 ms for 3.2 s, a scan per tick is 30 or more; backing off (doubling
+ * while nothing is let go) is 6. The holder's exit still frees it promptly.
+ */
+START_TEST(test_rescans_back_off_while_nothing_is_let_go)
+{
+	static const char *const fast[] = { "--budget",	  "64M", "--uid-quota", "64M", "--prewarm", "8M",
+					    "--orphan-rescan-ms", "100", "--log-level", "debug", NULL };
+	struct daemon d;
+	int to_test[2], from_test[2];
+	uint64_t t0;
+	size_t scans;
+	char *log;
+	pid_t h;
+
+	daemon_start(&d, args);
+	ck_assert_int_eq(pipe(to_test), 0);
+	ck_assert_int_eq(pipe(from_test), 0);
+	h = itest_fork();
+	ck_assert_int_ge(h, 0);
+	if (h == 0) {
+		close(to_test[0]);
+		close(from_test[1]);
+		holder(d.socket, to_test[1], from_test[0]);
+	}
+	close(to_test[1]);
+	close(from_test[0]);
+	ck_assert_msg(hear(to_test[0]) == 'h', "the holder did not get its lease");
+	kill(d.pid, SIGTERM);
+	ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
+	daemon_restart(&d, fast);
+	ck_assert_int_eq(orphaned(d.socket), (int64_t)HOLD_BYTES);
+	/* A window of time is what is measured here: the scans the daemon made in it. */
+	t0 = mono_ms();
+	while (mono_ms() - t0 < 3200) {
+		ck_assert(daemon_alive(&d));
+		usleep(50 * 1000);
+	}
+	log = daemon_log(&d);
+	scans = count(log, "restart: /proc scan for memfds");
+	ck_assert_msg(scans >= 2 && scans <= 12, "%zu scans of /proc in 3.2 s at orphan-rescan-ms 100", scans);
+	free(log);
+	ck_assert_int_eq(orphaned(d.socket), (int64_t)HOLD_BYTES);
+	say(from_test[1], 'q');
+	ck_assert_int_eq(itest_wait_exit(h), 0);
+	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
+	close(to_test[0]);
+	close(from_test[1]);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+END_TEST
+
+static void low_nofile(void *ud)
+{
+	struct rlimit rl = { 128, 128 };
+
+	(void)ud;
+	setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+#define NAMED_LINES 300
+
+/*
+ * Review finding 2: a state file naming more processes than the daemon has
+ * fds for. A pid whose pidfd cannot be opened (EMFILE, or past the daemon's
+ * bound) is still running, so what it holds stays counted; it goes when the
+ * process exits. Each line here is a registration (no memfds): held by its
+ * pid alone, so nothing but the pid check keeps it.
+ */
+START_TEST(test_pids_without_a_pidfd_still_hold)
+{
+	struct daemon d;
+	char state[400], boot[64] = "";
+	FILE *f;
+	pid_t sleeper;
+
+	daemon_prepare(&d);
+	sleeper = itest_fork();
+	ck_assert_int_ge(sleeper, 0);
+	if (sleeper == 0) {
+		for (;;)
+			pause();
+	}
+	f = fopen("/proc/sys/kernel/random/boot_id", "re");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(fgets(boot, sizeof(boot), f));
+	fclose(f);
+	boot[strcspn(boot, "\n")] = '\0';
+	snprintf(state, sizeof(state), "%s.state", d.socket);
+	f = fopen(state, "we");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "pinbroker-restart 1\nboot %s\n", boot);
+	for (int i = 1; i <= NAMED_LINES; i++)
+		fprintf(f, "o %d %u 4096 p%d k\n", i, (unsigned)SEC_UID_A, (int)sleeper);
+	fputs("end\n", f);
+	ck_assert_int_eq(fclose(f), 0);
+	daemon_restart_with(&d, args, low_nofile, NULL);
+	ck_assert_int_eq(orphaned(d.socket), (int64_t)NAMED_LINES * 4096);
+	kill(sleeper, SIGKILL);
+	ck_assert_int_eq(waitpid(sleeper, NULL, 0), sleeper);
+	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
+	ck_assert_int_eq(orphaned(d.socket), 0);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sec-17-restart-books");
@@ -386,6 +513,8 @@ static Suite *suite(void)
 	tcase_add_test(t, test_stretched_mapping_neither_inflates_nor_drops_a_named_lease);
 	tcase_add_test(t, test_stretched_mapping_neither_inflates_nor_drops_a_lease_found_by_name);
 	tcase_add_test(t, test_legacy_chunk_name_is_counted_without_a_state_file);
+	tcase_add_test(t, test_rescans_back_off_while_nothing_is_let_go);
+	tcase_add_test(t, test_pids_without_a_pidfd_still_hold);
 	suite_add_tcase(s, t);
 	return s;
 }
