@@ -506,16 +506,17 @@ static size_t let_go(struct restart *rs, const struct scan *s)
 	return gone;
 }
 
-/* Has a process the state file names exited since the last look? A pidfd poll (or kill 0) each: no /proc read. */
+/*
+ * Has a process the state file names exited since the last look? One poll per
+ * pidfd (no /proc read), so no more than the pidfds opened (a share of the fd
+ * limit); pids without one are looked at by the scans alone.
+ */
 static bool named_pid_exited(const struct restart *rs)
 {
 	for (size_t i = 0; i < rs->n; i++)
-		for (size_t k = 0; k < rs->v[i].npids; k++) {
-			int fd = rs->v[i].pidfds[k];
-
-			if (fd == PIDFD_NONE ? !pid_runs(rs->v[i].pids[k]) : fd >= 0 && pidfd_exited(fd))
+		for (size_t k = 0; k < rs->v[i].npids; k++)
+			if (rs->v[i].pidfds[k] >= 0 && pidfd_exited(rs->v[i].pidfds[k]))
 				return true;
-		}
 	return false;
 }
 
@@ -758,26 +759,54 @@ void restart_init(struct broker *b)
 	}
 	free(text);
 	/*
-	 * One pidfd per named pid, up to a share of the fd limit: past it (or when pidfd_open
-	 * fails with anything but ESRCH, EMFILE say) the pid is still held, watched by kill(pid, 0).
-	 * Only ESRCH means the process is gone.
+	 * One pidfd per distinct named pid (a pid named by many lines gets one; the others are
+	 * watched by kill), up to a share of the fd limit: past it (or when pidfd_open fails with
+	 * anything but ESRCH, EMFILE say) the pid is still held, watched by kill(pid, 0). Only
+	 * ESRCH means the process is gone.
 	 */
 	{
 		struct rlimit rl;
 		uint64_t left = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ?
 					(uint64_t)rl.rlim_cur / PIDFD_SHARE :
 					65536;
+		size_t np = 0, nd = 0;
+		pid_t *d;
+		bool *done;
 
 		for (size_t i = 0; i < nv; i++)
+			np += v[i].npids;
+		d = malloc((np ? np : 1) * sizeof(*d));
+		done = calloc(np ? np : 1, sizeof(*done));
+		if (d && done) {
+			for (size_t i = 0; i < nv; i++)
+				for (size_t k = 0; k < v[i].npids; k++)
+					d[nd++] = v[i].pids[k];
+			if (nd > 1)
+				qsort(d, nd, sizeof(*d), pid_cmp);
+		}
+		for (size_t i = 0; i < nv; i++)
 			for (size_t k = 0; k < v[i].npids; k++) {
-				int fd = left > 0 ? sys_pidfd_open(v[i].pids[k], 0) : -1;
+				pid_t *at = nd ? bsearch(&v[i].pids[k], d, nd, sizeof(*d), pid_cmp) : NULL;
+				int fd;
 
+				/* bsearch lands on any of the equal entries: the first marks the pid. */
+				while (at && at > d && at[-1] == *at)
+					at--;
+				if (at && done[at - d]) {
+					v[i].pidfds[k] = PIDFD_NONE;
+					continue;
+				}
+				if (at)
+					done[at - d] = true;
+				fd = left > 0 ? sys_pidfd_open(v[i].pids[k], 0) : -1;
 				if (fd >= 0)
 					left--;
 				else if (left == 0 || errno != ESRCH)
 					fd = PIDFD_NONE;
 				v[i].pidfds[k] = fd;
 			}
+		free(d);
+		free(done);
 	}
 
 	/*
