@@ -595,12 +595,14 @@ int holders_parse_memfd_map(const char *line, size_t len, const char *name, dev_
  * may stretch it far past the memfd's end, PROT_NONE), the file's size is not.
  * Where map_files cannot be read (no CAP_SYS_ADMIN), the smaller of the two.
  */
-static uint64_t map_file_size(int pdir, const char *line, size_t len, dev_t dev, ino_t ino, uint64_t end_bytes)
+static uint64_t map_file_size(int pdir, const char *line, size_t len, dev_t dev, ino_t ino, uint64_t end_bytes,
+			      uint64_t *allocated)
 {
 	char path[64];
 	size_t n = strcspn(line, " ");
 	struct stat st;
 
+	*allocated = UINT64_MAX;
 	if (n > len || n + 11 >= sizeof(path))
 		return end_bytes;
 	memcpy(path, "map_files/", 10);
@@ -608,6 +610,7 @@ static uint64_t map_file_size(int pdir, const char *line, size_t len, dev_t dev,
 	path[10 + n] = '\0';
 	if (fstatat(pdir, path, &st, 0) < 0 || st.st_dev != dev || st.st_ino != ino)
 		return end_bytes;
+	*allocated = (uint64_t)st.st_blocks * 512u;
 	return (uint64_t)st.st_size < end_bytes ? (uint64_t)st.st_size : end_bytes;
 }
 
@@ -639,7 +642,7 @@ static int scan_maps(int pdir, pid_t pid, uid_t uid, const char *name, holders_m
 			struct holders_memfd m = { .pid = pid, .uid = uid };
 
 			if (holders_parse_memfd_map(p, (size_t)(nl - p), name, &m.dev, &m.ino, &m.bytes) == 0) {
-				m.bytes = map_file_size(pdir, p, (size_t)(nl - p), m.dev, m.ino, m.bytes);
+				m.bytes = map_file_size(pdir, p, (size_t)(nl - p), m.dev, m.ino, m.bytes, &m.allocated);
 				on_memfd(&m, ud);
 			}
 			p = nl + 1;
@@ -686,7 +689,8 @@ static int scan_fds(int pdir, pid_t pid, uid_t uid, const char *name, holders_me
 		if (fstatat(dirfd(d), e->d_name, &st, 0) < 0)
 			continue; /* closed meanwhile */
 		on_memfd(&(struct holders_memfd){ .pid = pid, .uid = uid, .dev = st.st_dev, .ino = st.st_ino,
-						  .bytes = (uint64_t)st.st_size },
+						  .bytes = (uint64_t)st.st_size,
+						  .allocated = (uint64_t)st.st_blocks * 512u },
 			 ud);
 		errno = 0;
 	}

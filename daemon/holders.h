@@ -114,6 +114,7 @@ struct holders_memfd {
 	dev_t dev;
 	ino_t ino;
 	uint64_t bytes; /* the file's size (a mapping: no more than where it ends in the file, offset + length) */
+	uint64_t allocated; /* the file's pages in memory or swap (st_blocks), UINT64_MAX where not known */
 };
 
 /* Called for each mapping or fd found; the same memfd may be reported several times, by one process or many. */

@@ -654,10 +654,21 @@ static void add_unnamed(struct restart *rs, size_t *cap, const struct scan *s, c
 		struct orphan o = { 0 };
 		size_t j = i;
 
-		/* Sizes are the file's (fstat through fd/N or map_files/), never past a mapping's end. */
-		for (; j < s->n && s->m[j].dev == m->dev && s->m[j].ino == m->ino; j++)
+		/*
+		 * Sizes are the file's (fstat through fd/N or map_files/), never past a mapping's end,
+		 * and no more than the pages it has (st_blocks: shmem and hugetlbfs count them): a
+		 * memfd of our name ftruncated far past what it holds costs the budget nothing.
+		 */
+		uint64_t alloc = UINT64_MAX;
+
+		for (; j < s->n && s->m[j].dev == m->dev && s->m[j].ino == m->ino; j++) {
 			if (s->m[j].bytes > bytes)
 				bytes = s->m[j].bytes;
+			if (s->m[j].allocated < alloc)
+				alloc = s->m[j].allocated;
+		}
+		if (alloc < bytes)
+			bytes = alloc;
 		i = j;
 		if (bytes == 0 || own_has(own, m->dev, m->ino) || own_has(&named, m->dev, m->ino))
 			continue;
@@ -868,8 +879,13 @@ void restart_init(struct broker *b)
 	if (r == 0 && by_name)
 		add_unnamed(rs, &cap, &s, &own);
 	scan_free(&s);
-	if (r == 0 && by_name && nv == 0) {
-		/* No usable state file: the daemon this one replaces may be of the release before the tag. */
+	/*
+	 * No usable state file: the daemon this one replaces may be of the release before the tag.
+	 * Only as the packaged unit (RuntimeDirectory= sets RUNTIME_DIRECTORY), the one a package
+	 * upgrade restarts: elsewhere the untagged name is anyone's (a test's pool, a second
+	 * instance), and counting it would charge another daemon's or program's memory here.
+	 */
+	if (r == 0 && by_name && nv == 0 && getenv("RUNTIME_DIRECTORY")) {
 		rs->legacy = true;
 		if (scan_legacy(rs, &s) == 0) {
 			size_t before = rs->n;

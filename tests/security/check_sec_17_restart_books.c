@@ -269,7 +269,13 @@ END_TEST
  * "pinbroker-chunk": the daemon that replaces it (no state file) still counts
  * them while a live process maps them.
  */
-START_TEST(test_legacy_chunk_name_is_counted_without_a_state_file)
+/* The packaged unit's environment (RuntimeDirectory=): only there is the untagged name looked for. */
+static void as_unit(void *ud)
+{
+	setenv("RUNTIME_DIRECTORY", ud, 1);
+}
+
+static void legacy_case(uint64_t size, uint64_t touched, int64_t want)
 {
 	struct daemon d;
 	int to_test[2], from_test[2];
@@ -287,13 +293,13 @@ START_TEST(test_legacy_chunk_name_is_counted_without_a_state_file)
 		close(from_test[1]);
 		sec_drop_to(SEC_UID_A);
 		fd = memfd_create("pinbroker-chunk", MFD_CLOEXEC);
-		if (fd < 0 || ftruncate(fd, (off_t)HOLD_BYTES) < 0)
+		if (fd < 0 || ftruncate(fd, (off_t)size) < 0)
 			_exit(20);
-		p = mmap(NULL, HOLD_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 		if (p == MAP_FAILED)
 			_exit(21);
 		close(fd);
-		memset(p, 'A', HOLD_BYTES);
+		memset(p, 'A', touched);
 		say(to_test[1], 'h');
 		hear(from_test[0]);
 		_exit(0);
@@ -301,16 +307,34 @@ START_TEST(test_legacy_chunk_name_is_counted_without_a_state_file)
 	close(to_test[1]);
 	close(from_test[0]);
 	ck_assert_msg(hear(to_test[0]) == 'h', "the legacy holder did not map its memfd");
-	daemon_start(&d, args);
-	ck_assert_int_eq(orphaned(d.socket), (int64_t)HOLD_BYTES);
-	ck_assert_int_eq(status_leased(d.socket), (int64_t)HOLD_BYTES);
-	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - HOLD_BYTES + 16 * MiB), 1);
+	daemon_prepare(&d);
+	daemon_restart_with(&d, args, as_unit, d.dir);
+	ck_assert_int_eq(orphaned(d.socket), want);
+	ck_assert_int_eq(status_leased(d.socket), want);
+	/* Past what is left (the budget less what it counts) but within the budget: refused for room. */
+	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - (uint64_t)want + 2 * MiB), 1);
 	say(from_test[1], 'q');
 	ck_assert_int_eq(itest_wait_exit(h), 0);
 	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
 	close(to_test[0]);
 	close(from_test[1]);
 	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+
+START_TEST(test_legacy_chunk_name_is_counted_without_a_state_file)
+{
+	legacy_case(HOLD_BYTES, HOLD_BYTES, (int64_t)HOLD_BYTES);
+}
+END_TEST
+
+/*
+ * Found by name alone (no state file), a memfd counts for the pages it has,
+ * not the size it was ftruncated to: 48 MiB of which 4 MiB were written is
+ * 4 MiB, so a process cannot hold the budget with pages it never made.
+ */
+START_TEST(test_a_sparse_memfd_found_by_name_counts_its_pages)
+{
+	legacy_case(48 * MiB, 4 * MiB, (int64_t)(4 * MiB));
 }
 END_TEST
 
@@ -513,6 +537,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_stretched_mapping_neither_inflates_nor_drops_a_named_lease);
 	tcase_add_test(t, test_stretched_mapping_neither_inflates_nor_drops_a_lease_found_by_name);
 	tcase_add_test(t, test_legacy_chunk_name_is_counted_without_a_state_file);
+	tcase_add_test(t, test_a_sparse_memfd_found_by_name_counts_its_pages);
 	tcase_add_test(t, test_rescans_back_off_while_nothing_is_let_go);
 	tcase_add_test(t, test_pids_without_a_pidfd_still_hold);
 	suite_add_tcase(s, t);
