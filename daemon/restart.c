@@ -886,15 +886,13 @@ void restart_init(struct broker *b)
 	 * instance), and counting it would charge another daemon's or program's memory here.
 	 */
 	if (r == 0 && by_name && nv == 0 && getenv("RUNTIME_DIRECTORY")) {
-		rs->legacy = true;
 		if (scan_legacy(rs, &s) == 0) {
 			size_t before = rs->n;
 
 			add_unnamed(rs, &cap, &s, &own);
 			scan_free(&s);
+			/* Rescans look for the legacy name too only while something of that name is counted. */
 			rs->legacy = rs->n > before;
-		} else {
-			rs->legacy = false;
 		}
 	}
 	filter_build(rs);
