@@ -589,6 +589,31 @@ int holders_parse_memfd_map(const char *line, size_t len, const char *name, dev_
 	return 0;
 }
 
+/*
+ * The size of the file a maps line maps, from fstat through map_files/START-END
+ * (the line's first column): a mapping's end is the holder's to choose (mremap
+ * may stretch it far past the memfd's end, PROT_NONE), the file's size is not.
+ * Where map_files cannot be read (no CAP_SYS_ADMIN), the smaller of the two.
+ */
+static uint64_t map_file_size(int pdir, const char *line, size_t len, dev_t dev, ino_t ino, uint64_t end_bytes,
+			      uint64_t *allocated)
+{
+	char path[64];
+	size_t n = strcspn(line, " ");
+	struct stat st;
+
+	*allocated = UINT64_MAX;
+	if (n > len || n + 11 >= sizeof(path))
+		return end_bytes;
+	memcpy(path, "map_files/", 10);
+	memcpy(path + 10, line, n);
+	path[10 + n] = '\0';
+	if (fstatat(pdir, path, &st, 0) < 0 || st.st_dev != dev || st.st_ino != ino)
+		return end_bytes;
+	*allocated = (uint64_t)st.st_blocks * 512u;
+	return (uint64_t)st.st_size < end_bytes ? (uint64_t)st.st_size : end_bytes;
+}
+
 /* Every mapping of name in pdir's maps, to on_memfd. Returns 0 once read to the end, or -errno. */
 static int scan_maps(int pdir, pid_t pid, uid_t uid, const char *name, holders_memfd_fn *on_memfd, void *ud, char *buf)
 {
@@ -616,8 +641,10 @@ static int scan_maps(int pdir, pid_t pid, uid_t uid, const char *name, holders_m
 		while (p < end && (nl = memchr(p, '\n', (size_t)(end - p)))) {
 			struct holders_memfd m = { .pid = pid, .uid = uid };
 
-			if (holders_parse_memfd_map(p, (size_t)(nl - p), name, &m.dev, &m.ino, &m.bytes) == 0)
+			if (holders_parse_memfd_map(p, (size_t)(nl - p), name, &m.dev, &m.ino, &m.bytes) == 0) {
+				m.bytes = map_file_size(pdir, p, (size_t)(nl - p), m.dev, m.ino, m.bytes, &m.allocated);
 				on_memfd(&m, ud);
+			}
 			p = nl + 1;
 		}
 		if (p == buf && have == MAPS_BUF_BYTES) {
@@ -662,7 +689,8 @@ static int scan_fds(int pdir, pid_t pid, uid_t uid, const char *name, holders_me
 		if (fstatat(dirfd(d), e->d_name, &st, 0) < 0)
 			continue; /* closed meanwhile */
 		on_memfd(&(struct holders_memfd){ .pid = pid, .uid = uid, .dev = st.st_dev, .ino = st.st_ino,
-						  .bytes = (uint64_t)st.st_size },
+						  .bytes = (uint64_t)st.st_size,
+						  .allocated = (uint64_t)st.st_blocks * 512u },
 			 ud);
 		errno = 0;
 	}
@@ -674,6 +702,12 @@ static int scan_fds(int pdir, pid_t pid, uid_t uid, const char *name, holders_me
 
 int holders_scan_memfds(const char *proc_root, const char *name, holders_memfd_fn *on_memfd, holders_read_fn *on_read,
 			void *ud, size_t *unreadable)
+{
+	return holders_scan_memfds_of(proc_root, name, NULL, on_memfd, on_read, ud, unreadable);
+}
+
+int holders_scan_memfds_of(const char *proc_root, const char *name, holders_want_fn *want, holders_memfd_fn *on_memfd,
+			   holders_read_fn *on_read, void *ud, size_t *unreadable)
 {
 	size_t nunread = 0;
 	pid_t self = getpid();
@@ -713,6 +747,15 @@ int holders_scan_memfds(const char *proc_root, const char *name, holders_memfd_f
 		pdir = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (pdir < 0)
 			continue;
+		/* The directory's owner first (one fstat): a process the caller does not want costs no read. */
+		if (want) {
+			struct stat st;
+
+			if (fstat(pdir, &st) < 0 || !want(pid, st.st_uid, ud)) {
+				close(pdir);
+				continue;
+			}
+		}
 		n = read_small(pdir, "status", sbuf, sizeof(sbuf));
 		if (n < 0 || holders_parse_status_uid(sbuf, (size_t)n, ids) < 0) {
 			nunread += n < 0 && unreadable_errno((int)n);

@@ -113,7 +113,8 @@ struct holders_memfd {
 	uid_t uid;      /* the process's real uid */
 	dev_t dev;
 	ino_t ino;
-	uint64_t bytes; /* an fd: the file's size; a mapping: where it ends in the file (offset + length) */
+	uint64_t bytes; /* the file's size (a mapping: no more than where it ends in the file, offset + length) */
+	uint64_t allocated; /* the file's pages in memory or swap (st_blocks), UINT64_MAX where not known */
 };
 
 /* Called for each mapping or fd found; the same memfd may be reported several times, by one process or many. */
@@ -142,6 +143,16 @@ int holders_parse_memfd_map(const char *line, size_t len, const char *name, dev_
  */
 int holders_scan_memfds(const char *proc_root, const char *name, holders_memfd_fn *on_memfd, holders_read_fn *on_read,
 			void *ud, size_t *unreadable);
+
+/* Whether to read process pid, whose /proc/PID directory uid owns (its effective uid, or 0 when it is not dumpable). */
+typedef bool holders_want_fn(pid_t pid, uid_t dir_uid, void *ud);
+
+/*
+ * holders_scan_memfds, reading only the processes want (NULL: all) says yes
+ * to: a process skipped is neither reported nor counted unreadable.
+ */
+int holders_scan_memfds_of(const char *proc_root, const char *name, holders_want_fn *want, holders_memfd_fn *on_memfd,
+			   holders_read_fn *on_read, void *ud, size_t *unreadable);
 
 /* Close every pidfd and free the array. NULL is fine. */
 void holders_free(struct holder *h, size_t n);

@@ -8,10 +8,12 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -41,6 +43,23 @@
 #define BOOT_ID_BYTES 64
 /* A lease's pids, as recovery.c keeps them: past this many, the rest are not waited for. */
 #define SAVE_PIDS_MAX ORPHAN_PIDS_MAX
+/* While no orphan is let go, the rescan interval doubles up to this many times orphan-rescan-ms (2 s: 2 min). */
+#define RESCAN_BACKOFF_MAX 60u
+/*
+ * At most this share (1/n) of RLIMIT_NOFILE goes to pidfds of the processes a
+ * state file names; the rest are watched by kill(pid, 0), which a reused pid
+ * fools only the safe way (held longer).
+ */
+#define PIDFD_SHARE 4
+/* A pid the state file names but no pidfd watches (none opened: over the bound, or EMFILE and the like). */
+#define PIDFD_NONE (-2)
+/*
+ * The name every chunk had before chunks carried their socket's tag
+ * (pinbroker-chunk.<hash>). Matched too when no state file is usable, so the
+ * upgrade that brings the tag keeps the books of the daemon it replaces. One
+ * release of compatibility: remove with the release after.
+ */
+#define LEGACY_MEMFD_NAME POOL_MEMFD_NAME
 
 struct restart {
 	struct broker *b;
@@ -49,6 +68,13 @@ struct restart {
 	char memfd_name[POOL_MEMFD_NAME_MAX];
 	struct orphan *v;
 	size_t n;
+	bool legacy;       /* some orphans were found by the legacy name: rescans look for it too */
+	unsigned backoff;  /* the scan interval now, in orphan-rescan-ms ticks: 1, doubled while nothing goes */
+	unsigned ticks;    /* ticks since the last scan */
+	uid_t *uids;       /* sorted: the uids that own an orphan, and 0 (a process not dumpable shows as root) */
+	size_t nuids;
+	pid_t *named;      /* sorted: every pid the orphans name */
+	size_t nnamed;
 	ev_timer rescan;
 };
 
@@ -279,17 +305,60 @@ static void scan_free(struct scan *s)
 	memset(s, 0, sizeof(*s));
 }
 
-/* One pass over /proc. Returns 0, or -errno (then nothing may be let go on its word). */
-static int scan_proc(const struct restart *rs, struct scan *s)
+static int uid_cmp(const void *a, const void *b)
 {
+	uid_t x = *(const uid_t *)a, y = *(const uid_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+struct scan_filter {
+	const struct restart *rs;
+	struct scan *s;
+};
+
+/* A rescan reads only processes of a uid that owns an orphan, or that the state file names. */
+static bool want_pid(pid_t pid, uid_t dir_uid, void *ud)
+{
+	const struct restart *rs = ((struct scan_filter *)ud)->rs;
+
+	return (rs->nuids && bsearch(&dir_uid, rs->uids, rs->nuids, sizeof(uid_t), uid_cmp)) ||
+	       (rs->nnamed && bsearch(&pid, rs->named, rs->nnamed, sizeof(pid_t), pid_cmp));
+}
+
+static void on_memfd_f(const struct holders_memfd *m, void *ud)
+{
+	on_memfd(m, ((struct scan_filter *)ud)->s);
+}
+
+static void on_read_f(pid_t pid, void *ud)
+{
+	on_read(pid, ((struct scan_filter *)ud)->s);
+}
+
+/*
+ * One pass over /proc (two while orphans of the legacy name are counted); a
+ * rescan (filtered) reads only the processes want_pid picks. Returns 0, or
+ * -errno (then nothing may be let go on its word).
+ */
+static int scan_proc(const struct restart *rs, struct scan *s, bool filtered)
+{
+	struct scan_filter f = { rs, s };
 	size_t unreadable = 0;
 	uint64_t t0_us = now_us();
 	int r;
 
 	memset(s, 0, sizeof(*s));
-	r = holders_scan_memfds(rs->b->cfg->proc_root, rs->memfd_name, on_memfd, on_read, s, &unreadable);
-	log_debug("restart: /proc scan for memfds named %s: %zu found, %zu processes read, %zu unreadable, %.1f ms",
-		  rs->memfd_name, s->n, s->nread, unreadable, (double)(now_us() - t0_us) / 1000.0);
+	r = holders_scan_memfds_of(rs->b->cfg->proc_root, rs->memfd_name, filtered ? want_pid : NULL, on_memfd_f,
+				   on_read_f, &f, &unreadable);
+	if (r == 0 && rs->legacy) {
+		/* A process read to the end in both passes is reported twice: harmless for bsearch. */
+		r = holders_scan_memfds_of(rs->b->cfg->proc_root, LEGACY_MEMFD_NAME, filtered ? want_pid : NULL,
+					   on_memfd_f, NULL, &f, NULL);
+	}
+	log_debug("restart: /proc scan for memfds named %s%s: %zu found, %zu processes read, %zu unreadable, %.1f ms",
+		  rs->memfd_name, rs->legacy ? " and " LEGACY_MEMFD_NAME : "", s->n, s->nread, unreadable,
+		  (double)(now_us() - t0_us) / 1000.0);
 	if (r == 0 && s->oom)
 		r = -ENOMEM;
 	if (r < 0) {
@@ -315,6 +384,12 @@ static bool scan_read(const struct scan *s, pid_t pid)
 	return s->nread && bsearch(&pid, s->read, s->nread, sizeof(pid), pid_cmp);
 }
 
+/* Whether pid still runs, for a pid no pidfd watches: only ESRCH says it is gone (EPERM: it runs). */
+static bool pid_runs(pid_t pid)
+{
+	return kill(pid, 0) == 0 || errno != ESRCH;
+}
+
 static bool pidfd_exited(int pidfd)
 {
 	struct pollfd p = { .fd = pidfd, .events = POLLIN };
@@ -336,10 +411,11 @@ static bool orphan_held(struct orphan *o, const struct scan *s)
 	for (size_t k = 0; k < o->nkeys && !held; k++)
 		held = scan_find(s, o->keys[k].dev, o->keys[k].ino) != NULL;
 	for (size_t i = 0; i < o->npids; i++) {
-		if (o->pidfds[i] < 0)
+		if (o->pidfds[i] == -1)
 			continue;
-		if (pidfd_exited(o->pidfds[i])) {
-			close(o->pidfds[i]);
+		if (o->pidfds[i] == PIDFD_NONE ? !pid_runs(o->pids[i]) : pidfd_exited(o->pidfds[i])) {
+			if (o->pidfds[i] >= 0)
+				close(o->pidfds[i]);
 			o->pidfds[i] = -1;
 			continue;
 		}
@@ -353,10 +429,49 @@ static bool orphan_held(struct orphan *o, const struct scan *s)
 
 static void orphan_close(struct orphan *o)
 {
-	for (size_t i = 0; i < o->npids; i++)
+	for (size_t i = 0; o->pidfds && i < o->npids; i++)
 		if (o->pidfds[i] >= 0)
 			close(o->pidfds[i]);
 	orphan_clear(o);
+}
+
+/* The uids and pids a rescan reads (want_pid), from the orphans counted now. */
+static void filter_build(struct restart *rs)
+{
+	size_t np = 0, nu = 0;
+	uid_t *u;
+	pid_t *p;
+
+	for (size_t i = 0; i < rs->n; i++)
+		np += rs->v[i].npids;
+	u = malloc((rs->n + 1) * sizeof(*u));
+	p = malloc((np ? np : 1) * sizeof(*p));
+	if (!u || !p) {
+		/* Without the tables every process is read: slower, never wrong. */
+		free(u);
+		free(p);
+		u = NULL;
+		p = NULL;
+	}
+	free(rs->uids);
+	free(rs->named);
+	rs->uids = u;
+	rs->named = p;
+	rs->nuids = rs->nnamed = 0;
+	if (!u)
+		return;
+	u[nu++] = 0;
+	np = 0;
+	for (size_t i = 0; i < rs->n; i++) {
+		u[nu++] = rs->v[i].uid;
+		for (size_t k = 0; k < rs->v[i].npids; k++)
+			p[np++] = rs->v[i].pids[k];
+	}
+	qsort(u, nu, sizeof(*u), uid_cmp);
+	if (np > 1)
+		qsort(p, np, sizeof(*p), pid_cmp);
+	rs->nuids = nu;
+	rs->nnamed = np;
 }
 
 static void uncharge(struct restart *rs, struct orphan *o)
@@ -391,6 +506,20 @@ static size_t let_go(struct restart *rs, const struct scan *s)
 	return gone;
 }
 
+/*
+ * Has a process the state file names exited since the last look? One poll per
+ * pidfd (no /proc read), so no more than the pidfds opened (a share of the fd
+ * limit); pids without one are looked at by the scans alone.
+ */
+static bool named_pid_exited(const struct restart *rs)
+{
+	for (size_t i = 0; i < rs->n; i++)
+		for (size_t k = 0; k < rs->v[i].npids; k++)
+			if (rs->v[i].pidfds[k] >= 0 && pidfd_exited(rs->v[i].pidfds[k]))
+				return true;
+	return false;
+}
+
 static void rescan_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct restart *rs = w->data;
@@ -399,15 +528,31 @@ static void rescan_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
 	/* orphan-rescan-ms may have changed at a reload: libev re-arms with repeat after this call. */
 	w->repeat = rs->b->cfg->orphan_rescan_ms / 1000.0;
-	r = scan_proc(rs, &s);
+	/*
+	 * A holder that keeps its lease for hours would otherwise cost a pass over /proc every
+	 * orphan-rescan-ms: while nothing goes, a pass comes every backoff ticks (doubling up to
+	 * RESCAN_BACKOFF_MAX). A process the file names exiting is seen at the next tick (its
+	 * pidfd, no /proc read) and brings the pass forward.
+	 */
+	if (++rs->ticks < rs->backoff && !named_pid_exited(rs))
+		return;
+	rs->ticks = 0;
+
+	/* Filtered: a uid with nothing orphaned can make processes, never make this scan read them. */
+	r = scan_proc(rs, &s, rs->uids != NULL);
 	if (r < 0) {
 		log_debug("restart: cannot scan /proc for orphaned memory (%s); trying again", strerror(-r));
-		return;
-	}
-	if (let_go(rs, &s) > 0) {
+		rs->backoff = 1;
+	} else if (let_go(rs, &s) > 0) {
 		write_state(rs, rs->v, rs->n);
+		filter_build(rs);
 		broker_memory_freed(rs->b);
+		rs->backoff = 1;
+	} else {
+		rs->backoff = rs->backoff * 2 > RESCAN_BACKOFF_MAX ? RESCAN_BACKOFF_MAX : rs->backoff * 2;
 	}
+	if (r < 0)
+		return;
 	scan_free(&s);
 	if (rs->n == 0)
 		ev_timer_stop(loop, w);
@@ -509,15 +654,30 @@ static void add_unnamed(struct restart *rs, size_t *cap, const struct scan *s, c
 		struct orphan o = { 0 };
 		size_t j = i;
 
-		for (; j < s->n && s->m[j].dev == m->dev && s->m[j].ino == m->ino; j++)
+		/*
+		 * Sizes are the file's (fstat through fd/N or map_files/), never past a mapping's end,
+		 * and no more than the pages it has (st_blocks: shmem and hugetlbfs count them): a
+		 * memfd of our name ftruncated far past what it holds costs the budget nothing.
+		 */
+		uint64_t alloc = UINT64_MAX;
+
+		for (; j < s->n && s->m[j].dev == m->dev && s->m[j].ino == m->ino; j++) {
 			if (s->m[j].bytes > bytes)
 				bytes = s->m[j].bytes;
+			if (s->m[j].allocated < alloc)
+				alloc = s->m[j].allocated;
+		}
+		if (alloc < bytes)
+			bytes = alloc;
 		i = j;
-		bytes = (bytes + page - 1) / page * page;
 		if (bytes == 0 || own_has(own, m->dev, m->ino) || own_has(&named, m->dev, m->ino))
 			continue;
+		/* Checked before rounding up, and every sum below stays under MemTotal: nothing wraps. */
 		if (bytes > rs->b->mem_total_bytes ||
-		    (quota && budget_uid_leased(rs->b->budget, m->uid) + bytes > quota)) {
+		    (bytes = (bytes + page - 1) / page * page) > rs->b->mem_total_bytes ||
+		    rs->b->orphaned_bytes > rs->b->mem_total_bytes - bytes ||
+		    (quota && budget_uid_leased(rs->b->budget, m->uid) > (quota > bytes ? quota - bytes : 0)) ||
+		    (quota && bytes > quota)) {
 			log_warnx(
 				"restart: pid %d (uid %u) maps %llu more bytes of memfds named %s than uid-quota allows: "
 				"not counted",
@@ -536,12 +696,36 @@ static void add_unnamed(struct restart *rs, size_t *cap, const struct scan *s, c
 		log_debug("restart: pid %d (uid %u) maps or holds memfd %llu (%llu bytes) that no state line names: "
 			  "counted as orphaned",
 			  (int)m->pid, (unsigned)m->uid, (unsigned long long)m->ino, (unsigned long long)bytes);
+		if (budget_charge(rs->b->budget, o.uid, o.bytes) < 0) {
+			rs->n--;
+			orphan_clear(&o);
+			log_warnx("restart: out of memory counting orphaned memory, ignoring");
+			break;
+		}
 		o.keys[0] = (struct orphan_key){ m->dev, m->ino, bytes };
 		rs->v[rs->n - 1].nkeys = 1;
-		budget_charge(rs->b->budget, o.uid, o.bytes);
 		rs->b->orphaned_bytes += o.bytes;
 	}
 	free(named.k);
+}
+
+/* One unfiltered pass for the legacy name alone. */
+static int scan_legacy(const struct restart *rs, struct scan *s)
+{
+	struct scan_filter f = { rs, s };
+	int r;
+
+	memset(s, 0, sizeof(*s));
+	r = holders_scan_memfds_of(rs->b->cfg->proc_root, LEGACY_MEMFD_NAME, NULL, on_memfd_f, NULL, &f, NULL);
+	if (r == 0 && s->oom)
+		r = -ENOMEM;
+	if (r < 0) {
+		scan_free(s);
+		return r;
+	}
+	if (s->n > 1)
+		qsort(s->m, s->n, sizeof(*s->m), memfd_cmp);
+	return 0;
 }
 
 void restart_init(struct broker *b)
@@ -585,9 +769,56 @@ void restart_init(struct broker *b)
 				  rs->path, strerror(-r), rs->memfd_name);
 	}
 	free(text);
-	for (size_t i = 0; i < nv; i++)
-		for (size_t k = 0; k < v[i].npids; k++)
-			v[i].pidfds[k] = sys_pidfd_open(v[i].pids[k], 0);
+	/*
+	 * One pidfd per distinct named pid (a pid named by many lines gets one; the others are
+	 * watched by kill), up to a share of the fd limit: past it (or when pidfd_open fails with
+	 * anything but ESRCH, EMFILE say) the pid is still held, watched by kill(pid, 0). Only
+	 * ESRCH means the process is gone.
+	 */
+	{
+		struct rlimit rl;
+		uint64_t left = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ?
+					(uint64_t)rl.rlim_cur / PIDFD_SHARE :
+					65536;
+		size_t np = 0, nd = 0;
+		pid_t *d;
+		bool *done;
+
+		for (size_t i = 0; i < nv; i++)
+			np += v[i].npids;
+		d = malloc((np ? np : 1) * sizeof(*d));
+		done = calloc(np ? np : 1, sizeof(*done));
+		if (d && done) {
+			for (size_t i = 0; i < nv; i++)
+				for (size_t k = 0; k < v[i].npids; k++)
+					d[nd++] = v[i].pids[k];
+			if (nd > 1)
+				qsort(d, nd, sizeof(*d), pid_cmp);
+		}
+		for (size_t i = 0; i < nv; i++)
+			for (size_t k = 0; k < v[i].npids; k++) {
+				pid_t *at = nd ? bsearch(&v[i].pids[k], d, nd, sizeof(*d), pid_cmp) : NULL;
+				int fd;
+
+				/* bsearch lands on any of the equal entries: the first marks the pid. */
+				while (at && at > d && at[-1] == *at)
+					at--;
+				if (at && done[at - d]) {
+					v[i].pidfds[k] = PIDFD_NONE;
+					continue;
+				}
+				if (at)
+					done[at - d] = true;
+				fd = left > 0 ? sys_pidfd_open(v[i].pids[k], 0) : -1;
+				if (fd >= 0)
+					left--;
+				else if (left == 0 || errno != ESRCH)
+					fd = PIDFD_NONE;
+				v[i].pidfds[k] = fd;
+			}
+		free(d);
+		free(done);
+	}
 
 	/*
 	 * After a crash under systemd the fd store gave every lent chunk back to the pool: nothing to
@@ -604,7 +835,7 @@ void restart_init(struct broker *b)
 	pool_foreach_chunk(b->pool, own_chunk, &own);
 	if (own.n > 1)
 		qsort(own.k, own.n, sizeof(*own.k), memfd_cmp);
-	r = scan_proc(rs, &s);
+	r = scan_proc(rs, &s, false);
 	if (r < 0)
 		log_warnx("restart: cannot scan %s/proc (%s): memory the previous daemon lent is counted only while "
 			  "the processes it names run",
@@ -619,33 +850,28 @@ void restart_init(struct broker *b)
 			orphan_close(o);
 			continue;
 		}
-		/* Never less than what is seen mapped: a file that understates a memfd never hides its pages. */
-		for (size_t k = 0; k < o->nkeys; k++) {
-			const struct holders_memfd *m = scan_find(&s, o->keys[k].dev, o->keys[k].ino);
-			uint64_t seen = 0;
-
-			/* bsearch lands on any of the equal entries: start from the first. */
-			while (m && m > s.m && m[-1].dev == m->dev && m[-1].ino == m->ino)
-				m--;
-			for (; m && m < s.m + s.n && m->dev == o->keys[k].dev && m->ino == o->keys[k].ino; m++)
-				seen = m->bytes > seen ? m->bytes : seen;
-			if (seen > o->keys[k].bytes) {
-				o->bytes += seen - o->keys[k].bytes;
-				o->keys[k].bytes = seen;
-			}
-		}
-		/* No lease was ever larger than the host's memory: a line that says so was not written by us. */
-		if (o->bytes > b->mem_total_bytes) {
+		/*
+		 * The sizes are the file's, never what /proc shows: the file is this daemon's own (root's,
+		 * 0600), while a mapping's end is the holder's to choose (mremap can stretch it past the
+		 * memfd's end, PROT_NONE), which would let a holder inflate its lease past MemTotal (the
+		 * line dropped, the real lease forgotten) or wrap the count.
+		 * No lease was ever larger than the host's memory: a line that says so was not written by us.
+		 */
+		if (o->bytes > b->mem_total_bytes || b->orphaned_bytes > UINT64_MAX - o->bytes) {
 			log_warnx("restart: ignoring the state line of lease %llu: %llu bytes is more than MemTotal",
 				  (unsigned long long)o->lease_id, (unsigned long long)o->bytes);
 			orphan_close(o);
 			continue;
 		}
-		if (push(rs, &cap, o) < 0) {
+		if (budget_charge(b->budget, o->uid, o->bytes) < 0) {
 			orphan_close(o);
 			continue;
 		}
-		budget_charge(b->budget, o->uid, o->bytes);
+		if (push(rs, &cap, o) < 0) {
+			budget_uncharge(b->budget, o->uid, o->bytes);
+			orphan_close(o);
+			continue;
+		}
 		b->orphaned_bytes += o->bytes;
 		verified++;
 	}
@@ -653,6 +879,24 @@ void restart_init(struct broker *b)
 	if (r == 0 && by_name)
 		add_unnamed(rs, &cap, &s, &own);
 	scan_free(&s);
+	/*
+	 * No usable state file: the daemon this one replaces may be of the release before the tag.
+	 * Only as the packaged unit (RuntimeDirectory= sets RUNTIME_DIRECTORY), the one a package
+	 * upgrade restarts: elsewhere the untagged name is anyone's (a test's pool, a second
+	 * instance), and counting it would charge another daemon's or program's memory here.
+	 */
+	if (r == 0 && by_name && nv == 0 && getenv("RUNTIME_DIRECTORY")) {
+		if (scan_legacy(rs, &s) == 0) {
+			size_t before = rs->n;
+
+			add_unnamed(rs, &cap, &s, &own);
+			scan_free(&s);
+			/* Rescans look for the legacy name too only while something of that name is counted. */
+			rs->legacy = rs->n > before;
+		}
+	}
+	filter_build(rs);
+	rs->backoff = 1;
 	free(own.k);
 	if (rs->n) {
 		log_warnx("restart: %zu lease%s of the previous daemon (%s) are still mapped by live processes "
@@ -668,18 +912,88 @@ void restart_init(struct broker *b)
 
 /* ------------------------------------------------------------ stop */
 
+/* Every exit hold, sorted by lease id: one walk over the revoker's processes, then a bsearch per lease. */
+struct holds {
+	struct hold {
+		uint64_t id;
+		pid_t pid;
+	} *v;
+	size_t n, cap;
+	bool oom;
+};
+
+static void hold_add(uint64_t id, pid_t pid, void *ud)
+{
+	struct holds *h = ud;
+
+	if (h->oom)
+		return;
+	if (h->n == h->cap) {
+		size_t nc = h->cap ? 2 * h->cap : 64;
+		struct hold *nv = realloc(h->v, nc * sizeof(*nv));
+
+		if (!nv) {
+			h->oom = true;
+			return;
+		}
+		h->v = nv;
+		h->cap = nc;
+	}
+	h->v[h->n++] = (struct hold){ id, pid };
+}
+
+static int hold_cmp(const void *a, const void *b)
+{
+	const struct hold *x = a, *y = b;
+
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* The pids holding lease id until they exit, at most max: as revoker_hold_pids, without a walk per lease. */
+static size_t holds_pids(const struct holds *h, uint64_t id, pid_t *out, size_t max)
+{
+	size_t lo = 0, hi = h->n, n = 0;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (h->v[mid].id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (; lo < h->n && h->v[lo].id == id && n < max; lo++)
+		out[n++] = h->v[lo].pid;
+	return n;
+}
+
 void restart_save(struct broker *b)
 {
 	struct restart *rs = b->restart;
+	struct holds holds = { 0 };
 	struct orphan *v;
 	size_t n = 0, cap;
 
 	if (!rs || !rs->path[0])
 		return;
+	/*
+	 * revoker_hold_pids per lease walks every hold: 100k held ids made that 10^10 steps at a
+	 * stop, long past systemd's stop timeout. Index them once instead (qsort is stable enough:
+	 * the pids of one id come in any order, as revoker_hold_pids gives them).
+	 */
+	revoker_foreach_hold(b, hold_add, &holds);
+	if (holds.oom) {
+		log_warnx("cannot write the restart state: out of memory");
+		free(holds.v);
+		return;
+	}
+	if (holds.n > 1)
+		qsort(holds.v, holds.n, sizeof(*holds.v), hold_cmp);
 	cap = rs->n + lease_count(b->leases);
 	v = calloc(cap ? cap : 1, sizeof(*v));
 	if (!v) {
 		log_warnx("cannot write the restart state: out of memory");
+		free(holds.v);
 		return;
 	}
 	for (size_t i = 0; i < rs->n; i++)
@@ -695,7 +1009,7 @@ void restart_save(struct broker *b)
 			if (l->attachers[i].pid > 0)
 				pids[np++] = l->attachers[i].pid;
 		if (l->exit_holds > 0 && np < SAVE_PIDS_MAX)
-			np += revoker_hold_pids(b, l->id, pids + np, SAVE_PIDS_MAX - np);
+			np += holds_pids(&holds, l->id, pids + np, SAVE_PIDS_MAX - np);
 		o->lease_id = l->id;
 		o->uid = l->uid;
 		o->bytes = l->bytes;
@@ -733,6 +1047,7 @@ void restart_save(struct broker *b)
 		free(v[i].pids);
 	}
 	free(v);
+	free(holds.v);
 }
 
 void restart_fini(struct broker *b)
@@ -746,6 +1061,8 @@ void restart_fini(struct broker *b)
 		uncharge(rs, &rs->v[i]);
 		orphan_close(&rs->v[i]);
 	}
+	free(rs->uids);
+	free(rs->named);
 	free(rs->v);
 	free(rs);
 	b->restart = NULL;

@@ -889,6 +889,15 @@ size_t revoker_hold_pids(const struct broker *b, uint64_t id, pid_t *out, size_t
 	return n;
 }
 
+void revoker_foreach_hold(const struct broker *b, void (*fn)(uint64_t id, pid_t pid, void *ud), void *ud)
+{
+	if (!b->revoker)
+		return;
+	for (const struct ghost *g = b->revoker->ghosts; g; g = g->next)
+		for (size_t i = 0; i < g->nids; i++)
+			fn(g->ids[i], g->pid, ud);
+}
+
 void revoker_conn_closed(struct broker *b, struct conn *c)
 {
 	struct revoker *rv = b->revoker;

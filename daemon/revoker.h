@@ -59,6 +59,9 @@ int revoker_hold_until_exit(struct broker *b, int pidfd, pid_t pid, const uint64
 /* The pids of the processes holding lease id until they exit: at most max in out. Returns how many. */
 size_t revoker_hold_pids(const struct broker *b, uint64_t id, pid_t *out, size_t max);
 
+/* Every (lease id, pid) exit hold, to fn: one walk, for a caller that needs them all (restart_save). */
+void revoker_foreach_hold(const struct broker *b, void (*fn)(uint64_t id, pid_t pid, void *ud), void *ud);
+
 /* The revocation events kept for revoker_revocations. */
 #define REVOKER_REVOCATIONS_MAX 16
 /* Copy of the last revocation events, newest first. Returns how many. */

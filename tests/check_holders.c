@@ -638,6 +638,78 @@ START_TEST(test_scan_memfds_finds_mappers_and_fd_holders_of_any_uid)
 }
 END_TEST
 
+static bool want_none(pid_t pid, uid_t dir_uid, void *ud)
+{
+	(void)pid;
+	(void)dir_uid;
+	(void)ud;
+	return false;
+}
+
+static bool want_mapper(pid_t pid, uid_t dir_uid, void *ud)
+{
+	(void)dir_uid;
+	return pid == ((struct seen_memfds *)ud)->mapper;
+}
+
+/*
+ * A mapping its holder stretched far past the memfd's end (mremap with old
+ * size 0, PROT_NONE) reports the memfd's size, not where the mapping ends: a
+ * holder chooses the one, not the other (issue 22 finding 7, review 1). And a
+ * process the caller does not want is not read at all.
+ */
+START_TEST(test_scan_memfds_reports_the_file_size_of_a_stretched_mapping)
+{
+	const size_t stretched = 1ul << 40;
+	char name[64];
+	struct seen_memfds s = { 0 };
+	int ready[2], go[2], fd;
+	struct stat st;
+	char c;
+
+	snprintf(name, sizeof(name), "pinbroker-chunk.stretch%d", (int)getpid());
+	fd = memfd_create(name, MFD_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, 65536), 0);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_int_eq(pipe(ready), 0);
+	ck_assert_int_eq(pipe(go), 0);
+	s.want = st.st_ino;
+	s.holder = -1;
+	s.mapper = fork();
+	ck_assert_int_ge(s.mapper, 0);
+	if (s.mapper == 0) {
+		void *p = mmap(NULL, 65536, PROT_READ, MAP_SHARED, fd, 0), *q;
+
+		close(fd);
+		if (p == MAP_FAILED)
+			_exit(1);
+		q = mremap(p, 65536, stretched, MREMAP_MAYMOVE);
+		if (q == MAP_FAILED || mprotect(q, stretched, PROT_NONE) < 0 || write(ready[1], "m", 1) != 1 ||
+		    read(go[0], &c, 1) != 1)
+			_exit(1);
+		_exit(0);
+	}
+	close(fd);
+	ck_assert_int_eq(read(ready[0], &c, 1), 1);
+	ck_assert_int_eq(holders_scan_memfds(NULL, name, seen_memfd, seen_read, &s, NULL), 0);
+	ck_assert(s.mapped);
+	ck_assert(s.mapper_read);
+	ck_assert_uint_eq(s.bytes, 65536);
+	/* Filtered: wanted, it is read as before; not wanted, it is not read. */
+	s.mapped = s.mapper_read = false;
+	s.bytes = 0;
+	ck_assert_int_eq(holders_scan_memfds_of(NULL, name, want_mapper, seen_memfd, seen_read, &s, NULL), 0);
+	ck_assert(s.mapped && s.mapper_read);
+	ck_assert_uint_eq(s.bytes, 65536);
+	s.mapped = s.mapper_read = false;
+	ck_assert_int_eq(holders_scan_memfds_of(NULL, name, want_none, seen_memfd, seen_read, &s, NULL), 0);
+	ck_assert(!s.mapped && !s.mapper_read);
+	ck_assert_int_eq(write(go[1], "g", 1), 1);
+	ck_assert_int_eq(waitpid(s.mapper, NULL, 0), s.mapper);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("holders");
@@ -664,6 +736,7 @@ static Suite *suite(void)
 	tcase_add_test(f, test_find_keeps_to_the_leases_uid_and_never_pid_1);
 	tcase_add_test(f, test_find_through_fd_links_and_bad_roots);
 	tcase_add_test(f, test_scan_memfds_finds_mappers_and_fd_holders_of_any_uid);
+	tcase_add_test(f, test_scan_memfds_reports_the_file_size_of_a_stretched_mapping);
 	suite_add_tcase(s, f);
 	return s;
 }

@@ -8,6 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +32,15 @@ enum stop_how {
 	STOP_NO_STATE, /* SIGTERM, then the file is removed */
 	STOP_DAMAGED,  /* SIGTERM, then the file is garbage */
 };
+
+/*
+ * Set by a case before the holder forks: once it has its lease, the holder
+ * makes a second mapping of the lease's first chunk, PROT_NONE, 1 TiB long
+ * (mremap with old size 0 duplicates a shared mapping), so /proc shows a
+ * mapping that ends far past the memfd's end (issue 22 finding 7, review 1).
+ */
+static bool stretch;
+#define STRETCH_BYTES (1ull << 40)
 
 static void say(int fd, char c)
 {
@@ -60,6 +72,12 @@ static void holder(const char *sock, int to_test, int from_test)
 	if (pb_acquire(c, HOLD_BYTES, &o, &l) < 0)
 		_exit(11);
 	memset(pb_lease_data(l), 'A', HOLD_BYTES);
+	if (stretch) {
+		void *p = mremap(pb_lease_data(l), 0, STRETCH_BYTES, MREMAP_MAYMOVE);
+
+		if (p == MAP_FAILED || mprotect(p, STRETCH_BYTES, PROT_NONE) < 0)
+			_exit(13);
+	}
 	say(to_test, 'h');
 	hear(from_test);
 	/* Still 'A' after the restart: nobody was lent these pages. */
@@ -230,6 +248,96 @@ static void scenario(enum stop_how how)
 	ck_assert_int_eq(daemon_stop(&d), 0);
 }
 
+/* A holder that stretches a mapping of its lease cannot make the next daemon forget (or inflate) it. */
+START_TEST(test_stretched_mapping_neither_inflates_nor_drops_a_named_lease)
+{
+	stretch = true;
+	scenario(STOP_CLEAN);
+}
+END_TEST
+
+/* The same without a state file: the memfd's size counts, not where a mapping of it ends. */
+START_TEST(test_stretched_mapping_neither_inflates_nor_drops_a_lease_found_by_name)
+{
+	stretch = true;
+	scenario(STOP_KILL);
+}
+END_TEST
+
+/*
+ * The release before chunks carried their socket's tag named them plain
+ * "pinbroker-chunk": the daemon that replaces it (no state file) still counts
+ * them while a live process maps them.
+ */
+/* The packaged unit's environment (RuntimeDirectory=): only there is the untagged name looked for. */
+static void as_unit(void *ud)
+{
+	setenv("RUNTIME_DIRECTORY", ud, 1);
+}
+
+static void legacy_case(uint64_t size, uint64_t touched, int64_t want)
+{
+	struct daemon d;
+	int to_test[2], from_test[2];
+	pid_t h;
+
+	ck_assert_int_eq(pipe(to_test), 0);
+	ck_assert_int_eq(pipe(from_test), 0);
+	h = itest_fork();
+	ck_assert_int_ge(h, 0);
+	if (h == 0) {
+		int fd;
+		char *p;
+
+		close(to_test[0]);
+		close(from_test[1]);
+		sec_drop_to(SEC_UID_A);
+		fd = memfd_create("pinbroker-chunk", MFD_CLOEXEC);
+		if (fd < 0 || ftruncate(fd, (off_t)size) < 0)
+			_exit(20);
+		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (p == MAP_FAILED)
+			_exit(21);
+		close(fd);
+		memset(p, 'A', touched);
+		say(to_test[1], 'h');
+		hear(from_test[0]);
+		_exit(0);
+	}
+	close(to_test[1]);
+	close(from_test[0]);
+	ck_assert_msg(hear(to_test[0]) == 'h', "the legacy holder did not map its memfd");
+	daemon_prepare(&d);
+	daemon_restart_with(&d, args, as_unit, d.dir);
+	ck_assert_int_eq(orphaned(d.socket), want);
+	ck_assert_int_eq(status_leased(d.socket), want);
+	/* Past what is left (the budget less what it counts) but within the budget: refused for room. */
+	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - (uint64_t)want + 2 * MiB), 1);
+	say(from_test[1], 'q');
+	ck_assert_int_eq(itest_wait_exit(h), 0);
+	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
+	close(to_test[0]);
+	close(from_test[1]);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+
+START_TEST(test_legacy_chunk_name_is_counted_without_a_state_file)
+{
+	legacy_case(HOLD_BYTES, HOLD_BYTES, (int64_t)HOLD_BYTES);
+}
+END_TEST
+
+/*
+ * Found by name alone (no state file), a memfd counts for the pages it has,
+ * not the size it was ftruncated to: 48 MiB of which 4 MiB were written is
+ * 4 MiB, so a process cannot hold the budget with pages it never made.
+ */
+START_TEST(test_a_sparse_memfd_found_by_name_counts_its_pages)
+{
+	legacy_case(48 * MiB, 4 * MiB, (int64_t)(4 * MiB));
+}
+END_TEST
+
 START_TEST(test_clean_stop_keeps_a_live_holder_counted)
 {
 	scenario(STOP_CLEAN);
@@ -290,6 +398,131 @@ START_TEST(test_two_clean_restarts_keep_counting)
 }
 END_TEST
 
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static size_t count(const char *hay, const char *needle)
+{
+	size_t n = 0;
+
+	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
+/*
+ * Review finding 3: while an orphan lives, the new daemon must not pay a full
+ * pass over /proc every orphan-rescan-ms for as long as its holder keeps it.
+ * At 100 ms for 3.2 s, a scan per tick is 30 or more; backing off (doubling
+ * while nothing is let go) is 6. The holder's exit still frees it promptly.
+ */
+START_TEST(test_rescans_back_off_while_nothing_is_let_go)
+{
+	static const char *const fast[] = { "--budget",	  "64M", "--uid-quota", "64M", "--prewarm", "8M",
+					    "--orphan-rescan-ms", "100", "--log-level", "debug", NULL };
+	struct daemon d;
+	int to_test[2], from_test[2];
+	uint64_t t0;
+	size_t scans;
+	char *log;
+	pid_t h;
+
+	daemon_start(&d, args);
+	ck_assert_int_eq(pipe(to_test), 0);
+	ck_assert_int_eq(pipe(from_test), 0);
+	h = itest_fork();
+	ck_assert_int_ge(h, 0);
+	if (h == 0) {
+		close(to_test[0]);
+		close(from_test[1]);
+		holder(d.socket, to_test[1], from_test[0]);
+	}
+	close(to_test[1]);
+	close(from_test[0]);
+	ck_assert_msg(hear(to_test[0]) == 'h', "the holder did not get its lease");
+	kill(d.pid, SIGTERM);
+	ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
+	daemon_restart(&d, fast);
+	ck_assert_int_eq(orphaned(d.socket), (int64_t)HOLD_BYTES);
+	/* A window of time is what is measured here: the scans the daemon made in it. */
+	t0 = mono_ms();
+	while (mono_ms() - t0 < 3200) {
+		ck_assert(daemon_alive(&d));
+		usleep(50 * 1000);
+	}
+	log = daemon_log(&d);
+	scans = count(log, "restart: /proc scan for memfds");
+	ck_assert_msg(scans >= 2 && scans <= 12, "%zu scans of /proc in 3.2 s at orphan-rescan-ms 100", scans);
+	free(log);
+	ck_assert_int_eq(orphaned(d.socket), (int64_t)HOLD_BYTES);
+	say(from_test[1], 'q');
+	ck_assert_int_eq(itest_wait_exit(h), 0);
+	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
+	close(to_test[0]);
+	close(from_test[1]);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+END_TEST
+
+static void low_nofile(void *ud)
+{
+	struct rlimit rl = { 128, 128 };
+
+	(void)ud;
+	setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+#define NAMED_LINES 300
+
+/*
+ * Review finding 2: a state file naming more processes than the daemon has
+ * fds for. A pid whose pidfd cannot be opened (EMFILE, or past the daemon's
+ * bound) is still running, so what it holds stays counted; it goes when the
+ * process exits. Each line here is a registration (no memfds): held by its
+ * pid alone, so nothing but the pid check keeps it.
+ */
+START_TEST(test_pids_without_a_pidfd_still_hold)
+{
+	struct daemon d;
+	char state[400], boot[64] = "";
+	FILE *f;
+	pid_t sleeper;
+
+	daemon_prepare(&d);
+	sleeper = itest_fork();
+	ck_assert_int_ge(sleeper, 0);
+	if (sleeper == 0) {
+		for (;;)
+			pause();
+	}
+	f = fopen("/proc/sys/kernel/random/boot_id", "re");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(fgets(boot, sizeof(boot), f));
+	fclose(f);
+	boot[strcspn(boot, "\n")] = '\0';
+	snprintf(state, sizeof(state), "%s.state", d.socket);
+	f = fopen(state, "we");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "pinbroker-restart 1\nboot %s\n", boot);
+	for (int i = 1; i <= NAMED_LINES; i++)
+		fprintf(f, "o %d %u 4096 p%d k\n", i, (unsigned)SEC_UID_A, (int)sleeper);
+	fputs("end\n", f);
+	ck_assert_int_eq(fclose(f), 0);
+	daemon_restart_with(&d, args, low_nofile, NULL);
+	ck_assert_int_eq(orphaned(d.socket), (int64_t)NAMED_LINES * 4096);
+	kill(sleeper, SIGKILL);
+	ck_assert_int_eq(waitpid(sleeper, NULL, 0), sleeper);
+	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
+	ck_assert_int_eq(orphaned(d.socket), 0);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sec-17-restart-books");
@@ -301,6 +534,12 @@ static Suite *suite(void)
 	tcase_add_test(t, test_clean_stop_without_state_file_counts_by_memfd_name);
 	tcase_add_test(t, test_damaged_state_file_is_ignored_and_the_holder_still_counted);
 	tcase_add_test(t, test_two_clean_restarts_keep_counting);
+	tcase_add_test(t, test_stretched_mapping_neither_inflates_nor_drops_a_named_lease);
+	tcase_add_test(t, test_stretched_mapping_neither_inflates_nor_drops_a_lease_found_by_name);
+	tcase_add_test(t, test_legacy_chunk_name_is_counted_without_a_state_file);
+	tcase_add_test(t, test_a_sparse_memfd_found_by_name_counts_its_pages);
+	tcase_add_test(t, test_rescans_back_off_while_nothing_is_let_go);
+	tcase_add_test(t, test_pids_without_a_pidfd_still_hold);
 	suite_add_tcase(s, t);
 	return s;
 }
