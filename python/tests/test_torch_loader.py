@@ -390,22 +390,49 @@ def test_daemon_killed_mid_epoch(broker, start_daemon, monkeypatch):
     assert loader.stats["ring_batches"] == before + len(ref), loader.stats
 
 
+def worker_death(run, errors):
+    """The error run() ends with, and torch's own SIGCHLD handler's too: it raises the same death again,
+    asynchronously, wherever the main thread is when the signal lands (inside pytest.raises' exit, or the
+    next statement, on a loaded machine). Caught here until 0.3 s pass without one (3 s at most)."""
+    first = None
+    deadline = time.monotonic() + 3.0
+    try:
+        try:
+            run()
+        except errors as e:
+            first = e
+        quiet_since = time.monotonic()
+        while time.monotonic() - quiet_since < 0.3 and time.monotonic() < deadline:
+            try:
+                time.sleep(0.05)
+            except errors as e:
+                first = first or e
+                quiet_since = time.monotonic()
+    except errors as e:
+        first = first or e
+    return first
+
+
 @pytest.mark.parametrize("persistent", [False, True], ids=["workers", "persistent-workers"])
 def test_killed_worker_raises_like_torch_and_leaks_nothing(broker, persistent):
     ds = data.Killer(n=64, kill_at=20)
     # torch's own loader reports a killed worker as a RuntimeError ("DataLoader worker (pid N) is killed by
     # signal"), or, when the death interrupts fd passing, as the ConnectionResetError or EOFError underneath it.
     torch_errors = (RuntimeError, ConnectionError, EOFError)
-    with pytest.raises(torch_errors) as plain:
+
+    def stock():
         for _ in torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=persistent):
             pass
+
+    plain_error = worker_death(stock, torch_errors)
+    assert plain_error is not None, "torch's own loader did not report its killed worker"
     loader = pbt.DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=persistent, timeout=30)
     t0 = time.monotonic()
     with pytest.raises(torch_errors) as ours:
         for batch in loader:
             del batch  # a batch kept would (rightly) keep its slot and the ring
     assert time.monotonic() - t0 < 20, "hung after a worker died"
-    for e in (plain.value, ours.value):
+    for e in (plain_error, ours.value):
         assert isinstance(e, (ConnectionError, EOFError)) or "DataLoader worker" in str(e), repr(e)
     # No slot stays taken by the dead worker, and the ring goes back with the loader.
     ok = data.Images(n=16, shape=(4,))
