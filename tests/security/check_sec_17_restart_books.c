@@ -184,8 +184,11 @@ static void scenario(enum stop_how how)
 	rss_before = memfd_rss(h);
 	lck_before = vm_locked(d.pid);
 	ck_assert_uint_eq(rss_before, HOLD_BYTES);
-	/* The lent chunks are the daemon's locked memory while it runs. */
+	/* The lent chunks are the daemon's locked memory while it runs. ASan makes mlock a no-op (it would lock
+	 * the shadow too), so under it there is nothing locked to compare (as check_itest_hardening). */
+#if !defined(__SANITIZE_ADDRESS__)
 	ck_assert_uint_ge(lck_before, HOLD_BYTES);
+#endif
 
 	snprintf(state, sizeof(state), "%s.state", d.socket);
 	if (how == STOP_KILL) {
