@@ -129,6 +129,19 @@ uint64_t now_ms(void)
 	return now_us() / 1000u;
 }
 
+void *grow_array(void *v, size_t *cap, size_t n, size_t elem_bytes, size_t first)
+{
+	size_t nc = *cap ? 2 * *cap : first;
+	void *nv;
+
+	if (n < *cap)
+		return v;
+	if (nc < *cap || nc > SIZE_MAX / elem_bytes || !(nv = realloc(v, nc * elem_bytes)))
+		return NULL;
+	*cap = nc;
+	return nv;
+}
+
 uint64_t round_up(uint64_t x, uint64_t align)
 {
 	uint64_t r;

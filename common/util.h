@@ -29,6 +29,12 @@ uint64_t now_ms(void);
 
 /* Round x up to a multiple of align (a power of two or not); 0 on overflow. */
 uint64_t round_up(uint64_t x, uint64_t align);
+/*
+ * Room for one more element in v (n in use, *cap allocated, elem_bytes each): v itself while n < *cap,
+ * else v reallocated to twice *cap (first when empty), *cap updated. NULL when out of memory, with v
+ * and *cap untouched.
+ */
+void *grow_array(void *v, size_t *cap, size_t n, size_t elem_bytes, size_t first);
 
 /*
  * pidfd_open(2) and pidfd_send_signal(2) (no siginfo) through syscall(2), for

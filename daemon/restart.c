@@ -248,17 +248,13 @@ static void on_memfd(const struct holders_memfd *m, void *ud)
 {
 	struct scan *s = ud;
 
-	if (s->n == s->cap) {
-		size_t cap = s->cap ? 2 * s->cap : 64;
-		struct holders_memfd *nm = realloc(s->m, cap * sizeof(*nm));
+	struct holders_memfd *nm = grow_array(s->m, &s->cap, s->n, sizeof(*nm), 64);
 
-		if (!nm) {
-			s->oom = true;
-			return;
-		}
-		s->m = nm;
-		s->cap = cap;
+	if (!nm) {
+		s->oom = true;
+		return;
 	}
+	s->m = nm;
 	s->m[s->n++] = *m;
 }
 
@@ -266,17 +262,13 @@ static void on_read(pid_t pid, void *ud)
 {
 	struct scan *s = ud;
 
-	if (s->nread == s->capread) {
-		size_t cap = s->capread ? 2 * s->capread : 256;
-		pid_t *np = realloc(s->read, cap * sizeof(*np));
+	pid_t *np = grow_array(s->read, &s->capread, s->nread, sizeof(*np), 256);
 
-		if (!np) {
-			s->oom = true;
-			return;
-		}
-		s->read = np;
-		s->capread = cap;
+	if (!np) {
+		s->oom = true;
+		return;
 	}
+	s->read = np;
 	s->read[s->nread++] = pid;
 }
 
@@ -569,21 +561,17 @@ struct ownset {
 
 static void own_add(struct ownset *o, int fd)
 {
+	struct holders_memfd *nk;
 	struct stat st;
 
 	if (fd < 0 || fstat(fd, &st) < 0)
 		return;
-	if (o->n == o->cap) {
-		size_t cap = o->cap ? 2 * o->cap : 64;
-		struct holders_memfd *nk = realloc(o->k, cap * sizeof(*nk));
-
-		if (!nk) {
-			o->oom = true;
-			return;
-		}
-		o->k = nk;
-		o->cap = cap;
+	nk = grow_array(o->k, &o->cap, o->n, sizeof(*nk), 64);
+	if (!nk) {
+		o->oom = true;
+		return;
 	}
+	o->k = nk;
 	o->k[o->n++] = (struct holders_memfd){ .dev = st.st_dev, .ino = st.st_ino };
 }
 
@@ -601,15 +589,11 @@ static bool own_has(const struct ownset *o, dev_t dev, ino_t ino)
 
 static int push(struct restart *rs, size_t *cap, const struct orphan *o)
 {
-	if (rs->n == *cap) {
-		size_t nc = *cap ? 2 * *cap : 16;
-		struct orphan *nv = realloc(rs->v, nc * sizeof(*nv));
+	struct orphan *nv = grow_array(rs->v, cap, rs->n, sizeof(*nv), 16);
 
-		if (!nv)
-			return -ENOMEM;
-		rs->v = nv;
-		*cap = nc;
-	}
+	if (!nv)
+		return -ENOMEM;
+	rs->v = nv;
 	rs->v[rs->n++] = *o;
 	return 0;
 }
@@ -630,18 +614,14 @@ static void add_unnamed(struct restart *rs, size_t *cap, const struct scan *s, c
 	/* The memfds the state file named (counted already), sorted for lookup: there may be thousands. */
 	for (size_t i = 0; i < nv; i++)
 		for (size_t k = 0; k < rs->v[i].nkeys; k++) {
-			if (named.n == named.cap) {
-				size_t nc = named.cap ? 2 * named.cap : 64;
-				struct holders_memfd *nk = realloc(named.k, nc * sizeof(*nk));
+			struct holders_memfd *nk = grow_array(named.k, &named.cap, named.n, sizeof(*nk), 64);
 
-				if (!nk) {
-					free(named.k);
-					log_warnx("restart: out of memory counting orphaned memory, ignoring");
-					return;
-				}
-				named.k = nk;
-				named.cap = nc;
+			if (!nk) {
+				free(named.k);
+				log_warnx("restart: out of memory counting orphaned memory, ignoring");
+				return;
 			}
+			named.k = nk;
 			named.k[named.n++] = (struct holders_memfd){ .dev = rs->v[i].keys[k].dev,
 								     .ino = rs->v[i].keys[k].ino };
 		}
@@ -925,20 +905,16 @@ struct holds {
 static void hold_add(uint64_t id, pid_t pid, void *ud)
 {
 	struct holds *h = ud;
+	struct hold *nv;
 
 	if (h->oom)
 		return;
-	if (h->n == h->cap) {
-		size_t nc = h->cap ? 2 * h->cap : 64;
-		struct hold *nv = realloc(h->v, nc * sizeof(*nv));
-
-		if (!nv) {
-			h->oom = true;
-			return;
-		}
-		h->v = nv;
-		h->cap = nc;
+	nv = grow_array(h->v, &h->cap, h->n, sizeof(*nv), 64);
+	if (!nv) {
+		h->oom = true;
+		return;
 	}
+	h->v = nv;
 	h->v[h->n++] = (struct hold){ id, pid };
 }
 

@@ -178,6 +178,31 @@ START_TEST(test_clocks_are_monotonic_and_agree)
 }
 END_TEST
 
+START_TEST(test_grow_array_doubles_only_when_full)
+{
+	size_t cap = 0, n;
+	int *v = NULL, *nv;
+
+	for (n = 0; n < 100; n++) {
+		nv = grow_array(v, &cap, n, sizeof(*v), 4);
+		ck_assert_ptr_nonnull(nv);
+		v = nv;
+		v[n] = (int)n;
+		ck_assert_uint_ge(cap, n + 1);
+	}
+	ck_assert_uint_eq(cap, 128); /* 4, 8, ..., 128: doubled, never grown by one */
+	for (n = 0; n < 100; n++)
+		ck_assert_int_eq(v[n], (int)n);
+	/* Not full: the same array, capacity untouched. */
+	ck_assert_ptr_eq(grow_array(v, &cap, 100, sizeof(*v), 4), v);
+	ck_assert_uint_eq(cap, 128);
+	/* A size that cannot be allocated: NULL, the array and capacity as they were. */
+	ck_assert_ptr_null(grow_array(v, &cap, 128, SIZE_MAX / 64, 4));
+	ck_assert_uint_eq(cap, 128);
+	free(v);
+}
+END_TEST
+
 static Suite *util_suite(void)
 {
 	Suite *s = suite_create("util");
@@ -205,6 +230,7 @@ static Suite *util_suite(void)
 	tcase_add_test(tc, test_format_size_truncates_to_buffer);
 	tcase_add_test(tc, test_round_up_to_multiples);
 	tcase_add_test(tc, test_round_up_overflow_returns_zero);
+	tcase_add_test(tc, test_grow_array_doubles_only_when_full);
 	tcase_add_test(tc, test_clocks_are_monotonic_and_agree);
 	suite_add_tcase(s, tc);
 	return s;
