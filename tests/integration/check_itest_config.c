@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../check_main.h"
+#include "check_main.h"
 #include "itest.h"
 
 #define TIMEOUT_S 60

@@ -12,7 +12,7 @@
 
 #include "itest.h"
 #include "pinbroker.h"
-#include "../check_main.h"
+#include "check_main.h"
 
 #define MiB (1024ull * 1024ull)
 

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../check_main.h"
+#include "check_main.h"
 #include "itest.h"
 
 #define TIMEOUT_S 60

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "itest.h"
-#include "../check_main.h"
+#include "check_main.h"
 
 /* Config lines that each make the daemon print an error line: ~30 KiB of log before it exits 1. */
 #define BAD_LINES 400

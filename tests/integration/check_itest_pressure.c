@@ -14,7 +14,7 @@
 
 #include "itest.h"
 #include "pinbroker.h"
-#include "../check_main.h"
+#include "check_main.h"
 
 #define MiB (1024ull * 1024ull)
 #define MEMTOTAL_KB 24683548ull /* the idle fixture's MemTotal */

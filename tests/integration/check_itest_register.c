@@ -19,7 +19,7 @@
 #include "fdstore.h"
 #include "itest.h"
 #include "pinbroker.h"
-#include "../check_main.h"
+#include "check_main.h"
 
 #define MiB (1024ull * 1024ull)
 

@@ -17,7 +17,7 @@
 #include "itest.h"
 #include "pinbroker.h"
 #include "wire.h"
-#include "../check_main.h"
+#include "check_main.h"
 
 #define MiB (1024ull * 1024ull)
 #define UID_A 61001
