@@ -18,7 +18,7 @@ PKGS="build-essential cmake pkg-config libev-dev libprotobuf-c-dev protobuf-c-co
 if [ "${1:-}" = "--test" ]; then
 	PKGS="$PKGS clang libclang-rt-14-dev valgrind debootstrap systemd-container procps bc git util-linux bsdutils
 	      python3 python3-pytest python3-numpy python3-torch python3-setuptools python3-pip groff-base zsh
-	      prometheus-node-exporter curl lintian openssl yamllint python3-yaml shellcheck"
+	      prometheus-node-exporter curl lintian openssl yamllint python3-yaml shellcheck clang-format"
 	# The Kubernetes manifests' test renders them with kubectl's kustomize: Debian's
 	# kubernetes-client (kubectl 1.20), unless some kubectl is already installed (another
 	# package's /usr/bin/kubectl would conflict with it).
