@@ -1,1253 +1,17 @@
 /* SPDX-License-Identifier: MIT */
-/* libpinbroker: the connection to pinbrokerd, its receiver thread, lease mapping, the client cache and fallback memory. */
+/* libpinbroker's rooms not yet moved to their own files (issue 24, step 1, in progress); see lib-int.h. */
+/* libpinbroker's client: pb_connect builds one and wires its rooms together; pb_disconnect takes it down. */
 #define _GNU_SOURCE
-/* Built with -fvisibility=hidden: only the public API gets default visibility, which the
- * version script then exports. Everything else here stays inside the library. */
-#pragma GCC visibility push(default)
-#include "pinbroker.h"
-#pragma GCC visibility pop
+#include "lib-int.h"
 
-#include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <math.h>
-#include <poll.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdbool.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/time.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "cuda.h"
-#include "pinbroker.pb-c.h"
-#include "util.h"
 #include "wire.h"
-
-/* How long pb_disconnect waits for the daemon to answer its RELEASEs and close. */
-#define DISCONNECT_DRAIN_MS 2000
-
-typedef Pinbroker__V1__Request Request;
-typedef Pinbroker__V1__Reply Reply;
-
-/* A daemon that does not answer HELLO in this time is wedged; fail pb_connect instead of hanging. */
-#define HELLO_TIMEOUT_MS 10000
-/* After losing the daemon, keep trying this long: systemd restarts it within seconds
- * (RestartSec=1s), and the daemon keeps our leases for redeclare-grace-ms (10 s). */
-#define RECONNECT_WINDOW_MS 60000
-#define RECONNECT_BACKOFF_MIN_MS 20
-#define RECONNECT_BACKOFF_MAX_MS 1000
-/* Sanity bound on one lease's chunk count: 2^20 chunks of 2 MiB is 2 TiB. */
-#define MAX_CHUNKS_PER_LEASE (1u << 20)
-/* Requests are a few dozen bytes; pack them on the stack unless they are unusually large. */
-#define REQUEST_STACK_BYTES 512
-
-enum lease_state {
-	LEASE_ACTIVE,   /* the application owns it */
-	LEASE_CACHED,   /* released by the application, kept mapped and registered for a fast re-acquire */
-	LEASE_REVOKING, /* the receiver thread is giving it back after a revoke; pb_release waits */
-	LEASE_GONE,     /* memory already returned by the library; the struct waits for pb_release */
-};
-
-struct pb_lease {
-	pb_client *client; /* NULL for fallback memory */
-	struct pb_lease *prev, *next; /* client->leases, under client->lock */
-	enum lease_state state;
-	uint64_t id;
-	void *data;      /* what the application sees; NULL once GONE */
-	void *map_base;  /* the mapped range (== data until GONE) */
-	size_t size_bytes;      /* usable: the request rounded up to the page size */
-	size_t map_bytes;       /* mapped: the sum of the chunks, >= size_bytes */
-	size_t page_size_bytes;
-	size_t chunks;
-	enum pb_memory_kind kind;
-	enum pb_priority priority;
-	bool cuda_registered;
-	bool hugetlb;
-	bool no_cuda;        /* acquired with PB_ACQUIRE_NO_CUDA: a cache hit must match */
-	bool no_revoke;      /* PB_ACQUIRE_NO_REVOKE or a registration: the daemon never takes it back, never cached */
-	bool registration;   /* pb_register: data is the caller's memory, nothing is mapped here */
-	int numa_node;       /* where the daemon says its pages are; -1 when not placed */
-	bool misplaced;      /* placed for a node and partly elsewhere */
-	bool revoke_pending; /* the daemon wants it back: never cache it */
-	bool shared;         /* pb_lease_share gave out a token: others may map it, never cache it */
-	bool attached;       /* mapped by pb_attach: another process holds it; never cached or re-declared */
-	bool stale;          /* the broker no longer counts it (new instance, or not re-adopted): atomic */
-	uint64_t instance_id; /* of the daemon that granted it: (instance_id, id) names the lease */
-	uint64_t conn_gen;    /* the connection it is counted on; requests naming it go only there */
-	int idle;            /* pb_lease_set_idle; read by the receiver thread (atomic) */
-	char *fallback_reason;
-};
-
-/* One outstanding request. Lives on the caller's stack, linked into client->waiters. */
-struct waiter {
-	struct waiter *next;
-	uint64_t seq;
-	Reply *reply;
-	int *fds;            /* a lease's chunk fds, collected across LeaseFds packets */
-	size_t nfds;
-	size_t fds_expected;
-	int err;             /* 0, or a negative errno when no usable reply came */
-	bool done;
-	bool revoked;        /* a revoke came for the lease before pb_acquire published it */
-	uint64_t instance_id; /* the daemon instance and connection the reply came on */
-	uint64_t conn_gen;
-};
-
-struct pb_client {
-	int sock;
-	bool registrations;   /* the daemon's HELLO: it knows NO_REVOKE, REGISTER_ONLY, ReportUnbrokered (atomic) */
-	/*
-	 * Held shared around every send and exclusively while a reconnect swaps the
-	 * socket: a request checked against one connection (and daemon instance)
-	 * is never written to the next one. Taken before lock, never while waiting.
-	 */
-	pthread_rwlock_t sock_lock;
-	pthread_t receiver;
-	bool receiver_started;
-	pthread_mutex_t lock; /* guards everything below */
-	pthread_cond_t cond;  /* waiters completing, leases leaving LEASE_REVOKING */
-	uint64_t next_seq;
-	struct waiter *waiters;
-	int dead; /* 0, or a negative errno once the connection is gone */
-	char dead_reason[160];
-	struct pb_lease *leases;
-	size_t cache_limit_bytes;
-	size_t cached_bytes;
-	pb_revoke_fn revoke_fn;
-	void *revoke_userdata;
-	uint8_t *rxbuf; /* PB_MAX_MSG_BYTES, used only by whoever is reading: HELLO, then the receiver */
-	char path[108]; /* the socket, for reconnecting after the daemon restarts */
-	bool closing;   /* pb_disconnect is running: never reconnect */
-	uint64_t instance_id; /* the daemon's, from HELLO; 0 if it sent none */
-	uint64_t conn_gen;    /* bumped by each reconnect */
-	/* A call that finds the connection down asks for an attempt now (kick_gen) and waits until
-	 * an attempt that started after its ask has ended (served_gen). */
-	uint64_t kick_gen, served_gen;
-	/*
-	 * Leases released while the connection was down (or whose RELEASE the dying connection lost), by the
-	 * instance that granted them. A restart that adopts systemd's fd store keeps them counted while this
-	 * process runs, so the reconnect that finds that instance again sends their RELEASE.
-	 */
-	uint64_t *away_ids;
-	size_t n_away, cap_away;
-	uint64_t away_instance;
-};
-
-/* ---------------------------------------------------------------- errors */
-
-static __thread char last_error[512];
-/* The daemon's words for the last refusal in this thread, for fallback reasons. */
-static __thread char last_daemon_message[256];
-
-/* Why the last pb_connect failed, process-wide: pb_acquire_or_fallback(NULL, ...) reports it. */
-static pthread_mutex_t connect_failure_lock = PTHREAD_MUTEX_INITIALIZER;
-static char connect_failure[512];
-
-__attribute__((format(printf, 2, 3))) static int set_error(int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(last_error, sizeof(last_error), fmt, ap);
-	va_end(ap);
-	return err;
-}
-
-const char *pb_version(void)
-{
-	return PINBROKER_VERSION; /* project(VERSION), the same for every binary of this build */
-}
-
-const char *pb_last_error(void)
-{
-	return last_error[0] ? last_error : "no error";
-}
-
-const char *pb_strerror(int err)
-{
-	switch (err) {
-	case 0:
-		return "success";
-	case -EDQUOT:
-		return "over uid quota";
-	case -ENOSPC:
-		return "budget exhausted";
-	case -EFBIG:
-		return "larger than the budget allows";
-	case -EBUSY:
-		return "host memory is tight";
-	case -EAGAIN:
-		return "host memory is critical";
-	case -EINVAL:
-		return "invalid size or argument";
-	case -ENOENT:
-		return "not found (no such lease, or no broker socket)";
-	case -ECONNREFUSED:
-		return "broker not running";
-	case -EPERM:
-		return "not your lease";
-	case -EACCES:
-		return "permission denied";
-	case -ETIMEDOUT:
-		return "timed out waiting for memory";
-	case -EUSERS:
-		return "connection or lease limit reached";
-	case -ESHUTDOWN:
-		return "broker is shutting down";
-	case -EPROTONOSUPPORT:
-		return "protocol version mismatch";
-	case -EPROTO:
-		return "protocol error";
-	case -EIO:
-		return "broker internal error";
-	case -ECONNRESET:
-		return "connection to the broker lost";
-	case -ENOTCONN:
-		return "not connected to a broker";
-	case -ENOMEM:
-		return "out of memory";
-	default:
-		return strerror(err < 0 ? -err : err);
-	}
-}
-
-static int status_to_errno(Pinbroker__V1__StatusCode s)
-{
-	switch (s) {
-	case PINBROKER__V1__STATUS_CODE__STATUS_OK:
-		return 0;
-	case PINBROKER__V1__STATUS_CODE__STATUS_OVER_QUOTA:
-		return -EDQUOT;
-	case PINBROKER__V1__STATUS_CODE__STATUS_OVER_BUDGET:
-		return -ENOSPC;
-	case PINBROKER__V1__STATUS_CODE__STATUS_TOO_LARGE:
-		return -EFBIG;
-	case PINBROKER__V1__STATUS_CODE__STATUS_PRESSURE:
-		return -EBUSY;
-	case PINBROKER__V1__STATUS_CODE__STATUS_CRITICAL:
-		return -EAGAIN;
-	case PINBROKER__V1__STATUS_CODE__STATUS_INVALID_SIZE:
-	case PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT:
-		return -EINVAL;
-	case PINBROKER__V1__STATUS_CODE__STATUS_UNKNOWN_LEASE:
-	case PINBROKER__V1__STATUS_CODE__STATUS_SHARE_DENIED:
-		return -ENOENT;
-	case PINBROKER__V1__STATUS_CODE__STATUS_NOT_YOUR_LEASE:
-		return -EPERM;
-	case PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED:
-		return -EACCES;
-	case PINBROKER__V1__STATUS_CODE__STATUS_TIMEOUT:
-		return -ETIMEDOUT;
-	case PINBROKER__V1__STATUS_CODE__STATUS_LIMIT:
-		return -EUSERS;
-	case PINBROKER__V1__STATUS_CODE__STATUS_SHUTTING_DOWN:
-		return -ESHUTDOWN;
-	case PINBROKER__V1__STATUS_CODE__STATUS_VERSION_MISMATCH:
-		return -EPROTONOSUPPORT;
-	case PINBROKER__V1__STATUS_CODE__STATUS_NO_HELLO:
-	case PINBROKER__V1__STATUS_CODE__STATUS_BAD_REQUEST:
-		return -EPROTO;
-	case PINBROKER__V1__STATUS_CODE__STATUS_INTERNAL:
-	default:
-		return -EIO;
-	}
-}
-
-/* A non-OK reply: its errno, with the daemon's message as pb_last_error(). */
-static int status_error(const Reply *rep)
-{
-	int err = status_to_errno(rep->status);
-	const char *msg = rep->message && rep->message[0] ? rep->message : pb_strerror(err);
-
-	snprintf(last_daemon_message, sizeof(last_daemon_message), "%s", msg);
-	return set_error(err, "%s", msg);
-}
-
-/* ---------------------------------------------------------------- sending */
-
-static bool on_receiver_thread(const pb_client *c)
-{
-	return c->receiver_started && pthread_equal(pthread_self(), c->receiver);
-}
-
-static int send_packed(int sock, const Request *req)
-{
-	uint8_t stack[REQUEST_STACK_BYTES];
-	size_t len = pinbroker__v1__request__get_packed_size(req);
-	uint8_t *buf = len <= sizeof(stack) ? stack : malloc(len);
-	int r;
-
-	if (!buf)
-		return -ENOMEM;
-	pinbroker__v1__request__pack(req, buf);
-	/* SEQPACKET sends are atomic per packet, so threads need no lock to share the socket. */
-	r = wire_send(sock, buf, len, NULL, 0);
-	if (buf != stack)
-		free(buf);
-	return r;
-}
-
-/*
- * Under c->lock: may a request go out now? -ECONNRESET while the connection is
- * down; -ESTALE when gen (a lease's connection generation, 0 for requests that
- * name no lease) is not the current connection's: the lease belongs to a
- * daemon instance, or a connection, that is gone, and its id may now name
- * another lease.
- */
-static int may_send_locked(const pb_client *c, uint64_t gen)
-{
-	if (c->dead)
-		return -ECONNRESET;
-	if (gen && gen != c->conn_gen)
-		return -ESTALE;
-	return 0;
-}
-
-/* Fire and forget: the receiver thread drops the reply, which has no waiter. gen as for may_send_locked. */
-static int send_async(pb_client *c, Request *req, uint64_t gen)
-{
-	int r;
-
-	pthread_rwlock_rdlock(&c->sock_lock);
-	pthread_mutex_lock(&c->lock);
-	r = may_send_locked(c, gen);
-	if (r == 0) {
-		req->has_seq = 1;
-		req->seq = c->next_seq++;
-	}
-	pthread_mutex_unlock(&c->lock);
-	if (r == 0)
-		r = send_packed(c->sock, req);
-	pthread_rwlock_unlock(&c->sock_lock);
-	return r == -EPIPE ? -ECONNRESET : r;
-}
-
-static int send_release_async(pb_client *c, uint64_t id, uint64_t gen);
-
-static void unlink_waiter_locked(pb_client *c, struct waiter *w)
-{
-	for (struct waiter **p = &c->waiters; *p; p = &(*p)->next)
-		if (*p == w) {
-			*p = w->next;
-			return;
-		}
-}
-
-/* Free what a finished waiter still holds: the reply and any fds nobody took. */
-static void waiter_cleanup(struct waiter *w)
-{
-	if (w->fds) {
-		wire_close_fds(w->fds, w->nfds);
-		free(w->fds);
-		w->fds = NULL;
-	}
-	if (w->reply)
-		pinbroker__v1__reply__free_unpacked(w->reply, NULL);
-	w->reply = NULL;
-}
-
-/*
- * Under c->lock, with the connection down: have the receiver thread try to
- * reconnect now, and wait until an attempt that began after this request has
- * ended, so that "the next call reconnects" holds whatever the backoff.
- */
-static void await_reconnect_locked(pb_client *c)
-{
-	uint64_t mine;
-
-	if (!c->receiver_started || c->closing)
-		return;
-	mine = ++c->kick_gen;
-	pthread_cond_broadcast(&c->cond);
-	while (c->dead && !c->closing && c->served_gen < mine)
-		pthread_cond_wait(&c->cond, &c->lock);
-}
-
-/*
- * Send req and wait until its reply (and, for a lease, all its fds) has come.
- * With keep, w stays linked so a revoke racing with pb_acquire finds it; the
- * caller unlinks it under the lock. gen as for may_send_locked. A call that
- * finds the connection down first waits for one reconnect attempt. Returns 0
- * with w->reply set (any status), or a negative errno when the connection
- * failed (-ECONNRESET: the daemon went away, also while this call was in
- * flight) or the lease is stale (-ESTALE).
- */
-static int call(pb_client *c, Request *req, struct waiter *w, bool keep, uint64_t gen)
-{
-	int r;
-
-	memset(w, 0, sizeof(*w));
-	if (on_receiver_thread(c))
-		return set_error(-EDEADLK, "cannot wait for pinbrokerd inside a revoke callback");
-	pthread_mutex_lock(&c->lock);
-	if (c->dead)
-		await_reconnect_locked(c);
-	pthread_mutex_unlock(&c->lock);
-
-	pthread_rwlock_rdlock(&c->sock_lock);
-	pthread_mutex_lock(&c->lock);
-	r = may_send_locked(c, gen);
-	if (r < 0) {
-		if (r == -ECONNRESET)
-			set_error(r, "connection to pinbrokerd lost: %s", c->dead_reason);
-		else
-			set_error(r, "the lease belongs to a pinbrokerd connection that is gone");
-		pthread_mutex_unlock(&c->lock);
-		pthread_rwlock_unlock(&c->sock_lock);
-		return r;
-	}
-	w->seq = c->next_seq++;
-	req->has_seq = 1;
-	req->seq = w->seq;
-	/* Linked before sending: the reply may arrive before this thread gets to wait. */
-	w->next = c->waiters;
-	c->waiters = w;
-	pthread_mutex_unlock(&c->lock);
-
-	r = send_packed(c->sock, req);
-	pthread_rwlock_unlock(&c->sock_lock);
-
-	pthread_mutex_lock(&c->lock);
-	if (r < 0) {
-		unlink_waiter_locked(c, w);
-		pthread_mutex_unlock(&c->lock);
-		if (r == -EPIPE)
-			r = -ECONNRESET;
-		return set_error(r, "cannot send to pinbrokerd: %s", strerror(-r));
-	}
-	while (!w->done)
-		pthread_cond_wait(&c->cond, &c->lock);
-	if (!keep || w->err || !w->reply)
-		unlink_waiter_locked(c, w);
-	r = w->err;
-	if (r == -ECONNRESET)
-		set_error(r, "connection to pinbrokerd lost: %s", c->dead_reason);
-	pthread_mutex_unlock(&c->lock);
-	if (r == 0)
-		return 0;
-	if (r != -ECONNRESET)
-		set_error(r, "unusable reply from pinbrokerd: %s", pb_strerror(r));
-	/* A lease the daemon granted but we cannot take is still counted there: hand it back. */
-	if (w->reply && w->reply->status == PINBROKER__V1__STATUS_CODE__STATUS_OK &&
-	    w->reply->body_case == PINBROKER__V1__REPLY__BODY_LEASE)
-		send_release_async(c, w->reply->lease->lease_id, w->conn_gen);
-	waiter_cleanup(w);
-	return r;
-}
-
-static int send_release_async(pb_client *c, uint64_t id, uint64_t gen)
-{
-	Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
-	Request req = PINBROKER__V1__REQUEST__INIT;
-
-	rel.lease_id = id;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
-	req.release = &rel;
-	return send_async(c, &req, gen);
-}
-
-static int send_revoke_ack(pb_client *c, uint64_t id, uint64_t gen)
-{
-	Pinbroker__V1__RevokeAck ack = PINBROKER__V1__REVOKE_ACK__INIT;
-	Request req = PINBROKER__V1__REQUEST__INIT;
-
-	ack.lease_id = id;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_REVOKE_ACK;
-	req.revoke_ack = &ack;
-	return send_async(c, &req, gen);
-}
-
-static int send_set_idle(pb_client *c, uint64_t id, bool idle, uint64_t gen)
-{
-	Pinbroker__V1__SetIdle si = PINBROKER__V1__SET_IDLE__INIT;
-	Request req = PINBROKER__V1__REQUEST__INIT;
-
-	si.lease_id = id;
-	si.idle = idle;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_SET_IDLE;
-	req.set_idle = &si;
-	return send_async(c, &req, gen);
-}
-
-/* ---------------------------------------------------------------- leases and mappings */
-
-static void lease_link_locked(pb_client *c, pb_lease *l)
-{
-	l->prev = NULL;
-	l->next = c->leases;
-	if (c->leases)
-		c->leases->prev = l;
-	c->leases = l;
-}
-
-static void lease_unlink_locked(pb_client *c, pb_lease *l)
-{
-	if (l->prev)
-		l->prev->next = l->next;
-	else if (c->leases == l)
-		c->leases = l->next;
-	if (l->next)
-		l->next->prev = l->prev;
-	l->prev = l->next = NULL;
-}
-
-static bool lease_is_stale(const pb_lease *l)
-{
-	return __atomic_load_n(&l->stale, __ATOMIC_ACQUIRE);
-}
-
-/* A lease of the current connection by id: a stale handle may carry an id that now names another lease. */
-static pb_lease *lease_find_locked(pb_client *c, uint64_t id)
-{
-	for (pb_lease *l = c->leases; l; l = l->next)
-		if (l->id == id && l->state != LEASE_GONE && !lease_is_stale(l) && l->conn_gen == c->conn_gen)
-			return l;
-	return NULL;
-}
-
-/*
- * Map a lease's chunks back to back into one reserved range, so CUDA can
- * register it once (chunk-by-chunk registration breaks copies that span two
- * chunks, measured on the H200). Does not close the fds. Returns 0 or -errno.
- */
-/* A PMD's worth of memory: the alignment that lets a mapping use 2 MiB pages. */
-#define HUGE_PMD_BYTES (UINT64_C(2) * 1024 * 1024)
-
-static int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, void **base_ret, size_t *map_bytes_ret)
-{
-	uint64_t sys_page_bytes = (uint64_t)sysconf(_SC_PAGESIZE);
-	uint64_t page = ls->page_size, total = 0, align, reserve_bytes;
-	uint8_t *res, *base, *end;
-	size_t off = 0;
-
-	if (page < sys_page_bytes || (page & (page - 1)) != 0)
-		return set_error(-EPROTO, "pinbrokerd sent a lease with page size %llu", (unsigned long long)page);
-	for (size_t i = 0; i < ls->n_chunk_bytes; i++) {
-		uint64_t cb = ls->chunk_bytes[i];
-		struct stat st;
-
-		if (cb == 0 || cb % page != 0 || total + cb < total)
-			return set_error(-EPROTO, "pinbrokerd sent a bad chunk size %llu", (unsigned long long)cb);
-		/* A chunk shorter than announced would SIGBUS the application on first touch. */
-		if (fstat(fds[i], &st) < 0 || (uint64_t)st.st_size < cb)
-			return set_error(-EPROTO, "lease chunk %zu is shorter than announced", i);
-		total += cb;
-	}
-	if (ls->size == 0 || ls->size > total || total > SIZE_MAX / 2)
-		return set_error(-EPROTO, "pinbrokerd sent a lease of %llu bytes in %llu bytes of chunks",
-				 (unsigned long long)ls->size, (unsigned long long)total);
-
-	/*
-	 * hugetlb mappings must start on a huge-page boundary, and THP-collapsed chunks are PMD-mapped
-	 * only from one (the daemon puts whole chunks first, the tail last): over-reserve, then trim.
-	 */
-	align = page > sys_page_bytes ? page : total >= HUGE_PMD_BYTES ? HUGE_PMD_BYTES : 0;
-	reserve_bytes = total + align;
-	res = mmap(NULL, reserve_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (res == MAP_FAILED)
-		return set_error(-errno, "cannot reserve %llu bytes of address space: %m", (unsigned long long)total);
-	base = align ? (uint8_t *)(((uintptr_t)res + align - 1) & ~(uintptr_t)(align - 1)) : res;
-	end = res + reserve_bytes;
-	if (base > res)
-		munmap(res, (size_t)(base - res));
-	if (base + total < end)
-		munmap(base + total, (size_t)(end - (base + total)));
-
-	for (size_t i = 0; i < ls->n_chunk_bytes; i++) {
-		/* MAP_POPULATE: the daemon's pages are resident already; this only fills page tables,
-		 * so the application's first touch costs nothing. */
-		if (mmap(base + off, ls->chunk_bytes[i], PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
-			 fds[i], 0) == MAP_FAILED) {
-			int err = -errno;
-
-			munmap(base, total);
-			return set_error(err, "cannot map lease chunk %zu: %s", i, strerror(-err));
-		}
-		off += ls->chunk_bytes[i];
-	}
-	*base_ret = base;
-	*map_bytes_ret = total;
-	return 0;
-}
-
-static void lease_unmap(pb_lease *l)
-{
-	if (l->registration) {
-		if (l->cuda_registered)
-			pbcuda_unregister(l->data);
-		l->cuda_registered = false;
-		__atomic_store_n(&l->data, NULL, __ATOMIC_RELEASE);
-		return;
-	}
-	if (l->cuda_registered)
-		pbcuda_unregister(l->map_base);
-	l->cuda_registered = false;
-	if (l->map_base)
-		munmap(l->map_base, l->map_bytes);
-	l->map_base = NULL;
-	__atomic_store_n(&l->data, NULL, __ATOMIC_RELEASE);
-}
-
-/*
- * Give up the memory of a lease the application still holds a pointer to: its
- * range becomes PROT_NONE rather than unmapped, so a stale access faults
- * instead of landing in whatever the process maps there next.
- */
-static void lease_retire_mapping(pb_lease *l)
-{
-	/* The caller's own memory is never ours to take away: only the charge goes. */
-	if (l->registration) {
-		lease_unmap(l);
-		__atomic_store_n(&l->kind, PB_MEM_REVOKED, __ATOMIC_RELEASE);
-		return;
-	}
-	if (l->cuda_registered)
-		pbcuda_unregister(l->map_base);
-	l->cuda_registered = false;
-	/* Data first: whoever sees PB_MEM_REVOKED also sees NULL data. */
-	__atomic_store_n(&l->data, NULL, __ATOMIC_RELEASE);
-	__atomic_store_n(&l->kind, PB_MEM_REVOKED, __ATOMIC_RELEASE);
-	if (mmap(l->map_base, l->map_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
-		 0) == MAP_FAILED) {
-		munmap(l->map_base, l->map_bytes);
-		l->map_base = NULL;
-	}
-}
-
-static void lease_free(pb_lease *l)
-{
-	free(l->fallback_reason);
-	free(l);
-}
-
-/*
- * Under c->lock: remember that lease id of instance was let go while the connection was down. A daemon that
- * dies frees a closed connection's leases only if it comes back without them; one restarted from systemd's fd
- * store keeps them counted while this process runs, until told. Only the newest instance's ids are kept.
- */
-static void note_away_release_locked(pb_client *c, uint64_t instance, uint64_t id)
-{
-	if (instance == 0)
-		return;
-	if (instance != c->away_instance) {
-		c->n_away = 0;
-		c->away_instance = instance;
-	}
-	if (c->n_away == c->cap_away) {
-		size_t cap = c->cap_away ? c->cap_away * 2 : 16;
-		uint64_t *ids = realloc(c->away_ids, cap * sizeof(*ids));
-
-		if (!ids)
-			return; /* then it stays counted until this process exits, as before */
-		c->away_ids = ids;
-		c->cap_away = cap;
-	}
-	c->away_ids[c->n_away++] = id;
-}
-
-/*
- * Unmap, free, and RELEASE on the wire; waits for the daemon's answer when it
- * may. A stale lease is only unmapped and freed: its id may name someone
- * else's lease now, so nothing is sent. One let go while the connection is
- * down is remembered, and given back by the reconnect (try_reconnect).
- */
-static int lease_release_now(pb_client *c, pb_lease *l, bool wait)
-{
-	Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
-	Request req = PINBROKER__V1__REQUEST__INIT;
-	uint64_t id = l->id, instance = l->instance_id, gen;
-	struct waiter w;
-	bool stale;
-	int r;
-
-	pthread_mutex_lock(&c->lock);
-	gen = l->conn_gen;
-	stale = lease_is_stale(l) || gen != c->conn_gen;
-	r = c->dead;
-	if (r && !stale)
-		note_away_release_locked(c, instance, id);
-	pthread_mutex_unlock(&c->lock);
-	lease_unmap(l);
-	lease_free(l);
-	if (r || stale)
-		return 0;
-	if (!wait || on_receiver_thread(c)) {
-		r = send_release_async(c, id, gen);
-		if (r == -ECONNRESET) {
-			pthread_mutex_lock(&c->lock);
-			note_away_release_locked(c, instance, id);
-			pthread_mutex_unlock(&c->lock);
-		}
-		return r == -ESTALE || r == -ECONNRESET ? 0 : r;
-	}
-
-	rel.lease_id = id;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
-	req.release = &rel;
-	r = call(c, &req, &w, false, gen);
-	if (r == -ECONNRESET) {
-		/* The daemon may or may not have seen it: saying it again after the restart is harmless. */
-		pthread_mutex_lock(&c->lock);
-		if (c->conn_gen == gen)
-			note_away_release_locked(c, instance, id);
-		pthread_mutex_unlock(&c->lock);
-	}
-	if (r == -ECONNRESET || r == -ESTALE)
-		return 0;
-	if (r < 0)
-		return r;
-	if (w.reply->status != PINBROKER__V1__STATUS_CODE__STATUS_OK)
-		r = status_error(w.reply);
-	waiter_cleanup(&w);
-	return r;
-}
-
-/* ---------------------------------------------------------------- receiver thread */
-
-/* Runs on the receiver thread, which must never wait for a reply: everything it sends is async. */
-static void handle_revoke(pb_client *c, uint64_t id, uint32_t deadline_ms)
-{
-	pb_revoke_fn fn;
-	void *userdata;
-	uint64_t gen;
-	pb_lease *l;
-
-	pthread_mutex_lock(&c->lock);
-	l = lease_find_locked(c, id);
-	if (!l) {
-		/* Granted but not yet handed to the application: pb_acquire gives it back. */
-		for (struct waiter *w = c->waiters; w; w = w->next)
-			if (w->reply && w->reply->body_case == PINBROKER__V1__REPLY__BODY_LEASE &&
-			    w->reply->lease->lease_id == id)
-				w->revoked = true;
-		pthread_mutex_unlock(&c->lock);
-		return;
-	}
-	gen = l->conn_gen;
-	if (l->state == LEASE_CACHED) {
-		/* Cached memory is the library's own: give it back at once. */
-		c->cached_bytes -= l->size_bytes;
-		lease_unlink_locked(c, l);
-		pthread_mutex_unlock(&c->lock);
-		lease_unmap(l);
-		lease_free(l);
-		send_release_async(c, id, gen);
-		send_revoke_ack(c, id, gen);
-		return;
-	}
-	if (l->state != LEASE_ACTIVE) {
-		pthread_mutex_unlock(&c->lock);
-		return;
-	}
-	l->revoke_pending = true;
-	fn = c->revoke_fn;
-	userdata = c->revoke_userdata;
-	if (fn) {
-		pthread_mutex_unlock(&c->lock);
-		fn(c, l, deadline_ms, userdata);
-		send_revoke_ack(c, id, gen);
-		return;
-	}
-	if (__atomic_load_n(&l->idle, __ATOMIC_ACQUIRE)) {
-		l->state = LEASE_REVOKING;
-		pthread_mutex_unlock(&c->lock);
-		lease_retire_mapping(l);
-		send_release_async(c, id, gen);
-		send_revoke_ack(c, id, gen);
-		pthread_mutex_lock(&c->lock);
-		l->state = LEASE_GONE;
-		pthread_cond_broadcast(&c->cond);
-		pthread_mutex_unlock(&c->lock);
-		return;
-	}
-	/* Busy and no callback: nothing safe to do. The daemon counts it overdue at the deadline. */
-	pthread_mutex_unlock(&c->lock);
-}
-
-static struct waiter *waiter_find_locked(pb_client *c, uint64_t seq)
-{
-	for (struct waiter *w = c->waiters; w; w = w->next)
-		if (w->seq == seq)
-			return w;
-	return NULL;
-}
-
-/* A LeaseFds packet: append its fds to the lease being collected. Under c->lock. */
-static void collect_lease_fds_locked(struct waiter *w, const Pinbroker__V1__LeaseFds *lf, int *fds, size_t nfds)
-{
-	if (w->done || !w->fds || !w->reply || w->reply->lease->lease_id != lf->lease_id ||
-	    lf->first_index != w->nfds || lf->count != nfds || nfds > w->fds_expected - w->nfds) {
-		wire_close_fds(fds, nfds);
-		if (!w->done) {
-			w->err = -EPROTO;
-			w->done = true;
-		}
-		return;
-	}
-	memcpy(w->fds + w->nfds, fds, nfds * sizeof(int));
-	w->nfds += nfds;
-	if (w->nfds == w->fds_expected)
-		w->done = true;
-}
-
-/* A reply to w's request. Takes rep; under c->lock. */
-static void deliver_reply_locked(struct waiter *w, Reply *rep, int *fds, size_t nfds)
-{
-	const Pinbroker__V1__Lease *ls;
-
-	w->reply = rep;
-	w->done = true;
-	if (rep->status != PINBROKER__V1__STATUS_CODE__STATUS_OK || rep->body_case != PINBROKER__V1__REPLY__BODY_LEASE) {
-		wire_close_fds(fds, nfds);
-		return;
-	}
-	ls = rep->lease;
-	/* A registration charge is the one lease with no memory to map. */
-	if (ls->has_registration && ls->registration && ls->n_chunk_bytes == 0 && nfds == 0 && ls->fds_in_reply == 0)
-		return;
-	if (ls->n_chunk_bytes == 0 || ls->n_chunk_bytes > MAX_CHUNKS_PER_LEASE || ls->fds_in_reply != nfds ||
-	    nfds > ls->n_chunk_bytes) {
-		wire_close_fds(fds, nfds);
-		w->err = -EPROTO;
-		return;
-	}
-	w->fds = malloc(ls->n_chunk_bytes * sizeof(int));
-	if (!w->fds) {
-		wire_close_fds(fds, nfds);
-		w->err = -ENOMEM;
-		return;
-	}
-	memcpy(w->fds, fds, nfds * sizeof(int));
-	w->nfds = nfds;
-	w->fds_expected = ls->n_chunk_bytes;
-	/* The rest arrive in LeaseFds packets; the caller wakes only when it has them all. */
-	w->done = nfds == ls->n_chunk_bytes;
-}
-
-static void dispatch(pb_client *c, Reply *rep, int *fds, size_t nfds)
-{
-	struct waiter *w;
-	uint64_t seq = rep->has_seq ? rep->seq : 0;
-
-	if (seq == 0) {
-		wire_close_fds(fds, nfds);
-		if (rep->body_case == PINBROKER__V1__REPLY__BODY_REVOKE)
-			handle_revoke(c, rep->revoke->lease_id, rep->revoke->deadline_ms);
-		pinbroker__v1__reply__free_unpacked(rep, NULL);
-		return;
-	}
-	pthread_mutex_lock(&c->lock);
-	w = waiter_find_locked(c, seq);
-	if (!w || (w->reply && rep->body_case != PINBROKER__V1__REPLY__BODY_LEASE_FDS)) {
-		/* The answer to a fire-and-forget request, or leftovers of an abandoned lease. */
-		pthread_mutex_unlock(&c->lock);
-		wire_close_fds(fds, nfds);
-		pinbroker__v1__reply__free_unpacked(rep, NULL);
-		return;
-	}
-	/* The connection a lease came on decides where requests naming it may go. */
-	w->instance_id = c->instance_id;
-	w->conn_gen = c->conn_gen;
-	if (rep->body_case == PINBROKER__V1__REPLY__BODY_LEASE_FDS) {
-		collect_lease_fds_locked(w, rep->lease_fds, fds, nfds);
-		pinbroker__v1__reply__free_unpacked(rep, NULL);
-	} else {
-		deliver_reply_locked(w, rep, fds, nfds);
-	}
-	if (w->done)
-		pthread_cond_broadcast(&c->cond);
-	pthread_mutex_unlock(&c->lock);
-}
-
-static int say_hello(pb_client *c, const char *path, uint64_t *instance_id);
-
-/*
- * Wait for the next reconnect attempt: up to ms (0: until asked), or at once
- * when a call asked for one. Returns false once pb_disconnect started; else
- * *attempt_for says which asks the attempt will answer.
- */
-static bool wait_for_attempt(pb_client *c, unsigned ms, uint64_t *attempt_for)
-{
-	struct timespec until;
-	bool go_on;
-
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += ms / 1000;
-	until.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
-	pthread_mutex_lock(&c->lock);
-	while (!c->closing && c->kick_gen <= c->served_gen) {
-		if (ms == 0)
-			pthread_cond_wait(&c->cond, &c->lock);
-		else if (pthread_cond_timedwait(&c->cond, &c->lock, &until) == ETIMEDOUT)
-			break;
-	}
-	go_on = !c->closing;
-	*attempt_for = c->kick_gen;
-	pthread_mutex_unlock(&c->lock);
-	return go_on;
-}
-
-/*
- * Re-declare ids to the daemon instance that granted them and wait for its
- * answer here, on the receiver thread, dispatching whatever else arrives
- * meanwhile. *adopted (malloc'd, *nadopted) lists the ids it took back.
- * Returns 0, or a negative errno when no answer came.
- */
-static int redeclare(pb_client *c, uint64_t *ids, size_t n, uint64_t instance_id, uint64_t **adopted, size_t *nadopted)
-{
-	Pinbroker__V1__Redeclare rd = PINBROKER__V1__REDECLARE__INIT;
-	Request req = PINBROKER__V1__REQUEST__INIT;
-	uint64_t give_up = now_ms() + HELLO_TIMEOUT_MS;
-	int r;
-
-	*adopted = NULL;
-	*nadopted = 0;
-	rd.n_lease_ids = n;
-	rd.lease_ids = ids;
-	rd.has_instance_id = instance_id != 0;
-	rd.instance_id = instance_id;
-	pthread_mutex_lock(&c->lock);
-	req.has_seq = 1;
-	req.seq = c->next_seq++;
-	pthread_mutex_unlock(&c->lock);
-	req.body_case = PINBROKER__V1__REQUEST__BODY_REDECLARE;
-	req.redeclare = &rd;
-	r = send_packed(c->sock, &req);
-	if (r < 0)
-		return r;
-	for (;;) {
-		struct pollfd p = { .fd = c->sock, .events = POLLIN };
-		int fds[PB_MAX_FDS_PER_MSG];
-		uint64_t now = now_ms();
-		size_t nfds;
-		Reply *rep;
-		ssize_t len;
-
-		if (now >= give_up)
-			return -ETIMEDOUT;
-		if (poll(&p, 1, (int)(give_up - now)) <= 0)
-			continue;
-		len = wire_recv(c->sock, c->rxbuf, PB_MAX_MSG_BYTES, fds, PB_MAX_FDS_PER_MSG, &nfds);
-		if (len <= 0)
-			return len == 0 ? -ECONNRESET : (int)len;
-		rep = pinbroker__v1__reply__unpack(NULL, (size_t)len, c->rxbuf);
-		if (!rep) {
-			wire_close_fds(fds, nfds);
-			return -EPROTO;
-		}
-		if (rep->has_seq && rep->seq == req.seq) {
-			wire_close_fds(fds, nfds);
-			if (rep->status == PINBROKER__V1__STATUS_CODE__STATUS_OK &&
-			    rep->body_case == PINBROKER__V1__REPLY__BODY_REDECLARE && rep->redeclare->n_adopted > 0) {
-				*adopted = malloc(rep->redeclare->n_adopted * sizeof(**adopted));
-				if (*adopted) {
-					memcpy(*adopted, rep->redeclare->adopted, rep->redeclare->n_adopted * sizeof(**adopted));
-					*nadopted = rep->redeclare->n_adopted;
-				}
-			}
-			pinbroker__v1__reply__free_unpacked(rep, NULL);
-			return 0;
-		}
-		dispatch(c, rep, fds, nfds);
-	}
-}
-
-static bool id_in(const uint64_t *ids, size_t n, uint64_t id)
-{
-	for (size_t i = 0; i < n; i++)
-		if (ids[i] == id)
-			return true;
-	return false;
-}
-
-/*
- * One reconnect attempt: connect again on the same path, say HELLO, and,
- * when it is the daemon instance that granted our leases (a restart that
- * adopted systemd's fd store), re-declare them so it keeps counting them.
- * Every other lease becomes stale: still mapped here (the new daemon counts it
- * as orphaned while it is), no longer a lease, and never named on the wire again (its id may be reused by the new instance).
- * The new socket replaces the old one at the same fd number (dup3) under
- * sock_lock, so no request checked against the old connection can reach it.
- * Returns 0 when connected again.
- */
-static int try_reconnect(pb_client *c)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	uint64_t instance_id = 0, *ids = NULL, *adopted = NULL, *away = NULL;
-	pb_lease *drop = NULL;
-	size_t n = 0, nadopted = 0, n_away = 0;
-	bool same;
-	int s, r;
-
-	memcpy(sa.sun_path, c->path, sizeof(c->path));
-	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (s < 0)
-		return -errno;
-	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		r = -errno;
-		close(s);
-		return set_error(r, "no pinbrokerd at %s: %s", c->path, strerror(-r));
-	}
-	pthread_rwlock_wrlock(&c->sock_lock);
-	r = dup3(s, c->sock, O_CLOEXEC) < 0 ? -errno : 0;
-	pthread_rwlock_unlock(&c->sock_lock);
-	close(s);
-	if (r < 0)
-		return r;
-	r = say_hello(c, c->path, &instance_id);
-	if (r < 0)
-		goto fail;
-
-	pthread_mutex_lock(&c->lock);
-	/* A daemon that names no instance is taken for a new one: re-declaring to it could adopt someone's id. */
-	same = instance_id != 0 && instance_id == c->instance_id;
-	for (pb_lease *l = c->leases; same && l; l = l->next)
-		n++;
-	ids = same ? calloc(n ? n : 1, sizeof(*ids)) : NULL;
-	n = 0;
-	for (pb_lease *l = c->leases; ids && l; l = l->next)
-		/* An attachment is not the connection's to re-declare: re-adopting it would make this
-		 * process the holder. It goes stale below; the daemon holds the lease until we exit. */
-		if (l->state != LEASE_GONE && !lease_is_stale(l) && l->instance_id == instance_id && !l->attached)
-			ids[n++] = l->id;
-	pthread_mutex_unlock(&c->lock);
-
-	if (n > 0) {
-		r = redeclare(c, ids, n, instance_id, &adopted, &nadopted);
-		if (r == -ECONNRESET || r == -EPROTO)
-			goto fail;
-		/* No answer in time: nothing counts as adopted; those leases go stale below. */
-	}
-
-	pthread_mutex_lock(&c->lock);
-	if (same && c->away_instance == instance_id && c->n_away > 0) {
-		away = c->away_ids;
-		n_away = c->n_away;
-		c->away_ids = NULL;
-		c->n_away = c->cap_away = 0;
-	} else if (!same) {
-		c->n_away = 0; /* another instance: what the old one held died with it */
-	}
-	c->conn_gen++;
-	for (pb_lease *l = c->leases, *next; l; l = next) {
-		next = l->next;
-		if (l->state == LEASE_GONE)
-			continue;
-		if (same && !lease_is_stale(l) && l->instance_id == instance_id && !l->attached &&
-		    id_in(adopted, nadopted, l->id)) {
-			l->conn_gen = c->conn_gen;
-			continue;
-		}
-		__atomic_store_n(&l->stale, true, __ATOMIC_RELEASE);
-		if (l->state == LEASE_CACHED) {
-			/* Cached memory is the library's own: nobody counts it any more, so let it go here. */
-			c->cached_bytes -= l->size_bytes;
-			lease_unlink_locked(c, l);
-			l->next = drop;
-			drop = l;
-		}
-	}
-	c->instance_id = instance_id;
-	c->dead = 0;
-	c->dead_reason[0] = '\0';
-	pthread_mutex_unlock(&c->lock);
-	while (drop) {
-		pb_lease *l = drop;
-
-		drop = l->next;
-		lease_unmap(l);
-		lease_free(l);
-	}
-	/* What was let go while we were away: the restarted daemon holds it for this pid until told. Replies
-	 * (OK, or not-found where the old daemon had already freed it) have no waiter and are dropped. */
-	for (size_t i = 0; i < n_away; i++)
-		send_release_async(c, away[i], 0);
-	free(away);
-	free(ids);
-	free(adopted);
-	return 0;
-fail:
-	free(ids);
-	free(adopted);
-	/* Whatever answered is not usable: hang up so the next attempt starts clean. */
-	shutdown(c->sock, SHUT_RDWR);
-	return r;
-}
-
-/*
- * The daemon went away (crash, restart): try again with backoff for
- * RECONNECT_WINDOW_MS (systemd restarts it within seconds, RestartSec=1s, and
- * it keeps our leases for redeclare-grace-ms), then only when a call asks.
- * Returns 0 when connected again, -ECANCELED when pb_disconnect started.
- */
-static int reconnect(pb_client *c)
-{
-	uint64_t give_up = now_ms() + RECONNECT_WINDOW_MS;
-	unsigned wait_ms = RECONNECT_BACKOFF_MIN_MS;
-
-	for (;;) {
-		uint64_t attempt_for;
-		int r;
-
-		if (!wait_for_attempt(c, now_ms() > give_up ? 0 : wait_ms, &attempt_for))
-			return -ECANCELED;
-		wait_ms = wait_ms * 2 > RECONNECT_BACKOFF_MAX_MS ? RECONNECT_BACKOFF_MAX_MS : wait_ms * 2;
-		r = try_reconnect(c);
-		pthread_mutex_lock(&c->lock);
-		if (attempt_for > c->served_gen)
-			c->served_gen = attempt_for;
-		if (r < 0)
-			snprintf(c->dead_reason, sizeof(c->dead_reason), "reconnecting failed: %.120s", pb_last_error());
-		pthread_cond_broadcast(&c->cond);
-		pthread_mutex_unlock(&c->lock);
-		if (r == 0)
-			return 0;
-	}
-}
-
-static void *receiver_main(void *arg)
-{
-	pb_client *c = arg;
-	int fds[PB_MAX_FDS_PER_MSG];
-	char reason[sizeof(c->dead_reason)];
-	size_t nfds;
-	ssize_t n;
-
-	for (;;) {
-		for (;;) {
-			Reply *rep;
-
-			n = wire_recv(c->sock, c->rxbuf, PB_MAX_MSG_BYTES, fds, PB_MAX_FDS_PER_MSG, &nfds);
-			if (n == 0) {
-				snprintf(reason, sizeof(reason), "pinbrokerd closed the connection");
-				break;
-			}
-			if (n < 0) {
-				snprintf(reason, sizeof(reason), "receiving: %s", strerror((int)-n));
-				break;
-			}
-			rep = pinbroker__v1__reply__unpack(NULL, (size_t)n, c->rxbuf);
-			if (!rep) {
-				wire_close_fds(fds, nfds);
-				snprintf(reason, sizeof(reason), "malformed packet from pinbrokerd");
-				break;
-			}
-			dispatch(c, rep, fds, nfds);
-		}
-
-		/* Hang up for real, so the daemon returns our leases even if it was we who saw garbage. */
-		shutdown(c->sock, SHUT_RDWR);
-		pthread_mutex_lock(&c->lock);
-		c->dead = -ECONNRESET;
-		snprintf(c->dead_reason, sizeof(c->dead_reason), "%s", reason);
-		/* Every call in flight fails now; the next one reconnects. */
-		for (struct waiter *w = c->waiters; w; w = w->next)
-			if (!w->done) {
-				w->err = -ECONNRESET;
-				w->done = true;
-			}
-		pthread_cond_broadcast(&c->cond);
-		if (c->closing) {
-			pthread_mutex_unlock(&c->lock);
-			break;
-		}
-		snprintf(c->dead_reason, sizeof(c->dead_reason), "%.140s; reconnecting", reason);
-		pthread_mutex_unlock(&c->lock);
-		if (reconnect(c) < 0)
-			break;
-	}
-	return NULL;
-}
-
-/* ---------------------------------------------------------------- connect / disconnect */
-
-static void record_connect_failure(const char *msg)
-{
-	pthread_mutex_lock(&connect_failure_lock);
-	snprintf(connect_failure, sizeof(connect_failure), "%s", msg);
-	pthread_mutex_unlock(&connect_failure_lock);
-}
-
-/*
- * HELLO is read here, before the receiver thread exists (or on it, when it
- * reconnects): nothing else can arrive first. *instance_id gets the daemon's
- * instance, 0 if it names none.
- */
-static int say_hello(pb_client *c, const char *path, uint64_t *instance_id)
-{
-	Pinbroker__V1__Hello hello = PINBROKER__V1__HELLO__INIT;
-	Request req = PINBROKER__V1__REQUEST__INIT;
-	struct timeval tv = { .tv_sec = HELLO_TIMEOUT_MS / 1000, .tv_usec = (HELLO_TIMEOUT_MS % 1000) * 1000 };
-	struct timeval forever = { 0, 0 };
-	int fds[PB_MAX_FDS_PER_MSG];
-	Reply *rep;
-	size_t nfds;
-	ssize_t n;
-	int r;
-
-	hello.version = PB_PROTOCOL_VERSION;
-	hello.client_name = program_invocation_short_name;
-	req.has_seq = 1;
-	req.seq = c->next_seq++;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_HELLO;
-	req.hello = &hello;
-	r = send_packed(c->sock, &req);
-	if (r < 0)
-		return set_error(r == -EPIPE ? -ECONNRESET : r, "cannot send HELLO to %s: %s", path, strerror(-r));
-
-	setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	n = wire_recv(c->sock, c->rxbuf, PB_MAX_MSG_BYTES, fds, PB_MAX_FDS_PER_MSG, &nfds);
-	setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &forever, sizeof(forever));
-	if (n == -EAGAIN)
-		return set_error(-ETIMEDOUT, "pinbrokerd at %s did not answer HELLO within %d ms", path,
-				 HELLO_TIMEOUT_MS);
-	if (n == 0)
-		return set_error(-ECONNRESET, "pinbrokerd at %s closed the connection during HELLO", path);
-	if (n < 0)
-		return set_error((int)n, "reading HELLO reply from %s: %s", path, strerror((int)-n));
-	wire_close_fds(fds, nfds);
-	rep = pinbroker__v1__reply__unpack(NULL, (size_t)n, c->rxbuf);
-	if (!rep)
-		return set_error(-EPROTO, "malformed HELLO reply from %s", path);
-	if (rep->status == PINBROKER__V1__STATUS_CODE__STATUS_VERSION_MISMATCH) {
-		r = set_error(-EPROTONOSUPPORT, "pinbrokerd does not speak protocol version %d: %s", PB_PROTOCOL_VERSION,
-			      rep->message ? rep->message : "version mismatch");
-	} else if (rep->status != PINBROKER__V1__STATUS_CODE__STATUS_OK) {
-		r = status_error(rep);
-	} else if (rep->body_case != PINBROKER__V1__REPLY__BODY_HELLO || !rep->has_seq || rep->seq != req.seq) {
-		r = set_error(-EPROTO, "unexpected answer to HELLO from %s", path);
-	} else {
-		*instance_id = rep->hello->has_instance_id ? rep->hello->instance_id : 0;
-		__atomic_store_n(&c->registrations, rep->hello->has_registrations && rep->hello->registrations,
-				 __ATOMIC_RELEASE);
-		r = 0;
-	}
-	pinbroker__v1__reply__free_unpacked(rep, NULL);
-	return r;
-}
-
-static size_t cache_limit_from_env(void)
-{
-	const char *s = getenv("PINBROKER_CACHE_BYTES");
-	uint64_t v;
-
-	if (!s || parse_size(s, &v) < 0 || v > SIZE_MAX)
-		return 0;
-	return (size_t)v;
-}
 
 static void client_free(pb_client *c)
 {
@@ -1264,27 +28,26 @@ static void client_free(pb_client *c)
 int pb_connect(const char *path, pb_client **ret)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	sigset_t all, old;
 	pb_client *c;
 	int r;
 
 	if (!ret)
-		return set_error(-EINVAL, "pb_connect: ret is NULL");
+		return err_set(-EINVAL, "pb_connect: ret is NULL");
 	*ret = NULL;
 	if (!path || !*path)
 		path = secure_getenv(PB_SOCKET_ENV);
 	if (!path || !*path)
 		path = PB_DEFAULT_SOCKET;
 	if (strlen(path) >= sizeof(sa.sun_path)) {
-		r = set_error(-ENAMETOOLONG, "socket path too long: %s", path);
-		record_connect_failure(last_error);
+		r = err_set(-ENAMETOOLONG, "socket path too long: %s", path);
+		err_connect_failed();
 		return r;
 	}
 	memcpy(sa.sun_path, path, strlen(path) + 1);
 
 	c = calloc(1, sizeof(*c));
 	if (!c)
-		return set_error(-ENOMEM, "out of memory");
+		return err_set(-ENOMEM, "out of memory");
 	memcpy(c->path, sa.sun_path, sizeof(c->path));
 	c->sock = -1;
 	c->next_seq = 1;
@@ -1292,874 +55,54 @@ int pb_connect(const char *path, pb_client **ret)
 	pthread_rwlock_init(&c->sock_lock, NULL);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->cond, NULL);
+	lease_install_hooks(c);
 	c->cache_limit_bytes = cache_limit_from_env();
 	c->rxbuf = malloc(PB_MAX_MSG_BYTES);
 	if (!c->rxbuf) {
-		r = set_error(-ENOMEM, "out of memory");
+		r = err_set(-ENOMEM, "out of memory");
 		goto fail;
 	}
 	c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (c->sock < 0) {
-		r = set_error(-errno, "socket: %m");
+		r = err_set(-errno, "socket: %m");
 		goto fail;
 	}
 	if (connect(c->sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		r = set_error(-errno, "no broker at %s: %m", path);
+		r = err_set(-errno, "no broker at %s: %m", path);
 		goto fail;
 	}
-	r = say_hello(c, path, &c->instance_id);
+	r = receiver_hello(c, path, &c->instance_id);
 	if (r < 0)
 		goto fail;
-
-	/* The receiver thread takes no signals: they belong to the application's threads. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	r = -pthread_create(&c->receiver, NULL, receiver_main, c);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (r < 0) {
-		r = set_error(r, "cannot start the receiver thread: %s", strerror(-r));
+	r = receiver_start(c);
+	if (r < 0)
 		goto fail;
-	}
-	c->receiver_started = true;
-	record_connect_failure("");
+	err_connect_succeeded();
 	*ret = c;
 	return 0;
 
 fail:
-	record_connect_failure(last_error);
+	err_connect_failed();
 	client_free(c);
 	return r;
 }
 
 void pb_disconnect(pb_client *c)
 {
-	pb_lease *list;
-
 	if (!c)
 		return;
-	pthread_mutex_lock(&c->lock);
-	for (;;) {
-		bool revoking = false;
-
-		for (pb_lease *l = c->leases; l; l = l->next)
-			revoking |= l->state == LEASE_REVOKING;
-		if (!revoking)
-			break;
-		pthread_cond_wait(&c->cond, &c->lock);
-	}
-	list = c->leases;
-	c->leases = NULL;
-	c->cached_bytes = 0;
-	pthread_mutex_unlock(&c->lock);
-
-	/* Closing the socket returns every lease anyway; the explicit RELEASEs are pipelined, not awaited. */
-	while (list) {
-		pb_lease *l = list;
-
-		list = l->next;
-		if (l->state == LEASE_GONE) {
-			if (l->map_base)
-				munmap(l->map_base, l->map_bytes);
-			lease_free(l);
-		} else {
-			lease_release_now(c, l, false);
-		}
-	}
-	pthread_mutex_lock(&c->lock);
-	c->closing = true;
-	pthread_cond_broadcast(&c->cond); /* wakes a reconnect backoff */
-	pthread_mutex_unlock(&c->lock);
-	/*
-	 * Half-close, so the daemon still reads the pipelined RELEASEs and answers
-	 * them (a full shutdown made its first answer fail, and it dropped the
-	 * connection with the later RELEASEs unread: those leases then stayed
-	 * counted until this process exited). The receiver drains the answers and
-	 * sees EOF when the daemon closes; a daemon that does not close within
-	 * DISCONNECT_DRAIN_MS is cut off.
-	 */
-	shutdown(c->sock, SHUT_WR);
-	if (c->receiver_started) {
-		struct timespec until;
-
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += DISCONNECT_DRAIN_MS / 1000;
-		until.tv_nsec += (long)(DISCONNECT_DRAIN_MS % 1000) * 1000000L;
-		if (until.tv_nsec >= 1000000000L) {
-			until.tv_sec++;
-			until.tv_nsec -= 1000000000L;
-		}
-		if (pthread_timedjoin_np(c->receiver, NULL, &until) != 0) {
-			shutdown(c->sock, SHUT_RDWR);
-			pthread_join(c->receiver, NULL);
-		}
-	} else {
-		shutdown(c->sock, SHUT_RDWR);
-	}
+	lease_release_all(c);
+	receiver_stop(c);
 	client_free(c);
 }
-
-/* ---------------------------------------------------------------- acquire / release */
-
-/* Best fit among cached leases: big enough, at most twice the size, same CUDA and priority choice. */
-static pb_lease *cache_take(pb_client *c, size_t size, bool no_cuda, enum pb_priority prio, uint64_t *gen)
-{
-	pb_lease *best = NULL;
-
-	pthread_mutex_lock(&c->lock);
-	for (pb_lease *l = c->leases; l; l = l->next) {
-		uint64_t need;
-
-		if (l->state != LEASE_CACHED || l->no_cuda != no_cuda || l->priority != prio)
-			continue;
-		need = round_up(size, l->page_size_bytes);
-		if (need == 0 || l->size_bytes < need || l->size_bytes / 2 > need)
-			continue;
-		if (!best || l->size_bytes < best->size_bytes)
-			best = l;
-	}
-	if (best) {
-		best->state = LEASE_ACTIVE;
-		c->cached_bytes -= best->size_bytes;
-		__atomic_store_n(&best->idle, 0, __ATOMIC_RELEASE);
-		*gen = best->conn_gen;
-	}
-	pthread_mutex_unlock(&c->lock);
-	return best;
-}
-
-/* The caller's memory that a pb_register charge is for. */
-struct reg_span {
-	void *p;
-	size_t bytes;
-};
-
-/* A granted registration charge: nothing to map; register the caller's range unless it does that itself. */
-static int registration_from_reply(pb_client *c, const Pinbroker__V1__Lease *ls, uint32_t flags,
-				   const struct reg_span *reg, pb_lease *l)
-{
-	int r;
-
-	if (!(ls->has_registration && ls->registration))
-		return set_error(-EPROTO, "pinbrokerd answered a registration with a pool lease");
-	l->client = c;
-	l->id = ls->lease_id;
-	l->data = reg->p;
-	l->size_bytes = ls->size;
-	l->page_size_bytes = ls->page_size;
-	l->registration = true;
-	l->no_revoke = true;
-	l->no_cuda = flags & PB_REGISTER_CHARGE_ONLY;
-	l->kind = PB_MEM_PINNED;
-	if (l->no_cuda)
-		return 0;
-	r = pbcuda_register(reg->p, reg->bytes, flags & PB_ACQUIRE_MAPPED);
-	if (r < 0)
-		return set_error(r, "%s", pbcuda_strerror());
-	l->cuda_registered = true;
-	return 0;
-}
-
-/*
- * Turn a granted lease (w holds the reply and all fds) into a mapped, registered pb_lease,
- * or, for reg, into a registration of the caller's memory.
- */
-static int lease_from_reply(pb_client *c, struct waiter *w, uint32_t flags, const struct reg_span *reg,
-			    pb_lease **ret)
-{
-	const Pinbroker__V1__Lease *ls = w->reply->lease;
-	pb_lease *l;
-	int r;
-
-	l = calloc(1, sizeof(*l));
-	if (!l)
-		return set_error(-ENOMEM, "out of memory");
-	if (reg) {
-		wire_close_fds(w->fds, w->nfds);
-		r = registration_from_reply(c, ls, flags, reg, l);
-		if (r < 0) {
-			free(l);
-			return r;
-		}
-		*ret = l;
-		return 0;
-	}
-	r = map_chunks(ls, w->fds, &l->map_base, &l->map_bytes);
-	/* Mapped or not, the fds have done their job: the mapping keeps the memory. */
-	wire_close_fds(w->fds, w->nfds);
-	if (r < 0) {
-		free(l);
-		return r;
-	}
-	l->client = c;
-	l->id = ls->lease_id;
-	l->data = l->map_base;
-	l->size_bytes = ls->size;
-	l->page_size_bytes = ls->page_size;
-	l->chunks = ls->n_chunk_bytes;
-	l->hugetlb = ls->has_hugetlb ? ls->hugetlb : ls->page_size >= (2u << 20);
-	l->priority = ls->has_priority ? (enum pb_priority)ls->priority : PB_PRIORITY_NORMAL;
-	l->no_cuda = flags & PB_ACQUIRE_NO_CUDA;
-	l->no_revoke = ls->has_no_revoke && ls->no_revoke;
-	l->numa_node = ls->has_numa_node ? ls->numa_node : -1;
-	l->misplaced = ls->has_misplaced && ls->misplaced;
-	l->kind = PB_MEM_LOCKED;
-	if (!l->no_cuda && pbcuda_available(NULL)) {
-		/* Register the whole range once; the lease is still good (locked) if the driver refuses. */
-		if (pbcuda_register(l->map_base, l->map_bytes, flags & PB_ACQUIRE_MAPPED) == 0) {
-			l->cuda_registered = true;
-			l->kind = PB_MEM_PINNED;
-		} else {
-			set_error(0, "%s", pbcuda_strerror());
-		}
-	}
-	*ret = l;
-	return 0;
-}
-
-/*
- * Send req (ACQUIRE or ATTACH), map the lease in the reply and link it to c.
- * A lease that the daemon revoked before it could be used is given back and
- * fails: -EAGAIN for an acquire (host memory critical), -ENOENT for an attach.
- */
-static int lease_call(pb_client *c, Request *req, const char *verb, uint32_t flags, bool attached,
-		      const struct reg_span *reg, pb_lease **ret)
-{
-	struct waiter w;
-	pb_lease *l = NULL;
-	uint64_t id;
-	bool revoked;
-	int r;
-
-	r = call(c, req, &w, true, 0);
-	if (r < 0)
-		return r;
-	if (w.reply->status != PINBROKER__V1__STATUS_CODE__STATUS_OK) {
-		r = status_error(w.reply);
-		goto out;
-	}
-	if (w.reply->body_case != PINBROKER__V1__REPLY__BODY_LEASE) {
-		r = set_error(-EPROTO, "pinbrokerd answered %s without a lease", verb);
-		goto out;
-	}
-	id = w.reply->lease->lease_id;
-	r = lease_from_reply(c, &w, flags, reg, &l);
-
-	pthread_mutex_lock(&c->lock);
-	unlink_waiter_locked(c, &w);
-	revoked = w.revoked;
-	if (r == 0) {
-		l->attached = attached;
-		l->instance_id = w.instance_id;
-		l->conn_gen = w.conn_gen;
-		/* Granted on a connection that has gone since: that daemon did not get to re-adopt it. */
-		if (w.conn_gen != c->conn_gen)
-			__atomic_store_n(&l->stale, true, __ATOMIC_RELEASE);
-		if (!revoked)
-			lease_link_locked(c, l);
-	}
-	pthread_mutex_unlock(&c->lock);
-
-	if (r < 0) {
-		send_release_async(c, id, w.conn_gen); /* give back (or detach) what we could not map */
-		goto out;
-	}
-	if (revoked) {
-		lease_release_now(c, l, true);
-		send_revoke_ack(c, id, w.conn_gen);
-		r = attached ? set_error(-ENOENT, "lease %llu was revoked while attaching", (unsigned long long)id)
-			     : set_error(-EAGAIN, "lease %llu was revoked before it could be used: host memory is critical",
-					 (unsigned long long)id);
-		goto out;
-	}
-	*ret = l;
-	r = 0;
-out:
-	pthread_mutex_lock(&c->lock);
-	unlink_waiter_locked(c, &w);
-	pthread_mutex_unlock(&c->lock);
-	waiter_cleanup(&w);
-	return r;
-}
-
-static int call_checked(pb_client *c, Request *req, struct waiter *w);
-
-/* An older daemon would drop the never-revoke flag, or close the connection: ask it for neither. */
-static int need_registrations(const pb_client *c, const char *what)
-{
-	if (__atomic_load_n(&c->registrations, __ATOMIC_ACQUIRE))
-		return 0;
-	return set_error(-EOPNOTSUPP, "this pinbrokerd predates %s: upgrade it (the library asked for nothing)", what);
-}
-
-/* An ACQUIRE for size bytes as opts asks, with the wire flags extra on top. */
-/*
- * A GPU's node from <PINBROKER_SYS_ROOT>/sys/bus/pci/devices/BUS/numa_node (the domain added when
- * missing, lower case, as sysfs names devices); -1 when it cannot tell.
- */
-static int bus_node(const char *bus)
-{
-	const char *root = getenv("PINBROKER_SYS_ROOT");
-	char name[32], path[4200], line[32];
-	size_t n = 0;
-	FILE *f;
-	int node = -1;
-
-	if (!strchr(bus, ':') || strlen(bus) > 20)
-		return -1;
-	/* "3b:00.0" has one colon; "0000:3b:00.0" two. */
-	if (strchr(bus, ':') == strrchr(bus, ':'))
-		n = (size_t)snprintf(name, sizeof(name), "0000:");
-	for (const char *c = bus; *c && n + 1 < sizeof(name); c++)
-		name[n++] = (char)tolower((unsigned char)*c);
-	name[n] = 0;
-	snprintf(path, sizeof(path), "%s/sys/bus/pci/devices/%s/numa_node", root ? root : "", name);
-	f = fopen(path, "re");
-	if (f) {
-		if (fgets(line, sizeof(line), f))
-			node = atoi(line);
-		fclose(f);
-	}
-	return node >= 0 ? node : -1;
-}
-
-/*
- * A GPU's node: the driver's CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID first (the only source on hosts whose
- * firmware leaves sysfs numa_node at -1, as the H200 test VM does), then sysfs through its PCI bus id.
- */
-int pb_gpu_numa_node(const char *gpu)
-{
-	char bus[64];
-	int node;
-
-	if (!gpu || !*gpu)
-		return -1;
-	node = pbcuda_host_numa_node(gpu);
-	if (node >= 0)
-		return node;
-	if (strchr(gpu, ':'))
-		return bus_node(gpu);
-	return pbcuda_bus_id(gpu, bus, sizeof(bus)) == 0 ? bus_node(bus) : -1;
-}
-
-/* The node an acquire asks for (PB_ACQUIRE_NUMA_NODE, _GPU, _ANY_NODE, else the current CUDA device's), or -1. */
-static int acquire_node(const struct pb_acquire_opts *opts)
-{
-	static __thread char last_bus[64];
-	static __thread int last_node = -1;
-	uint32_t flags = opts ? opts->flags : 0;
-	char bus[64];
-
-	if (flags & PB_ACQUIRE_ANY_NODE)
-		return -1;
-	if (flags & PB_ACQUIRE_NUMA_NODE)
-		return opts->numa_node >= 0 ? opts->numa_node : -1;
-	if (flags & PB_ACQUIRE_GPU)
-		return pb_gpu_numa_node(opts->gpu);
-	/* No CUDA asked for, or none here: no preference (and no driver loaded for it). */
-	if ((flags & PB_ACQUIRE_NO_CUDA) || pbcuda_bus_id(NULL, bus, sizeof(bus)) < 0)
-		return -1;
-	/* Resolved once per device a thread switches to: the driver's answer, else sysfs's. */
-	if (strcmp(bus, last_bus) != 0) {
-		snprintf(last_bus, sizeof(last_bus), "%s", bus);
-		last_node = pbcuda_host_numa_node(NULL);
-		if (last_node < 0)
-			last_node = bus_node(bus);
-	}
-	return last_node;
-}
-
-static void acquire_message(Pinbroker__V1__Acquire *acq, uint64_t size, const struct pb_acquire_opts *opts,
-			    uint32_t extra)
-{
-	uint32_t flags = opts ? opts->flags : 0;
-	enum pb_priority prio = opts ? opts->priority : PB_PRIORITY_NORMAL;
-
-	acq->size = size;
-	acq->flags = extra;
-	if (flags & PB_ACQUIRE_WAIT) {
-		acq->flags |= PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT;
-		acq->has_timeout_ms = opts->timeout_ms != 0;
-		acq->timeout_ms = opts->timeout_ms;
-	}
-	if (flags & PB_ACQUIRE_NO_REVOKE)
-		acq->flags |= PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE;
-	acq->has_flags = acq->flags != 0;
-	acq->has_priority = prio != PB_PRIORITY_NORMAL;
-	acq->priority = (Pinbroker__V1__Priority)prio;
-	acq->label = opts && opts->label ? (char *)opts->label : NULL;
-	{
-		int node = acquire_node(opts);
-
-		acq->has_numa_node = node >= 0;
-		acq->numa_node = node;
-	}
-}
-
-int pb_acquire(pb_client *c, size_t size, const struct pb_acquire_opts *opts, pb_lease **ret)
-{
-	Pinbroker__V1__Acquire acq = PINBROKER__V1__ACQUIRE__INIT;
-	Request req = PINBROKER__V1__REQUEST__INIT;
-	uint32_t flags = opts ? opts->flags : 0;
-	enum pb_priority prio = opts ? opts->priority : PB_PRIORITY_NORMAL;
-	pb_lease *l = NULL;
-
-	if (!ret)
-		return set_error(-EINVAL, "pb_acquire: ret is NULL");
-	*ret = NULL;
-	if (!c)
-		return set_error(-ENOTCONN, "not connected to a broker");
-	if (size == 0)
-		return set_error(-EINVAL, "cannot acquire 0 bytes");
-	if ((flags & PB_ACQUIRE_NO_REVOKE) && need_registrations(c, "never-revoked leases") < 0)
-		return -EOPNOTSUPP;
-
-	/* Cached leases are revocable and registered without DEVICEMAP: no match for those asks. */
-	if (!(flags & (PB_ACQUIRE_NO_CACHE | PB_ACQUIRE_NO_REVOKE | PB_ACQUIRE_MAPPED))) {
-		uint64_t gen = 0;
-
-		l = cache_take(c, size, flags & PB_ACQUIRE_NO_CUDA, prio, &gen);
-		if (l) {
-			/* Not awaited: this is what makes a cached re-acquire cost microseconds. */
-			send_set_idle(c, l->id, false, gen);
-			*ret = l;
-			return 0;
-		}
-	}
-
-	acquire_message(&acq, size, opts, 0);
-	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
-	req.acquire = &acq;
-
-	return lease_call(c, &req, "ACQUIRE", flags, false, NULL, ret);
-}
-
-int pb_register(pb_client *c, void *p, size_t size, const struct pb_acquire_opts *opts, pb_lease **ret)
-{
-	Pinbroker__V1__Acquire acq = PINBROKER__V1__ACQUIRE__INIT;
-	Request req = PINBROKER__V1__REQUEST__INIT;
-	uint32_t flags = opts ? opts->flags : 0;
-	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), first, end;
-	struct reg_span reg = { p, size };
-
-	if (!ret)
-		return set_error(-EINVAL, "pb_register: ret is NULL");
-	*ret = NULL;
-	if (!c)
-		return set_error(-ENOTCONN, "not connected to a broker");
-	if (!p || size == 0)
-		return set_error(-EINVAL, "cannot register %s", p ? "0 bytes" : "a NULL pointer");
-	if (need_registrations(c, "registrations") < 0)
-		return -EOPNOTSUPP;
-	/* The pages the driver locks: every page the range touches. */
-	first = (uintptr_t)p & ~(page - 1);
-	if (__builtin_add_overflow((uintptr_t)p, size, &end) || end > UINTPTR_MAX - page)
-		return set_error(-EINVAL, "the range at %p of %zu bytes wraps around the address space", p, size);
-	end = (end + page - 1) & ~(page - 1);
-	acquire_message(&acq, end - first, opts,
-			PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY |
-				PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE);
-	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
-	req.acquire = &acq;
-	return lease_call(c, &req, "a registration", flags, false, &reg, ret);
-}
-
-int pb_unregister(pb_client *c, pb_lease *l)
-{
-	if (!l)
-		return 0;
-	if (!l->registration)
-		return set_error(-EINVAL, "lease %llu is not a registration: give it back with pb_release",
-				 (unsigned long long)l->id);
-	return pb_release(c, l);
-}
-
-int pb_lease_numa_node(const pb_lease *l, int *misplaced)
-{
-	if (misplaced)
-		*misplaced = l && l->misplaced;
-	return l && l->client ? l->numa_node : -1;
-}
-
-int pb_lease_registration(const pb_lease *l)
-{
-	return l && l->registration;
-}
-
-int pb_report_unbrokered(pb_client *c, uint64_t bytes)
-{
-	Pinbroker__V1__ReportUnbrokered ru = PINBROKER__V1__REPORT_UNBROKERED__INIT;
-	Request req = PINBROKER__V1__REQUEST__INIT;
-	struct waiter w;
-	int r;
-
-	if (!c)
-		return set_error(-ENOTCONN, "not connected to a broker");
-	if (need_registrations(c, "unbrokered reports") < 0)
-		return -EOPNOTSUPP;
-	ru.bytes = bytes;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_REPORT_UNBROKERED;
-	req.report_unbrokered = &ru;
-	r = call_checked(c, &req, &w);
-	if (r < 0)
-		return r;
-	waiter_cleanup(&w);
-	return 0;
-}
-
-static bool is_refusal(int err)
-{
-	switch (err) {
-	case -EDQUOT:
-	case -ENOSPC:
-	case -EFBIG:
-	case -EBUSY:
-	case -EAGAIN:
-	case -EINVAL:
-	case -ETIMEDOUT:
-	case -EUSERS:
-	case -ESHUTDOWN:
-	case -EACCES:
-		return true;
-	default:
-		return false;
-	}
-}
-
-pb_lease *pb_acquire_or_fallback(pb_client *c, size_t size, const struct pb_acquire_opts *opts)
-{
-	size_t page_bytes = (size_t)sysconf(_SC_PAGESIZE);
-	char reason[sizeof(connect_failure) + 64];
-	pb_lease *l = NULL;
-	uint64_t bytes;
-	int r;
-
-	/* Size 0 is the caller's mistake, not a lack of pinned memory: no fallback hides it. */
-	if (size == 0) {
-		set_error(-EINVAL, "size 0: a lease needs at least 1 byte");
-		return NULL;
-	}
-	if (c) {
-		last_daemon_message[0] = '\0';
-		r = pb_acquire(c, size, opts, &l);
-		if (r == 0)
-			return l;
-		if (is_refusal(r) && last_daemon_message[0] && strcmp(last_daemon_message, pb_strerror(r)) != 0)
-			snprintf(reason, sizeof(reason), "broker refused: %s (%s)", pb_strerror(r),
-				 last_daemon_message);
-		else if (is_refusal(r))
-			snprintf(reason, sizeof(reason), "broker refused: %s", pb_strerror(r));
-		else
-			snprintf(reason, sizeof(reason), "broker failed: %s", pb_last_error());
-	} else {
-		pthread_mutex_lock(&connect_failure_lock);
-		snprintf(reason, sizeof(reason), "%s", connect_failure[0] ? connect_failure : "not connected to a broker");
-		pthread_mutex_unlock(&connect_failure_lock);
-	}
-
-	bytes = round_up(size, page_bytes);
-	l = calloc(1, sizeof(*l));
-	if (!l || bytes == 0 || bytes > SIZE_MAX)
-		goto fail;
-	l->fallback_reason = strdup(reason);
-	if (!l->fallback_reason || posix_memalign(&l->data, page_bytes, (size_t)bytes) != 0)
-		goto fail;
-	l->kind = PB_MEM_FALLBACK;
-	l->size_bytes = (size_t)bytes;
-	l->page_size_bytes = page_bytes;
-	l->priority = opts ? opts->priority : PB_PRIORITY_NORMAL;
-	set_error(0, "using ordinary memory: %s", reason);
-	return l;
-fail:
-	if (l)
-		lease_free(l);
-	set_error(-ENOMEM, "out of memory (and no pinned memory: %s)", reason);
-	return NULL;
-}
-
-int pb_release(pb_client *c, pb_lease *l)
-{
-	if (!l)
-		return 0;
-	if (l->kind == PB_MEM_FALLBACK) {
-		free(l->data);
-		lease_free(l);
-		return 0;
-	}
-	/* The lease knows its client; c is accepted for symmetry and may be NULL. */
-	c = l->client;
-	pthread_mutex_lock(&c->lock);
-	while (l->state == LEASE_REVOKING)
-		pthread_cond_wait(&c->cond, &c->lock);
-	if (l->state == LEASE_GONE) {
-		lease_unlink_locked(c, l);
-		pthread_mutex_unlock(&c->lock);
-		if (l->map_base)
-			munmap(l->map_base, l->map_bytes);
-		lease_free(l);
-		return 0;
-	}
-	if (l->state == LEASE_CACHED) {
-		pthread_mutex_unlock(&c->lock);
-		return set_error(-EINVAL, "lease %llu released twice", (unsigned long long)l->id);
-	}
-	/* A stale lease is never cached: no broker counts it, and its id may name another lease. */
-	if (!l->revoke_pending && !l->shared && !l->attached && !l->no_revoke && !c->dead && !lease_is_stale(l) &&
-	    l->conn_gen == c->conn_gen &&
-	    c->cached_bytes <= c->cache_limit_bytes && l->size_bytes <= c->cache_limit_bytes - c->cached_bytes) {
-		uint64_t id = l->id, gen = l->conn_gen;
-
-		l->state = LEASE_CACHED;
-		c->cached_bytes += l->size_bytes;
-		__atomic_store_n(&l->idle, 1, __ATOMIC_RELEASE);
-		pthread_mutex_unlock(&c->lock);
-		/* Tell the daemon it may take this one back first. */
-		send_set_idle(c, id, true, gen);
-		return 0;
-	}
-	lease_unlink_locked(c, l);
-	pthread_mutex_unlock(&c->lock);
-	return lease_release_now(c, l, true);
-}
-
-void pb_set_cache_limit(pb_client *c, size_t bytes)
-{
-	pb_lease *evict = NULL;
-
-	if (!c)
-		return;
-	pthread_mutex_lock(&c->lock);
-	c->cache_limit_bytes = bytes;
-	for (pb_lease *l = c->leases, *next; l && c->cached_bytes > bytes; l = next) {
-		next = l->next;
-		if (l->state != LEASE_CACHED)
-			continue;
-		c->cached_bytes -= l->size_bytes;
-		lease_unlink_locked(c, l);
-		l->next = evict;
-		evict = l;
-	}
-	pthread_mutex_unlock(&c->lock);
-	while (evict) {
-		pb_lease *l = evict;
-
-		evict = l->next;
-		lease_release_now(c, l, true);
-	}
-}
-
-void pb_set_revoke_callback(pb_client *c, pb_revoke_fn fn, void *userdata)
-{
-	if (!c)
-		return;
-	pthread_mutex_lock(&c->lock);
-	c->revoke_fn = fn;
-	c->revoke_userdata = userdata;
-	pthread_mutex_unlock(&c->lock);
-}
-
-int pb_lease_set_idle(pb_lease *l, int idle)
-{
-	pb_client *c;
-	uint64_t gen;
-	bool changed;
-	int r = 0;
-
-	if (!l)
-		return set_error(-EINVAL, "pb_lease_set_idle: lease is NULL");
-	if (l->client == NULL)
-		return 0; /* fallback memory: nobody to tell */
-	c = l->client;
-	pthread_mutex_lock(&c->lock);
-	switch (l->state) {
-	case LEASE_ACTIVE:
-		break;
-	case LEASE_CACHED:
-		r = set_error(-EINVAL, "lease %llu was released: the handle is no longer valid", (unsigned long long)l->id);
-		break;
-	case LEASE_REVOKING:
-	case LEASE_GONE:
-		r = set_error(-ESTALE, "lease %llu was revoked and given back by the library: its memory is gone "
-				       "(pb_lease_data is NULL); call pb_release on it",
-			      (unsigned long long)l->id);
-		break;
-	}
-	if (r == 0 && (lease_is_stale(l) || l->conn_gen != c->conn_gen))
-		r = set_error(-ESTALE, "lease %llu is from a pinbrokerd that is gone: still mapped here but no longer "
-				       "counted by the broker",
-			      (unsigned long long)l->id);
-	if (r < 0) {
-		pthread_mutex_unlock(&c->lock);
-		return r;
-	}
-	changed = __atomic_exchange_n(&l->idle, idle ? 1 : 0, __ATOMIC_ACQ_REL) != (idle ? 1 : 0);
-	gen = l->conn_gen;
-	pthread_mutex_unlock(&c->lock);
-	/* Idle leases are what the daemon revokes first; tell it only on a change. A shared lease
-	 * is never idle there (its attachers may be using it): the flag only tells this library
-	 * that it may give the memory back itself on a revoke. */
-	if (changed && !l->shared && !l->attached)
-		send_set_idle(c, l->id, idle != 0, gen);
-	return 0;
-}
-
-/* ---------------------------------------------------------------- sharing */
-
-int pb_lease_share(pb_client *c, pb_lease *l, const uid_t *uids, size_t nuids, char token[PB_SHARE_TOKEN_LEN])
-{
-	Pinbroker__V1__Share sh = PINBROKER__V1__SHARE__INIT;
-	Request req = PINBROKER__V1__REQUEST__INIT;
-	uint32_t wire_uids[32];
-	struct waiter w;
-	uint64_t gen;
-	int r;
-
-	if (!l || !token)
-		return set_error(-EINVAL, "pb_lease_share: lease or token is NULL");
-	token[0] = '\0';
-	if (!l->client)
-		return set_error(-EINVAL, "this lease is ordinary memory (%s): only broker leases can be shared",
-				 l->fallback_reason ? l->fallback_reason : "fallback");
-	if (nuids > 32 || (nuids > 0 && !uids))
-		return set_error(-EINVAL, "a lease may be shared with at most 32 uids besides its holder's");
-	c = l->client;
-	pthread_mutex_lock(&c->lock);
-	r = 0;
-	if (l->attached)
-		r = set_error(-EINVAL, "lease %llu is attached, not held, here: only its holder can share it",
-			      (unsigned long long)l->id);
-	else if (l->state != LEASE_ACTIVE)
-		r = set_error(-EINVAL, "lease %llu was released or revoked: it cannot be shared", (unsigned long long)l->id);
-	else if (lease_is_stale(l) || l->conn_gen != c->conn_gen)
-		r = set_error(-EINVAL, "lease %llu is from a pinbrokerd that is gone: acquire again to share",
-			      (unsigned long long)l->id);
-	gen = l->conn_gen;
-	pthread_mutex_unlock(&c->lock);
-	if (r < 0)
-		return r;
-	for (size_t i = 0; i < nuids; i++)
-		wire_uids[i] = (uint32_t)uids[i];
-	sh.lease_id = l->id;
-	sh.n_uids = nuids;
-	sh.uids = wire_uids;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_SHARE;
-	req.share = &sh;
-	r = call(c, &req, &w, false, gen);
-	if (r == -ESTALE)
-		return set_error(-EINVAL, "lease %llu is from a pinbrokerd connection that is gone: acquire again to share",
-				 (unsigned long long)l->id);
-	if (r < 0)
-		return r;
-	if (w.reply->status != PINBROKER__V1__STATUS_CODE__STATUS_OK)
-		r = status_error(w.reply);
-	else if (w.reply->body_case != PINBROKER__V1__REPLY__BODY_SHARE || !w.reply->share->token ||
-		 strlen(w.reply->share->token) != PB_SHARE_TOKEN_LEN - 1)
-		r = set_error(-EPROTO, "pinbrokerd answered SHARE without a valid token");
-	if (r == 0) {
-		memcpy(token, w.reply->share->token, PB_SHARE_TOKEN_LEN);
-		pthread_mutex_lock(&c->lock);
-		l->shared = true;
-		pthread_mutex_unlock(&c->lock);
-	}
-	waiter_cleanup(&w);
-	return r;
-}
-
-int pb_attach(pb_client *c, const char *token, pb_lease **ret)
-{
-	Pinbroker__V1__Attach at = PINBROKER__V1__ATTACH__INIT;
-	Request req = PINBROKER__V1__REQUEST__INIT;
-
-	if (!ret)
-		return set_error(-EINVAL, "pb_attach: ret is NULL");
-	*ret = NULL;
-	if (!c)
-		return set_error(-ENOTCONN, "not connected to a broker");
-	if (!token || strnlen(token, PB_SHARE_TOKEN_LEN) != PB_SHARE_TOKEN_LEN - 1)
-		return set_error(-ENOENT, "a share token is %d hex characters", PB_SHARE_TOKEN_LEN - 1);
-	at.token = (char *)token;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_ATTACH;
-	req.attach = &at;
-	return lease_call(c, &req, "ATTACH", 0, true, NULL, ret);
-}
-
-int pb_lease_attached(const pb_lease *l)
-{
-	return l && l->attached;
-}
-
-int pb_lease_stale(const pb_lease *l)
-{
-	return l && l->client && lease_is_stale(l);
-}
-
-void *pb_lease_data(const pb_lease *l)
-{
-	return l ? __atomic_load_n(&l->data, __ATOMIC_ACQUIRE) : NULL;
-}
-
-size_t pb_lease_size(const pb_lease *l)
-{
-	return l ? l->size_bytes : 0;
-}
-
-size_t pb_lease_page_size(const pb_lease *l)
-{
-	return l ? l->page_size_bytes : 0;
-}
-
-uint64_t pb_lease_id(const pb_lease *l)
-{
-	return l ? l->id : 0;
-}
-
-enum pb_memory_kind pb_lease_kind(const pb_lease *l)
-{
-	return l ? __atomic_load_n(&l->kind, __ATOMIC_ACQUIRE) : PB_MEM_FALLBACK;
-}
-
-int pb_lease_cuda_registered(const pb_lease *l)
-{
-	return l && l->cuda_registered;
-}
-
-int pb_lease_hugetlb(const pb_lease *l)
-{
-	return l && l->hugetlb;
-}
-
-size_t pb_lease_chunks(const pb_lease *l)
-{
-	return l ? l->chunks : 0;
-}
-
-const char *pb_lease_fallback_reason(const pb_lease *l)
-{
-	return l && l->kind == PB_MEM_FALLBACK ? l->fallback_reason : NULL;
-}
-
-int pb_cuda_available(const char **reason)
-{
-	return pbcuda_available(reason);
-}
-
-/* ---------------------------------------------------------------- status and administration */
-
-/* Send an admin or status request and check the status; *w holds the reply on success. */
-static int call_checked(pb_client *c, Request *req, struct waiter *w)
-{
-	int r;
-
-	if (!c)
-		return set_error(-ENOTCONN, "not connected to a broker");
-	r = call(c, req, w, false, 0);
-	if (r < 0)
-		return r;
-	if (w->reply->status != PINBROKER__V1__STATUS_CODE__STATUS_OK) {
-		r = status_error(w->reply);
-		waiter_cleanup(w);
-	}
-	return r;
-}
+/* libpinbroker's administration: metrics, the daemon's config, admin revoke and set, and job quotas. */
+#define _GNU_SOURCE
+#include "lib-int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 int pb_metrics(pb_client *c, char **text)
 {
@@ -2169,30 +112,21 @@ int pb_metrics(pb_client *c, char **text)
 	int r;
 
 	if (!text)
-		return set_error(-EINVAL, "pb_metrics: text is NULL");
+		return err_set(-EINVAL, "pb_metrics: text is NULL");
 	*text = NULL;
 	req.body_case = PINBROKER__V1__REQUEST__BODY_METRICS;
 	req.metrics = &mr;
-	r = call_checked(c, &req, &w);
+	r = conn_call_checked(c, &req, &w);
 	if (r == -ECONNRESET)
-		return set_error(r, "pinbrokerd closed the connection on METRICS: it may predate metrics (upgrade it)");
+		return err_set(r, "pinbrokerd closed the connection on METRICS: it may predate metrics (upgrade it)");
 	if (r < 0)
 		return r;
 	if (w.reply->body_case != PINBROKER__V1__REPLY__BODY_METRICS || !w.reply->metrics->text)
-		r = set_error(-EPROTO, "pinbrokerd answered METRICS without the metrics");
+		r = err_set(-EPROTO, "pinbrokerd answered METRICS without the metrics");
 	else if (!(*text = strdup(w.reply->metrics->text)))
-		r = set_error(-ENOMEM, "out of memory");
-	waiter_cleanup(&w);
+		r = err_set(-ENOMEM, "out of memory");
+	conn_waiter_cleanup(&w);
 	return r;
-}
-
-static char *xstrdup(const char *s, bool *oom)
-{
-	char *d = strdup(s ? s : "");
-
-	if (!d)
-		*oom = true;
-	return d;
 }
 
 void pb_config_free(struct pb_config_entry *e, size_t n)
@@ -2220,47 +154,262 @@ int pb_config_get(pb_client *c, const char *key, struct pb_config_entry **ret, s
 	int r;
 
 	if (!ret || !n)
-		return set_error(-EINVAL, "pb_config_get: ret and n are required");
+		return err_set(-EINVAL, "pb_config_get: ret and n are required");
 	*ret = NULL;
 	*n = 0;
 	cq.key = (char *)key;
 	req.body_case = PINBROKER__V1__REQUEST__BODY_CONFIG;
 	req.config = &cq;
-	r = call_checked(c, &req, &w);
+	r = conn_call_checked(c, &req, &w);
 	if (r == -ECONNRESET)
-		return set_error(-EOPNOTSUPP, "pinbrokerd closed the connection on CONFIG: it predates pinctl get and "
-					      "pinctl config (upgrade it)");
+		return err_set(-EOPNOTSUPP, "pinbrokerd closed the connection on CONFIG: it predates pinctl get and "
+					    "pinctl config (upgrade it)");
 	if (r < 0)
 		return r;
 	if (w.reply->body_case != PINBROKER__V1__REPLY__BODY_CONFIG) {
-		waiter_cleanup(&w);
-		return set_error(-EPROTO, "pinbrokerd answered CONFIG without the config");
+		conn_waiter_cleanup(&w);
+		return err_set(-EPROTO, "pinbrokerd answered CONFIG without the config");
 	}
 	cr = w.reply->config;
 	e = calloc(cr->n_entries ? cr->n_entries : 1, sizeof(*e));
 	if (!e) {
-		waiter_cleanup(&w);
-		return set_error(-ENOMEM, "out of memory");
+		conn_waiter_cleanup(&w);
+		return err_set(-ENOMEM, "out of memory");
 	}
 	for (size_t i = 0; i < cr->n_entries; i++) {
 		const Pinbroker__V1__ConfigEntry *ce = cr->entries[i];
 
-		e[i].key = xstrdup(ce->key, &oom);
-		e[i].value = xstrdup(ce->value, &oom);
-		e[i].source = xstrdup(ce->source, &oom);
-		e[i].file = xstrdup(ce->file, &oom);
+		e[i].key = status_strdup(ce->key, &oom);
+		e[i].value = status_strdup(ce->value, &oom);
+		e[i].source = status_strdup(ce->source, &oom);
+		e[i].file = status_strdup(ce->file, &oom);
 		e[i].line = ce->has_line ? ce->line : 0;
 		e[i].reloadable = ce->has_reloadable && ce->reloadable;
 	}
 	count = cr->n_entries;
-	waiter_cleanup(&w);
+	conn_waiter_cleanup(&w);
 	if (oom) {
 		pb_config_free(e, count);
-		return set_error(-ENOMEM, "out of memory");
+		return err_set(-ENOMEM, "out of memory");
 	}
 	*ret = e;
 	*n = count;
 	return 0;
+}
+
+int pb_admin_revoke(pb_client *c, int what, uint64_t lease_id, uint32_t uid, uint32_t deadline_ms, uint64_t **ids,
+		    size_t *n)
+{
+	Pinbroker__V1__AdminRevoke ar = PINBROKER__V1__ADMIN_REVOKE__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	const Pinbroker__V1__AdminRevokeReply *arr;
+	struct waiter w;
+	int r;
+
+	if (ids)
+		*ids = NULL;
+	if (n)
+		*n = 0;
+	switch (what) {
+	case PB_REVOKE_LEASE:
+		ar.has_lease_id = 1;
+		ar.lease_id = lease_id;
+		break;
+	case PB_REVOKE_UID:
+		ar.has_uid = 1;
+		ar.uid = uid;
+		break;
+	case PB_REVOKE_ALL:
+		ar.has_all = 1;
+		ar.all = 1;
+		break;
+	default:
+		return err_set(-EINVAL, "pb_admin_revoke: unknown target %d", what);
+	}
+	ar.has_deadline_ms = deadline_ms != 0;
+	ar.deadline_ms = deadline_ms;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE;
+	req.admin_revoke = &ar;
+	r = conn_call_checked(c, &req, &w);
+	if (r < 0)
+		return r;
+	/* A reply without a body is an empty list: nothing matched. */
+	arr = w.reply->body_case == PINBROKER__V1__REPLY__BODY_ADMIN_REVOKE ? w.reply->admin_revoke : NULL;
+	if (arr && arr->n_lease_ids > 0 && ids) {
+		*ids = malloc(arr->n_lease_ids * sizeof(**ids));
+		if (!*ids) {
+			r = err_set(-ENOMEM, "out of memory");
+		} else {
+			memcpy(*ids, arr->lease_ids, arr->n_lease_ids * sizeof(**ids));
+		}
+	}
+	if (r == 0 && n && arr)
+		*n = arr->n_lease_ids;
+	conn_waiter_cleanup(&w);
+	return r;
+}
+
+int pb_admin_set(pb_client *c, const char *key, const char *value)
+{
+	Pinbroker__V1__SetConfig sc = PINBROKER__V1__SET_CONFIG__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	struct waiter w;
+	int r;
+
+	if (!key || !value)
+		return err_set(-EINVAL, "pb_admin_set: key and value are required");
+	sc.key = (char *)key;
+	sc.value = (char *)value;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_SET_CONFIG;
+	req.set_config = &sc;
+	r = conn_call_checked(c, &req, &w);
+	if (r == 0)
+		conn_waiter_cleanup(&w);
+	return r;
+}
+
+/* ------------------------------------------------------------ job quotas */
+
+static int quota_copy(const Pinbroker__V1__QuotaReply *qr, struct pb_quota_rule **rules, size_t *nrules,
+		      struct pb_job **jobs, size_t *njobs)
+{
+	if (rules) {
+		*rules = calloc(qr->n_rules + 1, sizeof(**rules));
+		if (!*rules)
+			return err_set(-ENOMEM, "out of memory");
+		for (size_t i = 0; i < qr->n_rules; i++) {
+			snprintf((*rules)[i].pattern, sizeof((*rules)[i].pattern), "%s", qr->rules[i]->pattern);
+			(*rules)[i].bytes = qr->rules[i]->bytes;
+			snprintf((*rules)[i].source, sizeof((*rules)[i].source), "%s", qr->rules[i]->source);
+			(*rules)[i].seen = qr->rules[i]->seen;
+		}
+		*nrules = qr->n_rules;
+	}
+	if (jobs) {
+		*jobs = calloc(qr->n_jobs + 1, sizeof(**jobs));
+		if (!*jobs) {
+			if (rules) {
+				free(*rules);
+				*rules = NULL;
+				*nrules = 0;
+			}
+			return err_set(-ENOMEM, "out of memory");
+		}
+		for (size_t i = 0; i < qr->n_jobs; i++)
+			status_job_copy(&(*jobs)[i], qr->jobs[i]);
+		*njobs = qr->n_jobs;
+	}
+	return 0;
+}
+
+/* Send a quota request and check its reply is a QuotaReply. */
+static int quota_call(pb_client *c, Request *req, const char *what, struct waiter *w)
+{
+	int r = conn_call_checked(c, req, w);
+
+	if (r == -ECONNRESET)
+		return err_set(r, "pinbrokerd closed the connection on %s: it may predate job quotas (upgrade it)",
+			       what);
+	if (r < 0)
+		return r;
+	if (w->reply->body_case != PINBROKER__V1__REPLY__BODY_QUOTA) {
+		conn_waiter_cleanup(w);
+		return err_set(-EPROTO, "pinbrokerd answered %s without the quota list", what);
+	}
+	return 0;
+}
+
+int pb_quota_set(pb_client *c, const char *cgroup, uint64_t bytes, unsigned flags, uint32_t deadline_ms, uint64_t **ids,
+		 size_t *n)
+{
+	Pinbroker__V1__QuotaSet qs = PINBROKER__V1__QUOTA_SET__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	const Pinbroker__V1__QuotaReply *qr;
+	struct waiter w;
+	int r;
+
+	if (ids)
+		*ids = NULL;
+	if (n)
+		*n = 0;
+	err_clear();
+	if (!cgroup)
+		return err_set(-EINVAL, "pb_quota_set: cgroup is NULL");
+	qs.cgroup = (char *)cgroup;
+	qs.has_bytes = !(flags & PB_QUOTA_CLEAR);
+	qs.bytes = bytes;
+	qs.has_clear = (flags & PB_QUOTA_CLEAR) != 0;
+	qs.clear = qs.has_clear;
+	qs.has_revoke = (flags & PB_QUOTA_REVOKE) != 0;
+	qs.revoke = qs.has_revoke;
+	qs.has_deadline_ms = deadline_ms != 0;
+	qs.deadline_ms = deadline_ms;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_QUOTA_SET;
+	req.quota_set = &qs;
+	r = quota_call(c, &req, "QUOTA_SET", &w);
+	if (r < 0)
+		return r;
+	qr = w.reply->quota;
+	/* A message on success is a warning (a quota over the budget): pb_last_error() gives it. */
+	err_clear();
+	if (w.reply->message && w.reply->message[0])
+		err_set(0, "%s", w.reply->message);
+	if (ids && qr->n_revoked_lease_ids) {
+		*ids = malloc(qr->n_revoked_lease_ids * sizeof(**ids));
+		if (!*ids)
+			r = err_set(-ENOMEM, "out of memory");
+		else
+			memcpy(*ids, qr->revoked_lease_ids, qr->n_revoked_lease_ids * sizeof(**ids));
+	}
+	if (r == 0 && n)
+		*n = qr->n_revoked_lease_ids;
+	conn_waiter_cleanup(&w);
+	return r;
+}
+
+int pb_quota_list(pb_client *c, struct pb_quota_rule **rules, size_t *nrules, struct pb_job **jobs, size_t *njobs)
+{
+	Pinbroker__V1__QuotaList ql = PINBROKER__V1__QUOTA_LIST__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	struct waiter w;
+	int r;
+
+	if ((rules && !nrules) || (jobs && !njobs))
+		return err_set(-EINVAL, "pb_quota_list: a list without its count");
+	if (rules) {
+		*rules = NULL;
+		*nrules = 0;
+	}
+	if (jobs) {
+		*jobs = NULL;
+		*njobs = 0;
+	}
+	req.body_case = PINBROKER__V1__REQUEST__BODY_QUOTA_LIST;
+	req.quota_list = &ql;
+	r = quota_call(c, &req, "QUOTA_LIST", &w);
+	if (r < 0)
+		return r;
+	r = quota_copy(w.reply->quota, rules, nrules, jobs, njobs);
+	conn_waiter_cleanup(&w);
+	return r;
+}
+/* libpinbroker's STATUS: the paged status reply turned into struct pb_status and lease rows, and their frees. */
+#define _GNU_SOURCE
+#include "lib-int.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+char *status_strdup(const char *s, bool *oom)
+{
+	char *d = strdup(s ? s : "");
+
+	if (!d)
+		*oom = true;
+	return d;
 }
 
 static char *join_labels(char **labels, size_t n, bool *oom)
@@ -2281,8 +430,7 @@ static char *join_labels(char **labels, size_t n, bool *oom)
 	return s;
 }
 
-static void copy_events(Pinbroker__V1__EventInfo **src, size_t n, struct pb_event_info **dst, size_t *ndst,
-			bool *oom)
+static void copy_events(Pinbroker__V1__EventInfo **src, size_t n, struct pb_event_info **dst, size_t *ndst, bool *oom)
 {
 	*dst = calloc(n ? n : 1, sizeof(**dst));
 	if (!*dst) {
@@ -2292,12 +440,12 @@ static void copy_events(Pinbroker__V1__EventInfo **src, size_t n, struct pb_even
 	*ndst = n;
 	for (size_t i = 0; i < n; i++) {
 		(*dst)[i].age_ms = src[i]->age_ms;
-		(*dst)[i].text = xstrdup(src[i]->text, oom);
+		(*dst)[i].text = status_strdup(src[i]->text, oom);
 	}
 }
 
 /* One job row, as STATUS and the quota replies carry it. */
-static void job_copy(struct pb_job *y, const Pinbroker__V1__JobInfo *x)
+void status_job_copy(struct pb_job *y, const Pinbroker__V1__JobInfo *x)
 {
 	snprintf(y->job, sizeof(y->job), "%s", x->job);
 	y->bytes = x->has_bytes ? x->bytes : 0;
@@ -2332,13 +480,13 @@ static void append_clients(struct pb_status *s, const Pinbroker__V1__StatusReply
 		const Pinbroker__V1__ClientInfo *ci = sr->clients[i];
 		struct pb_client_info *d = &s->clients[s->n_clients];
 
-		s->client_cgroups[s->n_clients++] = xstrdup(ci->cgroup, oom);
+		s->client_cgroups[s->n_clients++] = status_strdup(ci->cgroup, oom);
 		d->pid = ci->pid;
 		d->uid = ci->uid;
 		d->leases = ci->leases;
 		d->bytes = ci->bytes;
 		d->labels = join_labels(ci->labels, ci->n_labels, oom);
-		d->name = xstrdup(ci->name, oom);
+		d->name = status_strdup(ci->name, oom);
 		d->attached = ci->has_attached ? ci->attached : 0;
 		d->unbrokered_bytes = ci->has_unbrokered_bytes ? ci->unbrokered_bytes : 0;
 	}
@@ -2350,10 +498,10 @@ static void lease_info_copy(struct pb_lease_info *d, const Pinbroker__V1__LeaseI
 	d->pid = li->pid;
 	d->uid = li->uid;
 	d->bytes = li->bytes;
-	d->label = xstrdup(li->label, oom);
+	d->label = status_strdup(li->label, oom);
 	d->age_ms = li->age_ms;
 	d->priority = li->has_priority ? (enum pb_priority)li->priority : PB_PRIORITY_NORMAL;
-	d->state = xstrdup(li->state ? li->state : "active", oom);
+	d->state = status_strdup(li->state ? li->state : "active", oom);
 	d->idle_ms = li->has_idle_ms ? li->idle_ms : 0;
 	d->deadline_left_ms = li->has_deadline_left_ms ? li->deadline_left_ms : 0;
 	d->shared = li->has_shared && li->shared;
@@ -2366,7 +514,7 @@ static void lease_info_copy(struct pb_lease_info *d, const Pinbroker__V1__LeaseI
 	d->no_revoke = li->has_no_revoke && li->no_revoke;
 	d->numa_node = li->has_numa_node ? li->numa_node : -1;
 	d->misplaced = li->has_misplaced && li->misplaced;
-	d->job = xstrdup(li->job ? li->job : "", oom);
+	d->job = status_strdup(li->job ? li->job : "", oom);
 }
 
 /* Append sr's lease rows to (*rows, *n). */
@@ -2392,9 +540,9 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 	bool oom = false;
 
 	if (!s)
-		return set_error(-ENOMEM, "out of memory");
+		return err_set(-ENOMEM, "out of memory");
 	s->schema_version = sr->schema_version;
-	s->server_version = xstrdup(sr->server_version, &oom);
+	s->server_version = status_strdup(sr->server_version, &oom);
 	s->budget_bytes = sr->budget_bytes;
 	s->uid_quota_bytes = sr->uid_quota_bytes;
 	s->leased_bytes = sr->leased_bytes;
@@ -2407,8 +555,8 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 	s->cached_idle_bytes = sr->has_cached_idle_bytes ? sr->cached_idle_bytes : 0;
 	s->prewarm_bytes = sr->has_prewarm_bytes ? sr->prewarm_bytes : 0;
 	s->waiting_acquires = sr->has_waiting_acquires ? sr->waiting_acquires : 0;
-	s->pressure_state = xstrdup(sr->pressure_state ? sr->pressure_state : "unknown", &oom);
-	s->monitor_mode = xstrdup(sr->monitor_mode ? sr->monitor_mode : "unknown", &oom);
+	s->pressure_state = status_strdup(sr->pressure_state ? sr->pressure_state : "unknown", &oom);
+	s->monitor_mode = status_strdup(sr->monitor_mode ? sr->monitor_mode : "unknown", &oom);
 	s->uptime_ms = sr->has_uptime_ms ? sr->uptime_ms : 0;
 	s->registered_bytes = sr->has_registered_bytes ? sr->registered_bytes : 0;
 	s->no_revoke_bytes = sr->has_no_revoke_bytes ? sr->no_revoke_bytes : 0;
@@ -2431,7 +579,7 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 		};
 	}
 	s->orphaned_bytes = sr->has_orphaned_bytes ? sr->orphaned_bytes : 0;
-	s->page_kind = xstrdup(sr->page_kind ? sr->page_kind : "unknown", &oom);
+	s->page_kind = status_strdup(sr->page_kind ? sr->page_kind : "unknown", &oom);
 	s->thp_bytes = sr->has_thp_bytes ? sr->thp_bytes : 0;
 	s->thp_failures = sr->has_thp_failures ? sr->thp_failures : 0;
 	s->hugetlb_bytes = sr->has_hugetlb_bytes ? sr->hugetlb_bytes : 0;
@@ -2442,16 +590,19 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 	for (size_t i = 0; s->nodes && i < sr->n_nodes; i++) {
 		const Pinbroker__V1__NodeInfo *ni = sr->nodes[i];
 
-		s->nodes[i] = (struct pb_node_info){ .node = ni->node, .idle_bytes = ni->idle_bytes,
-						     .lent_bytes = ni->lent_bytes, .misplaced_bytes = ni->misplaced_bytes,
-						     .gpus = ni->gpus, .mem_free_bytes = ni->mem_free_bytes };
+		s->nodes[i] = (struct pb_node_info){ .node = ni->node,
+						     .idle_bytes = ni->idle_bytes,
+						     .lent_bytes = ni->lent_bytes,
+						     .misplaced_bytes = ni->misplaced_bytes,
+						     .gpus = ni->gpus,
+						     .mem_free_bytes = ni->mem_free_bytes };
 		s->n_nodes++;
 	}
 	s->jobs = calloc(sr->n_jobs + 1, sizeof(*s->jobs));
 	if (!s->jobs)
 		oom = true;
 	for (size_t i = 0; s->jobs && i < sr->n_jobs; i++)
-		job_copy(&s->jobs[s->n_jobs++], sr->jobs[i]);
+		status_job_copy(&s->jobs[s->n_jobs++], sr->jobs[i]);
 
 	/* Never NULL, even empty: callers index them by n_*. */
 	s->clients = calloc(1, sizeof(*s->clients));
@@ -2471,12 +622,12 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 		const Pinbroker__V1__SignalInfo *si = sr->signals[i];
 		struct pb_signal_info *d = &s->signals[i];
 
-		d->name = xstrdup(si->name, &oom);
+		d->name = status_strdup(si->name, &oom);
 		d->value = si->value;
 		/* An absent threshold is NaN: "no threshold", which pinctl prints as null or "-". */
 		d->tight = si->has_tight ? si->tight : NAN;
 		d->critical = si->has_critical ? si->critical : NAN;
-		d->unit = xstrdup(si->unit, &oom);
+		d->unit = status_strdup(si->unit, &oom);
 		d->available = si->has_available ? si->available : 1;
 	}
 
@@ -2484,7 +635,7 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 	copy_events(sr->revocations, sr->n_revocations, &s->revocations, &s->n_revocations, &oom);
 	if (oom) {
 		pb_status_free(s);
-		return set_error(-ENOMEM, "out of memory");
+		return err_set(-ENOMEM, "out of memory");
 	}
 	*ret = s;
 	return 0;
@@ -2492,7 +643,7 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 
 /* Paging state of one pass over the daemon's rows. */
 struct status_pages {
-	uint64_t lease_cursor;  /* 0 with want_leases false: no lease rows wanted (any more) */
+	uint64_t lease_cursor; /* 0 with want_leases false: no lease rows wanted (any more) */
 	uint64_t client_cursor;
 	bool want_leases, want_clients, first;
 };
@@ -2519,12 +670,12 @@ static int status_call(pb_client *c, const struct status_pages *p, uint32_t leas
 	sreq.include_events = p->first;
 	req.body_case = PINBROKER__V1__REQUEST__BODY_STATUS;
 	req.status = &sreq;
-	r = call_checked(c, &req, w);
+	r = conn_call_checked(c, &req, w);
 	if (r < 0)
 		return r;
 	if (w->reply->body_case != PINBROKER__V1__REPLY__BODY_STATUS_REPLY || !w->reply->status_reply) {
-		waiter_cleanup(w);
-		return set_error(-EPROTO, "pinbrokerd answered STATUS without a status");
+		conn_waiter_cleanup(w);
+		return err_set(-EPROTO, "pinbrokerd answered STATUS without a status");
 	}
 	return 0;
 }
@@ -2540,10 +691,10 @@ static int status_advance(struct status_pages *p, const Pinbroker__V1__StatusRep
 	uint64_t nc = sr->has_next_client_cursor ? sr->next_client_cursor : 0;
 
 	if (p->want_leases && nl && nl <= p->lease_cursor)
-		return set_error(-EPROTO, "pinbrokerd sent a lease cursor that does not advance (%llu after %llu)",
-				 (unsigned long long)nl, (unsigned long long)p->lease_cursor);
+		return err_set(-EPROTO, "pinbrokerd sent a lease cursor that does not advance (%llu after %llu)",
+			       (unsigned long long)nl, (unsigned long long)p->lease_cursor);
 	if (p->want_clients && nc && p->client_cursor && nc >= p->client_cursor)
-		return set_error(-EPROTO, "pinbrokerd sent a client cursor that does not advance");
+		return err_set(-EPROTO, "pinbrokerd sent a client cursor that does not advance");
 	p->want_leases = p->want_leases && nl != 0;
 	p->lease_cursor = nl;
 	p->want_clients = p->want_clients && nc != 0;
@@ -2561,7 +712,7 @@ int pb_status_query(pb_client *c, unsigned flags, struct pb_status **ret)
 	int r;
 
 	if (!ret)
-		return set_error(-EINVAL, "pb_status_query: ret is NULL");
+		return err_set(-EINVAL, "pb_status_query: ret is NULL");
 	*ret = NULL;
 	r = status_call(c, &p, 0, &w);
 	if (r < 0)
@@ -2569,7 +720,7 @@ int pb_status_query(pb_client *c, unsigned flags, struct pb_status **ret)
 	r = status_convert(w.reply->status_reply, &s);
 	if (r == 0)
 		r = status_advance(&p, w.reply->status_reply);
-	waiter_cleanup(&w);
+	conn_waiter_cleanup(&w);
 	while (r == 0 && (p.want_leases || p.want_clients)) {
 		r = status_call(c, &p, 0, &w);
 		if (r < 0)
@@ -2578,8 +729,8 @@ int pb_status_query(pb_client *c, unsigned flags, struct pb_status **ret)
 			append_clients(s, w.reply->status_reply, &oom);
 		if (p.want_leases)
 			append_leases(&s->leases, &s->n_leases, w.reply->status_reply, &oom);
-		r = oom ? set_error(-ENOMEM, "out of memory") : status_advance(&p, w.reply->status_reply);
-		waiter_cleanup(&w);
+		r = oom ? err_set(-ENOMEM, "out of memory") : status_advance(&p, w.reply->status_reply);
+		conn_waiter_cleanup(&w);
 	}
 	if (r < 0) {
 		pb_status_free(s);
@@ -2605,7 +756,7 @@ int pb_leases_page(pb_client *c, uint64_t cursor, size_t max_rows, struct pb_lea
 	int r;
 
 	if (!rows || !n || !next)
-		return set_error(-EINVAL, "pb_leases_page: rows, n and next are required");
+		return err_set(-EINVAL, "pb_leases_page: rows, n and next are required");
 	*rows = NULL;
 	*n = 0;
 	*next = 0;
@@ -2613,8 +764,8 @@ int pb_leases_page(pb_client *c, uint64_t cursor, size_t max_rows, struct pb_lea
 	if (r < 0)
 		return r;
 	append_leases(&v, &k, w.reply->status_reply, &oom);
-	r = oom ? set_error(-ENOMEM, "out of memory") : status_advance(&p, w.reply->status_reply);
-	waiter_cleanup(&w);
+	r = oom ? err_set(-ENOMEM, "out of memory") : status_advance(&p, w.reply->status_reply);
+	conn_waiter_cleanup(&w);
 	if (r < 0) {
 		pb_lease_info_free(v, k);
 		return r;
@@ -2671,199 +822,1942 @@ void pb_status_free(struct pb_status *s)
 	free_events(s->revocations, s->n_revocations);
 	free(s);
 }
+/* libpinbroker's sharing: a token for a held lease (pb_lease_share), a lease attached by token (pb_attach). */
+#define _GNU_SOURCE
+#include "lib-int.h"
 
-int pb_admin_revoke(pb_client *c, int what, uint64_t lease_id, uint32_t uid, uint32_t deadline_ms, uint64_t **ids,
-		    size_t *n)
+#include <errno.h>
+#include <string.h>
+
+int pb_lease_share(pb_client *c, pb_lease *l, const uid_t *uids, size_t nuids, char token[PB_SHARE_TOKEN_LEN])
 {
-	Pinbroker__V1__AdminRevoke ar = PINBROKER__V1__ADMIN_REVOKE__INIT;
+	Pinbroker__V1__Share sh = PINBROKER__V1__SHARE__INIT;
 	Request req = PINBROKER__V1__REQUEST__INIT;
-	const Pinbroker__V1__AdminRevokeReply *arr;
+	uint32_t wire_uids[32];
+	struct waiter w;
+	uint64_t gen;
+	int r;
+
+	if (!l || !token)
+		return err_set(-EINVAL, "pb_lease_share: lease or token is NULL");
+	token[0] = '\0';
+	if (!l->client)
+		return err_set(-EINVAL, "this lease is ordinary memory (%s): only broker leases can be shared",
+			       l->fallback_reason ? l->fallback_reason : "fallback");
+	if (nuids > 32 || (nuids > 0 && !uids))
+		return err_set(-EINVAL, "a lease may be shared with at most 32 uids besides its holder's");
+	c = l->client;
+	pthread_mutex_lock(&c->lock);
+	r = 0;
+	if (l->attached)
+		r = err_set(-EINVAL, "lease %llu is attached, not held, here: only its holder can share it",
+			    (unsigned long long)l->id);
+	else if (l->state != LEASE_ACTIVE)
+		r = err_set(-EINVAL, "lease %llu was released or revoked: it cannot be shared",
+			    (unsigned long long)l->id);
+	else if (lease_is_stale(l) || l->conn_gen != c->conn_gen)
+		r = err_set(-EINVAL, "lease %llu is from a pinbrokerd that is gone: acquire again to share",
+			    (unsigned long long)l->id);
+	gen = l->conn_gen;
+	pthread_mutex_unlock(&c->lock);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < nuids; i++)
+		wire_uids[i] = (uint32_t)uids[i];
+	sh.lease_id = l->id;
+	sh.n_uids = nuids;
+	sh.uids = wire_uids;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_SHARE;
+	req.share = &sh;
+	r = conn_call(c, &req, &w, false, gen);
+	if (r == -ESTALE)
+		return err_set(-EINVAL,
+			       "lease %llu is from a pinbrokerd connection that is gone: acquire again to share",
+			       (unsigned long long)l->id);
+	if (r < 0)
+		return r;
+	if (w.reply->status != PINBROKER__V1__STATUS_CODE__STATUS_OK)
+		r = err_reply(w.reply);
+	else if (w.reply->body_case != PINBROKER__V1__REPLY__BODY_SHARE || !w.reply->share->token ||
+		 strlen(w.reply->share->token) != PB_SHARE_TOKEN_LEN - 1)
+		r = err_set(-EPROTO, "pinbrokerd answered SHARE without a valid token");
+	if (r == 0) {
+		memcpy(token, w.reply->share->token, PB_SHARE_TOKEN_LEN);
+		pthread_mutex_lock(&c->lock);
+		l->shared = true;
+		pthread_mutex_unlock(&c->lock);
+	}
+	conn_waiter_cleanup(&w);
+	return r;
+}
+
+int pb_attach(pb_client *c, const char *token, pb_lease **ret)
+{
+	Pinbroker__V1__Attach at = PINBROKER__V1__ATTACH__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+
+	if (!ret)
+		return err_set(-EINVAL, "pb_attach: ret is NULL");
+	*ret = NULL;
+	if (!c)
+		return err_set(-ENOTCONN, "not connected to a broker");
+	if (!token || strnlen(token, PB_SHARE_TOKEN_LEN) != PB_SHARE_TOKEN_LEN - 1)
+		return err_set(-ENOENT, "a share token is %d hex characters", PB_SHARE_TOKEN_LEN - 1);
+	at.token = (char *)token;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_ATTACH;
+	req.attach = &at;
+	return acquire_call(c, &req, "ATTACH", 0, true, NULL, ret);
+}
+
+int pb_lease_attached(const pb_lease *l)
+{
+	return l && l->attached;
+}
+/* libpinbroker's registrations: the caller's own memory charged (pb_register), unbrokered pinning reported. */
+#define _GNU_SOURCE
+#include "lib-int.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <unistd.h>
+
+int pb_register(pb_client *c, void *p, size_t size, const struct pb_acquire_opts *opts, pb_lease **ret)
+{
+	Pinbroker__V1__Acquire acq = PINBROKER__V1__ACQUIRE__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	uint32_t flags = opts ? opts->flags : 0;
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), first, end;
+	struct reg_span reg = { p, size };
+
+	if (!ret)
+		return err_set(-EINVAL, "pb_register: ret is NULL");
+	*ret = NULL;
+	if (!c)
+		return err_set(-ENOTCONN, "not connected to a broker");
+	if (!p || size == 0)
+		return err_set(-EINVAL, "cannot register %s", p ? "0 bytes" : "a NULL pointer");
+	if (conn_need_registrations(c, "registrations") < 0)
+		return -EOPNOTSUPP;
+	/* The pages the driver locks: every page the range touches. */
+	first = (uintptr_t)p & ~(page - 1);
+	if (__builtin_add_overflow((uintptr_t)p, size, &end) || end > UINTPTR_MAX - page)
+		return err_set(-EINVAL, "the range at %p of %zu bytes wraps around the address space", p, size);
+	end = (end + page - 1) & ~(page - 1);
+	acquire_message(&acq, end - first, opts,
+			PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY |
+				PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE);
+	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
+	req.acquire = &acq;
+	return acquire_call(c, &req, "a registration", flags, false, &reg, ret);
+}
+
+int pb_unregister(pb_client *c, pb_lease *l)
+{
+	if (!l)
+		return 0;
+	if (!l->registration)
+		return err_set(-EINVAL, "lease %llu is not a registration: give it back with pb_release",
+			       (unsigned long long)l->id);
+	return pb_release(c, l);
+}
+
+int pb_lease_registration(const pb_lease *l)
+{
+	return l && l->registration;
+}
+
+int pb_report_unbrokered(pb_client *c, uint64_t bytes)
+{
+	Pinbroker__V1__ReportUnbrokered ru = PINBROKER__V1__REPORT_UNBROKERED__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
 	struct waiter w;
 	int r;
 
-	if (ids)
-		*ids = NULL;
-	if (n)
-		*n = 0;
-	switch (what) {
-	case PB_REVOKE_LEASE:
-		ar.has_lease_id = 1;
-		ar.lease_id = lease_id;
-		break;
-	case PB_REVOKE_UID:
-		ar.has_uid = 1;
-		ar.uid = uid;
-		break;
-	case PB_REVOKE_ALL:
-		ar.has_all = 1;
-		ar.all = 1;
-		break;
-	default:
-		return set_error(-EINVAL, "pb_admin_revoke: unknown target %d", what);
-	}
-	ar.has_deadline_ms = deadline_ms != 0;
-	ar.deadline_ms = deadline_ms;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE;
-	req.admin_revoke = &ar;
-	r = call_checked(c, &req, &w);
+	if (!c)
+		return err_set(-ENOTCONN, "not connected to a broker");
+	if (conn_need_registrations(c, "unbrokered reports") < 0)
+		return -EOPNOTSUPP;
+	ru.bytes = bytes;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_REPORT_UNBROKERED;
+	req.report_unbrokered = &ru;
+	r = conn_call_checked(c, &req, &w);
 	if (r < 0)
 		return r;
-	/* A reply without a body is an empty list: nothing matched. */
-	arr = w.reply->body_case == PINBROKER__V1__REPLY__BODY_ADMIN_REVOKE ? w.reply->admin_revoke : NULL;
-	if (arr && arr->n_lease_ids > 0 && ids) {
-		*ids = malloc(arr->n_lease_ids * sizeof(**ids));
-		if (!*ids) {
-			r = set_error(-ENOMEM, "out of memory");
+	conn_waiter_cleanup(&w);
+	return 0;
+}
+/* libpinbroker's acquire and release: a granted lease mapped or registered, the cache hit, the fallback memory. */
+#define _GNU_SOURCE
+#include "lib-int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "cuda.h"
+#include "util.h"
+#include "wire.h"
+
+/* A granted registration charge: nothing to map; register the caller's range unless it does that itself. */
+static int registration_from_reply(pb_client *c, const Pinbroker__V1__Lease *ls, uint32_t flags,
+				   const struct reg_span *reg, pb_lease *l)
+{
+	int r;
+
+	if (!(ls->has_registration && ls->registration))
+		return err_set(-EPROTO, "pinbrokerd answered a registration with a pool lease");
+	l->client = c;
+	l->id = ls->lease_id;
+	l->data = reg->p;
+	l->size_bytes = ls->size;
+	l->page_size_bytes = ls->page_size;
+	l->registration = true;
+	l->no_revoke = true;
+	l->no_cuda = flags & PB_REGISTER_CHARGE_ONLY;
+	l->kind = PB_MEM_PINNED;
+	if (l->no_cuda)
+		return 0;
+	r = pbcuda_register(reg->p, reg->bytes, flags & PB_ACQUIRE_MAPPED);
+	if (r < 0)
+		return err_set(r, "%s", pbcuda_strerror());
+	l->cuda_registered = true;
+	return 0;
+}
+
+/*
+ * Turn a granted lease (w holds the reply and all fds) into a mapped, registered pb_lease,
+ * or, for reg, into a registration of the caller's memory.
+ */
+static int lease_from_reply(pb_client *c, struct waiter *w, uint32_t flags, const struct reg_span *reg, pb_lease **ret)
+{
+	const Pinbroker__V1__Lease *ls = w->reply->lease;
+	pb_lease *l;
+	int r;
+
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return err_set(-ENOMEM, "out of memory");
+	if (reg) {
+		wire_close_fds(w->fds, w->nfds);
+		r = registration_from_reply(c, ls, flags, reg, l);
+		if (r < 0) {
+			free(l);
+			return r;
+		}
+		*ret = l;
+		return 0;
+	}
+	r = map_chunks(ls, w->fds, &l->map_base, &l->map_bytes);
+	/* Mapped or not, the fds have done their job: the mapping keeps the memory. */
+	wire_close_fds(w->fds, w->nfds);
+	if (r < 0) {
+		free(l);
+		return r;
+	}
+	l->client = c;
+	l->id = ls->lease_id;
+	l->data = l->map_base;
+	l->size_bytes = ls->size;
+	l->page_size_bytes = ls->page_size;
+	l->chunks = ls->n_chunk_bytes;
+	l->hugetlb = ls->has_hugetlb ? ls->hugetlb : ls->page_size >= (2u << 20);
+	l->priority = ls->has_priority ? (enum pb_priority)ls->priority : PB_PRIORITY_NORMAL;
+	l->no_cuda = flags & PB_ACQUIRE_NO_CUDA;
+	l->no_revoke = ls->has_no_revoke && ls->no_revoke;
+	l->numa_node = ls->has_numa_node ? ls->numa_node : -1;
+	l->misplaced = ls->has_misplaced && ls->misplaced;
+	l->kind = PB_MEM_LOCKED;
+	if (!l->no_cuda && pbcuda_available(NULL)) {
+		/* Register the whole range once; the lease is still good (locked) if the driver refuses. */
+		if (pbcuda_register(l->map_base, l->map_bytes, flags & PB_ACQUIRE_MAPPED) == 0) {
+			l->cuda_registered = true;
+			l->kind = PB_MEM_PINNED;
 		} else {
-			memcpy(*ids, arr->lease_ids, arr->n_lease_ids * sizeof(**ids));
+			err_set(0, "%s", pbcuda_strerror());
 		}
 	}
-	if (r == 0 && n && arr)
-		*n = arr->n_lease_ids;
-	waiter_cleanup(&w);
-	return r;
-}
-
-int pb_admin_set(pb_client *c, const char *key, const char *value)
-{
-	Pinbroker__V1__SetConfig sc = PINBROKER__V1__SET_CONFIG__INIT;
-	Request req = PINBROKER__V1__REQUEST__INIT;
-	struct waiter w;
-	int r;
-
-	if (!key || !value)
-		return set_error(-EINVAL, "pb_admin_set: key and value are required");
-	sc.key = (char *)key;
-	sc.value = (char *)value;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_SET_CONFIG;
-	req.set_config = &sc;
-	r = call_checked(c, &req, &w);
-	if (r == 0)
-		waiter_cleanup(&w);
-	return r;
-}
-
-/* ------------------------------------------------------------ job quotas */
-
-static int quota_copy(const Pinbroker__V1__QuotaReply *qr, struct pb_quota_rule **rules, size_t *nrules,
-		      struct pb_job **jobs, size_t *njobs)
-{
-	if (rules) {
-		*rules = calloc(qr->n_rules + 1, sizeof(**rules));
-		if (!*rules)
-			return set_error(-ENOMEM, "out of memory");
-		for (size_t i = 0; i < qr->n_rules; i++) {
-			snprintf((*rules)[i].pattern, sizeof((*rules)[i].pattern), "%s", qr->rules[i]->pattern);
-			(*rules)[i].bytes = qr->rules[i]->bytes;
-			snprintf((*rules)[i].source, sizeof((*rules)[i].source), "%s", qr->rules[i]->source);
-			(*rules)[i].seen = qr->rules[i]->seen;
-		}
-		*nrules = qr->n_rules;
-	}
-	if (jobs) {
-		*jobs = calloc(qr->n_jobs + 1, sizeof(**jobs));
-		if (!*jobs) {
-			if (rules) {
-				free(*rules);
-				*rules = NULL;
-				*nrules = 0;
-			}
-			return set_error(-ENOMEM, "out of memory");
-		}
-		for (size_t i = 0; i < qr->n_jobs; i++)
-			job_copy(&(*jobs)[i], qr->jobs[i]);
-		*njobs = qr->n_jobs;
-	}
+	*ret = l;
 	return 0;
 }
 
-/* Send a quota request and check its reply is a QuotaReply. */
-static int quota_call(pb_client *c, Request *req, const char *what, struct waiter *w)
+int acquire_call(pb_client *c, Request *req, const char *verb, uint32_t flags, bool attached,
+		 const struct reg_span *reg, pb_lease **ret)
 {
-	int r = call_checked(c, req, w);
-
-	if (r == -ECONNRESET)
-		return set_error(r, "pinbrokerd closed the connection on %s: it may predate job quotas (upgrade it)", what);
-	if (r < 0)
-		return r;
-	if (w->reply->body_case != PINBROKER__V1__REPLY__BODY_QUOTA) {
-		waiter_cleanup(w);
-		return set_error(-EPROTO, "pinbrokerd answered %s without the quota list", what);
-	}
-	return 0;
-}
-
-int pb_quota_set(pb_client *c, const char *cgroup, uint64_t bytes, unsigned flags, uint32_t deadline_ms,
-		 uint64_t **ids, size_t *n)
-{
-	Pinbroker__V1__QuotaSet qs = PINBROKER__V1__QUOTA_SET__INIT;
-	Request req = PINBROKER__V1__REQUEST__INIT;
-	const Pinbroker__V1__QuotaReply *qr;
 	struct waiter w;
+	pb_lease *l = NULL;
+	uint64_t id;
+	bool revoked;
 	int r;
 
-	if (ids)
-		*ids = NULL;
-	if (n)
-		*n = 0;
-	last_error[0] = '\0';
-	if (!cgroup)
-		return set_error(-EINVAL, "pb_quota_set: cgroup is NULL");
-	qs.cgroup = (char *)cgroup;
-	qs.has_bytes = !(flags & PB_QUOTA_CLEAR);
-	qs.bytes = bytes;
-	qs.has_clear = (flags & PB_QUOTA_CLEAR) != 0;
-	qs.clear = qs.has_clear;
-	qs.has_revoke = (flags & PB_QUOTA_REVOKE) != 0;
-	qs.revoke = qs.has_revoke;
-	qs.has_deadline_ms = deadline_ms != 0;
-	qs.deadline_ms = deadline_ms;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_QUOTA_SET;
-	req.quota_set = &qs;
-	r = quota_call(c, &req, "QUOTA_SET", &w);
+	r = conn_call(c, req, &w, true, 0);
 	if (r < 0)
 		return r;
-	qr = w.reply->quota;
-	/* A message on success is a warning (a quota over the budget): pb_last_error() gives it. */
-	last_error[0] = '\0';
-	if (w.reply->message && w.reply->message[0])
-		snprintf(last_error, sizeof(last_error), "%s", w.reply->message);
-	if (ids && qr->n_revoked_lease_ids) {
-		*ids = malloc(qr->n_revoked_lease_ids * sizeof(**ids));
-		if (!*ids)
-			r = set_error(-ENOMEM, "out of memory");
+	if (w.reply->status != PINBROKER__V1__STATUS_CODE__STATUS_OK) {
+		r = err_reply(w.reply);
+		goto out;
+	}
+	if (w.reply->body_case != PINBROKER__V1__REPLY__BODY_LEASE) {
+		r = err_set(-EPROTO, "pinbrokerd answered %s without a lease", verb);
+		goto out;
+	}
+	id = w.reply->lease->lease_id;
+	r = lease_from_reply(c, &w, flags, reg, &l);
+
+	pthread_mutex_lock(&c->lock);
+	conn_unlink_waiter_locked(c, &w);
+	revoked = w.revoked;
+	if (r == 0) {
+		l->attached = attached;
+		l->instance_id = w.instance_id;
+		l->conn_gen = w.conn_gen;
+		/* Granted on a connection that has gone since: that daemon did not get to re-adopt it. */
+		if (w.conn_gen != c->conn_gen)
+			__atomic_store_n(&l->stale, true, __ATOMIC_RELEASE);
+		if (!revoked)
+			lease_link_locked(c, l);
+	}
+	pthread_mutex_unlock(&c->lock);
+
+	if (r < 0) {
+		conn_send_release(c, id, w.conn_gen); /* give back (or detach) what we could not map */
+		goto out;
+	}
+	if (revoked) {
+		lease_release_now(c, l, true);
+		conn_send_revoke_ack(c, id, w.conn_gen);
+		r = attached ? err_set(-ENOENT, "lease %llu was revoked while attaching", (unsigned long long)id)
+			     : err_set(-EAGAIN,
+				       "lease %llu was revoked before it could be used: host memory is critical",
+				       (unsigned long long)id);
+		goto out;
+	}
+	*ret = l;
+	r = 0;
+out:
+	pthread_mutex_lock(&c->lock);
+	conn_unlink_waiter_locked(c, &w);
+	pthread_mutex_unlock(&c->lock);
+	conn_waiter_cleanup(&w);
+	return r;
+}
+
+/* An ACQUIRE for size bytes as opts asks, with the wire flags extra on top. */
+void acquire_message(Pinbroker__V1__Acquire *acq, uint64_t size, const struct pb_acquire_opts *opts, uint32_t extra)
+{
+	uint32_t flags = opts ? opts->flags : 0;
+	enum pb_priority prio = opts ? opts->priority : PB_PRIORITY_NORMAL;
+
+	acq->size = size;
+	acq->flags = extra;
+	if (flags & PB_ACQUIRE_WAIT) {
+		acq->flags |= PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT;
+		acq->has_timeout_ms = opts->timeout_ms != 0;
+		acq->timeout_ms = opts->timeout_ms;
+	}
+	if (flags & PB_ACQUIRE_NO_REVOKE)
+		acq->flags |= PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE;
+	acq->has_flags = acq->flags != 0;
+	acq->has_priority = prio != PB_PRIORITY_NORMAL;
+	acq->priority = (Pinbroker__V1__Priority)prio;
+	acq->label = opts && opts->label ? (char *)opts->label : NULL;
+	{
+		int node = gpu_acquire_node(opts);
+
+		acq->has_numa_node = node >= 0;
+		acq->numa_node = node;
+	}
+}
+
+int pb_acquire(pb_client *c, size_t size, const struct pb_acquire_opts *opts, pb_lease **ret)
+{
+	Pinbroker__V1__Acquire acq = PINBROKER__V1__ACQUIRE__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	uint32_t flags = opts ? opts->flags : 0;
+	enum pb_priority prio = opts ? opts->priority : PB_PRIORITY_NORMAL;
+	pb_lease *l = NULL;
+
+	if (!ret)
+		return err_set(-EINVAL, "pb_acquire: ret is NULL");
+	*ret = NULL;
+	if (!c)
+		return err_set(-ENOTCONN, "not connected to a broker");
+	if (size == 0)
+		return err_set(-EINVAL, "cannot acquire 0 bytes");
+	if ((flags & PB_ACQUIRE_NO_REVOKE) && conn_need_registrations(c, "never-revoked leases") < 0)
+		return -EOPNOTSUPP;
+
+	/* Cached leases are revocable and registered without DEVICEMAP: no match for those asks. */
+	if (!(flags & (PB_ACQUIRE_NO_CACHE | PB_ACQUIRE_NO_REVOKE | PB_ACQUIRE_MAPPED))) {
+		uint64_t gen = 0;
+
+		l = cache_take(c, size, flags & PB_ACQUIRE_NO_CUDA, prio, &gen);
+		if (l) {
+			/* Not awaited: this is what makes a cached re-acquire cost microseconds. */
+			conn_send_set_idle(c, l->id, false, gen);
+			*ret = l;
+			return 0;
+		}
+	}
+
+	acquire_message(&acq, size, opts, 0);
+	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
+	req.acquire = &acq;
+
+	return acquire_call(c, &req, "ACQUIRE", flags, false, NULL, ret);
+}
+
+static bool is_refusal(int err)
+{
+	switch (err) {
+	case -EDQUOT:
+	case -ENOSPC:
+	case -EFBIG:
+	case -EBUSY:
+	case -EAGAIN:
+	case -EINVAL:
+	case -ETIMEDOUT:
+	case -EUSERS:
+	case -ESHUTDOWN:
+	case -EACCES:
+		return true;
+	default:
+		return false;
+	}
+}
+
+pb_lease *pb_acquire_or_fallback(pb_client *c, size_t size, const struct pb_acquire_opts *opts)
+{
+	size_t page_bytes = (size_t)sysconf(_SC_PAGESIZE);
+	char reason[ERR_CONNECT_FAILURE_LEN + 64];
+	pb_lease *l = NULL;
+	uint64_t bytes;
+	int r;
+
+	/* Size 0 is the caller's mistake, not a lack of pinned memory: no fallback hides it. */
+	if (size == 0) {
+		err_set(-EINVAL, "size 0: a lease needs at least 1 byte");
+		return NULL;
+	}
+	if (c) {
+		err_forget_daemon_message();
+		r = pb_acquire(c, size, opts, &l);
+		if (r == 0)
+			return l;
+		if (is_refusal(r) && err_daemon_message()[0] && strcmp(err_daemon_message(), pb_strerror(r)) != 0)
+			snprintf(reason, sizeof(reason), "broker refused: %s (%s)", pb_strerror(r),
+				 err_daemon_message());
+		else if (is_refusal(r))
+			snprintf(reason, sizeof(reason), "broker refused: %s", pb_strerror(r));
 		else
-			memcpy(*ids, qr->revoked_lease_ids, qr->n_revoked_lease_ids * sizeof(**ids));
+			snprintf(reason, sizeof(reason), "broker failed: %s", pb_last_error());
+	} else {
+		err_connect_failure(reason, sizeof(reason));
 	}
-	if (r == 0 && n)
-		*n = qr->n_revoked_lease_ids;
-	waiter_cleanup(&w);
+
+	bytes = round_up(size, page_bytes);
+	l = calloc(1, sizeof(*l));
+	if (!l || bytes == 0 || bytes > SIZE_MAX)
+		goto fail;
+	l->fallback_reason = strdup(reason);
+	if (!l->fallback_reason || posix_memalign(&l->data, page_bytes, (size_t)bytes) != 0)
+		goto fail;
+	l->kind = PB_MEM_FALLBACK;
+	l->size_bytes = (size_t)bytes;
+	l->page_size_bytes = page_bytes;
+	l->priority = opts ? opts->priority : PB_PRIORITY_NORMAL;
+	err_set(0, "using ordinary memory: %s", reason);
+	return l;
+fail:
+	if (l)
+		lease_free(l);
+	err_set(-ENOMEM, "out of memory (and no pinned memory: %s)", reason);
+	return NULL;
+}
+
+int pb_release(pb_client *c, pb_lease *l)
+{
+	if (!l)
+		return 0;
+	if (l->kind == PB_MEM_FALLBACK) {
+		free(l->data);
+		lease_free(l);
+		return 0;
+	}
+	/* The lease knows its client; c is accepted for symmetry and may be NULL. */
+	c = l->client;
+	pthread_mutex_lock(&c->lock);
+	while (l->state == LEASE_REVOKING)
+		pthread_cond_wait(&c->cond, &c->lock);
+	if (l->state == LEASE_GONE) {
+		lease_unlink_locked(c, l);
+		pthread_mutex_unlock(&c->lock);
+		if (l->map_base)
+			munmap(l->map_base, l->map_bytes);
+		lease_free(l);
+		return 0;
+	}
+	if (l->state == LEASE_CACHED) {
+		pthread_mutex_unlock(&c->lock);
+		return err_set(-EINVAL, "lease %llu released twice", (unsigned long long)l->id);
+	}
+	if (cache_keep_locked(c, l)) {
+		uint64_t id = l->id, gen = l->conn_gen;
+
+		pthread_mutex_unlock(&c->lock);
+		/* Tell the daemon it may take this one back first. */
+		conn_send_set_idle(c, id, true, gen);
+		return 0;
+	}
+	lease_unlink_locked(c, l);
+	pthread_mutex_unlock(&c->lock);
+	return lease_release_now(c, l, true);
+}
+/* libpinbroker's cache: released leases kept mapped and registered, so a like-sized re-acquire costs microseconds. */
+#define _GNU_SOURCE
+#include "lib-int.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "util.h"
+
+size_t cache_limit_from_env(void)
+{
+	const char *s = getenv("PINBROKER_CACHE_BYTES");
+	uint64_t v;
+
+	if (!s || parse_size(s, &v) < 0 || v > SIZE_MAX)
+		return 0;
+	return (size_t)v;
+}
+
+/* Best fit among cached leases: big enough, at most twice the size, same CUDA and priority choice. */
+pb_lease *cache_take(pb_client *c, size_t size, bool no_cuda, enum pb_priority prio, uint64_t *gen)
+{
+	pb_lease *best = NULL;
+
+	pthread_mutex_lock(&c->lock);
+	for (pb_lease *l = c->leases; l; l = l->next) {
+		uint64_t need;
+
+		if (l->state != LEASE_CACHED || l->no_cuda != no_cuda || l->priority != prio)
+			continue;
+		need = round_up(size, l->page_size_bytes);
+		if (need == 0 || l->size_bytes < need || l->size_bytes / 2 > need)
+			continue;
+		if (!best || l->size_bytes < best->size_bytes)
+			best = l;
+	}
+	if (best) {
+		best->state = LEASE_ACTIVE;
+		c->cached_bytes -= best->size_bytes;
+		__atomic_store_n(&best->idle, 0, __ATOMIC_RELEASE);
+		*gen = best->conn_gen;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return best;
+}
+
+bool cache_keep_locked(pb_client *c, pb_lease *l)
+{
+	/* A stale lease is never cached: no broker counts it, and its id may name another lease. */
+	if (l->revoke_pending || l->shared || l->attached || l->no_revoke || c->dead || lease_is_stale(l) ||
+	    l->conn_gen != c->conn_gen || c->cached_bytes > c->cache_limit_bytes ||
+	    l->size_bytes > c->cache_limit_bytes - c->cached_bytes)
+		return false;
+	l->state = LEASE_CACHED;
+	c->cached_bytes += l->size_bytes;
+	__atomic_store_n(&l->idle, 1, __ATOMIC_RELEASE);
+	return true;
+}
+
+void pb_set_cache_limit(pb_client *c, size_t bytes)
+{
+	pb_lease *evict = NULL;
+
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->cache_limit_bytes = bytes;
+	for (pb_lease *l = c->leases, *next; l && c->cached_bytes > bytes; l = next) {
+		next = l->next;
+		if (l->state != LEASE_CACHED)
+			continue;
+		c->cached_bytes -= l->size_bytes;
+		lease_unlink_locked(c, l);
+		l->next = evict;
+		evict = l;
+	}
+	pthread_mutex_unlock(&c->lock);
+	while (evict) {
+		pb_lease *l = evict;
+
+		evict = l->next;
+		lease_release_now(c, l, true);
+	}
+}
+/* libpinbroker's leases: the lease list, release, what a revoke or reconnect does to them, the accessors. */
+#define _GNU_SOURCE
+#include "lib-int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+void lease_link_locked(pb_client *c, pb_lease *l)
+{
+	l->prev = NULL;
+	l->next = c->leases;
+	if (c->leases)
+		c->leases->prev = l;
+	c->leases = l;
+}
+
+void lease_unlink_locked(pb_client *c, pb_lease *l)
+{
+	if (l->prev)
+		l->prev->next = l->next;
+	else if (c->leases == l)
+		c->leases = l->next;
+	if (l->next)
+		l->next->prev = l->prev;
+	l->prev = l->next = NULL;
+}
+
+bool lease_is_stale(const pb_lease *l)
+{
+	return __atomic_load_n(&l->stale, __ATOMIC_ACQUIRE);
+}
+
+/* A lease of the current connection by id: a stale handle may carry an id that now names another lease. */
+static pb_lease *lease_find_locked(pb_client *c, uint64_t id)
+{
+	for (pb_lease *l = c->leases; l; l = l->next)
+		if (l->id == id && l->state != LEASE_GONE && !lease_is_stale(l) && l->conn_gen == c->conn_gen)
+			return l;
+	return NULL;
+}
+
+void lease_free(pb_lease *l)
+{
+	free(l->fallback_reason);
+	free(l);
+}
+
+/*
+ * Unmap, free, and RELEASE on the wire; waits for the daemon's answer when it
+ * may. A stale lease is only unmapped and freed: its id may name someone
+ * else's lease now, so nothing is sent. One let go while the connection is
+ * down is remembered, and given back by the reconnect (try_reconnect).
+ */
+int lease_release_now(pb_client *c, pb_lease *l, bool wait)
+{
+	Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	uint64_t id = l->id, instance = l->instance_id, gen;
+	struct waiter w;
+	bool stale;
+	int r;
+
+	pthread_mutex_lock(&c->lock);
+	gen = l->conn_gen;
+	stale = lease_is_stale(l) || gen != c->conn_gen;
+	r = c->dead;
+	if (r && !stale)
+		conn_note_away_locked(c, instance, id);
+	pthread_mutex_unlock(&c->lock);
+	map_release(l);
+	lease_free(l);
+	if (r || stale)
+		return 0;
+	if (!wait || conn_on_receiver_thread(c)) {
+		r = conn_send_release(c, id, gen);
+		if (r == -ECONNRESET) {
+			pthread_mutex_lock(&c->lock);
+			conn_note_away_locked(c, instance, id);
+			pthread_mutex_unlock(&c->lock);
+		}
+		return r == -ESTALE || r == -ECONNRESET ? 0 : r;
+	}
+
+	rel.lease_id = id;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
+	req.release = &rel;
+	r = conn_call(c, &req, &w, false, gen);
+	if (r == -ECONNRESET) {
+		/* The daemon may or may not have seen it: saying it again after the restart is harmless. */
+		pthread_mutex_lock(&c->lock);
+		if (c->conn_gen == gen)
+			conn_note_away_locked(c, instance, id);
+		pthread_mutex_unlock(&c->lock);
+	}
+	if (r == -ECONNRESET || r == -ESTALE)
+		return 0;
+	if (r < 0)
+		return r;
+	if (w.reply->status != PINBROKER__V1__STATUS_CODE__STATUS_OK)
+		r = err_reply(w.reply);
+	conn_waiter_cleanup(&w);
 	return r;
 }
 
-int pb_quota_list(pb_client *c, struct pb_quota_rule **rules, size_t *nrules, struct pb_job **jobs, size_t *njobs)
+/* The revoke hook. Runs on the receiver thread, which must never wait for a reply: everything it sends is async. */
+static void lease_on_revoke(pb_client *c, uint64_t id, uint32_t deadline_ms)
 {
-	Pinbroker__V1__QuotaList ql = PINBROKER__V1__QUOTA_LIST__INIT;
+	pb_revoke_fn fn;
+	void *userdata;
+	uint64_t gen;
+	pb_lease *l;
+
+	pthread_mutex_lock(&c->lock);
+	l = lease_find_locked(c, id);
+	if (!l) {
+		/* Granted but not yet handed to the application: pb_acquire gives it back. */
+		conn_mark_revoked_locked(c, id);
+		pthread_mutex_unlock(&c->lock);
+		return;
+	}
+	gen = l->conn_gen;
+	if (l->state == LEASE_CACHED) {
+		/* Cached memory is the library's own: give it back at once. */
+		c->cached_bytes -= l->size_bytes;
+		lease_unlink_locked(c, l);
+		pthread_mutex_unlock(&c->lock);
+		map_release(l);
+		lease_free(l);
+		conn_send_release(c, id, gen);
+		conn_send_revoke_ack(c, id, gen);
+		return;
+	}
+	if (l->state != LEASE_ACTIVE) {
+		pthread_mutex_unlock(&c->lock);
+		return;
+	}
+	l->revoke_pending = true;
+	fn = c->revoke_fn;
+	userdata = c->revoke_userdata;
+	if (fn) {
+		pthread_mutex_unlock(&c->lock);
+		fn(c, l, deadline_ms, userdata);
+		conn_send_revoke_ack(c, id, gen);
+		return;
+	}
+	if (__atomic_load_n(&l->idle, __ATOMIC_ACQUIRE)) {
+		l->state = LEASE_REVOKING;
+		pthread_mutex_unlock(&c->lock);
+		map_retire(l);
+		conn_send_release(c, id, gen);
+		conn_send_revoke_ack(c, id, gen);
+		pthread_mutex_lock(&c->lock);
+		l->state = LEASE_GONE;
+		pthread_cond_broadcast(&c->cond);
+		pthread_mutex_unlock(&c->lock);
+		return;
+	}
+	/* Busy and no callback: nothing safe to do. The daemon counts it overdue at the deadline. */
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Under c->lock: the ids to re-declare to instance_id, the instance that granted them. */
+static uint64_t *lease_redeclare_ids_locked(pb_client *c, uint64_t instance_id, size_t *n)
+{
+	uint64_t *ids;
+
+	*n = 0;
+	for (pb_lease *l = c->leases; l; l = l->next)
+		(*n)++;
+	ids = calloc(*n ? *n : 1, sizeof(*ids));
+	*n = 0;
+	for (pb_lease *l = c->leases; ids && l; l = l->next)
+		/* An attachment is not the connection's to re-declare: re-adopting it would make this
+		 * process the holder. It goes stale on reconnecting; the daemon holds the lease until we exit. */
+		if (l->state != LEASE_GONE && !lease_is_stale(l) && l->instance_id == instance_id && !l->attached)
+			ids[(*n)++] = l->id;
+	return ids;
+}
+
+static bool id_in(const uint64_t *ids, size_t n, uint64_t id)
+{
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
+/*
+ * Under c->lock, reconnected: a lease the same instance adopted moves to the new connection; every other lease
+ * becomes stale: still mapped here (the new daemon counts it as orphaned while it is), no longer a lease, and
+ * never named on the wire again (its id may be reused by the new instance). Returns the cached ones, unlinked.
+ */
+static pb_lease *lease_reconnected_locked(pb_client *c, bool same, uint64_t instance_id, const uint64_t *adopted,
+					  size_t nadopted)
+{
+	pb_lease *drop = NULL;
+
+	for (pb_lease *l = c->leases, *next; l; l = next) {
+		next = l->next;
+		if (l->state == LEASE_GONE)
+			continue;
+		if (same && !lease_is_stale(l) && l->instance_id == instance_id && !l->attached &&
+		    id_in(adopted, nadopted, l->id)) {
+			l->conn_gen = c->conn_gen;
+			continue;
+		}
+		__atomic_store_n(&l->stale, true, __ATOMIC_RELEASE);
+		if (l->state == LEASE_CACHED) {
+			/* Cached memory is the library's own: nobody counts it any more, so let it go here. */
+			c->cached_bytes -= l->size_bytes;
+			lease_unlink_locked(c, l);
+			l->next = drop;
+			drop = l;
+		}
+	}
+	return drop;
+}
+
+static void lease_drop(pb_lease *chain)
+{
+	while (chain) {
+		pb_lease *l = chain;
+
+		chain = l->next;
+		map_release(l);
+		lease_free(l);
+	}
+}
+
+static const struct conn_hooks lease_hooks = {
+	.revoke = lease_on_revoke,
+	.redeclare_ids_locked = lease_redeclare_ids_locked,
+	.reconnected_locked = lease_reconnected_locked,
+	.drop = lease_drop,
+};
+
+void lease_install_hooks(pb_client *c)
+{
+	c->hooks = &lease_hooks;
+}
+
+void lease_release_all(pb_client *c)
+{
+	pb_lease *list;
+
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		bool revoking = false;
+
+		for (pb_lease *l = c->leases; l; l = l->next)
+			revoking |= l->state == LEASE_REVOKING;
+		if (!revoking)
+			break;
+		pthread_cond_wait(&c->cond, &c->lock);
+	}
+	list = c->leases;
+	c->leases = NULL;
+	c->cached_bytes = 0;
+	pthread_mutex_unlock(&c->lock);
+
+	/* Closing the socket returns every lease anyway; the explicit RELEASEs are pipelined, not awaited. */
+	while (list) {
+		pb_lease *l = list;
+
+		list = l->next;
+		if (l->state == LEASE_GONE) {
+			if (l->map_base)
+				munmap(l->map_base, l->map_bytes);
+			lease_free(l);
+		} else {
+			lease_release_now(c, l, false);
+		}
+	}
+}
+
+void pb_set_revoke_callback(pb_client *c, pb_revoke_fn fn, void *userdata)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->revoke_fn = fn;
+	c->revoke_userdata = userdata;
+	pthread_mutex_unlock(&c->lock);
+}
+
+int pb_lease_set_idle(pb_lease *l, int idle)
+{
+	pb_client *c;
+	uint64_t gen;
+	bool changed;
+	int r = 0;
+
+	if (!l)
+		return err_set(-EINVAL, "pb_lease_set_idle: lease is NULL");
+	if (l->client == NULL)
+		return 0; /* fallback memory: nobody to tell */
+	c = l->client;
+	pthread_mutex_lock(&c->lock);
+	switch (l->state) {
+	case LEASE_ACTIVE:
+		break;
+	case LEASE_CACHED:
+		r = err_set(-EINVAL, "lease %llu was released: the handle is no longer valid",
+			    (unsigned long long)l->id);
+		break;
+	case LEASE_REVOKING:
+	case LEASE_GONE:
+		r = err_set(-ESTALE,
+			    "lease %llu was revoked and given back by the library: its memory is gone "
+			    "(pb_lease_data is NULL); call pb_release on it",
+			    (unsigned long long)l->id);
+		break;
+	}
+	if (r == 0 && (lease_is_stale(l) || l->conn_gen != c->conn_gen))
+		r = err_set(-ESTALE,
+			    "lease %llu is from a pinbrokerd that is gone: still mapped here but no longer "
+			    "counted by the broker",
+			    (unsigned long long)l->id);
+	if (r < 0) {
+		pthread_mutex_unlock(&c->lock);
+		return r;
+	}
+	changed = __atomic_exchange_n(&l->idle, idle ? 1 : 0, __ATOMIC_ACQ_REL) != (idle ? 1 : 0);
+	gen = l->conn_gen;
+	pthread_mutex_unlock(&c->lock);
+	/* Idle leases are what the daemon revokes first; tell it only on a change. A shared lease
+	 * is never idle there (its attachers may be using it): the flag only tells this library
+	 * that it may give the memory back itself on a revoke. */
+	if (changed && !l->shared && !l->attached)
+		conn_send_set_idle(c, l->id, idle != 0, gen);
+	return 0;
+}
+
+int pb_lease_numa_node(const pb_lease *l, int *misplaced)
+{
+	if (misplaced)
+		*misplaced = l && l->misplaced;
+	return l && l->client ? l->numa_node : -1;
+}
+
+int pb_lease_stale(const pb_lease *l)
+{
+	return l && l->client && lease_is_stale(l);
+}
+
+void *pb_lease_data(const pb_lease *l)
+{
+	return l ? __atomic_load_n(&l->data, __ATOMIC_ACQUIRE) : NULL;
+}
+
+size_t pb_lease_size(const pb_lease *l)
+{
+	return l ? l->size_bytes : 0;
+}
+
+size_t pb_lease_page_size(const pb_lease *l)
+{
+	return l ? l->page_size_bytes : 0;
+}
+
+uint64_t pb_lease_id(const pb_lease *l)
+{
+	return l ? l->id : 0;
+}
+
+enum pb_memory_kind pb_lease_kind(const pb_lease *l)
+{
+	return l ? __atomic_load_n(&l->kind, __ATOMIC_ACQUIRE) : PB_MEM_FALLBACK;
+}
+
+int pb_lease_cuda_registered(const pb_lease *l)
+{
+	return l && l->cuda_registered;
+}
+
+int pb_lease_hugetlb(const pb_lease *l)
+{
+	return l && l->hugetlb;
+}
+
+size_t pb_lease_chunks(const pb_lease *l)
+{
+	return l ? l->chunks : 0;
+}
+
+const char *pb_lease_fallback_reason(const pb_lease *l)
+{
+	return l && l->kind == PB_MEM_FALLBACK ? l->fallback_reason : NULL;
+}
+/* libpinbroker's lease mapping: a lease's chunks mapped back to back into one range, unmapped, retired. */
+#define _GNU_SOURCE
+#include "lib-int.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cuda.h"
+
+/* A PMD's worth of memory: the alignment that lets a mapping use 2 MiB pages. */
+#define HUGE_PMD_BYTES (UINT64_C(2) * 1024 * 1024)
+
+int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, void **base_ret, size_t *map_bytes_ret)
+{
+	uint64_t sys_page_bytes = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t page = ls->page_size, total = 0, align, reserve_bytes;
+	uint8_t *res, *base, *end;
+	size_t off = 0;
+
+	if (page < sys_page_bytes || (page & (page - 1)) != 0)
+		return err_set(-EPROTO, "pinbrokerd sent a lease with page size %llu", (unsigned long long)page);
+	for (size_t i = 0; i < ls->n_chunk_bytes; i++) {
+		uint64_t cb = ls->chunk_bytes[i];
+		struct stat st;
+
+		if (cb == 0 || cb % page != 0 || total + cb < total)
+			return err_set(-EPROTO, "pinbrokerd sent a bad chunk size %llu", (unsigned long long)cb);
+		/* A chunk shorter than announced would SIGBUS the application on first touch. */
+		if (fstat(fds[i], &st) < 0 || (uint64_t)st.st_size < cb)
+			return err_set(-EPROTO, "lease chunk %zu is shorter than announced", i);
+		total += cb;
+	}
+	if (ls->size == 0 || ls->size > total || total > SIZE_MAX / 2)
+		return err_set(-EPROTO, "pinbrokerd sent a lease of %llu bytes in %llu bytes of chunks",
+			       (unsigned long long)ls->size, (unsigned long long)total);
+
+	/*
+	 * hugetlb mappings must start on a huge-page boundary, and THP-collapsed chunks are PMD-mapped
+	 * only from one (the daemon puts whole chunks first, the tail last): over-reserve, then trim.
+	 */
+	align = page > sys_page_bytes ? page : total >= HUGE_PMD_BYTES ? HUGE_PMD_BYTES : 0;
+	reserve_bytes = total + align;
+	res = mmap(NULL, reserve_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (res == MAP_FAILED)
+		return err_set(-errno, "cannot reserve %llu bytes of address space: %m", (unsigned long long)total);
+	base = align ? (uint8_t *)(((uintptr_t)res + align - 1) & ~(uintptr_t)(align - 1)) : res;
+	end = res + reserve_bytes;
+	if (base > res)
+		munmap(res, (size_t)(base - res));
+	if (base + total < end)
+		munmap(base + total, (size_t)(end - (base + total)));
+
+	for (size_t i = 0; i < ls->n_chunk_bytes; i++) {
+		/* MAP_POPULATE: the daemon's pages are resident already; this only fills page tables,
+		 * so the application's first touch costs nothing. */
+		if (mmap(base + off, ls->chunk_bytes[i], PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
+			 fds[i], 0) == MAP_FAILED) {
+			int err = -errno;
+
+			munmap(base, total);
+			return err_set(err, "cannot map lease chunk %zu: %s", i, strerror(-err));
+		}
+		off += ls->chunk_bytes[i];
+	}
+	*base_ret = base;
+	*map_bytes_ret = total;
+	return 0;
+}
+
+void map_release(pb_lease *l)
+{
+	if (l->registration) {
+		if (l->cuda_registered)
+			pbcuda_unregister(l->data);
+		l->cuda_registered = false;
+		__atomic_store_n(&l->data, NULL, __ATOMIC_RELEASE);
+		return;
+	}
+	if (l->cuda_registered)
+		pbcuda_unregister(l->map_base);
+	l->cuda_registered = false;
+	if (l->map_base)
+		munmap(l->map_base, l->map_bytes);
+	l->map_base = NULL;
+	__atomic_store_n(&l->data, NULL, __ATOMIC_RELEASE);
+}
+
+/*
+ * Give up the memory of a lease the application still holds a pointer to: its
+ * range becomes PROT_NONE rather than unmapped, so a stale access faults
+ * instead of landing in whatever the process maps there next.
+ */
+void map_retire(pb_lease *l)
+{
+	/* The caller's own memory is never ours to take away: only the charge goes. */
+	if (l->registration) {
+		map_release(l);
+		__atomic_store_n(&l->kind, PB_MEM_REVOKED, __ATOMIC_RELEASE);
+		return;
+	}
+	if (l->cuda_registered)
+		pbcuda_unregister(l->map_base);
+	l->cuda_registered = false;
+	/* Data first: whoever sees PB_MEM_REVOKED also sees NULL data. */
+	__atomic_store_n(&l->data, NULL, __ATOMIC_RELEASE);
+	__atomic_store_n(&l->kind, PB_MEM_REVOKED, __ATOMIC_RELEASE);
+	if (mmap(l->map_base, l->map_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+		 0) == MAP_FAILED) {
+		munmap(l->map_base, l->map_bytes);
+		l->map_base = NULL;
+	}
+}
+/* libpinbroker's view of the GPU: its NUMA node (driver, else sysfs), for placing leases, and CUDA's presence. */
+#define _GNU_SOURCE
+#include "lib-int.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda.h"
+
+/*
+ * A GPU's node from <PINBROKER_SYS_ROOT>/sys/bus/pci/devices/BUS/numa_node (the domain added when
+ * missing, lower case, as sysfs names devices); -1 when it cannot tell.
+ */
+static int bus_node(const char *bus)
+{
+	const char *root = getenv("PINBROKER_SYS_ROOT");
+	char name[32], path[4200], line[32];
+	size_t n = 0;
+	FILE *f;
+	int node = -1;
+
+	if (!strchr(bus, ':') || strlen(bus) > 20)
+		return -1;
+	/* "3b:00.0" has one colon; "0000:3b:00.0" two. */
+	if (strchr(bus, ':') == strrchr(bus, ':'))
+		n = (size_t)snprintf(name, sizeof(name), "0000:");
+	for (const char *c = bus; *c && n + 1 < sizeof(name); c++)
+		name[n++] = (char)tolower((unsigned char)*c);
+	name[n] = 0;
+	snprintf(path, sizeof(path), "%s/sys/bus/pci/devices/%s/numa_node", root ? root : "", name);
+	f = fopen(path, "re");
+	if (f) {
+		if (fgets(line, sizeof(line), f))
+			node = atoi(line);
+		fclose(f);
+	}
+	return node >= 0 ? node : -1;
+}
+
+/*
+ * A GPU's node: the driver's CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID first (the only source on hosts whose
+ * firmware leaves sysfs numa_node at -1, as the H200 test VM does), then sysfs through its PCI bus id.
+ */
+int pb_gpu_numa_node(const char *gpu)
+{
+	char bus[64];
+	int node;
+
+	if (!gpu || !*gpu)
+		return -1;
+	node = pbcuda_host_numa_node(gpu);
+	if (node >= 0)
+		return node;
+	if (strchr(gpu, ':'))
+		return bus_node(gpu);
+	return pbcuda_bus_id(gpu, bus, sizeof(bus)) == 0 ? bus_node(bus) : -1;
+}
+
+/* The node an acquire asks for (PB_ACQUIRE_NUMA_NODE, _GPU, _ANY_NODE, else the current CUDA device's), or -1. */
+int gpu_acquire_node(const struct pb_acquire_opts *opts)
+{
+	static __thread char last_bus[64];
+	static __thread int last_node = -1;
+	uint32_t flags = opts ? opts->flags : 0;
+	char bus[64];
+
+	if (flags & PB_ACQUIRE_ANY_NODE)
+		return -1;
+	if (flags & PB_ACQUIRE_NUMA_NODE)
+		return opts->numa_node >= 0 ? opts->numa_node : -1;
+	if (flags & PB_ACQUIRE_GPU)
+		return pb_gpu_numa_node(opts->gpu);
+	/* No CUDA asked for, or none here: no preference (and no driver loaded for it). */
+	if ((flags & PB_ACQUIRE_NO_CUDA) || pbcuda_bus_id(NULL, bus, sizeof(bus)) < 0)
+		return -1;
+	/* Resolved once per device a thread switches to: the driver's answer, else sysfs's. */
+	if (strcmp(bus, last_bus) != 0) {
+		snprintf(last_bus, sizeof(last_bus), "%s", bus);
+		last_node = pbcuda_host_numa_node(NULL);
+		if (last_node < 0)
+			last_node = bus_node(bus);
+	}
+	return last_node;
+}
+
+int pb_cuda_available(const char **reason)
+{
+	return pbcuda_available(reason);
+}
+/* libpinbroker's receiver thread: HELLO, reading the daemon's packets, reconnecting and re-declaring leases. */
+#define _GNU_SOURCE
+#include "lib-int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util.h"
+#include "wire.h"
+
+/* How long pb_disconnect waits for the daemon to answer its RELEASEs and close. */
+#define DISCONNECT_DRAIN_MS 2000
+/* A daemon that does not answer HELLO in this time is wedged; fail pb_connect instead of hanging. */
+#define HELLO_TIMEOUT_MS 10000
+/* After losing the daemon, keep trying this long: systemd restarts it within seconds
+ * (RestartSec=1s), and the daemon keeps our leases for redeclare-grace-ms (10 s). */
+#define RECONNECT_WINDOW_MS 60000
+#define RECONNECT_BACKOFF_MIN_MS 20
+#define RECONNECT_BACKOFF_MAX_MS 1000
+
+/*
+ * HELLO is read here, before the receiver thread exists (or on it, when it
+ * reconnects): nothing else can arrive first. *instance_id gets the daemon's
+ * instance, 0 if it names none.
+ */
+int receiver_hello(pb_client *c, const char *path, uint64_t *instance_id)
+{
+	Pinbroker__V1__Hello hello = PINBROKER__V1__HELLO__INIT;
 	Request req = PINBROKER__V1__REQUEST__INIT;
-	struct waiter w;
+	struct timeval tv = { .tv_sec = HELLO_TIMEOUT_MS / 1000, .tv_usec = (HELLO_TIMEOUT_MS % 1000) * 1000 };
+	struct timeval forever = { 0, 0 };
+	int fds[PB_MAX_FDS_PER_MSG];
+	Reply *rep;
+	size_t nfds;
+	ssize_t n;
 	int r;
 
-	if ((rules && !nrules) || (jobs && !njobs))
-		return set_error(-EINVAL, "pb_quota_list: a list without its count");
-	if (rules) {
-		*rules = NULL;
-		*nrules = 0;
+	hello.version = PB_PROTOCOL_VERSION;
+	hello.client_name = program_invocation_short_name;
+	req.has_seq = 1;
+	req.seq = c->next_seq++;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_HELLO;
+	req.hello = &hello;
+	r = conn_send_packed(c->sock, &req);
+	if (r < 0)
+		return err_set(r == -EPIPE ? -ECONNRESET : r, "cannot send HELLO to %s: %s", path, strerror(-r));
+
+	setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	n = wire_recv(c->sock, c->rxbuf, PB_MAX_MSG_BYTES, fds, PB_MAX_FDS_PER_MSG, &nfds);
+	setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &forever, sizeof(forever));
+	if (n == -EAGAIN)
+		return err_set(-ETIMEDOUT, "pinbrokerd at %s did not answer HELLO within %d ms", path,
+			       HELLO_TIMEOUT_MS);
+	if (n == 0)
+		return err_set(-ECONNRESET, "pinbrokerd at %s closed the connection during HELLO", path);
+	if (n < 0)
+		return err_set((int)n, "reading HELLO reply from %s: %s", path, strerror((int)-n));
+	wire_close_fds(fds, nfds);
+	rep = pinbroker__v1__reply__unpack(NULL, (size_t)n, c->rxbuf);
+	if (!rep)
+		return err_set(-EPROTO, "malformed HELLO reply from %s", path);
+	if (rep->status == PINBROKER__V1__STATUS_CODE__STATUS_VERSION_MISMATCH) {
+		r = err_set(-EPROTONOSUPPORT, "pinbrokerd does not speak protocol version %d: %s", PB_PROTOCOL_VERSION,
+			    rep->message ? rep->message : "version mismatch");
+	} else if (rep->status != PINBROKER__V1__STATUS_CODE__STATUS_OK) {
+		r = err_reply(rep);
+	} else if (rep->body_case != PINBROKER__V1__REPLY__BODY_HELLO || !rep->has_seq || rep->seq != req.seq) {
+		r = err_set(-EPROTO, "unexpected answer to HELLO from %s", path);
+	} else {
+		*instance_id = rep->hello->has_instance_id ? rep->hello->instance_id : 0;
+		__atomic_store_n(&c->registrations, rep->hello->has_registrations && rep->hello->registrations,
+				 __ATOMIC_RELEASE);
+		r = 0;
 	}
-	if (jobs) {
-		*jobs = NULL;
-		*njobs = 0;
+	pinbroker__v1__reply__free_unpacked(rep, NULL);
+	return r;
+}
+
+/*
+ * Wait for the next reconnect attempt: up to ms (0: until asked), or at once
+ * when a call asked for one. Returns false once pb_disconnect started; else
+ * *attempt_for says which asks the attempt will answer.
+ */
+static bool wait_for_attempt(pb_client *c, unsigned ms, uint64_t *attempt_for)
+{
+	struct timespec until;
+	bool go_on;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += ms / 1000;
+	until.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
 	}
-	req.body_case = PINBROKER__V1__REQUEST__BODY_QUOTA_LIST;
-	req.quota_list = &ql;
-	r = quota_call(c, &req, "QUOTA_LIST", &w);
+	pthread_mutex_lock(&c->lock);
+	while (!c->closing && c->kick_gen <= c->served_gen) {
+		if (ms == 0)
+			pthread_cond_wait(&c->cond, &c->lock);
+		else if (pthread_cond_timedwait(&c->cond, &c->lock, &until) == ETIMEDOUT)
+			break;
+	}
+	go_on = !c->closing;
+	*attempt_for = c->kick_gen;
+	pthread_mutex_unlock(&c->lock);
+	return go_on;
+}
+
+/*
+ * Re-declare ids to the daemon instance that granted them and wait for its
+ * answer here, on the receiver thread, dispatching whatever else arrives
+ * meanwhile. *adopted (malloc'd, *nadopted) lists the ids it took back.
+ * Returns 0, or a negative errno when no answer came.
+ */
+static int redeclare(pb_client *c, uint64_t *ids, size_t n, uint64_t instance_id, uint64_t **adopted, size_t *nadopted)
+{
+	Pinbroker__V1__Redeclare rd = PINBROKER__V1__REDECLARE__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	uint64_t give_up = now_ms() + HELLO_TIMEOUT_MS;
+	int r;
+
+	*adopted = NULL;
+	*nadopted = 0;
+	rd.n_lease_ids = n;
+	rd.lease_ids = ids;
+	rd.has_instance_id = instance_id != 0;
+	rd.instance_id = instance_id;
+	pthread_mutex_lock(&c->lock);
+	req.has_seq = 1;
+	req.seq = c->next_seq++;
+	pthread_mutex_unlock(&c->lock);
+	req.body_case = PINBROKER__V1__REQUEST__BODY_REDECLARE;
+	req.redeclare = &rd;
+	r = conn_send_packed(c->sock, &req);
 	if (r < 0)
 		return r;
-	r = quota_copy(w.reply->quota, rules, nrules, jobs, njobs);
-	waiter_cleanup(&w);
+	for (;;) {
+		struct pollfd p = { .fd = c->sock, .events = POLLIN };
+		int fds[PB_MAX_FDS_PER_MSG];
+		uint64_t now = now_ms();
+		size_t nfds;
+		Reply *rep;
+		ssize_t len;
+
+		if (now >= give_up)
+			return -ETIMEDOUT;
+		if (poll(&p, 1, (int)(give_up - now)) <= 0)
+			continue;
+		len = wire_recv(c->sock, c->rxbuf, PB_MAX_MSG_BYTES, fds, PB_MAX_FDS_PER_MSG, &nfds);
+		if (len <= 0)
+			return len == 0 ? -ECONNRESET : (int)len;
+		rep = pinbroker__v1__reply__unpack(NULL, (size_t)len, c->rxbuf);
+		if (!rep) {
+			wire_close_fds(fds, nfds);
+			return -EPROTO;
+		}
+		if (rep->has_seq && rep->seq == req.seq) {
+			wire_close_fds(fds, nfds);
+			if (rep->status == PINBROKER__V1__STATUS_CODE__STATUS_OK &&
+			    rep->body_case == PINBROKER__V1__REPLY__BODY_REDECLARE && rep->redeclare->n_adopted > 0) {
+				*adopted = malloc(rep->redeclare->n_adopted * sizeof(**adopted));
+				if (*adopted) {
+					memcpy(*adopted, rep->redeclare->adopted,
+					       rep->redeclare->n_adopted * sizeof(**adopted));
+					*nadopted = rep->redeclare->n_adopted;
+				}
+			}
+			pinbroker__v1__reply__free_unpacked(rep, NULL);
+			return 0;
+		}
+		conn_dispatch(c, rep, fds, nfds);
+	}
+}
+
+/*
+ * One reconnect attempt: connect again on the same path, say HELLO, and,
+ * when it is the daemon instance that granted our leases (a restart that
+ * adopted systemd's fd store), re-declare them so it keeps counting them.
+ * Every other lease becomes stale (through c->hooks): still mapped here (the
+ * new daemon counts it as orphaned while it is), no longer a lease, and never
+ * named on the wire again (its id may be reused by the new instance).
+ * The new socket replaces the old one at the same fd number (dup3) under
+ * sock_lock, so no request checked against the old connection can reach it.
+ * Returns 0 when connected again.
+ */
+static int try_reconnect(pb_client *c)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	uint64_t instance_id = 0, *ids = NULL, *adopted = NULL, *away = NULL;
+	pb_lease *drop = NULL;
+	size_t n = 0, nadopted = 0, n_away = 0;
+	bool same;
+	int s, r;
+
+	memcpy(sa.sun_path, c->path, sizeof(c->path));
+	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -errno;
+	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		r = -errno;
+		close(s);
+		return err_set(r, "no pinbrokerd at %s: %s", c->path, strerror(-r));
+	}
+	pthread_rwlock_wrlock(&c->sock_lock);
+	r = dup3(s, c->sock, O_CLOEXEC) < 0 ? -errno : 0;
+	pthread_rwlock_unlock(&c->sock_lock);
+	close(s);
+	if (r < 0)
+		return r;
+	r = receiver_hello(c, c->path, &instance_id);
+	if (r < 0)
+		goto fail;
+
+	pthread_mutex_lock(&c->lock);
+	/* A daemon that names no instance is taken for a new one: re-declaring to it could adopt someone's id. */
+	same = instance_id != 0 && instance_id == c->instance_id;
+	if (same)
+		ids = c->hooks->redeclare_ids_locked(c, instance_id, &n);
+	pthread_mutex_unlock(&c->lock);
+
+	if (n > 0) {
+		r = redeclare(c, ids, n, instance_id, &adopted, &nadopted);
+		if (r == -ECONNRESET || r == -EPROTO)
+			goto fail;
+		/* No answer in time: nothing counts as adopted; those leases go stale below. */
+	}
+
+	pthread_mutex_lock(&c->lock);
+	if (same && c->away_instance == instance_id && c->n_away > 0) {
+		away = c->away_ids;
+		n_away = c->n_away;
+		c->away_ids = NULL;
+		c->n_away = c->cap_away = 0;
+	} else if (!same) {
+		c->n_away = 0; /* another instance: what the old one held died with it */
+	}
+	c->conn_gen++;
+	drop = c->hooks->reconnected_locked(c, same, instance_id, adopted, nadopted);
+	c->instance_id = instance_id;
+	c->dead = 0;
+	c->dead_reason[0] = '\0';
+	pthread_mutex_unlock(&c->lock);
+	c->hooks->drop(drop);
+	/* What was let go while we were away: the restarted daemon holds it for this pid until told. Replies
+	 * (OK, or not-found where the old daemon had already freed it) have no waiter and are dropped. */
+	for (size_t i = 0; i < n_away; i++)
+		conn_send_release(c, away[i], 0);
+	free(away);
+	free(ids);
+	free(adopted);
+	return 0;
+fail:
+	free(ids);
+	free(adopted);
+	/* Whatever answered is not usable: hang up so the next attempt starts clean. */
+	shutdown(c->sock, SHUT_RDWR);
 	return r;
+}
+
+/*
+ * The daemon went away (crash, restart): try again with backoff for
+ * RECONNECT_WINDOW_MS (systemd restarts it within seconds, RestartSec=1s, and
+ * it keeps our leases for redeclare-grace-ms), then only when a call asks.
+ * Returns 0 when connected again, -ECANCELED when pb_disconnect started.
+ */
+static int reconnect(pb_client *c)
+{
+	uint64_t give_up = now_ms() + RECONNECT_WINDOW_MS;
+	unsigned wait_ms = RECONNECT_BACKOFF_MIN_MS;
+
+	for (;;) {
+		uint64_t attempt_for;
+		int r;
+
+		if (!wait_for_attempt(c, now_ms() > give_up ? 0 : wait_ms, &attempt_for))
+			return -ECANCELED;
+		wait_ms = wait_ms * 2 > RECONNECT_BACKOFF_MAX_MS ? RECONNECT_BACKOFF_MAX_MS : wait_ms * 2;
+		r = try_reconnect(c);
+		pthread_mutex_lock(&c->lock);
+		if (attempt_for > c->served_gen)
+			c->served_gen = attempt_for;
+		if (r < 0)
+			snprintf(c->dead_reason, sizeof(c->dead_reason), "reconnecting failed: %.120s",
+				 pb_last_error());
+		pthread_cond_broadcast(&c->cond);
+		pthread_mutex_unlock(&c->lock);
+		if (r == 0)
+			return 0;
+	}
+}
+
+static void *receiver_main(void *arg)
+{
+	pb_client *c = arg;
+	int fds[PB_MAX_FDS_PER_MSG];
+	char reason[sizeof(c->dead_reason)];
+	size_t nfds;
+	ssize_t n;
+
+	for (;;) {
+		for (;;) {
+			Reply *rep;
+
+			n = wire_recv(c->sock, c->rxbuf, PB_MAX_MSG_BYTES, fds, PB_MAX_FDS_PER_MSG, &nfds);
+			if (n == 0) {
+				snprintf(reason, sizeof(reason), "pinbrokerd closed the connection");
+				break;
+			}
+			if (n < 0) {
+				snprintf(reason, sizeof(reason), "receiving: %s", strerror((int)-n));
+				break;
+			}
+			rep = pinbroker__v1__reply__unpack(NULL, (size_t)n, c->rxbuf);
+			if (!rep) {
+				wire_close_fds(fds, nfds);
+				snprintf(reason, sizeof(reason), "malformed packet from pinbrokerd");
+				break;
+			}
+			conn_dispatch(c, rep, fds, nfds);
+		}
+
+		/* Hang up for real, so the daemon returns our leases even if it was we who saw garbage. */
+		shutdown(c->sock, SHUT_RDWR);
+		pthread_mutex_lock(&c->lock);
+		c->dead = -ECONNRESET;
+		snprintf(c->dead_reason, sizeof(c->dead_reason), "%s", reason);
+		/* Every call in flight fails now; the next one reconnects. */
+		for (struct waiter *w = c->waiters; w; w = w->next)
+			if (!w->done) {
+				w->err = -ECONNRESET;
+				w->done = true;
+			}
+		pthread_cond_broadcast(&c->cond);
+		if (c->closing) {
+			pthread_mutex_unlock(&c->lock);
+			break;
+		}
+		snprintf(c->dead_reason, sizeof(c->dead_reason), "%.140s; reconnecting", reason);
+		pthread_mutex_unlock(&c->lock);
+		if (reconnect(c) < 0)
+			break;
+	}
+	return NULL;
+}
+
+int receiver_start(pb_client *c)
+{
+	sigset_t all, old;
+	int r;
+
+	/* The receiver thread takes no signals: they belong to the application's threads. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	r = -pthread_create(&c->receiver, NULL, receiver_main, c);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (r < 0)
+		return err_set(r, "cannot start the receiver thread: %s", strerror(-r));
+	c->receiver_started = true;
+	return 0;
+}
+
+void receiver_stop(pb_client *c)
+{
+	pthread_mutex_lock(&c->lock);
+	c->closing = true;
+	pthread_cond_broadcast(&c->cond); /* wakes a reconnect backoff */
+	pthread_mutex_unlock(&c->lock);
+	/*
+	 * Half-close, so the daemon still reads the pipelined RELEASEs and answers
+	 * them (a full shutdown made its first answer fail, and it dropped the
+	 * connection with the later RELEASEs unread: those leases then stayed
+	 * counted until this process exited). The receiver drains the answers and
+	 * sees EOF when the daemon closes; a daemon that does not close within
+	 * DISCONNECT_DRAIN_MS is cut off.
+	 */
+	shutdown(c->sock, SHUT_WR);
+	if (c->receiver_started) {
+		struct timespec until;
+
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += DISCONNECT_DRAIN_MS / 1000;
+		until.tv_nsec += (long)(DISCONNECT_DRAIN_MS % 1000) * 1000000L;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
+		}
+		if (pthread_timedjoin_np(c->receiver, NULL, &until) != 0) {
+			shutdown(c->sock, SHUT_RDWR);
+			pthread_join(c->receiver, NULL);
+		}
+	} else {
+		shutdown(c->sock, SHUT_RDWR);
+	}
+}
+/* libpinbroker's connection: sending requests, waiting for replies, dispatching what the receiver reads. */
+#define _GNU_SOURCE
+#include "lib-int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wire.h"
+
+/* Sanity bound on one lease's chunk count: 2^20 chunks of 2 MiB is 2 TiB. */
+#define MAX_CHUNKS_PER_LEASE (1u << 20)
+/* Requests are a few dozen bytes; pack them on the stack unless they are unusually large. */
+#define REQUEST_STACK_BYTES 512
+
+bool conn_on_receiver_thread(const pb_client *c)
+{
+	return c->receiver_started && pthread_equal(pthread_self(), c->receiver);
+}
+
+int conn_send_packed(int sock, const Request *req)
+{
+	uint8_t stack[REQUEST_STACK_BYTES];
+	size_t len = pinbroker__v1__request__get_packed_size(req);
+	uint8_t *buf = len <= sizeof(stack) ? stack : malloc(len);
+	int r;
+
+	if (!buf)
+		return -ENOMEM;
+	pinbroker__v1__request__pack(req, buf);
+	/* SEQPACKET sends are atomic per packet, so threads need no lock to share the socket. */
+	r = wire_send(sock, buf, len, NULL, 0);
+	if (buf != stack)
+		free(buf);
+	return r;
+}
+
+/*
+ * Under c->lock: may a request go out now? -ECONNRESET while the connection is
+ * down; -ESTALE when gen (a lease's connection generation, 0 for requests that
+ * name no lease) is not the current connection's: the lease belongs to a
+ * daemon instance, or a connection, that is gone, and its id may now name
+ * another lease.
+ */
+static int may_send_locked(const pb_client *c, uint64_t gen)
+{
+	if (c->dead)
+		return -ECONNRESET;
+	if (gen && gen != c->conn_gen)
+		return -ESTALE;
+	return 0;
+}
+
+/* Fire and forget: the receiver thread drops the reply, which has no waiter. gen as for may_send_locked. */
+static int send_async(pb_client *c, Request *req, uint64_t gen)
+{
+	int r;
+
+	pthread_rwlock_rdlock(&c->sock_lock);
+	pthread_mutex_lock(&c->lock);
+	r = may_send_locked(c, gen);
+	if (r == 0) {
+		req->has_seq = 1;
+		req->seq = c->next_seq++;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (r == 0)
+		r = conn_send_packed(c->sock, req);
+	pthread_rwlock_unlock(&c->sock_lock);
+	return r == -EPIPE ? -ECONNRESET : r;
+}
+
+void conn_unlink_waiter_locked(pb_client *c, struct waiter *w)
+{
+	for (struct waiter **p = &c->waiters; *p; p = &(*p)->next)
+		if (*p == w) {
+			*p = w->next;
+			return;
+		}
+}
+
+/* Free what a finished waiter still holds: the reply and any fds nobody took. */
+void conn_waiter_cleanup(struct waiter *w)
+{
+	if (w->fds) {
+		wire_close_fds(w->fds, w->nfds);
+		free(w->fds);
+		w->fds = NULL;
+	}
+	if (w->reply)
+		pinbroker__v1__reply__free_unpacked(w->reply, NULL);
+	w->reply = NULL;
+}
+
+/*
+ * Under c->lock, with the connection down: have the receiver thread try to
+ * reconnect now, and wait until an attempt that began after this request has
+ * ended, so that "the next call reconnects" holds whatever the backoff.
+ */
+static void await_reconnect_locked(pb_client *c)
+{
+	uint64_t mine;
+
+	if (!c->receiver_started || c->closing)
+		return;
+	mine = ++c->kick_gen;
+	pthread_cond_broadcast(&c->cond);
+	while (c->dead && !c->closing && c->served_gen < mine)
+		pthread_cond_wait(&c->cond, &c->lock);
+}
+
+int conn_call(pb_client *c, Request *req, struct waiter *w, bool keep, uint64_t gen)
+{
+	int r;
+
+	memset(w, 0, sizeof(*w));
+	if (conn_on_receiver_thread(c))
+		return err_set(-EDEADLK, "cannot wait for pinbrokerd inside a revoke callback");
+	pthread_mutex_lock(&c->lock);
+	if (c->dead)
+		await_reconnect_locked(c);
+	pthread_mutex_unlock(&c->lock);
+
+	pthread_rwlock_rdlock(&c->sock_lock);
+	pthread_mutex_lock(&c->lock);
+	r = may_send_locked(c, gen);
+	if (r < 0) {
+		if (r == -ECONNRESET)
+			err_set(r, "connection to pinbrokerd lost: %s", c->dead_reason);
+		else
+			err_set(r, "the lease belongs to a pinbrokerd connection that is gone");
+		pthread_mutex_unlock(&c->lock);
+		pthread_rwlock_unlock(&c->sock_lock);
+		return r;
+	}
+	w->seq = c->next_seq++;
+	req->has_seq = 1;
+	req->seq = w->seq;
+	/* Linked before sending: the reply may arrive before this thread gets to wait. */
+	w->next = c->waiters;
+	c->waiters = w;
+	pthread_mutex_unlock(&c->lock);
+
+	r = conn_send_packed(c->sock, req);
+	pthread_rwlock_unlock(&c->sock_lock);
+
+	pthread_mutex_lock(&c->lock);
+	if (r < 0) {
+		conn_unlink_waiter_locked(c, w);
+		pthread_mutex_unlock(&c->lock);
+		if (r == -EPIPE)
+			r = -ECONNRESET;
+		return err_set(r, "cannot send to pinbrokerd: %s", strerror(-r));
+	}
+	while (!w->done)
+		pthread_cond_wait(&c->cond, &c->lock);
+	if (!keep || w->err || !w->reply)
+		conn_unlink_waiter_locked(c, w);
+	r = w->err;
+	if (r == -ECONNRESET)
+		err_set(r, "connection to pinbrokerd lost: %s", c->dead_reason);
+	pthread_mutex_unlock(&c->lock);
+	if (r == 0)
+		return 0;
+	if (r != -ECONNRESET)
+		err_set(r, "unusable reply from pinbrokerd: %s", pb_strerror(r));
+	/* A lease the daemon granted but we cannot take is still counted there: hand it back. */
+	if (w->reply && w->reply->status == PINBROKER__V1__STATUS_CODE__STATUS_OK &&
+	    w->reply->body_case == PINBROKER__V1__REPLY__BODY_LEASE)
+		conn_send_release(c, w->reply->lease->lease_id, w->conn_gen);
+	conn_waiter_cleanup(w);
+	return r;
+}
+
+int conn_send_release(pb_client *c, uint64_t id, uint64_t gen)
+{
+	Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+
+	rel.lease_id = id;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
+	req.release = &rel;
+	return send_async(c, &req, gen);
+}
+
+int conn_send_revoke_ack(pb_client *c, uint64_t id, uint64_t gen)
+{
+	Pinbroker__V1__RevokeAck ack = PINBROKER__V1__REVOKE_ACK__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+
+	ack.lease_id = id;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_REVOKE_ACK;
+	req.revoke_ack = &ack;
+	return send_async(c, &req, gen);
+}
+
+int conn_send_set_idle(pb_client *c, uint64_t id, bool idle, uint64_t gen)
+{
+	Pinbroker__V1__SetIdle si = PINBROKER__V1__SET_IDLE__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+
+	si.lease_id = id;
+	si.idle = idle;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_SET_IDLE;
+	req.set_idle = &si;
+	return send_async(c, &req, gen);
+}
+
+/* Send an admin or status request and check the status; *w holds the reply on success. */
+int conn_call_checked(pb_client *c, Request *req, struct waiter *w)
+{
+	int r;
+
+	if (!c)
+		return err_set(-ENOTCONN, "not connected to a broker");
+	r = conn_call(c, req, w, false, 0);
+	if (r < 0)
+		return r;
+	if (w->reply->status != PINBROKER__V1__STATUS_CODE__STATUS_OK) {
+		r = err_reply(w->reply);
+		conn_waiter_cleanup(w);
+	}
+	return r;
+}
+
+/* An older daemon would drop the never-revoke flag, or close the connection: ask it for neither. */
+int conn_need_registrations(const pb_client *c, const char *what)
+{
+	if (__atomic_load_n(&c->registrations, __ATOMIC_ACQUIRE))
+		return 0;
+	return err_set(-EOPNOTSUPP, "this pinbrokerd predates %s: upgrade it (the library asked for nothing)", what);
+}
+
+/*
+ * Under c->lock: remember that lease id of instance was let go while the connection was down. A daemon that
+ * dies frees a closed connection's leases only if it comes back without them; one restarted from systemd's fd
+ * store keeps them counted while this process runs, until told. Only the newest instance's ids are kept.
+ */
+void conn_note_away_locked(pb_client *c, uint64_t instance, uint64_t id)
+{
+	if (instance == 0)
+		return;
+	if (instance != c->away_instance) {
+		c->n_away = 0;
+		c->away_instance = instance;
+	}
+	if (c->n_away == c->cap_away) {
+		size_t cap = c->cap_away ? c->cap_away * 2 : 16;
+		uint64_t *ids = realloc(c->away_ids, cap * sizeof(*ids));
+
+		if (!ids)
+			return; /* then it stays counted until this process exits, as before */
+		c->away_ids = ids;
+		c->cap_away = cap;
+	}
+	c->away_ids[c->n_away++] = id;
+}
+
+static struct waiter *waiter_find_locked(pb_client *c, uint64_t seq)
+{
+	for (struct waiter *w = c->waiters; w; w = w->next)
+		if (w->seq == seq)
+			return w;
+	return NULL;
+}
+
+/* A LeaseFds packet: append its fds to the lease being collected. Under c->lock. */
+static void collect_lease_fds_locked(struct waiter *w, const Pinbroker__V1__LeaseFds *lf, int *fds, size_t nfds)
+{
+	if (w->done || !w->fds || !w->reply || w->reply->lease->lease_id != lf->lease_id ||
+	    lf->first_index != w->nfds || lf->count != nfds || nfds > w->fds_expected - w->nfds) {
+		wire_close_fds(fds, nfds);
+		if (!w->done) {
+			w->err = -EPROTO;
+			w->done = true;
+		}
+		return;
+	}
+	memcpy(w->fds + w->nfds, fds, nfds * sizeof(int));
+	w->nfds += nfds;
+	if (w->nfds == w->fds_expected)
+		w->done = true;
+}
+
+/* A reply to w's request. Takes rep; under c->lock. */
+static void deliver_reply_locked(struct waiter *w, Reply *rep, int *fds, size_t nfds)
+{
+	const Pinbroker__V1__Lease *ls;
+
+	w->reply = rep;
+	w->done = true;
+	if (rep->status != PINBROKER__V1__STATUS_CODE__STATUS_OK ||
+	    rep->body_case != PINBROKER__V1__REPLY__BODY_LEASE) {
+		wire_close_fds(fds, nfds);
+		return;
+	}
+	ls = rep->lease;
+	/* A registration charge is the one lease with no memory to map. */
+	if (ls->has_registration && ls->registration && ls->n_chunk_bytes == 0 && nfds == 0 && ls->fds_in_reply == 0)
+		return;
+	if (ls->n_chunk_bytes == 0 || ls->n_chunk_bytes > MAX_CHUNKS_PER_LEASE || ls->fds_in_reply != nfds ||
+	    nfds > ls->n_chunk_bytes) {
+		wire_close_fds(fds, nfds);
+		w->err = -EPROTO;
+		return;
+	}
+	w->fds = malloc(ls->n_chunk_bytes * sizeof(int));
+	if (!w->fds) {
+		wire_close_fds(fds, nfds);
+		w->err = -ENOMEM;
+		return;
+	}
+	memcpy(w->fds, fds, nfds * sizeof(int));
+	w->nfds = nfds;
+	w->fds_expected = ls->n_chunk_bytes;
+	/* The rest arrive in LeaseFds packets; the caller wakes only when it has them all. */
+	w->done = nfds == ls->n_chunk_bytes;
+}
+
+void conn_mark_revoked_locked(pb_client *c, uint64_t id)
+{
+	for (struct waiter *w = c->waiters; w; w = w->next)
+		if (w->reply && w->reply->body_case == PINBROKER__V1__REPLY__BODY_LEASE &&
+		    w->reply->lease->lease_id == id)
+			w->revoked = true;
+}
+
+void conn_dispatch(pb_client *c, Reply *rep, int *fds, size_t nfds)
+{
+	struct waiter *w;
+	uint64_t seq = rep->has_seq ? rep->seq : 0;
+
+	if (seq == 0) {
+		wire_close_fds(fds, nfds);
+		if (rep->body_case == PINBROKER__V1__REPLY__BODY_REVOKE)
+			c->hooks->revoke(c, rep->revoke->lease_id, rep->revoke->deadline_ms);
+		pinbroker__v1__reply__free_unpacked(rep, NULL);
+		return;
+	}
+	pthread_mutex_lock(&c->lock);
+	w = waiter_find_locked(c, seq);
+	if (!w || (w->reply && rep->body_case != PINBROKER__V1__REPLY__BODY_LEASE_FDS)) {
+		/* The answer to a fire-and-forget request, or leftovers of an abandoned lease. */
+		pthread_mutex_unlock(&c->lock);
+		wire_close_fds(fds, nfds);
+		pinbroker__v1__reply__free_unpacked(rep, NULL);
+		return;
+	}
+	/* The connection a lease came on decides where requests naming it may go. */
+	w->instance_id = c->instance_id;
+	w->conn_gen = c->conn_gen;
+	if (rep->body_case == PINBROKER__V1__REPLY__BODY_LEASE_FDS) {
+		collect_lease_fds_locked(w, rep->lease_fds, fds, nfds);
+		pinbroker__v1__reply__free_unpacked(rep, NULL);
+	} else {
+		deliver_reply_locked(w, rep, fds, nfds);
+	}
+	if (w->done)
+		pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
 }
