@@ -1,5 +1,4 @@
 /* SPDX-License-Identifier: MIT */
-/* libpinbroker's rooms not yet moved to their own files (issue 24, step 1, in progress); see lib-int.h. */
 /* libpinbroker's client: pb_connect builds one and wires its rooms together; pb_disconnect takes it down. */
 #define _GNU_SOURCE
 #include "lib-int.h"
