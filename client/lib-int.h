@@ -1,0 +1,291 @@
+/* SPDX-License-Identifier: MIT */
+/* libpinbroker's private header: the structs the rooms share, the lease room's hooks, and each room's verbs. */
+#pragma once
+
+/* Built with -fvisibility=hidden: only the public API gets default visibility, which the
+ * version script then exports. Everything declared below stays inside the library. */
+#pragma GCC visibility push(default)
+#include "pinbroker.h"
+#pragma GCC visibility pop
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pinbroker.pb-c.h"
+
+/*
+ * The rooms, one file each, their cross-room verbs under the file's prefix. A room calls only rooms
+ * below it in this list (every one calls lib-errors.c), so there is no import loop:
+ *   lib-client.c    pb_connect, pb_disconnect: builds a client, wires the rooms    (receiver, lease, cache)
+ *   lib-admin.c     metrics, config, admin revoke and set, job quotas               (status, conn)
+ *   lib-status.c    status_: STATUS paging and conversion                           (conn)
+ *   lib-share.c     pb_lease_share, pb_attach                                       (acquire, lease, conn)
+ *   lib-register.c  pb_register, pb_unregister, unbrokered reports                  (acquire, conn)
+ *   lib-acquire.c   acquire_: granted lease to pb_lease; pb_acquire, fallback, pb_release
+ *                                                                    (cache, lease, map, gpu, conn)
+ *   lib-cache.c     cache_: released leases kept for a fast re-acquire              (lease)
+ *   lib-lease.c     lease_: the lease list, release, revoke; fills conn_hooks       (map, conn)
+ *   lib-map.c       map_: a lease's chunks mapped back to back, unmapped, retired   (cuda.c)
+ *   lib-gpu.c       gpu_: the GPU's NUMA node, CUDA's availability                  (cuda.c)
+ *   lib-receiver.c  receiver_: HELLO, the receiver thread, reconnect, re-declare    (conn)
+ *   lib-conn.c      conn_: sending, waiting for replies, dispatching what arrives
+ *   lib-errors.c    err_: pb_last_error's text, errnos for the daemon's status codes
+ * The connection room (conn, receiver) acts on leases only through struct conn_hooks.
+ */
+
+typedef Pinbroker__V1__Request Request;
+typedef Pinbroker__V1__Reply Reply;
+
+enum lease_state {
+	LEASE_ACTIVE,   /* the application owns it */
+	LEASE_CACHED,   /* released by the application, kept mapped and registered for a fast re-acquire */
+	LEASE_REVOKING, /* the receiver thread is giving it back after a revoke; pb_release waits */
+	LEASE_GONE,     /* memory already returned by the library; the struct waits for pb_release */
+};
+
+struct pb_lease {
+	pb_client *client;            /* NULL for fallback memory */
+	struct pb_lease *prev, *next; /* client->leases, under client->lock */
+	enum lease_state state;
+	uint64_t id;
+	void *data;        /* what the application sees; NULL once GONE */
+	void *map_base;    /* the mapped range (== data until GONE) */
+	size_t size_bytes; /* usable: the request rounded up to the page size */
+	size_t map_bytes;  /* mapped: the sum of the chunks, >= size_bytes */
+	size_t page_size_bytes;
+	size_t chunks;
+	enum pb_memory_kind kind;
+	enum pb_priority priority;
+	bool cuda_registered;
+	bool hugetlb;
+	bool no_cuda;         /* acquired with PB_ACQUIRE_NO_CUDA: a cache hit must match */
+	bool no_revoke;       /* PB_ACQUIRE_NO_REVOKE or a registration: the daemon never takes it back, never cached */
+	bool registration;    /* pb_register: data is the caller's memory, nothing is mapped here */
+	int numa_node;        /* where the daemon says its pages are; -1 when not placed */
+	bool misplaced;       /* placed for a node and partly elsewhere */
+	bool revoke_pending;  /* the daemon wants it back: never cache it */
+	bool shared;          /* pb_lease_share gave out a token: others may map it, never cache it */
+	bool attached;        /* mapped by pb_attach: another process holds it; never cached or re-declared */
+	bool stale;           /* the broker no longer counts it (new instance, or not re-adopted): atomic */
+	uint64_t instance_id; /* of the daemon that granted it: (instance_id, id) names the lease */
+	uint64_t conn_gen;    /* the connection it is counted on; requests naming it go only there */
+	int idle;             /* pb_lease_set_idle; read by the receiver thread (atomic) */
+	char *fallback_reason;
+};
+
+/* One outstanding request. Lives on the caller's stack, linked into client->waiters. */
+struct waiter {
+	struct waiter *next;
+	uint64_t seq;
+	Reply *reply;
+	int *fds; /* a lease's chunk fds, collected across LeaseFds packets */
+	size_t nfds;
+	size_t fds_expected;
+	int err; /* 0, or a negative errno when no usable reply came */
+	bool done;
+	bool revoked;         /* a revoke came for the lease before pb_acquire published it */
+	uint64_t instance_id; /* the daemon instance and connection the reply came on */
+	uint64_t conn_gen;
+};
+
+/*
+ * What the connection room does to leases, as the lease room provides it: the receiver thread
+ * and the reconnect call through this table and never name a lease function, so the connection
+ * room has no import of the lease room. lib-lease.c fills it in; pb_connect installs it
+ * (lease_install_hooks) before the receiver thread starts.
+ */
+struct conn_hooks {
+	/* The daemon pushed REVOKE for lease id. On the receiver thread, without c->lock: it must never
+	 * wait for a reply, so all it sends is async. */
+	void (*revoke)(pb_client *c, uint64_t id, uint32_t deadline_ms);
+	/* Under c->lock, reconnected to instance_id, the daemon instance that granted our leases: the ids
+	 * to re-declare to it (malloc'd, *n of them), or NULL with *n 0 when out of memory. */
+	uint64_t *(*redeclare_ids_locked)(pb_client *c, uint64_t instance_id, size_t *n);
+	/* Under c->lock, as a reconnect completes (c->conn_gen already the new connection's): with same (the
+	 * instance that granted them), the leases in adopted move to the new connection; every other lease
+	 * goes stale. Cached ones are unlinked and returned, chained on ->next, for drop. */
+	pb_lease *(*reconnected_locked)(pb_client *c, bool same, uint64_t instance_id, const uint64_t *adopted,
+					size_t nadopted);
+	/* Unmap and free a chain reconnected_locked returned; without c->lock. */
+	void (*drop)(pb_lease *chain);
+};
+
+struct pb_client {
+	int sock;
+	const struct conn_hooks *hooks; /* the lease room's, set before the receiver starts; never changes */
+	bool registrations; /* the daemon's HELLO: it knows NO_REVOKE, REGISTER_ONLY, ReportUnbrokered (atomic) */
+	/*
+	 * Held shared around every send and exclusively while a reconnect swaps the
+	 * socket: a request checked against one connection (and daemon instance)
+	 * is never written to the next one. Taken before lock, never while waiting.
+	 */
+	pthread_rwlock_t sock_lock;
+	pthread_t receiver;
+	bool receiver_started;
+	pthread_mutex_t lock; /* guards everything below */
+	pthread_cond_t cond;  /* waiters completing, leases leaving LEASE_REVOKING */
+	uint64_t next_seq;
+	struct waiter *waiters;
+	int dead; /* 0, or a negative errno once the connection is gone */
+	char dead_reason[160];
+	struct pb_lease *leases;
+	size_t cache_limit_bytes;
+	size_t cached_bytes;
+	pb_revoke_fn revoke_fn;
+	void *revoke_userdata;
+	uint8_t *rxbuf;       /* PB_MAX_MSG_BYTES, used only by whoever is reading: HELLO, then the receiver */
+	char path[108];       /* the socket, for reconnecting after the daemon restarts */
+	bool closing;         /* pb_disconnect is running: never reconnect */
+	uint64_t instance_id; /* the daemon's, from HELLO; 0 if it sent none */
+	uint64_t conn_gen;    /* bumped by each reconnect */
+	/* A call that finds the connection down asks for an attempt now (kick_gen) and waits until
+	 * an attempt that started after its ask has ended (served_gen). */
+	uint64_t kick_gen, served_gen;
+	/*
+	 * Leases released while the connection was down (or whose RELEASE the dying connection lost), by the
+	 * instance that granted them. A restart that adopts systemd's fd store keeps them counted while this
+	 * process runs, so the reconnect that finds that instance again sends their RELEASE.
+	 */
+	uint64_t *away_ids;
+	size_t n_away, cap_away;
+	uint64_t away_instance;
+};
+
+/* The caller's memory that a pb_register charge is for. */
+struct reg_span {
+	void *p;
+	size_t bytes;
+};
+
+/* ---------------------------------------------------------------- lib-errors.c */
+
+/* Longest text pb_connect's failure keeps for pb_acquire_or_fallback(NULL, ...). */
+#define ERR_CONNECT_FAILURE_LEN 512
+
+/* Sets pb_last_error() from fmt; returns err, so callers can `return err_set(-E..., ...)`. */
+__attribute__((format(printf, 2, 3))) int err_set(int err, const char *fmt, ...);
+/* Empties pb_last_error() (it then reads "no error"). */
+void err_clear(void);
+/* A non-OK reply: returns its errno, with the daemon's message as pb_last_error() and err_daemon_message(). */
+int err_reply(const Reply *rep);
+/* The daemon's words for the last refusal in this thread ("" when none, or after err_forget_daemon_message). */
+const char *err_daemon_message(void);
+void err_forget_daemon_message(void);
+/* pb_connect's outcome, process-wide: failed keeps the current pb_last_error() text, succeeded clears it. */
+void err_connect_failed(void);
+void err_connect_succeeded(void);
+/* Why the last pb_connect failed, into buf; "not connected to a broker" when none did. */
+void err_connect_failure(char *buf, size_t len);
+
+/* ---------------------------------------------------------------- lib-conn.c */
+
+/* Packs and sends req on sock; 0 or -errno (-EPIPE when the daemon is gone). */
+int conn_send_packed(int sock, const Request *req);
+/*
+ * Send req and wait until its reply (and, for a lease, all its fds) has come.
+ * With keep, w stays linked so a revoke racing with pb_acquire finds it; the
+ * caller unlinks it under the lock. gen: the connection generation of the lease
+ * the request names, 0 when it names none. A call that finds the connection down
+ * first waits for one reconnect attempt. Returns 0 with w->reply set (any status),
+ * or a negative errno when the connection failed (-ECONNRESET: the daemon went
+ * away, also while this call was in flight) or the lease is stale (-ESTALE).
+ */
+int conn_call(pb_client *c, Request *req, struct waiter *w, bool keep, uint64_t gen);
+/* conn_call for a request naming no lease, with the status checked: 0 with w->reply OK, or -errno
+ * (the reply already freed). -ENOTCONN for a NULL c. */
+int conn_call_checked(pb_client *c, Request *req, struct waiter *w);
+/* Frees what a finished waiter still holds: the reply and any fds nobody took. */
+void conn_waiter_cleanup(struct waiter *w);
+/* Under c->lock: takes w off c->waiters (no-op when not linked). */
+void conn_unlink_waiter_locked(pb_client *c, struct waiter *w);
+/* Under c->lock: a revoke came for lease id before any pb_lease held it; its waiter (w->revoked) gives it back. */
+void conn_mark_revoked_locked(pb_client *c, uint64_t id);
+/* Fire-and-forget requests (the reply is dropped); gen as for conn_call. 0, -ECONNRESET or -ESTALE. */
+int conn_send_release(pb_client *c, uint64_t id, uint64_t gen);
+int conn_send_revoke_ack(pb_client *c, uint64_t id, uint64_t gen);
+int conn_send_set_idle(pb_client *c, uint64_t id, bool idle, uint64_t gen);
+/* Is the caller the receiver thread (which must never wait for a reply)? */
+bool conn_on_receiver_thread(const pb_client *c);
+/* Under c->lock: lease id of instance was let go while the connection was down; the reconnect that
+ * finds that instance again RELEASEs it. */
+void conn_note_away_locked(pb_client *c, uint64_t instance, uint64_t id);
+/* 0 when the daemon's HELLO said it knows never-revoke leases, registrations and unbrokered
+ * reports; else -EOPNOTSUPP with pb_last_error() naming what (the feature). */
+int conn_need_registrations(const pb_client *c, const char *what);
+/* One packet the receiver read: a reply to its waiter, the fds of a lease, or a push (REVOKE, through
+ * c->hooks). Takes rep and fds. */
+void conn_dispatch(pb_client *c, Reply *rep, int *fds, size_t nfds);
+
+/* ---------------------------------------------------------------- lib-receiver.c */
+
+/* Says HELLO on c->sock and reads the answer, before the receiver thread runs or on it.
+ * *instance_id gets the daemon's instance (0 if it names none). 0 or -errno, pb_last_error() set. */
+int receiver_hello(pb_client *c, const char *path, uint64_t *instance_id);
+/* Starts the receiver thread (it takes no signals). 0 or -errno, pb_last_error() set. */
+int receiver_start(pb_client *c);
+/* Stops reconnecting, half-closes, and joins the receiver once the daemon closed (or after a drain bound). */
+void receiver_stop(pb_client *c);
+
+/* ---------------------------------------------------------------- lib-gpu.c */
+
+/* The node an acquire asks for (PB_ACQUIRE_NUMA_NODE, _GPU, _ANY_NODE, else the current CUDA device's), or -1. */
+int gpu_acquire_node(const struct pb_acquire_opts *opts);
+
+/* ---------------------------------------------------------------- lib-map.c */
+
+/*
+ * Map a lease's chunks back to back into one reserved range, so CUDA can
+ * register it once (chunk-by-chunk registration breaks copies that span two
+ * chunks, measured on the H200). Does not close the fds. Returns 0 or -errno.
+ */
+int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, void **base_ret, size_t *map_bytes_ret);
+/* Unregisters and unmaps l's memory (a registration: only unregisters); data becomes NULL. */
+void map_release(pb_lease *l);
+/* Gives up the memory of a lease the application still points at: PROT_NONE, kind PB_MEM_REVOKED. */
+void map_retire(pb_lease *l);
+
+/* ---------------------------------------------------------------- lib-lease.c */
+
+/* Installs the lease room's struct conn_hooks on c. */
+void lease_install_hooks(pb_client *c);
+/* Under c->lock: put l on, or take it off, c->leases. */
+void lease_link_locked(pb_client *c, pb_lease *l);
+void lease_unlink_locked(pb_client *c, pb_lease *l);
+/* The broker no longer counts l (a new instance, or not re-adopted). */
+bool lease_is_stale(const pb_lease *l);
+/* Frees the struct only (not the memory). */
+void lease_free(pb_lease *l);
+/* Unmap, free, and RELEASE on the wire (awaited when wait and not on the receiver thread); 0 or -errno. */
+int lease_release_now(pb_client *c, pb_lease *l, bool wait);
+/* pb_disconnect's part: waits out revokes in progress, then releases every lease, pipelined. */
+void lease_release_all(pb_client *c);
+
+/* ---------------------------------------------------------------- lib-cache.c */
+
+/* The cache limit from PINBROKER_CACHE_BYTES (0, no caching, when unset or bad). */
+size_t cache_limit_from_env(void);
+/* Best fit among cached leases, made active again (*gen its connection), or NULL. */
+pb_lease *cache_take(pb_client *c, size_t size, bool no_cuda, enum pb_priority prio, uint64_t *gen);
+/* Under c->lock, for pb_release of an active lease: keeps it cached when it may be (true), else false. */
+bool cache_keep_locked(pb_client *c, pb_lease *l);
+
+/* ---------------------------------------------------------------- lib-acquire.c */
+
+/* The ACQUIRE for size bytes as opts asks, with the wire flags extra on top. */
+void acquire_message(Pinbroker__V1__Acquire *acq, uint64_t size, const struct pb_acquire_opts *opts, uint32_t extra);
+/*
+ * Send req (ACQUIRE or ATTACH), map the lease in the reply (for reg, register the caller's memory instead)
+ * and link it to c. A lease that the daemon revoked before it could be used is given back and fails:
+ * -EAGAIN for an acquire (host memory critical), -ENOENT for an attach.
+ */
+int acquire_call(pb_client *c, Request *req, const char *verb, uint32_t flags, bool attached,
+		 const struct reg_span *reg, pb_lease **ret);
+
+/* ---------------------------------------------------------------- lib-status.c */
+
+/* strdup of s ("" for NULL); sets *oom and returns NULL when out of memory. */
+char *status_strdup(const char *s, bool *oom);
+/* One job row, as STATUS and the quota replies carry it. */
+void status_job_copy(struct pb_job *y, const Pinbroker__V1__JobInfo *x);

@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: MIT */
+/* libpinbroker's lease mapping: a lease's chunks mapped back to back into one range, unmapped, retired. */
+#define _GNU_SOURCE
+#include "lib-int.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cuda.h"
+
+/* A PMD's worth of memory: the alignment that lets a mapping use 2 MiB pages. */
+#define HUGE_PMD_BYTES (UINT64_C(2) * 1024 * 1024)
+
+int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, void **base_ret, size_t *map_bytes_ret)
+{
+	uint64_t sys_page_bytes = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t page = ls->page_size, total = 0, align, reserve_bytes;
+	uint8_t *res, *base, *end;
+	size_t off = 0;
+
+	if (page < sys_page_bytes || (page & (page - 1)) != 0)
+		return err_set(-EPROTO, "pinbrokerd sent a lease with page size %llu", (unsigned long long)page);
+	for (size_t i = 0; i < ls->n_chunk_bytes; i++) {
+		uint64_t cb = ls->chunk_bytes[i];
+		struct stat st;
+
+		if (cb == 0 || cb % page != 0 || total + cb < total)
+			return err_set(-EPROTO, "pinbrokerd sent a bad chunk size %llu", (unsigned long long)cb);
+		/* A chunk shorter than announced would SIGBUS the application on first touch. */
+		if (fstat(fds[i], &st) < 0 || (uint64_t)st.st_size < cb)
+			return err_set(-EPROTO, "lease chunk %zu is shorter than announced", i);
+		total += cb;
+	}
+	if (ls->size == 0 || ls->size > total || total > SIZE_MAX / 2)
+		return err_set(-EPROTO, "pinbrokerd sent a lease of %llu bytes in %llu bytes of chunks",
+			       (unsigned long long)ls->size, (unsigned long long)total);
+
+	/*
+	 * hugetlb mappings must start on a huge-page boundary, and THP-collapsed chunks are PMD-mapped
+	 * only from one (the daemon puts whole chunks first, the tail last): over-reserve, then trim.
+	 */
+	align = page > sys_page_bytes ? page : total >= HUGE_PMD_BYTES ? HUGE_PMD_BYTES : 0;
+	reserve_bytes = total + align;
+	res = mmap(NULL, reserve_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (res == MAP_FAILED)
+		return err_set(-errno, "cannot reserve %llu bytes of address space: %m", (unsigned long long)total);
+	base = align ? (uint8_t *)(((uintptr_t)res + align - 1) & ~(uintptr_t)(align - 1)) : res;
+	end = res + reserve_bytes;
+	if (base > res)
+		munmap(res, (size_t)(base - res));
+	if (base + total < end)
+		munmap(base + total, (size_t)(end - (base + total)));
+
+	for (size_t i = 0; i < ls->n_chunk_bytes; i++) {
+		/* MAP_POPULATE: the daemon's pages are resident already; this only fills page tables,
+		 * so the application's first touch costs nothing. */
+		if (mmap(base + off, ls->chunk_bytes[i], PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
+			 fds[i], 0) == MAP_FAILED) {
+			int err = -errno;
+
+			munmap(base, total);
+			return err_set(err, "cannot map lease chunk %zu: %s", i, strerror(-err));
+		}
+		off += ls->chunk_bytes[i];
+	}
+	*base_ret = base;
+	*map_bytes_ret = total;
+	return 0;
+}
+
+void map_release(pb_lease *l)
+{
+	if (l->registration) {
+		if (l->cuda_registered)
+			pbcuda_unregister(l->data);
+		l->cuda_registered = false;
+		__atomic_store_n(&l->data, NULL, __ATOMIC_RELEASE);
+		return;
+	}
+	if (l->cuda_registered)
+		pbcuda_unregister(l->map_base);
+	l->cuda_registered = false;
+	if (l->map_base)
+		munmap(l->map_base, l->map_bytes);
+	l->map_base = NULL;
+	__atomic_store_n(&l->data, NULL, __ATOMIC_RELEASE);
+}
+
+/*
+ * Give up the memory of a lease the application still holds a pointer to: its
+ * range becomes PROT_NONE rather than unmapped, so a stale access faults
+ * instead of landing in whatever the process maps there next.
+ */
+void map_retire(pb_lease *l)
+{
+	/* The caller's own memory is never ours to take away: only the charge goes. */
+	if (l->registration) {
+		map_release(l);
+		__atomic_store_n(&l->kind, PB_MEM_REVOKED, __ATOMIC_RELEASE);
+		return;
+	}
+	if (l->cuda_registered)
+		pbcuda_unregister(l->map_base);
+	l->cuda_registered = false;
+	/* Data first: whoever sees PB_MEM_REVOKED also sees NULL data. */
+	__atomic_store_n(&l->data, NULL, __ATOMIC_RELEASE);
+	__atomic_store_n(&l->kind, PB_MEM_REVOKED, __ATOMIC_RELEASE);
+	if (mmap(l->map_base, l->map_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+		 0) == MAP_FAILED) {
+		munmap(l->map_base, l->map_bytes);
+		l->map_base = NULL;
+	}
+}
