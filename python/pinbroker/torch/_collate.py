@@ -55,7 +55,6 @@ def _leaf_bytes(nbytes: int) -> int:
     return _align(nbytes) + (_PAGE_BYTES if nbytes >= _PAGE_ALIGN_MIN_BYTES else 0)
 
 
-
 # ---------------------------------------------------------------------------------- collating into a slot
 
 
@@ -283,4 +282,3 @@ class _RingCollate:
                 ring.untake_slot(slot)
                 raise
             return _SlotBatch(ring.id, slot, desc, arena.off)
-

@@ -33,7 +33,6 @@ def _round_up(n: int, to: int) -> int:
     return (n + to - 1) // to * to
 
 
-
 def _probe_batch_bytes(dataset: Any, batch_size: Optional[int]) -> Optional[int]:
     """Bytes of one batch estimated from dataset[0], leaving every random-number generator as it was."""
     if batch_size is None or isinstance(dataset, IterableDataset):
@@ -388,4 +387,3 @@ class _PinnedIter:
 
     def __del__(self) -> None:
         self.active = False
-
