@@ -15,11 +15,10 @@ checkout, then the dynamic linker as libpinbroker.so.0)::
 Errors are OSError subclasses (:mod:`pinbroker.errors`) carrying errno and the daemon's message.
 """
 
-from ._core import (
+# The rooms (each imports only those above it): _lib (ctypes) <- _lease (Kind, Priority, Lease) <- _status
+# (status and admin calls) <- _client (Client, Registration, the module functions).
+from ._client import (
     Client,
-    Kind,
-    Lease,
-    Priority,
     Registration,
     RevokeCallback,
     acquire_or_fallback,
@@ -27,6 +26,7 @@ from ._core import (
     cuda_available,
     library_path,
 )
+from ._lease import Kind, Lease, Priority
 from .errors import (
     BrokerError,
     BudgetExhausted,
