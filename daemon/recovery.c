@@ -191,7 +191,7 @@ static void grace_cb(struct ev_loop *loop, ev_timer *w, int revents)
 		next = lease_next(b->leases, l);
 		if (l->state != LEASE_ORPHANED || l->owner)
 			continue;
-		/* Former attachers still run: the last one's exit frees it (revoker.c's exit holds). */
+		/* Former attachers still run: the last one's exit frees it (revoker-hold.c's exit holds). */
 		if (l->exit_holds > 0)
 			continue;
 		/* A holder still alive may still map the pages: they must not reach anyone else yet. */

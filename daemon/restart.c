@@ -41,7 +41,7 @@
  * has gone.
  */
 #define STATE_NAME "restart-state"
-/* A lease's pids, as recovery.c keeps them: past this many, the rest are not waited for. */
+/* A lease's pids, as the recovery state keeps them (RECOVERY_MAPPERS_MAX): past this many, the rest are not waited for. */
 #define SAVE_PIDS_MAX ORPHAN_PIDS_MAX
 /*
  * At most this share (1/n) of RLIMIT_NOFILE goes to pidfds of the processes a

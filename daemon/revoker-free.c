@@ -15,12 +15,6 @@
 #include "revoker-int.h"
 #include "util.h"
 
-static struct conn *owner_conn(const struct broker *b, const struct lease *l)
-{
-	/* owner is a struct conn * while the connection lives; NULL for ghosts and orphans. */
-	return l->owner;
-}
-
 void revoker_record(struct broker *b, const char *fmt, ...)
 {
 	struct revoker *rv = b->revoker;
@@ -72,7 +66,7 @@ void revoker_freed(struct broker *b)
 /* Free one lease, keeping its holder's and attachers' counts right, and log it. */
 void revoker_free_lease(struct broker *b, struct lease *l, const char *why)
 {
-	struct conn *c = owner_conn(b, l);
+	struct conn *c = revoker_owner(l);
 
 	log_event(EV_LEASE_RELEASED, LOG_INFO, l->id, l->uid, l->pid, "lease %llu released (%s): %llu bytes",
 		  (unsigned long long)l->id, why, (unsigned long long)l->bytes);

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include "broker.h"
+#include "lease.h"
 #include "monitor.h"
 #include "revoker.h"
 
@@ -82,6 +83,12 @@ struct revoker {
 	size_t ring_count;
 	size_t ring_next;
 };
+
+/* l's holder's connection: owner is a struct conn * while the connection lives; NULL for ghosts and orphans. */
+static inline struct conn *revoker_owner(const struct lease *l)
+{
+	return l->owner;
+}
 
 /* revoker-free.c: add an event to the revocation ring (pinctl status shows the last ones). */
 void revoker_record(struct broker *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -24,12 +24,6 @@
 
 static void arm_deadline_timer(struct broker *b);
 
-static struct conn *owner_conn(const struct broker *b, const struct lease *l)
-{
-	/* owner is a struct conn * while the connection lives; NULL for ghosts and orphans. */
-	return l->owner;
-}
-
 /*
  * A lease now falls due in deadline_ms: fire the deadline timer by then. Not
  * arm_deadline_timer's walk of every lease, which would make a revoke of
@@ -159,7 +153,7 @@ static int round_add_keys(struct enforce_round *rd, struct lease *l)
 static void enforce(struct broker *b, struct lease *l)
 {
 	struct enforce_round *rd = &b->revoker->round;
-	struct conn *c = owner_conn(b, l);
+	struct conn *c = revoker_owner(l);
 	int sig = revoker_policy_signal(b->cfg->revoke_enforce);
 
 	if (b->cfg->revoke_enforce == ENFORCE_NONE)

@@ -29,19 +29,13 @@
 /* While critical, look again this often whether more leases must go. */
 #define RECLAIM_STEP_MS 100
 
-static struct conn *owner_conn(const struct broker *b, const struct lease *l)
-{
-	/* owner is a struct conn * while the connection lives; NULL for ghosts and orphans. */
-	return l->owner;
-}
-
 /* ---------------------------------------------------------------- revoking */
 
 int revoker_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, enum broker_revocation why,
 		   const char *reason)
 {
 	Pinbroker__V1__Revoke rm = PINBROKER__V1__REVOKE__INIT;
-	struct conn *c = owner_conn(b, l);
+	struct conn *c = revoker_owner(l);
 	uint64_t now = now_ms();
 	Pinbroker__V1__Reply r;
 	int ret;
