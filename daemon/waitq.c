@@ -15,12 +15,13 @@
 #include "reply.h"
 #include "text.h"
 #include "util.h"
+#include "waitq-order.h"
 
 /* An acquire that waits for memory (ACQUIRE_FLAG_WAIT, or behind a reclaim of cached-idle leases). */
 struct pending {
-	struct pending *next;
+	struct waitq_entry q; /* first: the order's entry is the pending */
 	struct broker *broker;
-	struct conn *conn;           /* valid while queued: a closing conn's pendings go at its reap */
+	struct conn *conn; /* valid while queued: a closing conn's pendings go at its reap */
 	uint64_t seq;
 	struct acquire_args args;
 	char label[LEASE_LABEL_MAX];
@@ -29,18 +30,14 @@ struct pending {
 };
 
 struct waitq {
-	struct pending *pending;
+	struct waitq_entry *pending; /* each a struct pending, in waitq_order's order */
 	uint32_t npending;
 };
 
 static void pending_unlink(struct waitq *wq, struct pending *p)
 {
-	for (struct pending **pp = &wq->pending; *pp; pp = &(*pp)->next)
-		if (*pp == p) {
-			*pp = p->next;
-			wq->npending--;
-			return;
-		}
+	if (waitq_order_remove(&wq->pending, &p->q))
+		wq->npending--;
 }
 
 static void pending_destroy(struct broker *b, struct pending *p)
@@ -65,7 +62,7 @@ static void pending_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
 	pending_destroy(b, p);
 	/* Over its own quota, only this uid's releases could have helped: say so, not "nothing freed up". */
-	if (size > quota || held > quota - size) {
+	if (waitq_order_over_quota(size, held, quota)) {
 		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_TIMEOUT,
 			     "no pinned memory within the wait timeout: uid %u is over quota, holding %s of its %s "
 			     "quota with %s more asked; release some of its leases or ask for less",
@@ -76,16 +73,11 @@ static void pending_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	reply_acquire_error(c, seq, -ETIMEDOUT, size);
 }
 
-static int prio_rank(enum lease_priority p)
-{
-	return p == LEASE_PRIO_CRITICAL ? 0 : p == LEASE_PRIO_NORMAL ? 1 : 2;
-}
-
 int waitq_add(struct conn *c, uint64_t seq, const struct acquire_args *a, uint32_t timeout_ms)
 {
 	struct broker *b = c->broker;
 	struct waitq *wq = b->waitq;
-	struct pending *p, **pp;
+	struct pending *p;
 
 	if (wq->npending >= b->cfg->max_pending_acquires)
 		return -EUSERS;
@@ -104,44 +96,47 @@ int waitq_add(struct conn *c, uint64_t seq, const struct acquire_args *a, uint32
 	p->timeout.data = p;
 	ev_timer_start(b->loop, &p->timeout);
 	/* Priority order, FIFO within a class. */
-	for (pp = &wq->pending; *pp && prio_rank((*pp)->args.priority) <= prio_rank(a->priority); pp = &(*pp)->next)
-		;
-	p->next = *pp;
-	*pp = p;
+	p->q.priority = a->priority;
+	waitq_order_insert(&wq->pending, &p->q);
 	wq->npending++;
 	c->npending++;
 	return 0;
 }
 
+/* One waiting acquire on the grant walk. */
+static enum waitq_verdict try_grant(struct waitq_entry *e, void *ud)
+{
+	struct broker *b = ud;
+	struct pending *p = (struct pending *)e;
+	struct conn *c = p->conn;
+	uint64_t seq = p->seq, size = p->args.size;
+	enum waitq_verdict v;
+	struct lease *l;
+	int r;
+
+	if (c->closing || c->nleases >= b->cfg->max_leases_per_client)
+		return WAITQ_SKIP;
+	r = broker_acquire(b, &p->args, &l);
+	v = waitq_order_verdict(r);
+	if (v != WAITQ_ANSWERED)
+		return v;
+	pending_destroy(b, p);
+	if (r < 0)
+		reply_acquire_error(c, seq, r, size);
+	else
+		reply_grant(c, seq, l);
+	return v;
+}
+
 void waitq_grant(struct broker *b)
 {
 	struct waitq *wq = b->waitq;
-	struct pending *p, *pnext;
 
 	if (!wq || b->state == BROKER_CRITICAL)
 		return;
 	/* A failed send only marks its connection closing (server_reap frees it later), so the
 	 * queue cannot change under us except for the entry destroyed here. */
-	for (p = wq->pending; p; p = pnext) {
-		struct conn *c = p->conn;
-		uint64_t seq = p->seq, size = p->args.size;
-		struct lease *l;
-		int r;
-
-		pnext = p->next;
-		if (c->closing || c->nleases >= b->cfg->max_leases_per_client)
-			continue;
-		r = broker_acquire(b, &p->args, &l);
-		if (r == -EDQUOT || r == -EUSERS)
-			continue; /* only this uid's (this job's) own releases can help it */
-		if (r == -ENOSPC || r == -EBUSY || r == -ENOLCK)
-			break;    /* strict priority: nobody behind may overtake */
-		pending_destroy(b, p);
-		if (r < 0)
-			reply_acquire_error(c, seq, r, size);
-		else
-			reply_grant(c, seq, l);
-	}
+	waitq_order_walk(&wq->pending, try_grant, b);
 }
 
 uint32_t waitq_count(const struct broker *b)
@@ -152,12 +147,14 @@ uint32_t waitq_count(const struct broker *b)
 void waitq_conn_closed(struct broker *b, struct conn *c)
 {
 	struct waitq *wq = b->waitq;
-	struct pending *p, *pn;
+	struct waitq_entry *e, *en;
 
 	if (!wq)
 		return;
-	for (p = wq->pending; p; p = pn) {
-		pn = p->next;
+	for (e = wq->pending; e; e = en) {
+		struct pending *p = (struct pending *)e;
+
+		en = e->next;
 		if (p->conn == c)
 			pending_destroy(b, p);
 	}
@@ -168,7 +165,7 @@ void waitq_refuse_all(struct broker *b, int err)
 	struct waitq *wq = b->waitq;
 
 	while (wq && wq->pending) {
-		struct pending *p = wq->pending;
+		struct pending *p = (struct pending *)wq->pending;
 		struct conn *c = p->conn;
 		uint64_t seq = p->seq, size = p->args.size;
 
@@ -201,7 +198,7 @@ void waitq_fini(struct broker *b)
 		return;
 	broker_unlisten_freed(b, waitq_grant);
 	while (wq->pending)
-		pending_destroy(b, wq->pending);
+		pending_destroy(b, (struct pending *)wq->pending);
 	free(wq);
 	b->waitq = NULL;
 }

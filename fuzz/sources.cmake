@@ -20,5 +20,12 @@ set(PB_FUZZ_DAEMON_SOURCES
   ${CMAKE_SOURCE_DIR}/daemon/monitor-psi.c
   # req-client.c and reply.c name the instance id and records leases for the fd store (both inert without recovery_init).
   ${CMAKE_SOURCE_DIR}/daemon/recovery.c
+  ${CMAKE_SOURCE_DIR}/daemon/recovery-format.c
+  ${CMAKE_SOURCE_DIR}/daemon/recovery-writer.c
+  ${CMAKE_SOURCE_DIR}/daemon/revoker-free.c
+  ${CMAKE_SOURCE_DIR}/daemon/revoker-hold.c
+  ${CMAKE_SOURCE_DIR}/daemon/revoker-round.c
+  ${CMAKE_SOURCE_DIR}/daemon/revoker-policy.c
+  ${CMAKE_SOURCE_DIR}/daemon/waitq-order.c
   ${CMAKE_SOURCE_DIR}/daemon/notify.c)
 set(PB_FUZZ_HARNESSES fuzz_request fuzz_fdpath)

@@ -1,0 +1,467 @@
+/* SPDX-License-Identifier: MIT */
+/* Restart's state file (read and written atomically) and its /proc scans: which of an earlier daemon's memfds live processes still map, re-checked until none. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <ev.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "broker.h"
+#include "budget.h"
+#include "config.h"
+#include "holders.h"
+#include "log.h"
+#include "orphans.h"
+#include "pool.h"
+#include "restart-int.h"
+#include "util.h"
+
+/*
+ * The name every chunk had before chunks carried their socket's tag
+ * (pinbroker-chunk.<hash>). Matched too when no state file is usable, so the
+ * upgrade that brings the tag keeps the books of the daemon it replaces. One
+ * release of compatibility: remove with the release after.
+ */
+#define LEGACY_MEMFD_NAME POOL_MEMFD_NAME
+/* While no orphan is let go, the rescan interval doubles up to this many times orphan-rescan-ms (2 s: 2 min). */
+#define RESCAN_BACKOFF_MAX 60u
+
+/* ------------------------------------------------------------ the file */
+
+/* The file's text, or -ENOENT when there is none; -EPERM (with *why) when it is not one this daemon wrote. */
+int restart_read_state(const char *path, char **ret, size_t *len, const char **why)
+{
+	struct stat st;
+	char *buf;
+	size_t have = 0;
+	int fd, r;
+
+	*ret = NULL;
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0) {
+		*why = errno == ELOOP ? "it is a symbolic link" : strerror(errno);
+		return errno == ENOENT ? -ENOENT : -EPERM;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		*why = "it is not a regular file";
+		r = -EPERM;
+		goto out;
+	}
+	/* Only this daemon's uid writes it; one others may write could make it lend what is mapped. */
+	if (st.st_uid != geteuid()) {
+		*why = "another user owns it";
+		r = -EPERM;
+		goto out;
+	}
+	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		*why = "its group or others may write it";
+		r = -EPERM;
+		goto out;
+	}
+	if ((uint64_t)st.st_size > ORPHANS_STATE_MAX_BYTES) {
+		*why = "it is larger than any this daemon writes";
+		r = -EPERM;
+		goto out;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		r = -ENOMEM;
+		goto out;
+	}
+	while (have < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + have, (size_t)st.st_size - have);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+	}
+	buf[have] = '\0';
+	*ret = buf;
+	*len = have;
+	r = 0;
+out:
+	close(fd);
+	return r;
+}
+
+/* Replace the file atomically with v (or remove it when v is empty). */
+void restart_write_state(const struct restart *rs, const struct orphan *v, size_t n)
+{
+	char tmp[PATH_MAX + 8], *text = NULL;
+	size_t len = 0, done = 0;
+	int fd, r;
+
+	if (n == 0) {
+		if (unlink(rs->path) < 0 && errno != ENOENT)
+			log_warn("cannot remove the restart state %s, ignoring", rs->path);
+		return;
+	}
+	r = orphans_format(v, n, rs->boot_id, &text, &len);
+	if (r < 0) {
+		log_warnx("cannot write the restart state %s: %s; a restart now forgets what live processes map",
+			  rs->path, strerror(-r));
+		return;
+	}
+	snprintf(tmp, sizeof(tmp), "%s.XXXXXX", rs->path);
+	/* mkostemp: a new file of mode 0600, never one planted at a guessable name. */
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0) {
+		log_warn("cannot write the restart state %s; a restart now forgets what live processes map", rs->path);
+		free(text);
+		return;
+	}
+	while (done < len) {
+		ssize_t w = write(fd, text + done, len - done);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			break;
+		done += (size_t)w;
+	}
+	r = done == len && fdatasync(fd) == 0 ? 0 : -1;
+	if (close(fd) < 0)
+		r = -1;
+	if (r == 0 && rename(tmp, rs->path) == 0) {
+		free(text);
+		return;
+	}
+	log_warn("cannot write the restart state %s; a restart now forgets what live processes map", rs->path);
+	unlink(tmp);
+	free(text);
+}
+
+/* ------------------------------------------------------------ scanning */
+
+static void on_memfd(const struct holders_memfd *m, void *ud)
+{
+	struct scan *s = ud;
+
+	struct holders_memfd *nm = grow_array(s->m, &s->cap, s->n, sizeof(*nm), 64);
+
+	if (!nm) {
+		s->oom = true;
+		return;
+	}
+	s->m = nm;
+	s->m[s->n++] = *m;
+}
+
+static void on_read(pid_t pid, void *ud)
+{
+	struct scan *s = ud;
+
+	pid_t *np = grow_array(s->read, &s->capread, s->nread, sizeof(*np), 256);
+
+	if (!np) {
+		s->oom = true;
+		return;
+	}
+	s->read = np;
+	s->read[s->nread++] = pid;
+}
+
+int restart_memfd_cmp(const void *a, const void *b)
+{
+	const struct holders_memfd *x = a, *y = b;
+
+	if (x->ino != y->ino)
+		return x->ino < y->ino ? -1 : 1;
+	if (x->dev != y->dev)
+		return x->dev < y->dev ? -1 : 1;
+	return 0;
+}
+
+int restart_pid_cmp(const void *a, const void *b)
+{
+	pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+void restart_scan_free(struct scan *s)
+{
+	free(s->m);
+	free(s->read);
+	memset(s, 0, sizeof(*s));
+}
+
+static int uid_cmp(const void *a, const void *b)
+{
+	uid_t x = *(const uid_t *)a, y = *(const uid_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+struct scan_filter {
+	const struct restart *rs;
+	struct scan *s;
+};
+
+/* A rescan reads only processes of a uid that owns an orphan, or that the state file names. */
+static bool want_pid(pid_t pid, uid_t dir_uid, void *ud)
+{
+	const struct restart *rs = ((struct scan_filter *)ud)->rs;
+
+	return (rs->nuids && bsearch(&dir_uid, rs->uids, rs->nuids, sizeof(uid_t), uid_cmp)) ||
+	       (rs->nnamed && bsearch(&pid, rs->named, rs->nnamed, sizeof(pid_t), restart_pid_cmp));
+}
+
+static void on_memfd_f(const struct holders_memfd *m, void *ud)
+{
+	on_memfd(m, ((struct scan_filter *)ud)->s);
+}
+
+static void on_read_f(pid_t pid, void *ud)
+{
+	on_read(pid, ((struct scan_filter *)ud)->s);
+}
+
+/*
+ * One pass over /proc (two while orphans of the legacy name are counted); a
+ * rescan (filtered) reads only the processes want_pid picks. Returns 0, or
+ * -errno (then nothing may be let go on its word).
+ */
+int restart_scan_proc(const struct restart *rs, struct scan *s, bool filtered)
+{
+	struct scan_filter f = { rs, s };
+	size_t unreadable = 0;
+	uint64_t t0_us = now_us();
+	int r;
+
+	memset(s, 0, sizeof(*s));
+	r = holders_scan_memfds_of(rs->b->cfg->proc_root, rs->memfd_name, filtered ? want_pid : NULL, on_memfd_f,
+				   on_read_f, &f, &unreadable);
+	if (r == 0 && rs->legacy) {
+		/* A process read to the end in both passes is reported twice: harmless for bsearch. */
+		r = holders_scan_memfds_of(rs->b->cfg->proc_root, LEGACY_MEMFD_NAME, filtered ? want_pid : NULL,
+					   on_memfd_f, NULL, &f, NULL);
+	}
+	log_debug("restart: /proc scan for memfds named %s%s: %zu found, %zu processes read, %zu unreadable, %.1f ms",
+		  rs->memfd_name, rs->legacy ? " and " LEGACY_MEMFD_NAME : "", s->n, s->nread, unreadable,
+		  (double)(now_us() - t0_us) / 1000.0);
+	if (r == 0 && s->oom)
+		r = -ENOMEM;
+	if (r < 0) {
+		restart_scan_free(s);
+		return r;
+	}
+	if (s->n > 1)
+		qsort(s->m, s->n, sizeof(*s->m), restart_memfd_cmp);
+	if (s->nread > 1)
+		qsort(s->read, s->nread, sizeof(*s->read), restart_pid_cmp);
+	return 0;
+}
+
+static const struct holders_memfd *scan_find(const struct scan *s, dev_t dev, ino_t ino)
+{
+	struct holders_memfd k = { .dev = dev, .ino = ino };
+
+	return s->n ? bsearch(&k, s->m, s->n, sizeof(*s->m), restart_memfd_cmp) : NULL;
+}
+
+static bool scan_read(const struct scan *s, pid_t pid)
+{
+	return s->nread && bsearch(&pid, s->read, s->nread, sizeof(pid), restart_pid_cmp);
+}
+
+/* Whether pid still runs, for a pid no pidfd watches: only ESRCH says it is gone (EPERM: it runs). */
+static bool pid_runs(pid_t pid)
+{
+	return kill(pid, 0) == 0 || errno != ESRCH;
+}
+
+static bool pidfd_exited(int pidfd)
+{
+	struct pollfd p = { .fd = pidfd, .events = POLLIN };
+
+	/* A pidfd polls readable once its process has exited. */
+	return poll(&p, 1, 0) > 0;
+}
+
+/*
+ * Does anything still hold o? A mapping or fd of one of its memfds seen in
+ * this scan does; so does a process it names that still runs and whose /proc
+ * this daemon could not read (it may map them unseen). Pidfds of processes
+ * gone are closed on the way.
+ */
+bool restart_orphan_held(struct orphan *o, const struct scan *s)
+{
+	bool held = false;
+
+	for (size_t k = 0; k < o->nkeys && !held; k++)
+		held = scan_find(s, o->keys[k].dev, o->keys[k].ino) != NULL;
+	for (size_t i = 0; i < o->npids; i++) {
+		if (o->pidfds[i] == -1)
+			continue;
+		if (o->pidfds[i] == PIDFD_NONE ? !pid_runs(o->pids[i]) : pidfd_exited(o->pidfds[i])) {
+			if (o->pidfds[i] >= 0)
+				close(o->pidfds[i]);
+			o->pidfds[i] = -1;
+			continue;
+		}
+		/* Read to the end and none of its memfds seen: that process let go. A registration
+		 * (no memfds) is its program's own memory: held while the program runs. */
+		if (o->nkeys == 0 || !scan_read(s, o->pids[i]))
+			held = true;
+	}
+	return held;
+}
+
+void restart_orphan_close(struct orphan *o)
+{
+	for (size_t i = 0; o->pidfds && i < o->npids; i++)
+		if (o->pidfds[i] >= 0)
+			close(o->pidfds[i]);
+	orphan_clear(o);
+}
+
+/* The uids and pids a rescan reads (want_pid), from the orphans counted now. */
+void restart_filter_build(struct restart *rs)
+{
+	size_t np = 0, nu = 0;
+	uid_t *u;
+	pid_t *p;
+
+	for (size_t i = 0; i < rs->n; i++)
+		np += rs->v[i].npids;
+	u = malloc((rs->n + 1) * sizeof(*u));
+	p = malloc((np ? np : 1) * sizeof(*p));
+	if (!u || !p) {
+		/* Without the tables every process is read: slower, never wrong. */
+		free(u);
+		free(p);
+		u = NULL;
+		p = NULL;
+	}
+	free(rs->uids);
+	free(rs->named);
+	rs->uids = u;
+	rs->named = p;
+	rs->nuids = rs->nnamed = 0;
+	if (!u)
+		return;
+	u[nu++] = 0;
+	np = 0;
+	for (size_t i = 0; i < rs->n; i++) {
+		u[nu++] = rs->v[i].uid;
+		for (size_t k = 0; k < rs->v[i].npids; k++)
+			p[np++] = rs->v[i].pids[k];
+	}
+	qsort(u, nu, sizeof(*u), uid_cmp);
+	if (np > 1)
+		qsort(p, np, sizeof(*p), restart_pid_cmp);
+	rs->nuids = nu;
+	rs->nnamed = np;
+}
+
+void restart_uncharge(struct restart *rs, struct orphan *o)
+{
+	struct broker *b = rs->b;
+
+	budget_uncharge(b->budget, o->uid, o->bytes);
+	b->orphaned_bytes -= o->bytes;
+}
+
+/* Drop what nothing holds any more. Returns how many went. */
+size_t restart_let_go(struct restart *rs, const struct scan *s)
+{
+	size_t kept = 0, gone = 0;
+
+	for (size_t i = 0; i < rs->n; i++) {
+		struct orphan *o = &rs->v[i];
+
+		if (restart_orphan_held(o, s)) {
+			rs->v[kept++] = *o;
+			continue;
+		}
+		log_event(EV_LEASE_RELEASED, LOG_NOTICE, o->lease_id, o->uid, o->npids ? o->pids[0] : 0,
+			  "orphaned memory of the previous daemon (lease %llu, %llu bytes, uid %u) is no longer mapped "
+			  "by any live process: no longer counted",
+			  (unsigned long long)o->lease_id, (unsigned long long)o->bytes, (unsigned)o->uid);
+		restart_uncharge(rs, o);
+		restart_orphan_close(o);
+		gone++;
+	}
+	rs->n = kept;
+	return gone;
+}
+
+/*
+ * Has a process the state file names exited since the last look? One poll per
+ * pidfd (no /proc read), so no more than the pidfds opened (a share of the fd
+ * limit); pids without one are looked at by the scans alone.
+ */
+static bool named_pid_exited(const struct restart *rs)
+{
+	for (size_t i = 0; i < rs->n; i++)
+		for (size_t k = 0; k < rs->v[i].npids; k++)
+			if (rs->v[i].pidfds[k] >= 0 && pidfd_exited(rs->v[i].pidfds[k]))
+				return true;
+	return false;
+}
+
+void restart_rescan_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct restart *rs = w->data;
+	struct scan s;
+	int r;
+
+	/* orphan-rescan-ms may have changed at a reload: libev re-arms with repeat after this call. */
+	w->repeat = rs->b->cfg->orphan_rescan_ms / 1000.0;
+	/*
+	 * A holder that keeps its lease for hours would otherwise cost a pass over /proc every
+	 * orphan-rescan-ms: while nothing goes, a pass comes every backoff ticks (doubling up to
+	 * RESCAN_BACKOFF_MAX). A process the file names exiting is seen at the next tick (its
+	 * pidfd, no /proc read) and brings the pass forward.
+	 */
+	if (++rs->ticks < rs->backoff && !named_pid_exited(rs))
+		return;
+	rs->ticks = 0;
+
+	/* Filtered: a uid with nothing orphaned can make processes, never make this scan read them. */
+	r = restart_scan_proc(rs, &s, rs->uids != NULL);
+	if (r < 0) {
+		log_debug("restart: cannot scan /proc for orphaned memory (%s); trying again", strerror(-r));
+		rs->backoff = 1;
+	} else if (restart_let_go(rs, &s) > 0) {
+		restart_write_state(rs, rs->v, rs->n);
+		restart_filter_build(rs);
+		broker_memory_freed(rs->b);
+		rs->backoff = 1;
+	} else {
+		rs->backoff = rs->backoff * 2 > RESCAN_BACKOFF_MAX ? RESCAN_BACKOFF_MAX : rs->backoff * 2;
+	}
+	if (r < 0)
+		return;
+	restart_scan_free(&s);
+	if (rs->n == 0)
+		ev_timer_stop(loop, w);
+}
+
+/* One unfiltered pass for the legacy name alone. */
+int restart_scan_legacy(const struct restart *rs, struct scan *s)
+{
+	struct scan_filter f = { rs, s };
+	int r;
+
+	memset(s, 0, sizeof(*s));
+	r = holders_scan_memfds_of(rs->b->cfg->proc_root, LEGACY_MEMFD_NAME, NULL, on_memfd_f, NULL, &f, NULL);
+	if (r == 0 && s->oom)
+		r = -ENOMEM;
+	if (r < 0) {
+		restart_scan_free(s);
+		return r;
+	}
+	if (s->n > 1)
+		qsort(s->m, s->n, sizeof(*s->m), restart_memfd_cmp);
+	return 0;
+}

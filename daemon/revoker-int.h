@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: MIT */
+/* What the revoker's files share: its state, and the verbs of the lower files (freeing, exit holds, rounds) that the upper ones call. */
+#pragma once
+
+#include <ev.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "broker.h"
+#include "lease.h"
+#include "monitor.h"
+#include "revoker.h"
+
+/*
+ * The files call one way: revoker.c (revoke, reclaim, a closing connection, life cycle) →
+ * revoker-round.c (deadline rounds and enforcement) → revoker-hold.c (exit holds) →
+ * revoker-free.c (freeing, the revocation ring) → revoker-policy.c (the decisions, no I/O).
+ */
+
+/*
+ * A process whose leases stay counted until it exits (an exit hold): its
+ * connection closed while it ran, or it was detached from another uid's
+ * overdue lease. One per process, however many connections and leases it
+ * had: its one pidfd is an fd the daemon keeps for uid, counted against
+ * uid's caps (budget_fd_add), so exit holds cannot eat the admin reserve
+ * (issue 22, finding 3).
+ */
+struct ghost {
+	struct ghost *next;
+	struct broker *broker;
+	int pidfd;
+	pid_t pid;
+	uid_t uid;
+	bool counted; /* budget_fd_add done */
+	ev_io io;
+	size_t nids, capids;
+	uint64_t *ids;
+};
+
+/*
+ * One deadline round of enforcement, run in slices of enforce-slice-us per
+ * loop turn (issue 22, finding 2): first every lease past its deadline is
+ * marked overdue and its connections reached (MARK, resuming after cursor),
+ * then one /proc scan looks for other processes mapping any of their chunks
+ * (SCAN), then those are signalled (SIGNAL). Leases are named by id between
+ * turns: one may be freed meanwhile. Incremental on the loop thread rather
+ * than a scan thread: the lease table, the chunk fds and the pidfds stay
+ * single-threaded with no locks, and a slice boundary is simply the next
+ * /proc entry; a thread would need a copy of the keys, a hand-back of its
+ * pidfds through the loop, and a way to stop it when the daemon does.
+ */
+enum round_phase { ROUND_IDLE, ROUND_MARK, ROUND_SCAN, ROUND_SIGNAL };
+
+struct enforce_round {
+	enum round_phase phase;
+	uint64_t started_ms;
+	uint64_t cursor;         /* MARK: the last lease id looked at */
+	size_t overdue;          /* leases marked in this round */
+	struct holder_key *keys; /* the overdue leases' chunks, each with its lease's uid */
+	uint64_t *key_lease;     /* the lease id of each key */
+	size_t nkeys, capkeys;
+	uint64_t *held; /* leases kept (an exit hold each) until the round ends, so none is freed and
+				  * its chunks lent again while the scan still looks for their mappers */
+	size_t nheld, capheld;
+	pid_t *signalled; /* connection processes already reached: the scan skips them */
+	size_t nsignalled, capsignalled;
+	bool other_uids; /* some lease is not the daemon's uid's */
+	struct holders_scan *scan;
+	struct holder *found;
+	size_t nfound, next_found, unreadable;
+};
+
+struct revoker {
+	ev_timer deadline_timer;
+	ev_timer reclaim_timer;
+	ev_timer shrink_timer;
+	ev_timer slice_timer; /* 0 s: the next slice of a round, after the loop has served I/O */
+	struct enforce_round round;
+	struct ghost *ghosts;
+	struct monitor_event ring[REVOKER_REVOCATIONS_MAX];
+	size_t ring_count;
+	size_t ring_next;
+};
+
+/* l's holder's connection: owner is a struct conn * while the connection lives; NULL for ghosts and orphans. */
+static inline struct conn *revoker_owner(const struct lease *l)
+{
+	return l->owner;
+}
+
+/* revoker-free.c: add an event to the revocation ring (pinctl status shows the last ones). */
+void revoker_record(struct broker *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * revoker-hold.c: hold leases ids until the process behind pidfd exits. A process keeps one
+ * exit hold, with one pidfd, however many of its connections closed and
+ * leases it held: a second call for a live pid adds its ids to the first.
+ * take_pidfd: pidfd is the caller's to give (kept or closed here); otherwise
+ * a copy is made only when the process has no hold yet. The pidfd is counted
+ * against uid's fd caps. Returns 0, -ENOMEM or -errno of the copy (the
+ * leases untouched, a taken pidfd closed).
+ */
+int revoker_hold_process(struct broker *b, int pidfd, bool take_pidfd, pid_t pid, uid_t uid, const uint64_t *ids,
+			 size_t n);
+/* The exit hold of pid if it has one and the process still runs (then the pid cannot name another); else NULL. */
+struct ghost *revoker_ghost_find(struct broker *b, pid_t pid);
+/* Drop exit hold g: its watcher, pidfd and fd count go; its leases' exit_holds are the caller's. */
+void revoker_ghost_free(struct broker *b, struct ghost *g);
+
+/* revoker-round.c: the deadline and slice timers (revoker_init / revoker_fini). */
+void revoker_round_init(struct broker *b);
+void revoker_round_fini(struct broker *b);
+/* A lease now falls due in deadline_ms: fire the deadline timer by then (plus the coalescing window). */
+void revoker_round_arm_for(struct broker *b, uint32_t deadline_ms);
