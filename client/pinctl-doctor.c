@@ -25,13 +25,14 @@
 #include <unistd.h>
 
 #include "pinbroker.h"
+#include "pinctl-doctor.h"
+#include "pinctl-output.h"
 #include "pinctl.h"
 #include "util.h"
 
 /* Exit codes (docs/pinctl.md, pinctl doctor): 2 is the usage error every pinctl command shares. */
 #define DOCTOR_EXIT_WARN 1
 #define DOCTOR_EXIT_FAIL 3
-#define DOCTOR_ROOT_ENV "PINBROKER_DOCTOR_ROOT"
 #define DOCTOR_SYSTEMCTL_ENV "PINBROKER_DOCTOR_SYSTEMCTL"
 #define HUGE_2M_BYTES (UINT64_C(2) << 20)
 #ifndef MADV_COLLAPSE
@@ -984,19 +985,6 @@ static void print_human(const struct doctor *d, unsigned warns, unsigned fails)
 	}
 	printf("\n%u warning%s, %u failure%s\n", warns, warns == 1 ? "" : "s", fails, fails == 1 ? "" : "s");
 }
-
-const char doctor_help[] =
-	"Usage: pinctl doctor [--json]\n"
-	"\n"
-	"Check this host's set-up for pinbrokerd and say how to fix what is wrong: the daemon's and your\n"
-	"memlock limits, huge pages and THP, the CUDA driver, the socket and groups, the cgroup, PSI,\n"
-	"the service, and the budget against MemTotal and the GPUs' memory.\n"
-	"\n"
-	"  --json          one JSON array, each element {check, status, message, fix}; status is ok,\n"
-	"                  warn, fail or skip\n"
-	"\n"
-	"Exit status: 0 every check ok or skipped, 1 a warning, 2 usage, 3 a failure.\n"
-	DOCTOR_ROOT_ENV "=DIR reads the host's /proc and /sys files under DIR (for tests).\n";
 
 int cmd_doctor(int argc, char **argv)
 {
