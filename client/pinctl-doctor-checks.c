@@ -2,15 +2,11 @@
 /* pinctl doctor's checks: privileges, huge pages and THP, CUDA, socket and groups, cgroup, PSI, service, budget; each adds one finding, with its fix. */
 #define _GNU_SOURCE
 #include <ctype.h>
-#include <dirent.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <grp.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,14 +16,11 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "pinbroker.h"
 #include "pinctl-doctor.h"
-#include "pinctl-output.h"
-#include "pinctl.h"
 #include "util.h"
 
 #define DOCTOR_SYSTEMCTL_ENV "PINBROKER_DOCTOR_SYSTEMCTL"

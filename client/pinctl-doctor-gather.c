@@ -1,14 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* pinctl doctor's reading: the host's files (under a fixture root for tests), the daemon and its pid, the CUDA driver; and the findings' record. */
 #define _GNU_SOURCE
-#include <ctype.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
-#include <grp.h>
-#include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -16,19 +12,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "pinbroker.h"
 #include "pinctl-doctor.h"
-#include "pinctl-output.h"
 #include "pinctl.h"
-#include "util.h"
 
 struct finding *doctor_add(struct doctor *d, const char *name, enum doctor_status st, const char *fmt, ...)
 {

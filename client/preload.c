@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * libpinbroker-preload.so: puts an unmodified CUDA program's pinned memory
- * under pinbrokerd's budget (LD_PRELOAD, or `pinctl run -- CMD`).
+ * under pinbrokerd's budget (LD_PRELOAD, or `pinctl run -- CMD`). This file
+ * is the interposition (the exported functions, cuGetProcAddress, dlsym, the
+ * set-up); what the wrappers do with the memory is preload-memory.c's.
  *
  * Three ways in, because CUDA programs reach the driver three ways:
  * - the runtime's and the driver's host-memory functions, exported here, which
