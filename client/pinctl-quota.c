@@ -10,35 +10,10 @@
 #include <string.h>
 
 #include "pinbroker.h"
+#include "pinctl-help.h"
+#include "pinctl-output.h"
 #include "pinctl.h"
 #include "util.h"
-
-const char quota_help[] =
-	"Usage: pinctl quota set CGROUP SIZE [--revoke [--deadline MS]]\n"
-	"       pinctl quota clear CGROUP [--revoke] [--deadline MS]\n"
-	"       pinctl quota list [--json]\n"
-	"\n"
-	"Per-job quotas. Every lease is charged to its client's cgroup (the v1 memory controller's path\n"
-	"where the host has one, else the unified hierarchy's, as /proc/PID/cgroup shows). A quota rule\n"
-	"names a cgroup path, and each component may be a glob: the jobs it makes are the cgroups whose\n"
-	"first components match, each with SIZE of its own.\n"
-	"  pinctl quota set /system.slice/slurmstepd.scope/job_42 8G    one Slurm job, all its steps\n"
-	"  pinctl quota set '/kubepods.slice/kubepods-burstable.slice/*' 16G   each burstable pod 16G\n"
-	"Setting and clearing need admin rights. A rule set here outlives reloads; it is released when\n"
-	"its cgroup, once seen, is gone (a glob rule stays until cleared). Rules from the job-quota\n"
-	"config key come back on reload. Lowering a quota revokes nothing: use --revoke.\n"
-	"\n"
-	"  --revoke        also revoke the leases of every job CGROUP matches\n"
-	"  --deadline MS   time their holders have (default: the daemon's revoke-deadline-ms)\n"
-	"  --json          list as {schema_version, rules[], jobs[]}\n";
-
-const char jobs_help[] = "Usage: pinctl jobs [--json]\n"
-			 "\n"
-			 "Pinned bytes per job, largest first: each cgroup with leases, or the part of its path a\n"
-			 "quota rule names, with its quota. Admins (or status-visibility = all) see every job,\n"
-			 "others their own.\n"
-			 "\n"
-			 "  --json          {schema_version, jobs[]}\n";
 
 /* The Usage lines of help (up to its first blank line) on stderr, after a usage error; returns r. */
 static int with_usage(int r, const char *help)
@@ -51,49 +26,6 @@ static int with_usage(int r, const char *help)
 }
 
 #define quota_usage(...) with_usage(usage_error(__VA_ARGS__), quota_help)
-
-void json_jobs(FILE *f, const struct pb_job *jobs, size_t n)
-{
-	fputs("\"jobs\":[", f);
-	for (size_t i = 0; i < n; i++) {
-		const struct pb_job *j = &jobs[i];
-
-		fprintf(f, "%s{\"job\":", i ? "," : "");
-		json_str(f, j->job);
-		fprintf(f, ",\"bytes\":%" PRIu64 ",\"leases\":%u", j->bytes, j->leases);
-		if (j->has_quota) {
-			fprintf(f, ",\"quota_bytes\":%" PRIu64 ",\"rule\":", j->quota_bytes);
-			json_str(f, j->rule);
-			fputs(",\"source\":", f);
-			json_str(f, j->source);
-		} else {
-			fputs(",\"quota_bytes\":null", f);
-		}
-		fputc('}', f);
-	}
-	fputc(']', f);
-}
-
-static void print_jobs(const struct pb_job *jobs, size_t n)
-{
-	char e[ESC_BYTES], b[32], q[32];
-
-	if (n == 0) {
-		printf("no jobs hold leases\n");
-		return;
-	}
-	printf("%-48s %10s %7s %10s %6s  %s\n", "JOB", "LEASED", "LEASES", "QUOTA", "USED", "RULE");
-	for (size_t i = 0; i < n; i++) {
-		const struct pb_job *j = &jobs[i];
-		char used[16] = "-";
-
-		if (j->has_quota && j->quota_bytes)
-			snprintf(used, sizeof(used), "%.0f%%", 100.0 * (double)j->bytes / (double)j->quota_bytes);
-		printf("%-48s %10s %7u %10s %6s  %s\n", esc(j->job, e), format_size(j->bytes, b, sizeof(b)), j->leases,
-		       j->has_quota ? format_size(j->quota_bytes, q, sizeof(q)) : "-", used,
-		       j->has_quota ? j->rule : "-");
-	}
-}
 
 static int quota_list(bool json)
 {
@@ -131,7 +63,8 @@ static int quota_list(bool json)
 				printf("%-48s %10s  %s%s\n", esc(rules[i].pattern, e),
 				       format_size(rules[i].bytes, q, sizeof(q)), rules[i].source,
 				       strcmp(rules[i].source, "set") == 0 && !strpbrk(rules[i].pattern, "*?[\\")
-					       ? (rules[i].seen ? " (released when its cgroup goes)" : " (its cgroup not seen yet)")
+					       ? (rules[i].seen ? " (released when its cgroup goes)"
+								: " (its cgroup not seen yet)")
 					       : "");
 		}
 		printf("\n");
@@ -193,7 +126,8 @@ int cmd_quota(int argc, char **argv)
 		return quota_usage("quota: --deadline goes with --revoke");
 	if (strcmp(verb, "set") == 0) {
 		if (nargs != 3)
-			return quota_usage("quota set: give CGROUP SIZE, not %d argument%s", nargs - 1, nargs == 2 ? "" : "s");
+			return quota_usage("quota set: give CGROUP SIZE, not %d argument%s", nargs - 1,
+					   nargs == 2 ? "" : "s");
 		if (parse_size(argv[optind + 2], &bytes) < 0)
 			return quota_usage("quota set: not a size: %s (write 8G, 512M, ...)", argv[optind + 2]);
 	} else if (strcmp(verb, "clear") == 0) {
@@ -205,8 +139,8 @@ int cmd_quota(int argc, char **argv)
 	}
 	cgroup = argv[optind + 1];
 	if (cgroup[0] != '/')
-		return quota_usage("quota %s: '%s' is not a cgroup path; write it as /proc/PID/cgroup does, from /", verb,
-				   cgroup);
+		return quota_usage("quota %s: '%s' is not a cgroup path; write it as /proc/PID/cgroup does, from /",
+				   verb, cgroup);
 	if (revoke)
 		flags |= PB_QUOTA_REVOKE;
 

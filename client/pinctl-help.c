@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: MIT */
+/* Every help text pinctl prints: the usage, and each command's --help (scripts/gen-docs.sh builds docs from them). */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "pinbroker.h"
+#include "pinctl-doctor.h"
+#include "pinctl-help.h"
+#include "wire.h"
+
+void pinctl_usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: pinctl [--socket PATH] COMMAND [ARGS]\n"
+		"\n"
+		"Commands:\n"
+		"  status [--json]                   budget, pool, pressure signals and clients\n"
+		"  leases [--json]                   every lease on the host (fetched page by page)\n"
+		"  acquire SIZE [--hold SECONDS] [--label L] [--priority normal|critical|best-effort]\n"
+		"          [--wait MS]               borrow SIZE (e.g. 64M, 1G), touch it, hold, release\n"
+		"  revoke LEASE | --uid USER | --all [--deadline MS]\n"
+		"                                    ask clients to give leases back (admin)\n"
+		"  top [--interval SECONDS] [--once] a live view of the budget, clients and leases (also: watch)\n"
+		"  get KEY [--json]                  one running setting and where it came from\n"
+		"  config [--json]                   every running setting, each with its source (default,\n"
+		"                                    file:line, environment, command line, set)\n"
+		"  set KEY VALUE                     change a reloadable daemon setting (admin)\n"
+		"  metrics                           the daemon's Prometheus metrics (text format)\n"
+		"  run [--fallback cuda|error|pageable] [--label L] [--no-torch] [--] CMD [ARGS]\n"
+		"                                    run an unmodified program with its pinned memory\n"
+		"                                    under the budget (LD_PRELOAD=libpinbroker-preload.so)\n"
+		"  doctor [--json]                   check this host's set-up, each finding with its fix\n"
+		"                                    (exit 0 ok, 1 a warning, 3 a failure)\n"
+		"  quota set CGROUP SIZE | clear CGROUP [--revoke] | list [--json]\n"
+		"                                    per-job quotas over cgroup paths (admin to change)\n"
+		"  jobs [--json]                     pinned bytes per job (cgroup), with quotas\n"
+		"  help [COMMAND]                    this text, or COMMAND's (also: pinctl COMMAND --help)\n"
+		"\n"
+		"Options:\n"
+		"  --socket PATH   daemon socket (default $%s, else %s); also after the command\n"
+		"  --version       print the version\n"
+		"\n"
+		"Exit status: 0 success, 1 error, 2 usage; run exits with its program's status\n"
+		"(126/127 when it cannot be run).\n",
+		PB_SOCKET_ENV, PB_DEFAULT_SOCKET);
+}
+
+const char quota_help[] =
+	"Usage: pinctl quota set CGROUP SIZE [--revoke [--deadline MS]]\n"
+	"       pinctl quota clear CGROUP [--revoke] [--deadline MS]\n"
+	"       pinctl quota list [--json]\n"
+	"\n"
+	"Per-job quotas. Every lease is charged to its client's cgroup (the v1 memory controller's path\n"
+	"where the host has one, else the unified hierarchy's, as /proc/PID/cgroup shows). A quota rule\n"
+	"names a cgroup path, and each component may be a glob: the jobs it makes are the cgroups whose\n"
+	"first components match, each with SIZE of its own.\n"
+	"  pinctl quota set /system.slice/slurmstepd.scope/job_42 8G    one Slurm job, all its steps\n"
+	"  pinctl quota set '/kubepods.slice/kubepods-burstable.slice/*' 16G   each burstable pod 16G\n"
+	"Setting and clearing need admin rights. A rule set here outlives reloads; it is released when\n"
+	"its cgroup, once seen, is gone (a glob rule stays until cleared). Rules from the job-quota\n"
+	"config key come back on reload. Lowering a quota revokes nothing: use --revoke.\n"
+	"\n"
+	"  --revoke        also revoke the leases of every job CGROUP matches\n"
+	"  --deadline MS   time their holders have (default: the daemon's revoke-deadline-ms)\n"
+	"  --json          list as {schema_version, rules[], jobs[]}\n";
+
+const char jobs_help[] = "Usage: pinctl jobs [--json]\n"
+			 "\n"
+			 "Pinned bytes per job, largest first: each cgroup with leases, or the part of its path a\n"
+			 "quota rule names, with its quota. Admins (or status-visibility = all) see every job,\n"
+			 "others their own.\n"
+			 "\n"
+			 "  --json          {schema_version, jobs[]}\n";
+
+const char doctor_help[] =
+	"Usage: pinctl doctor [--json]\n"
+	"\n"
+	"Check this host's set-up for pinbrokerd and say how to fix what is wrong: the daemon's and your\n"
+	"memlock limits, huge pages and THP, the CUDA driver, the socket and groups, the cgroup, PSI,\n"
+	"the service, and the budget against MemTotal and the GPUs' memory.\n"
+	"\n"
+	"  --json          one JSON array, each element {check, status, message, fix}; status is ok,\n"
+	"                  warn, fail or skip\n"
+	"\n"
+	"Exit status: 0 every check ok or skipped, 1 a warning, 2 usage, 3 a failure.\n" DOCTOR_ROOT_ENV
+	"=DIR reads the host's /proc and /sys files under DIR (for tests).\n";
+
+/* One command's --help (pinctl CMD --help, pinctl help CMD): its usage, what it does, its options. */
+static const struct command_help {
+	const char *name;
+	const char *text;
+} helps[] = {
+	{ "status", "Usage: pinctl status [--json]\n"
+		    "\n"
+		    "The budget, leased, pool and free memory, the page kind, the pressure state and its signals,\n"
+		    "recent transitions and revocations, and one row per client connection.\n"
+		    "\n"
+		    "  --json          the stable JSON schema (schema_version 1), every lease row included,\n"
+		    "                  each client's cgroup and the jobs (jobs[])\n" },
+	{ "leases", "Usage: pinctl leases [--json]\n"
+		    "\n"
+		    "Every lease on the host you may see (all of them as an admin), fetched page by page: its NUMA\n"
+		    "node (NODE, '!' when misplaced, '-' when not placed) and the job it is charged to (JOB).\n"
+		    "\n"
+		    "  --json          {schema_version, leases[]}\n" },
+	{ "acquire", "Usage: pinctl acquire SIZE [--hold SECONDS] [--label L] [--priority P] [--wait MS]\n"
+		     "\n"
+		     "Borrow SIZE (4096, 64M, 1G) from the daemon, map it, touch every page, report the timings,\n"
+		     "hold it, then release it. A revoke, SIGINT or SIGTERM releases it early.\n"
+		     "\n"
+		     "  --hold SECONDS  keep the lease this long (fractions allowed; default 0)\n"
+		     "  --label L       the label status and leases show\n"
+		     "  --priority P    normal, critical (revoked last) or best-effort (revoked first)\n"
+		     "  --wait MS       wait up to MS for memory instead of being refused at once\n" },
+	{ "revoke", "Usage: pinctl revoke LEASE | --uid USER | --all [--deadline MS]\n"
+		    "\n"
+		    "Ask the holders to give leases back (admin): one lease by id, every lease of a uid, or all.\n"
+		    "\n"
+		    "  --uid USER      every lease of USER, a user name or a uid\n"
+		    "  --all           every lease on the host\n"
+		    "  --deadline MS   time the holders have before revoke-enforce applies (default: the daemon's\n"
+		    "                  revoke-deadline-ms)\n" },
+	{ "top", "Usage: pinctl top [--interval SECONDS] [--once]   (also: pinctl watch)\n"
+		 "\n"
+		 "A live view, refreshed in place: the budget, leased, pool and pressure, then the clients and the\n"
+		 "leases holding the most bytes, as many as the terminal has room for. q or Ctrl-C quits.\n"
+		 "Colour only on a terminal, and not with NO_COLOR set (https://no-color.org). When stdout is not\n"
+		 "a terminal it prints one frame ($LINES x $COLUMNS, else 24x80) and exits.\n"
+		 "\n"
+		 "  --interval S    seconds between refreshes, 0.1 to 3600 (default 1; also -n S)\n"
+		 "  --once          print one frame and exit\n" },
+	{ "watch", "Usage: pinctl watch [--interval SECONDS] [--once]\n"
+		   "\n"
+		   "Another name for pinctl top.\n" },
+	{ "get", "Usage: pinctl get KEY [--json]\n"
+		 "\n"
+		 "The running value of one daemon setting, as the config file spells it (8G, 25%, 30000), and\n"
+		 "where it came from: default, file PATH:LINE, environment, command line, or set (pinctl set).\n"
+		 "Any user may read the config. An unknown key is an error naming the closest key.\n"
+		 "\n"
+		 "  --json          {schema_version, config: {key, value, source, file, line, reloadable}}\n" },
+	{ "config", "Usage: pinctl config [--json]\n"
+		    "\n"
+		    "Every running daemon setting as 'key = value  # source' lines (config-file syntax), the source\n"
+		    "being default, file PATH:LINE, environment, command line, or set (pinctl set). A SIGHUP reload\n"
+		    "re-reads the file but keeps the set values until the daemon restarts.\n"
+		    "\n"
+		    "  --json          {schema_version, config: [{key, value, source, file, line, reloadable}]}\n" },
+	{ "set", "Usage: pinctl set KEY VALUE\n"
+		 "\n"
+		 "Change a reloadable daemon setting at run time (admin), e.g. pinctl set budget 8G. The value\n"
+		 "wins over the file and the command line, also on reload, until the daemon restarts;\n"
+		 "pinctl get KEY then shows its source as set. The keys: pinctl config, pinbrokerd --config-doc.\n" },
+	{ "run", "Usage: pinctl run [--fallback cuda|error|pageable] [--label L] [--no-torch] [--] CMD [ARGS]\n"
+		 "\n"
+		 "Run an unmodified program with its pinned memory (cudaHostAlloc, cudaMallocHost,\n"
+		 "cudaHostRegister and the driver API's) taken from the budget: LD_PRELOAD=libpinbroker-preload.so.\n"
+		 "Options end at CMD; its own options are its own.\n"
+		 "\n"
+		 "  --fallback P    when the daemon refuses: cuda (the driver's own pinned memory, the default),\n"
+		 "                  error (the call fails) or pageable (ordinary memory)\n"
+		 "  --label L       the label its leases carry\n"
+		 "  --no-torch      do not install pinbroker's torch host allocator in Python programs\n"
+		 "\n"
+		 "Exit status: the program's, or 126/127 when it cannot be run.\n" },
+	{ "metrics", "Usage: pinctl metrics\n"
+		     "\n"
+		     "The daemon's Prometheus metrics in the text format: what metrics-path holds. Per-uid rows\n"
+		     "only for admins, or with status-visibility = all.\n" },
+	{ "doctor", doctor_help },
+	{ "quota", quota_help },
+	{ "jobs", jobs_help },
+	{ "help", "Usage: pinctl help [COMMAND]\n"
+		  "\n"
+		  "pinctl's usage, or one command's help (as pinctl COMMAND --help).\n" },
+};
+
+int pinctl_help_text(const char *name, FILE *f)
+{
+	for (size_t i = 0; i < sizeof(helps) / sizeof(helps[0]); i++) {
+		if (strcmp(helps[i].name, name) != 0)
+			continue;
+		fputs(helps[i].text, f);
+		fprintf(f,
+			"\n"
+			"Options every command takes (before or after its name):\n"
+			"  --socket PATH   daemon socket (default $%s, else %s)\n"
+			"  --help          this text\n",
+			PB_SOCKET_ENV, PB_DEFAULT_SOCKET);
+		return 0;
+	}
+	return -ENOENT;
+}
