@@ -33,6 +33,7 @@
 #include "recovery.h"
 #include "reload.h"
 #include "restart.h"
+#include "react.h"
 #include "request.h"
 #include "waitq.h"
 #include "server.h"
@@ -892,7 +893,7 @@ int main(int argc, char **argv)
 	b.reload_hooks = &daemon_reload_hooks;
 	b.loop = ev_default_loop(EVFLAG_AUTO);
 	b.started_ms = now_ms();
-	b.state = BROKER_NORMAL;
+	(void)broker_set_pressure(&b, BROKER_NORMAL); /* nothing lent or waiting yet: no action to take */
 	if (!b.loop)
 		fatalx("cannot create the event loop");
 	ev_idle_init(&prewarm_idle, prewarm_cb);
@@ -997,13 +998,13 @@ int main(int argc, char **argv)
 				 (double)(now_us() - t0) / 1000.0);
 	}
 
-	r = monitor_new(b.loop, cfg, request_on_pressure, &b, &b.monitor);
+	r = monitor_new(b.loop, cfg, react_pressure, &b, &b.monitor);
 	if (r < 0)
 		log_warnx("memory-pressure monitor unavailable (%s): leases will not be refused or revoked under "
 			  "pressure",
 			  strerror(-r));
 	else
-		b.state = monitor_state(b.monitor);
+		(void)broker_set_pressure(&b, monitor_state(b.monitor)); /* its first evaluation reports any change */
 
 	for (size_t i = 0; i < sizeof(signums) / sizeof(signums[0]); i++) {
 		ev_signal_init(&sigs[i], signal_cb, signums[i]);

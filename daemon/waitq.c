@@ -131,6 +131,7 @@ void waitq_grant(struct broker *b)
 		pnext = p->next;
 		if (c->closing || c->nleases >= b->cfg->max_leases_per_client)
 			continue;
+		p->args.now_ms = now_ms(); /* granted now, not when it was queued */
 		r = broker_acquire(b, &p->args, &l);
 		if (r == -EDQUOT || r == -EUSERS)
 			continue; /* only this uid's (this job's) own releases can help it */

@@ -5,6 +5,7 @@ set(PB_FUZZ_DAEMON_SOURCES
   ${CMAKE_SOURCE_DIR}/daemon/server.c
   ${CMAKE_SOURCE_DIR}/daemon/listen.c
   ${CMAKE_SOURCE_DIR}/daemon/request.c
+  ${CMAKE_SOURCE_DIR}/daemon/react.c
   ${CMAKE_SOURCE_DIR}/daemon/req-client.c
   ${CMAKE_SOURCE_DIR}/daemon/req-admin.c
   ${CMAKE_SOURCE_DIR}/daemon/metrics.c
