@@ -167,15 +167,6 @@ struct acquire_args {
 #define BROKER_CHUNK_CAPACITY_MIN 64
 
 /*
- * Derive chunk_capacity and the per-uid caps from the daemon's own limits:
- * nofile (RLIMIT_NOFILE), max_map_count (vm.max_map_count; 0 when chunks are
- * not mapped, as with hugetlb), and the fds and mappings in use before any
- * chunk exists. Each connection costs two fds (socket and pidfd); reserve-fds
- * fds and mappings stay free for admin connections. Unset (0) per-uid caps
- * become half the capacity. Returns true if the capacity had to be clamped
- * up to BROKER_CHUNK_CAPACITY_MIN (the caller warns).
- */
-/*
  * Where a lease's pages are: the node of its first chunk (-1 without placement
  * or chunks), and whether it was asked for a node and some chunk is elsewhere.
  */
@@ -187,6 +178,15 @@ int broker_lease_node(const struct lease *l, bool *misplaced);
  */
 uint64_t broker_unbrokered_cap(const struct broker *b);
 
+/*
+ * Derive chunk_capacity and the per-uid caps from the daemon's own limits:
+ * nofile (RLIMIT_NOFILE), max_map_count (vm.max_map_count; 0 when chunks are
+ * not mapped, as with hugetlb), and the fds and mappings in use before any
+ * chunk exists. Each connection costs two fds (socket and pidfd); reserve-fds
+ * fds and mappings stay free for admin connections. Unset (0) per-uid caps
+ * become half the capacity. Returns true if the capacity had to be clamped
+ * up to BROKER_CHUNK_CAPACITY_MIN (the caller warns).
+ */
 bool broker_resolve_limits(struct broker *b, uint64_t nofile, uint64_t max_map_count, uint64_t fds_in_use,
 			   uint64_t maps_in_use);
 

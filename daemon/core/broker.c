@@ -74,7 +74,6 @@ static int check_counts(const struct broker *b, uid_t uid, uint64_t need)
 	return 0;
 }
 
-/* Leased plus idle must fit the budget: idle chunks are locked memory too. */
 int broker_lease_node(const struct lease *l, bool *misplaced)
 {
 	*misplaced = false;
@@ -297,6 +296,7 @@ unsigned broker_set_pressure(struct broker *b, enum broker_state to)
 
 void broker_trim_pool(struct broker *b, uint64_t target_idle_bytes)
 {
+	/* Leased plus idle must fit the budget: idle chunks are locked memory too. */
 	uint64_t allowance_bytes = budget_pool_allowance(b->budget);
 	uint64_t keep_bytes = target_idle_bytes < allowance_bytes ? target_idle_bytes : allowance_bytes;
 
