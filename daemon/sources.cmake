@@ -19,7 +19,7 @@ set(PB_DAEMON_CORE_SOURCES
 # The I/O shell, daemon/: every other file but main.c (which only pinbrokerd links).
 set(PB_DAEMON_SHELL_SOURCES
   audit.c config.c holders.c jobs-watch.c listen.c log.c metrics.c
-  monitor.c monitor-cgroup.c monitor-proc.c monitor-psi.c
+  monitor.c monitor-cgroup.c monitor-proc.c monitor-psi.c rlimits.c
   notify.c numa.c pool.c react.c recovery.c reload.c reply.c
   req-admin.c req-client.c req-quota.c req-status.c request.c
   restart.c revoker.c server.c waitq.c
