@@ -428,6 +428,23 @@ START_TEST(test_wait_queue_grants_only_on_the_freed_memory_event)
 }
 END_TEST
 
+/* DESIGN.md, "Pressure and revocation": going critical refuses the acquires already waiting, at once. */
+START_TEST(test_going_critical_refuses_the_waiting_acquires)
+{
+	uint64_t seq;
+
+	F = rf_begin(0);
+	(void)fill_and_wait(&seq, 60000);
+	rf_set_state(F, BROKER_CRITICAL);
+	ck_assert_uint_eq(waitq_count(&F->b), 0);
+	ck_assert_uint_eq(rf_conn(F, 1)->npending, 0);
+	ck_assert_int_eq(reply_of(1, seq, NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_CRITICAL);
+	rf_set_state(F, BROKER_NORMAL);
+	rf_check(F);
+	rf_end(F);
+}
+END_TEST
+
 START_TEST(test_waiting_acquire_times_out_and_leaves_the_queue)
 {
 	uint64_t seq, t0;
@@ -621,6 +638,7 @@ static Suite *request_suite(void)
 	tcase_add_test(tc, test_critical_serves_requests_that_take_no_memory);
 	tcase_add_test(tc, test_revoke_and_release_grant_the_waiting_acquire_through_the_event);
 	tcase_add_test(tc, test_wait_queue_grants_only_on_the_freed_memory_event);
+	tcase_add_test(tc, test_going_critical_refuses_the_waiting_acquires);
 	tcase_add_test(tc, test_waiting_acquire_times_out_and_leaves_the_queue);
 	tcase_add_test(tc, test_set_is_refused_to_non_admins);
 	tcase_add_test(tc, test_set_is_served_to_admins);
