@@ -33,6 +33,8 @@
 #include "recovery.h"
 #include "reload.h"
 #include "restart.h"
+#include "rlimits.h"
+#include "react.h"
 #include "request.h"
 #include "waitq.h"
 #include "server.h"
@@ -400,97 +402,6 @@ fail:
 	return r;
 }
 
-/*
- * What the daemon may use: MemTotal, or its cgroup's memory limit when lower (in a container, meminfo shows the
- * host). *host_total is MemTotal itself: clients outside the daemon's cgroup can pin up to that.
- */
-static uint64_t memory_base(const char *proc_root, uint64_t *host_total)
-{
-	struct pressure_host h;
-
-	*host_total = 0;
-	if (pressure_read_host(proc_root, &h) < 0 || h.mem_total_bytes == 0)
-		return 0;
-	*host_total = h.mem_total_bytes;
-	if (h.cgroup_limit_bytes > 0 && h.cgroup_limit_bytes < h.mem_total_bytes)
-		return h.cgroup_limit_bytes;
-	return h.mem_total_bytes;
-}
-
-/* Fds and mappings the daemon itself may open beyond those counted at start: the loop, the monitor's
- * /proc and PSI files, the journal, the fd store's state memfd, prewarm thread stacks, malloc arenas. */
-#define DAEMON_OWN_FDS 64
-#define DAEMON_OWN_MAPS 512
-
-static uint64_t fds_at_start, maps_at_start;
-
-static uint64_t count_lines_or_entries(const char *path, bool dir)
-{
-	uint64_t n = 0;
-
-	if (dir) {
-		DIR *d = opendir(path);
-		struct dirent *e;
-
-		if (!d)
-			return 0;
-		while ((e = readdir(d)))
-			n += e->d_name[0] != '.';
-		closedir(d);
-	} else {
-		FILE *f = fopen(path, "re");
-		int ch;
-
-		if (!f)
-			return 0;
-		while ((ch = fgetc(f)) != EOF)
-			n += ch == '\n';
-		fclose(f);
-	}
-	return n;
-}
-
-/* The per-uid caps and the daemon's chunk capacity, from RLIMIT_NOFILE and vm.max_map_count. */
-static void resolve_limits(struct broker *b)
-{
-	struct rlimit rl = { 0 };
-	uint64_t nofile, map_max = 0;
-	char path[PATH_MAX], buf[32];
-	FILE *f;
-
-	nofile = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur : 1u << 20;
-	/* hugetlb chunks are never mapped in the daemon; 4 KiB chunks are, one mapping each. */
-	if (!pool_hugetlb(b->pool)) {
-		snprintf(path, sizeof(path), "%s/proc/sys/vm/max_map_count", b->cfg->proc_root);
-		f = fopen(path, "re");
-		if (!f)
-			f = fopen("/proc/sys/vm/max_map_count", "re");
-		if (f && fgets(buf, sizeof(buf), f))
-			map_max = strtoull(buf, NULL, 10);
-		if (f)
-			fclose(f);
-		if (map_max == 0)
-			map_max = 65530; /* the kernel's default (DEFAULT_MAX_MAP_COUNT) */
-	}
-	if (broker_resolve_limits(b, nofile, map_max, fds_at_start + DAEMON_OWN_FDS, maps_at_start + DAEMON_OWN_MAPS))
-		log_warnx("RLIMIT_NOFILE (%llu) and vm.max_map_count (%llu) leave almost no room for pool chunks "
-			  "after reserve-fds and max-connections; lending at most %llu chunks: raise LimitNOFILE",
-			  (unsigned long long)nofile, (unsigned long long)map_max,
-			  (unsigned long long)b->chunk_capacity);
-	if (b->chunk_capacity && budget_limit(b->budget) / pool_chunk_size(b->pool) > b->chunk_capacity) {
-		char s1[32], s2[32], s3[32];
-
-		log_warnx("budget %s is more chunks of %s than the daemon's file descriptors allow (%llu): at most %s "
-			  "can be lent; raise LimitNOFILE, or chunk-size",
-			  format_size(budget_limit(b->budget), s1, sizeof(s1)),
-			  format_size(pool_chunk_size(b->pool), s2, sizeof(s2)), (unsigned long long)b->chunk_capacity,
-			  format_size(b->chunk_capacity * pool_chunk_size(b->pool), s3, sizeof(s3)));
-	}
-	log_debug("limits: %llu chunks in all (RLIMIT_NOFILE %llu, max_map_count %llu), %llu chunks and %llu leases per uid",
-		  (unsigned long long)b->chunk_capacity, (unsigned long long)nofile, (unsigned long long)map_max,
-		  (unsigned long long)b->max_chunks_per_uid, (unsigned long long)b->max_leases_per_uid);
-}
-
 static void update_status(struct broker *b)
 {
 	char bud[32], leased[32], idle[32];
@@ -700,7 +611,7 @@ static void config_applied(struct broker *b)
 }
 
 static const struct reload_hooks daemon_reload_hooks = {
-	.resolve_limits = resolve_limits,
+	.resolve_limits = rlimits_resolve,
 	.reconfigure = reconfigure_monitor,
 	.applied = config_applied,
 };
@@ -807,29 +718,6 @@ static void timed_invoke(struct ev_loop *loop)
 	b->counters.loop_turn_sum_us += dt;
 }
 
-static void raise_nofile(void)
-{
-	struct rlimit rl;
-
-	/* One fd per pool chunk: 16 GiB of 2 MiB chunks is 8192 fds. */
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
-	}
-}
-
-static void lock_self(const struct config *c)
-{
-#if defined(__SANITIZE_ADDRESS__)
-	(void)c;
-#else
-	/* Keep the daemon's own pages resident under the pressure it manages.
-	 * MCL_ONFAULT: lock what is touched, without faulting in reservations. */
-	if (c->lock_memory && mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) < 0)
-		log_warn("mlockall failed; the daemon itself may be swapped under pressure, ignoring");
-#endif
-}
-
 int main(int argc, char **argv)
 {
 	struct options o = { .config_path = default_config };
@@ -883,23 +771,22 @@ int main(int argc, char **argv)
 	}
 	log_init(cfg->log_level, -1);
 	signal(SIGPIPE, SIG_IGN);
-	raise_nofile();
-	fds_at_start = count_lines_or_entries("/proc/self/fd", true);
-	maps_at_start = count_lines_or_entries("/proc/self/maps", false);
+	rlimits_raise_nofile();
+	rlimits_count_start();
 
 	b.cfg = cfg;
 	b.config_path = o.config_path;
 	b.reload_hooks = &daemon_reload_hooks;
 	b.loop = ev_default_loop(EVFLAG_AUTO);
 	b.started_ms = now_ms();
-	b.state = BROKER_NORMAL;
+	(void)broker_set_pressure(&b, BROKER_NORMAL); /* nothing lent or waiting yet: no action to take */
 	if (!b.loop)
 		fatalx("cannot create the event loop");
 	ev_idle_init(&prewarm_idle, prewarm_cb);
 	ev_set_userdata(b.loop, &b);
 	ev_set_invoke_pending_cb(b.loop, timed_invoke);
 
-	b.mem_total_bytes = memory_base(cfg->proc_root, &b.host_mem_total_bytes);
+	b.mem_total_bytes = rlimits_memory_base(cfg->proc_root, &b.host_mem_total_bytes);
 	if (b.mem_total_bytes == 0)
 		fatalx("cannot read MemTotal from %s/proc/meminfo; check --proc-root", cfg->proc_root);
 	reload_resolve_sizes(&b, cfg);
@@ -957,7 +844,7 @@ int main(int argc, char **argv)
 		snprintf(numa_root, sizeof(numa_root), "%s", cfg->proc_root ? cfg->proc_root : "");
 		pool_set_numa_hooks(b.pool, &hooks);
 	}
-	resolve_limits(&b);
+	rlimits_resolve(&b);
 	r = request_init(&b);
 	if (r < 0)
 		fatalx("cannot set up the request layer: %s", strerror(-r));
@@ -965,7 +852,7 @@ int main(int argc, char **argv)
 	if (r < 0)
 		fatalx("cannot set up the pool audit: %s", strerror(-r));
 
-	lock_self(cfg);
+	rlimits_lock_self(cfg);
 
 	r = jobs_watch_start(&b);
 	if (r < 0)
@@ -997,13 +884,13 @@ int main(int argc, char **argv)
 				 (double)(now_us() - t0) / 1000.0);
 	}
 
-	r = monitor_new(b.loop, cfg, request_on_pressure, &b, &b.monitor);
+	r = monitor_new(b.loop, cfg, react_pressure, &b, &b.monitor);
 	if (r < 0)
 		log_warnx("memory-pressure monitor unavailable (%s): leases will not be refused or revoked under "
 			  "pressure",
 			  strerror(-r));
 	else
-		b.state = monitor_state(b.monitor);
+		(void)broker_set_pressure(&b, monitor_state(b.monitor)); /* its first evaluation reports any change */
 
 	for (size_t i = 0; i < sizeof(signums) / sizeof(signums[0]); i++) {
 		ev_signal_init(&sigs[i], signal_cb, signums[i]);

@@ -75,6 +75,10 @@ struct vm_point {
 	struct vmstat v;
 };
 
+struct monitor;
+/* A PSI trigger fired (or broke): the owner samples now. Set by monitor.c, called by monitor-psi.c. */
+typedef void mon_trigger_fn(struct monitor *m);
+
 struct monitor {
 	struct ev_loop *loop;
 	monitor_state_fn fn;
@@ -97,6 +101,7 @@ struct monitor {
 	 * reports it readable forever, so the loop would spin.
 	 */
 	ev_io psi_io;
+	mon_trigger_fn *on_trigger; /* how monitor-psi.c reports a trigger, so it never calls back into monitor.c */
 	int epfd;
 	int psi_fd[2];            /* "some", "full"; -1 when not armed */
 	uint32_t trigger_stall_us, trigger_window_us;
@@ -147,11 +152,10 @@ int mon_cg_read(int root_fd, struct cg_src *cg, uint64_t now, bool refresh_limit
 
 /* monitor-psi.c: PSI triggers. */
 
-/* Arm "some" and "full" triggers on m's PSI file, or say in m->mode why the monitor polls instead. */
+/*
+ * Arm "some" and "full" triggers on m's PSI file, or say in m->mode why the
+ * monitor polls instead. A firing (or failing) trigger calls m->on_trigger.
+ */
 void mon_triggers_arm(struct monitor *m);
 void mon_triggers_close(struct monitor *m);
 
-/* monitor.c: sampling. */
-
-/* Sample every source, run the policy, report a transition; refresh_limits: read the cgroup limits now. */
-void mon_sample(struct monitor *m, bool refresh_limits);

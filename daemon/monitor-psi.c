@@ -110,7 +110,7 @@ static void psi_cb(struct ev_loop *loop, ev_io *w, int revents)
 	/* The trigger says the stall is building over its window: watch that closely for as long. */
 	if (n > 0 && !broken)
 		m->fast_until_ms = now_ms() + (m->trigger_window_us > 1000000 ? m->trigger_window_us / 1000 : 1000);
-	mon_sample(m, false);
+	m->on_trigger(m);
 }
 
 /* Arm "some" and "full" triggers, or say why the monitor polls instead; the reason goes into mode. */

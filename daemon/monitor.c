@@ -207,7 +207,7 @@ static void sample_psi(struct monitor *m, struct pressure_sample *s, char *buf)
 }
 
 /* refresh_limits: read the cgroup limits now rather than when they are due. */
-void mon_sample(struct monitor *m, bool refresh_limits)
+static void mon_sample(struct monitor *m, bool refresh_limits)
 {
 	struct pressure_sample s = {0};
 	struct cg_reading cg;
@@ -262,6 +262,12 @@ void mon_sample(struct monitor *m, bool refresh_limits)
 	timer_retune(m, now);
 }
 
+/* m's PSI trigger fired (monitor-psi.c, through m->on_trigger): the stall is building, sample now. */
+static void trigger_fired(struct monitor *m)
+{
+	mon_sample(m, false);
+}
+
 static void timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	(void)loop;
@@ -300,6 +306,7 @@ int monitor_new(struct ev_loop *loop, const struct config *cfg, monitor_state_fn
 	m->loop = loop;
 	m->fn = fn;
 	m->ud = ud;
+	m->on_trigger = trigger_fired;
 	m->root_fd = m->epfd = m->psi_fd[0] = m->psi_fd[1] = -1;
 	mon_src_init(&m->meminfo_f, true);
 	mon_src_init(&m->vmstat_f, false);

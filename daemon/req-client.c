@@ -102,6 +102,7 @@ void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
 	/* Stored labels hold LEASE_LABEL_MAX - 1 bytes: cut here, where a character is never split. */
 	if (a->label)
 		text_truncate(a->label, LEASE_LABEL_MAX - 1);
+	args.now_ms = now_ms();
 	r = broker_acquire(b, &args, &l);
 	if (r == 0) {
 		reply_grant(c, req->seq, l);
@@ -397,7 +398,7 @@ void handle_attach(struct conn *c, const Pinbroker__V1__Request *req)
 	 * answer. A uid that is not granted learns the token is live, but only someone who
 	 * was handed the token can ask, and 128 bits cannot be guessed.
 	 */
-	r = token_parse(req->attach->token, token) ? broker_attach(b, token, c, c->uid, c->pid, &l) : -ENOENT;
+	r = token_parse(req->attach->token, token) ? broker_attach(b, token, c, c->uid, c->pid, now_ms(), &l) : -ENOENT;
 	switch (r) {
 	case 0:
 		break;

@@ -105,21 +105,6 @@ void request_conn_closed(struct broker *b, struct conn *c)
 	revoker_conn_closed(b, c);
 }
 
-void request_on_pressure(void *ud, enum broker_state from, enum broker_state to, const char *why)
-{
-	struct broker *b = ud;
-
-	b->state = to;
-	if (to >= BROKER_TIGHT)
-		broker_trim_pool(b, 0);
-	/* Waiting acquires are refused at once while critical. */
-	if (to == BROKER_CRITICAL)
-		waitq_refuse_all(b, -EAGAIN);
-	revoker_on_pressure(b, to);
-	if (to == BROKER_NORMAL)
-		waitq_grant(b); /* the pool regrows on demand */
-}
-
 int request_init(struct broker *b)
 {
 	int r;

@@ -22,6 +22,3 @@ void request_conn_closed(struct broker *b, struct conn *c);
 /* Set up and tear down the revoker (revoker.h) and the wait queue (waitq.h). request_init returns 0 or a negative errno. */
 int request_init(struct broker *b);
 void request_fini(struct broker *b);
-
-/* The pressure monitor's callback (monitor_state_fn): sets b->state, trims, refuses or grants waiting acquires, starts or stops reclaim. */
-void request_on_pressure(void *ud, enum broker_state from, enum broker_state to, const char *why);

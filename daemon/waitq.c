@@ -116,6 +116,7 @@ static enum waitq_verdict try_grant(struct waitq_entry *e, void *ud)
 
 	if (c->closing || c->nleases >= b->cfg->max_leases_per_client)
 		return WAITQ_SKIP;
+	p->args.now_ms = now_ms(); /* granted now, not when it was queued */
 	r = broker_acquire(b, &p->args, &l);
 	v = waitq_order_verdict(r);
 	if (v != WAITQ_ANSWERED)

@@ -30,6 +30,7 @@
 #include "lease.h"
 #include "log.h"
 #include "pool.h"
+#include "react.h"
 #include "reload.h"
 #include "request.h"
 #include "util.h"
@@ -397,7 +398,7 @@ void fz_global_init(const char *const *overrides)
 	b->loop = ev_default_loop(EVFLAG_AUTO);
 	b->reload_hooks = &fz_reload_hooks;
 	b->started_ms = now_ms();
-	b->state = BROKER_NORMAL;
+	(void)broker_set_pressure(b, BROKER_NORMAL); /* nothing lent or waiting yet */
 	b->mem_total_bytes = FZ_MEM_TOTAL_BYTES;
 	FZ_ASSERT(budget_new(0, 0, &b->budget) == 0, "budget_new");
 	/* Job quotas on, so QUOTA_SET and QUOTA_LIST reach their handlers (rules start empty each input). */
@@ -588,7 +589,7 @@ void fz_set_state(struct fz *f, enum broker_state to)
 	enum broker_state from = f->b.state;
 
 	if (from != to)
-		request_on_pressure(&f->b, from, to, "fuzz");
+		react_pressure(&f->b, from, to, "fuzz");
 }
 
 /* ------------------------------------------------------------------ checks */
@@ -868,7 +869,7 @@ static void fz_reset(struct fz *f)
 	jobs_free(b->jobs);
 	FZ_ASSERT(jobs_new(&b->jobs) == 0, "jobs_new");
 	b->shutting_down = false;
-	b->state = BROKER_NORMAL;
+	(void)broker_set_pressure(b, BROKER_NORMAL); /* the revoker and wait queue are gone: nothing to react */
 	if (f->cfg_dirty)
 		use_config(f, f->profile);
 	pool_canonical(f);

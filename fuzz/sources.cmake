@@ -1,31 +1,6 @@
 # SPDX-License-Identifier: MIT
-# The daemon sources a fuzz harness links (everything but main.c), shared by fuzz/ and tests/fuzz-regress/.
+# The fuzz harnesses, shared by fuzz/ and tests/fuzz-regress/. The daemon sources they link come from the one
+# list in daemon/sources.cmake (fuzz/ rebuilds it instrumented; the replay tests link pb_daemon).
+include(${CMAKE_SOURCE_DIR}/daemon/sources.cmake)
 set(PB_FUZZ_DIR ${CMAKE_SOURCE_DIR}/fuzz)
-set(PB_FUZZ_DAEMON_SOURCES
-  ${CMAKE_SOURCE_DIR}/daemon/server.c
-  ${CMAKE_SOURCE_DIR}/daemon/listen.c
-  ${CMAKE_SOURCE_DIR}/daemon/request.c
-  ${CMAKE_SOURCE_DIR}/daemon/req-client.c
-  ${CMAKE_SOURCE_DIR}/daemon/req-admin.c
-  ${CMAKE_SOURCE_DIR}/daemon/metrics.c
-  ${CMAKE_SOURCE_DIR}/daemon/req-status.c
-  ${CMAKE_SOURCE_DIR}/daemon/reply.c
-  ${CMAKE_SOURCE_DIR}/daemon/revoker.c
-  ${CMAKE_SOURCE_DIR}/daemon/waitq.c
-  ${CMAKE_SOURCE_DIR}/daemon/jobs-watch.c
-  ${CMAKE_SOURCE_DIR}/daemon/req-quota.c
-  ${CMAKE_SOURCE_DIR}/daemon/monitor.c
-  ${CMAKE_SOURCE_DIR}/daemon/monitor-proc.c
-  ${CMAKE_SOURCE_DIR}/daemon/monitor-cgroup.c
-  ${CMAKE_SOURCE_DIR}/daemon/monitor-psi.c
-  # req-client.c and reply.c name the instance id and records leases for the fd store (both inert without recovery_init).
-  ${CMAKE_SOURCE_DIR}/daemon/recovery.c
-  ${CMAKE_SOURCE_DIR}/daemon/recovery-format.c
-  ${CMAKE_SOURCE_DIR}/daemon/recovery-writer.c
-  ${CMAKE_SOURCE_DIR}/daemon/revoker-free.c
-  ${CMAKE_SOURCE_DIR}/daemon/revoker-hold.c
-  ${CMAKE_SOURCE_DIR}/daemon/revoker-round.c
-  ${CMAKE_SOURCE_DIR}/daemon/revoker-policy.c
-  ${CMAKE_SOURCE_DIR}/daemon/waitq-order.c
-  ${CMAKE_SOURCE_DIR}/daemon/notify.c)
 set(PB_FUZZ_HARNESSES fuzz_request fuzz_fdpath)

@@ -37,7 +37,7 @@ static struct broker *new_broker(uint64_t limit_bytes, uint64_t quota_bytes, uin
 	b->budget_bytes = limit_bytes;
 	b->uid_quota_bytes = quota_bytes;
 	b->max_no_revoke_per_uid_bytes = (quota_bytes ? quota_bytes : limit_bytes) / 2; /* the 50% default */
-	b->state = BROKER_NORMAL;
+	(void)broker_set_pressure(b, BROKER_NORMAL);
 	return b;
 }
 
@@ -92,7 +92,7 @@ static int acquire_kind(struct broker *b, uid_t uid, void *owner, uint64_t size,
 	struct acquire_args a = {
 		.uid = uid, .gid = uid, .pid = 1234, .owner = owner, .size = size,
 		.priority = LEASE_PRIO_NORMAL, .label = "test",
-		.no_revoke = kind == ASK_NO_REVOKE, .registration = kind == ASK_REGISTRATION,
+		.no_revoke = kind == ASK_NO_REVOKE, .registration = kind == ASK_REGISTRATION, .now_ms = 1000,
 	};
 	struct lease *l = NULL;
 	int r;
@@ -159,14 +159,14 @@ START_TEST(test_acquire_when_tight_lends_only_from_the_idle_pool)
 {
 	struct broker *b = new_broker(64 * MIB, 0, 4 * MIB);
 
-	b->state = BROKER_TIGHT;
+	(void)broker_set_pressure(b, BROKER_TIGHT);
 	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 6 * MIB, NULL), -EBUSY);
 	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 4 * MIB, NULL), 0);
 	ck_assert_uint_eq(pool_idle_bytes(b->pool), 0);
 	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 4096, NULL), -EBUSY);
 	/* No new memory was pinned while tight. */
 	ck_assert_uint_eq(pool_resident_bytes(b->pool), 4 * MIB);
-	b->state = BROKER_NORMAL;
+	(void)broker_set_pressure(b, BROKER_NORMAL);
 	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 4096, NULL), 0);
 	check_books(b);
 	free_broker(b);
@@ -178,7 +178,7 @@ START_TEST(test_acquire_when_tight_refuses_never_revoked_leases_even_from_the_id
 	struct broker *b = new_broker(64 * MIB, 0, 4 * MIB);
 	struct lease *l = NULL;
 
-	b->state = BROKER_TIGHT;
+	(void)broker_set_pressure(b, BROKER_TIGHT);
 	/* The idle pool could serve them, but nothing could take them back if the host got worse. */
 	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 4096, ASK_NO_REVOKE, NULL), -ENOLCK);
 	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 4096, ASK_REGISTRATION, NULL), -ENOLCK);
@@ -191,10 +191,10 @@ START_TEST(test_acquire_when_tight_refuses_never_revoked_leases_even_from_the_id
 	ck_assert(!l->no_revoke);
 	ck_assert_uint_eq(pool_idle_bytes(b->pool), 2 * MIB);
 	/* Critical answers first, whatever the kind. */
-	b->state = BROKER_CRITICAL;
+	(void)broker_set_pressure(b, BROKER_CRITICAL);
 	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 4096, ASK_NO_REVOKE, NULL), -EAGAIN);
 	/* Normal again: both kinds are lent. */
-	b->state = BROKER_NORMAL;
+	(void)broker_set_pressure(b, BROKER_NORMAL);
 	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 4096, ASK_NO_REVOKE, &l), 0);
 	ck_assert(l->no_revoke && !l->registration);
 	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 4096, ASK_REGISTRATION, &l), 0);
@@ -209,10 +209,29 @@ START_TEST(test_acquire_when_critical_is_refused)
 {
 	struct broker *b = new_broker(64 * MIB, 0, 4 * MIB);
 
-	b->state = BROKER_CRITICAL;
+	(void)broker_set_pressure(b, BROKER_CRITICAL);
 	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, NULL), -EAGAIN);
 	ck_assert_uint_eq(lease_count(b->leases), 0);
 	ck_assert_uint_eq(budget_leased(b->budget), 0);
+	free_broker(b);
+}
+END_TEST
+
+/* DESIGN.md, "Pressure and revocation": tight shrinks the idle pool; critical also refuses and revokes; normal grants. */
+START_TEST(test_set_pressure_records_the_state_and_names_the_reaction)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 4 * MIB);
+
+	ck_assert_uint_eq(broker_set_pressure(b, BROKER_TIGHT), BROKER_ACT_TRIM_POOL | BROKER_ACT_STOP_RECLAIM);
+	ck_assert_int_eq(b->state, BROKER_TIGHT);
+	ck_assert_uint_eq(broker_set_pressure(b, BROKER_CRITICAL), BROKER_ACT_TRIM_POOL | BROKER_ACT_REFUSE_WAITERS |
+									   BROKER_ACT_START_RECLAIM);
+	ck_assert_int_eq(b->state, BROKER_CRITICAL);
+	ck_assert_uint_eq(broker_set_pressure(b, BROKER_NORMAL), BROKER_ACT_STOP_RECLAIM | BROKER_ACT_GRANT_WAITERS);
+	ck_assert_int_eq(b->state, BROKER_NORMAL);
+	/* Deciding is all it does: the shell trims, so the warm pool is untouched here. */
+	(void)broker_set_pressure(b, BROKER_TIGHT);
+	ck_assert_uint_eq(pool_idle_bytes(b->pool), 4 * MIB);
 	free_broker(b);
 }
 END_TEST
@@ -221,7 +240,7 @@ START_TEST(test_budget_refusal_wins_over_pressure_refusal)
 {
 	struct broker *b = new_broker(16 * MIB, 0, 0);
 
-	b->state = BROKER_CRITICAL;
+	(void)broker_set_pressure(b, BROKER_CRITICAL);
 	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 32 * MIB, NULL), -EFBIG);
 	free_broker(b);
 }
@@ -477,14 +496,14 @@ START_TEST(test_attach_charges_nothing_and_lease_lives_until_last_mapper)
 	/* Only the holder shares. */
 	ck_assert_int_eq(broker_share(b, l, &conn_b, tok, NULL, 0), -EPERM);
 	ck_assert_int_eq(broker_share(b, l, &conn_a, tok, NULL, 0), 0);
-	ck_assert_int_eq(broker_attach(b, bad, &conn_b, UID_A, 7, &got), -ENOENT);
-	ck_assert_int_eq(broker_attach(b, tok, &conn_c, UID_B, 8, &got), -EACCES);
+	ck_assert_int_eq(broker_attach(b, bad, &conn_b, UID_A, 7, 1000, &got), -ENOENT);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_c, UID_B, 8, 1000, &got), -EACCES);
 	ck_assert_int_eq(broker_share(b, l, &conn_a, tok, &grant, 1), 0);
-	ck_assert_int_eq(broker_attach(b, tok, &conn_c, UID_B, 8, &got), 0);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_c, UID_B, 8, 1000, &got), 0);
 	ck_assert_ptr_eq(got, l);
-	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 7, &got), 0);
-	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 7, &got), -EEXIST);
-	ck_assert_int_eq(broker_attach(b, tok, &conn_a, UID_A, 7, &got), -EEXIST);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 7, 1000, &got), 0);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 7, 1000, &got), -EEXIST);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_a, UID_A, 7, 1000, &got), -EEXIST);
 	/* Counted once, to the holder's uid. */
 	ck_assert_uint_eq(budget_leased(b->budget), 2 * MIB);
 	ck_assert_uint_eq(budget_uid_leased(b->budget, UID_A), 2 * MIB);
@@ -497,7 +516,7 @@ START_TEST(test_attach_charges_nothing_and_lease_lives_until_last_mapper)
 	ck_assert_int_eq(broker_detach(b, l, &conn_b), 1);
 	broker_free_lease(b, l);
 	ck_assert_ptr_null(lease_find(b->leases, id));
-	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 7, &got), -ENOENT);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 7, 1000, &got), -ENOENT);
 	ck_assert_uint_eq(budget_leased(b->budget), 0);
 	check_books(b);
 	free_broker(b);
@@ -513,10 +532,10 @@ START_TEST(test_attach_refused_while_revoking_and_idle_lease_becomes_active)
 	ck_assert_int_eq(acquire(b, UID_A, &conn_a, MIB, &l), 0);
 	ck_assert_int_eq(lease_set_state(l, LEASE_IDLE, 1), 0);
 	ck_assert_int_eq(broker_share(b, l, &conn_a, tok, NULL, 0), 0);
-	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 7, &got), 0);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 7, 1000, &got), 0);
 	ck_assert_int_eq(l->state, LEASE_ACTIVE);
 	ck_assert_int_eq(lease_set_state(l, LEASE_REVOKING, 2), 0);
-	ck_assert_int_eq(broker_attach(b, tok, &conn_c, UID_A, 8, &got), -ENOENT);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_c, UID_A, 8, 1000, &got), -ENOENT);
 	ck_assert_int_eq(broker_share(b, l, &conn_a, tok, NULL, 0), -EINVAL);
 	/* A closed connection lets go of what it attached, too. */
 	ck_assert_uint_eq(broker_drop_owner(b, &conn_a), 0);
@@ -565,7 +584,7 @@ START_TEST(test_cross_uid_attach_taints_chunks_and_they_never_return_to_the_pool
 	ck_assert_int_eq(broker_share(b, l, &conn_a, tok, &grant, 1), 0);
 	for (size_t i = 0; i < nold; i++)
 		ck_assert_msg(!l->chunks[i]->tainted, "sharing alone sends no fd: nothing is tainted yet");
-	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_B, 8, &got), 0);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_B, 8, 1000, &got), 0);
 	for (size_t i = 0; i < nold; i++)
 		ck_assert_msg(l->chunks[i]->tainted, "chunk %zu not tainted by uid B's attach", i);
 	/* The attacher lets go first (its view may outlive that), then the holder. */
@@ -604,7 +623,7 @@ START_TEST(test_same_uid_attach_taints_nothing)
 	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 4 * MIB, &l), 0);
 	chunk_ids(l, old, 4);
 	ck_assert_int_eq(broker_share(b, l, &conn_a, tok, NULL, 0), 0);
-	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 8, &got), 0);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 8, 1000, &got), 0);
 	for (size_t i = 0; i < l->nchunks; i++)
 		ck_assert(!l->chunks[i]->tainted);
 	ck_assert_uint_eq(broker_drop_owner(b, &conn_b), 0);
@@ -735,9 +754,9 @@ START_TEST(test_registration_is_charged_without_pool_memory_and_never_revoked)
 	ck_assert_uint_eq(norder, 0);
 	free(order);
 	/* Tight: a registration pins new pages that could not be taken back, so it is refused. */
-	b->state = BROKER_TIGHT;
+	(void)broker_set_pressure(b, BROKER_TIGHT);
 	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 4096, ASK_REGISTRATION, NULL), -ENOLCK);
-	b->state = BROKER_NORMAL;
+	(void)broker_set_pressure(b, BROKER_NORMAL);
 	broker_free_lease(b, r);
 	broker_free_lease(b, n);
 	ck_assert_uint_eq(b->registered_bytes, 0);
@@ -784,6 +803,7 @@ static Suite *broker_suite(void)
 	tcase_add_test(tc, test_acquire_when_tight_refuses_never_revoked_leases_even_from_the_idle_pool);
 	tcase_add_test(tc, test_acquire_when_critical_is_refused);
 	tcase_add_test(tc, test_budget_refusal_wins_over_pressure_refusal);
+	tcase_add_test(tc, test_set_pressure_records_the_state_and_names_the_reaction);
 	tcase_add_test(tc, test_acquire_shrinks_idle_pool_to_fit_budget);
 	tcase_add_test(tc, test_acquire_pool_failure_changes_nothing);
 	tcase_add_test(tc, test_release_returns_memory_to_budget_and_pool);

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests for the request modules on the fuzz harness's in-memory broker: the gate, the pressure gate, lease accounting, the wait queue's freed-memory event, admin rights. */
+/* Unit tests for the request modules on an in-memory broker built from the daemon library (tests/lib/reqfix.c): the gate, the pressure gate, lease accounting, the wait queue's freed-memory event, admin rights. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <errno.h>
+#include <ev.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -10,30 +11,28 @@
 #include "broker.h"
 #include "budget.h"
 #include "config.h"
-#include "harness.h"
 #include "lease.h"
 #include "monitor.h"
 #include "request.h"
 #include "revoker.h"
 #include "waitq.h"
+#include "util.h"
 #include "wire.h"
 #include "check_main.h"
+#include "reqfix.h"
 
 #define KIB 1024ull
-/* The harness's default profile (fuzz/harness.c): a 2 MiB budget, 1536 KiB per uid, 16 KiB chunks. */
-#define FZ_BUDGET_BYTES (2048 * KIB)
-#define FZ_QUOTA_BYTES (1536 * KIB)
+/* The fixture's config (tests/lib/reqfix.h): a 2 MiB budget, 1536 KiB per uid, 16 KiB chunks. */
+#define BUDGET_BYTES (2048 * KIB)
+#define QUOTA_BYTES (1536 * KIB)
 #define NO_REPLY (-1)
+/* A waiting acquire's timeout where the test waits it out on the real clock. */
+#define WAIT_TIMEOUT_MS 200
 
 typedef Pinbroker__V1__Request Request;
 typedef Pinbroker__V1__Reply Reply;
 
-static struct fz *F;
-
-static void setup(void)
-{
-	fz_global_init(NULL);
-}
+static struct rf *F;
 
 /* Hand req to connection i's dispatch, as its peer would send it. Returns its seq. */
 static uint64_t send_req(int i, Request *req)
@@ -46,7 +45,7 @@ static uint64_t send_req(int i, Request *req)
 	len = pinbroker__v1__request__get_packed_size(req);
 	ck_assert_uint_le(len, sizeof(buf));
 	pinbroker__v1__request__pack(req, buf);
-	request_dispatch(fz_conn(F, i), buf, len);
+	request_dispatch(rf_conn(F, i), buf, len);
 	return req->seq;
 }
 
@@ -204,24 +203,24 @@ static void count_freed(struct broker *b)
 
 START_TEST(test_request_before_hello_is_refused_and_closes)
 {
-	F = fz_begin(0);
+	F = rf_begin(0);
 	ck_assert_int_eq(reply_of(0, send_acquire(0, 64 * KIB, 0, NULL, 0), NULL, NULL),
 			 PINBROKER__V1__STATUS_CODE__STATUS_NO_HELLO);
-	ck_assert(!fz_conn_alive(F, 0));
+	ck_assert(!rf_conn_alive(F, 0));
 	ck_assert_uint_eq(lease_count(F->b.leases), 0);
 	ck_assert_uint_eq(budget_leased(F->b.budget), 0);
-	fz_end(F);
+	rf_end(F);
 }
 END_TEST
 
 START_TEST(test_second_hello_closes_the_connection)
 {
-	F = fz_begin(0);
+	F = rf_begin(0);
 	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
-	ck_assert(fz_conn(F, 0)->hello_done);
+	ck_assert(rf_conn(F, 0)->hello_done);
 	ck_assert_int_eq(hello(0), NO_REPLY);
-	ck_assert(!fz_conn_alive(F, 0));
-	fz_end(F);
+	ck_assert(!rf_conn_alive(F, 0));
+	rf_end(F);
 }
 END_TEST
 
@@ -230,17 +229,17 @@ START_TEST(test_acquire_and_release_bring_every_counter_back_to_zero)
 	uint64_t id, id2;
 	struct conn *c;
 
-	F = fz_begin(0);
+	F = rf_begin(0);
 	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	id = acquire_ok(0, 64 * KIB);
 	id2 = acquire_ok(0, 100 * KIB); /* rounded up to whole pages */
-	c = fz_conn(F, 0);
+	c = rf_conn(F, 0);
 	ck_assert_uint_eq(c->nleases, 2);
 	ck_assert_uint_eq(c->lease_bytes, 64 * KIB + 100 * KIB);
 	ck_assert_uint_eq(budget_leased(F->b.budget), 164 * KIB);
 	ck_assert_uint_eq(budget_uid_leased(F->b.budget, c->uid), 164 * KIB);
 	ck_assert_uint_eq(lease_count(F->b.leases), 2);
-	fz_check(F);
+	rf_check(F);
 	ck_assert_int_eq(reply_of(0, send_release(0, id), NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_int_eq(reply_of(0, send_release(0, id2), NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_uint_eq(c->nleases, 0);
@@ -251,8 +250,8 @@ START_TEST(test_acquire_and_release_bring_every_counter_back_to_zero)
 	/* Released again: the lease is gone. */
 	ck_assert_int_eq(reply_of(0, send_release(0, id), NULL, NULL),
 			 PINBROKER__V1__STATUS_CODE__STATUS_UNKNOWN_LEASE);
-	fz_check(F);
-	fz_end(F);
+	rf_check(F);
+	rf_end(F);
 }
 END_TEST
 
@@ -261,7 +260,7 @@ START_TEST(test_stopping_serves_release_and_status)
 	Pinbroker__V1__Reply__BodyCase body = 0;
 	uint64_t id;
 
-	F = fz_begin(0);
+	F = rf_begin(0);
 	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	id = acquire_ok(0, 64 * KIB);
 	F->b.shutting_down = true;
@@ -271,13 +270,13 @@ START_TEST(test_stopping_serves_release_and_status)
 	ck_assert_uint_eq(budget_leased(F->b.budget), 0);
 	ck_assert_uint_eq(lease_count(F->b.leases), 0);
 	F->b.shutting_down = false;
-	fz_end(F);
+	rf_end(F);
 }
 END_TEST
 
 START_TEST(test_stopping_refuses_every_other_kind)
 {
-	F = fz_begin(1); /* connection 0 is admin: refused for stopping, not for rights */
+	F = rf_begin(1); /* connection 0 is admin: refused for stopping, not for rights */
 	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	F->b.shutting_down = true;
 	ck_assert_int_eq(reply_of(0, send_acquire(0, 64 * KIB, 0, NULL, 0), NULL, NULL),
@@ -289,9 +288,9 @@ START_TEST(test_stopping_refuses_every_other_kind)
 	ck_assert_uint_eq(lease_count(F->b.leases), 0);
 	ck_assert_uint_eq(F->b.cfg->acquire_timeout_ms, 2);
 	ck_assert_uint_eq(F->b.unbrokered_bytes, 0);
-	ck_assert(fz_conn_alive(F, 0));
+	ck_assert(rf_conn_alive(F, 0));
 	F->b.shutting_down = false;
-	fz_end(F);
+	rf_end(F);
 }
 END_TEST
 
@@ -299,9 +298,9 @@ END_TEST
 
 START_TEST(test_critical_refuses_acquire_at_the_gate)
 {
-	F = fz_begin(0);
+	F = rf_begin(0);
 	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
-	fz_set_state(F, BROKER_CRITICAL);
+	rf_set_state(F, BROKER_CRITICAL);
 	/*
 	 * The label is refused by the handler (INVALID_ARGUMENT) before broker_acquire would say
 	 * critical: only the gate answers CRITICAL here.
@@ -310,10 +309,10 @@ START_TEST(test_critical_refuses_acquire_at_the_gate)
 			 PINBROKER__V1__STATUS_CODE__STATUS_CRITICAL);
 	ck_assert_uint_eq(lease_count(F->b.leases), 0);
 	ck_assert_uint_eq(budget_leased(F->b.budget), 0);
-	fz_set_state(F, BROKER_NORMAL);
+	rf_set_state(F, BROKER_NORMAL);
 	ck_assert_int_eq(reply_of(0, send_acquire(0, 64 * KIB, 0, "bad\nlabel", 0), NULL, NULL),
 			 PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT);
-	fz_end(F);
+	rf_end(F);
 }
 END_TEST
 
@@ -322,9 +321,9 @@ START_TEST(test_critical_refuses_register_only_and_waiting_acquires)
 	uint32_t reg = PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY;
 	uint32_t wait = PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT;
 
-	F = fz_begin(0);
+	F = rf_begin(0);
 	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
-	fz_set_state(F, BROKER_CRITICAL);
+	rf_set_state(F, BROKER_CRITICAL);
 	ck_assert_int_eq(reply_of(0, send_acquire(0, 64 * KIB, reg, "bad\tlabel", 0), NULL, NULL),
 			 PINBROKER__V1__STATUS_CODE__STATUS_CRITICAL);
 	ck_assert_int_eq(reply_of(0, send_acquire(0, 64 * KIB, wait, NULL, 1000), NULL, NULL),
@@ -332,8 +331,8 @@ START_TEST(test_critical_refuses_register_only_and_waiting_acquires)
 	ck_assert_uint_eq(F->b.registered_bytes, 0);
 	ck_assert_uint_eq(waitq_count(&F->b), 0);
 	ck_assert_uint_eq(lease_count(F->b.leases), 0);
-	fz_set_state(F, BROKER_NORMAL);
-	fz_end(F);
+	rf_set_state(F, BROKER_NORMAL);
+	rf_end(F);
 }
 END_TEST
 
@@ -341,37 +340,37 @@ START_TEST(test_critical_serves_requests_that_take_no_memory)
 {
 	uint64_t id;
 
-	F = fz_begin(0);
+	F = rf_begin(0);
 	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	id = acquire_ok(0, 64 * KIB);
-	fz_set_state(F, BROKER_CRITICAL); /* reclaim revokes the lease: its REVOKE is skipped below */
+	rf_set_state(F, BROKER_CRITICAL); /* reclaim revokes the lease: its REVOKE is skipped below */
 	ck_assert_int_eq(reply_of(0, send_report_unbrokered(0, 8192), NULL, NULL),
 			 PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_uint_eq(F->b.unbrokered_bytes, 8192);
 	ck_assert_int_eq(reply_of(0, send_release(0, id), NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_uint_eq(budget_leased(F->b.budget), 0);
-	fz_set_state(F, BROKER_NORMAL);
-	fz_end(F);
+	rf_set_state(F, BROKER_NORMAL);
+	rf_end(F);
 }
 END_TEST
 
 /* --------------------------------------------------- the freed-memory event */
 
 /* Connection 0 holds its whole quota; connection 1 (another uid) waits for more than the rest of the budget. */
-static uint64_t fill_and_wait(uint64_t *waiting_seq)
+static uint64_t fill_and_wait(uint64_t *waiting_seq, uint32_t timeout_ms)
 {
 	uint32_t wait = PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT;
 	uint64_t id, sent;
 
 	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_int_eq(hello(1), PINBROKER__V1__STATUS_CODE__STATUS_OK);
-	id = acquire_ok(0, FZ_QUOTA_BYTES);
+	id = acquire_ok(0, QUOTA_BYTES);
 	sent = F->packets_sent;
-	*waiting_seq = send_acquire(1, FZ_BUDGET_BYTES - FZ_QUOTA_BYTES + 64 * KIB, wait, NULL, 60000);
+	*waiting_seq = send_acquire(1, BUDGET_BYTES - QUOTA_BYTES + 64 * KIB, wait, NULL, timeout_ms);
 	ck_assert_int_eq(reply_of(1, *waiting_seq, NULL, NULL), NO_REPLY);
 	ck_assert_uint_eq(F->packets_sent, sent); /* queued, not answered */
 	ck_assert_uint_eq(waitq_count(&F->b), 1);
-	ck_assert_uint_eq(fz_conn(F, 1)->npending, 1);
+	ck_assert_uint_eq(rf_conn(F, 1)->npending, 1);
 	ck_assert_int_eq(reply_of(1, *waiting_seq, NULL, NULL), NO_REPLY);
 	return id;
 }
@@ -381,11 +380,11 @@ START_TEST(test_revoke_and_release_grant_the_waiting_acquire_through_the_event)
 	Pinbroker__V1__Reply__BodyCase body = 0;
 	uint64_t id, seq;
 
-	F = fz_begin(0);
+	F = rf_begin(0);
 	freed_events = 0;
 	ck_assert_int_eq(broker_listen_freed(&F->b, count_freed), 0);
 	ck_assert_int_eq(broker_listen_freed(&F->b, count_freed), -EEXIST);
-	id = fill_and_wait(&seq);
+	id = fill_and_wait(&seq, 60000);
 	/* Its holder revokes its own lease, gets the REVOKE and gives the lease back. */
 	ck_assert_int_eq(reply_of(0, send_revoke(0, id), &body, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_int_eq(body, PINBROKER__V1__REPLY__BODY_ADMIN_REVOKE);
@@ -395,14 +394,14 @@ START_TEST(test_revoke_and_release_grant_the_waiting_acquire_through_the_event)
 	ck_assert_int_eq(reply_of(0, send_release(0, id), NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_uint_eq(freed_events, 1);
 	ck_assert_uint_eq(waitq_count(&F->b), 0);
-	ck_assert_uint_eq(fz_conn(F, 1)->npending, 0);
-	ck_assert_uint_eq(fz_conn(F, 1)->nleases, 1);
+	ck_assert_uint_eq(rf_conn(F, 1)->npending, 0);
+	ck_assert_uint_eq(rf_conn(F, 1)->nleases, 1);
 	ck_assert_int_eq(reply_of(1, seq, &body, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_int_eq(body, PINBROKER__V1__REPLY__BODY_LEASE);
-	ck_assert_uint_eq(budget_leased(F->b.budget), FZ_BUDGET_BYTES - FZ_QUOTA_BYTES + 64 * KIB);
+	ck_assert_uint_eq(budget_leased(F->b.budget), BUDGET_BYTES - QUOTA_BYTES + 64 * KIB);
 	broker_unlisten_freed(&F->b, count_freed);
-	fz_check(F);
-	fz_end(F);
+	rf_check(F);
+	rf_end(F);
 }
 END_TEST
 
@@ -411,8 +410,8 @@ START_TEST(test_wait_queue_grants_only_on_the_freed_memory_event)
 	Pinbroker__V1__Reply__BodyCase body = 0;
 	uint64_t id, seq;
 
-	F = fz_begin(0);
-	id = fill_and_wait(&seq);
+	F = rf_begin(0);
+	id = fill_and_wait(&seq, 60000);
 	/* Freed without the revoker's event: the queue does not look. */
 	revoker_free_lease(&F->b, lease_find(F->b.leases, id), "check_request");
 	ck_assert_uint_eq(waitq_count(&F->b), 1);
@@ -422,25 +421,44 @@ START_TEST(test_wait_queue_grants_only_on_the_freed_memory_event)
 	ck_assert_uint_eq(waitq_count(&F->b), 0);
 	ck_assert_int_eq(reply_of(1, seq, &body, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_int_eq(body, PINBROKER__V1__REPLY__BODY_LEASE);
-	ck_assert_uint_eq(fz_conn(F, 1)->nleases, 1);
-	ck_assert_uint_eq(fz_conn(F, 0)->nleases, 0);
-	fz_check(F);
-	fz_end(F);
+	ck_assert_uint_eq(rf_conn(F, 1)->nleases, 1);
+	ck_assert_uint_eq(rf_conn(F, 0)->nleases, 0);
+	rf_check(F);
+	rf_end(F);
+}
+END_TEST
+
+/* DESIGN.md, "Pressure and revocation": going critical refuses the acquires already waiting, at once. */
+START_TEST(test_going_critical_refuses_the_waiting_acquires)
+{
+	uint64_t seq;
+
+	F = rf_begin(0);
+	(void)fill_and_wait(&seq, 60000);
+	rf_set_state(F, BROKER_CRITICAL);
+	ck_assert_uint_eq(waitq_count(&F->b), 0);
+	ck_assert_uint_eq(rf_conn(F, 1)->npending, 0);
+	ck_assert_int_eq(reply_of(1, seq, NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_CRITICAL);
+	rf_set_state(F, BROKER_NORMAL);
+	rf_check(F);
+	rf_end(F);
 }
 END_TEST
 
 START_TEST(test_waiting_acquire_times_out_and_leaves_the_queue)
 {
-	uint64_t seq;
+	uint64_t seq, t0;
 
-	F = fz_begin(0);
-	(void)fill_and_wait(&seq);
-	fz_advance_clock(60001);
-	fz_run_loop(F);
+	F = rf_begin(0);
+	(void)fill_and_wait(&seq, WAIT_TIMEOUT_MS);
+	/* The real clock: run the loop until the acquire's timer fires, within a bound. */
+	t0 = now_ms();
+	while (waitq_count(&F->b) > 0 && now_ms() - t0 < 10 * WAIT_TIMEOUT_MS + 5000)
+		ev_run(F->b.loop, EVRUN_ONCE);
 	ck_assert_uint_eq(waitq_count(&F->b), 0);
-	ck_assert_uint_eq(fz_conn(F, 1)->npending, 0);
+	ck_assert_uint_eq(rf_conn(F, 1)->npending, 0);
 	ck_assert_int_eq(reply_of(1, seq, NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_TIMEOUT);
-	fz_end(F);
+	rf_end(F);
 }
 END_TEST
 
@@ -448,26 +466,26 @@ END_TEST
 
 START_TEST(test_set_is_refused_to_non_admins)
 {
-	F = fz_begin(0);
-	ck_assert(!fz_conn(F, 0)->admin);
+	F = rf_begin(0);
+	ck_assert(!rf_conn(F, 0)->admin);
 	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_int_eq(reply_of(0, send_set(0, "acquire-timeout-ms", "7"), NULL, NULL),
 			 PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED);
 	ck_assert_uint_eq(F->b.cfg->acquire_timeout_ms, 2);
-	ck_assert(fz_conn_alive(F, 0));
-	fz_end(F);
+	ck_assert(rf_conn_alive(F, 0));
+	rf_end(F);
 }
 END_TEST
 
 START_TEST(test_set_is_served_to_admins)
 {
-	F = fz_begin(1); /* connection 0 is uid 0 */
-	ck_assert(fz_conn(F, 0)->admin);
+	F = rf_begin(1); /* connection 0 is uid 0 */
+	ck_assert(rf_conn(F, 0)->admin);
 	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_int_eq(reply_of(0, send_set(0, "acquire-timeout-ms", "7"), NULL, NULL),
 			 PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_uint_eq(F->b.cfg->acquire_timeout_ms, 7);
-	fz_end(F);
+	rf_end(F);
 }
 END_TEST
 
@@ -475,7 +493,7 @@ START_TEST(test_revoking_another_uids_lease_needs_admin)
 {
 	uint64_t id;
 
-	F = fz_begin(0);
+	F = rf_begin(0);
 	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_int_eq(hello(1), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	id = acquire_ok(0, 64 * KIB);
@@ -485,7 +503,7 @@ START_TEST(test_revoking_another_uids_lease_needs_admin)
 	ck_assert_uint_eq(revoker_revocations(&F->b, (struct monitor_event[REVOKER_REVOCATIONS_MAX]){ 0 },
 					      REVOKER_REVOCATIONS_MAX),
 			  0);
-	fz_end(F);
+	rf_end(F);
 }
 END_TEST
 
@@ -493,7 +511,7 @@ START_TEST(test_admin_revokes_another_uids_lease)
 {
 	uint64_t id;
 
-	F = fz_begin(2); /* connection 1 is uid 0 */
+	F = rf_begin(2); /* connection 1 is uid 0 */
 	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_int_eq(hello(1), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	id = acquire_ok(0, 64 * KIB);
@@ -502,7 +520,7 @@ START_TEST(test_admin_revokes_another_uids_lease)
 	ck_assert_uint_eq(revoker_revocations(&F->b, (struct monitor_event[REVOKER_REVOCATIONS_MAX]){ 0 },
 					      REVOKER_REVOCATIONS_MAX),
 			  1);
-	fz_end(F);
+	rf_end(F);
 }
 END_TEST
 
@@ -549,13 +567,13 @@ static void quota_list(int i, size_t *nrules, size_t *njobs)
 	pinbroker__v1__reply__free_unpacked(rep, NULL);
 }
 
-/* Regression: the harness had no jobs, so every QUOTA_SET the fuzzer made was "not set up". */
+/* Regression: the fuzz harness had no jobs, so every QUOTA_SET the fuzzer made was "not set up". */
 START_TEST(test_quota_handlers_are_served_in_the_harness)
 {
 	char msg[512];
 	size_t nrules, njobs;
 
-	F = fz_begin(1); /* connection 0 is admin */
+	F = rf_begin(1); /* connection 0 is admin */
 	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_int_eq(hello(1), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_int_eq(quota_set(0, "/fz/job_1", 128 * KIB, false, msg, sizeof(msg)),
@@ -573,8 +591,8 @@ START_TEST(test_quota_handlers_are_served_in_the_harness)
 	ck_assert_uint_eq(njobs, 1);
 	ck_assert_int_eq(quota_set(1, "/fz/job_2", 1, false, msg, sizeof(msg)),
 			 PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED);
-	fz_after_op(F);
-	fz_end(F);
+	rf_check(F);
+	rf_end(F);
 }
 END_TEST
 
@@ -583,7 +601,7 @@ START_TEST(test_quota_set_warns_over_the_budget_and_names_a_bad_path)
 {
 	char msg[512], path[2048];
 
-	F = fz_begin(1);
+	F = rf_begin(1);
 	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_int_eq(quota_set(0, "/fz/job_1", 64ull << 30, false, msg, sizeof(msg)),
 			 PINBROKER__V1__STATUS_CODE__STATUS_OK);
@@ -599,7 +617,7 @@ START_TEST(test_quota_set_warns_over_the_budget_and_names_a_bad_path)
 	ck_assert_int_eq(quota_set(0, "/fz/nothing", 0, true, msg, sizeof(msg)),
 			 PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT);
 	ck_assert_ptr_nonnull(strstr(msg, "pinctl quota list"));
-	fz_end(F);
+	rf_end(F);
 }
 END_TEST
 
@@ -608,8 +626,7 @@ static Suite *request_suite(void)
 	Suite *s = suite_create("request");
 	TCase *tc = tcase_create("core");
 
-	/* Each test builds the harness's broker in its own forked child. */
-	tcase_add_checked_fixture(tc, setup, NULL);
+	/* Each test builds the fixture's broker in its own forked child. */
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_request_before_hello_is_refused_and_closes);
 	tcase_add_test(tc, test_second_hello_closes_the_connection);
@@ -621,6 +638,7 @@ static Suite *request_suite(void)
 	tcase_add_test(tc, test_critical_serves_requests_that_take_no_memory);
 	tcase_add_test(tc, test_revoke_and_release_grant_the_waiting_acquire_through_the_event);
 	tcase_add_test(tc, test_wait_queue_grants_only_on_the_freed_memory_event);
+	tcase_add_test(tc, test_going_critical_refuses_the_waiting_acquires);
 	tcase_add_test(tc, test_waiting_acquire_times_out_and_leaves_the_queue);
 	tcase_add_test(tc, test_set_is_refused_to_non_admins);
 	tcase_add_test(tc, test_set_is_served_to_admins);

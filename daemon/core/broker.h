@@ -158,6 +158,7 @@ struct acquire_args {
 	bool registration;           /* a charge only: no pool memory (implies no_revoke) */
 	int numa_node;               /* NUMA node asked for, -1 for any (only with a placing pool) */
 	struct job_cgroup *cgroup;   /* the client's cgroup, charged for job quotas; NULL: none */
+	uint64_t now_ms;             /* monotonic, when it is granted: the lease's creation time (no clock read here) */
 };
 
 /* Queued reply packets duplicate their fds; this many may be queued over all connections. */
@@ -165,15 +166,6 @@ struct acquire_args {
 /* Below this many chunks the daemon could not serve a useful load; the limits are clamped up to it. */
 #define BROKER_CHUNK_CAPACITY_MIN 64
 
-/*
- * Derive chunk_capacity and the per-uid caps from the daemon's own limits:
- * nofile (RLIMIT_NOFILE), max_map_count (vm.max_map_count; 0 when chunks are
- * not mapped, as with hugetlb), and the fds and mappings in use before any
- * chunk exists. Each connection costs two fds (socket and pidfd); reserve-fds
- * fds and mappings stay free for admin connections. Unset (0) per-uid caps
- * become half the capacity. Returns true if the capacity had to be clamped
- * up to BROKER_CHUNK_CAPACITY_MIN (the caller warns).
- */
 /*
  * Where a lease's pages are: the node of its first chunk (-1 without placement
  * or chunks), and whether it was asked for a node and some chunk is elsewhere.
@@ -186,6 +178,15 @@ int broker_lease_node(const struct lease *l, bool *misplaced);
  */
 uint64_t broker_unbrokered_cap(const struct broker *b);
 
+/*
+ * Derive chunk_capacity and the per-uid caps from the daemon's own limits:
+ * nofile (RLIMIT_NOFILE), max_map_count (vm.max_map_count; 0 when chunks are
+ * not mapped, as with hugetlb), and the fds and mappings in use before any
+ * chunk exists. Each connection costs two fds (socket and pidfd); reserve-fds
+ * fds and mappings stay free for admin connections. Unset (0) per-uid caps
+ * become half the capacity. Returns true if the capacity had to be clamped
+ * up to BROKER_CHUNK_CAPACITY_MIN (the caller warns).
+ */
 bool broker_resolve_limits(struct broker *b, uint64_t nofile, uint64_t max_map_count, uint64_t fds_in_use,
 			   uint64_t maps_in_use);
 
@@ -254,10 +255,11 @@ int broker_share(struct broker *b, struct lease *l, const void *owner, const uin
  * chunks (struct chunk's tainted) before the caller sends their fds: they are
  * destroyed when the lease ends, never pooled again. Returns 0 and *ret,
  * -ENOENT (no live lease has this token, or it is being revoked), -EACCES (uid
- * not granted), -EEXIST (owner maps it already) or -ENOMEM.
+ * not granted), -EEXIST (owner maps it already) or -ENOMEM. now_ms
+ * (monotonic) is when, for an idle lease's last use.
  */
 int broker_attach(struct broker *b, const uint8_t token[LEASE_TOKEN_BYTES], void *owner, uid_t uid, pid_t pid,
-		  struct lease **ret);
+		  uint64_t now_ms, struct lease **ret);
 
 /*
  * owner (holder or attacher) lets go of l. Returns 1 when nobody maps l any
@@ -265,6 +267,23 @@ int broker_attach(struct broker *b, const uint8_t token[LEASE_TOKEN_BYTES], void
  * other mappers, or -ENOENT if owner does not map l.
  */
 int broker_detach(struct broker *b, struct lease *l, const void *owner);
+
+/* What the shell does when the pressure state changes: broker_set_pressure's answer, carried out in this order. */
+enum broker_pressure_action {
+	BROKER_ACT_TRIM_POOL = 1u << 0,     /* tight or critical: broker_trim_pool(b, 0); the pool regrows on demand */
+	BROKER_ACT_REFUSE_WAITERS = 1u << 1, /* critical: refuse every waiting acquire with -EAGAIN at once */
+	BROKER_ACT_START_RECLAIM = 1u << 2, /* critical: revoke now, and again every reclaim step while it lasts */
+	BROKER_ACT_STOP_RECLAIM = 1u << 3,  /* no longer critical: stop the reclaim steps */
+	BROKER_ACT_GRANT_WAITERS = 1u << 4, /* normal again: grant waiting acquires that fit */
+};
+
+/*
+ * The pressure state is now to: the one writer of b->state. Returns the
+ * actions (enum broker_pressure_action bits) the I/O shell must carry out, in
+ * their bit order; react.c does so. A caller that only (re)initialises the
+ * state, before anything is lent or waits, may ignore them.
+ */
+unsigned broker_set_pressure(struct broker *b, enum broker_state to);
 
 /* Bring the idle pool toward target: shrink above it (never below 0), bounded by the budget. */
 void broker_trim_pool(struct broker *b, uint64_t target_idle_bytes);

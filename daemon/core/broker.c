@@ -74,7 +74,6 @@ static int check_counts(const struct broker *b, uid_t uid, uint64_t need)
 	return 0;
 }
 
-/* Leased plus idle must fit the budget: idle chunks are locked memory too. */
 int broker_lease_node(const struct lease *l, bool *misplaced)
 {
 	*misplaced = false;
@@ -133,7 +132,7 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 	}
 
 	r = lease_add(b->leases, a->uid, a->gid, a->pid, a->owner, size_bytes, a->priority, a->label, chunks,
-		      nchunks, now_ms(), &l);
+		      nchunks, a->now_ms, &l);
 	if (r < 0)
 		goto fail;
 	/* So the pool's hole-punch reports can name the lease (pool.h). */
@@ -236,7 +235,7 @@ int broker_share(struct broker *b, struct lease *l, const void *owner, const uin
 }
 
 int broker_attach(struct broker *b, const uint8_t token[LEASE_TOKEN_BYTES], void *owner, uid_t uid, pid_t pid,
-		  struct lease **ret)
+		  uint64_t now_ms, struct lease **ret)
 {
 	struct lease *l = lease_find_token(b->leases, token);
 	int r;
@@ -262,7 +261,7 @@ int broker_attach(struct broker *b, const uint8_t token[LEASE_TOKEN_BYTES], void
 			l->chunks[i]->tainted = true;
 	/* Someone uses it now: not a cached buffer to reclaim first. */
 	if (l->state == LEASE_IDLE)
-		lease_set_state(l, LEASE_ACTIVE, now_ms());
+		lease_set_state(l, LEASE_ACTIVE, now_ms);
 	b->generation++;
 	*ret = l;
 	return 0;
@@ -278,8 +277,26 @@ int broker_detach(struct broker *b, struct lease *l, const void *owner)
 	return lease_unmapped(l) ? 1 : 0;
 }
 
+unsigned broker_set_pressure(struct broker *b, enum broker_state to)
+{
+	unsigned act = 0;
+
+	b->state = to;
+	if (to >= BROKER_TIGHT)
+		act |= BROKER_ACT_TRIM_POOL;
+	/* Waiting acquires are refused at once while critical: new pinning would add to the pressure. */
+	if (to == BROKER_CRITICAL)
+		act |= BROKER_ACT_REFUSE_WAITERS | BROKER_ACT_START_RECLAIM;
+	else
+		act |= BROKER_ACT_STOP_RECLAIM;
+	if (to == BROKER_NORMAL)
+		act |= BROKER_ACT_GRANT_WAITERS;
+	return act;
+}
+
 void broker_trim_pool(struct broker *b, uint64_t target_idle_bytes)
 {
+	/* Leased plus idle must fit the budget: idle chunks are locked memory too. */
 	uint64_t allowance_bytes = budget_pool_allowance(b->budget);
 	uint64_t keep_bytes = target_idle_bytes < allowance_bytes ? target_idle_bytes : allowance_bytes;
 
