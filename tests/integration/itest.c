@@ -882,3 +882,27 @@ bool daemon_wait_log(const struct daemon *d, const char *needle, int timeout_ms)
 		usleep(10000);
 	}
 }
+
+bool wait_daemon_uptime(const char *socket_path, uint64_t uptime_ms, int timeout_ms)
+{
+	uint64_t t0 = mono_ms();
+
+	for (;;) {
+		struct pb_status *s = NULL;
+		pb_client *c = NULL;
+		bool past = false;
+
+		if (pb_connect(socket_path, &c) == 0) {
+			if (pb_status_get(c, &s) == 0) {
+				past = s->uptime_ms >= uptime_ms;
+				pb_status_free(s);
+			}
+			pb_disconnect(c);
+		}
+		if (past)
+			return true;
+		if (mono_ms() - t0 > (uint64_t)timeout_ms)
+			return false;
+		usleep(10000);
+	}
+}

@@ -153,3 +153,8 @@ uint64_t itest_now_ms(void);
 uint32_t wait_waiting_acquires(const char *socket_path, uint32_t want, int timeout_ms);
 /* Poll the daemon's log since its last start until it contains needle: true, or false after timeout_ms. */
 bool daemon_wait_log(const struct daemon *d, const char *needle, int timeout_ms);
+/*
+ * Poll the daemon's status until its uptime_ms reaches uptime_ms: true, or false after timeout_ms. For a timer
+ * the daemon runs from its start (redeclare-grace-ms): the daemon's own clock says when it has passed.
+ */
+bool wait_daemon_uptime(const char *socket_path, uint64_t uptime_ms, int timeout_ms);

@@ -213,8 +213,9 @@ START_TEST(test_kill_during_acquire_storm_never_hands_live_memory_on)
 		/* Stormers hold still while the takers look: what they hold stays LIVE. */
 		__atomic_store_n(&ctl->pause, 1, __ATOMIC_RELEASE);
 		fdstore_daemon_start(fs, args);
+		/* Holders that are gone lose their orphans, quarantine ends: the grace is over by the daemon's clock. */
 		if (kill_no % GRACE_EVERY == GRACE_EVERY - 1)
-			usleep((GRACE_MS + 200) * 1000); /* holders that are gone lose their orphans; quarantine ends */
+			ck_assert(wait_daemon_uptime(d.socket, GRACE_MS + 200, 10000));
 		r = run_taker(d.socket, SEC_UID_B);
 		ck_assert_msg(r == 0 || r == 1 || r == 3, "taker B failed: exit %d", r);
 		seen_b += r == 1;
@@ -288,8 +289,9 @@ START_TEST(test_release_while_the_daemon_is_down_is_given_back_after_the_restart
 	ck_assert_ptr_nonnull(st);
 	pb_status_free(st);
 	ck_assert_int_eq(pb_lease_stale(keep), 0);
-	/* Past the grace, only the held lease counts, while this process runs on. */
-	usleep(600000);
+	/* Past the grace (300 ms from the start, by the daemon's clock), only the held lease counts, while this
+	 * process runs on. */
+	ck_assert(wait_daemon_uptime(d.socket, 300 + 300, 10000));
 	ck_assert_int_eq(wait_leased(d.socket, (int64_t)MiB, 3000), (int64_t)MiB);
 	ck_assert_int_eq(pb_release(c, keep), 0);
 	ck_assert_int_eq(wait_leased(d.socket, 0, 3000), 0);
