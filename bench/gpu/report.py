@@ -212,7 +212,7 @@ def main():
                          f"{gib:.1f} GiB", f1(num(r, "ready_ms")), f1(gib / num(r, "ready_ms") * 1e3, 2),
                          f"pool warmed in {f1(num(r, 'log_warm_ms'))} ms",
                          f1(num(ha, "ms") / num(r, "ready_ms"), 1) + "×" if same_size(r) else "–"])
-        else:
+        elif r.get("method") == "cudaHostAlloc":
             gib = num(r, "bytes") / (1 << 30)
             body.append([f"cudaHostAlloc in {sz(r['chunk'])} pieces", sz(r["total"]), f1(num(r, "ms")),
                          f1(gib / num(r, "ms") * 1e3, 2),
