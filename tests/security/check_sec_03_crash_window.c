@@ -310,7 +310,8 @@ static Suite *suite(void)
 	TCase *t = tcase_create("kill -9 under an fd store");
 	TCase *away = tcase_create("release while away");
 
-	/* 200 kills take 220-240 s on the 2-core development VM under load (one run timed out at 240): room, within ctest's 600. */
+	/* 200 kills take 220-240 s on the 2-core development VM under load (one run timed out at 240): room, within
+	 * ctest's 600. */
 	tcase_set_timeout(t, 480);
 	tcase_add_test(t, test_kill_during_acquire_storm_never_hands_live_memory_on);
 	suite_add_tcase(s, t);
