@@ -42,7 +42,10 @@ static int cmp(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Returns files run, or -1. A missing directory is fine (no regressions yet). */
+/*
+ * Returns files run, or -1. A named path that is missing is an error: a moved or misspelt corpus
+ * folder would otherwise replay nothing and pass. An empty folder is fine (no regressions yet).
+ */
 static int run_path(const char *path)
 {
 	struct stat st;
@@ -52,13 +55,20 @@ static int run_path(const char *path)
 	int ran = 0;
 	DIR *d;
 
-	if (stat(path, &st) < 0)
-		return 0;
+	if (stat(path, &st) < 0) {
+		fprintf(stderr,
+			"%s: %m: a corpus named on the command line must exist (create it empty if it has no "
+			"inputs yet)\n",
+			path);
+		return -1;
+	}
 	if (!S_ISDIR(st.st_mode))
 		return run_file(path) == 0 ? 1 : -1;
 	d = opendir(path);
-	if (!d)
+	if (!d) {
+		perror(path);
 		return -1;
+	}
 	while ((e = readdir(d))) {
 		char **nn;
 
@@ -94,6 +104,11 @@ int main(int argc, char **argv)
 		if (r < 0)
 			return 1;
 		total += r;
+	}
+	/* A replay of nothing proves nothing: every corpus named being empty is a broken setup, not a pass. */
+	if (total == 0) {
+		fprintf(stderr, "%s: no inputs in any corpus named\n", argv[0]);
+		return 1;
 	}
 	printf("%s: %d inputs ran clean\n", argv[0], total);
 	return 0;

@@ -536,6 +536,45 @@ static int cmd_hostalloc_total(size_t total, size_t chunk)
 	return 0;
 }
 
+/*
+ * The other half of a like-for-like warm-up: after the daemon's pool is warm, one job takes all of it
+ * in chunk-sized leases, each mapped and CUDA-registered, as cudaHostAlloc's pieces are. A warm pool
+ * is locked but not registered (the daemon is CUDA-free), so start-to-READY alone compares memory that
+ * is not yet usable for pinned copies with memory that is. The CUDA context is excluded on both sides.
+ */
+static int cmd_warm_register(const char *label, const char *sock, size_t total, size_t chunk)
+{
+	std::vector<pb_lease *> leases;
+	double ctx_ms, reg_ms, free_ms;
+	int pinned = 0;
+	pb_client *c;
+	uint64_t t0;
+	char sz[32], csz[32];
+
+	init_cuda(&ctx_ms);
+	c = connect_or_die(sock);
+	pb_set_cache_limit(c, 0);
+	t0 = now_ns();
+	for (size_t done = 0; done < total; done += chunk) {
+		pb_lease *l = acquire_or_die(c, std::min(chunk, total - done), PB_ACQUIRE_NO_CACHE, "bench-warm-register");
+
+		pinned += pb_lease_kind(l) == PB_MEM_PINNED;
+		leases.push_back(l);
+	}
+	reg_ms = ms_since(t0);
+	t0 = now_ns();
+	for (pb_lease *l : leases)
+		if (pb_release(c, l) < 0)
+			fprintf(stderr, "pb_release: %s\n", pb_last_error());
+	free_ms = ms_since(t0);
+	pb_disconnect(c);
+	printf("RESULT warmup method=pinbrokerd-register label=%s total=%s bytes=%zu chunk=%s ms=%.1f free_ms=%.1f "
+	       "ctx_ms=%.1f pinned=%d/%zu\n",
+	       label, size_label(total, sz, sizeof(sz)), total, size_label(chunk, csz, sizeof(csz)), reg_ms, free_ms, ctx_ms,
+	       pinned, leases.size());
+	return pinned == (int)leases.size() ? 0 : 1;
+}
+
 /* The daemon's own "pool warmed: SIZE in X ms" log line, or NAN. */
 static double log_warm_ms(const char *log_path)
 {
@@ -632,6 +671,7 @@ static void usage(FILE *f)
 		"                          [--cached-reps 201]\n"
 		"       pb_gpu_bench many --mode broker|cudaHostAlloc [--label L] [--socket S] [--procs 8] [--size 2G] [--passes 4]\n"
 		"       pb_gpu_bench hostalloc-total [--size 16G] [--chunk 1G]\n"
+		"       pb_gpu_bench warm-register --label L --socket S [--size 16G] [--chunk 1G]\n"
 		"       pb_gpu_bench info\n"
 		"       pb_gpu_bench start-daemon --label L --socket S --log FILE --pidfile FILE -- PINBROKERD ARGS...\n"
 		"Prints RESULT lines (bench/gpu/report.py makes the tables); exits 77 without a GPU.\n");
@@ -711,6 +751,13 @@ int main(int argc, char **argv)
 		return cmd_many(!strcmp(mode, "broker"), label, sock, procs, size ? size : 2ull << 30, passes);
 	if (!strcmp(cmd, "hostalloc-total"))
 		return cmd_hostalloc_total(size ? size : 16ull << 30, chunk);
+	if (!strcmp(cmd, "warm-register")) {
+		if (!sock) {
+			usage(stderr);
+			return 2;
+		}
+		return cmd_warm_register(label, sock, size ? size : 16ull << 30, chunk);
+	}
 	usage(stderr);
 	return 2;
 }

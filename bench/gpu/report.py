@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Turns the RESULT/META lines of bench/gpu/run-bench.sh into one markdown table per section, plus the targets."""
+"""Turns the RESULT/META lines of bench/gpu/run-bench.sh into one markdown table per section, plus the targets.
+
+Every target compares like with like (memory usable for pinned copies on both sides, measured in the same
+run) and the exit status is 1 when one is not met, so run-bench.sh fails with it."""
 import argparse
 import math
 import sys
@@ -58,6 +61,15 @@ def main():
 
     def target(name, value, goal, ok):
         targets.append([name, value, goal, "met" if ok else ("not measured" if ok is None else "**not met**")])
+
+    def all_of(r, key):
+        """True when a "k/n" field says all n (the leases registered, the cache hits)."""
+        k, _, n = r.get(key, "0/1").partition("/")
+        return k == n and n not in ("", "0")
+
+    # Targets hold for the default pool (THP-collapsed) and hugetlb. 4 KiB pages (thp = no) are reported
+    # without one: page population in the test VM bounds them (docs/benchmarks.md), which is why thp = auto.
+    judged_kinds = ("thp", "hugetlb")
 
     # ---- bandwidth
     bw = [r for r in rows if r["section"] == "bandwidth"]
@@ -130,23 +142,31 @@ def main():
             out.append("\n" + "; ".join(notes) + ".")
         for s in ("64MiB", "1GiB"):
             ha = by.get("cudaHostAlloc", {}).get(s)
-            for m in ("broker-4k-warm", "broker-thp-warm", "broker-hugetlb-warm"):
+            for m in ("broker-thp-warm", "broker-hugetlb-warm"):
                 b = by.get(m, {}).get(s)
                 if ha and b:
+                    # cudaHostAlloc's memory is registered when it returns: a lease counts only if it was too.
                     x = num(ha, "median_ms") / num(b, "median_ms")
                     goal = 15 if m == "broker-thp-warm" and s == "1GiB" else 10
                     target(f"warm acquire {m.split('-')[1]} {sz(s)}", f"{x:.1f}× faster than cudaHostAlloc "
-                           f"({f1(num(b, 'median_ms'), 2)} vs {f1(num(ha, 'median_ms'), 1)} ms)", f"≥ {goal}×",
-                           x >= goal)
+                           f"({f1(num(b, 'median_ms'), 2)} vs {f1(num(ha, 'median_ms'), 1)} ms), registered "
+                           f"{b.get('pinned', '?')}", f"≥ {goal}×, every lease registered",
+                           all_of(b, "pinned") and x >= goal)
+        # A re-acquire from the client's cache is a hit by construction; what it must match is torch's own
+        # cached pinned re-alloc of the same size (a hit too), and the daemon must still count the cached buffer.
         for m in ("broker-4k-cached", "broker-hugetlb-cached"):
             for s in SIZES:
                 r = by.get(m, {}).get(s)
+                t = by.get("torch-pinned-cached", {}).get(s)
                 if r:
-                    hits = r.get("hits", "0/1").split("/")
-                    allhit = hits[0] == hits[1]
+                    x = num(r, "median_ms") / num(t, "median_ms") if t else math.nan
+                    counted = num(r, "daemon_cached_idle_bytes") >= num(r, "bytes")
+                    ok = None if not t else (all_of(r, "hits") and all_of(r, "pinned") and counted and x <= 2.0)
                     target(f"cached re-acquire {m.split('-')[1]} {sz(s)}",
-                           f"{f1(num(r, 'median_ms'), 2)} µs, hits {r.get('hits')}", "≤ 5 µs (cache hits)",
-                           allhit and num(r, "median_ms") <= 5.0)
+                           f"{f1(num(r, 'median_ms'), 2)} µs vs torch's {f1(num(t, 'median_ms'), 2) if t else '–'} µs "
+                           f"({f1(x, 2)}×), hits {r.get('hits')}, registered {r.get('pinned')}, "
+                           f"counted by the daemon: {'yes' if counted else 'no'}",
+                           "≤ 2× torch's cached re-alloc, all hits, registered, counted", ok)
 
     # ---- many jobs
     mj = [r for r in rows if r["section"] == "many"]
@@ -192,7 +212,7 @@ def main():
                          f"{gib:.1f} GiB", f1(num(r, "ready_ms")), f1(gib / num(r, "ready_ms") * 1e3, 2),
                          f"pool warmed in {f1(num(r, 'log_warm_ms'))} ms",
                          f1(num(ha, "ms") / num(r, "ready_ms"), 1) + "×" if same_size(r) else "–"])
-        else:
+        elif r.get("method") == "cudaHostAlloc":
             gib = num(r, "bytes") / (1 << 30)
             body.append([f"cudaHostAlloc in {sz(r['chunk'])} pieces", sz(r["total"]), f1(num(r, "ms")),
                          f1(gib / num(r, "ms") * 1e3, 2),
@@ -200,15 +220,29 @@ def main():
     if body:
         out.append("\n### Pool warm-up\n")
         out.append(table(["what", "size", "ms", "GiB/s", "detail", "cudaHostAlloc ÷ this"], body))
+        # Like for like: cudaHostAlloc's memory is registered when it returns, a warm pool is not (the daemon
+        # is CUDA-free). So the pool's side is start → READY plus one job taking the whole pool in 1 GiB
+        # leases, mapped and registered (warm-register, the same label), against cudaHostAlloc in 1 GiB pieces.
+        reg = {r.get("label"): r for r in wu if r.get("method") == "pinbrokerd-register"}
+        for r in reg.values():
+            body.append([f"  then one job maps and registers all of it: {labels.get(r['label'], r['label'])}",
+                         sz(r["total"]), f1(num(r, "ms")), f1(num(r, "bytes") / (1 << 30) / num(r, "ms") * 1e3, 2),
+                         f"registered {r.get('pinned')} leases of {sz(r['chunk'])}", "–"])
+        out[-1] = table(["what", "size", "ms", "GiB/s", "detail", "cudaHostAlloc ÷ this"], body)
         for r in wu:
             if r.get("method") == "pinbrokerd" and same_size(r):
-                x = num(ha, "ms") / num(r, "ready_ms")
                 kind = ("hugetlb" if r.get("hugetlb") == "1" else
                         "THP-collapsed" if str(r.get("label", "")).startswith("thp") else "4 KiB")
-                target(f"pool warm-up, {kind}, "
-                       f"{labels.get(r['label'], r['label'])}",
-                       f"{x:.1f}× faster than cudaHostAlloc ({f1(num(r, 'ready_ms'))} vs {f1(num(ha, 'ms'))} ms)", "≥ 3×",
-                       x >= 3)
+                if kind == "4 KiB":
+                    continue
+                g = reg.get(r.get("label"))
+                total = num(r, "ready_ms") + num(g, "ms") if g else math.nan
+                x = num(ha, "ms") / total
+                target(f"pool warm-up + registration, {kind}, {labels.get(r['label'], r['label'])}",
+                       f"{f1(x, 1)}× faster than cudaHostAlloc ({f1(num(r, 'ready_ms'))} + "
+                       f"{f1(num(g, 'ms')) if g else '–'} vs {f1(num(ha, 'ms'))} ms)"
+                       + (f", registered {g.get('pinned')}" if g else ""),
+                       "≥ 3×, all registered", None if not g else (all_of(g, "pinned") and x >= 3))
 
     # ---- pytorch
     tr = [r for r in rows if r["section"] == "torch"]
@@ -237,6 +271,10 @@ def main():
         print("\n".join(hdr) + "\n" + tt)
     else:
         print("\n".join(hdr) + "\n\n" + "\n".join(out) + "\n" + tt)
+    missed = [t[0] for t in targets if t[3] == "**not met**"]
+    if missed:
+        print(f"report.py: {len(missed)} target(s) not met: {', '.join(missed)}", file=sys.stderr)
+        return 1
     return 0
 
 

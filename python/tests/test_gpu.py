@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """On a GPU host: leases are CUDA-registered, their tensors is_pinned(), and H2D copies from them run at
-pinned speed with the data intact. Skipped (with the reason) without CUDA in torch or in libpinbroker."""
+pinned speed with the data intact. Skipped (with the reason) where torch sees no CUDA device; where it
+does, libpinbroker failing to register is the failure these tests are for, not a reason to skip."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ def cuda_torch():
         pytest.skip(f"torch {torch.__version__} sees no CUDA device (CPU build or no GPU): GPU tests skipped")
     ok, why = pinbroker.cuda_available()
     if not ok:
-        pytest.skip(f"libpinbroker cannot register with CUDA here: {why}")
+        # torch reached the driver, so libpinbroker's dlopen of libcuda.so.1 should too: a GPU host where
+        # leases would silently stay unregistered (pageable-speed copies) is what this file must catch.
+        pytest.fail(f"torch sees {torch.cuda.device_count()} CUDA device(s) but libpinbroker cannot register: {why}")
     return torch
 
 

@@ -88,7 +88,10 @@ END_TEST
 START_TEST(test_many_processes_killed_mid_lease_leave_nothing_leased)
 {
 	pid_t pids[16];
+	int pfd[2];
+	char ok;
 
+	ck_assert_int_eq(pipe(pfd), 0);
 	for (int i = 0; i < 16; i++) {
 		pids[i] = itest_fork();
 		ck_assert_int_ge(pids[i], 0);
@@ -97,15 +100,25 @@ START_TEST(test_many_processes_killed_mid_lease_leave_nothing_leased)
 			pb_client *c;
 			pb_lease *l;
 
+			bool told = false;
+
+			close(pfd[0]);
 			if (pb_connect(d.socket, &c) < 0)
 				_exit(1);
 			for (;;) {
-				if (pb_acquire(c, (size_t)(1 + i) * MiB, &o, &l) == 0)
+				if (pb_acquire(c, (size_t)(1 + i) * MiB, &o, &l) == 0) {
+					/* Its first lease held: the parent kills only processes that are mid-cycle. */
+					if (!told && write(pfd[1], "a", 1) == 1)
+						told = true;
 					pb_release(c, l);
+				}
 			}
 		}
 	}
-	usleep(200000);
+	close(pfd[1]);
+	for (int i = 0; i < 16; i++)
+		ck_assert_int_eq(read(pfd[0], &ok, 1), 1);
+	close(pfd[0]);
 	for (int i = 0; i < 16; i++) {
 		kill(pids[i], i % 2 ? SIGKILL : SIGTERM);
 		waitpid(pids[i], NULL, 0);
@@ -196,7 +209,8 @@ START_TEST(test_waiting_acquire_is_granted_when_memory_frees)
 	}
 	close(pfd[1]);
 	ck_assert_int_eq(read(pfd[0], &ok, 1), 1);
-	usleep(200000); /* the child is now queued */
+	/* The child's acquire is queued once the daemon counts it waiting. */
+	ck_assert_int_eq(wait_waiting_acquires(d.socket, 1, 5000), 1);
 	ck_assert_int_eq(pb_release(c, l), 0);
 	{
 		int st;
@@ -303,8 +317,11 @@ START_TEST(test_client_reconnects_after_daemon_restart_without_systemd)
 	ck_assert_int_eq(pb_acquire(c, 4 * MiB, &o, &l), 0);
 	kill(d.pid, SIGKILL);
 	waitpid(d.pid, NULL, 0);
-	/* Without systemd's fd store the new daemon starts without the old leases: first a clear error... */
-	usleep(100000);
+	/*
+	 * Without systemd's fd store the new daemon starts without the old leases: first a clear error...
+	 * (The daemon is reaped: whether the library's receiver has seen the close yet or the send finds it,
+	 * the call fails the same way, so nothing is waited for.)
+	 */
 	ck_assert_int_eq(pb_acquire(c, 4 * MiB, &o, &m), -ECONNRESET);
 	ck_assert_ptr_nonnull(strstr(pb_last_error(), "pinbrokerd"));
 	/* ...the old mapping stays usable... */

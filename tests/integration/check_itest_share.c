@@ -85,6 +85,23 @@ static int wait_attachers(uint64_t id, int n, int timeout_ms)
 	return seen;
 }
 
+/* Poll until the daemon lists no connection of pid (it has handled its close). False after timeout_ms. */
+static bool wait_client_gone(pid_t pid, int timeout_ms)
+{
+	for (int t = 0; t <= timeout_ms; t += 20) {
+		struct pb_status *st = itest_status(d.socket);
+		bool listed = false;
+
+		for (size_t i = 0; i < st->n_clients; i++)
+			listed |= st->clients[i].pid == pid;
+		pb_status_free(st);
+		if (!listed)
+			return true;
+		usleep(20000);
+	}
+	return false;
+}
+
 /*
  * Child: attach with the token read from rd, check the holder's pattern, write
  * 0x5a at offset 1, report the leased bytes it sees, then release on a byte
@@ -495,8 +512,9 @@ START_TEST(test_holder_killed_leaves_lease_to_attacher_until_it_releases)
 	ck_assert_int_eq(pb_attach(c, token, &l), 0);
 	kill(pid, SIGKILL);
 	ck_assert_int_eq(itest_wait_exit(pid), 128 + SIGKILL);
-	/* The holder is gone; this process still maps the lease: it stays, counted once. */
-	usleep(200000);
+	/* The holder is gone (the daemon has dropped its connection); this process still maps the lease: it stays,
+	 * counted once. */
+	ck_assert(wait_client_gone(pid, 5000));
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)LEASE_BYTES);
 	ck_assert_uint_eq(((unsigned char *)pb_lease_data(l))[LEASE_BYTES / 2], 0xa5);
 	ck_assert_int_eq(pb_release(c, l), 0);
@@ -549,7 +567,8 @@ START_TEST(test_restart_keeps_lease_counted_until_former_attacher_exits)
 
 	/* The holder lets go; past the grace, the former attacher still holds it. */
 	ck_assert_int_eq(pb_release(c, l), 0);
-	usleep(600000);
+	/* The release is answered (pb_release waits for it); the grace ends by the daemon's clock, 300 ms after its start. */
+	ck_assert(wait_daemon_uptime(d.socket, 300 + 500, 10000));
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)LEASE_BYTES);
 	write_all(to, "x", 1);
 	ck_assert_int_eq(itest_wait_exit(pid), 0);

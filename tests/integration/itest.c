@@ -837,3 +837,72 @@ const struct pb_lease_info *itest_lease_row(const struct pb_status *s, uint64_t 
 			return &s->leases[i];
 	return NULL;
 }
+
+uint64_t itest_now_ms(void)
+{
+	return mono_ms();
+}
+
+uint32_t wait_waiting_acquires(const char *socket_path, uint32_t want, int timeout_ms)
+{
+	uint64_t t0 = mono_ms();
+	uint32_t v = UINT32_MAX;
+
+	for (;;) {
+		struct pb_status *s = NULL;
+		pb_client *c = NULL;
+
+		if (pb_connect(socket_path, &c) == 0) {
+			if (pb_status_get(c, &s) == 0) {
+				v = s->waiting_acquires;
+				pb_status_free(s);
+			}
+			pb_disconnect(c);
+		}
+		if (v == want || mono_ms() - t0 > (uint64_t)timeout_ms)
+			return v;
+		usleep(10000);
+	}
+}
+
+bool daemon_wait_log(const struct daemon *d, const char *needle, int timeout_ms)
+{
+	uint64_t t0 = mono_ms();
+
+	for (;;) {
+		char *log = daemon_log(d);
+		/* Only this start's output: an earlier start's line is not the event waited for. */
+		bool found = log && (long)strlen(log) >= d->log_from && strstr(log + d->log_from, needle);
+
+		free(log);
+		if (found)
+			return true;
+		if (mono_ms() - t0 > (uint64_t)timeout_ms)
+			return false;
+		usleep(10000);
+	}
+}
+
+bool wait_daemon_uptime(const char *socket_path, uint64_t uptime_ms, int timeout_ms)
+{
+	uint64_t t0 = mono_ms();
+
+	for (;;) {
+		struct pb_status *s = NULL;
+		pb_client *c = NULL;
+		bool past = false;
+
+		if (pb_connect(socket_path, &c) == 0) {
+			if (pb_status_get(c, &s) == 0) {
+				past = s->uptime_ms >= uptime_ms;
+				pb_status_free(s);
+			}
+			pb_disconnect(c);
+		}
+		if (past)
+			return true;
+		if (mono_ms() - t0 > (uint64_t)timeout_ms)
+			return false;
+		usleep(10000);
+	}
+}

@@ -145,3 +145,16 @@ int64_t status_leased(const char *socket_path);
 int64_t status_pool(const char *socket_path);
 /* Poll until leased == want or timeout; returns the last value seen. */
 int64_t wait_leased(const char *socket_path, int64_t want, int timeout_ms);
+
+/* CLOCK_MONOTONIC in ms: for tests that bound how long something took. */
+uint64_t itest_now_ms(void);
+/* Poll the daemon's waiting_acquires until it equals want or timeout_ms pass; returns the last value seen
+ * (UINT32_MAX when the daemon never answered). The event a queued acquire is waited on by, not a sleep. */
+uint32_t wait_waiting_acquires(const char *socket_path, uint32_t want, int timeout_ms);
+/* Poll the daemon's log since its last start until it contains needle: true, or false after timeout_ms. */
+bool daemon_wait_log(const struct daemon *d, const char *needle, int timeout_ms);
+/*
+ * Poll the daemon's status until its uptime_ms reaches uptime_ms: true, or false after timeout_ms. For a timer
+ * the daemon runs from its start (redeclare-grace-ms): the daemon's own clock says when it has passed.
+ */
+bool wait_daemon_uptime(const char *socket_path, uint64_t uptime_ms, int timeout_ms);

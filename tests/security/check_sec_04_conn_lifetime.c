@@ -67,6 +67,46 @@ static int holder(uint64_t size, bool idle, uint64_t *id)
 	return fd;
 }
 
+/* How many connections the daemon lists now, this call's own among them. */
+static int64_t status_clients(void)
+{
+	struct pb_status *s = itest_status(d.socket);
+	int64_t n = (int64_t)s->n_clients;
+
+	pb_status_free(s);
+	return n;
+}
+
+/* Poll until the daemon lists want connections; returns the last count seen. */
+static int64_t wait_clients(int64_t want, int timeout_ms)
+{
+	uint64_t t0 = itest_now_ms();
+	int64_t n;
+
+	while ((n = status_clients()) != want && itest_now_ms() - t0 < (uint64_t)timeout_ms)
+		usleep(10000);
+	return n;
+}
+
+/* Poll until lease id is in state; false after timeout_ms. */
+static bool wait_lease_state(uint64_t id, const char *state, int timeout_ms)
+{
+	uint64_t t0 = itest_now_ms();
+
+	for (;;) {
+		struct pb_status *s = itest_status(d.socket);
+		const struct pb_lease_info *row = itest_lease_row(s, id);
+		bool yes = row && row->state && strcmp(row->state, state) == 0;
+
+		pb_status_free(s);
+		if (yes)
+			return true;
+		if (itest_now_ms() - t0 > (uint64_t)timeout_ms)
+			return false;
+		usleep(10000);
+	}
+}
+
 /*
  * The review's sequence. X1 and X2 hold cached-idle leases, Z the rest of
  * the budget. Y waits for 2 MiB (X1 is revoked for it), then stops reading
@@ -80,6 +120,7 @@ static void scenario(void)
 {
 	uint64_t x1id, x2id, zid;
 	int x1, x2, z, y;
+	int64_t n0;
 
 	x1 = holder(2 * MiB, true, &x1id);
 	x2 = holder(2 * MiB, true, &x2id);
@@ -90,11 +131,17 @@ static void scenario(void)
 	ck_assert_int_ge(y, 0);
 	ck_assert_int_eq(raw_hello(y), 0);
 	ck_assert_int_eq(send_acquire(y, 21, 2 * MiB, true), 0);
-	usleep(200 * 1000); /* Y's first wait is queued and X1 revoked */
+	/* Y's first wait is queued and X1 revoked: the daemon's status shows both. */
+	ck_assert_int_eq(wait_waiting_acquires(d.socket, 1, 5000), 1);
+	ck_assert(wait_lease_state(x1id, "revoking", 5000));
 	ck_assert_int_eq(shutdown(x2, SHUT_RD), 0);
 	ck_assert_int_eq(shutdown(y, SHUT_RD), 0);
+	n0 = status_clients();
 	ck_assert_int_eq(send_acquire(y, 22, 4 * MiB, true), 0);
-	usleep(300 * 1000);
+	/* The REVOKE to X2 fails to send and closes X2: the daemon says so, and lists a connection fewer. (X2's lease
+	 * stays counted while this process lives, so Y's first wait is not granted here.) */
+	ck_assert(daemon_wait_log(&d, "send failed", 5000));
+	ck_assert_int_le(wait_clients(n0 - 1, 5000), n0 - 1);
 
 	/* (A child: the daemon is not ours to waitpid; that it still answers is the check.)
 	 * The daemon closed X2 and Y, but this process lives: their leases stay counted until it exits. */

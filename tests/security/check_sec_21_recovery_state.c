@@ -200,7 +200,8 @@ START_TEST(test_intact_state_readopts_the_lease)
 	ck_assert_int_eq(status_leased(w.d.socket), (int64_t)LEASE_BYTES);
 	say(w.to_holder, 's');
 	ck_assert_int_eq(hear(&w), 'n');
-	usleep((GRACE_MS + 300) * 1000);
+	/* Past the grace, by the daemon's clock: it stays counted. */
+	ck_assert(wait_daemon_uptime(w.d.socket, GRACE_MS + 300, 10000));
 	ck_assert_int_eq(status_leased(w.d.socket), (int64_t)LEASE_BYTES);
 	ck_assert_int_eq(take_all(w.d.socket, SEC_UID_B), 0);
 	ck_assert_int_eq(take_all(w.d.socket, SEC_UID_A), 0);
@@ -330,8 +331,8 @@ static void damaged_state(enum damage how)
 	ck_assert_int_eq(take_all(w.d.socket, SEC_UID_A), 0);
 	say(w.to_holder, 's');
 	ck_assert_int_eq(hear(&w), 'y');
-	/* ...and replaced, not lent, once the grace is over. */
-	usleep((GRACE_MS + 300) * 1000);
+	/* ...and replaced, not lent, once the grace is over: the daemon says when it replaces them. */
+	ck_assert(daemon_wait_log(&w.d, "redeclare-grace-ms is over", 10000));
 	ck_assert_int_eq(take_all(w.d.socket, SEC_UID_B), 0);
 	ck_assert_int_eq(take_all(w.d.socket, SEC_UID_A), 0);
 	log = daemon_log(&w.d);
@@ -384,7 +385,7 @@ END_TEST
 
 static Suite *suite(void)
 {
-	Suite *s = suite_create("sec-12-recovery-state");
+	Suite *s = suite_create("sec-21-recovery-state");
 	TCase *t = tcase_create("crafted fd store");
 
 	tcase_set_timeout(t, 60);

@@ -19,7 +19,7 @@ static void setup(void)
 {
 	FILE *f;
 
-	snprintf(base, sizeof(base), "/tmp/pbsec12.XXXXXX");
+	snprintf(base, sizeof(base), "/tmp/pbsec20.XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(base));
 	ck_assert_int_eq(chmod(base, 0755), 0);
 	snprintf(conf, sizeof(conf), "%s/pinbrokerd.conf", base);
@@ -158,7 +158,7 @@ END_TEST
 
 static Suite *suite(void)
 {
-	Suite *s = suite_create("sec_12_config_mode");
+	Suite *s = suite_create("sec_20_config_mode");
 	TCase *tc = tcase_create("config_mode");
 
 	tcase_add_checked_fixture(tc, setup, teardown);
