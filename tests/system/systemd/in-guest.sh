@@ -48,7 +48,7 @@ wait_for() {
 journal_since() { journalctl -q --no-pager -u "$UNIT" --since "@$1" "${@:2}"; }
 write_conf() {
 	cat >"$CONF" <<-EOF
-		# written by tests/systemd/in-guest.sh
+		# written by tests/system/systemd/in-guest.sh
 		budget = $1
 		prewarm = 64M
 		log-level = debug

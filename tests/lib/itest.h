@@ -34,7 +34,7 @@ void daemon_prepare(struct daemon *d);
 /*
  * daemon_restart, with child_setup(ud) run in the child just before exec, after the
  * environment was cleaned (NOTIFY_SOCKET, LISTEN_FDS unset): a stand-in for a
- * service manager sets its own there (tests/security/fdstore.h).
+ * service manager sets its own there (tests/lib/fdstore.h).
  */
 void daemon_restart_with(struct daemon *d, const char *const *extra_args, void (*child_setup)(void *ud), void *ud);
 /* SIGTERM, wait, and check it exited 0. Returns the exit status (or 128+signal). */

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# Sourced by tests/systemd/run-nspawn.sh and tests/package/run-deb.sh (bash): the cached
+# Sourced by tests/system/systemd/run-nspawn.sh and tests/system/package/run-deb.sh (bash): the cached
 # pristine Debian bookworm root (debootstrapped once, stamped with what it was built from), a
 # throwaway copy of it per run, booting a copy with systemd-nspawn, and a probe that skips
 # where this host cannot boot one. The caller defines skip MSG (exit 77), fail MSG (exit 1) and

@@ -4,20 +4,20 @@
 # BUILD_DIR/deb-build), checks their control data and contents (dpkg-deb, and lintian where it is
 # installed), installs pinbroker and libpinbroker0 with `dpkg -i` into a copy of the cached
 # pristine bookworm root in a chroot (no systemd running: the image-build path), boots it with
-# systemd-nspawn and runs tests/package/in-guest-deb.sh there: what the postinst left, socket
+# systemd-nspawn and runs tests/system/package/in-guest-deb.sh there: what the postinst left, socket
 # activation, a lease, the catalog, a reinstall (upgrade), `dpkg -r`, `dpkg -P`, and a live
 # `dpkg -i`. Reports "N passed, N failed".
 #
 # usage: run-deb.sh [BUILD_DIR]       (the packages are built in BUILD_DIR/deb-build)
 # env:   PINBROKER_NSPAWN_CACHE   root cache (default /var/cache/pinbroker-test/bookworm-root;
-#                                 tests/systemd/nspawn-lib.sh, shared with run-nspawn.sh)
+#                                 tests/system/systemd/nspawn-lib.sh, shared with run-nspawn.sh)
 #        PINBROKER_NSPAWN_MIRROR  Debian mirror for a first debootstrap (default: apt's own)
 #        PINBROKER_DEB_TIMEOUT    seconds the booted guest may take (default 240)
 #        PINBROKER_DEB_LINTIAN=0  leave lintian out even where it is installed
 #        PINBROKER_NSPAWN_KEEP=1  keep the per-run root copy for debugging
 # Exits 0 when every check passed, 1 when one failed, 77 (skip) where it cannot run.
 set -u
-SRC=$(cd "$(dirname "$0")/../.." && pwd)
+SRC=$(cd "$(dirname "$0")/../../.." && pwd)
 BUILD=$(realpath -m "${1:-$SRC/build}")
 TIMEOUT=${PINBROKER_DEB_TIMEOUT:-240}
 
@@ -26,7 +26,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 t_start=$(date +%s.%N)
 lap() { printf '%s: %.1f s\n' "$1" "$(echo "$(date +%s.%N) - $2" | bc)"; }
 
-. "$SRC/tests/systemd/nspawn-lib.sh"
+. "$SRC/tests/system/systemd/nspawn-lib.sh"
 nspawn_require
 for t in cmake cpack dpkg-deb dpkg bc; do
 	command -v $t >/dev/null || skip "$t not found (apt-get install cmake dpkg bc)"
@@ -161,7 +161,7 @@ none_in_root() {
 }
 host_check "chroot: the postinst started no daemon" none_in_root
 
-install -D -m 0755 "$SRC/tests/package/in-guest-deb.sh" "$ROOT/usr/local/libexec/pinbroker-test/in-guest-deb.sh"
+install -D -m 0755 "$SRC/tests/system/package/in-guest-deb.sh" "$ROOT/usr/local/libexec/pinbroker-test/in-guest-deb.sh"
 nspawn_guest_unit "$ROOT" pinbroker-deb-test /usr/local/libexec/pinbroker-test/in-guest-deb.sh "$TIMEOUT"
 
 # --- boot and run the checks ---

@@ -15,7 +15,7 @@ zsh -fc 'zmodload zsh/zpty' 2>/dev/null || { echo "SKIP: zsh without zsh/zpty"; 
 # What zsh offers for the line "$*" completed at its end, sorted, on one line.
 comp() {
 	local got rc
-	got=$(timeout 30 zsh -f "$SRC/tests/completion/capture.zsh" "$SRC/completion" "$*")
+	got=$(timeout 30 zsh -f "$SRC/tests/system/completion/capture.zsh" "$SRC/completion" "$*")
 	rc=$?
 	# In a command substitution fail cannot end the script: answer what no check wants instead.
 	((rc == 0)) || { echo "capture.zsh-exited-$rc"; return; }

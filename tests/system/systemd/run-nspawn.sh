@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # Tests pinbrokerd under a real booted systemd: debootstraps a minimal Debian bookworm (cached),
 # installs the daemon, library, pinctl and units into a throwaway copy, boots it with
-# systemd-nspawn, runs tests/systemd/in-guest.sh there, and reports "N passed, N failed".
+# systemd-nspawn, runs tests/system/systemd/in-guest.sh there, and reports "N passed, N failed".
 #
 # usage: run-nspawn.sh [BUILD_DIR]     (BUILD_DIR only hosts the /usr-prefixed build and results)
 # env:   PINBROKER_NSPAWN_CACHE   root cache (default /var/cache/pinbroker-test/bookworm-root; nspawn-lib.sh)
@@ -11,7 +11,7 @@
 #        PINBROKER_NSPAWN_KEEP=1  keep the per-run root copy for debugging
 # Exits 0 when every check passed, 1 when one failed, 77 (skip) where nspawn cannot run.
 set -u
-SRC=$(cd "$(dirname "$0")/../.." && pwd)
+SRC=$(cd "$(dirname "$0")/../../.." && pwd)
 BUILD=$(realpath -m "${1:-$SRC/build}")
 TIMEOUT=${PINBROKER_NSPAWN_TIMEOUT:-300}
 MAX_EXPOSURE=2.0
@@ -21,8 +21,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 t_start=$(date +%s.%N)
 lap() { printf '%s: %.1f s\n' "$1" "$(echo "$(date +%s.%N) - $2" | bc)"; }
 
-# The root cache, its copies and booting them: shared with tests/package/run-deb.sh.
-. "$SRC/tests/systemd/nspawn-lib.sh"
+# The root cache, its copies and booting them: shared with tests/system/package/run-deb.sh.
+. "$SRC/tests/system/systemd/nspawn-lib.sh"
 nspawn_require
 for t in cmake bc; do command -v $t >/dev/null || skip "$t not found (apt-get install $t; scripts/deps.sh --test installs it)"; done
 
@@ -75,13 +75,13 @@ DESTDIR=$ROOT cmake --install "$IB" >"$WORK/install.log" 2>&1 ||
 chroot "$ROOT" /sbin/ldconfig
 # Small numbers keep prewarm quick; in-guest.sh changes the budget to test reload.
 cat >"$ROOT/etc/pinbroker/pinbrokerd.conf" <<'EOF'
-# written by tests/systemd/run-nspawn.sh
+# written by tests/system/systemd/run-nspawn.sh
 budget = 512M
 prewarm = 64M
 log-level = debug
 redeclare-grace-ms = 3000
 EOF
-install -D -m 0755 "$SRC/tests/systemd/in-guest.sh" "$ROOT/usr/local/libexec/pinbroker-test/in-guest.sh"
+install -D -m 0755 "$SRC/tests/system/systemd/in-guest.sh" "$ROOT/usr/local/libexec/pinbroker-test/in-guest.sh"
 nspawn_guest_unit "$ROOT" pinbroker-test /usr/local/libexec/pinbroker-test/in-guest.sh "$TIMEOUT"
 systemctl --root="$ROOT" enable pinbrokerd.socket >/dev/null 2>&1 ||
 	fail "systemctl --root enable pinbrokerd.socket failed"
