@@ -178,6 +178,31 @@ START_TEST(test_table_keys_are_unique_and_documented)
 }
 END_TEST
 
+/*
+ * The table's reloadable flags are today's split (config_values.h's two lists, from the docs), key by
+ * key: a flag flipped, or a key added without deciding, fails here.
+ */
+START_TEST(test_reloadable_flags_match_the_written_out_lists)
+{
+	size_t n, listed = 0;
+	const struct config_key *keys = config_keys(&n);
+
+	for (size_t i = 0; i < n; i++) {
+		int want = config_expect_reloadable(keys[i].name);
+
+		ck_assert_msg(want >= 0, "%s: in neither or both of config_values.h's lists", keys[i].name);
+		ck_assert_msg(keys[i].reloadable == (want == 1), "%s: the table says %s, the docs say %s", keys[i].name,
+			      keys[i].reloadable ? "reloadable" : "needs a restart",
+			      want ? "reloadable" : "needs a restart");
+	}
+	for (const char *const *l = config_reloadable_keys; *l; l++, listed++)
+		ck_assert_msg(config_key_find(*l), "%s: listed, but no such key", *l);
+	for (const char *const *l = config_restart_keys; *l; l++, listed++)
+		ck_assert_msg(config_key_find(*l), "%s: listed, but no such key", *l);
+	ck_assert_uint_eq(listed, n);
+}
+END_TEST
+
 /* The table's reloadable flag decides what a reload keeps: every key that is not reloadable, and no other. */
 START_TEST(test_keep_fixed_keeps_exactly_the_unreloadable_keys)
 {
@@ -191,9 +216,11 @@ START_TEST(test_keep_fixed_keeps_exactly_the_unreloadable_keys)
 		ck_assert_msg(config_set_other_value(next, running, &keys[i], &value), "%s: no other value validates",
 			      keys[i].name);
 		ck_assert_int_eq(config_keep_fixed(next, running, NULL, NULL), 0);
-		ck_assert_msg(config_key_equal(next, running, &keys[i]) == !keys[i].reloadable,
-			      "%s = %s: reloadable %d, yet the running value was%s kept", keys[i].name, value,
-			      keys[i].reloadable, keys[i].reloadable ? "" : " not");
+		int reloadable = config_expect_reloadable(keys[i].name);
+
+		ck_assert_msg(config_key_equal(next, running, &keys[i]) == !reloadable,
+			      "%s = %s: %s, yet the running value was%s kept", keys[i].name, value,
+			      reloadable ? "reloadable" : "needs a restart", reloadable ? "" : " not");
 		/* Only that key moved. */
 		for (size_t j = 0; j < n; j++)
 			if (j != i)
@@ -448,7 +475,8 @@ START_TEST(test_bool_rejects_other_words)
 {
 	char *err = set_fails("lock-memory", "maybe", -EINVAL);
 
-	ck_assert_str_eq(err, "lock-memory: 'maybe' is not a boolean; write yes or no (true/false, on/off, 1/0 work too)");
+	ck_assert_str_eq(err,
+			 "lock-memory: 'maybe' is not a boolean; write yes or no (true/false, on/off, 1/0 work too)");
 	free(err);
 	free(set_fails("lock-memory", "2", -EINVAL));
 }
@@ -479,7 +507,8 @@ START_TEST(test_enum_rejects_unknown_choice_and_lists_them)
 {
 	char *err = set_fails("revoke-enforce", "kill", -EINVAL);
 
-	ck_assert_str_eq(err, "revoke-enforce: 'kill' is not a choice; write one of none, disconnect, sigterm, sigkill");
+	ck_assert_str_eq(err,
+			 "revoke-enforce: 'kill' is not a choice; write one of none, disconnect, sigterm, sigkill");
 	free(err);
 }
 END_TEST
@@ -826,7 +855,7 @@ START_TEST(test_markdown_has_a_row_per_key)
 	ck_assert_ptr_eq(strstr(md, "| key | default | reloadable | meaning |\n|---|---|---|---|\n"), md);
 	for (size_t i = 0; i < n; i++) {
 		snprintf(row, sizeof(row), "| `%s` | `%s` | %s | ", keys[i].name, keys[i].def[0] ? keys[i].def : "\"\"",
-			 keys[i].reloadable ? "yes" : "no");
+			 config_expect_reloadable(keys[i].name) ? "yes" : "no");
 		ck_assert_msg(strstr(md, row), "no row '%s'", row);
 	}
 	free(md);
@@ -1225,6 +1254,7 @@ static Suite *config_suite(void)
 	tc = tcase_create("table");
 	tcase_set_timeout(tc, TIMEOUT_S);
 	tcase_add_test(tc, test_table_keys_are_unique_and_documented);
+	tcase_add_test(tc, test_reloadable_flags_match_the_written_out_lists);
 	tcase_add_test(tc, test_keep_fixed_keeps_exactly_the_unreloadable_keys);
 	tcase_add_test(tc, test_keep_fixed_notes_each_kept_key);
 	tcase_add_test(tc, test_every_default_parses);

@@ -52,8 +52,14 @@ START_TEST(test_reload_and_set_agree_on_every_key)
 
 		ck_assert_msg(reload_applies == set_applies, "%s = %s: reload %s it, set %s it", keys[i].name, value,
 			      reload_applies ? "applies" : "keeps", set_applies ? "applies" : "refuses");
-		ck_assert_msg(set_applies == keys[i].reloadable, "%s: the table says reloadable %d", keys[i].name,
-			      keys[i].reloadable);
+		ck_assert_msg(set_applies == (config_expect_reloadable(keys[i].name) == 1),
+			      "%s: set %s it, yet the docs say it %s", keys[i].name,
+			      set_applies ? "applies" : "refuses",
+			      config_expect_reloadable(keys[i].name) == 1 ? "is reloadable" : "needs a restart");
+		ck_assert_msg(reload_applies == (config_expect_reloadable(keys[i].name) == 1),
+			      "%s: reload %s it, yet the docs say it %s", keys[i].name,
+			      reload_applies ? "applies" : "keeps",
+			      reload_applies ? "needs a restart" : "is reloadable");
 		free(err);
 		config_free(set);
 		config_free(running);
