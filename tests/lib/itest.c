@@ -54,6 +54,31 @@ int itest_wait_exit(pid_t pid)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+int itest_wait_end(pid_t pid, int timeout_ms)
+{
+	struct timespec ts = { 0, 10 * 1000 * 1000 };
+	int st;
+
+	for (int waited = 0; waited <= timeout_ms; waited += 10) {
+		pid_t r = waitpid(pid, &st, WNOHANG);
+
+		if (r == pid)
+			return st;
+		ck_assert_int_eq(r, 0);
+		nanosleep(&ts, NULL);
+	}
+	return -1;
+}
+
+int itest_kill_and_reap(pid_t pid)
+{
+	int st;
+
+	kill(pid, SIGKILL);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	return WIFSIGNALED(st) ? WTERMSIG(st) : -1;
+}
+
 void daemon_prepare(struct daemon *d)
 {
 	memset(d, 0, sizeof(*d));

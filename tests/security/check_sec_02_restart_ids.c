@@ -131,7 +131,8 @@ static void holder_a(int to_test, int from_test, const char *sock)
 	if (pb_status_get(c, &st) < 0)
 		_exit(27);
 	if (st->leased_bytes != 2 * LEASE_BYTES || st->orphaned_bytes != LEASE_BYTES) {
-		fprintf(stderr, "leased_bytes %llu, orphaned %llu with the old lease still mapped, want %llu and %llu\n",
+		fprintf(stderr,
+			"leased_bytes %llu, orphaned %llu with the old lease still mapped, want %llu and %llu\n",
 			(unsigned long long)st->leased_bytes, (unsigned long long)st->orphaned_bytes,
 			(unsigned long long)(2 * LEASE_BYTES), (unsigned long long)LEASE_BYTES);
 		_exit(28);
@@ -283,16 +284,8 @@ START_TEST(test_stale_handle_after_restart_cannot_free_the_new_lease_two_uids)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec-02-restart-ids");
-	TCase *t = tcase_create("restart without systemd");
-
-	tcase_set_timeout(t, 90);
-	tcase_add_test(t, test_stale_handle_after_restart_cannot_free_the_new_lease_one_uid);
-	tcase_add_test(t, test_stale_handle_after_restart_cannot_free_the_new_lease_two_uids);
-	suite_add_tcase(s, t);
-	return s;
-}
+CHECK_SUITE(suite, "sec-02-restart-ids", "restart without systemd", NULL, NULL, 90,
+	    test_stale_handle_after_restart_cannot_free_the_new_lease_one_uid,
+	    test_stale_handle_after_restart_cannot_free_the_new_lease_two_uids)
 
 SEC_MAIN(suite)

@@ -220,19 +220,9 @@ START_TEST(test_one_process_with_two_connections_counts_its_lease_once)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec-11-text");
-	TCase *t = tcase_create("text");
-
-	tcase_add_checked_fixture(t, start, stop);
-	tcase_set_timeout(t, 60);
-	tcase_add_test(t, test_forged_label_is_refused_and_forges_no_row);
-	tcase_add_test(t, test_control_characters_in_a_client_name_never_reach_the_terminal);
-	tcase_add_test(t, test_visibility_own_hides_other_uids_rows_but_not_from_root);
-	tcase_add_test(t, test_one_process_with_two_connections_counts_its_lease_once);
-	suite_add_tcase(s, t);
-	return s;
-}
+CHECK_SUITE(suite, "sec-11-text", "text", start, stop, 60, test_forged_label_is_refused_and_forges_no_row,
+	    test_control_characters_in_a_client_name_never_reach_the_terminal,
+	    test_visibility_own_hides_other_uids_rows_but_not_from_root,
+	    test_one_process_with_two_connections_counts_its_lease_once)
 
 SEC_MAIN(suite)

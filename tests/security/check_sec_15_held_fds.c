@@ -28,8 +28,15 @@ static struct daemon d;
 
 static void start(void)
 {
-	static const char *const args[] = { "--max-connections", "16", "--max-connections-per-uid", "8", "--max-chunks-per-uid", "1400", "--prewarm",
-					    "0", NULL };
+	static const char *const args[] = { "--max-connections",
+					    "16",
+					    "--max-connections-per-uid",
+					    "8",
+					    "--max-chunks-per-uid",
+					    "1400",
+					    "--prewarm",
+					    "0",
+					    NULL };
 	struct rlimit rl = { NOFILE, NOFILE };
 
 	/* The daemon raises its soft limit to the hard one: bound both (this forked test process only). */
@@ -182,16 +189,7 @@ START_TEST(test_exit_holds_count_against_their_uid_and_leave_others_their_cap)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec_15_held_fds");
-	TCase *tc = tcase_create("held_fds");
-
-	tcase_add_checked_fixture(tc, start, stop);
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_exit_holds_count_against_their_uid_and_leave_others_their_cap);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(suite, "sec_15_held_fds", "held_fds", start, stop, 120,
+	    test_exit_holds_count_against_their_uid_and_leave_others_their_cap)
 
 SEC_MAIN(suite)

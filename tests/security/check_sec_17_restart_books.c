@@ -426,7 +426,7 @@ static size_t count(const char *hay, const char *needle)
  */
 START_TEST(test_rescans_back_off_while_nothing_is_let_go)
 {
-	static const char *const fast[] = { "--budget",	  "64M", "--uid-quota", "64M", "--prewarm", "8M",
+	static const char *const fast[] = { "--budget",           "64M", "--uid-quota", "64M",   "--prewarm", "8M",
 					    "--orphan-rescan-ms", "100", "--log-level", "debug", NULL };
 	struct daemon d;
 	int to_test[2], from_test[2];
@@ -526,25 +526,13 @@ START_TEST(test_pids_without_a_pidfd_still_hold)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec-17-restart-books");
-	TCase *t = tcase_create("restart without systemd");
-
-	tcase_set_timeout(t, 120);
-	tcase_add_test(t, test_clean_stop_keeps_a_live_holder_counted);
-	tcase_add_test(t, test_kill_9_without_fd_store_keeps_a_live_holder_counted);
-	tcase_add_test(t, test_clean_stop_without_state_file_counts_by_memfd_name);
-	tcase_add_test(t, test_damaged_state_file_is_ignored_and_the_holder_still_counted);
-	tcase_add_test(t, test_two_clean_restarts_keep_counting);
-	tcase_add_test(t, test_stretched_mapping_neither_inflates_nor_drops_a_named_lease);
-	tcase_add_test(t, test_stretched_mapping_neither_inflates_nor_drops_a_lease_found_by_name);
-	tcase_add_test(t, test_legacy_chunk_name_is_counted_without_a_state_file);
-	tcase_add_test(t, test_a_sparse_memfd_found_by_name_counts_its_pages);
-	tcase_add_test(t, test_rescans_back_off_while_nothing_is_let_go);
-	tcase_add_test(t, test_pids_without_a_pidfd_still_hold);
-	suite_add_tcase(s, t);
-	return s;
-}
+CHECK_SUITE(suite, "sec-17-restart-books", "restart without systemd", NULL, NULL, 120,
+	    test_clean_stop_keeps_a_live_holder_counted, test_kill_9_without_fd_store_keeps_a_live_holder_counted,
+	    test_clean_stop_without_state_file_counts_by_memfd_name,
+	    test_damaged_state_file_is_ignored_and_the_holder_still_counted, test_two_clean_restarts_keep_counting,
+	    test_stretched_mapping_neither_inflates_nor_drops_a_named_lease,
+	    test_stretched_mapping_neither_inflates_nor_drops_a_lease_found_by_name,
+	    test_legacy_chunk_name_is_counted_without_a_state_file, test_a_sparse_memfd_found_by_name_counts_its_pages,
+	    test_rescans_back_off_while_nothing_is_let_go, test_pids_without_a_pidfd_still_hold)
 
 SEC_MAIN(suite)

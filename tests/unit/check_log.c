@@ -353,38 +353,22 @@ static Suite *log_suite(void)
 	Suite *s = suite_create("log");
 	TCase *tc;
 
-	tc = tcase_create("message_ids");
-	tcase_set_timeout(tc, TIMEOUT_S);
-	tcase_add_test(tc, test_message_ids_are_32_hex_digits);
-	tcase_add_test(tc, test_message_ids_and_names_are_distinct);
-	tcase_add_test(tc, test_unknown_kind_has_no_id);
-	suite_add_tcase(s, tc);
+	CHECK_CASE(s, "message_ids", NULL, NULL, TIMEOUT_S, test_message_ids_are_32_hex_digits,
+		   test_message_ids_and_names_are_distinct, test_unknown_kind_has_no_id);
 
-	tc = tcase_create("ratelimit");
-	tcase_set_timeout(tc, TIMEOUT_S);
-	tcase_add_test(tc, test_ratelimit_passes_burst_then_suppresses);
-	tcase_add_test(tc, test_ratelimit_flush_reports_suppressed_count_once_window_ends);
-	tcase_add_test(tc, test_ratelimit_new_window_reports_unflushed_count);
-	tcase_add_test(tc, test_ratelimit_kinds_are_independent);
-	tcase_add_test(tc, test_event_burst_is_cut_at_limit);
-	tcase_add_test(tc, test_events_below_threshold_do_not_use_up_the_limit);
-	tcase_add_test(tc, test_suppressed_events_are_reported_when_the_window_ends);
-	tcase_add_test(tc, test_suppressed_count_waits_for_the_end_of_the_window);
-	suite_add_tcase(s, tc);
+	CHECK_CASE(s, "ratelimit", NULL, NULL, TIMEOUT_S, test_ratelimit_passes_burst_then_suppresses,
+		   test_ratelimit_flush_reports_suppressed_count_once_window_ends,
+		   test_ratelimit_new_window_reports_unflushed_count, test_ratelimit_kinds_are_independent,
+		   test_event_burst_is_cut_at_limit, test_events_below_threshold_do_not_use_up_the_limit,
+		   test_suppressed_events_are_reported_when_the_window_ends,
+		   test_suppressed_count_waits_for_the_end_of_the_window);
 
-	tc = tcase_create("output");
-	tcase_set_timeout(tc, TIMEOUT_S);
-	tcase_add_test(tc, test_level_from_string_knows_syslog_names);
-	tcase_add_test(tc, test_default_level_is_info);
-	tcase_add_test(tc, test_info_threshold_hides_debug);
-	tcase_add_test(tc, test_debug_threshold_shows_debug);
-	tcase_add_test(tc, test_warning_threshold_hides_info_and_events_below);
-	tcase_add_test(tc, test_warn_appends_strerror_and_keeps_errno);
-	tcase_add_test(tc, test_trailing_newlines_are_dropped);
-	tcase_add_test(tc, test_journal_stream_of_another_file_means_stderr);
+	tc = CHECK_CASE(s, "output", NULL, NULL, TIMEOUT_S, test_level_from_string_knows_syslog_names,
+			test_default_level_is_info, test_info_threshold_hides_debug, test_debug_threshold_shows_debug,
+			test_warning_threshold_hides_info_and_events_below, test_warn_appends_strerror_and_keeps_errno,
+			test_trailing_newlines_are_dropped, test_journal_stream_of_another_file_means_stderr);
 	tcase_add_exit_test(tc, test_fatalx_exits_1, 1);
 	tcase_add_exit_test(tc, test_fatal_exits_1, 1);
-	suite_add_tcase(s, tc);
 	return s;
 }
 

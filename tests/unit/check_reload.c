@@ -145,18 +145,8 @@ START_TEST(test_apply_rolls_back_when_a_hook_fails)
 }
 END_TEST
 
-static Suite *reload_suite(void)
-{
-	Suite *s = suite_create("reload");
-	TCase *tc = tcase_create("gate");
-
-	tcase_set_timeout(tc, TIMEOUT_S);
-	tcase_add_test(tc, test_reload_and_set_agree_on_every_key);
-	tcase_add_test(tc, test_set_refuses_unknown_and_bad_values);
-	tcase_add_test(tc, test_resolve_sizes_clamps_to_budget_and_cap);
-	tcase_add_test(tc, test_apply_rolls_back_when_a_hook_fails);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(reload_suite, "reload", "gate", NULL, NULL, TIMEOUT_S, test_reload_and_set_agree_on_every_key,
+	    test_set_refuses_unknown_and_bad_values, test_resolve_sizes_clamps_to_budget_and_cap,
+	    test_apply_rolls_back_when_a_hook_fails)
 
 CHECK_MAIN(reload_suite)
