@@ -12,6 +12,7 @@
 
 #include "pressure.h"
 #include "check_main.h"
+#include "fixture.h"
 
 #define KIB 1024ull
 #define MIB (1024ull * KIB)
@@ -37,25 +38,10 @@ static void reference_thresholds(struct pressure_thresholds *ret)
 	};
 }
 
+/* A fixture of tests/fixtures/proc/, exactly its size (fixture.h). */
 static char *slurp(const char *rel, size_t *len)
 {
-	char path[1024];
-	struct stat st;
-	char *buf;
-	ssize_t n;
-	int fd;
-
-	snprintf(path, sizeof(path), "%s/proc/%s", FIXTURES_DIR, rel);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	ck_assert_msg(fd >= 0, "cannot open fixture %s", path);
-	ck_assert_int_eq(fstat(fd, &st), 0);
-	buf = malloc(st.st_size > 0 ? (size_t)st.st_size : 1);
-	ck_assert_ptr_nonnull(buf);
-	n = read(fd, buf, (size_t)st.st_size);
-	ck_assert_int_eq(n, st.st_size);
-	close(fd);
-	*len = (size_t)n;
-	return buf;
+	return fixture_read("proc", rel, len);
 }
 
 /* A copy of a string without its NUL. */
