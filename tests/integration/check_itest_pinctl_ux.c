@@ -57,9 +57,7 @@ static void start_holder(void)
 	int pfd[2];
 	char ok;
 
-	ck_assert_int_eq(pipe(pfd), 0);
-	holder = itest_fork();
-	ck_assert_int_ge(holder, 0);
+	holder = itest_fork_piped(pfd, NULL);
 	if (holder == 0) {
 		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA, .label = "ux-holder" };
 		pb_client *c;

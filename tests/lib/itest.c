@@ -46,6 +46,17 @@ pid_t itest_fork(void)
 	return pid;
 }
 
+pid_t itest_fork_piped(int a[2], int b[2])
+{
+	pid_t pid;
+
+	ck_assert(!a || pipe(a) == 0);
+	ck_assert(!b || pipe(b) == 0);
+	pid = itest_fork();
+	ck_assert_int_ge(pid, 0);
+	return pid;
+}
+
 int itest_wait_exit(pid_t pid)
 {
 	int st;

@@ -77,6 +77,8 @@ const struct pb_lease_info *itest_lease_row(const struct pb_status *s, uint64_t 
  * whole test's process group when the child is signalled.
  */
 pid_t itest_fork(void);
+/* pipe() each of a and b that is not NULL, then itest_fork(): the child's pid, or 0 in the child; asserts all of it. */
+pid_t itest_fork_piped(int a[2], int b[2]);
 /* Reap child pid (asserting it is ours): its exit status, or 128 + the signal that killed it. */
 int itest_wait_exit(pid_t pid);
 /* Wait up to timeout_ms for our child (or adopted orphan) pid to end: its wait status, or -1 if it still runs. */

@@ -145,10 +145,7 @@ static void hold_probe_release(int n)
 	pid_t a, b;
 	int r;
 
-	ck_assert_int_eq(pipe(a2p), 0);
-	ck_assert_int_eq(pipe(p2a), 0);
-	a = itest_fork();
-	ck_assert_int_ge(a, 0);
+	a = itest_fork_piped(a2p, p2a);
 	if (a == 0)
 		holder(n, a2p[1], p2a[0], d.socket);
 	ck_assert_int_eq(read(a2p[0], ids, sizeof(ids[0]) * (size_t)n), (ssize_t)(sizeof(ids[0]) * (size_t)n));

@@ -231,10 +231,7 @@ static void scenario(uid_t uid_b)
 	pid_t a, b;
 
 	daemon_start(&d, args);
-	ck_assert_int_eq(pipe(a_out), 0);
-	ck_assert_int_eq(pipe(a_in), 0);
-	a = itest_fork();
-	ck_assert_int_ge(a, 0);
+	a = itest_fork_piped(a_out, a_in);
 	if (a == 0) {
 		close(a_out[0]);
 		close(a_in[1]);
@@ -253,10 +250,7 @@ static void scenario(uid_t uid_b)
 	say(a_in[1], 'g');
 	expect(a_out[0], 'b', a, "holder A, after the restart");
 
-	ck_assert_int_eq(pipe(b_out), 0);
-	ck_assert_int_eq(pipe(b_in), 0);
-	b = itest_fork();
-	ck_assert_int_ge(b, 0);
+	b = itest_fork_piped(b_out, b_in);
 	if (b == 0) {
 		close(b_out[0]);
 		close(b_in[1]);

@@ -93,9 +93,7 @@ static pid_t dodging_client(bool keep_socket, int share, struct report *rep)
 	int p[2];
 	pid_t pid;
 
-	ck_assert_int_eq(pipe(p), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(p, NULL);
 	if (pid == 0) {
 		struct report r = { 0 };
 		int fds[8], sock, g[2];
@@ -160,9 +158,7 @@ static pid_t bystander(uid_t uid, bool own_lease, int recv_sock)
 	char ok;
 	pid_t pid;
 
-	ck_assert_int_eq(pipe(p), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(p, NULL);
 	if (pid == 0) {
 		uint64_t id;
 		int fds[8], sock;

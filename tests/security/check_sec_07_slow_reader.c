@@ -66,10 +66,7 @@ static pid_t holder(int *to)
 	pid_t pid;
 	char c;
 
-	ck_assert_int_eq(pipe(p), 0);
-	ck_assert_int_eq(pipe(q), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(p, q);
 	if (pid == 0) {
 		pb_client *cl;
 

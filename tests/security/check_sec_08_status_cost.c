@@ -172,9 +172,7 @@ static void fill_table(void)
 
 	ids = calloc(nleases, sizeof(*ids));
 	ck_assert_ptr_nonnull(ids);
-	ck_assert_int_eq(pipe(pfd), 0);
-	holder = itest_fork();
-	ck_assert_int_ge(holder, 0);
+	holder = itest_fork_piped(pfd, NULL);
 	if (holder == 0) {
 		close(pfd[0]);
 		hold_leases(pfd[1], nleases);

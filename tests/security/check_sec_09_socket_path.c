@@ -238,9 +238,7 @@ static pid_t start_racer(const char *dir, const char *name, const char *tmp_link
 	int pfd[2];
 	pid_t pid;
 
-	ck_assert_int_eq(pipe(pfd), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(pfd, NULL);
 	if (pid == 0) {
 		char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
 		char target[256];

@@ -205,10 +205,7 @@ START_TEST(test_punch_in_held_lease_is_found_by_the_audit)
 	pid_t pid;
 	char want[160], c;
 
-	ck_assert_int_eq(pipe(c2p), 0);
-	ck_assert_int_eq(pipe(p2c), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(c2p, p2c);
 	if (pid == 0) {
 		struct held h;
 		char x;

@@ -51,9 +51,7 @@ static int start_holder(uid_t uid, const char *name, int nconn, const char *labe
 {
 	int pfd[2], st = -1;
 
-	ck_assert_int_eq(pipe(pfd), 0);
-	holder = itest_fork();
-	ck_assert_int_ge(holder, 0);
+	holder = itest_fork_piped(pfd, NULL);
 	if (holder == 0) {
 		char m[512] = "";
 		int fds[2], r = -1;

@@ -158,9 +158,7 @@ static int self_revoke(uid_t uid, uint32_t deadline_ms, size_t *n)
 	int p[2], r;
 	pid_t pid;
 
-	ck_assert_int_eq(pipe(p), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(p, NULL);
 	if (pid == 0) {
 		uint64_t *ids = NULL;
 		size_t k = 0;

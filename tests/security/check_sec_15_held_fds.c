@@ -65,10 +65,7 @@ static pid_t exit_holder(int *to, int *from)
 	int a[2], b[2];
 	pid_t pid;
 
-	ck_assert_int_eq(pipe(a), 0);
-	ck_assert_int_eq(pipe(b), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(a, b);
 	if (pid == 0) {
 		struct tally t = { 0 };
 		char c;
@@ -106,10 +103,7 @@ static pid_t plain_holder(uid_t uid, int *to, int *from)
 	int a[2], b[2];
 	pid_t pid;
 
-	ck_assert_int_eq(pipe(a), 0);
-	ck_assert_int_eq(pipe(b), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(a, b);
 	if (pid == 0) {
 		struct tally t = { 0 };
 		int sock;

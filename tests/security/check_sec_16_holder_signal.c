@@ -56,10 +56,7 @@ static pid_t holder(int *to, int *from)
 	int a[2], b[2];
 	pid_t pid;
 
-	ck_assert_int_eq(pipe(a), 0);
-	ck_assert_int_eq(pipe(b), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(a, b);
 	if (pid == 0) {
 		uid_t grant = SEC_UID_B;
 		struct shared sh;
@@ -106,9 +103,7 @@ static pid_t attacher(const struct shared *sh)
 	char ok;
 	pid_t pid;
 
-	ck_assert_int_eq(pipe(p), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(p, NULL);
 	if (pid == 0) {
 		pb_client *c;
 		pb_lease *l;

@@ -167,10 +167,7 @@ static void scenario(enum stop_how how)
 	pid_t h;
 
 	daemon_start(&d, args);
-	ck_assert_int_eq(pipe(to_test), 0);
-	ck_assert_int_eq(pipe(from_test), 0);
-	h = itest_fork();
-	ck_assert_int_ge(h, 0);
+	h = itest_fork_piped(to_test, from_test);
 	if (h == 0) {
 		close(to_test[0]);
 		close(from_test[1]);
@@ -284,10 +281,7 @@ static void legacy_case(uint64_t size, uint64_t touched, int64_t want)
 	int to_test[2], from_test[2];
 	pid_t h;
 
-	ck_assert_int_eq(pipe(to_test), 0);
-	ck_assert_int_eq(pipe(from_test), 0);
-	h = itest_fork();
-	ck_assert_int_ge(h, 0);
+	h = itest_fork_piped(to_test, from_test);
 	if (h == 0) {
 		int fd;
 		char *p;
@@ -373,10 +367,7 @@ START_TEST(test_two_clean_restarts_keep_counting)
 	pid_t h;
 
 	daemon_start(&d, args);
-	ck_assert_int_eq(pipe(to_test), 0);
-	ck_assert_int_eq(pipe(from_test), 0);
-	h = itest_fork();
-	ck_assert_int_ge(h, 0);
+	h = itest_fork_piped(to_test, from_test);
 	if (h == 0) {
 		close(to_test[0]);
 		close(from_test[1]);
@@ -436,10 +427,7 @@ START_TEST(test_rescans_back_off_while_nothing_is_let_go)
 	pid_t h;
 
 	daemon_start(&d, args);
-	ck_assert_int_eq(pipe(to_test), 0);
-	ck_assert_int_eq(pipe(from_test), 0);
-	h = itest_fork();
-	ck_assert_int_ge(h, 0);
+	h = itest_fork_piped(to_test, from_test);
 	if (h == 0) {
 		close(to_test[0]);
 		close(from_test[1]);

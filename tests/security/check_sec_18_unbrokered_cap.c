@@ -93,9 +93,7 @@ static pid_t start_reporter(uid_t uid, int nconn, uint64_t bytes_even, uint64_t 
 	int pfd[2];
 	pid_t pid;
 
-	ck_assert_int_eq(pipe(pfd), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(pfd, NULL);
 	if (pid == 0) {
 		struct outcome m = { 0 };
 

@@ -108,10 +108,7 @@ START_TEST(test_a_deep_bound_plugin_pins_where_status_sees_it)
 	FILE *f;
 	int i;
 
-	ck_assert_int_eq(pipe(in), 0);
-	ck_assert_int_eq(pipe(out), 0);
-	prog = itest_fork();
-	ck_assert_int_ge(prog, 0);
+	prog = itest_fork_piped(in, out);
 	if (prog == 0) {
 		char size[32], asan[512];
 
@@ -195,10 +192,7 @@ START_TEST(test_deep_bound_dlopens_racing_a_plain_one_do_not_crash)
 	plugin2 = itest_stage_as(DEEP_LIB2, "preload/deep/libpbdeep2.so");
 	busy = itest_stage_as(DEEP_BUSY, "preload/deep/libpbdeepbusy.so");
 	target = itest_stage_as(DEEP_RACE, "preload/preload_deep_race");
-	ck_assert_int_eq(pipe(in), 0);
-	ck_assert_int_eq(pipe(out), 0);
-	prog = itest_fork();
-	ck_assert_int_ge(prog, 0);
+	prog = itest_fork_piped(in, out);
 	if (prog == 0) {
 		char size[32], asan[512];
 
