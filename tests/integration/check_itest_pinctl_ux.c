@@ -55,7 +55,6 @@ static void stop(void)
 static void start_holder(void)
 {
 	int pfd[2];
-	char ok;
 
 	holder = itest_fork_piped(pfd, NULL);
 	if (holder == 0) {
@@ -65,14 +64,9 @@ static void start_holder(void)
 
 		if (pb_connect(d.socket, &c) < 0 || pb_acquire(c, 6 * MiB, &o, &l) < 0)
 			_exit(1);
-		if (write(pfd[1], "k", 1) != 1)
-			_exit(1);
-		for (;;)
-			pause();
+		itest_child_ready(pfd, 1);
 	}
-	close(pfd[1]);
-	ck_assert_int_eq(read(pfd[0], &ok, 1), 1);
-	close(pfd[0]);
+	itest_wait_ready(pfd);
 }
 
 /* This test's user name: what status must show instead of the number. */

@@ -57,6 +57,23 @@ pid_t itest_fork_piped(int a[2], int b[2])
 	return pid;
 }
 
+void itest_child_ready(int p[2], int code)
+{
+	if (write(p[1], "k", 1) != 1)
+		_exit(code);
+	for (;;)
+		pause();
+}
+
+void itest_wait_ready(int p[2])
+{
+	char c;
+
+	close(p[1]);
+	ck_assert_int_eq(read(p[0], &c, 1), 1);
+	close(p[0]);
+}
+
 int itest_wait_exit(pid_t pid)
 {
 	int st;

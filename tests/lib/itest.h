@@ -79,6 +79,10 @@ const struct pb_lease_info *itest_lease_row(const struct pb_status *s, uint64_t 
 pid_t itest_fork(void);
 /* pipe() each of a and b that is not NULL, then itest_fork(): the child's pid, or 0 in the child; asserts all of it. */
 pid_t itest_fork_piped(int a[2], int b[2]);
+/* In a child: tell the parent through the pipe p that it is ready (or _exit(code)), then wait to be killed. */
+__attribute__((noreturn)) void itest_child_ready(int p[2], int code);
+/* In the parent: wait for itest_child_ready's byte on p, and close both ends. */
+void itest_wait_ready(int p[2]);
 /* Reap child pid (asserting it is ours): its exit status, or 128 + the signal that killed it. */
 int itest_wait_exit(pid_t pid);
 /* Wait up to timeout_ms for our child (or adopted orphan) pid to end: its wait status, or -1 if it still runs. */

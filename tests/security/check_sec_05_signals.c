@@ -155,7 +155,6 @@ static pid_t dodging_client(bool keep_socket, int share, struct report *rep)
 static pid_t bystander(uid_t uid, bool own_lease, int recv_sock)
 {
 	int p[2];
-	char ok;
 	pid_t pid;
 
 	pid = itest_fork_piped(p, NULL);
@@ -181,14 +180,9 @@ static pid_t bystander(uid_t uid, bool own_lease, int recv_sock)
 				_exit(77);
 			close(fd);
 		}
-		if (write(p[1], "k", 1) != 1)
-			_exit(78);
-		for (;;)
-			pause();
+		itest_child_ready(p, 78);
 	}
-	close(p[1]);
-	ck_assert_int_eq(read(p[0], &ok, 1), 1);
-	close(p[0]);
+	itest_wait_ready(p);
 	return pid;
 }
 

@@ -100,7 +100,6 @@ static pid_t holder(int *to, int *from)
 static pid_t attacher(const struct shared *sh)
 {
 	int p[2];
-	char ok;
 	pid_t pid;
 
 	pid = itest_fork_piped(p, NULL);
@@ -116,14 +115,9 @@ static pid_t attacher(const struct shared *sh)
 		m = pb_lease_data(l);
 		if (!m || m[0] != 'A' || m[LEASE_BYTES - 1] != 'A')
 			_exit(81);
-		if (write(p[1], "k", 1) != 1)
-			_exit(82);
-		for (;;)
-			pause();
+		itest_child_ready(p, 82);
 	}
-	close(p[1]);
-	ck_assert_int_eq(read(p[0], &ok, 1), 1);
-	close(p[0]);
+	itest_wait_ready(p);
 	return pid;
 }
 
