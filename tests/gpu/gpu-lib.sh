@@ -28,3 +28,15 @@ gpu_take_hugepages() {
 		echo "$want" >/proc/sys/vm/nr_hugepages
 	fi
 }
+
+# gpu_stop_last LOG: TERM the daemon started last and wait up to 10 s for it; else say so in LOG, KILL it
+# and fail.
+gpu_stop_last() {
+	local p=${PIDS[-1]}
+	unset 'PIDS[-1]'
+	kill -TERM "$p" 2>/dev/null
+	for _ in $(seq 1 200); do kill -0 "$p" 2>/dev/null || return 0; sleep 0.05; done
+	echo "FAIL: pinbrokerd $p did not stop" | tee -a "$1"
+	kill -KILL "$p"
+	return 1
+}

@@ -66,15 +66,7 @@ start_daemon() { # label socket args...
 		-- "$DAEMON" --socket "$sock" "${DARGS[@]}" "$@" >>"$TLOG" 2>&1 || return 1
 	PIDS+=("$(cat "$TMP/$label.pid")")
 }
-stop_last() {
-	local p=${PIDS[-1]}
-	unset 'PIDS[-1]'
-	kill -TERM "$p" 2>/dev/null
-	for _ in $(seq 1 200); do kill -0 "$p" 2>/dev/null || return 0; sleep 0.05; done
-	echo "FAIL: pinbrokerd $p did not stop" | tee -a "$TLOG"
-	kill -KILL "$p"
-	return 1
-}
+stop_last() { gpu_stop_last "$TLOG"; }
 
 SUMMARY=()
 FAILED=0

@@ -79,15 +79,7 @@ start_daemon() { # label socket args...
 	echo "FAIL: pinbrokerd $label did not answer on $sock; see $DLOG" | tee -a "$LOG"
 	return 1
 }
-stop_last() {
-	local p=${PIDS[-1]}
-	unset 'PIDS[-1]'
-	kill -TERM "$p" 2>/dev/null
-	for _ in $(seq 1 200); do kill -0 "$p" 2>/dev/null || return 0; sleep 0.05; done
-	echo "FAIL: pinbrokerd $p did not stop" | tee -a "$LOG"
-	kill -KILL "$p"
-	return 1
-}
+stop_last() { gpu_stop_last "$LOG"; }
 
 # JSON from pinctl, read with python3 (on the GPU host; no jq there).
 status_field() { # field -> value from `pinctl status --json`
