@@ -42,11 +42,7 @@ static void start(void)
 
 static void stop(void)
 {
-	if (holder > 0) {
-		kill(holder, SIGKILL);
-		waitpid(holder, NULL, 0);
-		holder = 0;
-	}
+	itest_kill_child(&holder);
 	ck_assert_int_eq(daemon_stop(&d), 0);
 	unlink(conf);
 }

@@ -107,6 +107,25 @@ int itest_kill_and_reap(pid_t pid)
 	return WIFSIGNALED(st) ? WTERMSIG(st) : -1;
 }
 
+void itest_kill_child(pid_t *pid)
+{
+	if (*pid > 0) {
+		kill(*pid, SIGKILL);
+		waitpid(*pid, NULL, 0);
+		*pid = 0;
+	}
+}
+
+double itest_metrics_sample(const char *text, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+		if (strncmp(l, name, n) == 0 && l[n] == ' ')
+			return strtod(l + n + 1, NULL);
+	return -1;
+}
+
 void daemon_prepare(struct daemon *d)
 {
 	memset(d, 0, sizeof(*d));

@@ -28,11 +28,7 @@ static void start(void)
 
 static void stop(void)
 {
-	if (holder > 0) {
-		kill(holder, SIGKILL);
-		waitpid(holder, NULL, 0);
-		holder = 0;
-	}
+	itest_kill_child(&holder);
 	daemon_stop(&d);
 }
 

@@ -35,11 +35,7 @@ static void start(void)
 
 static void stop(void)
 {
-	if (prog > 0) {
-		kill(prog, SIGKILL);
-		waitpid(prog, NULL, 0);
-		prog = 0;
-	}
+	itest_kill_child(&prog);
 	daemon_stop(&d);
 }
 
@@ -125,8 +121,8 @@ START_TEST(test_a_deep_bound_plugin_pins_where_status_sees_it)
 		setenv("ASAN_OPTIONS", asan, 1);
 		snprintf(size, sizeof(size), "%llu", PLUGIN_BYTES);
 		/* The interposer's default fallback (cuda): refused memory would still show, as unbrokered. */
-		execl(pinctl, "pinctl", "--socket", d.socket, "run", "--label", "deep", "--", target, lib,
-		      way, size, (char *)NULL);
+		execl(pinctl, "pinctl", "--socket", d.socket, "run", "--label", "deep", "--", target, lib, way, size,
+		      (char *)NULL);
 		_exit(127);
 	}
 	close(in[0]);
