@@ -95,7 +95,10 @@ int itest_wait_end(pid_t pid, int timeout_ms);
 int itest_kill_and_reap(pid_t pid);
 /* SIGKILL and reap the child *pid when there is one (> 0), and set *pid to 0: a fixture's teardown. */
 void itest_kill_child(pid_t *pid);
-/* In Prometheus text (the metrics file, node_exporter's page): the value of the sample line that starts with name (labels included), or -1. */
+/*
+ * In Prometheus text (the metrics file, node_exporter's page): the value of the sample line that starts with
+ * name (labels included), or -1.
+ */
 double itest_metrics_sample(const char *text, const char *name);
 /* In a child: become uid (and the same-numbered gid) with no supplementary groups, or _exit(90). */
 void itest_drop_to(uid_t uid);
