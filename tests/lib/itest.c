@@ -74,6 +74,23 @@ void itest_wait_ready(int p[2])
 	close(p[0]);
 }
 
+void itest_say(int fd, char c)
+{
+	if (write(fd, &c, 1) != 1)
+		_exit(80);
+}
+
+char itest_hear(int fd, unsigned bound_s)
+{
+	char c = 0;
+
+	alarm(bound_s);
+	if (read(fd, &c, 1) != 1)
+		_exit(81);
+	alarm(0);
+	return c;
+}
+
 int itest_wait_exit(pid_t pid)
 {
 	int st;

@@ -83,6 +83,12 @@ pid_t itest_fork_piped(int a[2], int b[2]);
 __attribute__((noreturn)) void itest_child_ready(int p[2], int code);
 /* In the parent: wait for itest_child_ready's byte on p, and close both ends. */
 void itest_wait_ready(int p[2]);
+/*
+ * One byte over a pipe between a test and its child: say writes c (or _exit(80)); hear reads one within
+ * bound_s seconds (or _exit(81)), so a wedged peer fails the test instead of hanging it.
+ */
+void itest_say(int fd, char c);
+char itest_hear(int fd, unsigned bound_s);
 /* Reap child pid (asserting it is ours): its exit status, or 128 + the signal that killed it. */
 int itest_wait_exit(pid_t pid);
 /* Wait up to timeout_ms for our child (or adopted orphan) pid to end: its wait status, or -1 if it still runs. */

@@ -42,23 +42,6 @@ enum stop_how {
 static bool stretch;
 #define STRETCH_BYTES (1ull << 40)
 
-static void say(int fd, char c)
-{
-	if (write(fd, &c, 1) != 1)
-		_exit(80);
-}
-
-static char hear(int fd)
-{
-	char c = 0;
-
-	alarm(120);
-	if (read(fd, &c, 1) != 1)
-		_exit(81);
-	alarm(0);
-	return c;
-}
-
 /* uid A: one lease of HOLD_BYTES, written, kept mapped until told to go; then it exits without a word. */
 static void holder(const char *sock, int to_test, int from_test)
 {
@@ -78,8 +61,8 @@ static void holder(const char *sock, int to_test, int from_test)
 		if (p == MAP_FAILED || mprotect(p, STRETCH_BYTES, PROT_NONE) < 0)
 			_exit(13);
 	}
-	say(to_test, 'h');
-	hear(from_test);
+	itest_say(to_test, 'h');
+	itest_hear(from_test, 120);
 	/* Still 'A' after the restart: nobody was lent these pages. */
 	for (size_t i = 0; i < HOLD_BYTES; i += 4096)
 		if (((const char *)pb_lease_data(l))[i] != 'A')
@@ -175,7 +158,7 @@ static void scenario(enum stop_how how)
 	}
 	close(to_test[1]);
 	close(from_test[0]);
-	ck_assert_msg(hear(to_test[0]) == 'h', "the holder did not get its lease");
+	ck_assert_msg(itest_hear(to_test[0], 120) == 'h', "the holder did not get its lease");
 
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)HOLD_BYTES);
 	rss_before = memfd_rss(h);
@@ -237,7 +220,7 @@ static void scenario(enum stop_how how)
 	free(log);
 
 	/* The holder lets go (exits): the bytes come back within a bounded poll, and can be lent again. */
-	say(from_test[1], 'q');
+	itest_say(from_test[1], 'q');
 	ck_assert_int_eq(itest_wait_exit(h), 0);
 	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
 	ck_assert_int_eq(orphaned(d.socket), 0);
@@ -297,20 +280,20 @@ static void legacy_case(uint64_t size, uint64_t touched, int64_t want)
 			_exit(21);
 		close(fd);
 		memset(p, 'A', touched);
-		say(to_test[1], 'h');
-		hear(from_test[0]);
+		itest_say(to_test[1], 'h');
+		itest_hear(from_test[0], 120);
 		_exit(0);
 	}
 	close(to_test[1]);
 	close(from_test[0]);
-	ck_assert_msg(hear(to_test[0]) == 'h', "the legacy holder did not map its memfd");
+	ck_assert_msg(itest_hear(to_test[0], 120) == 'h', "the legacy holder did not map its memfd");
 	daemon_prepare(&d);
 	daemon_restart_with(&d, args, as_unit, d.dir);
 	ck_assert_int_eq(orphaned(d.socket), want);
 	ck_assert_int_eq(status_leased(d.socket), want);
 	/* Past what is left (the budget less what it counts) but within the budget: refused for room. */
 	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - (uint64_t)want + 2 * MiB), 1);
-	say(from_test[1], 'q');
+	itest_say(from_test[1], 'q');
 	ck_assert_int_eq(itest_wait_exit(h), 0);
 	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
 	close(to_test[0]);
@@ -375,7 +358,7 @@ START_TEST(test_two_clean_restarts_keep_counting)
 	}
 	close(to_test[1]);
 	close(from_test[0]);
-	ck_assert_msg(hear(to_test[0]) == 'h', "the holder did not get its lease");
+	ck_assert_msg(itest_hear(to_test[0], 120) == 'h', "the holder did not get its lease");
 	for (int round = 0; round < 2; round++) {
 		kill(d.pid, SIGTERM);
 		ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
@@ -383,7 +366,7 @@ START_TEST(test_two_clean_restarts_keep_counting)
 		ck_assert_int_eq(status_leased(d.socket), (int64_t)HOLD_BYTES);
 		ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - HOLD_BYTES + 16 * MiB), 1);
 	}
-	say(from_test[1], 'q');
+	itest_say(from_test[1], 'q');
 	ck_assert_int_eq(itest_wait_exit(h), 0);
 	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
 	close(to_test[0]);
@@ -435,7 +418,7 @@ START_TEST(test_rescans_back_off_while_nothing_is_let_go)
 	}
 	close(to_test[1]);
 	close(from_test[0]);
-	ck_assert_msg(hear(to_test[0]) == 'h', "the holder did not get its lease");
+	ck_assert_msg(itest_hear(to_test[0], 120) == 'h', "the holder did not get its lease");
 	kill(d.pid, SIGTERM);
 	ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
 	daemon_restart(&d, fast);
@@ -451,7 +434,7 @@ START_TEST(test_rescans_back_off_while_nothing_is_let_go)
 	ck_assert_msg(scans >= 2 && scans <= 12, "%zu scans of /proc in 3.2 s at orphan-rescan-ms 100", scans);
 	free(log);
 	ck_assert_int_eq(orphaned(d.socket), (int64_t)HOLD_BYTES);
-	say(from_test[1], 'q');
+	itest_say(from_test[1], 'q');
 	ck_assert_int_eq(itest_wait_exit(h), 0);
 	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
 	close(to_test[0]);
