@@ -648,7 +648,7 @@ static void reload(struct broker *b, const struct options *o)
 	update_status(b);
 }
 
-/* --version names a build with the debug hooks, so a test needing one can tell (tests/systemd/in-guest.sh). */
+/* --version names a build with the debug hooks, so a test needing one can tell (tests/system/systemd/in-guest.sh). */
 #ifdef PINBROKER_DEBUG_HOOKS
 #define DEBUG_HOOKS_NOTE " [debug hooks: SIGUSR2 stalls the loop]"
 #else

@@ -10,7 +10,7 @@ PKGS="build-essential cmake pkg-config libev-dev libprotobuf-c-dev protobuf-c-co
       libsystemd-dev check jq"
 # Tests: fuzzing (clang + libFuzzer runtime), valgrind, shellcheck (tests/deploy), the booted-systemd test and the
 # Debian package test (debootstrap, systemd-nspawn, bc for their timings), groff for rendering the man pages in the
-# install test, lintian for the Debian packages (tests/package), the Kubernetes manifests' and patcher's tests, zsh
+# install test, lintian for the Debian packages (tests/system/package), the Kubernetes manifests' and patcher's tests, zsh
 # for the zsh completion test, and the Python package's tests (Debian's python3 with CPU torch, numpy, pytest;
 # setuptools and pip to install it). git: .ci/run tests a fresh clone. util-linux (setpriv, unshare), bsdutils
 # (script) and procps (pgrep) are named although a full Debian has them: a minimal root (debootstrap minbase)

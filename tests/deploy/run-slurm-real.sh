@@ -12,10 +12,9 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=$(cd "${1:-$SRC/build}" && pwd)
 PINBROKERD=$BUILD/daemon/pinbrokerd
 PINCTL=$BUILD/client/pinctl
-skip() {
-	echo "SKIP: $*"
-	exit 77
-}
+# skip, ok, bad, check and the summary, shared with the other Slurm test.
+# shellcheck source=/dev/null
+. "$SRC/tests/deploy/checks.sh"
 [ "$(id -u)" = 0 ] || skip "run as root"
 for c in slurmctld slurmd munged srun sbatch scontrol scancel squeue jq; do
 	command -v $c >/dev/null 2>&1 || skip "no $c (apt-get install slurmd slurmctld slurm-client munge jq)"
@@ -38,7 +37,7 @@ for c in /sys/fs/cgroup/*/; do
 	done
 done
 export PINBROKER_SOCKET="$T/pb.sock" SLURM_CONF="$T/slurm.conf"
-DAEMON="" fails=0 checks=0
+DAEMON=""
 cleanup() {
 	for f in "$T/slurmd.pid" "$T/slurmctld.pid" "$T/munged.pid"; do
 		[ -r "$f" ] && kill "$(cat "$f")" 2>/dev/null
@@ -54,20 +53,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-ok() {
-	checks=$((checks + 1))
-	echo "ok   $*"
-}
-bad() {
-	checks=$((checks + 1))
-	fails=$((fails + 1))
-	echo "FAIL $*"
-}
-check() {
-	d=$1
-	shift
-	if "$@"; then ok "$d"; else bad "$d"; fi
-}
 logs() {
 	for f in "$T"/log/*; do
 		echo "--- $f"
@@ -169,6 +154,5 @@ check "no lease left" test "$("$PINCTL" leases --json | jq '.leases | length')" 
 check "no rule left" test "$("$PINCTL" quota list --json | jq '.rules | length')" = 0
 check "the node is not drained" sh -c '! sinfo -h -o %t | grep -q drain'
 
-[ "$fails" = 0 ] || logs
-echo "$checks checks, $fails failed"
-[ "$fails" = 0 ]
+checks_failed && logs
+checks_summary

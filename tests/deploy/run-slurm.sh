@@ -14,10 +14,9 @@ GRESCOUNT=$SRC/deploy/slurm/pinbroker-gres-count.sh
 PINBROKERD=$BUILD/daemon/pinbrokerd
 PINCTL=$BUILD/client/pinctl
 
-skip() {
-	echo "SKIP: $*"
-	exit 77
-}
+# skip, ok, bad, check and the summary, shared with the other Slurm test.
+# shellcheck source=/dev/null
+. "$SRC/tests/deploy/checks.sh"
 [ "$(id -u)" = 0 ] || skip "run as root (slurmd runs Prolog/Epilog as root; the test makes cgroups)"
 command -v jq >/dev/null 2>&1 || skip "no jq (scripts/deps.sh installs it)"
 if [ ! -x "$PINBROKERD" ] || [ ! -x "$PINCTL" ]; then
@@ -32,8 +31,6 @@ export PINBROKER_SOCKET="$SOCK"
 DAEMON=""
 HOLDER=""
 CGDIRS=""
-fails=0
-checks=0
 
 cleanup() {
 	[ -n "$HOLDER" ] && kill "$HOLDER" 2>/dev/null
@@ -44,21 +41,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-ok() {
-	checks=$((checks + 1))
-	echo "ok   $*"
-}
-bad() {
-	checks=$((checks + 1))
-	fails=$((fails + 1))
-	echo "FAIL $*"
-}
 absent() { ! grep -q "$1" "$2"; } # TEXT FILE
-check() { # DESCRIPTION COMMAND...
-	d=$1
-	shift
-	if "$@"; then ok "$d"; else bad "$d"; fi
-}
 
 start_daemon() {
 	"$PINBROKERD" --socket "$SOCK" --budget 1G --prewarm 0 --config /dev/null </dev/null >>"$T/daemon.log" 2>&1 &
@@ -82,7 +65,8 @@ check "sh -n pinbroker-prolog.sh" sh -n "$PROLOG"
 check "sh -n pinbroker-epilog.sh" sh -n "$EPILOG"
 check "sh -n pinbroker-gres-count.sh" sh -n "$GRESCOUNT"
 if command -v shellcheck >/dev/null 2>&1; then
-	check "shellcheck deploy/slurm/*.sh" shellcheck "$PROLOG" "$EPILOG" "$GRESCOUNT" "$0" "$SRC/tests/deploy/run-slurm-real.sh"
+	check "shellcheck deploy/slurm/*.sh" shellcheck "$PROLOG" "$EPILOG" "$GRESCOUNT" "$0" "$SRC/tests/deploy/run-slurm-real.sh" \
+		"$SRC/tests/deploy/checks.sh"
 else
 	echo "skip shellcheck: not installed (apt-get install shellcheck)"
 fi
@@ -356,5 +340,4 @@ check "no pinctl: prolog exits 0" prolog 120 $U alice PINBROKER_SLURM_PINCTL=/no
 got=$(PINBROKER_SLURM_PINCTL="$PINCTL" "$GRESCOUNT" 2>/dev/null)
 check "gres-count exits 1 and prints nothing" test $? = 1 -a -z "$got"
 
-echo "$checks checks, $fails failed"
-[ "$fails" = 0 ]
+checks_summary

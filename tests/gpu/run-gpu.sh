@@ -40,15 +40,11 @@ PROCS=${PB_TEST_PROCS:-4}
 
 # Pressure thresholds sit low: the tests check CUDA behaviour, and a VM's MemAvailable may start small.
 DARGS=(--lock-memory yes --tight-mem-available-pct 3 --critical-mem-available-pct 1)
-PIDS=()
-HUGE_BEFORE=
+# The daemons and huge pages this takes, given back at exit (shared with run-preload.sh).
+# shellcheck source=tests/gpu/gpu-lib.sh
+. "$SRC/tests/gpu/gpu-lib.sh"
 cleanup() {
-	local p
-	for p in "${PIDS[@]}"; do
-		kill -TERM "$p" 2>/dev/null
-		for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
-	done
-	[ -n "$HUGE_BEFORE" ] && echo "$HUGE_BEFORE" >/proc/sys/vm/nr_hugepages 2>/dev/null
+	gpu_cleanup
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -59,14 +55,7 @@ rc=$?
 if [ $rc = 77 ]; then cat "$TMP/info"; exit 77; fi
 cat "$TMP/info"
 
-WANT_HUGE=${PB_HUGEPAGES:-1100}
-if [ "$WANT_HUGE" != 0 ] && [ -w /proc/sys/vm/nr_hugepages ]; then
-	cur=$(cat /proc/sys/vm/nr_hugepages)
-	if [ "$cur" -lt "$WANT_HUGE" ]; then
-		HUGE_BEFORE=$cur
-		echo "$WANT_HUGE" >/proc/sys/vm/nr_hugepages
-	fi
-fi
+gpu_take_hugepages
 echo "huge pages: $(cat /proc/sys/vm/nr_hugepages) total, $(awk '/HugePages_Free/ {print $2}' /proc/meminfo) free" | tee -a "$TLOG"
 
 start_daemon() { # label socket args...
@@ -77,15 +66,7 @@ start_daemon() { # label socket args...
 		-- "$DAEMON" --socket "$sock" "${DARGS[@]}" "$@" >>"$TLOG" 2>&1 || return 1
 	PIDS+=("$(cat "$TMP/$label.pid")")
 }
-stop_last() {
-	local p=${PIDS[-1]}
-	unset 'PIDS[-1]'
-	kill -TERM "$p" 2>/dev/null
-	for _ in $(seq 1 200); do kill -0 "$p" 2>/dev/null || return 0; sleep 0.05; done
-	echo "FAIL: pinbrokerd $p did not stop" | tee -a "$TLOG"
-	kill -KILL "$p"
-	return 1
-}
+stop_last() { gpu_stop_last "$TLOG"; }
 
 SUMMARY=()
 FAILED=0

@@ -42,17 +42,14 @@ FALLBACK_BYTES=$((64 * MIB))
 # As run-gpu.sh: pressure thresholds sit low (a VM's MemAvailable may start small). Preloaded allocations are
 # never-revoked leases, which max-no-revoke-per-uid caps at 50% of the uid quota by default: allow all of it.
 DARGS=(--lock-memory yes --tight-mem-available-pct 3 --critical-mem-available-pct 1 --max-no-revoke-per-uid 100%)
-PIDS=()
 HOLDS=()
-HUGE_BEFORE=
+# The daemons and huge pages this takes, given back at exit (shared with run-gpu.sh).
+# shellcheck source=tests/gpu/gpu-lib.sh
+. "$SRC/tests/gpu/gpu-lib.sh"
 cleanup() {
 	local p
 	for p in "${HOLDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
-	for p in "${PIDS[@]}"; do
-		kill -TERM "$p" 2>/dev/null
-		for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
-	done
-	[ -n "$HUGE_BEFORE" ] && echo "$HUGE_BEFORE" >/proc/sys/vm/nr_hugepages 2>/dev/null
+	gpu_cleanup
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -64,14 +61,7 @@ tee -a "$LOG" <"$TMP/probe"
 [ $rc = 77 ] && exit 77
 [ $rc = 0 ] || { echo "FAIL: preload_prog_static probe exited $rc"; exit 1; }
 
-WANT_HUGE=${PB_HUGEPAGES:-1100}
-if [ "$WANT_HUGE" != 0 ] && [ -w /proc/sys/vm/nr_hugepages ] && [ "${PB_SKIP_BENCH:-0}" != 1 ]; then
-	cur=$(cat /proc/sys/vm/nr_hugepages)
-	if [ "$cur" -lt "$WANT_HUGE" ]; then
-		HUGE_BEFORE=$cur
-		echo "$WANT_HUGE" >/proc/sys/vm/nr_hugepages
-	fi
-fi
+[ "${PB_SKIP_BENCH:-0}" = 1 ] || gpu_take_hugepages
 
 # Start pinbrokerd on SOCKET and wait until it answers (the pool warms before the socket serves).
 start_daemon() { # label socket args...
@@ -89,15 +79,7 @@ start_daemon() { # label socket args...
 	echo "FAIL: pinbrokerd $label did not answer on $sock; see $DLOG" | tee -a "$LOG"
 	return 1
 }
-stop_last() {
-	local p=${PIDS[-1]}
-	unset 'PIDS[-1]'
-	kill -TERM "$p" 2>/dev/null
-	for _ in $(seq 1 200); do kill -0 "$p" 2>/dev/null || return 0; sleep 0.05; done
-	echo "FAIL: pinbrokerd $p did not stop" | tee -a "$LOG"
-	kill -KILL "$p"
-	return 1
-}
+stop_last() { gpu_stop_last "$LOG"; }
 
 # JSON from pinctl, read with python3 (on the GPU host; no jq there).
 status_field() { # field -> value from `pinctl status --json`

@@ -428,27 +428,11 @@ START_TEST(test_human_output_usage_and_help)
 }
 END_TEST
 
-static Suite *doctor_suite(void)
-{
-	Suite *s = suite_create("itest_doctor");
-	TCase *tc = tcase_create("doctor");
-
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, TIMEOUT_S);
-	tcase_add_test(tc, test_healthy_fixture_is_all_ok_and_exits_0);
-	tcase_add_test(tc, test_thp_never_and_advise_collapse_deny_warns);
-	tcase_add_test(tc, test_hugepages_none_some_and_none_free);
-	tcase_add_test(tc, test_cgroup_v2_limits);
-	tcase_add_test(tc, test_cgroup_v1_and_hybrid);
-	tcase_add_test(tc, test_no_psi_warns);
-	tcase_add_test(tc, test_budget_against_memtotal);
-	tcase_add_test(tc, test_service_enabled_disabled_absent);
-	tcase_add_test(tc, test_cuda_driver_version_and_gpu_memory);
-	tcase_add_test(tc, test_daemon_found_and_admin_group_checked);
-	tcase_add_test(tc, test_no_daemon_fails_socket_and_skips_budget);
-	tcase_add_test(tc, test_human_output_usage_and_help);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(doctor_suite, "itest_doctor", "doctor", setup, teardown, TIMEOUT_S,
+	    test_healthy_fixture_is_all_ok_and_exits_0, test_thp_never_and_advise_collapse_deny_warns,
+	    test_hugepages_none_some_and_none_free, test_cgroup_v2_limits, test_cgroup_v1_and_hybrid, test_no_psi_warns,
+	    test_budget_against_memtotal, test_service_enabled_disabled_absent, test_cuda_driver_version_and_gpu_memory,
+	    test_daemon_found_and_admin_group_checked, test_no_daemon_fails_socket_and_skips_budget,
+	    test_human_output_usage_and_help)
 
 CHECK_MAIN(doctor_suite)

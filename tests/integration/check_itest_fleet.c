@@ -332,17 +332,6 @@ static bool kid_revoked(struct kid *k, int timeout_ms)
 
 /* ---------------------------------------------------------------- what the nodes say */
 
-/* The value of the sample line that starts with name (labels included), or -1. */
-static double sample(const char *text, const char *name)
-{
-	size_t n = strlen(name);
-
-	for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
-		if (strncmp(l, name, n) == 0 && l[n] == ' ')
-			return strtod(l + n + 1, NULL);
-	return -1;
-}
-
 /* The sum of every series of a family (all its label values), or -1 when it has none. */
 static double sample_sum(const char *text, const char *family)
 {
@@ -376,7 +365,7 @@ __attribute__((noinline)) static char *metrics(int i)
 static double metric(int i, const char *name)
 {
 	char *t = metrics(i);
-	double v = sample(t, name);
+	double v = itest_metrics_sample(t, name);
 
 	free(t);
 	return v;
@@ -426,14 +415,17 @@ static void assert_node(int i, uint64_t leased, double job1, double job2)
 {
 	char *t = metrics(i), name[128];
 
-	ck_assert_msg(sample(t, "pinbroker_budget_bytes") == (double)nodes[i].budget_bytes, "node %d budget %.0f",
-		      i + 1, sample(t, "pinbroker_budget_bytes"));
-	ck_assert_msg(sample(t, "pinbroker_leased_bytes") == (double)leased, "node %d leased %.0f, want %llu", i + 1,
-		      sample(t, "pinbroker_leased_bytes"), (unsigned long long)leased);
+	ck_assert_msg(itest_metrics_sample(t, "pinbroker_budget_bytes") == (double)nodes[i].budget_bytes,
+		      "node %d budget %.0f", i + 1, itest_metrics_sample(t, "pinbroker_budget_bytes"));
+	ck_assert_msg(itest_metrics_sample(t, "pinbroker_leased_bytes") == (double)leased,
+		      "node %d leased %.0f, want %llu", i + 1, itest_metrics_sample(t, "pinbroker_leased_bytes"),
+		      (unsigned long long)leased);
 	snprintf(name, sizeof(name), "pinbroker_job_leased_bytes{job=\"%s\"}", JOB1);
-	ck_assert_msg(sample(t, name) == job1, "node %d %s: %.0f, want %.0f", i + 1, name, sample(t, name), job1);
+	ck_assert_msg(itest_metrics_sample(t, name) == job1, "node %d %s: %.0f, want %.0f", i + 1, name,
+		      itest_metrics_sample(t, name), job1);
 	snprintf(name, sizeof(name), "pinbroker_job_leased_bytes{job=\"%s\"}", JOB2);
-	ck_assert_msg(sample(t, name) == job2, "node %d %s: %.0f, want %.0f", i + 1, name, sample(t, name), job2);
+	ck_assert_msg(itest_metrics_sample(t, name) == job2, "node %d %s: %.0f, want %.0f", i + 1, name,
+		      itest_metrics_sample(t, name), job2);
 	free(t);
 }
 
@@ -499,14 +491,14 @@ START_TEST(test_each_node_shows_its_own_budget_and_nothing_leased)
 		ck_assert_msg(metric(i, "pinbroker_leases") == 0, "node %d has leases", i + 1);
 		ck_assert_msg(metric_sum(i, "pinbroker_revocations_total") == 0, "node %d revoked", i + 1);
 		/* Its metrics-path is its own and says the same. */
-		for (int w = 0; w < 50 && !(t && sample(t, "pinbroker_budget_bytes") >= 0); w++) {
+		for (int w = 0; w < 50 && !(t && itest_metrics_sample(t, "pinbroker_budget_bytes") >= 0); w++) {
 			free(t);
 			usleep(100 * 1000);
 			t = itest_read_file(nodes[i].prom);
 		}
 		ck_assert_msg(t != NULL, "node %d never wrote %s", i + 1, nodes[i].prom);
-		ck_assert(sample(t, "pinbroker_budget_bytes") == (double)budgets[i]);
-		ck_assert(sample(t, "pinbroker_leased_bytes") == 0);
+		ck_assert(itest_metrics_sample(t, "pinbroker_budget_bytes") == (double)budgets[i]);
+		ck_assert(itest_metrics_sample(t, "pinbroker_leased_bytes") == 0);
 		free(t);
 		/* No job holds anything; node 2's config rule is listed (a literal rule makes its job), with its quota. */
 		js = pinctl_out(i, "jobs --json");
@@ -679,8 +671,8 @@ START_TEST(test_pressure_on_one_node_revokes_only_its_leases)
 	for (int i = 0; i < NODES; i += 2) {
 		char *now = metrics(i);
 
-		ck_assert(sample(now, "pinbroker_acquires_granted_total{kind=\"pool\"}") ==
-			  sample(before[i], "pinbroker_acquires_granted_total{kind=\"pool\"}") + 1);
+		ck_assert(itest_metrics_sample(now, "pinbroker_acquires_granted_total{kind=\"pool\"}") ==
+			  itest_metrics_sample(before[i], "pinbroker_acquires_granted_total{kind=\"pool\"}") + 1);
 		free(now);
 		free(before[i]);
 	}

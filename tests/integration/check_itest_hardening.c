@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check_main.h"
 #include "itest.h"
 #include "wire.h"
 
@@ -190,8 +191,9 @@ static void check_accounting(const char *where)
 				 (unsigned long long)rep->status_reply->pool_bytes, memfds,
 				 (unsigned long long)memfd_bytes);
 		else if (mlocked_bytes < rep->status_reply->pool_bytes)
-			snprintf(msg, sizeof(msg), "%s: the kernel counts %llu bytes locked by the daemon, pool holds %llu",
-				 where, (unsigned long long)mlocked_bytes, (unsigned long long)rep->status_reply->pool_bytes);
+			snprintf(msg, sizeof(msg),
+				 "%s: the kernel counts %llu bytes locked by the daemon, pool holds %llu", where,
+				 (unsigned long long)mlocked_bytes, (unsigned long long)rep->status_reply->pool_bytes);
 		else if (mlocked_bytes != UINT64_MAX &&
 			 (host_mlocked_bytes = meminfo_kb("Mlocked") * 1024) + MLOCK_SLACK_BYTES <
 				 mlocked_before_bytes + rep->status_reply->pool_bytes)
@@ -199,9 +201,10 @@ static void check_accounting(const char *where)
 				 "%s: Mlocked in /proc/meminfo is %llu bytes, under the %llu at start plus the pool's "
 				 "%llu (less %llu slack), on every one of %d attempts: the pool's pages are not locked "
 				 "host-wide, or other processes unlocked memory throughout (rerun on a quiet machine)",
-				 where, (unsigned long long)host_mlocked_bytes, (unsigned long long)mlocked_before_bytes,
-				 (unsigned long long)rep->status_reply->pool_bytes, (unsigned long long)MLOCK_SLACK_BYTES,
-				 ACCOUNTING_ATTEMPTS);
+				 where, (unsigned long long)host_mlocked_bytes,
+				 (unsigned long long)mlocked_before_bytes,
+				 (unsigned long long)rep->status_reply->pool_bytes,
+				 (unsigned long long)MLOCK_SLACK_BYTES, ACCOUNTING_ATTEMPTS);
 		else
 			msg[0] = '\0';
 		pinbroker__v1__reply__free_unpacked(rep, NULL);
@@ -225,8 +228,15 @@ static void raise_nofile(rlim_t want)
 
 static void start_with(const char *const *more)
 {
-	const char *args[32] = { "--max-connections", "4096", "--max-connections-per-uid", "4096",
-				 "--pool-shrink-delay-ms", "0", "--log-level", "info", NULL };
+	const char *args[32] = { "--max-connections",
+				 "4096",
+				 "--max-connections-per-uid",
+				 "4096",
+				 "--pool-shrink-delay-ms",
+				 "0",
+				 "--log-level",
+				 "info",
+				 NULL };
 	size_t n = 8;
 
 	for (size_t i = 0; more && more[i] && n < 30; i++)
@@ -367,8 +377,8 @@ START_TEST(test_flood_of_half_open_connections_never_starves_status)
 	check_accounting("during the flood");
 	/* The handshake timeout (1 s here) drops the silent half. */
 	for (int i = 1; i < FLOOD_CONNS; i += 2)
-		ck_assert_msg(raw_closed_by_peer(fds[i], 5000), "half-open connection %d outlived the handshake timeout",
-			      i);
+		ck_assert_msg(raw_closed_by_peer(fds[i], 5000),
+			      "half-open connection %d outlived the handshake timeout", i);
 	for (int i = 0; i < FLOOD_CONNS; i += 2)
 		n_open += raw_status(fds[i]) == 0;
 	ck_assert_int_eq(n_open, FLOOD_CONNS / 2);
@@ -583,7 +593,8 @@ START_TEST(test_every_limit_is_refused_with_a_status_or_a_close)
 			if (raw_send(b, &req, NULL, 0) < 0)
 				_exit(12);
 			rep = raw_recv(b, fds, 16, &n, 2000, &err);
-			if (!rep || rep->status != 15 /* STATUS_LIMIT */ || !strstr(rep->message, "max-pending-acquires"))
+			if (!rep || rep->status != 15 /* STATUS_LIMIT */ ||
+			    !strstr(rep->message, "max-pending-acquires"))
 				_exit(13);
 			_exit(0);
 		}
@@ -644,9 +655,23 @@ END_TEST
 static void start_limits(void)
 {
 	static const char *const args[] = {
-		"--budget", "64M", "--max-leases-per-client", "3", "--max-pending-acquires", "1",
-		"--max-connections", "16", "--max-connections-per-uid", "6", "--handshake-timeout-ms", "300",
-		"--max-message-bytes", "256", "--pool-shrink-delay-ms", "0", NULL,
+		"--budget",
+		"64M",
+		"--max-leases-per-client",
+		"3",
+		"--max-pending-acquires",
+		"1",
+		"--max-connections",
+		"16",
+		"--max-connections-per-uid",
+		"6",
+		"--handshake-timeout-ms",
+		"300",
+		"--max-message-bytes",
+		"256",
+		"--pool-shrink-delay-ms",
+		"0",
+		NULL,
 	};
 
 	mlocked_before_bytes = meminfo_kb("Mlocked") * 1024;
@@ -699,9 +724,19 @@ static void child_nofile(void *ud)
 START_TEST(test_prewarm_past_the_fd_limit_warms_what_fits_and_keeps_serving)
 {
 	static const rlim_t nofile = 1400;
-	static const char *const args[] = { "--max-connections", "16", "--max-connections-per-uid", "16",
-					    "--budget", "4G", "--prewarm", "4G", "--chunk-size", "2M",
-					    "--hugetlb", "no", NULL };
+	static const char *const args[] = { "--max-connections",
+					    "16",
+					    "--max-connections-per-uid",
+					    "16",
+					    "--budget",
+					    "4G",
+					    "--prewarm",
+					    "4G",
+					    "--chunk-size",
+					    "2M",
+					    "--hugetlb",
+					    "no",
+					    NULL };
 	int conns[3], fds[64];
 	size_t nfds;
 	uint64_t id;
@@ -737,52 +772,21 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-hardening");
-	TCase *storm = tcase_create("crash-storm");
-	TCase *flood = tcase_create("flood");
-	TCase *hostile = tcase_create("hostile");
-	TCase *limits = tcase_create("limits");
-	TCase *total = tcase_create("total-limit");
 
-	tcase_add_checked_fixture(storm, start, stop);
-	tcase_set_timeout(storm, 120);
-	tcase_add_test(storm, test_crash_storm_returns_every_byte_fd_and_page);
-	suite_add_tcase(s, storm);
+	CHECK_CASE(s, "crash-storm", start, stop, 120, test_crash_storm_returns_every_byte_fd_and_page);
 
-	tcase_add_checked_fixture(flood, start_flood, stop);
-	tcase_set_timeout(flood, 60);
-	tcase_add_test(flood, test_flood_of_half_open_connections_never_starves_status);
-	suite_add_tcase(s, flood);
+	CHECK_CASE(s, "flood", start_flood, stop, 60, test_flood_of_half_open_connections_never_starves_status);
 
-	tcase_add_checked_fixture(hostile, start_hostile, stop);
-	tcase_set_timeout(hostile, 60);
-	tcase_add_test(hostile, test_hostile_packets_close_only_their_connection_and_keep_the_books);
-	suite_add_tcase(s, hostile);
+	CHECK_CASE(s, "hostile", start_hostile, stop, 60,
+		   test_hostile_packets_close_only_their_connection_and_keep_the_books);
 
-	tcase_add_checked_fixture(limits, start_limits, stop);
-	tcase_set_timeout(limits, 30);
-	tcase_add_test(limits, test_every_limit_is_refused_with_a_status_or_a_close);
-	suite_add_tcase(s, limits);
+	CHECK_CASE(s, "limits", start_limits, stop, 30, test_every_limit_is_refused_with_a_status_or_a_close);
 
-	tcase_add_checked_fixture(total, start_total_limit, stop);
-	tcase_set_timeout(total, 30);
-	tcase_add_test(total, test_total_connection_limit_closes_the_extra_one);
-	suite_add_tcase(s, total);
+	CHECK_CASE(s, "total-limit", start_total_limit, stop, 30, test_total_connection_limit_closes_the_extra_one);
 
-	TCase *nofile = tcase_create("prewarm-nofile");
-	tcase_add_checked_fixture(nofile, NULL, stop);
-	tcase_set_timeout(nofile, 60);
-	tcase_add_test(nofile, test_prewarm_past_the_fd_limit_warms_what_fits_and_keeps_serving);
-	suite_add_tcase(s, nofile);
+	CHECK_CASE(s, "prewarm-nofile", NULL, stop, 60,
+		   test_prewarm_past_the_fd_limit_warms_what_fits_and_keeps_serving);
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(suite)

@@ -46,24 +46,13 @@ static void stop(void)
 	ck_assert_int_eq(system(cmd), 0);
 }
 
-/* The value of the sample line that starts with name (labels included), or -1. */
-static double sample(const char *text, const char *name)
-{
-	size_t n = strlen(name);
-
-	for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
-		if (strncmp(l, name, n) == 0 && l[n] == ' ')
-			return strtod(l + n + 1, NULL);
-	return -1;
-}
-
 /* Wait until the file shows name at want (the daemon rewrites it every second). */
 static char *wait_file(const char *name, double want)
 {
 	for (int i = 0; i < 60; i++) {
 		char *t = itest_read_file(prom);
 
-		if (t && sample(t, name) == want)
+		if (t && itest_metrics_sample(t, name) == want)
 			return t;
 		free(t);
 		usleep(100 * 1000);
@@ -89,9 +78,10 @@ static void assert_whole(const char *t, int read_no)
 	ck_assert_msg(len > 0 && t[len - 1] == '\n', "read %d: the file does not end in a newline:\n%s", read_no, t);
 	ck_assert_msg(count(t, "# HELP ") == count(t, "# TYPE ") && count(t, "# TYPE ") >= 20,
 		      "read %d: %zu HELP and %zu TYPE lines", read_no, count(t, "# HELP "), count(t, "# TYPE "));
-	ck_assert_msg(sample(t, "pinbroker_budget_bytes") == 256 * MiB, "read %d: no budget line", read_no);
-	ck_assert_msg(sample(t, "pinbroker_metrics_timestamp_seconds") > 0, "read %d: no timestamp line (the last)",
+	ck_assert_msg(itest_metrics_sample(t, "pinbroker_budget_bytes") == 256 * MiB, "read %d: no budget line",
 		      read_no);
+	ck_assert_msg(itest_metrics_sample(t, "pinbroker_metrics_timestamp_seconds") > 0,
+		      "read %d: no timestamp line (the last)", read_no);
 }
 
 /* The names beside prom that look like metrics_write_file's temp files (PATH.XXXXXX), at most max. */
@@ -140,13 +130,13 @@ START_TEST(test_file_and_pinctl_show_the_figures_and_counters)
 	ck_assert_int_eq(pb_acquire(c, 6 * MiB, &o, &l), 0);
 	ck_assert_int_eq(pb_acquire(c, 1ull << 40, &o, &big), -EFBIG);
 	t = wait_file("pinbroker_leased_bytes", 6 * MiB);
-	ck_assert(sample(t, "pinbroker_leases") == 1);
-	ck_assert(sample(t, "pinbroker_acquires_granted_total{kind=\"pool\"}") == 1);
-	ck_assert(sample(t, "pinbroker_granted_bytes_total{kind=\"pool\"}") == 6 * MiB);
-	ck_assert(sample(t, "pinbroker_acquires_granted_total{kind=\"registration\"}") == 0);
-	ck_assert(sample(t, "pinbroker_acquires_refused_total{reason=\"too_large\"}") == 1);
-	ck_assert(sample(t, "pinbroker_pressure_state{state=\"normal\"}") == 1);
-	ck_assert(sample(t, "pinbroker_budget_bytes") == 256 * MiB);
+	ck_assert(itest_metrics_sample(t, "pinbroker_leases") == 1);
+	ck_assert(itest_metrics_sample(t, "pinbroker_acquires_granted_total{kind=\"pool\"}") == 1);
+	ck_assert(itest_metrics_sample(t, "pinbroker_granted_bytes_total{kind=\"pool\"}") == 6 * MiB);
+	ck_assert(itest_metrics_sample(t, "pinbroker_acquires_granted_total{kind=\"registration\"}") == 0);
+	ck_assert(itest_metrics_sample(t, "pinbroker_acquires_refused_total{reason=\"too_large\"}") == 1);
+	ck_assert(itest_metrics_sample(t, "pinbroker_pressure_state{state=\"normal\"}") == 1);
+	ck_assert(itest_metrics_sample(t, "pinbroker_budget_bytes") == 256 * MiB);
 	snprintf(row, sizeof(row), "pinbroker_uid_leased_bytes{uid=\"%u\",user=\"", (unsigned)getuid());
 	ck_assert_ptr_nonnull(strstr(t, row));
 	ck_assert_ptr_nonnull(strstr(t, "# TYPE pinbroker_acquires_refused_total counter"));
@@ -156,8 +146,8 @@ START_TEST(test_file_and_pinctl_show_the_figures_and_counters)
 	ck_assert_int_eq(st.st_mode & 0777, 0644);
 	/* pinctl metrics prints the same figures. */
 	ck_assert_int_eq(pinctl(&d, &out, "metrics"), 0);
-	ck_assert(sample(out, "pinbroker_leased_bytes") == 6 * MiB);
-	ck_assert(sample(out, "pinbroker_acquires_refused_total{reason=\"too_large\"}") == 1);
+	ck_assert(itest_metrics_sample(out, "pinbroker_leased_bytes") == 6 * MiB);
+	ck_assert(itest_metrics_sample(out, "pinbroker_acquires_refused_total{reason=\"too_large\"}") == 1);
 	free(out);
 	ck_assert_int_eq(pinctl(&d, &out, "metrics extra"), 2);
 	free(out);
@@ -232,10 +222,11 @@ START_TEST(test_revocations_and_enforcements_by_reason)
 
 	/* Every reason and action has its row from the start, at 0, so rate() sees each series. */
 	t = wait_file("pinbroker_leases", 0);
-	ck_assert(sample(t, "pinbroker_revocations_total{reason=\"admin\"}") == 0);
-	ck_assert(sample(t, "pinbroker_enforcements_total{action=\"disconnect\"}") == 0);
+	ck_assert(itest_metrics_sample(t, "pinbroker_revocations_total{reason=\"admin\"}") == 0);
+	ck_assert(itest_metrics_sample(t, "pinbroker_enforcements_total{action=\"disconnect\"}") == 0);
 	for (size_t i = 0; i < sizeof(zero) / sizeof(zero[0]); i++)
-		ck_assert_msg(sample(t, zero[i]) == 0, "%s: %.0f", zero[i], sample(t, zero[i]));
+		ck_assert_msg(itest_metrics_sample(t, zero[i]) == 0, "%s: %.0f", zero[i],
+			      itest_metrics_sample(t, zero[i]));
 	ck_assert_ptr_nonnull(strstr(t, "# TYPE pinbroker_revocations_total counter"));
 	ck_assert_ptr_nonnull(strstr(t, "# TYPE pinbroker_enforcements_total counter"));
 	free(t);
@@ -254,13 +245,14 @@ START_TEST(test_revocations_and_enforcements_by_reason)
 	ck_assert_msg(raw_closed_by_peer(fd, 10000), "the overdue holder was not disconnected");
 	close(fd);
 	t = wait_file("pinbroker_enforcements_total{action=\"disconnect\"}", 1);
-	ck_assert(sample(t, "pinbroker_revocations_total{reason=\"admin\"}") == 1);
+	ck_assert(itest_metrics_sample(t, "pinbroker_revocations_total{reason=\"admin\"}") == 1);
 	for (size_t i = 0; i < sizeof(zero) / sizeof(zero[0]); i++)
-		ck_assert_msg(sample(t, zero[i]) == 0, "%s: %.0f", zero[i], sample(t, zero[i]));
+		ck_assert_msg(itest_metrics_sample(t, zero[i]) == 0, "%s: %.0f", zero[i],
+			      itest_metrics_sample(t, zero[i]));
 	free(t);
 	ck_assert_int_eq(pinctl(&d, &out, "metrics"), 0);
-	ck_assert(sample(out, "pinbroker_revocations_total{reason=\"admin\"}") == 1);
-	ck_assert(sample(out, "pinbroker_enforcements_total{action=\"disconnect\"}") == 1);
+	ck_assert(itest_metrics_sample(out, "pinbroker_revocations_total{reason=\"admin\"}") == 1);
+	ck_assert(itest_metrics_sample(out, "pinbroker_enforcements_total{action=\"disconnect\"}") == 1);
 	free(out);
 }
 END_TEST
@@ -295,8 +287,8 @@ START_TEST(test_node_exporter_reads_the_file)
 	kill(ne, SIGTERM);
 	itest_wait_exit(ne);
 	ck_assert_msg(ok, "node_exporter never served the pinbroker metrics");
-	ck_assert(sample(out, "node_textfile_scrape_error") == 0);
-	ck_assert(sample(out, "pinbroker_budget_bytes") == 256 * MiB);
+	ck_assert(itest_metrics_sample(out, "node_textfile_scrape_error") == 0);
+	ck_assert(itest_metrics_sample(out, "pinbroker_budget_bytes") == 256 * MiB);
 	free(out);
 }
 END_TEST
@@ -314,7 +306,8 @@ static Suite *suite(void)
 	if (access(NODE_EXPORTER, X_OK) == 0 && system("command -v curl >/dev/null") == 0)
 		tcase_add_test(t, test_node_exporter_reads_the_file);
 	else
-		check_skip("node_exporter's textfile check needs prometheus-node-exporter and curl (scripts/deps.sh --test)");
+		check_skip(
+			"node_exporter's textfile check needs prometheus-node-exporter and curl (scripts/deps.sh --test)");
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -41,8 +41,9 @@ static void start_fixture(void)
 
 	snprintf(root, sizeof(root), "/tmp/pbnuma.XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(root));
-	snprintf(cmd, sizeof(cmd), "cp -a " FIXTURES_DIR "/proc/idle/. '%s/' && cp -a " FIXTURES_DIR "/sys/numa2/sys/. '%s/sys/'",
-		 root, root);
+	snprintf(cmd, sizeof(cmd),
+		 "cp -a " FIXTURES_DIR "/proc/idle/. '%s/' && cp -a " FIXTURES_DIR "/sys/numa2/sys/. '%s/sys/'", root,
+		 root);
 	ck_assert_int_eq(system(cmd), 0);
 	daemon_start(&d, args);
 }
@@ -57,10 +58,11 @@ static void start_fixture4(const char *const *args)
 
 	snprintf(root, sizeof(root), "/tmp/pbnuma4.XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(root));
-	snprintf(cmd, sizeof(cmd),
-		 "cp -a " FIXTURES_DIR "/proc/idle/. '%s/' && cp -a " FIXTURES_DIR "/sys/numa4/sys/. '%s/sys/' && "
-		 "sed -i 's/^Node 2 MemFree: .*/Node 2 MemFree:        0 kB/' '%s/sys/devices/system/node/node2/meminfo'",
-		 root, root, root);
+	snprintf(
+		cmd, sizeof(cmd),
+		"cp -a " FIXTURES_DIR "/proc/idle/. '%s/' && cp -a " FIXTURES_DIR "/sys/numa4/sys/. '%s/sys/' && "
+		"sed -i 's/^Node 2 MemFree: .*/Node 2 MemFree:        0 kB/' '%s/sys/devices/system/node/node2/meminfo'",
+		root, root, root);
 	ck_assert_int_eq(system(cmd), 0);
 	daemon_start(&d, args);
 }
@@ -75,8 +77,8 @@ static void start_fixture4_gpus(void)
 /* All of the prewarm on node 0, so a chunk counted misplaced there can only be a fresh one made for another. */
 static void start_fixture4_node0(void)
 {
-	static const char *const args[] = { "--proc-root", root, "--prewarm", "64M", "--numa-prewarm", "0:64M",
-					    "--thp", "no", NULL };
+	static const char *const args[] = { "--proc-root", root,    "--prewarm", "64M", "--numa-prewarm",
+					    "0:64M",       "--thp", "no",        NULL };
 
 	start_fixture4(args);
 }
@@ -100,7 +102,6 @@ static struct pb_status *status(pb_client *c)
 	ck_assert_int_eq(pb_status_get(c, &s), 0);
 	return s;
 }
-
 
 static const struct pb_node_info *node_row(const struct pb_status *s, int node)
 {
@@ -433,29 +434,17 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-numa");
-	TCase *real = tcase_create("real-kernel"), *fix = tcase_create("fixture"), *cfg = tcase_create("config");
-	TCase *fix4 = tcase_create("fixture-4-nodes"), *full = tcase_create("fixture-full-node");
 
-	tcase_add_checked_fixture(real, start, stop);
-	tcase_set_timeout(real, 60);
-	tcase_add_test(real, test_real_kernel_leases_land_on_the_node_asked);
-	tcase_add_test(real, test_numa_no_places_nothing);
-	suite_add_tcase(s, real);
-	tcase_add_checked_fixture(fix, start_fixture, stop);
-	tcase_set_timeout(fix, 60);
-	tcase_add_test(fix, test_fixture_nodes_split_the_prewarm_and_a_full_node_falls_back);
-	tcase_add_test(fix, test_gpu_node_comes_from_the_driver_else_sysfs);
-	suite_add_tcase(s, fix);
-	tcase_add_test(cfg, test_bad_numa_prewarm_names_the_node);
-	tcase_add_checked_fixture(fix4, start_fixture4_gpus, stop);
-	tcase_set_timeout(fix4, 60);
-	tcase_add_test(fix4, test_four_fixture_nodes_split_the_prewarm_by_gpus_and_report_each_node);
-	suite_add_tcase(s, fix4);
-	tcase_add_checked_fixture(full, start_fixture4_node0, stop);
-	tcase_set_timeout(full, 60);
-	tcase_add_test(full, test_a_full_node_falls_back_to_the_nearest_idle_chunks_and_says_so);
-	suite_add_tcase(s, full);
-	suite_add_tcase(s, cfg);
+	CHECK_CASE(s, "real-kernel", start, stop, 60, test_real_kernel_leases_land_on_the_node_asked,
+		   test_numa_no_places_nothing);
+	CHECK_CASE(s, "fixture", start_fixture, stop, 60,
+		   test_fixture_nodes_split_the_prewarm_and_a_full_node_falls_back,
+		   test_gpu_node_comes_from_the_driver_else_sysfs);
+	CHECK_CASE(s, "fixture-4-nodes", start_fixture4_gpus, stop, 60,
+		   test_four_fixture_nodes_split_the_prewarm_by_gpus_and_report_each_node);
+	CHECK_CASE(s, "fixture-full-node", start_fixture4_node0, stop, 60,
+		   test_a_full_node_falls_back_to_the_nearest_idle_chunks_and_says_so);
+	CHECK_CASE(s, "config", NULL, NULL, 0, test_bad_numa_prewarm_names_the_node);
 	return s;
 }
 

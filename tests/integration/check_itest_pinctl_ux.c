@@ -42,11 +42,7 @@ static void start(void)
 
 static void stop(void)
 {
-	if (holder > 0) {
-		kill(holder, SIGKILL);
-		waitpid(holder, NULL, 0);
-		holder = 0;
-	}
+	itest_kill_child(&holder);
 	ck_assert_int_eq(daemon_stop(&d), 0);
 	unlink(conf);
 }
@@ -55,11 +51,8 @@ static void stop(void)
 static void start_holder(void)
 {
 	int pfd[2];
-	char ok;
 
-	ck_assert_int_eq(pipe(pfd), 0);
-	holder = itest_fork();
-	ck_assert_int_ge(holder, 0);
+	holder = itest_fork_piped(pfd, NULL);
 	if (holder == 0) {
 		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA, .label = "ux-holder" };
 		pb_client *c;
@@ -67,14 +60,9 @@ static void start_holder(void)
 
 		if (pb_connect(d.socket, &c) < 0 || pb_acquire(c, 6 * MiB, &o, &l) < 0)
 			_exit(1);
-		if (write(pfd[1], "k", 1) != 1)
-			_exit(1);
-		for (;;)
-			pause();
+		itest_child_ready(pfd, 1);
 	}
-	close(pfd[1]);
-	ck_assert_int_eq(read(pfd[0], &ok, 1), 1);
-	close(pfd[0]);
+	itest_wait_ready(pfd);
 }
 
 /* This test's user name: what status must show instead of the number. */

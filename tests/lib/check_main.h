@@ -34,23 +34,57 @@ static inline __attribute__((format(printf, 1, 2))) void check_skip(const char *
 	va_end(ap);
 }
 
+/*
+ * Adds a tcase to s: its name, its checked fixture (setup, teardown; either may be NULL), its Check
+ * timeout in seconds (0: Check's default), and its tests, NULL-terminated. Returns it for what is not a
+ * plain test (tags, exit and signal tests). CHECK_CASE(s, "case", setup, teardown, 60, test_a, test_b)
+ * lists the tests as arguments.
+ */
+static inline TCase *check_add_case(Suite *s, const char *name, void (*setup)(void), void (*teardown)(void),
+				    double timeout_s, const TTest *const *tests)
+{
+	TCase *tc = tcase_create(name);
+
+	if (setup || teardown)
+		tcase_add_checked_fixture(tc, setup, teardown);
+	if (timeout_s > 0) /* else Check's default */
+		tcase_set_timeout(tc, timeout_s);
+	for (; *tests; tests++)
+		tcase_add_test(tc, *tests);
+	suite_add_tcase(s, tc);
+	return tc;
+}
+
+#define CHECK_CASE(s, name, setup, teardown, timeout_s, ...) \
+	check_add_case(s, name, setup, teardown, timeout_s, (const TTest *const[]){ __VA_ARGS__, NULL })
+
+/* A suite of one tcase, the common case: CHECK_SUITE(fn, "suite", "case", ...as CHECK_CASE) defines fn for CHECK_MAIN. */
+#define CHECK_SUITE(fn, name, case_name, setup, teardown, timeout_s, ...)          \
+	static Suite *fn(void)                                                     \
+	{                                                                          \
+		Suite *s = suite_create(name);                                     \
+                                                                                   \
+		CHECK_CASE(s, case_name, setup, teardown, timeout_s, __VA_ARGS__); \
+		return s;                                                          \
+	}
+
 /* Define CHECK_MAIN(suite_fn) once per suite file, where suite_fn builds the Suite. */
-#define CHECK_MAIN(suite_fn)                                                                                  \
-	int main(void)                                                                                       \
-	{                                                                                                    \
-		SRunner *sr = srunner_create(suite_fn());                                                    \
-		int failed;                                                                                  \
-                                                                                                             \
-		/* Fork mode: a crashing test fails alone, and fixtures start fresh. */                     \
-		srunner_set_fork_status(sr, CK_FORK);                                                        \
-		srunner_run_all(sr, CK_NORMAL);                                                              \
-		failed = srunner_ntests_failed(sr);                                                          \
-		srunner_free(sr);                                                                            \
-		if (failed)                                                                                  \
-			return EXIT_FAILURE;                                                                 \
-		if (check_skipped[0]) {                                                                      \
-			fprintf(stderr, "SKIPPED: %s\n", check_skipped);                                    \
-			return CHECK_EXIT_SKIPPED;                                                           \
-		}                                                                                            \
-		return EXIT_SUCCESS;                                                                         \
+#define CHECK_MAIN(suite_fn)                                                            \
+	int main(void)                                                                  \
+	{                                                                               \
+		SRunner *sr = srunner_create(suite_fn());                               \
+		int failed;                                                             \
+                                                                                        \
+		/* Fork mode: a crashing test fails alone, and fixtures start fresh. */ \
+		srunner_set_fork_status(sr, CK_FORK);                                   \
+		srunner_run_all(sr, CK_NORMAL);                                         \
+		failed = srunner_ntests_failed(sr);                                     \
+		srunner_free(sr);                                                       \
+		if (failed)                                                             \
+			return EXIT_FAILURE;                                            \
+		if (check_skipped[0]) {                                                 \
+			fprintf(stderr, "SKIPPED: %s\n", check_skipped);                \
+			return CHECK_EXIT_SKIPPED;                                      \
+		}                                                                       \
+		return EXIT_SUCCESS;                                                    \
 	}

@@ -145,10 +145,7 @@ static void hold_probe_release(int n)
 	pid_t a, b;
 	int r;
 
-	ck_assert_int_eq(pipe(a2p), 0);
-	ck_assert_int_eq(pipe(p2a), 0);
-	a = itest_fork();
-	ck_assert_int_ge(a, 0);
+	a = itest_fork_piped(a2p, p2a);
 	if (a == 0)
 		holder(n, a2p[1], p2a[0], d.socket);
 	ck_assert_int_eq(read(a2p[0], ids, sizeof(ids[0]) * (size_t)n), (ssize_t)(sizeof(ids[0]) * (size_t)n));
@@ -174,8 +171,10 @@ static void hold_probe_release(int n)
 	fd = raw_connect(d.socket);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(raw_hello(fd), 0);
-	ck_assert_int_eq(raw_admin_revoke(fd, absent[0], REPLY_TIMEOUT_MS), PINBROKER__V1__STATUS_CODE__STATUS_UNKNOWN_LEASE);
-	ck_assert_int_eq(raw_admin_revoke(fd, absent[nabsent - 1], REPLY_TIMEOUT_MS), PINBROKER__V1__STATUS_CODE__STATUS_UNKNOWN_LEASE);
+	ck_assert_int_eq(raw_admin_revoke(fd, absent[0], REPLY_TIMEOUT_MS),
+			 PINBROKER__V1__STATUS_CODE__STATUS_UNKNOWN_LEASE);
+	ck_assert_int_eq(raw_admin_revoke(fd, absent[nabsent - 1], REPLY_TIMEOUT_MS),
+			 PINBROKER__V1__STATUS_CODE__STATUS_UNKNOWN_LEASE);
 	close(fd);
 
 	/* The holder lets go of every lease; the table must give each one back exactly once. */
@@ -201,18 +200,8 @@ START_TEST(test_absent_id_lookups_answer_with_200_leases_held)
 }
 END_TEST
 
-static Suite *sec_suite(void)
-{
-	Suite *s = suite_create("sec_01_lease_table");
-	TCase *tc = tcase_create("absent-ids");
-
-	/* A wedged daemon fails by the child's reply timeout well before this. */
-	tcase_set_timeout(tc, 60);
-	tcase_add_checked_fixture(tc, start, stop);
-	tcase_add_test(tc, test_absent_id_lookups_answer_with_64_leases_held);
-	tcase_add_test(tc, test_absent_id_lookups_answer_with_200_leases_held);
-	suite_add_tcase(s, tc);
-	return s;
-}
+/* A wedged daemon fails by the child's reply timeout well before this. */
+CHECK_SUITE(sec_suite, "sec_01_lease_table", "absent-ids", start, stop, 60,
+	    test_absent_id_lookups_answer_with_64_leases_held, test_absent_id_lookups_answer_with_200_leases_held)
 
 SEC_MAIN(sec_suite)

@@ -20,24 +20,6 @@
 
 static const char *const args[] = { "--uid-quota", QUOTA, NULL };
 
-/* One byte over a pipe, with a bound so a wedged peer fails the test instead of hanging it. */
-static void say(int fd, char c)
-{
-	if (write(fd, &c, 1) != 1)
-		_exit(80);
-}
-
-static char hear(int fd)
-{
-	char c = 0;
-
-	alarm(30);
-	if (read(fd, &c, 1) != 1)
-		_exit(81);
-	alarm(0);
-	return c;
-}
-
 static bool all_bytes(const uint8_t *p, size_t n, uint8_t v)
 {
 	for (size_t i = 0; i < n; i++)
@@ -101,8 +83,8 @@ static void holder_a(int to_test, int from_test, const char *sock)
 			_exit(13);
 		usleep(1000);
 	}
-	say(to_test, 'k');
-	if (hear(from_test) != 'd')
+	itest_say(to_test, 'k');
+	if (itest_hear(from_test, 30) != 'd')
 		_exit(14);
 	/* In flight when the daemon died: -ECONNRESET. */
 	pthread_join(t, NULL);
@@ -113,8 +95,8 @@ static void holder_a(int to_test, int from_test, const char *sock)
 	/* The next call tries to reconnect; with no daemon there, -ECONNRESET again. */
 	if (pb_status_get(c, &st) != -ECONNRESET)
 		_exit(16);
-	say(to_test, 'r');
-	if (hear(from_test) != 'g')
+	itest_say(to_test, 'r');
+	if (itest_hear(from_test, 30) != 'g')
 		_exit(17);
 	/* The next call after the restart reconnects: a fresh instance, whose ids start at 1 again. */
 	if (pb_acquire(c, LEASE_BYTES, &o, &fresh) < 0) {
@@ -131,7 +113,8 @@ static void holder_a(int to_test, int from_test, const char *sock)
 	if (pb_status_get(c, &st) < 0)
 		_exit(27);
 	if (st->leased_bytes != 2 * LEASE_BYTES || st->orphaned_bytes != LEASE_BYTES) {
-		fprintf(stderr, "leased_bytes %llu, orphaned %llu with the old lease still mapped, want %llu and %llu\n",
+		fprintf(stderr,
+			"leased_bytes %llu, orphaned %llu with the old lease still mapped, want %llu and %llu\n",
 			(unsigned long long)st->leased_bytes, (unsigned long long)st->orphaned_bytes,
 			(unsigned long long)(2 * LEASE_BYTES), (unsigned long long)LEASE_BYTES);
 		_exit(28);
@@ -160,9 +143,9 @@ static void holder_a(int to_test, int from_test, const char *sock)
 		_exit(23);
 	}
 	pb_status_free(st);
-	say(to_test, 'b');
+	itest_say(to_test, 'b');
 	/* B has taken and written everything it could: A's live buffer must be untouched. */
-	if (hear(from_test) != 'v')
+	if (itest_hear(from_test, 30) != 'v')
 		_exit(24);
 	if (!all_bytes(pn, LEASE_BYTES, 'N')) {
 		fprintf(stderr, "A's live buffer was overwritten\n");
@@ -199,8 +182,8 @@ static void taker_b(uid_t uid, int to_test, int from_test, const char *sock)
 	}
 	if (n == 0)
 		_exit(42);
-	say(to_test, 'w');
-	if (hear(from_test) != 'q')
+	itest_say(to_test, 'w');
+	if (itest_hear(from_test, 30) != 'q')
 		_exit(43);
 	pb_disconnect(c);
 	_exit(0);
@@ -230,10 +213,7 @@ static void scenario(uid_t uid_b)
 	pid_t a, b;
 
 	daemon_start(&d, args);
-	ck_assert_int_eq(pipe(a_out), 0);
-	ck_assert_int_eq(pipe(a_in), 0);
-	a = itest_fork();
-	ck_assert_int_ge(a, 0);
+	a = itest_fork_piped(a_out, a_in);
 	if (a == 0) {
 		close(a_out[0]);
 		close(a_in[1]);
@@ -246,16 +226,13 @@ static void scenario(uid_t uid_b)
 	/* The restart in the middle: kill -9, no systemd, so the new daemon starts clean. */
 	kill(d.pid, SIGKILL);
 	ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
-	say(a_in[1], 'd');
+	itest_say(a_in[1], 'd');
 	expect(a_out[0], 'r', a, "holder A, while the daemon was down");
 	daemon_restart(&d, args);
-	say(a_in[1], 'g');
+	itest_say(a_in[1], 'g');
 	expect(a_out[0], 'b', a, "holder A, after the restart");
 
-	ck_assert_int_eq(pipe(b_out), 0);
-	ck_assert_int_eq(pipe(b_in), 0);
-	b = itest_fork();
-	ck_assert_int_ge(b, 0);
+	b = itest_fork_piped(b_out, b_in);
 	if (b == 0) {
 		close(b_out[0]);
 		close(b_in[1]);
@@ -264,9 +241,9 @@ static void scenario(uid_t uid_b)
 	close(b_out[1]);
 	close(b_in[0]);
 	expect(b_out[0], 'w', b, "B");
-	say(a_in[1], 'v');
+	itest_say(a_in[1], 'v');
 	ck_assert_int_eq(reap(a), 0);
-	say(b_in[1], 'q');
+	itest_say(b_in[1], 'q');
 	ck_assert_int_eq(reap(b), 0);
 	ck_assert_int_eq(daemon_stop(&d), 0);
 }
@@ -283,16 +260,8 @@ START_TEST(test_stale_handle_after_restart_cannot_free_the_new_lease_two_uids)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec-02-restart-ids");
-	TCase *t = tcase_create("restart without systemd");
-
-	tcase_set_timeout(t, 90);
-	tcase_add_test(t, test_stale_handle_after_restart_cannot_free_the_new_lease_one_uid);
-	tcase_add_test(t, test_stale_handle_after_restart_cannot_free_the_new_lease_two_uids);
-	suite_add_tcase(s, t);
-	return s;
-}
+CHECK_SUITE(suite, "sec-02-restart-ids", "restart without systemd", NULL, NULL, 90,
+	    test_stale_handle_after_restart_cannot_free_the_new_lease_one_uid,
+	    test_stale_handle_after_restart_cannot_free_the_new_lease_two_uids)
 
 SEC_MAIN(suite)

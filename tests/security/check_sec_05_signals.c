@@ -93,9 +93,7 @@ static pid_t dodging_client(bool keep_socket, int share, struct report *rep)
 	int p[2];
 	pid_t pid;
 
-	ck_assert_int_eq(pipe(p), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(p, NULL);
 	if (pid == 0) {
 		struct report r = { 0 };
 		int fds[8], sock, g[2];
@@ -157,12 +155,9 @@ static pid_t dodging_client(bool keep_socket, int share, struct report *rep)
 static pid_t bystander(uid_t uid, bool own_lease, int recv_sock)
 {
 	int p[2];
-	char ok;
 	pid_t pid;
 
-	ck_assert_int_eq(pipe(p), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(p, NULL);
 	if (pid == 0) {
 		uint64_t id;
 		int fds[8], sock;
@@ -185,46 +180,10 @@ static pid_t bystander(uid_t uid, bool own_lease, int recv_sock)
 				_exit(77);
 			close(fd);
 		}
-		if (write(p[1], "k", 1) != 1)
-			_exit(78);
-		for (;;)
-			pause();
+		itest_child_ready(p, 78);
 	}
-	close(p[1]);
-	ck_assert_int_eq(read(p[0], &ok, 1), 1);
-	close(p[0]);
+	itest_wait_ready(p);
 	return pid;
-}
-
-/* Wait up to timeout_ms for our child (or adopted orphan) pid to end; its wait status, or -1 if it still runs. */
-static int wait_end(pid_t pid, int timeout_ms)
-{
-	struct timespec ts = { 0, 10 * 1000 * 1000 };
-	int st;
-
-	for (int waited = 0; waited <= timeout_ms; waited += 10) {
-		pid_t r = waitpid(pid, &st, WNOHANG);
-
-		if (r == pid)
-			return st;
-		ck_assert_int_eq(r, 0);
-		nanosleep(&ts, NULL);
-	}
-	return -1;
-}
-
-/* End a process we are the parent of (its pid cannot have been reused), and say what it died of first. */
-static int kill_and_reap(pid_t pid)
-{
-	int st;
-
-	kill(pid, SIGKILL);
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	/*
-	 * A fatal signal sent earlier wins: the exit code is fixed when the first
-	 * one arrives, so a SIGTERM from the daemon shows even after our SIGKILL.
-	 */
-	return WIFSIGNALED(st) ? WTERMSIG(st) : -1;
 }
 
 static void admin_revoke(uint64_t id)
@@ -248,9 +207,9 @@ START_TEST(test_revoke_reaches_the_child_of_a_parent_that_exited)
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)LEASE_BYTES);
 
 	admin_revoke(rep.lease_id);
-	st = wait_end(rep.grandchild, 5000);
+	st = itest_wait_end(rep.grandchild, 5000);
 	if (st == -1)
-		kill_and_reap(rep.grandchild);
+		itest_kill_and_reap(rep.grandchild);
 	ck_assert_msg(st != -1, "the grandchild still maps lease %llu 5 s after a 300 ms deadline",
 		      (unsigned long long)rep.lease_id);
 	ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM);
@@ -277,17 +236,17 @@ START_TEST(test_revoke_spares_other_uids_and_processes_without_the_memory)
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)(LEASE_BYTES + 2 * MiB));
 
 	admin_revoke(rep.lease_id);
-	st = wait_end(rep.grandchild, 5000);
+	st = itest_wait_end(rep.grandchild, 5000);
 	if (st == -1)
-		kill_and_reap(rep.grandchild);
+		itest_kill_and_reap(rep.grandchild);
 	ck_assert_msg(st != -1, "the grandchild survived enforcement");
 	ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM);
 	/* Enforcement is over once the lease is back (the STATUS reply comes after it). */
 	ck_assert_int_eq(wait_leased(d.socket, (int64_t)(2 * MiB), 3000), (int64_t)(2 * MiB));
 
 	/* Neither another uid mapping the memory nor the uid's unrelated process was signalled. */
-	ck_assert_int_eq(kill_and_reap(b_mapper), SIGKILL);
-	ck_assert_int_eq(kill_and_reap(a_other), SIGKILL);
+	ck_assert_int_eq(itest_kill_and_reap(b_mapper), SIGKILL);
+	ck_assert_int_eq(itest_kill_and_reap(a_other), SIGKILL);
 	log = daemon_log(&d);
 	{
 		char needle[64];
@@ -316,14 +275,14 @@ START_TEST(test_revoke_of_a_ghost_lease_reaches_every_mapper)
 	 */
 	ck_assert_int_eq(wait_leased(d.socket, (int64_t)LEASE_BYTES, 3000), (int64_t)LEASE_BYTES);
 	admin_revoke(rep.lease_id);
-	st = wait_end(client, 5000);
+	st = itest_wait_end(client, 5000);
 	if (st == -1)
-		kill_and_reap(client);
+		itest_kill_and_reap(client);
 	ck_assert_msg(st != -1, "the ghost lease's client was never signalled");
 	ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
-	st = wait_end(rep.grandchild, 5000);
+	st = itest_wait_end(rep.grandchild, 5000);
 	if (st == -1)
-		kill_and_reap(rep.grandchild);
+		itest_kill_and_reap(rep.grandchild);
 	ck_assert_msg(st != -1, "the ghost lease's other mapper was never signalled");
 	ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
 	ck_assert_int_eq(wait_leased(d.socket, 0, 3000), 0);
@@ -346,11 +305,14 @@ START_TEST(test_pidfd_comes_from_the_kernel_at_connect)
 	close(fd);
 	log = daemon_log(&d);
 	if (maj > 6 || (maj == 6 && min >= 5)) {
-		ck_assert_msg(strstr(log, "pidfd from SO_PEERPIDFD"), "the daemon did not take the peer's pidfd from SO_PEERPIDFD");
-		ck_assert_msg(!strstr(log, "pidfd from pidfd_open"), "a connection fell back to pidfd_open of a pid number");
+		ck_assert_msg(strstr(log, "pidfd from SO_PEERPIDFD"),
+			      "the daemon did not take the peer's pidfd from SO_PEERPIDFD");
+		ck_assert_msg(!strstr(log, "pidfd from pidfd_open"),
+			      "a connection fell back to pidfd_open of a pid number");
 	} else {
 		/* Before 6.5 the documented fallback, and the log says so. */
-		ck_assert_msg(strstr(log, "pidfd from pidfd_open (pid reuse possible)"), "kernel %s: no fallback logged", u.release);
+		ck_assert_msg(strstr(log, "pidfd from pidfd_open (pid reuse possible)"),
+			      "kernel %s: no fallback logged", u.release);
 	}
 	free(log);
 }
@@ -359,23 +321,17 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sec-05-signals");
+	TCase *t, *k;
+
 	/* pidfd_open and pidfd_send_signal: valgrind 3.19 lacks them, so its run excludes the tag "enforce". */
-	TCase *t = tcase_create("enforce-sigterm");
-	TCase *k = tcase_create("enforce-sigkill");
-
+	t = CHECK_CASE(s, "enforce-sigterm", start_sigterm, stop, 60, test_pidfd_comes_from_the_kernel_at_connect,
+		       test_revoke_reaches_the_child_of_a_parent_that_exited,
+		       test_revoke_spares_other_uids_and_processes_without_the_memory);
 	tcase_set_tags(t, "enforce");
-	tcase_set_timeout(t, 60);
-	tcase_add_checked_fixture(t, start_sigterm, stop);
-	tcase_add_test(t, test_pidfd_comes_from_the_kernel_at_connect);
-	tcase_add_test(t, test_revoke_reaches_the_child_of_a_parent_that_exited);
-	tcase_add_test(t, test_revoke_spares_other_uids_and_processes_without_the_memory);
-	suite_add_tcase(s, t);
 
+	k = CHECK_CASE(s, "enforce-sigkill", start_sigkill, stop, 60,
+		       test_revoke_of_a_ghost_lease_reaches_every_mapper);
 	tcase_set_tags(k, "enforce");
-	tcase_set_timeout(k, 60);
-	tcase_add_checked_fixture(k, start_sigkill, stop);
-	tcase_add_test(k, test_revoke_of_a_ghost_lease_reaches_every_mapper);
-	suite_add_tcase(s, k);
 	return s;
 }
 

@@ -187,18 +187,7 @@ START_TEST(test_explicit_caps_are_named_in_the_refusal)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec_06_exhaustion");
-	TCase *tc = tcase_create("core");
-
-	tcase_set_timeout(tc, 240);
-	tcase_add_checked_fixture(tc, start, stop);
-	tcase_add_test(tc, test_one_uid_is_capped_and_admin_still_answers);
-	tcase_add_test(tc, test_daemon_capacity_keeps_a_reserve_for_the_admin);
-	tcase_add_test(tc, test_explicit_caps_are_named_in_the_refusal);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(suite, "sec_06_exhaustion", "core", start, stop, 240, test_one_uid_is_capped_and_admin_still_answers,
+	    test_daemon_capacity_keeps_a_reserve_for_the_admin, test_explicit_caps_are_named_in_the_refusal)
 
 SEC_MAIN(suite)

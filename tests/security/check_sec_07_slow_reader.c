@@ -66,10 +66,7 @@ static pid_t holder(int *to)
 	pid_t pid;
 	char c;
 
-	ck_assert_int_eq(pipe(p), 0);
-	ck_assert_int_eq(pipe(q), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(p, q);
 	if (pid == 0) {
 		pb_client *cl;
 
@@ -77,7 +74,9 @@ static pid_t holder(int *to)
 		if (pb_connect(d.socket, &cl) < 0)
 			_exit(81);
 		for (int i = 0; i < NLEASES; i++) {
-			struct pb_acquire_opts o = { .label = "a-long-label-that-makes-every-status-row-big-0123456789" };
+			struct pb_acquire_opts o = {
+				.label = "a-long-label-that-makes-every-status-row-big-0123456789"
+			};
 			pb_lease *l;
 
 			if (pb_acquire(cl, 4096, &o, &l) < 0)
@@ -145,7 +144,8 @@ START_TEST(test_client_that_never_reads_is_cut_off_at_the_byte_cap)
 	sent = flood_until_closed(fd, 30);
 	ck_assert_msg(sent >= 0, "the daemon never closed a client that reads nothing");
 	after = daemon_rss_anon_kib();
-	ck_assert_msg(after - before < HEAP_BOUND_KIB(8 * 1024), "daemon heap grew by %ld KiB for one non-reading client", after - before);
+	ck_assert_msg(after - before < HEAP_BOUND_KIB(8 * 1024),
+		      "daemon heap grew by %ld KiB for one non-reading client", after - before);
 	log = daemon_log(&d);
 	ck_assert_msg(strstr(log, "max-queued-bytes-per-connection"), "no log line names the cap");
 	free(log);
@@ -203,8 +203,8 @@ START_TEST(test_many_slow_clients_are_bounded_in_total)
 		}
 	}
 	ck_assert_msg(closed > 0, "no slow client was closed");
-	ck_assert_msg(peak - before < HEAP_BOUND_KIB(16 * 1024), "daemon heap grew by %ld KiB for %d non-reading clients", peak - before,
-		      NSLOW);
+	ck_assert_msg(peak - before < HEAP_BOUND_KIB(16 * 1024),
+		      "daemon heap grew by %ld KiB for %d non-reading clients", peak - before, NSLOW);
 	log = daemon_log(&d);
 	ck_assert_msg(strstr(log, "(max-queued-bytes = "), "no log line names the total cap");
 	free(log);
@@ -217,16 +217,7 @@ START_TEST(test_many_slow_clients_are_bounded_in_total)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec_07_slow_reader");
-	TCase *tc = tcase_create("core");
-
-	tcase_set_timeout(tc, 180);
-	tcase_add_test(tc, test_client_that_never_reads_is_cut_off_at_the_byte_cap);
-	tcase_add_test(tc, test_many_slow_clients_are_bounded_in_total);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(suite, "sec_07_slow_reader", "core", NULL, NULL, 180,
+	    test_client_that_never_reads_is_cut_off_at_the_byte_cap, test_many_slow_clients_are_bounded_in_total)
 
 SEC_MAIN(suite)

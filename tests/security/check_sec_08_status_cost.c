@@ -84,8 +84,8 @@ static bool daemon_knows(const char *key)
 static void start(void)
 {
 	static const char *const limits[][2] = {
-		{ "max-leases-per-client", "100000" },    { "max-leases-per-uid", "100000" },
-		{ "max-chunks-per-uid", "100000" },       { "max-queued-bytes-per-connection", "1G" },
+		{ "max-leases-per-client", "100000" }, { "max-leases-per-uid", "100000" },
+		{ "max-chunks-per-uid", "100000" },    { "max-queued-bytes-per-connection", "1G" },
 		{ "max-queued-bytes", "4G" },
 	};
 	const char *args[32] = { "--chunk-size", "4K", "--budget", "512M", "--uid-quota", "100%" };
@@ -106,11 +106,7 @@ static void start(void)
 
 static void stop(void)
 {
-	if (holder > 0) {
-		kill(holder, SIGKILL);
-		waitpid(holder, NULL, 0);
-		holder = 0;
-	}
+	itest_kill_child(&holder);
 	free(ids);
 	ids = NULL;
 	daemon_stop(&d);
@@ -172,9 +168,7 @@ static void fill_table(void)
 
 	ids = calloc(nleases, sizeof(*ids));
 	ck_assert_ptr_nonnull(ids);
-	ck_assert_int_eq(pipe(pfd), 0);
-	holder = itest_fork();
-	ck_assert_int_ge(holder, 0);
+	holder = itest_fork_piped(pfd, NULL);
 	if (holder == 0) {
 		close(pfd[0]);
 		hold_leases(pfd[1], nleases);
@@ -241,8 +235,8 @@ START_TEST(test_leases_lists_every_lease_exactly_once)
 	ck_assert_uint_eq(n, nleases);
 	qsort(seen, n, sizeof(*seen), cmp_u64);
 	for (size_t i = 0; i < n; i++)
-		ck_assert_msg(seen[i] == ids[i], "row %zu: lease %llu listed, lease %llu expected (missing or twice)", i,
-			      (unsigned long long)seen[i], (unsigned long long)ids[i]);
+		ck_assert_msg(seen[i] == ids[i], "row %zu: lease %llu listed, lease %llu expected (missing or twice)",
+			      i, (unsigned long long)seen[i], (unsigned long long)ids[i]);
 	free(out);
 	free(seen);
 
@@ -323,18 +317,8 @@ START_TEST(test_status_flood_starves_no_other_client)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec-08-status-cost");
-	TCase *t = tcase_create("status-cost");
-
-	tcase_add_checked_fixture(t, start, stop);
-	tcase_set_timeout(t, 180);
-	tcase_add_test(t, test_status_answers_with_20k_leases_of_one_uid);
-	tcase_add_test(t, test_leases_lists_every_lease_exactly_once);
-	tcase_add_test(t, test_status_flood_starves_no_other_client);
-	suite_add_tcase(s, t);
-	return s;
-}
+CHECK_SUITE(suite, "sec-08-status-cost", "status-cost", start, stop, 180,
+	    test_status_answers_with_20k_leases_of_one_uid, test_leases_lists_every_lease_exactly_once,
+	    test_status_flood_starves_no_other_client)
 
 SEC_MAIN(suite)

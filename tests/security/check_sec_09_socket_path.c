@@ -67,8 +67,8 @@ static int run_daemon_refusing(const char *sock, char **out)
 
 	/* timeout: a daemon that wrongly starts would otherwise never return. */
 	snprintf(cmd, sizeof(cmd),
-		 "timeout 5 %s --socket '%s' --config /dev/null --prewarm 0 --hugetlb no --log-level info", PINBROKERD_PATH,
-		 sock);
+		 "timeout 5 %s --socket '%s' --config /dev/null --prewarm 0 --hugetlb no --log-level info",
+		 PINBROKERD_PATH, sock);
 	return run_capture(cmd, out);
 }
 
@@ -219,8 +219,8 @@ START_TEST(test_folder_owned_by_another_uid_refused)
 	ck_assert_int_eq(chown(dir, SEC_UID_A, SEC_UID_A), 0);
 	snprintf(sock, sizeof(sock), "%s/pb.sock", dir);
 	rc = run_daemon_refusing(sock, &out);
-	ck_assert_msg(rc == 1, "the daemon should refuse a socket folder owned by uid %d (exit %d):\n%s", SEC_UID_A,
-		      rc, out);
+	ck_assert_msg(rc == 1, "the daemon should refuse a socket folder owned by uid %d (exit %d):\n%s", SEC_UID_A, rc,
+		      out);
 	ck_assert_msg(strstr(out, "is owned by uid 61001") && strstr(out, "chown root"),
 		      "the refusal should name the owner and the fix:\n%s", out);
 	ck_assert_int_ne(access(sock, F_OK), 0);
@@ -238,9 +238,7 @@ static pid_t start_racer(const char *dir, const char *name, const char *tmp_link
 	int pfd[2];
 	pid_t pid;
 
-	ck_assert_int_eq(pipe(pfd), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(pfd, NULL);
 	if (pid == 0) {
 		char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
 		char target[256];
@@ -304,20 +302,9 @@ START_TEST(test_socket_swapped_for_symlink_after_bind)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec_09_socket_path");
-	TCase *tc = tcase_create("socket_path");
-
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_planted_symlink_is_not_followed_or_removed);
-	tcase_add_test(tc, test_planted_regular_file_is_not_unlinked);
-	tcase_add_test(tc, test_world_writable_folder_refused_unless_sticky);
-	tcase_add_test(tc, test_folder_owned_by_another_uid_refused);
-	tcase_add_test(tc, test_socket_swapped_for_symlink_after_bind);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(suite, "sec_09_socket_path", "socket_path", setup, teardown, 120,
+	    test_planted_symlink_is_not_followed_or_removed, test_planted_regular_file_is_not_unlinked,
+	    test_world_writable_folder_refused_unless_sticky, test_folder_owned_by_another_uid_refused,
+	    test_socket_swapped_for_symlink_after_bind)
 
 SEC_MAIN(suite)

@@ -93,8 +93,10 @@ static void check_books(const char *where, int64_t want_leased)
 			snprintf(msg, sizeof(msg), "%s: leased %lld, want %lld", where, (long long)leased,
 				 (long long)want_leased);
 		else if (pool < 0 || (uint64_t)pool != locked)
-			snprintf(msg, sizeof(msg), "%s: the pool holds %lld bytes, the kernel has %llu of them locked "
-				 "in the daemon's mappings", where, (long long)pool, (unsigned long long)locked);
+			snprintf(msg, sizeof(msg),
+				 "%s: the pool holds %lld bytes, the kernel has %llu of them locked "
+				 "in the daemon's mappings",
+				 where, (long long)pool, (unsigned long long)locked);
 		else
 			return;
 		usleep(50000);
@@ -158,8 +160,8 @@ START_TEST(test_punched_chunks_are_repaired_and_counted_on_release)
 			_exit(94);
 		/* Whole chunk, half a chunk touched again through our own mapping, one page, the tail. */
 		if (fallocate(h.fds[0], PUNCH, 0, (off_t)h.len[0]) < 0 ||
-		    fallocate(h.fds[1], PUNCH, 0, (off_t)h.len[1] / 2) < 0 || fallocate(h.fds[2], PUNCH, 4096, 4096) < 0 ||
-		    fallocate(h.fds[4], PUNCH, 0, (off_t)h.len[4]) < 0)
+		    fallocate(h.fds[1], PUNCH, 0, (off_t)h.len[1] / 2) < 0 ||
+		    fallocate(h.fds[2], PUNCH, 4096, 4096) < 0 || fallocate(h.fds[4], PUNCH, 0, (off_t)h.len[4]) < 0)
 			_exit(95);
 		memset(h.map[1], 'B', h.len[1]);
 		if (write(p2c[1], &h.id, sizeof(h.id)) != sizeof(h.id))
@@ -203,10 +205,7 @@ START_TEST(test_punch_in_held_lease_is_found_by_the_audit)
 	pid_t pid;
 	char want[160], c;
 
-	ck_assert_int_eq(pipe(c2p), 0);
-	ck_assert_int_eq(pipe(p2c), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(c2p, p2c);
 	if (pid == 0) {
 		struct held h;
 		char x;
@@ -242,17 +241,7 @@ START_TEST(test_punch_in_held_lease_is_found_by_the_audit)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec_10_punch_hole");
-	TCase *tc = tcase_create("punch_hole");
-
-	tcase_add_checked_fixture(tc, start, stop);
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_punched_chunks_are_repaired_and_counted_on_release);
-	tcase_add_test(tc, test_punch_in_held_lease_is_found_by_the_audit);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(suite, "sec_10_punch_hole", "punch_hole", start, stop, 60,
+	    test_punched_chunks_are_repaired_and_counted_on_release, test_punch_in_held_lease_is_found_by_the_audit)
 
 SEC_MAIN(suite)

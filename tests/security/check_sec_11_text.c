@@ -28,11 +28,7 @@ static void start(void)
 
 static void stop(void)
 {
-	if (holder > 0) {
-		kill(holder, SIGKILL);
-		waitpid(holder, NULL, 0);
-		holder = 0;
-	}
+	itest_kill_child(&holder);
 	daemon_stop(&d);
 }
 
@@ -51,9 +47,7 @@ static int start_holder(uid_t uid, const char *name, int nconn, const char *labe
 {
 	int pfd[2], st = -1;
 
-	ck_assert_int_eq(pipe(pfd), 0);
-	holder = itest_fork();
-	ck_assert_int_ge(holder, 0);
+	holder = itest_fork_piped(pfd, NULL);
 	if (holder == 0) {
 		char m[512] = "";
 		int fds[2], r = -1;
@@ -220,19 +214,9 @@ START_TEST(test_one_process_with_two_connections_counts_its_lease_once)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec-11-text");
-	TCase *t = tcase_create("text");
-
-	tcase_add_checked_fixture(t, start, stop);
-	tcase_set_timeout(t, 60);
-	tcase_add_test(t, test_forged_label_is_refused_and_forges_no_row);
-	tcase_add_test(t, test_control_characters_in_a_client_name_never_reach_the_terminal);
-	tcase_add_test(t, test_visibility_own_hides_other_uids_rows_but_not_from_root);
-	tcase_add_test(t, test_one_process_with_two_connections_counts_its_lease_once);
-	suite_add_tcase(s, t);
-	return s;
-}
+CHECK_SUITE(suite, "sec-11-text", "text", start, stop, 60, test_forged_label_is_refused_and_forges_no_row,
+	    test_control_characters_in_a_client_name_never_reach_the_terminal,
+	    test_visibility_own_hides_other_uids_rows_but_not_from_root,
+	    test_one_process_with_two_connections_counts_its_lease_once)
 
 SEC_MAIN(suite)

@@ -708,18 +708,9 @@ START_TEST(test_taint_survives_a_crash_and_recovery)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec_13_share_taint");
-	TCase *tc = tcase_create("taint");
-
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_kept_views_of_a_shared_4k_chunk_lease_never_see_the_holders_later_lease);
-	tcase_add_test(tc, test_kept_views_of_a_shared_2m_chunk_lease_never_see_the_holders_later_lease);
-	tcase_add_test(tc, test_same_uid_attacher_keeps_the_warm_chunks);
-	tcase_add_test(tc, test_taint_survives_a_crash_and_recovery);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(suite, "sec_13_share_taint", "taint", NULL, NULL, 120,
+	    test_kept_views_of_a_shared_4k_chunk_lease_never_see_the_holders_later_lease,
+	    test_kept_views_of_a_shared_2m_chunk_lease_never_see_the_holders_later_lease,
+	    test_same_uid_attacher_keeps_the_warm_chunks, test_taint_survives_a_crash_and_recovery)
 
 SEC_MAIN(suite)

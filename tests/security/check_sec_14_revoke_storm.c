@@ -85,7 +85,7 @@ static void holder_main(int wr, int n, bool report_revoke)
 		int err = 0;
 		Pinbroker__V1__Reply *rep = raw_recv(sock, fds, 4, &nfds, 120000, &err);
 		uint32_t dl = rep && rep->body_case == PINBROKER__V1__REPLY__BODY_REVOKE ? rep->revoke->deadline_ms
-										      : UINT32_MAX;
+											 : UINT32_MAX;
 
 		if (write(wr, &dl, sizeof(dl)) != sizeof(dl))
 			_exit(73);
@@ -158,9 +158,7 @@ static int self_revoke(uid_t uid, uint32_t deadline_ms, size_t *n)
 	int p[2], r;
 	pid_t pid;
 
-	ck_assert_int_eq(pipe(p), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(p, NULL);
 	if (pid == 0) {
 		uint64_t *ids = NULL;
 		size_t k = 0;
@@ -383,17 +381,7 @@ START_TEST(test_admin_revoke_deadline_has_no_floor)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec_14_revoke_storm");
-	TCase *tc = tcase_create("storm");
-
-	tcase_add_checked_fixture(tc, start, stop);
-	tcase_set_timeout(tc, 300);
-	tcase_add_test(tc, test_revoke_storm_does_not_stall_another_uid);
-	tcase_add_test(tc, test_admin_revoke_deadline_has_no_floor);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(suite, "sec_14_revoke_storm", "storm", start, stop, 300, test_revoke_storm_does_not_stall_another_uid,
+	    test_admin_revoke_deadline_has_no_floor)
 
 SEC_MAIN(suite)

@@ -28,8 +28,15 @@ static struct daemon d;
 
 static void start(void)
 {
-	static const char *const args[] = { "--max-connections", "16", "--max-connections-per-uid", "8", "--max-chunks-per-uid", "1400", "--prewarm",
-					    "0", NULL };
+	static const char *const args[] = { "--max-connections",
+					    "16",
+					    "--max-connections-per-uid",
+					    "8",
+					    "--max-chunks-per-uid",
+					    "1400",
+					    "--prewarm",
+					    "0",
+					    NULL };
 	struct rlimit rl = { NOFILE, NOFILE };
 
 	/* The daemon raises its soft limit to the hard one: bound both (this forked test process only). */
@@ -58,10 +65,7 @@ static pid_t exit_holder(int *to, int *from)
 	int a[2], b[2];
 	pid_t pid;
 
-	ck_assert_int_eq(pipe(a), 0);
-	ck_assert_int_eq(pipe(b), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(a, b);
 	if (pid == 0) {
 		struct tally t = { 0 };
 		char c;
@@ -99,10 +103,7 @@ static pid_t plain_holder(uid_t uid, int *to, int *from)
 	int a[2], b[2];
 	pid_t pid;
 
-	ck_assert_int_eq(pipe(a), 0);
-	ck_assert_int_eq(pipe(b), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(a, b);
 	if (pid == 0) {
 		struct tally t = { 0 };
 		int sock;
@@ -182,16 +183,7 @@ START_TEST(test_exit_holds_count_against_their_uid_and_leave_others_their_cap)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec_15_held_fds");
-	TCase *tc = tcase_create("held_fds");
-
-	tcase_add_checked_fixture(tc, start, stop);
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_exit_holds_count_against_their_uid_and_leave_others_their_cap);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(suite, "sec_15_held_fds", "held_fds", start, stop, 120,
+	    test_exit_holds_count_against_their_uid_and_leave_others_their_cap)
 
 SEC_MAIN(suite)

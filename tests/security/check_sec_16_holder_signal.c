@@ -19,8 +19,7 @@
 #define LEASE_BYTES (2 * MiB)
 
 static struct daemon d;
-static const struct pb_acquire_opts no_cuda = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE,
-						.label = "sec16" };
+static const struct pb_acquire_opts no_cuda = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE, .label = "sec16" };
 
 static void start_sigterm(void)
 {
@@ -57,10 +56,7 @@ static pid_t holder(int *to, int *from)
 	int a[2], b[2];
 	pid_t pid;
 
-	ck_assert_int_eq(pipe(a), 0);
-	ck_assert_int_eq(pipe(b), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(a, b);
 	if (pid == 0) {
 		uid_t grant = SEC_UID_B;
 		struct shared sh;
@@ -104,12 +100,9 @@ static pid_t holder(int *to, int *from)
 static pid_t attacher(const struct shared *sh)
 {
 	int p[2];
-	char ok;
 	pid_t pid;
 
-	ck_assert_int_eq(pipe(p), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(p, NULL);
 	if (pid == 0) {
 		pb_client *c;
 		pb_lease *l;
@@ -122,42 +115,10 @@ static pid_t attacher(const struct shared *sh)
 		m = pb_lease_data(l);
 		if (!m || m[0] != 'A' || m[LEASE_BYTES - 1] != 'A')
 			_exit(81);
-		if (write(p[1], "k", 1) != 1)
-			_exit(82);
-		for (;;)
-			pause();
+		itest_child_ready(p, 82);
 	}
-	close(p[1]);
-	ck_assert_int_eq(read(p[0], &ok, 1), 1);
-	close(p[0]);
+	itest_wait_ready(p);
 	return pid;
-}
-
-/* Wait up to timeout_ms for child pid to end; its wait status, or -1 if it still runs. */
-static int wait_end(pid_t pid, int timeout_ms)
-{
-	struct timespec ts = { 0, 10 * 1000 * 1000 };
-	int st;
-
-	for (int waited = 0; waited <= timeout_ms; waited += 10) {
-		pid_t r = waitpid(pid, &st, WNOHANG);
-
-		if (r == pid)
-			return st;
-		ck_assert_int_eq(r, 0);
-		nanosleep(&ts, NULL);
-	}
-	return -1;
-}
-
-/* SIGKILL our child pid and say what it died of first (an earlier fatal signal wins). */
-static int kill_and_reap(pid_t pid)
-{
-	int st;
-
-	kill(pid, SIGKILL);
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	return WIFSIGNALED(st) ? WTERMSIG(st) : -1;
 }
 
 /* The lease row of id as root sees it; false without one. */
@@ -217,11 +178,11 @@ static void holder_revoke_spares_attacher(int expect_sig)
 	ck_assert_msg(r == 0, "uid A's revoke of its own lease: %d", r);
 
 	/* Enforcement reaches the holder's own process: the deadline floor plus a generous margin. */
-	st = wait_end(a, 15000);
+	st = itest_wait_end(a, 15000);
 	ck_assert_msg(st != -1, "uid A's holder was not signalled within 15 s of its own revoke");
 	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == expect_sig, "uid A's holder ended with status %#x", st);
 	/* Not B's: it is detached instead. Its signal would have gone in the same enforcement step as A's. */
-	ck_assert_msg(wait_end(b, 1000) == -1, "uid B's attacher was killed by uid A's revoke of its own lease");
+	ck_assert_msg(itest_wait_end(b, 1000) == -1, "uid B's attacher was killed by uid A's revoke of its own lease");
 	ck_assert_int_eq(wait_attachers(sh.id, 0, 5000), 0);
 	/* B may still map the pages: they stay counted while it runs. */
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)LEASE_BYTES);
@@ -230,7 +191,7 @@ static void holder_revoke_spares_attacher(int expect_sig)
 	ck_assert_msg(strstr(log, "detached, not signalled"), "no detach logged:\n%s", log);
 	free(log);
 
-	ck_assert_int_eq(kill_and_reap(b), SIGKILL);
+	ck_assert_int_eq(itest_kill_and_reap(b), SIGKILL);
 	ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
 	close(to);
 	close(from);
@@ -262,10 +223,10 @@ START_TEST(test_admin_revoke_still_reaches_another_uids_attacher)
 	ck_assert_int_eq(wait_attachers(sh.id, 1, 5000), 1);
 	ck_assert_int_eq(pinctl(&d, &out, "revoke %llu --deadline 300", (unsigned long long)sh.id), 0);
 	free(out);
-	st = wait_end(b, 15000);
+	st = itest_wait_end(b, 15000);
 	ck_assert_msg(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM,
 		      "uid B's attacher was not SIGTERMed by an admin revoke (status %#x)", st);
-	ck_assert_int_eq(kill_and_reap(a), SIGTERM);
+	ck_assert_int_eq(itest_kill_and_reap(a), SIGTERM);
 	ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
 	close(to);
 	close(from);
@@ -299,14 +260,14 @@ START_TEST(test_holder_self_revoke_after_a_crash_never_signals_another_uid)
 	ck_assert_int_eq(write(to, "r", 1), 1);
 	ck_assert_int_eq(read(from, &r, sizeof(r)), (ssize_t)sizeof(r));
 	ck_assert_msg(r == 0, "uid A's revoke of its own lease after the restart: %d", r);
-	st = wait_end(a, 15000);
+	st = itest_wait_end(a, 15000);
 	ck_assert_msg(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM,
 		      "uid A's holder was not SIGTERMed after its own revoke (status %#x)", st);
-	ck_assert_msg(wait_end(b, 1000) == -1,
+	ck_assert_msg(itest_wait_end(b, 1000) == -1,
 		      "uid B's attacher, recovered after the crash, was killed by uid A's revoke of its own lease");
 	/* B may still map the pages: counted until it exits. */
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)LEASE_BYTES);
-	ck_assert_int_eq(kill_and_reap(b), SIGKILL);
+	ck_assert_int_eq(itest_kill_and_reap(b), SIGKILL);
 	ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
 	close(to);
 	close(from);
@@ -318,22 +279,11 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sec_16_holder_signal");
-	TCase *tr = tcase_create("after a crash");
-	TCase *tc = tcase_create("sigterm");
-	TCase *tk = tcase_create("sigkill");
 
-	tcase_add_checked_fixture(tc, start_sigterm, stop);
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_holder_self_revoke_never_signals_another_uid_sigterm);
-	tcase_add_test(tc, test_admin_revoke_still_reaches_another_uids_attacher);
-	suite_add_tcase(s, tc);
-	tcase_add_checked_fixture(tk, start_sigkill, stop);
-	tcase_set_timeout(tk, 60);
-	tcase_add_test(tk, test_holder_self_revoke_never_signals_another_uid_sigkill);
-	suite_add_tcase(s, tk);
-	tcase_set_timeout(tr, 60);
-	tcase_add_test(tr, test_holder_self_revoke_after_a_crash_never_signals_another_uid);
-	suite_add_tcase(s, tr);
+	CHECK_CASE(s, "sigterm", start_sigterm, stop, 60, test_holder_self_revoke_never_signals_another_uid_sigterm,
+		   test_admin_revoke_still_reaches_another_uids_attacher);
+	CHECK_CASE(s, "sigkill", start_sigkill, stop, 60, test_holder_self_revoke_never_signals_another_uid_sigkill);
+	CHECK_CASE(s, "after a crash", NULL, NULL, 60, test_holder_self_revoke_after_a_crash_never_signals_another_uid);
 	return s;
 }
 

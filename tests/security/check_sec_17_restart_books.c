@@ -42,23 +42,6 @@ enum stop_how {
 static bool stretch;
 #define STRETCH_BYTES (1ull << 40)
 
-static void say(int fd, char c)
-{
-	if (write(fd, &c, 1) != 1)
-		_exit(80);
-}
-
-static char hear(int fd)
-{
-	char c = 0;
-
-	alarm(120);
-	if (read(fd, &c, 1) != 1)
-		_exit(81);
-	alarm(0);
-	return c;
-}
-
 /* uid A: one lease of HOLD_BYTES, written, kept mapped until told to go; then it exits without a word. */
 static void holder(const char *sock, int to_test, int from_test)
 {
@@ -78,8 +61,8 @@ static void holder(const char *sock, int to_test, int from_test)
 		if (p == MAP_FAILED || mprotect(p, STRETCH_BYTES, PROT_NONE) < 0)
 			_exit(13);
 	}
-	say(to_test, 'h');
-	hear(from_test);
+	itest_say(to_test, 'h');
+	itest_hear(from_test, 120);
 	/* Still 'A' after the restart: nobody was lent these pages. */
 	for (size_t i = 0; i < HOLD_BYTES; i += 4096)
 		if (((const char *)pb_lease_data(l))[i] != 'A')
@@ -167,10 +150,7 @@ static void scenario(enum stop_how how)
 	pid_t h;
 
 	daemon_start(&d, args);
-	ck_assert_int_eq(pipe(to_test), 0);
-	ck_assert_int_eq(pipe(from_test), 0);
-	h = itest_fork();
-	ck_assert_int_ge(h, 0);
+	h = itest_fork_piped(to_test, from_test);
 	if (h == 0) {
 		close(to_test[0]);
 		close(from_test[1]);
@@ -178,7 +158,7 @@ static void scenario(enum stop_how how)
 	}
 	close(to_test[1]);
 	close(from_test[0]);
-	ck_assert_msg(hear(to_test[0]) == 'h', "the holder did not get its lease");
+	ck_assert_msg(itest_hear(to_test[0], 120) == 'h', "the holder did not get its lease");
 
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)HOLD_BYTES);
 	rss_before = memfd_rss(h);
@@ -240,7 +220,7 @@ static void scenario(enum stop_how how)
 	free(log);
 
 	/* The holder lets go (exits): the bytes come back within a bounded poll, and can be lent again. */
-	say(from_test[1], 'q');
+	itest_say(from_test[1], 'q');
 	ck_assert_int_eq(itest_wait_exit(h), 0);
 	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
 	ck_assert_int_eq(orphaned(d.socket), 0);
@@ -284,10 +264,7 @@ static void legacy_case(uint64_t size, uint64_t touched, int64_t want)
 	int to_test[2], from_test[2];
 	pid_t h;
 
-	ck_assert_int_eq(pipe(to_test), 0);
-	ck_assert_int_eq(pipe(from_test), 0);
-	h = itest_fork();
-	ck_assert_int_ge(h, 0);
+	h = itest_fork_piped(to_test, from_test);
 	if (h == 0) {
 		int fd;
 		char *p;
@@ -303,20 +280,20 @@ static void legacy_case(uint64_t size, uint64_t touched, int64_t want)
 			_exit(21);
 		close(fd);
 		memset(p, 'A', touched);
-		say(to_test[1], 'h');
-		hear(from_test[0]);
+		itest_say(to_test[1], 'h');
+		itest_hear(from_test[0], 120);
 		_exit(0);
 	}
 	close(to_test[1]);
 	close(from_test[0]);
-	ck_assert_msg(hear(to_test[0]) == 'h', "the legacy holder did not map its memfd");
+	ck_assert_msg(itest_hear(to_test[0], 120) == 'h', "the legacy holder did not map its memfd");
 	daemon_prepare(&d);
 	daemon_restart_with(&d, args, as_unit, d.dir);
 	ck_assert_int_eq(orphaned(d.socket), want);
 	ck_assert_int_eq(status_leased(d.socket), want);
 	/* Past what is left (the budget less what it counts) but within the budget: refused for room. */
 	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - (uint64_t)want + 2 * MiB), 1);
-	say(from_test[1], 'q');
+	itest_say(from_test[1], 'q');
 	ck_assert_int_eq(itest_wait_exit(h), 0);
 	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
 	close(to_test[0]);
@@ -373,10 +350,7 @@ START_TEST(test_two_clean_restarts_keep_counting)
 	pid_t h;
 
 	daemon_start(&d, args);
-	ck_assert_int_eq(pipe(to_test), 0);
-	ck_assert_int_eq(pipe(from_test), 0);
-	h = itest_fork();
-	ck_assert_int_ge(h, 0);
+	h = itest_fork_piped(to_test, from_test);
 	if (h == 0) {
 		close(to_test[0]);
 		close(from_test[1]);
@@ -384,7 +358,7 @@ START_TEST(test_two_clean_restarts_keep_counting)
 	}
 	close(to_test[1]);
 	close(from_test[0]);
-	ck_assert_msg(hear(to_test[0]) == 'h', "the holder did not get its lease");
+	ck_assert_msg(itest_hear(to_test[0], 120) == 'h', "the holder did not get its lease");
 	for (int round = 0; round < 2; round++) {
 		kill(d.pid, SIGTERM);
 		ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
@@ -392,7 +366,7 @@ START_TEST(test_two_clean_restarts_keep_counting)
 		ck_assert_int_eq(status_leased(d.socket), (int64_t)HOLD_BYTES);
 		ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - HOLD_BYTES + 16 * MiB), 1);
 	}
-	say(from_test[1], 'q');
+	itest_say(from_test[1], 'q');
 	ck_assert_int_eq(itest_wait_exit(h), 0);
 	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
 	close(to_test[0]);
@@ -426,7 +400,7 @@ static size_t count(const char *hay, const char *needle)
  */
 START_TEST(test_rescans_back_off_while_nothing_is_let_go)
 {
-	static const char *const fast[] = { "--budget",	  "64M", "--uid-quota", "64M", "--prewarm", "8M",
+	static const char *const fast[] = { "--budget",           "64M", "--uid-quota", "64M",   "--prewarm", "8M",
 					    "--orphan-rescan-ms", "100", "--log-level", "debug", NULL };
 	struct daemon d;
 	int to_test[2], from_test[2];
@@ -436,10 +410,7 @@ START_TEST(test_rescans_back_off_while_nothing_is_let_go)
 	pid_t h;
 
 	daemon_start(&d, args);
-	ck_assert_int_eq(pipe(to_test), 0);
-	ck_assert_int_eq(pipe(from_test), 0);
-	h = itest_fork();
-	ck_assert_int_ge(h, 0);
+	h = itest_fork_piped(to_test, from_test);
 	if (h == 0) {
 		close(to_test[0]);
 		close(from_test[1]);
@@ -447,7 +418,7 @@ START_TEST(test_rescans_back_off_while_nothing_is_let_go)
 	}
 	close(to_test[1]);
 	close(from_test[0]);
-	ck_assert_msg(hear(to_test[0]) == 'h', "the holder did not get its lease");
+	ck_assert_msg(itest_hear(to_test[0], 120) == 'h', "the holder did not get its lease");
 	kill(d.pid, SIGTERM);
 	ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
 	daemon_restart(&d, fast);
@@ -463,7 +434,7 @@ START_TEST(test_rescans_back_off_while_nothing_is_let_go)
 	ck_assert_msg(scans >= 2 && scans <= 12, "%zu scans of /proc in 3.2 s at orphan-rescan-ms 100", scans);
 	free(log);
 	ck_assert_int_eq(orphaned(d.socket), (int64_t)HOLD_BYTES);
-	say(from_test[1], 'q');
+	itest_say(from_test[1], 'q');
 	ck_assert_int_eq(itest_wait_exit(h), 0);
 	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
 	close(to_test[0]);
@@ -526,25 +497,13 @@ START_TEST(test_pids_without_a_pidfd_still_hold)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec-17-restart-books");
-	TCase *t = tcase_create("restart without systemd");
-
-	tcase_set_timeout(t, 120);
-	tcase_add_test(t, test_clean_stop_keeps_a_live_holder_counted);
-	tcase_add_test(t, test_kill_9_without_fd_store_keeps_a_live_holder_counted);
-	tcase_add_test(t, test_clean_stop_without_state_file_counts_by_memfd_name);
-	tcase_add_test(t, test_damaged_state_file_is_ignored_and_the_holder_still_counted);
-	tcase_add_test(t, test_two_clean_restarts_keep_counting);
-	tcase_add_test(t, test_stretched_mapping_neither_inflates_nor_drops_a_named_lease);
-	tcase_add_test(t, test_stretched_mapping_neither_inflates_nor_drops_a_lease_found_by_name);
-	tcase_add_test(t, test_legacy_chunk_name_is_counted_without_a_state_file);
-	tcase_add_test(t, test_a_sparse_memfd_found_by_name_counts_its_pages);
-	tcase_add_test(t, test_rescans_back_off_while_nothing_is_let_go);
-	tcase_add_test(t, test_pids_without_a_pidfd_still_hold);
-	suite_add_tcase(s, t);
-	return s;
-}
+CHECK_SUITE(suite, "sec-17-restart-books", "restart without systemd", NULL, NULL, 120,
+	    test_clean_stop_keeps_a_live_holder_counted, test_kill_9_without_fd_store_keeps_a_live_holder_counted,
+	    test_clean_stop_without_state_file_counts_by_memfd_name,
+	    test_damaged_state_file_is_ignored_and_the_holder_still_counted, test_two_clean_restarts_keep_counting,
+	    test_stretched_mapping_neither_inflates_nor_drops_a_named_lease,
+	    test_stretched_mapping_neither_inflates_nor_drops_a_lease_found_by_name,
+	    test_legacy_chunk_name_is_counted_without_a_state_file, test_a_sparse_memfd_found_by_name_counts_its_pages,
+	    test_rescans_back_off_while_nothing_is_let_go, test_pids_without_a_pidfd_still_hold)
 
 SEC_MAIN(suite)

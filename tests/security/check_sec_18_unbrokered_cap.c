@@ -93,9 +93,7 @@ static pid_t start_reporter(uid_t uid, int nconn, uint64_t bytes_even, uint64_t 
 	int pfd[2];
 	pid_t pid;
 
-	ck_assert_int_eq(pipe(pfd), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(pfd, NULL);
 	if (pid == 0) {
 		struct outcome m = { 0 };
 
@@ -266,16 +264,7 @@ START_TEST(test_one_uid_cannot_inflate_the_host_unbrokered_figure)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec_18_unbrokered_cap");
-	TCase *t = tcase_create("cap");
-
-	tcase_add_checked_fixture(t, start, stop);
-	tcase_set_timeout(t, 60);
-	tcase_add_test(t, test_one_uid_cannot_inflate_the_host_unbrokered_figure);
-	suite_add_tcase(s, t);
-	return s;
-}
+CHECK_SUITE(suite, "sec_18_unbrokered_cap", "cap", start, stop, 60,
+	    test_one_uid_cannot_inflate_the_host_unbrokered_figure)
 
 SEC_MAIN(suite)

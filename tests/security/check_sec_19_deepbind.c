@@ -35,11 +35,7 @@ static void start(void)
 
 static void stop(void)
 {
-	if (prog > 0) {
-		kill(prog, SIGKILL);
-		waitpid(prog, NULL, 0);
-		prog = 0;
-	}
+	itest_kill_child(&prog);
 	daemon_stop(&d);
 }
 
@@ -108,10 +104,7 @@ START_TEST(test_a_deep_bound_plugin_pins_where_status_sees_it)
 	FILE *f;
 	int i;
 
-	ck_assert_int_eq(pipe(in), 0);
-	ck_assert_int_eq(pipe(out), 0);
-	prog = itest_fork();
-	ck_assert_int_ge(prog, 0);
+	prog = itest_fork_piped(in, out);
 	if (prog == 0) {
 		char size[32], asan[512];
 
@@ -128,8 +121,8 @@ START_TEST(test_a_deep_bound_plugin_pins_where_status_sees_it)
 		setenv("ASAN_OPTIONS", asan, 1);
 		snprintf(size, sizeof(size), "%llu", PLUGIN_BYTES);
 		/* The interposer's default fallback (cuda): refused memory would still show, as unbrokered. */
-		execl(pinctl, "pinctl", "--socket", d.socket, "run", "--label", "deep", "--", target, lib,
-		      way, size, (char *)NULL);
+		execl(pinctl, "pinctl", "--socket", d.socket, "run", "--label", "deep", "--", target, lib, way, size,
+		      (char *)NULL);
 		_exit(127);
 	}
 	close(in[0]);
@@ -195,10 +188,7 @@ START_TEST(test_deep_bound_dlopens_racing_a_plain_one_do_not_crash)
 	plugin2 = itest_stage_as(DEEP_LIB2, "preload/deep/libpbdeep2.so");
 	busy = itest_stage_as(DEEP_BUSY, "preload/deep/libpbdeepbusy.so");
 	target = itest_stage_as(DEEP_RACE, "preload/preload_deep_race");
-	ck_assert_int_eq(pipe(in), 0);
-	ck_assert_int_eq(pipe(out), 0);
-	prog = itest_fork();
-	ck_assert_int_ge(prog, 0);
+	prog = itest_fork_piped(in, out);
 	if (prog == 0) {
 		char size[32], asan[512];
 

@@ -24,8 +24,9 @@ static int conn_a, conn_b, conn_c; /* stand-ins for connections: only their addr
 
 static struct broker *new_broker(uint64_t limit_bytes, uint64_t quota_bytes, uint64_t prewarm_bytes)
 {
-	struct pool_opts o = { .chunk_bytes = 2 * MIB, .hugetlb = POOL_HUGETLB_NO, .threads = 1,
-			       .lock = geteuid() == 0 };
+	struct pool_opts o = {
+		.chunk_bytes = 2 * MIB, .hugetlb = POOL_HUGETLB_NO, .threads = 1, .lock = geteuid() == 0
+	};
 	struct broker *b = calloc(1, sizeof(*b));
 
 	ck_assert_ptr_nonnull(b);
@@ -90,9 +91,16 @@ enum ask { ASK_POOL, ASK_NO_REVOKE, ASK_REGISTRATION };
 static int acquire_kind(struct broker *b, uid_t uid, void *owner, uint64_t size, enum ask kind, struct lease **ret)
 {
 	struct acquire_args a = {
-		.uid = uid, .gid = uid, .pid = 1234, .owner = owner, .size = size,
-		.priority = LEASE_PRIO_NORMAL, .label = "test",
-		.no_revoke = kind == ASK_NO_REVOKE, .registration = kind == ASK_REGISTRATION, .now_ms = 1000,
+		.uid = uid,
+		.gid = uid,
+		.pid = 1234,
+		.owner = owner,
+		.size = size,
+		.priority = LEASE_PRIO_NORMAL,
+		.label = "test",
+		.no_revoke = kind == ASK_NO_REVOKE,
+		.registration = kind == ASK_REGISTRATION,
+		.now_ms = 1000,
 	};
 	struct lease *l = NULL;
 	int r;
@@ -790,44 +798,25 @@ START_TEST(test_never_revoked_bytes_are_capped_per_uid)
 }
 END_TEST
 
-static Suite *broker_suite(void)
-{
-	Suite *s = suite_create("broker");
-	TCase *tc = tcase_create("core");
-
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_acquire_rounds_to_page_size_and_charges_exactly);
-	tcase_add_test(tc, test_acquire_of_zero_or_overflowing_size_is_invalid);
-	tcase_add_test(tc, test_acquire_passes_budget_refusals_through);
-	tcase_add_test(tc, test_acquire_when_tight_lends_only_from_the_idle_pool);
-	tcase_add_test(tc, test_acquire_when_tight_refuses_never_revoked_leases_even_from_the_idle_pool);
-	tcase_add_test(tc, test_acquire_when_critical_is_refused);
-	tcase_add_test(tc, test_budget_refusal_wins_over_pressure_refusal);
-	tcase_add_test(tc, test_set_pressure_records_the_state_and_names_the_reaction);
-	tcase_add_test(tc, test_acquire_shrinks_idle_pool_to_fit_budget);
-	tcase_add_test(tc, test_acquire_pool_failure_changes_nothing);
-	tcase_add_test(tc, test_release_returns_memory_to_budget_and_pool);
-	tcase_add_test(tc, test_release_of_foreign_lease_is_refused);
-	tcase_add_test(tc, test_admin_may_release_any_lease);
-	tcase_add_test(tc, test_drop_owner_frees_only_that_connections_leases);
-	tcase_add_test(tc, test_drop_owner_leaves_orphaned_leases_alone);
-	tcase_add_test(tc, test_free_lease_in_any_state_uncharges_it);
-	tcase_add_test(tc, test_free_lease_after_lowered_limit_keeps_idle_within_budget);
-	tcase_add_test(tc, test_trim_pool_shrinks_to_target_bounded_by_budget);
-	tcase_add_test(tc, test_overdue_bytes_counts_only_overdue_leases);
-	tcase_add_test(tc, test_random_acquire_release_keeps_books_exact_and_within_budget);
-	tcase_add_test(tc, test_attach_charges_nothing_and_lease_lives_until_last_mapper);
-	tcase_add_test(tc, test_attach_refused_while_revoking_and_idle_lease_becomes_active);
-	tcase_add_test(tc, test_cross_uid_attach_taints_chunks_and_they_never_return_to_the_pool);
-	tcase_add_test(tc, test_same_uid_attach_taints_nothing);
-	tcase_add_test(tc, test_caps_refuse_by_leases_chunks_and_capacity);
-	tcase_add_test(tc, test_registration_is_charged_without_pool_memory_and_never_revoked);
-	tcase_add_test(tc, test_revoke_deadline_floor_applies_to_non_admins_only);
-	tcase_add_test(tc, test_holder_revoke_never_signals_another_uid);
-	tcase_add_test(tc, test_held_fds_meet_the_chunk_caps);
-	tcase_add_test(tc, test_never_revoked_bytes_are_capped_per_uid);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(broker_suite, "broker", "core", NULL, NULL, 60, test_acquire_rounds_to_page_size_and_charges_exactly,
+	    test_acquire_of_zero_or_overflowing_size_is_invalid, test_acquire_passes_budget_refusals_through,
+	    test_acquire_when_tight_lends_only_from_the_idle_pool,
+	    test_acquire_when_tight_refuses_never_revoked_leases_even_from_the_idle_pool,
+	    test_acquire_when_critical_is_refused, test_budget_refusal_wins_over_pressure_refusal,
+	    test_set_pressure_records_the_state_and_names_the_reaction,
+	    test_acquire_shrinks_idle_pool_to_fit_budget, test_acquire_pool_failure_changes_nothing,
+	    test_release_returns_memory_to_budget_and_pool, test_release_of_foreign_lease_is_refused,
+	    test_admin_may_release_any_lease, test_drop_owner_frees_only_that_connections_leases,
+	    test_drop_owner_leaves_orphaned_leases_alone, test_free_lease_in_any_state_uncharges_it,
+	    test_free_lease_after_lowered_limit_keeps_idle_within_budget,
+	    test_trim_pool_shrinks_to_target_bounded_by_budget, test_overdue_bytes_counts_only_overdue_leases,
+	    test_random_acquire_release_keeps_books_exact_and_within_budget,
+	    test_attach_charges_nothing_and_lease_lives_until_last_mapper,
+	    test_attach_refused_while_revoking_and_idle_lease_becomes_active,
+	    test_cross_uid_attach_taints_chunks_and_they_never_return_to_the_pool, test_same_uid_attach_taints_nothing,
+	    test_caps_refuse_by_leases_chunks_and_capacity,
+	    test_registration_is_charged_without_pool_memory_and_never_revoked,
+	    test_revoke_deadline_floor_applies_to_non_admins_only, test_holder_revoke_never_signals_another_uid,
+	    test_held_fds_meet_the_chunk_caps, test_never_revoked_bytes_are_capped_per_uid)
 
 CHECK_MAIN(broker_suite)

@@ -286,27 +286,20 @@ END_TEST
 static Suite *budget_suite(void)
 {
 	Suite *s = suite_create("budget");
-	TCase *tc = tcase_create("core");
+	TCase *tc;
 
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_fresh_budget_is_empty);
-	tcase_add_test(tc, test_check_zero_bytes_is_invalid);
-	tcase_add_test(tc, test_check_over_whole_budget_is_never_satisfiable);
-	tcase_add_test(tc, test_check_over_uid_quota_alone_is_never_satisfiable);
-	tcase_add_test(tc, test_reserve_over_uid_quota_fails);
-	tcase_add_test(tc, test_reserve_over_budget_with_current_leases_fails);
-	tcase_add_test(tc, test_quota_is_checked_before_budget);
-	tcase_add_test(tc, test_zero_quota_means_only_the_budget_limits_a_uid);
-	tcase_add_test(tc, test_lowered_limits_keep_charges_and_refuse_new_ones);
-	tcase_add_test(tc, test_uncharge_returns_exactly_what_was_charged);
+	tc = CHECK_CASE(s, "core", NULL, NULL, 30, test_fresh_budget_is_empty, test_check_zero_bytes_is_invalid,
+			test_check_over_whole_budget_is_never_satisfiable,
+			test_check_over_uid_quota_alone_is_never_satisfiable, test_reserve_over_uid_quota_fails,
+			test_reserve_over_budget_with_current_leases_fails, test_quota_is_checked_before_budget,
+			test_zero_quota_means_only_the_budget_limits_a_uid,
+			test_lowered_limits_keep_charges_and_refuse_new_ones,
+			test_uncharge_returns_exactly_what_was_charged, test_random_charge_uncharge_stays_exact,
+			test_counts_follow_leases_and_chunks_per_uid, test_held_fds_count_with_chunks_per_uid);
 	tcase_add_test_raise_signal(tc, test_uncharge_more_than_charged_aborts, SIGABRT);
 	tcase_add_test_raise_signal(tc, test_uncharge_of_unknown_uid_aborts, SIGABRT);
-	tcase_add_test(tc, test_random_charge_uncharge_stays_exact);
-	tcase_add_test(tc, test_counts_follow_leases_and_chunks_per_uid);
 	tcase_add_test_raise_signal(tc, test_count_sub_of_uncounted_lease_aborts, SIGABRT);
-	tcase_add_test(tc, test_held_fds_count_with_chunks_per_uid);
 	tcase_add_test_raise_signal(tc, test_fd_sub_of_uncounted_fd_aborts, SIGABRT);
-	suite_add_tcase(s, tc);
 	return s;
 }
 

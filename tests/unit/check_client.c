@@ -34,14 +34,14 @@ typedef Pinbroker__V1__Reply Reply;
 
 /* What the stand-in daemon does; each test picks. */
 struct mock_cfg {
-	uint64_t chunk_bytes;     /* leases are cut into chunks of this size */
-	size_t fds_per_packet;    /* < chunks forces LeaseFds packets */
-	uint64_t quota_bytes;     /* bigger acquires get OVER_QUOTA */
-	bool version_mismatch;    /* answer HELLO with VERSION_MISMATCH */
-	bool revoke_on_grant;     /* revoke each lease before its last fd packet: the grant/revoke race, made certain */
-	uint64_t instance_id;     /* sent in HELLO when not 0 */
-	bool restart_per_conn;    /* each connection is a new daemon instance: new instance id, ids from 1 again */
-	bool keep_leases;         /* leases outlive a connection (a restart that kept the fd store) */
+	uint64_t chunk_bytes;  /* leases are cut into chunks of this size */
+	size_t fds_per_packet; /* < chunks forces LeaseFds packets */
+	uint64_t quota_bytes;  /* bigger acquires get OVER_QUOTA */
+	bool version_mismatch; /* answer HELLO with VERSION_MISMATCH */
+	bool revoke_on_grant;  /* revoke each lease before its last fd packet: the grant/revoke race, made certain */
+	uint64_t instance_id;  /* sent in HELLO when not 0 */
+	bool restart_per_conn; /* each connection is a new daemon instance: new instance id, ids from 1 again */
+	bool keep_leases;      /* leases outlive a connection (a restart that kept the fd store) */
 };
 
 struct mock_lease {
@@ -301,7 +301,8 @@ static bool mock_handle(int s, const struct mock_cfg *cfg, const Request *req)
 		at = (size_t)snprintf(line, sizeof(line), "redeclare");
 		for (size_t i = 0; i < rd->n_lease_ids && i < MOCK_MAX_LEASES; i++) {
 			/* Only the instance that granted an id may take it back. */
-			bool mine = mock_find(rd->lease_ids[i]) && rd->has_instance_id && rd->instance_id == mock_instance;
+			bool mine = mock_find(rd->lease_ids[i]) && rd->has_instance_id &&
+				    rd->instance_id == mock_instance;
 
 			if (mine)
 				ok[rr.n_adopted++] = rd->lease_ids[i];
@@ -424,7 +425,9 @@ static void mock_stop(void)
 }
 
 static const struct mock_cfg default_cfg = {
-	.chunk_bytes = 64 * 1024, .fds_per_packet = 7, .quota_bytes = 64u << 20,
+	.chunk_bytes = 64 * 1024,
+	.fds_per_packet = 7,
+	.quota_bytes = 64u << 20,
 };
 
 static pb_client *connect_mock(const struct mock_cfg *cfg)
@@ -930,32 +933,19 @@ START_TEST(test_registrations_are_not_asked_of_a_daemon_that_predates_them)
 }
 END_TEST
 
-static Suite *client_suite(void)
-{
-	Suite *s = suite_create("client");
-	TCase *tc = tcase_create("mock daemon");
-
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_version_is_the_headers_and_needs_no_daemon);
-	tcase_add_test(tc, test_lease_arrives_in_many_fd_packets_and_maps_contiguously);
-	tcase_add_test(tc, test_registrations_are_not_asked_of_a_daemon_that_predates_them);
-	tcase_add_test(tc, test_refusal_maps_status_to_errno_with_daemon_message);
-	tcase_add_test(tc, test_fallback_when_refused_or_absent);
-	tcase_add_test(tc, test_fallback_of_size_0_is_einval_not_a_buffer);
-	tcase_add_test(tc, test_version_mismatch_is_eprotonosupport);
-	tcase_add_test(tc, test_cached_reacquire_reuses_the_lease_in_microseconds);
-	tcase_add_test(tc, test_revoke_of_cached_lease_releases_it_in_the_background);
-	tcase_add_test(tc, test_revoke_of_idle_lease_releases_it_and_leaves_a_fault_not_memory);
-	tcase_add_test(tc, test_revoke_callback_may_release_on_the_receiver_thread);
-	tcase_add_test(tc, test_revoke_racing_the_grant_gives_the_lease_back);
-	tcase_add_test(tc, test_connection_drop_fails_the_call_in_flight_and_the_next_call_reconnects);
-	tcase_add_test(tc, test_same_instance_redeclares_and_only_rejected_leases_go_stale);
-	tcase_add_test(tc, test_set_idle_after_the_library_gave_a_revoked_lease_back_is_estale);
-	tcase_add_test(tc, test_status_and_admin_map_to_public_structs);
-	tcase_add_test(tc, test_threads_share_one_client);
-	tcase_add_test(tc, test_disconnect_returns_everything);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(client_suite, "client", "mock daemon", NULL, NULL, 30, test_version_is_the_headers_and_needs_no_daemon,
+	    test_lease_arrives_in_many_fd_packets_and_maps_contiguously,
+	    test_registrations_are_not_asked_of_a_daemon_that_predates_them,
+	    test_refusal_maps_status_to_errno_with_daemon_message, test_fallback_when_refused_or_absent,
+	    test_fallback_of_size_0_is_einval_not_a_buffer, test_version_mismatch_is_eprotonosupport,
+	    test_cached_reacquire_reuses_the_lease_in_microseconds,
+	    test_revoke_of_cached_lease_releases_it_in_the_background,
+	    test_revoke_of_idle_lease_releases_it_and_leaves_a_fault_not_memory,
+	    test_revoke_callback_may_release_on_the_receiver_thread, test_revoke_racing_the_grant_gives_the_lease_back,
+	    test_connection_drop_fails_the_call_in_flight_and_the_next_call_reconnects,
+	    test_same_instance_redeclares_and_only_rejected_leases_go_stale,
+	    test_set_idle_after_the_library_gave_a_revoked_lease_back_is_estale,
+	    test_status_and_admin_map_to_public_structs, test_threads_share_one_client,
+	    test_disconnect_returns_everything)
 
 CHECK_MAIN(client_suite)

@@ -16,27 +16,12 @@
 
 #include "holders.h"
 #include "check_main.h"
+#include "fixture.h"
 
-/* Read a fixture into a buffer of exactly its size, with no NUL after it, so ASan catches over-reads. */
+/* A fixture of tests/fixtures/holders/, exactly its size (fixture.h). */
 static char *slurp(const char *rel, size_t *len)
 {
-	char path[1024];
-	struct stat st;
-	char *buf;
-	ssize_t n;
-	int fd;
-
-	snprintf(path, sizeof(path), "%s/holders/%s", FIXTURES_DIR, rel);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	ck_assert_msg(fd >= 0, "cannot open fixture %s", path);
-	ck_assert_int_eq(fstat(fd, &st), 0);
-	buf = malloc(st.st_size > 0 ? (size_t)st.st_size : 1);
-	ck_assert_ptr_nonnull(buf);
-	n = read(fd, buf, (size_t)st.st_size);
-	ck_assert_int_eq(n, st.st_size);
-	close(fd);
-	*len = (size_t)n;
-	return buf;
+	return fixture_read("holders", rel, len);
 }
 
 /* The key capture.py recorded under label ("memfd", "spaces", ...). */
@@ -180,12 +165,12 @@ START_TEST(test_maps_garbage_lines_are_skipped)
 	static const char *const bad[] = {
 		"\n",
 		"garbage\n",
-		"7f00-7f01 rw-s 00000000 zz:01 1607 /memfd:x (deleted)\n", /* dev not hex */
-		"7f00-7f01 rw-s 00000000 00:01\n",                          /* no inode */
-		"7f00-7f01 rw-s 00000000 00:01 1607x /memfd:x\n",           /* inode not a number */
+		"7f00-7f01 rw-s 00000000 zz:01 1607 /memfd:x (deleted)\n",          /* dev not hex */
+		"7f00-7f01 rw-s 00000000 00:01\n",                                  /* no inode */
+		"7f00-7f01 rw-s 00000000 00:01 1607x /memfd:x\n",                   /* inode not a number */
 		"7f00-7f01 rw-s 00000000 00:01 99999999999999999999999 /memfd:x\n", /* overflows */
-		"7f00-7f01 rw-s 00000000 0001 1607 /memfd:x\n",             /* no colon */
-		"7f00-7f01 rw-s 00:01 1607\n",                              /* a column missing */
+		"7f00-7f01 rw-s 00000000 0001 1607 /memfd:x\n",                     /* no colon */
+		"7f00-7f01 rw-s 00:01 1607\n",                                      /* a column missing */
 		"7f00-7f01 rw-s 00000000 00:01 -1607 /memfd:x\n",
 		"\0\0\0\0\0\0\n",
 	};
@@ -245,9 +230,9 @@ START_TEST(test_status_uid_malformed_is_ebadmsg)
 	static const char *const bad[] = {
 		"",
 		"Name:\tx\n",
-		"Uid:\t1\t2\t3\n",          /* three ids */
-		"Uid:\t1\t2\t3\t4\t5\n",    /* five */
-		"Uid:\t1\t2\t3\t4",         /* no newline */
+		"Uid:\t1\t2\t3\n",       /* three ids */
+		"Uid:\t1\t2\t3\t4\t5\n", /* five */
+		"Uid:\t1\t2\t3\t4",      /* no newline */
 		"Uid:\t-1\t2\t3\t4\n",
 		"Uid:\t4294967295\t0\t0\t0\n", /* (uid_t)-1 is no uid */
 		"Uid:\t99999999999999999999\t0\t0\t0\n",
@@ -344,7 +329,8 @@ START_TEST(test_find_on_real_proc_returns_mapper_and_fd_holder_only)
 {
 	struct holder_key k, other;
 	int fd = make_memfd(&k), ofd = make_memfd(&other);
-	pid_t mapper = spawn(fd, ROLE_MAPPER), holder = spawn(fd, ROLE_FD_HOLDER), bystander = spawn(fd, ROLE_BYSTANDER);
+	pid_t mapper = spawn(fd, ROLE_MAPPER), holder = spawn(fd, ROLE_FD_HOLDER),
+	      bystander = spawn(fd, ROLE_BYSTANDER);
 	pid_t other_mapper = spawn(ofd, ROLE_MAPPER);
 	struct holder *h;
 	size_t n, unread;
@@ -543,7 +529,8 @@ START_TEST(test_memfd_map_line_matches_only_the_exact_name)
 		"7f00c0c00000-7f00c0a00000 rw-s 00000000 00:01 1607 /memfd:pinbroker-chunk.1a2b3c4d (deleted)",
 		"garbage",
 	};
-	const char *yes = "7f00c0a00000-7f00c0c00000 rw-s 00100000 00:1a 1607    /memfd:pinbroker-chunk.1a2b3c4d (deleted)";
+	const char *yes =
+		"7f00c0a00000-7f00c0c00000 rw-s 00100000 00:1a 1607    /memfd:pinbroker-chunk.1a2b3c4d (deleted)";
 	uint64_t end = 0;
 	dev_t dev = 0;
 	ino_t ino = 0;
@@ -553,8 +540,8 @@ START_TEST(test_memfd_map_line_matches_only_the_exact_name)
 	ck_assert_uint_eq(ino, 1607);
 	ck_assert_uint_eq(end, 0x100000 + 0x200000);
 	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
-		ck_assert_msg(holders_parse_memfd_map(no[i], strlen(no[i]), "pinbroker-chunk.1a2b3c4d", &dev, &ino, &end) ==
-				      -ENOENT,
+		ck_assert_msg(holders_parse_memfd_map(no[i], strlen(no[i]), "pinbroker-chunk.1a2b3c4d", &dev, &ino,
+						      &end) == -ENOENT,
 			      "matched: %s", no[i]);
 }
 END_TEST
@@ -713,31 +700,22 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("holders");
-	TCase *p = tcase_create("parse");
-	TCase *f = tcase_create("find");
+	TCase *f;
 
-	tcase_set_timeout(p, 10);
-	tcase_add_test(p, test_maps_captured_finds_memfd_by_dev_and_inode);
-	tcase_add_test(p, test_maps_captured_lookalike_names_never_match_the_memfd);
-	tcase_add_test(p, test_maps_captured_odd_names_parse_by_their_columns);
-	tcase_add_test(p, test_maps_truncated_last_line_is_not_trusted);
-	tcase_add_test(p, test_maps_streamed_in_small_pieces_finds_the_memfd);
-	tcase_add_test(p, test_maps_garbage_lines_are_skipped);
-	tcase_add_test(p, test_status_uid_line_captured_and_crafted);
-	tcase_add_test(p, test_status_uid_malformed_is_ebadmsg);
-	tcase_add_test(p, test_memfd_map_line_matches_only_the_exact_name);
-	suite_add_tcase(s, p);
+	CHECK_CASE(s, "parse", NULL, NULL, 10, test_maps_captured_finds_memfd_by_dev_and_inode,
+		   test_maps_captured_lookalike_names_never_match_the_memfd,
+		   test_maps_captured_odd_names_parse_by_their_columns, test_maps_truncated_last_line_is_not_trusted,
+		   test_maps_streamed_in_small_pieces_finds_the_memfd, test_maps_garbage_lines_are_skipped,
+		   test_status_uid_line_captured_and_crafted, test_status_uid_malformed_is_ebadmsg,
+		   test_memfd_map_line_matches_only_the_exact_name);
 
 	/* pidfd_open: valgrind 3.19 lacks it, so its run excludes the tag "enforce". */
-	tcase_set_timeout(f, 20);
+	f = CHECK_CASE(s, "find", fake_setup, fake_teardown, 20,
+		       test_find_on_real_proc_returns_mapper_and_fd_holder_only,
+		       test_find_keeps_to_the_leases_uid_and_never_pid_1, test_find_through_fd_links_and_bad_roots,
+		       test_scan_memfds_finds_mappers_and_fd_holders_of_any_uid,
+		       test_scan_memfds_reports_the_file_size_of_a_stretched_mapping);
 	tcase_set_tags(f, "enforce");
-	tcase_add_checked_fixture(f, fake_setup, fake_teardown);
-	tcase_add_test(f, test_find_on_real_proc_returns_mapper_and_fd_holder_only);
-	tcase_add_test(f, test_find_keeps_to_the_leases_uid_and_never_pid_1);
-	tcase_add_test(f, test_find_through_fd_links_and_bad_roots);
-	tcase_add_test(f, test_scan_memfds_finds_mappers_and_fd_holders_of_any_uid);
-	tcase_add_test(f, test_scan_memfds_reports_the_file_size_of_a_stretched_mapping);
-	suite_add_tcase(s, f);
 	return s;
 }
 

@@ -259,8 +259,8 @@ START_TEST(test_job_quota_key_parses_and_names_its_errors)
 	struct jobs *j = new_jobs();
 	char *err = NULL;
 
-	ck_assert_int_eq(jobs_set_config(j, "/kubepods.slice/*:16G  /slurm/uid_*/job_*:10%,/batch:512M", 10 * GIB, &err),
-			 0);
+	ck_assert_int_eq(
+		jobs_set_config(j, "/kubepods.slice/*:16G  /slurm/uid_*/job_*:10%,/batch:512M", 10 * GIB, &err), 0);
 	ck_assert_uint_eq(jobs_rule_count(j), 3);
 	ck_assert_str_eq(jobs_rule_at(j, 0)->pattern, "/kubepods.slice/*");
 	ck_assert_uint_eq(jobs_rule_at(j, 0)->bytes, 16 * GIB);
@@ -469,30 +469,14 @@ START_TEST(test_job_quota_key_past_the_rule_limit_is_refused_whole)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("jobs");
-	TCase *t = tcase_create("quotas");
-
-	/* JOBS_RULES_MAX rules, each set regrouping every job: seconds under ASan. */
-	tcase_set_timeout(t, 60);
-
-	tcase_add_test(t, test_proc_cgroup_layouts);
-	tcase_add_test(t, test_paths_and_patterns_are_checked);
-	tcase_add_test(t, test_patterns_match_leading_components);
-	tcase_add_test(t, test_cgroups_are_interned_and_charges_sum_into_jobs);
-	tcase_add_test(t, test_most_specific_rule_wins_and_set_beats_config);
-	tcase_add_test(t, test_set_rule_beats_a_literal_config_rule_of_the_same_path);
-	tcase_add_test(t, test_lowering_a_quota_refuses_new_charges_only);
-	tcase_add_test(t, test_job_quota_key_parses_and_names_its_errors);
-	tcase_add_test(t, test_sweep_releases_set_rules_once_their_cgroup_went);
-	tcase_add_test(t, test_a_client_in_the_cgroup_marks_a_rule_seen);
-	tcase_add_test(t, test_rule_count_is_bounded);
-	tcase_add_test(t, test_a_set_rule_binds_over_a_config_rule_of_the_same_path);
-	tcase_add_test(t, test_a_literal_rule_beats_a_glob_of_its_depth);
-	tcase_add_test(t, test_job_quota_key_past_the_rule_limit_is_refused_whole);
-	suite_add_tcase(s, t);
-	return s;
-}
+/* JOBS_RULES_MAX rules, each set regrouping every job: seconds under ASan. */
+CHECK_SUITE(suite, "jobs", "quotas", NULL, NULL, 60, test_proc_cgroup_layouts, test_paths_and_patterns_are_checked,
+	    test_patterns_match_leading_components, test_cgroups_are_interned_and_charges_sum_into_jobs,
+	    test_most_specific_rule_wins_and_set_beats_config,
+	    test_set_rule_beats_a_literal_config_rule_of_the_same_path, test_lowering_a_quota_refuses_new_charges_only,
+	    test_job_quota_key_parses_and_names_its_errors, test_sweep_releases_set_rules_once_their_cgroup_went,
+	    test_a_client_in_the_cgroup_marks_a_rule_seen, test_rule_count_is_bounded,
+	    test_a_set_rule_binds_over_a_config_rule_of_the_same_path, test_a_literal_rule_beats_a_glob_of_its_depth,
+	    test_job_quota_key_past_the_rule_limit_is_refused_whole)
 
 CHECK_MAIN(suite)

@@ -31,13 +31,11 @@ static struct chunk **fake_chunks(size_t n)
 	return v;
 }
 
-static struct lease *add(struct lease_table *t, uid_t uid, uint64_t bytes, enum lease_priority prio,
-			 uint64_t now_ms)
+static struct lease *add(struct lease_table *t, uid_t uid, uint64_t bytes, enum lease_priority prio, uint64_t now_ms)
 {
 	struct lease *l = NULL;
 
-	ck_assert_int_eq(lease_add(t, uid, uid, 100, (void *)t, bytes, prio, "test", fake_chunks(1), 1, now_ms, &l),
-			 0);
+	ck_assert_int_eq(lease_add(t, uid, uid, 100, (void *)t, bytes, prio, "test", fake_chunks(1), 1, now_ms, &l), 0);
 	ck_assert_ptr_nonnull(l);
 	return l;
 }
@@ -48,8 +46,8 @@ START_TEST(test_add_starts_active_with_fields_set)
 	struct lease *l = NULL;
 	int owner;
 
-	ck_assert_int_eq(lease_add(t, 1000, 100, 4242, &owner, 6 * MIB, LEASE_PRIO_CRITICAL, "kv-cache",
-				   fake_chunks(3), 3, 777, &l),
+	ck_assert_int_eq(lease_add(t, 1000, 100, 4242, &owner, 6 * MIB, LEASE_PRIO_CRITICAL, "kv-cache", fake_chunks(3),
+				   3, 777, &l),
 			 0);
 	ck_assert_uint_ne(l->id, 0);
 	ck_assert_int_eq(l->state, LEASE_ACTIVE);
@@ -76,8 +74,7 @@ START_TEST(test_label_is_truncated_and_null_label_is_empty)
 
 	memset(long_label, 'x', sizeof(long_label) - 1);
 	long_label[sizeof(long_label) - 1] = '\0';
-	ck_assert_int_eq(lease_add(t, 1, 1, 1, NULL, MIB, LEASE_PRIO_NORMAL, long_label, fake_chunks(1), 1, 0, &l),
-			 0);
+	ck_assert_int_eq(lease_add(t, 1, 1, 1, NULL, MIB, LEASE_PRIO_NORMAL, long_label, fake_chunks(1), 1, 0, &l), 0);
 	ck_assert_uint_eq(strlen(l->label), LEASE_LABEL_MAX - 1);
 	ck_assert_int_eq(lease_add(t, 1, 1, 1, NULL, MIB, LEASE_PRIO_NORMAL, NULL, fake_chunks(1), 1, 0, &l), 0);
 	ck_assert_str_eq(l->label, "");
@@ -147,8 +144,7 @@ START_TEST(test_adopt_keeps_id_is_orphaned_and_rejects_taken_ids)
 	struct lease_table *t = new_table();
 	struct lease *l = NULL, *fresh;
 
-	ck_assert_int_eq(lease_adopt(t, 42, 1000, 4 * MIB, LEASE_PRIO_BEST_EFFORT, "old", fake_chunks(2), 2, 9, &l),
-			 0);
+	ck_assert_int_eq(lease_adopt(t, 42, 1000, 4 * MIB, LEASE_PRIO_BEST_EFFORT, "old", fake_chunks(2), 2, 9, &l), 0);
 	ck_assert_uint_eq(l->id, 42);
 	ck_assert_int_eq(l->state, LEASE_ORPHANED);
 	ck_assert_ptr_null(l->owner);
@@ -273,7 +269,7 @@ START_TEST(test_out_of_range_states_are_illegal)
 
 	ck_assert(!lease_edge_legal(LEASE__STATE_MAX, LEASE_FREED));
 	ck_assert(!lease_edge_legal(LEASE_ACTIVE, LEASE__STATE_MAX));
-	ck_assert(!lease_edge_legal((enum lease_state)-1, LEASE_FREED));
+	ck_assert(!lease_edge_legal((enum lease_state) - 1, LEASE_FREED));
 	ck_assert_int_eq(lease_set_state(&l, LEASE__STATE_MAX, 1), -EINVAL);
 }
 END_TEST
@@ -281,8 +277,8 @@ END_TEST
 START_TEST(test_revoke_order_follows_class_then_size_then_lru)
 {
 	struct lease_table *t = new_table();
-	struct lease *crit_big, *norm_small, *norm_big_old, *norm_big_new, *idle_norm, *idle_crit, *be_small,
-		*be_big, *revoking, *overdue, *orphan = NULL;
+	struct lease *crit_big, *norm_small, *norm_big_old, *norm_big_new, *idle_norm, *idle_crit, *be_small, *be_big,
+		*revoking, *overdue, *orphan = NULL;
 	struct lease **order = NULL;
 	size_t n = 0;
 
@@ -296,9 +292,8 @@ START_TEST(test_revoke_order_follows_class_then_size_then_lru)
 	be_big = add(t, 1, 32 * MIB, LEASE_PRIO_BEST_EFFORT, 10);
 	revoking = add(t, 1, 128 * MIB, LEASE_PRIO_BEST_EFFORT, 10);
 	overdue = add(t, 1, 128 * MIB, LEASE_PRIO_BEST_EFFORT, 10);
-	ck_assert_int_eq(lease_adopt(t, 9999, 1, 256 * MIB, LEASE_PRIO_BEST_EFFORT, NULL, fake_chunks(1), 1, 0,
-				     &orphan),
-			 0);
+	ck_assert_int_eq(
+		lease_adopt(t, 9999, 1, 256 * MIB, LEASE_PRIO_BEST_EFFORT, NULL, fake_chunks(1), 1, 0, &orphan), 0);
 	ck_assert_int_eq(lease_set_state(idle_norm, LEASE_IDLE, 10), 0);
 	ck_assert_int_eq(lease_set_state(idle_crit, LEASE_IDLE, 10), 0);
 	ck_assert_int_eq(lease_set_state(revoking, LEASE_REVOKING, 10), 0);
@@ -373,7 +368,7 @@ START_TEST(test_state_counters_follow_add_adopt_transitions_and_remove)
 	ck_assert_uint_eq(lease_state_count(t, LEASE_IDLE), 0);
 	ck_assert_uint_eq(lease_state_bytes(t, LEASE_IDLE), 0);
 	ck_assert_uint_eq(lease_state_count(t, LEASE__STATE_MAX), 0);
-	ck_assert_uint_eq(lease_state_bytes(t, (enum lease_state)-1), 0);
+	ck_assert_uint_eq(lease_state_bytes(t, (enum lease_state) - 1), 0);
 	lease_table_free(t);
 }
 END_TEST
@@ -474,16 +469,16 @@ static struct model {
 	size_t cap;            /* ids < cap are in ref */
 	uint64_t *live;        /* live ids, unordered */
 	size_t nlive;
-	uint64_t last_id;      /* the table's: ids from lease_add are last_id + 1 */
-	uint64_t max_id;       /* the largest id ever live */
+	uint64_t last_id; /* the table's: ids from lease_add are last_id + 1 */
+	uint64_t max_id;  /* the largest id ever live */
 } m;
 
 /* ck_assert_* marks a point on every pass, which is far too slow for millions of checks. */
-#define MODEL_CHECK(cond, fmt, ...)                                                                           \
-	do {                                                                                                  \
-		if (!(cond))                                                                                  \
-			ck_abort_msg("seed %llu, op %llu: %s: " fmt, (unsigned long long)m.seed,              \
-				     (unsigned long long)m.op, #cond, __VA_ARGS__);                           \
+#define MODEL_CHECK(cond, fmt, ...)                                                              \
+	do {                                                                                     \
+		if (!(cond))                                                                     \
+			ck_abort_msg("seed %llu, op %llu: %s: " fmt, (unsigned long long)m.seed, \
+				     (unsigned long long)m.op, #cond, __VA_ARGS__);              \
 	} while (0)
 
 /* xorshift64*: deterministic and independent of libc's rand(). */
@@ -630,8 +625,8 @@ static void model_add(void)
 {
 	uint32_t pages = (uint32_t)rnd_below(64) + 1;
 	struct lease *l = NULL;
-	int r = lease_add(m.t, 1000, 1000, 1, NULL, (uint64_t)pages * 4096, LEASE_PRIO_NORMAL, "model",
-			  fake_chunks(1), 1, m.op, &l);
+	int r = lease_add(m.t, 1000, 1000, 1, NULL, (uint64_t)pages * 4096, LEASE_PRIO_NORMAL, "model", fake_chunks(1),
+			  1, m.op, &l);
 
 	MODEL_CHECK(r == 0, "lease_add: %d", r);
 	MODEL_CHECK(l->id == m.last_id + 1, "fresh id %llu, expected %llu", (unsigned long long)l->id,
@@ -902,43 +897,29 @@ END_TEST
 static Suite *lease_suite(void)
 {
 	Suite *s = suite_create("lease");
-	TCase *tc = tcase_create("core");
+	TCase *tc;
 
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_add_starts_active_with_fields_set);
-	tcase_add_test(tc, test_label_is_truncated_and_null_label_is_empty);
-	tcase_add_test(tc, test_ids_are_unique_increasing_and_never_reused);
-	tcase_add_test(tc, test_set_next_id_moves_ids_up_but_never_down);
-	tcase_add_test(tc, test_find_returns_each_lease_and_null_after_remove);
-	tcase_add_test(tc, test_adopt_keeps_id_is_orphaned_and_rejects_taken_ids);
-	tcase_add_test(tc, test_iteration_is_in_id_order_even_with_adopted_ids);
-	tcase_add_test(tc, test_removing_current_while_iterating_is_safe);
-	tcase_add_test(tc, test_every_state_edge_is_legal_or_rejected_as_specified);
-	tcase_add_test(tc, test_revoking_lease_cannot_become_active_again);
-	tcase_add_test(tc, test_out_of_range_states_are_illegal);
-	tcase_add_test(tc, test_revoke_order_follows_class_then_size_then_lru);
-	tcase_add_test(tc, test_revoke_order_of_empty_table_is_empty);
-	tcase_add_test(tc, test_names_cover_every_state_and_priority);
-	tcase_add_test(tc, test_state_counters_follow_add_adopt_transitions_and_remove);
-	tcase_add_test(tc, test_next_after_pages_past_removed_ids_and_reverse_walk_mirrors_forward);
+	tc = CHECK_CASE(
+		s, "core", NULL, NULL, 30, test_add_starts_active_with_fields_set,
+		test_label_is_truncated_and_null_label_is_empty, test_ids_are_unique_increasing_and_never_reused,
+		test_set_next_id_moves_ids_up_but_never_down, test_find_returns_each_lease_and_null_after_remove,
+		test_adopt_keeps_id_is_orphaned_and_rejects_taken_ids,
+		test_iteration_is_in_id_order_even_with_adopted_ids, test_removing_current_while_iterating_is_safe,
+		test_every_state_edge_is_legal_or_rejected_as_specified, test_revoking_lease_cannot_become_active_again,
+		test_out_of_range_states_are_illegal, test_revoke_order_follows_class_then_size_then_lru,
+		test_revoke_order_of_empty_table_is_empty, test_names_cover_every_state_and_priority,
+		test_state_counters_follow_add_adopt_transitions_and_remove,
+		test_next_after_pages_past_removed_ids_and_reverse_walk_mirrors_forward);
 	tcase_add_test_raise_signal(tc, test_remove_through_another_table_aborts, SIGABRT);
-	suite_add_tcase(s, tc);
 
 	/* Today's hang (issue 16, finding 1) must fail by timeout, not wedge the run. */
-	tc = tcase_create("absent-ids");
-	tcase_set_timeout(tc, 20);
-	tcase_add_test(tc, test_find_of_absent_ids_terminates_at_every_size_around_growth);
-	suite_add_tcase(s, tc);
+	CHECK_CASE(s, "absent-ids", NULL, NULL, 20, test_find_of_absent_ids_terminates_at_every_size_around_growth);
 
 	/* 1.7 s in a release build, 6 s under ASan: the timeout leaves room for a loaded 2-core box. */
-	tc = tcase_create("model");
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_model_random_ops_match_reference);
-	tcase_add_test(tc, test_share_links_token_and_keeps_first_token_adding_uids);
-	tcase_add_test(tc, test_share_past_uid_limit_fails_and_leaves_grant_unchanged);
-	tcase_add_test(tc, test_many_tokens_found_across_hash_growth);
-	tcase_add_test(tc, test_attach_detach_and_unmapped_follow_every_mapper);
-	suite_add_tcase(s, tc);
+	CHECK_CASE(s, "model", NULL, NULL, 120, test_model_random_ops_match_reference,
+		   test_share_links_token_and_keeps_first_token_adding_uids,
+		   test_share_past_uid_limit_fails_and_leaves_grant_unchanged,
+		   test_many_tokens_found_across_hash_growth, test_attach_detach_and_unmapped_follow_every_mapper);
 	return s;
 }
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -36,6 +37,24 @@ static char *capture_read(FILE *f)
 	n = fread(buf, 1, sizeof(buf) - 1, f);
 	buf[n] = '\0';
 	return strdup(buf);
+}
+
+/*
+ * The log module's clock, set by the test: the suite links with -Wl,--wrap=now_us (tests/unit/CMakeLists.txt), so
+ * log_event reads fake_now_us while it is set, and a test passes a rate-limit window without sleeping 5 s.
+ */
+uint64_t __wrap_now_us(void);
+static uint64_t fake_now_us;
+
+uint64_t __wrap_now_us(void)
+{
+	struct timespec ts;
+
+	if (fake_now_us)
+		return fake_now_us;
+	/* As common/util.c's now_us (whose __real_ twin a static link does not pull in). */
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
 static unsigned count_lines(const char *s)
@@ -267,21 +286,47 @@ START_TEST(test_events_below_threshold_do_not_use_up_the_limit)
 }
 END_TEST
 
-/* Waits out one real window (5 s), so it runs in its own tcase with room to spare. */
+/* The window ends on the log module's clock (fake_now_us), 100 ms after its 5 s. */
 START_TEST(test_suppressed_events_are_reported_when_the_window_ends)
 {
 	FILE *f = capture_start();
 	char *out;
 
 	log_init(LOG_INFO, 0);
+	fake_now_us = T0;
 	for (int i = 0; i < LOG_RATELIMIT_BURST + 5; i++)
 		log_event(EV_LEASE_REFUSED, LOG_INFO, 0, 1000, 42, "refused %d", i);
-	usleep(LOG_RATELIMIT_WINDOW_US + 100000);
+	fake_now_us = T0 + LOG_RATELIMIT_WINDOW_US + 100000;
 	log_event(EV_LEASE_GRANTED, LOG_INFO, 9, 1000, 42, "granted");
 	out = capture_read(f);
 	ck_assert_uint_eq(count_lines(out), LOG_RATELIMIT_BURST + 2);
 	ck_assert_ptr_nonnull(strstr(out, "pinbrokerd: 5 messages of kind lease-refused suppressed\n"
 					  "pinbrokerd: granted\n"));
+	free(out);
+}
+END_TEST
+
+/* One microsecond before the window ends nothing is reported yet; at its end the count is, once. */
+START_TEST(test_suppressed_count_waits_for_the_end_of_the_window)
+{
+	FILE *f = capture_start();
+	char *out;
+
+	log_init(LOG_INFO, 0);
+	fake_now_us = T0;
+	for (int i = 0; i < LOG_RATELIMIT_BURST + 3; i++)
+		log_event(EV_LEASE_REFUSED, LOG_INFO, 0, 1000, 42, "refused %d", i);
+	fake_now_us = T0 + LOG_RATELIMIT_WINDOW_US - 1;
+	log_event(EV_LEASE_GRANTED, LOG_INFO, 9, 1000, 42, "granted early");
+	fake_now_us = T0 + LOG_RATELIMIT_WINDOW_US;
+	log_event(EV_LEASE_GRANTED, LOG_INFO, 9, 1000, 42, "granted late");
+	log_event(EV_LEASE_GRANTED, LOG_INFO, 9, 1000, 42, "granted again");
+	out = capture_read(f);
+	ck_assert_uint_eq(count_lines(out), LOG_RATELIMIT_BURST + 4);
+	ck_assert_ptr_nonnull(strstr(out, "pinbrokerd: granted early\n"
+					  "pinbrokerd: 3 messages of kind lease-refused suppressed\n"
+					  "pinbrokerd: granted late\n"
+					  "pinbrokerd: granted again\n"));
 	free(out);
 }
 END_TEST
@@ -308,41 +353,22 @@ static Suite *log_suite(void)
 	Suite *s = suite_create("log");
 	TCase *tc;
 
-	tc = tcase_create("message_ids");
-	tcase_set_timeout(tc, TIMEOUT_S);
-	tcase_add_test(tc, test_message_ids_are_32_hex_digits);
-	tcase_add_test(tc, test_message_ids_and_names_are_distinct);
-	tcase_add_test(tc, test_unknown_kind_has_no_id);
-	suite_add_tcase(s, tc);
+	CHECK_CASE(s, "message_ids", NULL, NULL, TIMEOUT_S, test_message_ids_are_32_hex_digits,
+		   test_message_ids_and_names_are_distinct, test_unknown_kind_has_no_id);
 
-	tc = tcase_create("ratelimit");
-	tcase_set_timeout(tc, TIMEOUT_S);
-	tcase_add_test(tc, test_ratelimit_passes_burst_then_suppresses);
-	tcase_add_test(tc, test_ratelimit_flush_reports_suppressed_count_once_window_ends);
-	tcase_add_test(tc, test_ratelimit_new_window_reports_unflushed_count);
-	tcase_add_test(tc, test_ratelimit_kinds_are_independent);
-	tcase_add_test(tc, test_event_burst_is_cut_at_limit);
-	tcase_add_test(tc, test_events_below_threshold_do_not_use_up_the_limit);
-	suite_add_tcase(s, tc);
+	CHECK_CASE(s, "ratelimit", NULL, NULL, TIMEOUT_S, test_ratelimit_passes_burst_then_suppresses,
+		   test_ratelimit_flush_reports_suppressed_count_once_window_ends,
+		   test_ratelimit_new_window_reports_unflushed_count, test_ratelimit_kinds_are_independent,
+		   test_event_burst_is_cut_at_limit, test_events_below_threshold_do_not_use_up_the_limit,
+		   test_suppressed_events_are_reported_when_the_window_ends,
+		   test_suppressed_count_waits_for_the_end_of_the_window);
 
-	tc = tcase_create("ratelimit_real_clock");
-	tcase_set_timeout(tc, 3 * LOG_RATELIMIT_WINDOW_US / 1000000);
-	tcase_add_test(tc, test_suppressed_events_are_reported_when_the_window_ends);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("output");
-	tcase_set_timeout(tc, TIMEOUT_S);
-	tcase_add_test(tc, test_level_from_string_knows_syslog_names);
-	tcase_add_test(tc, test_default_level_is_info);
-	tcase_add_test(tc, test_info_threshold_hides_debug);
-	tcase_add_test(tc, test_debug_threshold_shows_debug);
-	tcase_add_test(tc, test_warning_threshold_hides_info_and_events_below);
-	tcase_add_test(tc, test_warn_appends_strerror_and_keeps_errno);
-	tcase_add_test(tc, test_trailing_newlines_are_dropped);
-	tcase_add_test(tc, test_journal_stream_of_another_file_means_stderr);
+	tc = CHECK_CASE(s, "output", NULL, NULL, TIMEOUT_S, test_level_from_string_knows_syslog_names,
+			test_default_level_is_info, test_info_threshold_hides_debug, test_debug_threshold_shows_debug,
+			test_warning_threshold_hides_info_and_events_below, test_warn_appends_strerror_and_keeps_errno,
+			test_trailing_newlines_are_dropped, test_journal_stream_of_another_file_means_stderr);
 	tcase_add_exit_test(tc, test_fatalx_exits_1, 1);
 	tcase_add_exit_test(tc, test_fatal_exits_1, 1);
-	suite_add_tcase(s, tc);
 	return s;
 }
 

@@ -52,7 +52,7 @@ START_TEST(test_two_nodes_with_gpus_on_each)
 	ck_assert_uint_eq(t.node[0].gpus, 3);
 	ck_assert_uint_eq(t.node[1].gpus, 1);
 	ck_assert_int_eq(numa_gpu_node(&t, "0000:86:00.0"), 1);
-	ck_assert_int_eq(numa_gpu_node(&t, "86:00.0"), 1);     /* without the domain, as nvidia-smi prints it */
+	ck_assert_int_eq(numa_gpu_node(&t, "86:00.0"), 1);      /* without the domain, as nvidia-smi prints it */
 	ck_assert_int_eq(numa_gpu_node(&t, "0000:3B:00.0"), 0); /* CUDA's upper case */
 	ck_assert_int_eq(numa_gpu_node(&t, "0000:99:00.0"), -1);
 }
@@ -151,8 +151,9 @@ START_TEST(test_nodes_numbered_past_the_mask_are_left_out)
 	struct numa_topology t;
 
 	ck_assert_ptr_nonnull(mkdtemp(root));
-	snprintf(cmd, sizeof(cmd), "mkdir -p %s/sys/devices/system/node && echo 0,70,200-201 > %s/sys/devices/system/node/online",
-		 root, root);
+	snprintf(cmd, sizeof(cmd),
+		 "mkdir -p %s/sys/devices/system/node && echo 0,70,200-201 > %s/sys/devices/system/node/online", root,
+		 root);
 	ck_assert_int_eq(system(cmd), 0);
 	ck_assert_int_eq(numa_read(root, 1, &t), 0);
 	ck_assert_uint_eq(t.n, 1);
@@ -178,21 +179,10 @@ START_TEST(test_the_real_host_has_a_node_zero)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("numa");
-	TCase *t = tcase_create("placement");
-
-	tcase_add_test(t, test_node_lists_parse_as_the_kernel_writes_them);
-	tcase_add_test(t, test_two_nodes_with_gpus_on_each);
-	tcase_add_test(t, test_four_nodes_order_neighbours_by_distance);
-	tcase_add_test(t, test_prewarm_follows_the_gpus_or_is_even);
-	tcase_add_test(t, test_numa_prewarm_spec_parses_and_names_its_errors);
-	tcase_add_test(t, test_no_numa_in_the_kernel_is_one_node_with_all_memory);
-	tcase_add_test(t, test_nodes_numbered_past_the_mask_are_left_out);
-	tcase_add_test(t, test_the_real_host_has_a_node_zero);
-	suite_add_tcase(s, t);
-	return s;
-}
+CHECK_SUITE(suite, "numa", "placement", NULL, NULL, 0, test_node_lists_parse_as_the_kernel_writes_them,
+	    test_two_nodes_with_gpus_on_each, test_four_nodes_order_neighbours_by_distance,
+	    test_prewarm_follows_the_gpus_or_is_even, test_numa_prewarm_spec_parses_and_names_its_errors,
+	    test_no_numa_in_the_kernel_is_one_node_with_all_memory, test_nodes_numbered_past_the_mask_are_left_out,
+	    test_the_real_host_has_a_node_zero)
 
 CHECK_MAIN(suite)

@@ -119,19 +119,8 @@ START_TEST(test_too_many_pids_are_refused)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("orphans");
-	TCase *t = tcase_create("state file");
-
-	tcase_set_timeout(t, 10);
-	tcase_add_test(t, test_written_state_reads_back_the_same);
-	tcase_add_test(t, test_empty_list_reads_back_empty);
-	tcase_add_test(t, test_another_boot_is_stale);
-	tcase_add_test(t, test_damaged_states_are_refused);
-	tcase_add_test(t, test_too_many_pids_are_refused);
-	suite_add_tcase(s, t);
-	return s;
-}
+CHECK_SUITE(suite, "orphans", "state file", NULL, NULL, 10, test_written_state_reads_back_the_same,
+	    test_empty_list_reads_back_empty, test_another_boot_is_stale, test_damaged_states_are_refused,
+	    test_too_many_pids_are_refused)
 
 CHECK_MAIN(suite)

@@ -17,7 +17,8 @@ START_TEST(test_table_finds_exact_and_inner_pointers_and_takes_by_kind)
 	struct pbp_table t = { 0 };
 	struct pbp_entry e;
 
-	ck_assert_int_eq(pbp_table_put(&t, &(struct pbp_entry){ .base = 0x10000, .bytes = 0x2000, .kind = PBP_LEASE }), 0);
+	ck_assert_int_eq(pbp_table_put(&t, &(struct pbp_entry){ .base = 0x10000, .bytes = 0x2000, .kind = PBP_LEASE }),
+			 0);
 	e = entry(0x40000, 0x1000, PBP_REGISTRATION);
 	ck_assert_int_eq(pbp_table_put(&t, &e), 0);
 	e = entry(0x20000, 0x1000, PBP_DRIVER_ALLOC);
@@ -126,19 +127,10 @@ START_TEST(test_page_span_covers_every_touched_page)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("preload-table");
-	TCase *t = tcase_create("decisions");
-
-	tcase_add_test(t, test_table_finds_exact_and_inner_pointers_and_takes_by_kind);
-	tcase_add_test(t, test_table_grows_and_stays_sorted);
-	tcase_add_test(t, test_policy_names_parse_and_anything_else_is_refused);
-	tcase_add_test(t, test_pageable_is_never_given_where_a_device_pointer_is_needed);
-	tcase_add_test(t, test_reported_flags_tell_what_the_memory_is);
-	tcase_add_test(t, test_page_span_covers_every_touched_page);
-	suite_add_tcase(s, t);
-	return s;
-}
+CHECK_SUITE(suite, "preload-table", "decisions", NULL, NULL, 0,
+	    test_table_finds_exact_and_inner_pointers_and_takes_by_kind, test_table_grows_and_stays_sorted,
+	    test_policy_names_parse_and_anything_else_is_refused,
+	    test_pageable_is_never_given_where_a_device_pointer_is_needed, test_reported_flags_tell_what_the_memory_is,
+	    test_page_span_covers_every_touched_page)
 
 CHECK_MAIN(suite)

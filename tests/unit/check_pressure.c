@@ -12,6 +12,7 @@
 
 #include "pressure.h"
 #include "check_main.h"
+#include "fixture.h"
 
 #define KIB 1024ull
 #define MIB (1024ull * KIB)
@@ -37,25 +38,10 @@ static void reference_thresholds(struct pressure_thresholds *ret)
 	};
 }
 
+/* A fixture of tests/fixtures/proc/, exactly its size (fixture.h). */
 static char *slurp(const char *rel, size_t *len)
 {
-	char path[1024];
-	struct stat st;
-	char *buf;
-	ssize_t n;
-	int fd;
-
-	snprintf(path, sizeof(path), "%s/proc/%s", FIXTURES_DIR, rel);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	ck_assert_msg(fd >= 0, "cannot open fixture %s", path);
-	ck_assert_int_eq(fstat(fd, &st), 0);
-	buf = malloc(st.st_size > 0 ? (size_t)st.st_size : 1);
-	ck_assert_ptr_nonnull(buf);
-	n = read(fd, buf, (size_t)st.st_size);
-	ck_assert_int_eq(n, st.st_size);
-	close(fd);
-	*len = (size_t)n;
-	return buf;
+	return fixture_read("proc", rel, len);
 }
 
 /* A copy of a string without its NUL. */
@@ -138,8 +124,7 @@ static int fixture_psi(const char *scenario, const char *file, struct psi *p)
 	return r;
 }
 
-static int fixture_u64(const char *scenario, const char *file, int (*fn)(const char *, size_t, uint64_t *),
-		       uint64_t *v)
+static int fixture_u64(const char *scenario, const char *file, int (*fn)(const char *, size_t, uint64_t *), uint64_t *v)
 {
 	char rel[512];
 	size_t len;
@@ -256,15 +241,17 @@ START_TEST(test_idle_vmstat_psi_and_cgroup_parse)
 	ck_assert(c.has_v2);
 	ck_assert_str_eq(c.v2, "/");
 	/* The capture host's v1 "no limit" is PAGE_COUNTER_MAX in bytes. */
-	ck_assert_int_eq(fixture_u64("idle",
-				     "sys/fs/cgroup/memory/process_api/5aa2235a371b0280ae36cb7247ebc871/memory.limit_in_bytes",
-				     pressure_parse_cgroup_v1_limit, &limit),
-			 0);
+	ck_assert_int_eq(
+		fixture_u64("idle",
+			    "sys/fs/cgroup/memory/process_api/5aa2235a371b0280ae36cb7247ebc871/memory.limit_in_bytes",
+			    pressure_parse_cgroup_v1_limit, &limit),
+		0);
 	ck_assert_uint_eq(limit, PRESSURE_UNLIMITED);
-	ck_assert_int_eq(fixture_u64("idle",
-				     "sys/fs/cgroup/memory/process_api/5aa2235a371b0280ae36cb7247ebc871/memory.usage_in_bytes",
-				     pressure_parse_u64_file, &usage),
-			 0);
+	ck_assert_int_eq(
+		fixture_u64("idle",
+			    "sys/fs/cgroup/memory/process_api/5aa2235a371b0280ae36cb7247ebc871/memory.usage_in_bytes",
+			    pressure_parse_u64_file, &usage),
+		0);
 	ck_assert_uint_gt(usage, 0);
 	ck_assert_int_eq(fixture_keyed("idle",
 				       "sys/fs/cgroup/memory/process_api/5aa2235a371b0280ae36cb7247ebc871/memory.stat",
@@ -437,9 +424,9 @@ START_TEST(test_cgroup_v2_fixture_limit_makes_it_tight)
 	ck_assert_double_eq_tol(cg_psi.some.avg10, 2.0, 1e-9);
 	ck_assert_double_eq_tol(cg_psi.full.avg300, 0.05, 1e-9);
 	ck_assert_uint_eq(cg_psi.full.total_us, 345678);
-	ck_assert_int_eq(fixture_u64("cgroup-v2", "sys/fs/cgroup/system.slice/memory.max",
-				     pressure_parse_cgroup_v2_max, &slice),
-			 0);
+	ck_assert_int_eq(
+		fixture_u64("cgroup-v2", "sys/fs/cgroup/system.slice/memory.max", pressure_parse_cgroup_v2_max, &slice),
+		0);
 	ck_assert_uint_eq(slice, PRESSURE_UNLIMITED);
 	s.have_cgroup_limit = true;
 
@@ -786,7 +773,7 @@ static void check_parsers_on(const char *b, size_t len, const struct pressure_th
 	struct vmstat v;
 	struct psi p;
 	struct cgroup_paths c;
-	struct pressure_sample smp = {0};
+	struct pressure_sample smp = { 0 };
 	struct pressure_figures f;
 	enum broker_state st;
 	uint64_t u;
@@ -820,7 +807,8 @@ static void check_parsers_on(const char *b, size_t len, const struct pressure_th
 		n->psi++;
 		ck_assert(p.some.present);
 		ck_assert(isfinite(p.some.avg10) && isfinite(p.some.avg60) && isfinite(p.some.avg300));
-		ck_assert(!p.full.present || (isfinite(p.full.avg10) && isfinite(p.full.avg60) && isfinite(p.full.avg300)));
+		ck_assert(!p.full.present ||
+			  (isfinite(p.full.avg10) && isfinite(p.full.avg60) && isfinite(p.full.avg300)));
 	}
 	r = pressure_parse_self_cgroup(b, len, &c);
 	ck_assert_msg(r == 0 || r == -EBADMSG || r == -ENAMETOOLONG, "self_cgroup: %d", r);
@@ -846,7 +834,7 @@ START_TEST(test_random_buffers_never_crash_a_parser)
 {
 	unsigned seed = 12345;
 	struct pressure_thresholds t;
-	struct parse_counts n = {0};
+	struct parse_counts n = { 0 };
 
 	reference_thresholds(&t);
 	for (int i = 0; i < 20000; i++) {
@@ -869,7 +857,7 @@ START_TEST(test_mutated_fixtures_parse_to_sane_values_or_fail_cleanly)
 					     "cgroup-v2/proc/self/cgroup", "idle/proc/vmstat" };
 	unsigned seed = 54321;
 	struct pressure_thresholds t;
-	struct parse_counts n = {0};
+	struct parse_counts n = { 0 };
 
 	reference_thresholds(&t);
 	for (size_t k = 0; k < sizeof(files) / sizeof(files[0]); k++) {
@@ -910,7 +898,7 @@ END_TEST
 /* 100 GiB host, no swap, no PSI, no cgroup; avail_pct of it available. */
 static struct pressure_sample sample_pct(double avail_pct)
 {
-	struct pressure_sample s = {0};
+	struct pressure_sample s = { 0 };
 
 	s.mem.mem_total_bytes = 100 * GIB;
 	s.mem.mem_available_bytes = (uint64_t)(avail_pct / 100.0 * (double)(100 * GIB));
@@ -1109,7 +1097,7 @@ START_TEST(test_cgroup_limit_dominates_mem_total)
 
 	s.have_cgroup_limit = true;
 	s.cgroup_limit_bytes = 10 * GIB;
-	s.cgroup_usage_bytes = 10 * GIB - 400 * MIB;  /* 3.9% left */
+	s.cgroup_usage_bytes = 10 * GIB - 400 * MIB; /* 3.9% left */
 	pressure_figures(&s, &f);
 	ck_assert(f.cgroup_dominates);
 	ck_assert_uint_eq(f.mem_base_bytes, 10 * GIB);
@@ -1184,7 +1172,7 @@ START_TEST(test_missing_signals_never_cross)
 	struct pressure_figures f;
 
 	s.have_psi = false;
-	s.psi.some.avg10 = s.psi.full.avg10 = 99;  /* stale values behind have_psi = false */
+	s.psi.some.avg10 = s.psi.full.avg10 = 99; /* stale values behind have_psi = false */
 	s.have_swapout = false;
 	s.swapout_pages_s = 1e9;
 	pressure_figures(&s, &f);
@@ -1259,66 +1247,35 @@ END_TEST
 static Suite *pressure_suite(void)
 {
 	Suite *s = suite_create("pressure");
-	TCase *fx = tcase_create("fixtures");
-	TCase *parse = tcase_create("hostile-input");
-	TCase *pol = tcase_create("policy");
 
-	tcase_set_timeout(fx, 10);
-	tcase_add_test(fx, test_idle_meminfo_gives_bytes);
-	tcase_add_test(fx, test_idle_vmstat_psi_and_cgroup_parse);
-	tcase_add_test(fx, test_idle_fixture_is_normal);
-	tcase_add_test(fx, test_swapping_fixture_is_tight_with_swapout_rate);
-	tcase_add_test(fx, test_near_oom_fixture_is_critical);
-	tcase_add_test(fx, test_no_psi_fixture_polls_meminfo_only);
-	tcase_add_test(fx, test_cgroup_v1_fixture_limit_makes_it_critical);
-	tcase_add_test(fx, test_cgroup_v2_fixture_limit_makes_it_tight);
-	tcase_add_test(fx, test_garbage_fixture_is_rejected);
-	tcase_add_test(fx, test_truncated_fixture_is_rejected_not_misread);
-	tcase_add_test(fx, test_missing_fixture_has_no_meminfo);
-	suite_add_tcase(s, fx);
+	CHECK_CASE(s, "fixtures", NULL, NULL, 10, test_idle_meminfo_gives_bytes, test_idle_vmstat_psi_and_cgroup_parse,
+		   test_idle_fixture_is_normal, test_swapping_fixture_is_tight_with_swapout_rate,
+		   test_near_oom_fixture_is_critical, test_no_psi_fixture_polls_meminfo_only,
+		   test_cgroup_v1_fixture_limit_makes_it_critical, test_cgroup_v2_fixture_limit_makes_it_tight,
+		   test_garbage_fixture_is_rejected, test_truncated_fixture_is_rejected_not_misread,
+		   test_missing_fixture_has_no_meminfo);
 
 	/* The random run takes about a second under ASan. */
-	tcase_set_timeout(parse, 60);
-	tcase_add_test(parse, test_meminfo_empty_and_null_are_bad);
-	tcase_add_test(parse, test_meminfo_without_final_newline_ignores_last_line);
-	tcase_add_test(parse, test_meminfo_reads_exactly_len_bytes);
-	tcase_add_test(parse, test_meminfo_huge_and_negative_numbers_are_bad);
-	tcase_add_test(parse, test_meminfo_bad_optional_field_is_dropped);
-	tcase_add_test(parse, test_meminfo_hugepages_scale_by_page_size);
-	tcase_add_test(parse, test_meminfo_key_must_match_whole_name);
-	tcase_add_test(parse, test_vmstat_needs_both_counters);
-	tcase_add_test(parse, test_psi_with_only_some_is_fine);
-	tcase_add_test(parse, test_psi_malformed_lines_are_bad);
-	tcase_add_test(parse, test_psi_tolerates_unknown_fields_and_long_fractions);
-	tcase_add_test(parse, test_u64_files_accept_optional_newline_only);
-	tcase_add_test(parse, test_v2_max_means_unlimited);
-	tcase_add_test(parse, test_v1_limit_from_2_pow_62_is_unlimited);
-	tcase_add_test(parse, test_self_cgroup_finds_v1_memory_and_v2);
-	tcase_add_test(parse, test_self_cgroup_rejects_unsafe_or_missing_paths);
-	tcase_add_test(parse, test_random_buffers_never_crash_a_parser);
-	tcase_add_test(parse, test_mutated_fixtures_parse_to_sane_values_or_fail_cleanly);
-	tcase_add_test(parse, test_rate_of_counter_going_back_is_zero);
-	suite_add_tcase(s, parse);
+	CHECK_CASE(s, "hostile-input", NULL, NULL, 60, test_meminfo_empty_and_null_are_bad,
+		   test_meminfo_without_final_newline_ignores_last_line, test_meminfo_reads_exactly_len_bytes,
+		   test_meminfo_huge_and_negative_numbers_are_bad, test_meminfo_bad_optional_field_is_dropped,
+		   test_meminfo_hugepages_scale_by_page_size, test_meminfo_key_must_match_whole_name,
+		   test_vmstat_needs_both_counters, test_psi_with_only_some_is_fine, test_psi_malformed_lines_are_bad,
+		   test_psi_tolerates_unknown_fields_and_long_fractions, test_u64_files_accept_optional_newline_only,
+		   test_v2_max_means_unlimited, test_v1_limit_from_2_pow_62_is_unlimited,
+		   test_self_cgroup_finds_v1_memory_and_v2, test_self_cgroup_rejects_unsafe_or_missing_paths,
+		   test_random_buffers_never_crash_a_parser, test_mutated_fixtures_parse_to_sane_values_or_fail_cleanly,
+		   test_rate_of_counter_going_back_is_zero);
 
-	tcase_set_timeout(pol, 10);
-	tcase_add_test(pol, test_new_policy_rejects_null_thresholds);
-	tcase_add_test(pol, test_each_tight_signal_raises_normal_to_tight);
-	tcase_add_test(pol, test_each_critical_signal_raises_normal_to_critical);
-	tcase_add_test(pol, test_tight_rises_to_critical_at_once);
-	tcase_add_test(pol, test_critical_drops_to_normal_only_after_hysteresis);
-	tcase_add_test(pol, test_critical_steps_to_tight_then_normal);
-	tcase_add_test(pol, test_spike_restarts_the_hysteresis_clock);
-	tcase_add_test(pol, test_zero_hysteresis_drops_on_first_calm_sample);
-	tcase_add_test(pol, test_clock_going_back_does_not_release_early);
-	tcase_add_test(pol, test_cgroup_limit_dominates_mem_total);
-	tcase_add_test(pol, test_cgroup_limit_above_mem_total_or_unlimited_is_ignored);
-	tcase_add_test(pol, test_swap_thresholds_ignored_without_swap);
-	tcase_add_test(pol, test_missing_signals_never_cross);
-	tcase_add_test(pol, test_nan_threshold_disables_condition);
-	tcase_add_test(pol, test_set_thresholds_keeps_state_and_applies_next_sample);
-	tcase_add_test(pol, test_why_is_truncated_safely);
-	tcase_add_test(pol, test_state_names);
-	suite_add_tcase(s, pol);
+	CHECK_CASE(s, "policy", NULL, NULL, 10, test_new_policy_rejects_null_thresholds,
+		   test_each_tight_signal_raises_normal_to_tight, test_each_critical_signal_raises_normal_to_critical,
+		   test_tight_rises_to_critical_at_once, test_critical_drops_to_normal_only_after_hysteresis,
+		   test_critical_steps_to_tight_then_normal, test_spike_restarts_the_hysteresis_clock,
+		   test_zero_hysteresis_drops_on_first_calm_sample, test_clock_going_back_does_not_release_early,
+		   test_cgroup_limit_dominates_mem_total, test_cgroup_limit_above_mem_total_or_unlimited_is_ignored,
+		   test_swap_thresholds_ignored_without_swap, test_missing_signals_never_cross,
+		   test_nan_threshold_disables_condition, test_set_thresholds_keeps_state_and_applies_next_sample,
+		   test_why_is_truncated_safely, test_state_names);
 	return s;
 }
 

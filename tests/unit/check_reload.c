@@ -52,8 +52,14 @@ START_TEST(test_reload_and_set_agree_on_every_key)
 
 		ck_assert_msg(reload_applies == set_applies, "%s = %s: reload %s it, set %s it", keys[i].name, value,
 			      reload_applies ? "applies" : "keeps", set_applies ? "applies" : "refuses");
-		ck_assert_msg(set_applies == keys[i].reloadable, "%s: the table says reloadable %d", keys[i].name,
-			      keys[i].reloadable);
+		ck_assert_msg(set_applies == (config_expect_reloadable(keys[i].name) == 1),
+			      "%s: set %s it, yet the docs say it %s", keys[i].name,
+			      set_applies ? "applies" : "refuses",
+			      config_expect_reloadable(keys[i].name) == 1 ? "is reloadable" : "needs a restart");
+		ck_assert_msg(reload_applies == (config_expect_reloadable(keys[i].name) == 1),
+			      "%s: reload %s it, yet the docs say it %s", keys[i].name,
+			      reload_applies ? "applies" : "keeps",
+			      reload_applies ? "needs a restart" : "is reloadable");
 		free(err);
 		config_free(set);
 		config_free(running);
@@ -139,18 +145,8 @@ START_TEST(test_apply_rolls_back_when_a_hook_fails)
 }
 END_TEST
 
-static Suite *reload_suite(void)
-{
-	Suite *s = suite_create("reload");
-	TCase *tc = tcase_create("gate");
-
-	tcase_set_timeout(tc, TIMEOUT_S);
-	tcase_add_test(tc, test_reload_and_set_agree_on_every_key);
-	tcase_add_test(tc, test_set_refuses_unknown_and_bad_values);
-	tcase_add_test(tc, test_resolve_sizes_clamps_to_budget_and_cap);
-	tcase_add_test(tc, test_apply_rolls_back_when_a_hook_fails);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(reload_suite, "reload", "gate", NULL, NULL, TIMEOUT_S, test_reload_and_set_agree_on_every_key,
+	    test_set_refuses_unknown_and_bad_values, test_resolve_sizes_clamps_to_budget_and_cap,
+	    test_apply_rolls_back_when_a_hook_fails)
 
 CHECK_MAIN(reload_suite)

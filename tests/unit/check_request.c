@@ -621,33 +621,17 @@ START_TEST(test_quota_set_warns_over_the_budget_and_names_a_bad_path)
 }
 END_TEST
 
-static Suite *request_suite(void)
-{
-	Suite *s = suite_create("request");
-	TCase *tc = tcase_create("core");
-
-	/* Each test builds the fixture's broker in its own forked child. */
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_request_before_hello_is_refused_and_closes);
-	tcase_add_test(tc, test_second_hello_closes_the_connection);
-	tcase_add_test(tc, test_acquire_and_release_bring_every_counter_back_to_zero);
-	tcase_add_test(tc, test_stopping_serves_release_and_status);
-	tcase_add_test(tc, test_stopping_refuses_every_other_kind);
-	tcase_add_test(tc, test_critical_refuses_acquire_at_the_gate);
-	tcase_add_test(tc, test_critical_refuses_register_only_and_waiting_acquires);
-	tcase_add_test(tc, test_critical_serves_requests_that_take_no_memory);
-	tcase_add_test(tc, test_revoke_and_release_grant_the_waiting_acquire_through_the_event);
-	tcase_add_test(tc, test_wait_queue_grants_only_on_the_freed_memory_event);
-	tcase_add_test(tc, test_going_critical_refuses_the_waiting_acquires);
-	tcase_add_test(tc, test_waiting_acquire_times_out_and_leaves_the_queue);
-	tcase_add_test(tc, test_set_is_refused_to_non_admins);
-	tcase_add_test(tc, test_set_is_served_to_admins);
-	tcase_add_test(tc, test_revoking_another_uids_lease_needs_admin);
-	tcase_add_test(tc, test_admin_revokes_another_uids_lease);
-	tcase_add_test(tc, test_quota_handlers_are_served_in_the_harness);
-	tcase_add_test(tc, test_quota_set_warns_over_the_budget_and_names_a_bad_path);
-	suite_add_tcase(s, tc);
-	return s;
-}
+/* Each test builds the fixture's broker in its own forked child. */
+CHECK_SUITE(request_suite, "request", "core", NULL, NULL, 30, test_request_before_hello_is_refused_and_closes,
+	    test_second_hello_closes_the_connection, test_acquire_and_release_bring_every_counter_back_to_zero,
+	    test_stopping_serves_release_and_status, test_stopping_refuses_every_other_kind,
+	    test_critical_refuses_acquire_at_the_gate, test_critical_refuses_register_only_and_waiting_acquires,
+	    test_critical_serves_requests_that_take_no_memory,
+	    test_revoke_and_release_grant_the_waiting_acquire_through_the_event,
+	    test_wait_queue_grants_only_on_the_freed_memory_event, test_going_critical_refuses_the_waiting_acquires,
+	    test_waiting_acquire_times_out_and_leaves_the_queue,
+	    test_set_is_refused_to_non_admins, test_set_is_served_to_admins,
+	    test_revoking_another_uids_lease_needs_admin, test_admin_revokes_another_uids_lease,
+	    test_quota_handlers_are_served_in_the_harness, test_quota_set_warns_over_the_budget_and_names_a_bad_path)
 
 CHECK_MAIN(request_suite)

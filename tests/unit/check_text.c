@@ -48,10 +48,12 @@ START_TEST(test_printable_refuses_controls_separators_and_bidi)
 	ck_assert(!text_printable("a\tb"));
 	ck_assert(!text_printable("\x1b[2J"));
 	ck_assert(!text_printable("del\x7f"));
-	ck_assert(!text_printable("c1 \xc2\x9b" "31m"));  /* U+009B, CSI */
-	ck_assert(!text_printable("line\xe2\x80\xa8sep"));  /* U+2028 */
-	ck_assert(!text_printable("\xe2\x80\xae" "txt.exe")); /* U+202E, right-to-left override */
-	ck_assert(!text_printable("\xe2\x81\xa6"));         /* U+2066 */
+	ck_assert(!text_printable("c1 \xc2\x9b"
+				  "31m"));                 /* U+009B, CSI */
+	ck_assert(!text_printable("line\xe2\x80\xa8sep")); /* U+2028 */
+	ck_assert(!text_printable("\xe2\x80\xae"
+				  "txt.exe"));      /* U+202E, right-to-left override */
+	ck_assert(!text_printable("\xe2\x81\xa6")); /* U+2066 */
 	ck_assert(!text_printable("bad \xff byte"));
 }
 END_TEST
@@ -92,7 +94,8 @@ END_TEST
 
 START_TEST(test_truncate_never_splits_a_character)
 {
-	char s[] = "ab\xe2\x82\xac" "cd";
+	char s[] = "ab\xe2\x82\xac"
+		   "cd";
 
 	text_truncate(s, 4); /* would cut the euro sign after its second byte */
 	ck_assert_str_eq(s, "ab");
@@ -107,20 +110,9 @@ START_TEST(test_truncate_never_splits_a_character)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("text");
-	TCase *tc = tcase_create("text");
-
-	tcase_set_timeout(tc, TIMEOUT_S);
-	tcase_add_test(tc, test_decode_accepts_every_valid_length);
-	tcase_add_test(tc, test_decode_rejects_malformed_sequences);
-	tcase_add_test(tc, test_printable_refuses_controls_separators_and_bidi);
-	tcase_add_test(tc, test_sanitize_replaces_each_bad_byte_and_keeps_good_text);
-	tcase_add_test(tc, test_escape_is_c_style_and_unambiguous);
-	tcase_add_test(tc, test_truncate_never_splits_a_character);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(suite, "text", "text", NULL, NULL, TIMEOUT_S, test_decode_accepts_every_valid_length,
+	    test_decode_rejects_malformed_sequences, test_printable_refuses_controls_separators_and_bidi,
+	    test_sanitize_replaces_each_bad_byte_and_keeps_good_text, test_escape_is_c_style_and_unambiguous,
+	    test_truncate_never_splits_a_character)
 
 CHECK_MAIN(suite)

@@ -114,20 +114,10 @@ START_TEST(test_random_reports_keep_exact_sums)
 }
 END_TEST
 
-static Suite *unbrokered_suite(void)
-{
-	Suite *s = suite_create("unbrokered");
-	TCase *tc = tcase_create("core");
-
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_reports_replace_each_other_per_connection_and_sum_per_uid);
-	tcase_add_test(tc, test_one_uid_on_many_connections_is_capped_and_another_still_counts);
-	tcase_add_test(tc, test_cap_is_memtotal_less_what_is_pinned);
-	tcase_add_test(tc, test_a_report_above_memtotal_or_the_wire_bound_is_not_ok);
-	tcase_add_test(tc, test_zero_reports_add_no_uid);
-	tcase_add_test(tc, test_random_reports_keep_exact_sums);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(unbrokered_suite, "unbrokered", "core", NULL, NULL, 30,
+	    test_reports_replace_each_other_per_connection_and_sum_per_uid,
+	    test_one_uid_on_many_connections_is_capped_and_another_still_counts,
+	    test_cap_is_memtotal_less_what_is_pinned, test_a_report_above_memtotal_or_the_wire_bound_is_not_ok,
+	    test_zero_reports_add_no_uid, test_random_reports_keep_exact_sums)
 
 CHECK_MAIN(unbrokered_suite)

@@ -63,8 +63,8 @@ END_TEST
 
 START_TEST(test_parse_size_garbage_is_einval)
 {
-	static const char *const bad[] = { "", " ", "K", "-1", "+1", "1.5G", "12Q", "4 KK", "0x10", "1e3",
-					   "25%", "abc", "4K4", "1PB" };
+	static const char *const bad[] = { "",     " ",    "K",   "-1",  "+1",  "1.5G", "12Q",
+					   "4 KK", "0x10", "1e3", "25%", "abc", "4K4",  "1PB" };
 	uint64_t v = 42;
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
@@ -206,33 +206,18 @@ END_TEST
 static Suite *util_suite(void)
 {
 	Suite *s = suite_create("util");
-	TCase *tc;
 
-	tc = tcase_create("parse_size");
-	tcase_set_timeout(tc, TIMEOUT_S);
-	tcase_add_test(tc, test_parse_size_plain_number_is_bytes);
-	tcase_add_test(tc, test_parse_size_suffixes_are_powers_of_1024);
-	tcase_add_test(tc, test_parse_size_allows_space_before_suffix);
-	tcase_add_test(tc, test_parse_size_overflow_is_erange);
-	tcase_add_test(tc, test_parse_size_garbage_is_einval);
-	suite_add_tcase(s, tc);
+	CHECK_CASE(s, "parse_size", NULL, NULL, TIMEOUT_S, test_parse_size_plain_number_is_bytes,
+		   test_parse_size_suffixes_are_powers_of_1024, test_parse_size_allows_space_before_suffix,
+		   test_parse_size_overflow_is_erange, test_parse_size_garbage_is_einval);
 
-	tc = tcase_create("parse_size_or_pct");
-	tcase_set_timeout(tc, TIMEOUT_S);
-	tcase_add_test(tc, test_parse_size_or_pct_reads_percentages);
-	tcase_add_test(tc, test_parse_size_or_pct_reads_sizes);
-	tcase_add_test(tc, test_parse_size_or_pct_rejects_bad_percentages);
-	suite_add_tcase(s, tc);
+	CHECK_CASE(s, "parse_size_or_pct", NULL, NULL, TIMEOUT_S, test_parse_size_or_pct_reads_percentages,
+		   test_parse_size_or_pct_reads_sizes, test_parse_size_or_pct_rejects_bad_percentages);
 
-	tc = tcase_create("format_and_round");
-	tcase_set_timeout(tc, TIMEOUT_S);
-	tcase_add_test(tc, test_format_size_picks_binary_unit);
-	tcase_add_test(tc, test_format_size_truncates_to_buffer);
-	tcase_add_test(tc, test_round_up_to_multiples);
-	tcase_add_test(tc, test_round_up_overflow_returns_zero);
-	tcase_add_test(tc, test_grow_array_doubles_only_when_full);
-	tcase_add_test(tc, test_clocks_are_monotonic_and_agree);
-	suite_add_tcase(s, tc);
+	CHECK_CASE(s, "format_and_round", NULL, NULL, TIMEOUT_S, test_format_size_picks_binary_unit,
+		   test_format_size_truncates_to_buffer, test_round_up_to_multiples,
+		   test_round_up_overflow_returns_zero, test_grow_array_doubles_only_when_full,
+		   test_clocks_are_monotonic_and_agree);
 	return s;
 }
 

@@ -583,27 +583,11 @@ START_TEST(test_garbage_does_not_unpack)
 }
 END_TEST
 
-static Suite *wire_suite(void)
-{
-	Suite *s = suite_create("wire");
-	TCase *tc = tcase_create("socketpair");
-
-	tcase_add_checked_fixture(tc, pair_setup, pair_teardown);
-	tcase_set_timeout(tc, 20);
-	tcase_add_test(tc, test_every_request_kind_round_trips);
-	tcase_add_test(tc, test_every_reply_kind_round_trips);
-	tcase_add_test(tc, test_lease_memfd_contents_survive_the_trip);
-	tcase_add_test(tc, test_250_fds_in_one_packet);
-	tcase_add_test(tc, test_more_than_250_fds_refused_by_sender);
-	tcase_add_test(tc, test_fds_beyond_max_fds_give_ebadmsg_without_leak);
-	tcase_add_test(tc, test_kernel_ctrunc_gives_ebadmsg_without_leak);
-	tcase_add_test(tc, test_oversized_packet_gives_emsgsize_without_leak);
-	tcase_add_test(tc, test_peer_close_reads_as_eof);
-	tcase_add_test(tc, test_send_to_closed_peer_is_epipe_not_sigpipe);
-	tcase_add_test(tc, test_nonblocking_empty_socket_is_eagain);
-	tcase_add_test(tc, test_garbage_does_not_unpack);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(wire_suite, "wire", "socketpair", pair_setup, pair_teardown, 20, test_every_request_kind_round_trips,
+	    test_every_reply_kind_round_trips, test_lease_memfd_contents_survive_the_trip, test_250_fds_in_one_packet,
+	    test_more_than_250_fds_refused_by_sender, test_fds_beyond_max_fds_give_ebadmsg_without_leak,
+	    test_kernel_ctrunc_gives_ebadmsg_without_leak, test_oversized_packet_gives_emsgsize_without_leak,
+	    test_peer_close_reads_as_eof, test_send_to_closed_peer_is_epipe_not_sigpipe,
+	    test_nonblocking_empty_socket_is_eagain, test_garbage_does_not_unpack)
 
 CHECK_MAIN(wire_suite)

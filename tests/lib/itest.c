@@ -46,12 +46,101 @@ pid_t itest_fork(void)
 	return pid;
 }
 
+pid_t itest_fork_piped(int a[2], int b[2])
+{
+	pid_t pid;
+
+	ck_assert(!a || pipe(a) == 0);
+	ck_assert(!b || pipe(b) == 0);
+	pid = itest_fork();
+	ck_assert_int_ge(pid, 0);
+	return pid;
+}
+
+void itest_child_ready(int p[2], int code)
+{
+	if (write(p[1], "k", 1) != 1)
+		_exit(code);
+	for (;;)
+		pause();
+}
+
+void itest_wait_ready(int p[2])
+{
+	char c;
+
+	close(p[1]);
+	ck_assert_int_eq(read(p[0], &c, 1), 1);
+	close(p[0]);
+}
+
+void itest_say(int fd, char c)
+{
+	if (write(fd, &c, 1) != 1)
+		_exit(80);
+}
+
+char itest_hear(int fd, unsigned bound_s)
+{
+	char c = 0;
+
+	alarm(bound_s);
+	if (read(fd, &c, 1) != 1)
+		_exit(81);
+	alarm(0);
+	return c;
+}
+
 int itest_wait_exit(pid_t pid)
 {
 	int st;
 
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+int itest_wait_end(pid_t pid, int timeout_ms)
+{
+	struct timespec ts = { 0, 10 * 1000 * 1000 };
+	int st;
+
+	for (int waited = 0; waited <= timeout_ms; waited += 10) {
+		pid_t r = waitpid(pid, &st, WNOHANG);
+
+		if (r == pid)
+			return st;
+		ck_assert_int_eq(r, 0);
+		nanosleep(&ts, NULL);
+	}
+	return -1;
+}
+
+int itest_kill_and_reap(pid_t pid)
+{
+	int st;
+
+	kill(pid, SIGKILL);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	return WIFSIGNALED(st) ? WTERMSIG(st) : -1;
+}
+
+void itest_kill_child(pid_t *pid)
+{
+	if (*pid > 0) {
+		kill(*pid, SIGKILL);
+		waitpid(*pid, NULL, 0);
+		*pid = 0;
+	}
+}
+
+double itest_metrics_sample(const char *text, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+		if (strncmp(l, name, n) == 0 && l[n] == ' ')
+			return strtod(l + n + 1, NULL);
+	return -1;
 }
 
 void daemon_prepare(struct daemon *d)

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "check_main.h"
 #include "itest.h"
 
 /* The two unprivileged uids (and same-numbered gids) every security suite plays. */

@@ -6,49 +6,18 @@
 # (the upgrade path), `dpkg -r`, `dpkg -P`, and a fresh `dpkg -i` that starts the socket at once.
 # Writes TAP lines to $1/result.tap, details to $1/detail.log.
 set -u
-OUT=${1:-/pinbroker-results}
-mkdir -p "$OUT"
-TAP=$OUT/result.tap
-LOG=$OUT/detail.log
-: >"$TAP"
-: >"$LOG"
-exec 3>>"$LOG"
-exec >&3 2>&3
+# The TAP output and the helpers shared with the other guest script (installed beside this one).
+# shellcheck source=tests/system/lib/guest-lib.sh
+. "$(dirname "$0")/guest-lib.sh"
+guest_tap_start "${1:-/pinbroker-results}"
 
 DEBS=/var/tmp/pinbroker-debs
 CONF=/etc/pinbroker/pinbrokerd.conf
 SOCK=/run/pinbroker/pinbroker.sock
 UNIT=pinbrokerd.service
 CATALOG=/usr/lib/systemd/catalog/pinbroker.catalog
-N=0
 PLAN=37
 
-log() { printf '# %s\n' "$*"; }
-ok() { N=$((N + 1)); echo "ok $N - $1" >>"$TAP"; log "ok $N - $1"; }
-notok() {
-	N=$((N + 1))
-	echo "not ok $N - $1${2:+ ($2)}" >>"$TAP"
-	log "not ok $N - $1${2:+ ($2)}"
-}
-# check DESC CMD...: one TAP line from a command's exit status; its output goes to the log.
-check() {
-	local desc=$1
-	shift
-	log "check: $desc: $*"
-	if "$@"; then ok "$desc"; else notok "$desc" "command failed: $*"; fi
-}
-prop() { systemctl show -p "$1" --value "${2:-$UNIT}"; }
-json_num() { grep -o "\"$1\" *: *[0-9.]*" | head -n1 | sed 's/.*: *//'; }
-status_num() { pinctl status --json 2>/dev/null | json_num "$1"; }
-wait_for() {
-	local deadline=$((SECONDS + $1))
-	shift
-	while ! "$@"; do
-		[ $SECONDS -ge $deadline ] && return 1
-		sleep 0.2
-	done
-}
-svc_active() { [ "$(prop ActiveState)" = active ]; }
 svc_inactive() { [ "$(prop ActiveState)" = inactive ]; }
 sock_active() { [ "$(prop ActiveState pinbrokerd.socket)" = active ]; }
 pkg_status() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null; }
@@ -62,21 +31,10 @@ listening() {
 	done
 	return 1
 }
-new_mainpid() { local p; p=$(prop MainPID); [ "$p" != 0 ] && [ "$p" != "$1" ] && svc_active; }
 sock_ok() { listening && [ "$(stat -c '%a %U %G' "$SOCK")" = '660 root pinbroker' ]; }
 not_listening() { ! listening; }
 not_started() { svc_inactive && ! pgrep -x pinbrokerd; }
 leased_at_least() { [ "$(status_num leased_bytes)" -ge "$1" ] 2>/dev/null; }
-# Resident bytes of pinbroker chunk memfds mapped by processes other than the daemon.
-outside_rss() {
-	local d p
-	d=$(prop MainPID)
-	for p in /proc/[0-9]*; do
-		[ "${p#/proc/}" = "$d" ] && continue
-		awk '/^[0-9a-f]+-[0-9a-f]+ / { m = ($0 ~ /\/memfd:pinbroker-chunk/) } m && /^(Rss|Shared_Hugetlb|Private_Hugetlb):/ { s += $2 }
-			END { print s * 1024 + 0 }' "$p/smaps" 2>/dev/null
-	done | awk '{ s += $1 } END { print s + 0 }'
-}
 # Every MESSAGE_ID of the catalog file, read before `dpkg -r` takes the file away.
 IDS=$(sed -n 's/^-- \([0-9a-f]\{32\}\)$/\1/p' "$CATALOG" 2>/dev/null)
 catalog_lists() {

@@ -1,9 +1,15 @@
 # SPDX-License-Identifier: MIT
-# Sourced by tests/systemd/run-nspawn.sh and tests/package/run-deb.sh (bash): the cached
+# Sourced by tests/system/systemd/run-nspawn.sh and tests/system/package/run-deb.sh (bash): the cached
 # pristine Debian bookworm root (debootstrapped once, stamped with what it was built from), a
 # throwaway copy of it per run, booting a copy with systemd-nspawn, and a probe that skips
-# where this host cannot boot one. The caller defines skip MSG (exit 77), fail MSG (exit 1) and
-# lap NAME START, and may set PINBROKER_NSPAWN_CACHE / PINBROKER_NSPAWN_MIRROR first.
+# where this host cannot boot one, and running a check script in it (nspawn_run_guest). The caller
+# defines SRC (the source tree), and may set PINBROKER_NSPAWN_CACHE / PINBROKER_NSPAWN_MIRROR first.
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*"; exit 1; }
+# lap NAME START: how long NAME took since START (date +%s.%N); t_start is when the caller sourced this.
+t_start=$(date +%s.%N)
+lap() { printf '%s: %.1f s\n' "$1" "$(echo "$(date +%s.%N) - $2" | bc)"; }
 
 NSPAWN_CACHE=${PINBROKER_NSPAWN_CACHE:-/var/cache/pinbroker-test/bookworm-root}
 NSPAWN_SUITE=bookworm
@@ -154,4 +160,54 @@ nspawn_guest_unit() {
 		WantedBy=multi-user.target
 	EOF
 	systemctl --root="$1" enable "$2.service" >/dev/null 2>&1 || fail "systemctl --root enable $2.service failed"
+}
+
+# The host's own checks, counted with the guest's: "ok - host: ..." lines and PASS/FAIL.
+PASS=0
+FAIL=0
+host_ok() { PASS=$((PASS + 1)); echo "ok - host: $1"; }
+host_notok() { FAIL=$((FAIL + 1)); echo "not ok - host: $1${2:+ ($2)}"; }
+host_check() {
+	local desc=$1
+	shift
+	if "$@"; then host_ok "$desc"; else host_notok "$desc"; fi
+}
+
+# nspawn_run_guest ROOT NAME SCRIPT TIMEOUT RESULTS LOG...: installs SCRIPT and the guest's helpers
+# (tests/system/lib/guest-lib.sh) into ROOT, boots ROOT as machine NAME with SCRIPT run by NAME.service,
+# copies what the guest wrote and each LOG to RESULTS, counts the guest's TAP lines into PASS/FAIL and
+# prints "N passed, N failed". Returns 0 when nothing failed.
+nspawn_run_guest() {
+	local root=$1 name=$2 script=$3 timeout=$4 res=$5 dir=/usr/local/libexec/pinbroker-test rc t tap plan ran
+	shift 5
+	install -D -m 0755 "$script" "$root$dir/${script##*/}"
+	install -D -m 0644 "$SRC/tests/system/lib/guest-lib.sh" "$root$dir/guest-lib.sh"
+	nspawn_guest_unit "$root" "$name" "$dir/${script##*/}" "$timeout"
+
+	t=$(date +%s.%N)
+	nspawn_boot "$root" "$timeout" "$name" >"$WORK/console.log" 2>&1
+	rc=$?
+	lap "nspawn boot + guest checks" "$t"
+	rm -rf "$res"
+	mkdir -p "$res"
+	cp -a "$root/pinbroker-results/." "$res/" 2>/dev/null
+	cp "$WORK/console.log" "$@" "$res/"
+	[ $rc = 124 ] && host_notok "guest powered off within ${timeout}s (timed out)"
+
+	tap=$res/result.tap
+	if [ ! -s "$tap" ]; then
+		tail -n 30 "$WORK/console.log"
+		host_notok "guest wrote results"
+	else
+		grep -E '^(not )?ok ' "$tap" | sed 's/^/guest: /'
+		PASS=$((PASS + $(grep -c '^ok ' "$tap")))
+		FAIL=$((FAIL + $(grep -c '^not ok ' "$tap")))
+		plan=$(sed -n 's/^1\.\.\([0-9]*\)$/\1/p' "$tap")
+		ran=$(grep -cE '^(not )?ok ' "$tap")
+		[ -n "$plan" ] && [ "$plan" = "$ran" ] || host_notok "guest ran all its checks (ran $ran, plan '${plan:-none: it stopped early}')"
+	fi
+	[ $FAIL = 0 ] || echo "details: $res/detail.log, $res/journal.txt, $res/console.log"
+	lap "total" "$t_start"
+	echo "$PASS passed, $FAIL failed"
+	[ $FAIL = 0 ]
 }

@@ -14,10 +14,10 @@
 
 struct daemon {
 	pid_t pid;
-	char dir[256];        /* temp dir holding the socket and the log */
+	char dir[256]; /* temp dir holding the socket and the log */
 	char socket[300];
 	char log[300];
-	long log_from;        /* the log's size when the daemon was last started: where that start's output begins */
+	long log_from; /* the log's size when the daemon was last started: where that start's output begins */
 };
 
 /*
@@ -34,7 +34,7 @@ void daemon_prepare(struct daemon *d);
 /*
  * daemon_restart, with child_setup(ud) run in the child just before exec, after the
  * environment was cleaned (NOTIFY_SOCKET, LISTEN_FDS unset): a stand-in for a
- * service manager sets its own there (tests/security/fdstore.h).
+ * service manager sets its own there (tests/lib/fdstore.h).
  */
 void daemon_restart_with(struct daemon *d, const char *const *extra_args, void (*child_setup)(void *ud), void *ud);
 /* SIGTERM, wait, and check it exited 0. Returns the exit status (or 128+signal). */
@@ -77,8 +77,35 @@ const struct pb_lease_info *itest_lease_row(const struct pb_status *s, uint64_t 
  * whole test's process group when the child is signalled.
  */
 pid_t itest_fork(void);
+/* pipe() each of a and b that is not NULL, then itest_fork(): the child's pid, or 0 in the child; asserts all of it. */
+pid_t itest_fork_piped(int a[2], int b[2]);
+/* In a child: tell the parent through the pipe p that it is ready (or _exit(code)), then wait to be killed. */
+__attribute__((noreturn)) void itest_child_ready(int p[2], int code);
+/* In the parent: wait for itest_child_ready's byte on p, and close both ends. */
+void itest_wait_ready(int p[2]);
+/*
+ * One byte over a pipe between a test and its child: say writes c (or _exit(80)); hear reads one within
+ * bound_s seconds (or _exit(81)), so a wedged peer fails the test instead of hanging it.
+ */
+void itest_say(int fd, char c);
+char itest_hear(int fd, unsigned bound_s);
 /* Reap child pid (asserting it is ours): its exit status, or 128 + the signal that killed it. */
 int itest_wait_exit(pid_t pid);
+/* Wait up to timeout_ms for our child (or adopted orphan) pid to end: its wait status, or -1 if it still runs. */
+int itest_wait_end(pid_t pid, int timeout_ms);
+/*
+ * SIGKILL a process we are the parent of (its pid cannot have been reused) and reap it: the signal it died of
+ * first, or -1. A fatal signal sent earlier wins: the exit code is fixed when the first one arrives, so a
+ * SIGTERM from the daemon shows even after this SIGKILL.
+ */
+int itest_kill_and_reap(pid_t pid);
+/* SIGKILL and reap the child *pid when there is one (> 0), and set *pid to 0: a fixture's teardown. */
+void itest_kill_child(pid_t *pid);
+/*
+ * In Prometheus text (the metrics file, node_exporter's page): the value of the sample line that starts with
+ * name (labels included), or -1.
+ */
+double itest_metrics_sample(const char *text, const char *name);
 /* In a child: become uid (and the same-numbered gid) with no supplementary groups, or _exit(90). */
 void itest_drop_to(uid_t uid);
 
@@ -115,20 +142,20 @@ int pinctl_as(const struct daemon *d, uid_t uid, char **out, const char *args);
 int pinctl(const struct daemon *d, char **out, const char *args_fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Raw protocol, for hostile-input tests. */
-int raw_connect(const char *socket_path);              /* SOCK_SEQPACKET fd, blocking, or -1 */
-int raw_hello(int fd);                                  /* HELLO v1; returns reply status or -errno */
-int raw_status(int fd);                                 /* STATUS; returns reply status or -errno */
+int raw_connect(const char *socket_path); /* SOCK_SEQPACKET fd, blocking, or -1 */
+int raw_hello(int fd);                    /* HELLO v1; returns reply status or -errno */
+int raw_status(int fd);                   /* STATUS; returns reply status or -errno */
 /*
  * Send req (with has_seq/seq set to seq), receive one reply within timeout_ms and
  * return its status, or -errno (-EPIPE when the send fails). Any fds that come
  * with the reply are closed; its message is copied into msg when msg != NULL.
  */
 int raw_call(int fd, Pinbroker__V1__Request *req, uint64_t seq, char *msg, size_t msglen, int timeout_ms);
-int raw_hello_as(int fd, const char *client_name);    /* HELLO v1 as client_name (seq 1, 5 s); status or -errno */
+int raw_hello_as(int fd, const char *client_name); /* HELLO v1 as client_name (seq 1, 5 s); status or -errno */
 /* RELEASE lease_id; status or -errno. raw_release uses seq 9 and a 5 s timeout. */
 int raw_release_seq(int fd, uint64_t lease_id, uint64_t seq, int timeout_ms);
 int raw_release(int fd, uint64_t lease_id);
-int raw_set_idle(int fd, uint64_t lease_id, bool idle); /* SET_IDLE (seq 11, 5 s); status or -errno */
+int raw_set_idle(int fd, uint64_t lease_id, bool idle);          /* SET_IDLE (seq 11, 5 s); status or -errno */
 int raw_admin_revoke(int fd, uint64_t lease_id, int timeout_ms); /* ADMIN_REVOKE one id (seq 5); status or -errno */
 /* ACQUIRE size (label may be NULL); the granted fds are closed at once. Status or -errno; the message in msg. */
 int raw_acquire_msg(int fd, uint64_t size, const char *label, uint64_t seq, char *msg, size_t msglen, int timeout_ms);

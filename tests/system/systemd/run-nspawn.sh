@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # Tests pinbrokerd under a real booted systemd: debootstraps a minimal Debian bookworm (cached),
 # installs the daemon, library, pinctl and units into a throwaway copy, boots it with
-# systemd-nspawn, runs tests/systemd/in-guest.sh there, and reports "N passed, N failed".
+# systemd-nspawn, runs tests/system/systemd/in-guest.sh there, and reports "N passed, N failed".
 #
 # usage: run-nspawn.sh [BUILD_DIR]     (BUILD_DIR only hosts the /usr-prefixed build and results)
 # env:   PINBROKER_NSPAWN_CACHE   root cache (default /var/cache/pinbroker-test/bookworm-root; nspawn-lib.sh)
@@ -11,25 +11,15 @@
 #        PINBROKER_NSPAWN_KEEP=1  keep the per-run root copy for debugging
 # Exits 0 when every check passed, 1 when one failed, 77 (skip) where nspawn cannot run.
 set -u
-SRC=$(cd "$(dirname "$0")/../.." && pwd)
+SRC=$(cd "$(dirname "$0")/../../.." && pwd)
 BUILD=$(realpath -m "${1:-$SRC/build}")
 TIMEOUT=${PINBROKER_NSPAWN_TIMEOUT:-300}
 MAX_EXPOSURE=2.0
 
-skip() { echo "SKIP: $*"; exit 77; }
-fail() { echo "FAIL: $*"; exit 1; }
-t_start=$(date +%s.%N)
-lap() { printf '%s: %.1f s\n' "$1" "$(echo "$(date +%s.%N) - $2" | bc)"; }
-
-# The root cache, its copies and booting them: shared with tests/package/run-deb.sh.
-. "$SRC/tests/systemd/nspawn-lib.sh"
+# The root cache, its copies and booting them: shared with tests/system/package/run-deb.sh.
+. "$SRC/tests/system/lib/nspawn-lib.sh"
 nspawn_require
 for t in cmake bc; do command -v $t >/dev/null || skip "$t not found (apt-get install $t; scripts/deps.sh --test installs it)"; done
-
-PASS=0
-FAIL=0
-host_ok() { PASS=$((PASS + 1)); echo "ok - host: $1"; }
-host_notok() { FAIL=$((FAIL + 1)); echo "not ok - host: $1"; }
 
 # --- host: the service's security exposure, straight from the committed unit ---
 score=$(systemd-analyze security --offline=true --no-pager "$SRC/systemd/pinbrokerd.service" 2>&1 |
@@ -75,42 +65,15 @@ DESTDIR=$ROOT cmake --install "$IB" >"$WORK/install.log" 2>&1 ||
 chroot "$ROOT" /sbin/ldconfig
 # Small numbers keep prewarm quick; in-guest.sh changes the budget to test reload.
 cat >"$ROOT/etc/pinbroker/pinbrokerd.conf" <<'EOF'
-# written by tests/systemd/run-nspawn.sh
+# written by tests/system/systemd/run-nspawn.sh
 budget = 512M
 prewarm = 64M
 log-level = debug
 redeclare-grace-ms = 3000
 EOF
-install -D -m 0755 "$SRC/tests/systemd/in-guest.sh" "$ROOT/usr/local/libexec/pinbroker-test/in-guest.sh"
-nspawn_guest_unit "$ROOT" pinbroker-test /usr/local/libexec/pinbroker-test/in-guest.sh "$TIMEOUT"
 systemctl --root="$ROOT" enable pinbrokerd.socket >/dev/null 2>&1 ||
 	fail "systemctl --root enable pinbrokerd.socket failed"
 
 # --- boot and run the checks ---
-t=$(date +%s.%N)
-nspawn_boot "$ROOT" "$TIMEOUT" >"$WORK/console.log" 2>&1
-rc=$?
-lap "nspawn boot + guest checks" "$t"
-RES=$BUILD/nspawn-results
-rm -rf "$RES"
-mkdir -p "$RES"
-cp -a "$ROOT/pinbroker-results/." "$RES/" 2>/dev/null
-cp "$WORK/console.log" "$WORK/install.log" "$RES/"
-[ $rc = 124 ] && host_notok "guest powered off within ${TIMEOUT}s (timed out)"
-
-TAP=$RES/result.tap
-if [ ! -s "$TAP" ]; then
-	tail -n 30 "$WORK/console.log"
-	host_notok "guest wrote results"
-else
-	grep -E '^(not )?ok ' "$TAP" | sed 's/^/guest: /'
-	PASS=$((PASS + $(grep -c '^ok ' "$TAP")))
-	FAIL=$((FAIL + $(grep -c '^not ok ' "$TAP")))
-	plan=$(sed -n 's/^1\.\.\([0-9]*\)$/\1/p' "$TAP")
-	ran=$(grep -cE '^(not )?ok ' "$TAP")
-	[ -n "$plan" ] && [ "$plan" = "$ran" ] || host_notok "guest ran all its checks (ran $ran, plan '${plan:-none: it stopped early}')"
-fi
-[ $FAIL = 0 ] || echo "details: $RES/detail.log, $RES/journal.txt, $RES/console.log"
-lap "total" "$t_start"
-echo "$PASS passed, $FAIL failed"
-[ $FAIL = 0 ]
+nspawn_run_guest "$ROOT" pinbroker-test "$SRC/tests/system/systemd/in-guest.sh" "$TIMEOUT" "$BUILD/nspawn-results" \
+	"$WORK/install.log"

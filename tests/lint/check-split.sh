@@ -3,7 +3,7 @@
 # After README.md was split into docs/: every heading and every table row of an old README
 # (outside code blocks) must still be somewhere in README.md or docs/*.md. Headings are compared by
 # their text, whatever their level. For the lead, when a branch that edited the old README merges:
-#   sh tests/docs/check-split.sh OLD_README [SOURCE_DIR]      (e.g. git show main~1:README.md > /tmp/r)
+#   sh tests/lint/check-split.sh OLD_README [SOURCE_DIR]      (e.g. git show main~1:README.md > /tmp/r)
 # exit 0: nothing lost; 1: prints each heading or row that is missing.
 set -u
 OLD=${1:?usage: check-split.sh OLD_README [SOURCE_DIR]}

@@ -1,14 +1,12 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
-# nspawn_mirror (tests/systemd/nspawn-lib.sh) on fixture apt configurations: the mirror comes from apt's own
+# nspawn_mirror (tests/system/lib/nspawn-lib.sh) on fixture apt configurations: the mirror comes from apt's own
 # configuration (deb822 .sources and one-line sources.list), never from a host named in this tree, and a
 # configuration without one gives no mirror (the caller then fails and says to set PINBROKER_NSPAWN_MIRROR).
 set -u
-SRC=$(cd "$(dirname "$0")/../.." && pwd)
-skip() { echo "SKIP: $*"; exit 77; }
-fail() { echo "FAIL: $*"; exit 1; }
-# shellcheck source=tests/systemd/nspawn-lib.sh
-. "$SRC/tests/systemd/nspawn-lib.sh"
+SRC=$(cd "$(dirname "$0")/../../.." && pwd)
+# shellcheck source=tests/system/lib/nspawn-lib.sh
+. "$SRC/tests/system/lib/nspawn-lib.sh"
 T=$(mktemp -d /tmp/pbmirror.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 n=0

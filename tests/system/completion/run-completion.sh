@@ -28,24 +28,10 @@ comp() {
 	"$fn" "$cmd" "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD - 1]}"
 	printf '%s\n' "${COMPREPLY[@]}" | sort | tr '\n' ' ' | sed 's/ $//'
 }
-expect() {
-	local want=$1 got
-	shift
-	got=$(comp "$@")
-	[[ $got == "$want" ]] || fail "completing '${*:2}': want '$want', got '$got'"
-}
-contains() {
-	local want=$1 got
-	shift
-	got=$(comp "$@")
-	[[ " $got " == *" $want "* ]] || fail "completing '${*:2}': '$want' not among '$got'"
-}
-lacks() {
-	local unwanted=$1 got
-	shift
-	got=$(comp "$@")
-	[[ " $got " != *" $unwanted "* ]] || fail "completing '${*:2}': '$unwanted' should not be among '$got'"
-}
+# expect, contains and lacks (shared with the other shell's check).
+COMP_FIRST=2
+# shellcheck source=tests/system/completion/expect.sh
+. "$SRC/tests/system/completion/expect.sh"
 
 expect "acquire" _pinctl "$PINCTL" ac
 expect "doctor" _pinctl "$PINCTL" --socket /tmp/s d

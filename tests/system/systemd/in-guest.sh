@@ -3,60 +3,26 @@
 # Runs inside the nspawn-booted Debian (from pinbroker-test.service): checks pinbrokerd under a
 # real systemd and writes TAP lines to $1/result.tap, details to $1/detail.log.
 set -u
-OUT=${1:-/pinbroker-results}
-mkdir -p "$OUT"
-TAP=$OUT/result.tap
-LOG=$OUT/detail.log
-: >"$TAP"
-: >"$LOG"
-exec 3>>"$LOG"
-exec >&3 2>&3
+# The TAP output and the helpers shared with the other guest script (installed beside this one).
+# shellcheck source=tests/system/lib/guest-lib.sh
+. "$(dirname "$0")/guest-lib.sh"
+guest_tap_start "${1:-/pinbroker-results}"
 
 CONF=/etc/pinbroker/pinbrokerd.conf
 SOCK=/run/pinbroker/pinbroker.sock
 UNIT=pinbrokerd.service
-N=0
 PLAN=33
 
-log() { printf '# %s\n' "$*"; }
-ok() { N=$((N + 1)); echo "ok $N - $1" >>"$TAP"; log "ok $N - $1"; }
-notok() {
-	N=$((N + 1))
-	echo "not ok $N - $1${2:+ ($2)}" >>"$TAP"
-	log "not ok $N - $1${2:+ ($2)}"
-}
-# check DESC CMD...: one TAP line from a command's exit status; its output goes to the log.
-check() {
-	local desc=$1
-	shift
-	log "check: $desc: $*"
-	if "$@"; then ok "$desc"; else notok "$desc" "command failed: $*"; fi
-}
-prop() { systemctl show -p "$1" --value "$UNIT"; }
-# The number after "KEY": in pinctl's JSON; empty when the key is missing.
-json_num() { grep -o "\"$1\" *: *[0-9.]*" | head -n1 | sed 's/.*: *//'; }
-status_num() { pinctl status --json 2>/dev/null | json_num "$1"; }
-# wait_for SECONDS CMD...: poll every 0.2 s until CMD succeeds.
-wait_for() {
-	local deadline=$((SECONDS + $1))
-	shift
-	while ! "$@"; do
-		[ $SECONDS -ge $deadline ] && return 1
-		sleep 0.2
-	done
-}
 journal_since() { journalctl -q --no-pager -u "$UNIT" --since "@$1" "${@:2}"; }
 write_conf() {
 	cat >"$CONF" <<-EOF
-		# written by tests/systemd/in-guest.sh
+		# written by tests/system/systemd/in-guest.sh
 		budget = $1
 		prewarm = 64M
 		log-level = debug
 		redeclare-grace-ms = 3000
 	EOF
 }
-new_mainpid() { local p; p=$(prop MainPID); [ "$p" != 0 ] && [ "$p" != "$1" ] && [ "$(prop ActiveState)" = active ]; }
-svc_active() { [ "$(prop ActiveState)" = active ]; }
 
 log "guest: $(uname -r), $(systemctl --version | head -n1)"
 log "system state: $(systemctl is-system-running)"
@@ -256,17 +222,6 @@ wait_for 20 leased_zero || log "leased_bytes did not go back to 0: $(status_num 
 runuser -u alice -- pinctl acquire 64M --hold 600 --label restart-books >"$OUT/holder-restart.log" 2>&1 &
 holder=$!
 wait_for 10 leased_at_least || log "the restart holder's lease did not show: $(pinctl status 2>&1)"
-# Resident bytes of pinbroker chunk memfds mapped by processes other than the daemon: the
-# holder's pages, which stay in memory across a restart whatever the daemon counts.
-outside_rss() {
-	local d p
-	d=$(prop MainPID)
-	for p in /proc/[0-9]*; do
-		[ "${p#/proc/}" = "$d" ] && continue
-		awk '/^[0-9a-f]+-[0-9a-f]+ / { m = ($0 ~ /\/memfd:pinbroker-chunk/) } m && /^(Rss|Shared_Hugetlb|Private_Hugetlb):/ { s += $2 }
-			END { print s * 1024 + 0 }' "$p/smaps" 2>/dev/null
-	done | awk '{ s += $1 } END { print s + 0 }'
-}
 restart_keeps_books() {
 	local how=$1 pid0 l0 r0 l1 o1 r1 budget over
 	pid0=$(prop MainPID)

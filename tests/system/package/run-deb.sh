@@ -4,43 +4,28 @@
 # BUILD_DIR/deb-build), checks their control data and contents (dpkg-deb, and lintian where it is
 # installed), installs pinbroker and libpinbroker0 with `dpkg -i` into a copy of the cached
 # pristine bookworm root in a chroot (no systemd running: the image-build path), boots it with
-# systemd-nspawn and runs tests/package/in-guest-deb.sh there: what the postinst left, socket
+# systemd-nspawn and runs tests/system/package/in-guest-deb.sh there: what the postinst left, socket
 # activation, a lease, the catalog, a reinstall (upgrade), `dpkg -r`, `dpkg -P`, and a live
 # `dpkg -i`. Reports "N passed, N failed".
 #
 # usage: run-deb.sh [BUILD_DIR]       (the packages are built in BUILD_DIR/deb-build)
 # env:   PINBROKER_NSPAWN_CACHE   root cache (default /var/cache/pinbroker-test/bookworm-root;
-#                                 tests/systemd/nspawn-lib.sh, shared with run-nspawn.sh)
+#                                 tests/system/lib/nspawn-lib.sh, shared with run-nspawn.sh)
 #        PINBROKER_NSPAWN_MIRROR  Debian mirror for a first debootstrap (default: apt's own)
 #        PINBROKER_DEB_TIMEOUT    seconds the booted guest may take (default 240)
 #        PINBROKER_DEB_LINTIAN=0  leave lintian out even where it is installed
 #        PINBROKER_NSPAWN_KEEP=1  keep the per-run root copy for debugging
 # Exits 0 when every check passed, 1 when one failed, 77 (skip) where it cannot run.
 set -u
-SRC=$(cd "$(dirname "$0")/../.." && pwd)
+SRC=$(cd "$(dirname "$0")/../../.." && pwd)
 BUILD=$(realpath -m "${1:-$SRC/build}")
 TIMEOUT=${PINBROKER_DEB_TIMEOUT:-240}
 
-skip() { echo "SKIP: $*"; exit 77; }
-fail() { echo "FAIL: $*"; exit 1; }
-t_start=$(date +%s.%N)
-lap() { printf '%s: %.1f s\n' "$1" "$(echo "$(date +%s.%N) - $2" | bc)"; }
-
-. "$SRC/tests/systemd/nspawn-lib.sh"
+. "$SRC/tests/system/lib/nspawn-lib.sh"
 nspawn_require
 for t in cmake cpack dpkg-deb dpkg bc; do
 	command -v $t >/dev/null || skip "$t not found (apt-get install cmake dpkg bc)"
 done
-
-PASS=0
-FAIL=0
-host_ok() { PASS=$((PASS + 1)); echo "ok - host: $1"; }
-host_notok() { FAIL=$((FAIL + 1)); echo "not ok - host: $1${2:+ ($2)}"; }
-host_check() {
-	local desc=$1
-	shift
-	if "$@"; then host_ok "$desc"; else host_notok "$desc"; fi
-}
 
 nspawn_cached_root
 
@@ -161,34 +146,6 @@ none_in_root() {
 }
 host_check "chroot: the postinst started no daemon" none_in_root
 
-install -D -m 0755 "$SRC/tests/package/in-guest-deb.sh" "$ROOT/usr/local/libexec/pinbroker-test/in-guest-deb.sh"
-nspawn_guest_unit "$ROOT" pinbroker-deb-test /usr/local/libexec/pinbroker-test/in-guest-deb.sh "$TIMEOUT"
-
 # --- boot and run the checks ---
-t=$(date +%s.%N)
-nspawn_boot "$ROOT" "$TIMEOUT" pinbroker-deb-test >"$WORK/console.log" 2>&1
-rc=$?
-lap "nspawn boot + guest checks" "$t"
-RES=$BUILD/deb-results
-rm -rf "$RES"
-mkdir -p "$RES"
-cp -a "$ROOT/pinbroker-results/." "$RES/" 2>/dev/null
-cp "$WORK/console.log" "$WORK/dpkg-chroot.log" "$RES/"
-[ $rc = 124 ] && host_notok "guest powered off within ${TIMEOUT}s (timed out)"
-
-TAP=$RES/result.tap
-if [ ! -s "$TAP" ]; then
-	tail -n 30 "$WORK/console.log"
-	host_notok "guest wrote results"
-else
-	grep -E '^(not )?ok ' "$TAP" | sed 's/^/guest: /'
-	PASS=$((PASS + $(grep -c '^ok ' "$TAP")))
-	FAIL=$((FAIL + $(grep -c '^not ok ' "$TAP")))
-	plan=$(sed -n 's/^1\.\.\([0-9]*\)$/\1/p' "$TAP")
-	ran=$(grep -cE '^(not )?ok ' "$TAP")
-	[ -n "$plan" ] && [ "$plan" = "$ran" ] || host_notok "guest ran all its checks (ran $ran, plan '${plan:-none: it stopped early}')"
-fi
-[ $FAIL = 0 ] || echo "details: $RES/detail.log, $RES/journal.txt, $RES/console.log"
-lap "total" "$t_start"
-echo "$PASS passed, $FAIL failed"
-[ $FAIL = 0 ]
+nspawn_run_guest "$ROOT" pinbroker-deb-test "$SRC/tests/system/package/in-guest-deb.sh" "$TIMEOUT" "$BUILD/deb-results" \
+	"$WORK/dpkg-chroot.log"

@@ -15,30 +15,16 @@ zsh -fc 'zmodload zsh/zpty' 2>/dev/null || { echo "SKIP: zsh without zsh/zpty"; 
 # What zsh offers for the line "$*" completed at its end, sorted, on one line.
 comp() {
 	local got rc
-	got=$(timeout 30 zsh -f "$SRC/tests/completion/capture.zsh" "$SRC/completion" "$*")
+	got=$(timeout 30 zsh -f "$SRC/tests/system/completion/capture.zsh" "$SRC/completion" "$*")
 	rc=$?
 	# In a command substitution fail cannot end the script: answer what no check wants instead.
 	((rc == 0)) || { echo "capture.zsh-exited-$rc"; return; }
 	printf '%s\n' "$got" | sed '/^$/d' | sort -u | tr '\n' ' ' | sed 's/ $//'
 }
-expect() {
-	local want=$1 got
-	shift
-	got=$(comp "$@")
-	[[ $got == "$want" ]] || fail "completing '$*': want '$want', got '$got'"
-}
-contains() {
-	local want=$1 got
-	shift
-	got=$(comp "$@")
-	[[ " $got " == *" $want "* ]] || fail "completing '$*': '$want' not among '$got'"
-}
-lacks() {
-	local unwanted=$1 got
-	shift
-	got=$(comp "$@")
-	[[ " $got " != *" $unwanted "* ]] || fail "completing '$*': '$unwanted' should not be among '$got'"
-}
+# expect, contains and lacks (shared with the other shell's check).
+COMP_FIRST=1
+# shellcheck source=tests/system/completion/expect.sh
+. "$SRC/tests/system/completion/expect.sh"
 
 # An empty last word is a trailing space on the line.
 expect "acquire" "$PINCTL" ac

@@ -159,7 +159,7 @@ libs=$(echo "$libs" | sed 's/-lpinbroker/-Wl,-Bstatic -lpinbroker -Wl,-Bdynamic/
 # An ASan/UBSan build's archive needs the sanitizer runtimes at link time.
 [ "${PINBROKER_SANITIZED:-0}" = 1 ] && libs="-fsanitize=address,undefined $libs"
 # shellcheck disable=SC2086
-cc -o "$T/static-link" "$SRC/tests/install/static-link.c" $cflags $libs >"$T/cc.log" 2>&1 ||
+cc -o "$T/static-link" "$SRC/tests/system/install/static-link.c" $cflags $libs >"$T/cc.log" 2>&1 ||
 	{ cat "$T/cc.log"; fail "linking against the installed libpinbroker.a failed: cc ... $cflags $libs"; }
 if readelf -d "$T/static-link" | grep -q 'NEEDED.*libpinbroker'; then
 	fail "the static link still needs libpinbroker.so"
