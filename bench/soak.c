@@ -24,7 +24,7 @@
 #include "pinbroker.pb-c.h"
 #include "wire.h"
 
-#define HIST_BUCKETS 64   /* bucket b holds latencies in [2^(b/2), 2^((b+1)/2)) us: ~41% wide */
+#define HIST_BUCKETS 64 /* bucket b holds latencies in [2^(b/2), 2^((b+1)/2)) us: ~41% wide */
 #define MAX_HELD 8
 #define ROW_EVERY_S 30
 
@@ -141,7 +141,11 @@ static void record(uint64_t t0)
 /* One client life: connect, then random acquire/release until it decides to crash (SIGKILL itself). */
 static void worker(unsigned seed, double ops_per_s, uint64_t max_lease_bytes)
 {
-	struct { uint64_t id; int fds[64]; size_t nfds; } held[MAX_HELD];
+	struct {
+		uint64_t id;
+		int fds[64];
+		size_t nfds;
+	} held[MAX_HELD];
 	size_t nheld = 0;
 	uint64_t seq = 10, period_us = (uint64_t)(1e6 / ops_per_s), next = now_us();
 	int fd;
@@ -369,9 +373,12 @@ static void usage(void)
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
-		{ "duration", required_argument, NULL, 'd' }, { "clients", required_argument, NULL, 'c' },
-		{ "rate", required_argument, NULL, 'r' },     { "socket", required_argument, NULL, 's' },
-		{ "daemon", required_argument, NULL, 'D' },   { "max-lease", required_argument, NULL, 'm' },
+		{ "duration", required_argument, NULL, 'd' },
+		{ "clients", required_argument, NULL, 'c' },
+		{ "rate", required_argument, NULL, 'r' },
+		{ "socket", required_argument, NULL, 's' },
+		{ "daemon", required_argument, NULL, 'D' },
+		{ "max-lease", required_argument, NULL, 'm' },
 		{ NULL, 0, NULL, 0 },
 	};
 	unsigned duration_s = 600, clients = 64;
@@ -389,13 +396,26 @@ int main(int argc, char **argv)
 
 	while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (ch) {
-		case 'd': duration_s = (unsigned)strtoul(optarg, NULL, 10); break;
-		case 'c': clients = (unsigned)strtoul(optarg, NULL, 10); break;
-		case 'r': rate = strtod(optarg, NULL); break;
-		case 's': sock_path = optarg; break;
-		case 'D': daemon_bin = optarg; break;
-		case 'm': max_lease = strtoull(optarg, NULL, 10); break;
-		default: usage();
+		case 'd':
+			duration_s = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 'c':
+			clients = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 'r':
+			rate = strtod(optarg, NULL);
+			break;
+		case 's':
+			sock_path = optarg;
+			break;
+		case 'D':
+			daemon_bin = optarg;
+			break;
+		case 'm':
+			max_lease = strtoull(optarg, NULL, 10);
+			break;
+		default:
+			usage();
 		}
 	}
 	if (clients == 0 || rate <= 0 || max_lease == 0)
@@ -458,8 +478,12 @@ int main(int argc, char **argv)
 			}
 		}
 		switch (check(cfd, dpid, &leased, &pool)) {
-		case 1: mismatches++; break;
-		case 2: kdiff++; break;
+		case 1:
+			mismatches++;
+			break;
+		case 2:
+			kdiff++;
+			break;
 		}
 		rss = proc_kb(dpid, "VmRSS:");
 		shm = proc_kb(dpid, "RssShmem:");

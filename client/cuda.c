@@ -113,9 +113,8 @@ static void load_driver(void)
 	*(void **)&cu.device_get_uuid = sym(h, "cuDeviceGetUuid_v2", "cuDeviceGetUuid");
 	*(void **)&cu.device_get_attribute = sym(h, NULL, "cuDeviceGetAttribute");
 	*(void **)&cu.device_get_by_pci_bus_id = sym(h, NULL, "cuDeviceGetByPCIBusId");
-	if (!cu.init || !cu.device_get_count || !cu.device_get || !cu.mem_host_register ||
-	    !cu.mem_host_unregister || !cu.ctx_get_current || !cu.ctx_push_current || !cu.ctx_pop_current ||
-	    !cu.primary_ctx_retain) {
+	if (!cu.init || !cu.device_get_count || !cu.device_get || !cu.mem_host_register || !cu.mem_host_unregister ||
+	    !cu.ctx_get_current || !cu.ctx_push_current || !cu.ctx_pop_current || !cu.primary_ctx_retain) {
 		snprintf(cuda_reason, sizeof(cuda_reason), "libcuda.so.1 lacks a required entry point: %s",
 			 dlerror() ?: "driver too old");
 		return;
@@ -262,9 +261,8 @@ int pbcuda_is_registered(const void *p)
 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L prints it. */
 static void uuid_text(const unsigned char u[16], char *out, size_t len)
 {
-	snprintf(out, len,
-		 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3],
-		 u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+	snprintf(out, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
+		 u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
 }
 
 /* The device gpu names (see pbcuda_bus_id; also a PCI bus id), or -ENODEV. */

@@ -19,7 +19,7 @@ extern "C" {
 #define PINBROKER_VERSION_MINOR 1
 #define PINBROKER_VERSION_PATCH 0
 /* One number to compare with #if: 10000 * major + 100 * minor + patch (0.1.0 is 100). */
-#define PINBROKER_VERSION_NUMBER                                                                                       \
+#define PINBROKER_VERSION_NUMBER \
 	(PINBROKER_VERSION_MAJOR * 10000 + PINBROKER_VERSION_MINOR * 100 + PINBROKER_VERSION_PATCH)
 
 /*
@@ -70,12 +70,12 @@ enum pb_priority {
 
 struct pb_acquire_opts {
 	uint32_t flags;
-	uint32_t timeout_ms;         /* with PB_ACQUIRE_WAIT; 0 = the daemon's default */
+	uint32_t timeout_ms; /* with PB_ACQUIRE_WAIT; 0 = the daemon's default */
 	enum pb_priority priority;
-	const char *label;           /* shown by `pinctl status`; may be NULL */
+	const char *label; /* shown by `pinctl status`; may be NULL */
 	/* Read only with the flag that names them (so callers built before them pass a shorter struct). */
-	int numa_node;               /* PB_ACQUIRE_NUMA_NODE */
-	const char *gpu;             /* PB_ACQUIRE_GPU */
+	int numa_node;   /* PB_ACQUIRE_NUMA_NODE */
+	const char *gpu; /* PB_ACQUIRE_GPU */
 };
 
 /* What a lease's memory is. */
@@ -201,10 +201,10 @@ int pb_metrics(pb_client *c, char **text);
 /* One key of the daemon's running config, as pb_config_get returns it. */
 struct pb_config_entry {
 	char *key;
-	char *value;  /* as the config file spells it: "8G", "25%", "30000", "yes"; "" written as \"\" */
-	char *source; /* "default", "file", "environment", "command line" or "set" (pinctl set) */
-	char *file;   /* source "file": the file read, else "" */
-	uint32_t line; /* source "file": its line, else 0 */
+	char *value;    /* as the config file spells it: "8G", "25%", "30000", "yes"; "" written as \"\" */
+	char *source;   /* "default", "file", "environment", "command line" or "set" (pinctl set) */
+	char *file;     /* source "file": the file read, else "" */
+	uint32_t line;  /* source "file": its line, else 0 */
 	int reloadable; /* 1: SIGHUP and pinctl set apply it; 0: only a restart */
 };
 
@@ -373,8 +373,8 @@ struct pb_client_info {
 	uint32_t uid;
 	uint32_t leases;
 	uint64_t bytes;
-	char *labels; /* up to 4 distinct labels of its leases, comma-separated, "" if none */
-	char *name;   /* the client name from its HELLO, control characters replaced by '?' */
+	char *labels;      /* up to 4 distinct labels of its leases, comma-separated, "" if none */
+	char *name;        /* the client name from its HELLO, control characters replaced by '?' */
 	uint32_t attached; /* of its leases, how many it maps through a share token (also in leases and bytes) */
 	uint64_t unbrokered_bytes; /* pinned outside the broker, as its pb_report_unbrokered last said */
 };
@@ -387,21 +387,21 @@ struct pb_lease_info {
 	char *label;
 	uint64_t age_ms;
 	enum pb_priority priority;
-	char *state;              /* "active", "idle", "revoking", "overdue", "orphaned" */
+	char *state; /* "active", "idle", "revoking", "overdue", "orphaned" */
 	uint64_t idle_ms;
 	int64_t deadline_left_ms; /* while revoking; negative when overdue */
 	/* Sharing (pb_lease_share): the lease is counted once, to uid, whoever maps it. */
-	int shared;               /* 1 once a share token exists */
-	int holder_detached;      /* 1 when its holder let go and it lives on for its attachers */
-	uint32_t attachers;       /* connections attached to it now */
-	size_t n_attacher_pids;   /* how many of attacher_pids are set (at most PB_LEASE_INFO_PIDS) */
+	int shared;             /* 1 once a share token exists */
+	int holder_detached;    /* 1 when its holder let go and it lives on for its attachers */
+	uint32_t attachers;     /* connections attached to it now */
+	size_t n_attacher_pids; /* how many of attacher_pids are set (at most PB_LEASE_INFO_PIDS) */
 #define PB_LEASE_INFO_PIDS 16
 	int32_t attacher_pids[PB_LEASE_INFO_PIDS];
-	int registration;         /* 1 for a pb_register charge: memory the program owns, not pool memory */
-	int no_revoke;            /* 1 when never revoked: its holder cannot give memory back */
-	int numa_node;            /* the node its pages are on, -1 when not placed */
-	int misplaced;            /* 1 when placed for a node and some pages are elsewhere */
-	char *job;                /* the job it is charged to (pb_quota_list's jobs), "" when none */
+	int registration; /* 1 for a pb_register charge: memory the program owns, not pool memory */
+	int no_revoke;    /* 1 when never revoked: its holder cannot give memory back */
+	int numa_node;    /* the node its pages are on, -1 when not placed */
+	int misplaced;    /* 1 when placed for a node and some pages are elsewhere */
+	char *job;        /* the job it is charged to (pb_quota_list's jobs), "" when none */
 };
 
 struct pb_signal_info {
@@ -469,17 +469,17 @@ struct pb_status {
 	 * and the total are capped at unbrokered_cap_bytes, so no uid can inflate it past what the host holds. */
 	uint64_t unbrokered_bytes;
 	/* The pool's pages. */
-	char *page_kind;           /* "hugetlb", "thp" or "4k" ("unknown" from an older daemon) */
-	uint64_t thp_bytes;        /* pool chunks collapsed into transparent huge pages */
-	uint64_t thp_failures;     /* chunks whose collapse failed (on 4 KiB pages) */
-	uint64_t hugetlb_bytes;    /* pool chunks on hugetlb pages */
+	char *page_kind;                /* "hugetlb", "thp" or "4k" ("unknown" from an older daemon) */
+	uint64_t thp_bytes;             /* pool chunks collapsed into transparent huge pages */
+	uint64_t thp_failures;          /* chunks whose collapse failed (on 4 KiB pages) */
+	uint64_t hugetlb_bytes;         /* pool chunks on hugetlb pages */
 	uint64_t huge_pages_free_bytes; /* the host's free hugetlb memory */
-	size_t n_nodes;            /* NUMA nodes the pool places on (0: no placement) */
+	size_t n_nodes;                 /* NUMA nodes the pool places on (0: no placement) */
 	struct pb_node_info *nodes;
 	/* Per-job quotas: the jobs with a quota or with leases, largest first, at most 64 (pb_quota_list has
 	 * them all); every job for admins (or status-visibility = all), else the caller's own. */
 	size_t n_jobs;
-	struct pb_job *jobs;       /* struct pb_job is below */
+	struct pb_job *jobs; /* struct pb_job is below */
 	/* client_cgroups[i] is clients[i]'s cgroup at connect, "" when unknown: kept apart so that
 	 * struct pb_client_info, which programs index by its size, keeps its layout. */
 	char **client_cgroups;
@@ -547,8 +547,8 @@ void pb_lease_info_free(struct pb_lease_info *rows, size_t n);
 #define PB_REVOKE_LEASE 0
 #define PB_REVOKE_UID 1
 #define PB_REVOKE_ALL 2
-int pb_admin_revoke(pb_client *c, int what, uint64_t lease_id, uint32_t uid, uint32_t deadline_ms,
-		    uint64_t **ids, size_t *n);
+int pb_admin_revoke(pb_client *c, int what, uint64_t lease_id, uint32_t uid, uint32_t deadline_ms, uint64_t **ids,
+		    size_t *n);
 
 /* Change a reloadable daemon setting (admin), e.g. ("budget", "8G"). */
 int pb_admin_set(pb_client *c, const char *key, const char *value);
@@ -560,10 +560,10 @@ int pb_admin_set(pb_client *c, const char *key, const char *value);
  */
 #define PB_JOB_PATH_MAX 512
 struct pb_job {
-	char job[PB_JOB_PATH_MAX];  /* the cgroup, or the part of its path a rule names */
-	uint64_t bytes;             /* charged to it now */
+	char job[PB_JOB_PATH_MAX]; /* the cgroup, or the part of its path a rule names */
+	uint64_t bytes;            /* charged to it now */
 	uint32_t leases;
-	int has_quota;               /* 0: no rule covers it (quota_bytes is 0) */
+	int has_quota; /* 0: no rule covers it (quota_bytes is 0) */
 	uint64_t quota_bytes;
 	char rule[PB_JOB_PATH_MAX]; /* the rule's pattern ("" without a quota) */
 	char source[8];             /* "config" (the job-quota key) or "set" (pb_quota_set) */
@@ -572,7 +572,7 @@ struct pb_quota_rule {
 	char pattern[PB_JOB_PATH_MAX];
 	uint64_t bytes;
 	char source[8];
-	int seen;   /* a set rule's cgroup was seen to exist: the rule is released once it is gone */
+	int seen; /* a set rule's cgroup was seen to exist: the rule is released once it is gone */
 };
 /* pb_quota_set flags. */
 #define PB_QUOTA_CLEAR 1u  /* remove the rule instead of setting it (bytes is ignored) */
@@ -584,8 +584,8 @@ struct pb_quota_rule {
  * pb_last_error() is the daemon's warning if it gave one (a quota larger than the whole budget,
  * accepted but binding nothing), else "no error".
  */
-int pb_quota_set(pb_client *c, const char *cgroup, uint64_t bytes, unsigned flags, uint32_t deadline_ms,
-		 uint64_t **ids, size_t *n);
+int pb_quota_set(pb_client *c, const char *cgroup, uint64_t bytes, unsigned flags, uint32_t deadline_ms, uint64_t **ids,
+		 size_t *n);
 /*
  * The rules (admins, or with status-visibility = all; else none) and the jobs, largest first
  * (every job for them; else the caller's own). Free both arrays; either pointer may be NULL.

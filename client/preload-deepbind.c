@@ -89,7 +89,7 @@ static void patch_lock_release(void)
 /* One object to rewrite: found by dl_iterate_phdr, and held (a RTLD_NOLOAD handle) while it is rewritten. */
 struct deep_obj {
 	uintptr_t addr;
-	const ElfW(Phdr) *phdr;
+	const ElfW(Phdr) * phdr;
 	ElfW(Half) phnum;
 	char *name;
 	void *hold;
@@ -127,11 +127,11 @@ static int slot_prot(const struct deep_obj *o, uintptr_t slot, uintptr_t page)
  * in a writable page is stored as is; anything else is left alone. Call with patch_lock held. Returns how
  * many changed.
  */
-static int patch_object(const struct deep_obj *o, const ElfW(Dyn) *dyn)
+static int patch_object(const struct deep_obj *o, const ElfW(Dyn) * dyn)
 {
 	const ElfW(Sym) *symtab = NULL;
 	const char *strtab = NULL;
-	const ElfW(Rela) *rel[2] = { NULL, NULL };
+	const ElfW(Rela) * rel[2] = { NULL, NULL };
 	size_t relsz[2] = { 0, 0 }, page = (size_t)sysconf(_SC_PAGESIZE);
 	uintptr_t base = o->addr;
 	int n = 0;
@@ -285,7 +285,7 @@ static void free_list(struct obj_list *l)
 	*l = (struct obj_list){ 0 };
 }
 
-static const ElfW(Dyn) *dynamic_of(const struct deep_obj *o)
+static const ElfW(Dyn) * dynamic_of(const struct deep_obj *o)
 {
 	for (ElfW(Half) i = 0; i < o->phnum; i++)
 		if (o->phdr[i].p_type == PT_DYNAMIC)
@@ -339,7 +339,7 @@ static void bind_deep(struct link_map *lm, const char *file, const struct obj_li
 	pthread_mutex_lock(&patch_lock);
 	for (size_t i = 0; i < now.n; i++) {
 		const char *base = strrchr(now.v[i].name, '/');
-		const ElfW(Dyn) *dyn;
+		const ElfW(Dyn) * dyn;
 
 		base = base ? base + 1 : now.v[i].name;
 		/* The driver itself: its own imports are its business. */

@@ -21,22 +21,22 @@
 
 /* What a tracked range is. "Unbrokered" kinds are pinned outside the broker and reported to it. */
 enum pbp_kind {
-	PBP_LEASE,           /* an allocation served by a broker lease */
-	PBP_REGISTRATION,    /* the program's own memory, registered by the driver, charged as a registration */
-	PBP_CHARGED_DRIVER,  /* allocated by the driver (write-combined), charged as a registration */
-	PBP_DRIVER_ALLOC,    /* allocated by the driver after a refusal: unbrokered */
-	PBP_DRIVER_REG,      /* registered by the driver after a refusal: unbrokered */
-	PBP_PAGEABLE_ALLOC,  /* ordinary memory given instead of pinned (fallback=pageable) */
-	PBP_PAGEABLE_REG,    /* a registration answered without pinning (fallback=pageable) */
+	PBP_LEASE,          /* an allocation served by a broker lease */
+	PBP_REGISTRATION,   /* the program's own memory, registered by the driver, charged as a registration */
+	PBP_CHARGED_DRIVER, /* allocated by the driver (write-combined), charged as a registration */
+	PBP_DRIVER_ALLOC,   /* allocated by the driver after a refusal: unbrokered */
+	PBP_DRIVER_REG,     /* registered by the driver after a refusal: unbrokered */
+	PBP_PAGEABLE_ALLOC, /* ordinary memory given instead of pinned (fallback=pageable) */
+	PBP_PAGEABLE_REG,   /* a registration answered without pinning (fallback=pageable) */
 };
 
 struct pbp_entry {
-	uintptr_t base;      /* the address the program was given or registered */
-	size_t bytes;        /* the span counted for it: whole pages */
-	unsigned flags;      /* the flags the program asked for */
+	uintptr_t base; /* the address the program was given or registered */
+	size_t bytes;   /* the span counted for it: whole pages */
+	unsigned flags; /* the flags the program asked for */
 	enum pbp_kind kind;
-	void *lease;         /* the pb_lease of PBP_LEASE, PBP_REGISTRATION and PBP_CHARGED_DRIVER */
-	unsigned gen;        /* the process generation that made it: a forked child inherits, not owns */
+	void *lease;  /* the pb_lease of PBP_LEASE, PBP_REGISTRATION and PBP_CHARGED_DRIVER */
+	unsigned gen; /* the process generation that made it: a forked child inherits, not owns */
 };
 
 /* Ranges sorted by base; they never overlap (the driver refuses overlapping registrations). */

@@ -27,9 +27,8 @@ static int suffix_shift(const char *s, unsigned *shift)
 		const char *name;
 		unsigned shift;
 	} suffixes[] = {
-		{ "", 0 },     { "B", 0 },     { "K", 10 },  { "KB", 10 }, { "KIB", 10 },
-		{ "M", 20 },   { "MB", 20 },   { "MIB", 20 }, { "G", 30 },  { "GB", 30 },
-		{ "GIB", 30 }, { "T", 40 },    { "TB", 40 }, { "TIB", 40 },
+		{ "", 0 },     { "B", 0 },  { "K", 10 },  { "KB", 10 },  { "KIB", 10 }, { "M", 20 },  { "MB", 20 },
+		{ "MIB", 20 }, { "G", 30 }, { "GB", 30 }, { "GIB", 30 }, { "T", 40 },   { "TB", 40 }, { "TIB", 40 },
 	};
 
 	for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++)

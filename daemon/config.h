@@ -52,62 +52,62 @@ struct size_spec {
 };
 
 struct config {
-	char *socket_path;             /* socket */
-	struct size_spec budget;       /* budget: of MemTotal or the cgroup limit if lower */
-	struct size_spec uid_quota;    /* uid-quota: of the budget */
-	struct size_spec prewarm;      /* prewarm: of the budget */
+	char *socket_path;                      /* socket */
+	struct size_spec budget;                /* budget: of MemTotal or the cgroup limit if lower */
+	struct size_spec uid_quota;             /* uid-quota: of the budget */
+	struct size_spec prewarm;               /* prewarm: of the budget */
 	struct size_spec max_no_revoke_per_uid; /* max-no-revoke-per-uid: of the uid quota */
-	uint64_t chunk_bytes;          /* chunk-size */
-	enum config_hugetlb hugetlb;   /* hugetlb */
-	enum config_thp thp;           /* thp */
-	enum config_numa numa;         /* numa */
-	char *numa_prewarm;            /* numa-prewarm: gpus, even, or NODE:SIZE,... */
-	char *job_quota;               /* job-quota: CGROUP:SIZE entries, "" = none */
-	char *metrics_path;            /* metrics-path: "" = no metrics file */
-	uint32_t metrics_interval_ms;  /* metrics-interval-ms */
-	unsigned prewarm_threads;      /* prewarm-threads: 0 = CPUs */
-	uint32_t pool_shrink_delay_ms; /* pool-shrink-delay-ms: idle time before shrinking to prewarm */
-	char *admin_group;             /* admin-group: "" = root only */
-	int log_level;                 /* log-level: syslog level */
-	char *proc_root;               /* proc-root: where /proc and /sys/fs/cgroup are read */
-	bool lock_memory;              /* lock-memory: mlock the pool (off only for tests without CAP_IPC_LOCK) */
+	uint64_t chunk_bytes;                   /* chunk-size */
+	enum config_hugetlb hugetlb;            /* hugetlb */
+	enum config_thp thp;                    /* thp */
+	enum config_numa numa;                  /* numa */
+	char *numa_prewarm;                     /* numa-prewarm: gpus, even, or NODE:SIZE,... */
+	char *job_quota;                        /* job-quota: CGROUP:SIZE entries, "" = none */
+	char *metrics_path;                     /* metrics-path: "" = no metrics file */
+	uint32_t metrics_interval_ms;           /* metrics-interval-ms */
+	unsigned prewarm_threads;               /* prewarm-threads: 0 = CPUs */
+	uint32_t pool_shrink_delay_ms;          /* pool-shrink-delay-ms: idle time before shrinking to prewarm */
+	char *admin_group;                      /* admin-group: "" = root only */
+	int log_level;                          /* log-level: syslog level */
+	char *proc_root;                        /* proc-root: where /proc and /sys/fs/cgroup are read */
+	bool lock_memory; /* lock-memory: mlock the pool (off only for tests without CAP_IPC_LOCK) */
 
 	/* limits */
-	uint32_t max_connections;          /* max-connections */
-	uint32_t max_connections_per_uid;  /* max-connections-per-uid */
-	uint32_t handshake_timeout_ms;     /* handshake-timeout-ms */
-	uint32_t max_leases_per_client;    /* max-leases-per-client */
-	uint32_t max_leases_per_uid;       /* max-leases-per-uid: 0 = derived */
-	uint32_t max_chunks_per_uid;       /* max-chunks-per-uid: 0 = derived from RLIMIT_NOFILE and max_map_count */
-	uint32_t reserve_fds;              /* reserve-fds */
-	uint64_t max_queued_bytes_per_conn;/* max-queued-bytes-per-connection */
-	uint64_t max_queued_bytes;         /* max-queued-bytes: all connections together */
-	uint32_t max_pending_acquires;     /* max-pending-acquires */
-	uint32_t max_message_bytes;        /* max-message-bytes */
-	uint32_t acquire_timeout_ms;       /* acquire-timeout-ms: default wait for ACQUIRE_FLAG_WAIT */
+	uint32_t max_connections;           /* max-connections */
+	uint32_t max_connections_per_uid;   /* max-connections-per-uid */
+	uint32_t handshake_timeout_ms;      /* handshake-timeout-ms */
+	uint32_t max_leases_per_client;     /* max-leases-per-client */
+	uint32_t max_leases_per_uid;        /* max-leases-per-uid: 0 = derived */
+	uint32_t max_chunks_per_uid;        /* max-chunks-per-uid: 0 = derived from RLIMIT_NOFILE and max_map_count */
+	uint32_t reserve_fds;               /* reserve-fds */
+	uint64_t max_queued_bytes_per_conn; /* max-queued-bytes-per-connection */
+	uint64_t max_queued_bytes;          /* max-queued-bytes: all connections together */
+	uint32_t max_pending_acquires;      /* max-pending-acquires */
+	uint32_t max_message_bytes;         /* max-message-bytes */
+	uint32_t acquire_timeout_ms;        /* acquire-timeout-ms: default wait for ACQUIRE_FLAG_WAIT */
 	enum config_visibility status_visibility; /* status-visibility */
 
 	/* pressure policy */
-	double tight_mem_available_pct;    /* tight-mem-available-pct */
-	double critical_mem_available_pct; /* critical-mem-available-pct */
-	double tight_psi_some_avg10;       /* tight-psi-some-avg10 */
-	double critical_psi_full_avg10;    /* critical-psi-full-avg10 */
-	double tight_swapout_pages_s;      /* tight-swapout-pages-per-s */
-	double critical_swapout_pages_s;   /* critical-swapout-pages-per-s */
-	double tight_swap_free_pct;        /* tight-swap-free-pct */
-	uint32_t hysteresis_ms;            /* hysteresis-ms: time below a threshold before leaving a state */
-	uint32_t poll_interval_ms;         /* poll-interval-ms */
-	uint32_t psi_window_ms;            /* psi-window-ms */
-	uint32_t psi_stall_ms;             /* psi-stall-ms: stall within the window that fires a trigger */
-	uint32_t revoke_deadline_ms;       /* revoke-deadline-ms */
-	uint32_t revoke_min_deadline_ms;   /* revoke-min-deadline-ms: floor of a non-admin's own revoke */
-	uint32_t enforce_slice_us;         /* enforce-slice-us: enforcement time per loop turn */
-	enum config_enforce revoke_enforce;/* revoke-enforce */
+	double tight_mem_available_pct;     /* tight-mem-available-pct */
+	double critical_mem_available_pct;  /* critical-mem-available-pct */
+	double tight_psi_some_avg10;        /* tight-psi-some-avg10 */
+	double critical_psi_full_avg10;     /* critical-psi-full-avg10 */
+	double tight_swapout_pages_s;       /* tight-swapout-pages-per-s */
+	double critical_swapout_pages_s;    /* critical-swapout-pages-per-s */
+	double tight_swap_free_pct;         /* tight-swap-free-pct */
+	uint32_t hysteresis_ms;             /* hysteresis-ms: time below a threshold before leaving a state */
+	uint32_t poll_interval_ms;          /* poll-interval-ms */
+	uint32_t psi_window_ms;             /* psi-window-ms */
+	uint32_t psi_stall_ms;              /* psi-stall-ms: stall within the window that fires a trigger */
+	uint32_t revoke_deadline_ms;        /* revoke-deadline-ms */
+	uint32_t revoke_min_deadline_ms;    /* revoke-min-deadline-ms: floor of a non-admin's own revoke */
+	uint32_t enforce_slice_us;          /* enforce-slice-us: enforcement time per loop turn */
+	enum config_enforce revoke_enforce; /* revoke-enforce */
 
 	/* service */
-	char *restart_state;               /* restart-state: the file a clean stop leaves ("": the default place) */
-	uint32_t orphan_rescan_ms;         /* orphan-rescan-ms: how often what a previous daemon lent is checked */
-	uint32_t redeclare_grace_ms;       /* redeclare-grace-ms: after a restart, wait this long for clients */
+	char *restart_state;         /* restart-state: the file a clean stop leaves ("": the default place) */
+	uint32_t orphan_rescan_ms;   /* orphan-rescan-ms: how often what a previous daemon lent is checked */
+	uint32_t redeclare_grace_ms; /* redeclare-grace-ms: after a restart, wait this long for clients */
 
 	/*
 	 * Where each key's value came from, by its index in the table: 0 is the
@@ -125,12 +125,12 @@ enum config_type { CT_STRING, CT_SIZE, CT_SIZE_PCT, CT_UINT, CT_DOUBLE, CT_BOOL,
 struct config_key {
 	const char *name;
 	enum config_type type;
-	double min, max;              /* for numbers and sizes */
-	const char *def;              /* the embedded default, as text */
-	const char *help;             /* one line */
-	const char *const *choices;   /* CT_ENUM: NULL-terminated */
-	bool reloadable;              /* applied on SIGHUP; others need a restart */
-	size_t offset;                /* into struct config */
+	double min, max;            /* for numbers and sizes */
+	const char *def;            /* the embedded default, as text */
+	const char *help;           /* one line */
+	const char *const *choices; /* CT_ENUM: NULL-terminated */
+	bool reloadable;            /* applied on SIGHUP; others need a restart */
+	size_t offset;              /* into struct config */
 };
 
 /* The table, in the order the sample config lists it. */

@@ -29,18 +29,18 @@ struct conn {
 	struct broker *broker;
 	uint64_t id;
 	int fd;
-	int pidfd;            /* -1 where the kernel has no pidfd_open */
+	int pidfd; /* -1 where the kernel has no pidfd_open */
 	pid_t pid;
 	uid_t uid;
 	gid_t gid;
 	bool hello_done;
-	bool admin;           /* uid 0 or member of admin-group, decided at accept */
-	bool pidfd_from_peer; /* pidfd came from SO_PEERPIDFD (not from a pid number) */
-	bool closing;         /* dead: watchers stopped, freed by server_reap after the callback returns */
-	char name[32];        /* client_name from HELLO */
-	uint32_t nleases;     /* leases it maps: held, plus attached */
-	uint32_t nattached;   /* of those, attached through a share token */
-	uint32_t npending;    /* waiting acquires */
+	bool admin;                /* uid 0 or member of admin-group, decided at accept */
+	bool pidfd_from_peer;      /* pidfd came from SO_PEERPIDFD (not from a pid number) */
+	bool closing;              /* dead: watchers stopped, freed by server_reap after the callback returns */
+	char name[32];             /* client_name from HELLO */
+	uint32_t nleases;          /* leases it maps: held, plus attached */
+	uint32_t nattached;        /* of those, attached through a share token */
+	uint32_t npending;         /* waiting acquires */
 	uint64_t unbrokered_bytes; /* pinned outside the broker, as its last accepted ReportUnbrokered said */
 	bool unbrokered_warned;    /* an impossible report of its was logged: once per connection */
 	struct job_cgroup *cgroup; /* its process's cgroup at connect, for job quotas (a reference); NULL: unknown */
@@ -48,7 +48,7 @@ struct conn {
 	uint64_t lease_bytes;
 	struct conn_label {
 		char text[LEASE_LABEL_MAX];
-		uint32_t leases;      /* 0: free slot */
+		uint32_t leases;   /* 0: free slot */
 	} labels[CONN_LABELS_MAX]; /* distinct labels of its leases; a full set lists no more */
 	uint64_t connected_ms;
 	ev_io io;
@@ -57,7 +57,7 @@ struct conn {
 	size_t outq_len;
 	size_t outq_bytes;
 	size_t outq_fds;
-	struct conn *prev, *next;  /* the live list, or the dead list once closing */
+	struct conn *prev, *next; /* the live list, or the dead list once closing */
 };
 
 /*

@@ -332,9 +332,9 @@ struct holders_scan {
 	const struct holder_key *caller_keys; /* for reporting the caller's index; the caller keeps it */
 	struct holder_key *keys;              /* sorted copy */
 	size_t nkeys;
-	uid_t *uids;                          /* the keys' uids, sorted, unique */
+	uid_t *uids; /* the keys' uids, sorted, unique */
 	size_t nuids;
-	pid_t *exclude;                       /* sorted */
+	pid_t *exclude; /* sorted */
 	size_t nexclude;
 	pid_t self;
 	DIR *d;
@@ -426,8 +426,7 @@ static int scan_entry(struct holders_scan *s, const char *name)
 	pid_t pid = parse_pid(name);
 	int pdir, pidfd, k;
 
-	if (pid <= 1 || pid == s->self ||
-	    (s->nexclude && bsearch(&pid, s->exclude, s->nexclude, sizeof(pid), pid_cmp)))
+	if (pid <= 1 || pid == s->self || (s->nexclude && bsearch(&pid, s->exclude, s->nexclude, sizeof(pid), pid_cmp)))
 		return 0;
 	s->examined++;
 	/*
@@ -549,8 +548,7 @@ int holders_find(const char *proc_root, uid_t uid, const struct holder_key *keys
 	return r;
 }
 
-int holders_parse_memfd_map(const char *line, size_t len, const char *name, dev_t *dev, ino_t *ino,
-			    uint64_t *end_bytes)
+int holders_parse_memfd_map(const char *line, size_t len, const char *name, dev_t *dev, ino_t *ino, uint64_t *end_bytes)
 {
 	const char *p = line, *end = line + len, *dash;
 	uint64_t start, stop, off, maj, min, inode;
@@ -688,7 +686,10 @@ static int scan_fds(int pdir, pid_t pid, uid_t uid, const char *name, holders_me
 		/* stat() through /proc/PID/fd/N reaches the open file itself. */
 		if (fstatat(dirfd(d), e->d_name, &st, 0) < 0)
 			continue; /* closed meanwhile */
-		on_memfd(&(struct holders_memfd){ .pid = pid, .uid = uid, .dev = st.st_dev, .ino = st.st_ino,
+		on_memfd(&(struct holders_memfd){ .pid = pid,
+						  .uid = uid,
+						  .dev = st.st_dev,
+						  .ino = st.st_ino,
 						  .bytes = (uint64_t)st.st_size,
 						  .allocated = (uint64_t)st.st_blocks * 512u },
 			 ud);

@@ -36,8 +36,7 @@ void holders_sort_keys(struct holder_key *keys, size_t nkeys);
  * newline, so a streaming caller keeps the rest for its next read.
  * Returns the index into keys of the first match, or -ENOENT.
  */
-int holders_parse_maps(const char *buf, size_t len, const struct holder_key *keys, size_t nkeys,
-		       size_t *consumed);
+int holders_parse_maps(const char *buf, size_t len, const struct holder_key *keys, size_t nkeys, size_t *consumed);
 
 /*
  * The "Uid:" line of a /proc/PID/status buffer: real, effective, saved and
@@ -110,10 +109,10 @@ bool holders_can_inspect_all(void);
 /* A memfd of a given name that a process maps or holds an fd to (holders_scan_memfds). */
 struct holders_memfd {
 	pid_t pid;
-	uid_t uid;      /* the process's real uid */
+	uid_t uid; /* the process's real uid */
 	dev_t dev;
 	ino_t ino;
-	uint64_t bytes; /* the file's size (a mapping: no more than where it ends in the file, offset + length) */
+	uint64_t bytes;     /* the file's size (a mapping: no more than where it ends in the file, offset + length) */
 	uint64_t allocated; /* the file's pages in memory or swap (st_blocks), UINT64_MAX where not known */
 };
 

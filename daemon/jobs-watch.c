@@ -122,13 +122,15 @@ struct job_cgroup *jobs_watch_cgroup_of(struct broker *b, pid_t pid)
 	snprintf(path, sizeof(path), "%s/proc/%d/cgroup", w->root, (int)pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
-		log_debug("job quotas: cannot read %s: %s; pid %d is charged to no job", path, strerror(errno), (int)pid);
+		log_debug("job quotas: cannot read %s: %s; pid %d is charged to no job", path, strerror(errno),
+			  (int)pid);
 		return NULL;
 	}
 	n = read(fd, text, sizeof(text) - 1);
 	close(fd);
 	if (n < 0) {
-		log_debug("job quotas: cannot read %s: %s; pid %d is charged to no job", path, strerror(errno), (int)pid);
+		log_debug("job quotas: cannot read %s: %s; pid %d is charged to no job", path, strerror(errno),
+			  (int)pid);
 		return NULL;
 	}
 	text[n] = '\0';

@@ -61,8 +61,8 @@ static const struct {
 	const char *name;
 	int level;
 } level_names[] = {
-	{ "debug", LOG_DEBUG }, { "info", LOG_INFO },   { "notice", LOG_NOTICE }, { "warning", LOG_WARNING },
-	{ "warn", LOG_WARNING }, { "err", LOG_ERR },    { "error", LOG_ERR },
+	{ "debug", LOG_DEBUG },  { "info", LOG_INFO }, { "notice", LOG_NOTICE }, { "warning", LOG_WARNING },
+	{ "warn", LOG_WARNING }, { "err", LOG_ERR },   { "error", LOG_ERR },
 };
 
 int log_level_from_string(const char *s)
@@ -128,12 +128,12 @@ static void emit(int priority, const struct fields *fl, const char *msg)
 	size_t n = 0;
 
 	if (to_journal) {
-#define ADD(buf, ...)                                                           \
-	do {                                                                    \
-		int len_ = snprintf(buf, sizeof(buf), __VA_ARGS__);             \
-		iov[n].iov_base = buf;                                          \
+#define ADD(buf, ...)                                                                      \
+	do {                                                                               \
+		int len_ = snprintf(buf, sizeof(buf), __VA_ARGS__);                        \
+		iov[n].iov_base = buf;                                                     \
 		iov[n].iov_len = len_ < (int)sizeof(buf) ? (size_t)len_ : sizeof(buf) - 1; \
-		n++;                                                            \
+		n++;                                                                       \
 	} while (0)
 		ADD(f_msg, "MESSAGE=%s", msg);
 		ADD(f_prio, "PRIORITY=%d", priority);
@@ -180,14 +180,14 @@ static void vlog(int priority, int errnum, const struct fields *fl, const char *
 }
 
 /* Each entry point checks the threshold first so a suppressed debug line costs no formatting. */
-#define LOG_BODY(priority, errnum)                        \
-	do {                                              \
-		va_list ap;                               \
-		if ((priority) > log_level)               \
-			return;                           \
-		va_start(ap, fmt);                        \
-		vlog(priority, errnum, NULL, fmt, ap);    \
-		va_end(ap);                               \
+#define LOG_BODY(priority, errnum)                     \
+	do {                                           \
+		va_list ap;                            \
+		if ((priority) > log_level)            \
+			return;                        \
+		va_start(ap, fmt);                     \
+		vlog(priority, errnum, NULL, fmt, ap); \
+		va_end(ap);                            \
 	} while (0)
 
 void log_warn(const char *fmt, ...)
@@ -298,8 +298,7 @@ static void report_suppressed(enum log_event_kind kind, unsigned n)
 	emit(LOG_NOTICE, &fl, msg);
 }
 
-void log_event(enum log_event_kind kind, int priority, uint64_t lease_id, uid_t uid, pid_t pid,
-	       const char *fmt, ...)
+void log_event(enum log_event_kind kind, int priority, uint64_t lease_id, uid_t uid, pid_t pid, const char *fmt, ...)
 {
 	unsigned counts[EV__MAX] = { 0 }, mine = 0;
 	struct fields fl;

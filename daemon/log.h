@@ -14,11 +14,11 @@ extern int log_level;
 void log_init(int level, int use_journal);
 int log_level_from_string(const char *s); /* "debug", "info", ... or -1 */
 
-void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));  /* appends strerror(errno) */
+void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2))); /* appends strerror(errno) */
 void log_warnx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));  /* with strerror(errno) */
+void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn)); /* with strerror(errno) */
 void fatalx(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
 /*
@@ -43,8 +43,8 @@ enum log_event_kind {
  * Log one event with its MESSAGE_ID and the PINBROKER_LEASE=/UID=/PID= fields
  * (pass 0 / (uid_t)-1 / 0 to leave a field out). priority is a syslog level.
  */
-void log_event(enum log_event_kind kind, int priority, uint64_t lease_id, uid_t uid, pid_t pid,
-	       const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+void log_event(enum log_event_kind kind, int priority, uint64_t lease_id, uid_t uid, pid_t pid, const char *fmt, ...)
+	__attribute__((format(printf, 6, 7)));
 
 /* The MESSAGE_ID string (32 hex digits) of a kind, for tests and the catalog. */
 const char *log_event_message_id(enum log_event_kind kind);

@@ -99,7 +99,8 @@ static void usage(FILE *f)
 		"Every config key is also an option, --KEY VALUE:\n",
 		default_config);
 	for (size_t i = 0; i < n; i++)
-		fprintf(f, "      --%-28s %s (default %s)\n", k[i].name, k[i].help, k[i].def && *k[i].def ? k[i].def : "\"\"");
+		fprintf(f, "      --%-28s %s (default %s)\n", k[i].name, k[i].help,
+			k[i].def && *k[i].def ? k[i].def : "\"\"");
 	fprintf(f, "\nThe socket is also taken from $PINBROKER_SOCKET.\n");
 }
 
@@ -235,7 +236,8 @@ static int reserve_hugepages(const struct config *cfg, uint64_t budget_bytes)
 	len = fread(buf, 1, sizeof(buf), f);
 	fclose(f);
 	if (pressure_parse_meminfo(buf, len, &m) < 0 || m.hugepage_size_bytes != 2u * 1024 * 1024) {
-		fprintf(stderr, "pinbrokerd: %s has no 2 MiB Hugepagesize: the pool's huge pages are 2 MiB\n", mem_path);
+		fprintf(stderr, "pinbrokerd: %s has no 2 MiB Hugepagesize: the pool's huge pages are 2 MiB\n",
+			mem_path);
 		return 1;
 	}
 	free_pages = m.hugepages_free_bytes / m.hugepage_size_bytes;
@@ -406,8 +408,8 @@ static void update_status(struct broker *b)
 {
 	char bud[32], leased[32], idle[32];
 
-	notify_status("%s; leased %s of %s budget, %s warm and free, %zu clients",
-		      monitor_state_name(b->state), format_size(budget_leased(b->budget), leased, sizeof(leased)),
+	notify_status("%s; leased %s of %s budget, %s warm and free, %zu clients", monitor_state_name(b->state),
+		      format_size(budget_leased(b->budget), leased, sizeof(leased)),
 		      format_size(budget_limit(b->budget), bud, sizeof(bud)),
 		      format_size(pool_idle_bytes(b->pool), idle, sizeof(idle)), server_conn_count(b->server));
 }
@@ -588,7 +590,8 @@ static void prewarm_cb(struct ev_loop *loop, ev_idle *w, int revents)
 		warn_prewarm_failed(b, target, r);
 		ev_idle_stop(loop, w);
 	} else if (pool_idle_bytes(b->pool) >= target) {
-		log_info("pool warmed to %s for the new prewarm", format_size(pool_idle_bytes(b->pool), s1, sizeof(s1)));
+		log_info("pool warmed to %s for the new prewarm",
+			 format_size(pool_idle_bytes(b->pool), s1, sizeof(s1)));
 		ev_idle_stop(loop, w);
 		update_status(b);
 	}
@@ -806,7 +809,7 @@ int main(int argc, char **argv)
 	if (r < 0)
 		fatalx("cannot set up the lease table: %s", strerror(-r));
 	po.chunk_bytes = cfg->chunk_bytes;
-	po.hugetlb = cfg->hugetlb == CONFIG_HUGETLB_YES ? POOL_HUGETLB_YES
+	po.hugetlb = cfg->hugetlb == CONFIG_HUGETLB_YES  ? POOL_HUGETLB_YES
 		     : cfg->hugetlb == CONFIG_HUGETLB_NO ? POOL_HUGETLB_NO
 							 : POOL_HUGETLB_AUTO;
 	numa_read(cfg->proc_root, b.mem_total_bytes, &numa_topo);
@@ -856,7 +859,8 @@ int main(int argc, char **argv)
 
 	r = jobs_watch_start(&b);
 	if (r < 0)
-		fatalx("cannot set up job quotas: %s", r == -EINVAL ? "job-quota does not parse (logged above)" : strerror(-r));
+		fatalx("cannot set up job quotas: %s",
+		       r == -EINVAL ? "job-quota does not parse (logged above)" : strerror(-r));
 
 	/* Listen first, so clients queue in the backlog while the pool warms. */
 	listen_fd = notify_listen_fd();
@@ -910,10 +914,13 @@ int main(int argc, char **argv)
 		ev_timer_start(b.loop, &status_timer);
 	}
 
-	log_info("version %s ready on %s: budget %s (uid quota %s), %s warm, %s pages%s, monitor %s",
-		 PINBROKER_VERSION, cfg->socket_path, format_size(b.budget_bytes, s1, sizeof(s1)),
+	log_info("version %s ready on %s: budget %s (uid quota %s), %s warm, %s pages%s, monitor %s", PINBROKER_VERSION,
+		 cfg->socket_path, format_size(b.budget_bytes, s1, sizeof(s1)),
 		 format_size(b.uid_quota_bytes, s2, sizeof(s2)), format_size(pool_idle_bytes(b.pool), s3, sizeof(s3)),
-		 pool_hugetlb(b.pool) ? "2 MiB hugetlb" : pool_thp(b.pool) ? "THP-collapsed 4 KiB" : "4 KiB", cfg->lock_memory ? "" : " (NOT locked: lock-memory = no)",
+		 pool_hugetlb(b.pool) ? "2 MiB hugetlb"
+		 : pool_thp(b.pool)   ? "THP-collapsed 4 KiB"
+				      : "4 KiB",
+		 cfg->lock_memory ? "" : " (NOT locked: lock-memory = no)",
 		 b.monitor ? monitor_mode(b.monitor) : "off");
 	notify_ready();
 	update_status(&b);
@@ -929,8 +936,9 @@ int main(int argc, char **argv)
 		bye.has_seq = true;
 		bye.seq = 0;
 		bye.status = PINBROKER__V1__STATUS_CODE__STATUS_SHUTTING_DOWN;
-		bye.message = (char *)"pinbrokerd is stopping; your mappings stay valid and the next daemon counts them "
-				      "until you unmap them";
+		bye.message =
+			(char *)"pinbrokerd is stopping; your mappings stay valid and the next daemon counts them "
+				"until you unmap them";
 		server_broadcast(b.server, &bye);
 	}
 	/* While the leases still exist: closing the connections below lets them go. */

@@ -28,11 +28,11 @@
 #include "waitq.h"
 
 static const char *const refusal_names[REFUSED_N] = {
-	[REFUSED_INVALID] = "invalid_size", [REFUSED_TOO_LARGE] = "too_large",
-	[REFUSED_OVER_QUOTA] = "over_quota", [REFUSED_JOB_QUOTA] = "job_quota", [REFUSED_OVER_BUDGET] = "over_budget",
-	[REFUSED_PRESSURE] = "pressure",    [REFUSED_CRITICAL] = "critical",
-	[REFUSED_LIMIT] = "limit",          [REFUSED_TIMEOUT] = "timeout",
-	[REFUSED_OTHER] = "other",
+	[REFUSED_INVALID] = "invalid_size",    [REFUSED_TOO_LARGE] = "too_large",
+	[REFUSED_OVER_QUOTA] = "over_quota",   [REFUSED_JOB_QUOTA] = "job_quota",
+	[REFUSED_OVER_BUDGET] = "over_budget", [REFUSED_PRESSURE] = "pressure",
+	[REFUSED_CRITICAL] = "critical",       [REFUSED_LIMIT] = "limit",
+	[REFUSED_TIMEOUT] = "timeout",         [REFUSED_OTHER] = "other",
 };
 
 static const char *const grant_names[GRANTED_N] = {
@@ -91,7 +91,8 @@ static void render_jobs(FILE *f, const struct jobs *j)
 	static const struct {
 		const char *name, *help;
 	} series[] = {
-		{ "pinbroker_job_leased_bytes", "Pinned memory each job (cgroup, or the part a quota rule names) holds now." },
+		{ "pinbroker_job_leased_bytes",
+		  "Pinned memory each job (cgroup, or the part a quota rule names) holds now." },
 		{ "pinbroker_job_leases", "Leases each job holds now." },
 		{ "pinbroker_job_quota_bytes", "Each job's quota, for jobs a quota rule covers." },
 	};
@@ -99,7 +100,10 @@ static void render_jobs(FILE *f, const struct jobs *j)
 	for (size_t s = 0; s < sizeof(series) / sizeof(series[0]); s++) {
 		head(f, series[s].name, "gauge", series[s].help);
 		for (const struct job *jb = jobs_first(j); jb; jb = jb->next) {
-			unsigned long long v = s == 0 ? jb->bytes : s == 1 ? jb->leases : jb->rule ? jb->rule->bytes : 0;
+			unsigned long long v = s == 0     ? jb->bytes
+					       : s == 1   ? jb->leases
+					       : jb->rule ? jb->rule->bytes
+							  : 0;
 
 			if ((s == 2 && !jb->rule) || (!jb->leases && !jb->rule))
 				continue;
@@ -120,12 +124,15 @@ static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 
 	head(f, "pinbroker_info", "gauge", "The daemon's version and pool page kind (value 1).");
 	fprintf(f, "pinbroker_info{version=\"%s\",page_kind=\"%s\"} 1\n", PINBROKER_VERSION, pool_page_kind(b->pool));
-	gauge(f, "pinbroker_budget_bytes", "Most pinned memory the daemon lends at once.", (double)budget_limit(b->budget));
-	gauge(f, "pinbroker_uid_quota_bytes", "Most pinned memory one uid may hold.", (double)budget_uid_quota(b->budget));
+	gauge(f, "pinbroker_budget_bytes", "Most pinned memory the daemon lends at once.",
+	      (double)budget_limit(b->budget));
+	gauge(f, "pinbroker_uid_quota_bytes", "Most pinned memory one uid may hold.",
+	      (double)budget_uid_quota(b->budget));
 	gauge(f, "pinbroker_leased_bytes", "Pinned memory lent now (registrations included).",
 	      (double)budget_leased(b->budget));
 	gauge(f, "pinbroker_pool_bytes", "Locked pool memory, idle and lent.", (double)pool_resident_bytes(b->pool));
-	gauge(f, "pinbroker_pool_idle_bytes", "Locked pool memory kept warm and not lent.", (double)pool_idle_bytes(b->pool));
+	gauge(f, "pinbroker_pool_idle_bytes", "Locked pool memory kept warm and not lent.",
+	      (double)pool_idle_bytes(b->pool));
 	gauge(f, "pinbroker_overdue_bytes", "Leases past their revoke deadline, still held.",
 	      (double)lease_state_bytes(b->leases, LEASE_OVERDUE));
 	gauge(f, "pinbroker_cached_idle_bytes", "Leases a client keeps cached and idle.",
@@ -144,7 +151,8 @@ static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 	gauge(f, "pinbroker_orphaned_bytes",
 	      "Of the leased bytes, memory an earlier daemon lent that live processes still map (counted until they let go).",
 	      (double)b->orphaned_bytes);
-	gauge(f, "pinbroker_thp_bytes", "Pool memory collapsed into transparent huge pages.", (double)pool_thp_bytes(b->pool));
+	gauge(f, "pinbroker_thp_bytes", "Pool memory collapsed into transparent huge pages.",
+	      (double)pool_thp_bytes(b->pool));
 	gauge(f, "pinbroker_hugetlb_bytes", "Pool memory on hugetlb pages.", (double)pool_hugetlb_bytes(b->pool));
 	gauge(f, "pinbroker_leases", "Leases held now.", (double)lease_count(b->leases));
 	gauge(f, "pinbroker_waiting_acquires", "Acquires waiting for memory.", (double)waitq_count(b));
@@ -158,8 +166,8 @@ static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 		head(f, "pinbroker_signal", "gauge", "The pressure signals the daemon watches, as last sampled.");
 		for (size_t i = 0; i < n; i++)
 			if (sig[i].available && isfinite(sig[i].value))
-				fprintf(f, "pinbroker_signal{signal=\"%s\",unit=\"%s\"} %.17g\n", sig[i].name, sig[i].unit,
-					sig[i].value);
+				fprintf(f, "pinbroker_signal{signal=\"%s\",unit=\"%s\"} %.17g\n", sig[i].name,
+					sig[i].unit, sig[i].value);
 	}
 
 	counter_by(f, "pinbroker_acquires_granted_total",

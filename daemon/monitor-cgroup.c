@@ -92,7 +92,7 @@ void mon_cg_levels_init(struct cg_src *cg)
 		struct cg_level *l = &cg->level[cg->nlevels++];
 		const char *slash;
 
-		*l = (struct cg_level){.dir_len = len, .limit_bytes = PRESSURE_UNLIMITED};
+		*l = (struct cg_level){ .dir_len = len, .limit_bytes = PRESSURE_UNLIMITED };
 		mon_src_init(&l->limit, true);
 		mon_src_init(&l->usage, true);
 		mon_src_init(&l->stat, true);
@@ -114,8 +114,8 @@ void mon_cg_close(struct cg_src *cg)
 	}
 }
 
-static int cg_level_read(int root_fd, const struct cg_src *cg, struct cg_level *l, struct src_file *f,
-			 const char *name, char *buf, size_t *len)
+static int cg_level_read(int root_fd, const struct cg_src *cg, struct cg_level *l, struct src_file *f, const char *name,
+			 char *buf, size_t *len)
 {
 	char rel[REL_PATH_MAX + 32];
 
@@ -184,8 +184,7 @@ static int cg_read_usage(int root_fd, struct cg_src *cg, struct cg_level *l, uin
  * on every poll for plain files; usage on every call. Returns 0, or the
  * leaf's errno when its own files are unreadable.
  */
-int mon_cg_read(int root_fd, struct cg_src *cg, uint64_t now, bool refresh_limits, struct cg_reading *ret,
-		   char *buf)
+int mon_cg_read(int root_fd, struct cg_src *cg, uint64_t now, bool refresh_limits, struct cg_reading *ret, char *buf)
 {
 	bool best_set = false;
 	uint64_t best_room = 0;

@@ -32,22 +32,22 @@ struct src_file {
 	int fd;          /* -1: open at the next read */
 	bool one_record; /* one read returns it all: see pread_all() */
 	bool pseudo;     /* on procfs, cgroupfs or sysfs */
-	dev_t dev;    /* which file fd is: a fixture's plain file may be replaced by rename(2) */
+	dev_t dev;       /* which file fd is: a fixture's plain file may be replaced by rename(2) */
 	ino_t ino;
 };
 
 /* Where the daemon's memory cgroup lives, relative to proc-root. */
 struct cg_loc {
 	enum cg_kind kind;
-	char mount[32];          /* "sys/fs/cgroup/memory" (v1) or "sys/fs/cgroup" (v2): the walk stops here */
-	char dir[REL_PATH_MAX];  /* the leaf: mount + the path from /proc/self/cgroup */
+	char mount[32];         /* "sys/fs/cgroup/memory" (v1) or "sys/fs/cgroup" (v2): the walk stops here */
+	char dir[REL_PATH_MAX]; /* the leaf: mount + the path from /proc/self/cgroup */
 };
 
 /* One directory of the walk from the leaf up to the mount point. */
 struct cg_level {
-	size_t dir_len;        /* the directory is the leaf's first dir_len bytes */
-	int limit_err;         /* of the last limit read: 0 or a negative errno */
-	uint64_t limit_bytes;  /* PRESSURE_UNLIMITED for none */
+	size_t dir_len;       /* the directory is the leaf's first dir_len bytes */
+	int limit_err;        /* of the last limit read: 0 or a negative errno */
+	uint64_t limit_bytes; /* PRESSURE_UNLIMITED for none */
 	struct src_file limit, usage, stat;
 };
 
@@ -55,8 +55,8 @@ struct cg_level {
 struct cg_src {
 	struct cg_loc loc;
 	size_t nlevels;
-	bool limits_valid;     /* false: read the limits at the next sample */
-	bool limits_pseudo;    /* every limit file is on cgroupfs; else (a fixture) read them every poll */
+	bool limits_valid;  /* false: read the limits at the next sample */
+	bool limits_pseudo; /* every limit file is on cgroupfs; else (a fixture) read them every poll */
 	uint64_t limits_ms;
 	struct cg_level level[CGROUP_DEPTH_MAX];
 };
@@ -83,7 +83,7 @@ struct monitor {
 	struct ev_loop *loop;
 	monitor_state_fn fn;
 	void *ud;
-	int root_fd;              /* proc-root, O_PATH: every read is an openat below it */
+	int root_fd; /* proc-root, O_PATH: every read is an openat below it */
 	char *proc_root;
 
 	struct pressure *policy;
@@ -92,8 +92,8 @@ struct monitor {
 	uint32_t psi_stall_ms;
 
 	ev_timer timer;
-	uint32_t timer_ms;        /* the period the timer runs at now */
-	uint64_t fast_until_ms;   /* after a trigger: poll fast until then */
+	uint32_t timer_ms;      /* the period the timer runs at now */
+	uint64_t fast_until_ms; /* after a trigger: poll fast until then */
 
 	/*
 	 * PSI trigger fds sit in an inner epoll set watched through ev_io:
@@ -103,7 +103,7 @@ struct monitor {
 	ev_io psi_io;
 	mon_trigger_fn *on_trigger; /* how monitor-psi.c reports a trigger, so it never calls back into monitor.c */
 	int epfd;
-	int psi_fd[2];            /* "some", "full"; -1 when not armed */
+	int psi_fd[2]; /* "some", "full"; -1 when not armed */
 	uint32_t trigger_stall_us, trigger_window_us;
 	char mode[128];
 
@@ -114,7 +114,7 @@ struct monitor {
 	bool have_sample;
 	struct pressure_sample sample;
 	struct pressure_figures figs;
-	unsigned warned;          /* enum source bits reported and not yet recovered */
+	unsigned warned; /* enum source bits reported and not yet recovered */
 
 	struct monitor_event ring[MONITOR_EVENTS_MAX];
 	size_t ring_next, ring_count;
@@ -158,4 +158,3 @@ int mon_cg_read(int root_fd, struct cg_src *cg, uint64_t now, bool refresh_limit
  */
 void mon_triggers_arm(struct monitor *m);
 void mon_triggers_close(struct monitor *m);
-

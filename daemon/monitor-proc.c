@@ -56,7 +56,7 @@ static bool fs_regenerates(long f_type)
 
 void mon_src_init(struct src_file *f, bool one_record)
 {
-	*f = (struct src_file){.fd = -1, .one_record = one_record};
+	*f = (struct src_file){ .fd = -1, .one_record = one_record };
 }
 
 void mon_src_close(struct src_file *f)

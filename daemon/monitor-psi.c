@@ -117,7 +117,7 @@ static void psi_cb(struct ev_loop *loop, ev_io *w, int revents)
 void mon_triggers_arm(struct monitor *m)
 {
 	uint32_t window_us, stall_us, rounded_us;
-	struct epoll_event ev = {.events = EPOLLPRI};
+	struct epoll_event ev = { .events = EPOLLPRI };
 	int r;
 
 	mon_triggers_close(m);

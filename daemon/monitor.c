@@ -146,10 +146,10 @@ static void sample_vmstat(struct monitor *m, uint64_t now, struct pressure_sampl
 		s->swapin_pages_s = pressure_rate_per_s(base->v.pswpin, v.pswpin, now - base->ms);
 	}
 	if (!m->vm_new.set) {
-		m->vm_new = (struct vm_point){true, now, v};
+		m->vm_new = (struct vm_point){ true, now, v };
 	} else if (now - m->vm_new.ms >= RATE_WINDOW_MS) {
 		m->vm_old = m->vm_new;
-		m->vm_new = (struct vm_point){true, now, v};
+		m->vm_new = (struct vm_point){ true, now, v };
 	}
 }
 
@@ -209,7 +209,7 @@ static void sample_psi(struct monitor *m, struct pressure_sample *s, char *buf)
 /* refresh_limits: read the cgroup limits now rather than when they are due. */
 static void mon_sample(struct monitor *m, bool refresh_limits)
 {
-	struct pressure_sample s = {0};
+	struct pressure_sample s = { 0 };
 	struct cg_reading cg;
 	enum broker_state old = pressure_state(m->policy), next;
 	char buf[READ_BUF_BYTES];
@@ -274,7 +274,6 @@ static void timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)revents;
 	mon_sample(w->data, false);
 }
-
 
 /* --- construction and reconfiguration --- */
 
@@ -438,17 +437,18 @@ size_t monitor_signals(const struct monitor *m, struct monitor_signal *out, size
 	const struct pressure_sample *s = &m->sample;
 	bool ok = m->have_sample;
 	const struct monitor_signal all[] = {
-		{"mem_available_pct", f->mem_available_pct, t->tight_mem_available_pct, t->critical_mem_available_pct,
-		 "%", ok},
-		{"mem_available_bytes", (double)f->mem_available_bytes, NAN, NAN, "bytes", ok},
-		{"swap_free_pct", f->swap_free_pct, t->tight_swap_free_pct, NAN, "%", ok && s->mem.swap_total_bytes > 0},
-		{"swapout_pages_s", f->swapout_pages_s, t->tight_swapout_pages_s, t->critical_swapout_pages_s, "pages/s",
-		 ok && s->have_swapout},
-		{"swapin_pages_s", f->swapin_pages_s, NAN, NAN, "pages/s", ok && s->have_swapout},
-		{"psi_some_avg10", f->psi_some_avg10, t->tight_psi_some_avg10, NAN, "%", ok && s->have_psi},
-		{"psi_full_avg10", f->psi_full_avg10, NAN, t->critical_psi_full_avg10, "%",
-		 ok && s->have_psi && s->psi.full.present},
-		{"cgroup_usage_pct", f->cgroup_usage_pct, NAN, NAN, "%", ok && s->have_cgroup_limit},
+		{ "mem_available_pct", f->mem_available_pct, t->tight_mem_available_pct, t->critical_mem_available_pct,
+		  "%", ok },
+		{ "mem_available_bytes", (double)f->mem_available_bytes, NAN, NAN, "bytes", ok },
+		{ "swap_free_pct", f->swap_free_pct, t->tight_swap_free_pct, NAN, "%",
+		  ok && s->mem.swap_total_bytes > 0 },
+		{ "swapout_pages_s", f->swapout_pages_s, t->tight_swapout_pages_s, t->critical_swapout_pages_s,
+		  "pages/s", ok && s->have_swapout },
+		{ "swapin_pages_s", f->swapin_pages_s, NAN, NAN, "pages/s", ok && s->have_swapout },
+		{ "psi_some_avg10", f->psi_some_avg10, t->tight_psi_some_avg10, NAN, "%", ok && s->have_psi },
+		{ "psi_full_avg10", f->psi_full_avg10, NAN, t->critical_psi_full_avg10, "%",
+		  ok && s->have_psi && s->psi.full.present },
+		{ "cgroup_usage_pct", f->cgroup_usage_pct, NAN, NAN, "%", ok && s->have_cgroup_limit },
 	};
 	size_t n = sizeof(all) / sizeof(all[0]);
 

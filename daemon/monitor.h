@@ -21,16 +21,16 @@ struct monitor;
 typedef void (*monitor_state_fn)(void *ud, enum broker_state from, enum broker_state to, const char *why);
 
 struct monitor_signal {
-	const char *name;  /* "mem_available_pct", "psi_some_avg10", ... static storage */
+	const char *name; /* "mem_available_pct", "psi_some_avg10", ... static storage */
 	double value;
-	double tight;      /* NAN when the signal has no threshold for that state */
+	double tight; /* NAN when the signal has no threshold for that state */
 	double critical;
-	const char *unit;  /* "%", "pages/s", "bytes" */
-	bool available;    /* false when this kernel/cgroup has no such file */
+	const char *unit; /* "%", "pages/s", "bytes" */
+	bool available;   /* false when this kernel/cgroup has no such file */
 };
 
 struct monitor_event {
-	uint64_t when_ms;  /* monotonic */
+	uint64_t when_ms; /* monotonic */
 	char text[160];
 };
 
@@ -38,8 +38,8 @@ struct monitor_event {
 struct pressure_host {
 	uint64_t mem_total_bytes;
 	uint64_t mem_available_bytes;
-	uint64_t cgroup_limit_bytes;  /* the tightest limit of the memory cgroup and its ancestors; 0 = none */
-	uint64_t cgroup_usage_bytes;  /* usage of the cgroup that set that limit */
+	uint64_t cgroup_limit_bytes; /* the tightest limit of the memory cgroup and its ancestors; 0 = none */
+	uint64_t cgroup_usage_bytes; /* usage of the cgroup that set that limit */
 };
 
 /*

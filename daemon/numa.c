@@ -321,7 +321,8 @@ size_t numa_fallback_order(const struct numa_topology *t, int id, int *order)
 	for (size_t i = 1; i < n; i++)
 		for (size_t j = i; j > 0; j--) {
 			int a = order[j - 1], b = order[j];
-			unsigned da = a == self ? 0 : t->node[self].distance[a], db = b == self ? 0 : t->node[self].distance[b];
+			unsigned da = a == self ? 0 : t->node[self].distance[a],
+				 db = b == self ? 0 : t->node[self].distance[b];
 
 			if (da < db || (da == db && t->node[a].id < t->node[b].id))
 				break;

@@ -15,9 +15,9 @@
 
 struct numa_node {
 	int id;
-	uint64_t mem_total_bytes; /* nodeN/meminfo MemTotal */
-	uint64_t mem_free_bytes;  /* nodeN/meminfo MemFree */
-	unsigned gpus;            /* NVIDIA GPUs whose PCI device says this node */
+	uint64_t mem_total_bytes;          /* nodeN/meminfo MemTotal */
+	uint64_t mem_free_bytes;           /* nodeN/meminfo MemFree */
+	unsigned gpus;                     /* NVIDIA GPUs whose PCI device says this node */
 	unsigned distance[NUMA_MAX_NODES]; /* nodeN/distance, by index into numa_topology.node */
 };
 

@@ -24,35 +24,35 @@ enum pool_thp {
 
 struct chunk {
 	uint64_t id;
-	int fd;           /* memfd, sealed against grow and shrink */
-	void *addr;       /* the daemon's own mapping, mlocked */
+	int fd;     /* memfd, sealed against grow and shrink */
+	void *addr; /* the daemon's own mapping, mlocked */
 	uint64_t bytes;
-	uid_t owner_uid;  /* uid it was last lent to, POOL_NO_OWNER if never */
+	uid_t owner_uid; /* uid it was last lent to, POOL_NO_OWNER if never */
 	bool hugetlb;
-	bool thp;         /* 4 KiB shmem collapsed into 2 MiB THPs (mapped PMD-aligned) */
-	int node;         /* the NUMA node its (first) pages are on, checked with move_pages; -1 without placement */
-	bool mixed;       /* its pages are on more than one node */
-	bool misplaced;   /* made for another node than it landed on (that node was full or is not there) */
-	bool tail;        /* made for one lease's remainder; destroyed on return */
+	bool thp;       /* 4 KiB shmem collapsed into 2 MiB THPs (mapped PMD-aligned) */
+	int node;       /* the NUMA node its (first) pages are on, checked with move_pages; -1 without placement */
+	bool mixed;     /* its pages are on more than one node */
+	bool misplaced; /* made for another node than it landed on (that node was full or is not there) */
+	bool tail;      /* made for one lease's remainder; destroyed on return */
 	/*
 	 * Its fd went to another uid (a shared lease's attacher), set before the fd left the daemon.
 	 * That uid may keep a view past its release (mremap, fork, a passed-on fd, map_files), so the
 	 * chunk is destroyed on return like a tail, never pooled again for anyone.
 	 */
 	bool tainted;
-	bool punched;     /* found with pages missing and not yet repaired (counted once) */
-	uint64_t lease_id; /* the lease it is lent to, for reports; 0 while idle or unknown */
-	struct chunk *next; /* idle list link, owned by the pool */
+	bool punched;                      /* found with pages missing and not yet repaired (counted once) */
+	uint64_t lease_id;                 /* the lease it is lent to, for reports; 0 while idle or unknown */
+	struct chunk *next;                /* idle list link, owned by the pool */
 	struct chunk *all_prev, *all_next; /* every chunk, idle and lent, for the audit */
 };
 
 struct pool_opts {
-	uint64_t chunk_bytes;     /* multiple of the page size; default 2 MiB */
+	uint64_t chunk_bytes; /* multiple of the page size; default 2 MiB */
 	enum pool_hugetlb hugetlb;
 	enum pool_thp thp;
-	unsigned threads;         /* pre-fault threads for large grows; 0 = number of CPUs, max 16 */
-	const char *proc_root;    /* for /proc/meminfo HugePages_*; NULL = "/" */
-	bool lock;                /* mlock chunks; false only for unprivileged tests */
+	unsigned threads;      /* pre-fault threads for large grows; 0 = number of CPUs, max 16 */
+	const char *proc_root; /* for /proc/meminfo HugePages_*; NULL = "/" */
+	bool lock;             /* mlock chunks; false only for unprivileged tests */
 	/* NUMA nodes chunks are placed on (mbind MPOL_PREFERRED before any page is faulted); n_nodes 0: no placement. */
 	const int *nodes;
 	size_t n_nodes;

@@ -85,7 +85,8 @@ void reload_warn_job_quotas(const struct broker *b)
 		if (r->source == JOB_RULE_CONFIG && r->bytes > b->budget_bytes)
 			log_warnx("job-quota: %s's %s is more than the whole budget (%s): the budget binds first, so "
 				  "it limits nothing; give it a smaller size",
-				  r->pattern, format_size(r->bytes, q, sizeof(q)), format_size(b->budget_bytes, h, sizeof(h)));
+				  r->pattern, format_size(r->bytes, q, sizeof(q)),
+				  format_size(b->budget_bytes, h, sizeof(h)));
 	}
 }
 

@@ -141,7 +141,8 @@ void reply_acquire_error(struct conn *c, uint64_t seq, int err, uint64_t size)
 	}
 	case -ENOSPC:
 		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_OVER_BUDGET,
-			     "pinned budget exhausted: %s of %s leased, %s asked", format_size(budget_leased(b->budget), h, sizeof(h)),
+			     "pinned budget exhausted: %s of %s leased, %s asked",
+			     format_size(budget_leased(b->budget), h, sizeof(h)),
 			     format_size(budget_limit(b->budget), q, sizeof(q)), format_size(size, a, sizeof(a)));
 		return;
 	case -EBUSY:
@@ -171,13 +172,14 @@ void reply_acquire_error(struct conn *c, uint64_t seq, int err, uint64_t size)
 			     (unsigned long long)b->max_leases_per_uid);
 		return;
 	case -EMFILE:
-		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
-			     "uid %u already holds %llu pool chunks and %llu processes' exit holds, each an fd in the "
-			     "daemon (max-chunks-per-uid = %llu); release leases, use fewer larger ones, let processes "
-			     "that closed their connections exit, or ask the admin to raise max-chunks-per-uid",
-			     c->uid, (unsigned long long)budget_uid_chunks(b->budget, c->uid),
-			     (unsigned long long)(budget_uid_fds(b->budget, c->uid) - budget_uid_chunks(b->budget, c->uid)),
-			     (unsigned long long)b->max_chunks_per_uid);
+		reply_status(
+			c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
+			"uid %u already holds %llu pool chunks and %llu processes' exit holds, each an fd in the "
+			"daemon (max-chunks-per-uid = %llu); release leases, use fewer larger ones, let processes "
+			"that closed their connections exit, or ask the admin to raise max-chunks-per-uid",
+			c->uid, (unsigned long long)budget_uid_chunks(b->budget, c->uid),
+			(unsigned long long)(budget_uid_fds(b->budget, c->uid) - budget_uid_chunks(b->budget, c->uid)),
+			(unsigned long long)b->max_chunks_per_uid);
 		return;
 	case -EXFULL:
 		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
@@ -185,14 +187,16 @@ void reply_acquire_error(struct conn *c, uint64_t seq, int err, uint64_t size)
 			     "%s more would exceed it: use a lease that can be revoked, or ask the admin to raise "
 			     "max-no-revoke-per-uid",
 			     c->uid, format_size(budget_uid_no_revoke(b->budget, c->uid), h, sizeof(h)),
-			     format_size(b->max_no_revoke_per_uid_bytes, q, sizeof(q)), format_size(size, a, sizeof(a)));
+			     format_size(b->max_no_revoke_per_uid_bytes, q, sizeof(q)),
+			     format_size(size, a, sizeof(a)));
 		return;
 	case -ENFILE:
-		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
-			     "the daemon holds %llu fds for leases and exit holds, all its file descriptors and mappings "
-			     "allow while keeping reserve-fds (%u) free; try again later, or raise LimitNOFILE / "
-			     "vm.max_map_count",
-			     (unsigned long long)budget_fds(b->budget), b->cfg->reserve_fds);
+		reply_status(
+			c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
+			"the daemon holds %llu fds for leases and exit holds, all its file descriptors and mappings "
+			"allow while keeping reserve-fds (%u) free; try again later, or raise LimitNOFILE / "
+			"vm.max_map_count",
+			(unsigned long long)budget_fds(b->budget), b->cfg->reserve_fds);
 		return;
 	default:
 		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_INTERNAL,
@@ -309,9 +313,10 @@ void reply_grant(struct conn *c, uint64_t seq, struct lease *l)
 	conn_gain(c, l, false);
 	c->broker->counters.granted[l->registration ? GRANTED_REGISTRATION : GRANTED_POOL]++;
 	c->broker->counters.granted_bytes[l->registration ? GRANTED_REGISTRATION : GRANTED_POOL] += l->bytes;
-	log_event(EV_LEASE_GRANTED, LOG_INFO, l->id, l->uid, l->pid, "lease %llu granted: %llu bytes in %zu chunks to pid %d uid %u%s%s",
-		  (unsigned long long)l->id, (unsigned long long)l->bytes, l->nchunks, l->pid, l->uid,
-		  l->label[0] ? ", label " : "", text_escape(label, sizeof(label), l->label));
+	log_event(EV_LEASE_GRANTED, LOG_INFO, l->id, l->uid, l->pid,
+		  "lease %llu granted: %llu bytes in %zu chunks to pid %d uid %u%s%s", (unsigned long long)l->id,
+		  (unsigned long long)l->bytes, l->nchunks, l->pid, l->uid, l->label[0] ? ", label " : "",
+		  text_escape(label, sizeof(label), l->label));
 	send_lease(c, seq, l, false);
 }
 

@@ -45,8 +45,8 @@ void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req)
 	}
 	/* Anyone may revoke a lease of their own uid, or all of them (--uid self); other uids'
 	 * leases, and "all", need admin rights. */
-	if (!c->admin && ((target && target->uid != c->uid) || (ar->has_uid && ar->uid != c->uid) ||
-			  (!target && !ar->has_uid))) {
+	if (!c->admin &&
+	    ((target && target->uid != c->uid) || (ar->has_uid && ar->uid != c->uid) || (!target && !ar->has_uid))) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED,
 			     "revoking other uids' leases needs uid 0 or membership of the admin group "
 			     "(admin-group = %s); you may revoke your own: a lease id of yours, or --uid %u",

@@ -163,10 +163,11 @@ void handle_release(struct conn *c, const Pinbroker__V1__Request *req)
 
 		conn_lose(c, l, attached);
 		if (r == 0) {
-			log_event(EV_LEASE_RELEASED, LOG_INFO, l->id, l->uid, c->pid,
-				  "lease %llu: pid %d (%s) let go; it lives on for %zu attachers and %u exited-connection holds",
-				  (unsigned long long)l->id, c->pid, attached ? "attacher" : "holder", l->nattachers,
-				  l->exit_holds);
+			log_event(
+				EV_LEASE_RELEASED, LOG_INFO, l->id, l->uid, c->pid,
+				"lease %llu: pid %d (%s) let go; it lives on for %zu attachers and %u exited-connection holds",
+				(unsigned long long)l->id, c->pid, attached ? "attacher" : "holder", l->nattachers,
+				l->exit_holds);
 			reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
 			return;
 		}
@@ -403,9 +404,10 @@ void handle_attach(struct conn *c, const Pinbroker__V1__Request *req)
 	case 0:
 		break;
 	case -ENOENT:
-		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_SHARE_DENIED,
-			     "no live lease has this share token: it is mistyped, or its lease was released or revoked; "
-			     "ask the holder for a fresh one");
+		reply_status(
+			c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_SHARE_DENIED,
+			"no live lease has this share token: it is mistyped, or its lease was released or revoked; "
+			"ask the holder for a fresh one");
 		return;
 	case -EACCES:
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED,
@@ -422,8 +424,8 @@ void handle_attach(struct conn *c, const Pinbroker__V1__Request *req)
 	}
 	conn_gain(c, l, true);
 	log_event(EV_LEASE_GRANTED, LOG_INFO, l->id, l->uid, c->pid,
-		  "lease %llu attached by pid %d uid %u (%zu attachers); counted once, to uid %u", (unsigned long long)l->id,
-		  c->pid, c->uid, l->nattachers, l->uid);
+		  "lease %llu attached by pid %d uid %u (%zu attachers); counted once, to uid %u",
+		  (unsigned long long)l->id, c->pid, c->uid, l->nattachers, l->uid);
 	send_lease(c, req->seq, l, true);
 }
 
@@ -473,7 +475,8 @@ void handle_report_unbrokered(struct conn *c, const Pinbroker__V1__Request *req)
 	}
 	b->unbrokered_bytes = b->unbrokered.reported_bytes;
 	if (bytes != c->unbrokered_bytes)
-		log_debug("pid %d uid %u pins %llu bytes outside the broker", c->pid, c->uid, (unsigned long long)bytes);
+		log_debug("pid %d uid %u pins %llu bytes outside the broker", c->pid, c->uid,
+			  (unsigned long long)bytes);
 	c->unbrokered_bytes = bytes;
 	reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
 }

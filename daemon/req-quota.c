@@ -187,9 +187,10 @@ void handle_quota_set(struct conn *c, const Pinbroker__V1__Request *req)
 	}
 	if (jobs_path_check(qs->cgroup, true, &why) < 0) {
 		/* Cut: a path of kilobytes would push the reason out of the reply. */
-		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
-			     "quota: '%.*s%s': %s; write a cgroup path as /proc/PID/cgroup shows it, components may be globs",
-			     QUOTA_ECHO_MAX, qs->cgroup, strlen(qs->cgroup) > QUOTA_ECHO_MAX ? "..." : "", why);
+		reply_status(
+			c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			"quota: '%.*s%s': %s; write a cgroup path as /proc/PID/cgroup shows it, components may be globs",
+			QUOTA_ECHO_MAX, qs->cgroup, strlen(qs->cgroup) > QUOTA_ECHO_MAX ? "..." : "", why);
 		return;
 	}
 	if (clear) {
@@ -204,18 +205,21 @@ void handle_quota_set(struct conn *c, const Pinbroker__V1__Request *req)
 			log_info("job quota %s cleared by uid %u%s", qs->cgroup, c->uid,
 				 src == JOB_RULE_CONFIG ? " (a job-quota rule: back on the next reload)" : "");
 			if (src == JOB_RULE_CONFIG)
-				log_info("job quota %s comes from the config file: edit job-quota there to drop it for good",
-					 qs->cgroup);
+				log_info(
+					"job quota %s comes from the config file: edit job-quota there to drop it for good",
+					qs->cgroup);
 		}
 	} else {
 		r = jobs_rule_set(b->jobs, qs->cgroup, qs->bytes, JOB_RULE_SET, &why);
 		if (r < 0) {
-			reply_status(c, req->seq, r == -ENOMEM ? PINBROKER__V1__STATUS_CODE__STATUS_INTERNAL
-							       : PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			reply_status(c, req->seq,
+				     r == -ENOMEM ? PINBROKER__V1__STATUS_CODE__STATUS_INTERNAL
+						  : PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
 				     "quota: %s: %s", qs->cgroup, r == -ENOMEM ? "out of memory" : why);
 			return;
 		}
-		log_info("job quota %s set to %s by uid %u", qs->cgroup, format_size(qs->bytes, sz, sizeof(sz)), c->uid);
+		log_info("job quota %s set to %s by uid %u", qs->cgroup, format_size(qs->bytes, sz, sizeof(sz)),
+			 c->uid);
 		/* Accepted, not refused: a prolog written for a larger node must not fail the job's start. */
 		if (qs->bytes > budget_limit(b->budget)) {
 			snprintf(warning, sizeof(warning),

@@ -52,9 +52,9 @@
 struct status_build {
 	struct broker *b;
 	const struct conn *asker;
-	bool see_all;    /* admin, or status-visibility = all */
+	bool see_all; /* admin, or status-visibility = all */
 	uint64_t now;
-	size_t bytes;    /* packed size of the reply so far (rows at their upper bound) */
+	size_t bytes; /* packed size of the reply so far (rows at their upper bound) */
 	size_t max_bytes;
 
 	Pinbroker__V1__SignalInfo si[MONITOR_SIGNALS_MAX], *sip[MONITOR_SIGNALS_MAX];
@@ -66,11 +66,11 @@ struct status_build {
 	Pinbroker__V1__UnbrokeredUid ui[STATUS_UNBROKERED_UIDS_MAX], *uip[STATUS_UNBROKERED_UIDS_MAX];
 	struct unbrokered_uid *uids; /* the visible uids reporting, largest first */
 
-	struct conn **conns;                 /* candidates for client rows */
+	struct conn **conns; /* candidates for client rows */
 	Pinbroker__V1__ClientInfo *ci, **cip;
-	char **labels;                       /* CONN_LABELS_MAX per client row */
+	char **labels; /* CONN_LABELS_MAX per client row */
 	Pinbroker__V1__LeaseInfo *li, **lip;
-	int32_t *pids;                       /* STATUS_ATTACHER_PIDS_MAX per lease row */
+	int32_t *pids; /* STATUS_ATTACHER_PIDS_MAX per lease row */
 };
 
 /* ------------------------------------------------------------------ parts */
@@ -88,8 +88,9 @@ static size_t reply_max_bytes(const struct conn *c)
 
 	if (getsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) < 0 || sndbuf <= STATUS_SNDBUF_SLACK_BYTES)
 		return STATUS_MAX_BYTES;
-	return (size_t)sndbuf - STATUS_SNDBUF_SLACK_BYTES < STATUS_MAX_BYTES ? (size_t)sndbuf - STATUS_SNDBUF_SLACK_BYTES
-									    : STATUS_MAX_BYTES;
+	return (size_t)sndbuf - STATUS_SNDBUF_SLACK_BYTES < STATUS_MAX_BYTES
+		       ? (size_t)sndbuf - STATUS_SNDBUF_SLACK_BYTES
+		       : STATUS_MAX_BYTES;
 }
 
 /* One row per NUMA node the pool places on, from the pool's per-node counters (O(nodes)). */

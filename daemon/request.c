@@ -16,9 +16,9 @@
 #include "waitq.h"
 
 enum {
-	REQ_NEEDS_HELLO = 1u << 0,            /* refused before HELLO */
-	REQ_ADMIN = 1u << 1,                  /* uid 0 or admin-group only */
-	REQ_TAKES_MEMORY = 1u << 2,           /* charges new bytes (a pool lease or a registration): refused while critical */
+	REQ_NEEDS_HELLO = 1u << 0,  /* refused before HELLO */
+	REQ_ADMIN = 1u << 1,        /* uid 0 or admin-group only */
+	REQ_TAKES_MEMORY = 1u << 2, /* charges new bytes (a pool lease or a registration): refused while critical */
 	REQ_ALLOWED_WHILE_STOPPING = 1u << 3, /* served while the daemon stops; every other kind is refused */
 };
 
@@ -34,7 +34,8 @@ static const struct request_kind request_table[] = {
 	/* Register-only acquires too: a registration charges the budget for pages it pins. */
 	{ PINBROKER__V1__REQUEST__BODY_ACQUIRE, "acquire", REQ_NEEDS_HELLO | REQ_TAKES_MEMORY, handle_acquire },
 	/* Giving memory back and looking are what a stopping daemon still answers. */
-	{ PINBROKER__V1__REQUEST__BODY_RELEASE, "release", REQ_NEEDS_HELLO | REQ_ALLOWED_WHILE_STOPPING, handle_release },
+	{ PINBROKER__V1__REQUEST__BODY_RELEASE, "release", REQ_NEEDS_HELLO | REQ_ALLOWED_WHILE_STOPPING,
+	  handle_release },
 	{ PINBROKER__V1__REQUEST__BODY_STATUS, "status", REQ_NEEDS_HELLO | REQ_ALLOWED_WHILE_STOPPING, handle_status },
 	/* Not REQ_ADMIN: a holder may revoke its own leases; the handler checks other uids'. */
 	{ PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE, "revoke", REQ_NEEDS_HELLO, handle_admin_revoke },
@@ -47,7 +48,8 @@ static const struct request_kind request_table[] = {
 	{ PINBROKER__V1__REQUEST__BODY_ATTACH, "attach", REQ_NEEDS_HELLO, handle_attach },
 	{ PINBROKER__V1__REQUEST__BODY_REPORT_UNBROKERED, "report-unbrokered", REQ_NEEDS_HELLO,
 	  handle_report_unbrokered },
-	{ PINBROKER__V1__REQUEST__BODY_METRICS, "metrics", REQ_NEEDS_HELLO | REQ_ALLOWED_WHILE_STOPPING, handle_metrics },
+	{ PINBROKER__V1__REQUEST__BODY_METRICS, "metrics", REQ_NEEDS_HELLO | REQ_ALLOWED_WHILE_STOPPING,
+	  handle_metrics },
 	{ PINBROKER__V1__REQUEST__BODY_QUOTA_SET, "quota-set", REQ_NEEDS_HELLO | REQ_ADMIN, handle_quota_set },
 	{ PINBROKER__V1__REQUEST__BODY_QUOTA_LIST, "quota-list", REQ_NEEDS_HELLO | REQ_ALLOWED_WHILE_STOPPING,
 	  handle_quota_list },

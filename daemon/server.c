@@ -44,19 +44,19 @@ struct outpkt {
 struct server {
 	struct broker *broker;
 	int listen_fd;
-	bool own_socket;       /* we created (and will unlink) the path */
+	bool own_socket; /* we created (and will unlink) the path */
 	char *path;
 	ev_io accept_io;
-	struct conn *conns;    /* live */
+	struct conn *conns; /* live */
 	size_t nconns;
-	struct conn *dead;     /* closed, waiting for server_reap */
+	struct conn *dead; /* closed, waiting for server_reap */
 	ev_check reap_check;
-	size_t queued_bytes;   /* over every connection's reply queue */
+	size_t queued_bytes; /* over every connection's reply queue */
 	size_t queued_fds;
 	uint64_t next_conn_id;
-	uint8_t *rxbuf;        /* max-message-bytes + 1: one byte more tells "too long" */
+	uint8_t *rxbuf; /* max-message-bytes + 1: one byte more tells "too long" */
 	size_t rxcap;
-	char admin_group[64];  /* the admin-group value admin_gid was resolved for */
+	char admin_group[64]; /* the admin-group value admin_gid was resolved for */
 	bool admin_gid_known;
 	gid_t admin_gid;
 };
@@ -175,7 +175,9 @@ int server_adopt(struct server *s, int fd, const struct ucred *cred, struct conn
 	s->nconns++;
 	log_debug("connection %llu from pid %d uid %u%s, pidfd %s", (unsigned long long)c->id, c->pid, c->uid,
 		  c->admin ? " (admin)" : "",
-		  c->pidfd_from_peer ? "from SO_PEERPIDFD" : c->pidfd >= 0 ? "from pidfd_open (pid reuse possible)" : "none");
+		  c->pidfd_from_peer ? "from SO_PEERPIDFD"
+		  : c->pidfd >= 0    ? "from pidfd_open (pid reuse possible)"
+				     : "none");
 	if (ret)
 		*ret = c;
 	return 0;
@@ -231,8 +233,7 @@ static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 			evict_silent(s, (uid_t)-1);
 		if (conns_of_uid(s, cred.uid) >= cfg->max_connections_per_uid)
 			evict_silent(s, cred.uid);
-		if (s->nconns >= cfg->max_connections ||
-		    conns_of_uid(s, cred.uid) >= cfg->max_connections_per_uid) {
+		if (s->nconns >= cfg->max_connections || conns_of_uid(s, cred.uid) >= cfg->max_connections_per_uid) {
 			log_debug("refusing connection from pid %d uid %u: connection limit reached", cred.pid,
 				  cred.uid);
 			close(fd);
@@ -266,8 +267,7 @@ void server_close(struct conn *c, const char *why)
 	if (c->closing)
 		return;
 	c->closing = true;
-	log_debug("closing connection %llu (pid %d uid %u): %s", (unsigned long long)c->id, c->pid, c->uid,
-		  why);
+	log_debug("closing connection %llu (pid %d uid %u): %s", (unsigned long long)c->id, c->pid, c->uid, why);
 	ev_io_stop(loop, &c->io);
 	ev_timer_stop(loop, &c->handshake);
 	outq_drop(c);
@@ -491,9 +491,9 @@ static void conn_io_cb(struct ev_loop *loop, ev_io *w, int revents)
 			return;
 		}
 		if (n < 0) {
-			server_close(c, n == -EMSGSIZE ? "packet over max-message-bytes"
-					 : n == -EBADMSG ? "packet carried file descriptors or bad control data"
-							 : "receive failed");
+			server_close(c, n == -EMSGSIZE  ? "packet over max-message-bytes"
+					: n == -EBADMSG ? "packet carried file descriptors or bad control data"
+							: "receive failed");
 			return;
 		}
 		if ((size_t)n >= s->rxcap) {

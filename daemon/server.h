@@ -58,7 +58,7 @@ void server_close(struct conn *c, const char *why);
 /* Free every closed connection (their leases go back). Runs from the loop; harnesses call it directly. */
 void server_reap(struct server *s);
 
-struct conn *server_conns(const struct server *s);   /* live connections; follow ->next */
+struct conn *server_conns(const struct server *s); /* live connections; follow ->next */
 size_t server_conn_count(const struct server *s);
 /* The live connection with this id, or NULL (a closing one is not found). */
 struct conn *server_find_conn(const struct server *s, uint64_t id);

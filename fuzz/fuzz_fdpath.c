@@ -152,7 +152,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		int i = (op >> 3) & 1;
 
 		switch (op & 7) {
-		case 0: case 1: case 2: {
+		case 0:
+		case 1:
+		case 2: {
 			int fds[253], extras[253];
 			size_t nfds = 0, len, plen;
 			bool creds;

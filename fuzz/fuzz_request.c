@@ -62,7 +62,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		int i = (op >> 3) & 1;
 
 		switch (op & 7) {
-		case 0: case 1: case 2: {
+		case 0:
+		case 1:
+		case 2: {
 			size_t len;
 			const uint8_t *pkt;
 

@@ -60,9 +60,15 @@ static void pkt(struct seed *s, int conn, const Request *r)
 	pkt_fds(s, conn, r, NULL, 0);
 }
 
-static void drain(struct seed *s) { put(s, 4); }
+static void drain(struct seed *s)
+{
+	put(s, 4);
+}
 /* Bulk ops (fz_bulk_op in fuzz/harness.h): op 3, connection bit 3, sub-op bits 4-5, argument bits 6-7. */
-static void bulk(struct seed *s, int conn, int sub, int arg) { put(s, (uint8_t)(3 | conn << 3 | sub << 4 | arg << 6)); }
+static void bulk(struct seed *s, int conn, int sub, int arg)
+{
+	put(s, (uint8_t)(3 | conn << 3 | sub << 4 | arg << 6));
+}
 /* A burst's size byte: 1 or 4 pages of 4 KiB, priority 0 normal, 1 critical, 2 best-effort, 3 none. */
 #define BURST_SIZE(pages, prio) ((uint8_t)(((pages) == 4 ? 0xf0 : 0) | (prio)))
 /* n leases (up to 255, or a multiple of 1024 up to 16384) of the size byte's size and priority. */
@@ -83,15 +89,44 @@ static void sweep(struct seed *s, int conn, int kind, uint16_t base, unsigned n)
 	put(s, (uint8_t)(n - 1));
 }
 /* how: 0 forward, 1 reverse, 2 every other one, 3 SET_IDLE each. */
-static void release_seen(struct seed *s, int conn, int how) { bulk(s, conn, 2, how); }
-static void clock_jump(struct seed *s, uint8_t tens_of_ms) { bulk(s, 0, 3, 0); put(s, tens_of_ms); }
+static void release_seen(struct seed *s, int conn, int how)
+{
+	bulk(s, conn, 2, how);
+}
+static void clock_jump(struct seed *s, uint8_t tens_of_ms)
+{
+	bulk(s, 0, 3, 0);
+	put(s, tens_of_ms);
+}
 /* Sharing across the two uids (fz_bulk_op sub-op 3): SHARE the k-th seen lease, ATTACH with the other's token, let go. */
-static void share(struct seed *s, int conn, uint8_t k) { bulk(s, conn, 3, 1); put(s, k); }
-static void attach(struct seed *s, int conn, uint8_t k) { bulk(s, conn, 3, 2); put(s, k); }
-static void let_go(struct seed *s, int conn, uint8_t k) { bulk(s, conn, 3, 3); put(s, k); }
-static void state(struct seed *s, int st) { put(s, (uint8_t)(5 | (st << 3))); }
-static void loop_sleep(struct seed *s) { put(s, 6 | 8); put(s, 4); }
-static void close_peer(struct seed *s, int conn) { put(s, (uint8_t)(7 | (conn << 3))); }
+static void share(struct seed *s, int conn, uint8_t k)
+{
+	bulk(s, conn, 3, 1);
+	put(s, k);
+}
+static void attach(struct seed *s, int conn, uint8_t k)
+{
+	bulk(s, conn, 3, 2);
+	put(s, k);
+}
+static void let_go(struct seed *s, int conn, uint8_t k)
+{
+	bulk(s, conn, 3, 3);
+	put(s, k);
+}
+static void state(struct seed *s, int st)
+{
+	put(s, (uint8_t)(5 | (st << 3)));
+}
+static void loop_sleep(struct seed *s)
+{
+	put(s, 6 | 8);
+	put(s, 4);
+}
+static void close_peer(struct seed *s, int conn)
+{
+	put(s, (uint8_t)(7 | (conn << 3)));
+}
 
 static uint64_t seqno;
 
@@ -255,94 +290,262 @@ static void save(struct seed *s, const char *name)
 #define CHUNK (16 * K)
 #define FLAG_WAIT PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT
 
-#define BEGIN(flags) do { memset(&s, 0, sizeof(s)); s.fdpath = fdpath; put(&s, flags); seqno = 0; } while (0)
+#define BEGIN(flags)                      \
+	do {                              \
+		memset(&s, 0, sizeof(s)); \
+		s.fdpath = fdpath;        \
+		put(&s, flags);           \
+		seqno = 0;                \
+	} while (0)
 
 static void seeds(bool fdpath)
 {
 	struct seed s;
 
-	BEGIN(0); hello(&s, 0, 1); status(&s, 0); drain(&s); save(&s, "hello-status");
-	BEGIN(0); hello(&s, 0, 1); acquire(&s, 0, 100 * K, 0, 0, -1); drain(&s); release(&s, 0, 1); drain(&s);
+	BEGIN(0);
+	hello(&s, 0, 1);
+	status(&s, 0);
+	drain(&s);
+	save(&s, "hello-status");
+	BEGIN(0);
+	hello(&s, 0, 1);
+	acquire(&s, 0, 100 * K, 0, 0, -1);
+	drain(&s);
+	release(&s, 0, 1);
+	drain(&s);
 	save(&s, "acquire-release");
-	BEGIN(0); hello(&s, 0, 1); acquire(&s, 0, 5 * M, 0, 0, 1); hello(&s, 1, 1);
-	acquire(&s, 1, 4 * M, FLAG_WAIT, 1, 2); drain(&s); loop_sleep(&s); release(&s, 0, 1); drain(&s);
+	BEGIN(0);
+	hello(&s, 0, 1);
+	acquire(&s, 0, 5 * M, 0, 0, 1);
+	hello(&s, 1, 1);
+	acquire(&s, 1, 4 * M, FLAG_WAIT, 1, 2);
+	drain(&s);
+	loop_sleep(&s);
+	release(&s, 0, 1);
+	drain(&s);
 	save(&s, "wait-timeout");
-	BEGIN(0); hello(&s, 0, 1); acquire(&s, 0, 5 * M, 0, 0, -1); hello(&s, 1, 1);
-	acquire(&s, 1, 2 * M, FLAG_WAIT, 500, -1); release(&s, 0, 1); drain(&s); status(&s, 1); drain(&s);
+	BEGIN(0);
+	hello(&s, 0, 1);
+	acquire(&s, 0, 5 * M, 0, 0, -1);
+	hello(&s, 1, 1);
+	acquire(&s, 1, 2 * M, FLAG_WAIT, 500, -1);
+	release(&s, 0, 1);
+	drain(&s);
+	status(&s, 1);
+	drain(&s);
 	save(&s, "wait-granted");
-	BEGIN(0); hello(&s, 0, 1); acquire(&s, 0, 3 * M, 0, 0, -1); set_idle(&s, 0, 1, true); hello(&s, 1, 1);
-	acquire(&s, 1, 6 * M, 0, 0, -1); drain(&s); release(&s, 0, 1); revoke_ack(&s, 0, 1); drain(&s);
-	loop_sleep(&s); save(&s, "idle-reclaim");
-	BEGIN(1); hello(&s, 0, 1); acquire(&s, 0, 1 * M, 0, 0, -1); hello(&s, 1, 1); acquire(&s, 1, 1 * M, 0, 0, -1);
-	admin_revoke(&s, 0, -1, -1, true, 1); drain(&s); loop_sleep(&s); loop_sleep(&s); status(&s, 0); drain(&s);
+	BEGIN(0);
+	hello(&s, 0, 1);
+	acquire(&s, 0, 3 * M, 0, 0, -1);
+	set_idle(&s, 0, 1, true);
+	hello(&s, 1, 1);
+	acquire(&s, 1, 6 * M, 0, 0, -1);
+	drain(&s);
+	release(&s, 0, 1);
+	revoke_ack(&s, 0, 1);
+	drain(&s);
+	loop_sleep(&s);
+	save(&s, "idle-reclaim");
+	BEGIN(1);
+	hello(&s, 0, 1);
+	acquire(&s, 0, 1 * M, 0, 0, -1);
+	hello(&s, 1, 1);
+	acquire(&s, 1, 1 * M, 0, 0, -1);
+	admin_revoke(&s, 0, -1, -1, true, 1);
+	drain(&s);
+	loop_sleep(&s);
+	loop_sleep(&s);
+	status(&s, 0);
+	drain(&s);
 	save(&s, "admin-revoke-all");
-	BEGIN(1); hello(&s, 0, 1); hello(&s, 1, 1); acquire(&s, 1, 200 * K, 0, 0, -1);
-	admin_revoke(&s, 0, 1, -1, false, 0); admin_revoke(&s, 0, -1, 1001, false, 0);
-	admin_revoke(&s, 0, 77, -1, false, 0); admin_revoke(&s, 0, -1, -1, false, 0); drain(&s);
+	BEGIN(1);
+	hello(&s, 0, 1);
+	hello(&s, 1, 1);
+	acquire(&s, 1, 200 * K, 0, 0, -1);
+	admin_revoke(&s, 0, 1, -1, false, 0);
+	admin_revoke(&s, 0, -1, 1001, false, 0);
+	admin_revoke(&s, 0, 77, -1, false, 0);
+	admin_revoke(&s, 0, -1, -1, false, 0);
+	drain(&s);
 	save(&s, "admin-revoke-by");
-	BEGIN(1); hello(&s, 0, 1); set_config(&s, 0, "budget", "1M"); set_config(&s, 0, "max-pending-acquires", "0");
-	set_config(&s, 0, "no-such-key", "1"); set_config(&s, 0, "chunk-size", "4K");
-	set_config(&s, 0, "budget", "100%"); set_config(&s, 0, "revoke-enforce", "sigterm"); drain(&s);
+	BEGIN(1);
+	hello(&s, 0, 1);
+	set_config(&s, 0, "budget", "1M");
+	set_config(&s, 0, "max-pending-acquires", "0");
+	set_config(&s, 0, "no-such-key", "1");
+	set_config(&s, 0, "chunk-size", "4K");
+	set_config(&s, 0, "budget", "100%");
+	set_config(&s, 0, "revoke-enforce", "sigterm");
+	drain(&s);
 	save(&s, "set-config");
-	BEGIN(0); hello(&s, 0, 1); set_config(&s, 0, "budget", "1G"); drain(&s); save(&s, "set-config-denied");
-	BEGIN(0); hello(&s, 0, 1); redeclare(&s, 0); drain(&s); save(&s, "redeclare");
-	BEGIN(0); acquire(&s, 0, 4096, 0, 0, -1); hello(&s, 1, 7); hello(&s, 0, 1); hello(&s, 0, 1); drain(&s);
+	BEGIN(0);
+	hello(&s, 0, 1);
+	set_config(&s, 0, "budget", "1G");
+	drain(&s);
+	save(&s, "set-config-denied");
+	BEGIN(0);
+	hello(&s, 0, 1);
+	redeclare(&s, 0);
+	drain(&s);
+	save(&s, "redeclare");
+	BEGIN(0);
+	acquire(&s, 0, 4096, 0, 0, -1);
+	hello(&s, 1, 7);
+	hello(&s, 0, 1);
+	hello(&s, 0, 1);
+	drain(&s);
 	save(&s, "handshake-errors");
-	BEGIN(0); hello(&s, 0, 1); acquire(&s, 0, 0, 0, 0, -1); acquire(&s, 0, 1ull << 63, 0, 0, -1);
-	acquire(&s, 0, UINT64_MAX, 0, 0, -1); acquire(&s, 0, 7 * M, 0, 0, -1); release(&s, 0, 999);
-	hello(&s, 1, 1); acquire(&s, 1, CHUNK, 0, 0, -1); release(&s, 0, 1); revoke_ack(&s, 0, 1);
-	set_idle(&s, 0, 1, true); revoke_ack(&s, 0, 12345); drain(&s);
+	BEGIN(0);
+	hello(&s, 0, 1);
+	acquire(&s, 0, 0, 0, 0, -1);
+	acquire(&s, 0, 1ull << 63, 0, 0, -1);
+	acquire(&s, 0, UINT64_MAX, 0, 0, -1);
+	acquire(&s, 0, 7 * M, 0, 0, -1);
+	release(&s, 0, 999);
+	hello(&s, 1, 1);
+	acquire(&s, 1, CHUNK, 0, 0, -1);
+	release(&s, 0, 1);
+	revoke_ack(&s, 0, 1);
+	set_idle(&s, 0, 1, true);
+	revoke_ack(&s, 0, 12345);
+	drain(&s);
 	save(&s, "invalid-values");
-	BEGIN(0); hello(&s, 0, 1); hello(&s, 1, 1); acquire(&s, 0, 1 * M, 0, 0, -1); state(&s, 1);
-	acquire(&s, 1, 2 * M, 0, 0, -1); acquire(&s, 1, 100 * K, FLAG_WAIT, 50, -1); state(&s, 2); drain(&s);
-	loop_sleep(&s); state(&s, 0); acquire(&s, 1, 100 * K, 0, 0, -1); drain(&s);
+	BEGIN(0);
+	hello(&s, 0, 1);
+	hello(&s, 1, 1);
+	acquire(&s, 0, 1 * M, 0, 0, -1);
+	state(&s, 1);
+	acquire(&s, 1, 2 * M, 0, 0, -1);
+	acquire(&s, 1, 100 * K, FLAG_WAIT, 50, -1);
+	state(&s, 2);
+	drain(&s);
+	loop_sleep(&s);
+	state(&s, 0);
+	acquire(&s, 1, 100 * K, 0, 0, -1);
+	drain(&s);
 	save(&s, "pressure");
-	BEGIN(0); hello(&s, 0, 1); acquire(&s, 0, CHUNK, 0, 0, -1); close_peer(&s, 0); acquire(&s, 0, CHUNK, 0, 0, -1);
-	hello(&s, 1, 1); acquire(&s, 1, CHUNK, 0, 0, -1); close_peer(&s, 1); status(&s, 1);
+	BEGIN(0);
+	hello(&s, 0, 1);
+	acquire(&s, 0, CHUNK, 0, 0, -1);
+	close_peer(&s, 0);
+	acquire(&s, 0, CHUNK, 0, 0, -1);
+	hello(&s, 1, 1);
+	acquire(&s, 1, CHUNK, 0, 0, -1);
+	close_peer(&s, 1);
+	status(&s, 1);
 	save(&s, "peer-gone");
-	BEGIN(0); hello(&s, 0, 1);
+	BEGIN(0);
+	hello(&s, 0, 1);
 	for (int i = 0; i < 18; i++)
 		acquire(&s, 0, CHUNK, 0, 0, -1);
-	drain(&s); status(&s, 0); drain(&s);
+	drain(&s);
+	status(&s, 0);
+	drain(&s);
 	save(&s, "max-leases");
-	BEGIN(0); hello(&s, 0, 1); acquire(&s, 0, 6 * M, 0, 0, -1);
+	BEGIN(0);
+	hello(&s, 0, 1);
+	acquire(&s, 0, 6 * M, 0, 0, -1);
 	for (int i = 0; i < 6; i++)
 		acquire(&s, 0, 1 * M, FLAG_WAIT, 100, -1);
-	drain(&s); release(&s, 0, 1); drain(&s);
+	drain(&s);
+	release(&s, 0, 1);
+	drain(&s);
 	save(&s, "max-pending");
 	/*
 	 * The many-leases profile (flags bit 2): hundreds of live leases, with
 	 * lookups of ids around them (issue 16, finding 1: the table broke when
 	 * it grew past 64, 128 ... leases).
 	 */
-	BEGIN(4); hello(&s, 0, 1); burst(&s, 0, 64, BURST_SIZE(1, 0)); status(&s, 0); drain(&s); release_seen(&s, 0, 0);
+	BEGIN(4);
+	hello(&s, 0, 1);
+	burst(&s, 0, 64, BURST_SIZE(1, 0));
+	status(&s, 0);
+	drain(&s);
+	release_seen(&s, 0, 0);
 	save(&s, "many-64");
-	BEGIN(4); hello(&s, 0, 1); burst(&s, 0, 200, BURST_SIZE(1, 1)); hello(&s, 1, 1); release(&s, 1, 133);
-	sweep(&s, 1, 0, 190, 100); status(&s, 0);
-	drain(&s); release_seen(&s, 0, 2); release_seen(&s, 0, 1); drain(&s);
+	BEGIN(4);
+	hello(&s, 0, 1);
+	burst(&s, 0, 200, BURST_SIZE(1, 1));
+	hello(&s, 1, 1);
+	release(&s, 1, 133);
+	sweep(&s, 1, 0, 190, 100);
+	status(&s, 0);
+	drain(&s);
+	release_seen(&s, 0, 2);
+	release_seen(&s, 0, 1);
+	drain(&s);
 	save(&s, "many-200");
-	BEGIN(5); hello(&s, 0, 1); hello(&s, 1, 1); burst(&s, 1, 240, BURST_SIZE(1, 2)); burst(&s, 0, 32, BURST_SIZE(4, 3));
-	admin_revoke(&s, 0, -1, 1001, false, 0); drain(&s); release_seen(&s, 1, 3); loop_sleep(&s);
-	clock_jump(&s, 10); status(&s, 0); drain(&s);
+	BEGIN(5);
+	hello(&s, 0, 1);
+	hello(&s, 1, 1);
+	burst(&s, 1, 240, BURST_SIZE(1, 2));
+	burst(&s, 0, 32, BURST_SIZE(4, 3));
+	admin_revoke(&s, 0, -1, 1001, false, 0);
+	drain(&s);
+	release_seen(&s, 1, 3);
+	loop_sleep(&s);
+	clock_jump(&s, 10);
+	status(&s, 0);
+	drain(&s);
 	save(&s, "many-revoke");
 	/*
 	 * Shared leases across two uids (issue 22, finding 1): the attacher lets go, then the holder, who
 	 * acquires again; the checks hold that no chunk the other uid mapped comes back. The same with
 	 * both connections root (nothing tainted), with refused and forged attaches, and in bulk.
 	 */
-	BEGIN(0); hello(&s, 0, 1); hello(&s, 1, 1); acquire(&s, 0, 3 * CHUNK + 4 * K, 0, 0, -1); drain(&s);
-	share(&s, 0, 0); attach(&s, 1, 0); drain(&s); let_go(&s, 1, 0xc0); status(&s, 0); drain(&s);
+	BEGIN(0);
+	hello(&s, 0, 1);
+	hello(&s, 1, 1);
+	acquire(&s, 0, 3 * CHUNK + 4 * K, 0, 0, -1);
+	drain(&s);
+	share(&s, 0, 0);
+	attach(&s, 1, 0);
+	drain(&s);
+	let_go(&s, 1, 0xc0);
+	status(&s, 0);
+	drain(&s);
 	save(&s, "share-attach-let-go");
-	BEGIN(3); hello(&s, 0, 1); hello(&s, 1, 1); acquire(&s, 0, 3 * CHUNK + 4 * K, 0, 0, -1); drain(&s);
-	share(&s, 0, 0x80); attach(&s, 1, 0); drain(&s); let_go(&s, 1, 0xc0); drain(&s);
+	BEGIN(3);
+	hello(&s, 0, 1);
+	hello(&s, 1, 1);
+	acquire(&s, 0, 3 * CHUNK + 4 * K, 0, 0, -1);
+	drain(&s);
+	share(&s, 0, 0x80);
+	attach(&s, 1, 0);
+	drain(&s);
+	let_go(&s, 1, 0xc0);
+	drain(&s);
 	save(&s, "share-same-uid");
-	BEGIN(0); hello(&s, 0, 1); hello(&s, 1, 1); acquire(&s, 0, 2 * CHUNK, 0, 0, -1); drain(&s);
-	share(&s, 0, 0x80); attach(&s, 1, 0); share(&s, 0, 0); attach(&s, 1, 2); attach(&s, 1, 0); attach(&s, 1, 0);
-	drain(&s); close_peer(&s, 1); release(&s, 0, 1); acquire(&s, 0, 2 * CHUNK, 0, 0, -1); drain(&s);
+	BEGIN(0);
+	hello(&s, 0, 1);
+	hello(&s, 1, 1);
+	acquire(&s, 0, 2 * CHUNK, 0, 0, -1);
+	drain(&s);
+	share(&s, 0, 0x80);
+	attach(&s, 1, 0);
+	share(&s, 0, 0);
+	attach(&s, 1, 2);
+	attach(&s, 1, 0);
+	attach(&s, 1, 0);
+	drain(&s);
+	close_peer(&s, 1);
+	release(&s, 0, 1);
+	acquire(&s, 0, 2 * CHUNK, 0, 0, -1);
+	drain(&s);
 	save(&s, "share-refused-forged-hangup");
-	BEGIN(4); hello(&s, 0, 1); hello(&s, 1, 1); burst(&s, 0, 32, BURST_SIZE(4, 0)); share(&s, 0, 5);
-	attach(&s, 1, 0); share(&s, 0, 9); attach(&s, 1, 0); let_go(&s, 1, 0x41); release_seen(&s, 1, 0);
-	release_seen(&s, 0, 1); burst(&s, 0, 32, BURST_SIZE(4, 0)); drain(&s);
+	BEGIN(4);
+	hello(&s, 0, 1);
+	hello(&s, 1, 1);
+	burst(&s, 0, 32, BURST_SIZE(4, 0));
+	share(&s, 0, 5);
+	attach(&s, 1, 0);
+	share(&s, 0, 9);
+	attach(&s, 1, 0);
+	let_go(&s, 1, 0x41);
+	release_seen(&s, 1, 0);
+	release_seen(&s, 0, 1);
+	burst(&s, 0, 32, BURST_SIZE(4, 0));
+	drain(&s);
 	save(&s, "many-share");
 	if (fdpath) {
 		static const uint8_t one_memfd[] = { 0 }, mixed[] = { 1, 2, 3, 4, 5, 6, 7 };
@@ -351,13 +554,38 @@ static void seeds(bool fdpath)
 
 		r.body_case = PINBROKER__V1__REQUEST__BODY_STATUS;
 		r.status = &m;
-		BEGIN(0); hello(&s, 0, 1); pkt_fds(&s, 0, &r, one_memfd, 1); drain(&s); save(&s, "status-with-memfd");
-		BEGIN(0); hello(&s, 0, 1); pkt_fds(&s, 0, &r, mixed, sizeof(mixed)); hello(&s, 1, 1);
-		pkt_fds(&s, 1, &r, mixed, 3); drain(&s); save(&s, "status-with-mixed-fds");
-		BEGIN(0); hello(&s, 0, 1); acquire(&s, 0, CHUNK, 0, 0, -1); put(&s, 0); put(&s, 0x40); put(&s, 2);
-		put(&s, 0x08); put(&s, 0x01); drain(&s); save(&s, "credentials");
-		BEGIN(0); hello(&s, 0, 1); put(&s, 0); put(&s, 0); put(&s, 0x84); put(&s, 0x01); put(&s, 0x08);
-		put(&s, 0x01); drain(&s); save(&s, "oversize");
+		BEGIN(0);
+		hello(&s, 0, 1);
+		pkt_fds(&s, 0, &r, one_memfd, 1);
+		drain(&s);
+		save(&s, "status-with-memfd");
+		BEGIN(0);
+		hello(&s, 0, 1);
+		pkt_fds(&s, 0, &r, mixed, sizeof(mixed));
+		hello(&s, 1, 1);
+		pkt_fds(&s, 1, &r, mixed, 3);
+		drain(&s);
+		save(&s, "status-with-mixed-fds");
+		BEGIN(0);
+		hello(&s, 0, 1);
+		acquire(&s, 0, CHUNK, 0, 0, -1);
+		put(&s, 0);
+		put(&s, 0x40);
+		put(&s, 2);
+		put(&s, 0x08);
+		put(&s, 0x01);
+		drain(&s);
+		save(&s, "credentials");
+		BEGIN(0);
+		hello(&s, 0, 1);
+		put(&s, 0);
+		put(&s, 0);
+		put(&s, 0x84);
+		put(&s, 0x01);
+		put(&s, 0x08);
+		put(&s, 0x01);
+		drain(&s);
+		save(&s, "oversize");
 	}
 }
 
@@ -373,12 +601,22 @@ static void slow_seeds(bool fdpath)
 {
 	struct seed s;
 
-	BEGIN(HUGE); hello(&s, 0, 1); burst(&s, 0, 10240, BURST_SIZE(1, 0)); drain(&s); sweep(&s, 0, 0, 10200, 100);
+	BEGIN(HUGE);
+	hello(&s, 0, 1);
+	burst(&s, 0, 10240, BURST_SIZE(1, 0));
+	drain(&s);
+	sweep(&s, 0, 0, 10200, 100);
 	release_seen(&s, 0, 1);
 	save(&s, "many-10k");
-	BEGIN(HUGE); hello(&s, 0, 1); hello(&s, 1, 1); burst(&s, 0, 8192, BURST_SIZE(1, 3));
+	BEGIN(HUGE);
+	hello(&s, 0, 1);
+	hello(&s, 1, 1);
+	burst(&s, 0, 8192, BURST_SIZE(1, 3));
 	burst(&s, 1, 8192, BURST_SIZE(1, 2));
-	sweep(&s, 1, 0, 8000, 256); sweep(&s, 0, 3, 16300, 100); release_seen(&s, 0, 2); drain(&s);
+	sweep(&s, 1, 0, 8000, 256);
+	sweep(&s, 0, 3, 16300, 100);
+	release_seen(&s, 0, 2);
+	drain(&s);
 	save(&s, "many-16k-two-conns");
 }
 

@@ -244,9 +244,20 @@ static void apply_kv(struct config *cfg, const char *const *kv)
 static struct config *profile_config(enum fz_profile profile)
 {
 	static const char *const base[] = {
-		"budget=2M", "uid-quota=1536K", "prewarm=512K", "chunk-size=16K", "hugetlb=no", "lock-memory=no",
-		"pool-shrink-delay-ms=0", "acquire-timeout-ms=2", "revoke-deadline-ms=2", "revoke-enforce=disconnect",
-		"max-leases-per-client=16", "max-pending-acquires=4", "log-level=err", "socket=/nonexistent/fuzz.sock",
+		"budget=2M",
+		"uid-quota=1536K",
+		"prewarm=512K",
+		"chunk-size=16K",
+		"hugetlb=no",
+		"lock-memory=no",
+		"pool-shrink-delay-ms=0",
+		"acquire-timeout-ms=2",
+		"revoke-deadline-ms=2",
+		"revoke-enforce=disconnect",
+		"max-leases-per-client=16",
+		"max-pending-acquires=4",
+		"log-level=err",
+		"socket=/nonexistent/fuzz.sock",
 		NULL,
 	};
 	const char *const many[] = {
@@ -327,7 +338,11 @@ static size_t fz_count(const struct broker *b)
 }
 
 static const struct conn_io fz_conn_io = {
-	.send = fz_send, .close = fz_close, .hello_done = fz_hello_done, .first = fz_first, .count = fz_count,
+	.send = fz_send,
+	.close = fz_close,
+	.hello_done = fz_hello_done,
+	.first = fz_first,
+	.count = fz_count,
 };
 
 /* ------------------------------------------------------------------ set-up and reset */
@@ -360,7 +375,8 @@ static void parts_new(struct fz *f)
 	 */
 	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	FZ_ASSERT(lfd >= 0, "socket");
-	FZ_ASSERT(bind(lfd, (struct sockaddr *)&(struct sockaddr_un){ .sun_family = AF_UNIX }, sizeof(sa_family_t)) == 0 &&
+	FZ_ASSERT(bind(lfd, (struct sockaddr *)&(struct sockaddr_un){ .sun_family = AF_UNIX }, sizeof(sa_family_t)) ==
+				  0 &&
 			  listen(lfd, 1) == 0,
 		  "listen: %s", strerror(errno));
 	FZ_ASSERT(server_new(b, lfd, &b->server) == 0, "server_new");
@@ -407,7 +423,10 @@ void fz_global_init(const char *const *overrides)
 	for (int k = 1; k >= 0; k--) {
 		struct config *cfg = profile_config(k ? FZ_PROFILE_MANY : FZ_PROFILE_DEFAULT);
 		struct pool_opts po = {
-			.chunk_bytes = cfg->chunk_bytes, .hugetlb = POOL_HUGETLB_NO, .threads = 1, .lock = false,
+			.chunk_bytes = cfg->chunk_bytes,
+			.hugetlb = POOL_HUGETLB_NO,
+			.threads = 1,
+			.lock = false,
 		};
 
 		FZ_ASSERT(pool_new(&po, &f->pools[k]) == 0, "pool_new");
@@ -490,7 +509,8 @@ struct conn *fz_conn(struct fz *f, int i)
 	f->peer[i] = sv[0];
 	FZ_ASSERT(server_adopt(f->b.server, sv[1], &cred, &f->conn[i]) == 0, "server_adopt");
 	if (!f->conn[i]->cgroup && f->b.jobs)
-		FZ_ASSERT(jobs_cgroup_get(f->b.jobs, fz_cgroups[i % FZ_CONNS], &f->conn[i]->cgroup) == 0, "jobs_cgroup_get");
+		FZ_ASSERT(jobs_cgroup_get(f->b.jobs, fz_cgroups[i % FZ_CONNS], &f->conn[i]->cgroup) == 0,
+			  "jobs_cgroup_get");
 	f->conn_id[i] = f->conn[i]->id;
 	return f->conn[i];
 }
@@ -716,8 +736,9 @@ void fz_check(struct fz *f)
 				break;
 			}
 		/* A registration is a charge for the program's own memory: no chunks at all. */
-		FZ_ASSERT(chunk_sum == (l->registration ? 0 : l->bytes), "lease %llu%s: %llu bytes but chunks hold %llu",
-			  (unsigned long long)l->id, l->registration ? " (registration)" : "", (unsigned long long)l->bytes,
+		FZ_ASSERT(chunk_sum == (l->registration ? 0 : l->bytes),
+			  "lease %llu%s: %llu bytes but chunks hold %llu", (unsigned long long)l->id,
+			  l->registration ? " (registration)" : "", (unsigned long long)l->bytes,
 			  (unsigned long long)chunk_sum);
 		FZ_ASSERT(!l->registration || (l->no_revoke && !l->share), "registration %llu is revocable or shared",
 			  (unsigned long long)l->id);
@@ -733,7 +754,8 @@ void fz_check(struct fz *f)
 		for (size_t j = 0; j < l->nattachers; j++) {
 			int ka = conn_index(conns, nconns, l->attachers[j].owner);
 
-			FZ_ASSERT(ka >= 0, "lease %llu has an attacher whose connection is gone", (unsigned long long)l->id);
+			FZ_ASSERT(ka >= 0, "lease %llu has an attacher whose connection is gone",
+				  (unsigned long long)l->id);
 			held[ka]++;
 		}
 		state_count[l->state]++;
@@ -793,7 +815,8 @@ void fz_check(struct fz *f)
 	FZ_ASSERT(b->unbrokered_bytes == unbrokered, "broker counts %llu unbrokered, connections report %llu",
 		  (unsigned long long)b->unbrokered_bytes, (unsigned long long)unbrokered);
 	/* The per-uid table sums to the same, and what status shows never passes the cap. */
-	FZ_ASSERT(b->unbrokered.reported_bytes == unbrokered, "per-uid unbrokered sums to %llu, connections report %llu",
+	FZ_ASSERT(b->unbrokered.reported_bytes == unbrokered,
+		  "per-uid unbrokered sums to %llu, connections report %llu",
 		  (unsigned long long)b->unbrokered.reported_bytes, (unsigned long long)unbrokered);
 	FZ_ASSERT(unbrokered_counted(&b->unbrokered, broker_unbrokered_cap(b)) <= broker_unbrokered_cap(b),
 		  "counted unbrokered over its cap");

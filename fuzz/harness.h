@@ -31,20 +31,20 @@ enum fz_profile {
 
 struct fz {
 	struct broker b;
-	struct conn *conn[FZ_CONNS];    /* NULL once the daemon closed it */
+	struct conn *conn[FZ_CONNS]; /* NULL once the daemon closed it */
 	uint64_t conn_id[FZ_CONNS];
-	int peer[FZ_CONNS];             /* our end of each socketpair, -1 once closed */
+	int peer[FZ_CONNS]; /* our end of each socketpair, -1 once closed */
 	uid_t uid[FZ_CONNS];
-	uint64_t *ids[FZ_CONNS];        /* lease ids seen in replies on connection i */
+	uint64_t *ids[FZ_CONNS]; /* lease ids seen in replies on connection i */
 	size_t nids[FZ_CONNS];
-	uint64_t seq;                   /* for requests the harness builds itself */
-	size_t peak_leases;             /* the most live leases after any op of this input */
-	unsigned prev_waiting;          /* waiting acquires after the previous op */
-	int baseline_fds;               /* open at the start of this input */
-	enum fz_profile profile;        /* which config and pool the broker runs */
-	struct pool *pools[2];          /* 16 KiB chunks (default profile), 4 KiB chunks (the others) */
-	bool cfg_dirty;                 /* a SET replaced the config during this input */
-	uint64_t packets_sent;          /* by the request modules, through the harness's conn_io; never reset */
+	uint64_t seq;            /* for requests the harness builds itself */
+	size_t peak_leases;      /* the most live leases after any op of this input */
+	unsigned prev_waiting;   /* waiting acquires after the previous op */
+	int baseline_fds;        /* open at the start of this input */
+	enum fz_profile profile; /* which config and pool the broker runs */
+	struct pool *pools[2];   /* 16 KiB chunks (default profile), 4 KiB chunks (the others) */
+	bool cfg_dirty;          /* a SET replaced the config during this input */
+	uint64_t packets_sent;   /* by the request modules, through the harness's conn_io; never reset */
 	/*
 	 * Sharing across the two uids (the share ops, fz_bulk_op): the last share token connection i
 	 * got in a reply and the lease it names; and the model of chunks whose fds went to another uid
@@ -57,15 +57,15 @@ struct fz {
 	uint64_t share_asked[FZ_CONNS]; /* the lease of the SHARE in flight on connection i */
 	struct fz_taint {
 		uint64_t chunk_id, lease_id;
-	} *taint;
+	} * taint;
 	size_t ntaint, taint_cap;
 };
 
 /* Abort with a message: libFuzzer records the input as a crash. */
-#define FZ_ASSERT(cond, ...)                                                                              \
-	do {                                                                                              \
-		if (!(cond))                                                                              \
-			fz_fail(__FILE__, __LINE__, #cond, __VA_ARGS__);                                  \
+#define FZ_ASSERT(cond, ...)                                             \
+	do {                                                             \
+		if (!(cond))                                             \
+			fz_fail(__FILE__, __LINE__, #cond, __VA_ARGS__); \
 	} while (0)
 void fz_fail(const char *file, int line, const char *cond, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5), noreturn));

@@ -20,11 +20,11 @@
 #include "bench_common.h"
 #include "pinbroker.h"
 
-#define CHUNK_BYTES (2u << 20)   /* the daemon's default chunk-size */
-#define POOL_CHUNKS 128u         /* 256 MiB: the daemon's default prewarm */
-#define MAX_LEASE_CHUNKS 32u     /* 64 MiB, the largest size measured */
+#define CHUNK_BYTES (2u << 20) /* the daemon's default chunk-size */
+#define POOL_CHUNKS 128u       /* 256 MiB: the daemon's default prewarm */
+#define MAX_LEASE_CHUNKS 32u   /* 64 MiB, the largest size measured */
 #define FLOOR_MAX_CONNS 256
-#define PAGE_BYTES 4096u         /* no hugetlb on this machine kind; the daemon reports 4 KiB pages */
+#define PAGE_BYTES 4096u /* no hugetlb on this machine kind; the daemon reports 4 KiB pages */
 #define CHILD_RESULT_TIMEOUT_MS 60000
 #define MAX_PROCS 64
 
@@ -232,8 +232,8 @@ enum cycle {
 
 struct client {
 	bool floor;
-	int fd;          /* floor */
-	pb_client *pb;   /* broker */
+	int fd;        /* floor */
+	pb_client *pb; /* broker */
 };
 
 static void client_open(struct client *c, bool is_floor)
@@ -522,9 +522,12 @@ static const char *mark(bool ok)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "daemon", required_argument, NULL, 'd' },   { "duration-s", required_argument, NULL, 't' },
-		{ "idle-s", required_argument, NULL, 'i' },   { "iters", required_argument, NULL, 'n' },
-		{ "quick", no_argument, NULL, 'q' },          { "help", no_argument, NULL, 'h' },
+		{ "daemon", required_argument, NULL, 'd' },
+		{ "duration-s", required_argument, NULL, 't' },
+		{ "idle-s", required_argument, NULL, 'i' },
+		{ "iters", required_argument, NULL, 'n' },
+		{ "quick", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	/* The floor's chunks are plain 4 KiB-page memfds: the broker's pool must be too (thp = auto collapses its
@@ -542,13 +545,30 @@ int main(int argc, char **argv)
 
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (opt) {
-		case 'd': daemon_path = optarg; break;
-		case 't': duration_s = (unsigned)strtoul(optarg, NULL, 10); break;
-		case 'i': idle_s = (unsigned)strtoul(optarg, NULL, 10); break;
-		case 'n': iters_small = (unsigned)strtoul(optarg, NULL, 10); iters_large = iters_small / 10; break;
-		case 'q': duration_s = 1; idle_s = 2; iters_small = 200; iters_large = 40; break;
-		case 'h': usage(0); break;
-		default: usage(2);
+		case 'd':
+			daemon_path = optarg;
+			break;
+		case 't':
+			duration_s = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 'i':
+			idle_s = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 'n':
+			iters_small = (unsigned)strtoul(optarg, NULL, 10);
+			iters_large = iters_small / 10;
+			break;
+		case 'q':
+			duration_s = 1;
+			idle_s = 2;
+			iters_small = 200;
+			iters_large = 40;
+			break;
+		case 'h':
+			usage(0);
+			break;
+		default:
+			usage(2);
 		}
 	}
 	if (duration_s == 0 || duration_s > 60 || idle_s == 0 || idle_s > 120 || iters_small < ROUNDS ||
@@ -567,9 +587,11 @@ int main(int argc, char **argv)
 	printf("## bench_lease: pinbrokerd lease cycle vs a raw SCM_RIGHTS floor (issue 2 §7)\n");
 	bench_print_host();
 	printf("# floor: one-thread epoll server, %u pre-faulted mlocked 2 MiB memfd chunks; 1-byte request -> "
-	       "1 byte + chunk fds; 1-byte release, acked\n", POOL_CHUNKS);
+	       "1 byte + chunk fds; 1-byte release, acked\n",
+	       POOL_CHUNKS);
 	printf("# broker: %s --config /dev/null --prewarm 256M --hugetlb no --thp no (4 KiB pages, 2 MiB chunks, log "
-	       "level info); pb_acquire(PB_ACQUIRE_NO_CUDA|NO_CACHE) -> pb_release\n", daemon_path);
+	       "level info); pb_acquire(PB_ACQUIRE_NO_CUDA|NO_CACHE) -> pb_release\n",
+	       daemon_path);
 	printf("# both map the chunks back to back into one reserved range (MAP_FIXED); touched = one write per "
 	       "4 KiB page\n\n");
 
@@ -583,7 +605,8 @@ int main(int argc, char **argv)
 		struct lat fl, br;
 
 		latency(nch, CYCLE_LAZY, iters, false, &fl, &br);
-		printf("| %s | floor only: lazy map, no touch ¹ | %.0f | %.0f | – | – | – | – |\n", sz, fl.p50_us, fl.p99_us);
+		printf("| %s | floor only: lazy map, no touch ¹ | %.0f | %.0f | – | – | – | – |\n", sz, fl.p50_us,
+		       fl.p99_us);
 		latency(nch, CYCLE_POPULATED, iters, true, &fl, &br);
 		printf("| %s | **acquire → map (MAP_POPULATE), no touch → release** ² | %.0f | %.0f | %.0f | %.0f | **%.2f×** | "
 		       "%.2f× |\n",
@@ -622,9 +645,9 @@ int main(int argc, char **argv)
 			double f = throughput(true, cy, procs[i], &fe);
 			double b = throughput(false, cy, procs[i], &be);
 
-			printf("| %s | %u | %.0f | %.0f | %s%.2f×%s | %llu/%llu |\n", touched ? "map + touch" : "map, no touch",
-			       procs[i], f, b, touched ? "" : "**", b / f, touched ? "" : "**", (unsigned long long)fe,
-			       (unsigned long long)be);
+			printf("| %s | %u | %.0f | %.0f | %s%.2f×%s | %llu/%llu |\n",
+			       touched ? "map + touch" : "map, no touch", procs[i], f, b, touched ? "" : "**", b / f,
+			       touched ? "" : "**", (unsigned long long)fe, (unsigned long long)be);
 			/* Judged on the no-touch rows, like the latency target; errors on either side fail it too. */
 			if (!touched)
 				ops_ok &= b / f >= 0.7 && fe == 0 && be == 0;
@@ -650,9 +673,9 @@ int main(int argc, char **argv)
 	printf("### Daemon memory after the load above\n\n");
 	printf("| process | VmRSS | RssShmem (pool) | pool_bytes (status) | RssAnon | RssFile | **RSS outside the pool** |\n");
 	printf("|---|---:|---:|---:|---:|---:|---:|\n");
-	printf("| pinbrokerd | %.1f MiB | %.1f MiB | %.1f MiB | %.2f MiB | %.2f MiB | **%.2f MiB** |\n", rss_kb / 1024.0,
-	       shmem_kb / 1024.0, (double)st->pool_bytes / 1048576.0, anon_kb / 1024.0, file_kb / 1024.0,
-	       (rss_kb - shmem_kb) / 1024.0);
+	printf("| pinbrokerd | %.1f MiB | %.1f MiB | %.1f MiB | %.2f MiB | %.2f MiB | **%.2f MiB** |\n",
+	       rss_kb / 1024.0, shmem_kb / 1024.0, (double)st->pool_bytes / 1048576.0, anon_kb / 1024.0,
+	       file_kb / 1024.0, (rss_kb - shmem_kb) / 1024.0);
 	printf("| floor | %.1f MiB | %.1f MiB | – | %.2f MiB | %.2f MiB | %.2f MiB |\n", f_rss_kb / 1024.0,
 	       f_shmem_kb / 1024.0, bench_status_kb(fpid, "RssAnon") / 1024.0,
 	       bench_status_kb(fpid, "RssFile") / 1024.0, (f_rss_kb - f_shmem_kb) / 1024.0);

@@ -71,9 +71,15 @@ int main(int argc, char **argv)
 
 	while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (o) {
-		case 'd': daemon = optarg; break;
-		case 'r': reps = atoi(optarg) > 0 ? atoi(optarg) : reps; break;
-		case 'q': reps = 5; break;
+		case 'd':
+			daemon = optarg;
+			break;
+		case 'r':
+			reps = atoi(optarg) > 0 ? atoi(optarg) : reps;
+			break;
+		case 'q':
+			reps = 5;
+			break;
 		case 'h':
 			printf("usage: bench_pagekind [--daemon PATH] [--reps N] [--quick]\n");
 			return 0;
@@ -87,8 +93,18 @@ int main(int argc, char **argv)
 	bench_print_host();
 	for (int k = 0; k < 2; k++) {
 		/* Locked where we may (root), as in production; the page kind does not depend on it. */
-		const char *extra[] = { "--prewarm", "512M", "--budget", "1G", "--hugetlb", "no", "--thp", kinds[k].thp,
-					"--lock-memory", geteuid() == 0 ? "yes" : "no", "--pool-shrink-delay-ms", "3600000",
+		const char *extra[] = { "--prewarm",
+					"512M",
+					"--budget",
+					"1G",
+					"--hugetlb",
+					"no",
+					"--thp",
+					kinds[k].thp,
+					"--lock-memory",
+					geteuid() == 0 ? "yes" : "no",
+					"--pool-shrink-delay-ms",
+					"3600000",
 					NULL };
 
 		snprintf(kinds[k].sock, sizeof(kinds[k].sock), "%s/%s.sock", dir, kinds[k].thp);
@@ -102,12 +118,13 @@ int main(int argc, char **argv)
 		for (int k = 0; k < 2; k++)
 			measure(kinds[k].c, sizes[s], reps, &res[k][s][0], &res[k][s][1]);
 
-	printf("# client warm acquire (map only, no CUDA) and release, median of %d; pool 512 MiB, 2 MiB chunks\n", reps);
+	printf("# client warm acquire (map only, no CUDA) and release, median of %d; pool 512 MiB, 2 MiB chunks\n",
+	       reps);
 	printf("| pool | 2 MiB acquire | 64 MiB acquire | 256 MiB acquire | 2 MiB release | 64 MiB release | 256 MiB release |\n");
 	printf("|---|---:|---:|---:|---:|---:|---:|\n");
 	for (int k = 0; k < 2; k++)
-		printf("| %s | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs |\n", kinds[k].name, res[k][0][0],
-		       res[k][1][0], res[k][2][0], res[k][0][1], res[k][1][1], res[k][2][1]);
+		printf("| %s | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs |\n", kinds[k].name,
+		       res[k][0][0], res[k][1][0], res[k][2][0], res[k][0][1], res[k][1][1], res[k][2][1]);
 	printf("| 4 KiB ÷ THP | %.1f× | %.1f× | %.1f× | %.1f× | %.1f× | %.1f× |\n", res[0][0][0] / res[1][0][0],
 	       res[0][1][0] / res[1][1][0], res[0][2][0] / res[1][2][0], res[0][0][1] / res[1][0][1],
 	       res[0][1][1] / res[1][1][1], res[0][2][1] / res[1][2][1]);
@@ -115,8 +132,8 @@ int main(int argc, char **argv)
 		struct pb_status *st;
 
 		if (pb_status_get(kinds[k].c, &st) == 0) {
-			printf("# %s: daemon reports page kind %s, %llu MiB THP-collapsed\n", kinds[k].name, st->page_kind,
-			       (unsigned long long)(st->thp_bytes / MIB));
+			printf("# %s: daemon reports page kind %s, %llu MiB THP-collapsed\n", kinds[k].name,
+			       st->page_kind, (unsigned long long)(st->thp_bytes / MIB));
 			pb_status_free(st);
 		}
 		pb_disconnect(kinds[k].c);

@@ -24,8 +24,8 @@
 /* Every wait below is bounded: a daemon that never reacts fails the benchmark instead of hanging it. */
 #define REACT_TIMEOUT_MS 10000
 #define RECOVER_TIMEOUT_MS 15000
-#define STATUS_POLL_US 500      /* how often the main thread asks for leased_bytes */
-#define HYSTERESIS_MS "200"     /* short, so the state returns to normal between runs */
+#define STATUS_POLL_US 500  /* how often the main thread asks for leased_bytes */
+#define HYSTERESIS_MS "200" /* short, so the state returns to normal between runs */
 
 static const char *daemon_path = PB_BENCH_DAEMON;
 static const char *fixtures = PB_BENCH_FIXTURES;
@@ -169,8 +169,17 @@ struct result {
 static void measure(unsigned poll_ms, struct result *res)
 {
 	char sock[108], logp[128], poll_s[16];
-	const char *extra[] = { "--proc-root", tmpdir, "--poll-interval-ms", poll_s, "--hysteresis-ms", HYSTERESIS_MS,
-				"--revoke-deadline-ms", "5000", "--prewarm", "64M", NULL };
+	const char *extra[] = { "--proc-root",
+				tmpdir,
+				"--poll-interval-ms",
+				poll_s,
+				"--hysteresis-ms",
+				HYSTERESIS_MS,
+				"--revoke-deadline-ms",
+				"5000",
+				"--prewarm",
+				"64M",
+				NULL };
 	double rv[MAX_RUNS], back[MAX_RUNS];
 	struct pb_status *st;
 	pb_client *c;
@@ -229,8 +238,8 @@ static void measure(unsigned poll_ms, struct result *res)
 		count = rv_count;
 		pthread_mutex_unlock(&rv_lock);
 		if (!back_ns || count != NLEASES)
-			bench_die(-ETIMEDOUT, "run %u at poll %u ms: %u of %d leases revoked, memory %s back in %d ms", run,
-				  poll_ms, count, NLEASES, back_ns ? "" : "not", REACT_TIMEOUT_MS);
+			bench_die(-ETIMEDOUT, "run %u at poll %u ms: %u of %d leases revoked, memory %s back in %d ms",
+				  run, poll_ms, count, NLEASES, back_ns ? "" : "not", REACT_TIMEOUT_MS);
 		rv[run] = (double)(first_ns - t0) / 1e6;
 		back[run] = (double)(back_ns - t0) / 1e6;
 		flip_meminfo(idle_meminfo, idle_len);
@@ -286,9 +295,12 @@ static void usage(int code)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "daemon", required_argument, NULL, 'd' }, { "fixtures", required_argument, NULL, 'f' },
-		{ "runs", required_argument, NULL, 'n' },   { "idle-s", required_argument, NULL, 'i' },
-		{ "quick", no_argument, NULL, 'q' },        { "help", no_argument, NULL, 'h' },
+		{ "daemon", required_argument, NULL, 'd' },
+		{ "fixtures", required_argument, NULL, 'f' },
+		{ "runs", required_argument, NULL, 'n' },
+		{ "idle-s", required_argument, NULL, 'i' },
+		{ "quick", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	static const unsigned polls[] = { 1000, 100 };
@@ -298,13 +310,27 @@ int main(int argc, char **argv)
 
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (opt) {
-		case 'd': daemon_path = optarg; break;
-		case 'f': fixtures = optarg; break;
-		case 'n': runs = (unsigned)strtoul(optarg, NULL, 10); break;
-		case 'i': idle_s = (unsigned)strtoul(optarg, NULL, 10); break;
-		case 'q': runs = 5; idle_s = 2; break;
-		case 'h': usage(0); break;
-		default: usage(2);
+		case 'd':
+			daemon_path = optarg;
+			break;
+		case 'f':
+			fixtures = optarg;
+			break;
+		case 'n':
+			runs = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 'i':
+			idle_s = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 'q':
+			runs = 5;
+			idle_s = 2;
+			break;
+		case 'h':
+			usage(0);
+			break;
+		default:
+			usage(2);
 		}
 	}
 	if (runs == 0 || runs > MAX_RUNS || idle_s == 0 || idle_s > 120)

@@ -328,7 +328,7 @@ struct row {
 static void run(const char *label, const char *path, const char *const *extra, bool revoke, struct row *r)
 {
 	const char *args[32] = { "--budget", "4G", "--prewarm", "16M", "--hugetlb", "no", "--max-connections-per-uid",
-				 "256", NULL };
+				 "256",      NULL };
 	struct prober pr;
 	uint64_t t0;
 	double *lat;
@@ -427,13 +427,26 @@ int main(int argc, char **argv)
 
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
-		case 'b': before = optarg; break;
-		case 'a': after = optarg; break;
-		case 'n': nleases = (unsigned)strtoul(optarg, NULL, 10); break;
-		case 'H': nholders = (unsigned)strtoul(optarg, NULL, 10); break;
-		case 's': nsleepers = (unsigned)strtoul(optarg, NULL, 10); break;
-		case 'B': lease_bytes = strtoull(optarg, NULL, 10); break;
-		default: usage(argv[0]);
+		case 'b':
+			before = optarg;
+			break;
+		case 'a':
+			after = optarg;
+			break;
+		case 'n':
+			nleases = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 'H':
+			nholders = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 's':
+			nsleepers = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 'B':
+			lease_bytes = strtoull(optarg, NULL, 10);
+			break;
+		default:
+			usage(argv[0]);
 		}
 	}
 	if (geteuid() != 0) {
@@ -466,8 +479,8 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < nrows; i++)
 		print_row(&rows[i]);
 	if (before) {
-		printf("\nratio before/after (floor 1 ms): p50 %.1fx, p99 %.1fx, max %.1fx\n", rows[0].p50 / rows[1].p50,
-		       rows[0].p99 / rows[1].p99, rows[0].max / rows[1].max);
+		printf("\nratio before/after (floor 1 ms): p50 %.1fx, p99 %.1fx, max %.1fx\n",
+		       rows[0].p50 / rows[1].p50, rows[0].p99 / rows[1].p99, rows[0].max / rows[1].max);
 		printf("ratio before/after (defaults):   p50 %.1fx, p99 %.1fx, max %.1fx\n", rows[0].p50 / rows[2].p50,
 		       rows[0].p99 / rows[2].p99, rows[0].max / rows[2].max);
 	}
@@ -478,7 +491,8 @@ int main(int argc, char **argv)
 	       "the storm, and how many were longer than 5 and 20 ms. done: from the revoke until no lease is\n"
 	       "left revoking and the holder scan has ended. The control row holds the same leases and probes the\n"
 	       "same way for 1.5 s with no revoke: the turns the daemon takes anyway on this machine.\n"
-	       "goal (issue 22): p99 <= 50 ms, no loop turn over 20 ms\n", UID_B);
+	       "goal (issue 22): p99 <= 50 ms, no loop turn over 20 ms\n",
+	       UID_B);
 	if (getenv("PB_BENCH_KEEP") == NULL) {
 		unlink(log_path);
 		rmdir(dir);

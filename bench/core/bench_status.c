@@ -159,10 +159,10 @@ enum kind { SUMMARY, PAGE, LISTING };
 struct row {
 	size_t leases;
 	enum kind kind;
-	size_t rows;         /* lease rows per reply (pages per listing) */
-	bool dropped;        /* the daemon closed the connection instead of answering */
+	size_t rows;  /* lease rows per reply (pages per listing) */
+	bool dropped; /* the daemon closed the connection instead of answering */
 	double p50_us, p99_us;
-	double cpu_us;       /* daemon CPU per request, from schedstat */
+	double cpu_us; /* daemon CPU per request, from schedstat */
 };
 
 static void status_request(Request *req, Pinbroker__V1__StatusRequest *sr, enum kind k, uint64_t cursor)
@@ -274,11 +274,12 @@ static void read_config_doc(void)
 static void run_one(size_t leases, struct row rows[3])
 {
 	static const char *const limits[][2] = {
-		{ "max-leases-per-client", "1000000" }, { "max-leases-per-uid", "1000000" },
+		{ "max-leases-per-client", "1000000" },
+		{ "max-leases-per-uid", "1000000" },
 		{ "max-chunks-per-uid", "1000000" },
 	};
-	const char *extra[32] = { "--chunk-size", "4K", "--prewarm", "0", "--budget", "1G", "--hugetlb", "no",
-				  "--uid-quota", "100%" };
+	const char *extra[32] = { "--chunk-size", "4K",        "--prewarm", "0",           "--budget",
+				  "1G",           "--hugetlb", "no",        "--uid-quota", "100%" };
 	char flags[3][64];
 	size_t n = 10;
 	uint64_t last = 0, held = 0, page;
@@ -359,9 +360,8 @@ int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "daemon", required_argument, NULL, 'd' }, { "reps", required_argument, NULL, 'n' },
-		{ "counts", required_argument, NULL, 'c' },
-		{ "quick", no_argument, NULL, 'q' },        { "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		{ "counts", required_argument, NULL, 'c' }, { "quick", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },         { NULL, 0, NULL, 0 },
 	};
 	static const char *const names[] = { "STATUS summary (no lease rows)", "lease page from the middle",
 					     "every lease, page by page" };
@@ -371,16 +371,26 @@ int main(int argc, char **argv)
 
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (opt) {
-		case 'd': daemon_path = optarg; break;
-		case 'n': reps = (unsigned)strtoul(optarg, NULL, 10); break;
-		case 'q': reps = 200; list_reps = 5; break;
+		case 'd':
+			daemon_path = optarg;
+			break;
+		case 'n':
+			reps = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 'q':
+			reps = 200;
+			list_reps = 5;
+			break;
 		case 'c':
 			if (sscanf(optarg, "%zu,%zu,%zu", &counts[0], &counts[1], &counts[2]) != 3 || !counts[0] ||
 			    !counts[1] || !counts[2])
 				usage(2);
 			break;
-		case 'h': usage(0); break;
-		default: usage(2);
+		case 'h':
+			usage(0);
+			break;
+		default:
+			usage(2);
 		}
 	}
 	if (reps == 0 || reps > MAX_REPS)

@@ -197,15 +197,15 @@ static int cmd_bandwidth(const char *sock, const char *sock_huge, const char *so
 
 /* ---------------------------------------------------------------- setup time */
 
-static void setup_result(const char *method, size_t bytes, const std::vector<double> &ms, const std::vector<double> &free_ms,
-			 const char *extra)
+static void setup_result(const char *method, size_t bytes, const std::vector<double> &ms,
+			 const std::vector<double> &free_ms, const char *extra)
 {
 	char sz[32];
 
 	printf("RESULT setup method=%s size=%s bytes=%zu n=%zu first_ms=%.4f median_ms=%.4f min_ms=%.4f max_ms=%.4f "
 	       "free_median_ms=%.4f%s%s\n",
-	       method, size_label(bytes, sz, sizeof(sz)), bytes, ms.size(), ms.empty() ? NAN : ms[0], median(ms), vmin(ms),
-	       vmax(ms), median(free_ms), extra ? " " : "", extra ? extra : "");
+	       method, size_label(bytes, sz, sizeof(sz)), bytes, ms.size(), ms.empty() ? NAN : ms[0], median(ms),
+	       vmin(ms), vmax(ms), median(free_ms), extra ? " " : "", extra ? extra : "");
 	fflush(stdout);
 }
 
@@ -268,8 +268,8 @@ static void setup_broker_cached(const char *method, pb_client *c, size_t bytes, 
 		free_ms.push_back(ms_since(t0) * 1000.0);
 	}
 	pb_set_cache_limit(c, 0); /* drops the cached buffer */
-	snprintf(extra, sizeof(extra), "unit=us hits=%d/%d pinned=%d/%d daemon_cached_idle_bytes=%llu", hits, reps, pinned,
-		 reps, (unsigned long long)cached_idle);
+	snprintf(extra, sizeof(extra), "unit=us hits=%d/%d pinned=%d/%d daemon_cached_idle_bytes=%llu", hits, reps,
+		 pinned, reps, (unsigned long long)cached_idle);
 	setup_result(method, bytes, ms, free_ms, extra);
 }
 
@@ -368,7 +368,8 @@ struct many_shared {
 	struct job_times t[64];
 };
 
-static int many_child(int idx, int procs, bool broker, const char *sock, size_t bytes, int passes, struct many_shared *sh)
+static int many_child(int idx, int procs, bool broker, const char *sock, size_t bytes, int passes,
+		      struct many_shared *sh)
 {
 	struct job_times *t = &sh->t[idx];
 	pb_client *c = NULL;
@@ -500,10 +501,14 @@ static int cmd_many(bool broker, const char *label, const char *sock, int procs,
 	printf("RESULT many mode=%s procs=%d gpus=%d size=%s passes=%d failed=%d pinned=%d setup_wall_ms=%.1f "
 	       "setup_median_ms=%.1f setup_max_ms=%.1f connect_median_ms=%.3f ctx_median_ms=%.1f h2d_aggregate_gbs=%.2f "
 	       "h2d_per_job_median_gbs=%.2f copy_wall_ms=%.1f\n",
-	       label && label[0] ? label : broker ? "broker" : "cudaHostAlloc", procs, gpus, size_label(bytes, sz, sizeof(sz)), passes, failed, pinned,
+	       label && label[0] ? label
+	       : broker          ? "broker"
+				 : "cudaHostAlloc",
+	       procs, gpus, size_label(bytes, sz, sizeof(sz)), passes, failed, pinned,
 	       setup_ms.empty() ? NAN : (double)(s1 - s0) / 1e6, median(setup_ms), vmax(setup_ms),
 	       broker ? median(conn_ms) : 0.0, median(ctx_ms),
-	       setup_ms.empty() ? NAN : (double)bytes * passes * (double)setup_ms.size() / ((double)(c1 - c0) / 1e9) / 1e9,
+	       setup_ms.empty() ? NAN
+				: (double)bytes * passes * (double)setup_ms.size() / ((double)(c1 - c0) / 1e9) / 1e9,
 	       median(per_gbs), setup_ms.empty() ? NAN : (double)(c1 - c0) / 1e6);
 	return failed ? 1 : 0;
 }
@@ -532,7 +537,8 @@ static int cmd_hostalloc_total(size_t total, size_t chunk)
 		CK(cudaFreeHost(p));
 	free_ms = ms_since(t0);
 	printf("RESULT warmup method=cudaHostAlloc total=%s bytes=%zu chunk=%s ms=%.1f free_ms=%.1f ctx_ms=%.1f\n",
-	       size_label(total, sz, sizeof(sz)), total, size_label(chunk, csz, sizeof(csz)), alloc_ms, free_ms, ctx_ms);
+	       size_label(total, sz, sizeof(sz)), total, size_label(chunk, csz, sizeof(csz)), alloc_ms, free_ms,
+	       ctx_ms);
 	return 0;
 }
 
@@ -556,7 +562,8 @@ static int cmd_warm_register(const char *label, const char *sock, size_t total, 
 	pb_set_cache_limit(c, 0);
 	t0 = now_ns();
 	for (size_t done = 0; done < total; done += chunk) {
-		pb_lease *l = acquire_or_die(c, std::min(chunk, total - done), PB_ACQUIRE_NO_CACHE, "bench-warm-register");
+		pb_lease *l = acquire_or_die(c, std::min(chunk, total - done), PB_ACQUIRE_NO_CACHE,
+					     "bench-warm-register");
 
 		pinned += pb_lease_kind(l) == PB_MEM_PINNED;
 		leases.push_back(l);
@@ -570,8 +577,8 @@ static int cmd_warm_register(const char *label, const char *sock, size_t total, 
 	pb_disconnect(c);
 	printf("RESULT warmup method=pinbrokerd-register label=%s total=%s bytes=%zu chunk=%s ms=%.1f free_ms=%.1f "
 	       "ctx_ms=%.1f pinned=%d/%zu\n",
-	       label, size_label(total, sz, sizeof(sz)), total, size_label(chunk, csz, sizeof(csz)), reg_ms, free_ms, ctx_ms,
-	       pinned, leases.size());
+	       label, size_label(total, sz, sizeof(sz)), total, size_label(chunk, csz, sizeof(csz)), reg_ms, free_ms,
+	       ctx_ms, pinned, leases.size());
 	return pinned == (int)leases.size() ? 0 : 1;
 }
 
@@ -599,8 +606,7 @@ static double log_warm_ms(const char *log_path)
  * it answers a HELLO, which it does only once its pool is warm. The daemon
  * keeps running; its pid goes to pidfile.
  */
-static int cmd_start_daemon(const char *label, const char *sock, const char *log_path, const char *pidfile,
-			    char **argv)
+static int cmd_start_daemon(const char *label, const char *sock, const char *log_path, const char *pidfile, char **argv)
 {
 	uint64_t t0 = now_ns();
 	pid_t pid = spawn_daemon(argv, log_path);
@@ -631,7 +637,8 @@ static int cmd_start_daemon(const char *label, const char *sock, const char *log
 	       "pool_idle_bytes=%llu hugetlb=%d page_size=%llu budget=%llu pressure=%s\n",
 	       label, ready_ms, log_warm_ms(log_path), r == 0 ? (unsigned long long)st->pool_bytes : 0ull,
 	       r == 0 ? (unsigned long long)st->pool_idle_bytes : 0ull, r == 0 ? st->hugetlb : -1,
-	       r == 0 ? (unsigned long long)st->page_size_bytes : 0ull, r == 0 ? (unsigned long long)st->budget_bytes : 0ull,
+	       r == 0 ? (unsigned long long)st->page_size_bytes : 0ull,
+	       r == 0 ? (unsigned long long)st->budget_bytes : 0ull,
 	       r == 0 && st->pressure_state ? st->pressure_state : "?");
 	if (r == 0)
 		pb_status_free(st);
@@ -680,18 +687,26 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
-		{ "socket", required_argument, NULL, 's' },    { "socket-huge", required_argument, NULL, 'S' },
+		{ "socket", required_argument, NULL, 's' },
+		{ "socket-huge", required_argument, NULL, 'S' },
 		{ "socket-thp", required_argument, NULL, 'T' },
-		{ "sizes", required_argument, NULL, 'z' },     { "size", required_argument, NULL, 'b' },
-		{ "reps", required_argument, NULL, 'r' },      { "reps-large", required_argument, NULL, 'R' },
-		{ "cached-reps", required_argument, NULL, 'c' }, { "mode", required_argument, NULL, 'm' },
-		{ "procs", required_argument, NULL, 'n' },     { "passes", required_argument, NULL, 'p' },
-		{ "chunk", required_argument, NULL, 'k' },     { "label", required_argument, NULL, 'l' },
-		{ "log", required_argument, NULL, 'L' },       { "pidfile", required_argument, NULL, 'P' },
-		{ "help", no_argument, NULL, 'h' },	       { NULL, 0, NULL, 0 },
+		{ "sizes", required_argument, NULL, 'z' },
+		{ "size", required_argument, NULL, 'b' },
+		{ "reps", required_argument, NULL, 'r' },
+		{ "reps-large", required_argument, NULL, 'R' },
+		{ "cached-reps", required_argument, NULL, 'c' },
+		{ "mode", required_argument, NULL, 'm' },
+		{ "procs", required_argument, NULL, 'n' },
+		{ "passes", required_argument, NULL, 'p' },
+		{ "chunk", required_argument, NULL, 'k' },
+		{ "label", required_argument, NULL, 'l' },
+		{ "log", required_argument, NULL, 'L' },
+		{ "pidfile", required_argument, NULL, 'P' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
 	};
-	const char *cmd, *sock = NULL, *sock_huge = NULL, *sock_thp = NULL, *sizes = NULL, *mode = "broker", *label = "", *log = NULL,
-			 *pidfile = NULL;
+	const char *cmd, *sock = NULL, *sock_huge = NULL, *sock_thp = NULL, *sizes = NULL, *mode = "broker",
+			 *label = "", *log = NULL, *pidfile = NULL;
 	size_t size = 0, chunk = 1ull << 30;
 	int reps = 11, reps_large = 5, cached_reps = 201, procs = 8, passes = 4, ch;
 	char gpu[256];
@@ -704,23 +719,57 @@ int main(int argc, char **argv)
 	optind = 2;
 	while ((ch = getopt_long(argc, argv, "+", lo, NULL)) != -1) {
 		switch (ch) {
-		case 's': sock = optarg; break;
-		case 'S': sock_huge = optarg[0] ? optarg : NULL; break;
-		case 'T': sock_thp = optarg[0] ? optarg : NULL; break;
-		case 'z': sizes = optarg; break;
-		case 'b': size = parse_size(optarg); break;
-		case 'r': reps = atoi(optarg); break;
-		case 'R': reps_large = atoi(optarg); break;
-		case 'c': cached_reps = atoi(optarg); break;
-		case 'm': mode = optarg; break;
-		case 'n': procs = atoi(optarg); break;
-		case 'p': passes = atoi(optarg); break;
-		case 'k': chunk = parse_size(optarg); break;
-		case 'l': label = optarg; break;
-		case 'L': log = optarg; break;
-		case 'P': pidfile = optarg; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 's':
+			sock = optarg;
+			break;
+		case 'S':
+			sock_huge = optarg[0] ? optarg : NULL;
+			break;
+		case 'T':
+			sock_thp = optarg[0] ? optarg : NULL;
+			break;
+		case 'z':
+			sizes = optarg;
+			break;
+		case 'b':
+			size = parse_size(optarg);
+			break;
+		case 'r':
+			reps = atoi(optarg);
+			break;
+		case 'R':
+			reps_large = atoi(optarg);
+			break;
+		case 'c':
+			cached_reps = atoi(optarg);
+			break;
+		case 'm':
+			mode = optarg;
+			break;
+		case 'n':
+			procs = atoi(optarg);
+			break;
+		case 'p':
+			passes = atoi(optarg);
+			break;
+		case 'k':
+			chunk = parse_size(optarg);
+			break;
+		case 'l':
+			label = optarg;
+			break;
+		case 'L':
+			log = optarg;
+			break;
+		case 'P':
+			pidfile = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);

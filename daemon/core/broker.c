@@ -131,8 +131,8 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 			return r;
 	}
 
-	r = lease_add(b->leases, a->uid, a->gid, a->pid, a->owner, size_bytes, a->priority, a->label, chunks,
-		      nchunks, a->now_ms, &l);
+	r = lease_add(b->leases, a->uid, a->gid, a->pid, a->owner, size_bytes, a->priority, a->label, chunks, nchunks,
+		      a->now_ms, &l);
 	if (r < 0)
 		goto fail;
 	/* So the pool's hole-punch reports can name the lease (pool.h). */

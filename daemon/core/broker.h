@@ -74,18 +74,22 @@ enum broker_enforcement {
 
 /* Loop-turn histogram bounds: the issue 22 goal is no turn over 20 ms under a revoke storm. */
 #define BROKER_TURN_BUCKETS 6
-#define BROKER_TURN_BUCKET_US { 1000, 5000, 20000, 50000, 100000, 1000000 }
+#define BROKER_TURN_BUCKET_US                             \
+	{                                                 \
+		1000, 5000, 20000, 50000, 100000, 1000000 \
+	}
 
 /* Counters since start, for the metrics. */
 struct broker_counters {
-	uint64_t granted[GRANTED_N];       /* leases granted, by kind */
+	uint64_t granted[GRANTED_N]; /* leases granted, by kind */
 	uint64_t granted_bytes[GRANTED_N];
 	uint64_t refused[REFUSED_N];
 	uint64_t revocations[REVOKED_N];   /* REVOKEs sent, by reason */
 	uint64_t enforcements[ENFORCED_N]; /* overdue holders disconnected or signalled, by action */
 	uint64_t holder_scans;             /* /proc scans for processes mapping overdue leases (one per round) */
 	uint64_t loop_turn_max_us;         /* the longest loop turn (all callbacks of one iteration) since start */
-	uint64_t loop_turns[BROKER_TURN_BUCKETS + 1]; /* turns by length: <= each of BROKER_TURN_BUCKET_US, then longer */
+	uint64_t loop_turns[BROKER_TURN_BUCKETS +
+			    1]; /* turns by length: <= each of BROKER_TURN_BUCKET_US, then longer */
 	uint64_t loop_turn_sum_us;
 };
 
@@ -94,23 +98,24 @@ struct broker {
 	struct budget *budget;
 	struct pool *pool;
 	struct lease_table *leases;
-	struct monitor *monitor;     /* I/O: samplers and PSI triggers */
+	struct monitor *monitor; /* I/O: samplers and PSI triggers */
 	struct server *server;
-	struct revoker *revoker;     /* I/O: REVOKE deadlines, enforcement, reclaim, exit holds */
-	struct waitq *waitq;         /* I/O: acquires waiting for memory */
+	struct revoker *revoker;       /* I/O: REVOKE deadlines, enforcement, reclaim, exit holds */
+	struct waitq *waitq;           /* I/O: acquires waiting for memory */
 	const struct conn_io *conn_io; /* how the request modules send and close (conn.h); set by server_new */
-	struct jobs *jobs;           /* per-job quotas; NULL: none (the fuzz harness) */
+	struct jobs *jobs;             /* per-job quotas; NULL: none (the fuzz harness) */
 	struct jobs_watch *jobs_watch; /* I/O: clients' cgroups, and rules whose cgroup went away */
-	struct recovery *recovery;   /* instance id, and the fd-store state for crash recovery under systemd */
-	struct restart *restart;     /* I/O: the restart state file, and what live processes still map of an earlier daemon */
+	struct recovery *recovery;     /* instance id, and the fd-store state for crash recovery under systemd */
+	struct restart
+		*restart; /* I/O: the restart state file, and what live processes still map of an earlier daemon */
 	struct ev_loop *loop;
-	const char *config_path;     /* for SIGHUP; NULL when none */
+	const char *config_path;                 /* for SIGHUP; NULL when none */
 	const struct reload_hooks *reload_hooks; /* what reload_apply runs around a new config (reload.h) */
 
-	uint64_t mem_total_bytes;    /* MemTotal, or the cgroup limit if lower */
+	uint64_t mem_total_bytes;      /* MemTotal, or the cgroup limit if lower */
 	uint64_t host_mem_total_bytes; /* MemTotal itself, what caps clients' unbrokered reports; 0: unknown */
-	uint64_t budget_cap_bytes;   /* the most the budget resolves to; 0 = no cap (the fuzz harness sets one) */
-	uint64_t budget_bytes;       /* resolved from cfg */
+	uint64_t budget_cap_bytes;     /* the most the budget resolves to; 0 = no cap (the fuzz harness sets one) */
+	uint64_t budget_bytes;         /* resolved from cfg */
 	uint64_t uid_quota_bytes;
 	uint64_t max_no_revoke_per_uid_bytes;
 	uint64_t prewarm_bytes;
@@ -119,7 +124,7 @@ struct broker {
 	bool shutting_down;
 
 	/* Resolved by broker_resolve_limits(): what the daemon's fds and mappings allow. */
-	uint64_t chunk_capacity;     /* pool chunks the daemon may hold lent at once */
+	uint64_t chunk_capacity; /* pool chunks the daemon may hold lent at once */
 	uint64_t max_chunks_per_uid;
 	uint64_t max_leases_per_uid;
 	/* Bumped by every verb below that changes the leases, their holders or the idle pool:
@@ -151,14 +156,14 @@ struct acquire_args {
 	gid_t gid;
 	pid_t pid;
 	void *owner;
-	uint64_t size;               /* as requested; rounded up to the page size here */
+	uint64_t size; /* as requested; rounded up to the page size here */
 	enum lease_priority priority;
 	const char *label;
-	bool no_revoke;              /* never revoked: its holder cannot give memory back */
-	bool registration;           /* a charge only: no pool memory (implies no_revoke) */
-	int numa_node;               /* NUMA node asked for, -1 for any (only with a placing pool) */
-	struct job_cgroup *cgroup;   /* the client's cgroup, charged for job quotas; NULL: none */
-	uint64_t now_ms;             /* monotonic, when it is granted: the lease's creation time (no clock read here) */
+	bool no_revoke;            /* never revoked: its holder cannot give memory back */
+	bool registration;         /* a charge only: no pool memory (implies no_revoke) */
+	int numa_node;             /* NUMA node asked for, -1 for any (only with a placing pool) */
+	struct job_cgroup *cgroup; /* the client's cgroup, charged for job quotas; NULL: none */
+	uint64_t now_ms;           /* monotonic, when it is granted: the lease's creation time (no clock read here) */
 };
 
 /* Queued reply packets duplicate their fds; this many may be queued over all connections. */
@@ -270,11 +275,11 @@ int broker_detach(struct broker *b, struct lease *l, const void *owner);
 
 /* What the shell does when the pressure state changes: broker_set_pressure's answer, carried out in this order. */
 enum broker_pressure_action {
-	BROKER_ACT_TRIM_POOL = 1u << 0,     /* tight or critical: broker_trim_pool(b, 0); the pool regrows on demand */
+	BROKER_ACT_TRIM_POOL = 1u << 0,      /* tight or critical: broker_trim_pool(b, 0); the pool regrows on demand */
 	BROKER_ACT_REFUSE_WAITERS = 1u << 1, /* critical: refuse every waiting acquire with -EAGAIN at once */
-	BROKER_ACT_START_RECLAIM = 1u << 2, /* critical: revoke now, and again every reclaim step while it lasts */
-	BROKER_ACT_STOP_RECLAIM = 1u << 3,  /* no longer critical: stop the reclaim steps */
-	BROKER_ACT_GRANT_WAITERS = 1u << 4, /* normal again: grant waiting acquires that fit */
+	BROKER_ACT_START_RECLAIM = 1u << 2,  /* critical: revoke now, and again every reclaim step while it lasts */
+	BROKER_ACT_STOP_RECLAIM = 1u << 3,   /* no longer critical: stop the reclaim steps */
+	BROKER_ACT_GRANT_WAITERS = 1u << 4,  /* normal again: grant waiting acquires that fit */
 };
 
 /*

@@ -11,8 +11,8 @@
 struct uid_usage {
 	uid_t uid;
 	uint64_t leased_bytes;
-	uint64_t leases;  /* counted by budget_count_add/sub, for the per-uid caps */
-	uint64_t chunks;  /* pool chunks those leases hold: fds (and mappings) in the daemon */
+	uint64_t leases;          /* counted by budget_count_add/sub, for the per-uid caps */
+	uint64_t chunks;          /* pool chunks those leases hold: fds (and mappings) in the daemon */
 	uint64_t no_revoke_bytes; /* of leased_bytes, in leases that are never revoked */
 	uint64_t held_fds; /* other fds the daemon keeps for uid (an exiting process's pidfd), for the same caps */
 };
@@ -21,11 +21,11 @@ struct uid_usage {
  * The books must balance even in release builds (where NDEBUG drops assert()):
  * a wrapped counter would silently hand out memory the host does not have.
  */
-#define BUDGET_INVARIANT(cond)              \
-	do {                                \
-		assert(cond);               \
-		if (!(cond))                \
-			abort();            \
+#define BUDGET_INVARIANT(cond)   \
+	do {                     \
+		assert(cond);    \
+		if (!(cond))     \
+			abort(); \
 	} while (0)
 
 struct budget {

@@ -447,8 +447,7 @@ static void rule_remove_at(struct jobs *j, size_t i)
 	j->nrules--;
 }
 
-int jobs_rule_set(struct jobs *j, const char *pattern, uint64_t bytes, enum job_rule_source src,
-		  const char **why)
+int jobs_rule_set(struct jobs *j, const char *pattern, uint64_t bytes, enum job_rule_source src, const char **why)
 {
 	int r = jobs_path_check(pattern, true, why);
 
@@ -503,23 +502,26 @@ int jobs_parse_config(const char *spec, uint64_t budget, int (*fn)(void *ctx, co
 		entry[len] = '\0';
 		p += len;
 		if (++nentries > JOBS_RULES_MAX)
-			return fail(err, -EINVAL, "job-quota: more than %d entries; use a glob for many jobs of one shape",
+			return fail(err, -EINVAL,
+				    "job-quota: more than %d entries; use a glob for many jobs of one shape",
 				    JOBS_RULES_MAX);
 		colon = strrchr(entry, ':');
 		if (!colon)
-			return fail(err, -EINVAL, "job-quota: '%s' has no size; write CGROUP:SIZE, as /slurm/uid_*/job_*:8G",
-				    entry);
+			return fail(err, -EINVAL,
+				    "job-quota: '%s' has no size; write CGROUP:SIZE, as /slurm/uid_*/job_*:8G", entry);
 		*colon = '\0';
 		if (jobs_path_check(entry, true, &why) < 0)
 			return fail(err, -EINVAL, "job-quota: '%s': %s", entry, why);
 		if (parse_size_or_pct(colon + 1, &bytes, &pct, &is_pct) < 0)
-			return fail(err, -EINVAL,
-				    "job-quota: '%s' is not a size; use a number with K, M, G or T, or a percentage of the budget",
-				    colon + 1);
+			return fail(
+				err, -EINVAL,
+				"job-quota: '%s' is not a size; use a number with K, M, G or T, or a percentage of the budget",
+				colon + 1);
 		if (is_pct)
 			bytes = (uint64_t)((double)budget * pct / 100.0);
 		if (fn && (r = fn(ctx, entry, bytes)) < 0)
-			return fail(err, r, "job-quota: '%s': %s", entry, r == -ENOSPC ? "too many quota rules" : strerror(-r));
+			return fail(err, r, "job-quota: '%s': %s", entry,
+				    r == -ENOSPC ? "too many quota rules" : strerror(-r));
 	}
 	return 0;
 }

@@ -32,9 +32,9 @@ struct job_rule {
 	char *pattern;
 	uint64_t bytes;
 	enum job_rule_source source;
-	unsigned ncomp;  /* path components: "/" has 0 */
-	bool literal;    /* no glob characters */
-	bool seen;       /* a literal SET rule's cgroup was seen to exist (it is released once gone) */
+	unsigned ncomp; /* path components: "/" has 0 */
+	bool literal;   /* no glob characters */
+	bool seen;      /* a literal SET rule's cgroup was seen to exist (it is released once gone) */
 };
 
 /* A job: what one rule (or, without one, one cgroup) sums leases over. */
@@ -43,7 +43,7 @@ struct job {
 	const struct job_rule *rule; /* NULL: no rule, no quota */
 	uint64_t bytes;              /* charged to it now */
 	uint32_t leases;
-	uint32_t ncgroups;           /* client cgroups summed into it */
+	uint32_t ncgroups; /* client cgroups summed into it */
 	struct job *next;
 };
 
@@ -98,8 +98,7 @@ void jobs_uncharge(struct jobs *j, struct job_cgroup *cg, uint64_t bytes);
  * Set (add or replace) the rule of this pattern and source; the jobs are regrouped. Returns 0,
  * -EINVAL (bad pattern: *why), -ENOSPC (JOBS_RULES_MAX rules) or -ENOMEM.
  */
-int jobs_rule_set(struct jobs *j, const char *pattern, uint64_t bytes, enum job_rule_source src,
-		  const char **why);
+int jobs_rule_set(struct jobs *j, const char *pattern, uint64_t bytes, enum job_rule_source src, const char **why);
 /* Remove the rule of this pattern (a SET one first, else a CONFIG one). Returns 0 or -ENOENT. */
 int jobs_rule_clear(struct jobs *j, const char *pattern, enum job_rule_source *src);
 

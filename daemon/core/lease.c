@@ -15,7 +15,7 @@
  * is gone, both O(log n) worst case).
  */
 struct lease_node {
-	struct lease lease;              /* first, so a lease pointer is a node pointer */
+	struct lease lease; /* first, so a lease pointer is a node pointer */
 	struct lease_node *hash_next;
 	struct lease_node *token_next;   /* the token hash, while shared */
 	struct lease_node *prev, *next;  /* id order */
@@ -25,11 +25,11 @@ struct lease_node {
 
 struct lease_table {
 	struct lease_node **buckets;
-	size_t nbuckets;                 /* a power of two */
+	size_t nbuckets; /* a power of two */
 	size_t count;
-	struct lease_node *head, *tail;  /* id order */
-	struct lease_node *root;         /* AVL tree */
-	uint64_t last_id;                /* ids handed out are > last_id */
+	struct lease_node *head, *tail; /* id order */
+	struct lease_node *root;        /* AVL tree */
+	uint64_t last_id;               /* ids handed out are > last_id */
 	size_t state_count[LEASE__STATE_MAX];
 	uint64_t state_bytes[LEASE__STATE_MAX];
 	struct lease_node **token_buckets; /* shared leases by token; NULL until the first share */
@@ -44,11 +44,11 @@ struct lease_table {
  * freed node left reachable is a use-after-free. Abort (the unit restarts
  * and recovers from the fd store) even where NDEBUG drops assert().
  */
-#define LEASE_INVARIANT(cond)     \
-	do {                      \
-		assert(cond);     \
-		if (!(cond))      \
-			abort();  \
+#define LEASE_INVARIANT(cond)    \
+	do {                     \
+		assert(cond);    \
+		if (!(cond))     \
+			abort(); \
 	} while (0)
 
 static const bool edges[LEASE__STATE_MAX][LEASE__STATE_MAX] = {
@@ -322,8 +322,8 @@ static void copy_label(struct lease *l, const char *label)
 }
 
 int lease_add(struct lease_table *t, uid_t uid, gid_t gid, pid_t pid, void *owner, uint64_t bytes,
-	      enum lease_priority prio, const char *label, struct chunk **chunks, size_t nchunks,
-	      uint64_t now_ms, struct lease **ret)
+	      enum lease_priority prio, const char *label, struct chunk **chunks, size_t nchunks, uint64_t now_ms,
+	      struct lease **ret)
 {
 	struct lease_node *n;
 
@@ -729,8 +729,8 @@ bool lease_unmapped(const struct lease *l)
 const char *lease_state_name(enum lease_state s)
 {
 	static const char *const names[LEASE__STATE_MAX] = {
-		[LEASE_ACTIVE] = "active",     [LEASE_IDLE] = "idle",         [LEASE_REVOKING] = "revoking",
-		[LEASE_OVERDUE] = "overdue",   [LEASE_ORPHANED] = "orphaned", [LEASE_FREED] = "freed",
+		[LEASE_ACTIVE] = "active",   [LEASE_IDLE] = "idle",         [LEASE_REVOKING] = "revoking",
+		[LEASE_OVERDUE] = "overdue", [LEASE_ORPHANED] = "orphaned", [LEASE_FREED] = "freed",
 	};
 
 	return (unsigned)s < LEASE__STATE_MAX ? names[s] : "unknown";

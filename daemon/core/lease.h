@@ -34,7 +34,7 @@ enum lease_state {
 
 /* A connection that maps a lease through its share token (not its holder). */
 struct lease_attacher {
-	void *owner;               /* the attached connection; opaque here */
+	void *owner; /* the attached connection; opaque here */
 	pid_t pid;
 	uid_t uid;
 };
@@ -51,22 +51,22 @@ struct lease {
 	uid_t uid;
 	gid_t gid;
 	pid_t pid;
-	void *owner;               /* the connection holding it; opaque here, NULL when orphaned */
-	uint64_t bytes;            /* exactly the request rounded up to the page size */
+	void *owner;    /* the connection holding it; opaque here, NULL when orphaned */
+	uint64_t bytes; /* exactly the request rounded up to the page size */
 	enum lease_priority priority;
 	enum lease_state state;
 	char label[LEASE_LABEL_MAX];
-	uint64_t created_ms;       /* monotonic */
-	uint64_t last_used_ms;     /* last ACTIVE transition, for LRU */
-	uint64_t deadline_ms;      /* monotonic, while REVOKING/OVERDUE */
+	uint64_t created_ms;   /* monotonic */
+	uint64_t last_used_ms; /* last ACTIVE transition, for LRU */
+	uint64_t deadline_ms;  /* monotonic, while REVOKING/OVERDUE */
 	/*
 	 * While REVOKING/OVERDUE: the revoke was started by the holder's own uid
 	 * (not an admin, not pressure), so its enforcement never reaches a process
 	 * of another uid (broker_enforce_may_signal).
 	 */
 	bool revoke_by_holder;
-	struct chunk **chunks;     /* owned: freed by lease_remove (the chunks themselves are not) */
-	int numa_node;             /* the NUMA node asked for, -1 for any */
+	struct chunk **chunks; /* owned: freed by lease_remove (the chunks themselves are not) */
+	int numa_node;         /* the NUMA node asked for, -1 for any */
 	size_t nchunks;
 	/*
 	 * Sharing. The lease is charged once, to uid, and lives while any mapper
@@ -76,8 +76,8 @@ struct lease {
 	 * the round ends). holder_detached: the holder let go while attachers remained;
 	 * owner is then NULL for good.
 	 */
-	struct lease_share *share;          /* owned; NULL until shared */
-	struct lease_attacher *attachers;   /* owned */
+	struct lease_share *share;        /* owned; NULL until shared */
+	struct lease_attacher *attachers; /* owned */
 	size_t nattachers;
 	uint32_t exit_holds;
 	bool holder_detached;
@@ -114,8 +114,8 @@ void lease_table_free(struct lease_table *t);
  * to fit. Returns 0 and *ret, -ENOSPC once ids are exhausted, or -ENOMEM.
  */
 int lease_add(struct lease_table *t, uid_t uid, gid_t gid, pid_t pid, void *owner, uint64_t bytes,
-	      enum lease_priority prio, const char *label, struct chunk **chunks, size_t nchunks,
-	      uint64_t now_ms, struct lease **ret);
+	      enum lease_priority prio, const char *label, struct chunk **chunks, size_t nchunks, uint64_t now_ms,
+	      struct lease **ret);
 
 /*
  * Re-insert a lease with a known id (fd-store recovery), in state ORPHANED;

@@ -103,20 +103,20 @@ static bool span_eq(const char *s, const char *e, const char *lit)
 struct meminfo_key {
 	const char *name;
 	unsigned bit;
-	bool kb;  /* value carries " kB"; the others are page counts */
+	bool kb; /* value carries " kB"; the others are page counts */
 };
 
 static const struct meminfo_key meminfo_keys[] = {
-	{"MemTotal", MEMINFO_MEM_TOTAL, true},
-	{"MemAvailable", MEMINFO_MEM_AVAILABLE, true},
-	{"SwapTotal", MEMINFO_SWAP_TOTAL, true},
-	{"SwapFree", MEMINFO_SWAP_FREE, true},
-	{"Shmem", MEMINFO_SHMEM, true},
-	{"Mlocked", MEMINFO_MLOCKED, true},
-	{"Unevictable", MEMINFO_UNEVICTABLE, true},
-	{"HugePages_Total", MEMINFO_HUGEPAGES_TOTAL, false},
-	{"HugePages_Free", MEMINFO_HUGEPAGES_FREE, false},
-	{"Hugepagesize", MEMINFO_HUGEPAGE_SIZE, true},
+	{ "MemTotal", MEMINFO_MEM_TOTAL, true },
+	{ "MemAvailable", MEMINFO_MEM_AVAILABLE, true },
+	{ "SwapTotal", MEMINFO_SWAP_TOTAL, true },
+	{ "SwapFree", MEMINFO_SWAP_FREE, true },
+	{ "Shmem", MEMINFO_SHMEM, true },
+	{ "Mlocked", MEMINFO_MLOCKED, true },
+	{ "Unevictable", MEMINFO_UNEVICTABLE, true },
+	{ "HugePages_Total", MEMINFO_HUGEPAGES_TOTAL, false },
+	{ "HugePages_Free", MEMINFO_HUGEPAGES_FREE, false },
+	{ "Hugepagesize", MEMINFO_HUGEPAGE_SIZE, true },
 };
 
 /* "   1234 kB" (kb) or "   1234" up to le. Returns 0 and the value in bytes (or pages), or -EBADMSG. */
@@ -148,9 +148,9 @@ static int meminfo_value(const char *p, const char *le, bool kb, uint64_t *ret)
 int pressure_parse_meminfo(const char *buf, size_t len, struct meminfo *ret)
 {
 	const char *p = buf, *end = buf + len, *ls, *le;
-	uint64_t vals[sizeof(meminfo_keys) / sizeof(meminfo_keys[0])] = {0};
+	uint64_t vals[sizeof(meminfo_keys) / sizeof(meminfo_keys[0])] = { 0 };
 	unsigned have = 0;
-	struct meminfo m = {0};
+	struct meminfo m = { 0 };
 
 	if (!buf)
 		return -EBADMSG;
@@ -179,16 +179,36 @@ int pressure_parse_meminfo(const char *buf, size_t len, struct meminfo *ret)
 		uint64_t v = (have & meminfo_keys[i].bit) ? vals[i] : 0;
 
 		switch (meminfo_keys[i].bit) {
-		case MEMINFO_MEM_TOTAL: m.mem_total_bytes = v; break;
-		case MEMINFO_MEM_AVAILABLE: m.mem_available_bytes = v; break;
-		case MEMINFO_SWAP_TOTAL: m.swap_total_bytes = v; break;
-		case MEMINFO_SWAP_FREE: m.swap_free_bytes = v; break;
-		case MEMINFO_SHMEM: m.shmem_bytes = v; break;
-		case MEMINFO_MLOCKED: m.mlocked_bytes = v; break;
-		case MEMINFO_UNEVICTABLE: m.unevictable_bytes = v; break;
-		case MEMINFO_HUGEPAGES_TOTAL: m.hugepages_total_bytes = v; break; /* pages until scaled below */
-		case MEMINFO_HUGEPAGES_FREE: m.hugepages_free_bytes = v; break;
-		case MEMINFO_HUGEPAGE_SIZE: m.hugepage_size_bytes = v; break;
+		case MEMINFO_MEM_TOTAL:
+			m.mem_total_bytes = v;
+			break;
+		case MEMINFO_MEM_AVAILABLE:
+			m.mem_available_bytes = v;
+			break;
+		case MEMINFO_SWAP_TOTAL:
+			m.swap_total_bytes = v;
+			break;
+		case MEMINFO_SWAP_FREE:
+			m.swap_free_bytes = v;
+			break;
+		case MEMINFO_SHMEM:
+			m.shmem_bytes = v;
+			break;
+		case MEMINFO_MLOCKED:
+			m.mlocked_bytes = v;
+			break;
+		case MEMINFO_UNEVICTABLE:
+			m.unevictable_bytes = v;
+			break;
+		case MEMINFO_HUGEPAGES_TOTAL:
+			m.hugepages_total_bytes = v;
+			break; /* pages until scaled below */
+		case MEMINFO_HUGEPAGES_FREE:
+			m.hugepages_free_bytes = v;
+			break;
+		case MEMINFO_HUGEPAGE_SIZE:
+			m.hugepage_size_bytes = v;
+			break;
 		}
 	}
 	/* Page counts become bytes only with a page size; an absurd product is dropped, not wrapped. */
@@ -257,7 +277,7 @@ int pressure_parse_vmstat(const char *buf, size_t len, struct vmstat *ret)
 /* After "some"/"full": " avg10=0.00 avg60=0.00 avg300=0.00 total=0" (Documentation/accounting/psi.rst). */
 static int psi_fields(const char *p, const char *le, struct psi_line *ret)
 {
-	struct psi_line l = {0};
+	struct psi_line l = { 0 };
 	unsigned seen = 0;
 
 	for (;;) {
@@ -306,7 +326,7 @@ static int psi_fields(const char *p, const char *le, struct psi_line *ret)
 int pressure_parse_psi(const char *buf, size_t len, struct psi *ret)
 {
 	const char *p = buf, *end = buf + len, *ls, *le;
-	struct psi out = {0};
+	struct psi out = { 0 };
 
 	if (!buf)
 		return -EBADMSG;
@@ -474,7 +494,7 @@ void pressure_figures(const struct pressure_sample *s, struct pressure_figures *
 	const struct meminfo *m = &s->mem;
 	uint64_t base = m->mem_total_bytes;
 	uint64_t avail = m->mem_available_bytes < base ? m->mem_available_bytes : base;
-	struct pressure_figures f = {0};
+	struct pressure_figures f = { 0 };
 
 	f.cgroup_usage_pct = NAN;
 	if (s->have_cgroup_limit && s->cgroup_limit_bytes != PRESSURE_UNLIMITED && s->cgroup_limit_bytes > 0) {
@@ -565,41 +585,55 @@ static void sb_mem(struct sbuf *b, const struct pressure_figures *f)
 static void sb_signal(struct sbuf *b, const struct pressure_figures *f, enum signal_id id)
 {
 	switch (id) {
-	case SIG_MEM: sb_mem(b, f); break;
-	case SIG_SWAP_FREE: sb_printf(b, "SwapFree %.1f%%", f->swap_free_pct); break;
-	case SIG_SWAPOUT: sb_printf(b, "swap-out %.0f pages/s", f->swapout_pages_s); break;
-	case SIG_PSI_SOME: sb_printf(b, "PSI some avg10 %.2f", f->psi_some_avg10); break;
-	case SIG_PSI_FULL: sb_printf(b, "PSI full avg10 %.2f", f->psi_full_avg10); break;
-	case SIG__MAX: break;
+	case SIG_MEM:
+		sb_mem(b, f);
+		break;
+	case SIG_SWAP_FREE:
+		sb_printf(b, "SwapFree %.1f%%", f->swap_free_pct);
+		break;
+	case SIG_SWAPOUT:
+		sb_printf(b, "swap-out %.0f pages/s", f->swapout_pages_s);
+		break;
+	case SIG_PSI_SOME:
+		sb_printf(b, "PSI some avg10 %.2f", f->psi_some_avg10);
+		break;
+	case SIG_PSI_FULL:
+		sb_printf(b, "PSI full avg10 %.2f", f->psi_full_avg10);
+		break;
+	case SIG__MAX:
+		break;
 	}
 }
 
 struct condition {
 	enum signal_id sig;
 	enum broker_state level;
-	bool below;  /* crosses when the figure is below the threshold */
+	bool below; /* crosses when the figure is below the threshold */
 };
 
 /* Critical first, so the reasons a why leads with are the ones that decided. */
 static const struct condition conditions[] = {
-	{SIG_MEM, BROKER_CRITICAL, true},
-	{SIG_PSI_FULL, BROKER_CRITICAL, false},
-	{SIG_SWAPOUT, BROKER_CRITICAL, false},
-	{SIG_MEM, BROKER_TIGHT, true},
-	{SIG_PSI_SOME, BROKER_TIGHT, false},
-	{SIG_SWAPOUT, BROKER_TIGHT, false},
-	{SIG_SWAP_FREE, BROKER_TIGHT, true},
+	{ SIG_MEM, BROKER_CRITICAL, true },      { SIG_PSI_FULL, BROKER_CRITICAL, false },
+	{ SIG_SWAPOUT, BROKER_CRITICAL, false }, { SIG_MEM, BROKER_TIGHT, true },
+	{ SIG_PSI_SOME, BROKER_TIGHT, false },   { SIG_SWAPOUT, BROKER_TIGHT, false },
+	{ SIG_SWAP_FREE, BROKER_TIGHT, true },
 };
 
 static double figure_of(const struct pressure_figures *f, enum signal_id id)
 {
 	switch (id) {
-	case SIG_MEM: return f->mem_available_pct;
-	case SIG_SWAP_FREE: return f->swap_free_pct;
-	case SIG_SWAPOUT: return f->swapout_pages_s;
-	case SIG_PSI_SOME: return f->psi_some_avg10;
-	case SIG_PSI_FULL: return f->psi_full_avg10;
-	case SIG__MAX: break;
+	case SIG_MEM:
+		return f->mem_available_pct;
+	case SIG_SWAP_FREE:
+		return f->swap_free_pct;
+	case SIG_SWAPOUT:
+		return f->swapout_pages_s;
+	case SIG_PSI_SOME:
+		return f->psi_some_avg10;
+	case SIG_PSI_FULL:
+		return f->psi_full_avg10;
+	case SIG__MAX:
+		break;
 	}
 	return NAN;
 }
@@ -609,12 +643,18 @@ static double threshold_of(const struct pressure_thresholds *t, const struct con
 	bool crit = c->level == BROKER_CRITICAL;
 
 	switch (c->sig) {
-	case SIG_MEM: return crit ? t->critical_mem_available_pct : t->tight_mem_available_pct;
-	case SIG_SWAP_FREE: return crit ? NAN : t->tight_swap_free_pct;
-	case SIG_SWAPOUT: return crit ? t->critical_swapout_pages_s : t->tight_swapout_pages_s;
-	case SIG_PSI_SOME: return crit ? NAN : t->tight_psi_some_avg10;
-	case SIG_PSI_FULL: return crit ? t->critical_psi_full_avg10 : NAN;
-	case SIG__MAX: break;
+	case SIG_MEM:
+		return crit ? t->critical_mem_available_pct : t->tight_mem_available_pct;
+	case SIG_SWAP_FREE:
+		return crit ? NAN : t->tight_swap_free_pct;
+	case SIG_SWAPOUT:
+		return crit ? t->critical_swapout_pages_s : t->tight_swapout_pages_s;
+	case SIG_PSI_SOME:
+		return crit ? NAN : t->tight_psi_some_avg10;
+	case SIG_PSI_FULL:
+		return crit ? t->critical_psi_full_avg10 : NAN;
+	case SIG__MAX:
+		break;
 	}
 	return NAN;
 }
@@ -641,7 +681,7 @@ enum broker_state pressure_level(const struct pressure_thresholds *t, const stru
 static void describe(struct sbuf *b, const struct pressure_thresholds *t, const struct pressure_figures *f,
 		     enum broker_state level)
 {
-	bool shown[SIG__MAX] = {false};
+	bool shown[SIG__MAX] = { false };
 
 	for (size_t i = 0; i < sizeof(conditions) / sizeof(conditions[0]); i++) {
 		const struct condition *c = &conditions[i];
@@ -651,7 +691,9 @@ static void describe(struct sbuf *b, const struct pressure_thresholds *t, const 
 		sb_sep(b);
 		sb_signal(b, f, c->sig);
 		sb_printf(b, " %c %g%s %s threshold", c->below ? '<' : '>', threshold_of(t, c),
-			  c->sig == SIG_MEM || c->sig == SIG_SWAP_FREE ? "%" : c->sig == SIG_SWAPOUT ? "/s" : "",
+			  c->sig == SIG_MEM || c->sig == SIG_SWAP_FREE ? "%"
+			  : c->sig == SIG_SWAPOUT                      ? "/s"
+								       : "",
 			  pressure_state_name(c->level));
 		shown[c->sig] = true;
 	}
@@ -701,9 +743,12 @@ enum broker_state pressure_state(const struct pressure *p)
 const char *pressure_state_name(enum broker_state s)
 {
 	switch (s) {
-	case BROKER_NORMAL: return "normal";
-	case BROKER_TIGHT: return "tight";
-	case BROKER_CRITICAL: return "critical";
+	case BROKER_NORMAL:
+		return "normal";
+	case BROKER_TIGHT:
+		return "tight";
+	case BROKER_CRITICAL:
+		return "critical";
 	}
 	return "unknown";
 }
@@ -713,10 +758,10 @@ static uint64_t elapsed_ms(uint64_t since, uint64_t now)
 	return now > since ? now - since : 0;
 }
 
-enum broker_state pressure_evaluate(struct pressure *p, const struct pressure_sample *s, uint64_t now_ms,
-				    char *why, size_t why_len)
+enum broker_state pressure_evaluate(struct pressure *p, const struct pressure_sample *s, uint64_t now_ms, char *why,
+				    size_t why_len)
 {
-	struct sbuf b = {why, why_len, 0};
+	struct sbuf b = { why, why_len, 0 };
 	struct pressure_figures f;
 	enum broker_state level, old = p->state;
 

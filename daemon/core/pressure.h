@@ -48,10 +48,10 @@ struct meminfo {
 	uint64_t shmem_bytes;
 	uint64_t mlocked_bytes;
 	uint64_t unevictable_bytes;
-	uint64_t hugepage_size_bytes;    /* Hugepagesize */
-	uint64_t hugepages_total_bytes;  /* HugePages_Total x Hugepagesize (0 if either is missing) */
-	uint64_t hugepages_free_bytes;   /* HugePages_Free x Hugepagesize */
-	unsigned have;                   /* MEMINFO_* */
+	uint64_t hugepage_size_bytes;   /* Hugepagesize */
+	uint64_t hugepages_total_bytes; /* HugePages_Total x Hugepagesize (0 if either is missing) */
+	uint64_t hugepages_free_bytes;  /* HugePages_Free x Hugepagesize */
+	unsigned have;                  /* MEMINFO_* */
 };
 
 /* Cumulative counters from /proc/vmstat (pages since boot). */
@@ -71,7 +71,7 @@ struct psi_line {
 
 struct psi {
 	struct psi_line some;
-	struct psi_line full;  /* present = false for files with only "some" (cpu, older kernels) */
+	struct psi_line full; /* present = false for files with only "some" (cpu, older kernels) */
 };
 
 /* The memory cgroup as /proc/self/cgroup names it. */
@@ -147,16 +147,16 @@ double pressure_rate_per_s(uint64_t prev, uint64_t cur, uint64_t dt_ms);
 
 /* One round of signals, as the monitor read them. */
 struct pressure_sample {
-	struct meminfo mem;             /* required */
+	struct meminfo mem; /* required */
 
-	bool have_swapout;              /* false on the first sample and without vmstat */
-	double swapout_pages_s;         /* pswpout rate */
-	double swapin_pages_s;          /* pswpin rate (shown, not a threshold) */
+	bool have_swapout;      /* false on the first sample and without vmstat */
+	double swapout_pages_s; /* pswpout rate */
+	double swapin_pages_s;  /* pswpin rate (shown, not a threshold) */
 
-	bool have_psi;                  /* false on kernels without PSI */
-	struct psi psi;                 /* memory PSI; the monitor takes the worse of host and cgroup */
+	bool have_psi;  /* false on kernels without PSI */
+	struct psi psi; /* memory PSI; the monitor takes the worse of host and cgroup */
 
-	bool have_cgroup_limit;         /* a finite cgroup limit was found */
+	bool have_cgroup_limit; /* a finite cgroup limit was found */
 	uint64_t cgroup_limit_bytes;
 	uint64_t cgroup_usage_bytes;
 	uint64_t cgroup_reclaimable_bytes; /* inactive file pages in the cgroup (0 if unknown) */
@@ -164,16 +164,16 @@ struct pressure_sample {
 
 /* The figures the policy compares; NAN where a signal is not applicable. */
 struct pressure_figures {
-	double mem_available_pct;       /* of MemTotal, or of the cgroup limit when that is lower */
+	double mem_available_pct; /* of MemTotal, or of the cgroup limit when that is lower */
 	uint64_t mem_available_bytes;
-	uint64_t mem_base_bytes;        /* MemTotal, or the cgroup limit when lower */
-	bool cgroup_dominates;          /* mem_base_bytes is the cgroup limit */
-	double cgroup_usage_pct;        /* usage / limit; NAN without a cgroup limit */
-	double swap_free_pct;           /* NAN when SwapTotal is 0 */
-	double swapout_pages_s;         /* NAN before the second vmstat sample */
+	uint64_t mem_base_bytes; /* MemTotal, or the cgroup limit when lower */
+	bool cgroup_dominates;   /* mem_base_bytes is the cgroup limit */
+	double cgroup_usage_pct; /* usage / limit; NAN without a cgroup limit */
+	double swap_free_pct;    /* NAN when SwapTotal is 0 */
+	double swapout_pages_s;  /* NAN before the second vmstat sample */
 	double swapin_pages_s;
-	double psi_some_avg10;          /* NAN without PSI */
-	double psi_full_avg10;          /* NAN without PSI or without a "full" line */
+	double psi_some_avg10; /* NAN without PSI */
+	double psi_full_avg10; /* NAN without PSI or without a "full" line */
 };
 
 /*
@@ -216,8 +216,8 @@ const struct pressure_thresholds *pressure_get_thresholds(const struct pressure 
  * gets the figures, led by the ones that cross a threshold, e.g.
  * "MemAvailable 4.1% < 5% critical threshold; PSI full avg10 0.00".
  */
-enum broker_state pressure_evaluate(struct pressure *p, const struct pressure_sample *s, uint64_t now_ms,
-				    char *why, size_t why_len);
+enum broker_state pressure_evaluate(struct pressure *p, const struct pressure_sample *s, uint64_t now_ms, char *why,
+				    size_t why_len);
 
 enum broker_state pressure_state(const struct pressure *p);
 

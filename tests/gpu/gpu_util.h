@@ -24,14 +24,14 @@
 #define GPU_EXIT_SKIP 77
 
 /* Every CUDA call goes through this: a failure prints where and what, and exits 1. */
-#define CK(call)                                                                                    \
-	do {                                                                                        \
-		cudaError_t ck_err_ = (call);                                                       \
-		if (ck_err_ != cudaSuccess) {                                                       \
-			fprintf(stderr, "%s:%d: %s: %s (%d)\n", __FILE__, __LINE__, #call,          \
-				cudaGetErrorString(ck_err_), (int)ck_err_);                         \
-			exit(1);                                                            \
-		}                                                                                   \
+#define CK(call)                                                                           \
+	do {                                                                               \
+		cudaError_t ck_err_ = (call);                                              \
+		if (ck_err_ != cudaSuccess) {                                              \
+			fprintf(stderr, "%s:%d: %s: %s (%d)\n", __FILE__, __LINE__, #call, \
+				cudaGetErrorString(ck_err_), (int)ck_err_);                \
+			exit(1);                                                           \
+		}                                                                          \
 	} while (0)
 
 /* Launches report errors only through cudaGetLastError. */
@@ -67,12 +67,30 @@ static inline size_t parse_size(const char *s)
 	if (end == s || v < 0)
 		return 0;
 	switch (*end) {
-	case 'k': case 'K': mul = 1ull << 10; end++; break;
-	case 'm': case 'M': mul = 1ull << 20; end++; break;
-	case 'g': case 'G': mul = 1ull << 30; end++; break;
-	case 't': case 'T': mul = 1ull << 40; end++; break;
-	case '\0': break;
-	default: return 0;
+	case 'k':
+	case 'K':
+		mul = 1ull << 10;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		mul = 1ull << 20;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		mul = 1ull << 30;
+		end++;
+		break;
+	case 't':
+	case 'T':
+		mul = 1ull << 40;
+		end++;
+		break;
+	case '\0':
+		break;
+	default:
+		return 0;
 	}
 	if (*end == 'i')
 		end++;

@@ -103,8 +103,8 @@ static void check_registered(const char *what, void *p, size_t bytes)
 		memset(&a, 0, sizeof(a));
 		e = cudaPointerGetAttributes(&a, q);
 		if (e != cudaSuccess || a.type != cudaMemoryTypeHost || a.devicePointer == NULL) {
-			check(false, "%s: cudaPointerGetAttributes(base+%zu): %s, type %d, devicePointer %p", what, offs[i],
-			      cudaGetErrorString(e), (int)a.type, a.devicePointer);
+			check(false, "%s: cudaPointerGetAttributes(base+%zu): %s, type %d, devicePointer %p", what,
+			      offs[i], cudaGetErrorString(e), (int)a.type, a.devicePointer);
 			(void)cudaGetLastError();
 			all_ok = false;
 		}
@@ -122,8 +122,8 @@ static void check_registered(const char *what, void *p, size_t bytes)
 		(void)cudaGetLastError();
 	}
 	check(all_ok && dptr != NULL,
-	      "%s: registered host memory over the whole range (cudaMemoryTypeHost, devicePointer %p, flags 0x%x)", what,
-	      dptr, flags);
+	      "%s: registered host memory over the whole range (cudaMemoryTypeHost, devicePointer %p, flags 0x%x)",
+	      what, dptr, flags);
 }
 
 /* After release or revoke: the driver must have forgotten the range, and no error may linger. */
@@ -261,8 +261,8 @@ static void check_lease_basics(const struct opts *o, pb_lease *l, size_t asked)
 	check(pb_lease_cuda_registered(l) == (have_gpu ? 1 : 0), "lease %llu: pb_lease_cuda_registered() = %d",
 	      (unsigned long long)pb_lease_id(l), pb_lease_cuda_registered(l));
 	check(pg && sz >= asked && sz % pg == 0 && sz - asked < pg,
-	      "lease %llu: size %zu = %zu rounded up to its page size %zu", (unsigned long long)pb_lease_id(l), sz, asked,
-	      pg);
+	      "lease %llu: size %zu = %zu rounded up to its page size %zu", (unsigned long long)pb_lease_id(l), sz,
+	      asked, pg);
 	if (o->expect_hugetlb >= 0)
 		check(pb_lease_hugetlb(l) == o->expect_hugetlb, "lease %llu: hugetlb = %d, expected %d",
 		      (unsigned long long)pb_lease_id(l), pb_lease_hugetlb(l), o->expect_hugetlb);
@@ -293,8 +293,8 @@ static void check_lease_basics(const struct opts *o, pb_lease *l, size_t asked)
 			}
 			want = driver_node >= 0 ? driver_node : sysfs_node >= 0 ? sysfs_node : -1;
 			lib = pb_gpu_numa_node(bus);
-			check(lib == want, "pb_gpu_numa_node(%s) = %d; the driver says %d, sysfs %d", bus, lib, driver_node,
-			      sysfs_node);
+			check(lib == want, "pb_gpu_numa_node(%s) = %d; the driver says %d, sysfs %d", bus, lib,
+			      driver_node, sysfs_node);
 			check(node >= 0 && (want < 0 || node == want) && misplaced == 0,
 			      "lease %llu: on NUMA node %d (misplaced %d); the current GPU %s is on node %d "
 			      "(driver %d, sysfs %d)",
@@ -459,8 +459,8 @@ static int worker(const struct opts *o, int idx, struct shared *sh)
 		} else {
 			/* Without a GPU the memory must still be ours, whole and writable. */
 			fill_random(ptrs[i], sz, (uint64_t)i);
-			check(check_random(ptrs[i], sz, (uint64_t)i) == (size_t)-1, "%s: contents written and read back",
-			      what);
+			check(check_random(ptrs[i], sz, (uint64_t)i) == (size_t)-1,
+			      "%s: contents written and read back", what);
 		}
 	}
 
@@ -503,11 +503,16 @@ static void usage(FILE *f)
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
-		{ "socket", required_argument, NULL, 's' },	{ "daemon", required_argument, NULL, 'd' },
-		{ "daemon-arg", required_argument, NULL, 'a' }, { "pinctl", required_argument, NULL, 'p' },
-		{ "procs", required_argument, NULL, 'n' },	{ "sizes", required_argument, NULL, 'z' },
-		{ "expect-hugetlb", required_argument, NULL, 'H' }, { "cpu-smoke", no_argument, NULL, 'C' },
-		{ "help", no_argument, NULL, 'h' },		{ NULL, 0, NULL, 0 },
+		{ "socket", required_argument, NULL, 's' },
+		{ "daemon", required_argument, NULL, 'd' },
+		{ "daemon-arg", required_argument, NULL, 'a' },
+		{ "pinctl", required_argument, NULL, 'p' },
+		{ "procs", required_argument, NULL, 'n' },
+		{ "sizes", required_argument, NULL, 'z' },
+		{ "expect-hugetlb", required_argument, NULL, 'H' },
+		{ "cpu-smoke", no_argument, NULL, 'C' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
 	};
 	int ch;
 
@@ -515,29 +520,45 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	o->expect_hugetlb = -1;
 	while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (ch) {
-		case 's': o->socket = optarg; break;
-		case 'd': o->daemon = optarg; break;
+		case 's':
+			o->socket = optarg;
+			break;
+		case 'd':
+			o->daemon = optarg;
+			break;
 		case 'a':
 			if (o->n_daemon_args >= 15)
 				return -1;
 			o->daemon_args[o->n_daemon_args++] = optarg;
 			break;
-		case 'p': o->pinctl = optarg[0] ? optarg : NULL; break;
-		case 'n': o->procs = atoi(optarg); break;
-		case 'H': o->expect_hugetlb = atoi(optarg); break;
-		case 'C': o->cpu_smoke = true; break;
+		case 'p':
+			o->pinctl = optarg[0] ? optarg : NULL;
+			break;
+		case 'n':
+			o->procs = atoi(optarg);
+			break;
+		case 'H':
+			o->expect_hugetlb = atoi(optarg);
+			break;
+		case 'C':
+			o->cpu_smoke = true;
+			break;
 		case 'z': {
 			char *dup = strdup(optarg), *save = NULL;
 
 			o->n_sizes = 0;
-			for (char *t = strtok_r(dup, ",", &save); t && o->n_sizes < MAX_SIZES; t = strtok_r(NULL, ",", &save))
+			for (char *t = strtok_r(dup, ",", &save); t && o->n_sizes < MAX_SIZES;
+			     t = strtok_r(NULL, ",", &save))
 				if ((o->sizes[o->n_sizes++] = parse_size(t)) == 0)
 					return -1;
 			free(dup);
 			break;
 		}
-		case 'h': usage(stdout); exit(0);
-		default: return -1;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			return -1;
 		}
 	}
 	if (o->procs < 1 || o->procs > MAX_PROCS || (!o->socket && !o->daemon))

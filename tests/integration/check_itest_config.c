@@ -183,8 +183,8 @@ START_TEST(test_budget_alone_starts_with_the_default_prewarm_clamped)
 
 	/* A pair the user set both halves of stays an error. */
 	ck_assert_int_eq(pinbrokerd(&out, "--budget 128M --prewarm 256M --check-config"), 1);
-	ck_assert_msg(strstr(out, "prewarm (256 MiB) is above budget (128 MiB); lower prewarm or raise budget"),
-		      "%s", out);
+	ck_assert_msg(strstr(out, "prewarm (256 MiB) is above budget (128 MiB); lower prewarm or raise budget"), "%s",
+		      out);
 	free(out);
 	ck_assert_int_eq(pinbrokerd(&out, "--budget 100M --check-config"), 0);
 	ck_assert_msg(strstr(out, "configuration OK"), "%s", out);
@@ -227,8 +227,8 @@ END_TEST
 
 START_TEST(test_missing_admin_group_warns_at_check_and_start)
 {
-	static const char *const args[] = { "--config", "/dev/null", "--budget", "64M", "--prewarm", "0",
-					    "--admin-group", "pb-no-such-group", NULL };
+	static const char *const args[] = { "--config", "/dev/null",     "--budget",         "64M", "--prewarm",
+					    "0",        "--admin-group", "pb-no-such-group", NULL };
 	struct daemon d;
 	char *out = NULL, *log;
 
@@ -313,8 +313,9 @@ START_TEST(test_reload_keeps_and_set_refuses_a_restart_key)
 	reload_and_wait(&d);
 	ck_assert_int_eq(json_field(&d, "budget_bytes"), (int64_t)(192 * MIB));
 	log = daemon_log(&d);
-	ck_assert_msg(strstr(log, "psi-window-ms changed to '4000': it takes effect at the next restart, keeping '2000'"),
-		      "%s", itest_tail(log));
+	ck_assert_msg(
+		strstr(log, "psi-window-ms changed to '4000': it takes effect at the next restart, keeping '2000'"),
+		"%s", itest_tail(log));
 	free(log);
 	ck_assert_int_ne(pinctl(&d, &out, "set psi-window-ms 4000"), 0);
 	ck_assert_msg(strstr(out, "'psi-window-ms' cannot change while the daemon runs"), "%s", out);
@@ -338,7 +339,8 @@ START_TEST(test_reserve_hugepages_raises_nr_hugepages_by_what_the_budget_lacks)
 	f = fopen(path, "w");
 	ck_assert_ptr_nonnull(f);
 	fputs("MemTotal: 16777216 kB\nMemFree: 8388608 kB\nMemAvailable: 12582912 kB\nSwapTotal: 0 kB\n"
-	      "SwapFree: 0 kB\nHugePages_Total: 10\nHugePages_Free: 10\nHugepagesize: 2048 kB\n", f);
+	      "SwapFree: 0 kB\nHugePages_Total: 10\nHugePages_Free: 10\nHugepagesize: 2048 kB\n",
+	      f);
 	fclose(f);
 	snprintf(path, sizeof(path), "%s/proc/sys/vm/nr_hugepages", root);
 	f = fopen(path, "w");

@@ -136,10 +136,10 @@ START_TEST(test_refusals_have_distinct_errors)
 
 	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
 	ck_assert_int_eq(pb_acquire(c, 0, &o, &l), -EINVAL);
-	ck_assert_int_eq(pb_acquire(c, 1024 * MiB, &o, &l), -EFBIG);   /* budget is 256M */
+	ck_assert_int_eq(pb_acquire(c, 1024 * MiB, &o, &l), -EFBIG); /* budget is 256M */
 	ck_assert_ptr_nonnull(strstr(pb_last_error(), "budget"));
 	ck_assert_int_eq(pb_acquire(c, 200 * MiB, &o, &l), 0);
-	ck_assert_int_eq(pb_acquire(c, 100 * MiB, &o, &m), -ENOSPC);   /* 300M > 256M now */
+	ck_assert_int_eq(pb_acquire(c, 100 * MiB, &o, &m), -ENOSPC); /* 300M > 256M now */
 	ck_assert_int_eq(pb_release(c, l), 0);
 	pb_disconnect(c);
 }

@@ -97,14 +97,16 @@ START_TEST(test_status_json_has_stable_schema)
 	free(out);
 	if (!jq_present)
 		return; /* the field checks below need a JSON parser; suite() reports the skip */
-	ck_assert_int_ge(asprintf(&cmd,
-				  "%s --socket '%s' status --json | jq -e '"
-				  ".schema_version == 1 and .budget_bytes == 268435456 and .leased_bytes == 6291456 "
-				  "and (.pool_bytes >= 6291456) and .page_size_bytes == 4096 "
-				  "and (.clients | length) >= 1 and (.clients[] | select(.pid == %d) | .leases == 1 and .bytes == 6291456 and .uid == %u) "
-				  "and (.leases[0] | has(\"id\") and has(\"pid\") and has(\"uid\") and has(\"bytes\") and .label == \"trainer-7\" and has(\"age_ms\"))'",
-				  PINCTL_PATH, d.socket, (int)holder, (unsigned)getuid()),
-			 0);
+	ck_assert_int_ge(
+		asprintf(
+			&cmd,
+			"%s --socket '%s' status --json | jq -e '"
+			".schema_version == 1 and .budget_bytes == 268435456 and .leased_bytes == 6291456 "
+			"and (.pool_bytes >= 6291456) and .page_size_bytes == 4096 "
+			"and (.clients | length) >= 1 and (.clients[] | select(.pid == %d) | .leases == 1 and .bytes == 6291456 and .uid == %u) "
+			"and (.leases[0] | has(\"id\") and has(\"pid\") and has(\"uid\") and has(\"bytes\") and .label == \"trainer-7\" and has(\"age_ms\"))'",
+			PINCTL_PATH, d.socket, (int)holder, (unsigned)getuid()),
+		0);
 	ck_assert_int_eq(run_capture(cmd, &out), 0);
 	free(out);
 	free(cmd);
@@ -216,7 +218,7 @@ START_TEST(test_oversized_sizes_exit_2_whatever_the_digits)
 	assert_usage_error("acquire 9223372036854775808", "too large");  /* 2^63 */
 	assert_usage_error("acquire 9999999999999999999", "too large");  /* fits u64 */
 	assert_usage_error("acquire 99999999999999999999", "too large"); /* overflows u64 */
-	assert_usage_error("acquire 17179869184G", "too large"); /* 16 EiB: the suffix overflows */
+	assert_usage_error("acquire 17179869184G", "too large");         /* 16 EiB: the suffix overflows */
 }
 END_TEST
 
@@ -241,7 +243,7 @@ END_TEST
 
 START_TEST(test_every_command_has_help_and_takes_socket_after_its_name)
 {
-	static const char *const cmds[] = { "status", "leases", "top",	   "watch", "acquire", "revoke", "get",
+	static const char *const cmds[] = { "status", "leases", "top",     "watch", "acquire", "revoke", "get",
 					    "set",    "config", "metrics", "run",   "doctor",  "help" };
 	char *out = NULL, *cmd = NULL, want[64];
 
@@ -359,8 +361,8 @@ START_TEST(test_eacces_names_the_folder_or_socket_that_denies)
 	ck_assert_int_eq(chmod(d.dir, 0755), 0);
 	ck_assert_int_eq(chmod(d.socket, 0600), 0);
 	ck_assert_int_eq(run_as_nobody("status", &out), 1);
-	ck_assert_msg(strstr(out, "the socket (mode 0600") && !strstr(out, "the folder "), "want the socket named in:\n%s",
-		      out);
+	ck_assert_msg(strstr(out, "the socket (mode 0600") && !strstr(out, "the folder "),
+		      "want the socket named in:\n%s", out);
 	ck_assert_int_eq(count_lines(out), 1);
 	free(out);
 }
@@ -515,11 +517,13 @@ START_TEST(test_leases_and_status_json_page_past_one_reply)
 	free(out);
 	if (!jq_present)
 		return; /* suite() reports the skip */
-	ck_assert_int_ge(asprintf(&cmd,
-				  "%s --socket '%s' status --json | jq -e '(.leases | length) == %d and "
-				  "([.leases[].id] | unique | length) == %d and (.clients[] | select(.pid == %d) | .leases == %d)'",
-				  PINCTL_PATH, d.socket, PAGED_LEASES, PAGED_LEASES, (int)holder, PAGED_LEASES),
-			 0);
+	ck_assert_int_ge(
+		asprintf(
+			&cmd,
+			"%s --socket '%s' status --json | jq -e '(.leases | length) == %d and "
+			"([.leases[].id] | unique | length) == %d and (.clients[] | select(.pid == %d) | .leases == %d)'",
+			PINCTL_PATH, d.socket, PAGED_LEASES, PAGED_LEASES, (int)holder, PAGED_LEASES),
+		0);
 	ck_assert_int_eq(run_capture(cmd, &out), 0);
 	free(out);
 	free(cmd);

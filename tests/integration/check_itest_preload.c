@@ -59,8 +59,10 @@ static void start_tight(void)
 
 	snprintf(root, sizeof(root), "/tmp/pbroot.XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(root));
-	snprintf(cmd, sizeof(cmd), "cp -a " FIXTURES_DIR "/proc/idle/. '%s/' && sed -i 's/^MemAvailable:.*/MemAvailable: "
-		 "%llu kB/' '%s/proc/meminfo'", root, 24683548ull * 8 / 100, root);
+	snprintf(cmd, sizeof(cmd),
+		 "cp -a " FIXTURES_DIR "/proc/idle/. '%s/' && sed -i 's/^MemAvailable:.*/MemAvailable: "
+		 "%llu kB/' '%s/proc/meminfo'",
+		 root, 24683548ull * 8 / 100, root);
 	ck_assert_int_eq(system(cmd), 0);
 	daemon_start(&d, args);
 	for (int i = 0; i < 100; i++) {
@@ -536,8 +538,8 @@ END_TEST
 /* pinctl run: the interposer, the label and the policy set for the program, whatever its way in. */
 START_TEST(test_pinctl_run_puts_a_program_under_the_budget)
 {
-	const char *args[] = { "--socket", d.socket, "run", "--label", "via-pinctl", "--fallback", "error", "--",
-			       targets[_i], "hold", "alloc", "20000", NULL };
+	const char *args[] = { "--socket", d.socket,    "run",  "--label", "via-pinctl", "--fallback", "error",
+			       "--",       targets[_i], "hold", "alloc",   "20000",      NULL };
 	struct run_opts o = { .preload = false };
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	uint64_t bytes[4];

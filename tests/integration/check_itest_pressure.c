@@ -58,7 +58,8 @@ static void set_mem_available_pct(double pct)
 }
 
 __attribute__((noinline)) /* gcc 12 -O3 took js for its local out and warned of a dangling pointer */
-static char *status_json(void)
+static char *
+status_json(void)
 {
 	char *out = NULL;
 
@@ -104,8 +105,8 @@ static bool stays_state(const char *state, int timeout_ms)
 
 static void start_fixture(const char *const *more)
 {
-	const char *args[32] = { "--proc-root", root, "--poll-interval-ms", "100", "--hysteresis-ms", "800",
-				 "--revoke-deadline-ms", "1000" };
+	const char *args[32] = { "--proc-root",     root,  "--poll-interval-ms",   "100",
+				 "--hysteresis-ms", "800", "--revoke-deadline-ms", "1000" };
 	size_t n = 8;
 	char cmd[600];
 
@@ -249,7 +250,8 @@ START_TEST(test_sigusr1_samples_at_once)
 	ck_assert(wait_state("normal", 3000));
 	set_mem_available_pct(3.0);
 	/* Not a wait for an event but a watch for one that must not come: polled, so a sample fails at once. */
-	ck_assert_msg(stays_state("normal", 500), "the daemon sampled without being asked; this test needs a quiet poll");
+	ck_assert_msg(stays_state("normal", 500),
+		      "the daemon sampled without being asked; this test needs a quiet poll");
 	ck_assert_int_eq(kill(d.pid, SIGUSR1), 0);
 	ck_assert_msg(wait_state("critical", 2000), "SIGUSR1 did not make the daemon sample /proc");
 }

@@ -33,8 +33,8 @@ static const struct pb_acquire_opts no_cuda = { .flags = PB_ACQUIRE_NO_CUDA | PB
 
 /* The cgroup mount tests make their cgroups in ("" when none allows it), and the tree's name in it. */
 static char cg_mount[64];
-static char cg_top[64];  /* "/pinbroker-itest-PID": cgroup paths as /proc/PID/cgroup writes them */
-static char root[256];   /* a fixture proc root, "" when the test uses the real one */
+static char cg_top[64]; /* "/pinbroker-itest-PID": cgroup paths as /proc/PID/cgroup writes them */
+static char root[256];  /* a fixture proc root, "" when the test uses the real one */
 
 static uint64_t mono_ms(void)
 {
@@ -192,7 +192,11 @@ static struct holder *spawn_holder(uid_t uid, const char *cg, const char *fixtur
 	h->pid = itest_fork();
 	ck_assert_int_ge(h->pid, 0);
 	if (h->pid == 0) {
-		struct { int r; uint64_t id; char msg[MSG_MAX]; } out = { 0 };
+		struct {
+			int r;
+			uint64_t id;
+			char msg[MSG_MAX];
+		} out = { 0 };
 		pb_client *c;
 		pb_lease *l = NULL;
 
@@ -220,7 +224,11 @@ static struct holder *spawn_holder(uid_t uid, const char *cg, const char *fixtur
 	place(h->pid, cg, fixture_text);
 	ck_assert_int_eq(write(h->go, "g", 1), 1);
 	{
-		struct { int r; uint64_t id; char msg[MSG_MAX]; } in;
+		struct {
+			int r;
+			uint64_t id;
+			char msg[MSG_MAX];
+		} in;
 
 		ck_assert_int_eq(read(h->rep, &in, sizeof(in)), (ssize_t)sizeof(in));
 		h->r = in.r;
@@ -832,8 +840,17 @@ END_TEST
 START_TEST(test_pinctl_quota_argument_errors_print_usage)
 {
 	static const char *const bad[] = {
-		"quota", "quota set", "quota set /a", "quota set /a lots", "quota set a 1G", "quota clear",
-		"quota frob /a", "quota list extra", "quota set /a 1G --deadline 5", "quota --bogus", "jobs extra",
+		"quota",
+		"quota set",
+		"quota set /a",
+		"quota set /a lots",
+		"quota set a 1G",
+		"quota clear",
+		"quota frob /a",
+		"quota list extra",
+		"quota set /a 1G --deadline 5",
+		"quota --bogus",
+		"jobs extra",
 	};
 	char *out = NULL;
 

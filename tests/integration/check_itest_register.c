@@ -41,7 +41,6 @@ static struct pb_status *status(void)
 	return itest_status(d.socket);
 }
 
-
 static uint64_t unbrokered_now(void)
 {
 	struct pb_status *s = status();
@@ -117,16 +116,20 @@ START_TEST(test_registration_refusals_and_bad_arguments)
 	ck_assert_int_eq(pb_register(c, big, 512 * MiB, &charge_only, &l), -EFBIG);
 	ck_assert_ptr_null(l);
 	/* What the budget has left is the limit: the rest is lent. */
-	ck_assert_int_eq(pb_acquire(c, 200 * MiB, &(struct pb_acquire_opts){ .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE },
-				    &acq), 0);
+	ck_assert_int_eq(pb_acquire(c, 200 * MiB,
+				    &(struct pb_acquire_opts){ .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE },
+				    &acq),
+			 0);
 	ck_assert_int_eq(pb_register(c, big, 100 * MiB, &charge_only, &l), -ENOSPC);
 	ck_assert_int_eq(pb_release(c, acq), 0);
 	ck_assert_int_eq(pb_register(c, NULL, 10, &charge_only, &l), -EINVAL);
 	ck_assert_int_eq(pb_register(c, small, 0, &charge_only, &l), -EINVAL);
 	ck_assert_int_eq(pb_register(c, (void *)(UINTPTR_MAX - 100), 4096, &charge_only, &l), -EINVAL);
 	/* pb_unregister is for registrations only. */
-	ck_assert_int_eq(pb_acquire(c, MiB, &(struct pb_acquire_opts){ .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE },
-				    &acq), 0);
+	ck_assert_int_eq(pb_acquire(c, MiB,
+				    &(struct pb_acquire_opts){ .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE },
+				    &acq),
+			 0);
 	ck_assert_int_eq(pb_unregister(c, acq), -EINVAL);
 	ck_assert_int_eq(pb_release(c, acq), 0);
 	ck_assert_int_eq(wait_leased(d.socket, 0, 3000), 0);
@@ -164,8 +167,9 @@ END_TEST
 
 START_TEST(test_no_revoke_leases_are_never_revoked_by_admin_or_pressure_order)
 {
-	const struct pb_acquire_opts pinned = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE | PB_ACQUIRE_NO_REVOKE,
-						.label = "interposed" };
+	const struct pb_acquire_opts pinned = {
+		.flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE | PB_ACQUIRE_NO_REVOKE, .label = "interposed"
+	};
 	const struct pb_acquire_opts plain = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE, .label = "coop" };
 	struct pb_status *s;
 	pb_client *c;
@@ -188,7 +192,8 @@ START_TEST(test_no_revoke_leases_are_never_revoked_by_admin_or_pressure_order)
 	/* Named by id, the admin is told why and what to do; nothing changes. */
 	r = pinctl(&d, &out, "revoke %llu", (unsigned long long)pb_lease_id(nr));
 	ck_assert_int_ne(r, 0);
-	ck_assert_msg(strstr(out, "cannot give memory back") && strstr(out, "stop the process"), "pinctl said: %s", out);
+	ck_assert_msg(strstr(out, "cannot give memory back") && strstr(out, "stop the process"), "pinctl said: %s",
+		      out);
 	free(out);
 	/* Revoke-all takes only the cooperative lease. */
 	ck_assert_int_eq(pb_admin_revoke(c, PB_REVOKE_ALL, 0, 0, 500, &ids, &n), 0);

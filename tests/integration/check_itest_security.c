@@ -326,7 +326,8 @@ START_TEST(test_absurd_sizes_get_status_not_crash)
 
 	ck_assert_int_eq(raw_hello(fd), 0);
 	ck_assert_int_eq(raw_acquire(fd, 0, &id, fds, 4, &nfds), PINBROKER__V1__STATUS_CODE__STATUS_INVALID_SIZE);
-	ck_assert_int_eq(raw_acquire(fd, UINT64_MAX, &id, fds, 4, &nfds), PINBROKER__V1__STATUS_CODE__STATUS_INVALID_SIZE);
+	ck_assert_int_eq(raw_acquire(fd, UINT64_MAX, &id, fds, 4, &nfds),
+			 PINBROKER__V1__STATUS_CODE__STATUS_INVALID_SIZE);
 	ck_assert_int_eq(raw_acquire(fd, 1ull << 63, &id, fds, 4, &nfds), PINBROKER__V1__STATUS_CODE__STATUS_TOO_LARGE);
 	close(fd);
 	assert_survives();

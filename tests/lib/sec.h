@@ -26,20 +26,20 @@ static inline void sec_drop_to(uid_t uid)
  * main() for a security suite: fork mode, and exit 77 (ctest's SKIP_RETURN_CODE)
  * with a message where the test cannot switch uids.
  */
-#define SEC_MAIN(suite_fn)                                                                                    \
-	int main(void)                                                                                       \
-	{                                                                                                    \
-		SRunner *sr;                                                                                 \
-		int failed;                                                                                  \
-                                                                                                             \
-		if (geteuid() != 0) {                                                                        \
-			printf("SKIP: %s needs root to run clients as two real uids\n", __FILE__);          \
-			return 77;                                                                           \
-		}                                                                                            \
-		sr = srunner_create(suite_fn());                                                             \
-		srunner_set_fork_status(sr, CK_FORK);                                                        \
-		srunner_run_all(sr, CK_NORMAL);                                                              \
-		failed = srunner_ntests_failed(sr);                                                          \
-		srunner_free(sr);                                                                            \
-		return failed ? EXIT_FAILURE : EXIT_SUCCESS;                                                 \
+#define SEC_MAIN(suite_fn)                                                                         \
+	int main(void)                                                                             \
+	{                                                                                          \
+		SRunner *sr;                                                                       \
+		int failed;                                                                        \
+                                                                                                   \
+		if (geteuid() != 0) {                                                              \
+			printf("SKIP: %s needs root to run clients as two real uids\n", __FILE__); \
+			return 77;                                                                 \
+		}                                                                                  \
+		sr = srunner_create(suite_fn());                                                   \
+		srunner_set_fork_status(sr, CK_FORK);                                              \
+		srunner_run_all(sr, CK_NORMAL);                                                    \
+		failed = srunner_ntests_failed(sr);                                                \
+		srunner_free(sr);                                                                  \
+		return failed ? EXIT_FAILURE : EXIT_SUCCESS;                                       \
 	}

@@ -92,14 +92,14 @@ static int api_device_pointer(void **d, void *p)
 
 static int failures;
 
-#define CHECK(cond, ...)                                                                                               \
-	do {                                                                                                           \
-		if (!(cond)) {                                                                                         \
-			fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                               \
-			fprintf(stderr, __VA_ARGS__);                                                                  \
-			fputc('\n', stderr);                                                                           \
-			failures++;                                                                                    \
-		}                                                                                                      \
+#define CHECK(cond, ...)                                                                \
+	do {                                                                            \
+		if (!(cond)) {                                                          \
+			fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+			fprintf(stderr, __VA_ARGS__);                                   \
+			fputc('\n', stderr);                                            \
+			failures++;                                                     \
+		}                                                                       \
 	} while (0)
 
 static struct stub_cuda_stats stats(void)
@@ -417,7 +417,8 @@ static int cmd_check(void)
 	CHECK(get_block("alloc", 100000, &a) == 0, "cudaHostAlloc");
 	s0 = stats();
 	if (expect_broker()) {
-		CHECK(s0.alloc_bytes == 0, "the driver allocated %llu bytes itself", (unsigned long long)s0.alloc_bytes);
+		CHECK(s0.alloc_bytes == 0, "the driver allocated %llu bytes itself",
+		      (unsigned long long)s0.alloc_bytes);
 		CHECK(s0.registered_bytes == span(100000), "registered %llu", (unsigned long long)s0.registered_bytes);
 		CHECK(api_get_flags(&flags, a.p) == 0 && flags == (HOST_PORTABLE | HOST_MAPPED), "flags %u", flags);
 		CHECK(api_get_flags(&flags, (char *)a.p + 4096) == 0, "flags of an inner pointer");
@@ -481,11 +482,13 @@ static int cmd_check(void)
 		CHECK(get_block("dlsym-driver", 3 * 4096 + 1, &l) == 0, "cuMemHostAlloc through dlsym");
 		CHECK(get_block("gpa-register-6000", 2 * 4096, &g) == 0, "cuMemHostRegister through cuGetProcAddress");
 		s1 = stats();
-		CHECK(s1.registered_bytes - s0.registered_bytes == (expect_broker() ? span(3 * 4096 + 1) : 0) + 2 * 4096,
+		CHECK(s1.registered_bytes - s0.registered_bytes ==
+			      (expect_broker() ? span(3 * 4096 + 1) : 0) + 2 * 4096,
 		      "registered %llu", (unsigned long long)(s1.registered_bytes - s0.registered_bytes));
 		if (expect_broker()) {
 			CHECK(s1.alloc_bytes == s0.alloc_bytes, "dlsym's cuMemHostAlloc reached the driver");
-			CHECK(api_get_flags(&flags, l.p) == 0 && flags == (HOST_PORTABLE | HOST_MAPPED), "flags %u", flags);
+			CHECK(api_get_flags(&flags, l.p) == 0 && flags == (HOST_PORTABLE | HOST_MAPPED), "flags %u",
+			      flags);
 		}
 		CHECK(put_block(&l) == 0 && put_block(&g) == 0, "freeing what the lookups gave");
 	}

@@ -27,13 +27,13 @@
 #define STORM_LIFE 400          /* acquires, then it gives everything back and a fresh stormer takes over */
 #define KILL_AFTER_MAX_US 8000
 #define GRACE_MS 300
-#define GRACE_EVERY 10          /* kills; then the grace is let run out once */
-#define LIVE 'P'                /* what a stormer writes into a lease it holds */
-#define GIVEN_BACK 'R'          /* what it writes over it just before releasing */
+#define GRACE_EVERY 10 /* kills; then the grace is let run out once */
+#define LIVE 'P'       /* what a stormer writes into a lease it holds */
+#define GIVEN_BACK 'R' /* what it writes over it just before releasing */
 
 static const char *const args[] = {
-	"--budget", "24M", "--uid-quota", "24M", "--prewarm", "8M", "--chunk-size", CHUNK, "--redeclare-grace-ms", "300",
-	NULL,
+	"--budget",     "24M", "--uid-quota",          "24M", "--prewarm", "8M",
+	"--chunk-size", CHUNK, "--redeclare-grace-ms", "300", NULL,
 };
 
 /* Shared with the stormers (MAP_SHARED): the test pauses them while it looks, and counts their grants. */
@@ -205,7 +205,8 @@ START_TEST(test_kill_during_acquire_storm_never_hands_live_memory_on)
 		/* Keep the storm going: a stormer that has lived its life is replaced. */
 		for (int i = 0; i < STORMERS; i++)
 			if (waitpid(storm[i], &st, WNOHANG) == storm[i]) {
-				ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "stormer exited with status %d", st);
+				ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "stormer exited with status %d",
+					      st);
 				storm[i] = spawn_stormer(d.socket, ctl);
 			}
 		__atomic_store_n(&ctl->pause, 0, __ATOMIC_RELEASE);
@@ -238,13 +239,15 @@ START_TEST(test_kill_during_acquire_storm_never_hands_live_memory_on)
 	for (const char *p = log; p && (p = strstr(p, "recovered from the fd store: ")); p++)
 		recovered += strncmp(p + strlen("recovered from the fd store: "), "0 leases", 8) != 0;
 	free(log);
-	fprintf(stderr, "%d kills, %lu leases granted to the storm, %d restarts recovered leases, %d waits for the storm "
-			"timed out, uid B got nothing %d times\n",
+	fprintf(stderr,
+		"%d kills, %lu leases granted to the storm, %d restarts recovered leases, %d waits for the storm "
+		"timed out, uid B got nothing %d times\n",
 		kills, ctl->acquires, recovered, stalled, empty_b);
-	ck_assert_msg(seen_b == 0 && seen_a == 0,
-		      "after %d kills: uid B saw uid A's memory after %d restarts, another uid-A process saw live memory "
-		      "after %d",
-		      kills, seen_b, seen_a);
+	ck_assert_msg(
+		seen_b == 0 && seen_a == 0,
+		"after %d kills: uid B saw uid A's memory after %d restarts, another uid-A process saw live memory "
+		"after %d",
+		kills, seen_b, seen_a);
 	/* Not vacuous: the kills did land in a running storm, and restarts had leases to recover. */
 	ck_assert_int_lt(stalled, kills / 10);
 	ck_assert_int_lt(empty_b, kills / 10);
@@ -263,8 +266,9 @@ END_TEST
  */
 START_TEST(test_release_while_the_daemon_is_down_is_given_back_after_the_restart)
 {
-	static const char *const small[] = { "--budget", "16M", "--prewarm", "4M", "--redeclare-grace-ms", "300",
-					     NULL };
+	static const char *const small[] = {
+		"--budget", "16M", "--prewarm", "4M", "--redeclare-grace-ms", "300", NULL
+	};
 	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
 	struct pb_status *st = NULL;
 	struct daemon d;

@@ -18,8 +18,17 @@ static struct daemon d;
 
 static void start(void)
 {
-	static const char *const args[] = { "--budget", "8M", "--prewarm", "0", "--chunk-size", "2M",
-					    "--revoke-deadline-ms", "60000", "--acquire-timeout-ms", "20000", NULL };
+	static const char *const args[] = { "--budget",
+					    "8M",
+					    "--prewarm",
+					    "0",
+					    "--chunk-size",
+					    "2M",
+					    "--revoke-deadline-ms",
+					    "60000",
+					    "--acquire-timeout-ms",
+					    "20000",
+					    NULL };
 
 	daemon_start(&d, args);
 }

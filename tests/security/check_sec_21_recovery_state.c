@@ -206,7 +206,8 @@ START_TEST(test_intact_state_readopts_the_lease)
 	ck_assert_int_eq(take_all(w.d.socket, SEC_UID_B), 0);
 	ck_assert_int_eq(take_all(w.d.socket, SEC_UID_A), 0);
 	log = daemon_log(&w.d);
-	ck_assert_ptr_nonnull(strstr(log, "1 leases (awaiting re-declaration for 600 ms), 0 idle chunks, 0 chunks quarantined"));
+	ck_assert_ptr_nonnull(
+		strstr(log, "1 leases (awaiting re-declaration for 600 ms), 0 idle chunks, 0 chunks quarantined"));
 	ck_assert_ptr_nonnull(strstr(log, "lease 1 re-adopted"));
 	free(log);
 	world_stop(&w);
@@ -247,7 +248,8 @@ static void chunk_of_size(uint64_t bytes)
 	ck_assert_int_eq(take_all(w.d.socket, SEC_UID_B), 0);
 	ck_assert_int_eq(take_all(w.d.socket, SEC_UID_A), 0);
 	log = daemon_log(&w.d);
-	ck_assert_ptr_nonnull(strstr(log, "cannot be re-adopted after the restart (its chunks do not add up to its size)"));
+	ck_assert_ptr_nonnull(
+		strstr(log, "cannot be re-adopted after the restart (its chunks do not add up to its size)"));
 	free(log);
 	world_stop(&w);
 }
@@ -304,8 +306,9 @@ static void damaged_state(enum damage how)
 		break;
 	case OLD_HEADER_NO_NEWLINE: {
 		/* Version 1's header, no newline in the first 96 bytes: what parse_state's strchr fell over. */
-		static const char old[] = "pinbroker-state 1 000000000000000000000000000000000000000000000000000000000000"
-					  "00000000000000000000000000000000000000";
+		static const char old[] =
+			"pinbroker-state 1 000000000000000000000000000000000000000000000000000000000000"
+			"00000000000000000000000000000000000000";
 		fd = memfd_with(old, sizeof(old) - 1);
 		break;
 	}

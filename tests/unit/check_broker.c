@@ -232,8 +232,8 @@ START_TEST(test_set_pressure_records_the_state_and_names_the_reaction)
 
 	ck_assert_uint_eq(broker_set_pressure(b, BROKER_TIGHT), BROKER_ACT_TRIM_POOL | BROKER_ACT_STOP_RECLAIM);
 	ck_assert_int_eq(b->state, BROKER_TIGHT);
-	ck_assert_uint_eq(broker_set_pressure(b, BROKER_CRITICAL), BROKER_ACT_TRIM_POOL | BROKER_ACT_REFUSE_WAITERS |
-									   BROKER_ACT_START_RECLAIM);
+	ck_assert_uint_eq(broker_set_pressure(b, BROKER_CRITICAL),
+			  BROKER_ACT_TRIM_POOL | BROKER_ACT_REFUSE_WAITERS | BROKER_ACT_START_RECLAIM);
 	ck_assert_int_eq(b->state, BROKER_CRITICAL);
 	ck_assert_uint_eq(broker_set_pressure(b, BROKER_NORMAL), BROKER_ACT_STOP_RECLAIM | BROKER_ACT_GRANT_WAITERS);
 	ck_assert_int_eq(b->state, BROKER_NORMAL);
@@ -803,12 +803,11 @@ CHECK_SUITE(broker_suite, "broker", "core", NULL, NULL, 60, test_acquire_rounds_
 	    test_acquire_when_tight_lends_only_from_the_idle_pool,
 	    test_acquire_when_tight_refuses_never_revoked_leases_even_from_the_idle_pool,
 	    test_acquire_when_critical_is_refused, test_budget_refusal_wins_over_pressure_refusal,
-	    test_set_pressure_records_the_state_and_names_the_reaction,
-	    test_acquire_shrinks_idle_pool_to_fit_budget, test_acquire_pool_failure_changes_nothing,
-	    test_release_returns_memory_to_budget_and_pool, test_release_of_foreign_lease_is_refused,
-	    test_admin_may_release_any_lease, test_drop_owner_frees_only_that_connections_leases,
-	    test_drop_owner_leaves_orphaned_leases_alone, test_free_lease_in_any_state_uncharges_it,
-	    test_free_lease_after_lowered_limit_keeps_idle_within_budget,
+	    test_set_pressure_records_the_state_and_names_the_reaction, test_acquire_shrinks_idle_pool_to_fit_budget,
+	    test_acquire_pool_failure_changes_nothing, test_release_returns_memory_to_budget_and_pool,
+	    test_release_of_foreign_lease_is_refused, test_admin_may_release_any_lease,
+	    test_drop_owner_frees_only_that_connections_leases, test_drop_owner_leaves_orphaned_leases_alone,
+	    test_free_lease_in_any_state_uncharges_it, test_free_lease_after_lowered_limit_keeps_idle_within_budget,
 	    test_trim_pool_shrinks_to_target_bounded_by_budget, test_overdue_bytes_counts_only_overdue_leases,
 	    test_random_acquire_release_keeps_books_exact_and_within_budget,
 	    test_attach_charges_nothing_and_lease_lives_until_last_mapper,

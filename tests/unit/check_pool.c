@@ -39,8 +39,9 @@ static const char *fake_proc(unsigned huge_free)
 	snprintf(path, sizeof(path), "%s/proc/meminfo", proc_root);
 	f = fopen(path, "w");
 	ck_assert_ptr_nonnull(f);
-	fprintf(f, "MemTotal:       24000000 kB\nMemAvailable:   20000000 kB\n"
-		   "HugePages_Total:    %u\nHugePages_Free:     %u\nHugepagesize:       2048 kB\n",
+	fprintf(f,
+		"MemTotal:       24000000 kB\nMemAvailable:   20000000 kB\n"
+		"HugePages_Total:    %u\nHugePages_Free:     %u\nHugepagesize:       2048 kB\n",
 		huge_free, huge_free);
 	fclose(f);
 	return proc_root;
@@ -875,7 +876,10 @@ START_TEST(test_smaps_parser_reads_pmd_mapped_bytes_per_chunk)
 	ck_assert_uint_eq(pmd[3], UINT64_MAX); /* no VMA starts there (inside the one before) */
 	ck_assert_uint_eq(pmd[4], 2 * MIB);    /* FilePmdMapped, past a path longer than a line buffer */
 	/* Cut in the middle of the first chunk's fields: what is there is read, nothing invented. */
-	ck_assert_int_eq(pool_parse_smaps_pmd(buf, (size_t)(strstr(strstr(buf, "7f3a40000000-"), "ShmemPmdMapped") - buf), starts, 1, pmd), 1);
+	ck_assert_int_eq(pool_parse_smaps_pmd(buf,
+					      (size_t)(strstr(strstr(buf, "7f3a40000000-"), "ShmemPmdMapped") - buf),
+					      starts, 1, pmd),
+			 1);
 	ck_assert_uint_eq(pmd[0], 0);
 	ck_assert_int_eq(pool_parse_smaps_pmd("", 0, starts, 1, pmd), 0);
 	ck_assert_uint_eq(pmd[0], UINT64_MAX);
@@ -896,8 +900,11 @@ END_TEST
 
 START_TEST(test_thp_chunks_are_collapsed_pmd_mapped_and_counted)
 {
-	struct pool_opts o = { .chunk_bytes = 4 * MIB, .hugetlb = POOL_HUGETLB_NO, .thp = POOL_THP_AUTO,
-			       .threads = 2, .lock = geteuid() == 0 };
+	struct pool_opts o = { .chunk_bytes = 4 * MIB,
+			       .hugetlb = POOL_HUGETLB_NO,
+			       .thp = POOL_THP_AUTO,
+			       .threads = 2,
+			       .lock = geteuid() == 0 };
 	struct chunk **v = NULL;
 	struct pool *p = NULL;
 	size_t n = 0;
@@ -930,8 +937,8 @@ START_TEST(test_thp_chunks_are_collapsed_pmd_mapped_and_counted)
 		char *base = (char *)(((uintptr_t)res + 2 * MIB - 1) & ~(uintptr_t)(2 * MIB - 1));
 
 		ck_assert(res != MAP_FAILED);
-		ck_assert(mmap(base, 4 * MIB, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE, v[0]->fd, 0) ==
-			  base);
+		ck_assert(mmap(base, 4 * MIB, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE, v[0]->fd,
+			       0) == base);
 		ck_assert_uint_eq(smaps_field_kb(base, "ShmemPmdMapped"), 4096);
 		munmap(res, 6 * MIB);
 	}
@@ -956,8 +963,13 @@ static int kernel_node_of(void *addr)
 START_TEST(test_numa_placed_chunks_land_where_the_pool_says)
 {
 	int nodes[1] = { 0 };
-	struct pool_opts o = { .chunk_bytes = 2 * MIB, .hugetlb = POOL_HUGETLB_NO, .thp = POOL_THP_NO, .threads = 2,
-			       .lock = geteuid() == 0, .nodes = nodes, .n_nodes = 1 };
+	struct pool_opts o = { .chunk_bytes = 2 * MIB,
+			       .hugetlb = POOL_HUGETLB_NO,
+			       .thp = POOL_THP_NO,
+			       .threads = 2,
+			       .lock = geteuid() == 0,
+			       .nodes = nodes,
+			       .n_nodes = 1 };
 	struct pool_node_bytes nb;
 	struct chunk **v = NULL;
 	struct pool *p = NULL;
@@ -1027,8 +1039,13 @@ static size_t fake_fallback(int node, int *order, size_t max, void *ud)
 START_TEST(test_take_on_a_full_node_uses_idle_chunks_of_the_nearest_node_with_some)
 {
 	int nodes[3] = { 0, 1, 2 };
-	struct pool_opts o = { .chunk_bytes = 2 * MIB, .hugetlb = POOL_HUGETLB_NO, .thp = POOL_THP_NO, .threads = 1,
-			       .lock = geteuid() == 0, .nodes = nodes, .n_nodes = 3 };
+	struct pool_opts o = { .chunk_bytes = 2 * MIB,
+			       .hugetlb = POOL_HUGETLB_NO,
+			       .thp = POOL_THP_NO,
+			       .threads = 1,
+			       .lock = geteuid() == 0,
+			       .nodes = nodes,
+			       .n_nodes = 3 };
 	const struct pool_numa_hooks hooks = { fake_free, fake_fallback, NULL };
 	struct pool_node_bytes nb;
 	struct chunk **v = NULL, **w = NULL;
@@ -1046,7 +1063,8 @@ START_TEST(test_take_on_a_full_node_uses_idle_chunks_of_the_nearest_node_with_so
 	ck_assert_uint_eq(pool_chunk_count(p), 4); /* nothing made, nothing replaced */
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_int_eq(v[i]->node, 0);
-		ck_assert(!v[i]->misplaced); /* made for node 0, where it is: the lease (asked of 1) is what is misplaced */
+		ck_assert(
+			!v[i]->misplaced); /* made for node 0, where it is: the lease (asked of 1) is what is misplaced */
 	}
 	pool_node_bytes(p, 0, &nb);
 	ck_assert_uint_eq(nb.idle, 4 * MIB);
@@ -1057,7 +1075,7 @@ START_TEST(test_take_on_a_full_node_uses_idle_chunks_of_the_nearest_node_with_so
 	ck_assert_uint_eq(fallback_asked, 1);
 	ck_assert_uint_eq(m, 1);
 	ck_assert_uint_gt(w[0]->id, 4);
-	ck_assert(w[0]->misplaced); /* asked of node 1, which this kernel does not have */
+	ck_assert(w[0]->misplaced);                /* asked of node 1, which this kernel does not have */
 	ck_assert_uint_eq(pool_chunk_count(p), 4); /* an idle node-0 chunk made room for it */
 	pool_put(p, w, m);
 	pool_put(p, v, n);
@@ -1091,9 +1109,9 @@ START_TEST(test_hugepages_target_adds_only_what_the_free_pages_lack)
 {
 	/* 64 MiB = 32 pages. */
 	ck_assert_uint_eq(pool_hugepages_target(64 * MIB, 10, 10), 32);
-	ck_assert_uint_eq(pool_hugepages_target(64 * MIB, 100, 40), 100);   /* fits: never lowered */
-	ck_assert_uint_eq(pool_hugepages_target(64 * MIB, 100, 20), 112);   /* others hold 80 */
-	ck_assert_uint_eq(pool_hugepages_target(64 * MIB + 1, 0, 0), 33);   /* a partial page is a page */
+	ck_assert_uint_eq(pool_hugepages_target(64 * MIB, 100, 40), 100); /* fits: never lowered */
+	ck_assert_uint_eq(pool_hugepages_target(64 * MIB, 100, 20), 112); /* others hold 80 */
+	ck_assert_uint_eq(pool_hugepages_target(64 * MIB + 1, 0, 0), 33); /* a partial page is a page */
 	ck_assert_uint_eq(pool_hugepages_target(0, 7, 0), 7);
 }
 END_TEST
@@ -1120,8 +1138,9 @@ END_TEST
 
 START_TEST(test_a_punched_thp_chunk_is_repaired_and_collapsed_again)
 {
-	struct pool_opts o = { .chunk_bytes = 2 * MIB, .hugetlb = POOL_HUGETLB_NO, .thp = POOL_THP_AUTO,
-			       .threads = 1, .lock = true };
+	struct pool_opts o = {
+		.chunk_bytes = 2 * MIB, .hugetlb = POOL_HUGETLB_NO, .thp = POOL_THP_AUTO, .threads = 1, .lock = true
+	};
 	struct punch_seen seen = { 0 };
 	struct chunk **v = NULL, *c;
 	struct pool *p = NULL;

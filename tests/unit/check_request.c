@@ -629,9 +629,9 @@ CHECK_SUITE(request_suite, "request", "core", NULL, NULL, 30, test_request_befor
 	    test_critical_serves_requests_that_take_no_memory,
 	    test_revoke_and_release_grant_the_waiting_acquire_through_the_event,
 	    test_wait_queue_grants_only_on_the_freed_memory_event, test_going_critical_refuses_the_waiting_acquires,
-	    test_waiting_acquire_times_out_and_leaves_the_queue,
-	    test_set_is_refused_to_non_admins, test_set_is_served_to_admins,
-	    test_revoking_another_uids_lease_needs_admin, test_admin_revokes_another_uids_lease,
-	    test_quota_handlers_are_served_in_the_harness, test_quota_set_warns_over_the_budget_and_names_a_bad_path)
+	    test_waiting_acquire_times_out_and_leaves_the_queue, test_set_is_refused_to_non_admins,
+	    test_set_is_served_to_admins, test_revoking_another_uids_lease_needs_admin,
+	    test_admin_revokes_another_uids_lease, test_quota_handlers_are_served_in_the_harness,
+	    test_quota_set_warns_over_the_budget_and_names_a_bad_path)
 
 CHECK_MAIN(request_suite)
