@@ -353,7 +353,7 @@ static void check_thp(struct doctor *d)
 		   strcmp(sel, "force") == 0 ? "; force makes every shmem mapping huge, also other programs'" : "");
 }
 
-/* Tried on this kernel: one 2 MiB memfd, aligned, touched, collapsed, thrown away (as pool.c's probe). */
+/* Tried on this kernel: one 2 MiB memfd, aligned, touched, collapsed, thrown away (as pool-pages.c's probe). */
 static void check_thp_collapse(struct doctor *d)
 {
 	int fd;

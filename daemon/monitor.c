@@ -23,7 +23,7 @@
  * systemd-oomd checks swap every 150 ms.
  */
 #define FAST_POLL_MS 100
-/* Without a configured interval (a zeroed config); config.c's poll-interval-ms default says why 100. */
+/* Without a configured interval (a zeroed config); config-keys.c's poll-interval-ms default says why 100. */
 #define DEFAULT_POLL_MS 100
 
 /* Swap-out rates are taken over at least this long, so a 100 ms poll does not turn a burst into a rate. */

@@ -3,7 +3,7 @@
  * NUMA topology and the pool's placement decisions: which nodes there are,
  * where the GPUs sit, how the prewarm is split, and the order in which a
  * node's neighbours stand in for it. Read from <root>/sys (a fixture root in
- * tests); no allocation policy is applied here (pool.c does the mbind).
+ * tests); no allocation policy is applied here (pool-place.c does the mbind).
  */
 #pragma once
 
