@@ -457,6 +457,19 @@ static bool mock_saw(pb_client *c, const char *line)
 	return false;
 }
 
+/* Whether the stand-in has logged a line starting with prefix by now (no waiting: for what must not happen). */
+static bool mock_saw_prefix_now(pb_client *c, const char *prefix)
+{
+	struct pb_status *s;
+	bool found = false;
+
+	ck_assert_int_eq(pb_status_get(c, &s), 0);
+	for (size_t i = 0; i < s->n_transitions; i++)
+		found |= strncmp(s->transitions[i].text, prefix, strlen(prefix)) == 0;
+	pb_status_free(s);
+	return found;
+}
+
 /* ---------------------------------------------------------------- tests */
 
 START_TEST(test_version_is_the_headers_and_needs_no_daemon)
@@ -570,23 +583,25 @@ START_TEST(test_version_mismatch_is_eprotonosupport)
 }
 END_TEST
 
-START_TEST(test_cached_reacquire_reuses_the_lease_in_microseconds)
+/*
+ * A cached lease is taken back without an ACQUIRE round trip: the daemon hears only that it is in use
+ * again. (How fast that is, is bench_lease's business, not an assertion here.)
+ */
+START_TEST(test_cached_reacquire_reuses_the_lease_without_a_round_trip)
 {
 	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
 	pb_client *c = connect_mock(&default_cfg);
 	pb_lease *a, *b, *d;
-	uint64_t t0, t1;
 
 	pb_set_cache_limit(c, 8u << 20);
 	ck_assert_int_eq(pb_acquire(c, 4u << 20, &o, &a), 0);
 	ck_assert_int_eq(pb_release(c, a), 0);
 	ck_assert(mock_saw(c, "idle 1 1"));
-	t0 = now_us();
 	ck_assert_int_eq(pb_acquire(c, 3u << 20, &o, &b), 0);
-	t1 = now_us();
 	ck_assert_uint_eq(pb_lease_id(b), 1);
-	ck_assert_uint_lt(t1 - t0, 1000); /* no round trip: measured ~1 us */
 	ck_assert(mock_saw(c, "idle 1 0"));
+	/* An ACQUIRE is answered before pb_acquire returns, so by now it would be logged. */
+	ck_assert(!mock_saw_prefix_now(c, "acquire 2 "));
 	/* More than twice the request is too wasteful to reuse. */
 	ck_assert_int_eq(pb_release(c, b), 0);
 	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &d), 0);
@@ -938,7 +953,7 @@ CHECK_SUITE(client_suite, "client", "mock daemon", NULL, NULL, 30, test_version_
 	    test_registrations_are_not_asked_of_a_daemon_that_predates_them,
 	    test_refusal_maps_status_to_errno_with_daemon_message, test_fallback_when_refused_or_absent,
 	    test_fallback_of_size_0_is_einval_not_a_buffer, test_version_mismatch_is_eprotonosupport,
-	    test_cached_reacquire_reuses_the_lease_in_microseconds,
+	    test_cached_reacquire_reuses_the_lease_without_a_round_trip,
 	    test_revoke_of_cached_lease_releases_it_in_the_background,
 	    test_revoke_of_idle_lease_releases_it_and_leaves_a_fault_not_memory,
 	    test_revoke_callback_may_release_on_the_receiver_thread, test_revoke_racing_the_grant_gives_the_lease_back,
