@@ -367,22 +367,11 @@ START_TEST(test_reserve_hugepages_raises_nr_hugepages_by_what_the_budget_lacks)
 }
 END_TEST
 
-static Suite *itest_config_suite(void)
-{
-	Suite *s = suite_create("itest_config");
-	TCase *tc = tcase_create("config");
-
-	tcase_set_timeout(tc, TIMEOUT_S);
-	tcase_add_test(tc, test_budget_alone_starts_with_the_default_prewarm_clamped);
-	tcase_add_test(tc, test_bad_command_line_value_exits_2_with_usage);
-	tcase_add_test(tc, test_cross_key_errors_come_with_the_file_errors_and_lines);
-	tcase_add_test(tc, test_missing_admin_group_warns_at_check_and_start);
-	tcase_add_test(tc, test_reload_grows_the_pool_to_a_raised_prewarm);
-	tcase_add_test(tc, test_pinctl_set_values_survive_a_reload);
-	tcase_add_test(tc, test_reload_keeps_and_set_refuses_a_restart_key);
-	tcase_add_test(tc, test_reserve_hugepages_raises_nr_hugepages_by_what_the_budget_lacks);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(itest_config_suite, "itest_config", "config", NULL, NULL, TIMEOUT_S,
+	    test_budget_alone_starts_with_the_default_prewarm_clamped, test_bad_command_line_value_exits_2_with_usage,
+	    test_cross_key_errors_come_with_the_file_errors_and_lines,
+	    test_missing_admin_group_warns_at_check_and_start, test_reload_grows_the_pool_to_a_raised_prewarm,
+	    test_pinctl_set_values_survive_a_reload, test_reload_keeps_and_set_refuses_a_restart_key,
+	    test_reserve_hugepages_raises_nr_hugepages_by_what_the_budget_lacks)
 
 CHECK_MAIN(itest_config_suite)

@@ -364,33 +364,18 @@ static void start_big(void)
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-core");
-	TCase *t = tcase_create("leases");
-	TCase *q = tcase_create("quota");
-	TCase *b = tcase_create("big");
 
-	tcase_add_checked_fixture(t, start_default, stop_daemon);
-	tcase_set_timeout(t, 30);
-	tcase_add_test(t, test_acquire_gives_exact_page_rounded_size_and_release_returns_it);
-	tcase_add_test(t, test_sigkill_of_holder_returns_its_bytes);
-	tcase_add_test(t, test_many_processes_killed_mid_lease_leave_nothing_leased);
-	tcase_add_test(t, test_refusals_have_distinct_errors);
-	tcase_add_test(t, test_waiting_acquire_is_granted_when_memory_frees);
-	tcase_add_test(t, test_waiting_acquire_times_out);
-	tcase_add_test(t, test_admin_revoke_reaches_callback_and_frees);
-	tcase_add_test(t, test_fallback_when_no_broker);
-	tcase_add_test(t, test_fallback_when_broker_refuses);
-	tcase_add_test(t, test_client_reconnects_after_daemon_restart_without_systemd);
-	suite_add_tcase(s, t);
+	CHECK_CASE(s, "leases", start_default, stop_daemon, 30,
+		   test_acquire_gives_exact_page_rounded_size_and_release_returns_it,
+		   test_sigkill_of_holder_returns_its_bytes, test_many_processes_killed_mid_lease_leave_nothing_leased,
+		   test_refusals_have_distinct_errors, test_waiting_acquire_is_granted_when_memory_frees,
+		   test_waiting_acquire_times_out, test_admin_revoke_reaches_callback_and_frees,
+		   test_fallback_when_no_broker, test_fallback_when_broker_refuses,
+		   test_client_reconnects_after_daemon_restart_without_systemd);
 
-	tcase_add_checked_fixture(q, start_quota, stop_daemon);
-	tcase_set_timeout(q, 30);
-	tcase_add_test(q, test_uid_quota_refuses_with_edquot);
-	suite_add_tcase(s, q);
+	CHECK_CASE(s, "quota", start_quota, stop_daemon, 30, test_uid_quota_refuses_with_edquot);
 
-	tcase_add_checked_fixture(b, start_big, stop_daemon);
-	tcase_set_timeout(b, 60);
-	tcase_add_test(b, test_lease_over_250_chunks_arrives_in_fd_batches);
-	suite_add_tcase(s, b);
+	CHECK_CASE(s, "big", start_big, stop_daemon, 60, test_lease_over_250_chunks_arrives_in_fd_batches);
 	return s;
 }
 

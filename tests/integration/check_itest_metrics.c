@@ -296,19 +296,15 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-metrics");
-	TCase *t = tcase_create("metrics");
+	TCase *t = CHECK_CASE(s, "metrics", start, stop, 60, test_file_and_pinctl_show_the_figures_and_counters,
+			      test_file_is_replaced_whole_and_leaves_no_temp_file,
+			      test_revocations_and_enforcements_by_reason);
 
-	tcase_add_checked_fixture(t, start, stop);
-	tcase_set_timeout(t, 60);
-	tcase_add_test(t, test_file_and_pinctl_show_the_figures_and_counters);
-	tcase_add_test(t, test_file_is_replaced_whole_and_leaves_no_temp_file);
-	tcase_add_test(t, test_revocations_and_enforcements_by_reason);
 	if (access(NODE_EXPORTER, X_OK) == 0 && system("command -v curl >/dev/null") == 0)
 		tcase_add_test(t, test_node_exporter_reads_the_file);
 	else
 		check_skip(
 			"node_exporter's textfile check needs prometheus-node-exporter and curl (scripts/deps.sh --test)");
-	suite_add_tcase(s, t);
 	return s;
 }
 

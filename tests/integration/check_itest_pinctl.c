@@ -581,13 +581,10 @@ static void start_small_quota(void)
 
 static Suite *suite(void)
 {
-	TCase *q = tcase_create("quota");
 	Suite *s = suite_create("integration-pinctl");
 	TCase *t = tcase_create("pinctl");
-	TCase *r = tcase_create("revoke-no-enforce");
 	/* Needs pidfd_send_signal: valgrind 3.19 lacks pidfd_open, so its run excludes the tag "enforce". */
 	TCase *e = tcase_create("enforce");
-	TCase *p = tcase_create("paged");
 
 	jq_present = have_jq();
 	if (!jq_present)
@@ -618,10 +615,7 @@ static Suite *suite(void)
 	}
 	suite_add_tcase(s, t);
 
-	tcase_add_checked_fixture(q, start_small_quota, stop);
-	tcase_set_timeout(q, 30);
-	tcase_add_test(q, test_wait_timed_out_over_quota_says_over_quota);
-	suite_add_tcase(s, q);
+	CHECK_CASE(s, "quota", start_small_quota, stop, 30, test_wait_timed_out_over_quota_says_over_quota);
 
 	tcase_add_checked_fixture(e, start, stop);
 	tcase_set_timeout(e, 30);
@@ -629,10 +623,7 @@ static Suite *suite(void)
 	tcase_add_test(e, test_revoke_enforced_with_sigterm_returns_bytes);
 	suite_add_tcase(s, e);
 
-	tcase_add_checked_fixture(p, start_small_chunks, stop);
-	tcase_set_timeout(p, 60);
-	tcase_add_test(p, test_leases_and_status_json_page_past_one_reply);
-	suite_add_tcase(s, p);
+	CHECK_CASE(s, "paged", start_small_chunks, stop, 60, test_leases_and_status_json_page_past_one_reply);
 
 	/*
 	 * PAGED_CONNS connections: as many fds here, and in the daemon (which raises its soft limit to the hard one
@@ -650,10 +641,8 @@ static Suite *suite(void)
 		check_skip("the %d-connection status test: %s", PAGED_CONNS, itest_nofile_why);
 	}
 
-	tcase_add_checked_fixture(r, start_no_enforce, stop);
-	tcase_set_timeout(r, 30);
-	tcase_add_test(r, test_revoke_of_unresponsive_holder_stays_counted_as_overdue);
-	suite_add_tcase(s, r);
+	CHECK_CASE(s, "revoke-no-enforce", start_no_enforce, stop, 30,
+		   test_revoke_of_unresponsive_holder_stays_counted_as_overdue);
 	return s;
 }
 

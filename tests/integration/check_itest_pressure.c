@@ -488,26 +488,18 @@ static void noop(void)
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-pressure");
-	TCase *t = tcase_create("fixture");
 	TCase *r = tcase_create("real-kernel");
 	/* Needs pidfd_send_signal: valgrind 3.19 lacks pidfd_open, so its run excludes the tag "enforce". */
 	TCase *e = tcase_create("enforce");
-	TCase *u = tcase_create("sample-now");
 
-	tcase_add_checked_fixture(t, start, stop);
-	tcase_set_timeout(t, 30);
-	tcase_add_test(t, test_critical_revokes_best_effort_first_then_normal_then_critical);
-	tcase_add_test(t, test_state_returns_to_normal_only_after_hysteresis);
-	tcase_add_test(t, test_tight_refuses_beyond_warm_pool_and_client_falls_back);
-	tcase_add_test(t, test_tight_refuses_never_revoked_leases_and_registrations);
-	tcase_add_test(t, test_waiting_acquire_refused_at_once_while_critical);
-	tcase_add_test(t, test_status_shows_signals_thresholds_and_transitions);
-	suite_add_tcase(s, t);
+	CHECK_CASE(s, "fixture", start, stop, 30, test_critical_revokes_best_effort_first_then_normal_then_critical,
+		   test_state_returns_to_normal_only_after_hysteresis,
+		   test_tight_refuses_beyond_warm_pool_and_client_falls_back,
+		   test_tight_refuses_never_revoked_leases_and_registrations,
+		   test_waiting_acquire_refused_at_once_while_critical,
+		   test_status_shows_signals_thresholds_and_transitions);
 
-	tcase_add_checked_fixture(u, start_slow_poll, stop);
-	tcase_set_timeout(u, 30);
-	tcase_add_test(u, test_sigusr1_samples_at_once);
-	suite_add_tcase(s, u);
+	CHECK_CASE(s, "sample-now", start_slow_poll, stop, 30, test_sigusr1_samples_at_once);
 
 	tcase_add_checked_fixture(e, start, stop);
 	tcase_set_timeout(e, 30);

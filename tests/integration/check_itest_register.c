@@ -362,23 +362,14 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-register");
-	TCase *t = tcase_create("register"), *r;
 
-	tcase_add_checked_fixture(t, start, stop);
-	tcase_set_timeout(t, 60);
-	tcase_add_test(t, test_registration_charges_every_touched_page_and_no_pool_memory);
-	tcase_add_test(t, test_registration_refusals_and_bad_arguments);
-	tcase_add_test(t, test_registration_registers_with_cuda_or_gives_the_charge_back);
-	tcase_add_test(t, test_no_revoke_leases_are_never_revoked_by_admin_or_pressure_order);
-	tcase_add_test(t, test_unbrokered_reports_replace_each_other_and_die_with_the_connection);
-	tcase_add_test(t, test_killed_registrant_returns_its_charge_and_report);
-	tcase_add_test(t, test_never_revoked_memory_is_capped_per_uid);
-	suite_add_tcase(s, t);
-
-	r = tcase_create("restart");
-	tcase_set_timeout(r, 60);
-	tcase_add_test(r, test_restart_keeps_never_revoked_leases_unrevokable);
-	suite_add_tcase(s, r);
+	CHECK_CASE(s, "register", start, stop, 60, test_registration_charges_every_touched_page_and_no_pool_memory,
+		   test_registration_refusals_and_bad_arguments,
+		   test_registration_registers_with_cuda_or_gives_the_charge_back,
+		   test_no_revoke_leases_are_never_revoked_by_admin_or_pressure_order,
+		   test_unbrokered_reports_replace_each_other_and_die_with_the_connection,
+		   test_killed_registrant_returns_its_charge_and_report, test_never_revoked_memory_is_capped_per_uid);
+	CHECK_CASE(s, "restart", NULL, NULL, 60, test_restart_keeps_never_revoked_leases_unrevokable);
 	return s;
 }
 

@@ -357,8 +357,6 @@ static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-security");
 	TCase *iso;
-	TCase *bad = tcase_create("bad-input");
-	TCase *hs = tcase_create("handshake");
 
 	if (geteuid() == 0) {
 		iso = tcase_create("isolation");
@@ -372,21 +370,13 @@ static Suite *suite(void)
 		check_skip("2 uid-isolation tests need root to switch uids; run the suite as root");
 	}
 
-	tcase_add_checked_fixture(bad, start, stop);
-	tcase_set_timeout(bad, 30);
-	tcase_add_test(bad, test_garbage_packet_closes_only_that_connection);
-	tcase_add_test(bad, test_oversized_packet_closes_connection);
-	tcase_add_test(bad, test_packet_with_fd_closes_connection);
-	tcase_add_test(bad, test_request_before_hello_is_refused_and_closed);
-	tcase_add_test(bad, test_wrong_version_gets_clear_error);
-	tcase_add_test(bad, test_empty_request_and_truncated_packets_close_connection);
-	tcase_add_test(bad, test_absurd_sizes_get_status_not_crash);
-	suite_add_tcase(s, bad);
+	CHECK_CASE(s, "bad-input", start, stop, 30, test_garbage_packet_closes_only_that_connection,
+		   test_oversized_packet_closes_connection, test_packet_with_fd_closes_connection,
+		   test_request_before_hello_is_refused_and_closed, test_wrong_version_gets_clear_error,
+		   test_empty_request_and_truncated_packets_close_connection, test_absurd_sizes_get_status_not_crash);
 
-	tcase_add_checked_fixture(hs, start_short_handshake, stop);
-	tcase_set_timeout(hs, 30);
-	tcase_add_test(hs, test_silent_peer_is_dropped_after_handshake_timeout);
-	suite_add_tcase(s, hs);
+	CHECK_CASE(s, "handshake", start_short_handshake, stop, 30,
+		   test_silent_peer_is_dropped_after_handshake_timeout);
 	return s;
 }
 

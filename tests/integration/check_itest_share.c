@@ -584,22 +584,14 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-share");
-	TCase *t = tcase_create("share"), *r;
 
-	tcase_add_checked_fixture(t, start, stop);
-	tcase_set_timeout(t, 60);
-	tcase_add_test(t, test_attacher_of_same_uid_sees_and_writes_the_same_bytes_counted_once);
-	tcase_add_test(t, test_cross_uid_attach_refused_without_grant_and_allowed_with_one);
-	tcase_add_test(t, test_forged_malformed_own_and_stale_tokens_refused);
-	tcase_add_test(t, test_revoke_reaches_holder_and_attacher_and_frees_after_both);
-	tcase_add_test(t, test_attachers_killed_are_cleaned_up_and_accounting_stays_exact);
-	tcase_add_test(t, test_holder_killed_leaves_lease_to_attacher_until_it_releases);
-	suite_add_tcase(s, t);
-
-	r = tcase_create("restart");
-	tcase_set_timeout(r, 60);
-	tcase_add_test(r, test_restart_keeps_lease_counted_until_former_attacher_exits);
-	suite_add_tcase(s, r);
+	CHECK_CASE(s, "share", start, stop, 60, test_attacher_of_same_uid_sees_and_writes_the_same_bytes_counted_once,
+		   test_cross_uid_attach_refused_without_grant_and_allowed_with_one,
+		   test_forged_malformed_own_and_stale_tokens_refused,
+		   test_revoke_reaches_holder_and_attacher_and_frees_after_both,
+		   test_attachers_killed_are_cleaned_up_and_accounting_stays_exact,
+		   test_holder_killed_leaves_lease_to_attacher_until_it_releases);
+	CHECK_CASE(s, "restart", NULL, NULL, 60, test_restart_keeps_lease_counted_until_former_attacher_exits);
 	return s;
 }
 
