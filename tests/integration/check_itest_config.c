@@ -280,8 +280,7 @@ START_TEST(test_pinctl_set_values_survive_a_reload)
 	daemon_prepare(&d);
 	write_conf(&d, "budget = 256M\nprewarm = 8M\nuid-quota = 100%\n", path, sizeof(path));
 	start_plain(&d, args);
-	ck_assert_int_eq(pinctl(&d, &out, "set uid-quota 64M"), 0);
-	free(out);
+	itest_pinctl_says(&d, 0, "set uid-quota 64M", NULL);
 	ck_assert_int_eq(json_field(&d, "uid_quota_bytes"), (int64_t)(64 * MIB));
 	/* The file changes another key; the set value stays, the file's new budget applies. */
 	write_conf(&d, "budget = 192M\nprewarm = 8M\nuid-quota = 100%\n", path, sizeof(path));

@@ -219,8 +219,6 @@ END_TEST
 
 START_TEST(test_hugepages_none_some_and_none_free)
 {
-	char *out;
-
 	free(doctor_says(expect(0), "hugepages", "ok", "no huge pages reserved", NULL));
 	meminfo(8192, 512, 512);
 	free(doctor_says(expect(0), "hugepages", "ok", "512 huge pages of 2 MiB reserved, 512 free (1 GiB)", NULL));
@@ -231,8 +229,6 @@ END_TEST
 
 START_TEST(test_cgroup_v2_limits)
 {
-	char *out;
-
 	free(doctor_says(expect(0), "cgroup", "ok", "v2", "no memory limit", NULL));
 	/* 4 GiB on the service: the 256 MiB budget fits. */
 	put("sys/fs/cgroup/system.slice/pinbrokerd.service/memory.max", "4294967296\n");
@@ -247,8 +243,6 @@ END_TEST
 
 START_TEST(test_cgroup_v1_and_hybrid)
 {
-	char *out;
-
 	put("proc/self/cgroup", "5:memory:/pinbroker/job\n4:pids:/\n1:name=systemd:/\n0::/\n");
 	put("sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
 	put("sys/fs/cgroup/memory/pinbroker/memory.limit_in_bytes", "9223372036854771712\n");
@@ -277,8 +271,6 @@ END_TEST
 
 START_TEST(test_budget_against_memtotal)
 {
-	char *out;
-
 	meminfo(400, 0, 0); /* 256 MiB of 400 MiB: 64% */
 	free(doctor_says(expect(EXIT_WARN), "budget", "warn", "64% of MemTotal 400 MiB", NULL));
 	meminfo(200, 0, 0);
@@ -373,16 +365,9 @@ START_TEST(test_human_output_usage_and_help)
 	ck_assert_ptr_nonnull(strstr(out, "fix: boot a kernel with CONFIG_PSI=y"));
 	ck_assert_ptr_nonnull(strstr(out, base_exit ? "2 warnings, 0 failures" : "1 warning, 0 failures"));
 	free(out);
-	ck_assert_int_eq(pinctl(&dmn, &out, "doctor extra"), EXIT_USAGE);
-	ck_assert_ptr_nonnull(strstr(out, "see 'pinctl --help'"));
-	free(out);
-	ck_assert_int_eq(pinctl(&dmn, &out, "doctor --bogus"), EXIT_USAGE);
-	ck_assert_ptr_nonnull(strstr(out, "unknown option --bogus"));
-	free(out);
-	ck_assert_int_eq(pinctl(&dmn, &out, "doctor --help"), 0);
-	ck_assert_ptr_nonnull(strstr(out, "Usage: pinctl doctor"));
-	ck_assert_ptr_nonnull(strstr(out, "3 a failure"));
-	free(out);
+	itest_pinctl_says(&dmn, EXIT_USAGE, "doctor extra", "see 'pinctl --help'", NULL);
+	itest_pinctl_says(&dmn, EXIT_USAGE, "doctor --bogus", "unknown option --bogus", NULL);
+	itest_pinctl_says(&dmn, 0, "doctor --help", "Usage: pinctl doctor", "3 a failure", NULL);
 }
 END_TEST
 

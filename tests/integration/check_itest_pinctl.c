@@ -92,9 +92,7 @@ START_TEST(test_status_json_has_stable_schema)
 	char *out = NULL, *cmd = NULL;
 
 	start_holder();
-	ck_assert_int_eq(pinctl(&d, &out, "status --json"), 0);
-	ck_assert_ptr_nonnull(strstr(out, "\"schema_version\":1"));
-	free(out);
+	itest_pinctl_says(&d, 0, "status --json", "\"schema_version\":1", NULL);
 	if (!jq_present)
 		return; /* the field checks below need a JSON parser; suite() reports the skip */
 	ck_assert_int_ge(
@@ -115,36 +113,21 @@ END_TEST
 
 START_TEST(test_leases_lists_each_lease)
 {
-	char *out = NULL;
-
 	start_holder();
-	ck_assert_int_eq(pinctl(&d, &out, "leases"), 0);
-	ck_assert_ptr_nonnull(strstr(out, "trainer-7"));
-	ck_assert_ptr_nonnull(strstr(out, "active"));
-	free(out);
+	itest_pinctl_says(&d, 0, "leases", "trainer-7", "active", NULL);
 }
 END_TEST
 
 START_TEST(test_acquire_prints_timing_and_releases)
 {
-	char *out = NULL;
-
-	ck_assert_int_eq(pinctl(&d, &out, "acquire 8M --label smoke"), 0);
-	ck_assert_ptr_nonnull(strstr(out, "8 MiB"));
-	ck_assert_ptr_nonnull(strstr(out, "ms"));
-	ck_assert_ptr_nonnull(strstr(out, "released"));
-	free(out);
+	itest_pinctl_says(&d, 0, "acquire 8M --label smoke", "8 MiB", "ms", "released", NULL);
 	ck_assert_int_eq(status_leased(d.socket), 0);
 }
 END_TEST
 
 START_TEST(test_acquire_refused_exits_1_with_reason)
 {
-	char *out = NULL;
-
-	ck_assert_int_eq(pinctl(&d, &out, "acquire 4G"), 1);
-	ck_assert_ptr_nonnull(strstr(out, "budget"));
-	free(out);
+	itest_pinctl_says(&d, 1, "acquire 4G", "budget", NULL);
 }
 END_TEST
 
@@ -155,12 +138,9 @@ START_TEST(test_bad_arguments_exit_2_with_usage)
 	ck_assert_int_eq(pinctl(&d, &out, "frobnicate"), 2);
 	ck_assert_ptr_nonnull(strcasestr(out, "usage"));
 	free(out);
-	ck_assert_int_eq(pinctl(&d, &out, "acquire"), 2);
-	free(out);
-	ck_assert_int_eq(pinctl(&d, &out, "acquire 12Q"), 2);
-	free(out);
-	ck_assert_int_eq(pinctl(&d, &out, "status --bogus"), 2);
-	free(out);
+	itest_pinctl_says(&d, 2, "acquire", NULL);
+	itest_pinctl_says(&d, 2, "acquire 12Q", NULL);
+	itest_pinctl_says(&d, 2, "status --bogus", NULL);
 }
 END_TEST
 
@@ -396,8 +376,7 @@ START_TEST(test_revoke_of_unresponsive_holder_stays_counted_as_overdue)
 	char *out = NULL;
 
 	start_holder(); /* its library releases nothing on its own: no callback, not idle */
-	ck_assert_int_eq(pinctl(&d, &out, "revoke --all --deadline 200"), 0);
-	free(out);
+	itest_pinctl_says(&d, 0, "revoke --all --deadline 200", NULL);
 	/* The deadline passing is the event: poll pinctl's own view of it, within a bound. */
 	for (uint64_t t0 = itest_now_ms();; usleep(20000)) {
 		ck_assert_int_eq(pinctl(&d, &out, "status --json"), 0);
@@ -438,12 +417,10 @@ END_TEST
 
 START_TEST(test_revoke_enforced_with_sigterm_returns_bytes)
 {
-	char *out = NULL;
 	int st;
 
 	start_holder();
-	ck_assert_int_eq(pinctl(&d, &out, "revoke --all --deadline 200"), 0);
-	free(out);
+	itest_pinctl_says(&d, 0, "revoke --all --deadline 200", NULL);
 	/* revoke-enforce defaults to sigterm: the holder is terminated through its pidfd. */
 	ck_assert_int_eq(waitpid(holder, &st, 0), holder);
 	ck_assert(WIFSIGNALED(st));

@@ -159,8 +159,7 @@ START_TEST(test_set_value_is_source_set_and_survives_reload)
 	char *out = NULL;
 	int waited;
 
-	ck_assert_int_eq(pinctl(&d, &out, "set max-leases-per-client 100"), 0);
-	free(out);
+	itest_pinctl_says(&d, 0, "set max-leases-per-client 100", NULL);
 	ck_assert_int_eq(pinctl(&d, &out, "get max-leases-per-client"), 0);
 	ck_assert_msg(strstr(out, "max-leases-per-client = 100") && strstr(out, "# set"), "%s", out);
 	free(out);
@@ -245,9 +244,7 @@ START_TEST(test_top_once_prints_one_plain_frame_with_the_top_rows)
 	ck_assert_msg(!strchr(out, '\033'), "escapes in a non-tty frame: %s", out);
 	free(out);
 	/* Not a tty: one frame even without --once, and watch is the same command. */
-	ck_assert_int_eq(pinctl(&d, &out, "watch --interval 0.5"), 0);
-	ck_assert_ptr_nonnull(strstr(out, "leases by bytes (1 of 1)"));
-	free(out);
+	itest_pinctl_says(&d, 0, "watch --interval 0.5", "leases by bytes (1 of 1)", NULL);
 }
 END_TEST
 

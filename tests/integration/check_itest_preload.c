@@ -562,14 +562,9 @@ START_TEST(test_pinctl_run_puts_a_program_under_the_budget)
 	/* Its usage errors exit 2; a program that is not there, 127, as env(1) says. (Once is enough.) */
 	if (_i != 0)
 		return;
-	ck_assert_int_eq(pinctl(&d, &out, "run --fallback sometimes -- true"), 2);
-	ck_assert_ptr_nonnull(strstr(out, "expected cuda, error or pageable"));
-	free(out);
-	ck_assert_int_eq(pinctl(&d, &out, "run"), 2);
-	free(out);
-	ck_assert_int_eq(pinctl(&d, &out, "run -- /nonexistent/program"), 127);
-	ck_assert_ptr_nonnull(strstr(out, "cannot run /nonexistent/program"));
-	free(out);
+	itest_pinctl_says(&d, 2, "run --fallback sometimes -- true", "expected cuda, error or pageable", NULL);
+	itest_pinctl_says(&d, 2, "run", NULL);
+	itest_pinctl_says(&d, 127, "run -- /nonexistent/program", "cannot run /nonexistent/program", NULL);
 }
 END_TEST
 

@@ -334,10 +334,7 @@ START_TEST(test_status_shows_signals_thresholds_and_transitions)
 
 	set_mem_available_pct(3.0);
 	ck_assert(wait_state("critical", 3000));
-	ck_assert_int_eq(pinctl(&d, &out, "status"), 0);
-	ck_assert_ptr_nonnull(strstr(out, "critical"));
-	ck_assert_ptr_nonnull(strstr(out, "mem_available_pct"));
-	free(out);
+	itest_pinctl_says(&d, 0, "status", "critical", "mem_available_pct", NULL);
 	out = status_json();
 	ck_assert_ptr_nonnull(strstr(out, "\"name\":\"mem_available_pct\""));
 	ck_assert_ptr_nonnull(strstr(out, "\"transitions\":[{"));

@@ -653,8 +653,7 @@ START_TEST(test_fixture_prefix_glob_sums_slurm_steps)
 	char *out = NULL;
 	struct holder *a, *b, *c;
 
-	ck_assert_int_eq(pinctl(&d, &out, "quota set /slurm/*/job_42 5M"), 0);
-	free(out);
+	itest_pinctl_says(&d, 0, "quota set /slurm/*/job_42 5M", NULL);
 	a = spawn_holder(0, NULL, fixture("v1-slurm"), 2 * MiB);
 	b = spawn_holder(0, NULL, "9:memory:/slurm/uid_1000/job_42/step_1/task_0\n0::/\n", 2 * MiB);
 	ck_assert_msg(a->r == 0 && b->r == 0, "%s %s", a->msg, b->msg);
@@ -712,8 +711,7 @@ START_TEST(test_non_admin_sees_only_its_job_and_cannot_set)
 	a = spawn_holder(UID_A, NULL, mine, 2 * MiB);
 	b = spawn_holder(0, NULL, theirs, 4 * MiB);
 	ck_assert_msg(a->r == 0 && b->r == 0, "%s %s", a->msg, b->msg);
-	ck_assert_int_eq(pinctl(&d, &out, "quota set /slurm/*/job_8 64M"), 0);
-	free(out);
+	itest_pinctl_says(&d, 0, "quota set /slurm/*/job_8 64M", NULL);
 
 	rc = pinctl_in(UID_A, NULL, mine, &out, "jobs --json");
 	ck_assert_msg(rc == 0, "%s", out);
@@ -782,7 +780,6 @@ START_TEST(test_config_rules_apply_at_start_and_regroup_on_reload)
 {
 	const char *args[] = { "--proc-root", root, "--config", conf_path, NULL };
 	struct holder *a, *b, *c;
-	char *out = NULL;
 
 	make_root();
 	daemon_prepare(&d);
@@ -796,8 +793,7 @@ START_TEST(test_config_rules_apply_at_start_and_regroup_on_reload)
 	ck_assert_int_eq(job_field("/slurm/uid_1000/job_2", "bytes"), (int64_t)(4 * MiB));
 
 	/* One rule per uid now, and a pinctl set rule that must survive the reload. */
-	ck_assert_int_eq(pinctl(&d, &out, "quota set /slurm/uid_1000/job_2 16M"), 0);
-	free(out);
+	itest_pinctl_says(&d, 0, "quota set /slurm/uid_1000/job_2 16M", NULL);
 	write_conf("/slurm/*:10M /slurm/uid_1000/job_2:2M");
 	reload_and_wait();
 	/* job_1 sums into the uid's job; job_2 keeps the set rule (16M) over the config's 2M. */
@@ -873,12 +869,9 @@ START_TEST(test_hostile_quota_set_input_is_refused_clearly)
 	ck_assert_int_eq(pinctl(&d, &out, "quota set '/a/../b' 1G"), 1);
 	ck_assert_msg(strstr(out, "'..'"), "%s", out);
 	free(out);
-	ck_assert_int_eq(pinctl(&d, &out, "quota set '/a//b' 1G"), 1);
-	free(out);
-	ck_assert_int_eq(pinctl(&d, &out, "quota set '/a/b/' 1G"), 1);
-	free(out);
-	ck_assert_int_eq(pinctl(&d, &out, "quota set \"$(printf '/a\\tb')\" 1G"), 1);
-	free(out);
+	itest_pinctl_says(&d, 1, "quota set '/a//b' 1G", NULL);
+	itest_pinctl_says(&d, 1, "quota set '/a/b/' 1G", NULL);
+	itest_pinctl_says(&d, 1, "quota set \"$(printf '/a\\tb')\" 1G", NULL);
 	/* Over the budget: taken, with a warning that says what it means. */
 	ck_assert_int_eq(pinctl(&d, &out, "quota set /big 1T"), 0);
 	ck_assert_msg(strstr(out, "warning") && strstr(out, "more than the whole budget"), "%s", out);

@@ -647,6 +647,21 @@ int pinctl(const struct daemon *d, char **out, const char *fmt, ...)
 	return r;
 }
 
+void itest_pinctl_says(const struct daemon *d, int want_exit, const char *args, ...)
+{
+	const char *needle;
+	char *out = NULL;
+	va_list ap;
+	int r = pinctl(d, &out, "%s", args);
+
+	ck_assert_msg(r == want_exit, "pinctl %s: exit %d, want %d\n%s", args, r, want_exit, itest_tail(out));
+	va_start(ap, args);
+	while ((needle = va_arg(ap, const char *)))
+		ck_assert_msg(strstr(out, needle), "pinctl %s: '%s' not in\n%s", args, needle, itest_tail(out));
+	va_end(ap);
+	free(out);
+}
+
 int raw_connect(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };

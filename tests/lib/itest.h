@@ -140,6 +140,11 @@ int run_capture(const char *cmdline, char **out);
 int pinctl_as(const struct daemon *d, uid_t uid, char **out, const char *args);
 /* Run pinctl --socket d->socket ARGS..., capture output. Returns the exit code. */
 int pinctl(const struct daemon *d, char **out, const char *args_fmt, ...) __attribute__((format(printf, 3, 4)));
+/*
+ * pinctl ARGS (a plain shell line, no format) must exit want_exit with each of the NULL-ended strings after args
+ * in its output; the failing one is named with the output's end.
+ */
+void itest_pinctl_says(const struct daemon *d, int want_exit, const char *args, ...) __attribute__((sentinel));
 
 /* Raw protocol, for hostile-input tests. */
 int raw_connect(const char *socket_path); /* SOCK_SEQPACKET fd, blocking, or -1 */
