@@ -38,11 +38,8 @@ static void stop(void)
 static void start_holder(void)
 {
 	int pfd[2];
-	char ok;
 
-	ck_assert_int_eq(pipe(pfd), 0);
-	holder = itest_fork();
-	ck_assert_int_ge(holder, 0);
+	holder = itest_fork_piped(pfd, NULL);
 	if (holder == 0) {
 		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA, .label = "trainer-7" };
 		pb_client *c;
@@ -50,14 +47,9 @@ static void start_holder(void)
 
 		if (pb_connect(d.socket, &c) < 0 || pb_acquire(c, 6 * MiB, &o, &l) < 0)
 			_exit(1);
-		if (write(pfd[1], "k", 1) != 1)
-			_exit(1);
-		for (;;)
-			pause();
+		itest_child_ready(pfd, 1);
 	}
-	close(pfd[1]);
-	ck_assert_int_eq(read(pfd[0], &ok, 1), 1);
-	close(pfd[0]);
+	itest_wait_ready(pfd);
 }
 
 START_TEST(test_status_human_shows_budget_and_client_rows)
@@ -453,11 +445,8 @@ START_TEST(test_leases_and_status_json_page_past_one_reply)
 {
 	char *out = NULL, *cmd = NULL;
 	int pfd[2];
-	char ok;
 
-	ck_assert_int_eq(pipe(pfd), 0);
-	holder = itest_fork();
-	ck_assert_int_ge(holder, 0);
+	holder = itest_fork_piped(pfd, NULL);
 	if (holder == 0) {
 		int fd = raw_connect(d.socket), fds[4];
 
@@ -472,14 +461,9 @@ START_TEST(test_leases_and_status_json_page_past_one_reply)
 			for (size_t k = 0; k < nfds; k++)
 				close(fds[k]);
 		}
-		if (write(pfd[1], "k", 1) != 1)
-			_exit(3);
-		for (;;)
-			pause();
+		itest_child_ready(pfd, 3);
 	}
-	close(pfd[1]);
-	ck_assert_int_eq(read(pfd[0], &ok, 1), 1);
-	close(pfd[0]);
+	itest_wait_ready(pfd);
 
 	ck_assert_int_eq(pinctl(&d, &out, "leases"), 0);
 	ck_assert_uint_eq(count(out, " active "), PAGED_LEASES);

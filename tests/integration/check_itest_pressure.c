@@ -151,11 +151,8 @@ static void spawn_holder(size_t size, enum pb_priority prio, const char *label, 
 {
 	int pfd[2];
 	pid_t pid;
-	char ok;
 
-	ck_assert_int_eq(pipe(pfd), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(pfd, NULL);
 	if (pid == 0) {
 		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA, .priority = prio, .label = label };
 		pb_client *c;
@@ -167,14 +164,9 @@ static void spawn_holder(size_t size, enum pb_priority prio, const char *label, 
 			pb_set_revoke_callback(c, cooperative_cb, NULL);
 		if (pb_acquire(c, size, &o, &l) < 0)
 			_exit(2);
-		if (write(pfd[1], "k", 1) != 1)
-			_exit(3);
-		for (;;)
-			pause();
+		itest_child_ready(pfd, 3);
 	}
-	close(pfd[1]);
-	ck_assert_int_eq(read(pfd[0], &ok, 1), 1);
-	close(pfd[0]);
+	itest_wait_ready(pfd);
 	kids[nkids++] = pid;
 }
 
