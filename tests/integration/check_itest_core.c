@@ -53,12 +53,8 @@ END_TEST
 START_TEST(test_sigkill_of_holder_returns_its_bytes)
 {
 	int pfd[2];
-	pid_t pid;
-	char ok;
+	pid_t pid = itest_fork_piped(pfd, NULL);
 
-	ck_assert_int_eq(pipe(pfd), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
 		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
 		pb_client *c;
@@ -68,20 +64,15 @@ START_TEST(test_sigkill_of_holder_returns_its_bytes)
 		    pb_acquire(c, 10 * MiB, &o, &b) < 0)
 			_exit(1);
 		memset(pb_lease_data(a), 1, pb_lease_size(a));
-		if (write(pfd[1], "k", 1) != 1)
-			_exit(1);
-		for (;;)
-			pause();
+		itest_child_ready(pfd, 1);
 	}
-	close(pfd[1]);
-	ck_assert_int_eq(read(pfd[0], &ok, 1), 1);
+	itest_wait_ready(pfd);
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)(74 * MiB));
 	ck_assert_int_eq(kill(pid, SIGKILL), 0);
 	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
 	/* Returned in the loop iteration that sees the close. */
 	ck_assert_int_eq(wait_leased(d.socket, 0, 2000), 0);
 	ck_assert(daemon_alive(&d));
-	close(pfd[0]);
 }
 END_TEST
 

@@ -253,11 +253,8 @@ END_TEST
 START_TEST(test_killed_registrant_returns_its_charge_and_report)
 {
 	int p[2];
-	pid_t pid;
-	char ok;
+	pid_t pid = itest_fork_piped(p, NULL);
 
-	ck_assert_int_eq(pipe(p), 0);
-	pid = itest_fork();
 	if (pid == 0) {
 		static char buf[16 * 4096] __attribute__((aligned(4096)));
 		pb_client *c;
@@ -267,20 +264,15 @@ START_TEST(test_killed_registrant_returns_its_charge_and_report)
 		if (pb_connect(d.socket, &c) < 0 || pb_register(c, buf, sizeof(buf), &charge_only, &l) < 0 ||
 		    pb_report_unbrokered(c, 5 * MiB) < 0)
 			_exit(1);
-		if (write(p[1], "x", 1) != 1)
-			_exit(2);
-		pause();
-		_exit(3);
+		itest_child_ready(p, 2);
 	}
-	close(p[1]);
-	ck_assert_int_eq(read(p[0], &ok, 1), 1);
+	itest_wait_ready(p);
 	ck_assert_int_eq(status_leased(d.socket), 16 * 4096);
 	ck_assert_uint_eq(unbrokered_now(), 5 * MiB);
 	kill(pid, SIGKILL);
 	ck_assert_int_eq(itest_wait_exit(pid), 128 + SIGKILL);
 	ck_assert_int_eq(wait_leased(d.socket, 0, 3000), 0);
 	ck_assert_uint_eq(unbrokered_now(), 0);
-	close(p[0]);
 }
 END_TEST
 
