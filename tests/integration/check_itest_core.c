@@ -340,16 +340,12 @@ END_TEST
 
 static void start_quota(void)
 {
-	static const char *const args[] = { "--uid-quota", "64M", NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--uid-quota", "64M"));
 }
 
 static void start_big(void)
 {
-	static const char *const args[] = { "--budget", "1G", NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--budget", "1G"));
 }
 
 static Suite *suite(void)

@@ -40,9 +40,7 @@ static struct daemon d;
 
 static void start(void)
 {
-	static const char *const args[] = { "--revoke-enforce", "sigkill", "--prewarm", "0", NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--revoke-enforce", "sigkill", "--prewarm", "0"));
 }
 
 static void stop(void)

@@ -43,40 +43,14 @@ static const uint64_t sizes[] = {
 /* Small pages, no pool kept warm, and no idle shrink during a test: what is lent is what was asked. */
 static void start_pool(void)
 {
-	static const char *const args[] = { "--budget",
-					    "64M",
-					    "--prewarm",
-					    "0",
-					    "--hugetlb",
-					    "no",
-					    "--thp",
-					    "no",
-					    "--chunk-size",
-					    "2M",
-					    "--pool-shrink-delay-ms",
-					    "600000",
-					    NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--budget", "64M", "--prewarm", "0", "--hugetlb", "no", "--thp", "no",
+				    "--chunk-size", "2M", "--pool-shrink-delay-ms", "600000"));
 }
 
 static void start_budget(void)
 {
-	static const char *const args[] = { "--budget",
-					    "8M",
-					    "--prewarm",
-					    "0",
-					    "--hugetlb",
-					    "no",
-					    "--thp",
-					    "no",
-					    "--chunk-size",
-					    "2M",
-					    "--pool-shrink-delay-ms",
-					    "600000",
-					    NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--budget", "8M", "--prewarm", "0", "--hugetlb", "no", "--thp", "no",
+				    "--chunk-size", "2M", "--pool-shrink-delay-ms", "600000"));
 }
 
 static void stop_daemon(void)

@@ -701,9 +701,7 @@ END_TEST
 
 static void start_total_limit(void)
 {
-	static const char *const args[] = { "--max-connections", "16", "--max-connections-per-uid", "16", NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--max-connections", "16", "--max-connections-per-uid", "16"));
 }
 
 /* The child's RLIMIT_NOFILE, soft and hard, just before exec: the daemon raises soft to hard and no further. */

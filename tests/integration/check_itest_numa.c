@@ -28,9 +28,7 @@ static char root[64];
 
 static void start(void)
 {
-	static const char *const args[] = { "--prewarm", "16M", "--thp", "no", NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--prewarm", "16M", "--thp", "no"));
 }
 
 /* A proc root (the idle fixture) with the two-node sysfs fixture beside it. */

@@ -427,9 +427,7 @@ END_TEST
 
 static void start_small_chunks(void)
 {
-	static const char *const args[] = { "--chunk-size", "4K", NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--chunk-size", "4K"));
 }
 
 static size_t count(const char *hay, const char *needle)
@@ -496,9 +494,7 @@ END_TEST
 
 static void start_many_conns(void)
 {
-	static const char *const args[] = { "--max-connections", "2000", "--max-connections-per-uid", "2000", NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--max-connections", "2000", "--max-connections-per-uid", "2000"));
 }
 
 START_TEST(test_status_lists_every_connection_across_pages)
@@ -528,16 +524,12 @@ END_TEST
 
 static void start_no_enforce(void)
 {
-	static const char *const args[] = { "--revoke-enforce", "none", NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--revoke-enforce", "none"));
 }
 
 static void start_small_quota(void)
 {
-	static const char *const args[] = { "--uid-quota", "8M", NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--uid-quota", "8M"));
 }
 
 static Suite *suite(void)

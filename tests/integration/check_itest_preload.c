@@ -36,9 +36,7 @@ static void start(void)
 /* A budget too small for the 32 MiB the fallback tests ask. */
 static void start_small(void)
 {
-	static const char *const args[] = { "--budget", "16M", "--prewarm", "4M", NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--budget", "16M", "--prewarm", "4M"));
 }
 
 static void stop(void)

@@ -397,11 +397,9 @@ static void kill_holders(void)
 
 static void start_real(void)
 {
-	static const char *const args[] = { "--budget", "256M", "--prewarm", "0", NULL };
-
 	root[0] = '\0';
 	nholders = 0;
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--budget", "256M", "--prewarm", "0"));
 }
 
 static void stop_real(void)

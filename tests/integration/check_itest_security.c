@@ -348,9 +348,7 @@ END_TEST
 
 static void start_short_handshake(void)
 {
-	static const char *const args[] = { "--handshake-timeout-ms", "300", NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--handshake-timeout-ms", "300"));
 }
 
 static Suite *suite(void)

@@ -27,6 +27,8 @@ struct daemon {
  * first or does not answer within itest_start_timeout_ms().
  */
 void daemon_start(struct daemon *d, const char *const *extra_args);
+/* The NULL-ended argument list daemon_start and daemon_restart take, written inline: ITEST_ARGS("--budget", "1G"). */
+#define ITEST_ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
 /* Start the daemon again in the same dir and on the same socket (after a crash or stop). */
 void daemon_restart(struct daemon *d, const char *const *extra_args);
 /* daemon_start's first half: a fresh temp dir and the paths in it, nothing started. */
