@@ -405,46 +405,6 @@ static int send_bytes(int fd, const void *buf, size_t len)
 	return wire_send(fd, buf, len, NULL, 0);
 }
 
-static int request_status(int fd, Pinbroker__V1__Request *req)
-{
-	Pinbroker__V1__Reply *rep;
-	size_t nfds;
-	int err, st;
-
-	req->has_seq = true;
-	req->seq = 9;
-	if (raw_send(fd, req, NULL, 0) < 0)
-		return -EPIPE;
-	rep = raw_recv(fd, NULL, 0, &nfds, 5000, &err);
-	if (!rep)
-		return err;
-	st = rep->status;
-	pinbroker__v1__reply__free_unpacked(rep, NULL);
-	return st;
-}
-
-static int release_id(int fd, uint64_t id)
-{
-	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
-	Pinbroker__V1__Release m = PINBROKER__V1__RELEASE__INIT;
-
-	m.lease_id = id;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
-	req.release = &m;
-	return request_status(fd, &req);
-}
-
-static int revoke_ack_id(int fd, uint64_t id)
-{
-	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
-	Pinbroker__V1__RevokeAck m = PINBROKER__V1__REVOKE_ACK__INIT;
-
-	m.lease_id = id;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_REVOKE_ACK;
-	req.revoke_ack = &m;
-	return request_status(fd, &req);
-}
-
 static int acquire_size(int fd, uint64_t size)
 {
 	int fds[64];
@@ -523,20 +483,20 @@ START_TEST(test_hostile_packets_close_only_their_connection_and_keep_the_books)
 	ck_assert_msg(st == 7 || st == 4, "size 2^63 got status %d", st);
 	ck_assert_int_eq(acquire_size(other, UINT64_MAX), 4 /* STATUS_INVALID_SIZE */);
 	ck_assert_int_eq(acquire_size(other, 1ull << 40), 7 /* STATUS_TOO_LARGE */);
-	ck_assert_int_eq(release_id(other, 987654321), 8 /* STATUS_UNKNOWN_LEASE */);
-	ck_assert_int_eq(release_id(other, mine), 9 /* STATUS_NOT_YOUR_LEASE */);
-	ck_assert_int_eq(release_id(other, 0), 8 /* STATUS_UNKNOWN_LEASE */);
+	ck_assert_int_eq(raw_release(other, 987654321), 8 /* STATUS_UNKNOWN_LEASE */);
+	ck_assert_int_eq(raw_release(other, mine), 9 /* STATUS_NOT_YOUR_LEASE */);
+	ck_assert_int_eq(raw_release(other, 0), 8 /* STATUS_UNKNOWN_LEASE */);
 	/* REVOKE acks for leases it never held change nothing. */
-	ck_assert_int_eq(revoke_ack_id(other, mine), 9 /* STATUS_NOT_YOUR_LEASE */);
-	ck_assert_int_eq(revoke_ack_id(other, 424242), 8 /* STATUS_UNKNOWN_LEASE */);
+	ck_assert_int_eq(raw_revoke_ack(other, mine), 9 /* STATUS_NOT_YOUR_LEASE */);
+	ck_assert_int_eq(raw_revoke_ack(other, 424242), 8 /* STATUS_UNKNOWN_LEASE */);
 	ck_assert_int_eq(raw_status(other), 0);
 	ck_assert_int_eq(status_leased(d.socket), 3 * MIB);
 	check_accounting("after hostile packets");
 
 	/* The holder's lease is untouched and still its to release. */
 	ck_assert_int_eq(raw_acquire(other, 1 * MIB, &id, fds + nfds, 64 - nfds, &nfds), 0);
-	ck_assert_int_eq(release_id(holder, mine), 0);
-	ck_assert_int_eq(release_id(other, id), 0);
+	ck_assert_int_eq(raw_release(holder, mine), 0);
+	ck_assert_int_eq(raw_release(other, id), 0);
 	ck_assert_int_eq(status_leased(d.socket), 0);
 	check_accounting("after releases");
 	close(holder);

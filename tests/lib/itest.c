@@ -773,15 +773,48 @@ int raw_status(int fd)
 	return raw_call(fd, &req, 2, NULL, 0, 5000);
 }
 
-int raw_release_seq(int fd, uint64_t lease_id, uint64_t seq, int timeout_ms)
+/*
+ * One request about lease_id: RELEASE, SET_IDLE (to idle), ADMIN_REVOKE or REVOKE_ACK, by kind, with seq; the
+ * reply's status or -errno. The bodies live here, so one switch serves the four.
+ */
+static int raw_lease_call(int fd, Pinbroker__V1__Request__BodyCase kind, uint64_t lease_id, bool idle, uint64_t seq,
+			  int timeout_ms)
 {
 	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
 	Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
+	Pinbroker__V1__SetIdle si = PINBROKER__V1__SET_IDLE__INIT;
+	Pinbroker__V1__AdminRevoke ar = PINBROKER__V1__ADMIN_REVOKE__INIT;
+	Pinbroker__V1__RevokeAck ack = PINBROKER__V1__REVOKE_ACK__INIT;
 
-	rel.lease_id = lease_id;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
-	req.release = &rel;
+	req.body_case = kind;
+	switch (kind) {
+	case PINBROKER__V1__REQUEST__BODY_RELEASE:
+		rel.lease_id = lease_id;
+		req.release = &rel;
+		break;
+	case PINBROKER__V1__REQUEST__BODY_SET_IDLE:
+		si.lease_id = lease_id;
+		si.idle = idle;
+		req.set_idle = &si;
+		break;
+	case PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE:
+		ar.has_lease_id = true;
+		ar.lease_id = lease_id;
+		req.admin_revoke = &ar;
+		break;
+	case PINBROKER__V1__REQUEST__BODY_REVOKE_ACK:
+		ack.lease_id = lease_id;
+		req.revoke_ack = &ack;
+		break;
+	default:
+		ck_abort_msg("raw_lease_call: request kind %d has no lease id", (int)kind);
+	}
 	return raw_call(fd, &req, seq, NULL, 0, timeout_ms);
+}
+
+int raw_release_seq(int fd, uint64_t lease_id, uint64_t seq, int timeout_ms)
+{
+	return raw_lease_call(fd, PINBROKER__V1__REQUEST__BODY_RELEASE, lease_id, false, seq, timeout_ms);
 }
 
 int raw_release(int fd, uint64_t lease_id)
@@ -791,26 +824,17 @@ int raw_release(int fd, uint64_t lease_id)
 
 int raw_set_idle(int fd, uint64_t lease_id, bool idle)
 {
-	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
-	Pinbroker__V1__SetIdle si = PINBROKER__V1__SET_IDLE__INIT;
-
-	si.lease_id = lease_id;
-	si.idle = idle;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_SET_IDLE;
-	req.set_idle = &si;
-	return raw_call(fd, &req, 11, NULL, 0, 5000);
+	return raw_lease_call(fd, PINBROKER__V1__REQUEST__BODY_SET_IDLE, lease_id, idle, 11, 5000);
 }
 
 int raw_admin_revoke(int fd, uint64_t lease_id, int timeout_ms)
 {
-	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
-	Pinbroker__V1__AdminRevoke ar = PINBROKER__V1__ADMIN_REVOKE__INIT;
+	return raw_lease_call(fd, PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE, lease_id, false, 5, timeout_ms);
+}
 
-	ar.has_lease_id = true;
-	ar.lease_id = lease_id;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE;
-	req.admin_revoke = &ar;
-	return raw_call(fd, &req, 5, NULL, 0, timeout_ms);
+int raw_revoke_ack(int fd, uint64_t lease_id)
+{
+	return raw_lease_call(fd, PINBROKER__V1__REQUEST__BODY_REVOKE_ACK, lease_id, false, 9, 5000);
 }
 
 int raw_acquire_msg(int fd, uint64_t size, const char *label, uint64_t seq, char *msg, size_t msglen, int timeout_ms)

@@ -164,6 +164,7 @@ int raw_release_seq(int fd, uint64_t lease_id, uint64_t seq, int timeout_ms);
 int raw_release(int fd, uint64_t lease_id);
 int raw_set_idle(int fd, uint64_t lease_id, bool idle);          /* SET_IDLE (seq 11, 5 s); status or -errno */
 int raw_admin_revoke(int fd, uint64_t lease_id, int timeout_ms); /* ADMIN_REVOKE one id (seq 5); status or -errno */
+int raw_revoke_ack(int fd, uint64_t lease_id);                   /* REVOKE_ACK (seq 9, 5 s); status or -errno */
 /* ACQUIRE size (label may be NULL); the granted fds are closed at once. Status or -errno; the message in msg. */
 int raw_acquire_msg(int fd, uint64_t size, const char *label, uint64_t seq, char *msg, size_t msglen, int timeout_ms);
 int raw_send(int fd, const Pinbroker__V1__Request *req, const int *fds, size_t nfds);
