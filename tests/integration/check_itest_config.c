@@ -274,7 +274,7 @@ END_TEST
 START_TEST(test_pinctl_set_values_survive_a_reload)
 {
 	struct daemon d;
-	char path[512], *out = NULL, *log;
+	char path[512], *log;
 	const char *args[] = { "--config", path, "--lock-memory", "no", NULL };
 
 	daemon_prepare(&d);

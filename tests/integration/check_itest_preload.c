@@ -544,7 +544,7 @@ START_TEST(test_pinctl_run_puts_a_program_under_the_budget)
 	int reg[4];
 	struct pb_status *s;
 	struct prog p;
-	char line[256], *out = NULL;
+	char line[256];
 
 	spawn(&p, PINCTL_PATH, &o, args);
 	read_line(&p, line, sizeof(line));
