@@ -217,6 +217,16 @@ START_TEST(test_every_command_has_help_and_takes_socket_after_its_name)
 {
 	static const char *const cmds[] = { "status", "leases", "top",     "watch", "acquire", "revoke", "get",
 					    "set",    "config", "metrics", "run",   "doctor",  "help" };
+	/* Each run is pinctl BEFORE --socket SOCKET AFTER, and exits 0 with needle (unless NULL) in its output. */
+	static const struct {
+		const char *before, *after, *needle;
+	} late[] = {
+		{ "status", "--json", "\"budget_bytes\":268435456" },
+		{ "--socket /nonexistent leases", "", NULL },
+		{ "acquire 1M", "--hold 0", "released" },
+		{ "set pool-shrink-delay-ms 20000", "", "pool-shrink-delay-ms = 20000" },
+		{ "revoke --all", "", NULL },
+	};
 	char *out = NULL, *cmd = NULL, want[64];
 
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
@@ -243,29 +253,16 @@ START_TEST(test_every_command_has_help_and_takes_socket_after_its_name)
 	ck_assert_int_eq(count_of(out, "unknown command: bogus"), 1);
 	free(out);
 	/* --socket after the command, also after its arguments; the last one wins. */
-	ck_assert_int_ge(asprintf(&cmd, PINCTL_PATH " status --socket '%s' --json", d.socket), 0);
-	ck_assert_int_eq(run_capture(cmd, &out), 0);
-	ck_assert_ptr_nonnull(strstr(out, "\"budget_bytes\":268435456"));
-	free(out);
-	free(cmd);
-	ck_assert_int_ge(asprintf(&cmd, PINCTL_PATH " --socket /nonexistent leases --socket '%s'", d.socket), 0);
-	ck_assert_int_eq(run_capture(cmd, &out), 0);
-	free(out);
-	free(cmd);
-	ck_assert_int_ge(asprintf(&cmd, PINCTL_PATH " acquire 1M --socket '%s' --hold 0", d.socket), 0);
-	ck_assert_int_eq(run_capture(cmd, &out), 0);
-	ck_assert_ptr_nonnull(strstr(out, "released"));
-	free(out);
-	free(cmd);
-	ck_assert_int_ge(asprintf(&cmd, PINCTL_PATH " set pool-shrink-delay-ms 20000 --socket '%s'", d.socket), 0);
-	ck_assert_int_eq(run_capture(cmd, &out), 0);
-	ck_assert_ptr_nonnull(strstr(out, "pool-shrink-delay-ms = 20000"));
-	free(out);
-	free(cmd);
-	ck_assert_int_ge(asprintf(&cmd, PINCTL_PATH " revoke --all --socket '%s'", d.socket), 0);
-	ck_assert_int_eq(run_capture(cmd, &out), 0);
-	free(out);
-	free(cmd);
+	for (size_t i = 0; i < sizeof(late) / sizeof(late[0]); i++) {
+		ck_assert_int_ge(
+			asprintf(&cmd, "%s %s --socket '%s' %s", PINCTL_PATH, late[i].before, d.socket, late[i].after),
+			0);
+		ck_assert_msg(run_capture(cmd, &out) == 0, "%s failed:\n%s", cmd, out);
+		ck_assert_msg(!late[i].needle || strstr(out, late[i].needle), "%s: '%s' not in\n%s", cmd,
+			      late[i].needle, out);
+		free(out);
+		free(cmd);
+	}
 	ck_assert_int_eq(run_capture(PINCTL_PATH " status --socket ''", &out), 2);
 	ck_assert_int_eq(count_of(out, "--socket: empty path"), 1);
 	free(out);
