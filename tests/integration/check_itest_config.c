@@ -38,6 +38,12 @@ static void write_conf(const struct daemon *d, const char *text, char *path, siz
 	ck_assert_int_eq(fclose(f), 0);
 }
 
+/* In the daemon's child: no PINBROKER_SOCKET from the test's environment. */
+static void unset_socket_env(void *ud)
+{
+	unsetenv("PINBROKER_SOCKET");
+}
+
 /*
  * Start pinbrokerd on d's socket with only the given arguments (daemon_start
  * always adds --prewarm, which would make every prewarm a user's value).
@@ -56,22 +62,7 @@ static void start_plain(struct daemon *d, const char *const *args)
 	for (size_t i = 0; args[i] && n < 31; i++)
 		argv[n++] = args[i];
 	argv[n] = NULL;
-	d->pid = itest_fork();
-	ck_assert_int_ge(d->pid, 0);
-	if (d->pid == 0) {
-		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		unsetenv("NOTIFY_SOCKET");
-		unsetenv("JOURNAL_STREAM");
-		unsetenv("LISTEN_FDS");
-		unsetenv("PINBROKER_SOCKET");
-		execv(argv[0], (char *const *)argv);
-		_exit(127);
-	}
+	d->pid = itest_spawn_logged(d->log, argv, false, unset_socket_env, NULL);
 	for (t0 = mono_ms();; usleep(5000)) {
 		int fd = raw_connect(d->socket);
 

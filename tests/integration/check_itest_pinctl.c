@@ -37,19 +37,7 @@ static void stop(void)
 /* A client process holding a labelled 6 MiB lease until killed. */
 static void start_holder(void)
 {
-	int pfd[2];
-
-	holder = itest_fork_piped(pfd, NULL);
-	if (holder == 0) {
-		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA, .label = "trainer-7" };
-		pb_client *c;
-		pb_lease *l;
-
-		if (pb_connect(d.socket, &c) < 0 || pb_acquire(c, 6 * MiB, &o, &l) < 0)
-			_exit(1);
-		itest_child_ready(pfd, 1);
-	}
-	itest_wait_ready(pfd);
+	holder = itest_hold_lease(d.socket, 6 * MiB, "trainer-7");
 }
 
 START_TEST(test_status_human_shows_budget_and_client_rows)

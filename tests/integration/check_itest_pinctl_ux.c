@@ -50,19 +50,7 @@ static void stop(void)
 /* A client process of this uid holding a labelled 6 MiB lease until killed. */
 static void start_holder(void)
 {
-	int pfd[2];
-
-	holder = itest_fork_piped(pfd, NULL);
-	if (holder == 0) {
-		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA, .label = "ux-holder" };
-		pb_client *c;
-		pb_lease *l;
-
-		if (pb_connect(d.socket, &c) < 0 || pb_acquire(c, 6 * MiB, &o, &l) < 0)
-			_exit(1);
-		itest_child_ready(pfd, 1);
-	}
-	itest_wait_ready(pfd);
+	holder = itest_hold_lease(d.socket, 6 * MiB, "ux-holder");
 }
 
 /* This test's user name: what status must show instead of the number. */

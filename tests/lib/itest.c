@@ -91,6 +91,24 @@ char itest_hear(int fd, unsigned bound_s)
 	return c;
 }
 
+pid_t itest_hold_lease(const char *socket_path, size_t size, const char *label)
+{
+	int p[2];
+	pid_t pid = itest_fork_piped(p, NULL);
+
+	if (pid == 0) {
+		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA, .label = label };
+		pb_client *c;
+		pb_lease *l;
+
+		if (pb_connect(socket_path, &c) < 0 || pb_acquire(c, size, &o, &l) < 0)
+			_exit(1);
+		itest_child_ready(p, 1);
+	}
+	itest_wait_ready(p);
+	return pid;
+}
+
 int itest_wait_exit(pid_t pid)
 {
 	int st;
@@ -180,6 +198,32 @@ static void soft_nofile_to_hard(rlim_t cap)
 	}
 }
 
+pid_t itest_spawn_logged(const char *log, const char *const *argv, bool raise_nofile, void (*child_setup)(void *ud),
+			 void *ud)
+{
+	pid_t pid = itest_fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		unsetenv("NOTIFY_SOCKET");
+		unsetenv("JOURNAL_STREAM");
+		unsetenv("LISTEN_FDS");
+		if (raise_nofile)
+			soft_nofile_to_hard(65536);
+		if (child_setup)
+			child_setup(ud);
+		execvp(argv[0], (char *const *)argv); /* p: a wrapper is found on PATH */
+		_exit(127);
+	}
+	return pid;
+}
+
 void daemon_restart_with(struct daemon *d, const char *const *extra, void (*child_setup)(void *ud), void *ud)
 {
 	const char *argv[64];
@@ -218,25 +262,7 @@ void daemon_restart_with(struct daemon *d, const char *const *extra, void (*chil
 
 		d->log_from = stat(d->log, &st) == 0 ? (long)st.st_size : 0;
 	}
-	d->pid = itest_fork();
-	ck_assert_int_ge(d->pid, 0);
-	if (d->pid == 0) {
-		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		unsetenv("NOTIFY_SOCKET");
-		unsetenv("JOURNAL_STREAM");
-		unsetenv("LISTEN_FDS");
-		if (wrapper)
-			soft_nofile_to_hard(65536);
-		if (child_setup)
-			child_setup(ud);
-		execvp(argv[0], (char *const *)argv); /* p: the wrapper is found on PATH */
-		_exit(127);
-	}
+	d->pid = itest_spawn_logged(d->log, argv, wrapper != NULL, child_setup, ud);
 	/* --config /dev/null: tests run on embedded defaults plus their arguments, never /etc. */
 	free(wrapper);
 	t0 = mono_ms();

@@ -39,6 +39,13 @@ void daemon_prepare(struct daemon *d);
  * service manager sets its own there (tests/lib/fdstore.h).
  */
 void daemon_restart_with(struct daemon *d, const char *const *extra_args, void (*child_setup)(void *ud), void *ud);
+/*
+ * Fork and exec argv (argv[0] found on PATH) with stdout and stderr appended to log and NOTIFY_SOCKET,
+ * JOURNAL_STREAM and LISTEN_FDS unset; raise_nofile raises the soft RLIMIT_NOFILE first (for a wrapper such as
+ * valgrind), and child_setup(ud), unless NULL, runs just before exec. Returns the child's pid.
+ */
+pid_t itest_spawn_logged(const char *log, const char *const *argv, bool raise_nofile, void (*child_setup)(void *ud),
+			 void *ud);
 /* SIGTERM, wait, and check it exited 0. Returns the exit status (or 128+signal). */
 int daemon_stop(struct daemon *d);
 /* True while the daemon process is alive. */
@@ -91,6 +98,8 @@ void itest_wait_ready(int p[2]);
  */
 void itest_say(int fd, char c);
 char itest_hear(int fd, unsigned bound_s);
+/* A child that holds one lease of size (label may be NULL; no CUDA) until killed: its pid, once the lease is held. */
+pid_t itest_hold_lease(const char *socket_path, size_t size, const char *label);
 /* Reap child pid (asserting it is ours): its exit status, or 128 + the signal that killed it. */
 int itest_wait_exit(pid_t pid);
 /* Wait up to timeout_ms for our child (or adopted orphan) pid to end: its wait status, or -1 if it still runs. */
