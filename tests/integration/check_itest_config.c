@@ -63,16 +63,7 @@ static void start_plain(struct daemon *d, const char *const *args)
 		argv[n++] = args[i];
 	argv[n] = NULL;
 	d->pid = itest_spawn_logged(d->log, argv, false, unset_socket_env, NULL);
-	for (t0 = mono_ms();; usleep(5000)) {
-		int fd = raw_connect(d->socket);
-
-		if (fd >= 0) {
-			int st = raw_hello(fd);
-
-			close(fd);
-			if (st == 0)
-				return;
-		}
+	for (t0 = mono_ms(); !itest_answers(d->socket); usleep(5000)) {
 		if (!daemon_alive(d) || mono_ms() - t0 > itest_start_timeout_ms()) {
 			char *log = daemon_log(d);
 

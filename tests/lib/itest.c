@@ -198,6 +198,17 @@ static void soft_nofile_to_hard(rlim_t cap)
 	}
 }
 
+bool itest_answers(const char *socket_path)
+{
+	int fd = raw_connect(socket_path), st;
+
+	if (fd < 0)
+		return false;
+	st = raw_hello(fd);
+	close(fd);
+	return st == 0;
+}
+
 pid_t itest_spawn_logged(const char *log, const char *const *argv, bool raise_nofile, void (*child_setup)(void *ud),
 			 void *ud)
 {
@@ -267,15 +278,8 @@ void daemon_restart_with(struct daemon *d, const char *const *extra, void (*chil
 	free(wrapper);
 	t0 = mono_ms();
 	for (;;) {
-		int fd = raw_connect(d->socket);
-
-		if (fd >= 0) {
-			int st = raw_hello(fd);
-
-			close(fd);
-			if (st == 0)
-				return;
-		}
+		if (itest_answers(d->socket))
+			return;
 		if (waitpid(d->pid, &wst, WNOHANG) == d->pid)
 			ck_abort_msg("pinbrokerd exited during start-up (%s %d); log %s since this start:\n%s",
 				     WIFEXITED(wst) ? "exit status" : "signal",

@@ -39,6 +39,8 @@ void daemon_prepare(struct daemon *d);
  * service manager sets its own there (tests/lib/fdstore.h).
  */
 void daemon_restart_with(struct daemon *d, const char *const *extra_args, void (*child_setup)(void *ud), void *ud);
+/* Whether a daemon on socket_path answers a HELLO now (through a connection of its own). */
+bool itest_answers(const char *socket_path);
 /*
  * Fork and exec argv (argv[0] found on PATH) with stdout and stderr appended to log and NOTIFY_SOCKET,
  * JOURNAL_STREAM and LISTEN_FDS unset; raise_nofile raises the soft RLIMIT_NOFILE first (for a wrapper such as
