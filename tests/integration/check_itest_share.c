@@ -146,12 +146,8 @@ static void attacher_child(int rd, int wr, uid_t uid)
 static pid_t spawn_attacher(uid_t uid, int *to_child, int *from_child)
 {
 	int a[2], b[2];
-	pid_t pid;
+	pid_t pid = itest_fork_piped(a, b);
 
-	ck_assert_int_eq(pipe(a), 0);
-	ck_assert_int_eq(pipe(b), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
 		close(a[1]);
 		close(b[0]);
@@ -173,6 +169,17 @@ static pb_lease *acquire_filled(pb_client *c)
 	return l;
 }
 
+/* A fresh connection in *c with a filled lease shared (any uid of its own), its token in token. */
+static pb_lease *connect_and_share(pb_client **c, char *token)
+{
+	pb_lease *l;
+
+	ck_assert_int_eq(pb_connect(d.socket, c), 0);
+	l = acquire_filled(*c);
+	ck_assert_int_eq(pb_lease_share(*c, l, NULL, 0, token), 0);
+	return l;
+}
+
 START_TEST(test_attacher_of_same_uid_sees_and_writes_the_same_bytes_counted_once)
 {
 	char token[PB_SHARE_TOKEN_LEN], token2[PB_SHARE_TOKEN_LEN], *out = NULL;
@@ -183,9 +190,7 @@ START_TEST(test_attacher_of_same_uid_sees_and_writes_the_same_bytes_counted_once
 	pb_lease *l;
 	pid_t pid;
 
-	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	l = acquire_filled(c);
-	ck_assert_int_eq(pb_lease_share(c, l, NULL, 0, token), 0);
+	l = connect_and_share(&c, token);
 	ck_assert_uint_eq(strlen(token), PB_SHARE_TOKEN_LEN - 1);
 	/* One token per lease: sharing again gives the same one. */
 	ck_assert_int_eq(pb_lease_share(c, l, NULL, 0, token2), 0);
@@ -255,9 +260,7 @@ START_TEST(test_cross_uid_attach_refused_without_grant_and_allowed_with_one)
 	pb_lease *l;
 	pid_t pid;
 
-	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	l = acquire_filled(c);
-	ck_assert_int_eq(pb_lease_share(c, l, NULL, 0, token), 0);
+	l = connect_and_share(&c, token);
 
 	pid = spawn_attacher(UID_A, &to, &from);
 	write_all(to, token, sizeof(token));
@@ -424,9 +427,7 @@ START_TEST(test_attachers_killed_are_cleaned_up_and_accounting_stays_exact)
 	pb_lease *l;
 	pid_t pid[4];
 
-	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	l = acquire_filled(c);
-	ck_assert_int_eq(pb_lease_share(c, l, NULL, 0, token), 0);
+	l = connect_and_share(&c, token);
 	for (int i = 0; i < 4; i++) {
 		pid[i] = spawn_attacher(i % 2 ? UID_A : 0, &to[i], &from[i]);
 		if (i == 1) {
@@ -495,11 +496,8 @@ START_TEST(test_holder_killed_leaves_lease_to_attacher_until_it_releases)
 	int a[2], b[2];
 	pb_client *c;
 	pb_lease *l;
-	pid_t pid;
+	pid_t pid = itest_fork_piped(a, b);
 
-	ck_assert_int_eq(pipe(a), 0);
-	ck_assert_int_eq(pipe(b), 0);
-	pid = itest_fork();
 	if (pid == 0) {
 		close(a[0]);
 		close(b[1]);
@@ -546,9 +544,7 @@ START_TEST(test_restart_keeps_lease_counted_until_former_attacher_exits)
 	daemon_prepare(&d);
 	fs = fdstore_new(&d);
 	fdstore_daemon_start(fs, args);
-	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	l = acquire_filled(c);
-	ck_assert_int_eq(pb_lease_share(c, l, NULL, 0, token), 0);
+	l = connect_and_share(&c, token);
 	pid = spawn_attacher(0, &to, &from);
 	write_all(to, token, sizeof(token));
 	read_all(from, &r, sizeof(r));
