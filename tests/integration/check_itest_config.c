@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,11 +145,27 @@ static int pinbrokerd(char **out, const char *args)
 	return run_capture(cmd, out);
 }
 
+/* pinbrokerd ARGS must exit want with each of the NULL-ended strings after args in its output. */
+static __attribute__((sentinel)) void pinbrokerd_says(int want, const char *args, ...)
+{
+	const char *needle;
+	char *out = NULL;
+	va_list ap;
+	int r = pinbrokerd(&out, args);
+
+	ck_assert_msg(r == want, "pinbrokerd %s: exit %d, want %d\n%s", args, r, want, itest_tail(out));
+	va_start(ap, args);
+	while ((needle = va_arg(ap, const char *)))
+		ck_assert_msg(strstr(out, needle), "pinbrokerd %s: '%s' not in\n%s", args, needle, itest_tail(out));
+	va_end(ap);
+	free(out);
+}
+
 START_TEST(test_budget_alone_starts_with_the_default_prewarm_clamped)
 {
 	static const char *const args[] = { "--config", "/dev/null", "--budget", "128M", NULL };
 	struct daemon d;
-	char *log, *out = NULL;
+	char *log;
 
 	daemon_prepare(&d);
 	start_plain(&d, args);
@@ -164,13 +181,9 @@ START_TEST(test_budget_alone_starts_with_the_default_prewarm_clamped)
 	ck_assert_int_eq(daemon_stop(&d), 0);
 
 	/* A pair the user set both halves of stays an error. */
-	ck_assert_int_eq(pinbrokerd(&out, "--budget 128M --prewarm 256M --check-config"), 1);
-	ck_assert_msg(strstr(out, "prewarm (256 MiB) is above budget (128 MiB); lower prewarm or raise budget"), "%s",
-		      out);
-	free(out);
-	ck_assert_int_eq(pinbrokerd(&out, "--budget 100M --check-config"), 0);
-	ck_assert_msg(strstr(out, "configuration OK"), "%s", out);
-	free(out);
+	pinbrokerd_says(1, "--budget 128M --prewarm 256M --check-config",
+			"prewarm (256 MiB) is above budget (128 MiB); lower prewarm or raise budget", NULL);
+	pinbrokerd_says(0, "--budget 100M --check-config", "configuration OK", NULL);
 }
 END_TEST
 
@@ -178,13 +191,9 @@ START_TEST(test_bad_command_line_value_exits_2_with_usage)
 {
 	char *out = NULL;
 
-	ck_assert_int_eq(pinbrokerd(&out, "--budget 12Q --check-config"), 2);
-	ck_assert_msg(strstr(out, "--budget: budget: '12Q' is not a size"), "%s", out);
-	ck_assert_msg(strstr(out, "Usage: pinbrokerd"), "%s", out);
-	free(out);
-	ck_assert_int_eq(pinbrokerd(&out, "--max-connections 0"), 2);
-	ck_assert_msg(strstr(out, "out of range"), "%s", out);
-	free(out);
+	pinbrokerd_says(2, "--budget 12Q --check-config", "--budget: budget: '12Q' is not a size", "Usage: pinbrokerd",
+			NULL);
+	pinbrokerd_says(2, "--max-connections 0", "out of range", NULL);
 }
 END_TEST
 
@@ -212,12 +221,10 @@ START_TEST(test_missing_admin_group_warns_at_check_and_start)
 	static const char *const args[] = { "--config", "/dev/null",     "--budget",         "64M", "--prewarm",
 					    "0",        "--admin-group", "pb-no-such-group", NULL };
 	struct daemon d;
-	char *out = NULL, *log;
+	char *log;
 
-	ck_assert_int_eq(pinbrokerd(&out, "--admin-group pb-no-such-group --check-config"), 0);
-	ck_assert_msg(strstr(out, "admin-group 'pb-no-such-group' does not exist"), "%s", out);
-	ck_assert_msg(strstr(out, "configuration OK"), "%s", out);
-	free(out);
+	pinbrokerd_says(0, "--admin-group pb-no-such-group --check-config",
+			"admin-group 'pb-no-such-group' does not exist", "configuration OK", NULL);
 	daemon_prepare(&d);
 	start_plain(&d, args);
 	log = daemon_log(&d);
