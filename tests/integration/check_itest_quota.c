@@ -488,12 +488,11 @@ END_TEST
 START_TEST(test_real_cgroup_quota_refuses_past_it_and_sums_two_clients)
 {
 	const char *cg = cg_make("job_2");
-	char *out = NULL, cmd[300];
+	char cmd[300];
 	struct holder *a, *b, *c;
 
 	snprintf(cmd, sizeof(cmd), "quota set %s 8M", cg);
-	ck_assert_int_eq(pinctl(&d, &out, "%s", cmd), 0);
-	free(out);
+	itest_pinctl_says(&d, 0, cmd, NULL);
 	a = spawn_holder(0, cg, NULL, 4 * MiB);
 	b = spawn_holder(0, cg, NULL, 4 * MiB);
 	ck_assert_msg(a->r == 0 && b->r == 0, "acquire: %s %s", a->msg, b->msg);
@@ -506,8 +505,7 @@ START_TEST(test_real_cgroup_quota_refuses_past_it_and_sums_two_clients)
 		      "unclear refusal: %s", c->msg);
 	/* Clearing lets it through. */
 	snprintf(cmd, sizeof(cmd), "quota clear %s", cg);
-	ck_assert_int_eq(pinctl(&d, &out, "%s", cmd), 0);
-	free(out);
+	itest_pinctl_says(&d, 0, cmd, NULL);
 	ck_assert_int_eq(job_field(cg, "quota_bytes"), 0); /* null: no quota */
 	c = spawn_holder(0, cg, NULL, 2 * MiB);
 	ck_assert_msg(c->r == 0, "after clear: %s", c->msg);
@@ -518,13 +516,12 @@ END_TEST
 START_TEST(test_real_cgroup_glob_quota_covers_each_job_and_revoke_takes_them_back)
 {
 	const char *j1 = cg_make("job_3"), *j2 = cg_make("job_4");
-	char *out = NULL, cmd[300], glob[200];
+	char cmd[300], glob[200];
 	struct holder *a, *b, *c;
 
 	snprintf(glob, sizeof(glob), "%s/job_*", cg_top);
 	snprintf(cmd, sizeof(cmd), "quota set %s 6M", glob);
-	ck_assert_int_eq(pinctl(&d, &out, "%s", cmd), 0);
-	free(out);
+	itest_pinctl_says(&d, 0, cmd, NULL);
 	a = spawn_holder(0, j1, NULL, 4 * MiB);
 	b = spawn_holder(0, j2, NULL, 4 * MiB);
 	ck_assert_msg(a->r == 0 && b->r == 0, "acquire: %s %s", a->msg, b->msg);
@@ -537,9 +534,7 @@ START_TEST(test_real_cgroup_glob_quota_covers_each_job_and_revoke_takes_them_bac
 	ck_assert_int_eq(metric_job_bytes(j2), (int64_t)(4 * MiB));
 	/* --revoke on clear takes both jobs' leases back (the holders do not release: they are disconnected). */
 	snprintf(cmd, sizeof(cmd), "quota clear %s --revoke --deadline 500", glob);
-	ck_assert_int_eq(pinctl(&d, &out, "%s", cmd), 0);
-	ck_assert_msg(strstr(out, "revoking 2 leases"), "%s", out);
-	free(out);
+	itest_pinctl_says(&d, 0, cmd, "revoking 2 leases", NULL);
 	ck_assert_int_eq(wait_leased(d.socket, 0, 10000), 0);
 	ck_assert_int_eq(job_field(j1, "bytes"), -1);
 }
@@ -552,8 +547,7 @@ START_TEST(test_real_cgroup_set_rule_is_released_when_the_cgroup_goes)
 	struct holder *h;
 
 	snprintf(cmd, sizeof(cmd), "quota set %s 8M", cg);
-	ck_assert_int_eq(pinctl(&d, &out, "%s", cmd), 0);
-	free(out);
+	itest_pinctl_says(&d, 0, cmd, NULL);
 	h = spawn_holder(0, cg, NULL, 4 * MiB);
 	ck_assert_msg(h->r == 0, "acquire: %s", h->msg);
 	ck_assert_int_eq(pinctl(&d, &out, "quota list --json"), 0);
@@ -861,9 +855,7 @@ START_TEST(test_hostile_quota_set_input_is_refused_clearly)
 	char *out = NULL, cmd[2200];
 
 	snprintf(cmd, sizeof(cmd), "quota set /%01000d 1G", 7);
-	ck_assert_int_eq(pinctl(&d, &out, "%s", cmd), 1);
-	ck_assert_msg(strstr(out, "too long"), "%s", out);
-	free(out);
+	itest_pinctl_says(&d, 1, cmd, "too long", NULL);
 	ck_assert_int_eq(pinctl(&d, &out, "quota set '/a/../b' 1G"), 1);
 	ck_assert_msg(strstr(out, "'..'"), "%s", out);
 	free(out);
