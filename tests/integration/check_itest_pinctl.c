@@ -520,29 +520,21 @@ static void start_small_quota(void)
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-pinctl");
-	TCase *t = tcase_create("pinctl");
-	/* Needs pidfd_send_signal: valgrind 3.19 lacks pidfd_open, so its run excludes the tag "enforce". */
-	TCase *e = tcase_create("enforce");
+	TCase *t;
 
 	jq_present = have_jq();
 	if (!jq_present)
 		check_skip("jq is not installed, so status --json was not checked field by field: "
 			   "apt-get install jq (scripts/deps.sh installs it)");
-	tcase_add_checked_fixture(t, start, stop);
-	tcase_set_timeout(t, 30);
-	tcase_add_test(t, test_status_human_shows_budget_and_client_rows);
-	tcase_add_test(t, test_status_json_has_stable_schema);
-	tcase_add_test(t, test_leases_lists_each_lease);
-	tcase_add_test(t, test_acquire_prints_timing_and_releases);
-	tcase_add_test(t, test_acquire_refused_exits_1_with_reason);
-	tcase_add_test(t, test_bad_arguments_exit_2_with_usage);
-	tcase_add_test(t, test_no_daemon_exits_1_and_says_what_to_do);
-	tcase_add_test(t, test_daemon_bad_cli_exits_2_and_bad_config_gives_file_line);
-	tcase_add_test(t, test_usage_errors_are_one_line_each_said_once);
-	tcase_add_test(t, test_oversized_sizes_exit_2_whatever_the_digits);
-	tcase_add_test(t, test_empty_socket_is_a_usage_error_and_help_exits_0);
-	tcase_add_test(t, test_every_command_has_help_and_takes_socket_after_its_name);
-	tcase_add_test(t, test_status_prints_sizes_and_integer_counts_not_exponents);
+	t = CHECK_CASE(s, "pinctl", start, stop, 30, test_status_human_shows_budget_and_client_rows,
+		       test_status_json_has_stable_schema, test_leases_lists_each_lease,
+		       test_acquire_prints_timing_and_releases, test_acquire_refused_exits_1_with_reason,
+		       test_bad_arguments_exit_2_with_usage, test_no_daemon_exits_1_and_says_what_to_do,
+		       test_daemon_bad_cli_exits_2_and_bad_config_gives_file_line,
+		       test_usage_errors_are_one_line_each_said_once, test_oversized_sizes_exit_2_whatever_the_digits,
+		       test_empty_socket_is_a_usage_error_and_help_exits_0,
+		       test_every_command_has_help_and_takes_socket_after_its_name,
+		       test_status_prints_sizes_and_integer_counts_not_exponents);
 	/* Registered only where they can run, so they never pass without running. */
 	if (can_drop_to_nobody()) {
 		tcase_add_test(t, test_permission_denied_says_how_to_get_admin_once);
@@ -551,15 +543,12 @@ static Suite *suite(void)
 		fprintf(stderr, "not running the permission tests: they need root and setpriv to run pinctl as "
 				"nobody\n");
 	}
-	suite_add_tcase(s, t);
 
 	CHECK_CASE(s, "quota", start_small_quota, stop, 30, test_wait_timed_out_over_quota_says_over_quota);
 
-	tcase_add_checked_fixture(e, start, stop);
-	tcase_set_timeout(e, 30);
-	tcase_set_tags(e, "enforce");
-	tcase_add_test(e, test_revoke_enforced_with_sigterm_returns_bytes);
-	suite_add_tcase(s, e);
+	/* Needs pidfd_send_signal: valgrind 3.19 lacks pidfd_open, so its run excludes the tag "enforce". */
+	tcase_set_tags(CHECK_CASE(s, "enforce", start, stop, 30, test_revoke_enforced_with_sigterm_returns_bytes),
+		       "enforce");
 
 	CHECK_CASE(s, "paged", start_small_chunks, stop, 60, test_leases_and_status_json_page_past_one_reply);
 
@@ -569,12 +558,8 @@ static Suite *suite(void)
 	 */
 	if (itest_need_fds(PAGED_CONNS + 100) == 0) {
 		/* Created only when added: a TCase left out of the suite is never freed (LeakSanitizer). */
-		TCase *pc = tcase_create("paged-clients");
-
-		tcase_add_checked_fixture(pc, start_many_conns, stop);
-		tcase_set_timeout(pc, 60);
-		tcase_add_test(pc, test_status_lists_every_connection_across_pages);
-		suite_add_tcase(s, pc);
+		CHECK_CASE(s, "paged-clients", start_many_conns, stop, 60,
+			   test_status_lists_every_connection_across_pages);
 	} else {
 		check_skip("the %d-connection status test: %s", PAGED_CONNS, itest_nofile_why);
 	}

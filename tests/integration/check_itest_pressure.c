@@ -478,8 +478,6 @@ static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-pressure");
 	TCase *r = tcase_create("real-kernel");
-	/* Needs pidfd_send_signal: valgrind 3.19 lacks pidfd_open, so its run excludes the tag "enforce". */
-	TCase *e = tcase_create("enforce");
 
 	CHECK_CASE(s, "fixture", start, stop, 30, test_critical_revokes_best_effort_first_then_normal_then_critical,
 		   test_state_returns_to_normal_only_after_hysteresis,
@@ -490,11 +488,10 @@ static Suite *suite(void)
 
 	CHECK_CASE(s, "sample-now", start_slow_poll, stop, 30, test_sigusr1_samples_at_once);
 
-	tcase_add_checked_fixture(e, start, stop);
-	tcase_set_timeout(e, 30);
-	tcase_set_tags(e, "enforce");
-	tcase_add_test(e, test_client_that_ignores_revoke_is_enforced_and_counted_until_gone);
-	suite_add_tcase(s, e);
+	/* Needs pidfd_send_signal: valgrind 3.19 lacks pidfd_open, so its run excludes the tag "enforce". */
+	tcase_set_tags(CHECK_CASE(s, "enforce", start, stop, 30,
+				  test_client_that_ignores_revoke_is_enforced_and_counted_until_gone),
+		       "enforce");
 
 	tcase_add_checked_fixture(r, noop, stop_real);
 	tcase_set_timeout(r, 60);
