@@ -405,6 +405,20 @@ static int send_bytes(int fd, const void *buf, size_t len)
 	return wire_send(fd, buf, len, NULL, 0);
 }
 
+/* A packet of len bytes (at most 2048) over max-message-bytes, after HELLO: the daemon closes that connection within 2 s. */
+static void assert_oversized_closes(size_t len)
+{
+	static uint8_t big[2048];
+	int fd = raw_connect(d.socket);
+
+	ck_assert_uint_le(len, sizeof(big));
+	memset(big, 0x0a, len);
+	ck_assert_int_eq(raw_hello(fd), 0);
+	send_bytes(fd, big, len);
+	ck_assert_msg(raw_closed_by_peer(fd, 2000), "a %zu-byte packet left its connection open", len);
+	close(fd);
+}
+
 static int acquire_size(int fd, uint64_t size)
 {
 	int fds[64];
@@ -465,16 +479,7 @@ START_TEST(test_hostile_packets_close_only_their_connection_and_keep_the_books)
 		close(fd);
 	}
 	/* Over max-message-bytes (1024 here): closed. */
-	{
-		uint8_t big[2048];
-
-		memset(big, 0x0a, sizeof(big));
-		fd = raw_connect(d.socket);
-		ck_assert_int_eq(raw_hello(fd), 0);
-		send_bytes(fd, big, sizeof(big));
-		ck_assert(raw_closed_by_peer(fd, 2000));
-		close(fd);
-	}
+	assert_oversized_closes(2048);
 
 	/* Valid packets, invalid values: a status each, and the connection stays. */
 	ck_assert_int_eq(acquire_size(other, 0), 4 /* STATUS_INVALID_SIZE */);
@@ -596,16 +601,7 @@ START_TEST(test_every_limit_is_refused_with_a_status_or_a_close)
 	close(extra);
 
 	/* max-message-bytes = 256 */
-	{
-		uint8_t big[300];
-
-		memset(big, 0x0a, sizeof(big));
-		extra = raw_connect(d.socket);
-		ck_assert_int_eq(raw_hello(extra), 0);
-		send_bytes(extra, big, sizeof(big));
-		ck_assert(raw_closed_by_peer(extra, 2000));
-		close(extra);
-	}
+	assert_oversized_closes(300);
 	ck_assert_int_eq(raw_status(a), 0);
 	check_accounting("after the limits");
 	close(a);
