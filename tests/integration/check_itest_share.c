@@ -160,6 +160,18 @@ static pid_t spawn_attacher(uid_t uid, int *to_child, int *from_child)
 	return pid;
 }
 
+/* spawn_attacher, handed token (PB_SHARE_TOKEN_LEN bytes): its pb_attach must return want. Returns its pid. */
+static pid_t attacher_with(uid_t uid, const char *token, int want, int *to_child, int *from_child)
+{
+	pid_t pid = spawn_attacher(uid, to_child, from_child);
+	int r;
+
+	write_all(*to_child, token, PB_SHARE_TOKEN_LEN);
+	read_all(*from_child, &r, sizeof(r));
+	ck_assert_msg(r == want, "attacher of uid %u: pb_attach gave %d, want %d", (unsigned)uid, r, want);
+	return pid;
+}
+
 static pb_lease *acquire_filled(pb_client *c)
 {
 	pb_lease *l;
@@ -184,7 +196,7 @@ START_TEST(test_attacher_of_same_uid_sees_and_writes_the_same_bytes_counted_once
 {
 	char token[PB_SHARE_TOKEN_LEN], token2[PB_SHARE_TOKEN_LEN], *out = NULL;
 	struct pb_lease_info li;
-	int to, from, r;
+	int to, from;
 	int64_t leased;
 	pb_client *c;
 	pb_lease *l;
@@ -196,10 +208,7 @@ START_TEST(test_attacher_of_same_uid_sees_and_writes_the_same_bytes_counted_once
 	ck_assert_int_eq(pb_lease_share(c, l, NULL, 0, token2), 0);
 	ck_assert_str_eq(token, token2);
 
-	pid = spawn_attacher(0, &to, &from);
-	write_all(to, token, sizeof(token));
-	read_all(from, &r, sizeof(r));
-	ck_assert_int_eq(r, 0);
+	pid = attacher_with(0, token, 0, &to, &from);
 	read_all(from, &leased, sizeof(leased));
 	/* Counted once: the attach added nothing. */
 	ck_assert_int_eq(leased, (int64_t)LEASE_BYTES);
@@ -254,7 +263,7 @@ START_TEST(test_cross_uid_attach_refused_without_grant_and_allowed_with_one)
 {
 	char token[PB_SHARE_TOKEN_LEN], again[PB_SHARE_TOKEN_LEN];
 	uid_t grant = UID_A;
-	int to, from, r;
+	int to, from;
 	int64_t leased;
 	pb_client *c;
 	pb_lease *l;
@@ -262,10 +271,7 @@ START_TEST(test_cross_uid_attach_refused_without_grant_and_allowed_with_one)
 
 	l = connect_and_share(&c, token);
 
-	pid = spawn_attacher(UID_A, &to, &from);
-	write_all(to, token, sizeof(token));
-	read_all(from, &r, sizeof(r));
-	ck_assert_int_eq(r, -EACCES);
+	pid = attacher_with(UID_A, token, -EACCES, &to, &from);
 	ck_assert_int_eq(itest_wait_exit(pid), 0);
 	close(to);
 	close(from);
@@ -284,10 +290,7 @@ START_TEST(test_cross_uid_attach_refused_without_grant_and_allowed_with_one)
 		ck_assert_int_eq(pb_lease_share(c, l, many, 31, again), 0);
 		ck_assert_str_eq(token, again);
 	}
-	pid = spawn_attacher(UID_A, &to, &from);
-	write_all(to, token, sizeof(token));
-	read_all(from, &r, sizeof(r));
-	ck_assert_int_eq(r, 0);
+	pid = attacher_with(UID_A, token, 0, &to, &from);
 	read_all(from, &leased, sizeof(leased));
 	ck_assert_uint_eq(((unsigned char *)pb_lease_data(l))[1], 0x5a);
 	write_all(to, "x", 1);
@@ -456,10 +459,7 @@ START_TEST(test_attachers_killed_are_cleaned_up_and_accounting_stays_exact)
 	check_books("attachers killed, holder alive");
 
 	/* The holder lets go with one attacher left; that attacher's crash ends the lease. */
-	pid[0] = spawn_attacher(0, &to[0], &from[0]);
-	write_all(to[0], token, sizeof(token));
-	read_all(from[0], &r, sizeof(r));
-	ck_assert_int_eq(r, 0);
+	pid[0] = attacher_with(0, token, 0, &to[0], &from[0]);
 	read_all(from[0], &leased, sizeof(leased));
 	ck_assert_int_eq(pb_release(c, l), 0);
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)LEASE_BYTES);
@@ -535,7 +535,7 @@ START_TEST(test_restart_keeps_lease_counted_until_former_attacher_exits)
 	char token[PB_SHARE_TOKEN_LEN];
 	struct pb_status *st = NULL;
 	struct fdstore *fs;
-	int to, from, r;
+	int to, from;
 	int64_t leased;
 	pb_client *c;
 	pb_lease *l;
@@ -545,10 +545,7 @@ START_TEST(test_restart_keeps_lease_counted_until_former_attacher_exits)
 	fs = fdstore_new(&d);
 	fdstore_daemon_start(fs, args);
 	l = connect_and_share(&c, token);
-	pid = spawn_attacher(0, &to, &from);
-	write_all(to, token, sizeof(token));
-	read_all(from, &r, sizeof(r));
-	ck_assert_int_eq(r, 0);
+	pid = attacher_with(0, token, 0, &to, &from);
 	read_all(from, &leased, sizeof(leased));
 
 	fdstore_daemon_kill(fs);
