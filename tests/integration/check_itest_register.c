@@ -344,9 +344,7 @@ START_TEST(test_restart_keeps_never_revoked_leases_unrevokable)
 	free(ids);
 	ck_assert_int_eq(pb_unregister(c, reg), 0);
 	ck_assert_int_eq(pb_release(c, l), 0);
-	ck_assert_int_eq(wait_leased(d.socket, 0, 3000), 0);
-	pb_disconnect(c);
-	ck_assert_int_eq(daemon_stop(&d), 0);
+	itest_end_clean(&d, c, 3000);
 	fdstore_free(fs);
 }
 END_TEST

@@ -310,6 +310,14 @@ void daemon_restart_with(struct daemon *d, const char *const *extra, void (*chil
 	}
 }
 
+void itest_end_clean(struct daemon *d, pb_client *c, int timeout_ms)
+{
+	ck_assert_int_eq(wait_leased(d->socket, 0, timeout_ms), 0);
+	if (c)
+		pb_disconnect(c);
+	ck_assert_int_eq(daemon_stop(d), 0);
+}
+
 bool daemon_alive(const struct daemon *d)
 {
 	int st;

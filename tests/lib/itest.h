@@ -79,6 +79,11 @@ char *itest_read_file(const char *path);
 char *itest_table_cell(const char *table, const char *row_prefix, const char *col);
 /* The daemon's status with every lease row, through a connection of its own (free with pb_status_free). */
 struct pb_status *itest_status(const char *socket_path);
+/*
+ * A test's clean end: nothing leased on d within timeout_ms, c (unless NULL) disconnected, and d stopped with
+ * exit status 0.
+ */
+void itest_end_clean(struct daemon *d, pb_client *c, int timeout_ms);
 /* The lease row of id in s, or NULL; it lives as long as s. */
 const struct pb_lease_info *itest_lease_row(const struct pb_status *s, uint64_t id);
 
