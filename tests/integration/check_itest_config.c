@@ -189,8 +189,6 @@ END_TEST
 
 START_TEST(test_bad_command_line_value_exits_2_with_usage)
 {
-	char *out = NULL;
-
 	pinbrokerd_says(2, "--budget 12Q --check-config", "--budget: budget: '12Q' is not a size", "Usage: pinbrokerd",
 			NULL);
 	pinbrokerd_says(2, "--max-connections 0", "out of range", NULL);
