@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,12 @@ static void write_conf(const struct daemon *d, const char *text, char *path, siz
 	ck_assert_int_eq(fclose(f), 0);
 }
 
+/* In the daemon's child: no PINBROKER_SOCKET from the test's environment. */
+static void unset_socket_env(void *ud)
+{
+	unsetenv("PINBROKER_SOCKET");
+}
+
 /*
  * Start pinbrokerd on d's socket with only the given arguments (daemon_start
  * always adds --prewarm, which would make every prewarm a user's value).
@@ -56,32 +63,8 @@ static void start_plain(struct daemon *d, const char *const *args)
 	for (size_t i = 0; args[i] && n < 31; i++)
 		argv[n++] = args[i];
 	argv[n] = NULL;
-	d->pid = itest_fork();
-	ck_assert_int_ge(d->pid, 0);
-	if (d->pid == 0) {
-		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		unsetenv("NOTIFY_SOCKET");
-		unsetenv("JOURNAL_STREAM");
-		unsetenv("LISTEN_FDS");
-		unsetenv("PINBROKER_SOCKET");
-		execv(argv[0], (char *const *)argv);
-		_exit(127);
-	}
-	for (t0 = mono_ms();; usleep(5000)) {
-		int fd = raw_connect(d->socket);
-
-		if (fd >= 0) {
-			int st = raw_hello(fd);
-
-			close(fd);
-			if (st == 0)
-				return;
-		}
+	d->pid = itest_spawn_logged(d->log, argv, false, unset_socket_env, NULL);
+	for (t0 = mono_ms(); !itest_answers(d->socket); usleep(5000)) {
 		if (!daemon_alive(d) || mono_ms() - t0 > itest_start_timeout_ms()) {
 			char *log = daemon_log(d);
 
@@ -162,11 +145,27 @@ static int pinbrokerd(char **out, const char *args)
 	return run_capture(cmd, out);
 }
 
+/* pinbrokerd ARGS must exit want with each of the NULL-ended strings after args in its output. */
+static __attribute__((sentinel)) void pinbrokerd_says(int want, const char *args, ...)
+{
+	const char *needle;
+	char *out = NULL;
+	va_list ap;
+	int r = pinbrokerd(&out, args);
+
+	ck_assert_msg(r == want, "pinbrokerd %s: exit %d, want %d\n%s", args, r, want, itest_tail(out));
+	va_start(ap, args);
+	while ((needle = va_arg(ap, const char *)))
+		ck_assert_msg(strstr(out, needle), "pinbrokerd %s: '%s' not in\n%s", args, needle, itest_tail(out));
+	va_end(ap);
+	free(out);
+}
+
 START_TEST(test_budget_alone_starts_with_the_default_prewarm_clamped)
 {
 	static const char *const args[] = { "--config", "/dev/null", "--budget", "128M", NULL };
 	struct daemon d;
-	char *log, *out = NULL;
+	char *log;
 
 	daemon_prepare(&d);
 	start_plain(&d, args);
@@ -182,27 +181,17 @@ START_TEST(test_budget_alone_starts_with_the_default_prewarm_clamped)
 	ck_assert_int_eq(daemon_stop(&d), 0);
 
 	/* A pair the user set both halves of stays an error. */
-	ck_assert_int_eq(pinbrokerd(&out, "--budget 128M --prewarm 256M --check-config"), 1);
-	ck_assert_msg(strstr(out, "prewarm (256 MiB) is above budget (128 MiB); lower prewarm or raise budget"), "%s",
-		      out);
-	free(out);
-	ck_assert_int_eq(pinbrokerd(&out, "--budget 100M --check-config"), 0);
-	ck_assert_msg(strstr(out, "configuration OK"), "%s", out);
-	free(out);
+	pinbrokerd_says(1, "--budget 128M --prewarm 256M --check-config",
+			"prewarm (256 MiB) is above budget (128 MiB); lower prewarm or raise budget", NULL);
+	pinbrokerd_says(0, "--budget 100M --check-config", "configuration OK", NULL);
 }
 END_TEST
 
 START_TEST(test_bad_command_line_value_exits_2_with_usage)
 {
-	char *out = NULL;
-
-	ck_assert_int_eq(pinbrokerd(&out, "--budget 12Q --check-config"), 2);
-	ck_assert_msg(strstr(out, "--budget: budget: '12Q' is not a size"), "%s", out);
-	ck_assert_msg(strstr(out, "Usage: pinbrokerd"), "%s", out);
-	free(out);
-	ck_assert_int_eq(pinbrokerd(&out, "--max-connections 0"), 2);
-	ck_assert_msg(strstr(out, "out of range"), "%s", out);
-	free(out);
+	pinbrokerd_says(2, "--budget 12Q --check-config", "--budget: budget: '12Q' is not a size", "Usage: pinbrokerd",
+			NULL);
+	pinbrokerd_says(2, "--max-connections 0", "out of range", NULL);
 }
 END_TEST
 
@@ -230,12 +219,10 @@ START_TEST(test_missing_admin_group_warns_at_check_and_start)
 	static const char *const args[] = { "--config", "/dev/null",     "--budget",         "64M", "--prewarm",
 					    "0",        "--admin-group", "pb-no-such-group", NULL };
 	struct daemon d;
-	char *out = NULL, *log;
+	char *log;
 
-	ck_assert_int_eq(pinbrokerd(&out, "--admin-group pb-no-such-group --check-config"), 0);
-	ck_assert_msg(strstr(out, "admin-group 'pb-no-such-group' does not exist"), "%s", out);
-	ck_assert_msg(strstr(out, "configuration OK"), "%s", out);
-	free(out);
+	pinbrokerd_says(0, "--admin-group pb-no-such-group --check-config",
+			"admin-group 'pb-no-such-group' does not exist", "configuration OK", NULL);
 	daemon_prepare(&d);
 	start_plain(&d, args);
 	log = daemon_log(&d);
@@ -274,14 +261,13 @@ END_TEST
 START_TEST(test_pinctl_set_values_survive_a_reload)
 {
 	struct daemon d;
-	char path[512], *out = NULL, *log;
+	char path[512], *log;
 	const char *args[] = { "--config", path, "--lock-memory", "no", NULL };
 
 	daemon_prepare(&d);
 	write_conf(&d, "budget = 256M\nprewarm = 8M\nuid-quota = 100%\n", path, sizeof(path));
 	start_plain(&d, args);
-	ck_assert_int_eq(pinctl(&d, &out, "set uid-quota 64M"), 0);
-	free(out);
+	itest_pinctl_says(&d, 0, "set uid-quota 64M", NULL);
 	ck_assert_int_eq(json_field(&d, "uid_quota_bytes"), (int64_t)(64 * MIB));
 	/* The file changes another key; the set value stays, the file's new budget applies. */
 	write_conf(&d, "budget = 192M\nprewarm = 8M\nuid-quota = 100%\n", path, sizeof(path));
@@ -367,22 +353,11 @@ START_TEST(test_reserve_hugepages_raises_nr_hugepages_by_what_the_budget_lacks)
 }
 END_TEST
 
-static Suite *itest_config_suite(void)
-{
-	Suite *s = suite_create("itest_config");
-	TCase *tc = tcase_create("config");
-
-	tcase_set_timeout(tc, TIMEOUT_S);
-	tcase_add_test(tc, test_budget_alone_starts_with_the_default_prewarm_clamped);
-	tcase_add_test(tc, test_bad_command_line_value_exits_2_with_usage);
-	tcase_add_test(tc, test_cross_key_errors_come_with_the_file_errors_and_lines);
-	tcase_add_test(tc, test_missing_admin_group_warns_at_check_and_start);
-	tcase_add_test(tc, test_reload_grows_the_pool_to_a_raised_prewarm);
-	tcase_add_test(tc, test_pinctl_set_values_survive_a_reload);
-	tcase_add_test(tc, test_reload_keeps_and_set_refuses_a_restart_key);
-	tcase_add_test(tc, test_reserve_hugepages_raises_nr_hugepages_by_what_the_budget_lacks);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(itest_config_suite, "itest_config", "config", NULL, NULL, TIMEOUT_S,
+	    test_budget_alone_starts_with_the_default_prewarm_clamped, test_bad_command_line_value_exits_2_with_usage,
+	    test_cross_key_errors_come_with_the_file_errors_and_lines,
+	    test_missing_admin_group_warns_at_check_and_start, test_reload_grows_the_pool_to_a_raised_prewarm,
+	    test_pinctl_set_values_survive_a_reload, test_reload_keeps_and_set_refuses_a_restart_key,
+	    test_reserve_hugepages_raises_nr_hugepages_by_what_the_budget_lacks)
 
 CHECK_MAIN(itest_config_suite)

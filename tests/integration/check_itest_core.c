@@ -53,12 +53,8 @@ END_TEST
 START_TEST(test_sigkill_of_holder_returns_its_bytes)
 {
 	int pfd[2];
-	pid_t pid;
-	char ok;
+	pid_t pid = itest_fork_piped(pfd, NULL);
 
-	ck_assert_int_eq(pipe(pfd), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
 		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
 		pb_client *c;
@@ -68,20 +64,15 @@ START_TEST(test_sigkill_of_holder_returns_its_bytes)
 		    pb_acquire(c, 10 * MiB, &o, &b) < 0)
 			_exit(1);
 		memset(pb_lease_data(a), 1, pb_lease_size(a));
-		if (write(pfd[1], "k", 1) != 1)
-			_exit(1);
-		for (;;)
-			pause();
+		itest_child_ready(pfd, 1);
 	}
-	close(pfd[1]);
-	ck_assert_int_eq(read(pfd[0], &ok, 1), 1);
+	itest_wait_ready(pfd);
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)(74 * MiB));
 	ck_assert_int_eq(kill(pid, SIGKILL), 0);
 	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
 	/* Returned in the loop iteration that sees the close. */
 	ck_assert_int_eq(wait_leased(d.socket, 0, 2000), 0);
 	ck_assert(daemon_alive(&d));
-	close(pfd[0]);
 }
 END_TEST
 
@@ -349,48 +340,29 @@ END_TEST
 
 static void start_quota(void)
 {
-	static const char *const args[] = { "--uid-quota", "64M", NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--uid-quota", "64M"));
 }
 
 static void start_big(void)
 {
-	static const char *const args[] = { "--budget", "1G", NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--budget", "1G"));
 }
 
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-core");
-	TCase *t = tcase_create("leases");
-	TCase *q = tcase_create("quota");
-	TCase *b = tcase_create("big");
 
-	tcase_add_checked_fixture(t, start_default, stop_daemon);
-	tcase_set_timeout(t, 30);
-	tcase_add_test(t, test_acquire_gives_exact_page_rounded_size_and_release_returns_it);
-	tcase_add_test(t, test_sigkill_of_holder_returns_its_bytes);
-	tcase_add_test(t, test_many_processes_killed_mid_lease_leave_nothing_leased);
-	tcase_add_test(t, test_refusals_have_distinct_errors);
-	tcase_add_test(t, test_waiting_acquire_is_granted_when_memory_frees);
-	tcase_add_test(t, test_waiting_acquire_times_out);
-	tcase_add_test(t, test_admin_revoke_reaches_callback_and_frees);
-	tcase_add_test(t, test_fallback_when_no_broker);
-	tcase_add_test(t, test_fallback_when_broker_refuses);
-	tcase_add_test(t, test_client_reconnects_after_daemon_restart_without_systemd);
-	suite_add_tcase(s, t);
+	CHECK_CASE(s, "leases", start_default, stop_daemon, 30,
+		   test_acquire_gives_exact_page_rounded_size_and_release_returns_it,
+		   test_sigkill_of_holder_returns_its_bytes, test_many_processes_killed_mid_lease_leave_nothing_leased,
+		   test_refusals_have_distinct_errors, test_waiting_acquire_is_granted_when_memory_frees,
+		   test_waiting_acquire_times_out, test_admin_revoke_reaches_callback_and_frees,
+		   test_fallback_when_no_broker, test_fallback_when_broker_refuses,
+		   test_client_reconnects_after_daemon_restart_without_systemd);
 
-	tcase_add_checked_fixture(q, start_quota, stop_daemon);
-	tcase_set_timeout(q, 30);
-	tcase_add_test(q, test_uid_quota_refuses_with_edquot);
-	suite_add_tcase(s, q);
+	CHECK_CASE(s, "quota", start_quota, stop_daemon, 30, test_uid_quota_refuses_with_edquot);
 
-	tcase_add_checked_fixture(b, start_big, stop_daemon);
-	tcase_set_timeout(b, 60);
-	tcase_add_test(b, test_lease_over_250_chunks_arrives_in_fd_batches);
-	suite_add_tcase(s, b);
+	CHECK_CASE(s, "big", start_big, stop_daemon, 60, test_lease_over_250_chunks_arrives_in_fd_batches);
 	return s;
 }
 

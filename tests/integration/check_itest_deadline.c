@@ -40,9 +40,7 @@ static struct daemon d;
 
 static void start(void)
 {
-	static const char *const args[] = { "--revoke-enforce", "sigkill", "--prewarm", "0", NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--revoke-enforce", "sigkill", "--prewarm", "0"));
 }
 
 static void stop(void)
@@ -229,13 +227,9 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-deadline");
-	TCase *t = tcase_create("deadline");
 
-	tcase_add_checked_fixture(t, start, stop);
-	tcase_set_timeout(t, 60);
-	tcase_add_test(t, test_holder_releasing_inside_the_deadline_is_left_alone);
-	tcase_add_test(t, test_holder_keeping_the_lease_is_killed_at_the_deadline);
-	suite_add_tcase(s, t);
+	CHECK_CASE(s, "deadline", start, stop, 60, test_holder_releasing_inside_the_deadline_is_left_alone,
+		   test_holder_keeping_the_lease_is_killed_at_the_deadline);
 	return s;
 }
 

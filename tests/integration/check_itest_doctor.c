@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,6 +154,26 @@ static void assert_message(const char *json, const char *check, const char *need
 	ck_assert_msg(strstr(msg, needle), "%s: '%s' not in '%s'", check, needle, msg);
 }
 
+/*
+ * Runs pinctl doctor --json and asserts its exit status, the status of one check and that each of the
+ * NULL-ended strings after it is in that check's message. Returns the JSON for more asserts; the caller frees it.
+ */
+static __attribute__((sentinel)) char *doctor_says(int want_exit, const char *check, const char *want, ...)
+{
+	const char *needle;
+	va_list ap;
+	char *out;
+	int r = doctor(&out);
+
+	ck_assert_msg(r == want_exit, "%s: exit %d, want %d\n%s", check, r, want_exit, out);
+	ASSERT_CHECK(out, check, want);
+	va_start(ap, want);
+	while ((needle = va_arg(ap, const char *)))
+		assert_message(out, check, needle);
+	va_end(ap);
+	return out;
+}
+
 START_TEST(test_healthy_fixture_is_all_ok_and_exits_0)
 {
 	static const char *const checks[] = { "socket",    "groups", "daemon-memlock", "caller-memlock",
@@ -183,106 +204,55 @@ START_TEST(test_thp_never_and_advise_collapse_deny_warns)
 {
 	char *out;
 
-	ck_assert_int_eq(doctor(&out), expect(0));
-	ASSERT_CHECK(out, "thp", "ok");
-	assert_message(out, "thp", "advise");
-	free(out);
+	free(doctor_says(expect(0), "thp", "ok", "advise", NULL));
 	/* MADV_COLLAPSE ignores the shmem setting but for deny (the H200 pool collapsed with never). */
 	put("sys/kernel/mm/transparent_hugepage/shmem_enabled", "always within_size advise [never] deny force\n");
-	ck_assert_int_eq(doctor(&out), expect(0));
-	ASSERT_CHECK(out, "thp", "ok");
-	assert_message(out, "thp", "never");
-	free(out);
+	free(doctor_says(expect(0), "thp", "ok", "never", NULL));
 	put("sys/kernel/mm/transparent_hugepage/shmem_enabled", "always within_size advise never [deny] force\n");
-	ck_assert_int_eq(doctor(&out), expect(EXIT_WARN));
-	ASSERT_CHECK(out, "thp", "warn");
+	out = doctor_says(expect(EXIT_WARN), "thp", "warn", NULL);
 	ck_assert_ptr_nonnull(strstr(out, "\"fix\":\"echo never"));
 	free(out);
 	unput("sys/kernel/mm/transparent_hugepage/shmem_enabled");
-	ck_assert_int_eq(doctor(&out), expect(EXIT_WARN));
-	ASSERT_CHECK(out, "thp", "warn");
-	free(out);
+	free(doctor_says(expect(EXIT_WARN), "thp", "warn", NULL));
 }
 END_TEST
 
 START_TEST(test_hugepages_none_some_and_none_free)
 {
-	char *out;
-
-	ck_assert_int_eq(doctor(&out), expect(0));
-	ASSERT_CHECK(out, "hugepages", "ok");
-	assert_message(out, "hugepages", "no huge pages reserved");
-	free(out);
+	free(doctor_says(expect(0), "hugepages", "ok", "no huge pages reserved", NULL));
 	meminfo(8192, 512, 512);
-	ck_assert_int_eq(doctor(&out), expect(0));
-	ASSERT_CHECK(out, "hugepages", "ok");
-	assert_message(out, "hugepages", "512 huge pages of 2 MiB reserved, 512 free (1 GiB)");
-	free(out);
+	free(doctor_says(expect(0), "hugepages", "ok", "512 huge pages of 2 MiB reserved, 512 free (1 GiB)", NULL));
 	meminfo(8192, 512, 0);
-	ck_assert_int_eq(doctor(&out), expect(EXIT_WARN));
-	ASSERT_CHECK(out, "hugepages", "warn");
-	assert_message(out, "hugepages", "none free");
-	free(out);
+	free(doctor_says(expect(EXIT_WARN), "hugepages", "warn", "none free", NULL));
 }
 END_TEST
 
 START_TEST(test_cgroup_v2_limits)
 {
-	char *out;
-	int r;
-
-	ck_assert_int_eq(doctor(&out), expect(0));
-	ASSERT_CHECK(out, "cgroup", "ok");
-	assert_message(out, "cgroup", "v2");
-	assert_message(out, "cgroup", "no memory limit");
-	free(out);
+	free(doctor_says(expect(0), "cgroup", "ok", "v2", "no memory limit", NULL));
 	/* 4 GiB on the service: the 256 MiB budget fits. */
 	put("sys/fs/cgroup/system.slice/pinbrokerd.service/memory.max", "4294967296\n");
-	ck_assert_int_eq(doctor(&out), expect(0));
-	ASSERT_CHECK(out, "cgroup", "ok");
-	assert_message(out, "cgroup", "memory limit 4 GiB");
-	free(out);
+	free(doctor_says(expect(0), "cgroup", "ok", "memory limit 4 GiB", NULL));
 	/* The lower limit of an ancestor counts. */
 	put("sys/fs/cgroup/system.slice/memory.max", "419430400\n");
-	r = doctor(&out);
-	ck_assert_msg(r == expect(EXIT_WARN), "exit %d\n%s", r, out);
-	ASSERT_CHECK(out, "cgroup", "warn");
-	assert_message(out, "cgroup", "400 MiB");
-	free(out);
+	free(doctor_says(expect(EXIT_WARN), "cgroup", "warn", "400 MiB", NULL));
 	put("sys/fs/cgroup/system.slice/memory.max", "209715200\n");
-	r = doctor(&out);
-	ck_assert_msg(r == EXIT_FAIL, "exit %d\n%s", r, out);
-	ASSERT_CHECK(out, "cgroup", "fail");
-	assert_message(out, "cgroup", "under the budget");
-	free(out);
+	free(doctor_says(EXIT_FAIL, "cgroup", "fail", "under the budget", NULL));
 }
 END_TEST
 
 START_TEST(test_cgroup_v1_and_hybrid)
 {
-	char *out;
-
 	put("proc/self/cgroup", "5:memory:/pinbroker/job\n4:pids:/\n1:name=systemd:/\n0::/\n");
 	put("sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
 	put("sys/fs/cgroup/memory/pinbroker/memory.limit_in_bytes", "9223372036854771712\n");
 	put("sys/fs/cgroup/memory/pinbroker/job/memory.limit_in_bytes", "9223372036854771712\n");
-	ck_assert_int_eq(doctor(&out), expect(0));
-	ASSERT_CHECK(out, "cgroup", "ok");
-	assert_message(out, "cgroup", "hybrid, memory on v1");
-	assert_message(out, "cgroup", "no memory limit");
-	free(out);
+	free(doctor_says(expect(0), "cgroup", "ok", "hybrid, memory on v1", "no memory limit", NULL));
 	put("proc/self/cgroup", "5:memory:/pinbroker/job\n4:pids:/\n");
 	put("sys/fs/cgroup/memory/pinbroker/job/memory.limit_in_bytes", "8589934592\n");
-	ck_assert_int_eq(doctor(&out), expect(0));
-	ASSERT_CHECK(out, "cgroup", "ok");
-	assert_message(out, "cgroup", "cgroup v1");
-	assert_message(out, "cgroup", "memory limit 8 GiB");
-	free(out);
+	free(doctor_says(expect(0), "cgroup", "ok", "cgroup v1", "memory limit 8 GiB", NULL));
 	put("sys/fs/cgroup/memory/pinbroker/memory.limit_in_bytes", "104857600\n");
-	ck_assert_int_eq(doctor(&out), expect(EXIT_FAIL));
-	ASSERT_CHECK(out, "cgroup", "fail");
-	assert_message(out, "cgroup", "100 MiB");
-	free(out);
+	free(doctor_says(expect(EXIT_FAIL), "cgroup", "fail", "100 MiB", NULL));
 }
 END_TEST
 
@@ -291,30 +261,20 @@ START_TEST(test_no_psi_warns)
 	char *out;
 
 	unput("proc/pressure/memory");
-	ck_assert_int_eq(doctor(&out), expect(EXIT_WARN));
-	ASSERT_CHECK(out, "psi", "warn");
+	out = doctor_says(expect(EXIT_WARN), "psi", "warn", NULL);
 	ck_assert_ptr_nonnull(strstr(out, "CONFIG_PSI"));
 	free(out);
 	put("proc/pressure/memory", "garbage\n");
-	ck_assert_int_eq(doctor(&out), expect(EXIT_WARN));
-	ASSERT_CHECK(out, "psi", "warn");
-	free(out);
+	free(doctor_says(expect(EXIT_WARN), "psi", "warn", NULL));
 }
 END_TEST
 
 START_TEST(test_budget_against_memtotal)
 {
-	char *out;
-
 	meminfo(400, 0, 0); /* 256 MiB of 400 MiB: 64% */
-	ck_assert_int_eq(doctor(&out), expect(EXIT_WARN));
-	ASSERT_CHECK(out, "budget", "warn");
-	assert_message(out, "budget", "64% of MemTotal 400 MiB");
-	free(out);
+	free(doctor_says(expect(EXIT_WARN), "budget", "warn", "64% of MemTotal 400 MiB", NULL));
 	meminfo(200, 0, 0);
-	ck_assert_int_eq(doctor(&out), expect(EXIT_FAIL));
-	ASSERT_CHECK(out, "budget", "fail");
-	free(out);
+	free(doctor_says(expect(EXIT_FAIL), "budget", "fail", NULL));
 }
 END_TEST
 
@@ -323,21 +283,14 @@ START_TEST(test_service_enabled_disabled_absent)
 	char *out;
 
 	ck_assert_int_eq(setenv("PB_FAKE_ENABLED", "disabled", 1), 0);
-	ck_assert_int_eq(doctor(&out), expect(EXIT_WARN));
-	ASSERT_CHECK(out, "service", "warn");
+	out = doctor_says(expect(EXIT_WARN), "service", "warn", NULL);
 	ck_assert_ptr_nonnull(strstr(out, "systemctl enable --now pinbrokerd.socket"));
 	free(out);
 	ck_assert_int_eq(setenv("PB_FAKE_ENABLED", "not-found", 1), 0);
-	ck_assert_int_eq(doctor(&out), expect(EXIT_WARN));
-	ASSERT_CHECK(out, "service", "warn");
-	assert_message(out, "service", "not installed");
-	free(out);
+	free(doctor_says(expect(EXIT_WARN), "service", "warn", "not installed", NULL));
 	/* No systemctl at all (an empty path stands for one not found): skipped, saying so. */
 	ck_assert_int_eq(setenv("PINBROKER_DOCTOR_SYSTEMCTL", "", 1), 0);
-	ck_assert_int_eq(doctor(&out), expect(0));
-	ASSERT_CHECK(out, "service", "skip");
-	assert_message(out, "service", "no systemctl");
-	free(out);
+	free(doctor_says(expect(0), "service", "skip", "no systemctl", NULL));
 }
 END_TEST
 
@@ -374,17 +327,14 @@ END_TEST
 
 START_TEST(test_daemon_found_and_admin_group_checked)
 {
-	const char *const args[] = { "--admin-group", "pinbroker-no-such-group", NULL };
 	char *out;
 
 	daemon_stop(&dmn);
-	daemon_start(&dmn, args);
-	ck_assert_int_eq(doctor(&out), expect(EXIT_WARN));
+	daemon_start(&dmn, ITEST_ARGS("--admin-group", "pinbroker-no-such-group"));
+	out = doctor_says(expect(EXIT_WARN), "groups", "warn", "pinbroker-no-such-group", NULL);
 	if (!base_exit)
 		ASSERT_CHECK(out, "daemon-memlock", "ok");
 	assert_message(out, "daemon-memlock", "pinbrokerd (pid ");
-	ASSERT_CHECK(out, "groups", "warn");
-	assert_message(out, "groups", "pinbroker-no-such-group");
 	free(out);
 }
 END_TEST
@@ -392,12 +342,9 @@ END_TEST
 START_TEST(test_no_daemon_fails_socket_and_skips_budget)
 {
 	char *out;
-	int r;
 
 	daemon_stop(&dmn);
-	r = doctor(&out);
-	ck_assert_msg(r == EXIT_FAIL, "exit %d\n%s", r, out);
-	ASSERT_CHECK(out, "socket", "fail");
+	out = doctor_says(EXIT_FAIL, "socket", "fail", NULL);
 	ASSERT_CHECK(out, "daemon-memlock", "skip");
 	ASSERT_CHECK(out, "budget", "skip");
 	free(out);
@@ -415,16 +362,9 @@ START_TEST(test_human_output_usage_and_help)
 	ck_assert_ptr_nonnull(strstr(out, "fix: boot a kernel with CONFIG_PSI=y"));
 	ck_assert_ptr_nonnull(strstr(out, base_exit ? "2 warnings, 0 failures" : "1 warning, 0 failures"));
 	free(out);
-	ck_assert_int_eq(pinctl(&dmn, &out, "doctor extra"), EXIT_USAGE);
-	ck_assert_ptr_nonnull(strstr(out, "see 'pinctl --help'"));
-	free(out);
-	ck_assert_int_eq(pinctl(&dmn, &out, "doctor --bogus"), EXIT_USAGE);
-	ck_assert_ptr_nonnull(strstr(out, "unknown option --bogus"));
-	free(out);
-	ck_assert_int_eq(pinctl(&dmn, &out, "doctor --help"), 0);
-	ck_assert_ptr_nonnull(strstr(out, "Usage: pinctl doctor"));
-	ck_assert_ptr_nonnull(strstr(out, "3 a failure"));
-	free(out);
+	itest_pinctl_says(&dmn, EXIT_USAGE, "doctor extra", "see 'pinctl --help'", NULL);
+	itest_pinctl_says(&dmn, EXIT_USAGE, "doctor --bogus", "unknown option --bogus", NULL);
+	itest_pinctl_says(&dmn, 0, "doctor --help", "Usage: pinctl doctor", "3 a failure", NULL);
 }
 END_TEST
 

@@ -43,40 +43,14 @@ static const uint64_t sizes[] = {
 /* Small pages, no pool kept warm, and no idle shrink during a test: what is lent is what was asked. */
 static void start_pool(void)
 {
-	static const char *const args[] = { "--budget",
-					    "64M",
-					    "--prewarm",
-					    "0",
-					    "--hugetlb",
-					    "no",
-					    "--thp",
-					    "no",
-					    "--chunk-size",
-					    "2M",
-					    "--pool-shrink-delay-ms",
-					    "600000",
-					    NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--budget", "64M", "--prewarm", "0", "--hugetlb", "no", "--thp", "no",
+				    "--chunk-size", "2M", "--pool-shrink-delay-ms", "600000"));
 }
 
 static void start_budget(void)
 {
-	static const char *const args[] = { "--budget",
-					    "8M",
-					    "--prewarm",
-					    "0",
-					    "--hugetlb",
-					    "no",
-					    "--thp",
-					    "no",
-					    "--chunk-size",
-					    "2M",
-					    "--pool-shrink-delay-ms",
-					    "600000",
-					    NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--budget", "8M", "--prewarm", "0", "--hugetlb", "no", "--thp", "no",
+				    "--chunk-size", "2M", "--pool-shrink-delay-ms", "600000"));
 }
 
 static void stop_daemon(void)
@@ -251,21 +225,13 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-exact");
-	TCase *t = tcase_create("sizes");
-	TCase *b = tcase_create("budget");
 
-	tcase_add_checked_fixture(t, start_pool, stop_daemon);
-	tcase_set_timeout(t, 60);
-	tcase_add_test(t, test_each_lease_is_its_request_rounded_to_the_page);
-	tcase_add_test(t, test_memfds_sent_add_up_to_the_rounded_request);
-	tcase_add_test(t, test_leases_held_together_add_up_exactly);
-	suite_add_tcase(s, t);
+	CHECK_CASE(s, "sizes", start_pool, stop_daemon, 60, test_each_lease_is_its_request_rounded_to_the_page,
+		   test_memfds_sent_add_up_to_the_rounded_request, test_leases_held_together_add_up_exactly);
 
-	tcase_add_checked_fixture(b, start_budget, stop_daemon);
-	tcase_set_timeout(b, 60);
-	tcase_add_test(b, test_budget_takes_a_lease_of_its_size_and_refuses_a_page_more);
-	tcase_add_test(b, test_budget_left_after_other_leases_is_exact_to_the_page);
-	suite_add_tcase(s, b);
+	CHECK_CASE(s, "budget", start_budget, stop_daemon, 60,
+		   test_budget_takes_a_lease_of_its_size_and_refuses_a_page_more,
+		   test_budget_left_after_other_leases_is_exact_to_the_page);
 	return s;
 }
 

@@ -405,44 +405,18 @@ static int send_bytes(int fd, const void *buf, size_t len)
 	return wire_send(fd, buf, len, NULL, 0);
 }
 
-static int request_status(int fd, Pinbroker__V1__Request *req)
+/* A packet of len bytes (at most 2048) over max-message-bytes, after HELLO: the daemon closes that connection within 2 s. */
+static void assert_oversized_closes(size_t len)
 {
-	Pinbroker__V1__Reply *rep;
-	size_t nfds;
-	int err, st;
+	static uint8_t big[2048];
+	int fd = raw_connect(d.socket);
 
-	req->has_seq = true;
-	req->seq = 9;
-	if (raw_send(fd, req, NULL, 0) < 0)
-		return -EPIPE;
-	rep = raw_recv(fd, NULL, 0, &nfds, 5000, &err);
-	if (!rep)
-		return err;
-	st = rep->status;
-	pinbroker__v1__reply__free_unpacked(rep, NULL);
-	return st;
-}
-
-static int release_id(int fd, uint64_t id)
-{
-	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
-	Pinbroker__V1__Release m = PINBROKER__V1__RELEASE__INIT;
-
-	m.lease_id = id;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
-	req.release = &m;
-	return request_status(fd, &req);
-}
-
-static int revoke_ack_id(int fd, uint64_t id)
-{
-	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
-	Pinbroker__V1__RevokeAck m = PINBROKER__V1__REVOKE_ACK__INIT;
-
-	m.lease_id = id;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_REVOKE_ACK;
-	req.revoke_ack = &m;
-	return request_status(fd, &req);
+	ck_assert_uint_le(len, sizeof(big));
+	memset(big, 0x0a, len);
+	ck_assert_int_eq(raw_hello(fd), 0);
+	send_bytes(fd, big, len);
+	ck_assert_msg(raw_closed_by_peer(fd, 2000), "a %zu-byte packet left its connection open", len);
+	close(fd);
 }
 
 static int acquire_size(int fd, uint64_t size)
@@ -505,16 +479,7 @@ START_TEST(test_hostile_packets_close_only_their_connection_and_keep_the_books)
 		close(fd);
 	}
 	/* Over max-message-bytes (1024 here): closed. */
-	{
-		uint8_t big[2048];
-
-		memset(big, 0x0a, sizeof(big));
-		fd = raw_connect(d.socket);
-		ck_assert_int_eq(raw_hello(fd), 0);
-		send_bytes(fd, big, sizeof(big));
-		ck_assert(raw_closed_by_peer(fd, 2000));
-		close(fd);
-	}
+	assert_oversized_closes(2048);
 
 	/* Valid packets, invalid values: a status each, and the connection stays. */
 	ck_assert_int_eq(acquire_size(other, 0), 4 /* STATUS_INVALID_SIZE */);
@@ -523,20 +488,20 @@ START_TEST(test_hostile_packets_close_only_their_connection_and_keep_the_books)
 	ck_assert_msg(st == 7 || st == 4, "size 2^63 got status %d", st);
 	ck_assert_int_eq(acquire_size(other, UINT64_MAX), 4 /* STATUS_INVALID_SIZE */);
 	ck_assert_int_eq(acquire_size(other, 1ull << 40), 7 /* STATUS_TOO_LARGE */);
-	ck_assert_int_eq(release_id(other, 987654321), 8 /* STATUS_UNKNOWN_LEASE */);
-	ck_assert_int_eq(release_id(other, mine), 9 /* STATUS_NOT_YOUR_LEASE */);
-	ck_assert_int_eq(release_id(other, 0), 8 /* STATUS_UNKNOWN_LEASE */);
+	ck_assert_int_eq(raw_release(other, 987654321), 8 /* STATUS_UNKNOWN_LEASE */);
+	ck_assert_int_eq(raw_release(other, mine), 9 /* STATUS_NOT_YOUR_LEASE */);
+	ck_assert_int_eq(raw_release(other, 0), 8 /* STATUS_UNKNOWN_LEASE */);
 	/* REVOKE acks for leases it never held change nothing. */
-	ck_assert_int_eq(revoke_ack_id(other, mine), 9 /* STATUS_NOT_YOUR_LEASE */);
-	ck_assert_int_eq(revoke_ack_id(other, 424242), 8 /* STATUS_UNKNOWN_LEASE */);
+	ck_assert_int_eq(raw_revoke_ack(other, mine), 9 /* STATUS_NOT_YOUR_LEASE */);
+	ck_assert_int_eq(raw_revoke_ack(other, 424242), 8 /* STATUS_UNKNOWN_LEASE */);
 	ck_assert_int_eq(raw_status(other), 0);
 	ck_assert_int_eq(status_leased(d.socket), 3 * MIB);
 	check_accounting("after hostile packets");
 
 	/* The holder's lease is untouched and still its to release. */
 	ck_assert_int_eq(raw_acquire(other, 1 * MIB, &id, fds + nfds, 64 - nfds, &nfds), 0);
-	ck_assert_int_eq(release_id(holder, mine), 0);
-	ck_assert_int_eq(release_id(other, id), 0);
+	ck_assert_int_eq(raw_release(holder, mine), 0);
+	ck_assert_int_eq(raw_release(other, id), 0);
 	ck_assert_int_eq(status_leased(d.socket), 0);
 	check_accounting("after releases");
 	close(holder);
@@ -636,16 +601,7 @@ START_TEST(test_every_limit_is_refused_with_a_status_or_a_close)
 	close(extra);
 
 	/* max-message-bytes = 256 */
-	{
-		uint8_t big[300];
-
-		memset(big, 0x0a, sizeof(big));
-		extra = raw_connect(d.socket);
-		ck_assert_int_eq(raw_hello(extra), 0);
-		send_bytes(extra, big, sizeof(big));
-		ck_assert(raw_closed_by_peer(extra, 2000));
-		close(extra);
-	}
+	assert_oversized_closes(300);
 	ck_assert_int_eq(raw_status(a), 0);
 	check_accounting("after the limits");
 	close(a);
@@ -701,9 +657,7 @@ END_TEST
 
 static void start_total_limit(void)
 {
-	static const char *const args[] = { "--max-connections", "16", "--max-connections-per-uid", "16", NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--max-connections", "16", "--max-connections-per-uid", "16"));
 }
 
 /* The child's RLIMIT_NOFILE, soft and hard, just before exec: the daemon raises soft to hard and no further. */

@@ -149,8 +149,7 @@ START_TEST(test_file_and_pinctl_show_the_figures_and_counters)
 	ck_assert(itest_metrics_sample(out, "pinbroker_leased_bytes") == 6 * MiB);
 	ck_assert(itest_metrics_sample(out, "pinbroker_acquires_refused_total{reason=\"too_large\"}") == 1);
 	free(out);
-	ck_assert_int_eq(pinctl(&d, &out, "metrics extra"), 2);
-	free(out);
+	itest_pinctl_says(&d, 2, "metrics extra", NULL);
 	/* Something another user left beside the file is neither written to nor renamed into place. */
 	snprintf(row, sizeof(row), "%s.tmp", prom);
 	{
@@ -232,8 +231,7 @@ START_TEST(test_revocations_and_enforcements_by_reason)
 	free(t);
 
 	/* A raw holder never answers REVOKE: disconnected at the deadline (not signalled: it is this process). */
-	ck_assert_int_eq(pinctl(&d, &out, "set revoke-enforce disconnect"), 0);
-	free(out);
+	itest_pinctl_says(&d, 0, "set revoke-enforce disconnect", NULL);
 	fd = raw_connect(d.socket);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(raw_hello(fd), 0);
@@ -296,19 +294,15 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-metrics");
-	TCase *t = tcase_create("metrics");
+	TCase *t = CHECK_CASE(s, "metrics", start, stop, 60, test_file_and_pinctl_show_the_figures_and_counters,
+			      test_file_is_replaced_whole_and_leaves_no_temp_file,
+			      test_revocations_and_enforcements_by_reason);
 
-	tcase_add_checked_fixture(t, start, stop);
-	tcase_set_timeout(t, 60);
-	tcase_add_test(t, test_file_and_pinctl_show_the_figures_and_counters);
-	tcase_add_test(t, test_file_is_replaced_whole_and_leaves_no_temp_file);
-	tcase_add_test(t, test_revocations_and_enforcements_by_reason);
 	if (access(NODE_EXPORTER, X_OK) == 0 && system("command -v curl >/dev/null") == 0)
 		tcase_add_test(t, test_node_exporter_reads_the_file);
 	else
 		check_skip(
 			"node_exporter's textfile check needs prometheus-node-exporter and curl (scripts/deps.sh --test)");
-	suite_add_tcase(s, t);
 	return s;
 }
 

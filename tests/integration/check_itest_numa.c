@@ -28,9 +28,7 @@ static char root[64];
 
 static void start(void)
 {
-	static const char *const args[] = { "--prewarm", "16M", "--thp", "no", NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--prewarm", "16M", "--thp", "no"));
 }
 
 /* A proc root (the idle fixture) with the two-node sysfs fixture beside it. */
@@ -226,9 +224,7 @@ START_TEST(test_fixture_nodes_split_the_prewarm_and_a_full_node_falls_back)
 		free(cell);
 	}
 	free(out);
-	ck_assert_int_eq(pinctl(&d, &out, "status"), 0);
-	ck_assert_ptr_nonnull(strstr(out, "node 1: 0 B idle, 0 B lent, 0 B misplaced; 1 GPU"));
-	free(out);
+	itest_pinctl_says(&d, 0, "status", "node 1: 0 B idle, 0 B lent, 0 B misplaced; 1 GPU", NULL);
 
 	/* The library finds a GPU's node in sysfs (here the fixture's): 0000:86:00.0 is on node 1. */
 	{
@@ -328,7 +324,6 @@ START_TEST(test_four_fixture_nodes_split_the_prewarm_by_gpus_and_report_each_nod
 	const struct pb_node_info *nd[4];
 	struct pb_status *s;
 	pb_client *c;
-	char *out = NULL;
 
 	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
 	s = status(c);
@@ -353,10 +348,8 @@ START_TEST(test_four_fixture_nodes_split_the_prewarm_by_gpus_and_report_each_nod
 	for (int i = 1; i < 4; i++)
 		ck_assert_uint_eq(nd[i]->idle_bytes + nd[i]->lent_bytes + nd[i]->misplaced_bytes, 0);
 	pb_status_free(s);
-	ck_assert_int_eq(pinctl(&d, &out, "status"), 0);
-	ck_assert_ptr_nonnull(strstr(out, "node 3: 0 B idle, 0 B lent, 0 B misplaced; 2 GPUs"));
-	ck_assert_ptr_nonnull(strstr(out, "node 1: 0 B idle, 0 B lent, 0 B misplaced; 0 GPUs"));
-	free(out);
+	itest_pinctl_says(&d, 0, "status", "node 3: 0 B idle, 0 B lent, 0 B misplaced; 2 GPUs",
+			  "node 1: 0 B idle, 0 B lent, 0 B misplaced; 0 GPUs", NULL);
 	/* The library reads the same fixture for a GPU's node: 0000:c2:00.0 is on node 3, e1 on none. */
 	setenv("PINBROKER_SYS_ROOT", root, 1);
 	ck_assert_int_eq(pb_gpu_numa_node("c2:00.0"), 3);
@@ -381,7 +374,6 @@ START_TEST(test_a_full_node_falls_back_to_the_nearest_idle_chunks_and_says_so)
 	pb_client *c;
 	pb_lease *l2, *l1;
 	int misplaced = 0;
-	char *out = NULL;
 
 	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
 	s = status(c);
@@ -402,9 +394,7 @@ START_TEST(test_a_full_node_falls_back_to_the_nearest_idle_chunks_and_says_so)
 	ck_assert_int_eq(itest_lease_row(s, pb_lease_id(l2))->numa_node, 0);
 	ck_assert_int_eq(itest_lease_row(s, pb_lease_id(l2))->misplaced, 1);
 	pb_status_free(s);
-	ck_assert_int_eq(pinctl(&d, &out, "leases"), 0);
-	ck_assert_ptr_nonnull(strstr(out, "misplaced: placed for a NUMA node that was full"));
-	free(out);
+	itest_pinctl_says(&d, 0, "leases", "misplaced: placed for a NUMA node that was full", NULL);
 
 	o.numa_node = 1;
 	ck_assert_int_eq(pb_acquire(c, 4 * MiB, &o, &l1), 0);

@@ -37,27 +37,7 @@ static void stop(void)
 /* A client process holding a labelled 6 MiB lease until killed. */
 static void start_holder(void)
 {
-	int pfd[2];
-	char ok;
-
-	ck_assert_int_eq(pipe(pfd), 0);
-	holder = itest_fork();
-	ck_assert_int_ge(holder, 0);
-	if (holder == 0) {
-		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA, .label = "trainer-7" };
-		pb_client *c;
-		pb_lease *l;
-
-		if (pb_connect(d.socket, &c) < 0 || pb_acquire(c, 6 * MiB, &o, &l) < 0)
-			_exit(1);
-		if (write(pfd[1], "k", 1) != 1)
-			_exit(1);
-		for (;;)
-			pause();
-	}
-	close(pfd[1]);
-	ck_assert_int_eq(read(pfd[0], &ok, 1), 1);
-	close(pfd[0]);
+	holder = itest_hold_lease(d.socket, 6 * MiB, "trainer-7");
 }
 
 START_TEST(test_status_human_shows_budget_and_client_rows)
@@ -92,9 +72,7 @@ START_TEST(test_status_json_has_stable_schema)
 	char *out = NULL, *cmd = NULL;
 
 	start_holder();
-	ck_assert_int_eq(pinctl(&d, &out, "status --json"), 0);
-	ck_assert_ptr_nonnull(strstr(out, "\"schema_version\":1"));
-	free(out);
+	itest_pinctl_says(&d, 0, "status --json", "\"schema_version\":1", NULL);
 	if (!jq_present)
 		return; /* the field checks below need a JSON parser; suite() reports the skip */
 	ck_assert_int_ge(
@@ -115,36 +93,21 @@ END_TEST
 
 START_TEST(test_leases_lists_each_lease)
 {
-	char *out = NULL;
-
 	start_holder();
-	ck_assert_int_eq(pinctl(&d, &out, "leases"), 0);
-	ck_assert_ptr_nonnull(strstr(out, "trainer-7"));
-	ck_assert_ptr_nonnull(strstr(out, "active"));
-	free(out);
+	itest_pinctl_says(&d, 0, "leases", "trainer-7", "active", NULL);
 }
 END_TEST
 
 START_TEST(test_acquire_prints_timing_and_releases)
 {
-	char *out = NULL;
-
-	ck_assert_int_eq(pinctl(&d, &out, "acquire 8M --label smoke"), 0);
-	ck_assert_ptr_nonnull(strstr(out, "8 MiB"));
-	ck_assert_ptr_nonnull(strstr(out, "ms"));
-	ck_assert_ptr_nonnull(strstr(out, "released"));
-	free(out);
+	itest_pinctl_says(&d, 0, "acquire 8M --label smoke", "8 MiB", "ms", "released", NULL);
 	ck_assert_int_eq(status_leased(d.socket), 0);
 }
 END_TEST
 
 START_TEST(test_acquire_refused_exits_1_with_reason)
 {
-	char *out = NULL;
-
-	ck_assert_int_eq(pinctl(&d, &out, "acquire 4G"), 1);
-	ck_assert_ptr_nonnull(strstr(out, "budget"));
-	free(out);
+	itest_pinctl_says(&d, 1, "acquire 4G", "budget", NULL);
 }
 END_TEST
 
@@ -155,12 +118,9 @@ START_TEST(test_bad_arguments_exit_2_with_usage)
 	ck_assert_int_eq(pinctl(&d, &out, "frobnicate"), 2);
 	ck_assert_ptr_nonnull(strcasestr(out, "usage"));
 	free(out);
-	ck_assert_int_eq(pinctl(&d, &out, "acquire"), 2);
-	free(out);
-	ck_assert_int_eq(pinctl(&d, &out, "acquire 12Q"), 2);
-	free(out);
-	ck_assert_int_eq(pinctl(&d, &out, "status --bogus"), 2);
-	free(out);
+	itest_pinctl_says(&d, 2, "acquire", NULL);
+	itest_pinctl_says(&d, 2, "acquire 12Q", NULL);
+	itest_pinctl_says(&d, 2, "status --bogus", NULL);
 }
 END_TEST
 
@@ -245,6 +205,16 @@ START_TEST(test_every_command_has_help_and_takes_socket_after_its_name)
 {
 	static const char *const cmds[] = { "status", "leases", "top",     "watch", "acquire", "revoke", "get",
 					    "set",    "config", "metrics", "run",   "doctor",  "help" };
+	/* Each run is pinctl BEFORE --socket SOCKET AFTER, and exits 0 with needle (unless NULL) in its output. */
+	static const struct {
+		const char *before, *after, *needle;
+	} late[] = {
+		{ "status", "--json", "\"budget_bytes\":268435456" },
+		{ "--socket /nonexistent leases", "", NULL },
+		{ "acquire 1M", "--hold 0", "released" },
+		{ "set pool-shrink-delay-ms 20000", "", "pool-shrink-delay-ms = 20000" },
+		{ "revoke --all", "", NULL },
+	};
 	char *out = NULL, *cmd = NULL, want[64];
 
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
@@ -271,29 +241,16 @@ START_TEST(test_every_command_has_help_and_takes_socket_after_its_name)
 	ck_assert_int_eq(count_of(out, "unknown command: bogus"), 1);
 	free(out);
 	/* --socket after the command, also after its arguments; the last one wins. */
-	ck_assert_int_ge(asprintf(&cmd, PINCTL_PATH " status --socket '%s' --json", d.socket), 0);
-	ck_assert_int_eq(run_capture(cmd, &out), 0);
-	ck_assert_ptr_nonnull(strstr(out, "\"budget_bytes\":268435456"));
-	free(out);
-	free(cmd);
-	ck_assert_int_ge(asprintf(&cmd, PINCTL_PATH " --socket /nonexistent leases --socket '%s'", d.socket), 0);
-	ck_assert_int_eq(run_capture(cmd, &out), 0);
-	free(out);
-	free(cmd);
-	ck_assert_int_ge(asprintf(&cmd, PINCTL_PATH " acquire 1M --socket '%s' --hold 0", d.socket), 0);
-	ck_assert_int_eq(run_capture(cmd, &out), 0);
-	ck_assert_ptr_nonnull(strstr(out, "released"));
-	free(out);
-	free(cmd);
-	ck_assert_int_ge(asprintf(&cmd, PINCTL_PATH " set pool-shrink-delay-ms 20000 --socket '%s'", d.socket), 0);
-	ck_assert_int_eq(run_capture(cmd, &out), 0);
-	ck_assert_ptr_nonnull(strstr(out, "pool-shrink-delay-ms = 20000"));
-	free(out);
-	free(cmd);
-	ck_assert_int_ge(asprintf(&cmd, PINCTL_PATH " revoke --all --socket '%s'", d.socket), 0);
-	ck_assert_int_eq(run_capture(cmd, &out), 0);
-	free(out);
-	free(cmd);
+	for (size_t i = 0; i < sizeof(late) / sizeof(late[0]); i++) {
+		ck_assert_int_ge(
+			asprintf(&cmd, "%s %s --socket '%s' %s", PINCTL_PATH, late[i].before, d.socket, late[i].after),
+			0);
+		ck_assert_msg(run_capture(cmd, &out) == 0, "%s failed:\n%s", cmd, out);
+		ck_assert_msg(!late[i].needle || strstr(out, late[i].needle), "%s: '%s' not in\n%s", cmd,
+			      late[i].needle, out);
+		free(out);
+		free(cmd);
+	}
 	ck_assert_int_eq(run_capture(PINCTL_PATH " status --socket ''", &out), 2);
 	ck_assert_int_eq(count_of(out, "--socket: empty path"), 1);
 	free(out);
@@ -396,8 +353,7 @@ START_TEST(test_revoke_of_unresponsive_holder_stays_counted_as_overdue)
 	char *out = NULL;
 
 	start_holder(); /* its library releases nothing on its own: no callback, not idle */
-	ck_assert_int_eq(pinctl(&d, &out, "revoke --all --deadline 200"), 0);
-	free(out);
+	itest_pinctl_says(&d, 0, "revoke --all --deadline 200", NULL);
 	/* The deadline passing is the event: poll pinctl's own view of it, within a bound. */
 	for (uint64_t t0 = itest_now_ms();; usleep(20000)) {
 		ck_assert_int_eq(pinctl(&d, &out, "status --json"), 0);
@@ -438,12 +394,10 @@ END_TEST
 
 START_TEST(test_revoke_enforced_with_sigterm_returns_bytes)
 {
-	char *out = NULL;
 	int st;
 
 	start_holder();
-	ck_assert_int_eq(pinctl(&d, &out, "revoke --all --deadline 200"), 0);
-	free(out);
+	itest_pinctl_says(&d, 0, "revoke --all --deadline 200", NULL);
 	/* revoke-enforce defaults to sigterm: the holder is terminated through its pidfd. */
 	ck_assert_int_eq(waitpid(holder, &st, 0), holder);
 	ck_assert(WIFSIGNALED(st));
@@ -458,9 +412,7 @@ END_TEST
 
 static void start_small_chunks(void)
 {
-	static const char *const args[] = { "--chunk-size", "4K", NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--chunk-size", "4K"));
 }
 
 static size_t count(const char *hay, const char *needle)
@@ -476,11 +428,8 @@ START_TEST(test_leases_and_status_json_page_past_one_reply)
 {
 	char *out = NULL, *cmd = NULL;
 	int pfd[2];
-	char ok;
 
-	ck_assert_int_eq(pipe(pfd), 0);
-	holder = itest_fork();
-	ck_assert_int_ge(holder, 0);
+	holder = itest_fork_piped(pfd, NULL);
 	if (holder == 0) {
 		int fd = raw_connect(d.socket), fds[4];
 
@@ -495,14 +444,9 @@ START_TEST(test_leases_and_status_json_page_past_one_reply)
 			for (size_t k = 0; k < nfds; k++)
 				close(fds[k]);
 		}
-		if (write(pfd[1], "k", 1) != 1)
-			_exit(3);
-		for (;;)
-			pause();
+		itest_child_ready(pfd, 3);
 	}
-	close(pfd[1]);
-	ck_assert_int_eq(read(pfd[0], &ok, 1), 1);
-	close(pfd[0]);
+	itest_wait_ready(pfd);
 
 	ck_assert_int_eq(pinctl(&d, &out, "leases"), 0);
 	ck_assert_uint_eq(count(out, " active "), PAGED_LEASES);
@@ -535,9 +479,7 @@ END_TEST
 
 static void start_many_conns(void)
 {
-	static const char *const args[] = { "--max-connections", "2000", "--max-connections-per-uid", "2000", NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--max-connections", "2000", "--max-connections-per-uid", "2000"));
 }
 
 START_TEST(test_status_lists_every_connection_across_pages)
@@ -567,47 +509,32 @@ END_TEST
 
 static void start_no_enforce(void)
 {
-	static const char *const args[] = { "--revoke-enforce", "none", NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--revoke-enforce", "none"));
 }
 
 static void start_small_quota(void)
 {
-	static const char *const args[] = { "--uid-quota", "8M", NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--uid-quota", "8M"));
 }
 
 static Suite *suite(void)
 {
-	TCase *q = tcase_create("quota");
 	Suite *s = suite_create("integration-pinctl");
-	TCase *t = tcase_create("pinctl");
-	TCase *r = tcase_create("revoke-no-enforce");
-	/* Needs pidfd_send_signal: valgrind 3.19 lacks pidfd_open, so its run excludes the tag "enforce". */
-	TCase *e = tcase_create("enforce");
-	TCase *p = tcase_create("paged");
+	TCase *t;
 
 	jq_present = have_jq();
 	if (!jq_present)
 		check_skip("jq is not installed, so status --json was not checked field by field: "
 			   "apt-get install jq (scripts/deps.sh installs it)");
-	tcase_add_checked_fixture(t, start, stop);
-	tcase_set_timeout(t, 30);
-	tcase_add_test(t, test_status_human_shows_budget_and_client_rows);
-	tcase_add_test(t, test_status_json_has_stable_schema);
-	tcase_add_test(t, test_leases_lists_each_lease);
-	tcase_add_test(t, test_acquire_prints_timing_and_releases);
-	tcase_add_test(t, test_acquire_refused_exits_1_with_reason);
-	tcase_add_test(t, test_bad_arguments_exit_2_with_usage);
-	tcase_add_test(t, test_no_daemon_exits_1_and_says_what_to_do);
-	tcase_add_test(t, test_daemon_bad_cli_exits_2_and_bad_config_gives_file_line);
-	tcase_add_test(t, test_usage_errors_are_one_line_each_said_once);
-	tcase_add_test(t, test_oversized_sizes_exit_2_whatever_the_digits);
-	tcase_add_test(t, test_empty_socket_is_a_usage_error_and_help_exits_0);
-	tcase_add_test(t, test_every_command_has_help_and_takes_socket_after_its_name);
-	tcase_add_test(t, test_status_prints_sizes_and_integer_counts_not_exponents);
+	t = CHECK_CASE(s, "pinctl", start, stop, 30, test_status_human_shows_budget_and_client_rows,
+		       test_status_json_has_stable_schema, test_leases_lists_each_lease,
+		       test_acquire_prints_timing_and_releases, test_acquire_refused_exits_1_with_reason,
+		       test_bad_arguments_exit_2_with_usage, test_no_daemon_exits_1_and_says_what_to_do,
+		       test_daemon_bad_cli_exits_2_and_bad_config_gives_file_line,
+		       test_usage_errors_are_one_line_each_said_once, test_oversized_sizes_exit_2_whatever_the_digits,
+		       test_empty_socket_is_a_usage_error_and_help_exits_0,
+		       test_every_command_has_help_and_takes_socket_after_its_name,
+		       test_status_prints_sizes_and_integer_counts_not_exponents);
 	/* Registered only where they can run, so they never pass without running. */
 	if (can_drop_to_nobody()) {
 		tcase_add_test(t, test_permission_denied_says_how_to_get_admin_once);
@@ -616,23 +543,14 @@ static Suite *suite(void)
 		fprintf(stderr, "not running the permission tests: they need root and setpriv to run pinctl as "
 				"nobody\n");
 	}
-	suite_add_tcase(s, t);
 
-	tcase_add_checked_fixture(q, start_small_quota, stop);
-	tcase_set_timeout(q, 30);
-	tcase_add_test(q, test_wait_timed_out_over_quota_says_over_quota);
-	suite_add_tcase(s, q);
+	CHECK_CASE(s, "quota", start_small_quota, stop, 30, test_wait_timed_out_over_quota_says_over_quota);
 
-	tcase_add_checked_fixture(e, start, stop);
-	tcase_set_timeout(e, 30);
-	tcase_set_tags(e, "enforce");
-	tcase_add_test(e, test_revoke_enforced_with_sigterm_returns_bytes);
-	suite_add_tcase(s, e);
+	/* Needs pidfd_send_signal: valgrind 3.19 lacks pidfd_open, so its run excludes the tag "enforce". */
+	tcase_set_tags(CHECK_CASE(s, "enforce", start, stop, 30, test_revoke_enforced_with_sigterm_returns_bytes),
+		       "enforce");
 
-	tcase_add_checked_fixture(p, start_small_chunks, stop);
-	tcase_set_timeout(p, 60);
-	tcase_add_test(p, test_leases_and_status_json_page_past_one_reply);
-	suite_add_tcase(s, p);
+	CHECK_CASE(s, "paged", start_small_chunks, stop, 60, test_leases_and_status_json_page_past_one_reply);
 
 	/*
 	 * PAGED_CONNS connections: as many fds here, and in the daemon (which raises its soft limit to the hard one
@@ -640,20 +558,14 @@ static Suite *suite(void)
 	 */
 	if (itest_need_fds(PAGED_CONNS + 100) == 0) {
 		/* Created only when added: a TCase left out of the suite is never freed (LeakSanitizer). */
-		TCase *pc = tcase_create("paged-clients");
-
-		tcase_add_checked_fixture(pc, start_many_conns, stop);
-		tcase_set_timeout(pc, 60);
-		tcase_add_test(pc, test_status_lists_every_connection_across_pages);
-		suite_add_tcase(s, pc);
+		CHECK_CASE(s, "paged-clients", start_many_conns, stop, 60,
+			   test_status_lists_every_connection_across_pages);
 	} else {
 		check_skip("the %d-connection status test: %s", PAGED_CONNS, itest_nofile_why);
 	}
 
-	tcase_add_checked_fixture(r, start_no_enforce, stop);
-	tcase_set_timeout(r, 30);
-	tcase_add_test(r, test_revoke_of_unresponsive_holder_stays_counted_as_overdue);
-	suite_add_tcase(s, r);
+	CHECK_CASE(s, "revoke-no-enforce", start_no_enforce, stop, 30,
+		   test_revoke_of_unresponsive_holder_stays_counted_as_overdue);
 	return s;
 }
 

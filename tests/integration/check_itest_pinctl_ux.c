@@ -50,19 +50,7 @@ static void stop(void)
 /* A client process of this uid holding a labelled 6 MiB lease until killed. */
 static void start_holder(void)
 {
-	int pfd[2];
-
-	holder = itest_fork_piped(pfd, NULL);
-	if (holder == 0) {
-		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA, .label = "ux-holder" };
-		pb_client *c;
-		pb_lease *l;
-
-		if (pb_connect(d.socket, &c) < 0 || pb_acquire(c, 6 * MiB, &o, &l) < 0)
-			_exit(1);
-		itest_child_ready(pfd, 1);
-	}
-	itest_wait_ready(pfd);
+	holder = itest_hold_lease(d.socket, 6 * MiB, "ux-holder");
 }
 
 /* This test's user name: what status must show instead of the number. */
@@ -89,9 +77,7 @@ START_TEST(test_get_shows_default_file_and_command_line_sources)
 {
 	char *out = NULL, *want = NULL;
 
-	ck_assert_int_eq(pinctl(&d, &out, "get budget"), 0);
-	ck_assert_msg(strstr(out, "budget = 256M") && strstr(out, "# command line"), "%s", out);
-	free(out);
+	itest_pinctl_says(&d, 0, "get budget", "budget = 256M", "# command line", NULL);
 	ck_assert_int_eq(pinctl(&d, &out, "get uid-quota"), 0);
 	ck_assert_int_ge(asprintf(&want, "# file %s:2", conf), 0);
 	ck_assert_msg(strstr(out, "uid-quota = 128M") && strstr(out, want), "want '%s' in: %s", want, out);
@@ -102,9 +88,7 @@ START_TEST(test_get_shows_default_file_and_command_line_sources)
 	ck_assert_ptr_null(strstr(out, "restart")); /* reloadable */
 	free(out);
 	/* A key only a restart changes says so. */
-	ck_assert_int_eq(pinctl(&d, &out, "get chunk-size"), 0);
-	ck_assert_msg(strstr(out, "chunk-size = 2M") && strstr(out, "(restart to change)"), "%s", out);
-	free(out);
+	itest_pinctl_says(&d, 0, "get chunk-size", "chunk-size = 2M", "(restart to change)", NULL);
 }
 END_TEST
 
@@ -159,11 +143,8 @@ START_TEST(test_set_value_is_source_set_and_survives_reload)
 	char *out = NULL;
 	int waited;
 
-	ck_assert_int_eq(pinctl(&d, &out, "set max-leases-per-client 100"), 0);
-	free(out);
-	ck_assert_int_eq(pinctl(&d, &out, "get max-leases-per-client"), 0);
-	ck_assert_msg(strstr(out, "max-leases-per-client = 100") && strstr(out, "# set"), "%s", out);
-	free(out);
+	itest_pinctl_says(&d, 0, "set max-leases-per-client 100", NULL);
+	itest_pinctl_says(&d, 0, "get max-leases-per-client", "max-leases-per-client = 100", "# set", NULL);
 	write_conf("# changed\n\nuid-quota = 64M\nmax-leases-per-client = 70\n");
 	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
 	for (waited = 0; waited < RELOAD_WAIT_MS; waited += 50) {
@@ -176,19 +157,13 @@ START_TEST(test_set_value_is_source_set_and_survives_reload)
 	}
 	ck_assert_msg(out && strstr(out, ":3"), "the reload did not show: %s", out ? out : "(none)");
 	free(out);
-	ck_assert_int_eq(pinctl(&d, &out, "get max-leases-per-client"), 0);
-	ck_assert_msg(strstr(out, "max-leases-per-client = 100") && strstr(out, "# set"), "%s", out);
-	free(out);
+	itest_pinctl_says(&d, 0, "get max-leases-per-client", "max-leases-per-client = 100", "# set", NULL);
 }
 END_TEST
 
 START_TEST(test_get_unknown_key_exits_1_naming_the_close_key)
 {
-	char *out = NULL;
-
-	ck_assert_int_eq(pinctl(&d, &out, "get bugdet"), 1);
-	ck_assert_msg(strstr(out, "unknown key 'bugdet'") && strstr(out, "did you mean 'budget'"), "%s", out);
-	free(out);
+	itest_pinctl_says(&d, 1, "get bugdet", "unknown key 'bugdet'", "did you mean 'budget'", NULL);
 }
 END_TEST
 
@@ -245,9 +220,7 @@ START_TEST(test_top_once_prints_one_plain_frame_with_the_top_rows)
 	ck_assert_msg(!strchr(out, '\033'), "escapes in a non-tty frame: %s", out);
 	free(out);
 	/* Not a tty: one frame even without --once, and watch is the same command. */
-	ck_assert_int_eq(pinctl(&d, &out, "watch --interval 0.5"), 0);
-	ck_assert_ptr_nonnull(strstr(out, "leases by bytes (1 of 1)"));
-	free(out);
+	itest_pinctl_says(&d, 0, "watch --interval 0.5", "leases by bytes (1 of 1)", NULL);
 }
 END_TEST
 

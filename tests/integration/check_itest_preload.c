@@ -36,9 +36,7 @@ static void start(void)
 /* A budget too small for the 32 MiB the fallback tests ask. */
 static void start_small(void)
 {
-	static const char *const args[] = { "--budget", "16M", "--prewarm", "4M", NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--budget", "16M", "--prewarm", "4M"));
 }
 
 static void stop(void)
@@ -107,14 +105,11 @@ static void spawn(struct prog *p, const char *bin, const struct run_opts *o, con
 	const char *argv[16];
 	size_t n = 0;
 
-	ck_assert_int_eq(pipe(in), 0);
-	ck_assert_int_eq(pipe(out), 0);
 	argv[n++] = bin;
 	for (size_t i = 0; args[i] && n < 15; i++)
 		argv[n++] = args[i];
 	argv[n] = NULL;
-	p->pid = itest_fork();
-	ck_assert_int_ge(p->pid, 0);
+	p->pid = itest_fork_piped(in, out);
 	if (p->pid == 0) {
 		char asan[512];
 
@@ -152,6 +147,14 @@ static void read_line(struct prog *p, char *buf, size_t len)
 {
 	ck_assert_msg(fgets(buf, (int)len, p->out) != NULL, "the program (pid %d) printed nothing", (int)p->pid);
 	buf[strcspn(buf, "\n")] = 0;
+}
+
+/* spawn, then read_line: the program's first line (its "ready" or an error) in buf. */
+static void spawn_read(struct prog *p, const char *bin, const struct run_opts *o, const char *const *args, char *buf,
+		       size_t len)
+{
+	spawn(p, bin, o, args);
+	read_line(p, buf, len);
 }
 
 /* Close its stdin, read what is left, and return its exit status. */
@@ -274,8 +277,7 @@ START_TEST(test_allocations_are_leases_of_the_page_rounded_size_and_come_back)
 	struct prog p;
 	char line[256];
 
-	spawn(&p, targets[_i], &o, args);
-	read_line(&p, line, sizeof(line));
+	spawn_read(&p, targets[_i], &o, args, line, sizeof(line));
 	ck_assert_msg(strncmp(line, "ready", 5) == 0, "%s: %s", target_names[_i], line);
 	/* The driver pinned nothing itself: it only registered the leases (libpinbroker did, PORTABLE|DEVICEMAP). */
 	ck_assert_uint_eq(field(line, "alloc="), 0);
@@ -307,8 +309,7 @@ START_TEST(test_registrations_and_write_combined_memory_are_charged)
 	char line[256];
 
 	/* The program's own memory: registered by the driver, charged to the budget as a registration. */
-	spawn(&p, targets[_i], &o, reg_args);
-	read_line(&p, line, sizeof(line));
+	spawn_read(&p, targets[_i], &o, reg_args, line, sizeof(line));
 	ck_assert_uint_eq(field(line, "alloc="), 0);
 	ck_assert_uint_eq(field(line, "reg="), 1048581);
 	s = status();
@@ -321,8 +322,7 @@ START_TEST(test_registrations_and_write_combined_memory_are_charged)
 	wait_all_returned();
 
 	/* Write-combined: the driver's own allocation, charged the same way. */
-	spawn(&p, targets[_i], &o, wc_args);
-	read_line(&p, line, sizeof(line));
+	spawn_read(&p, targets[_i], &o, wc_args, line, sizeof(line));
 	ck_assert_uint_eq(field(line, "alloc="), 2 * 65536);
 	s = status();
 	ck_assert_uint_eq(rows_of(s, p.pid, "charged", bytes, reg, 8), 2);
@@ -342,8 +342,7 @@ START_TEST(test_a_killed_program_gives_everything_back)
 	struct prog p;
 	char line[256];
 
-	spawn(&p, targets[_i], &o, args);
-	read_line(&p, line, sizeof(line));
+	spawn_read(&p, targets[_i], &o, args, line, sizeof(line));
 	ck_assert_int_gt(status_leased(d.socket), 0);
 	kill(p.pid, SIGKILL);
 	close(p.in);
@@ -367,8 +366,7 @@ static void expect_one_looked_up_lease(const char *target, const char *name, con
 	struct prog p;
 	char line[256];
 
-	spawn(&p, target, &o, args);
-	read_line(&p, line, sizeof(line));
+	spawn_read(&p, target, &o, args, line, sizeof(line));
 	ck_assert_msg(strncmp(line, "ready", 5) == 0, "%s: %s", name, line);
 	ck_assert_uint_eq(field(line, got), want_reg ? size : 0);
 	s = status();
@@ -429,8 +427,7 @@ START_TEST(test_tight_refuses_interposed_programs_and_the_fallback_decides)
 	char line[256];
 
 	/* cuda: the real call, reported as unbrokered; nothing leased. */
-	spawn(&p, targets[_i], &cuda, hold);
-	read_line(&p, line, sizeof(line));
+	spawn_read(&p, targets[_i], &cuda, hold, line, sizeof(line));
 	ck_assert_uint_eq(field(line, "alloc="), MiB);
 	s = status();
 	ck_assert_str_eq(s->pressure_state, "tight");
@@ -441,8 +438,7 @@ START_TEST(test_tight_refuses_interposed_programs_and_the_fallback_decides)
 	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
 	wait_all_returned();
 
-	spawn(&p, targets[_i], &cuda, hold_reg);
-	read_line(&p, line, sizeof(line));
+	spawn_read(&p, targets[_i], &cuda, hold_reg, line, sizeof(line));
 	ck_assert_uint_eq(field(line, "reg="), MiB);
 	s = status();
 	ck_assert_uint_eq(s->unbrokered_bytes, MiB);
@@ -472,8 +468,7 @@ START_TEST(test_fallback_policies_when_the_broker_refuses)
 	char line[256];
 
 	/* cuda: the driver pins it, and the broker hears of it as unbrokered, until it is freed. */
-	spawn(&p, targets[_i], &cuda, hold);
-	read_line(&p, line, sizeof(line));
+	spawn_read(&p, targets[_i], &cuda, hold, line, sizeof(line));
 	ck_assert_uint_eq(field(line, "alloc="), 32 * MiB);
 	s = status();
 	ck_assert_uint_eq(s->unbrokered_bytes, 32 * MiB);
@@ -482,8 +477,7 @@ START_TEST(test_fallback_policies_when_the_broker_refuses)
 	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
 	wait_all_returned();
 
-	spawn(&p, targets[_i], &cuda, hold_reg);
-	read_line(&p, line, sizeof(line));
+	spawn_read(&p, targets[_i], &cuda, hold_reg, line, sizeof(line));
 	ck_assert_uint_eq(field(line, "reg="), 32 * MiB);
 	s = status();
 	ck_assert_uint_eq(s->unbrokered_bytes, 32 * MiB);
@@ -496,8 +490,7 @@ START_TEST(test_fallback_policies_when_the_broker_refuses)
 	if (_i == 0) {
 		static const char *const hold_rt[] = { "hold", "dlsym-runtime", "33554432", NULL };
 
-		spawn(&p, targets[_i], &cuda, hold_rt);
-		read_line(&p, line, sizeof(line));
+		spawn_read(&p, targets[_i], &cuda, hold_rt, line, sizeof(line));
 		ck_assert_uint_eq(field(line, "alloc="), 32 * MiB);
 		ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
 		ck_assert_str_eq(line, "freed alloc=0 reg=0");
@@ -509,8 +502,7 @@ START_TEST(test_fallback_policies_when_the_broker_refuses)
 	ck_assert_int_eq(run(targets[_i], &error, oom_reg), 0);
 
 	/* pageable: ordinary memory, nothing pinned, nothing reported... */
-	spawn(&p, targets[_i], &pageable, hold);
-	read_line(&p, line, sizeof(line));
+	spawn_read(&p, targets[_i], &pageable, hold, line, sizeof(line));
 	ck_assert_uint_eq(field(line, "alloc="), 0);
 	ck_assert_uint_eq(field(line, "reg="), 0);
 	s = status();
@@ -518,8 +510,7 @@ START_TEST(test_fallback_policies_when_the_broker_refuses)
 	pb_status_free(s);
 	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
 	/* ...except where a device pointer is needed: mapped memory goes to the driver. */
-	spawn(&p, targets[_i], &pageable, hold_mapped);
-	read_line(&p, line, sizeof(line));
+	spawn_read(&p, targets[_i], &pageable, hold_mapped, line, sizeof(line));
 	ck_assert_uint_eq(field(line, "alloc="), 32 * MiB);
 	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
 	wait_all_returned();
@@ -546,10 +537,9 @@ START_TEST(test_pinctl_run_puts_a_program_under_the_budget)
 	int reg[4];
 	struct pb_status *s;
 	struct prog p;
-	char line[256], *out = NULL;
+	char line[256];
 
-	spawn(&p, PINCTL_PATH, &o, args);
-	read_line(&p, line, sizeof(line));
+	spawn_read(&p, PINCTL_PATH, &o, args, line, sizeof(line));
 	ck_assert_uint_eq(field(line, "alloc="), 0);
 	s = status();
 	/* pinctl execs the program: the lease is the pid's pinctl started as. */
@@ -562,14 +552,9 @@ START_TEST(test_pinctl_run_puts_a_program_under_the_budget)
 	/* Its usage errors exit 2; a program that is not there, 127, as env(1) says. (Once is enough.) */
 	if (_i != 0)
 		return;
-	ck_assert_int_eq(pinctl(&d, &out, "run --fallback sometimes -- true"), 2);
-	ck_assert_ptr_nonnull(strstr(out, "expected cuda, error or pageable"));
-	free(out);
-	ck_assert_int_eq(pinctl(&d, &out, "run"), 2);
-	free(out);
-	ck_assert_int_eq(pinctl(&d, &out, "run -- /nonexistent/program"), 127);
-	ck_assert_ptr_nonnull(strstr(out, "cannot run /nonexistent/program"));
-	free(out);
+	itest_pinctl_says(&d, 2, "run --fallback sometimes -- true", "expected cuda, error or pageable", NULL);
+	itest_pinctl_says(&d, 2, "run", NULL);
+	itest_pinctl_says(&d, 127, "run -- /nonexistent/program", "cannot run /nonexistent/program", NULL);
 }
 END_TEST
 
@@ -588,8 +573,7 @@ START_TEST(test_a_program_name_with_control_bytes_still_gets_leases)
 	snprintf(bin, sizeof(bin), "%s/odd\tname", dir);
 	snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", TARGET_STATIC, bin);
 	ck_assert_int_eq(system(cmd), 0);
-	spawn(&p, bin, &o, args);
-	read_line(&p, line, sizeof(line));
+	spawn_read(&p, bin, &o, args, line, sizeof(line));
 	s = status();
 	ck_assert_uint_eq(rows_of(s, p.pid, "preload:odd?name", bytes, reg, 2), 1);
 	pb_status_free(s);

@@ -151,11 +151,8 @@ static void spawn_holder(size_t size, enum pb_priority prio, const char *label, 
 {
 	int pfd[2];
 	pid_t pid;
-	char ok;
 
-	ck_assert_int_eq(pipe(pfd), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
+	pid = itest_fork_piped(pfd, NULL);
 	if (pid == 0) {
 		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA, .priority = prio, .label = label };
 		pb_client *c;
@@ -167,14 +164,9 @@ static void spawn_holder(size_t size, enum pb_priority prio, const char *label, 
 			pb_set_revoke_callback(c, cooperative_cb, NULL);
 		if (pb_acquire(c, size, &o, &l) < 0)
 			_exit(2);
-		if (write(pfd[1], "k", 1) != 1)
-			_exit(3);
-		for (;;)
-			pause();
+		itest_child_ready(pfd, 3);
 	}
-	close(pfd[1]);
-	ck_assert_int_eq(read(pfd[0], &ok, 1), 1);
-	close(pfd[0]);
+	itest_wait_ready(pfd);
 	kids[nkids++] = pid;
 }
 
@@ -334,10 +326,7 @@ START_TEST(test_status_shows_signals_thresholds_and_transitions)
 
 	set_mem_available_pct(3.0);
 	ck_assert(wait_state("critical", 3000));
-	ck_assert_int_eq(pinctl(&d, &out, "status"), 0);
-	ck_assert_ptr_nonnull(strstr(out, "critical"));
-	ck_assert_ptr_nonnull(strstr(out, "mem_available_pct"));
-	free(out);
+	itest_pinctl_says(&d, 0, "status", "critical", "mem_available_pct", NULL);
 	out = status_json();
 	ck_assert_ptr_nonnull(strstr(out, "\"name\":\"mem_available_pct\""));
 	ck_assert_ptr_nonnull(strstr(out, "\"transitions\":[{"));
@@ -488,32 +477,21 @@ static void noop(void)
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-pressure");
-	TCase *t = tcase_create("fixture");
 	TCase *r = tcase_create("real-kernel");
+
+	CHECK_CASE(s, "fixture", start, stop, 30, test_critical_revokes_best_effort_first_then_normal_then_critical,
+		   test_state_returns_to_normal_only_after_hysteresis,
+		   test_tight_refuses_beyond_warm_pool_and_client_falls_back,
+		   test_tight_refuses_never_revoked_leases_and_registrations,
+		   test_waiting_acquire_refused_at_once_while_critical,
+		   test_status_shows_signals_thresholds_and_transitions);
+
+	CHECK_CASE(s, "sample-now", start_slow_poll, stop, 30, test_sigusr1_samples_at_once);
+
 	/* Needs pidfd_send_signal: valgrind 3.19 lacks pidfd_open, so its run excludes the tag "enforce". */
-	TCase *e = tcase_create("enforce");
-	TCase *u = tcase_create("sample-now");
-
-	tcase_add_checked_fixture(t, start, stop);
-	tcase_set_timeout(t, 30);
-	tcase_add_test(t, test_critical_revokes_best_effort_first_then_normal_then_critical);
-	tcase_add_test(t, test_state_returns_to_normal_only_after_hysteresis);
-	tcase_add_test(t, test_tight_refuses_beyond_warm_pool_and_client_falls_back);
-	tcase_add_test(t, test_tight_refuses_never_revoked_leases_and_registrations);
-	tcase_add_test(t, test_waiting_acquire_refused_at_once_while_critical);
-	tcase_add_test(t, test_status_shows_signals_thresholds_and_transitions);
-	suite_add_tcase(s, t);
-
-	tcase_add_checked_fixture(u, start_slow_poll, stop);
-	tcase_set_timeout(u, 30);
-	tcase_add_test(u, test_sigusr1_samples_at_once);
-	suite_add_tcase(s, u);
-
-	tcase_add_checked_fixture(e, start, stop);
-	tcase_set_timeout(e, 30);
-	tcase_set_tags(e, "enforce");
-	tcase_add_test(e, test_client_that_ignores_revoke_is_enforced_and_counted_until_gone);
-	suite_add_tcase(s, e);
+	tcase_set_tags(CHECK_CASE(s, "enforce", start, stop, 30,
+				  test_client_that_ignores_revoke_is_enforced_and_counted_until_gone),
+		       "enforce");
 
 	tcase_add_checked_fixture(r, noop, stop_real);
 	tcase_set_timeout(r, 60);

@@ -397,11 +397,9 @@ static void kill_holders(void)
 
 static void start_real(void)
 {
-	static const char *const args[] = { "--budget", "256M", "--prewarm", "0", NULL };
-
 	root[0] = '\0';
 	nholders = 0;
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--budget", "256M", "--prewarm", "0"));
 }
 
 static void stop_real(void)
@@ -490,12 +488,11 @@ END_TEST
 START_TEST(test_real_cgroup_quota_refuses_past_it_and_sums_two_clients)
 {
 	const char *cg = cg_make("job_2");
-	char *out = NULL, cmd[300];
+	char cmd[300];
 	struct holder *a, *b, *c;
 
 	snprintf(cmd, sizeof(cmd), "quota set %s 8M", cg);
-	ck_assert_int_eq(pinctl(&d, &out, "%s", cmd), 0);
-	free(out);
+	itest_pinctl_says(&d, 0, cmd, NULL);
 	a = spawn_holder(0, cg, NULL, 4 * MiB);
 	b = spawn_holder(0, cg, NULL, 4 * MiB);
 	ck_assert_msg(a->r == 0 && b->r == 0, "acquire: %s %s", a->msg, b->msg);
@@ -508,8 +505,7 @@ START_TEST(test_real_cgroup_quota_refuses_past_it_and_sums_two_clients)
 		      "unclear refusal: %s", c->msg);
 	/* Clearing lets it through. */
 	snprintf(cmd, sizeof(cmd), "quota clear %s", cg);
-	ck_assert_int_eq(pinctl(&d, &out, "%s", cmd), 0);
-	free(out);
+	itest_pinctl_says(&d, 0, cmd, NULL);
 	ck_assert_int_eq(job_field(cg, "quota_bytes"), 0); /* null: no quota */
 	c = spawn_holder(0, cg, NULL, 2 * MiB);
 	ck_assert_msg(c->r == 0, "after clear: %s", c->msg);
@@ -520,13 +516,12 @@ END_TEST
 START_TEST(test_real_cgroup_glob_quota_covers_each_job_and_revoke_takes_them_back)
 {
 	const char *j1 = cg_make("job_3"), *j2 = cg_make("job_4");
-	char *out = NULL, cmd[300], glob[200];
+	char cmd[300], glob[200];
 	struct holder *a, *b, *c;
 
 	snprintf(glob, sizeof(glob), "%s/job_*", cg_top);
 	snprintf(cmd, sizeof(cmd), "quota set %s 6M", glob);
-	ck_assert_int_eq(pinctl(&d, &out, "%s", cmd), 0);
-	free(out);
+	itest_pinctl_says(&d, 0, cmd, NULL);
 	a = spawn_holder(0, j1, NULL, 4 * MiB);
 	b = spawn_holder(0, j2, NULL, 4 * MiB);
 	ck_assert_msg(a->r == 0 && b->r == 0, "acquire: %s %s", a->msg, b->msg);
@@ -539,9 +534,7 @@ START_TEST(test_real_cgroup_glob_quota_covers_each_job_and_revoke_takes_them_bac
 	ck_assert_int_eq(metric_job_bytes(j2), (int64_t)(4 * MiB));
 	/* --revoke on clear takes both jobs' leases back (the holders do not release: they are disconnected). */
 	snprintf(cmd, sizeof(cmd), "quota clear %s --revoke --deadline 500", glob);
-	ck_assert_int_eq(pinctl(&d, &out, "%s", cmd), 0);
-	ck_assert_msg(strstr(out, "revoking 2 leases"), "%s", out);
-	free(out);
+	itest_pinctl_says(&d, 0, cmd, "revoking 2 leases", NULL);
 	ck_assert_int_eq(wait_leased(d.socket, 0, 10000), 0);
 	ck_assert_int_eq(job_field(j1, "bytes"), -1);
 }
@@ -554,8 +547,7 @@ START_TEST(test_real_cgroup_set_rule_is_released_when_the_cgroup_goes)
 	struct holder *h;
 
 	snprintf(cmd, sizeof(cmd), "quota set %s 8M", cg);
-	ck_assert_int_eq(pinctl(&d, &out, "%s", cmd), 0);
-	free(out);
+	itest_pinctl_says(&d, 0, cmd, NULL);
 	h = spawn_holder(0, cg, NULL, 4 * MiB);
 	ck_assert_msg(h->r == 0, "acquire: %s", h->msg);
 	ck_assert_int_eq(pinctl(&d, &out, "quota list --json"), 0);
@@ -653,8 +645,7 @@ START_TEST(test_fixture_prefix_glob_sums_slurm_steps)
 	char *out = NULL;
 	struct holder *a, *b, *c;
 
-	ck_assert_int_eq(pinctl(&d, &out, "quota set /slurm/*/job_42 5M"), 0);
-	free(out);
+	itest_pinctl_says(&d, 0, "quota set /slurm/*/job_42 5M", NULL);
 	a = spawn_holder(0, NULL, fixture("v1-slurm"), 2 * MiB);
 	b = spawn_holder(0, NULL, "9:memory:/slurm/uid_1000/job_42/step_1/task_0\n0::/\n", 2 * MiB);
 	ck_assert_msg(a->r == 0 && b->r == 0, "%s %s", a->msg, b->msg);
@@ -712,8 +703,7 @@ START_TEST(test_non_admin_sees_only_its_job_and_cannot_set)
 	a = spawn_holder(UID_A, NULL, mine, 2 * MiB);
 	b = spawn_holder(0, NULL, theirs, 4 * MiB);
 	ck_assert_msg(a->r == 0 && b->r == 0, "%s %s", a->msg, b->msg);
-	ck_assert_int_eq(pinctl(&d, &out, "quota set /slurm/*/job_8 64M"), 0);
-	free(out);
+	itest_pinctl_says(&d, 0, "quota set /slurm/*/job_8 64M", NULL);
 
 	rc = pinctl_in(UID_A, NULL, mine, &out, "jobs --json");
 	ck_assert_msg(rc == 0, "%s", out);
@@ -782,7 +772,6 @@ START_TEST(test_config_rules_apply_at_start_and_regroup_on_reload)
 {
 	const char *args[] = { "--proc-root", root, "--config", conf_path, NULL };
 	struct holder *a, *b, *c;
-	char *out = NULL;
 
 	make_root();
 	daemon_prepare(&d);
@@ -796,8 +785,7 @@ START_TEST(test_config_rules_apply_at_start_and_regroup_on_reload)
 	ck_assert_int_eq(job_field("/slurm/uid_1000/job_2", "bytes"), (int64_t)(4 * MiB));
 
 	/* One rule per uid now, and a pinctl set rule that must survive the reload. */
-	ck_assert_int_eq(pinctl(&d, &out, "quota set /slurm/uid_1000/job_2 16M"), 0);
-	free(out);
+	itest_pinctl_says(&d, 0, "quota set /slurm/uid_1000/job_2 16M", NULL);
 	write_conf("/slurm/*:10M /slurm/uid_1000/job_2:2M");
 	reload_and_wait();
 	/* job_1 sums into the uid's job; job_2 keeps the set rule (16M) over the config's 2M. */
@@ -867,18 +855,13 @@ START_TEST(test_hostile_quota_set_input_is_refused_clearly)
 	char *out = NULL, cmd[2200];
 
 	snprintf(cmd, sizeof(cmd), "quota set /%01000d 1G", 7);
-	ck_assert_int_eq(pinctl(&d, &out, "%s", cmd), 1);
-	ck_assert_msg(strstr(out, "too long"), "%s", out);
-	free(out);
+	itest_pinctl_says(&d, 1, cmd, "too long", NULL);
 	ck_assert_int_eq(pinctl(&d, &out, "quota set '/a/../b' 1G"), 1);
 	ck_assert_msg(strstr(out, "'..'"), "%s", out);
 	free(out);
-	ck_assert_int_eq(pinctl(&d, &out, "quota set '/a//b' 1G"), 1);
-	free(out);
-	ck_assert_int_eq(pinctl(&d, &out, "quota set '/a/b/' 1G"), 1);
-	free(out);
-	ck_assert_int_eq(pinctl(&d, &out, "quota set \"$(printf '/a\\tb')\" 1G"), 1);
-	free(out);
+	itest_pinctl_says(&d, 1, "quota set '/a//b' 1G", NULL);
+	itest_pinctl_says(&d, 1, "quota set '/a/b/' 1G", NULL);
+	itest_pinctl_says(&d, 1, "quota set \"$(printf '/a\\tb')\" 1G", NULL);
 	/* Over the budget: taken, with a warning that says what it means. */
 	ck_assert_int_eq(pinctl(&d, &out, "quota set /big 1T"), 0);
 	ck_assert_msg(strstr(out, "warning") && strstr(out, "more than the whole budget"), "%s", out);

@@ -253,11 +253,8 @@ END_TEST
 START_TEST(test_killed_registrant_returns_its_charge_and_report)
 {
 	int p[2];
-	pid_t pid;
-	char ok;
+	pid_t pid = itest_fork_piped(p, NULL);
 
-	ck_assert_int_eq(pipe(p), 0);
-	pid = itest_fork();
 	if (pid == 0) {
 		static char buf[16 * 4096] __attribute__((aligned(4096)));
 		pb_client *c;
@@ -267,20 +264,15 @@ START_TEST(test_killed_registrant_returns_its_charge_and_report)
 		if (pb_connect(d.socket, &c) < 0 || pb_register(c, buf, sizeof(buf), &charge_only, &l) < 0 ||
 		    pb_report_unbrokered(c, 5 * MiB) < 0)
 			_exit(1);
-		if (write(p[1], "x", 1) != 1)
-			_exit(2);
-		pause();
-		_exit(3);
+		itest_child_ready(p, 2);
 	}
-	close(p[1]);
-	ck_assert_int_eq(read(p[0], &ok, 1), 1);
+	itest_wait_ready(p);
 	ck_assert_int_eq(status_leased(d.socket), 16 * 4096);
 	ck_assert_uint_eq(unbrokered_now(), 5 * MiB);
 	kill(pid, SIGKILL);
 	ck_assert_int_eq(itest_wait_exit(pid), 128 + SIGKILL);
 	ck_assert_int_eq(wait_leased(d.socket, 0, 3000), 0);
 	ck_assert_uint_eq(unbrokered_now(), 0);
-	close(p[0]);
 }
 END_TEST
 
@@ -352,9 +344,7 @@ START_TEST(test_restart_keeps_never_revoked_leases_unrevokable)
 	free(ids);
 	ck_assert_int_eq(pb_unregister(c, reg), 0);
 	ck_assert_int_eq(pb_release(c, l), 0);
-	ck_assert_int_eq(wait_leased(d.socket, 0, 3000), 0);
-	pb_disconnect(c);
-	ck_assert_int_eq(daemon_stop(&d), 0);
+	itest_end_clean(&d, c, 3000);
 	fdstore_free(fs);
 }
 END_TEST
@@ -362,23 +352,14 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-register");
-	TCase *t = tcase_create("register"), *r;
 
-	tcase_add_checked_fixture(t, start, stop);
-	tcase_set_timeout(t, 60);
-	tcase_add_test(t, test_registration_charges_every_touched_page_and_no_pool_memory);
-	tcase_add_test(t, test_registration_refusals_and_bad_arguments);
-	tcase_add_test(t, test_registration_registers_with_cuda_or_gives_the_charge_back);
-	tcase_add_test(t, test_no_revoke_leases_are_never_revoked_by_admin_or_pressure_order);
-	tcase_add_test(t, test_unbrokered_reports_replace_each_other_and_die_with_the_connection);
-	tcase_add_test(t, test_killed_registrant_returns_its_charge_and_report);
-	tcase_add_test(t, test_never_revoked_memory_is_capped_per_uid);
-	suite_add_tcase(s, t);
-
-	r = tcase_create("restart");
-	tcase_set_timeout(r, 60);
-	tcase_add_test(r, test_restart_keeps_never_revoked_leases_unrevokable);
-	suite_add_tcase(s, r);
+	CHECK_CASE(s, "register", start, stop, 60, test_registration_charges_every_touched_page_and_no_pool_memory,
+		   test_registration_refusals_and_bad_arguments,
+		   test_registration_registers_with_cuda_or_gives_the_charge_back,
+		   test_no_revoke_leases_are_never_revoked_by_admin_or_pressure_order,
+		   test_unbrokered_reports_replace_each_other_and_die_with_the_connection,
+		   test_killed_registrant_returns_its_charge_and_report, test_never_revoked_memory_is_capped_per_uid);
+	CHECK_CASE(s, "restart", NULL, NULL, 60, test_restart_keeps_never_revoked_leases_unrevokable);
 	return s;
 }
 

@@ -193,6 +193,29 @@ static void assert_survives(void)
 	ck_assert_int_ge(status_leased(d.socket), 0);
 }
 
+/* The daemon closes fd within 3 s (our end is closed too) and lives on. */
+static void assert_closed(int fd)
+{
+	ck_assert_msg(raw_closed_by_peer(fd, 3000), "the daemon kept connection %d open", fd);
+	close(fd);
+	assert_survives();
+}
+
+/* Sends req (no fds) on fd: the daemon answers within 3 s with status want, and needle (unless NULL) in its message. */
+static void assert_reply(int fd, Pinbroker__V1__Request *req, int want, const char *needle)
+{
+	Pinbroker__V1__Reply *rep;
+	int err;
+
+	ck_assert_int_eq(raw_send(fd, req, NULL, 0), 0);
+	rep = raw_recv(fd, NULL, 0, NULL, 3000, &err);
+	ck_assert_msg(rep != NULL, "no reply (want status %d): %d", want, err);
+	ck_assert_int_eq(rep->status, want);
+	if (needle)
+		ck_assert_msg(strstr(rep->message, needle), "'%s' not in '%s'", needle, rep->message);
+	pinbroker__v1__reply__free_unpacked(rep, NULL);
+}
+
 START_TEST(test_garbage_packet_closes_only_that_connection)
 {
 	int bystander = raw_connect(d.socket), fd = raw_connect(d.socket);
@@ -203,9 +226,7 @@ START_TEST(test_garbage_packet_closes_only_that_connection)
 	for (size_t i = 0; i < sizeof(junk); i++)
 		junk[i] = (unsigned char)(i * 37 + 11);
 	ck_assert_int_eq(wire_send(fd, junk, sizeof(junk), NULL, 0), 0);
-	ck_assert(raw_closed_by_peer(fd, 3000));
-	close(fd);
-	assert_survives();
+	assert_closed(fd);
 	/* The bystander's connection is untouched. */
 	ck_assert_int_eq(raw_status(bystander), 0);
 	close(bystander);
@@ -237,10 +258,8 @@ START_TEST(test_packet_with_fd_closes_connection)
 	req.body_case = PINBROKER__V1__REQUEST__BODY_STATUS;
 	req.status = &sreq;
 	ck_assert_int_eq(raw_send(fd, &req, &extra, 1), 0);
-	ck_assert(raw_closed_by_peer(fd, 3000));
 	close(extra);
-	close(fd);
-	assert_survives();
+	assert_closed(fd);
 }
 END_TEST
 
@@ -248,22 +267,15 @@ START_TEST(test_request_before_hello_is_refused_and_closed)
 {
 	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
 	Pinbroker__V1__Acquire a = PINBROKER__V1__ACQUIRE__INIT;
-	Pinbroker__V1__Reply *rep;
-	int fd = raw_connect(d.socket), err;
+	int fd = raw_connect(d.socket);
 
 	a.size = 4096;
 	req.has_seq = true;
 	req.seq = 9;
 	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
 	req.acquire = &a;
-	ck_assert_int_eq(raw_send(fd, &req, NULL, 0), 0);
-	rep = raw_recv(fd, NULL, 0, NULL, 3000, &err);
-	ck_assert_ptr_nonnull(rep);
-	ck_assert_int_eq(rep->status, PINBROKER__V1__STATUS_CODE__STATUS_NO_HELLO);
-	pinbroker__v1__reply__free_unpacked(rep, NULL);
-	ck_assert(raw_closed_by_peer(fd, 3000));
-	close(fd);
-	assert_survives();
+	assert_reply(fd, &req, PINBROKER__V1__STATUS_CODE__STATUS_NO_HELLO, NULL);
+	assert_closed(fd);
 }
 END_TEST
 
@@ -271,18 +283,12 @@ START_TEST(test_wrong_version_gets_clear_error)
 {
 	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
 	Pinbroker__V1__Hello h = PINBROKER__V1__HELLO__INIT;
-	Pinbroker__V1__Reply *rep;
-	int fd = raw_connect(d.socket), err;
+	int fd = raw_connect(d.socket);
 
 	h.version = 99;
 	req.body_case = PINBROKER__V1__REQUEST__BODY_HELLO;
 	req.hello = &h;
-	ck_assert_int_eq(raw_send(fd, &req, NULL, 0), 0);
-	rep = raw_recv(fd, NULL, 0, NULL, 3000, &err);
-	ck_assert_ptr_nonnull(rep);
-	ck_assert_int_eq(rep->status, PINBROKER__V1__STATUS_CODE__STATUS_VERSION_MISMATCH);
-	ck_assert_ptr_nonnull(strstr(rep->message, "version"));
-	pinbroker__v1__reply__free_unpacked(rep, NULL);
+	assert_reply(fd, &req, PINBROKER__V1__STATUS_CODE__STATUS_VERSION_MISMATCH, "version");
 	close(fd);
 	assert_survives();
 }
@@ -300,8 +306,7 @@ START_TEST(test_empty_request_and_truncated_packets_close_connection)
 	fd = raw_connect(d.socket);
 	ck_assert_int_eq(raw_hello(fd), 0);
 	ck_assert_int_eq(raw_send(fd, &req, NULL, 0), 0);
-	ck_assert(raw_closed_by_peer(fd, 3000));
-	close(fd);
+	assert_closed(fd);
 
 	/* A valid ACQUIRE cut short. */
 	fd = raw_connect(d.socket);
@@ -311,9 +316,7 @@ START_TEST(test_empty_request_and_truncated_packets_close_connection)
 	req.acquire = &a;
 	n = pinbroker__v1__request__pack(&req, buf);
 	ck_assert_int_eq(wire_send(fd, buf, n - 2, NULL, 0), 0);
-	ck_assert(raw_closed_by_peer(fd, 3000));
-	close(fd);
-	assert_survives();
+	assert_closed(fd);
 }
 END_TEST
 
@@ -340,25 +343,19 @@ START_TEST(test_silent_peer_is_dropped_after_handshake_timeout)
 
 	ck_assert_int_ge(fd, 0);
 	/* --handshake-timeout-ms 300 for this case. */
-	ck_assert(raw_closed_by_peer(fd, 3000));
-	close(fd);
-	assert_survives();
+	assert_closed(fd);
 }
 END_TEST
 
 static void start_short_handshake(void)
 {
-	static const char *const args[] = { "--handshake-timeout-ms", "300", NULL };
-
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--handshake-timeout-ms", "300"));
 }
 
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-security");
 	TCase *iso;
-	TCase *bad = tcase_create("bad-input");
-	TCase *hs = tcase_create("handshake");
 
 	if (geteuid() == 0) {
 		iso = tcase_create("isolation");
@@ -372,21 +369,13 @@ static Suite *suite(void)
 		check_skip("2 uid-isolation tests need root to switch uids; run the suite as root");
 	}
 
-	tcase_add_checked_fixture(bad, start, stop);
-	tcase_set_timeout(bad, 30);
-	tcase_add_test(bad, test_garbage_packet_closes_only_that_connection);
-	tcase_add_test(bad, test_oversized_packet_closes_connection);
-	tcase_add_test(bad, test_packet_with_fd_closes_connection);
-	tcase_add_test(bad, test_request_before_hello_is_refused_and_closed);
-	tcase_add_test(bad, test_wrong_version_gets_clear_error);
-	tcase_add_test(bad, test_empty_request_and_truncated_packets_close_connection);
-	tcase_add_test(bad, test_absurd_sizes_get_status_not_crash);
-	suite_add_tcase(s, bad);
+	CHECK_CASE(s, "bad-input", start, stop, 30, test_garbage_packet_closes_only_that_connection,
+		   test_oversized_packet_closes_connection, test_packet_with_fd_closes_connection,
+		   test_request_before_hello_is_refused_and_closed, test_wrong_version_gets_clear_error,
+		   test_empty_request_and_truncated_packets_close_connection, test_absurd_sizes_get_status_not_crash);
 
-	tcase_add_checked_fixture(hs, start_short_handshake, stop);
-	tcase_set_timeout(hs, 30);
-	tcase_add_test(hs, test_silent_peer_is_dropped_after_handshake_timeout);
-	suite_add_tcase(s, hs);
+	CHECK_CASE(s, "handshake", start_short_handshake, stop, 30,
+		   test_silent_peer_is_dropped_after_handshake_timeout);
 	return s;
 }
 

@@ -146,12 +146,8 @@ static void attacher_child(int rd, int wr, uid_t uid)
 static pid_t spawn_attacher(uid_t uid, int *to_child, int *from_child)
 {
 	int a[2], b[2];
-	pid_t pid;
+	pid_t pid = itest_fork_piped(a, b);
 
-	ck_assert_int_eq(pipe(a), 0);
-	ck_assert_int_eq(pipe(b), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
 		close(a[1]);
 		close(b[0]);
@@ -164,6 +160,18 @@ static pid_t spawn_attacher(uid_t uid, int *to_child, int *from_child)
 	return pid;
 }
 
+/* spawn_attacher, handed token (PB_SHARE_TOKEN_LEN bytes): its pb_attach must return want. Returns its pid. */
+static pid_t attacher_with(uid_t uid, const char *token, int want, int *to_child, int *from_child)
+{
+	pid_t pid = spawn_attacher(uid, to_child, from_child);
+	int r;
+
+	write_all(*to_child, token, PB_SHARE_TOKEN_LEN);
+	read_all(*from_child, &r, sizeof(r));
+	ck_assert_msg(r == want, "attacher of uid %u: pb_attach gave %d, want %d", (unsigned)uid, r, want);
+	return pid;
+}
+
 static pb_lease *acquire_filled(pb_client *c)
 {
 	pb_lease *l;
@@ -173,28 +181,34 @@ static pb_lease *acquire_filled(pb_client *c)
 	return l;
 }
 
+/* A fresh connection in *c with a filled lease shared (any uid of its own), its token in token. */
+static pb_lease *connect_and_share(pb_client **c, char *token)
+{
+	pb_lease *l;
+
+	ck_assert_int_eq(pb_connect(d.socket, c), 0);
+	l = acquire_filled(*c);
+	ck_assert_int_eq(pb_lease_share(*c, l, NULL, 0, token), 0);
+	return l;
+}
+
 START_TEST(test_attacher_of_same_uid_sees_and_writes_the_same_bytes_counted_once)
 {
 	char token[PB_SHARE_TOKEN_LEN], token2[PB_SHARE_TOKEN_LEN], *out = NULL;
 	struct pb_lease_info li;
-	int to, from, r;
+	int to, from;
 	int64_t leased;
 	pb_client *c;
 	pb_lease *l;
 	pid_t pid;
 
-	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	l = acquire_filled(c);
-	ck_assert_int_eq(pb_lease_share(c, l, NULL, 0, token), 0);
+	l = connect_and_share(&c, token);
 	ck_assert_uint_eq(strlen(token), PB_SHARE_TOKEN_LEN - 1);
 	/* One token per lease: sharing again gives the same one. */
 	ck_assert_int_eq(pb_lease_share(c, l, NULL, 0, token2), 0);
 	ck_assert_str_eq(token, token2);
 
-	pid = spawn_attacher(0, &to, &from);
-	write_all(to, token, sizeof(token));
-	read_all(from, &r, sizeof(r));
-	ck_assert_int_eq(r, 0);
+	pid = attacher_with(0, token, 0, &to, &from);
 	read_all(from, &leased, sizeof(leased));
 	/* Counted once: the attach added nothing. */
 	ck_assert_int_eq(leased, (int64_t)LEASE_BYTES);
@@ -249,20 +263,15 @@ START_TEST(test_cross_uid_attach_refused_without_grant_and_allowed_with_one)
 {
 	char token[PB_SHARE_TOKEN_LEN], again[PB_SHARE_TOKEN_LEN];
 	uid_t grant = UID_A;
-	int to, from, r;
+	int to, from;
 	int64_t leased;
 	pb_client *c;
 	pb_lease *l;
 	pid_t pid;
 
-	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	l = acquire_filled(c);
-	ck_assert_int_eq(pb_lease_share(c, l, NULL, 0, token), 0);
+	l = connect_and_share(&c, token);
 
-	pid = spawn_attacher(UID_A, &to, &from);
-	write_all(to, token, sizeof(token));
-	read_all(from, &r, sizeof(r));
-	ck_assert_int_eq(r, -EACCES);
+	pid = attacher_with(UID_A, token, -EACCES, &to, &from);
 	ck_assert_int_eq(itest_wait_exit(pid), 0);
 	close(to);
 	close(from);
@@ -281,10 +290,7 @@ START_TEST(test_cross_uid_attach_refused_without_grant_and_allowed_with_one)
 		ck_assert_int_eq(pb_lease_share(c, l, many, 31, again), 0);
 		ck_assert_str_eq(token, again);
 	}
-	pid = spawn_attacher(UID_A, &to, &from);
-	write_all(to, token, sizeof(token));
-	read_all(from, &r, sizeof(r));
-	ck_assert_int_eq(r, 0);
+	pid = attacher_with(UID_A, token, 0, &to, &from);
 	read_all(from, &leased, sizeof(leased));
 	ck_assert_uint_eq(((unsigned char *)pb_lease_data(l))[1], 0x5a);
 	write_all(to, "x", 1);
@@ -424,9 +430,7 @@ START_TEST(test_attachers_killed_are_cleaned_up_and_accounting_stays_exact)
 	pb_lease *l;
 	pid_t pid[4];
 
-	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	l = acquire_filled(c);
-	ck_assert_int_eq(pb_lease_share(c, l, NULL, 0, token), 0);
+	l = connect_and_share(&c, token);
 	for (int i = 0; i < 4; i++) {
 		pid[i] = spawn_attacher(i % 2 ? UID_A : 0, &to[i], &from[i]);
 		if (i == 1) {
@@ -455,10 +459,7 @@ START_TEST(test_attachers_killed_are_cleaned_up_and_accounting_stays_exact)
 	check_books("attachers killed, holder alive");
 
 	/* The holder lets go with one attacher left; that attacher's crash ends the lease. */
-	pid[0] = spawn_attacher(0, &to[0], &from[0]);
-	write_all(to[0], token, sizeof(token));
-	read_all(from[0], &r, sizeof(r));
-	ck_assert_int_eq(r, 0);
+	pid[0] = attacher_with(0, token, 0, &to[0], &from[0]);
 	read_all(from[0], &leased, sizeof(leased));
 	ck_assert_int_eq(pb_release(c, l), 0);
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)LEASE_BYTES);
@@ -495,11 +496,8 @@ START_TEST(test_holder_killed_leaves_lease_to_attacher_until_it_releases)
 	int a[2], b[2];
 	pb_client *c;
 	pb_lease *l;
-	pid_t pid;
+	pid_t pid = itest_fork_piped(a, b);
 
-	ck_assert_int_eq(pipe(a), 0);
-	ck_assert_int_eq(pipe(b), 0);
-	pid = itest_fork();
 	if (pid == 0) {
 		close(a[0]);
 		close(b[1]);
@@ -537,7 +535,7 @@ START_TEST(test_restart_keeps_lease_counted_until_former_attacher_exits)
 	char token[PB_SHARE_TOKEN_LEN];
 	struct pb_status *st = NULL;
 	struct fdstore *fs;
-	int to, from, r;
+	int to, from;
 	int64_t leased;
 	pb_client *c;
 	pb_lease *l;
@@ -546,13 +544,8 @@ START_TEST(test_restart_keeps_lease_counted_until_former_attacher_exits)
 	daemon_prepare(&d);
 	fs = fdstore_new(&d);
 	fdstore_daemon_start(fs, args);
-	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	l = acquire_filled(c);
-	ck_assert_int_eq(pb_lease_share(c, l, NULL, 0, token), 0);
-	pid = spawn_attacher(0, &to, &from);
-	write_all(to, token, sizeof(token));
-	read_all(from, &r, sizeof(r));
-	ck_assert_int_eq(r, 0);
+	l = connect_and_share(&c, token);
+	pid = attacher_with(0, token, 0, &to, &from);
 	read_all(from, &leased, sizeof(leased));
 
 	fdstore_daemon_kill(fs);
@@ -572,11 +565,9 @@ START_TEST(test_restart_keeps_lease_counted_until_former_attacher_exits)
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)LEASE_BYTES);
 	write_all(to, "x", 1);
 	ck_assert_int_eq(itest_wait_exit(pid), 0);
-	ck_assert_int_eq(wait_leased(d.socket, 0, 3000), 0);
 	close(to);
 	close(from);
-	pb_disconnect(c);
-	ck_assert_int_eq(daemon_stop(&d), 0);
+	itest_end_clean(&d, c, 3000);
 	fdstore_free(fs);
 }
 END_TEST
@@ -584,22 +575,14 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-share");
-	TCase *t = tcase_create("share"), *r;
 
-	tcase_add_checked_fixture(t, start, stop);
-	tcase_set_timeout(t, 60);
-	tcase_add_test(t, test_attacher_of_same_uid_sees_and_writes_the_same_bytes_counted_once);
-	tcase_add_test(t, test_cross_uid_attach_refused_without_grant_and_allowed_with_one);
-	tcase_add_test(t, test_forged_malformed_own_and_stale_tokens_refused);
-	tcase_add_test(t, test_revoke_reaches_holder_and_attacher_and_frees_after_both);
-	tcase_add_test(t, test_attachers_killed_are_cleaned_up_and_accounting_stays_exact);
-	tcase_add_test(t, test_holder_killed_leaves_lease_to_attacher_until_it_releases);
-	suite_add_tcase(s, t);
-
-	r = tcase_create("restart");
-	tcase_set_timeout(r, 60);
-	tcase_add_test(r, test_restart_keeps_lease_counted_until_former_attacher_exits);
-	suite_add_tcase(s, r);
+	CHECK_CASE(s, "share", start, stop, 60, test_attacher_of_same_uid_sees_and_writes_the_same_bytes_counted_once,
+		   test_cross_uid_attach_refused_without_grant_and_allowed_with_one,
+		   test_forged_malformed_own_and_stale_tokens_refused,
+		   test_revoke_reaches_holder_and_attacher_and_frees_after_both,
+		   test_attachers_killed_are_cleaned_up_and_accounting_stays_exact,
+		   test_holder_killed_leaves_lease_to_attacher_until_it_releases);
+	CHECK_CASE(s, "restart", NULL, NULL, 60, test_restart_keeps_lease_counted_until_former_attacher_exits);
 	return s;
 }
 

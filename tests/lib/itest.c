@@ -91,6 +91,24 @@ char itest_hear(int fd, unsigned bound_s)
 	return c;
 }
 
+pid_t itest_hold_lease(const char *socket_path, size_t size, const char *label)
+{
+	int p[2];
+	pid_t pid = itest_fork_piped(p, NULL);
+
+	if (pid == 0) {
+		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA, .label = label };
+		pb_client *c;
+		pb_lease *l;
+
+		if (pb_connect(socket_path, &c) < 0 || pb_acquire(c, size, &o, &l) < 0)
+			_exit(1);
+		itest_child_ready(p, 1);
+	}
+	itest_wait_ready(p);
+	return pid;
+}
+
 int itest_wait_exit(pid_t pid)
 {
 	int st;
@@ -180,6 +198,43 @@ static void soft_nofile_to_hard(rlim_t cap)
 	}
 }
 
+bool itest_answers(const char *socket_path)
+{
+	int fd = raw_connect(socket_path), st;
+
+	if (fd < 0)
+		return false;
+	st = raw_hello(fd);
+	close(fd);
+	return st == 0;
+}
+
+pid_t itest_spawn_logged(const char *log, const char *const *argv, bool raise_nofile, void (*child_setup)(void *ud),
+			 void *ud)
+{
+	pid_t pid = itest_fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		unsetenv("NOTIFY_SOCKET");
+		unsetenv("JOURNAL_STREAM");
+		unsetenv("LISTEN_FDS");
+		if (raise_nofile)
+			soft_nofile_to_hard(65536);
+		if (child_setup)
+			child_setup(ud);
+		execvp(argv[0], (char *const *)argv); /* p: a wrapper is found on PATH */
+		_exit(127);
+	}
+	return pid;
+}
+
 void daemon_restart_with(struct daemon *d, const char *const *extra, void (*child_setup)(void *ud), void *ud)
 {
 	const char *argv[64];
@@ -218,38 +273,13 @@ void daemon_restart_with(struct daemon *d, const char *const *extra, void (*chil
 
 		d->log_from = stat(d->log, &st) == 0 ? (long)st.st_size : 0;
 	}
-	d->pid = itest_fork();
-	ck_assert_int_ge(d->pid, 0);
-	if (d->pid == 0) {
-		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		unsetenv("NOTIFY_SOCKET");
-		unsetenv("JOURNAL_STREAM");
-		unsetenv("LISTEN_FDS");
-		if (wrapper)
-			soft_nofile_to_hard(65536);
-		if (child_setup)
-			child_setup(ud);
-		execvp(argv[0], (char *const *)argv); /* p: the wrapper is found on PATH */
-		_exit(127);
-	}
+	d->pid = itest_spawn_logged(d->log, argv, wrapper != NULL, child_setup, ud);
 	/* --config /dev/null: tests run on embedded defaults plus their arguments, never /etc. */
 	free(wrapper);
 	t0 = mono_ms();
 	for (;;) {
-		int fd = raw_connect(d->socket);
-
-		if (fd >= 0) {
-			int st = raw_hello(fd);
-
-			close(fd);
-			if (st == 0)
-				return;
-		}
+		if (itest_answers(d->socket))
+			return;
 		if (waitpid(d->pid, &wst, WNOHANG) == d->pid)
 			ck_abort_msg("pinbrokerd exited during start-up (%s %d); log %s since this start:\n%s",
 				     WIFEXITED(wst) ? "exit status" : "signal",
@@ -278,6 +308,14 @@ void daemon_restart_with(struct daemon *d, const char *const *extra, void (*chil
 		}
 		usleep(5000);
 	}
+}
+
+void itest_end_clean(struct daemon *d, pb_client *c, int timeout_ms)
+{
+	ck_assert_int_eq(wait_leased(d->socket, 0, timeout_ms), 0);
+	if (c)
+		pb_disconnect(c);
+	ck_assert_int_eq(daemon_stop(d), 0);
 }
 
 bool daemon_alive(const struct daemon *d)
@@ -647,6 +685,21 @@ int pinctl(const struct daemon *d, char **out, const char *fmt, ...)
 	return r;
 }
 
+void itest_pinctl_says(const struct daemon *d, int want_exit, const char *args, ...)
+{
+	const char *needle;
+	char *out = NULL;
+	va_list ap;
+	int r = pinctl(d, &out, "%s", args);
+
+	ck_assert_msg(r == want_exit, "pinctl %s: exit %d, want %d\n%s", args, r, want_exit, itest_tail(out));
+	va_start(ap, args);
+	while ((needle = va_arg(ap, const char *)))
+		ck_assert_msg(strstr(out, needle), "pinctl %s: '%s' not in\n%s", args, needle, itest_tail(out));
+	va_end(ap);
+	free(out);
+}
+
 int raw_connect(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -758,15 +811,48 @@ int raw_status(int fd)
 	return raw_call(fd, &req, 2, NULL, 0, 5000);
 }
 
-int raw_release_seq(int fd, uint64_t lease_id, uint64_t seq, int timeout_ms)
+/*
+ * One request about lease_id: RELEASE, SET_IDLE (to idle), ADMIN_REVOKE or REVOKE_ACK, by kind, with seq; the
+ * reply's status or -errno. The bodies live here, so one switch serves the four.
+ */
+static int raw_lease_call(int fd, Pinbroker__V1__Request__BodyCase kind, uint64_t lease_id, bool idle, uint64_t seq,
+			  int timeout_ms)
 {
 	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
 	Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
+	Pinbroker__V1__SetIdle si = PINBROKER__V1__SET_IDLE__INIT;
+	Pinbroker__V1__AdminRevoke ar = PINBROKER__V1__ADMIN_REVOKE__INIT;
+	Pinbroker__V1__RevokeAck ack = PINBROKER__V1__REVOKE_ACK__INIT;
 
-	rel.lease_id = lease_id;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
-	req.release = &rel;
+	req.body_case = kind;
+	switch (kind) {
+	case PINBROKER__V1__REQUEST__BODY_RELEASE:
+		rel.lease_id = lease_id;
+		req.release = &rel;
+		break;
+	case PINBROKER__V1__REQUEST__BODY_SET_IDLE:
+		si.lease_id = lease_id;
+		si.idle = idle;
+		req.set_idle = &si;
+		break;
+	case PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE:
+		ar.has_lease_id = true;
+		ar.lease_id = lease_id;
+		req.admin_revoke = &ar;
+		break;
+	case PINBROKER__V1__REQUEST__BODY_REVOKE_ACK:
+		ack.lease_id = lease_id;
+		req.revoke_ack = &ack;
+		break;
+	default:
+		ck_abort_msg("raw_lease_call: request kind %d has no lease id", (int)kind);
+	}
 	return raw_call(fd, &req, seq, NULL, 0, timeout_ms);
+}
+
+int raw_release_seq(int fd, uint64_t lease_id, uint64_t seq, int timeout_ms)
+{
+	return raw_lease_call(fd, PINBROKER__V1__REQUEST__BODY_RELEASE, lease_id, false, seq, timeout_ms);
 }
 
 int raw_release(int fd, uint64_t lease_id)
@@ -776,26 +862,17 @@ int raw_release(int fd, uint64_t lease_id)
 
 int raw_set_idle(int fd, uint64_t lease_id, bool idle)
 {
-	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
-	Pinbroker__V1__SetIdle si = PINBROKER__V1__SET_IDLE__INIT;
-
-	si.lease_id = lease_id;
-	si.idle = idle;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_SET_IDLE;
-	req.set_idle = &si;
-	return raw_call(fd, &req, 11, NULL, 0, 5000);
+	return raw_lease_call(fd, PINBROKER__V1__REQUEST__BODY_SET_IDLE, lease_id, idle, 11, 5000);
 }
 
 int raw_admin_revoke(int fd, uint64_t lease_id, int timeout_ms)
 {
-	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
-	Pinbroker__V1__AdminRevoke ar = PINBROKER__V1__ADMIN_REVOKE__INIT;
+	return raw_lease_call(fd, PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE, lease_id, false, 5, timeout_ms);
+}
 
-	ar.has_lease_id = true;
-	ar.lease_id = lease_id;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE;
-	req.admin_revoke = &ar;
-	return raw_call(fd, &req, 5, NULL, 0, timeout_ms);
+int raw_revoke_ack(int fd, uint64_t lease_id)
+{
+	return raw_lease_call(fd, PINBROKER__V1__REQUEST__BODY_REVOKE_ACK, lease_id, false, 9, 5000);
 }
 
 int raw_acquire_msg(int fd, uint64_t size, const char *label, uint64_t seq, char *msg, size_t msglen, int timeout_ms)

@@ -27,6 +27,8 @@ struct daemon {
  * first or does not answer within itest_start_timeout_ms().
  */
 void daemon_start(struct daemon *d, const char *const *extra_args);
+/* The NULL-ended argument list daemon_start and daemon_restart take, written inline: ITEST_ARGS("--budget", "1G"). */
+#define ITEST_ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
 /* Start the daemon again in the same dir and on the same socket (after a crash or stop). */
 void daemon_restart(struct daemon *d, const char *const *extra_args);
 /* daemon_start's first half: a fresh temp dir and the paths in it, nothing started. */
@@ -37,6 +39,15 @@ void daemon_prepare(struct daemon *d);
  * service manager sets its own there (tests/lib/fdstore.h).
  */
 void daemon_restart_with(struct daemon *d, const char *const *extra_args, void (*child_setup)(void *ud), void *ud);
+/* Whether a daemon on socket_path answers a HELLO now (through a connection of its own). */
+bool itest_answers(const char *socket_path);
+/*
+ * Fork and exec argv (argv[0] found on PATH) with stdout and stderr appended to log and NOTIFY_SOCKET,
+ * JOURNAL_STREAM and LISTEN_FDS unset; raise_nofile raises the soft RLIMIT_NOFILE first (for a wrapper such as
+ * valgrind), and child_setup(ud), unless NULL, runs just before exec. Returns the child's pid.
+ */
+pid_t itest_spawn_logged(const char *log, const char *const *argv, bool raise_nofile, void (*child_setup)(void *ud),
+			 void *ud);
 /* SIGTERM, wait, and check it exited 0. Returns the exit status (or 128+signal). */
 int daemon_stop(struct daemon *d);
 /* True while the daemon process is alive. */
@@ -68,6 +79,11 @@ char *itest_read_file(const char *path);
 char *itest_table_cell(const char *table, const char *row_prefix, const char *col);
 /* The daemon's status with every lease row, through a connection of its own (free with pb_status_free). */
 struct pb_status *itest_status(const char *socket_path);
+/*
+ * A test's clean end: nothing leased on d within timeout_ms, c (unless NULL) disconnected, and d stopped with
+ * exit status 0.
+ */
+void itest_end_clean(struct daemon *d, pb_client *c, int timeout_ms);
 /* The lease row of id in s, or NULL; it lives as long as s. */
 const struct pb_lease_info *itest_lease_row(const struct pb_status *s, uint64_t id);
 
@@ -89,6 +105,8 @@ void itest_wait_ready(int p[2]);
  */
 void itest_say(int fd, char c);
 char itest_hear(int fd, unsigned bound_s);
+/* A child that holds one lease of size (label may be NULL; no CUDA) until killed: its pid, once the lease is held. */
+pid_t itest_hold_lease(const char *socket_path, size_t size, const char *label);
 /* Reap child pid (asserting it is ours): its exit status, or 128 + the signal that killed it. */
 int itest_wait_exit(pid_t pid);
 /* Wait up to timeout_ms for our child (or adopted orphan) pid to end: its wait status, or -1 if it still runs. */
@@ -140,6 +158,11 @@ int run_capture(const char *cmdline, char **out);
 int pinctl_as(const struct daemon *d, uid_t uid, char **out, const char *args);
 /* Run pinctl --socket d->socket ARGS..., capture output. Returns the exit code. */
 int pinctl(const struct daemon *d, char **out, const char *args_fmt, ...) __attribute__((format(printf, 3, 4)));
+/*
+ * pinctl ARGS (a plain shell line, no format) must exit want_exit with each of the NULL-ended strings after args
+ * in its output; the failing one is named with the output's end.
+ */
+void itest_pinctl_says(const struct daemon *d, int want_exit, const char *args, ...) __attribute__((sentinel));
 
 /* Raw protocol, for hostile-input tests. */
 int raw_connect(const char *socket_path); /* SOCK_SEQPACKET fd, blocking, or -1 */
@@ -157,6 +180,7 @@ int raw_release_seq(int fd, uint64_t lease_id, uint64_t seq, int timeout_ms);
 int raw_release(int fd, uint64_t lease_id);
 int raw_set_idle(int fd, uint64_t lease_id, bool idle);          /* SET_IDLE (seq 11, 5 s); status or -errno */
 int raw_admin_revoke(int fd, uint64_t lease_id, int timeout_ms); /* ADMIN_REVOKE one id (seq 5); status or -errno */
+int raw_revoke_ack(int fd, uint64_t lease_id);                   /* REVOKE_ACK (seq 9, 5 s); status or -errno */
 /* ACQUIRE size (label may be NULL); the granted fds are closed at once. Status or -errno; the message in msg. */
 int raw_acquire_msg(int fd, uint64_t size, const char *label, uint64_t seq, char *msg, size_t msglen, int timeout_ms);
 int raw_send(int fd, const Pinbroker__V1__Request *req, const int *fds, size_t nfds);
