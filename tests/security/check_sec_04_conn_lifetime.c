@@ -222,17 +222,7 @@ START_TEST(test_storm_of_half_closed_clients)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec_04_conn_lifetime");
-	TCase *tc = tcase_create("core");
-
-	tcase_set_timeout(tc, 120);
-	tcase_add_checked_fixture(tc, start, stop);
-	tcase_add_test(tc, test_failed_send_inside_acquire_keeps_the_daemon_alive);
-	tcase_add_test(tc, test_storm_of_half_closed_clients);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(suite, "sec_04_conn_lifetime", "core", start, stop, 120,
+	    test_failed_send_inside_acquire_keeps_the_daemon_alive, test_storm_of_half_closed_clients)
 
 SEC_MAIN(suite)

@@ -177,18 +177,7 @@ START_TEST(test_own_uid_releases_a_lease_left_without_a_connection)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec_12_holder_rights");
-	TCase *tc = tcase_create("core");
-
-	tcase_set_timeout(tc, 60);
-	tcase_add_checked_fixture(tc, start, stop);
-	tcase_add_test(tc, test_holder_revokes_its_own_lease_without_admin);
-	tcase_add_test(tc, test_holder_revokes_all_of_its_own_by_uid);
-	tcase_add_test(tc, test_own_uid_releases_a_lease_left_without_a_connection);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(suite, "sec_12_holder_rights", "core", start, stop, 60, test_holder_revokes_its_own_lease_without_admin,
+	    test_holder_revokes_all_of_its_own_by_uid, test_own_uid_releases_a_lease_left_without_a_connection)
 
 SEC_MAIN(suite)

@@ -156,18 +156,7 @@ START_TEST(test_daemon_warns_once_at_start_and_at_reload)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec_20_config_mode");
-	TCase *tc = tcase_create("config_mode");
-
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_file_others_can_write_is_warned_about);
-	tcase_add_test(tc, test_foreign_owner_and_open_folder_are_warned_about);
-	tcase_add_test(tc, test_daemon_warns_once_at_start_and_at_reload);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(suite, "sec_20_config_mode", "config_mode", setup, teardown, 60, test_file_others_can_write_is_warned_about,
+	    test_foreign_owner_and_open_folder_are_warned_about, test_daemon_warns_once_at_start_and_at_reload)
 
 SEC_MAIN(suite)

@@ -203,21 +203,10 @@ START_TEST(test_timeout_verdict_over_quota)
 }
 END_TEST
 
-static Suite *waitq_suite(void)
-{
-	Suite *s = suite_create("waitq");
-	TCase *tc = tcase_create("order");
-
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_priority_classes_in_order_fifo_within_one);
-	tcase_add_test(tc, test_remove_head_middle_tail_and_stranger);
-	tcase_add_test(tc, test_verdicts_of_broker_acquire_results);
-	tcase_add_test(tc, test_a_small_acquire_never_overtakes_a_big_one_the_host_cannot_fit);
-	tcase_add_test(tc, test_an_acquire_over_its_own_quota_lets_others_pass);
-	tcase_add_test(tc, test_fifo_within_a_class_when_only_one_fits);
-	tcase_add_test(tc, test_timeout_verdict_over_quota);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(waitq_suite, "waitq", "order", NULL, NULL, 30, test_priority_classes_in_order_fifo_within_one,
+	    test_remove_head_middle_tail_and_stranger, test_verdicts_of_broker_acquire_results,
+	    test_a_small_acquire_never_overtakes_a_big_one_the_host_cannot_fit,
+	    test_an_acquire_over_its_own_quota_lets_others_pass, test_fifo_within_a_class_when_only_one_fits,
+	    test_timeout_verdict_over_quota)
 
 CHECK_MAIN(waitq_suite)
