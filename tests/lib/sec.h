@@ -7,6 +7,7 @@
 #include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "check_main.h"
@@ -21,6 +22,38 @@ static inline void sec_drop_to(uid_t uid)
 {
 	itest_drop_to(uid);
 }
+
+/* How many times needle occurs in hay, without overlaps (log lines, warnings). */
+static inline size_t sec_count(const char *hay, const char *needle)
+{
+	size_t n = 0, len = strlen(needle);
+	const char *p = hay;
+
+	while ((p = strstr(p, needle)) != NULL) {
+		p += len;
+		n++;
+	}
+	return n;
+}
+
+/*
+ * A checked fixture's setup: fn() starts the daemon dmn with the given arguments (NULL for none) after
+ * daemon_start's small test defaults. SEC_START(start, d, "--revoke-enforce", "none")
+ */
+#define SEC_START(fn, dmn, ...)                                               \
+	static void fn(void)                                                  \
+	{                                                                     \
+		static const char *const fn##_args[] = { __VA_ARGS__, NULL }; \
+                                                                              \
+		daemon_start(&(dmn), fn##_args);                              \
+	}
+
+/* A checked fixture's teardown: fn() stops the daemon dmn, which must exit cleanly (0). */
+#define SEC_STOP(fn, dmn)                                 \
+	static void fn(void)                              \
+	{                                                 \
+		ck_assert_int_eq(daemon_stop(&(dmn)), 0); \
+	}
 
 /*
  * main() for a security suite: fork mode, and exit 77 (ctest's SKIP_RETURN_CODE)

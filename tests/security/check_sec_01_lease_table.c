@@ -18,15 +18,9 @@
 
 static struct daemon d;
 
-static void start(void)
-{
-	daemon_start(&d, NULL);
-}
+SEC_START(start, d, NULL)
 
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+SEC_STOP(stop, d)
 
 /* RELEASE id over fd (seq id); returns the reply's status, or -errno (-ETIMEDOUT when the daemon does not answer). */
 static int release_id(int fd, uint64_t id)

@@ -16,27 +16,10 @@
 
 static struct daemon d;
 
-static void start(void)
-{
-	static const char *const args[] = { "--budget",
-					    "8M",
-					    "--prewarm",
-					    "0",
-					    "--chunk-size",
-					    "2M",
-					    "--revoke-deadline-ms",
-					    "60000",
-					    "--acquire-timeout-ms",
-					    "20000",
-					    NULL };
+SEC_START(start, d, "--budget", "8M", "--prewarm", "0", "--chunk-size", "2M", "--revoke-deadline-ms", "60000",
+	  "--acquire-timeout-ms", "20000")
 
-	daemon_start(&d, args);
-}
-
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+SEC_STOP(stop, d)
 
 static int send_req(int fd, uint64_t seq, Pinbroker__V1__Request *req)
 {

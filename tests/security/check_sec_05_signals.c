@@ -45,10 +45,7 @@ static void start_sigkill(void)
 	daemon_start(&d, args);
 }
 
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+SEC_STOP(stop, d)
 
 static void send_fd(int sock, int fd)
 {

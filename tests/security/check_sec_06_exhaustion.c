@@ -15,15 +15,9 @@
 
 static struct daemon d;
 
-static void start(void)
-{
-	daemon_start(&d, NULL);
-}
+SEC_START(start, d, NULL)
 
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+SEC_STOP(stop, d)
 
 /* ACQUIRE size; on success close the fds at once (the daemon keeps its own). Returns the status; *msg on refusal. */
 static int acquire_msg(int fd, uint64_t size, char *msg, size_t msglen)

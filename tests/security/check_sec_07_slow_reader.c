@@ -27,10 +27,7 @@ static void start_with(const char *per_conn, const char *total)
 	daemon_start(&d, args);
 }
 
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+SEC_STOP(stop, d)
 
 /*
  * ASan's quarantine keeps freed memory resident, so under it the heap figure says nothing and

@@ -21,18 +21,10 @@
 
 static struct daemon d;
 
-static void start(void)
-{
-	/* Locked 4 KiB-page chunks of 2 MiB (the pool's defaults; hugetlb pinned off by daemon_start). */
-	static const char *const args[] = { "--lock-memory", "yes", "--chunk-size", "2M", "--log-level", "info", NULL };
+/* Locked 4 KiB-page chunks of 2 MiB (the pool's defaults; hugetlb pinned off by daemon_start). */
+SEC_START(start, d, "--lock-memory", "yes", "--chunk-size", "2M", "--log-level", "info")
 
-	daemon_start(&d, args);
-}
-
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+SEC_STOP(stop, d)
 
 /*
  * What the kernel says the daemon holds locked for its pool: the resident pages

@@ -13,17 +13,9 @@
 
 static struct daemon d;
 
-static void start(void)
-{
-	static const char *const args[] = { "--revoke-deadline-ms", "60000", "--revoke-enforce", "none", NULL };
+SEC_START(start, d, "--revoke-deadline-ms", "60000", "--revoke-enforce", "none")
 
-	daemon_start(&d, args);
-}
-
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+SEC_STOP(stop, d)
 
 /* Run the staged pinctl as uid with args (a shell line), its output dropped; returns its exit status. */
 static int pinctl_quiet_as(uid_t uid, const char *args)

@@ -34,15 +34,9 @@
 
 static struct daemon d;
 
-static void start(void)
-{
-	daemon_start(&d, NULL);
-}
+SEC_START(start, d, NULL)
 
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+SEC_STOP(stop, d)
 
 static uint64_t mono_us(void)
 {

@@ -44,10 +44,7 @@ static void start(void)
 	daemon_start(&d, args);
 }
 
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+SEC_STOP(stop, d)
 
 struct tally {
 	int granted;

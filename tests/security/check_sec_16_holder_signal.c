@@ -21,24 +21,11 @@
 static struct daemon d;
 static const struct pb_acquire_opts no_cuda = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE, .label = "sec16" };
 
-static void start_sigterm(void)
-{
-	static const char *const args[] = { "--revoke-enforce", "sigterm", NULL };
+SEC_START(start_sigterm, d, "--revoke-enforce", "sigterm")
 
-	daemon_start(&d, args);
-}
+SEC_START(start_sigkill, d, "--revoke-enforce", "sigkill")
 
-static void start_sigkill(void)
-{
-	static const char *const args[] = { "--revoke-enforce", "sigkill", NULL };
-
-	daemon_start(&d, args);
-}
-
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+SEC_STOP(stop, d)
 
 struct shared {
 	char token[PB_SHARE_TOKEN_LEN];

@@ -383,15 +383,6 @@ static uint64_t mono_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static size_t count(const char *hay, const char *needle)
-{
-	size_t n = 0;
-
-	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
-		n++;
-	return n;
-}
-
 /*
  * Review finding 3: while an orphan lives, the new daemon must not pay a full
  * pass over /proc every orphan-rescan-ms for as long as its holder keeps it.
@@ -430,7 +421,7 @@ START_TEST(test_rescans_back_off_while_nothing_is_let_go)
 		usleep(50 * 1000);
 	}
 	log = daemon_log(&d);
-	scans = count(log, "restart: /proc scan for memfds");
+	scans = sec_count(log, "restart: /proc scan for memfds");
 	ck_assert_msg(scans >= 2 && scans <= 12, "%zu scans of /proc in 3.2 s at orphan-rescan-ms 100", scans);
 	free(log);
 	ck_assert_int_eq(orphaned(d.socket), (int64_t)HOLD_BYTES);

@@ -28,10 +28,7 @@
 static struct daemon d;
 static pid_t prog;
 
-static void start(void)
-{
-	daemon_start(&d, NULL);
-}
+SEC_START(start, d, NULL)
 
 static void stop(void)
 {

@@ -52,15 +52,6 @@ static char *check_config(const char *path)
 	return out;
 }
 
-static unsigned count(const char *hay, const char *needle)
-{
-	unsigned n = 0;
-
-	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
-		n++;
-	return n;
-}
-
 START_TEST(test_file_others_can_write_is_warned_about)
 {
 	char want[384], *out;
@@ -75,7 +66,7 @@ START_TEST(test_file_others_can_write_is_warned_about)
 	ck_assert_msg(strstr(out, want), "no warning '%s' in:\n%s", want, out);
 	snprintf(want, sizeof(want), "run chmod go-w %s", conf);
 	ck_assert_msg(strstr(out, want), "the warning should say what to run:\n%s", out);
-	ck_assert_uint_eq(count(out, "warning:"), 1);
+	ck_assert_uint_eq(sec_count(out, "warning:"), 1);
 	free(out);
 
 	ck_assert_int_eq(chmod(conf, 0620), 0);
@@ -135,7 +126,7 @@ START_TEST(test_daemon_warns_once_at_start_and_at_reload)
 	ck_assert_int_eq(chmod(conf, 0664), 0);
 	daemon_start(&d, args);
 	log = daemon_log(&d);
-	ck_assert_msg(log && count(log, "the config file is writable by its group (mode 0664)") == 1,
+	ck_assert_msg(log && sec_count(log, "the config file is writable by its group (mode 0664)") == 1,
 		      "one warning at start expected:\n%s", itest_tail(log));
 	free(log);
 
@@ -149,7 +140,7 @@ START_TEST(test_daemon_warns_once_at_start_and_at_reload)
 		usleep(20000);
 	}
 	ck_assert_msg(log && strstr(log, "config reloaded"), "the reload did not finish");
-	ck_assert_msg(count(log, "the config file is writable by its group (mode 0664)") == 2,
+	ck_assert_msg(sec_count(log, "the config file is writable by its group (mode 0664)") == 2,
 		      "one more warning at reload expected:\n%s", itest_tail(log));
 	free(log);
 	ck_assert_int_eq(daemon_stop(&d), 0);
