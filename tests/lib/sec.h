@@ -36,6 +36,68 @@ static inline size_t sec_count(const char *hay, const char *needle)
 	return n;
 }
 
+/* In a child: become uid, connect to sock and say HELLO; the connection, or _exit(fail_code). */
+static inline int sec_session_as(uid_t uid, const char *sock, int fail_code)
+{
+	int fd;
+
+	sec_drop_to(uid);
+	fd = raw_connect(sock);
+	if (fd < 0 || raw_hello(fd) != 0)
+		_exit(fail_code);
+	return fd;
+}
+
+/* In a child of itest_fork_piped(in, out): stdin from in, stdout to out, the other ends closed, then uid. */
+static inline void sec_child_stdio_as(int in[2], int out[2], uid_t uid)
+{
+	dup2(in[0], 0);
+	dup2(out[1], 1);
+	close(in[1]);
+	close(out[0]);
+	sec_drop_to(uid);
+}
+
+/* Under ASan the interposer precedes the sanitizer's runtime in the load order; that is fine: say so to ASan. */
+static inline void sec_asan_allow_preload(void)
+{
+	const char *was = getenv("ASAN_OPTIONS");
+	char asan[512];
+
+	snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0", was ?: "", was ? ":" : "");
+	setenv("ASAN_OPTIONS", asan, 1);
+}
+
+/* In the parent: the child's report of len bytes from pipe p, which must come whole; both ends closed. */
+static inline void sec_read_report(int p[2], void *rep, size_t len)
+{
+	close(p[1]);
+	ck_assert_int_eq(read(p[0], rep, len), (ssize_t)len);
+	close(p[0]);
+}
+
+/* pid's /proc smaps, open for reading; fails the test when it cannot be read. */
+static inline FILE *sec_open_smaps(pid_t pid)
+{
+	char path[64];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
+	f = fopen(path, "re");
+	ck_assert_msg(f != NULL, "cannot read %s", path);
+	return f;
+}
+
+/* Removes a suite's scratch tree; a failure is only reported. */
+static inline void sec_rm_rf(const char *path)
+{
+	char cmd[4200];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", path);
+}
+
 /*
  * A checked fixture's setup: fn() starts the daemon dmn with the given arguments (NULL for none) after
  * daemon_start's small test defaults. SEC_START(start, d, "--revoke-enforce", "none")

@@ -119,10 +119,7 @@ START_TEST(test_one_uid_is_capped_and_admin_still_answers)
 		if (pid == 0) {
 			int fd;
 
-			sec_drop_to(SEC_UID_B);
-			fd = raw_connect(d.socket);
-			if (fd < 0 || raw_hello(fd) != 0)
-				_exit(81);
+			fd = sec_session_as(SEC_UID_B, d.socket, 81);
 			_exit(acquire_msg(fd, 4096, NULL, 0) == 0 ? 0 : 82);
 		}
 		ck_assert_int_eq(waitpid(pid, &st, 0), pid);

@@ -33,7 +33,7 @@ SEC_STOP(stop, d)
  */
 static uint64_t daemon_pool_locked_bytes(pid_t pid)
 {
-	char path[64], line[512];
+	char line[512];
 	uint64_t sum_kb = 0, rss_kb = 0;
 	bool pool_vma = false;
 #if defined(__SANITIZE_ADDRESS__)
@@ -44,9 +44,7 @@ static uint64_t daemon_pool_locked_bytes(pid_t pid)
 #endif
 	FILE *f;
 
-	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
-	f = fopen(path, "r");
-	ck_assert_ptr_nonnull(f);
+	f = sec_open_smaps(pid);
 	while (fgets(line, sizeof(line), f)) {
 		unsigned long long kb, lo, hi;
 

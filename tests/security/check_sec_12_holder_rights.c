@@ -142,10 +142,7 @@ static int raw_release_as(uid_t uid, uint64_t id)
 	if (pid == 0) {
 		int fd, rst;
 
-		sec_drop_to(uid);
-		fd = raw_connect(d.socket);
-		if (fd < 0 || raw_hello(fd) != 0)
-			_exit(100);
+		fd = sec_session_as(uid, d.socket, 100);
 		rst = raw_release_seq(fd, id, 9, 3000);
 		_exit(rst < 0 ? 101 : rst);
 	}

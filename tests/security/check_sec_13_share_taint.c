@@ -322,7 +322,7 @@ struct holder_io {
 /* Chunk inodes of pid's pool mappings (the daemon's memfds), into ino[] (at most max); returns how many. */
 static size_t chunk_inodes(pid_t pid, unsigned long *ino, size_t max)
 {
-	char path[64], line[512];
+	char line[512];
 	size_t n = 0;
 	FILE *f;
 
@@ -405,14 +405,12 @@ static void holder(int rd, int wr, size_t size, uid_t share_uid)
 /* The resident pages of the daemon's mappings of its pool memfds (the pool holds them locked). */
 static uint64_t daemon_pool_resident_bytes(pid_t pid)
 {
-	char path[64], line[512];
+	char line[512];
 	uint64_t sum_kb = 0;
 	bool pool_vma = false;
 	FILE *f;
 
-	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
-	f = fopen(path, "re");
-	ck_assert_ptr_nonnull(f);
+	f = sec_open_smaps(pid);
 	while (fgets(line, sizeof(line), f)) {
 		unsigned long long kb, lo, hi;
 

@@ -108,10 +108,7 @@ static pid_t plain_holder(uid_t uid, int *to, int *from)
 
 		close(a[1]);
 		close(b[0]);
-		sec_drop_to(uid);
-		sock = raw_connect(d.socket);
-		if (sock < 0 || raw_hello(sock) != 0)
-			_exit(80);
+		sock = sec_session_as(uid, d.socket, 80);
 		while (t.granted <= 4 * CAP) {
 			t.status = raw_acquire_msg(sock, LEASE_BYTES, NULL, 5, t.msg, sizeof(t.msg), 10000);
 			if (t.status != 0)

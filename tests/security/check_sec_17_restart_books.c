@@ -73,14 +73,12 @@ static void holder(const char *sock, int to_test, int from_test)
 /* Bytes of memfd mappings named pinbroker-chunk* in pid's smaps that are resident: the pages it holds. */
 static uint64_t memfd_rss(pid_t pid)
 {
-	char path[64], line[512];
+	char line[512];
 	uint64_t total = 0;
 	bool in = false;
 	FILE *f;
 
-	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
-	f = fopen(path, "re");
-	ck_assert_msg(f != NULL, "cannot read %s", path);
+	f = sec_open_smaps(pid);
 	while (fgets(line, sizeof(line), f)) {
 		unsigned long long kb;
 

@@ -118,9 +118,7 @@ static pid_t start_reporter(uid_t uid, int nconn, uint64_t bytes_even, uint64_t 
 		for (;;)
 			pause();
 	}
-	close(pfd[1]);
-	ck_assert_int_eq(read(pfd[0], o, sizeof(*o)), sizeof(*o));
-	close(pfd[0]);
+	sec_read_report(pfd, o, sizeof(*o));
 	return pid;
 }
 

@@ -103,19 +103,12 @@ START_TEST(test_a_deep_bound_plugin_pins_where_status_sees_it)
 
 	prog = itest_fork_piped(in, out);
 	if (prog == 0) {
-		char size[32], asan[512];
+		char size[32];
 
-		dup2(in[0], 0);
-		dup2(out[1], 1);
-		close(in[1]);
-		close(out[0]);
-		sec_drop_to(SEC_UID_A);
+		sec_child_stdio_as(in, out, SEC_UID_A);
 		if (cases[_i].shallow)
 			setenv("DEEP_TARGET_SHALLOW", "1", 1);
-		/* Under ASan the interposer precedes the sanitizer's runtime in the load order; that is fine. */
-		snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0", getenv("ASAN_OPTIONS") ?: "",
-			 getenv("ASAN_OPTIONS") ? ":" : "");
-		setenv("ASAN_OPTIONS", asan, 1);
+		sec_asan_allow_preload();
 		snprintf(size, sizeof(size), "%llu", PLUGIN_BYTES);
 		/* The interposer's default fallback (cuda): refused memory would still show, as unbrokered. */
 		execl(pinctl, "pinctl", "--socket", d.socket, "run", "--label", "deep", "--", target, lib, way, size,
@@ -187,16 +180,10 @@ START_TEST(test_deep_bound_dlopens_racing_a_plain_one_do_not_crash)
 	target = itest_stage_as(DEEP_RACE, "preload/preload_deep_race");
 	prog = itest_fork_piped(in, out);
 	if (prog == 0) {
-		char size[32], asan[512];
+		char size[32];
 
-		dup2(in[0], 0);
-		dup2(out[1], 1);
-		close(in[1]);
-		close(out[0]);
-		sec_drop_to(SEC_UID_A);
-		snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0", getenv("ASAN_OPTIONS") ?: "",
-			 getenv("ASAN_OPTIONS") ? ":" : "");
-		setenv("ASAN_OPTIONS", asan, 1);
+		sec_child_stdio_as(in, out, SEC_UID_A);
+		sec_asan_allow_preload();
 		snprintf(size, sizeof(size), "%llu", RACE_BYTES);
 		execl(pinctl, "pinctl", "--socket", d.socket, "run", "--label", "deep-race", "--", target, plugin,
 		      plugin2, busy, RACE_ROUNDS, size, (char *)NULL);
