@@ -5,6 +5,8 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <grp.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +88,26 @@ static inline FILE *sec_open_smaps(pid_t pid)
 	f = fopen(path, "re");
 	ck_assert_msg(f != NULL, "cannot read %s", path);
 	return f;
+}
+
+/* Resident bytes of pid's mappings of the pool's chunk memfds (pinbroker-chunk*): the pages it holds of them. */
+static inline uint64_t sec_chunk_rss(pid_t pid)
+{
+	FILE *f = sec_open_smaps(pid);
+	unsigned long long kb, lo, hi;
+	uint64_t sum_kb = 0;
+	bool chunk = false;
+	char line[512];
+
+	while (fgets(line, sizeof(line), f)) {
+		/* A mapping's header line ("lo-hi perms offset dev inode name"), then its fields. */
+		if (sscanf(line, "%llx-%llx ", &lo, &hi) == 2)
+			chunk = strstr(line, "/memfd:pinbroker-chunk") != NULL;
+		else if (chunk && sscanf(line, "Rss: %llu kB", &kb) == 1)
+			sum_kb += kb;
+	}
+	fclose(f);
+	return sum_kb * 1024;
 }
 
 /* Removes a suite's scratch tree; a failure is only reported. */

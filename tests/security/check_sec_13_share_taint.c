@@ -402,27 +402,6 @@ static void holder(int rd, int wr, size_t size, uid_t share_uid)
 
 /* ------------------------------------------------------------- the books */
 
-/* The resident pages of the daemon's mappings of its pool memfds (the pool holds them locked). */
-static uint64_t daemon_pool_resident_bytes(pid_t pid)
-{
-	char line[512];
-	uint64_t sum_kb = 0;
-	bool pool_vma = false;
-	FILE *f;
-
-	f = sec_open_smaps(pid);
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long long kb, lo, hi;
-
-		if (sscanf(line, "%llx-%llx ", &lo, &hi) == 2)
-			pool_vma = strstr(line, "/memfd:pinbroker-chunk") != NULL;
-		else if (pool_vma && sscanf(line, "Rss: %llu kB", &kb) == 1)
-			sum_kb += kb;
-	}
-	fclose(f);
-	return sum_kb * KIB;
-}
-
 /*
  * Nothing leased, nothing lent: the pool is all idle, and what it says it holds is what the daemon
  * has resident in its chunk mappings (no chunk counted twice, none forgotten). Retried: the two are
@@ -434,7 +413,7 @@ static void check_books(const char *where)
 
 	for (int attempt = 0; attempt < 50; attempt++) {
 		struct pb_status *s = itest_status(d.socket);
-		uint64_t resident = daemon_pool_resident_bytes(d.pid);
+		uint64_t resident = sec_chunk_rss(d.pid);
 
 		ck_assert_ptr_nonnull(s);
 		if (s->leased_bytes != 0)

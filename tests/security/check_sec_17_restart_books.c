@@ -70,27 +70,6 @@ static void holder(const char *sock, int to_test, int from_test)
 	_exit(0);
 }
 
-/* Bytes of memfd mappings named pinbroker-chunk* in pid's smaps that are resident: the pages it holds. */
-static uint64_t memfd_rss(pid_t pid)
-{
-	char line[512];
-	uint64_t total = 0;
-	bool in = false;
-	FILE *f;
-
-	f = sec_open_smaps(pid);
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long long kb;
-
-		if (strchr(line, '-') && strchr(line, ' ') && strchr(line, '-') < strchr(line, ' '))
-			in = strstr(line, "/memfd:pinbroker-chunk") != NULL;
-		else if (in && sscanf(line, "Rss: %llu kB", &kb) == 1)
-			total += kb * 1024;
-	}
-	fclose(f);
-	return total;
-}
-
 /* VmLck of pid, in bytes (what its mlock holds). */
 static uint64_t vm_locked(pid_t pid)
 {
@@ -159,7 +138,7 @@ static void scenario(enum stop_how how)
 	ck_assert_msg(itest_hear(to_test[0], 120) == 'h', "the holder did not get its lease");
 
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)HOLD_BYTES);
-	rss_before = memfd_rss(h);
+	rss_before = sec_chunk_rss(h);
 	lck_before = vm_locked(d.pid);
 	ck_assert_uint_eq(rss_before, HOLD_BYTES);
 	/* The lent chunks are the daemon's locked memory while it runs. ASan makes mlock a no-op (it would lock
@@ -192,7 +171,7 @@ static void scenario(enum stop_how how)
 	daemon_restart(&d, args);
 
 	/* The holder still maps its pages: the new daemon counts them, as the issue requires. */
-	ck_assert_uint_eq(memfd_rss(h), HOLD_BYTES);
+	ck_assert_uint_eq(sec_chunk_rss(h), HOLD_BYTES);
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)HOLD_BYTES);
 	ck_assert_int_eq(orphaned(d.socket), (int64_t)HOLD_BYTES);
 	/* The issue's over-grant: what would put the host over budget is refused, to another uid and to A. */
@@ -203,7 +182,7 @@ static void scenario(enum stop_how how)
 	ck_assert_int_eq(wait_leased(d.socket, HOLD_BYTES, 10000), (int64_t)HOLD_BYTES);
 	/* Locked by the new daemon plus what the holder keeps mapped: within the budget. */
 	s = itest_status(d.socket);
-	rss_after = memfd_rss(h);
+	rss_after = sec_chunk_rss(h);
 	lck_after = vm_locked(d.pid);
 	ck_assert_msg(s->pool_bytes + rss_after <= BUDGET_BYTES,
 		      "pool %llu + held %llu bytes over the %llu budget (daemon VmLck %llu, before the restart %llu)",

@@ -90,6 +90,23 @@ static uint64_t seen_for(pid_t pid, uint64_t *leased, uint64_t *unbrokered)
 	return *leased + *unbrokered;
 }
 
+/*
+ * The program's end: closing its stdin (to) makes it free what it pinned and say "freed 0" on f; it then exits 0
+ * and the daemon has nothing leased.
+ */
+static void free_and_end(int to, FILE *f)
+{
+	char line[256];
+
+	close(to);
+	ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+	ck_assert_str_eq(line, "freed 0\n");
+	fclose(f);
+	ck_assert_int_eq(itest_wait_exit(prog), 0);
+	prog = 0;
+	ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
+}
+
 START_TEST(test_a_deep_bound_plugin_pins_where_status_sees_it)
 {
 	const char *way = cases[_i].way, *plugin, *target = stage_for_uid_a(&plugin);
@@ -144,13 +161,7 @@ START_TEST(test_a_deep_bound_plugin_pins_where_status_sees_it)
 	free(text);
 
 	/* Freed through the plugin: the lease comes back. */
-	close(in[1]);
-	ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
-	ck_assert_str_eq(line, "freed 0\n");
-	fclose(f);
-	ck_assert_int_eq(itest_wait_exit(prog), 0);
-	prog = 0;
-	ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
+	free_and_end(in[1], f);
 }
 END_TEST
 
@@ -211,27 +222,17 @@ START_TEST(test_deep_bound_dlopens_racing_a_plain_one_do_not_crash)
 	}
 	/* Both plugins' last allocations are leases. */
 	ck_assert_uint_eq(leased, 2 * RACE_BYTES);
-	close(in[1]);
-	ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
-	ck_assert_str_eq(line, "freed 0\n");
-	fclose(f);
-	ck_assert_int_eq(itest_wait_exit(prog), 0);
-	prog = 0;
-	ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
+	free_and_end(in[1], f);
 }
 END_TEST
 
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sec_19_deepbind");
-	TCase *t = tcase_create("deepbind");
+	TCase *t = CHECK_CASE(s, "deepbind", start, stop, 60, test_deep_bound_dlopens_racing_a_plain_one_do_not_crash);
 
-	tcase_add_checked_fixture(t, start, stop);
-	tcase_set_timeout(t, 60);
 	tcase_add_loop_test(t, test_a_deep_bound_plugin_pins_where_status_sees_it, 0,
 			    (int)(sizeof(cases) / sizeof(cases[0])));
-	tcase_add_test(t, test_deep_bound_dlopens_racing_a_plain_one_do_not_crash);
-	suite_add_tcase(s, t);
 	return s;
 }
 
