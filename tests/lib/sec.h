@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "check_main.h"
+#include "fdstore.h"
 #include "itest.h"
 
 /* The two unprivileged uids (and same-numbered gids) every security suite plays. */
@@ -108,6 +109,13 @@ static inline uint64_t sec_chunk_rss(pid_t pid)
 	}
 	fclose(f);
 	return sum_kb * 1024;
+}
+
+/* The end of a case with an fd store: the daemon d stops cleanly (0), then its store fs goes. */
+static inline void sec_stop_with_store(struct daemon *d, struct fdstore *fs)
+{
+	ck_assert_int_eq(daemon_stop(d), 0);
+	fdstore_free(fs);
 }
 
 /* Removes a suite's scratch tree; a failure is only reported. */

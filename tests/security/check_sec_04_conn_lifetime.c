@@ -83,20 +83,17 @@ static int64_t wait_clients(int64_t want, int timeout_ms)
 /* Poll until lease id is in state; false after timeout_ms. */
 static bool wait_lease_state(uint64_t id, const char *state, int timeout_ms)
 {
-	uint64_t t0 = itest_now_ms();
+	uint64_t deadline = itest_now_ms() + (uint64_t)timeout_ms;
+	bool yes = false;
 
-	for (;;) {
+	do {
 		struct pb_status *s = itest_status(d.socket);
 		const struct pb_lease_info *row = itest_lease_row(s, id);
-		bool yes = row && row->state && strcmp(row->state, state) == 0;
 
+		yes = row && row->state && strcmp(row->state, state) == 0;
 		pb_status_free(s);
-		if (yes)
-			return true;
-		if (itest_now_ms() - t0 > (uint64_t)timeout_ms)
-			return false;
-		usleep(10000);
-	}
+	} while (!yes && itest_now_ms() <= deadline && (usleep(10000), true));
+	return yes;
 }
 
 /*

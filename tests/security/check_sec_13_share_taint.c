@@ -679,8 +679,7 @@ START_TEST(test_taint_survives_a_crash_and_recovery)
 		      "after the restart uid A's new lease reuses chunks uid B maps");
 	world_end(&w);
 	check_books("after every lease was released");
-	ck_assert_int_eq(daemon_stop(&d), 0);
-	fdstore_free(fs);
+	sec_stop_with_store(&d, fs);
 	fs = NULL;
 }
 END_TEST

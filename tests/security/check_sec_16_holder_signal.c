@@ -258,8 +258,7 @@ START_TEST(test_holder_self_revoke_after_a_crash_never_signals_another_uid)
 	ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
 	close(to);
 	close(from);
-	ck_assert_int_eq(daemon_stop(&d), 0);
-	fdstore_free(fs);
+	sec_stop_with_store(&d, fs);
 }
 END_TEST
 
