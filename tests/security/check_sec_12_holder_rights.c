@@ -38,10 +38,7 @@ static void holder_start(struct holder *h, uid_t uid, bool drop_conn)
 {
 	int p[2], q[2];
 
-	ck_assert_int_eq(pipe(p), 0);
-	ck_assert_int_eq(pipe(q), 0);
-	h->pid = itest_fork();
-	ck_assert_int_ge(h->pid, 0);
+	h->pid = itest_fork_piped(p, q);
 	if (h->pid == 0) {
 		int fds[4], fd, err;
 		size_t nfds;

@@ -97,10 +97,7 @@ static void world_start(struct world *w)
 	daemon_prepare(&w->d);
 	w->fs = fdstore_new(&w->d);
 	fdstore_daemon_start(w->fs, args);
-	ck_assert_int_eq(pipe(a), 0);
-	ck_assert_int_eq(pipe(b), 0);
-	w->holder = itest_fork();
-	ck_assert_int_ge(w->holder, 0);
+	w->holder = itest_fork_piped(a, b);
 	if (w->holder == 0) {
 		close(a[1]);
 		close(b[0]);
