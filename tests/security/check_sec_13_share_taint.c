@@ -322,7 +322,7 @@ struct holder_io {
 /* Chunk inodes of pid's pool mappings (the daemon's memfds), into ino[] (at most max); returns how many. */
 static size_t chunk_inodes(pid_t pid, unsigned long *ino, size_t max)
 {
-	char line[512];
+	char path[64], line[512];
 	size_t n = 0;
 	FILE *f;
 
