@@ -79,22 +79,37 @@ static inline void sec_read_report(int p[2], void *rep, size_t len)
 	close(p[0]);
 }
 
-/* pid's /proc smaps, open for reading; fails the test when it cannot be read. */
-static inline FILE *sec_open_smaps(pid_t pid)
+/* /proc/pid/what (smaps, status), open for reading; fails the test when it cannot be read. */
+static inline FILE *sec_proc_open(pid_t pid, const char *what)
 {
 	char path[64];
 	FILE *f;
 
-	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, what);
 	f = fopen(path, "re");
 	ck_assert_msg(f != NULL, "cannot read %s", path);
 	return f;
 }
 
+/* The number on the "name:" line of /proc/pid/status (kB for the Vm and Rss sizes); -1 when it has none. */
+static inline long sec_proc_status(pid_t pid, const char *name)
+{
+	FILE *f = sec_proc_open(pid, "status");
+	size_t len = strlen(name);
+	char line[256];
+	long v = -1;
+
+	while (v < 0 && fgets(line, sizeof(line), f))
+		if (strncmp(line, name, len) == 0 && line[len] == ':')
+			v = strtol(line + len + 1, NULL, 10);
+	fclose(f);
+	return v;
+}
+
 /* Resident bytes of pid's mappings of the pool's chunk memfds (pinbroker-chunk*): the pages it holds of them. */
 static inline uint64_t sec_chunk_rss(pid_t pid)
 {
-	FILE *f = sec_open_smaps(pid);
+	FILE *f = sec_proc_open(pid, "smaps");
 	unsigned long long kb, lo, hi;
 	uint64_t sum_kb = 0;
 	bool chunk = false;

@@ -44,7 +44,7 @@ static uint64_t daemon_pool_locked_bytes(pid_t pid)
 #endif
 	FILE *f;
 
-	f = sec_open_smaps(pid);
+	f = sec_proc_open(pid, "smaps");
 	while (fgets(line, sizeof(line), f)) {
 		unsigned long long kb, lo, hi;
 

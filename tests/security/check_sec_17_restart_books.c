@@ -73,18 +73,9 @@ static void holder(const char *sock, int to_test, int from_test)
 /* VmLck of pid, in bytes (what its mlock holds). */
 static uint64_t vm_locked(pid_t pid)
 {
-	char path[64], line[256];
-	unsigned long long kb = 0;
-	FILE *f;
+	long kb = sec_proc_status(pid, "VmLck");
 
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "re");
-	ck_assert_msg(f != NULL, "cannot read %s", path);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmLck: %llu kB", &kb) == 1)
-			break;
-	fclose(f);
-	return kb * 1024;
+	return kb > 0 ? (uint64_t)kb * 1024 : 0;
 }
 
 /* As uid, ask for bytes once, without waiting: 0, or the library's negative errno. */
