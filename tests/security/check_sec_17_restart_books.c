@@ -70,6 +70,38 @@ static void holder(const char *sock, int to_test, int from_test)
 	_exit(0);
 }
 
+/*
+ * A daemon d with the suite's args, and a holder child holding its lease (it said 'h' on to_test[0]); the pipes'
+ * other ends are the child's. Returns the holder's pid.
+ */
+static pid_t start_with_holder(struct daemon *d, int to_test[2], int from_test[2])
+{
+	pid_t h;
+
+	daemon_start(d, args);
+	h = itest_fork_piped(to_test, from_test);
+	if (h == 0) {
+		close(to_test[0]);
+		close(from_test[1]);
+		holder(d->socket, to_test[1], from_test[0]);
+	}
+	close(to_test[1]);
+	close(from_test[0]);
+	ck_assert_msg(itest_hear(to_test[0], 120) == 'h', "the holder did not get its lease");
+	return h;
+}
+
+/* The end of start_with_holder's case: the holder told to quit exits 0, its lease is freed, the daemon stops cleanly. */
+static void end_with_holder(struct daemon *d, pid_t h, int to_test[2], int from_test[2])
+{
+	itest_say(from_test[1], 'q');
+	ck_assert_int_eq(itest_wait_exit(h), 0);
+	ck_assert_int_eq(wait_leased(d->socket, 0, FREED_WITHIN_MS), 0);
+	close(to_test[0]);
+	close(from_test[1]);
+	ck_assert_int_eq(daemon_stop(d), 0);
+}
+
 /* VmLck of pid, in bytes (what its mlock holds). */
 static uint64_t vm_locked(pid_t pid)
 {
@@ -117,16 +149,7 @@ static void scenario(enum stop_how how)
 	struct pb_status *s;
 	pid_t h;
 
-	daemon_start(&d, args);
-	h = itest_fork_piped(to_test, from_test);
-	if (h == 0) {
-		close(to_test[0]);
-		close(from_test[1]);
-		holder(d.socket, to_test[1], from_test[0]);
-	}
-	close(to_test[1]);
-	close(from_test[0]);
-	ck_assert_msg(itest_hear(to_test[0], 120) == 'h', "the holder did not get its lease");
+	h = start_with_holder(&d, to_test, from_test);
 
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)HOLD_BYTES);
 	rss_before = sec_chunk_rss(h);
@@ -261,12 +284,7 @@ static void legacy_case(uint64_t size, uint64_t touched, int64_t want)
 	ck_assert_int_eq(status_leased(d.socket), want);
 	/* Past what is left (the budget less what it counts) but within the budget: refused for room. */
 	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - (uint64_t)want + 2 * MiB), 1);
-	itest_say(from_test[1], 'q');
-	ck_assert_int_eq(itest_wait_exit(h), 0);
-	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
-	close(to_test[0]);
-	close(from_test[1]);
-	ck_assert_int_eq(daemon_stop(&d), 0);
+	end_with_holder(&d, h, to_test, from_test);
 }
 
 START_TEST(test_legacy_chunk_name_is_counted_without_a_state_file)
@@ -317,16 +335,7 @@ START_TEST(test_two_clean_restarts_keep_counting)
 	int to_test[2], from_test[2];
 	pid_t h;
 
-	daemon_start(&d, args);
-	h = itest_fork_piped(to_test, from_test);
-	if (h == 0) {
-		close(to_test[0]);
-		close(from_test[1]);
-		holder(d.socket, to_test[1], from_test[0]);
-	}
-	close(to_test[1]);
-	close(from_test[0]);
-	ck_assert_msg(itest_hear(to_test[0], 120) == 'h', "the holder did not get its lease");
+	h = start_with_holder(&d, to_test, from_test);
 	for (int round = 0; round < 2; round++) {
 		kill(d.pid, SIGTERM);
 		ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
@@ -334,12 +343,7 @@ START_TEST(test_two_clean_restarts_keep_counting)
 		ck_assert_int_eq(status_leased(d.socket), (int64_t)HOLD_BYTES);
 		ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - HOLD_BYTES + 16 * MiB), 1);
 	}
-	itest_say(from_test[1], 'q');
-	ck_assert_int_eq(itest_wait_exit(h), 0);
-	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
-	close(to_test[0]);
-	close(from_test[1]);
-	ck_assert_int_eq(daemon_stop(&d), 0);
+	end_with_holder(&d, h, to_test, from_test);
 }
 END_TEST
 
@@ -368,16 +372,7 @@ START_TEST(test_rescans_back_off_while_nothing_is_let_go)
 	char *log;
 	pid_t h;
 
-	daemon_start(&d, args);
-	h = itest_fork_piped(to_test, from_test);
-	if (h == 0) {
-		close(to_test[0]);
-		close(from_test[1]);
-		holder(d.socket, to_test[1], from_test[0]);
-	}
-	close(to_test[1]);
-	close(from_test[0]);
-	ck_assert_msg(itest_hear(to_test[0], 120) == 'h', "the holder did not get its lease");
+	h = start_with_holder(&d, to_test, from_test);
 	kill(d.pid, SIGTERM);
 	ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
 	daemon_restart(&d, fast);
@@ -393,12 +388,7 @@ START_TEST(test_rescans_back_off_while_nothing_is_let_go)
 	ck_assert_msg(scans >= 2 && scans <= 12, "%zu scans of /proc in 3.2 s at orphan-rescan-ms 100", scans);
 	free(log);
 	ck_assert_int_eq(orphaned(d.socket), (int64_t)HOLD_BYTES);
-	itest_say(from_test[1], 'q');
-	ck_assert_int_eq(itest_wait_exit(h), 0);
-	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
-	close(to_test[0]);
-	close(from_test[1]);
-	ck_assert_int_eq(daemon_stop(&d), 0);
+	end_with_holder(&d, h, to_test, from_test);
 }
 END_TEST
 
