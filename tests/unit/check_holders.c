@@ -574,16 +574,15 @@ static void seen_read(pid_t pid, void *ud)
 }
 
 /*
- * A 64 KiB memfd named pinbroker-chunk.<tag><pid> (a name the scan takes for a chunk); its inode in *ino, and the
- * two pipes the case and its children talk over.
+ * A 64 KiB memfd named pinbroker-chunk.<tag><pid> (a name the scan takes for a chunk), the name in name[64]; its
+ * inode in *ino, and the two pipes the case and its children talk over.
  */
-static int test_memfd(const char *tag, ino_t *ino, int ready[2], int go[2])
+static int test_memfd(const char *tag, char name[64], ino_t *ino, int ready[2], int go[2])
 {
-	char name[64];
 	struct stat st;
 	int fd;
 
-	snprintf(name, sizeof(name), "pinbroker-chunk.%s%d", tag, (int)getpid());
+	snprintf(name, 64, "pinbroker-chunk.%s%d", tag, (int)getpid());
 	fd = memfd_create(name, MFD_CLOEXEC);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(ftruncate(fd, 65536), 0);
@@ -602,7 +601,7 @@ START_TEST(test_scan_memfds_finds_mappers_and_fd_holders_of_any_uid)
 	int ready[2], go[2], fd;
 	char c;
 
-	fd = test_memfd("test", &s.want, ready, go);
+	fd = test_memfd("test", name, &s.want, ready, go);
 	s.mapper = fork();
 	ck_assert_int_ge(s.mapper, 0);
 	if (s.mapper == 0) {
@@ -666,7 +665,7 @@ START_TEST(test_scan_memfds_reports_the_file_size_of_a_stretched_mapping)
 	int ready[2], go[2], fd;
 	char c;
 
-	fd = test_memfd("stretch", &s.want, ready, go);
+	fd = test_memfd("stretch", name, &s.want, ready, go);
 	s.holder = -1;
 	s.mapper = fork();
 	ck_assert_int_ge(s.mapper, 0);
