@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gpu_common.h"
 #include "pinbroker.h"
 
 /* ctest's convention for "skipped" (SKIP_RETURN_CODE 77). */
@@ -57,46 +58,18 @@ static inline void sleep_ms(unsigned ms)
 	nanosleep(&ts, NULL);
 }
 
-/* "64M", "1G", "4096", "2MiB" -> bytes; 0 on garbage. */
+/* "64M", "1G", "4096", "2MiB", "1.5T" -> bytes; 0 on garbage. */
 static inline size_t parse_size(const char *s)
 {
 	char *end;
 	double v = strtod(s, &end);
-	size_t mul = 1;
+	const char *unit = end;
+	size_t mul;
 
 	if (end == s || v < 0)
 		return 0;
-	switch (*end) {
-	case 'k':
-	case 'K':
-		mul = 1ull << 10;
-		end++;
-		break;
-	case 'm':
-	case 'M':
-		mul = 1ull << 20;
-		end++;
-		break;
-	case 'g':
-	case 'G':
-		mul = 1ull << 30;
-		end++;
-		break;
-	case 't':
-	case 'T':
-		mul = 1ull << 40;
-		end++;
-		break;
-	case '\0':
-		break;
-	default:
-		return 0;
-	}
-	if (*end == 'i')
-		end++;
-	if (*end == 'B')
-		end++;
-	return *end ? 0 : (size_t)(v * (double)mul);
+	mul = gpu_size_unit(&unit, 40);
+	return mul ? (size_t)(v * (double)mul) : 0;
 }
 
 /* "2 MiB", "1 GiB", "64 MiB" for table labels. */
@@ -166,16 +139,6 @@ static inline int gpu_probe(char *what, size_t len)
 	return WEXITSTATUS(status) == 0;
 }
 
-/* splitmix64: cheap, reproducible "random contents" from a seed. */
-static inline uint64_t splitmix64(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 static inline void fill_random(void *p, size_t bytes, uint64_t seed)
 {
 	uint64_t *w = (uint64_t *)p;
@@ -183,8 +146,8 @@ static inline void fill_random(void *p, size_t bytes, uint64_t seed)
 	uint64_t s = seed, last;
 
 	for (size_t i = 0; i < nw; i++)
-		w[i] = splitmix64(&s);
-	last = splitmix64(&s);
+		w[i] = mix(&s);
+	last = mix(&s);
 	memcpy((char *)p + nw * 8, &last, bytes % 8);
 }
 
@@ -196,9 +159,9 @@ static inline size_t check_random(const void *p, size_t bytes, uint64_t seed)
 	uint64_t s = seed, last;
 
 	for (size_t i = 0; i < nw; i++)
-		if (w[i] != splitmix64(&s))
+		if (w[i] != mix(&s))
 			return i * 8;
-	last = splitmix64(&s);
+	last = mix(&s);
 	if (memcmp((const char *)p + nw * 8, &last, bytes % 8) != 0)
 		return nw * 8;
 	return (size_t)-1;

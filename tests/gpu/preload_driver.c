@@ -18,21 +18,9 @@
  * cuMemHostUnregister keep their plain names.
  */
 #include <cuda.h>
-#include <poll.h>
-#include <pthread.h>
-#include <stdarg.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
-#define EXIT_SKIP 77
-#define PAGE_BYTES 4096ul
-#define MIB (1ul << 20)
-#define THREADS 4
+#include "preload_common.h"
+
 #define THREAD_ROUNDS 16
 
 /* p[i] = p[i] * 3 + add + i over n 32-bit words: the kernel that reads and writes host memory via its device
@@ -68,29 +56,8 @@ static const char bump_ptx[] = ".version 7.0\n"
 			       "	ret;\n"
 			       "}\n";
 
-static int g_pass, g_fail;
-static pthread_mutex_t g_out_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext g_ctx;
 static CUfunction g_bump;
-
-__attribute__((format(printf, 2, 3))) static int report(int ok, const char *fmt, ...)
-{
-	va_list ap;
-
-	pthread_mutex_lock(&g_out_lock);
-	fputs(ok ? "PASS " : "FAIL ", stdout);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	fputc('\n', stdout);
-	fflush(stdout);
-	if (ok)
-		g_pass++;
-	else
-		g_fail++;
-	pthread_mutex_unlock(&g_out_lock);
-	return ok;
-}
 
 #define OK(call) cu_ok((call), #call, __LINE__)
 static int cu_ok(CUresult r, const char *what, int line)
@@ -102,94 +69,6 @@ static int cu_ok(CUresult r, const char *what, int line)
 	cuGetErrorName(r, &s);
 	report(0, "line %d: %s: %s (%d)", line, what, s ? s : "?", (int)r);
 	return 0;
-}
-
-static double now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static size_t parse_size(const char *s)
-{
-	char *end;
-	unsigned long long v = strtoull(s, &end, 0);
-	size_t mul = 1;
-
-	if (end == s)
-		return 0;
-	switch (*end) {
-	case 'k':
-	case 'K':
-		mul = 1ull << 10;
-		end++;
-		break;
-	case 'm':
-	case 'M':
-		mul = 1ull << 20;
-		end++;
-		break;
-	case 'g':
-	case 'G':
-		mul = 1ull << 30;
-		end++;
-		break;
-	case '\0':
-		break;
-	default:
-		return 0;
-	}
-	if (*end == 'i')
-		end++;
-	if (*end == 'B')
-		end++;
-	return *end ? 0 : (size_t)v * mul;
-}
-
-static uint64_t mix(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static void fill(void *p, size_t bytes, uint64_t seed)
-{
-	unsigned char *c = p;
-	size_t i = 0;
-	uint64_t w;
-
-	for (; i + 8 <= bytes; i += 8) {
-		w = mix(&seed);
-		memcpy(c + i, &w, 8);
-	}
-	if (i < bytes) {
-		w = mix(&seed);
-		memcpy(c + i, &w, bytes - i);
-	}
-}
-
-static long long unlike(const void *p, size_t bytes, uint64_t seed)
-{
-	const unsigned char *c = p;
-	size_t i = 0;
-	uint64_t w;
-
-	for (; i + 8 <= bytes; i += 8) {
-		w = mix(&seed);
-		if (memcmp(c + i, &w, 8))
-			return (long long)i;
-	}
-	if (i < bytes) {
-		w = mix(&seed);
-		if (memcmp(c + i, &w, bytes - i))
-			return (long long)i;
-	}
-	return -1;
 }
 
 /* The bump kernel on h through cuMemHostGetDevicePointer's pointer; the host checks at most max_words words. */
@@ -511,29 +390,6 @@ static int cmd_check(void)
 	cuModuleUnload(mod);
 	printf("preload_driver: %d passed, %d failed\n", g_pass, g_fail);
 	return g_fail ? 1 : 0;
-}
-
-/* Until the file named by env exists (or, without one, stdin reaches EOF); -1 after timeout_s. */
-static int wait_release(const char *env, double timeout_s)
-{
-	const char *rel = getenv(env);
-	double t0 = now_ms();
-	struct stat sb;
-
-	while (now_ms() - t0 < timeout_s * 1e3) {
-		if (rel && *rel) {
-			if (stat(rel, &sb) == 0)
-				return 0;
-			usleep(10000);
-		} else {
-			struct pollfd pfd = { STDIN_FILENO, POLLIN, 0 };
-			char buf[256];
-
-			if (poll(&pfd, 1, 100) > 0 && read(STDIN_FILENO, buf, sizeof(buf)) <= 0)
-				return 0;
-		}
-	}
-	return -1;
 }
 
 static int cmd_hold(int n, char **sizes)

@@ -27,6 +27,7 @@
 #include "request.h"
 #include "util.h"
 #include "waitq.h"
+#include "fdlimit.h"
 
 #define RF_MEM_TOTAL_BYTES (64ull << 20) /* a pretend host: percentages in SET budget resolve against it */
 
@@ -52,19 +53,6 @@ static const char *const rf_config[] = {
 
 /* The cgroups the connections are charged to: the quota tests set rules on /fz/job_1 and /fz/job_2. */
 static const char *const rf_cgroups[RF_CONNS] = { "/fz/job_1/step_0", "/fz/job_2/step_0" };
-
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	ck_assert_ptr_nonnull(d);
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n - 1; /* the directory's own fd */
-}
 
 static struct config *make_config(void)
 {
@@ -151,7 +139,7 @@ struct rf *rf_begin(unsigned flags)
 
 	b->loop = ev_default_loop(EVFLAG_AUTO);
 	ck_assert_ptr_nonnull(b->loop);
-	f->baseline_fds = count_fds(); /* the loop's own fds stay for the process */
+	f->baseline_fds = fdlimit_open_count(); /* the loop's own fds stay for the process */
 	b->reload_hooks = &rf_reload_hooks;
 	b->started_ms = now_ms();
 	(void)broker_set_pressure(b, BROKER_NORMAL); /* nothing lent or waiting yet */
@@ -342,5 +330,5 @@ void rf_end(struct rf *f)
 	config_free(b->cfg);
 	kill(f->holder_pid, SIGKILL);
 	waitpid(f->holder_pid, NULL, 0);
-	ck_assert_int_eq(count_fds(), f->baseline_fds); /* no fd leaked */
+	ck_assert_int_eq(fdlimit_open_count(), f->baseline_fds); /* no fd leaked */
 }

@@ -18,15 +18,9 @@
 
 static struct daemon d;
 
-static void start(void)
-{
-	daemon_start(&d, NULL);
-}
+SEC_START(start, d, NULL)
 
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+SEC_STOP(stop, d)
 
 /* RELEASE id over fd (seq id); returns the reply's status, or -errno (-ETIMEDOUT when the daemon does not answer). */
 static int release_id(int fd, uint64_t id)
@@ -45,10 +39,7 @@ static void holder(int n, int wr, int rd, const char *sock)
 	char c;
 	int fd;
 
-	sec_drop_to(SEC_UID_A);
-	fd = raw_connect(sock);
-	if (fd < 0 || raw_hello(fd) != 0)
-		_exit(91);
+	fd = sec_session_as(SEC_UID_A, sock, 91);
 	for (int i = 0; i < n; i++) {
 		int fds[8];
 		size_t nfds = 0;
@@ -75,10 +66,7 @@ static void prober(const uint64_t *absent, size_t n, const char *sock)
 {
 	int fd;
 
-	sec_drop_to(SEC_UID_B);
-	fd = raw_connect(sock);
-	if (fd < 0 || raw_hello(fd) != 0)
-		_exit(81);
+	fd = sec_session_as(SEC_UID_B, sock, 81);
 	for (size_t i = 0; i < n; i++) {
 		int st = release_id(fd, absent[i]);
 

@@ -252,8 +252,7 @@ START_TEST(test_kill_during_acquire_storm_never_hands_live_memory_on)
 	ck_assert_int_lt(stalled, kills / 10);
 	ck_assert_int_lt(empty_b, kills / 10);
 	ck_assert_int_gt(recovered, kills / 2);
-	ck_assert_int_eq(daemon_stop(&d), 0);
-	fdstore_free(fs);
+	sec_stop_with_store(&d, fs);
 	munmap(ctl, sizeof(*ctl));
 }
 END_TEST
@@ -303,25 +302,20 @@ START_TEST(test_release_while_the_daemon_is_down_is_given_back_after_the_restart
 	ck_assert_int_eq(pb_release(c, keep), 0);
 	ck_assert_int_eq(wait_leased(d.socket, 0, 3000), 0);
 	pb_disconnect(c);
-	ck_assert_int_eq(daemon_stop(&d), 0);
-	fdstore_free(fs);
+	sec_stop_with_store(&d, fs);
 }
 END_TEST
 
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sec-03-crash-window");
-	TCase *t = tcase_create("kill -9 under an fd store");
-	TCase *away = tcase_create("release while away");
 
 	/* 200 kills take 220-240 s on the 2-core development VM under load (one run timed out at 240): room, within
 	 * ctest's 600. */
-	tcase_set_timeout(t, 480);
-	tcase_add_test(t, test_kill_during_acquire_storm_never_hands_live_memory_on);
-	suite_add_tcase(s, t);
-	tcase_set_timeout(away, 60);
-	tcase_add_test(away, test_release_while_the_daemon_is_down_is_given_back_after_the_restart);
-	suite_add_tcase(s, away);
+	CHECK_CASE(s, "kill -9 under an fd store", NULL, NULL, 480,
+		   test_kill_during_acquire_storm_never_hands_live_memory_on);
+	CHECK_CASE(s, "release while away", NULL, NULL, 60,
+		   test_release_while_the_daemon_is_down_is_given_back_after_the_restart);
 	return s;
 }
 

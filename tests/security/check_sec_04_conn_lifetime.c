@@ -16,27 +16,10 @@
 
 static struct daemon d;
 
-static void start(void)
-{
-	static const char *const args[] = { "--budget",
-					    "8M",
-					    "--prewarm",
-					    "0",
-					    "--chunk-size",
-					    "2M",
-					    "--revoke-deadline-ms",
-					    "60000",
-					    "--acquire-timeout-ms",
-					    "20000",
-					    NULL };
+SEC_START(start, d, "--budget", "8M", "--prewarm", "0", "--chunk-size", "2M", "--revoke-deadline-ms", "60000",
+	  "--acquire-timeout-ms", "20000")
 
-	daemon_start(&d, args);
-}
-
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+SEC_STOP(stop, d)
 
 static int send_req(int fd, uint64_t seq, Pinbroker__V1__Request *req)
 {
@@ -100,20 +83,17 @@ static int64_t wait_clients(int64_t want, int timeout_ms)
 /* Poll until lease id is in state; false after timeout_ms. */
 static bool wait_lease_state(uint64_t id, const char *state, int timeout_ms)
 {
-	uint64_t t0 = itest_now_ms();
+	uint64_t deadline = itest_now_ms() + (uint64_t)timeout_ms;
+	bool yes = false;
 
-	for (;;) {
+	do {
 		struct pb_status *s = itest_status(d.socket);
 		const struct pb_lease_info *row = itest_lease_row(s, id);
-		bool yes = row && row->state && strcmp(row->state, state) == 0;
 
+		yes = row && row->state && strcmp(row->state, state) == 0;
 		pb_status_free(s);
-		if (yes)
-			return true;
-		if (itest_now_ms() - t0 > (uint64_t)timeout_ms)
-			return false;
-		usleep(10000);
-	}
+	} while (!yes && itest_now_ms() <= deadline && (usleep(10000), true));
+	return yes;
 }
 
 /*
@@ -222,17 +202,7 @@ START_TEST(test_storm_of_half_closed_clients)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec_04_conn_lifetime");
-	TCase *tc = tcase_create("core");
-
-	tcase_set_timeout(tc, 120);
-	tcase_add_checked_fixture(tc, start, stop);
-	tcase_add_test(tc, test_failed_send_inside_acquire_keeps_the_daemon_alive);
-	tcase_add_test(tc, test_storm_of_half_closed_clients);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(suite, "sec_04_conn_lifetime", "core", start, stop, 120,
+	    test_failed_send_inside_acquire_keeps_the_daemon_alive, test_storm_of_half_closed_clients)
 
 SEC_MAIN(suite)

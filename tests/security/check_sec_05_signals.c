@@ -45,10 +45,7 @@ static void start_sigkill(void)
 	daemon_start(&d, args);
 }
 
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+SEC_STOP(stop, d)
 
 static void send_fd(int sock, int fd)
 {
@@ -102,10 +99,7 @@ static pid_t dodging_client(bool keep_socket, int share, struct report *rep)
 		pid_t gc;
 
 		close(p[0]);
-		sec_drop_to(SEC_UID_A);
-		sock = raw_connect(d.socket);
-		if (sock < 0 || raw_hello(sock) != 0)
-			_exit(70);
+		sock = sec_session_as(SEC_UID_A, d.socket, 70);
 		if (raw_acquire(sock, LEASE_BYTES, &r.lease_id, fds, 8, &nfds) != 0 || nfds != 2)
 			_exit(71);
 		for (int i = 0; i < 2; i++) {
@@ -145,9 +139,7 @@ static pid_t dodging_client(bool keep_socket, int share, struct report *rep)
 		for (;;)
 			pause();
 	}
-	close(p[1]);
-	ck_assert_int_eq(read(p[0], rep, sizeof(*rep)), sizeof(*rep));
-	close(p[0]);
+	sec_read_report(p, rep, sizeof(*rep));
 	return pid;
 }
 

@@ -15,15 +15,9 @@
 
 static struct daemon d;
 
-static void start(void)
-{
-	daemon_start(&d, NULL);
-}
+SEC_START(start, d, NULL)
 
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+SEC_STOP(stop, d)
 
 /* ACQUIRE size; on success close the fds at once (the daemon keeps its own). Returns the status; *msg on refusal. */
 static int acquire_msg(int fd, uint64_t size, char *msg, size_t msglen)
@@ -125,10 +119,7 @@ START_TEST(test_one_uid_is_capped_and_admin_still_answers)
 		if (pid == 0) {
 			int fd;
 
-			sec_drop_to(SEC_UID_B);
-			fd = raw_connect(d.socket);
-			if (fd < 0 || raw_hello(fd) != 0)
-				_exit(81);
+			fd = sec_session_as(SEC_UID_B, d.socket, 81);
 			_exit(acquire_msg(fd, 4096, NULL, 0) == 0 ? 0 : 82);
 		}
 		ck_assert_int_eq(waitpid(pid, &st, 0), pid);

@@ -27,10 +27,7 @@ static void start_with(const char *per_conn, const char *total)
 	daemon_start(&d, args);
 }
 
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+SEC_STOP(stop, d)
 
 /*
  * ASan's quarantine keeps freed memory resident, so under it the heap figure says nothing and
@@ -45,18 +42,7 @@ static void stop(void)
 /* RssAnon of the daemon in KiB: its heap, where queued replies live (the pool is shmem). */
 static long daemon_rss_anon_kib(void)
 {
-	char path[64], line[256];
-	long kib = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", d.pid);
-	f = fopen(path, "re");
-	ck_assert_ptr_nonnull(f);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "RssAnon: %ld kB", &kib) == 1)
-			break;
-	fclose(f);
-	return kib;
+	return sec_proc_status(d.pid, "RssAnon");
 }
 
 /* Hold NLEASES leases with long labels (so STATUS replies are large) in a child until told to stop. */

@@ -43,11 +43,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", base);
-	if (system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", base);
+	sec_rm_rf(base);
 }
 
 static void assert_victim_untouched(const char *where)

@@ -21,18 +21,10 @@
 
 static struct daemon d;
 
-static void start(void)
-{
-	/* Locked 4 KiB-page chunks of 2 MiB (the pool's defaults; hugetlb pinned off by daemon_start). */
-	static const char *const args[] = { "--lock-memory", "yes", "--chunk-size", "2M", "--log-level", "info", NULL };
+/* Locked 4 KiB-page chunks of 2 MiB (the pool's defaults; hugetlb pinned off by daemon_start). */
+SEC_START(start, d, "--lock-memory", "yes", "--chunk-size", "2M", "--log-level", "info")
 
-	daemon_start(&d, args);
-}
-
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+SEC_STOP(stop, d)
 
 /*
  * What the kernel says the daemon holds locked for its pool: the resident pages
@@ -41,7 +33,7 @@ static void stop(void)
  */
 static uint64_t daemon_pool_locked_bytes(pid_t pid)
 {
-	char path[64], line[512];
+	char line[512];
 	uint64_t sum_kb = 0, rss_kb = 0;
 	bool pool_vma = false;
 #if defined(__SANITIZE_ADDRESS__)
@@ -52,9 +44,7 @@ static uint64_t daemon_pool_locked_bytes(pid_t pid)
 #endif
 	FILE *f;
 
-	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
-	f = fopen(path, "r");
-	ck_assert_ptr_nonnull(f);
+	f = sec_proc_open(pid, "smaps");
 	while (fgets(line, sizeof(line), f)) {
 		unsigned long long kb, lo, hi;
 

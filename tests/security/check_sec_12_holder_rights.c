@@ -13,17 +13,9 @@
 
 static struct daemon d;
 
-static void start(void)
-{
-	static const char *const args[] = { "--revoke-deadline-ms", "60000", "--revoke-enforce", "none", NULL };
+SEC_START(start, d, "--revoke-deadline-ms", "60000", "--revoke-enforce", "none")
 
-	daemon_start(&d, args);
-}
-
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+SEC_STOP(stop, d)
 
 /* Run the staged pinctl as uid with args (a shell line), its output dropped; returns its exit status. */
 static int pinctl_quiet_as(uid_t uid, const char *args)
@@ -46,10 +38,7 @@ static void holder_start(struct holder *h, uid_t uid, bool drop_conn)
 {
 	int p[2], q[2];
 
-	ck_assert_int_eq(pipe(p), 0);
-	ck_assert_int_eq(pipe(q), 0);
-	h->pid = itest_fork();
-	ck_assert_int_ge(h->pid, 0);
+	h->pid = itest_fork_piped(p, q);
 	if (h->pid == 0) {
 		int fds[4], fd, err;
 		size_t nfds;
@@ -150,10 +139,7 @@ static int raw_release_as(uid_t uid, uint64_t id)
 	if (pid == 0) {
 		int fd, rst;
 
-		sec_drop_to(uid);
-		fd = raw_connect(d.socket);
-		if (fd < 0 || raw_hello(fd) != 0)
-			_exit(100);
+		fd = sec_session_as(uid, d.socket, 100);
 		rst = raw_release_seq(fd, id, 9, 3000);
 		_exit(rst < 0 ? 101 : rst);
 	}
@@ -177,18 +163,7 @@ START_TEST(test_own_uid_releases_a_lease_left_without_a_connection)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec_12_holder_rights");
-	TCase *tc = tcase_create("core");
-
-	tcase_set_timeout(tc, 60);
-	tcase_add_checked_fixture(tc, start, stop);
-	tcase_add_test(tc, test_holder_revokes_its_own_lease_without_admin);
-	tcase_add_test(tc, test_holder_revokes_all_of_its_own_by_uid);
-	tcase_add_test(tc, test_own_uid_releases_a_lease_left_without_a_connection);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(suite, "sec_12_holder_rights", "core", start, stop, 60, test_holder_revokes_its_own_lease_without_admin,
+	    test_holder_revokes_all_of_its_own_by_uid, test_own_uid_releases_a_lease_left_without_a_connection)
 
 SEC_MAIN(suite)

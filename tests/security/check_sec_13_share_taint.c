@@ -402,29 +402,6 @@ static void holder(int rd, int wr, size_t size, uid_t share_uid)
 
 /* ------------------------------------------------------------- the books */
 
-/* The resident pages of the daemon's mappings of its pool memfds (the pool holds them locked). */
-static uint64_t daemon_pool_resident_bytes(pid_t pid)
-{
-	char path[64], line[512];
-	uint64_t sum_kb = 0;
-	bool pool_vma = false;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
-	f = fopen(path, "re");
-	ck_assert_ptr_nonnull(f);
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long long kb, lo, hi;
-
-		if (sscanf(line, "%llx-%llx ", &lo, &hi) == 2)
-			pool_vma = strstr(line, "/memfd:pinbroker-chunk") != NULL;
-		else if (pool_vma && sscanf(line, "Rss: %llu kB", &kb) == 1)
-			sum_kb += kb;
-	}
-	fclose(f);
-	return sum_kb * KIB;
-}
-
 /*
  * Nothing leased, nothing lent: the pool is all idle, and what it says it holds is what the daemon
  * has resident in its chunk mappings (no chunk counted twice, none forgotten). Retried: the two are
@@ -436,7 +413,7 @@ static void check_books(const char *where)
 
 	for (int attempt = 0; attempt < 50; attempt++) {
 		struct pb_status *s = itest_status(d.socket);
-		uint64_t resident = daemon_pool_resident_bytes(d.pid);
+		uint64_t resident = sec_chunk_rss(d.pid);
 
 		ck_assert_ptr_nonnull(s);
 		if (s->leased_bytes != 0)
@@ -702,8 +679,7 @@ START_TEST(test_taint_survives_a_crash_and_recovery)
 		      "after the restart uid A's new lease reuses chunks uid B maps");
 	world_end(&w);
 	check_books("after every lease was released");
-	ck_assert_int_eq(daemon_stop(&d), 0);
-	fdstore_free(fs);
+	sec_stop_with_store(&d, fs);
 	fs = NULL;
 }
 END_TEST

@@ -34,15 +34,9 @@
 
 static struct daemon d;
 
-static void start(void)
-{
-	daemon_start(&d, NULL);
-}
+SEC_START(start, d, NULL)
 
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+SEC_STOP(stop, d)
 
 static uint64_t mono_us(void)
 {
@@ -94,6 +88,36 @@ static void holder_main(int wr, int n, bool report_revoke)
 		pause();
 }
 
+/* A sleeper of the group: holds nothing, only pads the group a revoke signals. */
+static void sleeper_main(int i, int wr)
+{
+	(void)i;
+	close(wr);
+	for (;;)
+		pause();
+}
+
+/* The group's i-th holder; the first reports its revoke. */
+static void holder_child(int i, int wr)
+{
+	holder_main(wr, LEASES_PER_HOLDER, i == 0);
+}
+
+/* n children of the caller, each dying with it, each running child(i, wr) (which does not return); _exit(fail_code) when fork fails. */
+static void spawn_children(int n, int fail_code, void (*child)(int i, int wr), int wr)
+{
+	for (int i = 0; i < n; i++) {
+		pid_t pid = fork();
+
+		if (pid < 0)
+			_exit(fail_code);
+		if (pid == 0) {
+			die_with_parent();
+			child(i, wr);
+		}
+	}
+}
+
 struct attack {
 	pid_t leader; /* its process group holds every process of the attack */
 	int from;     /* 'k' per holder, then holder 0's REVOKE deadline */
@@ -105,37 +129,15 @@ static void attack_start(struct attack *at)
 	int p[2];
 	char ok;
 
-	ck_assert_int_eq(pipe(p), 0);
-	at->leader = itest_fork();
-	ck_assert_int_ge(at->leader, 0);
+	at->leader = itest_fork_piped(p, NULL);
 	if (at->leader == 0) {
 		close(p[0]);
 		setpgid(0, 0);
 		sec_drop_to(SEC_UID_A);
 		die_with_parent();
 		signal(SIGTERM, SIG_IGN);
-		for (int i = 0; i < NSLEEPERS; i++) {
-			pid_t s = fork();
-
-			if (s < 0)
-				_exit(60);
-			if (s == 0) {
-				die_with_parent();
-				close(p[1]);
-				for (;;)
-					pause();
-			}
-		}
-		for (int i = 0; i < NHOLDERS; i++) {
-			pid_t h = fork();
-
-			if (h < 0)
-				_exit(61);
-			if (h == 0) {
-				die_with_parent();
-				holder_main(p[1], LEASES_PER_HOLDER, i == 0);
-			}
-		}
+		spawn_children(NSLEEPERS, 60, sleeper_main, p[1]);
+		spawn_children(NHOLDERS, 61, holder_child, p[1]);
 		for (;;)
 			pause();
 	}
@@ -200,10 +202,7 @@ static void prober_start(struct prober *pr)
 	int a[2], b[2];
 	char ok;
 
-	ck_assert_int_eq(pipe(a), 0);
-	ck_assert_int_eq(pipe(b), 0);
-	pr->pid = itest_fork();
-	ck_assert_int_ge(pr->pid, 0);
+	pr->pid = itest_fork_piped(a, b);
 	if (pr->pid == 0) {
 		struct probe_result res = { 0 };
 		struct pollfd stopfd = { .fd = a[0], .events = POLLIN };
@@ -353,9 +352,7 @@ START_TEST(test_admin_revoke_deadline_has_no_floor)
 	uint64_t id = 0;
 	struct pb_status *s;
 
-	ck_assert_int_eq(pipe(p), 0);
-	at.leader = itest_fork();
-	ck_assert_int_ge(at.leader, 0);
+	at.leader = itest_fork_piped(p, NULL);
 	if (at.leader == 0) {
 		close(p[0]);
 		setpgid(0, 0);

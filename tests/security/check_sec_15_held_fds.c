@@ -44,10 +44,7 @@ static void start(void)
 	daemon_start(&d, args);
 }
 
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+SEC_STOP(stop, d)
 
 struct tally {
 	int granted;
@@ -56,11 +53,11 @@ struct tally {
 };
 
 /*
- * Uid A in one process: connect, acquire one 4 KiB lease, close the
- * connection, keep living; until an acquire is refused. Reports the tally,
- * then lives on (every lease held for it) until the parent writes a byte.
+ * A holder process: acquire(t, uid) acquires as uid and tallies; the tally goes to the parent (from), and the
+ * process lives on, every lease held for it, until the parent writes a byte (to). It exits code when the tally
+ * cannot be sent, code + 1 when the parent's byte does not come.
  */
-static pid_t exit_holder(int *to, int *from)
+static pid_t tally_holder(void (*acquire)(struct tally *t, uid_t uid), uid_t uid, int code, int *to, int *from)
 {
 	int a[2], b[2];
 	pid_t pid;
@@ -72,22 +69,11 @@ static pid_t exit_holder(int *to, int *from)
 
 		close(a[1]);
 		close(b[0]);
-		sec_drop_to(SEC_UID_A);
-		for (;;) {
-			int sock = raw_connect(d.socket);
-
-			if (sock < 0 || raw_hello(sock) != 0)
-				_exit(70);
-			t.status = raw_acquire_msg(sock, LEASE_BYTES, NULL, 5, t.msg, sizeof(t.msg), 10000);
-			close(sock); /* the process lives on: the lease is held until it exits */
-			if (t.status != 0 || t.granted > 4 * CAP)
-				break;
-			t.granted++;
-		}
+		acquire(&t, uid);
 		if (write(b[1], &t, sizeof(t)) != sizeof(t))
-			_exit(71);
+			_exit(code);
 		if (read(a[0], &c, 1) != 1)
-			_exit(72);
+			_exit(code + 1);
 		_exit(0);
 	}
 	close(a[0]);
@@ -97,41 +83,46 @@ static pid_t exit_holder(int *to, int *from)
 	return pid;
 }
 
+/* Connect, acquire one 4 KiB lease, close the connection, keep living; until an acquire is refused. */
+static void acquire_closing_each(struct tally *t, uid_t uid)
+{
+	sec_drop_to(uid);
+	for (;;) {
+		int sock = raw_connect(d.socket);
+
+		if (sock < 0 || raw_hello(sock) != 0)
+			_exit(70);
+		t->status = raw_acquire_msg(sock, LEASE_BYTES, NULL, 5, t->msg, sizeof(t->msg), 10000);
+		close(sock); /* the process lives on: the lease is held until it exits */
+		if (t->status != 0 || t->granted > 4 * CAP)
+			break;
+		t->granted++;
+	}
+}
+
+/* On one connection: acquire 4 KiB leases until refused. */
+static void acquire_on_one_connection(struct tally *t, uid_t uid)
+{
+	int sock = sec_session_as(uid, d.socket, 80);
+
+	while (t->granted <= 4 * CAP) {
+		t->status = raw_acquire_msg(sock, LEASE_BYTES, NULL, 5, t->msg, sizeof(t->msg), 10000);
+		if (t->status != 0)
+			break;
+		t->granted++;
+	}
+}
+
+/* Uid A in one process, a connection per lease, each closed: the tally; every lease held until the parent writes. */
+static pid_t exit_holder(int *to, int *from)
+{
+	return tally_holder(acquire_closing_each, SEC_UID_A, 71, to, from);
+}
+
 /* Uid B on one connection: acquire 4 KiB leases until refused; the tally. Holds them until the parent writes. */
 static pid_t plain_holder(uid_t uid, int *to, int *from)
 {
-	int a[2], b[2];
-	pid_t pid;
-
-	pid = itest_fork_piped(a, b);
-	if (pid == 0) {
-		struct tally t = { 0 };
-		int sock;
-		char c;
-
-		close(a[1]);
-		close(b[0]);
-		sec_drop_to(uid);
-		sock = raw_connect(d.socket);
-		if (sock < 0 || raw_hello(sock) != 0)
-			_exit(80);
-		while (t.granted <= 4 * CAP) {
-			t.status = raw_acquire_msg(sock, LEASE_BYTES, NULL, 5, t.msg, sizeof(t.msg), 10000);
-			if (t.status != 0)
-				break;
-			t.granted++;
-		}
-		if (write(b[1], &t, sizeof(t)) != sizeof(t))
-			_exit(81);
-		if (read(a[0], &c, 1) != 1)
-			_exit(82);
-		_exit(0);
-	}
-	close(a[0]);
-	close(b[1]);
-	*to = a[1];
-	*from = b[0];
-	return pid;
+	return tally_holder(acquire_on_one_connection, uid, 81, to, from);
 }
 
 START_TEST(test_exit_holds_count_against_their_uid_and_leave_others_their_cap)

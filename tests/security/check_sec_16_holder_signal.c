@@ -21,24 +21,11 @@
 static struct daemon d;
 static const struct pb_acquire_opts no_cuda = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE, .label = "sec16" };
 
-static void start_sigterm(void)
-{
-	static const char *const args[] = { "--revoke-enforce", "sigterm", NULL };
+SEC_START(start_sigterm, d, "--revoke-enforce", "sigterm")
 
-	daemon_start(&d, args);
-}
+SEC_START(start_sigkill, d, "--revoke-enforce", "sigkill")
 
-static void start_sigkill(void)
-{
-	static const char *const args[] = { "--revoke-enforce", "sigkill", NULL };
-
-	daemon_start(&d, args);
-}
-
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+SEC_STOP(stop, d)
 
 struct shared {
 	char token[PB_SHARE_TOKEN_LEN];
@@ -271,8 +258,7 @@ START_TEST(test_holder_self_revoke_after_a_crash_never_signals_another_uid)
 	ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
 	close(to);
 	close(from);
-	ck_assert_int_eq(daemon_stop(&d), 0);
-	fdstore_free(fs);
+	sec_stop_with_store(&d, fs);
 }
 END_TEST
 

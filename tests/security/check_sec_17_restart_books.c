@@ -70,44 +70,44 @@ static void holder(const char *sock, int to_test, int from_test)
 	_exit(0);
 }
 
-/* Bytes of memfd mappings named pinbroker-chunk* in pid's smaps that are resident: the pages it holds. */
-static uint64_t memfd_rss(pid_t pid)
+/*
+ * A daemon d with the suite's args, and a holder child holding its lease (it said 'h' on to_test[0]); the pipes'
+ * other ends are the child's. Returns the holder's pid.
+ */
+static pid_t start_with_holder(struct daemon *d, int to_test[2], int from_test[2])
 {
-	char path[64], line[512];
-	uint64_t total = 0;
-	bool in = false;
-	FILE *f;
+	pid_t h;
 
-	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
-	f = fopen(path, "re");
-	ck_assert_msg(f != NULL, "cannot read %s", path);
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long long kb;
-
-		if (strchr(line, '-') && strchr(line, ' ') && strchr(line, '-') < strchr(line, ' '))
-			in = strstr(line, "/memfd:pinbroker-chunk") != NULL;
-		else if (in && sscanf(line, "Rss: %llu kB", &kb) == 1)
-			total += kb * 1024;
+	daemon_start(d, args);
+	h = itest_fork_piped(to_test, from_test);
+	if (h == 0) {
+		close(to_test[0]);
+		close(from_test[1]);
+		holder(d->socket, to_test[1], from_test[0]);
 	}
-	fclose(f);
-	return total;
+	close(to_test[1]);
+	close(from_test[0]);
+	ck_assert_msg(itest_hear(to_test[0], 120) == 'h', "the holder did not get its lease");
+	return h;
+}
+
+/* The end of start_with_holder's case: the holder told to quit exits 0, its lease is freed, the daemon stops cleanly. */
+static void end_with_holder(struct daemon *d, pid_t h, int to_test[2], int from_test[2])
+{
+	itest_say(from_test[1], 'q');
+	ck_assert_int_eq(itest_wait_exit(h), 0);
+	ck_assert_int_eq(wait_leased(d->socket, 0, FREED_WITHIN_MS), 0);
+	close(to_test[0]);
+	close(from_test[1]);
+	ck_assert_int_eq(daemon_stop(d), 0);
 }
 
 /* VmLck of pid, in bytes (what its mlock holds). */
 static uint64_t vm_locked(pid_t pid)
 {
-	char path[64], line[256];
-	unsigned long long kb = 0;
-	FILE *f;
+	long kb = sec_proc_status(pid, "VmLck");
 
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "re");
-	ck_assert_msg(f != NULL, "cannot read %s", path);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmLck: %llu kB", &kb) == 1)
-			break;
-	fclose(f);
-	return kb * 1024;
+	return kb > 0 ? (uint64_t)kb * 1024 : 0;
 }
 
 /* As uid, ask for bytes once, without waiting: 0, or the library's negative errno. */
@@ -149,19 +149,10 @@ static void scenario(enum stop_how how)
 	struct pb_status *s;
 	pid_t h;
 
-	daemon_start(&d, args);
-	h = itest_fork_piped(to_test, from_test);
-	if (h == 0) {
-		close(to_test[0]);
-		close(from_test[1]);
-		holder(d.socket, to_test[1], from_test[0]);
-	}
-	close(to_test[1]);
-	close(from_test[0]);
-	ck_assert_msg(itest_hear(to_test[0], 120) == 'h', "the holder did not get its lease");
+	h = start_with_holder(&d, to_test, from_test);
 
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)HOLD_BYTES);
-	rss_before = memfd_rss(h);
+	rss_before = sec_chunk_rss(h);
 	lck_before = vm_locked(d.pid);
 	ck_assert_uint_eq(rss_before, HOLD_BYTES);
 	/* The lent chunks are the daemon's locked memory while it runs. ASan makes mlock a no-op (it would lock
@@ -194,7 +185,7 @@ static void scenario(enum stop_how how)
 	daemon_restart(&d, args);
 
 	/* The holder still maps its pages: the new daemon counts them, as the issue requires. */
-	ck_assert_uint_eq(memfd_rss(h), HOLD_BYTES);
+	ck_assert_uint_eq(sec_chunk_rss(h), HOLD_BYTES);
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)HOLD_BYTES);
 	ck_assert_int_eq(orphaned(d.socket), (int64_t)HOLD_BYTES);
 	/* The issue's over-grant: what would put the host over budget is refused, to another uid and to A. */
@@ -205,7 +196,7 @@ static void scenario(enum stop_how how)
 	ck_assert_int_eq(wait_leased(d.socket, HOLD_BYTES, 10000), (int64_t)HOLD_BYTES);
 	/* Locked by the new daemon plus what the holder keeps mapped: within the budget. */
 	s = itest_status(d.socket);
-	rss_after = memfd_rss(h);
+	rss_after = sec_chunk_rss(h);
 	lck_after = vm_locked(d.pid);
 	ck_assert_msg(s->pool_bytes + rss_after <= BUDGET_BYTES,
 		      "pool %llu + held %llu bytes over the %llu budget (daemon VmLck %llu, before the restart %llu)",
@@ -293,12 +284,7 @@ static void legacy_case(uint64_t size, uint64_t touched, int64_t want)
 	ck_assert_int_eq(status_leased(d.socket), want);
 	/* Past what is left (the budget less what it counts) but within the budget: refused for room. */
 	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - (uint64_t)want + 2 * MiB), 1);
-	itest_say(from_test[1], 'q');
-	ck_assert_int_eq(itest_wait_exit(h), 0);
-	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
-	close(to_test[0]);
-	close(from_test[1]);
-	ck_assert_int_eq(daemon_stop(&d), 0);
+	end_with_holder(&d, h, to_test, from_test);
 }
 
 START_TEST(test_legacy_chunk_name_is_counted_without_a_state_file)
@@ -349,16 +335,7 @@ START_TEST(test_two_clean_restarts_keep_counting)
 	int to_test[2], from_test[2];
 	pid_t h;
 
-	daemon_start(&d, args);
-	h = itest_fork_piped(to_test, from_test);
-	if (h == 0) {
-		close(to_test[0]);
-		close(from_test[1]);
-		holder(d.socket, to_test[1], from_test[0]);
-	}
-	close(to_test[1]);
-	close(from_test[0]);
-	ck_assert_msg(itest_hear(to_test[0], 120) == 'h', "the holder did not get its lease");
+	h = start_with_holder(&d, to_test, from_test);
 	for (int round = 0; round < 2; round++) {
 		kill(d.pid, SIGTERM);
 		ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
@@ -366,12 +343,7 @@ START_TEST(test_two_clean_restarts_keep_counting)
 		ck_assert_int_eq(status_leased(d.socket), (int64_t)HOLD_BYTES);
 		ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - HOLD_BYTES + 16 * MiB), 1);
 	}
-	itest_say(from_test[1], 'q');
-	ck_assert_int_eq(itest_wait_exit(h), 0);
-	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
-	close(to_test[0]);
-	close(from_test[1]);
-	ck_assert_int_eq(daemon_stop(&d), 0);
+	end_with_holder(&d, h, to_test, from_test);
 }
 END_TEST
 
@@ -381,15 +353,6 @@ static uint64_t mono_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static size_t count(const char *hay, const char *needle)
-{
-	size_t n = 0;
-
-	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
-		n++;
-	return n;
 }
 
 /*
@@ -409,16 +372,7 @@ START_TEST(test_rescans_back_off_while_nothing_is_let_go)
 	char *log;
 	pid_t h;
 
-	daemon_start(&d, args);
-	h = itest_fork_piped(to_test, from_test);
-	if (h == 0) {
-		close(to_test[0]);
-		close(from_test[1]);
-		holder(d.socket, to_test[1], from_test[0]);
-	}
-	close(to_test[1]);
-	close(from_test[0]);
-	ck_assert_msg(itest_hear(to_test[0], 120) == 'h', "the holder did not get its lease");
+	h = start_with_holder(&d, to_test, from_test);
 	kill(d.pid, SIGTERM);
 	ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
 	daemon_restart(&d, fast);
@@ -430,16 +384,11 @@ START_TEST(test_rescans_back_off_while_nothing_is_let_go)
 		usleep(50 * 1000);
 	}
 	log = daemon_log(&d);
-	scans = count(log, "restart: /proc scan for memfds");
+	scans = sec_count(log, "restart: /proc scan for memfds");
 	ck_assert_msg(scans >= 2 && scans <= 12, "%zu scans of /proc in 3.2 s at orphan-rescan-ms 100", scans);
 	free(log);
 	ck_assert_int_eq(orphaned(d.socket), (int64_t)HOLD_BYTES);
-	itest_say(from_test[1], 'q');
-	ck_assert_int_eq(itest_wait_exit(h), 0);
-	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
-	close(to_test[0]);
-	close(from_test[1]);
-	ck_assert_int_eq(daemon_stop(&d), 0);
+	end_with_holder(&d, h, to_test, from_test);
 }
 END_TEST
 

@@ -29,10 +29,7 @@
 static struct daemon d;
 static pid_t child_a, child_b;
 
-static void start(void)
-{
-	daemon_start(&d, NULL);
-}
+SEC_START(start, d, NULL)
 
 static void reap(pid_t *p)
 {
@@ -121,9 +118,7 @@ static pid_t start_reporter(uid_t uid, int nconn, uint64_t bytes_even, uint64_t 
 		for (;;)
 			pause();
 	}
-	close(pfd[1]);
-	ck_assert_int_eq(read(pfd[0], o, sizeof(*o)), sizeof(*o));
-	close(pfd[0]);
+	sec_read_report(pfd, o, sizeof(*o));
 	return pid;
 }
 
@@ -155,15 +150,6 @@ static double metric(const char *text, const char *name)
 	snprintf(pat, sizeof(pat), "\n%s ", name);
 	p = strstr(p, pat);
 	return p ? strtod(p + strlen(pat), NULL) : -1;
-}
-
-static size_t count_of(const char *hay, const char *needle)
-{
-	size_t n = 0;
-
-	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
-		n++;
-	return n;
 }
 
 START_TEST(test_one_uid_cannot_inflate_the_host_unbrokered_figure)
@@ -243,8 +229,8 @@ START_TEST(test_one_uid_cannot_inflate_the_host_unbrokered_figure)
 	/* Refusals are logged once per connection (connection 0's three count once) and rate-limited. */
 	log = daemon_log(&d);
 	ck_assert_ptr_nonnull(log);
-	ck_assert_uint_ge(count_of(log, "more than the host's MemTotal"), 1);
-	ck_assert_uint_le(count_of(log, "more than the host's MemTotal"), A_CONNECTIONS / 2);
+	ck_assert_uint_ge(sec_count(log, "more than the host's MemTotal"), 1);
+	ck_assert_uint_le(sec_count(log, "more than the host's MemTotal"), A_CONNECTIONS / 2);
 	free(log);
 
 	/* A's connections go: B's honest 64 MiB is the whole figure again (bounded poll). */

@@ -28,10 +28,7 @@
 static struct daemon d;
 static pid_t prog;
 
-static void start(void)
-{
-	daemon_start(&d, NULL);
-}
+SEC_START(start, d, NULL)
 
 static void stop(void)
 {
@@ -93,6 +90,23 @@ static uint64_t seen_for(pid_t pid, uint64_t *leased, uint64_t *unbrokered)
 	return *leased + *unbrokered;
 }
 
+/*
+ * The program's end: closing its stdin (to) makes it free what it pinned and say "freed 0" on f; it then exits 0
+ * and the daemon has nothing leased.
+ */
+static void free_and_end(int to, FILE *f)
+{
+	char line[256];
+
+	close(to);
+	ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+	ck_assert_str_eq(line, "freed 0\n");
+	fclose(f);
+	ck_assert_int_eq(itest_wait_exit(prog), 0);
+	prog = 0;
+	ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
+}
+
 START_TEST(test_a_deep_bound_plugin_pins_where_status_sees_it)
 {
 	const char *way = cases[_i].way, *plugin, *target = stage_for_uid_a(&plugin);
@@ -106,19 +120,12 @@ START_TEST(test_a_deep_bound_plugin_pins_where_status_sees_it)
 
 	prog = itest_fork_piped(in, out);
 	if (prog == 0) {
-		char size[32], asan[512];
+		char size[32];
 
-		dup2(in[0], 0);
-		dup2(out[1], 1);
-		close(in[1]);
-		close(out[0]);
-		sec_drop_to(SEC_UID_A);
+		sec_child_stdio_as(in, out, SEC_UID_A);
 		if (cases[_i].shallow)
 			setenv("DEEP_TARGET_SHALLOW", "1", 1);
-		/* Under ASan the interposer precedes the sanitizer's runtime in the load order; that is fine. */
-		snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0", getenv("ASAN_OPTIONS") ?: "",
-			 getenv("ASAN_OPTIONS") ? ":" : "");
-		setenv("ASAN_OPTIONS", asan, 1);
+		sec_asan_allow_preload();
 		snprintf(size, sizeof(size), "%llu", PLUGIN_BYTES);
 		/* The interposer's default fallback (cuda): refused memory would still show, as unbrokered. */
 		execl(pinctl, "pinctl", "--socket", d.socket, "run", "--label", "deep", "--", target, lib, way, size,
@@ -154,13 +161,7 @@ START_TEST(test_a_deep_bound_plugin_pins_where_status_sees_it)
 	free(text);
 
 	/* Freed through the plugin: the lease comes back. */
-	close(in[1]);
-	ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
-	ck_assert_str_eq(line, "freed 0\n");
-	fclose(f);
-	ck_assert_int_eq(itest_wait_exit(prog), 0);
-	prog = 0;
-	ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
+	free_and_end(in[1], f);
 }
 END_TEST
 
@@ -190,16 +191,10 @@ START_TEST(test_deep_bound_dlopens_racing_a_plain_one_do_not_crash)
 	target = itest_stage_as(DEEP_RACE, "preload/preload_deep_race");
 	prog = itest_fork_piped(in, out);
 	if (prog == 0) {
-		char size[32], asan[512];
+		char size[32];
 
-		dup2(in[0], 0);
-		dup2(out[1], 1);
-		close(in[1]);
-		close(out[0]);
-		sec_drop_to(SEC_UID_A);
-		snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0", getenv("ASAN_OPTIONS") ?: "",
-			 getenv("ASAN_OPTIONS") ? ":" : "");
-		setenv("ASAN_OPTIONS", asan, 1);
+		sec_child_stdio_as(in, out, SEC_UID_A);
+		sec_asan_allow_preload();
 		snprintf(size, sizeof(size), "%llu", RACE_BYTES);
 		execl(pinctl, "pinctl", "--socket", d.socket, "run", "--label", "deep-race", "--", target, plugin,
 		      plugin2, busy, RACE_ROUNDS, size, (char *)NULL);
@@ -227,27 +222,17 @@ START_TEST(test_deep_bound_dlopens_racing_a_plain_one_do_not_crash)
 	}
 	/* Both plugins' last allocations are leases. */
 	ck_assert_uint_eq(leased, 2 * RACE_BYTES);
-	close(in[1]);
-	ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
-	ck_assert_str_eq(line, "freed 0\n");
-	fclose(f);
-	ck_assert_int_eq(itest_wait_exit(prog), 0);
-	prog = 0;
-	ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
+	free_and_end(in[1], f);
 }
 END_TEST
 
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sec_19_deepbind");
-	TCase *t = tcase_create("deepbind");
+	TCase *t = CHECK_CASE(s, "deepbind", start, stop, 60, test_deep_bound_dlopens_racing_a_plain_one_do_not_crash);
 
-	tcase_add_checked_fixture(t, start, stop);
-	tcase_set_timeout(t, 60);
 	tcase_add_loop_test(t, test_a_deep_bound_plugin_pins_where_status_sees_it, 0,
 			    (int)(sizeof(cases) / sizeof(cases[0])));
-	tcase_add_test(t, test_deep_bound_dlopens_racing_a_plain_one_do_not_crash);
-	suite_add_tcase(s, t);
 	return s;
 }
 

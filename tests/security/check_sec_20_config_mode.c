@@ -32,11 +32,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", base);
-	if (system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", base);
+	sec_rm_rf(base);
 }
 
 /* pinbrokerd --check-config on path: must still say OK (a warning, not a refusal). */
@@ -50,15 +46,6 @@ static char *check_config(const char *path)
 	ck_assert_msg(rc == 0 && strstr(out, "configuration OK"), "--check-config %s failed (exit %d):\n%s", path, rc,
 		      out);
 	return out;
-}
-
-static unsigned count(const char *hay, const char *needle)
-{
-	unsigned n = 0;
-
-	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
-		n++;
-	return n;
 }
 
 START_TEST(test_file_others_can_write_is_warned_about)
@@ -75,7 +62,7 @@ START_TEST(test_file_others_can_write_is_warned_about)
 	ck_assert_msg(strstr(out, want), "no warning '%s' in:\n%s", want, out);
 	snprintf(want, sizeof(want), "run chmod go-w %s", conf);
 	ck_assert_msg(strstr(out, want), "the warning should say what to run:\n%s", out);
-	ck_assert_uint_eq(count(out, "warning:"), 1);
+	ck_assert_uint_eq(sec_count(out, "warning:"), 1);
 	free(out);
 
 	ck_assert_int_eq(chmod(conf, 0620), 0);
@@ -135,7 +122,7 @@ START_TEST(test_daemon_warns_once_at_start_and_at_reload)
 	ck_assert_int_eq(chmod(conf, 0664), 0);
 	daemon_start(&d, args);
 	log = daemon_log(&d);
-	ck_assert_msg(log && count(log, "the config file is writable by its group (mode 0664)") == 1,
+	ck_assert_msg(log && sec_count(log, "the config file is writable by its group (mode 0664)") == 1,
 		      "one warning at start expected:\n%s", itest_tail(log));
 	free(log);
 
@@ -149,25 +136,14 @@ START_TEST(test_daemon_warns_once_at_start_and_at_reload)
 		usleep(20000);
 	}
 	ck_assert_msg(log && strstr(log, "config reloaded"), "the reload did not finish");
-	ck_assert_msg(count(log, "the config file is writable by its group (mode 0664)") == 2,
+	ck_assert_msg(sec_count(log, "the config file is writable by its group (mode 0664)") == 2,
 		      "one more warning at reload expected:\n%s", itest_tail(log));
 	free(log);
 	ck_assert_int_eq(daemon_stop(&d), 0);
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec_20_config_mode");
-	TCase *tc = tcase_create("config_mode");
-
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_file_others_can_write_is_warned_about);
-	tcase_add_test(tc, test_foreign_owner_and_open_folder_are_warned_about);
-	tcase_add_test(tc, test_daemon_warns_once_at_start_and_at_reload);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(suite, "sec_20_config_mode", "config_mode", setup, teardown, 60, test_file_others_can_write_is_warned_about,
+	    test_foreign_owner_and_open_folder_are_warned_about, test_daemon_warns_once_at_start_and_at_reload)
 
 SEC_MAIN(suite)

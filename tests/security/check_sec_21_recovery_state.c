@@ -97,10 +97,7 @@ static void world_start(struct world *w)
 	daemon_prepare(&w->d);
 	w->fs = fdstore_new(&w->d);
 	fdstore_daemon_start(w->fs, args);
-	ck_assert_int_eq(pipe(a), 0);
-	ck_assert_int_eq(pipe(b), 0);
-	w->holder = itest_fork();
-	ck_assert_int_ge(w->holder, 0);
+	w->holder = itest_fork_piped(a, b);
 	if (w->holder == 0) {
 		close(a[1]);
 		close(b[0]);
@@ -386,23 +383,12 @@ START_TEST(test_chunk_named_by_no_state_is_quarantined)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("sec-21-recovery-state");
-	TCase *t = tcase_create("crafted fd store");
-
-	tcase_set_timeout(t, 60);
-	tcase_add_test(t, test_intact_state_readopts_the_lease);
-	tcase_add_test(t, test_lease_whose_chunk_is_larger_than_its_bytes_is_not_adopted);
-	tcase_add_test(t, test_lease_whose_chunk_is_smaller_than_its_bytes_is_not_adopted);
-	tcase_add_test(t, test_garbage_state_quarantines_the_live_chunk);
-	tcase_add_test(t, test_truncated_state_quarantines_the_live_chunk);
-	tcase_add_test(t, test_flipped_byte_in_state_quarantines_the_live_chunk);
-	tcase_add_test(t, test_old_header_without_newline_is_rejected_not_misread);
-	tcase_add_test(t, test_empty_state_with_a_stored_chunk_quarantines_it);
-	tcase_add_test(t, test_chunk_named_by_no_state_is_quarantined);
-	suite_add_tcase(s, t);
-	return s;
-}
+CHECK_SUITE(suite, "sec-21-recovery-state", "crafted fd store", NULL, NULL, 60, test_intact_state_readopts_the_lease,
+	    test_lease_whose_chunk_is_larger_than_its_bytes_is_not_adopted,
+	    test_lease_whose_chunk_is_smaller_than_its_bytes_is_not_adopted,
+	    test_garbage_state_quarantines_the_live_chunk, test_truncated_state_quarantines_the_live_chunk,
+	    test_flipped_byte_in_state_quarantines_the_live_chunk,
+	    test_old_header_without_newline_is_rejected_not_misread,
+	    test_empty_state_with_a_stored_chunk_quarantines_it, test_chunk_named_by_no_state_is_quarantined)
 
 SEC_MAIN(suite)

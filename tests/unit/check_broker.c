@@ -13,6 +13,7 @@
 #include "lease.h"
 #include "pool.h"
 #include "check_main.h"
+#include "fdlimit.h"
 
 #define KIB 1024ull
 #define MIB (1024ull * KIB)
@@ -277,15 +278,8 @@ END_TEST
 START_TEST(test_acquire_pool_failure_changes_nothing)
 {
 	struct broker *b = new_broker(64 * MIB, 0, 2 * MIB);
-	struct rlimit rl;
-	int lowest;
 
-	lowest = dup(0);
-	ck_assert_int_ge(lowest, 0);
-	close(lowest);
-	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
-	rl.rlim_cur = (rlim_t)lowest + 1;
-	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	fdlimit_leave_one();
 
 	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 9 * MIB, NULL), -EMFILE);
 	ck_assert_uint_eq(lease_count(b->leases), 0);

@@ -214,6 +214,19 @@ START_TEST(test_random_charge_uncharge_stays_exact)
 }
 END_TEST
 
+/* The lease and chunk counts of uid, and of the host. */
+static void assert_uid_counts(const struct budget *b, uid_t uid, uint64_t leases, uint64_t chunks)
+{
+	ck_assert_uint_eq(budget_uid_leases(b, uid), leases);
+	ck_assert_uint_eq(budget_uid_chunks(b, uid), chunks);
+}
+
+static void assert_host_counts(const struct budget *b, uint64_t leases, uint64_t chunks)
+{
+	ck_assert_uint_eq(budget_leases(b), leases);
+	ck_assert_uint_eq(budget_chunks(b), chunks);
+}
+
 START_TEST(test_counts_follow_leases_and_chunks_per_uid)
 {
 	struct budget *b = new_budget(4 * GIB, 0);
@@ -221,11 +234,9 @@ START_TEST(test_counts_follow_leases_and_chunks_per_uid)
 	ck_assert_int_eq(budget_count_add(b, 1000, 3), 0);
 	ck_assert_int_eq(budget_count_add(b, 1000, 1), 0);
 	ck_assert_int_eq(budget_count_add(b, 1001, 2), 0);
-	ck_assert_uint_eq(budget_uid_leases(b, 1000), 2);
-	ck_assert_uint_eq(budget_uid_chunks(b, 1000), 4);
+	assert_uid_counts(b, 1000, 2, 4);
 	ck_assert_uint_eq(budget_uid_leases(b, 1001), 1);
-	ck_assert_uint_eq(budget_leases(b), 3);
-	ck_assert_uint_eq(budget_chunks(b), 6);
+	assert_host_counts(b, 3, 6);
 	/* Counts keep a uid's entry even with no bytes charged, and bytes without counts too. */
 	ck_assert_int_eq(budget_charge(b, 1000, MIB), 0);
 	budget_uncharge(b, 1000, MIB);
@@ -235,8 +246,7 @@ START_TEST(test_counts_follow_leases_and_chunks_per_uid)
 	budget_count_sub(b, 1001, 2);
 	ck_assert_uint_eq(budget_uid_leases(b, 1000), 0);
 	ck_assert_uint_eq(budget_uid_chunks(b, 1001), 0);
-	ck_assert_uint_eq(budget_leases(b), 0);
-	ck_assert_uint_eq(budget_chunks(b), 0);
+	assert_host_counts(b, 0, 0);
 	budget_free(b);
 }
 END_TEST

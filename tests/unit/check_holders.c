@@ -573,23 +573,35 @@ static void seen_read(pid_t pid, void *ud)
 	s->mapper_read |= pid == s->mapper;
 }
 
-/* Real children: one maps a memfd of a unique name (its fd closed), one only holds the fd; both are found. */
-START_TEST(test_scan_memfds_finds_mappers_and_fd_holders_of_any_uid)
+/*
+ * A 64 KiB memfd named pinbroker-chunk.<tag><pid> (a name the scan takes for a chunk), the name in name[64]; its
+ * inode in *ino, and the two pipes the case and its children talk over.
+ */
+static int test_memfd(const char *tag, char name[64], ino_t *ino, int ready[2], int go[2])
 {
-	char name[64];
-	struct seen_memfds s = { 0 };
-	int ready[2], go[2], fd;
 	struct stat st;
-	char c;
+	int fd;
 
-	snprintf(name, sizeof(name), "pinbroker-chunk.test%d", (int)getpid());
+	snprintf(name, 64, "pinbroker-chunk.%s%d", tag, (int)getpid());
 	fd = memfd_create(name, MFD_CLOEXEC);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(ftruncate(fd, 65536), 0);
 	ck_assert_int_eq(fstat(fd, &st), 0);
 	ck_assert_int_eq(pipe(ready), 0);
 	ck_assert_int_eq(pipe(go), 0);
-	s.want = st.st_ino;
+	*ino = st.st_ino;
+	return fd;
+}
+
+/* Real children: one maps a memfd of a unique name (its fd closed), one only holds the fd; both are found. */
+START_TEST(test_scan_memfds_finds_mappers_and_fd_holders_of_any_uid)
+{
+	char name[64];
+	struct seen_memfds s = { 0 };
+	int ready[2], go[2], fd;
+	char c;
+
+	fd = test_memfd("test", name, &s.want, ready, go);
 	s.mapper = fork();
 	ck_assert_int_ge(s.mapper, 0);
 	if (s.mapper == 0) {
@@ -651,17 +663,9 @@ START_TEST(test_scan_memfds_reports_the_file_size_of_a_stretched_mapping)
 	char name[64];
 	struct seen_memfds s = { 0 };
 	int ready[2], go[2], fd;
-	struct stat st;
 	char c;
 
-	snprintf(name, sizeof(name), "pinbroker-chunk.stretch%d", (int)getpid());
-	fd = memfd_create(name, MFD_CLOEXEC);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(ftruncate(fd, 65536), 0);
-	ck_assert_int_eq(fstat(fd, &st), 0);
-	ck_assert_int_eq(pipe(ready), 0);
-	ck_assert_int_eq(pipe(go), 0);
-	s.want = st.st_ino;
+	fd = test_memfd("stretch", name, &s.want, ready, go);
 	s.holder = -1;
 	s.mapper = fork();
 	ck_assert_int_ge(s.mapper, 0);

@@ -329,18 +329,38 @@ START_TEST(test_revoke_order_of_empty_table_is_empty)
 }
 END_TEST
 
+/* The name functions behind one signature, for the table below. */
+static const char *lease_state_name_of(int v)
+{
+	return lease_state_name((enum lease_state)v);
+}
+
+static const char *lease_priority_name_of(int v)
+{
+	return lease_priority_name((enum lease_priority)v);
+}
+
 START_TEST(test_names_cover_every_state_and_priority)
 {
-	ck_assert_str_eq(lease_state_name(LEASE_ACTIVE), "active");
-	ck_assert_str_eq(lease_state_name(LEASE_IDLE), "idle");
-	ck_assert_str_eq(lease_state_name(LEASE_REVOKING), "revoking");
-	ck_assert_str_eq(lease_state_name(LEASE_OVERDUE), "overdue");
-	ck_assert_str_eq(lease_state_name(LEASE_ORPHANED), "orphaned");
-	ck_assert_str_eq(lease_state_name(LEASE_FREED), "freed");
-	ck_assert_str_eq(lease_state_name(LEASE__STATE_MAX), "unknown");
-	ck_assert_str_eq(lease_priority_name(LEASE_PRIO_NORMAL), "normal");
-	ck_assert_str_eq(lease_priority_name(LEASE_PRIO_CRITICAL), "critical");
-	ck_assert_str_eq(lease_priority_name(LEASE_PRIO_BEST_EFFORT), "best-effort");
+	static const struct {
+		const char *(*name)(int);
+		int value;
+		const char *want;
+	} rows[] = {
+		{ lease_state_name_of, LEASE_ACTIVE, "active" },
+		{ lease_state_name_of, LEASE_IDLE, "idle" },
+		{ lease_state_name_of, LEASE_REVOKING, "revoking" },
+		{ lease_state_name_of, LEASE_OVERDUE, "overdue" },
+		{ lease_state_name_of, LEASE_ORPHANED, "orphaned" },
+		{ lease_state_name_of, LEASE_FREED, "freed" },
+		{ lease_state_name_of, LEASE__STATE_MAX, "unknown" },
+		{ lease_priority_name_of, LEASE_PRIO_NORMAL, "normal" },
+		{ lease_priority_name_of, LEASE_PRIO_CRITICAL, "critical" },
+		{ lease_priority_name_of, LEASE_PRIO_BEST_EFFORT, "best-effort" },
+	};
+
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		ck_assert_str_eq(rows[i].name(rows[i].value), rows[i].want);
 }
 END_TEST
 

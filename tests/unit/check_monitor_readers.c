@@ -195,27 +195,29 @@ END_TEST
 
 START_TEST(cgroup_resolve_v1_v2_none)
 {
-	struct cg_loc loc;
-	int root;
+	/* A fixture, the kind of its memory cgroup, and (when there is one) its mount and the process's folder. */
+	static const struct {
+		const char *fixture;
+		int kind;
+		const char *mount, *dir;
+	} rows[] = {
+		{ "cgroup-v1", CG_V1, "sys/fs/cgroup/memory", "sys/fs/cgroup/memory/pinbroker/job" },
+		{ "cgroup-v2", CG_V2, "sys/fs/cgroup", "sys/fs/cgroup/system.slice/pinbrokerd.service" },
+		{ "no-psi", CG_NONE, NULL, NULL },
+	};
 
-	root = open_root("cgroup-v1");
-	mon_cg_resolve(root, &loc, buf);
-	ck_assert_int_eq(loc.kind, CG_V1);
-	ck_assert_str_eq(loc.mount, "sys/fs/cgroup/memory");
-	ck_assert_str_eq(loc.dir, "sys/fs/cgroup/memory/pinbroker/job");
-	close(root);
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		struct cg_loc loc;
+		int root = open_root(rows[i].fixture);
 
-	root = open_root("cgroup-v2");
-	mon_cg_resolve(root, &loc, buf);
-	ck_assert_int_eq(loc.kind, CG_V2);
-	ck_assert_str_eq(loc.mount, "sys/fs/cgroup");
-	ck_assert_str_eq(loc.dir, "sys/fs/cgroup/system.slice/pinbrokerd.service");
-	close(root);
-
-	root = open_root("no-psi");
-	mon_cg_resolve(root, &loc, buf);
-	ck_assert_int_eq(loc.kind, CG_NONE);
-	close(root);
+		mon_cg_resolve(root, &loc, buf);
+		ck_assert_int_eq(loc.kind, rows[i].kind);
+		if (rows[i].mount) {
+			ck_assert_str_eq(loc.mount, rows[i].mount);
+			ck_assert_str_eq(loc.dir, rows[i].dir);
+		}
+		close(root);
+	}
 }
 END_TEST
 

@@ -18,6 +18,7 @@
 
 #include "pool.h"
 #include "check_main.h"
+#include "fdlimit.h"
 
 #define KIB 1024ull
 #define MIB (1024ull * KIB)
@@ -462,18 +463,11 @@ START_TEST(test_take_fails_atomically_when_fds_run_out)
 {
 	struct pool *p = new_pool(2 * MIB, 1);
 	struct chunk **v = NULL;
-	struct rlimit rl;
 	size_t n = 0;
-	int lowest;
 
 	ck_assert_int_eq(pool_grow(p, 2 * MIB, NULL, NULL), 0);
 	/* memfd_create takes the lowest free fd: let it make one chunk, not four. */
-	lowest = dup(0);
-	ck_assert_int_ge(lowest, 0);
-	close(lowest);
-	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
-	rl.rlim_cur = (rlim_t)lowest + 1;
-	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	fdlimit_leave_one();
 
 	ck_assert_int_eq(pool_take(p, UID_A, 8 * MIB + 4096, &v, &n), -EMFILE);
 	ck_assert_uint_eq(pool_idle_bytes(p), 2 * MIB);
@@ -490,15 +484,8 @@ END_TEST
 START_TEST(test_grow_keeps_chunks_made_before_a_failure)
 {
 	struct pool *p = new_pool(2 * MIB, 1);
-	struct rlimit rl;
-	int lowest;
 
-	lowest = dup(0);
-	ck_assert_int_ge(lowest, 0);
-	close(lowest);
-	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
-	rl.rlim_cur = (rlim_t)lowest + 1;
-	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	fdlimit_leave_one();
 
 	ck_assert_int_eq(pool_grow(p, 8 * MIB, NULL, NULL), -EMFILE);
 	ck_assert_uint_eq(pool_chunk_count(p), 1);

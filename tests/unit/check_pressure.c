@@ -1237,10 +1237,18 @@ END_TEST
 
 START_TEST(test_state_names)
 {
-	ck_assert_str_eq(pressure_state_name(BROKER_NORMAL), "normal");
-	ck_assert_str_eq(pressure_state_name(BROKER_TIGHT), "tight");
-	ck_assert_str_eq(pressure_state_name(BROKER_CRITICAL), "critical");
-	ck_assert_str_eq(pressure_state_name((enum broker_state)42), "unknown");
+	static const struct {
+		enum broker_state state;
+		const char *want;
+	} rows[] = {
+		{ BROKER_NORMAL, "normal" },
+		{ BROKER_TIGHT, "tight" },
+		{ BROKER_CRITICAL, "critical" },
+		{ (enum broker_state)42, "unknown" },
+	};
+
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		ck_assert_str_eq(pressure_state_name(rows[i].state), rows[i].want);
 }
 END_TEST
 

@@ -535,28 +535,14 @@ START_TEST(test_checksummed_record_that_is_not_one_lease_line_is_ebadmsg)
 }
 END_TEST
 
-static Suite *recovery_format_suite(void)
-{
-	Suite *s = suite_create("recovery_format");
-	TCase *tc = tcase_create("core");
-
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_lease_and_idle_round_trip_keeps_every_field);
-	tcase_add_test(tc, test_detached_holder_is_written_as_pid_0_and_plain_lease_has_no_options);
-	tcase_add_test(tc, test_journal_records_follow_the_snapshot_in_order);
-	tcase_add_test(tc, test_newest_descriptor_wins_and_a_torn_one_falls_back);
-	tcase_add_test(tc, test_empty_state_is_enodata);
-	tcase_add_test(tc, test_poisoned_or_truncated_state_is_ebadmsg);
-	tcase_add_test(tc, test_corrupt_body_is_ebadmsg);
-	tcase_add_test(tc, test_hostile_bodies_are_ebadmsg);
-	tcase_add_test(tc, test_hostile_lease_lines_are_ebadmsg);
-	tcase_add_test(tc, test_older_daemons_lines_and_unknown_flags_are_read_safely);
-	tcase_add_test(tc, test_limits_mappers_and_label);
-	tcase_add_test(tc, test_descriptor_limits_are_ebadmsg);
-	tcase_add_test(tc, test_torn_or_stale_record_ends_the_journal);
-	tcase_add_test(tc, test_checksummed_record_that_is_not_one_lease_line_is_ebadmsg);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(recovery_format_suite, "recovery_format", "core", NULL, NULL, 30,
+	    test_lease_and_idle_round_trip_keeps_every_field,
+	    test_detached_holder_is_written_as_pid_0_and_plain_lease_has_no_options,
+	    test_journal_records_follow_the_snapshot_in_order, test_newest_descriptor_wins_and_a_torn_one_falls_back,
+	    test_empty_state_is_enodata, test_poisoned_or_truncated_state_is_ebadmsg, test_corrupt_body_is_ebadmsg,
+	    test_hostile_bodies_are_ebadmsg, test_hostile_lease_lines_are_ebadmsg,
+	    test_older_daemons_lines_and_unknown_flags_are_read_safely, test_limits_mappers_and_label,
+	    test_descriptor_limits_are_ebadmsg, test_torn_or_stale_record_ends_the_journal,
+	    test_checksummed_record_that_is_not_one_lease_line_is_ebadmsg)
 
 CHECK_MAIN(recovery_format_suite)

@@ -293,25 +293,13 @@ START_TEST(test_enforce_signal_follows_revoke_enforce)
 }
 END_TEST
 
-static Suite *revoker_suite(void)
-{
-	Suite *s = suite_create("revoker");
-	TCase *tc = tcase_create("policy");
-
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_round_runs_after_the_deadline_plus_the_coalescing_window);
-	tcase_add_test(tc, test_running_timer_serves_later_deadlines_but_not_shorter_ones);
-	tcase_add_test(tc, test_earliest_deadline_is_of_revoking_leases_only);
-	tcase_add_test(tc, test_round_marks_only_leases_past_their_deadline);
-	tcase_add_test(tc, test_round_resumes_after_its_cursor_across_slices);
-	tcase_add_test(tc, test_slice_budget);
-	tcase_add_test(tc, test_every_deadline_is_enforced_inside_its_window);
-	tcase_add_test(tc, test_leases_revoked_together_fall_due_in_one_round);
-	tcase_add_test(tc, test_reclaim_deficit_aims_for_the_tight_line);
-	tcase_add_test(tc, test_revoking_bytes_counts_leases_on_their_way_back);
-	tcase_add_test(tc, test_enforce_signal_follows_revoke_enforce);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(revoker_suite, "revoker", "policy", NULL, NULL, 30,
+	    test_round_runs_after_the_deadline_plus_the_coalescing_window,
+	    test_running_timer_serves_later_deadlines_but_not_shorter_ones,
+	    test_earliest_deadline_is_of_revoking_leases_only, test_round_marks_only_leases_past_their_deadline,
+	    test_round_resumes_after_its_cursor_across_slices, test_slice_budget,
+	    test_every_deadline_is_enforced_inside_its_window, test_leases_revoked_together_fall_due_in_one_round,
+	    test_reclaim_deficit_aims_for_the_tight_line, test_revoking_bytes_counts_leases_on_their_way_back,
+	    test_enforce_signal_follows_revoke_enforce)
 
 CHECK_MAIN(revoker_suite)

@@ -76,19 +76,19 @@ END_TEST
 
 START_TEST(test_parse_size_or_pct_reads_percentages)
 {
+	static const struct {
+		const char *text;
+		double pct;
+	} rows[] = { { "25%", 25.0 }, { "12.5%", 12.5 }, { "0%", 0.0 }, { "100%", 100.0 } };
 	uint64_t bytes = 7;
 	double pct = -1;
 	bool is_pct = false;
 
-	ck_assert_int_eq(parse_size_or_pct("25%", &bytes, &pct, &is_pct), 0);
-	ck_assert(is_pct);
-	ck_assert_double_eq(pct, 25.0);
-	ck_assert_int_eq(parse_size_or_pct("12.5%", &bytes, &pct, &is_pct), 0);
-	ck_assert_double_eq(pct, 12.5);
-	ck_assert_int_eq(parse_size_or_pct("0%", &bytes, &pct, &is_pct), 0);
-	ck_assert_double_eq(pct, 0.0);
-	ck_assert_int_eq(parse_size_or_pct("100%", &bytes, &pct, &is_pct), 0);
-	ck_assert_double_eq(pct, 100.0);
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		ck_assert_int_eq(parse_size_or_pct(rows[i].text, &bytes, &pct, &is_pct), 0);
+		ck_assert(is_pct);
+		ck_assert_double_eq(pct, rows[i].pct);
+	}
 	ck_assert_uint_eq(bytes, 7);
 }
 END_TEST

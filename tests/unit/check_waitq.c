@@ -190,34 +190,34 @@ START_TEST(test_fifo_within_a_class_when_only_one_fits)
 }
 END_TEST
 
+/* waitq_order_over_quota(size, held, quota) and its verdict, a row a case. */
+static const struct {
+	uint64_t size, held, quota;
+	bool over;
+} over_quota_rows[] = {
+	/* Nothing held, asking the whole quota: not over. */
+	{ 10, 0, 10, false },
+	{ 4, 6, 10, false },
+	/* One byte past: over. */
+	{ 5, 6, 10, true },
+	{ 11, 0, 10, true },
+	/* Asking more than the quota must not wrap quota - size round. */
+	{ UINT64_MAX, 0, 10, true },
+};
+
 START_TEST(test_timeout_verdict_over_quota)
 {
-	/* Nothing held, asking the whole quota: not over. */
-	ck_assert(!waitq_order_over_quota(10, 0, 10));
-	ck_assert(!waitq_order_over_quota(4, 6, 10));
-	/* One byte past: over. */
-	ck_assert(waitq_order_over_quota(5, 6, 10));
-	ck_assert(waitq_order_over_quota(11, 0, 10));
-	/* Asking more than the quota must not wrap quota - size round. */
-	ck_assert(waitq_order_over_quota(UINT64_MAX, 0, 10));
+	for (size_t i = 0; i < sizeof(over_quota_rows) / sizeof(over_quota_rows[0]); i++)
+		ck_assert_msg(waitq_order_over_quota(over_quota_rows[i].size, over_quota_rows[i].held,
+						     over_quota_rows[i].quota) == over_quota_rows[i].over,
+			      "row %zu", i);
 }
 END_TEST
 
-static Suite *waitq_suite(void)
-{
-	Suite *s = suite_create("waitq");
-	TCase *tc = tcase_create("order");
-
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_priority_classes_in_order_fifo_within_one);
-	tcase_add_test(tc, test_remove_head_middle_tail_and_stranger);
-	tcase_add_test(tc, test_verdicts_of_broker_acquire_results);
-	tcase_add_test(tc, test_a_small_acquire_never_overtakes_a_big_one_the_host_cannot_fit);
-	tcase_add_test(tc, test_an_acquire_over_its_own_quota_lets_others_pass);
-	tcase_add_test(tc, test_fifo_within_a_class_when_only_one_fits);
-	tcase_add_test(tc, test_timeout_verdict_over_quota);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(waitq_suite, "waitq", "order", NULL, NULL, 30, test_priority_classes_in_order_fifo_within_one,
+	    test_remove_head_middle_tail_and_stranger, test_verdicts_of_broker_acquire_results,
+	    test_a_small_acquire_never_overtakes_a_big_one_the_host_cannot_fit,
+	    test_an_acquire_over_its_own_quota_lets_others_pass, test_fifo_within_a_class_when_only_one_fits,
+	    test_timeout_verdict_over_quota)
 
 CHECK_MAIN(waitq_suite)

@@ -16,6 +16,7 @@
 #include "pinbroker.pb-c.h"
 #include "wire.h"
 #include "check_main.h"
+#include "fdlimit.h"
 
 /* The kernel's per-message limit (SCM_MAX_FD): one more than wire_recv makes room for. */
 #define KERNEL_SCM_MAX_FD 253
@@ -33,20 +34,6 @@ static void pair_teardown(void)
 		close(sv[0]);
 	if (sv[1] >= 0)
 		close(sv[1]);
-}
-
-static int count_open_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	ck_assert_ptr_nonnull(d);
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
 }
 
 /* A memfd holding text, to prove a received fd is the same file. */
@@ -432,11 +419,11 @@ START_TEST(test_250_fds_in_one_packet)
 	ck_assert_int_eq(fstat(base, &st0), 0);
 	for (int i = 0; i < PB_MAX_FDS_PER_MSG; i++)
 		ck_assert_int_ge(out[i] = dup(base), 0);
-	before = count_open_fds();
+	before = fdlimit_open_count();
 	ck_assert_int_eq(wire_send(sv[0], msg, sizeof(msg), out, PB_MAX_FDS_PER_MSG), 0);
 	ck_assert_int_eq(wire_recv(sv[1], msg, sizeof(msg), in, PB_MAX_FDS_PER_MSG, &nfds), (ssize_t)sizeof(msg));
 	ck_assert_uint_eq(nfds, PB_MAX_FDS_PER_MSG);
-	ck_assert_int_eq(count_open_fds(), before + PB_MAX_FDS_PER_MSG);
+	ck_assert_int_eq(fdlimit_open_count(), before + PB_MAX_FDS_PER_MSG);
 	for (size_t i = 0; i < nfds; i++) {
 		ck_assert_int_eq(fstat(in[i], &st), 0);
 		ck_assert_uint_eq(st.st_ino, st0.st_ino);
@@ -471,10 +458,10 @@ START_TEST(test_fds_beyond_max_fds_give_ebadmsg_without_leak)
 		out[i] = memfd_with("x");
 	ck_assert_int_eq(wire_send(sv[0], "hello", 5, out, 8), 0);
 	wire_close_fds(out, 8);
-	before = count_open_fds();
+	before = fdlimit_open_count();
 	ck_assert_int_eq(wire_recv(sv[1], buf, sizeof(buf), in, 2, &nfds), -EBADMSG);
 	ck_assert_uint_eq(nfds, 0);
-	ck_assert_int_eq(count_open_fds(), before);
+	ck_assert_int_eq(fdlimit_open_count(), before);
 	/* The stream goes on: the next packet is intact. */
 	ck_assert_int_eq(wire_send(sv[0], "next", 4, NULL, 0), 0);
 	ck_assert_int_eq(wire_recv(sv[1], buf, sizeof(buf), in, 2, &nfds), 4);
@@ -510,10 +497,10 @@ START_TEST(test_kernel_ctrunc_gives_ebadmsg_without_leak)
 	wire_close_fds(out, KERNEL_SCM_MAX_FD);
 	close(base);
 
-	before = count_open_fds();
+	before = fdlimit_open_count();
 	ck_assert_int_eq(wire_recv(sv[1], buf, sizeof(buf), in, PB_MAX_FDS_PER_MSG, &nfds), -EBADMSG);
 	ck_assert_uint_eq(nfds, 0);
-	ck_assert_int_eq(count_open_fds(), before);
+	ck_assert_int_eq(fdlimit_open_count(), before);
 }
 END_TEST
 
@@ -526,10 +513,10 @@ START_TEST(test_oversized_packet_gives_emsgsize_without_leak)
 
 	ck_assert_int_eq(wire_send(sv[0], big, big_bytes, &fd, 1), 0);
 	close(fd);
-	before = count_open_fds();
+	before = fdlimit_open_count();
 	ck_assert_int_eq(wire_recv(sv[1], small, sizeof(small), in, 4, &nfds), -EMSGSIZE);
 	ck_assert_uint_eq(nfds, 0);
-	ck_assert_int_eq(count_open_fds(), before);
+	ck_assert_int_eq(fdlimit_open_count(), before);
 	/* SEQPACKET discards the rest of a truncated packet; the next one is whole. */
 	ck_assert_int_eq(wire_send(sv[0], "ok", 2, NULL, 0), 0);
 	ck_assert_int_eq(wire_recv(sv[1], small, sizeof(small), in, 4, &nfds), 2);
