@@ -311,39 +311,13 @@ static const struct reload_hooks fz_reload_hooks = { .applied = config_applied }
  * The harness's own conn_io (conn.h): the real server's, with every packet the request
  * modules send counted (struct fz's packets_sent), so a test can tell "answered" from "silent".
  */
+static struct conn_io fz_conn_io;
+
 static int fz_send(struct conn *c, const Pinbroker__V1__Reply *reply, const int *fds, size_t nfds)
 {
 	the_fz.packets_sent++;
 	return server_conn_io.send(c, reply, fds, nfds);
 }
-
-static void fz_close(struct conn *c, const char *why)
-{
-	server_conn_io.close(c, why);
-}
-
-static void fz_hello_done(struct conn *c)
-{
-	server_conn_io.hello_done(c);
-}
-
-static struct conn *fz_first(const struct broker *b)
-{
-	return server_conn_io.first(b);
-}
-
-static size_t fz_count(const struct broker *b)
-{
-	return server_conn_io.count(b);
-}
-
-static const struct conn_io fz_conn_io = {
-	.send = fz_send,
-	.close = fz_close,
-	.hello_done = fz_hello_done,
-	.first = fz_first,
-	.count = fz_count,
-};
 
 /* ------------------------------------------------------------------ set-up and reset */
 
@@ -380,7 +354,10 @@ static void parts_new(struct fz *f)
 			  listen(lfd, 1) == 0,
 		  "listen: %s", strerror(errno));
 	FZ_ASSERT(server_new(b, lfd, &b->server) == 0, "server_new");
-	b->conn_io = &fz_conn_io; /* in place of the one server_new installed */
+	/* The server's own conn_io with only send wrapped (counted), in place of the one server_new installed. */
+	fz_conn_io = server_conn_io;
+	fz_conn_io.send = fz_send;
+	b->conn_io = &fz_conn_io;
 }
 
 void fz_global_init(const char *const *overrides)
