@@ -136,10 +136,10 @@ struct pb_client {
 	struct pb_lease *leases;
 	size_t cache_limit_bytes;
 	size_t cached_bytes;
-	unsigned cache_slack_pct; /* a cached lease serves a request up to this much smaller (100: half its size) */
-	uint64_t cache_seq;       /* bumped by each lease cached */
-	uint64_t cache_told_seq;  /* the receiver's last tick: leases cached at or before it are told idle next */
-	bool rx_untimed;          /* the receiver waits without a tick: a lease cached now is told idle at once */
+	unsigned cache_slack_pct;  /* a cached lease serves a request up to this much smaller (100: half its size) */
+	uint64_t cache_seq;        /* bumped by each lease cached */
+	uint64_t cache_told_seq;   /* the receiver's last tick: leases cached at or before it are told idle next */
+	bool rx_untimed;           /* the receiver waits without a tick: a lease cached now is told idle at once */
 	uint64_t cache_tick_at_ms; /* the receiver's next tick (its own: read and written by it alone) */
 	struct pb_cache_stats cache_stats; /* hits, misses, evictions, revoked */
 	pb_revoke_fn revoke_fn;

@@ -299,16 +299,16 @@ void pb_set_cache_slack(pb_client *c, unsigned percent);
 
 /* The client cache's figures (pb_cache_stats). */
 struct pb_cache_stats {
-	size_t limit_bytes;     /* pb_set_cache_limit */
-	size_t cached_bytes;    /* held in the cache now */
-	size_t cached_leases;   /* how many leases that is */
-	unsigned slack_pct;     /* pb_set_cache_slack */
-	uint64_t hits;          /* pb_acquire calls served from the cache */
-	uint64_t misses;        /* pb_acquire calls that asked the daemon while caching was on */
-	uint64_t kept;          /* pb_release calls that cached the lease */
-	uint64_t evicted;       /* cached leases given back to stay under the limit (or by a lower limit) */
-	uint64_t revoked;       /* cached leases the daemon revoked (given back at once) */
-	uint64_t told_idle;     /* cached leases the daemon was told are idle */
+	size_t limit_bytes;   /* pb_set_cache_limit */
+	size_t cached_bytes;  /* held in the cache now */
+	size_t cached_leases; /* how many leases that is */
+	unsigned slack_pct;   /* pb_set_cache_slack */
+	uint64_t hits;        /* pb_acquire calls served from the cache */
+	uint64_t misses;      /* pb_acquire calls that asked the daemon while caching was on */
+	uint64_t kept;        /* pb_release calls that cached the lease */
+	uint64_t evicted;     /* cached leases given back to stay under the limit (or by a lower limit) */
+	uint64_t revoked;     /* cached leases the daemon revoked (given back at once) */
+	uint64_t told_idle;   /* cached leases the daemon was told are idle */
 };
 /* Fill *out; returns 0, or -EINVAL for a NULL argument. */
 int pb_cache_stats(pb_client *c, struct pb_cache_stats *out);
