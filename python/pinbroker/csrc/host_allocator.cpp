@@ -40,6 +40,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -232,6 +233,16 @@ bool interposer_loaded()
 	return found != 0;
 }
 
+// Set in a child forked after install: its memory calls go to torch's allocator, never to the parent's
+// connection. A fork handler rather than getpid() on every call: getpid is a system call, and the steady
+// state of an alloc/free pair is a few microseconds.
+std::atomic<bool> g_forked{ false };
+
+bool in_child()
+{
+	return g_forked.load(std::memory_order_relaxed);
+}
+
 struct PinbrokerHostAllocatorBase : public at::HostAllocator {
 	at::HostAllocator *prev_ = nullptr; // torch's allocator, captured before installing
 	std::atomic<int> captures_{ 0 };    // CUDA graph captures under way (begin/end_allocate_to_pool)
@@ -298,7 +309,7 @@ class PinbrokerHostAllocator final : public PoolHooks
 {
       public:
 	PinbrokerHostAllocator(PbApi api, pb_client *client, std::string label, uint8_t priority)
-	    : api_(api), client_(client), label_(std::move(label)), priority_(priority), owner_pid_(getpid()),
+	    : api_(api), client_(client), label_(std::move(label)), priority_(priority),
 	      report_fallbacks_(!interposer_loaded())
 	{
 	}
@@ -320,7 +331,7 @@ class PinbrokerHostAllocator final : public PoolHooks
 		process_events();
 		const char *why = nullptr;
 		std::string reason;
-		if (getpid() != owner_pid_)
+		if (in_child())
 			return prev_->allocate(n); // the connection is the parent's: never send on it, nor lock mu_
 		if (captures_ > 0) {
 			why = "CUDA graph capture";
@@ -388,7 +399,7 @@ class PinbrokerHostAllocator final : public PoolHooks
 	void empty_cache() override
 	{
 		process_events();
-		if (getpid() == owner_pid_) {
+		if (!in_child()) {
 			api_.set_cache_limit(client_, 0); // gives every cached block back to the daemon
 			api_.set_cache_limit(client_, cache_cap_);
 		}
@@ -421,7 +432,7 @@ class PinbrokerHostAllocator final : public PoolHooks
 	void free(void *ctx)
 	{
 		auto *b = static_cast<Block *>(ctx);
-		if (getpid() != owner_pid_) {
+		if (in_child()) {
 			// A forked child's copy of a parent's tensor: the parent holds the lease and its connection.
 			return;
 		}
@@ -604,7 +615,7 @@ class PinbrokerHostAllocator final : public PoolHooks
 	void process_events()
 	{
 		// cudaEventQuery during a capture in cudaStreamCaptureModeGlobal invalidates it: wait for its end.
-		if (captures_ > 0 || getpid() != owner_pid_)
+		if (captures_ > 0 || in_child())
 			return;
 		std::deque<std::pair<std::unique_ptr<at::cuda::CUDAEvent>, Block *>> batch;
 		{
@@ -702,7 +713,7 @@ class PinbrokerHostAllocator final : public PoolHooks
 	// (the connection is the parent's), and not under the interposer (it counts those itself).
 	void report_torch_pinned()
 	{
-		if (!report_fallbacks_ || getpid() != owner_pid_)
+		if (!report_fallbacks_ || in_child())
 			return;
 		int64_t bytes = 0;
 		try {
@@ -731,7 +742,6 @@ class PinbrokerHostAllocator final : public PoolHooks
 	pb_client *client_;
 	std::string label_;
 	uint8_t priority_;
-	pid_t owner_pid_;
 	std::atomic<bool> uninstalled_{ false };
 	size_t cache_cap_ = 0;
 	bool report_fallbacks_;
@@ -782,6 +792,7 @@ bool install(const std::string &lib_path, const std::string &socket, const std::
 		TORCH_CHECK(r >= 0, "pinbroker host allocator: cannot connect to ",
 			    socket.empty() ? "pinbrokerd" : socket, ": ", api.last_error());
 		g_alloc = new PinbrokerHostAllocator(api, c, label, static_cast<uint8_t>(priority));
+		pthread_atfork(nullptr, nullptr, []() { g_forked.store(true, std::memory_order_relaxed); });
 	}
 	g_alloc->set_cache(cache_bytes, cache_slack_pct);
 	g_alloc->set_prev(cur);
