@@ -156,15 +156,14 @@ class Side:
     def alloc_free(self) -> None:
         torch = self.torch
         for label, n in ALLOC_SIZES:
+            # A bare call: the tensor is freed as the statement ends, as `x = torch.empty(...); del x` would.
             for _ in range(self.args.alloc_warmup):
-                x = torch.empty(n, dtype=torch.uint8, pin_memory=self.pin)
-                del x
+                torch.empty(n, dtype=torch.uint8, pin_memory=self.pin)
             pairs = 0
             t0 = time.perf_counter()
             while True:
                 for _ in range(100):
-                    x = torch.empty(n, dtype=torch.uint8, pin_memory=self.pin)
-                    del x
+                    torch.empty(n, dtype=torch.uint8, pin_memory=self.pin)
                 pairs += 100
                 dt = time.perf_counter() - t0
                 if (pairs >= self.args.alloc_pairs and dt >= self.args.alloc_min_s) or dt >= self.args.alloc_max_s:
@@ -271,8 +270,19 @@ class Side:
                     return int(st[key]), key
             return None, None
 
+        def settled_label_bytes() -> Optional[int]:
+            # Blocks given back by empty_cache() leave the daemon's rows asynchronously: wait for a steady count.
+            last, deadline = label_bytes(), time.monotonic() + 3.0
+            while last is not None and time.monotonic() < deadline:
+                time.sleep(0.1)
+                cur = label_bytes()
+                if cur == last:
+                    break
+                last = cur
+            return last
+
         s0 = self.alloc.stats() if self.alloc is not None else {}
-        d0 = label_bytes()
+        d0 = settled_label_bytes()
         r0, _ = host_reserved()
         held = [torch.empty(n, dtype=torch.uint8, pin_memory=self.pin) for n in EXACT_SIZES]
         s1 = self.alloc.stats() if self.alloc is not None else {}
@@ -371,7 +381,8 @@ def side_main(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- the parent
 
 
-def run_side(side: str, rnd: int, args: argparse.Namespace, passthrough: List[str]) -> Tuple[int, Optional[Dict[str, Any]], str]:
+def run_side(side: str, rnd: int, args: argparse.Namespace, passthrough: List[str],
+             timeout_s: float) -> Tuple[int, Optional[Dict[str, Any]], str]:
     """Run one side in a fresh process; (exit status, its JSON line or None, the end of its output)."""
     env = dict(os.environ)
     env.pop("PINBROKER_TORCH", None)  # no side gets the allocator from sitecustomize; pinbroker installs it
@@ -380,13 +391,13 @@ def run_side(side: str, rnd: int, args: argparse.Namespace, passthrough: List[st
     cmd = [sys.executable, os.path.abspath(__file__), "--side", side, "--round", str(rnd)] + passthrough
     log = os.path.join(args.out, f"torch_alloc_bench.{side}.{rnd}.log")
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.side_timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
         rc, out, err = p.returncode, p.stdout, p.stderr
     except subprocess.TimeoutExpired as e:
         rc = 124
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
         err = (e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")) + \
-            f"\ntimed out after {args.side_timeout} s"
+            f"\ntimed out after {timeout_s:.0f} s"
     with open(log, "w") as f:
         f.write(f"$ {' '.join(cmd)}\nexit {rc}\n--- stdout\n{out}\n--- stderr\n{err}\n")
     res = None
@@ -478,12 +489,18 @@ def parent_main(args: argparse.Namespace) -> int:
         passthrough += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     results: Dict[str, List[Dict[str, Any]]] = {"stock": [], "pinbroker": []}
     crashed: List[str] = []
+    dropped: List[str] = []
     rounds: List[Dict[str, Any]] = []
     t_all = time.perf_counter()
     for rnd in range(1, args.rounds + 1):
         for side in ("stock", "pinbroker"):
             t0 = time.perf_counter()
-            rc, res, tail = run_side(side, rnd, args, passthrough)
+            left = args.total_s - (t0 - t_all)
+            if left < 20:  # the whole run is bounded (the GPU host's call is): later rounds are dropped
+                dropped.append(f"{side} round {rnd}: not run, --total-s {args.total_s:g} s spent")
+                print(f"{side} round {rnd}: not run ({left:.0f} s left of --total-s)", flush=True)
+                continue
+            rc, res, tail = run_side(side, rnd, args, passthrough, min(args.side_timeout, left))
             took = time.perf_counter() - t0
             rounds.append({"side": side, "round": rnd, "exit": rc, "s": round(took, 2)})
             print(f"{side} round {rnd}: exit {rc} in {took:.1f} s", flush=True)
@@ -519,11 +536,11 @@ def parent_main(args: argparse.Namespace) -> int:
         if st:
             keys = ["allocations", "fallbacks", "released"] + sorted(k for k in st if "cache" in k or "hit" in k)
             notes.append("allocator stats (last round): " + ", ".join(f"{k} {st.get(k)}" for k in keys))
-    for c in crashed:
-        notes.append(f"ERROR {c}")
+    notes += [f"NOTE {d}" for d in dropped]
+    notes += [f"ERROR {c}" for c in crashed]
     md = markdown(table, header, notes)
     with open(os.path.join(args.out, "torch_alloc_bench.json"), "w") as f:
-        json.dump({"table": table, "rounds": rounds, "sides": results, "errors": crashed,
+        json.dump({"table": table, "rounds": rounds, "sides": results, "errors": crashed, "dropped": dropped,
                    "wall_s": round(time.perf_counter() - t_all, 1)}, f, indent=1, default=str)
     with open(os.path.join(args.out, "torch_alloc_bench.md"), "w") as f:
         f.write(md)
@@ -539,6 +556,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--rounds", type=int, default=2, help="stock+pinbroker pairs of sides (default 2)")
     ap.add_argument("--out", default=os.environ.get("OUT") or ".", help="results folder (default $OUT, else .)")
     ap.add_argument("--side-timeout", type=float, default=150.0, help="seconds one side may take (default 150)")
+    ap.add_argument("--total-s", type=float, default=240.0, help="seconds all sides may take (default 240)")
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--loader-batches", type=int, default=60, help="timed batches at 38.5 MB (more when smaller)")
     ap.add_argument("--loader-warmup", type=int, default=5)
