@@ -19,7 +19,8 @@ Facts printed with them: per source the address modulo 4 KiB / 64 KiB / 2 MiB, i
 hugetlb, page size and chunks, /proc/self/smaps of the mapping (KernelPageSize, AnonHugePages, ShmemPmdMapped,
 FilePmdMapped, Locked, VmFlags; whole mappings), the NUMA nodes of its pages (move_pages on up to 64 pages of the
 range) against the GPU's (/sys/bus/pci/devices/<gpu>/numa_node, local_cpulist, `nvidia-smi topo -m`), this
-process's CPU and affinity, and the THP settings. Writes h2d_probe.json and h2d_probe.md to --out ($OUT).
+process's CPU and affinity, the THP settings, how physically contiguous each range is (/proc/self/pagemap, as
+root) and its cuMemHostGetFlags. Writes h2d_probe.json and h2d_probe.md to --out ($OUT).
 
 Needs a CUDA torch, libpinbroker and a pinbrokerd on $PINBROKER_SOCKET (python/bench/run-torch-bench.sh starts
 one). Exit 0 (a probe reports), 1 when a source failed, 77 without CUDA or daemon. ``--cpu-dry`` runs it on a
@@ -122,6 +123,48 @@ def page_nodes(addr: int, nbytes: int, samples: int = 64) -> Dict[str, Any]:
     return {"sampled": len(pages), "nodes": nodes}
 
 
+def phys_runs(addr: int, nbytes: int, pagemap: str = "/proc/self/pagemap") -> Dict[str, Any]:
+    """How physically contiguous the range is, from pagemap's frame numbers (visible to CAP_SYS_ADMIN only):
+    the number of runs of consecutive frames, the longest and the mean run. The GPU maps host memory in
+    larger pages where it is contiguous, so scattered 4 KiB frames can copy slower than cudaHostAlloc's."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    first, last = addr // page, (addr + nbytes - 1) // page
+    try:
+        with open(pagemap, "rb") as f:
+            f.seek(first * 8)
+            raw = f.read((last - first + 1) * 8)
+    except OSError as e:
+        return {"error": e.strerror}
+    pfns = [int.from_bytes(raw[i:i + 8], "little") for i in range(0, len(raw), 8)]
+    present = [e & ((1 << 55) - 1) if e >> 63 else None for e in pfns]
+    if not any(present):
+        return {"error": "no frame numbers (not present, or pagemap hides them without CAP_SYS_ADMIN)"}
+    runs, longest, cur, prev = 0, 0, 0, None
+    for pfn in present:
+        if pfn is not None and prev is not None and pfn == prev + 1:
+            cur += 1
+        else:
+            runs += 1
+            cur = 1
+        longest = max(longest, cur)
+        prev = pfn
+    n = len(present)
+    return {"pages": n, "not_present": sum(1 for x in present if x is None), "runs": runs,
+            "longest_kB": longest * page // 1024, "mean_run_kB": round(n * page / runs / 1024, 1)}
+
+
+def host_flags(addr: int) -> Any:
+    """cuMemHostGetFlags of a host address (CU_MEMHOSTALLOC_PORTABLE 1, DEVICEMAP 2, WRITECOMBINED 4), through
+    the driver in the context torch made current; a string when it is not pinned memory or cannot be asked."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        flags = ctypes.c_uint(0)
+        r = cuda.cuMemHostGetFlags(ctypes.byref(flags), ctypes.c_void_p(addr))
+    except (OSError, AttributeError) as e:
+        return f"unavailable: {e}"
+    return int(flags.value) if r == 0 else f"CUresult {r}"
+
+
 def read(path: str) -> Optional[str]:
     try:
         with open(path) as f:
@@ -214,7 +257,8 @@ def describe(t: Any, maps: List[Dict[str, Any]], lease: Any = None) -> Dict[str,
     addr, n = t.data_ptr(), t.numel() * t.element_size()
     d: Dict[str, Any] = {"addr": hex(addr), "mod_4k": addr % (4 * KIB), "mod_64k": addr % (64 * KIB),
                          "mod_2m": addr % (2 * MIB), "is_pinned": bool(t.is_pinned()), "smaps": smaps_for(maps, addr, n),
-                         "page_nodes": page_nodes(addr, n)}
+                         "page_nodes": page_nodes(addr, n), "phys": phys_runs(addr, n),
+                         "host_flags": host_flags(addr) if t.is_pinned() else None}
     if lease is not None:
         d["lease"] = {k: getattr(lease, k, None) for k in ("id", "nbytes", "hugetlb", "page_size", "chunks",
                                                              "cuda_registered")}
@@ -287,6 +331,9 @@ def main() -> int:
             stock.fill_(1)
             plain = client.acquire(n, label="h2d-probe")
             leases.append(plain)
+            if not dry and (str(plain.kind) != "pinned" or not plain.cuda_registered):
+                errors.append(f"{n} B: the lease is {plain.kind}, cuda_registered {plain.cuda_registered}: "
+                              "its copies are not pinned-memory copies")
             plain_t = plain.tensor(shape=n)
             plain_t.fill_(2)
             big = client.acquire(n + OFFSETS[-1][1], label="h2d-probe")
@@ -436,7 +483,8 @@ def markdown(r: Dict[str, Any], args: argparse.Namespace) -> str:
             if len(vals) == 2 and all(vals):
                 lines.append(f"| workers {phase} | {vals[0]:.2f} | {vals[1]:.2f} | {vals[0] / vals[1]:.3f}x |")
     lines += ["", "| source | addr mod 4K / 64K / 2M | pinned | KernelPageSize kB | AnonHugePages kB | "
-              "ShmemPmdMapped kB | Locked kB | mapped MB | page NUMA nodes | lease |", "|---|---|---|---|---:|---:|---:|---:|---|---|"]
+              "ShmemPmdMapped kB | Locked kB | mapped MB | page NUMA nodes | physical runs (mean, longest kB) | "
+              "host flags | lease |", "|---|---|---|---|---:|---:|---:|---:|---|---|---|---|"]
     facts_rows: List[Tuple[str, Dict[str, Any]]] = []
     if sizes:
         facts_rows += list((r["sizes"][sizes[0]].get("facts") or {}).items())
@@ -447,9 +495,12 @@ def markdown(r: Dict[str, Any], args: argparse.Namespace) -> str:
         lease = f"{ls['kind']}, hugetlb {ls['hugetlb']}, page {ls['page_size']}, {ls['chunks']} chunks" if ls else ""
         pn = d.get("page_nodes", {})
         nodes = ", ".join(f"{k}: {v}" for k, v in (pn.get("nodes") or {}).items()) or pn.get("error", "")
+        ph = d.get("phys") or {}
+        phys = f"{ph['runs']} ({ph['mean_run_kB']}, {ph['longest_kB']})" if "runs" in ph else ph.get("error", "")
         lines.append(f"| {name} | {d['mod_4k']} / {d['mod_64k']} / {d['mod_2m']} | {d['is_pinned']} | "
                      f"{sm.get('KernelPageSize_kB')} | {sm.get('AnonHugePages_kB')} | {sm.get('ShmemPmdMapped_kB')} | "
-                     f"{sm.get('Locked_kB')} | {sm.get('mapped_bytes', 0) / 1e6:.1f} | {nodes} | {lease} |")
+                     f"{sm.get('Locked_kB')} | {sm.get('mapped_bytes', 0) / 1e6:.1f} | {nodes} | {phys} | "
+                     f"{d.get('host_flags')} | {lease} |")
     lines += ["", f"GPU {f.get('gpu_pci')}: NUMA node {f.get('gpu_numa_node')}, local CPUs {f.get('gpu_local_cpulist')}, "
               f"link {f.get('gpu_link')}; this process on CPU {f.get('cpu')} (node {f.get('cpu_node')}), "
               f"{len(f.get('affinity', []))} CPUs allowed; NUMA nodes online {f.get('numa_nodes')}; THP {f.get('thp_enabled')}, "

@@ -192,3 +192,17 @@ def test_probe_markdown() -> None:
     assert "| workers busy | 40.00 | 50.00 | 0.800x |" in lines and "| workers idle | 52.00 | 52.00 | 1.000x |" in lines
     assert any(ln.startswith("| 2 lease | 0 / 0 / 4096 | True | [4] |") and "19 chunks" in ln for ln in lines)
     assert "NUMA node 1" in md and "ERROR boom" in md
+
+
+def test_phys_runs_from_a_pagemap(tmp_path: Any) -> None:
+    page = os.sysconf("SC_PAGE_SIZE")
+    present = 1 << 63
+    # Pages 0-5 of the range: frames 100, 101, 102, 7, 8 and one not present.
+    entries = [present | 100, present | 101, present | 102, present | 7, present | 8, 0]
+    pm = tmp_path / "pagemap"
+    pm.write_bytes(b"".join(e.to_bytes(8, "little") for e in entries))
+    d = probe.phys_runs(0, 6 * page, str(pm))
+    assert d["pages"] == 6 and d["not_present"] == 1 and d["runs"] == 3
+    assert d["longest_kB"] == 3 * page // 1024
+    pm.write_bytes(bytes(8 * 6))
+    assert "error" in probe.phys_runs(0, 6 * page, str(pm))
