@@ -83,7 +83,8 @@ def smaps_for(maps: List[Dict[str, Any]], addr: int, nbytes: int) -> Dict[str, A
     """What the mappings that overlap [addr, addr + nbytes) say, summed (kB fields) or collected."""
     hit = [m for m in maps if m["start"] < addr + nbytes and m["end"] > addr]
     d: Dict[str, Any] = {"mappings": len(hit), "mapped_bytes": sum(m["end"] - m["start"] for m in hit),
-                         "paths": sorted({m["path"] for m in hit})[:4], "vmflags": sorted({m["flags"] for m in hit})[:4]}
+                         "paths": sorted({m["path"] for m in hit})[:4],
+                         "vmflags": sorted({m["flags"] for m in hit})[:4]}
     for k in SMAPS_KEYS:
         vals = [m["kb"].get(k) for m in hit if k in m["kb"]]
         if k in ("KernelPageSize", "MMUPageSize"):
@@ -201,7 +202,8 @@ def host_facts(torch: Any, dry: bool) -> Dict[str, Any]:
     bus = None
     props = torch.cuda.get_device_properties(0)
     if getattr(props, "pci_bus_id", None) is not None:
-        bus = f"{getattr(props, 'pci_domain_id', 0):04x}:{props.pci_bus_id:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
+        dom, devno = getattr(props, "pci_domain_id", 0), getattr(props, "pci_device_id", 0)
+        bus = f"{dom:04x}:{props.pci_bus_id:02x}:{devno:02x}.0"
     smi = run_cmd(["nvidia-smi", "--query-gpu=pci.bus_id,pcie.link.gen.current,pcie.link.width.current,"
                    "pcie.link.gen.max,clocks.mem,clocks.sm", "--format=csv,noheader"])
     f["nvidia_smi_gpu"] = smi
@@ -256,7 +258,8 @@ class Copier:
 def describe(t: Any, maps: List[Dict[str, Any]], lease: Any = None) -> Dict[str, Any]:
     addr, n = t.data_ptr(), t.numel() * t.element_size()
     d: Dict[str, Any] = {"addr": hex(addr), "mod_4k": addr % (4 * KIB), "mod_64k": addr % (64 * KIB),
-                         "mod_2m": addr % (2 * MIB), "is_pinned": bool(t.is_pinned()), "smaps": smaps_for(maps, addr, n),
+                         "mod_2m": addr % (2 * MIB), "is_pinned": bool(t.is_pinned()),
+                         "smaps": smaps_for(maps, addr, n),
                          "page_nodes": page_nodes(addr, n), "phys": phys_runs(addr, n),
                          "host_flags": host_flags(addr) if t.is_pinned() else None}
     if lease is not None:
@@ -313,7 +316,8 @@ def main() -> int:
     copier = Copier(torch, dry, args.warmup)
     facts = host_facts(torch, dry)
     errors: List[str] = []
-    result: Dict[str, Any] = {"torch": torch.__version__, "device": "cpu (dry)" if dry else torch.cuda.get_device_name(0),
+    result: Dict[str, Any] = {"torch": torch.__version__,
+                              "device": "cpu (dry)" if dry else torch.cuda.get_device_name(0),
                               "libpinbroker": pinbroker.library_path(), "facts": facts, "sizes": {}, "loader": {}}
     try:
         result["daemon"] = {k: v for k, v in client.status().items() if isinstance(v, (int, str, bool))}
@@ -348,8 +352,8 @@ def main() -> int:
             srcs.append(("5 pageable", page))
             dst = torch.empty(n, dtype=torch.uint8, device=dev)
             maps = parse_smaps(read("/proc/self/smaps") or "")
-            row["facts"] = {name: describe(t, maps, plain if name == "2 lease" else big if name.startswith("3") else None)
-                            for name, t in srcs}
+            lease_of = {"2 lease": plain, **{name: big for name, _ in srcs if name.startswith("3 ")}}
+            row["facts"] = {name: describe(t, maps, lease_of.get(name)) for name, t in srcs}
             row["samples"] = measure_set(copier, srcs, dst, args.rounds, args.reps)
             ok = bool(torch.equal(dst[:n].cpu() if not dry else dst[:n], srcs[-1][1]))
             row["last_copy_exact"] = ok
@@ -501,9 +505,11 @@ def markdown(r: Dict[str, Any], args: argparse.Namespace) -> str:
                      f"{sm.get('KernelPageSize_kB')} | {sm.get('AnonHugePages_kB')} | {sm.get('ShmemPmdMapped_kB')} | "
                      f"{sm.get('Locked_kB')} | {sm.get('mapped_bytes', 0) / 1e6:.1f} | {nodes} | {phys} | "
                      f"{d.get('host_flags')} | {lease} |")
-    lines += ["", f"GPU {f.get('gpu_pci')}: NUMA node {f.get('gpu_numa_node')}, local CPUs {f.get('gpu_local_cpulist')}, "
+    lines += ["", f"GPU {f.get('gpu_pci')}: NUMA node {f.get('gpu_numa_node')}, "
+              f"local CPUs {f.get('gpu_local_cpulist')}, "
               f"link {f.get('gpu_link')}; this process on CPU {f.get('cpu')} (node {f.get('cpu_node')}), "
-              f"{len(f.get('affinity', []))} CPUs allowed; NUMA nodes online {f.get('numa_nodes')}; THP {f.get('thp_enabled')}, "
+              f"{len(f.get('affinity', []))} CPUs allowed; NUMA nodes online {f.get('numa_nodes')}; "
+              f"THP {f.get('thp_enabled')}, "
               f"shmem THP {f.get('thp_shmem_enabled')}; ring {ld.get('ring')}."]
     for e in r.get("errors", []):
         lines.append(f"ERROR {e}")

@@ -521,7 +521,8 @@ def parent_main(args: argparse.Namespace) -> int:
             results[side].append(res)
     table = evaluate(results)
     any_res = (results["pinbroker"] or results["stock"] or [{}])[0]
-    header = (f"## torch's pinned memory: stock against pinbroker.torch.install(), torch {any_res.get('torch', '?')} on "
+    header = (f"## torch's pinned memory: stock against pinbroker.torch.install(), "
+              f"torch {any_res.get('torch', '?')} on "
               f"{any_res.get('device', '?')} ({time.strftime('%Y-%m-%d', time.gmtime())}); "
               f"{len(results['stock'])}+{len(results['pinbroker'])} rounds, medians (row d: worst round)")
     notes = []
@@ -529,7 +530,8 @@ def parent_main(args: argparse.Namespace) -> int:
     if pb:
         det = pb[0].get("detail", {})
         notes.append("pinbroker first use per round: " + "; ".join(
-            f"install {r['detail'].get('install_s', 0):.3f} s + first alloc {r['detail'].get('first_alloc_s', 0):.3f} s "
+            f"install {r['detail'].get('install_s', 0):.3f} s + "
+            f"first alloc {r['detail'].get('first_alloc_s', 0):.3f} s "
             f"(CUDA init {r['detail'].get('cuda_init_s', 0):.3f} s apart)" for r in pb if r.get("detail")) +
             f"; extension {det.get('extension_path')} {det.get('build_kind', det.get('prebuilt', ''))}")
         st = pb[-1].get("stats") or {}
