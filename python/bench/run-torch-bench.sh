@@ -1,0 +1,115 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# Issue 25's benchmark of torch's pinned memory on a GPU host: starts pinbrokerd on a temp socket, runs
+# python/bench/torch_alloc_bench.py (stock torch against pinbroker.torch.install(), side by side, rows a-e) and
+# then python/bench/h2d_probe.py (H2D from pinbroker memory against torch's pinned tensor, and why), writes
+# everything to $OUT and prints both tables last. About 3-5 minutes.
+#
+# usage: python/bench/run-torch-bench.sh [BUILD_DIR]   (default: build-gpu, then build)
+# env:   OUT          results folder (default: a temp dir)
+#        PYTHON       the interpreter with a CUDA torch (default python3)
+#        PB_BUDGET    the daemon's budget (default 24G); PB_PREWARM its warm pool (default 2G)
+#        PB_HUGETLB   the daemon's --hugetlb (default no: 4 KiB pages, THP where shmem allows, as run-torch.sh)
+#        BENCH_ARGS   extra arguments for torch_alloc_bench.py (e.g. "--rounds 3 --total-s 400")
+#        PROBE_ARGS   extra arguments for h2d_probe.py
+#        PB_CPU_DRY   1: a smoke test on a CPU host (--cpu-dry: no pinning, no copies; the numbers mean nothing)
+# Exits 0 when both ran (a benchmark reports, it does not fail), 1 when one crashed or timed out, 77 without CUDA.
+set -u
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${1:-}
+if [ -z "$BUILD" ]; then
+	for b in "$SRC/build-gpu" "$SRC/build"; do [ -x "$b/daemon/pinbrokerd" ] && BUILD=$b && break; done
+fi
+BUILD=$(realpath -m "${BUILD:-$SRC/build-gpu}")
+DAEMON=$BUILD/daemon/pinbrokerd
+PINCTL=$BUILD/client/pinctl
+LIB=$BUILD/client/libpinbroker.so.0
+for f in "$DAEMON" "$PINCTL" "$LIB"; do
+	[ -e "$f" ] || { echo "missing $f (cmake -S . -B build-gpu && cmake --build build-gpu)"; exit 2; }
+done
+PY=${PYTHON:-python3}
+export OUT=${OUT:-$(mktemp -d /tmp/pb-torchbench-out.XXXXXX)}
+mkdir -p "$OUT"
+TMP=$(mktemp -d /tmp/pb-torchbench.XXXXXX)
+SOCK=$TMP/pb.sock
+DLOG=$OUT/pinbrokerd.log
+DPID=
+
+# shellcheck disable=SC2317 # called through the EXIT trap
+cleanup() {
+	if [ -n "$DPID" ]; then
+		kill -TERM "$DPID" 2>/dev/null
+		for _ in $(seq 1 200); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.05; done
+		kill -0 "$DPID" 2>/dev/null && kill -KILL "$DPID"
+	fi
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+# PB_CPU_DRY=1: a smoke test of this script on a CPU host (both scripts with --cpu-dry: no pinning, no copies).
+DRY=()
+if [ "${PB_CPU_DRY:-0}" = 1 ]; then
+	DRY=(--cpu-dry --workers 2)
+	"$PY" -c 'import torch' 2>"$TMP/torch.err"
+else
+	"$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 77)' 2>"$TMP/torch.err"
+fi
+rc=$?
+if [ $rc = 77 ]; then
+	echo "SKIP: $PY has no CUDA device (torch.cuda.is_available() is False)"
+	exit 77
+elif [ $rc != 0 ]; then
+	cat "$TMP/torch.err"
+	echo "FAIL: $PY cannot import torch (set PYTHON to an interpreter with a CUDA torch)"
+	exit 1
+fi
+
+LOCK=yes
+[ "$(id -u)" = 0 ] || LOCK=no
+DARGS=(--budget "${PB_BUDGET:-24G}" --prewarm "${PB_PREWARM:-2G}" --hugetlb "${PB_HUGETLB:-no}"
+	--max-no-revoke-per-uid 100% --lock-memory "$LOCK")
+echo "pinbrokerd: ${DARGS[*]}" | tee "$OUT/setup.txt"
+# Pressure thresholds sit low: the run measures torch, and a VM's MemAvailable may start small.
+"$DAEMON" --socket "$SOCK" --config /dev/null "${DARGS[@]}" --tight-mem-available-pct 3 \
+	--critical-mem-available-pct 1 --log-level info >"$DLOG" 2>&1 &
+DPID=$!
+for _ in $(seq 1 600); do
+	"$PINCTL" --socket "$SOCK" status >/dev/null 2>&1 && break
+	kill -0 "$DPID" 2>/dev/null || { echo "FAIL: pinbrokerd exited; see $DLOG"; tail -20 "$DLOG"; DPID=; exit 1; }
+	sleep 0.1
+done
+"$PINCTL" --socket "$SOCK" status >/dev/null 2>&1 || { echo "FAIL: pinbrokerd did not answer in 60 s"; exit 1; }
+
+export PINBROKER_SOCKET=$SOCK PINBROKER_LIBRARY=$LIB
+export LD_LIBRARY_PATH=$BUILD/client${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PYTHONPATH=$SRC/python${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+unset PINBROKER_TORCH
+{
+	echo "torch: $("$PY" -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available() and torch.cuda.get_device_name(0))' 2>&1)"
+	echo "host: $(hostname), $(nproc) CPUs, $(uname -r), $(date -u +%FT%TZ)"
+	command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,pci.bus_id --format=csv,noheader 2>&1
+} | tee -a "$OUT/setup.txt"
+
+echo "=== torch_alloc_bench (stock, pinbroker, stock, pinbroker)"
+# shellcheck disable=SC2086 # BENCH_ARGS is split on purpose
+timeout 300 "$PY" "$SRC/python/bench/torch_alloc_bench.py" --out "$OUT" "${DRY[@]}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/torch_alloc_bench.log"
+BENCH=${PIPESTATUS[0]}
+[ "$BENCH" = 77 ] && { echo "SKIP: torch_alloc_bench found no CUDA"; exit 77; }
+"$PINCTL" --socket "$SOCK" status >"$OUT/pinctl-status-after-bench.txt" 2>&1
+
+echo "=== h2d_probe"
+# shellcheck disable=SC2086 # PROBE_ARGS is split on purpose
+timeout 120 "$PY" "$SRC/python/bench/h2d_probe.py" --out "$OUT" "${DRY[@]}" ${PROBE_ARGS:-} >"$OUT/h2d_probe.log" 2>&1
+PROBE=$?
+"$PINCTL" --socket "$SOCK" status >"$OUT/pinctl-status.txt" 2>&1
+
+echo
+echo "## torch's pinned memory on $(hostname) ($(date -u +%FT%TZ)); results in $OUT"
+echo
+echo "torch_alloc_bench exit $BENCH, h2d_probe exit $PROBE"
+echo
+if [ -f "$OUT/torch_alloc_bench.md" ]; then cat "$OUT/torch_alloc_bench.md"; else tail -20 "$OUT/torch_alloc_bench.log"; fi
+echo
+if [ -f "$OUT/h2d_probe.md" ]; then cat "$OUT/h2d_probe.md"; else tail -20 "$OUT/h2d_probe.log"; fi
+[ "$BENCH" = 0 ] && [ "$PROBE" = 0 ] && exit 0
+exit 1
