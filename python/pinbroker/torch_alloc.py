@@ -168,8 +168,8 @@ def _jit_allowed() -> bool:
 def _find_prebuilt(want: Dict[str, Any], jit_dir: str) -> Tuple[Optional[_Loaded], List[str]]:
     """The first prebuilt build that fits this torch and imports; and why each other one was passed over."""
     passed_over: List[str] = []
+    t0 = time.monotonic()
     for folder in _torch_ext.search_folders(_lib.path(), _HERE, jit_dir):
-        t0 = time.monotonic()
         found, rejected = _torch_ext.find([folder], want)
         passed_over += rejected
         if found is None:
@@ -213,7 +213,8 @@ def _load_extension(torch: Any, verbose: bool) -> _Loaded:
     try:
         from torch.utils import cpp_extension
     except ImportError as e:
-        raise RuntimeError(f"pinbroker.torch.install: {why}, and torch.utils.cpp_extension is unavailable: {e}") from None
+        raise RuntimeError(
+            f"pinbroker.torch.install: {why}, and torch.utils.cpp_extension is unavailable: {e}") from None
     t0 = time.monotonic()
     try:
         os.makedirs(jit_dir, exist_ok=True)

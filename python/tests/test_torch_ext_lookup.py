@@ -290,7 +290,7 @@ def test_build_script_builds_into_out_with_a_sidecar_and_the_lookup_imports_it(t
     assert meta["torch"] == "2.11.0+cu130" and meta["cuda"] == "13.0" and meta["python"] == te.python_abi()
     assert meta["source_sha256"] == te.sha256_file(ta._SOURCE) and meta["module"] == name
     # A fresh process of that torch finds and imports it, with no compiler and no JIT allowed.
-    code = textwrap.dedent(f'''
+    code = textwrap.dedent('''
         import torch, pinbroker.torch_alloc as ta, pinbroker._torch_ext as te
         ta._lib.path = lambda: None
         w = te.want(torch.__version__, torch.version.cuda, te.sha256_file(ta._SOURCE))
@@ -315,7 +315,7 @@ def test_a_fitting_build_that_does_not_import_is_passed_over_for_the_next(tmp_pa
     (broken / (name + ".so")).write_bytes(b"not an ELF file")
     jit = tmp_path / "jit" / name
     shutil.copytree(out, jit)  # an earlier JIT build: the last folder searched
-    code = textwrap.dedent(f'''
+    code = textwrap.dedent('''
         import torch, pinbroker.torch_alloc as ta
         ta._lib.path = lambda: None
         loaded = ta._load_extension(torch, verbose=False)
