@@ -80,6 +80,7 @@ static int lease_from_reply(pb_client *c, struct waiter *w, uint32_t flags, cons
 	l->priority = ls->has_priority ? (enum pb_priority)ls->priority : PB_PRIORITY_NORMAL;
 	l->no_cuda = flags & PB_ACQUIRE_NO_CUDA;
 	l->no_revoke = ls->has_no_revoke && ls->no_revoke;
+	l->mapped = flags & PB_ACQUIRE_MAPPED;
 	l->numa_node = ls->has_numa_node ? ls->numa_node : -1;
 	l->misplaced = ls->has_misplaced && ls->misplaced;
 	l->kind = PB_MEM_LOCKED;
@@ -202,14 +203,10 @@ int pb_acquire(pb_client *c, size_t size, const struct pb_acquire_opts *opts, pb
 	if ((flags & PB_ACQUIRE_NO_REVOKE) && conn_need_registrations(c, "never-revoked leases") < 0)
 		return -EOPNOTSUPP;
 
-	/* Cached leases are revocable and registered without DEVICEMAP: no match for those asks. */
-	if (!(flags & (PB_ACQUIRE_NO_CACHE | PB_ACQUIRE_NO_REVOKE | PB_ACQUIRE_MAPPED))) {
-		uint64_t gen = 0;
-
-		l = cache_take(c, size, flags & PB_ACQUIRE_NO_CUDA, prio, &gen);
+	/* A cached lease granted with the same flags serves it, without a word to the daemon. */
+	if (!(flags & PB_ACQUIRE_NO_CACHE)) {
+		l = cache_take(c, size, flags, prio);
 		if (l) {
-			/* Not awaited: this is what makes a cached re-acquire cost microseconds. */
-			conn_send_set_idle(c, l->id, false, gen);
 			*ret = l;
 			return 0;
 		}
@@ -316,13 +313,24 @@ int pb_release(pb_client *c, pb_lease *l)
 		pthread_mutex_unlock(&c->lock);
 		return err_set(-EINVAL, "lease %llu released twice", (unsigned long long)l->id);
 	}
-	if (cache_keep_locked(c, l)) {
+	if (c->cache_limit_bytes > 0) {
+		pb_lease *evicted = NULL;
 		uint64_t id = l->id, gen = l->conn_gen;
+		bool tell = false;
 
-		pthread_mutex_unlock(&c->lock);
-		/* Tell the daemon it may take this one back first. */
-		conn_send_set_idle(c, id, true, gen);
-		return 0;
+		if (cache_keep_locked(c, l, &evicted, &tell)) {
+			pthread_mutex_unlock(&c->lock);
+			/* Tell the daemon it may take this one back first (else the receiver's tick does). */
+			if (tell)
+				conn_send_set_idle(c, id, true, gen);
+			cache_release_evicted(c, evicted);
+			return 0;
+		}
+		if (evicted) {
+			pthread_mutex_unlock(&c->lock);
+			cache_release_evicted(c, evicted);
+			pthread_mutex_lock(&c->lock);
+		}
 	}
 	lease_unlink_locked(c, l);
 	pthread_mutex_unlock(&c->lock);

@@ -3,10 +3,13 @@
 #define _GNU_SOURCE
 #include "lib-int.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "util.h"
+
+#define CACHE_FLAGS (PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_REVOKE | PB_ACQUIRE_MAPPED)
 
 size_t cache_limit_from_env(void)
 {
@@ -18,44 +21,151 @@ size_t cache_limit_from_env(void)
 	return (size_t)v;
 }
 
-/* Best fit among cached leases: big enough, at most twice the size, same CUDA and priority choice. */
-pb_lease *cache_take(pb_client *c, size_t size, bool no_cuda, enum pb_priority prio, uint64_t *gen)
+/* The acquire flags a cached lease was granted with: a hit must ask for the same. */
+static uint32_t cache_flags_of(const pb_lease *l)
+{
+	return (l->no_cuda ? PB_ACQUIRE_NO_CUDA : 0) | (l->no_revoke ? PB_ACQUIRE_NO_REVOKE : 0) |
+	       (l->mapped ? PB_ACQUIRE_MAPPED : 0);
+}
+
+/* Does a cached lease of have bytes serve a request of need (page-rounded) bytes, with slack_pct? */
+static bool cache_fits(uint64_t have, uint64_t need, unsigned slack_pct)
+{
+	return have >= need && have - need <= need / 100 * slack_pct + need % 100 * slack_pct / 100;
+}
+
+pb_lease *cache_take(pb_client *c, size_t size, uint32_t flags, enum pb_priority prio)
 {
 	pb_lease *best = NULL;
+	uint64_t gen = 0;
+	bool tell = false;
 
 	pthread_mutex_lock(&c->lock);
+	if (c->cached_bytes == 0) {
+		if (c->cache_limit_bytes > 0)
+			c->cache_stats.misses++;
+		pthread_mutex_unlock(&c->lock);
+		return NULL;
+	}
 	for (pb_lease *l = c->leases; l; l = l->next) {
 		uint64_t need;
 
-		if (l->state != LEASE_CACHED || l->no_cuda != no_cuda || l->priority != prio)
+		if (l->state != LEASE_CACHED || cache_flags_of(l) != (flags & CACHE_FLAGS) || l->priority != prio)
 			continue;
 		need = round_up(size, l->page_size_bytes);
-		if (need == 0 || l->size_bytes < need || l->size_bytes / 2 > need)
+		if (need == 0 || !cache_fits(l->size_bytes, need, c->cache_slack_pct))
 			continue;
 		if (!best || l->size_bytes < best->size_bytes)
 			best = l;
+		if (best->size_bytes == need)
+			break;
 	}
 	if (best) {
 		best->state = LEASE_ACTIVE;
 		c->cached_bytes -= best->size_bytes;
 		__atomic_store_n(&best->idle, 0, __ATOMIC_RELEASE);
-		*gen = best->conn_gen;
+		gen = best->conn_gen;
+		tell = best->idle_told;
+		best->idle_told = false;
+		c->cache_stats.hits++;
+	} else {
+		c->cache_stats.misses++;
 	}
 	pthread_mutex_unlock(&c->lock);
+	/*
+	 * Not awaited: this is what makes a cached re-acquire cost microseconds. A lease that never sat a
+	 * tick in the cache was never told idle, so nothing is sent at all. One told idle is told busy
+	 * again: a REVOKE the daemon sent meanwhile finds it active here and is left alone (the daemon
+	 * keeps a never-revoked lease that comes back into use; it counts any other one overdue).
+	 */
+	if (tell)
+		conn_send_set_idle(c, best->id, false, gen);
 	return best;
 }
 
-bool cache_keep_locked(pb_client *c, pb_lease *l)
+/* Under c->lock: the longest-cached lease, or NULL. */
+static pb_lease *cache_oldest_locked(pb_client *c)
 {
-	/* A stale lease is never cached: no broker counts it, and its id may name another lease. */
-	if (l->revoke_pending || l->shared || l->attached || l->no_revoke || c->dead || lease_is_stale(l) ||
-	    l->conn_gen != c->conn_gen || c->cached_bytes > c->cache_limit_bytes ||
-	    l->size_bytes > c->cache_limit_bytes - c->cached_bytes)
+	pb_lease *old = NULL;
+
+	for (pb_lease *l = c->leases; l; l = l->next)
+		if (l->state == LEASE_CACHED && (!old || l->cached_seq < old->cached_seq))
+			old = l;
+	return old;
+}
+
+/* Under c->lock: unlink a cached lease onto *list, for cache_release_evicted. */
+static void cache_evict_locked(pb_client *c, pb_lease *l, pb_lease **list)
+{
+	c->cached_bytes -= l->size_bytes;
+	c->cache_stats.evicted++;
+	lease_unlink_locked(c, l);
+	l->next = *list;
+	*list = l;
+}
+
+bool cache_keep_locked(pb_client *c, pb_lease *l, pb_lease **evicted, bool *tell)
+{
+	/* A stale lease is never cached: no broker counts it, and its id may name another lease. A
+	 * registration is the program's own memory, and a shared or attached lease others may use. */
+	if (l->revoke_pending || l->shared || l->attached || l->registration || c->dead || lease_is_stale(l) ||
+	    l->conn_gen != c->conn_gen || l->size_bytes > c->cache_limit_bytes)
 		return false;
+	/* Room for the newest: the longest-cached go back first. */
+	while (c->cached_bytes > c->cache_limit_bytes - l->size_bytes) {
+		pb_lease *old = cache_oldest_locked(c);
+
+		if (!old)
+			return false;
+		cache_evict_locked(c, old, evicted);
+	}
 	l->state = LEASE_CACHED;
+	l->cached_seq = ++c->cache_seq;
 	c->cached_bytes += l->size_bytes;
+	c->cache_stats.kept++;
 	__atomic_store_n(&l->idle, 1, __ATOMIC_RELEASE);
+	/* The receiver tells the daemon at its next tick, if the lease is still here; without a tick, now. */
+	l->idle_told = c->rx_untimed;
+	*tell = l->idle_told;
+	if (*tell)
+		c->cache_stats.told_idle++;
 	return true;
+}
+
+void cache_release_evicted(pb_client *c, pb_lease *evicted)
+{
+	while (evicted) {
+		pb_lease *l = evicted;
+
+		evicted = l->next;
+		/* Not awaited: the caller is on its way to reuse the room. */
+		lease_release_now(c, l, false);
+	}
+}
+
+void cache_tick(pb_client *c)
+{
+	enum { TELL_BATCH = 64 };
+	uint64_t ids[TELL_BATCH], gens[TELL_BATCH];
+	size_t n;
+
+	do {
+		n = 0;
+		pthread_mutex_lock(&c->lock);
+		for (pb_lease *l = c->leases; l && n < TELL_BATCH; l = l->next)
+			if (l->state == LEASE_CACHED && !l->idle_told && l->cached_seq <= c->cache_told_seq) {
+				l->idle_told = true;
+				ids[n] = l->id;
+				gens[n++] = l->conn_gen;
+			}
+		c->cache_stats.told_idle += n;
+		if (n < TELL_BATCH)
+			c->cache_told_seq = c->cache_seq;
+		pthread_mutex_unlock(&c->lock);
+		/* Shared and attached leases are never cached, so every one of these is idle at the daemon too. */
+		for (size_t i = 0; i < n; i++)
+			conn_send_set_idle(c, ids[i], true, gens[i]);
+	} while (n == TELL_BATCH);
 }
 
 void pb_set_cache_limit(pb_client *c, size_t bytes)
@@ -66,14 +176,12 @@ void pb_set_cache_limit(pb_client *c, size_t bytes)
 		return;
 	pthread_mutex_lock(&c->lock);
 	c->cache_limit_bytes = bytes;
-	for (pb_lease *l = c->leases, *next; l && c->cached_bytes > bytes; l = next) {
-		next = l->next;
-		if (l->state != LEASE_CACHED)
-			continue;
-		c->cached_bytes -= l->size_bytes;
-		lease_unlink_locked(c, l);
-		l->next = evict;
-		evict = l;
+	while (c->cached_bytes > bytes) {
+		pb_lease *old = cache_oldest_locked(c);
+
+		if (!old)
+			break;
+		cache_evict_locked(c, old, &evict);
 	}
 	pthread_mutex_unlock(&c->lock);
 	while (evict) {
@@ -82,4 +190,29 @@ void pb_set_cache_limit(pb_client *c, size_t bytes)
 		evict = l->next;
 		lease_release_now(c, l, true);
 	}
+}
+
+void pb_set_cache_slack(pb_client *c, unsigned percent)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->cache_slack_pct = percent;
+	pthread_mutex_unlock(&c->lock);
+}
+
+int pb_cache_stats(pb_client *c, struct pb_cache_stats *out)
+{
+	if (!c || !out)
+		return err_set(-EINVAL, "pb_cache_stats: %s is NULL", c ? "out" : "the client");
+	pthread_mutex_lock(&c->lock);
+	*out = c->cache_stats;
+	out->limit_bytes = c->cache_limit_bytes;
+	out->cached_bytes = c->cached_bytes;
+	out->slack_pct = c->cache_slack_pct;
+	out->cached_leases = 0;
+	for (pb_lease *l = c->leases; l; l = l->next)
+		out->cached_leases += l->state == LEASE_CACHED;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
 }

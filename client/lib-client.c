@@ -56,6 +56,8 @@ int pb_connect(const char *path, pb_client **ret)
 	pthread_cond_init(&c->cond, NULL);
 	lease_install_hooks(c);
 	c->cache_limit_bytes = cache_limit_from_env();
+	c->cache_slack_pct = 100;
+	c->rx_untimed = true;
 	c->rxbuf = malloc(PB_MAX_MSG_BYTES);
 	if (!c->rxbuf) {
 		r = err_set(-ENOMEM, "out of memory");

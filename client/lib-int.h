@@ -61,7 +61,8 @@ struct pb_lease {
 	bool cuda_registered;
 	bool hugetlb;
 	bool no_cuda;         /* acquired with PB_ACQUIRE_NO_CUDA: a cache hit must match */
-	bool no_revoke;       /* PB_ACQUIRE_NO_REVOKE or a registration: the daemon never takes it back, never cached */
+	bool no_revoke;       /* PB_ACQUIRE_NO_REVOKE or a registration: the daemon takes it back only while cached */
+	bool mapped;          /* registered with DEVICEMAP (PB_ACQUIRE_MAPPED): a cache hit must match */
 	bool registration;    /* pb_register: data is the caller's memory, nothing is mapped here */
 	int numa_node;        /* where the daemon says its pages are; -1 when not placed */
 	bool misplaced;       /* placed for a node and partly elsewhere */
@@ -72,6 +73,8 @@ struct pb_lease {
 	uint64_t instance_id; /* of the daemon that granted it: (instance_id, id) names the lease */
 	uint64_t conn_gen;    /* the connection it is counted on; requests naming it go only there */
 	int idle;             /* pb_lease_set_idle; read by the receiver thread (atomic) */
+	uint64_t cached_seq;  /* while LEASE_CACHED: when it was cached (client->cache_seq), oldest evicted first */
+	bool idle_told;       /* while LEASE_CACHED: the daemon was told it is idle (a re-acquire must say busy) */
 	char *fallback_reason;
 };
 
@@ -133,6 +136,12 @@ struct pb_client {
 	struct pb_lease *leases;
 	size_t cache_limit_bytes;
 	size_t cached_bytes;
+	unsigned cache_slack_pct;  /* a cached lease serves a request up to this much smaller (100: half its size) */
+	uint64_t cache_seq;        /* bumped by each lease cached */
+	uint64_t cache_told_seq;   /* the receiver's last tick: leases cached at or before it are told idle next */
+	bool rx_untimed;           /* the receiver waits without a tick: a lease cached now is told idle at once */
+	uint64_t cache_tick_at_ms; /* the receiver's next tick (its own: read and written by it alone) */
+	struct pb_cache_stats cache_stats; /* hits, misses, evictions, revoked */
 	pb_revoke_fn revoke_fn;
 	void *revoke_userdata;
 	uint8_t *rxbuf;       /* PB_MAX_MSG_BYTES, used only by whoever is reading: HELLO, then the receiver */
@@ -266,10 +275,23 @@ void lease_release_all(pb_client *c);
 
 /* The cache limit from PINBROKER_CACHE_BYTES (0, no caching, when unset or bad). */
 size_t cache_limit_from_env(void);
-/* Best fit among cached leases, made active again (*gen its connection), or NULL. */
-pb_lease *cache_take(pb_client *c, size_t size, bool no_cuda, enum pb_priority prio, uint64_t *gen);
-/* Under c->lock, for pb_release of an active lease: keeps it cached when it may be (true), else false. */
-bool cache_keep_locked(pb_client *c, pb_lease *l);
+/* How often the receiver tells the daemon which cached leases are idle (while caching is on). */
+#define CACHE_TICK_MS 100
+/*
+ * Best fit among cached leases acquired with the same flags (PB_ACQUIRE_NO_CUDA, _NO_REVOKE, _MAPPED) and
+ * priority, within the slack; made active again and told busy (sent here) if the daemon knew it idle. NULL: none.
+ */
+pb_lease *cache_take(pb_client *c, size_t size, uint32_t flags, enum pb_priority prio);
+/*
+ * Under c->lock, for pb_release of an active lease: keeps it cached when it may be (true), else false. Older
+ * cached leases it pushed out to stay under the limit are unlinked onto *evicted (release them unlocked);
+ * *tell: send SET_IDLE now (the receiver is not ticking).
+ */
+bool cache_keep_locked(pb_client *c, pb_lease *l, pb_lease **evicted, bool *tell);
+/* Release what cache_keep_locked evicted (not under c->lock). */
+void cache_release_evicted(pb_client *c, pb_lease *evicted);
+/* The receiver's tick: tell the daemon which leases have sat in the cache since the last tick. */
+void cache_tick(pb_client *c);
 
 /* ---------------------------------------------------------------- lib-acquire.c */
 

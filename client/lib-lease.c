@@ -124,6 +124,7 @@ static void lease_on_revoke(pb_client *c, uint64_t id, uint32_t deadline_ms)
 	if (l->state == LEASE_CACHED) {
 		/* Cached memory is the library's own: give it back at once. */
 		c->cached_bytes -= l->size_bytes;
+		c->cache_stats.revoked++;
 		lease_unlink_locked(c, l);
 		pthread_mutex_unlock(&c->lock);
 		map_release(l);

@@ -300,6 +300,38 @@ static int reconnect(pb_client *c)
 	}
 }
 
+/*
+ * While caching is on, wake every CACHE_TICK_MS to tell the daemon which cached leases sat idle a tick, so
+ * a lease reused at once never costs a message. Caching off: the blocking recv waits alone, and a lease
+ * cached before the next message is told idle by pb_release itself (rx_untimed).
+ */
+static void receiver_wait(pb_client *c)
+{
+	for (;;) {
+		struct pollfd p = { .fd = c->sock, .events = POLLIN };
+		uint64_t now;
+		bool timed;
+
+		pthread_mutex_lock(&c->lock);
+		timed = c->cache_limit_bytes > 0 || c->cached_bytes > 0;
+		c->rx_untimed = !timed;
+		pthread_mutex_unlock(&c->lock);
+		if (!timed)
+			return;
+		/* Ticks keep time however busy the connection is: a status poll must not hold them off. */
+		now = now_ms();
+		if (c->cache_tick_at_ms == 0)
+			c->cache_tick_at_ms = now + CACHE_TICK_MS;
+		if (now >= c->cache_tick_at_ms) {
+			cache_tick(c);
+			c->cache_tick_at_ms = now + CACHE_TICK_MS;
+		}
+		/* Readable, hung up or failed: the recv says which. */
+		if (poll(&p, 1, (int)(c->cache_tick_at_ms - now)) != 0)
+			return;
+	}
+}
+
 static void *receiver_main(void *arg)
 {
 	pb_client *c = arg;
@@ -312,6 +344,7 @@ static void *receiver_main(void *arg)
 		for (;;) {
 			Reply *rep;
 
+			receiver_wait(c);
 			n = wire_recv(c->sock, c->rxbuf, PB_MAX_MSG_BYTES, fds, PB_MAX_FDS_PER_MSG, &nfds);
 			if (n == 0) {
 				snprintf(reason, sizeof(reason), "pinbrokerd closed the connection");

@@ -277,8 +277,41 @@ int pb_lease_set_idle(pb_lease *l, int idle);
 typedef int (*pb_revoke_fn)(pb_client *c, pb_lease *l, uint32_t deadline_ms, void *userdata);
 void pb_set_revoke_callback(pb_client *c, pb_revoke_fn fn, void *userdata);
 
-/* Client cache of released buffers, in bytes (0 disables; default from $PINBROKER_CACHE_BYTES, else 0). */
+/*
+ * Client cache of released buffers, in bytes (0 disables and gives back what it holds; default from
+ * $PINBROKER_CACHE_BYTES, else 0).
+ *
+ * pb_release() of a lease keeps it mapped and registered here instead, and a later pb_acquire() of a like
+ * size with the same flags (PB_ACQUIRE_NO_CUDA, _NO_REVOKE, _MAPPED) and priority takes it back without
+ * asking the daemon. The daemon still counts a cached lease against the budget and the uid; a lease that
+ * has sat in the cache for a tick (about 100 ms) is shown to it as idle, so it is revoked first, and this
+ * library gives it back at once when it is (never-revoked leases included: cached, they are revocable).
+ * When the limit would be passed, the longest-cached leases are given back first. Shared, attached,
+ * registered (pb_register), stale and revoked leases are never cached.
+ */
 void pb_set_cache_limit(pb_client *c, size_t bytes);
+/*
+ * How much smaller than a cached lease a request may be and still be served by it, in percent of the
+ * request's page-rounded size: 0 serves only the same page-rounded size (what an allocator counting
+ * exact bytes wants), 100 (the default) up to twice the size.
+ */
+void pb_set_cache_slack(pb_client *c, unsigned percent);
+
+/* The client cache's figures (pb_cache_stats). */
+struct pb_cache_stats {
+	size_t limit_bytes;   /* pb_set_cache_limit */
+	size_t cached_bytes;  /* held in the cache now */
+	size_t cached_leases; /* how many leases that is */
+	unsigned slack_pct;   /* pb_set_cache_slack */
+	uint64_t hits;        /* pb_acquire calls served from the cache */
+	uint64_t misses;      /* pb_acquire calls that asked the daemon while caching was on */
+	uint64_t kept;        /* pb_release calls that cached the lease */
+	uint64_t evicted;     /* cached leases given back to stay under the limit (or by a lower limit) */
+	uint64_t revoked;     /* cached leases the daemon revoked (given back at once) */
+	uint64_t told_idle;   /* cached leases the daemon was told are idle */
+};
+/* Fill *out; returns 0, or -EINVAL for a NULL argument. */
+int pb_cache_stats(pb_client *c, struct pb_cache_stats *out);
 
 /* The CUDA state of this process: 1 usable, 0 not, with a reason ("no libcuda.so.1", ...). */
 int pb_cuda_available(const char **reason);

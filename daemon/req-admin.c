@@ -53,7 +53,8 @@ void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req)
 			     b->cfg->admin_group && b->cfg->admin_group[0] ? b->cfg->admin_group : "none set", c->uid);
 		return;
 	}
-	if (target && target->no_revoke) {
+	/* A never-revoked lease can be revoked only while its library keeps it cached (idle). */
+	if (target && target->no_revoke && !lease_revocable(target)) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
 			     "lease %llu is held by pid %d, which cannot give memory back (%s); it is freed when that "
 			     "process frees it or exits: stop the process to free it now",
@@ -68,7 +69,7 @@ void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req)
 	for (l = target ? target : lease_first(b->leases); l; l = target ? NULL : lease_next(b->leases, l)) {
 		if (ar->has_uid && l->uid != ar->uid)
 			continue;
-		if ((l->state != LEASE_ACTIVE && l->state != LEASE_IDLE) || l->no_revoke)
+		if (!lease_revocable(l))
 			continue;
 		if (n == cap) {
 			uint64_t *nid = realloc(ids, (cap ? cap * 2 : 16) * sizeof(*ids));

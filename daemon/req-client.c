@@ -192,12 +192,21 @@ void handle_set_idle(struct conn *c, const Pinbroker__V1__Request *req)
 	if (r == 0) {
 		enum lease_state to = req->set_idle->idle ? LEASE_IDLE : LEASE_ACTIVE;
 
-		/* Already there, or revoking: nothing to do, not an error. */
-		if (l->state == to || l->state == LEASE_REVOKING || l->state == LEASE_OVERDUE)
+		/* A cached never-revoked lease taken back into use while its REVOKE was on the way: its
+		 * holder cannot give it back now, so it is the holder's again (never enforced against). */
+		if (to == LEASE_ACTIVE && l->no_revoke && lease_cancel_revoke(l, now_ms()) == 0) {
+			log_info("lease %llu (pid %d): taken back into use from its library's cache before the "
+				 "revoke reached it; kept",
+				 (unsigned long long)l->id, l->pid);
 			r = 0;
-		/* Idle leases are reclaimed first: one that attachers use is not a cached buffer, and one
-		 * that is never revoked could not be reclaimed at all. */
-		else if (to == LEASE_IDLE && (l->nattachers > 0 || l->no_revoke))
+		}
+		/* Already there, or revoking: nothing to do, not an error. */
+		else if (l->state == to || l->state == LEASE_REVOKING || l->state == LEASE_OVERDUE)
+			r = 0;
+		/* Idle leases are reclaimed first: one that attachers use is not a cached buffer, and a
+		 * registration is the program's own memory, which no revoke could take. A never-revoked
+		 * lease may be idle: its library keeps it cached and gives it back on a revoke. */
+		else if (to == LEASE_IDLE && (l->nattachers > 0 || l->registration))
 			r = -EBUSY;
 		else
 			r = lease_set_state(l, to, now_ms());

@@ -256,6 +256,16 @@ static bool round_mark(struct broker *b, struct enforce_round *rd, uint64_t t0, 
 	struct lease *l;
 
 	while ((l = revoker_policy_next_overdue(b->leases, &rd->cursor, rd->started_ms))) {
+		if (l->no_revoke) {
+			/* Revoked while cached, and its holder neither gave it back nor took it back into use:
+			 * a library bug or a hung process. Its holder cannot give memory back on request, so it
+			 * is never signalled: the lease is counted as in use again. */
+			lease_cancel_revoke(l, now_ms());
+			log_warnx("lease %llu (pid %d): a never-revoked lease revoked while cached was not given back "
+				  "within its deadline; kept as in use, its holder is not signalled",
+				  (unsigned long long)l->id, l->pid);
+			continue;
+		}
 		lease_set_state(l, LEASE_OVERDUE, now_ms());
 		rd->overdue++;
 		log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, l->uid, l->pid,

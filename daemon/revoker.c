@@ -40,8 +40,9 @@ int revoker_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, enum
 	Pinbroker__V1__Reply r;
 	int ret;
 
-	/* Its holder cannot give it back: asking would only end in enforcement against it. */
-	if (l->no_revoke)
+	/* Its holder cannot give it back: asking would only end in enforcement against it. Unless it is
+	 * idle: then it sits in its library's cache, which gives it back at once (lease_revocable). */
+	if (l->no_revoke && !lease_revocable(l))
 		return -EPERM;
 	if (deadline_ms == 0)
 		deadline_ms = b->cfg->revoke_deadline_ms;

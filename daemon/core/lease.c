@@ -429,6 +429,33 @@ int lease_set_state(struct lease *l, enum lease_state to, uint64_t now_ms)
 	return 0;
 }
 
+int lease_cancel_revoke(struct lease *l, uint64_t now_ms)
+{
+	struct lease_table *t = l->table;
+
+	if (!l->no_revoke || l->registration || (l->state != LEASE_REVOKING && l->state != LEASE_OVERDUE))
+		return -EINVAL;
+	if (t) {
+		t->state_count[l->state]--;
+		t->state_bytes[l->state] -= l->bytes;
+		t->state_count[LEASE_ACTIVE]++;
+		t->state_bytes[LEASE_ACTIVE] += l->bytes;
+	}
+	l->state = LEASE_ACTIVE;
+	l->deadline_ms = 0;
+	l->revoke_by_holder = false;
+	l->last_used_ms = now_ms;
+	return 0;
+}
+
+bool lease_revocable(const struct lease *l)
+{
+	if (l->state != LEASE_ACTIVE && l->state != LEASE_IDLE)
+		return false;
+	/* A holder that cannot give memory back can still give back what its library keeps cached. */
+	return !l->no_revoke || (l->state == LEASE_IDLE && !l->registration);
+}
+
 void lease_remove(struct lease_table *t, struct lease *l)
 {
 	struct lease_node *n = node_of(l), **pp;
@@ -549,7 +576,7 @@ int lease_revoke_order(const struct lease_table *t, struct lease ***ret, size_t 
 	if (!v)
 		return -ENOMEM;
 	for (node = t->head; node; node = node->next)
-		if ((node->lease.state == LEASE_ACTIVE || node->lease.state == LEASE_IDLE) && !node->lease.no_revoke)
+		if (lease_revocable(&node->lease))
 			v[k++] = &node->lease;
 	qsort(v, k, sizeof(*v), revoke_cmp);
 	*ret = v;

@@ -140,6 +140,16 @@ struct lease *lease_find(const struct lease_table *t, uint64_t id);
  */
 int lease_set_state(struct lease *l, enum lease_state to, uint64_t now_ms);
 bool lease_edge_legal(enum lease_state from, enum lease_state to);
+/*
+ * The holder's library takes a never-revoked lease back into use from its
+ * cache while a REVOKE for it (sent while it was idle) is on its way: the
+ * lease goes back to ACTIVE, outside the edge table (which keeps "revoked
+ * leases never come back" for every other lease). Returns 0, or -EINVAL for
+ * a lease that is not no_revoke (or a registration) or not REVOKING/OVERDUE.
+ */
+int lease_cancel_revoke(struct lease *l, uint64_t now_ms);
+/* A lease its holder marked idle that may be revoked: a no_revoke lease only while it is idle (cached). */
+bool lease_revocable(const struct lease *l);
 
 /*
  * Unlink and free a lease (any state) of table t. The chunks array is freed;
@@ -182,8 +192,8 @@ struct lease *lease_next_after(const struct lease_table *t, uint64_t id);
 /*
  * Revocation order, as DESIGN.md sets it: best-effort first, then cached-idle,
  * then normal, then critical; within a class the largest first, then the least
- * recently used. Only ACTIVE and IDLE leases are candidates, and never a
- * no_revoke one.
+ * recently used. Only ACTIVE and IDLE leases are candidates, and a no_revoke
+ * one only while IDLE (lease_revocable).
  * *ret is a malloc'd array of *n leases. Returns 0 or -ENOMEM.
  */
 int lease_revoke_order(const struct lease_table *t, struct lease ***ret, size_t *n);

@@ -13,11 +13,16 @@ After :func:`install`, everything torch pins goes through the broker: ``torch.em
 each pinned allocation up to a power of two and caches it (a 2.08 GiB tensor took 4 GiB on the H200); here
 each is one lease of the requested size, counted by the daemon under the label ``torch:<pid>`` (or
 $PINBROKER_LABEL), and given back when the tensor is freed and the CUDA work recorded on it (``non_blocking``
-copies) has completed. There is no cache of free blocks: the daemon's warm pool keeps leasing cheap.
+copies) has completed, into a cache of freed blocks: a later request of the same page-rounded size takes
+one back without asking the daemon (microseconds, as torch's own cache). Cached blocks stay leases the daemon
+counts (shown idle, revoked first under pressure); ``empty_cache()`` gives them back, and a cap (default a
+quarter of the uid's quota, $PINBROKER_TORCH_CACHE) bounds them.
 
 Leases are taken with PB_ACQUIRE_NO_REVOKE (torch cannot hand a tensor's memory back on request), so the
-daemon never revokes them and refuses new ones under pressure instead. A refused lease, and one CUDA did not
-register, falls back to torch's own allocator; :meth:`HostAllocator.stats` counts those.
+daemon never revokes a block torch holds and refuses new ones under pressure instead; only cached blocks are
+revoked. A refused lease, and one CUDA did not register, falls back to torch's own allocator;
+:meth:`HostAllocator.stats` counts those, and what torch's allocator holds pinned is reported to the daemon
+as unbrokered memory (``pinctl status``), unless the interposer runs in the process and counts it itself.
 
 The C++ part (``csrc/host_allocator.cpp``) is compiled ahead of time against the torch that is there:
 ``cmake --build`` does it when torch >= 2.8 with CUDA is found at configure time (PINBROKER_TORCH_EXT,
@@ -43,6 +48,7 @@ install before it forks: see ``pinbroker/_autotorch/sitecustomize.py``, which in
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -268,14 +274,17 @@ class HostAllocator:
     def stats(self) -> Dict[str, Any]:
         """Counters: allocations, live_blocks, allocated_bytes (requested, live), leased_bytes (page-rounded,
         including freed blocks whose copies are still in flight), peaks, blocks_waiting, events_pending,
-        released, fallbacks / fallback_bytes / fallback_reasons / last_fallback, cuda_errors, and the time
-        spent in pb_acquire / pb_release (µs). ``torch.cuda.host_memory_stats()`` shows the same through
+        released, fallbacks / fallback_bytes / fallback_reasons / last_fallback, cuda_errors, the time
+        spent in pb_acquire / pb_release (µs), the cache's cache_cap_bytes / cache_slack_pct / cached_bytes /
+        cached_blocks / cache_hits / cache_misses / cache_kept / cache_evicted / cache_revoked, and
+        unbrokered_reported_bytes (torch's own pinned bytes, as last reported to the daemon). ``torch.cuda.host_memory_stats()`` shows the same through
         torch's HostStats."""
         return dict(self._ext.stats())
 
     def empty_cache(self) -> None:
-        """Give back every freed block whose copies completed, and empty torch's own pinned cache
-        (fallbacks, and tensors pinned before install). ``torch._C._host_emptyCache()`` does the same."""
+        """Give back every cached block and every freed block whose copies completed, and empty torch's own
+        pinned cache (fallbacks, and tensors pinned before install). ``torch._C._host_emptyCache()`` and
+        ``torch.cuda.empty_host_cache()`` do the same."""
         self._ext.empty_cache()
 
     def uninstall(self) -> bool:
@@ -312,7 +321,53 @@ def _socket_of(client: Any) -> Optional[str]:
     raise TypeError(f"client must be a pinbroker.Client, a socket path or None, not {type(client).__name__}")
 
 
+#: Environment variables for the cache of freed blocks (install()'s cache_bytes and cache_slack_pct).
+CACHE_ENV = "PINBROKER_TORCH_CACHE"
+CACHE_SLACK_ENV = "PINBROKER_TORCH_CACHE_SLACK"
+#: Default cap of the cache: this share of the uid's quota (or of the budget, when the uid has none).
+CACHE_SHARE = 0.25
+
+
+def _cache_settings(socket: Optional[str], cache_bytes: Optional[int], cache_slack_pct: Optional[int]
+                    ) -> Tuple[int, int]:
+    """The cache's cap in bytes and its slack in percent: the arguments, else $PINBROKER_TORCH_CACHE (a size:
+    "2G", "512M", "0" disables) and $PINBROKER_TORCH_CACHE_SLACK (percent), else a quarter of the uid's quota
+    (of the budget without one) and 0: only a request of the same page-rounded size reuses a block."""
+    if cache_slack_pct is None:
+        env = os.environ.get(CACHE_SLACK_ENV, "").strip()
+        try:
+            cache_slack_pct = int(env.rstrip("%")) if env else 0
+        except ValueError:
+            raise RuntimeError(f"${CACHE_SLACK_ENV}={env!r} is not a percentage (e.g. 0, 10)") from None
+    if cache_slack_pct < 0 or cache_slack_pct > 100:
+        raise RuntimeError(f"the cache slack must be 0..100 percent, not {cache_slack_pct}")
+    if cache_bytes is None:
+        env = os.environ.get(CACHE_ENV, "").strip()
+        if env:
+            cache_bytes = _parse_size(env, CACHE_ENV)
+    if cache_bytes is None:
+        from ._client import connect
+        with connect(socket) as c:
+            st = c.status()
+        budget = int(st.get("budget_bytes") or 0)
+        quota = int(st.get("uid_quota_bytes") or 0)
+        base = min(quota, budget) if quota and budget else (quota or budget)
+        cache_bytes = int(base * CACHE_SHARE)
+    if cache_bytes < 0:
+        raise RuntimeError(f"the cache cap must be >= 0 bytes, not {cache_bytes}")
+    return int(cache_bytes), int(cache_slack_pct)
+
+
+def _parse_size(text: str, what: str) -> int:
+    """A size as pinctl takes one: a number with an optional K/M/G/T suffix (powers of 1024), or bytes."""
+    m = re.fullmatch(r"(\d+)\s*([KMGT]?)(i?B)?", text.strip(), re.IGNORECASE)
+    if not m:
+        raise RuntimeError(f"${what}={text!r} is not a size (e.g. 0, 512M, 4G)")
+    return int(m.group(1)) << (10 * " KMGT".index((m.group(2) or " ").upper()))
+
+
 def install(*, client: Union[Any, str, None] = None, label: Optional[str] = None, priority: int = 0,
+            cache_bytes: Optional[int] = None, cache_slack_pct: Optional[int] = None,
             verbose: bool = False) -> HostAllocator:
     """Make pinbrokerd's leases torch's CUDA host memory (pinned tensors); returns the :class:`HostAllocator`.
 
@@ -321,7 +376,10 @@ def install(*, client: Union[Any, str, None] = None, label: Optional[str] = None
     process: pinned tensors may outlive any Client object, and closing one must not take their memory.
     ``label``: shown by ``pinctl leases`` (default $PINBROKER_LABEL, else ``torch:<pid>``). ``priority``:
     at::setHostAllocator's; an allocator installed with a higher one is not replaced (RuntimeError).
-    ``verbose`` shows the extension's build, when no prebuilt one fits and it is built now.
+    ``cache_bytes``: the most freed blocks kept for reuse (default $PINBROKER_TORCH_CACHE, else a quarter of
+    the uid's quota); ``cache_slack_pct``: how much larger than a request a reused block may be (default
+    $PINBROKER_TORCH_CACHE_SLACK, else 0: the same page-rounded size only). ``verbose`` shows the extension's
+    build, when no prebuilt one fits and it is built now.
 
     Idempotent: a second call returns the installed allocator (and reinstalls it after :func:`uninstall`).
     Raises RuntimeError for torch older than 2.8, a torch without CUDA or no CUDA device, no prebuilt
@@ -345,8 +403,9 @@ def install(*, client: Union[Any, str, None] = None, label: Optional[str] = None
             label = _installed.label  # one allocator per process: its label and connection stay
         if label is None:
             label = os.environ.get("PINBROKER_LABEL") or f"torch:{os.getpid()}"
+        cap, slack = _cache_settings(socket, cache_bytes, cache_slack_pct)
         try:
-            ext.install(libpath, socket or "", label, int(priority))
+            ext.install(libpath, socket or "", label, int(priority), cap, slack)
         except RuntimeError as e:
             raise RuntimeError(str(e).splitlines()[0] if str(e) else "pinbroker.torch.install failed") from e
         if _installed is None:

@@ -213,3 +213,43 @@ def test_gpu_check_skips_without_cuda(tmp_path):
                        text=True, timeout=120, env={**os.environ, "PYTHONPATH": PYDIR})
     assert r.returncode == 77, r.stdout + r.stderr
     assert "SKIP" in r.stdout
+
+
+# -- the cache of freed blocks: its cap and slack (the allocator's cache rules themselves are libpinbroker's:
+#    tests/integration/check_itest_cache.c; the allocator on a GPU: python/bench/torch_alloc_check.py)
+
+def test_cache_settings_default_to_a_quarter_of_the_uid_quota_and_exact_size(start_daemon, monkeypatch):
+    monkeypatch.delenv(ta.CACHE_ENV, raising=False)
+    monkeypatch.delenv(ta.CACHE_SLACK_ENV, raising=False)
+    d = start_daemon("--uid-quota", "128M")
+    assert ta._cache_settings(d.socket, None, None) == (32 << 20, 0)
+    d2 = start_daemon()  # no uid quota given: the budget (256M) is the base
+    cap, slack = ta._cache_settings(d2.socket, None, None)
+    assert slack == 0 and cap == int(min(d2.status(False)["uid_quota_bytes"] or (256 << 20), 256 << 20) * 0.25)
+
+
+def test_cache_settings_from_arguments_and_environment(monkeypatch):
+    monkeypatch.setenv(ta.CACHE_ENV, "512M")
+    monkeypatch.setenv(ta.CACHE_SLACK_ENV, "10%")
+    # No daemon is asked when both are given: the socket does not exist.
+    assert ta._cache_settings("/nonexistent/pb.sock", None, None) == (512 << 20, 10)
+    assert ta._cache_settings("/nonexistent/pb.sock", 0, 0) == (0, 0)
+    monkeypatch.setenv(ta.CACHE_ENV, "lots")
+    with pytest.raises(RuntimeError, match=r"PINBROKER_TORCH_CACHE='lots' is not a size"):
+        ta._cache_settings("/nonexistent/pb.sock", None, 0)
+    monkeypatch.setenv(ta.CACHE_SLACK_ENV, "half")
+    with pytest.raises(RuntimeError, match="not a percentage"):
+        ta._cache_settings("/nonexistent/pb.sock", 1, None)
+    with pytest.raises(RuntimeError, match="0..100 percent"):
+        ta._cache_settings("/nonexistent/pb.sock", 1, 101)
+    with pytest.raises(RuntimeError, match=">= 0 bytes"):
+        ta._cache_settings("/nonexistent/pb.sock", -1, 0)
+
+
+def test_the_extension_reports_fallbacks_and_keeps_a_cache():
+    """The C++ side, read: it uses the library's cache and reports torch's own pinned bytes as unbrokered
+    (compiled and run on a GPU host by tests/gpu/run-torch.sh; here torch 1.13 cannot build it)."""
+    src = open(ta._SOURCE).read()
+    for needle in ("pb_set_cache_limit", "pb_set_cache_slack", "pb_cache_stats", "pb_report_unbrokered",
+                   "libpinbroker-preload"):
+        assert needle in src, needle

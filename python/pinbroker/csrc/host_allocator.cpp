@@ -14,10 +14,19 @@
 // - A refused lease (any negative errno), one CUDA did not register, a call from a forked child, and any
 //   call while a CUDA graph capture is under way go to the allocator that was installed before (torch's
 //   CachingHostAllocator), counted as fallbacks. record_event for memory that is not ours goes there too.
-// - No cache of free blocks: a freed block goes back to the daemon (pb_release) as soon as every event
-//   recorded on it has completed. The daemon's pool and the library's cache keep re-leasing cheap.
+// - An exact-size cache of free blocks: a freed block goes to pb_release as soon as every event recorded on
+//   it has completed, and the allocator's connection keeps it in libpinbroker's client cache (pb_set_cache_limit,
+//   slack 0 by default: only a request of the same page-rounded size takes it back), still mapped, registered
+//   and counted by the daemon, which is told it is idle once it sat ~100 ms and revokes it first under
+//   pressure (the library then gives it back itself). A re-allocation of that size costs no round trip.
+//   empty_cache() empties it; the cap bounds it (the oldest cached blocks go back first).
+//   Why the library's cache, not one here: it already owns the revoke path for cached leases (the receiver
+//   thread gives them back without a callback), the idle reporting and the reconnect rules.
 // - Pending frees are polled (cudaEventQuery, through at::cuda::CUDAEvent as torch's allocator does) on
 //   every allocate and free and in empty_cache().
+// - Fallbacks are counted: what torch's own allocator holds pinned (its HostStats) is reported to the daemon
+//   as unbrokered memory after each fallback and each empty_cache(), unless the interposer runs in this
+//   process (it counts torch's cudaHostAlloc calls itself).
 
 #include <torch/extension.h>
 
@@ -29,6 +38,9 @@
 #include <cuda_runtime_api.h>
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -48,7 +60,8 @@
 
 #include "pinbroker.h"
 
-namespace {
+namespace
+{
 
 // The libpinbroker functions used here, typed by the header's prototypes and resolved at run time.
 struct PbApi {
@@ -60,6 +73,10 @@ struct PbApi {
 	decltype(&pb_lease_cuda_registered) lease_cuda_registered = nullptr;
 	decltype(&pb_last_error) last_error = nullptr;
 	decltype(&pb_strerror) strerror_ = nullptr;
+	decltype(&pb_set_cache_limit) set_cache_limit = nullptr;
+	decltype(&pb_set_cache_slack) set_cache_slack = nullptr;
+	decltype(&pb_cache_stats) cache_stats = nullptr;
+	decltype(&pb_report_unbrokered) report_unbrokered = nullptr;
 };
 
 // Resolve every function of PbApi in the library at path; throws with dlerror()'s words.
@@ -85,6 +102,10 @@ PbApi load_api(const std::string &path)
 	sym(api.lease_cuda_registered, "pb_lease_cuda_registered");
 	sym(api.last_error, "pb_last_error");
 	sym(api.strerror_, "pb_strerror");
+	sym(api.set_cache_limit, "pb_set_cache_limit");
+	sym(api.set_cache_slack, "pb_set_cache_slack");
+	sym(api.cache_stats, "pb_cache_stats");
+	sym(api.report_unbrokered, "pb_report_unbrokered");
 	return api;
 }
 
@@ -94,9 +115,9 @@ struct Block {
 	size_t size_bytes = 0;   // what torch asked for
 	size_t leased_bytes = 0; // pb_lease_size: page-rounded
 	pb_lease *lease = nullptr;
-	bool allocated = true;                // false once torch freed it
-	size_t events_pending = 0;            // events recorded at free time, not yet completed
-	std::vector<c10::Stream> streams;     // streams record_event named while allocated
+	bool allocated = true;            // false once torch freed it
+	size_t events_pending = 0;        // events recorded at free time, not yet completed
+	std::vector<c10::Stream> streams; // streams record_event named while allocated
 };
 
 int64_t now_us()
@@ -140,9 +161,11 @@ struct Counters {
 	}
 };
 
-#define PB_HAS_FIELD(name)                                                                                  \
-	template <class S, class = void> struct has_##name : std::false_type {};                             \
-	template <class S> struct has_##name<S, std::void_t<decltype(std::declval<S &>().name)>> : std::true_type {};
+#define PB_HAS_FIELD(name)                                                                                          \
+	template <class S, class = void> struct has_##name : std::false_type {                                      \
+	};                                                                                                          \
+	template <class S> struct has_##name<S, std::void_t<decltype(std::declval<S &>().name)>> : std::true_type { \
+	};
 PB_HAS_FIELD(allocation)
 PB_HAS_FIELD(segment)
 PB_HAS_FIELD(reserved_bytes)
@@ -183,9 +206,46 @@ template <class S> void fill_host_stats(S &s, const Counters &c)
 		s.num_host_free = c.held.freed;
 }
 
+// What torch's own allocator holds pinned, used and cached: 2.11's allocated_bytes ("free and in-use
+// blocks"), 2.8's reserved_bytes.
+template <class S> int64_t torch_pinned_bytes(const S &s)
+{
+	if constexpr (has_active_bytes<S>::value)
+		return s.allocated_bytes.current;
+	else if constexpr (has_reserved_bytes<S>::value)
+		return s.reserved_bytes.current;
+	else
+		return 0;
+}
+
+// Whether pinbroker's interposer (libpinbroker-preload.so) is loaded here: then it sees torch's own
+// cudaHostAlloc calls and counts them, and reporting them too would count them twice.
+bool interposer_loaded()
+{
+	int found = 0;
+	dl_iterate_phdr(
+		[](struct dl_phdr_info *info, size_t, void *data) {
+			if (info->dlpi_name && std::strstr(info->dlpi_name, "libpinbroker-preload"))
+				*static_cast<int *>(data) = 1;
+			return *static_cast<int *>(data);
+		},
+		&found);
+	return found != 0;
+}
+
+// Set in a child forked after install: its memory calls go to torch's allocator, never to the parent's
+// connection. A fork handler rather than getpid() on every call: getpid is a system call, and the steady
+// state of an alloc/free pair is a few microseconds.
+std::atomic<bool> g_forked{ false };
+
+bool in_child()
+{
+	return g_forked.load(std::memory_order_relaxed);
+}
+
 struct PinbrokerHostAllocatorBase : public at::HostAllocator {
-	at::HostAllocator *prev_ = nullptr;   // torch's allocator, captured before installing
-	std::atomic<int> captures_{0};        // CUDA graph captures under way (begin/end_allocate_to_pool)
+	at::HostAllocator *prev_ = nullptr; // torch's allocator, captured before installing
+	std::atomic<int> captures_{ 0 };    // CUDA graph captures under way (begin/end_allocate_to_pool)
 };
 
 // ---- CUDA graph host pools: forwarded to the previous allocator where this torch has them.
@@ -199,9 +259,9 @@ template <class C, class R, class... A> struct member_args<R (C::*)(A...)> {
 	template <size_t I> using at = std::tuple_element_t<I, std::tuple<A...>>;
 };
 
-template <class B, class = void> struct WithBeginPool : B {};
-template <class B>
-struct WithBeginPool<B, std::void_t<decltype(&B::begin_allocate_to_pool)>> : B {
+template <class B, class = void> struct WithBeginPool : B {
+};
+template <class B> struct WithBeginPool<B, std::void_t<decltype(&B::begin_allocate_to_pool)>> : B {
 	using Args = member_args<decltype(&B::begin_allocate_to_pool)>;
 	void begin_allocate_to_pool(typename Args::template at<0> id, typename Args::template at<1> filter) override
 	{
@@ -211,9 +271,9 @@ struct WithBeginPool<B, std::void_t<decltype(&B::begin_allocate_to_pool)>> : B {
 	}
 };
 
-template <class B, class = void> struct WithEndPool : B {};
-template <class B>
-struct WithEndPool<B, std::void_t<decltype(&B::end_allocate_to_pool)>> : B {
+template <class B, class = void> struct WithEndPool : B {
+};
+template <class B> struct WithEndPool<B, std::void_t<decltype(&B::end_allocate_to_pool)>> : B {
 	using Args = member_args<decltype(&B::end_allocate_to_pool)>;
 	void end_allocate_to_pool(typename Args::template at<0> id) override
 	{
@@ -223,16 +283,19 @@ struct WithEndPool<B, std::void_t<decltype(&B::end_allocate_to_pool)>> : B {
 	}
 };
 
-template <class B, class = void> struct WithReleasePool : B {};
-template <class B>
-struct WithReleasePool<B, std::void_t<decltype(&B::release_pool)>> : B {
+template <class B, class = void> struct WithReleasePool : B {
+};
+template <class B> struct WithReleasePool<B, std::void_t<decltype(&B::release_pool)>> : B {
 	using Args = member_args<decltype(&B::release_pool)>;
-	void release_pool(typename Args::template at<0> id) override { this->prev_->release_pool(id); }
+	void release_pool(typename Args::template at<0> id) override
+	{
+		this->prev_->release_pool(id);
+	}
 };
 
-template <class B, class = void> struct WithIncrefPool : B {};
-template <class B>
-struct WithIncrefPool<B, std::void_t<decltype(&B::create_or_incref_pool)>> : B {
+template <class B, class = void> struct WithIncrefPool : B {
+};
+template <class B> struct WithIncrefPool<B, std::void_t<decltype(&B::create_or_incref_pool)>> : B {
 	using Args = member_args<decltype(&B::create_or_incref_pool)>;
 	void create_or_incref_pool(typename Args::template at<0> id) override
 	{
@@ -242,11 +305,21 @@ struct WithIncrefPool<B, std::void_t<decltype(&B::create_or_incref_pool)>> : B {
 
 using PoolHooks = WithIncrefPool<WithReleasePool<WithEndPool<WithBeginPool<PinbrokerHostAllocatorBase>>>>;
 
-class PinbrokerHostAllocator final : public PoolHooks {
-public:
+class PinbrokerHostAllocator final : public PoolHooks
+{
+      public:
 	PinbrokerHostAllocator(PbApi api, pb_client *client, std::string label, uint8_t priority)
-		: api_(api), client_(client), label_(std::move(label)), priority_(priority), owner_pid_(getpid())
+	    : api_(api), client_(client), label_(std::move(label)), priority_(priority),
+	      report_fallbacks_(!interposer_loaded())
 	{
+	}
+
+	// The cache of freed blocks: at most cap bytes, a request served by a block at most slack_pct larger.
+	void set_cache(size_t cap, unsigned slack_pct)
+	{
+		cache_cap_ = cap;
+		api_.set_cache_slack(client_, slack_pct);
+		api_.set_cache_limit(client_, cap);
 	}
 
 	// ---- at::Allocator
@@ -254,11 +327,11 @@ public:
 	at::DataPtr allocate(size_t n) override
 	{
 		if (n == 0)
-			return {nullptr, nullptr, &host_delete, at::Device(at::DeviceType::CPU)};
+			return { nullptr, nullptr, &host_delete, at::Device(at::DeviceType::CPU) };
 		process_events();
 		const char *why = nullptr;
 		std::string reason;
-		if (getpid() != owner_pid_)
+		if (in_child())
 			return prev_->allocate(n); // the connection is the parent's: never send on it, nor lock mu_
 		if (captures_ > 0) {
 			why = "CUDA graph capture";
@@ -270,6 +343,13 @@ public:
 			pb_lease *l = nullptr;
 			int64_t t0 = now_us();
 			int r = api_.acquire(client_, n, &opts, &l);
+			if (r < 0 && refusal_may_be_ours(r)) {
+				// Our own cached blocks count against this uid's quota and never-revoked share, and the
+				// daemon reclaims only other clients' idle leases: give ours back and ask once more.
+				api_.set_cache_limit(client_, 0);
+				api_.set_cache_limit(client_, cache_cap_);
+				r = api_.acquire(client_, n, &opts, &l);
+			}
 			int64_t t1 = now_us();
 			if (r < 0) {
 				why = "refused";
@@ -283,7 +363,9 @@ public:
 			}
 		}
 		note_fallback(n, why, reason);
-		return prev_->allocate(n);
+		at::DataPtr p = prev_->allocate(n);
+		report_torch_pinned();
+		return p;
 	}
 
 	void copy_data(void *dest, const void *src, std::size_t count) const override
@@ -317,7 +399,12 @@ public:
 	void empty_cache() override
 	{
 		process_events();
+		if (!in_child()) {
+			api_.set_cache_limit(client_, 0); // gives every cached block back to the daemon
+			api_.set_cache_limit(client_, cache_cap_);
+		}
 		prev_->empty_cache();
+		report_torch_pinned();
 	}
 
 	at::HostStats get_stats() override
@@ -345,7 +432,7 @@ public:
 	void free(void *ctx)
 	{
 		auto *b = static_cast<Block *>(ctx);
-		if (getpid() != owner_pid_) {
+		if (in_child()) {
 			// A forked child's copy of a parent's tensor: the parent holds the lease and its connection.
 			return;
 		}
@@ -420,17 +507,50 @@ public:
 		d["release_us_total"] = py::int_(c_.release_time_us.total);
 		d["label"] = py::str(label_);
 		d["priority"] = py::int_(priority_);
+		d["unbrokered_reported_bytes"] = py::int_(reported_unbrokered_);
+		d["unbrokered_reports"] = py::bool_(report_fallbacks_);
+		struct pb_cache_stats cs {
+		};
+		if (api_.cache_stats(client_, &cs) == 0) {
+			d["cache_cap_bytes"] = py::int_(cs.limit_bytes);
+			d["cache_slack_pct"] = py::int_(cs.slack_pct);
+			d["cached_bytes"] = py::int_(cs.cached_bytes);
+			d["cached_blocks"] = py::int_(cs.cached_leases);
+			d["cache_hits"] = py::int_(cs.hits);
+			d["cache_misses"] = py::int_(cs.misses);
+			d["cache_kept"] = py::int_(cs.kept);
+			d["cache_evicted"] = py::int_(cs.evicted);
+			d["cache_revoked"] = py::int_(cs.revoked);
+		}
 		return d;
 	}
 
-	void set_installed(bool on) { uninstalled_ = !on; }
-	bool installed() const { return !uninstalled_; }
-	uint8_t priority() const { return priority_; }
-	void set_priority(uint8_t p) { priority_ = p; }
-	at::HostAllocator *prev() const { return prev_; }
-	void set_prev(at::HostAllocator *p) { prev_ = p; }
+	void set_installed(bool on)
+	{
+		uninstalled_ = !on;
+	}
+	bool installed() const
+	{
+		return !uninstalled_;
+	}
+	uint8_t priority() const
+	{
+		return priority_;
+	}
+	void set_priority(uint8_t p)
+	{
+		priority_ = p;
+	}
+	at::HostAllocator *prev() const
+	{
+		return prev_;
+	}
+	void set_prev(at::HostAllocator *p)
+	{
+		prev_ = p;
+	}
 
-private:
+      private:
 	at::DataPtr adopt(pb_lease *l, size_t n, int64_t acquire_us)
 	{
 		auto *b = new Block();
@@ -448,7 +568,7 @@ private:
 			c_.leased_bytes.increase(b->leased_bytes);
 			c_.acquire_time_us.increase(acquire_us);
 		}
-		return {b->ptr, b, &host_delete, at::Device(at::DeviceType::CPU)};
+		return { b->ptr, b, &host_delete, at::Device(at::DeviceType::CPU) };
 	}
 
 	// Ours by context (the DataPtr's), else by address: a slice's data pointer lies inside the block.
@@ -495,7 +615,7 @@ private:
 	void process_events()
 	{
 		// cudaEventQuery during a capture in cudaStreamCaptureModeGlobal invalidates it: wait for its end.
-		if (captures_ > 0 || getpid() != owner_pid_)
+		if (captures_ > 0 || in_child())
 			return;
 		std::deque<std::pair<std::unique_ptr<at::cuda::CUDAEvent>, Block *>> batch;
 		{
@@ -571,10 +691,44 @@ private:
 			last_fallback_ = std::string(why) + (reason.empty() ? "" : ": " + reason);
 		}
 		if (first && std::strcmp(why, "CUDA graph capture") != 0)
-			std::fprintf(stderr,
-				     "pinbroker: a pinned allocation of %zu bytes went to torch's own allocator (%s%s%s); "
-				     "further ones are counted in pinbroker.torch.allocator_stats()\n",
-				     n, why, reason.empty() ? "" : ": ", reason.c_str());
+			std::fprintf(
+				stderr,
+				"pinbroker: a pinned allocation of %zu bytes went to torch's own allocator (%s%s%s); "
+				"further ones are counted in pinbroker.torch.allocator_stats()\n",
+				n, why, reason.empty() ? "" : ": ", reason.c_str());
+	}
+
+	// A refusal that giving back our cached blocks could turn around: over a quota or the budget.
+	bool refusal_may_be_ours(int r)
+	{
+		if (r != -EDQUOT && r != -EUSERS && r != -ENOSPC && r != -EBUSY)
+			return false;
+		struct pb_cache_stats cs {
+		};
+		return api_.cache_stats(client_, &cs) == 0 && cs.cached_bytes > 0;
+	}
+
+	// Tell the daemon what torch's own allocator holds pinned now (fallbacks, and blocks from before
+	// install), when it changed: memory this process pins outside the budget. Not from a forked child
+	// (the connection is the parent's), and not under the interposer (it counts those itself).
+	void report_torch_pinned()
+	{
+		if (!report_fallbacks_ || in_child())
+			return;
+		int64_t bytes = 0;
+		try {
+			bytes = torch_pinned_bytes(prev_->get_stats());
+		} catch (const std::exception &e) {
+			note_cuda_error(e.what());
+			return;
+		}
+		if (bytes < 0)
+			bytes = 0;
+		std::lock_guard<std::mutex> g(report_mu_);
+		if (bytes == reported_unbrokered_)
+			return;
+		if (api_.report_unbrokered(client_, static_cast<uint64_t>(bytes)) == 0)
+			reported_unbrokered_ = bytes;
 	}
 
 	void note_cuda_error(const char *what)
@@ -588,12 +742,15 @@ private:
 	pb_client *client_;
 	std::string label_;
 	uint8_t priority_;
-	pid_t owner_pid_;
-	std::atomic<bool> uninstalled_{false};
+	std::atomic<bool> uninstalled_{ false };
+	size_t cache_cap_ = 0;
+	bool report_fallbacks_;
+	std::mutex report_mu_;            // one unbrokered report at a time, in order
+	int64_t reported_unbrokered_ = 0; // under report_mu_
 
-	std::mutex mu_; // everything below
-	std::unordered_set<Block *> blocks_;      // live and waiting blocks: what a context may name
-	std::map<uintptr_t, Block *> by_addr_;    // the same, by start address
+	std::mutex mu_;                        // everything below
+	std::unordered_set<Block *> blocks_;   // live and waiting blocks: what a context may name
+	std::map<uintptr_t, Block *> by_addr_; // the same, by start address
 	std::deque<std::pair<std::unique_ptr<at::cuda::CUDAEvent>, Block *>> events_;
 	Counters c_;
 	int64_t events_recorded_ = 0;
@@ -620,7 +777,8 @@ void host_delete(void *ctx)
 }
 
 // Connect, build the allocator and install it. Returns false when it is installed already.
-bool install(const std::string &lib_path, const std::string &socket, const std::string &label, int priority)
+bool install(const std::string &lib_path, const std::string &socket, const std::string &label, int priority,
+	     size_t cache_bytes, unsigned cache_slack_pct)
 {
 	std::lock_guard<std::mutex> g(g_install_mu);
 	TORCH_CHECK(priority >= 0 && priority <= 255, "priority must be 0..255, not ", priority);
@@ -634,13 +792,16 @@ bool install(const std::string &lib_path, const std::string &socket, const std::
 		TORCH_CHECK(r >= 0, "pinbroker host allocator: cannot connect to ",
 			    socket.empty() ? "pinbrokerd" : socket, ": ", api.last_error());
 		g_alloc = new PinbrokerHostAllocator(api, c, label, static_cast<uint8_t>(priority));
+		pthread_atfork(nullptr, nullptr, []() { g_forked.store(true, std::memory_order_relaxed); });
 	}
+	g_alloc->set_cache(cache_bytes, cache_slack_pct);
 	g_alloc->set_prev(cur);
 	g_alloc->set_priority(static_cast<uint8_t>(priority));
 	at::setHostAllocator(at::kCUDA, g_alloc, static_cast<uint8_t>(priority));
 	TORCH_CHECK(at::getHostAllocator(at::kCUDA) == g_alloc,
 		    "pinbroker host allocator: at::setHostAllocator kept the current CUDA host allocator (one was "
-		    "installed with a priority above ", priority, "); pass a higher priority");
+		    "installed with a priority above ",
+		    priority, "); pass a higher priority");
 	g_alloc->set_installed(true);
 	return true;
 }
@@ -663,7 +824,8 @@ bool uninstall()
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
 {
 	m.doc() = "pinbroker's at::HostAllocator: torch's pinned host memory leased from pinbrokerd";
-	m.def("install", &install, py::arg("lib_path"), py::arg("socket"), py::arg("label"), py::arg("priority"));
+	m.def("install", &install, py::arg("lib_path"), py::arg("socket"), py::arg("label"), py::arg("priority"),
+	      py::arg("cache_bytes"), py::arg("cache_slack_pct"));
 	m.def("uninstall", &uninstall);
 	m.def("installed", []() { return g_alloc != nullptr && at::getHostAllocator(at::kCUDA) == g_alloc; });
 	m.def("stats", []() {
