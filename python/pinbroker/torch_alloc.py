@@ -4,7 +4,7 @@
 Usage::
 
     import pinbroker.torch
-    alloc = pinbroker.torch.install()          # torch >= 2.8 with CUDA; builds a small C++ extension once
+    alloc = pinbroker.torch.install()          # torch >= 2.8 with CUDA; loads the prebuilt C++ extension
     x = torch.empty(n, pin_memory=True)        # leased from pinbrokerd: exactly n bytes, page-rounded
     print(alloc.stats())
 
@@ -24,11 +24,21 @@ revoked. A refused lease, and one CUDA did not register, falls back to torch's o
 :meth:`HostAllocator.stats` counts those, and what torch's allocator holds pinned is reported to the daemon
 as unbrokered memory (``pinctl status``), unless the interposer runs in the process and counts it itself.
 
-The C++ part (``csrc/host_allocator.cpp``) is built on first use with ``torch.utils.cpp_extension.load``
-into torch's extension cache ($TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions; 20-40 s on the H200 host,
-then a load): it needs a C++ compiler, ninja, and the CUDA headers torch was built against. It links
-nothing of pinbroker's: it opens the libpinbroker that :mod:`pinbroker._lib` found, and takes
-client/pinbroker.h (or an installed pinbroker.h) for the prototypes.
+The C++ part (``csrc/host_allocator.cpp``) is compiled ahead of time against the torch that is there:
+``cmake --build`` does it when torch >= 2.8 with CUDA is found at configure time (PINBROKER_TORCH_EXT,
+next to the build tree's libpinbroker in ``client/pinbroker-torch/``; ``cmake --install`` puts it in
+``<libdir>/pinbroker/torch-ext/``), or ``python3 -m pinbroker._build_ext --out DIR``. :func:`install` loads
+the first build whose sidecar (``<module>.json``) names exactly this torch version, CUDA, Python ABI and
+``host_allocator.cpp``, looking in $PINBROKER_TORCH_EXT_DIR, beside the libpinbroker :mod:`pinbroker._lib`
+loaded (``pinbroker-torch/``, then ``pinbroker/torch-ext/``), the package's ``_ext/``, then the JIT folder
+of an earlier run (:mod:`pinbroker._torch_ext` has the rules): no compiler, a fraction of a second.
+Only when none fits is it built here, with ``torch.utils.cpp_extension.load`` (20-40 s on the H200 host;
+it needs a C++ compiler, ninja, the CUDA headers torch was built against and pinbroker.h, found in the
+checkout's client/ or an installed include folder) into the user's torch extension folder
+($TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions/py<ver>_cu<ver>/<module>); the warning then says
+why each build found was passed over. $PINBROKER_TORCH_JIT=0 makes that an error instead.
+:attr:`HostAllocator.built` says which ("prebuilt" or "jit"), :attr:`HostAllocator.extension_path` which
+file. The extension links nothing of pinbroker's: it opens the libpinbroker that :mod:`pinbroker._lib` found.
 
 Installing does not initialise CUDA (the first pinned allocation does, as in stock torch), so a program can
 install before it forks: see ``pinbroker/_autotorch/sitecustomize.py``, which installs right after
@@ -41,10 +51,11 @@ import os
 import re
 import sys
 import threading
+import time
 import warnings
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from . import _lib
+from . import _lib, _torch_ext
 
 __all__ = ["HostAllocator", "install", "install_from_env", "uninstall", "allocator_stats", "MIN_TORCH"]
 
@@ -54,20 +65,19 @@ MIN_TORCH = (2, 8)
 ENV = "PINBROKER_TORCH"
 #: Environment variable naming a directory that holds pinbroker.h, ahead of every other place.
 INCLUDE_ENV = "PINBROKER_INCLUDE_DIR"
+#: Environment variable that, set to 0, forbids building the extension at run time (no prebuilt one: an error).
+JIT_ENV = "PINBROKER_TORCH_JIT"
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SOURCE = os.path.join(_HERE, "csrc", "host_allocator.cpp")
 _LOG_TAIL_LINES = 40
 
 _lock = threading.Lock()
-_ext: Any = None
+_ext: Optional["_Loaded"] = None
 _installed: Optional["HostAllocator"] = None
 
 
-def _torch_version(v: str) -> Tuple[int, int]:
-    """(major, minor) of a torch version string ("2.11.0+cu130", "1.13.0a0"); (0, 0) if unreadable."""
-    m = re.match(r"(\d+)\.(\d+)", v)
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+_torch_version = _torch_ext.version_tuple
 
 
 def _find_include_dir() -> str:
@@ -113,45 +123,145 @@ def _check_torch() -> Any:
     return torch
 
 
-def _build(torch: Any, include_dir: str, verbose: bool) -> Any:
-    """Load the extension, building it into torch's extension cache when its sources or flags changed."""
+def _cpp_extension_load(cpp_extension: Any, name: str, include_dir: str, build_dir: str, verbose: bool) -> Any:
+    """Build (when out of date) and import the extension as module ``name`` in build_dir: the one recipe of
+    the JIT fallback and of pinbroker._build_ext, so both make the same thing (build_dir/<name>.so)."""
+    return cpp_extension.load(
+        name=name,
+        sources=[_SOURCE],
+        extra_include_paths=[include_dir],
+        extra_cflags=["-O2"],
+        extra_ldflags=["-ldl"],
+        with_cuda=True,
+        build_directory=build_dir,
+        verbose=verbose,
+        is_python_module=True,
+    )
+
+
+class _Loaded:
+    """The extension module and how this process got it: ``built`` is "prebuilt" or "jit"."""
+
+    def __init__(self, module: Any, path: str, built: str, origin: str, seconds: float, passed_over: List[str]):
+        self.module = module
+        self.path = path
+        self.built = built
+        self.origin = origin
+        self.seconds = seconds
+        self.passed_over = passed_over
+
+
+def _import_prebuilt(name: str, path: str) -> Any:
+    """Import the extension module at path (torch already imported: it links libtorch by soname)."""
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    if spec is None:
+        raise ImportError(f"no module spec for {path}")
+    module = importlib.util.module_from_spec(spec)  # dlopen and PyInit_<name>: the names must agree
+    loader.exec_module(module)
+    if not hasattr(module, "install"):
+        raise ImportError(f"{path} is not pinbroker's host allocator (it has no install())")
+    return module
+
+
+def _jit_allowed() -> bool:
+    return (os.environ.get(JIT_ENV) or "1").strip().lower() not in ("0", "no", "false", "off")
+
+
+def _find_prebuilt(want: Dict[str, Any], jit_dir: str) -> Tuple[Optional[_Loaded], List[str]]:
+    """The first prebuilt build that fits this torch and imports; and why each other one was passed over."""
+    passed_over: List[str] = []
+    t0 = time.monotonic()
+    for folder in _torch_ext.search_folders(_lib.path(), _HERE, jit_dir):
+        found, rejected = _torch_ext.find([folder], want)
+        passed_over += rejected
+        if found is None:
+            continue
+        path, origin, meta = found
+        try:
+            module = _import_prebuilt(str(meta["module"]), path)
+        except ImportError as e:  # e.g. a torch rebuilt in place under the same version: keep looking
+            passed_over.append(f"{path} ({origin}): fits, but does not import: {e}")
+            continue
+        return _Loaded(module, path, "prebuilt", origin, time.monotonic() - t0, passed_over), passed_over
+    return None, passed_over
+
+
+def _how_to_prebuild() -> str:
+    return ("`cmake --build <build dir>` builds one when torch is found at configure time "
+            "(-DPINBROKER_TORCH_EXT=ON to insist; installed into <libdir>/pinbroker/torch-ext), or "
+            "`python3 -m pinbroker._build_ext --out DIR` then $" + _torch_ext.DIR_ENV + "=DIR")
+
+
+def _load_extension(torch: Any, verbose: bool) -> _Loaded:
+    """The extension: a prebuilt one that fits this torch, else (unless $PINBROKER_TORCH_JIT=0) built now
+    with torch.utils.cpp_extension.load into the JIT folder (one per user, or $TORCH_EXTENSIONS_DIR)."""
     global _ext
     if _ext is not None:
         return _ext
+    want = _torch_ext.want(str(torch.__version__), torch.version.cuda, _torch_ext.sha256_file(_SOURCE))
+    jit_dir = os.path.join(_torch_ext.jit_root(torch.version.cuda), want["module"])
+    loaded, passed_over = _find_prebuilt(want, jit_dir)
+    if loaded is not None:
+        _ext = loaded
+        return _ext
+    why = "no prebuilt extension fits torch {} (CUDA {}, {}): {}".format(
+        want["torch"], want["cuda"], want["python"], "; ".join(passed_over) or "none found")
+    if not _jit_allowed():
+        raise RuntimeError(f"pinbroker.torch.install: {why}. ${JIT_ENV}=0 forbids building it now: "
+                           + _how_to_prebuild())
+    warnings.warn(f"pinbroker.torch: {why}. Building it now with a compiler (20-40 s, once per torch); "
+                  + _how_to_prebuild() + " ahead of time", RuntimeWarning, stacklevel=3)
+    include_dir = _find_include_dir()
     try:
         from torch.utils import cpp_extension
     except ImportError as e:
-        raise RuntimeError(f"pinbroker.torch.install: torch.utils.cpp_extension is unavailable: {e}") from None
-    major, minor = _torch_version(torch.__version__)
-    # One name per torch minor: the cache directory is shared by every torch of this Python and CUDA.
-    name = f"pinbroker_host_allocator_t{major}_{minor}"
+        raise RuntimeError(
+            f"pinbroker.torch.install: {why}, and torch.utils.cpp_extension is unavailable: {e}") from None
+    t0 = time.monotonic()
     try:
-        _ext = cpp_extension.load(
-            name=name,
-            sources=[_SOURCE],
-            extra_include_paths=[include_dir],
-            extra_cflags=["-O2"],
-            extra_ldflags=["-ldl"],
-            with_cuda=True,
-            verbose=verbose,
-        )
+        os.makedirs(jit_dir, exist_ok=True)
+        # A sidecar left by an older build must not vouch for what is being rebuilt.
+        try:
+            os.unlink(os.path.join(jit_dir, want["module"] + ".json"))
+        except FileNotFoundError:
+            pass
+        module = _cpp_extension_load(cpp_extension, want["module"], include_dir, jit_dir, verbose)
     except Exception as e:  # a compiler error, no compiler, no ninja, no CUDA headers: all say so in e
         lines = str(e).strip().splitlines()
         tail = "\n".join(lines[-_LOG_TAIL_LINES:])
         raise RuntimeError(
-            f"pinbroker.torch.install: building the host allocator extension ({_SOURCE}) failed: "
+            f"pinbroker.torch.install: {why}; building the host allocator extension ({_SOURCE}) failed: "
             f"{type(e).__name__}. It needs a C++ compiler, ninja and the CUDA headers torch {torch.__version__} "
             f"was built with (CUDA_HOME). The build log ends:\n{tail}"
         ) from e
+    path = os.path.join(jit_dir, want["module"] + ".so")
+    try:  # the next process loads this build as a prebuilt one, with no compiler
+        if os.path.isfile(path):
+            _torch_ext.write_sidecar(jit_dir, _torch_ext.sidecar(want, source=_SOURCE, built_by="jit"))
+    except OSError:
+        pass
+    _ext = _Loaded(module, path, "jit", "built now (" + jit_dir + ")", time.monotonic() - t0, passed_over)
     return _ext
 
 
 class HostAllocator:
     """The installed allocator: :meth:`stats`, :meth:`empty_cache`, :meth:`uninstall`. One per process."""
 
-    def __init__(self, ext: Any, *, library: str, socket: Optional[str], label: str, priority: int) -> None:
+    def __init__(self, ext: Any, *, library: str, socket: Optional[str], label: str, priority: int,
+                 loaded: Optional[_Loaded] = None) -> None:
         self._ext = ext
         self.library = library
+        #: The extension file this process loaded, "prebuilt" or "jit" (compiled by this process), where it
+        #: was found, the seconds finding and loading (or building) it took, and the builds passed over.
+        self.extension_path: Optional[str] = loaded.path if loaded else None
+        self.built: Optional[str] = loaded.built if loaded else None
+        self.extension_origin: Optional[str] = loaded.origin if loaded else None
+        self.extension_load_s: Optional[float] = loaded.seconds if loaded else None
+        self.extension_passed_over: List[str] = list(loaded.passed_over) if loaded else []
         self.socket = socket
         self.label = label
         self.priority = priority
@@ -269,11 +379,12 @@ def install(*, client: Union[Any, str, None] = None, label: Optional[str] = None
     ``cache_bytes``: the most freed blocks kept for reuse (default $PINBROKER_TORCH_CACHE, else a quarter of
     the uid's quota); ``cache_slack_pct``: how much larger than a request a reused block may be (default
     $PINBROKER_TORCH_CACHE_SLACK, else 0: the same page-rounded size only). ``verbose`` shows the extension's
-    build.
+    build, when no prebuilt one fits and it is built now.
 
     Idempotent: a second call returns the installed allocator (and reinstalls it after :func:`uninstall`).
-    Raises RuntimeError for torch older than 2.8, a torch without CUDA or no CUDA device, a failed build
-    (with the end of its log), no pinbroker.h, no libpinbroker, or no daemon answering.
+    Raises RuntimeError for torch older than 2.8, a torch without CUDA or no CUDA device, no prebuilt
+    extension with $PINBROKER_TORCH_JIT=0, a failed build (with the end of its log), no pinbroker.h for
+    that build, no libpinbroker, or no daemon answering.
     """
     global _installed
     torch = _check_torch()
@@ -285,7 +396,8 @@ def install(*, client: Union[Any, str, None] = None, label: Optional[str] = None
         except OSError as e:
             raise RuntimeError(f"pinbroker.torch.install: {e.strerror or e}") from e
         libpath = _lib.path() or _lib.SONAME
-        ext = _build(torch, _find_include_dir(), verbose)
+        loaded = _load_extension(torch, verbose)
+        ext = loaded.module
         socket = _socket_of(client)
         if _installed is not None:
             label = _installed.label  # one allocator per process: its label and connection stay
@@ -297,7 +409,8 @@ def install(*, client: Union[Any, str, None] = None, label: Optional[str] = None
         except RuntimeError as e:
             raise RuntimeError(str(e).splitlines()[0] if str(e) else "pinbroker.torch.install failed") from e
         if _installed is None:
-            _installed = HostAllocator(ext, library=libpath, socket=socket, label=label, priority=int(priority))
+            _installed = HostAllocator(ext, library=libpath, socket=socket, label=label, priority=int(priority),
+                                       loaded=loaded)
         _installed.priority = int(priority)
         return _installed
 

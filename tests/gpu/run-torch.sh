@@ -6,6 +6,8 @@
 # `pinctl run --no-torch` (torch's own allocator, interposed). Results go to $OUT; a table is printed last.
 #
 # usage: tests/gpu/run-torch.sh [BUILD_DIR]   (default: build-gpu)
+# BUILD_DIR configured where python3 has torch >= 2.8 with CUDA, so cmake --build prebuilt the extension
+# (PINBROKER_TORCH_EXT, BUILD_DIR/client/pinbroker-torch): the first row checks that install() loads it.
 # Exits 0 when every check passed, 1 when one failed, 77 without CUDA in torch.
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,6 +28,17 @@ for _ in $(seq 1 100); do "$PINCTL" status >/dev/null 2>&1 && break; sleep 0.1; 
 ROWS=()
 FAILED=0
 row() { ROWS+=("| $1 | $2 | $([ "$3" = 0 ] && echo pass || echo "FAIL ($3)") |"); [ "$3" = 0 ] || FAILED=1; }
+# The extension cmake --build prebuilt (PINBROKER_TORCH_EXT: $BUILD/client/pinbroker-torch, beside
+# $PINBROKER_LIBRARY): install() in a fresh process loads it, no compiler (the JIT is forbidden), within 1 s.
+PINBROKER_TORCH_JIT=0 timeout 120 python3 -c '
+import sys, time, torch
+t = time.monotonic()
+import pinbroker.torch as pbt
+a = pbt.install()
+dt = time.monotonic() - t
+print(f"{a.built} in {dt:.2f} s (extension {a.extension_load_s:.3f} s): {a.extension_path}")
+sys.exit(0 if a.built == "prebuilt" and dt <= 1.0 else 1)' >"$OUT/torch-ext-load.log" 2>&1
+row "install() in a fresh process: the prebuilt extension, ≤ 1 s" "$(tail -1 "$OUT/torch-ext-load.log" | cut -c1-160)" $?
 
 timeout 400 python3 "$SRC/python/bench/torch_alloc_check.py" --out "$OUT" >"$OUT/torch-alloc-check.log" 2>&1
 rc=$?

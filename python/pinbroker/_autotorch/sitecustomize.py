@@ -13,8 +13,8 @@ Why right after the import, and not at the first pinned allocation: torch asks a
 C++ with no Python hook in between, so the first allocation cannot be intercepted. Installing does not
 initialise CUDA (the extension captures torch's allocator and connects to the daemon; the first pinned
 allocation initialises CUDA, as in stock torch), so a program that forks workers after ``import torch`` is
-unaffected. The first run builds the extension (20-40 s on the H200 host: that first ``import torch``
-waits for it); later runs load it from torch's cache.
+unaffected. The extension is loaded prebuilt (cmake --build makes it: see pinbroker.torch_alloc); only
+where none fits this torch does the first run build it (20-40 s: that first ``import torch`` waits for it).
 
 Nothing here may break the program: every failure is a warning, and ``import torch`` still succeeds.
 """
