@@ -167,6 +167,16 @@ static bool wait_state(uint64_t id, const char *want, char *last, size_t lastlen
 			      (unsigned long long)(id), last_, (want) ? (want) : "(gone)");                    \
 	} while (0)
 
+/* Lease id is in state want now: for what a synchronous reply has already settled. */
+static void assert_state_now(uint64_t id, const char *want)
+{
+	char *st = lease_state(id);
+
+	ck_assert_msg(st && strcmp(st, want) == 0, "lease %llu: state %s, want %s", (unsigned long long)id,
+		      st ? st : "(gone)", want);
+	free(st);
+}
+
 /* Whether any line of the daemon's log since its start names lease id ("lease ID (") and says what. */
 static bool log_says_of_lease(uint64_t id, const char *what)
 {
@@ -649,7 +659,7 @@ static uint64_t raw_idle_no_revoke_lease(int fd, pid_t holder)
 	pb_status_free(s);
 	/* Before issue 25 the daemon refused this (-EBUSY): a never-revoked lease could not be idle. */
 	ck_assert_int_eq(raw_set_idle(fd, id, true), 0);
-	ASSERT_STATE(id, "idle");
+	assert_state_now(id, "idle");
 	return id;
 }
 
@@ -696,11 +706,11 @@ START_TEST(test_raw_set_idle_0_takes_a_revoked_cached_lease_back_and_it_stays_ac
 	free(ids);
 	ck_assert_msg(n == 2 && seen_id && seen_sid, "revoked %zu leases", n);
 	expect_revoke(fd, id);
-	ASSERT_STATE(id, "revoking");
+	assert_state_now(id, "revoking");
 
 	/* The holder's library took it back from its cache before the REVOKE reached it: it is in use again. */
 	ck_assert_int_eq(raw_set_idle(fd, id, false), 0);
-	ASSERT_STATE(id, "active");
+	assert_state_now(id, "active");
 	ck_assert(log_says_of_lease(id, "taken back into use"));
 
 	/* The deadline passes and the round runs (the sentinel is overdue, or gone with its SIGTERM). */
@@ -713,7 +723,7 @@ START_TEST(test_raw_set_idle_0_takes_a_revoked_cached_lease_back_and_it_stays_ac
 			break;
 		ck_assert_msg(itest_now_ms() - t0 < WAIT_MS, "the sentinel lease never went overdue");
 	}
-	ASSERT_STATE(id, "active");
+	assert_state_now(id, "active");
 	ck_assert(!log_says_of_lease(id, "overdue"));
 	ck_assert(!log_says_of_lease(id, "not given back"));
 
@@ -740,7 +750,7 @@ START_TEST(test_raw_revoked_cached_lease_left_alone_is_kept_as_in_use_never_over
 	ck_assert_uint_eq(n, 1);
 	free(ids);
 	expect_revoke(fd, id);
-	ASSERT_STATE(id, "revoking");
+	assert_state_now(id, "revoking");
 
 	/* It neither gives it back nor takes it back: past the deadline, the daemon keeps it as in use. */
 	snprintf(needle, sizeof(needle), "lease %llu (pid %d): a never-revoked lease revoked while cached",
@@ -748,15 +758,15 @@ START_TEST(test_raw_revoked_cached_lease_left_alone_is_kept_as_in_use_never_over
 	ck_assert_msg(daemon_wait_log(&d, needle, WAIT_MS), "no warning for lease %llu: %s", (unsigned long long)id,
 		      daemon_log_excerpt(&d));
 	ck_assert(log_says_of_lease(id, "kept as in use"));
-	ASSERT_STATE(id, "active");
+	assert_state_now(id, "active");
 	ck_assert(!log_says_of_lease(id, "is overdue"));
 
 	/* The holder's again: in use, an admin revoke is refused; told idle again, it is revocable again. */
 	ck_assert_int_lt(pb_admin_revoke(admin, PB_REVOKE_LEASE, id, 0, 0, NULL, NULL), 0);
 	ck_assert_int_eq(raw_set_idle(fd, id, true), 0);
-	ASSERT_STATE(id, "idle");
+	assert_state_now(id, "idle");
 	ck_assert_int_eq(raw_set_idle(fd, id, false), 0);
-	ASSERT_STATE(id, "active");
+	assert_state_now(id, "active");
 
 	ck_assert_int_eq(raw_release(fd, id), 0);
 	close(fd);
@@ -776,7 +786,7 @@ START_TEST(test_raw_registration_is_still_refused_set_idle)
 	ck_assert_int_eq(raw_acquire_flags(fd, 64 * KiB, PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY, &id),
 			 0);
 	ck_assert_int_ne(raw_set_idle(fd, id, true), 0);
-	ASSERT_STATE(id, "active");
+	assert_state_now(id, "active");
 	ck_assert_int_eq(raw_release(fd, id), 0);
 	close(fd);
 	end_clean(NULL);
