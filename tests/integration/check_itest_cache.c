@@ -31,7 +31,7 @@
 #define PAGE (4 * KiB) /* the pool's page with --hugetlb no (daemon_start's default) */
 /* Every wait here polls an event with this bound; nothing here asserts a speed. */
 #define WAIT_MS 5000
-/* Short, so the race cases see the deadline pass in well under a second. */
+/* The daemon's default deadline, short: a revoked cached lease left alone is taken back in well under a second. */
 #define DEADLINE_MS "300"
 /*
  * The deadline of the revoke that SET_IDLE 0 answers: long enough that the answer always comes first, however
