@@ -21,6 +21,13 @@ command -v promtool >/dev/null || skip "promtool not found (Debian package prome
 python3 -c 'import yaml' 2>/dev/null || skip "python3 yaml not found (Debian package python3-yaml)"
 if [ ! -x "$PINBROKERD" ] || [ ! -x "$PINCTL" ]; then fail "no $PINBROKERD or $PINCTL: build first"; fi
 
+if command -v yamllint >/dev/null; then
+	# The style of deploy/kubernetes (tests/deploy/run-k8s.sh): two spaces, lines up to 120.
+	rules='line-length: {max: 120}, document-start: disable, comments: {min-spaces-from-content: 1}'
+	yamllint -s -d "{extends: default, rules: {$rules}}" "$MON" || fail "yamllint found problems (above)"
+else
+	echo "note: yamllint not found (apt-get install yamllint): not linted"
+fi
 promtool check rules "$MON/pinbroker-alerts.yml" || fail "promtool check rules"
 # promtool resolves rule_files relative to the test file.
 promtool test rules "$MON/pinbroker-alerts.test.yml" || fail "promtool test rules"
