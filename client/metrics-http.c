@@ -26,9 +26,11 @@
 
 #include "pinbroker.h"
 
-#define HEAD_MAX_BYTES 8192     /* request line and headers; Prometheus sends about 300 bytes */
-#define DEFAULT_TIMEOUT_MS 5000 /* for the whole request head: Prometheus sends it at once */
-#define TARGET_MAX_BYTES 1024   /* longer targets are answered 404 like any other unknown path */
+#define HEAD_MAX_BYTES 8192        /* request line and headers; Prometheus sends about 300 bytes */
+#define DEFAULT_TIMEOUT_MS 5000    /* for the whole request head: Prometheus sends it at once */
+#define TARGET_MAX_BYTES 1024      /* longer targets are answered 404 like any other unknown path */
+#define LINGER_MS 1000             /* how long unread input is drained after the answer */
+#define LINGER_MAX_BYTES (1 << 20) /* and how much of it */
 #define METRICS_CTYPE "text/plain; version=0.0.4; charset=utf-8"
 
 static int64_t mono_ms(void)
@@ -208,6 +210,32 @@ static int serve_metrics(int out, const char *socket_path, bool head_only)
 	return r;
 }
 
+/*
+ * End the answer (FIN where out is a socket), then read and drop what the client still sends, for a bounded time:
+ * closing with unread input makes the kernel reset the connection, and the client may then lose the answer (a
+ * request head too large, or garbage, is exactly such a case). This is the lingering close HTTP servers do.
+ */
+static void linger_close(int in, int out)
+{
+	int64_t deadline = mono_ms() + LINGER_MS;
+	size_t total = 0;
+	char buf[4096];
+
+	(void)shutdown(out, SHUT_WR);
+	while (total < LINGER_MAX_BYTES) {
+		struct pollfd p = { .fd = in, .events = POLLIN };
+		int64_t left = deadline - mono_ms();
+		ssize_t k;
+
+		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+			break;
+		k = read(in, buf, sizeof(buf));
+		if (k <= 0)
+			break;
+		total += (size_t)k;
+	}
+}
+
 static void usage(FILE *f)
 {
 	fputs("Usage: pinbroker-metrics-http [--socket PATH] [--timeout-ms MS]\n"
@@ -265,28 +293,27 @@ int main(int argc, char **argv)
 	(void)setsockopt(STDOUT_FILENO, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)); /* fails harmlessly on a pipe */
 
 	r = read_head(STDIN_FILENO, buf, sizeof(buf), (int)timeout_ms, &len);
-	if (r == -ETIMEDOUT) {
-		respond_text(STDOUT_FILENO, 408, "Request Timeout", "", "request not received in time\n", false);
-		return 0;
-	}
-	if (r == -EMSGSIZE) {
-		respond_text(STDOUT_FILENO, 431, "Request Header Fields Too Large", "", "request head too large\n",
-			     false);
-		return 0;
-	}
 	if (r == -ENODATA)
 		return 0; /* connected and closed without a word: nothing to answer */
-	if (r < 0 || parse_request_line(buf, len, method, sizeof(method), path, sizeof(path)) < 0) {
-		respond_text(STDOUT_FILENO, 400, "Bad Request", "", "not an HTTP/1.x request\n", false);
-		return 0;
+	if (r == -ETIMEDOUT)
+		r = respond_text(STDOUT_FILENO, 408, "Request Timeout", "", "request not received in time\n", false);
+	else if (r == -EMSGSIZE)
+		r = respond_text(STDOUT_FILENO, 431, "Request Header Fields Too Large", "", "request head too large\n",
+				 false);
+	else if (r < 0 || parse_request_line(buf, len, method, sizeof(method), path, sizeof(path)) < 0)
+		r = respond_text(STDOUT_FILENO, 400, "Bad Request", "", "not an HTTP/1.x request\n", false);
+	else {
+		head_only = strcmp(method, "HEAD") == 0;
+		if (!head_only && strcmp(method, "GET") != 0)
+			r = respond_text(STDOUT_FILENO, 405, "Method Not Allowed", "Allow: GET, HEAD\r\n",
+					 "only GET and HEAD\n", false);
+		else if (strcmp(path, "/metrics") != 0)
+			r = respond_text(STDOUT_FILENO, 404, "Not Found", "", "pinbroker serves /metrics only\n",
+					 head_only);
+		else
+			r = serve_metrics(STDOUT_FILENO, socket_path, head_only);
 	}
-	head_only = strcmp(method, "HEAD") == 0;
-	if (!head_only && strcmp(method, "GET") != 0)
-		r = respond_text(STDOUT_FILENO, 405, "Method Not Allowed", "Allow: GET, HEAD\r\n",
-				 "only GET and HEAD\n", false);
-	else if (strcmp(path, "/metrics") != 0)
-		r = respond_text(STDOUT_FILENO, 404, "Not Found", "", "pinbroker serves /metrics only\n", head_only);
-	else
-		r = serve_metrics(STDOUT_FILENO, socket_path, head_only);
+	if (r == 0)
+		linger_close(STDIN_FILENO, STDOUT_FILENO);
 	return r < 0 ? 1 : 0;
 }
