@@ -2,9 +2,12 @@
 /*
  * Prometheus metrics in the text exposition format, for node_exporter's
  * textfile collector (metrics-path, written atomically every
- * metrics-interval-ms) and `pinctl metrics`. Names follow the Prometheus
- * conventions as node_exporter and dcgm-exporter use them: a pinbroker_
- * prefix, base units (_bytes), _total for counters, labels for dimensions.
+ * metrics-interval-ms), `pinctl metrics` and the HTTP endpoint
+ * (client/metrics-http.c asks for the same text). Names follow the
+ * Prometheus conventions (https://prometheus.io/docs/practices/naming/) as
+ * node_exporter and dcgm-exporter use them: a pinbroker_ prefix, base units
+ * (_bytes, _seconds, _ratio from 0 to 1), _total for counters, labels for
+ * dimensions, and no label Prometheus sets itself (job, instance).
  */
 #define _GNU_SOURCE
 #include "metrics.h"
