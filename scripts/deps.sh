@@ -23,6 +23,9 @@ if [ "${1:-}" = "--test" ]; then
 	# kubernetes-client (kubectl 1.20), unless some kubectl is already installed (another
 	# package's /usr/bin/kubectl would conflict with it).
 	command -v kubectl >/dev/null || PKGS="$PKGS kubernetes-client"
+	# promtool (in Debian's prometheus) for deploy/monitoring's rules and the daemon's metrics
+	# (tests/deploy/run-monitoring.sh, run-metrics-http.py).
+	PKGS="$PKGS prometheus"
 fi
 missing=""
 for p in $PKGS; do
@@ -38,6 +41,15 @@ if [ -n "$missing" ]; then
 	quietly "deps: apt-get install ($# packages and what they need)" "$log" \
 		apt-get install -y --no-install-recommends "$@"
 	rm -f "$log"
+	# Installing prometheus enables and starts a Prometheus server where systemd runs; the tests need only
+	# promtool, so none is left running (without systemd, policy-rc.d or no init keeps it from starting).
+	case " $missing " in
+	*" prometheus "*)
+		if [ -d /run/systemd/system ]; then
+			systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+		fi
+		;;
+	esac
 else
 	say "deps: all $(echo "$PKGS" | wc -w) packages already installed"
 fi
