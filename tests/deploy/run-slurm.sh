@@ -264,6 +264,25 @@ rm "$T/jobs/126.json"
 check "prolog exits 0" prolog 126 $U alice PINBROKER_SLURM_CGROUP_PATH='/pbtest-json/job_{job}'
 expect_rule "no JSON nor text (no such job): the default" /pbtest-json/job_126 805306368
 
+echo "== without jq, python3 reads scontrol --json the same"
+mkdir -p "$T/pybin"
+# The python3 slurmd's PATH finds (not a wrapper such as pyenv's, which needs more than this PATH).
+for py in /usr/bin/python3 /usr/local/bin/python3 "$(command -v python3)"; do [ -x "$py" ] && break; done
+ln -sf "$py" "$T/pybin/python3"
+ln -sf "$(command -v sed)" "$T/pybin/sed"
+# shellcheck disable=SC2016 # expanded by the inner sh
+got=$(sh -c '. "$1"; pb_json=$(cat "$3"); PATH=$2; command -v jq >/dev/null && exit 9
+	pb_job_json 125 && printf "%s|%s|%s|%s\n" "$pb_tpn" "$pb_tres" "$pb_nodes" "$pb_sc_comment"' \
+	sh "$LIB" "$T/pybin" "$T/jobs/125.json")
+check "python3: tres_per_node, tres_alloc_str, node_count, comment ($got)" \
+	test "$got" = "gres:gpu:1,gres:pinned:3|cpu=1,node=1,billing=1|1|"
+printf '%s\n' '{"jobs": [{"job_id": 126, "tres_per_node": "", "tres_alloc_str": "gres/pinned=4",
+	"node_count": {"set": true, "number": 2}, "comment": {"job": "pinned=5M"}}]}' >"$T/jobs/126b.json"
+# shellcheck disable=SC2016
+got=$(sh -c '. "$1"; pb_json=$(cat "$3"); PATH=$2; pb_job_json 126 && printf "%s|%s|%s|%s\n" "$pb_tpn" "$pb_tres" "$pb_nodes" "$pb_sc_comment"' \
+	sh "$LIB" "$T/pybin" "$T/jobs/126b.json")
+check "python3: node_count and comment as objects ($got)" test "$got" = "|gres/pinned=4|2|pinned=5M"
+
 echo "== PINBROKER_SLURM_GRES_UNIT: the prolog and pinbroker-gres-count.sh take the same sizes"
 srun_line 127 $U alice gres:pinned:1 >"$T/jobs/127"
 for unit in 1G 1GiB 1gib 1024M 1048576K 1073741824; do
