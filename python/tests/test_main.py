@@ -180,6 +180,7 @@ def test_permission_denied_says_permission(daemon):
     """EACCES on connect (a socket this uid may not write) is PermissionDenied naming the socket and the group,
     never 'no broker'; `python3 -m pinbroker` exits 1 with it, and doctor fails the permission check."""
     need_root()
+    os.chown(daemon.socket, 0, 0)
     os.chmod(daemon.socket, 0o660)  # owner root, group root: uid 61001 is neither
     r = run_python(textwrap.dedent(f"""
         import pinbroker
