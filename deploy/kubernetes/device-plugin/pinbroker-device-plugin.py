@@ -30,7 +30,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 
 import grpc
 
@@ -78,7 +77,7 @@ class Config:
         self.strict = env.get("DP_STRICT", "0") == "1"
         self.pinctl = env.get("PINCTL", "pinctl")
         # The endpoint is a file name in the kubelet's folder, unique to this resource.
-        self.endpoint = "pinbroker-" + self.resource.replace("/", "-") + ".sock"
+        self.endpoint = "pinbroker-" + self.resource.rsplit("/", 1)[-1] + ".sock"
         if self.poll_s <= 0:
             raise ValueError(f"DP_POLL_S must be above 0, not {env.get('DP_POLL_S')}")
 
