@@ -275,11 +275,20 @@ def main():
              lambda: rules().get(CG_A) == 2 * GIB and rules().get(CG_B) == GIB)
     ok("daemon restarted: both pods' quotas set again")
 
-    # 7. Enforcement on a real cgroup of this host (the daemon reads the client's /proc/PID/cgroup):
+    # 7. A pod the kubelet dropped from its checkpoint: its rule is cleared; the other stays.
+    write_checkpoint([entry(POD_A, "train", ids[:2])])
+    wait_for(f"the rule of {CG_B} cleared once its pod left the checkpoint", lambda: CG_B not in rules())
+    if rules().get(CG_A) != 2 * GIB:
+        fail(f"pod A's quota changed when pod B left: {rules()}")
+    ok(f"pod B gone from the checkpoint: the rule of {CG_B} cleared, pod A's kept")
+
+    # 8. Enforcement on a real cgroup of this host (the daemon reads the client's /proc/PID/cgroup):
     # a pod cgroup the plugin finds under the host's cgroup root, whose client cannot pass 2 GiB.
     real_check(env, ids)
 
-    # 8. A restarted kubelet empties its folder: the plugin registers again.
+    strict_check(env)
+
+    # 9. A restarted kubelet empties its folder: the plugin registers again.
     os.unlink(endpoint)
     try:
         registrations.get(timeout=15)
@@ -287,7 +296,7 @@ def main():
         fail("no new Register within 15 s of the plugin's socket being removed")
     ok("re-registered after the kubelet emptied its folder")
 
-    # 9. SIGTERM: exit 0, its socket gone.
+    # 10. SIGTERM: exit 0, its socket gone.
     plugin.send_signal(signal.SIGTERM)
     try:
         rc = plugin.wait(timeout=10)
@@ -297,6 +306,36 @@ def main():
         fail(f"SIGTERM: exit {rc}, socket left: {os.path.exists(endpoint)}")
     ok("SIGTERM: exit 0, socket removed")
     print("PASS: device plugin")
+
+
+def plugin_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dp", PLUGIN)
+    dp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dp)
+    return dp
+
+
+def strict_check(env):
+    """DP_STRICT=1: a PreStartContainer whose quota cannot be set fails (the container does not
+    start); without it the same call succeeds."""
+    dp = plugin_module()
+
+    class Ctx:
+        def abort(self, code, details):
+            raise RuntimeError(f"{code.name}: {details}")
+
+    req = pb.PreStartContainerRequest(devices_ids=["gib-99"])  # in no pod of the checkpoint
+    dp.make_servicer(dp.Plugin(dp.Config(env), pb, pb_grpc)).PreStartContainer(req, Ctx())
+    try:
+        dp.make_servicer(dp.Plugin(dp.Config(dict(env, DP_STRICT="1")), pb, pb_grpc)).PreStartContainer(req, Ctx())
+    except RuntimeError as e:
+        if "FAILED_PRECONDITION" not in str(e):
+            fail(f"DP_STRICT=1: PreStartContainer failed with {e}")
+        ok(f"DP_STRICT=1: PreStartContainer without a quota fails: {e}")
+        return
+    fail("DP_STRICT=1: PreStartContainer succeeded without setting a quota")
 
 
 def real_check(env, ids):
@@ -316,11 +355,7 @@ def real_check(env, ids):
     write_checkpoint([entry(POD_A, "train", ids[:2]), entry(uid, "job", ids[2:4])])
     # The running plugin looks in the fake tree: this host's tree is searched by the plugin's own
     # code, loaded here, with DP_CGROUP_ROOT=/sys/fs/cgroup.
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("dp", PLUGIN)
-    dp = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(dp)
+    dp = plugin_module()
     cfg = dp.Config(dict(env, DP_CGROUP_ROOT="/sys/fs/cgroup"))
     path = dp.pod_cgroup(cfg, uid)
     if path != rel:

@@ -155,6 +155,7 @@ class Plugin:
         self.version = 0  # bumped on every change ListAndWatch must send
         self.stopping = False
         self.quota_lock = threading.Lock()
+        self.set_paths = {}  # pod UID -> the cgroup path whose rule this plugin set
 
     def poll_budget(self):
         try:
@@ -203,7 +204,18 @@ class Plugin:
                     except RuntimeError as e:
                         log(f"pod {uid}: {e}")
                         continue
+                self.set_paths[uid] = path
                 done = done or mine
+            # A pod the kubelet dropped from its checkpoint is gone: clear its rule (the daemon
+            # also releases a rule once it saw its cgroup and the cgroup went, where it can see it).
+            for uid in [u for u in self.set_paths if u not in pods]:
+                path = self.set_paths.pop(uid)
+                if path in rules:
+                    try:
+                        pinctl(self.cfg, "quota", "clear", path)
+                        log(f"pod {uid} is gone: quota of {path} cleared")
+                    except RuntimeError as e:
+                        log(f"pod {uid} is gone: {e}")
             if device_ids is not None and not done and not any(set(device_ids) <= ids for ids in pods.values()):
                 log(f"devices {sorted(device_ids)} are not in the kubelet's checkpoint: quota not set")
             return done
