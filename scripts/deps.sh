@@ -11,9 +11,9 @@ PKGS="build-essential cmake pkg-config libev-dev libprotobuf-c-dev protobuf-c-co
 # Tests: fuzzing (clang + libFuzzer runtime), valgrind, shellcheck (tests/deploy), the booted-systemd test and the
 # Debian package test (debootstrap, systemd-nspawn, bc for their timings), groff for rendering the man pages in the
 # install test, lintian for the Debian packages (tests/system/package), the Kubernetes manifests' and patcher's tests, zsh
-# for the zsh completion test, python3-grpcio and python3-grpc-tools for the Kubernetes device plugin's test (gRPC
-# to a stand-in kubelet; stubs generated from the vendored api.proto), and the Python package's tests (Debian's python3 with CPU torch, numpy, pytest;
-# setuptools and pip to install it). git: .ci/run tests a fresh clone. util-linux (setpriv, unshare), bsdutils
+# for the zsh completion test, python3-grpcio and python3-grpc-tools for the Kubernetes device plugin's test (gRPC to a
+# stand-in kubelet, its stubs generated from the vendored api.proto), and the Python package's tests (Debian's python3
+# with CPU torch, numpy, pytest; setuptools and pip to install it). git: .ci/run tests a fresh clone. util-linux (setpriv, unshare), bsdutils
 # (script) and procps (pgrep) are named although a full Debian has them: a minimal root (debootstrap minbase)
 # may not.
 if [ "${1:-}" = "--test" ]; then

@@ -211,7 +211,7 @@ def check_patcher(where, patcher, vols, mounts, mounted_cm, patcher_src):
     check(env.get("PINBROKER_SOCKET", {}).get("value") == SOCK, f"{where}: node-patcher's PINBROKER_SOCKET is not {SOCK}")
     script_cm = mounted_cm(patcher, "/opt/pinbroker")
     check(script_cm is not None and script_cm.get("data", {}).get("node-patcher.sh") == patcher_src,
-          f"{where}: the ConfigMap at /opt/pinbroker does not hold deploy/kubernetes/node-patcher.sh")
+          f"{where}: the ConfigMap at /opt/pinbroker does not hold deploy/overlays/node-patcher/node-patcher.sh")
     check(patcher.get("command") == ["/bin/sh", "/opt/pinbroker/node-patcher.sh"], f"{where}: node-patcher's command")
 
 
