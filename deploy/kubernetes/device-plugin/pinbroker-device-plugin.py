@@ -142,6 +142,18 @@ def pod_cgroup(cfg, uid):
     return None
 
 
+def own_cgroup():
+    """This process's cgroup as it reads it (the v1 memory controller's, else the unified one)."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = [line.rstrip("\n").split(":", 2) for line in f]
+    except OSError:
+        return None
+    paths = {c: p for _, c, p in lines}
+    mem = [p for c, p in paths.items() if "memory" in c.split(",")]
+    return mem[0] if mem else paths.get("")
+
+
 class Plugin:
     """The state the gRPC handlers and the poller share, under one condition variable."""
 
@@ -298,6 +310,12 @@ def main():
         return 2
     pb, pb_grpc = load_stubs()
     plugin = Plugin(cfg, pb, pb_grpc)
+    if own_cgroup() == "/":
+        # A container whose cgroup reads "/" has a cgroup namespace of its own (cgroup v2 under
+        # containerd or CRI-O), and so, most likely, has pinbrokerd's beside it: the daemon then
+        # reads other pods' cgroups as /../.. paths and charges them to no job.
+        log("warning: this process's cgroup reads as / (a cgroup namespace of its own?): if pinbrokerd's "
+            "container has one too, the pod quotas set here do not bind (docs/kubernetes.md, the device plugin)")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
