@@ -275,6 +275,18 @@ def main():
              lambda: rules().get(CG_A) == 2 * GIB and rules().get(CG_B) == GIB)
     ok("daemon restarted: both pods' quotas set again")
 
+    # A checkpoint that does not parse (never seen from the kubelet, which renames a whole file
+    # into place) clears nothing and stops nothing.
+    with open(os.path.join(KDIR, "kubelet_internal_checkpoint"), "w") as f:
+        f.write('{"Data": {"PodDeviceEntries": [')
+    # Two polls that saw it (the plugin says so each time), then nothing may have changed.
+    wait_for("two polls reading the broken checkpoint",
+             lambda: open(plog.name).read().count("cannot read the kubelet's checkpoint") >= 2)
+    if rules().get(CG_A) != 2 * GIB or rules().get(CG_B) != GIB or plugin.poll() is not None:
+        fail(f"a checkpoint that does not parse changed the quotas or stopped the plugin: {rules()}")
+    ok("a checkpoint that does not parse: quotas kept, the plugin runs on")
+    write_checkpoint([entry(POD_A, "train", ids[:2]), entry(POD_B, "job", ids[2:3], numa=False)])
+
     # 7. A pod the kubelet dropped from its checkpoint: its rule is cleared; the other stays.
     write_checkpoint([entry(POD_A, "train", ids[:2])])
     wait_for(f"the rule of {CG_B} cleared once its pod left the checkpoint", lambda: CG_B not in rules())

@@ -96,21 +96,26 @@ def pinctl(cfg, *args):
 def checkpoint_pods(cfg):
     """{pod UID: set of our device ids} from the kubelet's checkpoint (every container of the pod;
     an init container's devices are reused by the app containers, hence a set). DeviceIDs is a
-    map of NUMA node to ids since kubelet 1.20, a list before."""
+    map of NUMA node to ids since kubelet 1.20, a list before. None when it cannot be read (not
+    "no pods": that would clear every quota)."""
+    path = os.path.join(cfg.kubelet_dir, CHECKPOINT)
     try:
-        with open(os.path.join(cfg.kubelet_dir, CHECKPOINT)) as f:
-            data = json.load(f).get("Data", {})
+        with open(path) as f:
+            data = json.load(f)["Data"]
+        pods = {}
+        for e in data.get("PodDeviceEntries") or []:
+            if e.get("ResourceName") != cfg.resource or not e.get("PodUID"):
+                continue
+            ids = e.get("DeviceIDs") or []
+            if isinstance(ids, dict):
+                ids = [i for per_numa in ids.values() for i in per_numa or []]
+            pods.setdefault(str(e["PodUID"]), set()).update(str(i) for i in ids)
+        return pods
     except FileNotFoundError:
         return {}
-    pods = {}
-    for e in data.get("PodDeviceEntries") or []:
-        if e.get("ResourceName") != cfg.resource or not e.get("PodUID"):
-            continue
-        ids = e.get("DeviceIDs") or []
-        if isinstance(ids, dict):
-            ids = [i for per_numa in ids.values() for i in per_numa or []]
-        pods.setdefault(e["PodUID"], set()).update(ids)
-    return pods
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        log(f"cannot read the kubelet's checkpoint {path}: {e!r}")
+        return None
 
 
 def pod_cgroup(cfg, uid):
@@ -194,6 +199,8 @@ class Plugin:
         another size. With device_ids, return whether the pod holding them got its quota."""
         with self.quota_lock:
             pods = checkpoint_pods(self.cfg)
+            if pods is None:
+                return False
             try:
                 rules = {r["pattern"]: r["bytes"] for r in json.loads(pinctl(self.cfg, "quota", "list", "--json"))["rules"]}
             except (RuntimeError, ValueError, KeyError, TypeError) as e:
@@ -322,8 +329,11 @@ def main():
 
     def poller():
         while not stop.is_set():
-            plugin.poll_budget()
-            plugin.reconcile_quotas()
+            try:
+                plugin.poll_budget()
+                plugin.reconcile_quotas()
+            except Exception as e:  # the poller must outlive any surprise; the next round retries
+                log(f"poll failed: {e!r}")
             stop.wait(cfg.poll_s)
 
     plugin.poll_budget()
