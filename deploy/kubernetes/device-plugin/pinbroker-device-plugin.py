@@ -118,17 +118,18 @@ def checkpoint_pods(cfg):
         return None
 
 
-def pod_cgroup(cfg, uid):
-    """The pod's cgroup path as the daemon names it (relative to the hierarchy's root: the v1
-    memory controller's on a v1 or hybrid host, else the unified one), or None if not there yet.
-    The kubelet names it pod<UID> (cgroupfs driver) or kubepods-<qos>-pod<UID with _>.slice
-    (systemd driver), under kubepods (or kubelet.slice/kubelet-kubepods.slice)."""
+def pod_cgroups(cfg):
+    """{pod UID with '_' for '-': the pod's cgroup path as the daemon names it}, from one walk of the
+    kubepods tree (relative to the hierarchy's root: the v1 memory controller's on a v1 or hybrid
+    host, else the unified one). The kubelet names a pod's cgroup pod<UID> (cgroupfs driver) or
+    kubepods-<qos>-pod<UID with _>.slice (systemd driver), under kubepods (or, in some set-ups,
+    kubelet.slice/kubelet-kubepods.slice)."""
     root = cfg.cgroup_root
     if os.path.isdir(os.path.join(root, "memory")):
         root = os.path.join(root, "memory")
-    want = ("pod" + uid).replace("-", "_")
+    found = {}
     level = [""]
-    for _ in range(4):  # kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice
+    for _ in range(4):  # kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/...-pod<UID>.slice
         nxt = []
         for rel in level:
             try:
@@ -137,14 +138,22 @@ def pod_cgroup(cfg, uid):
                 continue
             for n in names:
                 p = os.path.join(rel, n)
-                base = n[:-6] if n.endswith(".slice") else n
-                if base.replace("-", "_").endswith(want) and os.path.isdir(os.path.join(root, p)):
-                    return "/" + p
+                if not os.path.isdir(os.path.join(root, p)):
+                    continue
+                base = (n[:-6] if n.endswith(".slice") else n).replace("-", "_")
+                i = base.rfind("pod")
+                if i >= 0 and (i == 0 or base[i - 1] == "_") and len(base) - i - 3 >= 32:
+                    found[base[i + 3:]] = "/" + p
                 # Only the kubepods tree: a kube* slice or the cgroupfs driver's QoS folders.
-                if ("kube" in n or n in ("burstable", "besteffort")) and os.path.isdir(os.path.join(root, p)):
+                elif "kube" in n or n in ("burstable", "besteffort"):
                     nxt.append(p)
         level = nxt
-    return None
+    return found
+
+
+def pod_cgroup(cfg, uid):
+    """The pod's cgroup path as the daemon names it, or None if it is not there (yet)."""
+    return pod_cgroups(cfg).get(uid.replace("-", "_"))
 
 
 def own_cgroup():
@@ -208,9 +217,10 @@ class Plugin:
                     log(f"cannot read the daemon's quotas, none set now: {e}")
                 return False
             done = device_ids is None
+            cgroups = pod_cgroups(self.cfg) if pods else {}
             for uid, ids in sorted(pods.items()):
                 mine = device_ids is not None and set(device_ids) <= ids
-                path = pod_cgroup(self.cfg, uid)
+                path = cgroups.get(uid.replace("-", "_"))
                 if path is None:
                     if mine:
                         log(f"pod {uid}: no cgroup named for it under {self.cfg.cgroup_root} yet: quota not set")
