@@ -68,7 +68,7 @@ int cmd_doctor(int argc, char **argv)
 			return ret;
 	}
 	if (optind != argc)
-		return usage_error("doctor takes no arguments");
+		return usage_error("takes no arguments (got '%s')", argv[optind]);
 	d = calloc(1, sizeof(*d));
 	if (!d) {
 		fprintf(stderr, "pinctl doctor: out of memory\n");
