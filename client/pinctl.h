@@ -2,7 +2,8 @@
 /*
  * pinctl's private header: what every command shares (pinctl-cli.c), and the commands main dispatches to.
  * The rooms, each calling only those below it: pinctl.c (main) -> the commands (pinctl-cmd.c, -top.c,
- * -run.c, -quota.c, -doctor.c) -> pinctl-cli.c -> pinctl-output.c and pinctl-help.c.
+ * -run.c, -quota.c, -doctor.c) -> pinctl-cli.c -> pinctl-fields.c (the script forms) -> pinctl-output.c,
+ * and pinctl-help.c.
  */
 #pragma once
 
