@@ -140,8 +140,8 @@ int cmd_quota(int argc, char **argv)
 	}
 	cgroup = argv[optind + 1];
 	if (cgroup[0] != '/')
-		return quota_usage("%s: '%s' is not a cgroup path; write it as /proc/PID/cgroup does, from /",
-				   verb, cgroup);
+		return quota_usage("%s: '%s' is not a cgroup path; write it as /proc/PID/cgroup does, from /", verb,
+				   cgroup);
 	if (revoke)
 		flags |= PB_QUOTA_REVOKE;
 

@@ -218,8 +218,7 @@ int cmd_top(int argc, char **argv)
 			errno = 0;
 			interval_s = strtod(optarg, &end);
 			if (errno || *end || end == optarg || !(interval_s >= 0.1 && interval_s <= TOP_MAX_INTERVAL_S))
-				return usage_error("--interval: not a number of seconds from 0.1 to 3600: %s",
-						   optarg);
+				return usage_error("--interval: not a number of seconds from 0.1 to 3600: %s", optarg);
 			break;
 		case '1':
 			once = true;

@@ -83,7 +83,7 @@ int main(int argc, char **argv)
 			if (n >= 2 && strcmp(sub[1], "-h") == 0)
 				return command_help(sub[0], stdout);
 			pinctl_command_set(sub[0]); /* its usage errors point to its help */
-			optind = 0; /* full getopt re-initialisation for the command's own options */
+			optind = 0;                 /* full getopt re-initialisation for the command's own options */
 			return commands[i].run(n, sub);
 		}
 	}
