@@ -8,6 +8,10 @@
  * new registrant is thus charged only the pages no live one covers; when one leaves, each page it carried
  * goes to the oldest registrant still covering it (a move), or, covered by none, stops being charged.
  * A registrant is never charged for a page outside its own range.
+ *
+ * The backing is the client's word (its /proc/self/maps), as a registration's size already is: a client
+ * that names another's file only lowers its own charge, which it could do by not registering at all, and
+ * it can never raise another registrant's, since nobody carries a page outside its own range.
  */
 #pragma once
 
