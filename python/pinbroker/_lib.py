@@ -125,6 +125,18 @@ class LeaseInfoJob(ctypes.Structure):
     _fields_ = LeaseInfoNuma._fields_ + [("job", ctypes.c_char_p)]
 
 
+class LeaseInfoSharedMemory(ctypes.Structure):
+    """struct pb_lease_info of a library that charges shared-memory registrations once
+    (pb_lease_shared_memory): the row's charge and the registrations of the same file."""
+
+    _fields_ = LeaseInfoJob._fields_ + [
+        ("charged_bytes", ctypes.c_uint64),
+        ("registrants", ctypes.c_uint32),
+        ("n_registrant_pids", ctypes.c_size_t),
+        ("registrant_pids", ctypes.c_int32 * PB_LEASE_INFO_PIDS),
+    ]
+
+
 class SignalInfo(ctypes.Structure):
     """struct pb_signal_info."""
 
@@ -414,6 +426,8 @@ def has_numa() -> bool:
 
 def row_types() -> Tuple[type, type]:
     """(client row struct, lease row struct) of the loaded library."""
+    if hasattr(load(), "pb_lease_shared_memory"):
+        return (ClientInfoRegistration, LeaseInfoSharedMemory)
     if hasattr(load(), "pb_quota_list"):
         return (ClientInfoRegistration, LeaseInfoJob)
     if has_numa():

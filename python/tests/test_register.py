@@ -93,3 +93,31 @@ def test_lease_rows_of_several_leases_read_back_whole(client):
     finally:
         for lease in leases:
             lease.release()
+
+
+def test_shared_memory_registered_twice_is_charged_once(daemon):
+    # Two connections (two ranks' worth) register one MAP_SHARED memfd region: one charge, two registrants.
+    fd = os.memfd_create("kv-offload")
+    os.ftruncate(fd, 4 * MiB)
+    m = mmap.mmap(fd, 4 * MiB, flags=mmap.MAP_SHARED)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    a, b = daemon.connect(), daemon.connect()
+    try:
+        ra = a.register(addr, 4 * MiB, label="rank0", cuda=False)
+        rb = b.register(addr, 4 * MiB, label="rank1", cuda=False)
+        st = a.status(leases=True)
+        assert st["registered_bytes"] == 4 * MiB and st["leased_bytes"] == 4 * MiB
+        rows = {r["id"]: r for r in st["leases"]}
+        assert rows[ra.id]["registrants"] == 2 and rows[rb.id]["registrants"] == 2
+        assert rows[ra.id]["charged_bytes"] == 4 * MiB and rows[rb.id]["charged_bytes"] == 0
+        assert sorted(rows[ra.id]["registrant_pids"]) == [os.getpid(), os.getpid()]
+        ra.unregister()
+        st = a.status(leases=True)
+        assert st["registered_bytes"] == 4 * MiB
+        assert [r["charged_bytes"] for r in st["leases"] if r["id"] == rb.id] == [4 * MiB]
+        rb.unregister()
+        assert a.status()["registered_bytes"] == 0
+    finally:
+        a.close()
+        b.close()
+        os.close(fd)

@@ -132,6 +132,19 @@ static void rank_unregister(struct rank *r)
 	ck_assert_int_eq(itest_hear(r->rep, 30), 'd');
 }
 
+/* The status row of a rank's registration: (charged bytes, registrants); the test fails if it is missing. */
+static void rank_row(const struct rank *r, uint64_t *charged, uint32_t *registrants)
+{
+	struct pb_status *s = itest_status(d.socket);
+	const struct pb_lease_info *row = itest_lease_row(s, r->lease_id);
+
+	ck_assert_ptr_nonnull(row);
+	ck_assert_int_eq(row->registration, 1);
+	*charged = row->charged_bytes;
+	*registrants = row->registrants;
+	pb_status_free(s);
+}
+
 static void rank_end(struct rank *r)
 {
 	if (r->pid > 0)
@@ -175,10 +188,30 @@ START_TEST(test_four_ranks_of_one_shm_region_are_charged_once_until_the_last_goe
 	/* A fifth registering half of it adds no page. */
 	rank_start(&r[4], 0, name, -1, REGION / 4, REGION / 2);
 	ck_assert_uint_eq(registered_now(), REGION);
+	/* One row carries the region (the first registrant's); each row names the five registrations. */
+	for (int i = 0; i < 5; i++) {
+		uint64_t charged;
+		uint32_t n;
+
+		rank_row(&r[i], &charged, &n);
+		ck_assert_uint_eq(charged, i == 0 ? REGION : 0);
+		ck_assert_uint_eq(n, 5);
+	}
+	itest_pinctl_says(&d, 0, "leases", "shared registration: 5 registrants (pid ", "charged here 64 MiB",
+			  "charged here 0 B", NULL);
 	/* Releases in a mixed order, the first registrant (rank 0, which carries the charge) among the first. */
 	for (int i = 0; i < 5; i++) {
 		rank_unregister(&r[order[i]]);
 		ck_assert_uint_eq(registered_now(), i < 4 ? REGION : 0);
+		/* After rank 2 and rank 0 went, rank 1 is the oldest: the whole charge is on its row. */
+		if (i == 1) {
+			uint64_t charged;
+			uint32_t n;
+
+			rank_row(&r[1], &charged, &n);
+			ck_assert_uint_eq(charged, REGION);
+			ck_assert_uint_eq(n, 3);
+		}
 	}
 	for (int i = 0; i < 5; i++)
 		rank_end(&r[i]);
@@ -224,6 +257,15 @@ START_TEST(test_private_memory_registered_by_two_processes_is_charged_twice)
 	rank_start(&r[0], 0, NULL, -1, 0, 8 * MiB);
 	rank_start(&r[1], 0, NULL, -1, 0, 8 * MiB);
 	ck_assert_uint_eq(registered_now(), 16 * MiB);
+	/* Not shared memory: each row carries its own bytes and names no registrants. */
+	for (int i = 0; i < 2; i++) {
+		uint64_t charged;
+		uint32_t n;
+
+		rank_row(&r[i], &charged, &n);
+		ck_assert_uint_eq(charged, 8 * MiB);
+		ck_assert_uint_eq(n, 0);
+	}
 	rank_unregister(&r[0]);
 	ck_assert_uint_eq(registered_now(), 8 * MiB);
 	rank_unregister(&r[1]);
@@ -239,7 +281,7 @@ START_TEST(test_two_uids_registering_one_file_are_charged_once)
 	struct pb_status *s;
 	int fd = make_memfd();
 	char *out = NULL;
-	char ida[32], idb[32];
+	char ida[64], idb[64];
 
 	rank_start(&a, UID_A, NULL, fd, 0, REGION);
 	rank_start(&b, UID_B, NULL, fd, 0, REGION);
@@ -250,26 +292,35 @@ START_TEST(test_two_uids_registering_one_file_are_charged_once)
 	ck_assert_ptr_nonnull(itest_lease_row(s, b.lease_id));
 	ck_assert_uint_eq(itest_lease_row(s, a.lease_id)->uid, UID_A);
 	ck_assert_uint_eq(itest_lease_row(s, b.lease_id)->uid, UID_B);
+	/* Charged once, to the first registrant's uid; both rows name both registrations. */
+	ck_assert_uint_eq(itest_lease_row(s, a.lease_id)->charged_bytes, REGION);
+	ck_assert_uint_eq(itest_lease_row(s, b.lease_id)->charged_bytes, 0);
+	ck_assert_uint_eq(itest_lease_row(s, a.lease_id)->registrants, 2);
+	ck_assert_uint_eq(itest_lease_row(s, a.lease_id)->n_registrant_pids, 2);
 	pb_status_free(s);
-	/* Each uid sees its own row, not the other's. */
-	snprintf(ida, sizeof(ida), "%llu", (unsigned long long)a.lease_id);
-	snprintf(idb, sizeof(idb), "%llu", (unsigned long long)b.lease_id);
+	/* Each uid sees its own row, not the other's, nor the other's pid among the registrants. */
+	snprintf(ida, sizeof(ida), "\"registrant_pids\":[%d]", (int)a.pid);
+	snprintf(idb, sizeof(idb), "\"registrant_pids\":[%d]", (int)b.pid);
 	ck_assert_int_eq(pinctl_as(&d, UID_A, &out, "leases --json"), 0);
 	ck_assert_msg(strstr(out, "\"uid\":61001") && !strstr(out, "\"uid\":61002"), "uid A saw: %s", out);
+	ck_assert_msg(strstr(out, ida) && strstr(out, "\"registrants\":2"), "uid A saw: %s", out);
 	free(out);
 	ck_assert_int_eq(pinctl_as(&d, UID_B, &out, "leases --json"), 0);
 	ck_assert_msg(strstr(out, "\"uid\":61002") && !strstr(out, "\"uid\":61001"), "uid B saw: %s", out);
+	ck_assert_msg(strstr(out, idb) && strstr(out, "\"charged_bytes\":0,"), "uid B saw: %s", out);
 	free(out);
-	/* A lets go first: its charge passes to B, still once. */
+	/* A lets go first: its charge passes to B (its uid and job), still once. */
 	rank_unregister(&a);
 	ck_assert_uint_eq(registered_now(), REGION);
+	s = itest_status(d.socket);
+	ck_assert_uint_eq(itest_lease_row(s, b.lease_id)->charged_bytes, REGION);
+	ck_assert_uint_eq(itest_lease_row(s, b.lease_id)->registrants, 1);
+	pb_status_free(s);
 	rank_unregister(&b);
 	ck_assert_uint_eq(registered_now(), 0);
 	rank_end(&a);
 	rank_end(&b);
 	close(fd);
-	(void)ida;
-	(void)idb;
 }
 END_TEST
 
