@@ -174,6 +174,12 @@ struct acquire_args {
 
 /* Queued reply packets duplicate their fds; this many may be queued over all connections. */
 #define BROKER_QUEUED_FDS_MAX 1024
+/*
+ * Registrations of one shared file recorded as its registrants (backing.h's work per call grows with the
+ * square of their number): beyond this many, a registration of the file is charged in full, as one of
+ * private memory is. Ranks of one server are a handful; this bounds what a client could make a call cost.
+ */
+#define BROKER_BACKING_REGISTRANTS_MAX 256
 /* Below this many chunks the daemon could not serve a useful load; the limits are clamped up to it. */
 #define BROKER_CHUNK_CAPACITY_MIN 64
 

@@ -874,6 +874,27 @@ START_TEST(test_shared_registrations_are_charged_once_and_the_charge_moves_to_th
 }
 END_TEST
 
+START_TEST(test_registrants_of_one_file_are_bounded_and_the_rest_charged_in_full)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+	struct lease *l;
+
+	b->max_no_revoke_per_uid_bytes = 64 * MIB;
+	for (int i = 0; i < BROKER_BACKING_REGISTRANTS_MAX; i++) {
+		ck_assert_int_eq(acquire_backed(b, UID_A, &conn_a, 9, 0, 4096, &l), 0);
+		ck_assert(l->backed);
+	}
+	ck_assert_uint_eq(b->registered_bytes, 4096);
+	/* One more of the same file: not recorded as a registrant, charged as private memory would be. */
+	ck_assert_int_eq(acquire_backed(b, UID_A, &conn_a, 9, 0, 4096, &l), 0);
+	ck_assert(!l->backed);
+	ck_assert_uint_eq(l->charged_bytes, 4096);
+	ck_assert_uint_eq(b->registered_bytes, 2 * 4096);
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
 CHECK_SUITE(broker_suite, "broker", "core", NULL, NULL, 60, test_acquire_rounds_to_page_size_and_charges_exactly,
 	    test_acquire_of_zero_or_overflowing_size_is_invalid, test_acquire_passes_budget_refusals_through,
 	    test_acquire_when_tight_lends_only_from_the_idle_pool,
@@ -893,6 +914,7 @@ CHECK_SUITE(broker_suite, "broker", "core", NULL, NULL, 60, test_acquire_rounds_
 	    test_registration_is_charged_without_pool_memory_and_never_revoked,
 	    test_revoke_deadline_floor_applies_to_non_admins_only, test_holder_revoke_never_signals_another_uid,
 	    test_held_fds_meet_the_chunk_caps, test_never_revoked_bytes_are_capped_per_uid,
-	    test_shared_registrations_are_charged_once_and_the_charge_moves_to_the_oldest_left)
+	    test_shared_registrations_are_charged_once_and_the_charge_moves_to_the_oldest_left,
+	    test_registrants_of_one_file_are_bounded_and_the_rest_charged_in_full)
 
 CHECK_MAIN(broker_suite)
