@@ -324,6 +324,39 @@ START_TEST(test_two_uids_registering_one_file_are_charged_once)
 }
 END_TEST
 
+/*
+ * Wire compatibility: a client older than the backing field sends a registration without it (raw, as an old
+ * library would). The daemon charges it in full beside the region's one charge, as before this change.
+ */
+START_TEST(test_a_registration_without_backing_is_charged_per_call)
+{
+	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Acquire acq = PINBROKER__V1__ACQUIRE__INIT;
+	struct rank r;
+	char msg[256];
+	int fd = make_memfd(), raw;
+
+	rank_start(&r, 0, NULL, fd, 0, REGION);
+	raw = raw_connect(d.socket);
+	ck_assert_int_ge(raw, 0);
+	ck_assert_int_eq(raw_hello(raw), 0);
+	acq.size = REGION;
+	acq.has_flags = true;
+	acq.flags = PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY |
+		    PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
+	req.acquire = &acq;
+	ck_assert_int_eq(raw_call(raw, &req, 2, msg, sizeof(msg), 5000), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_uint_eq(registered_now(), 2 * REGION);
+	/* Each goes on its own: the region's charge with its registrant, the unbacked one with its own. */
+	rank_unregister(&r);
+	ck_assert_uint_eq(registered_now(), REGION);
+	rank_end(&r);
+	close(raw); /* its registration is held until this process exits (a registration's exit hold) */
+	close(fd);
+}
+END_TEST
+
 /* The refusal, at test scale: 4 ranks of a 64 MiB region under a 100 MiB budget all register. */
 START_TEST(test_four_ranks_fit_a_budget_below_four_regions)
 {
@@ -355,6 +388,7 @@ static Suite *suite(void)
 		   test_a_killed_rank_takes_only_its_own_share,
 		   test_private_memory_registered_by_two_processes_is_charged_twice,
 		   test_two_uids_registering_one_file_are_charged_once,
+		   test_a_registration_without_backing_is_charged_per_call,
 		   test_four_ranks_fit_a_budget_below_four_regions);
 	return s;
 }
