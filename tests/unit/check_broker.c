@@ -9,6 +9,7 @@
 
 #include "broker.h"
 #include "config.h"
+#include "jobs.h"
 #include "budget.h"
 #include "lease.h"
 #include "pool.h"
@@ -874,6 +875,57 @@ START_TEST(test_shared_registrations_are_charged_once_and_the_charge_moves_to_th
 }
 END_TEST
 
+/* Job accounting follows the same rule: the region is charged once, to the job of its oldest registrant. */
+START_TEST(test_a_shared_region_is_charged_to_one_job_and_moves_with_its_pages)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+	struct job_cgroup *cga, *cgb;
+	struct lease *a, *bb;
+	struct acquire_args args = {
+		.gid = UID_A,
+		.pid = 1234,
+		.size = 16 * MIB,
+		.label = "shm",
+		.registration = true,
+		.now_ms = 1000,
+		.backed = true,
+		.backing_dev = 1,
+		.backing_ino = 11,
+	};
+
+	b->max_no_revoke_per_uid_bytes = 64 * MIB;
+	ck_assert_int_eq(jobs_new(&b->jobs), 0);
+	ck_assert_int_eq(jobs_cgroup_get(b->jobs, "/slurm/job_1", &cga), 0);
+	ck_assert_int_eq(jobs_cgroup_get(b->jobs, "/slurm/job_2", &cgb), 0);
+	args.uid = UID_A;
+	args.owner = &conn_a;
+	args.cgroup = cga;
+	ck_assert_int_eq(broker_acquire(b, &args, &a), 0);
+	args.uid = UID_B;
+	args.owner = &conn_b;
+	args.cgroup = cgb;
+	ck_assert_int_eq(broker_acquire(b, &args, &bb), 0);
+	ck_assert_uint_eq(cga->bytes, 16 * MIB);
+	ck_assert_uint_eq(cgb->bytes, 0);
+	ck_assert_uint_eq(cga->job->bytes + cgb->job->bytes, 16 * MIB);
+	ck_assert_uint_eq(cgb->leases, 1); /* a lease of the job all the same */
+	/* Job 1's rank ends: job 2's rank still maps the region and now carries it. */
+	broker_free_lease(b, a);
+	ck_assert_uint_eq(cga->bytes, 0);
+	ck_assert_uint_eq(cgb->bytes, 16 * MIB);
+	ck_assert_uint_eq(cgb->job->bytes, 16 * MIB);
+	check_books(b);
+	broker_free_lease(b, bb);
+	ck_assert_uint_eq(cgb->bytes, 0);
+	ck_assert_uint_eq(cgb->leases, 0);
+	jobs_cgroup_put(b->jobs, cga);
+	jobs_cgroup_put(b->jobs, cgb);
+	jobs_free(b->jobs);
+	b->jobs = NULL;
+	free_broker(b);
+}
+END_TEST
+
 START_TEST(test_registrants_of_one_file_are_bounded_and_the_rest_charged_in_full)
 {
 	struct broker *b = new_broker(64 * MIB, 0, 0);
@@ -915,6 +967,7 @@ CHECK_SUITE(broker_suite, "broker", "core", NULL, NULL, 60, test_acquire_rounds_
 	    test_revoke_deadline_floor_applies_to_non_admins_only, test_holder_revoke_never_signals_another_uid,
 	    test_held_fds_meet_the_chunk_caps, test_never_revoked_bytes_are_capped_per_uid,
 	    test_shared_registrations_are_charged_once_and_the_charge_moves_to_the_oldest_left,
+	    test_a_shared_region_is_charged_to_one_job_and_moves_with_its_pages,
 	    test_registrants_of_one_file_are_bounded_and_the_rest_charged_in_full)
 
 CHECK_MAIN(broker_suite)
