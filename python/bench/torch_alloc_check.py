@@ -279,6 +279,45 @@ def main() -> int:
         checks.add("CUDA graph capture and replay work with the allocator installed", False,
                    f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
 
+    # -- a fallback is counted: pinned memory torch's own allocator takes during a graph capture is reported to
+    #    the daemon as unbrokered (no interposer in this process to count it)
+    try:
+        s0 = alloc.stats()
+        side = torch.cuda.Stream()
+        g2 = torch.cuda.CUDAGraph()
+        xg = torch.ones(1 << 16, device="cuda")
+        with torch.cuda.graph(g2, stream=side):
+            yg = xg + 1
+            hp = torch.empty(4 << 20, dtype=torch.uint8, pin_memory=True)
+        s1 = alloc.stats()
+        unbrokered = int(client.status().get("unbrokered_bytes", 0))
+        checks.add("a fallback's pinned bytes are reported as unbrokered",
+                   s1["fallbacks"] > s0["fallbacks"] and s1["unbrokered_reported_bytes"] >= (4 << 20)
+                   and unbrokered >= (4 << 20),
+                   f"fallbacks {s0['fallbacks']} -> {s1['fallbacks']} ({s1['last_fallback']}), reported "
+                   f"{s1['unbrokered_reported_bytes']} B, daemon's unbrokered {unbrokered} B")
+        del g2, xg, yg, hp
+    except Exception as e:
+        checks.add("a fallback's pinned bytes are reported as unbrokered", False,
+                   f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+
+    # -- the cache of freed blocks: the same size again is the same block, without a new lease
+    s0 = alloc.stats()
+    t1 = torch.empty(3_000_001, dtype=torch.uint8, pin_memory=True)
+    p1 = t1.data_ptr()
+    del t1
+    t2 = torch.empty(3_000_001, dtype=torch.uint8, pin_memory=True)
+    s1 = alloc.stats()
+    checks.add("a freed block is reused for the same size", t2.data_ptr() == p1
+               and s1["cache_hits"] >= s0["cache_hits"] + 1, f"same address {t2.data_ptr() == p1}, cache_hits "
+               f"{s0['cache_hits']} -> {s1['cache_hits']}, cap {s1['cache_cap_bytes']} B")
+    t3 = torch.empty(3_000_001 + page, dtype=torch.uint8, pin_memory=True)
+    s2 = alloc.stats()
+    checks.add("a different page-rounded size is a new lease (slack 0)", t3.data_ptr() != p1
+               and s2["cache_misses"] >= s1["cache_misses"] + 1, f"cache_misses {s1['cache_misses']} -> "
+               f"{s2['cache_misses']}")
+    del t2, t3
+
     # -- everything back after del + empty_cache
     del x, back, dev, pm, want, src
     gc.collect()

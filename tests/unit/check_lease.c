@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests for the lease table: ids, lookup, id-order walks, cursors, per-state counters, every state edge, revoke order, and a model test against a plain reference. */
+/* Unit tests for the lease table: ids, lookup, id-order walks, cursors, per-state counters, every state edge, revoke order (never-revoked leases while cached included), and a model test against a plain reference. */
 #include <check.h>
 #include <errno.h>
 #include <signal.h>
@@ -324,6 +324,195 @@ START_TEST(test_revoke_order_of_empty_table_is_empty)
 
 	ck_assert_int_eq(lease_revoke_order(t, &order, &n), 0);
 	ck_assert_uint_eq(n, 0);
+	free(order);
+	lease_table_free(t);
+}
+END_TEST
+
+/*
+ * Issue 25: a never-revoked lease (no_revoke, not a registration) may be revoked only while its library keeps it
+ * cached (IDLE); a registration never. Every other lease is revocable while ACTIVE or IDLE. Written from the
+ * issue, not from lease_revocable: a registration is always no_revoke, so (registration, !no_revoke) is no row.
+ */
+static bool expected_revocable(enum lease_state s, bool no_revoke, bool registration)
+{
+	if (registration)
+		return false;
+	if (no_revoke)
+		return s == LEASE_IDLE;
+	return s == LEASE_ACTIVE || s == LEASE_IDLE;
+}
+
+START_TEST(test_revocable_for_each_state_no_revoke_and_registration)
+{
+	static const struct {
+		bool no_revoke, registration;
+	} kinds[] = { { false, false }, { true, false }, { true, true } };
+	unsigned ntrue = 0;
+
+	for (int s = 0; s < LEASE__STATE_MAX; s++)
+		for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+			struct lease l = { .state = s,
+					   .no_revoke = kinds[k].no_revoke,
+					   .registration = kinds[k].registration };
+			bool want = expected_revocable(s, kinds[k].no_revoke, kinds[k].registration);
+
+			ck_assert_msg(lease_revocable(&l) == want, "%s, no_revoke %d, registration %d: want %d",
+				      lease_state_name(s), kinds[k].no_revoke, kinds[k].registration, want);
+			ntrue += want;
+		}
+	/* Plain: ACTIVE and IDLE; never-revoked: IDLE; registration: none. */
+	ck_assert_uint_eq(ntrue, 3);
+}
+END_TEST
+
+/* A never-revoked lease of t, revoked while idle: IDLE then REVOKING (and OVERDUE when overdue). */
+static struct lease *revoked_no_revoke(struct lease_table *t, uint64_t bytes, bool overdue)
+{
+	struct lease *l = add(t, 1, bytes, LEASE_PRIO_NORMAL, 10);
+
+	l->no_revoke = true;
+	ck_assert_int_eq(lease_set_state(l, LEASE_IDLE, 20), 0);
+	ck_assert_int_eq(lease_set_state(l, LEASE_REVOKING, 30), 0);
+	l->deadline_ms = 5030;
+	l->revoke_by_holder = true;
+	if (overdue)
+		ck_assert_int_eq(lease_set_state(l, LEASE_OVERDUE, 5040), 0);
+	return l;
+}
+
+START_TEST(test_cancel_revoke_puts_a_never_revoked_lease_back_to_active_and_moves_its_counts)
+{
+	struct lease_table *t = new_table();
+	struct lease *other = add(t, 1, 1 * MIB, LEASE_PRIO_NORMAL, 0);
+	struct lease *rv = revoked_no_revoke(t, 2 * MIB, false), *od = revoked_no_revoke(t, 4 * MIB, true);
+
+	ck_assert_ptr_nonnull(other);
+	ck_assert_uint_eq(lease_state_count(t, LEASE_ACTIVE), 1);
+	ck_assert_uint_eq(lease_state_bytes(t, LEASE_ACTIVE), 1 * MIB);
+	ck_assert_uint_eq(lease_state_count(t, LEASE_REVOKING), 1);
+	ck_assert_uint_eq(lease_state_bytes(t, LEASE_REVOKING), 2 * MIB);
+	ck_assert_uint_eq(lease_state_count(t, LEASE_OVERDUE), 1);
+	ck_assert_uint_eq(lease_state_bytes(t, LEASE_OVERDUE), 4 * MIB);
+
+	/* From REVOKING: the holder's library took it back from its cache before the REVOKE reached it. */
+	ck_assert_int_eq(lease_cancel_revoke(rv, 900), 0);
+	ck_assert_int_eq(rv->state, LEASE_ACTIVE);
+	ck_assert_uint_eq(rv->deadline_ms, 0);
+	ck_assert(!rv->revoke_by_holder);
+	ck_assert_uint_eq(rv->last_used_ms, 900);
+	ck_assert_uint_eq(lease_state_count(t, LEASE_REVOKING), 0);
+	ck_assert_uint_eq(lease_state_bytes(t, LEASE_REVOKING), 0);
+	ck_assert_uint_eq(lease_state_count(t, LEASE_ACTIVE), 2);
+	ck_assert_uint_eq(lease_state_bytes(t, LEASE_ACTIVE), 3 * MIB);
+
+	/* From OVERDUE: never enforced against, it is in use again. */
+	ck_assert_int_eq(lease_cancel_revoke(od, 950), 0);
+	ck_assert_int_eq(od->state, LEASE_ACTIVE);
+	ck_assert_uint_eq(od->deadline_ms, 0);
+	ck_assert(!od->revoke_by_holder);
+	ck_assert_uint_eq(od->last_used_ms, 950);
+	ck_assert_uint_eq(lease_state_count(t, LEASE_OVERDUE), 0);
+	ck_assert_uint_eq(lease_state_bytes(t, LEASE_OVERDUE), 0);
+	ck_assert_uint_eq(lease_state_count(t, LEASE_ACTIVE), 3);
+	ck_assert_uint_eq(lease_state_bytes(t, LEASE_ACTIVE), 7 * MIB);
+
+	/* Back in use, it is not revocable again until its library caches it again (IDLE). */
+	ck_assert(!lease_revocable(rv));
+	ck_assert_int_eq(lease_set_state(rv, LEASE_IDLE, 1000), 0);
+	ck_assert(lease_revocable(rv));
+	/* Removing it afterwards leaves every counter at what the remaining leases hold. */
+	lease_remove(t, rv);
+	lease_remove(t, od);
+	ck_assert_uint_eq(lease_state_count(t, LEASE_ACTIVE), 1);
+	ck_assert_uint_eq(lease_state_bytes(t, LEASE_ACTIVE), 1 * MIB);
+	ck_assert_uint_eq(lease_state_count(t, LEASE_IDLE), 0);
+	ck_assert_uint_eq(lease_state_bytes(t, LEASE_IDLE), 0);
+	lease_table_free(t);
+}
+END_TEST
+
+START_TEST(test_cancel_revoke_refuses_revocable_leases_registrations_and_other_states)
+{
+	struct lease_table *t = new_table();
+	struct lease *plain = add(t, 1, 1 * MIB, LEASE_PRIO_NORMAL, 0), *reg = add(t, 1, 2 * MIB, LEASE_PRIO_NORMAL, 0);
+	size_t active, revoking;
+	uint64_t active_b, revoking_b;
+
+	/* A revocable lease revoked stays revoked ("revoked leases never come back"), REVOKING or OVERDUE. */
+	ck_assert_int_eq(lease_set_state(plain, LEASE_REVOKING, 1), 0);
+	ck_assert_int_eq(lease_cancel_revoke(plain, 5), -EINVAL);
+	ck_assert_int_eq(plain->state, LEASE_REVOKING);
+	ck_assert_int_eq(lease_set_state(plain, LEASE_OVERDUE, 2), 0);
+	ck_assert_int_eq(lease_cancel_revoke(plain, 5), -EINVAL);
+	ck_assert_int_eq(plain->state, LEASE_OVERDUE);
+	/* A registration (always no_revoke) is never cached, so never revoked from a cache. */
+	reg->no_revoke = true;
+	reg->registration = true;
+	ck_assert_int_eq(lease_set_state(reg, LEASE_REVOKING, 1), 0);
+	active = lease_state_count(t, LEASE_ACTIVE);
+	active_b = lease_state_bytes(t, LEASE_ACTIVE);
+	revoking = lease_state_count(t, LEASE_REVOKING);
+	revoking_b = lease_state_bytes(t, LEASE_REVOKING);
+	ck_assert_int_eq(lease_cancel_revoke(reg, 5), -EINVAL);
+	ck_assert_int_eq(reg->state, LEASE_REVOKING);
+	/* Nothing moved. */
+	ck_assert_uint_eq(lease_state_count(t, LEASE_ACTIVE), active);
+	ck_assert_uint_eq(lease_state_bytes(t, LEASE_ACTIVE), active_b);
+	ck_assert_uint_eq(lease_state_count(t, LEASE_REVOKING), revoking);
+	ck_assert_uint_eq(lease_state_bytes(t, LEASE_REVOKING), revoking_b);
+
+	/* A never-revoked lease in any state but REVOKING/OVERDUE: nothing to cancel. */
+	for (int s = 0; s < LEASE__STATE_MAX; s++) {
+		struct lease l = { .state = s, .no_revoke = true, .last_used_ms = 7, .deadline_ms = 3 };
+
+		if (s == LEASE_REVOKING || s == LEASE_OVERDUE) {
+			ck_assert_int_eq(lease_cancel_revoke(&l, 9), 0);
+			ck_assert_int_eq(l.state, LEASE_ACTIVE);
+			continue;
+		}
+		ck_assert_msg(lease_cancel_revoke(&l, 9) == -EINVAL, "from %s", lease_state_name(s));
+		ck_assert_int_eq(l.state, s);
+		ck_assert_uint_eq(l.last_used_ms, 7);
+		ck_assert_uint_eq(l.deadline_ms, 3);
+	}
+	lease_table_free(t);
+}
+END_TEST
+
+START_TEST(test_revoke_order_takes_an_idle_never_revoked_lease_as_cached_idle_and_no_registration)
+{
+	struct lease_table *t = new_table();
+	struct lease *norm = add(t, 1, 2 * MIB, LEASE_PRIO_NORMAL, 10),
+		     *be = add(t, 1, 1 * MIB, LEASE_PRIO_BEST_EFFORT, 10);
+	struct lease *nr_idle = add(t, 1, 4 * MIB, LEASE_PRIO_NORMAL, 10),
+		     *nr_active = add(t, 1, 64 * MIB, LEASE_PRIO_BEST_EFFORT, 10);
+	struct lease *reg_active = add(t, 1, 128 * MIB, LEASE_PRIO_BEST_EFFORT, 10);
+	struct lease *reg_idle = add(t, 1, 256 * MIB, LEASE_PRIO_BEST_EFFORT, 10);
+	struct lease **order = NULL;
+	size_t n = 0;
+
+	nr_idle->no_revoke = nr_active->no_revoke = true;
+	reg_active->no_revoke = reg_active->registration = true;
+	reg_idle->no_revoke = reg_idle->registration = true;
+	ck_assert_int_eq(lease_set_state(nr_idle, LEASE_IDLE, 10), 0);
+	/* The daemon refuses a registration SET_IDLE; the order must leave one out even so. */
+	ck_assert_int_eq(lease_set_state(reg_idle, LEASE_IDLE, 10), 0);
+
+	ck_assert_int_eq(lease_revoke_order(t, &order, &n), 0);
+	ck_assert_uint_eq(n, 3);
+	/* Best-effort, then cached-idle (the never-revoked lease its library caches), then normal. */
+	ck_assert_ptr_eq(order[0], be);
+	ck_assert_ptr_eq(order[1], nr_idle);
+	ck_assert_ptr_eq(order[2], norm);
+	free(order);
+
+	/* Taken back into use, it drops out of the order. */
+	ck_assert_int_eq(lease_set_state(nr_idle, LEASE_ACTIVE, 20), 0);
+	ck_assert_int_eq(lease_revoke_order(t, &order, &n), 0);
+	ck_assert_uint_eq(n, 2);
+	ck_assert_ptr_eq(order[0], be);
+	ck_assert_ptr_eq(order[1], norm);
 	free(order);
 	lease_table_free(t);
 }
@@ -931,6 +1120,12 @@ static Suite *lease_suite(void)
 		test_state_counters_follow_add_adopt_transitions_and_remove,
 		test_next_after_pages_past_removed_ids_and_reverse_walk_mirrors_forward);
 	tcase_add_test_raise_signal(tc, test_remove_through_another_table_aborts, SIGABRT);
+
+	/* Issue 25: never-revoked leases cached by their library are revocable while idle, and taken back. */
+	CHECK_CASE(s, "no-revoke-cached", NULL, NULL, 30, test_revocable_for_each_state_no_revoke_and_registration,
+		   test_cancel_revoke_puts_a_never_revoked_lease_back_to_active_and_moves_its_counts,
+		   test_cancel_revoke_refuses_revocable_leases_registrations_and_other_states,
+		   test_revoke_order_takes_an_idle_never_revoked_lease_as_cached_idle_and_no_registration);
 
 	/* Today's hang (issue 16, finding 1) must fail by timeout, not wedge the run. */
 	CHECK_CASE(s, "absent-ids", NULL, NULL, 20, test_find_of_absent_ids_terminates_at_every_size_around_growth);

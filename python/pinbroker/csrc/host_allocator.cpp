@@ -60,8 +60,7 @@
 
 #include "pinbroker.h"
 
-namespace
-{
+namespace {
 
 // The libpinbroker functions used here, typed by the header's prototypes and resolved at run time.
 struct PbApi {
@@ -236,7 +235,7 @@ bool interposer_loaded()
 // Set in a child forked after install: its memory calls go to torch's allocator, never to the parent's
 // connection. A fork handler rather than getpid() on every call: getpid is a system call, and the steady
 // state of an alloc/free pair is a few microseconds.
-std::atomic<bool> g_forked{ false };
+std::atomic<bool> g_forked{false};
 
 bool in_child()
 {
@@ -245,7 +244,7 @@ bool in_child()
 
 struct PinbrokerHostAllocatorBase : public at::HostAllocator {
 	at::HostAllocator *prev_ = nullptr; // torch's allocator, captured before installing
-	std::atomic<int> captures_{ 0 };    // CUDA graph captures under way (begin/end_allocate_to_pool)
+	std::atomic<int> captures_{0};      // CUDA graph captures under way (begin/end_allocate_to_pool)
 };
 
 // ---- CUDA graph host pools: forwarded to the previous allocator where this torch has them.
@@ -305,9 +304,8 @@ template <class B> struct WithIncrefPool<B, std::void_t<decltype(&B::create_or_i
 
 using PoolHooks = WithIncrefPool<WithReleasePool<WithEndPool<WithBeginPool<PinbrokerHostAllocatorBase>>>>;
 
-class PinbrokerHostAllocator final : public PoolHooks
-{
-      public:
+class PinbrokerHostAllocator final : public PoolHooks {
+public:
 	PinbrokerHostAllocator(PbApi api, pb_client *client, std::string label, uint8_t priority)
 	    : api_(api), client_(client), label_(std::move(label)), priority_(priority),
 	      report_fallbacks_(!interposer_loaded())
@@ -327,7 +325,7 @@ class PinbrokerHostAllocator final : public PoolHooks
 	at::DataPtr allocate(size_t n) override
 	{
 		if (n == 0)
-			return { nullptr, nullptr, &host_delete, at::Device(at::DeviceType::CPU) };
+			return {nullptr, nullptr, &host_delete, at::Device(at::DeviceType::CPU)};
 		process_events();
 		const char *why = nullptr;
 		std::string reason;
@@ -409,9 +407,15 @@ class PinbrokerHostAllocator final : public PoolHooks
 
 	at::HostStats get_stats() override
 	{
+		// Cached blocks are free blocks torch's own stats would count as held ("free and in-use").
+		struct pb_cache_stats cs {};
+		api_.cache_stats(client_, &cs);
 		std::lock_guard<std::mutex> g(mu_);
+		Counters c = c_;
+		c.held.current += static_cast<int64_t>(cs.cached_leases);
+		c.leased_bytes.current += static_cast<int64_t>(cs.cached_bytes);
 		at::HostStats s;
-		fill_host_stats(s, c_);
+		fill_host_stats(s, c);
 		return s;
 	}
 
@@ -509,8 +513,7 @@ class PinbrokerHostAllocator final : public PoolHooks
 		d["priority"] = py::int_(priority_);
 		d["unbrokered_reported_bytes"] = py::int_(reported_unbrokered_);
 		d["unbrokered_reports"] = py::bool_(report_fallbacks_);
-		struct pb_cache_stats cs {
-		};
+		struct pb_cache_stats cs {};
 		if (api_.cache_stats(client_, &cs) == 0) {
 			d["cache_cap_bytes"] = py::int_(cs.limit_bytes);
 			d["cache_slack_pct"] = py::int_(cs.slack_pct);
@@ -550,7 +553,7 @@ class PinbrokerHostAllocator final : public PoolHooks
 		prev_ = p;
 	}
 
-      private:
+private:
 	at::DataPtr adopt(pb_lease *l, size_t n, int64_t acquire_us)
 	{
 		auto *b = new Block();
@@ -568,7 +571,7 @@ class PinbrokerHostAllocator final : public PoolHooks
 			c_.leased_bytes.increase(b->leased_bytes);
 			c_.acquire_time_us.increase(acquire_us);
 		}
-		return { b->ptr, b, &host_delete, at::Device(at::DeviceType::CPU) };
+		return {b->ptr, b, &host_delete, at::Device(at::DeviceType::CPU)};
 	}
 
 	// Ours by context (the DataPtr's), else by address: a slice's data pointer lies inside the block.
@@ -703,8 +706,7 @@ class PinbrokerHostAllocator final : public PoolHooks
 	{
 		if (r != -EDQUOT && r != -EUSERS && r != -ENOSPC && r != -EBUSY)
 			return false;
-		struct pb_cache_stats cs {
-		};
+		struct pb_cache_stats cs {};
 		return api_.cache_stats(client_, &cs) == 0 && cs.cached_bytes > 0;
 	}
 
@@ -742,7 +744,7 @@ class PinbrokerHostAllocator final : public PoolHooks
 	pb_client *client_;
 	std::string label_;
 	uint8_t priority_;
-	std::atomic<bool> uninstalled_{ false };
+	std::atomic<bool> uninstalled_{false};
 	size_t cache_cap_ = 0;
 	bool report_fallbacks_;
 	std::mutex report_mu_;            // one unbrokered report at a time, in order
