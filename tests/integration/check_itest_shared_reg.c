@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,18 +47,6 @@ static uint64_t registered_now(void)
 
 	ck_assert_uint_eq(s->leased_bytes, v); /* nothing else is lent in these tests */
 	pb_status_free(s);
-	return v;
-}
-
-/* Poll (bounded) until the daemon's registered bytes are want: a killed rank's share goes when it is reaped. */
-static uint64_t wait_registered(uint64_t want)
-{
-	uint64_t v = registered_now();
-
-	for (int i = 0; i < 300 && v != want; i++) {
-		usleep(10000);
-		v = registered_now();
-	}
 	return v;
 }
 
@@ -219,31 +208,58 @@ START_TEST(test_four_ranks_of_one_shm_region_are_charged_once_until_the_last_goe
 }
 END_TEST
 
+/* Poll (bounded) until the daemon has dropped lease id: a SIGKILLed rank's lease goes once its exit is seen. */
+static void wait_row_gone(uint64_t id)
+{
+	bool gone = false;
+
+	for (int i = 0; i < 300 && !gone; i++) {
+		struct pb_status *s = itest_status(d.socket);
+
+		gone = itest_lease_row(s, id) == NULL;
+		pb_status_free(s);
+		if (!gone)
+			usleep(10000);
+	}
+	ck_assert_msg(gone, "lease %llu is still there", (unsigned long long)id);
+}
+
+static void kill_rank(struct rank *r)
+{
+	ck_assert_int_eq(itest_kill_and_reap(r->pid), SIGKILL);
+	r->pid = 0;
+	wait_row_gone(r->lease_id);
+}
+
 START_TEST(test_a_killed_rank_takes_only_its_own_share)
 {
 	struct rank r[4];
+	uint64_t charged;
+	uint32_t n;
 	int fd = make_memfd();
 
-	/* Rank 0 registers the first half only; ranks 1-3 the whole region. */
+	/* Rank 0 registers the first half, rank 1 the whole region, ranks 2 and 3 the first half. */
 	rank_start(&r[0], 0, NULL, fd, 0, REGION / 2);
-	for (int i = 1; i < 4; i++)
-		rank_start(&r[i], 0, NULL, fd, 0, REGION);
+	rank_start(&r[1], 0, NULL, fd, 0, REGION);
+	rank_start(&r[2], 0, NULL, fd, 0, REGION / 2);
+	rank_start(&r[3], 0, NULL, fd, 0, REGION / 2);
 	ck_assert_uint_eq(registered_now(), REGION);
-	/* The oldest, killed: the others cover all it carried, so the charge stays whole. */
-	ck_assert_int_eq(itest_kill_and_reap(r[0].pid), SIGKILL);
-	r[0].pid = 0;
-	ck_assert_uint_eq(wait_registered(REGION / 2), REGION);
-	usleep(100000); /* and stays so once its exit was handled */
+	/* Rank 0, the oldest, killed: the others cover all it carried, so the region stays charged, whole. */
+	kill_rank(&r[0]);
 	ck_assert_uint_eq(registered_now(), REGION);
-	ck_assert_int_eq(itest_kill_and_reap(r[2].pid), SIGKILL);
-	r[2].pid = 0;
-	ck_assert_uint_eq(registered_now(), REGION);
-	rank_unregister(&r[1]);
-	ck_assert_uint_eq(registered_now(), REGION);
-	/* The last one killed: the region's charge goes at its exit. */
-	ck_assert_int_eq(itest_kill_and_reap(r[3].pid), SIGKILL);
-	r[3].pid = 0;
-	ck_assert_uint_eq(wait_registered(0), 0);
+	rank_row(&r[1], &charged, &n);
+	ck_assert_uint_eq(charged, REGION);
+	ck_assert_uint_eq(n, 3);
+	/* Rank 1 killed: the second half was its alone and goes with it; the first stays, on rank 2. */
+	kill_rank(&r[1]);
+	ck_assert_uint_eq(registered_now(), REGION / 2);
+	rank_row(&r[2], &charged, &n);
+	ck_assert_uint_eq(charged, REGION / 2);
+	kill_rank(&r[2]);
+	ck_assert_uint_eq(registered_now(), REGION / 2);
+	/* The last one lets go: the charge ends with it. */
+	rank_unregister(&r[3]);
+	ck_assert_uint_eq(registered_now(), 0);
 	for (int i = 0; i < 4; i++)
 		rank_end(&r[i]);
 	close(fd);
