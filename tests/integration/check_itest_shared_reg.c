@@ -341,6 +341,66 @@ START_TEST(test_two_uids_registering_one_file_are_charged_once)
 END_TEST
 
 /*
+ * What the library names as the backing, from /proc/self/maps: a span over two VMAs of the file (split by
+ * mprotect) that are contiguous in it is one range; halves mapped out of order, or a span that runs into
+ * private memory, name none and are charged in full.
+ */
+START_TEST(test_the_backing_spans_vmas_only_when_the_file_is_contiguous)
+{
+	static const char *const args[] = { "--max-no-revoke-per-uid", "100%", NULL };
+	int fd = make_memfd();
+	char *whole, *swapped, *mixed;
+	pb_lease *a, *b, *c;
+	pb_client *cl;
+
+	/* Three regions' worth of charges at once: past the default never-revoked share (50%). */
+	ck_assert_int_eq(daemon_stop(&d), 0);
+	daemon_restart(&d, args);
+	ck_assert_int_eq(pb_connect(d.socket, &cl), 0);
+	whole = mmap(NULL, REGION, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(whole, MAP_FAILED);
+	ck_assert_int_eq(mprotect(whole + REGION / 2, REGION / 2, PROT_READ), 0); /* two VMAs now */
+	ck_assert_int_eq(pb_register(cl, whole, REGION, &charge_only, &a), 0);
+	ck_assert_int_eq(pb_lease_shared_memory(a), 1);
+	ck_assert_uint_eq(registered_now(), REGION);
+
+	/* The file's second half first, then its first: the pages are the same, but not one range of it. */
+	swapped = mmap(NULL, REGION, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	ck_assert_ptr_ne(swapped, MAP_FAILED);
+	ck_assert_ptr_ne(mmap(swapped, REGION / 2, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, REGION / 2),
+			 MAP_FAILED);
+	ck_assert_ptr_ne(mmap(swapped + REGION / 2, REGION / 2, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0),
+			 MAP_FAILED);
+	ck_assert_int_eq(pb_register(cl, swapped, REGION, &charge_only, &b), 0);
+	ck_assert_int_eq(pb_lease_shared_memory(b), 0);
+	ck_assert_uint_eq(registered_now(), 2 * REGION);
+
+	/* The file's first half, then private memory: nothing shared backs all of it. */
+	mixed = mmap(NULL, REGION, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	ck_assert_ptr_ne(mixed, MAP_FAILED);
+	ck_assert_ptr_ne(mmap(mixed, REGION / 2, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0), MAP_FAILED);
+	ck_assert_int_eq(pb_register(cl, mixed, REGION, &charge_only, &c), 0);
+	ck_assert_int_eq(pb_lease_shared_memory(c), 0);
+	ck_assert_uint_eq(registered_now(), 3 * REGION);
+	/* Its shared half alone is backed, and already charged. */
+	ck_assert_int_eq(pb_unregister(cl, c), 0);
+	ck_assert_int_eq(pb_register(cl, mixed, REGION / 2, &charge_only, &c), 0);
+	ck_assert_int_eq(pb_lease_shared_memory(c), 1);
+	ck_assert_uint_eq(registered_now(), 2 * REGION);
+
+	ck_assert_int_eq(pb_unregister(cl, a), 0);
+	ck_assert_int_eq(pb_unregister(cl, b), 0);
+	ck_assert_int_eq(pb_unregister(cl, c), 0);
+	ck_assert_uint_eq(registered_now(), 0);
+	pb_disconnect(cl);
+	munmap(whole, REGION);
+	munmap(swapped, REGION);
+	munmap(mixed, REGION);
+	close(fd);
+}
+END_TEST
+
+/*
  * Wire compatibility: a client older than the backing field sends a registration without it (raw, as an old
  * library would). The daemon charges it in full beside the region's one charge, as before this change.
  */
@@ -405,6 +465,7 @@ static Suite *suite(void)
 		   test_private_memory_registered_by_two_processes_is_charged_twice,
 		   test_two_uids_registering_one_file_are_charged_once,
 		   test_a_registration_without_backing_is_charged_per_call,
+		   test_the_backing_spans_vmas_only_when_the_file_is_contiguous,
 		   test_four_ranks_fit_a_budget_below_four_regions);
 	return s;
 }
