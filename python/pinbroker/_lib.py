@@ -313,6 +313,8 @@ _OPTIONAL = {
     "pb_register": (_int, [_vp, _vp, _size, _vp, ctypes.POINTER(_vp)]),
     "pb_unregister": (_int, [_vp, _vp]),
     "pb_report_unbrokered": (_int, [_vp, ctypes.c_uint64]),
+    # Registrations of shared memory charged once (issue 26).
+    "pb_lease_shared_memory": (_int, [_vp]),
 }
 
 

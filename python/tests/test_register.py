@@ -26,6 +26,7 @@ def test_register_charges_every_touched_page_and_unregister_returns_it(client):
     base = addr - addr % PAGE + PAGE  # a page boundary inside buf
     with client.register(base + 10, PAGE, label="own", cuda=False) as reg:
         assert reg.charged_bytes == 2 * PAGE
+        assert reg.shared_memory is False  # private memory: charged per registration
         st = client.status(leases=True)
         assert st["registered_bytes"] == 2 * PAGE
         assert st["no_revoke_bytes"] == 2 * PAGE
@@ -105,6 +106,7 @@ def test_shared_memory_registered_twice_is_charged_once(daemon):
     try:
         ra = a.register(addr, 4 * MiB, label="rank0", cuda=False)
         rb = b.register(addr, 4 * MiB, label="rank1", cuda=False)
+        assert ra.shared_memory and rb.shared_memory
         st = a.status(leases=True)
         assert st["registered_bytes"] == 4 * MiB and st["leased_bytes"] == 4 * MiB
         rows = {r["id"]: r for r in st["leases"]}
