@@ -64,6 +64,7 @@ struct pb_lease {
 	bool no_revoke;       /* PB_ACQUIRE_NO_REVOKE or a registration: the daemon takes it back only while cached */
 	bool mapped;          /* registered with DEVICEMAP (PB_ACQUIRE_MAPPED): a cache hit must match */
 	bool registration;    /* pb_register: data is the caller's memory, nothing is mapped here */
+	bool shared_memory;   /* pb_register of a MAP_SHARED file: charged once per file (daemon) */
 	int numa_node;        /* where the daemon says its pages are; -1 when not placed */
 	bool misplaced;       /* placed for a node and partly elsewhere */
 	bool revoke_pending;  /* the daemon wants it back: never cache it */

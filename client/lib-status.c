@@ -121,6 +121,12 @@ static void lease_info_copy(struct pb_lease_info *d, const Pinbroker__V1__LeaseI
 	d->numa_node = li->has_numa_node ? li->numa_node : -1;
 	d->misplaced = li->has_misplaced && li->misplaced;
 	d->job = status_strdup(li->job ? li->job : "", oom);
+	/* An old daemon sends no charge: every lease then carries its bytes. */
+	d->charged_bytes = li->has_charged_bytes ? li->charged_bytes : li->bytes;
+	d->registrants = li->has_registrants ? li->registrants : 0;
+	d->n_registrant_pids = 0;
+	for (size_t i = 0; i < li->n_registrant_pids && i < PB_LEASE_INFO_PIDS; i++)
+		d->registrant_pids[d->n_registrant_pids++] = li->registrant_pids[i];
 }
 
 /* Append sr's lease rows to (*rows, *n). */

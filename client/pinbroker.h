@@ -170,6 +170,13 @@ int pb_unregister(pb_client *c, pb_lease *l);
 int pb_lease_registration(const pb_lease *l);
 
 /*
+ * 1 for a pb_register lease over shared memory (a MAP_SHARED file: /dev/shm, a memfd): the daemon charges
+ * the registrations of one file once, by the union of their pages, whichever process or uid made them.
+ * 0 for private memory (charged per registration) and every other lease.
+ */
+int pb_lease_shared_memory(const pb_lease *l);
+
+/*
  * The NUMA node a lease's pages are on, or -1 (no placement: a daemon with
  * numa = no, an older daemon, fallback memory). *misplaced (may be NULL) is 1
  * when it was placed for a node and some of it is on another (that node was full).
@@ -435,6 +442,16 @@ struct pb_lease_info {
 	int numa_node;    /* the node its pages are on, -1 when not placed */
 	int misplaced;    /* 1 when placed for a node and some pages are elsewhere */
 	char *job;        /* the job it is charged to (pb_quota_list's jobs), "" when none */
+	/*
+	 * A registration of shared memory (a /dev/shm file, a memfd): registrations of one file are charged
+	 * once, by the union of their pages, each page to the oldest registration covering it. charged_bytes:
+	 * what this row carries (bytes for any other lease); registrants: registrations of the same file, this
+	 * one included (0: not shared memory); their pids, those of uids the caller may see.
+	 */
+	uint64_t charged_bytes;
+	uint32_t registrants;
+	size_t n_registrant_pids;
+	int32_t registrant_pids[PB_LEASE_INFO_PIDS];
 };
 
 struct pb_signal_info {

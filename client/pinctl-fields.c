@@ -59,6 +59,8 @@ FIELD_BOOL(lease, LEASE, registration)
 FIELD_BOOL(lease, LEASE, no_revoke)
 FIELD_BOOL(lease, LEASE, misplaced)
 FIELD_U64(lease, LEASE, attachers)
+FIELD_U64(lease, LEASE, charged_bytes)
+FIELD_U64(lease, LEASE, registrants)
 
 static const char *lease_user(const void *row, char *buf, size_t len)
 {
@@ -101,6 +103,17 @@ static const char *lease_attacher_pids(const void *row, char *buf, size_t len)
 	return buf;
 }
 
+static const char *lease_registrant_pids(const void *row, char *buf, size_t len)
+{
+	const struct pb_lease_info *l = LEASE(row);
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (size_t k = 0; k < l->n_registrant_pids && used < len; k++)
+		used += (size_t)snprintf(buf + used, len - used, "%s%" PRId32, k ? " " : "", l->registrant_pids[k]);
+	return buf;
+}
+
 /* In the order of pinctl leases --json. */
 const struct pinctl_field lease_fields[] = {
 	{ "id", lease_id },
@@ -123,6 +136,9 @@ const struct pinctl_field lease_fields[] = {
 	{ "job", lease_job },
 	{ "attachers", lease_attachers },
 	{ "attacher_pids", lease_attacher_pids },
+	{ "charged_bytes", lease_charged_bytes },
+	{ "registrants", lease_registrants },
+	{ "registrant_pids", lease_registrant_pids },
 };
 const size_t n_lease_fields = sizeof(lease_fields) / sizeof(lease_fields[0]);
 

@@ -264,6 +264,14 @@ void json_leases(FILE *f, const struct pb_lease_info *rows, size_t n)
 		fputc('[', f);
 		for (size_t k = 0; k < l->n_attacher_pids; k++)
 			fprintf(f, "%s%" PRId32, k ? "," : "", l->attacher_pids[k]);
+		fputs("],", f);
+		/* Registrations of one shared file: charged once, to the oldest registration of each page. */
+		json_u64(f, "charged_bytes", l->charged_bytes, true);
+		json_u64(f, "registrants", l->registrants, true);
+		json_key(f, "registrant_pids");
+		fputc('[', f);
+		for (size_t k = 0; k < l->n_registrant_pids; k++)
+			fprintf(f, "%s%" PRId32, k ? "," : "", l->registrant_pids[k]);
 		fputs("]}", f);
 	}
 	fputc(']', f);
@@ -425,6 +433,24 @@ static const char *job_column(const char *job, char *buf, size_t len)
 	return buf;
 }
 
+/*
+ * A registration of shared memory: the region's charge is on one row (the oldest registration of its
+ * pages), so the figure that adds up is charged, not BYTES; the pids are those the caller may see.
+ */
+static void print_shared_registration(const struct pb_lease_info *l)
+{
+	char sz[32];
+
+	printf("%-8s shared registration: %" PRIu32 " registrant%s", "", l->registrants,
+	       l->registrants == 1 ? "" : "s");
+	for (size_t k = 0; k < l->n_registrant_pids; k++)
+		printf("%s%" PRId32, k ? ", " : " (pid ", l->registrant_pids[k]);
+	if (l->n_registrant_pids > 0 && l->n_registrant_pids < l->registrants)
+		printf(", ...");
+	printf("%s; charged here %s; never revoked\n", l->n_registrant_pids ? ")" : "",
+	       size_str(l->charged_bytes, sz, sizeof(sz)));
+}
+
 void print_leases_table(const struct pb_lease_info *rows, size_t n, bool headers)
 {
 	char sz[32], age[32], node[16], st[ESC_BYTES], lb[ESC_BYTES], jb[ESC_BYTES], jc[JOB_COLUMN + 1], user[64];
@@ -443,7 +469,9 @@ void print_leases_table(const struct pb_lease_info *rows, size_t n, bool headers
 		       user_name(l->uid, user, sizeof(user)), size_str(l->bytes, sz, sizeof(sz)),
 		       priority_name(l->priority), esc(l->state, st), duration_str(l->age_ms, age, sizeof(age)), node,
 		       JOB_COLUMN, job_column(esc(l->job ? l->job : "", jb), jc, sizeof(jc)), esc(l->label, lb));
-		if (l->registration || l->no_revoke)
+		if (l->registration && l->registrants > 0)
+			print_shared_registration(l);
+		else if (l->registration || l->no_revoke)
 			printf("%-8s %s\n", "",
 			       l->registration ? "registration: the program's own memory, charged; never revoked"
 					       : "never revoked: its program cannot give memory back");

@@ -19,6 +19,7 @@
 
 #include "audit.h"
 #include "broker.h"
+#include "backing.h"
 #include "budget.h"
 #include "config.h"
 #include "jobs-watch.h"
@@ -956,6 +957,7 @@ int main(int argc, char **argv)
 	audit_free(audit);
 	pool_free(b.pool);
 	lease_table_free(b.leases);
+	backing_table_free(b.backings); /* NULL once the last shared registration went */
 	restart_fini(&b);
 	jobs_watch_stop(&b);
 	budget_free(b.budget);

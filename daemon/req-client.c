@@ -80,6 +80,11 @@ void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
 		.registration = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY) != 0,
 		.numa_node = a->has_numa_node && a->numa_node >= 0 ? a->numa_node : -1,
 		.cgroup = c->cgroup,
+		/* The client's word on what backs its span (lib-register.c): see the security note in backing.h. */
+		.backed = a->backing != NULL,
+		.backing_dev = a->backing ? a->backing->dev : 0,
+		.backing_ino = a->backing ? a->backing->ino : 0,
+		.backing_offset = a->backing ? a->backing->offset : 0,
 	};
 	bool wait = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT) != 0;
 	uint32_t timeout_ms = a->has_timeout_ms && a->timeout_ms ? a->timeout_ms : b->cfg->acquire_timeout_ms;
@@ -262,7 +267,7 @@ void handle_redeclare(struct conn *c, const Pinbroker__V1__Request *req)
 			/* Charged to the job of the process that re-declares it, as a new lease would be. */
 			if (b->jobs && c->cgroup && !l->cgroup) {
 				l->cgroup = c->cgroup;
-				jobs_charge(b->jobs, l->cgroup, l->bytes);
+				jobs_charge(b->jobs, l->cgroup, l->charged_bytes);
 			}
 			conn_gain(c, l, false);
 			b->generation++;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "backing.h"
 #include "broker.h"
 #include "budget.h"
 #include "config.h"
@@ -397,6 +398,34 @@ static void fill_lease(Pinbroker__V1__LeaseInfo *x, const struct lease *l, uint6
 }
 
 /*
+ * A registration of shared memory: what this row carries of the region's charge, and the registrations
+ * of the same file (a registration is never shared, so the attacher pid slots are free for their pids).
+ * Pids of uids the asker may not see are counted, not listed.
+ */
+static void fill_registrants(const struct status_build *sb, Pinbroker__V1__LeaseInfo *x, const struct lease *l,
+			     int32_t *pids)
+{
+	const struct backing_table *bt = sb->b->backings;
+	uint64_t key;
+
+	x->has_charged_bytes = true;
+	x->charged_bytes = l->charged_bytes;
+	if (!l->backed || !bt)
+		return;
+	x->has_registrants = true;
+	x->registrants = (uint32_t)backing_registrants(bt, l->backing_dev, l->backing_ino);
+	x->registrant_pids = pids;
+	for (size_t i = 0; backing_registrant_at(bt, l->backing_dev, l->backing_ino, i, &key) &&
+			   x->n_registrant_pids < STATUS_ATTACHER_PIDS_MAX;
+	     i++) {
+		const struct lease *o = lease_find(sb->b->leases, key);
+
+		if (o && visible(sb, o->uid))
+			pids[x->n_registrant_pids++] = o->pid;
+	}
+}
+
+/*
  * Lease rows in id order from the first id above cursor: at most limit (0:
  * the page maximum), as many as fit the packet. Returns 0 or -ENOMEM.
  */
@@ -423,6 +452,8 @@ static int fill_leases(struct status_build *sb, Pinbroker__V1__StatusReply *sr, 
 			continue;
 		}
 		fill_lease(x, l, sb->now, &sb->pids[k * STATUS_ATTACHER_PIDS_MAX]);
+		if (l->registration)
+			fill_registrants(sb, x, l, &sb->pids[k * STATUS_ATTACHER_PIDS_MAX]);
 		row = pinbroker__v1__lease_info__get_packed_size(x) + ROW_OVERHEAD_BYTES;
 		if (k > 0 && sb->bytes + row > sb->max_bytes)
 			break;

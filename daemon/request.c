@@ -60,6 +60,18 @@ static const struct request_kind request_table[] = {
 	{ PINBROKER__V1__REQUEST__BODY_CONFIG, "config", REQ_NEEDS_HELLO | REQ_ALLOWED_WHILE_STOPPING, handle_config },
 };
 
+/*
+ * A registration of shared memory may add no page (other processes registered them already): it pins
+ * nothing new, and a server's rank expects it to succeed. broker_acquire refuses one that adds pages while
+ * critical, with the same answer, so the gate leaves it to the broker.
+ */
+static bool shared_registration(const Pinbroker__V1__Request *req)
+{
+	return req->body_case == PINBROKER__V1__REQUEST__BODY_ACQUIRE && req->acquire->backing &&
+	       (req->acquire->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY) &&
+	       !(req->acquire->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT);
+}
+
 void request_dispatch(struct conn *c, const uint8_t *buf, size_t len)
 {
 	struct broker *b = c->broker;
@@ -90,7 +102,7 @@ void request_dispatch(struct conn *c, const uint8_t *buf, size_t len)
 			     b->cfg->admin_group && b->cfg->admin_group[0] ? b->cfg->admin_group : "none set");
 	} else if (b->shutting_down && !(kind->flags & REQ_ALLOWED_WHILE_STOPPING)) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_SHUTTING_DOWN, "pinbrokerd is stopping");
-	} else if ((kind->flags & REQ_TAKES_MEMORY) && b->state == BROKER_CRITICAL) {
+	} else if ((kind->flags & REQ_TAKES_MEMORY) && b->state == BROKER_CRITICAL && !shared_registration(req)) {
 		reply_acquire_error(c, req->seq, -EAGAIN, 0); /* the critical answer names no size */
 	} else {
 		kind->handler(c, req);

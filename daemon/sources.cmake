@@ -8,6 +8,7 @@ set(PB_DAEMON_DIR ${CMAKE_CURRENT_LIST_DIR})
 # no logging above debug. A file belongs here only if that holds; the pool it drives is the shell's.
 set(PB_DAEMON_CORE_SOURCES
   core/broker.c      # the verbs tying budget, pool and leases; the pressure state's one writer
+  core/backing.c     # shared-memory registrations charged once: page ranges per backing file
   core/budget.c      # accounting: bytes, leases, chunks and fds per uid
   core/jobs.c        # job-quota rules and charges per cgroup
   core/lease.c       # the lease table and its state machine

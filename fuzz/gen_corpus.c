@@ -164,6 +164,29 @@ static void acquire(struct seed *s, int conn, uint64_t size, uint32_t flags, uin
 	pkt(s, conn, &r);
 }
 
+/* A registration of [off, off + size) of shared file ino (Acquire.backing): charged once per page with others. */
+static void register_shared(struct seed *s, int conn, uint64_t size, uint64_t ino, uint64_t off)
+{
+	Request r = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Acquire a = PINBROKER__V1__ACQUIRE__INIT;
+	Pinbroker__V1__Backing bk = PINBROKER__V1__BACKING__INIT;
+
+	r.has_seq = true;
+	r.seq = ++seqno;
+	a.size = size;
+	a.has_flags = true;
+	a.flags = PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY |
+		  PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE;
+	a.label = (char *)"seed-shm";
+	bk.dev = 0x2d;
+	bk.ino = ino;
+	bk.offset = off;
+	a.backing = &bk;
+	r.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
+	r.acquire = &a;
+	pkt(s, conn, &r);
+}
+
 static void release(struct seed *s, int conn, uint64_t id)
 {
 	Request r = PINBROKER__V1__REQUEST__INIT;
@@ -587,6 +610,20 @@ static void seeds(bool fdpath)
 		drain(&s);
 		save(&s, "oversize");
 	}
+	/* Ranks of both connections registering one shared file, overlapping; the first lets go, the other closes. */
+	BEGIN(0);
+	hello(&s, 0, 1);
+	hello(&s, 1, 1);
+	register_shared(&s, 0, 2 * M, 7, 0);
+	register_shared(&s, 1, 2 * M, 7, 0);
+	register_shared(&s, 1, M, 7, M + M / 2);
+	register_shared(&s, 0, M, 8, 0);
+	drain(&s);
+	release(&s, 0, 1);
+	drain(&s);
+	close_peer(&s, 1);
+	drain(&s);
+	save(&s, "shared-registrations");
 }
 
 /*

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backing.h"
 #include "budget.h"
 #include "config.h"
 #include "jobs.h"
@@ -707,7 +708,7 @@ void fz_check(struct fz *f)
 		lent_chunks += l->nchunks;
 		for (int u = 0; u < FZ_CHECK_UIDS; u++)
 			if (l->uid == f->uid[u]) {
-				uid_bytes[u] += l->bytes;
+				uid_bytes[u] += l->charged_bytes;
 				uid_leases[u]++;
 				uid_chunks[u] += l->nchunks;
 				break;
@@ -721,8 +722,16 @@ void fz_check(struct fz *f)
 			  (unsigned long long)l->id);
 		FZ_ASSERT(!l->no_revoke || l->state == LEASE_ACTIVE || l->state == LEASE_IDLE,
 			  "never-revoked lease %llu is %s", (unsigned long long)l->id, lease_state_name(l->state));
-		registered += l->registration ? l->bytes : 0;
-		no_revoke += l->no_revoke ? l->bytes : 0;
+		/* A shared registration carries only the pages no older one of its file covers (backing.h). */
+		FZ_ASSERT(l->charged_bytes == l->bytes || (l->backed && l->registration && l->charged_bytes < l->bytes),
+			  "lease %llu is charged %llu of its %llu bytes", (unsigned long long)l->id,
+			  (unsigned long long)l->charged_bytes, (unsigned long long)l->bytes);
+		FZ_ASSERT(!l->backed || (b->backings && backing_charged(b->backings, l->backing_dev, l->backing_ino,
+									l->id) == l->charged_bytes),
+			  "shared registration %llu carries %llu, its file's ranges say otherwise",
+			  (unsigned long long)l->id, (unsigned long long)l->charged_bytes);
+		registered += l->registration ? l->charged_bytes : 0;
+		no_revoke += l->no_revoke ? l->charged_bytes : 0;
 		FZ_ASSERT(l->owner == NULL || k >= 0, "lease %llu is owned by a connection that is gone",
 			  (unsigned long long)l->id);
 		if (k >= 0)
@@ -737,8 +746,8 @@ void fz_check(struct fz *f)
 		}
 		state_count[l->state]++;
 		state_bytes[l->state] += l->bytes;
-		sum += l->bytes;
-		job_sum += l->cgroup ? l->bytes : 0;
+		sum += l->charged_bytes;
+		job_sum += l->cgroup ? l->charged_bytes : 0;
 		nleases++;
 	}
 	/* Every charged lease is in exactly one job, whatever the rules did to the grouping. */
@@ -859,6 +868,7 @@ static void fz_reset(struct fz *f)
 	FZ_ASSERT(budget_leased(b->budget) == 0, "%llu bytes still leased after reset",
 		  (unsigned long long)budget_leased(b->budget));
 	FZ_ASSERT(pool_resident_bytes(b->pool) == pool_idle_bytes(b->pool), "pool lent chunks nobody holds");
+	FZ_ASSERT(b->backings == NULL, "shared registrations' file ranges outlive their leases");
 	lease_table_free(b->leases);
 	b->leases = NULL;
 	/* Every connection and lease put its cgroup back: only rule-made jobs may be left, with nothing charged. */

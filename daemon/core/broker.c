@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The broker's verbs: grant, release and reclaim leases across budget, pool and lease table, with no I/O. */
 #include "broker.h"
+#include "backing.h"
 #include "jobs.h"
 
 #include <errno.h>
@@ -85,11 +86,66 @@ int broker_lease_node(const struct lease *l, bool *misplaced)
 	return l->chunks[0]->node;
 }
 
+/*
+ * A charge for bytes of a shared registration passes from lease from_key to to_key (backing.h): the uid,
+ * its never-revoked share and the job move with it; the registered total stays.
+ */
+static void move_charge(void *ctx, uint64_t from_key, uint64_t to_key, uint64_t bytes)
+{
+	struct broker *b = ctx;
+	struct lease *from = lease_find(b->leases, from_key), *to = lease_find(b->leases, to_key);
+
+	/* Both are live registrations of the file: the backing table holds only those. */
+	if (!from || !to || from->charged_bytes < bytes)
+		abort();
+	budget_no_revoke_sub(b->budget, from->uid, bytes);
+	budget_uncharge(b->budget, from->uid, bytes);
+	/* to is counted (budget_count_add), so its uid has an entry: this cannot fail. */
+	if (budget_charge(b->budget, to->uid, bytes) < 0)
+		abort();
+	budget_no_revoke_add(b->budget, to->uid, bytes);
+	if (b->jobs)
+		jobs_move(b->jobs, from->cgroup, to->cgroup, bytes);
+	from->charged_bytes -= bytes;
+	to->charged_bytes += bytes;
+}
+
+/* The bytes a registration of [start, start + bytes) of a shared file adds: those no live one covers. */
+static uint64_t backed_charge(const struct broker *b, const struct acquire_args *a, uint64_t bytes)
+{
+	if (!b->backings)
+		return bytes;
+	return backing_uncovered(b->backings, a->backing_dev, a->backing_ino, a->backing_offset,
+				 a->backing_offset + bytes);
+}
+
+/* Record a backed registration l (its charge not yet made). Returns 0, or -ENOMEM with nothing recorded. */
+static int backed_add(struct broker *b, struct lease *l, uint64_t *added)
+{
+	int r;
+
+	if (!b->backings) {
+		r = backing_table_new(&b->backings);
+		if (r < 0)
+			return r;
+	}
+	r = backing_add(b->backings, l->backing_dev, l->backing_ino, l->id, l->backing_offset,
+			l->backing_offset + l->bytes, added, move_charge, b);
+	if (r < 0 && backing_objects(b->backings) == 0) {
+		backing_table_free(b->backings);
+		b->backings = NULL;
+	}
+	return r;
+}
+
 int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease **ret)
 {
 	struct chunk **chunks = NULL;
 	struct lease *l = NULL;
-	uint64_t size_bytes;
+	uint64_t size_bytes, charge_bytes, added;
+	bool backed = a->registration && a->backed &&
+		      (!b->backings || backing_registrants(b->backings, a->backing_dev, a->backing_ino) <
+					       BROKER_BACKING_REGISTRANTS_MAX);
 	size_t nchunks = 0;
 	int r;
 
@@ -99,30 +155,37 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 	size_bytes = round_up(a->size, a->registration ? (uint64_t)sysconf(_SC_PAGESIZE) : pool_page_size(b->pool));
 	if (size_bytes == 0)
 		return -EINVAL;
+	if (backed && a->backing_offset > UINT64_MAX - size_bytes)
+		return -EINVAL;
+	/* Shared memory others registered already is pinned and charged once: only new pages count. */
+	charge_bytes = backed ? backed_charge(b, a, size_bytes) : size_bytes;
 
-	r = budget_check(b->budget, a->uid, size_bytes);
-	if (r < 0)
-		return r;
-	r = jobs_check(a->cgroup, size_bytes);
-	if (r < 0)
-		return r;
+	if (charge_bytes > 0) {
+		r = budget_check(b->budget, a->uid, charge_bytes);
+		if (r < 0)
+			return r;
+		r = jobs_check(a->cgroup, charge_bytes);
+		if (r < 0)
+			return r;
+	}
 	r = check_counts(b, a->uid, a->registration ? 0 : chunks_for(b, size_bytes));
 	if (r < 0)
 		return r;
 	/* Only the holder's exit frees a never-revoked lease: a uid gets a bounded share of them. */
 	if ((a->no_revoke || a->registration) &&
-	    budget_uid_no_revoke(b->budget, a->uid) + size_bytes > b->max_no_revoke_per_uid_bytes)
+	    budget_uid_no_revoke(b->budget, a->uid) + charge_bytes > b->max_no_revoke_per_uid_bytes)
 		return -EXFULL;
 
-	/* Under pressure, lend only memory that is already locked; new pinning would add to it. */
-	if (b->state == BROKER_CRITICAL)
+	/* Under pressure, lend only memory that is already locked; new pinning would add to it. A rank
+	 * registering pages another already pinned adds nothing (the servers expect it to succeed). */
+	if (b->state == BROKER_CRITICAL && charge_bytes > 0)
 		return -EAGAIN;
 	/* Nor memory that could not be taken back if it got worse: a never-revoked lease (an interposed
 	 * program's) or a registration (which pins new pages as well). Only cooperative leases, which
 	 * the revoker can reclaim when critical, are lent from the idle pool. */
-	if (b->state == BROKER_TIGHT && (a->no_revoke || a->registration))
+	if (b->state == BROKER_TIGHT && (a->no_revoke || a->registration) && charge_bytes > 0)
 		return -ENOLCK;
-	if (b->state == BROKER_TIGHT && size_bytes > pool_idle_bytes(b->pool))
+	if (b->state == BROKER_TIGHT && !a->registration && size_bytes > pool_idle_bytes(b->pool))
 		return -EBUSY;
 
 	if (!a->registration) {
@@ -142,23 +205,40 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 	r = budget_count_add(b->budget, a->uid, nchunks);
 	if (r < 0)
 		goto fail;
-	r = budget_charge(b->budget, a->uid, size_bytes);
+	r = budget_charge(b->budget, a->uid, charge_bytes);
 	if (r < 0) {
 		budget_count_sub(b->budget, a->uid, nchunks);
 		goto fail;
 	}
+	if (backed) {
+		l->backed = true;
+		l->backing_dev = a->backing_dev;
+		l->backing_ino = a->backing_ino;
+		l->backing_offset = a->backing_offset;
+		l->charged_bytes = 0; /* move_charge must not see it charged before it is */
+		/* Its id is the newest, so it takes no page over: added is what backed_charge saw. */
+		r = backed_add(b, l, &added);
+		if (r < 0 || added != charge_bytes) {
+			if (r == 0)
+				abort();
+			budget_uncharge(b->budget, a->uid, charge_bytes);
+			budget_count_sub(b->budget, a->uid, nchunks);
+			goto fail;
+		}
+	}
+	l->charged_bytes = charge_bytes;
 
 	l->registration = a->registration;
 	l->no_revoke = a->no_revoke || a->registration;
 	/* A node the pool does not place on was served as "any": nothing to be misplaced from. */
 	l->numa_node = pool_places_on(b->pool, a->numa_node) ? a->numa_node : -1;
 	if (l->registration)
-		b->registered_bytes += size_bytes;
+		b->registered_bytes += charge_bytes;
 	if (l->no_revoke)
-		budget_no_revoke_add(b->budget, a->uid, size_bytes);
+		budget_no_revoke_add(b->budget, a->uid, charge_bytes);
 	if (b->jobs && a->cgroup) {
 		l->cgroup = a->cgroup;
-		jobs_charge(b->jobs, l->cgroup, size_bytes);
+		jobs_charge(b->jobs, l->cgroup, charge_bytes);
 	}
 	b->generation++;
 	broker_trim_pool(b, UINT64_MAX);
@@ -177,13 +257,26 @@ fail:
 
 void broker_free_lease(struct broker *b, struct lease *l)
 {
+	if (l->backed && b->backings) {
+		uint64_t uncovered;
+
+		/* Pages others still cover pass to them (move_charge); what stays is what nobody covers. */
+		if (backing_remove(b->backings, l->backing_dev, l->backing_ino, l->id, &uncovered, move_charge, b) ==
+			    0 &&
+		    uncovered != l->charged_bytes)
+			abort();
+		if (backing_objects(b->backings) == 0) {
+			backing_table_free(b->backings);
+			b->backings = NULL;
+		}
+	}
 	if (l->no_revoke)
-		budget_no_revoke_sub(b->budget, l->uid, l->bytes);
+		budget_no_revoke_sub(b->budget, l->uid, l->charged_bytes);
 	if (l->registration)
-		b->registered_bytes -= l->bytes;
-	budget_uncharge(b->budget, l->uid, l->bytes);
+		b->registered_bytes -= l->charged_bytes;
+	budget_uncharge(b->budget, l->uid, l->charged_bytes);
 	if (b->jobs)
-		jobs_uncharge(b->jobs, l->cgroup, l->bytes);
+		jobs_uncharge(b->jobs, l->cgroup, l->charged_bytes);
 	l->cgroup = NULL;
 	budget_count_sub(b->budget, l->uid, l->nchunks);
 	pool_put(b->pool, l->chunks, l->nchunks);

@@ -24,6 +24,7 @@ struct restart;
 struct ev_loop;
 struct reload_hooks;
 struct jobs;
+struct backing_table;
 struct jobs_watch;
 struct job_cgroup;
 
@@ -133,6 +134,8 @@ struct broker {
 
 	/* Of the leased bytes, registration charges (never-revoked bytes are the budget's: budget_no_revoke). */
 	uint64_t registered_bytes;
+	/* Registrations of shared files, by file (backing.h); made with the first, freed with the last. */
+	struct backing_table *backings;
 	/* Pinned outside the broker, as live connections last reported it (ReportUnbrokered), before any cap. */
 	uint64_t unbrokered_bytes;
 	/* The same reports per uid: what status and the metrics show is capped from these (unbrokered.h). */
@@ -164,10 +167,19 @@ struct acquire_args {
 	int numa_node;             /* NUMA node asked for, -1 for any (only with a placing pool) */
 	struct job_cgroup *cgroup; /* the client's cgroup, charged for job quotas; NULL: none */
 	uint64_t now_ms;           /* monotonic, when it is granted: the lease's creation time (no clock read here) */
+	/* With registration: the span is a shared mapping of file (dev, ino) from backing_offset (lease.h). */
+	bool backed;
+	uint64_t backing_dev, backing_ino, backing_offset;
 };
 
 /* Queued reply packets duplicate their fds; this many may be queued over all connections. */
 #define BROKER_QUEUED_FDS_MAX 1024
+/*
+ * Registrations of one shared file recorded as its registrants (backing.h's work per call grows with the
+ * square of their number): beyond this many, a registration of the file is charged in full, as one of
+ * private memory is. Ranks of one server are a handful; this bounds what a client could make a call cost.
+ */
+#define BROKER_BACKING_REGISTRANTS_MAX 256
 /* Below this many chunks the daemon could not serve a useful load; the limits are clamped up to it. */
 #define BROKER_CHUNK_CAPACITY_MIN 64
 
@@ -226,6 +238,10 @@ bool broker_enforce_may_signal(const struct lease *l, uid_t target_uid);
  * A registration (a->registration) takes no chunks: it is charged and counted
  * as a lease. While tight, it and every never-revoked lease are refused with
  * -ENOLCK: the revoker could not take them back if the host got worse.
+ * A backed registration (a->backed) is charged only the pages of its file
+ * range that no live registration of the same file covers (backing.h); one
+ * that adds no page is granted whatever the pressure (it pins nothing new)
+ * and passes no budget, quota or job check, only the lease-count caps.
  */
 int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease **ret);
 
@@ -235,7 +251,11 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
  */
 int broker_release(struct broker *b, uint64_t id, uid_t uid, void *owner, bool admin);
 
-/* Return a lease's chunks to the pool and uncharge it, whatever its state. */
+/*
+ * Return a lease's chunks to the pool and uncharge it, whatever its state. A backed registration's pages
+ * that other registrations of the file still cover pass to the oldest of them (its uid, never-revoked
+ * share and job take the charge over); only pages nobody covers any more are uncharged.
+ */
 void broker_free_lease(struct broker *b, struct lease *l);
 
 /*

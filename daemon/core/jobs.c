@@ -396,6 +396,21 @@ void jobs_uncharge(struct jobs *j, struct job_cgroup *cg, uint64_t bytes)
 	jobs_cgroup_put(j, cg);
 }
 
+void jobs_move(struct jobs *j, struct job_cgroup *from, struct job_cgroup *to, uint64_t bytes)
+{
+	(void)j;
+	if (from) {
+		from->bytes -= bytes;
+		if (from->job)
+			from->job->bytes -= bytes;
+	}
+	if (to) {
+		to->bytes += bytes;
+		if (to->job)
+			to->job->bytes += bytes;
+	}
+}
+
 /* ----------------------------------------------------------------- rules */
 
 static bool has_glob(const char *s)

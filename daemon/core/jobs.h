@@ -93,6 +93,12 @@ int jobs_check(const struct job_cgroup *cg, uint64_t bytes);
 /* Charge or uncharge a lease of bytes (a reference is taken or dropped with it). NULL cg: nothing. */
 void jobs_charge(struct jobs *j, struct job_cgroup *cg, uint64_t bytes);
 void jobs_uncharge(struct jobs *j, struct job_cgroup *cg, uint64_t bytes);
+/*
+ * Move bytes of a charge from one lease's cgroup to another's (a shared registration's pages passing to the
+ * next registrant, backing.h): bytes only; each lease keeps its reference and its count. NULL: that side
+ * has no job.
+ */
+void jobs_move(struct jobs *j, struct job_cgroup *from, struct job_cgroup *to, uint64_t bytes);
 
 /*
  * Set (add or replace) the rule of this pattern and source; the jobs are regrouped. Returns 0,

@@ -90,6 +90,16 @@ struct lease {
 	 */
 	bool no_revoke;
 	bool registration;
+	/*
+	 * A registration of a shared file mapping (backing.h): the file (dev, ino) and the offset of its first
+	 * page. Registrations of one file are charged by the union of their pages, each page to the oldest
+	 * registration covering it, so charged_bytes may be below bytes (0 for a rank whose pages were all
+	 * registered already), and grows when an older registrant of the same pages goes.
+	 */
+	bool backed;
+	uint64_t backing_dev, backing_ino, backing_offset;
+	/* What the budget, the uid's never-revoked share and the job count for it: bytes unless backed. */
+	uint64_t charged_bytes;
 	/* The client cgroup it is charged to for job quotas (jobs.h); NULL: none (an orphan, a test). */
 	struct job_cgroup *cgroup;
 	/*

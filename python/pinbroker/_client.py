@@ -79,6 +79,10 @@ class Registration:
         self.charged_bytes = int(lib.pb_lease_size(handle))
         #: The daemon's lease id of the charge.
         self.id = int(lib.pb_lease_id(handle))
+        shared = _lib.optional("pb_lease_shared_memory")
+        #: True when the range is shared memory (a /dev/shm file, a memfd): the daemon charges every
+        #: process's registrations of that file once, so charged_bytes may be more than this one adds.
+        self.shared_memory = bool(shared(handle)) if shared else False
 
     def unregister(self) -> None:
         """Unregister from CUDA (unless charge-only) and give the charge back. Idempotent, and a no-op once

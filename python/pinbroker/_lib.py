@@ -129,6 +129,18 @@ class LeaseInfoJob(ctypes.Structure):
     _fields_ = LeaseInfoNuma._fields_ + [("job", ctypes.c_char_p)]
 
 
+class LeaseInfoSharedMemory(ctypes.Structure):
+    """struct pb_lease_info of a library that charges shared-memory registrations once
+    (pb_lease_shared_memory): the row's charge and the registrations of the same file."""
+
+    _fields_ = LeaseInfoJob._fields_ + [
+        ("charged_bytes", ctypes.c_uint64),
+        ("registrants", ctypes.c_uint32),
+        ("n_registrant_pids", ctypes.c_size_t),
+        ("registrant_pids", ctypes.c_int32 * PB_LEASE_INFO_PIDS),
+    ]
+
+
 class SignalInfo(ctypes.Structure):
     """struct pb_signal_info."""
 
@@ -329,6 +341,8 @@ _OPTIONAL = {
     "pb_register": (_int, [_vp, _vp, _size, _vp, ctypes.POINTER(_vp)]),
     "pb_unregister": (_int, [_vp, _vp]),
     "pb_report_unbrokered": (_int, [_vp, ctypes.c_uint64]),
+    # Registrations of shared memory charged once (issue 26).
+    "pb_lease_shared_memory": (_int, [_vp]),
 }
 
 
@@ -463,6 +477,8 @@ def version() -> str:
 
 def row_types() -> Tuple[type, type]:
     """(client row struct, lease row struct) of the loaded library."""
+    if hasattr(load(), "pb_lease_shared_memory"):
+        return (ClientInfoRegistration, LeaseInfoSharedMemory)
     if hasattr(load(), "pb_quota_list"):
         return (ClientInfoRegistration, LeaseInfoJob)
     if has_numa():

@@ -116,6 +116,13 @@ def _lease_info(li: Any) -> Dict[str, Any]:
         d["misplaced"] = bool(li.misplaced)
     if hasattr(li, "job"):
         d["job"] = _dec(li.job) or None
+    if hasattr(li, "registrants"):
+        # Registrations of one shared file are charged once: charged_bytes is this row's part.
+        d["charged_bytes"] = int(li.charged_bytes)
+        d["registrants"] = int(li.registrants)
+        d["registrant_pids"] = [
+            int(li.registrant_pids[i]) for i in range(min(li.n_registrant_pids, _lib.PB_LEASE_INFO_PIDS))
+        ]
     return d
 
 

@@ -26,6 +26,7 @@ def test_register_charges_every_touched_page_and_unregister_returns_it(client):
     base = addr - addr % PAGE + PAGE  # a page boundary inside buf
     with client.register(base + 10, PAGE, label="own", cuda=False) as reg:
         assert reg.charged_bytes == 2 * PAGE
+        assert reg.shared_memory is False  # private memory: charged per registration
         st = client.status(leases=True)
         assert st["registered_bytes"] == 2 * PAGE
         assert st["no_revoke_bytes"] == 2 * PAGE
@@ -93,3 +94,32 @@ def test_lease_rows_of_several_leases_read_back_whole(client):
     finally:
         for lease in leases:
             lease.release()
+
+
+def test_shared_memory_registered_twice_is_charged_once(daemon):
+    # Two connections (two ranks' worth) register one MAP_SHARED memfd region: one charge, two registrants.
+    fd = os.memfd_create("kv-offload")
+    os.ftruncate(fd, 4 * MiB)
+    m = mmap.mmap(fd, 4 * MiB, flags=mmap.MAP_SHARED)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    a, b = daemon.connect(), daemon.connect()
+    try:
+        ra = a.register(addr, 4 * MiB, label="rank0", cuda=False)
+        rb = b.register(addr, 4 * MiB, label="rank1", cuda=False)
+        assert ra.shared_memory and rb.shared_memory
+        st = a.status(leases=True)
+        assert st["registered_bytes"] == 4 * MiB and st["leased_bytes"] == 4 * MiB
+        rows = {r["id"]: r for r in st["leases"]}
+        assert rows[ra.id]["registrants"] == 2 and rows[rb.id]["registrants"] == 2
+        assert rows[ra.id]["charged_bytes"] == 4 * MiB and rows[rb.id]["charged_bytes"] == 0
+        assert sorted(rows[ra.id]["registrant_pids"]) == [os.getpid(), os.getpid()]
+        ra.unregister()
+        st = a.status(leases=True)
+        assert st["registered_bytes"] == 4 * MiB
+        assert [r["charged_bytes"] for r in st["leases"] if r["id"] == rb.id] == [4 * MiB]
+        rb.unregister()
+        assert a.status()["registered_bytes"] == 0
+    finally:
+        a.close()
+        b.close()
+        os.close(fd)

@@ -10,10 +10,12 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -335,6 +337,46 @@ START_TEST(test_registrations_and_write_combined_memory_are_charged)
 }
 END_TEST
 
+/*
+ * One /dev/shm region registered by three unmodified programs, one per way in (runtime symbols, the static
+ * runtime, the driver API): the interposer's registrations name the file, and the region is charged once.
+ */
+START_TEST(test_a_shared_region_registered_by_every_rank_is_charged_once)
+{
+	static const char *const args[] = { "hold", "shm-register", "16777216", NULL };
+	struct run_opts o = { .preload = true, .label = "kv" };
+	struct prog p[3];
+	char name[64], line[256];
+	struct pb_status *s;
+
+	snprintf(name, sizeof(name), "/pb-itest-preload-shm-%d", (int)getpid());
+	ck_assert_int_eq(setenv("PB_TEST_SHM", name, 1), 0);
+	for (int i = 0; i < 3; i++) {
+		spawn_read(&p[i], targets[i], &o, args, line, sizeof(line));
+		/* The next ranks must not inherit its pipes: its stdin's end must be ours alone to close. */
+		ck_assert_int_eq(fcntl(p[i].in, F_SETFD, FD_CLOEXEC), 0);
+		ck_assert_int_eq(fcntl(fileno(p[i].out), F_SETFD, FD_CLOEXEC), 0);
+		ck_assert_msg(strncmp(line, "ready", 5) == 0, "%s said: %s", target_names[i], line);
+		ck_assert_uint_eq(field(line, "reg="), 16 * MiB);
+	}
+	unsetenv("PB_TEST_SHM");
+	s = status();
+	ck_assert_uint_eq(s->registered_bytes, 16 * MiB);
+	ck_assert_uint_eq(s->leased_bytes, 16 * MiB);
+	for (size_t i = 0; i < s->n_leases; i++)
+		ck_assert_uint_eq(s->leases[i].registrants, 3);
+	pb_status_free(s);
+	/* The first rank ends: the others still register the region, so it stays charged, once. */
+	ck_assert_int_eq(finish(&p[0], line, sizeof(line)), 0);
+	ck_assert_int_eq(wait_leased(d.socket, (int64_t)(16 * MiB), 3000), (int64_t)(16 * MiB));
+	ck_assert_int_eq(finish(&p[1], line, sizeof(line)), 0);
+	ck_assert_int_eq(finish(&p[2], line, sizeof(line)), 0);
+	ck_assert_int_eq(wait_leased(d.socket, 0, 3000), 0);
+	shm_unlink(name);
+	wait_all_returned();
+}
+END_TEST
+
 START_TEST(test_a_killed_program_gives_everything_back)
 {
 	static const char *const args[] = { "hold", "alloc", "8388608", "12345", NULL };
@@ -600,6 +642,7 @@ static Suite *suite(void)
 	tcase_add_loop_test(t, test_without_a_daemon_the_program_still_runs_on_the_driver, 0, n);
 	tcase_add_loop_test(t, test_pinctl_run_puts_a_program_under_the_budget, 0, n);
 	tcase_add_test(t, test_a_program_name_with_control_bytes_still_gets_leases);
+	tcase_add_test(t, test_a_shared_region_registered_by_every_rank_is_charged_once);
 	tcase_add_loop_test(t, test_lookup_paths_yield_leases_of_the_page_rounded_size, 0, n);
 	suite_add_tcase(s, t);
 

@@ -32,6 +32,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -152,6 +154,7 @@ struct block {
 	void *p;
 	size_t n;
 	bool registered; /* the program's own memory, registered */
+	bool shm;        /* that memory is the /dev/shm file $PB_TEST_SHM, mapped shared (an LLM server's region) */
 	ptr_fn put;      /* the free or unregister found the same way as the allocation; NULL: the API's */
 };
 
@@ -204,7 +207,23 @@ static int get_block(const char *kind, size_t n, struct block *b)
 
 	b->n = n;
 	b->put = NULL;
-	b->registered = strcmp(kind, "register") == 0;
+	b->registered = strcmp(kind, "register") == 0 || strcmp(kind, "shm-register") == 0;
+	b->shm = strcmp(kind, "shm-register") == 0;
+	if (b->shm) {
+		/* Every rank maps the one file and registers all of it, as vLLM's SharedOffloadRegion does. */
+		int fd = getenv("PB_TEST_SHM") ? shm_open(getenv("PB_TEST_SHM"), O_RDWR | O_CREAT, 0600) : -1;
+
+		if (fd < 0 || ftruncate(fd, (off_t)span(n)) != 0)
+			return 2;
+		b->p = mmap(NULL, span(n), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		close(fd);
+		if (b->p == MAP_FAILED)
+			return 2;
+		r = api_register(b->p, n, 0);
+		if (r != 0)
+			munmap(b->p, span(n));
+		return r;
+	}
 	if (b->registered) {
 		if (posix_memalign(&b->p, page(), span(n)) != 0)
 			return 2;
@@ -230,7 +249,10 @@ static int put_block(struct block *b)
 
 	if (b->registered) {
 		r = b->put ? b->put(b->p) : api_unregister(b->p);
-		free(b->p);
+		if (b->shm)
+			munmap(b->p, span(b->n));
+		else
+			free(b->p);
 		return r;
 	}
 	return b->put ? b->put(b->p) : api_free(b->p);

@@ -9,6 +9,7 @@
 
 #include "broker.h"
 #include "config.h"
+#include "jobs.h"
 #include "budget.h"
 #include "lease.h"
 #include "pool.h"
@@ -72,11 +73,13 @@ static void check_books(const struct broker *b)
 			chunk_sum += l->chunks[i]->bytes;
 		/* A registration is the program's own memory: charged, no chunks. */
 		ck_assert_uint_eq(chunk_sum, l->registration ? 0 : l->bytes);
-		registered += l->registration ? l->bytes : 0;
-		total += l->bytes;
+		/* Only a registration of shared memory may carry less than its bytes (backing.h). */
+		ck_assert(l->charged_bytes == l->bytes || (l->backed && l->charged_bytes < l->bytes));
+		registered += l->registration ? l->charged_bytes : 0;
+		total += l->charged_bytes;
 		for (int k = 0; k < 3; k++)
 			if (l->uid == uids[k])
-				per_uid[k] += l->bytes;
+				per_uid[k] += l->charged_bytes;
 	}
 	ck_assert_uint_eq(budget_leased(b->budget), total);
 	for (int k = 0; k < 3; k++)
@@ -792,6 +795,158 @@ START_TEST(test_never_revoked_bytes_are_capped_per_uid)
 }
 END_TEST
 
+/* A registration of [off, off + size) of shared file (1, ino). */
+static int acquire_backed(struct broker *b, uid_t uid, void *owner, uint64_t ino, uint64_t off, uint64_t size,
+			  struct lease **ret)
+{
+	struct acquire_args a = {
+		.uid = uid,
+		.gid = uid,
+		.pid = 1234,
+		.owner = owner,
+		.size = size,
+		.priority = LEASE_PRIO_NORMAL,
+		.label = "shm",
+		.registration = true,
+		.now_ms = 1000,
+		.backed = true,
+		.backing_dev = 1,
+		.backing_ino = ino,
+		.backing_offset = off,
+	};
+
+	*ret = NULL;
+	return broker_acquire(b, &a, ret);
+}
+
+START_TEST(test_shared_registrations_are_charged_once_and_the_charge_moves_to_the_oldest_left)
+{
+	/* A 20 MiB budget: two 16 MiB registrations of one file fit, two of private memory would not. */
+	struct broker *b = new_broker(20 * MIB, 0, 0);
+	struct lease *a, *bb, *c, *p;
+
+	b->max_no_revoke_per_uid_bytes = 20 * MIB;
+	ck_assert_int_eq(acquire_backed(b, UID_A, &conn_a, 7, 0, 16 * MIB, &a), 0);
+	ck_assert_int_eq(acquire_backed(b, UID_B, &conn_b, 7, 0, 16 * MIB, &bb), 0);
+	ck_assert_uint_eq(a->charged_bytes, 16 * MIB);
+	ck_assert_uint_eq(bb->charged_bytes, 0);
+	ck_assert_uint_eq(b->registered_bytes, 16 * MIB);
+	ck_assert_uint_eq(budget_uid_leased(b->budget, UID_B), 0);
+	ck_assert_uint_eq(budget_uid_leases(b->budget, UID_B), 1); /* still a lease: the count caps apply */
+	check_books(b);
+	/* Another file, or private memory, is new memory: over the budget. */
+	ck_assert_int_eq(acquire_backed(b, UID_C, &conn_c, 8, 0, 16 * MIB, &p), -ENOSPC);
+	ck_assert_int_eq(acquire_kind(b, UID_C, &conn_c, 16 * MIB, ASK_REGISTRATION, &p), -ENOSPC);
+	/* Half inside, half past the end: only the new half is charged, and checked. */
+	ck_assert_int_eq(acquire_backed(b, UID_C, &conn_c, 7, 12 * MIB, 12 * MIB, &c), -ENOSPC);
+	ck_assert_int_eq(acquire_backed(b, UID_C, &conn_c, 7, 12 * MIB, 6 * MIB, &c), 0);
+	ck_assert_uint_eq(c->charged_bytes, 2 * MIB);
+	check_books(b);
+	/* Pressure refuses new pinning only: pages already registered come whatever the state. */
+	(void)broker_set_pressure(b, BROKER_TIGHT);
+	ck_assert_int_eq(acquire_backed(b, UID_C, &conn_c, 7, 0, 2 * MIB, &p), 0);
+	broker_free_lease(b, p);
+	ck_assert_int_eq(acquire_backed(b, UID_C, &conn_c, 7, 18 * MIB, 4096, &p), -ENOLCK);
+	(void)broker_set_pressure(b, BROKER_CRITICAL);
+	ck_assert_int_eq(acquire_backed(b, UID_C, &conn_c, 7, 4 * MIB, 2 * MIB, &p), 0);
+	broker_free_lease(b, p);
+	ck_assert_int_eq(acquire_backed(b, UID_C, &conn_c, 7, 18 * MIB, 4096, &p), -EAGAIN);
+	(void)broker_set_pressure(b, BROKER_NORMAL);
+	check_books(b);
+	/* The first registrant goes: its pages pass to the oldest left that covers them (B), with B's uid. */
+	broker_free_lease(b, a);
+	ck_assert_uint_eq(bb->charged_bytes, 16 * MIB);
+	ck_assert_uint_eq(budget_uid_leased(b->budget, UID_A), 0);
+	ck_assert_uint_eq(budget_uid_leased(b->budget, UID_B), 16 * MIB);
+	ck_assert_uint_eq(budget_uid_no_revoke(b->budget, UID_B), 16 * MIB);
+	ck_assert_uint_eq(b->registered_bytes, 18 * MIB);
+	check_books(b);
+	/* B goes: C covers 12..16 MiB of B's pages, and takes them; the rest is uncharged. */
+	broker_free_lease(b, bb);
+	ck_assert_uint_eq(c->charged_bytes, 6 * MIB);
+	ck_assert_uint_eq(b->registered_bytes, 6 * MIB);
+	check_books(b);
+	broker_free_lease(b, c);
+	ck_assert_uint_eq(b->registered_bytes, 0);
+	ck_assert_uint_eq(budget_no_revoke(b->budget), 0);
+	ck_assert_ptr_null(b->backings);
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
+/* Job accounting follows the same rule: the region is charged once, to the job of its oldest registrant. */
+START_TEST(test_a_shared_region_is_charged_to_one_job_and_moves_with_its_pages)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+	struct job_cgroup *cga, *cgb;
+	struct lease *a, *bb;
+	struct acquire_args args = {
+		.gid = UID_A,
+		.pid = 1234,
+		.size = 16 * MIB,
+		.label = "shm",
+		.registration = true,
+		.now_ms = 1000,
+		.backed = true,
+		.backing_dev = 1,
+		.backing_ino = 11,
+	};
+
+	b->max_no_revoke_per_uid_bytes = 64 * MIB;
+	ck_assert_int_eq(jobs_new(&b->jobs), 0);
+	ck_assert_int_eq(jobs_cgroup_get(b->jobs, "/slurm/job_1", &cga), 0);
+	ck_assert_int_eq(jobs_cgroup_get(b->jobs, "/slurm/job_2", &cgb), 0);
+	args.uid = UID_A;
+	args.owner = &conn_a;
+	args.cgroup = cga;
+	ck_assert_int_eq(broker_acquire(b, &args, &a), 0);
+	args.uid = UID_B;
+	args.owner = &conn_b;
+	args.cgroup = cgb;
+	ck_assert_int_eq(broker_acquire(b, &args, &bb), 0);
+	ck_assert_uint_eq(cga->bytes, 16 * MIB);
+	ck_assert_uint_eq(cgb->bytes, 0);
+	ck_assert_uint_eq(cga->job->bytes + cgb->job->bytes, 16 * MIB);
+	ck_assert_uint_eq(cgb->leases, 1); /* a lease of the job all the same */
+	/* Job 1's rank ends: job 2's rank still maps the region and now carries it. */
+	broker_free_lease(b, a);
+	ck_assert_uint_eq(cga->bytes, 0);
+	ck_assert_uint_eq(cgb->bytes, 16 * MIB);
+	ck_assert_uint_eq(cgb->job->bytes, 16 * MIB);
+	check_books(b);
+	broker_free_lease(b, bb);
+	ck_assert_uint_eq(cgb->bytes, 0);
+	ck_assert_uint_eq(cgb->leases, 0);
+	jobs_cgroup_put(b->jobs, cga);
+	jobs_cgroup_put(b->jobs, cgb);
+	jobs_free(b->jobs);
+	b->jobs = NULL;
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_registrants_of_one_file_are_bounded_and_the_rest_charged_in_full)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+	struct lease *l;
+
+	b->max_no_revoke_per_uid_bytes = 64 * MIB;
+	for (int i = 0; i < BROKER_BACKING_REGISTRANTS_MAX; i++) {
+		ck_assert_int_eq(acquire_backed(b, UID_A, &conn_a, 9, 0, 4096, &l), 0);
+		ck_assert(l->backed);
+	}
+	ck_assert_uint_eq(b->registered_bytes, 4096);
+	/* One more of the same file: not recorded as a registrant, charged as private memory would be. */
+	ck_assert_int_eq(acquire_backed(b, UID_A, &conn_a, 9, 0, 4096, &l), 0);
+	ck_assert(!l->backed);
+	ck_assert_uint_eq(l->charged_bytes, 4096);
+	ck_assert_uint_eq(b->registered_bytes, 2 * 4096);
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
 CHECK_SUITE(broker_suite, "broker", "core", NULL, NULL, 60, test_acquire_rounds_to_page_size_and_charges_exactly,
 	    test_acquire_of_zero_or_overflowing_size_is_invalid, test_acquire_passes_budget_refusals_through,
 	    test_acquire_when_tight_lends_only_from_the_idle_pool,
@@ -810,6 +965,9 @@ CHECK_SUITE(broker_suite, "broker", "core", NULL, NULL, 60, test_acquire_rounds_
 	    test_caps_refuse_by_leases_chunks_and_capacity,
 	    test_registration_is_charged_without_pool_memory_and_never_revoked,
 	    test_revoke_deadline_floor_applies_to_non_admins_only, test_holder_revoke_never_signals_another_uid,
-	    test_held_fds_meet_the_chunk_caps, test_never_revoked_bytes_are_capped_per_uid)
+	    test_held_fds_meet_the_chunk_caps, test_never_revoked_bytes_are_capped_per_uid,
+	    test_shared_registrations_are_charged_once_and_the_charge_moves_to_the_oldest_left,
+	    test_a_shared_region_is_charged_to_one_job_and_moves_with_its_pages,
+	    test_registrants_of_one_file_are_bounded_and_the_rest_charged_in_full)
 
 CHECK_MAIN(broker_suite)

@@ -121,6 +121,26 @@ static uint64_t send_acquire(int i, uint64_t size, uint32_t flags, const char *l
 	return send_req(i, &req);
 }
 
+/* A registration of [off, off + size) of shared file ino (Acquire.backing), as pb_register sends it. */
+static uint64_t send_shared_registration(int i, uint64_t size, uint64_t ino, uint64_t off)
+{
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Acquire a = PINBROKER__V1__ACQUIRE__INIT;
+	Pinbroker__V1__Backing bk = PINBROKER__V1__BACKING__INIT;
+
+	a.size = size;
+	a.has_flags = true;
+	a.flags = PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY |
+		  PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE;
+	bk.dev = 0x2d;
+	bk.ino = ino;
+	bk.offset = off;
+	a.backing = &bk;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
+	req.acquire = &a;
+	return send_req(i, &req);
+}
+
 /* Acquire size bytes on connection i; the lease id, after asserting the grant. */
 static uint64_t acquire_ok(int i, uint64_t size)
 {
@@ -331,6 +351,28 @@ START_TEST(test_critical_refuses_register_only_and_waiting_acquires)
 	ck_assert_uint_eq(F->b.registered_bytes, 0);
 	ck_assert_uint_eq(waitq_count(&F->b), 0);
 	ck_assert_uint_eq(lease_count(F->b.leases), 0);
+	rf_set_state(F, BROKER_NORMAL);
+	rf_end(F);
+}
+END_TEST
+
+/* A rank registering shared pages another rank registered pins nothing new: granted even while critical. */
+START_TEST(test_critical_grants_a_shared_registration_that_adds_no_page)
+{
+	F = rf_begin(0);
+	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_int_eq(hello(1), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_int_eq(reply_of(0, send_shared_registration(0, 256 * KIB, 5, 0), NULL, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	rf_set_state(F, BROKER_CRITICAL);
+	ck_assert_int_eq(reply_of(1, send_shared_registration(1, 128 * KIB, 5, 64 * KIB), NULL, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	/* One page past what is registered is new pinning: refused as at the gate. */
+	ck_assert_int_eq(reply_of(1, send_shared_registration(1, 4 * KIB, 5, 256 * KIB), NULL, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_CRITICAL);
+	ck_assert_uint_eq(F->b.registered_bytes, 256 * KIB);
+	ck_assert_uint_eq(lease_count(F->b.leases), 2);
+	rf_check(F);
 	rf_set_state(F, BROKER_NORMAL);
 	rf_end(F);
 }
@@ -625,8 +667,8 @@ END_TEST
 CHECK_SUITE(request_suite, "request", "core", NULL, NULL, 30, test_request_before_hello_is_refused_and_closes,
 	    test_second_hello_closes_the_connection, test_acquire_and_release_bring_every_counter_back_to_zero,
 	    test_stopping_serves_release_and_status, test_stopping_refuses_every_other_kind,
-	    test_critical_refuses_acquire_at_the_gate, test_critical_refuses_register_only_and_waiting_acquires,
-	    test_critical_serves_requests_that_take_no_memory,
+	    test_critical_refuses_acquire_at_the_gate, test_critical_grants_a_shared_registration_that_adds_no_page,
+	    test_critical_refuses_register_only_and_waiting_acquires, test_critical_serves_requests_that_take_no_memory,
 	    test_revoke_and_release_grant_the_waiting_acquire_through_the_event,
 	    test_wait_queue_grants_only_on_the_freed_memory_event, test_going_critical_refuses_the_waiting_acquires,
 	    test_waiting_acquire_times_out_and_leaves_the_queue, test_set_is_refused_to_non_admins,
