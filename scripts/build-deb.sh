@@ -35,5 +35,5 @@ rm -f "$B"/*.deb "$B"/*.ddeb "$B"/*.buildinfo "$B"/*.changes
 # dpkg-buildpackage writes beside the tree it built: BUILD_DIR.
 ls -1 "$B"/*.deb
 if [ $LINTIAN = 1 ]; then
-	lintian --no-tag-display-limit --info "$B"/*.changes
+	lintian --tag-display-limit 0 --info "$B"/*.changes
 fi
