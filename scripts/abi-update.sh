@@ -38,9 +38,8 @@ B=$(realpath -m "${1:-$SRC/build-abi}")
 cmake -S "$SRC" -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTING=OFF -DPINBROKER_GPU_TESTS=OFF \
 	-DPINBROKER_SANITIZE=OFF -DPINBROKER_TORCH_EXT=OFF >/dev/null
 cmake --build "$B" -j"$(nproc)" --target pinbroker >/dev/null
-lib=$(ls "$B"/client/libpinbroker.so.[0-9]* | head -n 1)
-soname=$(readelf -d "$lib" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
-[ -n "$soname" ] || { echo "abi-update.sh: $lib has no SONAME" >&2; exit 1; }
+soname=$(readelf -d "$B/client/libpinbroker.so" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+[ -n "$soname" ] || { echo "abi-update.sh: $B/client/libpinbroker.so has no SONAME" >&2; exit 1; }
 mkdir -p "$SRC/abi"
 dump "$B/client/$soname" "$SRC/abi/$soname.abi"
 echo "wrote abi/$soname.abi ($(grep -c "<elf-symbol name=" "$SRC/abi/$soname.abi") symbols): commit it with the change"
