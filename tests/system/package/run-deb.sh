@@ -47,8 +47,8 @@ LIBDEB=$DB/libpinbroker1_${VER}_${ARCH}.deb
 DEVDEB=$DB/libpinbroker-dev_${VER}_${ARCH}.deb
 PYDEB=$DB/python3-pinbroker_${VER}_all.deb
 SLURMDEB=$DB/pinbroker-slurm_${VER}_all.deb
-DBGDEBS="$DB/pinbroker-dbgsym_${VER}_${ARCH}.deb $DB/libpinbroker1-dbgsym_${VER}_${ARCH}.deb"
-for f in "$DEB" "$LIBDEB" "$DEVDEB" "$PYDEB" "$SLURMDEB" $DBGDEBS; do
+DBGDEBS=("$DB/pinbroker-dbgsym_${VER}_${ARCH}.deb" "$DB/libpinbroker1-dbgsym_${VER}_${ARCH}.deb")
+for f in "$DEB" "$LIBDEB" "$DEVDEB" "$PYDEB" "$SLURMDEB" "${DBGDEBS[@]}"; do
 	[ -s "$f" ] || fail "dpkg-buildpackage made no $f (log: $BUILD/deb-build.log)"
 done
 host_check "the package version $VER is upstream $UVER with a Debian revision" \
@@ -136,7 +136,7 @@ slurm_ok() {
 host_check "pinbroker-slurm: prolog, epilog, gres count executable in /usr/lib/pinbroker/slurm, examples, needs pinbroker" slurm_ok
 dbg_ok() {
 	local d
-	for d in $DBGDEBS; do
+	for d in "${DBGDEBS[@]}"; do
 		# Not grep -q: dpkg-deb would complain of the pipe closed early.
 		dpkg-deb -c "$d" | grep '/usr/lib/debug/.build-id/.*\.debug$' >/dev/null || { echo "no .debug file in $d"; return 1; }
 	done
@@ -144,7 +144,7 @@ dbg_ok() {
 host_check "pinbroker-dbgsym and libpinbroker1-dbgsym hold the binaries' debug symbols (dh_strip)" dbg_ok
 if [ "${PINBROKER_DEB_LINTIAN:-1}" != 0 ] && command -v lintian >/dev/null; then
 	t=$(date +%s.%N)
-	lintian --tag-display-limit 0 "$DEB" "$LIBDEB" "$DEVDEB" "$PYDEB" "$SLURMDEB" $DBGDEBS >"$BUILD/deb-lintian.txt" 2>&1
+	lintian --tag-display-limit 0 "$DEB" "$LIBDEB" "$DEVDEB" "$PYDEB" "$SLURMDEB" "${DBGDEBS[@]}" >"$BUILD/deb-lintian.txt" 2>&1
 	lap "lintian" "$t"
 	sed 's/^/lintian: /' "$BUILD/deb-lintian.txt" | grep -v 'root privileges'
 	if grep -q '^E: ' "$BUILD/deb-lintian.txt"; then host_notok "lintian reports no error (E:)"
