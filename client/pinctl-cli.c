@@ -9,6 +9,7 @@
 #include <grp.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,16 +27,26 @@
 	"/etc/pinbroker/pinbrokerd.conf (then log in again)."
 
 static const char *socket_path; /* as given; NULL means libpinbroker's default */
+static const char *command;     /* the command being run, NULL before main found it */
 
+void pinctl_command_set(const char *name)
+{
+	command = name;
+}
+
+/* Inside a command the error points to that command's help, which has the options it lacked. */
 int usage_error(const char *fmt, ...)
 {
 	va_list ap;
 
-	fprintf(stderr, "pinctl: ");
+	fprintf(stderr, "pinctl%s%s: ", command ? " " : "", command ? command : "");
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "; see 'pinctl --help' for usage\n");
+	if (command)
+		fprintf(stderr, "; see 'pinctl %s --help'\n", command);
+	else
+		fprintf(stderr, "; see 'pinctl --help' for usage\n");
 	return EXIT_USAGE;
 }
 
@@ -50,16 +61,20 @@ int option_error(const char *cmd, int o, char **argv)
 	/* A long option missing its value leaves its val in optopt, so ':' always reads argv. */
 	const char *name = optopt && o != ':' ? shortopt : argv[optind - 1];
 
+	if (cmd)
+		pinctl_command_set(cmd);
 	if (o == ':')
-		return usage_error("%s%s%s needs a value", cmd ? cmd : "", cmd ? ": " : "", name);
-	return usage_error("%s%sunknown option %s", cmd ? cmd : "", cmd ? ": " : "", name);
+		return usage_error("%s needs a value", name);
+	return usage_error("unknown option %s", name);
 }
 
 /* name's --help, or a usage error for a command pinctl does not have. */
 int command_help(const char *name, FILE *f)
 {
-	if (pinctl_help_text(name, f) < 0)
+	if (pinctl_help_text(name, f) < 0) {
+		pinctl_command_set(NULL); /* the pointer goes to the list of commands */
 		return usage_error("help: unknown command: %s", name);
+	}
 	return EXIT_SUCCESS;
 }
 
@@ -160,23 +175,35 @@ static void explain_eacces(const char *path)
 	}
 }
 
-pb_client *connect_or_explain(void)
+/* How to start the daemon where the socket is path: its socket unit for the default path, by hand always. */
+static void explain_no_daemon(const char *path, int r)
+{
+	bool dflt = strcmp(path, PB_DEFAULT_SOCKET) == 0;
+
+	fprintf(stderr, "pinctl: no pinbrokerd answers on %s: %s%s\n", path, strerror(-r),
+		r == -ETIMEDOUT || r == -ECONNRESET ? " (something listens there but did not answer HELLO)" : "");
+	fprintf(stderr, "Start it through its socket unit: sudo systemctl start pinbrokerd.socket%s\n",
+		dflt ? "" : " (it listens on " PB_DEFAULT_SOCKET ")");
+	fprintf(stderr, "or by hand: sudo pinbrokerd --socket %s  (journalctl -u pinbrokerd says why one stopped)\n",
+		path);
+}
+
+int connect_or_explain(pb_client **ret)
 {
 	const char *path = effective_socket();
-	pb_client *c;
 	int r;
 
-	r = pb_connect(path, &c);
+	r = pb_connect(path, ret);
 	if (r == 0)
-		return c;
+		return 0;
 	switch (r) {
 	case -ENOENT:
 	case -ECONNREFUSED:
-		fprintf(stderr,
-			"pinctl: cannot connect to %s: %s\n"
-			"Is pinbrokerd running? Try: systemctl start pinbrokerd.socket\n",
-			path, strerror(-r));
-		break;
+	case -ETIMEDOUT:
+	case -ECONNRESET:
+		/* Nothing listens, or what listens never answered HELLO: no daemon, as systemctl's 3 for a stopped unit. */
+		explain_no_daemon(path, r);
+		return EXIT_NO_DAEMON;
 	case -EACCES:
 		explain_eacces(path);
 		break;
@@ -187,7 +214,7 @@ pb_client *connect_or_explain(void)
 		fprintf(stderr, "pinctl: cannot connect to %s: %s\n", path, pb_last_error());
 		break;
 	}
-	return NULL;
+	return EXIT_FAILURE;
 }
 
 /* A failed request: the daemon's words, plus what to do where there is something to do. */

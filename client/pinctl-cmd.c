@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "pinbroker.h"
+#include "pinctl-fields.h"
 #include "pinctl-output.h"
 #include "pinctl.h"
 #include "util.h"
@@ -79,11 +80,11 @@ static int parse_json_flag_args(int argc, char **argv, bool *json, int nargs)
 			return r;
 	}
 	if (nargs == 0 && optind != argc)
-		return usage_error("%s takes no arguments", argv[0]);
+		return usage_error("takes no arguments (got '%s')", argv[optind]);
 	if (nargs == 1 && optind == argc)
-		return usage_error("%s: give a KEY (pinctl config lists them)", argv[0]);
+		return usage_error("give a KEY (pinctl config lists them)");
 	if (argc - optind > nargs)
-		return usage_error("%s: give one KEY, not %d arguments", argv[0], argc - optind);
+		return usage_error("give one KEY, not %d arguments", argc - optind);
 	return PINCTL_OPT_NEXT;
 }
 
@@ -92,30 +93,102 @@ static int parse_json_flag(int argc, char **argv, bool *json)
 	return parse_json_flag_args(argc, argv, json, 0);
 }
 
+/* How status and leases print: text for people, JSON, or fields for scripts (columns or CSV). */
+struct list_opts {
+	bool json, csv, no_headers;
+	const char *fields; /* -o FIELD,...; NULL for every field */
+};
+
+/*
+ * status's and leases' options: --json, --format text|csv|json, -o/--output FIELD,..., --no-headers.
+ * Returns PINCTL_OPT_NEXT to go on, or the exit code (--help, usage).
+ */
+static int parse_list_opts(int argc, char **argv, struct list_opts *lo)
+{
+	static const struct option opts[] = { { "json", no_argument, NULL, 'j' },
+					      { "format", required_argument, NULL, 'f' },
+					      { "output", required_argument, NULL, 'o' },
+					      { "no-headers", no_argument, NULL, 'N' },
+					      PINCTL_COMMON_OPTIONS,
+					      { NULL, 0, NULL, 0 } };
+	int o, r;
+
+	memset(lo, 0, sizeof(*lo));
+	while ((o = getopt_long(argc, argv, ":o:", opts, NULL)) != -1) {
+		switch (o) {
+		case 'j':
+			lo->json = true;
+			break;
+		case 'f':
+			lo->json = strcmp(optarg, "json") == 0;
+			lo->csv = strcmp(optarg, "csv") == 0;
+			if (!lo->json && !lo->csv && strcmp(optarg, "text") != 0)
+				return usage_error("--format: expected text, csv or json, not %s", optarg);
+			break;
+		case 'o':
+			lo->fields = optarg;
+			break;
+		case 'N':
+			lo->no_headers = true;
+			break;
+		default:
+			if ((r = command_option(argv[0], o, argv)) != PINCTL_OPT_NEXT)
+				return r;
+			break;
+		}
+	}
+	if (optind != argc)
+		return usage_error("takes no arguments (got '%s')", argv[optind]);
+	/* JSON has every key, named; fields and headers are the other forms' choices. */
+	if (lo->json && (lo->fields || lo->no_headers))
+		return usage_error("%s is for the text and csv forms, not JSON", lo->fields ? "-o" : "--no-headers");
+	return PINCTL_OPT_NEXT;
+}
+
+/* -o's list against table: 0, or a usage error naming the fields there are. */
+static int select_fields(const struct pinctl_field *table, size_t n, const char *list, struct fields *sel)
+{
+	char bad[64], names[1024];
+
+	if (fields_parse(table, n, list, sel, bad, sizeof(bad)) == 0)
+		return 0;
+	return usage_error("-o: unknown field '%s'; the fields: %s", bad, fields_names(table, n, names, sizeof(names)));
+}
+
 int cmd_status(int argc, char **argv)
 {
+	struct list_opts lo;
+	struct fields sel;
 	struct pb_status *s;
-	bool json;
 	pb_client *c;
+	bool rows;
 	int r;
 
-	r = parse_json_flag(argc, argv, &json);
+	r = parse_list_opts(argc, argv, &lo);
 	if (r != PINCTL_OPT_NEXT)
 		return r;
-	c = connect_or_explain();
-	if (!c)
-		return EXIT_FAILURE;
+	/* The text form has no header line to leave out: --no-headers asks for the fields' row. */
+	rows = lo.fields || lo.csv || lo.no_headers;
+	if (rows && select_fields(status_fields, n_status_fields, lo.fields, &sel) != 0)
+		return EXIT_USAGE;
+	r = connect_or_explain(&c);
+	if (r)
+		return r;
 	/* The text form shows no lease rows, so it does not fetch their pages. */
-	r = pb_status_query(c, json ? PB_STATUS_LEASES : 0, &s);
+	r = pb_status_query(c, lo.json ? PB_STATUS_LEASES : 0, &s);
 	pb_disconnect(c);
 	if (r < 0)
 		return report_failure("status", r);
-	if (json)
+	if (lo.json)
 		status_json(stdout, s);
+	else if (rows)
+		r = fields_print(stdout, &sel, s, sizeof(*s), 1, lo.csv, !lo.no_headers);
 	else
 		status_human(s);
 	pb_status_free(s);
-	return fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	if (r < 0)
+		fprintf(stderr, "pinctl: status: out of memory\n");
+	return r == 0 && fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
 /* Every lease, page after page; all of it is in hand before anything is printed, so a failure prints no half list. */
@@ -159,33 +232,40 @@ static int fetch_leases(pb_client *c, struct pb_lease_info **ret, size_t *nret)
 int cmd_leases(int argc, char **argv)
 {
 	struct pb_lease_info *rows = NULL;
+	struct list_opts lo;
+	struct fields sel;
 	size_t n = 0;
-	bool json;
 	pb_client *c;
 	int r;
 
-	r = parse_json_flag(argc, argv, &json);
+	r = parse_list_opts(argc, argv, &lo);
 	if (r != PINCTL_OPT_NEXT)
 		return r;
-	c = connect_or_explain();
-	if (!c)
-		return EXIT_FAILURE;
+	if ((lo.fields || lo.csv) && select_fields(lease_fields, n_lease_fields, lo.fields, &sel) != 0)
+		return EXIT_USAGE;
+	r = connect_or_explain(&c);
+	if (r)
+		return r;
 	r = fetch_leases(c, &rows, &n);
 	pb_disconnect(c);
 	if (r == -ENOMEM)
 		return EXIT_FAILURE;
 	if (r < 0)
 		return report_failure("leases", r);
-	if (json) {
+	if (lo.json) {
 		fputc('{', stdout);
 		json_u64(stdout, "schema_version", JSON_SCHEMA_VERSION, true);
 		json_leases(stdout, rows, n);
 		fputs("}\n", stdout);
+	} else if (lo.fields || lo.csv) {
+		r = fields_print(stdout, &sel, rows, sizeof(*rows), n, lo.csv, !lo.no_headers);
 	} else {
-		print_leases_table(rows, n);
+		print_leases_table(rows, n, !lo.no_headers);
 	}
 	pb_lease_info_free(rows, n);
-	return fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	if (r < 0)
+		fprintf(stderr, "pinctl: leases: out of memory\n");
+	return r == 0 && fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
 static pthread_t main_thread;
@@ -253,6 +333,35 @@ static int hold(double seconds, const sigset_t *set)
 	return sig < 0 ? 0 : sig;
 }
 
+/*
+ * Say on stderr, before a call that would otherwise be silent for seconds, when the daemon must first grow
+ * its pool for this lease (locking 1 GiB took 2.4 s in a VM), or when --wait may wait for memory. The status
+ * is read first, on the same connection; when it cannot be read, the acquire says what is wrong.
+ */
+static void acquire_notice(pb_client *c, uint64_t size, const struct pb_acquire_opts *ao)
+{
+	struct pb_status *s;
+	uint64_t free_bytes, want = size;
+	char a[32], b[32];
+
+	if (pb_status_query(c, 0, &s) < 0)
+		return;
+	if (s->page_size_bytes)
+		want = (size + s->page_size_bytes - 1) / s->page_size_bytes * s->page_size_bytes;
+	free_bytes = s->budget_bytes > s->leased_bytes ? s->budget_bytes - s->leased_bytes : 0;
+	if (want > s->pool_idle_bytes && want <= free_bytes && want <= s->uid_quota_bytes)
+		fprintf(stderr,
+			"pinctl: the pool has %s idle: pinbrokerd grows it by %s for this lease first (locking memory "
+			"can take seconds a GiB)\n",
+			size_str(s->pool_idle_bytes, a, sizeof(a)), size_str(want - s->pool_idle_bytes, b, sizeof(b)));
+	else if (want > free_bytes && want <= s->budget_bytes && want <= s->uid_quota_bytes &&
+		 (ao->flags & PB_ACQUIRE_WAIT))
+		fprintf(stderr,
+			"pinctl: the budget has %s free: waiting up to %" PRIu32 " ms for leases to be given back\n",
+			size_str(free_bytes, a, sizeof(a)), ao->timeout_ms);
+	pb_status_free(s);
+}
+
 int cmd_acquire(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -299,7 +408,7 @@ int cmd_acquire(int argc, char **argv)
 		default:
 			/* "-5" reaches getopt as an option; it is a size, and sizes are positive. */
 			if (o == '?' && optopt >= '0' && optopt <= '9')
-				return usage_error("acquire: %s: a size must be positive (examples: 4096, 64M, 1G)",
+				return usage_error("%s: a size must be positive (examples: 4096, 64M, 1G)",
 						   argv[optind - 1]);
 			if ((r = command_option("acquire", o, argv)) != PINCTL_OPT_NEXT)
 				return r;
@@ -307,16 +416,16 @@ int cmd_acquire(int argc, char **argv)
 		}
 	}
 	if (optind == argc)
-		return usage_error("acquire: give a SIZE (examples: 4096, 64M, 1G)");
+		return usage_error("give a SIZE (examples: 4096, 64M, 1G)");
 	if (optind + 1 != argc)
-		return usage_error("acquire: give one SIZE, not %d arguments", argc - optind);
+		return usage_error("give one SIZE, not %d arguments", argc - optind);
 	r = parse_size(argv[optind], &size);
 	if (r == -ERANGE || (r == 0 && (size >= MAX_LEASE_BYTES || size > SIZE_MAX)))
-		return usage_error("acquire: %s: too large; a lease is less than 8 EiB", argv[optind]);
+		return usage_error("%s: too large; a lease is less than 8 EiB", argv[optind]);
 	if (r < 0)
-		return usage_error("acquire: not a size: %s (examples: 4096, 64M, 1G)", argv[optind]);
+		return usage_error("not a size: %s (examples: 4096, 64M, 1G)", argv[optind]);
 	if (size == 0)
-		return usage_error("acquire: %s: a size must be at least 1 byte", argv[optind]);
+		return usage_error("%s: a size must be at least 1 byte", argv[optind]);
 
 	/* Signals are taken synchronously by hold(); block them before any thread exists. */
 	sigemptyset(&set);
@@ -326,10 +435,11 @@ int cmd_acquire(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	main_thread = pthread_self();
 
-	c = connect_or_explain();
-	if (!c)
-		return EXIT_FAILURE;
+	r = connect_or_explain(&c);
+	if (r)
+		return r;
 	pb_set_revoke_callback(c, on_revoke, NULL);
+	acquire_notice(c, size, &ao);
 	t0 = now_us();
 	r = pb_acquire(c, (size_t)size, &ao, &l);
 	t1 = now_us();
@@ -387,10 +497,9 @@ int cmd_revoke(int argc, char **argv)
 		case 'u':
 			r = parse_user(optarg, &uid32);
 			if (r == -ENOENT)
-				return usage_error("revoke: --uid: no such user: %s (give a user name or a uid)",
-						   optarg);
+				return usage_error("--uid: no such user: %s (give a user name or a uid)", optarg);
 			if (r < 0)
-				return usage_error("revoke: --uid: not a user name or uid: %s", optarg);
+				return usage_error("--uid: not a user name or uid: %s", optarg);
 			uid = uid32;
 			what = PB_REVOKE_UID;
 			targets++;
@@ -411,18 +520,18 @@ int cmd_revoke(int argc, char **argv)
 	}
 	if (optind < argc) {
 		if (optind + 1 != argc)
-			return usage_error("revoke: give one LEASE id, not %d arguments", argc - optind);
+			return usage_error("give one LEASE id, not %d arguments", argc - optind);
 		if (parse_u64(argv[optind], UINT64_MAX, &lease_id) < 0 || lease_id == 0)
-			return usage_error("revoke: not a lease id: %s (ids are in 'pinctl leases')", argv[optind]);
+			return usage_error("not a lease id: %s (ids are in 'pinctl leases')", argv[optind]);
 		what = PB_REVOKE_LEASE;
 		targets++;
 	}
 	if (targets != 1)
-		return usage_error("%s: give exactly one of LEASE, --uid USER or --all", "revoke");
+		return usage_error("give exactly one of LEASE, --uid USER or --all");
 
-	c = connect_or_explain();
-	if (!c)
-		return EXIT_FAILURE;
+	r = connect_or_explain(&c);
+	if (r)
+		return r;
 	r = pb_admin_revoke(c, what, lease_id, (uint32_t)uid, (uint32_t)deadline_ms, &ids, &n);
 	pb_disconnect(c);
 	if (r < 0)
@@ -451,12 +560,12 @@ int cmd_set(int argc, char **argv)
 			return r;
 	n = argc - optind;
 	if (n != 2)
-		return usage_error("set: give KEY VALUE, not %d argument%s", n, n == 1 ? "" : "s");
+		return usage_error("give KEY VALUE, not %d argument%s", n, n == 1 ? "" : "s");
 	key = argv[optind];
 	value = argv[optind + 1];
-	c = connect_or_explain();
-	if (!c)
-		return EXIT_FAILURE;
+	r = connect_or_explain(&c);
+	if (r)
+		return r;
 	r = pb_admin_set(c, key, value);
 	pb_disconnect(c);
 	if (r < 0)
@@ -476,10 +585,10 @@ int cmd_metrics(int argc, char **argv)
 		if ((r = command_option("metrics", o, argv)) != PINCTL_OPT_NEXT)
 			return r;
 	if (optind < argc)
-		return usage_error("metrics takes no arguments");
-	c = connect_or_explain();
-	if (!c)
-		return EXIT_FAILURE;
+		return usage_error("takes no arguments (got '%s')", argv[optind]);
+	r = connect_or_explain(&c);
+	if (r)
+		return r;
 	r = pb_metrics(c, &text);
 	pb_disconnect(c);
 	if (r < 0)
@@ -499,9 +608,9 @@ static int show_config(const char *what, const char *key, bool json)
 	pb_client *c;
 	int r;
 
-	c = connect_or_explain();
-	if (!c)
-		return EXIT_FAILURE;
+	r = connect_or_explain(&c);
+	if (r)
+		return r;
 	r = pb_config_get(c, key, &e, &n);
 	pb_disconnect(c);
 	if (r < 0)

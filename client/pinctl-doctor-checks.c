@@ -2,6 +2,7 @@
 /* pinctl doctor's checks: privileges, huge pages and THP, CUDA, socket and groups, cgroup, PSI, service, budget; each adds one finding, with its fix. */
 #define _GNU_SOURCE
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -66,15 +67,16 @@ static void check_socket(struct doctor *d)
 		doctor_add(d, "socket", DOCTOR_OK, "connected to %s (folder %s; socket %s)", d->socket, dm, sm);
 		return;
 	}
-	switch (d->connect_err) {
-	case -ENOENT:
-	case -ECONNREFUSED:
+	if (doctor_no_daemon(d)) {
 		f = doctor_add(d, "socket", DOCTOR_FAIL, "cannot connect to %s: %s: pinbrokerd is not running there",
 			       d->socket, strerror(-d->connect_err));
-		doctor_fix(
-			f,
-			"systemctl enable --now pinbrokerd.socket (or start pinbrokerd; --socket PATH names another socket)");
-		break;
+		doctor_fix(f,
+			   "sudo systemctl enable --now pinbrokerd.socket, or by hand: sudo pinbrokerd --socket %s "
+			   "(--socket PATH names another socket)",
+			   d->socket);
+		return;
+	}
+	switch (d->connect_err) {
 	case -EACCES:
 		f = doctor_add(d, "socket", DOCTOR_FAIL,
 			       "cannot connect to %s: permission denied (folder %s; socket %s)", d->socket, dm, sm);
@@ -185,6 +187,55 @@ static void check_groups(struct doctor *d)
 			   geteuid() == 0 || in_group(g->gr_gid) ? "an admin"
 								 : "not an admin (usermod -aG to become one)");
 	}
+}
+
+/*
+ * Who may connect: connect() needs write on the socket and search (x) on every folder above it. A socket
+ * that others may write, under folders that all let others through, is open to every local user: any of
+ * them may lease pinned memory up to the uid quota (admin requests still need root or admin-group).
+ */
+static void check_socket_access(struct doctor *d)
+{
+	char dir[PATH_MAX], closed[PATH_MAX] = "";
+	struct stat st, ds;
+	unsigned closed_mode = 0;
+	struct finding *f;
+
+	if (stat(d->socket, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+		doctor_add(d, "socket-access", DOCTOR_SKIP, "no socket at %s to check", d->socket);
+		return;
+	}
+	snprintf(dir, sizeof(dir), "%s", d->socket);
+	/* The nearest folder that keeps others out, walking up from the socket's. */
+	for (char *slash = strrchr(dir, '/'); slash; slash = strrchr(dir, '/')) {
+		*slash = '\0';
+		if (stat(dir[0] ? dir : "/", &ds) == 0 && !(ds.st_mode & S_IXOTH)) {
+			snprintf(closed, sizeof(closed), "%s", dir[0] ? dir : "/");
+			closed_mode = (unsigned)(ds.st_mode & 07777);
+			break;
+		}
+	}
+	if (!(st.st_mode & S_IWOTH)) {
+		doctor_add(d, "socket-access", DOCTOR_OK,
+			   "socket %s is mode %04o: only its owner and group may connect", d->socket,
+			   (unsigned)(st.st_mode & 07777));
+		return;
+	}
+	if (closed[0]) {
+		doctor_add(d, "socket-access", DOCTOR_OK,
+			   "socket %s is mode %04o, but the folder %s (mode %04o) keeps other users out", d->socket,
+			   (unsigned)(st.st_mode & 07777), closed, closed_mode);
+		return;
+	}
+	f = doctor_add(d, "socket-access", DOCTOR_WARN,
+		       "socket %s is mode %04o under folders that let everyone through: any local user may connect "
+		       "and lease pinned memory up to the uid quota",
+		       d->socket, (unsigned)(st.st_mode & 07777));
+	/* pinbrokerd binds 0660 group pinbroker, and falls back to 0666 only where that group is missing. */
+	doctor_fix(f,
+		   "create the group (systemd-sysusers, or groupadd --system pinbroker) and restart pinbrokerd, which "
+		   "then binds the socket 0660 group pinbroker; under socket activation set SocketMode=0660 "
+		   "SocketGroup=pinbroker");
 }
 
 static bool cap_ipc_lock(const char *status_path, bool *known)
@@ -402,6 +453,31 @@ out:
 			     "pages (pinbrokerd --reserve-hugepages)");
 }
 
+/* NVIDIA display or 3D controllers (vendor 0x10de, class 0x03xxxx) under sys/bus/pci/devices: their count, or -1
+ * when the folder cannot be read (a fixture root without it, no sysfs): then unknown, and not taken for none. */
+static int nvidia_pci_devices(const struct doctor *d)
+{
+	char path[PATH_MAX], file[PATH_MAX + 300], buf[32];
+	struct dirent *e;
+	DIR *dir = opendir(doctor_rooted(d, "/sys/bus/pci/devices", path, sizeof(path)));
+	int n = 0;
+
+	if (!dir)
+		return -1;
+	while ((e = readdir(dir))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(file, sizeof(file), "%s/%s/vendor", path, e->d_name);
+		if (doctor_read_text(file, buf, sizeof(buf)) <= 0 || strncmp(buf, "0x10de", 6) != 0)
+			continue;
+		snprintf(file, sizeof(file), "%s/%s/class", path, e->d_name);
+		if (doctor_read_text(file, buf, sizeof(buf)) > 0 && strncmp(buf, "0x03", 4) == 0)
+			n++;
+	}
+	closedir(dir);
+	return n;
+}
+
 static void check_cuda(struct doctor *d)
 {
 	char ver[32] = "unknown", mem[32];
@@ -412,6 +488,14 @@ static void check_cuda(struct doctor *d)
 	if (!d->cuda_loaded && getenv("PINBROKER_NO_CUDA") &&
 	    strcmp(d->cuda_msg, "disabled by PINBROKER_NO_CUDA") == 0) {
 		doctor_add(d, "cuda", DOCTOR_SKIP, "%s", d->cuda_msg);
+		return;
+	}
+	if (!d->cuda_usable && nvidia_pci_devices(d) == 0) {
+		/* Nothing to register with: locked leases are all a host without NVIDIA GPUs needs. */
+		doctor_add(d, "cuda", DOCTOR_OK,
+			   "%s, and no NVIDIA GPU on the PCI bus: leases are locked, not CUDA-registered, which is "
+			   "all this host needs",
+			   d->cuda_msg);
 		return;
 	}
 	if (!d->cuda_usable) {
@@ -699,6 +783,7 @@ void doctor_checks_run(struct doctor *d)
 {
 	check_socket(d);
 	check_groups(d);
+	check_socket_access(d);
 	check_daemon_memlock(d);
 	check_caller_memlock(d);
 	check_hugepages(d);

@@ -227,6 +227,19 @@ static void probe_cuda(struct doctor *d)
 	/* The handle stays open: closing a CUDA driver after cuInit is not supported. */
 }
 
+bool doctor_no_daemon(const struct doctor *d)
+{
+	switch (d->connect_err) {
+	case -ENOENT:
+	case -ECONNREFUSED:
+	case -ETIMEDOUT:
+	case -ECONNRESET:
+		return true;
+	default:
+		return false;
+	}
+}
+
 void doctor_gather(struct doctor *d)
 {
 	struct pb_status *s;

@@ -60,5 +60,8 @@ int doctor_meminfo_bytes(const struct doctor *d, const char *key, uint64_t *ret)
 /* Fill d once, before the checks: the fixture root, the socket, the daemon's status and pid, the driver. */
 void doctor_gather(struct doctor *d);
 
+/* Whether the socket check failed because no daemon answers (nothing listens, or no HELLO in time). */
+bool doctor_no_daemon(const struct doctor *d);
+
 /* Every check in order, each adding its finding to d (pinctl-doctor-checks.c). */
 void doctor_checks_run(struct doctor *d);

@@ -15,8 +15,10 @@ void pinctl_usage(FILE *f)
 		"Usage: pinctl [--socket PATH] COMMAND [ARGS]\n"
 		"\n"
 		"Commands:\n"
-		"  status [--json]                   budget, pool, pressure signals and clients\n"
-		"  leases [--json]                   every lease on the host (fetched page by page)\n"
+		"  status [--json | -o FIELDS | --format csv] [--no-headers]\n"
+		"                                    budget, pool, pressure signals and clients\n"
+		"  leases [--json | -o FIELDS | --format csv] [--no-headers]\n"
+		"                                    every lease on the host (fetched page by page)\n"
 		"  acquire SIZE [--hold SECONDS] [--label L] [--priority normal|critical|best-effort]\n"
 		"          [--wait MS]               borrow SIZE (e.g. 64M, 1G), touch it, hold, release\n"
 		"  revoke LEASE | --uid USER | --all [--deadline MS]\n"
@@ -31,7 +33,8 @@ void pinctl_usage(FILE *f)
 		"                                    run an unmodified program with its pinned memory\n"
 		"                                    under the budget (LD_PRELOAD=libpinbroker-preload.so)\n"
 		"  doctor [--json]                   check this host's set-up, each finding with its fix\n"
-		"                                    (exit 0 ok, 1 a warning, 3 a failure)\n"
+		"                                    (exit 0 nothing to do, 1 a warning, 3 no daemon,\n"
+		"                                    4 a failure)\n"
 		"  quota set CGROUP SIZE | clear CGROUP [--revoke] | list [--json]\n"
 		"                                    per-job quotas over cgroup paths (admin to change)\n"
 		"  jobs [--json]                     pinned bytes per job (cgroup), with quotas\n"
@@ -41,8 +44,9 @@ void pinctl_usage(FILE *f)
 		"  --socket PATH   daemon socket (default $%s, else %s); also after the command\n"
 		"  --version       print the version\n"
 		"\n"
-		"Exit status: 0 success, 1 error, 2 usage; run exits with its program's status\n"
-		"(126/127 when it cannot be run).\n",
+		"Exit status: 0 success, 1 error, 2 usage, 3 no daemon answers (nothing listens on the\n"
+		"socket, or it did not answer in time); run exits with its program's status (126/127 when\n"
+		"it cannot be run). A usage error names its command and points to that command's --help.\n",
 		PB_SOCKET_ENV, PB_DEFAULT_SOCKET);
 }
 
@@ -80,10 +84,14 @@ const char doctor_help[] =
 	"memlock limits, huge pages and THP, the CUDA driver, the socket and groups, the cgroup, PSI,\n"
 	"the service, and the budget against MemTotal and the GPUs' memory.\n"
 	"\n"
-	"  --json          one JSON array, each element {check, status, message, fix}; status is ok,\n"
-	"                  warn, fail or skip\n"
+	"  --json          one JSON object {schema_version, checks, warnings, failures, exit_status},\n"
+	"                  each of checks {check, status, message, fix}; status is ok, warn, fail or skip\n"
 	"\n"
-	"Exit status: 0 every check ok or skipped, 1 a warning, 2 usage, 3 a failure.\n" DOCTOR_ROOT_ENV
+	"A socket that every local user may connect to (mode o+w under folders that let others through)\n"
+	"is a warning: pinbrokerd binds it 0660 group pinbroker, 0666 only where that group is missing.\n"
+	"\n"
+	"Exit status: 0 nothing to do (every check ok or skipped), 1 a warning (advice worth taking),\n"
+	"2 usage, 3 no daemon answers and nothing else failed, 4 a failure (a real problem).\n" DOCTOR_ROOT_ENV
 	"=DIR reads the host's /proc and /sys files under DIR (for tests).\n";
 
 /* One command's --help (pinctl CMD --help, pinctl help CMD): its usage, what it does, its options. */
@@ -91,23 +99,50 @@ static const struct command_help {
 	const char *name;
 	const char *text;
 } helps[] = {
-	{ "status", "Usage: pinctl status [--json]\n"
+	{ "status", "Usage: pinctl status [--json | -o FIELD,... | --format text|csv|json] [--no-headers]\n"
 		    "\n"
 		    "The budget, leased, pool and free memory, the page kind, the pressure state and its signals,\n"
 		    "recent transitions and revocations, and one row per client connection.\n"
 		    "\n"
 		    "  --json          the stable JSON schema (schema_version 1), every lease row included,\n"
-		    "                  each client's cgroup and the jobs (jobs[])\n" },
-	{ "leases", "Usage: pinctl leases [--json]\n"
+		    "                  each client's cgroup and the jobs (jobs[])\n"
+		    "  -o, --output F  one row of these fields, comma-separated, in aligned columns under a\n"
+		    "                  header (CSV with --format csv); a field unknown is a usage error\n"
+		    "  --format FMT    text (the default), csv (a header of field names, then one row of every\n"
+		    "                  field, or of -o's) or json (as --json)\n"
+		    "  --no-headers    no header line; alone, the row of every field without one\n"
+		    "\n"
+		    "The fields are the scalar keys of --json, with its values (bytes, ms, true/false): version,\n"
+		    "budget_bytes, uid_quota_bytes, leased_bytes, pool_bytes, pool_idle_bytes, free_bytes,\n"
+		    "page_size_bytes, chunk_size_bytes, hugetlb, page_kind, thp_bytes, thp_failures, hugetlb_bytes,\n"
+		    "huge_pages_free_bytes, overdue_bytes, cached_idle_bytes, registered_bytes, no_revoke_bytes,\n"
+		    "unbrokered_bytes, unbrokered_reported_bytes, unbrokered_cap_bytes, orphaned_bytes,\n"
+		    "prewarm_bytes, waiting_acquires, pressure_state, monitor_mode, uptime_ms.\n"
+		    "Example: pinctl status -o free_bytes,pool_idle_bytes --no-headers\n" },
+	{ "leases", "Usage: pinctl leases [--json | -o FIELD,... | --format text|csv|json] [--no-headers]\n"
 		    "\n"
 		    "Every lease on the host you may see (all of them as an admin), fetched page by page: its NUMA\n"
 		    "node (NODE, '!' when misplaced, '-' when not placed) and the job it is charged to (JOB).\n"
 		    "\n"
-		    "  --json          {schema_version, leases[]}\n" },
+		    "  --json          {schema_version, leases[]}\n"
+		    "  -o, --output F  one line per lease of these fields, comma-separated, in aligned columns\n"
+		    "                  under a header (CSV with --format csv); a field unknown is a usage error\n"
+		    "  --format FMT    text (the default), csv (a header of field names, then a row per lease of\n"
+		    "                  every field, or of -o's) or json (as --json)\n"
+		    "  --no-headers    no header line\n"
+		    "\n"
+		    "The fields are the keys of --json's lease rows, with its values (bytes, ms, true/false;\n"
+		    "null is '-' in columns and empty in CSV; attacher_pids space-separated): id, pid, uid,\n"
+		    "user, bytes, label, age_ms, priority, state, idle_ms, deadline_left_ms, shared,\n"
+		    "holder_detached, registration, no_revoke, numa_node, misplaced, job, attachers,\n"
+		    "attacher_pids. Labels and jobs are C-escaped, so no value spans lines.\n"
+		    "Example: pinctl leases -o id,bytes,label --format csv --no-headers\n" },
 	{ "acquire", "Usage: pinctl acquire SIZE [--hold SECONDS] [--label L] [--priority P] [--wait MS]\n"
 		     "\n"
 		     "Borrow SIZE (4096, 64M, 1G) from the daemon, map it, touch every page, report the timings,\n"
-		     "hold it, then release it. A revoke, SIGINT or SIGTERM releases it early.\n"
+		     "hold it, then release it. A revoke, SIGINT or SIGTERM releases it early. When the daemon must\n"
+		     "first grow its pool for the lease (SIZE over its idle memory), or --wait may wait for memory,\n"
+		     "pinctl says so on stderr before it asks.\n"
 		     "\n"
 		     "  --hold SECONDS  keep the lease this long (fractions allowed; default 0)\n"
 		     "  --label L       the label status and leases show\n"

@@ -425,12 +425,13 @@ static const char *job_column(const char *job, char *buf, size_t len)
 	return buf;
 }
 
-void print_leases_table(const struct pb_lease_info *rows, size_t n)
+void print_leases_table(const struct pb_lease_info *rows, size_t n, bool headers)
 {
 	char sz[32], age[32], node[16], st[ESC_BYTES], lb[ESC_BYTES], jb[ESC_BYTES], jc[JOB_COLUMN + 1], user[64];
 
-	printf("%-8s %-8s %-10s %-10s %-11s %-9s %-10s %-4s %-*s %s\n", "ID", "PID", "USER", "BYTES", "PRIORITY",
-	       "STATE", "AGE", "NODE", JOB_COLUMN, "JOB", "LABEL");
+	if (headers)
+		printf("%-8s %-8s %-10s %-10s %-11s %-9s %-10s %-4s %-*s %s\n", "ID", "PID", "USER", "BYTES",
+		       "PRIORITY", "STATE", "AGE", "NODE", JOB_COLUMN, "JOB", "LABEL");
 	for (size_t i = 0; i < n; i++) {
 		const struct pb_lease_info *l = &rows[i];
 

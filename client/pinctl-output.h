@@ -44,8 +44,8 @@ void config_entry_json(FILE *f, const struct pb_config_entry *e);
 
 /* pinctl status's text, on stdout. */
 void status_human(const struct pb_status *s);
-/* pinctl leases's table, on stdout. */
-void print_leases_table(const struct pb_lease_info *rows, size_t n);
+/* pinctl leases's table, on stdout; its header line unless !headers. */
+void print_leases_table(const struct pb_lease_info *rows, size_t n, bool headers);
 /* The jobs table of pinctl jobs and quota list, on stdout ("no jobs hold leases" for none). */
 void print_jobs(const struct pb_job *jobs, size_t n);
 /* One setting as "key = value  # source", on stdout. */

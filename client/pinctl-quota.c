@@ -32,12 +32,13 @@ static int quota_list(bool json)
 	struct pb_quota_rule *rules = NULL;
 	struct pb_job *jobs = NULL;
 	size_t nrules = 0, njobs = 0;
-	pb_client *c = connect_or_explain();
+	pb_client *c;
 	char e[ESC_BYTES], q[32];
 	int r;
 
-	if (!c)
-		return EXIT_FAILURE;
+	r = connect_or_explain(&c);
+	if (r)
+		return r;
 	r = pb_quota_list(c, &rules, &nrules, &jobs, &njobs);
 	pb_disconnect(c);
 	if (r < 0)
@@ -99,7 +100,7 @@ int cmd_quota(int argc, char **argv)
 			break;
 		case 'd':
 			if (parse_u64(optarg, UINT32_MAX, &deadline_ms) < 0)
-				return quota_usage("quota: --deadline: not a number of milliseconds: %s", optarg);
+				return quota_usage("--deadline: not a number of milliseconds: %s", optarg);
 			deadline_given = true;
 			break;
 		case 'j':
@@ -113,40 +114,40 @@ int cmd_quota(int argc, char **argv)
 	}
 	nargs = argc - optind;
 	if (nargs < 1)
-		return quota_usage("quota: give set, clear or list");
+		return quota_usage("give set, clear or list");
 	verb = argv[optind];
 	if (strcmp(verb, "list") == 0) {
 		if (nargs != 1 || revoke || deadline_given)
-			return quota_usage("quota list takes only --json");
+			return quota_usage("list takes only --json");
 		return quota_list(json);
 	}
 	if (json)
-		return quota_usage("quota: --json is for quota list");
+		return quota_usage("--json is for quota list");
 	if (deadline_given && !revoke)
-		return quota_usage("quota: --deadline goes with --revoke");
+		return quota_usage("--deadline goes with --revoke");
 	if (strcmp(verb, "set") == 0) {
 		if (nargs != 3)
-			return quota_usage("quota set: give CGROUP SIZE, not %d argument%s", nargs - 1,
+			return quota_usage("set: give CGROUP SIZE, not %d argument%s", nargs - 1,
 					   nargs == 2 ? "" : "s");
 		if (parse_size(argv[optind + 2], &bytes) < 0)
-			return quota_usage("quota set: not a size: %s (write 8G, 512M, ...)", argv[optind + 2]);
+			return quota_usage("set: not a size: %s (write 8G, 512M, ...)", argv[optind + 2]);
 	} else if (strcmp(verb, "clear") == 0) {
 		if (nargs != 2)
-			return quota_usage("quota clear: give one CGROUP, not %d arguments", nargs - 1);
+			return quota_usage("clear: give one CGROUP, not %d arguments", nargs - 1);
 		flags |= PB_QUOTA_CLEAR;
 	} else {
-		return quota_usage("quota: unknown verb %s (set, clear or list)", verb);
+		return quota_usage("unknown verb %s (set, clear or list)", verb);
 	}
 	cgroup = argv[optind + 1];
 	if (cgroup[0] != '/')
-		return quota_usage("quota %s: '%s' is not a cgroup path; write it as /proc/PID/cgroup does, from /",
-				   verb, cgroup);
+		return quota_usage("%s: '%s' is not a cgroup path; write it as /proc/PID/cgroup does, from /", verb,
+				   cgroup);
 	if (revoke)
 		flags |= PB_QUOTA_REVOKE;
 
-	c = connect_or_explain();
-	if (!c)
-		return EXIT_FAILURE;
+	r = connect_or_explain(&c);
+	if (r)
+		return r;
 	r = pb_quota_set(c, cgroup, bytes, flags, (uint32_t)deadline_ms, &ids, &n);
 	if (r == 0 && strcmp(pb_last_error(), "no error") != 0) {
 		char e[ESC_BYTES];
@@ -193,10 +194,10 @@ int cmd_jobs(int argc, char **argv)
 			return with_usage(r, jobs_help);
 	}
 	if (optind < argc)
-		return with_usage(usage_error("jobs takes no arguments"), jobs_help);
-	c = connect_or_explain();
-	if (!c)
-		return EXIT_FAILURE;
+		return with_usage(usage_error("takes no arguments (got '%s')", argv[optind]), jobs_help);
+	r = connect_or_explain(&c);
+	if (r)
+		return r;
 	r = pb_quota_list(c, NULL, NULL, &jobs, &njobs);
 	pb_disconnect(c);
 	if (r < 0)

@@ -95,12 +95,12 @@ int cmd_run(int argc, char **argv)
 		switch (o) {
 		case 'f':
 			if (pbp_policy_parse(optarg, &policy) < 0 || !*optarg)
-				return usage_error("run: --fallback: expected cuda, error or pageable, not %s", optarg);
+				return usage_error("--fallback: expected cuda, error or pageable, not %s", optarg);
 			fallback = optarg;
 			break;
 		case 'l':
 			if (!*optarg)
-				return usage_error("run: --label: empty label");
+				return usage_error("--label: empty label");
 			label = optarg;
 			break;
 		case 'T':
@@ -113,7 +113,7 @@ int cmd_run(int argc, char **argv)
 		}
 	}
 	if (optind >= argc)
-		return usage_error("run: give the program to run (pinctl run [OPTIONS] -- CMD [ARGS])");
+		return usage_error("give the program to run (pinctl run [OPTIONS] -- CMD [ARGS])");
 	r = find_preload(lib, sizeof(lib));
 	if (r < 0) {
 		fprintf(stderr,

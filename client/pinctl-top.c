@@ -218,8 +218,7 @@ int cmd_top(int argc, char **argv)
 			errno = 0;
 			interval_s = strtod(optarg, &end);
 			if (errno || *end || end == optarg || !(interval_s >= 0.1 && interval_s <= TOP_MAX_INTERVAL_S))
-				return usage_error("%s: --interval: not a number of seconds from 0.1 to 3600: %s",
-						   argv[0], optarg);
+				return usage_error("--interval: not a number of seconds from 0.1 to 3600: %s", optarg);
 			break;
 		case '1':
 			once = true;
@@ -231,15 +230,15 @@ int cmd_top(int argc, char **argv)
 		}
 	}
 	if (optind != argc)
-		return usage_error("%s takes no arguments", argv[0]);
+		return usage_error("takes no arguments (got '%s')", argv[optind]);
 	/* https://no-color.org: NO_COLOR present and not empty turns colour off. */
 	v.colour = tty && !(nc && *nc);
 	v.interactive = tty && !once;
 	top_size(&v, tty);
 
-	c = connect_or_explain();
-	if (!c)
-		return EXIT_FAILURE;
+	r = connect_or_explain(&c);
+	if (r)
+		return r;
 	if (v.interactive) {
 		sa.sa_handler = top_on_signal; /* no SA_RESTART: poll() returns on each */
 		sigemptyset(&sa.sa_mask);

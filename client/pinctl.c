@@ -19,7 +19,7 @@ static int cmd_help(int argc, char **argv)
 	if (argc == 2 && strcmp(argv[1], "--help") == 0)
 		return command_help("help", stdout);
 	if (argc > 2)
-		return usage_error("help: give at most one COMMAND");
+		return usage_error("give at most one COMMAND");
 	if (argc == 2)
 		return command_help(argv[1], stdout);
 	pinctl_usage(stdout);
@@ -82,7 +82,8 @@ int main(int argc, char **argv)
 			/* -h too, which no command has as a short option (run's -h would be CMD's, after --). */
 			if (n >= 2 && strcmp(sub[1], "-h") == 0)
 				return command_help(sub[0], stdout);
-			optind = 0; /* full getopt re-initialisation for the command's own options */
+			pinctl_command_set(sub[0]); /* its usage errors point to its help */
+			optind = 0;                 /* full getopt re-initialisation for the command's own options */
 			return commands[i].run(n, sub);
 		}
 	}

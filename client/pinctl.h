@@ -2,7 +2,8 @@
 /*
  * pinctl's private header: what every command shares (pinctl-cli.c), and the commands main dispatches to.
  * The rooms, each calling only those below it: pinctl.c (main) -> the commands (pinctl-cmd.c, -top.c,
- * -run.c, -quota.c, -doctor.c) -> pinctl-cli.c -> pinctl-output.c and pinctl-help.c.
+ * -run.c, -quota.c, -doctor.c) -> pinctl-cli.c -> pinctl-fields.c (the script forms) -> pinctl-output.c,
+ * and pinctl-help.c.
  */
 #pragma once
 
@@ -10,7 +11,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* pinctl's exit statuses besides EXIT_SUCCESS and EXIT_FAILURE (1, any other error), as systemctl's:
+ * 2 a usage error, 3 no daemon answers (nothing listens on the socket, or HELLO timed out). */
 #define EXIT_USAGE 2
+#define EXIT_NO_DAEMON 3
 
 /* The socket pinctl talks to: --socket, else $PINBROKER_SOCKET, else the default path. Never NULL. */
 const char *pinctl_socket(void);
@@ -18,7 +22,12 @@ const char *pinctl_socket(void);
 const char *pinctl_socket_option(void);
 /* --socket PATH (path not empty), for the commands that follow. */
 void pinctl_socket_set(const char *path);
-/* A usage error: one line on stderr ending in "see 'pinctl --help'". Returns EXIT_USAGE. */
+/* The command being run (main sets it before dispatch), which usage errors name and point to. */
+void pinctl_command_set(const char *name);
+/*
+ * A usage error: one line on stderr, "pinctl CMD: MESSAGE; see 'pinctl CMD --help'" inside a command,
+ * "pinctl: MESSAGE; see 'pinctl --help' for usage" before one. Returns EXIT_USAGE.
+ */
 __attribute__((format(printf, 1, 2))) int usage_error(const char *fmt, ...);
 /* getopt's '?' or ':' for command cmd (NULL before the command) as one usage error. Returns EXIT_USAGE. */
 int option_error(const char *cmd, int o, char **argv);
@@ -40,8 +49,12 @@ int command_help(const char *name, FILE *f);
 int command_option(const char *cmd, int o, char **argv);
 
 struct pb_client;
-/* Connect to pinctl_socket(), or say why not and what to do on stderr (NULL). */
-struct pb_client *connect_or_explain(void);
+/*
+ * Connect to pinctl_socket(): 0 and *ret, or say why not and what to do on stderr and return the exit
+ * status: EXIT_NO_DAEMON when no daemon answers (no socket, nobody listening, no HELLO in time, the
+ * connection closed during HELLO), else EXIT_FAILURE.
+ */
+int connect_or_explain(struct pb_client **ret);
 /* A failed request: the daemon's words and what to do, on stderr. Returns EXIT_FAILURE. */
 int report_failure(const char *what, int r);
 

@@ -85,7 +85,7 @@ _pinctl() {
 		fi
 		# Inside the command: count its arguments; run's program ends pinctl's options.
 		case $w in
-		--socket | --hold | --label | --priority | --wait | --uid | --deadline | --fallback | --interval | -n) skip=1 ;;
+		--socket | --hold | --label | --priority | --wait | --uid | --deadline | --fallback | --interval | -n | -o | --output | --format) skip=1 ;;
 		--) [[ $sub == run ]] && run_prog=next ;;
 		-*) ;;
 		*)
@@ -109,6 +109,13 @@ _pinctl() {
 		;;
 	--fallback)
 		_pinctl_reply $'cuda\nerror\npageable'
+		return 0
+		;;
+	--format)
+		_pinctl_reply $'text\ncsv\njson'
+		return 0
+		;;
+	-o | --output)
 		return 0
 		;;
 	--uid)

@@ -2,9 +2,12 @@
 /*
  * Prometheus metrics in the text exposition format, for node_exporter's
  * textfile collector (metrics-path, written atomically every
- * metrics-interval-ms) and `pinctl metrics`. Names follow the Prometheus
- * conventions as node_exporter and dcgm-exporter use them: a pinbroker_
- * prefix, base units (_bytes), _total for counters, labels for dimensions.
+ * metrics-interval-ms), `pinctl metrics` and the HTTP endpoint
+ * (client/metrics-http.c asks for the same text). Names follow the
+ * Prometheus conventions (https://prometheus.io/docs/practices/naming/) as
+ * node_exporter and dcgm-exporter use them: a pinbroker_ prefix, base units
+ * (_bytes, _seconds, _ratio from 0 to 1), _total for counters, labels for
+ * dimensions, and no label Prometheus sets itself (job, instance).
  */
 #define _GNU_SOURCE
 #include "metrics.h"
@@ -85,7 +88,69 @@ static void label_value(FILE *f, const char *s)
 	}
 }
 
-/* Per job: its bytes, leases and quota (jobs without a quota have no quota row). */
+/*
+ * The pressure signals, one metric each in base units: shares as ratios 0..1, not percent. The rates the
+ * policy compares (swap pages per second) are served as the counters they come from, so Prometheus takes
+ * the rate over its own window. A signal this host lacks (no swap, no PSI, no cgroup limit) has no row.
+ */
+static const struct {
+	const char *signal; /* monitor_signals()'s name */
+	const char *name, *help;
+	double scale;
+} signal_metrics[] = {
+	{ "mem_available_pct", "pinbroker_mem_available_ratio",
+	  "MemAvailable as a share (0 to 1) of MemTotal, or of the daemon's cgroup limit when that is lower, as last "
+	  "sampled.",
+	  0.01 },
+	{ "mem_available_bytes", "pinbroker_mem_available_bytes",
+	  "MemAvailable, or what the daemon's cgroup limit leaves when that is lower, as last sampled.", 1 },
+	{ "swap_free_pct", "pinbroker_swap_free_ratio", "SwapFree as a share (0 to 1) of SwapTotal, as last sampled.",
+	  0.01 },
+	{ "psi_some_avg10", "pinbroker_psi_some_avg10_ratio",
+	  "Memory pressure (PSI) some avg10: the share (0 to 1) of the last 10 s some task stalled on memory, host or "
+	  "the daemon's cgroup, whichever is worse.",
+	  0.01 },
+	{ "psi_full_avg10", "pinbroker_psi_full_avg10_ratio",
+	  "Memory pressure (PSI) full avg10: the share (0 to 1) of the last 10 s all non-idle tasks stalled on memory, "
+	  "host or the daemon's cgroup, whichever is worse.",
+	  0.01 },
+	{ "cgroup_usage_pct", "pinbroker_cgroup_usage_ratio",
+	  "The daemon's memory cgroup usage as a share (0 to 1) of its limit, where it has a limit.", 0.01 },
+};
+
+static void render_signals(FILE *f, const struct monitor *m)
+{
+	struct monitor_signal sig[MONITOR_SIGNALS_MAX];
+	size_t n = m ? monitor_signals(m, sig, MONITOR_SIGNALS_MAX) : 0;
+	uint64_t in_pages, out_pages;
+	long page = sysconf(_SC_PAGESIZE);
+
+	for (size_t k = 0; k < sizeof(signal_metrics) / sizeof(signal_metrics[0]); k++)
+		for (size_t i = 0; i < n; i++) {
+			if (strcmp(sig[i].name, signal_metrics[k].signal) != 0 || !sig[i].available ||
+			    !isfinite(sig[i].value))
+				continue;
+			gauge(f, signal_metrics[k].name, signal_metrics[k].help,
+			      sig[i].value * signal_metrics[k].scale);
+		}
+	/* pswpin/pswpout count pages of the kernel's page size. */
+	if (m && page > 0 && monitor_swap_pages(m, &in_pages, &out_pages)) {
+		head(f, "pinbroker_swap_in_bytes_total", "counter",
+		     "The host's swap-ins (/proc/vmstat pswpin) in bytes, as last sampled.");
+		fprintf(f, "pinbroker_swap_in_bytes_total %llu\n",
+			(unsigned long long)in_pages * (unsigned long long)page);
+		head(f, "pinbroker_swap_out_bytes_total", "counter",
+		     "The host's swap-outs (/proc/vmstat pswpout) in bytes, as last sampled.");
+		fprintf(f, "pinbroker_swap_out_bytes_total %llu\n",
+			(unsigned long long)out_pages * (unsigned long long)page);
+	}
+}
+
+/*
+ * Per job: its bytes, leases and quota (jobs without a quota have no quota row). The label is cgroup, not job:
+ * Prometheus sets job on every scraped series (the scrape config's name) and renames a target's own job label
+ * to exported_job, so `sum by (job)` would sum a whole node.
+ */
 static void render_jobs(FILE *f, const struct jobs *j)
 {
 	static const struct {
@@ -107,7 +172,7 @@ static void render_jobs(FILE *f, const struct jobs *j)
 
 			if ((s == 2 && !jb->rule) || (!jb->leases && !jb->rule))
 				continue;
-			fprintf(f, "%s{job=\"", series[s].name);
+			fprintf(f, "%s{cgroup=\"", series[s].name);
 			label_value(f, jb->key);
 			fprintf(f, "\"} %llu\n", v);
 		}
@@ -117,7 +182,6 @@ static void render_jobs(FILE *f, const struct jobs *j)
 static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 {
 	static const enum broker_state states[] = { BROKER_NORMAL, BROKER_TIGHT, BROKER_CRITICAL };
-	struct monitor_signal sig[MONITOR_SIGNALS_MAX];
 	const int *nodes;
 	size_t n;
 	uid_t uid;
@@ -161,14 +225,7 @@ static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 	for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++)
 		fprintf(f, "pinbroker_pressure_state{state=\"%s\"} %d\n", monitor_state_name(states[i]),
 			b->state == states[i]);
-	n = b->monitor ? monitor_signals(b->monitor, sig, MONITOR_SIGNALS_MAX) : 0;
-	if (n) {
-		head(f, "pinbroker_signal", "gauge", "The pressure signals the daemon watches, as last sampled.");
-		for (size_t i = 0; i < n; i++)
-			if (sig[i].available && isfinite(sig[i].value))
-				fprintf(f, "pinbroker_signal{signal=\"%s\",unit=\"%s\"} %.17g\n", sig[i].name,
-					sig[i].unit, sig[i].value);
-	}
+	render_signals(f, b->monitor);
 
 	counter_by(f, "pinbroker_acquires_granted_total",
 		   "Leases granted since start, by kind: pool memory, or a registration charge.", "kind", grant_names,

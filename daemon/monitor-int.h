@@ -110,6 +110,7 @@ struct monitor {
 	struct cg_src cg;
 	struct src_file meminfo_f, vmstat_f, psi_f, cg_psi_f;
 	struct vm_point vm_old, vm_new;
+	struct vm_point vm_last; /* the newest reading, for the metrics' swap counters; kept across a swapoff */
 
 	bool have_sample;
 	struct pressure_sample sample;

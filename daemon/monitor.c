@@ -134,6 +134,7 @@ static void sample_vmstat(struct monitor *m, uint64_t now, struct pressure_sampl
 		return;
 	}
 	source_ok(m, SRC_VMSTAT, VMSTAT_REL);
+	m->vm_last = (struct vm_point){ true, now, v };
 	if (m->vm_new.set && now - m->vm_new.ms >= RATE_WINDOW_MS)
 		base = &m->vm_new;
 	else if (m->vm_old.set)
@@ -457,6 +458,15 @@ size_t monitor_signals(const struct monitor *m, struct monitor_signal *out, size
 	for (size_t i = 0; i < n && i < max; i++)
 		out[i] = all[i];
 	return n;
+}
+
+bool monitor_swap_pages(const struct monitor *m, uint64_t *in_pages, uint64_t *out_pages)
+{
+	if (!m->vm_last.set)
+		return false;
+	*in_pages = m->vm_last.v.pswpin;
+	*out_pages = m->vm_last.v.pswpout;
+	return true;
 }
 
 size_t monitor_transitions(const struct monitor *m, struct monitor_event *out, size_t max)

@@ -79,5 +79,10 @@ const char *monitor_mode(const struct monitor *m);
 
 /* Copy up to max current signals into out. Returns how many there are. */
 size_t monitor_signals(const struct monitor *m, struct monitor_signal *out, size_t max);
+/*
+ * The host's pswpin and pswpout counters (/proc/vmstat, pages) at the last reading: false before one, or
+ * while the host never had swap (vmstat is not read then).
+ */
+bool monitor_swap_pages(const struct monitor *m, uint64_t *in_pages, uint64_t *out_pages);
 /* The last transitions, newest first. Returns how many were copied. */
 size_t monitor_transitions(const struct monitor *m, struct monitor_event *out, size_t max);

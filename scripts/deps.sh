@@ -11,20 +11,25 @@ PKGS="build-essential cmake pkg-config libev-dev libprotobuf-c-dev protobuf-c-co
 # Tests: fuzzing (clang + libFuzzer runtime), valgrind, shellcheck (tests/deploy), the booted-systemd test and the
 # Debian package test (debootstrap, systemd-nspawn, bc for their timings), groff for rendering the man pages in the
 # install test, lintian for the Debian packages (tests/system/package), the Kubernetes manifests' and patcher's tests, zsh
-# for the zsh completion test, and the Python package's tests (Debian's python3 with CPU torch, numpy, pytest;
-# setuptools and pip to install it). debhelper and dh-python: the Debian packages' build (debian/control's
-# Build-Depends; scripts/build-deb.sh runs dpkg-buildpackage). abigail-tools: abidw/abidiff for the ABI check of
-# libpinbroker (ctest abi_check, scripts/abi-update.sh). git: .ci/run tests a fresh clone. util-linux (setpriv, unshare), bsdutils
-# (script) and procps (pgrep) are named although a full Debian has them: a minimal root (debootstrap minbase)
-# may not.
+# for the zsh completion test, python3-grpcio and python3-grpc-tools for the Kubernetes device plugin's test (gRPC to a
+# stand-in kubelet, its stubs generated from the vendored api.proto), and the Python package's tests (Debian's python3
+# with CPU torch, numpy, pytest; setuptools and pip to install it). debhelper and dh-python: the Debian packages' build
+# (debian/control's Build-Depends; scripts/build-deb.sh runs dpkg-buildpackage). abigail-tools: abidw/abidiff for the
+# ABI check of libpinbroker (ctest abi_check, scripts/abi-update.sh). git: .ci/run tests a fresh clone. util-linux
+# (setpriv, unshare), bsdutils (script) and procps (pgrep) are named although a full Debian has them: a minimal root
+# (debootstrap minbase) may not.
 if [ "${1:-}" = "--test" ]; then
-	PKGS="$PKGS abigail-tools clang debhelper dh-python libclang-rt-14-dev valgrind debootstrap systemd-container procps bc git util-linux bsdutils
-	      python3 python3-pytest python3-numpy python3-torch python3-setuptools python3-pip groff-base zsh
+	PKGS="$PKGS abigail-tools clang debhelper dh-python libclang-rt-14-dev valgrind debootstrap systemd-container procps bc
+	      git util-linux bsdutils python3 python3-grpc-tools python3-grpcio python3-pytest python3-numpy python3-torch
+	      python3-setuptools python3-pip groff-base zsh
 	      prometheus-node-exporter curl lintian openssl yamllint python3-yaml shellcheck clang-format"
 	# The Kubernetes manifests' test renders them with kubectl's kustomize: Debian's
 	# kubernetes-client (kubectl 1.20), unless some kubectl is already installed (another
 	# package's /usr/bin/kubectl would conflict with it).
 	command -v kubectl >/dev/null || PKGS="$PKGS kubernetes-client"
+	# promtool (in Debian's prometheus) for deploy/monitoring's rules and the daemon's metrics
+	# (tests/deploy/run-monitoring.sh, run-metrics-http.py).
+	PKGS="$PKGS prometheus"
 fi
 missing=""
 for p in $PKGS; do
@@ -40,6 +45,15 @@ if [ -n "$missing" ]; then
 	quietly "deps: apt-get install ($# packages and what they need)" "$log" \
 		apt-get install -y --no-install-recommends "$@"
 	rm -f "$log"
+	# Installing prometheus enables and starts a Prometheus server where systemd runs; the tests need only
+	# promtool, so none is left running (without systemd, policy-rc.d or no init keeps it from starting).
+	case " $missing " in
+	*" prometheus "*)
+		if [ -d /run/systemd/system ]; then
+			systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+		fi
+		;;
+	esac
 else
 	say "deps: all $(echo "$PKGS" | wc -w) packages already installed"
 fi

@@ -13,6 +13,7 @@ checkout, then the dynamic linker as libpinbroker.so.1)::
     print(lease.kind, lease.fallback_reason)
 
 Errors are OSError subclasses (:mod:`pinbroker.errors`) carrying errno and the daemon's message.
+From the shell, ``python3 -m pinbroker status`` and ``python3 -m pinbroker doctor`` (:mod:`pinbroker.__main__`).
 """
 
 # The rooms (each imports only those above it): _lib (ctypes) <- _lease (Kind, Priority, Lease) <- _status

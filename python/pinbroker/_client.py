@@ -23,10 +23,13 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from . import _lib, _status
 from ._lease import _KIND_BY_C, _PRIO_TO_C, Kind, Lease, Priority, _dec, _Mapping, _page_size, _priority, _raise
-from .errors import BrokerError, InvalidArgument, LibraryNotFound, NotConnected
+from .errors import BrokerError, InvalidArgument, LibraryNotFound, NotConnected, PermissionDenied
 
 __all__ = ["Client", "Registration", "RevokeCallback", "connect", "acquire_or_fallback", "cuda_available",
            "library_path"]
+
+#: The socket of a daemon installed with its units (pb_connect's default).
+DEFAULT_SOCKET = "/run/pinbroker/pinbroker.sock"
 
 #: ``callback(lease, deadline_ms)``, called from libpinbroker's receiver thread.
 RevokeCallback = Callable[["Lease", int], Any]
@@ -104,7 +107,7 @@ class Client:
     def __init__(self, ptr: int, path: Optional[str]) -> None:
         global _next_key
         self._ptr: Optional[int] = ptr
-        self.path = path or os.environ.get("PINBROKER_SOCKET") or "/run/pinbroker/pinbroker.sock"
+        self.path = socket_path(path)
         self._pid = os.getpid()
         self._cond = threading.Condition()
         self._busy = 0
@@ -471,9 +474,10 @@ class Client:
     # -- status and administration
 
     def status(self, leases: bool = False) -> Dict[str, Any]:
-        """The daemon's status as a dict: summary figures, "clients", "signals", "transitions",
-        "revocations", and with ``leases=True`` a "leases" list. Non-admins see only their own uid's rows
-        under the daemon's status-visibility = own."""
+        """The daemon's status as a dict: with ``leases=True``, the document ``pinctl status --json`` prints, with
+        the same keys and the same nulls (summary figures, "nodes", "unbrokered_uids", "signals", "transitions",
+        "revocations", "clients", "jobs" and "leases"); without, the same less "leases". Non-admins see only
+        their own uid's rows under the daemon's status-visibility = own."""
         ptr = self._enter()
         try:
             return _status.query(ptr, leases)
@@ -530,9 +534,48 @@ def connect(path: Optional[str] = None) -> Client:
     lib = _lib.load()
     ret = ctypes.c_void_p()
     r = lib.pb_connect(path.encode() if path else None, ctypes.byref(ret))
+    if r in (-errno.EACCES, -errno.EPERM):
+        # The library says "no broker at ...": there is one, this user may not reach it.
+        raise PermissionDenied(-r, _permission_advice(socket_path(path)))
     if r < 0:
         _raise(r, f"connecting to {path or 'pinbrokerd'}")
     return Client(int(ret.value), path)
+
+
+def socket_path(path: Optional[str] = None) -> str:
+    """The socket connect(path) uses: path, else $PINBROKER_SOCKET, else /run/pinbroker/pinbroker.sock."""
+    return path or os.environ.get("PINBROKER_SOCKET") or DEFAULT_SOCKET
+
+
+def _permission_advice(path: str) -> str:
+    """What a user refused on connect is to do: the socket's group, or the folder on the way that shuts them out
+    (the first one, walking from /, that this process may not enter), as pinctl's explain_eacces says."""
+    head = (f"permission denied on {path}: add your user to the pinbroker group (or the daemon's socket-group) "
+            "and log in again, or run as root")
+    parts = os.path.abspath(path).split(os.sep)
+    for i in range(2, len(parts)):
+        folder = os.sep.join(parts[:i]) or os.sep
+        if not os.access(folder, os.X_OK):
+            try:
+                st = os.stat(folder)
+                what = f"mode {st.st_mode & 0o7777:04o}, group {_group(st.st_gid)}"
+            except OSError:
+                what = "its mode unknown"
+            return f"{head}; the folder {folder} ({what}) does not let this user in: it must open to that group"
+    try:
+        st = os.stat(path)
+        return f"{head} (the socket is mode {st.st_mode & 0o7777:04o}, group {_group(st.st_gid)})"
+    except OSError:
+        return head
+
+
+def _group(gid: int) -> str:
+    import grp
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
 
 
 def _fallback_lease(client: Optional[Client], nbytes: int, label: Optional[str], prio: Priority,

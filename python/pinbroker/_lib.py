@@ -8,6 +8,7 @@ import ctypes.util
 import errno
 import glob
 import os
+import re
 import threading
 from typing import List, Optional, Tuple
 
@@ -15,6 +16,9 @@ from .errors import LibraryNotFound
 
 #: The SONAME of the ABI this binding is written against (client/CMakeLists.txt: SOVERSION 1).
 SONAME = "libpinbroker.so.1"
+#: The Debian/Ubuntu package that ships that library, named in LibraryNotFound's advice (kept with SONAME:
+#: the package's name carries the SONAME's number).
+DEBIAN_PACKAGE = "libpinbroker1"
 #: Environment variable naming the library file to load, ahead of every other place.
 LIBRARY_ENV = "PINBROKER_LIBRARY"
 
@@ -243,6 +247,30 @@ class StatusJobs(ctypes.Structure):
     ]
 
 
+class UnbrokeredUid(ctypes.Structure):
+    """struct pb_unbrokered_uid: one uid's unbrokered reports, summed over its connections."""
+
+    _fields_ = [
+        ("uid", ctypes.c_uint32),
+        ("connections", ctypes.c_uint32),
+        ("reported_bytes", ctypes.c_uint64),
+        ("counted_bytes", ctypes.c_uint64),
+    ]
+
+
+class StatusUnbrokered(ctypes.Structure):
+    """struct pb_status of a library with capped unbrokered reports and orphaned bytes (issue 22): the
+    reports before the caps, the cap, the per-uid rows and the orphaned bytes."""
+
+    _fields_ = StatusJobs._fields_ + [
+        ("unbrokered_reported_bytes", ctypes.c_uint64),
+        ("unbrokered_cap_bytes", ctypes.c_uint64),
+        ("n_unbrokered_uids", ctypes.c_size_t),
+        ("unbrokered_uids", ctypes.POINTER(UnbrokeredUid)),
+        ("orphaned_bytes", ctypes.c_uint64),
+    ]
+
+
 #: typedef int (*pb_revoke_fn)(pb_client *c, pb_lease *l, uint32_t deadline_ms, void *userdata);
 REVOKE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p)
 
@@ -367,7 +395,8 @@ def load() -> ctypes.CDLL:
             errno.ELIBACC,
             "cannot load libpinbroker: tried "
             + "; ".join(tried)
-            + f". Install pinbroker's C library so that {SONAME} is on the linker's path (cmake --install "
+            + f". Install pinbroker's C library: install {DEBIAN_PACKAGE} (Debian/Ubuntu: apt install "
+            f"{DEBIAN_PACKAGE}), or from source so that {SONAME} is on the linker's path (cmake --install "
             f"<build dir>, then ldconfig), or set {LIBRARY_ENV}=/path/to/{SONAME}",
         )
         raise _load_error
@@ -410,6 +439,26 @@ def has_status_jobs() -> bool:
 def has_numa() -> bool:
     """True for a library with NUMA placement (pb_lease_numa_node): its lease rows grew with it."""
     return hasattr(load(), "pb_lease_numa_node")
+
+
+def has_status_unbrokered() -> bool:
+    """True for a library whose struct pb_status ends with the unbrokered caps, per-uid rows and orphaned
+    bytes (issue 22). No function came with them; pb_set_cache_slack came after both, and a library of a
+    later SONAME has them too."""
+    lib = load()
+    m = re.match(r"libpinbroker\.so\.(\d+)", os.path.basename(path() or ""))
+    return hasattr(lib, "pb_set_cache_slack") or bool(m and int(m.group(1)) >= 1)
+
+
+def version() -> str:
+    """The library's version (pb_version), "" for a library without it."""
+    fn = getattr(load(), "pb_version", None)
+    if fn is None:
+        return ""
+    fn.restype = ctypes.c_char_p
+    fn.argtypes = []
+    v = fn()
+    return v.decode("utf-8", "replace") if v else ""
 
 
 def row_types() -> Tuple[type, type]:

@@ -8,6 +8,8 @@ Each function takes the C client handle that Client passes in while it counts th
 from __future__ import annotations
 
 import ctypes
+import math
+import pwd
 from typing import Any, Dict, List, Optional
 
 from . import _lib
@@ -92,6 +94,7 @@ def _lease_info(li: Any) -> Dict[str, Any]:
         "id": int(li.id),
         "pid": int(li.pid),
         "uid": int(li.uid),
+        "user": _user(int(li.uid)),
         "bytes": int(li.bytes),
         "label": _dec(li.label) or "",
         "age_ms": int(li.age_ms),
@@ -116,64 +119,112 @@ def _lease_info(li: Any) -> Dict[str, Any]:
     return d
 
 
-_STATUS_LISTS = ("clients", "leases", "signals", "transitions", "revocations")
+#: The schema of Client.status()'s dict: pinctl status --json's (client/pinctl-output.h JSON_SCHEMA_VERSION).
+SCHEMA_VERSION = 1
+
+
+def _user(uid: int) -> str:
+    """A uid's user name, or the number, as pinctl prints it."""
+    try:
+        return pwd.getpwuid(uid).pw_name or str(uid)
+    except (KeyError, OverflowError):
+        return str(uid)
+
+
+def _num(v: float) -> Optional[float]:
+    """A figure as JSON has it: None for NaN or infinity (an absent threshold), as pinctl writes null."""
+    return v if math.isfinite(v) else None
 
 
 def _status_dict(s: _lib.Status, with_leases: bool) -> Dict[str, Any]:
-    """struct pb_status as a dict: every summary field by its C name, and the row arrays as lists."""
-    d: Dict[str, Any] = {}
-    for name, _typ in _lib.Status._fields_:
-        if name.startswith("n_") or name in _STATUS_LISTS:
-            continue
-        v = getattr(s, name)
-        d[name] = _dec(v) if isinstance(v, bytes) or v is None and name.endswith(("version", "state", "mode")) else v
-    d["hugetlb"] = bool(s.hugetlb)
-    if _lib.has_registration():
-        ext = ctypes.cast(ctypes.pointer(s), ctypes.POINTER(_lib.StatusRegistration)).contents
-        for name in ("registered_bytes", "no_revoke_bytes", "unbrokered_bytes"):
-            d[name] = int(getattr(ext, name))
-    cgroups = None
-    if _lib.has_numa():
-        pages = ctypes.cast(ctypes.pointer(s), ctypes.POINTER(_lib.StatusPages)).contents
-        d["page_kind"] = _dec(pages.page_kind) or "unknown"
-        for name in ("thp_bytes", "thp_failures", "hugetlb_bytes", "huge_pages_free_bytes"):
-            d[name] = int(getattr(pages, name))
-        d["nodes"] = [
-            {"node": n.node, "idle_bytes": n.idle_bytes, "lent_bytes": n.lent_bytes,
-             "misplaced_bytes": n.misplaced_bytes, "gpus": n.gpus, "mem_free_bytes": n.mem_free_bytes}
-            for n in (pages.nodes[i] for i in range(pages.n_nodes))
-        ]
-    if _lib.has_status_jobs():
-        ext = ctypes.cast(ctypes.pointer(s), ctypes.POINTER(_lib.StatusJobs)).contents
-        d["jobs"] = [
-            {"job": _dec(j.job), "bytes": j.bytes, "leases": j.leases,
-             "quota_bytes": j.quota_bytes if j.has_quota else None, "rule": _dec(j.rule) or None,
-             "source": _dec(j.source) or None}
-            for j in (ext.jobs[i] for i in range(ext.n_jobs))
-        ]
-        cgroups = ext.client_cgroups
-    d["clients"] = []
-    if s.clients and s.n_clients:
-        rows = ctypes.cast(s.clients, ctypes.POINTER(_lib.row_types()[0]))
-        for i in range(s.n_clients):
-            c = rows[i]
-            row = {"pid": c.pid, "uid": c.uid, "leases": c.leases, "bytes": c.bytes, "labels": _dec(c.labels) or "",
-                   "name": _dec(c.name) or ""}
-            if hasattr(c, "attached"):
-                row["attached"] = int(c.attached)
-            if hasattr(c, "unbrokered_bytes"):
-                row["unbrokered_bytes"] = int(c.unbrokered_bytes)
-            if cgroups:
-                row["cgroup"] = _dec(cgroups[i]) or None
-            d["clients"].append(row)
+    """struct pb_status as the dict ``pinctl status --json`` prints: the same keys, in its order, with the same
+    nulls (client/pinctl-output.c status_json); "leases" only with ``with_leases``. Figures that an older
+    library lacks are 0 (or empty), as an older daemon sends them."""
+    reg = ctypes.cast(ctypes.pointer(s), ctypes.POINTER(_lib.StatusRegistration)).contents \
+        if _lib.has_registration() else None
+    pages = ctypes.cast(ctypes.pointer(s), ctypes.POINTER(_lib.StatusPages)).contents if _lib.has_numa() else None
+    jobs = ctypes.cast(ctypes.pointer(s), ctypes.POINTER(_lib.StatusJobs)).contents \
+        if _lib.has_status_jobs() else None
+    unb = ctypes.cast(ctypes.pointer(s), ctypes.POINTER(_lib.StatusUnbrokered)).contents \
+        if jobs is not None and _lib.has_status_unbrokered() else None
+
+    def reg_field(name: str) -> int:
+        return int(getattr(reg, name)) if reg is not None else 0
+
+    def unb_field(name: str) -> int:
+        return int(getattr(unb, name)) if unb is not None else 0
+
+    d: Dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "version": _dec(s.server_version) or "",
+        "budget_bytes": int(s.budget_bytes),
+        "uid_quota_bytes": int(s.uid_quota_bytes),
+        "leased_bytes": int(s.leased_bytes),
+        "pool_bytes": int(s.pool_bytes),
+        "pool_idle_bytes": int(s.pool_idle_bytes),
+        "free_bytes": max(0, int(s.budget_bytes) - int(s.leased_bytes)),
+        "page_size_bytes": int(s.page_size_bytes),
+        "chunk_size_bytes": int(s.chunk_size_bytes),
+        "hugetlb": bool(s.hugetlb),
+        "page_kind": (_dec(pages.page_kind) or "") if pages is not None else "unknown",
+    }
+    for name in ("thp_bytes", "thp_failures", "hugetlb_bytes", "huge_pages_free_bytes"):
+        d[name] = int(getattr(pages, name)) if pages is not None else 0
+    d["nodes"] = [
+        {"node": n.node, "idle_bytes": n.idle_bytes, "lent_bytes": n.lent_bytes,
+         "misplaced_bytes": n.misplaced_bytes, "gpus": n.gpus, "mem_free_bytes": n.mem_free_bytes}
+        for n in ((pages.nodes[i] for i in range(pages.n_nodes)) if pages is not None else ())
+    ]
+    d["overdue_bytes"] = int(s.overdue_bytes)
+    d["cached_idle_bytes"] = int(s.cached_idle_bytes)
+    for name in ("registered_bytes", "no_revoke_bytes", "unbrokered_bytes"):
+        d[name] = reg_field(name)
+    # The unbrokered figures are clients' word: the dict says so, as pinctl's JSON does.
+    d["unbrokered_source"] = "reported by clients, not verified"
+    d["unbrokered_reported_bytes"] = unb_field("unbrokered_reported_bytes")
+    d["unbrokered_cap_bytes"] = unb_field("unbrokered_cap_bytes")
+    d["unbrokered_uids"] = [
+        {"uid": u.uid, "user": _user(u.uid), "connections": u.connections, "reported_bytes": u.reported_bytes,
+         "counted_bytes": u.counted_bytes}
+        for u in ((unb.unbrokered_uids[i] for i in range(unb.n_unbrokered_uids)) if unb is not None else ())
+    ]
+    d["orphaned_bytes"] = unb_field("orphaned_bytes")
+    d["prewarm_bytes"] = int(s.prewarm_bytes)
+    d["waiting_acquires"] = int(s.waiting_acquires)
+    d["pressure_state"] = _dec(s.pressure_state) or ""
+    d["monitor_mode"] = _dec(s.monitor_mode) or ""
+    d["uptime_ms"] = int(s.uptime_ms)
     d["signals"] = [
-        {"name": _dec(g.name), "value": g.value, "tight": g.tight, "critical": g.critical, "unit": _dec(g.unit),
-         "available": bool(g.available)}
+        {"name": _dec(g.name) or "", "value": _num(g.value), "tight": _num(g.tight), "critical": _num(g.critical),
+         "unit": _dec(g.unit) or "", "available": bool(g.available)}
         for g in (s.signals[i] for i in range(s.n_signals))
     ]
     for key in ("transitions", "revocations"):
         arr, n = getattr(s, key), getattr(s, "n_" + key)
-        d[key] = [{"age_ms": arr[i].age_ms, "text": _dec(arr[i].text)} for i in range(n)]
+        d[key] = [{"age_ms": arr[i].age_ms, "text": _dec(arr[i].text) or ""} for i in range(n)]
+    d["clients"] = []
+    cgroups = jobs.client_cgroups if jobs is not None else None
+    if s.clients and s.n_clients:
+        rows = ctypes.cast(s.clients, ctypes.POINTER(_lib.row_types()[0]))
+        for i in range(s.n_clients):
+            c = rows[i]
+            labels = _dec(c.labels) or ""
+            d["clients"].append({
+                "pid": c.pid, "uid": c.uid, "user": _user(c.uid), "name": _dec(c.name) or "", "leases": c.leases,
+                "attached": int(getattr(c, "attached", 0)), "bytes": c.bytes,
+                "unbrokered_bytes": int(getattr(c, "unbrokered_bytes", 0)),
+                "cgroup": (_dec(cgroups[i]) or None) if cgroups else None,
+                # Comma-joined in pb_client_info; a list, as in pinctl's JSON.
+                "labels": [x for x in labels.split(",") if x],
+            })
+    d["jobs"] = []
+    for j in ((jobs.jobs[i] for i in range(jobs.n_jobs)) if jobs is not None else ()):
+        row: Dict[str, Any] = {"job": _dec(j.job) or "", "bytes": j.bytes, "leases": j.leases,
+                               "quota_bytes": j.quota_bytes if j.has_quota else None}
+        if j.has_quota:  # a rule and its source only with a quota, as pinctl writes them
+            row["rule"] = _dec(j.rule) or ""
+            row["source"] = _dec(j.source) or ""
+        d["jobs"].append(row)
     if with_leases:
         d["leases"] = _lease_rows(s.leases, s.n_leases)
     return d

@@ -66,7 +66,11 @@ class ShuttingDown(NotConnected):
 
 
 class PermissionDenied(BrokerError, PermissionError):
-    """EACCES / EPERM: the socket's permissions, an admin request by a non-admin, or another uid's lease."""
+    """EACCES / EPERM: the socket's permissions, an admin request by a non-admin, or another uid's lease.
+
+    Refused on connect, the message says so and what to do: "permission denied on SOCKET: add your user to the
+    pinbroker group (or the daemon's socket-group) ...", with the socket's mode and group, or the folder on the
+    way that shuts this user out."""
 
 
 class LimitReached(BrokerError):
@@ -88,7 +92,8 @@ class Stale(BrokerError):
 
 
 class LibraryNotFound(BrokerError):
-    """ELIBACC: libpinbroker.so could not be loaded; the message lists every place that was tried."""
+    """ELIBACC: libpinbroker.so could not be loaded; the message lists every place that was tried and names the
+    package to install (pinbroker._lib.DEBIAN_PACKAGE) and $PINBROKER_LIBRARY."""
 
 
 class ProtocolError(BrokerError):

@@ -1,10 +1,13 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
 # Checks on the rendered kustomize output (kubectl kustomize deploy/kubernetes) that matter for
-# pinbrokerd: the privileges it gets and no more, the socket's hostPath, the patcher's token and
-# RBAC, the config the daemon will read (handed to the real pinbrokerd --check-config), probes,
-# QoS and the client example. Prints one line per failure; exit 0 all passed, 1 any failed.
-# usage: check-manifests.py BASE.yaml OVERLAY.yaml CLIENT-POD.yaml PINBROKERD PATCHER.sh
+# pinbrokerd: the privileges it gets and no more, the socket's hostPath, the device plugin's
+# folders (the base) or the patcher's token and RBAC (deploy/overlays/node-patcher), the config the
+# daemon will read (handed to the real pinbrokerd --check-config), probes, QoS, and the client
+# examples: the device plugin's passes the restricted Pod Security level as far as a static check
+# can tell. Prints one line per failure; exit 0 all passed, 1 any failed.
+# usage: check-manifests.py BASE.yaml OVERLAY.yaml PATCHER-OVERLAY.yaml CLIENT-POD.yaml
+#        CLIENT-POD-HOSTPATH.yaml PINBROKERD PATCHER.sh
 import os
 import re
 import subprocess
@@ -17,6 +20,9 @@ SOCK_DIR = "/run/pinbroker"
 SOCK = SOCK_DIR + "/pinbroker.sock"
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 DAEMON_CAPS = {"IPC_LOCK", "SYS_RESOURCE", "KILL"}  # systemd/pinbrokerd.service's three
+KUBELET_DP_DIR = "/var/lib/kubelet/device-plugins"
+PLUGIN_PATH = "/usr/lib/pinbroker/device-plugin/pinbroker-device-plugin.py"  # where the Containerfile puts it
+RESOURCE = "pinbroker.io/pinned-gib"
 failures = []
 
 
@@ -55,16 +61,27 @@ def conf_value(text, key):
     return val
 
 
-def check_rendered(docs, where, pinbrokerd, patcher_src):
+def check_rendered(docs, where, pinbrokerd, patcher_src, mode="plugin"):
+    """mode: "plugin" (the base and large-budget: the device plugin beside the daemon, nothing
+    talking to the API server) or "patcher" (deploy/overlays/node-patcher)."""
     kinds = sorted(d["kind"] for d in docs)
-    for k in ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"):
+    api_kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
+    for k in ("Namespace", "DaemonSet") + (api_kinds if mode == "patcher" else ()):
         check(k in kinds, f"{where}: no {k} (kinds: {kinds})")
+    if mode == "plugin":
+        check(not any(k in kinds for k in api_kinds), f"{where}: RBAC objects without an API client (kinds: {kinds})")
     ns = one(docs, "Namespace", where).get("metadata", {}).get("name")
     for d in docs:
         if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
             check(d["metadata"].get("namespace") == ns,
                   f"{where}: {d['kind']}/{d['metadata']['name']} is not in namespace {ns}")
 
+    if mode == "patcher":
+        check_rbac(docs, where, ns)
+    return check_daemonset(docs, where, pinbrokerd, patcher_src, mode)
+
+
+def check_rbac(docs, where, ns):
     # RBAC: get on nodes, patch on nodes/status, nothing else (no wildcards, no other verbs).
     role = one(docs, "ClusterRole", where)
     grants = set()
@@ -85,6 +102,8 @@ def check_rendered(docs, where, pinbrokerd, patcher_src):
           f"{where}: the ClusterRoleBinding's subjects are {binding.get('subjects')}")
     check(sa.get("automountServiceAccountToken") is False, f"{where}: the ServiceAccount automounts its token")
 
+
+def check_daemonset(docs, where, pinbrokerd, patcher_src, mode):
     ds = one(docs, "DaemonSet", where)
     spec = ds.get("spec", {})
     pod = spec.get("template", {}).get("spec", {})
@@ -95,7 +114,9 @@ def check_rendered(docs, where, pinbrokerd, patcher_src):
           f"{where}: the selector does not match the pod template's labels")
     check(pod.get("hostPID") is True, f"{where}: hostPID is not true (peer pids would read 0: docs/kubernetes.md)")
     check(not pod.get("hostNetwork") and not pod.get("hostIPC"), f"{where}: hostNetwork or hostIPC set")
-    check(pod.get("serviceAccountName") == sa["metadata"]["name"], f"{where}: the pod does not run as the ServiceAccount")
+    sas = [d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"]
+    if mode == "patcher":
+        check(pod.get("serviceAccountName") in sas, f"{where}: the pod does not run as the ServiceAccount")
     check(pod.get("automountServiceAccountToken") is False, f"{where}: the pod automounts a token into every container")
     check(pod.get("nodeSelector"), f"{where}: no nodeSelector")
     check(any(t.get("key") == "nvidia.com/gpu" for t in pod.get("tolerations", [])),
@@ -103,13 +124,18 @@ def check_rendered(docs, where, pinbrokerd, patcher_src):
     vols = {v["name"]: v for v in pod.get("volumes", [])}
     sock_vols = [n for n, v in vols.items() if v.get("hostPath", {}).get("path") == SOCK_DIR]
     check(len(sock_vols) == 1, f"{where}: no hostPath volume for {SOCK_DIR}")
-    check(all(n in sock_vols or "hostPath" not in v for n, v in vols.items()),
-          f"{where}: hostPath volumes other than {SOCK_DIR}")
+    # The device plugin's two: the kubelet's folder and the host's cgroup tree (read-only).
+    plugin_paths = {KUBELET_DP_DIR, "/sys/fs/cgroup"} if mode == "plugin" else set()
+    check(all(n in sock_vols or "hostPath" not in v or v["hostPath"].get("path") in plugin_paths
+              for n, v in vols.items()),
+          f"{where}: hostPath volumes other than {SOCK_DIR}" + (f" and {sorted(plugin_paths)}" if plugin_paths else ""))
     cms = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
     containers = {c["name"]: c for c in pod.get("containers", [])}
-    check(set(containers) == {"pinbrokerd", "node-patcher"}, f"{where}: containers {sorted(containers)}")
+    side_name = "node-patcher" if mode == "patcher" else "device-plugin"
+    check(set(containers) == {"pinbrokerd", side_name}, f"{where}: containers {sorted(containers)}")
     daemon = containers.get("pinbrokerd", {})
-    patcher = containers.get("node-patcher", {})
+    side = containers.get(side_name, {})
+    patcher = side if mode == "patcher" else {}
 
     def mounts(c):
         return {m["mountPath"]: m for m in c.get("volumeMounts", [])}
@@ -119,7 +145,7 @@ def check_rendered(docs, where, pinbrokerd, patcher_src):
         v = vols.get(m["name"], {}) if m else {}
         return cms.get(v.get("configMap", {}).get("name"))
 
-    for c in (daemon, patcher):
+    for c in (daemon, side):
         sc = c.get("securityContext", {})
         name = c.get("name")
         check(not sc.get("privileged"), f"{where}: container {name} is privileged")
@@ -139,11 +165,40 @@ def check_rendered(docs, where, pinbrokerd, patcher_src):
     caps = set(daemon.get("securityContext", {}).get("capabilities", {}).get("add", []))
     check("IPC_LOCK" in caps, f"{where}: pinbrokerd lacks CAP_IPC_LOCK (it cannot lock the pool)")
     check(caps == DAEMON_CAPS, f"{where}: pinbrokerd adds {sorted(caps)}, expected {sorted(DAEMON_CAPS)}")
-    check(patcher.get("securityContext", {}).get("capabilities", {}).get("add") in (None, []),
-          f"{where}: node-patcher adds capabilities")
-    check(patcher.get("securityContext", {}).get("runAsNonRoot") is True, f"{where}: node-patcher may run as root")
-    check(mounts(patcher).get(SOCK_DIR, {}).get("readOnly") is True, f"{where}: node-patcher mounts {SOCK_DIR} writable")
+    check(side.get("securityContext", {}).get("capabilities", {}).get("add") in (None, []),
+          f"{where}: {side_name} adds capabilities")
+    check(mounts(side).get(SOCK_DIR, {}).get("readOnly") is True, f"{where}: {side_name} mounts {SOCK_DIR} writable")
     check(TOKEN_DIR not in mounts(daemon), f"{where}: pinbrokerd gets the API token")
+    if mode == "plugin":
+        check_plugin(where, daemon, side, vols, mounts)
+    else:
+        check_patcher(where, patcher, vols, mounts, mounted_cm, patcher_src)
+    return ds, check_daemon(where, daemon, mounted_cm, pinbrokerd)
+
+
+def check_plugin(where, daemon, plugin, vols, mounts):
+    def host(c, path):
+        m = mounts(c).get(path)
+        return vols.get(m["name"], {}).get("hostPath", {}).get("path") if m else None
+
+    env = {e["name"]: e.get("value") for e in plugin.get("env", [])}
+    check(host(plugin, KUBELET_DP_DIR) == KUBELET_DP_DIR and not mounts(plugin)[KUBELET_DP_DIR].get("readOnly"),
+          f"{where}: device-plugin does not mount the kubelet's {KUBELET_DP_DIR} writable (its socket goes there)")
+    cg = env.get("DP_CGROUP_ROOT", "/sys/fs/cgroup")
+    check(host(plugin, cg) == "/sys/fs/cgroup" and mounts(plugin)[cg].get("readOnly") is True,
+          f"{where}: device-plugin's DP_CGROUP_ROOT {cg} is not the host's /sys/fs/cgroup, read-only")
+    check(env.get("PINBROKER_SOCKET") == SOCK, f"{where}: device-plugin's PINBROKER_SOCKET is not {SOCK}")
+    check(env.get("DP_SOCKET_DIR_HOST", SOCK_DIR) == host(plugin, SOCK_DIR),
+          f"{where}: device-plugin would mount {env.get('DP_SOCKET_DIR_HOST', SOCK_DIR)} into pods, "
+          f"not the daemon's socket folder {host(plugin, SOCK_DIR)}")
+    check(plugin.get("command", [])[-1:] == [PLUGIN_PATH], f"{where}: device-plugin's command is {plugin.get('command')}")
+    check(TOKEN_DIR not in mounts(plugin), f"{where}: device-plugin gets an API token")
+    check(not any(p in mounts(daemon) for p in (KUBELET_DP_DIR, "/sys/fs/cgroup", cg)),
+          f"{where}: pinbrokerd mounts the device plugin's host folders")
+
+
+def check_patcher(where, patcher, vols, mounts, mounted_cm, patcher_src):
+    check(patcher.get("securityContext", {}).get("runAsNonRoot") is True, f"{where}: node-patcher may run as root")
     tm = mounts(patcher).get(TOKEN_DIR)
     tv = vols.get(tm["name"], {}) if tm else {}
     srcs = tv.get("projected", {}).get("sources", [])
@@ -156,9 +211,11 @@ def check_rendered(docs, where, pinbrokerd, patcher_src):
     check(env.get("PINBROKER_SOCKET", {}).get("value") == SOCK, f"{where}: node-patcher's PINBROKER_SOCKET is not {SOCK}")
     script_cm = mounted_cm(patcher, "/opt/pinbroker")
     check(script_cm is not None and script_cm.get("data", {}).get("node-patcher.sh") == patcher_src,
-          f"{where}: the ConfigMap at /opt/pinbroker does not hold deploy/kubernetes/node-patcher.sh")
+          f"{where}: the ConfigMap at /opt/pinbroker does not hold deploy/overlays/node-patcher/node-patcher.sh")
     check(patcher.get("command") == ["/bin/sh", "/opt/pinbroker/node-patcher.sh"], f"{where}: node-patcher's command")
 
+
+def check_daemon(where, daemon, mounted_cm, pinbrokerd):
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         cmd = daemon.get(probe, {}).get("exec", {}).get("command", [])
         check(len(cmd) >= 2 and cmd[0].endswith("pinctl") and "status" in cmd and SOCK in cmd,
@@ -191,10 +248,11 @@ def check_rendered(docs, where, pinbrokerd, patcher_src):
             # (tight-mem-available-pct) left, or the daemon calls its own cgroup tight.
             check(b is not None and b <= 0.85 * limit,
                   f"{where}: budget {budget} is over 85% of the memory limit {limit} bytes (the pool is charged to it)")
-    return ds, conf
+    return conf
 
 
-def check_client(docs, where):
+def check_client_hostpath(docs, where):
+    """examples/client-pod-hostpath.yaml, for deploy/overlays/node-patcher: the socket by hostPath."""
     pod = one(docs, "Pod", where)
     spec = pod.get("spec", {})
     vols = {v["name"]: v for v in spec.get("volumes", [])}
@@ -212,6 +270,87 @@ def check_client(docs, where):
         check(not c.get("securityContext", {}).get("capabilities", {}).get("add"), f"{where}: the client adds capabilities")
 
 
+# The restricted Pod Security level (kubernetes.io/docs/concepts/security/pod-security-standards),
+# the rules a pod spec shows: what admission would refuse, as far as a static check can tell.
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+                      "projected", "secret"}
+
+
+def restricted_violations(spec):
+    bad = []
+    psc = spec.get("securityContext", {})
+    for f in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(f):
+            bad.append(f"{f} is set")
+    for v in spec.get("volumes", []):
+        kinds = set(v) - {"name"}
+        if not kinds <= RESTRICTED_VOLUMES:
+            bad.append(f"volume {v.get('name')} is {sorted(kinds - RESTRICTED_VOLUMES)}")
+    if psc.get("windowsOptions", {}).get("hostProcess"):
+        bad.append("hostProcess")
+    for sysctl in psc.get("sysctls", []):
+        bad.append(f"sysctl {sysctl.get('name')} (only the safe set is allowed; none is needed)")
+    for c in spec.get("initContainers", []) + spec.get("containers", []) + spec.get("ephemeralContainers", []):
+        sc = c.get("securityContext", {})
+        name = c.get("name")
+
+        def eff(key):
+            return sc.get(key, psc.get(key))
+
+        if sc.get("privileged"):
+            bad.append(f"container {name} is privileged")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            bad.append(f"container {name}: allowPrivilegeEscalation is not false")
+        if eff("runAsNonRoot") is not True:
+            bad.append(f"container {name}: runAsNonRoot is not true")
+        if eff("runAsUser") == 0:
+            bad.append(f"container {name}: runAsUser 0")
+        if (eff("seccompProfile") or {}).get("type") not in ("RuntimeDefault", "Localhost"):
+            bad.append(f"container {name}: seccompProfile is not RuntimeDefault or Localhost")
+        caps = sc.get("capabilities", {})
+        if "ALL" not in caps.get("drop", []):
+            bad.append(f"container {name} does not drop ALL capabilities")
+        if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
+            bad.append(f"container {name} adds {sorted(set(caps.get('add', [])) - {'NET_BIND_SERVICE'})}")
+        if sc.get("procMount", "Default") != "Default":
+            bad.append(f"container {name}: procMount {sc.get('procMount')}")
+        if (eff("appArmorProfile") or {}).get("type") == "Unconfined":
+            bad.append(f"container {name}: AppArmor unconfined")
+        se = eff("seLinuxOptions") or {}
+        if se.get("user") or se.get("role") or se.get("type", "") not in ("", "container_t", "container_init_t",
+                                                                            "container_kvm_t", "container_engine_t"):
+            bad.append(f"container {name}: seLinuxOptions {se}")
+        if any(p.get("hostPort") for p in c.get("ports", [])):
+            bad.append(f"container {name} uses a hostPort")
+    return bad
+
+
+def check_client(docs, where):
+    """examples/client-pod.yaml, for the device plugin: the pod asks for the resource and nothing
+    else; the plugin gives it the socket, so it passes the restricted level."""
+    pod = one(docs, "Pod", where)
+    spec = pod.get("spec", {})
+    for v in restricted_violations(spec):
+        check(False, f"{where}: not restricted: {v}")
+    check(not any("hostPath" in v for v in spec.get("volumes", [])), f"{where}: a hostPath volume (the plugin mounts the socket)")
+    asks = 0
+    for c in spec.get("containers", []):
+        name = c.get("name")
+        lim = c.get("resources", {}).get("limits", {})
+        if RESOURCE in lim:
+            asks += 1
+            check(str(lim[RESOURCE]).isdigit(), f"{where}: container {name}: {RESOURCE} must be a whole number")
+            req = c.get("resources", {}).get("requests", {}).get(RESOURCE)
+            check(req is None or str(req) == str(lim[RESOURCE]), f"{where}: container {name}: {RESOURCE} request != limit")
+        env = {e["name"]: e.get("value") for e in c.get("env", [])}
+        check(env.get("PINBROKER_SOCKET", SOCK) == SOCK, f"{where}: container {name}'s PINBROKER_SOCKET is not {SOCK}")
+        check(not any(m["mountPath"] == SOCK_DIR for m in c.get("volumeMounts", [])),
+              f"{where}: container {name} mounts {SOCK_DIR} itself (the device plugin's mount would clash)")
+    check(asks > 0, f"{where}: no container requests {RESOURCE}")
+    check(61000 in spec.get("securityContext", {}).get("supplementalGroups", []),
+          f"{where}: no supplementalGroups 61000 (the socket is root:pinbroker 0660)")
+
+
 def pod_of(docs):
     return [d for d in docs if d["kind"] == "DaemonSet"][0]["spec"]["template"]["spec"]
 
@@ -220,33 +359,65 @@ def daemon_of(docs):
     return [c for c in pod_of(docs)["containers"] if c["name"] == "pinbrokerd"][0]
 
 
+def side_of(docs, name):
+    return [c for c in pod_of(docs)["containers"] if c["name"] == name][0]
+
+
+def client_of(docs):
+    return [d for d in docs if d["kind"] == "Pod"][0]["spec"]
+
+
 # Each breaks one thing the checks are for; every one must be caught, so the checks can fail.
+# (rendering the mutation applies to: base, patcher (deploy/overlays/node-patcher) or client)
 MUTATIONS = {
-    "no IPC_LOCK": lambda d: daemon_of(d)["securityContext"]["capabilities"]["add"].remove("IPC_LOCK"),
-    "privileged": lambda d: daemon_of(d)["securityContext"].update(privileged=True),
-    "SYS_ADMIN": lambda d: daemon_of(d)["securityContext"]["capabilities"]["add"].append("SYS_ADMIN"),
-    "no hostPID": lambda d: pod_of(d).pop("hostPID"),
-    "socket elsewhere": lambda d: [v["hostPath"].update(path="/var/run/pb") for v in pod_of(d)["volumes"] if "hostPath" in v],
-    "RBAC list": lambda d: [r["verbs"].append("list") for x in d if x["kind"] == "ClusterRole" for r in x["rules"]],
-    "RBAC nodes patch": lambda d: [x["rules"].append({"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]})
-                                   for x in d if x["kind"] == "ClusterRole"],
-    "token in every container": lambda d: pod_of(d).pop("automountServiceAccountToken"),
-    "budget over the limit": lambda d: [x["data"].update({"pinbrokerd.conf": x["data"]["pinbrokerd.conf"].replace("budget = 75%", "budget = 95%")})
-                                        for x in d if x["kind"] == "ConfigMap" and "pinbrokerd.conf" in x["data"]],
-    "bad config key": lambda d: [x["data"].update({"pinbrokerd.conf": x["data"]["pinbrokerd.conf"] + "no-such-key = 1\n"})
-                                 for x in d if x["kind"] == "ConfigMap" and "pinbrokerd.conf" in x["data"]],
-    "burstable": lambda d: daemon_of(d)["resources"]["requests"].update(memory="1Gi"),
+    "no IPC_LOCK": ("base", lambda d: daemon_of(d)["securityContext"]["capabilities"]["add"].remove("IPC_LOCK")),
+    "privileged": ("base", lambda d: daemon_of(d)["securityContext"].update(privileged=True)),
+    "SYS_ADMIN": ("base", lambda d: daemon_of(d)["securityContext"]["capabilities"]["add"].append("SYS_ADMIN")),
+    "no hostPID": ("base", lambda d: pod_of(d).pop("hostPID")),
+    "socket elsewhere": ("base", lambda d: [v["hostPath"].update(path="/var/run/pb") for v in pod_of(d)["volumes"]
+                                            if v.get("hostPath", {}).get("path") == SOCK_DIR]),
+    "RBAC list": ("patcher", lambda d: [r["verbs"].append("list") for x in d if x["kind"] == "ClusterRole" for r in x["rules"]]),
+    "RBAC nodes patch": ("patcher", lambda d: [x["rules"].append({"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]})
+                                               for x in d if x["kind"] == "ClusterRole"]),
+    "token in every container": ("patcher", lambda d: pod_of(d).pop("automountServiceAccountToken")),
+    "patcher token in the base": ("base", lambda d: pod_of(d).pop("automountServiceAccountToken")),
+    "budget over the limit": ("base", lambda d: [x["data"].update({"pinbrokerd.conf": x["data"]["pinbrokerd.conf"].replace("budget = 75%", "budget = 95%")})
+                                                 for x in d if x["kind"] == "ConfigMap" and "pinbrokerd.conf" in x["data"]]),
+    "bad config key": ("base", lambda d: [x["data"].update({"pinbrokerd.conf": x["data"]["pinbrokerd.conf"] + "no-such-key = 1\n"})
+                                          for x in d if x["kind"] == "ConfigMap" and "pinbrokerd.conf" in x["data"]]),
+    "burstable": ("base", lambda d: daemon_of(d)["resources"]["requests"].update(memory="1Gi")),
+    "no device plugin": ("base", lambda d: pod_of(d)["containers"].remove(side_of(d, "device-plugin"))),
+    "plugin without the kubelet's folder": ("base", lambda d: side_of(d, "device-plugin")["volumeMounts"].pop(1)),
+    "plugin privileged": ("base", lambda d: side_of(d, "device-plugin")["securityContext"].update(privileged=True)),
+    "host cgroups writable": ("base", lambda d: side_of(d, "device-plugin")["volumeMounts"][2].update(readOnly=False)),
+    "plugin mounts another folder": ("base", lambda d: [e.update(value="/tmp") for e in side_of(d, "device-plugin")["env"]
+                                                         if e["name"] == "DP_SOCKET_DIR_HOST"]),
+    "host /etc mounted": ("base", lambda d: pod_of(d)["volumes"].append({"name": "etc", "hostPath": {"path": "/etc"}})),
+    "client hostPath": ("client", lambda d: client_of(d).setdefault("volumes", []).append(
+        {"name": "pb", "hostPath": {"path": SOCK_DIR}})),
+    "client privileged": ("client", lambda d: client_of(d)["containers"][0]["securityContext"].update(privileged=True)),
+    "client may run as root": ("client", lambda d: client_of(d)["securityContext"].pop("runAsNonRoot")),
+    "client runs as uid 0": ("client", lambda d: client_of(d)["securityContext"].update(runAsUser=0)),
+    "client unconfined seccomp": ("client", lambda d: client_of(d)["securityContext"].update(seccompProfile={"type": "Unconfined"})),
+    "client keeps capabilities": ("client", lambda d: client_of(d)["containers"][0]["securityContext"].pop("capabilities")),
+    "client adds NET_RAW": ("client", lambda d: client_of(d)["containers"][0]["securityContext"]["capabilities"].update(add=["NET_RAW"])),
+    "client escalates": ("client", lambda d: client_of(d)["containers"][0]["securityContext"].pop("allowPrivilegeEscalation")),
+    "client hostNetwork": ("client", lambda d: client_of(d).update(hostNetwork=True)),
+    "client asks nothing": ("client", lambda d: client_of(d)["containers"][0]["resources"]["limits"].pop(RESOURCE)),
 }
 
 
-def self_test(base_path, pinbrokerd, patcher_src):
+def self_test(paths, pinbrokerd, patcher_src):
     global failures
     missed = []
-    for name, mutate in MUTATIONS.items():
-        docs = load(base_path)
+    for name, (which, mutate) in MUTATIONS.items():
+        docs = load(paths[which])
         mutate(docs)
         failures = []
-        check_rendered(docs, "mutated", pinbrokerd, patcher_src)
+        if which == "client":
+            check_client(docs, "mutated")
+        else:
+            check_rendered(docs, "mutated", pinbrokerd, patcher_src, "patcher" if which == "patcher" else "plugin")
         print(f"self-test: {name}: {'caught: ' + failures[0].splitlines()[0] if failures else 'NOT CAUGHT'}")
         if not failures:
             missed.append(name)
@@ -254,16 +425,18 @@ def self_test(base_path, pinbrokerd, patcher_src):
 
 
 def main():
-    base_path, overlay_path, client_path, pinbrokerd, patcher_path = sys.argv[1:6]
+    base_path, overlay_path, patcher_ov_path, client_path, client_hp_path, pinbrokerd, patcher_path = sys.argv[1:8]
     with open(patcher_path) as f:
         patcher_src = f.read()
-    self_test(base_path, pinbrokerd, patcher_src)
+    self_test({"base": base_path, "patcher": patcher_ov_path, "client": client_path}, pinbrokerd, patcher_src)
     base_ds, base_conf = check_rendered(load(base_path), "base", pinbrokerd, patcher_src)
     ov_ds, ov_conf = check_rendered(load(overlay_path), "overlay", pinbrokerd, patcher_src)
+    check_rendered(load(patcher_ov_path), "node-patcher overlay", pinbrokerd, patcher_src, "patcher")
     lim = lambda ds: ds["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
     check(lim(base_ds) != lim(ov_ds) and base_conf != ov_conf,
           "overlay: neither the memory limit nor the config differs from the base")
     check_client(load(client_path), "client pod")
+    check_client_hostpath(load(client_hp_path), "hostPath client pod")
     for f in failures:
         print("FAIL:", f)
     return 1 if failures else 0

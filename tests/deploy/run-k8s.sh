@@ -1,10 +1,12 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# Offline checks of deploy/kubernetes: the base and the overlay render with kubectl's built-in
-# kustomize (every kubectl named in $KUBECTLS, default the one on PATH; kubectl 1.20, Debian 12's
-# kubernetes-client, is the oldest meant to work), yamllint on the sources, shellcheck on the
-# patcher, the structural checks of check-manifests.py on what was rendered (the real pinbrokerd
-# validates the ConfigMap's config), and a schema check with kubernetes-models when node has it.
+# Offline checks of deploy/kubernetes: the base and the overlays (large-budget, node-patcher) render
+# with kubectl's built-in kustomize (every kubectl named in $KUBECTLS, default the one on PATH;
+# kubectl 1.20, Debian 12's kubernetes-client, is the oldest meant to work), yamllint on the
+# sources, shellcheck on the patcher, the device plugin compiles and the image installs it where
+# the DaemonSet runs it, the structural checks of check-manifests.py on what was rendered (the real
+# pinbrokerd validates the ConfigMap's config; the client example against the restricted Pod
+# Security level), and a schema check with kubernetes-models when node has it.
 # Nothing here talks to a cluster: `kubectl apply --dry-run=client` needs an API server for
 # discovery even with --validate=false, so it is not used.
 # usage: run-k8s.sh SOURCE_DIR BUILD_DIR      exit 0 pass, 1 fail, 77 skip
@@ -13,6 +15,8 @@ SRC=${1:?usage: run-k8s.sh SOURCE_DIR BUILD_DIR}
 BUILD=${2:?usage: run-k8s.sh SOURCE_DIR BUILD_DIR}
 K8S=$SRC/deploy/kubernetes
 OVERLAY=$SRC/deploy/overlays/large-budget
+PATCHER_OV=$SRC/deploy/overlays/node-patcher
+PLUGIN=$K8S/device-plugin/pinbroker-device-plugin.py
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 skip() { echo "SKIP: $*" >&2; exit 77; }
@@ -34,7 +38,9 @@ for k in $KUBECTLS; do
 	v=$("$k" version --client 2>/dev/null | grep -o 'v[0-9][0-9.]*[^ ",]*' | head -n 1)
 	"$k" kustomize "$K8S" >"$T/base-$i.yaml" 2>"$T/err" || { cat "$T/err"; fail "$k kustomize $K8S failed"; }
 	"$k" kustomize "$OVERLAY" >"$T/overlay-$i.yaml" 2>"$T/err" || { cat "$T/err"; fail "$k kustomize $OVERLAY failed"; }
-	echo "ok: rendered with $k ($v): $(grep -c '^kind:' "$T/base-$i.yaml") objects in the base, $(grep -c '^kind:' "$T/overlay-$i.yaml") in the overlay"
+	"$k" kustomize "$PATCHER_OV" >"$T/patcher-$i.yaml" 2>"$T/err" || { cat "$T/err"; fail "$k kustomize $PATCHER_OV failed"; }
+	echo "ok: rendered with $k ($v): $(grep -c '^kind:' "$T/base-$i.yaml") objects in the base," \
+		"$(grep -c '^kind:' "$T/overlay-$i.yaml") in large-budget, $(grep -c '^kind:' "$T/patcher-$i.yaml") in node-patcher"
 done
 
 # 2. yamllint on the sources, two-space style, lines up to 120.
@@ -48,20 +54,30 @@ else
 fi
 
 # 3. The patcher: POSIX sh.
-sh -n "$K8S/node-patcher.sh" || fail "node-patcher.sh does not parse"
+sh -n "$PATCHER_OV/node-patcher.sh" || fail "node-patcher.sh does not parse"
 if command -v shellcheck >/dev/null; then
-	shellcheck -s sh "$K8S/node-patcher.sh" || fail "shellcheck found problems in node-patcher.sh (above)"
+	shellcheck -s sh "$PATCHER_OV/node-patcher.sh" || fail "shellcheck found problems in node-patcher.sh (above)"
 	echo "ok: shellcheck node-patcher.sh"
 else
 	echo "note: shellcheck not found: node-patcher.sh only parsed with sh -n"
 fi
 
+# The device plugin compiles, and the image puts it (and its generated stubs) where the DaemonSet
+# runs it; run-device-plugin.py runs it.
+python3 -c 'import sys; compile(open(sys.argv[1]).read(), sys.argv[1], "exec")' "$PLUGIN" 2>"$T/err" ||
+	{ cat "$T/err"; fail "$PLUGIN does not compile"; }
+if ! grep -q '/usr/lib/pinbroker/device-plugin' "$K8S/Containerfile" || ! grep -q 'grpc_tools.protoc' "$K8S/Containerfile"; then
+	fail "the Containerfile does not install the device plugin and its stubs in /usr/lib/pinbroker/device-plugin"
+fi
+echo "ok: the device plugin compiles; the Containerfile installs it"
+
 # 4. What matters in the rendered objects (with a self-test: each broken variant must be caught).
 i=0
 for k in $KUBECTLS; do
 	i=$((i + 1))
-	python3 "$SRC/tests/deploy/check-manifests.py" "$T/base-$i.yaml" "$T/overlay-$i.yaml" \
-		"$K8S/examples/client-pod.yaml" "$BUILD/daemon/pinbrokerd" "$K8S/node-patcher.sh" >"$T/check.out" 2>&1 ||
+	python3 "$SRC/tests/deploy/check-manifests.py" "$T/base-$i.yaml" "$T/overlay-$i.yaml" "$T/patcher-$i.yaml" \
+		"$K8S/examples/client-pod.yaml" "$K8S/examples/client-pod-hostpath.yaml" "$BUILD/daemon/pinbrokerd" \
+		"$PATCHER_OV/node-patcher.sh" >"$T/check.out" 2>&1 ||
 		{ cat "$T/check.out"; fail "check-manifests.py on $k's rendering"; }
 	grep '^self-test' "$T/check.out" | sed 's/^/  /'
 	echo "ok: structural checks on $k's rendering"
@@ -71,12 +87,13 @@ done
 MODELS=${PINBROKER_K8S_MODELS:-$SRC/.cache/k8s-schema/node_modules}
 if command -v node >/dev/null && [ -d "$MODELS/kubernetes-models" ]; then
 	mv=$(jq -r .version "$MODELS/kubernetes-models/package.json" 2>/dev/null)
-	for f in "$T/base-1.yaml" "$T/overlay-1.yaml" "$K8S/examples/client-pod.yaml"; do
+	for f in "$T/base-1.yaml" "$T/overlay-1.yaml" "$T/patcher-1.yaml" "$K8S/examples/client-pod.yaml" \
+		"$K8S/examples/client-pod-hostpath.yaml"; do
 		python3 -c 'import sys, yaml, json; print(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d]))' "$f" |
 			NODE_PATH=$MODELS node "$SRC/tests/deploy/validate-schema.js" >"$T/schema.out" 2>&1 ||
 			{ cat "$T/schema.out"; fail "schema check of $f (kubernetes-models $mv)"; }
 	done
-	echo "ok: schema check (kubernetes-models $mv) of the base, the overlay and the client pod"
+	echo "ok: schema check (kubernetes-models $mv) of the base, the overlays and the client pods"
 else
 	echo "note: schema check skipped: needs node and kubernetes-models" \
 		"(npm install --prefix $SRC/.cache/k8s-schema kubernetes-models@4.5.1, or set PINBROKER_K8S_MODELS)"

@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# deploy/kubernetes/node-patcher.sh against a real pinbrokerd and a stand-in API server (HTTPS
+# deploy/overlays/node-patcher/node-patcher.sh against a real pinbrokerd and a stand-in API server (HTTPS
 # with a throw-away certificate, fake-apiserver.py): the PATCH's path, content type, token and
 # JSON-patch body (/status/capacity/pinbroker.io~1pinned-gib, whole GiB rounded down); no PATCH
 # while the value is unchanged; a PATCH after `pinctl set budget` and after the resource is
@@ -12,7 +12,7 @@
 set -u
 SRC=${1:?usage: run-patcher.sh SOURCE_DIR BUILD_DIR}
 BUILD=${2:?usage: run-patcher.sh SOURCE_DIR BUILD_DIR}
-PATCHER=$SRC/deploy/kubernetes/node-patcher.sh
+PATCHER=$SRC/deploy/overlays/node-patcher/node-patcher.sh
 PINBROKERD=$BUILD/daemon/pinbrokerd
 PINCTL_BIN=$BUILD/client/pinctl
 

@@ -11,6 +11,7 @@ BUILD=$(cd "${1:-$SRC/build}" && pwd)
 PROLOG=$SRC/deploy/slurm/pinbroker-prolog.sh
 EPILOG=$SRC/deploy/slurm/pinbroker-epilog.sh
 GRESCOUNT=$SRC/deploy/slurm/pinbroker-gres-count.sh
+LIB=$SRC/deploy/slurm/pinbroker-slurm-lib.sh
 PINBROKERD=$BUILD/daemon/pinbrokerd
 PINCTL=$BUILD/client/pinctl
 
@@ -64,24 +65,39 @@ stop_daemon() {
 check "sh -n pinbroker-prolog.sh" sh -n "$PROLOG"
 check "sh -n pinbroker-epilog.sh" sh -n "$EPILOG"
 check "sh -n pinbroker-gres-count.sh" sh -n "$GRESCOUNT"
+check "sh -n pinbroker-slurm-lib.sh" sh -n "$LIB"
 if command -v shellcheck >/dev/null 2>&1; then
-	check "shellcheck deploy/slurm/*.sh" shellcheck "$PROLOG" "$EPILOG" "$GRESCOUNT" "$0" "$SRC/tests/deploy/run-slurm-real.sh" \
-		"$SRC/tests/deploy/checks.sh"
+	# -x: each script with the helper it sources.
+	check "shellcheck deploy/slurm/*.sh" shellcheck -x "$PROLOG" "$EPILOG" "$GRESCOUNT" "$LIB" "$0" \
+		"$SRC/tests/deploy/run-slurm-real.sh" "$SRC/tests/deploy/checks.sh"
 else
 	echo "skip shellcheck: not installed (apt-get install shellcheck)"
 fi
-shared() { sed -n '/^# ---- shared: begin/,/^# ---- shared: end/p' "$1"; }
-shared "$PROLOG" >"$T/shared.prolog"
-shared "$EPILOG" >"$T/shared.epilog"
-check "the shared block is the same in both scripts" cmp -s "$T/shared.prolog" "$T/shared.epilog"
-check "the shared block is there" test -s "$T/shared.prolog"
+# What the scripts share is one sourced file (it was a block copied into each): each sources it, and
+# none defines a function of it again.
+# shellcheck disable=SC2016 # the literal line '. "$pb_lib"'
+sources_lib() { grep -q -F -x '. "$pb_lib"' "$1" && grep -q 'pinbroker-slurm-lib\.sh$' "$1"; }
+no_copy() { ! grep -Eq '^(pb_load_conf|pb_bytes|pb_cgroup_path|pb_log)\(\)' "$1"; }
+both_source() { sources_lib "$PROLOG" && sources_lib "$EPILOG"; }
+none_copies() { no_copy "$PROLOG" && no_copy "$EPILOG" && no_copy "$GRESCOUNT"; }
+check "the prolog and the epilog source the one helper" both_source
+check "the shared helper is there, with the config and size parsers" grep -q '^pb_load_conf()' "$LIB"
+check "pinbroker-gres-count.sh sources it too" sources_lib "$GRESCOUNT"
+check "no script keeps a copy of the helper's functions" none_copies
 
 # --- slurmd's world: scontrol, slurm.conf, cgroup.conf, /etc/pinbroker/slurm.conf ---------------
 mkdir -p "$T/bin" "$T/jobs" "$T/etc"
-# scontrol show job -o ID: the line the test left in $T/jobs/ID, else Slurm's error.
+# scontrol show job -o ID: the line the test left in $T/jobs/ID, else Slurm's error. scontrol --json
+# show job ID: $T/jobs/ID.json, else the error of a Slurm without its JSON serializer (22.05 as
+# Debian 12 installs it), so the prolog falls back to the text.
 cat >"$T/bin/scontrol" <<EOF
 #!/bin/sh
 echo "\$*" >>"$T/scontrol.calls"
+if [ "\$1 \$2 \$3" = "--json show job" ]; then
+	[ -r "$T/jobs/\$4.json" ] || { echo "scontrol: error: cannot load plugin serializer/json" >&2; exit 1; }
+	cat "$T/jobs/\$4.json"
+	exit 0
+fi
 [ "\$1 \$2 \$3" = "show job -o" ] || { echo "stub scontrol: unexpected: \$*" >&2; exit 2; }
 [ -r "$T/jobs/\$4" ] || { echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1; }
 cat "$T/jobs/\$4"
@@ -204,6 +220,92 @@ echo "== a comment forging TresPerNode= gets no GRES quota (the comment's own pi
 batch_line 109 $U mallory "x TresPerNode=gres:pinned:64 pinned=64M" >"$T/jobs/109"
 check "prolog exits 0" prolog 109 $U mallory SLURM_JOB_COMMENT="x TresPerNode=gres:pinned:64 pinned=64M"
 expect_rule "forged TresPerNode ignored" "$(cgpath $U 109)" 67108864
+
+echo "== a job name made to look like TRES=, NumNodes= and TresPerNode= fields (no --gres): the default, not 64G"
+FORGED='x TresPerNode=gres:pinned:64 TRES=cpu=1,gres/pinned=64 NumNodes=1 Power= TresPerNode=gres:pinned:64'
+batch_line 121 $U mallory "" | sed "s|JobName=wrap |JobName=$FORGED |" >"$T/jobs/121"
+check "prolog exits 0" prolog 121 $U mallory PINBROKER_SLURM_COMMENT=0
+expect_rule "forged fields in the job name ignored" "$(cgpath $U 121)" 805306368
+check "it says TRES= was there twice" grep -q "TRES= more than once" "$T/out"
+check "it tried scontrol --json first" grep -qx -- "--json show job 121" "$T/scontrol.calls"
+check "then the text" grep -qx "show job -o 121" "$T/scontrol.calls"
+
+echo "== a working directory made to look like Power= TresPerNode= (no --gres): the default"
+batch_line 122 $U mallory "" | sed 's|WorkDir=/tmp |WorkDir=/tmp/a Power= TresPerNode=gres:pinned:64 |' >"$T/jobs/122"
+check "prolog exits 0" prolog 122 $U mallory PINBROKER_SLURM_COMMENT=0
+expect_rule "forged TresPerNode in a path ignored" "$(cgpath $U 122)" 805306368
+
+echo "== a forged job name beside a real --gres=pinned:2: the real one"
+srun_line 123 $U mallory gres:pinned:2 | sed "s|JobName=sh |JobName=$FORGED |" >"$T/jobs/123"
+check "prolog exits 0" prolog 123 $U mallory PINBROKER_SLURM_COMMENT=0
+expect_rule "the real GRES pinned:2" "$(cgpath $U 123)" 2147483648
+
+echo "== scontrol --json (Slurm with its JSON serializer): tres_per_node, whatever the name says"
+srun_line 125 $U mallory "" | sed "s|JobName=sh |JobName=$FORGED |" >"$T/jobs/125"
+cat >"$T/jobs/125.json" <<EOF
+{"meta": {"plugin": {"type": "openapi/v0.0.38"}}, "errors": [],
+ "jobs": [{"job_id": 124, "name": "other", "tres_per_node": "gres:pinned:9"},
+          {"job_id": 125, "name": "$FORGED Comment=pinned=64G", "user_id": $U, "comment": "",
+           "tres_per_node": "gres:gpu:1,gres:pinned:3", "tres_alloc_str": "cpu=1,node=1,billing=1", "node_count": 1}]}
+EOF
+check "prolog exits 0" prolog 125 $U mallory PINBROKER_SLURM_COMMENT=0
+expect_rule "JSON tres_per_node gres:pinned:3" "$(cgpath $U 125)" 3221225472
+check "it did not read the text" test "$(grep -c -x "show job -o 125" "$T/scontrol.calls")" = 0
+
+echo "== scontrol --json of a newer Slurm: node_count as an object, gres/pinned=4 in tres_alloc_str over 2 nodes"
+cat >"$T/jobs/126.json" <<EOF
+{"jobs": [{"job_id": 126, "name": "TresPerNode=gres:pinned:64", "comment": {"job": "pinned=5M", "administrator": null},
+           "tres_per_node": "", "tres_alloc_str": "cpu=2,node=2,billing=2,gres/pinned=4",
+           "node_count": {"set": true, "infinite": false, "number": 2}}]}
+EOF
+check "prolog exits 0" prolog 126 $U alice
+expect_rule "JSON tres_alloc_str gres/pinned=4 over 2 nodes" "$(cgpath $U 126)" 2147483648
+rm "$T/jobs/126.json"
+check "prolog exits 0" prolog 126 $U alice PINBROKER_SLURM_CGROUP_PATH='/pbtest-json/job_{job}'
+expect_rule "no JSON nor text (no such job): the default" /pbtest-json/job_126 805306368
+
+echo "== without jq, python3 reads scontrol --json the same"
+mkdir -p "$T/pybin"
+# The python3 slurmd's PATH finds (not a wrapper such as pyenv's, which needs more than this PATH).
+for py in /usr/bin/python3 /usr/local/bin/python3 "$(command -v python3)"; do [ -x "$py" ] && break; done
+ln -sf "$py" "$T/pybin/python3"
+ln -sf "$(command -v sed)" "$T/pybin/sed"
+# shellcheck disable=SC2016 # expanded by the inner sh
+got=$(sh -c '. "$1"; pb_json=$(cat "$3"); PATH=$2; command -v jq >/dev/null && exit 9
+	pb_job_json 125 && printf "%s|%s|%s|%s\n" "$pb_tpn" "$pb_tres" "$pb_nodes" "$pb_sc_comment"' \
+	sh "$LIB" "$T/pybin" "$T/jobs/125.json")
+check "python3: tres_per_node, tres_alloc_str, node_count, comment ($got)" \
+	test "$got" = "gres:gpu:1,gres:pinned:3|cpu=1,node=1,billing=1|1|"
+printf '%s\n' '{"jobs": [{"job_id": 126, "tres_per_node": "", "tres_alloc_str": "gres/pinned=4",
+	"node_count": {"set": true, "number": 2}, "comment": {"job": "pinned=5M"}}]}' >"$T/jobs/126b.json"
+# shellcheck disable=SC2016
+got=$(sh -c '. "$1"; pb_json=$(cat "$3"); PATH=$2; pb_job_json 126 && printf "%s|%s|%s|%s\n" "$pb_tpn" "$pb_tres" "$pb_nodes" "$pb_sc_comment"' \
+	sh "$LIB" "$T/pybin" "$T/jobs/126b.json")
+check "python3: node_count and comment as objects ($got)" test "$got" = "|gres/pinned=4|2|pinned=5M"
+
+echo "== PINBROKER_SLURM_GRES_UNIT: the prolog and pinbroker-gres-count.sh take the same sizes"
+srun_line 127 $U alice gres:pinned:1 >"$T/jobs/127"
+for unit in 1G 1GiB 1gib 1024M 1048576K 1073741824; do
+	prolog 127 $U alice PINBROKER_SLURM_GRES_UNIT=$unit >/dev/null
+	expect_rule "prolog at PINBROKER_SLURM_GRES_UNIT=$unit" "$(cgpath $U 127)" 1073741824
+	got=$(PINBROKER_SLURM_PINCTL="$PINCTL" PINBROKER_SLURM_GRES_UNIT=$unit PINBROKER_SLURM_CONF=/nonexistent "$GRESCOUNT")
+	check "gres-count at PINBROKER_SLURM_GRES_UNIT=$unit: budget 1G is 1 ($got)" test "$got" = 1
+done
+for unit in 1X 0 G -1G; do
+	prolog 127 $U alice PINBROKER_SLURM_GRES_UNIT=$unit >/dev/null
+	check "prolog: PINBROKER_SLURM_GRES_UNIT=$unit is not a size, 1G used" grep -q "is not a size; using 1G" "$T/out"
+	PINBROKER_SLURM_PINCTL="$PINCTL" PINBROKER_SLURM_GRES_UNIT=$unit PINBROKER_SLURM_CONF=/nonexistent "$GRESCOUNT" >/dev/null 2>"$T/err"
+	check "gres-count: PINBROKER_SLURM_GRES_UNIT=$unit exits 2" test $? = 2
+done
+printf 'PINBROKER_SLURM_GRES_UNIT=512MiB\n' >"$T/unit.conf"
+got=$(PINBROKER_SLURM_CONF="$T/unit.conf" PINBROKER_SLURM_PINCTL="$PINCTL" "$GRESCOUNT")
+check "gres-count reads the unit from pinbroker-slurm.conf as the prolog does (512MiB: 2, got $got)" test "$got" = 2
+for j in 121 122 123 125 127; do
+	epilog $j $U alice >/dev/null 2>&1 || bad "epilog of job $j exited $?"
+	expect_rule "epilog of job $j" "$(cgpath $U "$j")" none
+done
+epilog 126 $U alice PINBROKER_SLURM_CGROUP_PATH='/pbtest-json/job_{job}' >/dev/null 2>&1
+expect_rule "epilog of job 126" /pbtest-json/job_126 none
 
 echo "== PINBROKER_SLURM_MAX caps a comment"
 batch_line 110 $U alice "pinned=100G" >"$T/jobs/110"

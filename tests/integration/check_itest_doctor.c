@@ -17,7 +17,9 @@
 #define TIMEOUT_S 60
 #define EXIT_WARN 1
 #define EXIT_USAGE 2
-#define EXIT_FAIL 3
+/* Issue 28: 3 is every pinctl command's "no daemon answers"; doctor's other failures moved from 3 to 4. */
+#define EXIT_NO_DAEMON 3
+#define EXIT_FAIL 4
 
 static struct daemon dmn;
 static char root[300];
@@ -75,6 +77,18 @@ static void meminfo(unsigned total_mib, unsigned huge_total, unsigned huge_free)
  * A fixture root where every check is ok: 8 GiB, no huge pages, THP advise, cgroup v2 without a
  * limit, PSI. No CUDA (PINBROKER_NO_CUDA: skip) and a systemctl that says enabled.
  */
+/*
+ * The socket closed to other users, as the shipped units make it (0660 group pinbroker). Without the group
+ * pinbroker the daemon binds it 0666 in a 0755 folder under /tmp: open to every local user, which
+ * socket-access warns about; the checks other than that one start from none.
+ */
+static mode_t bound_mode; /* the socket's mode as the daemon bound it at setup */
+
+static void close_socket(void)
+{
+	ck_assert_int_eq(chmod(dmn.socket, 0660), 0);
+}
+
 static void setup(void)
 {
 	const char *const args[] = { NULL };
@@ -83,6 +97,13 @@ static void setup(void)
 	struct rlimit rl;
 
 	daemon_start(&dmn, args);
+	{
+		struct stat st;
+
+		ck_assert_int_eq(stat(dmn.socket, &st), 0);
+		bound_mode = st.st_mode & 07777;
+	}
+	close_socket();
 	base_exit = geteuid() != 0 && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
 				    rl.rlim_cur < (256u << 20)
 			    ? EXIT_WARN
@@ -176,14 +197,21 @@ static __attribute__((sentinel)) char *doctor_says(int want_exit, const char *ch
 
 START_TEST(test_healthy_fixture_is_all_ok_and_exits_0)
 {
-	static const char *const checks[] = { "socket",    "groups", "daemon-memlock", "caller-memlock",
-					      "hugepages", "thp",    "thp-collapse",   "cuda",
-					      "cgroup",    "psi",    "service",        "budget" };
-	char *out;
+	static const char *const checks[] = { "socket",         "groups",    "socket-access", "daemon-memlock",
+					      "caller-memlock", "hugepages", "thp",           "thp-collapse",
+					      "cuda",           "cgroup",    "psi",           "service",
+					      "budget" };
+	char *out, tail[64];
 	int r = doctor(&out);
 
 	ck_assert_msg(r == expect(0), "exit %d\n%s", r, out);
-	ck_assert_msg(out[0] == '[', "not an array: %s", out);
+	/* Issue 28: an object with a schema_version (it was a bare array), its exit status in it. */
+	ck_assert_msg(strncmp(out, "{\"schema_version\":1,\"checks\":[{\"check\":\"socket\",", 45) == 0,
+		      "not {schema_version, checks}: %s", out);
+	snprintf(tail, sizeof(tail), "\"warnings\":%d,\"failures\":0,\"exit_status\":%d}\n", base_exit ? 1 : 0,
+		 expect(0));
+	ck_assert_msg(strlen(out) > strlen(tail) && strcmp(out + strlen(out) - strlen(tail), tail) == 0,
+		      "want it to end %s: %s", tail, out);
 	for (size_t i = 0; i < sizeof(checks) / sizeof(checks[0]); i++) {
 		const char *st = status_of(out, checks[i], NULL, 0);
 
@@ -331,6 +359,7 @@ START_TEST(test_daemon_found_and_admin_group_checked)
 
 	daemon_stop(&dmn);
 	daemon_start(&dmn, ITEST_ARGS("--admin-group", "pinbroker-no-such-group"));
+	close_socket();
 	out = doctor_says(expect(EXIT_WARN), "groups", "warn", "pinbroker-no-such-group", NULL);
 	if (!base_exit)
 		ASSERT_CHECK(out, "daemon-memlock", "ok");
@@ -344,11 +373,18 @@ START_TEST(test_no_daemon_fails_socket_and_skips_budget)
 	char *out;
 
 	daemon_stop(&dmn);
-	out = doctor_says(EXIT_FAIL, "socket", "fail", NULL);
+	/* No daemon answering and nothing else failing: every command's 3 (issue 28), with how to start one. */
+	out = doctor_says(EXIT_NO_DAEMON, "socket", "fail", NULL);
 	ASSERT_CHECK(out, "daemon-memlock", "skip");
 	ASSERT_CHECK(out, "budget", "skip");
+	ASSERT_CHECK(out, "socket-access", "skip");
+	ck_assert_msg(strstr(out, "sudo pinbrokerd --socket ") &&
+			      strstr(out, "systemctl enable --now pinbrokerd.socket"),
+		      "%s", out);
+	ck_assert_ptr_nonnull(strstr(out, "\"exit_status\":3}"));
 	free(out);
 	daemon_start(&dmn, (const char *const[]){ NULL });
+	close_socket();
 }
 END_TEST
 
@@ -362,9 +398,68 @@ START_TEST(test_human_output_usage_and_help)
 	ck_assert_ptr_nonnull(strstr(out, "fix: boot a kernel with CONFIG_PSI=y"));
 	ck_assert_ptr_nonnull(strstr(out, base_exit ? "2 warnings, 0 failures" : "1 warning, 0 failures"));
 	free(out);
-	itest_pinctl_says(&dmn, EXIT_USAGE, "doctor extra", "see 'pinctl --help'", NULL);
+	/* Issue 28: a command's usage error points to its own help; a failure is 4, 3 being no daemon. */
+	itest_pinctl_says(&dmn, EXIT_USAGE, "doctor extra", "see 'pinctl doctor --help'", NULL);
 	itest_pinctl_says(&dmn, EXIT_USAGE, "doctor --bogus", "unknown option --bogus", NULL);
-	itest_pinctl_says(&dmn, 0, "doctor --help", "Usage: pinctl doctor", "3 a failure", NULL);
+	itest_pinctl_says(&dmn, 0, "doctor --help", "Usage: pinctl doctor", "4 a failure", "3 no daemon answers", NULL);
+	if (!base_exit) {
+		put("proc/pressure/memory", "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+					    "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n");
+		itest_pinctl_says(&dmn, 0, "doctor", "0 warnings, 0 failures: nothing to do", NULL);
+	}
+}
+END_TEST
+
+/* Issue 28: a socket any local user may connect to is flagged; a folder closed to others makes it fine. */
+START_TEST(test_world_usable_socket_warns)
+{
+	char *out;
+
+	/* Without the group pinbroker the daemon itself bound 0666; with it, 0660, opened here as a careless admin would. */
+	ck_assert_int_eq(chmod(dmn.socket, (bound_mode & S_IWOTH) ? bound_mode : 0666), 0);
+	ck_assert_int_eq(chmod(dmn.dir, 0755), 0);
+	out = doctor_says(EXIT_WARN, "socket-access", "warn", "any local user may connect", "mode 0666", NULL);
+	ck_assert_ptr_nonnull(strstr(out, "SocketMode=0660"));
+	free(out);
+	/* A folder on the way that others cannot search keeps them out whatever the socket's mode. */
+	ck_assert_int_eq(chmod(dmn.dir, 0750), 0);
+	free(doctor_says(expect(0), "socket-access", "ok", "keeps other users out", NULL));
+	ck_assert_int_eq(chmod(dmn.dir, 0755), 0);
+	close_socket();
+	free(doctor_says(expect(0), "socket-access", "ok", "only its owner and group may connect", NULL));
+}
+END_TEST
+
+/* Issue 28: doctor exits 0 when its advice is "nothing to do": no driver on a host with no NVIDIA GPU is that. */
+START_TEST(test_no_nvidia_gpu_and_no_driver_is_nothing_to_do)
+{
+	char *out, *cmd;
+	int r;
+
+	unsetenv("PINBROKER_NO_CUDA");
+	put("sys/bus/pci/devices/0000:00:02.0/vendor", "0x8086\n");
+	put("sys/bus/pci/devices/0000:00:02.0/class", "0x030000\n");
+	ck_assert_int_ge(
+		asprintf(&cmd, "LD_LIBRARY_PATH=/nonexistent %s --socket '%s' doctor --json", PINCTL_PATH, dmn.socket),
+		0);
+	r = run_capture(cmd, &out);
+	if (!strstr(out, "\"check\":\"cuda\",\"status\":\"ok\",\"message\":\"libcuda.so.1, driver")) {
+		/* No driver here (a host with one says ok above, and is not what this case is about). */
+		ck_assert_msg(r == expect(0), "exit %d\n%s", r, out);
+		ASSERT_CHECK(out, "cuda", "ok");
+		assert_message(out, "cuda", "no NVIDIA GPU on the PCI bus");
+	}
+	free(out);
+	/* An NVIDIA 3D controller without a usable driver: advice worth taking, a warning. */
+	put("sys/bus/pci/devices/0000:41:00.0/vendor", "0x10de\n");
+	put("sys/bus/pci/devices/0000:41:00.0/class", "0x030200\n");
+	r = run_capture(cmd, &out);
+	if (!strstr(out, "\"check\":\"cuda\",\"status\":\"ok\",\"message\":\"libcuda.so.1, driver")) {
+		ck_assert_msg(r == expect(EXIT_WARN), "exit %d\n%s", r, out);
+		ASSERT_CHECK(out, "cuda", "warn");
+	}
+	free(out);
+	free(cmd);
 }
 END_TEST
 
@@ -373,6 +468,7 @@ CHECK_SUITE(doctor_suite, "itest_doctor", "doctor", setup, teardown, TIMEOUT_S,
 	    test_hugepages_none_some_and_none_free, test_cgroup_v2_limits, test_cgroup_v1_and_hybrid, test_no_psi_warns,
 	    test_budget_against_memtotal, test_service_enabled_disabled_absent, test_cuda_driver_version_and_gpu_memory,
 	    test_daemon_found_and_admin_group_checked, test_no_daemon_fails_socket_and_skips_budget,
-	    test_human_output_usage_and_help)
+	    test_human_output_usage_and_help, test_world_usable_socket_warns,
+	    test_no_nvidia_gpu_and_no_driver_is_nothing_to_do)
 
 CHECK_MAIN(doctor_suite)

@@ -375,7 +375,7 @@ static double job_metric(int i, const char *series, const char *job)
 {
 	char name[256];
 
-	snprintf(name, sizeof(name), "pinbroker_%s{job=\"%s\"}", series, job);
+	snprintf(name, sizeof(name), "pinbroker_%s{cgroup=\"%s\"}", series, job);
 	return metric(i, name);
 }
 
@@ -420,10 +420,10 @@ static void assert_node(int i, uint64_t leased, double job1, double job2)
 	ck_assert_msg(itest_metrics_sample(t, "pinbroker_leased_bytes") == (double)leased,
 		      "node %d leased %.0f, want %llu", i + 1, itest_metrics_sample(t, "pinbroker_leased_bytes"),
 		      (unsigned long long)leased);
-	snprintf(name, sizeof(name), "pinbroker_job_leased_bytes{job=\"%s\"}", JOB1);
+	snprintf(name, sizeof(name), "pinbroker_job_leased_bytes{cgroup=\"%s\"}", JOB1);
 	ck_assert_msg(itest_metrics_sample(t, name) == job1, "node %d %s: %.0f, want %.0f", i + 1, name,
 		      itest_metrics_sample(t, name), job1);
-	snprintf(name, sizeof(name), "pinbroker_job_leased_bytes{job=\"%s\"}", JOB2);
+	snprintf(name, sizeof(name), "pinbroker_job_leased_bytes{cgroup=\"%s\"}", JOB2);
 	ck_assert_msg(itest_metrics_sample(t, name) == job2, "node %d %s: %.0f, want %.0f", i + 1, name,
 		      itest_metrics_sample(t, name), job2);
 	free(t);

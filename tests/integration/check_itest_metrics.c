@@ -125,6 +125,7 @@ START_TEST(test_file_and_pinctl_show_the_figures_and_counters)
 	char *t, *out = NULL, row[192];
 	pb_client *c;
 	pb_lease *l, *big;
+	double mem_ratio;
 
 	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
 	ck_assert_int_eq(pb_acquire(c, 6 * MiB, &o, &l), 0);
@@ -140,6 +141,12 @@ START_TEST(test_file_and_pinctl_show_the_figures_and_counters)
 	snprintf(row, sizeof(row), "pinbroker_uid_leased_bytes{uid=\"%u\",user=\"", (unsigned)getuid());
 	ck_assert_ptr_nonnull(strstr(t, row));
 	ck_assert_ptr_nonnull(strstr(t, "# TYPE pinbroker_acquires_refused_total counter"));
+	/* The pressure signals one metric each in base units (issue 28): MemAvailable as a ratio 0..1, in bytes. */
+	mem_ratio = itest_metrics_sample(t, "pinbroker_mem_available_ratio");
+	ck_assert_msg(mem_ratio > 0 && mem_ratio <= 1, "pinbroker_mem_available_ratio %g", mem_ratio);
+	ck_assert(itest_metrics_sample(t, "pinbroker_mem_available_bytes") > 0);
+	ck_assert_ptr_nonnull(strstr(t, "# TYPE pinbroker_mem_available_ratio gauge"));
+	ck_assert_ptr_null(strstr(t, "pinbroker_signal"));
 	free(t);
 	/* Readable by a collector running as another user; written whole and then renamed (the test after next). */
 	ck_assert_int_eq(stat(prom, &st), 0);

@@ -143,15 +143,29 @@ static int count_lines(const char *s)
 	return n;
 }
 
-/* A usage error: exit 2, one line that names the problem once, and the pointer to --help, no usage dump. */
+/*
+ * A usage error: exit 2, one line that names the problem once, and the pointer to help, no usage dump. Inside a
+ * command the line names it and points to its own help (issue 28: "pinctl leases: unknown option --bogus; see
+ * 'pinctl leases --help'"); an unknown command points to pinctl --help.
+ */
 static void assert_usage_error(const char *args, const char *says)
 {
-	char *out = NULL;
+	char *out = NULL, cmd[32], help[64], named[48];
 
+	snprintf(cmd, sizeof(cmd), "%.*s", (int)strcspn(args, " "), args);
+	if (strncmp(says, "unknown command", 15) == 0) {
+		snprintf(help, sizeof(help), "see 'pinctl --help'");
+		snprintf(named, sizeof(named), "pinctl: ");
+	} else {
+		snprintf(help, sizeof(help), "see 'pinctl %s --help'", cmd);
+		snprintf(named, sizeof(named), "pinctl %s: ", cmd);
+	}
 	ck_assert_int_eq(pinctl(&d, &out, "%s", args), 2);
 	ck_assert_msg(count_lines(out) == 1, "pinctl %s: want one line, got:\n%s", args, out);
 	ck_assert_msg(count_of(out, says) == 1, "pinctl %s: want \"%s\" once in:\n%s", args, says, out);
-	ck_assert_int_eq(count_of(out, "see 'pinctl --help'"), 1);
+	ck_assert_msg(count_of(out, help) == 1, "pinctl %s: want \"%s\" once in:\n%s", args, help, out);
+	ck_assert_msg(strncmp(out, named, strlen(named)) == 0, "pinctl %s: want it to start \"%s\":\n%s", args, named,
+		      out);
 	ck_assert_ptr_null(strstr(out, "Usage:"));
 	free(out);
 }
@@ -337,11 +351,12 @@ START_TEST(test_wait_timed_out_over_quota_says_over_quota)
 }
 END_TEST
 
-START_TEST(test_no_daemon_exits_1_and_says_what_to_do)
+/* Issue 28: no daemon is exit 3 (as systemctl's for a stopped unit), distinct from other errors (1). */
+START_TEST(test_no_daemon_exits_3_and_says_what_to_do)
 {
 	char *out = NULL;
 
-	ck_assert_int_eq(run_capture(PINCTL_PATH " --socket /tmp/no-such-pinbroker.sock status", &out), 1);
+	ck_assert_int_eq(run_capture(PINCTL_PATH " --socket /tmp/no-such-pinbroker.sock status", &out), 3);
 	ck_assert_ptr_nonnull(strstr(out, "/tmp/no-such-pinbroker.sock"));
 	ck_assert_ptr_nonnull(strcasestr(out, "pinbrokerd"));
 	free(out);
@@ -529,7 +544,7 @@ static Suite *suite(void)
 	t = CHECK_CASE(s, "pinctl", start, stop, 30, test_status_human_shows_budget_and_client_rows,
 		       test_status_json_has_stable_schema, test_leases_lists_each_lease,
 		       test_acquire_prints_timing_and_releases, test_acquire_refused_exits_1_with_reason,
-		       test_bad_arguments_exit_2_with_usage, test_no_daemon_exits_1_and_says_what_to_do,
+		       test_bad_arguments_exit_2_with_usage, test_no_daemon_exits_3_and_says_what_to_do,
 		       test_daemon_bad_cli_exits_2_and_bad_config_gives_file_line,
 		       test_usage_errors_are_one_line_each_said_once, test_oversized_sizes_exit_2_whatever_the_digits,
 		       test_empty_socket_is_a_usage_error_and_help_exits_0,

@@ -1,5 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* Integration: pinctl get/config with each value's source, top, and user names, against the real daemon. */
+/*
+ * Integration: pinctl get/config with each value's source, top, user names, and issue 28's CLI habits (exit 3
+ * with no daemon, fields and CSV for scripts, errors that point to the command's help, acquire's pool notice),
+ * against the real daemon.
+ */
 #define _GNU_SOURCE
 #include <check.h>
 #include <pwd.h>
@@ -7,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -304,10 +310,12 @@ START_TEST(test_bad_arguments_exit_2_with_usage)
 	};
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		char *out = NULL;
+		char *out = NULL, help[64];
 
+		/* Issue 28: a command's error points to that command's help, not pinctl's. */
+		snprintf(help, sizeof(help), "see 'pinctl %.*s --help'", (int)strcspn(bad[i], " "), bad[i]);
 		ck_assert_msg(pinctl(&d, &out, "%s", bad[i]) == 2, "pinctl %s: not exit 2: %s", bad[i], out);
-		ck_assert_msg(strstr(out, "see 'pinctl --help'"), "pinctl %s: %s", bad[i], out);
+		ck_assert_msg(strstr(out, help), "pinctl %s: want \"%s\" in: %s", bad[i], help, out);
 		free(out);
 	}
 }
@@ -324,6 +332,296 @@ START_TEST(test_new_commands_have_help)
 		ck_assert_msg(strstr(out, "Usage: pinctl ") && strstr(out, cmds[i]), "%s --help: %s", cmds[i], out);
 		free(out);
 	}
+}
+END_TEST
+
+/* ---------------------------------------------------------------- issue 28: CLI habits */
+
+/* pinctl ARGS run on socket: its exit status, its output (stdout and stderr) in *out. */
+static int pinctl_on(const char *socket, char **out, const char *args)
+{
+	char *cmd = NULL;
+	int r;
+
+	ck_assert_int_ge(asprintf(&cmd, "%s --socket '%s' %s", PINCTL_PATH, socket, args), 0);
+	r = run_capture(cmd, out);
+	free(cmd);
+	return r;
+}
+
+/* Every command that talks to the daemon exits 3 on socket, each saying how to start one both ways. */
+static void assert_no_daemon(const char *socket)
+{
+	static const char *const cmds[] = { "status",     "leases",     "leases -o id",  "acquire 1M",
+					    "get budget", "config",     "metrics",       "quota list",
+					    "jobs",       "top --once", "set budget 1G", "revoke --all" };
+	char want[400];
+
+	snprintf(want, sizeof(want), "sudo pinbrokerd --socket %s", socket);
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		char *out = NULL;
+		int r = pinctl_on(socket, &out, cmds[i]);
+
+		ck_assert_msg(r == 3, "pinctl %s on %s: exit %d, want 3\n%s", cmds[i], socket, r, out);
+		ck_assert_msg(strstr(out, "no pinbrokerd answers on") && strstr(out, socket), "pinctl %s: %s", cmds[i],
+			      out);
+		ck_assert_msg(strstr(out, "sudo systemctl start pinbrokerd.socket"), "no socket unit in: %s", out);
+		ck_assert_msg(strstr(out, want), "no '%s' in: %s", want, out);
+		free(out);
+	}
+}
+
+START_TEST(test_no_daemon_exits_3_for_a_missing_socket_and_one_nobody_listens_on)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char path[300], *out = NULL;
+	int fd;
+
+	/* No socket file at all: ENOENT. */
+	snprintf(path, sizeof(path), "%s/no-such.sock", d.dir);
+	assert_no_daemon(path);
+	/* A socket file left behind with nobody listening: ECONNREFUSED. */
+	snprintf(path, sizeof(path), "%s/dead.sock", d.dir);
+	ck_assert_uint_lt(strlen(path), sizeof(sa.sun_path));
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(close(fd), 0);
+	assert_no_daemon(path);
+	/* Distinct from other errors: a refusal by a running daemon is 1, a usage error 2. */
+	ck_assert_int_eq(pinctl(&d, &out, "acquire 4G"), 1);
+	free(out);
+	ck_assert_int_eq(pinctl_on(path, &out, "status --bogus"), 2);
+	free(out);
+	/* doctor with no daemon: its socket check fails for that alone, so 3 too. */
+	ck_assert_int_eq(pinctl_on(path, &out, "doctor"), 3);
+	ck_assert_msg(strstr(out, "sudo pinbrokerd --socket"), "%s", out);
+	free(out);
+}
+END_TEST
+
+/* Something listens but never accepts or answers: libpinbroker's HELLO times out (10 s), and that is no daemon. */
+START_TEST(test_no_answer_to_hello_exits_3)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char *out = NULL, path[300];
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(fd, 0);
+	snprintf(path, sizeof(path), "%s/mute.sock", d.dir);
+	ck_assert_uint_lt(strlen(path), sizeof(sa.sun_path));
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(fd, 8), 0);
+	ck_assert_int_eq(pinctl_on(sa.sun_path, &out, "status"), 3);
+	ck_assert_msg(strstr(out, "did not answer HELLO") && strstr(out, "sudo systemctl start pinbrokerd.socket"),
+		      "%s", out);
+	free(out);
+	close(fd);
+}
+END_TEST
+
+/* The lines of text, split in place (text is changed); their count. */
+static size_t split_lines(char *text, char **lines, size_t max)
+{
+	size_t n = 0;
+
+	for (char *save = NULL, *l = strtok_r(text, "\n", &save); l && n < max; l = strtok_r(NULL, "\n", &save))
+		lines[n++] = l;
+	return n;
+}
+
+/* The index of name in a comma-separated header, or -1. */
+static int column_of(const char *header, const char *name)
+{
+	int i = 0;
+
+	for (const char *p = header; *p; i++) {
+		size_t n = strcspn(p, ",");
+
+		if (n == strlen(name) && strncmp(p, name, n) == 0)
+			return i;
+		p += n + (p[n] == ',');
+	}
+	return -1;
+}
+
+/* Cell i of a CSV line without quotes (copied into buf). */
+static const char *cell(const char *line, int i, char *buf, size_t len)
+{
+	const char *p = line;
+
+	for (; i > 0 && p; i--)
+		p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL;
+	ck_assert_ptr_nonnull(p);
+	snprintf(buf, len, "%.*s", (int)strcspn(p, ","), p);
+	return buf;
+}
+
+/* The fields are leases --json's keys (issue 28: "define the field names from the JSON keys"). */
+#define LEASE_FIELDS                                                                                         \
+	"id,pid,uid,user,bytes,label,age_ms,priority,state,idle_ms,deadline_left_ms,shared,holder_detached," \
+	"registration,no_revoke,numa_node,misplaced,job,attachers,attacher_pids"
+
+START_TEST(test_leases_fields_csv_and_no_headers_parse)
+{
+	char *out = NULL, *lines[8], buf[64], pid[16], key[64], node[16];
+	size_t n;
+
+	start_holder();
+	snprintf(pid, sizeof(pid), "%d", (int)holder);
+	/* -o: aligned columns under the names in capitals. */
+	ck_assert_int_eq(pinctl(&d, &out, "leases -o id,pid,bytes,label"), 0);
+	n = split_lines(out, lines, 8);
+	ck_assert_msg(n == 2, "want a header and one row:\n%s", out);
+	ck_assert_msg(strncmp(lines[0], "ID ", 3) == 0 && strstr(lines[0], " PID ") && strstr(lines[0], " BYTES ") &&
+			      strstr(lines[0], " LABEL"),
+		      "%s", lines[0]);
+	{
+		char id[32], p[32], b[32], l[64];
+
+		ck_assert_int_eq(sscanf(lines[1], "%31s %31s %31s %63s", id, p, b, l), 4);
+		ck_assert_str_eq(p, pid);
+		ck_assert_str_eq(b, "6291456");
+		ck_assert_str_eq(l, "ux-holder");
+	}
+	free(out);
+	/* --no-headers: the row alone, in the columns and in the text table. */
+	ck_assert_int_eq(pinctl(&d, &out, "leases -o bytes,user --no-headers"), 0);
+	snprintf(buf, sizeof(buf), "6291456 %s\n", my_user());
+	ck_assert_str_eq(out, buf);
+	free(out);
+	ck_assert_int_eq(pinctl(&d, &out, "leases --no-headers"), 0);
+	ck_assert_msg(!strstr(out, "ID ") && strstr(out, "ux-holder") && split_lines(out, lines, 8) == 1, "%s", out);
+	free(out);
+	/* CSV: a header of every field, named as --json names them, then the row. */
+	ck_assert_int_eq(pinctl(&d, &out, "leases --format csv"), 0);
+	n = split_lines(out, lines, 8);
+	ck_assert_msg(n == 2, "%s", out);
+	ck_assert_str_eq(lines[0], LEASE_FIELDS);
+	ck_assert_str_eq(cell(lines[1], column_of(lines[0], "pid"), buf, sizeof(buf)), pid);
+	ck_assert_str_eq(cell(lines[1], column_of(lines[0], "bytes"), buf, sizeof(buf)), "6291456");
+	ck_assert_str_eq(cell(lines[1], column_of(lines[0], "label"), buf, sizeof(buf)), "ux-holder");
+	ck_assert_str_eq(cell(lines[1], column_of(lines[0], "user"), buf, sizeof(buf)), my_user());
+	ck_assert_str_eq(cell(lines[1], column_of(lines[0], "priority"), buf, sizeof(buf)), "normal");
+	ck_assert_str_eq(cell(lines[1], column_of(lines[0], "shared"), buf, sizeof(buf)), "false");
+	snprintf(node, sizeof(node), "%s", cell(lines[1], column_of(lines[0], "numa_node"), buf, sizeof(buf)));
+	free(out);
+	/* Each field is a key of the JSON rows; a null there (an unplaced lease's node) is an empty cell. */
+	ck_assert_int_eq(pinctl(&d, &out, "leases --json"), 0);
+	{
+		const char *v = strstr(out, "\"numa_node\":");
+
+		ck_assert_ptr_nonnull(v);
+		v += strlen("\"numa_node\":");
+		if (strncmp(v, "null", 4) == 0)
+			ck_assert_str_eq(node, "");
+		else
+			ck_assert_msg(strncmp(v, node, strlen(node)) == 0 && node[0], "csv %s, json %.8s", node, v);
+	}
+	for (const char *p = LEASE_FIELDS; *p;) {
+		size_t k = strcspn(p, ",");
+
+		snprintf(key, sizeof(key), "\"%.*s\":", (int)k, p);
+		ck_assert_msg(strstr(out, key), "field %s is not a key of leases --json: %s", key, out);
+		p += k + (p[k] == ',');
+	}
+	free(out);
+	ck_assert_int_eq(pinctl(&d, &out, "leases --format csv -o label,bytes --no-headers"), 0);
+	ck_assert_str_eq(out, "ux-holder,6291456\n");
+	free(out);
+}
+END_TEST
+
+START_TEST(test_status_fields_csv_and_no_headers_parse)
+{
+	char *out = NULL, *lines[8], buf[64], a[32], b[32], c[32];
+
+	start_holder();
+	ck_assert_int_eq(pinctl(&d, &out, "status -o budget_bytes,leased_bytes,pressure_state --no-headers"), 0);
+	ck_assert_int_eq(sscanf(out, "%31s %31s %31s", a, b, c), 3);
+	ck_assert_str_eq(a, "268435456");
+	ck_assert_str_eq(b, "6291456");
+	ck_assert_str_eq(c, "normal");
+	ck_assert_int_eq(split_lines(out, lines, 8), 1);
+	free(out);
+	ck_assert_int_eq(pinctl(&d, &out, "status --format csv"), 0);
+	ck_assert_int_eq(split_lines(out, lines, 8), 2);
+	ck_assert_msg(strncmp(lines[0], "version,budget_bytes,", 21) == 0, "%s", lines[0]);
+	ck_assert_str_eq(cell(lines[1], column_of(lines[0], "budget_bytes"), buf, sizeof(buf)), "268435456");
+	ck_assert_str_eq(cell(lines[1], column_of(lines[0], "free_bytes"), buf, sizeof(buf)), "262144000");
+	ck_assert_str_eq(cell(lines[1], column_of(lines[0], "uid_quota_bytes"), buf, sizeof(buf)), "134217728");
+	ck_assert_str_eq(cell(lines[1], column_of(lines[0], "hugetlb"), buf, sizeof(buf)), "false");
+	ck_assert_int_lt(column_of(lines[0], "clients"), 0); /* arrays are not fields */
+	free(out);
+	/* --no-headers alone: the row of every field, no header. */
+	ck_assert_int_eq(pinctl(&d, &out, "status --no-headers"), 0);
+	ck_assert_msg(split_lines(out, lines, 8) == 1 && !strstr(lines[0], "BUDGET_BYTES") &&
+			      strstr(lines[0], "268435456"),
+		      "%s", out);
+	free(out);
+}
+END_TEST
+
+/* An unknown field is a usage error of that command listing the valid fields, each of which its help names. */
+static void assert_unknown_field(const char *cmd, const char *valid, const char *first_fields)
+{
+	char *out = NULL, *help = NULL, *list, line[64];
+
+	ck_assert_int_eq(pinctl(&d, &out, "%s -o %s,bogus", cmd, valid), 2);
+	snprintf(line, sizeof(line), "pinctl %s: -o: unknown field 'bogus'", cmd);
+	ck_assert_msg(strncmp(out, line, strlen(line)) == 0, "%s", out);
+	snprintf(line, sizeof(line), "see 'pinctl %s --help'", cmd);
+	ck_assert_msg(strstr(out, line), "%s", out);
+	list = strstr(out, "the fields: ");
+	ck_assert_msg(list && strncmp(list + 12, first_fields, strlen(first_fields)) == 0, "%s", out);
+	list += 12;
+	list[strcspn(list, ";")] = '\0';
+	ck_assert_int_eq(pinctl(&d, &help, "%s --help", cmd), 0);
+	for (char *save = NULL, *f = strtok_r(list, ",", &save); f; f = strtok_r(NULL, ",", &save))
+		ck_assert_msg(strstr(help, f), "field %s is not in pinctl %s --help", f, cmd);
+	free(help);
+	free(out);
+}
+
+START_TEST(test_unknown_field_bad_option_and_format_exit_2_pointing_to_the_command)
+{
+	char *out = NULL;
+
+	assert_unknown_field("leases", "id", "id,pid,uid,user,bytes,");
+	assert_unknown_field("status", "budget_bytes", "version,budget_bytes,");
+	ck_assert_int_eq(pinctl(&d, &out, "leases --bogus"), 2);
+	ck_assert_str_eq(out, "pinctl leases: unknown option --bogus; see 'pinctl leases --help'\n");
+	free(out);
+	itest_pinctl_says(&d, 2, "status --format xml", "pinctl status: --format: expected text, csv or json",
+			  "see 'pinctl status --help'", NULL);
+	itest_pinctl_says(&d, 2, "leases --json -o id", "see 'pinctl leases --help'", NULL);
+	itest_pinctl_says(&d, 2, "leases -o", "-o needs a value", "see 'pinctl leases --help'", NULL);
+	/* Before a command, or an unknown one: pinctl's own help. */
+	itest_pinctl_says(&d, 2, "--bogus", "see 'pinctl --help'", NULL);
+	itest_pinctl_says(&d, 2, "frobnicate", "see 'pinctl --help'", NULL);
+}
+END_TEST
+
+/* An acquire over the idle pool says, before it waits, that the daemon grows its pool for it. */
+START_TEST(test_acquire_over_the_idle_pool_says_the_pool_grows)
+{
+	char *out = NULL, want[128];
+	unsigned long long idle;
+
+	ck_assert_int_eq(pinctl(&d, &out, "status -o pool_idle_bytes --no-headers"), 0);
+	idle = strtoull(out, NULL, 10);
+	free(out);
+	ck_assert_msg(idle > 0 && idle < 64 * MiB && idle % MiB == 0, "pool idle %llu", idle);
+	snprintf(want, sizeof(want),
+		 "pinctl: the pool has %llu MiB idle: pinbrokerd grows it by %llu MiB for this lease", idle / MiB,
+		 (64 * MiB - idle) / MiB);
+	itest_pinctl_says(&d, 0, "acquire 64M", want, "released", NULL);
+	/* Within the idle pool (64 MiB now, after that release): nothing said. */
+	ck_assert_int_eq(pinctl(&d, &out, "acquire 1M"), 0);
+	ck_assert_msg(!strstr(out, "grows it"), "%s", out);
+	free(out);
 }
 END_TEST
 
@@ -353,6 +651,12 @@ static Suite *suite(void)
 	}
 	tcase_add_test(t, test_bad_arguments_exit_2_with_usage);
 	tcase_add_test(t, test_new_commands_have_help);
+	tcase_add_test(t, test_no_daemon_exits_3_for_a_missing_socket_and_one_nobody_listens_on);
+	tcase_add_test(t, test_no_answer_to_hello_exits_3);
+	tcase_add_test(t, test_leases_fields_csv_and_no_headers_parse);
+	tcase_add_test(t, test_status_fields_csv_and_no_headers_parse);
+	tcase_add_test(t, test_unknown_field_bad_option_and_format_exit_2_pointing_to_the_command);
+	tcase_add_test(t, test_acquire_over_the_idle_pool_says_the_pool_grows);
 	suite_add_tcase(s, t);
 	return s;
 }

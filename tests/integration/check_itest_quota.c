@@ -350,7 +350,7 @@ static void lease_job(uint64_t id, char *job, size_t len)
 	free(out);
 }
 
-/* pinbroker_job_leased_bytes{job="JOB"} from pinctl metrics; -1: no such series. */
+/* pinbroker_job_leased_bytes{cgroup="JOB"} from pinctl metrics; -1: no such series. */
 static int64_t metric_job_bytes(const char *job)
 {
 	char *out = NULL, want[300];
@@ -358,7 +358,7 @@ static int64_t metric_job_bytes(const char *job)
 	int64_t v = -1;
 
 	ck_assert_int_eq(pinctl(&d, &out, "metrics"), 0);
-	snprintf(want, sizeof(want), "pinbroker_job_leased_bytes{job=\"%s\"} ", job);
+	snprintf(want, sizeof(want), "pinbroker_job_leased_bytes{cgroup=\"%s\"} ", job);
 	p = strstr(out, want);
 	if (p)
 		v = (int64_t)strtoll(p + strlen(want), NULL, 10);

@@ -179,6 +179,24 @@ START_TEST(test_signals_show_the_sampled_figures)
 }
 END_TEST
 
+/* The metrics' swap counters (issue 28): vmstat's pswpin/pswpout as read; none on a host without swap. */
+START_TEST(test_swap_counters_are_vmstat_as_read)
+{
+	struct ev_loop *loop;
+	struct monitor *m;
+	uint64_t in = 0, out = 0;
+
+	ck_assert_int_eq(start("swapping", &loop, &m), 0);
+	ck_assert(monitor_swap_pages(m, &in, &out));
+	ck_assert_uint_eq(in, 512000);   /* fixtures/proc/swapping/proc/vmstat */
+	ck_assert_uint_eq(out, 4096000); /* fixtures/proc/swapping/proc/vmstat */
+	stop(loop, m);
+	ck_assert_int_eq(start("idle", &loop, &m), 0); /* no swap: vmstat is not read */
+	ck_assert(!monitor_swap_pages(m, &in, &out));
+	stop(loop, m);
+}
+END_TEST
+
 START_TEST(test_read_host_takes_the_cgroup_limit_and_its_usage)
 {
 	char root[4096];
@@ -212,6 +230,7 @@ static Suite *monitor_suite(void)
 	tcase_add_test(tc, test_plain_files_never_arm_psi_triggers);
 	tcase_add_test(tc, test_unusable_meminfo_fails_the_start);
 	tcase_add_test(tc, test_signals_show_the_sampled_figures);
+	tcase_add_test(tc, test_swap_counters_are_vmstat_as_read);
 	tcase_add_test(tc, test_read_host_takes_the_cgroup_limit_and_its_usage);
 	suite_add_tcase(s, tc);
 	return s;

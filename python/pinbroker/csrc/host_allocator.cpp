@@ -407,9 +407,15 @@ public:
 
 	at::HostStats get_stats() override
 	{
+		// Cached blocks are free blocks torch's own stats would count as held ("free and in-use").
+		struct pb_cache_stats cs {};
+		api_.cache_stats(client_, &cs);
 		std::lock_guard<std::mutex> g(mu_);
+		Counters c = c_;
+		c.held.current += static_cast<int64_t>(cs.cached_leases);
+		c.leased_bytes.current += static_cast<int64_t>(cs.cached_bytes);
 		at::HostStats s;
-		fill_host_stats(s, c_);
+		fill_host_stats(s, c);
 		return s;
 	}
 

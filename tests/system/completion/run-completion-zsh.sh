@@ -31,7 +31,9 @@ expect "acquire" "$PINCTL" ac
 expect "acquire config doctor get help jobs leases metrics quota revoke run set status top watch" "$PINCTL" ""
 expect "doctor" "$PINCTL" --socket /tmp/s d
 expect "--socket" "$PINCTL" --so
-expect "--help --json --socket" "$PINCTL" status --
+# status and leases take the script forms of issue 28 (-o, --format, --no-headers) besides --json.
+expect "--format --help --json --no-headers --output --socket" "$PINCTL" status --
+expect "--help --json --socket" "$PINCTL" config --
 expect "--help --interval --once --socket" "$PINCTL" top --
 expect "--help --interval --once --socket" "$PINCTL" watch --
 expect "best-effort" "$PINCTL" acquire --priority b

@@ -59,6 +59,9 @@ expect "" _pinctl "$PINCTL" quota set /slurm_n1/uid_1000/job_42 ""
 unset PINCTL_CGROUP_ROOT
 expect "--socket" _pinctl "$PINCTL" --s
 expect "--json" _pinctl "$PINCTL" status --j
+expect "--no-headers" _pinctl "$PINCTL" leases --no
+expect "csv json text" _pinctl "$PINCTL" status --format ""
+expect "" _pinctl "$PINCTL" leases -o ""
 expect "--help --hold" _pinctl "$PINCTL" acquire 1G --h
 expect "best-effort" _pinctl "$PINCTL" acquire --priority b
 expect "cuda" _pinctl "$PINCTL" run --fallback c

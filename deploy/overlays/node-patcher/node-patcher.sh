@@ -80,7 +80,7 @@ api() {
 		msg=$(printf '%s' "$resp" | jq -r '.message // empty' 2>/dev/null)
 		log "$method $url: HTTP $code: ${msg:-$(printf '%s' "$resp" | head -c 300)}"
 		[ "$code" = 401 ] && log "  (the token in $TOKEN_FILE was not accepted)"
-		[ "$code" = 403 ] && log "  (the service account needs get on nodes and patch on nodes/status: deploy/kubernetes/rbac.yaml)"
+		[ "$code" = 403 ] && log "  (the service account needs get on nodes and patch on nodes/status: deploy/overlays/node-patcher/rbac.yaml)"
 		return 1
 		;;
 	esac

@@ -1,0 +1,326 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pinctl leases and status for scripts: each field named and valued as its --json key is (numbers in base
+ * units, true/false), printed as aligned columns or CSV. Part of the output room: it asks nothing of the daemon.
+ */
+#define _GNU_SOURCE
+#include "pinctl-fields.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pinbroker.h"
+#include "pinctl-output.h"
+
+#define LEASE(row) ((const struct pb_lease_info *)(row))
+#define STATUS(row) ((const struct pb_status *)(row))
+
+/* One accessor per field; the macros write the plain ones. */
+#define FIELD_U64(kind, cast, member)                                              \
+	static const char *kind##_##member(const void *row, char *buf, size_t len) \
+	{                                                                          \
+		snprintf(buf, len, "%" PRIu64, (uint64_t)cast(row)->member);       \
+		return buf;                                                        \
+	}
+#define FIELD_I64(kind, cast, member)                                              \
+	static const char *kind##_##member(const void *row, char *buf, size_t len) \
+	{                                                                          \
+		snprintf(buf, len, "%" PRId64, (int64_t)cast(row)->member);        \
+		return buf;                                                        \
+	}
+#define FIELD_BOOL(kind, cast, member)                                             \
+	static const char *kind##_##member(const void *row, char *buf, size_t len) \
+	{                                                                          \
+		snprintf(buf, len, "%s", cast(row)->member ? "true" : "false");    \
+		return buf;                                                        \
+	}
+#define FIELD_STR(kind, cast, member)                                                 \
+	static const char *kind##_##member(const void *row, char *buf, size_t len)    \
+	{                                                                             \
+		snprintf(buf, len, "%s", cast(row)->member ? cast(row)->member : ""); \
+		return buf;                                                           \
+	}
+
+FIELD_U64(lease, LEASE, id)
+FIELD_I64(lease, LEASE, pid)
+FIELD_U64(lease, LEASE, uid)
+FIELD_U64(lease, LEASE, bytes)
+FIELD_STR(lease, LEASE, label)
+FIELD_U64(lease, LEASE, age_ms)
+FIELD_STR(lease, LEASE, state)
+FIELD_U64(lease, LEASE, idle_ms)
+FIELD_I64(lease, LEASE, deadline_left_ms)
+FIELD_BOOL(lease, LEASE, shared)
+FIELD_BOOL(lease, LEASE, holder_detached)
+FIELD_BOOL(lease, LEASE, registration)
+FIELD_BOOL(lease, LEASE, no_revoke)
+FIELD_BOOL(lease, LEASE, misplaced)
+FIELD_U64(lease, LEASE, attachers)
+
+static const char *lease_user(const void *row, char *buf, size_t len)
+{
+	return user_name(LEASE(row)->uid, buf, len);
+}
+
+static const char *lease_priority(const void *row, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s", priority_name(LEASE(row)->priority));
+	return buf;
+}
+
+static const char *lease_numa_node(const void *row, char *buf, size_t len)
+{
+	if (LEASE(row)->numa_node < 0)
+		return NULL;
+	snprintf(buf, len, "%d", LEASE(row)->numa_node);
+	return buf;
+}
+
+static const char *lease_job(const void *row, char *buf, size_t len)
+{
+	const char *job = LEASE(row)->job;
+
+	if (!job || !job[0])
+		return NULL;
+	snprintf(buf, len, "%s", job);
+	return buf;
+}
+
+/* The JSON array as one value: pids joined by spaces. */
+static const char *lease_attacher_pids(const void *row, char *buf, size_t len)
+{
+	const struct pb_lease_info *l = LEASE(row);
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (size_t k = 0; k < l->n_attacher_pids && used < len; k++)
+		used += (size_t)snprintf(buf + used, len - used, "%s%" PRId32, k ? " " : "", l->attacher_pids[k]);
+	return buf;
+}
+
+/* In the order of pinctl leases --json. */
+const struct pinctl_field lease_fields[] = {
+	{ "id", lease_id },
+	{ "pid", lease_pid },
+	{ "uid", lease_uid },
+	{ "user", lease_user },
+	{ "bytes", lease_bytes },
+	{ "label", lease_label },
+	{ "age_ms", lease_age_ms },
+	{ "priority", lease_priority },
+	{ "state", lease_state },
+	{ "idle_ms", lease_idle_ms },
+	{ "deadline_left_ms", lease_deadline_left_ms },
+	{ "shared", lease_shared },
+	{ "holder_detached", lease_holder_detached },
+	{ "registration", lease_registration },
+	{ "no_revoke", lease_no_revoke },
+	{ "numa_node", lease_numa_node },
+	{ "misplaced", lease_misplaced },
+	{ "job", lease_job },
+	{ "attachers", lease_attachers },
+	{ "attacher_pids", lease_attacher_pids },
+};
+const size_t n_lease_fields = sizeof(lease_fields) / sizeof(lease_fields[0]);
+
+FIELD_STR(status, STATUS, server_version)
+FIELD_U64(status, STATUS, budget_bytes)
+FIELD_U64(status, STATUS, uid_quota_bytes)
+FIELD_U64(status, STATUS, leased_bytes)
+FIELD_U64(status, STATUS, pool_bytes)
+FIELD_U64(status, STATUS, pool_idle_bytes)
+FIELD_U64(status, STATUS, page_size_bytes)
+FIELD_U64(status, STATUS, chunk_size_bytes)
+FIELD_BOOL(status, STATUS, hugetlb)
+FIELD_STR(status, STATUS, page_kind)
+FIELD_U64(status, STATUS, thp_bytes)
+FIELD_U64(status, STATUS, thp_failures)
+FIELD_U64(status, STATUS, hugetlb_bytes)
+FIELD_U64(status, STATUS, huge_pages_free_bytes)
+FIELD_U64(status, STATUS, overdue_bytes)
+FIELD_U64(status, STATUS, cached_idle_bytes)
+FIELD_U64(status, STATUS, registered_bytes)
+FIELD_U64(status, STATUS, no_revoke_bytes)
+FIELD_U64(status, STATUS, unbrokered_bytes)
+FIELD_U64(status, STATUS, unbrokered_reported_bytes)
+FIELD_U64(status, STATUS, unbrokered_cap_bytes)
+FIELD_U64(status, STATUS, orphaned_bytes)
+FIELD_U64(status, STATUS, prewarm_bytes)
+FIELD_U64(status, STATUS, waiting_acquires)
+FIELD_STR(status, STATUS, pressure_state)
+FIELD_STR(status, STATUS, monitor_mode)
+FIELD_U64(status, STATUS, uptime_ms)
+
+/* As status --json computes it: the budget less what is leased, never negative. */
+static const char *status_free_bytes(const void *row, char *buf, size_t len)
+{
+	const struct pb_status *s = STATUS(row);
+
+	snprintf(buf, len, "%" PRIu64, s->budget_bytes > s->leased_bytes ? s->budget_bytes - s->leased_bytes : 0);
+	return buf;
+}
+
+/* The scalar keys of pinctl status --json, in its order; its arrays (nodes, clients, leases, ...) are not fields. */
+const struct pinctl_field status_fields[] = {
+	{ "version", status_server_version },
+	{ "budget_bytes", status_budget_bytes },
+	{ "uid_quota_bytes", status_uid_quota_bytes },
+	{ "leased_bytes", status_leased_bytes },
+	{ "pool_bytes", status_pool_bytes },
+	{ "pool_idle_bytes", status_pool_idle_bytes },
+	{ "free_bytes", status_free_bytes },
+	{ "page_size_bytes", status_page_size_bytes },
+	{ "chunk_size_bytes", status_chunk_size_bytes },
+	{ "hugetlb", status_hugetlb },
+	{ "page_kind", status_page_kind },
+	{ "thp_bytes", status_thp_bytes },
+	{ "thp_failures", status_thp_failures },
+	{ "hugetlb_bytes", status_hugetlb_bytes },
+	{ "huge_pages_free_bytes", status_huge_pages_free_bytes },
+	{ "overdue_bytes", status_overdue_bytes },
+	{ "cached_idle_bytes", status_cached_idle_bytes },
+	{ "registered_bytes", status_registered_bytes },
+	{ "no_revoke_bytes", status_no_revoke_bytes },
+	{ "unbrokered_bytes", status_unbrokered_bytes },
+	{ "unbrokered_reported_bytes", status_unbrokered_reported_bytes },
+	{ "unbrokered_cap_bytes", status_unbrokered_cap_bytes },
+	{ "orphaned_bytes", status_orphaned_bytes },
+	{ "prewarm_bytes", status_prewarm_bytes },
+	{ "waiting_acquires", status_waiting_acquires },
+	{ "pressure_state", status_pressure_state },
+	{ "monitor_mode", status_monitor_mode },
+	{ "uptime_ms", status_uptime_ms },
+};
+const size_t n_status_fields = sizeof(status_fields) / sizeof(status_fields[0]);
+
+int fields_parse(const struct pinctl_field *table, size_t n, const char *list, struct fields *ret, char *bad,
+		 size_t badlen)
+{
+	const char *p = list;
+
+	ret->n = 0;
+	bad[0] = '\0';
+	if (!list) {
+		for (size_t i = 0; i < n && i < FIELDS_MAX; i++)
+			ret->f[ret->n++] = &table[i];
+		return 0;
+	}
+	for (;;) {
+		size_t len = strcspn(p, ",");
+		size_t i;
+
+		for (i = 0; i < n; i++)
+			if (strlen(table[i].name) == len && strncmp(table[i].name, p, len) == 0)
+				break;
+		if (i == n || ret->n == FIELDS_MAX) {
+			snprintf(bad, badlen, "%.*s", (int)len, p);
+			return -EINVAL;
+		}
+		ret->f[ret->n++] = &table[i];
+		if (!p[len])
+			return 0;
+		p += len + 1;
+	}
+}
+
+const char *fields_names(const struct pinctl_field *table, size_t n, char *buf, size_t len)
+{
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < n && used < len; i++)
+		used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? "," : "", table[i].name);
+	return buf;
+}
+
+/* A CSV cell: quoted when it holds a comma, a quote or a space at an end (RFC 4180), quotes doubled. */
+static void csv_cell(FILE *f, const char *s)
+{
+	size_t n = strlen(s);
+
+	if (!strpbrk(s, ",\"") && (n == 0 || (s[0] != ' ' && s[n - 1] != ' '))) {
+		fputs(s, f);
+		return;
+	}
+	fputc('"', f);
+	for (; *s; s++) {
+		if (*s == '"')
+			fputc('"', f);
+		fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
+/* Row r's field i as printed: escaped, "" for null in CSV and "-" for null or empty in columns. */
+static char *cell_text(const struct fields *sel, const void *row, size_t i, bool csv)
+{
+	char raw[ESC_BYTES], e[ESC_BYTES];
+	const char *v = sel->f[i]->value(row, raw, sizeof(raw));
+
+	if (!v || !v[0])
+		return strdup(csv ? "" : "-");
+	return strdup(esc(v, e));
+}
+
+int fields_print(FILE *f, const struct fields *sel, const void *rows, size_t row_bytes, size_t n, bool csv,
+		 bool headers)
+{
+	size_t width[FIELDS_MAX] = { 0 };
+	char **cells = calloc(n * sel->n + 1, sizeof(*cells));
+
+	if (!cells)
+		return -ENOMEM;
+	for (size_t r = 0; r < n; r++) {
+		for (size_t i = 0; i < sel->n; i++) {
+			char *c = cell_text(sel, (const char *)rows + r * row_bytes, i, csv);
+
+			if (!c) {
+				for (size_t k = 0; k < r * sel->n + i; k++)
+					free(cells[k]);
+				free(cells);
+				return -ENOMEM;
+			}
+			cells[r * sel->n + i] = c;
+			if (strlen(c) > width[i])
+				width[i] = strlen(c);
+		}
+	}
+	for (size_t i = 0; i < sel->n; i++)
+		if (strlen(sel->f[i]->name) > width[i])
+			width[i] = strlen(sel->f[i]->name);
+	if (headers) {
+		for (size_t i = 0; i < sel->n; i++) {
+			if (csv) {
+				fprintf(f, "%s%s", i ? "," : "", sel->f[i]->name);
+				continue;
+			}
+			fputs(i ? " " : "", f);
+			for (const char *c = sel->f[i]->name; *c; c++)
+				fputc(*c >= 'a' && *c <= 'z' ? *c - 'a' + 'A' : *c, f);
+			/* The last column is not padded: no trailing blanks. */
+			if (i + 1 < sel->n)
+				fprintf(f, "%*s", (int)(width[i] - strlen(sel->f[i]->name)), "");
+		}
+		fputc('\n', f);
+	}
+	for (size_t r = 0; r < n; r++) {
+		for (size_t i = 0; i < sel->n; i++) {
+			const char *c = cells[r * sel->n + i];
+
+			if (csv) {
+				fputs(i ? "," : "", f);
+				csv_cell(f, c);
+			} else {
+				fprintf(f, "%s%-*s", i ? " " : "", i + 1 < sel->n ? (int)width[i] : 0, c);
+			}
+		}
+		fputc('\n', f);
+	}
+	for (size_t k = 0; k < n * sel->n; k++)
+		free(cells[k]);
+	free(cells);
+	return 0;
+}

@@ -1,0 +1,385 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+# pinbroker's kubelet device plugin (API v1beta1): advertises the node's pinned budget as
+# pinbroker.io/pinned-gib (one device per whole GiB of `pinctl status --json`'s budget_bytes),
+# gives each container that requests it the daemon's socket folder (a device-plugin Mount, so the
+# pod needs no hostPath) and PINBROKER_SOCKET, and makes the pod's request its job quota:
+# `pinctl quota set POD-CGROUP BYTES` for the pod's cgroup, from PreStartContainer (before the
+# container's first process runs) and again every poll (a daemon restart forgets `set` rules).
+#
+# Which pod a device went to: the kubelet records it (PodUID, container, device ids) in its
+# checkpoint, DEVICE_PLUGIN_DIR/kubelet_internal_checkpoint, after Allocate and before
+# PreStartContainer; the pod's cgroup is the one under the kubepods tree named for that UID.
+#
+# Environment (defaults are what the DaemonSet gives):
+#   PINBROKER_SOCKET      the daemon's socket, for pinctl (default /run/pinbroker/pinbroker.sock)
+#   DP_KUBELET_DIR        the kubelet's device-plugins folder (default /var/lib/kubelet/device-plugins)
+#   DP_RESOURCE           default pinbroker.io/pinned-gib
+#   DP_SOCKET_DIR_HOST    the node's socket folder, mounted into client containers (default /run/pinbroker)
+#   DP_SOCKET_DIR         where client containers see it (default /run/pinbroker)
+#   DP_CGROUP_ROOT        the host's cgroup mount as this container sees it (default /sys/fs/cgroup)
+#   DP_POLL_S             seconds between budget polls and quota repairs (default 10)
+#   DP_STRICT             1: PreStartContainer fails (the container does not start) when the quota
+#                         cannot be set; default 0: the pod runs bounded by the budget alone, logged
+#   PINCTL                default pinctl
+import concurrent.futures
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+
+import grpc
+
+GIB = 1 << 30
+API_VERSION = "v1beta1"
+CHECKPOINT = "kubelet_internal_checkpoint"
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def log(msg):
+    print(f"pinbroker-device-plugin: {msg}", file=sys.stderr, flush=True)
+
+
+def load_stubs():
+    """api_pb2 and api_pb2_grpc: from DP_STUBS_DIR or this folder (the image generates them at build
+    time), else generated now from api.proto with grpc_tools into a temp folder."""
+    for d in (os.environ.get("DP_STUBS_DIR"), HERE):
+        if d and os.path.exists(os.path.join(d, "api_pb2_grpc.py")):
+            sys.path.insert(0, d)
+            break
+    else:
+        from grpc_tools import protoc  # python3-grpc-tools
+
+        out = tempfile.mkdtemp(prefix="pinbroker-dp-stubs.")
+        rc = protoc.main(["protoc", f"-I{HERE}", f"--python_out={out}", f"--grpc_python_out={out}",
+                          os.path.join(HERE, "api.proto")])
+        if rc != 0:
+            sys.exit(f"pinbroker-device-plugin: protoc could not compile {HERE}/api.proto")
+        sys.path.insert(0, out)
+    import api_pb2
+    import api_pb2_grpc
+
+    return api_pb2, api_pb2_grpc
+
+
+class Config:
+    def __init__(self, env):
+        self.socket = env.get("PINBROKER_SOCKET", "/run/pinbroker/pinbroker.sock")
+        self.kubelet_dir = env.get("DP_KUBELET_DIR", "/var/lib/kubelet/device-plugins")
+        self.resource = env.get("DP_RESOURCE", "pinbroker.io/pinned-gib")
+        self.sock_dir_host = env.get("DP_SOCKET_DIR_HOST", "/run/pinbroker")
+        self.sock_dir = env.get("DP_SOCKET_DIR", "/run/pinbroker")
+        self.cgroup_root = env.get("DP_CGROUP_ROOT", "/sys/fs/cgroup")
+        self.poll_s = float(env.get("DP_POLL_S", "10"))
+        self.strict = env.get("DP_STRICT", "0") == "1"
+        self.pinctl = env.get("PINCTL", "pinctl")
+        # The endpoint is a file name in the kubelet's folder, unique to this resource.
+        self.endpoint = "pinbroker-" + self.resource.rsplit("/", 1)[-1] + ".sock"
+        if self.poll_s <= 0:
+            raise ValueError(f"DP_POLL_S must be above 0, not {env.get('DP_POLL_S')}")
+
+
+def pinctl(cfg, *args):
+    """Run pinctl; its stdout, or raise RuntimeError with its own message."""
+    try:
+        r = subprocess.run([cfg.pinctl, "--socket", cfg.socket, *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise RuntimeError(f"pinctl {' '.join(args)}: {e}") from None
+    if r.returncode != 0:
+        raise RuntimeError(f"pinctl {' '.join(args)}: exit {r.returncode}: {(r.stderr or r.stdout).strip()[:300]}")
+    return r.stdout
+
+
+def checkpoint_pods(cfg):
+    """{pod UID: set of our device ids} from the kubelet's checkpoint (every container of the pod;
+    an init container's devices are reused by the app containers, hence a set). DeviceIDs is a
+    map of NUMA node to ids since kubelet 1.20, a list before. None when it cannot be read (not
+    "no pods": that would clear every quota)."""
+    path = os.path.join(cfg.kubelet_dir, CHECKPOINT)
+    try:
+        with open(path) as f:
+            data = json.load(f)["Data"]
+        pods = {}
+        for e in data.get("PodDeviceEntries") or []:
+            if e.get("ResourceName") != cfg.resource or not e.get("PodUID"):
+                continue
+            ids = e.get("DeviceIDs") or []
+            if isinstance(ids, dict):
+                ids = [i for per_numa in ids.values() for i in per_numa or []]
+            pods.setdefault(str(e["PodUID"]), set()).update(str(i) for i in ids)
+        return pods
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        log(f"cannot read the kubelet's checkpoint {path}: {e!r}")
+        return None
+
+
+def pod_cgroups(cfg):
+    """{pod UID with '_' for '-': the pod's cgroup path as the daemon names it}, from one walk of the
+    kubepods tree (relative to the hierarchy's root: the v1 memory controller's on a v1 or hybrid
+    host, else the unified one). The kubelet names a pod's cgroup pod<UID> (cgroupfs driver) or
+    kubepods-<qos>-pod<UID with _>.slice (systemd driver), under kubepods (or, in some set-ups,
+    kubelet.slice/kubelet-kubepods.slice)."""
+    root = cfg.cgroup_root
+    if os.path.isdir(os.path.join(root, "memory")):
+        root = os.path.join(root, "memory")
+    found = {}
+    level = [""]
+    for _ in range(4):  # kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/...-pod<UID>.slice
+        nxt = []
+        for rel in level:
+            try:
+                names = os.listdir(os.path.join(root, rel))
+            except OSError:
+                continue
+            for n in names:
+                p = os.path.join(rel, n)
+                if not os.path.isdir(os.path.join(root, p)):
+                    continue
+                base = (n[:-6] if n.endswith(".slice") else n).replace("-", "_")
+                i = base.rfind("pod")
+                if i >= 0 and (i == 0 or base[i - 1] == "_") and len(base) - i - 3 >= 32:
+                    found[base[i + 3:]] = "/" + p
+                # Only the kubepods tree: a kube* slice or the cgroupfs driver's QoS folders.
+                elif "kube" in n or n in ("burstable", "besteffort"):
+                    nxt.append(p)
+        level = nxt
+    return found
+
+
+def pod_cgroup(cfg, uid):
+    """The pod's cgroup path as the daemon names it, or None if it is not there (yet)."""
+    return pod_cgroups(cfg).get(uid.replace("-", "_"))
+
+
+def own_cgroup():
+    """This process's cgroup as it reads it (the v1 memory controller's, else the unified one)."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = [line.rstrip("\n").split(":", 2) for line in f]
+    except OSError:
+        return None
+    paths = {c: p for _, c, p in lines}
+    mem = [p for c, p in paths.items() if "memory" in c.split(",")]
+    return mem[0] if mem else paths.get("")
+
+
+class Plugin:
+    """The state the gRPC handlers and the poller share, under one condition variable."""
+
+    def __init__(self, cfg, pb, pb_grpc):
+        self.cfg = cfg
+        self.pb = pb
+        self.pb_grpc = pb_grpc
+        self.cond = threading.Condition()
+        self.gib = 0  # the last budget seen, in whole GiB
+        self.healthy = False
+        self.version = 0  # bumped on every change ListAndWatch must send
+        self.stopping = False
+        self.quota_lock = threading.Lock()
+        self.set_paths = {}  # pod UID -> the cgroup path whose rule this plugin set
+
+    def poll_budget(self):
+        try:
+            gib = max(0, int(json.loads(pinctl(self.cfg, "status", "--json"))["budget_bytes"]) // GIB)
+            healthy = True
+        except (RuntimeError, ValueError, KeyError, TypeError) as e:
+            gib, healthy = self.gib, False
+            if self.healthy:
+                log(f"the daemon does not answer, devices unhealthy: {e}")
+        with self.cond:
+            if (gib, healthy) != (self.gib, self.healthy):
+                if healthy:
+                    log(f"budget {gib} GiB: advertising {gib} devices of {self.cfg.resource}")
+                self.gib, self.healthy = gib, healthy
+                self.version += 1
+                self.cond.notify_all()
+
+    def devices(self):
+        health = "Healthy" if self.healthy else "Unhealthy"
+        return [self.pb.Device(ID=f"gib-{i}", health=health) for i in range(self.gib)]
+
+    def reconcile_quotas(self, device_ids=None):
+        """Set the quota of every pod in the checkpoint whose rule the daemon lacks or has at
+        another size. With device_ids, return whether the pod holding them got its quota."""
+        with self.quota_lock:
+            pods = checkpoint_pods(self.cfg)
+            if pods is None:
+                return False
+            try:
+                rules = {r["pattern"]: r["bytes"] for r in json.loads(pinctl(self.cfg, "quota", "list", "--json"))["rules"]}
+            except (RuntimeError, ValueError, KeyError, TypeError) as e:
+                if device_ids is not None or pods:
+                    log(f"cannot read the daemon's quotas, none set now: {e}")
+                return False
+            done = device_ids is None
+            cgroups = pod_cgroups(self.cfg) if pods else {}
+            for uid, ids in sorted(pods.items()):
+                mine = device_ids is not None and set(device_ids) <= ids
+                path = cgroups.get(uid.replace("-", "_"))
+                if path is None:
+                    if mine:
+                        log(f"pod {uid}: no cgroup named for it under {self.cfg.cgroup_root} yet: quota not set")
+                    continue
+                want = len(ids) * GIB
+                if rules.get(path) != want:
+                    try:
+                        pinctl(self.cfg, "quota", "set", path, str(want))
+                        log(f"pod {uid}: quota {len(ids)} GiB for {path}")
+                    except RuntimeError as e:
+                        log(f"pod {uid}: {e}")
+                        continue
+                self.set_paths[uid] = path
+                done = done or mine
+            # A pod the kubelet dropped from its checkpoint is gone: clear its rule (the daemon
+            # also releases a rule once it saw its cgroup and the cgroup went, where it can see it).
+            for uid in [u for u in self.set_paths if u not in pods]:
+                path = self.set_paths.pop(uid)
+                if path in rules:
+                    try:
+                        pinctl(self.cfg, "quota", "clear", path)
+                        log(f"pod {uid} is gone: quota of {path} cleared")
+                    except RuntimeError as e:
+                        log(f"pod {uid} is gone: {e}")
+            if device_ids is not None and not done and not any(set(device_ids) <= ids for ids in pods.values()):
+                log(f"devices {sorted(device_ids)} are not in the kubelet's checkpoint: quota not set")
+            return done
+
+
+def make_servicer(plugin):
+    pb, cfg = plugin.pb, plugin.cfg
+
+    class Servicer(plugin.pb_grpc.DevicePluginServicer):
+        def GetDevicePluginOptions(self, request, context):
+            return pb.DevicePluginOptions(pre_start_required=True)
+
+        def ListAndWatch(self, request, context):
+            seen = -1
+            while context.is_active():
+                with plugin.cond:
+                    if plugin.stopping:
+                        return
+                    if plugin.version == seen:
+                        plugin.cond.wait(timeout=1)
+                        continue
+                    seen = plugin.version
+                    devs = plugin.devices()
+                yield pb.ListAndWatchResponse(devices=devs)
+
+        def GetPreferredAllocation(self, request, context):
+            return pb.PreferredAllocationResponse(container_responses=[
+                pb.ContainerPreferredAllocationResponse(deviceIDs=list(r.available_deviceIDs)[:r.allocation_size])
+                for r in request.container_requests])
+
+        def Allocate(self, request, context):
+            resps = []
+            for r in request.container_requests:
+                log(f"allocate {len(r.devices_ids)} GiB")
+                resps.append(pb.ContainerAllocateResponse(
+                    envs={"PINBROKER_SOCKET": os.path.join(cfg.sock_dir, os.path.basename(cfg.socket)),
+                          "PINBROKER_PINNED_GIB": str(len(r.devices_ids))},
+                    # Read-only: connect() needs no write access to the folder.
+                    mounts=[pb.Mount(container_path=cfg.sock_dir, host_path=cfg.sock_dir_host, read_only=True)]))
+            return pb.AllocateResponse(container_responses=resps)
+
+        def PreStartContainer(self, request, context):
+            ok = plugin.reconcile_quotas(list(request.devices_ids))
+            if not ok and cfg.strict:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                              "pinbroker: the pod's pinned quota could not be set (DP_STRICT=1)")
+            return pb.PreStartContainerResponse()
+
+    return Servicer()
+
+
+def start_and_register(plugin):
+    cfg, pb = plugin.cfg, plugin.pb
+    path = os.path.join(cfg.kubelet_dir, cfg.endpoint)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=8))
+    plugin.pb_grpc.add_DevicePluginServicer_to_server(make_servicer(plugin), server)
+    server.add_insecure_port("unix://" + path)
+    server.start()
+    try:
+        with grpc.insecure_channel("unix://" + os.path.join(cfg.kubelet_dir, "kubelet.sock")) as ch:
+            plugin.pb_grpc.RegistrationStub(ch).Register(pb.RegisterRequest(
+                version=API_VERSION, endpoint=cfg.endpoint, resource_name=cfg.resource,
+                options=pb.DevicePluginOptions(pre_start_required=True)), timeout=10)
+    except grpc.RpcError as e:
+        server.stop(0)
+        raise RuntimeError(f"registering with the kubelet failed: {e.code().name}: {e.details()}") from None
+    log(f"registered {cfg.resource} with the kubelet at {cfg.kubelet_dir}/kubelet.sock, serving {path}")
+    return server, os.stat(path).st_ino
+
+
+def main():
+    try:
+        cfg = Config(os.environ)
+    except ValueError as e:
+        log(str(e))
+        return 2
+    pb, pb_grpc = load_stubs()
+    plugin = Plugin(cfg, pb, pb_grpc)
+    if own_cgroup() == "/":
+        # A container whose cgroup reads "/" has a cgroup namespace of its own (cgroup v2 under
+        # containerd or CRI-O), and so, most likely, has pinbrokerd's beside it: the daemon then
+        # reads other pods' cgroups as /../.. paths and charges them to no job.
+        log("warning: this process's cgroup reads as / (a cgroup namespace of its own?): if pinbrokerd's "
+            "container has one too, the pod quotas set here do not bind (docs/kubernetes.md, the device plugin)")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+    def poller():
+        while not stop.is_set():
+            try:
+                plugin.poll_budget()
+                plugin.reconcile_quotas()
+            except Exception as e:  # the poller must outlive any surprise; the next round retries
+                log(f"poll failed: {e!r}")
+            stop.wait(cfg.poll_s)
+
+    plugin.poll_budget()
+    threading.Thread(target=poller, daemon=True).start()
+    server = None
+    sock = os.path.join(cfg.kubelet_dir, cfg.endpoint)
+    while not stop.is_set():
+        if server is None:
+            try:
+                server, ino = start_and_register(plugin)
+            except (RuntimeError, OSError) as e:
+                log(f"{e}; retrying in 5 s")
+                stop.wait(5)
+                continue
+        stop.wait(1)
+        # A restarted kubelet empties its folder: register again when our socket is gone.
+        try:
+            gone = os.stat(sock).st_ino != ino
+        except FileNotFoundError:
+            gone = True
+        if gone and not stop.is_set():
+            log("the kubelet removed our socket (it restarted): registering again")
+            server.stop(1)
+            server = None
+    with plugin.cond:
+        plugin.stopping = True
+        plugin.cond.notify_all()
+    if server is not None:
+        server.stop(1).wait()
+    try:
+        os.unlink(sock)
+    except FileNotFoundError:
+        pass
+    log("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,395 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+# deploy/kubernetes/device-plugin against the real pinbrokerd and pinctl and a stand-in kubelet (a
+# gRPC Registration server on a unix socket, and the kubelet's device checkpoint written by hand):
+# registration; ListAndWatch (one device per GiB of budget, updated after a config reload and after
+# `pinctl set budget`, unhealthy while the daemon is down, healthy again after); Allocate (the socket
+# folder mounted read-only, PINBROKER_SOCKET); the pod's request set as its job quota by
+# PreStartContainer (systemd driver's cgroup names) and by the poll (cgroupfs driver's), in a fake
+# cgroup tree, and set again after a daemon restart; a real cgroup of this host, where it can make
+# one, whose client is refused past the quota; re-registration when the kubelet empties its folder;
+# SIGTERM. usage: run-device-plugin.py SOURCE_DIR BUILD_DIR      exit 0 pass, 1 fail, 77 skip
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+GIB = 1 << 30
+
+
+def skip(msg):
+    print(f"SKIP: {msg}")
+    sys.exit(77)
+
+
+def fail(msg):
+    print(f"FAIL: {msg}")
+    sys.exit(1)
+
+
+def ok(msg):
+    print(f"ok: {msg}")
+
+
+try:
+    import grpc
+    from grpc_tools import protoc
+except ImportError:
+    # ctest runs the first python3 on PATH; Debian's has the packages where another may not.
+    if sys.executable != "/usr/bin/python3" and os.path.exists("/usr/bin/python3") and not os.environ.get("PB_REEXEC"):
+        os.environ["PB_REEXEC"] = "1"
+        os.execv("/usr/bin/python3", ["/usr/bin/python3", *sys.argv])
+    skip("python3 grpc or grpc_tools not found (apt-get install python3-grpcio python3-grpc-tools)")
+
+SRC, BUILD = sys.argv[1], sys.argv[2]
+DP_DIR = os.path.join(SRC, "deploy/kubernetes/device-plugin")
+PLUGIN = os.path.join(DP_DIR, "pinbroker-device-plugin.py")
+PINBROKERD = os.path.join(BUILD, "daemon/pinbrokerd")
+PINCTL = os.path.join(BUILD, "client/pinctl")
+RESOURCE = "pinbroker.io/pinned-gib"
+if os.geteuid() != 0:
+    skip("needs root: pinctl quota set and set budget are admin requests")
+for f in (PINBROKERD, PINCTL):
+    if not os.access(f, os.X_OK):
+        fail(f"no {f}: build first")
+
+T = tempfile.mkdtemp(prefix="pinbroker-dp.")
+os.chmod(T, 0o755)
+procs = []
+real_cgroups = []
+
+
+def cleanup():
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    for d in reversed(real_cgroups):
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
+    shutil.rmtree(T, ignore_errors=True)
+
+
+def wait_for(what, fn, timeout_s=10.0):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.05)
+    fail(f"{what}: not within {timeout_s} s")
+
+
+# The stubs, generated from the vendored proto (as the image does at build time), not committed.
+STUBS = os.path.join(T, "stubs")
+os.mkdir(STUBS)
+if protoc.main(["protoc", f"-I{DP_DIR}", f"--python_out={STUBS}", f"--grpc_python_out={STUBS}",
+                os.path.join(DP_DIR, "api.proto")]) != 0:
+    fail("grpc_tools.protoc could not compile api.proto")
+sys.path.insert(0, STUBS)
+import api_pb2 as pb  # noqa: E402
+import api_pb2_grpc as pb_grpc  # noqa: E402
+
+RUN = os.path.join(T, "run")
+os.mkdir(RUN, 0o755)
+SOCK = os.path.join(RUN, "pinbroker.sock")
+CONF = os.path.join(T, "pinbrokerd.conf")
+
+
+def write_conf(budget):
+    with open(CONF, "w") as f:
+        f.write(f"socket = {SOCK}\nbudget = {budget}\nprewarm = 4M\nhugetlb = no\n")
+    os.chmod(CONF, 0o600)
+
+
+def pinctl(*args, check=True):
+    r = subprocess.run([PINCTL, "--socket", SOCK, *args], capture_output=True, text=True, timeout=20)
+    if check and r.returncode != 0:
+        fail(f"pinctl {' '.join(args)}: exit {r.returncode}: {r.stderr}")
+    return r
+
+
+def start_daemon():
+    p = subprocess.Popen([PINBROKERD, "--config", CONF], stdin=subprocess.DEVNULL,
+                         stdout=open(os.path.join(T, "daemon.log"), "a"), stderr=subprocess.STDOUT)
+    procs.append(p)
+    wait_for("pinbrokerd answering", lambda: pinctl("status", check=False).returncode == 0)
+    return p
+
+
+def rules():
+    return {r["pattern"]: r["bytes"] for r in json.loads(pinctl("quota", "list", "--json").stdout)["rules"]}
+
+
+# A stand-in kubelet: the Registration service on DP_KUBELET_DIR/kubelet.sock.
+KDIR = os.path.join(T, "device-plugins")
+os.mkdir(KDIR, 0o750)
+registrations = queue.Queue()
+
+
+class Kubelet(pb_grpc.RegistrationServicer):
+    def Register(self, request, context):
+        registrations.put(request)
+        return pb.Empty()
+
+
+kubelet = grpc.server(__import__("concurrent.futures").futures.ThreadPoolExecutor(max_workers=4))
+pb_grpc.add_RegistrationServicer_to_server(Kubelet(), kubelet)
+kubelet.add_insecure_port("unix://" + os.path.join(KDIR, "kubelet.sock"))
+kubelet.start()
+
+CG = os.path.join(T, "cgroup")
+POD_A = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"  # systemd driver, burstable
+POD_B = "6fa459ea-ee8a-3ca4-894e-db77e160355e"  # cgroupfs driver, besteffort
+CG_A = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + POD_A.replace("-", "_") + ".slice"
+CG_B = "/kubepods/besteffort/pod" + POD_B
+os.makedirs(CG + CG_A + "/cri-containerd-0123.scope")
+os.makedirs(CG + "/kubepods.slice/kubepods-besteffort.slice")
+os.makedirs(CG + "/system.slice/kubelet.service")
+
+
+def write_checkpoint(entries):
+    """The kubelet's kubelet_internal_checkpoint (1.20+: DeviceIDs per NUMA node), written whole."""
+    tmp = os.path.join(KDIR, ".ckpt")
+    with open(tmp, "w") as f:
+        json.dump({"Data": {"PodDeviceEntries": entries, "RegisteredDevices": {}}, "Checksum": 0}, f)
+    os.rename(tmp, os.path.join(KDIR, "kubelet_internal_checkpoint"))
+
+
+def entry(uid, container, ids, resource=RESOURCE, numa=True):
+    return {"PodUID": uid, "ContainerName": container, "ResourceName": resource,
+            "DeviceIDs": {"-1": ids} if numa else ids, "AllocResp": ""}
+
+
+def main():
+    write_conf("3G")
+    daemon = start_daemon()
+    env = dict(os.environ, PINBROKER_SOCKET=SOCK, DP_KUBELET_DIR=KDIR, DP_CGROUP_ROOT=CG, DP_POLL_S="0.3",
+               DP_SOCKET_DIR_HOST=RUN, PINCTL=PINCTL, DP_STUBS_DIR=STUBS)
+    plog = open(os.path.join(T, "plugin.log"), "w")
+    plugin = subprocess.Popen([sys.executable, PLUGIN], env=env, stdout=plog, stderr=subprocess.STDOUT)
+    procs.append(plugin)
+
+    # 1. Registration.
+    try:
+        reg = registrations.get(timeout=20)
+    except queue.Empty:
+        fail("the plugin did not register within 20 s: " + open(plog.name).read())
+    if (reg.version, reg.resource_name) != ("v1beta1", RESOURCE) or not reg.options.pre_start_required:
+        fail(f"Register: {reg}")
+    endpoint = os.path.join(KDIR, reg.endpoint)
+    if os.path.dirname(endpoint) != KDIR or not os.path.exists(endpoint):
+        fail(f"Register named endpoint {reg.endpoint!r}, not a socket in {KDIR}")
+    ok(f"registered v1beta1 {RESOURCE} at {reg.endpoint}, pre_start_required")
+
+    ch = grpc.insecure_channel("unix://" + endpoint)
+    stub = pb_grpc.DevicePluginStub(ch)
+    if not stub.GetDevicePluginOptions(pb.Empty(), timeout=5).pre_start_required:
+        fail("GetDevicePluginOptions: pre_start_required is false")
+
+    # 2. ListAndWatch: one device per GiB, updated on every budget change.
+    lists = queue.Queue()
+    stream = stub.ListAndWatch(pb.Empty())
+
+    def reader():
+        try:
+            for r in stream:
+                lists.put([(d.ID, d.health) for d in r.devices])
+        except grpc.RpcError:
+            pass
+
+    threading.Thread(target=reader, daemon=True).start()
+
+    def expect(n, health, why):
+        end = time.monotonic() + 15
+        last = None
+        while time.monotonic() < end:
+            try:
+                last = lists.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if len(last) == n and all(h == health for _, h in last) and len({i for i, _ in last}) == n:
+                ok(f"{why}: {n} devices, {health}")
+                return [i for i, _ in last]
+        fail(f"{why}: expected {n} {health} devices, last list {last}")
+
+    ids = expect(3, "Healthy", "budget 3G")
+    write_conf("5G")
+    daemon.send_signal(signal.SIGHUP)
+    expect(5, "Healthy", "after a reload to budget 5G")
+    pinctl("set", "budget", "4607M")
+    ids = expect(4, "Healthy", "after pinctl set budget 4607M (rounded down)")
+
+    # 3. Allocate: the socket folder and PINBROKER_SOCKET, no hostPath in the pod.
+    resp = stub.Allocate(pb.AllocateRequest(container_requests=[
+        pb.ContainerAllocateRequest(devices_ids=ids[:2]), pb.ContainerAllocateRequest(devices_ids=ids[2:3])]), timeout=5)
+    if len(resp.container_responses) != 2:
+        fail(f"Allocate: {len(resp.container_responses)} container responses for 2 requests")
+    for c, n in zip(resp.container_responses, (2, 1)):
+        mounts = [(m.container_path, m.host_path, m.read_only) for m in c.mounts]
+        if mounts != [("/run/pinbroker", RUN, True)]:
+            fail(f"Allocate: mounts {mounts}, expected the socket folder {RUN} read-only at /run/pinbroker")
+        if dict(c.envs) != {"PINBROKER_SOCKET": "/run/pinbroker/pinbroker.sock", "PINBROKER_PINNED_GIB": str(n)}:
+            fail(f"Allocate: envs {dict(c.envs)}")
+    ok("Allocate: /run/pinbroker mounted read-only from the node's socket folder, PINBROKER_SOCKET set")
+
+    # 4. PreStartContainer: the pod's request (2 GiB over its init and app containers, which
+    # share devices; another resource's entry does not count) becomes its cgroup's quota.
+    write_checkpoint([entry(POD_A, "init", ids[:2]), entry(POD_A, "train", ids[:2]),
+                      entry(POD_A, "train", ["GPU-0"], resource="nvidia.com/gpu")])
+    stub.PreStartContainer(pb.PreStartContainerRequest(devices_ids=ids[:2]), timeout=30)
+    got = rules().get(CG_A)
+    if got != 2 * GIB:
+        fail(f"after PreStartContainer the quota of {CG_A} is {got}, expected {2 * GIB}: {rules()}")
+    ok(f"PreStartContainer: quota 2 GiB for {CG_A}")
+
+    # 5. The poll finds a pod the kubelet never announced (cgroupfs layout, pre-1.20 checkpoint).
+    os.makedirs(CG + CG_B)
+    write_checkpoint([entry(POD_A, "train", ids[:2]), entry(POD_B, "job", ids[2:3], numa=False)])
+    wait_for(f"the poll setting the quota of {CG_B}", lambda: rules().get(CG_B) == GIB)
+    if rules().get(CG_A) != 2 * GIB:
+        fail(f"pod A's quota changed: {rules()}")
+    ok(f"poll: quota 1 GiB for {CG_B} (cgroupfs driver, DeviceIDs as a list)")
+
+    # 6. The daemon down: devices unhealthy, the plugin alive and answering, PreStartContainer
+    # failing open; back up: healthy, and the quotas the new daemon forgot are set again.
+    daemon.send_signal(signal.SIGTERM)
+    daemon.wait(timeout=20)
+    expect(4, "Unhealthy", "daemon down")
+    stub.PreStartContainer(pb.PreStartContainerRequest(devices_ids=ids[:2]), timeout=30)
+    if plugin.poll() is not None:
+        fail(f"the plugin exited ({plugin.returncode}) with the daemon down")
+    ok("daemon down: PreStartContainer answers (fails open), the plugin keeps running")
+    write_conf("4G")
+    daemon = start_daemon()
+    expect(4, "Healthy", "daemon back")
+    wait_for("quotas set again after the daemon restarted",
+             lambda: rules().get(CG_A) == 2 * GIB and rules().get(CG_B) == GIB)
+    ok("daemon restarted: both pods' quotas set again")
+
+    # A checkpoint that does not parse (never seen from the kubelet, which renames a whole file
+    # into place) clears nothing and stops nothing.
+    with open(os.path.join(KDIR, "kubelet_internal_checkpoint"), "w") as f:
+        f.write('{"Data": {"PodDeviceEntries": [')
+    # Two polls that saw it (the plugin says so each time), then nothing may have changed.
+    wait_for("two polls reading the broken checkpoint",
+             lambda: open(plog.name).read().count("cannot read the kubelet's checkpoint") >= 2)
+    if rules().get(CG_A) != 2 * GIB or rules().get(CG_B) != GIB or plugin.poll() is not None:
+        fail(f"a checkpoint that does not parse changed the quotas or stopped the plugin: {rules()}")
+    ok("a checkpoint that does not parse: quotas kept, the plugin runs on")
+    write_checkpoint([entry(POD_A, "train", ids[:2]), entry(POD_B, "job", ids[2:3], numa=False)])
+
+    # 7. A pod the kubelet dropped from its checkpoint: its rule is cleared; the other stays.
+    write_checkpoint([entry(POD_A, "train", ids[:2])])
+    wait_for(f"the rule of {CG_B} cleared once its pod left the checkpoint", lambda: CG_B not in rules())
+    if rules().get(CG_A) != 2 * GIB:
+        fail(f"pod A's quota changed when pod B left: {rules()}")
+    ok(f"pod B gone from the checkpoint: the rule of {CG_B} cleared, pod A's kept")
+
+    # 8. Enforcement on a real cgroup of this host (the daemon reads the client's /proc/PID/cgroup):
+    # a pod cgroup the plugin finds under the host's cgroup root, whose client cannot pass 2 GiB.
+    real_check(env, ids)
+
+    strict_check(env)
+
+    # 9. A restarted kubelet empties its folder: the plugin registers again.
+    os.unlink(endpoint)
+    try:
+        registrations.get(timeout=15)
+    except queue.Empty:
+        fail("no new Register within 15 s of the plugin's socket being removed")
+    ok("re-registered after the kubelet emptied its folder")
+
+    # 10. SIGTERM: exit 0, its socket gone.
+    plugin.send_signal(signal.SIGTERM)
+    try:
+        rc = plugin.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        fail("the plugin still runs 10 s after SIGTERM")
+    if rc != 0 or os.path.exists(endpoint):
+        fail(f"SIGTERM: exit {rc}, socket left: {os.path.exists(endpoint)}")
+    ok("SIGTERM: exit 0, socket removed")
+    print("PASS: device plugin")
+
+
+def plugin_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dp", PLUGIN)
+    dp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dp)
+    return dp
+
+
+def strict_check(env):
+    """DP_STRICT=1: a PreStartContainer whose quota cannot be set fails (the container does not
+    start); without it the same call succeeds."""
+    dp = plugin_module()
+
+    class Ctx:
+        def abort(self, code, details):
+            raise RuntimeError(f"{code.name}: {details}")
+
+    req = pb.PreStartContainerRequest(devices_ids=["gib-99"])  # in no pod of the checkpoint
+    dp.make_servicer(dp.Plugin(dp.Config(env), pb, pb_grpc)).PreStartContainer(req, Ctx())
+    try:
+        dp.make_servicer(dp.Plugin(dp.Config(dict(env, DP_STRICT="1")), pb, pb_grpc)).PreStartContainer(req, Ctx())
+    except RuntimeError as e:
+        if "FAILED_PRECONDITION" not in str(e):
+            fail(f"DP_STRICT=1: PreStartContainer failed with {e}")
+        ok(f"DP_STRICT=1: PreStartContainer without a quota fails: {e}")
+        return
+    fail("DP_STRICT=1: PreStartContainer succeeded without setting a quota")
+
+
+def real_check(env, ids):
+    """A real pod-named cgroup on this host: set by the plugin (cgroup root /sys/fs/cgroup), then
+    a client moved into it is refused an acquire past its pod's quota."""
+    base = "/sys/fs/cgroup/memory" if os.path.isdir("/sys/fs/cgroup/memory") else "/sys/fs/cgroup"
+    uid = "0f8fad5b-d9cb-469f-a165-70867728950e"
+    rel = "/kubepods-pinbroker-test.slice/kubepods-pinbroker-test-pod" + uid.replace("-", "_") + ".slice"
+    try:
+        os.mkdir(base + rel.rsplit("/", 1)[0])
+        real_cgroups.append(base + rel.rsplit("/", 1)[0])
+        os.mkdir(base + rel)
+        real_cgroups.append(base + rel)
+    except OSError as e:
+        print(f"note: cannot make a cgroup under {base} ({e}): the real-cgroup check did not run")
+        return
+    write_checkpoint([entry(POD_A, "train", ids[:2]), entry(uid, "job", ids[2:4])])
+    # The running plugin looks in the fake tree: this host's tree is searched by the plugin's own
+    # code, loaded here, with DP_CGROUP_ROOT=/sys/fs/cgroup.
+    dp = plugin_module()
+    cfg = dp.Config(dict(env, DP_CGROUP_ROOT="/sys/fs/cgroup"))
+    path = dp.pod_cgroup(cfg, uid)
+    if path != rel:
+        fail(f"pod_cgroup found {path} for the real cgroup {base + rel}")
+    p = dp.Plugin(cfg, pb, pb_grpc)
+    if not p.reconcile_quotas(ids[2:4]) or rules().get(rel) != 2 * GIB:
+        fail(f"the real pod cgroup {rel} got no 2 GiB quota: {rules()}")
+    # A client in that cgroup: 1 GiB fits, 3 GiB more does not.
+    sh = (f'echo $$ > {base + rel}/cgroup.procs && exec {PINCTL} --socket {SOCK} acquire 3G')
+    r = subprocess.run(["sh", "-c", sh], capture_output=True, text=True, timeout=60)
+    msg = [line for line in (r.stdout + r.stderr).splitlines() if rel in line and "quota" in line]
+    if r.returncode == 0 or not msg:
+        fail(f"a 3G acquire in the pod's cgroup (quota 2 GiB): exit {r.returncode}: {r.stdout}{r.stderr}")
+    ok(f"real cgroup: quota 2 GiB set by the plugin; a 3G acquire there refused: {msg[0].strip()}")
+    sh = (f'echo $$ > {base + rel}/cgroup.procs && exec {PINCTL} --socket {SOCK} acquire 1G')
+    r = subprocess.run(["sh", "-c", sh], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        fail(f"a 1G acquire in the pod's cgroup (quota 2 GiB) failed: {r.stdout}{r.stderr}")
+    ok("real cgroup: a 1G acquire there succeeds")
+
+
+try:
+    main()
+finally:
+    cleanup()

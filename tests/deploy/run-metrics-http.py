@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""pinbroker-metrics-http with real requests on a socketpair, as pinbroker-metrics@.service runs it (the
+connection as stdin and stdout), against a running daemon; and systemd-analyze verify of the socket and
+service units where systemd-analyze is installed.
+
+usage: run-metrics-http.py SOURCE_DIR BUILD_DIR      exit 0 pass, 1 fail
+Checks: GET /metrics answers 200 with Content-Type text/plain; version=0.0.4 and the daemon's metrics (which
+`promtool check metrics` accepts, where promtool is installed), HEAD the same headers and no body, a query string
+is ignored; GET / and other paths 404; POST 405; garbage, HTTP/0.9 and HTTP/2 request lines 400; a head over
+8 KiB 431; a client that sends half a request, or nothing, gets 408 after --timeout-ms and the server exits; a
+client that connects and closes gets nothing; with the daemon stopped, 503. The server always exits 0 or 1,
+never by a signal.
+"""
+import os
+import random
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+SRC, BUILD = sys.argv[1], sys.argv[2]
+PINBROKERD = os.path.join(BUILD, "daemon", "pinbrokerd")
+PINCTL = os.path.join(BUILD, "client", "pinctl")
+HTTP = os.path.join(BUILD, "client", "pinbroker-metrics-http")
+failures = []
+
+
+def check(cond, what):
+    print(("ok: " if cond else "FAIL: ") + what, file=sys.stdout if cond else sys.stderr)
+    if not cond:
+        failures.append(what)
+
+
+def request(sock_path, data, timeout_ms=2000, close_after_send=False, linger_s=0.0):
+    """Run the server on one end of a socketpair, send data from the other; return (rc, raw answer, seconds)."""
+    ours, theirs = socket.socketpair()
+    t0 = time.monotonic()
+    p = subprocess.Popen([HTTP, "--socket", sock_path, "--timeout-ms", str(timeout_ms)], stdin=theirs, stdout=theirs)
+    theirs.close()
+    try:
+        if data:
+            ours.sendall(data)
+        if close_after_send:
+            ours.shutdown(socket.SHUT_WR)
+        if linger_s:
+            time.sleep(linger_s)
+        ours.settimeout(30)
+        chunks = []
+        while True:
+            b = ours.recv(65536)
+            if not b:
+                break
+            chunks.append(b)
+        # Closed before waiting: the server drains what is left until EOF (its lingering close).
+        ours.close()
+        rc = p.wait(timeout=30)
+    finally:
+        ours.close()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return rc, b"".join(chunks), time.monotonic() - t0
+
+
+def parse(raw):
+    """(status, {header: value}, body) of one HTTP/1.1 answer, or (None, {}, raw) when it is none."""
+    head, sep, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    m = re.match(r"HTTP/1\.1 (\d{3}) ", lines[0]) if sep else None
+    if not m:
+        return None, {}, raw
+    headers = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    return int(m.group(1)), headers, body
+
+
+def expect(sock_path, name, data, status, **kw):
+    rc, raw, secs = request(sock_path, data, **kw)
+    code, headers, body = parse(raw)
+    check(rc in (0, 1), f"{name}: the server exits 0 or 1 (got {rc})")
+    check(code == status, f"{name}: status {status} (got {code}: {raw[:120]!r})")
+    if code is not None:
+        check(headers.get("content-length") == str(len(body)) or data.startswith(b"HEAD"),
+              f"{name}: Content-Length matches the body")
+    return headers, body, secs
+
+
+def main():
+    for f in (PINBROKERD, PINCTL, HTTP):
+        if not os.access(f, os.X_OK):
+            print(f"FAIL: no {f}: build first", file=sys.stderr)
+            return 1
+    tmp = tempfile.mkdtemp(prefix="pinbroker-metrics-http.")
+    os.chmod(tmp, 0o755)
+    sock = os.path.join(tmp, "pinbroker.sock")
+    log = open(os.path.join(tmp, "daemon.log"), "w")
+    d = subprocess.Popen([PINBROKERD, "--socket", sock, "--budget", "64M", "--prewarm", "4M"], stdin=subprocess.DEVNULL,
+                         stdout=log, stderr=log)
+    try:
+        for _ in range(150):
+            if subprocess.run([PINCTL, "--socket", sock, "status"], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        else:
+            print("FAIL: pinbrokerd did not answer", file=sys.stderr)
+            return 1
+
+        headers, body, _ = expect(sock, "GET /metrics", b"GET /metrics HTTP/1.1\r\nHost: localhost:9464\r\n"
+                                  b"Accept: text/plain;version=0.0.4\r\nUser-Agent: Prometheus/2.42.0\r\n\r\n", 200)
+        check(headers.get("content-type") == "text/plain; version=0.0.4; charset=utf-8",
+              f"GET /metrics: Content-Type text/plain; version=0.0.4 (got {headers.get('content-type')})")
+        check(re.search(rb"^pinbroker_budget_bytes 67108864$", body, re.M) is not None,
+              "GET /metrics: the daemon's pinbroker_budget_bytes in the body")
+        if shutil.which("promtool"):
+            r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True)
+            check(r.returncode == 0, "GET /metrics: promtool check metrics accepts the body " +
+                  (r.stdout + r.stderr).decode(errors="replace"))
+        else:
+            print("note: promtool not found (Debian package prometheus): the body is not linted")
+        headers, body, _ = expect(sock, "HEAD /metrics", b"HEAD /metrics HTTP/1.0\n\n", 200)
+        check(body == b"" and int(headers.get("content-length", "0")) > 0, "HEAD /metrics: headers, no body")
+        expect(sock, "GET /metrics?name[]=x", b"GET /metrics?name[]=x HTTP/1.1\r\n\r\n", 200)
+        expect(sock, "GET / (request line only, then EOF)", b"GET / HTTP/1.1\r\n", 404, close_after_send=True)
+        for path in (b"/", b"/metricsx", b"/metrics/", b"/" + b"a" * 4000):
+            expect(sock, f"GET {path[:20].decode()}", b"GET " + path + b" HTTP/1.1\r\n\r\n", 404)
+        headers, _, _ = expect(sock, "POST /metrics", b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 405)
+        check(headers.get("allow") == "GET, HEAD", "POST /metrics: Allow: GET, HEAD")
+        rnd = random.Random(28)
+        garbage = [b"garbage\r\n\r\n", b"GET /metrics\r\n\r\n", b"GET /metrics HTTP/2.0\r\n\r\n",
+                   b"get /metrics HTTP/1.1\r\n\r\n", b"GET metrics HTTP/1.1\r\n\r\n", b"GET  /metrics HTTP/1.1\r\n\r\n",
+                   b"GET /met\x00rics HTTP/1.1\r\n\r\n", b"GET /metrics HTTP/1.1 extra\r\n\r\n", b"\r\n\r\n",
+                   b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\n\n"]
+        garbage += [bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 3000))) + b"\n\n" for _ in range(20)]
+        for i, g in enumerate(garbage):
+            expect(sock, f"garbage {i} ({g[:16]!r})", g, 400)
+        expect(sock, "a request head over 8 KiB", b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n", 431)
+        _, _, secs = expect(sock, "half a request, then silence", b"GET /metrics HTTP/1.1\r\nHost: x\r\n", 408,
+                            timeout_ms=500, linger_s=0)
+        check(0.4 <= secs < 10, f"half a request: answered after the 500 ms timeout ({secs:.2f} s)")
+        _, _, secs = expect(sock, "nothing at all", b"", 408, timeout_ms=300)
+        check(0.2 <= secs < 10, f"nothing at all: answered after the 300 ms timeout ({secs:.2f} s)")
+        rc, raw, _ = request(sock, b"", close_after_send=True)
+        check(rc == 0 and raw == b"", f"connect and close: no answer, exit 0 (rc {rc}, {raw[:40]!r})")
+    finally:
+        d.terminate()
+        d.wait()
+        log.close()
+    headers, body, _ = expect(sock, "GET /metrics without a daemon", b"GET /metrics HTTP/1.1\r\n\r\n", 503)
+    check(b"no metrics from the daemon" in body, "GET /metrics without a daemon: the body says why")
+
+    # The units, as installed: ExecStart pointed at this build's server; an instance name for the template.
+    sa = shutil.which("systemd-analyze")
+    if sa:
+        units = os.path.join(tmp, "units")
+        os.mkdir(units)
+        for u in ("pinbroker-metrics.socket", "pinbroker-metrics@.service"):
+            with open(os.path.join(SRC, "systemd", u)) as f:
+                text = f.read().replace("/usr/libexec/pinbroker-metrics-http", HTTP)
+            with open(os.path.join(units, u), "w") as f:
+                f.write(text)
+        os.symlink("pinbroker-metrics@.service", os.path.join(units, "pinbroker-metrics@0.service"))
+        r = subprocess.run([sa, "verify", "--man=no", os.path.join(units, "pinbroker-metrics.socket"),
+                            os.path.join(units, "pinbroker-metrics@0.service")], capture_output=True, text=True)
+        check(r.returncode == 0, "systemd-analyze verify of the socket and service " + r.stdout + r.stderr)
+        r = subprocess.run([sa, "security", "--offline=true", os.path.join(units, "pinbroker-metrics@0.service")],
+                           capture_output=True, text=True)
+        m = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", r.stdout + r.stderr)
+        check(m is not None and float(m.group(1)) <= 2.0,
+              "systemd-analyze security: the service's exposure at most 2.0 (got %s)" % (m.group(1) if m else r.stderr))
+    else:
+        print("note: systemd-analyze not found (Debian package systemd): the units are not verified")
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
