@@ -15,8 +15,10 @@ if [ $# -gt 0 ] && [ "$1" != "--" ]; then rounds=$1; shift; fi
 [ $# -gt 0 ] && [ "$1" = "--" ] && shift
 [ $# -gt 0 ] || set -- --quick --idle-s 1
 bench=$new/bench/core/bench_lease
-for f in "$bench" "$old/daemon/pinbrokerd" "$new/daemon/pinbrokerd" "$old/client/libpinbroker.so.0"; do
-	[ -e "$f" ] || { echo "compare-lease.sh: $f not found: build both trees first" >&2; exit 2; }
+# NEW's bench_lease loads OLD's library through LD_LIBRARY_PATH by its SONAME (libpinbroker.so.1): a tree from
+# before the SONAME bump (libpinbroker.so.0) cannot stand in.
+for f in "$bench" "$old/daemon/pinbrokerd" "$new/daemon/pinbrokerd" "$old/client/libpinbroker.so.1"; do
+	[ -e "$f" ] || { echo "compare-lease.sh: $f not found: build both trees first (both with SONAME libpinbroker.so.1)" >&2; exit 2; }
 done
 tmp=$(mktemp -d /tmp/pb-compare.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT

@@ -16,7 +16,7 @@ extern "C" {
  * against project(VERSION) at configure time, so the two cannot drift.
  */
 #define PINBROKER_VERSION_MAJOR 0
-#define PINBROKER_VERSION_MINOR 1
+#define PINBROKER_VERSION_MINOR 2
 #define PINBROKER_VERSION_PATCH 0
 /* One number to compare with #if: 10000 * major + 100 * minor + patch (0.1.0 is 100). */
 #define PINBROKER_VERSION_NUMBER \

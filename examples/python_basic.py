@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """pinbroker from Python: borrow pinned memory, view it as numpy/torch, handle refusals and revocations.
 
-Run it from the checkout after building (it finds build*/client/libpinbroker.so.0 by itself), or with the
+Run it from the checkout after building (it finds build*/client/libpinbroker.so.1 by itself), or with the
 package installed (pip install ./python):
 
     PINBROKER_SOCKET=/run/pinbroker/pinbroker.sock python3 examples/python_basic.py

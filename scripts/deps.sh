@@ -13,13 +13,15 @@ PKGS="build-essential cmake pkg-config libev-dev libprotobuf-c-dev protobuf-c-co
 # install test, lintian for the Debian packages (tests/system/package), the Kubernetes manifests' and patcher's tests, zsh
 # for the zsh completion test, python3-grpcio and python3-grpc-tools for the Kubernetes device plugin's test (gRPC to a
 # stand-in kubelet, its stubs generated from the vendored api.proto), and the Python package's tests (Debian's python3
-# with CPU torch, numpy, pytest; setuptools and pip to install it). git: .ci/run tests a fresh clone. util-linux
+# with CPU torch, numpy, pytest; setuptools and pip to install it). debhelper and dh-python: the Debian packages' build
+# (debian/control's Build-Depends; scripts/build-deb.sh runs dpkg-buildpackage). abigail-tools: abidw/abidiff for the
+# ABI check of libpinbroker (ctest abi_check, scripts/abi-update.sh). git: .ci/run tests a fresh clone. util-linux
 # (setpriv, unshare), bsdutils (script) and procps (pgrep) are named although a full Debian has them: a minimal root
 # (debootstrap minbase) may not.
 if [ "${1:-}" = "--test" ]; then
-	PKGS="$PKGS clang libclang-rt-14-dev valgrind debootstrap systemd-container procps bc git util-linux bsdutils
-	      python3 python3-grpc-tools python3-grpcio python3-pytest python3-numpy python3-torch python3-setuptools
-	      python3-pip groff-base zsh
+	PKGS="$PKGS abigail-tools clang debhelper dh-python libclang-rt-14-dev valgrind debootstrap systemd-container procps bc
+	      git util-linux bsdutils python3 python3-grpc-tools python3-grpcio python3-pytest python3-numpy python3-torch
+	      python3-setuptools python3-pip groff-base zsh
 	      prometheus-node-exporter curl lintian openssl yamllint python3-yaml shellcheck clang-format"
 	# The Kubernetes manifests' test renders them with kubectl's kustomize: Debian's
 	# kubernetes-client (kubectl 1.20), unless some kubectl is already installed (another

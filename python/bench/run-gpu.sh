@@ -23,7 +23,7 @@ fi
 BUILD=$(realpath -m "${BUILD:-$SRC/build-gpu}")
 DAEMON=$BUILD/daemon/pinbrokerd
 PINCTL=$BUILD/client/pinctl
-LIB=$BUILD/client/libpinbroker.so.0
+LIB=$BUILD/client/libpinbroker.so.1
 for f in "$DAEMON" "$PINCTL" "$LIB"; do
 	[ -e "$f" ] || { echo "missing $f (cmake -S . -B build-gpu && cmake --build build-gpu)"; exit 2; }
 done

@@ -2,7 +2,7 @@
 """pinbroker: borrow pinned, CUDA-registered host memory from pinbrokerd, from Python.
 
 A thin ctypes binding over libpinbroker.so (found through $PINBROKER_LIBRARY, the build tree of a source
-checkout, then the dynamic linker as libpinbroker.so.0)::
+checkout, then the dynamic linker as libpinbroker.so.1)::
 
     import pinbroker
 
@@ -46,7 +46,7 @@ from .errors import (
     UnknownLease,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "Client",

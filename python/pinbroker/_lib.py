@@ -14,11 +14,11 @@ from typing import List, Optional, Tuple
 
 from .errors import LibraryNotFound
 
-#: The SONAME of the ABI this binding is written against (client/CMakeLists.txt: SOVERSION 0).
-SONAME = "libpinbroker.so.0"
+#: The SONAME of the ABI this binding is written against (client/CMakeLists.txt: SOVERSION 1).
+SONAME = "libpinbroker.so.1"
 #: The Debian/Ubuntu package that ships that library, named in LibraryNotFound's advice (kept with SONAME:
 #: the package's name carries the SONAME's number).
-DEBIAN_PACKAGE = "libpinbroker0"
+DEBIAN_PACKAGE = "libpinbroker1"
 #: Environment variable naming the library file to load, ahead of every other place.
 LIBRARY_ENV = "PINBROKER_LIBRARY"
 
@@ -293,7 +293,7 @@ _u64 = ctypes.c_uint64
 _u32 = ctypes.c_uint32
 _cstr = ctypes.c_char_p
 
-# name: (restype, argtypes). Every one of these is in libpinbroker.so.0 since its first release.
+# name: (restype, argtypes). Every one of these is in libpinbroker.so.1 (and was in .so.0).
 _REQUIRED = {
     "pb_connect": (_int, [_cstr, ctypes.POINTER(_vp)]),
     "pb_disconnect": (None, [_vp]),

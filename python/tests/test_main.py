@@ -219,7 +219,7 @@ def test_permission_denied_names_the_folder(daemon):
 
 
 def test_library_not_found_names_the_package(tmp_path):
-    missing = str(tmp_path / "libpinbroker.so.0")
+    missing = str(tmp_path / "libpinbroker.so.1")
     r = run_python(textwrap.dedent("""
         import pinbroker
         try:

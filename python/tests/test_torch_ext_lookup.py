@@ -125,11 +125,11 @@ def test_the_first_folder_that_fits_wins_and_earlier_misfits_are_listed(tmp_path
 def test_search_order_env_then_beside_the_library_then_package_then_jit(tmp_path):
     real = tmp_path / "real"
     os.makedirs(real)
-    (real / "libpinbroker.so.0.1.0").write_bytes(b"")
+    (real / "libpinbroker.so.1.2.0").write_bytes(b"")
     link = tmp_path / "links"
     os.makedirs(link)
-    os.symlink(real / "libpinbroker.so.0.1.0", link / "libpinbroker.so.0")
-    folders = te.search_folders(str(link / "libpinbroker.so.0"), "/pkg/pinbroker", "/jit/x",
+    os.symlink(real / "libpinbroker.so.1.2.0", link / "libpinbroker.so.1")
+    folders = te.search_folders(str(link / "libpinbroker.so.1"), "/pkg/pinbroker", "/jit/x",
                                 environ={te.DIR_ENV: "/env/dir"})
     assert [f for f, _ in folders] == [
         "/env/dir",
@@ -145,8 +145,8 @@ def test_search_order_env_then_beside_the_library_then_package_then_jit(tmp_path
 def test_a_library_found_by_soname_is_located_in_the_process_maps(tmp_path):
     maps = tmp_path / "maps"
     maps.write_text("7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/libc.so.6\n"
-                    "7f02-7f03 r-xp 00000000 08:01 2 /opt/pb/lib/libpinbroker.so.0.1.0\n")
-    assert te.loaded_library_dirs("libpinbroker.so.0", maps=str(maps)) == ["/opt/pb/lib"]
+                    "7f02-7f03 r-xp 00000000 08:01 2 /opt/pb/lib/libpinbroker.so.1.2.0\n")
+    assert te.loaded_library_dirs("libpinbroker.so.1", maps=str(maps)) == ["/opt/pb/lib"]
     assert te.loaded_library_dirs(None) == []
 
 

@@ -15,7 +15,7 @@ BUILD=$(realpath -m "${1:-$SRC/build-gpu}")
 export OUT=${OUT:-$(mktemp -d /tmp/pb-torch-out.XXXXXX)}
 mkdir -p "$OUT"
 T=$(mktemp -d /tmp/pb-torch.XXXXXX)
-export PINBROKER_SOCKET=$T/pb.sock PINBROKER_LIBRARY=$BUILD/client/libpinbroker.so.0
+export PINBROKER_SOCKET=$T/pb.sock PINBROKER_LIBRARY=$BUILD/client/libpinbroker.so.1
 export TORCH_EXTENSIONS_DIR=$T/ext PYTHONPATH=$SRC/python${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 PINCTL=$BUILD/client/pinctl
 python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 77)' || { echo "torch has no CUDA here"; exit 77; }

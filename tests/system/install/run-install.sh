@@ -144,10 +144,10 @@ export PKG_CONFIG_PATH="$LIBDIR/pkgconfig"
 pc_prefix=$(pkg-config --variable=prefix pinbroker) || fail "pkg-config cannot read $LIBDIR/pkgconfig/pinbroker.pc"
 [ "$pc_prefix" = "$P" ] || fail "pinbroker.pc says prefix=$pc_prefix, not $P"
 
-# The installed pinctl finds the installed libpinbroker.so.0 on its own (RUNPATH $ORIGIN/..).
-so=$(env -u LD_LIBRARY_PATH ldd "$P/bin/pinctl" | sed -n 's/.*libpinbroker\.so\.0 => \([^ ]*\).*/\1/p')
-[ -n "$so" ] && [ "$(readlink -f "$so")" = "$(readlink -f "$LIBDIR/libpinbroker.so.0")" ] ||
-	fail "the installed pinctl loads libpinbroker.so.0 from '${so:-nowhere}', not $LIBDIR"
+# The installed pinctl finds the installed libpinbroker.so.1 on its own (RUNPATH $ORIGIN/..).
+so=$(env -u LD_LIBRARY_PATH ldd "$P/bin/pinctl" | sed -n 's/.*libpinbroker\.so\.1 => \([^ ]*\).*/\1/p')
+[ -n "$so" ] && [ "$(readlink -f "$so")" = "$(readlink -f "$LIBDIR/libpinbroker.so.1")" ] ||
+	fail "the installed pinctl loads libpinbroker.so.1 from '${so:-nowhere}', not $LIBDIR"
 env -u LD_LIBRARY_PATH "$P/bin/pinctl" --help >/dev/null 2>&1 || fail "the installed pinctl --help does not run"
 
 # Like the shared library's version script: the archive defines no global name but pb_*.

@@ -49,16 +49,16 @@ catalog_lists_none() {
 	return 0
 }
 DEB=$(ls "$DEBS"/pinbroker_*.deb)
-LIBDEB=$(ls "$DEBS"/libpinbroker0_*.deb)
+LIBDEB=$(ls "$DEBS"/libpinbroker1_*.deb)
 
 log "guest: $(uname -r), $(systemctl --version | head -n1)"
 log "system state: $(systemctl is-system-running)"
 log "packages: $DEB $LIBDEB; catalog ids: $(echo $IDS)"
 
 # --- installed before boot (dpkg -i in a chroot, no systemd running) ---
-check "dpkg: pinbroker and libpinbroker0 are installed" \
+check "dpkg: pinbroker and libpinbroker1 are installed" \
 	sh -c '[ "$(dpkg-query -W -f="\${Status}" pinbroker)" = "install ok installed" ] &&
-		[ "$(dpkg-query -W -f="\${Status}" libpinbroker0)" = "install ok installed" ]'
+		[ "$(dpkg-query -W -f="\${Status}" libpinbroker1)" = "install ok installed" ]'
 check "sysusers: system group and user pinbroker (uid < 1000, primary group pinbroker)" \
 	sh -c 'getent group pinbroker && u=$(id -u pinbroker) && [ "$u" -lt 1000 ] &&
 		[ "$(id -gn pinbroker)" = pinbroker ]'
@@ -178,9 +178,9 @@ left=$(find /etc/systemd /var/lib/systemd/deb-systemd-helper-enabled /var/lib/sy
 	-name '*pinbroker*' ! -name 'pinbroker-deb-test.service' 2>/dev/null)
 log "left under /etc/systemd and deb-systemd-helper's state: '$left'"
 check "after dpkg -P: no enable link, mask or deb-systemd-helper state left" [ -z "$left" ]
-check "after dpkg -P: dpkg no longer knows pinbroker; libpinbroker0 stays installed" \
+check "after dpkg -P: dpkg no longer knows pinbroker; libpinbroker1 stays installed" \
 	sh -c '[ -z "$(dpkg-query -W -f="\${Status}" pinbroker 2>/dev/null | grep -v "not-installed")" ] &&
-		[ "$(dpkg-query -W -f="\${Status}" libpinbroker0)" = "install ok installed" ]'
+		[ "$(dpkg-query -W -f="\${Status}" libpinbroker1)" = "install ok installed" ]'
 check "after dpkg -P: the pinbroker user and group stay (Debian leaves system users)" \
 	sh -c 'getent passwd pinbroker && getent group pinbroker'
 
@@ -196,10 +196,10 @@ if pinctl acquire 4M --label deb-live && wait_for 10 svc_active; then
 	ok "pinctl acquire socket-activates the freshly installed daemon"
 else notok "pinctl acquire socket-activates the freshly installed daemon" "state $(prop ActiveState)"; fi
 journalctl -q --no-pager -b -u pinbrokerd.service -u pinbrokerd.socket >"$OUT/journal.txt"
-dpkg -P pinbroker libpinbroker0 >"$OUT/dpkg-purge-all.log" 2>&1
+dpkg -P pinbroker libpinbroker1 >"$OUT/dpkg-purge-all.log" 2>&1
 rc=$?
 cat "$OUT/dpkg-purge-all.log"
-check "dpkg -P pinbroker libpinbroker0 leaves no pinbroker file but the user" \
+check "dpkg -P pinbroker libpinbroker1 leaves no pinbroker file but the user" \
 	sh -c "[ $rc = 0 ] && ! dpkg -S pinbroker 2>/dev/null && [ ! -e /etc/pinbroker ] &&
 		! ls /usr/lib/*/libpinbroker* 2>/dev/null && ! pgrep -x pinbrokerd"
 if ! systemctl is-active --quiet pinbrokerd.socket && ! systemctl is-active --quiet pinbrokerd.service; then
