@@ -91,27 +91,25 @@ static const char *lease_job(const void *row, char *buf, size_t len)
 	return buf;
 }
 
-/* The JSON array as one value: pids joined by spaces. */
-static const char *lease_attacher_pids(const void *row, char *buf, size_t len)
+/* A JSON array of pids as one value: joined by spaces. */
+static const char *join_pids(const int32_t *pids, size_t n, char *buf, size_t len)
 {
-	const struct pb_lease_info *l = LEASE(row);
 	size_t used = 0;
 
 	buf[0] = '\0';
-	for (size_t k = 0; k < l->n_attacher_pids && used < len; k++)
-		used += (size_t)snprintf(buf + used, len - used, "%s%" PRId32, k ? " " : "", l->attacher_pids[k]);
+	for (size_t k = 0; k < n && used < len; k++)
+		used += (size_t)snprintf(buf + used, len - used, "%s%" PRId32, k ? " " : "", pids[k]);
 	return buf;
+}
+
+static const char *lease_attacher_pids(const void *row, char *buf, size_t len)
+{
+	return join_pids(LEASE(row)->attacher_pids, LEASE(row)->n_attacher_pids, buf, len);
 }
 
 static const char *lease_registrant_pids(const void *row, char *buf, size_t len)
 {
-	const struct pb_lease_info *l = LEASE(row);
-	size_t used = 0;
-
-	buf[0] = '\0';
-	for (size_t k = 0; k < l->n_registrant_pids && used < len; k++)
-		used += (size_t)snprintf(buf + used, len - used, "%s%" PRId32, k ? " " : "", l->registrant_pids[k]);
-	return buf;
+	return join_pids(LEASE(row)->registrant_pids, LEASE(row)->n_registrant_pids, buf, len);
 }
 
 /* In the order of pinctl leases --json. */
