@@ -132,10 +132,11 @@ static const struct command_help {
 		    "  --no-headers    no header line\n"
 		    "\n"
 		    "The fields are the keys of --json's lease rows, with its values (bytes, ms, true/false;\n"
-		    "null is '-' in columns and empty in CSV; attacher_pids space-separated): id, pid, uid,\n"
+		    "null is '-' in columns and empty in CSV; pid lists space-separated): id, pid, uid,\n"
 		    "user, bytes, label, age_ms, priority, state, idle_ms, deadline_left_ms, shared,\n"
 		    "holder_detached, registration, no_revoke, numa_node, misplaced, job, attachers,\n"
-		    "attacher_pids. Labels and jobs are C-escaped, so no value spans lines.\n"
+		    "attacher_pids, charged_bytes, registrants, registrant_pids. Labels and jobs are\n"
+		    "C-escaped, so no value spans lines.\n"
 		    "Example: pinctl leases -o id,bytes,label --format csv --no-headers\n" },
 	{ "acquire", "Usage: pinctl acquire SIZE [--hold SECONDS] [--label L] [--priority P] [--wait MS]\n"
 		     "\n"

@@ -462,7 +462,8 @@ static const char *cell(const char *line, int i, char *buf, size_t len)
 /* The fields are leases --json's keys (issue 28: "define the field names from the JSON keys"). */
 #define LEASE_FIELDS                                                                                         \
 	"id,pid,uid,user,bytes,label,age_ms,priority,state,idle_ms,deadline_left_ms,shared,holder_detached," \
-	"registration,no_revoke,numa_node,misplaced,job,attachers,attacher_pids"
+	"registration,no_revoke,numa_node,misplaced,job,attachers,attacher_pids,charged_bytes,registrants,"  \
+	"registrant_pids"
 
 START_TEST(test_leases_fields_csv_and_no_headers_parse)
 {
