@@ -42,7 +42,7 @@ t=$(date +%s.%N)
 cmake -S "$SRC" -B "$IB" -DCMAKE_INSTALL_PREFIX=/usr -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	-DBUILD_TESTING=OFF -DPINBROKER_DEBUG_HOOKS=ON -DPINBROKER_GPU_TESTS=OFF \
 	-DPINBROKER_SANITIZE=OFF -DPINBROKER_FUZZ=OFF >"$BUILD/nspawn-cmake.log" 2>&1 &&
-	cmake --build "$IB" -j"$(nproc)" --target pinbrokerd pinctl pinbroker pinbroker_static pinbroker_preload pinbroker_man \
+	cmake --build "$IB" -j"$(nproc)" --target pinbrokerd pinctl pinbroker pinbroker_static pinbroker_preload pinbroker-metrics-http pinbroker_man \
 		pinbroker_sample_config >>"$BUILD/nspawn-cmake.log" 2>&1 ||
 	{ tail -n 30 "$BUILD/nspawn-cmake.log"; fail "cannot build pinbroker for /usr (log: $BUILD/nspawn-cmake.log)"; }
 lap "build" "$t"
