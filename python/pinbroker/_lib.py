@@ -301,6 +301,8 @@ _OPTIONAL = {
     "pb_register": (_int, [_vp, _vp, _size, _vp, ctypes.POINTER(_vp)]),
     "pb_unregister": (_int, [_vp, _vp]),
     "pb_report_unbrokered": (_int, [_vp, ctypes.c_uint64]),
+    # Registration in pieces below the driver's per-call cap (issues 26, 27).
+    "pb_lease_cuda_piece_bytes": (_size, [_vp]),
 }
 
 
