@@ -240,8 +240,7 @@ size_t pbcuda_piece_max(void)
 	return piece_max_bytes;
 }
 
-size_t pbcuda_plan_stride(size_t bytes, size_t max_piece, size_t align, const uint64_t *chunk_bytes,
-			  size_t n_chunks)
+size_t pbcuda_plan_stride(size_t bytes, size_t max_piece, size_t align, const uint64_t *chunk_bytes, size_t n_chunks)
 {
 	uint64_t biggest = 0, next, start = 0, stride, cut;
 

@@ -32,8 +32,7 @@ size_t pbcuda_piece_max(void);
  * stride is a multiple of the biggest chunk when every cut then falls on a chunk boundary, so no chunk
  * mapping is split between two registrations; else the largest aligned stride. Pure: no driver call.
  */
-size_t pbcuda_plan_stride(size_t bytes, size_t max_piece, size_t align, const uint64_t *chunk_bytes,
-			  size_t n_chunks);
+size_t pbcuda_plan_stride(size_t bytes, size_t max_piece, size_t align, const uint64_t *chunk_bytes, size_t n_chunks);
 
 /*
  * cuMemHostRegister(PORTABLE, plus DEVICEMAP when mapped) the range [p, p + bytes), so

@@ -256,8 +256,7 @@ int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, void **base_ret, 
  * registration), in pieces below the driver's per-call cap when it is that big, cut at chunk boundaries where
  * it can. Sets l->cuda_registered and l->cuda_piece_bytes. Returns 0 or -errno, pbcuda_strerror() saying why.
  */
-int map_cuda_register(pb_lease *l, void *p, size_t bytes, const uint64_t *chunk_bytes, size_t n_chunks,
-		      bool mapped);
+int map_cuda_register(pb_lease *l, void *p, size_t bytes, const uint64_t *chunk_bytes, size_t n_chunks, bool mapped);
 /* Unregisters and unmaps l's memory (a registration: only unregisters); data becomes NULL. */
 void map_release(pb_lease *l);
 /* Gives up the memory of a lease the application still points at: PROT_NONE, kind PB_MEM_REVOKED. */

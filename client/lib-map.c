@@ -72,8 +72,7 @@ int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, void **base_ret, 
 	return 0;
 }
 
-int map_cuda_register(pb_lease *l, void *p, size_t bytes, const uint64_t *chunk_bytes, size_t n_chunks,
-		      bool mapped)
+int map_cuda_register(pb_lease *l, void *p, size_t bytes, const uint64_t *chunk_bytes, size_t n_chunks, bool mapped)
 {
 	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), first = (uintptr_t)p & ~(page - 1);
 	/* Pieces are counted from the first page the range touches (a registration may start mid-page). */
