@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
+
+#include "util.h"
 
 /* The few driver API types and constants used here, from cuda.h (ABI-stable since CUDA 4). */
 typedef int CUresult;
@@ -205,10 +208,114 @@ static void leave_context(int pushed)
 		cu.ctx_pop_current(&dummy);
 }
 
-int pbcuda_register(void *p, size_t bytes, bool mapped)
+static pthread_once_t piece_once = PTHREAD_ONCE_INIT;
+static size_t piece_max_bytes;
+
+static size_t sys_page_bytes(void)
 {
+	long page = sysconf(_SC_PAGESIZE);
+
+	return page > 0 ? (size_t)page : 4096;
+}
+
+/* The default, or $PINBROKER_CUDA_REGISTER_PIECE (tests make it small); read once per process. */
+static void load_piece_max(void)
+{
+	const char *env = getenv("PINBROKER_CUDA_REGISTER_PIECE");
+	size_t page = sys_page_bytes();
+	uint64_t v = PBCUDA_REGISTER_PIECE_MAX;
+
+	/* A value that is not a size is ignored: the library prints nothing, and the default is safe. */
+	if (env && *env && (parse_size(env, &v) < 0 || v == 0))
+		v = PBCUDA_REGISTER_PIECE_MAX;
+	if (v > SIZE_MAX / 2)
+		v = SIZE_MAX / 2;
+	v -= v % page;
+	piece_max_bytes = v < page ? page : (size_t)v;
+}
+
+size_t pbcuda_piece_max(void)
+{
+	pthread_once(&piece_once, load_piece_max);
+	return piece_max_bytes;
+}
+
+size_t pbcuda_plan_stride(size_t bytes, size_t max_piece, size_t align, const uint64_t *chunk_bytes, size_t n_chunks)
+{
+	uint64_t biggest = 0, next, start = 0, stride, cut;
+
+	if (align == 0)
+		align = 1;
+	if (bytes <= max_piece)
+		return 0;
+	stride = max_piece - max_piece % align;
+	if (stride < align)
+		stride = align;
+	for (size_t i = 0; i < n_chunks; i++)
+		if (chunk_bytes[i] > biggest)
+			biggest = chunk_bytes[i];
+	/* Chunks bigger than a piece: no boundary to cut at, so page (or huge-page) alignment is all there is. */
+	if (biggest == 0 || biggest > stride || stride % align != 0)
+		return (size_t)stride;
+	/*
+	 * A multiple of the biggest chunk falls on chunk boundaries wherever the chunks are that size, and
+	 * wherever smaller power-of-two chunks follow bigger ones (the daemon puts whole chunks first, the tail
+	 * last). Check it rather than trust the layout: a stride that would cut a chunk falls back to the
+	 * aligned one, which the driver takes as well (one registration may span several chunk mappings, and a
+	 * chunk mapping may span two registrations; only the alignment matters to it).
+	 */
+	next = stride - stride % biggest;
+	if (next % align != 0)
+		return (size_t)stride;
+	cut = next;
+	for (size_t i = 0; i < n_chunks && cut < bytes; i++) {
+		uint64_t end = start + chunk_bytes[i];
+
+		for (; cut < end; cut += next)
+			if (cut != start)
+				return (size_t)stride;
+		start = end;
+	}
+	return (size_t)next;
+}
+
+/* The pieces of [p, p + bytes) at stride: the first starts at p, the others every stride from p's page. */
+struct pieces {
+	uintptr_t p, first, end;
+	size_t stride, n;
+};
+
+static struct pieces pieces_of(void *p, size_t bytes, size_t stride)
+{
+	uintptr_t page = sys_page_bytes();
+	struct pieces ps = { .p = (uintptr_t)p, .stride = stride, .n = 1 };
+
+	ps.first = ps.p & ~(page - 1);
+	ps.end = ps.p + bytes;
+	if (stride > 0 && ps.end > ps.first)
+		ps.n = (ps.end - ps.first + stride - 1) / stride;
+	return ps;
+}
+
+static void piece_at(const struct pieces *ps, size_t k, void **start, size_t *bytes)
+{
+	uintptr_t s = k == 0 ? ps->p : ps->first + k * ps->stride;
+	uintptr_t e = ps->n == 1 ? ps->end : ps->first + (k + 1) * ps->stride;
+
+	if (e > ps->end)
+		e = ps->end;
+	*start = (void *)s;
+	*bytes = e - s;
+}
+
+int pbcuda_register(void *p, size_t bytes, bool mapped, size_t stride)
+{
+	/* PORTABLE: every context in this process sees the range as pinned, not just this one. */
+	unsigned flags = CU_MEMHOSTREGISTER_PORTABLE | (mapped ? CU_MEMHOSTREGISTER_DEVICEMAP : 0);
+	struct pieces ps = pieces_of(p, bytes, stride);
 	const char *reason;
-	CUresult r;
+	CUresult r = CUDA_SUCCESS;
+	size_t k;
 	int pushed;
 
 	if (!pbcuda_available(&reason)) {
@@ -218,18 +325,40 @@ int pbcuda_register(void *p, size_t bytes, bool mapped)
 	pushed = enter_context();
 	if (pushed < 0)
 		return pushed;
-	/* PORTABLE: every context in this process sees the range as pinned, not just this one. */
-	r = cu.mem_host_register(p, bytes, CU_MEMHOSTREGISTER_PORTABLE | (mapped ? CU_MEMHOSTREGISTER_DEVICEMAP : 0));
+	for (k = 0; k < ps.n && r == CUDA_SUCCESS; k++) {
+		void *s;
+		size_t n;
+
+		piece_at(&ps, k, &s, &n);
+		r = cu.mem_host_register(s, n, flags);
+		if (r != CUDA_SUCCESS && ps.n > 1)
+			snprintf(cuda_error, sizeof(cuda_error),
+				 "cuMemHostRegister failed on piece %zu of %zu (bytes %zu to %zu of %zu): %s (%d)",
+				 k + 1, ps.n, (size_t)((uintptr_t)s - ps.p), (size_t)((uintptr_t)s - ps.p) + n, bytes,
+				 result_string(r), r);
+	}
+	/* No partial registration is left: the pieces before the one refused go back. */
+	if (r != CUDA_SUCCESS)
+		for (size_t i = 0; i + 1 < k; i++) {
+			void *s;
+			size_t n;
+
+			piece_at(&ps, i, &s, &n);
+			cu.mem_host_unregister(s);
+		}
 	leave_context(pushed);
 	if (r != CUDA_SUCCESS) {
-		snprintf(cuda_error, sizeof(cuda_error), "cuMemHostRegister failed: %s (%d)", result_string(r), r);
+		if (ps.n == 1)
+			snprintf(cuda_error, sizeof(cuda_error), "cuMemHostRegister failed: %s (%d)", result_string(r),
+				 r);
 		return result_to_errno(r);
 	}
 	return 0;
 }
 
-void pbcuda_unregister(void *p)
+void pbcuda_unregister(void *p, size_t bytes, size_t stride)
 {
+	struct pieces ps = pieces_of(p, bytes, stride);
 	int pushed;
 
 	if (!pbcuda_available(NULL))
@@ -237,7 +366,13 @@ void pbcuda_unregister(void *p)
 	pushed = enter_context();
 	if (pushed < 0)
 		return;
-	cu.mem_host_unregister(p);
+	for (size_t k = 0; k < ps.n; k++) {
+		void *s;
+		size_t n;
+
+		piece_at(&ps, k, &s, &n);
+		cu.mem_host_unregister(s);
+	}
 	leave_context(pushed);
 }
 

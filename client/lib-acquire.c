@@ -33,10 +33,9 @@ static int registration_from_reply(pb_client *c, const Pinbroker__V1__Lease *ls,
 	l->kind = PB_MEM_PINNED;
 	if (l->no_cuda)
 		return 0;
-	r = pbcuda_register(reg->p, reg->bytes, flags & PB_ACQUIRE_MAPPED);
+	r = map_cuda_register(l, reg->p, reg->bytes, NULL, 0, flags & PB_ACQUIRE_MAPPED);
 	if (r < 0)
 		return err_set(r, "%s", pbcuda_strerror());
-	l->cuda_registered = true;
 	return 0;
 }
 
@@ -85,9 +84,10 @@ static int lease_from_reply(pb_client *c, struct waiter *w, uint32_t flags, cons
 	l->misplaced = ls->has_misplaced && ls->misplaced;
 	l->kind = PB_MEM_LOCKED;
 	if (!l->no_cuda && pbcuda_available(NULL)) {
-		/* Register the whole range once; the lease is still good (locked) if the driver refuses. */
-		if (pbcuda_register(l->map_base, l->map_bytes, flags & PB_ACQUIRE_MAPPED) == 0) {
-			l->cuda_registered = true;
+		/* Register the whole range (in pieces past the driver's per-call cap); the lease is still good
+		 * (locked) if the driver refuses. */
+		if (map_cuda_register(l, l->map_base, l->map_bytes, ls->chunk_bytes, ls->n_chunk_bytes,
+				      flags & PB_ACQUIRE_MAPPED) == 0) {
 			l->kind = PB_MEM_PINNED;
 		} else {
 			err_set(0, "%s", pbcuda_strerror());

@@ -59,6 +59,7 @@ struct pb_lease {
 	enum pb_memory_kind kind;
 	enum pb_priority priority;
 	bool cuda_registered;
+	size_t cuda_piece_bytes; /* registered in pieces every this many bytes from the first page; 0: one call */
 	bool hugetlb;
 	bool no_cuda;         /* acquired with PB_ACQUIRE_NO_CUDA: a cache hit must match */
 	bool no_revoke;       /* PB_ACQUIRE_NO_REVOKE or a registration: the daemon takes it back only while cached */
@@ -251,6 +252,12 @@ int gpu_acquire_node(const struct pb_acquire_opts *opts);
  * chunks, measured on the H200). Does not close the fds. Returns 0 or -errno.
  */
 int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, void **base_ret, size_t *map_bytes_ret);
+/*
+ * Register [p, p + bytes) of l with CUDA (chunk_bytes: l's chunks, mapped back to back from p; NULL, 0 for a
+ * registration), in pieces below the driver's per-call cap when it is that big, cut at chunk boundaries where
+ * it can. Sets l->cuda_registered and l->cuda_piece_bytes. Returns 0 or -errno, pbcuda_strerror() saying why.
+ */
+int map_cuda_register(pb_lease *l, void *p, size_t bytes, const uint64_t *chunk_bytes, size_t n_chunks, bool mapped);
 /* Unregisters and unmaps l's memory (a registration: only unregisters); data becomes NULL. */
 void map_release(pb_lease *l);
 /* Gives up the memory of a lease the application still points at: PROT_NONE, kind PB_MEM_REVOKED. */

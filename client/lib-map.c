@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* libpinbroker's lease mapping: a lease's chunks mapped back to back into one range, unmapped, retired. */
+/* libpinbroker's lease mapping: a lease's chunks mapped back to back into one range, registered, unmapped, retired. */
 #define _GNU_SOURCE
 #include "lib-int.h"
 
@@ -72,18 +72,51 @@ int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, void **base_ret, 
 	return 0;
 }
 
+int map_cuda_register(pb_lease *l, void *p, size_t bytes, const uint64_t *chunk_bytes, size_t n_chunks, bool mapped)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), first = (uintptr_t)p & ~(page - 1);
+	/* Pieces are counted from the first page the range touches (a registration may start mid-page). */
+	size_t span = (size_t)((((uintptr_t)p + bytes + page - 1) & ~(page - 1)) - first);
+	size_t align = !l->registration && l->page_size_bytes > page ? l->page_size_bytes : page;
+	size_t stride = pbcuda_plan_stride(span, pbcuda_piece_max(), align, chunk_bytes, n_chunks);
+	int r;
+
+	r = pbcuda_register(p, bytes, mapped, stride);
+	if (r < 0)
+		return r;
+	l->cuda_registered = true;
+	l->cuda_piece_bytes = stride;
+	return 0;
+}
+
+/* Every piece map_cuda_register made of l's range (its data, for a registration; else its mapping). */
+static void cuda_unregister(pb_lease *l)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+
+	if (!l->cuda_registered)
+		return;
+	if (l->registration)
+		/* size_bytes counts from the first page; the pieces end where it does. */
+		pbcuda_unregister(l->data, l->size_bytes - ((uintptr_t)l->data & (page - 1)), l->cuda_piece_bytes);
+	else
+		pbcuda_unregister(l->map_base, l->map_bytes, l->cuda_piece_bytes);
+	l->cuda_registered = false;
+}
+
+size_t pb_lease_cuda_piece_bytes(const pb_lease *l)
+{
+	return l && l->cuda_registered ? l->cuda_piece_bytes : 0;
+}
+
 void map_release(pb_lease *l)
 {
 	if (l->registration) {
-		if (l->cuda_registered)
-			pbcuda_unregister(l->data);
-		l->cuda_registered = false;
+		cuda_unregister(l);
 		__atomic_store_n(&l->data, NULL, __ATOMIC_RELEASE);
 		return;
 	}
-	if (l->cuda_registered)
-		pbcuda_unregister(l->map_base);
-	l->cuda_registered = false;
+	cuda_unregister(l);
 	if (l->map_base)
 		munmap(l->map_base, l->map_bytes);
 	l->map_base = NULL;
@@ -103,9 +136,7 @@ void map_retire(pb_lease *l)
 		__atomic_store_n(&l->kind, PB_MEM_REVOKED, __ATOMIC_RELEASE);
 		return;
 	}
-	if (l->cuda_registered)
-		pbcuda_unregister(l->map_base);
-	l->cuda_registered = false;
+	cuda_unregister(l);
 	/* Data first: whoever sees PB_MEM_REVOKED also sees NULL data. */
 	__atomic_store_n(&l->data, NULL, __ATOMIC_RELEASE);
 	__atomic_store_n(&l->kind, PB_MEM_REVOKED, __ATOMIC_RELEASE);

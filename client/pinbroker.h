@@ -251,6 +251,15 @@ uint64_t pb_lease_id(const pb_lease *l);
 enum pb_memory_kind pb_lease_kind(const pb_lease *l);
 /* 1 when the memory is registered with CUDA in this process (kind PB_MEM_PINNED), else 0. */
 int pb_lease_cuda_registered(const pb_lease *l);
+/*
+ * 0 when the lease (or registration) is registered with CUDA in one piece, or not registered; else the stride
+ * of its pieces. The driver takes one registration call of less than 512 GiB (r580), so a lease bigger than
+ * PINBROKER_CUDA_REGISTER_PIECE (256 GiB by default) is registered as consecutive pieces starting every that
+ * many bytes from its first page (for a lease, pb_lease_data itself). A single cudaMemcpyAsync that crosses a
+ * piece boundary spans two registrations, which the driver may refuse ("invalid argument") or stage as
+ * pageable: split such a copy at the boundary.
+ */
+size_t pb_lease_cuda_piece_bytes(const pb_lease *l);
 /* 1 when every chunk of the lease is on 2 MiB hugetlb pages, else 0. */
 int pb_lease_hugetlb(const pb_lease *l);
 /* How many of the daemon's memfd chunks are mapped back to back to make the lease; 0 for fallback memory. */

@@ -148,6 +148,8 @@ class _Mapping:
             self.id = int(lib.pb_lease_id(ptr)) or None
             self.fallback_reason = _dec(lib.pb_lease_fallback_reason(ptr))
             self.cuda_registered = bool(lib.pb_lease_cuda_registered(ptr))
+            piece_fn = _lib.optional("pb_lease_cuda_piece_bytes")
+            self.cuda_piece_bytes = int(piece_fn(ptr)) if piece_fn is not None else 0
             self.hugetlb = bool(lib.pb_lease_hugetlb(ptr))
             self.page_size = int(lib.pb_lease_page_size(ptr))
             self.chunks = int(lib.pb_lease_chunks(ptr))
@@ -159,6 +161,7 @@ class _Mapping:
             self.id = None
             self.fallback_reason = reason
             self.cuda_registered = False
+            self.cuda_piece_bytes = 0
             self.hugetlb = False
             self.page_size = _page_size()
             self.chunks = 0
@@ -280,6 +283,16 @@ class Lease:
     def cuda_registered(self) -> bool:
         """True when the range is registered with CUDA (cuMemHostRegister) in this process."""
         return self._m.cuda_registered
+
+    @property
+    def cuda_piece_bytes(self) -> int:
+        """0 when the range is registered with CUDA in one call (or not registered); else the stride of the
+        pieces it was registered in. The driver refuses one registration of 512 GiB or more (r580), so a lease
+        above $PINBROKER_CUDA_REGISTER_PIECE (256 GiB by default) is registered as pieces starting every that
+        many bytes from :attr:`address`. Split a single copy that crosses a piece boundary at the boundary:
+        across two registrations the driver may refuse it or copy it at pageable speed. Always 0 with a
+        library that predates pieces."""
+        return self._m.cuda_piece_bytes
 
     @property
     def hugetlb(self) -> bool:

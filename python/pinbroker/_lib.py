@@ -343,6 +343,8 @@ _OPTIONAL = {
     "pb_report_unbrokered": (_int, [_vp, ctypes.c_uint64]),
     # Registrations of shared memory charged once (issue 26).
     "pb_lease_shared_memory": (_int, [_vp]),
+    # Registration in pieces below the driver's per-call cap (issues 26, 27).
+    "pb_lease_cuda_piece_bytes": (_size, [_vp]),
 }
 
 

@@ -46,6 +46,8 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct range ranges[4096];
 static size_t n_ranges;
 static struct stub_cuda_stats stats;
+static struct stub_cuda_register_call reg_log[1024];
+static size_t n_reg_calls;
 static int initialised;
 static __thread CUcontext current;
 static struct CUctx_st {
@@ -325,11 +327,72 @@ STUB CUresult cuMemFreeHost(void *p)
 	return CUDA_SUCCESS;
 }
 
+STUB size_t stub_cuda_register_log(struct stub_cuda_register_call *calls, size_t max)
+{
+	size_t n;
+
+	pthread_mutex_lock(&lock);
+	n = n_reg_calls;
+	for (size_t i = 0; i < max && i < n && i < sizeof(reg_log) / sizeof(reg_log[0]); i++)
+		calls[i] = reg_log[i];
+	pthread_mutex_unlock(&lock);
+	return n;
+}
+
+/* A size from the environment ("6M", "512G", digits alone for bytes), or 0 when unset or not a size. */
+static uint64_t env_size(const char *name)
+{
+	const char *v = getenv(name);
+	char *end;
+	uint64_t n;
+
+	if (!v || !*v)
+		return 0;
+	n = strtoull(v, &end, 10);
+	switch (*end) {
+	case 'K':
+		n <<= 10;
+		break;
+	case 'M':
+		n <<= 20;
+		break;
+	case 'G':
+		n <<= 30;
+		break;
+	case '\0':
+		break;
+	default:
+		return 0;
+	}
+	return n;
+}
+
+/* The refusals a test asks for (STUB_CUDA_REGISTER_CAP, STUB_CUDA_REGISTER_FAIL_AT), and the call's record. */
+static CUresult register_call(void *p, size_t bytes, unsigned flags)
+{
+	uint64_t cap = env_size("STUB_CUDA_REGISTER_CAP"), fail_at = env_size("STUB_CUDA_REGISTER_FAIL_AT");
+	CUresult r = CUDA_SUCCESS;
+	size_t nth;
+
+	pthread_mutex_lock(&lock);
+	nth = ++n_reg_calls;
+	pthread_mutex_unlock(&lock);
+	if ((cap && bytes >= cap) || nth == fail_at)
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	else if (!p || bytes == 0)
+		r = CUDA_ERROR_INVALID_VALUE;
+	else
+		r = add(p, bytes, flags, false);
+	pthread_mutex_lock(&lock);
+	if (nth <= sizeof(reg_log) / sizeof(reg_log[0]))
+		reg_log[nth - 1] = (struct stub_cuda_register_call){ (uintptr_t)p, bytes, r };
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
 STUB CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned flags)
 {
-	if (!p || bytes == 0)
-		return CUDA_ERROR_INVALID_VALUE;
-	return add(p, bytes, flags, false);
+	return register_call(p, bytes, flags);
 }
 
 STUB CUresult cuMemHostRegister(void *p, size_t bytes, unsigned flags)
@@ -341,7 +404,12 @@ STUB CUresult cuMemHostUnregister(void *p)
 {
 	struct range r;
 
-	return take(p, false, &r) ? CUDA_SUCCESS : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+	if (!take(p, false, &r))
+		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+	pthread_mutex_lock(&lock);
+	stats.unregister_calls++;
+	pthread_mutex_unlock(&lock);
+	return CUDA_SUCCESS;
 }
 
 STUB CUresult cuMemHostGetFlags(unsigned *flags, void *p)

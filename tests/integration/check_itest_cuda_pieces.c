@@ -1,0 +1,236 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Integration: libpinbroker registers a lease bigger than the driver's per-call cap in pieces, against the real
+ * pinbrokerd and the stand-in libcuda.so.1 (tests/preload/stub_cuda.c). r580 drivers refuse one
+ * cuMemHostRegister of 512 GiB or more; here the stand-in refuses one of 6 MiB or more
+ * (STUB_CUDA_REGISTER_CAP) and the library cuts at 4 MiB (PINBROKER_CUDA_REGISTER_PIECE), so a 20 MiB lease
+ * stands for a terabyte one. Every test runs in its own forked process (Check's fork mode), so the library
+ * reads the piece size and loads the stand-in afresh in each.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "itest.h"
+#include "pinbroker.h"
+#include "stub_cuda.h"
+#include "check_main.h"
+
+#define MiB (1024ull * 1024ull)
+#define PIECE_BYTES (4 * MiB)
+
+static struct daemon d;
+
+/* The stand-in's record, through the handle the test loaded it by. */
+static void (*get_stats)(struct stub_cuda_stats *);
+static size_t (*register_log)(struct stub_cuda_register_call *, size_t);
+
+static void start(void)
+{
+	daemon_start(&d, ITEST_ARGS("--budget", "128M", "--prewarm", "32M"));
+}
+
+/* Each test ends with itest_end_clean, which stops the daemon; one that failed before it leaves it running. */
+static void stop(void)
+{
+	if (daemon_alive(&d))
+		ck_assert_int_eq(daemon_stop(&d), 0);
+}
+
+/*
+ * Load the stand-in before the library looks for libcuda.so.1 (it finds it by its soname), set the piece size
+ * (read once per process) and the cap, and connect with no cache, so a release unregisters at once.
+ */
+static pb_client *connect_with_stub(const char *piece)
+{
+	pb_client *c;
+	void *h;
+
+	setenv("PINBROKER_CUDA_REGISTER_PIECE", piece, 1);
+	setenv("STUB_CUDA_REGISTER_CAP", "6M", 1);
+	unsetenv("PINBROKER_NO_CUDA");
+	h = dlopen(STUB_DIR "/libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+	ck_assert_ptr_nonnull(h);
+	*(void **)&get_stats = dlsym(h, "stub_cuda_get_stats");
+	*(void **)&register_log = dlsym(h, "stub_cuda_register_log");
+	ck_assert_ptr_nonnull(get_stats);
+	ck_assert_ptr_nonnull(register_log);
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	pb_set_cache_limit(c, 0);
+	ck_assert_int_eq(pb_cuda_available(NULL), 1);
+	return c;
+}
+
+static struct stub_cuda_stats stats(void)
+{
+	struct stub_cuda_stats s;
+
+	get_stats(&s);
+	return s;
+}
+
+/* The register calls from index from on: each no bigger than a piece, back to back, exactly [p, p + bytes). */
+static void assert_pieces_cover(size_t from, size_t n, const void *p, size_t bytes)
+{
+	struct stub_cuda_register_call calls[64];
+	uintptr_t at = (uintptr_t)p;
+
+	ck_assert_uint_eq(register_log(calls, 64), from + n);
+	for (size_t i = from; i < from + n; i++) {
+		ck_assert_int_eq(calls[i].result, 0);
+		ck_assert_msg(calls[i].p == at, "piece %zu starts at %#lx, not %#lx", i - from,
+			      (unsigned long)calls[i].p, (unsigned long)at);
+		ck_assert_uint_le(calls[i].bytes, PIECE_BYTES);
+		at += calls[i].bytes;
+	}
+	ck_assert_uint_eq(at, (uintptr_t)p + bytes);
+}
+
+START_TEST(test_a_lease_above_the_piece_size_is_registered_in_pieces_and_unregistered_whole)
+{
+	pb_client *c = connect_with_stub("4M");
+	struct stub_cuda_stats before = stats(), after;
+	pb_lease *l;
+
+	ck_assert_int_eq(pb_acquire(c, 20 * MiB, NULL, &l), 0);
+	/* One call of 20 MiB would be refused (the cap is 6 MiB): five of 4 MiB are not. */
+	ck_assert_int_eq(pb_lease_kind(l), PB_MEM_PINNED);
+	ck_assert_int_eq(pb_lease_cuda_registered(l), 1);
+	ck_assert_uint_eq(pb_lease_cuda_piece_bytes(l), PIECE_BYTES);
+	after = stats();
+	ck_assert_uint_eq(after.register_calls - before.register_calls, 5);
+	ck_assert_uint_eq(after.registered_bytes - before.registered_bytes, 20 * MiB);
+	assert_pieces_cover(before.register_calls, 5, pb_lease_data(l), 20 * MiB);
+
+	ck_assert_int_eq(pb_release(c, l), 0);
+	after = stats();
+	ck_assert_uint_eq(after.unregister_calls - before.unregister_calls, 5);
+	ck_assert_uint_eq(after.registered_bytes, before.registered_bytes);
+	itest_end_clean(&d, c, 3000);
+}
+END_TEST
+
+START_TEST(test_a_lease_at_or_below_the_piece_size_is_registered_in_one_call)
+{
+	pb_client *c = connect_with_stub("4M");
+	struct stub_cuda_stats before = stats(), after;
+	pb_lease *small, *exact;
+
+	ck_assert_int_eq(pb_acquire(c, 1 * MiB, NULL, &small), 0);
+	ck_assert_int_eq(pb_acquire(c, PIECE_BYTES, NULL, &exact), 0);
+	after = stats();
+	ck_assert_uint_eq(after.register_calls - before.register_calls, 2);
+	ck_assert_int_eq(pb_lease_kind(small), PB_MEM_PINNED);
+	ck_assert_int_eq(pb_lease_kind(exact), PB_MEM_PINNED);
+	ck_assert_uint_eq(pb_lease_cuda_piece_bytes(small), 0);
+	ck_assert_uint_eq(pb_lease_cuda_piece_bytes(exact), 0);
+	ck_assert_int_eq(pb_release(c, small), 0);
+	ck_assert_int_eq(pb_release(c, exact), 0);
+	after = stats();
+	ck_assert_uint_eq(after.unregister_calls - before.unregister_calls, 2);
+	ck_assert_uint_eq(after.registered_bytes, before.registered_bytes);
+	itest_end_clean(&d, c, 3000);
+}
+END_TEST
+
+/* Without pieces the driver's cap applies: the lease is locked, not pinned, as on an r580 host today. */
+START_TEST(test_one_piece_above_the_cap_is_refused_and_the_lease_stays_locked)
+{
+	pb_client *c;
+	pb_lease *l;
+
+	c = connect_with_stub("1G");
+	ck_assert_int_eq(pb_acquire(c, 20 * MiB, NULL, &l), 0);
+	ck_assert_int_eq(pb_lease_kind(l), PB_MEM_LOCKED);
+	ck_assert_int_eq(pb_lease_cuda_registered(l), 0);
+	ck_assert_uint_eq(stats().registered_bytes, 0);
+	ck_assert_int_eq(pb_release(c, l), 0);
+	itest_end_clean(&d, c, 3000);
+}
+END_TEST
+
+START_TEST(test_a_refused_piece_leaves_nothing_registered_and_says_which)
+{
+	pb_client *c = connect_with_stub("4M");
+	struct stub_cuda_stats before = stats(), after;
+	char fail_at[32];
+	pb_lease *l;
+
+	/* The third piece of the next lease is refused. */
+	snprintf(fail_at, sizeof(fail_at), "%llu", (unsigned long long)before.register_calls + 3);
+	setenv("STUB_CUDA_REGISTER_FAIL_AT", fail_at, 1);
+	ck_assert_int_eq(pb_acquire(c, 20 * MiB, NULL, &l), 0);
+	unsetenv("STUB_CUDA_REGISTER_FAIL_AT");
+	after = stats();
+	ck_assert_uint_eq(after.register_calls - before.register_calls, 2); /* made; the third was refused */
+	ck_assert_uint_eq(after.unregister_calls - before.unregister_calls, 2);
+	ck_assert_uint_eq(after.registered_bytes, before.registered_bytes);
+	ck_assert_int_eq(pb_lease_kind(l), PB_MEM_LOCKED);
+	ck_assert_int_eq(pb_lease_cuda_registered(l), 0);
+	ck_assert_uint_eq(pb_lease_cuda_piece_bytes(l), 0);
+	ck_assert_msg(strstr(pb_last_error(), "piece 3 of 5") != NULL, "pb_last_error: %s", pb_last_error());
+	/* Its release unregisters nothing more. */
+	ck_assert_int_eq(pb_release(c, l), 0);
+	ck_assert_uint_eq(stats().unregister_calls, after.unregister_calls);
+	itest_end_clean(&d, c, 3000);
+}
+END_TEST
+
+/*
+ * pb_register of the caller's memory, starting mid-page: pieces start at the range, then every piece from its
+ * first page, and the last ends where the range does.
+ */
+START_TEST(test_a_registration_above_the_piece_size_is_made_in_pieces)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = 10 * MiB;
+	uint8_t *buf = mmap(NULL, 12 * MiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	pb_client *c = connect_with_stub("4M");
+	struct stub_cuda_stats before = stats(), after;
+	struct stub_cuda_register_call calls[8];
+	uint8_t *p = buf + 100;
+	pb_lease *l;
+
+	ck_assert_ptr_ne(buf, MAP_FAILED);
+	ck_assert_int_eq(pb_register(c, p, bytes, NULL, &l), 0);
+	ck_assert_int_eq(pb_lease_cuda_registered(l), 1);
+	ck_assert_uint_eq(pb_lease_cuda_piece_bytes(l), PIECE_BYTES);
+	after = stats();
+	/* 100 bytes into a page, 10 MiB touch 10 MiB and a page: 4 MiB, 4 MiB and the rest. */
+	ck_assert_uint_eq(after.register_calls - before.register_calls, 3);
+	ck_assert_uint_eq(register_log(calls, 8), before.register_calls + 3);
+	ck_assert_ptr_eq((void *)calls[before.register_calls].p, p);
+	ck_assert_uint_eq(calls[before.register_calls].bytes, PIECE_BYTES - 100);
+	ck_assert_ptr_eq((void *)calls[before.register_calls + 1].p, buf + PIECE_BYTES);
+	ck_assert_ptr_eq((void *)calls[before.register_calls + 2].p, buf + 2 * PIECE_BYTES);
+	ck_assert_uint_eq(calls[before.register_calls + 2].bytes, bytes + 100 - 2 * PIECE_BYTES);
+	ck_assert_uint_eq(pb_lease_size(l), 10 * MiB + page);
+	ck_assert_int_eq(pb_unregister(c, l), 0);
+	after = stats();
+	ck_assert_uint_eq(after.unregister_calls - before.unregister_calls, 3);
+	ck_assert_uint_eq(after.registered_bytes, before.registered_bytes);
+	itest_end_clean(&d, c, 3000);
+	munmap(buf, 12 * MiB);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("integration-cuda-pieces");
+
+	CHECK_CASE(s, "pieces", start, stop, 60,
+		   test_a_lease_above_the_piece_size_is_registered_in_pieces_and_unregistered_whole,
+		   test_a_lease_at_or_below_the_piece_size_is_registered_in_one_call,
+		   test_one_piece_above_the_cap_is_refused_and_the_lease_stays_locked,
+		   test_a_refused_piece_leaves_nothing_registered_and_says_which,
+		   test_a_registration_above_the_piece_size_is_made_in_pieces);
+	return s;
+}
+
+CHECK_MAIN(suite)
