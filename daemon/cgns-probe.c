@@ -32,15 +32,14 @@ static ssize_t read_at(int dirfd, const char *path, char *buf, size_t len)
 
 		if (k < 0 && errno == EINTR)
 			continue;
-		if (k <= 0) {
-			int err = k < 0 ? errno : 0;
+		if (k < 0) {
+			int err = errno;
 
-			if (err) {
-				close(fd);
-				return -err;
-			}
-			break;
+			close(fd);
+			return -err;
 		}
+		if (k == 0)
+			break;
 		n += (size_t)k;
 	}
 	close(fd);
