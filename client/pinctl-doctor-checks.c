@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* pinctl doctor's checks: privileges, huge pages and THP, CUDA, socket and groups, cgroup, PSI, service, budget; each adds one finding, with its fix. */
+/* pinctl doctor's checks: privileges, huge pages and THP, CUDA, socket and groups, cgroup and its namespace, PSI, service, budget; each adds one finding, with its fix. */
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <dirent.h>
@@ -622,6 +622,41 @@ static void check_cgroup(struct doctor *d)
 		   who, lim, where, d->have_status ? ", the budget fits" : "");
 }
 
+/*
+ * The daemon reads clients' cgroups in its own cgroup namespace; in a container's (containerd, CRI-O, Docker
+ * on cgroup v2) another pod's reads "/../../kubepods...", and unless the daemon placed its namespace in the
+ * host's tree, pod quotas do not bind. It says in its status what it found at start.
+ */
+static void check_cgroup_namespace(struct doctor *d)
+{
+	struct finding *f;
+
+	if (!d->have_status || !d->cgroup_ns[0]) {
+		doctor_add(d, "cgroup-namespace", DOCTOR_SKIP, "%s",
+			   d->have_status ? "the daemon does not say (an older version)" : "no daemon status");
+		return;
+	}
+	if (strcmp(d->cgroup_ns, "host") == 0) {
+		doctor_add(d, "cgroup-namespace", DOCTOR_OK,
+			   "the daemon reads cgroups in the host's cgroup namespace: clients' are host paths");
+		return;
+	}
+	if (strcmp(d->cgroup_ns, "private") == 0) {
+		doctor_add(d, "cgroup-namespace", DOCTOR_OK,
+			   "the daemon's cgroup namespace is its own, rooted at %s in the host's tree: clients' "
+			   "cgroups are resolved to host paths",
+			   d->cgroup_ns_root);
+		return;
+	}
+	f = doctor_add(d, "cgroup-namespace", DOCTOR_WARN,
+		       "the daemon's cgroup namespace is its own and it could not place it in the host's tree: "
+		       "clients outside it are charged to no job, so quotas on their cgroups (a pod's) do not bind");
+	doctor_fix(f,
+		   "mount the host's /sys/fs/cgroup read-only into the daemon's container (deploy/kubernetes does, at "
+		   "/host/sys/fs/cgroup), or run it in the host's cgroup namespace (docker run --cgroupns=host), "
+		   "then restart it; its log says what it tried");
+}
+
 static void check_psi(struct doctor *d)
 {
 	char path[PATH_MAX], buf[512];
@@ -791,6 +826,7 @@ void doctor_checks_run(struct doctor *d)
 	check_thp_collapse(d);
 	check_cuda(d);
 	check_cgroup(d);
+	check_cgroup_namespace(d);
 	check_psi(d);
 	check_service(d);
 	check_budget(d);

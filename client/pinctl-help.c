@@ -117,7 +117,8 @@ static const struct command_help {
 		    "page_size_bytes, chunk_size_bytes, hugetlb, page_kind, thp_bytes, thp_failures, hugetlb_bytes,\n"
 		    "huge_pages_free_bytes, overdue_bytes, cached_idle_bytes, registered_bytes, no_revoke_bytes,\n"
 		    "unbrokered_bytes, unbrokered_reported_bytes, unbrokered_cap_bytes, orphaned_bytes,\n"
-		    "prewarm_bytes, waiting_acquires, pressure_state, monitor_mode, uptime_ms.\n"
+		    "prewarm_bytes, waiting_acquires, pressure_state, monitor_mode, uptime_ms, cgroup_namespace,\n"
+		    "cgroup_ns_root.\n"
 		    "Example: pinctl status -o free_bytes,pool_idle_bytes --no-headers\n" },
 	{ "leases", "Usage: pinctl leases [--json | -o FIELD,... | --format text|csv|json] [--no-headers]\n"
 		    "\n"

@@ -341,6 +341,17 @@ void status_json(FILE *f, const struct pb_status *s)
 	json_kstr(f, "pressure_state", s->pressure_state, true);
 	json_kstr(f, "monitor_mode", s->monitor_mode, true);
 	json_u64(f, "uptime_ms", s->uptime_ms, true);
+	{
+		const char *root, *ns = pb_status_cgroup_namespace(s, &root);
+
+		/* null from an older daemon; the root only where the namespace is "private". */
+		json_key(f, "cgroup_namespace");
+		ns ? json_str(f, ns) : (void)fputs("null", f);
+		fputc(',', f);
+		json_key(f, "cgroup_ns_root");
+		root ? json_str(f, root) : (void)fputs("null", f);
+		fputc(',', f);
+	}
 
 	json_key(f, "signals");
 	fputc('[', f);
@@ -546,6 +557,19 @@ void status_human(const struct pb_status *s)
 		       nd->gpus == 1 ? "" : "s", size_str(nd->mem_free_bytes, fr, sizeof(fr)));
 	}
 	printf("waiting:      %" PRIu32 " acquire%s\n", s->waiting_acquires, s->waiting_acquires == 1 ? "" : "s");
+	{
+		const char *root, *ns = pb_status_cgroup_namespace(s, &root);
+
+		/* Only where it is not the host's: then clients' cgroups are resolved, or cannot be. */
+		if (ns && strcmp(ns, "private") == 0)
+			printf("cgroups:      the daemon's cgroup namespace is its own, rooted at %s in the host's tree; "
+			       "clients' cgroups are the host's paths\n",
+			       esc(root ? root : "?", e1));
+		else if (ns && strcmp(ns, "host") != 0)
+			printf("cgroups:      the daemon's cgroup namespace is its own and %s: clients outside it have no "
+			       "cgroup and quotas on theirs do not bind (pinctl doctor)\n",
+			       esc(ns, e1));
+	}
 
 	printf("signals:%s\n", s->n_signals ? "" : " none");
 	if (s->n_signals)
