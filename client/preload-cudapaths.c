@@ -623,13 +623,11 @@ EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 		return r;
 	lock();
 	if ((q = pool_find(pool, &at))) {
-		/* The driver frees the pool with its last allocation; until then those stay charged. */
+		/* The driver frees the pool with its last allocation; until then it stays charged as it was. */
 		if (q->live == 0)
 			pool_drop(at);
-		else {
+		else
 			q->destroyed = true;
-			pool_shrink(q, q->live);
-		}
 	}
 	unlock();
 	return r;
@@ -733,11 +731,10 @@ static CUresult free_pool_alloc(enum fn f, CUdeviceptr dptr, CUstream stream, bo
 		size_t at;
 
 		q->live -= e.bytes;
+		/* A destroyed pool cannot be asked what it reserves: it keeps its charge until it is gone. */
 		if (q->destroyed && q->live == 0 && pool_find(q->pool, &at) == q)
 			pool_drop(at);
-		else if (q->destroyed)
-			pool_shrink(q, q->live);
-		else
+		else if (!q->destroyed)
 			pool_settle(q, q->charged + q->unbrokered);
 	}
 	unlock();
