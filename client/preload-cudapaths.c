@@ -168,6 +168,12 @@ static struct pool **pools;
 static size_t n_pools, cap_pools;
 static struct graph *graphs;
 static size_t n_graphs, cap_graphs;
+/*
+ * Set once the process has a host VMM allocation, a host pool or a host graph node: until then the hooks on calls
+ * that device memory makes too (cuMemMap, cuMemFreeAsync, cudaFree's cuMemFree, allocations from device pools,
+ * cuGraphDestroy) only call through, without the lock.
+ */
+static atomic_bool vmm_seen, pools_seen, graphs_seen;
 
 static void ops_prepare(void)
 {
@@ -295,6 +301,7 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, c
 	}
 	if (!charge)
 		pbp_unbrokered_adjust(bytes, 0);
+	atomic_store(&vmm_seen, true);
 	unlock();
 	pbp_say(false, "cuMemCreate: %zu host bytes %s", bytes, charge ? "charged as a registration" : "unbrokered");
 	return CU_OK;
@@ -310,7 +317,7 @@ EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 	pbp_enter();
 	r = CALL(CUresult(*)(CUmemGenericAllocationHandle), F_cuMemRelease, handle);
 	pbp_leave();
-	if (r != CU_OK || pbp_passthrough())
+	if (r != CU_OK || pbp_passthrough() || !atomic_load(&vmm_seen))
 		return r;
 	lock();
 	if (pbp_table_take(&handles, (uintptr_t)handle, true, &e)) {
@@ -335,7 +342,7 @@ EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle
 	pbp_enter();
 	r = CALL(CUresult(*)(CUmemGenericAllocationHandle *, void *), F_cuMemRetainAllocationHandle, handle, addr);
 	pbp_leave();
-	if (r != CU_OK || pbp_passthrough() || !handle)
+	if (r != CU_OK || pbp_passthrough() || !handle || !atomic_load(&vmm_seen))
 		return r;
 	lock();
 	if ((e = pbp_table_find(&mappings, (uintptr_t)addr))) {
@@ -365,7 +372,7 @@ EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGener
 	r = CALL(CUresult(*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long), F_cuMemMap,
 		 ptr, size, offset, handle, flags);
 	pbp_leave();
-	if (r != CU_OK || pbp_passthrough())
+	if (r != CU_OK || pbp_passthrough() || !atomic_load(&vmm_seen))
 		return r;
 	lock();
 	e = pbp_table_find(&handles, (uintptr_t)handle);
@@ -389,7 +396,7 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 	pbp_enter();
 	r = CALL(CUresult(*)(CUdeviceptr, size_t), F_cuMemUnmap, ptr, size);
 	pbp_leave();
-	if (r != CU_OK || pbp_passthrough())
+	if (r != CU_OK || pbp_passthrough() || !atomic_load(&vmm_seen))
 		return r;
 	lock();
 	/* Every mapping that starts inside the range is gone (the driver unmaps whole mappings only). */
@@ -443,6 +450,7 @@ static void pool_add(CUmemoryPool p, size_t max_bytes)
 	q->pool = p;
 	q->max_bytes = max_bytes;
 	pools[n_pools++] = q;
+	atomic_store(&pools_seen, true);
 }
 
 /* Charge bytes more to q: a lease, or unbrokered. Returns false when the broker refused and the policy is error. */
@@ -619,7 +627,7 @@ EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 	pbp_enter();
 	r = CALL(CUresult(*)(CUmemoryPool), F_cuMemPoolDestroy, pool);
 	pbp_leave();
-	if (r != CU_OK || pbp_passthrough())
+	if (r != CU_OK || pbp_passthrough() || !atomic_load(&pools_seen))
 		return r;
 	lock();
 	if ((q = pool_find(pool, &at))) {
@@ -643,7 +651,7 @@ EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t min_bytes_to_keep)
 	pbp_enter();
 	r = CALL(CUresult(*)(CUmemoryPool, size_t), F_cuMemPoolTrimTo, pool, min_bytes_to_keep);
 	pbp_leave();
-	if (r != CU_OK || pbp_passthrough())
+	if (r != CU_OK || pbp_passthrough() || !atomic_load(&pools_seen))
 		return r;
 	lock();
 	if ((q = pool_find(pool, NULL))) {
@@ -665,7 +673,7 @@ static CUresult alloc_from_pool(enum fn f, CUdeviceptr *dptr, size_t bytesize, C
 
 	if (!pbp_real_fn(f))
 		return CU_NOT_INITIALIZED;
-	if (pbp_passthrough() || !dptr || bytesize == 0)
+	if (pbp_passthrough() || !dptr || bytesize == 0 || !atomic_load(&pools_seen))
 		return CALL(fn_t, f, dptr, bytesize, pool, stream);
 	lock();
 	q = pool_find(pool, NULL);
@@ -723,7 +731,7 @@ static CUresult free_pool_alloc(enum fn f, CUdeviceptr dptr, CUstream stream, bo
 	else
 		r = CALL(CUresult(*)(CUdeviceptr), f, dptr);
 	pbp_leave();
-	if (r != CU_OK || pbp_passthrough())
+	if (r != CU_OK || pbp_passthrough() || !atomic_load(&pools_seen))
 		return r;
 	lock();
 	if (pbp_table_take(&allocs, (uintptr_t)dptr, true, &e)) {
@@ -782,6 +790,7 @@ static void graph_note(CUgraph graph, size_t bytesize)
 		graphs[n_graphs++] = (struct graph){ .graph = graph };
 	}
 	graphs[i].bytes += bytes;
+	atomic_store(&graphs_seen, true);
 	pbp_unbrokered_adjust(bytes, 0);
 	unlock();
 	pbp_say(false, "graph %p: a memory node of %llu host bytes (reported as unbrokered)", graph,
@@ -848,7 +857,7 @@ EXPORT CUresult cuGraphDestroy(CUgraph graph)
 	pbp_enter();
 	r = CALL(CUresult(*)(CUgraph), F_cuGraphDestroy, graph);
 	pbp_leave();
-	if (r != CU_OK || pbp_passthrough())
+	if (r != CU_OK || pbp_passthrough() || !atomic_load(&graphs_seen))
 		return r;
 	lock();
 	for (size_t i = 0; i < n_graphs; i++)
