@@ -10,6 +10,7 @@ set(PB_DAEMON_CORE_SOURCES
   core/broker.c      # the verbs tying budget, pool and leases; the pressure state's one writer
   core/backing.c     # shared-memory registrations charged once: page ranges per backing file
   core/budget.c      # accounting: bytes, leases, chunks and fds per uid
+  core/classes.c     # chunk size classes: a lease's chunks, the warm carving, the plan for fd and map limits
   core/jobs.c        # job-quota rules and charges per cgroup
   core/lease.c       # the lease table and its state machine
   core/orphans.c     # the restart state file's text: what an earlier daemon lent
