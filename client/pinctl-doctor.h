@@ -32,6 +32,7 @@ struct doctor {
 	char connect_msg[256];
 	bool have_status;
 	uint64_t budget_bytes;
+	uint64_t chunk_size_bytes, chunk_max_bytes, chunk_capacity; /* the pool's chunk classes and their room */
 	char page_kind[16];
 	pid_t daemon_pid; /* 0 when not found */
 	bool cuda_loaded;

@@ -54,12 +54,10 @@ bool broker_enforce_may_signal(const struct lease *l, uid_t target_uid)
 	return !l->revoke_by_holder || target_uid == l->uid;
 }
 
-/* Chunks a lease of size_bytes takes: whole chunks plus a tail for the remainder. */
+/* Chunks a lease of size_bytes takes: the fewest of the pool's classes, plus a tail for the remainder. */
 static uint64_t chunks_for(const struct broker *b, uint64_t size_bytes)
 {
-	uint64_t chunk = pool_chunk_size(b->pool);
-
-	return size_bytes / chunk + (size_bytes % chunk ? 1 : 0);
+	return pool_chunks_for(b->pool, size_bytes);
 }
 
 /* The caps on file descriptors and mappings: per uid, then the daemon's own. */

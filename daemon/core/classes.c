@@ -99,7 +99,7 @@ uint64_t classes_warm_room(const struct classes *c, uint64_t chunks, uint64_t ma
 	return lo * base;
 }
 
-int classes_plan(uint64_t base_bytes, uint64_t max_bytes, uint64_t plan_bytes, uint64_t capacity,
+int classes_plan(uint64_t base_bytes, uint64_t max_bytes, uint64_t plan_bytes, uint64_t capacity, bool may_raise,
 		 struct classes_plan *ret)
 {
 	struct classes c;
@@ -113,7 +113,7 @@ int classes_plan(uint64_t base_bytes, uint64_t max_bytes, uint64_t plan_bytes, u
 	ret->raised = false;
 	ret->worst_chunks = classes_chunks_for(&c, plan_bytes);
 	/* Each doubling of the largest class halves the chunks of a large lease. */
-	while (capacity && ret->worst_chunks > capacity / CLASSES_PLAN_MARGIN && c.n < CLASSES_MAX &&
+	while (may_raise && capacity && ret->worst_chunks > capacity / CLASSES_PLAN_MARGIN && c.n < CLASSES_MAX &&
 	       classes_max(&c) <= CLASSES_PLAN_MAX_BYTES / 2) {
 		c.bytes[c.n] = c.bytes[c.n - 1] * 2;
 		c.n++;

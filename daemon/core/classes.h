@@ -87,8 +87,9 @@ struct classes_plan {
 /*
  * Plan the classes from base_bytes up to at least max_bytes so that plan_bytes, lent as one lease, takes
  * at most capacity / CLASSES_PLAN_MARGIN chunks: the largest class is doubled (up to CLASSES_PLAN_MAX_BYTES and
- * CLASSES_MAX classes) until it does. capacity 0 means unbounded. Returns 0, or -EINVAL for a base of 0;
+ * CLASSES_MAX classes) until it does, when may_raise (an operator's own chunk-max is kept). capacity 0 means
+ * unbounded. Returns 0, or -EINVAL for a base of 0;
  * ret->fits is false when even the biggest allowed class leaves too many chunks.
  */
-int classes_plan(uint64_t base_bytes, uint64_t max_bytes, uint64_t plan_bytes, uint64_t capacity,
+int classes_plan(uint64_t base_bytes, uint64_t max_bytes, uint64_t plan_bytes, uint64_t capacity, bool may_raise,
 		 struct classes_plan *ret);

@@ -164,7 +164,7 @@ START_TEST(test_plan_fits_a_terabyte_on_a_default_host_unchanged)
 {
 	struct classes_plan p;
 
-	ck_assert_int_eq(classes_plan(2 * MIB, GIB, TIB, DEFAULT_HOST_CAPACITY, &p), 0);
+	ck_assert_int_eq(classes_plan(2 * MIB, GIB, TIB, DEFAULT_HOST_CAPACITY, true, &p), 0);
 	ck_assert(p.fits);
 	ck_assert(!p.raised);
 	ck_assert_uint_eq(p.max_bytes, GIB);
@@ -178,7 +178,7 @@ START_TEST(test_plan_raises_the_largest_class_for_a_low_fd_limit)
 	struct classes_plan p;
 
 	/* 2,000 chunks: 1 TiB must be at most 500 of them, so 4 GiB chunks (256). */
-	ck_assert_int_eq(classes_plan(2 * MIB, GIB, TIB, 2000, &p), 0);
+	ck_assert_int_eq(classes_plan(2 * MIB, GIB, TIB, 2000, true, &p), 0);
 	ck_assert(p.fits);
 	ck_assert(p.raised);
 	ck_assert_uint_eq(p.max_bytes, 4 * GIB);
@@ -190,15 +190,21 @@ START_TEST(test_plan_says_when_nothing_fits)
 {
 	struct classes_plan p;
 
-	ck_assert_int_eq(classes_plan(2 * MIB, GIB, TIB, 10, &p), 0);
+	ck_assert_int_eq(classes_plan(2 * MIB, GIB, TIB, 10, true, &p), 0);
 	ck_assert(!p.fits);
 	ck_assert_uint_eq(p.max_bytes, 64 * GIB);
 	ck_assert_uint_eq(p.worst_chunks, 16);
 	/* Unbounded capacity: as configured. */
-	ck_assert_int_eq(classes_plan(2 * MIB, GIB, TIB, 0, &p), 0);
+	ck_assert_int_eq(classes_plan(2 * MIB, GIB, TIB, 0, true, &p), 0);
 	ck_assert(p.fits);
 	ck_assert_uint_eq(p.max_bytes, GIB);
-	ck_assert_int_eq(classes_plan(0, GIB, TIB, 0, &p), -EINVAL);
+	ck_assert_int_eq(classes_plan(0, GIB, TIB, 0, true, &p), -EINVAL);
+	/* An operator's largest class is kept: the plan only says it does not fit. */
+	ck_assert_int_eq(classes_plan(2 * MIB, 2 * MIB, 4 * GIB, 250, false, &p), 0);
+	ck_assert(!p.fits);
+	ck_assert(!p.raised);
+	ck_assert_uint_eq(p.max_bytes, 2 * MIB);
+	ck_assert_uint_eq(p.worst_chunks, 2048);
 }
 END_TEST
 
