@@ -898,8 +898,10 @@ int main(int argc, char **argv)
 		if (r < 0)
 			warn_prewarm_failed(&b, warm, r);
 		else
-			log_info("pool warmed: %s in %.1f ms", format_size(pool_idle_bytes(b.pool), s1, sizeof(s1)),
-				 (double)(now_us() - t0) / 1000.0);
+			log_info("pool warmed: %s in %.1f ms (%.1f GiB/s, %u threads)",
+				 format_size(pool_idle_bytes(b.pool), s1, sizeof(s1)), (double)(now_us() - t0) / 1000.0,
+				 (double)pool_idle_bytes(b.pool) / 1073741824.0 / ((double)(now_us() - t0 + 1) / 1e6),
+				 pool_threads(b.pool));
 	}
 
 	r = monitor_new(b.loop, cfg, react_pressure, &b, &b.monitor);

@@ -188,6 +188,11 @@ int pool_raise_chunk_max(struct pool *p, uint64_t max_bytes)
 	return classes_init(&p->classes, p->chunk_bytes, max_bytes);
 }
 
+unsigned pool_threads(const struct pool *p)
+{
+	return p->threads;
+}
+
 bool pool_simulated(const struct pool *p)
 {
 	return p->simulate;

@@ -100,6 +100,8 @@ uint64_t pool_chunks_for(const struct pool *p, uint64_t bytes);
  * chunk the pool holds stays of a class. Returns 0, or -EINVAL when max_bytes is below the largest now.
  */
 int pool_raise_chunk_max(struct pool *p, uint64_t max_bytes);
+/* Threads that make chunks for a large batch (warm-up): pool_opts.threads, resolved. */
+unsigned pool_threads(const struct pool *p);
 /* Chunks are left unpopulated and unlocked (pool_opts.simulate). */
 bool pool_simulated(const struct pool *p);
 /* Idle bytes of class k (pool_classes' index). */
