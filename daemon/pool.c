@@ -396,9 +396,14 @@ int pool_take(struct pool *p, uid_t uid, uint64_t bytes, struct chunk ***ret, si
 	return pool_take_on(p, uid, bytes, -1, ret, n);
 }
 
-int pool_take_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chunk ***ret, size_t *n)
+/*
+ * pool_take_on, or with warm, from the idle pool alone: idle chunks of any class (smaller ones standing in for
+ * bigger ones that are not there), each fresh chunk replacing an idle one of its class (another uid's, or on
+ * another node), and a fresh tail; -EBUSY when the idle chunks cannot cover bytes.
+ */
+static int take(struct pool *p, uid_t uid, uint64_t bytes, int node, bool warm, struct chunk ***ret, size_t *n)
 {
-	uint64_t counts[CLASSES_MAX], reused[CLASSES_MAX], tail_bytes, short_bytes = 0, nall;
+	uint64_t counts[CLASSES_MAX], reused[CLASSES_MAX], avail[CLASSES_MAX], tail_bytes, short_bytes = 0, nall;
 	size_t nreused = 0, nfresh, ntotal, f = 0;
 	struct chunk **v = NULL, **fresh = NULL;
 	uint64_t *sizes = NULL;
@@ -409,7 +414,18 @@ int pool_take_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chu
 	node = place_node(p, node);
 	if (bytes == 0 || bytes % p->page_bytes != 0)
 		return -EINVAL;
-	nall = classes_split(&p->classes, bytes, counts, &tail_bytes);
+	if (warm) {
+		for (unsigned k = 0; k < CLASSES_MAX; k++) {
+			avail[k] = 0;
+			for (const struct chunk *c = k < p->classes.n ? p->idle[k] : NULL; c; c = c->next)
+				avail[k]++;
+		}
+		nall = classes_split_avail(&p->classes, bytes, avail, counts, &tail_bytes);
+		if (nall == 0)
+			return -EBUSY;
+	} else {
+		nall = classes_split(&p->classes, bytes, counts, &tail_bytes);
+	}
 	if (nall > SIZE_MAX / sizeof(*v) - 1)
 		return -EINVAL;
 	ntotal = (size_t)nall;
@@ -509,6 +525,16 @@ fail:
 	free(fresh);
 	free(v);
 	return r;
+}
+
+int pool_take_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chunk ***ret, size_t *n)
+{
+	return take(p, uid, bytes, node, false, ret, n);
+}
+
+int pool_take_warm_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chunk ***ret, size_t *n)
+{
+	return take(p, uid, bytes, node, true, ret, n);
 }
 
 /* Take c off the idle list if it is there. */

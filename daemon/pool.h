@@ -161,6 +161,14 @@ int pool_take(struct pool *p, uid_t uid, uint64_t bytes, struct chunk ***ret, si
  */
 int pool_take_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chunk ***ret, size_t *n);
 
+/*
+ * pool_take_on from the warm pool alone, for a host under pressure: the idle chunks there are, largest first
+ * (smaller classes standing in for bigger ones that are not idle: more chunks, no new memory), each fresh chunk
+ * replacing an idle one of its class (as pool_take_on's do), and a fresh tail below the smallest class.
+ * Returns -EBUSY when the idle chunks cannot cover bytes, else as pool_take_on.
+ */
+int pool_take_warm_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chunk ***ret, size_t *n);
+
 /* pool_grow for one NUMA node: idle chunks on node until they hold at least bytes. */
 int pool_grow_on(struct pool *p, uint64_t bytes, int node, void (*progress)(uint64_t done, uint64_t total, void *ud),
 		 void *ud);

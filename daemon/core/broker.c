@@ -187,9 +187,20 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 		return -EBUSY;
 
 	if (!a->registration) {
-		r = pool_take_on(b->pool, a->uid, size_bytes, a->numa_node, &chunks, &nchunks);
+		/* Tight: from idle chunks alone, smaller ones standing in for missing classes, so no new memory is
+		 * pinned (the fd and mapping cap still bounds what that costs). */
+		r = b->state == BROKER_TIGHT
+			    ? pool_take_warm_on(b->pool, a->uid, size_bytes, a->numa_node, &chunks, &nchunks)
+			    : pool_take_on(b->pool, a->uid, size_bytes, a->numa_node, &chunks, &nchunks);
 		if (r < 0)
 			return r;
+		/* More chunks than the fewest (counted above) cost more fds: they must fit the caps as well. */
+		r = nchunks > chunks_for(b, size_bytes) ? check_counts(b, a->uid, nchunks) : 0;
+		if (r < 0) {
+			pool_put(b->pool, chunks, nchunks);
+			free(chunks);
+			return r;
+		}
 	}
 
 	r = lease_add(b->leases, a->uid, a->gid, a->pid, a->owner, size_bytes, a->priority, a->label, chunks, nchunks,

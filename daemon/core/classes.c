@@ -46,6 +46,26 @@ uint64_t classes_split(const struct classes *c, uint64_t bytes, uint64_t counts[
 	return total + (bytes ? 1 : 0);
 }
 
+uint64_t classes_split_avail(const struct classes *c, uint64_t bytes, const uint64_t avail[CLASSES_MAX],
+			     uint64_t counts[CLASSES_MAX], uint64_t *tail_bytes)
+{
+	uint64_t total = 0;
+
+	for (unsigned k = c->n; k-- > 0;) {
+		counts[k] = bytes / c->bytes[k];
+		if (counts[k] > avail[k])
+			counts[k] = avail[k];
+		bytes -= counts[k] * c->bytes[k];
+		total += counts[k];
+	}
+	for (unsigned k = c->n; k < CLASSES_MAX; k++)
+		counts[k] = 0;
+	*tail_bytes = bytes;
+	if (bytes >= c->bytes[0])
+		return 0;
+	return total + (bytes ? 1 : 0);
+}
+
 uint64_t classes_chunks_for(const struct classes *c, uint64_t bytes)
 {
 	uint64_t counts[CLASSES_MAX], tail;

@@ -55,6 +55,15 @@ uint64_t classes_max(const struct classes *c);
  */
 uint64_t classes_split(const struct classes *c, uint64_t bytes, uint64_t counts[CLASSES_MAX], uint64_t *tail_bytes);
 
+/*
+ * classes_split from what there is: at most avail[k] chunks of class k, largest first, each class taking as many
+ * as fit what is left; *tail_bytes is the remainder below the smallest class. With each class twice the one below,
+ * this finds a cover whenever avail has one. Returns the number of chunks (tail included), or 0 when avail
+ * cannot cover bytes down to below the smallest class. For leases lent from the warm pool alone (under pressure).
+ */
+uint64_t classes_split_avail(const struct classes *c, uint64_t bytes, const uint64_t avail[CLASSES_MAX],
+			     uint64_t counts[CLASSES_MAX], uint64_t *tail_bytes);
+
 /* The number of chunks classes_split gives for bytes. */
 uint64_t classes_chunks_for(const struct classes *c, uint64_t bytes);
 

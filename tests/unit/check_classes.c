@@ -109,6 +109,31 @@ START_TEST(test_split_sums_to_the_exact_bytes)
 }
 END_TEST
 
+START_TEST(test_split_from_what_is_there_uses_smaller_chunks_for_missing_big_ones)
+{
+	struct classes c = default_classes();
+	uint64_t avail[CLASSES_MAX] = { 0 }, counts[CLASSES_MAX], tail;
+
+	/* 3 GiB + 4 KiB from one 1 GiB chunk and four of 512 MiB: 1 + 4 chunks and the tail. */
+	avail[9] = 1;
+	avail[8] = 4;
+	ck_assert_uint_eq(classes_split_avail(&c, 3 * GIB + 4 * KIB, avail, counts, &tail), 6);
+	ck_assert_uint_eq(counts[9], 1);
+	ck_assert_uint_eq(counts[8], 4);
+	ck_assert_uint_eq(tail, 4 * KIB);
+	/* Plenty there: the same as the split of a fresh lease. */
+	for (unsigned k = 0; k < CLASSES_MAX; k++)
+		avail[k] = 1000;
+	ck_assert_uint_eq(classes_split_avail(&c, 96 * GIB + 6 * MIB, avail, counts, &tail), 98);
+	/* Not enough: 0, whatever the tail. */
+	for (unsigned k = 0; k < CLASSES_MAX; k++)
+		avail[k] = 0;
+	avail[0] = 2;
+	ck_assert_uint_eq(classes_split_avail(&c, 6 * MIB, avail, counts, &tail), 0);
+	ck_assert_uint_eq(classes_split_avail(&c, 4 * MIB + 8 * KIB, avail, counts, &tail), 3);
+}
+END_TEST
+
 START_TEST(test_warm_split_keeps_a_small_share_and_carves_the_rest_like_a_lease)
 {
 	struct classes c = default_classes();
@@ -215,6 +240,7 @@ static Suite *classes_suite(void)
 	CHECK_CASE(s, "core", NULL, NULL, 30, test_default_classes_are_powers_of_two_from_2m_to_1g,
 		   test_max_at_or_below_base_is_the_one_class, test_one_class_is_whole_chunks_plus_a_tail,
 		   test_lease_sizes_take_the_fewest_chunks, test_split_sums_to_the_exact_bytes,
+		   test_split_from_what_is_there_uses_smaller_chunks_for_missing_big_ones,
 		   test_warm_split_keeps_a_small_share_and_carves_the_rest_like_a_lease,
 		   test_warm_split_rounds_up_to_the_smallest_class, test_warm_room_fits_the_chunks_given,
 		   test_plan_fits_a_terabyte_on_a_default_host_unchanged,

@@ -131,6 +131,32 @@ START_TEST(test_grow_carves_a_small_share_and_the_rest_like_a_lease)
 }
 END_TEST
 
+/* Under pressure a lease comes from idle chunks alone: smaller classes stand in, no new memory but the tail. */
+START_TEST(test_warm_take_uses_smaller_idle_chunks_and_pins_nothing_new)
+{
+	struct pool *p = new_pool(64 * KIB, MIB, false);
+	uint64_t bytes = 3 * MIB + 512 * KIB + 256 * KIB + 4 * KIB;
+	struct chunk **v;
+	size_t n;
+
+	ck_assert_int_eq(pool_grow(p, 4 * MIB, NULL, NULL), 0);
+	/* 3 x 1M and the 512K are idle; the 256K class is empty: four 64K chunks stand in. */
+	ck_assert_int_eq(pool_take_warm_on(p, UID_A, bytes, -1, &v, &n), 0);
+	ck_assert_uint_eq(n, 3 + 1 + 4 + 1);
+	ck_assert_uint_eq(sum_bytes(v, n), bytes);
+	ck_assert_uint_eq(v[n - 1]->bytes, 4 * KIB);
+	ck_assert(v[n - 1]->tail);
+	ck_assert_uint_eq(pool_resident_bytes(p), 4 * MIB + 4 * KIB);
+	pool_put(p, v, n);
+	free(v);
+	/* More than the idle chunks hold: refused, nothing taken or made. */
+	ck_assert_int_eq(pool_take_warm_on(p, UID_A, 5 * MIB, -1, &v, &n), -EBUSY);
+	ck_assert_uint_eq(pool_resident_bytes(p), 4 * MIB);
+	ck_assert_uint_eq(pool_idle_bytes(p), 4 * MIB);
+	pool_free(p);
+}
+END_TEST
+
 START_TEST(test_shrink_takes_chunks_that_fit_the_excess_first)
 {
 	struct pool *p = new_pool(64 * KIB, MIB, false);
@@ -221,6 +247,7 @@ static Suite *pool_classes_suite(void)
 	CHECK_CASE(s, "classes", NULL, NULL, 60, test_lease_is_the_fewest_chunks_largest_first_tail_last,
 		   test_empty_class_is_refilled_by_making_chunks_then_reused,
 		   test_grow_carves_a_small_share_and_the_rest_like_a_lease,
+		   test_warm_take_uses_smaller_idle_chunks_and_pins_nothing_new,
 		   test_shrink_takes_chunks_that_fit_the_excess_first, test_one_class_is_whole_chunks_and_a_tail,
 		   test_raise_chunk_max_adds_classes_and_never_removes, test_simulated_pool_leaves_chunks_unpopulated);
 	return s;
