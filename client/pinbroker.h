@@ -552,6 +552,10 @@ struct pb_status {
 	/* Of leased_bytes, memory an earlier daemon instance lent that live processes still map: after a restart
 	 * it stays counted until they let go (0 from an older daemon). */
 	uint64_t orphaned_bytes;
+	/* The pool's chunk classes: chunk_size_bytes * 2^k up to chunk_max_bytes (chunk_size_bytes from an older
+	 * daemon: one class), and the chunks its fds and mappings allow (0 from an older daemon). */
+	uint64_t chunk_max_bytes;
+	uint64_t chunk_capacity;
 };
 
 /*

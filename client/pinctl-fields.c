@@ -162,6 +162,8 @@ FIELD_U64(status, STATUS, unbrokered_bytes)
 FIELD_U64(status, STATUS, unbrokered_reported_bytes)
 FIELD_U64(status, STATUS, unbrokered_cap_bytes)
 FIELD_U64(status, STATUS, orphaned_bytes)
+FIELD_U64(status, STATUS, chunk_max_bytes)
+FIELD_U64(status, STATUS, chunk_capacity)
 FIELD_U64(status, STATUS, prewarm_bytes)
 FIELD_U64(status, STATUS, waiting_acquires)
 FIELD_STR(status, STATUS, pressure_state)
@@ -206,6 +208,8 @@ const struct pinctl_field status_fields[] = {
 	{ "free_bytes", status_free_bytes },
 	{ "page_size_bytes", status_page_size_bytes },
 	{ "chunk_size_bytes", status_chunk_size_bytes },
+	{ "chunk_max_bytes", status_chunk_max_bytes },
+	{ "chunk_capacity", status_chunk_capacity },
 	{ "hugetlb", status_hugetlb },
 	{ "page_kind", status_page_kind },
 	{ "thp_bytes", status_thp_bytes },

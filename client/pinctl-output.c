@@ -290,6 +290,8 @@ void status_json(FILE *f, const struct pb_status *s)
 	json_u64(f, "free_bytes", s->budget_bytes > s->leased_bytes ? s->budget_bytes - s->leased_bytes : 0, true);
 	json_u64(f, "page_size_bytes", s->page_size_bytes, true);
 	json_u64(f, "chunk_size_bytes", s->chunk_size_bytes, true);
+	json_u64(f, "chunk_max_bytes", s->chunk_max_bytes, true);
+	json_u64(f, "chunk_capacity", s->chunk_capacity, true);
 	json_key(f, "hugetlb");
 	fputs(s->hugetlb ? "true," : "false,", f);
 	json_kstr(f, "page_kind", s->page_kind, true);
@@ -539,6 +541,11 @@ void status_human(const struct pb_status *s)
 	       size_str(s->pool_idle_bytes, b, sizeof(b)), size_str(s->prewarm_bytes, c, sizeof(c)));
 	printf("pages:        page %s, chunk %s, pool on %s\n", size_str(s->page_size_bytes, a, sizeof(a)),
 	       size_str(s->chunk_size_bytes, b, sizeof(b)), page_kind_text(s->page_kind));
+	if (s->chunk_max_bytes > s->chunk_size_bytes)
+		printf("chunks:       classes %s to %s, each twice the one before; up to %" PRIu64
+		       " chunks (fds and mappings)\n",
+		       size_str(s->chunk_size_bytes, a, sizeof(a)), size_str(s->chunk_max_bytes, b, sizeof(b)),
+		       s->chunk_capacity);
 	if (strcmp(s->page_kind, "thp") == 0 || s->thp_bytes || s->thp_failures)
 		printf("huge pages:   %s of the pool collapsed into transparent huge pages%s%s\n",
 		       size_str(s->thp_bytes, a, sizeof(a)), s->thp_failures ? ", chunks whose collapse failed: " : "",

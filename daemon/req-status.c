@@ -161,6 +161,10 @@ static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr
 	sr->thp_failures = pool_thp_failures(b->pool);
 	sr->has_hugetlb_bytes = true;
 	sr->hugetlb_bytes = pool_hugetlb_bytes(b->pool);
+	sr->has_chunk_max_bytes = true;
+	sr->chunk_max_bytes = pool_chunk_max(b->pool);
+	sr->has_chunk_capacity = true;
+	sr->chunk_capacity = b->chunk_capacity;
 	sr->has_huge_pages_free_bytes = true;
 	sr->huge_pages_free_bytes = b->monitor ? monitor_huge_pages_free_bytes(b->monitor) : 0;
 	sr->has_unbrokered_bytes = true;

@@ -11,6 +11,7 @@ set(PB_DAEMON_CORE_SOURCES
   core/backing.c     # shared-memory registrations charged once: page ranges per backing file
   core/budget.c      # accounting: bytes, leases, chunks and fds per uid
   core/cgns.c        # cgroup paths read in a cgroup namespace of our own, as the host names them
+  core/classes.c     # chunk size classes: a lease's chunks, the warm carving, the plan for fd and map limits
   core/jobs.c        # job-quota rules and charges per cgroup
   core/lease.c       # the lease table and its state machine
   core/orphans.c     # the restart state file's text: what an earlier daemon lent
