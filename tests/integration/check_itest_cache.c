@@ -517,6 +517,88 @@ START_TEST(test_oldest_cached_leases_are_evicted_to_stay_under_the_limit)
 }
 END_TEST
 
+/*
+ * Many cached leases of mixed sizes (the size index and the cache-order list, not a walk of every lease): each
+ * request finds its own size, the slack finds the smallest that fits past a missing size, a lease of other flags
+ * is no hit, and a lower limit gives the longest-cached back first.
+ */
+#define MIXED_SIZES 24
+START_TEST(test_many_cached_leases_of_mixed_sizes_each_found_by_size_and_the_oldest_evicted_first)
+{
+	pb_client *c = cache_client(64 * MiB, 0);
+	pb_lease *l[MIXED_SIZES + 1], *x, *other;
+	void *data[MIXED_SIZES + 1];
+	uint64_t id[MIXED_SIZES + 1];
+	unsigned order[MIXED_SIZES];
+	struct pb_cache_stats st;
+
+	/* k pages for k = 1..MIXED_SIZES, in a scrambled order (7 is prime to 24). */
+	for (unsigned i = 0; i < MIXED_SIZES; i++)
+		order[i] = i * 7 % MIXED_SIZES + 1;
+	for (unsigned i = 0; i < MIXED_SIZES; i++) {
+		unsigned k = order[i];
+
+		ck_assert_int_eq(pb_acquire(c, k * PAGE, &nr_mapped, &l[k]), 0);
+		data[k] = pb_lease_data(l[k]);
+		id[k] = pb_lease_id(l[k]);
+	}
+	for (unsigned i = 0; i < MIXED_SIZES; i++)
+		ck_assert_int_eq(pb_release(c, l[order[i]]), 0);
+	st = stats_of(c);
+	ck_assert_uint_eq(st.cached_leases, MIXED_SIZES);
+	ck_assert_uint_eq(st.cached_bytes, MIXED_SIZES * (MIXED_SIZES + 1) / 2 * PAGE);
+
+	/* Slack 0: a request a little under k pages is served by the k-page lease, whatever the order. */
+	for (unsigned k = MIXED_SIZES; k >= 1; k--) {
+		ck_assert_int_eq(pb_acquire(c, k * PAGE - 100, &nr_mapped, &l[k]), 0);
+		ck_assert_uint_eq(pb_lease_id(l[k]), id[k]);
+		ck_assert_ptr_eq(pb_lease_data(l[k]), data[k]);
+	}
+	st = stats_of(c);
+	ck_assert_uint_eq(st.hits, MIXED_SIZES);
+	ck_assert_uint_eq(st.cached_leases, 0);
+	ck_assert_uint_eq(st.cached_bytes, 0);
+	/* Back in ascending size: the 1-page lease is now the longest cached. */
+	for (unsigned k = 1; k <= MIXED_SIZES; k++)
+		ck_assert_int_eq(pb_release(c, l[k]), 0);
+	ck_assert_uint_eq(stats_of(c).cached_leases, MIXED_SIZES);
+
+	/* Other flags, same size: no hit. */
+	ck_assert_int_eq(pb_acquire(c, 5 * PAGE, &(struct pb_acquire_opts){ .flags = PB_ACQUIRE_NO_REVOKE }, &other),
+			 0);
+	ck_assert_uint_ne(pb_lease_id(other), id[5]);
+	ck_assert_uint_eq(stats_of(c).hits, MIXED_SIZES);
+
+	/* Slack 100 (half): a byte over 10 pages needs 11, and the 11-page lease is the smallest that fits. */
+	pb_set_cache_slack(c, 100);
+	ck_assert_int_eq(pb_acquire(c, 10 * PAGE + 1, &nr_mapped, &l[11]), 0);
+	ck_assert_uint_eq(pb_lease_id(l[11]), id[11]);
+	/* With it taken, the next size up (12 pages, within the slack) serves the same request. */
+	ck_assert_int_eq(pb_acquire(c, 10 * PAGE + 1, &nr_mapped, &l[12]), 0);
+	ck_assert_uint_eq(pb_lease_id(l[12]), id[12]);
+	/* Slack 0 again: 11 pages has no cached lease of its size left, so a new one. */
+	pb_set_cache_slack(c, 0);
+	ck_assert_int_eq(pb_acquire(c, 11 * PAGE, &nr_mapped, &x), 0);
+	for (unsigned k = 1; k <= MIXED_SIZES; k++)
+		ck_assert_uint_ne(pb_lease_id(x), id[k]);
+	ck_assert_int_eq(pb_release(c, x), 0);
+	ck_assert_int_eq(pb_release(c, l[11]), 0);
+	ck_assert_int_eq(pb_release(c, l[12]), 0);
+
+	/* A limit a byte under what is cached: only the longest-cached (1 page) goes back. */
+	st = stats_of(c);
+	pb_set_cache_limit(c, st.cached_bytes - 1);
+	ASSERT_STATE(id[1], NULL);
+	ck_assert(lease_held(id[2]));
+	ck_assert_uint_eq(stats_of(c).evicted, st.evicted + 1);
+	ck_assert_uint_eq(stats_of(c).cached_leases, st.cached_leases - 1);
+	ck_assert_uint_eq(stats_of(c).cached_bytes, st.cached_bytes - PAGE);
+	ck_assert_int_eq(pb_release(c, other), 0);
+	pb_set_cache_limit(c, 0);
+	end_clean(c);
+}
+END_TEST
+
 START_TEST(test_registrations_are_never_cached)
 {
 	static char buf[16 * 4096] __attribute__((aligned(4096)));
@@ -819,7 +901,9 @@ static Suite *suite(void)
 		   test_cached_never_revoked_lease_comes_back_for_its_flags_and_size_within_the_slack,
 		   test_cached_lease_is_shown_idle_after_a_tick_and_active_when_taken_back,
 		   test_admin_revokes_a_cached_never_revoked_lease_but_not_an_active_one,
-		   test_oldest_cached_leases_are_evicted_to_stay_under_the_limit, test_registrations_are_never_cached);
+		   test_oldest_cached_leases_are_evicted_to_stay_under_the_limit,
+		   test_many_cached_leases_of_mixed_sizes_each_found_by_size_and_the_oldest_evicted_first,
+		   test_registrations_are_never_cached);
 	CHECK_CASE(s, "reclaim", start_tight, stop, 60,
 		   test_another_clients_acquire_reclaims_a_cached_never_revoked_lease);
 	CHECK_CASE(s, "raw", start, stop, 60, test_raw_set_idle_0_takes_a_revoked_cached_lease_back_and_it_stays_active,
