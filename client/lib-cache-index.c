@@ -8,8 +8,10 @@
  * Two structures over the same cached leases, both intrusive (no allocation while caching):
  * - a list in cache order, oldest at the head: eviction takes the head, and the receiver's tick walks from the
  *   first lease not yet told idle and stops at the first one not yet old enough;
- * - a treap keyed by (flags, priority, page size, size, newest first): the smallest lease that can serve a
- *   request is a lower-bound search, O(log n) whatever the slack.
+ * - a treap of sizes, keyed by (flags, priority, page size, size): one node per distinct key, the most recently
+ *   cached lease of that key, the others on its dup list (newest first). The smallest lease that can serve a
+ *   request is a lower-bound search over distinct sizes, so a cache of many leases of a few sizes (a training
+ *   loop's) costs what a cache of a few leases does.
  * Counters (bytes, leases) are kept with them, so pb_cache_stats reads them in O(1).
  */
 
@@ -18,7 +20,6 @@ struct index_key {
 	enum pb_priority priority;
 	size_t page_size_bytes;
 	size_t size_bytes;
-	uint64_t seq; /* ordered newest first: of equal leases, the most recently cached is found first */
 };
 
 static struct index_key key_of(const pb_lease *l)
@@ -26,8 +27,7 @@ static struct index_key key_of(const pb_lease *l)
 	return (struct index_key){ .flags = l->cache_flags,
 				   .priority = l->priority,
 				   .page_size_bytes = l->page_size_bytes,
-				   .size_bytes = l->size_bytes,
-				   .seq = l->cached_seq };
+				   .size_bytes = l->size_bytes };
 }
 
 static int key_cmp(const struct index_key *a, const struct index_key *b)
@@ -40,31 +40,57 @@ static int key_cmp(const struct index_key *a, const struct index_key *b)
 		return a->page_size_bytes < b->page_size_bytes ? -1 : 1;
 	if (a->size_bytes != b->size_bytes)
 		return a->size_bytes < b->size_bytes ? -1 : 1;
-	if (a->seq != b->seq)
-		return a->seq > b->seq ? -1 : 1;
 	return 0;
 }
 
-/* A treap's heap priority: a mix of the cache sequence (unique while cached), splitmix64's finaliser. */
+static int lease_cmp(const pb_lease *a, const pb_lease *b)
+{
+	struct index_key ka = key_of(a), kb = key_of(b);
+
+	return key_cmp(&ka, &kb);
+}
+
+/*
+ * A treap's heap priority: a mix of the key (splitmix64's finaliser), so a lease that takes its key's node over
+ * keeps the node's place in the heap.
+ */
 static uint64_t heap_prio(const pb_lease *l)
 {
-	uint64_t z = l->cached_seq + 0x9e3779b97f4a7c15ull;
+	uint64_t z = (uint64_t)l->size_bytes ^ ((uint64_t)l->page_size_bytes << 20) ^ ((uint64_t)l->cache_flags << 48) ^
+		     ((uint64_t)l->priority << 56);
 
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
 	return z ^ (z >> 31);
 }
 
+/* n takes over old's place as its key's node; old becomes the first of its dups (n is the newest). */
+static pb_lease *node_push(pb_lease *old, pb_lease *n)
+{
+	n->idx_left = old->idx_left;
+	n->idx_right = old->idx_right;
+	n->dup_prev = NULL;
+	n->dup_next = old;
+	n->idx_node = true;
+	old->idx_left = old->idx_right = NULL;
+	old->dup_prev = n;
+	old->idx_node = false;
+	return n;
+}
+
 static pb_lease *tree_insert(pb_lease *root, pb_lease *n)
 {
-	struct index_key kn = key_of(n), kr;
+	int cmp;
 
 	if (!root) {
-		n->idx_left = n->idx_right = NULL;
+		n->idx_left = n->idx_right = n->dup_prev = n->dup_next = NULL;
+		n->idx_node = true;
 		return n;
 	}
-	kr = key_of(root);
-	if (key_cmp(&kn, &kr) < 0) {
+	cmp = lease_cmp(n, root);
+	if (cmp == 0)
+		return node_push(root, n);
+	if (cmp < 0) {
 		root->idx_left = tree_insert(root->idx_left, n);
 		if (heap_prio(root->idx_left) > heap_prio(root)) {
 			pb_lease *x = root->idx_left;
@@ -101,21 +127,31 @@ static pb_lease *tree_merge(pb_lease *a, pb_lease *b)
 	return b;
 }
 
+/* Takes node n (its key's node) out of the treap rooted at root: its first dup takes its place, if any. */
 static pb_lease *tree_remove(pb_lease *root, pb_lease *n)
 {
-	struct index_key kn, kr;
+	int cmp;
 
 	if (!root)
 		return NULL;
 	if (root == n) {
-		pb_lease *m = tree_merge(n->idx_left, n->idx_right);
+		pb_lease *d = n->dup_next, *m;
 
-		n->idx_left = n->idx_right = NULL;
+		if (d) {
+			d->idx_left = n->idx_left;
+			d->idx_right = n->idx_right;
+			d->dup_prev = NULL;
+			d->idx_node = true;
+			m = d;
+		} else {
+			m = tree_merge(n->idx_left, n->idx_right);
+		}
+		n->idx_left = n->idx_right = n->dup_next = NULL;
+		n->idx_node = false;
 		return m;
 	}
-	kn = key_of(n);
-	kr = key_of(root);
-	if (key_cmp(&kn, &kr) < 0)
+	cmp = lease_cmp(n, root);
+	if (cmp < 0)
 		root->idx_left = tree_remove(root->idx_left, n);
 	else
 		root->idx_right = tree_remove(root->idx_right, n);
@@ -183,7 +219,15 @@ void cache_index_remove_locked(pb_client *c, pb_lease *l)
 	else
 		c->cache_tail = l->cache_prev;
 	l->cache_prev = l->cache_next = NULL;
-	c->cache_root = tree_remove(c->cache_root, l);
+	if (l->idx_node) {
+		c->cache_root = tree_remove(c->cache_root, l);
+	} else {
+		/* A dup: off its key's list, the tree untouched. */
+		l->dup_prev->dup_next = l->dup_next;
+		if (l->dup_next)
+			l->dup_next->dup_prev = l->dup_prev;
+		l->dup_prev = l->dup_next = NULL;
+	}
 	c->cached_bytes -= l->size_bytes;
 	c->cached_leases--;
 }
@@ -196,7 +240,6 @@ pb_lease *cache_index_lower_bound_locked(pb_client *c, uint32_t flags, enum pb_p
 		.priority = prio,
 		.page_size_bytes = page_size_bytes,
 		.size_bytes = need_bytes,
-		.seq = UINT64_MAX, /* first among leases of need_bytes, newest first */
 	};
 	pb_lease *best = NULL;
 

@@ -83,7 +83,9 @@ struct pb_lease {
 	bool idle_told;       /* while LEASE_CACHED: the daemon was told it is idle (a re-acquire must say busy) */
 	/* While LEASE_CACHED, under client->lock (lib-cache-index.c): */
 	struct pb_lease *cache_prev, *cache_next; /* client->cache_head's list, in cache order */
-	struct pb_lease *idx_left, *idx_right;    /* client->cache_root's treap, by flags, priority and size */
+	struct pb_lease *idx_left, *idx_right;    /* client->cache_root's treap of sizes, while idx_node */
+	struct pb_lease *dup_prev, *dup_next;     /* the other cached leases of its key, newest first */
+	bool idx_node;                            /* the treap's node for its key (else on a node's dup list) */
 	uint32_t cache_flags;                     /* the acquire flags a hit must ask for */
 	char *fallback_reason;
 };
@@ -306,7 +308,7 @@ int cache_index_add_locked(pb_client *c, pb_lease *l, uint32_t flags);
 void cache_index_remove_locked(pb_client *c, pb_lease *l);
 /*
  * Under c->lock: of the cached leases with these flags, priority and page size, the smallest of at least
- * need_bytes (of equal ones the most recently cached), or NULL. O(log n).
+ * need_bytes (of equal ones the most recently cached), or NULL. O(log n) in the distinct sizes cached.
  */
 pb_lease *cache_index_lower_bound_locked(pb_client *c, uint32_t flags, enum pb_priority prio, size_t page_size_bytes,
 					 size_t need_bytes);

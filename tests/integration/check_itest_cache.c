@@ -599,6 +599,50 @@ START_TEST(test_many_cached_leases_of_mixed_sizes_each_found_by_size_and_the_old
 }
 END_TEST
 
+/* Leases of one size: the most recently cached is taken first, and the longest cached is still evicted first. */
+START_TEST(test_cached_leases_of_one_size_newest_taken_first_oldest_evicted_first)
+{
+	pb_client *c = cache_client(64 * MiB, 0);
+	pb_lease *p, *q, *r, *x;
+	uint64_t idp, idq, idr;
+
+	ck_assert_int_eq(pb_acquire(c, 2 * PAGE, &nr_mapped, &p), 0);
+	ck_assert_int_eq(pb_acquire(c, 2 * PAGE, &nr_mapped, &q), 0);
+	ck_assert_int_eq(pb_acquire(c, 2 * PAGE, &nr_mapped, &r), 0);
+	idp = pb_lease_id(p);
+	idq = pb_lease_id(q);
+	idr = pb_lease_id(r);
+	ck_assert_int_eq(pb_release(c, p), 0);
+	ck_assert_int_eq(pb_release(c, q), 0);
+	ck_assert_int_eq(pb_release(c, r), 0);
+	/* Newest first: r, then q; p stays. */
+	ck_assert_int_eq(pb_acquire(c, 2 * PAGE, &nr_mapped, &x), 0);
+	ck_assert_uint_eq(pb_lease_id(x), idr);
+	r = x;
+	ck_assert_int_eq(pb_acquire(c, 2 * PAGE, &nr_mapped, &x), 0);
+	ck_assert_uint_eq(pb_lease_id(x), idq);
+	q = x;
+	/* Cache order now p, r, q. */
+	ck_assert_int_eq(pb_release(c, r), 0);
+	ck_assert_int_eq(pb_release(c, q), 0);
+	ck_assert_uint_eq(stats_of(c).cached_leases, 3);
+	/* Room for two: p, the longest cached, goes. Room for one: r. */
+	pb_set_cache_limit(c, 4 * PAGE);
+	ASSERT_STATE(idp, NULL);
+	ck_assert(lease_held(idr));
+	pb_set_cache_limit(c, 2 * PAGE);
+	ASSERT_STATE(idr, NULL);
+	ck_assert_uint_eq(stats_of(c).cached_leases, 1);
+	ck_assert_uint_eq(stats_of(c).evicted, 2);
+	ck_assert_int_eq(pb_acquire(c, 2 * PAGE, &nr_mapped, &x), 0);
+	ck_assert_uint_eq(pb_lease_id(x), idq);
+	ck_assert_uint_eq(stats_of(c).cached_leases, 0);
+	ck_assert_int_eq(pb_release(c, x), 0);
+	pb_set_cache_limit(c, 0);
+	end_clean(c);
+}
+END_TEST
+
 START_TEST(test_registrations_are_never_cached)
 {
 	static char buf[16 * 4096] __attribute__((aligned(4096)));
@@ -903,6 +947,7 @@ static Suite *suite(void)
 		   test_admin_revokes_a_cached_never_revoked_lease_but_not_an_active_one,
 		   test_oldest_cached_leases_are_evicted_to_stay_under_the_limit,
 		   test_many_cached_leases_of_mixed_sizes_each_found_by_size_and_the_oldest_evicted_first,
+		   test_cached_leases_of_one_size_newest_taken_first_oldest_evicted_first,
 		   test_registrations_are_never_cached);
 	CHECK_CASE(s, "reclaim", start_tight, stop, 60,
 		   test_another_clients_acquire_reclaims_a_cached_never_revoked_lease);
