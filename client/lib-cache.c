@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -98,7 +99,7 @@ static void cache_evict_locked(pb_client *c, pb_lease *l, pb_lease **list)
 	*list = l;
 }
 
-bool cache_keep_locked(pb_client *c, pb_lease *l, pb_lease **evicted, bool *tell)
+bool cache_keep_locked(pb_client *c, pb_lease *l, pb_lease **evicted)
 {
 	/* A stale lease is never cached: no broker counts it, and its id may name another lease. A
 	 * registration is the program's own memory, and a shared or attached lease others may use. */
@@ -116,13 +117,15 @@ bool cache_keep_locked(pb_client *c, pb_lease *l, pb_lease **evicted, bool *tell
 	l->state = LEASE_CACHED;
 	c->cache_stats.kept++;
 	__atomic_store_n(&l->idle, 1, __ATOMIC_RELEASE);
-	/* The receiver tells the daemon at its next tick, if the lease is still here; without a tick, now. */
-	l->idle_told = c->rx_untimed;
-	*tell = l->idle_told;
-	if (l->idle_told && c->cache_untold == l)
-		c->cache_untold = NULL; /* the newest, told now: no untold one follows it */
-	if (*tell)
-		c->cache_stats.told_idle++;
+	/* The receiver tells the daemon at its second tick, if the lease is still here. */
+	l->idle_told = false;
+	if (!c->rx_ticking) {
+		uint64_t one = 1;
+
+		/* An eventfd write never blocks (its counter is far from full); the receiver reads it back. A failed
+		 * one (it cannot fail on a live eventfd) is tried again by the next lease cached. */
+		c->rx_ticking = write(c->wake_fd, &one, sizeof(one)) == (ssize_t)sizeof(one);
+	}
 	return true;
 }
 
@@ -162,6 +165,11 @@ void cache_tick(pb_client *c)
 		for (size_t i = 0; i < n; i++)
 			conn_send_set_idle(c, ids[i], true, gens[i]);
 	} while (n == TELL_BATCH);
+}
+
+bool cache_untold_locked(const pb_client *c)
+{
+	return c->cache_untold != NULL;
 }
 
 void pb_set_cache_limit(pb_client *c, size_t bytes)

@@ -156,11 +156,12 @@ struct pb_client {
 		size_t page_size_bytes;
 		size_t leases;               /* 0: the slot is free */
 	} cache_pages[CACHE_PAGE_SIZES_MAX]; /* the page sizes cached leases have: a take searches each */
-	unsigned cache_slack_pct;  /* a cached lease serves a request up to this much smaller (100: half its size) */
-	uint64_t cache_seq;        /* bumped by each lease cached */
-	uint64_t cache_told_seq;   /* the receiver's last tick: leases cached at or before it are told idle next */
-	bool rx_untimed;           /* the receiver waits without a tick: a lease cached now is told idle at once */
-	uint64_t cache_tick_at_ms; /* the receiver's next tick (its own: read and written by it alone) */
+	unsigned cache_slack_pct; /* a cached lease serves a request up to this much smaller (100: half its size) */
+	uint64_t cache_seq;       /* bumped by each lease cached */
+	uint64_t cache_told_seq;  /* the receiver's last tick: leases cached at or before it are told idle next */
+	bool rx_ticking; /* the receiver ticks (a lease not told idle is cached); else a cache write wakes it */
+	int wake_fd;     /* an eventfd the receiver polls with the socket: wakes it to start ticking */
+	uint64_t cache_tick_at_ms;         /* the receiver's next tick (its own: read and written by it alone) */
 	struct pb_cache_stats cache_stats; /* hits, misses, evictions, revoked */
 	pb_revoke_fn revoke_fn;
 	void *revoke_userdata;
@@ -328,14 +329,16 @@ size_t cache_limit_from_env(void);
 pb_lease *cache_take(pb_client *c, size_t size, uint32_t flags, enum pb_priority prio);
 /*
  * Under c->lock, for pb_release of an active lease: keeps it cached when it may be (true), else false. Older
- * cached leases it pushed out to stay under the limit are unlinked onto *evicted (release them unlocked);
- * *tell: send SET_IDLE now (the receiver is not ticking).
+ * cached leases it pushed out to stay under the limit are unlinked onto *evicted (release them unlocked). Wakes
+ * the receiver when it is not ticking, so the lease is told idle a tick or two later.
  */
-bool cache_keep_locked(pb_client *c, pb_lease *l, pb_lease **evicted, bool *tell);
+bool cache_keep_locked(pb_client *c, pb_lease *l, pb_lease **evicted);
 /* Release what cache_keep_locked evicted (not under c->lock). */
 void cache_release_evicted(pb_client *c, pb_lease *evicted);
 /* The receiver's tick: tell the daemon which leases have sat in the cache since the last tick. */
 void cache_tick(pb_client *c);
+/* Under c->lock: is a lease cached that the daemon was not told idle yet (the receiver must tick)? */
+bool cache_untold_locked(const pb_client *c);
 
 /* ---------------------------------------------------------------- lib-acquire.c */
 

@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include <check.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>
@@ -130,6 +131,68 @@ static bool wait_revoked(pb_client *c, uint64_t want)
 			return true;
 	return false;
 }
+
+/* The tasks of this process now, into tids (at most max); how many. */
+static size_t own_tasks(pid_t *tids, size_t max)
+{
+	DIR *dir = opendir("/proc/self/task");
+	struct dirent *e;
+	size_t n = 0;
+
+	ck_assert_ptr_nonnull(dir);
+	while ((e = readdir(dir)) && n < max)
+		if (e->d_name[0] != '.')
+			tids[n++] = (pid_t)atoi(e->d_name);
+	closedir(dir);
+	return n;
+}
+
+/* How often thread tid slept and was woken (voluntary_ctxt_switches): each receiver tick is one. */
+static long thread_wakeups(pid_t tid)
+{
+	char path[64], line[256];
+	long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/status", (int)tid);
+	f = fopen(path, "re");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1)
+			break;
+	fclose(f);
+	ck_assert_int_ge(v, 0);
+	return v;
+}
+
+/* Connects a caching client and finds its receiver thread: the one task pb_connect added. */
+static pb_client *cache_client_rx(size_t limit, pid_t *rx)
+{
+	pid_t before[64], after[64];
+	size_t nb = own_tasks(before, 64), na;
+	pb_client *c = cache_client(limit, 0);
+
+	*rx = 0;
+	na = own_tasks(after, 64);
+	for (size_t i = 0; i < na; i++) {
+		bool old = false;
+
+		for (size_t j = 0; j < nb; j++)
+			old |= after[i] == before[j];
+		if (!old) {
+			ck_assert_msg(*rx == 0, "pb_connect started more than one thread");
+			*rx = after[i];
+		}
+	}
+	ck_assert_msg(*rx != 0, "no receiver thread found");
+	return c;
+}
+
+/*
+ * The window in which a ticking receiver would wake IDLE_WINDOW_TICKS times (a tick is 100 ms). Absence of an event
+ * has no event to wait on: this is the one fixed sleep here, and it asserts nothing about speed.
+ */
+#define IDLE_WINDOW_TICKS 8
 
 /* The daemon's leases now (this file's clients are its only holders). */
 static size_t daemon_leases(void)
@@ -643,6 +706,45 @@ START_TEST(test_cached_leases_of_one_size_newest_taken_first_oldest_evicted_firs
 }
 END_TEST
 
+/* A caching client with nothing to tell the daemon (cache empty, or all of it told idle) never wakes its receiver. */
+START_TEST(test_receiver_makes_no_periodic_wakeups_while_nothing_waits_to_be_told_idle)
+{
+	pid_t rx;
+	pb_client *c = cache_client_rx(64 * MiB, &rx);
+	pb_lease *a;
+	uint64_t id;
+	long w0;
+
+	/* Caching on, nothing cached: the receiver sleeps through the window (it used to tick every 100 ms). */
+	w0 = thread_wakeups(rx);
+	usleep(IDLE_WINDOW_TICKS * 100 * 1000);
+	ck_assert_int_le(thread_wakeups(rx) - w0, 1);
+
+	/* A lease cached into the empty cache wakes it, and it is told idle a tick or two later. */
+	ck_assert_int_eq(pb_acquire(c, 1 * MiB, &nr_mapped, &a), 0);
+	id = pb_lease_id(a);
+	ck_assert_int_eq(pb_release(c, a), 0);
+	ASSERT_STATE(id, "idle");
+	ck_assert_uint_eq(stats_of(c).told_idle, 1);
+
+	/* Everything cached is told: no more ticks, though a lease is cached. */
+	w0 = thread_wakeups(rx);
+	usleep(IDLE_WINDOW_TICKS * 100 * 1000);
+	ck_assert_int_le(thread_wakeups(rx) - w0, 1);
+	ck_assert_uint_eq(stats_of(c).cached_leases, 1);
+
+	/* Taken and cached again: told idle again, from the untimed wait. */
+	ck_assert_int_eq(pb_acquire(c, 1 * MiB, &nr_mapped, &a), 0);
+	ck_assert_uint_eq(pb_lease_id(a), id);
+	ASSERT_STATE(id, "active");
+	ck_assert_int_eq(pb_release(c, a), 0);
+	ASSERT_STATE(id, "idle");
+	ck_assert_uint_eq(stats_of(c).told_idle, 2);
+	pb_set_cache_limit(c, 0);
+	end_clean(c);
+}
+END_TEST
+
 START_TEST(test_registrations_are_never_cached)
 {
 	static char buf[16 * 4096] __attribute__((aligned(4096)));
@@ -948,6 +1050,7 @@ static Suite *suite(void)
 		   test_oldest_cached_leases_are_evicted_to_stay_under_the_limit,
 		   test_many_cached_leases_of_mixed_sizes_each_found_by_size_and_the_oldest_evicted_first,
 		   test_cached_leases_of_one_size_newest_taken_first_oldest_evicted_first,
+		   test_receiver_makes_no_periodic_wakeups_while_nothing_waits_to_be_told_idle,
 		   test_registrations_are_never_cached);
 	CHECK_CASE(s, "reclaim", start_tight, stop, 60,
 		   test_another_clients_acquire_reclaims_a_cached_never_revoked_lease);
