@@ -22,6 +22,33 @@ size_t cache_limit_from_env(void)
 	return (size_t)v;
 }
 
+unsigned cache_idle_ms_from_env(void)
+{
+	const char *s = getenv("PINBROKER_CACHE_IDLE_MS");
+	unsigned long v;
+	char *end;
+
+	if (!s || !*s)
+		return CACHE_IDLE_MS_DEFAULT;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end || v < CACHE_IDLE_MS_MIN || v > CACHE_IDLE_MS_MAX)
+		return CACHE_IDLE_MS_DEFAULT;
+	return (unsigned)v;
+}
+
+/* Under c->lock: wake the receiver if it is not ticking, so it looks at the cache again. */
+static void cache_wake_locked(pb_client *c)
+{
+	uint64_t one = 1;
+
+	if (c->rx_ticking)
+		return;
+	/* An eventfd write never blocks (its counter is far from full); the receiver reads it back. A failed
+	 * one (it cannot fail on a live eventfd) is tried again by the next lease cached. */
+	c->rx_ticking = write(c->wake_fd, &one, sizeof(one)) == (ssize_t)sizeof(one);
+}
+
 /* The acquire flags a cached lease was granted with: a hit must ask for the same. */
 static uint32_t cache_flags_of(const pb_lease *l)
 {
@@ -119,13 +146,7 @@ bool cache_keep_locked(pb_client *c, pb_lease *l, pb_lease **evicted)
 	__atomic_store_n(&l->idle, 1, __ATOMIC_RELEASE);
 	/* The receiver tells the daemon at its second tick, if the lease is still here. */
 	l->idle_told = false;
-	if (!c->rx_ticking) {
-		uint64_t one = 1;
-
-		/* An eventfd write never blocks (its counter is far from full); the receiver reads it back. A failed
-		 * one (it cannot fail on a live eventfd) is tried again by the next lease cached. */
-		c->rx_ticking = write(c->wake_fd, &one, sizeof(one)) == (ssize_t)sizeof(one);
-	}
+	cache_wake_locked(c);
 	return true;
 }
 
@@ -197,6 +218,23 @@ void pb_set_cache_slack(pb_client *c, unsigned percent)
 		return;
 	pthread_mutex_lock(&c->lock);
 	c->cache_slack_pct = percent;
+	pthread_mutex_unlock(&c->lock);
+}
+
+void pb_set_cache_idle_ms(pb_client *c, unsigned ms)
+{
+	if (!c)
+		return;
+	if (ms < CACHE_IDLE_MS_MIN)
+		ms = CACHE_IDLE_MS_MIN;
+	if (ms > CACHE_IDLE_MS_MAX)
+		ms = CACHE_IDLE_MS_MAX;
+	pthread_mutex_lock(&c->lock);
+	c->cache_idle_ms = ms;
+	/* A tick an hour away must not hold a shorter one off: the receiver, woken, starts its schedule again. */
+	c->cache_tick_reset = true;
+	c->rx_ticking = false;
+	cache_wake_locked(c);
 	pthread_mutex_unlock(&c->lock);
 }
 

@@ -61,6 +61,7 @@ int pb_connect(const char *path, pb_client **ret)
 	lease_install_hooks(c);
 	c->cache_limit_bytes = cache_limit_from_env();
 	c->cache_slack_pct = 100;
+	c->cache_idle_ms = cache_idle_ms_from_env();
 	c->rxbuf = malloc(PB_MAX_MSG_BYTES);
 	if (!c->rxbuf) {
 		r = err_set(-ENOMEM, "out of memory");

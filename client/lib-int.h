@@ -162,6 +162,8 @@ struct pb_client {
 	bool rx_ticking; /* the receiver ticks (a lease not told idle is cached); else a cache write wakes it */
 	int wake_fd;     /* an eventfd the receiver polls with the socket: wakes it to start ticking */
 	uint64_t cache_tick_at_ms;         /* the receiver's next tick (its own: read and written by it alone) */
+	unsigned cache_idle_ms;            /* the tick (pb_set_cache_idle_ms) */
+	bool cache_tick_reset;             /* the tick changed: the receiver starts its schedule again */
 	struct pb_cache_stats cache_stats; /* hits, misses, evictions, revoked */
 	pb_revoke_fn revoke_fn;
 	void *revoke_userdata;
@@ -320,8 +322,15 @@ void cache_index_clear_locked(pb_client *c);
 
 /* The cache limit from PINBROKER_CACHE_BYTES (0, no caching, when unset or bad). */
 size_t cache_limit_from_env(void);
-/* How often the receiver tells the daemon which cached leases are idle (while caching is on). */
-#define CACHE_TICK_MS 100
+/*
+ * How often the receiver tells the daemon which cached leases are idle (while one waits to be told): a lease is
+ * told after one to two of these. The default, and pb_set_cache_idle_ms's bounds (an hour at most).
+ */
+#define CACHE_IDLE_MS_DEFAULT 100u
+#define CACHE_IDLE_MS_MIN 1u
+#define CACHE_IDLE_MS_MAX 3600000u
+/* The tick from PINBROKER_CACHE_IDLE_MS (CACHE_IDLE_MS_DEFAULT when unset, or not a whole number in bounds). */
+unsigned cache_idle_ms_from_env(void);
 /*
  * Best fit among cached leases acquired with the same flags (PB_ACQUIRE_NO_CUDA, _NO_REVOKE, _MAPPED) and
  * priority, within the slack; made active again and told busy (sent here) if the daemon knew it idle. NULL: none.

@@ -301,7 +301,7 @@ static int reconnect(pb_client *c)
 }
 
 /*
- * While a cached lease has not been told idle, wake every CACHE_TICK_MS to tell the daemon which cached leases
+ * While a cached lease has not been told idle, wake every c->cache_idle_ms to tell the daemon which cached leases
  * sat idle a tick, so a lease reused at once never costs a message. Otherwise wait untimed: an idle client (cache
  * empty, or all of it told) never wakes; pb_release caching a lease then wakes this thread through c->wake_fd.
  */
@@ -310,21 +310,27 @@ static void receiver_wait(pb_client *c)
 	for (;;) {
 		struct pollfd p[2] = { { .fd = c->sock, .events = POLLIN }, { .fd = c->wake_fd, .events = POLLIN } };
 		int timeout_ms = -1;
+		unsigned idle_ms;
 		uint64_t now;
 		bool ticking;
 
 		pthread_mutex_lock(&c->lock);
 		ticking = cache_untold_locked(c);
 		c->rx_ticking = ticking;
+		idle_ms = c->cache_idle_ms;
+		if (c->cache_tick_reset) {
+			c->cache_tick_reset = false;
+			c->cache_tick_at_ms = 0;
+		}
 		pthread_mutex_unlock(&c->lock);
 		if (ticking) {
 			/* Ticks keep time however busy the connection is: a status poll must not hold them off. */
 			now = now_ms();
 			if (c->cache_tick_at_ms == 0)
-				c->cache_tick_at_ms = now + CACHE_TICK_MS;
+				c->cache_tick_at_ms = now + idle_ms;
 			if (now >= c->cache_tick_at_ms) {
 				cache_tick(c);
-				c->cache_tick_at_ms = now + CACHE_TICK_MS;
+				c->cache_tick_at_ms = now + idle_ms;
 				continue; /* what is left untold decides whether to go on ticking */
 			}
 			timeout_ms = (int)(c->cache_tick_at_ms - now);

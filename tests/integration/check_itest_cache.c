@@ -745,6 +745,35 @@ START_TEST(test_receiver_makes_no_periodic_wakeups_while_nothing_waits_to_be_tol
 }
 END_TEST
 
+/*
+ * The tick is a setting: $PINBROKER_CACHE_IDLE_MS an hour keeps a cached lease from being shown idle through many
+ * default ticks, and pb_set_cache_idle_ms shortens it at once (the schedule starts again).
+ */
+START_TEST(test_cache_idle_ms_from_the_environment_and_pb_set_cache_idle_ms)
+{
+	pb_client *c;
+	pb_lease *a;
+	uint64_t id;
+
+	ck_assert_int_eq(setenv("PINBROKER_CACHE_IDLE_MS", "3600000", 1), 0);
+	c = cache_client(64 * MiB, 0);
+	ck_assert_int_eq(unsetenv("PINBROKER_CACHE_IDLE_MS"), 0);
+	ck_assert_int_eq(pb_acquire(c, 1 * MiB, &nr_mapped, &a), 0);
+	id = pb_lease_id(a);
+	ck_assert_int_eq(pb_release(c, a), 0);
+	/* IDLE_WINDOW_TICKS default ticks: a lease is told after two at most, and this one is not. */
+	usleep(IDLE_WINDOW_TICKS * 100 * 1000);
+	assert_state_now(id, "active");
+	ck_assert_uint_eq(stats_of(c).told_idle, 0);
+	/* A 20 ms tick, set now: told within the bound. */
+	pb_set_cache_idle_ms(c, 20);
+	ASSERT_STATE(id, "idle");
+	ck_assert_uint_eq(stats_of(c).told_idle, 1);
+	pb_set_cache_limit(c, 0);
+	end_clean(c);
+}
+END_TEST
+
 START_TEST(test_registrations_are_never_cached)
 {
 	static char buf[16 * 4096] __attribute__((aligned(4096)));
@@ -1051,6 +1080,7 @@ static Suite *suite(void)
 		   test_many_cached_leases_of_mixed_sizes_each_found_by_size_and_the_oldest_evicted_first,
 		   test_cached_leases_of_one_size_newest_taken_first_oldest_evicted_first,
 		   test_receiver_makes_no_periodic_wakeups_while_nothing_waits_to_be_told_idle,
+		   test_cache_idle_ms_from_the_environment_and_pb_set_cache_idle_ms,
 		   test_registrations_are_never_cached);
 	CHECK_CASE(s, "reclaim", start_tight, stop, 60,
 		   test_another_clients_acquire_reclaims_a_cached_never_revoked_lease);
