@@ -119,6 +119,13 @@ struct broker {
 	uint64_t budget_bytes;         /* resolved from cfg */
 	uint64_t uid_quota_bytes;
 	uint64_t max_no_revoke_per_uid_bytes;
+	/*
+	 * max-registrants-per-file: registrations of one shared file recorded as its registrants (backing.h's work
+	 * per call grows with the square of their number); beyond this many, a registration of the file is charged
+	 * in full, as one of private memory is. Ranks of one server are a handful; this bounds what a client could
+	 * make a call cost.
+	 */
+	uint32_t max_registrants_per_file;
 	uint64_t prewarm_bytes;
 	uint64_t started_ms;
 	enum broker_state state;
@@ -174,12 +181,6 @@ struct acquire_args {
 
 /* Queued reply packets duplicate their fds; this many may be queued over all connections. */
 #define BROKER_QUEUED_FDS_MAX 1024
-/*
- * Registrations of one shared file recorded as its registrants (backing.h's work per call grows with the
- * square of their number): beyond this many, a registration of the file is charged in full, as one of
- * private memory is. Ranks of one server are a handful; this bounds what a client could make a call cost.
- */
-#define BROKER_BACKING_REGISTRANTS_MAX 256
 /* Below this many chunks the daemon could not serve a useful load; the limits are clamped up to it. */
 #define BROKER_CHUNK_CAPACITY_MIN 64
 
