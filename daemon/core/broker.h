@@ -65,6 +65,13 @@ enum broker_revocation {
 	REVOKED_N,
 };
 
+/* Why a never-revoked lease's revoke was cancelled (lease_cancel_revoke's callers), for the metrics' reason label. */
+enum broker_revoke_cancel {
+	CANCELLED_REUSED,         /* its library took it back into use from its cache (SET_IDLE 0) */
+	CANCELLED_NOT_GIVEN_BACK, /* neither given back nor taken back by the deadline: kept as in use */
+	CANCELLED_N,
+};
+
 /* What was done to an overdue holder (revoke-enforce), for the metrics' action label. */
 enum broker_enforcement {
 	ENFORCED_DISCONNECT,
@@ -92,6 +99,7 @@ struct broker_counters {
 	uint64_t loop_turns[BROKER_TURN_BUCKETS +
 			    1]; /* turns by length: <= each of BROKER_TURN_BUCKET_US, then longer */
 	uint64_t loop_turn_sum_us;
+	uint64_t revokes_cancelled[CANCELLED_N]; /* never-revoked leases' revokes cancelled, by reason */
 };
 
 struct broker {

@@ -1068,6 +1068,88 @@ START_TEST(test_raw_registration_is_still_refused_set_idle)
 }
 END_TEST
 
+/* More than the daemon's LOG_RATELIMIT_BURST (20 lines of one event kind in 5 s). */
+#define STORM_LEASES 30
+
+/* A budget and a never-revoked share that fit STORM_LEASES small leases, each one 64 KiB chunk. */
+static void start_storm(void)
+{
+	atexit(kill_daemon_at_exit);
+	daemon_start(&d, ITEST_ARGS("--budget", "64M", "--max-no-revoke-per-uid", "100%", "--prewarm", "0",
+				    "--chunk-size", "64K", "--pool-shrink-delay-ms", "600000"));
+}
+
+/* How many lines of the daemon's log since its start say what. */
+static size_t log_count(const char *what)
+{
+	char *log = daemon_log(&d);
+	size_t n = 0;
+
+	for (char *p = log ? log + d.log_from : NULL; p && (p = strstr(p, what)); p += strlen(what))
+		n++;
+	free(log);
+	return n;
+}
+
+/*
+ * A revoke of many cached never-revoked leases, all taken back into use at once: every one is kept and counted
+ * in pinbroker_revokes_cancelled_total, and the log says so at most a burst's worth of times.
+ */
+START_TEST(test_cancelled_revokes_are_counted_and_their_log_lines_rate_limited)
+{
+	pid_t holder;
+	int fd = raw_connect_by_child(&holder);
+	uint64_t ids[STORM_LEASES], *revoked = NULL;
+	size_t n = 0, got = 0;
+	pb_client *admin;
+	char *text = NULL;
+
+	for (size_t i = 0; i < STORM_LEASES; i++) {
+		ck_assert_int_eq(
+			raw_acquire_flags(fd, 64 * KiB, PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE, &ids[i]),
+			0);
+		ck_assert_int_eq(raw_set_idle(fd, ids[i], true), 0);
+	}
+	ck_assert_int_eq(pb_connect(d.socket, &admin), 0);
+	ck_assert_int_eq(pb_metrics(admin, &text), 0);
+	ck_assert(itest_metrics_sample(text, "pinbroker_revokes_cancelled_total{reason=\"reused\"}") == 0);
+	ck_assert(itest_metrics_sample(text, "pinbroker_revokes_cancelled_total{reason=\"not_given_back\"}") == 0);
+	free(text);
+	ck_assert_int_eq(pb_admin_revoke(admin, PB_REVOKE_UID, 0, getuid(), TAKE_BACK_DEADLINE_MS, &revoked, &n), 0);
+	free(revoked);
+	ck_assert_uint_eq(n, STORM_LEASES);
+	/* Every REVOKE, then every lease taken back into use: each kept. */
+	while (got < STORM_LEASES) {
+		int fds[4], err = 0;
+		size_t nfds = 0;
+		Pinbroker__V1__Reply *rep = raw_recv(fd, fds, 4, &nfds, WAIT_MS, &err);
+
+		ck_assert_msg(rep, "REVOKE %zu of %d did not come (%s)", got + 1, STORM_LEASES, strerror(-err));
+		ck_assert_int_eq(rep->body_case, PINBROKER__V1__REPLY__BODY_REVOKE);
+		pinbroker__v1__reply__free_unpacked(rep, NULL);
+		got++;
+	}
+	for (size_t i = 0; i < STORM_LEASES; i++)
+		ck_assert_int_eq(raw_set_idle(fd, ids[i], false), 0);
+	for (size_t i = 0; i < STORM_LEASES; i++)
+		assert_state_now(ids[i], "active");
+	ck_assert_int_eq(pb_metrics(admin, &text), 0);
+	ck_assert_msg(itest_metrics_sample(text, "pinbroker_revokes_cancelled_total{reason=\"reused\"}") ==
+			      STORM_LEASES,
+		      "%s", text);
+	free(text);
+	/* A burst's worth of lines at most (before the limit, one per lease). */
+	ck_assert_uint_ge(log_count("taken back into use"), 1);
+	ck_assert_uint_le(log_count("taken back into use"), 20);
+	for (size_t i = 0; i < STORM_LEASES; i++)
+		ck_assert_int_eq(raw_release(fd, ids[i]), 0);
+	close(fd);
+	assert_holder_not_signalled(holder);
+	pb_disconnect(admin);
+	end_clean(NULL);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-cache");
@@ -1087,6 +1169,8 @@ static Suite *suite(void)
 	CHECK_CASE(s, "raw", start, stop, 60, test_raw_set_idle_0_takes_a_revoked_cached_lease_back_and_it_stays_active,
 		   test_raw_revoked_cached_lease_left_alone_is_kept_as_in_use_never_overdue,
 		   test_raw_registration_is_still_refused_set_idle);
+	CHECK_CASE(s, "storm", start_storm, stop, 60,
+		   test_cancelled_revokes_are_counted_and_their_log_lines_rate_limited);
 	return s;
 }
 
