@@ -610,7 +610,8 @@ static void scale_wait_told(pb_client *c, size_t want)
 /*
  * The pair's cost with one lease cached against SCALE_CACHED of mixed sizes, on a daemon of its own (small
  * chunks, room for that many leases): a take is a search of the size index and a put an append to the cache
- * list, so the ratio should stay near 1×. With slack the 5-page request is served by a 6-page lease, the
+ * list, so the ratio should stay near 1×. The 7-page lease is the only one of its size (a cache that walked
+ * its leases would look at all of them first); with slack the 5-page request is served by a 6-page lease, the
  * smallest that fits, past the sizes below it.
  */
 static void cache_scale_table(void)
@@ -641,6 +642,7 @@ static void cache_scale_table(void)
 		const char *what;
 	} rows[] = {
 		{ 2, 0, "8 KiB, slack 0 (its own size)" },
+		{ 7, 0, "28 KiB, slack 0 (the one lease of its size)" },
 		{ 5, 100, "20 KiB, slack 100 (a 24 KiB lease, the smallest that fits)" },
 	};
 	const uint32_t flags = PB_ACQUIRE_NO_CUDA;
