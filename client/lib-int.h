@@ -361,6 +361,16 @@ void acquire_message(Pinbroker__V1__Acquire *acq, uint64_t size, const struct pb
 int acquire_call(pb_client *c, Request *req, const char *verb, uint32_t flags, bool attached,
 		 const struct reg_span *reg, pb_lease **ret);
 
+/* ---------------------------------------------------------------- lib-register.c */
+
+/*
+ * A registration charge of bytes that no address of this process names: memory the CUDA driver allocates and
+ * owns itself (a VMM allocation or a memory pool with a host location), charged so the budget sees it. As
+ * pb_register with PB_REGISTER_CHARGE_ONLY otherwise (never revoked, never cached; pb_unregister gives it
+ * back). For libpinbroker-preload.so, which links the library's objects; not exported.
+ */
+int register_charge_bytes(pb_client *c, size_t bytes, const struct pb_acquire_opts *opts, pb_lease **ret);
+
 /* ---------------------------------------------------------------- lib-status.c */
 
 /* strdup of s ("" for NULL); sets *oom and returns NULL when out of memory. */

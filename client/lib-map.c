@@ -4,6 +4,7 @@
 #include "lib-int.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "cuda.h"
+#include "wire.h"
 
 /* A PMD's worth of memory: the alignment that lets a mapping use 2 MiB pages. */
 #define HUGE_PMD_BYTES (UINT64_C(2) * 1024 * 1024)
@@ -20,7 +22,9 @@ int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, void **base_ret, 
 	uint64_t sys_page_bytes = (uint64_t)sysconf(_SC_PAGESIZE);
 	uint64_t page = ls->page_size, total = 0, align, reserve_bytes;
 	uint8_t *res, *base, *end;
+	const char *sim;
 	size_t off = 0;
+	int populate;
 
 	if (page < sys_page_bytes || (page & (page - 1)) != 0)
 		return err_set(-EPROTO, "pinbrokerd sent a lease with page size %llu", (unsigned long long)page);
@@ -55,10 +59,16 @@ int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, void **base_ret, 
 	if (base + total < end)
 		munmap(base + total, (size_t)(end - (base + total)));
 
+	/*
+	 * MAP_POPULATE: the daemon's pages are resident already; this only fills page tables, so the application's
+	 * first touch costs nothing. Not against a simulated pool (PB_SIMULATE_ENV), whose pages do not exist yet.
+	 */
+	populate = MAP_POPULATE;
+	sim = secure_getenv(PB_SIMULATE_ENV);
+	if (sim && strcmp(sim, "1") == 0)
+		populate = 0;
 	for (size_t i = 0; i < ls->n_chunk_bytes; i++) {
-		/* MAP_POPULATE: the daemon's pages are resident already; this only fills page tables,
-		 * so the application's first touch costs nothing. */
-		if (mmap(base + off, ls->chunk_bytes[i], PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
+		if (mmap(base + off, ls->chunk_bytes[i], PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | populate,
 			 fds[i], 0) == MAP_FAILED) {
 			int err = -errno;
 

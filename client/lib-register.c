@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* libpinbroker's registrations: the caller's own memory charged (pb_register), unbrokered pinning reported. */
+/*
+ * libpinbroker's registrations: the caller's own memory charged (pb_register), memory the driver owns charged by
+ * its size (register_charge_bytes), unbrokered pinning reported.
+ */
 #define _GNU_SOURCE
 #include "lib-int.h"
 
@@ -95,6 +98,32 @@ int pb_register(pb_client *c, void *p, size_t size, const struct pb_acquire_opts
 	if (r == 0 && *ret)
 		(*ret)->shared_memory = acq.backing != NULL;
 	return r;
+}
+
+int register_charge_bytes(pb_client *c, size_t bytes, const struct pb_acquire_opts *opts, pb_lease **ret)
+{
+	Pinbroker__V1__Acquire acq = PINBROKER__V1__ACQUIRE__INIT;
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	struct pb_acquire_opts o = opts ? *opts : (struct pb_acquire_opts){ 0 };
+	struct reg_span reg = { NULL, bytes };
+
+	if (!ret)
+		return err_set(-EINVAL, "register_charge_bytes: ret is NULL");
+	*ret = NULL;
+	if (!c)
+		return err_set(-ENOTCONN, "not connected to a broker");
+	if (bytes == 0)
+		return err_set(-EINVAL, "cannot charge 0 bytes");
+	if (conn_need_registrations(c, "registrations") < 0)
+		return -EOPNOTSUPP;
+	/* Nothing of ours to register: the driver owns the pages. */
+	o.flags |= PB_REGISTER_CHARGE_ONLY;
+	acquire_message(&acq, bytes, &o,
+			PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY |
+				PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE);
+	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
+	req.acquire = &acq;
+	return acquire_call(c, &req, "a registration", o.flags, false, &reg, ret);
 }
 
 int pb_unregister(pb_client *c, pb_lease *l)

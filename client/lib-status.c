@@ -146,13 +146,27 @@ static void append_leases(struct pb_lease_info **rows, size_t *n, const Pinbroke
 		lease_info_copy(&v[(*n)++], sr->leases[i], oom);
 }
 
+/*
+ * What struct pb_status does not hold, so that its layout stays as programs built against it know it; read
+ * through pb_status_cgroup_namespace. Every pb_status the library returns is one of these.
+ */
+struct status_hidden {
+	struct pb_status s; /* first: a struct pb_status * of the library's points at one */
+	char *cgroup_namespace;
+	char *cgroup_ns_root;
+};
+
 static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status **ret)
 {
-	struct pb_status *s = calloc(1, sizeof(*s));
+	struct status_hidden *h = calloc(1, sizeof(*h));
+	struct pb_status *s = h ? &h->s : NULL;
 	bool oom = false;
 
 	if (!s)
 		return err_set(-ENOMEM, "out of memory");
+	/* NULL from an older daemon, which does not say. */
+	h->cgroup_namespace = sr->cgroup_namespace ? status_strdup(sr->cgroup_namespace, &oom) : NULL;
+	h->cgroup_ns_root = sr->cgroup_ns_root ? status_strdup(sr->cgroup_ns_root, &oom) : NULL;
 	s->schema_version = sr->schema_version;
 	s->server_version = status_strdup(sr->server_version, &oom);
 	s->budget_bytes = sr->budget_bytes;
@@ -191,6 +205,8 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 		};
 	}
 	s->orphaned_bytes = sr->has_orphaned_bytes ? sr->orphaned_bytes : 0;
+	s->chunk_max_bytes = sr->has_chunk_max_bytes ? sr->chunk_max_bytes : sr->chunk_size_bytes;
+	s->chunk_capacity = sr->has_chunk_capacity ? sr->chunk_capacity : 0;
 	s->page_kind = status_strdup(sr->page_kind ? sr->page_kind : "unknown", &oom);
 	s->thp_bytes = sr->has_thp_bytes ? sr->thp_bytes : 0;
 	s->thp_failures = sr->has_thp_failures ? sr->thp_failures : 0;
@@ -432,5 +448,16 @@ void pb_status_free(struct pb_status *s)
 	free(s->signals);
 	free_events(s->transitions, s->n_transitions);
 	free_events(s->revocations, s->n_revocations);
+	free(((struct status_hidden *)s)->cgroup_namespace);
+	free(((struct status_hidden *)s)->cgroup_ns_root);
 	free(s);
+}
+
+const char *pb_status_cgroup_namespace(const struct pb_status *s, const char **root)
+{
+	const struct status_hidden *h = (const struct status_hidden *)s;
+
+	if (root)
+		*root = h->cgroup_ns_root;
+	return h->cgroup_namespace;
 }

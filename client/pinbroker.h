@@ -561,6 +561,10 @@ struct pb_status {
 	/* Of leased_bytes, memory an earlier daemon instance lent that live processes still map: after a restart
 	 * it stays counted until they let go (0 from an older daemon). */
 	uint64_t orphaned_bytes;
+	/* The pool's chunk classes: chunk_size_bytes * 2^k up to chunk_max_bytes (chunk_size_bytes from an older
+	 * daemon: one class), and the chunks its fds and mappings allow (0 from an older daemon). */
+	uint64_t chunk_max_bytes;
+	uint64_t chunk_capacity;
 };
 
 /*
@@ -581,6 +585,15 @@ int pb_status_query(pb_client *c, unsigned flags, struct pb_status **ret);
 int pb_status_get(pb_client *c, struct pb_status **ret);
 /* Free what pb_status_query() or pb_status_get() returned, every row included (NULL is fine). */
 void pb_status_free(struct pb_status *s);
+/*
+ * The daemon's cgroup namespace, as it learned it at start: "host" (it reads cgroups as pid 1 does),
+ * "private" (a namespace of its own that it placed in the host's tree: clients' cgroups are the host's
+ * paths, and *root, where root is not NULL, is its namespace root's) or "unresolved" (a namespace of its
+ * own it could not place: clients outside it have no cgroup, so quotas on theirs do not bind). NULL from an
+ * older daemon (*root NULL unless "private"). The strings belong to s, which pb_status_query or pb_status_get
+ * returned. Kept out of struct pb_status so that its layout stays.
+ */
+const char *pb_status_cgroup_namespace(const struct pb_status *s, const char **root);
 
 /*
  * One page of lease rows, for walking a long lease list without holding all

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* pinctl doctor's checks: privileges, huge pages and THP, CUDA, socket and groups, cgroup, PSI, service, budget; each adds one finding, with its fix. */
+/* pinctl doctor's checks: privileges, huge pages and THP, CUDA, socket and groups, cgroup and its namespace, PSI, service, budget; each adds one finding, with its fix. */
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <dirent.h>
@@ -622,6 +622,41 @@ static void check_cgroup(struct doctor *d)
 		   who, lim, where, d->have_status ? ", the budget fits" : "");
 }
 
+/*
+ * The daemon reads clients' cgroups in its own cgroup namespace; in a container's (containerd, CRI-O, Docker
+ * on cgroup v2) another pod's reads "/../../kubepods...", and unless the daemon placed its namespace in the
+ * host's tree, pod quotas do not bind. It says in its status what it found at start.
+ */
+static void check_cgroup_namespace(struct doctor *d)
+{
+	struct finding *f;
+
+	if (!d->have_status || !d->cgroup_ns[0]) {
+		doctor_add(d, "cgroup-namespace", DOCTOR_SKIP, "%s",
+			   d->have_status ? "the daemon does not say (an older version)" : "no daemon status");
+		return;
+	}
+	if (strcmp(d->cgroup_ns, "host") == 0) {
+		doctor_add(d, "cgroup-namespace", DOCTOR_OK,
+			   "the daemon reads cgroups in the host's cgroup namespace: clients' are host paths");
+		return;
+	}
+	if (strcmp(d->cgroup_ns, "private") == 0) {
+		doctor_add(d, "cgroup-namespace", DOCTOR_OK,
+			   "the daemon's cgroup namespace is its own, rooted at %s in the host's tree: clients' "
+			   "cgroups are resolved to host paths",
+			   d->cgroup_ns_root);
+		return;
+	}
+	f = doctor_add(d, "cgroup-namespace", DOCTOR_WARN,
+		       "the daemon's cgroup namespace is its own and it could not place it in the host's tree: "
+		       "clients outside it are charged to no job, so quotas on their cgroups (a pod's) do not bind");
+	doctor_fix(f,
+		   "mount the host's /sys/fs/cgroup read-only into the daemon's container (deploy/kubernetes does, at "
+		   "/host/sys/fs/cgroup), or run it in the host's cgroup namespace (docker run --cgroupns=host), "
+		   "then restart it; its log says what it tried");
+}
+
 static void check_psi(struct doctor *d)
 {
 	char path[PATH_MAX], buf[512];
@@ -779,6 +814,68 @@ static void check_budget(struct doctor *d)
 		   d->gpu_bytes ? format_size(d->gpu_bytes, gm, sizeof(gm)) : "", d->gpu_bytes ? " together" : "");
 }
 
+/* /proc/PID/limits' "Max open files" soft limit; 0 when unreadable, UINT64_MAX for unlimited. */
+static uint64_t nofile_limit(pid_t pid)
+{
+	char path[64], buf[4096], *p;
+
+	snprintf(path, sizeof(path), "/proc/%d/limits", (int)pid);
+	if (doctor_read_text(path, buf, sizeof(buf)) < 0 || !(p = strstr(buf, "Max open files")))
+		return 0;
+	p += strlen("Max open files");
+	p += strspn(p, " ");
+	return strncmp(p, "unlimited", 9) == 0 ? UINT64_MAX : strtoull(p, NULL, 10);
+}
+
+/*
+ * The daemon's chunk classes against its fd limit and vm.max_map_count, as it planned them at start
+ * (daemon/core/classes.h): the larger of the budget and MemTotal, lent as one lease, should take at most a
+ * quarter of the chunks they allow (the rest: smaller leases and the warm pool's small chunks).
+ */
+static void check_chunks(struct doctor *d)
+{
+	uint64_t mem_total = 0, plan_bytes, left, worst = 0, map_max = 0, nofile;
+	char path[PATH_MAX], buf[64], s1[32], s2[32], s3[32];
+	struct finding *f;
+
+	if (!d->have_status || d->chunk_capacity == 0 || d->chunk_size_bytes == 0) {
+		doctor_add(d, "chunks", DOCTOR_SKIP,
+			   "the daemon did not say its chunk classes (not running, or older)");
+		return;
+	}
+	(void)doctor_meminfo_bytes(d, "MemTotal", &mem_total);
+	plan_bytes = d->budget_bytes > mem_total ? d->budget_bytes : mem_total;
+	/* Greedy, largest class first: whole chunks of the largest, at most one of each smaller, one tail. */
+	left = plan_bytes;
+	for (uint64_t c = d->chunk_max_bytes; c >= d->chunk_size_bytes && c > 0; c /= 2) {
+		worst += left / c;
+		left %= c;
+	}
+	worst += left ? 1 : 0;
+	if (doctor_read_text(doctor_rooted(d, "/proc/sys/vm/max_map_count", path, sizeof(path)), buf, sizeof(buf)) > 0)
+		map_max = strtoull(buf, NULL, 10);
+	nofile = d->daemon_pid ? nofile_limit(d->daemon_pid) : 0;
+	format_size(d->chunk_size_bytes, s1, sizeof(s1));
+	format_size(d->chunk_max_bytes, s2, sizeof(s2));
+	format_size(plan_bytes, s3, sizeof(s3));
+	if (worst <= d->chunk_capacity / 4) {
+		doctor_add(
+			d, "chunks", DOCTOR_OK,
+			"chunk classes %s to %s: %s (the budget or MemTotal, the larger) lent as one lease is %" PRIu64
+			" chunks of the %" PRIu64 " the daemon's fds (RLIMIT_NOFILE %" PRIu64
+			") and mappings (vm.max_map_count %" PRIu64 ") allow",
+			s1, s2, s3, worst, d->chunk_capacity, nofile, map_max);
+		return;
+	}
+	f = doctor_add(d, "chunks", DOCTOR_WARN,
+		       "chunk classes %s to %s: %s lent as one lease is %" PRIu64
+		       " chunks, more than a quarter of the %" PRIu64 " the daemon's fds (RLIMIT_NOFILE %" PRIu64
+		       ") and mappings (vm.max_map_count %" PRIu64 ") allow: large leases may be refused",
+		       s1, s2, s3, worst, d->chunk_capacity, nofile, map_max);
+	doctor_fix(f, "raise LimitNOFILE= and vm.max_map_count, or leave chunk-max at its default (the daemon then "
+		      "raises it to fit)");
+}
+
 void doctor_checks_run(struct doctor *d)
 {
 	check_socket(d);
@@ -791,7 +888,9 @@ void doctor_checks_run(struct doctor *d)
 	check_thp_collapse(d);
 	check_cuda(d);
 	check_cgroup(d);
+	check_cgroup_namespace(d);
 	check_psi(d);
 	check_service(d);
 	check_budget(d);
+	check_chunks(d);
 }

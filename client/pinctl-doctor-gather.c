@@ -258,7 +258,16 @@ void doctor_gather(struct doctor *d)
 		if (pb_status_query(c, 0, &s) == 0) {
 			d->have_status = true;
 			d->budget_bytes = s->budget_bytes;
+			d->chunk_size_bytes = s->chunk_size_bytes;
+			d->chunk_max_bytes = s->chunk_max_bytes;
+			d->chunk_capacity = s->chunk_capacity;
 			snprintf(d->page_kind, sizeof(d->page_kind), "%s", s->page_kind ? s->page_kind : "");
+			{
+				const char *root, *ns = pb_status_cgroup_namespace(s, &root);
+
+				snprintf(d->cgroup_ns, sizeof(d->cgroup_ns), "%s", ns ? ns : "");
+				snprintf(d->cgroup_ns_root, sizeof(d->cgroup_ns_root), "%s", root ? root : "");
+			}
 			pb_status_free(s);
 		}
 		pb_disconnect(c);

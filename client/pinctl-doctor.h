@@ -32,8 +32,11 @@ struct doctor {
 	char connect_msg[256];
 	bool have_status;
 	uint64_t budget_bytes;
+	uint64_t chunk_size_bytes, chunk_max_bytes, chunk_capacity; /* the pool's chunk classes and their room */
 	char page_kind[16];
-	pid_t daemon_pid; /* 0 when not found */
+	char cgroup_ns[16];       /* pb_status_cgroup_namespace: "" from an older daemon */
+	char cgroup_ns_root[512]; /* its root in the host's tree, where "private" */
+	pid_t daemon_pid;         /* 0 when not found */
 	bool cuda_loaded;
 	bool cuda_usable;
 	int driver_version;

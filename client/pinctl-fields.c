@@ -162,11 +162,31 @@ FIELD_U64(status, STATUS, unbrokered_bytes)
 FIELD_U64(status, STATUS, unbrokered_reported_bytes)
 FIELD_U64(status, STATUS, unbrokered_cap_bytes)
 FIELD_U64(status, STATUS, orphaned_bytes)
+FIELD_U64(status, STATUS, chunk_max_bytes)
+FIELD_U64(status, STATUS, chunk_capacity)
 FIELD_U64(status, STATUS, prewarm_bytes)
 FIELD_U64(status, STATUS, waiting_acquires)
 FIELD_STR(status, STATUS, pressure_state)
 FIELD_STR(status, STATUS, monitor_mode)
 FIELD_U64(status, STATUS, uptime_ms)
+
+/* pb_status_cgroup_namespace's two strings: empty from an older daemon (null in --json). */
+static const char *status_cgroup_namespace(const void *row, char *buf, size_t len)
+{
+	const char *ns = pb_status_cgroup_namespace(STATUS(row), NULL);
+
+	snprintf(buf, len, "%s", ns ? ns : "");
+	return buf;
+}
+
+static const char *status_cgroup_ns_root(const void *row, char *buf, size_t len)
+{
+	const char *root = NULL;
+
+	pb_status_cgroup_namespace(STATUS(row), &root);
+	snprintf(buf, len, "%s", root ? root : "");
+	return buf;
+}
 
 /* As status --json computes it: the budget less what is leased, never negative. */
 static const char *status_free_bytes(const void *row, char *buf, size_t len)
@@ -188,6 +208,8 @@ const struct pinctl_field status_fields[] = {
 	{ "free_bytes", status_free_bytes },
 	{ "page_size_bytes", status_page_size_bytes },
 	{ "chunk_size_bytes", status_chunk_size_bytes },
+	{ "chunk_max_bytes", status_chunk_max_bytes },
+	{ "chunk_capacity", status_chunk_capacity },
 	{ "hugetlb", status_hugetlb },
 	{ "page_kind", status_page_kind },
 	{ "thp_bytes", status_thp_bytes },
@@ -207,6 +229,8 @@ const struct pinctl_field status_fields[] = {
 	{ "pressure_state", status_pressure_state },
 	{ "monitor_mode", status_monitor_mode },
 	{ "uptime_ms", status_uptime_ms },
+	{ "cgroup_namespace", status_cgroup_namespace },
+	{ "cgroup_ns_root", status_cgroup_ns_root },
 };
 const size_t n_status_fields = sizeof(status_fields) / sizeof(status_fields[0]);
 

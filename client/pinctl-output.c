@@ -290,6 +290,8 @@ void status_json(FILE *f, const struct pb_status *s)
 	json_u64(f, "free_bytes", s->budget_bytes > s->leased_bytes ? s->budget_bytes - s->leased_bytes : 0, true);
 	json_u64(f, "page_size_bytes", s->page_size_bytes, true);
 	json_u64(f, "chunk_size_bytes", s->chunk_size_bytes, true);
+	json_u64(f, "chunk_max_bytes", s->chunk_max_bytes, true);
+	json_u64(f, "chunk_capacity", s->chunk_capacity, true);
 	json_key(f, "hugetlb");
 	fputs(s->hugetlb ? "true," : "false,", f);
 	json_kstr(f, "page_kind", s->page_kind, true);
@@ -341,6 +343,17 @@ void status_json(FILE *f, const struct pb_status *s)
 	json_kstr(f, "pressure_state", s->pressure_state, true);
 	json_kstr(f, "monitor_mode", s->monitor_mode, true);
 	json_u64(f, "uptime_ms", s->uptime_ms, true);
+	{
+		const char *root, *ns = pb_status_cgroup_namespace(s, &root);
+
+		/* null from an older daemon; the root only where the namespace is "private". */
+		json_key(f, "cgroup_namespace");
+		ns ? json_str(f, ns) : (void)fputs("null", f);
+		fputc(',', f);
+		json_key(f, "cgroup_ns_root");
+		root ? json_str(f, root) : (void)fputs("null", f);
+		fputc(',', f);
+	}
 
 	json_key(f, "signals");
 	fputc('[', f);
@@ -528,6 +541,11 @@ void status_human(const struct pb_status *s)
 	       size_str(s->pool_idle_bytes, b, sizeof(b)), size_str(s->prewarm_bytes, c, sizeof(c)));
 	printf("pages:        page %s, chunk %s, pool on %s\n", size_str(s->page_size_bytes, a, sizeof(a)),
 	       size_str(s->chunk_size_bytes, b, sizeof(b)), page_kind_text(s->page_kind));
+	if (s->chunk_max_bytes > s->chunk_size_bytes)
+		printf("chunks:       classes %s to %s, each twice the one before; up to %" PRIu64
+		       " chunks (fds and mappings)\n",
+		       size_str(s->chunk_size_bytes, a, sizeof(a)), size_str(s->chunk_max_bytes, b, sizeof(b)),
+		       s->chunk_capacity);
 	if (strcmp(s->page_kind, "thp") == 0 || s->thp_bytes || s->thp_failures)
 		printf("huge pages:   %s of the pool collapsed into transparent huge pages%s%s\n",
 		       size_str(s->thp_bytes, a, sizeof(a)), s->thp_failures ? ", chunks whose collapse failed: " : "",
@@ -546,6 +564,19 @@ void status_human(const struct pb_status *s)
 		       nd->gpus == 1 ? "" : "s", size_str(nd->mem_free_bytes, fr, sizeof(fr)));
 	}
 	printf("waiting:      %" PRIu32 " acquire%s\n", s->waiting_acquires, s->waiting_acquires == 1 ? "" : "s");
+	{
+		const char *root, *ns = pb_status_cgroup_namespace(s, &root);
+
+		/* Only where it is not the host's: then clients' cgroups are resolved, or cannot be. */
+		if (ns && strcmp(ns, "private") == 0)
+			printf("cgroups:      the daemon's cgroup namespace is its own, rooted at %s in the host's tree; "
+			       "clients' cgroups are the host's paths\n",
+			       esc(root ? root : "?", e1));
+		else if (ns && strcmp(ns, "host") != 0)
+			printf("cgroups:      the daemon's cgroup namespace is its own and %s: clients outside it have no "
+			       "cgroup and quotas on theirs do not bind (pinctl doctor)\n",
+			       esc(ns, e1));
+	}
 
 	printf("signals:%s\n", s->n_signals ? "" : " none");
 	if (s->n_signals)

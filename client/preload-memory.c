@@ -20,15 +20,47 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib-int.h"
 #include "pinbroker.h"
 #include "preload-table.h"
 #include "preload.h"
 
 const char *const pbp_fn_names[F_END] = {
-	"cuMemHostAlloc",    "cuMemAllocHost",       "cuMemAllocHost_v2",   "cuMemFreeHost",
-	"cuMemHostRegister", "cuMemHostRegister_v2", "cuMemHostUnregister", "cuMemHostGetFlags",
-	"cuGetProcAddress",  "cuGetProcAddress_v2",  "cudaHostAlloc",       "cudaMallocHost",
-	"cudaFreeHost",      "cudaHostRegister",     "cudaHostUnregister",  "cudaHostGetFlags",
+	[F_cuMemHostAlloc] = "cuMemHostAlloc",
+	[F_cuMemAllocHost] = "cuMemAllocHost",
+	[F_cuMemAllocHost_v2] = "cuMemAllocHost_v2",
+	[F_cuMemFreeHost] = "cuMemFreeHost",
+	[F_cuMemHostRegister] = "cuMemHostRegister",
+	[F_cuMemHostRegister_v2] = "cuMemHostRegister_v2",
+	[F_cuMemHostUnregister] = "cuMemHostUnregister",
+	[F_cuMemHostGetFlags] = "cuMemHostGetFlags",
+	[F_cuGetProcAddress] = "cuGetProcAddress",
+	[F_cuGetProcAddress_v2] = "cuGetProcAddress_v2",
+	[F_cuMemCreate] = "cuMemCreate",
+	[F_cuMemRelease] = "cuMemRelease",
+	[F_cuMemRetainAllocationHandle] = "cuMemRetainAllocationHandle",
+	[F_cuMemMap] = "cuMemMap",
+	[F_cuMemUnmap] = "cuMemUnmap",
+	[F_cuMemPoolCreate] = "cuMemPoolCreate",
+	[F_cuMemPoolDestroy] = "cuMemPoolDestroy",
+	[F_cuMemPoolTrimTo] = "cuMemPoolTrimTo",
+	[F_cuMemGetDefaultMemPool] = "cuMemGetDefaultMemPool",
+	[F_cuMemGetMemPool] = "cuMemGetMemPool",
+	[F_cuMemAllocFromPoolAsync] = "cuMemAllocFromPoolAsync",
+	[F_cuMemAllocFromPoolAsync_ptsz] = "cuMemAllocFromPoolAsync_ptsz",
+	[F_cuMemFreeAsync] = "cuMemFreeAsync",
+	[F_cuMemFreeAsync_ptsz] = "cuMemFreeAsync_ptsz",
+	[F_cuMemFree_v2] = "cuMemFree_v2",
+	[F_cuGraphAddMemAllocNode] = "cuGraphAddMemAllocNode",
+	[F_cuGraphAddNode] = "cuGraphAddNode",
+	[F_cuGraphAddNode_v2] = "cuGraphAddNode_v2",
+	[F_cuGraphDestroy] = "cuGraphDestroy",
+	[F_cudaHostAlloc] = "cudaHostAlloc",
+	[F_cudaMallocHost] = "cudaMallocHost",
+	[F_cudaFreeHost] = "cudaFreeHost",
+	[F_cudaHostRegister] = "cudaHostRegister",
+	[F_cudaHostUnregister] = "cudaHostUnregister",
+	[F_cudaHostGetFlags] = "cudaHostGetFlags",
 };
 
 /* The real functions: the driver's from our own handle on libcuda.so.1, the runtime's as found. */
@@ -260,6 +292,64 @@ static void release_lease(pb_lease *l, bool registration)
 	else
 		pb_release(c, l);
 	depth--;
+}
+
+/* ---- For preload-cudapaths.c ---- */
+
+bool pbp_passthrough(void)
+{
+	return depth > 0 || pbp_cfg.off;
+}
+
+void pbp_enter(void)
+{
+	depth++;
+}
+
+void pbp_leave(void)
+{
+	depth--;
+}
+
+size_t pbp_page_size(void)
+{
+	return page_size();
+}
+
+int pbp_charge(size_t bytes, pb_lease **out, char *why, size_t why_len)
+{
+	struct pb_acquire_opts o = { .label = pbp_cfg.label[0] ? pbp_cfg.label : NULL };
+	pb_client *c = get_client();
+	int r;
+
+	*out = NULL;
+	if (!c) {
+		snprintf(why, why_len, "no broker");
+		return -ENOTCONN;
+	}
+	depth++;
+	r = register_charge_bytes(c, bytes, &o, out);
+	depth--;
+	if (r < 0)
+		snprintf(why, why_len, "broker refused: %s", pb_last_error());
+	return r;
+}
+
+void pbp_uncharge(pb_lease *l)
+{
+	if (l)
+		release_lease(l, true);
+}
+
+void pbp_unbrokered_adjust(uint64_t add, uint64_t sub)
+{
+	if (add == sub)
+		return;
+	pthread_mutex_lock(&table_lock);
+	unbrokered_bytes += add;
+	unbrokered_bytes -= sub < unbrokered_bytes ? sub : unbrokered_bytes;
+	pthread_mutex_unlock(&table_lock);
+	report_unbrokered();
 }
 
 /* ---- Calling the real functions (always one level down: nothing they reach comes back here) ---- */

@@ -15,6 +15,9 @@
  * - cuGetProcAddress(_v2): what it returns for a host-memory function is
  *   swapped for the wrapper with the same ABI (matched by address against the
  *   driver's exported versions);
+ * - the driver's functions through which it allocates host memory itself
+ *   (VMM allocations, memory pools and graph memory nodes with a host
+ *   location: preload-cudapaths.c), on the same three ways in;
  * - dlopen() with RTLD_DEEPBIND (preload-deepbind.c): such a library binds to
  *   its own dependencies first, the driver included, so its imports of these
  *   functions, dlsym and dlopen are pointed at the wrappers once it is loaded.
@@ -158,8 +161,11 @@ EXPORT cudaError_t cudaHostGetFlags(unsigned int *flags, void *p)
  * the driver hands out an address it does not export, by name and the CUDA
  * version asked (the versions at which cuda.h moved to _v2).
  */
-static void *substitute(const char *symbol, void *p, int cuda_version)
+static void *substitute(const char *symbol, void *p, int cuda_version, cuuint64_t flags)
 {
+	/* CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: the per-thread default stream's versions (cuda.h). */
+	bool ptsz = flags & 2u;
+
 	if (!symbol || !p || pbp_cfg.off)
 		return p;
 	for (int f = 0; f < F_DRIVER_END; f++)
@@ -171,6 +177,15 @@ static void *substitute(const char *symbol, void *p, int cuda_version)
 		return wrapper(cuda_version >= 6050 ? F_cuMemHostRegister_v2 : F_cuMemHostRegister);
 	if (strcmp(symbol, "cuGetProcAddress") == 0)
 		return wrapper(cuda_version >= 12000 ? F_cuGetProcAddress_v2 : F_cuGetProcAddress);
+	if (strcmp(symbol, "cuMemAllocFromPoolAsync") == 0)
+		return wrapper(ptsz ? F_cuMemAllocFromPoolAsync_ptsz : F_cuMemAllocFromPoolAsync);
+	if (strcmp(symbol, "cuMemFreeAsync") == 0)
+		return wrapper(ptsz ? F_cuMemFreeAsync_ptsz : F_cuMemFreeAsync);
+	/* Before 3.2 cuMemFree took a 32-bit pointer: not ours to stand in for. */
+	if (strcmp(symbol, "cuMemFree") == 0)
+		return cuda_version >= 3020 ? wrapper(F_cuMemFree_v2) : p;
+	if (strcmp(symbol, "cuGraphAddNode") == 0)
+		return wrapper(cuda_version >= 12030 ? F_cuGraphAddNode_v2 : F_cuGraphAddNode);
 	for (int f = 0; f < F_DRIVER_END; f++)
 		if (strcmp(symbol, pbp_fn_names[f]) == 0)
 			return wrapper(f);
@@ -186,7 +201,7 @@ EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cuda_versio
 	r = CALL(CUresult(*)(const char *, void **, int, cuuint64_t), F_cuGetProcAddress, symbol, pfn, cuda_version,
 		 flags);
 	if (r == CU_OK && pfn)
-		*pfn = substitute(symbol, *pfn, cuda_version);
+		*pfn = substitute(symbol, *pfn, cuda_version, flags);
 	return r;
 }
 
@@ -199,7 +214,7 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda_ver
 	r = CALL(CUresult(*)(const char *, void **, int, cuuint64_t, int *), F_cuGetProcAddress_v2, symbol, pfn,
 		 cuda_version, flags, status);
 	if (r == CU_OK && pfn)
-		*pfn = substitute(symbol, *pfn, cuda_version);
+		*pfn = substitute(symbol, *pfn, cuda_version, flags);
 	return r;
 }
 
@@ -226,6 +241,8 @@ UNSANITIZED static void *wrapper(enum fn f)
 		[F_cudaHostGetFlags] = (any_fn)cudaHostGetFlags,
 	};
 
+	if (f >= F_cuMemCreate && f < F_DRIVER_END)
+		return pbp_cudapaths_wrapper(f);
 	return (void *)(uintptr_t)wrappers[f];
 }
 

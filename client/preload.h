@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "pinbroker.h"
 #include "preload-table.h"
 
 #define PBP_HIDDEN __attribute__((visibility("hidden")))
@@ -41,6 +42,26 @@ enum fn {
 	F_cuMemHostGetFlags,
 	F_cuGetProcAddress,
 	F_cuGetProcAddress_v2,
+	/* Where the driver allocates host memory itself (preload-cudapaths.c): VMM, memory pools, graph nodes. */
+	F_cuMemCreate,
+	F_cuMemRelease,
+	F_cuMemRetainAllocationHandle,
+	F_cuMemMap,
+	F_cuMemUnmap,
+	F_cuMemPoolCreate,
+	F_cuMemPoolDestroy,
+	F_cuMemPoolTrimTo,
+	F_cuMemGetDefaultMemPool,
+	F_cuMemGetMemPool,
+	F_cuMemAllocFromPoolAsync,
+	F_cuMemAllocFromPoolAsync_ptsz,
+	F_cuMemFreeAsync,
+	F_cuMemFreeAsync_ptsz,
+	F_cuMemFree_v2,
+	F_cuGraphAddMemAllocNode,
+	F_cuGraphAddNode,
+	F_cuGraphAddNode_v2,
+	F_cuGraphDestroy,
 	F_DRIVER_END,
 	F_cudaHostAlloc = F_DRIVER_END,
 	F_cudaMallocHost,
@@ -88,6 +109,23 @@ PBP_HIDDEN int pbp_host_free(enum fn f, void *p);
 PBP_HIDDEN int pbp_host_register(enum fn f, void *p, size_t size, unsigned flags);
 PBP_HIDDEN int pbp_host_unregister(enum fn f, void *p);
 PBP_HIDDEN int pbp_host_get_flags(enum fn f, unsigned *flags, void *p);
+
+/*
+ * For preload-cudapaths.c, whose memory the driver owns: whether a wrapper must call straight through; the
+ * depth around a real call (pbp_enter, pbp_leave), so what the driver reaches from there passes through; a
+ * charge of bytes no address names (0, or -errno with why filled: no broker, or its refusal) and its
+ * release; unbrokered bytes added and taken away (then reported); the page size.
+ */
+PBP_HIDDEN bool pbp_passthrough(void);
+PBP_HIDDEN void pbp_enter(void);
+PBP_HIDDEN void pbp_leave(void);
+PBP_HIDDEN int pbp_charge(size_t bytes, pb_lease **out, char *why, size_t why_len);
+PBP_HIDDEN void pbp_uncharge(pb_lease *l);
+PBP_HIDDEN void pbp_unbrokered_adjust(uint64_t add, uint64_t sub);
+PBP_HIDDEN size_t pbp_page_size(void);
+
+/* The exported wrappers of preload-cudapaths.c, for the tables of preload.c (what dlsym and cuGetProcAddress hand out). */
+PBP_HIDDEN void *pbp_cudapaths_wrapper(enum fn f);
 
 /* pthread_atfork's three: every lock held across fork(), and the child's connection and counts reset. */
 PBP_HIDDEN void pbp_before_fork(void);

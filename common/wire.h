@@ -9,6 +9,11 @@
 #define PB_PROTOCOL_VERSION 1
 #define PB_DEFAULT_SOCKET "/run/pinbroker/pinbroker.sock"
 #define PB_SOCKET_ENV "PINBROKER_SOCKET"
+/*
+ * Test only, "1" in both the daemon's and the client's environment: the daemon leaves pool chunks unpopulated and
+ * unlocked, and the library maps leases without MAP_POPULATE, so a terabyte pool fits a small test host.
+ */
+#define PB_SIMULATE_ENV "PINBROKER_SIMULATE_UNBACKED"
 
 /* Largest packet either side sends by default. A STATUS reply with a few
  * thousand leases fits; requests are tiny. The daemon's limit for what it

@@ -102,7 +102,12 @@ const struct config_key config_key_table[] = {
 	K_SPEC("prewarm", prewarm, "256M", true,
 	       "Locked memory kept warm in the pool while idle: a size, or a percentage of the budget."),
 	K_SIZE("chunk-size", chunk_bytes, (double)(4 * KIB), (double)GIB, "2M", false,
-	       "Size of each pool memfd; leases are made of whole chunks (a multiple of 4K; of 2M with hugetlb = yes)."),
+	       "Size of the smallest pool memfd (a multiple of 4K; of 2M with hugetlb = yes); leases are made of whole "
+	       "chunks."),
+	K_SIZE("chunk-max", chunk_max_bytes, (double)(4 * KIB), (double)(64 * GIB), "1G", false,
+	       "Largest pool memfd: chunks come in classes chunk-size * 2^k up to this, and a lease is made of the "
+	       "fewest of them (largest first), so its fds and mappings grow with the log of its size. Raised at start "
+	       "when the budget would not fit the fd limit and vm.max_map_count; chunk-size or below: one class."),
 	K_ENUM("hugetlb", hugetlb, hugetlb_choices, "auto", false,
 	       "Back the pool with 2 MiB huge pages: auto uses them when the host has them free."),
 	K_ENUM("thp", thp, hugetlb_choices, "auto", false,

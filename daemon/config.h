@@ -58,6 +58,7 @@ struct config {
 	struct size_spec prewarm;               /* prewarm: of the budget */
 	struct size_spec max_no_revoke_per_uid; /* max-no-revoke-per-uid: of the uid quota */
 	uint64_t chunk_bytes;                   /* chunk-size */
+	uint64_t chunk_max_bytes;               /* chunk-max */
 	enum config_hugetlb hugetlb;            /* hugetlb */
 	enum config_thp thp;                    /* thp */
 	enum config_numa numa;                  /* numa */

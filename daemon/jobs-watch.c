@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "broker.h"
+#include "cgns-probe.h"
 #include "config.h"
 #include "jobs.h"
 #include "log.h"
@@ -21,7 +22,9 @@
 struct jobs_watch {
 	struct broker *broker;
 	ev_timer sweep;
-	char root[256]; /* proc-root without its trailing '/' ("" for /) */
+	char root[256];         /* proc-root without its trailing '/' ("" for /) */
+	struct cgns_probe cgns; /* the daemon's cgroup namespace: clients' paths are turned into the host's */
+	bool warned_unnamed;    /* a client outside an unresolved namespace was logged once at warning */
 };
 
 /* The mounts a cgroup may be under: v1's memory controller, cgroup2 alone, cgroup2 on a hybrid host. */
@@ -30,14 +33,9 @@ static const char *const cgroup_mounts[] = { "sys/fs/cgroup/memory", "sys/fs/cgr
 static bool cgroup_exists(void *ctx, const char *path)
 {
 	struct jobs_watch *w = ctx;
-	char p[JOBS_PATH_MAX + 320];
 
-	for (size_t i = 0; i < sizeof(cgroup_mounts) / sizeof(cgroup_mounts[0]); i++) {
-		snprintf(p, sizeof(p), "%s/%s%s/cgroup.procs", w->root, cgroup_mounts[i], path);
-		if (access(p, F_OK) == 0)
-			return true;
-	}
-	return false;
+	return cgns_probe_exists(&w->cgns, w->root, cgroup_mounts, sizeof(cgroup_mounts) / sizeof(cgroup_mounts[0]),
+				 path);
 }
 
 static void rule_gone(void *ctx, const struct job_rule *r)
@@ -91,6 +89,7 @@ int jobs_watch_start(struct broker *b)
 	snprintf(w->root, sizeof(w->root), "%s", b->cfg->proc_root);
 	for (size_t n = strlen(w->root); n > 0 && w->root[n - 1] == '/';)
 		w->root[--n] = '\0';
+	cgns_probe(w->root, &w->cgns);
 	ev_timer_init(&w->sweep, sweep_cb, JOBS_SWEEP_MS / 1000.0, JOBS_SWEEP_MS / 1000.0);
 	w->sweep.data = w;
 	if (b->loop)
@@ -134,13 +133,30 @@ struct job_cgroup *jobs_watch_cgroup_of(struct broker *b, pid_t pid)
 		return NULL;
 	}
 	text[n] = '\0';
-	r = jobs_parse_proc_cgroup(text, cg, sizeof(cg), NULL);
+	r = cgns_client_cgroup(&w->cgns.ns, text, cg, sizeof(cg), NULL);
+	if (r == -ENXIO && !w->warned_unnamed) {
+		w->warned_unnamed = true;
+		log_warnx(
+			"job quotas: pid %d's cgroup lies outside my cgroup namespace, whose place in the host's tree "
+			"is unknown; it is charged to no job, as every such client will be (pinctl doctor)",
+			(int)pid);
+		return NULL;
+	}
 	if (r < 0) {
 		log_debug("job quotas: %s names no usable cgroup (%s); pid %d is charged to no job", path,
-			  r == -ENOENT ? "no memory or unified line" : "an odd path", (int)pid);
+			  r == -ENOENT   ? "no memory or unified line"
+			  : r == -ENXIO  ? "outside my cgroup namespace"
+			  : r == -ERANGE ? "above the host's root"
+					 : "an odd path",
+			  (int)pid);
 		return NULL;
 	}
 	if (jobs_cgroup_get(b->jobs, cg, &ret) < 0)
 		return NULL;
 	return ret;
+}
+
+const struct cgns_probe *jobs_watch_cgns(const struct broker *b)
+{
+	return b->jobs_watch ? &b->jobs_watch->cgns : NULL;
 }

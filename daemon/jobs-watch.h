@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 struct broker;
+struct cgns_probe;
 struct job_cgroup;
 
 /* How often quota rules set for a cgroup are checked for the cgroup having gone. */
@@ -19,7 +20,8 @@ int jobs_watch_start(struct broker *b);
 void jobs_watch_stop(struct broker *b);
 
 /*
- * The cgroup pid runs in, read from <proc-root>/proc/PID/cgroup: a new reference (put it with
+ * The cgroup pid runs in, read from <proc-root>/proc/PID/cgroup and named as the host names it (cgns.h: the
+ * daemon's cgroup namespace, learned at start, may not be the host's): a new reference (put it with
  * jobs_cgroup_put), or NULL when there are no job quotas or it cannot be read (the client is then
  * charged to no job: logged at debug).
  */
@@ -27,3 +29,6 @@ struct job_cgroup *jobs_watch_cgroup_of(struct broker *b, pid_t pid);
 
 /* Run the sweep now (the QUOTA request does, before it lists). */
 void jobs_watch_sweep(struct broker *b);
+
+/* The daemon's cgroup namespace as learned at start (cgns-probe.h), or NULL before jobs_watch_start. */
+const struct cgns_probe *jobs_watch_cgns(const struct broker *b);

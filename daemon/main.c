@@ -445,24 +445,28 @@ static void status_cb(struct ev_loop *loop, ev_timer *w, int revents)
 }
 
 /*
- * Warm bytes the daemon's descriptors leave room for: each chunk, idle or lent, is one fd (and one mapping without
- * hugetlb), and chunk_capacity already keeps reserve-fds and the connections' share free. Warming past it would
- * take the descriptors that accept, the monitor and recovery need.
+ * Warm bytes, up to want, the daemon's descriptors leave room for: each chunk, idle or lent, is one fd (and one
+ * mapping without hugetlb), and chunk_capacity already keeps reserve-fds and the connections' share free. Warming
+ * past it would take the descriptors that accept, the monitor and recovery need. The warm pool is carved into
+ * classes as classes_warm_split says.
  */
-static uint64_t prewarm_fd_room(const struct broker *b)
+static uint64_t prewarm_fd_room(const struct broker *b, uint64_t want)
 {
-	uint64_t lent = budget_chunks(b->budget);
+	uint64_t lent = budget_chunks(b->budget), room;
 
 	if (b->chunk_capacity == 0)
 		return UINT64_MAX;
-	return (b->chunk_capacity > lent ? b->chunk_capacity - lent : 0) * pool_chunk_size(b->pool);
+	room = b->chunk_capacity > lent ? b->chunk_capacity - lent : 0;
+	if (classes_warm_chunks(pool_classes(b->pool), want) <= room)
+		return UINT64_MAX;
+	return classes_warm_room(pool_classes(b->pool), room, want);
 }
 
 /* Say once that prewarm is more than the descriptors allow, and what to raise. */
 static uint64_t prewarm_clamp_fds(const struct broker *b, uint64_t want)
 {
 	static bool said;
-	uint64_t room = prewarm_fd_room(b);
+	uint64_t room = prewarm_fd_room(b, want);
 	char s1[32], s2[32], s3[32];
 
 	if (want <= room)
@@ -577,6 +581,9 @@ static void prewarm_cb(struct ev_loop *loop, ev_idle *w, int revents)
 {
 	struct broker *b = w->data;
 	uint64_t target = prewarm_target(b), idle = pool_idle_bytes(b->pool), step;
+	/* A step holds at least one chunk of the largest class, or a stepped warm-up would never make one. */
+	uint64_t step_bytes = pool_chunk_max(b->pool) > PREWARM_STEP_BYTES ? pool_chunk_max(b->pool)
+									   : PREWARM_STEP_BYTES;
 	char s1[32];
 	int r;
 
@@ -584,7 +591,7 @@ static void prewarm_cb(struct ev_loop *loop, ev_idle *w, int revents)
 		ev_idle_stop(loop, w);
 		return;
 	}
-	step = target - idle < PREWARM_STEP_BYTES ? target : idle + PREWARM_STEP_BYTES;
+	step = target - idle < step_bytes ? target : idle + step_bytes;
 	r = grow_prewarm(b, step, NULL);
 	b->generation++;
 	if (r < 0) {
@@ -810,6 +817,12 @@ int main(int argc, char **argv)
 	if (r < 0)
 		fatalx("cannot set up the lease table: %s", strerror(-r));
 	po.chunk_bytes = cfg->chunk_bytes;
+	po.chunk_max_bytes = cfg->chunk_max_bytes;
+	/* Test only (tests/integration): a terabyte pool on a small host, nothing faulted or locked. */
+	po.simulate = getenv(PB_SIMULATE_ENV) && strcmp(getenv(PB_SIMULATE_ENV), "1") == 0;
+	if (po.simulate)
+		log_info("%s=1: pool chunks are left unpopulated and unlocked (a test mode, not for use)",
+			 PB_SIMULATE_ENV);
 	po.hugetlb = cfg->hugetlb == CONFIG_HUGETLB_YES  ? POOL_HUGETLB_YES
 		     : cfg->hugetlb == CONFIG_HUGETLB_NO ? POOL_HUGETLB_NO
 							 : POOL_HUGETLB_AUTO;
@@ -885,8 +898,10 @@ int main(int argc, char **argv)
 		if (r < 0)
 			warn_prewarm_failed(&b, warm, r);
 		else
-			log_info("pool warmed: %s in %.1f ms", format_size(pool_idle_bytes(b.pool), s1, sizeof(s1)),
-				 (double)(now_us() - t0) / 1000.0);
+			log_info("pool warmed: %s in %.1f ms (%.1f GiB/s, %u threads)",
+				 format_size(pool_idle_bytes(b.pool), s1, sizeof(s1)), (double)(now_us() - t0) / 1000.0,
+				 (double)pool_idle_bytes(b.pool) / 1073741824.0 / ((double)(now_us() - t0 + 1) / 1e6),
+				 pool_threads(b.pool));
 	}
 
 	r = monitor_new(b.loop, cfg, react_pressure, &b, &b.monitor);

@@ -55,8 +55,11 @@ void chunk_destroy(struct chunk *c)
 	free(c);
 }
 
-/* One memfd of bytes with the given page kind; on failure nothing is left behind. */
-static int chunk_make_one(const char *name, uint64_t bytes, bool hugetlb, bool thp, bool lock, int node,
+/*
+ * One memfd of bytes with the given page kind; on failure nothing is left behind. populate false (a simulated
+ * pool) leaves its pages unallocated: sized, sealed and mapped, nothing faulted.
+ */
+static int chunk_make_one(const char *name, uint64_t bytes, bool hugetlb, bool thp, bool lock, bool populate, int node,
 			  struct chunk *c)
 {
 	unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
@@ -116,8 +119,8 @@ static int chunk_make_one(const char *name, uint64_t bytes, bool hugetlb, bool t
 		/* Fewer TLB misses where shmem THP is enabled; harmless where it is not. */
 		(void)madvise(c->addr, bytes, MADV_HUGEPAGE);
 		/* Collapsed, every page is allocated (zeroed) already; otherwise, or if it fails, populate. */
-		c->thp = thp && pages_collapse(c->addr, bytes);
-		r = c->thp ? 0 : pages_prefault(c->addr, bytes, PAGE_4K_BYTES);
+		c->thp = thp && populate && pages_collapse(c->addr, bytes);
+		r = c->thp || !populate ? 0 : pages_prefault(c->addr, bytes, PAGE_4K_BYTES);
 		if (r < 0)
 			goto fail;
 		if (lock && mlock(c->addr, bytes) < 0) {
@@ -152,10 +155,10 @@ static int chunk_new(struct pool *p, uint64_t bytes, uid_t owner_uid, bool tail,
 	c->fd = -1;
 	if (p->n_nodes == 0)
 		node = -1;
-	r = chunk_make_one(p->memfd_name, bytes, p->hugetlb, p->thp && !tail, p->lock, node, c);
+	r = chunk_make_one(p->memfd_name, bytes, p->hugetlb, p->thp && !tail, p->lock, !p->simulate, node, c);
 	/* Huge pages ran out (or were never reserved): 4 KiB pages (THP where it can) serve as well. */
 	if (r < 0 && p->hugetlb && !p->hugetlb_required && (r == -ENOMEM || r == -ENOSPC))
-		r = chunk_make_one(p->memfd_name, bytes, false, p->thp && !tail, p->lock, node, c);
+		r = chunk_make_one(p->memfd_name, bytes, false, p->thp && !tail, p->lock, !p->simulate, node, c);
 	if (r < 0) {
 		free(c);
 		return r;
@@ -389,8 +392,9 @@ int chunk_adopt(struct pool *p, int fd, uint64_t id, uid_t owner_uid, bool tail,
 		 */
 		c->thp = idle && !tail && p->thp && pages_collapse(c->addr, c->bytes);
 		/* Still resident: locking only rebuilds our page tables. */
-		r = p->lock ? (mlock(c->addr, c->bytes) < 0 ? -errno : 0)
-			    : pages_prefault(c->addr, c->bytes, PAGE_4K_BYTES);
+		r = p->lock       ? (mlock(c->addr, c->bytes) < 0 ? -errno : 0)
+		    : p->simulate ? 0
+				  : pages_prefault(c->addr, c->bytes, PAGE_4K_BYTES);
 		if (r < 0) {
 			munmap(c->addr, c->bytes);
 			free(c);
@@ -478,7 +482,8 @@ static void count_punch(struct pool *p, uid_t uid)
  */
 int chunk_check(struct pool *p, struct chunk *c, bool repair)
 {
-	uint64_t missing = missing_bytes(p, c);
+	/* A simulated chunk was never populated: every page is "missing" and none is to be put back. */
+	uint64_t missing = p->simulate ? 0 : missing_bytes(p, c);
 
 	if (!missing) {
 		c->punched = false;

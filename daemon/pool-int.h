@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "classes.h"
 #include "numa.h"
 #include "pool.h"
 
@@ -29,7 +30,9 @@ struct punch_count {
 };
 
 struct pool {
-	uint64_t chunk_bytes;
+	uint64_t chunk_bytes;   /* the smallest class: chunk-size */
+	struct classes classes; /* chunk_bytes * 2^k up to the largest class (core/classes.h) */
+	bool simulate;          /* chunks left unpopulated and unlocked: tests of terabyte pools on small hosts */
 	uint64_t page_bytes;
 	bool hugetlb;              /* try MFD_HUGETLB first */
 	bool hugetlb_required;     /* POOL_HUGETLB_YES: no fallback to 4 KiB pages */
@@ -42,7 +45,7 @@ struct pool {
 	unsigned threads;
 	char memfd_name[POOL_MEMFD_NAME_MAX];
 
-	struct chunk *idle; /* most recently returned first */
+	struct chunk *idle[CLASSES_MAX]; /* per class, most recently returned first */
 	uint64_t idle_bytes;
 	uint64_t lent_bytes;
 	size_t nchunks;     /* idle and lent */

@@ -87,9 +87,19 @@ int pool_new(const struct pool_opts *opts, struct pool **ret)
 		free(p);
 		return -EINVAL;
 	}
+	/* Nothing of a simulated pool is allocated: hugetlb would take its pages at creation (fallocate). */
+	p->simulate = opts->simulate;
+	if (p->simulate) {
+		if (p->hugetlb_required) {
+			free(p);
+			return -ENOTSUP;
+		}
+		p->hugetlb = false;
+	}
 	p->page_bytes = p->hugetlb ? HUGE_2M_BYTES : PAGE_4K_BYTES;
 	p->chunk_bytes = opts->chunk_bytes ? opts->chunk_bytes : DEFAULT_CHUNK_BYTES;
-	if (p->chunk_bytes % p->page_bytes != 0) {
+	if (p->chunk_bytes % p->page_bytes != 0 ||
+	    classes_init(&p->classes, p->chunk_bytes, opts->chunk_max_bytes) < 0) {
 		free(p);
 		return -EINVAL;
 	}
@@ -97,14 +107,14 @@ int pool_new(const struct pool_opts *opts, struct pool **ret)
 	 * THP for whole 2 MiB chunks of 4 KiB pages: the pool's own when it is not on hugetlb, and
 	 * the fallback's when huge pages run out.
 	 */
-	if (opts->thp != POOL_THP_NO && p->chunk_bytes % HUGE_2M_BYTES == 0) {
+	if (opts->thp != POOL_THP_NO && p->chunk_bytes % HUGE_2M_BYTES == 0 && !p->simulate) {
 		p->thp = pages_thp_supported();
 		if (!p->thp && opts->thp == POOL_THP_YES && !p->hugetlb) {
 			free(p);
 			return -EOPNOTSUPP;
 		}
 	}
-	p->lock = opts->lock;
+	p->lock = opts->lock && !p->simulate;
 	snprintf(p->memfd_name, sizeof(p->memfd_name), "%s", opts->memfd_name ? opts->memfd_name : POOL_MEMFD_NAME);
 	p->n_nodes = opts->n_nodes < NUMA_MAX_NODES ? opts->n_nodes : NUMA_MAX_NODES;
 	for (size_t i = 0; i < p->n_nodes; i++)
@@ -128,10 +138,11 @@ void pool_free(struct pool *p)
 
 	if (!p)
 		return;
-	for (c = p->idle; c; c = next) {
-		next = c->next;
-		pool_destroy(p, c);
-	}
+	for (unsigned k = 0; k < CLASSES_MAX; k++)
+		for (c = p->idle[k]; c; c = next) {
+			next = c->next;
+			pool_destroy(p, c);
+		}
 	if (p->pagemap_fd >= 0)
 		close(p->pagemap_fd);
 	free(p->punched_uid);
@@ -147,6 +158,55 @@ uint64_t pool_page_size(const struct pool *p)
 uint64_t pool_chunk_size(const struct pool *p)
 {
 	return p->chunk_bytes;
+}
+
+const struct classes *pool_classes(const struct pool *p)
+{
+	return &p->classes;
+}
+
+uint64_t pool_chunk_max(const struct pool *p)
+{
+	return classes_max(&p->classes);
+}
+
+bool pool_is_class(const struct pool *p, uint64_t bytes)
+{
+	return classes_index(&p->classes, bytes) >= 0;
+}
+
+uint64_t pool_chunks_for(const struct pool *p, uint64_t bytes)
+{
+	return classes_chunks_for(&p->classes, bytes);
+}
+
+int pool_raise_chunk_max(struct pool *p, uint64_t max_bytes)
+{
+	if (max_bytes < classes_max(&p->classes))
+		return -EINVAL;
+	/* The new classes double the old largest: every class there is stays, at the same index. */
+	return classes_init(&p->classes, p->chunk_bytes, max_bytes);
+}
+
+unsigned pool_threads(const struct pool *p)
+{
+	return p->threads;
+}
+
+bool pool_simulated(const struct pool *p)
+{
+	return p->simulate;
+}
+
+uint64_t pool_idle_class_bytes(const struct pool *p, unsigned k)
+{
+	uint64_t bytes = 0;
+
+	if (k >= p->classes.n)
+		return 0;
+	for (const struct chunk *c = p->idle[k]; c; c = c->next)
+		bytes += c->bytes;
+	return bytes;
 }
 
 bool pool_hugetlb(const struct pool *p)
@@ -184,12 +244,14 @@ const char *pool_page_kind(const struct pool *p)
 	return p->hugetlb ? "hugetlb" : pool_thp(p) ? "thp" : "4k";
 }
 
+/* c must be of a class (pool_is_class). */
 static void idle_push(struct pool *p, struct chunk *c)
 {
 	int slot = place_slot(p, c->node);
+	int k = classes_index(&p->classes, c->bytes);
 
-	c->next = p->idle;
-	p->idle = c;
+	c->next = p->idle[k];
+	p->idle[k] = c;
 	p->idle_bytes += c->bytes;
 	if (slot >= 0)
 		p->node_idle[slot] += c->bytes;
@@ -215,19 +277,31 @@ static uint64_t idle_bytes_on(const struct pool *p, int node)
 	return slot < 0 ? p->idle_bytes : p->node_idle[slot];
 }
 
+/* Idle bytes of class k on node (-1: any). */
+static uint64_t idle_class_bytes_on(const struct pool *p, unsigned k, int node)
+{
+	uint64_t bytes = 0;
+
+	for (const struct chunk *c = p->idle[k]; c; c = c->next)
+		if (place_on_node(p, c, node))
+			bytes += c->bytes;
+	return bytes;
+}
+
 /*
- * Idle chunks for uid, up to limit: for each node of nodes[] in turn (-1: any), first those last lent to
- * uid, then never-lent ones. Counts them (take NULL), or unlinks them into take[] (owned by uid now), in
- * the same order, so a count and the take after it agree. Returns how many.
+ * Idle chunks of class cls for uid, up to limit: for each node of nodes[] in turn (-1: any), first those
+ * last lent to uid, then never-lent ones. Counts them (take NULL), or unlinks them into take[] (owned by
+ * uid now), in the same order, so a count and the take after it agree. Returns how many.
  */
-static size_t idle_pick(struct pool *p, uid_t uid, const int *nodes, size_t nn, size_t limit, struct chunk **take)
+static size_t idle_pick(struct pool *p, unsigned cls, uid_t uid, const int *nodes, size_t nn, size_t limit,
+			struct chunk **take)
 {
 	size_t got = 0;
 
 	for (size_t k = 0; k < nn; k++)
 		for (int pass = 0; pass < 2; pass++) {
 			uid_t want = pass == 0 ? uid : POOL_NO_OWNER;
-			struct chunk **pp = &p->idle;
+			struct chunk **pp = &p->idle[cls];
 
 			while (*pp && got < limit) {
 				struct chunk *c = *pp;
@@ -257,35 +331,55 @@ int pool_grow(struct pool *p, uint64_t bytes, void (*progress)(uint64_t done, ui
 int pool_grow_on(struct pool *p, uint64_t bytes, int node, void (*progress)(uint64_t done, uint64_t total, void *ud),
 		 void *ud)
 {
+	uint64_t target[CLASSES_MAX], need[CLASSES_MAX], base = p->chunk_bytes, left;
 	struct chunk **made = NULL;
 	uint64_t *sizes = NULL;
-	uint64_t want_bytes, have_bytes;
-	size_t n;
+	size_t n = 0, i = 0;
 	int r;
 
 	node = place_node(p, node);
-	have_bytes = idle_bytes_on(p, node);
-	want_bytes = round_up(bytes, p->chunk_bytes);
-	if (want_bytes == 0 && bytes != 0)
+	if (bytes > UINT64_MAX - classes_max(&p->classes))
 		return -EINVAL;
-	if (want_bytes <= have_bytes)
+	if (bytes <= idle_bytes_on(p, node))
 		return 0;
-	n = (size_t)((want_bytes - have_bytes) / p->chunk_bytes);
+	/*
+	 * What is missing, in whole chunks of the smallest class: the pool grows by exactly that (a prewarm
+	 * raised step by step ends where it was asked to). Each class, largest first, gets what it lacks of its
+	 * share of bytes (classes_warm_split) as far as that fits; what a class holds beyond its share (chunks
+	 * leases gave back) stays. Whatever the shares leave is made of the smallest class.
+	 */
+	left = (bytes - idle_bytes_on(p, node) + base - 1) / base * base;
+	classes_warm_split(&p->classes, bytes, target);
+	for (unsigned k = p->classes.n; k-- > 0;) {
+		uint64_t have = idle_class_bytes_on(p, k, node), size = p->classes.bytes[k];
+
+		need[k] = target[k] > have ? (target[k] - have + size - 1) / size : 0;
+		if (need[k] > left / size)
+			need[k] = left / size;
+		left -= need[k] * size;
+	}
+	need[0] += left / base;
+	for (unsigned k = 0; k < p->classes.n; k++)
+		n += need[k];
+	if (n == 0)
+		return 0;
 	made = calloc(n, sizeof(*made));
 	sizes = malloc(n * sizeof(*sizes));
 	if (!made || !sizes) {
 		r = -ENOMEM;
 		goto out;
 	}
-	for (size_t i = 0; i < n; i++)
-		sizes[i] = p->chunk_bytes;
+	/* Largest first: a warm-up cut short leaves the chunks big leases need most. */
+	for (unsigned k = p->classes.n; k-- > 0;)
+		for (uint64_t j = 0; j < need[k]; j++)
+			sizes[i++] = p->classes.bytes[k];
 
 	r = chunk_make_batch(p, sizes, n, n, POOL_NO_OWNER, node, made, progress, ud);
 	/* Warm-up only: chunks an acquire makes trust the collapse's answer, so no acquire reads smaps. */
 	if (p->thp)
 		chunk_verify_collapsed(p, made, n);
 	/* What was made stays, even after a failure: a partly warm pool still helps. */
-	for (size_t i = 0; i < n; i++)
+	for (i = 0; i < n; i++)
 		if (made[i]) {
 			idle_push(p, made[i]);
 			p->nchunks++;
@@ -302,81 +396,116 @@ int pool_take(struct pool *p, uid_t uid, uint64_t bytes, struct chunk ***ret, si
 	return pool_take_on(p, uid, bytes, -1, ret, n);
 }
 
-int pool_take_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chunk ***ret, size_t *n)
+/*
+ * pool_take_on, or with warm, from the idle pool alone: idle chunks of any class (smaller ones standing in for
+ * bigger ones that are not there), each fresh chunk replacing an idle one of its class (another uid's, or on
+ * another node), and a fresh tail; -EBUSY when the idle chunks cannot cover bytes.
+ */
+static int take(struct pool *p, uid_t uid, uint64_t bytes, int node, bool warm, struct chunk ***ret, size_t *n)
 {
-	node = place_node(p, node);
-	uint64_t full = bytes / p->chunk_bytes, tail_bytes = bytes % p->chunk_bytes;
-	size_t nfull, nreused = 0, nfresh, nreplace, ntotal;
-	struct chunk **v = NULL, **fresh = NULL, **pp;
+	uint64_t counts[CLASSES_MAX], reused[CLASSES_MAX], avail[CLASSES_MAX], tail_bytes, short_bytes = 0, nall;
+	size_t nreused = 0, nfresh, ntotal, f = 0;
+	struct chunk **v = NULL, **fresh = NULL;
 	uint64_t *sizes = NULL;
 	int from[NUMA_MAX_NODES];
 	size_t nfrom;
 	int r;
 
-	if (bytes == 0 || bytes % p->page_bytes != 0 || full > SIZE_MAX / sizeof(*v) - 1)
+	node = place_node(p, node);
+	if (bytes == 0 || bytes % p->page_bytes != 0)
 		return -EINVAL;
-	nfull = (size_t)full;
-	ntotal = nfull + (tail_bytes ? 1 : 0);
+	if (warm) {
+		for (unsigned k = 0; k < CLASSES_MAX; k++) {
+			avail[k] = 0;
+			for (const struct chunk *c = k < p->classes.n ? p->idle[k] : NULL; c; c = c->next)
+				avail[k]++;
+		}
+		nall = classes_split_avail(&p->classes, bytes, avail, counts, &tail_bytes);
+		if (nall == 0)
+			return -EBUSY;
+	} else {
+		nall = classes_split(&p->classes, bytes, counts, &tail_bytes);
+	}
+	if (nall > SIZE_MAX / sizeof(*v) - 1)
+		return -EINVAL;
+	ntotal = (size_t)nall;
 	v = calloc(ntotal, sizeof(*v));
 	if (!v)
 		return -ENOMEM;
 
 	/*
-	 * Count what the idle list can give without copying anyone's pages:
+	 * Count what each class's idle list can give without copying anyone's pages:
 	 * first chunks this uid had before, then never-lent ones. Nothing is
 	 * unlinked until every new chunk exists, so a failure changes nothing.
 	 */
-	nreused = idle_pick(p, uid, &node, 1, nfull, NULL);
-	nfrom = place_take_nodes(p, node, (nfull - nreused) * p->chunk_bytes + tail_bytes, from);
-	if (nfrom > 1)
-		nreused = idle_pick(p, uid, from, nfrom, nfull, NULL);
+	for (unsigned k = 0; k < p->classes.n; k++) {
+		reused[k] = counts[k] ? idle_pick(p, k, uid, &node, 1, (size_t)counts[k], NULL) : 0;
+		short_bytes += (counts[k] - reused[k]) * p->classes.bytes[k];
+	}
+	nfrom = place_take_nodes(p, node, short_bytes + tail_bytes, from);
+	for (unsigned k = 0; k < p->classes.n; k++) {
+		if (nfrom > 1 && counts[k])
+			reused[k] = idle_pick(p, k, uid, from, nfrom, (size_t)counts[k], NULL);
+		nreused += reused[k];
+	}
 
+	/* An empty class is refilled by making its chunks: a lease the budget allows never fails for want of one. */
 	nfresh = ntotal - nreused;
 	if (nfresh > 0) {
+		size_t i = 0;
+
 		fresh = calloc(nfresh, sizeof(*fresh));
 		sizes = malloc(nfresh * sizeof(*sizes));
 		if (!fresh || !sizes) {
 			r = -ENOMEM;
 			goto fail;
 		}
-		for (size_t i = 0; i < nfresh; i++)
-			sizes[i] = p->chunk_bytes;
+		for (unsigned k = p->classes.n; k-- > 0;)
+			for (uint64_t j = reused[k]; j < counts[k]; j++)
+				sizes[i++] = p->classes.bytes[k];
 		if (tail_bytes)
-			sizes[nfresh - 1] = tail_bytes;
+			sizes[i++] = tail_bytes;
 		r = chunk_make_batch(p, sizes, nfresh, tail_bytes ? nfresh - 1 : nfresh, uid, node, fresh, NULL, NULL);
 		if (r < 0)
 			goto fail;
 	}
 
-	/* Commit: unlink the reused chunks in preference order. */
-	ntotal = idle_pick(p, uid, from, nfrom, nreused, v);
-	for (size_t i = 0; i < nfresh; i++) {
-		v[ntotal++] = fresh[i];
-		p->nchunks++;
-		p->lent_bytes += fresh[i]->bytes;
-		announce(p, fresh[i]);
-	}
-	for (size_t i = 0; i < nreused; i++)
-		p->lent_bytes += v[i]->bytes;
-
 	/*
-	 * Each fresh full chunk stands in for an idle chunk last lent to another
-	 * uid: that one goes, so the pool holds no more than before.
+	 * Commit, largest class first and the tail last (the client maps them in this order; whole chunks
+	 * first keep its THP mappings PMD-aligned): the reused chunks unlinked in preference order, then the
+	 * fresh ones of the class. Each fresh chunk of a class stands in for an idle chunk of that class last
+	 * lent to another uid (or, asked for a node, on another node): that one goes, so the pool holds no
+	 * more than before.
 	 */
-	nreplace = nfresh - (tail_bytes ? 1 : 0);
-	pp = &p->idle;
-	while (*pp && nreplace > 0) {
-		struct chunk *c = *pp;
+	ntotal = 0;
+	for (unsigned k = p->classes.n; k-- > 0;) {
+		uint64_t nreplace = counts[k] - reused[k];
+		struct chunk **pp;
 
-		/* Replaced first: chunks another uid had, or (asked for a node) chunks on another node. */
-		if ((c->owner_uid == POOL_NO_OWNER || c->owner_uid == uid) && place_on_node(p, c, node)) {
-			pp = &c->next;
-			continue;
+		ntotal += idle_pick(p, k, uid, from, nfrom, (size_t)reused[k], v + ntotal);
+		for (uint64_t j = reused[k]; j < counts[k]; j++)
+			v[ntotal++] = fresh[f++];
+		pp = &p->idle[k];
+		while (*pp && nreplace > 0) {
+			struct chunk *c = *pp;
+
+			if ((c->owner_uid == POOL_NO_OWNER || c->owner_uid == uid) && place_on_node(p, c, node)) {
+				pp = &c->next;
+				continue;
+			}
+			idle_unlink(p, pp);
+			p->nchunks--;
+			pool_destroy(p, c);
+			nreplace--;
 		}
-		idle_unlink(p, pp);
-		p->nchunks--;
-		pool_destroy(p, c);
-		nreplace--;
+	}
+	if (tail_bytes)
+		v[ntotal++] = fresh[f++];
+	for (size_t i = 0; i < ntotal; i++)
+		p->lent_bytes += v[i]->bytes;
+	for (size_t i = 0; i < nfresh; i++) {
+		p->nchunks++;
+		announce(p, fresh[i]);
 	}
 
 	free(sizes);
@@ -398,10 +527,24 @@ fail:
 	return r;
 }
 
+int pool_take_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chunk ***ret, size_t *n)
+{
+	return take(p, uid, bytes, node, false, ret, n);
+}
+
+int pool_take_warm_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chunk ***ret, size_t *n)
+{
+	return take(p, uid, bytes, node, true, ret, n);
+}
+
 /* Take c off the idle list if it is there. */
 static bool idle_remove(struct pool *p, struct chunk *c)
 {
-	for (struct chunk **pp = &p->idle; *pp; pp = &(*pp)->next)
+	int k = classes_index(&p->classes, c->bytes);
+
+	if (c->tail || k < 0)
+		return false;
+	for (struct chunk **pp = &p->idle[k]; *pp; pp = &(*pp)->next)
 		if (*pp == c) {
 			idle_unlink(p, pp);
 			return true;
@@ -425,7 +568,8 @@ void pool_put(struct pool *p, struct chunk **chunks, size_t n)
 		 * gets its pages again, as nobody gets a tail's. */
 		if (c->tainted)
 			p->tainted_destroyed++;
-		if (c->tail || c->tainted || r < 0) {
+		/* A chunk of no class (an earlier instance's, lent when it stopped) serves no later lease. */
+		if (c->tail || c->tainted || r < 0 || !pool_is_class(p, c->bytes)) {
 			p->nchunks--;
 			pool_destroy(p, c);
 		} else {
@@ -465,21 +609,26 @@ uint64_t pool_tainted_destroyed(const struct pool *p)
 	return p->tainted_destroyed;
 }
 
-uint64_t pool_shrink(struct pool *p, uint64_t keep_bytes)
+/*
+ * Destroy idle chunks of pass's kind (0: last lent to some uid; 1: never lent) while idle bytes are above
+ * keep_bytes: the largest class first, of chunks no bigger than the excess (fit), or, smallest class first,
+ * any chunk (!fit) to take the last bit off. Returns bytes released.
+ */
+static uint64_t shrink_pass(struct pool *p, uint64_t keep_bytes, int pass, bool fit)
 {
 	uint64_t released_bytes = 0;
 
-	/*
-	 * Chunks last lent to some uid go first: only that uid can reuse them
-	 * without a fresh memfd, while never-lent ones serve anybody.
-	 */
-	for (int pass = 0; pass < 2 && p->idle_bytes > keep_bytes; pass++) {
-		struct chunk **pp = &p->idle;
+	for (unsigned i = 0; i < p->classes.n && p->idle_bytes > keep_bytes; i++) {
+		unsigned k = fit ? p->classes.n - 1 - i : i;
+		struct chunk **pp = &p->idle[k];
 
+		if (fit && p->classes.bytes[k] > p->idle_bytes - keep_bytes)
+			continue;
 		while (*pp && p->idle_bytes > keep_bytes) {
 			struct chunk *c = *pp;
 
-			if (pass == 0 && c->owner_uid == POOL_NO_OWNER) {
+			if ((pass == 0 && c->owner_uid == POOL_NO_OWNER) ||
+			    (fit && c->bytes > p->idle_bytes - keep_bytes)) {
 				pp = &c->next;
 				continue;
 			}
@@ -489,6 +638,22 @@ uint64_t pool_shrink(struct pool *p, uint64_t keep_bytes)
 			pool_destroy(p, c);
 		}
 	}
+	return released_bytes;
+}
+
+uint64_t pool_shrink(struct pool *p, uint64_t keep_bytes)
+{
+	uint64_t released_bytes = 0;
+
+	/*
+	 * Chunks last lent to some uid go first: only that uid can reuse them
+	 * without a fresh memfd, while never-lent ones serve anybody. Chunks that
+	 * fit the excess go before one that would take the pool below keep_bytes
+	 * (a 1 GiB chunk for a 2 MiB excess).
+	 */
+	for (int fit = 1; fit >= 0; fit--)
+		for (int pass = 0; pass < 2; pass++)
+			released_bytes += shrink_pass(p, keep_bytes, pass, fit);
 	return released_bytes;
 }
 
@@ -517,8 +682,9 @@ void pool_set_hooks(struct pool *p, const struct pool_hooks *h)
 
 void pool_foreach_idle(const struct pool *p, void (*fn)(const struct chunk *c, void *ud), void *ud)
 {
-	for (const struct chunk *c = p->idle; c; c = c->next)
-		fn(c, ud);
+	for (unsigned k = 0; k < CLASSES_MAX; k++)
+		for (const struct chunk *c = p->idle[k]; c; c = c->next)
+			fn(c, ud);
 }
 
 void pool_foreach_chunk(const struct pool *p, void (*fn)(const struct chunk *c, void *ud), void *ud)
@@ -543,14 +709,21 @@ int pool_adopt(struct pool *p, int fd, uint64_t id, uid_t owner_uid, bool tail, 
 	 * ones are allocated here. An idle chunk that stays short is refused (the fd
 	 * stays the caller's); a lent one stays marked and is dropped when it comes back.
 	 */
-	if (chunk_check(p, c, true) < 0 && idle) {
+	/* An idle chunk must be of a class to be lent again (recovery checks it too). */
+	if (idle && (tail || !pool_is_class(p, c->bytes)))
+		r = -EINVAL;
+	else if (chunk_check(p, c, true) < 0 && idle)
+		r = -EIO;
+	else
+		r = 0;
+	if (r < 0) {
 		all_unlink(p, c);
 		chunk_count_kind(p, c, -1);
 		p->nchunks--;
 		if (c->addr)
 			munmap(c->addr, c->bytes);
 		free(c);
-		return -EIO;
+		return r;
 	}
 	if (idle) {
 		idle_push(p, c);

@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "classes.h"
+
 #define POOL_NO_OWNER ((uid_t)-1)
 
 enum pool_hugetlb {
@@ -47,7 +49,14 @@ struct chunk {
 };
 
 struct pool_opts {
-	uint64_t chunk_bytes; /* multiple of the page size; default 2 MiB */
+	uint64_t chunk_bytes; /* the smallest chunk class, a multiple of the page size; default 2 MiB */
+	/* The largest class: classes are chunk_bytes * 2^k up to it (core/classes.h); 0 or chunk_bytes: one class. */
+	uint64_t chunk_max_bytes;
+	/*
+	 * Test only: chunks are memfds of their size but never faulted, collapsed or locked, and the audit finds no
+	 * punch in them, so a terabyte pool fits a small test host. Clients must not touch them either.
+	 */
+	bool simulate;
 	enum pool_hugetlb hugetlb;
 	enum pool_thp thp;
 	unsigned threads;      /* pre-fault threads for large grows; 0 = number of CPUs, max 16 */
@@ -76,7 +85,27 @@ int pool_new(const struct pool_opts *opts, struct pool **ret);
 void pool_free(struct pool *p);
 
 uint64_t pool_page_size(const struct pool *p);
+/* The smallest chunk class (chunk-size). */
 uint64_t pool_chunk_size(const struct pool *p);
+/* The chunk classes, smallest first. */
+const struct classes *pool_classes(const struct pool *p);
+/* The largest chunk class. */
+uint64_t pool_chunk_max(const struct pool *p);
+/* Whether bytes is the size of a chunk class (what an idle chunk may be). */
+bool pool_is_class(const struct pool *p, uint64_t bytes);
+/* Chunks a lease of bytes (a multiple of the page size) takes: greedy over the classes, one tail. */
+uint64_t pool_chunks_for(const struct pool *p, uint64_t bytes);
+/*
+ * Raise the largest class to max_bytes (the limits plan, rlimits.c): classes are only ever added, so every
+ * chunk the pool holds stays of a class. Returns 0, or -EINVAL when max_bytes is below the largest now.
+ */
+int pool_raise_chunk_max(struct pool *p, uint64_t max_bytes);
+/* Threads that make chunks for a large batch (warm-up): pool_opts.threads, resolved. */
+unsigned pool_threads(const struct pool *p);
+/* Chunks are left unpopulated and unlocked (pool_opts.simulate). */
+bool pool_simulated(const struct pool *p);
+/* Idle bytes of class k (pool_classes' index). */
+uint64_t pool_idle_class_bytes(const struct pool *p, unsigned k);
 bool pool_hugetlb(const struct pool *p);
 /* Chunks are collapsed to THP (pool not on hugetlb, thp not "no", the kernel can). */
 bool pool_thp(const struct pool *p);
@@ -105,19 +134,20 @@ uint64_t pool_hugetlb_bytes(const struct pool *p);
 const char *pool_page_kind(const struct pool *p);
 
 /*
- * Add idle chunks until the idle pool holds at least bytes (rounded up to chunks),
- * pre-faulting and locking them in parallel threads. progress, if set, is called
+ * Add idle chunks until the idle pool holds at least bytes, carved into classes as classes_warm_split
+ * says (each class grown to its share, rounded up to its chunks), pre-faulting and locking them in parallel threads. progress, if set, is called
  * from the calling thread with (done, total) bytes now and then.
  * Returns 0 or a negative errno (the chunks made so far stay).
  */
 int pool_grow(struct pool *p, uint64_t bytes, void (*progress)(uint64_t done, uint64_t total, void *ud), void *ud);
 
 /*
- * Take chunks covering exactly bytes (a multiple of the page size) for uid:
- * full chunks from the idle list (first those last lent to uid, then never-lent
+ * Take chunks covering exactly bytes (a multiple of the page size) for uid, the fewest the classes
+ * allow (classes_split: largest first, one tail chunk for a remainder below the smallest class).
+ * Each class's chunks come from its idle list (first those last lent to uid, then never-lent
  * ones; a chunk last lent to another uid is replaced by a fresh memfd so no uid
- * ever sees another's pages), new chunks when the idle list runs out, and one
- * tail chunk for a remainder smaller than a chunk.
+ * ever sees another's pages), new chunks of that class when its idle list runs out.
+ * The array is largest chunks first, the tail last.
  * *ret is a malloc'd array of *n chunk pointers. Returns 0, -EINVAL, or the errno
  * of a failed memfd_create/ftruncate/mmap/mlock (nothing is taken then).
  */
@@ -130,6 +160,14 @@ int pool_take(struct pool *p, uid_t uid, uint64_t bytes, struct chunk ***ret, si
  * is ignored.
  */
 int pool_take_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chunk ***ret, size_t *n);
+
+/*
+ * pool_take_on from the warm pool alone, for a host under pressure: the idle chunks there are, largest first
+ * (smaller classes standing in for bigger ones that are not idle: more chunks, no new memory), each fresh chunk
+ * replacing an idle one of its class (as pool_take_on's do), and a fresh tail below the smallest class.
+ * Returns -EBUSY when the idle chunks cannot cover bytes, else as pool_take_on.
+ */
+int pool_take_warm_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chunk ***ret, size_t *n);
 
 /* pool_grow for one NUMA node: idle chunks on node until they hold at least bytes. */
 int pool_grow_on(struct pool *p, uint64_t bytes, int node, void (*progress)(uint64_t done, uint64_t total, void *ud),

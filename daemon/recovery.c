@@ -321,8 +321,8 @@ static int adopt(struct recovery *rc, struct notify_stored *st, int nst, int sta
 		if (fd < 0)
 			continue;
 		recovery_chunk_name(ps.idle_ids[i], name, sizeof(name));
-		/* The pool lends idle chunks as full chunks: another size is not one it made. */
-		if (fstat(fd, &sb) < 0 || (uint64_t)sb.st_size != pool_chunk_size(b->pool)) {
+		/* The pool lends idle chunks as chunks of its classes: another size is not one it made. */
+		if (fstat(fd, &sb) < 0 || !pool_is_class(b->pool, (uint64_t)sb.st_size)) {
 			quarantine_fd(rc, fd, ps.idle_ids[i], name);
 			continue;
 		}

@@ -10,8 +10,10 @@
 #include "backing.h"
 #include "broker.h"
 #include "budget.h"
+#include "cgns-probe.h"
 #include "config.h"
 #include "conn.h"
+#include "jobs-watch.h"
 #include "jobs.h"
 #include "lease.h"
 #include "monitor.h"
@@ -129,6 +131,7 @@ static void fill_nodes(struct broker *b, Pinbroker__V1__StatusReply *sr)
 static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr)
 {
 	struct broker *b = sb->b;
+	const struct cgns_probe *cgp;
 
 	sr->schema_version = 1;
 	sr->server_version = (char *)PINBROKER_VERSION;
@@ -158,6 +161,10 @@ static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr
 	sr->thp_failures = pool_thp_failures(b->pool);
 	sr->has_hugetlb_bytes = true;
 	sr->hugetlb_bytes = pool_hugetlb_bytes(b->pool);
+	sr->has_chunk_max_bytes = true;
+	sr->chunk_max_bytes = pool_chunk_max(b->pool);
+	sr->has_chunk_capacity = true;
+	sr->chunk_capacity = b->chunk_capacity;
 	sr->has_huge_pages_free_bytes = true;
 	sr->huge_pages_free_bytes = b->monitor ? monitor_huge_pages_free_bytes(b->monitor) : 0;
 	sr->has_unbrokered_bytes = true;
@@ -168,6 +175,12 @@ static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr
 	sr->unbrokered_cap_bytes = broker_unbrokered_cap(b);
 	sr->has_orphaned_bytes = true;
 	sr->orphaned_bytes = b->orphaned_bytes;
+	cgp = jobs_watch_cgns(b);
+	if (cgp) {
+		sr->cgroup_namespace = (char *)cgns_mode_name(cgp->ns.mode);
+		if (cgp->ns.mode == CGNS_PRIVATE)
+			sr->cgroup_ns_root = (char *)cgp->ns.root;
+	}
 	sr->has_uptime_ms = true;
 	sr->uptime_ms = sb->now - b->started_ms;
 	sr->has_prewarm_bytes = true;

@@ -65,6 +65,48 @@ static uint64_t count_lines_or_entries(const char *path, bool dir)
 	return n;
 }
 
+/*
+ * Plan the chunk classes for the larger of the budget and the host's memory (a reload may raise the budget up
+ * to it; the classes are fixed at start but for being raised): the largest class goes up until that much,
+ * lent as one lease, takes at most a quarter of the chunks the fds and mappings allow. Logged at start,
+ * and again whenever it changes.
+ */
+static void plan_classes(struct broker *b, uint64_t nofile, uint64_t map_max)
+{
+	struct classes_plan plan, old = b->chunk_plan;
+	uint64_t plan_bytes = budget_limit(b->budget);
+	char s1[32], s2[32], s3[32];
+
+	if (b->host_mem_total_bytes > plan_bytes)
+		plan_bytes = b->host_mem_total_bytes;
+	/* An operator's chunk-max is kept (and warned about when it does not fit); only the default is raised. */
+	if (classes_plan(pool_chunk_size(b->pool), pool_chunk_max(b->pool), plan_bytes, b->chunk_capacity,
+			 !config_is_user_set(b->cfg, "chunk-max"), &plan) < 0)
+		return;
+	if (plan.raised && pool_raise_chunk_max(b->pool, plan.max_bytes) < 0)
+		return;
+	b->chunk_plan = plan;
+	b->limit_nofile = nofile;
+	b->limit_max_map_count = map_max;
+	if (old.max_bytes == plan.max_bytes && old.capacity == plan.capacity && old.plan_bytes == plan.plan_bytes)
+		return;
+	format_size(pool_chunk_size(b->pool), s1, sizeof(s1));
+	format_size(plan.max_bytes, s2, sizeof(s2));
+	format_size(plan.plan_bytes, s3, sizeof(s3));
+	if (!plan.fits)
+		log_warnx("chunk classes %s to %s: %s lent as one lease is %llu chunks, more than a quarter of the "
+			  "%llu the daemon's file descriptors (RLIMIT_NOFILE %llu) and vm.max_map_count (%llu) allow; "
+			  "raise LimitNOFILE or vm.max_map_count",
+			  s1, s2, s3, (unsigned long long)plan.worst_chunks, (unsigned long long)plan.capacity,
+			  (unsigned long long)nofile, (unsigned long long)map_max);
+	else
+		log_info("chunk classes %s to %s (%u)%s: %s lent as one lease is %llu chunks of the %llu the file "
+			 "descriptors (RLIMIT_NOFILE %llu) and mappings (vm.max_map_count %llu) allow",
+			 s1, s2, plan.n_classes, plan.raised ? ", chunk-max raised to fit" : "", s3,
+			 (unsigned long long)plan.worst_chunks, (unsigned long long)plan.capacity,
+			 (unsigned long long)nofile, (unsigned long long)map_max);
+}
+
 void rlimits_resolve(struct broker *b)
 {
 	struct rlimit rl = { 0 };
@@ -91,15 +133,7 @@ void rlimits_resolve(struct broker *b)
 			  "after reserve-fds and max-connections; lending at most %llu chunks: raise LimitNOFILE",
 			  (unsigned long long)nofile, (unsigned long long)map_max,
 			  (unsigned long long)b->chunk_capacity);
-	if (b->chunk_capacity && budget_limit(b->budget) / pool_chunk_size(b->pool) > b->chunk_capacity) {
-		char s1[32], s2[32], s3[32];
-
-		log_warnx("budget %s is more chunks of %s than the daemon's file descriptors allow (%llu): at most %s "
-			  "can be lent; raise LimitNOFILE, or chunk-size",
-			  format_size(budget_limit(b->budget), s1, sizeof(s1)),
-			  format_size(pool_chunk_size(b->pool), s2, sizeof(s2)), (unsigned long long)b->chunk_capacity,
-			  format_size(b->chunk_capacity * pool_chunk_size(b->pool), s3, sizeof(s3)));
-	}
+	plan_classes(b, nofile, map_max);
 	log_debug(
 		"limits: %llu chunks in all (RLIMIT_NOFILE %llu, max_map_count %llu), %llu chunks and %llu leases per uid",
 		(unsigned long long)b->chunk_capacity, (unsigned long long)nofile, (unsigned long long)map_max,

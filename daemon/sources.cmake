@@ -10,6 +10,8 @@ set(PB_DAEMON_CORE_SOURCES
   core/broker.c      # the verbs tying budget, pool and leases; the pressure state's one writer
   core/backing.c     # shared-memory registrations charged once: page ranges per backing file
   core/budget.c      # accounting: bytes, leases, chunks and fds per uid
+  core/cgns.c        # cgroup paths read in a cgroup namespace of our own, as the host names them
+  core/classes.c     # chunk size classes: a lease's chunks, the warm carving, the plan for fd and map limits
   core/jobs.c        # job-quota rules and charges per cgroup
   core/lease.c       # the lease table and its state machine
   core/orphans.c     # the restart state file's text: what an earlier daemon lent
@@ -22,7 +24,8 @@ set(PB_DAEMON_CORE_SOURCES
 
 # The I/O shell, daemon/: every other file but main.c (which only pinbrokerd links).
 set(PB_DAEMON_SHELL_SOURCES
-  audit.c config.c config-doc.c config-keys.c config-value.c holders.c jobs-watch.c listen.c log.c metrics.c
+  audit.c cgns-probe.c config.c config-doc.c config-keys.c config-value.c holders.c jobs-watch.c listen.c log.c
+  metrics.c
   monitor.c monitor-cgroup.c monitor-proc.c monitor-psi.c rlimits.c
   notify.c numa.c pool.c pool-chunk.c pool-pages.c pool-place.c react.c
   recovery.c recovery-writer.c reload.c reply.c

@@ -54,12 +54,10 @@ bool broker_enforce_may_signal(const struct lease *l, uid_t target_uid)
 	return !l->revoke_by_holder || target_uid == l->uid;
 }
 
-/* Chunks a lease of size_bytes takes: whole chunks plus a tail for the remainder. */
+/* Chunks a lease of size_bytes takes: the fewest of the pool's classes, plus a tail for the remainder. */
 static uint64_t chunks_for(const struct broker *b, uint64_t size_bytes)
 {
-	uint64_t chunk = pool_chunk_size(b->pool);
-
-	return size_bytes / chunk + (size_bytes % chunk ? 1 : 0);
+	return pool_chunks_for(b->pool, size_bytes);
 }
 
 /* The caps on file descriptors and mappings: per uid, then the daemon's own. */
@@ -189,9 +187,20 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 		return -EBUSY;
 
 	if (!a->registration) {
-		r = pool_take_on(b->pool, a->uid, size_bytes, a->numa_node, &chunks, &nchunks);
+		/* Tight: from idle chunks alone, smaller ones standing in for missing classes, so no new memory is
+		 * pinned (the fd and mapping cap still bounds what that costs). */
+		r = b->state == BROKER_TIGHT
+			    ? pool_take_warm_on(b->pool, a->uid, size_bytes, a->numa_node, &chunks, &nchunks)
+			    : pool_take_on(b->pool, a->uid, size_bytes, a->numa_node, &chunks, &nchunks);
 		if (r < 0)
 			return r;
+		/* More chunks than the fewest (counted above) cost more fds: they must fit the caps as well. */
+		r = nchunks > chunks_for(b, size_bytes) ? check_counts(b, a->uid, nchunks) : 0;
+		if (r < 0) {
+			pool_put(b->pool, chunks, nchunks);
+			free(chunks);
+			return r;
+		}
 	}
 
 	r = lease_add(b->leases, a->uid, a->gid, a->pid, a->owner, size_bytes, a->priority, a->label, chunks, nchunks,

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "classes.h"
 #include "lease.h"
 #include "pressure.h"
 #include "unbrokered.h"
@@ -143,6 +144,9 @@ struct broker {
 	uint64_t chunk_capacity; /* pool chunks the daemon may hold lent at once */
 	uint64_t max_chunks_per_uid;
 	uint64_t max_leases_per_uid;
+	/* The chunk classes planned for those limits (rlimits.c), with the limits they came from. */
+	struct classes_plan chunk_plan;
+	uint64_t limit_nofile, limit_max_map_count;
 	/* Bumped by every verb below that changes the leases, their holders or the idle pool:
 	 * the fd-store state (recovery.c) is rewritten only when it moved. */
 	uint64_t generation;

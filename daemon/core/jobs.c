@@ -144,7 +144,7 @@ bool jobs_pattern_matches(const char *pattern, const char *path)
 	return fnmatch(pattern, prefix, FNM_PATHNAME | FNM_PERIOD) == 0;
 }
 
-int jobs_parse_proc_cgroup(const char *text, char *out, size_t outlen, bool *v1)
+int jobs_proc_cgroup_raw(const char *text, char *out, size_t outlen, bool *v1)
 {
 	const char *unified = NULL, *memory = NULL;
 	size_t ulen = 0, mlen = 0;
@@ -181,7 +181,6 @@ int jobs_parse_proc_cgroup(const char *text, char *out, size_t outlen, bool *v1)
 
 	const char *path = memory ? memory : unified;
 	size_t plen = memory ? mlen : ulen;
-	const char *why;
 
 	if (!path)
 		return -ENOENT;
@@ -191,6 +190,17 @@ int jobs_parse_proc_cgroup(const char *text, char *out, size_t outlen, bool *v1)
 	out[plen] = '\0';
 	if (v1)
 		*v1 = memory != NULL;
+	return 0;
+}
+
+int jobs_parse_proc_cgroup(const char *text, char *out, size_t outlen, bool *v1)
+{
+	const char *why;
+	int r;
+
+	r = jobs_proc_cgroup_raw(text, out, outlen, v1);
+	if (r < 0)
+		return r;
 	return jobs_path_check(out, false, &why);
 }
 

@@ -79,6 +79,12 @@ bool jobs_pattern_matches(const char *pattern, const char *path);
  * or -EINVAL if the path fails jobs_path_check or does not fit; *v1 says which it was.
  */
 int jobs_parse_proc_cgroup(const char *text, char *out, size_t outlen, bool *v1);
+/*
+ * The same line's path as the kernel wrote it, unchecked: in a cgroup namespace of the reader's own it may
+ * climb ("/../../kubepods.slice/..."), which cgns_resolve (cgns.h) turns into the host's path. Returns 0,
+ * -ENOENT (no memory or unified line) or -EINVAL (it does not fit outlen).
+ */
+int jobs_proc_cgroup_raw(const char *text, char *out, size_t outlen, bool *v1);
 
 /* Intern path (checked by the caller): a new reference, made or found. Returns 0 or -ENOMEM. */
 int jobs_cgroup_get(struct jobs *j, const char *path, struct job_cgroup **ret);

@@ -17,47 +17,11 @@
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-}
-if [ -z "$BUILD" ]; then
-	for b in "$SRC/build-gpu" "$SRC/build"; do [ -x "$b/daemon/pinbrokerd" ] && BUILD=$b && break; done
-fi
-BUILD=$(realpath -m "${BUILD:-$SRC/build-gpu}")
-DAEMON=$BUILD/daemon/pinbrokerd
-PINCTL=$BUILD/client/pinctl
-LIB=$BUILD/client/libpinbroker.so.1
-for f in "$DAEMON" "$PINCTL" "$LIB"; do
-	[ -e "$f" ] || { echo "missing $f (cmake -S . -B build-gpu && cmake --build build-gpu)"; exit 2; }
-done
-PY=${PYTHON:-python3}
 export OUT=${OUT:-$(mktemp -d /tmp/pb-loader-out.XXXXXX)}
 mkdir -p "$OUT"
-TMP=$(mktemp -d /tmp/pb-loader.XXXXXX)
-SOCK=$TMP/pb.sock
-DLOG=$OUT/pinbrokerd.log
-DPID=
-HUGE_BEFORE=
-
-# shellcheck disable=SC2317 # called through the EXIT trap
-cleanup() {
-	if [ -n "$DPID" ]; then
-		kill -TERM "$DPID" 2>/dev/null
-		for _ in $(seq 1 200); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.05; done
-		kill -0 "$DPID" 2>/dev/null && kill -KILL "$DPID"
-	fi
-	[ -n "$HUGE_BEFORE" ] && echo "$HUGE_BEFORE" >/proc/sys/vm/nr_hugepages 2>/dev/null
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-
-"$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 77)' 2>"$TMP/torch.err"
-rc=$?
-if [ $rc = 77 ]; then
-	echo "SKIP: $PY has no CUDA device (torch.cuda.is_available() is False)"
-	exit 77
-elif [ $rc != 0 ]; then
-	cat "$TMP/torch.err"
-	echo "FAIL: $PY cannot import torch (set PYTHON to an interpreter with a CUDA torch)"
-	exit 1
-fi
+# shellcheck source=python/bench/bench-lib.sh
+. "$SRC/python/bench/bench-lib.sh"
+bench_need_torch cuda
 
 WANT_HUGE=${PB_HUGEPAGES:-1100}
 HUGE=no
@@ -75,23 +39,8 @@ if [ $HUGE = yes ]; then
 else
 	DARGS=(--budget "${PB_BUDGET:-8G}" --prewarm "${PB_PREWARM:-2G}" --hugetlb no)
 fi
-LOCK=yes
-[ "$(id -u)" = 0 ] || LOCK=no
 echo "pinbrokerd: ${DARGS[*]} --lock-memory $LOCK (huge pages: $(awk '/HugePages_Free/ {print $2}' /proc/meminfo) free)" | tee "$OUT/setup.txt"
-# Pressure thresholds sit low: the run checks the loader, and a VM's MemAvailable may start small.
-"$DAEMON" --socket "$SOCK" --config /dev/null "${DARGS[@]}" --lock-memory $LOCK --tight-mem-available-pct 3 \
-	--critical-mem-available-pct 1 --log-level info >"$DLOG" 2>&1 &
-DPID=$!
-for _ in $(seq 1 600); do
-	"$PINCTL" --socket "$SOCK" status >/dev/null 2>&1 && break
-	kill -0 "$DPID" 2>/dev/null || { echo "FAIL: pinbrokerd exited; see $DLOG"; tail -20 "$DLOG"; DPID=; exit 1; }
-	sleep 0.1
-done
-"$PINCTL" --socket "$SOCK" status >/dev/null 2>&1 || { echo "FAIL: pinbrokerd did not answer in 60 s"; exit 1; }
-
-export PINBROKER_SOCKET=$SOCK PINBROKER_LIBRARY=$LIB
-export LD_LIBRARY_PATH=$BUILD/client${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export PYTHONUNBUFFERED=1
+bench_start_daemon "${DARGS[@]}" --lock-memory $LOCK
 
 echo "=== gpu_loader_check"
 "$PY" "$SRC/python/bench/gpu_loader_check.py" --out "$OUT" 2>&1 | tee "$OUT/gpu_loader_check.log"

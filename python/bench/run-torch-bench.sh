@@ -17,72 +17,25 @@
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-}
-if [ -z "$BUILD" ]; then
-	for b in "$SRC/build-gpu" "$SRC/build"; do [ -x "$b/daemon/pinbrokerd" ] && BUILD=$b && break; done
-fi
-BUILD=$(realpath -m "${BUILD:-$SRC/build-gpu}")
-DAEMON=$BUILD/daemon/pinbrokerd
-PINCTL=$BUILD/client/pinctl
-LIB=$BUILD/client/libpinbroker.so.1
-for f in "$DAEMON" "$PINCTL" "$LIB"; do
-	[ -e "$f" ] || { echo "missing $f (cmake -S . -B build-gpu && cmake --build build-gpu)"; exit 2; }
-done
-PY=${PYTHON:-python3}
 export OUT=${OUT:-$(mktemp -d /tmp/pb-torchbench-out.XXXXXX)}
 mkdir -p "$OUT"
-TMP=$(mktemp -d /tmp/pb-torchbench.XXXXXX)
-SOCK=$TMP/pb.sock
-DLOG=$OUT/pinbrokerd.log
-DPID=
-
-# shellcheck disable=SC2317 # called through the EXIT trap
-cleanup() {
-	if [ -n "$DPID" ]; then
-		kill -TERM "$DPID" 2>/dev/null
-		for _ in $(seq 1 200); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.05; done
-		kill -0 "$DPID" 2>/dev/null && kill -KILL "$DPID"
-	fi
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
+# shellcheck source=python/bench/bench-lib.sh
+. "$SRC/python/bench/bench-lib.sh"
 
 # PB_CPU_DRY=1: a smoke test of this script on a CPU host (both scripts with --cpu-dry: no pinning, no copies).
 DRY=()
 if [ "${PB_CPU_DRY:-0}" = 1 ]; then
 	DRY=(--cpu-dry --workers 2)
-	"$PY" -c 'import torch' 2>"$TMP/torch.err"
+	bench_need_torch any
 else
-	"$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 77)' 2>"$TMP/torch.err"
-fi
-rc=$?
-if [ $rc = 77 ]; then
-	echo "SKIP: $PY has no CUDA device (torch.cuda.is_available() is False)"
-	exit 77
-elif [ $rc != 0 ]; then
-	cat "$TMP/torch.err"
-	echo "FAIL: $PY cannot import torch (set PYTHON to an interpreter with a CUDA torch)"
-	exit 1
+	bench_need_torch cuda
 fi
 
-LOCK=yes
-[ "$(id -u)" = 0 ] || LOCK=no
 DARGS=(--budget "${PB_BUDGET:-24G}" --prewarm "${PB_PREWARM:-2G}" --hugetlb "${PB_HUGETLB:-no}"
 	--max-no-revoke-per-uid 100% --lock-memory "$LOCK")
 echo "pinbrokerd: ${DARGS[*]}" | tee "$OUT/setup.txt"
-# Pressure thresholds sit low: the run measures torch, and a VM's MemAvailable may start small.
-"$DAEMON" --socket "$SOCK" --config /dev/null "${DARGS[@]}" --tight-mem-available-pct 3 \
-	--critical-mem-available-pct 1 --log-level info >"$DLOG" 2>&1 &
-DPID=$!
-for _ in $(seq 1 600); do
-	"$PINCTL" --socket "$SOCK" status >/dev/null 2>&1 && break
-	kill -0 "$DPID" 2>/dev/null || { echo "FAIL: pinbrokerd exited; see $DLOG"; tail -20 "$DLOG"; DPID=; exit 1; }
-	sleep 0.1
-done
-"$PINCTL" --socket "$SOCK" status >/dev/null 2>&1 || { echo "FAIL: pinbrokerd did not answer in 60 s"; exit 1; }
-
-export PINBROKER_SOCKET=$SOCK PINBROKER_LIBRARY=$LIB
-export LD_LIBRARY_PATH=$BUILD/client${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export PYTHONPATH=$SRC/python${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+bench_start_daemon "${DARGS[@]}"
+export PYTHONPATH=$SRC/python${PYTHONPATH:+:$PYTHONPATH}
 unset PINBROKER_TORCH
 {
 	echo "torch: $("$PY" -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available() and torch.cuda.get_device_name(0))' 2>&1)"

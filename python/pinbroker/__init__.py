@@ -17,7 +17,8 @@ From the shell, ``python3 -m pinbroker status`` and ``python3 -m pinbroker docto
 """
 
 # The rooms (each imports only those above it): _lib (ctypes) <- _lease (Kind, Priority, Lease) <- _status
-# (status and admin calls) <- _client (Client, Registration, the module functions).
+# (status and admin calls) <- _client (Client, Registration, the module functions) <- _region (named shared
+# regions).
 from ._client import (
     Client,
     Registration,
@@ -28,6 +29,7 @@ from ._client import (
     library_path,
 )
 from ._lease import Kind, Lease, Priority
+from ._region import region_path, remove_region, shared_region
 from .errors import (
     BrokerError,
     BudgetExhausted,
@@ -59,6 +61,9 @@ __all__ = [
     "connect",
     "cuda_available",
     "library_path",
+    "region_path",
+    "remove_region",
+    "shared_region",
     "BrokerError",
     "BudgetExhausted",
     "InvalidArgument",

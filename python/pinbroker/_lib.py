@@ -345,6 +345,8 @@ _OPTIONAL = {
     "pb_lease_shared_memory": (_int, [_vp]),
     # Registration in pieces below the driver's per-call cap (issues 26, 27).
     "pb_lease_cuda_piece_bytes": (_size, [_vp]),
+    # The daemon's cgroup namespace, kept out of struct pb_status (issue 28).
+    "pb_status_cgroup_namespace": (_cstr, [_vp, ctypes.POINTER(_cstr)]),
 }
 
 

@@ -24,7 +24,14 @@ def query(ptr: int, leases: bool) -> Dict[str, Any]:
     if r < 0:
         _raise(r, "querying the daemon's status")
     try:
-        return _status_dict(st.contents, leases)
+        d = _status_dict(st.contents, leases)
+        # After uptime_ms, as pinctl writes them; None from an older library or daemon (pinctl's null).
+        ns, root = None, ctypes.c_char_p()
+        fn = _lib.optional("pb_status_cgroup_namespace")
+        if fn is not None:
+            ns = _dec(fn(ctypes.cast(st, ctypes.c_void_p), ctypes.byref(root)))
+        return _after(d, "uptime_ms", {"cgroup_namespace": ns or None,
+                                       "cgroup_ns_root": (_dec(root.value) or None) if ns else None})
     finally:
         lib.pb_status_free(st)
 
@@ -141,6 +148,16 @@ def _user(uid: int) -> str:
 def _num(v: float) -> Optional[float]:
     """A figure as JSON has it: None for NaN or infinity (an absent threshold), as pinctl writes null."""
     return v if math.isfinite(v) else None
+
+
+def _after(d: Dict[str, Any], key: str, extra: Dict[str, Any]) -> Dict[str, Any]:
+    """d with extra's keys placed right after key (the order pinctl's JSON has)."""
+    out: Dict[str, Any] = {}
+    for k, v in d.items():
+        out[k] = v
+        if k == key:
+            out.update(extra)
+    return out
 
 
 def _status_dict(s: _lib.Status, with_leases: bool) -> Dict[str, Any]:

@@ -21,6 +21,7 @@ SOCK = SOCK_DIR + "/pinbroker.sock"
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 DAEMON_CAPS = {"IPC_LOCK", "SYS_RESOURCE", "KILL"}  # systemd/pinbrokerd.service's three
 KUBELET_DP_DIR = "/var/lib/kubelet/device-plugins"
+DAEMON_CGROUP_ROOT = "/host/sys/fs/cgroup"  # where the DaemonSet mounts the host's cgroup tree into pinbrokerd
 PLUGIN_PATH = "/usr/lib/pinbroker/device-plugin/pinbroker-device-plugin.py"  # where the Containerfile puts it
 RESOURCE = "pinbroker.io/pinned-gib"
 failures = []
@@ -124,11 +125,12 @@ def check_daemonset(docs, where, pinbrokerd, patcher_src, mode):
     vols = {v["name"]: v for v in pod.get("volumes", [])}
     sock_vols = [n for n, v in vols.items() if v.get("hostPath", {}).get("path") == SOCK_DIR]
     check(len(sock_vols) == 1, f"{where}: no hostPath volume for {SOCK_DIR}")
-    # The device plugin's two: the kubelet's folder and the host's cgroup tree (read-only).
-    plugin_paths = {KUBELET_DP_DIR, "/sys/fs/cgroup"} if mode == "plugin" else set()
-    check(all(n in sock_vols or "hostPath" not in v or v["hostPath"].get("path") in plugin_paths
+    # The host's cgroup tree (read-only: the daemon's, to name clients' cgroups as the host does, and the
+    # device plugin's, to find pods' cgroups) and the plugin's kubelet folder.
+    host_paths = {KUBELET_DP_DIR, "/sys/fs/cgroup"} if mode == "plugin" else {"/sys/fs/cgroup"}
+    check(all(n in sock_vols or "hostPath" not in v or v["hostPath"].get("path") in host_paths
               for n, v in vols.items()),
-          f"{where}: hostPath volumes other than {SOCK_DIR}" + (f" and {sorted(plugin_paths)}" if plugin_paths else ""))
+          f"{where}: hostPath volumes other than {SOCK_DIR} and {sorted(host_paths)}")
     cms = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
     containers = {c["name"]: c for c in pod.get("containers", [])}
     side_name = "node-patcher" if mode == "patcher" else "device-plugin"
@@ -169,6 +171,14 @@ def check_daemonset(docs, where, pinbrokerd, patcher_src, mode):
           f"{where}: {side_name} adds capabilities")
     check(mounts(side).get(SOCK_DIR, {}).get("readOnly") is True, f"{where}: {side_name} mounts {SOCK_DIR} writable")
     check(TOKEN_DIR not in mounts(daemon), f"{where}: pinbrokerd gets the API token")
+    # The daemon's cgroup namespace is its own (containerd, CRI-O on cgroup v2): it places it in the host's
+    # tree, mounted here read-only and not over its own /sys/fs/cgroup (its memory limit is read there).
+    dm = mounts(daemon).get(DAEMON_CGROUP_ROOT)
+    check(dm is not None and vols.get(dm["name"], {}).get("hostPath", {}).get("path") == "/sys/fs/cgroup"
+          and dm.get("readOnly") is True,
+          f"{where}: pinbrokerd does not mount the host's /sys/fs/cgroup read-only at {DAEMON_CGROUP_ROOT} "
+          "(pod quotas would not bind in its cgroup namespace: docs/kubernetes.md)")
+    check("/sys/fs/cgroup" not in mounts(daemon), f"{where}: pinbrokerd mounts something over its own /sys/fs/cgroup")
     if mode == "plugin":
         check_plugin(where, daemon, side, vols, mounts)
     else:
@@ -193,8 +203,9 @@ def check_plugin(where, daemon, plugin, vols, mounts):
           f"not the daemon's socket folder {host(plugin, SOCK_DIR)}")
     check(plugin.get("command", [])[-1:] == [PLUGIN_PATH], f"{where}: device-plugin's command is {plugin.get('command')}")
     check(TOKEN_DIR not in mounts(plugin), f"{where}: device-plugin gets an API token")
-    check(not any(p in mounts(daemon) for p in (KUBELET_DP_DIR, "/sys/fs/cgroup", cg)),
-          f"{where}: pinbrokerd mounts the device plugin's host folders")
+    check(not any(p in mounts(daemon) for p in (KUBELET_DP_DIR, "/sys/fs/cgroup")) and
+          all(m.get("readOnly") is True for p, m in mounts(daemon).items() if p == cg),
+          f"{where}: pinbrokerd mounts the device plugin's host folders (the host's cgroup tree only read-only)")
 
 
 def check_patcher(where, patcher, vols, mounts, mounted_cm, patcher_src):
@@ -390,6 +401,14 @@ MUTATIONS = {
     "plugin without the kubelet's folder": ("base", lambda d: side_of(d, "device-plugin")["volumeMounts"].pop(1)),
     "plugin privileged": ("base", lambda d: side_of(d, "device-plugin")["securityContext"].update(privileged=True)),
     "host cgroups writable": ("base", lambda d: side_of(d, "device-plugin")["volumeMounts"][2].update(readOnly=False)),
+    "daemon's host cgroups writable": ("base", lambda d: [m.update(readOnly=False) for m in daemon_of(d)["volumeMounts"]
+                                                          if m["mountPath"] == DAEMON_CGROUP_ROOT]),
+    "daemon without the host cgroups": ("base", lambda d: daemon_of(d).update(volumeMounts=[
+        m for m in daemon_of(d)["volumeMounts"] if m["mountPath"] != DAEMON_CGROUP_ROOT])),
+    "patcher daemon without the host cgroups": ("patcher", lambda d: daemon_of(d).update(volumeMounts=[
+        m for m in daemon_of(d)["volumeMounts"] if m["mountPath"] != DAEMON_CGROUP_ROOT])),
+    "daemon cgroups over its own": ("base", lambda d: [m.update(mountPath="/sys/fs/cgroup") for m in daemon_of(d)["volumeMounts"]
+                                                       if m["mountPath"] == DAEMON_CGROUP_ROOT]),
     "plugin mounts another folder": ("base", lambda d: [e.update(value="/tmp") for e in side_of(d, "device-plugin")["env"]
                                                          if e["name"] == "DP_SOCKET_DIR_HOST"]),
     "host /etc mounted": ("base", lambda d: pod_of(d)["volumes"].append({"name": "etc", "hostPath": {"path": "/etc"}})),

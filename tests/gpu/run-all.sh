@@ -4,7 +4,7 @@
 # $OUT/results.tar.gz (the device tool brings back a few files only), and each one's summary printed last.
 #
 # usage: tests/gpu/run-all.sh BUILD_DIR STEP...
-# steps: gpu (tests/gpu/run-gpu.sh), gpu-tests (the same, PB_SKIP_BENCH=1), preload, torch, bench (bench/gpu/run-bench.sh),
+# steps: gpu (tests/gpu/run-gpu.sh), gpu-tests (the same, PB_SKIP_BENCH=1), preload, cudapaths, torch, bench (bench/gpu/run-bench.sh),
 #        many (bench/gpu/run-many.sh)
 # Exits 1 when a step failed, else 0 (a step that skipped, exit 77, is reported as skipped).
 set -u
@@ -20,10 +20,11 @@ for step in "$@"; do
 	gpu) cmd=("$SRC/tests/gpu/run-gpu.sh" "$BUILD") ;;
 	gpu-tests) cmd=(env PB_SKIP_BENCH=1 "$SRC/tests/gpu/run-gpu.sh" "$BUILD") ;;
 	preload) cmd=("$SRC/tests/gpu/run-preload.sh" "$BUILD") ;;
+	cudapaths) cmd=("$SRC/tests/gpu/run-cudapaths.sh" "$BUILD") ;;
 	torch) cmd=("$SRC/tests/gpu/run-torch.sh" "$BUILD") ;;
 	bench) cmd=("$SRC/bench/gpu/run-bench.sh" "$BUILD") ;;
 	many) cmd=("$SRC/bench/gpu/run-many.sh" "$BUILD") ;;
-	*) echo "run-all: unknown step $step (gpu, gpu-tests, preload, torch, bench, many)"; exit 2 ;;
+	*) echo "run-all: unknown step $step (gpu, gpu-tests, preload, cudapaths, torch, bench, many)"; exit 2 ;;
 	esac
 	mkdir -p "$WORK/$step"
 	t0=$(date +%s)

@@ -88,8 +88,8 @@ static void start(void)
 {
 	atexit(kill_daemon_at_exit);
 	load_stub_cuda();
-	daemon_start(&d, ITEST_ARGS("--budget", "64M", "--prewarm", "0", "--chunk-size", "2M", "--pool-shrink-delay-ms",
-				    "600000", "--revoke-deadline-ms", DEADLINE_MS));
+	daemon_start(&d, ITEST_ARGS("--budget", "64M", "--prewarm", "0", "--chunk-size", "2M", "--chunk-max", "2M",
+				    "--pool-shrink-delay-ms", "600000", "--revoke-deadline-ms", DEADLINE_MS));
 }
 
 /*
@@ -102,7 +102,7 @@ static void start_tight(void)
 	atexit(kill_daemon_at_exit);
 	load_stub_cuda();
 	daemon_start(&d, ITEST_ARGS("--budget", "8M", "--max-no-revoke-per-uid", "8M", "--prewarm", "0", "--chunk-size",
-				    "2M", "--pool-shrink-delay-ms", "600000"));
+				    "2M", "--chunk-max", "2M", "--pool-shrink-delay-ms", "600000"));
 }
 
 static pb_client *cache_client(size_t limit, unsigned slack_pct)

@@ -197,10 +197,11 @@ static __attribute__((sentinel)) char *doctor_says(int want_exit, const char *ch
 
 START_TEST(test_healthy_fixture_is_all_ok_and_exits_0)
 {
-	static const char *const checks[] = { "socket",         "groups",    "socket-access", "daemon-memlock",
-					      "caller-memlock", "hugepages", "thp",           "thp-collapse",
-					      "cuda",           "cgroup",    "psi",           "service",
-					      "budget" };
+	static const char *const checks[] = {
+		"socket",           "groups", "socket-access", "daemon-memlock", "caller-memlock",
+		"hugepages",        "thp",    "thp-collapse",  "cuda",           "cgroup",
+		"cgroup-namespace", "psi",    "service",       "budget"
+	};
 	char *out, tail[64];
 	int r = doctor(&out);
 

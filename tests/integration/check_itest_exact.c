@@ -44,13 +44,13 @@ static const uint64_t sizes[] = {
 static void start_pool(void)
 {
 	daemon_start(&d, ITEST_ARGS("--budget", "64M", "--prewarm", "0", "--hugetlb", "no", "--thp", "no",
-				    "--chunk-size", "2M", "--pool-shrink-delay-ms", "600000"));
+				    "--chunk-size", "2M", "--chunk-max", "2M", "--pool-shrink-delay-ms", "600000"));
 }
 
 static void start_budget(void)
 {
 	daemon_start(&d, ITEST_ARGS("--budget", "8M", "--prewarm", "0", "--hugetlb", "no", "--thp", "no",
-				    "--chunk-size", "2M", "--pool-shrink-delay-ms", "600000"));
+				    "--chunk-size", "2M", "--chunk-max", "2M", "--pool-shrink-delay-ms", "600000"));
 }
 
 static void stop_daemon(void)

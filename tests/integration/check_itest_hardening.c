@@ -688,6 +688,8 @@ START_TEST(test_prewarm_past_the_fd_limit_warms_what_fits_and_keeps_serving)
 					    "4G",
 					    "--chunk-size",
 					    "2M",
+					    "--chunk-max",
+					    "2M",
 					    "--hugetlb",
 					    "no",
 					    NULL };

@@ -427,7 +427,7 @@ END_TEST
 
 static void start_small_chunks(void)
 {
-	daemon_start(&d, ITEST_ARGS("--chunk-size", "4K"));
+	daemon_start(&d, ITEST_ARGS("--chunk-size", "4K", "--chunk-max", "4K"));
 }
 
 static size_t count(const char *hay, const char *needle)

@@ -460,6 +460,8 @@ STUB CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr ptr)
 }
 
 STUB CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status);
+/* The VMM, pool and graph entry points (stub_cuda_vmm.c), for a name this table does not know. */
+void *stub_cuda_vmm_proc(const char *symbol, int version, cuuint64_t flags);
 
 /*
  * What cuGetProcAddress hands out for cuMemHostRegister before CUDA 6.5: an
@@ -495,7 +497,6 @@ STUB CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuui
 		{ "cuGetErrorString", 0, (any_fn)cuGetErrorString },
 	};
 
-	(void)flags;
 	if (!symbol || !pfn)
 		return CUDA_ERROR_INVALID_VALUE;
 	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
@@ -504,8 +505,8 @@ STUB CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuui
 			return CUDA_SUCCESS;
 		}
 	}
-	*pfn = NULL;
-	return CUDA_ERROR_NOT_FOUND;
+	*pfn = stub_cuda_vmm_proc(symbol, version, flags);
+	return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
 STUB CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status)

@@ -33,3 +33,13 @@ void stub_cuda_get_stats(struct stub_cuda_stats *s);
 size_t stub_cuda_register_log(struct stub_cuda_register_call *calls, size_t max);
 /* cuMemHostAlloc by another name, so the interposer never sees the allocation (also found with dlsym). */
 int stub_cuda_alloc_untracked(void **pp, size_t bytes);
+
+/* Host memory the stand-in driver owns itself (tests/preload/stub_cuda_vmm.c): what a real driver would hold. */
+struct stub_cuda_vmm_stats {
+	uint64_t vmm_host_bytes;   /* live cuMemCreate allocations with a host location (handle held or mapped) */
+	uint64_t pool_host_bytes;  /* what host-located pools reserve, the default host pool included */
+	uint64_t graph_host_bytes; /* host-located memory nodes of live graphs */
+};
+
+/* Exported by the stub libcuda.so.1, found as stub_cuda_get_stats is. */
+void stub_cuda_vmm_get_stats(struct stub_cuda_vmm_stats *s);

@@ -32,8 +32,8 @@
 #define GIVEN_BACK 'R' /* what it writes over it just before releasing */
 
 static const char *const args[] = {
-	"--budget",     "24M", "--uid-quota",          "24M", "--prewarm", "8M",
-	"--chunk-size", CHUNK, "--redeclare-grace-ms", "300", NULL,
+	"--budget",    "24M", "--uid-quota",          "24M", "--prewarm", "8M", "--chunk-size", CHUNK,
+	"--chunk-max", CHUNK, "--redeclare-grace-ms", "300", NULL,
 };
 
 /* Shared with the stormers (MAP_SHARED): the test pauses them while it looks, and counts their grants. */

@@ -16,8 +16,8 @@
 
 static struct daemon d;
 
-SEC_START(start, d, "--budget", "8M", "--prewarm", "0", "--chunk-size", "2M", "--revoke-deadline-ms", "60000",
-	  "--acquire-timeout-ms", "20000")
+SEC_START(start, d, "--budget", "8M", "--prewarm", "0", "--chunk-size", "2M", "--chunk-max", "2M",
+	  "--revoke-deadline-ms", "60000", "--acquire-timeout-ms", "20000")
 
 SEC_STOP(stop, d)
 

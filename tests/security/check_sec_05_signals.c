@@ -18,7 +18,7 @@
 #include "sec.h"
 
 #define MiB (1024ull * 1024ull)
-#define LEASE_BYTES (4 * MiB) /* two 2 MiB chunks */
+#define LEASE_BYTES (4 * MiB) /* two 2 MiB chunks: one class (chunk-max 2M, as chunk-size) */
 
 static struct daemon d;
 
@@ -30,7 +30,9 @@ struct report {
 
 static void start_sigterm(void)
 {
-	static const char *const args[] = { "--revoke-enforce", "sigterm", "--revoke-deadline-ms", "300", NULL };
+	static const char *const args[] = {
+		"--revoke-enforce", "sigterm", "--revoke-deadline-ms", "300", "--chunk-max", "2M", NULL
+	};
 
 	/* Orphans (a grandchild whose parent exited) come to the test, so it can wait for them. */
 	ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
@@ -39,7 +41,9 @@ static void start_sigterm(void)
 
 static void start_sigkill(void)
 {
-	static const char *const args[] = { "--revoke-enforce", "sigkill", "--revoke-deadline-ms", "300", NULL };
+	static const char *const args[] = {
+		"--revoke-enforce", "sigkill", "--revoke-deadline-ms", "300", "--chunk-max", "2M", NULL
+	};
 
 	ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
 	daemon_start(&d, args);

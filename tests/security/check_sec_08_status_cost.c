@@ -88,9 +88,9 @@ static void start(void)
 		{ "max-chunks-per-uid", "100000" },    { "max-queued-bytes-per-connection", "1G" },
 		{ "max-queued-bytes", "4G" },
 	};
-	const char *args[32] = { "--chunk-size", "4K", "--budget", "512M", "--uid-quota", "100%" };
+	const char *args[32] = { "--chunk-size", "4K", "--chunk-max", "4K", "--budget", "512M", "--uid-quota", "100%" };
 	char flags[5][64];
-	size_t n = 6;
+	size_t n = 8;
 
 	for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
 		if (!daemon_knows(limits[i][0]))

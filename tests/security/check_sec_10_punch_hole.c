@@ -22,7 +22,7 @@
 static struct daemon d;
 
 /* Locked 4 KiB-page chunks of 2 MiB (the pool's defaults; hugetlb pinned off by daemon_start). */
-SEC_START(start, d, "--lock-memory", "yes", "--chunk-size", "2M", "--log-level", "info")
+SEC_START(start, d, "--lock-memory", "yes", "--chunk-size", "2M", "--chunk-max", "2M", "--log-level", "info")
 
 SEC_STOP(stop, d)
 

@@ -597,8 +597,8 @@ static void world_end(struct world *w)
  */
 static void run_attack(const char *chunk_arg, size_t chunk_bytes, const char *prewarm)
 {
-	const char *const args[] = { "--lock-memory", "yes",         "--chunk-size", chunk_arg, "--prewarm",
-				     prewarm,         "--log-level", "info",         NULL };
+	const char *const args[] = { "--lock-memory", "yes",   "--chunk-size", chunk_arg, "--chunk-max", chunk_arg,
+				     "--prewarm",     prewarm, "--log-level",  "info",    NULL };
 	struct world w = { .len = chunk_bytes, .size = NCHUNKS * chunk_bytes };
 	struct report sum;
 
@@ -640,7 +640,7 @@ END_TEST
  */
 START_TEST(test_same_uid_attacher_keeps_the_warm_chunks)
 {
-	const char *const args[] = { "--lock-memory", "yes", "--chunk-size", "2M", NULL };
+	const char *const args[] = { "--lock-memory", "yes", "--chunk-size", "2M", "--chunk-max", "2M", NULL };
 	struct world w = { .len = 2 * MIB, .size = NCHUNKS * 2 * MIB };
 
 	daemon_start(&d, args);
@@ -659,9 +659,8 @@ END_TEST
  */
 START_TEST(test_taint_survives_a_crash_and_recovery)
 {
-	static const char *const args[] = {
-		"--lock-memory", "yes", "--chunk-size", "2M", "--prewarm", "16M", "--redeclare-grace-ms", "5000", NULL
-	};
+	static const char *const args[] = { "--lock-memory", "yes", "--chunk-size",         "2M",   "--chunk-max", "2M",
+					    "--prewarm",     "16M", "--redeclare-grace-ms", "5000", NULL };
 	struct world w = { .len = 2 * MIB, .size = NCHUNKS * 2 * MIB };
 	struct report sum;
 

@@ -99,10 +99,9 @@ static const char *const config_reloadable_keys[] = {
 	NULL,
 };
 static const char *const config_restart_keys[] = {
-	"socket",       "chunk-size",         "hugetlb",           "thp",
-	"numa",         "numa-prewarm",       "prewarm-threads",   "proc-root",
-	"lock-memory",  "reserve-fds",        "max-message-bytes", "psi-window-ms",
-	"psi-stall-ms", "redeclare-grace-ms", "restart-state",     NULL,
+	"socket",        "chunk-size",      "chunk-max",          "hugetlb",       "thp",         "numa",
+	"numa-prewarm",  "prewarm-threads", "proc-root",          "lock-memory",   "reserve-fds", "max-message-bytes",
+	"psi-window-ms", "psi-stall-ms",    "redeclare-grace-ms", "restart-state", NULL,
 };
 
 static inline bool config_in_list(const char *const *list, const char *name)

@@ -156,18 +156,6 @@ def pod_cgroup(cfg, uid):
     return pod_cgroups(cfg).get(uid.replace("-", "_"))
 
 
-def own_cgroup():
-    """This process's cgroup as it reads it (the v1 memory controller's, else the unified one)."""
-    try:
-        with open("/proc/self/cgroup") as f:
-            lines = [line.rstrip("\n").split(":", 2) for line in f]
-    except OSError:
-        return None
-    paths = {c: p for _, c, p in lines}
-    mem = [p for c, p in paths.items() if "memory" in c.split(",")]
-    return mem[0] if mem else paths.get("")
-
-
 class Plugin:
     """The state the gRPC handlers and the poller share, under one condition variable."""
 
@@ -182,11 +170,21 @@ class Plugin:
         self.stopping = False
         self.quota_lock = threading.Lock()
         self.set_paths = {}  # pod UID -> the cgroup path whose rule this plugin set
+        self.warned_cgns = False  # the daemon's cgroup namespace is unresolved, and that was logged
 
     def poll_budget(self):
         try:
-            gib = max(0, int(json.loads(pinctl(self.cfg, "status", "--json"))["budget_bytes"]) // GIB)
+            st = json.loads(pinctl(self.cfg, "status", "--json"))
+            gib = max(0, int(st["budget_bytes"]) // GIB)
             healthy = True
+            ns = st.get("cgroup_namespace")
+            if ns == "unresolved" and not self.warned_cgns:
+                # The daemon reads clients' cgroups in a cgroup namespace of its own that it could not place
+                # in the host's tree: the quotas set here name host paths and would not bind.
+                log("warning: pinbrokerd could not place its cgroup namespace in the host's tree, so the pod "
+                    "quotas set here do not bind: give its container the host's /sys/fs/cgroup read-only "
+                    "(docs/kubernetes.md, how the DaemonSet runs the daemon)")
+            self.warned_cgns = ns == "unresolved"
         except (RuntimeError, ValueError, KeyError, TypeError) as e:
             gib, healthy = self.gib, False
             if self.healthy:
@@ -327,12 +325,6 @@ def main():
         return 2
     pb, pb_grpc = load_stubs()
     plugin = Plugin(cfg, pb, pb_grpc)
-    if own_cgroup() == "/":
-        # A container whose cgroup reads "/" has a cgroup namespace of its own (cgroup v2 under
-        # containerd or CRI-O), and so, most likely, has pinbrokerd's beside it: the daemon then
-        # reads other pods' cgroups as /../.. paths and charges them to no job.
-        log("warning: this process's cgroup reads as / (a cgroup namespace of its own?): if pinbrokerd's "
-            "container has one too, the pod quotas set here do not bind (docs/kubernetes.md, the device plugin)")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -1,0 +1,245 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# GPU-host checks of the host memory the CUDA driver owns itself (issue 26, item 3): an unmodified program per path
+# (tests/gpu/cudapaths_prog.cu: VMM with a host location, a host pool, CUDA 13's default host pool, a graph memory
+# node with a host location) under `pinctl run`, step by step, against what `pinctl status` says: the VMM and pool
+# bytes charged as registrations (what the driver says the pool reserves), graph nodes reported as unbrokered, and
+# over the budget the fallback policy's answer (error: the out-of-memory error; cuda: pinned, reported unbrokered).
+# The same program bare is the control: the broker sees none of it.
+#
+# usage: tests/gpu/run-cudapaths.sh [BUILD_DIR]   (default: build-gpu, then build)
+# env:   OUT  results folder (default: a temp dir)
+# Exits 0 when every check passed, 1 when one failed, 2 when a binary is missing, 77 without a GPU.
+set -u
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${1:-}
+if [ -z "$BUILD" ]; then
+	for b in "$SRC/build-gpu" "$SRC/build"; do [ -x "$b/tests/gpu/cudapaths_prog" ] && BUILD=$b && break; done
+fi
+BUILD=$(realpath -m "${BUILD:-$SRC/build-gpu}")
+DAEMON=$BUILD/daemon/pinbrokerd
+PINCTL=$BUILD/client/pinctl
+PRELOAD=$BUILD/client/libpinbroker-preload.so
+PROG=$BUILD/tests/gpu/cudapaths_prog
+for f in "$DAEMON" "$PINCTL" "$PRELOAD" "$PROG"; do
+	[ -e "$f" ] || { echo "missing $f (cmake -S . -B build-gpu -DPINBROKER_STATIC_DEPS=ON && cmake --build build-gpu)"; exit 2; }
+done
+export PINBROKER_PRELOAD_LIB=$PRELOAD
+export OUT=${OUT:-$(mktemp -d /tmp/pb-cudapaths-out.XXXXXX)}
+mkdir -p "$OUT"
+LOG=$OUT/cudapaths-tests.log
+DLOG=$OUT/cudapaths-daemons.log
+TMP=$(mktemp -d /tmp/pb-cudapaths.XXXXXX)
+: >"$LOG"
+MIB=1048576
+SIZE=$((256 * MIB))
+DARGS=(--lock-memory yes --tight-mem-available-pct 3 --critical-mem-available-pct 1 --max-no-revoke-per-uid 100%)
+# shellcheck source=tests/gpu/gpu-lib.sh
+. "$SRC/tests/gpu/gpu-lib.sh"
+RUN_PID=
+cleanup() {
+	[ -n "$RUN_PID" ] && kill -TERM "$RUN_PID" 2>/dev/null
+	exec 9>&- 2>/dev/null
+	gpu_cleanup
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+"$PROG" probe >"$TMP/probe" 2>&1
+rc=$?
+tee -a "$LOG" <"$TMP/probe"
+[ $rc = 77 ] && exit 77
+[ $rc = 0 ] || { echo "FAIL: cudapaths_prog probe exited $rc"; exit 1; }
+
+start_daemon() { # label socket args...
+	local label=$1 sock=$2 pid
+	shift 2
+	echo "--- pinbrokerd $label: $*" >>"$DLOG"
+	setsid "$DAEMON" --socket "$sock" "${DARGS[@]}" "$@" >>"$DLOG" 2>&1 </dev/null &
+	pid=$!
+	PIDS+=("$pid")
+	for _ in $(seq 1 1200); do
+		"$PINCTL" --socket "$sock" status --json >/dev/null 2>&1 && export PINBROKER_SOCKET=$sock && return 0
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	echo "FAIL: pinbrokerd $label did not answer on $sock; see $DLOG" | tee -a "$LOG"
+	return 1
+}
+
+status_field() { # field -> value from `pinctl status --json`
+	"$PINCTL" status --json 2>>"$LOG" |
+		python3 -c 'import json,sys; print(json.load(sys.stdin).get(sys.argv[1], "missing"))' "$1"
+}
+figures() { echo "registered=$(status_field registered_bytes) unbrokered=$(status_field unbrokered_bytes)"; }
+
+PASSED=0
+FAILED=0
+SUMMARY=()
+ok() { PASSED=$((PASSED + 1)); echo "PASS $*" >>"$LOG"; }
+bad() { FAILED=$((FAILED + 1)); echo "FAIL $*" | tee -a "$LOG"; }
+# The daemon sees a release a moment after the program makes it: retry for up to 3 s.
+eventually_figures() { # what want ("registered=R unbrokered=U")
+	local got end=$(($(date +%s%N) + 3000000000))
+	while :; do
+		got=$(figures)
+		[ "$got" = "$2" ] && { ok "$1 ($got)"; return 0; }
+		[ "$(date +%s%N)" -lt $end ] || break
+		sleep 0.05
+	done
+	bad "$1: pinctl status shows $got, want $2"
+	return 1
+}
+
+# Run the program (under pinctl run with a fallback, or bare) with its stdin on a fifo: each step is a line in
+# $TMP/run.out, the next taken once the script writes a line.
+run_start() { # fallback|bare path size
+	local fb=$1
+	shift
+	rm -f "$TMP/run.fifo"
+	mkfifo "$TMP/run.fifo"
+	: >"$TMP/run.out"
+	RUN_LINES=0
+	local run=("$PINCTL" run --fallback "$fb" --label "pb-cudapaths-$$" --)
+	[ "$fb" = bare ] && run=()
+	echo "\$ ${run[*]} $PROG $*" >>"$LOG"
+	"${run[@]}" "$PROG" "$@" <"$TMP/run.fifo" >"$TMP/run.out" 2>>"$LOG" &
+	RUN_PID=$!
+	exec 9>"$TMP/run.fifo"
+}
+# Wait for the next step line (60 s at most); sets STEP, RC, BYTES. Returns 1 when the program ended without it.
+run_next() { # expected step name
+	local line
+	RUN_LINES=$((RUN_LINES + 1))
+	for _ in $(seq 1 1200); do
+		[ "$(wc -l <"$TMP/run.out")" -ge $RUN_LINES ] && break
+		kill -0 "$RUN_PID" 2>/dev/null || break
+		sleep 0.05
+	done
+	line=$(sed -n "${RUN_LINES}p" "$TMP/run.out")
+	echo "  | $line" >>"$LOG"
+	STEP=${line%% *}
+	RC=$(sed -n 's/.* rc=\([0-9-]*\).*/\1/p' <<<"$line")
+	BYTES=$(sed -n 's/.* bytes=\([0-9]*\).*/\1/p' <<<"$line")
+	[ "$STEP" = "$1" ] && [ -n "$RC" ] && return 0
+	bad "expected step $1, got '${line:-nothing}'"
+	return 1
+}
+run_go() { echo >&9; }
+run_end() { # -> the program's exit status
+	local rc
+	exec 9>&-
+	for _ in $(seq 1 600); do kill -0 "$RUN_PID" 2>/dev/null || break; sleep 0.05; done
+	kill -0 "$RUN_PID" 2>/dev/null && kill -TERM "$RUN_PID"
+	wait "$RUN_PID"
+	rc=$?
+	RUN_PID=
+	return $rc
+}
+
+section() { # name function: a summary row with the checks it counted
+	local name=$1 p0=$PASSED f0=$FAILED t0 res
+	shift
+	t0=$(date +%s%N)
+	echo "=== $name" | tee -a "$LOG"
+	"$@"
+	res=$([ $FAILED = "$f0" ] && echo pass || echo FAIL)
+	SUMMARY+=("| $name | $((PASSED - p0)) passed, $((FAILED - f0)) failed | $res | $(( ($(date +%s%N) - t0) / 1000000 )) ms |")
+}
+
+# Each step's figure: VMM and pools are registrations of what the driver holds, nothing unbrokered.
+charged_steps() { # path steps...
+	local path=$1 s
+	shift
+	run_start cuda "$path" $SIZE
+	for s in "$@"; do
+		run_next "$s" || break
+		if [ "$RC" != 0 ]; then
+			bad "$path $s: the CUDA call failed (error $RC)"
+			break
+		fi
+		eventually_figures "$path $s: charged what the driver holds, $((BYTES / MIB)) MiB" \
+			"registered=$BYTES unbrokered=0"
+		run_go
+	done
+	if run_end; then ok "$path: exit 0"; else bad "$path: exit $?"; fi
+	eventually_figures "$path: nothing left after exit" "registered=0 unbrokered=0"
+}
+
+charged() {
+	charged_steps vmm created released unmapped
+	charged_steps pool created alloc2 freed trimmed destroyed gone
+	charged_steps default-pool created alloc2 freed trimmed 'done'
+	# Graph memory nodes: reported as unbrokered while their graph lives.
+	run_start cuda graph $SIZE
+	if run_next created; then
+		if [ "$RC" = 0 ]; then
+			eventually_figures "graph created: its host memory node reported unbrokered" "registered=0 unbrokered=$BYTES"
+			run_go
+			run_next destroyed && eventually_figures "graph destroyed: nothing reported" "registered=0 unbrokered=0"
+		else
+			echo "SKIP graph: the driver refuses a memory node with a host location (error $RC)" | tee -a "$LOG"
+			run_go
+		fi
+	fi
+	run_end
+	# The control: bare, the broker sees nothing of the same VMM allocation.
+	run_start bare vmm $SIZE
+	run_next created && [ "$RC" = 0 ] && eventually_figures "vmm bare (control): the broker sees none of it" \
+		"registered=0 unbrokered=0"
+	run_end
+}
+
+# 256 MiB against a 16 MiB budget.
+over_budget() {
+	local path
+	for path in vmm pool default-pool; do
+		run_start error "$path" $SIZE
+		if run_next created; then
+			if [ "$RC" = 2 ]; then
+				ok "$path --fallback error: the out-of-memory error"
+			else
+				bad "$path --fallback error: error $RC, want 2 (out of memory)"
+			fi
+			eventually_figures "$path --fallback error: nothing charged or pinned" "registered=0 unbrokered=0"
+		fi
+		run_end
+		run_start cuda "$path" $SIZE
+		if run_next created; then
+			if [ "$RC" = 0 ]; then
+				eventually_figures "$path --fallback cuda: pinned by the driver, reported unbrokered" \
+					"registered=0 unbrokered=$BYTES"
+			else
+				bad "$path --fallback cuda: error $RC"
+			fi
+		fi
+		run_end
+		eventually_figures "$path --fallback cuda: nothing reported after exit" "registered=0 unbrokered=0"
+	done
+}
+
+if start_daemon checks "$TMP/checks.sock" --budget 4G --prewarm 0 --hugetlb no; then
+	section "driver-owned host memory charged (VMM, host pool, default host pool, graph node)" charged
+	gpu_stop_last "$LOG" || FAILED=$((FAILED + 1))
+else
+	FAILED=$((FAILED + 1))
+fi
+if start_daemon small "$TMP/small.sock" --budget 16M --prewarm 0 --hugetlb no --max-pending-acquires 0; then
+	section "over the budget: 256 MiB against 16 MiB" over_budget
+	gpu_stop_last "$LOG" || FAILED=$((FAILED + 1))
+else
+	FAILED=$((FAILED + 1))
+fi
+
+{
+	echo
+	echo "## Driver-owned host memory under the interposer"
+	echo
+	head -1 "$TMP/probe"
+	echo
+	echo "| run | checks | result | time |"
+	echo "|---|---|---|---|"
+	printf '%s\n' "${SUMMARY[@]}"
+} | tee "$OUT/cudapaths-summary.md"
+echo "cudapaths: $PASSED passed, $FAILED failed (log $LOG)"
+[ $FAILED = 0 ]

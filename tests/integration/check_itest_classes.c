@@ -1,0 +1,256 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Integration: chunk size classes on the real daemon (issue 27). A lease is made of the fewest chunks of
+ * classes 2 MiB to 1 GiB, so its fds and mappings grow with the log of its size, and a terabyte budget fits a
+ * default host (vm.max_map_count 65,530, LimitNOFILE 65,536). Shown in simulation (PB_SIMULATE_ENV): the daemon
+ * leaves its chunks unpopulated and unlocked and the library maps them without populating, so a 1 TiB pool
+ * and a 700 GiB lease fit a small test host. The expected counts come from the issue: 700 GiB of 1 GiB
+ * chunks is 700 of them, against 358,400 chunks of 2 MiB before.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check_main.h"
+#include "itest.h"
+#include "pinbroker.h"
+#include "wire.h"
+
+#define KiB 1024ull
+#define MiB (1024ull * KiB)
+#define GiB (1024ull * MiB)
+#define TiB (1024ull * GiB)
+/* Classes 2M, 4M, ..., 1G: ten of them. */
+#define NCLASSES 10
+/* The default host's fd limit (systemd's LimitNOFILE of the shipped unit is higher; containers' often this). */
+#define DEFAULT_NOFILE 65536
+/* What a process has open or mapped besides chunks: the loop, /proc files, libraries, stacks, arenas. */
+#define OWN_FDS 128
+#define OWN_MAPS 512
+
+static struct daemon d;
+
+/* /proc/PID/fd entries. */
+static size_t count_fds(pid_t pid)
+{
+	char path[64];
+	struct dirent *e;
+	size_t n = 0;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	dir = opendir(path);
+	ck_assert_ptr_nonnull(dir);
+	while ((e = readdir(dir)))
+		n += e->d_name[0] != '.';
+	closedir(dir);
+	return n;
+}
+
+/* /proc/PID/maps lines: one per mapping (VMA). */
+static size_t count_maps(pid_t pid)
+{
+	char path[64];
+	size_t n = 0;
+	FILE *f;
+	int ch;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	f = fopen(path, "re");
+	ck_assert_ptr_nonnull(f);
+	while ((ch = fgetc(f)) != EOF)
+		n += ch == '\n';
+	fclose(f);
+	return n;
+}
+
+/* The default host's fd limit in the daemon, where this test may set it (root may raise the hard limit). */
+static void child_default_host(void *ud)
+{
+	struct rlimit rl = { DEFAULT_NOFILE, DEFAULT_NOFILE };
+
+	(void)ud;
+	(void)setrlimit(RLIMIT_NOFILE, &rl);
+	setenv(PB_SIMULATE_ENV, "1", 1);
+}
+
+static void start_simulated(void)
+{
+	static const char *const args[] = {
+		"--budget", "1T", "--uid-quota", "100%", "--prewarm", "1T", "--max-no-revoke-per-uid", "100%", NULL
+	};
+
+	daemon_prepare(&d);
+	daemon_restart_with(&d, args, child_default_host, NULL);
+	setenv(PB_SIMULATE_ENV, "1", 1);
+}
+
+static void stop_daemon(void)
+{
+	unsetenv(PB_SIMULATE_ENV);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+
+START_TEST(test_terabyte_budget_and_700g_lease_cost_hundreds_of_fds_and_mappings)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA, .label = "kv-offload" };
+	struct pb_status *s;
+	const struct pb_lease_info *row;
+	size_t maps_before, maps_after, lease_chunks;
+	pb_client *c = NULL;
+	pb_lease *l = NULL;
+	char *log;
+
+	/* Warm before anything is asked: 1 TiB of unpopulated chunks, carved like the default prewarm would be. */
+	ck_assert_msg(daemon_wait_log(&d, "pool warmed", 60000), "the 1 TiB pool did not warm:\n%s",
+		      daemon_log_excerpt(&d));
+	log = daemon_log_excerpt(&d);
+	ck_assert_msg(!strstr(log, "warning: "), "a 1 TiB budget on a default host started with a warning:\n%s", log);
+	ck_assert_msg(strstr(log, "chunk classes 2 MiB to 1 GiB (10)"), "no chunk plan at start:\n%s", log);
+	free(log);
+	s = itest_status(d.socket);
+	ck_assert_uint_eq(s->budget_bytes, TiB);
+	ck_assert_uint_eq(s->chunk_size_bytes, 2 * MiB);
+	ck_assert_uint_eq(s->chunk_max_bytes, GiB);
+	ck_assert_uint_ge(s->pool_idle_bytes, TiB);
+	pb_status_free(s);
+	/* The pool: about 1,024 chunks of 1 GiB and 64 of 2 MiB, where 2 MiB chunks alone would be 524,288. */
+	ck_assert_uint_le(count_fds(d.pid), TiB / GiB + 64 + NCLASSES + OWN_FDS);
+	ck_assert_uint_le(count_maps(d.pid), TiB / GiB + 64 + NCLASSES + OWN_MAPS);
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	maps_before = count_maps(getpid());
+	ck_assert_int_eq(pb_acquire(c, 700 * GiB, &o, &l), 0);
+	maps_after = count_maps(getpid());
+	/* Exact: the request, page-rounded (it is), never rounded to a chunk or a power of two. */
+	ck_assert_uint_eq(pb_lease_size(l), 700 * GiB);
+	s = itest_status(d.socket);
+	ck_assert_uint_eq(s->leased_bytes, 700 * GiB);
+	ck_assert_uint_eq(s->pool_bytes - s->pool_idle_bytes, 700 * GiB);
+	row = itest_lease_row(s, pb_lease_id(l));
+	ck_assert_ptr_nonnull(row);
+	ck_assert_uint_eq(row->bytes, 700 * GiB);
+	pb_status_free(s);
+	/*
+	 * The client maps one range per chunk: 700 chunks of 1 GiB, within the logarithmic bound of whole largest
+	 * chunks, one per smaller class and one tail (358,400 mappings of 2 MiB chunks before classes).
+	 */
+	lease_chunks = maps_after - maps_before;
+	fprintf(stderr,
+		"itest_classes: 700 GiB lease: %zu client mappings; daemon %zu fds, %zu mappings (1 TiB pool)\n",
+		lease_chunks, count_fds(d.pid), count_maps(d.pid));
+	ck_assert_uint_le(lease_chunks, 700 + NCLASSES + 1);
+	ck_assert_uint_ge(lease_chunks, 700);
+	/* The daemon: its pool, less nothing (the lease's chunks were idle ones), within the same bound. */
+	ck_assert_uint_le(count_fds(d.pid), TiB / GiB + 64 + NCLASSES + OWN_FDS);
+	ck_assert_uint_le(count_maps(d.pid), TiB / GiB + 64 + NCLASSES + OWN_MAPS);
+
+	ck_assert_int_eq(pb_release(c, l), 0);
+	ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
+	pb_disconnect(c);
+}
+END_TEST
+
+/* A lease of three sizes of chunk (raw, so the fds can be looked at): each is sealed at its class's size. */
+START_TEST(test_lease_of_several_classes_is_exact_in_its_fds)
+{
+	/* 96 GiB + 6 MiB + 12 KiB: 96 x 1G, 4M, 2M and a 12K tail. */
+	uint64_t want = 96 * GiB + 6 * MiB + 12 * KiB, sum = 0, id;
+	int fd, fds[128];
+	size_t nfds;
+
+	fd = raw_connect(d.socket);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(raw_hello(fd), 0);
+	ck_assert_int_eq(raw_acquire(fd, want, &id, fds, 128, &nfds), 0);
+	ck_assert_uint_eq(nfds, 96 + 3);
+	for (size_t i = 0; i < nfds; i++) {
+		struct stat st;
+
+		ck_assert_int_eq(fstat(fds[i], &st), 0);
+		/* Largest first, the tail last; nothing faulted (simulation). */
+		ck_assert_uint_eq((uint64_t)st.st_size, i < 96    ? GiB
+							: i == 96 ? 4 * MiB
+							: i == 97 ? 2 * MiB
+								  : 12 * KiB);
+		ck_assert_int_eq(st.st_blocks, 0);
+		sum += (uint64_t)st.st_size;
+		close(fds[i]);
+	}
+	ck_assert_uint_eq(sum, want);
+	ck_assert_int_eq(raw_release(fd, id), 0);
+	close(fd);
+}
+END_TEST
+
+static void start_real(void)
+{
+	daemon_start(&d, ITEST_ARGS("--budget", "64M", "--prewarm", "0", "--thp", "no"));
+}
+
+/*
+ * Real memory, default classes: the library maps chunks of 4 MiB, 2 MiB and a 8 KiB tail back to back into one
+ * range, each a mapping of its own memfd, and every byte of the range is the lease's (writes read back).
+ */
+START_TEST(test_library_maps_chunks_of_several_sizes_back_to_back)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA, .label = "mixed" };
+	uint64_t want = 6 * MiB + 8 * KiB, sizes[] = { 4 * MiB, 2 * MiB, 8 * KiB };
+	uintptr_t at, end;
+	unsigned char *p;
+	pb_client *c = NULL;
+	pb_lease *l = NULL;
+	char line[512];
+	size_t k = 0;
+	FILE *f;
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_acquire(c, want, &o, &l), 0);
+	ck_assert_uint_eq(pb_lease_size(l), want);
+	p = pb_lease_data(l);
+	for (uint64_t i = 0; i < want; i += 4 * KiB)
+		p[i] = (unsigned char)(i / (4 * KiB));
+	for (uint64_t i = 0; i < want; i += 4 * KiB)
+		ck_assert_uint_eq(p[i], (unsigned char)(i / (4 * KiB)));
+	/* The range's mappings, in address order: one per chunk, each as long as its chunk. */
+	f = fopen("/proc/self/maps", "re");
+	ck_assert_ptr_nonnull(f);
+	at = (uintptr_t)p;
+	while (fgets(line, sizeof(line), f) && k < 3) {
+		uintptr_t lo, hi;
+
+		if (sscanf(line, "%lx-%lx", &lo, &hi) != 2 || lo != at)
+			continue;
+		ck_assert_msg(strstr(line, "pinbroker-chunk"), "not a chunk memfd: %s", line);
+		ck_assert_uint_eq(hi - lo, sizes[k]);
+		at = hi;
+		k++;
+	}
+	fclose(f);
+	end = (uintptr_t)p + want;
+	ck_assert_uint_eq(k, 3);
+	ck_assert_uint_eq(at, end);
+	ck_assert_int_eq(pb_release(c, l), 0);
+	pb_disconnect(c);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("itest_classes");
+
+	CHECK_CASE(s, "simulated-terabyte", start_simulated, stop_daemon, 240,
+		   test_terabyte_budget_and_700g_lease_cost_hundreds_of_fds_and_mappings,
+		   test_lease_of_several_classes_is_exact_in_its_fds);
+	CHECK_CASE(s, "real", start_real, stop_daemon, 60, test_library_maps_chunks_of_several_sizes_back_to_back);
+	return s;
+}
+
+CHECK_MAIN(suite)

@@ -1,0 +1,374 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * An unmodified CUDA driver-API program that pins host memory the ways where the driver owns the pages, for the
+ * interposer's CPU tests (check_itest_cudapaths) on the stand-in libcuda. Built twice from this file: linked to
+ * libcuda.so.1 (CUDAPATHS_LINKED: its symbols), and not linked at all, reaching the driver with dlopen() and then
+ * dlsym() or cuGetProcAddress.
+ *
+ *   cudapaths WAY PATH SIZE [MAXSIZE]
+ *
+ * WAY: link (the linked build only), dlsym, gpa (every function from cuGetProcAddress_v2, itself from dlsym),
+ * gpa-ptsz (the same, asking for the per-thread default stream's versions, as cudart built for it does).
+ * PATH and its steps, one line each ("STEP r=CUresult vmm=B pool=B graph=B", the stand-in driver's host bytes),
+ * the program waiting for a line on stdin before each step after the first (EOF: it goes on):
+ *   vmm           created (cuMemCreate host, reserve, map), released (cuMemRelease: still mapped),
+ *                 unmapped (cuMemRetainAllocationHandle + cuMemRelease, then cuMemUnmap)
+ *   pool          created (cuMemPoolCreate host with MAXSIZE or none, one allocation of SIZE), alloc2 (another),
+ *                 freed (the first, cuMemFreeAsync), trimmed (cuMemPoolTrimTo 0), destroyed (cuMemPoolDestroy
+ *                 with the second live), gone (the second freed with cuMemFree)
+ *   default-pool  as pool from CUDA 13's default host pool (cuMemGetDefaultMemPool), ending with
+ *                 done (the second freed with cuMemFree, then trimmed to 0)
+ *   graph         created (cuGraphCreate, a host memory node of SIZE by cuGraphAddMemAllocNode, another by
+ *                 cuGraphAddNode), destroyed (cuGraphDestroy)
+ * A step whose call fails prints its line, waits for the go-ahead as any other (so its charges can be read
+ * while it lives), and the program exits 3.
+ */
+#define _GNU_SOURCE
+#include "stub_cuda.h"
+
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef unsigned long long CUhandle;
+typedef uint64_t cuuint64_t;
+
+struct cu_location {
+	int type;
+	int id;
+};
+
+struct cu_alloc_prop {
+	int type;
+	int requested_handle_types;
+	struct cu_location location;
+	void *win32;
+	unsigned char alloc_flags[8];
+};
+
+struct cu_pool_props {
+	int alloc_type;
+	int handle_types;
+	struct cu_location location;
+	void *win32;
+	size_t max_size;
+	unsigned short usage;
+	unsigned char reserved[54];
+};
+
+struct cu_alloc_node_params {
+	struct cu_pool_props pool_props;
+	const void *access_descs;
+	size_t access_desc_count;
+	size_t bytesize;
+	CUdeviceptr dptr;
+};
+
+struct cu_graph_node_params {
+	int type;
+	int reserved0[3];
+	union {
+		long long reserved1[29];
+		struct cu_alloc_node_params alloc;
+	};
+	long long reserved2;
+};
+
+struct cu_access_desc {
+	struct cu_location location;
+	int flags;
+};
+
+/* The driver's functions this program calls, however it found them. */
+static struct {
+	CUresult (*init)(unsigned);
+	CUresult (*mem_create)(CUhandle *, size_t, const struct cu_alloc_prop *, unsigned long long);
+	CUresult (*mem_release)(CUhandle);
+	CUresult (*address_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+	CUresult (*address_free)(CUdeviceptr, size_t);
+	CUresult (*mem_map)(CUdeviceptr, size_t, size_t, CUhandle, unsigned long long);
+	CUresult (*mem_unmap)(CUdeviceptr, size_t);
+	CUresult (*retain)(CUhandle *, void *);
+	CUresult (*set_access)(CUdeviceptr, size_t, const struct cu_access_desc *, size_t);
+	CUresult (*pool_create)(void **, const struct cu_pool_props *);
+	CUresult (*pool_destroy)(void *);
+	CUresult (*pool_trim)(void *, size_t);
+	CUresult (*default_pool)(void **, struct cu_location *, int);
+	CUresult (*alloc_from_pool)(CUdeviceptr *, size_t, void *, void *);
+	CUresult (*free_async)(CUdeviceptr, void *);
+	CUresult (*mem_free)(CUdeviceptr);
+	CUresult (*stream_sync)(void *);
+	CUresult (*graph_create)(void **, unsigned);
+	CUresult (*graph_add_alloc)(void **, void *, const void *, size_t, struct cu_alloc_node_params *);
+	CUresult (*graph_add_node)(void **, void *, const void *, const void *, size_t, struct cu_graph_node_params *);
+	CUresult (*graph_destroy)(void *);
+} cu;
+
+#ifdef CUDAPATHS_LINKED
+CUresult cuInit(unsigned flags);
+CUresult cuMemCreate(CUhandle *h, size_t size, const struct cu_alloc_prop *prop, unsigned long long flags);
+CUresult cuMemRelease(CUhandle h);
+CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr, unsigned long long flags);
+CUresult cuMemAddressFree(CUdeviceptr p, size_t size);
+CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUhandle h, unsigned long long flags);
+CUresult cuMemUnmap(CUdeviceptr p, size_t size);
+CUresult cuMemRetainAllocationHandle(CUhandle *h, void *addr);
+CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const struct cu_access_desc *desc, size_t count);
+CUresult cuMemPoolCreate(void **pool, const struct cu_pool_props *props);
+CUresult cuMemPoolDestroy(void *pool);
+CUresult cuMemPoolTrimTo(void *pool, size_t keep);
+CUresult cuMemGetDefaultMemPool(void **pool, struct cu_location *loc, int type);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, void *pool, void *stream);
+CUresult cuMemFreeAsync(CUdeviceptr p, void *stream);
+CUresult cuMemFree_v2(CUdeviceptr p);
+CUresult cuStreamSynchronize(void *stream);
+CUresult cuGraphCreate(void **g, unsigned flags);
+CUresult cuGraphAddMemAllocNode(void **n, void *g, const void *deps, size_t nd, struct cu_alloc_node_params *p);
+CUresult cuGraphAddNode_v2(void **n, void *g, const void *deps, const void *edges, size_t nd,
+			   struct cu_graph_node_params *p);
+CUresult cuGraphDestroy(void *g);
+
+static void bind_linked(void)
+{
+	cu.init = cuInit;
+	cu.mem_create = cuMemCreate;
+	cu.mem_release = cuMemRelease;
+	cu.address_reserve = cuMemAddressReserve;
+	cu.address_free = cuMemAddressFree;
+	cu.mem_map = cuMemMap;
+	cu.mem_unmap = cuMemUnmap;
+	cu.retain = cuMemRetainAllocationHandle;
+	cu.set_access = cuMemSetAccess;
+	cu.pool_create = cuMemPoolCreate;
+	cu.pool_destroy = cuMemPoolDestroy;
+	cu.pool_trim = cuMemPoolTrimTo;
+	cu.default_pool = cuMemGetDefaultMemPool;
+	cu.alloc_from_pool = cuMemAllocFromPoolAsync;
+	cu.free_async = cuMemFreeAsync;
+	cu.mem_free = cuMemFree_v2;
+	cu.stream_sync = cuStreamSynchronize;
+	cu.graph_create = cuGraphCreate;
+	cu.graph_add_alloc = cuGraphAddMemAllocNode;
+	cu.graph_add_node = cuGraphAddNode_v2;
+	cu.graph_destroy = cuGraphDestroy;
+}
+#endif
+
+static void *handle;
+
+/* name's function: from dlsym on the driver's handle, or (gpa) from cuGetProcAddress_v2 at CUDA 13.0. */
+static void *lookup(const char *name, const char *way)
+{
+	static CUresult (*gpa)(const char *, void **, int, cuuint64_t, int *);
+	void *p = NULL;
+
+	if (strcmp(way, "dlsym") == 0)
+		return dlsym(handle, name);
+	if (!gpa)
+		*(void **)&gpa = dlsym(handle, "cuGetProcAddress_v2");
+	if (!gpa || gpa(name, &p, 13000, strcmp(way, "gpa-ptsz") == 0 ? 2u : 0u, NULL) != 0)
+		return NULL;
+	return p;
+}
+
+static int bind_looked_up(const char *way)
+{
+	static const struct {
+		const char *name;
+		size_t offset;
+	} names[] = {
+#define E(n, f) { n, offsetof(__typeof__(cu), f) }
+		E("cuInit", init),
+		E("cuMemCreate", mem_create),
+		E("cuMemRelease", mem_release),
+		E("cuMemAddressReserve", address_reserve),
+		E("cuMemAddressFree", address_free),
+		E("cuMemMap", mem_map),
+		E("cuMemUnmap", mem_unmap),
+		E("cuMemRetainAllocationHandle", retain),
+		E("cuMemSetAccess", set_access),
+		E("cuMemPoolCreate", pool_create),
+		E("cuMemPoolDestroy", pool_destroy),
+		E("cuMemPoolTrimTo", pool_trim),
+		E("cuMemGetDefaultMemPool", default_pool),
+		E("cuMemAllocFromPoolAsync", alloc_from_pool),
+		E("cuMemFreeAsync", free_async),
+		E("cuMemFree_v2", mem_free),
+		E("cuStreamSynchronize", stream_sync),
+		E("cuGraphCreate", graph_create),
+		E("cuGraphAddMemAllocNode", graph_add_alloc),
+		E("cuGraphAddNode_v2", graph_add_node),
+		E("cuGraphDestroy", graph_destroy),
+#undef E
+	};
+
+	handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!handle) {
+		fprintf(stderr, "cudapaths: %s\n", dlerror());
+		return -1;
+	}
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		/* cuGetProcAddress knows base names: cuMemFree and cuGraphAddNode answer their current versions. */
+		const char *name = names[i].name;
+		void *p;
+
+		if (strcmp(way, "dlsym") != 0 && strcmp(name, "cuMemFree_v2") == 0)
+			name = "cuMemFree";
+		if (strcmp(way, "dlsym") != 0 && strcmp(name, "cuGraphAddNode_v2") == 0)
+			name = "cuGraphAddNode";
+		p = lookup(name, way);
+		if (!p) {
+			fprintf(stderr, "cudapaths: %s: not found by %s\n", name, way);
+			return -1;
+		}
+		memcpy((char *)&cu + names[i].offset, &p, sizeof(p));
+	}
+	return 0;
+}
+
+/* The stand-in driver's own figures. */
+static struct stub_cuda_vmm_stats stats(void)
+{
+	struct stub_cuda_vmm_stats s = { 0 };
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	void (*get)(struct stub_cuda_vmm_stats *) = NULL;
+
+	if (h) {
+		*(void **)&get = dlsym(h, "stub_cuda_vmm_get_stats");
+		if (get)
+			get(&s);
+		dlclose(h);
+	}
+	return s;
+}
+
+/* Print a step and wait for the go-ahead; a failed call then ends the program (exit 3). */
+static void step(const char *name, CUresult r, int last)
+{
+	struct stub_cuda_vmm_stats s = stats();
+	int c;
+
+	printf("%s r=%d vmm=%llu pool=%llu graph=%llu\n", name, r, (unsigned long long)s.vmm_host_bytes,
+	       (unsigned long long)s.pool_host_bytes, (unsigned long long)s.graph_host_bytes);
+	fflush(stdout);
+	if (last && r == 0)
+		return;
+	while ((c = getchar()) != EOF && c != '\n')
+		;
+	if (r != 0)
+		exit(3);
+}
+
+#define HOST_LOCATION ((struct cu_location){ .type = 2 /* CU_MEM_LOCATION_TYPE_HOST */ })
+
+static int run_vmm(size_t size)
+{
+	struct cu_alloc_prop prop = { .type = 1 /* PINNED */, .location = { .type = 3 /* HOST_NUMA */, .id = 0 } };
+	struct cu_access_desc access = { .location = { .type = 1, .id = 0 }, .flags = 3 };
+	CUhandle h = 0, again = 0;
+	CUdeviceptr va = 0;
+	CUresult r;
+
+	r = cu.mem_create(&h, size, &prop, 0);
+	if (r == 0 && (r = cu.address_reserve(&va, size, 0, 0, 0)) == 0 && (r = cu.mem_map(va, size, 0, h, 0)) == 0)
+		r = cu.set_access(va, size, &access, 1);
+	step("created", r, 0);
+	step("released", cu.mem_release(h), 0);
+	r = cu.retain(&again, (void *)(uintptr_t)va);
+	if (r == 0)
+		r = cu.mem_release(again);
+	if (r == 0)
+		r = cu.mem_unmap(va, size);
+	if (r == 0)
+		r = cu.address_free(va, size);
+	step("unmapped", r, 1);
+	return 0;
+}
+
+static int run_pool(size_t size, size_t max_size, int use_default)
+{
+	struct cu_pool_props props = { .alloc_type = 1, .location = HOST_LOCATION, .max_size = max_size };
+	struct cu_location where = HOST_LOCATION;
+	CUdeviceptr a = 0, b = 0;
+	void *pool = NULL;
+	CUresult r;
+
+	r = use_default ? cu.default_pool(&pool, &where, 1) : cu.pool_create(&pool, &props);
+	if (r == 0)
+		r = cu.alloc_from_pool(&a, size, pool, NULL);
+	step("created", r, 0);
+	step("alloc2", cu.alloc_from_pool(&b, size, pool, NULL), 0);
+	r = cu.free_async(a, NULL);
+	if (r == 0)
+		r = cu.stream_sync(NULL);
+	step("freed", r, 0);
+	step("trimmed", cu.pool_trim(pool, 0), 0);
+	if (use_default) {
+		r = cu.mem_free(b);
+		if (r == 0)
+			r = cu.pool_trim(pool, 0);
+		step("done", r, 1);
+		return 0;
+	}
+	step("destroyed", cu.pool_destroy(pool), 0);
+	step("gone", cu.mem_free(b), 1);
+	return 0;
+}
+
+static int run_graph(size_t size)
+{
+	struct cu_alloc_node_params p = { .pool_props = { .alloc_type = 1, .location = HOST_LOCATION },
+					  .bytesize = size };
+	struct cu_graph_node_params np = { .type = 10 /* CU_GRAPH_NODE_TYPE_MEM_ALLOC */ };
+	void *g = NULL, *n1 = NULL, *n2 = NULL;
+	CUresult r;
+
+	np.alloc = p;
+	r = cu.graph_create(&g, 0);
+	if (r == 0)
+		r = cu.graph_add_alloc(&n1, g, NULL, 0, &p);
+	if (r == 0)
+		r = cu.graph_add_node(&n2, g, NULL, NULL, 0, &np);
+	step("created", r, 0);
+	step("destroyed", cu.graph_destroy(g), 1);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	size_t size, max_size;
+
+	if (argc < 4) {
+		fprintf(stderr,
+			"usage: cudapaths link|dlsym|gpa|gpa-ptsz vmm|pool|default-pool|graph SIZE [MAXSIZE]\n");
+		return 2;
+	}
+	size = strtoull(argv[3], NULL, 0);
+	max_size = argc > 4 ? strtoull(argv[4], NULL, 0) : 0;
+	if (strcmp(argv[1], "link") == 0) {
+#ifdef CUDAPATHS_LINKED
+		bind_linked();
+#else
+		fprintf(stderr, "cudapaths: this build is not linked to libcuda.so.1\n");
+		return 2;
+#endif
+	} else if (bind_looked_up(argv[1]) < 0) {
+		return 2;
+	}
+	if (cu.init(0) != 0)
+		return 2;
+	if (strcmp(argv[2], "vmm") == 0)
+		return run_vmm(size);
+	if (strcmp(argv[2], "pool") == 0 || strcmp(argv[2], "default-pool") == 0)
+		return run_pool(size, max_size, strcmp(argv[2], "default-pool") == 0);
+	if (strcmp(argv[2], "graph") == 0)
+		return run_graph(size);
+	fprintf(stderr, "cudapaths: unknown path %s\n", argv[2]);
+	return 2;
+}
