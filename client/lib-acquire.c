@@ -315,14 +315,10 @@ int pb_release(pb_client *c, pb_lease *l)
 	}
 	if (c->cache_limit_bytes > 0) {
 		pb_lease *evicted = NULL;
-		uint64_t id = l->id, gen = l->conn_gen;
-		bool tell = false;
 
-		if (cache_keep_locked(c, l, &evicted, &tell)) {
+		/* The receiver's tick tells the daemon it may take this one back first. */
+		if (cache_keep_locked(c, l, &evicted)) {
 			pthread_mutex_unlock(&c->lock);
-			/* Tell the daemon it may take this one back first (else the receiver's tick does). */
-			if (tell)
-				conn_send_set_idle(c, id, true, gen);
 			cache_release_evicted(c, evicted);
 			return 0;
 		}

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -19,6 +20,33 @@ size_t cache_limit_from_env(void)
 	if (!s || parse_size(s, &v) < 0 || v > SIZE_MAX)
 		return 0;
 	return (size_t)v;
+}
+
+unsigned cache_idle_ms_from_env(void)
+{
+	const char *s = getenv("PINBROKER_CACHE_IDLE_MS");
+	unsigned long v;
+	char *end;
+
+	if (!s || !*s)
+		return CACHE_IDLE_MS_DEFAULT;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end || v < CACHE_IDLE_MS_MIN || v > CACHE_IDLE_MS_MAX)
+		return CACHE_IDLE_MS_DEFAULT;
+	return (unsigned)v;
+}
+
+/* Under c->lock: wake the receiver if it is not ticking, so it looks at the cache again. */
+static void cache_wake_locked(pb_client *c)
+{
+	uint64_t one = 1;
+
+	if (c->rx_ticking)
+		return;
+	/* An eventfd write never blocks (its counter is far from full); the receiver reads it back. A failed
+	 * one (it cannot fail on a live eventfd) is tried again by the next lease cached. */
+	c->rx_ticking = write(c->wake_fd, &one, sizeof(one)) == (ssize_t)sizeof(one);
 }
 
 /* The acquire flags a cached lease was granted with: a hit must ask for the same. */
@@ -47,22 +75,27 @@ pb_lease *cache_take(pb_client *c, size_t size, uint32_t flags, enum pb_priority
 		pthread_mutex_unlock(&c->lock);
 		return NULL;
 	}
-	for (pb_lease *l = c->leases; l; l = l->next) {
+	/* The smallest that fits, page size by page size: a lease's size is the request rounded to its pages. */
+	for (size_t i = 0; i < CACHE_PAGE_SIZES_MAX; i++) {
+		const struct cache_page_count *p = &c->cache_pages[i];
 		uint64_t need;
+		pb_lease *l;
 
-		if (l->state != LEASE_CACHED || cache_flags_of(l) != (flags & CACHE_FLAGS) || l->priority != prio)
+		if (p->leases == 0)
 			continue;
-		need = round_up(size, l->page_size_bytes);
-		if (need == 0 || !cache_fits(l->size_bytes, need, c->cache_slack_pct))
+		need = round_up(size, p->page_size_bytes);
+		if (need == 0)
+			continue;
+		l = cache_index_lower_bound_locked(c, flags & CACHE_FLAGS, prio, p->page_size_bytes, need);
+		/* The smallest of at least need: if it is too big for the slack, every larger one is too. */
+		if (!l || !cache_fits(l->size_bytes, need, c->cache_slack_pct))
 			continue;
 		if (!best || l->size_bytes < best->size_bytes)
 			best = l;
-		if (best->size_bytes == need)
-			break;
 	}
 	if (best) {
+		cache_index_remove_locked(c, best);
 		best->state = LEASE_ACTIVE;
-		c->cached_bytes -= best->size_bytes;
 		__atomic_store_n(&best->idle, 0, __ATOMIC_RELEASE);
 		gen = best->conn_gen;
 		tell = best->idle_told;
@@ -83,28 +116,17 @@ pb_lease *cache_take(pb_client *c, size_t size, uint32_t flags, enum pb_priority
 	return best;
 }
 
-/* Under c->lock: the longest-cached lease, or NULL. */
-static pb_lease *cache_oldest_locked(pb_client *c)
-{
-	pb_lease *old = NULL;
-
-	for (pb_lease *l = c->leases; l; l = l->next)
-		if (l->state == LEASE_CACHED && (!old || l->cached_seq < old->cached_seq))
-			old = l;
-	return old;
-}
-
 /* Under c->lock: unlink a cached lease onto *list, for cache_release_evicted. */
 static void cache_evict_locked(pb_client *c, pb_lease *l, pb_lease **list)
 {
-	c->cached_bytes -= l->size_bytes;
+	cache_index_remove_locked(c, l);
 	c->cache_stats.evicted++;
 	lease_unlink_locked(c, l);
 	l->next = *list;
 	*list = l;
 }
 
-bool cache_keep_locked(pb_client *c, pb_lease *l, pb_lease **evicted, bool *tell)
+bool cache_keep_locked(pb_client *c, pb_lease *l, pb_lease **evicted)
 {
 	/* A stale lease is never cached: no broker counts it, and its id may name another lease. A
 	 * registration is the program's own memory, and a shared or attached lease others may use. */
@@ -113,22 +135,18 @@ bool cache_keep_locked(pb_client *c, pb_lease *l, pb_lease **evicted, bool *tell
 		return false;
 	/* Room for the newest: the longest-cached go back first. */
 	while (c->cached_bytes > c->cache_limit_bytes - l->size_bytes) {
-		pb_lease *old = cache_oldest_locked(c);
-
-		if (!old)
+		if (!c->cache_head)
 			return false;
-		cache_evict_locked(c, old, evicted);
+		cache_evict_locked(c, c->cache_head, evicted);
 	}
+	if (cache_index_add_locked(c, l, cache_flags_of(l)) < 0)
+		return false;
 	l->state = LEASE_CACHED;
-	l->cached_seq = ++c->cache_seq;
-	c->cached_bytes += l->size_bytes;
 	c->cache_stats.kept++;
 	__atomic_store_n(&l->idle, 1, __ATOMIC_RELEASE);
-	/* The receiver tells the daemon at its next tick, if the lease is still here; without a tick, now. */
-	l->idle_told = c->rx_untimed;
-	*tell = l->idle_told;
-	if (*tell)
-		c->cache_stats.told_idle++;
+	/* The receiver tells the daemon at its second tick, if the lease is still here. */
+	l->idle_told = false;
+	cache_wake_locked(c);
 	return true;
 }
 
@@ -152,12 +170,14 @@ void cache_tick(pb_client *c)
 	do {
 		n = 0;
 		pthread_mutex_lock(&c->lock);
-		for (pb_lease *l = c->leases; l && n < TELL_BATCH; l = l->next)
-			if (l->state == LEASE_CACHED && !l->idle_told && l->cached_seq <= c->cache_told_seq) {
-				l->idle_told = true;
-				ids[n] = l->id;
-				gens[n++] = l->conn_gen;
-			}
+		/* In cache order from the first untold: stop at the first not cached before the last tick. */
+		for (pb_lease *l = c->cache_untold; l && n < TELL_BATCH && l->cached_seq <= c->cache_told_seq;
+		     l = c->cache_untold) {
+			l->idle_told = true;
+			ids[n] = l->id;
+			gens[n++] = l->conn_gen;
+			c->cache_untold = l->cache_next;
+		}
 		c->cache_stats.told_idle += n;
 		if (n < TELL_BATCH)
 			c->cache_told_seq = c->cache_seq;
@@ -168,6 +188,11 @@ void cache_tick(pb_client *c)
 	} while (n == TELL_BATCH);
 }
 
+bool cache_untold_locked(const pb_client *c)
+{
+	return c->cache_untold != NULL;
+}
+
 void pb_set_cache_limit(pb_client *c, size_t bytes)
 {
 	pb_lease *evict = NULL;
@@ -176,13 +201,8 @@ void pb_set_cache_limit(pb_client *c, size_t bytes)
 		return;
 	pthread_mutex_lock(&c->lock);
 	c->cache_limit_bytes = bytes;
-	while (c->cached_bytes > bytes) {
-		pb_lease *old = cache_oldest_locked(c);
-
-		if (!old)
-			break;
-		cache_evict_locked(c, old, &evict);
-	}
+	while (c->cached_bytes > bytes && c->cache_head)
+		cache_evict_locked(c, c->cache_head, &evict);
 	pthread_mutex_unlock(&c->lock);
 	while (evict) {
 		pb_lease *l = evict;
@@ -201,6 +221,23 @@ void pb_set_cache_slack(pb_client *c, unsigned percent)
 	pthread_mutex_unlock(&c->lock);
 }
 
+void pb_set_cache_idle_ms(pb_client *c, unsigned ms)
+{
+	if (!c)
+		return;
+	if (ms < CACHE_IDLE_MS_MIN)
+		ms = CACHE_IDLE_MS_MIN;
+	if (ms > CACHE_IDLE_MS_MAX)
+		ms = CACHE_IDLE_MS_MAX;
+	pthread_mutex_lock(&c->lock);
+	c->cache_idle_ms = ms;
+	/* A tick an hour away must not hold a shorter one off: the receiver, woken, starts its schedule again. */
+	c->cache_tick_reset = true;
+	c->rx_ticking = false;
+	cache_wake_locked(c);
+	pthread_mutex_unlock(&c->lock);
+}
+
 int pb_cache_stats(pb_client *c, struct pb_cache_stats *out)
 {
 	if (!c || !out)
@@ -210,9 +247,7 @@ int pb_cache_stats(pb_client *c, struct pb_cache_stats *out)
 	out->limit_bytes = c->cache_limit_bytes;
 	out->cached_bytes = c->cached_bytes;
 	out->slack_pct = c->cache_slack_pct;
-	out->cached_leases = 0;
-	for (pb_lease *l = c->leases; l; l = l->next)
-		out->cached_leases += l->state == LEASE_CACHED;
+	out->cached_leases = c->cached_leases;
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 }

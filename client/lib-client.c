@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -16,6 +17,8 @@ static void client_free(pb_client *c)
 {
 	if (c->sock >= 0)
 		close(c->sock);
+	if (c->wake_fd >= 0)
+		close(c->wake_fd);
 	free(c->away_ids);
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->lock);
@@ -49,6 +52,7 @@ int pb_connect(const char *path, pb_client **ret)
 		return err_set(-ENOMEM, "out of memory");
 	memcpy(c->path, sa.sun_path, sizeof(c->path));
 	c->sock = -1;
+	c->wake_fd = -1;
 	c->next_seq = 1;
 	c->conn_gen = 1; /* 0 means "names no lease" to may_send_locked */
 	pthread_rwlock_init(&c->sock_lock, NULL);
@@ -57,10 +61,16 @@ int pb_connect(const char *path, pb_client **ret)
 	lease_install_hooks(c);
 	c->cache_limit_bytes = cache_limit_from_env();
 	c->cache_slack_pct = 100;
-	c->rx_untimed = true;
+	c->cache_idle_ms = cache_idle_ms_from_env();
 	c->rxbuf = malloc(PB_MAX_MSG_BYTES);
 	if (!c->rxbuf) {
 		r = err_set(-ENOMEM, "out of memory");
+		goto fail;
+	}
+	/* The receiver waits on it as well as the socket: a lease cached into an empty cache starts its tick. */
+	c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (c->wake_fd < 0) {
+		r = err_set(-errno, "eventfd: %m");
 		goto fail;
 	}
 	c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);

@@ -25,8 +25,9 @@
  *   lib-register.c  pb_register, pb_unregister, unbrokered reports                  (acquire, conn)
  *   lib-acquire.c   acquire_: granted lease to pb_lease; pb_acquire, fallback, pb_release
  *                                                                    (cache, lease, map, gpu, conn)
- *   lib-cache.c     cache_: released leases kept for a fast re-acquire              (lease)
- *   lib-lease.c     lease_: the lease list, release, revoke; fills conn_hooks       (map, conn)
+ *   lib-cache.c     cache_: released leases kept for a fast re-acquire              (lease, cache-index)
+ *   lib-lease.c     lease_: the lease list, release, revoke; fills conn_hooks (map, conn, cache-index)
+ *   lib-cache-index.c  cache_index_: cached leases in cache order and by size
  *   lib-map.c       map_: a lease's chunks mapped back to back, unmapped, retired   (cuda.c)
  *   lib-gpu.c       gpu_: the GPU's NUMA node, CUDA's availability                  (cuda.c)
  *   lib-receiver.c  receiver_: HELLO, the receiver thread, reconnect, re-declare    (conn)
@@ -34,6 +35,9 @@
  *   lib-errors.c    err_: pb_last_error's text, errnos for the daemon's status codes
  * The connection room (conn, receiver) acts on leases only through struct conn_hooks.
  */
+
+/* Distinct page sizes cached at once (4 KiB, 2 MiB and 1 GiB pages, and one more): a take searches each. */
+#define CACHE_PAGE_SIZES_MAX 4
 
 typedef Pinbroker__V1__Request Request;
 typedef Pinbroker__V1__Reply Reply;
@@ -77,6 +81,12 @@ struct pb_lease {
 	int idle;             /* pb_lease_set_idle; read by the receiver thread (atomic) */
 	uint64_t cached_seq;  /* while LEASE_CACHED: when it was cached (client->cache_seq), oldest evicted first */
 	bool idle_told;       /* while LEASE_CACHED: the daemon was told it is idle (a re-acquire must say busy) */
+	/* While LEASE_CACHED, under client->lock (lib-cache-index.c): */
+	struct pb_lease *cache_prev, *cache_next; /* client->cache_head's list, in cache order */
+	struct pb_lease *idx_left, *idx_right;    /* client->cache_root's treap of sizes, while idx_node */
+	struct pb_lease *dup_prev, *dup_next;     /* the other cached leases of its key, newest first */
+	bool idx_node;                            /* the treap's node for its key (else on a node's dup list) */
+	uint32_t cache_flags;                     /* the acquire flags a hit must ask for */
 	char *fallback_reason;
 };
 
@@ -138,11 +148,22 @@ struct pb_client {
 	struct pb_lease *leases;
 	size_t cache_limit_bytes;
 	size_t cached_bytes;
-	unsigned cache_slack_pct;  /* a cached lease serves a request up to this much smaller (100: half its size) */
-	uint64_t cache_seq;        /* bumped by each lease cached */
-	uint64_t cache_told_seq;   /* the receiver's last tick: leases cached at or before it are told idle next */
-	bool rx_untimed;           /* the receiver waits without a tick: a lease cached now is told idle at once */
-	uint64_t cache_tick_at_ms; /* the receiver's next tick (its own: read and written by it alone) */
+	size_t cached_leases;
+	struct pb_lease *cache_head, *cache_tail; /* cached leases, oldest first */
+	struct pb_lease *cache_untold;            /* the first not told idle yet: every one before it was */
+	struct pb_lease *cache_root;              /* the size index (a treap) */
+	struct cache_page_count {
+		size_t page_size_bytes;
+		size_t leases;               /* 0: the slot is free */
+	} cache_pages[CACHE_PAGE_SIZES_MAX]; /* the page sizes cached leases have: a take searches each */
+	unsigned cache_slack_pct; /* a cached lease serves a request up to this much smaller (100: half its size) */
+	uint64_t cache_seq;       /* bumped by each lease cached */
+	uint64_t cache_told_seq;  /* the receiver's last tick: leases cached at or before it are told idle next */
+	bool rx_ticking; /* the receiver ticks (a lease not told idle is cached); else a cache write wakes it */
+	int wake_fd;     /* an eventfd the receiver polls with the socket: wakes it to start ticking */
+	uint64_t cache_tick_at_ms;         /* the receiver's next tick (its own: read and written by it alone) */
+	unsigned cache_idle_ms;            /* the tick (pb_set_cache_idle_ms) */
+	bool cache_tick_reset;             /* the tick changed: the receiver starts its schedule again */
 	struct pb_cache_stats cache_stats; /* hits, misses, evictions, revoked */
 	pb_revoke_fn revoke_fn;
 	void *revoke_userdata;
@@ -279,12 +300,37 @@ int lease_release_now(pb_client *c, pb_lease *l, bool wait);
 /* pb_disconnect's part: waits out revokes in progress, then releases every lease, pipelined. */
 void lease_release_all(pb_client *c);
 
+/* ---------------------------------------------------------------- lib-cache-index.c */
+
+/*
+ * Under c->lock: l joins the cache (newest, not told idle) with the acquire flags a hit must ask for; sets
+ * l->cached_seq, counts it. -ENOSPC when its page size would be one more than CACHE_PAGE_SIZES_MAX (not cached).
+ */
+int cache_index_add_locked(pb_client *c, pb_lease *l, uint32_t flags);
+/* Under c->lock: l leaves the cache (taken, evicted, revoked, gone stale); uncounts it. */
+void cache_index_remove_locked(pb_client *c, pb_lease *l);
+/*
+ * Under c->lock: of the cached leases with these flags, priority and page size, the smallest of at least
+ * need_bytes (of equal ones the most recently cached), or NULL. O(log n) in the distinct sizes cached.
+ */
+pb_lease *cache_index_lower_bound_locked(pb_client *c, uint32_t flags, enum pb_priority prio, size_t page_size_bytes,
+					 size_t need_bytes);
+/* Under c->lock: forget every cached lease at once (the leases themselves are the caller's). */
+void cache_index_clear_locked(pb_client *c);
+
 /* ---------------------------------------------------------------- lib-cache.c */
 
 /* The cache limit from PINBROKER_CACHE_BYTES (0, no caching, when unset or bad). */
 size_t cache_limit_from_env(void);
-/* How often the receiver tells the daemon which cached leases are idle (while caching is on). */
-#define CACHE_TICK_MS 100
+/*
+ * How often the receiver tells the daemon which cached leases are idle (while one waits to be told): a lease is
+ * told after one to two of these. The default, and pb_set_cache_idle_ms's bounds (an hour at most).
+ */
+#define CACHE_IDLE_MS_DEFAULT 100u
+#define CACHE_IDLE_MS_MIN 1u
+#define CACHE_IDLE_MS_MAX 3600000u
+/* The tick from PINBROKER_CACHE_IDLE_MS (CACHE_IDLE_MS_DEFAULT when unset, or not a whole number in bounds). */
+unsigned cache_idle_ms_from_env(void);
 /*
  * Best fit among cached leases acquired with the same flags (PB_ACQUIRE_NO_CUDA, _NO_REVOKE, _MAPPED) and
  * priority, within the slack; made active again and told busy (sent here) if the daemon knew it idle. NULL: none.
@@ -292,14 +338,16 @@ size_t cache_limit_from_env(void);
 pb_lease *cache_take(pb_client *c, size_t size, uint32_t flags, enum pb_priority prio);
 /*
  * Under c->lock, for pb_release of an active lease: keeps it cached when it may be (true), else false. Older
- * cached leases it pushed out to stay under the limit are unlinked onto *evicted (release them unlocked);
- * *tell: send SET_IDLE now (the receiver is not ticking).
+ * cached leases it pushed out to stay under the limit are unlinked onto *evicted (release them unlocked). Wakes
+ * the receiver when it is not ticking, so the lease is told idle a tick or two later.
  */
-bool cache_keep_locked(pb_client *c, pb_lease *l, pb_lease **evicted, bool *tell);
+bool cache_keep_locked(pb_client *c, pb_lease *l, pb_lease **evicted);
 /* Release what cache_keep_locked evicted (not under c->lock). */
 void cache_release_evicted(pb_client *c, pb_lease *evicted);
 /* The receiver's tick: tell the daemon which leases have sat in the cache since the last tick. */
 void cache_tick(pb_client *c);
+/* Under c->lock: is a lease cached that the daemon was not told idle yet (the receiver must tick)? */
+bool cache_untold_locked(const pb_client *c);
 
 /* ---------------------------------------------------------------- lib-acquire.c */
 

@@ -123,7 +123,7 @@ static void lease_on_revoke(pb_client *c, uint64_t id, uint32_t deadline_ms)
 	gen = l->conn_gen;
 	if (l->state == LEASE_CACHED) {
 		/* Cached memory is the library's own: give it back at once. */
-		c->cached_bytes -= l->size_bytes;
+		cache_index_remove_locked(c, l);
 		c->cache_stats.revoked++;
 		lease_unlink_locked(c, l);
 		pthread_mutex_unlock(&c->lock);
@@ -210,7 +210,7 @@ static pb_lease *lease_reconnected_locked(pb_client *c, bool same, uint64_t inst
 		__atomic_store_n(&l->stale, true, __ATOMIC_RELEASE);
 		if (l->state == LEASE_CACHED) {
 			/* Cached memory is the library's own: nobody counts it any more, so let it go here. */
-			c->cached_bytes -= l->size_bytes;
+			cache_index_remove_locked(c, l);
 			lease_unlink_locked(c, l);
 			l->next = drop;
 			drop = l;
@@ -258,7 +258,7 @@ void lease_release_all(pb_client *c)
 	}
 	list = c->leases;
 	c->leases = NULL;
-	c->cached_bytes = 0;
+	cache_index_clear_locked(c);
 	pthread_mutex_unlock(&c->lock);
 
 	/* Closing the socket returns every lease anyway; the explicit RELEASEs are pipelined, not awaited. */

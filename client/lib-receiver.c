@@ -301,33 +301,53 @@ static int reconnect(pb_client *c)
 }
 
 /*
- * While caching is on, wake every CACHE_TICK_MS to tell the daemon which cached leases sat idle a tick, so
- * a lease reused at once never costs a message. Caching off: the blocking recv waits alone, and a lease
- * cached before the next message is told idle by pb_release itself (rx_untimed).
+ * While a cached lease has not been told idle, wake every c->cache_idle_ms to tell the daemon which cached leases
+ * sat idle a tick, so a lease reused at once never costs a message. Otherwise wait untimed: an idle client (cache
+ * empty, or all of it told) never wakes; pb_release caching a lease then wakes this thread through c->wake_fd.
  */
 static void receiver_wait(pb_client *c)
 {
 	for (;;) {
-		struct pollfd p = { .fd = c->sock, .events = POLLIN };
+		struct pollfd p[2] = { { .fd = c->sock, .events = POLLIN }, { .fd = c->wake_fd, .events = POLLIN } };
+		int timeout_ms = -1;
+		unsigned idle_ms;
 		uint64_t now;
-		bool timed;
+		bool ticking;
 
 		pthread_mutex_lock(&c->lock);
-		timed = c->cache_limit_bytes > 0 || c->cached_bytes > 0;
-		c->rx_untimed = !timed;
+		ticking = cache_untold_locked(c);
+		c->rx_ticking = ticking;
+		idle_ms = c->cache_idle_ms;
+		if (c->cache_tick_reset) {
+			c->cache_tick_reset = false;
+			c->cache_tick_at_ms = 0;
+		}
 		pthread_mutex_unlock(&c->lock);
-		if (!timed)
-			return;
-		/* Ticks keep time however busy the connection is: a status poll must not hold them off. */
-		now = now_ms();
-		if (c->cache_tick_at_ms == 0)
-			c->cache_tick_at_ms = now + CACHE_TICK_MS;
-		if (now >= c->cache_tick_at_ms) {
-			cache_tick(c);
-			c->cache_tick_at_ms = now + CACHE_TICK_MS;
+		if (ticking) {
+			/* Ticks keep time however busy the connection is: a status poll must not hold them off. */
+			now = now_ms();
+			if (c->cache_tick_at_ms == 0)
+				c->cache_tick_at_ms = now + idle_ms;
+			if (now >= c->cache_tick_at_ms) {
+				cache_tick(c);
+				c->cache_tick_at_ms = now + idle_ms;
+				continue; /* what is left untold decides whether to go on ticking */
+			}
+			timeout_ms = (int)(c->cache_tick_at_ms - now);
+		} else {
+			c->cache_tick_at_ms = 0;
+		}
+		if (poll(p, 2, timeout_ms) < 0 && errno != EINTR)
+			return; /* the recv says what is wrong */
+		if (p[1].revents & POLLIN) {
+			uint64_t n;
+
+			/* Level-triggered: a write before this poll (or during it) is never lost. */
+			if (read(c->wake_fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+				return;
 		}
 		/* Readable, hung up or failed: the recv says which. */
-		if (poll(&p, 1, (int)(c->cache_tick_at_ms - now)) != 0)
+		if (p[0].revents)
 			return;
 	}
 }

@@ -9,7 +9,8 @@
  * GET or HEAD /metrics: 200 with the text format (Content-Type: text/plain; version=0.0.4); 503 when
  * no daemon answers (so the scrape fails and `up` drops to 0). Another path: 404. Another method: 405.
  * Anything that is not an HTTP/1.x request line: 400. A request head not complete within --timeout-ms:
- * 408. Headers are read and ignored; the connection is closed after one answer.
+ * 408. A request head over --max-head-bytes (8 KiB by default): 431. Headers are read and ignored; the
+ * connection is closed after one answer.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -26,11 +27,14 @@
 
 #include "pinbroker.h"
 
-#define HEAD_MAX_BYTES 8192        /* request line and headers; Prometheus sends about 300 bytes */
-#define DEFAULT_TIMEOUT_MS 5000    /* for the whole request head: Prometheus sends it at once */
-#define TARGET_MAX_BYTES 1024      /* longer targets are answered 404 like any other unknown path */
-#define LINGER_MS 1000             /* how long unread input is drained after the answer */
-#define LINGER_MAX_BYTES (1 << 20) /* and how much of it */
+/* Request line and headers (--max-head-bytes); Prometheus sends about 300 bytes. */
+#define HEAD_MAX_BYTES_DEFAULT 8192
+#define HEAD_MAX_BYTES_MIN 1024      /* room for a request line with a target of TARGET_MAX_BYTES */
+#define HEAD_MAX_BYTES_MAX (1 << 20) /* what one short-lived process may buffer for a stranger */
+#define DEFAULT_TIMEOUT_MS 5000      /* for the whole request head: Prometheus sends it at once */
+#define TARGET_MAX_BYTES 1024        /* longer targets are answered 404 like any other unknown path */
+#define LINGER_MS 1000               /* how long unread input is drained after the answer */
+#define LINGER_MAX_BYTES (1 << 20)   /* and how much of it */
 #define METRICS_CTYPE "text/plain; version=0.0.4; charset=utf-8"
 
 static int64_t mono_ms(void)
@@ -238,11 +242,13 @@ static void linger_close(int in, int out)
 
 static void usage(FILE *f)
 {
-	fputs("Usage: pinbroker-metrics-http [--socket PATH] [--timeout-ms MS]\n"
+	fputs("Usage: pinbroker-metrics-http [--socket PATH] [--timeout-ms MS] [--max-head-bytes N]\n"
 	      "Answer one HTTP request on stdin/stdout (inetd-style, as pinbroker-metrics@.service runs it):\n"
 	      "GET /metrics gives the daemon's Prometheus metrics, as `pinctl metrics` prints them.\n"
 	      "  --socket PATH     the daemon's socket (default $PINBROKER_SOCKET, else /run/pinbroker/pinbroker.sock)\n"
-	      "  --timeout-ms MS   how long the request head may take to arrive (default 5000)\n",
+	      "  --timeout-ms MS   how long the request head may take to arrive (default 5000)\n"
+	      "  --max-head-bytes N  largest request head (request line and headers) answered; a larger one gets\n"
+	      "                    431 (1024 to 1048576, default 8192)\n",
 	      f);
 }
 
@@ -250,11 +256,12 @@ int main(int argc, char **argv)
 {
 	static const struct option opts[] = { { "socket", required_argument, NULL, 's' },
 					      { "timeout-ms", required_argument, NULL, 't' },
+					      { "max-head-bytes", required_argument, NULL, 'm' },
 					      { "help", no_argument, NULL, 'h' },
 					      { NULL, 0, NULL, 0 } };
-	char buf[HEAD_MAX_BYTES], method[16], path[TARGET_MAX_BYTES];
+	char method[16], path[TARGET_MAX_BYTES], *buf;
 	const char *socket_path = NULL;
-	long timeout_ms = DEFAULT_TIMEOUT_MS;
+	long timeout_ms = DEFAULT_TIMEOUT_MS, head_max_bytes = HEAD_MAX_BYTES_DEFAULT;
 	struct timeval tv;
 	bool head_only;
 	size_t len = 0;
@@ -275,6 +282,16 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'm':
+			errno = 0;
+			head_max_bytes = strtol(optarg, &end, 10);
+			if (errno || *end || head_max_bytes < HEAD_MAX_BYTES_MIN ||
+			    head_max_bytes > HEAD_MAX_BYTES_MAX) {
+				fprintf(stderr, "pinbroker-metrics-http: --max-head-bytes wants %d to %d, not '%s'\n",
+					HEAD_MAX_BYTES_MIN, HEAD_MAX_BYTES_MAX, optarg);
+				return 2;
+			}
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -292,7 +309,12 @@ int main(int argc, char **argv)
 	tv = (struct timeval){ .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
 	(void)setsockopt(STDOUT_FILENO, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)); /* fails harmlessly on a pipe */
 
-	r = read_head(STDIN_FILENO, buf, sizeof(buf), (int)timeout_ms, &len);
+	buf = malloc((size_t)head_max_bytes);
+	if (!buf) {
+		fprintf(stderr, "pinbroker-metrics-http: out of memory\n");
+		return 1;
+	}
+	r = read_head(STDIN_FILENO, buf, (size_t)head_max_bytes, (int)timeout_ms, &len);
 	if (r == -ENODATA)
 		return 0; /* connected and closed without a word: nothing to answer */
 	if (r == -ETIMEDOUT)
@@ -313,6 +335,7 @@ int main(int argc, char **argv)
 		else
 			r = serve_metrics(STDOUT_FILENO, socket_path, head_only);
 	}
+	free(buf);
 	if (r == 0)
 		linger_close(STDIN_FILENO, STDOUT_FILENO);
 	return r < 0 ? 1 : 0;

@@ -300,8 +300,9 @@ void pb_set_revoke_callback(pb_client *c, pb_revoke_fn fn, void *userdata);
  * pb_release() of a lease keeps it mapped and registered here instead, and a later pb_acquire() of a like
  * size with the same flags (PB_ACQUIRE_NO_CUDA, _NO_REVOKE, _MAPPED) and priority takes it back without
  * asking the daemon. The daemon still counts a cached lease against the budget and the uid; a lease that
- * has sat in the cache for a tick (about 100 ms) is shown to it as idle, so it is revoked first, and this
- * library gives it back at once when it is (never-revoked leases included: cached, they are revocable).
+ * has sat in the cache for one to two ticks (pb_set_cache_idle_ms, 100 ms by default) is shown to it as idle,
+ * so it is revoked first, and this library gives it back at once when it is (never-revoked leases included:
+ * cached, they are revocable).
  * When the limit would be passed, the longest-cached leases are given back first. Shared, attached,
  * registered (pb_register), stale and revoked leases are never cached.
  */
@@ -312,6 +313,14 @@ void pb_set_cache_limit(pb_client *c, size_t bytes);
  * exact bytes wants), 100 (the default) up to twice the size.
  */
 void pb_set_cache_slack(pb_client *c, unsigned percent);
+/*
+ * The cache's tick, in milliseconds: a lease cached one to two ticks ago, still cached, is shown to the daemon
+ * as idle (what it revokes first). Shorter frees cached memory for others sooner; longer sends fewer messages for
+ * leases reused within the tick. Clamped to 1..3,600,000 (an hour); default from $PINBROKER_CACHE_IDLE_MS, else
+ * 100. It takes effect at once: the schedule starts again. The library wakes only while a cached lease waits to
+ * be told idle.
+ */
+void pb_set_cache_idle_ms(pb_client *c, unsigned ms);
 
 /* The client cache's figures (pb_cache_stats). */
 struct pb_cache_stats {

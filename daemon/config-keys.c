@@ -156,6 +156,11 @@ const struct config_key config_key_table[] = {
 	K_UINT("max-chunks-per-uid", max_chunks_per_uid, 0, COUNT_MAX, "0", true,
 	       "Most pool chunks (each one file descriptor, and one mapping without hugetlb, in the daemon) one uid "
 	       "may hold; 0 means half of what the daemon's RLIMIT_NOFILE and vm.max_map_count allow."),
+	/* The cost of a registration of a shared file grows with the square of its registrants (backing.h). */
+	K_UINT("max-registrants-per-file", max_registrants_per_file, 0, 4096, "256", true,
+	       "Registrations of one shared file (the same pages registered by several processes, as the ranks of one "
+	       "server do) charged once; past this many, a further registration of the file is charged in full, as "
+	       "private memory is. 0 charges every registration in full."),
 	K_UINT("reserve-fds", reserve_fds, 16, COUNT_MAX, "64", false,
 	       "File descriptors (and mappings) kept free of leases, so an admin connection always works."),
 	K_SIZE("max-queued-bytes-per-connection", max_queued_bytes_per_conn, 4 * 1024, (double)(1ull << 40), "1M", true,

@@ -45,6 +45,7 @@ static const struct {
 	[EV_CONFIG_RELOADED] = { "config-reloaded", "4c3cedd37ef44a0b95a77f34ec2bced1" },
 	[EV_PROTOCOL_ERROR] = { "protocol-error", "e001fcf90bf844d58fb941eb2e79d1ec" },
 	[EV_MEMORY_PUNCHED] = { "memory-punched", "3e5e21b1c2f24a74b17ce73761826c27" },
+	[EV_REVOKE_CANCELLED] = { "revoke-cancelled", "9b33bdd820ad4e1da7373c8e1ad69935" },
 };
 
 /* One window per kind: a storm of one kind (refusals under pressure) must not hide the others. */

@@ -35,7 +35,8 @@ enum log_event_kind {
 	EV_CLIENT_DIED,
 	EV_CONFIG_RELOADED,
 	EV_PROTOCOL_ERROR,
-	EV_MEMORY_PUNCHED, /* a holder freed pinned pages with fallocate(PUNCH_HOLE) */
+	EV_MEMORY_PUNCHED,   /* a holder freed pinned pages with fallocate(PUNCH_HOLE) */
+	EV_REVOKE_CANCELLED, /* a never-revoked lease's revoke cancelled: taken back from a cache, or not given back */
 	EV__MAX,
 };
 

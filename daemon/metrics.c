@@ -48,6 +48,11 @@ static const char *const revocation_names[REVOKED_N] = {
 	[REVOKED_SELF] = "self",         [REVOKED_JOB_QUOTA] = "job_quota",
 };
 
+static const char *const cancel_names[CANCELLED_N] = {
+	[CANCELLED_REUSED] = "reused",
+	[CANCELLED_NOT_GIVEN_BACK] = "not_given_back",
+};
+
 static const char *const enforcement_names[ENFORCED_N] = {
 	[ENFORCED_DISCONNECT] = "disconnect",
 	[ENFORCED_SIGTERM] = "sigterm",
@@ -236,6 +241,10 @@ static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 		   refusal_names, b->counters.refused, REFUSED_N);
 	counter_by(f, "pinbroker_revocations_total", "Leases revoked (REVOKEs sent) since start, by reason.", "reason",
 		   revocation_names, b->counters.revocations, REVOKED_N);
+	counter_by(f, "pinbroker_revokes_cancelled_total",
+		   "Revokes of never-revoked leases (sent while they were cached) cancelled since start, by reason: "
+		   "taken back into use from the library's cache, or not given back by the deadline (kept as in use).",
+		   "reason", cancel_names, b->counters.revokes_cancelled, CANCELLED_N);
 	counter_by(f, "pinbroker_enforcements_total", "Overdue leases enforced since start, by revoke-enforce action.",
 		   "action", enforcement_names, b->counters.enforcements, ENFORCED_N);
 	head(f, "pinbroker_holder_scans_total", "counter",

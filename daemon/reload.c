@@ -27,6 +27,7 @@ void reload_resolve_sizes(struct broker *b, const struct config *c)
 	if (b->uid_quota_bytes > b->budget_bytes)
 		b->uid_quota_bytes = b->budget_bytes;
 	b->max_no_revoke_per_uid_bytes = config_resolve(&c->max_no_revoke_per_uid, b->uid_quota_bytes);
+	b->max_registrants_per_file = c->max_registrants_per_file;
 }
 
 static void note_fixed(const char *key, const char *wanted, const char *kept, void *ud)

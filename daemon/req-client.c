@@ -200,9 +200,12 @@ void handle_set_idle(struct conn *c, const Pinbroker__V1__Request *req)
 		/* A cached never-revoked lease taken back into use while its REVOKE was on the way: its
 		 * holder cannot give it back now, so it is the holder's again (never enforced against). */
 		if (to == LEASE_ACTIVE && l->no_revoke && lease_cancel_revoke(l, now_ms()) == 0) {
-			log_info("lease %llu (pid %d): taken back into use from its library's cache before the "
-				 "revoke reached it; kept",
-				 (unsigned long long)l->id, l->pid);
+			/* Rate-limited: a revoke of many cached leases, all reused at once, is one story. */
+			c->broker->counters.revokes_cancelled[CANCELLED_REUSED]++;
+			log_event(EV_REVOKE_CANCELLED, LOG_INFO, l->id, l->uid, l->pid,
+				  "lease %llu (pid %d): taken back into use from its library's cache before the "
+				  "revoke reached it; kept",
+				  (unsigned long long)l->id, l->pid);
 			r = 0;
 		}
 		/* Already there, or revoking: nothing to do, not an error. */

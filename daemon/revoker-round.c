@@ -261,7 +261,9 @@ static bool round_mark(struct broker *b, struct enforce_round *rd, uint64_t t0, 
 			 * a library bug or a hung process. Its holder cannot give memory back on request, so it
 			 * is never signalled: the lease is counted as in use again. */
 			lease_cancel_revoke(l, now_ms());
-			log_warnx("lease %llu (pid %d): a never-revoked lease revoked while cached was not given back "
+			b->counters.revokes_cancelled[CANCELLED_NOT_GIVEN_BACK]++;
+			log_event(EV_REVOKE_CANCELLED, LOG_WARNING, l->id, l->uid, l->pid,
+				  "lease %llu (pid %d): a never-revoked lease revoked while cached was not given back "
 				  "within its deadline; kept as in use, its holder is not signalled",
 				  (unsigned long long)l->id, l->pid);
 			continue;

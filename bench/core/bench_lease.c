@@ -508,9 +508,10 @@ static double throughput(bool is_floor, enum cycle cy, unsigned nprocs, uint64_t
 
 static void usage(int code)
 {
-	printf("Usage: bench_lease [--daemon PATH] [--duration-s N] [--idle-s N] [--iters N] [--quick]\n"
+	printf("Usage: bench_lease [--daemon PATH] [--duration-s N] [--idle-s N] [--iters N] [--quick] [--cache-only]\n"
 	       "Runs a raw SCM_RIGHTS floor server and pinbrokerd side by side and prints ratios.\n"
-	       "Exits 1 when a target is missed (the no-touch rows, where both sides do the same work).\n");
+	       "Exits 1 when a target is missed (the no-touch rows, where both sides do the same work).\n"
+	       "--cache-only: only the client cache's tables (pinbrokerd alone, nothing judged).\n");
 	exit(code);
 }
 
@@ -584,16 +585,133 @@ static void cache_table(void)
 	pb_disconnect(c);
 }
 
+/* The cache at scale: how many leases sit cached while the pair runs, and their sizes in pages (one 32 KiB chunk). */
+#define SCALE_CACHED 10000u
+#define SCALE_CHUNK "32K"
+static const unsigned scale_pages[] = { 1, 2, 3, 4, 6 };
+
+/* Poll c until the daemon was told every cached lease is idle (the receiver's tick), so it stays out of the timing. */
+static void scale_wait_told(pb_client *c, size_t want)
+{
+	uint64_t t0 = bench_now_ns();
+	struct pb_cache_stats st;
+
+	do {
+		if (pb_cache_stats(c, &st) < 0)
+			bench_die(0, "pb_cache_stats: %s", pb_last_error());
+		if (st.told_idle >= want)
+			return;
+		usleep(10000);
+	} while (bench_now_ns() - t0 < 30000000000ull);
+	bench_die(0, "cache scale: %llu of %zu cached leases told idle after 30 s", (unsigned long long)st.told_idle,
+		  want);
+}
+
+/*
+ * The pair's cost with one lease cached against SCALE_CACHED of mixed sizes, on a daemon of its own (small
+ * chunks, room for that many leases): a take is a search of the size index and a put an append to the cache
+ * list, so the ratio should stay near 1×. The 7-page lease is the only one of its size (a cache that walked
+ * its leases would look at all of them first); with slack the 5-page request is served by a 6-page lease, the
+ * smallest that fits, past the sizes below it.
+ */
+static void cache_scale_table(void)
+{
+	/* Room for that many leases: one 32 KiB chunk each, and per-uid bounds above the count. */
+	static const char *const args[] = {
+		"--prewarm",
+		"0",
+		"--hugetlb",
+		"no",
+		"--thp",
+		"no",
+		"--chunk-size",
+		SCALE_CHUNK,
+		"--budget",
+		"1G",
+		"--max-leases-per-client",
+		"20000",
+		"--max-leases-per-uid",
+		"20000",
+		"--max-chunks-per-uid",
+		"20000",
+		NULL,
+	};
+	static const struct {
+		unsigned pages;
+		unsigned slack_pct;
+		const char *what;
+	} rows[] = {
+		{ 2, 0, "8 KiB, slack 0 (its own size)" },
+		{ 7, 0, "28 KiB, slack 0 (the one lease of its size)" },
+		{ 5, 100, "20 KiB, slack 100 (a 24 KiB lease, the smallest that fits)" },
+	};
+	const uint32_t flags = PB_ACQUIRE_NO_CUDA;
+	struct pb_acquire_opts o = { .flags = flags };
+	char sock[108], log[128];
+	pb_lease **held;
+	pb_client *c;
+	pid_t pid;
+	int r;
+
+	snprintf(sock, sizeof(sock), "/tmp/pb-bench-scale.%d.sock", (int)getpid());
+	snprintf(log, sizeof(log), "/tmp/pb-bench-scale.%d.log", (int)getpid());
+	pid = bench_daemon_start(daemon_path, sock, log, args);
+	held = calloc(SCALE_CACHED, sizeof(*held));
+	if (!held)
+		bench_die(-ENOMEM, "calloc");
+	printf("### The client cache at scale: the same pair with 1 lease cached and with %u cached of mixed sizes "
+	       "(1, 2, 3, 4, 6 pages; PB_ACQUIRE_NO_CUDA, chunk-size %s)\n\n",
+	       SCALE_CACHED, SCALE_CHUNK);
+	printf("| pair | 1 cached (µs) | %u cached (µs) | ratio |\n|---|---:|---:|---:|\n", SCALE_CACHED);
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		struct pb_cache_stats st;
+		double one, many;
+
+		r = pb_connect(sock, &c);
+		if (r < 0)
+			bench_die(r, "pb_connect: %s", pb_last_error());
+		pb_set_cache_limit(c, 1u << 30);
+		pb_set_cache_slack(c, rows[i].slack_pct);
+		/* The baseline: one lease of the size that will serve the pair, alone in the cache. */
+		r = pb_acquire(c, (size_t)(rows[i].slack_pct ? 6 : rows[i].pages) * PAGE_BYTES, &o, &held[0]);
+		if (r < 0)
+			bench_die(r, "cache scale: pb_acquire: %s", pb_last_error());
+		pb_release(c, held[0]);
+		scale_wait_told(c, 1);
+		one = cache_pair_us(c, (size_t)rows[i].pages * PAGE_BYTES, flags, 20000);
+		if (pb_cache_stats(c, &st) < 0)
+			bench_die(0, "pb_cache_stats: %s", pb_last_error());
+		/* Then SCALE_CACHED more, held at once so each is a lease of its own, then all cached. */
+		for (unsigned k = 0; k < SCALE_CACHED; k++) {
+			size_t pages = scale_pages[k % (sizeof(scale_pages) / sizeof(scale_pages[0]))];
+
+			r = pb_acquire(c, pages * PAGE_BYTES,
+				       &(struct pb_acquire_opts){ .flags = flags | PB_ACQUIRE_NO_CACHE }, &held[k]);
+			if (r < 0)
+				bench_die(r, "cache scale: pb_acquire %u: %s", k, pb_last_error());
+		}
+		for (unsigned k = 0; k < SCALE_CACHED; k++)
+			pb_release(c, held[k]);
+		scale_wait_told(c, st.told_idle + SCALE_CACHED);
+		many = cache_pair_us(c, (size_t)rows[i].pages * PAGE_BYTES, flags, 20000);
+		printf("| %s | %.2f | %.2f | %.2f× |\n", rows[i].what, one, many, many / one);
+		fflush(stdout);
+		pb_disconnect(c);
+	}
+	printf("\nReported, not judged: a cache that walked every lease would grow with the count (ratio ≫ 1).\n\n");
+	free(held);
+	bench_daemon_stop(pid);
+	unlink(sock);
+	unlink(log);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "daemon", required_argument, NULL, 'd' },
-		{ "duration-s", required_argument, NULL, 't' },
-		{ "idle-s", required_argument, NULL, 'i' },
-		{ "iters", required_argument, NULL, 'n' },
-		{ "quick", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		{ "daemon", required_argument, NULL, 'd' }, { "duration-s", required_argument, NULL, 't' },
+		{ "idle-s", required_argument, NULL, 'i' }, { "iters", required_argument, NULL, 'n' },
+		{ "quick", no_argument, NULL, 'q' },        { "cache-only", no_argument, NULL, 'c' },
+		{ "help", no_argument, NULL, 'h' },         { NULL, 0, NULL, 0 },
 	};
 	/* The floor's chunks are plain 4 KiB-page memfds: the broker's pool must be too (thp = auto collapses its
 	 * chunks into huge pages, which makes mapping and touching them cheaper than the floor's). */
@@ -605,7 +723,7 @@ int main(int argc, char **argv)
 	pb_client *pc;
 	pid_t fpid, dpid, idle_pids[2];
 	long rss_kb, shmem_kb, anon_kb, file_kb, f_rss_kb, f_shmem_kb;
-	bool p50_ok = true, ops_ok = true, rss_ok;
+	bool p50_ok = true, ops_ok = true, rss_ok, cache_only = false;
 	int opt, r;
 
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -629,6 +747,9 @@ int main(int argc, char **argv)
 			iters_small = 200;
 			iters_large = 40;
 			break;
+		case 'c':
+			cache_only = true;
+			break;
 		case 'h':
 			usage(0);
 			break;
@@ -646,6 +767,18 @@ int main(int argc, char **argv)
 	snprintf(broker_sock, sizeof(broker_sock), "/tmp/pb-bench-broker.%d.sock", (int)getpid());
 	snprintf(broker_log, sizeof(broker_log), "/tmp/pb-bench-broker.%d.log", (int)getpid());
 
+	if (cache_only) {
+		/* The client cache's tables alone: no floor, and no target to judge. */
+		dpid = bench_daemon_start(daemon_path, broker_sock, broker_log, daemon_args);
+		printf("## bench_lease --cache-only: the client cache\n");
+		bench_print_host();
+		cache_table();
+		cache_scale_table();
+		bench_daemon_stop(dpid);
+		unlink(broker_sock);
+		unlink(broker_log);
+		return 0;
+	}
 	fpid = floor_start();
 	dpid = bench_daemon_start(daemon_path, broker_sock, broker_log, daemon_args);
 
@@ -721,6 +854,7 @@ int main(int argc, char **argv)
 	printf("\nTarget ≥ 0.7× floor at each concurrency, no errors (no-touch rows): %s\n\n", mark(ops_ok));
 
 	cache_table();
+	cache_scale_table();
 
 	r = pb_connect(broker_sock, &pc);
 	if (r < 0)

@@ -142,8 +142,8 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 	struct lease *l = NULL;
 	uint64_t size_bytes, charge_bytes, added;
 	bool backed = a->registration && a->backed &&
-		      (!b->backings || backing_registrants(b->backings, a->backing_dev, a->backing_ino) <
-					       BROKER_BACKING_REGISTRANTS_MAX);
+		      (!b->backings ||
+		       backing_registrants(b->backings, a->backing_dev, a->backing_ino) < b->max_registrants_per_file);
 	size_t nchunks = 0;
 	int r;
 

@@ -66,6 +66,13 @@ enum broker_revocation {
 	REVOKED_N,
 };
 
+/* Why a never-revoked lease's revoke was cancelled (lease_cancel_revoke's callers), for the metrics' reason label. */
+enum broker_revoke_cancel {
+	CANCELLED_REUSED,         /* its library took it back into use from its cache (SET_IDLE 0) */
+	CANCELLED_NOT_GIVEN_BACK, /* neither given back nor taken back by the deadline: kept as in use */
+	CANCELLED_N,
+};
+
 /* What was done to an overdue holder (revoke-enforce), for the metrics' action label. */
 enum broker_enforcement {
 	ENFORCED_DISCONNECT,
@@ -93,6 +100,7 @@ struct broker_counters {
 	uint64_t loop_turns[BROKER_TURN_BUCKETS +
 			    1]; /* turns by length: <= each of BROKER_TURN_BUCKET_US, then longer */
 	uint64_t loop_turn_sum_us;
+	uint64_t revokes_cancelled[CANCELLED_N]; /* never-revoked leases' revokes cancelled, by reason */
 };
 
 struct broker {
@@ -120,6 +128,13 @@ struct broker {
 	uint64_t budget_bytes;         /* resolved from cfg */
 	uint64_t uid_quota_bytes;
 	uint64_t max_no_revoke_per_uid_bytes;
+	/*
+	 * max-registrants-per-file: registrations of one shared file recorded as its registrants (backing.h's work
+	 * per call grows with the square of their number); beyond this many, a registration of the file is charged
+	 * in full, as one of private memory is. Ranks of one server are a handful; this bounds what a client could
+	 * make a call cost.
+	 */
+	uint32_t max_registrants_per_file;
 	uint64_t prewarm_bytes;
 	uint64_t started_ms;
 	enum broker_state state;
@@ -178,12 +193,6 @@ struct acquire_args {
 
 /* Queued reply packets duplicate their fds; this many may be queued over all connections. */
 #define BROKER_QUEUED_FDS_MAX 1024
-/*
- * Registrations of one shared file recorded as its registrants (backing.h's work per call grows with the
- * square of their number): beyond this many, a registration of the file is charged in full, as one of
- * private memory is. Ranks of one server are a handful; this bounds what a client could make a call cost.
- */
-#define BROKER_BACKING_REGISTRANTS_MAX 256
 /* Below this many chunks the daemon could not serve a useful load; the limits are clamped up to it. */
 #define BROKER_CHUNK_CAPACITY_MIN 64
 

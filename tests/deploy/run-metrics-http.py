@@ -35,11 +35,12 @@ def check(cond, what):
         failures.append(what)
 
 
-def request(sock_path, data, timeout_ms=2000, close_after_send=False, linger_s=0.0):
+def request(sock_path, data, timeout_ms=2000, close_after_send=False, linger_s=0.0, args=()):
     """Run the server on one end of a socketpair, send data from the other; return (rc, raw answer, seconds)."""
     ours, theirs = socket.socketpair()
     t0 = time.monotonic()
-    p = subprocess.Popen([HTTP, "--socket", sock_path, "--timeout-ms", str(timeout_ms)], stdin=theirs, stdout=theirs)
+    p = subprocess.Popen([HTTP, "--socket", sock_path, "--timeout-ms", str(timeout_ms), *args], stdin=theirs,
+                         stdout=theirs)
     theirs.close()
     try:
         if data:
@@ -140,6 +141,15 @@ def main():
         for i, g in enumerate(garbage):
             expect(sock, f"garbage {i} ({g[:16]!r})", g, 400)
         expect(sock, "a request head over 8 KiB", b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n", 431)
+        # The bound is --max-head-bytes: raised, the same head is answered; lowered, a 2 KiB one is not.
+        expect(sock, "a 20 KB head under --max-head-bytes 65536",
+               b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n", 200, args=("--max-head-bytes", "65536"))
+        expect(sock, "a 2 KiB head over --max-head-bytes 1024",
+               b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 2048 + b"\r\n\r\n", 431, args=("--max-head-bytes", "1024"))
+        for bad in ("1023", "1048577", "8k", ""):
+            r = subprocess.run([HTTP, "--max-head-bytes", bad], stdin=subprocess.DEVNULL, capture_output=True)
+            check(r.returncode == 2 and b"--max-head-bytes wants 1024 to 1048576" in r.stderr,
+                  f"--max-head-bytes {bad!r}: refused with exit 2 and the bounds ({r.returncode}, {r.stderr[:80]!r})")
         _, _, secs = expect(sock, "half a request, then silence", b"GET /metrics HTTP/1.1\r\nHost: x\r\n", 408,
                             timeout_ms=500, linger_s=0)
         check(0.4 <= secs < 10, f"half a request: answered after the 500 ms timeout ({secs:.2f} s)")

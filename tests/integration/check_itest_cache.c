@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include <check.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>
@@ -130,6 +131,68 @@ static bool wait_revoked(pb_client *c, uint64_t want)
 			return true;
 	return false;
 }
+
+/* The tasks of this process now, into tids (at most max); how many. */
+static size_t own_tasks(pid_t *tids, size_t max)
+{
+	DIR *dir = opendir("/proc/self/task");
+	struct dirent *e;
+	size_t n = 0;
+
+	ck_assert_ptr_nonnull(dir);
+	while ((e = readdir(dir)) && n < max)
+		if (e->d_name[0] != '.')
+			tids[n++] = (pid_t)atoi(e->d_name);
+	closedir(dir);
+	return n;
+}
+
+/* How often thread tid slept and was woken (voluntary_ctxt_switches): each receiver tick is one. */
+static long thread_wakeups(pid_t tid)
+{
+	char path[64], line[256];
+	long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/status", (int)tid);
+	f = fopen(path, "re");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1)
+			break;
+	fclose(f);
+	ck_assert_int_ge(v, 0);
+	return v;
+}
+
+/* Connects a caching client and finds its receiver thread: the one task pb_connect added. */
+static pb_client *cache_client_rx(size_t limit, pid_t *rx)
+{
+	pid_t before[64], after[64];
+	size_t nb = own_tasks(before, 64), na;
+	pb_client *c = cache_client(limit, 0);
+
+	*rx = 0;
+	na = own_tasks(after, 64);
+	for (size_t i = 0; i < na; i++) {
+		bool old = false;
+
+		for (size_t j = 0; j < nb; j++)
+			old |= after[i] == before[j];
+		if (!old) {
+			ck_assert_msg(*rx == 0, "pb_connect started more than one thread");
+			*rx = after[i];
+		}
+	}
+	ck_assert_msg(*rx != 0, "no receiver thread found");
+	return c;
+}
+
+/*
+ * The window in which a ticking receiver would wake IDLE_WINDOW_TICKS times (a tick is 100 ms). Absence of an event
+ * has no event to wait on: this is the one fixed sleep here, and it asserts nothing about speed.
+ */
+#define IDLE_WINDOW_TICKS 8
 
 /* The daemon's leases now (this file's clients are its only holders). */
 static size_t daemon_leases(void)
@@ -517,6 +580,200 @@ START_TEST(test_oldest_cached_leases_are_evicted_to_stay_under_the_limit)
 }
 END_TEST
 
+/*
+ * Many cached leases of mixed sizes (the size index and the cache-order list, not a walk of every lease): each
+ * request finds its own size, the slack finds the smallest that fits past a missing size, a lease of other flags
+ * is no hit, and a lower limit gives the longest-cached back first.
+ */
+#define MIXED_SIZES 24
+START_TEST(test_many_cached_leases_of_mixed_sizes_each_found_by_size_and_the_oldest_evicted_first)
+{
+	pb_client *c = cache_client(64 * MiB, 0);
+	pb_lease *l[MIXED_SIZES + 1], *x, *other;
+	void *data[MIXED_SIZES + 1];
+	uint64_t id[MIXED_SIZES + 1];
+	unsigned order[MIXED_SIZES];
+	struct pb_cache_stats st;
+
+	/* k pages for k = 1..MIXED_SIZES, in a scrambled order (7 is prime to 24). */
+	for (unsigned i = 0; i < MIXED_SIZES; i++)
+		order[i] = i * 7 % MIXED_SIZES + 1;
+	for (unsigned i = 0; i < MIXED_SIZES; i++) {
+		unsigned k = order[i];
+
+		ck_assert_int_eq(pb_acquire(c, k * PAGE, &nr_mapped, &l[k]), 0);
+		data[k] = pb_lease_data(l[k]);
+		id[k] = pb_lease_id(l[k]);
+	}
+	for (unsigned i = 0; i < MIXED_SIZES; i++)
+		ck_assert_int_eq(pb_release(c, l[order[i]]), 0);
+	st = stats_of(c);
+	ck_assert_uint_eq(st.cached_leases, MIXED_SIZES);
+	ck_assert_uint_eq(st.cached_bytes, MIXED_SIZES * (MIXED_SIZES + 1) / 2 * PAGE);
+
+	/* Slack 0: a request a little under k pages is served by the k-page lease, whatever the order. */
+	for (unsigned k = MIXED_SIZES; k >= 1; k--) {
+		ck_assert_int_eq(pb_acquire(c, k * PAGE - 100, &nr_mapped, &l[k]), 0);
+		ck_assert_uint_eq(pb_lease_id(l[k]), id[k]);
+		ck_assert_ptr_eq(pb_lease_data(l[k]), data[k]);
+	}
+	st = stats_of(c);
+	ck_assert_uint_eq(st.hits, MIXED_SIZES);
+	ck_assert_uint_eq(st.cached_leases, 0);
+	ck_assert_uint_eq(st.cached_bytes, 0);
+	/* Back in ascending size: the 1-page lease is now the longest cached. */
+	for (unsigned k = 1; k <= MIXED_SIZES; k++)
+		ck_assert_int_eq(pb_release(c, l[k]), 0);
+	ck_assert_uint_eq(stats_of(c).cached_leases, MIXED_SIZES);
+
+	/* Other flags, same size: no hit. */
+	ck_assert_int_eq(pb_acquire(c, 5 * PAGE, &(struct pb_acquire_opts){ .flags = PB_ACQUIRE_NO_REVOKE }, &other),
+			 0);
+	ck_assert_uint_ne(pb_lease_id(other), id[5]);
+	ck_assert_uint_eq(stats_of(c).hits, MIXED_SIZES);
+
+	/* Slack 100 (half): a byte over 10 pages needs 11, and the 11-page lease is the smallest that fits. */
+	pb_set_cache_slack(c, 100);
+	ck_assert_int_eq(pb_acquire(c, 10 * PAGE + 1, &nr_mapped, &l[11]), 0);
+	ck_assert_uint_eq(pb_lease_id(l[11]), id[11]);
+	/* With it taken, the next size up (12 pages, within the slack) serves the same request. */
+	ck_assert_int_eq(pb_acquire(c, 10 * PAGE + 1, &nr_mapped, &l[12]), 0);
+	ck_assert_uint_eq(pb_lease_id(l[12]), id[12]);
+	/* Slack 0 again: 11 pages has no cached lease of its size left, so a new one. */
+	pb_set_cache_slack(c, 0);
+	ck_assert_int_eq(pb_acquire(c, 11 * PAGE, &nr_mapped, &x), 0);
+	for (unsigned k = 1; k <= MIXED_SIZES; k++)
+		ck_assert_uint_ne(pb_lease_id(x), id[k]);
+	ck_assert_int_eq(pb_release(c, x), 0);
+	ck_assert_int_eq(pb_release(c, l[11]), 0);
+	ck_assert_int_eq(pb_release(c, l[12]), 0);
+
+	/* A limit a byte under what is cached: only the longest-cached (1 page) goes back. */
+	st = stats_of(c);
+	pb_set_cache_limit(c, st.cached_bytes - 1);
+	ASSERT_STATE(id[1], NULL);
+	ck_assert(lease_held(id[2]));
+	ck_assert_uint_eq(stats_of(c).evicted, st.evicted + 1);
+	ck_assert_uint_eq(stats_of(c).cached_leases, st.cached_leases - 1);
+	ck_assert_uint_eq(stats_of(c).cached_bytes, st.cached_bytes - PAGE);
+	ck_assert_int_eq(pb_release(c, other), 0);
+	pb_set_cache_limit(c, 0);
+	end_clean(c);
+}
+END_TEST
+
+/* Leases of one size: the most recently cached is taken first, and the longest cached is still evicted first. */
+START_TEST(test_cached_leases_of_one_size_newest_taken_first_oldest_evicted_first)
+{
+	pb_client *c = cache_client(64 * MiB, 0);
+	pb_lease *p, *q, *r, *x;
+	uint64_t idp, idq, idr;
+
+	ck_assert_int_eq(pb_acquire(c, 2 * PAGE, &nr_mapped, &p), 0);
+	ck_assert_int_eq(pb_acquire(c, 2 * PAGE, &nr_mapped, &q), 0);
+	ck_assert_int_eq(pb_acquire(c, 2 * PAGE, &nr_mapped, &r), 0);
+	idp = pb_lease_id(p);
+	idq = pb_lease_id(q);
+	idr = pb_lease_id(r);
+	ck_assert_int_eq(pb_release(c, p), 0);
+	ck_assert_int_eq(pb_release(c, q), 0);
+	ck_assert_int_eq(pb_release(c, r), 0);
+	/* Newest first: r, then q; p stays. */
+	ck_assert_int_eq(pb_acquire(c, 2 * PAGE, &nr_mapped, &x), 0);
+	ck_assert_uint_eq(pb_lease_id(x), idr);
+	r = x;
+	ck_assert_int_eq(pb_acquire(c, 2 * PAGE, &nr_mapped, &x), 0);
+	ck_assert_uint_eq(pb_lease_id(x), idq);
+	q = x;
+	/* Cache order now p, r, q. */
+	ck_assert_int_eq(pb_release(c, r), 0);
+	ck_assert_int_eq(pb_release(c, q), 0);
+	ck_assert_uint_eq(stats_of(c).cached_leases, 3);
+	/* Room for two: p, the longest cached, goes. Room for one: r. */
+	pb_set_cache_limit(c, 4 * PAGE);
+	ASSERT_STATE(idp, NULL);
+	ck_assert(lease_held(idr));
+	pb_set_cache_limit(c, 2 * PAGE);
+	ASSERT_STATE(idr, NULL);
+	ck_assert_uint_eq(stats_of(c).cached_leases, 1);
+	ck_assert_uint_eq(stats_of(c).evicted, 2);
+	ck_assert_int_eq(pb_acquire(c, 2 * PAGE, &nr_mapped, &x), 0);
+	ck_assert_uint_eq(pb_lease_id(x), idq);
+	ck_assert_uint_eq(stats_of(c).cached_leases, 0);
+	ck_assert_int_eq(pb_release(c, x), 0);
+	pb_set_cache_limit(c, 0);
+	end_clean(c);
+}
+END_TEST
+
+/* A caching client with nothing to tell the daemon (cache empty, or all of it told idle) never wakes its receiver. */
+START_TEST(test_receiver_makes_no_periodic_wakeups_while_nothing_waits_to_be_told_idle)
+{
+	pid_t rx;
+	pb_client *c = cache_client_rx(64 * MiB, &rx);
+	pb_lease *a;
+	uint64_t id;
+	long w0;
+
+	/* Caching on, nothing cached: the receiver sleeps through the window (it used to tick every 100 ms). */
+	w0 = thread_wakeups(rx);
+	usleep(IDLE_WINDOW_TICKS * 100 * 1000);
+	ck_assert_int_le(thread_wakeups(rx) - w0, 1);
+
+	/* A lease cached into the empty cache wakes it, and it is told idle a tick or two later. */
+	ck_assert_int_eq(pb_acquire(c, 1 * MiB, &nr_mapped, &a), 0);
+	id = pb_lease_id(a);
+	ck_assert_int_eq(pb_release(c, a), 0);
+	ASSERT_STATE(id, "idle");
+	ck_assert_uint_eq(stats_of(c).told_idle, 1);
+
+	/* Everything cached is told: no more ticks, though a lease is cached. */
+	w0 = thread_wakeups(rx);
+	usleep(IDLE_WINDOW_TICKS * 100 * 1000);
+	ck_assert_int_le(thread_wakeups(rx) - w0, 1);
+	ck_assert_uint_eq(stats_of(c).cached_leases, 1);
+
+	/* Taken and cached again: told idle again, from the untimed wait. */
+	ck_assert_int_eq(pb_acquire(c, 1 * MiB, &nr_mapped, &a), 0);
+	ck_assert_uint_eq(pb_lease_id(a), id);
+	ASSERT_STATE(id, "active");
+	ck_assert_int_eq(pb_release(c, a), 0);
+	ASSERT_STATE(id, "idle");
+	ck_assert_uint_eq(stats_of(c).told_idle, 2);
+	pb_set_cache_limit(c, 0);
+	end_clean(c);
+}
+END_TEST
+
+/*
+ * The tick is a setting: $PINBROKER_CACHE_IDLE_MS an hour keeps a cached lease from being shown idle through many
+ * default ticks, and pb_set_cache_idle_ms shortens it at once (the schedule starts again).
+ */
+START_TEST(test_cache_idle_ms_from_the_environment_and_pb_set_cache_idle_ms)
+{
+	pb_client *c;
+	pb_lease *a;
+	uint64_t id;
+
+	ck_assert_int_eq(setenv("PINBROKER_CACHE_IDLE_MS", "3600000", 1), 0);
+	c = cache_client(64 * MiB, 0);
+	ck_assert_int_eq(unsetenv("PINBROKER_CACHE_IDLE_MS"), 0);
+	ck_assert_int_eq(pb_acquire(c, 1 * MiB, &nr_mapped, &a), 0);
+	id = pb_lease_id(a);
+	ck_assert_int_eq(pb_release(c, a), 0);
+	/* IDLE_WINDOW_TICKS default ticks: a lease is told after two at most, and this one is not. */
+	usleep(IDLE_WINDOW_TICKS * 100 * 1000);
+	assert_state_now(id, "active");
+	ck_assert_uint_eq(stats_of(c).told_idle, 0);
+	/* A 20 ms tick, set now: told within the bound. */
+	pb_set_cache_idle_ms(c, 20);
+	ASSERT_STATE(id, "idle");
+	ck_assert_uint_eq(stats_of(c).told_idle, 1);
+	pb_set_cache_limit(c, 0);
+	end_clean(c);
+}
+END_TEST
+
 START_TEST(test_registrations_are_never_cached)
 {
 	static char buf[16 * 4096] __attribute__((aligned(4096)));
@@ -811,6 +1068,88 @@ START_TEST(test_raw_registration_is_still_refused_set_idle)
 }
 END_TEST
 
+/* More than the daemon's LOG_RATELIMIT_BURST (20 lines of one event kind in 5 s). */
+#define STORM_LEASES 30
+
+/* A budget and a never-revoked share that fit STORM_LEASES small leases, each one 64 KiB chunk. */
+static void start_storm(void)
+{
+	atexit(kill_daemon_at_exit);
+	daemon_start(&d, ITEST_ARGS("--budget", "64M", "--max-no-revoke-per-uid", "100%", "--prewarm", "0",
+				    "--chunk-size", "64K", "--pool-shrink-delay-ms", "600000"));
+}
+
+/* How many lines of the daemon's log since its start say what. */
+static size_t log_count(const char *what)
+{
+	char *log = daemon_log(&d);
+	size_t n = 0;
+
+	for (char *p = log ? log + d.log_from : NULL; p && (p = strstr(p, what)); p += strlen(what))
+		n++;
+	free(log);
+	return n;
+}
+
+/*
+ * A revoke of many cached never-revoked leases, all taken back into use at once: every one is kept and counted
+ * in pinbroker_revokes_cancelled_total, and the log says so at most a burst's worth of times.
+ */
+START_TEST(test_cancelled_revokes_are_counted_and_their_log_lines_rate_limited)
+{
+	pid_t holder;
+	int fd = raw_connect_by_child(&holder);
+	uint64_t ids[STORM_LEASES], *revoked = NULL;
+	size_t n = 0, got = 0;
+	pb_client *admin;
+	char *text = NULL;
+
+	for (size_t i = 0; i < STORM_LEASES; i++) {
+		ck_assert_int_eq(
+			raw_acquire_flags(fd, 64 * KiB, PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE, &ids[i]),
+			0);
+		ck_assert_int_eq(raw_set_idle(fd, ids[i], true), 0);
+	}
+	ck_assert_int_eq(pb_connect(d.socket, &admin), 0);
+	ck_assert_int_eq(pb_metrics(admin, &text), 0);
+	ck_assert(itest_metrics_sample(text, "pinbroker_revokes_cancelled_total{reason=\"reused\"}") == 0);
+	ck_assert(itest_metrics_sample(text, "pinbroker_revokes_cancelled_total{reason=\"not_given_back\"}") == 0);
+	free(text);
+	ck_assert_int_eq(pb_admin_revoke(admin, PB_REVOKE_UID, 0, getuid(), TAKE_BACK_DEADLINE_MS, &revoked, &n), 0);
+	free(revoked);
+	ck_assert_uint_eq(n, STORM_LEASES);
+	/* Every REVOKE, then every lease taken back into use: each kept. */
+	while (got < STORM_LEASES) {
+		int fds[4], err = 0;
+		size_t nfds = 0;
+		Pinbroker__V1__Reply *rep = raw_recv(fd, fds, 4, &nfds, WAIT_MS, &err);
+
+		ck_assert_msg(rep, "REVOKE %zu of %d did not come (%s)", got + 1, STORM_LEASES, strerror(-err));
+		ck_assert_int_eq(rep->body_case, PINBROKER__V1__REPLY__BODY_REVOKE);
+		pinbroker__v1__reply__free_unpacked(rep, NULL);
+		got++;
+	}
+	for (size_t i = 0; i < STORM_LEASES; i++)
+		ck_assert_int_eq(raw_set_idle(fd, ids[i], false), 0);
+	for (size_t i = 0; i < STORM_LEASES; i++)
+		assert_state_now(ids[i], "active");
+	ck_assert_int_eq(pb_metrics(admin, &text), 0);
+	ck_assert_msg(itest_metrics_sample(text, "pinbroker_revokes_cancelled_total{reason=\"reused\"}") ==
+			      STORM_LEASES,
+		      "%s", text);
+	free(text);
+	/* A burst's worth of lines at most (before the limit, one per lease). */
+	ck_assert_uint_ge(log_count("taken back into use"), 1);
+	ck_assert_uint_le(log_count("taken back into use"), 20);
+	for (size_t i = 0; i < STORM_LEASES; i++)
+		ck_assert_int_eq(raw_release(fd, ids[i]), 0);
+	close(fd);
+	assert_holder_not_signalled(holder);
+	pb_disconnect(admin);
+	end_clean(NULL);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-cache");
@@ -819,12 +1158,19 @@ static Suite *suite(void)
 		   test_cached_never_revoked_lease_comes_back_for_its_flags_and_size_within_the_slack,
 		   test_cached_lease_is_shown_idle_after_a_tick_and_active_when_taken_back,
 		   test_admin_revokes_a_cached_never_revoked_lease_but_not_an_active_one,
-		   test_oldest_cached_leases_are_evicted_to_stay_under_the_limit, test_registrations_are_never_cached);
+		   test_oldest_cached_leases_are_evicted_to_stay_under_the_limit,
+		   test_many_cached_leases_of_mixed_sizes_each_found_by_size_and_the_oldest_evicted_first,
+		   test_cached_leases_of_one_size_newest_taken_first_oldest_evicted_first,
+		   test_receiver_makes_no_periodic_wakeups_while_nothing_waits_to_be_told_idle,
+		   test_cache_idle_ms_from_the_environment_and_pb_set_cache_idle_ms,
+		   test_registrations_are_never_cached);
 	CHECK_CASE(s, "reclaim", start_tight, stop, 60,
 		   test_another_clients_acquire_reclaims_a_cached_never_revoked_lease);
 	CHECK_CASE(s, "raw", start, stop, 60, test_raw_set_idle_0_takes_a_revoked_cached_lease_back_and_it_stays_active,
 		   test_raw_revoked_cached_lease_left_alone_is_kept_as_in_use_never_overdue,
 		   test_raw_registration_is_still_refused_set_idle);
+	CHECK_CASE(s, "storm", start_storm, stop, 60,
+		   test_cancelled_revokes_are_counted_and_their_log_lines_rate_limited);
 	return s;
 }
 

@@ -40,6 +40,7 @@ static struct broker *new_broker(uint64_t limit_bytes, uint64_t quota_bytes, uin
 	b->budget_bytes = limit_bytes;
 	b->uid_quota_bytes = quota_bytes;
 	b->max_no_revoke_per_uid_bytes = (quota_bytes ? quota_bytes : limit_bytes) / 2; /* the 50% default */
+	b->max_registrants_per_file = 256;                                              /* the default */
 	(void)broker_set_pressure(b, BROKER_NORMAL);
 	return b;
 }
@@ -932,7 +933,7 @@ START_TEST(test_registrants_of_one_file_are_bounded_and_the_rest_charged_in_full
 	struct lease *l;
 
 	b->max_no_revoke_per_uid_bytes = 64 * MIB;
-	for (int i = 0; i < BROKER_BACKING_REGISTRANTS_MAX; i++) {
+	for (int i = 0; i < 256; i++) { /* max-registrants-per-file's default */
 		ck_assert_int_eq(acquire_backed(b, UID_A, &conn_a, 9, 0, 4096, &l), 0);
 		ck_assert(l->backed);
 	}
@@ -942,6 +943,34 @@ START_TEST(test_registrants_of_one_file_are_bounded_and_the_rest_charged_in_full
 	ck_assert(!l->backed);
 	ck_assert_uint_eq(l->charged_bytes, 4096);
 	ck_assert_uint_eq(b->registered_bytes, 2 * 4096);
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_max_registrants_per_file_is_the_bound_and_0_charges_every_registration_in_full)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+	struct lease *l;
+
+	b->max_no_revoke_per_uid_bytes = 64 * MIB;
+	b->max_registrants_per_file = 3;
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(acquire_backed(b, UID_A, &conn_a, 9, 0, 4096, &l), 0);
+		ck_assert(l->backed);
+	}
+	ck_assert_uint_eq(b->registered_bytes, 4096);
+	ck_assert_int_eq(acquire_backed(b, UID_A, &conn_a, 9, 0, 4096, &l), 0);
+	ck_assert(!l->backed);
+	ck_assert_uint_eq(b->registered_bytes, 2 * 4096);
+	/* 0: another file's first registration is already charged in full, and so is its second. */
+	b->max_registrants_per_file = 0;
+	for (int i = 0; i < 2; i++) {
+		ck_assert_int_eq(acquire_backed(b, UID_A, &conn_a, 10, 0, 4096, &l), 0);
+		ck_assert(!l->backed);
+		ck_assert_uint_eq(l->charged_bytes, 4096);
+	}
+	ck_assert_uint_eq(b->registered_bytes, 4 * 4096);
 	check_books(b);
 	free_broker(b);
 }
@@ -968,6 +997,7 @@ CHECK_SUITE(broker_suite, "broker", "core", NULL, NULL, 60, test_acquire_rounds_
 	    test_held_fds_meet_the_chunk_caps, test_never_revoked_bytes_are_capped_per_uid,
 	    test_shared_registrations_are_charged_once_and_the_charge_moves_to_the_oldest_left,
 	    test_a_shared_region_is_charged_to_one_job_and_moves_with_its_pages,
-	    test_registrants_of_one_file_are_bounded_and_the_rest_charged_in_full)
+	    test_registrants_of_one_file_are_bounded_and_the_rest_charged_in_full,
+	    test_max_registrants_per_file_is_the_bound_and_0_charges_every_registration_in_full)
 
 CHECK_MAIN(broker_suite)

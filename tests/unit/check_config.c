@@ -162,7 +162,7 @@ START_TEST(test_table_keys_are_unique_and_documented)
 	size_t n;
 	const struct config_key *keys = config_keys(&n);
 
-	ck_assert_uint_eq(n, 51); /* one per field of struct config */
+	ck_assert_uint_eq(n, 52); /* one per field of struct config */
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_ptr_nonnull(keys[i].help);
 		ck_assert_uint_gt(strlen(keys[i].help), 10);
@@ -658,6 +658,29 @@ START_TEST(test_file_errors_carry_path_and_line_and_are_all_collected)
 	ck_assert_str_eq(err, expect);
 	/* Good lines still applied: the caller parses into a copy and discards it on error. */
 	ck_assert_uint_eq(c->chunk_bytes, 4096);
+	free(err);
+	config_free(c);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
+/* Was a constant (256): a key with bounds, and file:line errors like every key's. */
+START_TEST(test_max_registrants_per_file_defaults_to_256_and_is_bounded)
+{
+	char *path = write_temp("max-registrants-per-file = 4097\n");
+	struct config *c = defaults();
+	char *err = NULL, expect[512];
+
+	ck_assert_uint_eq(c->max_registrants_per_file, 256);
+	set_ok(c, "max-registrants-per-file", "0");
+	ck_assert_uint_eq(c->max_registrants_per_file, 0);
+	set_ok(c, "max-registrants-per-file", "4096");
+	ck_assert_uint_eq(c->max_registrants_per_file, 4096);
+	ck_assert_int_eq(config_load_file(c, path, &err), -EINVAL);
+	snprintf(expect, sizeof(expect),
+		 "%s:1: max-registrants-per-file: '4097' is out of range; write a whole number from 0 to 4096\n", path);
+	ck_assert_str_eq(err, expect);
 	free(err);
 	config_free(c);
 	unlink(path);
@@ -1266,6 +1289,7 @@ static Suite *config_suite(void)
 
 	CHECK_CASE(s, "files", NULL, NULL, TIMEOUT_S, test_file_with_comments_and_blank_lines_loads,
 		   test_file_quotes_allow_an_empty_value, test_file_errors_carry_path_and_line_and_are_all_collected,
+		   test_max_registrants_per_file_defaults_to_256_and_is_bounded,
 		   test_file_unknown_key_suggests_the_closest, test_file_duplicate_key_names_the_first_line,
 		   test_missing_file_is_enoent_with_message, test_empty_file_loads_nothing,
 		   test_sample_config_round_trips_to_defaults, test_sample_config_loads_as_is_without_changes,

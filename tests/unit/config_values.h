@@ -76,6 +76,7 @@ static const char *const config_reloadable_keys[] = {
 	"max-leases-per-client",
 	"max-leases-per-uid",
 	"max-chunks-per-uid",
+	"max-registrants-per-file",
 	"max-queued-bytes-per-connection",
 	"max-queued-bytes",
 	"max-pending-acquires",
