@@ -283,6 +283,16 @@ class StatusUnbrokered(ctypes.Structure):
     ]
 
 
+class StatusClasses(ctypes.Structure):
+    """struct pb_status of a library with chunk size classes (issue 27): the largest class and the chunks the
+    daemon's fds and mappings allow."""
+
+    _fields_ = StatusUnbrokered._fields_ + [
+        ("chunk_max_bytes", ctypes.c_uint64),
+        ("chunk_capacity", ctypes.c_uint64),
+    ]
+
+
 #: typedef int (*pb_revoke_fn)(pb_client *c, pb_lease *l, uint32_t deadline_ms, void *userdata);
 REVOKE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p)
 
@@ -466,6 +476,12 @@ def has_status_unbrokered() -> bool:
     lib = load()
     m = re.match(r"libpinbroker\.so\.(\d+)", os.path.basename(path() or ""))
     return hasattr(lib, "pb_set_cache_slack") or bool(m and int(m.group(1)) >= 1)
+
+
+def has_status_classes() -> bool:
+    """True for a library whose struct pb_status ends with the chunk classes (issue 27). No function came with
+    them; pb_status_cgroup_namespace came in the same release."""
+    return hasattr(load(), "pb_status_cgroup_namespace")
 
 
 def version() -> str:

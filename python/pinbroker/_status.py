@@ -172,6 +172,9 @@ def _status_dict(s: _lib.Status, with_leases: bool) -> Dict[str, Any]:
     unb = ctypes.cast(ctypes.pointer(s), ctypes.POINTER(_lib.StatusUnbrokered)).contents \
         if jobs is not None and _lib.has_status_unbrokered() else None
 
+    cls = ctypes.cast(ctypes.pointer(s), ctypes.POINTER(_lib.StatusClasses)).contents \
+        if unb is not None and _lib.has_status_classes() else None
+
     def reg_field(name: str) -> int:
         return int(getattr(reg, name)) if reg is not None else 0
 
@@ -189,6 +192,9 @@ def _status_dict(s: _lib.Status, with_leases: bool) -> Dict[str, Any]:
         "free_bytes": max(0, int(s.budget_bytes) - int(s.leased_bytes)),
         "page_size_bytes": int(s.page_size_bytes),
         "chunk_size_bytes": int(s.chunk_size_bytes),
+        # One class (the largest is the smallest) and no capacity from an older library, as from an older daemon.
+        "chunk_max_bytes": int(cls.chunk_max_bytes) if cls is not None else int(s.chunk_size_bytes),
+        "chunk_capacity": int(cls.chunk_capacity) if cls is not None else 0,
         "hugetlb": bool(s.hugetlb),
         "page_kind": (_dec(pages.page_kind) or "") if pages is not None else "unknown",
     }
