@@ -121,7 +121,7 @@ const struct config_key config_key_table[] = {
 		 "How prewarm is spread over NUMA nodes: gpus (in proportion to each node's GPUs; even when none "
 		 "says its node), even, or NODE:SIZE,... (for example 0:8G,1:8G)."),
 	K_UINT("prewarm-threads", prewarm_threads, 0, 64, "0", false,
-	       "Threads that fault in the pool at start; 0 means one per CPU."),
+	       "Threads that fault in the pool at start, sharing big chunks in 64 MiB segments; 0 means one per core the daemon may run on (its affinity), at most 32."),
 	K_UINT("pool-shrink-delay-ms", pool_shrink_delay_ms, 0, (double)UINT32_MAX, "30000", true,
 	       "Idle time before the pool shrinks back to the prewarm size."),
 	K_STRING("admin-group", admin_group, "", true,

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "pool-int.h"
+#include "warmseg.h"
 
 #ifndef MFD_HUGE_2MB
 #define MFD_HUGE_2MB (21U << 26) /* log2(2 MiB) << MFD_HUGE_SHIFT */
@@ -55,12 +56,23 @@ void chunk_destroy(struct chunk *c)
 	free(c);
 }
 
+/* Unmap and close what chunk_open made of c, leaving it empty. */
+static void chunk_close(struct chunk *c, uint64_t bytes)
+{
+	if (c->addr)
+		munmap(c->addr, bytes);
+	if (c->fd >= 0)
+		close(c->fd);
+	c->addr = NULL;
+	c->fd = -1;
+	c->thp = false;
+}
+
 /*
- * One memfd of bytes with the given page kind; on failure nothing is left behind. populate false (a simulated
- * pool) leaves its pages unallocated: sized, sealed and mapped, nothing faulted.
+ * One memfd of bytes with the given page kind, sealed, and (4 KiB pages) mapped and placed, but not yet
+ * filled: chunk_fill does that, a segment at a time. On failure nothing is left behind.
  */
-static int chunk_make_one(const char *name, uint64_t bytes, bool hugetlb, bool thp, bool lock, bool populate, int node,
-			  struct chunk *c)
+static int chunk_open(const char *name, uint64_t bytes, bool hugetlb, int node, struct chunk *c)
 {
 	unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
 	int r;
@@ -110,41 +122,50 @@ static int chunk_make_one(const char *name, uint64_t bytes, bool hugetlb, bool t
 			goto fail;
 		}
 		/*
-		 * Placed before any page exists: every fault and the collapse then allocate on node. A node
-		 * the kernel refuses (offline, or a fixture's) places nothing; the check below then says
-		 * where the pages went.
+		 * Placed before any page exists: every fault and the collapse then allocate on node, whichever
+		 * warm-up thread fills which segment (the policy is the mapping's, not the thread's). A node
+		 * the kernel refuses (offline, or a fixture's) places nothing; place_locate then says where
+		 * the pages went.
 		 */
 		if (node >= 0)
 			(void)place_prefer_range(c->addr, bytes, node);
 		/* Fewer TLB misses where shmem THP is enabled; harmless where it is not. */
 		(void)madvise(c->addr, bytes, MADV_HUGEPAGE);
-		/* Collapsed, every page is allocated (zeroed) already; otherwise, or if it fails, populate. */
-		c->thp = thp && populate && pages_collapse(c->addr, bytes);
-		r = c->thp || !populate ? 0 : pages_prefault(c->addr, bytes, PAGE_4K_BYTES);
-		if (r < 0)
-			goto fail;
-		if (lock && mlock(c->addr, bytes) < 0) {
-			r = -errno;
-			goto fail;
-		}
 	}
 	c->bytes = bytes;
 	c->hugetlb = hugetlb;
 	return 0;
 
 fail:
-	if (c->addr)
-		munmap(c->addr, bytes);
-	if (c->fd >= 0)
-		close(c->fd);
-	c->addr = NULL;
-	c->fd = -1;
-	c->thp = false;
+	chunk_close(c, bytes);
 	return r;
 }
 
-/* A new chunk owned by owner_uid. Thread-safe: called from grow threads. */
-static int chunk_new(struct pool *p, uint64_t bytes, uid_t owner_uid, bool tail, int node, struct chunk **ret)
+/*
+ * Fill len bytes of c's mapping at off (a warmseg segment): collapsed into THPs when thp is asked (every page
+ * allocated, zeroed), else, or if that fails, faulted in. Segments of one chunk are filled by several threads
+ * at once. Returns 1 when the range is THP, 0 when faulted, or -errno. A hugetlb chunk was filled by
+ * chunk_open; a simulated one stays empty.
+ */
+static int chunk_fill(const struct chunk *c, uint64_t off, uint64_t len, bool thp, bool populate)
+{
+	void *a;
+	int r;
+
+	if (!c->addr || !populate)
+		return 0;
+	a = (char *)c->addr + off;
+	if (thp && pages_collapse(a, len))
+		return 1;
+	r = pages_prefault(a, len, PAGE_4K_BYTES);
+	return r < 0 ? r : 0;
+}
+
+/*
+ * A new chunk of bytes, opened (chunk_open) but not filled: hugetlb first where the pool has it, else (huge
+ * pages ran out, or were never reserved) 4 KiB pages, THP where it can, which serve as well.
+ */
+static int chunk_start(struct pool *p, uint64_t bytes, int node, struct chunk **ret)
 {
 	struct chunk *c;
 	int r;
@@ -153,13 +174,28 @@ static int chunk_new(struct pool *p, uint64_t bytes, uid_t owner_uid, bool tail,
 	if (!c)
 		return -ENOMEM;
 	c->fd = -1;
-	if (p->n_nodes == 0)
-		node = -1;
-	r = chunk_make_one(p->memfd_name, bytes, p->hugetlb, p->thp && !tail, p->lock, !p->simulate, node, c);
-	/* Huge pages ran out (or were never reserved): 4 KiB pages (THP where it can) serve as well. */
+	r = chunk_open(p->memfd_name, bytes, p->hugetlb, node, c);
 	if (r < 0 && p->hugetlb && !p->hugetlb_required && (r == -ENOMEM || r == -ENOSPC))
-		r = chunk_make_one(p->memfd_name, bytes, false, p->thp && !tail, p->lock, !p->simulate, node, c);
+		r = chunk_open(p->memfd_name, bytes, false, node, c);
 	if (r < 0) {
+		free(c);
+		return r;
+	}
+	*ret = c;
+	return 0;
+}
+
+/*
+ * A filled chunk is locked, located and booked (id, page kind) for owner_uid; thp says every segment was
+ * collapsed. On failure it is destroyed. Thread-safe: called from grow threads.
+ */
+static int chunk_finish(struct pool *p, struct chunk *c, uid_t owner_uid, bool tail, int node, bool thp)
+{
+	c->thp = thp && c->addr;
+	if (c->addr && p->lock && mlock(c->addr, c->bytes) < 0) {
+		int r = -errno;
+
+		chunk_close(c, c->bytes);
 		free(c);
 		return r;
 	}
@@ -174,11 +210,23 @@ static int chunk_new(struct pool *p, uint64_t bytes, uid_t owner_uid, bool tail,
 	if (p->thp && !tail && !c->hugetlb && !c->thp)
 		p->thp_failures++;
 	pthread_mutex_unlock(&p->id_lock);
-	*ret = c;
 	return 0;
 }
 
-/* Shared state of one parallel chunk_make_batch() run. */
+/*
+ * A chunk being filled: its segments (warmseg) go to whichever warm-up thread is free, so a 1 GiB chunk is
+ * faulted by many threads, not one; the thread that completes its last segment finishes it (chunk_finish).
+ */
+struct filling {
+	struct chunk *c;
+	uint64_t nseg, next, done; /* segments in all, handed out, completed */
+	bool want_thp;             /* collapse (a whole chunk of a THP pool) */
+	bool thp;                  /* every segment so far collapsed */
+	int state;                 /* 0: not open yet; 1: segments to hand out; 2: all handed out, or failed */
+	int error;                 /* a segment's failure: the chunk is dropped when its last segment is done */
+};
+
+/* Shared state of one chunk_make_batch() run. */
 struct maker {
 	struct pool *p;
 	struct chunk **out;
@@ -186,25 +234,95 @@ struct maker {
 	uid_t owner_uid;
 	int node; /* placement, or -1 */
 	size_t n;
-	size_t tail_index; /* index of the tail chunk, or n for none */
+	size_t tail_index;     /* index of the tail chunk, or n for none */
+	uint64_t seg_bytes;    /* warmseg_size */
+	struct filling *fills; /* one per chunk, NULL for a batch made one chunk per thread */
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	size_t next;      /* next index to make */
+	size_t next;      /* next index to open */
+	size_t seg_from;  /* the chunks before it have no segment left to hand out */
 	unsigned running; /* workers not yet finished */
 	uint64_t done_bytes;
-	int error; /* first failure; stops handing out work */
+	int error; /* first failure; stops opening chunks (those open are completed) */
 };
+
+/* The next segment to fill: (chunk index, segment), or false when none is waiting. Under m->lock. */
+static bool maker_next_segment(struct maker *m, size_t *idx, uint64_t *seg)
+{
+	while (m->seg_from < m->next && m->fills[m->seg_from].state == 2)
+		m->seg_from++;
+	for (size_t i = m->seg_from; i < m->next; i++) {
+		struct filling *f = &m->fills[i];
+
+		if (f->state == 1) {
+			*idx = i;
+			*seg = f->next++;
+			if (f->next == f->nseg)
+				f->state = 2;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Fill segment seg of chunk i, and finish the chunk if that was its last one. */
+static void maker_fill(struct maker *m, size_t i, uint64_t seg)
+{
+	struct filling *f = &m->fills[i];
+	uint64_t off = 0, len = 0;
+	bool last;
+	int r;
+
+	(void)warmseg_get(f->c->bytes, m->seg_bytes, seg, &off, &len);
+	r = chunk_fill(f->c, off, len, f->want_thp, !m->p->simulate);
+
+	pthread_mutex_lock(&m->lock);
+	if (r < 0 && f->error == 0)
+		f->error = r;
+	if (r != 1)
+		f->thp = false;
+	last = ++f->done == f->nseg;
+	if (r >= 0)
+		m->done_bytes += len;
+	pthread_mutex_unlock(&m->lock);
+	if (!last)
+		return;
+	/* The last segment's thread alone touches f from here: every other one is done with it. */
+	r = f->error;
+	if (r < 0) {
+		chunk_close(f->c, f->c->bytes);
+		free(f->c);
+	} else {
+		r = chunk_finish(m->p, f->c, m->owner_uid, i == m->tail_index, m->node, f->want_thp && f->thp);
+	}
+	pthread_mutex_lock(&m->lock);
+	if (r == 0)
+		m->out[i] = f->c;
+	else if (m->error == 0)
+		m->error = r;
+	f->c = NULL;
+	pthread_cond_signal(&m->cond);
+	pthread_mutex_unlock(&m->lock);
+}
 
 static void *maker_thread(void *arg)
 {
 	struct maker *m = arg;
 
 	for (;;) {
+		struct chunk *c = NULL;
+		uint64_t seg;
 		size_t i;
 		int r;
 
 		pthread_mutex_lock(&m->lock);
+		/* Segments of chunks already open first: chunks complete (and can be lent) in order. */
+		if (maker_next_segment(m, &i, &seg)) {
+			pthread_mutex_unlock(&m->lock);
+			maker_fill(m, i, seg);
+			continue;
+		}
 		if (m->error < 0 || m->next >= m->n) {
 			m->running--;
 			pthread_cond_signal(&m->cond);
@@ -214,14 +332,24 @@ static void *maker_thread(void *arg)
 		i = m->next++;
 		pthread_mutex_unlock(&m->lock);
 
-		r = chunk_new(m->p, m->sizes[i], m->owner_uid, i == m->tail_index, m->node, &m->out[i]);
+		r = chunk_start(m->p, m->sizes[i], m->node, &c);
 
 		pthread_mutex_lock(&m->lock);
-		if (r < 0 && m->error == 0)
-			m->error = r;
-		if (r == 0)
-			m->done_bytes += m->sizes[i];
-		pthread_cond_signal(&m->cond);
+		if (r < 0) {
+			m->fills[i].state = 2;
+			if (m->error == 0)
+				m->error = r;
+		} else {
+			struct filling *f = &m->fills[i];
+
+			f->c = c;
+			f->nseg = c->addr && !m->p->simulate ? warmseg_count(c->bytes, m->seg_bytes) : 1;
+			/* A tail is not collapsed: it is no whole class of THPs. */
+			f->want_thp = m->p->thp && i != m->tail_index && c->addr;
+			f->thp = true;
+			f->state = 1;
+		}
+		pthread_cond_broadcast(&m->cond);
 		pthread_mutex_unlock(&m->lock);
 	}
 }
@@ -238,9 +366,10 @@ int chunk_make_batch(struct pool *p, const uint64_t *sizes, size_t n, size_t tai
 		.out = out,
 		.sizes = sizes,
 		.owner_uid = owner_uid,
-		.node = node,
+		.node = p->n_nodes == 0 ? -1 : node,
 		.n = n,
 		.tail_index = tail_index,
+		.seg_bytes = warmseg_size(0),
 	};
 	pthread_t tids[MAX_THREADS];
 	uint64_t total_bytes = 0;
@@ -250,9 +379,13 @@ int chunk_make_batch(struct pool *p, const uint64_t *sizes, size_t n, size_t tai
 		out[i] = NULL;
 		total_bytes += sizes[i];
 	}
+	m.fills = calloc(n ? n : 1, sizeof(*m.fills));
+	if (!m.fills)
+		return -ENOMEM;
 	nthreads = total_bytes < PARALLEL_MIN_BYTES ? 1 : p->threads;
-	if (nthreads > n)
-		nthreads = (unsigned)n;
+	/* More threads than segments would have nothing to do. */
+	if (nthreads > total_bytes / m.seg_bytes + n)
+		nthreads = (unsigned)(total_bytes / m.seg_bytes + n);
 	pthread_mutex_init(&m.lock, NULL);
 	pthread_cond_init(&m.cond, NULL);
 
@@ -288,6 +421,7 @@ int chunk_make_batch(struct pool *p, const uint64_t *sizes, size_t n, size_t tai
 
 	pthread_cond_destroy(&m.cond);
 	pthread_mutex_destroy(&m.lock);
+	free(m.fills);
 	return m.error;
 }
 

@@ -18,10 +18,11 @@
 #include "classes.h"
 #include "numa.h"
 #include "pool.h"
+#include "warmseg.h"
 
 #define PAGE_4K_BYTES 4096u
 #define HUGE_2M_BYTES (2u * 1024 * 1024)
-#define MAX_THREADS 16u
+#define MAX_THREADS WARMSEG_THREADS_MAX
 #define CHUNK_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
 struct punch_count {

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,7 @@ int pool_new(const struct pool_opts *opts, struct pool **ret)
 {
 	bool have_huge = pages_huge_free(opts->proc_root) > 0;
 	struct pool *p;
+	cpu_set_t cpus;
 	long ncpu;
 
 	p = calloc(1, sizeof(*p));
@@ -119,13 +121,12 @@ int pool_new(const struct pool_opts *opts, struct pool **ret)
 	p->n_nodes = opts->n_nodes < NUMA_MAX_NODES ? opts->n_nodes : NUMA_MAX_NODES;
 	for (size_t i = 0; i < p->n_nodes; i++)
 		p->nodes[i] = opts->nodes[i];
-	p->threads = opts->threads;
-	if (p->threads == 0) {
+	/* The cores this daemon may run on (its affinity mask, a cgroup's cpuset), not the host's. */
+	if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0)
+		ncpu = CPU_COUNT(&cpus);
+	else
 		ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-		p->threads = ncpu > 0 ? (unsigned)ncpu : 1;
-	}
-	if (p->threads > MAX_THREADS)
-		p->threads = MAX_THREADS;
+	p->threads = warmseg_threads(opts->threads, ncpu);
 	pthread_mutex_init(&p->id_lock, NULL);
 	p->pagemap_fd = -1;
 	*ret = p;

@@ -59,7 +59,7 @@ struct pool_opts {
 	bool simulate;
 	enum pool_hugetlb hugetlb;
 	enum pool_thp thp;
-	unsigned threads;      /* pre-fault threads for large grows; 0 = number of CPUs, max 16 */
+	unsigned threads;      /* warm-up threads for large grows; 0: the cores in our affinity mask, at most 32 */
 	const char *proc_root; /* for /proc/meminfo HugePages_*; NULL = "/" */
 	bool lock;             /* mlock chunks; false only for unprivileged tests */
 	/* NUMA nodes chunks are placed on (mbind MPOL_PREFERRED before any page is faulted); n_nodes 0: no placement. */

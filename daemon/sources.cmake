@@ -20,6 +20,7 @@ set(PB_DAEMON_CORE_SOURCES
   core/revoker-policy.c   # the revoker's decisions: round timing, overdue leases, slices, reclaim deficit
   core/unbrokered.c  # clients' reports of memory pinned outside the broker
   core/waitq-order.c # the wait queue's order: priority classes, FIFO within one, who may overtake
+  core/warmseg.c     # warm-up work split: a big chunk's fill segments, the warm-up thread count
 )
 
 # The I/O shell, daemon/: every other file but main.c (which only pinbrokerd links).
