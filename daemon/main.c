@@ -37,7 +37,9 @@
 #include "rlimits.h"
 #include "react.h"
 #include "request.h"
+#include "reserve.h"
 #include "waitq.h"
+#include "warmup.h"
 #include "server.h"
 #include "util.h"
 #include "wire.h"
@@ -193,82 +195,6 @@ static int parse_args(int argc, char **argv, struct options *o, int *action)
 		return -EINVAL;
 	}
 	return check_overrides(o);
-}
-
-static int read_u64_file(const char *path, uint64_t *v)
-{
-	FILE *f = fopen(path, "re");
-	unsigned long long x;
-	int ok;
-
-	if (!f)
-		return -errno;
-	ok = fscanf(f, "%llu", &x) == 1;
-	fclose(f);
-	if (!ok)
-		return -EBADMSG;
-	*v = x;
-	return 0;
-}
-
-/*
- * --reserve-hugepages: the opt-in reservation (pinbroker-hugepages.service runs it before the daemon).
- * Raises vm.nr_hugepages by what the budget needs beyond the free huge pages, reads back what the kernel
- * gave, and says so. Exit 0 when the budget fits, 1 when the kernel gave fewer (memory too fragmented).
- */
-static int reserve_hugepages(const struct config *cfg, uint64_t budget_bytes)
-{
-	char nr_path[4096], mem_path[4096], buf[16384];
-	uint64_t nr_now, nr_after, target, free_pages, want;
-	struct meminfo m;
-	size_t len;
-	FILE *f;
-	int r;
-
-	snprintf(nr_path, sizeof(nr_path), "%s/proc/sys/vm/nr_hugepages", cfg->proc_root);
-	snprintf(mem_path, sizeof(mem_path), "%s/proc/meminfo", cfg->proc_root);
-	r = read_u64_file(nr_path, &nr_now);
-	f = r == 0 ? fopen(mem_path, "re") : NULL;
-	if (!f) {
-		fprintf(stderr, "pinbrokerd: cannot read %s: %s\n", r < 0 ? nr_path : mem_path,
-			strerror(r < 0 ? -r : errno));
-		return 1;
-	}
-	len = fread(buf, 1, sizeof(buf), f);
-	fclose(f);
-	if (pressure_parse_meminfo(buf, len, &m) < 0 || m.hugepage_size_bytes != 2u * 1024 * 1024) {
-		fprintf(stderr, "pinbrokerd: %s has no 2 MiB Hugepagesize: the pool's huge pages are 2 MiB\n",
-			mem_path);
-		return 1;
-	}
-	free_pages = m.hugepages_free_bytes / m.hugepage_size_bytes;
-	want = (budget_bytes + m.hugepage_size_bytes - 1) / m.hugepage_size_bytes;
-	target = pool_hugepages_target(budget_bytes, nr_now, free_pages);
-	if (target == nr_now) {
-		printf("hugetlb: the budget (%llu huge pages) fits in the %llu free; vm.nr_hugepages stays %llu\n",
-		       (unsigned long long)want, (unsigned long long)free_pages, (unsigned long long)nr_now);
-		return 0;
-	}
-	f = fopen(nr_path, "we");
-	if (!f || fprintf(f, "%llu\n", (unsigned long long)target) < 0 || fclose(f) != 0) {
-		fprintf(stderr, "pinbrokerd: cannot write %s: %s (run as root)\n", nr_path, strerror(errno));
-		return 1;
-	}
-	r = read_u64_file(nr_path, &nr_after);
-	if (r < 0)
-		nr_after = nr_now;
-	printf("hugetlb: the budget needs %llu huge pages, %llu were free: vm.nr_hugepages %llu -> %llu (asked %llu)\n",
-	       (unsigned long long)want, (unsigned long long)free_pages, (unsigned long long)nr_now,
-	       (unsigned long long)nr_after, (unsigned long long)target);
-	if (nr_after < target) {
-		fprintf(stderr,
-			"pinbrokerd: the kernel gave %llu of the %llu huge pages asked (memory too fragmented now): "
-			"reserve them at boot with hugepages=%llu on the kernel command line, or lower the budget\n",
-			(unsigned long long)(nr_after > nr_now ? nr_after - nr_now : 0),
-			(unsigned long long)(target - nr_now), (unsigned long long)target);
-		return 1;
-	}
-	return 0;
 }
 
 /* Once per start, reload and --check-config: a config file others can change is a warning, not a refusal. */
@@ -577,6 +503,77 @@ out:
 	return r;
 }
 
+/*
+ * A start warm-up above this runs beside the event loop (warmup.c): the daemon serves as soon as it listens,
+ * from a pool that grows. At or below it the pool is warm before the daemon says it is ready, as it always was
+ * (under a second at memory speed), so a small pool is whole from the first request.
+ */
+#define WARM_SYNC_MAX_BYTES (UINT64_C(1) << 30)
+
+static struct warmup *bg_warmup;
+static uint64_t bg_target;
+
+static void config_applied(struct broker *b);
+
+/* A chunk of bytes may join the idle pool while it stays within what prewarm_target allows now. */
+static bool bg_admit(uint64_t bytes, void *ud)
+{
+	struct broker *b = ud;
+	uint64_t target = prewarm_target(b), idle = pool_idle_bytes(b->pool), slack = pool_chunk_size(b->pool);
+
+	/* The plan rounds up to whole chunks of the smallest class, as a warm-up in one go does. */
+	return !b->shutting_down && idle < target && idle + bytes <= target + slack - 1;
+}
+
+static void bg_grown(void *ud)
+{
+	struct broker *b = ud;
+	char d[32], t[32];
+
+	b->generation++;
+	notify_status("Warming pool: %s of %s pre-faulted and locked (serving)",
+		      format_size(pool_idle_bytes(b->pool), d, sizeof(d)), format_size(bg_target, t, sizeof(t)));
+	update_status(b);
+}
+
+static void bg_done(uint64_t bytes, uint64_t us, int err, void *ud)
+{
+	struct broker *b = ud;
+	char s1[32], s2[32];
+
+	b->pool_warming = false;
+	warn_thp_unverified(b);
+	if (err < 0)
+		warn_prewarm_failed(b, bg_target, err);
+	else
+		log_info("pool warmed: %s in %.1f ms (%.1f GiB/s, %u threads), serving meanwhile; %s idle now",
+			 format_size(bytes, s1, sizeof(s1)), (double)us / 1000.0,
+			 (double)bytes / 1073741824.0 / ((double)(us + 1) / 1e6), pool_threads(b->pool),
+			 format_size(pool_idle_bytes(b->pool), s2, sizeof(s2)));
+	/* A prewarm raised meanwhile waited for this warm-up: grow on in steps (prewarm_cb). */
+	config_applied(b);
+}
+
+/* Warm the pool to bytes beside the loop, spread over the NUMA nodes as grow_prewarm spreads it. */
+static int grow_prewarm_bg(struct broker *b, uint64_t bytes)
+{
+	static const struct warmup_hooks hooks = { bg_admit, bg_grown, bg_done, NULL };
+	struct warmup_hooks h = hooks;
+	uint64_t split[NUMA_MAX_NODES];
+	const int *nodes;
+	size_t n = pool_nodes(b->pool, &nodes);
+	int r;
+
+	if (n > 0)
+		numa_split_prewarm(&numa_topo, numa_how, bytes, pool_chunk_size(b->pool), numa_list, split);
+	h.ud = b;
+	bg_target = bytes;
+	r = warmup_start(b->loop, b->pool, bytes, nodes, split, n, &h, &bg_warmup);
+	if (r == 0)
+		b->pool_warming = true;
+	return r;
+}
+
 static void prewarm_cb(struct ev_loop *loop, ev_idle *w, int revents)
 {
 	struct broker *b = w->data;
@@ -587,7 +584,8 @@ static void prewarm_cb(struct ev_loop *loop, ev_idle *w, int revents)
 	char s1[32];
 	int r;
 
-	if (idle >= target) {
+	/* The start warm-up is still making chunks: it calls back here when it is over (bg_done). */
+	if (idle >= target || warmup_running(bg_warmup)) {
 		ev_idle_stop(loop, w);
 		return;
 	}
@@ -804,7 +802,7 @@ int main(int argc, char **argv)
 	if (b.budget_bytes == 0)
 		fatalx("the budget resolves to 0 bytes; set budget to a size or a percentage above 0");
 	if (action == OPT_RESERVE) {
-		r = reserve_hugepages(cfg, b.budget_bytes);
+		r = reserve_hugepages(cfg->proc_root, b.budget_bytes);
 		config_free(cfg);
 		free(o.ov);
 		return r;
@@ -891,7 +889,13 @@ int main(int argc, char **argv)
 	restart_init(&b);
 
 	warm = prewarm_clamp_fds(&b, b.prewarm_bytes);
-	if (warm > pool_idle_bytes(b.pool)) {
+	if (warm > pool_idle_bytes(b.pool) && warm - pool_idle_bytes(b.pool) > WARM_SYNC_MAX_BYTES) {
+		r = grow_prewarm_bg(&b, warm);
+		if (r < 0)
+			fatalx("cannot start the pool warm-up: %s", strerror(-r));
+		log_info("warming the pool to %s beside the loop (%u threads); serving meanwhile",
+			 format_size(warm, s1, sizeof(s1)), pool_threads(b.pool));
+	} else if (warm > pool_idle_bytes(b.pool)) {
 		uint64_t t0 = now_us();
 
 		r = grow_prewarm(&b, warm, progress_cb);
@@ -945,6 +949,10 @@ int main(int argc, char **argv)
 
 	/* Shutdown, in reverse order of start-up. */
 	b.shutting_down = true;
+	/* A warm-up still running stops after its batch; the chunks it made and did not hand over go. */
+	warmup_free(bg_warmup);
+	bg_warmup = NULL;
+	b.pool_warming = false;
 	notify_stopping();
 	{
 		Pinbroker__V1__Reply bye = PINBROKER__V1__REPLY__INIT;

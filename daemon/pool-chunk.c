@@ -32,8 +32,8 @@ static void add_signed(uint64_t *counter, int sign, uint64_t bytes)
 	*counter = sign > 0 ? *counter + bytes : *counter - bytes;
 }
 
-/* Add (sign 1) or remove (-1) c from the page-kind and node counters. Grow threads hold id_lock. */
-void chunk_count_kind(struct pool *p, const struct chunk *c, int sign)
+/* Add (sign 1) or remove (-1) c from the page-kind and node counters; the caller holds id_lock. */
+static void count_kind(struct pool *p, const struct chunk *c, int sign)
 {
 	uint64_t *counter = c->hugetlb ? &p->hugetlb_bytes : c->thp ? &p->thp_bytes : NULL;
 	int slot = place_slot(p, c->node);
@@ -45,6 +45,14 @@ void chunk_count_kind(struct pool *p, const struct chunk *c, int sign)
 		if (c->misplaced)
 			add_signed(&p->node_misplaced[slot], sign, c->bytes);
 	}
+}
+
+/* The counters are shared with warm-up threads (a background warm-up books its chunks as they come): locked. */
+void chunk_count_kind(struct pool *p, const struct chunk *c, int sign)
+{
+	pthread_mutex_lock(&p->id_lock);
+	count_kind(p, c, sign);
+	pthread_mutex_unlock(&p->id_lock);
 }
 
 void chunk_destroy(struct chunk *c)
@@ -206,7 +214,7 @@ static int chunk_finish(struct pool *p, struct chunk *c, uid_t owner_uid, bool t
 	c->tail = tail;
 	pthread_mutex_lock(&p->id_lock);
 	c->id = ++p->next_chunk_id;
-	chunk_count_kind(p, c, 1);
+	count_kind(p, c, 1);
 	if (p->thp && !tail && !c->hugetlb && !c->thp)
 		p->thp_failures++;
 	pthread_mutex_unlock(&p->id_lock);
@@ -473,9 +481,9 @@ void chunk_verify_collapsed(struct pool *p, struct chunk **v, size_t n)
 		if (pmd[i] == UINT64_MAX || pmd[i] >= c->bytes)
 			continue;
 		pthread_mutex_lock(&p->id_lock);
-		chunk_count_kind(p, c, -1);
+		count_kind(p, c, -1);
 		c->thp = false;
-		chunk_count_kind(p, c, 1);
+		count_kind(p, c, 1);
 		p->thp_failures++;
 		p->thp_unverified++;
 		pthread_mutex_unlock(&p->id_lock);

@@ -166,9 +166,12 @@ void pool_node_bytes(const struct pool *p, int node, struct pool_node_bytes *ret
 	*ret = (struct pool_node_bytes){ 0 };
 	if (slot < 0)
 		return;
+	/* node_all and node_misplaced are shared with warm-up threads (chunk_count_kind). */
+	pthread_mutex_lock((pthread_mutex_t *)&p->id_lock);
 	ret->idle = p->node_idle[slot];
 	ret->lent = p->node_all[slot] - p->node_idle[slot];
 	ret->misplaced = p->node_misplaced[slot];
+	pthread_mutex_unlock((pthread_mutex_t *)&p->id_lock);
 }
 
 bool pool_places_on(const struct pool *p, int node)

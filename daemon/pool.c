@@ -210,6 +210,17 @@ uint64_t pool_idle_class_bytes(const struct pool *p, unsigned k)
 	return bytes;
 }
 
+/* A counter warm-up threads also write (under id_lock, see chunk_count_kind). */
+static uint64_t locked_read(const struct pool *p, const uint64_t *v)
+{
+	uint64_t r;
+
+	pthread_mutex_lock((pthread_mutex_t *)&p->id_lock);
+	r = *v;
+	pthread_mutex_unlock((pthread_mutex_t *)&p->id_lock);
+	return r;
+}
+
 bool pool_hugetlb(const struct pool *p)
 {
 	return p->hugetlb;
@@ -222,22 +233,22 @@ bool pool_thp(const struct pool *p)
 
 uint64_t pool_thp_bytes(const struct pool *p)
 {
-	return p->thp_bytes;
+	return locked_read(p, &p->thp_bytes);
 }
 
 uint64_t pool_thp_failures(const struct pool *p)
 {
-	return p->thp_failures;
+	return locked_read(p, &p->thp_failures);
 }
 
 uint64_t pool_thp_unverified(const struct pool *p)
 {
-	return p->thp_unverified;
+	return locked_read(p, &p->thp_unverified);
 }
 
 uint64_t pool_hugetlb_bytes(const struct pool *p)
 {
-	return p->hugetlb_bytes;
+	return locked_read(p, &p->hugetlb_bytes);
 }
 
 const char *pool_page_kind(const struct pool *p)
@@ -329,15 +340,14 @@ int pool_grow(struct pool *p, uint64_t bytes, void (*progress)(uint64_t done, ui
 	return pool_grow_on(p, bytes, -1, progress, ud);
 }
 
-int pool_grow_on(struct pool *p, uint64_t bytes, int node, void (*progress)(uint64_t done, uint64_t total, void *ud),
-		 void *ud)
+int pool_warm_plan(struct pool *p, uint64_t bytes, int node, uint64_t **sizes, size_t *nsizes)
 {
 	uint64_t target[CLASSES_MAX], need[CLASSES_MAX], base = p->chunk_bytes, left;
-	struct chunk **made = NULL;
-	uint64_t *sizes = NULL;
 	size_t n = 0, i = 0;
-	int r;
+	uint64_t *v;
 
+	*sizes = NULL;
+	*nsizes = 0;
 	node = place_node(p, node);
 	if (bytes > UINT64_MAX - classes_max(&p->classes))
 		return -EINVAL;
@@ -364,29 +374,69 @@ int pool_grow_on(struct pool *p, uint64_t bytes, int node, void (*progress)(uint
 		n += need[k];
 	if (n == 0)
 		return 0;
-	made = calloc(n, sizeof(*made));
-	sizes = malloc(n * sizeof(*sizes));
-	if (!made || !sizes) {
-		r = -ENOMEM;
-		goto out;
-	}
+	v = malloc(n * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
 	/* Largest first: a warm-up cut short leaves the chunks big leases need most. */
 	for (unsigned k = p->classes.n; k-- > 0;)
 		for (uint64_t j = 0; j < need[k]; j++)
-			sizes[i++] = p->classes.bytes[k];
+			v[i++] = p->classes.bytes[k];
+	*sizes = v;
+	*nsizes = n;
+	return 0;
+}
 
-	r = chunk_make_batch(p, sizes, n, n, POOL_NO_OWNER, node, made, progress, ud);
+int pool_make_warm(struct pool *p, const uint64_t *sizes, size_t n, int node, struct chunk **out,
+		   void (*progress)(uint64_t done, uint64_t total, void *ud), void *ud)
+{
+	int r;
+
+	node = place_node(p, node);
+	r = chunk_make_batch(p, sizes, n, n, POOL_NO_OWNER, node, out, progress, ud);
 	/* Warm-up only: chunks an acquire makes trust the collapse's answer, so no acquire reads smaps. */
 	if (p->thp)
-		chunk_verify_collapsed(p, made, n);
+		chunk_verify_collapsed(p, out, n);
+	/* Not in the pool's books until pool_add_warm: a chunk still on its way counts nowhere. */
+	for (size_t i = 0; i < n; i++)
+		if (out[i])
+			chunk_count_kind(p, out[i], -1);
+	return r;
+}
+
+void pool_add_warm(struct pool *p, struct chunk *c)
+{
+	chunk_count_kind(p, c, 1);
+	idle_push(p, c);
+	p->nchunks++;
+	announce(p, c);
+}
+
+void pool_drop_warm(struct chunk *c)
+{
+	chunk_destroy(c);
+}
+
+int pool_grow_on(struct pool *p, uint64_t bytes, int node, void (*progress)(uint64_t done, uint64_t total, void *ud),
+		 void *ud)
+{
+	struct chunk **made = NULL;
+	uint64_t *sizes = NULL;
+	size_t n = 0;
+	int r;
+
+	r = pool_warm_plan(p, bytes, node, &sizes, &n);
+	if (r < 0 || n == 0)
+		return r;
+	made = calloc(n, sizeof(*made));
+	if (!made) {
+		free(sizes);
+		return -ENOMEM;
+	}
+	r = pool_make_warm(p, sizes, n, node, made, progress, ud);
 	/* What was made stays, even after a failure: a partly warm pool still helps. */
-	for (i = 0; i < n; i++)
-		if (made[i]) {
-			idle_push(p, made[i]);
-			p->nchunks++;
-			announce(p, made[i]);
-		}
-out:
+	for (size_t i = 0; i < n; i++)
+		if (made[i])
+			pool_add_warm(p, made[i]);
 	free(sizes);
 	free(made);
 	return r;

@@ -174,6 +174,27 @@ int pool_grow_on(struct pool *p, uint64_t bytes, int node, void (*progress)(uint
 		 void *ud);
 
 /*
+ * A warm-up in pieces, for one that runs beside the event loop (daemon/warmup.c). pool_grow_on is
+ * pool_warm_plan, pool_make_warm and pool_add_warm of each chunk made.
+ *
+ * pool_warm_plan: the chunk sizes (largest first, a malloc'd *sizes of *n; none when the idle chunks on node
+ * hold bytes already) that grow node's idle chunks to at least bytes, carved as pool_grow_on carves them.
+ * Returns 0 or -errno. Event loop's thread.
+ */
+int pool_warm_plan(struct pool *p, uint64_t bytes, int node, uint64_t **sizes, size_t *n);
+/*
+ * Make chunks of sizes[] on node into out[] (NULL where not made), pre-faulted and locked in the pool's
+ * threads; they are in no book of the pool (no idle bytes, no page-kind or node bytes, no hook) until
+ * pool_add_warm. Any thread, beside the event loop's use of the pool. Returns 0 or the first error.
+ */
+int pool_make_warm(struct pool *p, const uint64_t *sizes, size_t n, int node, struct chunk **out,
+		   void (*progress)(uint64_t done, uint64_t total, void *ud), void *ud);
+/* A chunk of pool_make_warm joins the idle pool (and the books, and the created hook). Event loop's thread. */
+void pool_add_warm(struct pool *p, struct chunk *c);
+/* A chunk of pool_make_warm that is not wanted after all (the daemon stops, pressure came): destroyed. */
+void pool_drop_warm(struct chunk *c);
+
+/*
  * What the pool needs to know of the host's nodes to fall back (set by the daemon from its topology):
  * free_bytes: a node's free memory now (UINT64_MAX: unknown, taken as room); fallback: the other nodes
  * that stand in for node, nearest first (at most max ids into order[]; returns the count).

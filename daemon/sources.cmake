@@ -31,7 +31,7 @@ set(PB_DAEMON_SHELL_SOURCES
   notify.c numa.c pool.c pool-chunk.c pool-pages.c pool-place.c react.c
   recovery.c recovery-writer.c reload.c reply.c
   req-admin.c req-client.c req-quota.c req-status.c request.c
-  restart.c restart-scan.c revoker.c revoker-free.c revoker-hold.c revoker-round.c server.c waitq.c
+  reserve.c restart.c restart-scan.c revoker.c revoker-free.c revoker-hold.c revoker-round.c server.c waitq.c warmup.c
 )
 
 list(TRANSFORM PB_DAEMON_CORE_SOURCES PREPEND ${PB_DAEMON_DIR}/)

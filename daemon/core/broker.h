@@ -136,6 +136,8 @@ struct broker {
 	 */
 	uint32_t max_registrants_per_file;
 	uint64_t prewarm_bytes;
+	/* The start warm-up still runs beside the loop (daemon/warmup.c): the pool is growing toward prewarm. */
+	bool pool_warming;
 	uint64_t started_ms;
 	enum broker_state state;
 	bool shutting_down;
