@@ -207,6 +207,7 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 	s->orphaned_bytes = sr->has_orphaned_bytes ? sr->orphaned_bytes : 0;
 	s->chunk_max_bytes = sr->has_chunk_max_bytes ? sr->chunk_max_bytes : sr->chunk_size_bytes;
 	s->chunk_capacity = sr->has_chunk_capacity ? sr->chunk_capacity : 0;
+	s->pool_warming = sr->has_pool_warming && sr->pool_warming ? 1 : 0;
 	s->page_kind = status_strdup(sr->page_kind ? sr->page_kind : "unknown", &oom);
 	s->thp_bytes = sr->has_thp_bytes ? sr->thp_bytes : 0;
 	s->thp_failures = sr->has_thp_failures ? sr->thp_failures : 0;
@@ -451,6 +452,11 @@ void pb_status_free(struct pb_status *s)
 	free(((struct status_hidden *)s)->cgroup_namespace);
 	free(((struct status_hidden *)s)->cgroup_ns_root);
 	free(s);
+}
+
+int pb_status_pool_warming(const struct pb_status *s)
+{
+	return s->pool_warming;
 }
 
 const char *pb_status_cgroup_namespace(const struct pb_status *s, const char **root)

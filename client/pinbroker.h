@@ -565,6 +565,9 @@ struct pb_status {
 	 * daemon: one class), and the chunks its fds and mappings allow (0 from an older daemon). */
 	uint64_t chunk_max_bytes;
 	uint64_t chunk_capacity;
+	/* The daemon's start warm-up still runs: serving, its pool grows toward prewarm_bytes (false from an
+	 * older daemon, which served only once warm). */
+	int pool_warming;
 };
 
 /*
@@ -594,6 +597,11 @@ void pb_status_free(struct pb_status *s);
  * returned. Kept out of struct pb_status so that its layout stays.
  */
 const char *pb_status_cgroup_namespace(const struct pb_status *s, const char **root);
+/*
+ * s->pool_warming (1 or 0), for bindings that read struct pb_status by its layout: the function's presence says the
+ * struct ends with the field (a library without it has a shorter struct).
+ */
+int pb_status_pool_warming(const struct pb_status *s);
 
 /*
  * One page of lease rows, for walking a long lease list without holding all

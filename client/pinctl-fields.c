@@ -164,6 +164,7 @@ FIELD_U64(status, STATUS, unbrokered_cap_bytes)
 FIELD_U64(status, STATUS, orphaned_bytes)
 FIELD_U64(status, STATUS, chunk_max_bytes)
 FIELD_U64(status, STATUS, chunk_capacity)
+FIELD_BOOL(status, STATUS, pool_warming)
 FIELD_U64(status, STATUS, prewarm_bytes)
 FIELD_U64(status, STATUS, waiting_acquires)
 FIELD_STR(status, STATUS, pressure_state)
@@ -210,6 +211,7 @@ const struct pinctl_field status_fields[] = {
 	{ "chunk_size_bytes", status_chunk_size_bytes },
 	{ "chunk_max_bytes", status_chunk_max_bytes },
 	{ "chunk_capacity", status_chunk_capacity },
+	{ "pool_warming", status_pool_warming },
 	{ "hugetlb", status_hugetlb },
 	{ "page_kind", status_page_kind },
 	{ "thp_bytes", status_thp_bytes },

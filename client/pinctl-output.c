@@ -292,6 +292,8 @@ void status_json(FILE *f, const struct pb_status *s)
 	json_u64(f, "chunk_size_bytes", s->chunk_size_bytes, true);
 	json_u64(f, "chunk_max_bytes", s->chunk_max_bytes, true);
 	json_u64(f, "chunk_capacity", s->chunk_capacity, true);
+	json_key(f, "pool_warming");
+	fputs(s->pool_warming ? "true," : "false,", f);
 	json_key(f, "hugetlb");
 	fputs(s->hugetlb ? "true," : "false,", f);
 	json_kstr(f, "page_kind", s->page_kind, true);
@@ -537,8 +539,9 @@ void status_human(const struct pb_status *s)
 		       user_name(u->uid, user, sizeof(user)), size_str(u->reported_bytes, a, sizeof(a)), u->connections,
 		       u->connections == 1 ? "" : "s", size_str(u->counted_bytes, b, sizeof(b)));
 	}
-	printf("pool:         %s resident, %s idle (prewarm %s)\n", size_str(s->pool_bytes, a, sizeof(a)),
-	       size_str(s->pool_idle_bytes, b, sizeof(b)), size_str(s->prewarm_bytes, c, sizeof(c)));
+	printf("pool:         %s resident, %s idle (prewarm %s%s)\n", size_str(s->pool_bytes, a, sizeof(a)),
+	       size_str(s->pool_idle_bytes, b, sizeof(b)), size_str(s->prewarm_bytes, c, sizeof(c)),
+	       s->pool_warming ? ", warming" : "");
 	printf("pages:        page %s, chunk %s, pool on %s\n", size_str(s->page_size_bytes, a, sizeof(a)),
 	       size_str(s->chunk_size_bytes, b, sizeof(b)), page_kind_text(s->page_kind));
 	if (s->chunk_max_bytes > s->chunk_size_bytes)

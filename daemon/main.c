@@ -550,8 +550,14 @@ static void bg_done(uint64_t bytes, uint64_t us, int err, void *ud)
 			 format_size(bytes, s1, sizeof(s1)), (double)us / 1000.0,
 			 (double)bytes / 1073741824.0 / ((double)(us + 1) / 1e6), pool_threads(b->pool),
 			 format_size(pool_idle_bytes(b->pool), s2, sizeof(s2)));
-	/* A prewarm raised meanwhile waited for this warm-up: grow on in steps (prewarm_cb). */
-	config_applied(b);
+	/*
+	 * A prewarm raised meanwhile waited for this warm-up: grow on in steps (prewarm_cb). Chunks leases took
+	 * meanwhile are not made again, as after a warm-up in one go.
+	 */
+	if (prewarm_target(b) > bg_target)
+		config_applied(b);
+	else
+		update_status(b);
 }
 
 /* Warm the pool to bytes beside the loop, spread over the NUMA nodes as grow_prewarm spreads it. */

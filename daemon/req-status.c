@@ -165,6 +165,8 @@ static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr
 	sr->chunk_max_bytes = pool_chunk_max(b->pool);
 	sr->has_chunk_capacity = true;
 	sr->chunk_capacity = b->chunk_capacity;
+	sr->has_pool_warming = true;
+	sr->pool_warming = b->pool_warming;
 	sr->has_huge_pages_free_bytes = true;
 	sr->huge_pages_free_bytes = b->monitor ? monitor_huge_pages_free_bytes(b->monitor) : 0;
 	sr->has_unbrokered_bytes = true;

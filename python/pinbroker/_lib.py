@@ -293,6 +293,14 @@ class StatusClasses(ctypes.Structure):
     ]
 
 
+class StatusWarming(ctypes.Structure):
+    """struct pb_status of a library whose start warm-up serves while it grows (issue 27): pool_warming."""
+
+    _fields_ = StatusClasses._fields_ + [
+        ("pool_warming", ctypes.c_int),
+    ]
+
+
 #: typedef int (*pb_revoke_fn)(pb_client *c, pb_lease *l, uint32_t deadline_ms, void *userdata);
 REVOKE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p)
 
@@ -482,6 +490,12 @@ def has_status_classes() -> bool:
     """True for a library whose struct pb_status ends with the chunk classes (issue 27). No function came with
     them; pb_status_cgroup_namespace came in the same release."""
     return hasattr(load(), "pb_status_cgroup_namespace")
+
+
+def has_status_warming() -> bool:
+    """True for a library whose struct pb_status ends with pool_warming (issue 27): pb_status_pool_warming
+    came with it."""
+    return hasattr(load(), "pb_status_pool_warming")
 
 
 def version() -> str:

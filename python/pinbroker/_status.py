@@ -175,6 +175,9 @@ def _status_dict(s: _lib.Status, with_leases: bool) -> Dict[str, Any]:
     cls = ctypes.cast(ctypes.pointer(s), ctypes.POINTER(_lib.StatusClasses)).contents \
         if unb is not None and _lib.has_status_classes() else None
 
+    warm = ctypes.cast(ctypes.pointer(s), ctypes.POINTER(_lib.StatusWarming)).contents \
+        if cls is not None and _lib.has_status_warming() else None
+
     def reg_field(name: str) -> int:
         return int(getattr(reg, name)) if reg is not None else 0
 
@@ -195,6 +198,8 @@ def _status_dict(s: _lib.Status, with_leases: bool) -> Dict[str, Any]:
         # One class (the largest is the smallest) and no capacity from an older library, as from an older daemon.
         "chunk_max_bytes": int(cls.chunk_max_bytes) if cls is not None else int(s.chunk_size_bytes),
         "chunk_capacity": int(cls.chunk_capacity) if cls is not None else 0,
+        # False from an older library, as from an older daemon (which served only once warm).
+        "pool_warming": bool(warm.pool_warming) if warm is not None else False,
         "hugetlb": bool(s.hugetlb),
         "page_kind": (_dec(pages.page_kind) or "") if pages is not None else "unknown",
     }
