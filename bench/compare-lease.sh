@@ -4,7 +4,8 @@
 # (NEW's), so the program and its settings are the same and only libpinbroker and pinbrokerd differ
 # (OLD's through LD_LIBRARY_PATH, which wins over the RUNPATH; the library's ABI is the same).
 # Prints, per round and as medians, the judged rows' broker/floor ratios (2 MiB and 64 MiB no-touch
-# p50, no-touch ops/s at 1 process) of each build, and NEW's median against OLD's.
+# p50, no-touch ops/s at 1 process, and the reported 4 KiB no-touch p50) of each build, and NEW's median
+# against OLD's.
 #   bench/compare-lease.sh OLD_BUILD NEW_BUILD [ROUNDS] [-- bench_lease options, default --quick --idle-s 1]
 set -eu
 [ $# -ge 2 ] || { echo "usage: bench/compare-lease.sh OLD_BUILD NEW_BUILD [ROUNDS] [-- bench_lease options]" >&2; exit 2; }
@@ -23,16 +24,17 @@ done
 tmp=$(mktemp -d /tmp/pb-compare.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
-# The judged rows of one bench_lease output: "2MiB_ratio 64MiB_ratio ops1_ratio".
+# The judged rows of one bench_lease output: "2MiB_ratio 64MiB_ratio ops1_ratio", then the 4 KiB row's (reported).
 rows() {
 	awk -F'|' '
 		/acquire → map \(MAP_POPULATE\), no touch/ { gsub(/[ *×]/, "", $9); r[$2+0 == 2 ? "s" : "l"] = $9 }
+		/acquire → map one page, no touch/ { gsub(/[ *×]/, "", $9); p = $9 }
 		/^\| map, no touch \| 1 \|/ { gsub(/[ *×]/, "", $6); o = $6 }
-		END { print r["s"], r["l"], o }' "$1"
+		END { print r["s"], r["l"], o, (p == "" ? "-" : p) }' "$1"
 }
 
-echo "| round | build | 2 MiB no-touch p50 ratio | 64 MiB no-touch p50 ratio | ops/s 1 proc ratio |"
-echo "|---:|---|---:|---:|---:|"
+echo "| round | build | 2 MiB no-touch p50 ratio | 64 MiB no-touch p50 ratio | ops/s 1 proc ratio | 4 KiB no-touch p50 ratio |"
+echo "|---:|---|---:|---:|---:|---:|"
 i=1
 while [ $i -le "$rounds" ]; do
 	for side in old new; do
@@ -55,19 +57,19 @@ awk '
 		for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
 		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 	}
-	{ n[$2]++; for (k = 3; k <= 5; k++) v[$2, k - 2, n[$2]] = $k }
+	{ n[$2]++; for (k = 3; k <= 6; k++) v[$2, k - 2, n[$2]] = $k }
 	END {
-		printf "\n| median | 2 MiB no-touch | 64 MiB no-touch | ops/s 1 proc |\n|---|---:|---:|---:|\n"
+		printf "\n| median | 2 MiB no-touch | 64 MiB no-touch | ops/s 1 proc | 4 KiB no-touch |\n|---|---:|---:|---:|---:|\n"
 		for (s = 0; s < 2; s++) {
 			side = s ? "new" : "old"
 			printf "| %s |", side
-			for (k = 1; k <= 3; k++) {
+			for (k = 1; k <= 4; k++) {
 				delete a; for (i = 1; i <= n[side]; i++) a[i] = v[side, k, i]
 				m[side, k] = median(a, n[side]); printf " %.2f× |", m[side, k]
 			}
 			printf "\n"
 		}
 		printf "| new / old |"
-		for (k = 1; k <= 3; k++) printf " %.3f |", m["new", k] / m["old", k]
+		for (k = 1; k <= 4; k++) printf " %.3f |", m["new", k] / m["old", k]
 		printf "\n"
 	}' "$tmp/all"
