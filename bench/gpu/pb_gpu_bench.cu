@@ -603,8 +603,9 @@ static double log_warm_ms(const char *log_path)
 
 /*
  * Start pinbrokerd (argv: its path and arguments) and time it from fork until
- * it answers a HELLO, which it does only once its pool is warm. The daemon
- * keeps running; its pid goes to pidfile.
+ * its pool is warm: it answers a HELLO once listening, and a prewarm above
+ * 1 GiB goes on warming beside its loop (status pool_warming) after that. The
+ * daemon keeps running; its pid goes to pidfile.
  */
 static int cmd_start_daemon(const char *label, const char *sock, const char *log_path, const char *pidfile, char **argv)
 {
@@ -621,12 +622,21 @@ static int cmd_start_daemon(const char *label, const char *sock, const char *log
 		return 1;
 	}
 	r = connect_retry(sock, CONNECT_GUARD_MS, &c);
-	ready_ms = ms_since(t0);
 	if (r < 0) {
 		fprintf(stderr, "%s did not answer on %s: %s (log %s)\n", argv[0], sock, pb_last_error(), log_path);
 		kill(pid, SIGKILL);
 		return 1;
 	}
+	/* Warm, not just listening: the results measure a warm pool. */
+	while (pb_status_get(c, &st) == 0 && st->pool_warming && ms_since(t0) < CONNECT_GUARD_MS) {
+		pb_status_free(st);
+		st = NULL;
+		usleep(10000);
+	}
+	if (st)
+		pb_status_free(st);
+	st = NULL;
+	ready_ms = ms_since(t0);
 	f = fopen(pidfile, "w");
 	if (f) {
 		fprintf(f, "%d\n", (int)pid);

@@ -72,7 +72,8 @@ start_daemon() { # label socket args...
 	pid=$!
 	PIDS+=("$pid")
 	for _ in $(seq 1 1200); do
-		"$PINCTL" --socket "$sock" status --json >/dev/null 2>&1 && return 0
+		# Answering, and warm: a prewarm above 1 GiB goes on warming beside the loop (pool_warming).
+		"$PINCTL" --socket "$sock" status -o pool_warming --no-headers 2>/dev/null | grep -q false && return 0
 		kill -0 "$pid" 2>/dev/null || break
 		sleep 0.05
 	done
