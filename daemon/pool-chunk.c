@@ -227,6 +227,7 @@ static int chunk_finish(struct pool *p, struct chunk *c, uid_t owner_uid, bool t
  */
 struct filling {
 	struct chunk *c;
+	uint64_t seg_bytes;        /* warmseg_pick for the batch's threads */
 	uint64_t nseg, next, done; /* segments in all, handed out, completed */
 	bool want_thp;             /* collapse (a whole chunk of a THP pool) */
 	bool thp;                  /* every segment so far collapsed */
@@ -243,7 +244,7 @@ struct maker {
 	int node; /* placement, or -1 */
 	size_t n;
 	size_t tail_index;     /* index of the tail chunk, or n for none */
-	uint64_t seg_bytes;    /* warmseg_size */
+	unsigned nthreads;     /* threads filling this batch */
 	struct filling *fills; /* one per chunk, NULL for a batch made one chunk per thread */
 
 	pthread_mutex_t lock;
@@ -282,7 +283,7 @@ static void maker_fill(struct maker *m, size_t i, uint64_t seg)
 	bool last;
 	int r;
 
-	(void)warmseg_get(f->c->bytes, m->seg_bytes, seg, &off, &len);
+	(void)warmseg_get(f->c->bytes, f->seg_bytes, seg, &off, &len);
 	r = chunk_fill(f->c, off, len, f->want_thp, !m->p->simulate);
 
 	pthread_mutex_lock(&m->lock);
@@ -351,7 +352,8 @@ static void *maker_thread(void *arg)
 			struct filling *f = &m->fills[i];
 
 			f->c = c;
-			f->nseg = c->addr && !m->p->simulate ? warmseg_count(c->bytes, m->seg_bytes) : 1;
+			f->seg_bytes = warmseg_pick(c->bytes, m->nthreads);
+			f->nseg = c->addr && !m->p->simulate ? warmseg_count(c->bytes, f->seg_bytes) : 1;
 			/* A tail is not collapsed: it is no whole class of THPs. */
 			f->want_thp = m->p->thp && i != m->tail_index && c->addr;
 			f->thp = true;
@@ -377,7 +379,6 @@ int chunk_make_batch(struct pool *p, const uint64_t *sizes, size_t n, size_t tai
 		.node = p->n_nodes == 0 ? -1 : node,
 		.n = n,
 		.tail_index = tail_index,
-		.seg_bytes = warmseg_size(0),
 	};
 	pthread_t tids[MAX_THREADS];
 	uint64_t total_bytes = 0;
@@ -392,8 +393,9 @@ int chunk_make_batch(struct pool *p, const uint64_t *sizes, size_t n, size_t tai
 		return -ENOMEM;
 	nthreads = total_bytes < PARALLEL_MIN_BYTES ? 1 : p->threads;
 	/* More threads than segments would have nothing to do. */
-	if (nthreads > total_bytes / m.seg_bytes + n)
-		nthreads = (unsigned)(total_bytes / m.seg_bytes + n);
+	if (nthreads > total_bytes / WARMSEG_DEFAULT_BYTES + n)
+		nthreads = (unsigned)(total_bytes / WARMSEG_DEFAULT_BYTES + n);
+	m.nthreads = nthreads;
 	pthread_mutex_init(&m.lock, NULL);
 	pthread_cond_init(&m.cond, NULL);
 

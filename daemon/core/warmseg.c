@@ -13,6 +13,13 @@ uint64_t warmseg_size(uint64_t seg_bytes)
 	return (seg_bytes + WARMSEG_ALIGN_BYTES - 1) / WARMSEG_ALIGN_BYTES * WARMSEG_ALIGN_BYTES;
 }
 
+uint64_t warmseg_pick(uint64_t bytes, unsigned threads)
+{
+	uint64_t share = threads > 1 ? bytes / threads + (bytes % threads != 0) : bytes;
+
+	return warmseg_size(share > WARMSEG_DEFAULT_BYTES ? share : WARMSEG_DEFAULT_BYTES);
+}
+
 uint64_t warmseg_count(uint64_t bytes, uint64_t seg_bytes)
 {
 	uint64_t seg = warmseg_size(seg_bytes);

@@ -21,6 +21,13 @@
  */
 uint64_t warmseg_size(uint64_t seg_bytes);
 
+/*
+ * The segment size for a chunk of bytes filled by threads: the chunk spread over every thread, but no segment
+ * below WARMSEG_DEFAULT_BYTES (each segment is one populate or collapse call, and a collapse call drains the
+ * LRU caches of every CPU first), rounded up to WARMSEG_ALIGN_BYTES.
+ */
+uint64_t warmseg_pick(uint64_t bytes, unsigned threads);
+
 /* How many segments a chunk of bytes is filled in (warmseg_size each, the last one shorter): 0 for 0 bytes. */
 uint64_t warmseg_count(uint64_t bytes, uint64_t seg_bytes);
 
