@@ -397,6 +397,41 @@ int pool_take(struct pool *p, uid_t uid, uint64_t bytes, struct chunk ***ret, si
 }
 
 /*
+ * Memory ran out making the chunks of classes a lease lacks: on hugetlb every huge page may sit in idle chunks
+ * of other classes, and the pool's own memory is what the lease may use. Give back idle chunks of the classes
+ * the lease takes none of (counts[k] == 0), largest first, until need bytes are freed; what was freed.
+ */
+/* Chunks made for a lease that will not have them (made before a failure): destroyed, their slots NULL. */
+static void fresh_destroy(struct pool *p, struct chunk **fresh, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (fresh[i]) {
+			chunk_count_kind(p, fresh[i], -1);
+			chunk_destroy(fresh[i]);
+			fresh[i] = NULL;
+		}
+}
+
+static uint64_t idle_release_unused(struct pool *p, const uint64_t *counts, uint64_t need)
+{
+	uint64_t freed = 0;
+
+	for (unsigned k = p->classes.n; k-- > 0 && freed < need;) {
+		if (counts[k])
+			continue;
+		while (p->idle[k] && freed < need) {
+			struct chunk *c = p->idle[k];
+
+			idle_unlink(p, &p->idle[k]);
+			p->nchunks--;
+			freed += c->bytes;
+			pool_destroy(p, c);
+		}
+	}
+	return freed;
+}
+
+/*
  * pool_take_on, or with warm, from the idle pool alone: idle chunks of any class (smaller ones standing in for
  * bigger ones that are not there), each fresh chunk replacing an idle one of its class (another uid's, or on
  * another node), and a fresh tail; -EBUSY when the idle chunks cannot cover bytes.
@@ -466,6 +501,11 @@ static int take(struct pool *p, uid_t uid, uint64_t bytes, int node, bool warm, 
 		if (tail_bytes)
 			sizes[i++] = tail_bytes;
 		r = chunk_make_batch(p, sizes, nfresh, tail_bytes ? nfresh - 1 : nfresh, uid, node, fresh, NULL, NULL);
+		if ((r == -ENOSPC || r == -ENOMEM) && idle_release_unused(p, counts, short_bytes + tail_bytes) > 0) {
+			fresh_destroy(p, fresh, nfresh);
+			r = chunk_make_batch(p, sizes, nfresh, tail_bytes ? nfresh - 1 : nfresh, uid, node, fresh, NULL,
+					     NULL);
+		}
 		if (r < 0)
 			goto fail;
 	}
@@ -516,11 +556,7 @@ static int take(struct pool *p, uid_t uid, uint64_t bytes, int node, bool warm, 
 
 fail:
 	if (fresh)
-		for (size_t i = 0; i < nfresh; i++)
-			if (fresh[i]) {
-				chunk_count_kind(p, fresh[i], -1);
-				chunk_destroy(fresh[i]);
-			}
+		fresh_destroy(p, fresh, nfresh);
 	free(sizes);
 	free(fresh);
 	free(v);
