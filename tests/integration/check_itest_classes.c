@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check_main.h"
@@ -338,6 +339,42 @@ START_TEST(test_missing_class_on_a_full_hugetlb_pool_is_made_from_idle_memory)
 }
 END_TEST
 
+/*
+ * Another uid's idle chunks of the very classes a lease needs (not reused across uids, for privacy) hold every
+ * huge page: the chunks the lease's fresh ones replace go first, so its memory comes out of them. Before, only
+ * classes the lease did not use were given back, and uid 61001 was refused 56 MiB of a 64 MiB pool that root
+ * had used and given back.
+ */
+START_TEST(test_other_uids_idle_chunks_of_the_lease_classes_make_room_on_a_full_hugetlb_pool)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE, .label = "ring" };
+	pb_client *c = NULL;
+	pb_lease *l = NULL;
+	int status = 0;
+	pid_t pid;
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_msg(pb_acquire(c, 56 * MiB, &o, &l) == 0, "root refused: %s", pb_last_error());
+	ck_assert_int_eq(pb_release(c, l), 0);
+	pb_disconnect(c);
+	ck_assert_int_eq(read_long("/proc/meminfo", "HugePages_Free:"), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		itest_drop_to(61001);
+		if (pb_connect(d.socket, &c) < 0)
+			_exit(2);
+		if (pb_acquire(c, 56 * MiB, &o, &l) < 0) {
+			fprintf(stderr, "uid 61001 refused: %s\n", pb_last_error());
+			_exit(1);
+		}
+		_exit(pb_lease_size(l) == 56 * MiB ? 0 : 3);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "uid 61001's 56 MiB: exit status %d", status);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("itest_classes");
@@ -349,8 +386,10 @@ static Suite *suite(void)
 	if (geteuid() != 0 || access(NR_HUGEPAGES, W_OK) != 0)
 		check_skip("the full-hugetlb case needs root to set %s", NR_HUGEPAGES);
 	else {
-		TCase *tc = CHECK_CASE(s, "hugetlb-full", start_hugetlb_full, stop_daemon, 60,
-				       test_missing_class_on_a_full_hugetlb_pool_is_made_from_idle_memory);
+		TCase *tc = CHECK_CASE(
+			s, "hugetlb-full", start_hugetlb_full, stop_daemon, 60,
+			test_missing_class_on_a_full_hugetlb_pool_is_made_from_idle_memory,
+			test_other_uids_idle_chunks_of_the_lease_classes_make_room_on_a_full_hugetlb_pool);
 
 		hugepages_before = read_long(NR_HUGEPAGES, NULL);
 		tcase_add_unchecked_fixture(tc, NULL, restore_hugepages);
