@@ -315,8 +315,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	r = read_head(STDIN_FILENO, buf, (size_t)head_max_bytes, (int)timeout_ms, &len);
-	if (r == -ENODATA)
+	if (r == -ENODATA) {
+		free(buf);
 		return 0; /* connected and closed without a word: nothing to answer */
+	}
 	if (r == -ETIMEDOUT)
 		r = respond_text(STDOUT_FILENO, 408, "Request Timeout", "", "request not received in time\n", false);
 	else if (r == -EMSGSIZE)

@@ -19,6 +19,7 @@
 #include "pinbroker.h"
 #include "pinctl-doctor.h"
 #include "pinctl.h"
+#include "util.h"
 
 struct finding *doctor_add(struct doctor *d, const char *name, enum doctor_status st, const char *fmt, ...)
 {
@@ -53,29 +54,7 @@ const char *doctor_rooted(const struct doctor *d, const char *path, char *buf, s
 
 ssize_t doctor_read_text(const char *path, char *buf, size_t len)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	size_t n = 0;
-
-	if (fd < 0)
-		return -errno;
-	while (n + 1 < len) {
-		ssize_t k = read(fd, buf + n, len - 1 - n);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0) {
-			int err = errno;
-
-			close(fd);
-			return -err;
-		}
-		if (k == 0)
-			break;
-		n += (size_t)k;
-	}
-	close(fd);
-	buf[n] = '\0';
-	return (ssize_t)n;
+	return read_text_at(AT_FDCWD, path, buf, len);
 }
 
 int doctor_field_u64(const char *text, const char *key, int base, uint64_t *ret)

@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,4 +164,32 @@ int sys_pidfd_open(pid_t pid, unsigned flags)
 int sys_pidfd_send_signal(int pidfd, int sig, unsigned flags)
 {
 	return (int)syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, flags);
+}
+
+ssize_t read_text_at(int dirfd, const char *path, char *buf, size_t len)
+{
+	int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
+	size_t n = 0;
+
+	if (fd < 0)
+		return -errno;
+	while (n + 1 < len) {
+		ssize_t k = read(fd, buf + n, len - 1 - n);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0) {
+			int err = errno;
+
+			close(fd);
+			return -err;
+		}
+		if (k == 0)
+			break;
+		n += (size_t)k;
+	}
+	close(fd);
+	if (len > 0)
+		buf[n] = '\0';
+	return (ssize_t)n;
 }

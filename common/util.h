@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Small helpers shared by daemon, library and pinctl: size parsing and formatting, clocks, pidfd calls. */
+/* Small helpers shared by daemon, library and pinctl: size parsing and formatting, clocks, pidfd calls, small
+ * files read whole. */
 #pragma once
 
 #include <stdbool.h>
@@ -44,3 +45,9 @@ void *grow_array(void *v, size_t *cap, size_t n, size_t elem_bytes, size_t first
  */
 int sys_pidfd_open(pid_t pid, unsigned flags);
 int sys_pidfd_send_signal(int pidfd, int sig, unsigned flags);
+
+/*
+ * A whole small file (a /proc or /sys one, a config) into buf, NUL-terminated: path relative to dirfd (or
+ * absolute, or AT_FDCWD). At most len - 1 bytes; the length read, or -errno.
+ */
+ssize_t read_text_at(int dirfd, const char *path, char *buf, size_t len);

@@ -13,39 +13,12 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "util.h"
 
 /* mountinfo of a container is a few KiB; a host's with many bind mounts stays well under this. */
 #define MOUNTINFO_BYTES (256 * 1024)
 /* cgroup.procs of the daemon's own cgroup: itself, a helper or two. */
 #define PROCS_BYTES (64 * 1024)
-
-/* A whole small file (NUL-terminated) from dirfd-relative or absolute path. Returns its length or -errno. */
-static ssize_t read_at(int dirfd, const char *path, char *buf, size_t len)
-{
-	int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
-	size_t n = 0;
-
-	if (fd < 0)
-		return -errno;
-	while (n + 1 < len) {
-		ssize_t k = read(fd, buf + n, len - 1 - n);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0) {
-			int err = errno;
-
-			close(fd);
-			return -err;
-		}
-		if (k == 0)
-			break;
-		n += (size_t)k;
-	}
-	close(fd);
-	buf[n] = '\0';
-	return (ssize_t)n;
-}
 
 /*
  * Into pid 1's cgroup namespace and straight back, reading our own cgroup in between: the host's name for it.
@@ -70,7 +43,7 @@ static int host_self_by_setns(char *text, size_t len)
 		r = -errno;
 		goto out;
 	}
-	n = read_at(AT_FDCWD, "/proc/thread-self/cgroup", text, len);
+	n = read_text_at(AT_FDCWD, "/proc/thread-self/cgroup", text, len);
 	if (n < 0)
 		r = (int)n;
 	/* Everything else the daemon reads (its own limits, clients' paths) is its own namespace's view. */
@@ -99,7 +72,7 @@ static bool search(struct search *s, int dirfd, unsigned depth)
 	int fd;
 
 	if (depth == 0)
-		return read_at(dirfd, s->procs, s->buf, PROCS_BYTES) >= 0 && cgns_procs_has(s->buf, s->pid);
+		return read_text_at(dirfd, s->procs, s->buf, PROCS_BYTES) >= 0 && cgns_procs_has(s->buf, s->pid);
 	fd = dup(dirfd);
 	if (fd < 0)
 		return false;
@@ -172,7 +145,7 @@ void cgns_probe(const char *proc_root, struct cgns_probe *ret)
 	ret->ns.mode = CGNS_HOST;
 	snprintf(ret->ns.root, sizeof(ret->ns.root), "/");
 	snprintf(path, sizeof(path), "%s/proc/1/cgroup", proc_root);
-	n = read_at(AT_FDCWD, path, text, sizeof(text));
+	n = read_text_at(AT_FDCWD, path, text, sizeof(text));
 	r = n < 0 ? (int)n : cgns_detect(text, &ret->ns.mode);
 	if (r < 0 || ret->ns.mode == CGNS_HOST) {
 		if (r < 0)
@@ -182,10 +155,10 @@ void cgns_probe(const char *proc_root, struct cgns_probe *ret)
 		return;
 	}
 	snprintf(path, sizeof(path), "%s/proc/thread-self/cgroup", proc_root);
-	n = read_at(AT_FDCWD, path, text, sizeof(text));
+	n = read_text_at(AT_FDCWD, path, text, sizeof(text));
 	if (n < 0 && !real_root) {
 		snprintf(path, sizeof(path), "%s/proc/self/cgroup", proc_root);
-		n = read_at(AT_FDCWD, path, text, sizeof(text));
+		n = read_text_at(AT_FDCWD, path, text, sizeof(text));
 	}
 	r = n < 0 ? (int)n : jobs_proc_cgroup_raw(text, ns_self, sizeof(ns_self), &v1);
 	if (r < 0) {
@@ -210,7 +183,7 @@ void cgns_probe(const char *proc_root, struct cgns_probe *ret)
 	if (!mountinfo)
 		goto done;
 	snprintf(path, sizeof(path), "%s/proc/self/mountinfo", proc_root);
-	n = read_at(AT_FDCWD, path, mountinfo, MOUNTINFO_BYTES);
+	n = read_text_at(AT_FDCWD, path, mountinfo, MOUNTINFO_BYTES);
 	if (n < 0 || cgns_find_host_mount(mountinfo, v1, mnt, sizeof(mnt), &ups) < 0) {
 		if (ret->ns.mode != CGNS_PRIVATE)
 			snprintf(ret->via, sizeof(ret->via),

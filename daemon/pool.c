@@ -447,6 +447,61 @@ int pool_take(struct pool *p, uid_t uid, uint64_t bytes, struct chunk ***ret, si
 	return pool_take_on(p, uid, bytes, -1, ret, n);
 }
 
+/* Chunks made for a lease that will not have them (made before a failure): destroyed, their slots NULL. */
+static void fresh_destroy(struct pool *p, struct chunk **fresh, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (fresh[i]) {
+			chunk_count_kind(p, fresh[i], -1);
+			chunk_destroy(fresh[i]);
+			fresh[i] = NULL;
+		}
+}
+
+/*
+ * Memory ran out making the chunks a lease lacks: on hugetlb every huge page may sit in idle chunks, and the
+ * pool's own idle memory is what the lease may use. Destroyed first, the chunks the commit would replace
+ * anyway (of the lease's classes, last lent to another uid or on another node, up to what it makes fresh of
+ * each; counted in replaced[k] so the commit destroys no more), then idle chunks of classes the lease takes
+ * none of, largest first, until need bytes are freed. Returns what was freed.
+ */
+static uint64_t idle_release_for(struct pool *p, uid_t uid, int node, const uint64_t *counts, const uint64_t *reused,
+				 uint64_t *replaced, uint64_t need)
+{
+	uint64_t freed = 0;
+
+	for (unsigned k = p->classes.n; k-- > 0 && freed < need;) {
+		struct chunk **pp = &p->idle[k];
+
+		while (*pp && counts[k] > reused[k] + replaced[k] && freed < need) {
+			struct chunk *c = *pp;
+
+			if ((c->owner_uid == POOL_NO_OWNER || c->owner_uid == uid) && place_on_node(p, c, node)) {
+				pp = &c->next;
+				continue;
+			}
+			idle_unlink(p, pp);
+			p->nchunks--;
+			freed += c->bytes;
+			replaced[k]++;
+			pool_destroy(p, c);
+		}
+	}
+	for (unsigned k = p->classes.n; k-- > 0 && freed < need;) {
+		if (counts[k])
+			continue;
+		while (p->idle[k] && freed < need) {
+			struct chunk *c = p->idle[k];
+
+			idle_unlink(p, &p->idle[k]);
+			p->nchunks--;
+			freed += c->bytes;
+			pool_destroy(p, c);
+		}
+	}
+	return freed;
+}
+
 /*
  * pool_take_on, or with warm, from the idle pool alone: idle chunks of any class (smaller ones standing in for
  * bigger ones that are not there), each fresh chunk replacing an idle one of its class (another uid's, or on
@@ -454,7 +509,8 @@ int pool_take(struct pool *p, uid_t uid, uint64_t bytes, struct chunk ***ret, si
  */
 static int take(struct pool *p, uid_t uid, uint64_t bytes, int node, bool warm, struct chunk ***ret, size_t *n)
 {
-	uint64_t counts[CLASSES_MAX], reused[CLASSES_MAX], avail[CLASSES_MAX], tail_bytes, short_bytes = 0, nall;
+	uint64_t counts[CLASSES_MAX], reused[CLASSES_MAX], avail[CLASSES_MAX], replaced[CLASSES_MAX] = { 0 };
+	uint64_t tail_bytes, short_bytes = 0, nall;
 	size_t nreused = 0, nfresh, ntotal, f = 0;
 	struct chunk **v = NULL, **fresh = NULL;
 	uint64_t *sizes = NULL;
@@ -517,6 +573,12 @@ static int take(struct pool *p, uid_t uid, uint64_t bytes, int node, bool warm, 
 		if (tail_bytes)
 			sizes[i++] = tail_bytes;
 		r = chunk_make_batch(p, sizes, nfresh, tail_bytes ? nfresh - 1 : nfresh, uid, node, fresh, NULL, NULL);
+		if ((r == -ENOSPC || r == -ENOMEM) &&
+		    idle_release_for(p, uid, node, counts, reused, replaced, short_bytes + tail_bytes) > 0) {
+			fresh_destroy(p, fresh, nfresh);
+			r = chunk_make_batch(p, sizes, nfresh, tail_bytes ? nfresh - 1 : nfresh, uid, node, fresh, NULL,
+					     NULL);
+		}
 		if (r < 0)
 			goto fail;
 	}
@@ -530,7 +592,7 @@ static int take(struct pool *p, uid_t uid, uint64_t bytes, int node, bool warm, 
 	 */
 	ntotal = 0;
 	for (unsigned k = p->classes.n; k-- > 0;) {
-		uint64_t nreplace = counts[k] - reused[k];
+		uint64_t nreplace = counts[k] - reused[k] - replaced[k];
 		struct chunk **pp;
 
 		ntotal += idle_pick(p, k, uid, from, nfrom, (size_t)reused[k], v + ntotal);
@@ -567,11 +629,7 @@ static int take(struct pool *p, uid_t uid, uint64_t bytes, int node, bool warm, 
 
 fail:
 	if (fresh)
-		for (size_t i = 0; i < nfresh; i++)
-			if (fresh[i]) {
-				chunk_count_kind(p, fresh[i], -1);
-				chunk_destroy(fresh[i]);
-			}
+		fresh_destroy(p, fresh, nfresh);
 	free(sizes);
 	free(fresh);
 	free(v);
@@ -721,6 +779,22 @@ uint64_t pool_resident_bytes(const struct pool *p)
 size_t pool_chunk_count(const struct pool *p)
 {
 	return p->nchunks;
+}
+
+size_t pool_trim_chunks(struct pool *p, size_t max_chunks)
+{
+	size_t destroyed = 0;
+
+	for (unsigned k = 0; k < p->classes.n && p->nchunks > max_chunks; k++)
+		while (p->idle[k] && p->nchunks > max_chunks) {
+			struct chunk *c = p->idle[k];
+
+			idle_unlink(p, &p->idle[k]);
+			p->nchunks--;
+			pool_destroy(p, c);
+			destroyed++;
+		}
+	return destroyed;
 }
 
 void pool_set_hooks(struct pool *p, const struct pool_hooks *h)

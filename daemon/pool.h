@@ -243,6 +243,13 @@ uint64_t pool_idle_bytes(const struct pool *p);
 /* Idle plus lent: all the memory the pool holds locked right now. */
 uint64_t pool_resident_bytes(const struct pool *p);
 size_t pool_chunk_count(const struct pool *p);
+/*
+ * Idle chunks destroyed, smallest class first, until the pool holds at most max_chunks chunks (lent ones
+ * count and stay). Each chunk is an fd (and, off hugetlb, a mapping) of the daemon whether lent or idle: a
+ * pool whose idle chunks are of classes nobody asks for any more must not crowd out the chunks a lease needs.
+ * Returns how many went.
+ */
+size_t pool_trim_chunks(struct pool *p, size_t max_chunks);
 
 /*
  * Watchers for chunks coming and going (the fd store keeps every chunk memfd

@@ -187,11 +187,19 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 		return -EBUSY;
 
 	if (!a->registration) {
+		uint64_t need = chunks_for(b, size_bytes);
+
+		/* Idle chunks hold fds and mappings too: room for this lease's fresh ones comes out of them. */
+		if (b->chunk_capacity > need && pool_chunk_count(b->pool) + need > b->chunk_capacity &&
+		    pool_trim_chunks(b->pool, (size_t)(b->chunk_capacity - need)) > 0)
+			b->generation++;
 		/* Tight: from idle chunks alone, smaller ones standing in for missing classes, so no new memory is
 		 * pinned (the fd and mapping cap still bounds what that costs). */
 		r = b->state == BROKER_TIGHT
 			    ? pool_take_warm_on(b->pool, a->uid, size_bytes, a->numa_node, &chunks, &nchunks)
 			    : pool_take_on(b->pool, a->uid, size_bytes, a->numa_node, &chunks, &nchunks);
+		if (r == -ENOSPC || r == -ENOMEM)
+			b->generation++; /* idle chunks may have gone to make room, though the lease did not come */
 		if (r < 0)
 			return r;
 		/* More chunks than the fewest (counted above) cost more fds: they must fit the caps as well. */

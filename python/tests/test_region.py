@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 
 import pytest
 
@@ -121,9 +122,12 @@ def test_a_region_whose_ranks_all_left_is_made_again(daemon, client, region_dir)
 
 def test_a_region_smaller_than_asked_is_refused(daemon, client, region_dir):
     lease, _ = pinbroker.shared_region("small", MiB, client=client)
+    other = daemon.connect()
     with pytest.raises(pinbroker.InvalidArgument, match="fewer than"):
-        pinbroker.shared_region("small", 64 * MiB, client=client)
+        pinbroker.shared_region("small", 64 * MiB, client=other)
+    other.close()
     lease.release()
+    assert daemon.leased() == 0  # the attach made for the size check was let go
 
 
 def test_bad_names_and_sizes_are_refused(region_dir):
@@ -134,14 +138,31 @@ def test_bad_names_and_sizes_are_refused(region_dir):
         pinbroker.shared_region("ok", 0)
 
 
-def test_a_token_file_others_can_write_is_not_trusted(daemon, client, region_dir):
+def test_a_token_file_or_folder_others_can_write_is_not_trusted(daemon, client, region_dir):
     path = pinbroker.region_path("planted")
+    os.mkdir(os.path.dirname(path), 0o755)
     with open(path, "w") as f:
         f.write("0" * 32 + " 1048576\n")
     os.chmod(path, 0o666)
     with pytest.raises(pinbroker.PermissionDenied, match="not trusted"):
         pinbroker.shared_region("planted", MiB, client=client)
+    os.unlink(path)
+    os.chmod(os.path.dirname(path), 0o777)
+    with pytest.raises(pinbroker.PermissionDenied, match="not trusted"):
+        pinbroker.shared_region("planted", MiB, client=client)
     assert daemon.leased() == 0
+
+
+def test_a_stale_region_of_another_size_is_made_anew_and_its_lock_is_the_owners_alone(daemon, client, region_dir):
+    small, created = pinbroker.shared_region("grow", MiB, client=client)
+    assert created
+    small.release()
+    # The file names a dead 1 MiB lease: a bigger region is made, not refused for its size.
+    big, created = pinbroker.shared_region("grow", 4 * MiB, client=client)
+    assert created and big.nbytes >= 4 * MiB
+    big.release()
+    lock = pinbroker.region_path("grow")[: -len(".token")] + ".lock"
+    assert os.stat(lock).st_mode & 0o777 == 0o600  # no other uid can open it, so none can hold its flock
 
 
 def test_another_uid_attaches_when_named_and_only_then(daemon, client, region_dir):
@@ -169,3 +190,18 @@ def test_another_uid_attaches_when_named_and_only_then(daemon, client, region_di
         _finish([other])
     lease2.release()
     assert daemon.leased() == 0
+
+
+def test_another_uids_rank_may_start_before_the_owners(daemon, client, region_dir):
+    need_root()
+    other = _rank(daemon, "early", MiB, 1, user=NOBODY, owner=0)
+    try:
+        time.sleep(0.5)  # the rank waits: no folder, then no token yet
+        assert other.poll() is None, other.stderr.read()
+        lease, created = pinbroker.shared_region("early", MiB, client=client, uids=[NOBODY])
+        assert created
+        first = other.stdout.readline().split()
+        assert first[:2] == ["READY", "0"] and int(first[2]) == lease.id, (first, other.stderr.read())
+    finally:
+        _finish([other])
+    lease.release()

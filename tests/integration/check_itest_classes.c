@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check_main.h"
@@ -67,6 +68,22 @@ static size_t count_maps(pid_t pid)
 	ck_assert_ptr_nonnull(f);
 	while ((ch = fgetc(f)) != EOF)
 		n += ch == '\n';
+	fclose(f);
+	return n;
+}
+
+/* /proc/PID/maps lines of chunk memfds: a lease's mappings, and no allocator's (ASan maps its own as it goes). */
+static size_t count_chunk_maps(pid_t pid)
+{
+	char path[64], line[512];
+	size_t n = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	f = fopen(path, "re");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, "pinbroker-chunk") != NULL;
 	fclose(f);
 	return n;
 }
@@ -126,9 +143,9 @@ START_TEST(test_terabyte_budget_and_700g_lease_cost_hundreds_of_fds_and_mappings
 	ck_assert_uint_le(count_maps(d.pid), TiB / GiB + 64 + NCLASSES + OWN_MAPS);
 
 	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	maps_before = count_maps(getpid());
+	maps_before = count_chunk_maps(getpid());
 	ck_assert_int_eq(pb_acquire(c, 700 * GiB, &o, &l), 0);
-	maps_after = count_maps(getpid());
+	maps_after = count_chunk_maps(getpid());
 	/* Exact: the request, page-rounded (it is), never rounded to a chunk or a power of two. */
 	ck_assert_uint_eq(pb_lease_size(l), 700 * GiB);
 	s = itest_status(d.socket);
@@ -242,6 +259,122 @@ START_TEST(test_library_maps_chunks_of_several_sizes_back_to_back)
 }
 END_TEST
 
+/* nr_hugepages before the hugetlb case (read by the parent), given back after it by the parent, also when
+ * the test failed (a checked teardown does not run then). */
+static long hugepages_before = -1;
+
+static long read_long(const char *path, const char *key)
+{
+	char line[256];
+	long v = -1;
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (key ? strncmp(line, key, strlen(key)) == 0 && sscanf(line + strlen(key), " %ld", &v) == 1
+			: sscanf(line, "%ld", &v) == 1)
+			break;
+	fclose(f);
+	return v;
+}
+
+static int write_long(const char *path, long v)
+{
+	FILE *f = fopen(path, "we");
+	int r;
+
+	if (!f)
+		return -errno;
+	r = fprintf(f, "%ld\n", v) > 0 ? 0 : -EIO;
+	return fclose(f) == 0 ? r : -errno;
+}
+
+#define NR_HUGEPAGES "/proc/sys/vm/nr_hugepages"
+
+/* Exactly the 64 MiB the pool warms (32 huge pages of 2 MiB): the daemon holds every huge page there is. */
+static void start_hugetlb_full(void)
+{
+	ck_assert_int_eq(write_long(NR_HUGEPAGES, 32), 0);
+	ck_assert_int_eq(read_long("/proc/meminfo", "HugePages_Free:"), 32);
+	daemon_start(&d, ITEST_ARGS("--budget", "64M", "--prewarm", "64M", "--hugetlb", "yes"));
+}
+
+static void restore_hugepages(void)
+{
+	if (hugepages_before >= 0)
+		write_long(NR_HUGEPAGES, hugepages_before);
+}
+
+/*
+ * A class the warm pool lacks, with every huge page held by idle chunks of other classes: the pool gives back
+ * idle chunks the lease does not use and makes the missing one. The lease the budget allows is granted
+ * (before, the fresh 4 MiB chunk found no huge page and the acquire was refused as "budget exhausted"; the
+ * pinned DataLoader's second ring on the H200 was), its bytes exact, and nothing is counted twice.
+ */
+START_TEST(test_missing_class_on_a_full_hugetlb_pool_is_made_from_idle_memory)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA, .label = "ring" };
+	struct pb_status *s = NULL;
+	pb_client *c = NULL;
+	pb_lease *l = NULL;
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_status_query(c, 0, &s), 0);
+	ck_assert_uint_eq(s->pool_idle_bytes, 64 * MiB);
+	ck_assert_uint_eq(s->hugetlb_bytes, 64 * MiB);
+	pb_status_free(s);
+	ck_assert_int_eq(read_long("/proc/meminfo", "HugePages_Free:"), 0);
+	/* The warm carving (an eighth in 2 MiB chunks, the rest 32M + 16M + 8M) has no 4 MiB chunk. */
+	ck_assert_msg(pb_acquire(c, 4 * MiB + 2 * MiB, &o, &l) == 0, "refused: %s", pb_last_error());
+	ck_assert_uint_eq(pb_lease_size(l), 6 * MiB);
+	memset(pb_lease_data(l), 0x5a, 6 * MiB);
+	ck_assert_int_eq(pb_status_query(c, 0, &s), 0);
+	ck_assert_uint_eq(s->leased_bytes, 6 * MiB);
+	ck_assert_uint_le(s->pool_bytes, 64 * MiB); /* idle memory went, as much as the new chunk took */
+	ck_assert_uint_eq(s->pool_bytes - s->pool_idle_bytes, 6 * MiB);
+	pb_status_free(s);
+	ck_assert_int_eq(pb_release(c, l), 0);
+	pb_disconnect(c);
+}
+END_TEST
+
+/*
+ * Another uid's idle chunks of the very classes a lease needs (not reused across uids, for privacy) hold every
+ * huge page: the chunks the lease's fresh ones replace go first, so its memory comes out of them. Before, only
+ * classes the lease did not use were given back, and uid 61001 was refused 56 MiB of a 64 MiB pool that root
+ * had used and given back.
+ */
+START_TEST(test_other_uids_idle_chunks_of_the_lease_classes_make_room_on_a_full_hugetlb_pool)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE, .label = "ring" };
+	pb_client *c = NULL;
+	pb_lease *l = NULL;
+	int status = 0;
+	pid_t pid;
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_msg(pb_acquire(c, 56 * MiB, &o, &l) == 0, "root refused: %s", pb_last_error());
+	ck_assert_int_eq(pb_release(c, l), 0);
+	pb_disconnect(c);
+	ck_assert_int_eq(read_long("/proc/meminfo", "HugePages_Free:"), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		itest_drop_to(61001);
+		if (pb_connect(d.socket, &c) < 0)
+			_exit(2);
+		if (pb_acquire(c, 56 * MiB, &o, &l) < 0) {
+			fprintf(stderr, "uid 61001 refused: %s\n", pb_last_error());
+			_exit(1);
+		}
+		_exit(pb_lease_size(l) == 56 * MiB ? 0 : 3);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "uid 61001's 56 MiB: exit status %d", status);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("itest_classes");
@@ -250,6 +383,17 @@ static Suite *suite(void)
 		   test_terabyte_budget_and_700g_lease_cost_hundreds_of_fds_and_mappings,
 		   test_lease_of_several_classes_is_exact_in_its_fds);
 	CHECK_CASE(s, "real", start_real, stop_daemon, 60, test_library_maps_chunks_of_several_sizes_back_to_back);
+	if (geteuid() != 0 || access(NR_HUGEPAGES, W_OK) != 0)
+		check_skip("the full-hugetlb case needs root to set %s", NR_HUGEPAGES);
+	else {
+		TCase *tc = CHECK_CASE(
+			s, "hugetlb-full", start_hugetlb_full, stop_daemon, 60,
+			test_missing_class_on_a_full_hugetlb_pool_is_made_from_idle_memory,
+			test_other_uids_idle_chunks_of_the_lease_classes_make_room_on_a_full_hugetlb_pool);
+
+		hugepages_before = read_long(NR_HUGEPAGES, NULL);
+		tcase_add_unchecked_fixture(tc, NULL, restore_hugepages);
+	}
 	return s;
 }
 

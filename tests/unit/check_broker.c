@@ -121,6 +121,44 @@ static int acquire(struct broker *b, uid_t uid, void *owner, uint64_t size, stru
 	return acquire_kind(b, uid, owner, size, ASK_POOL, ret);
 }
 
+/*
+ * Idle chunks hold fds and mappings as lent ones do: 60 idle 2 MiB chunks of one uid must not keep 60 leases of
+ * 1 GiB (fresh chunks of another class) from a capacity of 64 chunks. Before, the pool grew to 120 chunks,
+ * past the capacity the daemon had planned from its fd limit and vm.max_map_count.
+ */
+START_TEST(test_idle_chunks_make_room_under_the_chunk_capacity)
+{
+	struct pool_opts o = { .chunk_bytes = 2 * MIB,
+			       .chunk_max_bytes = 1024 * MIB,
+			       .hugetlb = POOL_HUGETLB_NO,
+			       .threads = 1,
+			       .simulate = true };
+	struct broker *b = calloc(1, sizeof(*b));
+	struct lease *l[60];
+
+	ck_assert_ptr_nonnull(b);
+	ck_assert_int_eq(budget_new(64ull * 1024 * MIB, 0, &b->budget), 0);
+	ck_assert_int_eq(pool_new(&o, &b->pool), 0);
+	ck_assert_int_eq(lease_table_new(&b->leases), 0);
+	b->budget_bytes = 64ull * 1024 * MIB;
+	b->max_no_revoke_per_uid_bytes = b->budget_bytes / 2;
+	b->max_registrants_per_file = 256;
+	b->chunk_capacity = 64;
+	(void)broker_set_pressure(b, BROKER_NORMAL);
+	for (int i = 0; i < 60; i++)
+		ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l[i]), 0);
+	for (int i = 0; i < 60; i++)
+		broker_free_lease(b, l[i]);
+	ck_assert_uint_eq(pool_chunk_count(b->pool), 60);
+	for (int i = 0; i < 60; i++) {
+		ck_assert_int_eq(acquire(b, UID_B, &conn_b, 1024 * MIB, &l[i]), 0);
+		ck_assert_uint_le(pool_chunk_count(b->pool), b->chunk_capacity);
+	}
+	ck_assert_uint_eq(budget_fds(b->budget), 60);
+	free_broker(b);
+}
+END_TEST
+
 START_TEST(test_acquire_rounds_to_page_size_and_charges_exactly)
 {
 	struct broker *b = new_broker(64 * MIB, 32 * MIB, 0);
@@ -998,6 +1036,7 @@ CHECK_SUITE(broker_suite, "broker", "core", NULL, NULL, 60, test_acquire_rounds_
 	    test_shared_registrations_are_charged_once_and_the_charge_moves_to_the_oldest_left,
 	    test_a_shared_region_is_charged_to_one_job_and_moves_with_its_pages,
 	    test_registrants_of_one_file_are_bounded_and_the_rest_charged_in_full,
-	    test_max_registrants_per_file_is_the_bound_and_0_charges_every_registration_in_full)
+	    test_max_registrants_per_file_is_the_bound_and_0_charges_every_registration_in_full,
+	    test_idle_chunks_make_room_under_the_chunk_capacity)
 
 CHECK_MAIN(broker_suite)
