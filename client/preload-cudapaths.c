@@ -310,17 +310,20 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, c
 EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
 	struct pbp_entry e;
+	bool track;
 	CUresult r;
 
 	if (!pbp_real_fn(F_cuMemRelease))
 		return CU_NOT_INITIALIZED;
+	/* Locked across the driver's call too: see cuMemMap. */
+	if ((track = !pbp_passthrough() && atomic_load(&vmm_seen)))
+		lock();
 	pbp_enter();
 	r = CALL(CUresult(*)(CUmemGenericAllocationHandle), F_cuMemRelease, handle);
 	pbp_leave();
-	if (r != CU_OK || pbp_passthrough() || !atomic_load(&vmm_seen))
+	if (!track)
 		return r;
-	lock();
-	if (pbp_table_take(&handles, (uintptr_t)handle, true, &e)) {
+	if (r == CU_OK && pbp_table_take(&handles, (uintptr_t)handle, true, &e)) {
 		struct vmm *v = e.lease;
 
 		/* Still retained: the handle stays known. */
@@ -335,17 +338,20 @@ EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
 	const struct pbp_entry *e;
+	bool track;
 	CUresult r;
 
 	if (!pbp_real_fn(F_cuMemRetainAllocationHandle))
 		return CU_NOT_INITIALIZED;
+	/* Locked across the driver's call too (see cuMemMap): an unmap in between would free the record. */
+	if ((track = !pbp_passthrough() && handle && atomic_load(&vmm_seen)))
+		lock();
 	pbp_enter();
 	r = CALL(CUresult(*)(CUmemGenericAllocationHandle *, void *), F_cuMemRetainAllocationHandle, handle, addr);
 	pbp_leave();
-	if (r != CU_OK || pbp_passthrough() || !handle || !atomic_load(&vmm_seen))
+	if (!track)
 		return r;
-	lock();
-	if ((e = pbp_table_find(&mappings, (uintptr_t)addr))) {
+	if (r == CU_OK && (e = pbp_table_find(&mappings, (uintptr_t)addr))) {
 		struct vmm *v = e->lease;
 
 		/* Released while mapped, it is known again by the handle the driver gave now. */
@@ -364,18 +370,25 @@ EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGener
 			 unsigned long long flags)
 {
 	const struct pbp_entry *e;
+	bool track;
 	CUresult r;
 
 	if (!pbp_real_fn(F_cuMemMap))
 		return CU_NOT_INITIALIZED;
+	/*
+	 * Locked before the driver's call, not after: a cuMemRelease on another thread in between would see no
+	 * mapping, free the record and give the charge back, and this mapping would then find no handle: pinned
+	 * by the driver, charged to no one (cuMemUnmap and cuMemRelease lock the same way).
+	 */
+	if ((track = !pbp_passthrough() && atomic_load(&vmm_seen)))
+		lock();
 	pbp_enter();
 	r = CALL(CUresult(*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long), F_cuMemMap,
 		 ptr, size, offset, handle, flags);
 	pbp_leave();
-	if (r != CU_OK || pbp_passthrough() || !atomic_load(&vmm_seen))
+	if (!track)
 		return r;
-	lock();
-	e = pbp_table_find(&handles, (uintptr_t)handle);
+	e = r == CU_OK ? pbp_table_find(&handles, (uintptr_t)handle) : NULL;
 	if (e && e->base == (uintptr_t)handle &&
 	    pbp_table_put(&mappings, &(struct pbp_entry){ .base = (uintptr_t)ptr,
 							  .bytes = size ? size : 1,
@@ -389,18 +402,21 @@ EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGener
 EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
 	struct pbp_entry e;
+	bool track;
 	CUresult r;
 
 	if (!pbp_real_fn(F_cuMemUnmap))
 		return CU_NOT_INITIALIZED;
+	/* Locked across the driver's call too: see cuMemMap. */
+	if ((track = !pbp_passthrough() && atomic_load(&vmm_seen)))
+		lock();
 	pbp_enter();
 	r = CALL(CUresult(*)(CUdeviceptr, size_t), F_cuMemUnmap, ptr, size);
 	pbp_leave();
-	if (r != CU_OK || pbp_passthrough() || !atomic_load(&vmm_seen))
+	if (!track)
 		return r;
-	lock();
 	/* Every mapping that starts inside the range is gone (the driver unmaps whole mappings only). */
-	for (size_t i = 0; i < mappings.n;) {
+	for (size_t i = 0; r == CU_OK && i < mappings.n;) {
 		if (mappings.v[i].base >= (uintptr_t)ptr && mappings.v[i].base - (uintptr_t)ptr < size &&
 		    pbp_table_take(&mappings, mappings.v[i].base, true, &e)) {
 			struct vmm *v = e.lease;
@@ -721,20 +737,26 @@ EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
 static CUresult free_pool_alloc(enum fn f, CUdeviceptr dptr, CUstream stream, bool async)
 {
 	struct pbp_entry e;
+	bool track;
 	CUresult r;
 
 	if (!pbp_real_fn(f))
 		return CU_NOT_INITIALIZED;
+	/*
+	 * Locked before the driver's call: once it has freed dptr, an allocation on another thread may be given the
+	 * same address, and its entry would be put before this one's is taken (then taken in its stead).
+	 */
+	if ((track = !pbp_passthrough() && atomic_load(&pools_seen)))
+		lock();
 	pbp_enter();
 	if (async)
 		r = CALL(CUresult(*)(CUdeviceptr, CUstream), f, dptr, stream);
 	else
 		r = CALL(CUresult(*)(CUdeviceptr), f, dptr);
 	pbp_leave();
-	if (r != CU_OK || pbp_passthrough() || !atomic_load(&pools_seen))
+	if (!track)
 		return r;
-	lock();
-	if (pbp_table_take(&allocs, (uintptr_t)dptr, true, &e)) {
+	if (r == CU_OK && pbp_table_take(&allocs, (uintptr_t)dptr, true, &e)) {
 		struct pool *q = e.lease;
 		size_t at;
 

@@ -137,13 +137,14 @@ void cgns_probe(const char *proc_root, struct cgns_probe *ret)
 	char path[PATH_MAX], text[4096], ns_self[JOBS_PATH_MAX], host_self[JOBS_PATH_MAX], mnt[PATH_MAX];
 	char *mountinfo = NULL;
 	bool v1 = false, real_root = proc_root[0] == '\0';
-	unsigned ups;
+	unsigned ups, depth = 0;
 	ssize_t n;
 	int r;
 
 	memset(ret, 0, sizeof(*ret));
 	ret->ns.mode = CGNS_HOST;
 	snprintf(ret->ns.root, sizeof(ret->ns.root), "/");
+	snprintf(ret->host_mount_root, sizeof(ret->host_mount_root), "/");
 	snprintf(path, sizeof(path), "%s/proc/1/cgroup", proc_root);
 	n = read_text_at(AT_FDCWD, path, text, sizeof(text));
 	r = n < 0 ? (int)n : cgns_detect(text, &ret->ns.mode);
@@ -154,6 +155,9 @@ void cgns_probe(const char *proc_root, struct cgns_probe *ret)
 		snprintf(ret->via, sizeof(ret->via), "pid 1 reads its cgroup inside mine");
 		return;
 	}
+	/* Pid 1's climb: how far above our root the host's root is, which a host tree mount must reach. */
+	if (cgns_host_depth(text, &depth) < 0)
+		depth = 0;
 	snprintf(path, sizeof(path), "%s/proc/thread-self/cgroup", proc_root);
 	n = read_text_at(AT_FDCWD, path, text, sizeof(text));
 	if (n < 0 && !real_root) {
@@ -184,7 +188,29 @@ void cgns_probe(const char *proc_root, struct cgns_probe *ret)
 		goto done;
 	snprintf(path, sizeof(path), "%s/proc/self/mountinfo", proc_root);
 	n = read_text_at(AT_FDCWD, path, mountinfo, MOUNTINFO_BYTES);
-	if (n < 0 || cgns_find_host_mount(mountinfo, v1, mnt, sizeof(mnt), &ups) < 0) {
+	/* With the root known (setns), the host's root is exactly its depth above it. */
+	if (ret->ns.mode == CGNS_PRIVATE)
+		depth = cgns_depth(ret->ns.root);
+	r = n < 0 ? (int)n : cgns_find_host_mount(mountinfo, v1, depth, mnt, sizeof(mnt), &ups);
+	if (r == -ERANGE && ret->ns.mode == CGNS_PRIVATE &&
+	    cgns_mount_root(&ret->ns, ups, ret->host_mount_root, sizeof(ret->host_mount_root)) == 0) {
+		/* Only a subtree of the host's: the sweep looks there for paths below its root, its prefix taken off. */
+		log_info(
+			"cgroup namespace: the %s tree at %s is the host's %s, not its root: the sweep looks for other "
+			"cgroups through my own mounts",
+			v1 ? "v1 memory" : "cgroup2", mnt, ret->host_mount_root);
+		snprintf(ret->host_mount, sizeof(ret->host_mount), "%s", mnt);
+		goto done;
+	}
+	if (r == -ERANGE && ret->ns.mode != CGNS_PRIVATE) {
+		/* Its names are relative to an ancestor whose own host path nothing tells: resolving would drop it. */
+		snprintf(ret->via, sizeof(ret->via),
+			 "no setns into pid 1's cgroup namespace, and the %s tree at %.1024s climbs %u levels, not the "
+			 "%u to the host's root (pid 1's view): a subtree of the host's, not its root",
+			 v1 ? "v1 memory" : "cgroup2", mnt, ups, depth);
+		goto done;
+	}
+	if (r < 0) {
 		if (ret->ns.mode != CGNS_PRIVATE)
 			snprintf(ret->via, sizeof(ret->via),
 				 "no setns into pid 1's cgroup namespace and no host %s tree mounted in",
@@ -229,9 +255,15 @@ bool cgns_probe_exists(const struct cgns_probe *p, const char *proc_root, const 
 	char rel[JOBS_PATH_MAX], f[PATH_MAX + JOBS_PATH_MAX + 64];
 
 	if (p->host_mount[0]) {
-		snprintf(f, sizeof(f), "%s%s%s/cgroup.procs", proc_root, p->host_mount,
-			 strcmp(path, "/") == 0 ? "" : path);
-		return access(f, F_OK) == 0;
+		struct cgns sub = { .mode = CGNS_PRIVATE };
+
+		/* A partial host mount (host_mount_root not "/") shows only what lies below its root, prefix off. */
+		snprintf(sub.root, sizeof(sub.root), "%s", p->host_mount_root);
+		if (cgns_to_ns(&sub, path, rel, sizeof(rel)) == 0) {
+			snprintf(f, sizeof(f), "%s%s%s/cgroup.procs", proc_root, p->host_mount,
+				 strcmp(rel, "/") == 0 ? "" : rel);
+			return access(f, F_OK) == 0;
+		}
 	}
 	/* Only the part of the host's tree inside our namespace is visible through our own mounts. */
 	if (cgns_to_ns(&p->ns, path, rel, sizeof(rel)) < 0)

@@ -13,7 +13,8 @@
 struct cgns_probe {
 	struct cgns ns;
 	char host_mount[PATH_MAX]; /* a mount of the host's tree (proc-root relative), "" when none was found */
-	char via[PATH_MAX + 64];   /* how the root was learned, or why it was not (for the log and status) */
+	char host_mount_root[JOBS_PATH_MAX]; /* its root's host path: "/", or the prefix a partial mount lacks */
+	char via[PATH_MAX + 64];             /* how the root was learned, or why it was not (for the log and status) */
 };
 
 /*
@@ -26,8 +27,8 @@ struct cgns_probe {
 void cgns_probe(const char *proc_root, struct cgns_probe *ret);
 
 /*
- * Whether the cgroup of this host path still exists: under the host tree mount where there is one, else under
- * the daemon's own mounts (mounts: paths relative to proc_root, n of them) when it lies in its namespace.
+ * Whether the cgroup of this host path still exists: under the host tree mount where it lies below that mount's
+ * root (host_mount_root taken off its front), else under the daemon's own mounts (mounts: paths relative to proc_root, n of them) when it lies in its namespace.
  */
 bool cgns_probe_exists(const struct cgns_probe *p, const char *proc_root, const char *const *mounts, size_t n,
 		       const char *path);

@@ -59,8 +59,18 @@ int cgns_detect(const char *pid1_cgroup, enum cgns_mode *ret)
 	return 0;
 }
 
-/* Components of an absolute path: "/" has 0. */
-static unsigned ncomp(const char *path)
+int cgns_host_depth(const char *pid1_cgroup, unsigned *depth)
+{
+	char path[JOBS_PATH_MAX];
+	const char *rest;
+	int r;
+
+	/* The same line cgns_detect and clients' paths are read from: memory's on a hybrid host. */
+	r = jobs_proc_cgroup_raw(pid1_cgroup, path, sizeof(path), NULL);
+	return r < 0 ? r : cgns_ups(path, depth, &rest);
+}
+
+unsigned cgns_depth(const char *path)
 {
 	unsigned n = 0;
 
@@ -130,7 +140,7 @@ static bool has_word(const char *s, size_t n, const char *word)
 	return false;
 }
 
-int cgns_find_host_mount(const char *mountinfo, bool v1_memory, char *mnt, size_t len, unsigned *ups)
+int cgns_find_host_mount(const char *mountinfo, bool v1_memory, unsigned depth, char *mnt, size_t len, unsigned *ups)
 {
 	unsigned best = 0;
 	int ret = -ENOENT;
@@ -181,12 +191,17 @@ int cgns_find_host_mount(const char *mountinfo, bool v1_memory, char *mnt, size_
 		    n <= best)
 			continue;
 		if (unescape(f[4], fl[4], mnt, len) < 0) {
-			ret = -ENAMETOOLONG;
+			if (n >= depth)
+				ret = -ENAMETOOLONG;
 			continue;
 		}
 		best = n;
 		*ups = n;
-		ret = 0;
+		/*
+		 * No mount climbs above the host's root, so with hostPID (depth exact) ">=" is "==". Without it, pid 1's
+		 * climb is only a floor, and a mount climbing further still holds every name pid 1's view needs.
+		 */
+		ret = n >= depth ? 0 : -ERANGE;
 	}
 	return ret;
 }
@@ -227,7 +242,7 @@ int cgns_resolve(const struct cgns *ns, const char *raw, char *out, size_t len)
 		return jobs_path_check(out, false, &why);
 	}
 	/* root, less ups components, then the rest. */
-	depth = ncomp(ns->root);
+	depth = cgns_depth(ns->root);
 	if (ups > depth)
 		return -ERANGE;
 	snprintf(buf, sizeof(buf), "%s", ns->root);
@@ -249,6 +264,26 @@ int cgns_resolve(const struct cgns *ns, const char *raw, char *out, size_t len)
 		return -EINVAL;
 	strcpy(out, buf);
 	return jobs_path_check(out, false, &why);
+}
+
+int cgns_mount_root(const struct cgns *ns, unsigned ups, char *out, size_t len)
+{
+	size_t n;
+
+	if (ns->mode != CGNS_PRIVATE)
+		return -EINVAL;
+	if (ups > cgns_depth(ns->root))
+		return -ERANGE;
+	n = strlen(ns->root);
+	if (n >= len)
+		return -EINVAL;
+	memcpy(out, ns->root, n + 1);
+	for (unsigned i = 0; i < ups; i++) {
+		char *slash = strrchr(out, '/');
+
+		slash[slash == out ? 1 : 0] = '\0';
+	}
+	return 0;
 }
 
 int cgns_to_ns(const struct cgns *ns, const char *host, char *out, size_t len)

@@ -48,6 +48,16 @@ int cgns_ups(const char *path, unsigned *ups, const char **rest);
 int cgns_detect(const char *pid1_cgroup, enum cgns_mode *ret);
 
 /*
+ * How many levels the host's root is above the daemon's namespace root, from the same /proc/1/cgroup text:
+ * the ".." pid 1's path starts with. With hostPID pid 1 is the host's init, in "/" or "/init.scope", so the
+ * kernel climbs from our root all the way to the host's root to name it. Returns 0 or what cgns_detect does.
+ */
+int cgns_host_depth(const char *pid1_cgroup, unsigned *depth);
+
+/* How many components an absolute path has ("/": 0): a namespace root's depth below the host's root. */
+unsigned cgns_depth(const char *path);
+
+/*
  * The namespace root's host path from the daemon's own cgroup read in the host's namespace (host_self,
  * "/kubepods.slice/.../cri-containerd-1.scope") and in its own (ns_self, "/" or a path below its root): the
  * root is host_self without ns_self's components at its end. Returns 0, or -EINVAL when ns_self is not
@@ -59,10 +69,21 @@ int cgns_root_from_self(const char *host_self, const char *ns_self, char *root, 
  * In a /proc/self/mountinfo text, a mount of the host's tree of the hierarchy clients are charged in
  * (v1_memory: a v1 "cgroup" mount with memory among its options; else "cgroup2"): one whose root only climbs
  * ("/../.."), so it is an ancestor of the daemon's namespace root, the highest where there are several.
- * Writes its mount point (mountinfo's escapes undone) and how far its root is above the namespace root.
- * Returns 0, -ENOENT when there is none, or -ENAMETOOLONG when the mount point does not fit len.
+ * A root that climbs fewer than depth levels (cgns_host_depth) is an ancestor below the host's root (a hostPath
+ * of /sys/fs/cgroup/kubepods.slice, not of /sys/fs/cgroup): the names between it and the host's root are
+ * nowhere to be read, so it is no host tree. Writes its mount point (mountinfo's escapes undone) and how far
+ * its root is above the namespace root. Returns 0, -ENOENT when there is none, -ERANGE when the only climbing
+ * ones stop short of depth (the highest of them written, for the log and for cgns_mount_root), or
+ * -ENAMETOOLONG when the mount point does not fit len.
  */
-int cgns_find_host_mount(const char *mountinfo, bool v1_memory, char *mnt, size_t len, unsigned *ups);
+int cgns_find_host_mount(const char *mountinfo, bool v1_memory, unsigned depth, char *mnt, size_t len, unsigned *ups);
+
+/*
+ * The host's path of the root of a mount ups levels above a CGNS_PRIVATE namespace's root (ns->root less its
+ * last ups components): "/" for a whole host tree, the prefix a partial one lacks otherwise. Returns 0, or
+ * -ERANGE when ups climbs above the host's root, -EINVAL when ns is not CGNS_PRIVATE or out is too short.
+ */
+int cgns_mount_root(const struct cgns *ns, unsigned ups, char *out, size_t len);
 
 /* Whether a cgroup.procs text lists pid. */
 bool cgns_procs_has(const char *procs, long pid);

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # pinbrokerd in a cgroup namespace of its own, as containerd, CRI-O and Docker (cgroup v2) run a container:
 # the daemon moved into a cgroup D of this host and `unshare --cgroup`ed there, a client in a sibling cgroup C,
-# a quota rule naming C by its host path. Three ways, each with what it must show:
+# a quota rule naming C by its host path. Four ways, each with what it must show:
 #   mount     the host's cgroup tree visible (as the DaemonSet's read-only hostPath gives it), no CAP_SYS_ADMIN:
 #             the daemon finds itself in that tree; status says "private" rooted at D's host path; an acquire
 #             past C's quota is refused and one under it granted; status, jobs and metrics name C's host path;
@@ -12,6 +12,9 @@
 #   none      the container's view without CAP_SYS_ADMIN: status says "unresolved", the client has no cgroup,
 #             the quota does not bind (what docs/kubernetes.md describes), pinctl doctor warns; the daemon
 #             logs why
+#   partial   the container's view without CAP_SYS_ADMIN, and only D's parent's subtree of the host's tree
+#             mounted in (its root climbs one level, pid 1's path more): no host tree, so still "unresolved"
+#             (not D's path without its prefix), and the daemon logs why
 # usage: run-cgroupns.py SOURCE_DIR BUILD_DIR      exit 0 pass, 1 fail, 77 skip
 import json
 import os
@@ -159,7 +162,11 @@ def start_daemon(way, dcg, log):
     that runs a command where the daemon sees its pid: nsenter into the setns way's pid namespace)."""
     logs.append(log)
     cap = "setpriv --bounding-set -sys_admin " if way != "setns" else ""
-    inner = (f"{remount_own(MNT) if way != 'mount' else ''}"
+    # partial: only a subtree of the host's tree mounted in (a hostPath of .../kubepods.slice, not of
+    # /sys/fs/cgroup): the daemon's namespace root's parent, bound before the host's hierarchy is unmounted.
+    part = (f"mount --make-rprivate / && mount --bind {MNT}{os.path.dirname(dcg)} {T}/part && "
+            if way == "partial" else "")
+    inner = (f"{part}{remount_own(MNT) if way != 'mount' else ''}"
              f"exec {cap}{PINBROKERD} --config {CONF} --log-level debug")
     script = os.path.join(T, f"daemon-{way}.sh")
     with open(script, "w") as f:
@@ -310,6 +317,21 @@ try:
     r = pinctl("status", check=False)
     if "unresolved" not in r.stdout:
         fail(f"none: pinctl status does not say the namespace is unresolved:\n{r.stdout}")
+    stop(d)
+
+    # ---------------------------------------------------------------- partial
+    dcg = mkcg("partial-daemon")
+    os.mkdir(os.path.join(T, "part"))
+    d, pre = start_daemon("partial", dcg, os.path.join(T, "partial.log"))
+    st = status()
+    log = open(os.path.join(T, "partial.log")).read()
+    if st.get("cgroup_namespace") != "unresolved" or st.get("cgroup_ns_root") is not None:
+        fail(f"partial: status cgroup_namespace {st.get('cgroup_namespace')!r}, cgroup_ns_root "
+             f"{st.get('cgroup_ns_root')!r}: want 'unresolved' and null (the mount is a subtree, not the "
+             f"host's root):\n{log}")
+    if "a subtree of the host's, not its root" not in log:
+        fail(f"partial: the daemon's log does not say why the mount was not taken:\n{log}")
+    ok("partial: a mount of a subtree of the host's tree is not taken for its root: unresolved, and logged why")
     stop(d)
     print("PASS")
 finally:

@@ -170,6 +170,26 @@ START_TEST(test_vmm_host_memory_is_charged_until_released_and_unmapped)
 }
 END_TEST
 
+/*
+ * The handle released on one thread while another maps it (the stand-in driver sleeps 500 ms inside cuMemMap,
+ * the release comes 100 ms in): the mapping keeps the memory, so the charge must stay until it is unmapped. The
+ * interposer once took its lock only after the driver's call, so the release freed the record first and the map
+ * then found no handle: pinned, charged to no one.
+ */
+START_TEST(test_a_release_racing_a_map_keeps_the_charge)
+{
+	struct prog p;
+
+	setenv("STUB_CUDA_MAP_SLEEP_MS", "500", 1);
+	spawn(&p, _i, true, NULL, "vmm-race", "8388608", NULL);
+	unsetenv("STUB_CUDA_MAP_SLEEP_MS");
+	charged_step(&p, _i, "raced", "vmm=", 8 * MiB);
+	go_on(&p);
+	charged_step(&p, _i, "unmapped", "vmm=", 0);
+	ck_assert_int_eq(finish(&p), 0);
+}
+END_TEST
+
 /* 3 MiB asked twice of a pool that reserves in 2 MiB steps: charged what the pool reserves, step by step. */
 START_TEST(test_a_host_pool_is_charged_what_it_reserves_until_trimmed_and_destroyed)
 {
@@ -291,6 +311,7 @@ static Suite *suite(void)
 	tcase_add_checked_fixture(t, start, stop);
 	tcase_set_timeout(t, 120);
 	tcase_add_loop_test(t, test_vmm_host_memory_is_charged_until_released_and_unmapped, 0, N_WAYS);
+	tcase_add_loop_test(t, test_a_release_racing_a_map_keeps_the_charge, 0, N_WAYS);
 	tcase_add_loop_test(t, test_a_host_pool_is_charged_what_it_reserves_until_trimmed_and_destroyed, 0, N_WAYS);
 	tcase_add_loop_test(t, test_the_default_host_pool_is_charged_too, 0, N_WAYS);
 	tcase_add_loop_test(t, test_a_pool_max_size_bounds_its_charge, 0, N_WAYS);

@@ -13,6 +13,8 @@
  * the program waiting for a line on stdin before each step after the first (EOF: it goes on):
  *   vmm           created (cuMemCreate host, reserve, map), released (cuMemRelease: still mapped),
  *                 unmapped (cuMemRetainAllocationHandle + cuMemRelease, then cuMemUnmap)
+ *   vmm-race      raced (cuMemMap on a thread of its own, cuMemRelease of the handle on the main thread while
+ *                 the stand-in driver sleeps in the map: run with STUB_CUDA_MAP_SLEEP_MS), unmapped (cuMemUnmap)
  *   pool          created (cuMemPoolCreate host with MAXSIZE or none, one allocation of SIZE), alloc2 (another),
  *                 freed (the first, cuMemFreeAsync), trimmed (cuMemPoolTrimTo 0), destroyed (cuMemPoolDestroy
  *                 with the second live), gone (the second freed with cuMemFree)
@@ -27,6 +29,7 @@
 #include "stub_cuda.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -291,6 +294,52 @@ static int run_vmm(size_t size)
 	return 0;
 }
 
+struct map_args {
+	CUdeviceptr va;
+	size_t size;
+	CUhandle h;
+	CUresult r;
+};
+
+static void *map_thread(void *arg)
+{
+	struct map_args *m = arg;
+
+	m->r = cu.mem_map(m->va, m->size, 0, m->h, 0);
+	return NULL;
+}
+
+/*
+ * The handle released while its mapping is being made on another thread: the driver keeps the memory (mapped),
+ * so the charge must stay. The release comes 100 ms into the map, which the stand-in driver makes last longer.
+ */
+static int run_vmm_race(size_t size)
+{
+	struct cu_alloc_prop prop = { .type = 1 /* PINNED */, .location = { .type = 2 /* HOST */ } };
+	struct map_args m = { .size = size };
+	pthread_t t;
+	CUresult r;
+
+	r = cu.mem_create(&m.h, size, &prop, 0);
+	if (r == 0)
+		r = cu.address_reserve(&m.va, size, 0, 0, 0);
+	if (r == 0 && pthread_create(&t, NULL, map_thread, &m) != 0)
+		r = 2;
+	if (r == 0) {
+		usleep(100 * 1000);
+		r = cu.mem_release(m.h);
+		pthread_join(t, NULL);
+		if (r == 0)
+			r = m.r;
+	}
+	step("raced", r, 0);
+	r = cu.mem_unmap(m.va, size);
+	if (r == 0)
+		r = cu.address_free(m.va, size);
+	step("unmapped", r, 1);
+	return 0;
+}
+
 static int run_pool(size_t size, size_t max_size, int use_default)
 {
 	struct cu_pool_props props = { .alloc_type = 1, .location = HOST_LOCATION, .max_size = max_size };
@@ -365,6 +414,8 @@ int main(int argc, char **argv)
 		return 2;
 	if (strcmp(argv[2], "vmm") == 0)
 		return run_vmm(size);
+	if (strcmp(argv[2], "vmm-race") == 0)
+		return run_vmm_race(size);
 	if (strcmp(argv[2], "pool") == 0 || strcmp(argv[2], "default-pool") == 0)
 		return run_pool(size, max_size, strcmp(argv[2], "default-pool") == 0);
 	if (strcmp(argv[2], "graph") == 0)

@@ -9,6 +9,8 @@
  *   threshold that a synchronisation never passes), refuses past its maxSize, and is freed on cuMemPoolDestroy
  *   or, if allocations are live then, with the last of them;
  * - a graph's host memory nodes count from their creation until cuGraphDestroy.
+ * STUB_CUDA_MAP_SLEEP_MS makes cuMemMap sleep that long after it has mapped, its lock let go, as a real driver
+ * may take its time: a test's window for another thread's cuMemRelease (check_itest_cudapaths vmm-race).
  */
 #define _GNU_SOURCE
 #include "stub_cuda.h"
@@ -240,6 +242,8 @@ STUB CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGeneric
 		r = CUDA_SUCCESS;
 	}
 	pthread_mutex_unlock(&lock);
+	if (getenv("STUB_CUDA_MAP_SLEEP_MS"))
+		usleep((useconds_t)atoi(getenv("STUB_CUDA_MAP_SLEEP_MS")) * 1000);
 	return r;
 }
 

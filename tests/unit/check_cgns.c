@@ -121,11 +121,12 @@ START_TEST(test_host_mount_is_the_highest_climbing_one)
 
 	/* Captured: the namespace's own cgroup2 (root "/") is not it; the host's unified mount and the bind of it
 	 * both climb four levels, and the first is taken. */
-	ck_assert_int_eq(cgns_find_host_mount(fixture("containerd-v2/mountinfo"), false, mnt, sizeof(mnt), &ups), 0);
+	ck_assert_int_eq(cgns_find_host_mount(fixture("containerd-v2/mountinfo"), false, 0, mnt, sizeof(mnt), &ups), 0);
 	ck_assert_str_eq(mnt, "/sys/fs/cgroup/unified");
 	ck_assert_uint_eq(ups, 4);
 	/* Clients charged on v1's memory hierarchy: its mount, two levels up. */
-	ck_assert_int_eq(cgns_find_host_mount(fixture("hybrid-v1-memory/mountinfo"), true, mnt, sizeof(mnt), &ups), 0);
+	ck_assert_int_eq(cgns_find_host_mount(fixture("hybrid-v1-memory/mountinfo"), true, 0, mnt, sizeof(mnt), &ups),
+			 0);
 	ck_assert_str_eq(mnt, "/sys/fs/cgroup/memory");
 	ck_assert_uint_eq(ups, 2);
 	/* A container runtime's layout: its own cgroup2 at /sys/fs/cgroup, a hostPath at a name with a blank. */
@@ -134,7 +135,7 @@ START_TEST(test_host_mount_is_the_highest_climbing_one)
 					      "3 1 0:37 /../../.. /host/sys/fs\\040cg ro,nosuid master:9 - cgroup2 "
 					      "cgroup2 rw,nsdelegate\n"
 					      "4 1 0:37 /../x /sibling ro - cgroup2 cgroup2 rw\n",
-					      false, mnt, sizeof(mnt), &ups),
+					      false, 0, mnt, sizeof(mnt), &ups),
 			 0);
 	ck_assert_str_eq(mnt, "/host/sys/fs cg");
 	ck_assert_uint_eq(ups, 3);
@@ -142,13 +143,63 @@ START_TEST(test_host_mount_is_the_highest_climbing_one)
 	ck_assert_int_eq(cgns_find_host_mount("2 1 0:37 / /sys/fs/cgroup ro - cgroup2 cgroup rw\n"
 					      "4 1 0:37 /../x /sibling ro - cgroup2 cgroup2 rw\n"
 					      "5 1 0:38 /../.. /v1 ro - cgroup cgroup rw,cpu\n",
-					      false, mnt, sizeof(mnt), &ups),
+					      false, 0, mnt, sizeof(mnt), &ups),
 			 -ENOENT);
-	ck_assert_int_eq(
-		cgns_find_host_mount("5 1 0:38 /../.. /v1 ro - cgroup cgroup rw,cpu\n", true, mnt, sizeof(mnt), &ups),
-		-ENOENT);
-	ck_assert_int_eq(cgns_find_host_mount("garbage\n\n- - -\n", false, mnt, sizeof(mnt), &ups), -ENOENT);
-	ck_assert_int_eq(cgns_find_host_mount(fixture("containerd-v2/mountinfo"), false, mnt, 8, &ups), -ENAMETOOLONG);
+	ck_assert_int_eq(cgns_find_host_mount("5 1 0:38 /../.. /v1 ro - cgroup cgroup rw,cpu\n", true, 0, mnt,
+					      sizeof(mnt), &ups),
+			 -ENOENT);
+	ck_assert_int_eq(cgns_find_host_mount("garbage\n\n- - -\n", false, 0, mnt, sizeof(mnt), &ups), -ENOENT);
+	ck_assert_int_eq(cgns_find_host_mount(fixture("containerd-v2/mountinfo"), false, 0, mnt, 8, &ups),
+			 -ENAMETOOLONG);
+}
+END_TEST
+
+START_TEST(test_a_mount_short_of_the_hosts_root_is_no_host_tree)
+{
+	struct cgns ns = { .mode = CGNS_PRIVATE, .root = CAPTURED_ROOT };
+	char mnt[256], prefix[JOBS_PATH_MAX];
+	unsigned depth = 0, ups = 0;
+
+	/* Pid 1 as the reader reads it: the host's root is as many levels up as its path climbs. */
+	ck_assert_int_eq(cgns_host_depth(fixture("containerd-v2/pid1"), &depth), 0);
+	ck_assert_uint_eq(depth, 4);
+	ck_assert_int_eq(cgns_host_depth(fixture("hybrid-v1-memory/pid1"), &depth), 0);
+	ck_assert_uint_eq(depth, 2);
+	ck_assert_int_eq(cgns_host_depth("0::/../../init.scope\n", &depth), 0);
+	ck_assert_uint_eq(depth, 2);
+	ck_assert_int_eq(cgns_host_depth("0::/init.scope\n", &depth), 0);
+	ck_assert_uint_eq(depth, 0);
+	ck_assert_int_eq(cgns_host_depth("", &depth), -ENOENT);
+	/* The whole host tree climbs all the way: taken. */
+	ck_assert_int_eq(cgns_find_host_mount(fixture("containerd-v2/mountinfo"), false, 4, mnt, sizeof(mnt), &ups), 0);
+	ck_assert_str_eq(mnt, "/sys/fs/cgroup/unified");
+	ck_assert_uint_eq(ups, 4);
+	ck_assert_int_eq(cgns_find_host_mount(fixture("hybrid-v1-memory/mountinfo"), true, 2, mnt, sizeof(mnt), &ups),
+			 0);
+	ck_assert_uint_eq(ups, 2);
+	/* A hostPath of the host's /sys/fs/cgroup/pbx-capture/kubepods.slice, not /sys/fs/cgroup: it climbs 2 of the
+	 * 4 levels, so naming clients from it would drop "/pbx-capture/kubepods.slice". Refused, and said which. */
+	ck_assert_int_eq(cgns_find_host_mount(fixture("partial-hostpath/mountinfo"), false, 4, mnt, sizeof(mnt), &ups),
+			 -ERANGE);
+	ck_assert_str_eq(mnt, "/tmp/cgcap-mnt/host");
+	ck_assert_uint_eq(ups, 2);
+	/* With the root known (setns), the prefix the partial mount lacks. */
+	ck_assert_int_eq(cgns_mount_root(&ns, ups, prefix, sizeof(prefix)), 0);
+	ck_assert_str_eq(prefix, "/pbx-capture/kubepods.slice");
+	ck_assert_int_eq(cgns_mount_root(&ns, 4, prefix, sizeof(prefix)), 0);
+	ck_assert_str_eq(prefix, "/");
+	ck_assert_int_eq(cgns_mount_root(&ns, 5, prefix, sizeof(prefix)), -ERANGE);
+	ck_assert_int_eq(cgns_mount_root(&ns, 0, prefix, 8), -EINVAL);
+	ns.mode = CGNS_UNRESOLVED;
+	ck_assert_int_eq(cgns_mount_root(&ns, 1, prefix, sizeof(prefix)), -EINVAL);
+	/* A shorter climb never wins over one that reaches the host's root, whichever comes first. */
+	ck_assert_int_eq(cgns_find_host_mount("2 1 0:37 /../.. /part ro - cgroup2 cgroup2 rw\n"
+					      "3 1 0:37 /../../.. /whole ro - cgroup2 cgroup2 rw\n"
+					      "4 1 0:37 /.. /part2 ro - cgroup2 cgroup2 rw\n",
+					      false, 3, mnt, sizeof(mnt), &ups),
+			 0);
+	ck_assert_str_eq(mnt, "/whole");
+	ck_assert_uint_eq(ups, 3);
 }
 END_TEST
 
@@ -247,8 +298,9 @@ END_TEST
 
 CHECK_SUITE(suite, "cgns", "paths", NULL, NULL, 10, test_ups_split_what_the_kernel_writes,
 	    test_pid1_outside_means_a_namespace_of_our_own, test_root_from_a_setns_reading,
-	    test_host_mount_is_the_highest_climbing_one, test_procs_lists_the_reader,
-	    test_a_client_of_another_pod_resolves_to_its_host_path, test_hybrid_host_resolves_on_the_memory_line,
-	    test_without_a_root_a_climbing_path_has_no_name, test_host_path_back_to_the_namespace)
+	    test_host_mount_is_the_highest_climbing_one, test_a_mount_short_of_the_hosts_root_is_no_host_tree,
+	    test_procs_lists_the_reader, test_a_client_of_another_pod_resolves_to_its_host_path,
+	    test_hybrid_host_resolves_on_the_memory_line, test_without_a_root_a_climbing_path_has_no_name,
+	    test_host_path_back_to_the_namespace)
 
 CHECK_MAIN(suite)
