@@ -128,9 +128,15 @@ START_TEST(test_terabyte_budget_and_700g_lease_cost_hundreds_of_fds_and_mappings
 	/* Warm before anything is asked: 1 TiB of unpopulated chunks, carved like the default prewarm would be. */
 	ck_assert_msg(daemon_wait_log(&d, "pool warmed", 60000), "the 1 TiB pool did not warm:\n%s",
 		      daemon_log_excerpt(&d));
-	log = daemon_log_excerpt(&d);
-	ck_assert_msg(!strstr(log, "warning: "), "a 1 TiB budget on a default host started with a warning:\n%s", log);
-	ck_assert_msg(strstr(log, "chunk classes 2 MiB to 1 GiB (10)"), "no chunk plan at start:\n%s", log);
+	/* The whole log of this start: a slow (sanitizer) build logs enough while it warms to push the plan out of
+	 * an excerpt. */
+	log = daemon_log(&d);
+	ck_assert_ptr_nonnull(log);
+	ck_assert_int_ge((long)strlen(log), d.log_from);
+	ck_assert_msg(!strstr(log + d.log_from, "warning: "),
+		      "a 1 TiB budget on a default host started with a warning:\n%s", itest_tail(log + d.log_from));
+	ck_assert_msg(strstr(log + d.log_from, "chunk classes 2 MiB to 1 GiB (10)"), "no chunk plan at start:\n%s",
+		      itest_tail(log + d.log_from));
 	free(log);
 	s = itest_status(d.socket);
 	ck_assert_uint_eq(s->budget_bytes, TiB);
