@@ -212,7 +212,8 @@ class Side:
                 return base[i % 64]
 
         for bs in LOADER_BATCHES:
-            count = max(self.args.loader_batches, self.args.loader_batches * 256 // bs // 4)
+            # The same bytes at every batch size: a short timing of small batches is mostly noise.
+            count = max(self.args.loader_batches, self.args.loader_batches * 256 // bs)
             ds = Images(bs * (self.args.loader_warmup + count + 2))
             dl = torch.utils.data.DataLoader(ds, batch_size=bs, num_workers=self.args.workers, pin_memory=self.pin,
                                              multiprocessing_context="fork" if self.args.workers else None)
