@@ -222,12 +222,13 @@ static int chunk_finish(struct pool *p, struct chunk *c, uid_t owner_uid, bool t
 }
 
 /*
- * A chunk being filled: its segments (warmseg) go to whichever warm-up thread is free, so a 1 GiB chunk is
- * faulted by many threads, not one; the thread that completes its last segment finishes it (chunk_finish).
+ * A chunk being filled: its segments (warmseg) go to whichever warm-up thread is free, so in a batch of fewer
+ * chunks than threads a 1 GiB chunk is faulted by many threads, not one (in a bigger batch each chunk is one
+ * segment); the thread that completes its last segment finishes it (chunk_finish).
  */
 struct filling {
 	struct chunk *c;
-	uint64_t seg_bytes;        /* warmseg_pick for the batch's threads */
+	uint64_t seg_bytes;        /* warmseg_pick for the batch's threads and chunks */
 	uint64_t nseg, next, done; /* segments in all, handed out, completed */
 	bool want_thp;             /* collapse (a whole chunk of a THP pool) */
 	bool thp;                  /* every segment so far collapsed */
@@ -352,7 +353,7 @@ static void *maker_thread(void *arg)
 			struct filling *f = &m->fills[i];
 
 			f->c = c;
-			f->seg_bytes = warmseg_pick(c->bytes, m->nthreads);
+			f->seg_bytes = warmseg_pick(c->bytes, m->nthreads, m->n);
 			f->nseg = c->addr && !m->p->simulate ? warmseg_count(c->bytes, f->seg_bytes) : 1;
 			/* A tail is not collapsed: it is no whole class of THPs. */
 			f->want_thp = m->p->thp && i != m->tail_index && c->addr;

@@ -13,9 +13,15 @@ uint64_t warmseg_size(uint64_t seg_bytes)
 	return (seg_bytes + WARMSEG_ALIGN_BYTES - 1) / WARMSEG_ALIGN_BYTES * WARMSEG_ALIGN_BYTES;
 }
 
-uint64_t warmseg_pick(uint64_t bytes, unsigned threads)
+uint64_t warmseg_pick(uint64_t bytes, unsigned threads, uint64_t nchunks)
 {
-	uint64_t share = threads > 1 ? bytes / threads + (bytes % threads != 0) : bytes;
+	uint64_t per_chunk, share;
+
+	if (nchunks == 0)
+		nchunks = 1;
+	/* The threads each chunk gets, rounded up: 16 threads on 4 chunks give each chunk 4 segments. */
+	per_chunk = threads > nchunks ? threads / nchunks + (threads % nchunks != 0) : 1;
+	share = per_chunk > 1 ? bytes / per_chunk + (bytes % per_chunk != 0) : bytes;
 
 	return warmseg_size(share > WARMSEG_DEFAULT_BYTES ? share : WARMSEG_DEFAULT_BYTES);
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Warm-up work split, with no I/O: a big chunk is filled (faulted, collapsed into THP) in segments that the
- * warm-up threads share, so one 1 GiB chunk is not one thread's alone; and how many threads warm the pool.
+ * Warm-up work split, with no I/O: the chunks of a batch go to the warm-up threads whole, and a batch of fewer
+ * chunks than threads has its chunks filled (faulted, collapsed into THP) in segments that the threads share,
+ * so one 1 GiB chunk is not one thread's alone; and how many threads warm the pool.
  */
 #pragma once
 
@@ -22,11 +23,14 @@
 uint64_t warmseg_size(uint64_t seg_bytes);
 
 /*
- * The segment size for a chunk of bytes filled by threads: the chunk spread over every thread, but no segment
- * below WARMSEG_DEFAULT_BYTES (each segment is one populate or collapse call, and a collapse call drains the
- * LRU caches of every CPU first), rounded up to WARMSEG_ALIGN_BYTES.
+ * The segment size for a chunk of bytes, one of nchunks that threads fill together: the threads are shared
+ * among the chunks first, so a batch of at least as many chunks as threads fills each chunk whole (one
+ * collapse call, one file a thread), and only a batch of fewer chunks spreads a chunk over several threads.
+ * No segment below WARMSEG_DEFAULT_BYTES (each segment is one populate or collapse call, and a collapse call
+ * drains the LRU caches of every CPU first, under one lock for the whole machine: thousands of small collapses
+ * serialise the warm-up); rounded up to WARMSEG_ALIGN_BYTES. nchunks 0 counts as 1.
  */
-uint64_t warmseg_pick(uint64_t bytes, unsigned threads);
+uint64_t warmseg_pick(uint64_t bytes, unsigned threads, uint64_t nchunks);
 
 /* How many segments a chunk of bytes is filled in (warmseg_size each, the last one shorter): 0 for 0 bytes. */
 uint64_t warmseg_count(uint64_t bytes, uint64_t seg_bytes);

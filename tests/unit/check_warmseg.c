@@ -79,21 +79,37 @@ END_TEST
 START_TEST(test_pick_spreads_a_chunk_over_the_threads_in_64m_or_more)
 {
 	/* 16 threads: a 1 GiB chunk is one 64 MiB segment each. */
-	ck_assert_uint_eq(warmseg_pick(GIB, 16), 64 * MIB);
-	ck_assert_uint_eq(warmseg_count(GIB, warmseg_pick(GIB, 16)), 16);
+	ck_assert_uint_eq(warmseg_pick(GIB, 16, 1), 64 * MIB);
+	ck_assert_uint_eq(warmseg_count(GIB, warmseg_pick(GIB, 16, 1)), 16);
 	/* 2 threads: two halves, not sixteen calls. */
-	ck_assert_uint_eq(warmseg_pick(GIB, 2), 512 * MIB);
-	ck_assert_uint_eq(warmseg_count(GIB, warmseg_pick(GIB, 2)), 2);
+	ck_assert_uint_eq(warmseg_pick(GIB, 2, 1), 512 * MIB);
+	ck_assert_uint_eq(warmseg_count(GIB, warmseg_pick(GIB, 2, 1)), 2);
 	/* 64 threads: never below 64 MiB. */
-	ck_assert_uint_eq(warmseg_pick(GIB, 64), 64 * MIB);
+	ck_assert_uint_eq(warmseg_pick(GIB, 64, 1), 64 * MIB);
 	/* One thread: the chunk whole. */
-	ck_assert_uint_eq(warmseg_pick(GIB, 1), GIB);
-	ck_assert_uint_eq(warmseg_pick(GIB, 0), GIB);
+	ck_assert_uint_eq(warmseg_pick(GIB, 1, 1), GIB);
+	ck_assert_uint_eq(warmseg_pick(GIB, 0, 1), GIB);
 	/* An odd share is rounded up to 2 MiB: 3 threads over 1 GiB make three segments, the last shorter. */
-	ck_assert_uint_eq(warmseg_pick(GIB, 3), 342 * MIB);
-	ck_assert_uint_eq(warmseg_count(GIB, warmseg_pick(GIB, 3)), 3);
+	ck_assert_uint_eq(warmseg_pick(GIB, 3, 1), 342 * MIB);
+	ck_assert_uint_eq(warmseg_count(GIB, warmseg_pick(GIB, 3, 1)), 3);
 	/* Small chunks stay whole. */
-	ck_assert_uint_eq(warmseg_count(2 * MIB, warmseg_pick(2 * MIB, 16)), 1);
+	ck_assert_uint_eq(warmseg_count(2 * MIB, warmseg_pick(2 * MIB, 16, 1)), 1);
+}
+END_TEST
+
+START_TEST(test_pick_shares_the_threads_among_a_batchs_chunks_first)
+{
+	/* As many chunks as threads, or more: each chunk whole, one collapse call and one file a thread. */
+	ck_assert_uint_eq(warmseg_pick(GIB, 16, 16), GIB);
+	ck_assert_uint_eq(warmseg_pick(GIB, 16, 100), GIB);
+	/* 16 threads on 4 chunks: four segments a chunk. */
+	ck_assert_uint_eq(warmseg_pick(GIB, 16, 4), 256 * MIB);
+	ck_assert_uint_eq(warmseg_count(GIB, warmseg_pick(GIB, 16, 4)), 4);
+	/* 16 threads on 3 chunks: six a chunk (rounded up), the segments 2 MiB aligned. */
+	ck_assert_uint_eq(warmseg_count(GIB, warmseg_pick(GIB, 16, 3)), 6);
+	ck_assert_uint_eq(warmseg_pick(GIB, 16, 3) % (2 * MIB), 0);
+	/* No chunks said: as one. */
+	ck_assert_uint_eq(warmseg_pick(GIB, 16, 0), warmseg_pick(GIB, 16, 1));
 }
 END_TEST
 
@@ -117,7 +133,7 @@ static Suite *warmseg_suite(void)
 	CHECK_CASE(s, "core", NULL, NULL, 30, test_size_defaults_and_rounds_up_to_2m,
 		   test_a_1g_chunk_is_16_segments_of_64m, test_a_small_chunk_is_one_segment,
 		   test_segments_cover_the_chunk_exactly, test_pick_spreads_a_chunk_over_the_threads_in_64m_or_more,
-		   test_threads_follow_the_cores_and_the_setting);
+		   test_pick_shares_the_threads_among_a_batchs_chunks_first, test_threads_follow_the_cores_and_the_setting);
 	return s;
 }
 
