@@ -13,6 +13,8 @@
  * env:   PB_HOLD_RELEASE   hold frees once this file exists (without it: once stdin closes)
  *        PB_HOLD_EXIT      after freeing, hold exits only once this file exists (so a script can look at the
  *                          broker while the freed process still lives)
+ *        PB_HOLD_START     hold first makes its CUDA context, prints "ready" and pins only once this file exists
+ *                          (so a script can measure the host's memory with the context alone, then with the pins)
  *        PB_HOLD_KIND      what hold pins: alloc (cudaHostAlloc, default), register (posix_memalign +
  *                          cudaHostRegister), wc (cudaHostAlloc WriteCombined), mapped (cudaHostAlloc Mapped)
  *        PB_HOLD_TIMEOUT_S hold gives up after this long in each wait (default 300), exit 1
@@ -379,6 +381,20 @@ static int cmd_hold(int n, char **sizes)
 	if (n < 1 || n > 64 || (kind && !reg && flags == 0 && strcmp(kind, "alloc"))) {
 		fprintf(stderr, "hold: 1 to 64 sizes; PB_HOLD_KIND alloc, register, wc or mapped\n");
 		return 2;
+	}
+	if (getenv("PB_HOLD_START")) {
+		cudaError_t e = cudaFree(0);
+
+		if (e != cudaSuccess) {
+			printf("FAIL cudaFree(0): %s (%d)\n", cudaGetErrorString(e), (int)e);
+			return 1;
+		}
+		printf("ready\n");
+		fflush(stdout);
+		if (wait_release("PB_HOLD_START", timeout_s) < 0) {
+			printf("FAIL hold: no start file in time\n");
+			return 1;
+		}
 	}
 	for (k = 0; k < n; k++) {
 		size_t b = parse_size(sizes[k]);
