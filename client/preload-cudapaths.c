@@ -545,14 +545,20 @@ static int64_t pool_reserved(const struct pool *q)
 			fn = pbp_call_real_dlsym(h, "cuMemPoolGetAttribute");
 			dlclose(h);
 		}
-		if (!fn)
+		if (!fn) {
+			pbp_say(false, "cuMemPoolGetAttribute not found in libcuda.so.1: a pool's charge follows its calls");
 			return -1;
+		}
 		atomic_store(&get_attr, fn);
 	}
 	pbp_enter();
 	r = ((CUresult(*)(CUmemoryPool, int, void *))(uintptr_t)fn)(q->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v);
 	pbp_leave();
-	return r == CU_OK ? (int64_t)round_page(v) : -1;
+	if (r != CU_OK) {
+		pbp_say(false, "host pool %p: cuMemPoolGetAttribute(RESERVED_MEM_CURRENT) failed (%d)", q->pool, (int)r);
+		return -1;
+	}
+	return (int64_t)round_page(v);
 }
 
 /*
@@ -568,6 +574,9 @@ static void pool_settle(struct pool *q, uint64_t fallback)
 		target = q->max_bytes;
 	if (target < q->live)
 		target = q->live;
+	pbp_say(false, "host pool %p: the driver says it reserves %lld bytes (live %llu, fallback %llu): charge %llu",
+		q->pool, (long long)reserved, (unsigned long long)q->live, (unsigned long long)fallback,
+		(unsigned long long)target);
 	if (target > q->charged + q->unbrokered)
 		pool_grow(q, target - q->charged - q->unbrokered, false, "a pool that reserved more");
 	else
