@@ -5,8 +5,8 @@
  *
  * usage: preload_prog probe              print the GPU; exit 0, or 77 without one
  *        preload_prog check              every check, PASS/FAIL lines; exit 0 when all passed, 1 if not
- *        preload_prog hold SIZE...       cudaHostAlloc each SIZE, print "hold PTR...", wait, free, print
- *                                        "released", exit 0
+ *        preload_prog hold SIZE...       cudaHostAlloc each SIZE (a "pinned BYTES in S s, written in S s" line
+ *                                        each), print "hold PTR...", wait, free, print "released", exit 0
  *        preload_prog expect-oom SIZE    exit 0 when cudaHostAlloc and cudaMallocHost of SIZE fail with
  *                                        cudaErrorMemoryAllocation
  *        preload_prog bench              "bench NAME BYTES VALUE" lines: H2D GB/s, alloc/free ms
@@ -398,6 +398,7 @@ static int cmd_hold(int n, char **sizes)
 	}
 	for (k = 0; k < n; k++) {
 		size_t b = parse_size(sizes[k]);
+		double t0 = now_ms(), t1;
 		cudaError_t e;
 
 		if (!b) {
@@ -423,7 +424,9 @@ static int cmd_hold(int n, char **sizes)
 			rc = 1;
 			break;
 		}
+		t1 = now_ms();
 		memset(p[k], 0x5a, b);
+		printf("pinned %zu in %.3f s, written in %.3f s\n", b, (t1 - t0) / 1e3, (now_ms() - t1) / 1e3);
 	}
 	if (rc == 0) {
 		printf("hold");
