@@ -3,6 +3,8 @@
 #include "lib-int.h"
 
 #include <errno.h>
+#include <stdint.h>
+#include <string.h>
 
 /*
  * Two structures over the same cached leases, both intrusive (no allocation while caching):
@@ -158,32 +160,22 @@ static pb_lease *tree_remove(pb_lease *root, pb_lease *n)
 	return root;
 }
 
-/* The page-size slot of page_size_bytes, or with add a free one claimed for it; NULL when none. */
-static struct cache_page_count *page_slot(pb_client *c, size_t page_size_bytes, bool add)
+/* The slot of page_size_bytes in c->cache_page_leases (its log2), or -1 when it is not a power of two. */
+static int page_shift(size_t page_size_bytes)
 {
-	struct cache_page_count *free_slot = NULL;
-
-	for (size_t i = 0; i < CACHE_PAGE_SIZES_MAX; i++) {
-		struct cache_page_count *p = &c->cache_pages[i];
-
-		if (p->leases > 0 && p->page_size_bytes == page_size_bytes)
-			return p;
-		if (p->leases == 0 && !free_slot)
-			free_slot = p;
-	}
-	if (!add || !free_slot)
-		return NULL;
-	free_slot->page_size_bytes = page_size_bytes;
-	return free_slot;
+	if (page_size_bytes == 0 || (page_size_bytes & (page_size_bytes - 1)) != 0)
+		return -1;
+	return __builtin_ctzll((unsigned long long)page_size_bytes);
 }
 
 int cache_index_add_locked(pb_client *c, pb_lease *l, uint32_t flags)
 {
-	struct cache_page_count *p = page_slot(c, l->page_size_bytes, true);
+	int k = page_shift(l->page_size_bytes);
 
-	if (!p)
-		return -ENOSPC;
-	p->leases++;
+	if (k < 0)
+		return -EINVAL;
+	c->cache_page_leases[k]++;
+	c->cache_page_mask |= UINT64_C(1) << k;
 	l->cache_flags = flags;
 	l->cached_seq = ++c->cache_seq;
 	l->cache_next = NULL;
@@ -204,10 +196,11 @@ int cache_index_add_locked(pb_client *c, pb_lease *l, uint32_t flags)
 
 void cache_index_remove_locked(pb_client *c, pb_lease *l)
 {
-	struct cache_page_count *p = page_slot(c, l->page_size_bytes, false);
+	int k = page_shift(l->page_size_bytes);
 
-	if (p)
-		p->leases--;
+	/* Only a lease cache_index_add_locked took is removed: its page size had a slot. */
+	if (k >= 0 && c->cache_page_leases[k] > 0 && --c->cache_page_leases[k] == 0)
+		c->cache_page_mask &= ~(UINT64_C(1) << k);
 	if (c->cache_untold == l)
 		c->cache_untold = l->cache_next;
 	if (l->cache_prev)
@@ -263,6 +256,6 @@ void cache_index_clear_locked(pb_client *c)
 	c->cache_head = c->cache_tail = c->cache_untold = c->cache_root = NULL;
 	c->cached_bytes = 0;
 	c->cached_leases = 0;
-	for (size_t i = 0; i < CACHE_PAGE_SIZES_MAX; i++)
-		c->cache_pages[i].leases = 0;
+	memset(c->cache_page_leases, 0, sizeof(c->cache_page_leases));
+	c->cache_page_mask = 0;
 }

@@ -76,17 +76,15 @@ pb_lease *cache_take(pb_client *c, size_t size, uint32_t flags, enum pb_priority
 		return NULL;
 	}
 	/* The smallest that fits, page size by page size: a lease's size is the request rounded to its pages. */
-	for (size_t i = 0; i < CACHE_PAGE_SIZES_MAX; i++) {
-		const struct cache_page_count *p = &c->cache_pages[i];
+	for (uint64_t m = c->cache_page_mask; m; m &= m - 1) {
+		size_t page_size_bytes = (size_t)1 << __builtin_ctzll(m);
 		uint64_t need;
 		pb_lease *l;
 
-		if (p->leases == 0)
-			continue;
-		need = round_up(size, p->page_size_bytes);
+		need = round_up(size, page_size_bytes);
 		if (need == 0)
 			continue;
-		l = cache_index_lower_bound_locked(c, flags & CACHE_FLAGS, prio, p->page_size_bytes, need);
+		l = cache_index_lower_bound_locked(c, flags & CACHE_FLAGS, prio, page_size_bytes, need);
 		/* The smallest of at least need: if it is too big for the slack, every larger one is too. */
 		if (!l || !cache_fits(l->size_bytes, need, c->cache_slack_pct))
 			continue;

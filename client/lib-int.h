@@ -36,8 +36,12 @@
  * The connection room (conn, receiver) acts on leases only through struct conn_hooks.
  */
 
-/* Distinct page sizes cached at once (4 KiB, 2 MiB and 1 GiB pages, and one more): a take searches each. */
-#define CACHE_PAGE_SIZES_MAX 4
+/*
+ * The cache's page sizes are counted by their log2: a mapped lease's page size is a power of two (map_chunks
+ * refuses any other), so every page size the daemon can send has a slot, and no lease is left out of the cache
+ * for its page size. A bit per slot in use keeps a take's search to the page sizes cached.
+ */
+#define CACHE_PAGE_SHIFTS 64
 
 typedef Pinbroker__V1__Request Request;
 typedef Pinbroker__V1__Reply Reply;
@@ -149,13 +153,11 @@ struct pb_client {
 	size_t cache_limit_bytes;
 	size_t cached_bytes;
 	size_t cached_leases;
-	struct pb_lease *cache_head, *cache_tail; /* cached leases, oldest first */
-	struct pb_lease *cache_untold;            /* the first not told idle yet: every one before it was */
-	struct pb_lease *cache_root;              /* the size index (a treap) */
-	struct cache_page_count {
-		size_t page_size_bytes;
-		size_t leases;               /* 0: the slot is free */
-	} cache_pages[CACHE_PAGE_SIZES_MAX]; /* the page sizes cached leases have: a take searches each */
+	struct pb_lease *cache_head, *cache_tail;    /* cached leases, oldest first */
+	struct pb_lease *cache_untold;               /* the first not told idle yet: every one before it was */
+	struct pb_lease *cache_root;                 /* the size index (a treap) */
+	size_t cache_page_leases[CACHE_PAGE_SHIFTS]; /* cached leases by log2 of their page size */
+	uint64_t cache_page_mask; /* bit k: leases of 2^k-byte pages are cached; a take searches each */
 	unsigned cache_slack_pct; /* a cached lease serves a request up to this much smaller (100: half its size) */
 	uint64_t cache_seq;       /* bumped by each lease cached */
 	uint64_t cache_told_seq;  /* the receiver's last tick: leases cached at or before it are told idle next */
@@ -304,7 +306,7 @@ void lease_release_all(pb_client *c);
 
 /*
  * Under c->lock: l joins the cache (newest, not told idle) with the acquire flags a hit must ask for; sets
- * l->cached_seq, counts it. -ENOSPC when its page size would be one more than CACHE_PAGE_SIZES_MAX (not cached).
+ * l->cached_seq, counts it. -EINVAL when its page size is not a power of two (map_chunks lets none through).
  */
 int cache_index_add_locked(pb_client *c, pb_lease *l, uint32_t flags);
 /* Under c->lock: l leaves the cache (taken, evicted, revoked, gone stale); uncounts it. */

@@ -120,6 +120,15 @@ const struct config_key config_key_table[] = {
 	K_STRING("numa-prewarm", numa_prewarm, "gpus", false,
 		 "How prewarm is spread over NUMA nodes: gpus (in proportion to each node's GPUs; even when none "
 		 "says its node), even, or NODE:SIZE,... (for example 0:8G,1:8G)."),
+	/*
+	 * 1 GiB, the bound that was a constant: warm before READY in under a second at memory speed, so a small pool
+	 * is whole from the first request; a bigger one would hold READY (and systemd's start timeout) for as long as
+	 * faulting it takes. 1024T: far above any host, a size that still means "always before READY".
+	 */
+	K_SIZE("prewarm-before-ready", prewarm_before_ready_bytes, 0, (double)(UINT64_C(1) << 50), "1G", false,
+	       "Largest start warm-up finished before the daemon says it is ready; a bigger prewarm warms beside the "
+	       "event loop while the daemon serves from the part already warm (pinctl status: pool_warming). 0: "
+	       "always beside the loop; a size at or above prewarm: always before ready."),
 	K_UINT("prewarm-threads", prewarm_threads, 0, 64, "0", false,
 	       "Threads that fault in the pool at start, sharing big chunks in 64 MiB segments; 0 means one per core the daemon may run on (its affinity), at most 32."),
 	K_UINT("pool-shrink-delay-ms", pool_shrink_delay_ms, 0, (double)UINT32_MAX, "30000", true,

@@ -66,6 +66,7 @@ struct config {
 	char *job_quota;                        /* job-quota: CGROUP:SIZE entries, "" = none */
 	char *metrics_path;                     /* metrics-path: "" = no metrics file */
 	uint32_t metrics_interval_ms;           /* metrics-interval-ms */
+	uint64_t prewarm_before_ready_bytes;    /* prewarm-before-ready: start warm-up done before READY */
 	unsigned prewarm_threads;               /* prewarm-threads: 0 = CPUs */
 	uint32_t pool_shrink_delay_ms;          /* pool-shrink-delay-ms: idle time before shrinking to prewarm */
 	char *admin_group;                      /* admin-group: "" = root only */

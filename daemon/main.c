@@ -503,13 +503,6 @@ out:
 	return r;
 }
 
-/*
- * A start warm-up above this runs beside the event loop (warmup.c): the daemon serves as soon as it listens,
- * from a pool that grows. At or below it the pool is warm before the daemon says it is ready, as it always was
- * (under a second at memory speed), so a small pool is whole from the first request.
- */
-#define WARM_SYNC_MAX_BYTES (UINT64_C(1) << 30)
-
 static struct warmup *bg_warmup;
 static uint64_t bg_target;
 
@@ -894,8 +887,12 @@ int main(int argc, char **argv)
 	 * prewarming, so the pool warms only what the budget has left. */
 	restart_init(&b);
 
+	/*
+	 * A start warm-up above prewarm-before-ready runs beside the event loop (warmup.c): the daemon serves as soon
+	 * as it listens, from a pool that grows. At or below it the pool is warm before the daemon says it is ready.
+	 */
 	warm = prewarm_clamp_fds(&b, b.prewarm_bytes);
-	if (warm > pool_idle_bytes(b.pool) && warm - pool_idle_bytes(b.pool) > WARM_SYNC_MAX_BYTES) {
+	if (warm > pool_idle_bytes(b.pool) && warm - pool_idle_bytes(b.pool) > cfg->prewarm_before_ready_bytes) {
 		r = grow_prewarm_bg(&b, warm);
 		if (r < 0)
 			fatalx("cannot start the pool warm-up: %s", strerror(-r));

@@ -29,7 +29,7 @@ from ._client import (
     library_path,
 )
 from ._lease import Kind, Lease, Priority
-from ._region import region_path, remove_region, shared_region
+from ._region import prune_regions, region_path, remove_region, shared_region
 from .errors import (
     BrokerError,
     BudgetExhausted,
@@ -61,6 +61,7 @@ __all__ = [
     "connect",
     "cuda_available",
     "library_path",
+    "prune_regions",
     "region_path",
     "remove_region",
     "shared_region",

@@ -17,6 +17,13 @@ timeout, so they may start before the owner's.
 Trust: the folder and the token must belong to the owner and be writable by nobody else, or they are refused;
 otherwise a planted token could hand a rank another uid's memory to write its data into. Other uids cannot
 open the lock file, so they cannot hold the owner's ranks up.
+
+Bound and clean-up: a region's files outlive its lease, so each new region first prunes the owner's stale ones
+(prune_regions: no live lease of the owner's uid behind the token), then refuses with LimitReached when the
+owner would have more than max_regions (``$PINBROKER_REGION_MAX``, default 256) regions with files. The token
+file names the lease id beside the token, so one lease listing tells which are live, without mapping any; a
+region is judged only under its own lock, taken without waiting (a region a rank is making is left alone), and
+the listing is read after the locks are taken, so a token written before it is judged against it.
 """
 
 from __future__ import annotations
@@ -27,13 +34,37 @@ import os
 import re
 import stat
 import time
-from typing import Iterable, Optional, Tuple
+from typing import Iterable, List, Optional, Set, Tuple
 
 from ._client import Client, connect
 from ._lease import Lease
-from .errors import InvalidArgument, PermissionDenied, Stale, Timeout, UnknownLease
+from .errors import InvalidArgument, LimitReached, PermissionDenied, Stale, Timeout, UnknownLease
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+# Regions with files per owner uid, unless $PINBROKER_REGION_MAX or max_regions= says otherwise: far above the
+# regions one job makes (one per model or cache tier), low enough that a leak shows before /dev/shm fills.
+REGION_MAX_DEFAULT = 256
+# Locks a prune holds at once: its fds stay well under a default RLIMIT_NOFILE (1024) whatever the folder holds.
+_PRUNE_BATCH = 128
+
+
+def _region_max(max_regions: Optional[int]) -> int:
+    if max_regions is not None:
+        v, where = max_regions, "max_regions"
+    else:
+        env = os.environ.get("PINBROKER_REGION_MAX")
+        if not env:
+            return REGION_MAX_DEFAULT
+        where = "$PINBROKER_REGION_MAX"
+        try:
+            v = int(env)
+        except ValueError:
+            raise InvalidArgument(errno.EINVAL, f"{where} is {env!r}: write a whole number of regions, at "
+                                  "least 1") from None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise InvalidArgument(errno.EINVAL, f"{where} is {v!r}: write a whole number of regions, at least 1")
+    return v
 
 
 def _base() -> str:
@@ -83,20 +114,27 @@ def _owner_dir(owner: int, deadline: float) -> str:
         return d
 
 
-def _read_token(path: str, owner: int) -> Tuple[str, int]:
-    """The token and size in the token file; ("", 0) when there is none."""
+def _read_token_file(path: str, owner: int) -> Tuple[str, int, Optional[int]]:
+    """The token, size and lease id in the token file; ("", 0, None) when there is none. A file of an earlier
+    version has no lease id (None)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except FileNotFoundError:
-        return "", 0
+        return "", 0, None
     try:
         _trusted(os.fstat(fd), path, owner, False)
         words = os.read(fd, 256).decode("ascii", "replace").split()
     finally:
         os.close(fd)
-    if len(words) == 2 and words[1].isdigit():
-        return words[0], int(words[1])
-    return "", 0
+    if len(words) in (2, 3) and all(w.isdigit() for w in words[1:]):
+        return words[0], int(words[1]), int(words[2]) if len(words) == 3 else None
+    return "", 0, None
+
+
+def _read_token(path: str, owner: int) -> Tuple[str, int]:
+    """The token and size in the token file; ("", 0) when there is none."""
+    token, nbytes, _ = _read_token_file(path, owner)
+    return token, nbytes
 
 
 def _attach_live(c: Client, name: str, token: str, nbytes: int, label: str) -> Optional[Lease]:
@@ -116,33 +154,138 @@ def _attach_live(c: Client, name: str, token: str, nbytes: int, label: str) -> O
     return lease
 
 
-def _lock(fd: int, name: str, deadline: float, timeout: float) -> None:
+def _open_lock(path: str) -> int:
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+
+
+def _lock_is_current(fd: int, path: str) -> bool:
+    """Whether the locked fd is still the file at path: a prune or remove_region may have unlinked it while this
+    rank waited, and a lock on a removed file would let a rank that opened the new one in at the same time."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _lock(path: str, name: str, deadline: float, timeout: float) -> int:
+    """An fd of the region's lock file, exclusively locked, that is the file at path now."""
     while True:
+        fd = _open_lock(path)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise Timeout(errno.ETIMEDOUT, f"region {name!r}: another rank held its lock for {timeout:g} s") \
-                    from None
-            time.sleep(0.01)
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise Timeout(errno.ETIMEDOUT, f"region {name!r}: another rank held its lock for "
+                                      f"{timeout:g} s") from None
+                    time.sleep(0.01)
+            if _lock_is_current(fd, path):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # removed while this rank waited: lock the file there now
 
 
-def _publish(path: str, token: str, nbytes: int) -> None:
+def _publish(path: str, token: str, nbytes: int, lease_id: int) -> None:
     """Replace the token file whole: a reader sees the old token or the new one, never half of one."""
     tmp = f"{path}.{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
     try:
         os.fchmod(fd, 0o644)  # whatever the umask: other uids named in uids read it
-        os.write(fd, f"{token} {nbytes}\n".encode("ascii"))
+        os.write(fd, f"{token} {nbytes} {lease_id}\n".encode("ascii"))
     finally:
         os.close(fd)
     os.rename(tmp, path)
 
 
+def _region_names(d: str) -> List[str]:
+    """The regions with a file in d (a token, a lock, or both), sorted."""
+    names = set()
+    for entry in os.listdir(d):
+        for suffix in (".token", ".lock"):
+            if entry.endswith(suffix) and _NAME.match(entry[: -len(suffix)]):
+                names.add(entry[: -len(suffix)])
+    return sorted(names)
+
+
+def _live_lease_ids(c: Client, owner: int) -> Set[int]:
+    """The ids of the owner's leases the daemon counts now (an admin sees every uid's rows: keep the owner's)."""
+    return {row["id"] for row in c.leases() if row["uid"] == owner}
+
+
+def _prune_batch(c: Client, d: str, owner: int, names: List[str]) -> List[str]:
+    """Remove the files of the regions in names that are stale; returns those removed."""
+    held = []
+    removed = []
+    try:
+        for n in names:
+            path = os.path.join(d, f"{n}.lock")
+            try:
+                fd = _open_lock(path)
+            except OSError:
+                continue  # not a file this uid can lock (a planted link): left for the owner to look at
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)  # a rank is making or joining it right now: not stale
+                continue
+            if not _lock_is_current(fd, path):
+                os.close(fd)
+                continue
+            held.append((n, fd))
+        if not held:
+            return removed
+        # Read after every lock is held: no token of these can change now, so one the listing lacks is dead.
+        live = _live_lease_ids(c, owner)
+        for n, _ in held:
+            token_path = os.path.join(d, f"{n}.token")
+            try:
+                token, _, lease_id = _read_token_file(token_path, owner)
+            except PermissionDenied:
+                continue  # not the owner's file: never removed behind its back
+            if token and (lease_id is None or lease_id in live):
+                continue  # live, or an earlier version's file that names no lease id: kept
+            for p in (token_path, os.path.join(d, f"{n}.lock")):
+                try:
+                    os.unlink(p)
+                except FileNotFoundError:
+                    pass
+            removed.append(n)
+    finally:
+        for _, fd in held:
+            os.close(fd)  # drops the flock; a rank that waited on it finds the file gone and opens a new one
+    return removed
+
+
+def _prune(c: Client, d: str, owner: int, skip: Optional[str] = None) -> List[str]:
+    names = [n for n in _region_names(d) if n != skip]
+    removed: List[str] = []
+    for i in range(0, len(names), _PRUNE_BATCH):
+        removed += _prune_batch(c, d, owner, names[i : i + _PRUNE_BATCH])
+    return removed
+
+
+def prune_regions(*, client: Optional[Client] = None) -> List[str]:
+    """Remove the files of this uid's stale regions (no live lease behind the token, or no token at all: a
+    region whose making failed); returns their names, sorted. A region a rank is making or joining right now is
+    left alone, as is a token file of an earlier version (no lease id in it: ``remove_region`` removes it)."""
+    owner = os.geteuid()
+    d = os.path.join(_base(), f"pinbroker-regions-{owner}")
+    try:
+        _trusted(os.lstat(d), d, owner, True)
+    except FileNotFoundError:
+        return []
+    return _prune(client or connect(), d, owner)
+
+
 def shared_region(name: str, nbytes: int, *, client: Optional[Client] = None, uids: Iterable[int] = (),
                   owner_uid: Optional[int] = None, label: Optional[str] = None, timeout: float = 60.0,
-                  wait: bool = True) -> Tuple[Lease, bool]:
+                  wait: bool = True, max_regions: Optional[int] = None) -> Tuple[Lease, bool]:
     """The shared region ``name`` of at least ``nbytes``: (lease, created).
 
     The first rank of the owner's uid to call acquires the lease (from the warm pool, registered with CUDA
@@ -151,6 +294,10 @@ def shared_region(name: str, nbytes: int, *, client: Optional[Client] = None, ui
     the owner's uid, and lives until the last rank releases it (or exits). A region that exists with fewer
     bytes raises InvalidArgument. ``wait`` waits for memory (up to the daemon's acquire timeout) instead of
     failing at once when the budget is short; ``timeout`` bounds the wait for the owner's rank and the lock.
+
+    Making a region first removes the files of the owner's stale regions (:func:`prune_regions`), then raises
+    LimitReached when the owner already has ``max_regions`` regions with files (default
+    ``$PINBROKER_REGION_MAX``, else 256). Joining a live region is never refused for the bound.
     """
     if nbytes <= 0:
         raise InvalidArgument(errno.EINVAL, f"region {name!r}: nbytes must be positive, not {nbytes}")
@@ -172,21 +319,34 @@ def shared_region(name: str, nbytes: int, *, client: Optional[Client] = None, ui
                 raise Timeout(errno.ETIMEDOUT, f"region {name!r} of uid {owner}: no live lease in {timeout:g} s "
                               "(its owner's rank makes it, and must name this uid in uids=)")
             time.sleep(0.05)
-    fd = os.open(os.path.join(d, f"{name}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    most = _region_max(max_regions)
+    lock_path = os.path.join(d, f"{name}.lock")
+    fd = _lock(lock_path, name, deadline, timeout)
     try:
-        _lock(fd, name, deadline, timeout)
         token, _ = _read_token(token_path, owner)
         lease = _attach_live(c, name, token, nbytes, tag) if token else None
         if lease is not None:
             return lease, False
+        _prune(c, d, owner, skip=name)
+        others = len([n for n in _region_names(d) if n != name])
+        if others >= most:
+            raise LimitReached(errno.EUSERS, f"region {name!r}: uid {owner} already has {others} regions with files "
+                               f"in {d} (at most {most}: max_regions= or $PINBROKER_REGION_MAX); release some "
+                               "and remove_region() them, or raise the bound")
         lease = c.acquire(nbytes, label=tag, wait=wait)
         try:
-            _publish(token_path, lease.share(uids), lease.nbytes)
+            _publish(token_path, lease.share(uids), lease.nbytes, lease.id)
         except BaseException:
             lease.release()
             raise
         return lease, True
     finally:
+        # A region refused or not made (the bound, no memory) leaves no lock file without a token behind.
+        if not os.path.exists(token_path):
+            try:
+                os.unlink(lock_path)
+            except FileNotFoundError:
+                pass
         os.close(fd)  # drops the flock
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -205,3 +206,145 @@ def test_another_uids_rank_may_start_before_the_owners(daemon, client, region_di
     finally:
         _finish([other])
     lease.release()
+
+
+def _files(name):
+    token = pinbroker.region_path(name)
+    return [p for p in (token, token[: -len(".token")] + ".lock") if os.path.exists(p)]
+
+
+def test_stale_regions_files_are_pruned_on_demand_and_when_a_region_is_made(daemon, client, region_dir):
+    gone, _ = pinbroker.shared_region("gone", MiB, client=client)
+    live, _ = pinbroker.shared_region("live", 2 * MiB, client=client)
+    # The token file names the lease beside the token: one listing tells which are live.
+    with open(pinbroker.region_path("live")) as f:
+        words = f.read().split()
+    assert len(words) == 3 and words[1:] == [str(live.nbytes), str(live.id)], words
+    gone.release()
+    daemon.wait_leased(live.nbytes)
+    # A region whose making failed (no memory) leaves a lock file and no token: stale too.
+    lock_only = pinbroker.region_path("failed")[: -len(".token")] + ".lock"
+    open(lock_only, "w").close()
+    assert pinbroker.prune_regions(client=client) == ["failed", "gone"]
+    assert _files("gone") == [] and _files("failed") == []
+    assert len(_files("live")) == 2
+    # The live region's files still lead a later rank to it.
+    other = daemon.connect()
+    joined, created = pinbroker.shared_region("live", 2 * MiB, client=other)
+    assert not created and joined.id == live.id
+    joined.release()
+    other.close()
+    assert pinbroker.prune_regions(client=client) == []
+    # Once every rank left, making another region removes its files.
+    live.release()
+    daemon.wait_leased(0)
+    fresh, created = pinbroker.shared_region("fresh", MiB, client=client)
+    assert created and _files("live") == [] and len(_files("fresh")) == 2
+    fresh.release()
+    daemon.wait_leased(0)
+
+
+def test_a_region_whose_creator_left_is_live_while_a_rank_maps_it(daemon, client, region_dir):
+    lease, _ = pinbroker.shared_region("held", MiB, client=client)
+    other = daemon.connect()
+    attached, created = pinbroker.shared_region("held", MiB, client=other)
+    assert not created
+    lease.release()  # the creator leaves; the attached rank keeps the lease alive
+    deadline = time.monotonic() + 5  # releases are asynchronous: until the daemon shows the holder gone
+    while not [r for r in client.leases() if r["id"] == attached.id and r["holder_detached"]]:
+        assert time.monotonic() < deadline, client.leases()
+        time.sleep(0.02)
+    assert daemon.leased() == attached.nbytes
+    assert pinbroker.prune_regions(client=client) == []
+    third = daemon.connect()
+    again, created = pinbroker.shared_region("held", MiB, client=third)
+    assert not created and again.id == attached.id
+    again.release()
+    attached.release()
+    third.close()
+    other.close()
+    daemon.wait_leased(0)
+    assert pinbroker.prune_regions(client=client) == ["held"]
+
+
+def test_a_region_being_made_and_an_older_token_file_are_left_alone(daemon, client, region_dir):
+    import fcntl
+
+    pinbroker.shared_region("seed", MiB, client=client)[0].release()  # makes the folder
+    daemon.wait_leased(0)
+    # A rank holds the lock of "busy" (it is making the region): not stale whatever its files say.
+    lock = pinbroker.region_path("busy")[: -len(".token")] + ".lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    # A token file of the version before lease ids: its lease cannot be told without mapping it, so it stays.
+    with open(pinbroker.region_path("older"), "w") as f:
+        f.write("0" * 32 + " 1048576\n")
+    try:
+        assert pinbroker.prune_regions(client=client) == ["seed"]
+        assert os.path.exists(lock) and os.path.exists(pinbroker.region_path("older"))
+    finally:
+        os.close(fd)
+    assert pinbroker.prune_regions(client=client) == ["busy"]
+    assert pinbroker.remove_region("older")
+
+
+def test_a_rank_waiting_on_a_lock_that_is_removed_locks_the_new_file(daemon, client, region_dir):
+    import fcntl
+    import threading
+
+    pinbroker.shared_region("seed", MiB, client=client)[0].release()
+    lock = pinbroker.region_path("moved")[: -len(".token")] + ".lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    other = daemon.connect()
+    got = []
+    t = threading.Thread(target=lambda: got.append(pinbroker.shared_region("moved", MiB, client=other, timeout=10)))
+    t.start()
+    time.sleep(0.2)  # it waits on the lock (were it later, it would open the new file anyway: no false failure)
+    # A prune (or remove_region) removes the file under the lock, then lets go: the waiting rank must not
+    # go on holding a removed file, which a rank opening the path anew would lock too.
+    os.unlink(lock)
+    os.close(fd)
+    t.join(10)
+    assert got and got[0][1]
+    assert os.path.exists(lock)  # it locked the file at the path, made anew
+    got[0][0].release()
+    other.close()
+
+
+def test_the_number_of_regions_is_bounded(daemon, client, region_dir, monkeypatch):
+    a, _ = pinbroker.shared_region("a", MiB, client=client, max_regions=2)
+    b, _ = pinbroker.shared_region("b", MiB, client=client, max_regions=2)
+    with pytest.raises(pinbroker.LimitReached, match=r"already has 2 regions .*at most 2") as e:
+        pinbroker.shared_region("c", MiB, client=client, max_regions=2)
+    assert e.value.errno == errno.EUSERS
+    assert _files("c") == []  # refused before any lease or token
+    # Joining a live region is never refused for the bound.
+    other = daemon.connect()
+    joined, created = pinbroker.shared_region("a", MiB, client=other, max_regions=2)
+    assert not created
+    joined.release()
+    other.close()
+    # The environment sets the bound when the argument does not.
+    monkeypatch.setenv("PINBROKER_REGION_MAX", "2")
+    with pytest.raises(pinbroker.LimitReached):
+        pinbroker.shared_region("c", MiB, client=client)
+    # A region whose ranks all left makes room: it is pruned when the next one is made.
+    a.release()
+    daemon.wait_leased(b.nbytes)
+    c, created = pinbroker.shared_region("c", MiB, client=client)
+    assert created and _files("a") == []
+    for bad in ("0", "-1", "many"):
+        monkeypatch.setenv("PINBROKER_REGION_MAX", bad)
+        with pytest.raises(pinbroker.InvalidArgument, match="PINBROKER_REGION_MAX"):
+            pinbroker.shared_region("d", MiB, client=client)
+    monkeypatch.delenv("PINBROKER_REGION_MAX")
+    with pytest.raises(pinbroker.InvalidArgument, match="max_regions"):
+        pinbroker.shared_region("d", MiB, client=client, max_regions=0)
+    c.release()
+    b.release()
+    daemon.wait_leased(0)
+
+
+def test_the_default_bound_is_256():
+    assert pinbroker._region.REGION_MAX_DEFAULT == 256

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Integration: the warm-up at memory speed (issue 27). A start warm-up above 1 GiB runs beside the event loop:
- * the daemon answers at once and lends from a pool that grows (status pool_warming, pool_idle_bytes rising),
+ * Integration: the warm-up at memory speed (issue 27). A start warm-up above prewarm-before-ready (1 GiB by
+ * default; one at or below it is done before the daemon answers) runs beside the event loop: the daemon answers
+ * at once and lends from a pool that grows (status pool_warming, pool_idle_bytes rising),
  * an acquire that finds no warm chunk makes its own, and the pool still ends at the prewarm with every byte
  * counted once (leased + idle == pool). SIGTERM mid warm-up stops it cleanly. Big chunks are filled in 64 MiB
  * segments by several threads. The background cases run in simulation (PB_SIMULATE_ENV) with the test delay
@@ -45,18 +46,35 @@ static void child_simulated(void *ud)
 	setenv(WARMUP_DELAY_ENV, (const char *)ud, 1);
 }
 
-/* Simulated, 256 MiB largest class, prewarm bytes, the warm-up sleeping delay_ms after each batch. */
-static void start_warming(const char *prewarm, const char *delay_ms)
+/*
+ * Simulated, 256 MiB largest class, prewarm bytes, the warm-up sleeping delay_ms after each batch; before_ready,
+ * unless NULL, is prewarm-before-ready (else its default, 1 GiB).
+ */
+static void start_warming_with(const char *prewarm, const char *delay_ms, const char *before_ready)
 {
-	const char *const args[] = { "--budget",    "8G",        "--uid-quota",
-				     "100%",        "--prewarm", prewarm,
-				     "--chunk-max", "256M",      "--max-no-revoke-per-uid",
-				     "100%",        NULL };
+	const char *const args[] = { "--budget",
+				     "8G",
+				     "--uid-quota",
+				     "100%",
+				     "--prewarm",
+				     prewarm,
+				     "--chunk-max",
+				     "256M",
+				     "--max-no-revoke-per-uid",
+				     "100%",
+				     before_ready ? "--prewarm-before-ready" : NULL,
+				     before_ready,
+				     NULL };
 
 	daemon_prepare(&d);
 	daemon_restart_with(&d, args, child_simulated, (void *)delay_ms);
 	/* The client maps simulated chunks without populating them. */
 	setenv(PB_SIMULATE_ENV, "1", 1);
+}
+
+static void start_warming(const char *prewarm, const char *delay_ms)
+{
+	start_warming_with(prewarm, delay_ms, NULL);
 }
 
 static void stop_daemon(void)
@@ -174,6 +192,62 @@ START_TEST(test_sigterm_mid_warmup_stops_cleanly)
 }
 END_TEST
 
+/*
+ * prewarm-before-ready (was a constant, 1 GiB): a start warm-up at the setting is done before the daemon
+ * answers, even where a warm-up beside the loop would still be sleeping (the test delay applies only there).
+ */
+START_TEST(test_prewarm_at_the_setting_is_warm_before_ready)
+{
+	struct pb_status *s;
+	char *log;
+
+	start_warming_with("512M", "20000", "512M");
+	s = itest_status(d.socket);
+	ck_assert_msg(!s->pool_warming, "a 512 MiB prewarm at prewarm-before-ready 512M warmed beside the loop:\n%s",
+		      itest_tail(daemon_log(&d)));
+	ck_assert_uint_eq(s->prewarm_bytes, 512 * MiB);
+	ck_assert_uint_eq(s->pool_idle_bytes, 512 * MiB);
+	pb_status_free(s);
+	log = daemon_log_excerpt(&d);
+	ck_assert_msg(strstr(log, "pool warmed: 512 MiB in "), "no warm-up line:\n%s", log);
+	ck_assert_msg(!strstr(log, "beside the loop") && !strstr(log, "serving meanwhile"),
+		      "the warm-up ran beside the loop:\n%s", log);
+	free(log);
+}
+END_TEST
+
+/* One page above the setting, and 0 (always beside the loop): the daemon answers while the pool still warms. */
+static void check_warms_in_background(const char *prewarm, const char *before_ready, uint64_t prewarm_bytes)
+{
+	struct pb_status *s;
+	char *log;
+
+	start_warming_with(prewarm, "3000", before_ready);
+	s = itest_status(d.socket);
+	ck_assert_msg(s->pool_warming, "a %s prewarm at prewarm-before-ready %s was warm before ready:\n%s", prewarm,
+		      before_ready, itest_tail(daemon_log(&d)));
+	ck_assert_uint_eq(s->prewarm_bytes, prewarm_bytes);
+	pb_status_free(s);
+	ck_assert(daemon_wait_log(&d, "beside the loop", 5000));
+	s = wait_warm(60000);
+	ck_assert_msg(s != NULL, "the warm-up did not end:\n%s", itest_tail(daemon_log(&d)));
+	ck_assert_uint_eq(s->pool_idle_bytes, prewarm_bytes);
+	pb_status_free(s);
+	ck_assert(daemon_wait_log(&d, "serving meanwhile", 5000));
+	log = daemon_log_excerpt(&d);
+	ck_assert_msg(strstr(log, "pool warmed: "), "no warm-up line:\n%s", log);
+	free(log);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+
+START_TEST(test_prewarm_above_the_setting_warms_in_the_background)
+{
+	check_warms_in_background("512M", "511M", 512 * MiB);
+	/* 0: even the embedded default prewarm (256 MiB) warms beside the loop. */
+	check_warms_in_background("256M", "0", 256 * MiB);
+}
+END_TEST
+
 static void start_real(void)
 {
 	/* 512 MiB of 256 MiB chunks: each filled in four 64 MiB segments by the warm-up threads, before serving. */
@@ -225,7 +299,8 @@ static Suite *suite(void)
 
 	CHECK_CASE(s, "background", noop, stop_daemon, 120,
 		   test_partly_warm_pool_lends_exact_bytes_and_still_reaches_prewarm,
-		   test_sigterm_mid_warmup_stops_cleanly);
+		   test_sigterm_mid_warmup_stops_cleanly, test_prewarm_at_the_setting_is_warm_before_ready,
+		   test_prewarm_above_the_setting_warms_in_the_background);
 	CHECK_CASE(s, "real", start_real, stop_daemon, 60, test_big_chunks_filled_in_segments_are_whole_and_locked);
 	return s;
 }

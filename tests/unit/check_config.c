@@ -162,7 +162,7 @@ START_TEST(test_table_keys_are_unique_and_documented)
 	size_t n;
 	const struct config_key *keys = config_keys(&n);
 
-	ck_assert_uint_eq(n, 52); /* one per field of struct config */
+	ck_assert_uint_eq(n, 53); /* one per field of struct config */
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_ptr_nonnull(keys[i].help);
 		ck_assert_uint_gt(strlen(keys[i].help), 10);
@@ -680,6 +680,47 @@ START_TEST(test_max_registrants_per_file_defaults_to_256_and_is_bounded)
 	ck_assert_int_eq(config_load_file(c, path, &err), -EINVAL);
 	snprintf(expect, sizeof(expect),
 		 "%s:1: max-registrants-per-file: '4097' is out of range; write a whole number from 0 to 4096\n", path);
+	ck_assert_str_eq(err, expect);
+	free(err);
+	config_free(c);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
+/*
+ * Was a constant (1 GiB, issue 27): the largest start warm-up finished before READY. A size from 0 (always
+ * beside the loop) up, whole pages, restart-only; errors carry file:line like every key's.
+ */
+START_TEST(test_prewarm_before_ready_defaults_to_1g_and_is_a_size)
+{
+	char *path = write_temp("# warm-up\nprewarm-before-ready = 6000\n");
+	struct config *c = defaults();
+	char *err = NULL, expect[1024];
+
+	ck_assert_uint_eq(c->prewarm_before_ready_bytes, 1ull << 30);
+	ck_assert(!config_key_find("prewarm-before-ready")->reloadable);
+	set_ok(c, "prewarm-before-ready", "0");
+	ck_assert_uint_eq(c->prewarm_before_ready_bytes, 0);
+	set_ok(c, "prewarm-before-ready", "64G");
+	ck_assert_uint_eq(c->prewarm_before_ready_bytes, 64ull << 30);
+	set_ok(c, "prewarm-before-ready", "1024T");
+	ck_assert_uint_eq(c->prewarm_before_ready_bytes, 1ull << 50);
+	ck_assert_int_eq(config_validate(c, &err), 0);
+	err = set_fails("prewarm-before-ready", "1025T", -ERANGE);
+	ck_assert_str_eq(err, "prewarm-before-ready: '1025T' is out of range; write a size from 0 to 1024T");
+	free(err);
+	err = set_fails("prewarm-before-ready", "all", -EINVAL);
+	ck_assert_str_eq(err, "prewarm-before-ready: 'all' is not a size; write a number with an optional K, M, G or "
+			      "T suffix");
+	free(err);
+	free(set_fails("prewarm-before-ready", "-1G", -EINVAL));
+	free(set_fails("prewarm-before-ready", "1.5G", -EINVAL));
+	free(set_fails("prewarm-before-ready", "50%", -EINVAL));
+
+	ck_assert_int_eq(config_load_file(c, path, &err), -EINVAL);
+	snprintf(expect, sizeof(expect),
+		 "%s:2: prewarm-before-ready: '6000' is not a multiple of 4K (the page size); round it\n", path);
 	ck_assert_str_eq(err, expect);
 	free(err);
 	config_free(c);
@@ -1290,11 +1331,11 @@ static Suite *config_suite(void)
 	CHECK_CASE(s, "files", NULL, NULL, TIMEOUT_S, test_file_with_comments_and_blank_lines_loads,
 		   test_file_quotes_allow_an_empty_value, test_file_errors_carry_path_and_line_and_are_all_collected,
 		   test_max_registrants_per_file_defaults_to_256_and_is_bounded,
-		   test_file_unknown_key_suggests_the_closest, test_file_duplicate_key_names_the_first_line,
-		   test_missing_file_is_enoent_with_message, test_empty_file_loads_nothing,
-		   test_sample_config_round_trips_to_defaults, test_sample_config_loads_as_is_without_changes,
-		   test_dump_round_trips_any_config, test_dump_writes_defaults_as_in_the_table,
-		   test_markdown_has_a_row_per_key);
+		   test_prewarm_before_ready_defaults_to_1g_and_is_a_size, test_file_unknown_key_suggests_the_closest,
+		   test_file_duplicate_key_names_the_first_line, test_missing_file_is_enoent_with_message,
+		   test_empty_file_loads_nothing, test_sample_config_round_trips_to_defaults,
+		   test_sample_config_loads_as_is_without_changes, test_dump_round_trips_any_config,
+		   test_dump_writes_defaults_as_in_the_table, test_markdown_has_a_row_per_key);
 
 	CHECK_CASE(s, "validate", NULL, NULL, TIMEOUT_S, test_validate_critical_mem_must_be_below_tight,
 		   test_validate_critical_swapout_must_not_be_below_tight,
