@@ -546,7 +546,8 @@ static int64_t pool_reserved(const struct pool *q)
 			dlclose(h);
 		}
 		if (!fn) {
-			pbp_say(false, "cuMemPoolGetAttribute not found in libcuda.so.1: a pool's charge follows its calls");
+			pbp_say(false,
+				"cuMemPoolGetAttribute not found in libcuda.so.1: a pool's charge follows its calls");
 			return -1;
 		}
 		atomic_store(&get_attr, fn);
@@ -555,7 +556,8 @@ static int64_t pool_reserved(const struct pool *q)
 	r = ((CUresult(*)(CUmemoryPool, int, void *))(uintptr_t)fn)(q->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v);
 	pbp_leave();
 	if (r != CU_OK) {
-		pbp_say(false, "host pool %p: cuMemPoolGetAttribute(RESERVED_MEM_CURRENT) failed (%d)", q->pool, (int)r);
+		pbp_say(false, "host pool %p: cuMemPoolGetAttribute(RESERVED_MEM_CURRENT) failed (%d)", q->pool,
+			(int)r);
 		return -1;
 	}
 	return (int64_t)round_page(v);

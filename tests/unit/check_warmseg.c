@@ -133,7 +133,8 @@ static Suite *warmseg_suite(void)
 	CHECK_CASE(s, "core", NULL, NULL, 30, test_size_defaults_and_rounds_up_to_2m,
 		   test_a_1g_chunk_is_16_segments_of_64m, test_a_small_chunk_is_one_segment,
 		   test_segments_cover_the_chunk_exactly, test_pick_spreads_a_chunk_over_the_threads_in_64m_or_more,
-		   test_pick_shares_the_threads_among_a_batchs_chunks_first, test_threads_follow_the_cores_and_the_setting);
+		   test_pick_shares_the_threads_among_a_batchs_chunks_first,
+		   test_threads_follow_the_cores_and_the_setting);
 	return s;
 }
 
