@@ -344,7 +344,7 @@ mem_settled() { # MemAvailable once two medians in a row agree within MEM_SETTLE
 	done
 	echo "$b"
 }
-at_ready_mem() { M0=$(mem_settled); }
+at_ready_mem() { M0=$(mem_settled); P0=$(status_field pool_bytes); }
 taken_by() { # fallback label sizes...: bytes of MemAvailable a held program takes by its pins alone (sets TAKEN_U,
 	# the unbrokered bytes, and TAKEN_L, the leased bytes, while it holds). The program makes its CUDA context
 	# first and pins only once measured with it: a context's few hundred MiB vary from run to run, and
@@ -362,7 +362,9 @@ taken_by() { # fallback label sizes...: bytes of MemAvailable a held program tak
 	m1=$(mem_settled)
 	TAKEN_U=$(unbrokered)
 	TAKEN_L=$(status_field leased_bytes)
-	TAKEN=$((M0 - m1))
+	# Beyond the pool: a lease the pool lacks the chunks for makes them (and may drop idle ones of other
+	# sizes), so the pool's own resident bytes move while the program holds; bare runs leave it alone.
+	TAKEN=$((M0 - m1 - ($(status_field pool_bytes) - P0)))
 	hold_end
 }
 taken_median() { # fallback label sizes...: taken_by three times; TAKEN the median, SPREAD max - min
