@@ -291,8 +291,11 @@ fallbacks() {
 # The spread of the three runs is logged with each figure: a failure beyond it is the program's, not the noise's.
 MEM_SETTLE_BYTES=$((8 * MIB))
 mem_avail() { # MemAvailable in bytes, the median of five reads 100 ms apart
-	local i
-	for i in 1 2 3 4 5; do awk '/^MemAvailable:/ {print $2 * 1024}' /proc/meminfo; sleep 0.1; done | sort -n | sed -n 3p
+	# kB times 1024 in the shell: mawk (Debian's and Ubuntu's awk) prints a product past 2^31 as 2.44159e+10.
+	for _ in 1 2 3 4 5; do
+		echo $(($(awk '/^MemAvailable:/ {print $2}' /proc/meminfo) * 1024))
+		sleep 0.1
+	done | sort -n | sed -n 3p
 }
 mem_settled() { # MemAvailable once two medians in a row agree within MEM_SETTLE_BYTES (ten tries at most)
 	local a b d
