@@ -113,6 +113,42 @@ gpu_take_hugepages() {
 	fi
 }
 
+# gpu_start_daemon LABEL SOCKET [ARG...]: start pinbrokerd on SOCKET with DARGS and the ARGs, its output in DLOG,
+# its pid in PIDS; wait (60 s at most) until it answers and its pool is warm (a prewarm above 1 GiB goes on warming
+# beside the loop: pool_warming), then export PINBROKER_SOCKET=SOCKET. Else say so in LOG and return 1.
+gpu_start_daemon() {
+	local label=$1 sock=$2 pid
+	shift 2
+	echo "--- pinbrokerd $label: $*" >>"$DLOG"
+	setsid "$DAEMON" --socket "$sock" "${DARGS[@]}" "$@" >>"$DLOG" 2>&1 </dev/null &
+	pid=$!
+	PIDS+=("$pid")
+	for _ in $(seq 1 1200); do
+		if "$PINCTL" --socket "$sock" status -o pool_warming --no-headers 2>/dev/null | grep -q false; then
+			export PINBROKER_SOCKET=$sock
+			return 0
+		fi
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	echo "FAIL: pinbrokerd $label did not answer on $sock; see $DLOG" | tee -a "$LOG"
+	return 1
+}
+
+# gpu_daemon_section LABEL NAME FUNCTION [ARG...]: a daemon of its own on $TMP/LABEL.sock (gpu_start_daemon with
+# the ARGs) for FUNCTION, run as gpu_section NAME; the daemon stopped after. A daemon that does not start or stop
+# counts as a failed check.
+gpu_daemon_section() {
+	local label=$1 name=$2 fn=$3
+	shift 3
+	if gpu_start_daemon "$label" "$TMP/$label.sock" "$@"; then
+		gpu_section "$name" "$fn"
+		gpu_stop_last "$LOG" || FAILED=$((FAILED + 1))
+	else
+		FAILED=$((FAILED + 1))
+	fi
+}
+
 # gpu_stop_last LOG: TERM the daemon started last and wait up to 10 s for it; else say so in LOG, KILL it
 # and fail.
 gpu_stop_last() {

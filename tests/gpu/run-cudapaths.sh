@@ -34,22 +34,6 @@ trap cleanup EXIT
 
 gpu_probe "$PROG"
 
-start_daemon() { # label socket args...
-	local label=$1 sock=$2 pid
-	shift 2
-	echo "--- pinbrokerd $label: $*" >>"$DLOG"
-	setsid "$DAEMON" --socket "$sock" "${DARGS[@]}" "$@" >>"$DLOG" 2>&1 </dev/null &
-	pid=$!
-	PIDS+=("$pid")
-	for _ in $(seq 1 1200); do
-		"$PINCTL" --socket "$sock" status --json >/dev/null 2>&1 && export PINBROKER_SOCKET=$sock && return 0
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.05
-	done
-	echo "FAIL: pinbrokerd $label did not answer on $sock; see $DLOG" | tee -a "$LOG"
-	return 1
-}
-
 figures() { echo "registered=$(gpu_status_field registered_bytes) unbrokered=$(gpu_status_field unbrokered_bytes)"; }
 
 # The daemon sees a release a moment after the program makes it: retry for up to 3 s.
@@ -182,18 +166,10 @@ over_budget() {
 	done
 }
 
-if start_daemon checks "$TMP/checks.sock" --budget 4G --prewarm 0 --hugetlb no; then
-	gpu_section "driver-owned host memory charged (VMM, host pool, default host pool, graph node)" charged
-	gpu_stop_last "$LOG" || FAILED=$((FAILED + 1))
-else
-	FAILED=$((FAILED + 1))
-fi
-if start_daemon small "$TMP/small.sock" --budget 16M --prewarm 0 --hugetlb no --max-pending-acquires 0; then
-	gpu_section "over the budget: 256 MiB against 16 MiB" over_budget
-	gpu_stop_last "$LOG" || FAILED=$((FAILED + 1))
-else
-	FAILED=$((FAILED + 1))
-fi
+gpu_daemon_section checks "driver-owned host memory charged (VMM, host pool, default host pool, graph node)" charged \
+	--budget 4G --prewarm 0 --hugetlb no
+gpu_daemon_section small "over the budget: 256 MiB against 16 MiB" over_budget \
+	--budget 16M --prewarm 0 --hugetlb no --max-pending-acquires 0
 
 gpu_summary_head "Driver-owned host memory under the interposer" | tee "$OUT/cudapaths-summary.md"
 echo "cudapaths: $PASSED passed, $FAILED failed (log $LOG)"

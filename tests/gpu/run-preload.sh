@@ -43,25 +43,6 @@ gpu_probe "${PROG[static]}"
 
 [ "${PB_SKIP_BENCH:-0}" = 1 ] || gpu_take_hugepages
 
-# Start pinbrokerd on SOCKET and wait until it answers (the pool warms before the socket serves).
-start_daemon() { # label socket args...
-	local label=$1 sock=$2 pid
-	shift 2
-	echo "--- pinbrokerd $label: $*" >>"$DLOG"
-	setsid "$DAEMON" --socket "$sock" "${DARGS[@]}" "$@" >>"$DLOG" 2>&1 </dev/null &
-	pid=$!
-	PIDS+=("$pid")
-	for _ in $(seq 1 1200); do
-		# Answering, and warm: a prewarm above 1 GiB goes on warming beside the loop (pool_warming).
-		"$PINCTL" --socket "$sock" status -o pool_warming --no-headers 2>/dev/null | grep -q false && return 0
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.05
-	done
-	echo "FAIL: pinbrokerd $label did not answer on $sock; see $DLOG" | tee -a "$LOG"
-	return 1
-}
-stop_last() { gpu_stop_last "$LOG"; }
-
 # JSON from pinctl, read with python3 (on the GPU host; no jq there).
 leases_of() { # label -> one line per lease: "bytes registration no_revoke" (sorted by bytes)
 	"$PINCTL" leases --json 2>>"$LOG" | python3 -c '
@@ -366,45 +347,22 @@ $(((small + big) / MIB)) MiB)" [ "$bare" -ge $(((small + big) * 9 / 10)) ]
 <= $((budget / MIB)) MiB)" [ "$TAKEN_L" -le "$pool" -a "$pool" -le "$budget" ]
 }
 
-if start_daemon checks "$TMP/checks.sock" --budget 8G --prewarm 512M --hugetlb no; then
-	export PINBROKER_SOCKET=$TMP/checks.sock
-	gpu_section "preloaded programs (check, hold: alloc, mapped, register, wc)" programs
-	stop_last || FAILED=$((FAILED + 1))
-else
-	FAILED=$((FAILED + 1))
-fi
-if start_daemon small "$TMP/small.sock" --budget 16M --prewarm 0 --hugetlb no --max-pending-acquires 0; then
-	export PINBROKER_SOCKET=$TMP/small.sock
-	gpu_section "fallbacks: 64 MiB against a 16 MiB budget" fallbacks
-	stop_last || FAILED=$((FAILED + 1))
-else
-	FAILED=$((FAILED + 1))
-fi
-
-if start_daemon host "$TMP/host.sock" --budget 256M --prewarm 256M --hugetlb no --max-pending-acquires 0 \
-	--pool-shrink-delay-ms 3600000; then
-	export PINBROKER_SOCKET=$TMP/host.sock
-	gpu_section "host total: pinned memory within the budget plus unbrokered" host_total
-	stop_last || FAILED=$((FAILED + 1))
-else
-	FAILED=$((FAILED + 1))
-fi
-if start_daemon deep "$TMP/deep.sock" --budget 256M --prewarm 0 --hugetlb no; then
-	export PINBROKER_SOCKET=$TMP/deep.sock
-	gpu_section "deep-bound plugin (RTLD_DEEPBIND) under pinctl run" deepbind
-	stop_last || FAILED=$((FAILED + 1))
-else
-	FAILED=$((FAILED + 1))
-fi
+gpu_daemon_section checks "preloaded programs (check, hold: alloc, mapped, register, wc)" programs \
+	--budget 8G --prewarm 512M --hugetlb no
+gpu_daemon_section small "fallbacks: 64 MiB against a 16 MiB budget" fallbacks \
+	--budget 16M --prewarm 0 --hugetlb no --max-pending-acquires 0
+gpu_daemon_section host "host total: pinned memory within the budget plus unbrokered" host_total \
+	--budget 256M --prewarm 256M --hugetlb no --max-pending-acquires 0 --pool-shrink-delay-ms 3600000
+gpu_daemon_section deep "deep-bound plugin (RTLD_DEEPBIND) under pinctl run" deepbind \
+	--budget 256M --prewarm 0 --hugetlb no
 
 # Benchmark: the same binary bare and under pinctl run, one after the other, against a warm pool.
 BENCH_MD=$OUT/preload-bench.md
 if [ "${PB_SKIP_BENCH:-0}" != 1 ]; then
 	if [ "$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)" -ge 1024 ] 2>/dev/null; then huge=yes; else huge=no; fi
 	echo "=== benchmark (hugetlb $huge)" | tee -a "$LOG"
-	if start_daemon bench "$TMP/bench.sock" --budget 4G --prewarm 2G --hugetlb "$huge" \
+	if gpu_start_daemon bench "$TMP/bench.sock" --budget 4G --prewarm 2G --hugetlb "$huge" \
 		--pool-shrink-delay-ms 3600000; then
-		export PINBROKER_SOCKET=$TMP/bench.sock
 		for k in static shared; do
 			"${PROG[$k]}" bench >"$OUT/preload-bench-$k-real.txt" 2>&1
 			echo "$k real: exit $?" >>"$LOG"
@@ -413,7 +371,7 @@ if [ "${PB_SKIP_BENCH:-0}" != 1 ]; then
 			# Whether the interposer was reached at all: the daemon logs every lease it grants, with its label.
 			grep -c "label pb-bench-$k-$$\$" "$DLOG" >"$OUT/preload-bench-$k-leases.txt"
 		done
-		stop_last
+		gpu_stop_last "$LOG"
 		python3 - "$OUT" "$huge" >"$BENCH_MD" <<'EOF'
 import os, sys
 out, huge = sys.argv[1], sys.argv[2]
