@@ -2,8 +2,8 @@
 # shellcheck shell=bash
 # Sourced (bash) by run-gpu.sh, run-preload.sh and run-cudapaths.sh: the daemons a script starts (their pids
 # in PIDS) and the huge pages it takes, both given back by gpu_cleanup when it exits; and, for the scripts that
-# count checks (run-preload.sh, run-cudapaths.sh), finding the build, the output folders, the GPU probe and the
-# tally of checks with its summary table.
+# count checks (run-preload.sh, run-cudapaths.sh), finding the build, the output folders, the GPU probe, a daemon
+# per section, and the tally of checks with its summary table.
 PIDS=()
 HUGE_BEFORE=
 PASSED=0
