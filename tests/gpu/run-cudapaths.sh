@@ -15,30 +15,14 @@ set -u
 # fail (EPIPE), not kill this script with SIGPIPE (it did, on the H200, after the VMM steps).
 trap '' PIPE
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
-BUILD=${1:-}
-if [ -z "$BUILD" ]; then
-	for b in "$SRC/build-gpu" "$SRC/build"; do [ -x "$b/tests/gpu/cudapaths_prog" ] && BUILD=$b && break; done
-fi
-BUILD=$(realpath -m "${BUILD:-$SRC/build-gpu}")
-DAEMON=$BUILD/daemon/pinbrokerd
-PINCTL=$BUILD/client/pinctl
-PRELOAD=$BUILD/client/libpinbroker-preload.so
+# shellcheck source=tests/gpu/gpu-lib.sh
+. "$SRC/tests/gpu/gpu-lib.sh"
+gpu_find_build "${1:-}" tests/gpu/cudapaths_prog
 PROG=$BUILD/tests/gpu/cudapaths_prog
-for f in "$DAEMON" "$PINCTL" "$PRELOAD" "$PROG"; do
-	[ -e "$f" ] || { echo "missing $f (cmake -S . -B build-gpu -DPINBROKER_STATIC_DEPS=ON && cmake --build build-gpu)"; exit 2; }
-done
-export PINBROKER_PRELOAD_LIB=$PRELOAD
-export OUT=${OUT:-$(mktemp -d /tmp/pb-cudapaths-out.XXXXXX)}
-mkdir -p "$OUT"
-LOG=$OUT/cudapaths-tests.log
-DLOG=$OUT/cudapaths-daemons.log
-TMP=$(mktemp -d /tmp/pb-cudapaths.XXXXXX)
-: >"$LOG"
+gpu_out_dirs cudapaths
 MIB=1048576
 SIZE=$((256 * MIB))
 DARGS=(--lock-memory yes --tight-mem-available-pct 3 --critical-mem-available-pct 1 --max-no-revoke-per-uid 100%)
-# shellcheck source=tests/gpu/gpu-lib.sh
-. "$SRC/tests/gpu/gpu-lib.sh"
 RUN_PID=
 cleanup() {
 	[ -n "$RUN_PID" ] && kill -TERM "$RUN_PID" 2>/dev/null
@@ -48,49 +32,20 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$PROG" probe >"$TMP/probe" 2>&1
-rc=$?
-tee -a "$LOG" <"$TMP/probe"
-[ $rc = 77 ] && exit 77
-[ $rc = 0 ] || { echo "FAIL: cudapaths_prog probe exited $rc"; exit 1; }
+gpu_probe "$PROG"
 
-start_daemon() { # label socket args...
-	local label=$1 sock=$2 pid
-	shift 2
-	echo "--- pinbrokerd $label: $*" >>"$DLOG"
-	setsid "$DAEMON" --socket "$sock" "${DARGS[@]}" "$@" >>"$DLOG" 2>&1 </dev/null &
-	pid=$!
-	PIDS+=("$pid")
-	for _ in $(seq 1 1200); do
-		"$PINCTL" --socket "$sock" status --json >/dev/null 2>&1 && export PINBROKER_SOCKET=$sock && return 0
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.05
-	done
-	echo "FAIL: pinbrokerd $label did not answer on $sock; see $DLOG" | tee -a "$LOG"
-	return 1
-}
+figures() { echo "registered=$(gpu_status_field registered_bytes) unbrokered=$(gpu_status_field unbrokered_bytes)"; }
 
-status_field() { # field -> value from `pinctl status --json`
-	"$PINCTL" status --json 2>>"$LOG" |
-		python3 -c 'import json,sys; print(json.load(sys.stdin).get(sys.argv[1], "missing"))' "$1"
-}
-figures() { echo "registered=$(status_field registered_bytes) unbrokered=$(status_field unbrokered_bytes)"; }
-
-PASSED=0
-FAILED=0
-SUMMARY=()
-ok() { PASSED=$((PASSED + 1)); echo "PASS $*" >>"$LOG"; }
-bad() { FAILED=$((FAILED + 1)); echo "FAIL $*" | tee -a "$LOG"; }
 # The daemon sees a release a moment after the program makes it: retry for up to 3 s.
 eventually_figures() { # what want ("registered=R unbrokered=U")
 	local got end=$(($(date +%s%N) + 3000000000))
 	while :; do
 		got=$(figures)
-		[ "$got" = "$2" ] && { ok "$1 ($got)"; return 0; }
+		[ "$got" = "$2" ] && { gpu_ok "$1 ($got)"; return 0; }
 		[ "$(date +%s%N)" -lt $end ] || break
 		sleep 0.05
 	done
-	bad "$1: pinctl status shows $got, want $2"
+	gpu_bad "$1: pinctl status shows $got, want $2"
 	return 1
 }
 
@@ -125,7 +80,7 @@ run_next() { # expected step name
 	RC=$(sed -n 's/.* rc=\([0-9-]*\).*/\1/p' <<<"$line")
 	BYTES=$(sed -n 's/.* bytes=\([0-9]*\).*/\1/p' <<<"$line")
 	[ "$STEP" = "$1" ] && [ -n "$RC" ] && return 0
-	bad "expected step $1, got '${line:-nothing}'"
+	gpu_bad "expected step $1, got '${line:-nothing}'"
 	return 1
 }
 run_go() { echo >&9 2>/dev/null || true; }
@@ -140,16 +95,6 @@ run_end() { # -> the program's exit status
 	return $rc
 }
 
-section() { # name function: a summary row with the checks it counted
-	local name=$1 p0=$PASSED f0=$FAILED t0 res
-	shift
-	t0=$(date +%s%N)
-	echo "=== $name" | tee -a "$LOG"
-	"$@"
-	res=$([ $FAILED = "$f0" ] && echo pass || echo FAIL)
-	SUMMARY+=("| $name | $((PASSED - p0)) passed, $((FAILED - f0)) failed | $res | $(( ($(date +%s%N) - t0) / 1000000 )) ms |")
-}
-
 # Each step's figure: VMM and pools are registrations of what the driver holds, nothing unbrokered.
 charged_steps() { # path steps...
 	local path=$1 s
@@ -158,14 +103,14 @@ charged_steps() { # path steps...
 	for s in "$@"; do
 		run_next "$s" || break
 		if [ "$RC" != 0 ]; then
-			bad "$path $s: the CUDA call failed (error $RC)"
+			gpu_bad "$path $s: the CUDA call failed (error $RC)"
 			break
 		fi
 		eventually_figures "$path $s: charged what the driver holds, $((BYTES / MIB)) MiB" \
 			"registered=$BYTES unbrokered=0"
 		run_go
 	done
-	if run_end; then ok "$path: exit 0"; else bad "$path: exit $?"; fi
+	if run_end; then gpu_ok "$path: exit 0"; else gpu_bad "$path: exit $?"; fi
 	eventually_figures "$path: nothing left after exit" "registered=0 unbrokered=0"
 }
 
@@ -200,9 +145,9 @@ over_budget() {
 		run_start error "$path" $SIZE
 		if run_next created; then
 			if [ "$RC" = 2 ]; then
-				ok "$path --fallback error: the out-of-memory error"
+				gpu_ok "$path --fallback error: the out-of-memory error"
 			else
-				bad "$path --fallback error: error $RC, want 2 (out of memory)"
+				gpu_bad "$path --fallback error: error $RC, want 2 (out of memory)"
 			fi
 			eventually_figures "$path --fallback error: nothing charged or pinned" "registered=0 unbrokered=0"
 		fi
@@ -213,7 +158,7 @@ over_budget() {
 				eventually_figures "$path --fallback cuda: pinned by the driver, reported unbrokered" \
 					"registered=0 unbrokered=$BYTES"
 			else
-				bad "$path --fallback cuda: error $RC"
+				gpu_bad "$path --fallback cuda: error $RC"
 			fi
 		fi
 		run_end
@@ -221,28 +166,11 @@ over_budget() {
 	done
 }
 
-if start_daemon checks "$TMP/checks.sock" --budget 4G --prewarm 0 --hugetlb no; then
-	section "driver-owned host memory charged (VMM, host pool, default host pool, graph node)" charged
-	gpu_stop_last "$LOG" || FAILED=$((FAILED + 1))
-else
-	FAILED=$((FAILED + 1))
-fi
-if start_daemon small "$TMP/small.sock" --budget 16M --prewarm 0 --hugetlb no --max-pending-acquires 0; then
-	section "over the budget: 256 MiB against 16 MiB" over_budget
-	gpu_stop_last "$LOG" || FAILED=$((FAILED + 1))
-else
-	FAILED=$((FAILED + 1))
-fi
+gpu_daemon_section checks "driver-owned host memory charged (VMM, host pool, default host pool, graph node)" charged \
+	--budget 4G --prewarm 0 --hugetlb no
+gpu_daemon_section small "over the budget: 256 MiB against 16 MiB" over_budget \
+	--budget 16M --prewarm 0 --hugetlb no --max-pending-acquires 0
 
-{
-	echo
-	echo "## Driver-owned host memory under the interposer"
-	echo
-	head -1 "$TMP/probe"
-	echo
-	echo "| run | checks | result | time |"
-	echo "|---|---|---|---|"
-	printf '%s\n' "${SUMMARY[@]}"
-} | tee "$OUT/cudapaths-summary.md"
+gpu_summary_head "Driver-owned host memory under the interposer" | tee "$OUT/cudapaths-summary.md"
 echo "cudapaths: $PASSED passed, $FAILED failed (log $LOG)"
 [ $FAILED = 0 ]

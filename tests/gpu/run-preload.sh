@@ -12,28 +12,15 @@
 # missing, 77 without a GPU.
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
-BUILD=${1:-}
-if [ -z "$BUILD" ]; then
-	for b in "$SRC/build-gpu" "$SRC/build"; do [ -x "$b/tests/gpu/preload_prog_static" ] && BUILD=$b && break; done
-fi
-BUILD=$(realpath -m "${BUILD:-$SRC/build-gpu}")
-DAEMON=$BUILD/daemon/pinbrokerd
-PINCTL=$BUILD/client/pinctl
-PRELOAD=$BUILD/client/libpinbroker-preload.so
+# The build, the output folders, the tally of checks; the daemons and huge pages this takes, given back at exit
+# (shared with run-gpu.sh and run-cudapaths.sh).
+# shellcheck source=tests/gpu/gpu-lib.sh
+. "$SRC/tests/gpu/gpu-lib.sh"
+gpu_find_build "${1:-}" tests/gpu/preload_prog_static tests/gpu/preload_prog_shared tests/gpu/preload_driver
 declare -A PROG=([static]=$BUILD/tests/gpu/preload_prog_static [shared]=$BUILD/tests/gpu/preload_prog_shared
 	[driver]=$BUILD/tests/gpu/preload_driver)
 KINDS=(static shared driver)
-for f in "$DAEMON" "$PINCTL" "$PRELOAD" "${PROG[@]}"; do
-	[ -e "$f" ] || { echo "missing $f (cmake -S . -B build-gpu -DPINBROKER_STATIC_DEPS=ON && cmake --build build-gpu)"; exit 2; }
-done
-# pinctl run looks for the interposer next to the libpinbroker.so it runs with; a statically linked pinctl has none.
-export PINBROKER_PRELOAD_LIB=$PRELOAD
-export OUT=${OUT:-$(mktemp -d /tmp/pb-preload-out.XXXXXX)}
-mkdir -p "$OUT"
-LOG=$OUT/preload-tests.log
-DLOG=$OUT/preload-daemons.log
-TMP=$(mktemp -d /tmp/pb-preload.XXXXXX)
-: >"$LOG"
+gpu_out_dirs preload
 
 MIB=1048576
 PAGE=4096
@@ -43,9 +30,6 @@ FALLBACK_BYTES=$((64 * MIB))
 # never-revoked leases, which max-no-revoke-per-uid caps at 50% of the uid quota by default: allow all of it.
 DARGS=(--lock-memory yes --tight-mem-available-pct 3 --critical-mem-available-pct 1 --max-no-revoke-per-uid 100%)
 HOLDS=()
-# The daemons and huge pages this takes, given back at exit (shared with run-gpu.sh).
-# shellcheck source=tests/gpu/gpu-lib.sh
-. "$SRC/tests/gpu/gpu-lib.sh"
 cleanup() {
 	local p
 	for p in "${HOLDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
@@ -55,38 +39,11 @@ cleanup() {
 trap cleanup EXIT
 
 # Skip before touching anything when there is no GPU.
-"${PROG[static]}" probe >"$TMP/probe" 2>&1
-rc=$?
-tee -a "$LOG" <"$TMP/probe"
-[ $rc = 77 ] && exit 77
-[ $rc = 0 ] || { echo "FAIL: preload_prog_static probe exited $rc"; exit 1; }
+gpu_probe "${PROG[static]}"
 
 [ "${PB_SKIP_BENCH:-0}" = 1 ] || gpu_take_hugepages
 
-# Start pinbrokerd on SOCKET and wait until it answers (the pool warms before the socket serves).
-start_daemon() { # label socket args...
-	local label=$1 sock=$2 pid
-	shift 2
-	echo "--- pinbrokerd $label: $*" >>"$DLOG"
-	setsid "$DAEMON" --socket "$sock" "${DARGS[@]}" "$@" >>"$DLOG" 2>&1 </dev/null &
-	pid=$!
-	PIDS+=("$pid")
-	for _ in $(seq 1 1200); do
-		# Answering, and warm: a prewarm above 1 GiB goes on warming beside the loop (pool_warming).
-		"$PINCTL" --socket "$sock" status -o pool_warming --no-headers 2>/dev/null | grep -q false && return 0
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.05
-	done
-	echo "FAIL: pinbrokerd $label did not answer on $sock; see $DLOG" | tee -a "$LOG"
-	return 1
-}
-stop_last() { gpu_stop_last "$LOG"; }
-
 # JSON from pinctl, read with python3 (on the GPU host; no jq there).
-status_field() { # field -> value from `pinctl status --json`
-	"$PINCTL" status --json 2>>"$LOG" |
-		python3 -c 'import json,sys; print(json.load(sys.stdin).get(sys.argv[1], "missing"))' "$1"
-}
 leases_of() { # label -> one line per lease: "bytes registration no_revoke" (sorted by bytes)
 	"$PINCTL" leases --json 2>>"$LOG" | python3 -c '
 import json, sys
@@ -101,15 +58,10 @@ d = json.load(sys.stdin)
 print(" ".join("%s=%s" % (k, d.get(k)) for k in ("leased_bytes", "registered_bytes", "no_revoke_bytes", "unbrokered_bytes")))'
 }
 
-PASSED=0
-FAILED=0
-SUMMARY=()
-ok() { PASSED=$((PASSED + 1)); echo "PASS $*" >>"$LOG"; }
-bad() { FAILED=$((FAILED + 1)); echo "FAIL $*" | tee -a "$LOG"; }
 check() { # description command...: PASS when the command succeeds
 	local what=$1
 	shift
-	if "$@"; then ok "$what"; else bad "$what"; fi
+	if "$@"; then gpu_ok "$what"; else gpu_bad "$what"; fi
 }
 
 # Run a program's `hold` under pinctl run in the background; sets HOLD_PID and HOLD_OUT. Returns 1 when it did not
@@ -187,7 +139,7 @@ eventually_ge() { # what command min
 	echo "  $1: got '$got', want >= $3" >>"$LOG"
 	return 1
 }
-unbrokered() { status_field unbrokered_bytes; }
+unbrokered() { gpu_status_field unbrokered_bytes; }
 round_page() { echo $(( ($1 + PAGE - 1) / PAGE * PAGE )); }
 
 # hold: a lease per allocation, of the page-rounded size and the label, gone again after the free.
@@ -198,7 +150,7 @@ hold_test() { # prog-kind hold-kind
 	want=$(printf '%s' "$want" | sort -n)
 	start=$(counters)
 	if ! hold_start cuda "$label" "$hk" "${PROG[$k]}" "${HOLD_SIZES[@]}"; then
-		bad "$k hold ($hk): did not start"
+		gpu_bad "$k hold ($hk): did not start"
 		hold_end
 		return
 	fi
@@ -214,7 +166,7 @@ hold_test() { # prog-kind hold-kind
 		check "$k hold ($hk): budget counters back after the free (process alive)" \
 			eventually_eq "counters" counters "$start"
 	else
-		bad "$k hold ($hk): never said released"
+		gpu_bad "$k hold ($hk): never said released"
 	fi
 	check "$k hold ($hk): exit 0" hold_end
 	check "$k hold ($hk): budget counters back after exit" eventually_eq "counters" counters "$start"
@@ -239,22 +191,12 @@ run_check() { # prog-kind bare|interposed: bare is the baseline (a FAIL there is
 }
 
 declare -A CHECK_LINE
-section() { # name: runs the rest of the arguments, then adds a summary row with the checks it counted
-	local name=$1 p0=$PASSED f0=$FAILED t0 res
-	shift
-	t0=$(date +%s%N)
-	echo "=== $name" | tee -a "$LOG"
-	"$@"
-	res=$([ $FAILED = "$f0" ] && echo pass || echo FAIL)
-	SUMMARY+=("| $name | $((PASSED - p0)) passed, $((FAILED - f0)) failed | $res | $(( ($(date +%s%N) - t0) / 1000000 )) ms |")
-}
-
 # A plugin dlopen()ed with RTLD_DEEPBIND binds cuMemHostAlloc to libcuda.so.1 itself (issue 22, finding 6): under
 # pinctl run the interposer must still see it, so the 64 MiB is a lease of the program's label, freed at exit.
 deepbind() {
 	local label=pb-deep-$$ out=$TMP/deep.out fifo=$TMP/deep.fifo pid got=
 	local prog=$BUILD/tests/gpu/deepbind_prog plugin=$BUILD/tests/gpu/libdeepbind_plugin.so
-	[ -x "$prog" ] && [ -e "$plugin" ] || { bad "deep-bound plugin: $prog or $plugin missing"; return; }
+	[ -x "$prog" ] && [ -e "$plugin" ] || { gpu_bad "deep-bound plugin: $prog or $plugin missing"; return; }
 	mkfifo "$fifo"
 	"$PINCTL" run --label "$label" -- "$prog" "$plugin" $((64 * MIB)) <"$fifo" >"$out" 2>&1 &
 	pid=$!
@@ -289,11 +231,11 @@ fallbacks() {
 			check "$k --fallback cuda: allocation served, unbrokered >= $FALLBACK_BYTES while held" \
 				eventually_ge "unbrokered" unbrokered $((start + FALLBACK_BYTES))
 			check "$k --fallback cuda: no lease" expect_eq "leases" "$(leases_of "$label")" ""
-			hold_free || bad "$k --fallback cuda: never said released"
+			hold_free || gpu_bad "$k --fallback cuda: never said released"
 			check "$k --fallback cuda: unbrokered back after the free" \
 				eventually_eq "unbrokered" unbrokered "$start"
 		else
-			bad "$k --fallback cuda: the allocation failed"
+			gpu_bad "$k --fallback cuda: the allocation failed"
 		fi
 		check "$k --fallback cuda: exit 0" hold_end
 		check "$k --fallback cuda: unbrokered back after exit" eventually_eq "unbrokered" unbrokered "$start"
@@ -311,7 +253,7 @@ fallbacks() {
 			check "$k --fallback pageable: no lease" expect_eq "leases" "$(leases_of "$label")" ""
 			check "$k --fallback pageable: nothing unbrokered" expect_eq "unbrokered" "$(unbrokered)" "$start"
 		else
-			bad "$k --fallback pageable: the allocation failed"
+			gpu_bad "$k --fallback pageable: the allocation failed"
 		fi
 		check "$k --fallback pageable: exit 0" hold_end
 	done
@@ -330,8 +272,11 @@ fallbacks() {
 # The spread of the three runs is logged with each figure: a failure beyond it is the program's, not the noise's.
 MEM_SETTLE_BYTES=$((8 * MIB))
 mem_avail() { # MemAvailable in bytes, the median of five reads 100 ms apart
-	local i
-	for i in 1 2 3 4 5; do awk '/^MemAvailable:/ {print $2 * 1024}' /proc/meminfo; sleep 0.1; done | sort -n | sed -n 3p
+	# kB times 1024 in the shell: mawk (Debian's and Ubuntu's awk) prints a product past 2^31 as 2.44159e+10.
+	for _ in 1 2 3 4 5; do
+		echo $(($(awk '/^MemAvailable:/ {print $2}' /proc/meminfo) * 1024))
+		sleep 0.1
+	done | sort -n | sed -n 3p
 }
 mem_settled() { # MemAvailable once two medians in a row agree within MEM_SETTLE_BYTES (ten tries at most)
 	local a b d
@@ -344,7 +289,7 @@ mem_settled() { # MemAvailable once two medians in a row agree within MEM_SETTLE
 	done
 	echo "$b"
 }
-at_ready_mem() { M0=$(mem_settled); P0=$(status_field pool_bytes); }
+at_ready_mem() { M0=$(mem_settled); P0=$(gpu_status_field pool_bytes); }
 taken_by() { # fallback label sizes...: bytes of MemAvailable a held program takes by its pins alone (sets TAKEN_U,
 	# the unbrokered bytes, and TAKEN_L, the leased bytes, while it holds). The program makes its CUDA context
 	# first and pins only once measured with it: a context's few hundred MiB vary from run to run, and
@@ -361,10 +306,10 @@ taken_by() { # fallback label sizes...: bytes of MemAvailable a held program tak
 	HOLD_START=
 	m1=$(mem_settled)
 	TAKEN_U=$(unbrokered)
-	TAKEN_L=$(status_field leased_bytes)
+	TAKEN_L=$(gpu_status_field leased_bytes)
 	# Beyond the pool: a lease the pool lacks the chunks for makes them (and may drop idle ones of other
 	# sizes), so the pool's own resident bytes move while the program holds; bare runs leave it alone.
-	TAKEN=$((M0 - m1 - ($(status_field pool_bytes) - P0)))
+	TAKEN=$((M0 - m1 - ($(gpu_status_field pool_bytes) - P0)))
 	hold_end
 }
 taken_median() { # fallback label sizes...: taken_by three times; TAKEN the median, SPREAD max - min
@@ -381,13 +326,13 @@ taken_median() { # fallback label sizes...: taken_by three times; TAKEN the medi
 }
 host_total() {
 	local small=$((192 * MIB)) big=$((512 * MIB)) bare inter budget pool tol spread_bare
-	budget=$(status_field budget_bytes)
-	taken_median bare "pb-host-bare-$$" $small $big || { bad "host total: the bare hold failed"; return; }
+	budget=$(gpu_status_field budget_bytes)
+	taken_median bare "pb-host-bare-$$" $small $big || { gpu_bad "host total: the bare hold failed"; return; }
 	bare=$TAKEN
 	spread_bare=$SPREAD
-	taken_median cuda "pb-host-$$" $small $big || { bad "host total: the interposed hold failed"; return; }
+	taken_median cuda "pb-host-$$" $small $big || { gpu_bad "host total: the interposed hold failed"; return; }
 	inter=$TAKEN
-	pool=$(status_field pool_bytes)
+	pool=$(gpu_status_field pool_bytes)
 	tol=$((64 * MIB))
 	HOST_LINE="not interposed: $((bare / MIB)) MiB taken beside its CUDA context for $(((small + big) / MIB)) MiB pinned \
 (median of 3, spread $((spread_bare / MIB)) MiB); interposed: $((inter / MIB)) MiB taken (spread $((SPREAD / MIB)) MiB), \
@@ -404,45 +349,22 @@ $(((small + big) / MIB)) MiB)" [ "$bare" -ge $(((small + big) * 9 / 10)) ]
 <= $((budget / MIB)) MiB)" [ "$TAKEN_L" -le "$pool" -a "$pool" -le "$budget" ]
 }
 
-if start_daemon checks "$TMP/checks.sock" --budget 8G --prewarm 512M --hugetlb no; then
-	export PINBROKER_SOCKET=$TMP/checks.sock
-	section "preloaded programs (check, hold: alloc, mapped, register, wc)" programs
-	stop_last || FAILED=$((FAILED + 1))
-else
-	FAILED=$((FAILED + 1))
-fi
-if start_daemon small "$TMP/small.sock" --budget 16M --prewarm 0 --hugetlb no --max-pending-acquires 0; then
-	export PINBROKER_SOCKET=$TMP/small.sock
-	section "fallbacks: 64 MiB against a 16 MiB budget" fallbacks
-	stop_last || FAILED=$((FAILED + 1))
-else
-	FAILED=$((FAILED + 1))
-fi
-
-if start_daemon host "$TMP/host.sock" --budget 256M --prewarm 256M --hugetlb no --max-pending-acquires 0 \
-	--pool-shrink-delay-ms 3600000; then
-	export PINBROKER_SOCKET=$TMP/host.sock
-	section "host total: pinned memory within the budget plus unbrokered" host_total
-	stop_last || FAILED=$((FAILED + 1))
-else
-	FAILED=$((FAILED + 1))
-fi
-if start_daemon deep "$TMP/deep.sock" --budget 256M --prewarm 0 --hugetlb no; then
-	export PINBROKER_SOCKET=$TMP/deep.sock
-	section "deep-bound plugin (RTLD_DEEPBIND) under pinctl run" deepbind
-	stop_last || FAILED=$((FAILED + 1))
-else
-	FAILED=$((FAILED + 1))
-fi
+gpu_daemon_section checks "preloaded programs (check, hold: alloc, mapped, register, wc)" programs \
+	--budget 8G --prewarm 512M --hugetlb no
+gpu_daemon_section small "fallbacks: 64 MiB against a 16 MiB budget" fallbacks \
+	--budget 16M --prewarm 0 --hugetlb no --max-pending-acquires 0
+gpu_daemon_section host "host total: pinned memory within the budget plus unbrokered" host_total \
+	--budget 256M --prewarm 256M --hugetlb no --max-pending-acquires 0 --pool-shrink-delay-ms 3600000
+gpu_daemon_section deep "deep-bound plugin (RTLD_DEEPBIND) under pinctl run" deepbind \
+	--budget 256M --prewarm 0 --hugetlb no
 
 # Benchmark: the same binary bare and under pinctl run, one after the other, against a warm pool.
 BENCH_MD=$OUT/preload-bench.md
 if [ "${PB_SKIP_BENCH:-0}" != 1 ]; then
 	if [ "$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)" -ge 1024 ] 2>/dev/null; then huge=yes; else huge=no; fi
 	echo "=== benchmark (hugetlb $huge)" | tee -a "$LOG"
-	if start_daemon bench "$TMP/bench.sock" --budget 4G --prewarm 2G --hugetlb "$huge" \
+	if gpu_start_daemon bench "$TMP/bench.sock" --budget 4G --prewarm 2G --hugetlb "$huge" \
 		--pool-shrink-delay-ms 3600000; then
-		export PINBROKER_SOCKET=$TMP/bench.sock
 		for k in static shared; do
 			"${PROG[$k]}" bench >"$OUT/preload-bench-$k-real.txt" 2>&1
 			echo "$k real: exit $?" >>"$LOG"
@@ -451,7 +373,7 @@ if [ "${PB_SKIP_BENCH:-0}" != 1 ]; then
 			# Whether the interposer was reached at all: the daemon logs every lease it grants, with its label.
 			grep -c "label pb-bench-$k-$$\$" "$DLOG" >"$OUT/preload-bench-$k-leases.txt"
 		done
-		stop_last
+		gpu_stop_last "$LOG"
 		python3 - "$OUT" "$huge" >"$BENCH_MD" <<'EOF'
 import os, sys
 out, huge = sys.argv[1], sys.argv[2]
@@ -500,14 +422,7 @@ EOF
 fi
 
 {
-	echo
-	echo "## Preload interposer tests"
-	echo
-	head -1 "$TMP/probe"
-	echo
-	echo "| run | checks | result | time |"
-	echo "|---|---|---|---|"
-	printf '%s\n' "${SUMMARY[@]}"
+	gpu_summary_head "Preload interposer tests"
 	echo "- host total: ${HOST_LINE:-not measured}"
 	for k in "${KINDS[@]}"; do
 		echo "- $k check: bare ${CHECK_LINE[$k-bare]:-not run}; interposed ${CHECK_LINE[$k-interposed]:-not run}"

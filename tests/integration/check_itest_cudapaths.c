@@ -4,9 +4,10 @@
  * real pinbrokerd (issue 26, item 3): VMM allocations with a host location, host-located memory pools (CUDA 13's
  * default host pool too) and graph memory nodes with a host location. An unmodified program
  * (tests/preload/cudapaths.c) reaches the stand-in libcuda.so.1 four ways: linked to it, dlopen() + dlsym(),
- * dlopen() + cuGetProcAddress, and cuGetProcAddress asking for the per-thread default stream's versions. At each
- * step the broker's figures (status: registered and unbrokered bytes) are compared with what the issue says they
- * must be, and with what the stand-in driver itself holds.
+ * dlopen() + cuGetProcAddress, and cuGetProcAddress asking for the per-thread default stream's versions. Each case
+ * is a table of the program's steps (struct path_run), which walk() takes one by one: at each step the broker's
+ * figures (status: registered and unbrokered bytes) are compared with what the issue says they must be, and with
+ * what the stand-in driver itself holds.
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -50,9 +51,29 @@ struct prog {
 	FILE *out;
 };
 
-/* Run bin WAY PATH SIZE [MAX] under the interposer (preload) with fallback policy (NULL: the default). */
-static void spawn(struct prog *p, int way, bool preload, const char *policy, const char *path, const char *size,
-		  const char *max)
+/*
+ * One step of the program and what it must show then: the CUresult it prints, the stand-in driver's own figure for
+ * the path (vmm=, pool= or graph=), and the broker's (pinctl status: registered and unbrokered bytes).
+ */
+struct step {
+	const char *name;
+	int r;
+	uint64_t driver;
+	uint64_t registered, unbrokered;
+};
+
+/* A run of the program: its arguments, how it runs, and every step it must take, in order. */
+struct path_run {
+	const char *path, *size, *max; /* cudapaths PATH SIZE [MAX] */
+	bool bare;                     /* without the interposer (the control) */
+	const char *policy;            /* PINBROKER_PRELOAD_FALLBACK; NULL: the default */
+	const char *env;               /* NAME=VALUE for the program too, or NULL */
+	int exit_status;               /* once its stdin is closed after the last step */
+	struct step steps[8];          /* up to the first without a name */
+};
+
+/* Run bin WAY PATH SIZE [MAX] as run says (its environment, under the interposer or not, its fallback policy). */
+static void spawn(struct prog *p, int way, const struct path_run *run)
 {
 	int in[2], out[2];
 
@@ -67,14 +88,16 @@ static void spawn(struct prog *p, int way, bool preload, const char *policy, con
 		setenv("LD_LIBRARY_PATH", STUB_DIR, 1);
 		setenv("PINBROKER_SOCKET", d.socket, 1);
 		setenv("PINBROKER_LABEL", "cudapaths", 1);
-		if (preload)
+		if (!run->bare)
 			setenv("LD_PRELOAD", PRELOAD_LIB, 1);
-		if (policy)
-			setenv("PINBROKER_PRELOAD_FALLBACK", policy, 1);
+		if (run->policy)
+			setenv("PINBROKER_PRELOAD_FALLBACK", run->policy, 1);
+		if (run->env)
+			putenv((char *)run->env);
 		snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0", getenv("ASAN_OPTIONS") ?: "",
 			 getenv("ASAN_OPTIONS") ? ":" : "");
 		setenv("ASAN_OPTIONS", asan, 1);
-		execl(bins[way], bins[way], ways[way], path, size, max, (char *)NULL);
+		execl(bins[way], bins[way], ways[way], run->path, run->size, run->max, (char *)NULL);
 		_exit(127);
 	}
 	close(in[0]);
@@ -144,29 +167,66 @@ static void expect_broker(const char *when, uint64_t registered, uint64_t unbrok
 		     (unsigned long long)unbrokered);
 }
 
-/* One step: its name, CUresult 0, the broker's charge equal to want and to the driver's own figure (key). */
-static void charged_step(struct prog *p, int way, const char *name, const char *key, uint64_t want)
+/* The stand-in driver's figure for a path's host memory. */
+static const char *driver_key(const char *path)
 {
-	char line[256], when[64];
-
-	ck_assert_int_eq(next_step(p, name, line, sizeof(line)), 0);
-	ck_assert_uint_eq(field(line, key), want);
-	snprintf(when, sizeof(when), "%s (%s)", name, ways[way]);
-	expect_broker(when, want, 0);
+	if (strncmp(path, "vmm", 3) == 0)
+		return "vmm=";
+	return strcmp(path, "graph") == 0 ? "graph=" : "pool=";
 }
+
+/* For messages: "PATH STEP (WAY[, bare][, fallback POLICY])". */
+static void describe(char *buf, size_t len, int way, const struct path_run *run, const char *step)
+{
+	snprintf(buf, len, "%s %s (%s%s%s%s)", run->path, step, ways[way], run->bare ? ", bare" : "",
+		 run->policy ? ", fallback " : "", run->policy ?: "");
+}
+
+/*
+ * Run the program as run says, one way in, and make every check of its table: at each step its name, its CUresult,
+ * the driver's figure and the broker's; then its exit status once its stdin is closed, and nothing left charged or
+ * reported by the broker.
+ */
+static void walk(int way, const struct path_run *run)
+{
+	const char *key = driver_key(run->path);
+	struct prog p;
+	char line[256], when[128];
+	int r;
+
+	spawn(&p, way, run);
+	for (const struct step *s = run->steps; s->name; s++) {
+		if (s != run->steps)
+			go_on(&p);
+		describe(when, sizeof(when), way, run, s->name);
+		r = next_step(&p, s->name, line, sizeof(line));
+		ck_assert_msg(r == s->r, "%s: \"%s\", wanted r=%d", when, line, s->r);
+		ck_assert_msg(field(line, key) == s->driver, "%s: \"%s\", wanted %s%llu", when, line, key,
+			      (unsigned long long)s->driver);
+		expect_broker(when, s->registered, s->unbrokered);
+	}
+	describe(when, sizeof(when), way, run, "exited");
+	r = finish(&p);
+	ck_assert_msg(r == run->exit_status, "%s: exit status %d, wanted %d", when, r, run->exit_status);
+	expect_broker(when, 0, 0);
+}
+
+/*
+ * The tables: each step's name, CUresult, the driver's figure, and the broker's registered and unbrokered bytes.
+ * The VMM and pool steps are registrations of what the driver holds: charged that, nothing unbrokered.
+ */
+static const struct path_run vmm = {
+	"vmm", "8388608", .steps = {
+		{ "created", 0, 8 * MiB, 8 * MiB, 0 },
+		/* Released but still mapped: the driver keeps the memory, so the charge stays. */
+		{ "released", 0, 8 * MiB, 8 * MiB, 0 },
+		{ "unmapped", 0, 0, 0, 0 },
+	},
+};
 
 START_TEST(test_vmm_host_memory_is_charged_until_released_and_unmapped)
 {
-	struct prog p;
-
-	spawn(&p, _i, true, NULL, "vmm", "8388608", NULL);
-	charged_step(&p, _i, "created", "vmm=", 8 * MiB);
-	go_on(&p);
-	/* Released but still mapped: the driver keeps the memory, so the charge stays. */
-	charged_step(&p, _i, "released", "vmm=", 8 * MiB);
-	go_on(&p);
-	charged_step(&p, _i, "unmapped", "vmm=", 0);
-	ck_assert_int_eq(finish(&p), 0);
+	walk(_i, &vmm);
 }
 END_TEST
 
@@ -176,130 +236,114 @@ END_TEST
  * interposer once took its lock only after the driver's call, so the release freed the record first and the map
  * then found no handle: pinned, charged to no one.
  */
+static const struct path_run vmm_race = {
+	"vmm-race", "8388608", .env = "STUB_CUDA_MAP_SLEEP_MS=500", .steps = {
+		{ "raced", 0, 8 * MiB, 8 * MiB, 0 },
+		{ "unmapped", 0, 0, 0, 0 },
+	},
+};
+
 START_TEST(test_a_release_racing_a_map_keeps_the_charge)
 {
-	struct prog p;
-
-	setenv("STUB_CUDA_MAP_SLEEP_MS", "500", 1);
-	spawn(&p, _i, true, NULL, "vmm-race", "8388608", NULL);
-	unsetenv("STUB_CUDA_MAP_SLEEP_MS");
-	charged_step(&p, _i, "raced", "vmm=", 8 * MiB);
-	go_on(&p);
-	charged_step(&p, _i, "unmapped", "vmm=", 0);
-	ck_assert_int_eq(finish(&p), 0);
+	walk(_i, &vmm_race);
 }
 END_TEST
 
 /* 3 MiB asked twice of a pool that reserves in 2 MiB steps: charged what the pool reserves, step by step. */
+static const struct path_run pool = {
+	"pool", "3145728", .steps = {
+		{ "created", 0, 4 * MiB, 4 * MiB, 0 },
+		{ "alloc2", 0, 6 * MiB, 6 * MiB, 0 },
+		/* Freed memory the pool keeps stays charged... */
+		{ "freed", 0, 6 * MiB, 6 * MiB, 0 },
+		/* ...until the pool lets it go. */
+		{ "trimmed", 0, 4 * MiB, 4 * MiB, 0 },
+		/* Destroyed with an allocation live: the driver frees it with that allocation. */
+		{ "destroyed", 0, 4 * MiB, 4 * MiB, 0 },
+		{ "gone", 0, 0, 0, 0 },
+	},
+};
+
 START_TEST(test_a_host_pool_is_charged_what_it_reserves_until_trimmed_and_destroyed)
 {
-	struct prog p;
-
-	spawn(&p, _i, true, NULL, "pool", "3145728", NULL);
-	charged_step(&p, _i, "created", "pool=", 4 * MiB);
-	go_on(&p);
-	charged_step(&p, _i, "alloc2", "pool=", 6 * MiB);
-	go_on(&p);
-	/* Freed memory the pool keeps stays charged... */
-	charged_step(&p, _i, "freed", "pool=", 6 * MiB);
-	go_on(&p);
-	/* ...until the pool lets it go. */
-	charged_step(&p, _i, "trimmed", "pool=", 4 * MiB);
-	go_on(&p);
-	/* Destroyed with an allocation live: the driver frees it with that allocation. */
-	charged_step(&p, _i, "destroyed", "pool=", 4 * MiB);
-	go_on(&p);
-	charged_step(&p, _i, "gone", "pool=", 0);
-	ck_assert_int_eq(finish(&p), 0);
+	walk(_i, &pool);
 }
 END_TEST
+
+static const struct path_run default_pool = {
+	"default-pool", "3145728", .steps = {
+		{ "created", 0, 4 * MiB, 4 * MiB, 0 },
+		{ "alloc2", 0, 6 * MiB, 6 * MiB, 0 },
+		{ "freed", 0, 6 * MiB, 6 * MiB, 0 },
+		{ "trimmed", 0, 4 * MiB, 4 * MiB, 0 },
+		{ "done", 0, 0, 0, 0 },
+	},
+};
 
 START_TEST(test_the_default_host_pool_is_charged_too)
 {
-	struct prog p;
-
-	spawn(&p, _i, true, NULL, "default-pool", "3145728", NULL);
-	charged_step(&p, _i, "created", "pool=", 4 * MiB);
-	go_on(&p);
-	charged_step(&p, _i, "alloc2", "pool=", 6 * MiB);
-	go_on(&p);
-	charged_step(&p, _i, "freed", "pool=", 6 * MiB);
-	go_on(&p);
-	charged_step(&p, _i, "trimmed", "pool=", 4 * MiB);
-	go_on(&p);
-	charged_step(&p, _i, "done", "pool=", 0);
-	ck_assert_int_eq(finish(&p), 0);
+	walk(_i, &default_pool);
 }
 END_TEST
 
-/* maxSize 4 MiB: the second 3 MiB is the driver's refusal, and nothing more is charged. */
+/* maxSize 4 MiB: the second 3 MiB is the driver's refusal (CUDA_ERROR_OUT_OF_MEMORY), and nothing more is charged. */
+static const struct path_run pool_max = {
+	"pool", "3145728", "4194304", .exit_status = 3, .steps = {
+		{ "created", 0, 4 * MiB, 4 * MiB, 0 },
+		{ "alloc2", 2, 4 * MiB, 4 * MiB, 0 },
+	},
+};
+
 START_TEST(test_a_pool_max_size_bounds_its_charge)
 {
-	struct prog p;
-	char line[256];
-
-	spawn(&p, _i, true, NULL, "pool", "3145728", "4194304");
-	charged_step(&p, _i, "created", "pool=", 4 * MiB);
-	go_on(&p);
-	ck_assert_int_eq(next_step(&p, "alloc2", line, sizeof(line)), 2); /* CUDA_ERROR_OUT_OF_MEMORY */
-	expect_broker("alloc2 past maxSize", 4 * MiB, 0);
-	ck_assert_int_eq(finish(&p), 3);
-	expect_broker("exited", 0, 0);
+	walk(_i, &pool_max);
 }
 END_TEST
+
+/* Two host memory nodes of 1 MiB: reported as unbrokered while their graph lives. */
+static const struct path_run graph = {
+	"graph", "1048576", .steps = {
+		{ "created", 0, 2 * MiB, 0, 2 * MiB },
+		{ "destroyed", 0, 0, 0, 0 },
+	},
+};
 
 START_TEST(test_graph_memory_nodes_with_a_host_location_are_reported_as_unbrokered)
 {
-	struct prog p;
-	char line[256];
-
-	spawn(&p, _i, true, NULL, "graph", "1048576", NULL);
-	ck_assert_int_eq(next_step(&p, "created", line, sizeof(line)), 0);
-	ck_assert_uint_eq(field(line, "graph="), 2 * MiB);
-	expect_broker("two host memory nodes", 0, 2 * MiB);
-	go_on(&p);
-	ck_assert_int_eq(next_step(&p, "destroyed", line, sizeof(line)), 0);
-	expect_broker("graph destroyed", 0, 0);
-	ck_assert_int_eq(finish(&p), 0);
+	walk(_i, &graph);
 }
 END_TEST
 
 /* The control: without the interposer the driver pins the same, and the broker sees nothing. */
+static const struct path_run vmm_bare = {
+	"vmm", "8388608", .bare = true, .steps = {
+		{ "created", 0, 8 * MiB, 0, 0 },
+	},
+};
+
 START_TEST(test_without_the_interposer_the_broker_sees_none_of_it)
 {
-	struct prog p;
-	char line[256];
-
-	spawn(&p, 0, false, NULL, "vmm", "8388608", NULL);
-	ck_assert_int_eq(next_step(&p, "created", line, sizeof(line)), 0);
-	ck_assert_uint_eq(field(line, "vmm="), 8 * MiB);
-	expect_broker("unseen", 0, 0);
-	ck_assert_int_eq(finish(&p), 0);
+	walk(0, &vmm_bare);
 }
 END_TEST
 
-/* Budget 16 MiB, 32 MiB asked: error refuses before the driver pins; cuda lets it pin, reported as unbrokered. */
+/*
+ * Budget 16 MiB, 32 MiB asked: error refuses before the driver pins (CUDA_ERROR_OUT_OF_MEMORY; the program then
+ * exits 3); cuda lets it pin, reported as unbrokered.
+ */
+static const struct path_run over_budget[] = {
+	{ "vmm", "33554432", .policy = "error", .exit_status = 3, .steps = { { "created", 2, 0, 0, 0 } } },
+	{ "vmm", "33554432", .policy = "cuda", .steps = { { "created", 0, 32 * MiB, 0, 32 * MiB } } },
+	{ "pool", "33554432", .policy = "error", .exit_status = 3, .steps = { { "created", 2, 0, 0, 0 } } },
+	{ "pool", "33554432", .policy = "cuda", .steps = { { "created", 0, 32 * MiB, 0, 32 * MiB } } },
+	{ "default-pool", "33554432", .policy = "error", .exit_status = 3, .steps = { { "created", 2, 0, 0, 0 } } },
+	{ "default-pool", "33554432", .policy = "cuda", .steps = { { "created", 0, 32 * MiB, 0, 32 * MiB } } },
+};
+
 START_TEST(test_over_the_budget_the_fallback_decides)
 {
-	static const char *const paths[] = { "vmm", "pool", "default-pool" };
-	static const char *const keys[] = { "vmm=", "pool=", "pool=" };
-	struct prog p;
-	char line[256];
-
-	for (size_t k = 0; k < sizeof(paths) / sizeof(paths[0]); k++) {
-		spawn(&p, _i, true, "error", paths[k], "33554432", NULL);
-		ck_assert_int_eq(next_step(&p, "created", line, sizeof(line)), 2);
-		ck_assert_uint_eq(field(line, keys[k]), 0);
-		ck_assert_int_eq(finish(&p), 3);
-		expect_broker("refused", 0, 0);
-
-		spawn(&p, _i, true, "cuda", paths[k], "33554432", NULL);
-		ck_assert_int_eq(next_step(&p, "created", line, sizeof(line)), 0);
-		ck_assert_uint_eq(field(line, keys[k]), 32 * MiB);
-		expect_broker("pinned by the driver", 0, 32 * MiB);
-		ck_assert_int_eq(finish(&p), 0);
-		expect_broker("freed", 0, 0);
-	}
+	for (size_t k = 0; k < sizeof(over_budget) / sizeof(over_budget[0]); k++)
+		walk(_i, &over_budget[k]);
 }
 END_TEST
 

@@ -26,6 +26,7 @@
  * while it lives), and the program exits 3.
  */
 #define _GNU_SOURCE
+#include "cuda_vmm_types.h"
 #include "stub_cuda.h"
 
 #include <dlfcn.h>
@@ -37,67 +38,17 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-typedef unsigned long long CUhandle;
-typedef uint64_t cuuint64_t;
-
-struct cu_location {
-	int type;
-	int id;
-};
-
-struct cu_alloc_prop {
-	int type;
-	int requested_handle_types;
-	struct cu_location location;
-	void *win32;
-	unsigned char alloc_flags[8];
-};
-
-struct cu_pool_props {
-	int alloc_type;
-	int handle_types;
-	struct cu_location location;
-	void *win32;
-	size_t max_size;
-	unsigned short usage;
-	unsigned char reserved[54];
-};
-
-struct cu_alloc_node_params {
-	struct cu_pool_props pool_props;
-	const void *access_descs;
-	size_t access_desc_count;
-	size_t bytesize;
-	CUdeviceptr dptr;
-};
-
-struct cu_graph_node_params {
-	int type;
-	int reserved0[3];
-	union {
-		long long reserved1[29];
-		struct cu_alloc_node_params alloc;
-	};
-	long long reserved2;
-};
-
-struct cu_access_desc {
-	struct cu_location location;
-	int flags;
-};
-
 /* The driver's functions this program calls, however it found them. */
 static struct {
 	CUresult (*init)(unsigned);
-	CUresult (*mem_create)(CUhandle *, size_t, const struct cu_alloc_prop *, unsigned long long);
-	CUresult (*mem_release)(CUhandle);
+	CUresult (*mem_create)(CUmemGenericAllocationHandle *, size_t, const struct cu_alloc_prop *,
+			       unsigned long long);
+	CUresult (*mem_release)(CUmemGenericAllocationHandle);
 	CUresult (*address_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
 	CUresult (*address_free)(CUdeviceptr, size_t);
-	CUresult (*mem_map)(CUdeviceptr, size_t, size_t, CUhandle, unsigned long long);
+	CUresult (*mem_map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
 	CUresult (*mem_unmap)(CUdeviceptr, size_t);
-	CUresult (*retain)(CUhandle *, void *);
+	CUresult (*retain)(CUmemGenericAllocationHandle *, void *);
 	CUresult (*set_access)(CUdeviceptr, size_t, const struct cu_access_desc *, size_t);
 	CUresult (*pool_create)(void **, const struct cu_pool_props *);
 	CUresult (*pool_destroy)(void *);
@@ -115,13 +66,14 @@ static struct {
 
 #ifdef CUDAPATHS_LINKED
 CUresult cuInit(unsigned flags);
-CUresult cuMemCreate(CUhandle *h, size_t size, const struct cu_alloc_prop *prop, unsigned long long flags);
-CUresult cuMemRelease(CUhandle h);
+CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const struct cu_alloc_prop *prop,
+		     unsigned long long flags);
+CUresult cuMemRelease(CUmemGenericAllocationHandle h);
 CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr, unsigned long long flags);
 CUresult cuMemAddressFree(CUdeviceptr p, size_t size);
-CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUhandle h, unsigned long long flags);
+CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationHandle h, unsigned long long flags);
 CUresult cuMemUnmap(CUdeviceptr p, size_t size);
-CUresult cuMemRetainAllocationHandle(CUhandle *h, void *addr);
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr);
 CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const struct cu_access_desc *desc, size_t count);
 CUresult cuMemPoolCreate(void **pool, const struct cu_pool_props *props);
 CUresult cuMemPoolDestroy(void *pool);
@@ -169,13 +121,14 @@ static void *handle;
 static void *lookup(const char *name, const char *way)
 {
 	static CUresult (*gpa)(const char *, void **, int, cuuint64_t, int *);
+	cuuint64_t flags = strcmp(way, "gpa-ptsz") == 0 ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0u;
 	void *p = NULL;
 
 	if (strcmp(way, "dlsym") == 0)
 		return dlsym(handle, name);
 	if (!gpa)
 		*(void **)&gpa = dlsym(handle, "cuGetProcAddress_v2");
-	if (!gpa || gpa(name, &p, 13000, strcmp(way, "gpa-ptsz") == 0 ? 2u : 0u, NULL) != 0)
+	if (!gpa || gpa(name, &p, 13000, flags, NULL) != 0)
 		return NULL;
 	return p;
 }
@@ -268,13 +221,15 @@ static void step(const char *name, CUresult r, int last)
 		exit(3);
 }
 
-#define HOST_LOCATION ((struct cu_location){ .type = 2 /* CU_MEM_LOCATION_TYPE_HOST */ })
+#define HOST_LOCATION ((struct cu_location){ .type = CU_MEM_LOCATION_TYPE_HOST })
 
 static int run_vmm(size_t size)
 {
-	struct cu_alloc_prop prop = { .type = 1 /* PINNED */, .location = { .type = 3 /* HOST_NUMA */, .id = 0 } };
-	struct cu_access_desc access = { .location = { .type = 1, .id = 0 }, .flags = 3 };
-	CUhandle h = 0, again = 0;
+	struct cu_alloc_prop prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				      .location = { .type = CU_MEM_LOCATION_TYPE_HOST_NUMA, .id = 0 } };
+	struct cu_access_desc access = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
+					 .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	CUmemGenericAllocationHandle h = 0, again = 0;
 	CUdeviceptr va = 0;
 	CUresult r;
 
@@ -297,7 +252,7 @@ static int run_vmm(size_t size)
 struct map_args {
 	CUdeviceptr va;
 	size_t size;
-	CUhandle h;
+	CUmemGenericAllocationHandle h;
 	CUresult r;
 };
 
@@ -315,7 +270,7 @@ static void *map_thread(void *arg)
  */
 static int run_vmm_race(size_t size)
 {
-	struct cu_alloc_prop prop = { .type = 1 /* PINNED */, .location = { .type = 2 /* HOST */ } };
+	struct cu_alloc_prop prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED, .location = HOST_LOCATION };
 	struct map_args m = { .size = size };
 	pthread_t t;
 	CUresult r;
@@ -342,13 +297,15 @@ static int run_vmm_race(size_t size)
 
 static int run_pool(size_t size, size_t max_size, int use_default)
 {
-	struct cu_pool_props props = { .alloc_type = 1, .location = HOST_LOCATION, .max_size = max_size };
+	struct cu_pool_props props = { .alloc_type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				       .location = HOST_LOCATION,
+				       .max_size = max_size };
 	struct cu_location where = HOST_LOCATION;
 	CUdeviceptr a = 0, b = 0;
 	void *pool = NULL;
 	CUresult r;
 
-	r = use_default ? cu.default_pool(&pool, &where, 1) : cu.pool_create(&pool, &props);
+	r = use_default ? cu.default_pool(&pool, &where, CU_MEM_ALLOCATION_TYPE_PINNED) : cu.pool_create(&pool, &props);
 	if (r == 0)
 		r = cu.alloc_from_pool(&a, size, pool, NULL);
 	step("created", r, 0);
@@ -372,9 +329,10 @@ static int run_pool(size_t size, size_t max_size, int use_default)
 
 static int run_graph(size_t size)
 {
-	struct cu_alloc_node_params p = { .pool_props = { .alloc_type = 1, .location = HOST_LOCATION },
+	struct cu_alloc_node_params p = { .pool_props = { .alloc_type = CU_MEM_ALLOCATION_TYPE_PINNED,
+							  .location = HOST_LOCATION },
 					  .bytesize = size };
-	struct cu_graph_node_params np = { .type = 10 /* CU_GRAPH_NODE_TYPE_MEM_ALLOC */ };
+	struct cu_graph_node_params np = { .type = CU_GRAPH_NODE_TYPE_MEM_ALLOC };
 	void *g = NULL, *n1 = NULL, *n2 = NULL;
 	CUresult r;
 

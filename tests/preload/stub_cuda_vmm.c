@@ -13,6 +13,7 @@
  * may take its time: a test's window for another thread's cuMemRelease (check_itest_cudapaths vmm-race).
  */
 #define _GNU_SOURCE
+#include "cuda_vmm_types.h"
 #include "stub_cuda.h"
 
 #include <pthread.h>
@@ -21,11 +22,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-typedef unsigned long long CUmemGenericAllocationHandle;
-typedef uint64_t cuuint64_t;
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1
@@ -36,47 +32,6 @@ typedef uint64_t cuuint64_t;
 
 /* A pool grows by whole 2 MiB steps, so a charge that follows the driver's figure differs from the sum asked. */
 #define POOL_GRANULE_BYTES (2u << 20)
-
-struct cu_location {
-	int type;
-	int id;
-};
-
-struct cu_alloc_prop {
-	int type;
-	int requested_handle_types;
-	struct cu_location location;
-	void *win32;
-	unsigned char alloc_flags[8];
-};
-
-struct cu_pool_props {
-	int alloc_type;
-	int handle_types;
-	struct cu_location location;
-	void *win32;
-	size_t max_size;
-	unsigned short usage;
-	unsigned char reserved[54];
-};
-
-struct cu_alloc_node_params {
-	struct cu_pool_props pool_props;
-	const void *access_descs;
-	size_t access_desc_count;
-	size_t bytesize;
-	CUdeviceptr dptr;
-};
-
-struct cu_graph_node_params {
-	int type;
-	int reserved0[3];
-	union {
-		long long reserved1[29];
-		struct cu_alloc_node_params alloc;
-	};
-	long long reserved2;
-};
 
 struct vmm {
 	CUmemGenericAllocationHandle handle;
@@ -122,7 +77,8 @@ static struct stub_cuda_vmm_stats vstats;
 
 static bool host_location(const struct cu_location *l)
 {
-	return l && l->type >= 2 && l->type <= 4; /* HOST, HOST_NUMA, HOST_NUMA_CURRENT */
+	return l && (l->type == CU_MEM_LOCATION_TYPE_HOST || l->type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+		     l->type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT);
 }
 
 /* The host bytes every live pool reserves. Under lock. */
@@ -315,7 +271,7 @@ STUB CUresult cuMemPoolCreate(void **pool, const struct cu_pool_props *props)
 {
 	CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
 
-	if (!pool || !props || props->alloc_type != 1)
+	if (!pool || !props || props->alloc_type != CU_MEM_ALLOCATION_TYPE_PINNED)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&lock);
 	for (size_t i = 0; i < sizeof(pools) / sizeof(pools[0]); i++)
@@ -377,10 +333,10 @@ STUB CUresult cuMemPoolGetAttribute(void *pool, int attr, void *value)
 
 	pthread_mutex_lock(&lock);
 	q = pool_of(pool);
-	if (q && attr == 5) { /* CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT */
+	if (q && attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) {
 		*(cuuint64_t *)value = q->reserved;
 		r = CUDA_SUCCESS;
-	} else if (q && attr == 7) { /* CU_MEMPOOL_ATTR_USED_MEM_CURRENT */
+	} else if (q && attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT) {
 		*(cuuint64_t *)value = q->live;
 		r = CUDA_SUCCESS;
 	}
@@ -391,11 +347,11 @@ STUB CUresult cuMemPoolGetAttribute(void *pool, int attr, void *value)
 /* CUDA 13's default pool of a location (cuMemGetMemPool answers the same: no other was set current). */
 STUB CUresult cuMemGetDefaultMemPool(void **pool, struct cu_location *location, int type)
 {
-	if (!pool || !location || type != 1)
+	if (!pool || !location || type != CU_MEM_ALLOCATION_TYPE_PINNED)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (host_location(location))
 		*pool = &default_host_pool;
-	else if (location->type == 1)
+	else if (location->type == CU_MEM_LOCATION_TYPE_DEVICE)
 		*pool = &default_device_pool;
 	else
 		return CUDA_ERROR_NOT_SUPPORTED;
@@ -535,7 +491,8 @@ STUB CUresult cuGraphAddNode(void **node, void *graph, const void *deps, size_t 
 {
 	(void)deps;
 	(void)n_deps;
-	if (!params || params->type != 10) /* CU_GRAPH_NODE_TYPE_MEM_ALLOC: the only kind this stand-in knows */
+	/* A memory-allocation node is the only kind this stand-in knows. */
+	if (!params || params->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	return add_alloc_node(node, graph, &params->alloc);
 }
@@ -566,7 +523,7 @@ void *stub_cuda_vmm_proc(const char *symbol, int version, cuuint64_t flags)
 	typedef void (*any_fn)(void);
 	static const struct {
 		const char *name;
-		any_fn fn, per_thread; /* per_thread: for CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM */
+		any_fn fn, per_thread; /* per_thread: what CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM gets */
 		int since;
 	} table[] = {
 		{ "cuMemCreate", (any_fn)cuMemCreate, NULL, 0 },
@@ -593,10 +550,11 @@ void *stub_cuda_vmm_proc(const char *symbol, int version, cuuint64_t flags)
 		{ "cuGraphAddNode", (any_fn)cuGraphAddNode, NULL, 0 },
 		{ "cuGraphDestroy", (any_fn)cuGraphDestroy, NULL, 0 },
 	};
+	bool per_thread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
 
 	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
 		if (strcmp(symbol, table[i].name) == 0 && version >= table[i].since)
-			return (void *)(uintptr_t)((flags & 2u) && table[i].per_thread ? table[i].per_thread
-										       : table[i].fn);
+			return (void *)(uintptr_t)(per_thread && table[i].per_thread ? table[i].per_thread
+										     : table[i].fn);
 	return NULL;
 }
