@@ -130,7 +130,7 @@ const struct config_key config_key_table[] = {
 	       "event loop while the daemon serves from the part already warm (pinctl status: pool_warming). 0: "
 	       "always beside the loop; a size at or above prewarm: always before ready."),
 	K_UINT("prewarm-threads", prewarm_threads, 0, 64, "0", false,
-	       "Threads that fault in the pool at start, sharing big chunks in 64 MiB segments; 0 means one per core the daemon may run on (its affinity), at most 32."),
+	       "Threads that fault in the pool at start, a chunk each (a chunk split into segments only when there are fewer chunks than threads); 0 means one per core the daemon may run on (its affinity), at most 32."),
 	K_UINT("pool-shrink-delay-ms", pool_shrink_delay_ms, 0, (double)UINT32_MAX, "30000", true,
 	       "Idle time before the pool shrinks back to the prewarm size."),
 	K_STRING("admin-group", admin_group, "", true,

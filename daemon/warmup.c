@@ -27,9 +27,14 @@ struct warmup_job {
 /*
  * A batch: a chunk for every warm-up thread (each fills its own chunk whole, which is what scales: threads
  * sharing one chunk's segments serialise on the machine-wide LRU drain of every collapse call, 3.7 GiB/s with
- * 16 threads on an H100 host), and at least this many bytes; small enough to hand over often.
+ * 16 threads on an H100 host), and at least WARMUP_BATCH_MIN_BYTES; at most WARMUP_BATCH_MAX_BYTES, past one
+ * chunk. A batch is pinned before the loop admits it (against the prewarm target, the budget and pressure),
+ * and the thread makes the next only once the loop has taken this one: what the warm-up holds that no book
+ * counts is one batch at most (16 GiB, the 16 threads of the H100 host above on 1 GiB chunks; more threads
+ * share the batch's chunks in segments).
  */
 #define WARMUP_BATCH_MIN_BYTES (UINT64_C(1) << 30)
+#define WARMUP_BATCH_MAX_BYTES (UINT64_C(16) << 30)
 
 struct warmup {
 	struct ev_loop *loop;
@@ -47,12 +52,13 @@ struct warmup {
 
 	/* Shared with the thread, under lock. */
 	pthread_mutex_t lock;
-	pthread_cond_t cond;  /* the stop flag, for a delay cut short */
+	pthread_cond_t cond;  /* the stop flag (a delay cut short), a batch taken by the loop */
 	struct chunk **queue; /* made, not yet handed over */
 	size_t nqueue, capqueue;
-	bool stop;     /* the loop wants no more */
-	bool finished; /* the thread made its last batch */
-	int error;     /* first error of the thread */
+	bool stop;            /* the loop wants no more */
+	bool finished;        /* the thread made its last batch */
+	uint64_t sent, taken; /* batches handed over, and taken in (admitted or dropped) by the loop */
+	int error;            /* first error of the thread */
 };
 
 static bool stopping(struct warmup *w)
@@ -93,6 +99,16 @@ static void hand_over(struct warmup *w, struct chunk **made, size_t n, int r)
 			w->queue[w->nqueue++] = made[i];
 	if (r < 0)
 		w->stop = true;
+	w->sent++;
+	pthread_mutex_unlock(&w->lock);
+}
+
+/* Until the loop has taken every batch handed over (or wants no more). */
+static void wait_taken(struct warmup *w)
+{
+	pthread_mutex_lock(&w->lock);
+	while (!w->stop && w->taken < w->sent)
+		pthread_cond_wait(&w->cond, &w->lock);
 	pthread_mutex_unlock(&w->lock);
 }
 
@@ -130,8 +146,9 @@ static void *warmup_thread(void *arg)
 			size_t k = 0;
 			int r;
 
-			/* A chunk a thread, and at least the batch's bytes (sizes are largest first). */
-			while (i + k < job->n && (k < per_batch || bytes < WARMUP_BATCH_MIN_BYTES))
+			/* A chunk a thread, at least the batch's bytes, at most its cap (sizes are largest first). */
+			while (i + k < job->n && (k < per_batch || bytes < WARMUP_BATCH_MIN_BYTES) &&
+			       (k == 0 || bytes + job->sizes[i + k] <= WARMUP_BATCH_MAX_BYTES))
 				bytes += job->sizes[i + k++];
 			if (k > cap) {
 				struct chunk **v = realloc(made, k * sizeof(*v));
@@ -146,6 +163,7 @@ static void *warmup_thread(void *arg)
 			r = pool_make_warm(w->pool, job->sizes + i, k, job->node, made, NULL, NULL);
 			hand_over(w, made, k, r);
 			ev_async_send(w->loop, &w->async);
+			wait_taken(w);
 			i += k;
 			test_delay(w);
 		}
@@ -164,6 +182,7 @@ static void warmup_async_cb(struct ev_loop *loop, ev_async *a, int revents)
 {
 	struct warmup *w = a->data;
 	struct chunk **q;
+	uint64_t sent;
 	size_t n;
 	bool finished, grew = false;
 	int err;
@@ -176,6 +195,7 @@ static void warmup_async_cb(struct ev_loop *loop, ev_async *a, int revents)
 	w->nqueue = w->capqueue = 0;
 	finished = w->finished;
 	err = w->error;
+	sent = w->sent;
 	pthread_mutex_unlock(&w->lock);
 
 	for (size_t i = 0; i < n; i++) {
@@ -194,6 +214,11 @@ static void warmup_async_cb(struct ev_loop *loop, ev_async *a, int revents)
 		pool_drop_warm(q[i]);
 	}
 	free(q);
+	/* Taken only now, after the admission decided stop: the thread's next batch sees it. */
+	pthread_mutex_lock(&w->lock);
+	w->taken = sent;
+	pthread_cond_broadcast(&w->cond);
+	pthread_mutex_unlock(&w->lock);
 	if (grew && w->hooks.grown)
 		w->hooks.grown(w->hooks.ud);
 	if (finished && !w->over) {

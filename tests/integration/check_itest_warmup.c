@@ -4,8 +4,8 @@
  * default; one at or below it is done before the daemon answers) runs beside the event loop: the daemon answers
  * at once and lends from a pool that grows (status pool_warming, pool_idle_bytes rising),
  * an acquire that finds no warm chunk makes its own, and the pool still ends at the prewarm with every byte
- * counted once (leased + idle == pool). SIGTERM mid warm-up stops it cleanly. Big chunks are filled in 64 MiB
- * segments by several threads. The background cases run in simulation (PB_SIMULATE_ENV) with the test delay
+ * counted once (leased + idle == pool). SIGTERM mid warm-up stops it cleanly. A batch's chunks are filled whole,
+ * a chunk a thread, and split into segments only when the batch has fewer chunks than threads. The background cases run in simulation (PB_SIMULATE_ENV) with the test delay
  * (WARMUP_DELAY_ENV), so the warm-up lasts long enough to be seen on any host.
  */
 #define _GNU_SOURCE
@@ -250,7 +250,7 @@ END_TEST
 
 static void start_real(void)
 {
-	/* 512 MiB of 256 MiB chunks: each filled in four 64 MiB segments by the warm-up threads, before serving. */
+	/* 512 MiB of 256 MiB chunks on 4 threads: each chunk filled in two 128 MiB segments, before serving. */
 	daemon_start(&d, ITEST_ARGS("--budget", "1G", "--prewarm", "512M", "--chunk-max", "256M", "--thp", "no",
 				    "--prewarm-threads", "4"));
 }
