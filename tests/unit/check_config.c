@@ -37,6 +37,20 @@ static char *write_temp(const char *text)
 	return path;
 }
 
+/* Loading path into c fails with the one error "path:line: msg"; then c and the file are gone. */
+static void expect_file_error_and_free(struct config *c, char *path, int line, const char *msg)
+{
+	char *err = NULL, expect[1024];
+
+	ck_assert_int_eq(config_load_file(c, path, &err), -EINVAL);
+	snprintf(expect, sizeof(expect), "%s:%d: %s\n", path, line, msg);
+	ck_assert_str_eq(err, expect);
+	free(err);
+	config_free(c);
+	unlink(path);
+	free(path);
+}
+
 static unsigned count_lines(const char *s)
 {
 	unsigned n = 0;
@@ -670,21 +684,14 @@ START_TEST(test_max_registrants_per_file_defaults_to_256_and_is_bounded)
 {
 	char *path = write_temp("max-registrants-per-file = 4097\n");
 	struct config *c = defaults();
-	char *err = NULL, expect[512];
 
 	ck_assert_uint_eq(c->max_registrants_per_file, 256);
 	set_ok(c, "max-registrants-per-file", "0");
 	ck_assert_uint_eq(c->max_registrants_per_file, 0);
 	set_ok(c, "max-registrants-per-file", "4096");
 	ck_assert_uint_eq(c->max_registrants_per_file, 4096);
-	ck_assert_int_eq(config_load_file(c, path, &err), -EINVAL);
-	snprintf(expect, sizeof(expect),
-		 "%s:1: max-registrants-per-file: '4097' is out of range; write a whole number from 0 to 4096\n", path);
-	ck_assert_str_eq(err, expect);
-	free(err);
-	config_free(c);
-	unlink(path);
-	free(path);
+	expect_file_error_and_free(
+		c, path, 1, "max-registrants-per-file: '4097' is out of range; write a whole number from 0 to 4096");
 }
 END_TEST
 
@@ -696,7 +703,7 @@ START_TEST(test_prewarm_before_ready_defaults_to_1g_and_is_a_size)
 {
 	char *path = write_temp("# warm-up\nprewarm-before-ready = 6000\n");
 	struct config *c = defaults();
-	char *err = NULL, expect[1024];
+	char *err = NULL;
 
 	ck_assert_uint_eq(c->prewarm_before_ready_bytes, 1ull << 30);
 	ck_assert(!config_key_find("prewarm-before-ready")->reloadable);
@@ -718,14 +725,8 @@ START_TEST(test_prewarm_before_ready_defaults_to_1g_and_is_a_size)
 	free(set_fails("prewarm-before-ready", "1.5G", -EINVAL));
 	free(set_fails("prewarm-before-ready", "50%", -EINVAL));
 
-	ck_assert_int_eq(config_load_file(c, path, &err), -EINVAL);
-	snprintf(expect, sizeof(expect),
-		 "%s:2: prewarm-before-ready: '6000' is not a multiple of 4K (the page size); round it\n", path);
-	ck_assert_str_eq(err, expect);
-	free(err);
-	config_free(c);
-	unlink(path);
-	free(path);
+	expect_file_error_and_free(c, path, 2,
+				   "prewarm-before-ready: '6000' is not a multiple of 4K (the page size); round it");
 }
 END_TEST
 
