@@ -7,12 +7,16 @@ same pages again. A named region instead takes the memory from the daemon's warm
 locked, as one shared lease: the first rank to ask acquires it and shares it, every later rank attaches to it.
 The daemon counts it once, to the creator's uid, and it lives until the last rank lets go.
 
-The rendezvous is a folder of the owner's, ``pinbroker-regions-<owner uid>`` in ``$PINBROKER_REGION_DIR``
-(default /dev/shm), 0755, that only the owner can write. In it, ``<name>.lock`` (0600) serialises the owner's
-ranks: under an exclusive flock a rank attaches to the token in ``<name>.token`` (0644, replaced whole by a
-rename) or, when there is none or its lease is gone (a stale file from an earlier run), acquires, shares and
-writes a new one. Ranks of another uid never lock: they read the token until it names a live lease, up to the
-timeout, so they may start before the owner's.
+The rendezvous is a folder of the owner's, ``pinbroker-regions-<owner uid>-<daemon key>`` in
+``$PINBROKER_REGION_DIR`` (default /dev/shm), 0755, that only the owner can write. The daemon key is a short hash
+of the daemon's socket path (resolved), so regions are tied to their daemon: lease ids restart at 1 in each
+daemon, so a lease listing of one daemon must never judge the regions of another daemon of the same uid. The
+token file carries the key too, and a prune removes only tokens that carry its own.
+
+In the folder, ``<name>.lock`` (0600) serialises the owner's ranks: under an exclusive flock a rank attaches
+to the token in ``<name>.token`` (0644, replaced whole by a rename) or, when there is none or its lease is gone
+(a stale file from an earlier run), acquires, shares and writes a new one. Ranks of another uid never lock:
+they read the token until it names a live lease, up to the timeout, so they may start before the owner's.
 
 Trust: the folder and the token must belong to the owner and be writable by nobody else, or they are refused;
 otherwise a planted token could hand a rank another uid's memory to write its data into. Other uids cannot
@@ -20,23 +24,28 @@ open the lock file, so they cannot hold the owner's ranks up.
 
 Bound and clean-up: a region's files outlive its lease, so each new region first prunes the owner's stale ones
 (prune_regions: no live lease of the owner's uid behind the token), then refuses with LimitReached when the
-owner would have more than max_regions (``$PINBROKER_REGION_MAX``, default 256) regions with files. The token
+owner would have more than max_regions (``$PINBROKER_REGION_MAX``, default 256) regions with files on that
+daemon (the bound is read only then: a join never depends on it). The token
 file names the lease id beside the token, so one lease listing tells which are live, without mapping any; a
 region is judged only under its own lock, taken without waiting (a region a rank is making is left alone), and
-the listing is read after the locks are taken, so a token written before it is judged against it.
+the listing is read after the locks are taken, so a token written before it is judged against it. Every writer
+of a region's files (making, remove_region, the prune) holds its lock, and the prune checks that its lock is
+still the file at the path before it reads the token and before it unlinks: files made anew after something
+else removed the old ones (an older version's remove_region, a hand's rm) are never taken for the old ones.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import os
 import re
 import stat
 import time
 from typing import Iterable, List, Optional, Set, Tuple
 
-from ._client import Client, connect
+from ._client import Client, connect, socket_path
 from ._lease import Lease
 from .errors import InvalidArgument, LimitReached, PermissionDenied, Stale, Timeout, UnknownLease
 
@@ -76,11 +85,24 @@ def _check_name(name: str) -> None:
         raise InvalidArgument(errno.EINVAL, f"region name {name!r}: use 1-64 of A-Z a-z 0-9 . _ -")
 
 
-def region_path(name: str, owner_uid: Optional[int] = None) -> str:
-    """The token file of region ``name`` owned by ``owner_uid`` (default: this process's uid)."""
+def _daemon_key(client: Optional[Client]) -> str:
+    """The daemon's key: a short hash of its socket path, resolved (the client's, else connect()'s default).
+    Lease ids restart at 1 in each daemon, so regions are kept apart by daemon; the status reply carries no
+    identity of the daemon that outlives a restart, and the socket path is what every rank of a job names."""
+    path = client.path if client is not None else socket_path()
+    return hashlib.sha256(os.path.realpath(path).encode("utf-8", "surrogateescape")).hexdigest()[:12]
+
+
+def _dir_of(owner: int, key: str) -> str:
+    return os.path.join(_base(), f"pinbroker-regions-{owner}-{key}")
+
+
+def region_path(name: str, owner_uid: Optional[int] = None, *, client: Optional[Client] = None) -> str:
+    """The token file of region ``name`` owned by ``owner_uid`` (default: this process's uid) on the daemon of
+    ``client`` (default: the socket connect() would use)."""
     _check_name(name)
     uid = os.geteuid() if owner_uid is None else int(owner_uid)
-    return os.path.join(_base(), f"pinbroker-regions-{uid}", f"{name}.token")
+    return os.path.join(_dir_of(uid, _daemon_key(client)), f"{name}.token")
 
 
 def _trusted(st: os.stat_result, path: str, owner: int, want_dir: bool) -> None:
@@ -92,9 +114,9 @@ def _trusted(st: os.stat_result, path: str, owner: int, want_dir: bool) -> None:
                                "$PINBROKER_REGION_DIR to another folder")
 
 
-def _owner_dir(owner: int, deadline: float) -> str:
-    """The owner's rendezvous folder: made by the owner, waited for by others, and checked."""
-    d = os.path.join(_base(), f"pinbroker-regions-{owner}")
+def _owner_dir(owner: int, key: str, deadline: float) -> str:
+    """The owner's rendezvous folder for the daemon of key: made by the owner, waited for by others, and checked."""
+    d = _dir_of(owner, key)
     while True:
         if owner == os.geteuid():
             try:
@@ -114,26 +136,28 @@ def _owner_dir(owner: int, deadline: float) -> str:
         return d
 
 
-def _read_token_file(path: str, owner: int) -> Tuple[str, int, Optional[int]]:
-    """The token, size and lease id in the token file; ("", 0, None) when there is none. A file of an earlier
-    version has no lease id (None)."""
+def _read_token_file(path: str, owner: int) -> Tuple[str, int, Optional[int], Optional[str]]:
+    """The token, size, lease id and daemon key in the token file; ("", 0, None, None) when there is none. A
+    file of an earlier version has no daemon key (None), and the oldest no lease id either (None)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except FileNotFoundError:
-        return "", 0, None
+        return "", 0, None, None
     try:
         _trusted(os.fstat(fd), path, owner, False)
         words = os.read(fd, 256).decode("ascii", "replace").split()
     finally:
         os.close(fd)
     if len(words) in (2, 3) and all(w.isdigit() for w in words[1:]):
-        return words[0], int(words[1]), int(words[2]) if len(words) == 3 else None
-    return "", 0, None
+        return words[0], int(words[1]), int(words[2]) if len(words) == 3 else None, None
+    if len(words) == 4 and all(w.isdigit() for w in words[1:3]):
+        return words[0], int(words[1]), int(words[2]), words[3]
+    return "", 0, None, None
 
 
 def _read_token(path: str, owner: int) -> Tuple[str, int]:
     """The token and size in the token file; ("", 0) when there is none."""
-    token, nbytes, _ = _read_token_file(path, owner)
+    token, nbytes, _, _ = _read_token_file(path, owner)
     return token, nbytes
 
 
@@ -169,6 +193,11 @@ def _lock_is_current(fd: int, path: str) -> bool:
     return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
 
 
+def _lock_wait() -> None:
+    """One pause of a rank waiting on a region's lock (a function of its own so a test can see the wait)."""
+    time.sleep(0.01)
+
+
 def _lock(path: str, name: str, deadline: float, timeout: float) -> int:
     """An fd of the region's lock file, exclusively locked, that is the file at path now."""
     while True:
@@ -182,7 +211,7 @@ def _lock(path: str, name: str, deadline: float, timeout: float) -> int:
                     if time.monotonic() >= deadline:
                         raise Timeout(errno.ETIMEDOUT, f"region {name!r}: another rank held its lock for "
                                       f"{timeout:g} s") from None
-                    time.sleep(0.01)
+                    _lock_wait()
             if _lock_is_current(fd, path):
                 return fd
         except BaseException:
@@ -191,13 +220,13 @@ def _lock(path: str, name: str, deadline: float, timeout: float) -> int:
         os.close(fd)  # removed while this rank waited: lock the file there now
 
 
-def _publish(path: str, token: str, nbytes: int, lease_id: int) -> None:
+def _publish(path: str, token: str, nbytes: int, lease_id: int, key: str) -> None:
     """Replace the token file whole: a reader sees the old token or the new one, never half of one."""
     tmp = f"{path}.{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
     try:
         os.fchmod(fd, 0o644)  # whatever the umask: other uids named in uids read it
-        os.write(fd, f"{token} {nbytes} {lease_id}\n".encode("ascii"))
+        os.write(fd, f"{token} {nbytes} {lease_id} {key}\n".encode("ascii"))
     finally:
         os.close(fd)
     os.rename(tmp, path)
@@ -218,7 +247,7 @@ def _live_lease_ids(c: Client, owner: int) -> Set[int]:
     return {row["id"] for row in c.leases() if row["uid"] == owner}
 
 
-def _prune_batch(c: Client, d: str, owner: int, names: List[str]) -> List[str]:
+def _prune_batch(c: Client, d: str, owner: int, key: str, names: List[str]) -> List[str]:
     """Remove the files of the regions in names that are stale; returns those removed."""
     held = []
     removed = []
@@ -242,15 +271,22 @@ def _prune_batch(c: Client, d: str, owner: int, names: List[str]) -> List[str]:
             return removed
         # Read after every lock is held: no token of these can change now, so one the listing lacks is dead.
         live = _live_lease_ids(c, owner)
-        for n, _ in held:
+        for n, fd in held:
             token_path = os.path.join(d, f"{n}.token")
+            lock_path = os.path.join(d, f"{n}.lock")
+            # Something that takes no lock (an older version's remove_region, a hand's rm) may have removed
+            # the files while the listing was read, and a rank made the region anew: its files are not ours.
+            if not _lock_is_current(fd, lock_path):
+                continue
             try:
-                token, _, lease_id = _read_token_file(token_path, owner)
+                token, _, lease_id, token_key = _read_token_file(token_path, owner)
             except PermissionDenied:
                 continue  # not the owner's file: never removed behind its back
-            if token and (lease_id is None or lease_id in live):
-                continue  # live, or an earlier version's file that names no lease id: kept
-            for p in (token_path, os.path.join(d, f"{n}.lock")):
+            if token and (lease_id is None or token_key != key or lease_id in live):
+                continue  # live, or a file that is not provably this daemon's (an earlier version's): kept
+            if not _lock_is_current(fd, lock_path):
+                continue  # the same check again, as close to the unlink as it can be
+            for p in (token_path, lock_path):
                 try:
                     os.unlink(p)
                 except FileNotFoundError:
@@ -262,25 +298,29 @@ def _prune_batch(c: Client, d: str, owner: int, names: List[str]) -> List[str]:
     return removed
 
 
-def _prune(c: Client, d: str, owner: int, skip: Optional[str] = None) -> List[str]:
+def _prune(c: Client, d: str, owner: int, key: str, skip: Optional[str] = None) -> List[str]:
     names = [n for n in _region_names(d) if n != skip]
     removed: List[str] = []
     for i in range(0, len(names), _PRUNE_BATCH):
-        removed += _prune_batch(c, d, owner, names[i : i + _PRUNE_BATCH])
+        removed += _prune_batch(c, d, owner, key, names[i : i + _PRUNE_BATCH])
     return removed
 
 
 def prune_regions(*, client: Optional[Client] = None) -> List[str]:
-    """Remove the files of this uid's stale regions (no live lease behind the token, or no token at all: a
-    region whose making failed); returns their names, sorted. A region a rank is making or joining right now is
-    left alone, as is a token file of an earlier version (no lease id in it: ``remove_region`` removes it)."""
+    """Remove the files of this uid's stale regions on the daemon of ``client`` (no live lease behind the token,
+    or no token at all: a region whose making failed); returns their names, sorted. Only that daemon's regions
+    are judged: another daemon's have another folder, and a token file that does not name this daemon (one of
+    an earlier version) is kept, as is a region a rank is making or joining right now (``remove_region``
+    removes a kept file)."""
     owner = os.geteuid()
-    d = os.path.join(_base(), f"pinbroker-regions-{owner}")
+    c = client or connect()
+    key = _daemon_key(c)
+    d = _dir_of(owner, key)
     try:
         _trusted(os.lstat(d), d, owner, True)
     except FileNotFoundError:
         return []
-    return _prune(client or connect(), d, owner)
+    return _prune(c, d, owner, key)
 
 
 def shared_region(name: str, nbytes: int, *, client: Optional[Client] = None, uids: Iterable[int] = (),
@@ -297,17 +337,22 @@ def shared_region(name: str, nbytes: int, *, client: Optional[Client] = None, ui
 
     Making a region first removes the files of the owner's stale regions (:func:`prune_regions`), then raises
     LimitReached when the owner already has ``max_regions`` regions with files (default
-    ``$PINBROKER_REGION_MAX``, else 256). Joining a live region is never refused for the bound.
+    ``$PINBROKER_REGION_MAX``, else 256) regions with files on this daemon. Joining a live region is never
+    refused for the bound, nor for a bad bound: it is read only when a region is to be made.
+
+    Regions belong to the daemon of ``client``: ranks meet only when they reach the daemon by the same
+    socket path (resolved), and a region of the same name on another daemon is another region.
     """
     if nbytes <= 0:
         raise InvalidArgument(errno.EINVAL, f"region {name!r}: nbytes must be positive, not {nbytes}")
     _check_name(name)
     owner = os.geteuid() if owner_uid is None else int(owner_uid)
     deadline = time.monotonic() + timeout
-    d = _owner_dir(owner, deadline)
+    c = client or connect()
+    key = _daemon_key(c)
+    d = _owner_dir(owner, key, deadline)
     token_path = os.path.join(d, f"{name}.token")
     tag = label or f"region:{name}"
-    c = client or connect()
     if owner != os.geteuid():
         # Another uid's region: wait for a token that names a live lease (the owner's rank may come later).
         while True:
@@ -319,7 +364,6 @@ def shared_region(name: str, nbytes: int, *, client: Optional[Client] = None, ui
                 raise Timeout(errno.ETIMEDOUT, f"region {name!r} of uid {owner}: no live lease in {timeout:g} s "
                               "(its owner's rank makes it, and must name this uid in uids=)")
             time.sleep(0.05)
-    most = _region_max(max_regions)
     lock_path = os.path.join(d, f"{name}.lock")
     fd = _lock(lock_path, name, deadline, timeout)
     try:
@@ -327,7 +371,9 @@ def shared_region(name: str, nbytes: int, *, client: Optional[Client] = None, ui
         lease = _attach_live(c, name, token, nbytes, tag) if token else None
         if lease is not None:
             return lease, False
-        _prune(c, d, owner, skip=name)
+        # Read only now: a join never depends on the bound (nor on a bad $PINBROKER_REGION_MAX).
+        most = _region_max(max_regions)
+        _prune(c, d, owner, key, skip=name)
         others = len([n for n in _region_names(d) if n != name])
         if others >= most:
             raise LimitReached(errno.EUSERS, f"region {name!r}: uid {owner} already has {others} regions with files "
@@ -335,7 +381,7 @@ def shared_region(name: str, nbytes: int, *, client: Optional[Client] = None, ui
                                "and remove_region() them, or raise the bound")
         lease = c.acquire(nbytes, label=tag, wait=wait)
         try:
-            _publish(token_path, lease.share(uids), lease.nbytes, lease.id)
+            _publish(token_path, lease.share(uids), lease.nbytes, lease.id, key)
         except BaseException:
             lease.release()
             raise
@@ -350,14 +396,24 @@ def shared_region(name: str, nbytes: int, *, client: Optional[Client] = None, ui
         os.close(fd)  # drops the flock
 
 
-def remove_region(name: str) -> bool:
-    """Remove this uid's files of region ``name`` (ranks that attached keep their mapping). True if removed."""
-    path = region_path(name)
-    removed = False
-    for p in (path, path[: -len(".token")] + ".lock"):
-        try:
-            os.unlink(p)
-            removed = True
-        except FileNotFoundError:
-            pass
-    return removed
+def remove_region(name: str, *, client: Optional[Client] = None, timeout: float = 60.0) -> bool:
+    """Remove this uid's files of region ``name`` on the daemon of ``client`` (default: the socket connect()
+    would use; nothing is sent to it). Ranks that attached keep their mapping. True if removed.
+
+    It holds the region's lock while it removes, as making, joining and pruning do: a prune that judged the
+    region stale must not then remove the files of a region made anew by the same name; Timeout when a rank
+    holds the lock for ``timeout`` seconds."""
+    path = region_path(name, client=client)
+    lock_path = path[: -len(".token")] + ".lock"
+    if not os.path.lexists(path) and not os.path.lexists(lock_path):
+        return False  # nothing to remove: no lock file is made for it
+    fd = _lock(lock_path, name, time.monotonic() + timeout, timeout)
+    try:
+        for p in (path, lock_path):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+    finally:
+        os.close(fd)  # drops the flock; a rank that waited on it finds the file gone and opens a new one
+    return True

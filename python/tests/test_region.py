@@ -118,7 +118,7 @@ def test_a_region_whose_ranks_all_left_is_made_again(daemon, client, region_dir)
     fresh, created3 = pinbroker.shared_region("again", MiB, client=client)
     assert created3 and fresh.id != first
     fresh.release()
-    assert pinbroker.remove_region("again") and not pinbroker.remove_region("again")
+    assert pinbroker.remove_region("again", client=client) and not pinbroker.remove_region("again", client=client)
 
 
 def test_a_region_smaller_than_asked_is_refused(daemon, client, region_dir):
@@ -140,7 +140,7 @@ def test_bad_names_and_sizes_are_refused(region_dir):
 
 
 def test_a_token_file_or_folder_others_can_write_is_not_trusted(daemon, client, region_dir):
-    path = pinbroker.region_path("planted")
+    path = pinbroker.region_path("planted", client=client)
     os.mkdir(os.path.dirname(path), 0o755)
     with open(path, "w") as f:
         f.write("0" * 32 + " 1048576\n")
@@ -162,7 +162,7 @@ def test_a_stale_region_of_another_size_is_made_anew_and_its_lock_is_the_owners_
     big, created = pinbroker.shared_region("grow", 4 * MiB, client=client)
     assert created and big.nbytes >= 4 * MiB
     big.release()
-    lock = pinbroker.region_path("grow")[: -len(".token")] + ".lock"
+    lock = pinbroker.region_path("grow", client=client)[: -len(".token")] + ".lock"
     assert os.stat(lock).st_mode & 0o777 == 0o600  # no other uid can open it, so none can hold its flock
 
 
@@ -208,26 +208,29 @@ def test_another_uids_rank_may_start_before_the_owners(daemon, client, region_di
     lease.release()
 
 
-def _files(name):
-    token = pinbroker.region_path(name)
+def _files(name, client):
+    token = pinbroker.region_path(name, client=client)
     return [p for p in (token, token[: -len(".token")] + ".lock") if os.path.exists(p)]
 
 
 def test_stale_regions_files_are_pruned_on_demand_and_when_a_region_is_made(daemon, client, region_dir):
     gone, _ = pinbroker.shared_region("gone", MiB, client=client)
     live, _ = pinbroker.shared_region("live", 2 * MiB, client=client)
-    # The token file names the lease beside the token: one listing tells which are live.
-    with open(pinbroker.region_path("live")) as f:
+    # The token file names the lease beside the token: one listing tells which are live; and the daemon
+    # whose listing that is (its key, also in the folder's name).
+    with open(pinbroker.region_path("live", client=client)) as f:
         words = f.read().split()
-    assert len(words) == 3 and words[1:] == [str(live.nbytes), str(live.id)], words
+    key = pinbroker._region._daemon_key(client)
+    assert len(words) == 4 and words[1:] == [str(live.nbytes), str(live.id), key], words
+    assert os.path.basename(os.path.dirname(pinbroker.region_path("live", client=client))).endswith("-" + key)
     gone.release()
     daemon.wait_leased(live.nbytes)
     # A region whose making failed (no memory) leaves a lock file and no token: stale too.
-    lock_only = pinbroker.region_path("failed")[: -len(".token")] + ".lock"
+    lock_only = pinbroker.region_path("failed", client=client)[: -len(".token")] + ".lock"
     open(lock_only, "w").close()
     assert pinbroker.prune_regions(client=client) == ["failed", "gone"]
-    assert _files("gone") == [] and _files("failed") == []
-    assert len(_files("live")) == 2
+    assert _files("gone", client) == [] and _files("failed", client) == []
+    assert len(_files("live", client)) == 2
     # The live region's files still lead a later rank to it.
     other = daemon.connect()
     joined, created = pinbroker.shared_region("live", 2 * MiB, client=other)
@@ -239,7 +242,7 @@ def test_stale_regions_files_are_pruned_on_demand_and_when_a_region_is_made(daem
     live.release()
     daemon.wait_leased(0)
     fresh, created = pinbroker.shared_region("fresh", MiB, client=client)
-    assert created and _files("live") == [] and len(_files("fresh")) == 2
+    assert created and _files("live", client) == [] and len(_files("fresh", client)) == 2
     fresh.release()
     daemon.wait_leased(0)
 
@@ -273,34 +276,42 @@ def test_a_region_being_made_and_an_older_token_file_are_left_alone(daemon, clie
     pinbroker.shared_region("seed", MiB, client=client)[0].release()  # makes the folder
     daemon.wait_leased(0)
     # A rank holds the lock of "busy" (it is making the region): not stale whatever its files say.
-    lock = pinbroker.region_path("busy")[: -len(".token")] + ".lock"
+    lock = pinbroker.region_path("busy", client=client)[: -len(".token")] + ".lock"
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
     # A token file of the version before lease ids: its lease cannot be told without mapping it, so it stays.
-    with open(pinbroker.region_path("older"), "w") as f:
+    with open(pinbroker.region_path("older", client=client), "w") as f:
         f.write("0" * 32 + " 1048576\n")
     try:
         assert pinbroker.prune_regions(client=client) == ["seed"]
-        assert os.path.exists(lock) and os.path.exists(pinbroker.region_path("older"))
+        assert os.path.exists(lock) and os.path.exists(pinbroker.region_path("older", client=client))
     finally:
         os.close(fd)
     assert pinbroker.prune_regions(client=client) == ["busy"]
-    assert pinbroker.remove_region("older")
+    assert pinbroker.remove_region("older", client=client)
 
 
-def test_a_rank_waiting_on_a_lock_that_is_removed_locks_the_new_file(daemon, client, region_dir):
+def test_a_rank_waiting_on_a_lock_that_is_removed_locks_the_new_file(daemon, client, region_dir, monkeypatch):
     import fcntl
     import threading
 
+    R = pinbroker._region
     pinbroker.shared_region("seed", MiB, client=client)[0].release()
-    lock = pinbroker.region_path("moved")[: -len(".token")] + ".lock"
+    lock = pinbroker.region_path("moved", client=client)[: -len(".token")] + ".lock"
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
+    # The rank tells when it is inside _lock's wait loop (it opened the old file and found it locked), and
+    # counts the lock files it opens: the test then knows the re-open path ran, not a lucky late start.
+    waiting = threading.Event()
+    opened = []
+    real_wait, real_open = R._lock_wait, R._open_lock
+    monkeypatch.setattr(R, "_lock_wait", lambda: (waiting.set(), real_wait()))
+    monkeypatch.setattr(R, "_open_lock", lambda path: opened.append(path) or real_open(path))
     other = daemon.connect()
     got = []
     t = threading.Thread(target=lambda: got.append(pinbroker.shared_region("moved", MiB, client=other, timeout=10)))
     t.start()
-    time.sleep(0.2)  # it waits on the lock (were it later, it would open the new file anyway: no false failure)
+    assert waiting.wait(10), "the rank never waited on the lock"
     # A prune (or remove_region) removes the file under the lock, then lets go: the waiting rank must not
     # go on holding a removed file, which a rank opening the path anew would lock too.
     os.unlink(lock)
@@ -308,6 +319,7 @@ def test_a_rank_waiting_on_a_lock_that_is_removed_locks_the_new_file(daemon, cli
     t.join(10)
     assert got and got[0][1]
     assert os.path.exists(lock)  # it locked the file at the path, made anew
+    assert opened.count(lock) >= 2, opened  # the old file, then the new one
     got[0][0].release()
     other.close()
 
@@ -318,7 +330,7 @@ def test_the_number_of_regions_is_bounded(daemon, client, region_dir, monkeypatc
     with pytest.raises(pinbroker.LimitReached, match=r"already has 2 regions .*at most 2") as e:
         pinbroker.shared_region("c", MiB, client=client, max_regions=2)
     assert e.value.errno == errno.EUSERS
-    assert _files("c") == []  # refused before any lease or token
+    assert _files("c", client) == []  # refused before any lease or token
     # Joining a live region is never refused for the bound.
     other = daemon.connect()
     joined, created = pinbroker.shared_region("a", MiB, client=other, max_regions=2)
@@ -333,11 +345,23 @@ def test_the_number_of_regions_is_bounded(daemon, client, region_dir, monkeypatc
     a.release()
     daemon.wait_leased(b.nbytes)
     c, created = pinbroker.shared_region("c", MiB, client=client)
-    assert created and _files("a") == []
+    assert created and _files("a", client) == []
     for bad in ("0", "-1", "many"):
         monkeypatch.setenv("PINBROKER_REGION_MAX", bad)
         with pytest.raises(pinbroker.InvalidArgument, match="PINBROKER_REGION_MAX"):
             pinbroker.shared_region("d", MiB, client=client)
+        assert _files("d", client) == []
+        # Not even a bad bound refuses a join: it is read only when a region is to be made.
+        other = daemon.connect()
+        joined, created = pinbroker.shared_region("c", MiB, client=other)
+        assert not created and joined.id == c.id
+        joined.release()
+        other.close()
+    other = daemon.connect()
+    joined, created = pinbroker.shared_region("c", MiB, client=other, max_regions=0)
+    assert not created and joined.id == c.id
+    joined.release()
+    other.close()
     monkeypatch.delenv("PINBROKER_REGION_MAX")
     with pytest.raises(pinbroker.InvalidArgument, match="max_regions"):
         pinbroker.shared_region("d", MiB, client=client, max_regions=0)
@@ -348,3 +372,101 @@ def test_the_number_of_regions_is_bounded(daemon, client, region_dir, monkeypatc
 
 def test_the_default_bound_is_256():
     assert pinbroker._region.REGION_MAX_DEFAULT == 256
+
+
+def test_regions_belong_to_their_daemon(start_daemon, region_dir):
+    # Two daemons of one uid: lease ids restart at 1 in each, so one daemon's listing must never judge the
+    # other's regions (a region made through A once pruned a live region of B's, whose next rank then made
+    # a second lease instead of joining).
+    a, b = start_daemon(), start_daemon()
+    ca, cb, cb2 = a.connect(), b.connect(), b.connect()
+    on_b, created = pinbroker.shared_region("kv", MiB, client=cb)
+    assert created
+    on_a, created = pinbroker.shared_region("other", MiB, client=ca)
+    assert created
+    assert len(_files("kv", cb)) == 2
+    assert pinbroker.prune_regions(client=ca) == []
+    assert len(_files("kv", cb)) == 2
+    joined, created = pinbroker.shared_region("kv", MiB, client=cb2)
+    assert not created and joined.id == on_b.id
+    joined.release()
+    # The same name on the other daemon is another region, with its own files.
+    assert pinbroker.region_path("kv", client=ca) != pinbroker.region_path("kv", client=cb)
+    kv_a, created = pinbroker.shared_region("kv", MiB, client=ca)
+    assert created and len(_files("kv", ca)) == 2 and len(_files("kv", cb)) == 2
+    # remove_region removes the named daemon's files only.
+    kv_a.release()
+    assert pinbroker.remove_region("kv", client=ca)
+    assert _files("kv", ca) == [] and len(_files("kv", cb)) == 2
+    on_a.release()
+    on_b.release()
+    for c in (ca, cb, cb2):
+        c.close()
+
+
+def test_a_prune_keeps_token_files_not_provably_its_daemons(daemon, client, region_dir):
+    pinbroker.shared_region("seed", MiB, client=client)[0].release()
+    daemon.wait_leased(0)
+    # Stale-looking tokens (no lease 999 here) that name another daemon's key, or none (an earlier version):
+    # the listing of this daemon says nothing of them, so they are kept.
+    with open(pinbroker.region_path("elsewhere", client=client), "w") as f:
+        f.write("0" * 32 + " 1048576 999 " + "f" * 12 + "\n")
+    with open(pinbroker.region_path("threeword", client=client), "w") as f:
+        f.write("0" * 32 + " 1048576 999\n")
+    assert pinbroker.prune_regions(client=client) == ["seed"]
+    assert os.path.exists(pinbroker.region_path("elsewhere", client=client))
+    assert os.path.exists(pinbroker.region_path("threeword", client=client))
+    assert pinbroker.remove_region("elsewhere", client=client) and pinbroker.remove_region("threeword", client=client)
+
+
+def test_remove_region_waits_for_the_regions_lock(daemon, client, region_dir):
+    import fcntl
+
+    lease, _ = pinbroker.shared_region("held", MiB, client=client)
+    lock = pinbroker.region_path("held", client=client)[: -len(".token")] + ".lock"
+    fd = os.open(lock, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a rank is joining it, or a prune is judging it
+    try:
+        with pytest.raises(pinbroker.Timeout, match="held"):
+            pinbroker.remove_region("held", client=client, timeout=0.2)
+        assert len(_files("held", client)) == 2
+    finally:
+        os.close(fd)
+    assert pinbroker.remove_region("held", client=client) and _files("held", client) == []
+    lease.release()
+
+
+def test_a_prune_never_removes_files_made_anew_while_it_read_the_listing(daemon, client, region_dir, monkeypatch):
+    import threading
+
+    R = pinbroker._region
+    old, _ = pinbroker.shared_region("x", MiB, client=client)
+    old.release()
+    daemon.wait_leased(0)  # "x" is stale now
+    other = daemon.connect()
+    made = []
+    real = R._live_lease_ids
+
+    def listing_then_interleave(c, owner):
+        live = real(c, owner)  # the prune read its listing, holding x's old lock
+        # Something that takes no lock (an older version's remove_region, a hand's rm) removes x's files,
+        # and another rank makes x anew: a new lock file, a new token, a live lease the listing lacks.
+        for p in _files("x", client):
+            os.unlink(p)
+        t = threading.Thread(target=lambda: made.append(pinbroker.shared_region("x", MiB, client=other, timeout=10)))
+        t.start()
+        t.join(10)
+        return live
+
+    monkeypatch.setattr(R, "_live_lease_ids", listing_then_interleave)
+    assert pinbroker.prune_regions(client=client) == []
+    monkeypatch.setattr(R, "_live_lease_ids", real)
+    lease, created = made[0]
+    assert created and len(_files("x", client)) == 2
+    third = daemon.connect()
+    joined, created = pinbroker.shared_region("x", MiB, client=third)
+    assert not created and joined.id == lease.id
+    joined.release()
+    lease.release()
+    third.close()
+    other.close()
