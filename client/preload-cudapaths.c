@@ -164,16 +164,46 @@ static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 static struct pbp_table handles;  /* by handle: lease is the struct vmm (kind PBP_LEASE) */
 static struct pbp_table mappings; /* by address: lease is the struct vmm mapped there */
 static struct pbp_table allocs;   /* by device pointer: lease is its struct pool; bytes page-rounded */
+/*
+ * The span of allocs, [allocs_lo, allocs_hi) (empty: UINTPTR_MAX, 0), set under ops_lock after every change to
+ * allocs and read without it: cuMemFree and cuMemFreeAsync of a pointer outside it (a device free, the common case
+ * of a training job) call through without the lock, so a program's frees are not serialised on it. A pointer the
+ * program frees came back from alloc_from_pool after its entry was put and the span set around it, and the span
+ * loses it only when the entry is taken, which is this free's own work: the load cannot miss it. Each bound is
+ * stored alone; a reader that mixes one change's lo with another's hi still sees a span around every allocation
+ * live across both.
+ */
+static _Atomic uintptr_t allocs_lo = UINTPTR_MAX, allocs_hi;
 static struct pool **pools;
 static size_t n_pools, cap_pools;
 static struct graph *graphs;
 static size_t n_graphs, cap_graphs;
 /*
  * Set once the process has a host VMM allocation, a host pool or a host graph node: until then the hooks on calls
- * that device memory makes too (cuMemMap, cuMemFreeAsync, cudaFree's cuMemFree, allocations from device pools,
- * cuGraphDestroy) only call through, without the lock.
+ * that device memory makes too (cuMemMap, allocations from device pools, cuGraphDestroy) only call through,
+ * without the lock. The frees (cuMemFreeAsync, cudaFree's cuMemFree) go by allocs' span instead (above).
  */
 static atomic_bool vmm_seen, pools_seen, graphs_seen;
+
+/* Publish allocs' span after a change to it. Under ops_lock. */
+static void allocs_span_set(void)
+{
+	uintptr_t lo = UINTPTR_MAX, hi = 0;
+
+	if (allocs.n > 0) {
+		lo = allocs.v[0].base;
+		hi = allocs.v[allocs.n - 1].base + allocs.v[allocs.n - 1].bytes;
+	}
+	atomic_store_explicit(&allocs_lo, lo, memory_order_release);
+	atomic_store_explicit(&allocs_hi, hi, memory_order_release);
+}
+
+/* Whether p may be a host-pool allocation: false means it is not one, without the lock. */
+static bool allocs_may_hold(uintptr_t p)
+{
+	return p >= atomic_load_explicit(&allocs_lo, memory_order_acquire) &&
+	       p < atomic_load_explicit(&allocs_hi, memory_order_acquire);
+}
 
 static void ops_prepare(void)
 {
@@ -191,6 +221,7 @@ static void ops_child(void)
 	pbp_table_free(&handles);
 	pbp_table_free(&mappings);
 	pbp_table_free(&allocs);
+	allocs_span_set();
 	pools = NULL;
 	n_pools = cap_pools = 0;
 	graphs = NULL;
@@ -727,8 +758,10 @@ static CUresult alloc_from_pool(enum fn f, CUdeviceptr *dptr, size_t bytesize, C
 	}
 	if (pbp_table_put(&allocs,
 			  &(struct pbp_entry){
-				  .base = (uintptr_t)*dptr, .bytes = bytes, .kind = PBP_LEASE, .lease = q }) == 0)
+				  .base = (uintptr_t)*dptr, .bytes = bytes, .kind = PBP_LEASE, .lease = q }) == 0) {
 		q->live += bytes;
+		allocs_span_set();
+	}
 	pool_settle(q, q->live > held_before ? q->live : held_before);
 	unlock();
 	return r;
@@ -755,9 +788,11 @@ static CUresult free_pool_alloc(enum fn f, CUdeviceptr dptr, CUstream stream, bo
 		return CU_NOT_INITIALIZED;
 	/*
 	 * Locked before the driver's call: once it has freed dptr, an allocation on another thread may be given the
-	 * same address, and its entry would be put before this one's is taken (then taken in its stead).
+	 * same address, and its entry would be put before this one's is taken (then taken in its stead). A pointer
+	 * outside allocs' span is no host-pool allocation (see allocs_lo): no lock. Should the driver hand its
+	 * address to a host-pool allocation once it is freed, that entry is new and this free takes nothing.
 	 */
-	if ((track = !pbp_passthrough() && atomic_load(&pools_seen)))
+	if ((track = !pbp_passthrough() && allocs_may_hold((uintptr_t)dptr)))
 		lock();
 	pbp_enter();
 	if (async)
@@ -771,6 +806,7 @@ static CUresult free_pool_alloc(enum fn f, CUdeviceptr dptr, CUstream stream, bo
 		struct pool *q = e.lease;
 		size_t at;
 
+		allocs_span_set();
 		q->live -= e.bytes;
 		/* A destroyed pool cannot be asked what it reserves: it keeps its charge until it is gone. */
 		if (q->destroyed && q->live == 0 && pool_find(q->pool, &at) == q)
