@@ -379,13 +379,18 @@ static int run_free_race(size_t size)
 	int started = 0;
 	CUresult r;
 
-	r = cu.pool_create(&hpool, &host);
-	if (r == 0)
-		r = cu.alloc_from_pool(&a, size, hpool, NULL);
-	if (r == 0)
-		r = cu.pool_create(&dpool, &device);
+	/*
+	 * The device allocations first: the stand-in maps downwards, so the host pool's come below them and its
+	 * span, as with a real driver, where every pool reserves address space of its own. A device pointer inside
+	 * the span would take the lock, rightly.
+	 */
+	r = cu.pool_create(&dpool, &device);
 	for (int i = 0; r == 0 && i < FREE_THREADS * FREES_PER_THREAD; i++)
 		r = cu.alloc_from_pool(&dev.p[i / FREES_PER_THREAD][i % FREES_PER_THREAD], 4096, dpool, NULL);
+	if (r == 0)
+		r = cu.pool_create(&hpool, &host);
+	if (r == 0)
+		r = cu.alloc_from_pool(&a, size, hpool, NULL);
 	step("created", r, 0);
 	start = now_ms();
 	for (; started < FREE_THREADS && pthread_create(&t[started], NULL, free_thread, dev.p[started]) == 0; started++)
