@@ -176,12 +176,23 @@ static struct pbp_table allocs;   /* by device pointer: lease is its struct pool
 static _Atomic uintptr_t allocs_lo = UINTPTR_MAX, allocs_hi;
 static struct pool **pools;
 static size_t n_pools, cap_pools;
+/*
+ * The host pools' handles, read without ops_lock: an allocation from any other pool (a device pool, from which
+ * RMM's and CCCL's async resources allocate at every step) calls through without the lock. A handle is stored,
+ * under ops_lock, before cuMemPoolCreate or cuMemGetDefaultMemPool returns it, so an allocation from it sees it.
+ * Slots never move (a reader's scan could miss a moved one); a dropped pool's slot is cleared for the next. Past
+ * POOL_SLOTS host pools at once, pool_slots_full sends every pool allocation to the lock, as before.
+ */
+#define POOL_SLOTS 64
+static CUmemoryPool _Atomic pool_slots[POOL_SLOTS];
+static _Atomic size_t pool_slots_used; /* the slots below it may be set */
+static atomic_bool pool_slots_full;
 static struct graph *graphs;
 static size_t n_graphs, cap_graphs;
 /*
  * Set once the process has a host VMM allocation, a host pool or a host graph node: until then the hooks on calls
- * that device memory makes too (cuMemMap, allocations from device pools, cuGraphDestroy) only call through,
- * without the lock. The frees (cuMemFreeAsync, cudaFree's cuMemFree) go by allocs' span instead (above).
+ * that device memory makes too (cuMemMap, cuGraphDestroy) only call through, without the lock. Allocations from
+ * pools go by pool_slots instead, and frees (cuMemFreeAsync, cudaFree's cuMemFree) by allocs' span (above).
  */
 static atomic_bool vmm_seen, pools_seen, graphs_seen;
 
@@ -196,6 +207,42 @@ static void allocs_span_set(void)
 	}
 	atomic_store_explicit(&allocs_lo, lo, memory_order_release);
 	atomic_store_explicit(&allocs_hi, hi, memory_order_release);
+}
+
+/* Put p in a free slot of pool_slots. Under ops_lock. */
+static void pool_slot_set(CUmemoryPool p)
+{
+	for (size_t i = 0; i < POOL_SLOTS; i++)
+		if (!atomic_load_explicit(&pool_slots[i], memory_order_relaxed)) {
+			atomic_store_explicit(&pool_slots[i], p, memory_order_release);
+			if (i >= atomic_load_explicit(&pool_slots_used, memory_order_relaxed))
+				atomic_store_explicit(&pool_slots_used, i + 1, memory_order_release);
+			return;
+		}
+	atomic_store(&pool_slots_full, true);
+}
+
+/* Clear p's slot. Under ops_lock. */
+static void pool_slot_clear(CUmemoryPool p)
+{
+	for (size_t i = 0; i < POOL_SLOTS; i++)
+		if (atomic_load_explicit(&pool_slots[i], memory_order_relaxed) == p) {
+			atomic_store_explicit(&pool_slots[i], NULL, memory_order_release);
+			return;
+		}
+}
+
+/* Whether p may be a host pool: false means it is not one, without the lock. */
+static bool pool_may_be_host(CUmemoryPool p)
+{
+	size_t used = atomic_load_explicit(&pool_slots_used, memory_order_acquire);
+
+	if (atomic_load(&pool_slots_full))
+		return true;
+	for (size_t i = 0; i < used; i++)
+		if (atomic_load_explicit(&pool_slots[i], memory_order_acquire) == p)
+			return true;
+	return false;
 }
 
 /* Whether p may be a host-pool allocation: false means it is not one, without the lock. */
@@ -224,6 +271,10 @@ static void ops_child(void)
 	allocs_span_set();
 	pools = NULL;
 	n_pools = cap_pools = 0;
+	for (size_t i = 0; i < POOL_SLOTS; i++)
+		atomic_store(&pool_slots[i], NULL);
+	atomic_store(&pool_slots_used, 0);
+	atomic_store(&pool_slots_full, false);
 	graphs = NULL;
 	n_graphs = cap_graphs = 0;
 	pthread_mutex_unlock(&ops_lock);
@@ -497,6 +548,7 @@ static void pool_add(CUmemoryPool p, size_t max_bytes)
 	q->pool = p;
 	q->max_bytes = max_bytes;
 	pools[n_pools++] = q;
+	pool_slot_set(p);
 	atomic_store(&pools_seen, true);
 }
 
@@ -621,6 +673,7 @@ static void pool_drop(size_t at)
 {
 	struct pool *q = pools[at];
 
+	pool_slot_clear(q->pool);
 	pool_shrink(q, 0);
 	free(q->leases);
 	free(q);
@@ -731,7 +784,7 @@ static CUresult alloc_from_pool(enum fn f, CUdeviceptr *dptr, size_t bytesize, C
 
 	if (!pbp_real_fn(f))
 		return CU_NOT_INITIALIZED;
-	if (pbp_passthrough() || !dptr || bytesize == 0 || !atomic_load(&pools_seen))
+	if (pbp_passthrough() || !dptr || bytesize == 0 || !pool_may_be_host(pool))
 		return CALL(fn_t, f, dptr, bytesize, pool, stream);
 	lock();
 	q = pool_find(pool, NULL);
