@@ -23,6 +23,9 @@
  * driver-owned memory) let the driver pin it and report the bytes as unbrokered.
  * Graph memory nodes with a host location are reported as unbrokered by their page-rounded size from the node's
  * creation until its graph is destroyed: the driver backs them when the graph runs, from a pool of its own.
+ * Device memory goes through some of these hooks too (cudaFree's cuMemFree, cuMemFreeAsync, allocations from device
+ * pools): those find out without the module's lock that the memory is none of the host pools', so a program's
+ * threads do not queue on it (allocs_span and host_pools say how).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -36,6 +39,7 @@
 #include <string.h>
 
 #include "pinbroker.h"
+#include "preload-filter.h"
 #include "preload-table.h"
 #include "preload.h"
 
@@ -165,91 +169,37 @@ static struct pbp_table handles;  /* by handle: lease is the struct vmm (kind PB
 static struct pbp_table mappings; /* by address: lease is the struct vmm mapped there */
 static struct pbp_table allocs;   /* by device pointer: lease is its struct pool; bytes page-rounded */
 /*
- * The span of allocs, [allocs_lo, allocs_hi) (empty: UINTPTR_MAX, 0), set under ops_lock after every change to
- * allocs and read without it: cuMemFree and cuMemFreeAsync of a pointer outside it (a device free, the common case
- * of a training job) call through without the lock, so a program's frees are not serialised on it. A pointer the
- * program frees came back from alloc_from_pool after its entry was put and the span set around it, and the span
- * loses it only when the entry is taken, which is this free's own work: the load cannot miss it. Each bound is
- * stored alone; a reader that mixes one change's lo with another's hi still sees a span around every allocation
- * live across both.
+ * The span of allocs, set under ops_lock after every change to it: cuMemFree and cuMemFreeAsync of a pointer
+ * outside it (a device free, the common case of a training job) call through without the lock, so a program's
+ * frees do not queue on it. A pointer the program frees came back from alloc_from_pool after its entry was put and
+ * the span set around it, and it leaves the span only when the entry is taken, this free's own work.
  */
-static _Atomic uintptr_t allocs_lo = UINTPTR_MAX, allocs_hi;
+static struct pbp_span allocs_span = PBP_SPAN_EMPTY;
 static struct pool **pools;
 static size_t n_pools, cap_pools;
 /*
- * The host pools' handles, read without ops_lock: an allocation from any other pool (a device pool, from which
- * RMM's and CCCL's async resources allocate at every step) calls through without the lock. A handle is stored,
- * under ops_lock, before cuMemPoolCreate or cuMemGetDefaultMemPool returns it, so an allocation from it sees it.
- * Slots never move (a reader's scan could miss a moved one); a dropped pool's slot is cleared for the next. Past
- * POOL_SLOTS host pools at once, pool_slots_full sends every pool allocation to the lock, as before.
+ * The host pools' handles: an allocation from any other pool (a device pool, from which RMM's and CCCL's async
+ * resources allocate at every step) calls through without the lock. A handle is added, under ops_lock, before
+ * cuMemPoolCreate or cuMemGetDefaultMemPool returns it, and removed when its record is dropped.
  */
-#define POOL_SLOTS 64
-static CUmemoryPool _Atomic pool_slots[POOL_SLOTS];
-static _Atomic size_t pool_slots_used; /* the slots below it may be set */
-static atomic_bool pool_slots_full;
+static struct pbp_slots host_pools;
 static struct graph *graphs;
 static size_t n_graphs, cap_graphs;
 /*
  * Set once the process has a host VMM allocation, a host pool or a host graph node: until then the hooks on calls
  * that device memory makes too (cuMemMap, cuGraphDestroy) only call through, without the lock. Allocations from
- * pools go by pool_slots instead, and frees (cuMemFreeAsync, cudaFree's cuMemFree) by allocs' span (above).
+ * pools go by host_pools instead, and frees (cuMemFreeAsync, cudaFree's cuMemFree) by allocs' span (above).
  */
 static atomic_bool vmm_seen, pools_seen, graphs_seen;
 
-/* Publish allocs' span after a change to it. Under ops_lock. */
+/* Publish allocs' span after a change to it (sorted by address). Under ops_lock. */
 static void allocs_span_set(void)
 {
-	uintptr_t lo = UINTPTR_MAX, hi = 0;
-
-	if (allocs.n > 0) {
-		lo = allocs.v[0].base;
-		hi = allocs.v[allocs.n - 1].base + allocs.v[allocs.n - 1].bytes;
-	}
-	atomic_store_explicit(&allocs_lo, lo, memory_order_release);
-	atomic_store_explicit(&allocs_hi, hi, memory_order_release);
-}
-
-/* Put p in a free slot of pool_slots. Under ops_lock. */
-static void pool_slot_set(CUmemoryPool p)
-{
-	for (size_t i = 0; i < POOL_SLOTS; i++)
-		if (!atomic_load_explicit(&pool_slots[i], memory_order_relaxed)) {
-			atomic_store_explicit(&pool_slots[i], p, memory_order_release);
-			if (i >= atomic_load_explicit(&pool_slots_used, memory_order_relaxed))
-				atomic_store_explicit(&pool_slots_used, i + 1, memory_order_release);
-			return;
-		}
-	atomic_store(&pool_slots_full, true);
-}
-
-/* Clear p's slot. Under ops_lock. */
-static void pool_slot_clear(CUmemoryPool p)
-{
-	for (size_t i = 0; i < POOL_SLOTS; i++)
-		if (atomic_load_explicit(&pool_slots[i], memory_order_relaxed) == p) {
-			atomic_store_explicit(&pool_slots[i], NULL, memory_order_release);
-			return;
-		}
-}
-
-/* Whether p may be a host pool: false means it is not one, without the lock. */
-static bool pool_may_be_host(CUmemoryPool p)
-{
-	size_t used = atomic_load_explicit(&pool_slots_used, memory_order_acquire);
-
-	if (atomic_load(&pool_slots_full))
-		return true;
-	for (size_t i = 0; i < used; i++)
-		if (atomic_load_explicit(&pool_slots[i], memory_order_acquire) == p)
-			return true;
-	return false;
-}
-
-/* Whether p may be a host-pool allocation: false means it is not one, without the lock. */
-static bool allocs_may_hold(uintptr_t p)
-{
-	return p >= atomic_load_explicit(&allocs_lo, memory_order_acquire) &&
-	       p < atomic_load_explicit(&allocs_hi, memory_order_acquire);
+	if (allocs.n == 0)
+		pbp_span_set(&allocs_span, 0, 0);
+	else
+		pbp_span_set(&allocs_span, allocs.v[0].base,
+			     allocs.v[allocs.n - 1].base + allocs.v[allocs.n - 1].bytes);
 }
 
 static void ops_prepare(void)
@@ -271,10 +221,7 @@ static void ops_child(void)
 	allocs_span_set();
 	pools = NULL;
 	n_pools = cap_pools = 0;
-	for (size_t i = 0; i < POOL_SLOTS; i++)
-		atomic_store(&pool_slots[i], NULL);
-	atomic_store(&pool_slots_used, 0);
-	atomic_store(&pool_slots_full, false);
+	pbp_slots_reset(&host_pools);
 	graphs = NULL;
 	n_graphs = cap_graphs = 0;
 	pthread_mutex_unlock(&ops_lock);
@@ -548,7 +495,7 @@ static void pool_add(CUmemoryPool p, size_t max_bytes)
 	q->pool = p;
 	q->max_bytes = max_bytes;
 	pools[n_pools++] = q;
-	pool_slot_set(p);
+	pbp_slots_add(&host_pools, p);
 	atomic_store(&pools_seen, true);
 }
 
@@ -673,7 +620,7 @@ static void pool_drop(size_t at)
 {
 	struct pool *q = pools[at];
 
-	pool_slot_clear(q->pool);
+	pbp_slots_remove(&host_pools, q->pool);
 	pool_shrink(q, 0);
 	free(q->leases);
 	free(q);
@@ -784,7 +731,7 @@ static CUresult alloc_from_pool(enum fn f, CUdeviceptr *dptr, size_t bytesize, C
 
 	if (!pbp_real_fn(f))
 		return CU_NOT_INITIALIZED;
-	if (pbp_passthrough() || !dptr || bytesize == 0 || !pool_may_be_host(pool))
+	if (pbp_passthrough() || !dptr || bytesize == 0 || !pbp_slots_may_hold(&host_pools, pool))
 		return CALL(fn_t, f, dptr, bytesize, pool, stream);
 	lock();
 	q = pool_find(pool, NULL);
@@ -842,10 +789,10 @@ static CUresult free_pool_alloc(enum fn f, CUdeviceptr dptr, CUstream stream, bo
 	/*
 	 * Locked before the driver's call: once it has freed dptr, an allocation on another thread may be given the
 	 * same address, and its entry would be put before this one's is taken (then taken in its stead). A pointer
-	 * outside allocs' span is no host-pool allocation (see allocs_lo): no lock. Should the driver hand its
+	 * outside allocs' span is no host-pool allocation (see allocs_span): no lock. Should the driver hand its
 	 * address to a host-pool allocation once it is freed, that entry is new and this free takes nothing.
 	 */
-	if ((track = !pbp_passthrough() && allocs_may_hold((uintptr_t)dptr)))
+	if ((track = !pbp_passthrough() && pbp_span_may_hold(&allocs_span, (uintptr_t)dptr)))
 		lock();
 	pbp_enter();
 	if (async)
