@@ -23,6 +23,9 @@
  * driver-owned memory) let the driver pin it and report the bytes as unbrokered.
  * Graph memory nodes with a host location are reported as unbrokered by their page-rounded size from the node's
  * creation until its graph is destroyed: the driver backs them when the graph runs, from a pool of its own.
+ * Device memory goes through some of these hooks too (cudaFree's cuMemFree, cuMemFreeAsync, allocations from device
+ * pools): those find out without the module's lock that the memory is none of the host pools', so a program's
+ * threads do not queue on it (allocs_span and host_pools say how).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -36,6 +39,7 @@
 #include <string.h>
 
 #include "pinbroker.h"
+#include "preload-filter.h"
 #include "preload-table.h"
 #include "preload.h"
 
@@ -164,16 +168,39 @@ static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 static struct pbp_table handles;  /* by handle: lease is the struct vmm (kind PBP_LEASE) */
 static struct pbp_table mappings; /* by address: lease is the struct vmm mapped there */
 static struct pbp_table allocs;   /* by device pointer: lease is its struct pool; bytes page-rounded */
+/*
+ * The span of allocs, set under ops_lock after every change to it: cuMemFree and cuMemFreeAsync of a pointer
+ * outside it (a device free, the common case of a training job) call through without the lock, so a program's
+ * frees do not queue on it. A pointer the program frees came back from alloc_from_pool after its entry was put and
+ * the span set around it, and it leaves the span only when the entry is taken, this free's own work.
+ */
+static struct pbp_span allocs_span = PBP_SPAN_EMPTY;
 static struct pool **pools;
 static size_t n_pools, cap_pools;
+/*
+ * The host pools' handles: an allocation from any other pool (a device pool, from which RMM's and CCCL's async
+ * resources allocate at every step) calls through without the lock. A handle is added, under ops_lock, before
+ * cuMemPoolCreate or cuMemGetDefaultMemPool returns it, and removed when its record is dropped.
+ */
+static struct pbp_slots host_pools;
 static struct graph *graphs;
 static size_t n_graphs, cap_graphs;
 /*
  * Set once the process has a host VMM allocation, a host pool or a host graph node: until then the hooks on calls
- * that device memory makes too (cuMemMap, cuMemFreeAsync, cudaFree's cuMemFree, allocations from device pools,
- * cuGraphDestroy) only call through, without the lock.
+ * that device memory makes too (cuMemMap, cuGraphDestroy) only call through, without the lock. Allocations from
+ * pools go by host_pools instead, and frees (cuMemFreeAsync, cudaFree's cuMemFree) by allocs' span (above).
  */
 static atomic_bool vmm_seen, pools_seen, graphs_seen;
+
+/* Publish allocs' span after a change to it (sorted by address). Under ops_lock. */
+static void allocs_span_set(void)
+{
+	if (allocs.n == 0)
+		pbp_span_set(&allocs_span, 0, 0);
+	else
+		pbp_span_set(&allocs_span, allocs.v[0].base,
+			     allocs.v[allocs.n - 1].base + allocs.v[allocs.n - 1].bytes);
+}
 
 static void ops_prepare(void)
 {
@@ -191,8 +218,10 @@ static void ops_child(void)
 	pbp_table_free(&handles);
 	pbp_table_free(&mappings);
 	pbp_table_free(&allocs);
+	allocs_span_set();
 	pools = NULL;
 	n_pools = cap_pools = 0;
+	pbp_slots_reset(&host_pools);
 	graphs = NULL;
 	n_graphs = cap_graphs = 0;
 	pthread_mutex_unlock(&ops_lock);
@@ -466,6 +495,7 @@ static void pool_add(CUmemoryPool p, size_t max_bytes)
 	q->pool = p;
 	q->max_bytes = max_bytes;
 	pools[n_pools++] = q;
+	pbp_slots_add(&host_pools, p);
 	atomic_store(&pools_seen, true);
 }
 
@@ -590,6 +620,7 @@ static void pool_drop(size_t at)
 {
 	struct pool *q = pools[at];
 
+	pbp_slots_remove(&host_pools, q->pool);
 	pool_shrink(q, 0);
 	free(q->leases);
 	free(q);
@@ -700,7 +731,7 @@ static CUresult alloc_from_pool(enum fn f, CUdeviceptr *dptr, size_t bytesize, C
 
 	if (!pbp_real_fn(f))
 		return CU_NOT_INITIALIZED;
-	if (pbp_passthrough() || !dptr || bytesize == 0 || !atomic_load(&pools_seen))
+	if (pbp_passthrough() || !dptr || bytesize == 0 || !pbp_slots_may_hold(&host_pools, pool))
 		return CALL(fn_t, f, dptr, bytesize, pool, stream);
 	lock();
 	q = pool_find(pool, NULL);
@@ -727,8 +758,10 @@ static CUresult alloc_from_pool(enum fn f, CUdeviceptr *dptr, size_t bytesize, C
 	}
 	if (pbp_table_put(&allocs,
 			  &(struct pbp_entry){
-				  .base = (uintptr_t)*dptr, .bytes = bytes, .kind = PBP_LEASE, .lease = q }) == 0)
+				  .base = (uintptr_t)*dptr, .bytes = bytes, .kind = PBP_LEASE, .lease = q }) == 0) {
 		q->live += bytes;
+		allocs_span_set();
+	}
 	pool_settle(q, q->live > held_before ? q->live : held_before);
 	unlock();
 	return r;
@@ -755,9 +788,11 @@ static CUresult free_pool_alloc(enum fn f, CUdeviceptr dptr, CUstream stream, bo
 		return CU_NOT_INITIALIZED;
 	/*
 	 * Locked before the driver's call: once it has freed dptr, an allocation on another thread may be given the
-	 * same address, and its entry would be put before this one's is taken (then taken in its stead).
+	 * same address, and its entry would be put before this one's is taken (then taken in its stead). A pointer
+	 * outside allocs' span is no host-pool allocation (see allocs_span): no lock. Should the driver hand its
+	 * address to a host-pool allocation once it is freed, that entry is new and this free takes nothing.
 	 */
-	if ((track = !pbp_passthrough() && atomic_load(&pools_seen)))
+	if ((track = !pbp_passthrough() && pbp_span_may_hold(&allocs_span, (uintptr_t)dptr)))
 		lock();
 	pbp_enter();
 	if (async)
@@ -771,6 +806,7 @@ static CUresult free_pool_alloc(enum fn f, CUdeviceptr dptr, CUstream stream, bo
 		struct pool *q = e.lease;
 		size_t at;
 
+		allocs_span_set();
 		q->live -= e.bytes;
 		/* A destroyed pool cannot be asked what it reserves: it keeps its charge until it is gone. */
 		if (q->destroyed && q->live == 0 && pool_find(q->pool, &at) == q)

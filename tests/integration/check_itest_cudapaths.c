@@ -300,6 +300,27 @@ START_TEST(test_a_pool_max_size_bounds_its_charge)
 }
 END_TEST
 
+/*
+ * 32 device frees on 8 threads, each sleeping 100 ms in the stand-in driver, while a 3 MiB host-pool allocation
+ * lives and another 3 MiB comes and goes 4 times on the main thread: the pool's charge is exactly what it reserves
+ * (6 MiB: it keeps what was freed), and the device frees ran side by side (FREES_SERIALISED, r=1000, when they took
+ * half of 3.2 s or more). The interposer once took its lock around every free, device ones too, once a host pool
+ * was seen.
+ */
+static const struct path_run free_race = {
+	"free-race", "3145728", .env = "STUB_CUDA_FREE_SLEEP_MS=100", .steps = {
+		{ "created", 0, 4 * MiB, 4 * MiB, 0 },
+		{ "raced", 0, 6 * MiB, 6 * MiB, 0 },
+		{ "done", 0, 0, 0, 0 },
+	},
+};
+
+START_TEST(test_device_frees_beside_a_host_pool_run_side_by_side_and_keep_its_charge)
+{
+	walk(_i, &free_race);
+}
+END_TEST
+
 /* Two host memory nodes of 1 MiB: reported as unbrokered while their graph lives. */
 static const struct path_run graph = {
 	"graph", "1048576", .steps = {
@@ -359,6 +380,7 @@ static Suite *suite(void)
 	tcase_add_loop_test(t, test_a_host_pool_is_charged_what_it_reserves_until_trimmed_and_destroyed, 0, N_WAYS);
 	tcase_add_loop_test(t, test_the_default_host_pool_is_charged_too, 0, N_WAYS);
 	tcase_add_loop_test(t, test_a_pool_max_size_bounds_its_charge, 0, N_WAYS);
+	tcase_add_loop_test(t, test_device_frees_beside_a_host_pool_run_side_by_side_and_keep_its_charge, 0, N_WAYS);
 	tcase_add_loop_test(t, test_graph_memory_nodes_with_a_host_location_are_reported_as_unbrokered, 0, N_WAYS);
 	tcase_add_test(t, test_without_the_interposer_the_broker_sees_none_of_it);
 	suite_add_tcase(s, t);

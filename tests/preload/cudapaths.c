@@ -22,6 +22,12 @@
  *                 done (the second freed with cuMemFree, then trimmed to 0)
  *   graph         created (cuGraphCreate, a host memory node of SIZE by cuGraphAddMemAllocNode, another by
  *                 cuGraphAddNode), destroyed (cuGraphDestroy)
+ *   free-race     created (a host pool with one allocation of SIZE, a device pool with FREE_THREADS x
+ *                 FREES_PER_THREAD allocations), raced (the device allocations freed from FREE_THREADS threads,
+ *                 cuMemFree and cuMemFreeAsync in turn, while the main thread allocates SIZE from the host pool
+ *                 and frees it, FREES_PER_THREAD times; run with STUB_CUDA_FREE_SLEEP_MS, r=FREES_SERIALISED
+ *                 when the frees took half as long as one after another or more), done (the first freed, the
+ *                 pool trimmed to 0 and destroyed)
  * A step whose call fails prints its line, waits for the go-ahead as any other (so its charges can be read
  * while it lives), and the program exits 3.
  */
@@ -36,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The driver's functions this program calls, however it found them. */
@@ -327,6 +334,96 @@ static int run_pool(size_t size, size_t max_size, int use_default)
 	return 0;
 }
 
+#define FREE_THREADS 8
+#define FREES_PER_THREAD 4
+#define FREES_SERIALISED 1000 /* not a CUresult: the device frees ran one after another */
+
+static struct {
+	CUdeviceptr p[FREE_THREADS][FREES_PER_THREAD];
+	CUresult r[FREE_THREADS];
+} dev;
+
+static void *free_thread(void *arg)
+{
+	CUdeviceptr *p = arg;
+	size_t t = (size_t)(p - dev.p[0]) / FREES_PER_THREAD;
+
+	for (int i = 0; i < FREES_PER_THREAD && dev.r[t] == 0; i++)
+		dev.r[t] = i % 2 ? cu.free_async(p[i], NULL) : cu.mem_free(p[i]);
+	return NULL;
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/*
+ * Device frees on many threads while a host-pool allocation lives and another comes and goes: the host pool's
+ * charge must stay exact, and the device frees must not wait for one another in the interposer (each sleeps in
+ * the stand-in driver: serialised, they take FREE_THREADS times as long).
+ */
+static int run_free_race(size_t size)
+{
+	struct cu_pool_props host = { .alloc_type = CU_MEM_ALLOCATION_TYPE_PINNED, .location = HOST_LOCATION };
+	struct cu_pool_props device = { .alloc_type = CU_MEM_ALLOCATION_TYPE_PINNED,
+					.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 } };
+	const char *sleep_ms = getenv("STUB_CUDA_FREE_SLEEP_MS");
+	pthread_t t[FREE_THREADS];
+	void *hpool = NULL, *dpool = NULL;
+	CUdeviceptr a = 0, b = 0;
+	double start, took_ms;
+	int started = 0;
+	CUresult r;
+
+	/*
+	 * The device allocations first: the stand-in maps downwards, so the host pool's come below them and its
+	 * span, as with a real driver, where every pool reserves address space of its own. A device pointer inside
+	 * the span would take the lock, rightly.
+	 */
+	r = cu.pool_create(&dpool, &device);
+	for (int i = 0; r == 0 && i < FREE_THREADS * FREES_PER_THREAD; i++)
+		r = cu.alloc_from_pool(&dev.p[i / FREES_PER_THREAD][i % FREES_PER_THREAD], 4096, dpool, NULL);
+	if (r == 0)
+		r = cu.pool_create(&hpool, &host);
+	if (r == 0)
+		r = cu.alloc_from_pool(&a, size, hpool, NULL);
+	step("created", r, 0);
+	start = now_ms();
+	for (; started < FREE_THREADS && pthread_create(&t[started], NULL, free_thread, dev.p[started]) == 0; started++)
+		;
+	if (started < FREE_THREADS)
+		r = 2;
+	for (int i = 0; r == 0 && i < FREES_PER_THREAD; i++) {
+		r = cu.alloc_from_pool(&b, size, hpool, NULL);
+		if (r == 0)
+			r = cu.free_async(b, NULL);
+	}
+	for (int i = 0; i < started; i++) {
+		pthread_join(t[i], NULL);
+		if (r == 0)
+			r = dev.r[i];
+	}
+	took_ms = now_ms() - start;
+	if (r == 0 && sleep_ms && took_ms >= FREE_THREADS * FREES_PER_THREAD * atof(sleep_ms) / 2)
+		r = FREES_SERIALISED;
+	fprintf(stderr, "cudapaths: %d device frees on %d threads took %.0f ms\n", FREE_THREADS * FREES_PER_THREAD,
+		FREE_THREADS, took_ms);
+	step("raced", r, 0);
+	r = cu.mem_free(a);
+	if (r == 0)
+		r = cu.pool_trim(hpool, 0);
+	if (r == 0)
+		r = cu.pool_destroy(hpool);
+	if (r == 0)
+		r = cu.pool_destroy(dpool);
+	step("done", r, 1);
+	return 0;
+}
+
 static int run_graph(size_t size)
 {
 	struct cu_alloc_node_params p = { .pool_props = { .alloc_type = CU_MEM_ALLOCATION_TYPE_PINNED,
@@ -353,7 +450,8 @@ int main(int argc, char **argv)
 
 	if (argc < 4) {
 		fprintf(stderr,
-			"usage: cudapaths link|dlsym|gpa|gpa-ptsz vmm|pool|default-pool|graph SIZE [MAXSIZE]\n");
+			"usage: cudapaths link|dlsym|gpa|gpa-ptsz vmm|vmm-race|pool|default-pool|graph|free-race SIZE "
+			"[MAXSIZE]\n");
 		return 2;
 	}
 	size = strtoull(argv[3], NULL, 0);
@@ -378,6 +476,8 @@ int main(int argc, char **argv)
 		return run_pool(size, max_size, strcmp(argv[2], "default-pool") == 0);
 	if (strcmp(argv[2], "graph") == 0)
 		return run_graph(size);
+	if (strcmp(argv[2], "free-race") == 0)
+		return run_free_race(size);
 	fprintf(stderr, "cudapaths: unknown path %s\n", argv[2]);
 	return 2;
 }

@@ -11,6 +11,8 @@
  * - a graph's host memory nodes count from their creation until cuGraphDestroy.
  * STUB_CUDA_MAP_SLEEP_MS makes cuMemMap sleep that long after it has mapped, its lock let go, as a real driver
  * may take its time: a test's window for another thread's cuMemRelease (check_itest_cudapaths vmm-race).
+ * STUB_CUDA_FREE_SLEEP_MS makes a free of a device pool's allocation sleep that long first, outside its lock: frees
+ * that the interposer serialises then add up (check_itest_cudapaths free-race).
  */
 #define _GNU_SOURCE
 #include "cuda_vmm_types.h"
@@ -397,12 +399,27 @@ STUB CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes, void
 	return cuMemAllocFromPoolAsync(dptr, bytes, pool, stream);
 }
 
+/* Whether dptr is a live allocation of a device pool. */
+static bool device_alloc(CUdeviceptr dptr)
+{
+	bool device = false;
+
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < n_allocs; i++)
+		if (allocs[i].p == dptr)
+			device = !allocs[i].pool->host;
+	pthread_mutex_unlock(&lock);
+	return device;
+}
+
 /* The pool keeps what is freed (reserved unchanged) until trimmed, or lets all go with a destroyed pool's last. */
 STUB CUresult cuMemFreeAsync(CUdeviceptr dptr, void *stream)
 {
 	CUresult r = CUDA_ERROR_INVALID_VALUE;
 
 	(void)stream;
+	if (getenv("STUB_CUDA_FREE_SLEEP_MS") && device_alloc(dptr))
+		usleep((useconds_t)atoi(getenv("STUB_CUDA_FREE_SLEEP_MS")) * 1000);
 	pthread_mutex_lock(&lock);
 	for (size_t i = 0; i < n_allocs; i++)
 		if (allocs[i].p == dptr) {
