@@ -11,14 +11,18 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "check_main.h"
+#include "fdstore.h"
 #include "itest.h"
 #include "pinbroker.h"
 #include "wire.h"
@@ -31,6 +35,7 @@
 #define WARMUP_DELAY_ENV "PINBROKER_TEST_WARMUP_DELAY_MS"
 
 static struct daemon d;
+static struct fdstore *fs; /* the fd store stand-in of the restart cases */
 
 static uint64_t mono_ms(void)
 {
@@ -80,8 +85,11 @@ static void start_warming(const char *prewarm, const char *delay_ms)
 static void stop_daemon(void)
 {
 	unsetenv(PB_SIMULATE_ENV);
+	unsetenv(WARMUP_DELAY_ENV);
 	if (d.pid > 0 && daemon_alive(&d))
 		ck_assert_int_eq(daemon_stop(&d), 0);
+	fdstore_free(fs);
+	fs = NULL;
 }
 
 /* Status until the warm-up is over (pool_warming false), or NULL after timeout_ms. */
@@ -248,6 +256,415 @@ START_TEST(test_prewarm_above_the_setting_warms_in_the_background)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ restarts and reloads mid warm-up */
+
+/* A held lease's size: 256M + 32M + 8M + 4M and a 12 KiB tail, chunks of several classes. */
+#define HELD_BYTES (300 * MiB + 12 * KiB)
+
+/* The daemon's pool chunks as the kernel sees them: distinct memfds it holds, and their sizes. */
+struct memfd_books {
+	size_t chunks;
+	uint64_t bytes;
+};
+
+/*
+ * Every distinct "pinbroker-chunk" memfd pid holds (by inode: a chunk can be open twice), with its size
+ * from fstat through /proc, not from the daemon's own books: what a leaked or double-counted chunk changes.
+ */
+static struct memfd_books memfd_books_of(pid_t pid)
+{
+	struct memfd_books mb = { 0, 0 };
+	static ino_t seen[8192];
+	size_t nseen = 0;
+	char dir[64], path[320], link[256];
+	struct dirent *e;
+	DIR *dp;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	dp = opendir(dir);
+	ck_assert_ptr_nonnull(dp);
+	while ((e = readdir(dp))) {
+		struct stat st;
+		bool dup = false;
+		ssize_t n;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n < 0)
+			continue;
+		link[n] = '\0';
+		if (strncmp(link, "/memfd:pinbroker-chunk", strlen("/memfd:pinbroker-chunk")) != 0 ||
+		    stat(path, &st) < 0)
+			continue;
+		for (size_t i = 0; i < nseen && !dup; i++)
+			dup = seen[i] == st.st_ino;
+		if (dup)
+			continue;
+		ck_assert_uint_lt(nseen, sizeof(seen) / sizeof(seen[0]));
+		seen[nseen++] = st.st_ino;
+		mb.chunks++;
+		mb.bytes += (uint64_t)st.st_size;
+	}
+	closedir(dp);
+	return mb;
+}
+
+/*
+ * The books after a restart or reload, once the pool is warm again: every byte counted once (leased, less
+ * what is orphaned, + idle == pool), the daemon's chunk memfds are exactly its pool (no chunk of the earlier daemon, or of a warm-up cut
+ * short, kept beside it), and the idle pool is at prewarm.
+ */
+static void check_books(uint64_t leased, uint64_t prewarm)
+{
+	struct pb_status *s = wait_warm(30000);
+	struct memfd_books mb;
+
+	ck_assert_msg(s != NULL, "the warm-up did not end:\n%s", itest_tail(daemon_log(&d)));
+	ck_assert_uint_eq(s->leased_bytes, leased);
+	/* Orphaned bytes are leased (of leased_bytes) but mapped from the earlier daemon's memfds, not the pool's. */
+	ck_assert_uint_le(s->orphaned_bytes, s->leased_bytes);
+	ck_assert_uint_eq(s->pool_bytes, s->leased_bytes - s->orphaned_bytes + s->pool_idle_bytes);
+	ck_assert_msg(s->pool_idle_bytes == prewarm, "idle pool %llu bytes, prewarm %llu:\n%s",
+		      (unsigned long long)s->pool_idle_bytes, (unsigned long long)prewarm, itest_tail(daemon_log(&d)));
+	mb = memfd_books_of(d.pid);
+	ck_assert_msg(mb.bytes == s->pool_bytes, "the daemon holds %zu chunk memfds of %llu bytes; its pool is %llu",
+		      mb.chunks, (unsigned long long)mb.bytes, (unsigned long long)s->pool_bytes);
+	pb_status_free(s);
+}
+
+/* The store holds the daemon's chunks and nothing else of the pool: none of the killed daemon's left parked. */
+static void check_store_matches_daemon(void)
+{
+	struct memfd_books mb = memfd_books_of(d.pid);
+
+	ck_assert_uint_eq(fdstore_count(fs, "c"), mb.chunks);
+}
+
+/* Simulated, as start_warming_with, under the fd store stand-in (the environment reaches the daemon). */
+static void fdstore_start_warming(const char *delay_ms)
+{
+	static const char *const args[] = { "--budget",
+					    "8G",
+					    "--uid-quota",
+					    "100%",
+					    "--prewarm",
+					    "2G",
+					    "--chunk-max",
+					    "256M",
+					    "--max-no-revoke-per-uid",
+					    "100%",
+					    "--prewarm-before-ready",
+					    "256M",
+					    "--redeclare-grace-ms",
+					    "2000",
+					    NULL };
+
+	setenv(PB_SIMULATE_ENV, "1", 1);
+	setenv(WARMUP_DELAY_ENV, delay_ms, 1);
+	fdstore_daemon_start(fs, args);
+	unsetenv(WARMUP_DELAY_ENV);
+}
+
+/* A lease taken from a pool still warming (HELD_BYTES, no CUDA), on a connection of its own. */
+static pb_lease *acquire_while_warming(pb_client **c)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE, .label = "held" };
+	struct pb_status *s = itest_status(d.socket);
+	pb_lease *l = NULL;
+
+	ck_assert_msg(s->pool_warming, "warm before the test could act:\n%s", itest_tail(daemon_log(&d)));
+	pb_status_free(s);
+	ck_assert_int_eq(pb_connect(d.socket, c), 0);
+	ck_assert_int_eq(pb_acquire(*c, HELD_BYTES, &o, &l), 0);
+	memset(pb_lease_data(l), 'w', 4096);
+	s = itest_status(d.socket);
+	ck_assert(s->pool_warming);
+	ck_assert_uint_eq(s->leased_bytes, HELD_BYTES);
+	ck_assert_uint_eq(s->pool_bytes, s->leased_bytes + s->pool_idle_bytes);
+	pb_status_free(s);
+	return l;
+}
+
+/*
+ * kill -9 mid warm-up under the fd store (a crash under systemd): the same instance comes back with the lease
+ * a client took while the pool warmed (docs/security.md, what a restart guarantees), the chunks the warm-up
+ * had handed over come back from the store, the ones it was still making die with the process, and the new
+ * daemon warms its idle pool to the prewarm again, every byte counted once.
+ */
+START_TEST(test_kill_mid_warmup_keeps_the_lease_and_the_books)
+{
+	struct pb_status *s = NULL;
+	pb_client *c = NULL;
+	pb_lease *l;
+
+	daemon_prepare(&d);
+	fs = fdstore_new(&d);
+	/* A 1 GiB batch, then a 20 s pause: mid warm-up whenever it is killed. */
+	fdstore_start_warming("20000");
+	l = acquire_while_warming(&c);
+	ck_assert(!daemon_wait_log(&d, "pool warmed", 0));
+	ck_assert_uint_gt(fdstore_count(fs, "c"), 0);
+
+	fdstore_daemon_kill(fs);
+	fdstore_start_warming("200");
+	/* The library reconnects and re-declares the lease it still maps. */
+	for (int i = 0; i < 250 && pb_status_get(c, &s) < 0; i++)
+		usleep(20000);
+	ck_assert_ptr_nonnull(s);
+	pb_status_free(s);
+	ck_assert_int_eq(pb_lease_stale(l), 0);
+	ck_assert_uint_eq(((const unsigned char *)pb_lease_data(l))[0], 'w');
+	s = itest_status(d.socket);
+	ck_assert_ptr_nonnull(itest_lease_row(s, pb_lease_id(l)));
+	ck_assert_uint_eq(s->orphaned_bytes, 0);
+	pb_status_free(s);
+	check_books(HELD_BYTES, 2 * GiB);
+	check_store_matches_daemon();
+
+	ck_assert_int_eq(pb_release(c, l), 0);
+	ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
+	check_store_matches_daemon();
+	itest_end_clean(&d, c, 5000);
+}
+END_TEST
+
+/*
+ * SIGTERM mid warm-up (systemctl restart, which empties the fd store): the stop writes the restart state, the
+ * next daemon, a new instance, counts the lease this process still maps as orphaned (leased, never lent again)
+ * until it is let go, and warms its own pool to the prewarm beside it (docs/operations.md, restarts).
+ */
+START_TEST(test_sigterm_mid_warmup_restart_counts_the_held_lease_once)
+{
+	static const char *const args[] = { "--budget",
+					    "8G",
+					    "--uid-quota",
+					    "100%",
+					    "--prewarm",
+					    "2G",
+					    "--chunk-max",
+					    "256M",
+					    "--max-no-revoke-per-uid",
+					    "100%",
+					    "--prewarm-before-ready",
+					    "256M",
+					    "--orphan-rescan-ms",
+					    "200",
+					    NULL };
+	char state[400];
+	pb_client *c = NULL;
+	pb_lease *l;
+	uint64_t t0;
+	int st;
+
+	daemon_prepare(&d);
+	daemon_restart_with(&d, args, child_simulated, (void *)"20000");
+	setenv(PB_SIMULATE_ENV, "1", 1);
+	l = acquire_while_warming(&c);
+
+	/* As daemon_stop, but the folder (socket, log, restart state) stays for the next daemon. */
+	t0 = mono_ms();
+	ck_assert_int_eq(kill(d.pid, SIGTERM), 0);
+	st = itest_wait_end(d.pid, 10000);
+	ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "no clean stop within 10 s (status %d):\n%s",
+		      st, itest_tail(daemon_log(&d)));
+	ck_assert_uint_lt(mono_ms() - t0, 10000);
+	d.pid = 0;
+	snprintf(state, sizeof(state), "%s.state", d.socket);
+	ck_assert_msg(access(state, F_OK) == 0, "no restart state at %s:\n%s", state, itest_tail(daemon_log(&d)));
+
+	daemon_restart_with(&d, args, child_simulated, (void *)"200");
+	/* The old instance's lease: still this process's to use, counted as orphaned, never lent again. */
+	check_books(HELD_BYTES, 2 * GiB);
+	{
+		struct pb_status *s = itest_status(d.socket);
+
+		ck_assert_uint_eq(s->orphaned_bytes, HELD_BYTES);
+		pb_status_free(s);
+	}
+	ck_assert_uint_eq(((const unsigned char *)pb_lease_data(l))[0], 'w');
+	ck_assert(daemon_wait_log(&d, "counted as orphaned", 5000));
+
+	/* Let go: the orphan goes at the next rescan, and the books are the new pool's alone. */
+	pb_release(c, l);
+	ck_assert_int_eq(wait_leased(d.socket, 0, 10000), 0);
+	check_books(0, 2 * GiB);
+	pb_disconnect(c);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+END_TEST
+
+/* The reload tests' config file: prewarm comes from it (a command-line value would win over a reload). */
+static char conf_path[400];
+
+static void write_prewarm(const char *prewarm)
+{
+	char tmp[420];
+	FILE *f;
+
+	snprintf(tmp, sizeof(tmp), "%s.new", conf_path);
+	f = fopen(tmp, "we");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "prewarm = %s\n", prewarm);
+	ck_assert_int_eq(fclose(f), 0);
+	ck_assert_int_eq(rename(tmp, conf_path), 0);
+}
+
+static size_t log_count(const char *needle)
+{
+	char *log = daemon_log(&d), *p = log;
+	size_t n = 0;
+
+	while (p && (p = strstr(p, needle))) {
+		n++;
+		p += strlen(needle);
+	}
+	free(log);
+	return n;
+}
+
+/* SIGHUP, and wait for this reload's "config reloaded" line. */
+static void reload_prewarm(const char *prewarm)
+{
+	size_t ok0 = log_count("config reloaded");
+	uint64_t t0 = mono_ms();
+
+	write_prewarm(prewarm);
+	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
+	while (log_count("config reloaded") == ok0) {
+		ck_assert_msg(mono_ms() - t0 < 5000, "no reload within 5 s:\n%s", itest_tail(daemon_log(&d)));
+		usleep(20000);
+	}
+}
+
+/*
+ * Simulated, prewarm from the config file, batches of 1 GiB each followed by delay_ms; returns once warming.
+ * Spawned here, not by daemon_restart_with: its "--prewarm 16M" on the command line would win over every
+ * reload of the file. numa no: a simulated chunk is never faulted, so its node is never checked and the
+ * node's idle count stays 0; the stepped growth of a raised prewarm, which plans per node (grow_prewarm),
+ * would then add a whole step on top of what is idle (2 GiB raised to 3 GiB ended at 4.25 GiB). A real pool
+ * on node 0 steps exactly (checked by hand, 512 MiB raised to 768 MiB).
+ */
+static void start_warming_from_file(const char *prewarm, const char *delay_ms)
+{
+	const char *const argv[] = {
+		PINBROKERD_PATH,
+		"--socket",
+		d.socket,
+		"--config",
+		conf_path,
+		"--budget",
+		"8G",
+		"--uid-quota",
+		"100%",
+		"--chunk-max",
+		"256M",
+		"--prewarm-before-ready",
+		"256M",
+		"--hugetlb",
+		"no",
+		"--numa",
+		"no",
+		"--log-level",
+		"debug",
+		NULL,
+	};
+	struct pb_status *s;
+	uint64_t end;
+
+	daemon_prepare(&d);
+	snprintf(conf_path, sizeof(conf_path), "%s/pinbrokerd.conf", d.dir);
+	write_prewarm(prewarm);
+	d.log_from = 0;
+	d.pid = itest_spawn_logged(d.log, argv, false, child_simulated, (void *)delay_ms);
+	end = mono_ms() + itest_start_timeout_ms();
+	while (!itest_answers(d.socket)) {
+		ck_assert_msg(daemon_alive(&d) && mono_ms() < end, "the daemon did not answer:\n%s",
+			      itest_tail(daemon_log(&d)));
+		usleep(20000);
+	}
+	setenv(PB_SIMULATE_ENV, "1", 1);
+	/* Act once the first batch is in and the warm-up sleeps before the next. */
+	end = mono_ms() + 5000;
+	for (;;) {
+		s = itest_status(d.socket);
+		if (s->pool_idle_bytes > 0 || mono_ms() > end)
+			break;
+		pb_status_free(s);
+		usleep(20000);
+	}
+	ck_assert_msg(s->pool_warming && s->pool_idle_bytes > 0, "not mid warm-up (warming %d, %llu idle):\n%s",
+		      (int)s->pool_warming, (unsigned long long)s->pool_idle_bytes, itest_tail(daemon_log(&d)));
+	ck_assert_uint_eq(s->prewarm_bytes, strcmp(prewarm, "3G") == 0 ? 3 * GiB : 2 * GiB);
+	pb_status_free(s);
+}
+
+/* Poll until the warm-up is over and the idle pool is want (a raised prewarm grows on after it): true, or false. */
+static bool wait_idle(uint64_t want, int timeout_ms)
+{
+	uint64_t end = mono_ms() + (uint64_t)timeout_ms;
+
+	for (;;) {
+		struct pb_status *s = itest_status(d.socket);
+		bool ok = !s->pool_warming && s->pool_idle_bytes == want;
+
+		pb_status_free(s);
+		if (ok || mono_ms() > end)
+			return ok;
+		usleep(50 * 1000);
+	}
+}
+
+/*
+ * A reload lowering prewarm mid warm-up (reload.c trims the idle pool to it; bg_admit in main.c refuses the
+ * batches past it and so stops the warm-up): the pool ends at the new prewarm, not the old, and not both.
+ */
+START_TEST(test_reload_lowering_prewarm_mid_warmup_ends_at_the_new_prewarm)
+{
+	start_warming_from_file("3G", "1500");
+	reload_prewarm("512M");
+	ck_assert(wait_idle(512 * MiB, 10000));
+	check_books(0, 512 * MiB);
+	ck_assert(daemon_wait_log(&d, "pool warmed: ", 5000));
+	ck_assert_uint_eq(log_count("pool warmed"), 1);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+END_TEST
+
+/*
+ * A reload raising prewarm mid warm-up: the warm-up finishes its own plan, then the pool grows on to the new
+ * prewarm in steps (bg_done, prewarm_cb); it is not warmed twice (no second warm-up beside the first) and ends
+ * exactly at the new prewarm.
+ */
+START_TEST(test_reload_raising_prewarm_mid_warmup_ends_at_the_new_prewarm)
+{
+	start_warming_from_file("2G", "1500");
+	reload_prewarm("3G");
+	/* The start warm-up is still the only one running: the stepped growth waits for it. */
+	ck_assert(!daemon_wait_log(&d, "for the new prewarm", 0));
+	ck_assert_msg(wait_idle(3 * GiB, 10000), "the pool did not reach the new prewarm:\n%s",
+		      itest_tail(daemon_log(&d)));
+	check_books(0, 3 * GiB);
+	ck_assert(daemon_wait_log(&d, "pool warmed to 3 GiB for the new prewarm", 5000));
+	ck_assert_uint_eq(log_count("pool warmed: "), 1);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+END_TEST
+
+/* Lowered, then raised back before the warm-up ends: the pool ends at the prewarm it was raised back to. */
+START_TEST(test_reload_lowered_then_raised_mid_warmup_ends_at_the_last_prewarm)
+{
+	start_warming_from_file("3G", "1500");
+	reload_prewarm("256M");
+	reload_prewarm("2G");
+	ck_assert_msg(wait_idle(2 * GiB, 10000), "the pool did not reach the last prewarm:\n%s",
+		      itest_tail(daemon_log(&d)));
+	check_books(0, 2 * GiB);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+END_TEST
+
 static void start_real(void)
 {
 	/* 512 MiB of 256 MiB chunks on 4 threads: each chunk filled in two 128 MiB segments, before serving. */
@@ -301,6 +718,11 @@ static Suite *suite(void)
 		   test_partly_warm_pool_lends_exact_bytes_and_still_reaches_prewarm,
 		   test_sigterm_mid_warmup_stops_cleanly, test_prewarm_at_the_setting_is_warm_before_ready,
 		   test_prewarm_above_the_setting_warms_in_the_background);
+	CHECK_CASE(s, "restart", noop, stop_daemon, 60, test_kill_mid_warmup_keeps_the_lease_and_the_books,
+		   test_sigterm_mid_warmup_restart_counts_the_held_lease_once);
+	CHECK_CASE(s, "reload", noop, stop_daemon, 60, test_reload_lowering_prewarm_mid_warmup_ends_at_the_new_prewarm,
+		   test_reload_raising_prewarm_mid_warmup_ends_at_the_new_prewarm,
+		   test_reload_lowered_then_raised_mid_warmup_ends_at_the_last_prewarm);
 	CHECK_CASE(s, "real", start_real, stop_daemon, 60, test_big_chunks_filled_in_segments_are_whole_and_locked);
 	return s;
 }
