@@ -541,34 +541,17 @@ static void reload_prewarm(const char *prewarm)
 /*
  * Simulated, prewarm from the config file, batches of 1 GiB each followed by delay_ms; returns once warming.
  * Spawned here, not by daemon_restart_with: its "--prewarm 16M" on the command line would win over every
- * reload of the file. numa no: a simulated chunk is never faulted, so its node is never checked and the
- * node's idle count stays 0; the stepped growth of a raised prewarm, which plans per node (grow_prewarm),
- * would then add a whole step on top of what is idle (2 GiB raised to 3 GiB ended at 4.25 GiB). A real pool
- * on node 0 steps exactly (checked by hand, 512 MiB raised to 768 MiB).
+ * reload of the file. numa stays auto: a simulated chunk is never faulted, so no node counts it as its own,
+ * which the stepped growth of a raised prewarm (grow_prewarm, per node) once took for a node still empty.
  */
 static void start_warming_from_file(const char *prewarm, const char *delay_ms)
 {
 	const char *const argv[] = {
-		PINBROKERD_PATH,
-		"--socket",
-		d.socket,
-		"--config",
-		conf_path,
-		"--budget",
-		"8G",
-		"--uid-quota",
-		"100%",
-		"--chunk-max",
-		"256M",
-		"--prewarm-before-ready",
-		"256M",
-		"--hugetlb",
-		"no",
-		"--numa",
-		"no",
-		"--log-level",
-		"debug",
-		NULL,
+		PINBROKERD_PATH, "--socket",    d.socket, "--config",
+		conf_path,       "--budget",    "8G",     "--uid-quota",
+		"100%",          "--chunk-max", "256M",   "--prewarm-before-ready",
+		"256M",          "--hugetlb",   "no",     "--log-level",
+		"debug",         NULL,
 	};
 	struct pb_status *s;
 	uint64_t end;
