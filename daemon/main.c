@@ -487,19 +487,13 @@ static int grow_prewarm(struct broker *b, uint64_t bytes, void (*progress)(uint6
 	numa_split_prewarm(&numa_topo, numa_how, bytes, pool_chunk_size(b->pool), numa_list, split);
 	for (size_t i = 0; i < n; i++) {
 		uint64_t want = split[i] < left ? split[i] : left; /* a list larger than the prewarm is cut */
-		uint64_t idle = pool_idle_bytes(b->pool), lacking = bytes > idle ? bytes - idle : 0;
+		uint64_t idle = pool_idle_bytes(b->pool), lack = bytes > idle ? bytes - idle : 0;
 		struct pool_node_bytes on;
 
 		left -= want;
-		/*
-		 * A node grows by at most what the whole pool lacks: idle chunks it does not count as its own (landed
-		 * elsewhere, or never faulted in simulation) are warm all the same. Without this a raised prewarm's
-		 * every step added its whole size again (2 GiB raised to 3 GiB ended at 4.25 GiB).
-		 */
+		/* No more than the pool lacks: idle chunks no node counts (simulated, misplaced) are warm too. */
 		pool_node_bytes(b->pool, nodes[i], &on);
-		if (want > on.idle + lacking)
-			want = on.idle + lacking;
-		r = want ? pool_grow_on(b->pool, want, nodes[i], progress, NULL) : 0;
+		r = pool_grow_on(b->pool, want < on.idle + lack ? want : on.idle + lack, nodes[i], progress, NULL);
 		if (r < 0 && first == 0)
 			first = r;
 	}

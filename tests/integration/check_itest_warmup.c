@@ -337,9 +337,20 @@ static void check_books(uint64_t leased, uint64_t prewarm)
 /* The store holds the daemon's chunks and nothing else of the pool: none of the killed daemon's left parked. */
 static void check_store_matches_daemon(void)
 {
-	struct memfd_books mb = memfd_books_of(d.pid);
+	uint64_t end = mono_ms() + 5000;
+	struct memfd_books mb;
+	size_t stored;
 
-	ck_assert_uint_eq(fdstore_count(fs, "c"), mb.chunks);
+	/* The store's thread applies the daemon's FDSTORE=1 / FDSTOREREMOVE=1 as they come: poll, with a bound. */
+	for (;;) {
+		mb = memfd_books_of(d.pid);
+		stored = fdstore_count(fs, "c");
+		if (stored == mb.chunks || mono_ms() > end)
+			break;
+		usleep(20 * 1000);
+	}
+	ck_assert_msg(stored == mb.chunks, "the fd store holds %zu chunks, the daemon %zu:\n%s", stored, mb.chunks,
+		      itest_tail(daemon_log(&d)));
 }
 
 /* Simulated, as start_warming_with, under the fd store stand-in (the environment reaches the daemon). */
