@@ -6,7 +6,9 @@
  * an acquire that finds no warm chunk makes its own, and the pool still ends at the prewarm with every byte
  * counted once (leased + idle == pool). SIGTERM mid warm-up stops it cleanly. A batch's chunks are filled whole,
  * a chunk a thread, and split into segments only when the batch has fewer chunks than threads. The background cases run in simulation (PB_SIMULATE_ENV) with the test delay
- * (WARMUP_DELAY_ENV), so the warm-up lasts long enough to be seen on any host.
+ * (WARMUP_DELAY_ENV), so the warm-up lasts long enough to be seen on any host. A restart mid warm-up (kill -9
+ * under the fd store, SIGTERM with the restart state) keeps a lease taken while warming, or counts it as orphaned,
+ * and a reload mid warm-up ends the pool at the last prewarm: the books checked against the daemon's memfds.
  */
 #define _GNU_SOURCE
 #include <check.h>
