@@ -28,7 +28,7 @@ set(PB_DAEMON_SHELL_SOURCES
   audit.c cgns-probe.c config.c config-doc.c config-keys.c config-value.c holders.c jobs-watch.c listen.c log.c
   metrics.c
   monitor.c monitor-cgroup.c monitor-proc.c monitor-psi.c rlimits.c
-  notify.c numa.c pool.c pool-chunk.c pool-pages.c pool-place.c react.c
+  notify.c numa.c pool.c pool-chunk.c pool-pages.c pool-place.c prewarm.c react.c
   recovery.c recovery-writer.c reload.c reply.c
   req-admin.c req-client.c req-quota.c req-status.c request.c
   reserve.c restart.c restart-scan.c revoker.c revoker-free.c revoker-hold.c revoker-round.c server.c waitq.c warmup.c
