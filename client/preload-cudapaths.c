@@ -24,8 +24,9 @@
  * Graph memory nodes with a host location are reported as unbrokered by their page-rounded size from the node's
  * creation until its graph is destroyed: the driver backs them when the graph runs, from a pool of its own.
  * Device memory goes through some of these hooks too (cudaFree's cuMemFree, cuMemFreeAsync, allocations from device
- * pools): those find out without the module's lock that the memory is none of the host pools', so a program's
- * threads do not queue on it (allocs_span and host_pools say how).
+ * pools, the VMM calls of PyTorch's expandable segments): those find out without the module's lock that the memory
+ * is none of the host pools' or host VMM allocations', so a program's threads do not queue on it (allocs_span,
+ * host_pools, host_vmms and maps_span say how).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -167,7 +168,17 @@ static pthread_mutex_t ops_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 static struct pbp_table handles;  /* by handle: lease is the struct vmm (kind PBP_LEASE) */
 static struct pbp_table mappings; /* by address: lease is the struct vmm mapped there */
-static struct pbp_table allocs;   /* by device pointer: lease is its struct pool; bytes page-rounded */
+/*
+ * The keys of handles (but 0, which a slot cannot hold: always a "maybe"), and the span of mappings, both changed
+ * under ops_lock with the tables: cuMemMap and cuMemRelease of a handle outside the set, and cuMemUnmap and
+ * cuMemRetainAllocationHandle of addresses outside the span (device VMM, as PyTorch's expandable segments map and
+ * unmap at every step) call through without the lock. A host handle is in the set before cuMemCreate (or
+ * cuMemRetainAllocationHandle) returns it and leaves it only with its last release, this release's own work; a
+ * host mapping is in the span before cuMemMap returns and leaves it only when cuMemUnmap takes it.
+ */
+static struct pbp_slots host_vmms;
+static struct pbp_span maps_span = PBP_SPAN_EMPTY;
+static struct pbp_table allocs; /* by device pointer: lease is its struct pool; bytes page-rounded */
 /*
  * The span of allocs, set under ops_lock after every change to it: cuMemFree and cuMemFreeAsync of a pointer
  * outside it (a device free, the common case of a training job) call through without the lock, so a program's
@@ -186,20 +197,15 @@ static struct pbp_slots host_pools;
 static struct graph *graphs;
 static size_t n_graphs, cap_graphs;
 /*
- * Set once the process has a host VMM allocation, a host pool or a host graph node: until then the hooks on calls
- * that device memory makes too (cuMemMap, cuGraphDestroy) only call through, without the lock. Allocations from
- * pools go by host_pools instead, and frees (cuMemFreeAsync, cudaFree's cuMemFree) by allocs' span (above).
+ * Set once the process has a host pool or a host graph node: until then cuMemPoolDestroy, cuMemPoolTrimTo and
+ * cuGraphDestroy, which device memory calls too, call through without the lock.
  */
-static atomic_bool vmm_seen, pools_seen, graphs_seen;
+static atomic_bool pools_seen, graphs_seen;
 
-/* Publish allocs' span after a change to it (sorted by address). Under ops_lock. */
-static void allocs_span_set(void)
+/* Publish t's span to s after a change to t (sorted by address). Under ops_lock. */
+static void span_set(struct pbp_span *s, const struct pbp_table *t)
 {
-	if (allocs.n == 0)
-		pbp_span_set(&allocs_span, 0, 0);
-	else
-		pbp_span_set(&allocs_span, allocs.v[0].base,
-			     allocs.v[allocs.n - 1].base + allocs.v[allocs.n - 1].bytes);
+	pbp_span_set(s, t->n ? t->v[0].base : 0, t->n ? t->v[t->n - 1].base + t->v[t->n - 1].bytes : 0);
 }
 
 static void ops_prepare(void)
@@ -217,8 +223,10 @@ static void ops_child(void)
 {
 	pbp_table_free(&handles);
 	pbp_table_free(&mappings);
+	pbp_slots_reset(&host_vmms);
+	span_set(&maps_span, &mappings);
 	pbp_table_free(&allocs);
-	allocs_span_set();
+	span_set(&allocs_span, &allocs);
 	pools = NULL;
 	n_pools = cap_pools = 0;
 	pbp_slots_reset(&host_pools);
@@ -260,6 +268,23 @@ static bool refuse(void)
 }
 
 /* ---- VMM ---- */
+
+/* Whether h may be a host VMM allocation's handle (in handles); false means it is not. */
+static bool vmm_may_be_host(CUmemGenericAllocationHandle h)
+{
+	return h == 0 || pbp_slots_may_hold(&host_vmms, (void *)(uintptr_t)h);
+}
+
+/* Know v by handle h, in handles and host_vmms. Under ops_lock. */
+static int vmm_put_handle(struct vmm *v, CUmemGenericAllocationHandle h)
+{
+	int r = pbp_table_put(&handles,
+			      &(struct pbp_entry){ .base = (uintptr_t)h, .bytes = 1, .kind = PBP_LEASE, .lease = v });
+
+	if (r == 0 && h)
+		pbp_slots_add(&host_vmms, (void *)(uintptr_t)h);
+	return r;
+}
 
 /* Drop what v holds when its last reference went: the charge or the unbrokered report. Under ops_lock. */
 static void vmm_maybe_free(struct vmm *v)
@@ -316,9 +341,7 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, c
 		return r;
 	}
 	*v = (struct vmm){ .handle = *handle, .bytes = bytes, .charge = charge, .refs = 1 };
-	if (pbp_table_put(
-		    &handles,
-		    &(struct pbp_entry){ .base = (uintptr_t)*handle, .bytes = 1, .kind = PBP_LEASE, .lease = v }) < 0) {
+	if (vmm_put_handle(v, *handle) < 0) {
 		/* Untracked, it would stay charged for ever: give the memory back instead. */
 		pbp_enter();
 		CALL(CUresult(*)(CUmemGenericAllocationHandle), F_cuMemRelease, *handle);
@@ -330,7 +353,6 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, c
 	}
 	if (!charge)
 		pbp_unbrokered_adjust(bytes, 0);
-	atomic_store(&vmm_seen, true);
 	unlock();
 	pbp_say(false, "cuMemCreate: %zu host bytes %s", bytes, charge ? "charged as a registration" : "unbrokered");
 	return CU_OK;
@@ -338,26 +360,30 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, c
 
 EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
-	struct pbp_entry e;
+	const struct pbp_entry *e;
 	bool track;
 	CUresult r;
 
 	if (!pbp_real_fn(F_cuMemRelease))
 		return CU_NOT_INITIALIZED;
-	/* Locked across the driver's call too: see cuMemMap. */
-	if ((track = !pbp_passthrough() && atomic_load(&vmm_seen)))
+	/* Locked across the driver's call too: see cuMemMap. A device handle calls through (see host_vmms). */
+	if ((track = !pbp_passthrough() && vmm_may_be_host(handle)))
 		lock();
 	pbp_enter();
 	r = CALL(CUresult(*)(CUmemGenericAllocationHandle), F_cuMemRelease, handle);
 	pbp_leave();
 	if (!track)
 		return r;
-	if (r == CU_OK && pbp_table_take(&handles, (uintptr_t)handle, true, &e)) {
-		struct vmm *v = e.lease;
+	e = r == CU_OK ? pbp_table_find(&handles, (uintptr_t)handle) : NULL;
+	if (e && e->base == (uintptr_t)handle) {
+		struct vmm *v = e->lease;
 
-		/* Still retained: the handle stays known. */
-		if (--v->refs > 0)
-			pbp_table_put(&handles, &e);
+		/* Still retained: the handle stays known, in the set all along (a reader must never miss it). */
+		if (--v->refs == 0) {
+			pbp_table_take(&handles, (uintptr_t)handle, true, &(struct pbp_entry){ 0 });
+			if (handle)
+				pbp_slots_remove(&host_vmms, (void *)(uintptr_t)handle);
+		}
 		vmm_maybe_free(v);
 	}
 	unlock();
@@ -373,7 +399,7 @@ EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle
 	if (!pbp_real_fn(F_cuMemRetainAllocationHandle))
 		return CU_NOT_INITIALIZED;
 	/* Locked across the driver's call too (see cuMemMap): an unmap in between would free the record. */
-	if ((track = !pbp_passthrough() && handle && atomic_load(&vmm_seen)))
+	if ((track = !pbp_passthrough() && handle && pbp_span_may_hold(&maps_span, (uintptr_t)addr)))
 		lock();
 	pbp_enter();
 	r = CALL(CUresult(*)(CUmemGenericAllocationHandle *, void *), F_cuMemRetainAllocationHandle, handle, addr);
@@ -386,9 +412,7 @@ EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle
 		/* Released while mapped, it is known again by the handle the driver gave now. */
 		if (v->refs++ == 0) {
 			v->handle = *handle;
-			pbp_table_put(&handles,
-				      &(struct pbp_entry){
-					      .base = (uintptr_t)*handle, .bytes = 1, .kind = PBP_LEASE, .lease = v });
+			vmm_put_handle(v, *handle);
 		}
 	}
 	unlock();
@@ -407,9 +431,10 @@ EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGener
 	/*
 	 * Locked before the driver's call, not after: a cuMemRelease on another thread in between would see no
 	 * mapping, free the record and give the charge back, and this mapping would then find no handle: pinned
-	 * by the driver, charged to no one (cuMemUnmap and cuMemRelease lock the same way).
+	 * by the driver, charged to no one (cuMemUnmap and cuMemRelease lock the same way). A device handle calls
+	 * through (see host_vmms).
 	 */
-	if ((track = !pbp_passthrough() && atomic_load(&vmm_seen)))
+	if ((track = !pbp_passthrough() && vmm_may_be_host(handle)))
 		lock();
 	pbp_enter();
 	r = CALL(CUresult(*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long), F_cuMemMap,
@@ -422,8 +447,10 @@ EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGener
 	    pbp_table_put(&mappings, &(struct pbp_entry){ .base = (uintptr_t)ptr,
 							  .bytes = size ? size : 1,
 							  .kind = PBP_LEASE,
-							  .lease = e->lease }) == 0)
+							  .lease = e->lease }) == 0) {
 		((struct vmm *)e->lease)->maps++;
+		span_set(&maps_span, &mappings);
+	}
 	unlock();
 	return r;
 }
@@ -436,8 +463,8 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 
 	if (!pbp_real_fn(F_cuMemUnmap))
 		return CU_NOT_INITIALIZED;
-	/* Locked across the driver's call too: see cuMemMap. */
-	if ((track = !pbp_passthrough() && atomic_load(&vmm_seen)))
+	/* Locked across the driver's call too: see cuMemMap. A range away from every host mapping: no lock. */
+	if ((track = !pbp_passthrough() && pbp_span_may_meet(&maps_span, (uintptr_t)ptr, size)))
 		lock();
 	pbp_enter();
 	r = CALL(CUresult(*)(CUdeviceptr, size_t), F_cuMemUnmap, ptr, size);
@@ -456,6 +483,7 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 		}
 		i++;
 	}
+	span_set(&maps_span, &mappings);
 	unlock();
 	return r;
 }
@@ -760,7 +788,7 @@ static CUresult alloc_from_pool(enum fn f, CUdeviceptr *dptr, size_t bytesize, C
 			  &(struct pbp_entry){
 				  .base = (uintptr_t)*dptr, .bytes = bytes, .kind = PBP_LEASE, .lease = q }) == 0) {
 		q->live += bytes;
-		allocs_span_set();
+		span_set(&allocs_span, &allocs);
 	}
 	pool_settle(q, q->live > held_before ? q->live : held_before);
 	unlock();
@@ -806,7 +834,7 @@ static CUresult free_pool_alloc(enum fn f, CUdeviceptr dptr, CUstream stream, bo
 		struct pool *q = e.lease;
 		size_t at;
 
-		allocs_span_set();
+		span_set(&allocs_span, &allocs);
 		q->live -= e.bytes;
 		/* A destroyed pool cannot be asked what it reserves: it keeps its charge until it is gone. */
 		if (q->destroyed && q->live == 0 && pool_find(q->pool, &at) == q)

@@ -18,6 +18,17 @@ bool pbp_span_may_hold(struct pbp_span *s, uintptr_t p)
 	       p < atomic_load_explicit(&s->hi, memory_order_acquire);
 }
 
+bool pbp_span_may_meet(struct pbp_span *s, uintptr_t p, size_t len)
+{
+	uintptr_t lo = atomic_load_explicit(&s->lo, memory_order_acquire);
+	uintptr_t hi = atomic_load_explicit(&s->hi, memory_order_acquire);
+
+	/* Written without p + len, which may wrap. */
+	if (len == 0 || lo >= hi)
+		return false;
+	return p >= lo ? p < hi : lo - p < len;
+}
+
 void pbp_slots_add(struct pbp_slots *s, void *h)
 {
 	for (size_t i = 0; i < PBP_SLOTS; i++)
@@ -28,7 +39,8 @@ void pbp_slots_add(struct pbp_slots *s, void *h)
 				atomic_store_explicit(&s->used, i + 1, memory_order_release);
 			return;
 		}
-	atomic_store_explicit(&s->full, true, memory_order_release);
+	/* Writers are serialised: a plain increment. */
+	atomic_store_explicit(&s->over, atomic_load_explicit(&s->over, memory_order_relaxed) + 1, memory_order_release);
 }
 
 void pbp_slots_remove(struct pbp_slots *s, void *h)
@@ -38,13 +50,17 @@ void pbp_slots_remove(struct pbp_slots *s, void *h)
 			atomic_store_explicit(&s->v[i], NULL, memory_order_release);
 			return;
 		}
+	/* Not in a slot: one of the counted ones (see pbp_slots_remove's contract). */
+	if (atomic_load_explicit(&s->over, memory_order_relaxed) > 0)
+		atomic_store_explicit(&s->over, atomic_load_explicit(&s->over, memory_order_relaxed) - 1,
+				      memory_order_release);
 }
 
 bool pbp_slots_may_hold(struct pbp_slots *s, void *h)
 {
 	size_t used = atomic_load_explicit(&s->used, memory_order_acquire);
 
-	if (atomic_load_explicit(&s->full, memory_order_acquire))
+	if (atomic_load_explicit(&s->over, memory_order_acquire) > 0)
 		return true;
 	for (size_t i = 0; i < used; i++)
 		if (atomic_load_explicit(&s->v[i], memory_order_acquire) == h)
@@ -57,5 +73,5 @@ void pbp_slots_reset(struct pbp_slots *s)
 	for (size_t i = 0; i < PBP_SLOTS; i++)
 		atomic_store_explicit(&s->v[i], NULL, memory_order_relaxed);
 	atomic_store_explicit(&s->used, 0, memory_order_relaxed);
-	atomic_store_explicit(&s->full, false, memory_order_relaxed);
+	atomic_store_explicit(&s->over, 0, memory_order_relaxed);
 }

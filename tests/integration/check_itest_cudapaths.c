@@ -321,6 +321,27 @@ START_TEST(test_device_frees_beside_a_host_pool_run_side_by_side_and_keep_its_ch
 }
 END_TEST
 
+/*
+ * 48 device VMM calls (cuMemMap, cuMemUnmap, cuMemRelease: PyTorch's expandable segments) on 8 threads, each
+ * sleeping 50 ms in the stand-in driver, while an 8 MiB host VMM allocation lives mapped and another comes and goes
+ * twice on the main thread: the host charge is exactly the live allocation's, and the device calls ran side by side
+ * (VMM_SERIALISED, r=1001, when they took half of 2.4 s or more). The interposer once took its lock around every
+ * VMM call, device ones too, once a host VMM allocation existed.
+ */
+static const struct path_run vmm_device_race = {
+	"vmm-device-race", "8388608", .env = "STUB_CUDA_VMM_SLEEP_MS=50", .steps = {
+		{ "created", 0, 8 * MiB, 8 * MiB, 0 },
+		{ "raced", 0, 8 * MiB, 8 * MiB, 0 },
+		{ "done", 0, 0, 0, 0 },
+	},
+};
+
+START_TEST(test_device_vmm_beside_a_host_vmm_allocation_runs_side_by_side_and_keeps_its_charge)
+{
+	walk(_i, &vmm_device_race);
+}
+END_TEST
+
 /* Two host memory nodes of 1 MiB: reported as unbrokered while their graph lives. */
 static const struct path_run graph = {
 	"graph", "1048576", .steps = {
@@ -381,6 +402,8 @@ static Suite *suite(void)
 	tcase_add_loop_test(t, test_the_default_host_pool_is_charged_too, 0, N_WAYS);
 	tcase_add_loop_test(t, test_a_pool_max_size_bounds_its_charge, 0, N_WAYS);
 	tcase_add_loop_test(t, test_device_frees_beside_a_host_pool_run_side_by_side_and_keep_its_charge, 0, N_WAYS);
+	tcase_add_loop_test(t, test_device_vmm_beside_a_host_vmm_allocation_runs_side_by_side_and_keeps_its_charge, 0,
+			    N_WAYS);
 	tcase_add_loop_test(t, test_graph_memory_nodes_with_a_host_location_are_reported_as_unbrokered, 0, N_WAYS);
 	tcase_add_test(t, test_without_the_interposer_the_broker_sees_none_of_it);
 	suite_add_tcase(s, t);

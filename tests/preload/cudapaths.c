@@ -28,6 +28,12 @@
  *                 and frees it, FREES_PER_THREAD times; run with STUB_CUDA_FREE_SLEEP_MS, r=FREES_SERIALISED
  *                 when the frees took half as long as one after another or more), done (the first freed, the
  *                 pool trimmed to 0 and destroyed)
+ *   vmm-device-race
+ *                 created (a host VMM allocation of SIZE, mapped), raced (VMM_THREADS threads each create a
+ *                 device VMM allocation, map, unmap and release it, VMM_ROUNDS times, while the main thread
+ *                 creates, maps, unmaps and releases another host one of SIZE, VMM_ROUNDS times; run with
+ *                 STUB_CUDA_VMM_SLEEP_MS, r=VMM_SERIALISED when the device calls took half as long as one after
+ *                 another or more), done (the first unmapped and released)
  * A step whose call fails prints its line, waits for the go-ahead as any other (so its charges can be read
  * while it lives), and the program exits 3.
  */
@@ -424,6 +430,105 @@ static int run_free_race(size_t size)
 	return 0;
 }
 
+#define VMM_THREADS 8
+#define VMM_ROUNDS 2
+#define VMM_SERIALISED 1001 /* not a CUresult: the device VMM calls ran one after another */
+
+struct vmm_thread {
+	pthread_t t;
+	CUdeviceptr va;
+	CUresult r;
+};
+
+/* Device VMM as PyTorch's expandable segments use it: a handle mapped into reserved space, unmapped, released. */
+static void *vmm_thread(void *arg)
+{
+	struct vmm_thread *d = arg;
+	struct cu_alloc_prop prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				      .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 } };
+	CUmemGenericAllocationHandle h;
+
+	for (int i = 0; i < VMM_ROUNDS && d->r == 0; i++) {
+		d->r = cu.mem_create(&h, 2 * 1024 * 1024, &prop, 0);
+		if (d->r == 0 && (d->r = cu.mem_map(d->va, 2 * 1024 * 1024, 0, h, 0)) == 0)
+			d->r = cu.mem_unmap(d->va, 2 * 1024 * 1024);
+		if (d->r == 0)
+			d->r = cu.mem_release(h);
+	}
+	return NULL;
+}
+
+/* One host VMM allocation: created, reserved and mapped at *va. */
+static CUresult host_vmm(CUmemGenericAllocationHandle *h, CUdeviceptr *va, size_t size)
+{
+	struct cu_alloc_prop prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED, .location = HOST_LOCATION };
+	CUresult r = cu.mem_create(h, size, &prop, 0);
+
+	if (r == 0 && !*va)
+		r = cu.address_reserve(va, size, 0, 0, 0);
+	return r == 0 ? cu.mem_map(*va, size, 0, *h, 0) : r;
+}
+
+/*
+ * Device VMM maps, unmaps and releases on many threads while a host VMM allocation lives and another comes and
+ * goes: the host charge must stay exact, and the device calls must not wait for one another in the interposer
+ * (each sleeps in the stand-in driver: serialised, they take VMM_THREADS times as long).
+ */
+static int run_vmm_device_race(size_t size)
+{
+	const char *sleep_ms = getenv("STUB_CUDA_VMM_SLEEP_MS");
+	struct vmm_thread d[VMM_THREADS] = { 0 };
+	CUmemGenericAllocationHandle a = 0, b = 0;
+	CUdeviceptr va_a = 0, va_b = 0;
+	double start, took_ms;
+	int started = 0;
+	CUresult r = 0;
+
+	/* The device space first: the stand-in maps downwards, so the host mappings' span lies below it. */
+	for (int i = 0; r == 0 && i < VMM_THREADS; i++)
+		r = cu.address_reserve(&d[i].va, 2 * 1024 * 1024, 0, 0, 0);
+	if (r == 0)
+		r = cu.address_reserve(&va_b, size, 0, 0, 0);
+	if (r == 0)
+		r = host_vmm(&a, &va_a, size);
+	step("created", r, 0);
+	start = now_ms();
+	for (; r == 0 && started < VMM_THREADS && pthread_create(&d[started].t, NULL, vmm_thread, &d[started]) == 0;
+	     started++)
+		;
+	if (r == 0 && started < VMM_THREADS)
+		r = 2;
+	for (int i = 0; r == 0 && i < VMM_ROUNDS; i++) {
+		r = host_vmm(&b, &va_b, size);
+		if (r == 0)
+			r = cu.mem_unmap(va_b, size);
+		if (r == 0)
+			r = cu.mem_release(b);
+	}
+	for (int i = 0; i < started; i++) {
+		pthread_join(d[i].t, NULL);
+		if (r == 0)
+			r = d[i].r;
+	}
+	took_ms = now_ms() - start;
+	if (r == 0 && sleep_ms && took_ms >= VMM_THREADS * VMM_ROUNDS * 3 * atof(sleep_ms) / 2)
+		r = VMM_SERIALISED;
+	fprintf(stderr, "cudapaths: %d device VMM calls on %d threads took %.0f ms\n", VMM_THREADS * VMM_ROUNDS * 3,
+		VMM_THREADS, took_ms);
+	step("raced", r, 0);
+	r = cu.mem_unmap(va_a, size);
+	if (r == 0)
+		r = cu.mem_release(a);
+	for (int i = 0; r == 0 && i < VMM_THREADS; i++)
+		r = cu.address_free(d[i].va, 2 * 1024 * 1024);
+	if (r == 0)
+		r = cu.address_free(va_a, size);
+	if (r == 0)
+		r = cu.address_free(va_b, size);
+	step("done", r, 1);
+	return 0;
+}
+
 static int run_graph(size_t size)
 {
 	struct cu_alloc_node_params p = { .pool_props = { .alloc_type = CU_MEM_ALLOCATION_TYPE_PINNED,
@@ -450,8 +555,8 @@ int main(int argc, char **argv)
 
 	if (argc < 4) {
 		fprintf(stderr,
-			"usage: cudapaths link|dlsym|gpa|gpa-ptsz vmm|vmm-race|pool|default-pool|graph|free-race SIZE "
-			"[MAXSIZE]\n");
+			"usage: cudapaths link|dlsym|gpa|gpa-ptsz vmm|vmm-race|pool|default-pool|graph|free-race|"
+			"vmm-device-race SIZE [MAXSIZE]\n");
 		return 2;
 	}
 	size = strtoull(argv[3], NULL, 0);
@@ -478,6 +583,8 @@ int main(int argc, char **argv)
 		return run_graph(size);
 	if (strcmp(argv[2], "free-race") == 0)
 		return run_free_race(size);
+	if (strcmp(argv[2], "vmm-device-race") == 0)
+		return run_vmm_device_race(size);
 	fprintf(stderr, "cudapaths: unknown path %s\n", argv[2]);
 	return 2;
 }

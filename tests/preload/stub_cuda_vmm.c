@@ -13,6 +13,8 @@
  * may take its time: a test's window for another thread's cuMemRelease (check_itest_cudapaths vmm-race).
  * STUB_CUDA_FREE_SLEEP_MS makes a free of a device pool's allocation sleep that long first, outside its lock: frees
  * that the interposer serialises then add up (check_itest_cudapaths free-race).
+ * STUB_CUDA_VMM_SLEEP_MS makes cuMemMap, cuMemUnmap and cuMemRelease of a device VMM allocation sleep that long
+ * first, outside its lock, in the same way (check_itest_cudapaths vmm-device-race).
  */
 #define _GNU_SOURCE
 #include "cuda_vmm_types.h"
@@ -109,6 +111,25 @@ static int vmm_index(CUmemGenericAllocationHandle h)
 	return -1;
 }
 
+/* STUB_CUDA_VMM_SLEEP_MS: sleep when handle h (or, h 0, the mapping at va) is a device VMM allocation's. */
+static void vmm_device_sleep(CUmemGenericAllocationHandle h, CUdeviceptr va)
+{
+	bool device = false;
+	int i;
+
+	if (!getenv("STUB_CUDA_VMM_SLEEP_MS"))
+		return;
+	pthread_mutex_lock(&lock);
+	if (h)
+		device = (i = vmm_index(h)) >= 0 && !vmms[i]->host;
+	for (size_t j = 0; !h && j < n_mappings; j++)
+		if (mappings[j].va == va)
+			device = !mappings[j].v->host;
+	pthread_mutex_unlock(&lock);
+	if (device)
+		usleep((useconds_t)atoi(getenv("STUB_CUDA_VMM_SLEEP_MS")) * 1000);
+}
+
 /* Free v when nothing names it any more. Under lock. */
 static void vmm_maybe_free(struct vmm *v)
 {
@@ -153,6 +174,7 @@ STUB CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
 	int i;
 
+	vmm_device_sleep(handle, 0);
 	pthread_mutex_lock(&lock);
 	i = vmm_index(handle);
 	if (i >= 0) {
@@ -192,6 +214,7 @@ STUB CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGeneric
 	(void)size;
 	(void)offset;
 	(void)flags;
+	vmm_device_sleep(handle, 0);
 	pthread_mutex_lock(&lock);
 	i = vmm_index(handle);
 	if (i >= 0 && n_mappings < sizeof(mappings) / sizeof(mappings[0])) {
@@ -209,6 +232,7 @@ STUB CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
 	CUresult r = CUDA_ERROR_INVALID_VALUE;
 
+	vmm_device_sleep(0, ptr);
 	pthread_mutex_lock(&lock);
 	for (size_t i = 0; i < n_mappings;) {
 		if (mappings[i].va >= ptr && mappings[i].va - ptr < size) {

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests for the interposer's lock-free filters: an address span and a set of handles in fixed slots. */
+/*
+ * Unit tests for the interposer's lock-free filters: an address span (an address in it, a range meeting it) and a
+ * set of handles in fixed slots, past which handles are counted.
+ */
 #include <check.h>
 #include <stdint.h>
 
@@ -30,6 +33,26 @@ START_TEST(test_a_span_holds_its_range_only)
 	/* Emptied again (the last allocation freed). */
 	pbp_span_set(&s, 0, 0);
 	ck_assert(!pbp_span_may_hold(&s, 0x10000));
+}
+END_TEST
+
+/* An unmap of [p, p + len) meets the span of live mappings when the two overlap at all. */
+START_TEST(test_a_range_meets_a_span_it_overlaps)
+{
+	struct pbp_span s = PBP_SPAN_EMPTY;
+
+	ck_assert(!pbp_span_may_meet(&s, 0, UINTPTR_MAX));
+	pbp_span_set(&s, 0x10000, 0x30000);
+	ck_assert(pbp_span_may_meet(&s, 0x20000, 0x1000));
+	/* Starting below it and reaching in; covering it whole. */
+	ck_assert(pbp_span_may_meet(&s, 0xf000, 0x1001));
+	ck_assert(pbp_span_may_meet(&s, 0, UINTPTR_MAX));
+	/* Ending where it starts; starting where it ends; empty. */
+	ck_assert(!pbp_span_may_meet(&s, 0xf000, 0x1000));
+	ck_assert(!pbp_span_may_meet(&s, 0x30000, 0x1000));
+	ck_assert(!pbp_span_may_meet(&s, 0x20000, 0));
+	/* Above it, with a length that wraps past the top of the address space. */
+	ck_assert(!pbp_span_may_meet(&s, UINTPTR_MAX - 0xfff, 0x2000));
 }
 END_TEST
 
@@ -71,8 +94,41 @@ START_TEST(test_full_slots_answer_maybe_to_every_handle)
 }
 END_TEST
 
+/*
+ * The handles past PBP_SLOTS are counted: while one of them is held every handle is a "maybe", and once they are
+ * all removed (in whatever order, slot holders too) the set says "no" again.
+ */
+START_TEST(test_full_slots_answer_no_again_once_emptied)
+{
+	static struct pbp_slots s;
+	static char h[PBP_SLOTS + 2];
+	int other;
+
+	for (size_t i = 0; i < PBP_SLOTS + 2; i++)
+		pbp_slots_add(&s, &h[i]);
+	/* A slot holder goes, then one of the counted: one counted is still held. */
+	pbp_slots_remove(&s, &h[0]);
+	pbp_slots_remove(&s, &h[PBP_SLOTS + 1]);
+	ck_assert(pbp_slots_may_hold(&s, &other));
+	ck_assert(pbp_slots_may_hold(&s, &h[PBP_SLOTS]));
+	/* A new handle takes the freed slot; the last counted one goes. */
+	pbp_slots_add(&s, &other);
+	pbp_slots_remove(&s, &h[PBP_SLOTS]);
+	ck_assert(pbp_slots_may_hold(&s, &other));
+	ck_assert(pbp_slots_may_hold(&s, &h[1]));
+	ck_assert(!pbp_slots_may_hold(&s, &h[0]));
+	ck_assert(!pbp_slots_may_hold(&s, &h[PBP_SLOTS]));
+	for (size_t i = 1; i < PBP_SLOTS; i++)
+		pbp_slots_remove(&s, &h[i]);
+	pbp_slots_remove(&s, &other);
+	ck_assert(!pbp_slots_may_hold(&s, &other));
+	ck_assert(!pbp_slots_may_hold(&s, &h[1]));
+}
+END_TEST
+
 CHECK_SUITE(suite, "preload-filter", "filter", NULL, NULL, 10, test_an_empty_span_holds_nothing,
-	    test_a_span_holds_its_range_only, test_slots_hold_what_was_added_until_removed,
-	    test_full_slots_answer_maybe_to_every_handle)
+	    test_a_span_holds_its_range_only, test_a_range_meets_a_span_it_overlaps,
+	    test_slots_hold_what_was_added_until_removed, test_full_slots_answer_maybe_to_every_handle,
+	    test_full_slots_answer_no_again_once_emptied)
 
 CHECK_MAIN(suite)
