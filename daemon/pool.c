@@ -459,6 +459,32 @@ static void fresh_destroy(struct pool *p, struct chunk **fresh, size_t n)
 }
 
 /*
+ * Destroy idle chunks of class k that a lease for uid on node would replace (last lent to another uid, or on
+ * another node), up to max chunks and until *freed reaches need bytes. Returns how many went.
+ */
+static uint64_t idle_drop_replaceable(struct pool *p, unsigned k, uid_t uid, int node, uint64_t max, uint64_t need,
+				      uint64_t *freed)
+{
+	struct chunk **pp = &p->idle[k];
+	uint64_t n = 0;
+
+	while (*pp && n < max && *freed < need) {
+		struct chunk *c = *pp;
+
+		if ((c->owner_uid == POOL_NO_OWNER || c->owner_uid == uid) && place_on_node(p, c, node)) {
+			pp = &c->next;
+			continue;
+		}
+		idle_unlink(p, pp);
+		p->nchunks--;
+		*freed += c->bytes;
+		pool_destroy(p, c);
+		n++;
+	}
+	return n;
+}
+
+/*
  * Memory ran out making the chunks a lease lacks: on hugetlb every huge page may sit in idle chunks, and the
  * pool's own idle memory is what the lease may use. Destroyed first, the chunks the commit would replace
  * anyway (of the lease's classes, last lent to another uid or on another node, up to what it makes fresh of
@@ -470,23 +496,9 @@ static uint64_t idle_release_for(struct pool *p, uid_t uid, int node, const uint
 {
 	uint64_t freed = 0;
 
-	for (unsigned k = p->classes.n; k-- > 0 && freed < need;) {
-		struct chunk **pp = &p->idle[k];
-
-		while (*pp && counts[k] > reused[k] + replaced[k] && freed < need) {
-			struct chunk *c = *pp;
-
-			if ((c->owner_uid == POOL_NO_OWNER || c->owner_uid == uid) && place_on_node(p, c, node)) {
-				pp = &c->next;
-				continue;
-			}
-			idle_unlink(p, pp);
-			p->nchunks--;
-			freed += c->bytes;
-			replaced[k]++;
-			pool_destroy(p, c);
-		}
-	}
+	for (unsigned k = p->classes.n; k-- > 0 && freed < need;)
+		replaced[k] += idle_drop_replaceable(p, k, uid, node, counts[k] - reused[k] - replaced[k], need,
+						     &freed);
 	for (unsigned k = p->classes.n; k-- > 0 && freed < need;) {
 		if (counts[k])
 			continue;
@@ -592,25 +604,12 @@ static int take(struct pool *p, uid_t uid, uint64_t bytes, int node, bool warm, 
 	 */
 	ntotal = 0;
 	for (unsigned k = p->classes.n; k-- > 0;) {
-		uint64_t nreplace = counts[k] - reused[k] - replaced[k];
-		struct chunk **pp;
+		uint64_t dropped = 0;
 
 		ntotal += idle_pick(p, k, uid, from, nfrom, (size_t)reused[k], v + ntotal);
 		for (uint64_t j = reused[k]; j < counts[k]; j++)
 			v[ntotal++] = fresh[f++];
-		pp = &p->idle[k];
-		while (*pp && nreplace > 0) {
-			struct chunk *c = *pp;
-
-			if ((c->owner_uid == POOL_NO_OWNER || c->owner_uid == uid) && place_on_node(p, c, node)) {
-				pp = &c->next;
-				continue;
-			}
-			idle_unlink(p, pp);
-			p->nchunks--;
-			pool_destroy(p, c);
-			nreplace--;
-		}
+		(void)idle_drop_replaceable(p, k, uid, node, counts[k] - reused[k] - replaced[k], UINT64_MAX, &dropped);
 	}
 	if (tail_bytes)
 		v[ntotal++] = fresh[f++];

@@ -612,6 +612,14 @@ static bool wait_idle(uint64_t want, int timeout_ms)
 	}
 }
 
+/* The warm-up over, the idle pool is exactly want and the books hold it alone (no lease). */
+static void check_ends_at(uint64_t want)
+{
+	ck_assert_msg(wait_idle(want, 10000), "the pool did not end at %llu bytes:\n%s", (unsigned long long)want,
+		      itest_tail(daemon_log(&d)));
+	check_books(0, want);
+}
+
 /*
  * A reload lowering prewarm mid warm-up (reload.c trims the idle pool to it; bg_admit in main.c refuses the
  * batches past it and so stops the warm-up): the pool ends at the new prewarm, not the old, and not both.
@@ -620,8 +628,7 @@ START_TEST(test_reload_lowering_prewarm_mid_warmup_ends_at_the_new_prewarm)
 {
 	start_warming_from_file("3G", "1500");
 	reload_prewarm("512M");
-	ck_assert(wait_idle(512 * MiB, 10000));
-	check_books(0, 512 * MiB);
+	check_ends_at(512 * MiB);
 	ck_assert(daemon_wait_log(&d, "pool warmed: ", 5000));
 	ck_assert_uint_eq(log_count("pool warmed"), 1);
 	ck_assert_int_eq(daemon_stop(&d), 0);
@@ -639,9 +646,7 @@ START_TEST(test_reload_raising_prewarm_mid_warmup_ends_at_the_new_prewarm)
 	reload_prewarm("3G");
 	/* The start warm-up is still the only one running: the stepped growth waits for it. */
 	ck_assert(!daemon_wait_log(&d, "for the new prewarm", 0));
-	ck_assert_msg(wait_idle(3 * GiB, 10000), "the pool did not reach the new prewarm:\n%s",
-		      itest_tail(daemon_log(&d)));
-	check_books(0, 3 * GiB);
+	check_ends_at(3 * GiB);
 	ck_assert(daemon_wait_log(&d, "pool warmed to 3 GiB for the new prewarm", 5000));
 	ck_assert_uint_eq(log_count("pool warmed: "), 1);
 	ck_assert_int_eq(daemon_stop(&d), 0);
@@ -654,9 +659,7 @@ START_TEST(test_reload_lowered_then_raised_mid_warmup_ends_at_the_last_prewarm)
 	start_warming_from_file("3G", "1500");
 	reload_prewarm("256M");
 	reload_prewarm("2G");
-	ck_assert_msg(wait_idle(2 * GiB, 10000), "the pool did not reach the last prewarm:\n%s",
-		      itest_tail(daemon_log(&d)));
-	check_books(0, 2 * GiB);
+	check_ends_at(2 * GiB);
 	ck_assert_int_eq(daemon_stop(&d), 0);
 }
 END_TEST
