@@ -315,10 +315,14 @@ int pb_release(pb_client *c, pb_lease *l)
 	}
 	if (c->cache_limit_bytes > 0) {
 		pb_lease *evicted = NULL;
+		uint64_t id = l->id, gen = l->conn_gen;
+		bool tell_now;
 
-		/* The receiver's tick tells the daemon it may take this one back first. */
-		if (cache_keep_locked(c, l, &evicted)) {
+		/* The receiver's tick tells the daemon it may take this one back first (or, see tell_now, we do). */
+		if (cache_keep_locked(c, l, &evicted, &tell_now)) {
 			pthread_mutex_unlock(&c->lock);
+			if (tell_now)
+				conn_send_set_idle(c, id, true, gen);
 			cache_release_evicted(c, evicted);
 			return 0;
 		}

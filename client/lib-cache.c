@@ -124,8 +124,9 @@ static void cache_evict_locked(pb_client *c, pb_lease *l, pb_lease **list)
 	*list = l;
 }
 
-bool cache_keep_locked(pb_client *c, pb_lease *l, pb_lease **evicted)
+bool cache_keep_locked(pb_client *c, pb_lease *l, pb_lease **evicted, bool *tell_now)
 {
+	*tell_now = false;
 	/* A stale lease is never cached: no broker counts it, and its id may name another lease. A
 	 * registration is the program's own memory, and a shared or attached lease others may use. */
 	if (l->revoke_pending || l->shared || l->attached || l->registration || c->dead || lease_is_stale(l) ||
@@ -144,7 +145,14 @@ bool cache_keep_locked(pb_client *c, pb_lease *l, pb_lease **evicted)
 	__atomic_store_n(&l->idle, 1, __ATOMIC_RELEASE);
 	/* The receiver tells the daemon at its second tick, if the lease is still here. */
 	l->idle_told = false;
-	cache_wake_locked(c);
+	if (c->rx_blocking) {
+		/* Caching came on while the receiver sat in its recv: no tick until the next message, so now. */
+		l->idle_told = true;
+		c->cache_stats.told_idle++;
+		*tell_now = true;
+	} else {
+		cache_wake_locked(c);
+	}
 	return true;
 }
 
@@ -171,10 +179,12 @@ void cache_tick(pb_client *c)
 		/* In cache order from the first untold: stop at the first not cached before the last tick. */
 		for (pb_lease *l = c->cache_untold; l && n < TELL_BATCH && l->cached_seq <= c->cache_told_seq;
 		     l = c->cache_untold) {
+			c->cache_untold = l->cache_next;
+			if (l->idle_told)
+				continue; /* told by pb_release, while the receiver waited in its recv */
 			l->idle_told = true;
 			ids[n] = l->id;
 			gens[n++] = l->conn_gen;
-			c->cache_untold = l->cache_next;
 		}
 		c->cache_stats.told_idle += n;
 		if (n < TELL_BATCH)

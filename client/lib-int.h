@@ -161,8 +161,9 @@ struct pb_client {
 	unsigned cache_slack_pct; /* a cached lease serves a request up to this much smaller (100: half its size) */
 	uint64_t cache_seq;       /* bumped by each lease cached */
 	uint64_t cache_told_seq;  /* the receiver's last tick: leases cached at or before it are told idle next */
-	bool rx_ticking; /* the receiver ticks (a lease not told idle is cached); else a cache write wakes it */
-	int wake_fd;     /* an eventfd the receiver polls with the socket: wakes it to start ticking */
+	bool rx_ticking;  /* the receiver ticks (a lease not told idle is cached); else a cache write wakes it */
+	bool rx_blocking; /* no cache, nothing cached: the receiver waits in its recv alone, which no write wakes */
+	int wake_fd;      /* an eventfd the receiver polls with the socket: wakes it to start ticking */
 	uint64_t cache_tick_at_ms;         /* the receiver's next tick (its own: read and written by it alone) */
 	unsigned cache_idle_ms;            /* the tick (pb_set_cache_idle_ms) */
 	bool cache_tick_reset;             /* the tick changed: the receiver starts its schedule again */
@@ -341,9 +342,11 @@ pb_lease *cache_take(pb_client *c, size_t size, uint32_t flags, enum pb_priority
 /*
  * Under c->lock, for pb_release of an active lease: keeps it cached when it may be (true), else false. Older
  * cached leases it pushed out to stay under the limit are unlinked onto *evicted (release them unlocked). Wakes
- * the receiver when it is not ticking, so the lease is told idle a tick or two later.
+ * the receiver when it is not ticking, so the lease is told idle a tick or two later; when the receiver waits in
+ * its recv alone (c->rx_blocking), which no wake reaches, sets *tell_now instead: the caller tells the daemon
+ * the lease is idle itself, once unlocked.
  */
-bool cache_keep_locked(pb_client *c, pb_lease *l, pb_lease **evicted);
+bool cache_keep_locked(pb_client *c, pb_lease *l, pb_lease **evicted, bool *tell_now);
 /* Release what cache_keep_locked evicted (not under c->lock). */
 void cache_release_evicted(pb_client *c, pb_lease *evicted);
 /* The receiver's tick: tell the daemon which leases have sat in the cache since the last tick. */

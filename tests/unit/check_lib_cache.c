@@ -55,10 +55,11 @@ static pb_lease *lease_new(pb_client *c, uint64_t id, size_t size_bytes, size_t 
 static bool keep(pb_client *c, pb_lease *l)
 {
 	pb_lease *evicted = NULL;
-	bool kept;
+	bool kept, tell_now;
 
 	pthread_mutex_lock(&c->lock);
-	kept = cache_keep_locked(c, l, &evicted);
+	kept = cache_keep_locked(c, l, &evicted, &tell_now);
+	ck_assert(!tell_now); /* this fixture's receiver never waits in its recv */
 	pthread_mutex_unlock(&c->lock);
 	ck_assert_ptr_null(evicted);
 	return kept;
