@@ -501,3 +501,10 @@ def test_gpu_check_alternates_its_copies_abba() -> None:
     assert order.count(0) == order.count(1) == 6
     firsts = [order[k] for k in range(0, len(order), 2)]  # who goes first in each pair
     assert firsts.count(0) == firsts.count(1) == 3
+
+    # What it prints of each source's memory: physical runs as root, else why not; the page size from smaps.
+    t = torch.ones(3 << 20, dtype=torch.uint8)
+    lay = mod.memory_layout(t)
+    assert lay["KernelPageSize_kB"] and "physical" in lay
+    line = mod.layout_line("ring", lay)
+    assert line.startswith("ring: ") and ("physical runs" in line or "physical layout unknown" in line)
