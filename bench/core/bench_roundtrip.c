@@ -21,8 +21,9 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: bench_roundtrip [--daemon PATH] [--iters N]\n"
-		   "Times pb_acquire + pb_release (no CUDA, no cache) of 4 KiB and 2 MiB leases; prints p50, p99 and mean.\n");
+	fprintf(f,
+		"usage: bench_roundtrip [--daemon PATH] [--iters N]\n"
+		"Times pb_acquire + pb_release (no CUDA, no cache) of 4 KiB and 2 MiB leases; prints p50, p99 and mean.\n");
 }
 
 /* p50, p99 and mean µs of iters round trips of bytes (v: scratch of iters). */
@@ -96,8 +97,9 @@ int main(int argc, char **argv)
 	snprintf(sock, sizeof(sock), "%s/pb.sock", dir);
 	snprintf(logpath, sizeof(logpath), "%s/pinbrokerd.log", dir);
 	{
-		const char *extra[] = { "--budget", "2G", "--prewarm", "512M", "--lock-memory",
-					geteuid() == 0 ? "yes" : "no", NULL };
+		const char *extra[] = {
+			"--budget", "2G", "--prewarm", "512M", "--lock-memory", geteuid() == 0 ? "yes" : "no", NULL
+		};
 
 		pid = bench_daemon_start(daemon, sock, logpath, extra);
 	}
