@@ -129,6 +129,17 @@ const struct config_key config_key_table[] = {
 	       "Largest start warm-up finished before the daemon says it is ready; a bigger prewarm warms beside the "
 	       "event loop while the daemon serves from the part already warm (pinctl status: pool_warming). 0: "
 	       "always beside the loop; a size at or above prewarm: always before ready."),
+	/*
+	 * 16 GiB, the bound that was a constant: a chunk of 1 GiB (the default largest class) for each of the 16
+	 * warm-up threads of an H100 host, so a batch keeps every thread on a chunk of its own. 2M (a huge page,
+	 * the default smallest chunk) at least: a batch always holds one chunk, so a smaller cap would mean the same.
+	 */
+	K_SIZE("warmup-batch-max", warmup_batch_max_bytes, (double)(2 * MIB), (double)(UINT64_C(1) << 50), "16G", false,
+	       "Most memory a start warm-up beside the loop pins before the daemon counts it: the warm-up makes a batch "
+	       "of chunks (one for each prewarm thread, at least 1 GiB, at most this) and makes the next only once the "
+	       "pool has taken it in. A batch always holds one chunk, so below the largest chunk (chunk-max) the "
+	       "warm-up goes a chunk at a time. Lower it where memory outside the books matters more than warm-up "
+	       "speed (fewer chunks filled at once)."),
 	K_UINT("prewarm-threads", prewarm_threads, 0, 64, "0", false,
 	       "Threads that fault in the pool at start, a chunk each (a chunk split into segments only when there are fewer chunks than threads); 0 means one per core the daemon may run on (its affinity), at most 32."),
 	K_UINT("pool-shrink-delay-ms", pool_shrink_delay_ms, 0, (double)UINT32_MAX, "30000", true,

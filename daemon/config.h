@@ -67,6 +67,7 @@ struct config {
 	char *metrics_path;                     /* metrics-path: "" = no metrics file */
 	uint32_t metrics_interval_ms;           /* metrics-interval-ms */
 	uint64_t prewarm_before_ready_bytes;    /* prewarm-before-ready: start warm-up done before READY */
+	uint64_t warmup_batch_max_bytes;        /* warmup-batch-max: a warm-up batch (at least a chunk) */
 	unsigned prewarm_threads;               /* prewarm-threads: 0 = CPUs */
 	uint32_t pool_shrink_delay_ms;          /* pool-shrink-delay-ms: idle time before shrinking to prewarm */
 	char *admin_group;                      /* admin-group: "" = root only */

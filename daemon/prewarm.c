@@ -253,7 +253,8 @@ int prewarm_grow_bg(struct broker *b, uint64_t bytes)
 		numa_split_prewarm(&numa_topo, numa_how, bytes, pool_chunk_size(b->pool), numa_list, split);
 	h.ud = b;
 	bg_target = bytes;
-	r = warmup_start(b->loop, b->pool, bytes, nodes, split, n, &h, &bg_warmup);
+	/* warmup-batch-max as at start: a reload does not change it (the key is restart-only). */
+	r = warmup_start(b->loop, b->pool, bytes, nodes, split, n, b->cfg->warmup_batch_max_bytes, &h, &bg_warmup);
 	if (r == 0)
 		b->pool_warming = true;
 	return r;

@@ -27,14 +27,14 @@ struct warmup_job {
 /*
  * A batch: a chunk for every warm-up thread (each fills its own chunk whole, which is what scales: threads
  * sharing one chunk's segments serialise on the machine-wide LRU drain of every collapse call, 3.7 GiB/s with
- * 16 threads on an H100 host), and at least WARMUP_BATCH_MIN_BYTES; at most WARMUP_BATCH_MAX_BYTES, past one
- * chunk. A batch is pinned before the loop admits it (against the prewarm target, the budget and pressure),
- * and the thread makes the next only once the loop has taken this one: what the warm-up holds that no book
- * counts is one batch at most (16 GiB, the 16 threads of the H100 host above on 1 GiB chunks; more threads
- * share the batch's chunks in segments).
+ * 16 threads on an H100 host), and at least WARMUP_BATCH_MIN_BYTES; at most the operator's warmup-batch-max
+ * (16 GiB by default: the 16 threads of the H100 host above on 1 GiB chunks; more threads share the batch's
+ * chunks in segments), but always one chunk, even one larger than that. A batch is pinned before the loop
+ * admits it (against the prewarm target, the budget and pressure), and the thread makes the next only once the
+ * loop has taken this one: what the warm-up holds that no book counts is one batch at most, so
+ * max(warmup-batch-max, the largest chunk).
  */
 #define WARMUP_BATCH_MIN_BYTES (UINT64_C(1) << 30)
-#define WARMUP_BATCH_MAX_BYTES (UINT64_C(16) << 30)
 
 struct warmup {
 	struct ev_loop *loop;
@@ -44,11 +44,13 @@ struct warmup {
 	struct warmup_hooks hooks;
 	ev_async async;
 	pthread_t thread;
-	bool started;   /* thread created (and not yet joined) */
-	bool over;      /* done called, or never to be */
-	uint64_t t0_us; /* when it started */
-	uint64_t added; /* bytes the loop added to the pool */
-	unsigned delay_ms;
+	bool started;             /* thread created (and not yet joined) */
+	bool over;                /* done called, or never to be */
+	uint64_t t0_us;           /* when it started */
+	uint64_t added;           /* bytes the loop added to the pool */
+	uint64_t batch_max_bytes; /* warmup-batch-max: most bytes of a batch, unless its one chunk is larger */
+	unsigned delay_ms;        /* WARMUP_DELAY_ENV */
+	unsigned hold_ms;         /* WARMUP_HOLD_ENV */
 
 	/* Shared with the thread, under lock. */
 	pthread_mutex_t lock;
@@ -112,16 +114,16 @@ static void wait_taken(struct warmup *w)
 	pthread_mutex_unlock(&w->lock);
 }
 
-/* The test delay: sleep delay_ms, or less when the loop stops the warm-up. */
-static void test_delay(struct warmup *w)
+/* A test delay (WARMUP_DELAY_ENV, WARMUP_HOLD_ENV): sleep ms, or less when the loop stops the warm-up. */
+static void test_delay(struct warmup *w, unsigned ms)
 {
 	struct timespec ts;
 
-	if (w->delay_ms == 0)
+	if (ms == 0)
 		return;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += w->delay_ms / 1000;
-	ts.tv_nsec += (long)(w->delay_ms % 1000) * 1000000L;
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
 	if (ts.tv_nsec >= 1000000000L) {
 		ts.tv_sec++;
 		ts.tv_nsec -= 1000000000L;
@@ -148,7 +150,7 @@ static void *warmup_thread(void *arg)
 
 			/* A chunk a thread, at least the batch's bytes, at most its cap (sizes are largest first). */
 			while (i + k < job->n && (k < per_batch || bytes < WARMUP_BATCH_MIN_BYTES) &&
-			       (k == 0 || bytes + job->sizes[i + k] <= WARMUP_BATCH_MAX_BYTES))
+			       (k == 0 || bytes + job->sizes[i + k] <= w->batch_max_bytes))
 				bytes += job->sizes[i + k++];
 			if (k > cap) {
 				struct chunk **v = realloc(made, k * sizeof(*v));
@@ -161,11 +163,12 @@ static void *warmup_thread(void *arg)
 				cap = k;
 			}
 			r = pool_make_warm(w->pool, job->sizes + i, k, job->node, made, NULL, NULL);
+			test_delay(w, w->hold_ms);
 			hand_over(w, made, k, r);
 			ev_async_send(w->loop, &w->async);
 			wait_taken(w);
 			i += k;
-			test_delay(w);
+			test_delay(w, w->delay_ms);
 		}
 	}
 out:
@@ -267,9 +270,9 @@ static int plan(struct pool *p, uint64_t bytes, const int *nodes, const uint64_t
 }
 
 int warmup_start(struct ev_loop *loop, struct pool *p, uint64_t bytes, const int *nodes, const uint64_t *split,
-		 size_t n, const struct warmup_hooks *hooks, struct warmup **ret)
+		 size_t n, uint64_t batch_max_bytes, const struct warmup_hooks *hooks, struct warmup **ret)
 {
-	const char *delay = getenv(WARMUP_DELAY_ENV);
+	const char *delay = getenv(WARMUP_DELAY_ENV), *hold = getenv(WARMUP_HOLD_ENV);
 	struct warmup *w;
 	int r;
 
@@ -288,7 +291,9 @@ int warmup_start(struct ev_loop *loop, struct pool *p, uint64_t bytes, const int
 	w->pool = p;
 	w->hooks = *hooks;
 	w->t0_us = now_us();
+	w->batch_max_bytes = batch_max_bytes;
 	w->delay_ms = delay ? (unsigned)strtoul(delay, NULL, 10) : 0;
+	w->hold_ms = hold ? (unsigned)strtoul(hold, NULL, 10) : 0;
 	ev_async_init(&w->async, warmup_async_cb);
 	w->async.data = w;
 	ev_async_start(loop, &w->async);

@@ -17,6 +17,11 @@ struct warmup;
 
 /* Test only: the warm-up thread sleeps this many ms after each batch, so a test sees a pool still growing. */
 #define WARMUP_DELAY_ENV "PINBROKER_TEST_WARMUP_DELAY_MS"
+/*
+ * Test only: the warm-up thread sleeps this many ms after making each batch, before handing it to the loop, so a
+ * test sees the batch's chunks made and not yet in any book (what warmup-batch-max bounds).
+ */
+#define WARMUP_HOLD_ENV "PINBROKER_TEST_WARMUP_HOLD_MS"
 
 /* Called on the loop's thread. */
 struct warmup_hooks {
@@ -32,10 +37,12 @@ struct warmup_hooks {
 /*
  * Start warming the idle pool to bytes: split[i] of it on nodes[i] (n nodes, numa_split_prewarm's; none:
  * no placement), then whatever the split leaves short on any node, planned now (pool_warm_plan) and made by
- * a thread in batches of about WARMUP_BATCH_BYTES, with the pool's threads. Returns 0 or -errno.
+ * a thread in batches, with the pool's threads: a batch is at most batch_max_bytes (warmup-batch-max), or one
+ * chunk when a chunk is larger, and the next is made only once the loop took it, so what is made and not yet
+ * in the pool's books is one batch at most. Returns 0 or -errno.
  */
 int warmup_start(struct ev_loop *loop, struct pool *p, uint64_t bytes, const int *nodes, const uint64_t *split,
-		 size_t n, const struct warmup_hooks *hooks, struct warmup **ret);
+		 size_t n, uint64_t batch_max_bytes, const struct warmup_hooks *hooks, struct warmup **ret);
 /* Whether it still runs (done not yet called). */
 bool warmup_running(const struct warmup *w);
 /*

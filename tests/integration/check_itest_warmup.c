@@ -9,6 +9,7 @@
  * (WARMUP_DELAY_ENV), so the warm-up lasts long enough to be seen on any host. A restart mid warm-up (kill -9
  * under the fd store, SIGTERM with the restart state) keeps a lease taken while warming, or counts it as orphaned,
  * and a reload mid warm-up ends the pool at the last prewarm: the books checked against the daemon's memfds.
+ * warmup-batch-max bounds what a warm-up holds made and not yet booked, measured against the same memfds.
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -35,6 +36,8 @@
 
 /* daemon/warmup.h's test delay: the warm-up thread sleeps this long after each batch (about 1 GiB). */
 #define WARMUP_DELAY_ENV "PINBROKER_TEST_WARMUP_DELAY_MS"
+/* daemon/warmup.h's test hold: the warm-up thread sleeps this long between making a batch and handing it over. */
+#define WARMUP_HOLD_ENV "PINBROKER_TEST_WARMUP_HOLD_MS"
 
 static struct daemon d;
 static struct fdstore *fs; /* the fd store stand-in of the restart cases */
@@ -664,6 +667,111 @@ START_TEST(test_reload_lowered_then_raised_mid_warmup_ends_at_the_last_prewarm)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ warmup-batch-max */
+
+static void child_hold(void *ud)
+{
+	setenv(WARMUP_HOLD_ENV, (const char *)ud, 1);
+}
+
+/*
+ * warmup-batch-max (was a constant, 16 GiB) bounds what a warm-up beside the loop holds that no book counts: a
+ * batch is made whole, pinned, and only then taken into the pool. Real memory, locked; chunks of one class, chunk
+ * (chunk-size and chunk-max, so the plan holds no smaller chunk); prewarm-before-ready 0 so all 64 MiB warm beside the loop, and the test hold (WARMUP_HOLD_ENV)
+ * keeps each batch made-but-unbooked for 100 ms, long enough to be sampled on a loaded host.
+ * The observable is the kernel's, not the daemon's word: the bytes of the chunk memfds in /proc/PID/fd less the
+ * pool's booked bytes (pool_bytes, no lease here), the memfds read first so a batch booked between the two reads
+ * can only make the difference smaller. It must never exceed batch_bytes, and the pool must grow in steps of it:
+ * a cap ignored would make the whole 64 MiB one batch (a batch is at least 1 GiB otherwise) and fail both.
+ */
+static void check_batches_bounded(const char *cap, const char *chunk, uint64_t batch_bytes)
+{
+	const char *const args[] = { "--budget",
+				     "1G",
+				     "--prewarm",
+				     "64M",
+				     "--chunk-size",
+				     chunk,
+				     "--chunk-max",
+				     chunk,
+				     "--thp",
+				     "no",
+				     "--prewarm-threads",
+				     "2",
+				     "--prewarm-before-ready",
+				     "0",
+				     "--warmup-batch-max",
+				     cap,
+				     NULL };
+	uint64_t end, idle_seen[64], max_unbooked = 0;
+	size_t nidle = 0, samples = 0;
+	struct pb_status *s;
+
+	daemon_prepare(&d);
+	daemon_restart_with(&d, args, child_hold, (void *)"100");
+	end = mono_ms() + 30000;
+	for (;;) {
+		struct memfd_books mb = memfd_books_of(d.pid);
+		bool warming, seen = false;
+		uint64_t unbooked;
+
+		s = itest_status(d.socket);
+		warming = s->pool_warming;
+		unbooked = mb.bytes > s->pool_bytes ? mb.bytes - s->pool_bytes : 0;
+		ck_assert_uint_eq(s->leased_bytes, 0);
+		ck_assert_msg(
+			unbooked <= batch_bytes,
+			"warmup-batch-max %s: the daemon held %llu bytes of chunk memfds (%zu chunks) against a pool "
+			"of %llu: %llu bytes made and not booked, more than a batch of %llu:\n%s",
+			cap, (unsigned long long)mb.bytes, mb.chunks, (unsigned long long)s->pool_bytes,
+			(unsigned long long)unbooked, (unsigned long long)batch_bytes, itest_tail(daemon_log(&d)));
+		if (unbooked > max_unbooked)
+			max_unbooked = unbooked;
+		for (size_t i = 0; i < nidle && !seen; i++)
+			seen = idle_seen[i] == s->pool_idle_bytes;
+		if (!seen) {
+			ck_assert_uint_lt(nidle, sizeof(idle_seen) / sizeof(idle_seen[0]));
+			/* Whole batches join the pool: the idle pool moves in steps of a batch. */
+			ck_assert_msg(s->pool_idle_bytes % batch_bytes == 0,
+				      "idle pool %llu bytes: not whole batches of %llu",
+				      (unsigned long long)s->pool_idle_bytes, (unsigned long long)batch_bytes);
+			idle_seen[nidle++] = s->pool_idle_bytes;
+		}
+		pb_status_free(s);
+		samples++;
+		if (!warming)
+			break;
+		ck_assert_msg(mono_ms() < end, "the warm-up did not end in 30 s:\n%s", itest_tail(daemon_log(&d)));
+		usleep(10 * 1000);
+	}
+	/* The sampling saw batches in the making (else the bound above was never put to the test) ... */
+	ck_assert_msg(max_unbooked > 0, "no batch seen made and not yet booked in %zu samples:\n%s", samples,
+		      itest_tail(daemon_log(&d)));
+	/*
+	 * ... and the pool growing in whole batches, seen between empty and warm (a sample can miss a step on a
+	 * loaded host, so not every one is required): one batch of all 64 MiB would show only the two ends.
+	 */
+	ck_assert_msg(nidle >= 3, "the idle pool took only %zu values in %zu samples (batches of %llu)", nidle, samples,
+		      (unsigned long long)batch_bytes);
+	check_books(0, 64 * MiB);
+	ck_assert(daemon_wait_log(&d, "serving meanwhile", 5000));
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+
+START_TEST(test_warmup_batch_max_bounds_what_is_pinned_outside_the_books)
+{
+	/* 8 MiB: four 2 MiB chunks a batch (two threads, so the cap, not the threads, ends each batch). */
+	check_batches_bounded("8M", "2M", 8 * MiB);
+}
+END_TEST
+
+START_TEST(test_warmup_batch_max_below_a_chunk_makes_a_chunk_at_a_time)
+{
+	/* 2 MiB against 4 MiB chunks (64 MiB is 16 of them): a batch always holds one chunk, never none. */
+	check_batches_bounded("2M", "4M", 4 * MiB);
+}
+END_TEST
+
 static void start_real(void)
 {
 	/* 512 MiB of 256 MiB chunks on 4 threads: each chunk filled in two 128 MiB segments, before serving. */
@@ -722,6 +830,8 @@ static Suite *suite(void)
 	CHECK_CASE(s, "reload", noop, stop_daemon, 60, test_reload_lowering_prewarm_mid_warmup_ends_at_the_new_prewarm,
 		   test_reload_raising_prewarm_mid_warmup_ends_at_the_new_prewarm,
 		   test_reload_lowered_then_raised_mid_warmup_ends_at_the_last_prewarm);
+	CHECK_CASE(s, "batch", noop, stop_daemon, 60, test_warmup_batch_max_bounds_what_is_pinned_outside_the_books,
+		   test_warmup_batch_max_below_a_chunk_makes_a_chunk_at_a_time);
 	CHECK_CASE(s, "real", start_real, stop_daemon, 60, test_big_chunks_filled_in_segments_are_whole_and_locked);
 	return s;
 }

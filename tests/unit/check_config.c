@@ -107,7 +107,11 @@ static const char *other_value(const struct config_key *k, char *buf, size_t len
 	case CT_STRING:
 		return strcmp(k->name, "job-quota") == 0 ? "/alt:1M" : "/alt";
 	case CT_SIZE:
-		return "4K";
+		/* The smallest size of every key but those whose floor is above a page (warmup-batch-max: 2M). */
+		if (k->min <= 4096)
+			return "4K";
+		snprintf(buf, len, "%.0f", k->min);
+		return buf;
 	case CT_SIZE_PCT:
 		return "1%";
 	case CT_UINT:
@@ -176,7 +180,7 @@ START_TEST(test_table_keys_are_unique_and_documented)
 	size_t n;
 	const struct config_key *keys = config_keys(&n);
 
-	ck_assert_uint_eq(n, 53); /* one per field of struct config */
+	ck_assert_uint_eq(n, 54); /* one per field of struct config */
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_ptr_nonnull(keys[i].help);
 		ck_assert_uint_gt(strlen(keys[i].help), 10);
@@ -727,6 +731,49 @@ START_TEST(test_prewarm_before_ready_defaults_to_1g_and_is_a_size)
 
 	expect_file_error_and_free(c, path, 2,
 				   "prewarm-before-ready: '6000' is not a multiple of 4K (the page size); round it");
+}
+END_TEST
+
+/*
+ * Was a constant (16 GiB): the most a start warm-up pins before the pool's books count it. A size from 2M (a
+ * batch always holds one chunk, so less would mean the same) up, whole pages, restart-only; errors carry
+ * file:line like every key's.
+ */
+START_TEST(test_warmup_batch_max_defaults_to_16g_and_is_a_size)
+{
+	char *path = write_temp("# warm-up\nprewarm-before-ready = 0\n\nwarmup-batch-max = 1M\n");
+	struct config *c = defaults();
+	char *err = NULL;
+
+	ck_assert_uint_eq(c->warmup_batch_max_bytes, 16ull << 30);
+	ck_assert(!config_key_find("warmup-batch-max")->reloadable);
+	set_ok(c, "warmup-batch-max", "2M");
+	ck_assert_uint_eq(c->warmup_batch_max_bytes, 2ull << 20);
+	set_ok(c, "warmup-batch-max", "6M");
+	ck_assert_uint_eq(c->warmup_batch_max_bytes, 6ull << 20);
+	set_ok(c, "warmup-batch-max", "1024T");
+	ck_assert_uint_eq(c->warmup_batch_max_bytes, 1ull << 50);
+	ck_assert_int_eq(config_validate(c, &err), 0);
+	err = set_fails("warmup-batch-max", "1025T", -ERANGE);
+	ck_assert_str_eq(err, "warmup-batch-max: '1025T' is out of range; write a size from 2M to 1024T");
+	free(err);
+	err = set_fails("warmup-batch-max", "0", -ERANGE);
+	ck_assert_str_eq(err, "warmup-batch-max: '0' is out of range; write a size from 2M to 1024T");
+	free(err);
+	err = set_fails("warmup-batch-max", "lots", -EINVAL);
+	ck_assert_str_eq(err, "warmup-batch-max: 'lots' is not a size; write a number with an optional K, M, G or "
+			      "T suffix");
+	free(err);
+	free(set_fails("warmup-batch-max", "-1G", -EINVAL));
+	free(set_fails("warmup-batch-max", "1.5G", -EINVAL));
+	free(set_fails("warmup-batch-max", "50%", -EINVAL));
+	free(set_fails("warmup-batch-max", "2M+1", -EINVAL));
+
+	/* Below the minimum in a file: the error names the file and the key's line, not the first line. */
+	expect_file_error_and_free(c, path, 4, "warmup-batch-max: '1M' is out of range; write a size from 2M to 1024T");
+	path = write_temp("prewarm = 1G\nwarmup-batch-max = 6001K\n");
+	expect_file_error_and_free(defaults(), path, 2,
+				   "warmup-batch-max: '6001K' is not a multiple of 4K (the page size); round it");
 }
 END_TEST
 
@@ -1332,7 +1379,8 @@ static Suite *config_suite(void)
 	CHECK_CASE(s, "files", NULL, NULL, TIMEOUT_S, test_file_with_comments_and_blank_lines_loads,
 		   test_file_quotes_allow_an_empty_value, test_file_errors_carry_path_and_line_and_are_all_collected,
 		   test_max_registrants_per_file_defaults_to_256_and_is_bounded,
-		   test_prewarm_before_ready_defaults_to_1g_and_is_a_size, test_file_unknown_key_suggests_the_closest,
+		   test_prewarm_before_ready_defaults_to_1g_and_is_a_size,
+		   test_warmup_batch_max_defaults_to_16g_and_is_a_size, test_file_unknown_key_suggests_the_closest,
 		   test_file_duplicate_key_names_the_first_line, test_missing_file_is_enoent_with_message,
 		   test_empty_file_loads_nothing, test_sample_config_round_trips_to_defaults,
 		   test_sample_config_loads_as_is_without_changes, test_dump_round_trips_any_config,

@@ -116,6 +116,7 @@ static const char *const config_restart_keys[] = {
 	"redeclare-grace-ms",
 	"restart-state",
 	"prewarm-before-ready",
+	"warmup-batch-max",
 	NULL,
 };
 
