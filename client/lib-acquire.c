@@ -321,8 +321,10 @@ int pb_release(pb_client *c, pb_lease *l)
 		/* The receiver's tick tells the daemon it may take this one back first (or, see tell_now, we do). */
 		if (cache_keep_locked(c, l, &evicted, &tell_now)) {
 			pthread_mutex_unlock(&c->lock);
-			if (tell_now)
+			if (tell_now) {
 				conn_send_set_idle(c, id, true, gen);
+				cache_told(c);
+			}
 			cache_release_evicted(c, evicted);
 			return 0;
 		}

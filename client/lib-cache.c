@@ -69,12 +69,14 @@ pb_lease *cache_take(pb_client *c, size_t size, uint32_t flags, enum pb_priority
 	bool tell = false;
 
 	pthread_mutex_lock(&c->lock);
+again:
 	if (c->cached_bytes == 0) {
 		if (c->cache_limit_bytes > 0)
 			c->cache_stats.misses++;
 		pthread_mutex_unlock(&c->lock);
 		return NULL;
 	}
+	best = NULL;
 	/* The smallest that fits, page size by page size: a lease's size is the request rounded to its pages. */
 	for (uint64_t m = c->cache_page_mask; m; m &= m - 1) {
 		size_t page_size_bytes = (size_t)1 << __builtin_ctzll(m);
@@ -90,6 +92,12 @@ pb_lease *cache_take(pb_client *c, size_t size, uint32_t flags, enum pb_priority
 			continue;
 		if (!best || l->size_bytes < best->size_bytes)
 			best = l;
+	}
+	if (best && best->idle_told && c->tells_in_flight > 0) {
+		/* Its SET_IDLE 1 may not have left yet (pb_release's, or the tick's): a SET_IDLE 0 sent before it
+		 * would leave the lease idle at the daemon while it is in use. Wait for those sends, look again. */
+		pthread_cond_wait(&c->cond, &c->lock);
+		goto again;
 	}
 	if (best) {
 		cache_index_remove_locked(c, best);
@@ -149,11 +157,20 @@ bool cache_keep_locked(pb_client *c, pb_lease *l, pb_lease **evicted, bool *tell
 		/* Caching came on while the receiver sat in its recv: no tick until the next message, so now. */
 		l->idle_told = true;
 		c->cache_stats.told_idle++;
+		c->tells_in_flight++;
 		*tell_now = true;
 	} else {
 		cache_wake_locked(c);
 	}
 	return true;
+}
+
+void cache_told(pb_client *c)
+{
+	pthread_mutex_lock(&c->lock);
+	if (--c->tells_in_flight == 0)
+		pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
 }
 
 void cache_release_evicted(pb_client *c, pb_lease *evicted)
@@ -189,10 +206,14 @@ void cache_tick(pb_client *c)
 		c->cache_stats.told_idle += n;
 		if (n < TELL_BATCH)
 			c->cache_told_seq = c->cache_seq;
+		if (n > 0)
+			c->tells_in_flight++;
 		pthread_mutex_unlock(&c->lock);
 		/* Shared and attached leases are never cached, so every one of these is idle at the daemon too. */
 		for (size_t i = 0; i < n; i++)
 			conn_send_set_idle(c, ids[i], true, gens[i]);
+		if (n > 0)
+			cache_told(c);
 	} while (n == TELL_BATCH);
 }
 

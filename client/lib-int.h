@@ -161,6 +161,7 @@ struct pb_client {
 	unsigned cache_slack_pct; /* a cached lease serves a request up to this much smaller (100: half its size) */
 	uint64_t cache_seq;       /* bumped by each lease cached */
 	uint64_t cache_told_seq;  /* the receiver's last tick: leases cached at or before it are told idle next */
+	unsigned tells_in_flight; /* SET_IDLE 1s decided (the lease marked told) and not yet sent: a take waits */
 	bool rx_ticking;  /* the receiver ticks (a lease not told idle is cached); else a cache write wakes it */
 	bool rx_blocking; /* no cache, nothing cached: the receiver waits in its recv alone, which no write wakes */
 	int wake_fd;      /* an eventfd the receiver polls with the socket: wakes it to start ticking */
@@ -344,9 +345,11 @@ pb_lease *cache_take(pb_client *c, size_t size, uint32_t flags, enum pb_priority
  * cached leases it pushed out to stay under the limit are unlinked onto *evicted (release them unlocked). Wakes
  * the receiver when it is not ticking, so the lease is told idle a tick or two later; when the receiver waits in
  * its recv alone (c->rx_blocking), which no wake reaches, sets *tell_now instead: the caller tells the daemon
- * the lease is idle itself, once unlocked.
+ * the lease is idle itself, once unlocked, and then calls cache_told (the tell counts in c->tells_in_flight).
  */
 bool cache_keep_locked(pb_client *c, pb_lease *l, pb_lease **evicted, bool *tell_now);
+/* A SET_IDLE 1 that cache_keep_locked or the tick decided has been sent: a take of a told lease may go on. */
+void cache_told(pb_client *c);
 /* Release what cache_keep_locked evicted (not under c->lock). */
 void cache_release_evicted(pb_client *c, pb_lease *evicted);
 /* The receiver's tick: tell the daemon which leases have sat in the cache since the last tick. */

@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -811,6 +812,71 @@ START_TEST(test_cache_turned_on_while_the_receiver_waits_in_its_recv_tells_idle_
 END_TEST
 
 /*
+ * sendmsg as the library calls it (common/wire.c), this binary's own: the one thread named in slow_send_tid has
+ * its sends held back, so that a SET_IDLE it decided first reaches the socket after another thread's.
+ */
+static pid_t slow_send_tid;
+
+ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	if (__atomic_load_n(&slow_send_tid, __ATOMIC_ACQUIRE) == gettid())
+		usleep(300 * 1000);
+	return syscall(SYS_sendmsg, fd, msg, flags);
+}
+
+struct slow_release {
+	pb_client *c;
+	pb_lease *l;
+	int r;
+};
+
+static void *release_with_slow_sends(void *arg)
+{
+	struct slow_release *s = arg;
+
+	__atomic_store_n(&slow_send_tid, gettid(), __ATOMIC_RELEASE);
+	s->r = pb_release(s->c, s->l);
+	__atomic_store_n(&slow_send_tid, 0, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/*
+ * pb_release tells the daemon a lease it cached is idle (the receiver waits in its recv), and another thread takes
+ * the lease back before that SET_IDLE 1 has left: its SET_IDLE 0 must not overtake it, or the daemon holds a lease
+ * in use for idle (reclaimed first; a never-revoked one revoked while busy is counted overdue).
+ */
+START_TEST(test_lease_taken_back_while_its_release_tells_it_idle_stays_active_at_the_daemon)
+{
+	pid_t rx;
+	pb_client *c = cache_client_rx(0, &rx);
+	struct slow_release s = { .c = c };
+	pb_lease *a, *b;
+	pthread_t t;
+	uint64_t id;
+
+	ck_assert_int_eq(pb_acquire(c, 1 * MiB, &nr_mapped, &s.l), 0);
+	id = pb_lease_id(s.l);
+	ck_assert(wait_in_recvmsg(rx));
+	pb_set_cache_limit(c, 64 * MiB);
+	ck_assert_int_eq(pthread_create(&t, NULL, release_with_slow_sends, &s), 0);
+	/* Cached (and counted told) under the lock, before the SET_IDLE 1 leaves: take it back now. */
+	for (uint64_t t0 = itest_now_ms(); stats_of(c).cached_leases == 0; usleep(1000))
+		ck_assert_msg(itest_now_ms() - t0 < WAIT_MS, "the lease was never cached");
+	ck_assert_int_eq(pb_acquire(c, 1 * MiB, &nr_mapped, &a), 0);
+	ck_assert_uint_eq(pb_lease_id(a), id);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	ck_assert_int_eq(s.r, 0);
+	/* Answered on the same connection: the daemon has read both SET_IDLEs before this ACQUIRE. */
+	ck_assert_int_eq(pb_acquire(c, 2 * MiB, &nr_mapped, &b), 0);
+	assert_state_now(id, "active");
+	ck_assert_int_eq(pb_release(c, a), 0);
+	ck_assert_int_eq(pb_release(c, b), 0);
+	pb_set_cache_limit(c, 0);
+	end_clean(c);
+}
+END_TEST
+
+/*
  * The tick is a setting: $PINBROKER_CACHE_IDLE_MS an hour keeps a cached lease from being shown idle through many
  * default ticks, and pb_set_cache_idle_ms shortens it at once (the schedule starts again).
  */
@@ -1228,6 +1294,7 @@ static Suite *suite(void)
 		   test_cached_leases_of_one_size_newest_taken_first_oldest_evicted_first,
 		   test_receiver_makes_no_periodic_wakeups_while_nothing_waits_to_be_told_idle,
 		   test_cache_turned_on_while_the_receiver_waits_in_its_recv_tells_idle_from_release,
+		   test_lease_taken_back_while_its_release_tells_it_idle_stays_active_at_the_daemon,
 		   test_cache_idle_ms_from_the_environment_and_pb_set_cache_idle_ms,
 		   test_registrations_are_never_cached);
 	CHECK_CASE(s, "reclaim", start_tight, stop, 60,
