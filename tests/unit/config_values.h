@@ -99,25 +99,10 @@ static const char *const config_reloadable_keys[] = {
 	NULL,
 };
 static const char *const config_restart_keys[] = {
-	"socket",
-	"chunk-size",
-	"chunk-max",
-	"hugetlb",
-	"thp",
-	"numa",
-	"numa-prewarm",
-	"prewarm-threads",
-	"proc-root",
-	"lock-memory",
-	"reserve-fds",
-	"max-message-bytes",
-	"psi-window-ms",
-	"psi-stall-ms",
-	"redeclare-grace-ms",
-	"restart-state",
-	"prewarm-before-ready",
-	"warmup-batch-max",
-	NULL,
+	"socket",        "chunk-size",           "chunk-max",        "hugetlb",      "thp",
+	"numa",          "numa-prewarm",         "prewarm-threads",  "proc-root",    "lock-memory",
+	"reserve-fds",   "max-message-bytes",    "psi-window-ms",    "psi-stall-ms", "redeclare-grace-ms",
+	"restart-state", "prewarm-before-ready", "warmup-batch-max", NULL,
 };
 
 static inline bool config_in_list(const char *const *list, const char *name)
