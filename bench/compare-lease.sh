@@ -1,6 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# Side by side: the lease round trip of two builds, run alternately on this machine by one bench_lease
+# Side by side: the lease round trip of two builds, run alternately (OLD first in odd rounds, NEW first in even
+# ones) on this machine by one bench_lease
 # (NEW's), so the program and its settings are the same and only libpinbroker and pinbrokerd differ
 # (OLD's through LD_LIBRARY_PATH, which wins over the RUNPATH; the library's ABI is the same).
 # Prints, per round and as medians, the judged rows' broker/floor ratios (2 MiB and 64 MiB no-touch
@@ -19,6 +20,7 @@ old=$(cd "$1" && pwd) new=$(cd "$2" && pwd)
 shift 2
 rounds=3
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then rounds=$1; shift; fi
+case $rounds in '' | *[!0-9]*) echo "$usage" >&2; exit 2 ;; esac
 [ $# -gt 0 ] && [ "$1" = "--" ] && shift
 if [ $mode = roundtrip ]; then
 	[ $# -gt 0 ] || set -- --iters 3000
@@ -58,15 +60,23 @@ echo "| round | build | $(echo "$cols" | sed 's/|/ | /g') |"
 echo "|---:|---|$(echo "$cols" | sed 's/[^|]*/---:/g')|"
 i=1
 while [ $i -le "$rounds" ]; do
-	for side in old new; do
-		if [ $side = old ]; then dir=$old; else dir=$new; fi
-		# bench_lease exits 1 when a target is missed: the figures are what this script compares.
-		if [ $side = old ]; then
-			LD_LIBRARY_PATH=$old/client "$bench" --daemon "$old/daemon/pinbrokerd" "$@" >"$tmp/$side.$i" 2>&1 || true
+	# OLD first in odd rounds, NEW first in even ones: whatever the order costs falls on both alike.
+	if [ $((i % 2)) = 1 ]; then order="old new"; else order="new old"; fi
+	for side in $order; do
+		if [ "$side" = old ]; then dir=$old; else dir=$new; fi
+		rc=0
+		if [ "$side" = old ]; then
+			LD_LIBRARY_PATH=$old/client "$bench" --daemon "$old/daemon/pinbrokerd" "$@" >"$tmp/$side.$i" 2>&1 || rc=$?
 		else
-			"$bench" --daemon "$new/daemon/pinbrokerd" "$@" >"$tmp/$side.$i" 2>&1 || true
+			"$bench" --daemon "$new/daemon/pinbrokerd" "$@" >"$tmp/$side.$i" 2>&1 || rc=$?
 		fi
-		set -- "$@"
+		# bench_lease exits 1 when a target is missed: the figures are what this script compares. Any other
+		# failure (bench_roundtrip judges nothing) leaves no figures, which a median must not take for 0.
+		if [ $rc != 0 ] && { [ $mode = roundtrip ] || [ $rc != 1 ]; }; then
+			echo "compare-lease.sh: round $i, $side ($dir) failed (exit $rc):" >&2
+			tail -5 "$tmp/$side.$i" >&2
+			exit 1
+		fi
 		echo "$i $side $(rows "$tmp/$side.$i")" >>"$tmp/all"
 		echo "| $i | $side ($dir) | $(rows "$tmp/$side.$i" | sed 's/ / | /g') |"
 	done

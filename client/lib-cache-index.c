@@ -185,7 +185,8 @@ int cache_index_add_locked(pb_client *c, pb_lease *l, uint32_t flags)
 	else
 		c->cache_head = l;
 	c->cache_tail = l;
-	/* Told idle is a prefix of the list (each tick tells the oldest first), so the newest joins the untold. */
+	/* The tick tells the oldest first, so what it has told is a prefix of the list and the newest joins the
+	 * untold part (one pb_release told at once, tell_now, sits there too: the tick passes it by). */
 	if (!c->cache_untold)
 		c->cache_untold = l;
 	c->cache_root = tree_insert(c->cache_root, l);

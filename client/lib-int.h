@@ -154,7 +154,8 @@ struct pb_client {
 	size_t cached_bytes;
 	size_t cached_leases;
 	struct pb_lease *cache_head, *cache_tail;    /* cached leases, oldest first */
-	struct pb_lease *cache_untold;               /* the first not told idle yet: every one before it was */
+	struct pb_lease *cache_untold;               /* where the tick starts: every one before it was told idle
+						      * (after it, some may be too: pb_release's tell_now) */
 	struct pb_lease *cache_root;                 /* the size index (a treap) */
 	size_t cache_page_leases[CACHE_PAGE_SHIFTS]; /* cached leases by log2 of their page size */
 	uint64_t cache_page_mask; /* bit k: leases of 2^k-byte pages are cached; a take searches each */
@@ -163,7 +164,8 @@ struct pb_client {
 	uint64_t cache_told_seq;  /* the receiver's last tick: leases cached at or before it are told idle next */
 	unsigned tells_in_flight; /* SET_IDLE 1s decided (the lease marked told) and not yet sent: a take waits */
 	bool rx_ticking;  /* the receiver ticks (a lease not told idle is cached); else a cache write wakes it */
-	bool rx_blocking; /* no cache, nothing cached: the receiver waits in its recv alone, which no write wakes */
+	bool rx_blocking; /* the receiver's last wait found no cache and nothing cached, so it went into its recv
+			   * alone, which no write wakes (true until its next wait, after a message) */
 	int wake_fd;      /* an eventfd the receiver polls with the socket: wakes it to start ticking */
 	uint64_t cache_tick_at_ms;         /* the receiver's next tick (its own: read and written by it alone) */
 	unsigned cache_idle_ms;            /* the tick (pb_set_cache_idle_ms) */

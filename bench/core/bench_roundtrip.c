@@ -18,6 +18,8 @@
 #define MIB (1024 * KIB)
 /* Round trips before timing: the pool's chunks made and the code paths warm. */
 #define WARMUP 200
+/* Timed round trips at most: 10 million take minutes and 80 MB of samples. */
+#define MAX_ITERS 10000000
 
 static void usage(FILE *f)
 {
@@ -73,13 +75,21 @@ int main(int argc, char **argv)
 		case 'd':
 			daemon = optarg;
 			break;
-		case 'i':
-			if (atoi(optarg) <= 0) {
+		case 'i': {
+			char *end;
+			unsigned long n;
+
+			errno = 0;
+			n = strtoul(optarg, &end, 10);
+			if (errno || end == optarg || *end || n == 0 || n > MAX_ITERS) {
+				fprintf(stderr, "bench_roundtrip: --iters takes 1 to %d, not '%s'\n", MAX_ITERS,
+					optarg);
 				usage(stderr);
 				return 2;
 			}
-			iters = (unsigned)atoi(optarg);
+			iters = (unsigned)n;
 			break;
+		}
 		case 'h':
 			usage(stdout);
 			return 0;

@@ -101,7 +101,8 @@ def loop_gbps(it: Any, ref: torch.Tensor, dst: torch.Tensor, n: int) -> Tuple[fl
 def memory_layout(t: torch.Tensor) -> Dict[str, Any]:
     """Where a pinned tensor's bytes are: physical runs (/proc/self/pagemap, as root) and how they are mapped
     (/proc/self/smaps), by h2d_probe.py's parsers; a copy can be slower from memory scattered in 4 KiB frames."""
-    sys.path.insert(0, HERE)
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
     import h2d_probe as probe
 
     addr, n = t.data_ptr(), t.numel() * t.element_size()
@@ -116,7 +117,8 @@ def layout_line(name: str, lay: Dict[str, Any]) -> str:
     where = (f"{ph['runs']} physical runs (mean {ph['mean_run_kB']} kB, longest {ph['longest_kB']} kB)"
              if "runs" in ph else f"physical layout unknown ({ph.get('error')})")
     pmd = sum(lay.get(k) or 0 for k in ("ShmemPmdMapped_kB", "AnonHugePages_kB", "FilePmdMapped_kB"))
-    return f"{name}: {where}, {pmd} kB PMD-mapped, page {lay.get('KernelPageSize_kB')} kB"
+    pages = "/".join(str(p) for p in lay.get("KernelPageSize_kB") or []) or "?"
+    return f"{name}: {where}, {pmd} kB PMD-mapped, page {pages} kB"
 
 
 def main() -> int:
@@ -182,8 +184,9 @@ def main() -> int:
     torch_img = torch.empty_like(first).pin_memory()
     torch_img.copy_(first)
     dst = torch.empty(first.shape, dtype=first.dtype, device=dev)
-    # Reported, not judged: the first batch copied again and again at once read 0.88-0.97x on H100 hosts, where
-    # fresh batches read 0.99-1.00x; by 3 s it was 1.00x too (docs/benchmarks.md, issue 25).
+    # Reported, not judged: the first batch copied again and again at once read 0.88-0.93x on H100 hosts (once
+    # 1.04x), where this check's fresh batches read 0.97-1.03x; 3 s later the same batch read 1.00x
+    # (docs/benchmarks.md, issue 25). It is also the source of torch_img's copy just above, which alone costs ~2%.
     sb, st = paired_gbps([first, torch_img], dst, 30)
     print(f"start-up, one batch copied again and again just after the first is yielded: {sb / st:.3f}x "
           f"({sb:.2f} against {st:.2f} GB/s; reported, not judged)", flush=True)
