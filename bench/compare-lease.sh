@@ -1,8 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# Side by side: the lease round trip of two builds, run alternately (OLD first in odd rounds, NEW first in even
-# ones) on this machine by one bench_lease
-# (NEW's), so the program and its settings are the same and only libpinbroker and pinbrokerd differ
+# Side by side: the lease round trip of two builds, run alternately on this machine (OLD first in odd rounds, NEW
+# first in even ones) by one bench_lease (NEW's), so the program and its settings are the same and only
+# libpinbroker and pinbrokerd differ
 # (OLD's through LD_LIBRARY_PATH, which wins over the RUNPATH; the library's ABI is the same).
 # Prints, per round and as medians, the judged rows' broker/floor ratios (2 MiB and 64 MiB no-touch
 # p50, no-touch ops/s at 1 process, and the reported 4 KiB no-touch p50) of each build, and NEW's median
