@@ -7,6 +7,7 @@
 #include <ev.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "broker.h"
 #include "budget.h"
@@ -26,12 +27,14 @@ struct pending {
 	struct acquire_args args;
 	char label[LEASE_LABEL_MAX];
 	uint64_t enqueued_ms;
+	uint32_t timeout_ms;
 	ev_timer timeout;
 };
 
 struct waitq {
 	struct waitq_entry *pending; /* each a struct pending, in waitq_order's order */
 	uint32_t npending;
+	unsigned stall_ms; /* WAITQ_STALL_ENV */
 };
 
 static void pending_unlink(struct waitq *wq, struct pending *p)
@@ -58,8 +61,18 @@ static void pending_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	struct conn *c = p->conn;
 	uint64_t seq = p->seq, size = p->args.size;
 	uint64_t held = budget_uid_leased(b->budget, c->uid), quota = budget_uid_quota(b->budget);
+	uint64_t waited = now_ms() - p->enqueued_ms;
 	char h[32], q[32], a[32];
 
+	/*
+	 * libev runs a timer from the loop's time, cached when the turn began: a turn that ran long before this
+	 * acquire came (a big chunk made, the CPU taken away) fires it that much early. The clock decides.
+	 */
+	if (waited < p->timeout_ms) {
+		ev_timer_set(w, (double)(p->timeout_ms - waited) / 1000.0, 0.);
+		ev_timer_start(loop, w);
+		return;
+	}
 	pending_destroy(b, p);
 	/* Over its own quota, only this uid's releases could have helped: say so, not "nothing freed up". */
 	if (waitq_order_over_quota(size, held, quota)) {
@@ -91,7 +104,10 @@ int waitq_add(struct conn *c, uint64_t seq, const struct acquire_args *a, uint32
 	if (a->label)
 		snprintf(p->label, sizeof(p->label), "%s", a->label);
 	p->args.label = p->label;
+	if (wq->stall_ms) /* a long loop turn before this acquire, as a loaded host gives one */
+		usleep(wq->stall_ms * 1000);
 	p->enqueued_ms = now_ms();
+	p->timeout_ms = timeout_ms;
 	ev_timer_init(&p->timeout, pending_timeout_cb, timeout_ms / 1000.0, 0.);
 	p->timeout.data = p;
 	ev_timer_start(b->loop, &p->timeout);
@@ -182,6 +198,11 @@ int waitq_init(struct broker *b)
 
 	if (!wq)
 		return -ENOMEM;
+	{
+		const char *stall = getenv(WAITQ_STALL_ENV);
+
+		wq->stall_ms = stall ? (unsigned)strtoul(stall, NULL, 10) : 0;
+	}
 	r = broker_listen_freed(b, waitq_grant);
 	if (r < 0) {
 		free(wq);

@@ -8,6 +8,12 @@
 
 struct conn;
 
+/*
+ * Test only: waitq_add sleeps this many ms before it queues an acquire, on the loop's thread, so the loop's cached
+ * time is that much behind the clock when the acquire's timeout is set (a long turn on a loaded host).
+ */
+#define WAITQ_STALL_ENV "PINBROKER_TEST_WAITQ_STALL_MS"
+
 /* The queue, listening to the freed-memory event (broker_listen_freed). Returns 0 or a negative errno. */
 int waitq_init(struct broker *b);
 /* Drops every waiting acquire unanswered and stops listening. */

@@ -230,6 +230,35 @@ START_TEST(test_waiting_acquire_times_out)
 }
 END_TEST
 
+/*
+ * A waiting acquire queued at the end of a long loop turn (here a 500 ms stall, the test hook; on a loaded host, the
+ * CPU taken away) still waits its whole timeout: libev's timer starts from the loop's cached time, which the turn
+ * left 500 ms behind, so it used to fire at once (python's test_budget_exhausted_and_timeout saw 0.17 ms).
+ */
+START_TEST(test_waiting_acquire_waits_its_timeout_after_a_long_loop_turn)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	struct pb_acquire_opts w = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_WAIT, .timeout_ms = 300 };
+	pb_client *c;
+	pb_lease *l, *m;
+	uint64_t t0, took;
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_acquire(c, 200 * MiB, &o, &l), 0);
+	t0 = itest_now_ms();
+	ck_assert_int_eq(pb_acquire(c, 100 * MiB, &w, &m), -ETIMEDOUT);
+	took = itest_now_ms() - t0;
+	/* The stall and then the whole timeout; the bound above is loose, for a loaded machine. */
+	ck_assert_msg(took >= 500 + 300 - 20,
+		      "the refusal came %llu ms after the acquire, within the stall and its "
+		      "300 ms timeout (800 ms)",
+		      (unsigned long long)took);
+	ck_assert_uint_lt(took, 10000);
+	ck_assert_int_eq(pb_release(c, l), 0);
+	pb_disconnect(c);
+}
+END_TEST
+
 static int revoke_cb(pb_client *c, pb_lease *l, uint32_t deadline_ms, void *ud)
 {
 	int *hits = ud;
@@ -343,6 +372,14 @@ static void start_quota(void)
 	daemon_start(&d, ITEST_ARGS("--uid-quota", "64M"));
 }
 
+/* Every waiting acquire is queued after a 500 ms stall of the loop (PINBROKER_TEST_WAITQ_STALL_MS, daemon/waitq.h). */
+static void start_stalled(void)
+{
+	ck_assert_int_eq(setenv("PINBROKER_TEST_WAITQ_STALL_MS", "500", 1), 0);
+	daemon_start(&d, NULL);
+	ck_assert_int_eq(unsetenv("PINBROKER_TEST_WAITQ_STALL_MS"), 0);
+}
+
 static void start_big(void)
 {
 	daemon_start(&d, ITEST_ARGS("--budget", "1G"));
@@ -361,6 +398,9 @@ static Suite *suite(void)
 		   test_client_reconnects_after_daemon_restart_without_systemd);
 
 	CHECK_CASE(s, "quota", start_quota, stop_daemon, 30, test_uid_quota_refuses_with_edquot);
+
+	CHECK_CASE(s, "stalled", start_stalled, stop_daemon, 30,
+		   test_waiting_acquire_waits_its_timeout_after_a_long_loop_turn);
 
 	CHECK_CASE(s, "big", start_big, stop_daemon, 60, test_lease_over_250_chunks_arrives_in_fd_batches);
 	return s;
