@@ -20,6 +20,12 @@ MiB = 1 << 20
 
 
 def _stub_dir() -> str:
+    # The stand-in of the build under test (a sanitized build's would need its runtime preloaded), else the newest.
+    lib = os.environ.get("PINBROKER_LIBRARY")
+    if lib:
+        own = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(lib))), "tests", "preload", "stub")
+        if os.path.exists(os.path.join(own, "libcuda.so.1")):
+            return own
     found = sorted(glob.glob(os.path.join(REPO, "build*", "tests", "preload", "stub", "libcuda.so.1")),
                    key=os.path.getmtime, reverse=True)
     if not found:
