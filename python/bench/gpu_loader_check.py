@@ -87,13 +87,14 @@ def paired_gbps(srcs: List[torch.Tensor], dst: torch.Tensor, reps: int) -> List[
 
 def loop_gbps(it: Any, ref: torch.Tensor, dst: torch.Tensor, n: int) -> Tuple[float, float, torch.Tensor]:
     """Median GB/s of n yielded batches and of ref, each batch copied once beside one copy of ref, the batch first
-    in every other pair; and the last batch."""
+    in every other pair (abba_order's pairs); and the last batch."""
     out: List[List[float]] = [[], []]
+    order = abba_order(n)
     last = ref
     for k in range(n):
         last = next(it)["image"]
         srcs = [last, ref]
-        for i in (0, 1) if k % 2 == 0 else (1, 0):
+        for i in order[2 * k:2 * k + 2]:
             out[i].append(copy_gbps(srcs[i], dst))
     return statistics.median(out[0]), statistics.median(out[1]), last
 

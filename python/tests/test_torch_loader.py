@@ -502,6 +502,15 @@ def test_gpu_check_alternates_its_copies_abba() -> None:
     firsts = [order[k] for k in range(0, len(order), 2)]  # who goes first in each pair
     assert firsts.count(0) == firsts.count(1) == 3
 
+    # The judged loop: a fresh batch for each pair, one copy of each source a pair, in abba_order's order.
+    copies = []
+    mod.copy_gbps = lambda src, dst: copies.append(src) or (2.0 if src is ref else 1.0)
+    ref, batches = torch.zeros(1), [torch.ones(1) for _ in range(4)]
+    rb, tb, last = mod.loop_gbps(iter({"image": b} for b in batches), ref, None, 4)
+    assert (rb, tb) == (1.0, 2.0) and last is batches[-1]
+    assert [0 if c is ref else 1 for c in copies] == [1, 0, 0, 1, 1, 0, 0, 1]
+    assert [c for c in copies if c is not ref] == batches
+
     # What it prints of each source's memory: physical runs as root, else why not; the page size from smaps.
     t = torch.ones(3 << 20, dtype=torch.uint8)
     lay = mod.memory_layout(t)
