@@ -1,8 +1,8 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 # The pinned DataLoader on a GPU host: starts pinbrokerd on a temp socket (huge pages when root can have them),
-# runs python/bench/gpu_loader_check.py then python/bench/bench_loader.py against it, writes everything to
-# $OUT and prints the benchmark table last.
+# runs python/bench/gpu_loader_check.py, python/bench/h2d_after_cpu.py (a probe: it reports) and
+# python/bench/bench_loader.py against it, writes everything to $OUT and prints the benchmark table last.
 #
 # usage: python/bench/run-gpu.sh [BUILD_DIR]   (default: build-gpu, then build)
 # env:   OUT            results folder (default: a temp dir)
@@ -13,6 +13,7 @@
 #        PB_PREWARM     the pool kept warm without huge pages (default 2G)
 #        BENCH_ARGS     extra arguments for bench_loader.py (e.g. "--repeats 5")
 #        PB_LOADER_BENCH 0 runs the checks only, not bench_loader.py
+#        PB_H2D_PROBE   0 leaves out h2d_after_cpu.py (about 40 s)
 # Exits 0 when the checks passed (the benchmark reports, it does not fail), 1 when one failed, 77 without a GPU.
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -46,6 +47,13 @@ echo "=== gpu_loader_check"
 "$PY" "$SRC/python/bench/gpu_loader_check.py" --out "$OUT" 2>&1 | tee "$OUT/gpu_loader_check.log"
 CHECK=${PIPESTATUS[0]}
 
+PROBE=skipped
+if [ "${PB_H2D_PROBE:-1}" != 0 ]; then
+	echo "=== h2d_after_cpu"
+	timeout 180 "$PY" "$SRC/python/bench/h2d_after_cpu.py" --out "$OUT" >"$OUT/h2d_after_cpu.log" 2>&1
+	PROBE=$?
+fi
+
 BENCH=skipped
 if [ "${PB_LOADER_BENCH:-1}" != 0 ]; then
 	echo "=== bench_loader"
@@ -60,8 +68,9 @@ echo
 echo "## pinned DataLoader on $(hostname) ($(date -u +%FT%TZ)); results in $OUT"
 echo
 grep -E '^(PASS|FAIL)' "$OUT/gpu_loader_check.log"
-echo "gpu_loader_check exit $CHECK, bench_loader exit $BENCH"
+echo "gpu_loader_check exit $CHECK, h2d_after_cpu exit $PROBE, bench_loader exit $BENCH"
 echo
+[ -f "$OUT/h2d_after_cpu.md" ] && cat "$OUT/h2d_after_cpu.md" && echo
 if [ -f "$OUT/bench_loader.md" ]; then cat "$OUT/bench_loader.md"; else tail -20 "$OUT/bench_loader.log"; fi
 [ "$CHECK" = 0 ] || exit 1
 exit 0

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The GPU-host benchmark scripts' CPU-testable parts (issue 25): torch_alloc_bench.py's parent (sides in
 subprocesses, medians, ratios, targets, the table and JSON) driven by --fake sides, and h2d_probe.py's parsers
-and table. No torch, no GPU, no daemon."""
+and table, h2d_after_cpu.py's trip order, windows and table. No torch, no GPU, no daemon."""
 
 from __future__ import annotations
 
@@ -206,3 +206,30 @@ def test_phys_runs_from_a_pagemap(tmp_path: Any) -> None:
     assert d["longest_kB"] == 3 * page // 1024
     pm.write_bytes(bytes(8 * 6))
     assert "error" in probe.phys_runs(0, 6 * page, str(pm))
+
+
+after = _load("h2d_after_cpu")
+
+
+def test_after_cpu_rotation_puts_each_source_first_and_last() -> None:
+    names = [after.REF, "lease", "torch"]
+    orders = [after.rotation(names, k) for k in range(6)]
+    assert all(sorted(o) == sorted(names) for o in orders)
+    assert {o[0] for o in orders} == set(names) and {o[-1] for o in orders} == set(names)
+    assert orders[0] == names and orders[1] == [after.REF, "torch", "lease"]  # rotated by one, reversed
+
+
+def test_after_cpu_windows_and_table() -> None:
+    ref = after.REF
+    # A slow first copy, then a shortfall that fades: 0.8x at once, 0.9x in the first 50 ms, 1.0x after.
+    trips = [{"t": 0.0, ref: 50.0, "lease": 40.0}, {"t": 0.01, ref: 50.0, "lease": 45.0},
+             {"t": 0.02, ref: 40.0, "lease": 36.0}, {"t": 0.1, ref: 50.0, "lease": 50.0},
+             {"t": 5.0, ref: 50.0, "lease": 51.0}]
+    rows = after.windows(trips, [ref, "lease"])
+    got = {r["window"]: (r["n"], round(r["lease"], 3)) for r in rows}
+    assert got == {"first copy": (1, 0.8), "0-0.05 s": (3, 0.9), "0.05-0.2 s": (1, 1.0), "3.2 s on": (1, 1.02)}
+    assert ref not in rows[0] and after.windows([], [ref, "lease"]) == []
+    md = after.markdown([{"action": "none", "sources": ["lease"], "rows": rows}])
+    lines = md.splitlines()
+    assert lines[0] == "| action | source | first copy | 0-0.05 s | 0.05-0.2 s | 3.2 s on |"
+    assert lines[2] == "| none | lease | 0.800 | 0.900 | 1.000 | 1.020 |"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import statistics
 import sys
 import time
 import warnings
@@ -506,10 +507,27 @@ def test_gpu_check_alternates_its_copies_abba() -> None:
     copies = []
     mod.copy_gbps = lambda src, dst: copies.append(src) or (2.0 if src is ref else 1.0)
     ref, batches = torch.zeros(1), [torch.ones(1) for _ in range(4)]
-    rb, tb, last = mod.loop_gbps(iter({"image": b} for b in batches), ref, None, 4)
-    assert (rb, tb) == (1.0, 2.0) and last is batches[-1]
+    lp = mod.loop_gbps(iter({"image": b} for b in batches), ref, None, 4)
+    assert (lp.ring, lp.ref, lp.pair_ratio()) == ([1.0] * 4, [2.0] * 4, 0.5) and lp.last is batches[-1]
     assert [0 if c is ref else 1 for c in copies] == [1, 0, 0, 1, 1, 0, 0, 1]
     assert [c for c in copies if c is not ref] == batches
+
+    # Refilled: the reference is rewritten from the pageable source before each pair, as a pin thread does.
+    copies.clear()
+    ref.zero_()
+    seen = []
+    mod.copy_gbps = lambda src, dst: seen.append(float(ref[0])) or (2.0 if src is ref else 1.0)
+    lp = mod.loop_gbps(iter({"image": b} for b in batches), ref, None, 2, refill=torch.full((1,), 7.0))
+    assert seen == [7.0] * 4 and len(lp.ring) == 2
+
+    # The judged figure is the median of the pairs' ratios, not the ratio of the medians; its interval holds it.
+    lp = mod.Loop()
+    lp.ring, lp.ref = [1.0, 2.0, 3.0], [2.0, 4.0, 1.0]
+    assert lp.pair_ratio() == 0.5 and statistics.median(lp.ring) / statistics.median(lp.ref) == 1.0
+    lp.ring = [9.0, 20.0, 30.0, 40.0, 50.0]
+    lp.ref = [10.0, 20.0, 31.0, 41.0, 50.0]
+    lo, hi = lp.interval()
+    assert lo <= lp.pair_ratio() <= hi <= 1.0 and lo >= 0.9
 
     # What it prints of each source's memory: physical runs as root, else why not; the page size from smaps.
     t = torch.ones(3 << 20, dtype=torch.uint8)
