@@ -12,9 +12,9 @@ each row is the median of its rounds (row d: the worst round, since it is a firs
   b. ``batch.pin_memory().cuda(non_blocking=True)`` then synchronize, a 38.5 MB uint8 batch (256x3x224x224),
      ms per iteration, median (target <= 1.05x stock);
   c. ``torch.utils.data.DataLoader(ds, batch_size=B, num_workers=8, pin_memory=True)``, fork workers, every
-     batch copied ``.cuda(non_blocking=True)``, batches/s over a fixed count after 5 warm-up batches, at 16, 64
-     and 256 uint8 3x224x224 images (2.4, 9.6, 38.5 MB); the dataset indexes a preallocated tensor, so the
-     pin thread is what is measured (target >= 1.0x stock);
+     batch copied ``.cuda(non_blocking=True)``, batches/s over at least a fixed count and --loader-min-s (1.5 s)
+     after 5 warm-up batches, at 16, 64 and 256 uint8 3x224x224 images (2.4, 9.6, 38.5 MB); the dataset indexes
+     a preallocated tensor, so the pin thread is what is measured (target >= 1.0x stock);
   d. first use in a fresh process: ``pinbroker.torch.install()`` plus the first 1 MiB pinned tensor, s
      (CUDA's own start-up timed apart; target <= 1 s, no compiler);
   e. pinned bytes of 20 live tensors of non-power-of-two sizes (1,000,001 B to 37 MB) against the sum of the
@@ -213,8 +213,10 @@ class Side:
 
         for bs in LOADER_BATCHES:
             # The same bytes at every batch size: a short timing of small batches is mostly noise.
+            # At least count batches and --loader-min-s: 60 batches of 38.5 MB were 0.5 s, and its runs spread
+            # 0.94-1.20x; the dataset is long enough for 20x that many batches.
             count = max(self.args.loader_batches, self.args.loader_batches * 256 // bs)
-            ds = Images(bs * (self.args.loader_warmup + count + 2))
+            ds = Images(bs * (self.args.loader_warmup + 20 * count + 2))
             dl = torch.utils.data.DataLoader(ds, batch_size=bs, num_workers=self.args.workers, pin_memory=self.pin,
                                              multiprocessing_context="fork" if self.args.workers else None)
             it = iter(dl)
@@ -225,19 +227,20 @@ class Side:
                 del x
             self.sync()
             t0 = time.perf_counter()
-            pinned = 0
-            for _ in range(count):
+            pinned = done = 0
+            while done < 20 * count and (done < count or time.perf_counter() - t0 < self.args.loader_min_s):
                 x = next(it)
                 pinned += bool(x.is_pinned())
                 if not self.dry:
                     x.cuda(non_blocking=True)
                 del x
+                done += 1
             self.sync()
             dt = time.perf_counter() - t0
             del it, dl
             gc.collect()
-            self.values[f"c_{bs}"] = count / dt
-            self.detail[f"c_{bs}_batches"] = count
+            self.values[f"c_{bs}"] = done / dt
+            self.detail[f"c_{bs}_batches"] = done
             self.detail[f"c_{bs}_pinned"] = pinned
 
     # -- e: pinned bytes of live tensors against the page-rounded requests
@@ -485,8 +488,8 @@ def parent_main(args: argparse.Namespace) -> int:
         passthrough += ["--fake", "--fake-fail", args.fake_fail]
     if args.cpu_dry:
         passthrough.append("--cpu-dry")
-    for name in ("workers", "loader_batches", "loader_warmup", "alloc_warmup", "alloc_pairs", "alloc_min_s",
-                 "alloc_max_s", "pin_warmup", "pin_iters", "pin_max_s"):
+    for name in ("workers", "loader_batches", "loader_warmup", "loader_min_s", "alloc_warmup", "alloc_pairs",
+                 "alloc_min_s", "alloc_max_s", "pin_warmup", "pin_iters", "pin_max_s"):
         passthrough += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     results: Dict[str, List[Dict[str, Any]]] = {"stock": [], "pinbroker": []}
     crashed: List[str] = []
@@ -563,6 +566,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--loader-batches", type=int, default=60, help="timed batches at 38.5 MB (more when smaller)")
     ap.add_argument("--loader-warmup", type=int, default=5)
+    ap.add_argument("--loader-min-s", type=float, default=1.5, help="row c times each batch size at least this long")
     ap.add_argument("--alloc-warmup", type=int, default=200)
     ap.add_argument("--alloc-pairs", type=int, default=2000)
     ap.add_argument("--alloc-min-s", type=float, default=0.25)
