@@ -68,10 +68,11 @@ def test_fake_run_medians_ratios_and_table(tmp_path: Any) -> None:
     assert rows["e"]["pinbroker"] == 1.0 and rows["e"]["stock"] == 1.5 and rows["e"]["met"] is True
     assert rows["e"]["ratio"] is None and rows["e_daemon"]["met"] is True
     md = (tmp_path / "torch_alloc_bench.md").read_text()
-    assert "| row | stock | pinbroker | ratio | target | met |" in md
+    assert "| row | stock | pinbroker | ratio | paired | target | met |" in md
+    assert rows["b"]["paired"] == pytest.approx(1.1) and rows["d"]["paired"] is None
     assert md.count("\n| a. ") == 3 and md.count("\n| c. ") == 3
     line_b = next(ln for ln in md.splitlines() if ln.startswith("| b. "))
-    assert "1.100x" in line_b and "**no**" in line_b and "1.05x" in line_b
+    assert line_b.count("1.100x") == 2 and "**no**" in line_b and "1.05x" in line_b
     assert md in r.stdout  # the table is printed last
     for side in ("stock", "pinbroker"):
         for rnd in (1, 2):
@@ -206,6 +207,24 @@ def test_phys_runs_from_a_pagemap(tmp_path: Any) -> None:
     assert d["longest_kB"] == 3 * page // 1024
     pm.write_bytes(bytes(8 * 6))
     assert "error" in probe.phys_runs(0, 6 * page, str(pm))
+
+
+def test_targets_are_judged_on_the_rounds_own_ratios() -> None:
+    """A host that drifts over a run: the sides' medians say 0.95x, each round's pair says 0.95-1.05x, median 1.033x.
+    The target is judged on the paired figure; under two complete pairs, on the ratio of the medians."""
+    def side(vals: Dict[int, float]) -> List[Dict[str, Any]]:
+        return [{"round": k, "values": {"c_16": v}} for k, v in vals.items()]
+
+    res = {"stock": side({1: 100.0, 2: 200.0, 3: 300.0}), "pinbroker": side({1: 105.0, 2: 190.0, 3: 310.0})}
+    assert tab.paired_ratio(res, "c_16") == pytest.approx(310 / 300)
+    row = next(r for r in tab.evaluate(res) if r["key"] == "c_16")
+    assert row["ratio"] == pytest.approx(0.95) and row["met"] is True
+    # A crashed round pairs with nothing: rounds 1 and 3 only.
+    res["pinbroker"] = side({1: 105.0, 3: 310.0})
+    assert tab.paired_ratio(res, "c_16") == pytest.approx((1.05 + 310 / 300) / 2)
+    res["pinbroker"] = side({2: 190.0})
+    row = next(r for r in tab.evaluate(res) if r["key"] == "c_16")
+    assert tab.paired_ratio(res, "c_16") is None and row["met"] is False  # one pair: the medians, 0.95x
 
 
 after = _load("h2d_after_cpu")
