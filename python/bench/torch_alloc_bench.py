@@ -426,9 +426,9 @@ def combine(vals: List[float], how: str) -> Optional[float]:
 
 def paired_ratio(results: Dict[str, List[Dict[str, Any]]], key: str) -> Optional[float]:
     """The median over rounds of pinbroker's value over stock's in the same round, where both sides have one; None
-    under two such rounds. A round's two processes run one after the other, so the host's drift over a run (row c's
-    stock figures rose 566 -> 786 batches/s across one 8-round run) cancels in each pair; the ratio of the two
-    medians keeps it, and crossed 1.0x both ways between runs of one host."""
+    under two such rounds. A round's two processes run one after the other, so the host's drift over a run (row
+    c's stock figures at 38.5 MB rose 54 -> 79 batches/s across one 8-round run) cancels in each pair; the ratio
+    of the two medians keeps it, and crossed 1.0x both ways between runs of one host."""
     by_round = {side: {r.get("round"): r["values"].get(key) for r in results[side]} for side in results}
     ratios = [p / by_round["stock"][k] for k, p in by_round["pinbroker"].items()
               if isinstance(p, (int, float)) and isinstance(by_round["stock"].get(k), (int, float))
