@@ -217,6 +217,16 @@ void cache_tick(pb_client *c)
 	} while (n == TELL_BATCH);
 }
 
+void cache_retell_locked(pb_client *c)
+{
+	/* Re-declared leases come back in use at a restarted daemon (its saved state keeps no idle marks), and a
+	 * tell sent as the connection dropped may never have arrived: the next tick tells every cached lease again.
+	 * The daemon takes a second SET_IDLE 1 for a lease already idle as a no-op. */
+	for (pb_lease *l = c->cache_head; l; l = l->cache_next)
+		l->idle_told = false;
+	c->cache_untold = c->cache_head;
+}
+
 bool cache_untold_locked(const pb_client *c)
 {
 	return c->cache_untold != NULL;

@@ -358,6 +358,8 @@ void cache_release_evicted(pb_client *c, pb_lease *evicted);
 void cache_tick(pb_client *c);
 /* Under c->lock: is a lease cached that the daemon was not told idle yet (the receiver must tick)? */
 bool cache_untold_locked(const pb_client *c);
+/* Under c->lock, after a reconnect to the daemon instance that granted the cached leases: tell them idle again. */
+void cache_retell_locked(pb_client *c);
 
 /* ---------------------------------------------------------------- lib-acquire.c */
 

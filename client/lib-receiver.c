@@ -247,6 +247,8 @@ static int try_reconnect(pb_client *c)
 	}
 	c->conn_gen++;
 	drop = c->hooks->reconnected_locked(c, same, instance_id, adopted, nadopted);
+	if (same)
+		cache_retell_locked(c); /* the cached leases left are adopted ones: tell them idle again */
 	c->instance_id = instance_id;
 	c->dead = 0;
 	c->dead_reason[0] = '\0';

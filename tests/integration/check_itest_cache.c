@@ -26,6 +26,7 @@
 
 #include "../preload/stub_cuda.h"
 #include "check_main.h"
+#include "fdstore.h"
 #include "itest.h"
 #include "pinbroker.h"
 
@@ -1281,6 +1282,56 @@ START_TEST(test_cancelled_revokes_are_counted_and_their_log_lines_rate_limited)
 }
 END_TEST
 
+/*
+ * A cached lease told idle, then the daemon killed and started again from its fd store: it adopts the lease as in
+ * use (its saved state keeps no idle marks), and the library, once it has re-declared the lease, tells it idle
+ * again; taken back from the cache, it is told busy on the new connection.
+ */
+START_TEST(test_cached_lease_is_told_idle_again_after_a_restart_adopts_it)
+{
+	static const char *const args[] = {
+		"--budget", "64M", "--prewarm", "0", "--chunk-size", "2M", "--chunk-max", "2M", "--redeclare-grace-ms",
+		"5000",     NULL
+	};
+	struct pb_status *st = NULL;
+	struct fdstore *fs;
+	pb_client *c;
+	pb_lease *a;
+	uint64_t id, told;
+
+	atexit(kill_daemon_at_exit);
+	load_stub_cuda();
+	daemon_prepare(&d);
+	fs = fdstore_new(&d);
+	fdstore_daemon_start(fs, args);
+	c = cache_client(64 * MiB, 0);
+	ck_assert_int_eq(pb_acquire(c, 4 * MiB, &nr_mapped, &a), 0);
+	id = pb_lease_id(a);
+	ck_assert_int_eq(pb_release(c, a), 0);
+	ASSERT_STATE(id, "idle");
+	told = stats_of(c).told_idle;
+
+	fdstore_daemon_kill(fs);
+	fdstore_daemon_start(fs, args);
+	/* The library reconnects at its next call and re-declares the lease. */
+	for (int i = 0; i < 100 && pb_status_get(c, &st) < 0; i++)
+		usleep(20000);
+	ck_assert_ptr_nonnull(st);
+	pb_status_free(st);
+	ck_assert_int_eq(pb_lease_stale(a), 0);
+	ASSERT_STATE(id, "idle");
+	ck_assert_uint_gt(stats_of(c).told_idle, told);
+
+	ck_assert_int_eq(pb_acquire(c, 4 * MiB, &nr_mapped, &a), 0);
+	ck_assert_uint_eq(pb_lease_id(a), id);
+	ASSERT_STATE(id, "active");
+	ck_assert_int_eq(pb_release(c, a), 0);
+	pb_set_cache_limit(c, 0);
+	itest_end_clean(&d, c, WAIT_MS);
+	fdstore_free(fs);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-cache");
@@ -1302,6 +1353,7 @@ static Suite *suite(void)
 	CHECK_CASE(s, "raw", start, stop, 60, test_raw_set_idle_0_takes_a_revoked_cached_lease_back_and_it_stays_active,
 		   test_raw_revoked_cached_lease_left_alone_is_kept_as_in_use_never_overdue,
 		   test_raw_registration_is_still_refused_set_idle);
+	CHECK_CASE(s, "restart", NULL, NULL, 60, test_cached_lease_is_told_idle_again_after_a_restart_adopts_it);
 	CHECK_CASE(s, "storm", start_storm, stop, 60,
 		   test_cancelled_revokes_are_counted_and_their_log_lines_rate_limited);
 	return s;
