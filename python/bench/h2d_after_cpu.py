@@ -38,15 +38,22 @@ REF = "torch at rest"
 
 
 def rotation(names: Sequence[str], k: int) -> List[str]:
-    """Trip k's order: the names rotated by k, reversed on odd trips, so no source always follows another."""
+    """Trip k's order: the names rotated by k, reversed on odd trips, so no source always follows another. Two
+    names go ABBA: rotating two by one is reversing them, so rotated-and-reversed would put the reference first
+    in every trip."""
+    if len(names) == 2:
+        return list(names) if k % 4 in (0, 3) else list(names[::-1])
     r = list(names[k % len(names):]) + list(names[:k % len(names)])
     return r[::-1] if k % 2 else r
 
 
-def windows(trips: List[Dict[str, float]], names: Sequence[str], edges: Sequence[float] = EDGES) -> List[
-        Dict[str, Any]]:
+def windows(trips: List[Dict[str, float]], names: Sequence[str], edges: Sequence[float] = EDGES,
+            until: Optional[float] = None) -> List[Dict[str, Any]]:
     """Per window [a, b) of trip times: the trips in it and, per source but the reference, the median of the
-    trips' ratios source/reference; the first row is the first trip alone (the first copy after the action)."""
+    trips' ratios source/reference; the first row is the first trip alone (the first copy after the action).
+    until: how long the series ran; a window's label ends there, not at an edge no trip reached."""
+    if until is not None:
+        edges = [e for e in edges if e < until] + [until]
     rows: List[Dict[str, Any]] = []
     if trips:
         rows.append({"window": "first copy", "n": 1,
@@ -149,7 +156,7 @@ def main() -> int:
 
     def phase(action: str, names: List[str], sources: List[str]) -> None:
         trips = series(names)
-        rows = windows(trips, names)
+        rows = windows(trips, names, until=args.seconds)
         phases.append({"action": action, "sources": sources, "rows": rows, "trips": trips})
         print(f"== {action}: {len(trips)} trips; " + "; ".join(
             f"{r['window']} " + " ".join(f"{s} {r[s]:.3f}x" for s in sources) for r in rows), flush=True)

@@ -236,6 +236,10 @@ def test_after_cpu_rotation_puts_each_source_first_and_last() -> None:
     assert all(sorted(o) == sorted(names) for o in orders)
     assert {o[0] for o in orders} == set(names) and {o[-1] for o in orders} == set(names)
     assert orders[0] == names and orders[1] == [after.REF, "torch", "lease"]  # rotated by one, reversed
+    # Every phase of the probe copies two sources, the reference and one other: each goes first in half the trips.
+    pair = [after.rotation([after.REF, "lease"], k) for k in range(8)]
+    assert [o[0] for o in pair] == [after.REF, "lease", "lease", after.REF] * 2
+    assert all(sorted(o) == sorted([after.REF, "lease"]) for o in pair)
 
 
 def test_after_cpu_windows_and_table() -> None:
@@ -248,6 +252,10 @@ def test_after_cpu_windows_and_table() -> None:
     got = {r["window"]: (r["n"], round(r["lease"], 3)) for r in rows}
     assert got == {"first copy": (1, 0.8), "0-0.05 s": (3, 0.9), "0.05-0.2 s": (1, 1.0), "3.2 s on": (1, 1.02)}
     assert ref not in rows[0] and after.windows([], [ref, "lease"]) == []
+    # A 2 s series (the probe's default): its last window is labelled 0.8-2 s, not 0.8-3.2 s.
+    two_s = trips[:4] + [{"t": 1.5, ref: 50.0, "lease": 50.0}]
+    short = [r["window"] for r in after.windows(two_s, [ref, "lease"], until=2.0)]
+    assert short == ["first copy", "0-0.05 s", "0.05-0.2 s", "0.8-2 s"]
     md = after.markdown([{"action": "none", "sources": ["lease"], "rows": rows}])
     lines = md.splitlines()
     assert lines[0] == "| action | source | first copy | 0-0.05 s | 0.05-0.2 s | 3.2 s on |"

@@ -519,6 +519,17 @@ def test_gpu_check_alternates_its_copies_abba() -> None:
     mod.copy_gbps = lambda src, dst: seen.append(float(ref[0])) or (2.0 if src is ref else 1.0)
     lp = mod.loop_gbps(iter({"image": b} for b in batches), ref, None, 2, refill=torch.full((1,), 7.0))
     assert seen == [7.0] * 4 and len(lp.ring) == 2
+    # Each pair's refill, not one at the start: a copy that spoils the reference is undone before the next pair.
+    seen.clear()
+
+    def spoiling_copy(src: Any, dst: Any) -> float:
+        seen.append(float(ref[0]))
+        ref.fill_(-1.0)
+        return 2.0 if src is ref else 1.0
+
+    mod.copy_gbps = spoiling_copy
+    mod.loop_gbps(iter({"image": b} for b in batches), ref, None, 2, refill=torch.full((1,), 7.0))
+    assert seen == [7.0, -1.0, 7.0, -1.0]
 
     # The judged figure is the median of the pairs' ratios, not the ratio of the medians; its interval holds it.
     lp = mod.Loop()
@@ -528,6 +539,14 @@ def test_gpu_check_alternates_its_copies_abba() -> None:
     lp.ref = [10.0, 20.0, 31.0, 41.0, 50.0]
     lo, hi = lp.interval()
     assert lo <= lp.pair_ratio() <= hi <= 1.0 and lo >= 0.9
+    # An interval of the median, not the samples' range nor a point: 210 ratios spread evenly over 0.90-1.10 give
+    # a median of 1.0 known to about +-0.014 (95%), and a constant sample no width at all.
+    lp.ring = [1.0 + 0.01 * ((i * 37) % 21 - 10) for i in range(210)]
+    lp.ref = [1.0] * 210
+    lo, hi = lp.interval()
+    assert 0.97 < lo < 1.0 < hi < 1.03 and hi - lo > 0.005
+    lp.ring = [0.99] * 210
+    assert lp.interval() == (0.99, 0.99)
 
     # What it prints of each source's memory: physical runs as root, else why not; the page size from smaps.
     t = torch.ones(3 << 20, dtype=torch.uint8)
