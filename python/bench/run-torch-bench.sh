@@ -43,7 +43,7 @@ unset PINBROKER_TORCH
 	command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,pci.bus_id --format=csv,noheader 2>&1
 } | tee -a "$OUT/setup.txt"
 
-echo "=== torch_alloc_bench (stock, pinbroker, stock, pinbroker)"
+echo "=== torch_alloc_bench (stock, pinbroker, pinbroker, stock)"
 # shellcheck disable=SC2086 # BENCH_ARGS is split on purpose
 timeout 300 "$PY" "$SRC/python/bench/torch_alloc_bench.py" --out "$OUT" "${DRY[@]}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/torch_alloc_bench.log"
 BENCH=${PIPESTATUS[0]}

@@ -78,6 +78,10 @@ def test_fake_run_medians_ratios_and_table(tmp_path: Any) -> None:
         for rnd in (1, 2):
             assert (tmp_path / f"torch_alloc_bench.{side}.{rnd}.log").exists()
     assert "cache_hits 9" in md  # the allocator's cache counters are shown
+    # ABBA: the second round runs pinbroker first, so neither side always gains from a host that speeds up.
+    with open(tmp_path / "torch_alloc_bench.json") as f:
+        order = [(x["round"], x["side"]) for x in json.load(f)["rounds"]]
+    assert order == [(1, "stock"), (1, "pinbroker"), (2, "pinbroker"), (2, "stock")]
 
 
 def test_fake_side_crash_exits_1(tmp_path: Any) -> None:
