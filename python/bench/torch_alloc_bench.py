@@ -23,7 +23,7 @@ each row is the median of its rounds (row d: the worst round, since it is a firs
 
 Each side prints one JSON line; the parent prints a markdown table (| row | stock | pinbroker | ratio | paired |
 target | met |: the ratio of the sides' medians, and the median of the rounds' own ratios, on which a target is
-judged) and writes torch_alloc_bench.json and torch_alloc_bench.md to --out ($OUT). Exit 0 (a benchmark
+judged, with how many rounds met it) and writes torch_alloc_bench.json and torch_alloc_bench.md to --out ($OUT). Exit 0 (a benchmark
 reports; it does not fail), 1 when a side crashed or a row raised, 77 without CUDA. The pinbroker side needs
 libpinbroker and a pinbrokerd on $PINBROKER_SOCKET (python/bench/run-torch-bench.sh starts one).
 
@@ -424,15 +424,21 @@ def combine(vals: List[float], how: str) -> Optional[float]:
     return max(vals) if how == "max" else statistics.median(vals)
 
 
-def paired_ratio(results: Dict[str, List[Dict[str, Any]]], key: str) -> Optional[float]:
-    """The median over rounds of pinbroker's value over stock's in the same round, where both sides have one; None
-    under two such rounds. A round's two processes run one after the other, so the host's drift over a run (row
-    c's stock figures at 38.5 MB rose 54 -> 79 batches/s across one 8-round run) cancels in each pair; the ratio
-    of the two medians keeps it, and crossed 1.0x both ways between runs of one host."""
+def round_ratios(results: Dict[str, List[Dict[str, Any]]], key: str) -> List[float]:
+    """Pinbroker's value over stock's in each round where both sides have one, by round number (pooling runs
+    means numbering their rounds apart first)."""
     by_round = {side: {r.get("round"): r["values"].get(key) for r in results[side]} for side in results}
-    ratios = [p / by_round["stock"][k] for k, p in by_round["pinbroker"].items()
-              if isinstance(p, (int, float)) and isinstance(by_round["stock"].get(k), (int, float))
-              and by_round["stock"][k]]
+    return [p / by_round["stock"][k] for k, p in sorted(by_round["pinbroker"].items())
+            if isinstance(p, (int, float)) and isinstance(by_round["stock"].get(k), (int, float))
+            and by_round["stock"][k]]
+
+
+def paired_ratio(results: Dict[str, List[Dict[str, Any]]], key: str) -> Optional[float]:
+    """The median of round_ratios; None under two. A round's two processes run one after the other, so a host
+    that speeds up or slows down over a run moves both; the ratio of the two medians keeps such swings (row c's
+    stock figures at 38.5 MB went 54-79 batches/s from round to round in one run), and crossed 1.0x both ways
+    between runs of one host."""
+    ratios = round_ratios(results, key)
     return statistics.median(ratios) if len(ratios) >= 2 else None
 
 
@@ -454,6 +460,9 @@ def evaluate(results: Dict[str, List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
         both = isinstance(s, (int, float)) and isinstance(p, (int, float)) and s
         row["ratio"] = p / s if both and kind != "exact" else None
         row["paired"] = paired_ratio(results, spec["key"]) if kind in ("lower", "higher") else None
+        ratios = round_ratios(results, spec["key"]) if row["paired"] is not None else []
+        # How many rounds are on the target's side: with 4-8 noisy rounds, the median alone says little.
+        row["rounds_met"] = [sum(1 for x in ratios if (x <= t if kind == "lower" else x >= t)), len(ratios)]
         judged = row["paired"] if row["paired"] is not None else row["ratio"]
         if kind == "lower":
             met = judged <= t if judged is not None else None
@@ -491,6 +500,8 @@ def markdown(table: List[Dict[str, Any]], header: str, notes: List[str]) -> str:
 
         stock = "n/a" if spec.get("pinbroker_only") else cell(r["stock"])
         ratio, paired = (f"{r[k]:.3f}x" if r.get(k) is not None else "—" for k in ("ratio", "paired"))
+        if r.get("paired") is not None:
+            paired += " ({}/{} rounds)".format(*r["rounds_met"])
         met = {True: "yes", False: "**no**", None: "?"}[r["met"]]
         lines.append(f"| {r['name']} | {stock} | {cell(r['pinbroker'])} | {ratio} | {paired} | {target_text(spec)} "
                      f"| {met} |")

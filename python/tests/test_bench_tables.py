@@ -223,6 +223,9 @@ def test_targets_are_judged_on_the_rounds_own_ratios() -> None:
     assert tab.paired_ratio(res, "c_16") == pytest.approx(310 / 300)
     row = next(r for r in tab.evaluate(res) if r["key"] == "c_16")
     assert row["ratio"] == pytest.approx(0.95) and row["met"] is True
+    assert row["rounds_met"] == [2, 3]  # round 2 (0.95x) is under the target
+    md = tab.markdown([row], "h", [])
+    assert "| 0.950x | 1.033x (2/3 rounds) |" in md
     # A crashed round pairs with nothing: rounds 1 and 3 only.
     res["pinbroker"] = side({1: 105.0, 3: 310.0})
     assert tab.paired_ratio(res, "c_16") == pytest.approx((1.05 + 310 / 300) / 2)

@@ -547,6 +547,23 @@ def test_gpu_check_alternates_its_copies_abba() -> None:
     assert 0.97 < lo < 1.0 < hi < 1.03 and hi - lo > 0.005
     lp.ring = [0.99] * 210
     assert lp.interval() == (0.99, 0.99)
+    # Judged on the trimmed mean too: 4 of 10 batches at half speed leave the median at 1.0x, not the mean of the
+    # middle eight (0.8125x); one stretched copy in ten moves the total time, not the trimmed mean.
+    lp.ring, lp.ref = [50.0] * 6 + [25.0] * 4, [50.0] * 10
+    assert lp.pair_ratio() == 1.0 and lp.trimmed_ratio() == pytest.approx(6.5 / 8)
+    assert lp.time_ratio() == pytest.approx(10 / 14)
+    lp.ring = [50.0] * 9 + [5.0]
+    assert lp.trimmed_ratio() == 1.0 and lp.time_ratio() == pytest.approx(10 / 19)
+    # The interval resamples ABBA groups of two pairs: pairs that differ only across groups keep their group.
+    lp.ring, lp.ref = [1.0, 1.0, 2.0, 2.0] * 10, [1.0] * 40
+    lo, hi = lp.interval()
+    assert 1.0 <= lo <= hi <= 2.0
+
+    # The labels of the last batch come with it, for the check that it is intact after more batches.
+    mod.copy_gbps = lambda src, dst: 1.0
+    labelled = [{"image": b, "label": torch.tensor([i])} for i, b in enumerate(batches)]
+    lp = mod.loop_gbps(iter(labelled), ref, None, 4)
+    assert lp.last is batches[-1] and int(lp.labels[0]) == 3
 
     # What it prints of each source's memory: physical runs as root, else why not; the page size from smaps.
     t = torch.ones(3 << 20, dtype=torch.uint8)
