@@ -42,8 +42,9 @@ struct recovery {
 	ev_prepare prepare;
 	ev_timer snapshot_timer;
 	ev_timer grace;
-	bool adopted_state; /* recovery_init read a committed state from the fd store */
-	bool lost_lease;    /* a lease line of it could not be re-adopted: its chunks may be outside the store */
+	uint64_t grace_from_ms; /* now_ms() when the grace began, at the loop's first turn; 0 before */
+	bool adopted_state;     /* recovery_init read a committed state from the fd store */
+	bool lost_lease;        /* a lease line of it could not be re-adopted: its chunks may be outside the store */
 };
 
 /* The name a chunk's fd is stored under in the fd store ("c<id>"). */

@@ -26,6 +26,7 @@
 #include "recovery-format.h"
 #include "recovery-int.h"
 #include "revoker.h"
+#include "timer-clock.h"
 #include "util.h"
 
 #define STATE_FDNAME "state"
@@ -180,6 +181,16 @@ static void grace_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	struct lease *l, *next;
 	size_t n = 0;
 
+	/*
+	 * The grace counts from the loop's first turn, when clients can be answered again (this timer's first
+	 * firing; recovery_init started it at 0 s). Counted from recovery_init, it lost the start-up work that
+	 * follows (the restart scan, the pool's warm-up before ready) and libev's clock cached before it: a slow
+	 * start forgot leases before their holders could re-declare them. The clock decides (timer-clock.h).
+	 */
+	if (!rc->grace_from_ms)
+		rc->grace_from_ms = now_ms();
+	if (timer_clock_early(loop, w, rc->grace_from_ms, b->cfg->redeclare_grace_ms))
+		return;
 	if (rc->nquarantine) {
 		log_info("redeclare-grace-ms is over: %zu pool chunks of unknown holder are replaced by fresh memory",
 			 rc->nquarantine);
@@ -444,10 +455,13 @@ void recovery_init(struct broker *b)
 	/* Prewarming adds idle chunks next without a broker verb: record them at the first iteration. */
 	rc->written_generation = b->generation - 1;
 	recovery_writer_start(rc);
-	ev_timer_init(&rc->grace, grace_cb, b->cfg->redeclare_grace_ms / 1000.0, 0.);
+	ev_timer_init(&rc->grace, grace_cb, 0., 0.); /* the loop's first turn starts the grace */
 	rc->grace.data = rc;
-	if (adopted || rc->nquarantine)
+	if (adopted || rc->nquarantine) {
 		ev_timer_start(b->loop, &rc->grace);
+		/* Test only: a slow start-up after this (RECOVERY_STALL_ENV). */
+		timer_clock_stall(timer_clock_stall_ms(RECOVERY_STALL_ENV));
+	}
 }
 
 void recovery_fini(struct broker *b)

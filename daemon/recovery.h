@@ -9,12 +9,19 @@ struct broker;
 struct lease;
 
 /*
+ * Test only: recovery_init sleeps this many ms after it set the re-declare grace, as a slow start-up does
+ * (the restart scan, the pool's warm-up before ready) before the loop answers anyone.
+ */
+#define RECOVERY_STALL_ENV "PINBROKER_TEST_RECOVERY_STALL_MS"
+
+/*
  * Always call it, after the pool and lease table exist and before prewarming
  * and before the loop answers anyone. It picks this daemon's instance id.
  *
  * Under systemd (with FileDescriptorStoreMax=): adopt the chunks and leases a
  * previous instance kept in the fd store (leases come back ORPHANED until
- * their clients re-declare them, and are reclaimed after redeclare-grace-ms),
+ * their clients re-declare them, and are reclaimed after redeclare-grace-ms,
+ * counted from the loop's first turn, when clients can be answered again),
  * then keep storing every new chunk and a state memfd describing who holds
  * what. A stored chunk that the state cannot prove idle (torn or unreadable
  * state, a lease line that does not add up, a chunk no line names) is

@@ -16,6 +16,12 @@ struct broker;
 struct server;
 
 /*
+ * Test only: every accepted connection waits this many ms, on the loop's thread, before its handshake timeout
+ * is set, so the loop's cached time is that much behind the clock (a long turn on a loaded host).
+ */
+#define SERVER_ACCEPT_STALL_ENV "PINBROKER_TEST_ACCEPT_STALL_MS"
+
+/*
  * Listen on listen_fd (from socket activation) or, when it is -1, create the
  * socket at the configured path. Returns 0 and *ret, or a negative errno with
  * the reason already logged.

@@ -32,6 +32,7 @@ set(PB_DAEMON_SHELL_SOURCES
   recovery.c recovery-writer.c reload.c reply.c
   req-admin.c req-client.c req-quota.c req-status.c request.c
   reserve.c restart.c restart-scan.c revoker.c revoker-free.c revoker-hold.c revoker-round.c server.c waitq.c warmup.c
+  timer-clock.c      # one-shot timers that end by the clock, not libev's cached loop time
 )
 
 list(TRANSFORM PB_DAEMON_CORE_SOURCES PREPEND ${PB_DAEMON_DIR}/)

@@ -7,7 +7,6 @@
 #include <ev.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "broker.h"
 #include "budget.h"
@@ -15,6 +14,7 @@
 #include "conn.h"
 #include "reply.h"
 #include "text.h"
+#include "timer-clock.h"
 #include "util.h"
 #include "waitq-order.h"
 
@@ -61,18 +61,11 @@ static void pending_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	struct conn *c = p->conn;
 	uint64_t seq = p->seq, size = p->args.size;
 	uint64_t held = budget_uid_leased(b->budget, c->uid), quota = budget_uid_quota(b->budget);
-	uint64_t waited = now_ms() - p->enqueued_ms;
 	char h[32], q[32], a[32];
 
-	/*
-	 * libev runs a timer from the loop's time, cached when the turn began: a turn that ran long before this
-	 * acquire came (a big chunk made, the CPU taken away) fires it that much early. The clock decides.
-	 */
-	if (waited < p->timeout_ms) {
-		ev_timer_set(w, (double)(p->timeout_ms - waited) / 1000.0, 0.);
-		ev_timer_start(loop, w);
+	/* A turn that ran long before this acquire came fires it early: the clock decides (timer-clock.h). */
+	if (timer_clock_early(loop, w, p->enqueued_ms, p->timeout_ms))
 		return;
-	}
 	pending_destroy(b, p);
 	/* Over its own quota, only this uid's releases could have helped: say so, not "nothing freed up". */
 	if (waitq_order_over_quota(size, held, quota)) {
@@ -104,8 +97,7 @@ int waitq_add(struct conn *c, uint64_t seq, const struct acquire_args *a, uint32
 	if (a->label)
 		snprintf(p->label, sizeof(p->label), "%s", a->label);
 	p->args.label = p->label;
-	if (wq->stall_ms) /* a long loop turn before this acquire, as a loaded host gives one */
-		usleep(wq->stall_ms * 1000);
+	timer_clock_stall(wq->stall_ms); /* a long loop turn before this acquire, as a loaded host gives one */
 	p->enqueued_ms = now_ms();
 	p->timeout_ms = timeout_ms;
 	ev_timer_init(&p->timeout, pending_timeout_cb, timeout_ms / 1000.0, 0.);
@@ -198,11 +190,7 @@ int waitq_init(struct broker *b)
 
 	if (!wq)
 		return -ENOMEM;
-	{
-		const char *stall = getenv(WAITQ_STALL_ENV);
-
-		wq->stall_ms = stall ? (unsigned)strtoul(stall, NULL, 10) : 0;
-	}
+	wq->stall_ms = timer_clock_stall_ms(WAITQ_STALL_ENV);
 	r = broker_listen_freed(b, waitq_grant);
 	if (r < 0) {
 		free(wq);

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fdstore.h"
 #include "itest.h"
 #include "pinbroker.h"
 #include "check_main.h"
@@ -259,6 +260,91 @@ START_TEST(test_waiting_acquire_waits_its_timeout_after_a_long_loop_turn)
 }
 END_TEST
 
+/*
+ * A client accepted at the end of a long loop turn (a 500 ms stall before each accept, the test hook) still has
+ * its whole handshake-timeout-ms to say HELLO: libev's timer started from the loop's cached time, which the turn
+ * left 500 ms behind, so a 300 ms timeout fired in the next turn, before the HELLO already waiting was read.
+ */
+START_TEST(test_client_accepted_after_a_long_loop_turn_has_its_handshake_time)
+{
+	pb_client *c;
+	uint64_t t0, took;
+	int fd, st;
+
+	/* The start-up's probes and this admin connection came under the default 5 s; from now on 300 ms. */
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_admin_set(c, "handshake-timeout-ms", "300"), 0);
+	pb_disconnect(c);
+
+	fd = raw_connect(d.socket);
+	ck_assert_int_ge(fd, 0);
+	st = raw_hello(fd);
+	ck_assert_msg(st == 0,
+		      "a client that sent HELLO at once was not answered (%d): cut off by its handshake timeout", st);
+	close(fd);
+
+	/* The timeout still closes a silent peer: after the stall and its whole 300 ms, not before. */
+	t0 = itest_now_ms();
+	fd = raw_connect(d.socket);
+	ck_assert_int_ge(fd, 0);
+	ck_assert(raw_closed_by_peer(fd, 10000));
+	took = itest_now_ms() - t0;
+	close(fd);
+	ck_assert_msg(took >= 500 + 300 - 20,
+		      "a silent peer was closed %llu ms after it connected, before the stall and "
+		      "its 300 ms handshake timeout (800 ms)",
+		      (unsigned long long)took);
+}
+END_TEST
+
+/*
+ * A restart under the fd store whose start-up runs long (a 1500 ms stall after the re-declare grace is set, the
+ * test hook; on a host, the restart scan and the pool's warm-up before ready) still gives the lease's holder its
+ * whole 1000 ms grace from when the daemon answers. Counted from recovery_init by libev's cached time, it ran
+ * out in the loop's first turn, before the holder could re-declare: the lease was taken for abandoned by a live
+ * process (a false overdue warning) and, re-declared and then released, stayed counted until that process exits.
+ */
+START_TEST(test_restart_grace_counts_from_the_loop_not_from_a_slow_start)
+{
+	static const char *const args[] = { "--redeclare-grace-ms", "1000", NULL };
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
+	struct pb_status *st = NULL;
+	struct fdstore *fs;
+	pb_client *c;
+	pb_lease *l;
+	char *log, *hit;
+
+	daemon_prepare(&d);
+	fs = fdstore_new(&d);
+	fdstore_daemon_start(fs, args);
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_acquire(c, 4 * MiB, &o, &l), 0);
+	memset(pb_lease_data(l), 'g', 4096);
+
+	fdstore_daemon_kill(fs);
+	ck_assert_int_eq(setenv("PINBROKER_TEST_RECOVERY_STALL_MS", "1500", 1), 0);
+	fdstore_daemon_start(fs, args);
+	ck_assert_int_eq(unsetenv("PINBROKER_TEST_RECOVERY_STALL_MS"), 0);
+	/* One call: the library reconnects and re-declares the lease. */
+	for (int i = 0; i < 100 && pb_status_get(c, &st) < 0; i++)
+		usleep(20000);
+	ck_assert_ptr_nonnull(st);
+	pb_status_free(st);
+	ck_assert_int_eq(pb_lease_stale(l), 0);
+	ck_assert_uint_eq(((const unsigned char *)pb_lease_data(l))[0], 'g');
+	/* Past the grace now, by the daemon's clock: it ended on a lease re-declared in time, given back in full. */
+	ck_assert(wait_daemon_uptime(d.socket, 1500 + 1000 + 500, 10000));
+	ck_assert_int_eq(pb_release(c, l), 0);
+	ck_assert_int_eq(wait_leased(d.socket, 0, 3000), 0);
+	log = daemon_log(&d);
+	hit = strstr(log + d.log_from, "was not re-declared within redeclare-grace-ms");
+	ck_assert_msg(!hit, "the grace ran out during the start-up: %.300s", hit);
+	free(log);
+	itest_end_clean(&d, c, 3000);
+	fdstore_free(fs);
+}
+END_TEST
+
 static int revoke_cb(pb_client *c, pb_lease *l, uint32_t deadline_ms, void *ud)
 {
 	int *hits = ud;
@@ -380,6 +466,14 @@ static void start_stalled(void)
 	ck_assert_int_eq(unsetenv("PINBROKER_TEST_WAITQ_STALL_MS"), 0);
 }
 
+/* Every connection is accepted after a 500 ms stall of the loop (PINBROKER_TEST_ACCEPT_STALL_MS, daemon/server.h). */
+static void start_stalled_accept(void)
+{
+	ck_assert_int_eq(setenv("PINBROKER_TEST_ACCEPT_STALL_MS", "500", 1), 0);
+	daemon_start(&d, NULL);
+	ck_assert_int_eq(unsetenv("PINBROKER_TEST_ACCEPT_STALL_MS"), 0);
+}
+
 static void start_big(void)
 {
 	daemon_start(&d, ITEST_ARGS("--budget", "1G"));
@@ -401,6 +495,10 @@ static Suite *suite(void)
 
 	CHECK_CASE(s, "stalled", start_stalled, stop_daemon, 30,
 		   test_waiting_acquire_waits_its_timeout_after_a_long_loop_turn);
+	CHECK_CASE(s, "stalled-accept", start_stalled_accept, stop_daemon, 30,
+		   test_client_accepted_after_a_long_loop_turn_has_its_handshake_time);
+	/* Started and stopped by the test, under the fd store stand-in (tests/lib/fdstore.h). */
+	CHECK_CASE(s, "stalled-start", NULL, NULL, 60, test_restart_grace_counts_from_the_loop_not_from_a_slow_start);
 
 	CHECK_CASE(s, "big", start_big, stop_daemon, 60, test_lease_over_250_chunks_arrives_in_fd_batches);
 	return s;
