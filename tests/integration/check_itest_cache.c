@@ -1293,7 +1293,6 @@ START_TEST(test_cached_lease_is_told_idle_again_after_a_restart_adopts_it)
 		"--budget", "64M", "--prewarm", "0", "--chunk-size", "2M", "--chunk-max", "2M", "--redeclare-grace-ms",
 		"5000",     NULL
 	};
-	struct pb_status *st = NULL;
 	struct fdstore *fs;
 	pb_client *c;
 	pb_lease *a;
@@ -1311,13 +1310,7 @@ START_TEST(test_cached_lease_is_told_idle_again_after_a_restart_adopts_it)
 	ASSERT_STATE(id, "idle");
 	told = stats_of(c).told_idle;
 
-	fdstore_daemon_kill(fs);
-	fdstore_daemon_start(fs, args);
-	/* The library reconnects at its next call and re-declares the lease. */
-	for (int i = 0; i < 100 && pb_status_get(c, &st) < 0; i++)
-		usleep(20000);
-	ck_assert_ptr_nonnull(st);
-	pb_status_free(st);
+	fdstore_daemon_crash_restart(fs, args, c);
 	ck_assert_int_eq(pb_lease_stale(a), 0);
 	ASSERT_STATE(id, "idle");
 	ck_assert_uint_gt(stats_of(c).told_idle, told);

@@ -326,12 +326,7 @@ START_TEST(test_restart_keeps_never_revoked_leases_unrevokable)
 	ck_assert_int_eq(pb_acquire(c, 4 * MiB, &nr, &l), 0);
 	ck_assert_int_eq(pb_register(c, buf, sizeof(buf), &charge_only, &reg), 0);
 
-	fdstore_daemon_kill(fs);
-	fdstore_daemon_start(fs, args);
-	for (int i = 0; i < 100 && pb_status_get(c, &st) < 0; i++)
-		usleep(20000);
-	ck_assert_ptr_nonnull(st);
-	pb_status_free(st);
+	fdstore_daemon_crash_restart(fs, args, c);
 	ck_assert_int_eq(pb_lease_stale(l), 0);
 	ck_assert_int_eq(pb_lease_stale(reg), 1);
 	st = status();

@@ -533,7 +533,6 @@ START_TEST(test_restart_keeps_lease_counted_until_former_attacher_exits)
 {
 	static const char *const args[] = { "--redeclare-grace-ms", "300", NULL };
 	char token[PB_SHARE_TOKEN_LEN];
-	struct pb_status *st = NULL;
 	struct fdstore *fs;
 	int to, from;
 	int64_t leased;
@@ -548,13 +547,7 @@ START_TEST(test_restart_keeps_lease_counted_until_former_attacher_exits)
 	pid = attacher_with(0, token, 0, &to, &from);
 	read_all(from, &leased, sizeof(leased));
 
-	fdstore_daemon_kill(fs);
-	fdstore_daemon_start(fs, args);
-	/* One call: the library reconnects and re-declares the held lease. */
-	for (int i = 0; i < 100 && pb_status_get(c, &st) < 0; i++)
-		usleep(20000);
-	ck_assert_ptr_nonnull(st);
-	pb_status_free(st);
+	fdstore_daemon_crash_restart(fs, args, c);
 	ck_assert_int_eq(pb_lease_stale(l), 0);
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)LEASE_BYTES);
 

@@ -329,6 +329,14 @@ void fdstore_daemon_kill(struct fdstore *fs)
 	pthread_mutex_unlock(&fs->lock);
 }
 
+void fdstore_daemon_crash_restart(struct fdstore *fs, const char *const *extra_args, pb_client *c)
+{
+	fdstore_daemon_kill(fs);
+	fdstore_daemon_start(fs, extra_args);
+	ck_assert_msg(itest_wait_answered(c, 2000), "the client was not answered after the restart: %s",
+		      pb_last_error());
+}
+
 size_t fdstore_count(struct fdstore *fs, const char *prefix)
 {
 	size_t n = 0;

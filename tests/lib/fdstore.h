@@ -39,6 +39,9 @@ void fdstore_free(struct fdstore *fs);
 void fdstore_daemon_start(struct fdstore *fs, const char *const *extra_args);
 /* kill -9 the daemon, reap it, and apply whatever it had queued on the notify socket. */
 void fdstore_daemon_kill(struct fdstore *fs);
+/* A crash and restart under the store, then c's next calls until one is answered: the library reconnects and
+ * re-declares c's leases on the way. Fails the test when none is answered in 2 s. */
+void fdstore_daemon_crash_restart(struct fdstore *fs, const char *const *extra_args, pb_client *c);
 /* Fds stored now, and how many of them have names that start with prefix (NULL: all). */
 size_t fdstore_count(struct fdstore *fs, const char *prefix);
 /* A dup of the first fd stored under name, or -1. The caller closes it. */

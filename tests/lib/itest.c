@@ -310,6 +310,19 @@ void daemon_restart_with(struct daemon *d, const char *const *extra, void (*chil
 	}
 }
 
+bool itest_wait_answered(pb_client *c, int timeout_ms)
+{
+	struct pb_status *st = NULL;
+
+	for (int waited = 0; pb_status_get(c, &st) < 0; waited += 20) {
+		if (waited >= timeout_ms)
+			return false;
+		usleep(20000);
+	}
+	pb_status_free(st);
+	return true;
+}
+
 void itest_end_clean(struct daemon *d, pb_client *c, int timeout_ms)
 {
 	ck_assert_int_eq(wait_leased(d->socket, 0, timeout_ms), 0);

@@ -84,6 +84,9 @@ struct pb_status *itest_status(const char *socket_path);
  * exit status 0.
  */
 void itest_end_clean(struct daemon *d, pb_client *c, int timeout_ms);
+/* c's status calls, every 20 ms, until one is answered (after a restart: the library reconnects and re-declares
+ * its leases on the way); whether one was within timeout_ms. Asserts nothing: child processes call it too. */
+bool itest_wait_answered(pb_client *c, int timeout_ms);
 /* The lease row of id in s, or NULL; it lives as long as s. */
 const struct pb_lease_info *itest_lease_row(const struct pb_status *s, uint64_t id);
 
