@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "pool.h"
+#include "timer-clock.h"
 #include "util.h"
 
 /* Chunks of sizes[] (pool_warm_plan's) to make on node (-1: any). */
@@ -272,7 +273,6 @@ static int plan(struct pool *p, uint64_t bytes, const int *nodes, const uint64_t
 int warmup_start(struct ev_loop *loop, struct pool *p, uint64_t bytes, const int *nodes, const uint64_t *split,
 		 size_t n, uint64_t batch_max_bytes, const struct warmup_hooks *hooks, struct warmup **ret)
 {
-	const char *delay = getenv(WARMUP_DELAY_ENV), *hold = getenv(WARMUP_HOLD_ENV);
 	struct warmup *w;
 	int r;
 
@@ -292,8 +292,8 @@ int warmup_start(struct ev_loop *loop, struct pool *p, uint64_t bytes, const int
 	w->hooks = *hooks;
 	w->t0_us = now_us();
 	w->batch_max_bytes = batch_max_bytes;
-	w->delay_ms = delay ? (unsigned)strtoul(delay, NULL, 10) : 0;
-	w->hold_ms = hold ? (unsigned)strtoul(hold, NULL, 10) : 0;
+	w->delay_ms = timer_clock_stall_ms(WARMUP_DELAY_ENV);
+	w->hold_ms = timer_clock_stall_ms(WARMUP_HOLD_ENV);
 	ev_async_init(&w->async, warmup_async_cb);
 	w->async.data = w;
 	ev_async_start(loop, &w->async);

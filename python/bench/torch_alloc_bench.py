@@ -438,7 +438,10 @@ def paired_ratio(results: Dict[str, List[Dict[str, Any]]], key: str) -> Optional
     that speeds up or slows down over a run moves both; the ratio of the two medians keeps such swings (row c's
     stock figures at 38.5 MB went 54-79 batches/s from round to round in one run), and crossed 1.0x both ways
     between runs of one host."""
-    ratios = round_ratios(results, key)
+    return _median_of_pairs(round_ratios(results, key))
+
+
+def _median_of_pairs(ratios: List[float]) -> Optional[float]:
     return statistics.median(ratios) if len(ratios) >= 2 else None
 
 
@@ -459,8 +462,8 @@ def evaluate(results: Dict[str, List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
         # Row e compares each side with the request, not the sides with each other.
         both = isinstance(s, (int, float)) and isinstance(p, (int, float)) and s
         row["ratio"] = p / s if both and kind != "exact" else None
-        row["paired"] = paired_ratio(results, spec["key"]) if kind in ("lower", "higher") else None
-        ratios = round_ratios(results, spec["key"]) if row["paired"] is not None else []
+        ratios = round_ratios(results, spec["key"]) if kind in ("lower", "higher") else []
+        row["paired"] = _median_of_pairs(ratios)
         # How many rounds are on the target's side: with 4-8 noisy rounds, the median alone says little.
         row["rounds_met"] = [sum(1 for x in ratios if (x <= t if kind == "lower" else x >= t)), len(ratios)]
         judged = row["paired"] if row["paired"] is not None else row["ratio"]
