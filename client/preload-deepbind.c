@@ -463,11 +463,18 @@ UNSANITIZED void *pbp_dlopen_slow(const char *file, int mode, void *caller)
 	    pbp_caller_is_ours(caller))
 		return pbp_real_dlopen(file, mode);
 	path = caller_path(file, caller, buf, sizeof(buf));
-	/* Already loaded: its scope was set when it was, and this dlopen() loads nothing new. */
+	/*
+	 * Already loaded: its scope was set when it was, and this dlopen() loads nothing new. The probe's handle
+	 * is kept until the real dlopen() has its own: another thread's last dlclose() (a bind_deep's hold on it,
+	 * say) in between would unload it, and the real dlopen() would then load it afresh, not rewritten.
+	 */
 	h = pbp_real_dlopen(path, RTLD_LAZY | RTLD_NOLOAD);
 	if (h) {
+		void *again = pbp_real_dlopen(path, mode);
+
 		dlclose(h);
-		return pbp_real_dlopen(path, mode);
+		/* A refused mode: the dlclose() cleared dlerror(), so the refusal is asked for again to set it. */
+		return again ? again : pbp_real_dlopen(path, mode);
 	}
 	/* What was loaded before: the objects this dlopen() brings in are among the others afterwards. */
 	dl_iterate_phdr(collect_cb, &before);

@@ -4,7 +4,9 @@
  * deep-bound library's GOT must touch only the objects that dlopen() brought in, fully relocated).
  *   deep_race PLUGIN1 PLUGIN2 BUSY N SIZE: two threads each dlopen(PLUGINk, RTLD_NOW | RTLD_LOCAL |
  *   RTLD_DEEPBIND), pin and free 4 KiB through it with deep_alloc("call") and dlclose it, N times, while a third
- *   dlopen()s and dlclose()s BUSY (tests/preload/deep_busy.c) until they are done. Then each plugin is loaded
+ *   dlopen()s and dlclose()s BUSY (tests/preload/deep_busy.c) until they are done, and a fourth takes and drops
+ *   plain references to the plugins (dlopen(RTLD_NOLOAD), dlclose()), so that a plugin's last dlclose() may come
+ *   from another thread at any moment of a deep-bound dlopen() of it. Then each plugin is loaded
  *   once more and pins SIZE bytes; prints "ready calls=C" (C: allocations the stand-in driver made itself,
  *   ever: 0 when every one went through the interposer), waits for stdin to close, frees, prints "freed 0".
  */
@@ -13,6 +15,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -77,12 +80,29 @@ static void *busy_thread(void *arg)
 	return NULL;
 }
 
+/* Takes and drops a reference to each plugin while it is loaded, until the deep-bound threads are done. */
+static void *holder_thread(void *arg)
+{
+	const struct plugin *pl = arg;
+
+	while (atomic_load(&running) > 0)
+		for (int k = 0; k < 2; k++) {
+			void *h = dlopen(pl[k].lib, RTLD_NOW | RTLD_NOLOAD);
+
+			if (h) {
+				sched_yield();
+				dlclose(h);
+			}
+		}
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	struct plugin pl[2] = { { .lib = argv[1] }, { .lib = argv[2] } };
 	void (*stats)(struct stub_cuda_stats *);
 	struct stub_cuda_stats st = { 0 };
-	pthread_t t[3];
+	pthread_t t[4];
 	size_t size;
 	void *drv;
 	char c;
@@ -96,9 +116,10 @@ int main(int argc, char **argv)
 	rounds = strtoul(argv[4], NULL, 0);
 	size = strtoull(argv[5], NULL, 0);
 	pthread_create(&t[2], NULL, busy_thread, NULL);
+	pthread_create(&t[3], NULL, holder_thread, pl);
 	for (int k = 0; k < 2; k++)
 		pthread_create(&t[k], NULL, deep_thread, &pl[k]);
-	for (int k = 0; k < 3; k++)
+	for (int k = 0; k < 4; k++)
 		pthread_join(t[k], NULL);
 	for (int k = 0; k < 2; k++)
 		if (pl[k].err) {

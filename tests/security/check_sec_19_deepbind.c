@@ -167,10 +167,13 @@ END_TEST
 
 /*
  * Two threads dlopen() two plugins with RTLD_DEEPBIND, pin through them and dlclose them, over and over, while
- * a third dlopen()s and dlclose()s a plain library whose RELRO holds thousands of dlsym/dlopen pointers. The
- * interposer must rewrite only what each deep-bound dlopen() brought in, once relocated: rewriting the plain
- * library while the loader still relocates it (and write-protecting its page) crashes the program. Every
- * allocation still goes through the interposer, and the two last ones show as leases.
+ * a third dlopen()s and dlclose()s a plain library whose RELRO holds thousands of dlsym/dlopen pointers and a
+ * fourth takes and drops plain references to the plugins. The interposer must rewrite only what each deep-bound
+ * dlopen() brought in, once relocated: rewriting the plain library while the loader still relocates it (and
+ * write-protecting its page) crashes the program. Every allocation still goes through the interposer, even when
+ * a plugin's last reference went in another thread between the interposer's "already loaded?" probe and the
+ * real dlopen() (which would then load it afresh, unrewritten), and the two last ones
+ * show as leases.
  */
 #define RACE_ROUNDS "300"
 #define RACE_BYTES (16 * MiB)
