@@ -277,6 +277,14 @@ void handle_redeclare(struct conn *c, const Pinbroker__V1__Request *req)
 			ok[rr.n_adopted++] = l->id;
 			log_event(EV_LEASE_GRANTED, LOG_INFO, l->id, l->uid, l->pid,
 				  "lease %llu re-adopted by pid %d after restart", (unsigned long long)l->id, c->pid);
+			/*
+			 * Re-declared after the grace, it was held until this process exits: its connection holds
+			 * it now, so its release frees it (and its close, while the process runs, holds it again).
+			 */
+			if (l->exit_holds > 0 && revoker_unhold(b, c->pid, l->id))
+				log_info("lease %llu: re-declared after redeclare-grace-ms by pid %d; no longer held "
+					 "until that process exits",
+					 (unsigned long long)l->id, c->pid);
 		} else {
 			bad[rr.n_rejected++] = rd->lease_ids[i];
 		}

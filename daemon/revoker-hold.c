@@ -163,6 +163,25 @@ int revoker_hold_until_exit(struct broker *b, int pidfd, pid_t pid, const uint64
 	return revoker_hold_process(b, pidfd, true, pid, pidfd_real_uid(pidfd, pid), ids, n);
 }
 
+bool revoker_unhold(struct broker *b, pid_t pid, uint64_t id)
+{
+	struct ghost *g = b->revoker ? revoker_ghost_find(b, pid) : NULL;
+	struct lease *l;
+
+	for (size_t i = 0; g && i < g->nids; i++) {
+		if (g->ids[i] != id)
+			continue;
+		g->ids[i] = g->ids[--g->nids];
+		l = lease_find(b->leases, id);
+		if (l && l->exit_holds > 0)
+			l->exit_holds--;
+		if (g->nids == 0)
+			revoker_ghost_free(b, g);
+		return true;
+	}
+	return false;
+}
+
 size_t revoker_hold_pids(const struct broker *b, uint64_t id, pid_t *out, size_t max)
 {
 	size_t n = 0;

@@ -2,6 +2,7 @@
 /* The revoker: REVOKE with deadlines, enforcement, critical-state reclaim, the revocation ring, freeing leases, and exit holds. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -55,6 +56,12 @@ void revoker_on_pressure(struct broker *b, enum broker_state to);
  * closed, leases untouched).
  */
 int revoker_hold_until_exit(struct broker *b, int pidfd, pid_t pid, const uint64_t *ids, size_t n);
+
+/*
+ * Drop pid's exit hold on lease id: the process holds the lease through a live connection again (a re-declare
+ * after redeclare-grace-ms), whose close or exit is what ends it now. Returns whether there was one.
+ */
+bool revoker_unhold(struct broker *b, pid_t pid, uint64_t id);
 
 /* The pids of the processes holding lease id until they exit: at most max in out. Returns how many. */
 size_t revoker_hold_pids(const struct broker *b, uint64_t id, pid_t *out, size_t max);

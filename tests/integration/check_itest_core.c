@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -341,6 +342,69 @@ START_TEST(test_restart_grace_counts_from_the_loop_not_from_a_slow_start)
 }
 END_TEST
 
+/*
+ * A holder that re-declares its lease only after the grace (its process was stopped through the restart): the
+ * grace left the lease counted until that process exits, since it still ran. Re-declared, its connection holds it
+ * again, so its release frees it while the process lives on. It used to stay counted until the process exited.
+ */
+START_TEST(test_lease_re_declared_after_the_grace_is_freed_by_its_release)
+{
+	static const char *const args[] = { "--redeclare-grace-ms", "300", NULL };
+	int to[2], from[2];
+	struct fdstore *fs;
+	pid_t pid;
+
+	daemon_prepare(&d);
+	fs = fdstore_new(&d);
+	fdstore_daemon_start(fs, args);
+	pid = itest_fork_piped(to, from);
+	if (pid == 0) {
+		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
+		pb_client *c;
+		pb_lease *l;
+
+		close(to[1]);
+		close(from[0]);
+		if (pb_connect(d.socket, &c) < 0 || pb_acquire(c, 4 * MiB, &o, &l) < 0)
+			_exit(1);
+		memset(pb_lease_data(l), 'h', 4096);
+		itest_say(from[1], 'a');
+		if (itest_hear(to[0], 30) != 'r')
+			_exit(82);
+		itest_say(from[1], pb_release(c, l) == 0 ? 'f' : 'x');
+		itest_hear(to[0], 30);
+		_exit(0);
+	}
+	close(to[0]);
+	close(from[1]);
+	/* Not into the daemon started below: the child's last read ends when this test closes to[1]. */
+	ck_assert_int_eq(fcntl(to[1], F_SETFD, FD_CLOEXEC), 0);
+	ck_assert_int_eq(fcntl(from[0], F_SETFD, FD_CLOEXEC), 0);
+	ck_assert_int_eq(itest_hear(from[0], 10), 'a');
+
+	/* Stopped through the restart and past the grace: the daemon keeps the lease for the live process. */
+	ck_assert_int_eq(kill(pid, SIGSTOP), 0);
+	fdstore_daemon_kill(fs);
+	fdstore_daemon_start(fs, args);
+	ck_assert(daemon_wait_log(&d, "was not re-declared within redeclare-grace-ms but pid", 10000));
+	ck_assert_int_eq(status_leased(d.socket), (int64_t)(4 * MiB));
+
+	/* Going on, its library reconnects and re-declares the lease, late. */
+	ck_assert_int_eq(kill(pid, SIGCONT), 0);
+	ck_assert(daemon_wait_log(&d, "re-adopted by pid", 10000));
+	itest_say(to[1], 'r');
+	ck_assert_int_eq(itest_hear(from[0], 10), 'f');
+	ck_assert_msg(wait_leased(d.socket, 0, 3000) == 0,
+		      "a lease re-declared after the grace and released stayed counted while its process runs");
+
+	close(to[1]);
+	close(from[0]);
+	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+	itest_end_clean(&d, NULL, 3000);
+	fdstore_free(fs);
+}
+END_TEST
+
 static int revoke_cb(pb_client *c, pb_lease *l, uint32_t deadline_ms, void *ud)
 {
 	int *hits = ud;
@@ -495,6 +559,7 @@ static Suite *suite(void)
 		   test_client_accepted_after_a_long_loop_turn_has_its_handshake_time);
 	/* Started and stopped by the test, under the fd store stand-in (tests/lib/fdstore.h). */
 	CHECK_CASE(s, "stalled-start", NULL, NULL, 60, test_restart_grace_counts_from_the_loop_not_from_a_slow_start);
+	CHECK_CASE(s, "late-redeclare", NULL, NULL, 60, test_lease_re_declared_after_the_grace_is_freed_by_its_release);
 
 	CHECK_CASE(s, "big", start_big, stop_daemon, 60, test_lease_over_250_chunks_arrives_in_fd_batches);
 	return s;
