@@ -405,6 +405,83 @@ START_TEST(test_lease_re_declared_after_the_grace_is_freed_by_its_release)
 }
 END_TEST
 
+/*
+ * A shared lease across a restart: its holder (stopped, so it has not re-declared yet) and an attacher of its uid
+ * both still run. The attacher's exit must not free the lease while the grace still waits for its holder, which
+ * maps it too (review36: fails now, the attacher's exit hold was the lease's only one and its end freed it).
+ */
+START_TEST(test_orphan_outlives_its_attachers_exit_while_its_holder_runs)
+{
+	static const char *const args[] = { "--redeclare-grace-ms", "20000", NULL };
+	int pto[2], pfrom[2], ato[2], afrom[2];
+	char token[PB_SHARE_TOKEN_LEN];
+	struct fdstore *fs;
+	pid_t holder, attacher;
+
+	daemon_prepare(&d);
+	fs = fdstore_new(&d);
+	fdstore_daemon_start(fs, args);
+	holder = itest_fork_piped(pto, pfrom);
+	if (holder == 0) {
+		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
+		char t[PB_SHARE_TOKEN_LEN];
+		pb_client *c;
+		pb_lease *l;
+
+		close(pto[1]);
+		close(pfrom[0]);
+		if (pb_connect(d.socket, &c) < 0 || pb_acquire(c, 4 * MiB, &o, &l) < 0 ||
+		    pb_lease_share(c, l, NULL, 0, t) < 0 || write(pfrom[1], t, sizeof(t)) != (ssize_t)sizeof(t))
+			_exit(1);
+		itest_hear(pto[0], 60);
+		_exit(0);
+	}
+	close(pto[0]);
+	close(pfrom[1]);
+	ck_assert_int_eq(fcntl(pto[1], F_SETFD, FD_CLOEXEC), 0);
+	ck_assert_int_eq(fcntl(pfrom[0], F_SETFD, FD_CLOEXEC), 0);
+	ck_assert_int_eq(read(pfrom[0], token, sizeof(token)), (ssize_t)sizeof(token));
+	attacher = itest_fork_piped(ato, afrom);
+	if (attacher == 0) {
+		pb_client *c;
+		pb_lease *l;
+
+		close(ato[1]);
+		close(afrom[0]);
+		if (pb_connect(d.socket, &c) < 0 || pb_attach(c, token, &l) < 0)
+			_exit(1);
+		itest_say(afrom[1], 'a');
+		itest_hear(ato[0], 60);
+		_exit(0);
+	}
+	close(ato[0]);
+	close(afrom[1]);
+	ck_assert_int_eq(fcntl(ato[1], F_SETFD, FD_CLOEXEC), 0);
+	ck_assert_int_eq(fcntl(afrom[0], F_SETFD, FD_CLOEXEC), 0);
+	ck_assert_int_eq(itest_hear(afrom[0], 10), 'a');
+
+	/* The holder cannot re-declare yet; the attacher's stale mapping keeps the lease held until it exits. */
+	ck_assert_int_eq(kill(holder, SIGSTOP), 0);
+	fdstore_daemon_kill(fs);
+	fdstore_daemon_start(fs, args);
+	ck_assert_int_eq(wait_leased(d.socket, (int64_t)(4 * MiB), 5000), (int64_t)(4 * MiB));
+	close(ato[1]);
+	ck_assert_int_eq(waitpid(attacher, NULL, 0), attacher);
+	/* Within the grace, the holder alive: still counted (its pages must reach nobody else). */
+	ck_assert_msg(wait_leased(d.socket, 0, 1000) == (int64_t)(4 * MiB),
+		      "the attacher's exit freed an orphan whose holder still runs, within the grace");
+
+	ck_assert_int_eq(kill(holder, SIGCONT), 0);
+	close(pto[1]);
+	close(afrom[0]);
+	close(pfrom[0]);
+	ck_assert_int_eq(waitpid(holder, NULL, 0), holder);
+	ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
+	itest_end_clean(&d, NULL, 3000);
+	fdstore_free(fs);
+}
+END_TEST
+
 static int revoke_cb(pb_client *c, pb_lease *l, uint32_t deadline_ms, void *ud)
 {
 	int *hits = ud;
@@ -560,6 +637,8 @@ static Suite *suite(void)
 	/* Started and stopped by the test, under the fd store stand-in (tests/lib/fdstore.h). */
 	CHECK_CASE(s, "stalled-start", NULL, NULL, 60, test_restart_grace_counts_from_the_loop_not_from_a_slow_start);
 	CHECK_CASE(s, "late-redeclare", NULL, NULL, 60, test_lease_re_declared_after_the_grace_is_freed_by_its_release);
+	CHECK_CASE(s, "orphan-attacher-exit", NULL, NULL, 60,
+		   test_orphan_outlives_its_attachers_exit_while_its_holder_runs);
 
 	CHECK_CASE(s, "big", start_big, stop_daemon, 60, test_lease_over_250_chunks_arrives_in_fd_batches);
 	return s;
