@@ -482,6 +482,67 @@ START_TEST(test_orphan_outlives_its_attachers_exit_while_its_holder_runs)
 }
 END_TEST
 
+/*
+ * A process that holds a lease and also maps it attached, through a second client (pinbroker.h allows it), across
+ * a restart: its holder re-declares, its attachment goes stale and stays mapped. The holder's release must not
+ * free the lease while the stale attachment still maps it: it stays counted until the process lets that go or
+ * exits (review36: fails now, the re-declare dropped the exit hold the attachment's pid had).
+ */
+START_TEST(test_redeclare_keeps_the_exit_hold_of_its_own_stale_attachment)
+{
+	static const char *const args[] = { "--redeclare-grace-ms", "20000", NULL };
+	int to[2], from[2];
+	struct fdstore *fs;
+	pid_t pid;
+
+	daemon_prepare(&d);
+	fs = fdstore_new(&d);
+	fdstore_daemon_start(fs, args);
+	pid = itest_fork_piped(to, from);
+	if (pid == 0) {
+		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
+		char t[PB_SHARE_TOKEN_LEN];
+		pb_client *c, *c2;
+		pb_lease *l, *al;
+
+		close(to[1]);
+		close(from[0]);
+		setenv("PINBROKER_NO_CUDA", "1", 1);
+		if (pb_connect(d.socket, &c) < 0 || pb_acquire(c, 4 * MiB, &o, &l) < 0 ||
+		    pb_lease_share(c, l, NULL, 0, t) < 0 || pb_connect(d.socket, &c2) < 0 || pb_attach(c2, t, &al) < 0)
+			_exit(1);
+		itest_say(from[1], 'a');
+		if (itest_hear(to[0], 30) != 'r')
+			_exit(82);
+		/* Re-declared by now (the parent saw it); the attached view stays mapped. */
+		itest_say(from[1], pb_release(c, l) == 0 ? 'f' : 'x');
+		itest_hear(to[0], 30);
+		_exit(((volatile char *)pb_lease_data(al))[0]);
+	}
+	close(to[0]);
+	close(from[1]);
+	ck_assert_int_eq(fcntl(to[1], F_SETFD, FD_CLOEXEC), 0);
+	ck_assert_int_eq(fcntl(from[0], F_SETFD, FD_CLOEXEC), 0);
+	ck_assert_int_eq(itest_hear(from[0], 10), 'a');
+
+	fdstore_daemon_kill(fs);
+	fdstore_daemon_start(fs, args);
+	ck_assert(daemon_wait_log(&d, "re-adopted by pid", 10000));
+	itest_say(to[1], 'r');
+	ck_assert_int_eq(itest_hear(from[0], 10), 'f');
+	/* The process still maps it (its stale attachment): counted until it exits. */
+	ck_assert_msg(wait_leased(d.socket, 0, 1000) == (int64_t)(4 * MiB),
+		      "the holder's release freed a lease its own stale attachment still maps");
+
+	close(to[1]);
+	close(from[0]);
+	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+	ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
+	itest_end_clean(&d, NULL, 3000);
+	fdstore_free(fs);
+}
+END_TEST
+
 static int revoke_cb(pb_client *c, pb_lease *l, uint32_t deadline_ms, void *ud)
 {
 	int *hits = ud;
@@ -639,6 +700,8 @@ static Suite *suite(void)
 	CHECK_CASE(s, "late-redeclare", NULL, NULL, 60, test_lease_re_declared_after_the_grace_is_freed_by_its_release);
 	CHECK_CASE(s, "orphan-attacher-exit", NULL, NULL, 60,
 		   test_orphan_outlives_its_attachers_exit_while_its_holder_runs);
+	CHECK_CASE(s, "self-attach-redeclare", NULL, NULL, 60,
+		   test_redeclare_keeps_the_exit_hold_of_its_own_stale_attachment);
 
 	CHECK_CASE(s, "big", start_big, stop_daemon, 60, test_lease_over_250_chunks_arrives_in_fd_batches);
 	return s;
