@@ -471,7 +471,9 @@ START_TEST(test_orphan_outlives_its_attachers_exit_while_its_holder_runs)
 	ck_assert_msg(wait_leased(d.socket, 0, 1000) == (int64_t)(4 * MiB),
 		      "the attacher's exit freed an orphan whose holder still runs, within the grace");
 
+	/* Going on, its library re-declares it; its exit then frees it. */
 	ck_assert_int_eq(kill(holder, SIGCONT), 0);
+	ck_assert(daemon_wait_log(&d, "re-adopted by pid", 10000));
 	close(pto[1]);
 	close(afrom[0]);
 	close(pfrom[0]);
