@@ -17,7 +17,8 @@
  *
  * What this cannot reach (the README's list of ways pinned memory escapes): a deep-bound library's
  * constructors, which run inside dlopen() before the slots are rewritten; libraries loaded into another
- * link-map namespace (dlmopen), which have their own libc and driver; a driver linked statically or
+ * link-map namespace (dlmopen), which have their own libc and driver, or with dlmopen(LM_ID_BASE) and
+ * RTLD_DEEPBIND into this one (dlmopen is not wrapped); a driver linked statically or
  * called through raw ioctls; and addresses a deep-bound library stored before its GOT was rewritten.
  */
 #define _GNU_SOURCE
@@ -26,6 +27,7 @@
 #include <link.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -75,6 +77,9 @@ static uintptr_t dyn_ptr(uintptr_t base, uintptr_t p)
  * consistent in a child forked by another thread while it was held.
  */
 static pthread_mutex_t patch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Deep-bound dlopen()s between their load and the end of their rewrite, in all threads. */
+static atomic_int deep_loading;
 
 static void patch_lock_prepare(void)
 {
@@ -294,14 +299,15 @@ static const ElfW(Dyn) * dynamic_of(const struct deep_obj *o)
 }
 
 /*
- * Rewrite the object this deep-bound dlopen() brought in: lm, its handle's object, when it was not loaded
- * before the call (before). Its dependencies loaded with it are left as they bound: telling which of them
- * are its (DT_NEEDED by name) read objects that another thread could unload meanwhile, and a plugin that
- * reaches the driver through a library of its own is listed among what escapes (docs/unmodified-programs.md). Objects another thread is loading at the same moment are
+ * Rewrite the object this deep-bound dlopen() brought in: lm, its handle's object (loaded by this call, or
+ * found loaded while another thread's deep-bound dlopen() may still be rewriting it). Its dependencies loaded
+ * with it are left as they bound: telling which of them are its (DT_NEEDED by name) read objects that another
+ * thread could unload meanwhile, and a plugin that reaches the driver through a library of its own is listed
+ * among what escapes (docs/unmodified-programs.md). Objects another thread is loading at the same moment are
  * not ours: the loader may still be relocating them, and making a page of theirs read-only under it would
  * fault its next relocation. So each candidate is taken with dlopen(RTLD_NOLOAD) by its own name, which
- * waits for any dlopen() in progress (the loader's lock) and holds it loaded while it is rewritten; only one
- * that is that same object, in this namespace, and lm or a DT_NEEDED of one already taken, is rewritten.
+ * waits for any dlopen() in progress (the loader's lock) and holds it loaded while it is rewritten; only the
+ * one that is lm itself, in this namespace, is rewritten.
  */
 static void bind_deep(struct link_map *lm, const char *file, const struct obj_list *before)
 {
@@ -464,24 +470,33 @@ UNSANITIZED void *pbp_dlopen_slow(const char *file, int mode, void *caller)
 		return pbp_real_dlopen(file, mode);
 	path = caller_path(file, caller, buf, sizeof(buf));
 	/*
-	 * Already loaded: its scope was set when it was, and this dlopen() loads nothing new. The probe's handle
-	 * is kept until the real dlopen() has its own: another thread's last dlclose() (a bind_deep's hold on it,
-	 * say) in between would unload it, and the real dlopen() would then load it afresh, not rewritten.
+	 * Already loaded: its scope was set when it was, and this dlopen() loads nothing new, so it is left as it
+	 * bound. The probe's handle is kept until the real dlopen() has its own: another thread's last dlclose()
+	 * (a bind_deep's hold on it, say) in between would unload it, and the real dlopen() would then load it
+	 * afresh, not rewritten. But while another thread's deep-bound dlopen() is under way, that thread may have
+	 * loaded it and not be done rewriting it: then it is rewritten here too (bind_deep changes only the slots
+	 * that differ, under patch_lock). Refused while loaded (a bad mode): asked again below as a load, since
+	 * the dlclose() cleared dlerror(); one unloaded meanwhile is then loaded afresh and rewritten.
 	 */
 	h = pbp_real_dlopen(path, RTLD_LAZY | RTLD_NOLOAD);
 	if (h) {
 		void *again = pbp_real_dlopen(path, mode);
 
 		dlclose(h);
-		/* A refused mode: the dlclose() cleared dlerror(), so the refusal is asked for again to set it. */
-		return again ? again : pbp_real_dlopen(path, mode);
+		if (again && !atomic_load(&deep_loading))
+			return again;
+		h = again;
 	}
+	/* Counted before the load: a thread whose probe finds this load's object then sees the count. */
+	atomic_fetch_add(&deep_loading, 1);
 	/* What was loaded before: the objects this dlopen() brings in are among the others afterwards. */
 	dl_iterate_phdr(collect_cb, &before);
-	h = pbp_real_dlopen(path, mode);
+	if (!h)
+		h = pbp_real_dlopen(path, mode);
 	if (h && !before.failed && dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm)
 		bind_deep(lm, file, &before);
 	free_list(&before);
+	atomic_fetch_sub(&deep_loading, 1);
 	return h;
 }
 

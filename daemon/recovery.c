@@ -191,6 +191,7 @@ static void grace_cb(struct ev_loop *loop, ev_timer *w, int revents)
 		rc->grace_from_ms = now_ms();
 	if (timer_clock_early(loop, w, rc->grace_from_ms, b->cfg->redeclare_grace_ms))
 		return;
+	b->redeclare_grace = false;
 	if (rc->nquarantine) {
 		log_info("redeclare-grace-ms is over: %zu pool chunks of unknown holder are replaced by fresh memory",
 			 rc->nquarantine);
@@ -202,21 +203,20 @@ static void grace_cb(struct ev_loop *loop, ev_timer *w, int revents)
 		next = lease_next(b->leases, l);
 		if (l->state != LEASE_ORPHANED || l->owner)
 			continue;
-		/* Former attachers still run: the last one's exit frees it (revoker-hold.c's exit holds). */
-		if (l->exit_holds > 0)
-			continue;
-		/* A holder still alive may still map the pages: they must not reach anyone else yet. */
+		/* A holder still alive may still map the pages: they must not reach anyone else yet (whether or not
+		 * former attachers still run, as they may exit first). */
 		pidfd = l->pid > 0 ? sys_pidfd_open(l->pid, 0) : -1;
 		if (pidfd >= 0) {
-			uint64_t id = l->id;
-
 			log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, l->uid, l->pid,
 				  "lease %llu was not re-declared within redeclare-grace-ms but pid %d still runs: "
 				  "it stays counted until that process exits",
 				  (unsigned long long)l->id, l->pid);
-			if (revoker_hold_until_exit(b, pidfd, l->pid, &id, 1) == 0)
+			if (revoker_hold_until_exit(b, pidfd, l->pid, true, l->id) == 0)
 				continue;
 		}
+		/* Former attachers still run: the last one's exit frees it (revoker-hold.c's exit holds). */
+		if (l->exit_holds > 0)
+			continue;
 		log_event(
 			EV_LEASE_RELEASED, LOG_NOTICE, l->id, l->uid, l->pid,
 			"lease %llu (%llu bytes, pid %d) was not re-declared within redeclare-grace-ms and its holder "
@@ -279,10 +279,9 @@ static bool adopt_lease(struct recovery *rc, struct store *s, const struct recov
 		 * reused pid only keeps it counted longer, never lets its pages go early. */
 		for (size_t k = 0; k < sl->nmappers; k++) {
 			int pidfd = sys_pidfd_open(sl->mappers[k], 0);
-			uint64_t id = l->id;
 
 			if (pidfd >= 0)
-				revoker_hold_until_exit(b, pidfd, sl->mappers[k], &id, 1);
+				revoker_hold_until_exit(b, pidfd, sl->mappers[k], false, l->id);
 		}
 		return true;
 	}
@@ -458,6 +457,7 @@ void recovery_init(struct broker *b)
 	ev_timer_init(&rc->grace, grace_cb, 0., 0.); /* the loop's first turn starts the grace */
 	rc->grace.data = rc;
 	if (adopted || rc->nquarantine) {
+		b->redeclare_grace = true;
 		ev_timer_start(b->loop, &rc->grace);
 		/* Test only: a slow start-up after this (RECOVERY_STALL_ENV). */
 		timer_clock_stall(timer_clock_stall_ms(RECOVERY_STALL_ENV));

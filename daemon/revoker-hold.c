@@ -30,6 +30,7 @@ void revoker_ghost_free(struct broker *b, struct ghost *g)
 	if (g->counted && b->budget)
 		budget_fd_sub(b->budget, g->uid);
 	free(g->ids);
+	free(g->holder);
 	free(g);
 }
 
@@ -46,8 +47,10 @@ static void ghost_cb(struct ev_loop *loop, ev_io *w, int revents)
 			continue;
 		if (l->exit_holds > 0)
 			l->exit_holds--;
-		/* Not lease_unmapped: an orphan held for its process is freed here too. */
-		if (!l->owner && l->nattachers == 0 && l->exit_holds == 0)
+		/* Not lease_unmapped: an orphan held for its process is freed here too, once the grace has passed
+		 * (until then its holder may still re-declare it, and may still map it). */
+		if (!l->owner && l->nattachers == 0 && l->exit_holds == 0 &&
+		    !(l->state == LEASE_ORPHANED && b->redeclare_grace))
 			revoker_free_lease(b, l, "holder exited");
 	}
 	revoker_ghost_free(b, g);
@@ -66,7 +69,7 @@ struct ghost *revoker_ghost_find(struct broker *b, pid_t pid)
 }
 
 int revoker_hold_process(struct broker *b, int pidfd, bool take_pidfd, pid_t pid, uid_t uid, const uint64_t *ids,
-			 size_t n)
+			 const bool *holder, size_t n)
 {
 	struct revoker *rv = b->revoker;
 	struct ghost *g = revoker_ghost_find(b, pid);
@@ -95,21 +98,30 @@ int revoker_hold_process(struct broker *b, int pidfd, bool take_pidfd, pid_t pid
 	if (g->nids + n > g->capids) {
 		size_t cap = g->capids ? g->capids * 2 : 4;
 		uint64_t *p;
+		bool *h;
 
 		while (cap < g->nids + n)
 			cap *= 2;
 		p = realloc(g->ids, cap * sizeof(*p));
-		if (!p) {
+		if (p)
+			g->ids = p;
+		h = p ? realloc(g->holder, cap * sizeof(*h)) : NULL;
+		if (h)
+			g->holder = h;
+		if (!p || !h) {
 			if (fresh) {
 				close(g->pidfd);
+				free(g->ids);
+				free(g->holder);
 				free(g);
 			}
 			return -ENOMEM;
 		}
-		g->ids = p;
 		g->capids = cap;
 	}
 	memcpy(g->ids + g->nids, ids, n * sizeof(*ids));
+	for (size_t i = 0; i < n; i++)
+		g->holder[g->nids + i] = holder && holder[i];
 	g->nids += n;
 	for (size_t i = 0; i < n; i++) {
 		struct lease *l = lease_find(b->leases, ids[i]);
@@ -153,14 +165,14 @@ static uid_t pidfd_real_uid(int pidfd, pid_t pid)
 	return (uid_t)uid;
 }
 
-int revoker_hold_until_exit(struct broker *b, int pidfd, pid_t pid, const uint64_t *ids, size_t n)
+int revoker_hold_until_exit(struct broker *b, int pidfd, pid_t pid, bool holder, uint64_t id)
 {
 	/*
 	 * A holder or a mapper after a restart: its own uid, not the lease's, which an attacher of another uid
 	 * does not share. The pidfd is charged to it, and a revoke the holder starts never signals it (issue
 	 * 22, finding 4). One whose uid cannot be told is charged to no real uid and never signalled by a holder.
 	 */
-	return revoker_hold_process(b, pidfd, true, pid, pidfd_real_uid(pidfd, pid), ids, n);
+	return revoker_hold_process(b, pidfd, true, pid, pidfd_real_uid(pidfd, pid), &id, &holder, 1);
 }
 
 bool revoker_unhold(struct broker *b, pid_t pid, uint64_t id)
@@ -168,10 +180,13 @@ bool revoker_unhold(struct broker *b, pid_t pid, uint64_t id)
 	struct ghost *g = b->revoker ? revoker_ghost_find(b, pid) : NULL;
 	struct lease *l;
 
+	/* Only its holder's hold: one it has as a mapper (an attachment of its own, stale) still maps it. */
 	for (size_t i = 0; g && i < g->nids; i++) {
-		if (g->ids[i] != id)
+		if (g->ids[i] != id || !g->holder[i])
 			continue;
-		g->ids[i] = g->ids[--g->nids];
+		g->nids--;
+		g->ids[i] = g->ids[g->nids];
+		g->holder[i] = g->holder[g->nids];
 		l = lease_find(b->leases, id);
 		if (l && l->exit_holds > 0)
 			l->exit_holds--;
@@ -184,13 +199,19 @@ bool revoker_unhold(struct broker *b, pid_t pid, uint64_t id)
 
 size_t revoker_hold_pids(const struct broker *b, uint64_t id, pid_t *out, size_t max)
 {
+	const struct lease *l = b->revoker ? lease_find(b->leases, id) : NULL;
 	size_t n = 0;
 
 	if (!b->revoker)
 		return 0;
+	/*
+	 * Not the hold of the holder the lease line names (its pid): a restart's grace holds that one again if it
+	 * still runs, and its re-declare drops it; written as a mapper, its re-declare could not tell it from a
+	 * stale attachment of its own. Any other (a holder another process re-declared the lease from) is written.
+	 */
 	for (const struct ghost *g = b->revoker->ghosts; g && n < max; g = g->next)
 		for (size_t i = 0; i < g->nids && n < max; i++)
-			if (g->ids[i] == id)
+			if (g->ids[i] == id && !(g->holder[i] && l && !l->holder_detached && g->pid == l->pid))
 				out[n++] = g->pid;
 	return n;
 }

@@ -37,6 +37,7 @@ struct ghost {
 	ev_io io;
 	size_t nids, capids;
 	uint64_t *ids;
+	bool *holder; /* per id: held for the lease's holder (re-declaring it ends that), not a mapper */
 };
 
 /*
@@ -98,12 +99,14 @@ void revoker_record(struct broker *b, const char *fmt, ...) __attribute__((forma
  * exit hold, with one pidfd, however many of its connections closed and
  * leases it held: a second call for a live pid adds its ids to the first.
  * take_pidfd: pidfd is the caller's to give (kept or closed here); otherwise
- * a copy is made only when the process has no hold yet. The pidfd is counted
+ * a copy is made only when the process has no hold yet. holder[i] (NULL: all
+ * false): ids[i] is held for its holder, whose re-declare ends the hold, not for
+ * a mapper (revoker_unhold). The pidfd is counted
  * against uid's fd caps. Returns 0, -ENOMEM or -errno of the copy (the
  * leases untouched, a taken pidfd closed).
  */
 int revoker_hold_process(struct broker *b, int pidfd, bool take_pidfd, pid_t pid, uid_t uid, const uint64_t *ids,
-			 size_t n);
+			 const bool *holder, size_t n);
 /* The exit hold of pid if it has one and the process still runs (then the pid cannot name another); else NULL. */
 struct ghost *revoker_ghost_find(struct broker *b, pid_t pid);
 /* Drop exit hold g: its watcher, pidfd and fd count go; its leases' exit_holds are the caller's. */

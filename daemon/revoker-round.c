@@ -76,7 +76,7 @@ static void detach_foreign_attacher(struct broker *b, struct lease *l, struct co
 	lease_detach(l, ac);
 	conn_lose(ac, l, true);
 	b->generation++;
-	r = ac->pidfd >= 0 ? revoker_hold_process(b, ac->pidfd, false, ac->pid, ac->uid, &l->id, 1) : -EBADF;
+	r = ac->pidfd >= 0 ? revoker_hold_process(b, ac->pidfd, false, ac->pid, ac->uid, &l->id, NULL, 1) : -EBADF;
 	log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, ac->uid, ac->pid,
 		  "overdue lease %llu: attacher pid %d of uid %u detached, not signalled: a revoke its holder (uid %u) "
 		  "started does not reach other uids%s",
@@ -213,7 +213,8 @@ static void round_release(struct broker *b, struct enforce_round *rd)
 			continue; /* released by its uid meanwhile */
 		if (l->exit_holds > 0)
 			l->exit_holds--;
-		if (!l->owner && l->nattachers == 0 && l->exit_holds == 0) {
+		if (!l->owner && l->nattachers == 0 && l->exit_holds == 0 &&
+		    !(l->state == LEASE_ORPHANED && b->redeclare_grace)) {
 			revoker_free_lease(b, l, "holder exited");
 			freed++;
 		}

@@ -163,6 +163,7 @@ void revoker_conn_closed(struct broker *b, struct conn *c)
 	struct revoker *rv = b->revoker;
 	struct lease *l, *next;
 	uint64_t *held = NULL;
+	bool *owned = NULL;
 	size_t nheld = 0, freed = 0;
 	uint64_t freed_bytes = 0;
 	bool holder_alive = false;
@@ -195,9 +196,14 @@ void revoker_conn_closed(struct broker *b, struct conn *c)
 		 */
 		if (holder_alive && rv) {
 			uint64_t *ids = realloc(held, (nheld + 1) * sizeof(*ids));
+			bool *o = ids ? realloc(owned, (nheld + 1) * sizeof(*o)) : NULL;
 
-			if (ids) {
+			if (ids)
 				held = ids;
+			if (o)
+				owned = o;
+			if (ids && o) {
+				owned[nheld] = !attached;
 				held[nheld++] = l->id;
 				continue;
 			}
@@ -221,7 +227,7 @@ void revoker_conn_closed(struct broker *b, struct conn *c)
 			  c->pid, nheld);
 		/* The connection's own pidfd becomes the process's exit hold (no copy); a second connection's
 		 * pidfd is closed with it at the reap, as the process has one already. */
-		if (revoker_hold_process(b, c->pidfd, !had_hold, c->pid, c->uid, held, nheld) == 0) {
+		if (revoker_hold_process(b, c->pidfd, !had_hold, c->pid, c->uid, held, owned, nheld) == 0) {
 			if (!had_hold)
 				c->pidfd = -1;
 		} else {
@@ -236,6 +242,7 @@ void revoker_conn_closed(struct broker *b, struct conn *c)
 		}
 	}
 	free(held);
+	free(owned);
 	if (freed > 0) {
 		log_event(EV_CLIENT_DIED, LOG_NOTICE, 0, c->uid, c->pid,
 			  "client pid %d uid %u went away holding %zu leases (%llu bytes); returned to the pool",

@@ -47,15 +47,16 @@ void revoker_conn_closed(struct broker *b, struct conn *c);
 void revoker_on_pressure(struct broker *b, enum broker_state to);
 
 /*
- * Keep leases ids counted until the process behind pidfd exits (a holder or
- * attacher whose connection closed while it runs, an orphan whose holder is
- * alive but did not re-declare, a former attacher after a restart): each
- * lease gains an exit hold (lease.h), dropped at that exit; a lease that
- * nobody maps then is freed. The caller has already detached the process's
- * connection from them. Takes over pidfd. Returns 0 or -ENOMEM (pidfd
- * closed, leases untouched).
+ * Keep lease id counted until the process behind pidfd exits (an orphan whose
+ * holder is alive but did not re-declare: holder; a former attacher after a
+ * restart: not holder): the lease gains an exit hold (lease.h), dropped at that
+ * exit; a lease that nobody maps then is freed (an orphan only once the
+ * re-declare grace is over). A holder's hold ends too when that process
+ * re-declares the lease (revoker_unhold); a mapper's does not, as a stale
+ * attachment of its own may still map it. Takes over pidfd. Returns 0 or
+ * -ENOMEM (pidfd closed, lease untouched).
  */
-int revoker_hold_until_exit(struct broker *b, int pidfd, pid_t pid, const uint64_t *ids, size_t n);
+int revoker_hold_until_exit(struct broker *b, int pidfd, pid_t pid, bool holder, uint64_t id);
 
 /*
  * Drop pid's exit hold on lease id: the process holds the lease through a live connection again (a re-declare

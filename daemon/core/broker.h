@@ -152,6 +152,8 @@ struct broker {
 	/* Bumped by every verb below that changes the leases, their holders or the idle pool:
 	 * the fd-store state (recovery.c) is rewritten only when it moved. */
 	uint64_t generation;
+	/* After a restart, until redeclare-grace-ms is over: an orphan waits for its holder, however many exit. */
+	bool redeclare_grace;
 
 	/* Of the leased bytes, registration charges (never-revoked bytes are the budget's: budget_no_revoke). */
 	uint64_t registered_bytes;
