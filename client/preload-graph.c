@@ -55,6 +55,14 @@ static void graph_note(CUgraph graph, size_t bytesize)
 		(unsigned long long)bytes);
 }
 
+/* A node cuGraphAddNode(_v2) added to graph: noted if it is a memory node with a host location. */
+static void graph_note_node(CUgraph graph, const struct cu_graph_node_params *params)
+{
+	if (!pbp_passthrough() && params && params->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC &&
+	    pbp_cudapaths_host_location(&params->alloc.pool_props.location))
+		graph_note(graph, params->alloc.bytesize);
+}
+
 EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t n_deps,
 				       struct cu_alloc_node_params *params)
 {
@@ -82,9 +90,8 @@ EXPORT CUresult cuGraphAddNode(CUgraphNode *node, CUgraph graph, const CUgraphNo
 	r = CALL(CUresult(*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, struct cu_graph_node_params *),
 		 F_cuGraphAddNode, node, graph, deps, n_deps, params);
 	pbp_leave();
-	if (r == CU_OK && !pbp_passthrough() && params && params->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC &&
-	    pbp_cudapaths_host_location(&params->alloc.pool_props.location))
-		graph_note(graph, params->alloc.bytesize);
+	if (r == CU_OK)
+		graph_note_node(graph, params);
 	return r;
 }
 
@@ -100,9 +107,8 @@ EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *node, CUgraph graph, const CUgrap
 			     struct cu_graph_node_params *),
 		 F_cuGraphAddNode_v2, node, graph, deps, edge_data, n_deps, params);
 	pbp_leave();
-	if (r == CU_OK && !pbp_passthrough() && params && params->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC &&
-	    pbp_cudapaths_host_location(&params->alloc.pool_props.location))
-		graph_note(graph, params->alloc.bytesize);
+	if (r == CU_OK)
+		graph_note_node(graph, params);
 	return r;
 }
 
