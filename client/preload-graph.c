@@ -9,13 +9,10 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "pinbroker.h"
 #include "preload-cudapaths-int.h"
-#include "preload-filter.h"
-#include "preload-table.h"
 #include "preload.h"
 
 /* A graph that holds memory nodes with a host location. */

@@ -14,7 +14,6 @@
 #define _GNU_SOURCE
 #include <stdbool.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "pinbroker.h"
