@@ -294,7 +294,7 @@ static void release_lease(pb_lease *l, bool registration)
 	depth--;
 }
 
-/* ---- For preload-cudapaths.c ---- */
+/* ---- For preload-cudapaths.c's rooms (preload-vmm.c, preload-pools.c, preload-graph.c) ---- */
 
 bool pbp_passthrough(void)
 {

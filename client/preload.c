@@ -17,7 +17,7 @@
  *   driver's exported versions);
  * - the driver's functions through which it allocates host memory itself
  *   (VMM allocations, memory pools and graph memory nodes with a host
- *   location: preload-cudapaths.c), on the same three ways in;
+ *   location: preload-cudapaths.c and its rooms), on the same three ways in;
  * - dlopen() with RTLD_DEEPBIND (preload-deepbind.c): such a library binds to
  *   its own dependencies first, the driver included, so its imports of these
  *   functions, dlsym and dlopen are pointed at the wrappers once it is loaded.

@@ -111,7 +111,7 @@ PBP_HIDDEN int pbp_host_unregister(enum fn f, void *p);
 PBP_HIDDEN int pbp_host_get_flags(enum fn f, unsigned *flags, void *p);
 
 /*
- * For preload-cudapaths.c, whose memory the driver owns: whether a wrapper must call straight through; the
+ * For preload-cudapaths.c's rooms, whose memory the driver owns: whether a wrapper must call straight through; the
  * depth around a real call (pbp_enter, pbp_leave), so what the driver reaches from there passes through; a
  * charge of bytes no address names (0, or -errno with why filled: no broker, or its refusal) and its
  * release; unbrokered bytes added and taken away (then reported); the page size.
@@ -124,7 +124,7 @@ PBP_HIDDEN void pbp_uncharge(pb_lease *l);
 PBP_HIDDEN void pbp_unbrokered_adjust(uint64_t add, uint64_t sub);
 PBP_HIDDEN size_t pbp_page_size(void);
 
-/* The exported wrappers of preload-cudapaths.c, for the tables of preload.c (what dlsym and cuGetProcAddress hand out). */
+/* The exported wrappers of preload-cudapaths.c's rooms, for the tables of preload.c (what dlsym and cuGetProcAddress hand out). */
 PBP_HIDDEN void *pbp_cudapaths_wrapper(enum fn f);
 
 /* pthread_atfork's three: every lock held across fork(), and the child's connection and counts reset. */
