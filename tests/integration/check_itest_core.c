@@ -3,8 +3,8 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -298,6 +298,17 @@ START_TEST(test_client_accepted_after_a_long_loop_turn_has_its_handshake_time)
 }
 END_TEST
 
+/* pinbrokerd with extra args under the fd store stand-in (tests/lib/fdstore.h), for the restart cases. */
+static struct fdstore *start_under_store(const char *const *args)
+{
+	struct fdstore *fs;
+
+	daemon_prepare(&d);
+	fs = fdstore_new(&d);
+	fdstore_daemon_start(fs, args);
+	return fs;
+}
+
 /*
  * A restart under the fd store whose start-up runs long (a 1500 ms stall after the re-declare grace is set, the
  * test hook; on a host, the restart scan and the pool's warm-up before ready) still gives the lease's holder its
@@ -314,9 +325,7 @@ START_TEST(test_restart_grace_counts_from_the_loop_not_from_a_slow_start)
 	pb_lease *l;
 	char *log, *hit;
 
-	daemon_prepare(&d);
-	fs = fdstore_new(&d);
-	fdstore_daemon_start(fs, args);
+	fs = start_under_store(args);
 	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
 	ck_assert_int_eq(pb_acquire(c, 4 * MiB, &o, &l), 0);
 	memset(pb_lease_data(l), 'g', 4096);
@@ -343,6 +352,43 @@ START_TEST(test_restart_grace_counts_from_the_loop_not_from_a_slow_start)
 END_TEST
 
 /*
+ * A child that holds a 4 MiB lease (and, self_attach, maps it attached too, through a second client of its own,
+ * as pinbroker.h allows) and says 'a' on from; told 'r' on to, it releases the lease (its holder's view) and says
+ * 'f', or 'x' when the release failed; it exits when to closes, its attached view still mapped till then.
+ */
+static pid_t fork_holder(int to[2], int from[2], bool self_attach)
+{
+	pid_t pid = itest_fork_piped(to, from);
+
+	if (pid == 0) {
+		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
+		char t[PB_SHARE_TOKEN_LEN];
+		pb_client *c, *c2;
+		pb_lease *l, *al = NULL;
+
+		itest_child_ends(to, from);
+		setenv("PINBROKER_NO_CUDA", "1", 1);
+		if (pb_connect(d.socket, &c) < 0 || pb_acquire(c, 4 * MiB, &o, &l) < 0)
+			_exit(1);
+		memset(pb_lease_data(l), 'h', 4096);
+		if (self_attach && (pb_lease_share(c, l, NULL, 0, t) < 0 || pb_connect(d.socket, &c2) < 0 ||
+				    pb_attach(c2, t, &al) < 0))
+			_exit(1);
+		itest_say(from[1], 'a');
+		if (itest_hear(to[0], 30) != 'r')
+			_exit(82);
+		itest_say(from[1], pb_release(c, l) == 0 ? 'f' : 'x');
+		/* Until the test closes to (or ends). */
+		while (read(to[0], t, 1) > 0)
+			;
+		_exit(al ? ((volatile char *)pb_lease_data(al))[0] != 'h' : 0);
+	}
+	itest_parent_ends(to, from);
+	ck_assert_int_eq(itest_hear(from[0], 10), 'a');
+	return pid;
+}
+
+/*
  * A holder that re-declares its lease only after the grace (its process was stopped through the restart): the
  * grace left the lease counted until that process exits, since it still ran. Re-declared, its connection holds it
  * again, so its release frees it while the process lives on. It used to stay counted until the process exited.
@@ -354,33 +400,8 @@ START_TEST(test_lease_re_declared_after_the_grace_is_freed_by_its_release)
 	struct fdstore *fs;
 	pid_t pid;
 
-	daemon_prepare(&d);
-	fs = fdstore_new(&d);
-	fdstore_daemon_start(fs, args);
-	pid = itest_fork_piped(to, from);
-	if (pid == 0) {
-		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
-		pb_client *c;
-		pb_lease *l;
-
-		close(to[1]);
-		close(from[0]);
-		if (pb_connect(d.socket, &c) < 0 || pb_acquire(c, 4 * MiB, &o, &l) < 0)
-			_exit(1);
-		memset(pb_lease_data(l), 'h', 4096);
-		itest_say(from[1], 'a');
-		if (itest_hear(to[0], 30) != 'r')
-			_exit(82);
-		itest_say(from[1], pb_release(c, l) == 0 ? 'f' : 'x');
-		itest_hear(to[0], 30);
-		_exit(0);
-	}
-	close(to[0]);
-	close(from[1]);
-	/* Not into the daemon started below: the child's last read ends when this test closes to[1]. */
-	ck_assert_int_eq(fcntl(to[1], F_SETFD, FD_CLOEXEC), 0);
-	ck_assert_int_eq(fcntl(from[0], F_SETFD, FD_CLOEXEC), 0);
-	ck_assert_int_eq(itest_hear(from[0], 10), 'a');
+	fs = start_under_store(args);
+	pid = fork_holder(to, from, false);
 
 	/* Stopped through the restart and past the grace: the daemon keeps the lease for the live process. */
 	ck_assert_int_eq(kill(pid, SIGSTOP), 0);
@@ -418,9 +439,7 @@ START_TEST(test_orphan_outlives_its_attachers_exit_while_its_holder_runs)
 	struct fdstore *fs;
 	pid_t holder, attacher;
 
-	daemon_prepare(&d);
-	fs = fdstore_new(&d);
-	fdstore_daemon_start(fs, args);
+	fs = start_under_store(args);
 	holder = itest_fork_piped(pto, pfrom);
 	if (holder == 0) {
 		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
@@ -428,36 +447,28 @@ START_TEST(test_orphan_outlives_its_attachers_exit_while_its_holder_runs)
 		pb_client *c;
 		pb_lease *l;
 
-		close(pto[1]);
-		close(pfrom[0]);
+		itest_child_ends(pto, pfrom);
 		if (pb_connect(d.socket, &c) < 0 || pb_acquire(c, 4 * MiB, &o, &l) < 0 ||
 		    pb_lease_share(c, l, NULL, 0, t) < 0 || write(pfrom[1], t, sizeof(t)) != (ssize_t)sizeof(t))
 			_exit(1);
 		itest_hear(pto[0], 60);
 		_exit(0);
 	}
-	close(pto[0]);
-	close(pfrom[1]);
-	ck_assert_int_eq(fcntl(pto[1], F_SETFD, FD_CLOEXEC), 0);
-	ck_assert_int_eq(fcntl(pfrom[0], F_SETFD, FD_CLOEXEC), 0);
+	itest_parent_ends(pto, pfrom);
 	ck_assert_int_eq(read(pfrom[0], token, sizeof(token)), (ssize_t)sizeof(token));
 	attacher = itest_fork_piped(ato, afrom);
 	if (attacher == 0) {
 		pb_client *c;
 		pb_lease *l;
 
-		close(ato[1]);
-		close(afrom[0]);
+		itest_child_ends(ato, afrom);
 		if (pb_connect(d.socket, &c) < 0 || pb_attach(c, token, &l) < 0)
 			_exit(1);
 		itest_say(afrom[1], 'a');
 		itest_hear(ato[0], 60);
 		_exit(0);
 	}
-	close(ato[0]);
-	close(afrom[1]);
-	ck_assert_int_eq(fcntl(ato[1], F_SETFD, FD_CLOEXEC), 0);
-	ck_assert_int_eq(fcntl(afrom[0], F_SETFD, FD_CLOEXEC), 0);
+	itest_parent_ends(ato, afrom);
 	ck_assert_int_eq(itest_hear(afrom[0], 10), 'a');
 
 	/* The holder cannot re-declare yet; the attacher's stale mapping keeps the lease held until it exits. */
@@ -493,39 +504,12 @@ END_TEST
 START_TEST(test_redeclare_keeps_the_exit_hold_of_its_own_stale_attachment)
 {
 	static const char *const args[] = { "--redeclare-grace-ms", "20000", NULL };
-	int to[2], from[2];
+	int to[2], from[2], st = 0;
 	struct fdstore *fs;
 	pid_t pid;
 
-	daemon_prepare(&d);
-	fs = fdstore_new(&d);
-	fdstore_daemon_start(fs, args);
-	pid = itest_fork_piped(to, from);
-	if (pid == 0) {
-		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
-		char t[PB_SHARE_TOKEN_LEN];
-		pb_client *c, *c2;
-		pb_lease *l, *al;
-
-		close(to[1]);
-		close(from[0]);
-		setenv("PINBROKER_NO_CUDA", "1", 1);
-		if (pb_connect(d.socket, &c) < 0 || pb_acquire(c, 4 * MiB, &o, &l) < 0 ||
-		    pb_lease_share(c, l, NULL, 0, t) < 0 || pb_connect(d.socket, &c2) < 0 || pb_attach(c2, t, &al) < 0)
-			_exit(1);
-		itest_say(from[1], 'a');
-		if (itest_hear(to[0], 30) != 'r')
-			_exit(82);
-		/* Re-declared by now (the parent saw it); the attached view stays mapped. */
-		itest_say(from[1], pb_release(c, l) == 0 ? 'f' : 'x');
-		itest_hear(to[0], 30);
-		_exit(((volatile char *)pb_lease_data(al))[0]);
-	}
-	close(to[0]);
-	close(from[1]);
-	ck_assert_int_eq(fcntl(to[1], F_SETFD, FD_CLOEXEC), 0);
-	ck_assert_int_eq(fcntl(from[0], F_SETFD, FD_CLOEXEC), 0);
-	ck_assert_int_eq(itest_hear(from[0], 10), 'a');
+	fs = start_under_store(args);
+	pid = fork_holder(to, from, true);
 
 	fdstore_daemon_kill(fs);
 	fdstore_daemon_start(fs, args);
@@ -538,7 +522,9 @@ START_TEST(test_redeclare_keeps_the_exit_hold_of_its_own_stale_attachment)
 
 	close(to[1]);
 	close(from[0]);
-	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+	/* Its attached view still read the holder's bytes at the end. */
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child ended with status %#x", st);
 	ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
 	itest_end_clean(&d, NULL, 3000);
 	fdstore_free(fs);

@@ -57,6 +57,20 @@ pid_t itest_fork_piped(int a[2], int b[2])
 	return pid;
 }
 
+void itest_child_ends(int to[2], int from[2])
+{
+	close(to[1]);
+	close(from[0]);
+}
+
+void itest_parent_ends(int to[2], int from[2])
+{
+	close(to[0]);
+	close(from[1]);
+	ck_assert_int_eq(fcntl(to[1], F_SETFD, FD_CLOEXEC), 0);
+	ck_assert_int_eq(fcntl(from[0], F_SETFD, FD_CLOEXEC), 0);
+}
+
 void itest_child_ready(int p[2], int code)
 {
 	if (write(p[1], "k", 1) != 1)

@@ -98,6 +98,14 @@ const struct pb_lease_info *itest_lease_row(const struct pb_status *s, uint64_t 
 pid_t itest_fork(void);
 /* pipe() each of a and b that is not NULL, then itest_fork(): the child's pid, or 0 in the child; asserts all of it. */
 pid_t itest_fork_piped(int a[2], int b[2]);
+/*
+ * A child talking both ways, after itest_fork_piped(to, from): in the child, itest_child_ends closes the parent's
+ * ends (to[1], from[0]); in the parent, itest_parent_ends closes the child's (to[0], from[1]) and makes its own
+ * close-on-exec, so that a daemon the test starts later does not keep to[1] open and the child sees the end of
+ * to when the test closes it.
+ */
+void itest_child_ends(int to[2], int from[2]);
+void itest_parent_ends(int to[2], int from[2]);
 /* In a child: tell the parent through the pipe p that it is ready (or _exit(code)), then wait to be killed. */
 __attribute__((noreturn)) void itest_child_ready(int p[2], int code);
 /* In the parent: wait for itest_child_ready's byte on p, and close both ends. */
