@@ -531,6 +531,65 @@ START_TEST(test_redeclare_keeps_the_exit_hold_of_its_own_stale_attachment)
 }
 END_TEST
 
+/*
+ * An orphan nobody re-declares (its holder died with the old daemon) holds the budget until the grace ends; an
+ * acquire that waits for memory meanwhile must be granted when the grace gives the orphan back, not time out
+ * (review36b: FAILS NOW, grace_cb frees orphans with broker_free_lease and never raises broker_memory_freed, which
+ * the wait queue listens to; since e34f396 an orphan whose last attacher exits inside the grace is freed there too,
+ * no longer by the exit hold's end, which did raise it).
+ */
+START_TEST(test_waiting_acquire_is_granted_when_the_grace_frees_an_orphan)
+{
+	static const char *const args[] = { "--redeclare-grace-ms", "1500", NULL };
+	struct pb_acquire_opts w = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE | PB_ACQUIRE_WAIT,
+				     .timeout_ms = 8000 };
+	int to[2], from[2];
+	struct fdstore *fs;
+	uint64_t t0, took;
+	pb_client *c;
+	pb_lease *l;
+	pid_t pid;
+	int r;
+
+	fs = start_under_store(args);
+	pid = itest_fork_piped(to, from);
+	if (pid == 0) {
+		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
+		pb_client *hc;
+		pb_lease *hl;
+
+		itest_child_ends(to, from);
+		if (pb_connect(d.socket, &hc) < 0 || pb_acquire(hc, 200 * MiB, &o, &hl) < 0)
+			_exit(1);
+		itest_say(from[1], 'a');
+		itest_hear(to[0], 60);
+		_exit(0);
+	}
+	itest_parent_ends(to, from);
+	ck_assert_int_eq(itest_hear(from[0], 10), 'a');
+
+	/* The holder dies with the daemon: nobody re-declares its lease, which waits out the grace. */
+	fdstore_daemon_kill(fs);
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+	close(to[1]);
+	close(from[0]);
+	fdstore_daemon_start(fs, args);
+	ck_assert_int_eq(status_leased(d.socket), (int64_t)(200 * MiB));
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	t0 = itest_now_ms();
+	r = pb_acquire(c, 100 * MiB, &w, &l);
+	took = itest_now_ms() - t0;
+	ck_assert_msg(r == 0, "a waiting acquire was not granted when the grace freed the orphan (%d after %llu ms)", r,
+		      (unsigned long long)took);
+	ck_assert_msg(took < 5000, "granted only %llu ms after it asked (grace 1500 ms)", (unsigned long long)took);
+	ck_assert_int_eq(pb_release(c, l), 0);
+	itest_end_clean(&d, c, 3000);
+	fdstore_free(fs);
+}
+END_TEST
+
 static int revoke_cb(pb_client *c, pb_lease *l, uint32_t deadline_ms, void *ud)
 {
 	int *hits = ud;
@@ -690,6 +749,8 @@ static Suite *suite(void)
 		   test_orphan_outlives_its_attachers_exit_while_its_holder_runs);
 	CHECK_CASE(s, "self-attach-redeclare", NULL, NULL, 60,
 		   test_redeclare_keeps_the_exit_hold_of_its_own_stale_attachment);
+	CHECK_CASE(s, "grace-frees-waiter", NULL, NULL, 60,
+		   test_waiting_acquire_is_granted_when_the_grace_frees_an_orphan);
 
 	CHECK_CASE(s, "big", start_big, stop_daemon, 60, test_lease_over_250_chunks_arrives_in_fd_batches);
 	return s;
