@@ -91,6 +91,13 @@ static void patch_lock_release(void)
 	pthread_mutex_unlock(&patch_lock);
 }
 
+/* In a child forked while another thread was mid-load: that load goes on only in the parent. */
+static void patch_lock_child(void)
+{
+	atomic_store(&deep_loading, 0);
+	pthread_mutex_unlock(&patch_lock);
+}
+
 /* One object to rewrite: found by dl_iterate_phdr, and held (a RTLD_NOLOAD handle) while it is rewritten. */
 struct deep_obj {
 	uintptr_t addr;
@@ -504,7 +511,7 @@ __attribute__((constructor)) static void deepbind_init(void)
 {
 	if (!pbp_real_dlopen)
 		resolve_real_dlopen();
-	pthread_atfork(patch_lock_prepare, patch_lock_release, patch_lock_release);
+	pthread_atfork(patch_lock_prepare, patch_lock_release, patch_lock_child);
 }
 
 /*

@@ -225,8 +225,10 @@ static void grace_cb(struct ev_loop *loop, ev_timer *w, int revents)
 		broker_free_lease(b, l);
 		n++;
 	}
-	if (n)
+	if (n) {
 		broker_trim_pool(b, b->prewarm_bytes);
+		broker_memory_freed(b); /* the wait queue listens */
+	}
 }
 
 /* One stored lease: all its chunks, adding up to its bytes, within the budget; else its chunks are quarantined. */

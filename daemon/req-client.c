@@ -282,9 +282,12 @@ void handle_redeclare(struct conn *c, const Pinbroker__V1__Request *req)
 			 * it now, so its release frees it (and its close, while the process runs, holds it again).
 			 */
 			if (l->exit_holds > 0 && revoker_unhold(b, c->pid, l->id))
-				log_info("lease %llu: re-declared after redeclare-grace-ms by pid %d; no longer held "
-					 "until that process exits",
-					 (unsigned long long)l->id, c->pid);
+				log_info("lease %llu: re-declared after redeclare-grace-ms by pid %d; %s",
+					 (unsigned long long)l->id, c->pid,
+					 l->exit_holds > 0
+						 ? "other exit holds (an attachment of its own, or another "
+						   "process's) keep it counted after its release until they end"
+						 : "no longer held until that process exits");
 		} else {
 			bad[rr.n_rejected++] = rd->lease_ids[i];
 		}

@@ -53,6 +53,8 @@ static void ghost_cb(struct ev_loop *loop, ev_io *w, int revents)
 		    !(l->state == LEASE_ORPHANED && b->redeclare_grace))
 			revoker_free_lease(b, l, "holder exited");
 	}
+	/* Its pid leaves the leases' mappers too: the fd-store state is written again (recovery-writer.c). */
+	b->generation++;
 	revoker_ghost_free(b, g);
 	revoker_freed(b);
 }
