@@ -389,6 +389,23 @@ static pid_t fork_holder(int to[2], int from[2], bool self_attach)
 }
 
 /*
+ * The end of a fork_holder case: the child told to end (to closed) and reaped, with status 0 (a view of its own
+ * still read the holder's bytes), nothing leased once it is gone, and the daemon stopped cleanly.
+ */
+static void end_holder(struct fdstore *fs, pid_t pid, int to[2], int from[2])
+{
+	int st = 0;
+
+	close(to[1]);
+	close(from[0]);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the holder ended with status %#x", st);
+	ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
+	itest_end_clean(&d, NULL, 3000);
+	fdstore_free(fs);
+}
+
+/*
  * A holder that re-declares its lease only after the grace (its process was stopped through the restart): the
  * grace left the lease counted until that process exits, since it still ran. Re-declared, its connection holds it
  * again, so its release frees it while the process lives on. It used to stay counted until the process exited.
@@ -418,18 +435,14 @@ START_TEST(test_lease_re_declared_after_the_grace_is_freed_by_its_release)
 	ck_assert_msg(wait_leased(d.socket, 0, 3000) == 0,
 		      "a lease re-declared after the grace and released stayed counted while its process runs");
 
-	close(to[1]);
-	close(from[0]);
-	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
-	itest_end_clean(&d, NULL, 3000);
-	fdstore_free(fs);
+	end_holder(fs, pid, to, from);
 }
 END_TEST
 
 /*
  * A shared lease across a restart: its holder (stopped, so it has not re-declared yet) and an attacher of its uid
  * both still run. The attacher's exit must not free the lease while the grace still waits for its holder, which
- * maps it too (review36: fails now, the attacher's exit hold was the lease's only one and its end freed it).
+ * maps it too (the attacher's exit hold was the lease's only one, and its end used to free it).
  */
 START_TEST(test_orphan_outlives_its_attachers_exit_while_its_holder_runs)
 {
@@ -499,12 +512,12 @@ END_TEST
  * A process that holds a lease and also maps it attached, through a second client (pinbroker.h allows it), across
  * a restart: its holder re-declares, its attachment goes stale and stays mapped. The holder's release must not
  * free the lease while the stale attachment still maps it: it stays counted until the process lets that go or
- * exits (review36: fails now, the re-declare dropped the exit hold the attachment's pid had).
+ * exits (the re-declare used to drop the exit hold the attachment's pid had).
  */
 START_TEST(test_redeclare_keeps_the_exit_hold_of_its_own_stale_attachment)
 {
 	static const char *const args[] = { "--redeclare-grace-ms", "20000", NULL };
-	int to[2], from[2], st = 0;
+	int to[2], from[2];
 	struct fdstore *fs;
 	pid_t pid;
 
@@ -520,23 +533,15 @@ START_TEST(test_redeclare_keeps_the_exit_hold_of_its_own_stale_attachment)
 	ck_assert_msg(wait_leased(d.socket, 0, 1000) == (int64_t)(4 * MiB),
 		      "the holder's release freed a lease its own stale attachment still maps");
 
-	close(to[1]);
-	close(from[0]);
-	/* Its attached view still read the holder's bytes at the end. */
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child ended with status %#x", st);
-	ck_assert_int_eq(wait_leased(d.socket, 0, 5000), 0);
-	itest_end_clean(&d, NULL, 3000);
-	fdstore_free(fs);
+	end_holder(fs, pid, to, from);
 }
 END_TEST
 
 /*
  * An orphan nobody re-declares (its holder died with the old daemon) holds the budget until the grace ends; an
  * acquire that waits for memory meanwhile must be granted when the grace gives the orphan back, not time out
- * (review36b: FAILS NOW, grace_cb frees orphans with broker_free_lease and never raises broker_memory_freed, which
- * the wait queue listens to; since e34f396 an orphan whose last attacher exits inside the grace is freed there too,
- * no longer by the exit hold's end, which did raise it).
+ * (grace_cb freed orphans without raising broker_memory_freed, which the wait queue listens to; an orphan whose
+ * last attacher exits inside the grace is freed there too, no longer by the exit hold's end, which does raise it).
  */
 START_TEST(test_waiting_acquire_is_granted_when_the_grace_frees_an_orphan)
 {

@@ -238,7 +238,7 @@ END_TEST
 /*
  * Both deep-bound threads load the same plugin: one's dlopen() finds it already loaded while the other, which
  * loaded it, may still be between the real dlopen() and the end of its rewrite. The one that found it loaded
- * must not call through it before it is rewritten (review36: fails now, calls > 0).
+ * must not call through it before it is rewritten (it did, calls > 0, before the deep-load count).
  */
 START_TEST(test_deep_bound_dlopens_of_one_plugin_all_go_through_the_interposer)
 {
