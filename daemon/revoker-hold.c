@@ -34,6 +34,16 @@ void revoker_ghost_free(struct broker *b, struct ghost *g)
 	free(g);
 }
 
+bool revoker_hold_end(struct broker *b, struct lease *l)
+{
+	if (l->exit_holds > 0)
+		l->exit_holds--;
+	/* Not lease_unmapped: an orphan held for its process is freed here too, once the grace has passed
+	 * (until then its holder may still re-declare it, and may still map it). */
+	return !l->owner && l->nattachers == 0 && l->exit_holds == 0 &&
+	       !(l->state == LEASE_ORPHANED && b->redeclare_grace);
+}
+
 static void ghost_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct ghost *g = w->data;
@@ -45,12 +55,7 @@ static void ghost_cb(struct ev_loop *loop, ev_io *w, int revents)
 
 		if (!l)
 			continue;
-		if (l->exit_holds > 0)
-			l->exit_holds--;
-		/* Not lease_unmapped: an orphan held for its process is freed here too, once the grace has passed
-		 * (until then its holder may still re-declare it, and may still map it). */
-		if (!l->owner && l->nattachers == 0 && l->exit_holds == 0 &&
-		    !(l->state == LEASE_ORPHANED && b->redeclare_grace))
+		if (revoker_hold_end(b, l))
 			revoker_free_lease(b, l, "holder exited");
 	}
 	/* Its pid leaves the leases' mappers too: the fd-store state is written again (recovery-writer.c). */

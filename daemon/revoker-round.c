@@ -211,10 +211,7 @@ static void round_release(struct broker *b, struct enforce_round *rd)
 
 		if (!l)
 			continue; /* released by its uid meanwhile */
-		if (l->exit_holds > 0)
-			l->exit_holds--;
-		if (!l->owner && l->nattachers == 0 && l->exit_holds == 0 &&
-		    !(l->state == LEASE_ORPHANED && b->redeclare_grace)) {
+		if (revoker_hold_end(b, l)) {
 			revoker_free_lease(b, l, "holder exited");
 			freed++;
 		}
