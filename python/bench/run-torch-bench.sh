@@ -11,7 +11,7 @@
 #        PB_BUDGET    the daemon's budget (default 24G); PB_PREWARM its warm pool (default 2G)
 #        PB_HUGETLB   the daemon's --hugetlb (default no: 4 KiB pages, THP where shmem allows, as run-torch.sh)
 #        BENCH_ARGS   extra arguments for torch_alloc_bench.py (e.g. "--rounds 3 --total-s 400")
-#        PROBE_ARGS   extra arguments for h2d_probe.py
+#        PROBE_ARGS   extra arguments for h2d_probe.py; PB_PROBE=0 skips it (e.g. a run of row c alone)
 #        PB_CPU_DRY   1: a smoke test on a CPU host (--cpu-dry: no pinning, no copies; the numbers mean nothing)
 # Exits 0 when both ran (a benchmark reports, it does not fail), 1 when one crashed or timed out, 77 without CUDA.
 set -u
@@ -50,10 +50,13 @@ BENCH=${PIPESTATUS[0]}
 [ "$BENCH" = 77 ] && { echo "SKIP: torch_alloc_bench found no CUDA"; exit 77; }
 "$PINCTL" --socket "$SOCK" status >"$OUT/pinctl-status-after-bench.txt" 2>&1
 
-echo "=== h2d_probe"
-# shellcheck disable=SC2086 # PROBE_ARGS is split on purpose
-timeout 120 "$PY" "$SRC/python/bench/h2d_probe.py" --out "$OUT" "${DRY[@]}" ${PROBE_ARGS:-} >"$OUT/h2d_probe.log" 2>&1
-PROBE=$?
+PROBE=0
+if [ "${PB_PROBE:-1}" != 0 ]; then
+	echo "=== h2d_probe"
+	# shellcheck disable=SC2086 # PROBE_ARGS is split on purpose
+	timeout 120 "$PY" "$SRC/python/bench/h2d_probe.py" --out "$OUT" "${DRY[@]}" ${PROBE_ARGS:-} >"$OUT/h2d_probe.log" 2>&1
+	PROBE=$?
+fi
 "$PINCTL" --socket "$SOCK" status >"$OUT/pinctl-status.txt" 2>&1
 
 echo

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import json
 import os
 import statistics
@@ -57,7 +58,7 @@ EXACT_SIZES = [int(1_000_001 * 37 ** (i / 19)) | 1 for i in range(19)] + [37_000
 
 # One entry per table row: key in the sides' JSON, what it is, unit, how it compares, target, how rounds combine.
 #   kind "lower": pinbroker/stock <= target; "higher": >= target; "abs": the pinbroker value <= target;
-#   "exact": the pinbroker value == target (to 4 decimals).
+#   "exact": the pinbroker value == target (to 4 decimals); "info": lower is better, reported, no target.
 ROWS: List[Dict[str, Any]] = (
     [{"key": f"a_{n.replace(' ', '')}", "name": f"a. empty({n}, pin_memory=True) + del", "unit": "µs/pair",
       "kind": "lower", "target": 2.0, "fmt": "{:.2f}"} for n, _ in ALLOC_SIZES]
@@ -65,6 +66,8 @@ ROWS: List[Dict[str, Any]] = (
         "target": 1.05, "fmt": "{:.3f}"}]
     + [{"key": f"c_{b}", "name": f"c. DataLoader(pin_memory=True) {b * IMAGE_BYTES / 1e6:.1f} MB batches",
         "unit": "batches/s", "kind": "higher", "target": 1.0, "fmt": "{:.1f}"} for b in LOADER_BATCHES]
+    + [{"key": f"cpin_{b}", "name": f"c. its pin thread's pin_memory() of one {b * IMAGE_BYTES / 1e6:.1f} MB batch",
+        "unit": "ms", "kind": "info", "target": None, "fmt": "{:.3f}"} for b in LOADER_BATCHES]
     + [{"key": "d", "name": "d. first use: install() + first 1 MiB pinned", "unit": "s", "kind": "abs",
         "target": 1.0, "fmt": "{:.3f}", "combine": "max"},
        {"key": "e", "name": "e. pinned bytes / page-rounded request, 20 live tensors", "unit": "x", "kind": "exact",
@@ -212,37 +215,63 @@ class Side:
             def __getitem__(self, i: int) -> Any:
                 return base[i % 64]
 
-        for bs in LOADER_BATCHES:
-            # The same bytes at every batch size: a short timing of small batches is mostly noise.
-            # At least count batches and --loader-min-s: 60 batches of 38.5 MB were 0.5 s, and its runs spread
-            # 0.94-1.20x; the dataset is long enough for 20x that many batches.
-            count = max(self.args.loader_batches, self.args.loader_batches * 256 // bs)
-            ds = Images(bs * (self.args.loader_warmup + 20 * count + 2))
-            dl = torch.utils.data.DataLoader(ds, batch_size=bs, num_workers=self.args.workers, pin_memory=self.pin,
-                                             multiprocessing_context="fork" if self.args.workers else None)
-            it = iter(dl)
-            for _ in range(self.args.loader_warmup):
-                x = next(it)
-                if not self.dry:
-                    x.cuda(non_blocking=True)
-                del x
-            self.sync()
-            t0 = time.perf_counter()
-            pinned = done = 0
-            while done < 20 * count and (done < count or time.perf_counter() - t0 < self.args.loader_min_s):
-                x = next(it)
-                pinned += bool(x.is_pinned())
-                if not self.dry:
-                    x.cuda(non_blocking=True)
-                del x
-                done += 1
-            self.sync()
-            dt = time.perf_counter() - t0
-            del it, dl
-            gc.collect()
-            self.values[f"c_{bs}"] = done / dt
-            self.detail[f"c_{bs}_batches"] = done
-            self.detail[f"c_{bs}_pinned"] = pinned
+        # The pin thread's own work, timed alike on both sides: the end-to-end batches/s mixes it with the
+        # workers' collate and the host's noise (round to round 0.7-1.3x at 38.5 MB), while this is where the
+        # allocator can cost anything (its alloc, and the copy into its memory). DataLoader's pin thread looks
+        # pin_memory up in its module at each batch, so replacing the module's function reaches it.
+        pm_mod = importlib.import_module("torch.utils.data._utils.pin_memory")
+        real_pin = pm_mod.pin_memory
+        pin_s: List[float] = []
+
+        def timed_pin(data: Any, *a: Any, **kw: Any) -> Any:
+            t = time.perf_counter()
+            out = real_pin(data, *a, **kw)
+            pin_s.append(time.perf_counter() - t)
+            return out
+
+        pm_mod.pin_memory = timed_pin
+        try:
+            for bs in LOADER_BATCHES:
+                self.loader_size(bs, Images, pin_s)
+        finally:
+            pm_mod.pin_memory = real_pin
+
+    def loader_size(self, bs: int, images: Any, pin_s: List[float]) -> None:
+        torch = self.torch
+        # The same bytes at every batch size: a short timing of small batches is mostly noise.
+        # At least count batches and --loader-min-s: 60 batches of 38.5 MB were 0.5 s, and its runs spread
+        # 0.94-1.20x; the dataset is long enough for 20x that many batches.
+        count = max(self.args.loader_batches, self.args.loader_batches * 256 // bs)
+        ds = images(bs * (self.args.loader_warmup + 20 * count + 2))
+        dl = torch.utils.data.DataLoader(ds, batch_size=bs, num_workers=self.args.workers, pin_memory=self.pin,
+                                         multiprocessing_context="fork" if self.args.workers else None)
+        it = iter(dl)
+        for _ in range(self.args.loader_warmup):
+            x = next(it)
+            if not self.dry:
+                x.cuda(non_blocking=True)
+            del x
+        self.sync()
+        del pin_s[:]
+        t0 = time.perf_counter()
+        pinned = done = 0
+        while done < 20 * count and (done < count or time.perf_counter() - t0 < self.args.loader_min_s):
+            x = next(it)
+            pinned += bool(x.is_pinned())
+            if not self.dry:
+                x.cuda(non_blocking=True)
+            del x
+            done += 1
+        self.sync()
+        dt = time.perf_counter() - t0
+        del it, dl
+        gc.collect()
+        self.values[f"c_{bs}"] = done / dt
+        self.detail[f"c_{bs}_batches"] = done
+        self.detail[f"c_{bs}_pinned"] = pinned
+        if pin_s:  # without workers or pinning there is no pin thread
+            self.values[f"cpin_{bs}"] = statistics.median(pin_s) * 1e3
+            self.detail[f"cpin_{bs}_n"] = len(pin_s)
 
     # -- e: pinned bytes of live tensors against the page-rounded requests
     def exact_bytes(self) -> None:
@@ -316,10 +345,9 @@ class Side:
         if self.side == "pinbroker" and self.alloc is None and not self.dry:
             # Without the allocator every other row would measure stock torch under the pinbroker name.
             return self.result()
-        self.row("a", self.alloc_free)
-        self.row("b", self.pin_h2d)
-        self.row("c", self.loader)
-        self.row("e", self.exact_bytes)
+        for name, fn in (("a", self.alloc_free), ("b", self.pin_h2d), ("c", self.loader), ("e", self.exact_bytes)):
+            if name in self.args.rows:
+                self.row(name, fn)
         if not self.dry:
             self.detail["host_memory_stats"] = _scalars(dict(torch.cuda.host_memory_stats()))
         return self.result()
@@ -354,6 +382,8 @@ def fake_side(args: argparse.Namespace) -> Dict[str, Any]:
     v["b"] = (2.0 + r) * (1.1 if pb else 1.0)  # ratio 1.1: not met
     for bs in LOADER_BATCHES:
         v[f"c_{bs}"] = 1000.0 / bs * (1 + r) * (1.25 if pb else 1.0)
+        v[f"cpin_{bs}"] = bs / 100 * (1 + r) * (0.9 if pb else 1.0)
+    v = {k: x for k, x in v.items() if k[0] in args.rows + "d"}
     v["d"] = (0.3 + 0.2 * r) if pb else 0.2  # pinbroker's worst round 0.7 (max over rounds): met
     v["e"] = 1.0 if pb else 1.5
     if pb:
@@ -445,11 +475,14 @@ def _median_of_pairs(ratios: List[float]) -> Optional[float]:
     return statistics.median(ratios) if len(ratios) >= 2 else None
 
 
-def evaluate(results: Dict[str, List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
-    """The table's rows from every side's rounds: values combined per row, the ratio of the medians, the paired
-    ratio (paired_ratio), and the target met, judged on the paired ratio where there is one."""
+def evaluate(results: Dict[str, List[Dict[str, Any]]], rows: str = "abcde") -> List[Dict[str, Any]]:
+    """The table's rows from every side's rounds (those of the letters in rows, and d): values combined per row,
+    the ratio of the medians, the paired ratio (paired_ratio), and the target met, judged on the paired ratio
+    where there is one."""
     table = []
     for spec in ROWS:
+        if spec["key"][0] not in rows + "d":
+            continue
         how = spec.get("combine", "median")
         row: Dict[str, Any] = {"key": spec["key"], "name": spec["name"], "unit": spec["unit"], "kind": spec["kind"],
                                "target": spec["target"], "combine": how}
@@ -462,12 +495,16 @@ def evaluate(results: Dict[str, List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
         # Row e compares each side with the request, not the sides with each other.
         both = isinstance(s, (int, float)) and isinstance(p, (int, float)) and s
         row["ratio"] = p / s if both and kind != "exact" else None
-        ratios = round_ratios(results, spec["key"]) if kind in ("lower", "higher") else []
+        ratios = round_ratios(results, spec["key"]) if kind in ("lower", "higher", "info") else []
         row["paired"] = _median_of_pairs(ratios)
-        # How many rounds are on the target's side: with 4-8 noisy rounds, the median alone says little.
-        row["rounds_met"] = [sum(1 for x in ratios if (x <= t if kind == "lower" else x >= t)), len(ratios)]
+        # How many rounds are on the target's side (an "info" row: pinbroker no slower): with 4-8 noisy rounds,
+        # the median alone says little.
+        bound = 1.0 if kind == "info" else t
+        row["rounds_met"] = [sum(1 for x in ratios if (x >= bound if kind == "higher" else x <= bound)), len(ratios)]
         judged = row["paired"] if row["paired"] is not None else row["ratio"]
-        if kind == "lower":
+        if kind == "info":
+            met = None
+        elif kind == "lower":
             met = judged <= t if judged is not None else None
         elif kind == "higher":
             met = judged >= t if judged is not None else None
@@ -488,6 +525,8 @@ def target_text(spec: Dict[str, Any]) -> str:
         return f"pinbroker >= {t:g}x stock"
     if kind == "abs":
         return f"pinbroker <= {t:g} {spec['unit']}"
+    if kind == "info":
+        return "reported (lower is better)"
     return f"pinbroker = {t:.4f}"
 
 
@@ -505,7 +544,7 @@ def markdown(table: List[Dict[str, Any]], header: str, notes: List[str]) -> str:
         ratio, paired = (f"{r[k]:.3f}x" if r.get(k) is not None else "—" for k in ("ratio", "paired"))
         if r.get("paired") is not None:
             paired += " ({}/{} rounds)".format(*r["rounds_met"])
-        met = {True: "yes", False: "**no**", None: "?"}[r["met"]]
+        met = "—" if r["kind"] == "info" else {True: "yes", False: "**no**", None: "?"}[r["met"]]
         lines.append(f"| {r['name']} | {stock} | {cell(r['pinbroker'])} | {ratio} | {paired} | {target_text(spec)} "
                      f"| {met} |")
     lines.append("")
@@ -523,6 +562,7 @@ def parent_main(args: argparse.Namespace) -> int:
     for name in ("workers", "loader_batches", "loader_warmup", "loader_min_s", "alloc_warmup", "alloc_pairs",
                  "alloc_min_s", "alloc_max_s", "pin_warmup", "pin_iters", "pin_max_s"):
         passthrough += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    passthrough += ["--rows", args.rows]
     results: Dict[str, List[Dict[str, Any]]] = {"stock": [], "pinbroker": []}
     crashed: List[str] = []
     dropped: List[str] = []
@@ -558,7 +598,7 @@ def parent_main(args: argparse.Namespace) -> int:
                 keys = ["allocations", "fallbacks", "released"] + sorted(k for k in st if "cache" in k or "hit" in k)
                 print("  allocator stats: " + ", ".join(f"{k} {st.get(k)}" for k in keys), flush=True)
             results[side].append(res)
-    table = evaluate(results)
+    table = evaluate(results, args.rows)
     any_res = (results["pinbroker"] or results["stock"] or [{}])[0]
     header = (f"## torch's pinned memory: stock against pinbroker.torch.install(), "
               f"torch {any_res.get('torch', '?')} on "
@@ -598,6 +638,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT") or ".", help="results folder (default $OUT, else .)")
     ap.add_argument("--side-timeout", type=float, default=150.0, help="seconds one side may take (default 150)")
     ap.add_argument("--total-s", type=float, default=240.0, help="seconds all sides may take (default 240)")
+    ap.add_argument("--rows", default="abcde", help="the rows to run, as letters (default abcde; d always runs: "
+                    "it installs the allocator)")
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--loader-batches", type=int, default=60, help="timed batches at 38.5 MB (more when smaller)")
     ap.add_argument("--loader-warmup", type=int, default=5)
@@ -614,6 +656,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help=argparse.SUPPRESS)
     ap.add_argument("--cpu-dry", action="store_true", help="run the sides on a CPU torch: no pinning, no copies")
     args = ap.parse_args(argv)
+    if not args.rows or set(args.rows) - set("abcde"):
+        ap.error(f"--rows {args.rows!r}: give letters of a-e, e.g. --rows c")
     if args.side:
         return side_main(args)
     return parent_main(args)

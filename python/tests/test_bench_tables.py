@@ -45,7 +45,8 @@ def test_targets_are_issue_25s() -> None:
     # Issue 25: alloc+free <= 2x, pin-then-H2D <= 1.05x, DataLoader >= 1.0x, first use <= 1 s, bytes 1.0000x.
     want = {"a_64KiB": ("lower", 2.0), "a_1MiB": ("lower", 2.0), "a_16MiB": ("lower", 2.0), "b": ("lower", 1.05),
             "c_16": ("higher", 1.0), "c_64": ("higher", 1.0), "c_256": ("higher", 1.0), "d": ("abs", 1.0),
-            "e": ("exact", 1.0), "e_daemon": ("exact", 1.0)}
+            "e": ("exact", 1.0), "e_daemon": ("exact", 1.0),
+            "cpin_16": ("info", None), "cpin_64": ("info", None), "cpin_256": ("info", None)}
     assert {r["key"]: (r["kind"], r["target"]) for r in tab.ROWS} == want
     assert tab.BATCH_SHAPE == (256, 3, 224, 224) and 256 * 3 * 224 * 224 == 38_535_168
     assert len(tab.EXACT_SIZES) == 20 and min(tab.EXACT_SIZES) == 1_000_001 and max(tab.EXACT_SIZES) <= 37_000_001
@@ -70,7 +71,13 @@ def test_fake_run_medians_ratios_and_table(tmp_path: Any) -> None:
     md = (tmp_path / "torch_alloc_bench.md").read_text()
     assert "| row | stock | pinbroker | ratio | paired | target | met |" in md
     assert rows["b"]["paired"] == pytest.approx(1.1) and rows["d"]["paired"] is None
-    assert md.count("\n| a. ") == 3 and md.count("\n| c. ") == 3
+    assert md.count("\n| a. ") == 3 and md.count("\n| c. ") == 6
+    # The pin thread's time is reported, lower is better, never judged: fake pinbroker 0.9x stock every round.
+    pin = rows["cpin_256"]
+    assert pin["ratio"] == pytest.approx(0.9) and pin["paired"] == pytest.approx(0.9) and pin["met"] is None
+    assert pin["rounds_met"] == [2, 2]
+    line_pin = next(ln for ln in md.splitlines() if ln.startswith("| c. its pin thread's pin_memory() of one 38.5"))
+    assert "reported (lower is better)" in line_pin and line_pin.endswith("| — |")
     line_b = next(ln for ln in md.splitlines() if ln.startswith("| b. "))
     assert line_b.count("1.100x") == 2 and "**no**" in line_b and "1.05x" in line_b
     assert md in r.stdout  # the table is printed last
@@ -82,6 +89,17 @@ def test_fake_run_medians_ratios_and_table(tmp_path: Any) -> None:
     with open(tmp_path / "torch_alloc_bench.json") as f:
         order = [(x["round"], x["side"]) for x in json.load(f)["rounds"]]
     assert order == [(1, "stock"), (1, "pinbroker"), (2, "pinbroker"), (2, "stock")]
+
+
+def test_fake_rows_filter(tmp_path: Any) -> None:
+    # --rows c: the sides run row c (and d, which installs the allocator); the table holds those rows only.
+    r = _run_fake(tmp_path, "--rows", "c")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = _rows(tmp_path)
+    assert sorted(rows) == sorted(["c_16", "c_64", "c_256", "cpin_16", "cpin_64", "cpin_256", "d"])
+    assert rows["c_256"]["met"] is True and rows["d"]["met"] is True
+    bad = _run_fake(tmp_path, "--rows", "cx")
+    assert bad.returncode == 2 and "--rows 'cx'" in bad.stderr
 
 
 def test_fake_side_crash_exits_1(tmp_path: Any) -> None:
