@@ -107,8 +107,6 @@ void revoker_record(struct broker *b, const char *fmt, ...) __attribute__((forma
  */
 int revoker_hold_process(struct broker *b, int pidfd, bool take_pidfd, pid_t pid, uid_t uid, const uint64_t *ids,
 			 const bool *holder, size_t n);
-/* One exit hold on l ended (its process exited, or a round's hold is over): whether nobody maps l now, to free it. */
-bool revoker_hold_end(struct broker *b, struct lease *l);
 /* The exit hold of pid if it has one and the process still runs (then the pid cannot name another); else NULL. */
 struct ghost *revoker_ghost_find(struct broker *b, pid_t pid);
 /* Drop exit hold g: its watcher, pidfd and fd count go; its leases' exit_holds are the caller's. */

@@ -59,6 +59,13 @@ void revoker_on_pressure(struct broker *b, enum broker_state to);
 int revoker_hold_until_exit(struct broker *b, int pidfd, pid_t pid, bool holder, uint64_t id);
 
 /*
+ * One exit hold on l ended (its process exited, a round's hold is over, or recovery's poll found a process it
+ * could not watch gone): l->exit_holds drops by one. Returns whether nobody maps l now, so the caller frees it (an
+ * orphan only once the re-declare grace is over).
+ */
+bool revoker_hold_end(struct broker *b, struct lease *l);
+
+/*
  * Drop pid's exit hold on lease id: the process holds the lease through a live connection again (a re-declare
  * after redeclare-grace-ms), whose close or exit is what ends it now. Returns whether there was one.
  */
