@@ -439,6 +439,88 @@ START_TEST(test_lease_re_declared_after_the_grace_is_freed_by_its_release)
 }
 END_TEST
 
+/* Restarts the daemon under fs with recovery's pidfd_open failing (ENOSYS, as under valgrind 3.19: daemon/recovery.h). */
+static void restart_without_pidfd(struct fdstore *fs, const char *const *args)
+{
+	fdstore_daemon_kill(fs);
+	ck_assert_int_eq(setenv("PINBROKER_TEST_NO_PIDFD", "1", 1), 0);
+	fdstore_daemon_start(fs, args);
+	ck_assert_int_eq(unsetenv("PINBROKER_TEST_NO_PIDFD"), 0);
+}
+
+/*
+ * A holder that does not re-declare (stopped through the restart) and that the daemon cannot watch for its exit (no
+ * pidfd): past the grace its lease stays counted while the process runs, and is freed once it is gone. The grace
+ * used to free it at once, its pages still mapped and pinned by the live process, which the budget then counted
+ * as free.
+ */
+START_TEST(test_orphan_of_a_live_holder_without_pidfd_stays_counted_until_it_exits)
+{
+	static const char *const args[] = { "--redeclare-grace-ms", "300", NULL };
+	int to[2], from[2];
+	struct fdstore *fs;
+	char *log;
+	pid_t pid;
+
+	fs = start_under_store(args);
+	pid = fork_holder(to, from, false);
+
+	ck_assert_int_eq(kill(pid, SIGSTOP), 0);
+	restart_without_pidfd(fs, args);
+	/* Past the grace, by the daemon's clock; then several of the poll's looks (1 s apart), the process alive. */
+	ck_assert(wait_daemon_uptime(d.socket, 300 + 1000, 10000));
+	ck_assert_msg(wait_leased(d.socket, 0, 2500) == (int64_t)(4 * MiB),
+		      "the grace freed the lease of a live holder it could not watch for its exit");
+	log = daemon_log(&d);
+	ck_assert_msg(strstr(log + d.log_from, "cannot be watched for its exit (Function not implemented)"),
+		      "no warning names the pidfd's error");
+	free(log);
+
+	/* Gone (and reaped: a zombie still runs for kill), its lease is freed within a poll or two. */
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+	close(to[1]);
+	close(from[0]);
+	ck_assert_msg(wait_leased(d.socket, 0, 5000) == 0, "the lease stayed counted after its holder was gone");
+	ck_assert(daemon_wait_log(&d, "its holder is gone: reclaimed", 3000));
+	itest_end_clean(&d, NULL, 3000);
+	fdstore_free(fs);
+}
+END_TEST
+
+/*
+ * The same holder re-declares late, while the poll still holds its lease: its connection holds the lease again, so
+ * its release frees it while the process lives on (the poll's hold must end with the re-declare, as an exit hold's
+ * does, or the lease stays counted until the process exits).
+ */
+START_TEST(test_lease_re_declared_while_polled_is_freed_by_its_release)
+{
+	static const char *const args[] = { "--redeclare-grace-ms", "300", NULL };
+	int to[2], from[2];
+	struct fdstore *fs;
+	pid_t pid;
+
+	fs = start_under_store(args);
+	pid = fork_holder(to, from, false);
+
+	ck_assert_int_eq(kill(pid, SIGSTOP), 0);
+	restart_without_pidfd(fs, args);
+	ck_assert(wait_daemon_uptime(d.socket, 300 + 1000, 10000));
+	ck_assert_msg(status_leased(d.socket) == (int64_t)(4 * MiB),
+		      "the grace freed the lease of a live holder it could not watch for its exit");
+	ck_assert(daemon_wait_log(&d, "cannot be watched for its exit", 10000));
+
+	ck_assert_int_eq(kill(pid, SIGCONT), 0);
+	ck_assert(daemon_wait_log(&d, "re-adopted by pid", 10000));
+	itest_say(to[1], 'r');
+	ck_assert_int_eq(itest_hear(from[0], 10), 'f');
+	ck_assert_msg(wait_leased(d.socket, 0, 3000) == 0,
+		      "a lease re-declared while polled and released stayed counted while its process runs");
+
+	end_holder(fs, pid, to, from);
+}
+END_TEST
+
 /*
  * A shared lease across a restart: its holder (stopped, so it has not re-declared yet) and an attacher of its uid
  * both still run. The attacher's exit must not free the lease while the grace still waits for its holder, which
@@ -759,6 +841,10 @@ static Suite *suite(void)
 	tcase_set_tags(CHECK_CASE(s, "self-attach-redeclare", NULL, NULL, 60,
 				  test_redeclare_keeps_the_exit_hold_of_its_own_stale_attachment),
 		       "pidfd");
+	/* No pidfd anywhere (the daemon's are made to fail, its holder has no connection when it exits): valgrind too. */
+	CHECK_CASE(s, "no-pidfd-orphan", NULL, NULL, 60,
+		   test_orphan_of_a_live_holder_without_pidfd_stays_counted_until_it_exits,
+		   test_lease_re_declared_while_polled_is_freed_by_its_release);
 	CHECK_CASE(s, "grace-frees-waiter", NULL, NULL, 60,
 		   test_waiting_acquire_is_granted_when_the_grace_frees_an_orphan);
 
