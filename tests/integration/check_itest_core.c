@@ -521,6 +521,31 @@ START_TEST(test_lease_re_declared_while_polled_is_freed_by_its_release)
 }
 END_TEST
 
+/* A daemon stopped while it still polls a holder it cannot watch stops cleanly (under valgrind: nothing leaked). */
+START_TEST(test_daemon_stops_cleanly_while_it_polls_a_holder)
+{
+	static const char *const args[] = { "--redeclare-grace-ms", "300", NULL };
+	int to[2], from[2];
+	struct fdstore *fs;
+	pid_t pid;
+
+	fs = start_under_store(args);
+	pid = fork_holder(to, from, false);
+
+	ck_assert_int_eq(kill(pid, SIGSTOP), 0);
+	restart_without_pidfd(fs, args);
+	ck_assert(daemon_wait_log(&d, "cannot be watched for its exit", 10000));
+	ck_assert_int_eq(status_leased(d.socket), (int64_t)(4 * MiB));
+	ck_assert_int_eq(daemon_stop(&d), 0);
+
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+	close(to[1]);
+	close(from[0]);
+	fdstore_free(fs);
+}
+END_TEST
+
 /*
  * A shared lease across a restart: its holder (stopped, so it has not re-declared yet) and an attacher of its uid
  * both still run. The attacher's exit must not free the lease while the grace still waits for its holder, which
@@ -844,7 +869,8 @@ static Suite *suite(void)
 	/* No pidfd anywhere (the daemon's are made to fail, its holder has no connection when it exits): valgrind too. */
 	CHECK_CASE(s, "no-pidfd-orphan", NULL, NULL, 60,
 		   test_orphan_of_a_live_holder_without_pidfd_stays_counted_until_it_exits,
-		   test_lease_re_declared_while_polled_is_freed_by_its_release);
+		   test_lease_re_declared_while_polled_is_freed_by_its_release,
+		   test_daemon_stops_cleanly_while_it_polls_a_holder);
 	CHECK_CASE(s, "grace-frees-waiter", NULL, NULL, 60,
 		   test_waiting_acquire_is_granted_when_the_grace_frees_an_orphan);
 
