@@ -521,6 +521,77 @@ START_TEST(test_lease_re_declared_while_polled_is_freed_by_its_release)
 }
 END_TEST
 
+/*
+ * A shared lease whose holder died with the daemon while its attacher still runs, and the daemon cannot watch that
+ * attacher for its exit (no pidfd): past the grace the lease stays counted while the attacher maps it, and is freed
+ * once the attacher is gone. The attacher used to be skipped, and the grace freed the lease under its mapping.
+ */
+START_TEST(test_orphan_mapped_by_an_attacher_without_pidfd_stays_counted_until_it_exits)
+{
+	static const char *const args[] = { "--redeclare-grace-ms", "300", NULL };
+	int pto[2], pfrom[2], ato[2], afrom[2];
+	char token[PB_SHARE_TOKEN_LEN];
+	struct fdstore *fs;
+	pid_t holder, attacher;
+	char *log;
+
+	fs = start_under_store(args);
+	holder = itest_fork_piped(pto, pfrom);
+	if (holder == 0) {
+		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
+		char t[PB_SHARE_TOKEN_LEN];
+		pb_client *c;
+		pb_lease *l;
+
+		itest_child_ends(pto, pfrom);
+		if (pb_connect(d.socket, &c) < 0 || pb_acquire(c, 4 * MiB, &o, &l) < 0 ||
+		    pb_lease_share(c, l, NULL, 0, t) < 0 || write(pfrom[1], t, sizeof(t)) != (ssize_t)sizeof(t))
+			_exit(1);
+		itest_hear(pto[0], 60);
+		_exit(0);
+	}
+	itest_parent_ends(pto, pfrom);
+	ck_assert_int_eq(read(pfrom[0], token, sizeof(token)), (ssize_t)sizeof(token));
+	attacher = itest_fork_piped(ato, afrom);
+	if (attacher == 0) {
+		pb_client *c;
+		pb_lease *l;
+
+		itest_child_ends(ato, afrom);
+		if (pb_connect(d.socket, &c) < 0 || pb_attach(c, token, &l) < 0)
+			_exit(1);
+		itest_say(afrom[1], 'a');
+		itest_hear(ato[0], 60);
+		_exit(0);
+	}
+	itest_parent_ends(ato, afrom);
+	ck_assert_int_eq(itest_hear(afrom[0], 10), 'a');
+
+	/* The holder dies with the daemon: only the attacher, which does not re-declare, still maps the lease. */
+	fdstore_daemon_kill(fs);
+	ck_assert_int_eq(kill(holder, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(holder, NULL, 0), holder);
+	close(pto[1]);
+	close(pfrom[0]);
+	ck_assert_int_eq(setenv("PINBROKER_TEST_NO_PIDFD", "1", 1), 0);
+	fdstore_daemon_start(fs, args);
+	ck_assert_int_eq(unsetenv("PINBROKER_TEST_NO_PIDFD"), 0);
+	ck_assert(wait_daemon_uptime(d.socket, 300 + 1000, 10000));
+	ck_assert_msg(wait_leased(d.socket, 0, 2500) == (int64_t)(4 * MiB),
+		      "the grace freed a lease that an attacher it could not watch still maps");
+	log = daemon_log(&d);
+	ck_assert_msg(strstr(log + d.log_from, "former attacher pid"), "no warning names the attacher");
+	free(log);
+
+	close(ato[1]);
+	ck_assert_int_eq(waitpid(attacher, NULL, 0), attacher);
+	close(afrom[0]);
+	ck_assert_msg(wait_leased(d.socket, 0, 5000) == 0, "the lease stayed counted after its attacher was gone");
+	itest_end_clean(&d, NULL, 3000);
+	fdstore_free(fs);
+}
+END_TEST
+
 /* A daemon stopped while it still polls a holder it cannot watch stops cleanly (under valgrind: nothing leaked). */
 START_TEST(test_daemon_stops_cleanly_while_it_polls_a_holder)
 {
@@ -870,7 +941,8 @@ static Suite *suite(void)
 	CHECK_CASE(s, "no-pidfd-orphan", NULL, NULL, 60,
 		   test_orphan_of_a_live_holder_without_pidfd_stays_counted_until_it_exits,
 		   test_lease_re_declared_while_polled_is_freed_by_its_release,
-		   test_daemon_stops_cleanly_while_it_polls_a_holder);
+		   test_daemon_stops_cleanly_while_it_polls_a_holder,
+		   test_orphan_mapped_by_an_attacher_without_pidfd_stays_counted_until_it_exits);
 	CHECK_CASE(s, "grace-frees-waiter", NULL, NULL, 60,
 		   test_waiting_acquire_is_granted_when_the_grace_frees_an_orphan);
 
