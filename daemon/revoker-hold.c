@@ -129,27 +129,19 @@ int revoker_open_pidfd(const struct broker *b, pid_t pid)
 	return fd >= 0 ? fd : -errno;
 }
 
-/* Whether /proc says pid is a zombie (or dead): exited, its mappings gone, only its parent's wait to come. */
-static bool pid_zombie(pid_t pid)
-{
-	char path[64], buf[512], *p;
-	ssize_t n;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	n = read_text_at(AT_FDCWD, path, buf, sizeof(buf));
-	/* "pid (comm) S ...": comm may hold anything, ')' included, so the last ')' ends it. */
-	p = n > 0 ? strrchr(buf, ')') : NULL;
-	return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
-}
-
 bool revoker_pid_gone(pid_t pid, int err)
 {
-	if (err == -ESRCH)
+	/*
+	 * No pid to look at (a peer in a pid namespace the daemon cannot see: SO_PEERCRED says 0): kill(0, 0) would
+	 * ask about the daemon's own process group, which never goes. Taken for gone, as it always was.
+	 */
+	if (pid <= 0 || err == -ESRCH)
 		return true;
-	if (kill(pid, 0) < 0 && errno == ESRCH)
-		return true;
-	/* A pidfd reads as readable once its process exits, before it is reaped: a polled one, the same. */
-	return pid_zombie(pid);
+	/*
+	 * Not a zombie test through /proc: a thread-group leader that exited while its other threads run reads as a
+	 * zombie too, its mappings still in use. An unreaped zombie only keeps its leases counted until it is reaped.
+	 */
+	return kill(pid, 0) < 0 && errno == ESRCH;
 }
 
 /* Whether g's process still runs: its pidfd is not readable yet, or (polled) its pid is not gone. */

@@ -61,8 +61,8 @@ int revoker_open_pidfd(const struct broker *b, pid_t pid);
 
 /*
  * Whether pid is gone, err (a -errno, or 0) being why it could not be watched through a pidfd. Only ESRCH (from
- * pidfd_open or kill) or a zombie says so: any other failure (EPERM from kill included: it runs, as another user)
- * leaves it alive. A reused pid reads as alive too: that only keeps a lease counted longer, never lets its pages
+ * pidfd_open or kill) says so: any other failure (EPERM from kill included: it runs, as another user) leaves it
+ * alive, as does a zombie not reaped yet. A reused pid reads as alive too: that only keeps a lease counted longer, never lets its pages
  * go early.
  */
 bool revoker_pid_gone(pid_t pid, int err);
