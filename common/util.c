@@ -156,8 +156,24 @@ uint64_t round_up(uint64_t x, uint64_t align)
 	return x + (align - r);
 }
 
+static bool pidfd_off;
+
+void sys_pidfd_disable(void)
+{
+	pidfd_off = true;
+}
+
+bool sys_pidfd_disabled(void)
+{
+	return pidfd_off;
+}
+
 int sys_pidfd_open(pid_t pid, unsigned flags)
 {
+	if (pidfd_off) {
+		errno = ENOSYS;
+		return -1;
+	}
 	return (int)syscall(SYS_pidfd_open, pid, flags);
 }
 

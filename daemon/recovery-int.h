@@ -20,18 +20,6 @@ struct chunk;
  */
 typedef size_t recovery_hold_pids_fn(const struct broker *b, uint64_t id, pid_t *out, size_t max);
 
-/*
- * A process that may still map an adopted lease (its holder at the grace's end, or a former attacher) but that
- * could not be put on an exit hold: no pidfd (pidfd_open failed: ENOSYS under valgrind 3.19 or an old kernel or
- * seccomp sandbox, EMFILE/ENFILE/ENOMEM), or the hold could not be set up. The lease keeps an exit hold for it
- * (l->exit_holds, so nothing frees it) while recovery's poll looks at the pid every RECOVERY_POLL_MS.
- */
-struct recovery_poll {
-	uint64_t id;
-	pid_t pid;
-	bool holder; /* held for the lease's holder: its re-declare ends it (recovery_unpoll), as revoker_unhold does */
-};
-
 struct recovery {
 	struct broker *b;
 	uint64_t instance_id;
@@ -57,10 +45,6 @@ struct recovery {
 	uint64_t grace_from_ms; /* now_ms() when the grace began, at the loop's first turn; 0 before */
 	bool adopted_state;     /* recovery_init read a committed state from the fd store */
 	bool lost_lease;        /* a lease line of it could not be re-adopted: its chunks may be outside the store */
-	struct recovery_poll *polls; /* processes held without a pidfd, looked at again by poll_timer */
-	size_t npolls, cappolls;
-	ev_timer poll_timer;
-	bool no_pidfd; /* test only: pidfd_open fails with ENOSYS (RECOVERY_NO_PIDFD_ENV) */
 };
 
 /* The name a chunk's fd is stored under in the fd store ("c<id>"). */

@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <ev.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -175,36 +174,10 @@ static void quarantine_fd(struct recovery *rc, int fd, uint64_t id, const char *
 	notify_fdstore_remove(name);
 }
 
-/* ------------------------------------------------------------ exit holds without a pidfd */
+/* ------------------------------------------------------------ exit holds */
 
-/* How often a process held without a pidfd is looked at again: its lease stays counted up to this long after it exits. */
-#define RECOVERY_POLL_MS 1000
-
-/* Whether watch_exit put the process on an exit hold, on the poll, or found it gone. */
+/* Whether watch_exit put the process on an exit hold through a pidfd, on a polled one, or found it gone. */
 enum watch { WATCH_HELD, WATCH_POLLED, WATCH_GONE };
-
-/* pidfd_open of pid: the pidfd, or -errno. The test hook makes it fail as it does under valgrind 3.19. */
-static int open_pidfd(const struct recovery *rc, pid_t pid)
-{
-	int fd;
-
-	if (rc->no_pidfd)
-		return -ENOSYS;
-	fd = sys_pidfd_open(pid, 0);
-	return fd >= 0 ? fd : -errno;
-}
-
-/*
- * Whether pid is gone, err (a -errno) being why it could not be put on an exit hold. Only ESRCH says so, from
- * pidfd_open or kill: any other failure (EPERM from kill included: it runs, as another user) leaves it alive. A
- * reused pid reads as alive too: that only keeps the lease counted longer, never lets its pages go early.
- */
-static bool pid_gone(pid_t pid, int err)
-{
-	if (err == -ESRCH)
-		return true;
-	return kill(pid, 0) < 0 && errno == ESRCH;
-}
 
 /* An orphan nobody re-declared, whose holder and mappers are gone: freed, said as the grace has always said it. */
 static void reclaim_orphan(struct broker *b, struct lease *l)
@@ -217,96 +190,17 @@ static void reclaim_orphan(struct broker *b, struct lease *l)
 	broker_free_lease(b, l);
 }
 
-/* Poll entry i is over: it goes, and the timer with the last one. Its lease's exit hold is the caller's. */
-static void poll_drop(struct recovery *rc, size_t i)
-{
-	rc->polls[i] = rc->polls[--rc->npolls];
-	if (rc->npolls == 0)
-		ev_timer_stop(rc->b->loop, &rc->poll_timer);
-}
-
-/*
- * Look again at each process held without a pidfd: gone, its exit hold ends (and a lease nobody maps then is
- * freed); watchable now, it moves to a normal exit hold; alive and still not watchable, it stays.
- */
-static void poll_cb(struct ev_loop *loop, ev_timer *w, int revents)
-{
-	struct recovery *rc = w->data;
-	struct broker *b = rc->b;
-	size_t i = 0, freed = 0;
-	bool gone = false;
-
-	(void)loop;
-	(void)revents;
-	while (i < rc->npolls) {
-		struct recovery_poll p = rc->polls[i];
-		struct lease *l = lease_find(b->leases, p.id);
-		int pidfd, r;
-
-		/* Freed meanwhile (an admin's release of a lease with no connection): nothing is held any more. */
-		if (!l) {
-			poll_drop(rc, i);
-			continue;
-		}
-		pidfd = open_pidfd(rc, p.pid);
-		r = pidfd >= 0 ? revoker_hold_until_exit(b, pidfd, p.pid, p.holder, l->id) : pidfd;
-		if (r == 0) {
-			/* Its own exit hold counts the lease now. */
-			l->exit_holds--;
-			poll_drop(rc, i);
-			log_info("lease %llu: pid %d is watched for its exit now", (unsigned long long)l->id, p.pid);
-			continue;
-		}
-		if (!pid_gone(p.pid, r)) {
-			i++;
-			continue;
-		}
-		poll_drop(rc, i);
-		gone = true;
-		if (!revoker_hold_end(b, l))
-			continue;
-		if (l->state == LEASE_ORPHANED)
-			reclaim_orphan(b, l);
-		else
-			revoker_free_lease(b, l, "holder exited");
-		freed++;
-	}
-	/* A pid left the leases' exit holds: the fd-store state is written again (recovery-writer.c). */
-	if (gone)
-		b->generation++;
-	if (freed) {
-		broker_trim_pool(b, b->prewarm_bytes);
-		broker_memory_freed(b); /* the wait queue listens */
-	}
-}
-
-/* Hold l for pid in the poll: l gains an exit hold that poll_cb ends. Returns 0 or -ENOMEM. */
-static int poll_add(struct recovery *rc, struct lease *l, pid_t pid, bool holder)
-{
-	if (rc->npolls == rc->cappolls) {
-		size_t cap = rc->cappolls ? 2 * rc->cappolls : 8;
-		struct recovery_poll *np = realloc(rc->polls, cap * sizeof(*np));
-
-		if (!np)
-			return -ENOMEM;
-		rc->polls = np;
-		rc->cappolls = cap;
-	}
-	rc->polls[rc->npolls++] = (struct recovery_poll){ .id = l->id, .pid = pid, .holder = holder };
-	l->exit_holds++;
-	if (!ev_is_active(&rc->poll_timer))
-		ev_timer_start(rc->b->loop, &rc->poll_timer);
-	return 0;
-}
-
 /*
  * Keep lease l counted until process pid exits, since it may still map l's pages (holder: l's holder at the grace's
- * end; else a former attacher): an exit hold through its pidfd, or, while it is alive but no pidfd or hold can be
- * had, one that the poll ends when it finds it gone. WATCH_GONE: pid is gone; l gained no hold.
+ * end; else a former attacher): an exit hold through its pidfd, or, while it is alive but no pidfd can be had
+ * (pidfd_open failed: ENOSYS under valgrind 3.19, an old kernel or a seccomp sandbox, EMFILE/ENFILE/ENOMEM), a
+ * polled one, which the revoker ends when it finds the process gone (revoker-int.h's struct ghost). The revoker's
+ * exit holds are the one mechanism: revoker_unhold, revoker_hold_pids and the fd-store state cover both kinds.
+ * WATCH_GONE: pid is gone; l gained no hold.
  */
 static enum watch watch_exit(struct recovery *rc, struct lease *l, pid_t pid, bool holder)
 {
-	int pidfd = open_pidfd(rc, pid);
+	int pidfd = revoker_open_pidfd(rc->b, pid);
 	int r = pidfd;
 
 	if (pidfd >= 0) {
@@ -314,9 +208,9 @@ static enum watch watch_exit(struct recovery *rc, struct lease *l, pid_t pid, bo
 		if (r == 0)
 			return WATCH_HELD;
 	}
-	if (pid_gone(pid, r))
+	if (revoker_pid_gone(pid, r))
 		return WATCH_GONE;
-	if (poll_add(rc, l, pid, holder) < 0) {
+	if (revoker_hold_until_exit(rc->b, -1, pid, holder, l->id) < 0) {
 		/* Nothing to look again with: counted until the daemon stops, rather than freed under a live process. */
 		l->exit_holds++;
 		log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, l->uid, pid,
@@ -331,56 +225,13 @@ static enum watch watch_exit(struct recovery *rc, struct lease *l, pid_t pid, bo
 			"lease %llu was not re-declared within redeclare-grace-ms but pid %d still runs and cannot be "
 			"watched for its exit (%s): it stays counted, looked at again every %u ms until that process "
 			"is gone",
-			(unsigned long long)l->id, pid, strerror(-r), (unsigned)RECOVERY_POLL_MS);
+			(unsigned long long)l->id, pid, strerror(-r), (unsigned)REVOKER_POLL_MS);
 	else
 		log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, l->uid, pid,
 			  "lease %llu: former attacher pid %d still runs and cannot be watched for its exit (%s): the "
 			  "lease stays counted, looked at again every %u ms until that process is gone",
-			  (unsigned long long)l->id, pid, strerror(-r), (unsigned)RECOVERY_POLL_MS);
+			  (unsigned long long)l->id, pid, strerror(-r), (unsigned)REVOKER_POLL_MS);
 	return WATCH_POLLED;
-}
-
-/* The writer's hook: the revoker's exit holds of lease id, then the poll's, written alike (revoker_hold_pids). */
-static size_t exit_hold_pids(const struct broker *b, uint64_t id, pid_t *out, size_t max)
-{
-	const struct recovery *rc = b->recovery;
-	const struct lease *l = lease_find(b->leases, id);
-	size_t n = revoker_hold_pids(b, id, out, max);
-
-	for (size_t i = 0; rc && i < rc->npolls && n < max; i++) {
-		const struct recovery_poll *p = &rc->polls[i];
-
-		/* Not its holder's, the pid the lease line names: as revoker_hold_pids says why. */
-		if (p->id == id && !(p->holder && l && !l->holder_detached && p->pid == l->pid))
-			out[n++] = p->pid;
-	}
-	return n;
-}
-
-bool recovery_unpoll(struct broker *b, pid_t pid, uint64_t id)
-{
-	struct recovery *rc = b->recovery;
-	struct lease *l;
-
-	/* Only its holder's: a mapper's stays, as a stale attachment of its own may still map it (revoker_unhold). */
-	for (size_t i = 0; rc && i < rc->npolls; i++) {
-		if (rc->polls[i].id != id || rc->polls[i].pid != pid || !rc->polls[i].holder)
-			continue;
-		poll_drop(rc, i);
-		l = lease_find(b->leases, id);
-		if (l && l->exit_holds > 0)
-			l->exit_holds--;
-		return true;
-	}
-	return false;
-}
-
-void recovery_foreach_hold(const struct broker *b, void (*fn)(uint64_t id, pid_t pid, void *ud), void *ud)
-{
-	const struct recovery *rc = b->recovery;
-
-	for (size_t i = 0; rc && i < rc->npolls; i++)
-		fn(rc->polls[i].id, rc->polls[i].pid, ud);
 }
 
 static void grace_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -413,8 +264,8 @@ static void grace_cb(struct ev_loop *loop, ev_timer *w, int revents)
 		/*
 		 * A holder still alive may still map the pages: they must not reach anyone else yet (whether or not
 		 * former attachers still run, as they may exit first). One that cannot be watched through a pidfd is
-		 * not taken for gone: the poll looks at it again (watch_exit), as freeing the lease under it would
-		 * count its pinned bytes as free.
+		 * not taken for gone: the revoker's poll looks at it again (watch_exit), as freeing the lease under it
+		 * would count its pinned bytes as free.
 		 */
 		if (l->pid > 0 && watch_exit(rc, l, l->pid, true) == WATCH_HELD)
 			log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, l->uid, l->pid,
@@ -422,7 +273,7 @@ static void grace_cb(struct ev_loop *loop, ev_timer *w, int revents)
 				  "it stays counted until that process exits",
 				  (unsigned long long)l->id, l->pid);
 		/* Former attachers (or the holder) still run: the last one's exit frees it (revoker-hold.c's exit
-		 * holds, or the poll's). */
+		 * holds, watched or polled). */
 		if (l->exit_holds > 0)
 			continue;
 		reclaim_orphan(b, l);
@@ -604,7 +455,6 @@ static uint64_t new_instance_id(void)
 void recovery_init(struct broker *b)
 {
 	struct notify_stored *st = NULL;
-	const char *no_pidfd;
 	struct recovery *rc;
 	int nst = 0, state_fd = -1, r = -ENODATA;
 	size_t adopted = 0;
@@ -614,13 +464,8 @@ void recovery_init(struct broker *b)
 		fatalx("cannot set up crash recovery: out of memory");
 	rc->b = b;
 	/* The writer names exit holds through this hook, so it never calls the revoker (which calls reply.c, which calls it). */
-	rc->hold_pids = exit_hold_pids;
+	rc->hold_pids = revoker_hold_pids;
 	rc->state_fd = -1;
-	/* Test only: no pidfd, as under valgrind 3.19 (RECOVERY_NO_PIDFD_ENV); read before adopting calls watch_exit. */
-	no_pidfd = getenv(RECOVERY_NO_PIDFD_ENV);
-	rc->no_pidfd = no_pidfd && strcmp(no_pidfd, "1") == 0;
-	ev_timer_init(&rc->poll_timer, poll_cb, RECOVERY_POLL_MS / 1000., RECOVERY_POLL_MS / 1000.);
-	rc->poll_timer.data = rc;
 	rc->instance_id = new_instance_id();
 	b->recovery = rc;
 	if (!notify_enabled())
@@ -682,9 +527,6 @@ void recovery_fini(struct broker *b)
 		recovery_writer_stop(rc);
 		ev_timer_stop(b->loop, &rc->grace);
 	}
-	/* The polled leases keep their exit holds: the revoker frees every lease left (the fd store has them). */
-	ev_timer_stop(b->loop, &rc->poll_timer);
-	free(rc->polls);
 	quarantine_release(rc);
 	/* A clean stop: the state says nothing is lent any more. */
 	if (rc->state_fd >= 0) {

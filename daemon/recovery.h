@@ -14,11 +14,6 @@ struct lease;
  * (the restart scan, the pool's warm-up before ready) before the loop answers anyone.
  */
 #define RECOVERY_STALL_ENV "PINBROKER_TEST_RECOVERY_STALL_MS"
-/*
- * Test only: "1" makes recovery's pidfd_open calls fail with ENOSYS, as under valgrind 3.19, an old kernel or a
- * seccomp sandbox; read once, by recovery_init.
- */
-#define RECOVERY_NO_PIDFD_ENV "PINBROKER_TEST_NO_PIDFD"
 
 /*
  * Always call it, after the pool and lease table exist and before prewarming
@@ -35,21 +30,12 @@ struct lease;
  * redeclare-grace-ms ends. A lease whose holder (at the grace's end) or former
  * attacher still runs stays counted until that process exits, watched through
  * a pidfd, or, where none can be had (ENOSYS, EMFILE), looked at again every
- * second. A readable state keeps the previous instance id.
+ * second (the revoker's exit holds, revoker.h; test hook REVOKER_NO_PIDFD_ENV). A readable state keeps the previous instance id.
  * Without systemd a restart starts clean, with a new instance id.
  */
 void recovery_init(struct broker *b);
 /* Stop watching; at a clean stop the pool's destroy hook empties the store. */
 void recovery_fini(struct broker *b);
-
-/*
- * Process pid re-declared lease id: drop the exit hold recovery kept on it for that process, its holder, while it
- * could not watch it through a pidfd (recovery-int.h's struct recovery_poll). Its connection holds the lease now.
- * Returns whether there was one.
- */
-bool recovery_unpoll(struct broker *b, pid_t pid, uint64_t id);
-/* Every (lease id, pid) exit hold recovery keeps without a pidfd, to fn (restart_save, beside revoker_foreach_hold). */
-void recovery_foreach_hold(const struct broker *b, void (*fn)(uint64_t id, pid_t pid, void *ud), void *ud);
 
 /*
  * The instance id: random and never 0, picked at a clean start and kept across

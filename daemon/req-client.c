@@ -281,9 +281,8 @@ void handle_redeclare(struct conn *c, const Pinbroker__V1__Request *req)
 			 * Re-declared after the grace, it was held until this process exits: its connection holds
 			 * it now, so its release frees it (and its close, while the process runs, holds it again).
 			 */
-			/* Held without a pidfd (recovery's poll), the same: the poll must not free it any more. */
-			if (l->exit_holds > 0 &&
-			    (revoker_unhold(b, c->pid, l->id) || recovery_unpoll(b, c->pid, l->id)))
+			/* Held without a pidfd (a polled exit hold), the same: the poll must not free it any more. */
+			if (l->exit_holds > 0 && revoker_unhold(b, c->pid, l->id))
 				log_info("lease %llu: re-declared after redeclare-grace-ms by pid %d; %s",
 					 (unsigned long long)l->id, c->pid,
 					 l->exit_holds > 0

@@ -488,7 +488,6 @@ void restart_save(struct broker *b)
 	 * the pids of one id come in any order, as revoker_hold_pids gives them).
 	 */
 	revoker_foreach_hold(b, hold_add, &holds);
-	recovery_foreach_hold(b, hold_add, &holds);
 	if (holds.oom) {
 		log_warnx("cannot write the restart state: out of memory");
 		free(holds.v);

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* Exit holds: leases kept counted until a process that may still map them exits, one pidfd watcher per process. */
+/* Exit holds: leases kept counted until a process that may still map them exits, one pidfd watcher per process (or, without a pidfd, a poll). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <ev.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,8 +14,33 @@
 #include "broker.h"
 #include "budget.h"
 #include "lease.h"
+#include "log.h"
 #include "revoker-int.h"
 #include "util.h"
+
+static uid_t pidfd_real_uid(int pidfd, pid_t pid);
+
+/* g joins the poll (it has no pidfd): the poll's timer runs while there is one. */
+static void ghost_poll(struct broker *b, struct ghost *g)
+{
+	struct revoker *rv = b->revoker;
+
+	g->polled = true;
+	if (rv->npolled++ == 0)
+		ev_timer_start(b->loop, &rv->poll_timer);
+}
+
+/* g leaves the poll, if it was on it (it goes, or is watched through a pidfd now). */
+static void ghost_unpoll(struct broker *b, struct ghost *g)
+{
+	struct revoker *rv = b->revoker;
+
+	if (!g->polled)
+		return;
+	g->polled = false;
+	if (--rv->npolled == 0)
+		ev_timer_stop(b->loop, &rv->poll_timer);
+}
 
 void revoker_ghost_free(struct broker *b, struct ghost *g)
 {
@@ -25,8 +51,11 @@ void revoker_ghost_free(struct broker *b, struct ghost *g)
 			*gp = g->next;
 			break;
 		}
-	ev_io_stop(b->loop, &g->io);
-	close(g->pidfd);
+	if (g->pidfd >= 0) {
+		ev_io_stop(b->loop, &g->io);
+		close(g->pidfd);
+	}
+	ghost_unpoll(b, g);
 	if (g->counted && b->budget)
 		budget_fd_sub(b->budget, g->uid);
 	free(g->ids);
@@ -44,34 +73,145 @@ bool revoker_hold_end(struct broker *b, struct lease *l)
 	       !(l->state == LEASE_ORPHANED && b->redeclare_grace);
 }
 
+/* g's process has exited, its mappings with it: its holds end, a lease nobody maps now is freed, and g goes. */
+static void ghost_end(struct broker *b, struct ghost *g)
+{
+	for (size_t i = 0; i < g->nids; i++) {
+		struct lease *l = lease_find(b->leases, g->ids[i]);
+
+		if (!l || !revoker_hold_end(b, l))
+			continue;
+		/* An orphan nobody re-declared, held past the grace for its holder or a former mapper. */
+		if (l->state == LEASE_ORPHANED) {
+			log_event(EV_LEASE_RELEASED, LOG_NOTICE, l->id, l->uid, l->pid,
+				  "lease %llu (%llu bytes, pid %d) was not re-declared within redeclare-grace-ms and "
+				  "its holder is gone: reclaimed",
+				  (unsigned long long)l->id, (unsigned long long)l->bytes, l->pid);
+			broker_free_lease(b, l);
+		} else {
+			revoker_free_lease(b, l, "holder exited");
+		}
+	}
+	/* Its pid leaves the leases' mappers too: the fd-store state is written again (recovery-writer.c). */
+	b->generation++;
+	revoker_ghost_free(b, g);
+}
+
 static void ghost_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct ghost *g = w->data;
 	struct broker *b = g->broker;
 
 	/* The pidfd is readable once the process has exited: its mappings are gone. */
-	for (size_t i = 0; i < g->nids; i++) {
-		struct lease *l = lease_find(b->leases, g->ids[i]);
-
-		if (!l)
-			continue;
-		if (revoker_hold_end(b, l))
-			revoker_free_lease(b, l, "holder exited");
-	}
-	/* Its pid leaves the leases' mappers too: the fd-store state is written again (recovery-writer.c). */
-	b->generation++;
-	revoker_ghost_free(b, g);
+	ghost_end(b, g);
 	revoker_freed(b);
+}
+
+/* Watch g's process through pidfd (taken) from now on; a polled g leaves the poll. */
+static void ghost_watch(struct broker *b, struct ghost *g, int pidfd)
+{
+	ghost_unpoll(b, g);
+	g->pidfd = pidfd;
+	/* Counted even past the cap: the process holds the memory either way; acquires see it. */
+	g->counted = b->budget && budget_fd_add(b->budget, g->uid) == 0;
+	ev_io_init(&g->io, ghost_cb, g->pidfd, EV_READ);
+	g->io.data = g;
+	ev_io_start(b->loop, &g->io);
+}
+
+int revoker_open_pidfd(const struct broker *b, pid_t pid)
+{
+	int fd;
+
+	if (b->revoker && b->revoker->no_pidfd)
+		return -ENOSYS;
+	fd = sys_pidfd_open(pid, 0);
+	return fd >= 0 ? fd : -errno;
+}
+
+bool revoker_pid_gone(pid_t pid, int err)
+{
+	/*
+	 * No pid to look at (a peer in a pid namespace the daemon cannot see: SO_PEERCRED says 0): kill(0, 0) would
+	 * ask about the daemon's own process group, which never goes. Taken for gone, as it always was.
+	 */
+	if (pid <= 0 || err == -ESRCH)
+		return true;
+	/*
+	 * Not a zombie test through /proc: a thread-group leader that exited while its other threads run reads as a
+	 * zombie too, its mappings still in use. An unreaped zombie only keeps its leases counted until it is reaped.
+	 */
+	return kill(pid, 0) < 0 && errno == ESRCH;
+}
+
+/* Whether g's process still runs: its pidfd is not readable yet, or (polled) its pid is not gone. */
+static bool ghost_alive(const struct ghost *g)
+{
+	struct pollfd p = { .fd = g->pidfd, .events = POLLIN };
+
+	if (g->pidfd < 0)
+		return !revoker_pid_gone(g->pid, 0);
+	return poll(&p, 1, 0) == 0;
+}
+
+/*
+ * Look again at each ghost without a pidfd: gone, its holds end as at a watched exit (ghost_cb); watchable now, it
+ * moves to a pidfd watch; alive and still not watchable, it stays.
+ */
+static void poll_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct broker *b = w->data;
+	struct ghost *g, *next;
+	bool ended = false;
+
+	(void)loop;
+	(void)revents;
+	for (g = b->revoker->ghosts; g; g = next) {
+		int fd;
+
+		next = g->next;
+		if (g->pidfd >= 0)
+			continue;
+		fd = revoker_open_pidfd(b, g->pid);
+		if (fd >= 0) {
+			/* Recovery's holds could not tell the uid: the pidfd confirms what /proc says. */
+			if (g->uid == (uid_t)-1)
+				g->uid = pidfd_real_uid(fd, g->pid);
+			ghost_watch(b, g, fd);
+			log_info("pid %d is watched for its exit now: %zu leases held for it", g->pid, g->nids);
+		} else if (revoker_pid_gone(g->pid, fd)) {
+			ghost_end(b, g);
+			ended = true;
+		}
+	}
+	/* Once, after the walk: the wait queue it wakes may close connections, which add ghosts. */
+	if (ended)
+		revoker_freed(b);
+}
+
+void revoker_hold_init(struct broker *b)
+{
+	struct revoker *rv = b->revoker;
+	const char *v = getenv(REVOKER_NO_PIDFD_ENV);
+
+	ev_timer_init(&rv->poll_timer, poll_cb, REVOKER_POLL_MS / 1000., REVOKER_POLL_MS / 1000.);
+	rv->poll_timer.data = b;
+	/* Test only: read once, before recovery_init asks for pidfds and before any connection. */
+	rv->no_pidfd = v && (strcmp(v, "1") == 0 || strcmp(v, "all") == 0);
+	if (v && strcmp(v, "all") == 0)
+		sys_pidfd_disable();
+}
+
+void revoker_hold_fini(struct broker *b)
+{
+	ev_timer_stop(b->loop, &b->revoker->poll_timer);
 }
 
 struct ghost *revoker_ghost_find(struct broker *b, pid_t pid)
 {
-	for (struct ghost *g = b->revoker->ghosts; g; g = g->next) {
-		struct pollfd p = { .fd = g->pidfd, .events = POLLIN };
-
-		if (g->pid == pid && poll(&p, 1, 0) == 0)
+	for (struct ghost *g = b->revoker->ghosts; g; g = g->next)
+		if (g->pid == pid && ghost_alive(g))
 			return g;
-	}
 	return NULL;
 }
 
@@ -81,23 +221,23 @@ int revoker_hold_process(struct broker *b, int pidfd, bool take_pidfd, pid_t pid
 	struct revoker *rv = b->revoker;
 	struct ghost *g = revoker_ghost_find(b, pid);
 	bool fresh = !g;
-	int r;
+	int fd = -1;
 
-	if (g && take_pidfd)
+	/* The pidfd to watch with: none is needed where the process is watched already. */
+	if (pidfd >= 0 && (!g || g->pidfd < 0)) {
+		fd = take_pidfd ? pidfd : fcntl(pidfd, F_DUPFD_CLOEXEC, 3);
+		/* No copy (EMFILE, ENFILE): polled, as without a pidfd, rather than freed under the process. */
+	} else if (pidfd >= 0 && take_pidfd) {
 		close(pidfd);
+	}
 	if (!g) {
 		g = calloc(1, sizeof(*g));
 		if (!g) {
-			if (take_pidfd)
-				close(pidfd);
+			if (fd >= 0)
+				close(fd);
 			return -ENOMEM;
 		}
-		g->pidfd = take_pidfd ? pidfd : fcntl(pidfd, F_DUPFD_CLOEXEC, 3);
-		if (g->pidfd < 0) {
-			r = -errno;
-			free(g);
-			return r;
-		}
+		g->pidfd = -1;
 		g->broker = b;
 		g->pid = pid;
 		g->uid = uid;
@@ -116,8 +256,9 @@ int revoker_hold_process(struct broker *b, int pidfd, bool take_pidfd, pid_t pid
 		if (h)
 			g->holder = h;
 		if (!p || !h) {
+			if (fd >= 0)
+				close(fd);
 			if (fresh) {
-				close(g->pidfd);
 				free(g->ids);
 				free(g->holder);
 				free(g);
@@ -136,15 +277,15 @@ int revoker_hold_process(struct broker *b, int pidfd, bool take_pidfd, pid_t pid
 		if (l)
 			l->exit_holds++;
 	}
-	if (!fresh)
-		return 0;
-	/* Counted even past the cap: the process holds the memory either way; acquires see it. */
-	g->counted = b->budget && budget_fd_add(b->budget, uid) == 0;
-	ev_io_init(&g->io, ghost_cb, g->pidfd, EV_READ);
-	g->io.data = g;
-	ev_io_start(b->loop, &g->io);
-	g->next = rv->ghosts;
-	rv->ghosts = g;
+	if (fresh) {
+		g->next = rv->ghosts;
+		rv->ghosts = g;
+	}
+	/* A polled ghost that gets a pidfd (a connection of its process closed, and had one) is watched from now on. */
+	if (fd >= 0)
+		ghost_watch(b, g, fd);
+	else if (fresh)
+		ghost_poll(b, g);
 	return 0;
 }
 
@@ -179,7 +320,8 @@ int revoker_hold_until_exit(struct broker *b, int pidfd, pid_t pid, bool holder,
 	 * does not share. The pidfd is charged to it, and a revoke the holder starts never signals it (issue
 	 * 22, finding 4). One whose uid cannot be told is charged to no real uid and never signalled by a holder.
 	 */
-	return revoker_hold_process(b, pidfd, true, pid, pidfd_real_uid(pidfd, pid), &id, &holder, 1);
+	return revoker_hold_process(b, pidfd, true, pid, pidfd >= 0 ? pidfd_real_uid(pidfd, pid) : (uid_t)-1, &id,
+				    &holder, 1);
 }
 
 bool revoker_unhold(struct broker *b, pid_t pid, uint64_t id)

@@ -21,20 +21,31 @@
 
 /*
  * A process whose leases stay counted until it exits (an exit hold): its
- * connection closed while it ran, or it was detached from another uid's
- * overdue lease. One per process, however many connections and leases it
- * had: its one pidfd is an fd the daemon keeps for uid, counted against
- * uid's caps (budget_fd_add), so exit holds cannot eat the admin reserve
- * (issue 22, finding 3).
+ * connection closed while it ran, it was detached from another uid's
+ * overdue lease, or recovery found it still mapping an adopted lease. One per
+ * process, however many connections and leases it had: its one pidfd is an
+ * fd the daemon keeps for uid, counted against uid's caps (budget_fd_add), so
+ * exit holds cannot eat the admin reserve (issue 22, finding 3).
+ *
+ * Where no pidfd can be had (ENOSYS under valgrind 3.19, an old kernel or a
+ * seccomp sandbox; EMFILE/ENFILE/ENOMEM) the ghost is polled instead: pidfd
+ * -1, no io watcher, and the revoker's poll_timer looks at its pid every
+ * REVOKER_POLL_MS (revoker_pid_gone), moving it to a pidfd watch once one can
+ * be had. Taking it for gone would free leases under a live process. A polled
+ * ghost keeps no fd, so it is not counted against uid's fd caps (counted
+ * false): the caps guard the daemon's fd table, which it does not use; its
+ * leases' bytes stay charged to their uids either way. It is counted once it
+ * gets its pidfd.
  */
 struct ghost {
 	struct ghost *next;
 	struct broker *broker;
-	int pidfd;
+	int pidfd; /* -1: polled */
 	pid_t pid;
-	uid_t uid;
+	uid_t uid;    /* (uid_t)-1 when it could not be told (recovery's holds, until a pidfd confirms it) */
 	bool counted; /* budget_fd_add done */
-	ev_io io;
+	bool polled;  /* pidfd -1: counted in the revoker's npolled */
+	ev_io io;     /* started only with a pidfd */
 	size_t nids, capids;
 	uint64_t *ids;
 	bool *holder; /* per id: held for the lease's holder (re-declaring it ends that), not a mapper */
@@ -80,6 +91,9 @@ struct revoker {
 	ev_timer slice_timer; /* 0 s: the next slice of a round, after the loop has served I/O */
 	struct enforce_round round;
 	struct ghost *ghosts;
+	ev_timer poll_timer; /* every REVOKER_POLL_MS while npolled > 0 */
+	size_t npolled;      /* ghosts without a pidfd */
+	bool no_pidfd;       /* test only: exit holds' pidfd_open fails with ENOSYS (REVOKER_NO_PIDFD_ENV) */
 	struct monitor_event ring[REVOKER_REVOCATIONS_MAX];
 	size_t ring_count;
 	size_t ring_next;
@@ -99,11 +113,12 @@ void revoker_record(struct broker *b, const char *fmt, ...) __attribute__((forma
  * exit hold, with one pidfd, however many of its connections closed and
  * leases it held: a second call for a live pid adds its ids to the first.
  * take_pidfd: pidfd is the caller's to give (kept or closed here); otherwise
- * a copy is made only when the process has no hold yet. holder[i] (NULL: all
+ * a copy is made only when the process has no hold yet (or a polled one).
+ * pidfd -1 (none can be had), or a copy that fails: the hold is polled (struct
+ * ghost), so pid must be alive. holder[i] (NULL: all
  * false): ids[i] is held for its holder, whose re-declare ends the hold, not for
  * a mapper (revoker_unhold). The pidfd is counted
- * against uid's fd caps. Returns 0, -ENOMEM or -errno of the copy (the
- * leases untouched, a taken pidfd closed).
+ * against uid's fd caps. Returns 0 or -ENOMEM (the leases untouched, a taken pidfd closed).
  */
 int revoker_hold_process(struct broker *b, int pidfd, bool take_pidfd, pid_t pid, uid_t uid, const uint64_t *ids,
 			 const bool *holder, size_t n);
@@ -111,6 +126,10 @@ int revoker_hold_process(struct broker *b, int pidfd, bool take_pidfd, pid_t pid
 struct ghost *revoker_ghost_find(struct broker *b, pid_t pid);
 /* Drop exit hold g: its watcher, pidfd and fd count go; its leases' exit_holds are the caller's. */
 void revoker_ghost_free(struct broker *b, struct ghost *g);
+
+/* revoker-hold.c: the poll of ghosts without a pidfd (revoker_init / revoker_fini). */
+void revoker_hold_init(struct broker *b);
+void revoker_hold_fini(struct broker *b);
 
 /* revoker-round.c: the deadline and slice timers (revoker_init / revoker_fini). */
 void revoker_round_init(struct broker *b);

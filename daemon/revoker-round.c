@@ -76,7 +76,8 @@ static void detach_foreign_attacher(struct broker *b, struct lease *l, struct co
 	lease_detach(l, ac);
 	conn_lose(ac, l, true);
 	b->generation++;
-	r = ac->pidfd >= 0 ? revoker_hold_process(b, ac->pidfd, false, ac->pid, ac->uid, &l->id, NULL, 1) : -EBADF;
+	/* Without a pidfd for it (none on this kernel), a polled hold: not freed under a process that may map it. */
+	r = revoker_hold_process(b, ac->pidfd, false, ac->pid, ac->uid, &l->id, NULL, 1);
 	log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, ac->uid, ac->pid,
 		  "overdue lease %llu: attacher pid %d of uid %u detached, not signalled: a revoke its holder (uid %u) "
 		  "started does not reach other uids%s",

@@ -172,6 +172,13 @@ void revoker_conn_closed(struct broker *b, struct conn *c)
 		struct pollfd p = { .fd = c->pidfd, .events = POLLIN };
 
 		holder_alive = poll(&p, 1, 0) == 0;
+	} else if (c->nleases > 0) {
+		/*
+		 * No pidfd for the peer (a kernel or sandbox without them, valgrind 3.19): only ESRCH says it is gone
+		 * (revoker_pid_gone).
+		 * Taking it for gone freed leases whose pages it still mapped and pinned, counted as free.
+		 */
+		holder_alive = !revoker_pid_gone(c->pid, 0);
 	}
 
 	for (l = lease_first(b->leases); l; l = next) {
@@ -221,25 +228,40 @@ void revoker_conn_closed(struct broker *b, struct conn *c)
 	b->unbrokered_bytes = b->unbrokered.reported_bytes;
 	c->unbrokered_bytes = 0;
 	if (nheld > 0) {
-		bool had_hold = revoker_ghost_find(b, c->pid) != NULL;
+		bool polled = c->pidfd < 0;
 
 		log_debug("connection of pid %d closed while the process lives: %zu leases stay counted until it exits",
 			  c->pid, nheld);
-		/* The connection's own pidfd becomes the process's exit hold (no copy); a second connection's
-		 * pidfd is closed with it at the reap, as the process has one already. */
-		if (revoker_hold_process(b, c->pidfd, !had_hold, c->pid, c->uid, held, owned, nheld) == 0) {
-			if (!had_hold)
-				c->pidfd = -1;
+		/*
+		 * The connection's own pidfd becomes the process's exit hold (no copy; closed here if the process has
+		 * one already). Without one the hold is polled until the process is gone (struct ghost).
+		 */
+		if (revoker_hold_process(b, c->pidfd, c->pidfd >= 0, c->pid, c->uid, held, owned, nheld) == 0) {
+			if (polled)
+				log_event(
+					EV_CLIENT_DIED, LOG_WARNING, 0, c->uid, c->pid,
+					"connection of pid %d closed while the process runs, and it cannot be watched "
+					"for its exit (no pidfd): %zu leases stay counted, looked at again every %u ms "
+					"until that process is gone",
+					c->pid, nheld, (unsigned)REVOKER_POLL_MS);
 		} else {
-			if (!had_hold)
-				c->pidfd = -1; /* closed by revoker_hold_process */
-			/* Cannot watch the process: better to free than to leak the bytes forever. */
+			/*
+			 * Out of memory even for the hold: counted until the daemon stops, rather than freed under a
+			 * live process (which would count its pinned pages as free). Its exit holds never end.
+			 */
 			for (size_t i = 0; i < nheld; i++) {
 				l = lease_find(b->leases, held[i]);
-				if (l && lease_unmapped(l))
-					revoker_free_lease(b, l, "connection closed (cannot watch the holder)");
+				if (!l)
+					continue;
+				l->exit_holds++;
+				log_event(
+					EV_LEASE_OVERDUE, LOG_WARNING, l->id, l->uid, c->pid,
+					"lease %llu: pid %d may still map it but its exit hold cannot be set up (out of "
+					"memory): it stays counted until the daemon stops",
+					(unsigned long long)l->id, c->pid);
 			}
 		}
+		c->pidfd = -1; /* the hold's, or closed by revoker_hold_process */
 	}
 	free(held);
 	free(owned);
@@ -264,6 +286,7 @@ int revoker_init(struct broker *b)
 	ev_timer_init(&rv->shrink_timer, shrink_cb, 0., 0.);
 	rv->shrink_timer.data = b;
 	b->revoker = rv;
+	revoker_hold_init(b);
 	revoker_round_init(b);
 	return 0;
 }
@@ -277,6 +300,7 @@ void revoker_fini(struct broker *b)
 	revoker_round_fini(b);
 	while (rv->ghosts)
 		revoker_ghost_free(b, rv->ghosts);
+	revoker_hold_fini(b);
 	/* Shutdown: leases still counted for live or overdue holders (their fds are in the
 	 * fd store by now) give their chunks back, so pool_free releases them. */
 	for (struct lease *l = lease_first(b->leases), *next; l; l = next) {

@@ -47,19 +47,42 @@ void revoker_conn_closed(struct broker *b, struct conn *c);
 void revoker_on_pressure(struct broker *b, enum broker_state to);
 
 /*
+ * Test only: "1" makes the pidfd_open of exit holds (recovery's, and the poll's below) fail with ENOSYS, as under
+ * valgrind 3.19, an old kernel or a seccomp sandbox; "all" makes every pidfd the daemon would take fail so
+ * (SO_PEERPIDFD and pidfd_open alike: connections, holders.c, restart.c too). Read once, by revoker_init.
+ */
+#define REVOKER_NO_PIDFD_ENV "PINBROKER_TEST_NO_PIDFD"
+
+/* How often an exit hold without a pidfd looks at its process again: its leases stay counted up to this long after it exits. */
+#define REVOKER_POLL_MS 1000
+
+/* pidfd_open of pid for an exit hold: the pidfd, or -errno (the test hook above: -ENOSYS). */
+int revoker_open_pidfd(const struct broker *b, pid_t pid);
+
+/*
+ * Whether pid is gone, err (a -errno, or 0) being why it could not be watched through a pidfd. Only ESRCH (from
+ * pidfd_open or kill) says so: any other failure (EPERM from kill included: it runs, as another user) leaves it
+ * alive, as does a zombie not reaped yet. A reused pid reads as alive too: that only keeps a lease counted longer, never lets its pages
+ * go early.
+ */
+bool revoker_pid_gone(pid_t pid, int err);
+
+/*
  * Keep lease id counted until the process behind pidfd exits (an orphan whose
  * holder is alive but did not re-declare: holder; a former attacher after a
  * restart: not holder): the lease gains an exit hold (lease.h), dropped at that
  * exit; a lease that nobody maps then is freed (an orphan only once the
  * re-declare grace is over). A holder's hold ends too when that process
  * re-declares the lease (revoker_unhold); a mapper's does not, as a stale
- * attachment of its own may still map it. Takes over pidfd. Returns 0 or
- * -ENOMEM (pidfd closed, lease untouched).
+ * attachment of its own may still map it. Takes over pidfd. pidfd -1: the
+ * process (alive) cannot be watched, and is polled every REVOKER_POLL_MS until
+ * it is gone or a pidfd can be had. Returns 0 or -ENOMEM (pidfd closed, lease
+ * untouched).
  */
 int revoker_hold_until_exit(struct broker *b, int pidfd, pid_t pid, bool holder, uint64_t id);
 
 /*
- * One exit hold on l ended (its process exited, a round's hold is over, or recovery's poll found a process it
+ * One exit hold on l ended (its process exited, a round's hold is over, or the poll found a process it
  * could not watch gone): l->exit_holds drops by one. Returns whether nobody maps l now, so the caller frees it (an
  * orphan only once the re-declare grace is over).
  */
@@ -71,10 +94,10 @@ bool revoker_hold_end(struct broker *b, struct lease *l);
  */
 bool revoker_unhold(struct broker *b, pid_t pid, uint64_t id);
 
-/* The pids of the processes holding lease id until they exit: at most max in out. Returns how many. */
+/* The pids of the processes holding lease id until they exit (watched or polled): at most max in out. Returns how many. */
 size_t revoker_hold_pids(const struct broker *b, uint64_t id, pid_t *out, size_t max);
 
-/* Every (lease id, pid) exit hold, to fn: one walk, for a caller that needs them all (restart_save). */
+/* Every (lease id, pid) exit hold, polled ones included, to fn: one walk, for a caller that needs them all (restart_save). */
 void revoker_foreach_hold(const struct broker *b, void (*fn)(uint64_t id, pid_t pid, void *ud), void *ud);
 
 /* The revocation events kept for revoker_revocations. */

@@ -117,6 +117,9 @@ static int peer_pidfd(int fd, pid_t pid, bool *from_peer)
 	int pidfd = -1;
 
 	*from_peer = false;
+	/* Test only (PINBROKER_TEST_NO_PIDFD=all): no pidfd of any kind, as on a kernel without them. */
+	if (sys_pidfd_disabled())
+		return -1;
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) == 0 && pidfd >= 0) {
 		*from_peer = true;
 		fcntl(pidfd, F_SETFD, FD_CLOEXEC);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -404,6 +405,77 @@ static void end_holder(struct fdstore *fs, pid_t pid, int to[2], int from[2])
 	itest_end_clean(&d, NULL, 3000);
 	fdstore_free(fs);
 }
+
+/* Every pidfd the daemon would take fails (PINBROKER_TEST_NO_PIDFD=all, daemon/revoker.h): SO_PEERPIDFD, pidfd_open. */
+static void start_without_pidfds(void)
+{
+	ck_assert_int_eq(setenv("PINBROKER_TEST_NO_PIDFD", "all", 1), 0);
+	daemon_start(&d, NULL);
+	ck_assert_int_eq(unsetenv("PINBROKER_TEST_NO_PIDFD"), 0);
+}
+
+/*
+ * A holder whose connection closes while its process lives on, its lease still mapped, and that the daemon cannot
+ * watch (no pidfd at all, as under valgrind 3.19 or a seccomp sandbox): the lease stays counted while the process
+ * runs, and is freed soon after it is killed and reaped (the poll looks every second). The close used to free it
+ * at once, its pages still mapped and pinned by the live process, which the budget then counted as free.
+ */
+START_TEST(test_lease_of_a_live_holder_that_closed_without_pidfd_stays_counted_until_it_exits)
+{
+	int to[2], from[2];
+	char *log;
+	pid_t pid;
+
+	pid = itest_fork_piped(to, from);
+	if (pid == 0) {
+		int raw, fds[16];
+		size_t nfds = 0;
+		uint64_t id;
+		char c;
+
+		itest_child_ends(to, from);
+		raw = raw_connect(d.socket);
+		if (raw < 0 || raw_hello(raw) != 0 || raw_acquire(raw, 4 * MiB, &id, fds, 16, &nfds) != 0 || nfds == 0)
+			_exit(1);
+		/* Mapped and touched, then the connection goes: the mapping (and the pin it stands for) stays. */
+		for (size_t i = 0; i < nfds; i++) {
+			struct stat st;
+			char *p;
+
+			if (fstat(fds[i], &st) < 0)
+				_exit(2);
+			p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
+			if (p == MAP_FAILED)
+				_exit(3);
+			memset(p, 'h', 4096);
+			close(fds[i]);
+		}
+		close(raw);
+		itest_say(from[1], 'a');
+		while (read(to[0], &c, 1) > 0)
+			;
+		_exit(0);
+	}
+	itest_parent_ends(to, from);
+	ck_assert_int_eq(itest_hear(from[0], 10), 'a');
+
+	/* Several of the poll's looks (1 s apart), the process alive and mapping the lease. */
+	ck_assert_msg(wait_leased(d.socket, 0, 2500) == (int64_t)(4 * MiB),
+		      "the lease of a live process was freed when its connection closed (no pidfd to watch it)");
+	ck_assert(daemon_wait_log(&d, "cannot be watched for its exit (no pidfd)", 5000));
+	log = daemon_log(&d);
+	ck_assert_msg(!strstr(log + d.log_from, "released (connection closed"), "the close freed the lease");
+	free(log);
+
+	/* Gone (and reaped: a zombie still runs for kill), its lease is freed within a poll or two. */
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+	close(to[1]);
+	close(from[0]);
+	ck_assert_msg(wait_leased(d.socket, 0, 3000) == 0, "the lease stayed counted after its process was gone");
+	ck_assert(daemon_alive(&d));
+}
+END_TEST
 
 /*
  * A holder that re-declares its lease only after the grace (its process was stopped through the restart): the
@@ -943,6 +1015,9 @@ static Suite *suite(void)
 		   test_lease_re_declared_while_polled_is_freed_by_its_release,
 		   test_daemon_stops_cleanly_while_it_polls_a_holder,
 		   test_orphan_mapped_by_an_attacher_without_pidfd_stays_counted_until_it_exits);
+	/* No pidfd anywhere either (every one the daemon would take fails): valgrind too. */
+	CHECK_CASE(s, "no-pidfd-close", start_without_pidfds, stop_daemon, 60,
+		   test_lease_of_a_live_holder_that_closed_without_pidfd_stays_counted_until_it_exits);
 	CHECK_CASE(s, "grace-frees-waiter", NULL, NULL, 60,
 		   test_waiting_acquire_is_granted_when_the_grace_frees_an_orphan);
 
