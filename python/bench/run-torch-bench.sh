@@ -44,8 +44,11 @@ unset PINBROKER_TORCH
 } | tee -a "$OUT/setup.txt"
 
 echo "=== torch_alloc_bench (stock, pinbroker, pinbroker, stock)"
+# Its --total-s (default 240) bounds the sides it starts, and each side the time left: a minute past it is a hang.
+# (A fixed 300 s killed a --total-s 340 run before it wrote its table.)
+TOTAL_S=$(echo " ${BENCH_ARGS:-} " | sed -n 's/.* --total-s[ =]\([0-9]*\).*/\1/p')
 # shellcheck disable=SC2086 # BENCH_ARGS is split on purpose
-timeout 300 "$PY" "$SRC/python/bench/torch_alloc_bench.py" --out "$OUT" "${DRY[@]}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/torch_alloc_bench.log"
+timeout $((${TOTAL_S:-240} + 60)) "$PY" "$SRC/python/bench/torch_alloc_bench.py" --out "$OUT" "${DRY[@]}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/torch_alloc_bench.log"
 BENCH=${PIPESTATUS[0]}
 [ "$BENCH" = 77 ] && { echo "SKIP: torch_alloc_bench found no CUDA"; exit 77; }
 "$PINCTL" --socket "$SOCK" status >"$OUT/pinctl-status-after-bench.txt" 2>&1
@@ -62,10 +65,18 @@ fi
 echo
 echo "## torch's pinned memory on $(hostname) ($(date -u +%FT%TZ)); results in $OUT"
 echo
-echo "torch_alloc_bench exit $BENCH, h2d_probe exit $PROBE"
+if [ "${PB_PROBE:-1}" != 0 ]; then
+	echo "torch_alloc_bench exit $BENCH, h2d_probe exit $PROBE"
+else
+	echo "torch_alloc_bench exit $BENCH, h2d_probe not run (PB_PROBE=0)"
+fi
 echo
 if [ -f "$OUT/torch_alloc_bench.md" ]; then cat "$OUT/torch_alloc_bench.md"; else tail -20 "$OUT/torch_alloc_bench.log"; fi
 echo
-if [ -f "$OUT/h2d_probe.md" ]; then cat "$OUT/h2d_probe.md"; else tail -20 "$OUT/h2d_probe.log"; fi
+if [ -f "$OUT/h2d_probe.md" ]; then
+	cat "$OUT/h2d_probe.md"
+elif [ -f "$OUT/h2d_probe.log" ]; then
+	tail -20 "$OUT/h2d_probe.log"
+fi
 [ "$BENCH" = 0 ] && [ "$PROBE" = 0 ] && exit 0
 exit 1
