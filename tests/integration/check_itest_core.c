@@ -406,6 +406,15 @@ static void end_holder(struct fdstore *fs, pid_t pid, int to[2], int from[2])
 	fdstore_free(fs);
 }
 
+/* SIGKILLs a fork_holder (stopped or not), reaps it (a zombie still runs for kill(pid, 0)) and closes our ends. */
+static void kill_holder(pid_t pid, int to[2], int from[2])
+{
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+	close(to[1]);
+	close(from[0]);
+}
+
 /* Every pidfd the daemon would take fails (PINBROKER_TEST_NO_PIDFD=all, daemon/revoker.h): SO_PEERPIDFD, pidfd_open. */
 static void start_without_pidfds(void)
 {
@@ -468,10 +477,7 @@ START_TEST(test_lease_of_a_live_holder_that_closed_without_pidfd_stays_counted_u
 	free(log);
 
 	/* Gone (and reaped: a zombie still runs for kill), its lease is freed within a poll or two. */
-	ck_assert_int_eq(kill(pid, SIGKILL), 0);
-	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
-	close(to[1]);
-	close(from[0]);
+	kill_holder(pid, to, from);
 	ck_assert_msg(wait_leased(d.socket, 0, 3000) == 0, "the lease stayed counted after its process was gone");
 	ck_assert(daemon_alive(&d));
 }
@@ -520,6 +526,18 @@ static void restart_without_pidfd(struct fdstore *fs, const char *const *args)
 	ck_assert_int_eq(unsetenv("PINBROKER_TEST_NO_PIDFD"), 0);
 }
 
+/* A fork_holder stopped (so it does not re-declare) through a restart without pidfds; returns its pid. */
+static pid_t stopped_holder_without_pidfd(struct fdstore **fs, const char *const *args, int to[2], int from[2])
+{
+	pid_t pid;
+
+	*fs = start_under_store(args);
+	pid = fork_holder(to, from, false);
+	ck_assert_int_eq(kill(pid, SIGSTOP), 0);
+	restart_without_pidfd(*fs, args);
+	return pid;
+}
+
 /*
  * A holder that does not re-declare (stopped through the restart) and that the daemon cannot watch for its exit (no
  * pidfd): past the grace its lease stays counted while the process runs, and is freed once it is gone. The grace
@@ -534,11 +552,7 @@ START_TEST(test_orphan_of_a_live_holder_without_pidfd_stays_counted_until_it_exi
 	char *log;
 	pid_t pid;
 
-	fs = start_under_store(args);
-	pid = fork_holder(to, from, false);
-
-	ck_assert_int_eq(kill(pid, SIGSTOP), 0);
-	restart_without_pidfd(fs, args);
+	pid = stopped_holder_without_pidfd(&fs, args, to, from);
 	/* Past the grace, by the daemon's clock; then several of the poll's looks (1 s apart), the process alive. */
 	ck_assert(wait_daemon_uptime(d.socket, 300 + 1000, 10000));
 	ck_assert_msg(wait_leased(d.socket, 0, 2500) == (int64_t)(4 * MiB),
@@ -549,10 +563,7 @@ START_TEST(test_orphan_of_a_live_holder_without_pidfd_stays_counted_until_it_exi
 	free(log);
 
 	/* Gone (and reaped: a zombie still runs for kill), its lease is freed within a poll or two. */
-	ck_assert_int_eq(kill(pid, SIGKILL), 0);
-	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
-	close(to[1]);
-	close(from[0]);
+	kill_holder(pid, to, from);
 	ck_assert_msg(wait_leased(d.socket, 0, 5000) == 0, "the lease stayed counted after its holder was gone");
 	ck_assert(daemon_wait_log(&d, "its holder is gone: reclaimed", 3000));
 	itest_end_clean(&d, NULL, 3000);
@@ -572,11 +583,7 @@ START_TEST(test_lease_re_declared_while_polled_is_freed_by_its_release)
 	struct fdstore *fs;
 	pid_t pid;
 
-	fs = start_under_store(args);
-	pid = fork_holder(to, from, false);
-
-	ck_assert_int_eq(kill(pid, SIGSTOP), 0);
-	restart_without_pidfd(fs, args);
+	pid = stopped_holder_without_pidfd(&fs, args, to, from);
 	ck_assert(wait_daemon_uptime(d.socket, 300 + 1000, 10000));
 	ck_assert_msg(status_leased(d.socket) == (int64_t)(4 * MiB),
 		      "the grace freed the lease of a live holder it could not watch for its exit");
@@ -594,22 +601,15 @@ START_TEST(test_lease_re_declared_while_polled_is_freed_by_its_release)
 END_TEST
 
 /*
- * A shared lease whose holder died with the daemon while its attacher still runs, and the daemon cannot watch that
- * attacher for its exit (no pidfd): past the grace the lease stays counted while the attacher maps it, and is freed
- * once the attacher is gone. The attacher used to be skipped, and the grace freed the lease under its mapping.
+ * A holder that takes a 4 MiB lease and shares it, and an attacher (of the same uid) that maps it; both wait on their
+ * pipes (pto, ato: a byte or EOF ends them). Returns once the attacher has mapped the lease.
  */
-START_TEST(test_orphan_mapped_by_an_attacher_without_pidfd_stays_counted_until_it_exits)
+static void fork_share_pair(int pto[2], int pfrom[2], int ato[2], int afrom[2], pid_t *holder, pid_t *attacher)
 {
-	static const char *const args[] = { "--redeclare-grace-ms", "300", NULL };
-	int pto[2], pfrom[2], ato[2], afrom[2];
 	char token[PB_SHARE_TOKEN_LEN];
-	struct fdstore *fs;
-	pid_t holder, attacher;
-	char *log;
 
-	fs = start_under_store(args);
-	holder = itest_fork_piped(pto, pfrom);
-	if (holder == 0) {
+	*holder = itest_fork_piped(pto, pfrom);
+	if (*holder == 0) {
 		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
 		char t[PB_SHARE_TOKEN_LEN];
 		pb_client *c;
@@ -624,8 +624,8 @@ START_TEST(test_orphan_mapped_by_an_attacher_without_pidfd_stays_counted_until_i
 	}
 	itest_parent_ends(pto, pfrom);
 	ck_assert_int_eq(read(pfrom[0], token, sizeof(token)), (ssize_t)sizeof(token));
-	attacher = itest_fork_piped(ato, afrom);
-	if (attacher == 0) {
+	*attacher = itest_fork_piped(ato, afrom);
+	if (*attacher == 0) {
 		pb_client *c;
 		pb_lease *l;
 
@@ -638,6 +638,23 @@ START_TEST(test_orphan_mapped_by_an_attacher_without_pidfd_stays_counted_until_i
 	}
 	itest_parent_ends(ato, afrom);
 	ck_assert_int_eq(itest_hear(afrom[0], 10), 'a');
+}
+
+/*
+ * A shared lease whose holder died with the daemon while its attacher still runs, and the daemon cannot watch that
+ * attacher for its exit (no pidfd): past the grace the lease stays counted while the attacher maps it, and is freed
+ * once the attacher is gone. The attacher used to be skipped, and the grace freed the lease under its mapping.
+ */
+START_TEST(test_orphan_mapped_by_an_attacher_without_pidfd_stays_counted_until_it_exits)
+{
+	static const char *const args[] = { "--redeclare-grace-ms", "300", NULL };
+	int pto[2], pfrom[2], ato[2], afrom[2];
+	struct fdstore *fs;
+	pid_t holder, attacher;
+	char *log;
+
+	fs = start_under_store(args);
+	fork_share_pair(pto, pfrom, ato, afrom, &holder, &attacher);
 
 	/* The holder dies with the daemon: only the attacher, which does not re-declare, still maps the lease. */
 	fdstore_daemon_kill(fs);
@@ -672,19 +689,12 @@ START_TEST(test_daemon_stops_cleanly_while_it_polls_a_holder)
 	struct fdstore *fs;
 	pid_t pid;
 
-	fs = start_under_store(args);
-	pid = fork_holder(to, from, false);
-
-	ck_assert_int_eq(kill(pid, SIGSTOP), 0);
-	restart_without_pidfd(fs, args);
+	pid = stopped_holder_without_pidfd(&fs, args, to, from);
 	ck_assert(daemon_wait_log(&d, "cannot be watched for its exit", 10000));
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)(4 * MiB));
 	ck_assert_int_eq(daemon_stop(&d), 0);
 
-	ck_assert_int_eq(kill(pid, SIGKILL), 0);
-	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
-	close(to[1]);
-	close(from[0]);
+	kill_holder(pid, to, from);
 	fdstore_free(fs);
 }
 END_TEST
@@ -698,41 +708,11 @@ START_TEST(test_orphan_outlives_its_attachers_exit_while_its_holder_runs)
 {
 	static const char *const args[] = { "--redeclare-grace-ms", "20000", NULL };
 	int pto[2], pfrom[2], ato[2], afrom[2];
-	char token[PB_SHARE_TOKEN_LEN];
 	struct fdstore *fs;
 	pid_t holder, attacher;
 
 	fs = start_under_store(args);
-	holder = itest_fork_piped(pto, pfrom);
-	if (holder == 0) {
-		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
-		char t[PB_SHARE_TOKEN_LEN];
-		pb_client *c;
-		pb_lease *l;
-
-		itest_child_ends(pto, pfrom);
-		if (pb_connect(d.socket, &c) < 0 || pb_acquire(c, 4 * MiB, &o, &l) < 0 ||
-		    pb_lease_share(c, l, NULL, 0, t) < 0 || write(pfrom[1], t, sizeof(t)) != (ssize_t)sizeof(t))
-			_exit(1);
-		itest_hear(pto[0], 60);
-		_exit(0);
-	}
-	itest_parent_ends(pto, pfrom);
-	ck_assert_int_eq(read(pfrom[0], token, sizeof(token)), (ssize_t)sizeof(token));
-	attacher = itest_fork_piped(ato, afrom);
-	if (attacher == 0) {
-		pb_client *c;
-		pb_lease *l;
-
-		itest_child_ends(ato, afrom);
-		if (pb_connect(d.socket, &c) < 0 || pb_attach(c, token, &l) < 0)
-			_exit(1);
-		itest_say(afrom[1], 'a');
-		itest_hear(ato[0], 60);
-		_exit(0);
-	}
-	itest_parent_ends(ato, afrom);
-	ck_assert_int_eq(itest_hear(afrom[0], 10), 'a');
+	fork_share_pair(pto, pfrom, ato, afrom, &holder, &attacher);
 
 	/* The holder cannot re-declare yet; the attacher's stale mapping keeps the lease held until it exits. */
 	ck_assert_int_eq(kill(holder, SIGSTOP), 0);
@@ -825,10 +805,7 @@ START_TEST(test_waiting_acquire_is_granted_when_the_grace_frees_an_orphan)
 
 	/* The holder dies with the daemon: nobody re-declares its lease, which waits out the grace. */
 	fdstore_daemon_kill(fs);
-	ck_assert_int_eq(kill(pid, SIGKILL), 0);
-	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
-	close(to[1]);
-	close(from[0]);
+	kill_holder(pid, to, from);
 	fdstore_daemon_start(fs, args);
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)(200 * MiB));
 
