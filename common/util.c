@@ -209,3 +209,49 @@ ssize_t read_text_at(int dirfd, const char *path, char *buf, size_t len)
 		buf[n] = '\0';
 	return (ssize_t)n;
 }
+
+/* One unsigned decimal number at *p (after blanks), *p moved past it: 0, or -EINVAL where there is none. */
+static int parse_u64_field(const char **p, uint64_t *out)
+{
+	const char *s = *p;
+	uint64_t v = 0;
+
+	while (*s == ' ' || *s == '\t')
+		s++;
+	if (!isdigit((unsigned char)*s))
+		return -EINVAL;
+	for (; isdigit((unsigned char)*s); s++) {
+		if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
+			return -EINVAL;
+		v = v * 10 + (uint64_t)(*s - '0');
+	}
+	*p = s;
+	*out = v;
+	return 0;
+}
+
+int parse_proc_stat_starttime(const char *buf, uint64_t *out)
+{
+	const char *p = strrchr(buf, ')');
+
+	if (!p)
+		return -EINVAL;
+	p++;
+	/* Fields 3 (state) to 21 are skipped: 19 blank-separated words. */
+	for (int field = 3; field < 22; field++) {
+		while (*p == ' ')
+			p++;
+		if (*p == '\0' || *p == '\n')
+			return -EINVAL;
+		while (*p && *p != ' ' && *p != '\n')
+			p++;
+	}
+	return parse_u64_field(&p, out);
+}
+
+int parse_proc_statm_size(const char *buf, uint64_t *out)
+{
+	const char *p = buf;
+
+	return parse_u64_field(&p, out);
+}

@@ -58,3 +58,15 @@ bool sys_pidfd_disabled(void);
  * absolute, or AT_FDCWD). At most len - 1 bytes; the length read, or -errno.
  */
 ssize_t read_text_at(int dirfd, const char *path, char *buf, size_t len);
+
+/*
+ * The start time (field 22, starttime, in clock ticks since boot) of a /proc/PID/stat line in buf. Read after the
+ * LAST ')': the comm before it (field 2) may hold spaces and parens of its own ("a) (b c)"). Returns 0 with *out
+ * set, or -EINVAL for a line that does not parse.
+ */
+int parse_proc_stat_starttime(const char *buf, uint64_t *out);
+/*
+ * The first field (size, in pages) of a /proc/PID/statm or /proc/PID/task/TID/statm line in buf: 0 for a task
+ * with no mm (a zombie, a task past exit_mm in do_exit). Returns 0 with *out set, or -EINVAL.
+ */
+int parse_proc_statm_size(const char *buf, uint64_t *out);

@@ -203,6 +203,52 @@ START_TEST(test_grow_array_doubles_only_when_full)
 }
 END_TEST
 
+START_TEST(test_proc_stat_starttime_reads_field_22_after_last_paren)
+{
+	/* A comm with spaces and parens of its own: only the last ')' ends it. */
+	const char *line = "4242 (a) (b c)) S 1 4242 4242 0 -1 4194560 120 0 0 0 3 1 0 0 20 0 1 0 987654321 "
+			   "12345678 300 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 3 0 0 0 0 0\n";
+	uint64_t t = 0;
+
+	ck_assert_int_eq(parse_proc_stat_starttime(line, &t), 0);
+	ck_assert_uint_eq(t, 987654321);
+	ck_assert_int_eq(parse_proc_stat_starttime("1 (init) S 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 42 9\n", &t),
+			 0);
+	ck_assert_uint_eq(t, 42);
+	/* "x) y" inside the comm: the first ')' would read field 22 from the wrong place. */
+	ck_assert_int_eq(parse_proc_stat_starttime("7 (x) 1 2 3) Z 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 555 0\n", &t),
+			 0);
+	ck_assert_uint_eq(t, 555);
+}
+END_TEST
+
+START_TEST(test_proc_stat_starttime_rejects_short_or_garbled_lines)
+{
+	uint64_t t = 7;
+
+	ck_assert_int_eq(parse_proc_stat_starttime("", &t), -EINVAL);
+	ck_assert_int_eq(parse_proc_stat_starttime("12 no paren S 1 2 3", &t), -EINVAL);
+	ck_assert_int_eq(parse_proc_stat_starttime("12 (short) S 1 2 3\n", &t), -EINVAL);
+	ck_assert_int_eq(parse_proc_stat_starttime("12 (bad) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 x 1\n", &t),
+			 -EINVAL);
+	ck_assert_uint_eq(t, 7);
+}
+END_TEST
+
+START_TEST(test_proc_statm_size_reads_first_field)
+{
+	uint64_t v = 1;
+
+	ck_assert_int_eq(parse_proc_statm_size("0 0 0 0 0 0 0\n", &v), 0);
+	ck_assert_uint_eq(v, 0);
+	ck_assert_int_eq(parse_proc_statm_size("65432 1200 800 10 0 3000 0\n", &v), 0);
+	ck_assert_uint_eq(v, 65432);
+	ck_assert_int_eq(parse_proc_statm_size("", &v), -EINVAL);
+	ck_assert_int_eq(parse_proc_statm_size("x 1 2\n", &v), -EINVAL);
+	ck_assert_uint_eq(v, 65432);
+}
+END_TEST
+
 static Suite *util_suite(void)
 {
 	Suite *s = suite_create("util");
@@ -218,6 +264,9 @@ static Suite *util_suite(void)
 		   test_format_size_truncates_to_buffer, test_round_up_to_multiples,
 		   test_round_up_overflow_returns_zero, test_grow_array_doubles_only_when_full,
 		   test_clocks_are_monotonic_and_agree);
+
+	CHECK_CASE(s, "proc_parse", NULL, NULL, TIMEOUT_S, test_proc_stat_starttime_reads_field_22_after_last_paren,
+		   test_proc_stat_starttime_rejects_short_or_garbled_lines, test_proc_statm_size_reads_first_field);
 	return s;
 }
 
