@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Exit holds: leases kept counted until a process that may still map them exits, one pidfd watcher per process (or, without a pidfd, a poll). */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <ev.h>
 #include <fcntl.h>
@@ -129,28 +130,105 @@ int revoker_open_pidfd(const struct broker *b, pid_t pid)
 	return fd >= 0 ? fd : -errno;
 }
 
-bool revoker_pid_gone(pid_t pid, int err)
+uint64_t revoker_pid_starttime(pid_t pid)
 {
+	char path[64], buf[1024];
+	uint64_t t;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (pid <= 0 || read_text_at(AT_FDCWD, path, buf, sizeof(buf)) < 0 || parse_proc_stat_starttime(buf, &t) < 0)
+		return 0;
+	return t;
+}
+
+/*
+ * Whether some task of pid still has an mm, i.e. the process still maps anything: 1 yes, 0 no, -1 cannot tell.
+ * Every task, not the leader only: a leader that called pthread_exit has no mm (it reads as a zombie) while its
+ * other threads, sharing the process's mm, still map its pages.
+ */
+static int pid_has_mm(pid_t pid)
+{
+	char path[64], buf[256];
+	struct dirent *e;
+	bool unreadable = false;
+	int dfd, r = 0;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -1;
+	d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return -1;
+	}
+	while (r == 0 && (e = readdir(d))) {
+		uint64_t size;
+		ssize_t n;
+
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "%.20s/statm", e->d_name);
+		n = read_text_at(dirfd(d), path, buf, sizeof(buf));
+		/* A thread that exited since readdir (ENOENT, ESRCH) maps nothing; another failure cannot tell. */
+		if (n == -ENOENT || n == -ESRCH)
+			continue;
+		if (n < 0 || parse_proc_statm_size(buf, &size) < 0)
+			unreadable = true;
+		else if (size > 0)
+			r = 1;
+	}
+	closedir(d);
+	return r == 0 && unreadable ? -1 : r;
+}
+
+bool revoker_process_gone(pid_t pid, int err, uint64_t starttime)
+{
+	uint64_t now;
+	int mm;
+
 	/*
 	 * No pid to look at (a peer in a pid namespace the daemon cannot see: SO_PEERCRED says 0): kill(0, 0) would
 	 * ask about the daemon's own process group, which never goes. Taken for gone, as it always was.
 	 */
 	if (pid <= 0 || err == -ESRCH)
 		return true;
+	if (kill(pid, 0) < 0 && errno == ESRCH)
+		return true;
 	/*
-	 * Not a zombie test through /proc: a thread-group leader that exited while its other threads run reads as a
-	 * zombie too, its mappings still in use. An unreaped zombie only keeps its leases counted until it is reaped.
+	 * The pid exists (kill succeeds on a zombie too, and EPERM says it runs as another user). Gone all the same
+	 * when it names another process now: its start time is not the one recorded when the hold was made (the pid
+	 * was reused). 0 on either side: not known, no reuse check.
 	 */
-	return kill(pid, 0) < 0 && errno == ESRCH;
+	now = revoker_pid_starttime(pid);
+	if (starttime && now && now != starttime)
+		return true;
+	/*
+	 * Gone when no task of it has an mm: a zombie has none (exit_mm ran; only its reap is left), nor has a
+	 * process past exit_mm in do_exit. The kernel runs exit_mm before exit_files, so at its connection's EOF an
+	 * exiting process already reads as mapping nothing: its leases are freed at once, as with a pidfd, not at the
+	 * next poll. /proc not readable (EACCES, hidepid, which may say ENOENT for a process that runs): taken for
+	 * alive unless kill says it is gone, so its leases stay counted longer, never freed under it.
+	 */
+	mm = pid_has_mm(pid);
+	if (mm < 0)
+		return kill(pid, 0) < 0 && errno == ESRCH;
+	return mm == 0;
 }
 
-/* Whether g's process still runs: its pidfd is not readable yet, or (polled) its pid is not gone. */
+bool revoker_pid_gone(pid_t pid, int err)
+{
+	return revoker_process_gone(pid, err, 0);
+}
+
+/* Whether g's process still runs: its pidfd is not readable yet, or (polled) it still maps anything. */
 static bool ghost_alive(const struct ghost *g)
 {
 	struct pollfd p = { .fd = g->pidfd, .events = POLLIN };
 
 	if (g->pidfd < 0)
-		return !revoker_pid_gone(g->pid, 0);
+		return !revoker_process_gone(g->pid, 0, g->starttime);
 	return poll(&p, 1, 0) == 0;
 }
 
@@ -173,13 +251,23 @@ static void poll_cb(struct ev_loop *loop, ev_timer *w, int revents)
 		if (g->pidfd >= 0)
 			continue;
 		fd = revoker_open_pidfd(b, g->pid);
+		/*
+		 * The pidfd names whatever process has the pid now: one that started at another time took the pid over
+		 * after g's process exited (reused), so g's process is gone and that pidfd is not its. The same start
+		 * time: it is g's process (it ran when pidfd_open found it, and a pid is reused only once its process is
+		 * gone), and the pidfd watches it from now on.
+		 */
+		if (fd >= 0 && g->starttime && revoker_pid_starttime(g->pid) != g->starttime) {
+			close(fd);
+			fd = -ESRCH;
+		}
 		if (fd >= 0) {
 			/* Recovery's holds could not tell the uid: the pidfd confirms what /proc says. */
 			if (g->uid == (uid_t)-1)
 				g->uid = pidfd_real_uid(fd, g->pid);
 			ghost_watch(b, g, fd);
 			log_info("pid %d is watched for its exit now: %zu leases held for it", g->pid, g->nids);
-		} else if (revoker_pid_gone(g->pid, fd)) {
+		} else if (revoker_process_gone(g->pid, fd, g->starttime)) {
 			ghost_end(b, g);
 			ended = true;
 		}
@@ -281,11 +369,20 @@ int revoker_hold_process(struct broker *b, int pidfd, bool take_pidfd, pid_t pid
 		g->next = rv->ghosts;
 		rv->ghosts = g;
 	}
-	/* A polled ghost that gets a pidfd (a connection of its process closed, and had one) is watched from now on. */
-	if (fd >= 0)
+	/*
+	 * A polled ghost that gets a pidfd (a connection of its process closed, and had one) is watched from now on.
+	 * One made by recovery could not tell its uid: the caller's, or the pidfd's, before ghost_watch counts the fd
+	 * (to no uid otherwise, and an overdue lease's enforcement would never signal it).
+	 */
+	if (fd >= 0) {
+		if (g->uid == (uid_t)-1)
+			g->uid = uid != (uid_t)-1 ? uid : pidfd_real_uid(fd, pid);
 		ghost_watch(b, g, fd);
-	else if (fresh)
+	} else if (fresh) {
+		/* Polled: its start time tells its process from a later one given the same pid. */
+		g->starttime = revoker_pid_starttime(pid);
 		ghost_poll(b, g);
+	}
 	return 0;
 }
 

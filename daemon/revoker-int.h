@@ -29,9 +29,10 @@
  *
  * Where no pidfd can be had (ENOSYS under valgrind 3.19, an old kernel or a
  * seccomp sandbox; EMFILE/ENFILE/ENOMEM) the ghost is polled instead: pidfd
- * -1, no io watcher, and the revoker's poll_timer looks at its pid every
- * REVOKER_POLL_MS (revoker_pid_gone), moving it to a pidfd watch once one can
- * be had. Taking it for gone would free leases under a live process. A polled
+ * -1, no io watcher, and the revoker's poll_timer looks at its process every
+ * REVOKER_POLL_MS (revoker_process_gone: does it still map anything), moving it
+ * to a pidfd watch once one can be had. Its start time, recorded when it is
+ * made, tells its process from a later one that reuses the pid. Taking it for gone would free leases under a live process. A polled
  * ghost keeps no fd, so it is not counted against uid's fd caps (counted
  * false): the caps guard the daemon's fd table, which it does not use; its
  * leases' bytes stay charged to their uids either way. It is counted once it
@@ -42,10 +43,11 @@ struct ghost {
 	struct broker *broker;
 	int pidfd; /* -1: polled */
 	pid_t pid;
-	uid_t uid;    /* (uid_t)-1 when it could not be told (recovery's holds, until a pidfd confirms it) */
-	bool counted; /* budget_fd_add done */
-	bool polled;  /* pidfd -1: counted in the revoker's npolled */
-	ev_io io;     /* started only with a pidfd */
+	uid_t uid;          /* (uid_t)-1 when it could not be told (recovery's holds, until a pidfd confirms it) */
+	uint64_t starttime; /* polled: its process's /proc start time when the hold was made (0: unknown) */
+	bool counted;       /* budget_fd_add done */
+	bool polled;        /* pidfd -1: counted in the revoker's npolled */
+	ev_io io;           /* started only with a pidfd */
 	size_t nids, capids;
 	uint64_t *ids;
 	bool *holder; /* per id: held for the lease's holder (re-declaring it ends that), not a mapper */

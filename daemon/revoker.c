@@ -174,8 +174,9 @@ void revoker_conn_closed(struct broker *b, struct conn *c)
 		holder_alive = poll(&p, 1, 0) == 0;
 	} else if (c->nleases > 0) {
 		/*
-		 * No pidfd for the peer (a kernel or sandbox without them, valgrind 3.19): only ESRCH says it is gone
-		 * (revoker_pid_gone).
+		 * No pidfd for the peer (a kernel or sandbox without them, valgrind 3.19): whether it still maps
+		 * anything, looked at now (revoker_pid_gone): an exiting process (past exit_mm before its fds close)
+		 * or a zombie is gone at once, as with a pidfd.
 		 * Taking it for gone freed leases whose pages it still mapped and pinned, counted as free.
 		 */
 		holder_alive = !revoker_pid_gone(c->pid, 0);

@@ -60,12 +60,17 @@ void revoker_on_pressure(struct broker *b, enum broker_state to);
 int revoker_open_pidfd(const struct broker *b, pid_t pid);
 
 /*
- * Whether pid is gone, err (a -errno, or 0) being why it could not be watched through a pidfd. Only ESRCH (from
- * pidfd_open or kill) says so: any other failure (EPERM from kill included: it runs, as another user) leaves it
- * alive, as does a zombie not reaped yet. A reused pid reads as alive too: that only keeps a lease counted longer, never lets its pages
- * go early.
+ * Whether the process a hold was made for no longer maps anything, so its leases can go: err (a -errno, or 0) is
+ * why it could not be watched through a pidfd, ESRCH saying it is gone. Gone too when kill(pid, 0) says ESRCH,
+ * when pid's /proc start time is not starttime (0: unknown, no check; the pid was reused), or when no task of
+ * pid has an mm (a zombie, or a process already past exit_mm: it exits). Any other failure (EPERM from kill: it
+ * runs as another user; /proc unreadable) leaves it alive: counted longer, never freed early.
  */
+bool revoker_process_gone(pid_t pid, int err, uint64_t starttime);
+/* revoker_process_gone with no start time to compare (a process looked at once, not a hold's). */
 bool revoker_pid_gone(pid_t pid, int err);
+/* pid's start time from /proc/PID/stat (clock ticks since boot), or 0 when it cannot be read. */
+uint64_t revoker_pid_starttime(pid_t pid);
 
 /*
  * Keep lease id counted until the process behind pidfd exits (an orphan whose

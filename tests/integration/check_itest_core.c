@@ -484,6 +484,78 @@ START_TEST(test_lease_of_a_live_holder_that_closed_without_pidfd_stays_counted_u
 END_TEST
 
 /*
+ * A client that exits (its mappings gone with it) but is not reaped yet by its parent: its lease is freed while it
+ * is a zombie. Without a pidfd, kill(pid, 0) still succeeds on a zombie; the daemon looks whether any of its tasks
+ * has an mm (a zombie has none), so the lease does not stay counted until the parent reaps it. With a pidfd (the
+ * control), the pidfd is readable at the exit.
+ */
+START_TEST(test_lease_of_an_exited_unreaped_client_is_freed)
+{
+	int to[2], from[2];
+	int64_t left;
+	pid_t pid;
+
+	pid = itest_fork_piped(to, from);
+	if (pid == 0) {
+		int raw, fds[16];
+		size_t nfds = 0;
+		uint64_t id;
+
+		itest_child_ends(to, from);
+		raw = raw_connect(d.socket);
+		if (raw < 0 || raw_hello(raw) != 0 || raw_acquire(raw, 4 * MiB, &id, fds, 16, &nfds) != 0 || nfds == 0)
+			_exit(1);
+		itest_say(from[1], 'a');
+		_exit(0); /* exits; the parent does not reap it for a while */
+	}
+	itest_parent_ends(to, from);
+	ck_assert_int_eq(itest_hear(from[0], 10), 'a');
+	/* Several polls (1 s apart) after its exit: it is a zombie, its mappings long gone. */
+	left = wait_leased(d.socket, 0, 4000);
+	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+	close(to[1]);
+	close(from[0]);
+	ck_assert_msg(left == 0, "the lease of an exited (unreaped) client stayed counted: %lld bytes",
+		      (long long)left);
+}
+END_TEST
+
+/*
+ * A client that exits and is reaped at once: its lease is freed within 300 ms, well before the poll of holds
+ * without a pidfd (REVOKER_POLL_MS) could see it. Without a pidfd, the close of its connection finds it past
+ * exit_mm (or gone), as with a pidfd (the control), rather than holding the lease until the next poll.
+ */
+START_TEST(test_lease_of_an_exited_reaped_client_is_freed_at_once)
+{
+	int to[2], from[2];
+	int64_t left;
+	pid_t pid;
+
+	pid = itest_fork_piped(to, from);
+	if (pid == 0) {
+		int raw, fds[16];
+		size_t nfds = 0;
+		uint64_t id;
+
+		itest_child_ends(to, from);
+		raw = raw_connect(d.socket);
+		if (raw < 0 || raw_hello(raw) != 0 || raw_acquire(raw, 4 * MiB, &id, fds, 16, &nfds) != 0 || nfds == 0)
+			_exit(1);
+		itest_say(from[1], 'a');
+		_exit(0);
+	}
+	itest_parent_ends(to, from);
+	ck_assert_int_eq(itest_hear(from[0], 10), 'a');
+	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+	close(to[1]);
+	close(from[0]);
+	left = wait_leased(d.socket, 0, 300);
+	ck_assert_msg(left == 0, "the lease of an exited, reaped client was still counted 300 ms later: %lld bytes",
+		      (long long)left);
+}
+END_TEST
+
+/*
  * A holder that re-declares its lease only after the grace (its process was stopped through the restart): the
  * grace left the lease counted until that process exits, since it still ran. Re-declared, its connection holds it
  * again, so its release frees it while the process lives on. It used to stay counted until the process exited.
@@ -995,6 +1067,14 @@ static Suite *suite(void)
 	/* No pidfd anywhere either (every one the daemon would take fails): valgrind too. */
 	CHECK_CASE(s, "no-pidfd-close", start_without_pidfds, stop_daemon, 60,
 		   test_lease_of_a_live_holder_that_closed_without_pidfd_stays_counted_until_it_exits);
+	CHECK_CASE(s, "no-pidfd-zombie", start_without_pidfds, stop_daemon, 60,
+		   test_lease_of_an_exited_unreaped_client_is_freed);
+	CHECK_CASE(s, "no-pidfd-exit-frees-at-once", start_without_pidfds, stop_daemon, 60,
+		   test_lease_of_an_exited_reaped_client_is_freed_at_once);
+	/* The same with pidfds: the pidfd is readable at the exit, zombie or not. */
+	CHECK_CASE(s, "exit-frees-at-once-pidfd", start_default, stop_daemon, 60,
+		   test_lease_of_an_exited_reaped_client_is_freed_at_once);
+	CHECK_CASE(s, "zombie-pidfd", start_default, stop_daemon, 60, test_lease_of_an_exited_unreaped_client_is_freed);
 	CHECK_CASE(s, "grace-frees-waiter", NULL, NULL, 60,
 		   test_waiting_acquire_is_granted_when_the_grace_frees_an_orphan);
 
