@@ -230,15 +230,15 @@ static int parse_u64_field(const char **p, uint64_t *out)
 	return 0;
 }
 
-int parse_proc_stat_starttime(const char *buf, uint64_t *out)
+int parse_proc_stat_u64(const char *buf, int field, uint64_t *out)
 {
 	const char *p = strrchr(buf, ')');
 
-	if (!p)
+	if (!p || field < 4)
 		return -EINVAL;
 	p++;
-	/* Fields 3 (state) to 21 are skipped: 19 blank-separated words. */
-	for (int field = 3; field < 22; field++) {
+	/* Fields 3 (state) to field - 1 are skipped, blank-separated words. */
+	for (int f = 3; f < field; f++) {
 		while (*p == ' ')
 			p++;
 		if (*p == '\0' || *p == '\n')
@@ -247,6 +247,11 @@ int parse_proc_stat_starttime(const char *buf, uint64_t *out)
 			p++;
 	}
 	return parse_u64_field(&p, out);
+}
+
+int parse_proc_stat_starttime(const char *buf, uint64_t *out)
+{
+	return parse_proc_stat_u64(buf, 22, out);
 }
 
 int parse_proc_statm_size(const char *buf, uint64_t *out)

@@ -65,6 +65,8 @@ ssize_t read_text_at(int dirfd, const char *path, char *buf, size_t len);
  * set, or -EINVAL for a line that does not parse.
  */
 int parse_proc_stat_starttime(const char *buf, uint64_t *out);
+/* Numeric field number field (4 or later; 20 is num_threads) of a /proc/PID/stat line, as above. */
+int parse_proc_stat_u64(const char *buf, int field, uint64_t *out);
 /*
  * The first field (size, in pages) of a /proc/PID/statm or /proc/PID/task/TID/statm line in buf: 0 for a task
  * with no mm (a zombie, a task past exit_mm in do_exit). Returns 0 with *out set, or -EINVAL.

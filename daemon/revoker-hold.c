@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Exit holds: leases kept counted until a process that may still map them exits, one pidfd watcher per process (or, without a pidfd, a poll). */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <errno.h>
 #include <ev.h>
 #include <fcntl.h>
@@ -130,63 +129,68 @@ int revoker_open_pidfd(const struct broker *b, pid_t pid)
 	return fd >= 0 ? fd : -errno;
 }
 
+/*
+ * Whether this daemon's /proc shows its own pid namespace, read once: the pids of kill() and SO_PEERCRED are this
+ * namespace's, and a /proc mounted for another one (unshare -pf without --mount-proc) names other processes, often
+ * kernel threads with no mm, under those numbers. Where it does not, only kill() decides.
+ */
+static bool proc_is_ours(void)
+{
+	static int ours = -1;
+	char buf[32];
+	ssize_t n;
+
+	if (ours < 0) {
+		n = readlink("/proc/self", buf, sizeof(buf) - 1);
+		if (n > 0)
+			buf[n] = '\0';
+		ours = n > 0 && strtol(buf, NULL, 10) == (long)getpid();
+	}
+	return ours == 1;
+}
+
 uint64_t revoker_pid_starttime(pid_t pid)
 {
 	char path[64], buf[1024];
 	uint64_t t;
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if (pid <= 0 || read_text_at(AT_FDCWD, path, buf, sizeof(buf)) < 0 || parse_proc_stat_starttime(buf, &t) < 0)
+	if (pid <= 0 || !proc_is_ours() || read_text_at(AT_FDCWD, path, buf, sizeof(buf)) < 0 ||
+	    parse_proc_stat_starttime(buf, &t) < 0)
 		return 0;
 	return t;
 }
 
 /*
- * Whether some task of pid still has an mm, i.e. the process still maps anything: 1 yes, 0 no, -1 cannot tell.
- * Every task, not the leader only: a leader that called pthread_exit has no mm (it reads as a zombie) while its
- * other threads, sharing the process's mm, still map its pages.
+ * Whether pid's process still maps anything: 1 yes, 0 no, -1 cannot tell. It maps nothing once its leader has no mm
+ * (statm's size 0: a zombie, or past exit_mm in do_exit) and is its only thread (stat's num_threads, which counts
+ * an unreaped zombie leader until its reap). Not the leader's mm alone: one that called pthread_exit has none while
+ * its other threads, sharing the mm, still map the pages. In this order: an exited leader never gets its mm back,
+ * and a thread is made only by a thread that has one, which num_threads would count. The kernel runs exit_mm before
+ * exit_files, so at its connection's EOF a single-threaded process that exits already reads as mapping nothing.
  */
-static int pid_has_mm(pid_t pid)
+static int pid_maps_anything(pid_t pid)
 {
-	char path[64], buf[256];
-	struct dirent *e;
-	bool unreadable = false;
-	int dfd, r = 0;
-	DIR *d;
+	char path[64], buf[1024];
+	uint64_t size, threads;
 
-	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-	dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0)
+	if (!proc_is_ours())
 		return -1;
-	d = fdopendir(dfd);
-	if (!d) {
-		close(dfd);
+	snprintf(path, sizeof(path), "/proc/%d/statm", (int)pid);
+	if (read_text_at(AT_FDCWD, path, buf, sizeof(buf)) < 0 || parse_proc_statm_size(buf, &size) < 0)
 		return -1;
-	}
-	while (r == 0 && (e = readdir(d))) {
-		uint64_t size;
-		ssize_t n;
-
-		if (e->d_name[0] < '0' || e->d_name[0] > '9')
-			continue;
-		snprintf(path, sizeof(path), "%.20s/statm", e->d_name);
-		n = read_text_at(dirfd(d), path, buf, sizeof(buf));
-		/* A thread that exited since readdir (ENOENT, ESRCH) maps nothing; another failure cannot tell. */
-		if (n == -ENOENT || n == -ESRCH)
-			continue;
-		if (n < 0 || parse_proc_statm_size(buf, &size) < 0)
-			unreadable = true;
-		else if (size > 0)
-			r = 1;
-	}
-	closedir(d);
-	return r == 0 && unreadable ? -1 : r;
+	if (size > 0)
+		return 1;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (read_text_at(AT_FDCWD, path, buf, sizeof(buf)) < 0 || parse_proc_stat_u64(buf, 20, &threads) < 0)
+		return -1;
+	return threads > 1;
 }
 
 bool revoker_process_gone(pid_t pid, int err, uint64_t starttime)
 {
 	uint64_t now;
-	int mm;
+	int maps;
 
 	/*
 	 * No pid to look at (a peer in a pid namespace the daemon cannot see: SO_PEERCRED says 0): kill(0, 0) would
@@ -205,16 +209,14 @@ bool revoker_process_gone(pid_t pid, int err, uint64_t starttime)
 	if (starttime && now && now != starttime)
 		return true;
 	/*
-	 * Gone when no task of it has an mm: a zombie has none (exit_mm ran; only its reap is left), nor has a
-	 * process past exit_mm in do_exit. The kernel runs exit_mm before exit_files, so at its connection's EOF an
-	 * exiting process already reads as mapping nothing: its leases are freed at once, as with a pidfd, not at the
-	 * next poll. /proc not readable (EACCES, hidepid, which may say ENOENT for a process that runs): taken for
-	 * alive unless kill says it is gone, so its leases stay counted longer, never freed under it.
+	 * Gone when it maps nothing (pid_maps_anything). /proc not readable (EACCES, hidepid, which may say ENOENT for
+	 * a process that runs) or another namespace's: taken for alive unless kill says it is gone, so its leases stay
+	 * counted longer, never freed under it.
 	 */
-	mm = pid_has_mm(pid);
-	if (mm < 0)
+	maps = pid_maps_anything(pid);
+	if (maps < 0)
 		return kill(pid, 0) < 0 && errno == ESRCH;
-	return mm == 0;
+	return maps == 0;
 }
 
 bool revoker_pid_gone(pid_t pid, int err)
@@ -257,9 +259,17 @@ static void poll_cb(struct ev_loop *loop, ev_timer *w, int revents)
 		 * time: it is g's process (it ran when pidfd_open found it, and a pid is reused only once its process is
 		 * gone), and the pidfd watches it from now on.
 		 */
-		if (fd >= 0 && g->starttime && revoker_pid_starttime(g->pid) != g->starttime) {
-			close(fd);
-			fd = -ESRCH;
+		if (fd >= 0 && g->starttime) {
+			uint64_t now = revoker_pid_starttime(g->pid);
+
+			/*
+			 * 0: not readable now (EMFILE, most likely, where polled ghosts come from): that pidfd cannot be
+			 * told apart from a later process's, so it is not kept; the next look tries again.
+			 */
+			if (now != g->starttime) {
+				close(fd);
+				fd = now ? -ESRCH : -EAGAIN;
+			}
 		}
 		if (fd >= 0) {
 			/* Recovery's holds could not tell the uid: the pidfd confirms what /proc says. */

@@ -62,9 +62,10 @@ int revoker_open_pidfd(const struct broker *b, pid_t pid);
 /*
  * Whether the process a hold was made for no longer maps anything, so its leases can go: err (a -errno, or 0) is
  * why it could not be watched through a pidfd, ESRCH saying it is gone. Gone too when kill(pid, 0) says ESRCH,
- * when pid's /proc start time is not starttime (0: unknown, no check; the pid was reused), or when no task of
- * pid has an mm (a zombie, or a process already past exit_mm: it exits). Any other failure (EPERM from kill: it
- * runs as another user; /proc unreadable) leaves it alive: counted longer, never freed early.
+ * when pid's /proc start time is not starttime (0: unknown, no check; the pid was reused), or when its leader has
+ * no mm and is its only thread (a zombie, or a process already past exit_mm: it exits). Any other failure (EPERM
+ * from kill: it runs as another user; /proc unreadable, or another pid namespace's) leaves it alive: counted
+ * longer, never freed early.
  */
 bool revoker_process_gone(pid_t pid, int err, uint64_t starttime);
 /* revoker_process_gone with no start time to compare (a process looked at once, not a hold's). */

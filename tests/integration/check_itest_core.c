@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -415,6 +416,24 @@ static void kill_holder(pid_t pid, int to[2], int from[2])
 	close(from[0]);
 }
 
+/* In a child: maps each of a lease's fds, touches its first page and closes the fd (the mapping stays); exits 2
+ * or 3 on failure. */
+static void map_and_touch(const int *fds, size_t nfds)
+{
+	for (size_t i = 0; i < nfds; i++) {
+		struct stat st;
+		char *p;
+
+		if (fstat(fds[i], &st) < 0)
+			_exit(2);
+		p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
+		if (p == MAP_FAILED)
+			_exit(3);
+		memset(p, 'h', 4096);
+		close(fds[i]);
+	}
+}
+
 /* Every pidfd the daemon would take fails (PINBROKER_TEST_NO_PIDFD=all, daemon/revoker.h): SO_PEERPIDFD, pidfd_open. */
 static void start_without_pidfds(void)
 {
@@ -447,18 +466,7 @@ START_TEST(test_lease_of_a_live_holder_that_closed_without_pidfd_stays_counted_u
 		if (raw < 0 || raw_hello(raw) != 0 || raw_acquire(raw, 4 * MiB, &id, fds, 16, &nfds) != 0 || nfds == 0)
 			_exit(1);
 		/* Mapped and touched, then the connection goes: the mapping (and the pin it stands for) stays. */
-		for (size_t i = 0; i < nfds; i++) {
-			struct stat st;
-			char *p;
-
-			if (fstat(fds[i], &st) < 0)
-				_exit(2);
-			p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
-			if (p == MAP_FAILED)
-				_exit(3);
-			memset(p, 'h', 4096);
-			close(fds[i]);
-		}
+		map_and_touch(fds, nfds);
 		close(raw);
 		itest_say(from[1], 'a');
 		while (read(to[0], &c, 1) > 0)
@@ -483,10 +491,63 @@ START_TEST(test_lease_of_a_live_holder_that_closed_without_pidfd_stays_counted_u
 }
 END_TEST
 
+static void *wait_then_exit(void *arg)
+{
+	char c;
+
+	while (read(*(int *)arg, &c, 1) > 0)
+		;
+	_exit(0);
+}
+
+/*
+ * A holder whose main thread calls pthread_exit after closing its connection, while another thread runs on with
+ * the lease mapped: the leader reads as a zombie with no mm, but the process still maps (and pins) the pages, so
+ * without a pidfd the lease stays counted until the last thread exits. A test of the leader alone would free it.
+ */
+START_TEST(test_lease_of_a_process_whose_leader_exited_stays_counted_until_its_last_thread_exits)
+{
+	int to[2], from[2];
+	pid_t pid;
+
+	pid = itest_fork_piped(to, from);
+	if (pid == 0) {
+		int raw, fds[16];
+		size_t nfds = 0;
+		pthread_t t;
+		uint64_t id;
+
+		itest_child_ends(to, from);
+		raw = raw_connect(d.socket);
+		if (raw < 0 || raw_hello(raw) != 0 || raw_acquire(raw, 4 * MiB, &id, fds, 16, &nfds) != 0 || nfds == 0)
+			_exit(1);
+		map_and_touch(fds, nfds);
+		if (pthread_create(&t, NULL, wait_then_exit, &to[0]) != 0)
+			_exit(4);
+		close(raw);
+		itest_say(from[1], 'a');
+		pthread_exit(NULL);
+	}
+	itest_parent_ends(to, from);
+	ck_assert_int_eq(itest_hear(from[0], 10), 'a');
+
+	/* Several of the poll's looks, the leader a zombie and its other thread mapping the lease. */
+	ck_assert_msg(wait_leased(d.socket, 0, 2500) == (int64_t)(4 * MiB),
+		      "the lease was freed while a thread of its process (its leader exited) still maps it");
+
+	/* The last thread exits: the process is gone (reaped), its lease freed within a poll or two. */
+	close(to[1]);
+	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+	close(from[0]);
+	ck_assert_msg(wait_leased(d.socket, 0, 3000) == 0, "the lease stayed counted after its process was gone");
+	ck_assert(daemon_alive(&d));
+}
+END_TEST
+
 /*
  * A client that exits (its mappings gone with it) but is not reaped yet by its parent: its lease is freed while it
- * is a zombie. Without a pidfd, kill(pid, 0) still succeeds on a zombie; the daemon looks whether any of its tasks
- * has an mm (a zombie has none), so the lease does not stay counted until the parent reaps it. With a pidfd (the
+ * is a zombie. Without a pidfd, kill(pid, 0) still succeeds on a zombie; the daemon looks whether its leader has an
+ * mm or other threads (a zombie has neither), so the lease does not stay counted until the parent reaps it. With a pidfd (the
  * control), the pidfd is readable at the exit.
  */
 START_TEST(test_lease_of_an_exited_unreaped_client_is_freed)
@@ -1067,6 +1128,8 @@ static Suite *suite(void)
 	/* No pidfd anywhere either (every one the daemon would take fails): valgrind too. */
 	CHECK_CASE(s, "no-pidfd-close", start_without_pidfds, stop_daemon, 60,
 		   test_lease_of_a_live_holder_that_closed_without_pidfd_stays_counted_until_it_exits);
+	CHECK_CASE(s, "no-pidfd-leader-exit", start_without_pidfds, stop_daemon, 60,
+		   test_lease_of_a_process_whose_leader_exited_stays_counted_until_its_last_thread_exits);
 	CHECK_CASE(s, "no-pidfd-zombie", start_without_pidfds, stop_daemon, 60,
 		   test_lease_of_an_exited_unreaped_client_is_freed);
 	CHECK_CASE(s, "no-pidfd-exit-frees-at-once", start_without_pidfds, stop_daemon, 60,

@@ -219,6 +219,14 @@ START_TEST(test_proc_stat_starttime_reads_field_22_after_last_paren)
 	ck_assert_int_eq(parse_proc_stat_starttime("7 (x) 1 2 3) Z 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 555 0\n", &t),
 			 0);
 	ck_assert_uint_eq(t, 555);
+	/* Field 20, num_threads: 1 here. */
+	ck_assert_int_eq(parse_proc_stat_u64(line, 20, &t), 0);
+	ck_assert_uint_eq(t, 1);
+	ck_assert_int_eq(parse_proc_stat_u64("9 (w) 1) Z 1 9 9 0 -1 0 0 0 0 0 0 0 0 0 20 0 3 0 77 0\n", 20, &t), 0);
+	ck_assert_uint_eq(t, 3);
+	/* Field 3 (the state) is a letter: no number to read; nor before it. */
+	ck_assert_int_eq(parse_proc_stat_u64(line, 3, &t), -EINVAL);
+	ck_assert_int_eq(parse_proc_stat_u64(line, 1, &t), -EINVAL);
 }
 END_TEST
 
