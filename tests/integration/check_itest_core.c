@@ -544,19 +544,11 @@ START_TEST(test_lease_of_a_process_whose_leader_exited_stays_counted_until_its_l
 }
 END_TEST
 
-/*
- * A client that exits (its mappings gone with it) but is not reaped yet by its parent: its lease is freed while it
- * is a zombie. Without a pidfd, kill(pid, 0) still succeeds on a zombie; the daemon looks whether its leader has an
- * mm or other threads (a zombie has neither), so the lease does not stay counted until the parent reaps it. With a pidfd (the
- * control), the pidfd is readable at the exit.
- */
-START_TEST(test_lease_of_an_exited_unreaped_client_is_freed)
+/* A child that takes a 4 MiB lease on a raw connection and exits once it has said so; returns its pid, unreaped. */
+static pid_t fork_exiting_client(int to[2], int from[2])
 {
-	int to[2], from[2];
-	int64_t left;
-	pid_t pid;
+	pid_t pid = itest_fork_piped(to, from);
 
-	pid = itest_fork_piped(to, from);
 	if (pid == 0) {
 		int raw, fds[16];
 		size_t nfds = 0;
@@ -567,10 +559,26 @@ START_TEST(test_lease_of_an_exited_unreaped_client_is_freed)
 		if (raw < 0 || raw_hello(raw) != 0 || raw_acquire(raw, 4 * MiB, &id, fds, 16, &nfds) != 0 || nfds == 0)
 			_exit(1);
 		itest_say(from[1], 'a');
-		_exit(0); /* exits; the parent does not reap it for a while */
+		_exit(0);
 	}
 	itest_parent_ends(to, from);
 	ck_assert_int_eq(itest_hear(from[0], 10), 'a');
+	return pid;
+}
+
+/*
+ * A client that exits (its mappings gone with it) but is not reaped yet by its parent: its lease is freed while it
+ * is a zombie. Without a pidfd, kill(pid, 0) still succeeds on a zombie; the daemon looks whether its leader has an
+ * mm or other threads (a zombie has neither), so the lease does not stay counted until the parent reaps it. With a
+ * pidfd (the control), the pidfd is readable at the exit.
+ */
+START_TEST(test_lease_of_an_exited_unreaped_client_is_freed)
+{
+	int to[2], from[2];
+	int64_t left;
+	pid_t pid;
+
+	pid = fork_exiting_client(to, from); /* the parent does not reap it for a while */
 	/* Several polls (1 s apart) after its exit: it is a zombie, its mappings long gone. */
 	left = wait_leased(d.socket, 0, 4000);
 	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
@@ -592,21 +600,7 @@ START_TEST(test_lease_of_an_exited_reaped_client_is_freed_at_once)
 	int64_t left;
 	pid_t pid;
 
-	pid = itest_fork_piped(to, from);
-	if (pid == 0) {
-		int raw, fds[16];
-		size_t nfds = 0;
-		uint64_t id;
-
-		itest_child_ends(to, from);
-		raw = raw_connect(d.socket);
-		if (raw < 0 || raw_hello(raw) != 0 || raw_acquire(raw, 4 * MiB, &id, fds, 16, &nfds) != 0 || nfds == 0)
-			_exit(1);
-		itest_say(from[1], 'a');
-		_exit(0);
-	}
-	itest_parent_ends(to, from);
-	ck_assert_int_eq(itest_hear(from[0], 10), 'a');
+	pid = fork_exiting_client(to, from);
 	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
 	close(to[1]);
 	close(from[0]);
