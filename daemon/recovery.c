@@ -179,17 +179,6 @@ static void quarantine_fd(struct recovery *rc, int fd, uint64_t id, const char *
 /* Whether watch_exit put the process on an exit hold through a pidfd, on a polled one, or found it gone. */
 enum watch { WATCH_HELD, WATCH_POLLED, WATCH_GONE };
 
-/* An orphan nobody re-declared, whose holder and mappers are gone: freed, said as the grace has always said it. */
-static void reclaim_orphan(struct broker *b, struct lease *l)
-{
-	log_event(
-		EV_LEASE_RELEASED, LOG_NOTICE, l->id, l->uid, l->pid,
-		"lease %llu (%llu bytes, pid %d) was not re-declared within redeclare-grace-ms and its holder is gone: "
-		"reclaimed",
-		(unsigned long long)l->id, (unsigned long long)l->bytes, l->pid);
-	broker_free_lease(b, l);
-}
-
 /*
  * Keep lease l counted until process pid exits, since it may still map l's pages (holder: l's holder at the grace's
  * end; else a former attacher): an exit hold through its pidfd, or, while it is alive but no pidfd can be had
@@ -276,7 +265,7 @@ static void grace_cb(struct ev_loop *loop, ev_timer *w, int revents)
 		 * holds, watched or polled). */
 		if (l->exit_holds > 0)
 			continue;
-		reclaim_orphan(b, l);
+		revoker_reclaim_orphan(b, l);
 		n++;
 	}
 	if (n) {

@@ -73,6 +73,16 @@ bool revoker_hold_end(struct broker *b, struct lease *l)
 	       !(l->state == LEASE_ORPHANED && b->redeclare_grace);
 }
 
+void revoker_reclaim_orphan(struct broker *b, struct lease *l)
+{
+	log_event(
+		EV_LEASE_RELEASED, LOG_NOTICE, l->id, l->uid, l->pid,
+		"lease %llu (%llu bytes, pid %d) was not re-declared within redeclare-grace-ms and its holder is gone: "
+		"reclaimed",
+		(unsigned long long)l->id, (unsigned long long)l->bytes, l->pid);
+	broker_free_lease(b, l);
+}
+
 /* g's process has exited, its mappings with it: its holds end, a lease nobody maps now is freed, and g goes. */
 static void ghost_end(struct broker *b, struct ghost *g)
 {
@@ -82,15 +92,10 @@ static void ghost_end(struct broker *b, struct ghost *g)
 		if (!l || !revoker_hold_end(b, l))
 			continue;
 		/* An orphan nobody re-declared, held past the grace for its holder or a former mapper. */
-		if (l->state == LEASE_ORPHANED) {
-			log_event(EV_LEASE_RELEASED, LOG_NOTICE, l->id, l->uid, l->pid,
-				  "lease %llu (%llu bytes, pid %d) was not re-declared within redeclare-grace-ms and "
-				  "its holder is gone: reclaimed",
-				  (unsigned long long)l->id, (unsigned long long)l->bytes, l->pid);
-			broker_free_lease(b, l);
-		} else {
+		if (l->state == LEASE_ORPHANED)
+			revoker_reclaim_orphan(b, l);
+		else
 			revoker_free_lease(b, l, "holder exited");
-		}
 	}
 	/* Its pid leaves the leases' mappers too: the fd-store state is written again (recovery-writer.c). */
 	b->generation++;

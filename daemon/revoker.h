@@ -93,6 +93,11 @@ int revoker_hold_until_exit(struct broker *b, int pidfd, pid_t pid, bool holder,
  * orphan only once the re-declare grace is over).
  */
 bool revoker_hold_end(struct broker *b, struct lease *l);
+/*
+ * Free orphan l (never re-declared after a restart) whose holder and mappers are gone, said so in the journal: the
+ * grace's end and an exit hold's end alike.
+ */
+void revoker_reclaim_orphan(struct broker *b, struct lease *l);
 
 /*
  * Drop pid's exit hold on lease id: the process holds the lease through a live connection again (a re-declare
