@@ -643,3 +643,13 @@ size_t jobs_count(const struct jobs *j)
 {
 	return j->njobs;
 }
+
+int jobs_rule_mark_seen(struct jobs *j, const char *pattern)
+{
+	struct job_rule *r = rule_find(j, pattern, JOB_RULE_SET);
+
+	if (!r || !r->literal)
+		return -ENOENT;
+	r->seen = true;
+	return 0;
+}

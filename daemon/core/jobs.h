@@ -138,6 +138,12 @@ int jobs_set_config(struct jobs *j, const char *spec, uint64_t budget, char **er
 size_t jobs_sweep(struct jobs *j, bool (*exists)(void *ctx, const char *path),
 		  void (*gone)(void *ctx, const struct job_rule *rule), void *ctx);
 
+/*
+ * Mark the literal SET rule of pattern seen, as a rules file kept over a restart says it was (quota-rules.h), so
+ * that the sweep releases it if its cgroup went while no daemon ran. Returns 0 or -ENOENT (no such rule).
+ */
+int jobs_rule_mark_seen(struct jobs *j, const char *pattern);
+
 /* The rules, in the order set (config rules first after a reload). */
 size_t jobs_rule_count(const struct jobs *j);
 const struct job_rule *jobs_rule_at(const struct jobs *j, size_t i);
