@@ -111,15 +111,16 @@ struct broker {
 	struct lease_table *leases;
 	struct monitor *monitor; /* I/O: samplers and PSI triggers */
 	struct server *server;
-	struct revoker *revoker;         /* I/O: REVOKE deadlines, enforcement, reclaim, exit holds */
-	struct waitq *waitq;             /* I/O: acquires waiting for memory */
-	const struct conn_io *conn_io;   /* how the request modules send and close (conn.h); set by server_new */
-	struct jobs *jobs;               /* per-job quotas; NULL: none (the fuzz harness) */
-	struct jobs_watch *jobs_watch;   /* I/O: clients' cgroups, and rules whose cgroup went away */
-	struct quota_store *quota_store; /* I/O: the file the set quota rules are kept in over restarts */
-	struct recovery *recovery;       /* instance id, and the fd-store state for crash recovery under systemd */
+	struct revoker *revoker;       /* I/O: REVOKE deadlines, enforcement, reclaim, exit holds */
+	struct waitq *waitq;           /* I/O: acquires waiting for memory */
+	const struct conn_io *conn_io; /* how the request modules send and close (conn.h); set by server_new */
+	struct jobs *jobs;             /* per-job quotas; NULL: none (the fuzz harness) */
+	struct jobs_watch *jobs_watch; /* I/O: clients' cgroups, and rules whose cgroup went away */
+	struct recovery *recovery;     /* instance id, and the fd-store state for crash recovery under systemd */
 	struct restart
 		*restart; /* I/O: the restart state file, and what live processes still map of an earlier daemon */
+	/* I/O: the file the quota rules pinctl quota set made are kept in over restarts */
+	struct quota_store *quota_store;
 	struct ev_loop *loop;
 	const char *config_path;                 /* for SIGHUP; NULL when none */
 	const struct reload_hooks *reload_hooks; /* what reload_apply runs around a new config (reload.h) */
