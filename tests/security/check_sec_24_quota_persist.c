@@ -261,13 +261,13 @@ static void kill9(void)
 START_TEST(test_rules_survive_a_clean_stop)
 {
 	set_three();
-	file_holds_three();
 	term();
 	daemon_restart(&d, args());
-	ck_assert_msg(daemon_wait_log(&d, "3 job quota rules restored from", 5000), "no restore line:\n%s",
-		      itest_tail(daemon_log(&d)));
 	rules_are("after SIGTERM and a start", THREE_RULES);
 	rules_bind("after SIGTERM and a start");
+	ck_assert_msg(daemon_wait_log(&d, "3 job quota rules restored from", 5000), "no restore line:\n%s",
+		      itest_tail(daemon_log(&d)));
+	file_holds_three();
 	/* Through pinctl as an admin reads them. */
 	itest_pinctl_says(&d, 0, "quota list", "/jobs/job_later", "16 MiB", "(its cgroup not seen yet)", NULL);
 }
@@ -303,11 +303,11 @@ START_TEST(test_rules_survive_a_crash_under_the_fd_store)
 	snprintf(rules_path, sizeof(rules_path), "%s", unit_rules);
 	fdstore_daemon_start(fs, args());
 	set_three();
-	file_holds_three();
 	fdstore_daemon_kill(fs);
 	fdstore_daemon_start(fs, args());
 	rules_are("after kill -9 under the fd store", THREE_RULES);
 	rules_bind("after kill -9 under the fd store");
+	file_holds_three(); /* in RUNTIME_DIRECTORY, not beside the socket */
 	sec_stop_with_store(&d, fs);
 }
 END_TEST
@@ -337,10 +337,10 @@ START_TEST(test_a_reload_keeps_rules_and_file)
 	reload_and_wait();
 	rules_are("after SIGHUP", THREE_RULES);
 	rules_bind("after SIGHUP");
-	file_holds_three();
 	kill9();
 	daemon_restart(&d, args());
 	rules_are("after SIGHUP and kill -9", THREE_RULES);
+	file_holds_three();
 }
 END_TEST
 
