@@ -267,6 +267,42 @@ else
 	notok "the holder exits: its orphaned 64M is no longer counted" "leased_bytes '$(status_num leased_bytes)'"
 fi
 
+# ---- Issue 38, finding 2 (quota rules kept over restarts): 3 checks, counted here. ----
+# Rules set with pinctl quota set (a Slurm prolog sets one per job) are kept in the unit's
+# RuntimeDirectory (/run/pinbrokerd/quota-rules, mode 0600, user pinbroker) at each change and read
+# back at start: they survive `systemctl restart` and a crash (kill -9, restarted by Restart=on-failure).
+PLAN=$((PLAN + 3))
+QRULES=/run/pinbrokerd/quota-rules
+QJOB=/system.slice/slurmstepd.scope/job_4242
+quota_rules_listed() {
+	local l
+	l=$(pinctl quota list --json 2>/dev/null)
+	grep -q "\"pattern\":\"$QJOB\",\"bytes\":8388608,\"source\":\"set\"" <<<"$l" &&
+		grep -q '"pattern":"/kubepods.slice/\*","bytes":2147483648,"source":"set"' <<<"$l"
+}
+pinctl quota set "$QJOB" 8M && pinctl quota set '/kubepods.slice/*' 2G
+log "rules file: $(ls -l "$QRULES" 2>&1)"
+if quota_rules_listed && [ "$(stat -c '%a %U' "$QRULES" 2>&1)" = "600 pinbroker" ]; then
+	ok "quota rules set: kept in $QRULES, mode 0600, owned by pinbroker"
+else
+	notok "quota rules set: kept in $QRULES, mode 0600, owned by pinbroker" "$(stat -c '%a %U' "$QRULES" 2>&1)"
+fi
+pid0=$(prop MainPID)
+systemctl restart "$UNIT"
+wait_for 20 new_mainpid "$pid0"
+pinctl quota list
+if quota_rules_listed; then ok "systemctl restart keeps the quota rules (pinctl quota list)"
+else notok "systemctl restart keeps the quota rules (pinctl quota list)" "$(pinctl quota list 2>&1 | tr '\n' ' ')"; fi
+pid0=$(prop MainPID)
+kill -9 "$pid0"
+wait_for 20 new_mainpid "$pid0"
+pinctl quota list
+if quota_rules_listed; then ok "kill -9 (Restart=on-failure) keeps the quota rules (pinctl quota list)"
+else notok "kill -9 (Restart=on-failure) keeps the quota rules (pinctl quota list)" "$(pinctl quota list 2>&1 | tr '\n' ' ')"; fi
+pinctl quota clear "$QJOB"
+pinctl quota clear '/kubepods.slice/*'
+# ---- end of issue 38, finding 2 ----
+
 # 25-27: clean stop of service and socket.
 t=$(date +%s)
 sleep 1
