@@ -278,9 +278,9 @@ quota_rules_listed() {
 	local l
 	l=$(pinctl quota list --json 2>/dev/null)
 	grep -q "\"pattern\":\"$QJOB\",\"bytes\":8388608,\"source\":\"set\"" <<<"$l" &&
-		grep -q '"pattern":"/kubepods.slice/\*","bytes":2147483648,"source":"set"' <<<"$l"
+		grep -q '"pattern":"/kubepods.slice/\*","bytes":268435456,"source":"set"' <<<"$l"
 }
-pinctl quota set "$QJOB" 8M && pinctl quota set '/kubepods.slice/*' 2G
+pinctl quota set "$QJOB" 8M && pinctl quota set '/kubepods.slice/*' 256M
 log "rules file: $(ls -l "$QRULES" 2>&1)"
 if quota_rules_listed && [ "$(stat -c '%a %U' "$QRULES" 2>&1)" = "600 pinbroker" ]; then
 	ok "quota rules set: kept in $QRULES, mode 0600, owned by pinbroker"
