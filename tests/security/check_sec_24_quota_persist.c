@@ -161,8 +161,8 @@ static void rules_bind(const char *when)
 		      "%s: 4 MiB more in job_1 must be refused for its 8 MiB quota, got %d: %s", when, t.r[1],
 		      t.msg[1]);
 	t = acquire_in("/pods/pod_a/ctr", 4 * MiB, 1 * MiB);
-	ck_assert_msg(t.r[0] == 0 && t.r[1] == -EDQUOT, "%s: pod_a's 4 MiB glob quota: %d %d: %s", when, t.r[0],
-		      t.r[1], t.msg[1]);
+	ck_assert_msg(t.r[0] == 0 && t.r[1] == -EDQUOT, "%s: pod_a's 4 MiB glob quota: %d %d: %s", when, t.r[0], t.r[1],
+		      t.msg[1]);
 }
 
 /* ------------------------------------------------------------------ the rules as the daemon shows them */
@@ -182,7 +182,8 @@ static char *rules_now(void)
 	pb_disconnect(c);
 	for (size_t i = 0; i < n; i++)
 		at += (size_t)snprintf(text + at, 65536 - at, "%s %llu %s%s\n", rules[i].pattern,
-				       (unsigned long long)rules[i].bytes, rules[i].source, rules[i].seen ? " seen" : "");
+				       (unsigned long long)rules[i].bytes, rules[i].source,
+				       rules[i].seen ? " seen" : "");
 	free(rules);
 	return text;
 }
@@ -204,9 +205,9 @@ static void quota(const char *args_line)
 	itest_pinctl_says(&d, 0, cmd, NULL);
 }
 
-#define THREE_RULES                                  \
-	"/jobs/job_1 8388608 set seen\n"             \
-	"/pods/* 4194304 set\n"                      \
+#define THREE_RULES                      \
+	"/jobs/job_1 8388608 set seen\n" \
+	"/pods/* 4194304 set\n"          \
 	"/jobs/job_later 16777216 set\n"
 
 /* The three rules every restart case sets: job_1's (its cgroup exists, seen), a glob, and a job not started. */
