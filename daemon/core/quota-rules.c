@@ -146,7 +146,7 @@ static int load_line(struct jobs *j, char *line, unsigned lineno, quota_rules_wa
 		seen = true;
 	}
 	again = has_set_rule(j, w[0]);
-	r = jobs_rule_set(j, w[0], bytes, JOB_RULE_SET, &why);
+	r = jobs_rule_restore(j, w[0], bytes, seen, &why);
 	if (r == -ENOMEM)
 		return r;
 	if (r < 0) {
@@ -155,8 +155,6 @@ static int load_line(struct jobs *j, char *line, unsigned lineno, quota_rules_wa
 	}
 	if (again)
 		warnf(warn, ctx, lineno, "a second rule for %s: this line's replaces the earlier one", w[0]);
-	if (seen)
-		(void)jobs_rule_mark_seen(j, w[0]); /* a glob rule is never released by the sweep: nothing to mark */
 	return again ? 0 : 1;
 }
 
@@ -204,9 +202,13 @@ int quota_rules_load(struct jobs *j, const char *text, size_t len, quota_rules_w
 		if (line[strspn(line, " \t")] == '\0' || line[strspn(line, " \t")] == '#')
 			continue;
 		r = load_line(j, line, lineno, warn, ctx);
-		if (r < 0)
+		if (r < 0) {
+			jobs_regroup(j);
 			return r;
+		}
 		added += r;
 	}
+	/* Once for all: a regroup per rule made 1024 rules take seconds. */
+	jobs_regroup(j);
 	return added;
 }

@@ -70,6 +70,7 @@ static bool no_cgroup(void *ctx, const char *path)
 START_TEST(test_only_set_rules_are_written_in_order_with_seen)
 {
 	struct jobs *j = new_jobs();
+	const char *why = NULL;
 	char *text;
 	size_t len;
 
@@ -77,9 +78,10 @@ START_TEST(test_only_set_rules_are_written_in_order_with_seen)
 	set_rule(j, "/system.slice/slurmstepd.scope/job_42", 8 * GIB, JOB_RULE_SET);
 	set_rule(j, "/slurm/uid_*/job_*", 2 * GIB, JOB_RULE_SET);
 	set_rule(j, "/slurm/uid_1000/job_7", 512 * MIB, JOB_RULE_SET);
-	ck_assert_int_eq(jobs_rule_mark_seen(j, "/system.slice/slurmstepd.scope/job_42"), 0);
+	ck_assert_int_eq(jobs_rule_restore(j, "/system.slice/slurmstepd.scope/job_42", 8 * GIB, true, &why), 0);
 	/* A glob is never released by the sweep: it has no seen to keep. */
-	ck_assert_int_eq(jobs_rule_mark_seen(j, "/slurm/uid_*/job_*"), -ENOENT);
+	ck_assert_int_eq(jobs_rule_restore(j, "/slurm/uid_*/job_*", 2 * GIB, true, &why), 0);
+	jobs_regroup(j);
 	ck_assert_int_eq(quota_rules_format(j, &text, &len), 0);
 	ck_assert_uint_eq(len, strlen(text));
 	ck_assert_str_eq(text,
@@ -113,13 +115,15 @@ START_TEST(test_rules_read_back_are_set_rules_that_bind)
 {
 	struct jobs *j = new_jobs(), *k;
 	struct job_cgroup *cg;
+	const char *why = NULL;
 	char *text, *again;
 	size_t len, len2;
 
 	set_rule(j, "/system.slice/slurmstepd.scope/job_42", 8 * MIB, JOB_RULE_SET);
 	set_rule(j, "/kubepods.slice/*", 4 * MIB, JOB_RULE_SET);
 	set_rule(j, "/slurm/uid_1000/job_9", UINT64_MAX, JOB_RULE_SET);
-	jobs_rule_mark_seen(j, "/system.slice/slurmstepd.scope/job_42");
+	ck_assert_int_eq(jobs_rule_restore(j, "/system.slice/slurmstepd.scope/job_42", 8 * MIB, true, &why), 0);
+	jobs_regroup(j);
 	ck_assert_int_eq(quota_rules_format(j, &text, &len), 0);
 
 	k = new_jobs();
