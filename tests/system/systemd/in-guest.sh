@@ -71,15 +71,15 @@ vmlck_kb=$(awk '/^VmLck:/ { print $2 }' /proc/"$pid"/status)
 log "VmLck of $pid: ${vmlck_kb:-?} kB"
 if [ "${vmlck_kb:-0}" -ge $((64 << 10)) ]; then ok "the warm pool is mlocked (VmLck ${vmlck_kb} kB >= prewarm 64M)"
 else notok "the warm pool is mlocked (VmLck >= prewarm 64M)" "VmLck='${vmlck_kb}' kB"; fi
-# User=pinbroker with exactly CAP_KILL (5), CAP_IPC_LOCK (14) and CAP_SYS_RESOURCE (24).
+# User=pinbroker with exactly CAP_KILL (5), CAP_IPC_LOCK (14), CAP_SYS_PTRACE (19) and CAP_SYS_RESOURCE (24).
 ids=$(awk '/^Uid:/ { print $2 } /^CapEff:/ { print $2 } /^CapBnd:/ { print $2 }' /proc/"$pid"/status | tr '\n' ' ')
 log "uid CapEff CapBnd of $pid: $ids"
-want=$(printf '%016x' $((0x1004020 & 0x${HOST_CAPBND:-ffffffffff})))
-[ "$want" = 0000000001004020 ] || log "the host's bounding set (${HOST_CAPBND:-}) lacks some of them: expecting $want"
+want=$(printf '%016x' $((0x1084020 & 0x${HOST_CAPBND:-ffffffffff})))
+[ "$want" = 0000000001084020 ] || log "the host's bounding set (${HOST_CAPBND:-}) lacks some of them: expecting $want"
 if [ "$ids" = "$(id -u pinbroker) $want $want " ]; then
-	ok "daemon runs as user pinbroker with exactly CAP_KILL, CAP_IPC_LOCK, CAP_SYS_RESOURCE (of the host's: $want)"
+	ok "daemon runs as user pinbroker with exactly CAP_KILL, CAP_IPC_LOCK, CAP_SYS_PTRACE, CAP_SYS_RESOURCE (of the host's: $want)"
 else
-	notok "daemon runs as user pinbroker with exactly CAP_KILL, CAP_IPC_LOCK, CAP_SYS_RESOURCE" "$ids"
+	notok "daemon runs as user pinbroker with exactly CAP_KILL, CAP_IPC_LOCK, CAP_SYS_PTRACE, CAP_SYS_RESOURCE" "$ids"
 fi
 mode=$(pinctl status --json | grep -o '"monitor_mode" *: *"[^"]*"' | sed 's/.*: *"//; s/"$//')
 if [ ! -e /proc/pressure/memory ]; then ok "# SKIP PSI triggers: this kernel has no /proc/pressure/memory"
