@@ -107,8 +107,7 @@ static enum admin_ns read_ns(int pidfd, pid_t pid, const char *name, unsigned lo
 		return compare_own(name, &st, why, len);
 	if (r == -ENOTTY || r == -EINVAL || r == -EOPNOTSUPP)
 		return read_proc_ns(pidfd, pid, name, why, len);
-	snprintf(why, len, "cannot read its %s namespace through its pidfd: %s%s", name, strerror(-r),
-		 ptrace_hint(-r));
+	snprintf(why, len, "cannot read its %s namespace through its pidfd: %s%s", name, strerror(-r), ptrace_hint(-r));
 	return ADMIN_NS_UNKNOWN;
 }
 

@@ -20,8 +20,8 @@ enum admin_ns {
 };
 
 struct admin_facts {
-	bool root;          /* uid 0 as the daemon's user namespace sees it (SO_PEERCRED) */
-	bool in_group;      /* admin-group is its primary group or among SO_PEERGROUPS */
+	bool root;     /* uid 0 as the daemon's user namespace sees it (SO_PEERCRED) */
+	bool in_group; /* admin-group is its primary group or among SO_PEERGROUPS */
 	enum admin_ns pidns;
 	enum admin_ns userns;
 };

@@ -268,15 +268,16 @@ START_TEST(test_pinctl_under_unshare_is_refused)
 		return;
 	}
 	for (size_t i = 0; i < sizeof(how) / sizeof(how[0]); i++) {
-		ck_assert_int_ge(asprintf(&cmd, "unshare %s %s --socket '%s' set pool-shrink-delay-ms 29000", how[i], PINCTL_PATH,
-					  d.socket),
+		ck_assert_int_ge(asprintf(&cmd, "unshare %s %s --socket '%s' set pool-shrink-delay-ms 29000", how[i],
+					  PINCTL_PATH, d.socket),
 				 0);
 		ck_assert_msg(run_capture(cmd, &out) != 0, "unshare %s pinctl set succeeded:\n%s", how[i], out);
 		free(out);
 		free(cmd);
 	}
 	/* Host root: the same command is an admin's. */
-	ck_assert_msg(pinctl(&d, &out, "set pool-shrink-delay-ms 28000") == 0, "host root: pinctl set pool-shrink-delay-ms 28000: %s", out);
+	ck_assert_msg(pinctl(&d, &out, "set pool-shrink-delay-ms 28000") == 0,
+		      "host root: pinctl set pool-shrink-delay-ms 28000: %s", out);
 	free(out);
 }
 END_TEST
