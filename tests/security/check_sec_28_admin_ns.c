@@ -282,6 +282,41 @@ START_TEST(test_pinctl_under_unshare_is_refused)
 }
 END_TEST
 
+/* In the daemon's child: its folder becomes uid B's, then the daemon runs as uid B, without capabilities. */
+static void daemon_as_b(void *ud)
+{
+	const struct daemon *dm = ud;
+
+	if (chown(dm->dir, SEC_UID_B, SEC_UID_B) < 0)
+		_exit(91);
+	sec_drop_to(SEC_UID_B);
+}
+
+/*
+ * A daemon that cannot read a root peer's user namespace (no ptrace access to it: another uid, no
+ * CAP_SYS_PTRACE) refuses it admin, and says why in a warning.
+ */
+START_TEST(test_unreadable_namespaces_are_no_admin)
+{
+	struct daemon dm;
+	pb_client *c;
+	char *log;
+
+	daemon_prepare(&dm);
+	daemon_restart_with(&dm, ITEST_ARGS("--budget", "64M", "--prewarm", "4M", "--lock-memory", "no"), daemon_as_b,
+			    &dm);
+	ck_assert_int_eq(pb_connect(dm.socket, &c), 0);
+	ck_assert_int_eq(pb_admin_set(c, "pool-shrink-delay-ms", "29000"), -EACCES);
+	pb_disconnect(c);
+	log = daemon_log(&dm);
+	ck_assert_msg(strstr(log, "is not admin: its namespaces could not be read") != NULL &&
+			      strstr(log, "CAP_SYS_PTRACE") != NULL,
+		      "no warning saying why root is not admin:\n%s", itest_tail(log));
+	free(log);
+	ck_assert_int_eq(daemon_stop(&dm), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sec_28_admin_ns");
@@ -293,6 +328,10 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_root_in_new_pid_namespace_is_a_tenant);
 	tcase_add_test(tc, test_root_in_new_user_namespace_is_a_tenant);
 	tcase_add_test(tc, test_pinctl_under_unshare_is_refused);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("fail-closed");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_unreadable_namespaces_are_no_admin);
 	suite_add_tcase(s, tc);
 	return s;
 }
