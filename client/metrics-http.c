@@ -49,6 +49,7 @@
 #define CONNS_MAX 64
 #define ACCEPTS_PER_TURN 8
 #define SD_LISTEN_FDS_START 3
+#define LISTEN_FDS_MAX 16 /* ListenStream= lines of the socket unit served (loopback, a management address) */
 
 static int64_t mono_ms(void)
 {
@@ -321,7 +322,8 @@ struct conn {
 };
 
 struct server {
-	int listen_fd;
+	int listen_fds[LISTEN_FDS_MAX];
+	size_t nlisten;
 	const char *socket_path;
 	int timeout_ms;
 	size_t head_max_bytes;
@@ -423,10 +425,10 @@ static struct conn *conn_slot(struct server *s)
 	return victim;
 }
 
-static void accept_some(struct server *s, int64_t now)
+static void accept_some(struct server *s, int listen_fd, int64_t now)
 {
 	for (int i = 0; i < ACCEPTS_PER_TURN; i++) {
-		int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		struct conn *c;
 
 		if (fd < 0) {
@@ -456,14 +458,14 @@ static int poll_timeout(const struct server *s, int64_t now)
 	return next <= now ? 0 : (int)(next - now);
 }
 
-/* Serve listen_fd until killed: returns only when it cannot go on (1). */
-static int server_run(int listen_fd, const char *socket_path, int timeout_ms, size_t head_max_bytes)
+/* Serve the nlisten listening sockets from fd 3 on until killed: returns only when it cannot go on (1). */
+static int server_run(size_t nlisten, const char *socket_path, int timeout_ms, size_t head_max_bytes)
 {
 	static struct server s;
-	struct pollfd pfd[CONNS_MAX + 1];
-	size_t idx[CONNS_MAX + 1];
+	struct pollfd pfd[LISTEN_FDS_MAX + CONNS_MAX];
+	size_t idx[LISTEN_FDS_MAX + CONNS_MAX];
 
-	s.listen_fd = listen_fd;
+	s.nlisten = nlisten;
 	s.socket_path = socket_path;
 	s.timeout_ms = timeout_ms;
 	s.head_max_bytes = head_max_bytes;
@@ -475,16 +477,22 @@ static int server_run(int listen_fd, const char *socket_path, int timeout_ms, si
 			return 1;
 		}
 	}
-	if (fcntl(listen_fd, F_SETFL, fcntl(listen_fd, F_GETFL) | O_NONBLOCK) < 0) {
-		fprintf(stderr, "pinbroker-metrics-http: the listening socket: %s\n", strerror(errno));
-		return 1;
+	for (size_t l = 0; l < nlisten; l++) {
+		int fd = SD_LISTEN_FDS_START + (int)l;
+
+		s.listen_fds[l] = fd;
+		if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0) {
+			fprintf(stderr, "pinbroker-metrics-http: listening socket %d: %s\n", fd, strerror(errno));
+			return 1;
+		}
 	}
 	for (;;) {
-		size_t n = 1;
+		size_t n = nlisten;
 		int64_t now;
 		int r;
 
-		pfd[0] = (struct pollfd){ .fd = listen_fd, .events = POLLIN };
+		for (size_t l = 0; l < nlisten; l++)
+			pfd[l] = (struct pollfd){ .fd = s.listen_fds[l], .events = POLLIN };
 		for (size_t i = 0; i < CONNS_MAX; i++) {
 			const struct conn *c = &s.conns[i];
 
@@ -499,7 +507,7 @@ static int server_run(int listen_fd, const char *socket_path, int timeout_ms, si
 			return 1;
 		}
 		now = mono_ms();
-		for (size_t j = 1; r > 0 && j < n; j++) {
+		for (size_t j = nlisten; r > 0 && j < n; j++) {
 			struct conn *c = &s.conns[idx[j]];
 
 			if (!pfd[j].revents)
@@ -513,23 +521,35 @@ static int server_run(int listen_fd, const char *socket_path, int timeout_ms, si
 		}
 		for (size_t i = 0; i < CONNS_MAX; i++)
 			conn_expire(&s, &s.conns[i], now);
-		if (r > 0 && pfd[0].revents)
-			accept_some(&s, now);
+		for (size_t l = 0; r > 0 && l < nlisten; l++)
+			if (pfd[l].revents)
+				accept_some(&s, s.listen_fds[l], now);
 	}
 }
 
-/* The listening socket systemd passed (Accept=no: $LISTEN_PID is us, $LISTEN_FDS at least 1), or -1. */
-static int listen_fd_passed(void)
+/*
+ * How many listening sockets systemd passed from fd 3 on (Accept=no: $LISTEN_PID is us, $LISTEN_FDS how many;
+ * sd_listen_fds(3)), each a listening stream socket; 0 when there are none (inetd-style), -1 when what was
+ * passed is no such thing or too many.
+ */
+static int listen_fds_passed(void)
 {
 	const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
-	int listening = 0;
-	socklen_t len = sizeof(listening);
+	long n;
 
-	if (!pid || !fds || strtol(pid, NULL, 10) != (long)getpid() || strtol(fds, NULL, 10) < 1)
-		return -1;
-	if (getsockopt(SD_LISTEN_FDS_START, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) < 0 || !listening)
-		return -1;
-	return SD_LISTEN_FDS_START;
+	if (!pid || !fds || strtol(pid, NULL, 10) != (long)getpid())
+		return 0;
+	n = strtol(fds, NULL, 10);
+	if (n < 1 || n > LISTEN_FDS_MAX)
+		return n == 0 ? 0 : -1;
+	for (int fd = SD_LISTEN_FDS_START; fd < SD_LISTEN_FDS_START + n; fd++) {
+		int listening = 0;
+		socklen_t len = sizeof(listening);
+
+		if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) < 0 || !listening)
+			return -1;
+	}
+	return (int)n;
 }
 
 static void usage(FILE *f)
@@ -558,7 +578,7 @@ int main(int argc, char **argv)
 	struct timeval tv;
 	size_t len = 0, out_len = 0;
 	char *end;
-	int o, r, listen_fd;
+	int o, r, nlisten;
 
 	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (o) {
@@ -598,9 +618,16 @@ int main(int argc, char **argv)
 	}
 	/* A client gone mid-answer is its problem, not a crash; a client that stops reading is cut off. */
 	signal(SIGPIPE, SIG_IGN);
-	listen_fd = listen_fd_passed();
-	if (listen_fd >= 0)
-		return server_run(listen_fd, socket_path, (int)timeout_ms, (size_t)head_max_bytes);
+	nlisten = listen_fds_passed();
+	if (nlisten < 0) {
+		fprintf(stderr,
+			"pinbroker-metrics-http: $LISTEN_FDS names no listening stream sockets (1 to %d): check "
+			"the socket unit's ListenStream= lines\n",
+			LISTEN_FDS_MAX);
+		return 1;
+	}
+	if (nlisten > 0)
+		return server_run((size_t)nlisten, socket_path, (int)timeout_ms, (size_t)head_max_bytes);
 	tv = (struct timeval){ .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
 	(void)setsockopt(STDOUT_FILENO, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)); /* fails harmlessly on a pipe */
 

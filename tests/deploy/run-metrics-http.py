@@ -145,37 +145,47 @@ class AcceptPerConnection:
 
 
 class ListenFdServer:
-    """Accept=no as systemd serves it: one server given the listening socket as fd 3, $LISTEN_FDS=1 and
-    $LISTEN_PID its own pid (sd_listen_fds(3))."""
+    """Accept=no as systemd serves it: one server given the listening sockets as fd 3 on, $LISTEN_FDS how many
+    and $LISTEN_PID its own pid (sd_listen_fds(3))."""
 
-    def __init__(self, lsock, argv, env):
-        fd = lsock.fileno()
-        pass_on = ("import os, sys; fd = int(sys.argv[1]); os.dup2(fd, 3); os.close(fd); "
-                   "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1'); os.execv(sys.argv[2], sys.argv[2:])")
-        self.p = subprocess.Popen([sys.executable, "-c", pass_on, str(fd), *argv], env=env, pass_fds=(fd,),
-                                  stdin=subprocess.DEVNULL)
+    def __init__(self, lsocks, argv, env):
+        fds = [ls.fileno() for ls in lsocks]
+        pass_on = ("import fcntl, os, sys; fds = [int(f) for f in sys.argv[1].split(',')]; "
+                   "moved = [fcntl.fcntl(f, fcntl.F_DUPFD, 100) for f in fds]; [os.close(f) for f in fds]; "
+                   "[os.dup2(f, 3 + i) for i, f in enumerate(moved)]; [os.close(f) for f in moved]; "
+                   "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS=str(len(fds))); "
+                   "os.execv(sys.argv[2], sys.argv[2:])")
+        self.p = subprocess.Popen([sys.executable, "-c", pass_on, ",".join(map(str, fds)), *argv], env=env,
+                                  pass_fds=fds, stdin=subprocess.DEVNULL)
 
     def close(self):
         self.p.kill()
         self.p.wait()
 
 
-def start_endpoint(sock):
-    """The endpoint on a loopback port as the socket unit says to serve it: (port, server, how)."""
-    settings = unit_settings()
+def listener(settings):
     lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     lsock.bind(("127.0.0.1", 0))
     lsock.listen(int(settings.get("Backlog", "4096")))
+    return lsock
+
+
+def start_endpoint(sock):
+    """The endpoint on loopback ports as the socket unit says to serve it: (listening sockets, server, how).
+    With Accept=no the server gets two, as from two ListenStream= lines (loopback and a management address)."""
+    settings = unit_settings()
     env = dict(os.environ, PINBROKER_SOCKET=sock)
     if settings.get("Accept", "no").lower() in ("yes", "true", "1", "on"):
         most = int(settings.get("MaxConnections", "64"))
-        server = AcceptPerConnection(lsock, [HTTP], env, most)
+        lsocks = [listener(settings)]
+        server = AcceptPerConnection(lsocks[0], [HTTP], env, most)
         how = f"Accept=yes, MaxConnections={most}"
     else:
-        server = ListenFdServer(lsock, [HTTP], env)
+        lsocks = [listener(settings), listener(settings)]
+        server = ListenFdServer(lsocks, [HTTP], env)
         how = "Accept=no"
-    return lsock, lsock.getsockname()[1], server, how
+    return lsocks, server, how
 
 
 def flood(port, n, stop):
@@ -238,7 +248,8 @@ def scrape(port, timeout_s=2.0):
 
 
 def check_flood(sock):
-    lsock, port, server, how = start_endpoint(sock)
+    lsocks, server, how = start_endpoint(sock)
+    port = lsocks[0].getsockname()[1]
     try:
         for _ in range(50):  # the server is up once a scrape answers
             if scrape(port, 0.5):
@@ -260,9 +271,12 @@ def check_flood(sock):
             t.join()
             print(f"flood of {n} one-byte connections ({how}): {ok} of 20 scrapes succeeded")
             check(ok >= 19, f"flood of {n} idle connections ({how}): at least 95% of scrapes succeed ({ok} of 20)")
+        for ls in lsocks[1:]:
+            check(scrape(ls.getsockname()[1]), f"a scrape on the second listening socket ({how}) succeeds")
     finally:
         server.close()
-        lsock.close()
+        for ls in lsocks:
+            ls.close()
 
 
 def main():
