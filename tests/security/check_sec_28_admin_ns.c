@@ -272,6 +272,8 @@ START_TEST(test_pinctl_under_unshare_is_refused)
 					  PINCTL_PATH, d.socket),
 				 0);
 		ck_assert_msg(run_capture(cmd, &out) != 0, "unshare %s pinctl set succeeded:\n%s", how[i], out);
+		ck_assert_msg(strstr(out, "own pid and user namespaces") != NULL,
+			      "unshare %s pinctl set: the refusal does not say why:\n%s", how[i], out);
 		free(out);
 		free(cmd);
 	}
