@@ -27,8 +27,9 @@ to the token in ``<name>.token`` (0644, replaced whole by a rename) or, when the
 (a stale file from an earlier run), acquires, shares and writes a new one. Ranks of another uid never lock:
 they read the token until it names a live lease, up to the timeout, so they may start before the owner's.
 
-Trust: the folder and the token must belong to the owner and be writable by nobody else, or they are refused;
-otherwise a planted token could hand a rank another uid's memory to write its data into. Other uids cannot
+Trust: a folder that is not the owner's, or that others can write, is passed over (see above); a token file
+that is not the owner's, or that others can write, is refused: a planted token could hand a rank another uid's
+memory to write its data into. Other uids cannot
 open the lock file, so they cannot hold the owner's ranks up.
 
 Bound and clean-up: a region's files outlive its lease, so each new region first prunes the owner's stale ones
