@@ -1,10 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pinbroker-metrics-http: answers one HTTP request on stdin/stdout with the daemon's Prometheus metrics,
- * for hosts without node_exporter. systemd's pinbroker-metrics.socket (Accept=yes) accepts the
- * connection and starts one pinbroker-metrics@.service per connection with it as stdin and stdout,
- * inetd-style; the figures come from the daemon through libpinbroker's pb_metrics, the same request
- * `pinctl metrics` makes, so daemon/metrics.c stays the one place that renders them.
+ * pinbroker-metrics-http: the daemon's Prometheus metrics over HTTP, for hosts without node_exporter. The
+ * figures come from the daemon through libpinbroker's pb_metrics, the same request `pinctl metrics` makes, so
+ * daemon/metrics.c stays the one place that renders them.
+ *
+ * Two ways to run. Given a listening socket by systemd (pinbroker-metrics.socket, Accept=no: $LISTEN_FDS), it is
+ * one long-running server with its own accept loop: up to CONNS_MAX connections at once, each with its own
+ * deadlines, and a newcomer past that bound closes the oldest connection that has not sent its request yet. So
+ * idle connections, however many and however often re-opened, never keep a scraper out: a scraper sends its
+ * request as soon as it connects, and the silent ones go first. (With one process per connection and
+ * MaxConnections=16, sixteen one-byte connections re-opened as each was cut left a scraper 0 of 20 scrapes.)
+ * Otherwise it answers one request on stdin/stdout, inetd-style.
  *
  * GET or HEAD /metrics: 200 with the text format (Content-Type: text/plain; version=0.0.4); 503 when
  * no daemon answers (so the scrape fails and `up` drops to 0). Another path: 404. Another method: 405.
@@ -14,6 +20,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <poll.h>
 #include <signal.h>
@@ -36,6 +43,13 @@
 #define LINGER_MS 1000               /* how long unread input is drained after the answer */
 #define LINGER_MAX_BYTES (1 << 20)   /* and how much of it */
 #define METRICS_CTYPE "text/plain; version=0.0.4; charset=utf-8"
+/* Server mode: connections at once (a scrape is one short connection per interval and target), and accepts per
+ * loop turn, taken after the connections already open are served, so a burst of newcomers cannot evict a
+ * scraper's connection before its request, already sent, is read. */
+#define CONNS_MAX 64
+#define ACCEPTS_PER_TURN 8
+#define SD_LISTEN_FDS_START 3
+#define LISTEN_FDS_MAX 16 /* ListenStream= lines of the socket unit served (loopback, a management address) */
 
 static int64_t mono_ms(void)
 {
@@ -60,10 +74,23 @@ static size_t head_end(const char *buf, size_t len)
 }
 
 /*
- * Read the request head from fd until its blank line, or until EOF after at least one whole line (a client
- * that sends only a request line and shuts down its side is answered too). Returns 0 and *len, -ETIMEDOUT when
- * the head is not in by timeout_ms, -EMSGSIZE when it overflows cap, -ENODATA on EOF before a whole line, or
- * another negative errno from read.
+ * Where reading a request head stands after n bytes of buf (cap at most), eof when the client shut its side:
+ * 1 when it is whole (its blank line; or EOF after at least one whole line: a client that sends only a request
+ * line and shuts down its side is answered too), 0 while more may come, -EMSGSIZE when it fills cap unfinished,
+ * -ENODATA on EOF before any byte, -EBADMSG on EOF before a whole line.
+ */
+static int head_check(const char *buf, size_t n, size_t cap, bool eof)
+{
+	if (head_end(buf, n))
+		return 1;
+	if (eof)
+		return memchr(buf, '\n', n) ? 1 : n ? -EBADMSG : -ENODATA;
+	return n == cap ? -EMSGSIZE : 0;
+}
+
+/*
+ * Read the request head from fd until head_check says it is whole. Returns 0 and *len, -ETIMEDOUT when the head
+ * is not in by timeout_ms, or head_check's error, or another negative errno from read.
  */
 static int read_head(int fd, char *buf, size_t cap, int timeout_ms, size_t *len)
 {
@@ -85,21 +112,18 @@ static int read_head(int fd, char *buf, size_t cap, int timeout_ms, size_t *len)
 			return -errno;
 		if (r == 0)
 			return -ETIMEDOUT;
-		if (n == cap)
-			return -EMSGSIZE;
 		k = read(fd, buf + n, cap - n);
 		if (k < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
 		if (k < 0)
 			return -errno;
-		if (k == 0)
-			break;
 		n += (size_t)k;
-		if (head_end(buf, n))
+		r = head_check(buf, n, cap, k == 0);
+		if (r < 0)
+			return r;
+		if (r == 1)
 			break;
 	}
-	if (!memchr(buf, '\n', n))
-		return n ? -EBADMSG : -ENODATA;
 	*len = n;
 	return 0;
 }
@@ -164,12 +188,12 @@ static int write_all(int fd, const char *p, size_t n)
 	return 0;
 }
 
-/* One whole answer; extra is more header lines (each ending in CRLF) or "". */
-static int respond(int fd, int code, const char *reason, const char *ctype, const char *extra, const char *body,
-		   size_t body_len, bool head_only)
+/* One whole answer, built into *out (malloc'd, *out_len bytes); extra is more header lines (each ending in CRLF) or "". */
+static int respond(char **out, size_t *out_len, int code, const char *reason, const char *ctype, const char *extra,
+		   const char *body, size_t body_len, bool head_only)
 {
 	char *h = NULL;
-	int n, r;
+	int n;
 
 	n = asprintf(&h,
 		     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n"
@@ -177,20 +201,30 @@ static int respond(int fd, int code, const char *reason, const char *ctype, cons
 		     code, reason, ctype, body_len, extra);
 	if (n < 0)
 		return -ENOMEM;
-	r = write_all(fd, h, (size_t)n);
-	free(h);
-	if (r == 0 && !head_only)
-		r = write_all(fd, body, body_len);
-	return r;
+	if (!head_only && body_len) {
+		char *all = realloc(h, (size_t)n + body_len);
+
+		if (!all) {
+			free(h);
+			return -ENOMEM;
+		}
+		memcpy(all + n, body, body_len);
+		h = all;
+		n += (int)body_len;
+	}
+	*out = h;
+	*out_len = (size_t)n;
+	return 0;
 }
 
-static int respond_text(int fd, int code, const char *reason, const char *extra, const char *text, bool head_only)
+static int respond_text(char **out, size_t *out_len, int code, const char *reason, const char *extra, const char *text,
+			bool head_only)
 {
-	return respond(fd, code, reason, "text/plain; charset=utf-8", extra, text, strlen(text), head_only);
+	return respond(out, out_len, code, reason, "text/plain; charset=utf-8", extra, text, strlen(text), head_only);
 }
 
 /* The metrics from the daemon at socket (NULL: $PINBROKER_SOCKET or the default), or 503 saying why not. */
-static int serve_metrics(int out, const char *socket_path, bool head_only)
+static int serve_metrics(char **out, size_t *out_len, const char *socket_path, bool head_only)
 {
 	pb_client *c = NULL;
 	char *text = NULL, *msg = NULL;
@@ -205,13 +239,40 @@ static int serve_metrics(int out, const char *socket_path, bool head_only)
 		if (asprintf(&msg, "pinbroker: no metrics from the daemon: %s\n", pb_strerror(r)) < 0)
 			return -ENOMEM;
 		fputs(msg, stderr);
-		r = respond_text(out, 503, "Service Unavailable", "Retry-After: 15\r\n", msg, head_only);
+		r = respond_text(out, out_len, 503, "Service Unavailable", "Retry-After: 15\r\n", msg, head_only);
 		free(msg);
 		return r;
 	}
-	r = respond(out, 200, "OK", METRICS_CTYPE, "", text, strlen(text), head_only);
+	r = respond(out, out_len, 200, "OK", METRICS_CTYPE, "", text, strlen(text), head_only);
 	free(text);
 	return r;
+}
+
+/*
+ * The answer to a request head: rr is how reading it ended (0: buf[0, len) holds it; -ETIMEDOUT, -EMSGSIZE, or
+ * another error). Returns 0 with *out set, 1 when there is nothing to answer (closed without a word), or -ENOMEM.
+ */
+static int answer(int rr, const char *buf, size_t len, const char *socket_path, char **out, size_t *out_len)
+{
+	char method[16], path[TARGET_MAX_BYTES];
+	bool head_only;
+
+	if (rr == -ENODATA)
+		return 1;
+	if (rr == -ETIMEDOUT)
+		return respond_text(out, out_len, 408, "Request Timeout", "", "request not received in time\n", false);
+	if (rr == -EMSGSIZE)
+		return respond_text(out, out_len, 431, "Request Header Fields Too Large", "",
+				    "request head too large\n", false);
+	if (rr < 0 || parse_request_line(buf, len, method, sizeof(method), path, sizeof(path)) < 0)
+		return respond_text(out, out_len, 400, "Bad Request", "", "not an HTTP/1.x request\n", false);
+	head_only = strcmp(method, "HEAD") == 0;
+	if (!head_only && strcmp(method, "GET") != 0)
+		return respond_text(out, out_len, 405, "Method Not Allowed", "Allow: GET, HEAD\r\n",
+				    "only GET and HEAD\n", false);
+	if (strcmp(path, "/metrics") != 0)
+		return respond_text(out, out_len, 404, "Not Found", "", "pinbroker serves /metrics only\n", head_only);
+	return serve_metrics(out, out_len, socket_path, head_only);
 }
 
 /*
@@ -240,11 +301,263 @@ static void linger_close(int in, int out)
 	}
 }
 
+/* Server mode: one connection's life. */
+enum conn_state {
+	CONN_FREE,
+	CONN_READING,   /* its request head is coming: the first to go when the table is full */
+	CONN_WRITING,   /* the answer is going out, as fast as the client reads it */
+	CONN_LINGERING, /* answered: what it still sends is drained, for LINGER_MS (linger_close's reason) */
+};
+
+struct conn {
+	enum conn_state state;
+	int fd;
+	int64_t accepted_ms;
+	int64_t deadline_ms; /* of the state it is in */
+	size_t in_len;
+	char *out;
+	size_t out_len, out_off;
+	size_t drained;
+	char *in; /* max_head_bytes */
+};
+
+struct server {
+	int listen_fds[LISTEN_FDS_MAX];
+	size_t nlisten;
+	const char *socket_path;
+	int timeout_ms;
+	size_t head_max_bytes;
+	struct conn conns[CONNS_MAX];
+};
+
+static void conn_close(struct conn *c)
+{
+	close(c->fd);
+	free(c->out);
+	c->out = NULL;
+	c->fd = -1;
+	c->state = CONN_FREE;
+}
+
+/* How reading c's head ended (rr as answer() takes it): its answer goes out, or it is closed. */
+static void conn_answer(struct server *s, struct conn *c, int rr, int64_t now)
+{
+	if (answer(rr, c->in, c->in_len, s->socket_path, &c->out, &c->out_len) != 0) {
+		conn_close(c); /* nothing to answer, or no memory for it */
+		return;
+	}
+	c->out_off = 0;
+	c->state = CONN_WRITING;
+	c->deadline_ms = now + s->timeout_ms;
+}
+
+static void conn_read(struct server *s, struct conn *c, int64_t now)
+{
+	ssize_t k = read(c->fd, c->in + c->in_len, s->head_max_bytes - c->in_len);
+	int r;
+
+	if (k < 0 && (errno == EINTR || errno == EAGAIN))
+		return;
+	if (k < 0) {
+		conn_close(c);
+		return;
+	}
+	c->in_len += (size_t)k;
+	r = head_check(c->in, c->in_len, s->head_max_bytes, k == 0);
+	if (r != 0)
+		conn_answer(s, c, r == 1 ? 0 : r, now);
+}
+
+static void conn_write(struct conn *c, int64_t now)
+{
+	ssize_t k = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+
+	if (k < 0 && (errno == EINTR || errno == EAGAIN))
+		return;
+	if (k < 0) {
+		conn_close(c);
+		return;
+	}
+	c->out_off += (size_t)k;
+	if (c->out_off < c->out_len)
+		return;
+	(void)shutdown(c->fd, SHUT_WR);
+	c->state = CONN_LINGERING;
+	c->deadline_ms = now + LINGER_MS;
+	c->drained = 0;
+}
+
+static void conn_drain(struct conn *c)
+{
+	char buf[4096];
+	ssize_t k = read(c->fd, buf, sizeof(buf));
+
+	if (k < 0 && (errno == EINTR || errno == EAGAIN))
+		return;
+	if (k <= 0 || (c->drained += (size_t)k) >= LINGER_MAX_BYTES)
+		conn_close(c);
+}
+
+static void conn_expire(struct server *s, struct conn *c, int64_t now)
+{
+	if (c->state == CONN_FREE || now < c->deadline_ms)
+		return;
+	if (c->state == CONN_READING)
+		conn_answer(s, c, -ETIMEDOUT, now);
+	else
+		conn_close(c); /* a client that stops reading its answer, or the end of the drain */
+}
+
+/* A slot for a newcomer: a free one, else the oldest connection still silent (then lingering, then writing). */
+static struct conn *conn_slot(struct server *s)
+{
+	static const enum conn_state order[] = { CONN_READING, CONN_LINGERING, CONN_WRITING };
+	struct conn *victim = NULL;
+
+	for (size_t i = 0; i < CONNS_MAX; i++)
+		if (s->conns[i].state == CONN_FREE)
+			return &s->conns[i];
+	for (size_t o = 0; o < sizeof(order) / sizeof(order[0]) && !victim; o++)
+		for (size_t i = 0; i < CONNS_MAX; i++)
+			if (s->conns[i].state == order[o] && (!victim || s->conns[i].accepted_ms < victim->accepted_ms))
+				victim = &s->conns[i];
+	conn_close(victim);
+	return victim;
+}
+
+static void accept_some(struct server *s, int listen_fd, int64_t now)
+{
+	for (int i = 0; i < ACCEPTS_PER_TURN; i++) {
+		int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct conn *c;
+
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE)
+				fprintf(stderr, "pinbroker-metrics-http: accept: %s\n", strerror(errno));
+			return;
+		}
+		c = conn_slot(s);
+		c->fd = fd;
+		c->state = CONN_READING;
+		c->accepted_ms = now;
+		c->deadline_ms = now + s->timeout_ms;
+		c->in_len = 0;
+	}
+}
+
+/* The next deadline's distance from now, for poll (-1: none). */
+static int poll_timeout(const struct server *s, int64_t now)
+{
+	int64_t next = -1;
+
+	for (size_t i = 0; i < CONNS_MAX; i++)
+		if (s->conns[i].state != CONN_FREE && (next < 0 || s->conns[i].deadline_ms < next))
+			next = s->conns[i].deadline_ms;
+	if (next < 0)
+		return -1;
+	return next <= now ? 0 : (int)(next - now);
+}
+
+/* Serve the nlisten listening sockets from fd 3 on until killed: returns only when it cannot go on (1). */
+static int server_run(size_t nlisten, const char *socket_path, int timeout_ms, size_t head_max_bytes)
+{
+	static struct server s;
+	struct pollfd pfd[LISTEN_FDS_MAX + CONNS_MAX];
+	size_t idx[LISTEN_FDS_MAX + CONNS_MAX];
+
+	s.nlisten = nlisten;
+	s.socket_path = socket_path;
+	s.timeout_ms = timeout_ms;
+	s.head_max_bytes = head_max_bytes;
+	for (size_t i = 0; i < CONNS_MAX; i++) {
+		s.conns[i].fd = -1;
+		s.conns[i].in = malloc(head_max_bytes);
+		if (!s.conns[i].in) {
+			fprintf(stderr, "pinbroker-metrics-http: out of memory\n");
+			return 1;
+		}
+	}
+	for (size_t l = 0; l < nlisten; l++) {
+		int fd = SD_LISTEN_FDS_START + (int)l;
+
+		s.listen_fds[l] = fd;
+		if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0) {
+			fprintf(stderr, "pinbroker-metrics-http: listening socket %d: %s\n", fd, strerror(errno));
+			return 1;
+		}
+	}
+	for (;;) {
+		size_t n = nlisten;
+		int64_t now;
+		int r;
+
+		for (size_t l = 0; l < nlisten; l++)
+			pfd[l] = (struct pollfd){ .fd = s.listen_fds[l], .events = POLLIN };
+		for (size_t i = 0; i < CONNS_MAX; i++) {
+			const struct conn *c = &s.conns[i];
+
+			if (c->state == CONN_FREE)
+				continue;
+			pfd[n] = (struct pollfd){ .fd = c->fd, .events = c->state == CONN_WRITING ? POLLOUT : POLLIN };
+			idx[n++] = i;
+		}
+		r = poll(pfd, n, poll_timeout(&s, mono_ms()));
+		if (r < 0 && errno != EINTR) {
+			fprintf(stderr, "pinbroker-metrics-http: poll: %s\n", strerror(errno));
+			return 1;
+		}
+		now = mono_ms();
+		for (size_t j = nlisten; r > 0 && j < n; j++) {
+			struct conn *c = &s.conns[idx[j]];
+
+			if (!pfd[j].revents)
+				continue;
+			if (c->state == CONN_READING)
+				conn_read(&s, c, now);
+			else if (c->state == CONN_WRITING)
+				conn_write(c, now);
+			else if (c->state == CONN_LINGERING)
+				conn_drain(c);
+		}
+		for (size_t i = 0; i < CONNS_MAX; i++)
+			conn_expire(&s, &s.conns[i], now);
+		for (size_t l = 0; r > 0 && l < nlisten; l++)
+			if (pfd[l].revents)
+				accept_some(&s, s.listen_fds[l], now);
+	}
+}
+
+/*
+ * How many listening sockets systemd passed from fd 3 on (Accept=no: $LISTEN_PID is us, $LISTEN_FDS how many;
+ * sd_listen_fds(3)), each a listening stream socket; 0 when there are none (inetd-style), -1 when what was
+ * passed is no such thing or too many.
+ */
+static int listen_fds_passed(void)
+{
+	const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
+	long n;
+
+	if (!pid || !fds || strtol(pid, NULL, 10) != (long)getpid())
+		return 0;
+	n = strtol(fds, NULL, 10);
+	if (n < 1 || n > LISTEN_FDS_MAX)
+		return n == 0 ? 0 : -1;
+	for (int fd = SD_LISTEN_FDS_START; fd < SD_LISTEN_FDS_START + n; fd++) {
+		int listening = 0;
+		socklen_t len = sizeof(listening);
+
+		if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) < 0 || !listening)
+			return -1;
+	}
+	return (int)n;
+}
+
 static void usage(FILE *f)
 {
 	fputs("Usage: pinbroker-metrics-http [--socket PATH] [--timeout-ms MS] [--max-head-bytes N]\n"
-	      "Answer one HTTP request on stdin/stdout (inetd-style, as pinbroker-metrics@.service runs it):\n"
-	      "GET /metrics gives the daemon's Prometheus metrics, as `pinctl metrics` prints them.\n"
+	      "Serve HTTP on the listening socket systemd passes ($LISTEN_FDS, as pinbroker-metrics.service runs it),\n"
+	      "or answer one request on stdin/stdout (inetd-style): GET /metrics gives the daemon's Prometheus\n"
+	      "metrics, as `pinctl metrics` prints them.\n"
 	      "  --socket PATH     the daemon's socket (default $PINBROKER_SOCKET, else /run/pinbroker/pinbroker.sock)\n"
 	      "  --timeout-ms MS   how long the request head may take to arrive (default 5000)\n"
 	      "  --max-head-bytes N  largest request head (request line and headers) answered; a larger one gets\n"
@@ -259,14 +572,13 @@ int main(int argc, char **argv)
 					      { "max-head-bytes", required_argument, NULL, 'm' },
 					      { "help", no_argument, NULL, 'h' },
 					      { NULL, 0, NULL, 0 } };
-	char method[16], path[TARGET_MAX_BYTES], *buf;
+	char *buf, *out = NULL;
 	const char *socket_path = NULL;
 	long timeout_ms = DEFAULT_TIMEOUT_MS, head_max_bytes = HEAD_MAX_BYTES_DEFAULT;
 	struct timeval tv;
-	bool head_only;
-	size_t len = 0;
+	size_t len = 0, out_len = 0;
 	char *end;
-	int o, r;
+	int o, r, nlisten;
 
 	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (o) {
@@ -306,6 +618,16 @@ int main(int argc, char **argv)
 	}
 	/* A client gone mid-answer is its problem, not a crash; a client that stops reading is cut off. */
 	signal(SIGPIPE, SIG_IGN);
+	nlisten = listen_fds_passed();
+	if (nlisten < 0) {
+		fprintf(stderr,
+			"pinbroker-metrics-http: $LISTEN_FDS names no listening stream sockets (1 to %d): check "
+			"the socket unit's ListenStream= lines\n",
+			LISTEN_FDS_MAX);
+		return 1;
+	}
+	if (nlisten > 0)
+		return server_run((size_t)nlisten, socket_path, (int)timeout_ms, (size_t)head_max_bytes);
 	tv = (struct timeval){ .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
 	(void)setsockopt(STDOUT_FILENO, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)); /* fails harmlessly on a pipe */
 
@@ -315,29 +637,14 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	r = read_head(STDIN_FILENO, buf, (size_t)head_max_bytes, (int)timeout_ms, &len);
-	if (r == -ENODATA) {
-		free(buf);
-		return 0; /* connected and closed without a word: nothing to answer */
-	}
-	if (r == -ETIMEDOUT)
-		r = respond_text(STDOUT_FILENO, 408, "Request Timeout", "", "request not received in time\n", false);
-	else if (r == -EMSGSIZE)
-		r = respond_text(STDOUT_FILENO, 431, "Request Header Fields Too Large", "", "request head too large\n",
-				 false);
-	else if (r < 0 || parse_request_line(buf, len, method, sizeof(method), path, sizeof(path)) < 0)
-		r = respond_text(STDOUT_FILENO, 400, "Bad Request", "", "not an HTTP/1.x request\n", false);
-	else {
-		head_only = strcmp(method, "HEAD") == 0;
-		if (!head_only && strcmp(method, "GET") != 0)
-			r = respond_text(STDOUT_FILENO, 405, "Method Not Allowed", "Allow: GET, HEAD\r\n",
-					 "only GET and HEAD\n", false);
-		else if (strcmp(path, "/metrics") != 0)
-			r = respond_text(STDOUT_FILENO, 404, "Not Found", "", "pinbroker serves /metrics only\n",
-					 head_only);
-		else
-			r = serve_metrics(STDOUT_FILENO, socket_path, head_only);
-	}
+	r = answer(r, buf, len, socket_path, &out, &out_len);
 	free(buf);
+	if (r == 1)
+		return 0; /* connected and closed without a word: nothing to answer */
+	if (r == 0) {
+		r = write_all(STDOUT_FILENO, out, out_len);
+		free(out);
+	}
 	if (r == 0)
 		linger_close(STDIN_FILENO, STDOUT_FILENO);
 	return r < 0 ? 1 : 0;

@@ -145,7 +145,8 @@ const struct config_key config_key_table[] = {
 	K_UINT("pool-shrink-delay-ms", pool_shrink_delay_ms, 0, (double)UINT32_MAX, "30000", true,
 	       "Idle time before the pool shrinks back to the prewarm size."),
 	K_STRING("admin-group", admin_group, "", true,
-		 "Group whose members may run admin requests (other uids' leases, the budget); empty means root only."),
+		 "Group whose members may run admin requests (other uids' leases, the budget); empty means root only. "
+		 "Root and members are admins only from the daemon's own pid and user namespaces."),
 	K_STRING(
 		"job-quota", job_quota, "", true,
 		"Per-job quotas: CGROUP:SIZE entries apart by blanks, CGROUP a cgroup path whose components may be "

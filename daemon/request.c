@@ -98,7 +98,9 @@ void request_dispatch(struct conn *c, const uint8_t *buf, size_t len)
 		reply_close(c, "request before HELLO");
 	} else if ((kind->flags & REQ_ADMIN) && !c->admin) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED,
-			     "'%s' needs uid 0 or membership of the admin group (admin-group = %s)", kind->name,
+			     "'%s' needs uid 0 or membership of the admin group (admin-group = %s), from the daemon's "
+			     "own pid and user namespaces (a container's root is an ordinary tenant)",
+			     kind->name,
 			     b->cfg->admin_group && b->cfg->admin_group[0] ? b->cfg->admin_group : "none set");
 	} else if (b->shutting_down && !(kind->flags & REQ_ALLOWED_WHILE_STOPPING)) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_SHUTTING_DOWN, "pinbrokerd is stopping");

@@ -13,12 +13,14 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "admin.h"
 #include "broker.h"
 #include "config.h"
 #include "jobs-watch.h"
 #include "jobs.h"
 #include "listen.h"
 #include "log.h"
+#include "peer-ns.h"
 #include "request.h"
 #include "timer-clock.h"
 #include "util.h"
@@ -60,27 +62,23 @@ struct server {
 	char admin_group[64]; /* the admin-group value admin_gid was resolved for */
 	bool admin_gid_known;
 	gid_t admin_gid;
-	unsigned stall_ms; /* SERVER_ACCEPT_STALL_ENV */
+	bool admin_unreadable_warned; /* the first root peer refused for unreadable namespaces is a warning */
+	unsigned stall_ms;            /* SERVER_ACCEPT_STALL_ENV */
 };
 
 static void conn_io_cb(struct ev_loop *loop, ev_io *w, int revents);
 static void conn_handshake_cb(struct ev_loop *loop, ev_timer *w, int revents);
 
-/*
- * uid 0, or a member of admin-group: its primary group, or among the
- * supplementary groups the kernel recorded at connect (SO_PEERGROUPS). The
- * group name is resolved once per configured value, not on every accept.
- */
-static bool peer_is_admin(struct server *s, int fd, uid_t uid, gid_t gid)
+/* A member of admin-group: its primary group, or among the supplementary groups the kernel recorded at connect. */
+static bool peer_in_admin_group(struct server *s, int fd, gid_t gid)
 {
 	const struct config *cfg = s->broker->cfg;
 	gid_t groups[NGROUPS_MAX_PEER];
 	socklen_t len = sizeof(groups);
 
-	if (uid == 0)
-		return true;
 	if (!cfg->admin_group || !cfg->admin_group[0])
 		return false;
+	/* The group name is resolved once per configured value, not on every accept. */
 	if (strcmp(s->admin_group, cfg->admin_group) != 0) {
 		struct group *gr = getgrnam(cfg->admin_group);
 
@@ -101,6 +99,34 @@ static bool peer_is_admin(struct server *s, int fd, uid_t uid, gid_t gid)
 		if (groups[i] == s->admin_gid)
 			return true;
 	return false;
+}
+
+/*
+ * uid 0 or a member of admin-group, from the daemon's own pid and user namespaces (core/admin.h). A root
+ * process of a container is an ordinary tenant; one whose namespaces cannot be read is refused too, with a
+ * warning the first time (then at debug, so a container cannot flood the journal).
+ */
+static bool peer_is_admin(struct server *s, int fd, const struct ucred *cred, int pidfd)
+{
+	struct admin_facts f = { .root = cred->uid == 0 };
+	enum admin_verdict v;
+	char why[256];
+
+	f.in_group = !f.root && peer_in_admin_group(s, fd, cred->gid);
+	if (!admin_candidate(&f))
+		return false;
+	peer_ns_read(pidfd, cred->pid, &f, why, sizeof(why));
+	v = admin_decide(&f);
+	if (v == ADMIN_NS_UNREADABLE && !s->admin_unreadable_warned) {
+		s->admin_unreadable_warned = true;
+		log_warnx("uid %u pid %d is not admin: %s: %s; it is served as an ordinary tenant (further ones are "
+			  "logged at debug level)",
+			  cred->uid, cred->pid, admin_verdict_text(v), why);
+	} else if (v != ADMIN_YES) {
+		log_debug("uid %u pid %d is not admin: %s%s%s", cred->uid, cred->pid, admin_verdict_text(v),
+			  why[0] ? ": " : "", why);
+	}
+	return v == ADMIN_YES;
 }
 
 /*
@@ -162,10 +188,10 @@ int server_adopt(struct server *s, int fd, const struct ucred *cred, struct conn
 	c->pid = cred->pid;
 	c->uid = cred->uid;
 	c->gid = cred->gid;
-	c->admin = peer_is_admin(s, fd, cred->uid, cred->gid);
 	timer_clock_stall(s->stall_ms); /* a long loop turn before this connection came */
 	c->connected_ms = now_ms();
 	c->pidfd = peer_pidfd(fd, cred->pid, &c->pidfd_from_peer);
+	c->admin = peer_is_admin(s, fd, cred, c->pidfd);
 	c->cgroup = jobs_watch_cgroup_of(s->broker, cred->pid);
 	ev_io_init(&c->io, conn_io_cb, fd, EV_READ);
 	c->io.data = c;

@@ -7,6 +7,7 @@ set(PB_DAEMON_DIR ${CMAKE_CURRENT_LIST_DIR})
 # The decision core, daemon/core/: no I/O. No syscalls, no files, no clock reads (callers pass the time in),
 # no logging above debug. A file belongs here only if that holds; the pool it drives is the shell's.
 set(PB_DAEMON_CORE_SOURCES
+  core/admin.c       # who is an admin: root or admin-group, from the daemon's own namespaces
   core/broker.c      # the verbs tying budget, pool and leases; the pressure state's one writer
   core/backing.c     # shared-memory registrations charged once: page ranges per backing file
   core/budget.c      # accounting: bytes, leases, chunks and fds per uid
@@ -27,7 +28,7 @@ set(PB_DAEMON_CORE_SOURCES
 # The I/O shell, daemon/: every other file but main.c (which only pinbrokerd links).
 set(PB_DAEMON_SHELL_SOURCES
   audit.c cgns-probe.c config.c config-doc.c config-keys.c config-value.c holders.c jobs-watch.c listen.c log.c
-  metrics.c
+  metrics.c peer-ns.c
   monitor.c monitor-cgroup.c monitor-proc.c monitor-psi.c rlimits.c
   notify.c numa.c pool.c pool-chunk.c pool-pages.c pool-place.c prewarm.c react.c
   recovery.c recovery-writer.c reload.c reply.c

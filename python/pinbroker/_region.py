@@ -7,19 +7,29 @@ same pages again. A named region instead takes the memory from the daemon's warm
 locked, as one shared lease: the first rank to ask acquires it and shares it, every later rank attaches to it.
 The daemon counts it once, to the creator's uid, and it lives until the last rank lets go.
 
-The rendezvous is a folder of the owner's, ``pinbroker-regions-<owner uid>-<daemon key>`` in
-``$PINBROKER_REGION_DIR`` (default /dev/shm), 0755, that only the owner can write. The daemon key is a short hash
-of the daemon's socket path (resolved), so regions are tied to their daemon: lease ids restart at 1 in each
-daemon, so a lease listing of one daemon must never judge the regions of another daemon of the same uid. The
-token file carries the key too, and a prune removes only tokens that carry its own.
+The rendezvous is a folder of the owner's in ``$PINBROKER_REGION_DIR`` (default /dev/shm), 0755, that only the
+owner can write, named ``pinbroker-regions-<owner uid>-<daemon key>-<16 random hex digits>``. No part of the
+region's path can be guessed before the owner makes it: in a folder every uid may write (/dev/shm), a name
+another uid can predict is one it can take first, and a plant at a fixed name once kept every uid's regions
+from being made. Ranks find the folder by listing: an entry counts only if it is a folder (not a link) of the
+owner's that nobody else can write, holding the owner's ``.ready`` file (the commit), so what other uids plant
+there is passed over: never trusted, and never in the way. The owner's first rank makes its folder private
+(0700), lists again, and commits it only when it is the owner's only folder for that daemon (else it removes
+its own and tries again after a random pause): of two ranks making one at once, at most one commits. A folder
+made and never committed (its maker died) is removed after _PENDING_STALE_S. Where several committed folders
+exist, every rank takes the one whose name sorts first. The daemon key is a short hash of the daemon's socket
+path (resolved), so regions are tied to their daemon: lease ids restart at 1 in each daemon, so a lease
+listing of one daemon must never judge the regions of another daemon of the same uid. The token file carries
+the key too, and a prune removes only tokens that carry its own.
 
 In the folder, ``<name>.lock`` (0600) serialises the owner's ranks: under an exclusive flock a rank attaches
 to the token in ``<name>.token`` (0644, replaced whole by a rename) or, when there is none or its lease is gone
 (a stale file from an earlier run), acquires, shares and writes a new one. Ranks of another uid never lock:
 they read the token until it names a live lease, up to the timeout, so they may start before the owner's.
 
-Trust: the folder and the token must belong to the owner and be writable by nobody else, or they are refused;
-otherwise a planted token could hand a rank another uid's memory to write its data into. Other uids cannot
+Trust: a folder that is not the owner's, or that others can write, is passed over (see above); a token file
+that is not the owner's, or that others can write, is refused: a planted token could hand a rank another uid's
+memory to write its data into. Other uids cannot
 open the lock file, so they cannot hold the owner's ranks up.
 
 Bound and clean-up: a region's files outlive its lease, so each new region first prunes the owner's stale ones
@@ -40,7 +50,9 @@ import errno
 import fcntl
 import hashlib
 import os
+import random
 import re
+import secrets
 import stat
 import time
 from typing import Iterable, List, Optional, Set, Tuple
@@ -54,6 +66,12 @@ _NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 # Regions with files per owner uid, unless $PINBROKER_REGION_MAX or max_regions= says otherwise: far above the
 # regions one job makes (one per model or cache tier), low enough that a leak shows before /dev/shm fills.
 REGION_MAX_DEFAULT = 256
+# A folder the owner made and never committed: its maker died between mkdir and commit (a listing's time).
+_PENDING_STALE_S = 10.0
+# The commit file in a rendezvous folder: only the owner can make it there.
+_READY = ".ready"
+# The random part of a folder's name: 64 bits, so no other uid can make the name before the owner does.
+_SUFFIX = re.compile(r"^[0-9a-f]{16}$")
 # Locks a prune holds at once: its fds stay well under a default RLIMIT_NOFILE (1024) whatever the folder holds.
 _PRUNE_BATCH = 128
 
@@ -93,47 +111,137 @@ def _daemon_key(client: Optional[Client]) -> str:
     return hashlib.sha256(os.path.realpath(path).encode("utf-8", "surrogateescape")).hexdigest()[:12]
 
 
-def _dir_of(owner: int, key: str) -> str:
-    return os.path.join(_base(), f"pinbroker-regions-{owner}-{key}")
+def _prefix(owner: int, key: str) -> str:
+    return f"pinbroker-regions-{owner}-{key}-"
 
 
-def region_path(name: str, owner_uid: Optional[int] = None, *, client: Optional[Client] = None) -> str:
-    """The token file of region ``name`` owned by ``owner_uid`` (default: this process's uid) on the daemon of
-    ``client`` (default: the socket connect() would use)."""
-    _check_name(name)
-    uid = os.geteuid() if owner_uid is None else int(owner_uid)
-    return os.path.join(_dir_of(uid, _daemon_key(client)), f"{name}.token")
+def _is_trusted(st: os.stat_result, owner: int, want_dir: bool) -> bool:
+    kind_ok = stat.S_ISDIR(st.st_mode) if want_dir else stat.S_ISREG(st.st_mode)
+    return kind_ok and st.st_uid == owner and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 def _trusted(st: os.stat_result, path: str, owner: int, want_dir: bool) -> None:
-    kind_ok = stat.S_ISDIR(st.st_mode) if want_dir else stat.S_ISREG(st.st_mode)
-    if not kind_ok or st.st_uid != owner or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    if not _is_trusted(st, owner, want_dir):
         raise PermissionDenied(errno.EPERM, f"{path} is not a {'folder' if want_dir else 'plain file'} of uid "
                                f"{owner} that only it can write (owner {st.st_uid}, mode "
                                f"{stat.S_IMODE(st.st_mode):o}): not trusted; remove it, or set "
                                "$PINBROKER_REGION_DIR to another folder")
 
 
-def _owner_dir(owner: int, key: str, deadline: float) -> str:
-    """The owner's rendezvous folder for the daemon of key: made by the owner, waited for by others, and checked."""
-    d = _dir_of(owner, key)
-    while True:
-        if owner == os.geteuid():
-            try:
-                os.mkdir(d, 0o755)
-                os.chmod(d, 0o755)  # whatever the umask: other uids named in uids read in it
-            except FileExistsError:
-                pass
+def _committed(path: str, owner: int) -> bool:
+    """Whether the folder at path holds the owner's commit file, read through the folder itself (no links)."""
+    try:
+        dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        if not _is_trusted(os.fstat(dfd), owner, True):
+            return False
         try:
-            st = os.lstat(d)
-        except FileNotFoundError:
-            if time.monotonic() >= deadline:
-                raise Timeout(errno.ETIMEDOUT, f"{d}: uid {owner} did not make it in time (start the owner's rank "
-                              "first, or give it a longer timeout)") from None
-            time.sleep(0.02)
+            st = os.stat(_READY, dir_fd=dfd, follow_symlinks=False)
+        except OSError:
+            return False
+        return _is_trusted(st, owner, False)
+    finally:
+        os.close(dfd)
+
+
+def _owner_dirs(owner: int, key: str) -> List[Tuple[str, float, bool]]:
+    """The owner's folders for the daemon of key in the base folder, sorted by name: (path, mtime, committed).
+    Whatever else carries the prefix (another uid's, a link, a file, a folder others can write) is passed over."""
+    base, prefix = _base(), _prefix(owner, key)
+    try:
+        entries = os.listdir(base)
+    except FileNotFoundError:
+        return []
+    found = []
+    for e in entries:
+        if not e.startswith(prefix) or not _SUFFIX.match(e[len(prefix) :]):
             continue
-        _trusted(st, d, owner, True)
-        return d
+        path = os.path.join(base, e)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if _is_trusted(st, owner, True):
+            found.append((path, st.st_mtime, _committed(path, owner)))
+    return sorted(found)
+
+
+def _find_dir(owner: int, key: str) -> Optional[str]:
+    """The owner's committed folder for the daemon of key (the first by name), or None."""
+    committed = [p for p, _, ready in _owner_dirs(owner, key) if ready]
+    return committed[0] if committed else None
+
+
+def _wait_or_timeout(deadline: float, what: str) -> None:
+    if time.monotonic() >= deadline:
+        raise Timeout(errno.ETIMEDOUT, what)
+    time.sleep(0.02)
+
+
+def _make_dir(owner: int, key: str) -> Optional[str]:
+    """One try at making and committing a folder; None when another of the owner's folders showed up."""
+    path = os.path.join(_base(), _prefix(owner, key) + secrets.token_hex(8))
+    try:
+        os.mkdir(path, 0o700)  # private until committed: nobody reads a folder that may yet go
+    except FileExistsError:
+        return None
+    if [p for p, _, _ in _owner_dirs(owner, key) if p != path]:
+        os.rmdir(path)  # another rank made one too: both may step back, so pause at random before the next try
+        time.sleep(random.uniform(0.001, 0.02))
+        return None
+    try:
+        os.chmod(path, 0o755)  # whatever the umask: other uids named in uids read in it
+        fd = os.open(os.path.join(path, _READY), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW |
+                     os.O_CLOEXEC, 0o644)
+    except FileNotFoundError:
+        return None  # taken for abandoned and removed before the commit
+    os.fchmod(fd, 0o644)
+    os.close(fd)
+    return path
+
+
+def _owner_dir(owner: int, key: str, deadline: float) -> str:
+    """The owner's rendezvous folder for the daemon of key: found, or made by the owner and waited for by others."""
+    while True:
+        dirs = _owner_dirs(owner, key)
+        committed = [p for p, _, ready in dirs if ready]
+        if committed:
+            return committed[0]
+        if owner != os.geteuid():
+            _wait_or_timeout(deadline, f"uid {owner} has no region folder in {_base()} in time (start the "
+                             "owner's rank first, or give it a longer timeout)")
+            continue
+        pending = False
+        for path, mtime, _ in dirs:
+            if time.time() - mtime > _PENDING_STALE_S:
+                try:
+                    os.rmdir(path)  # made and never committed: its maker died
+                except OSError:
+                    pass
+            else:
+                pending = True
+        if pending:
+            _wait_or_timeout(deadline, f"another rank of uid {owner} did not finish its region folder in "
+                             f"{_base()} in time")
+            continue
+        made = _make_dir(owner, key)
+        if made is not None:
+            return made
+
+
+def region_path(name: str, owner_uid: Optional[int] = None, *, client: Optional[Client] = None) -> str:
+    """The token file of region ``name`` owned by ``owner_uid`` (default: this process's uid) on the daemon of
+    ``client`` (default: the socket connect() would use). The owner's folder is made when this uid is the owner
+    and has none; for another owner with no folder yet, FileNotFoundError."""
+    _check_name(name)
+    uid = os.geteuid() if owner_uid is None else int(owner_uid)
+    key = _daemon_key(client)
+    d = _owner_dir(uid, key, time.monotonic() + 5) if uid == os.geteuid() else _find_dir(uid, key)
+    if d is None:
+        raise FileNotFoundError(errno.ENOENT, f"uid {uid} has no region folder for this daemon in {_base()}")
+    return os.path.join(d, f"{name}.token")
 
 
 def _read_token_file(path: str, owner: int) -> Tuple[str, int, Optional[int], Optional[str]]:
@@ -315,10 +423,8 @@ def prune_regions(*, client: Optional[Client] = None) -> List[str]:
     owner = os.geteuid()
     c = client or connect()
     key = _daemon_key(c)
-    d = _dir_of(owner, key)
-    try:
-        _trusted(os.lstat(d), d, owner, True)
-    except FileNotFoundError:
+    d = _find_dir(owner, key)
+    if d is None:
         return []
     return _prune(c, d, owner, key)
 
@@ -403,7 +509,11 @@ def remove_region(name: str, *, client: Optional[Client] = None, timeout: float 
     It holds the region's lock while it removes, as making, joining and pruning do: a prune that judged the
     region stale must not then remove the files of a region made anew by the same name; Timeout when a rank
     holds the lock for ``timeout`` seconds."""
-    path = region_path(name, client=client)
+    _check_name(name)
+    d = _find_dir(os.geteuid(), _daemon_key(client))
+    if d is None:
+        return False  # no folder, so no files: none is made for it
+    path = os.path.join(d, f"{name}.token")
     lock_path = path[: -len(".token")] + ".lock"
     if not os.path.lexists(path) and not os.path.lexists(lock_path):
         return False  # nothing to remove: no lock file is made for it

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -141,17 +142,103 @@ def test_bad_names_and_sizes_are_refused(region_dir):
 
 def test_a_token_file_or_folder_others_can_write_is_not_trusted(daemon, client, region_dir):
     path = pinbroker.region_path("planted", client=client)
-    os.mkdir(os.path.dirname(path), 0o755)
     with open(path, "w") as f:
         f.write("0" * 32 + " 1048576\n")
     os.chmod(path, 0o666)
     with pytest.raises(pinbroker.PermissionDenied, match="not trusted"):
         pinbroker.shared_region("planted", MiB, client=client)
     os.unlink(path)
+    # A folder of the owner's that others can write is passed over, with whatever was put in it: the region
+    # is made in a new folder.
     os.chmod(os.path.dirname(path), 0o777)
-    with pytest.raises(pinbroker.PermissionDenied, match="not trusted"):
-        pinbroker.shared_region("planted", MiB, client=client)
-    assert daemon.leased() == 0
+    with open(path, "w") as f:
+        f.write("0" * 32 + " 1048576\n")
+    lease, created = pinbroker.shared_region("planted", MiB, client=client)
+    assert created
+    assert os.path.dirname(pinbroker.region_path("planted", client=client)) != os.path.dirname(path)
+    lease.release()
+    daemon.wait_leased(0)
+
+
+def _plant(region_dir, name, planter):
+    """A folder at name in region_dir, as uid planter makes one: with a commit file and a token in it."""
+    d = os.path.join(region_dir, name)
+    os.mkdir(d, 0o755)
+    for f, text in ((".ready", ""), ("kv.token", "0" * 32 + " 1048576 1 x\n"), ("kv.lock", "")):
+        with open(os.path.join(d, f), "w") as fh:
+            fh.write(text)
+        os.chown(os.path.join(d, f), planter, planter)
+    os.chown(d, planter, planter)
+    return d
+
+
+def test_folders_another_uid_planted_neither_block_nor_hijack_a_region(daemon, client, region_dir):
+    # Issue 38 finding 8: a uid that made pinbroker-regions-<uid>-<key> for every uid kept every region from
+    # being made, root's included. Each uid here plants for the other: the earlier version's fixed name, names
+    # of the new form (whose random part they would have to guess), and a link to a folder of the planter's.
+    need_root()
+    os.chmod(region_dir, 0o1777)  # as /dev/shm: every uid makes its folders in it
+    key = pinbroker._region._daemon_key(client)
+    for owner, planter in ((0, NOBODY), (NOBODY, 0)):
+        prefix = f"pinbroker-regions-{owner}-{key}"
+        for suffix in ("", "-0000000000000000", "-ffffffffffffffff"):
+            _plant(region_dir, prefix + suffix, planter)
+        target = _plant(region_dir, f"elsewhere-{owner}", planter)
+        os.symlink(target, os.path.join(region_dir, prefix + "-1111111111111111"))
+        os.lchown(os.path.join(region_dir, prefix + "-1111111111111111"), planter, planter)
+    lease, created = pinbroker.shared_region("kv", MiB, client=client, uids=[NOBODY])
+    assert created
+    assert not os.path.dirname(pinbroker.region_path("kv", client=client)).endswith(
+        ("-0000000000000000", "-ffffffffffffffff", "-1111111111111111", key))
+    lease.memoryview()[:1] = b"\x07"
+    # The other uid's rank reaches root's region, not the planted token.
+    joiner = _rank(daemon, "kv", MiB, 1, user=NOBODY, owner=0)
+    # And its own region is made, whatever root planted for it.
+    maker = _rank(daemon, "mine", MiB, 0, user=NOBODY)
+    try:
+        first = joiner.stdout.readline().split()
+        assert first[:2] == ["READY", "0"] and int(first[2]) == lease.id, (first, joiner.stderr.read())
+        joiner.stdin.write("\n")
+        joiner.stdin.flush()
+        assert joiner.stdout.readline().split() == ["DATA", "0702000000000000"]
+        made = maker.stdout.readline().split()
+        assert made[:2] == ["READY", "1"], (made, maker.stderr.read())
+    finally:
+        _finish([joiner, maker])
+    lease.release()
+    daemon.wait_leased(0)
+
+
+def test_ranks_of_one_owner_making_its_folder_at_once_agree_on_one(region_dir):
+    # Forked makers released together by closing one pipe, round after round: every one must end in the same
+    # folder, and no other folder of the owner's may be left (checked: dropping the second listing fails this).
+    for rnd in range(20):
+        key = f"{rnd:012x}"
+        go_r, go_w = os.pipe()
+        outs = []
+        for _ in range(8):
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(go_w)
+                os.read(go_r, 1)
+                try:
+                    path = pinbroker._region._owner_dir(os.geteuid(), key, time.monotonic() + 10)
+                    os.write(w, path.encode())
+                finally:
+                    os._exit(0)
+            os.close(w)
+            outs.append((pid, r))
+        os.close(go_r)
+        os.close(go_w)
+        paths = []
+        for pid, r in outs:
+            paths.append(os.read(r, 4096).decode())
+            os.close(r)
+            os.waitpid(pid, 0)
+        assert len(set(paths)) == 1 and paths[0], paths
+        folders = [e for e in os.listdir(region_dir) if e.startswith(f"pinbroker-regions-{os.geteuid()}-{key}-")]
+        assert folders == [os.path.basename(paths[0])], (folders, paths)
 
 
 def test_a_stale_region_of_another_size_is_made_anew_and_its_lock_is_the_owners_alone(daemon, client, region_dir):
@@ -222,7 +309,8 @@ def test_stale_regions_files_are_pruned_on_demand_and_when_a_region_is_made(daem
         words = f.read().split()
     key = pinbroker._region._daemon_key(client)
     assert len(words) == 4 and words[1:] == [str(live.nbytes), str(live.id), key], words
-    assert os.path.basename(os.path.dirname(pinbroker.region_path("live", client=client))).endswith("-" + key)
+    folder = os.path.basename(os.path.dirname(pinbroker.region_path("live", client=client)))
+    assert re.match(rf"^pinbroker-regions-{os.geteuid()}-{key}-[0-9a-f]{{16}}$", folder), folder
     gone.release()
     daemon.wait_leased(live.nbytes)
     # A region whose making failed (no memory) leaves a lock file and no token: stale too.

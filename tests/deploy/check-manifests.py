@@ -276,6 +276,8 @@ def check_client_hostpath(docs, where):
         m = [m for m in c.get("volumeMounts", []) if m["mountPath"] == SOCK_DIR]
         check(m and vols.get(m[0]["name"], {}).get("hostPath", {}).get("path") == SOCK_DIR,
               f"{where}: container {name} does not mount the node's {SOCK_DIR}")
+        # Read-only, so no pod can unlink the daemon's socket or put its own in its place.
+        check(m and m[0].get("readOnly") is True, f"{where}: container {name} mounts {SOCK_DIR} writable")
         env = {e["name"]: e.get("value") for e in c.get("env", [])}
         check(env.get("PINBROKER_SOCKET") == SOCK, f"{where}: container {name}'s PINBROKER_SOCKET is not {SOCK}")
         check(not c.get("securityContext", {}).get("capabilities", {}).get("add"), f"{where}: the client adds capabilities")
@@ -423,6 +425,8 @@ MUTATIONS = {
     "client escalates": ("client", lambda d: client_of(d)["containers"][0]["securityContext"].pop("allowPrivilegeEscalation")),
     "client hostNetwork": ("client", lambda d: client_of(d).update(hostNetwork=True)),
     "client asks nothing": ("client", lambda d: client_of(d)["containers"][0]["resources"]["limits"].pop(RESOURCE)),
+    "hostPath client's socket folder writable": ("hostpath", lambda d: [m.pop("readOnly", None)
+                                                 for m in client_of(d)["containers"][0]["volumeMounts"]]),
 }
 
 
@@ -435,6 +439,8 @@ def self_test(paths, pinbrokerd, patcher_src):
         failures = []
         if which == "client":
             check_client(docs, "mutated")
+        elif which == "hostpath":
+            check_client_hostpath(docs, "mutated")
         else:
             check_rendered(docs, "mutated", pinbrokerd, patcher_src, "patcher" if which == "patcher" else "plugin")
         print(f"self-test: {name}: {'caught: ' + failures[0].splitlines()[0] if failures else 'NOT CAUGHT'}")
@@ -447,7 +453,8 @@ def main():
     base_path, overlay_path, patcher_ov_path, client_path, client_hp_path, pinbrokerd, patcher_path = sys.argv[1:8]
     with open(patcher_path) as f:
         patcher_src = f.read()
-    self_test({"base": base_path, "patcher": patcher_ov_path, "client": client_path}, pinbrokerd, patcher_src)
+    self_test({"base": base_path, "patcher": patcher_ov_path, "client": client_path, "hostpath": client_hp_path},
+              pinbrokerd, patcher_src)
     base_ds, base_conf = check_rendered(load(base_path), "base", pinbrokerd, patcher_src)
     ov_ds, ov_conf = check_rendered(load(overlay_path), "overlay", pinbrokerd, patcher_src)
     check_rendered(load(patcher_ov_path), "node-patcher overlay", pinbrokerd, patcher_src, "patcher")

@@ -128,7 +128,13 @@ def dump_logs():
             pass
 
 
-def pinctl(*args, check=True, prefix=()):
+# What runs pinctl where the daemon sees it as the host's root: its pid namespace (root is an admin only from the
+# daemon's own namespaces; the setns way's daemon has one of its own). Set by start_daemon.
+admin_prefix = ()
+
+
+def pinctl(*args, check=True, prefix=None):
+    prefix = admin_prefix if prefix is None else prefix
     r = subprocess.run([*prefix, PINCTL, "--socket", SOCK, *args], capture_output=True, text=True, timeout=30)
     if check and r.returncode != 0:
         fail(f"pinctl {' '.join(args)}: exit {r.returncode}: {r.stdout}{r.stderr}")
@@ -160,6 +166,8 @@ def remount_own(mnt):
 def start_daemon(way, dcg, log):
     """pinbrokerd moved into dcg's directory, in its own cgroup namespace. Returns (the Popen, the prefix
     that runs a command where the daemon sees its pid: nsenter into the setns way's pid namespace)."""
+    global admin_prefix
+    admin_prefix = ()
     logs.append(log)
     cap = "setpriv --bounding-set -sys_admin " if way != "setns" else ""
     # partial: only a subtree of the host's tree mounted in (a hostPath of .../kubepods.slice, not of
@@ -189,6 +197,7 @@ def start_daemon(way, dcg, log):
         if len(kids) != 1:
             fail(f"setns: unshare --fork has children {kids}")
         prefix = ("nsenter", "--target", kids[0], "--pid")
+    admin_prefix = prefix
     return p, prefix
 
 

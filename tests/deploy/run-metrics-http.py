@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""pinbroker-metrics-http with real requests on a socketpair, as pinbroker-metrics@.service runs it (the
-connection as stdin and stdout), against a running daemon; and systemd-analyze verify of the socket and
-service units where systemd-analyze is installed.
+"""pinbroker-metrics-http with real requests on a socketpair (inetd-style: the connection as stdin and stdout),
+against a running daemon; the endpoint as the units run it, under a flood of idle connections; and
+systemd-analyze verify of the socket and service units where systemd-analyze is installed.
 
 usage: run-metrics-http.py SOURCE_DIR BUILD_DIR      exit 0 pass, 1 fail
 Checks: GET /metrics answers 200 with Content-Type text/plain; version=0.0.4 and the daemon's metrics (which
@@ -11,15 +11,23 @@ is ignored; GET / and other paths 404; POST 405; garbage, HTTP/0.9 and HTTP/2 re
 8 KiB 431; a client that sends half a request, or nothing, gets 408 after --timeout-ms and the server exits; a
 client that connects and closes gets nothing; with the daemon stopped, 503. The server always exits 0 or 1,
 never by a signal.
+
+Flood (issue 38 finding 9): the endpoint started as systemd/pinbroker-metrics.socket says (Accept=no: the server
+given the listening socket through $LISTEN_FDS, as systemd passes it; Accept=yes: one server per connection, and
+at most MaxConnections= at once, the rest closed at once, as systemd does), then 16 one-byte connections, each
+re-opened as soon as it is cut, and again 200 of them (more than the server holds at once); meanwhile 20 scrapes,
+each with a 2 s timeout, of which at least 95% must succeed (200 and the daemon's metrics). The rate is printed.
 """
 import os
 import random
 import re
+import selectors
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 SRC, BUILD = sys.argv[1], sys.argv[2]
@@ -92,6 +100,185 @@ def expect(sock_path, name, data, status, **kw):
     return headers, body, secs
 
 
+def unit_settings():
+    """The [Socket] settings of systemd/pinbroker-metrics.socket that shape how connections are served."""
+    settings = {}
+    with open(os.path.join(SRC, "systemd", "pinbroker-metrics.socket")) as f:
+        for line in f:
+            k, sep, v = line.strip().partition("=")
+            if sep and not k.startswith("#"):
+                settings[k] = v
+    return settings
+
+
+class AcceptPerConnection:
+    """Accept=yes as systemd serves it: one server per connection, its stdin and stdout; past MaxConnections=
+    (systemd's default 64) a connection is closed at once (socket.c: "Too many incoming connections")."""
+
+    def __init__(self, lsock, argv, env, most):
+        self.lsock, self.argv, self.env, self.most = lsock, argv, env, most
+        self.procs = []
+        self.stop = False
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        self.lsock.settimeout(0.1)
+        while not self.stop:
+            self.procs = [p for p in self.procs if p.poll() is None]
+            try:
+                conn, _ = self.lsock.accept()
+            except socket.timeout:
+                continue
+            if len(self.procs) >= self.most:
+                conn.close()
+                continue
+            self.procs.append(subprocess.Popen(self.argv, stdin=conn, stdout=conn, env=self.env))
+            conn.close()
+
+    def close(self):
+        self.stop = True
+        self.thread.join()
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+class ListenFdServer:
+    """Accept=no as systemd serves it: one server given the listening sockets as fd 3 on, $LISTEN_FDS how many
+    and $LISTEN_PID its own pid (sd_listen_fds(3))."""
+
+    def __init__(self, lsocks, argv, env):
+        fds = [ls.fileno() for ls in lsocks]
+        pass_on = ("import fcntl, os, sys; fds = [int(f) for f in sys.argv[1].split(',')]; "
+                   "moved = [fcntl.fcntl(f, fcntl.F_DUPFD, 100) for f in fds]; [os.close(f) for f in fds]; "
+                   "[os.dup2(f, 3 + i) for i, f in enumerate(moved)]; [os.close(f) for f in moved]; "
+                   "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS=str(len(fds))); "
+                   "os.execv(sys.argv[2], sys.argv[2:])")
+        self.p = subprocess.Popen([sys.executable, "-c", pass_on, ",".join(map(str, fds)), *argv], env=env,
+                                  pass_fds=fds, stdin=subprocess.DEVNULL)
+
+    def close(self):
+        self.p.kill()
+        self.p.wait()
+
+
+def listener(settings):
+    lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(int(settings.get("Backlog", "4096")))
+    return lsock
+
+
+def start_endpoint(sock):
+    """The endpoint on loopback ports as the socket unit says to serve it: (listening sockets, server, how).
+    With Accept=no the server gets two, as from two ListenStream= lines (loopback and a management address)."""
+    settings = unit_settings()
+    env = dict(os.environ, PINBROKER_SOCKET=sock)
+    if settings.get("Accept", "no").lower() in ("yes", "true", "1", "on"):
+        most = int(settings.get("MaxConnections", "64"))
+        lsocks = [listener(settings)]
+        server = AcceptPerConnection(lsocks[0], [HTTP], env, most)
+        how = f"Accept=yes, MaxConnections={most}"
+    else:
+        lsocks = [listener(settings), listener(settings)]
+        server = ListenFdServer(lsocks, [HTTP], env)
+        how = "Accept=no"
+    return lsocks, server, how
+
+
+def flood(port, n, stop):
+    """n connections to port that send one byte and wait; each re-opened as soon as the server cuts it."""
+    sel = selectors.DefaultSelector()
+
+    def open_one():
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect(("127.0.0.1", port))
+        except BlockingIOError:
+            pass
+        sel.register(s, selectors.EVENT_WRITE)
+
+    for _ in range(n):
+        open_one()
+    while not stop.is_set():
+        for key, ev in sel.select(timeout=0.1):
+            s = key.fileobj
+            if ev & selectors.EVENT_WRITE:
+                try:
+                    s.send(b"G")
+                    sel.modify(s, selectors.EVENT_READ)
+                    continue
+                except OSError:
+                    pass
+            else:
+                try:
+                    if s.recv(4096):
+                        continue  # an answer (408): the cut comes next
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    pass
+            sel.unregister(s)
+            s.close()
+            open_one()
+    for key in list(sel.get_map().values()):
+        key.fileobj.close()
+
+
+def scrape(port, timeout_s=2.0):
+    """One scrape as Prometheus makes it: True for 200 with the daemon's metrics within timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nUser-Agent: Prometheus/2.42.0\r\n\r\n")
+            chunks = []
+            while time.monotonic() < deadline:
+                s.settimeout(max(0.01, deadline - time.monotonic()))
+                b = s.recv(65536)
+                if not b:
+                    break
+                chunks.append(b)
+    except OSError:
+        return False
+    code, _, body = parse(b"".join(chunks))
+    return code == 200 and re.search(rb"^pinbroker_budget_bytes ", body, re.M) is not None
+
+
+def check_flood(sock):
+    lsocks, server, how = start_endpoint(sock)
+    port = lsocks[0].getsockname()[1]
+    try:
+        for _ in range(50):  # the server is up once a scrape answers
+            if scrape(port, 0.5):
+                break
+            time.sleep(0.1)
+        else:
+            check(False, f"the endpoint ({how}) answers a scrape before the flood")
+            return
+        for n in (16, 200):
+            stop = threading.Event()
+            t = threading.Thread(target=flood, args=(port, n, stop), daemon=True)
+            t.start()
+            time.sleep(1.0)  # the flood holds its connections before the first scrape
+            ok = 0
+            for _ in range(20):
+                ok += scrape(port)
+                time.sleep(0.5)
+            stop.set()
+            t.join()
+            print(f"flood of {n} one-byte connections ({how}): {ok} of 20 scrapes succeeded")
+            check(ok >= 19, f"flood of {n} idle connections ({how}): at least 95% of scrapes succeed ({ok} of 20)")
+        for ls in lsocks[1:]:
+            check(scrape(ls.getsockname()[1]), f"a scrape on the second listening socket ({how}) succeeds")
+    finally:
+        server.close()
+        for ls in lsocks:
+            ls.close()
+
+
 def main():
     for f in (PINBROKERD, PINCTL, HTTP):
         if not os.access(f, os.X_OK):
@@ -157,6 +344,7 @@ def main():
         check(0.2 <= secs < 10, f"nothing at all: answered after the 300 ms timeout ({secs:.2f} s)")
         rc, raw, _ = request(sock, b"", close_after_send=True)
         check(rc == 0 and raw == b"", f"connect and close: no answer, exit 0 (rc {rc}, {raw[:40]!r})")
+        check_flood(sock)
     finally:
         d.terminate()
         d.wait()
@@ -164,21 +352,20 @@ def main():
     headers, body, _ = expect(sock, "GET /metrics without a daemon", b"GET /metrics HTTP/1.1\r\n\r\n", 503)
     check(b"no metrics from the daemon" in body, "GET /metrics without a daemon: the body says why")
 
-    # The units, as installed: ExecStart pointed at this build's server; an instance name for the template.
+    # The units, as installed: ExecStart pointed at this build's server.
     sa = shutil.which("systemd-analyze")
     if sa:
         units = os.path.join(tmp, "units")
         os.mkdir(units)
-        for u in ("pinbroker-metrics.socket", "pinbroker-metrics@.service"):
+        for u in ("pinbroker-metrics.socket", "pinbroker-metrics.service"):
             with open(os.path.join(SRC, "systemd", u)) as f:
                 text = f.read().replace("/usr/libexec/pinbroker-metrics-http", HTTP)
             with open(os.path.join(units, u), "w") as f:
                 f.write(text)
-        os.symlink("pinbroker-metrics@.service", os.path.join(units, "pinbroker-metrics@0.service"))
         r = subprocess.run([sa, "verify", "--man=no", os.path.join(units, "pinbroker-metrics.socket"),
-                            os.path.join(units, "pinbroker-metrics@0.service")], capture_output=True, text=True)
+                            os.path.join(units, "pinbroker-metrics.service")], capture_output=True, text=True)
         check(r.returncode == 0, "systemd-analyze verify of the socket and service " + r.stdout + r.stderr)
-        r = subprocess.run([sa, "security", "--offline=true", os.path.join(units, "pinbroker-metrics@0.service")],
+        r = subprocess.run([sa, "security", "--offline=true", os.path.join(units, "pinbroker-metrics.service")],
                            capture_output=True, text=True)
         m = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", r.stdout + r.stderr)
         check(m is not None and float(m.group(1)) <= 2.0,

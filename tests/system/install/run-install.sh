@@ -120,9 +120,9 @@ set -- $exec_start
 "$P/sbin/pinbrokerd" --check-config --config "$3" >"$T/check-config.log" 2>&1 ||
 	{ cat "$T/check-config.log"; fail "the installed daemon rejects the installed config $3"; }
 # The optional HTTP metrics endpoint's service runs the installed server (in libexec).
-exec_start=$(sed -n 's/^ExecStart=//p' "$P/lib/systemd/system/pinbroker-metrics@.service")
+exec_start=$(sed -n 's/^ExecStart=//p' "$P/lib/systemd/system/pinbroker-metrics.service")
 [ -x "$exec_start" ] && [ "${exec_start#"$P"/}" != "$exec_start" ] ||
-	fail "pinbroker-metrics@.service runs '$exec_start', not an installed server under $P"
+	fail "pinbroker-metrics.service runs '$exec_start', not an installed server under $P"
 [ -f "$P/lib/systemd/system/pinbroker-metrics.socket" ] || fail "no pinbroker-metrics.socket installed"
 
 # Without --config (started by hand), the installed daemon reads its prefix's config, not /etc's (issue 23): --help

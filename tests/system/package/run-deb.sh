@@ -103,7 +103,7 @@ contents_ok() {
 		./lib/systemd/system/pinbroker-hugepages.service ./usr/lib/sysusers.d/pinbroker.conf \
 		./usr/lib/tmpfiles.d/pinbroker.conf ./usr/lib/systemd/catalog/pinbroker.catalog \
 		./usr/sbin/pinbrokerd ./usr/bin/pinctl ./etc/pinbroker/pinbrokerd.conf \
-		./lib/systemd/system/pinbroker-metrics.socket ./lib/systemd/system/pinbroker-metrics@.service \
+		./lib/systemd/system/pinbroker-metrics.socket ./lib/systemd/system/pinbroker-metrics.service \
 		./usr/libexec/pinbroker-metrics-http \
 		./usr/share/man/man8/pinbrokerd.8.gz ./usr/share/doc/pinbroker/copyright; do
 		grep -qxF "$f" <<<"$contents" || { echo "missing: $f"; return 1; }

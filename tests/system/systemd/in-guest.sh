@@ -11,7 +11,7 @@ guest_tap_start "${1:-/pinbroker-results}"
 CONF=/etc/pinbroker/pinbrokerd.conf
 SOCK=/run/pinbroker/pinbroker.sock
 UNIT=pinbrokerd.service
-PLAN=33
+PLAN=38
 
 journal_since() { journalctl -q --no-pager -u "$UNIT" --since "@$1" "${@:2}"; }
 write_conf() {
@@ -71,15 +71,15 @@ vmlck_kb=$(awk '/^VmLck:/ { print $2 }' /proc/"$pid"/status)
 log "VmLck of $pid: ${vmlck_kb:-?} kB"
 if [ "${vmlck_kb:-0}" -ge $((64 << 10)) ]; then ok "the warm pool is mlocked (VmLck ${vmlck_kb} kB >= prewarm 64M)"
 else notok "the warm pool is mlocked (VmLck >= prewarm 64M)" "VmLck='${vmlck_kb}' kB"; fi
-# User=pinbroker with exactly CAP_KILL (5), CAP_IPC_LOCK (14) and CAP_SYS_RESOURCE (24).
+# User=pinbroker with exactly CAP_KILL (5), CAP_IPC_LOCK (14), CAP_SYS_PTRACE (19) and CAP_SYS_RESOURCE (24).
 ids=$(awk '/^Uid:/ { print $2 } /^CapEff:/ { print $2 } /^CapBnd:/ { print $2 }' /proc/"$pid"/status | tr '\n' ' ')
 log "uid CapEff CapBnd of $pid: $ids"
-want=$(printf '%016x' $((0x1004020 & 0x${HOST_CAPBND:-ffffffffff})))
-[ "$want" = 0000000001004020 ] || log "the host's bounding set (${HOST_CAPBND:-}) lacks some of them: expecting $want"
+want=$(printf '%016x' $((0x1084020 & 0x${HOST_CAPBND:-ffffffffff})))
+[ "$want" = 0000000001084020 ] || log "the host's bounding set (${HOST_CAPBND:-}) lacks some of them: expecting $want"
 if [ "$ids" = "$(id -u pinbroker) $want $want " ]; then
-	ok "daemon runs as user pinbroker with exactly CAP_KILL, CAP_IPC_LOCK, CAP_SYS_RESOURCE (of the host's: $want)"
+	ok "daemon runs as user pinbroker with exactly CAP_KILL, CAP_IPC_LOCK, CAP_SYS_PTRACE, CAP_SYS_RESOURCE (of the host's: $want)"
 else
-	notok "daemon runs as user pinbroker with exactly CAP_KILL, CAP_IPC_LOCK, CAP_SYS_RESOURCE" "$ids"
+	notok "daemon runs as user pinbroker with exactly CAP_KILL, CAP_IPC_LOCK, CAP_SYS_PTRACE, CAP_SYS_RESOURCE" "$ids"
 fi
 mode=$(pinctl status --json | grep -o '"monitor_mode" *: *"[^"]*"' | sed 's/.*: *"//; s/"$//')
 if [ ! -e /proc/pressure/memory ]; then ok "# SKIP PSI triggers: this kernel has no /proc/pressure/memory"
@@ -303,7 +303,57 @@ pinctl quota clear "$QJOB"
 pinctl quota clear '/kubepods.slice/*'
 # ---- end of issue 38, finding 2 ----
 
-# 25-27: clean stop of service and socket.
+# root is an admin under the unit (CAP_SYS_PTRACE reads its user namespace); a root in a pid or user
+# namespace of its own, as a container's, is not.
+if pinctl set pool-shrink-delay-ms 29000 >/dev/null; then ok "root on the host is an admin under the unit: pinctl set"
+else notok "root on the host is an admin under the unit: pinctl set" "$(pinctl set pool-shrink-delay-ms 29000 2>&1)"; fi
+for how in "-pf --mount-proc" "-U -r"; do
+	# shellcheck disable=SC2086 # $how is two words of options on purpose
+	if ! unshare $how true 2>/dev/null; then
+		ok "# SKIP root after unshare $how: unshare $how cannot run in this guest"
+	elif unshare $how pinctl set pool-shrink-delay-ms 28000 >/dev/null 2>&1 ||
+		! pinctl get pool-shrink-delay-ms | grep -q 29000; then
+		notok "root after unshare $how is no admin: pinctl set refused" "$(pinctl get pool-shrink-delay-ms 2>&1)"
+	else ok "root after unshare $how is no admin: pinctl set refused"; fi
+done
+
+# the HTTP metrics endpoint answers a scraper while 16 one-byte connections, each re-opened as soon as
+# it is cut, hold on to it (bash's /dev/tcp: the guest has no curl).
+scrape() {
+	local fd out
+	exec {fd}<>/dev/tcp/127.0.0.1/9464 || return 1
+	printf 'GET /metrics HTTP/1.0\r\n\r\n' >&"$fd"
+	out=$(timeout 2 cat <&"$fd")
+	exec {fd}<&-
+	grep -q '^pinbroker_budget_bytes ' <<<"$out"
+}
+systemctl start pinbroker-metrics.socket
+if wait_for 10 scrape; then ok "pinbroker-metrics.socket: GET /metrics answers with the daemon's metrics"
+else notok "pinbroker-metrics.socket: GET /metrics answers with the daemon's metrics" "$(systemctl status --no-pager pinbroker-metrics.socket pinbroker-metrics.service 2>&1 | tail -5)"; fi
+flooders=()
+for _ in $(seq 16); do
+	(while :; do
+		exec 3<>/dev/tcp/127.0.0.1/9464 || { sleep 0.1; continue; }
+		printf G >&3
+		cat <&3 >/dev/null
+		exec 3<&-
+	done) &
+	flooders+=($!)
+done
+sleep 1
+good=0
+for _ in $(seq 20); do
+	scrape && good=$((good + 1))
+	sleep 0.5
+done
+kill "${flooders[@]}" 2>/dev/null
+wait "${flooders[@]}" 2>/dev/null
+log "metrics endpoint under 16 idle connections: $good of 20 scrapes"
+if [ "$good" -ge 19 ]; then ok "metrics endpoint under a flood of 16 idle connections: $good of 20 scrapes succeed"
+else notok "metrics endpoint under a flood of 16 idle connections: at least 19 of 20 scrapes" "$good of 20"; fi
+systemctl stop pinbroker-metrics.socket pinbroker-metrics.service
+
+# clean stop of service and socket.
 t=$(date +%s)
 sleep 1
 systemctl stop "$UNIT" pinbrokerd.socket
