@@ -77,6 +77,17 @@ int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, void **base_ret, 
 		}
 		off += ls->chunk_bytes[i];
 	}
+	/*
+	 * A child forked from here does not inherit the lease: it would keep mapping the chunks after the lease
+	 * ended, and see what the next lease of them is written with. A shared lease reaches another process only by pb_attach, whose mapping the daemon counts.
+	 */
+	if (madvise(base, total, MADV_DONTFORK) < 0) {
+		int err = -errno;
+
+		munmap(base, total);
+		return err_set(err, "cannot keep the lease out of forked children (madvise MADV_DONTFORK): %s",
+			       strerror(-err));
+	}
 	*base_ret = base;
 	*map_bytes_ret = total;
 	return 0;

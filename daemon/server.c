@@ -18,8 +18,10 @@
 #include "jobs-watch.h"
 #include "jobs.h"
 #include "listen.h"
+#include "peer-tenant.h"
 #include "log.h"
 #include "request.h"
+#include "tenant.h"
 #include "timer-clock.h"
 #include "util.h"
 #include "wire.h"
@@ -60,7 +62,8 @@ struct server {
 	char admin_group[64]; /* the admin-group value admin_gid was resolved for */
 	bool admin_gid_known;
 	gid_t admin_gid;
-	unsigned stall_ms; /* SERVER_ACCEPT_STALL_ENV */
+	unsigned stall_ms;       /* SERVER_ACCEPT_STALL_ENV */
+	struct tenants *tenants; /* the connections' tenants (conn's tenant) */
 };
 
 static void conn_io_cb(struct ev_loop *loop, ev_io *w, int revents);
@@ -167,6 +170,7 @@ int server_adopt(struct server *s, int fd, const struct ucred *cred, struct conn
 	c->connected_ms = now_ms();
 	c->pidfd = peer_pidfd(fd, cred->pid, &c->pidfd_from_peer);
 	c->cgroup = jobs_watch_cgroup_of(s->broker, cred->pid);
+	c->tenant = peer_tenant(s->tenants, c->uid, c->pidfd, c->pid, c->cgroup, cfg->proc_root);
 	ev_io_init(&c->io, conn_io_cb, fd, EV_READ);
 	c->io.data = c;
 	ev_io_start(loop, &c->io);
@@ -303,6 +307,7 @@ void server_reap(struct server *s)
 		request_conn_closed(s->broker, c);
 		if (s->broker->jobs)
 			jobs_cgroup_put(s->broker->jobs, c->cgroup);
+		tenants_put(s->tenants, c->tenant);
 		close(c->fd);
 		if (c->pidfd >= 0)
 			close(c->pidfd);
@@ -528,7 +533,8 @@ int server_new(struct broker *b, int listen_fd, struct server **ret)
 	s->stall_ms = timer_clock_stall_ms(SERVER_ACCEPT_STALL_ENV);
 	s->rxcap = (size_t)b->cfg->max_message_bytes + 1;
 	s->rxbuf = malloc(s->rxcap);
-	if (!s->rxbuf) {
+	r = tenants_new(&s->tenants);
+	if (!s->rxbuf || r < 0) {
 		r = -ENOMEM;
 		goto fail;
 	}
@@ -558,6 +564,7 @@ int server_new(struct broker *b, int listen_fd, struct server **ret)
 	*ret = s;
 	return 0;
 fail:
+	tenants_free(s->tenants);
 	free(s->rxbuf);
 	free(s);
 	return r;
@@ -579,6 +586,7 @@ void server_free(struct server *s)
 		listen_unlink(s->path);
 	free(s->path);
 	free(s->rxbuf);
+	tenants_free(s->tenants);
 	free(s);
 }
 
