@@ -163,6 +163,9 @@ void handle_release(struct conn *c, const Pinbroker__V1__Request *req)
 	}
 	holder = l->owner == c;
 	attached = !holder && lease_attacher_find(l, c);
+	/* A child of the process may still map it (PB_ACQUIRE_INHERIT): its memory is never lent again. */
+	if ((holder || attached) && req->release->has_forked && req->release->forked)
+		l->dropped = true;
 	if (holder || attached) {
 		/* A mapper lets go; a shared lease lives on while others map it. */
 		int r = broker_detach(b, l, c);

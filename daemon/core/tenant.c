@@ -10,8 +10,9 @@
 struct tenant_entry {
 	uint64_t id;
 	uid_t uid;
-	uint64_t pidns_ino;
+	char *pidns;
 	char *cgroup;
+	bool kept; /* may stay, idle, after its last reference */
 	uint32_t refs;
 	uint64_t idle_since; /* t->seq when its last reference went: the oldest idle one is dropped first */
 	struct tenant_entry *next;
@@ -43,40 +44,62 @@ void tenants_free(struct tenants *t)
 		struct tenant_entry *e = t->head;
 
 		t->head = e->next;
+		free(e->pidns);
 		free(e->cgroup);
 		free(e);
 	}
 	free(t);
 }
 
-uint64_t tenants_get(struct tenants *t, uid_t uid, uint64_t pidns_ino, const char *cgroup)
+uint64_t tenants_get(struct tenants *t, uid_t uid, const char *pidns, const char *cgroup, bool kept)
 {
 	struct tenant_entry *e;
 
 	/* Unknown: a tenant of its own, kept in no entry (nobody else can be told to be it). */
-	if (pidns_ino == 0 || !cgroup)
+	if (!pidns || !cgroup)
 		return t->next_id++;
 	for (e = t->head; e; e = e->next)
-		if (e->uid == uid && e->pidns_ino == pidns_ino && strcmp(e->cgroup, cgroup) == 0) {
+		if (e->uid == uid && e->kept == kept && strcmp(e->pidns, pidns) == 0 &&
+		    strcmp(e->cgroup, cgroup) == 0) {
 			if (e->refs++ == 0)
 				t->nidle--;
 			return e->id;
 		}
 	e = calloc(1, sizeof(*e));
-	if (e)
+	if (e) {
+		e->pidns = strdup(pidns);
 		e->cgroup = strdup(cgroup);
-	if (!e || !e->cgroup) {
+	}
+	if (!e || !e->pidns || !e->cgroup) {
+		if (e) {
+			free(e->pidns);
+			free(e->cgroup);
+		}
 		free(e);
 		return t->next_id++;
 	}
 	e->id = t->next_id++;
 	e->uid = uid;
-	e->pidns_ino = pidns_ino;
+	e->kept = kept;
 	e->refs = 1;
 	e->next = t->head;
 	t->head = e;
 	t->n++;
 	return e->id;
+}
+
+/* Unlink and free the entry *pp (idle: it was counted idle). */
+static void drop(struct tenants *t, struct tenant_entry **pp, bool idle)
+{
+	struct tenant_entry *e = *pp;
+
+	*pp = e->next;
+	free(e->pidns);
+	free(e->cgroup);
+	free(e);
+	t->n--;
+	if (idle)
+		t->nidle--;
 }
 
 /* Drop the idle entry that has been idle longest. */
@@ -87,28 +110,28 @@ static void drop_oldest_idle(struct tenants *t)
 	for (struct tenant_entry **pp = &t->head; *pp; pp = &(*pp)->next)
 		if ((*pp)->refs == 0 && (!oldest || (*pp)->idle_since < (*oldest)->idle_since))
 			oldest = pp;
-	if (oldest) {
-		struct tenant_entry *e = *oldest;
-
-		*oldest = e->next;
-		free(e->cgroup);
-		free(e);
-		t->n--;
-		t->nidle--;
-	}
+	if (oldest)
+		drop(t, oldest, true);
 }
 
 void tenants_put(struct tenants *t, uint64_t id)
 {
-	for (struct tenant_entry *e = t->head; e; e = e->next) {
+	for (struct tenant_entry **pp = &t->head; *pp; pp = &(*pp)->next) {
+		struct tenant_entry *e = *pp;
+
 		if (e->id != id || e->refs == 0)
 			continue;
-		if (--e->refs == 0) {
-			e->idle_since = ++t->seq;
-			t->nidle++;
-			if (t->nidle > TENANTS_IDLE_KEPT)
-				drop_oldest_idle(t);
+		if (--e->refs > 0)
+			return;
+		/* Its names may go to a later namespace or cgroup: it must not be there to be found then. */
+		if (!e->kept) {
+			drop(t, pp, false);
+			return;
 		}
+		e->idle_since = ++t->seq;
+		t->nidle++;
+		if (t->nidle > TENANTS_IDLE_KEPT)
+			drop_oldest_idle(t);
 		return;
 	}
 }

@@ -6,6 +6,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -30,14 +31,16 @@ int tenants_new(struct tenants **ret);
 void tenants_free(struct tenants *t);
 
 /*
- * The tenant of a peer of uid in pid namespace pidns_ino (the nsfs inode; 0: unknown) and cgroup (a text naming it:
- * its id, which the kernel never gives another cgroup, or its path; NULL: unknown): a reference to an id, never
- * TENANT_NONE. Peers with the same three known values share an id while its entry lives (referenced, or one of the
- * TENANTS_IDLE_KEPT idle ones); a peer with an unknown namespace or cgroup is a tenant of its own (a fresh id that
- * no other peer gets), so memory passes to it only fresh. A dropped entry's id is never handed out again: a chunk
- * left to it is reused by nobody. Out of memory, the peer is a tenant of its own (an id no entry keeps).
+ * The tenant of a peer of uid in pid namespace pidns and cgroup (texts naming them; NULL: unknown): a reference to an
+ * id, never TENANT_NONE. Peers with the same three known values share an id while its entry lives. A peer with an
+ * unknown namespace or cgroup is a tenant of its own (a fresh id that no other peer gets), so memory passes to it
+ * only fresh. kept: the names are never given to another namespace or cgroup while the daemon runs (a namespace's
+ * 64-bit id, the daemon's own namespace, a cgroup's id), so the entry may outlive its last reference, as one of the
+ * TENANTS_IDLE_KEPT idle ones, and a job's next process is the same tenant as its last; otherwise (an nsfs inode or
+ * a cgroup path, which a later namespace or cgroup may get) it goes with its last reference. A dropped entry's id is
+ * never handed out again: a chunk left to it is reused by nobody. Out of memory, the peer is a tenant of its own.
  */
-uint64_t tenants_get(struct tenants *t, uid_t uid, uint64_t pidns_ino, const char *cgroup);
+uint64_t tenants_get(struct tenants *t, uid_t uid, const char *pidns, const char *cgroup, bool kept);
 /* Drop a reference tenants_get gave (TENANT_NONE: nothing). */
 void tenants_put(struct tenants *t, uint64_t id);
 /* Entries kept (referenced and idle), and of them the idle ones (for the tests). */

@@ -46,7 +46,8 @@ START_TEST(test_a_new_pid_namespace_of_the_same_uid_reads_no_freed_byte)
 	b = tenant_client_start(PLACE_HERE, NULL, d.socket, TENANT_MARK_A, TENANT_MARK_B, true, false, &rb);
 	ck_assert_int_eq(rb.status, 0);
 	ck_assert_int_eq(tenant_client_end(&b), 0);
-	ck_assert_msg(rb.seen == 0, "a process of the host's pid namespace read %llu bytes of 0x5A left by one in another",
+	ck_assert_msg(rb.seen == 0,
+		      "a process of the host's pid namespace read %llu bytes of 0x5A left by one in another",
 		      (unsigned long long)rb.seen);
 	ck_assert(tenant_metric(d.socket, TENANT_FRESH_OTHER) >= (double)TENANT_LEASE_BYTES);
 }

@@ -27,11 +27,11 @@
 enum tenant_place { PLACE_HERE, PLACE_NEW_PIDNS, PLACE_CGROUP };
 
 struct tenant_report {
-	int32_t status;  /* 0, or the step that failed */
-	int32_t err;     /* its errno */
-	uint64_t seen;   /* bytes of the lease that read count_mark before this client wrote */
-	uint64_t addr;   /* where the lease was mapped */
-	uint64_t lease;  /* its id */
+	int32_t status; /* 0, or the step that failed */
+	int32_t err;    /* its errno */
+	uint64_t seen;  /* bytes of the lease that read count_mark before this client wrote */
+	uint64_t addr;  /* where the lease was mapped */
+	uint64_t lease; /* its id */
 };
 
 /* Bytes equal to mark in [p, p + len). */
