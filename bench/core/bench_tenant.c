@@ -262,8 +262,10 @@ int main(int argc, char **argv)
 	printf("# clearing 1 GiB of populated, locked 4 KiB shmem in this process, p50 of %u\n", iters < 5 ? iters : 5);
 	printf("%-34s %10s %8s\n", "way", "ms per GiB", "ratio");
 	printf("%-34s %10.1f %7.1fx\n", "memset 0 through a mapping", clear[0], 1.0);
-	printf("%-34s %10.1f %7.1fx\n", "punch hole + populate + mlock", clear[1], clear[0] > 0 ? clear[1] / clear[0] : 0);
-	printf("%-34s %10.1f %7.1fx\n", "fresh memfd + populate + mlock", clear[2], clear[0] > 0 ? clear[2] / clear[0] : 0);
+	printf("%-34s %10.1f %7.1fx\n", "punch hole + populate + mlock", clear[1],
+	       clear[0] > 0 ? clear[1] / clear[0] : 0);
+	printf("%-34s %10.1f %7.1fx\n", "fresh memfd + populate + mlock", clear[2],
+	       clear[0] > 0 ? clear[2] / clear[0] : 0);
 	bench_print_load();
 	unlink(sock);
 	unlink(logp);

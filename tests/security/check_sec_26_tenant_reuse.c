@@ -18,6 +18,18 @@
 #define MARK_HOLDER 0x11 /* what the holder that exits wrote */
 #define KID_STACK_BYTES (256 * 1024)
 
+/* What a library before PB_ACQUIRE_INHERIT does not know, so the suite builds against it (to fail there). */
+#ifndef PB_ACQUIRE_INHERIT
+#define PB_ACQUIRE_INHERIT (1u << 9)
+#endif
+
+/* How the holder leaves a kid with its memory. */
+enum kid_kind {
+	KID_FORK,             /* fork, then exit without a release */
+	KID_CLONE_VM,         /* clone(CLONE_VM): one mm, two processes; exit without a release */
+	KID_INHERIT_RELEASED, /* an inheritable lease (PB_ACQUIRE_INHERIT), fork, then a RELEASE, then exit */
+};
+
 static struct daemon d;
 
 /* No warm chunks at start: whatever a client gets was made for it, or was another's. */
@@ -84,10 +96,10 @@ static int kid_main(void *arg)
 
 /*
  * A holder (beside the test: the next holder's tenant) that writes into its lease, starts a kid that keeps its
- * memory (fork, or clone with CLONE_VM: one mm, two processes), and exits without a release. Then the next holder of
- * the uid writes MARK_B into a lease of the same size; the kid must read none of it. Returns the kid's report.
+ * memory as kind says, and exits. Then the next holder of the uid writes MARK_B into a lease of the same size; the
+ * kid must read none of it. Returns the kid's report.
  */
-static struct kid_report holder_leaves_a_kid(bool clone_vm)
+static struct kid_report holder_leaves_a_kid(enum kid_kind kind)
 {
 	int go[2], krep[2], hrep[2];
 	struct tenant_report rb;
@@ -102,7 +114,8 @@ static struct kid_report holder_leaves_a_kid(bool clone_vm)
 	h = itest_fork();
 	ck_assert_int_ge(h, 0);
 	if (h == 0) {
-		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
+		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE |
+						      (kind == KID_INHERIT_RELEASED ? PB_ACQUIRE_INHERIT : 0) };
 		static struct kid_args k;
 		pb_client *c;
 		pb_lease *l;
@@ -120,7 +133,7 @@ static struct kid_report holder_leaves_a_kid(bool clone_vm)
 		p = pb_lease_data(l);
 		memset(p, MARK_HOLDER, TENANT_LEASE_BYTES);
 		k = (struct kid_args){ .go_r = go[0], .rep_w = krep[1], .addr = (uintptr_t)p };
-		if (clone_vm) {
+		if (kind == KID_CLONE_VM) {
 			char *stack = mmap(NULL, KID_STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
 					   -1, 0);
 
@@ -135,10 +148,12 @@ static struct kid_report holder_leaves_a_kid(bool clone_vm)
 		}
 		if (kid < 0)
 			_exit(13);
+		if (kind == KID_INHERIT_RELEASED && pb_release(c, l) < 0)
+			_exit(15);
 		addr = (uintptr_t)p;
 		if (write(hrep[1], &addr, sizeof(addr)) != (ssize_t)sizeof(addr))
 			_exit(14);
-		/* No release: the holder just goes, as a job's process does when it is done or killed. */
+		/* Gone (without a release, but KID_INHERIT_RELEASED's), as a job's process does when done or killed. */
 		_exit(0);
 	}
 	close(go[0]);
@@ -162,7 +177,7 @@ static struct kid_report holder_leaves_a_kid(bool clone_vm)
 /* (c) A forked child of a holder that exited: no mapping of the lease (MADV_DONTFORK), so nothing of the next one. */
 START_TEST(test_a_forked_child_of_an_exited_holder_reads_nothing_of_the_next_lease)
 {
-	struct kid_report kr = holder_leaves_a_kid(false);
+	struct kid_report kr = holder_leaves_a_kid(KID_FORK);
 
 	ck_assert_msg(kr.seen == 0, "the holder's forked child read %llu of %llu bytes of the next same-uid lease",
 		      (unsigned long long)kr.seen, (unsigned long long)TENANT_LEASE_BYTES);
@@ -176,12 +191,29 @@ END_TEST
  */
 START_TEST(test_a_clone_vm_sibling_of_an_exited_holder_reads_nothing_of_the_next_lease)
 {
-	struct kid_report kr = holder_leaves_a_kid(true);
+	struct kid_report kr = holder_leaves_a_kid(KID_CLONE_VM);
 
 	ck_assert_msg(kr.mapped, "the CLONE_VM sibling should still map the holder's lease (it shares the mm)");
 	ck_assert_msg(kr.seen == 0, "the holder's CLONE_VM sibling read %llu of %llu bytes of the next same-uid lease",
 		      (unsigned long long)kr.seen, (unsigned long long)TENANT_LEASE_BYTES);
 	ck_assert(tenant_metric(d.socket, TENANT_FRESH_DROPPED) >= (double)TENANT_LEASE_BYTES);
+}
+END_TEST
+
+/*
+ * (c) again, for a lease its holder asked forked children to inherit (as the interposer does, standing in for
+ * cudaHostAlloc): the child keeps the mapping after its parent's RELEASE, so that release must keep the memory
+ * from ever being lent again.
+ */
+START_TEST(test_an_inheritable_lease_released_after_a_fork_is_never_lent_again)
+{
+	struct kid_report kr = holder_leaves_a_kid(KID_INHERIT_RELEASED);
+
+	ck_assert_msg(kr.mapped, "the child of an inheritable lease's holder should map it still");
+	ck_assert_msg(kr.seen == 0,
+		      "the forked child of an inheritable lease's holder read %llu of %llu bytes of the next same-uid "
+		      "lease after its parent released",
+		      (unsigned long long)kr.seen, (unsigned long long)TENANT_LEASE_BYTES);
 }
 END_TEST
 
@@ -215,6 +247,7 @@ static Suite *suite(void)
 	CHECK_CASE(s, "core", start, stop, 120, test_a_new_pid_namespace_of_the_same_uid_reads_no_freed_byte,
 		   test_a_forked_child_of_an_exited_holder_reads_nothing_of_the_next_lease,
 		   test_a_clone_vm_sibling_of_an_exited_holder_reads_nothing_of_the_next_lease,
+		   test_an_inheritable_lease_released_after_a_fork_is_never_lent_again,
 		   test_the_same_tenant_is_handed_its_warm_chunks);
 	return s;
 }
