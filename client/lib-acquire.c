@@ -62,7 +62,10 @@ static int lease_from_reply(pb_client *c, struct waiter *w, uint32_t flags, cons
 		*ret = l;
 		return 0;
 	}
-	r = map_chunks(ls, w->fds, &l->map_base, &l->map_bytes);
+	/* Read before the mapping exists: a fork from now on may pass it to a child, and is counted. */
+	l->inherit = (flags & PB_ACQUIRE_INHERIT) != 0;
+	l->forks_at_map = map_forks();
+	r = map_chunks(ls, w->fds, l->inherit, &l->map_base, &l->map_bytes);
 	/* Mapped or not, the fds have done their job: the mapping keeps the memory. */
 	wire_close_fds(w->fds, w->nfds);
 	if (r < 0) {
@@ -136,7 +139,7 @@ int acquire_call(pb_client *c, Request *req, const char *verb, uint32_t flags, b
 	pthread_mutex_unlock(&c->lock);
 
 	if (r < 0) {
-		conn_send_release(c, id, w.conn_gen); /* give back (or detach) what we could not map */
+		conn_send_release(c, id, w.conn_gen, false); /* give back (or detach) what we could not map */
 		goto out;
 	}
 	if (revoked) {

@@ -10,7 +10,7 @@
 
 #include "util.h"
 
-#define CACHE_FLAGS (PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_REVOKE | PB_ACQUIRE_MAPPED)
+#define CACHE_FLAGS (PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_REVOKE | PB_ACQUIRE_MAPPED | PB_ACQUIRE_INHERIT)
 
 size_t cache_limit_from_env(void)
 {
@@ -53,7 +53,7 @@ static void cache_wake_locked(pb_client *c)
 static uint32_t cache_flags_of(const pb_lease *l)
 {
 	return (l->no_cuda ? PB_ACQUIRE_NO_CUDA : 0) | (l->no_revoke ? PB_ACQUIRE_NO_REVOKE : 0) |
-	       (l->mapped ? PB_ACQUIRE_MAPPED : 0);
+	       (l->mapped ? PB_ACQUIRE_MAPPED : 0) | (l->inherit ? PB_ACQUIRE_INHERIT : 0);
 }
 
 /* Does a cached lease of have bytes serve a request of need (page-rounded) bytes, with slack_pct? */

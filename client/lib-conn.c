@@ -168,17 +168,19 @@ int conn_call(pb_client *c, Request *req, struct waiter *w, bool keep, uint64_t 
 	/* A lease the daemon granted but we cannot take is still counted there: hand it back. */
 	if (w->reply && w->reply->status == PINBROKER__V1__STATUS_CODE__STATUS_OK &&
 	    w->reply->body_case == PINBROKER__V1__REPLY__BODY_LEASE)
-		conn_send_release(c, w->reply->lease->lease_id, w->conn_gen);
+		conn_send_release(c, w->reply->lease->lease_id, w->conn_gen, false);
 	conn_waiter_cleanup(w);
 	return r;
 }
 
-int conn_send_release(pb_client *c, uint64_t id, uint64_t gen)
+int conn_send_release(pb_client *c, uint64_t id, uint64_t gen, bool forked)
 {
 	Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
 	Request req = PINBROKER__V1__REQUEST__INIT;
 
 	rel.lease_id = id;
+	rel.has_forked = forked;
+	rel.forked = forked;
 	req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
 	req.release = &rel;
 	return send_async(c, &req, gen);

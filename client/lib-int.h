@@ -69,22 +69,24 @@ struct pb_lease {
 	bool cuda_registered;
 	size_t cuda_piece_bytes; /* registered in pieces every this many bytes from the first page; 0: one call */
 	bool hugetlb;
-	bool no_cuda;         /* acquired with PB_ACQUIRE_NO_CUDA: a cache hit must match */
-	bool no_revoke;       /* PB_ACQUIRE_NO_REVOKE or a registration: the daemon takes it back only while cached */
-	bool mapped;          /* registered with DEVICEMAP (PB_ACQUIRE_MAPPED): a cache hit must match */
-	bool registration;    /* pb_register: data is the caller's memory, nothing is mapped here */
-	bool shared_memory;   /* pb_register of a MAP_SHARED file: charged once per file (daemon) */
-	int numa_node;        /* where the daemon says its pages are; -1 when not placed */
-	bool misplaced;       /* placed for a node and partly elsewhere */
-	bool revoke_pending;  /* the daemon wants it back: never cache it */
-	bool shared;          /* pb_lease_share gave out a token: others may map it, never cache it */
-	bool attached;        /* mapped by pb_attach: another process holds it; never cached or re-declared */
-	bool stale;           /* the broker no longer counts it (new instance, or not re-adopted): atomic */
-	uint64_t instance_id; /* of the daemon that granted it: (instance_id, id) names the lease */
-	uint64_t conn_gen;    /* the connection it is counted on; requests naming it go only there */
-	int idle;             /* pb_lease_set_idle; read by the receiver thread (atomic) */
-	uint64_t cached_seq;  /* while LEASE_CACHED: when it was cached (client->cache_seq), oldest evicted first */
-	bool idle_told;       /* while LEASE_CACHED: the daemon was told it is idle (a re-acquire must say busy) */
+	bool no_cuda;          /* acquired with PB_ACQUIRE_NO_CUDA: a cache hit must match */
+	bool no_revoke;        /* PB_ACQUIRE_NO_REVOKE or a registration: the daemon takes it back only while cached */
+	bool mapped;           /* registered with DEVICEMAP (PB_ACQUIRE_MAPPED): a cache hit must match */
+	bool registration;     /* pb_register: data is the caller's memory, nothing is mapped here */
+	bool shared_memory;    /* pb_register of a MAP_SHARED file: charged once per file (daemon) */
+	int numa_node;         /* where the daemon says its pages are; -1 when not placed */
+	bool misplaced;        /* placed for a node and partly elsewhere */
+	bool revoke_pending;   /* the daemon wants it back: never cache it */
+	bool shared;           /* pb_lease_share gave out a token: others may map it, never cache it */
+	bool attached;         /* mapped by pb_attach: another process holds it; never cached or re-declared */
+	bool stale;            /* the broker no longer counts it (new instance, or not re-adopted): atomic */
+	uint64_t instance_id;  /* of the daemon that granted it: (instance_id, id) names the lease */
+	uint64_t conn_gen;     /* the connection it is counted on; requests naming it go only there */
+	int idle;              /* pb_lease_set_idle; read by the receiver thread (atomic) */
+	uint64_t cached_seq;   /* while LEASE_CACHED: when it was cached (client->cache_seq), oldest evicted first */
+	bool idle_told;        /* while LEASE_CACHED: the daemon was told it is idle (a re-acquire must say busy) */
+	bool inherit;          /* PB_ACQUIRE_INHERIT: mapped without MADV_DONTFORK */
+	uint64_t forks_at_map; /* map_forks() before it was mapped: more since means a child may map it */
 	/* While LEASE_CACHED, under client->lock (lib-cache-index.c): */
 	struct pb_lease *cache_prev, *cache_next; /* client->cache_head's list, in cache order */
 	struct pb_lease *idx_left, *idx_right;    /* client->cache_root's treap of sizes, while idx_node */
@@ -241,7 +243,7 @@ void conn_unlink_waiter_locked(pb_client *c, struct waiter *w);
 /* Under c->lock: a revoke came for lease id before any pb_lease held it; its waiter (w->revoked) gives it back. */
 void conn_mark_revoked_locked(pb_client *c, uint64_t id);
 /* Fire-and-forget requests (the reply is dropped); gen as for conn_call. 0, -ECONNRESET or -ESTALE. */
-int conn_send_release(pb_client *c, uint64_t id, uint64_t gen);
+int conn_send_release(pb_client *c, uint64_t id, uint64_t gen, bool forked);
 int conn_send_revoke_ack(pb_client *c, uint64_t id, uint64_t gen);
 int conn_send_set_idle(pb_client *c, uint64_t id, bool idle, uint64_t gen);
 /* Is the caller the receiver thread (which must never wait for a reply)? */
@@ -278,7 +280,11 @@ int gpu_acquire_node(const struct pb_acquire_opts *opts);
  * register it once (chunk-by-chunk registration breaks copies that span two
  * chunks, measured on the H200). Does not close the fds. Returns 0 or -errno.
  */
-int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, void **base_ret, size_t *map_bytes_ret);
+int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, bool inherit, void **base_ret, size_t *map_bytes_ret);
+/* Forks of this process since the first inheritable lease was mapped (counted in the parent). */
+uint64_t map_forks(void);
+/* l was mapped inheritable (PB_ACQUIRE_INHERIT) and this process forked since: a child may map it still. */
+bool map_forked(const pb_lease *l);
 /*
  * Register [p, p + bytes) of l with CUDA (chunk_bytes: l's chunks, mapped back to back from p; NULL, 0 for a
  * registration), in pieces below the driver's per-call cap when it is that big, cut at chunk boundaries where

@@ -58,6 +58,7 @@ int lease_release_now(pb_client *c, pb_lease *l, bool wait)
 	Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
 	Request req = PINBROKER__V1__REQUEST__INIT;
 	uint64_t id = l->id, instance = l->instance_id, gen;
+	bool forked = map_forked(l);
 	struct waiter w;
 	bool stale;
 	int r;
@@ -74,7 +75,7 @@ int lease_release_now(pb_client *c, pb_lease *l, bool wait)
 	if (r || stale)
 		return 0;
 	if (!wait || conn_on_receiver_thread(c)) {
-		r = conn_send_release(c, id, gen);
+		r = conn_send_release(c, id, gen, forked);
 		if (r == -ECONNRESET) {
 			pthread_mutex_lock(&c->lock);
 			conn_note_away_locked(c, instance, id);
@@ -84,6 +85,8 @@ int lease_release_now(pb_client *c, pb_lease *l, bool wait)
 	}
 
 	rel.lease_id = id;
+	rel.has_forked = forked;
+	rel.forked = forked;
 	req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
 	req.release = &rel;
 	r = conn_call(c, &req, &w, false, gen);
@@ -109,6 +112,7 @@ static void lease_on_revoke(pb_client *c, uint64_t id, uint32_t deadline_ms)
 {
 	pb_revoke_fn fn;
 	void *userdata;
+	bool forked;
 	uint64_t gen;
 	pb_lease *l;
 
@@ -127,9 +131,10 @@ static void lease_on_revoke(pb_client *c, uint64_t id, uint32_t deadline_ms)
 		c->cache_stats.revoked++;
 		lease_unlink_locked(c, l);
 		pthread_mutex_unlock(&c->lock);
+		forked = map_forked(l);
 		map_release(l);
 		lease_free(l);
-		conn_send_release(c, id, gen);
+		conn_send_release(c, id, gen, forked);
 		conn_send_revoke_ack(c, id, gen);
 		return;
 	}
@@ -150,7 +155,7 @@ static void lease_on_revoke(pb_client *c, uint64_t id, uint32_t deadline_ms)
 		l->state = LEASE_REVOKING;
 		pthread_mutex_unlock(&c->lock);
 		map_retire(l);
-		conn_send_release(c, id, gen);
+		conn_send_release(c, id, gen, map_forked(l));
 		conn_send_revoke_ack(c, id, gen);
 		pthread_mutex_lock(&c->lock);
 		l->state = LEASE_GONE;

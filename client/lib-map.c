@@ -4,6 +4,7 @@
 #include "lib-int.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
@@ -17,7 +18,30 @@
 /* A PMD's worth of memory: the alignment that lets a mapping use 2 MiB pages. */
 #define HUGE_PMD_BYTES (UINT64_C(2) * 1024 * 1024)
 
-int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, void **base_ret, size_t *map_bytes_ret)
+static uint64_t forks;
+static pthread_once_t forks_once = PTHREAD_ONCE_INIT;
+
+static void count_fork(void)
+{
+	__atomic_add_fetch(&forks, 1, __ATOMIC_RELAXED);
+}
+
+static void watch_forks(void)
+{
+	pthread_atfork(NULL, count_fork, NULL);
+}
+
+uint64_t map_forks(void)
+{
+	return __atomic_load_n(&forks, __ATOMIC_RELAXED);
+}
+
+bool map_forked(const pb_lease *l)
+{
+	return l->inherit && map_forks() != l->forks_at_map;
+}
+
+int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, bool inherit, void **base_ret, size_t *map_bytes_ret)
 {
 	uint64_t sys_page_bytes = (uint64_t)sysconf(_SC_PAGESIZE);
 	uint64_t page = ls->page_size, total = 0, align, reserve_bytes;
@@ -76,6 +100,21 @@ int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, void **base_ret, 
 			return err_set(err, "cannot map lease chunk %zu: %s", i, strerror(-err));
 		}
 		off += ls->chunk_bytes[i];
+	}
+	/*
+	 * A child forked from here does not inherit the lease: it would keep mapping the chunks after the lease
+	 * ended, and see what the next lease of them is written with. A shared lease reaches another process only by
+	 * pb_attach, whose mapping the daemon counts. An inheritable one (PB_ACQUIRE_INHERIT) has its forks counted
+	 * instead, so that its release says a child may map it still.
+	 */
+	if (inherit)
+		pthread_once(&forks_once, watch_forks);
+	else if (madvise(base, total, MADV_DONTFORK) < 0) {
+		int err = -errno;
+
+		munmap(base, total);
+		return err_set(err, "cannot keep the lease out of forked children (madvise MADV_DONTFORK): %s",
+			       strerror(-err));
 	}
 	*base_ret = base;
 	*map_bytes_ret = total;

@@ -256,8 +256,9 @@ static int try_reconnect(pb_client *c)
 	c->hooks->drop(drop);
 	/* What was let go while we were away: the restarted daemon holds it for this pid until told. Replies
 	 * (OK, or not-found where the old daemon had already freed it) have no waiter and are dropped. */
+	/* Whether a child kept one is not remembered: each is said to be, so its memory is never lent again. */
 	for (size_t i = 0; i < n_away; i++)
-		conn_send_release(c, away[i], 0);
+		conn_send_release(c, away[i], 0, true);
 	free(away);
 	free(ids);
 	free(adopted);

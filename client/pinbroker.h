@@ -67,6 +67,13 @@ enum pb_priority {
 #define PB_ACQUIRE_NUMA_NODE (1u << 6)
 #define PB_ACQUIRE_GPU (1u << 7)
 #define PB_ACQUIRE_ANY_NODE (1u << 8)
+/*
+ * Children this process forks inherit the lease's mapping, as they do memory from cudaHostAlloc (the interposer and
+ * torch's allocator ask for it). Without it a lease is mapped MADV_DONTFORK: a forked child has nothing at its
+ * address. A child keeps an inherited mapping after the lease ends, so a lease released after a fork tells the
+ * daemon, which then never lends its memory again (it makes fresh memory in its place).
+ */
+#define PB_ACQUIRE_INHERIT (1u << 9)
 
 struct pb_acquire_opts {
 	uint32_t flags;

@@ -543,7 +543,8 @@ static int charged_driver_alloc(enum fn f, void **pp, size_t size, unsigned flag
 
 int pbp_host_alloc(enum fn f, void **pp, size_t size, unsigned flags)
 {
-	struct pb_acquire_opts o = lease_opts(PB_ACQUIRE_NO_REVOKE | PB_ACQUIRE_MAPPED);
+	/* As cudaHostAlloc's memory, the lease is there in a forked child. */
+	struct pb_acquire_opts o = lease_opts(PB_ACQUIRE_NO_REVOKE | PB_ACQUIRE_MAPPED | PB_ACQUIRE_INHERIT);
 	pb_client *c;
 	pb_lease *l = NULL;
 	char why[256];

@@ -303,6 +303,20 @@ static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 	}
 	if (per_uid && b->jobs)
 		render_jobs(f, b->jobs);
+	{
+		static const char *const why[] = { "other_tenant", "not_released" };
+		struct pool_tenant_bytes tb;
+		uint64_t v[2];
+
+		pool_tenant_bytes(b->pool, &tb);
+		v[0] = tb.replaced;
+		v[1] = tb.retired;
+		counter_by(f, "pinbroker_pool_fresh_bytes_total",
+			   "Pool memory destroyed and made again fresh so no tenant reads another's pages: idle memory "
+			   "another tenant (uid, pid namespace, cgroup) had (other_tenant), or a lease's memory "
+			   "that ended without a release (not_released).",
+			   "reason", why, v, 2);
+	}
 	gauge(f, "pinbroker_metrics_timestamp_seconds", "When these figures were taken (Unix time).", now_s);
 }
 

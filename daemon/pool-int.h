@@ -66,7 +66,9 @@ struct pool {
 	pool_punch_fn punch_fn;
 	void *punch_ud;
 	uint64_t punched;
-	uint64_t tainted_destroyed; /* chunks destroyed on return because another uid had mapped them */
+	uint64_t tainted_destroyed;     /* chunks destroyed on return because another uid had mapped them */
+	uint64_t tenant_replaced_bytes; /* idle chunks of another tenant destroyed for a take's fresh ones */
+	uint64_t retired_bytes;         /* chunks destroyed on return: their lease ended without a release */
 	struct punch_count *punched_uid;
 	size_t npunched_uid;
 };

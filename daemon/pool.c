@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "pool-int.h"
+#include "tenant.h"
 #include "util.h"
 
 #define DEFAULT_CHUNK_BYTES HUGE_2M_BYTES
@@ -300,13 +301,19 @@ static uint64_t idle_class_bytes_on(const struct pool *p, unsigned k, int node)
 	return bytes;
 }
 
+/* c was last lent to (uid, tenant), or never lent: its pages are nobody else's. */
+static bool owned_by(const struct chunk *c, uid_t uid, uint64_t tenant)
+{
+	return c->owner_uid == POOL_NO_OWNER || (c->owner_uid == uid && c->owner_tenant == tenant);
+}
+
 /*
- * Idle chunks of class cls for uid, up to limit: for each node of nodes[] in turn (-1: any), first those
- * last lent to uid, then never-lent ones. Counts them (take NULL), or unlinks them into take[] (owned by
- * uid now), in the same order, so a count and the take after it agree. Returns how many.
+ * Idle chunks of class cls for (uid, tenant), up to limit: for each node of nodes[] in turn (-1: any), first
+ * those last lent to that tenant, then never-lent ones. Counts them (take NULL), or unlinks them into take[]
+ * (owned by the tenant now), in the same order, so a count and the take after it agree. Returns how many.
  */
-static size_t idle_pick(struct pool *p, unsigned cls, uid_t uid, const int *nodes, size_t nn, size_t limit,
-			struct chunk **take)
+static size_t idle_pick(struct pool *p, unsigned cls, uid_t uid, uint64_t tenant, const int *nodes, size_t nn,
+			size_t limit, struct chunk **take)
 {
 	size_t got = 0;
 
@@ -318,13 +325,15 @@ static size_t idle_pick(struct pool *p, unsigned cls, uid_t uid, const int *node
 			while (*pp && got < limit) {
 				struct chunk *c = *pp;
 
-				if (c->owner_uid != want || !place_on_node(p, c, nodes[k])) {
+				if (c->owner_uid != want || (pass == 0 && c->owner_tenant != tenant) ||
+				    !place_on_node(p, c, nodes[k])) {
 					pp = &c->next;
 					continue;
 				}
 				if (take) {
 					idle_unlink(p, pp);
 					c->owner_uid = uid;
+					c->owner_tenant = tenant;
 					take[got] = c;
 				} else {
 					pp = &c->next;
@@ -459,11 +468,11 @@ static void fresh_destroy(struct pool *p, struct chunk **fresh, size_t n)
 }
 
 /*
- * Destroy idle chunks of class k that a lease for uid on node would replace (last lent to another uid, or on
- * another node), up to max chunks and until *freed reaches need bytes. Returns how many went.
+ * Destroy idle chunks of class k that a lease for (uid, tenant) on node would replace (last lent to another
+ * tenant, or on another node), up to max chunks and until *freed reaches need bytes. Returns how many went.
  */
-static uint64_t idle_drop_replaceable(struct pool *p, unsigned k, uid_t uid, int node, uint64_t max, uint64_t need,
-				      uint64_t *freed)
+static uint64_t idle_drop_replaceable(struct pool *p, unsigned k, uid_t uid, uint64_t tenant, int node, uint64_t max,
+				      uint64_t need, uint64_t *freed)
 {
 	struct chunk **pp = &p->idle[k];
 	uint64_t n = 0;
@@ -471,10 +480,12 @@ static uint64_t idle_drop_replaceable(struct pool *p, unsigned k, uid_t uid, int
 	while (*pp && n < max && *freed < need) {
 		struct chunk *c = *pp;
 
-		if ((c->owner_uid == POOL_NO_OWNER || c->owner_uid == uid) && place_on_node(p, c, node)) {
+		if (owned_by(c, uid, tenant) && place_on_node(p, c, node)) {
 			pp = &c->next;
 			continue;
 		}
+		if (c->owner_uid == uid && c->owner_tenant != tenant)
+			p->tenant_replaced_bytes += c->bytes;
 		idle_unlink(p, pp);
 		p->nchunks--;
 		*freed += c->bytes;
@@ -491,13 +502,13 @@ static uint64_t idle_drop_replaceable(struct pool *p, unsigned k, uid_t uid, int
  * each; counted in replaced[k] so the commit destroys no more), then idle chunks of classes the lease takes
  * none of, largest first, until need bytes are freed. Returns what was freed.
  */
-static uint64_t idle_release_for(struct pool *p, uid_t uid, int node, const uint64_t *counts, const uint64_t *reused,
-				 uint64_t *replaced, uint64_t need)
+static uint64_t idle_release_for(struct pool *p, uid_t uid, uint64_t tenant, int node, const uint64_t *counts,
+				 const uint64_t *reused, uint64_t *replaced, uint64_t need)
 {
 	uint64_t freed = 0;
 
 	for (unsigned k = p->classes.n; k-- > 0 && freed < need;)
-		replaced[k] += idle_drop_replaceable(p, k, uid, node, counts[k] - reused[k] - replaced[k], need,
+		replaced[k] += idle_drop_replaceable(p, k, uid, tenant, node, counts[k] - reused[k] - replaced[k], need,
 						     &freed);
 	for (unsigned k = p->classes.n; k-- > 0 && freed < need;) {
 		if (counts[k])
@@ -519,7 +530,8 @@ static uint64_t idle_release_for(struct pool *p, uid_t uid, int node, const uint
  * bigger ones that are not there), each fresh chunk replacing an idle one of its class (another uid's, or on
  * another node), and a fresh tail; -EBUSY when the idle chunks cannot cover bytes.
  */
-static int take(struct pool *p, uid_t uid, uint64_t bytes, int node, bool warm, struct chunk ***ret, size_t *n)
+static int take(struct pool *p, uid_t uid, uint64_t tenant, uint64_t bytes, int node, bool warm, struct chunk ***ret,
+		size_t *n)
 {
 	uint64_t counts[CLASSES_MAX], reused[CLASSES_MAX], avail[CLASSES_MAX], replaced[CLASSES_MAX] = { 0 };
 	uint64_t tail_bytes, short_bytes = 0, nall;
@@ -558,13 +570,13 @@ static int take(struct pool *p, uid_t uid, uint64_t bytes, int node, bool warm, 
 	 * unlinked until every new chunk exists, so a failure changes nothing.
 	 */
 	for (unsigned k = 0; k < p->classes.n; k++) {
-		reused[k] = counts[k] ? idle_pick(p, k, uid, &node, 1, (size_t)counts[k], NULL) : 0;
+		reused[k] = counts[k] ? idle_pick(p, k, uid, tenant, &node, 1, (size_t)counts[k], NULL) : 0;
 		short_bytes += (counts[k] - reused[k]) * p->classes.bytes[k];
 	}
 	nfrom = place_take_nodes(p, node, short_bytes + tail_bytes, from);
 	for (unsigned k = 0; k < p->classes.n; k++) {
 		if (nfrom > 1 && counts[k])
-			reused[k] = idle_pick(p, k, uid, from, nfrom, (size_t)counts[k], NULL);
+			reused[k] = idle_pick(p, k, uid, tenant, from, nfrom, (size_t)counts[k], NULL);
 		nreused += reused[k];
 	}
 
@@ -586,7 +598,7 @@ static int take(struct pool *p, uid_t uid, uint64_t bytes, int node, bool warm, 
 			sizes[i++] = tail_bytes;
 		r = chunk_make_batch(p, sizes, nfresh, tail_bytes ? nfresh - 1 : nfresh, uid, node, fresh, NULL, NULL);
 		if ((r == -ENOSPC || r == -ENOMEM) &&
-		    idle_release_for(p, uid, node, counts, reused, replaced, short_bytes + tail_bytes) > 0) {
+		    idle_release_for(p, uid, tenant, node, counts, reused, replaced, short_bytes + tail_bytes) > 0) {
 			fresh_destroy(p, fresh, nfresh);
 			r = chunk_make_batch(p, sizes, nfresh, tail_bytes ? nfresh - 1 : nfresh, uid, node, fresh, NULL,
 					     NULL);
@@ -606,16 +618,18 @@ static int take(struct pool *p, uid_t uid, uint64_t bytes, int node, bool warm, 
 	for (unsigned k = p->classes.n; k-- > 0;) {
 		uint64_t dropped = 0;
 
-		ntotal += idle_pick(p, k, uid, from, nfrom, (size_t)reused[k], v + ntotal);
+		ntotal += idle_pick(p, k, uid, tenant, from, nfrom, (size_t)reused[k], v + ntotal);
 		for (uint64_t j = reused[k]; j < counts[k]; j++)
 			v[ntotal++] = fresh[f++];
-		(void)idle_drop_replaceable(p, k, uid, node, counts[k] - reused[k] - replaced[k], UINT64_MAX, &dropped);
+		(void)idle_drop_replaceable(p, k, uid, tenant, node, counts[k] - reused[k] - replaced[k], UINT64_MAX,
+					    &dropped);
 	}
 	if (tail_bytes)
 		v[ntotal++] = fresh[f++];
 	for (size_t i = 0; i < ntotal; i++)
 		p->lent_bytes += v[i]->bytes;
 	for (size_t i = 0; i < nfresh; i++) {
+		fresh[i]->owner_tenant = tenant;
 		p->nchunks++;
 		announce(p, fresh[i]);
 	}
@@ -637,12 +651,18 @@ fail:
 
 int pool_take_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chunk ***ret, size_t *n)
 {
-	return take(p, uid, bytes, node, false, ret, n);
+	return take(p, uid, TENANT_NONE, bytes, node, false, ret, n);
 }
 
 int pool_take_warm_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chunk ***ret, size_t *n)
 {
-	return take(p, uid, bytes, node, true, ret, n);
+	return take(p, uid, TENANT_NONE, bytes, node, true, ret, n);
+}
+
+int pool_take_tenant(struct pool *p, uid_t uid, uint64_t tenant, bool warm, uint64_t bytes, int node,
+		     struct chunk ***ret, size_t *n)
+{
+	return take(p, uid, tenant, bytes, node, warm, ret, n);
 }
 
 /* Take c off the idle list if it is there. */
@@ -669,15 +689,17 @@ void pool_put(struct pool *p, struct chunk **chunks, size_t n)
 		if (!c)
 			continue;
 		p->lent_bytes -= c->bytes;
-		/* A tail or tainted chunk is destroyed anyway, but checked still, so its holder's punch is counted. */
-		r = chunk_check(p, c, !c->tail && !c->tainted);
+		/* A tail, tainted or retired chunk is destroyed anyway, but checked still, so its holder's punch is counted. */
+		r = chunk_check(p, c, !c->tail && !c->tainted && !c->retired);
 		c->lease_id = 0;
 		/* Another uid may still map a tainted chunk (its mremap or fork outlives a release): nobody
 		 * gets its pages again, as nobody gets a tail's. */
 		if (c->tainted)
 			p->tainted_destroyed++;
+		else if (c->retired && !c->tail)
+			p->retired_bytes += c->bytes;
 		/* A chunk of no class (an earlier instance's, lent when it stopped) serves no later lease. */
-		if (c->tail || c->tainted || r < 0 || !pool_is_class(p, c->bytes)) {
+		if (c->tail || c->tainted || c->retired || r < 0 || !pool_is_class(p, c->bytes)) {
 			p->nchunks--;
 			pool_destroy(p, c);
 		} else {
@@ -715,6 +737,12 @@ size_t pool_audit(struct pool *p, uint64_t max_bytes)
 uint64_t pool_tainted_destroyed(const struct pool *p)
 {
 	return p->tainted_destroyed;
+}
+
+void pool_tenant_bytes(const struct pool *p, struct pool_tenant_bytes *ret)
+{
+	ret->replaced = p->tenant_replaced_bytes;
+	ret->retired = p->retired_bytes;
 }
 
 /*

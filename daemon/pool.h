@@ -30,6 +30,11 @@ struct chunk {
 	void *addr; /* the daemon's own mapping, mlocked */
 	uint64_t bytes;
 	uid_t owner_uid; /* uid it was last lent to, POOL_NO_OWNER if never */
+	/*
+	 * The tenant (core/tenant.h: uid, pid namespace, cgroup) it was last lent to: only that tenant is handed it
+	 * again; TENANT_NONE (0) after a restart, which no peer is.
+	 */
+	uint64_t owner_tenant;
 	bool hugetlb;
 	bool thp;       /* 4 KiB shmem collapsed into 2 MiB THPs (mapped PMD-aligned) */
 	int node;       /* the NUMA node its (first) pages are on, checked with move_pages; -1 without placement */
@@ -42,6 +47,12 @@ struct chunk {
 	 * chunk is destroyed on return like a tail, never pooled again for anyone.
 	 */
 	bool tainted;
+	/*
+	 * Its lease ended without every mapper letting go by a request (a connection closed, a process exited, an
+	 * enforcement or an admin took it): a clone(CLONE_VM) sibling of the holder, or a child it forked, may map
+	 * it still. Destroyed on return like a tainted chunk.
+	 */
+	bool retired;
 	bool punched;                      /* found with pages missing and not yet repaired (counted once) */
 	uint64_t lease_id;                 /* the lease it is lent to, for reports; 0 while idle or unknown */
 	struct chunk *next;                /* idle list link, owned by the pool */
@@ -169,6 +180,14 @@ int pool_take_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chu
  */
 int pool_take_warm_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chunk ***ret, size_t *n);
 
+/*
+ * pool_take_on (warm: pool_take_warm_on) for a tenant of uid (core/tenant.h): an idle chunk is reused only when it
+ * was last lent to the same uid and tenant; one of another tenant counts as another uid's (replaced by a fresh
+ * memfd). pool_take_on and pool_take_warm_on are this with TENANT_NONE.
+ */
+int pool_take_tenant(struct pool *p, uid_t uid, uint64_t tenant, bool warm, uint64_t bytes, int node,
+		     struct chunk ***ret, size_t *n);
+
 /* pool_grow for one NUMA node: idle chunks on node until they hold at least bytes. */
 int pool_grow_on(struct pool *p, uint64_t bytes, int node, void (*progress)(uint64_t done, uint64_t total, void *ud),
 		 void *ud);
@@ -235,6 +254,16 @@ void pool_put(struct pool *p, struct chunk **chunks, size_t n);
 
 /* Chunks destroyed on return because another uid had mapped them (tainted), since pool_new. */
 uint64_t pool_tainted_destroyed(const struct pool *p);
+
+/*
+ * Since pool_new: bytes of idle chunks destroyed because a take for another tenant would have reused them (it got
+ * fresh memory in their place), and bytes of chunks destroyed on return because their lease ended without a
+ * release (retired).
+ */
+struct pool_tenant_bytes {
+	uint64_t replaced, retired;
+};
+void pool_tenant_bytes(const struct pool *p, struct pool_tenant_bytes *ret);
 
 /* Destroy idle chunks until at most keep_bytes stay idle. Returns bytes released. */
 uint64_t pool_shrink(struct pool *p, uint64_t keep_bytes);

@@ -80,6 +80,7 @@ void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
 		.registration = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY) != 0,
 		.numa_node = a->has_numa_node && a->numa_node >= 0 ? a->numa_node : -1,
 		.cgroup = c->cgroup,
+		.tenant = c->tenant,
 		/* The client's word on what backs its span (lib-register.c): see the security note in backing.h. */
 		.backed = a->backing != NULL,
 		.backing_dev = a->backing ? a->backing->dev : 0,
@@ -162,6 +163,9 @@ void handle_release(struct conn *c, const Pinbroker__V1__Request *req)
 	}
 	holder = l->owner == c;
 	attached = !holder && lease_attacher_find(l, c);
+	/* A child of the process may still map it (PB_ACQUIRE_INHERIT): its memory is never lent again. */
+	if ((holder || attached) && req->release->has_forked && req->release->forked)
+		l->dropped = true;
 	if (holder || attached) {
 		/* A mapper lets go; a shared lease lives on while others map it. */
 		int r = broker_detach(b, l, c);
@@ -183,6 +187,8 @@ void handle_release(struct conn *c, const Pinbroker__V1__Request *req)
 		reply_lease_error(c, req->seq, -EPERM, id);
 		return;
 	}
+	/* Its last mapper let go by asking (the library unmapped it first): the chunks may stay warm for its tenant. */
+	l->released = holder || attached;
 	revoker_free_lease(b, l, "released");
 	reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
 	revoker_freed(b);
@@ -428,7 +434,8 @@ void handle_attach(struct conn *c, const Pinbroker__V1__Request *req)
 	 * answer. A uid that is not granted learns the token is live, but only someone who
 	 * was handed the token can ask, and 128 bits cannot be guessed.
 	 */
-	r = token_parse(req->attach->token, token) ? broker_attach(b, token, c, c->uid, c->pid, now_ms(), &l) : -ENOENT;
+	r = token_parse(req->attach->token, token) ? broker_attach(b, token, c, c->uid, c->pid, c->tenant, now_ms(), &l)
+						   : -ENOENT;
 	switch (r) {
 	case 0:
 		break;

@@ -21,7 +21,9 @@
 #include "listen.h"
 #include "log.h"
 #include "peer-ns.h"
+#include "peer-tenant.h"
 #include "request.h"
+#include "tenant.h"
 #include "timer-clock.h"
 #include "util.h"
 #include "wire.h"
@@ -64,6 +66,7 @@ struct server {
 	gid_t admin_gid;
 	bool admin_unreadable_warned; /* the first root peer refused for unreadable namespaces is a warning */
 	unsigned stall_ms;            /* SERVER_ACCEPT_STALL_ENV */
+	struct tenants *tenants;      /* the connections' tenants (conn's tenant) */
 };
 
 static void conn_io_cb(struct ev_loop *loop, ev_io *w, int revents);
@@ -193,6 +196,7 @@ int server_adopt(struct server *s, int fd, const struct ucred *cred, struct conn
 	c->pidfd = peer_pidfd(fd, cred->pid, &c->pidfd_from_peer);
 	c->admin = peer_is_admin(s, fd, cred, c->pidfd);
 	c->cgroup = jobs_watch_cgroup_of(s->broker, cred->pid);
+	c->tenant = peer_tenant(s->tenants, c->uid, c->pidfd, c->pid, c->cgroup, cfg->proc_root);
 	ev_io_init(&c->io, conn_io_cb, fd, EV_READ);
 	c->io.data = c;
 	ev_io_start(loop, &c->io);
@@ -329,6 +333,7 @@ void server_reap(struct server *s)
 		request_conn_closed(s->broker, c);
 		if (s->broker->jobs)
 			jobs_cgroup_put(s->broker->jobs, c->cgroup);
+		tenants_put(s->tenants, c->tenant);
 		close(c->fd);
 		if (c->pidfd >= 0)
 			close(c->pidfd);
@@ -554,7 +559,8 @@ int server_new(struct broker *b, int listen_fd, struct server **ret)
 	s->stall_ms = timer_clock_stall_ms(SERVER_ACCEPT_STALL_ENV);
 	s->rxcap = (size_t)b->cfg->max_message_bytes + 1;
 	s->rxbuf = malloc(s->rxcap);
-	if (!s->rxbuf) {
+	r = tenants_new(&s->tenants);
+	if (!s->rxbuf || r < 0) {
 		r = -ENOMEM;
 		goto fail;
 	}
@@ -584,6 +590,7 @@ int server_new(struct broker *b, int listen_fd, struct server **ret)
 	*ret = s;
 	return 0;
 fail:
+	tenants_free(s->tenants);
 	free(s->rxbuf);
 	free(s);
 	return r;
@@ -605,6 +612,7 @@ void server_free(struct server *s)
 		listen_unlink(s->path);
 	free(s->path);
 	free(s->rxbuf);
+	tenants_free(s->tenants);
 	free(s);
 }
 

@@ -19,6 +19,7 @@ set(PB_DAEMON_CORE_SOURCES
   core/pressure.c    # /proc parsers and the pressure policy
   core/quota-rules.c # the quota rules file's text: the rules pinctl quota set made, kept over restarts
   core/recovery-format.c  # the fd-store state's records: encode, decode, validate
+  core/tenant.c      # tenants: (uid, pid namespace, cgroup) as the ids the pool reuses chunks by
   core/revoker-policy.c   # the revoker's decisions: round timing, overdue leases, slices, reclaim deficit
   core/unbrokered.c  # clients' reports of memory pinned outside the broker
   core/waitq-order.c # the wait queue's order: priority classes, FIFO within one, who may overtake
@@ -30,7 +31,7 @@ set(PB_DAEMON_SHELL_SOURCES
   audit.c cgns-probe.c config.c config-doc.c config-keys.c config-value.c holders.c jobs-watch.c listen.c log.c
   metrics.c peer-ns.c
   monitor.c monitor-cgroup.c monitor-proc.c monitor-psi.c rlimits.c
-  notify.c numa.c pool.c pool-chunk.c pool-pages.c pool-place.c prewarm.c react.c
+  notify.c numa.c peer-tenant.c pool.c pool-chunk.c pool-pages.c pool-place.c prewarm.c react.c
   recovery.c recovery-writer.c reload.c reply.c
   req-admin.c req-client.c req-quota.c req-status.c request.c
   quota-store.c      # the quota rules file: read at start, written on each change

@@ -195,9 +195,8 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 			b->generation++;
 		/* Tight: from idle chunks alone, smaller ones standing in for missing classes, so no new memory is
 		 * pinned (the fd and mapping cap still bounds what that costs). */
-		r = b->state == BROKER_TIGHT
-			    ? pool_take_warm_on(b->pool, a->uid, size_bytes, a->numa_node, &chunks, &nchunks)
-			    : pool_take_on(b->pool, a->uid, size_bytes, a->numa_node, &chunks, &nchunks);
+		r = pool_take_tenant(b->pool, a->uid, a->tenant, b->state == BROKER_TIGHT, size_bytes, a->numa_node,
+				     &chunks, &nchunks);
 		if (r == -ENOSPC || r == -ENOMEM)
 			b->generation++; /* idle chunks may have gone to make room, though the lease did not come */
 		if (r < 0)
@@ -215,6 +214,7 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 		      a->now_ms, &l);
 	if (r < 0)
 		goto fail;
+	l->tenant = a->tenant;
 	/* So the pool's hole-punch reports can name the lease (pool.h). */
 	for (size_t i = 0; i < nchunks; i++)
 		chunks[i]->lease_id = l->id;
@@ -296,6 +296,14 @@ void broker_free_lease(struct broker *b, struct lease *l)
 		jobs_uncharge(b->jobs, l->cgroup, l->charged_bytes);
 	l->cgroup = NULL;
 	budget_count_sub(b->budget, l->uid, l->nchunks);
+	/*
+	 * The chunks stay warm for the tenant only when every mapper let go by a request: the library unmaps before
+	 * it releases, and its mappings are MADV_DONTFORK, so no child of it keeps them. A mapper that closed or
+	 * exited instead may share its memory with a clone(CLONE_VM) sibling, which maps the chunks still.
+	 */
+	if (!l->released || l->dropped || l->nattachers || l->exit_holds)
+		for (size_t i = 0; i < l->nchunks; i++)
+			l->chunks[i]->retired = true;
 	pool_put(b->pool, l->chunks, l->nchunks);
 	lease_remove(b->leases, l);
 	b->generation++;
@@ -312,6 +320,9 @@ int broker_release(struct broker *b, uint64_t id, uid_t uid, void *owner, bool a
 		return -ENOENT;
 	if (!admin && !(l->uid == uid && l->owner == owner))
 		return -EPERM;
+	/* Its holder's own release: the library unmapped it first. Anyone else's leaves the holder mapping it. */
+	if (l->owner == owner && l->nattachers == 0 && l->exit_holds == 0)
+		l->released = true;
 	broker_free_lease(b, l);
 	return 0;
 }
@@ -326,6 +337,8 @@ size_t broker_drop_owner(struct broker *b, void *owner)
 		return 0;
 	for (l = lease_first(b->leases); l; l = next) {
 		next = lease_next(b->leases, l);
+		if (l->owner == owner || lease_attacher_find(l, owner))
+			l->dropped = true;
 		if (broker_detach(b, l, owner) == 1) {
 			broker_free_lease(b, l);
 			nfreed++;
@@ -345,7 +358,7 @@ int broker_share(struct broker *b, struct lease *l, const void *owner, const uin
 }
 
 int broker_attach(struct broker *b, const uint8_t token[LEASE_TOKEN_BYTES], void *owner, uid_t uid, pid_t pid,
-		  uint64_t now_ms, struct lease **ret)
+		  uint64_t tenant, uint64_t now_ms, struct lease **ret)
 {
 	struct lease *l = lease_find_token(b->leases, token);
 	int r;
@@ -364,9 +377,10 @@ int broker_attach(struct broker *b, const uint8_t token[LEASE_TOKEN_BYTES], void
 	 * /proc/PID/map_files. Only destroying the chunks when the lease ends keeps the holder's
 	 * later leases, which pool_take would otherwise hand the same pages, out of its reach. A
 	 * process of the holder's own uid may read the holder's memory anyway (ptrace,
-	 * process_vm_readv): its attachment taints nothing, so same-uid sharing keeps the warm pool.
+	 * process_vm_readv) when it is of the holder's tenant too (its pid namespace and cgroup): its attachment
+	 * taints nothing, so sharing within a tenant keeps the warm pool.
 	 */
-	if (uid != l->uid)
+	if (uid != l->uid || tenant != l->tenant)
 		for (size_t i = 0; i < l->nchunks; i++)
 			l->chunks[i]->tainted = true;
 	/* Someone uses it now: not a cached buffer to reclaim first. */

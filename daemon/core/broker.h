@@ -192,6 +192,7 @@ struct acquire_args {
 	bool registration;         /* a charge only: no pool memory (implies no_revoke) */
 	int numa_node;             /* NUMA node asked for, -1 for any (only with a placing pool) */
 	struct job_cgroup *cgroup; /* the client's cgroup, charged for job quotas; NULL: none */
+	uint64_t tenant;           /* the client's tenant (core/tenant.h): whose idle chunks it may be handed */
 	uint64_t now_ms;           /* monotonic, when it is granted: the lease's creation time (no clock read here) */
 	/* With registration: the span is a shared mapping of file (dev, ino) from backing_offset (lease.h). */
 	bool backed;
@@ -267,20 +268,23 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 
 /*
  * Release lease id on behalf of (uid, owner). Returns 0, -ENOENT (no such
- * lease) or -EPERM (someone else's). admin may release any lease.
+ * lease) or -EPERM (someone else's). admin may release any lease; its chunks are then destroyed, not pooled
+ * (its holder may map them still).
  */
 int broker_release(struct broker *b, uint64_t id, uid_t uid, void *owner, bool admin);
 
 /*
- * Return a lease's chunks to the pool and uncharge it, whatever its state. A backed registration's pages
+ * Return a lease's chunks to the pool and uncharge it, whatever its state. The chunks stay warm for the holder's
+ * tenant only when the lease was released (l->released) and never dropped (l->dropped), and nobody maps it now;
+ * otherwise they are destroyed (retired): a process that may still map them never sees another lease's pages. A backed registration's pages
  * that other registrations of the file still cover pass to the oldest of them (its uid, never-revoked
  * share and job take the charge over); only pages nobody covers any more are uncharged.
  */
 void broker_free_lease(struct broker *b, struct lease *l);
 
 /*
- * A connection closed: it lets go of every lease it holds or is attached to,
- * and those nobody maps any more are freed. Returns the number freed.
+ * A connection closed: it lets go of every lease it holds or is attached to (each marked dropped: its process,
+ * or one sharing its memory, may map it still), and those nobody maps any more are freed. Returns the number freed.
  */
 size_t broker_drop_owner(struct broker *b, void *owner);
 
@@ -294,9 +298,9 @@ int broker_share(struct broker *b, struct lease *l, const void *owner, const uin
 		 const uid_t *uids, size_t n);
 
 /*
- * Attach owner (a connection of uid, pid) to the lease token names: no new
+ * Attach owner (a connection of uid, pid, tenant) to the lease token names: no new
  * charge, the lease is counted once. An IDLE lease becomes ACTIVE (it is in
- * use again). An attacher of another uid than the holder's taints the lease's
+ * use again). An attacher of another uid or tenant than the holder's taints the lease's
  * chunks (struct chunk's tainted) before the caller sends their fds: they are
  * destroyed when the lease ends, never pooled again. Returns 0 and *ret,
  * -ENOENT (no live lease has this token, or it is being revoked), -EACCES (uid
@@ -304,7 +308,7 @@ int broker_share(struct broker *b, struct lease *l, const void *owner, const uin
  * (monotonic) is when, for an idle lease's last use.
  */
 int broker_attach(struct broker *b, const uint8_t token[LEASE_TOKEN_BYTES], void *owner, uid_t uid, pid_t pid,
-		  uint64_t now_ms, struct lease **ret);
+		  uint64_t tenant, uint64_t now_ms, struct lease **ret);
 
 /*
  * owner (holder or attacher) lets go of l. Returns 1 when nobody maps l any

@@ -82,6 +82,16 @@ struct lease {
 	uint32_t exit_holds;
 	bool holder_detached;
 	/*
+	 * How the memory may be reused (broker_free_lease). tenant: the holder's (core/tenant.h), whose next leases
+	 * may be handed the chunks. released: its last mapper let go by a request (RELEASE), after unmapping it.
+	 * dropped: some mapper let go without one (its connection closed, its process exited): a clone(CLONE_VM)
+	 * sibling or a forked child of it may still map the chunks. Only a released, never dropped lease's chunks
+	 * go back to the pool; any other lease's are destroyed.
+	 */
+	uint64_t tenant;
+	bool released;
+	bool dropped;
+	/*
 	 * no_revoke: its holder cannot give memory back on request (a program run
 	 * under the interposer), so it is never revoked and its holder never
 	 * signalled. registration: a charge for memory the program owns and

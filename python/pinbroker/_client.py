@@ -659,7 +659,8 @@ def library_path() -> str:
 
 def _after_fork_in_child() -> None:
     # The child shares its parent's sockets: it must never RELEASE or disconnect on them (a shutdown()
-    # would cut the parent's connection). Its Clients refuse to work; inherited mappings stay usable.
+    # would cut the parent's connection). Its Clients refuse to work; it inherits no lease's mapping (the library
+    # maps them MADV_DONTFORK), so it never keeps the parent's memory past the lease's end.
     global _default
     _default = None
 

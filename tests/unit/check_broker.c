@@ -147,8 +147,10 @@ START_TEST(test_idle_chunks_make_room_under_the_chunk_capacity)
 	(void)broker_set_pressure(b, BROKER_NORMAL);
 	for (int i = 0; i < 60; i++)
 		ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l[i]), 0);
-	for (int i = 0; i < 60; i++)
+	for (int i = 0; i < 60; i++) {
+		l[i]->released = true; /* as its holder's RELEASE does: the chunks go idle */
 		broker_free_lease(b, l[i]);
+	}
 	ck_assert_uint_eq(pool_chunk_count(b->pool), 60);
 	for (int i = 0; i < 60; i++) {
 		ck_assert_int_eq(acquire(b, UID_B, &conn_b, 1024 * MIB, &l[i]), 0);
@@ -444,6 +446,7 @@ START_TEST(test_free_lease_after_lowered_limit_keeps_idle_within_budget)
 	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 16 * MIB, &big), 0);
 	ck_assert_int_eq(acquire(b, UID_B, &conn_b, 8 * MIB, NULL), 0);
 	budget_set_limits(b->budget, 12 * MIB, 0);
+	big->released = true;
 	broker_free_lease(b, big);
 	/* 8 MiB still leased under a 12 MiB limit: at most 4 MiB may stay idle. */
 	ck_assert_uint_eq(pool_idle_bytes(b->pool), 4 * MIB);
@@ -540,14 +543,14 @@ START_TEST(test_attach_charges_nothing_and_lease_lives_until_last_mapper)
 	/* Only the holder shares. */
 	ck_assert_int_eq(broker_share(b, l, &conn_b, tok, NULL, 0), -EPERM);
 	ck_assert_int_eq(broker_share(b, l, &conn_a, tok, NULL, 0), 0);
-	ck_assert_int_eq(broker_attach(b, bad, &conn_b, UID_A, 7, 1000, &got), -ENOENT);
-	ck_assert_int_eq(broker_attach(b, tok, &conn_c, UID_B, 8, 1000, &got), -EACCES);
+	ck_assert_int_eq(broker_attach(b, bad, &conn_b, UID_A, 7, 0, 1000, &got), -ENOENT);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_c, UID_B, 8, 0, 1000, &got), -EACCES);
 	ck_assert_int_eq(broker_share(b, l, &conn_a, tok, &grant, 1), 0);
-	ck_assert_int_eq(broker_attach(b, tok, &conn_c, UID_B, 8, 1000, &got), 0);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_c, UID_B, 8, 0, 1000, &got), 0);
 	ck_assert_ptr_eq(got, l);
-	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 7, 1000, &got), 0);
-	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 7, 1000, &got), -EEXIST);
-	ck_assert_int_eq(broker_attach(b, tok, &conn_a, UID_A, 7, 1000, &got), -EEXIST);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 7, 0, 1000, &got), 0);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 7, 0, 1000, &got), -EEXIST);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_a, UID_A, 7, 0, 1000, &got), -EEXIST);
 	/* Counted once, to the holder's uid. */
 	ck_assert_uint_eq(budget_leased(b->budget), 2 * MIB);
 	ck_assert_uint_eq(budget_uid_leased(b->budget, UID_A), 2 * MIB);
@@ -560,7 +563,7 @@ START_TEST(test_attach_charges_nothing_and_lease_lives_until_last_mapper)
 	ck_assert_int_eq(broker_detach(b, l, &conn_b), 1);
 	broker_free_lease(b, l);
 	ck_assert_ptr_null(lease_find(b->leases, id));
-	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 7, 1000, &got), -ENOENT);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 7, 0, 1000, &got), -ENOENT);
 	ck_assert_uint_eq(budget_leased(b->budget), 0);
 	check_books(b);
 	free_broker(b);
@@ -576,10 +579,10 @@ START_TEST(test_attach_refused_while_revoking_and_idle_lease_becomes_active)
 	ck_assert_int_eq(acquire(b, UID_A, &conn_a, MIB, &l), 0);
 	ck_assert_int_eq(lease_set_state(l, LEASE_IDLE, 1), 0);
 	ck_assert_int_eq(broker_share(b, l, &conn_a, tok, NULL, 0), 0);
-	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 7, 1000, &got), 0);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 7, 0, 1000, &got), 0);
 	ck_assert_int_eq(l->state, LEASE_ACTIVE);
 	ck_assert_int_eq(lease_set_state(l, LEASE_REVOKING, 2), 0);
-	ck_assert_int_eq(broker_attach(b, tok, &conn_c, UID_A, 8, 1000, &got), -ENOENT);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_c, UID_A, 8, 0, 1000, &got), -ENOENT);
 	ck_assert_int_eq(broker_share(b, l, &conn_a, tok, NULL, 0), -EINVAL);
 	/* A closed connection lets go of what it attached, too. */
 	ck_assert_uint_eq(broker_drop_owner(b, &conn_a), 0);
@@ -628,7 +631,7 @@ START_TEST(test_cross_uid_attach_taints_chunks_and_they_never_return_to_the_pool
 	ck_assert_int_eq(broker_share(b, l, &conn_a, tok, &grant, 1), 0);
 	for (size_t i = 0; i < nold; i++)
 		ck_assert_msg(!l->chunks[i]->tainted, "sharing alone sends no fd: nothing is tainted yet");
-	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_B, 8, 1000, &got), 0);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_B, 8, 0, 1000, &got), 0);
 	for (size_t i = 0; i < nold; i++)
 		ck_assert_msg(l->chunks[i]->tainted, "chunk %zu not tainted by uid B's attach", i);
 	/* The attacher lets go first (its view may outlive that), then the holder. */
@@ -667,11 +670,12 @@ START_TEST(test_same_uid_attach_taints_nothing)
 	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 4 * MIB, &l), 0);
 	chunk_ids(l, old, 4);
 	ck_assert_int_eq(broker_share(b, l, &conn_a, tok, NULL, 0), 0);
-	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 8, 1000, &got), 0);
+	ck_assert_int_eq(broker_attach(b, tok, &conn_b, UID_A, 8, 0, 1000, &got), 0);
 	for (size_t i = 0; i < l->nchunks; i++)
 		ck_assert(!l->chunks[i]->tainted);
-	ck_assert_uint_eq(broker_drop_owner(b, &conn_b), 0);
-	ck_assert_uint_eq(broker_drop_owner(b, &conn_a), 1);
+	/* Both let go by a request (a closed connection would retire the chunks: test_a_dropped_lease_is_not_pooled). */
+	ck_assert_int_eq(broker_detach(b, l, &conn_b), 0);
+	ck_assert_int_eq(broker_release(b, l->id, UID_A, &conn_a, false), 0);
 	ck_assert_uint_eq(pool_tainted_destroyed(b->pool), 0);
 	ck_assert_uint_eq(pool_idle_bytes(b->pool), 8 * MIB);
 	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 4 * MIB, &l), 0);
@@ -1014,6 +1018,65 @@ START_TEST(test_max_registrants_per_file_is_the_bound_and_0_charges_every_regist
 }
 END_TEST
 
+/* A lease whose holder's connection closed may still be mapped (a clone(CLONE_VM) sibling): its chunks are destroyed. */
+START_TEST(test_a_dropped_lease_is_not_pooled)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+	struct lease *l = NULL;
+	struct pool_tenant_bytes tb;
+	uint64_t old[2];
+
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 4 * MIB, &l), 0);
+	chunk_ids(l, old, 2);
+	ck_assert_uint_eq(broker_drop_owner(b, &conn_a), 1);
+	ck_assert_uint_eq(pool_idle_bytes(b->pool), 0);
+	pool_tenant_bytes(b->pool, &tb);
+	ck_assert_uint_eq(tb.retired, 4 * MIB);
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 4 * MIB, &l), 0);
+	ck_assert(!shares_a_chunk(l, old, 2));
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
+/* One uid, two tenants (pid namespaces or cgroups): released chunks stay warm for their tenant only. */
+START_TEST(test_chunks_are_reused_within_a_tenant_only)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+	struct acquire_args a = { .uid = UID_A,
+				  .gid = UID_A,
+				  .pid = 7,
+				  .owner = &conn_a,
+				  .size = 4 * MIB,
+				  .priority = LEASE_PRIO_NORMAL,
+				  .numa_node = -1,
+				  .tenant = 11,
+				  .now_ms = 1000 };
+	struct lease *l = NULL;
+	struct pool_tenant_bytes tb;
+	uint64_t old[2];
+
+	ck_assert_int_eq(broker_acquire(b, &a, &l), 0);
+	chunk_ids(l, old, 2);
+	ck_assert_int_eq(broker_release(b, l->id, UID_A, &conn_a, false), 0);
+	ck_assert_uint_eq(pool_idle_bytes(b->pool), 4 * MIB);
+	/* The same tenant: the same chunks, warm. */
+	ck_assert_int_eq(broker_acquire(b, &a, &l), 0);
+	ck_assert(shares_a_chunk(l, old, 2));
+	ck_assert_int_eq(broker_release(b, l->id, UID_A, &conn_a, false), 0);
+	/* Another tenant of the same uid: fresh chunks, the idle ones replaced (the pool holds no more). */
+	a.tenant = 12;
+	a.owner = &conn_b;
+	ck_assert_int_eq(broker_acquire(b, &a, &l), 0);
+	ck_assert(!shares_a_chunk(l, old, 2));
+	ck_assert_uint_eq(pool_idle_bytes(b->pool), 0);
+	pool_tenant_bytes(b->pool, &tb);
+	ck_assert_uint_eq(tb.replaced, 4 * MIB);
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
 CHECK_SUITE(broker_suite, "broker", "core", NULL, NULL, 60, test_acquire_rounds_to_page_size_and_charges_exactly,
 	    test_acquire_of_zero_or_overflowing_size_is_invalid, test_acquire_passes_budget_refusals_through,
 	    test_acquire_when_tight_lends_only_from_the_idle_pool,
@@ -1037,6 +1100,7 @@ CHECK_SUITE(broker_suite, "broker", "core", NULL, NULL, 60, test_acquire_rounds_
 	    test_a_shared_region_is_charged_to_one_job_and_moves_with_its_pages,
 	    test_registrants_of_one_file_are_bounded_and_the_rest_charged_in_full,
 	    test_max_registrants_per_file_is_the_bound_and_0_charges_every_registration_in_full,
-	    test_idle_chunks_make_room_under_the_chunk_capacity)
+	    test_idle_chunks_make_room_under_the_chunk_capacity, test_a_dropped_lease_is_not_pooled,
+	    test_chunks_are_reused_within_a_tenant_only)
 
 CHECK_MAIN(broker_suite)

@@ -10,7 +10,7 @@
 // What it does, against torch's CachingHostAllocator:
 // - allocate(n) leases exactly n bytes (the library rounds to the page) with PB_ACQUIRE_NO_REVOKE (torch
 //   cannot give a tensor's memory back on request) and PB_ACQUIRE_MAPPED (DEVICEMAP, as cudaHostAlloc
-//   memory is). Stock torch rounds to a power of two: 2.08 GiB took 4 GiB on the H200 (GPU.md, 2026-12-03).
+//   memory is), and PB_ACQUIRE_INHERIT (a forked child has it, as it has cudaHostAlloc's). Stock torch rounds to a power of two: 2.08 GiB took 4 GiB on the H200 (GPU.md, 2026-12-03).
 // - A refused lease (any negative errno), one CUDA did not register, a call from a forked child, and any
 //   call while a CUDA graph capture is under way go to the allocator that was installed before (torch's
 //   CachingHostAllocator), counted as fallbacks. record_event for memory that is not ours goes there too.
@@ -335,7 +335,7 @@ public:
 			why = "CUDA graph capture";
 		} else {
 			pb_acquire_opts opts{};
-			opts.flags = PB_ACQUIRE_NO_REVOKE | PB_ACQUIRE_MAPPED;
+			opts.flags = PB_ACQUIRE_NO_REVOKE | PB_ACQUIRE_MAPPED | PB_ACQUIRE_INHERIT;
 			opts.priority = PB_PRIORITY_NORMAL;
 			opts.label = label_.c_str();
 			pb_lease *l = nullptr;

@@ -19,9 +19,9 @@ and nothing is copied on the host. Only the batch's structure crosses the worker
 
 How workers reach the ring:
 
-- ``fork`` (Linux's default before Python 3.14): the ring is leased before the workers fork, so they inherit
-  the mapping. A worker checks that it did (/proc/self/maps: a range marked MADV_DONTFORK is not inherited)
-  and otherwise attaches as below.
+- ``fork`` (Linux's default before Python 3.14): the ring is leased before the workers fork, but libpinbroker maps
+  leases MADV_DONTFORK (a child must not keep a lease's memory past its end), so a worker finds it not inherited
+  (/proc/self/maps) and attaches as below; with an older library that let it inherit, it uses the inherited mapping.
 - ``spawn`` / ``forkserver``: each worker attaches to the ring with a share token (``Lease.share()`` and
   ``Client.attach()``, shared leases), over its own connection to the broker, with ``PINBROKER_NO_CUDA=1``:
   only the main process, which copies to the GPU, registers the ring with CUDA. Where the library or the
