@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/ioctl.h>
 #include <sys/types.h>
 
 /*
@@ -52,6 +53,13 @@ int sys_pidfd_send_signal(int pidfd, int sig, unsigned flags);
  */
 void sys_pidfd_disable(void);
 bool sys_pidfd_disabled(void);
+/*
+ * The pidfd ioctls of include/uapi/linux/pidfd.h, for headers older than them: an fd of the pidfd's process's
+ * pid namespace or user namespace (Linux 6.11); -1 with ENOTTY or EINVAL on an older kernel.
+ */
+#define PB_PIDFS_IOCTL_MAGIC 0xFF
+#define PB_PIDFD_GET_PID_NAMESPACE _IO(PB_PIDFS_IOCTL_MAGIC, 5)
+#define PB_PIDFD_GET_USER_NAMESPACE _IO(PB_PIDFS_IOCTL_MAGIC, 9)
 
 /*
  * A whole small file (a /proc or /sys one, a config) into buf, NUL-terminated: path relative to dirfd (or

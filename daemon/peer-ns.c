@@ -14,17 +14,6 @@
 
 #include "util.h"
 
-/* Linux 6.11 (include/uapi/linux/pidfd.h): an fd for the pidfd's process's namespace. */
-#ifndef PIDFS_IOCTL_MAGIC
-#define PIDFS_IOCTL_MAGIC 0xFF
-#endif
-#ifndef PIDFD_GET_PID_NAMESPACE
-#define PIDFD_GET_PID_NAMESPACE _IO(PIDFS_IOCTL_MAGIC, 5)
-#endif
-#ifndef PIDFD_GET_USER_NAMESPACE
-#define PIDFD_GET_USER_NAMESPACE _IO(PIDFS_IOCTL_MAGIC, 9)
-#endif
-
 /* A pidfd's fdinfo is three or four short lines. */
 #define FDINFO_BYTES 512
 
@@ -137,11 +126,11 @@ void peer_ns_read(int pidfd, pid_t pid, struct admin_facts *f, char *why, size_t
 {
 	why[0] = '\0';
 	if (pidfd < 0 || read_fdinfo_pidns(pidfd, &f->pidns, why, len) < 0)
-		f->pidns = read_ns(pidfd, pid, "pid", PIDFD_GET_PID_NAMESPACE, why, len);
+		f->pidns = read_ns(pidfd, pid, "pid", PB_PIDFD_GET_PID_NAMESPACE, why, len);
 	/* A container is named as one without the user namespace, which may need more rights to read. */
 	if (f->pidns == ADMIN_NS_OTHER) {
 		f->userns = ADMIN_NS_UNKNOWN;
 		return;
 	}
-	f->userns = read_ns(pidfd, pid, "user", PIDFD_GET_USER_NAMESPACE, why, len);
+	f->userns = read_ns(pidfd, pid, "user", PB_PIDFD_GET_USER_NAMESPACE, why, len);
 }

@@ -17,20 +17,13 @@
 #include "tenant.h"
 #include "util.h"
 
-#ifndef PIDFS_IOCTL_MAGIC
-#define PIDFS_IOCTL_MAGIC 0xFF
-#endif
-#ifndef PIDFD_GET_PID_NAMESPACE
-#define PIDFD_GET_PID_NAMESPACE _IO(PIDFS_IOCTL_MAGIC, 5)
-#endif
-
 /* PIDFD_GET_INFO (Linux 6.13), its first version: struct pidfd_info of <linux/pidfd.h>, which older headers lack. */
 struct peer_pidfd_info {
 	uint64_t mask;
 	uint64_t cgroupid;
 	uint32_t pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid, spare0[1];
 };
-#define PEER_PIDFD_GET_INFO _IOWR(PIDFS_IOCTL_MAGIC, 11, struct peer_pidfd_info)
+#define PEER_PIDFD_GET_INFO _IOWR(PB_PIDFS_IOCTL_MAGIC, 11, struct peer_pidfd_info)
 #define PEER_PIDFD_INFO_CGROUPID (1ull << 2)
 /* NS_GET_ID (Linux 6.18): a namespace's 64-bit id, never reused while the system runs. */
 #define PEER_NS_GET_ID _IOR(0xb7, 13, uint64_t)
@@ -82,7 +75,7 @@ bool peer_pidns(int pidfd, pid_t pid, const char *proc_root, char *buf, size_t l
 	int nsfd;
 
 	if (pidfd >= 0) {
-		nsfd = ioctl(pidfd, PIDFD_GET_PID_NAMESPACE, 0);
+		nsfd = ioctl(pidfd, PB_PIDFD_GET_PID_NAMESPACE, 0);
 		if (nsfd >= 0) {
 			ok = ns_name(nsfd, buf, len, kept);
 			close(nsfd);
