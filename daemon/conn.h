@@ -44,6 +44,7 @@ struct conn {
 	uint64_t unbrokered_bytes; /* pinned outside the broker, as its last accepted ReportUnbrokered said */
 	bool unbrokered_warned;    /* an impossible report of its was logged: once per connection */
 	struct job_cgroup *cgroup; /* its process's cgroup at connect, for job quotas (a reference); NULL: unknown */
+	bool job_unknown;          /* job quotas are on and that cgroup could not be read (job-unknown applies) */
 	/* Status counters, kept by conn_gain/conn_lose with every lease it gains or loses (reply.c). */
 	uint64_t lease_bytes;
 	struct conn_label {

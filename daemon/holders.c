@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -29,6 +30,15 @@
 #define STATUS_BUF_BYTES 4096
 /* An fd's link text: "/memfd:" NAME " (deleted)", NAME at most POOL_MEMFD_NAME_MAX; longer links are not ours. */
 #define POOL_NAME_LINK_MAX 128
+
+/* The mounts memfds live on, as probe_memfd_mounts found them. */
+struct memfd_mounts {
+	struct memfd_mount {
+		int mnt_id;
+		dev_t dev;
+	} mount[2];
+	size_t n;
+};
 
 static int key_cmp(const void *a, const void *b)
 {
@@ -259,14 +269,118 @@ static int maps_match(int pdir, const struct holder_key *keys, size_t nkeys, uid
 	return r;
 }
 
+int holders_parse_fdinfo(const char *buf, size_t len, int *mnt_id, uint64_t *ino)
+{
+	const char *p = buf, *end = buf + len, *nl;
+	bool have_mnt = false, have_ino = false;
+	uint64_t v;
+
+	while (p < end && (nl = memchr(p, '\n', (size_t)(end - p)))) {
+		bool m = (size_t)(nl - p) > 7 && memcmp(p, "mnt_id:", 7) == 0;
+		bool i = (size_t)(nl - p) > 4 && memcmp(p, "ino:", 4) == 0;
+
+		if (m || i) {
+			const char *q = p + (m ? 7 : 4);
+
+			while (q < nl && (*q == '\t' || *q == ' '))
+				q++;
+			if (!parse_num(q, nl, 10, '\n', &v) || (m && v > INT_MAX))
+				return -EBADMSG;
+			if (m) {
+				*mnt_id = (int)v;
+				have_mnt = true;
+			} else {
+				*ino = v;
+				have_ino = true;
+			}
+		}
+		p = nl + 1;
+	}
+	return have_mnt && have_ino ? 0 : -EBADMSG;
+}
+
+/*
+ * The mounts memfds live on (the kernel's internal shmem mount, and hugetlbfs's for MFD_HUGETLB): a probe
+ * memfd of each kind, its st_dev and its mount id in /proc/self/fdinfo. That pair lets fdinfo's (mnt_id, ino),
+ * readable with PTRACE_MODE_READ alone (CAP_SYS_PTRACE), name the same file as (st_dev, st_ino).
+ */
+static void probe_memfd_mounts(struct memfd_mounts *m)
+{
+	static const unsigned flags[] = { MFD_CLOEXEC, MFD_CLOEXEC | MFD_HUGETLB };
+
+	m->n = 0;
+	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
+		char path[64], buf[512];
+		struct stat st;
+		uint64_t ino;
+		int fd = memfd_create("pinbroker-probe", flags[i]), mnt;
+		ssize_t n;
+
+		if (fd < 0)
+			continue; /* no hugetlbfs */
+		snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+		n = fstat(fd, &st) < 0 ? -1 : read_small(AT_FDCWD, path, buf, sizeof(buf));
+		close(fd);
+		if (n > 0 && holders_parse_fdinfo(buf, (size_t)n, &mnt, &ino) == 0 && ino == (uint64_t)st.st_ino)
+			m->mount[m->n++] = (struct memfd_mount){ .mnt_id = mnt, .dev = st.st_dev };
+	}
+}
+
+/*
+ * As fds_match, for a process whose fd/ this one may not list (another uid: the folder is 0500, and reading it
+ * needs CAP_DAC_READ_SEARCH) but whose fdinfo/ it may (PTRACE_MODE_READ): an fd counts when its mount is one
+ * memfds live on and (that mount's dev, its ino) is a key of uid. A mount id two probed kinds share is not
+ * trusted (no dev to tell them apart).
+ */
+static int fdinfo_match(int pdir, const struct holder_key *keys, size_t nkeys, uid_t uid, const struct memfd_mounts *mm)
+{
+	struct dirent *e;
+	int r = -ENOENT, fd = openat(pdir, "fdinfo", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d;
+
+	if (fd < 0)
+		return -errno;
+	d = fdopendir(fd);
+	if (!d) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	while ((e = readdir(d))) {
+		char buf[512];
+		ssize_t n;
+		uint64_t ino;
+		int mnt, hits = 0, k = -ENOENT;
+
+		if (e->d_name[0] == '.')
+			continue;
+		n = read_small(dirfd(d), e->d_name, buf, sizeof(buf) - 1);
+		if (n <= 0 || holders_parse_fdinfo(buf, (size_t)n, &mnt, &ino) < 0)
+			continue; /* closed meanwhile, or a kernel without ino: (5.14) */
+		for (size_t i = 0; i < mm->n; i++)
+			if (mm->mount[i].mnt_id == mnt) {
+				hits++;
+				k = key_index(keys, nkeys, mm->mount[i].dev, (ino_t)ino);
+			}
+		if (hits == 1 && k >= 0 && keys[k].uid == uid) {
+			r = k;
+			break;
+		}
+	}
+	closedir(d);
+	return r;
+}
+
 /* Index of the first key pdir's process holds an fd to, -ENOENT, or -errno. */
-static int fds_match(int pdir, const struct holder_key *keys, size_t nkeys, uid_t uid)
+static int fds_match(int pdir, const struct holder_key *keys, size_t nkeys, uid_t uid, const struct memfd_mounts *mm)
 {
 	struct dirent *e;
 	struct stat st;
 	int r = -ENOENT, fd = openat(pdir, "fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *d;
 
+	if (fd < 0 && (errno == EACCES || errno == EPERM) && mm && mm->n)
+		return fdinfo_match(pdir, keys, nkeys, uid, mm);
 	if (fd < 0)
 		return -errno;
 	d = fdopendir(fd);
@@ -296,7 +410,7 @@ static int fds_match(int pdir, const struct holder_key *keys, size_t nkeys, uid_
  * holds none or its uid is not among them, or -errno.
  */
 static int process_match(int pdir, const uid_t *uids, size_t nuids, const struct holder_key *keys, size_t nkeys,
-			 char *buf)
+			 char *buf, const struct memfd_mounts *mm)
 {
 	uid_t uid;
 	int r = uid_matches(pdir, uids, nuids, &uid);
@@ -306,7 +420,7 @@ static int process_match(int pdir, const uid_t *uids, size_t nuids, const struct
 	r = maps_match(pdir, keys, nkeys, uid, buf);
 	if (r != -ENOENT)
 		return r;
-	return fds_match(pdir, keys, nkeys, uid);
+	return fds_match(pdir, keys, nkeys, uid, mm);
 }
 
 static pid_t parse_pid(const char *s)
@@ -343,6 +457,7 @@ struct holders_scan {
 	size_t nout, cap;
 	size_t unreadable;
 	size_t examined;
+	struct memfd_mounts mounts; /* for fdinfo_match */
 	bool done;
 };
 
@@ -388,6 +503,7 @@ int holders_scan_new(const char *proc_root, const struct holder_key *keys, size_
 	}
 	memcpy(s->keys, keys, nkeys * sizeof(*keys));
 	holders_sort_keys(s->keys, nkeys);
+	probe_memfd_mounts(&s->mounts);
 	for (size_t i = 0; i < nkeys; i++)
 		s->uids[i] = keys[i].uid;
 	qsort(s->uids, nkeys, sizeof(*s->uids), uid_cmp);
@@ -437,7 +553,7 @@ static int scan_entry(struct holders_scan *s, const char *name)
 	pdir = openat(dirfd(s->d), name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (pdir < 0)
 		return 0;
-	k = process_match(pdir, s->uids, s->nuids, s->keys, s->nkeys, s->buf);
+	k = process_match(pdir, s->uids, s->nuids, s->keys, s->nkeys, s->buf, &s->mounts);
 	if (k < 0) {
 		s->unreadable += unreadable_errno(k);
 		close(pdir);
@@ -453,7 +569,7 @@ static int scan_entry(struct holders_scan *s, const char *name)
 		close(pdir);
 		return 0; /* exited, or no pidfds: never signal by pid */
 	}
-	k = process_match(pdir, s->uids, s->nuids, s->keys, s->nkeys, s->buf);
+	k = process_match(pdir, s->uids, s->nuids, s->keys, s->nkeys, s->buf, &s->mounts);
 	close(pdir);
 	if (k < 0) {
 		close(pidfd);

@@ -99,12 +99,20 @@ void holders_scan_take(struct holders_scan *s, struct holder **ret, size_t *n, s
 void holders_scan_free(struct holders_scan *s);
 
 /*
- * Whether this process may read other users' /proc/PID/maps and fd (it has
- * CAP_SYS_PTRACE in its effective set: root has it, the shipped unit's user
- * does not). Without it holders_find sees only the daemon's own uid, and under
- * ProtectProc=invisible it cannot even tell what it missed.
+ * Whether this process may read other users' /proc/PID/maps and fdinfo (it has
+ * CAP_SYS_PTRACE in its effective set: root and the shipped unit's user have
+ * it). Without it holders_find sees only the daemon's own uid, and under
+ * ProtectProc=invisible it cannot even tell what it missed. Another uid's fd/
+ * is listed only with CAP_DAC_READ_SEARCH as well (root); without it, an fd
+ * held but not mapped is found through fdinfo's mount id and inode.
  */
 bool holders_can_inspect_all(void);
+
+/*
+ * The mnt_id: and ino: lines of a /proc/PID/fdinfo/N text (ino: since Linux 5.14). Returns 0, or -EBADMSG
+ * when either is missing or not a number.
+ */
+int holders_parse_fdinfo(const char *buf, size_t len, int *mnt_id, uint64_t *ino);
 
 /* A memfd of a given name that a process maps or holds an fd to (holders_scan_memfds). */
 struct holders_memfd {

@@ -10,6 +10,7 @@
 #include "broker.h"
 #include "config.h"
 #include "conn.h"
+#include "jobs-watch.h"
 #include "jobs.h"
 #include "lease.h"
 #include "log.h"
@@ -80,6 +81,7 @@ void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
 		.registration = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY) != 0,
 		.numa_node = a->has_numa_node && a->numa_node >= 0 ? a->numa_node : -1,
 		.cgroup = c->cgroup,
+		.job_unknown = c->job_unknown,
 		/* The client's word on what backs its span (lib-register.c): see the security note in backing.h. */
 		.backed = a->backing != NULL,
 		.backing_dev = a->backing ? a->backing->dev : 0,
@@ -108,6 +110,8 @@ void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
 	if (a->label)
 		text_truncate(a->label, LEASE_LABEL_MAX - 1);
 	args.now_ms = now_ms();
+	if (args.job_unknown)
+		jobs_watch_unknown_acquire(b, c->pid, c->uid);
 	r = broker_acquire(b, &args, &l);
 	if (r == 0) {
 		reply_grant(c, req->seq, l);

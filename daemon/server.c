@@ -167,6 +167,8 @@ int server_adopt(struct server *s, int fd, const struct ucred *cred, struct conn
 	c->connected_ms = now_ms();
 	c->pidfd = peer_pidfd(fd, cred->pid, &c->pidfd_from_peer);
 	c->cgroup = jobs_watch_cgroup_of(s->broker, cred->pid);
+	c->job_unknown = s->broker->jobs && !c->cgroup;
+	s->broker->job_unknown_clients += c->job_unknown;
 	ev_io_init(&c->io, conn_io_cb, fd, EV_READ);
 	c->io.data = c;
 	ev_io_start(loop, &c->io);
@@ -303,6 +305,7 @@ void server_reap(struct server *s)
 		request_conn_closed(s->broker, c);
 		if (s->broker->jobs)
 			jobs_cgroup_put(s->broker->jobs, c->cgroup);
+		s->broker->job_unknown_clients -= c->job_unknown;
 		close(c->fd);
 		if (c->pidfd >= 0)
 			close(c->pidfd);

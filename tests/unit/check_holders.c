@@ -188,6 +188,35 @@ START_TEST(test_maps_garbage_lines_are_skipped)
 }
 END_TEST
 
+static int fdinfo_str(const char *text, int *mnt, uint64_t *ino)
+{
+	return holders_parse_fdinfo(text, strlen(text), mnt, ino);
+}
+
+/* fdinfo as Linux 6.1 writes it for a memfd (fs/proc/fd.c seq_show), and as kernels before 5.14 did (no ino:). */
+START_TEST(test_fdinfo_mount_and_inode_parse_and_old_kernels_fail)
+{
+	static const char v61[] = "pos:\t0\nflags:\t02100002\nmnt_id:\t15\nino:\t1025\n";
+	static const char v54[] = "pos:\t0\nflags:\t02100002\nmnt_id:\t15\n";
+	static const char sock[] = "pos:\t0\nflags:\t02000002\nmnt_id:\t10\nino:\t34383\nscm_fds: 0\n";
+	uint64_t ino = 0;
+	int mnt = -1;
+
+	ck_assert_int_eq(holders_parse_fdinfo(v61, strlen(v61), &mnt, &ino), 0);
+	ck_assert_int_eq(mnt, 15);
+	ck_assert_uint_eq(ino, 1025);
+	ck_assert_int_eq(holders_parse_fdinfo(sock, strlen(sock), &mnt, &ino), 0);
+	ck_assert_int_eq(mnt, 10);
+	ck_assert_uint_eq(ino, 34383);
+	ck_assert_int_eq(holders_parse_fdinfo(v54, strlen(v54), &mnt, &ino), -EBADMSG);
+	ck_assert_int_eq(fdinfo_str("mnt_id:\tx\nino:\t1\n", &mnt, &ino), -EBADMSG);
+	ck_assert_int_eq(fdinfo_str("mnt_id:\t99999999999\nino:\t1\n", &mnt, &ino), -EBADMSG);
+	/* An unterminated last line is not read. */
+	ck_assert_int_eq(fdinfo_str("mnt_id:\t1\nino:\t1", &mnt, &ino), -EBADMSG);
+	ck_assert_int_eq(holders_parse_fdinfo("", 0, &mnt, &ino), -EBADMSG);
+}
+END_TEST
+
 static int status_file(const char *rel, uid_t ids[4])
 {
 	size_t len;
@@ -711,7 +740,8 @@ static Suite *suite(void)
 		   test_maps_captured_odd_names_parse_by_their_columns, test_maps_truncated_last_line_is_not_trusted,
 		   test_maps_streamed_in_small_pieces_finds_the_memfd, test_maps_garbage_lines_are_skipped,
 		   test_status_uid_line_captured_and_crafted, test_status_uid_malformed_is_ebadmsg,
-		   test_memfd_map_line_matches_only_the_exact_name);
+		   test_memfd_map_line_matches_only_the_exact_name,
+		   test_fdinfo_mount_and_inode_parse_and_old_kernels_fail);
 
 	/* pidfd_open: valgrind 3.19 lacks it, so its run excludes the tag "enforce". */
 	f = CHECK_CASE(s, "find", fake_setup, fake_teardown, 20,
