@@ -13,11 +13,12 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "sec-unit.h"
 #include "sec.h"
 
 #define MiB (1024 * 1024ull)
 #define QUOTA "1M"
-#define ASK_BYTES (4 * MiB)  /* over the quota */
+#define ASK_BYTES (4 * MiB)   /* over the quota */
 #define SMALL_BYTES (1 * MiB) /* within it */
 /* Acquires by the hidden client, to see the warning come once (rate-limited) and the counter count each. */
 #define HIDDEN_ACQUIRES 3
@@ -61,8 +62,8 @@ static void start_as_unit(const char *hidepid, const char *policy, bool rule)
 	daemon_prepare(&d);
 	ck_assert_int_eq(chown(d.dir, SEC_UID_DAEMON, SEC_UID_DAEMON), 0);
 	daemon_restart_with(&d,
-			    ITEST_ARGS("--budget", "64M", "--prewarm", "8M", "--log-level", "info", "--job-unknown", policy,
-				       "--job-quota", rule ? quota : ""),
+			    ITEST_ARGS("--budget", "64M", "--prewarm", "8M", "--log-level", "info", "--job-unknown",
+				       policy, "--job-quota", rule ? quota : ""),
 			    sec_as_unit_user,
 			    &(struct sec_unit){ .hidepid = hidepid,
 						.caps = strcmp(hidepid, "off") ? SEC_UNIT_CAPS_OLD : SEC_UNIT_CAPS });
@@ -153,11 +154,13 @@ START_TEST(test_client_whose_cgroup_is_hidden_is_refused_while_rules_exist)
 	ck_assert_uint_ge(clients, HIDDEN_ACQUIRES); /* and root's STATUS connection: root's /proc is hidden too */
 	ck_assert_int_eq(status_leased(d.socket), 0);
 	for (int i = 0; i < HIDDEN_ACQUIRES; i++) {
-		ck_assert_msg(res[i].status == PINBROKER__V1__STATUS_CODE__STATUS_OVER_QUOTA,
-			      "a client whose job is unknown got status %d (%s), not OVER_QUOTA, under a %s rule on its "
-			      "cgroup %s",
-			      res[i].status, res[i].msg, QUOTA, job);
-		ck_assert_msg(strstr(res[i].msg, "could not tell which job") && strstr(res[i].msg, "ProtectProc=default"),
+		ck_assert_msg(
+			res[i].status == PINBROKER__V1__STATUS_CODE__STATUS_OVER_QUOTA,
+			"a client whose job is unknown got status %d (%s), not OVER_QUOTA, under a %s rule on its "
+			"cgroup %s",
+			res[i].status, res[i].msg, QUOTA, job);
+		ck_assert_msg(strstr(res[i].msg, "could not tell which job") &&
+				      strstr(res[i].msg, "ProtectProc=default"),
 			      "the refusal does not say why and what to do: %s", res[i].msg);
 		release_holder(pids[i], pipes[i]);
 	}
@@ -165,8 +168,7 @@ START_TEST(test_client_whose_cgroup_is_hidden_is_refused_while_rules_exist)
 	ck_assert(metric("pinbroker_acquires_refused_total{reason=\"job_quota\"}") == HIDDEN_ACQUIRES);
 	log = daemon_log(&d);
 	/* One warning for the three (rate-limited), at warning level, naming the fix. */
-	ck_assert_msg(sec_count(log, "its job is unknown") == 1, "want one warning, log:\n%s",
-		      itest_tail(log));
+	ck_assert_msg(sec_count(log, "its job is unknown") == 1, "want one warning, log:\n%s", itest_tail(log));
 	ck_assert_ptr_nonnull(strstr(log, "ProtectProc=default"));
 	free(log);
 	ck_assert_int_eq(daemon_stop(&d), 0);

@@ -11,7 +11,7 @@ guest_tap_start "${1:-/pinbroker-results}"
 CONF=/etc/pinbroker/pinbrokerd.conf
 SOCK=/run/pinbroker/pinbroker.sock
 UNIT=pinbrokerd.service
-PLAN=33
+PLAN=36
 
 journal_since() { journalctl -q --no-pager -u "$UNIT" --since "@$1" "${@:2}"; }
 write_conf() {
@@ -71,15 +71,15 @@ vmlck_kb=$(awk '/^VmLck:/ { print $2 }' /proc/"$pid"/status)
 log "VmLck of $pid: ${vmlck_kb:-?} kB"
 if [ "${vmlck_kb:-0}" -ge $((64 << 10)) ]; then ok "the warm pool is mlocked (VmLck ${vmlck_kb} kB >= prewarm 64M)"
 else notok "the warm pool is mlocked (VmLck >= prewarm 64M)" "VmLck='${vmlck_kb}' kB"; fi
-# User=pinbroker with exactly CAP_KILL (5), CAP_IPC_LOCK (14) and CAP_SYS_RESOURCE (24).
+# User=pinbroker with exactly CAP_KILL (5), CAP_IPC_LOCK (14), CAP_SYS_PTRACE (19) and CAP_SYS_RESOURCE (24).
 ids=$(awk '/^Uid:/ { print $2 } /^CapEff:/ { print $2 } /^CapBnd:/ { print $2 }' /proc/"$pid"/status | tr '\n' ' ')
 log "uid CapEff CapBnd of $pid: $ids"
-want=$(printf '%016x' $((0x1004020 & 0x${HOST_CAPBND:-ffffffffff})))
-[ "$want" = 0000000001004020 ] || log "the host's bounding set (${HOST_CAPBND:-}) lacks some of them: expecting $want"
+want=$(printf '%016x' $((0x1084020 & 0x${HOST_CAPBND:-ffffffffff})))
+[ "$want" = 0000000001084020 ] || log "the host's bounding set (${HOST_CAPBND:-}) lacks some of them: expecting $want"
 if [ "$ids" = "$(id -u pinbroker) $want $want " ]; then
-	ok "daemon runs as user pinbroker with exactly CAP_KILL, CAP_IPC_LOCK, CAP_SYS_RESOURCE (of the host's: $want)"
+	ok "daemon runs as user pinbroker with exactly CAP_KILL, CAP_IPC_LOCK, CAP_SYS_PTRACE, CAP_SYS_RESOURCE (of the host's: $want)"
 else
-	notok "daemon runs as user pinbroker with exactly CAP_KILL, CAP_IPC_LOCK, CAP_SYS_RESOURCE" "$ids"
+	notok "daemon runs as user pinbroker with exactly CAP_KILL, CAP_IPC_LOCK, CAP_SYS_PTRACE, CAP_SYS_RESOURCE" "$ids"
 fi
 mode=$(pinctl status --json | grep -o '"monitor_mode" *: *"[^"]*"' | sed 's/.*: *"//; s/"$//')
 if [ ! -e /proc/pressure/memory ]; then ok "# SKIP PSI triggers: this kernel has no /proc/pressure/memory"
@@ -266,6 +266,40 @@ if wait_for 20 leased_zero && [ "$(status_num orphaned_bytes)" = 0 ]; then
 else
 	notok "the holder exits: its orphaned 64M is no longer counted" "leased_bytes '$(status_num leased_bytes)'"
 fi
+
+# Per-job quotas bind on a non-root user's job under the shipped unit (issue 38, finding 1): each
+# systemd-run unit of alice's is a job of its own (its cgroup), with an 8M quota. The old unit
+# (ProtectProc=invisible) could not read alice's /proc/PID/cgroup: 16M was granted, charged to no job.
+pinctl quota set '/system.slice/pb-job-*.service' 8M
+out=$(systemd-run --quiet --wait --pipe --collect --uid=alice --unit=pb-job-over \
+	pinctl acquire 16M --label over-job-quota 2>&1)
+rc=$?
+log "alice's 16M in pb-job-over.service: rc=$rc: $out"
+if [ $rc != 0 ] && grep -q 'job /system.slice/pb-job-over.service already holds 0 B of its 8 MiB quota' <<<"$out"; then
+	ok "a non-root user's job asking 16M over its 8M job quota is refused, naming its job"
+else
+	notok "a non-root user's job asking 16M over its 8M job quota is refused, naming its job" "rc=$rc: $out"
+fi
+systemd-run --quiet --collect --uid=alice --unit=pb-job-in pinctl acquire 4M --hold 120 --label within-job-quota
+job_charged() { pinctl jobs | grep -q '^/system.slice/pb-job-in.service  *4 MiB  *1  *8 MiB'; }
+if wait_for 10 job_charged; then
+	ok "a non-root user's job within its quota is granted and charged to its job (pinctl jobs)"
+else
+	notok "a non-root user's job within its quota is granted and charged to its job (pinctl jobs)" \
+		"$(pinctl jobs 2>&1 | tr '\n' '|')"
+fi
+pinctl jobs
+unknown=$(status_num job_unknown_total)
+doctor=$(pinctl doctor 2>&1 | grep 'job-unknown')
+log "job_unknown_total=$unknown; doctor: $doctor"
+if [ "$unknown" = 0 ] && [ "$(status_num job_unknown_clients)" = 0 ] && grep -q '^ok  *job-unknown' <<<"$doctor"; then
+	ok "every client's job is known: job_unknown_total 0, pinctl doctor job-unknown ok"
+else
+	notok "every client's job is known: job_unknown_total 0, pinctl doctor job-unknown ok" \
+		"job_unknown_total='$unknown' clients='$(status_num job_unknown_clients)' doctor: $doctor"
+fi
+systemctl stop pb-job-in.service
+pinctl quota clear '/system.slice/pb-job-*.service'
 
 # 25-27: clean stop of service and socket.
 t=$(date +%s)
