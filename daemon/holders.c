@@ -728,8 +728,28 @@ static uint64_t map_file_size(int pdir, const char *line, size_t len, dev_t dev,
 	return (uint64_t)st.st_size < end_bytes ? (uint64_t)st.st_size : end_bytes;
 }
 
-/* Every mapping of name in pdir's maps, to on_memfd. Returns 0 once read to the end, or -errno. */
-static int scan_maps(int pdir, pid_t pid, uid_t uid, const char *name, holders_memfd_fn *on_memfd, void *ud, char *buf)
+/* The memfds of one process seen mapped under the name (for scan_fdinfo); past MAPPED_MAX, overflow. */
+#define MAPPED_MAX 64
+struct mapped {
+	struct holder_key k[MAPPED_MAX];
+	size_t n;
+	bool overflow;
+};
+
+static void mapped_add(struct mapped *mp, dev_t dev, ino_t ino)
+{
+	for (size_t i = 0; i < mp->n; i++)
+		if (mp->k[i].dev == dev && mp->k[i].ino == ino)
+			return;
+	if (mp->n == MAPPED_MAX)
+		mp->overflow = true;
+	else
+		mp->k[mp->n++] = (struct holder_key){ .dev = dev, .ino = ino };
+}
+
+/* Every mapping of name in pdir's maps, to on_memfd (and into mp). Returns 0 once read to the end, or -errno. */
+static int scan_maps(int pdir, pid_t pid, uid_t uid, const char *name, holders_memfd_fn *on_memfd, void *ud, char *buf,
+		     struct mapped *mp)
 {
 	size_t have = 0;
 	ssize_t n;
@@ -757,6 +777,7 @@ static int scan_maps(int pdir, pid_t pid, uid_t uid, const char *name, holders_m
 
 			if (holders_parse_memfd_map(p, (size_t)(nl - p), name, &m.dev, &m.ino, &m.bytes) == 0) {
 				m.bytes = map_file_size(pdir, p, (size_t)(nl - p), m.dev, m.ino, m.bytes, &m.allocated);
+				mapped_add(mp, m.dev, m.ino);
 				on_memfd(&m, ud);
 			}
 			p = nl + 1;
@@ -817,6 +838,56 @@ static int scan_fds(int pdir, pid_t pid, uid_t uid, const char *name, holders_me
 	return r;
 }
 
+/*
+ * Where pdir's fd/ cannot be listed (another uid without CAP_DAC_READ_SEARCH) but fdinfo/ can: 0 when every fd
+ * it holds on a memfd mount is a memfd it maps under the name (so scan_maps reported it, and the fd adds
+ * nothing), else -EACCES: an fd of a memfd whose name this cannot read may be one of ours, so the process stays
+ * unread (the safe side). -errno where fdinfo/ cannot be read either.
+ */
+static int scan_fdinfo(int pdir, const struct memfd_mounts *mm, const struct mapped *mp)
+{
+	struct dirent *e;
+	int r = 0, fd = openat(pdir, "fdinfo", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d;
+
+	if (fd < 0)
+		return -errno;
+	d = fdopendir(fd);
+	if (!d) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	while (r == 0 && (e = readdir(d))) {
+		char buf[512];
+		ssize_t n;
+		uint64_t ino;
+		int mnt;
+
+		if (e->d_name[0] == '.')
+			continue;
+		n = read_small(dirfd(d), e->d_name, buf, sizeof(buf) - 1);
+		if (n == -ENOENT)
+			continue; /* closed meanwhile */
+		if (n <= 0 || holders_parse_fdinfo(buf, (size_t)n, &mnt, &ino) < 0) {
+			r = -EACCES; /* unreadable, or a kernel without ino: (5.14) */
+			break;
+		}
+		for (size_t i = 0; r == 0 && i < mm->n; i++) {
+			bool seen = false;
+
+			if (mm->mount[i].mnt_id != mnt)
+				continue;
+			for (size_t k = 0; k < mp->n && !seen; k++)
+				seen = mp->k[k].dev == mm->mount[i].dev && mp->k[k].ino == (ino_t)ino;
+			if (!seen)
+				r = -EACCES;
+		}
+	}
+	closedir(d);
+	return r;
+}
+
 int holders_scan_memfds(const char *proc_root, const char *name, holders_memfd_fn *on_memfd, holders_read_fn *on_read,
 			void *ud, size_t *unreadable)
 {
@@ -826,6 +897,7 @@ int holders_scan_memfds(const char *proc_root, const char *name, holders_memfd_f
 int holders_scan_memfds_of(const char *proc_root, const char *name, holders_want_fn *want, holders_memfd_fn *on_memfd,
 			   holders_read_fn *on_read, void *ud, size_t *unreadable)
 {
+	struct memfd_mounts mm;
 	size_t nunread = 0;
 	pid_t self = getpid();
 	struct dirent *e;
@@ -841,6 +913,7 @@ int holders_scan_memfds_of(const char *proc_root, const char *name, holders_want
 	buf = malloc(MAPS_BUF_BYTES);
 	if (!buf)
 		return -ENOMEM;
+	probe_memfd_mounts(&mm);
 	root_fd = open(proc_root && *proc_root ? proc_root : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (root_fd < 0 || (proc_fd = openat(root_fd, "proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
 		r = -errno;
@@ -855,6 +928,7 @@ int holders_scan_memfds_of(const char *proc_root, const char *name, holders_want
 	while ((e = readdir(d))) {
 		pid_t pid = parse_pid(e->d_name);
 		char sbuf[STATUS_BUF_BYTES];
+		struct mapped mp = { .n = 0 };
 		uid_t ids[4];
 		ssize_t n;
 		int pdir, rm, rf;
@@ -879,8 +953,10 @@ int holders_scan_memfds_of(const char *proc_root, const char *name, holders_want
 			close(pdir);
 			continue;
 		}
-		rm = scan_maps(pdir, pid, ids[0], name, on_memfd, ud, buf);
+		rm = scan_maps(pdir, pid, ids[0], name, on_memfd, ud, buf, &mp);
 		rf = scan_fds(pdir, pid, ids[0], name, on_memfd, ud);
+		if (rm == 0 && unreadable_errno(rf) && mm.n && !mp.overflow)
+			rf = scan_fdinfo(pdir, &mm, &mp);
 		close(pdir);
 		if (rm == 0 && rf == 0) {
 			if (on_read)

@@ -30,12 +30,15 @@ fi
 T=$(mktemp -d /tmp/pb-slurm-real.XXXXXX)
 chmod 755 "$T"
 # The unit's user and an ordinary job user in the socket's group, made where missing (as the package's
-# sysusers snippet and an admin would).
+# sysusers snippet and an admin would) and removed again at the end: a pinbroker group left behind
+# would make every later test daemon's socket 0660 root:pinbroker, shut to the other tests' uids.
 UNIT=$SRC/systemd/pinbrokerd.service
 JOBUSER=pbslurm
-getent group pinbroker >/dev/null || groupadd --system pinbroker
-id pinbroker >/dev/null 2>&1 || useradd --system -M -g pinbroker -s /usr/sbin/nologin pinbroker
-id $JOBUSER >/dev/null 2>&1 || useradd -M -G pinbroker $JOBUSER
+MADE=""
+getent group pinbroker >/dev/null || { groupadd --system pinbroker && MADE="$MADE group:pinbroker"; }
+id pinbroker >/dev/null 2>&1 ||
+	{ useradd --system -M -g pinbroker -s /usr/sbin/nologin pinbroker && MADE="user:pinbroker $MADE"; }
+id $JOBUSER >/dev/null 2>&1 || { useradd -M -G pinbroker $JOBUSER && MADE="user:$JOBUSER $MADE"; }
 JOBUID=$(id -u $JOBUSER)
 # The socket's folder is the daemon's; job output goes where the job user may write.
 mkdir -p "$T/run" "$T/out"
@@ -64,6 +67,12 @@ cleanup() {
 		rmdir "$d" 2>/dev/null
 	done
 	rm -rf "$T"
+	for m in $MADE; do
+		case $m in
+		user:*) userdel "${m#user:}" 2>/dev/null ;;
+		group:*) groupdel "${m#group:}" 2>/dev/null ;;
+		esac
+	done
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM

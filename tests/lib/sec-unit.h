@@ -61,4 +61,3 @@ static inline void sec_as_unit_user(void *ud)
 		if ((u->caps & (1ull << c)) && prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, c, 0, 0) < 0)
 			_exit(95);
 }
-

@@ -93,8 +93,9 @@ static void expect_sigterm(pid_t pid, const char *who, uint64_t lease)
 
 	if (st == -1)
 		itest_kill_and_reap(pid);
-	ck_assert_msg(st != -1, "%s (pid %d, uid %d) still holds lease %llu 5 s after its 300 ms deadline: the scan "
-			  "did not see it (log:\n%s)",
+	ck_assert_msg(st != -1,
+		      "%s (pid %d, uid %d) still holds lease %llu 5 s after its 300 ms deadline: the scan "
+		      "did not see it (log:\n%s)",
 		      who, (int)pid, SEC_UID_A, (unsigned long long)lease, itest_tail(daemon_log(&d)));
 	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "%s ended with status %#x", who, st);
 }

@@ -4,12 +4,16 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -666,6 +670,107 @@ START_TEST(test_scan_memfds_finds_mappers_and_fd_holders_of_any_uid)
 }
 END_TEST
 
+/* The uids of the next case: a tenant's processes, and the daemon's own as the unit runs it. */
+#define TENANT_UID 61001
+#define UNIT_UID 61003
+
+/* In a child: become uid with no groups; with ptrace, keep CAP_SYS_PTRACE alone (the unit's /proc right). */
+static void become(uid_t uid, bool ptrace)
+{
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
+	struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = { { 0 } };
+
+	if (prctl(PR_SET_KEEPCAPS, ptrace ? 1 : 0, 0, 0, 0) < 0 || setgroups(0, NULL) < 0 ||
+	    setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0)
+		_exit(90);
+	data[CAP_SYS_PTRACE / 32].effective = data[CAP_SYS_PTRACE / 32].permitted = 1u << (CAP_SYS_PTRACE % 32);
+	if (ptrace && syscall(SYS_capset, &h, data) < 0)
+		_exit(91);
+}
+
+struct unit_scan {
+	pid_t both, extra;                       /* the two tenant processes */
+	bool both_mapped, both_read, extra_read; /* what the scan reported of them */
+	size_t unreadable;
+	ino_t want;
+};
+
+static void unit_memfd(const struct holders_memfd *m, void *ud)
+{
+	struct unit_scan *u = ud;
+
+	u->both_mapped |= m->pid == u->both && m->ino == u->want;
+}
+
+static void unit_read(pid_t pid, void *ud)
+{
+	struct unit_scan *u = ud;
+
+	u->both_read |= pid == u->both;
+	u->extra_read |= pid == u->extra;
+}
+
+/*
+ * The restart scan as the unit's user (CAP_SYS_PTRACE, no CAP_DAC_READ_SEARCH) over another uid's processes,
+ * whose fd/ it cannot list: one maps a chunk and keeps its fd (fdinfo shows that fd is the chunk it maps: read
+ * whole), one maps it and holds another memfd's fd (which may be a chunk under a name it cannot read: unread,
+ * the safe side).
+ */
+START_TEST(test_scan_memfds_of_another_uid_with_cap_sys_ptrace_alone)
+{
+	struct unit_scan u = { 0 };
+	int ready[2], go[2], rep[2], fd, other;
+	char name[64], c;
+	pid_t scanner;
+
+	if (geteuid() != 0) {
+		printf("SKIP %s: needs root to run processes as other uids\n", __func__);
+		return;
+	}
+	fd = test_memfd("unit", name, &u.want, ready, go);
+	other = memfd_create("not-a-chunk", MFD_CLOEXEC);
+	ck_assert_int_ge(other, 0);
+	for (int i = 0; i < 2; i++) {
+		pid_t pid = fork();
+
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			become(TENANT_UID, false);
+			if (mmap(NULL, 65536, PROT_READ, MAP_SHARED, fd, 0) == MAP_FAILED)
+				_exit(1);
+			close(i == 0 ? other : fd); /* both keeps the chunk's fd, extra the other memfd's */
+			if (write(ready[1], "r", 1) != 1 || read(go[0], &c, 1) != 1)
+				_exit(1);
+			_exit(0);
+		}
+		*(i == 0 ? &u.both : &u.extra) = pid;
+	}
+	close(fd);
+	close(other);
+	ck_assert_int_eq(read(ready[0], &c, 1), 1);
+	ck_assert_int_eq(read(ready[0], &c, 1), 1);
+	ck_assert_int_eq(pipe(rep), 0);
+	scanner = fork();
+	ck_assert_int_ge(scanner, 0);
+	if (scanner == 0) {
+		become(UNIT_UID, true);
+		if (holders_scan_memfds(NULL, name, unit_memfd, unit_read, &u, &u.unreadable) < 0 ||
+		    write(rep[1], &u, sizeof(u)) != (ssize_t)sizeof(u))
+			_exit(1);
+		_exit(0);
+	}
+	ck_assert_int_eq(read(rep[0], &u, sizeof(u)), (ssize_t)sizeof(u));
+	ck_assert_int_eq(waitpid(scanner, NULL, 0), scanner);
+	ck_assert_int_eq(write(go[1], "gg", 2), 2);
+	ck_assert_int_eq(waitpid(u.both, NULL, 0), u.both);
+	ck_assert_int_eq(waitpid(u.extra, NULL, 0), u.extra);
+	ck_assert_msg(u.both_mapped, "the chunk's mapper of another uid was not found through its maps");
+	ck_assert_msg(u.both_read, "a process holding only the chunk it maps was not read whole (fdinfo)");
+	ck_assert_msg(!u.extra_read, "a process holding an fd of a memfd of unknown name was taken as read whole");
+	ck_assert_uint_ge(u.unreadable, 1);
+}
+END_TEST
+
 static bool want_none(pid_t pid, uid_t dir_uid, void *ud)
 {
 	(void)pid;
@@ -748,7 +853,8 @@ static Suite *suite(void)
 		       test_find_on_real_proc_returns_mapper_and_fd_holder_only,
 		       test_find_keeps_to_the_leases_uid_and_never_pid_1, test_find_through_fd_links_and_bad_roots,
 		       test_scan_memfds_finds_mappers_and_fd_holders_of_any_uid,
-		       test_scan_memfds_reports_the_file_size_of_a_stretched_mapping);
+		       test_scan_memfds_reports_the_file_size_of_a_stretched_mapping,
+		       test_scan_memfds_of_another_uid_with_cap_sys_ptrace_alone);
 	tcase_set_tags(f, "enforce");
 	return s;
 }
