@@ -12,12 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "holders-fdinfo.h"
 #include "util.h"
 
 /*
@@ -30,15 +30,6 @@
 #define STATUS_BUF_BYTES 4096
 /* An fd's link text: "/memfd:" NAME " (deleted)", NAME at most POOL_MEMFD_NAME_MAX; longer links are not ours. */
 #define POOL_NAME_LINK_MAX 128
-
-/* The mounts memfds live on, as probe_memfd_mounts found them. */
-struct memfd_mounts {
-	struct memfd_mount {
-		int mnt_id;
-		dev_t dev;
-	} mount[2];
-	size_t n;
-};
 
 static int key_cmp(const void *a, const void *b)
 {
@@ -269,109 +260,25 @@ static int maps_match(int pdir, const struct holder_key *keys, size_t nkeys, uid
 	return r;
 }
 
-int holders_parse_fdinfo(const char *buf, size_t len, int *mnt_id, uint64_t *ino)
+struct key_want {
+	const struct holder_key *keys;
+	size_t nkeys;
+	uid_t uid;
+};
+
+/* holders_fdinfo_memfds's fn for fds_match: the key's index + 1 where (dev, ino) is a key of uid, else 0. */
+static int fdinfo_key(dev_t dev, ino_t ino, void *ud)
 {
-	const char *p = buf, *end = buf + len, *nl;
-	bool have_mnt = false, have_ino = false;
-	uint64_t v;
+	const struct key_want *w = ud;
+	int k = key_index(w->keys, w->nkeys, dev, ino);
 
-	while (p < end && (nl = memchr(p, '\n', (size_t)(end - p)))) {
-		bool m = (size_t)(nl - p) > 7 && memcmp(p, "mnt_id:", 7) == 0;
-		bool i = (size_t)(nl - p) > 4 && memcmp(p, "ino:", 4) == 0;
-
-		if (m || i) {
-			const char *q = p + (m ? 7 : 4);
-
-			while (q < nl && (*q == '\t' || *q == ' '))
-				q++;
-			if (!parse_num(q, nl, 10, '\n', &v) || (m && v > INT_MAX))
-				return -EBADMSG;
-			if (m) {
-				*mnt_id = (int)v;
-				have_mnt = true;
-			} else {
-				*ino = v;
-				have_ino = true;
-			}
-		}
-		p = nl + 1;
-	}
-	return have_mnt && have_ino ? 0 : -EBADMSG;
+	return k >= 0 && w->keys[k].uid == w->uid ? k + 1 : 0;
 }
 
 /*
- * The mounts memfds live on (the kernel's internal shmem mount, and hugetlbfs's for MFD_HUGETLB): a probe
- * memfd of each kind, its st_dev and its mount id in /proc/self/fdinfo. That pair lets fdinfo's (mnt_id, ino),
- * readable with PTRACE_MODE_READ alone (CAP_SYS_PTRACE), name the same file as (st_dev, st_ino).
+ * Index of the first key pdir's process holds an fd to, -ENOENT, or -errno. Where its fd/ cannot be listed
+ * (another uid), through fdinfo (holders-fdinfo.h).
  */
-static void probe_memfd_mounts(struct memfd_mounts *m)
-{
-	static const unsigned flags[] = { MFD_CLOEXEC, MFD_CLOEXEC | MFD_HUGETLB };
-
-	m->n = 0;
-	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
-		char path[64], buf[512];
-		struct stat st;
-		uint64_t ino;
-		int fd = memfd_create("pinbroker-probe", flags[i]), mnt;
-		ssize_t n;
-
-		if (fd < 0)
-			continue; /* no hugetlbfs */
-		snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
-		n = fstat(fd, &st) < 0 ? -1 : read_small(AT_FDCWD, path, buf, sizeof(buf));
-		close(fd);
-		if (n > 0 && holders_parse_fdinfo(buf, (size_t)n, &mnt, &ino) == 0 && ino == (uint64_t)st.st_ino)
-			m->mount[m->n++] = (struct memfd_mount){ .mnt_id = mnt, .dev = st.st_dev };
-	}
-}
-
-/*
- * As fds_match, for a process whose fd/ this one may not list (another uid: the folder is 0500, and reading it
- * needs CAP_DAC_READ_SEARCH) but whose fdinfo/ it may (PTRACE_MODE_READ): an fd counts when its mount is one
- * memfds live on and (that mount's dev, its ino) is a key of uid. A mount id two probed kinds share is not
- * trusted (no dev to tell them apart).
- */
-static int fdinfo_match(int pdir, const struct holder_key *keys, size_t nkeys, uid_t uid, const struct memfd_mounts *mm)
-{
-	struct dirent *e;
-	int r = -ENOENT, fd = openat(pdir, "fdinfo", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	DIR *d;
-
-	if (fd < 0)
-		return -errno;
-	d = fdopendir(fd);
-	if (!d) {
-		r = -errno;
-		close(fd);
-		return r;
-	}
-	while ((e = readdir(d))) {
-		char buf[512];
-		ssize_t n;
-		uint64_t ino;
-		int mnt, hits = 0, k = -ENOENT;
-
-		if (e->d_name[0] == '.')
-			continue;
-		n = read_small(dirfd(d), e->d_name, buf, sizeof(buf) - 1);
-		if (n <= 0 || holders_parse_fdinfo(buf, (size_t)n, &mnt, &ino) < 0)
-			continue; /* closed meanwhile, or a kernel without ino: (5.14) */
-		for (size_t i = 0; i < mm->n; i++)
-			if (mm->mount[i].mnt_id == mnt) {
-				hits++;
-				k = key_index(keys, nkeys, mm->mount[i].dev, (ino_t)ino);
-			}
-		if (hits == 1 && k >= 0 && keys[k].uid == uid) {
-			r = k;
-			break;
-		}
-	}
-	closedir(d);
-	return r;
-}
-
-/* Index of the first key pdir's process holds an fd to, -ENOENT, or -errno. */
 static int fds_match(int pdir, const struct holder_key *keys, size_t nkeys, uid_t uid, const struct memfd_mounts *mm)
 {
 	struct dirent *e;
@@ -379,8 +286,10 @@ static int fds_match(int pdir, const struct holder_key *keys, size_t nkeys, uid_
 	int r = -ENOENT, fd = openat(pdir, "fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *d;
 
-	if (fd < 0 && (errno == EACCES || errno == EPERM) && mm && mm->n)
-		return fdinfo_match(pdir, keys, nkeys, uid, mm);
+	if (fd < 0 && (errno == EACCES || errno == EPERM) && mm && mm->n) {
+		r = holders_fdinfo_memfds(pdir, mm, fdinfo_key, &(struct key_want){ keys, nkeys, uid });
+		return r > 0 ? r - 1 : r == 0 ? -ENOENT : r;
+	}
 	if (fd < 0)
 		return -errno;
 	d = fdopendir(fd);
@@ -457,7 +366,7 @@ struct holders_scan {
 	size_t nout, cap;
 	size_t unreadable;
 	size_t examined;
-	struct memfd_mounts mounts; /* for fdinfo_match */
+	struct memfd_mounts mounts; /* for fds_match through fdinfo */
 	bool done;
 };
 
@@ -503,7 +412,7 @@ int holders_scan_new(const char *proc_root, const struct holder_key *keys, size_
 	}
 	memcpy(s->keys, keys, nkeys * sizeof(*keys));
 	holders_sort_keys(s->keys, nkeys);
-	probe_memfd_mounts(&s->mounts);
+	holders_memfd_mounts(&s->mounts);
 	for (size_t i = 0; i < nkeys; i++)
 		s->uids[i] = keys[i].uid;
 	qsort(s->uids, nkeys, sizeof(*s->uids), uid_cmp);
@@ -838,54 +747,28 @@ static int scan_fds(int pdir, pid_t pid, uid_t uid, const char *name, holders_me
 	return r;
 }
 
+/* holders_fdinfo_memfds's fn for scan_fdinfo: 1 (stop) at an fd of a memfd not mapped under the name. */
+static int fdinfo_mapped(dev_t dev, ino_t ino, void *ud)
+{
+	const struct mapped *mp = ud;
+
+	for (size_t k = 0; k < mp->n; k++)
+		if (mp->k[k].dev == dev && mp->k[k].ino == ino)
+			return 0;
+	return 1;
+}
+
 /*
  * Where pdir's fd/ cannot be listed (another uid without CAP_DAC_READ_SEARCH) but fdinfo/ can: 0 when every fd
- * it holds on a memfd mount is a memfd it maps under the name (so scan_maps reported it, and the fd adds
- * nothing), else -EACCES: an fd of a memfd whose name this cannot read may be one of ours, so the process stays
- * unread (the safe side). -errno where fdinfo/ cannot be read either.
+ * it holds on a memfd mount is a memfd it maps under the name (scan_maps reported it: the fd adds nothing),
+ * else -EACCES: an fd of a memfd whose name this cannot read may be a chunk, so the process stays unread (the
+ * safe side).
  */
 static int scan_fdinfo(int pdir, const struct memfd_mounts *mm, const struct mapped *mp)
 {
-	struct dirent *e;
-	int r = 0, fd = openat(pdir, "fdinfo", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	DIR *d;
+	int r = holders_fdinfo_memfds(pdir, mm, fdinfo_mapped, (void *)mp);
 
-	if (fd < 0)
-		return -errno;
-	d = fdopendir(fd);
-	if (!d) {
-		r = -errno;
-		close(fd);
-		return r;
-	}
-	while (r == 0 && (e = readdir(d))) {
-		char buf[512];
-		ssize_t n;
-		uint64_t ino;
-		int mnt;
-
-		if (e->d_name[0] == '.')
-			continue;
-		n = read_small(dirfd(d), e->d_name, buf, sizeof(buf) - 1);
-		if (n == -ENOENT)
-			continue; /* closed meanwhile */
-		if (n <= 0 || holders_parse_fdinfo(buf, (size_t)n, &mnt, &ino) < 0) {
-			r = -EACCES; /* unreadable, or a kernel without ino: (5.14) */
-			break;
-		}
-		for (size_t i = 0; r == 0 && i < mm->n; i++) {
-			bool seen = false;
-
-			if (mm->mount[i].mnt_id != mnt)
-				continue;
-			for (size_t k = 0; k < mp->n && !seen; k++)
-				seen = mp->k[k].dev == mm->mount[i].dev && mp->k[k].ino == (ino_t)ino;
-			if (!seen)
-				r = -EACCES;
-		}
-	}
-	closedir(d);
-	return r;
+	return r == 0 ? 0 : r > 0 ? -EACCES : r;
 }
 
 int holders_scan_memfds(const char *proc_root, const char *name, holders_memfd_fn *on_memfd, holders_read_fn *on_read,
@@ -913,7 +796,7 @@ int holders_scan_memfds_of(const char *proc_root, const char *name, holders_want
 	buf = malloc(MAPS_BUF_BYTES);
 	if (!buf)
 		return -ENOMEM;
-	probe_memfd_mounts(&mm);
+	holders_memfd_mounts(&mm);
 	root_fd = open(proc_root && *proc_root ? proc_root : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (root_fd < 0 || (proc_fd = openat(root_fd, "proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
 		r = -errno;

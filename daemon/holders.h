@@ -108,12 +108,6 @@ void holders_scan_free(struct holders_scan *s);
  */
 bool holders_can_inspect_all(void);
 
-/*
- * The mnt_id: and ino: lines of a /proc/PID/fdinfo/N text (ino: since Linux 5.14). Returns 0, or -EBADMSG
- * when either is missing or not a number.
- */
-int holders_parse_fdinfo(const char *buf, size_t len, int *mnt_id, uint64_t *ino);
-
 /* A memfd of a given name that a process maps or holds an fd to (holders_scan_memfds). */
 struct holders_memfd {
 	pid_t pid;

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "holders.h"
+#include "holders-fdinfo.h"
 #include "check_main.h"
 #include "fixture.h"
 
