@@ -95,8 +95,7 @@ void holders_memfd_mounts(struct memfd_mounts *m)
 	}
 }
 
-int holders_fdinfo_memfds(int pdir, const struct memfd_mounts *mm, int (*fn)(dev_t dev, ino_t ino, void *ud),
-			  void *ud)
+int holders_fdinfo_memfds(int pdir, const struct memfd_mounts *mm, int (*fn)(dev_t dev, ino_t ino, void *ud), void *ud)
 {
 	struct dirent *e;
 	int r = 0, fd = openat(pdir, "fdinfo", O_RDONLY | O_DIRECTORY | O_CLOEXEC);

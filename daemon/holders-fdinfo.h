@@ -34,5 +34,4 @@ int holders_parse_fdinfo(const char *buf, size_t len, int *mnt_id, uint64_t *ino
  * kinds share (no dev to tell them apart); -errno where fdinfo/ cannot be opened. An fd closed meanwhile is
  * skipped.
  */
-int holders_fdinfo_memfds(int pdir, const struct memfd_mounts *mm, int (*fn)(dev_t dev, ino_t ino, void *ud),
-			  void *ud);
+int holders_fdinfo_memfds(int pdir, const struct memfd_mounts *mm, int (*fn)(dev_t dev, ino_t ino, void *ud), void *ud);

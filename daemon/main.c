@@ -31,6 +31,7 @@
 #include "pool.h"
 #include "prewarm.h"
 #include "pressure.h"
+#include "quota-store.h"
 #include "recovery.h"
 #include "reload.h"
 #include "restart.h"
@@ -622,6 +623,10 @@ int main(int argc, char **argv)
 	if (r < 0)
 		fatalx("cannot set up job quotas: %s",
 		       r == -EINVAL ? "job-quota does not parse (logged above)" : strerror(-r));
+	/* The rules pinctl quota set made before this start, before any client is served. */
+	r = quota_store_start(&b);
+	if (r < 0)
+		fatalx("cannot set up the quota rules file: %s", strerror(-r));
 
 	/* Listen first, so clients queue in the backlog while the pool warms. */
 	listen_fd = notify_listen_fd();
@@ -733,6 +738,7 @@ int main(int argc, char **argv)
 	lease_table_free(b.leases);
 	backing_table_free(b.backings); /* NULL once the last shared registration went */
 	restart_fini(&b);
+	quota_store_stop(&b);
 	jobs_watch_stop(&b);
 	budget_free(b.budget);
 	unbrokered_clear(&b.unbrokered);

@@ -2,6 +2,7 @@
 /* QUOTA_SET and QUOTA_LIST: per-job quota rules (jobs.h), and the job rows STATUS shows too. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "jobs.h"
 #include "lease.h"
 #include "log.h"
+#include "quota-store.h"
 #include "reply.h"
 #include "request-int.h"
 #include "revoker.h"
@@ -113,8 +115,12 @@ static size_t revoke_matching(struct conn *c, const char *pattern, uint32_t dead
 	return n;
 }
 
-/* The reply to both: every rule, and the jobs the asker may see; warning (NULL: none) as its message. */
-static void reply_quota(struct conn *c, uint64_t seq, const uint64_t *revoked, size_t nrevoked, const char *warning)
+/*
+ * The reply to both: every rule, and the jobs the asker may see, with status (OK, or the failure to keep a change
+ * made) and warning (NULL: none) as its message.
+ */
+static void reply_quota(struct conn *c, uint64_t seq, Pinbroker__V1__StatusCode status, const uint64_t *revoked,
+			size_t nrevoked, const char *warning)
 {
 	struct broker *b = c->broker;
 	Pinbroker__V1__QuotaReply qr = PINBROKER__V1__QUOTA_REPLY__INIT;
@@ -147,7 +153,7 @@ static void reply_quota(struct conn *c, uint64_t seq, const uint64_t *revoked, s
 	qr.jobs = rowp;
 	qr.n_revoked_lease_ids = nrevoked;
 	qr.revoked_lease_ids = (uint64_t *)revoked;
-	reply_init(&r, seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, warning);
+	reply_init(&r, seq, status, warning);
 	r.body_case = PINBROKER__V1__REPLY__BODY_QUOTA;
 	r.quota = &qr;
 	reply_send(c, &r, NULL, 0);
@@ -175,7 +181,8 @@ void handle_quota_set(struct conn *c, const Pinbroker__V1__Request *req)
 	uint64_t *revoked = NULL;
 	size_t nrevoked = 0;
 	const char *why = NULL;
-	char sz[32], bsz[32], warning[JOBS_PATH_MAX + 256] = "";
+	Pinbroker__V1__StatusCode status = PINBROKER__V1__STATUS_CODE__STATUS_OK;
+	char sz[32], bsz[32], warning[JOBS_PATH_MAX + PATH_MAX + 256] = "", saved[PATH_MAX + 128];
 	int r;
 
 	if (!quotas_on(c, req->seq))
@@ -230,11 +237,26 @@ void handle_quota_set(struct conn *c, const Pinbroker__V1__Request *req)
 		}
 	}
 	b->generation++;
+	/* Kept before the reply: a crash right after it must not lose what the admin was told is done. */
+	if (r == 0 && quota_store_save(b, saved, sizeof(saved)) < 0) {
+		status = PINBROKER__V1__STATUS_CODE__STATUS_INTERNAL;
+		if (clear)
+			snprintf(warning, sizeof(warning),
+				 "quota: the rule for %s is cleared, but the quota rules file was not rewritten (%s): "
+				 "the rule comes back at the next restart of pinbrokerd; fix that (the log says more) "
+				 "and clear it again",
+				 qs->cgroup, saved);
+		else
+			snprintf(warning, sizeof(warning),
+				 "quota: the rule for %s is in force, but it was not saved (%s): it will not survive a "
+				 "restart of pinbrokerd; fix that (the log says more) and set it again",
+				 qs->cgroup, saved);
+	}
 	if (qs->has_revoke && qs->revoke)
 		nrevoked = revoke_matching(c, qs->cgroup, qs->has_deadline_ms ? qs->deadline_ms : 0, &revoked);
 	/* A raised or cleared quota may let waiting acquires of the job through. */
 	broker_memory_freed(b);
-	reply_quota(c, req->seq, revoked, nrevoked, warning[0] ? warning : NULL);
+	reply_quota(c, req->seq, status, revoked, nrevoked, warning[0] ? warning : NULL);
 	free(revoked);
 }
 
@@ -243,5 +265,5 @@ void handle_quota_list(struct conn *c, const Pinbroker__V1__Request *req)
 	if (!quotas_on(c, req->seq))
 		return;
 	jobs_watch_sweep(c->broker);
-	reply_quota(c, req->seq, NULL, 0, NULL);
+	reply_quota(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL, 0, NULL);
 }

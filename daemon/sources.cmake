@@ -16,6 +16,7 @@ set(PB_DAEMON_CORE_SOURCES
   core/lease.c       # the lease table and its state machine
   core/orphans.c     # the restart state file's text: what an earlier daemon lent
   core/pressure.c    # /proc parsers and the pressure policy
+  core/quota-rules.c # the quota rules file's text: the rules pinctl quota set made, kept over restarts
   core/recovery-format.c  # the fd-store state's records: encode, decode, validate
   core/revoker-policy.c   # the revoker's decisions: round timing, overdue leases, slices, reclaim deficit
   core/unbrokered.c  # clients' reports of memory pinned outside the broker
@@ -31,6 +32,7 @@ set(PB_DAEMON_SHELL_SOURCES
   notify.c numa.c pool.c pool-chunk.c pool-pages.c pool-place.c prewarm.c react.c
   recovery.c recovery-writer.c reload.c reply.c
   req-admin.c req-client.c req-quota.c req-status.c request.c
+  quota-store.c      # the quota rules file: read at start, written on each change
   reserve.c restart.c restart-scan.c revoker.c revoker-free.c revoker-hold.c revoker-round.c server.c waitq.c warmup.c
   timer-clock.c      # one-shot timers that end by the clock, not libev's cached loop time
 )

@@ -27,6 +27,7 @@ struct reload_hooks;
 struct jobs;
 struct backing_table;
 struct jobs_watch;
+struct quota_store;
 struct job_cgroup;
 
 struct broker;
@@ -119,6 +120,8 @@ struct broker {
 	struct recovery *recovery;     /* instance id, and the fd-store state for crash recovery under systemd */
 	struct restart
 		*restart; /* I/O: the restart state file, and what live processes still map of an earlier daemon */
+	/* I/O: the file the quota rules pinctl quota set made are kept in over restarts */
+	struct quota_store *quota_store;
 	struct ev_loop *loop;
 	const char *config_path;                 /* for SIGHUP; NULL when none */
 	const struct reload_hooks *reload_hooks; /* what reload_apply runs around a new config (reload.h) */

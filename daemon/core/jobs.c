@@ -650,3 +650,25 @@ size_t jobs_count(const struct jobs *j)
 {
 	return j->njobs;
 }
+
+int jobs_rule_restore(struct jobs *j, const char *pattern, uint64_t bytes, bool seen, const char **why)
+{
+	struct job_rule *rule;
+	int r = jobs_path_check(pattern, true, why);
+
+	if (r < 0)
+		return r;
+	r = rule_add(j, pattern, bytes, JOB_RULE_SET);
+	if (r == -ENOSPC)
+		*why = "too many quota rules";
+	if (r < 0)
+		return r;
+	rule = rule_find(j, pattern, JOB_RULE_SET);
+	rule->seen = seen && rule->literal;
+	return 0;
+}
+
+void jobs_regroup(struct jobs *j)
+{
+	regroup(j);
+}

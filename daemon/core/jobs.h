@@ -138,6 +138,16 @@ int jobs_set_config(struct jobs *j, const char *spec, uint64_t budget, char **er
 size_t jobs_sweep(struct jobs *j, bool (*exists)(void *ctx, const char *path),
 		  void (*gone)(void *ctx, const struct job_rule *rule), void *ctx);
 
+/*
+ * Add (or replace) the SET rule of pattern, as a rules file kept over a restart holds it (quota-rules.h): seen
+ * (a literal rule's cgroup was seen, so the sweep releases it if the cgroup went while no daemon ran) as given,
+ * and without regrouping, so that loading many costs one regroup: call jobs_regroup after the last. Returns as
+ * jobs_rule_set.
+ */
+int jobs_rule_restore(struct jobs *j, const char *pattern, uint64_t bytes, bool seen, const char **why);
+/* Group every cgroup into jobs again, after jobs_rule_restore. */
+void jobs_regroup(struct jobs *j);
+
 /* The rules, in the order set (config rules first after a reload). */
 size_t jobs_rule_count(const struct jobs *j);
 const struct job_rule *jobs_rule_at(const struct jobs *j, size_t i);

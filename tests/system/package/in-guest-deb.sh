@@ -112,6 +112,9 @@ pid0=$(prop MainPID)
 l0=$(status_num leased_bytes)
 r0=$(outside_rss)
 log "before the reinstall: MainPID=$pid0 leased_bytes=$l0 holder memfd rss=$r0"
+# Issue 38, finding 2: a job's quota rule, as a Slurm prolog sets it, set before the upgrade.
+QJOB=/system.slice/slurmstepd.scope/job_77
+pinctl quota set "$QJOB" 8G || log "pinctl quota set $QJOB 8G failed"
 dpkg -i "$DEB" >"$OUT/dpkg-reinstall.log" 2>&1
 rc=$?
 cat "$OUT/dpkg-reinstall.log"
@@ -135,6 +138,14 @@ if [ "$l0" = $((16 << 20)) ] && [ "$r0" = $((16 << 20)) ] && [ "$l1" = $((16 << 
 	ok "the upgrade keeps the holder's 16M counted (leased_bytes $l0 -> $l1, orphaned $o1, still resident)"
 else
 	notok "the upgrade keeps the holder's 16M counted" "leased_bytes $l0 -> '$l1', orphaned '$o1', memfd rss $r0 -> $r1"
+fi
+# Issue 38, finding 2: the upgrade's restart keeps the quota rule (/run/pinbrokerd/quota-rules).
+PLAN=$((PLAN + 1))
+pinctl quota list
+if pinctl quota list --json | grep -q "\"pattern\":\"$QJOB\",\"bytes\":8589934592,\"source\":\"set\""; then
+	ok "the upgrade keeps the job's 8G quota rule set before it (pinctl quota list)"
+else
+	notok "the upgrade keeps the job's 8G quota rule set before it" "$(pinctl quota list 2>&1 | tr '\n' ' ')"
 fi
 kill "$holder" 2>/dev/null
 wait "$holder" 2>/dev/null

@@ -11,7 +11,7 @@ guest_tap_start "${1:-/pinbroker-results}"
 CONF=/etc/pinbroker/pinbrokerd.conf
 SOCK=/run/pinbroker/pinbroker.sock
 UNIT=pinbrokerd.service
-PLAN=36
+PLAN=33
 
 journal_since() { journalctl -q --no-pager -u "$UNIT" --since "@$1" "${@:2}"; }
 write_conf() {
@@ -267,9 +267,47 @@ else
 	notok "the holder exits: its orphaned 64M is no longer counted" "leased_bytes '$(status_num leased_bytes)'"
 fi
 
-# Per-job quotas bind on a non-root user's job under the shipped unit (issue 38, finding 1): each
+# ---- Issue 38, finding 2 (quota rules kept over restarts): 3 checks, counted here. ----
+# Rules set with pinctl quota set (a Slurm prolog sets one per job) are kept in the unit's
+# RuntimeDirectory (/run/pinbrokerd/quota-rules, mode 0600, user pinbroker) at each change and read
+# back at start: they survive `systemctl restart` and a crash (kill -9, restarted by Restart=on-failure).
+PLAN=$((PLAN + 3))
+QRULES=/run/pinbrokerd/quota-rules
+QJOB=/system.slice/slurmstepd.scope/job_4242
+quota_rules_listed() {
+	local l
+	l=$(pinctl quota list --json 2>/dev/null)
+	grep -q "\"pattern\":\"$QJOB\",\"bytes\":8388608,\"source\":\"set\"" <<<"$l" &&
+		grep -q '"pattern":"/kubepods.slice/\*","bytes":268435456,"source":"set"' <<<"$l"
+}
+pinctl quota set "$QJOB" 8M && pinctl quota set '/kubepods.slice/*' 256M
+log "rules file: $(ls -l "$QRULES" 2>&1)"
+if quota_rules_listed && [ "$(stat -c '%a %U' "$QRULES" 2>&1)" = "600 pinbroker" ]; then
+	ok "quota rules set: kept in $QRULES, mode 0600, owned by pinbroker"
+else
+	notok "quota rules set: kept in $QRULES, mode 0600, owned by pinbroker" "$(stat -c '%a %U' "$QRULES" 2>&1)"
+fi
+pid0=$(prop MainPID)
+systemctl restart "$UNIT"
+wait_for 20 new_mainpid "$pid0"
+pinctl quota list
+if quota_rules_listed; then ok "systemctl restart keeps the quota rules (pinctl quota list)"
+else notok "systemctl restart keeps the quota rules (pinctl quota list)" "$(pinctl quota list 2>&1 | tr '\n' ' ')"; fi
+pid0=$(prop MainPID)
+kill -9 "$pid0"
+wait_for 20 new_mainpid "$pid0"
+pinctl quota list
+if quota_rules_listed; then ok "kill -9 (Restart=on-failure) keeps the quota rules (pinctl quota list)"
+else notok "kill -9 (Restart=on-failure) keeps the quota rules (pinctl quota list)" "$(pinctl quota list 2>&1 | tr '\n' ' ')"; fi
+pinctl quota clear "$QJOB"
+pinctl quota clear '/kubepods.slice/*'
+# ---- end of issue 38, finding 2 ----
+
+# ---- Issue 38, finding 1 (job quotas under the shipped unit): 3 checks, counted here. ----
+# Per-job quotas bind on a non-root user's job under the shipped unit: each
 # systemd-run unit of alice's is a job of its own (its cgroup), with an 8M quota. The old unit
 # (ProtectProc=invisible) could not read alice's /proc/PID/cgroup: 16M was granted, charged to no job.
+PLAN=$((PLAN + 3))
 pinctl quota set '/system.slice/pb-job-*.service' 8M
 out=$(systemd-run --quiet --wait --pipe --collect --uid=alice --unit=pb-job-over \
 	pinctl acquire 16M --label over-job-quota 2>&1)
@@ -300,6 +338,8 @@ else
 fi
 systemctl stop pb-job-in.service
 pinctl quota clear '/system.slice/pb-job-*.service'
+# ---- end of issue 38, finding 1 ----
+
 
 # 25-27: clean stop of service and socket.
 t=$(date +%s)
