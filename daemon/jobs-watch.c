@@ -184,8 +184,9 @@ void jobs_watch_unknown_acquire(struct broker *b, pid_t pid, uid_t uid)
 	}
 	log_warnx(
 		"job quotas: pid %d uid %u asks for pinned memory, but its job is unknown (its %s/proc/%d/cgroup "
-		"could not be read when it connected) while %zu quota rules exist: %s%s; let the daemon read "
-		"every client's /proc/PID/cgroup (the shipped unit's ProtectProc=default, or root), see pinctl doctor",
+		"could not be read, or named a cgroup outside my cgroup namespace, when it connected) while %zu quota "
+		"rules exist: %s%s; let the daemon read every client's /proc/PID/cgroup (the shipped unit's "
+		"ProtectProc=default, or root; for a namespace, pinctl doctor's cgroup-namespace), see pinctl doctor",
 		(int)pid, uid, w->root, (int)pid, nrules,
 		b->cfg->job_unknown == JOB_UNKNOWN_REFUSE ? "refused (job-unknown = refuse)"
 							  : "granted, charged to no job (job-unknown = allow)",

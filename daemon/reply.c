@@ -143,7 +143,8 @@ void reply_acquire_error(struct conn *c, uint64_t seq, int err, uint64_t size)
 	case -ENOKEY:
 		reply_status(
 			c, seq, PINBROKER__V1__STATUS_CODE__STATUS_OVER_QUOTA,
-			"the daemon could not tell which job pid %d belongs to (it cannot read /proc/%d/cgroup) while "
+			"the daemon could not tell which job pid %d belongs to (its /proc/%d/cgroup was unreadable, or "
+			"outside the daemon's cgroup namespace, when it connected) while "
 			"job quota rules exist, so nothing is lent to it (job-unknown = refuse): ask the admin to "
 			"let pinbrokerd read every client's /proc/PID/cgroup (as the shipped unit does: "
 			"ProtectProc=default) or to set job-unknown = allow; pinctl doctor names the fix",
