@@ -154,6 +154,8 @@ struct status_hidden {
 	struct pb_status s; /* first: a struct pb_status * of the library's points at one */
 	char *cgroup_namespace;
 	char *cgroup_ns_root;
+	uint32_t job_unknown_clients;
+	uint64_t job_unknown_total;
 };
 
 static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status **ret)
@@ -167,6 +169,8 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 	/* NULL from an older daemon, which does not say. */
 	h->cgroup_namespace = sr->cgroup_namespace ? status_strdup(sr->cgroup_namespace, &oom) : NULL;
 	h->cgroup_ns_root = sr->cgroup_ns_root ? status_strdup(sr->cgroup_ns_root, &oom) : NULL;
+	h->job_unknown_clients = sr->has_job_unknown_clients ? sr->job_unknown_clients : 0;
+	h->job_unknown_total = sr->has_job_unknown_total ? sr->job_unknown_total : 0;
 	s->schema_version = sr->schema_version;
 	s->server_version = status_strdup(sr->server_version, &oom);
 	s->budget_bytes = sr->budget_bytes;
@@ -466,4 +470,13 @@ const char *pb_status_cgroup_namespace(const struct pb_status *s, const char **r
 	if (root)
 		*root = h->cgroup_ns_root;
 	return h->cgroup_namespace;
+}
+
+uint32_t pb_status_job_unknown(const struct pb_status *s, uint64_t *acquires)
+{
+	const struct status_hidden *h = (const struct status_hidden *)s;
+
+	if (acquires)
+		*acquires = h->job_unknown_total;
+	return h->job_unknown_clients;
 }

@@ -609,6 +609,13 @@ const char *pb_status_cgroup_namespace(const struct pb_status *s, const char **r
  * struct ends with the field (a library without it has a shorter struct).
  */
 int pb_status_pool_warming(const struct pb_status *s);
+/*
+ * Clients connected now whose job the daemon could not tell (their /proc/PID/cgroup was hidden or unreadable
+ * when they connected), and through *acquires (where not NULL) how many acquires such clients made since the
+ * daemon started while job quota rules existed: refused under job-unknown = refuse, else charged to no job.
+ * 0 from an older daemon. Kept out of struct pb_status so that its layout stays.
+ */
+uint32_t pb_status_job_unknown(const struct pb_status *s, uint64_t *acquires);
 
 /*
  * One page of lease rows, for walking a long lease list without holding all

@@ -657,6 +657,36 @@ static void check_cgroup_namespace(struct doctor *d)
 		   "then restart it; its log says what it tried");
 }
 
+/*
+ * A client whose /proc/PID/cgroup the daemon cannot read has no known job: while quota rules exist its acquires
+ * are refused (job-unknown = refuse) or unlimited (allow). Under a unit with ProtectProc=invisible, or a /proc
+ * mounted with hidepid, that is every other uid's client.
+ */
+static void check_job_unknown(struct doctor *d)
+{
+	struct finding *f;
+
+	if (!d->have_status) {
+		doctor_add(d, "job-unknown", DOCTOR_SKIP, "no daemon status");
+		return;
+	}
+	if (d->job_unknown_clients == 0 && d->job_unknown_total == 0) {
+		doctor_add(d, "job-unknown", DOCTOR_OK, "the daemon could tell every client's job (its cgroup)");
+		return;
+	}
+	f = doctor_add(d, "job-unknown", DOCTOR_WARN,
+		       "the daemon could not read the cgroup of %" PRIu32
+		       " connected client%s, so their job is unknown; "
+		       "%" PRIu64 " acquire%s of such clients came while job quota rules existed: refused under "
+		       "job-unknown = refuse (the default), charged to no job under allow",
+		       d->job_unknown_clients, d->job_unknown_clients == 1 ? "" : "s", d->job_unknown_total,
+		       d->job_unknown_total == 1 ? "" : "s");
+	doctor_fix(f,
+		   "let pinbrokerd read every client's /proc/PID/cgroup: use the shipped pinbrokerd.service "
+		   "(ProtectProc=default) and drop any drop-in that sets ProtectProc=invisible or noaccess; without "
+		   "systemd run it as root or mount /proc without hidepid; its log names the pids (docs/security.md)");
+}
+
 static void check_psi(struct doctor *d)
 {
 	char path[PATH_MAX], buf[512];
@@ -889,6 +919,7 @@ void doctor_checks_run(struct doctor *d)
 	check_cuda(d);
 	check_cgroup(d);
 	check_cgroup_namespace(d);
+	check_job_unknown(d);
 	check_psi(d);
 	check_service(d);
 	check_budget(d);

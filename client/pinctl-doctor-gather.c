@@ -247,6 +247,7 @@ void doctor_gather(struct doctor *d)
 				snprintf(d->cgroup_ns, sizeof(d->cgroup_ns), "%s", ns ? ns : "");
 				snprintf(d->cgroup_ns_root, sizeof(d->cgroup_ns_root), "%s", root ? root : "");
 			}
+			d->job_unknown_clients = pb_status_job_unknown(s, &d->job_unknown_total);
 			pb_status_free(s);
 		}
 		pb_disconnect(c);

@@ -34,16 +34,18 @@ struct doctor {
 	uint64_t budget_bytes;
 	uint64_t chunk_size_bytes, chunk_max_bytes, chunk_capacity; /* the pool's chunk classes and their room */
 	char page_kind[16];
-	char cgroup_ns[16];       /* pb_status_cgroup_namespace: "" from an older daemon */
-	char cgroup_ns_root[512]; /* its root in the host's tree, where "private" */
-	pid_t daemon_pid;         /* 0 when not found */
+	char cgroup_ns[16];           /* pb_status_cgroup_namespace: "" from an older daemon */
+	char cgroup_ns_root[512];     /* its root in the host's tree, where "private" */
+	pid_t daemon_pid;             /* 0 when not found */
+	uint32_t job_unknown_clients; /* pb_status_job_unknown: clients whose job the daemon could not read */
+	uint64_t job_unknown_total;   /* and their acquires while quota rules existed */
 	bool cuda_loaded;
 	bool cuda_usable;
 	int driver_version;
 	int gpus;
 	uint64_t gpu_bytes; /* every GPU's memory together */
 	char cuda_msg[256];
-	struct finding findings[16];
+	struct finding findings[24];
 	size_t n;
 };
 

@@ -189,6 +189,22 @@ static const char *status_cgroup_ns_root(const void *row, char *buf, size_t len)
 	return buf;
 }
 
+/* pb_status_job_unknown's two figures: 0 from an older daemon. */
+static const char *status_job_unknown_clients(const void *row, char *buf, size_t len)
+{
+	snprintf(buf, len, "%" PRIu32, pb_status_job_unknown(STATUS(row), NULL));
+	return buf;
+}
+
+static const char *status_job_unknown_total(const void *row, char *buf, size_t len)
+{
+	uint64_t acquires;
+
+	pb_status_job_unknown(STATUS(row), &acquires);
+	snprintf(buf, len, "%" PRIu64, acquires);
+	return buf;
+}
+
 /* As status --json computes it: the budget less what is leased, never negative. */
 static const char *status_free_bytes(const void *row, char *buf, size_t len)
 {
@@ -233,6 +249,8 @@ const struct pinctl_field status_fields[] = {
 	{ "uptime_ms", status_uptime_ms },
 	{ "cgroup_namespace", status_cgroup_namespace },
 	{ "cgroup_ns_root", status_cgroup_ns_root },
+	{ "job_unknown_clients", status_job_unknown_clients },
+	{ "job_unknown_total", status_job_unknown_total },
 };
 const size_t n_status_fields = sizeof(status_fields) / sizeof(status_fields[0]);
 

@@ -120,7 +120,8 @@ static const struct command_help {
 		    "thp_bytes, thp_failures, hugetlb_bytes, huge_pages_free_bytes, overdue_bytes,\n"
 		    "cached_idle_bytes, registered_bytes, no_revoke_bytes, unbrokered_bytes,\n"
 		    "unbrokered_reported_bytes, unbrokered_cap_bytes, orphaned_bytes, prewarm_bytes,\n"
-		    "waiting_acquires, pressure_state, monitor_mode, uptime_ms, cgroup_namespace, cgroup_ns_root.\n"
+		    "waiting_acquires, pressure_state, monitor_mode, uptime_ms, cgroup_namespace, cgroup_ns_root,\n"
+		    "job_unknown_clients, job_unknown_total.\n"
 		    "Example: pinctl status -o free_bytes,pool_idle_bytes --no-headers\n" },
 	{ "leases", "Usage: pinctl leases [--json | -o FIELD,... | --format text|csv|json] [--no-headers]\n"
 		    "\n"

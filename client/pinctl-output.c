@@ -356,6 +356,13 @@ void status_json(FILE *f, const struct pb_status *s)
 		root ? json_str(f, root) : (void)fputs("null", f);
 		fputc(',', f);
 	}
+	{
+		uint64_t acquires;
+		uint32_t clients = pb_status_job_unknown(s, &acquires);
+
+		json_u64(f, "job_unknown_clients", clients, true);
+		json_u64(f, "job_unknown_total", acquires, true);
+	}
 
 	json_key(f, "signals");
 	fputc('[', f);
@@ -579,6 +586,17 @@ void status_human(const struct pb_status *s)
 			printf("cgroups:      the daemon's cgroup namespace is its own and %s: clients outside it have no "
 			       "cgroup and quotas on theirs do not bind (pinctl doctor)\n",
 			       esc(ns, e1));
+	}
+	{
+		uint64_t acquires;
+		uint32_t clients = pb_status_job_unknown(s, &acquires);
+
+		/* A job the daemon cannot tell is refused (or unlimited) while quota rules exist: never silent. */
+		if (clients || acquires)
+			printf("jobs:         %" PRIu32
+			       " client%s whose job is unknown (their /proc/PID/cgroup unreadable); "
+			       "%" PRIu64 " acquire%s of such clients under quota rules (pinctl doctor)\n",
+			       clients, clients == 1 ? "" : "s", acquires, acquires == 1 ? "" : "s");
 	}
 
 	printf("signals:%s\n", s->n_signals ? "" : " none");

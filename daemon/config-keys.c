@@ -19,6 +19,7 @@ static const char *const hugetlb_choices[] = { "auto", "yes", "no", NULL };
 static const char *const enforce_choices[] = { "none", "disconnect", "sigterm", "sigkill", NULL };
 static const char *const visibility_choices[] = { "own", "all", NULL };
 static const char *const numa_choices[] = { "auto", "no", NULL };
+static const char *const job_unknown_choices[] = { "refuse", "allow", NULL };
 
 /* Enum values are indexes into their choices arrays. */
 _Static_assert(CONFIG_HUGETLB_AUTO == 0 && CONFIG_HUGETLB_YES == 1 && CONFIG_HUGETLB_NO == 2, "hugetlb_choices order");
@@ -27,6 +28,7 @@ _Static_assert(ENFORCE_NONE == 0 && ENFORCE_DISCONNECT == 1 && ENFORCE_SIGTERM =
 	       "enforce_choices order");
 _Static_assert(VISIBILITY_OWN == 0 && VISIBILITY_ALL == 1, "visibility_choices order");
 _Static_assert(CONFIG_NUMA_AUTO == 0 && CONFIG_NUMA_NO == 1, "numa_choices order");
+_Static_assert(JOB_UNKNOWN_REFUSE == 0 && JOB_UNKNOWN_ALLOW == 1, "job_unknown_choices order");
 
 /*
  * The offset macros check at compile time that each field has the C type its
@@ -152,6 +154,12 @@ const struct config_key config_key_table[] = {
 		"Per-job quotas: CGROUP:SIZE entries apart by blanks, CGROUP a cgroup path whose components may be "
 		"globs, SIZE bytes or a share of the budget (/kubepods.slice/kubepods-burstable.slice/*:16G gives each burstable pod 16G); see "
 		"pinctl quota."),
+	K_ENUM("job-unknown", job_unknown, job_unknown_choices, "refuse", true,
+	       "What an acquire gets while job quota rules exist (job-quota, pinctl quota set) and the daemon could "
+	       "not read its client's cgroup (/proc/PID/cgroup hidden or unreadable, or outside an unresolved cgroup "
+	       "namespace): refuse (the default: no job is silently unlimited) or allow (charged to no job, "
+	       "unlimited by the rules). Either way it is logged at warning, counted (pinctl status, "
+	       "pinbroker_job_unknown_total) and flagged by pinctl doctor."),
 	K_STRING("metrics-path", metrics_path, "", true,
 		 "Prometheus text file the daemon rewrites atomically every metrics-interval-ms, for node_exporter's "
 		 "textfile collector (for example /var/lib/prometheus/node-exporter/pinbroker.prom); empty: none."),

@@ -43,6 +43,8 @@ enum config_numa { CONFIG_NUMA_AUTO, CONFIG_NUMA_NO };
 enum config_enforce { ENFORCE_NONE, ENFORCE_DISCONNECT, ENFORCE_SIGTERM, ENFORCE_SIGKILL };
 /* Whose client and lease rows STATUS shows a non-admin (admins always see every row). */
 enum config_visibility { VISIBILITY_OWN, VISIBILITY_ALL };
+/* What an acquire gets while job quota rules exist and its client's job could not be read (job-unknown). */
+enum config_job_unknown { JOB_UNKNOWN_REFUSE, JOB_UNKNOWN_ALLOW };
 
 /* A size written as bytes ("4G") or as a share of something ("25%"). */
 struct size_spec {
@@ -64,6 +66,7 @@ struct config {
 	enum config_numa numa;                  /* numa */
 	char *numa_prewarm;                     /* numa-prewarm: gpus, even, or NODE:SIZE,... */
 	char *job_quota;                        /* job-quota: CGROUP:SIZE entries, "" = none */
+	enum config_job_unknown job_unknown;    /* job-unknown */
 	char *metrics_path;                     /* metrics-path: "" = no metrics file */
 	uint32_t metrics_interval_ms;           /* metrics-interval-ms */
 	uint64_t prewarm_before_ready_bytes;    /* prewarm-before-ready: start warm-up done before READY */

@@ -45,6 +45,7 @@ struct conn {
 	bool unbrokered_warned;    /* an impossible report of its was logged: once per connection */
 	struct job_cgroup *cgroup; /* its process's cgroup at connect, for job quotas (a reference); NULL: unknown */
 	uint64_t tenant;           /* (uid, pid namespace, cgroup) at connect (core/tenant.h): a reference */
+	bool job_unknown;          /* job quotas are on and that cgroup could not be read (job-unknown applies) */
 	/* Status counters, kept by conn_gain/conn_lose with every lease it gains or loses (reply.c). */
 	uint64_t lease_bytes;
 	struct conn_label {

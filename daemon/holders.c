@@ -17,6 +17,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "holders-fdinfo.h"
 #include "util.h"
 
 /*
@@ -259,14 +260,36 @@ static int maps_match(int pdir, const struct holder_key *keys, size_t nkeys, uid
 	return r;
 }
 
-/* Index of the first key pdir's process holds an fd to, -ENOENT, or -errno. */
-static int fds_match(int pdir, const struct holder_key *keys, size_t nkeys, uid_t uid)
+struct key_want {
+	const struct holder_key *keys;
+	size_t nkeys;
+	uid_t uid;
+};
+
+/* holders_fdinfo_memfds's fn for fds_match: the key's index + 1 where (dev, ino) is a key of uid, else 0. */
+static int fdinfo_key(dev_t dev, ino_t ino, void *ud)
+{
+	const struct key_want *w = ud;
+	int k = key_index(w->keys, w->nkeys, dev, ino);
+
+	return k >= 0 && w->keys[k].uid == w->uid ? k + 1 : 0;
+}
+
+/*
+ * Index of the first key pdir's process holds an fd to, -ENOENT, or -errno. Where its fd/ cannot be listed
+ * (another uid), through fdinfo (holders-fdinfo.h).
+ */
+static int fds_match(int pdir, const struct holder_key *keys, size_t nkeys, uid_t uid, const struct memfd_mounts *mm)
 {
 	struct dirent *e;
 	struct stat st;
 	int r = -ENOENT, fd = openat(pdir, "fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *d;
 
+	if (fd < 0 && (errno == EACCES || errno == EPERM) && mm && mm->n) {
+		r = holders_fdinfo_memfds(pdir, mm, fdinfo_key, &(struct key_want){ keys, nkeys, uid });
+		return r > 0 ? r - 1 : r == 0 ? -ENOENT : r;
+	}
 	if (fd < 0)
 		return -errno;
 	d = fdopendir(fd);
@@ -296,7 +319,7 @@ static int fds_match(int pdir, const struct holder_key *keys, size_t nkeys, uid_
  * holds none or its uid is not among them, or -errno.
  */
 static int process_match(int pdir, const uid_t *uids, size_t nuids, const struct holder_key *keys, size_t nkeys,
-			 char *buf)
+			 char *buf, const struct memfd_mounts *mm)
 {
 	uid_t uid;
 	int r = uid_matches(pdir, uids, nuids, &uid);
@@ -306,7 +329,7 @@ static int process_match(int pdir, const uid_t *uids, size_t nuids, const struct
 	r = maps_match(pdir, keys, nkeys, uid, buf);
 	if (r != -ENOENT)
 		return r;
-	return fds_match(pdir, keys, nkeys, uid);
+	return fds_match(pdir, keys, nkeys, uid, mm);
 }
 
 static pid_t parse_pid(const char *s)
@@ -343,6 +366,7 @@ struct holders_scan {
 	size_t nout, cap;
 	size_t unreadable;
 	size_t examined;
+	struct memfd_mounts mounts; /* for fds_match through fdinfo */
 	bool done;
 };
 
@@ -388,6 +412,7 @@ int holders_scan_new(const char *proc_root, const struct holder_key *keys, size_
 	}
 	memcpy(s->keys, keys, nkeys * sizeof(*keys));
 	holders_sort_keys(s->keys, nkeys);
+	holders_memfd_mounts(&s->mounts);
 	for (size_t i = 0; i < nkeys; i++)
 		s->uids[i] = keys[i].uid;
 	qsort(s->uids, nkeys, sizeof(*s->uids), uid_cmp);
@@ -437,7 +462,7 @@ static int scan_entry(struct holders_scan *s, const char *name)
 	pdir = openat(dirfd(s->d), name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (pdir < 0)
 		return 0;
-	k = process_match(pdir, s->uids, s->nuids, s->keys, s->nkeys, s->buf);
+	k = process_match(pdir, s->uids, s->nuids, s->keys, s->nkeys, s->buf, &s->mounts);
 	if (k < 0) {
 		s->unreadable += unreadable_errno(k);
 		close(pdir);
@@ -453,7 +478,7 @@ static int scan_entry(struct holders_scan *s, const char *name)
 		close(pdir);
 		return 0; /* exited, or no pidfds: never signal by pid */
 	}
-	k = process_match(pdir, s->uids, s->nuids, s->keys, s->nkeys, s->buf);
+	k = process_match(pdir, s->uids, s->nuids, s->keys, s->nkeys, s->buf, &s->mounts);
 	close(pdir);
 	if (k < 0) {
 		close(pidfd);
@@ -612,8 +637,28 @@ static uint64_t map_file_size(int pdir, const char *line, size_t len, dev_t dev,
 	return (uint64_t)st.st_size < end_bytes ? (uint64_t)st.st_size : end_bytes;
 }
 
-/* Every mapping of name in pdir's maps, to on_memfd. Returns 0 once read to the end, or -errno. */
-static int scan_maps(int pdir, pid_t pid, uid_t uid, const char *name, holders_memfd_fn *on_memfd, void *ud, char *buf)
+/* The memfds of one process seen mapped under the name (for scan_fdinfo); past MAPPED_MAX, overflow. */
+#define MAPPED_MAX 64
+struct mapped {
+	struct holder_key k[MAPPED_MAX];
+	size_t n;
+	bool overflow;
+};
+
+static void mapped_add(struct mapped *mp, dev_t dev, ino_t ino)
+{
+	for (size_t i = 0; i < mp->n; i++)
+		if (mp->k[i].dev == dev && mp->k[i].ino == ino)
+			return;
+	if (mp->n == MAPPED_MAX)
+		mp->overflow = true;
+	else
+		mp->k[mp->n++] = (struct holder_key){ .dev = dev, .ino = ino };
+}
+
+/* Every mapping of name in pdir's maps, to on_memfd (and into mp). Returns 0 once read to the end, or -errno. */
+static int scan_maps(int pdir, pid_t pid, uid_t uid, const char *name, holders_memfd_fn *on_memfd, void *ud, char *buf,
+		     struct mapped *mp)
 {
 	size_t have = 0;
 	ssize_t n;
@@ -641,6 +686,7 @@ static int scan_maps(int pdir, pid_t pid, uid_t uid, const char *name, holders_m
 
 			if (holders_parse_memfd_map(p, (size_t)(nl - p), name, &m.dev, &m.ino, &m.bytes) == 0) {
 				m.bytes = map_file_size(pdir, p, (size_t)(nl - p), m.dev, m.ino, m.bytes, &m.allocated);
+				mapped_add(mp, m.dev, m.ino);
 				on_memfd(&m, ud);
 			}
 			p = nl + 1;
@@ -701,6 +747,30 @@ static int scan_fds(int pdir, pid_t pid, uid_t uid, const char *name, holders_me
 	return r;
 }
 
+/* holders_fdinfo_memfds's fn for scan_fdinfo: 1 (stop) at an fd of a memfd not mapped under the name. */
+static int fdinfo_mapped(dev_t dev, ino_t ino, void *ud)
+{
+	const struct mapped *mp = ud;
+
+	for (size_t k = 0; k < mp->n; k++)
+		if (mp->k[k].dev == dev && mp->k[k].ino == ino)
+			return 0;
+	return 1;
+}
+
+/*
+ * Where pdir's fd/ cannot be listed (another uid without CAP_DAC_READ_SEARCH) but fdinfo/ can: 0 when every fd
+ * it holds on a memfd mount is a memfd it maps under the name (scan_maps reported it: the fd adds nothing),
+ * else -EACCES: an fd of a memfd whose name this cannot read may be a chunk, so the process stays unread (the
+ * safe side).
+ */
+static int scan_fdinfo(int pdir, const struct memfd_mounts *mm, const struct mapped *mp)
+{
+	int r = holders_fdinfo_memfds(pdir, mm, fdinfo_mapped, (void *)mp);
+
+	return r == 0 ? 0 : r > 0 ? -EACCES : r;
+}
+
 int holders_scan_memfds(const char *proc_root, const char *name, holders_memfd_fn *on_memfd, holders_read_fn *on_read,
 			void *ud, size_t *unreadable)
 {
@@ -710,6 +780,7 @@ int holders_scan_memfds(const char *proc_root, const char *name, holders_memfd_f
 int holders_scan_memfds_of(const char *proc_root, const char *name, holders_want_fn *want, holders_memfd_fn *on_memfd,
 			   holders_read_fn *on_read, void *ud, size_t *unreadable)
 {
+	struct memfd_mounts mm;
 	size_t nunread = 0;
 	pid_t self = getpid();
 	struct dirent *e;
@@ -725,6 +796,7 @@ int holders_scan_memfds_of(const char *proc_root, const char *name, holders_want
 	buf = malloc(MAPS_BUF_BYTES);
 	if (!buf)
 		return -ENOMEM;
+	holders_memfd_mounts(&mm);
 	root_fd = open(proc_root && *proc_root ? proc_root : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (root_fd < 0 || (proc_fd = openat(root_fd, "proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
 		r = -errno;
@@ -739,6 +811,7 @@ int holders_scan_memfds_of(const char *proc_root, const char *name, holders_want
 	while ((e = readdir(d))) {
 		pid_t pid = parse_pid(e->d_name);
 		char sbuf[STATUS_BUF_BYTES];
+		struct mapped mp = { .n = 0 };
 		uid_t ids[4];
 		ssize_t n;
 		int pdir, rm, rf;
@@ -763,8 +836,10 @@ int holders_scan_memfds_of(const char *proc_root, const char *name, holders_want
 			close(pdir);
 			continue;
 		}
-		rm = scan_maps(pdir, pid, ids[0], name, on_memfd, ud, buf);
+		rm = scan_maps(pdir, pid, ids[0], name, on_memfd, ud, buf, &mp);
 		rf = scan_fds(pdir, pid, ids[0], name, on_memfd, ud);
+		if (rm == 0 && unreadable_errno(rf) && mm.n && !mp.overflow)
+			rf = scan_fdinfo(pdir, &mm, &mp);
 		close(pdir);
 		if (rm == 0 && rf == 0) {
 			if (on_read)

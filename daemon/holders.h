@@ -99,10 +99,12 @@ void holders_scan_take(struct holders_scan *s, struct holder **ret, size_t *n, s
 void holders_scan_free(struct holders_scan *s);
 
 /*
- * Whether this process may read other users' /proc/PID/maps and fd (it has
- * CAP_SYS_PTRACE in its effective set: root has it, the shipped unit's user
- * does not). Without it holders_find sees only the daemon's own uid, and under
- * ProtectProc=invisible it cannot even tell what it missed.
+ * Whether this process may read other users' /proc/PID/maps and fdinfo (it has
+ * CAP_SYS_PTRACE in its effective set: root and the shipped unit's user have
+ * it). Without it holders_find sees only the daemon's own uid, and under
+ * ProtectProc=invisible it cannot even tell what it missed. Another uid's fd/
+ * is listed only with CAP_DAC_READ_SEARCH as well (root); without it, an fd
+ * held but not mapped is found through fdinfo's mount id and inode.
  */
 bool holders_can_inspect_all(void);
 

@@ -20,12 +20,17 @@
 #include "reload.h"
 #include "util.h"
 
+/* At most one warning per this long about acquires of clients whose job is unknown; the rest are counted. */
+#define JOBS_UNKNOWN_WARN_MS 60000
+
 struct jobs_watch {
 	struct broker *broker;
 	ev_timer sweep;
-	char root[256];         /* proc-root without its trailing '/' ("" for /) */
-	struct cgns_probe cgns; /* the daemon's cgroup namespace: clients' paths are turned into the host's */
-	bool warned_unnamed;    /* a client outside an unresolved namespace was logged once at warning */
+	char root[256];             /* proc-root without its trailing '/' ("" for /) */
+	struct cgns_probe cgns;     /* the daemon's cgroup namespace: clients' paths are turned into the host's */
+	bool warned_unnamed;        /* a client outside an unresolved namespace was logged once at warning */
+	uint64_t unknown_warned_ms; /* when an acquire of a client with an unknown job was last logged at warning */
+	uint64_t unknown_quiet;     /* such acquires not logged since */
 };
 
 /* The mounts a cgroup may be under: v1's memory controller, cgroup2 alone, cgroup2 on a hybrid host. */
@@ -162,4 +167,30 @@ struct job_cgroup *jobs_watch_cgroup_of(struct broker *b, pid_t pid)
 const struct cgns_probe *jobs_watch_cgns(const struct broker *b)
 {
 	return b->jobs_watch ? &b->jobs_watch->cgns : NULL;
+}
+
+void jobs_watch_unknown_acquire(struct broker *b, pid_t pid, uid_t uid)
+{
+	struct jobs_watch *w = b->jobs_watch;
+	uint64_t now = now_ms();
+	size_t nrules = b->jobs ? jobs_rule_count(b->jobs) : 0;
+
+	if (!w || nrules == 0)
+		return;
+	b->counters.job_unknown++;
+	if (w->unknown_warned_ms && now - w->unknown_warned_ms < JOBS_UNKNOWN_WARN_MS) {
+		w->unknown_quiet++;
+		return;
+	}
+	log_warnx(
+		"job quotas: pid %d uid %u asks for pinned memory, but its job is unknown (its %s/proc/%d/cgroup "
+		"could not be read, or named a cgroup outside my cgroup namespace, when it connected) while %zu quota "
+		"rules exist: %s%s; let the daemon read every client's /proc/PID/cgroup (the shipped unit's "
+		"ProtectProc=default, or root; for a namespace, pinctl doctor's cgroup-namespace), see pinctl doctor",
+		(int)pid, uid, w->root, (int)pid, nrules,
+		b->cfg->job_unknown == JOB_UNKNOWN_REFUSE ? "refused (job-unknown = refuse)"
+							  : "granted, charged to no job (job-unknown = allow)",
+		w->unknown_quiet ? " (more such acquires since the last warning: pinbroker_job_unknown_total)" : "");
+	w->unknown_warned_ms = now ? now : 1;
+	w->unknown_quiet = 0;
 }

@@ -27,6 +27,13 @@ void jobs_watch_stop(struct broker *b);
  */
 struct job_cgroup *jobs_watch_cgroup_of(struct broker *b, pid_t pid);
 
+/*
+ * An acquire of a client whose job is unknown (conn.h job_unknown): while quota rules exist, counted in
+ * counters.job_unknown and logged at warning, at most once a minute (JOBS_UNKNOWN_WARN_MS), saying what
+ * job-unknown does with it and how to fix it. Without rules nothing happens.
+ */
+void jobs_watch_unknown_acquire(struct broker *b, pid_t pid, uid_t uid);
+
 /* Run the sweep now (the QUOTA request does, before it lists). */
 void jobs_watch_sweep(struct broker *b);
 

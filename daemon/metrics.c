@@ -251,6 +251,13 @@ static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 	     "Passes over /proc for processes still mapping overdue leases: one per deadline round, however many "
 	     "leases fell overdue in it.");
 	fprintf(f, "pinbroker_holder_scans_total %llu\n", (unsigned long long)b->counters.holder_scans);
+	head(f, "pinbroker_job_unknown_total", "counter",
+	     "Acquires of clients whose job (cgroup) the daemon could not read, while job quota rules existed: "
+	     "refused under job-unknown = refuse, charged to no job under allow.");
+	fprintf(f, "pinbroker_job_unknown_total %llu\n", (unsigned long long)b->counters.job_unknown);
+	gauge(f, "pinbroker_job_unknown_clients",
+	      "Connected clients whose job (cgroup) the daemon could not read when they connected.",
+	      (double)b->job_unknown_clients);
 	{
 		static const uint64_t bound_us[BROKER_TURN_BUCKETS] = BROKER_TURN_BUCKET_US;
 		uint64_t cum = 0;

@@ -83,6 +83,7 @@ static enum broker_refusal refusal_of(int err)
 	case -EDQUOT:
 		return REFUSED_OVER_QUOTA;
 	case -EUSERS:
+	case -ENOKEY:
 		return REFUSED_JOB_QUOTA;
 	case -ENOSPC:
 		return REFUSED_OVER_BUDGET;
@@ -139,6 +140,16 @@ void reply_acquire_error(struct conn *c, uint64_t seq, int err, uint64_t size)
 			     jb && jb->rule ? jb->rule->pattern : "?", format_size(size, a, sizeof(a)));
 		return;
 	}
+	case -ENOKEY:
+		reply_status(
+			c, seq, PINBROKER__V1__STATUS_CODE__STATUS_OVER_QUOTA,
+			"the daemon could not tell which job pid %d belongs to (its /proc/%d/cgroup was unreadable, or "
+			"outside the daemon's cgroup namespace, when it connected) while "
+			"job quota rules exist, so nothing is lent to it (job-unknown = refuse): ask the admin to "
+			"let pinbrokerd read every client's /proc/PID/cgroup (as the shipped unit does: "
+			"ProtectProc=default) or to set job-unknown = allow; pinctl doctor names the fix",
+			c->pid, c->pid);
+		return;
 	case -ENOSPC:
 		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_OVER_BUDGET,
 			     "pinned budget exhausted: %s of %s leased, %s asked",

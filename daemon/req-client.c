@@ -10,6 +10,7 @@
 #include "broker.h"
 #include "config.h"
 #include "conn.h"
+#include "jobs-watch.h"
 #include "jobs.h"
 #include "lease.h"
 #include "log.h"
@@ -81,6 +82,7 @@ void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
 		.numa_node = a->has_numa_node && a->numa_node >= 0 ? a->numa_node : -1,
 		.cgroup = c->cgroup,
 		.tenant = c->tenant,
+		.job_unknown = c->job_unknown,
 		/* The client's word on what backs its span (lib-register.c): see the security note in backing.h. */
 		.backed = a->backing != NULL,
 		.backing_dev = a->backing ? a->backing->dev : 0,
@@ -109,6 +111,8 @@ void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
 	if (a->label)
 		text_truncate(a->label, LEASE_LABEL_MAX - 1);
 	args.now_ms = now_ms();
+	if (args.job_unknown)
+		jobs_watch_unknown_acquire(b, c->pid, c->uid);
 	r = broker_acquire(b, &args, &l);
 	if (r == 0) {
 		reply_grant(c, req->seq, l);

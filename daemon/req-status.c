@@ -177,6 +177,10 @@ static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr
 	sr->unbrokered_cap_bytes = broker_unbrokered_cap(b);
 	sr->has_orphaned_bytes = true;
 	sr->orphaned_bytes = b->orphaned_bytes;
+	sr->has_job_unknown_total = true;
+	sr->job_unknown_total = b->counters.job_unknown;
+	sr->has_job_unknown_clients = true;
+	sr->job_unknown_clients = b->job_unknown_clients;
 	cgp = jobs_watch_cgns(b);
 	if (cgp) {
 		sr->cgroup_namespace = (char *)cgns_mode_name(cgp->ns.mode);

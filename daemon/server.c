@@ -197,6 +197,8 @@ int server_adopt(struct server *s, int fd, const struct ucred *cred, struct conn
 	c->admin = peer_is_admin(s, fd, cred, c->pidfd);
 	c->cgroup = jobs_watch_cgroup_of(s->broker, cred->pid);
 	c->tenant = peer_tenant(s->tenants, c->uid, c->pidfd, c->pid, c->cgroup, cfg->proc_root);
+	c->job_unknown = s->broker->jobs && !c->cgroup;
+	s->broker->job_unknown_clients += c->job_unknown;
 	ev_io_init(&c->io, conn_io_cb, fd, EV_READ);
 	c->io.data = c;
 	ev_io_start(loop, &c->io);
@@ -334,6 +336,7 @@ void server_reap(struct server *s)
 		if (s->broker->jobs)
 			jobs_cgroup_put(s->broker->jobs, c->cgroup);
 		tenants_put(s->tenants, c->tenant);
+		s->broker->job_unknown_clients -= c->job_unknown;
 		close(c->fd);
 		if (c->pidfd >= 0)
 			close(c->pidfd);

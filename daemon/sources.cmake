@@ -28,7 +28,7 @@ set(PB_DAEMON_CORE_SOURCES
 
 # The I/O shell, daemon/: every other file but main.c (which only pinbrokerd links).
 set(PB_DAEMON_SHELL_SOURCES
-  audit.c cgns-probe.c config.c config-doc.c config-keys.c config-value.c holders.c jobs-watch.c listen.c log.c
+  audit.c cgns-probe.c config.c config-doc.c config-keys.c config-value.c holders.c holders-fdinfo.c jobs-watch.c listen.c log.c
   metrics.c peer-ns.c
   monitor.c monitor-cgroup.c monitor-proc.c monitor-psi.c rlimits.c
   notify.c numa.c peer-tenant.c pool.c pool-chunk.c pool-pages.c pool-place.c prewarm.c react.c

@@ -486,9 +486,13 @@ struct conn *fz_conn(struct fz *f, int i)
 		  strerror(errno));
 	f->peer[i] = sv[0];
 	FZ_ASSERT(server_adopt(f->b.server, sv[1], &cred, &f->conn[i]) == 0, "server_adopt");
-	if (!f->conn[i]->cgroup && f->b.jobs)
+	if (!f->conn[i]->cgroup && f->b.jobs) {
 		FZ_ASSERT(jobs_cgroup_get(f->b.jobs, fz_cgroups[i % FZ_CONNS], &f->conn[i]->cgroup) == 0,
 			  "jobs_cgroup_get");
+		/* Its job is known now: job-unknown must not refuse it. */
+		f->b.job_unknown_clients -= f->conn[i]->job_unknown;
+		f->conn[i]->job_unknown = false;
+	}
 	f->conn_id[i] = f->conn[i]->id;
 	return f->conn[i];
 }

@@ -165,6 +165,10 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 		r = jobs_check(a->cgroup, charge_bytes);
 		if (r < 0)
 			return r;
+		/* Unknown is not unlimited: a rule may well cover that client's job. */
+		if (a->job_unknown && b->jobs && jobs_rule_count(b->jobs) > 0 &&
+		    b->cfg->job_unknown == JOB_UNKNOWN_REFUSE)
+			return -ENOKEY;
 	}
 	r = check_counts(b, a->uid, a->registration ? 0 : chunks_for(b, size_bytes));
 	if (r < 0)

@@ -97,6 +97,7 @@ struct broker_counters {
 	uint64_t revocations[REVOKED_N];   /* REVOKEs sent, by reason */
 	uint64_t enforcements[ENFORCED_N]; /* overdue holders disconnected or signalled, by action */
 	uint64_t holder_scans;             /* /proc scans for processes mapping overdue leases (one per round) */
+	uint64_t job_unknown;              /* acquires of clients whose job could not be read, while rules existed */
 	uint64_t loop_turn_max_us;         /* the longest loop turn (all callbacks of one iteration) since start */
 	uint64_t loop_turns[BROKER_TURN_BUCKETS +
 			    1]; /* turns by length: <= each of BROKER_TURN_BUCKET_US, then longer */
@@ -167,6 +168,7 @@ struct broker {
 	/* The same reports per uid: what status and the metrics show is capped from these (unbrokered.h). */
 	struct unbrokered unbrokered;
 	/* Of the leased bytes, memory an earlier daemon lent that live processes still map (restart.c). */
+	uint32_t job_unknown_clients; /* connections whose job could not be read (conn.h job_unknown) */
 	uint64_t orphaned_bytes;
 
 	struct broker_counters counters;
@@ -193,6 +195,7 @@ struct acquire_args {
 	int numa_node;             /* NUMA node asked for, -1 for any (only with a placing pool) */
 	struct job_cgroup *cgroup; /* the client's cgroup, charged for job quotas; NULL: none */
 	uint64_t tenant;           /* the client's tenant (core/tenant.h): whose idle chunks it may be handed */
+	bool job_unknown;          /* the client's cgroup could not be read: job-unknown decides while rules exist */
 	uint64_t now_ms;           /* monotonic, when it is granted: the lease's creation time (no clock read here) */
 	/* With registration: the span is a shared mapping of file (dev, ino) from backing_offset (lease.h). */
 	bool backed;
@@ -249,7 +252,8 @@ bool broker_enforce_may_signal(const struct lease *l, uid_t target_uid);
  * from the pool (shrinking idle chunks if the budget needs the room), charges
  * the budget and adds the lease. Returns 0 and *ret, or:
  *   -EINVAL (size 0 or rounds past 2^64), -EFBIG (never satisfiable), -EDQUOT,
- *   -EUSERS (the client's job is at its quota: jobs.h),
+ *   -EUSERS (the client's job is at its quota: jobs.h), -ENOKEY (its job could not be read while quota
+ *   rules exist, and job-unknown is refuse),
  *   -ENOSPC, -EBUSY (tight: beyond the free warm pool), -EAGAIN (critical),
  *   -ENOLCK (tight: a never-revoked lease or a registration, whatever its size),
  *   -EMLINK (uid at max-leases-per-uid), -EMFILE (uid at max-chunks-per-uid),

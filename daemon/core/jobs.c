@@ -179,6 +179,13 @@ int jobs_proc_cgroup_raw(const char *text, char *out, size_t outlen, bool *v1)
 		line += len + (end ? 1 : 0);
 	}
 
+	/*
+	 * The memory controller's root names no job: a hybrid host whose service manager keeps units out of v1
+	 * memory cgroups (a container's systemd, given only the unified tree) tells its jobs apart there alone.
+	 */
+	if (memory && mlen == 1 && memory[0] == '/' && unified && ulen > 1)
+		memory = NULL;
+
 	const char *path = memory ? memory : unified;
 	size_t plen = memory ? mlen : ulen;
 

@@ -171,8 +171,12 @@ struct conn *rf_conn(struct rf *f, int i)
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
 	f->peer[i] = sv[0];
 	ck_assert_int_eq(server_adopt(f->b.server, sv[1], &cred, &f->conn[i]), 0);
-	if (!f->conn[i]->cgroup)
+	if (!f->conn[i]->cgroup) {
 		ck_assert_int_eq(jobs_cgroup_get(f->b.jobs, rf_cgroups[i], &f->conn[i]->cgroup), 0);
+		/* Its job is known now: job-unknown must not refuse it. */
+		f->b.job_unknown_clients -= f->conn[i]->job_unknown;
+		f->conn[i]->job_unknown = false;
+	}
 	f->conn_id[i] = f->conn[i]->id;
 	return f->conn[i];
 }

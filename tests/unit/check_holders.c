@@ -4,17 +4,22 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "holders.h"
+#include "holders-fdinfo.h"
 #include "check_main.h"
 #include "fixture.h"
 
@@ -185,6 +190,35 @@ START_TEST(test_maps_garbage_lines_are_skipped)
 	ck_assert_int_eq(maps_str("7f00-7f01 r--p 00001000 00:01 1607\n", &k, 1, NULL), 0);
 	ck_assert_int_eq(maps_str("", &k, 1, NULL), -ENOENT);
 	ck_assert_int_eq(maps_str("7f00-7f01 rw-s 00000000 00:01 1607 /memfd:x\n", &k, 0, NULL), -ENOENT);
+}
+END_TEST
+
+static int fdinfo_str(const char *text, int *mnt, uint64_t *ino)
+{
+	return holders_parse_fdinfo(text, strlen(text), mnt, ino);
+}
+
+/* fdinfo as Linux 6.1 writes it for a memfd (fs/proc/fd.c seq_show), and as kernels before 5.14 did (no ino:). */
+START_TEST(test_fdinfo_mount_and_inode_parse_and_old_kernels_fail)
+{
+	static const char v61[] = "pos:\t0\nflags:\t02100002\nmnt_id:\t15\nino:\t1025\n";
+	static const char v54[] = "pos:\t0\nflags:\t02100002\nmnt_id:\t15\n";
+	static const char sock[] = "pos:\t0\nflags:\t02000002\nmnt_id:\t10\nino:\t34383\nscm_fds: 0\n";
+	uint64_t ino = 0;
+	int mnt = -1;
+
+	ck_assert_int_eq(holders_parse_fdinfo(v61, strlen(v61), &mnt, &ino), 0);
+	ck_assert_int_eq(mnt, 15);
+	ck_assert_uint_eq(ino, 1025);
+	ck_assert_int_eq(holders_parse_fdinfo(sock, strlen(sock), &mnt, &ino), 0);
+	ck_assert_int_eq(mnt, 10);
+	ck_assert_uint_eq(ino, 34383);
+	ck_assert_int_eq(holders_parse_fdinfo(v54, strlen(v54), &mnt, &ino), -EBADMSG);
+	ck_assert_int_eq(fdinfo_str("mnt_id:\tx\nino:\t1\n", &mnt, &ino), -EBADMSG);
+	ck_assert_int_eq(fdinfo_str("mnt_id:\t99999999999\nino:\t1\n", &mnt, &ino), -EBADMSG);
+	/* An unterminated last line is not read. */
+	ck_assert_int_eq(fdinfo_str("mnt_id:\t1\nino:\t1", &mnt, &ino), -EBADMSG);
+	ck_assert_int_eq(holders_parse_fdinfo("", 0, &mnt, &ino), -EBADMSG);
 }
 END_TEST
 
@@ -637,6 +671,107 @@ START_TEST(test_scan_memfds_finds_mappers_and_fd_holders_of_any_uid)
 }
 END_TEST
 
+/* The uids of the next case: a tenant's processes, and the daemon's own as the unit runs it. */
+#define TENANT_UID 61001
+#define UNIT_UID 61003
+
+/* In a child: become uid with no groups; with ptrace, keep CAP_SYS_PTRACE alone (the unit's /proc right). */
+static void become(uid_t uid, bool ptrace)
+{
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
+	struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = { { 0 } };
+
+	if (prctl(PR_SET_KEEPCAPS, ptrace ? 1 : 0, 0, 0, 0) < 0 || setgroups(0, NULL) < 0 ||
+	    setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0)
+		_exit(90);
+	data[CAP_SYS_PTRACE / 32].effective = data[CAP_SYS_PTRACE / 32].permitted = 1u << (CAP_SYS_PTRACE % 32);
+	if (ptrace && syscall(SYS_capset, &h, data) < 0)
+		_exit(91);
+}
+
+struct unit_scan {
+	pid_t both, extra;                       /* the two tenant processes */
+	bool both_mapped, both_read, extra_read; /* what the scan reported of them */
+	size_t unreadable;
+	ino_t want;
+};
+
+static void unit_memfd(const struct holders_memfd *m, void *ud)
+{
+	struct unit_scan *u = ud;
+
+	u->both_mapped |= m->pid == u->both && m->ino == u->want;
+}
+
+static void unit_read(pid_t pid, void *ud)
+{
+	struct unit_scan *u = ud;
+
+	u->both_read |= pid == u->both;
+	u->extra_read |= pid == u->extra;
+}
+
+/*
+ * The restart scan as the unit's user (CAP_SYS_PTRACE, no CAP_DAC_READ_SEARCH) over another uid's processes,
+ * whose fd/ it cannot list: one maps a chunk and keeps its fd (fdinfo shows that fd is the chunk it maps: read
+ * whole), one maps it and holds another memfd's fd (which may be a chunk under a name it cannot read: unread,
+ * the safe side).
+ */
+START_TEST(test_scan_memfds_of_another_uid_with_cap_sys_ptrace_alone)
+{
+	struct unit_scan u = { 0 };
+	int ready[2], go[2], rep[2], fd, other;
+	char name[64], c;
+	pid_t scanner;
+
+	if (geteuid() != 0) {
+		printf("SKIP %s: needs root to run processes as other uids\n", __func__);
+		return;
+	}
+	fd = test_memfd("unit", name, &u.want, ready, go);
+	other = memfd_create("not-a-chunk", MFD_CLOEXEC);
+	ck_assert_int_ge(other, 0);
+	for (int i = 0; i < 2; i++) {
+		pid_t pid = fork();
+
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			become(TENANT_UID, false);
+			if (mmap(NULL, 65536, PROT_READ, MAP_SHARED, fd, 0) == MAP_FAILED)
+				_exit(1);
+			close(i == 0 ? other : fd); /* both keeps the chunk's fd, extra the other memfd's */
+			if (write(ready[1], "r", 1) != 1 || read(go[0], &c, 1) != 1)
+				_exit(1);
+			_exit(0);
+		}
+		*(i == 0 ? &u.both : &u.extra) = pid;
+	}
+	close(fd);
+	close(other);
+	ck_assert_int_eq(read(ready[0], &c, 1), 1);
+	ck_assert_int_eq(read(ready[0], &c, 1), 1);
+	ck_assert_int_eq(pipe(rep), 0);
+	scanner = fork();
+	ck_assert_int_ge(scanner, 0);
+	if (scanner == 0) {
+		become(UNIT_UID, true);
+		if (holders_scan_memfds(NULL, name, unit_memfd, unit_read, &u, &u.unreadable) < 0 ||
+		    write(rep[1], &u, sizeof(u)) != (ssize_t)sizeof(u))
+			_exit(1);
+		_exit(0);
+	}
+	ck_assert_int_eq(read(rep[0], &u, sizeof(u)), (ssize_t)sizeof(u));
+	ck_assert_int_eq(waitpid(scanner, NULL, 0), scanner);
+	ck_assert_int_eq(write(go[1], "gg", 2), 2);
+	ck_assert_int_eq(waitpid(u.both, NULL, 0), u.both);
+	ck_assert_int_eq(waitpid(u.extra, NULL, 0), u.extra);
+	ck_assert_msg(u.both_mapped, "the chunk's mapper of another uid was not found through its maps");
+	ck_assert_msg(u.both_read, "a process holding only the chunk it maps was not read whole (fdinfo)");
+	ck_assert_msg(!u.extra_read, "a process holding an fd of a memfd of unknown name was taken as read whole");
+	ck_assert_uint_ge(u.unreadable, 1);
+}
+END_TEST
+
 static bool want_none(pid_t pid, uid_t dir_uid, void *ud)
 {
 	(void)pid;
@@ -711,14 +846,16 @@ static Suite *suite(void)
 		   test_maps_captured_odd_names_parse_by_their_columns, test_maps_truncated_last_line_is_not_trusted,
 		   test_maps_streamed_in_small_pieces_finds_the_memfd, test_maps_garbage_lines_are_skipped,
 		   test_status_uid_line_captured_and_crafted, test_status_uid_malformed_is_ebadmsg,
-		   test_memfd_map_line_matches_only_the_exact_name);
+		   test_memfd_map_line_matches_only_the_exact_name,
+		   test_fdinfo_mount_and_inode_parse_and_old_kernels_fail);
 
 	/* pidfd_open: valgrind 3.19 lacks it, so its run excludes the tag "enforce". */
 	f = CHECK_CASE(s, "find", fake_setup, fake_teardown, 20,
 		       test_find_on_real_proc_returns_mapper_and_fd_holder_only,
 		       test_find_keeps_to_the_leases_uid_and_never_pid_1, test_find_through_fd_links_and_bad_roots,
 		       test_scan_memfds_finds_mappers_and_fd_holders_of_any_uid,
-		       test_scan_memfds_reports_the_file_size_of_a_stretched_mapping);
+		       test_scan_memfds_reports_the_file_size_of_a_stretched_mapping,
+		       test_scan_memfds_of_another_uid_with_cap_sys_ptrace_alone);
 	tcase_set_tags(f, "enforce");
 	return s;
 }

@@ -65,6 +65,16 @@ START_TEST(test_proc_cgroup_layouts)
 	ck_assert_int_eq(jobs_parse_proc_cgroup("", cg, sizeof(cg), NULL), -ENOENT);
 	/* Too long for the buffer: refused, not cut. */
 	ck_assert_int_eq(jobs_parse_proc_cgroup("0::/abcdefgh\n", cg, 8, NULL), -EINVAL);
+	/* A hybrid host whose v1 memory tree is not used for units (a container's systemd): the unified path. */
+	ck_assert_int_eq(jobs_parse_proc_cgroup("4:memory:/\n1:name=systemd:/system.slice/pb-job.service\n"
+						"0::/system.slice/pb-job.service\n",
+						cg, sizeof(cg), &v1),
+			 0);
+	ck_assert_str_eq(cg, "/system.slice/pb-job.service");
+	ck_assert(!v1);
+	/* Both at the root: the root, as before. */
+	ck_assert_int_eq(jobs_parse_proc_cgroup("4:memory:/\n0::/\n", cg, sizeof(cg), &v1), 0);
+	ck_assert_str_eq(cg, "/");
 	/* The captured host's text always names something: v1 memory or unified. */
 	ck_assert_int_eq(jobs_parse_proc_cgroup(fixture("hybrid-this-host"), cg, sizeof(cg), NULL), 0);
 	ck_assert_int_eq(cg[0], '/');

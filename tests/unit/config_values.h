@@ -67,6 +67,7 @@ static const char *const config_reloadable_keys[] = {
 	"pool-shrink-delay-ms",
 	"admin-group",
 	"job-quota",
+	"job-unknown",
 	"metrics-path",
 	"metrics-interval-ms",
 	"log-level",

@@ -353,6 +353,43 @@ if [ "$good" -ge 19 ]; then ok "metrics endpoint under a flood of 16 idle connec
 else notok "metrics endpoint under a flood of 16 idle connections: at least 19 of 20 scrapes" "$good of 20"; fi
 systemctl stop pinbroker-metrics.socket pinbroker-metrics.service
 
+# ---- Issue 38, finding 1 (job quotas under the shipped unit): 3 checks, counted here. ----
+# Per-job quotas bind on a non-root user's job under the shipped unit: each
+# systemd-run unit of alice's is a job of its own (its cgroup), with an 8M quota. The old unit
+# (ProtectProc=invisible) could not read alice's /proc/PID/cgroup: 16M was granted, charged to no job.
+PLAN=$((PLAN + 3))
+pinctl quota set '/system.slice/pb-job-*.service' 8M
+out=$(systemd-run --quiet --wait --pipe --collect --uid=alice --unit=pb-job-over \
+	pinctl acquire 16M --label over-job-quota 2>&1)
+rc=$?
+log "alice's 16M in pb-job-over.service: rc=$rc: $out"
+if [ $rc != 0 ] && grep -q 'job /system.slice/pb-job-over.service already holds 0 B of its 8 MiB quota' <<<"$out"; then
+	ok "a non-root user's job asking 16M over its 8M job quota is refused, naming its job"
+else
+	notok "a non-root user's job asking 16M over its 8M job quota is refused, naming its job" "rc=$rc: $out"
+fi
+systemd-run --quiet --collect --uid=alice --unit=pb-job-in pinctl acquire 4M --hold 120 --label within-job-quota
+job_charged() { pinctl jobs | grep -q '^/system.slice/pb-job-in.service  *4 MiB  *1  *8 MiB'; }
+if wait_for 10 job_charged; then
+	ok "a non-root user's job within its quota is granted and charged to its job (pinctl jobs)"
+else
+	notok "a non-root user's job within its quota is granted and charged to its job (pinctl jobs)" \
+		"$(pinctl jobs 2>&1 | tr '\n' '|')"
+fi
+pinctl jobs
+unknown=$(status_num job_unknown_total)
+doctor=$(pinctl doctor 2>&1 | grep 'job-unknown')
+log "job_unknown_total=$unknown; doctor: $doctor"
+if [ "$unknown" = 0 ] && [ "$(status_num job_unknown_clients)" = 0 ] && grep -q '^ok  *job-unknown' <<<"$doctor"; then
+	ok "every client's job is known: job_unknown_total 0, pinctl doctor job-unknown ok"
+else
+	notok "every client's job is known: job_unknown_total 0, pinctl doctor job-unknown ok" \
+		"job_unknown_total='$unknown' clients='$(status_num job_unknown_clients)' doctor: $doctor"
+fi
+systemctl stop pb-job-in.service
+pinctl quota clear '/system.slice/pb-job-*.service'
+# ---- end of issue 38, finding 1 ----
+
 # clean stop of service and socket.
 t=$(date +%s)
 sleep 1
