@@ -92,6 +92,8 @@ void request_dispatch(struct conn *c, const uint8_t *buf, size_t len)
 	/* The one gate: every cross-cutting check lives here, never in a handler. */
 	if (!kind) {
 		reply_close(c, "unknown request kind");
+	} else if (c->peer_gone && kind->body != PINBROKER__V1__REQUEST__BODY_RELEASE) {
+		/* Its peer closed its end: only the memory it gives back is taken (server.c serve_queued_releases). */
 	} else if ((kind->flags & REQ_NEEDS_HELLO) && !c->hello_done) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_NO_HELLO,
 			     "send HELLO with the protocol version first");

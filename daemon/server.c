@@ -32,6 +32,8 @@
 #define NGROUPS_MAX_PEER 1024
 /* Packets read per wake-up per connection, so one busy client cannot starve the rest. */
 #define READS_PER_WAKEUP 32
+/* Packets read, at its reap, from a peer that closed its end first (serve_queued_releases). */
+#define QUEUED_RELEASES_MAX 4096
 
 /* Linux 6.5: a pidfd for the peer, taken by the kernel at connect(), immune to pid reuse. */
 #ifndef SO_PEERPIDFD
@@ -323,6 +325,26 @@ void server_close(struct conn *c, const char *why)
 	s->dead = c;
 }
 
+/*
+ * A send found the peer's end closed (EPIPE), perhaps with requests still queued here: pb_disconnect pipelines a
+ * RELEASE per lease, each unmapped first, and closes without awaiting the answers. At the reap, before its leases
+ * go, those are served (request_dispatch serves nothing else once peer_gone is set; no answer is sent to a closing
+ * connection), so their memory stays warm for the tenant rather than counting as ended without a release. What
+ * lies past QUEUED_RELEASES_MAX packets, or fails to read, goes with the connection as before.
+ */
+static void serve_queued_releases(struct server *s, struct conn *c)
+{
+	for (int i = 0; i < QUEUED_RELEASES_MAX; i++) {
+		size_t nfds = 0;
+		int fds[1];
+		ssize_t n = wire_recv(c->fd, s->rxbuf, s->rxcap, fds, 0, &nfds);
+
+		if (n <= 0 || (size_t)n >= s->rxcap)
+			break;
+		request_dispatch(c, s->rxbuf, (size_t)n);
+	}
+}
+
 void server_reap(struct server *s)
 {
 	struct ev_loop *loop = s->broker->loop;
@@ -332,6 +354,8 @@ void server_reap(struct server *s)
 	/* Returning leases can grant waiting acquires, whose sends can close more connections. */
 	while ((c = s->dead)) {
 		s->dead = c->next;
+		if (c->peer_gone)
+			serve_queued_releases(s, c);
 		request_conn_closed(s->broker, c);
 		if (s->broker->jobs)
 			jobs_cgroup_put(s->broker->jobs, c->cgroup);
@@ -446,6 +470,7 @@ int server_send(struct conn *c, const Pinbroker__V1__Reply *reply, const int *fd
 		}
 		if (r != -EAGAIN) {
 			free(p);
+			c->peer_gone = r == -EPIPE;
 			server_close(c, "send failed");
 			return r;
 		}
@@ -512,7 +537,10 @@ static void conn_io_cb(struct ev_loop *loop, ev_io *w, int revents)
 	struct server *s = c->srv;
 
 	if (revents & EV_WRITE) {
-		if (flush_outq(c) < 0) {
+		int r = flush_outq(c);
+
+		if (r < 0) {
+			c->peer_gone = r == -EPIPE;
 			server_close(c, "send failed");
 			return;
 		}

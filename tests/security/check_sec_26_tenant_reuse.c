@@ -240,6 +240,51 @@ START_TEST(test_the_same_tenant_is_handed_its_warm_chunks)
 }
 END_TEST
 
+/*
+ * pb_disconnect (and so a Python job's exit) pipelines a RELEASE per lease, each unmapped first, and closes
+ * without awaiting the answers: the daemon serves them to the end of the queue, so that memory stays warm for
+ * its tenant instead of counting as ended without a release. Before, the first answer it could not send closed
+ * the connection and the rest were destroyed. Raw packets make the close come before any answer is read.
+ */
+#define DISCONNECT_LEASES 4
+#define DISCONNECT_MAX_FDS 64
+
+START_TEST(test_releases_queued_before_a_close_keep_the_memory_warm)
+{
+	uint64_t dropped = tenant_metric(d.socket, TENANT_FRESH_DROPPED);
+	uint64_t ids[DISCONNECT_LEASES];
+	int fd = raw_connect(d.socket);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(raw_hello(fd), 0);
+	for (int i = 0; i < DISCONNECT_LEASES; i++) {
+		int fds[DISCONNECT_MAX_FDS];
+		size_t nfds = 0;
+
+		ck_assert_int_eq(raw_acquire(fd, TENANT_LEASE_BYTES, &ids[i], fds, DISCONNECT_MAX_FDS, &nfds), 0);
+		for (size_t j = 0; j < nfds; j++)
+			close(fds[j]);
+	}
+	for (int i = 0; i < DISCONNECT_LEASES; i++) {
+		Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
+		Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
+
+		rel.lease_id = ids[i];
+		req.has_seq = true;
+		req.seq = 100 + (uint64_t)i;
+		req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
+		req.release = &rel;
+		ck_assert_int_eq(raw_send(fd, &req, NULL, 0), 0);
+	}
+	close(fd);
+	/* Every lease is given back, one way or the other, once the daemon has read the whole queue. */
+	ck_assert_int_eq(wait_leased(d.socket, 0, POLL_MS), 0);
+	ck_assert_msg(tenant_metric(d.socket, TENANT_FRESH_DROPPED) == dropped,
+		      "%llu bytes of leases released before the close were destroyed as ended without a release",
+		      (unsigned long long)(tenant_metric(d.socket, TENANT_FRESH_DROPPED) - dropped));
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sec_26_tenant_reuse");
@@ -248,7 +293,8 @@ static Suite *suite(void)
 		   test_a_forked_child_of_an_exited_holder_reads_nothing_of_the_next_lease,
 		   test_a_clone_vm_sibling_of_an_exited_holder_reads_nothing_of_the_next_lease,
 		   test_an_inheritable_lease_released_after_a_fork_is_never_lent_again,
-		   test_the_same_tenant_is_handed_its_warm_chunks);
+		   test_the_same_tenant_is_handed_its_warm_chunks,
+		   test_releases_queued_before_a_close_keep_the_memory_warm);
 	return s;
 }
 
