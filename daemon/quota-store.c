@@ -25,6 +25,7 @@ struct quota_store {
 	char path[PATH_MAX]; /* "" when it does not fit: nothing is kept */
 	char *saved;         /* the text the file holds as far as this daemon knows; NULL: unknown, write it */
 	int failed;          /* the errno of the last failed write, 0 after one that worked: logged once a cause */
+	char boot_id[QUOTA_RULES_BOOT_ID_MAX]; /* this boot's, written in the file; "" when unknown */
 };
 
 int quota_store_path(const struct config *cfg, char *buf, size_t len)
@@ -102,6 +103,29 @@ out:
 	return r;
 }
 
+/* The kernel's boot id under proc_root into buf, or "" when it cannot be read or is not a uuid's text. */
+static void read_boot_id(const char *proc_root, char *buf, size_t len)
+{
+	char path[PATH_MAX];
+	ssize_t n;
+	int fd;
+
+	buf[0] = '\0';
+	snprintf(path, sizeof(path), "%s/proc/sys/kernel/random/boot_id", proc_root ? proc_root : "");
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	buf[strcspn(buf, "\n")] = '\0';
+	for (char *p = buf; *p; p++)
+		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f') || *p == '-')) {
+			buf[0] = '\0';
+			return;
+		}
+}
+
 static void warn_line(void *ctx, unsigned line, const char *what)
 {
 	log_warnx("%s:%u: %s", (const char *)ctx, line, what);
@@ -121,6 +145,7 @@ int quota_store_start(struct broker *b)
 	if (!qs)
 		return -ENOMEM;
 	b->quota_store = qs;
+	read_boot_id(b->cfg->proc_root, qs->boot_id, sizeof(qs->boot_id));
 	if (quota_store_path(b->cfg, qs->path, sizeof(qs->path)) < 0) {
 		log_warnx("the quota rules file's path is too long: rules set with pinctl quota set will not survive a "
 			  "restart; use a shorter socket path");
@@ -139,7 +164,7 @@ int quota_store_start(struct broker *b)
 			  "are not restored (set them again)",
 			  qs->path, strerror(-r));
 	} else {
-		n = quota_rules_load(b->jobs, text, len, warn_line, qs->path);
+		n = quota_rules_load(b->jobs, text, len, qs->boot_id, warn_line, qs->path);
 		if (n == -ENOMEM)
 			log_warnx("out of memory reading the quota rules file %s: some rules are not restored",
 				  qs->path);
@@ -150,7 +175,7 @@ int quota_store_start(struct broker *b)
 	}
 	free(text);
 	/* What the file now means: a file with bad lines is rewritten at the next change, not before. */
-	if (quota_rules_format(b->jobs, &qs->saved, &len) < 0)
+	if (quota_rules_format(b->jobs, qs->boot_id, &qs->saved, &len) < 0)
 		qs->saved = NULL;
 	return 0;
 }
@@ -222,7 +247,7 @@ int quota_store_save(struct broker *b, char *why, size_t whylen)
 			snprintf(why, whylen, "the rules file's path is too long");
 		return -ENAMETOOLONG;
 	}
-	r = quota_rules_format(b->jobs, &text, &len);
+	r = quota_rules_format(b->jobs, qs->boot_id, &text, &len);
 	if (r < 0) {
 		if (why)
 			snprintf(why, whylen, "out of memory");

@@ -488,6 +488,53 @@ START_TEST(test_a_file_that_cannot_be_written_is_an_error_to_the_admin)
 }
 END_TEST
 
+/* The fixture root's kernel boot id: a reboot, as the daemon sees one, is a new id there. */
+static void boot_is(const char *id)
+{
+	char p[300], cmd[400];
+
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s/proc/sys/kernel/random'", root);
+	ck_assert_int_eq(system(cmd), 0);
+	snprintf(p, sizeof(p), "%s/proc/sys/kernel/random/boot_id", root);
+	snprintf(cmd, sizeof(cmd), "%s\n", id);
+	write_text(p, cmd, 0444);
+}
+
+/*
+ * A file that outlived a reboot (a socket path on a disk, not /run) holds rules for the jobs of that boot: none is
+ * restored, not even one whose cgroup path a new job of this boot has taken; a restart within one boot keeps them.
+ */
+START_TEST(test_rules_of_another_boot_are_not_restored)
+{
+	term();
+	boot_is("11111111-2222-3333-4444-555555555555");
+	daemon_restart(&d, args());
+	set_three();
+	term();
+	daemon_restart(&d, args());
+	rules_are("a restart in the same boot", THREE_RULES);
+	term();
+	/* The reboot: job_1's path is taken by a new job of this boot (cgroup_exists keeps it). */
+	boot_is("99999999-8888-7777-6666-555555555555");
+	daemon_restart(&d, args());
+	rules_are("after a reboot", "");
+	{
+		struct tries t = acquire_in("/jobs/job_1/step_0", 6 * MiB, 4 * MiB);
+
+		ck_assert_msg(t.r[0] == 0 && t.r[1] == 0,
+			      "a rule of the last boot bound a job of this one: %d %d: %s %s\nlog:\n%s", t.r[0], t.r[1],
+			      t.msg[0], t.msg[1], itest_tail(daemon_log(&d)));
+	}
+	ck_assert_msg(daemon_wait_log(&d, "written before a reboot", 5000), "no warning about the old boot:\n%s",
+		      itest_tail(daemon_log(&d)));
+	/* The next change writes this boot's file, which the next start keeps. */
+	quota("set /jobs/job_1 8M");
+	kill9();
+	daemon_restart(&d, args());
+	rules_are("set again after the reboot", "/jobs/job_1 8388608 set seen\n");
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sec_24_quota_persist");
@@ -496,7 +543,8 @@ static Suite *suite(void)
 		   test_rules_survive_a_crash_under_the_fd_store, test_a_reload_keeps_rules_and_file,
 		   test_clear_and_release_follow_in_the_file, test_a_rule_whose_cgroup_went_while_down_is_released,
 		   test_a_damaged_file_warns_file_line_and_keeps_good_lines,
-		   test_a_file_that_cannot_be_written_is_an_error_to_the_admin);
+		   test_a_file_that_cannot_be_written_is_an_error_to_the_admin,
+		   test_rules_of_another_boot_are_not_restored);
 	return s;
 }
 
