@@ -535,6 +535,44 @@ START_TEST(test_rules_of_another_boot_are_not_restored)
 }
 END_TEST
 
+/*
+ * A crash between the temp file's creation and its rename (kill -9 in a quota set storm left 3 in 40 kills on the
+ * build host) leaves "<file>.XXXXXX": the next start removes the daemon's own, and nothing of another uid's or of
+ * another shape.
+ */
+START_TEST(test_temp_files_a_crash_left_are_removed_at_start)
+{
+	static const char *const kept[] = { "Zz9Zz9", "longer1", "Sym123", "ab-cd1" };
+	char p[480], q[480];
+	struct stat st;
+
+	quota("set /jobs/job_later 16M");
+	kill9();
+	snprintf(p, sizeof(p), "%s.Ab3xY9", rules_path);
+	write_text(p, "pinbroker-quota-rules 1\n/jobs/job_later 16777216\n", 0600);
+	snprintf(p, sizeof(p), "%s.%s", rules_path, kept[0]);
+	write_text(p, "another uid's\n", 0600);
+	ck_assert_int_eq(chown(p, SEC_UID_A, SEC_UID_A), 0);
+	snprintf(p, sizeof(p), "%s.%s", rules_path, kept[1]);
+	write_text(p, "not a temp file's name\n", 0600);
+	snprintf(p, sizeof(p), "%s.%s", rules_path, kept[2]);
+	snprintf(q, sizeof(q), "%s.link-target", rules_path);
+	write_text(q, "a link's target\n", 0600);
+	ck_assert_int_eq(symlink(q, p), 0);
+	snprintf(p, sizeof(p), "%s.%s", rules_path, kept[3]);
+	write_text(p, "not a temp file's name\n", 0600);
+	daemon_restart(&d, args());
+	rules_are("after the crash", "/jobs/job_later 16777216 set\n");
+	snprintf(p, sizeof(p), "%s.Ab3xY9", rules_path);
+	ck_assert_msg(lstat(p, &st) < 0 && errno == ENOENT, "%s, left by a crash, is still there", p);
+	for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++) {
+		snprintf(p, sizeof(p), "%s.%s", rules_path, kept[i]);
+		ck_assert_msg(lstat(p, &st) == 0, "%s was removed: %s", p, strerror(errno));
+	}
+	ck_assert_msg(lstat(q, &st) == 0, "the link's target %s was removed", q);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sec_24_quota_persist");
@@ -544,7 +582,7 @@ static Suite *suite(void)
 		   test_clear_and_release_follow_in_the_file, test_a_rule_whose_cgroup_went_while_down_is_released,
 		   test_a_damaged_file_warns_file_line_and_keeps_good_lines,
 		   test_a_file_that_cannot_be_written_is_an_error_to_the_admin,
-		   test_rules_of_another_boot_are_not_restored);
+		   test_rules_of_another_boot_are_not_restored, test_temp_files_a_crash_left_are_removed_at_start);
 	return s;
 }
 
