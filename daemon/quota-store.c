@@ -19,13 +19,17 @@
 #include "jobs.h"
 #include "log.h"
 #include "quota-rules.h"
+#include "util.h"
 
 #define STORE_NAME "quota-rules"
+/* After a failed write, a sweep tries again no sooner than this: about one sweep interval (jobs-watch.h). */
+#define RETRY_US 4000000u
 
 struct quota_store {
 	char path[PATH_MAX]; /* "" when it does not fit: nothing is kept */
 	char *saved;         /* the text the file holds as far as this daemon knows; NULL: unknown, write it */
 	int failed;          /* the errno of the last failed write, 0 after one that worked: logged once a cause */
+	uint64_t failed_us;  /* when it failed (now_us) */
 	char boot_id[QUOTA_RULES_BOOT_ID_MAX]; /* this boot's, written in the file; "" when unknown */
 };
 
@@ -309,6 +313,7 @@ int quota_store_save(struct broker *b, char *why, size_t whylen)
 				"until it can be written (tried again at each change and every few seconds)",
 				qs->path, strerror(-r));
 		qs->failed = -r;
+		qs->failed_us = now_us();
 		if (why)
 			snprintf(why, whylen, "cannot write %s: %s", qs->path, strerror(-r));
 		free(text);
@@ -320,6 +325,16 @@ int quota_store_save(struct broker *b, char *why, size_t whylen)
 	free(qs->saved);
 	qs->saved = text;
 	return 0;
+}
+
+void quota_store_sweep(struct broker *b)
+{
+	const struct quota_store *qs = b->quota_store;
+
+	/* Any uid's quota list sweeps: while writes fail, it must not buy a write, and its fsync, each. */
+	if (qs && qs->failed && now_us() - qs->failed_us < RETRY_US)
+		return;
+	(void)quota_store_save(b, NULL, 0);
 }
 
 void quota_store_stop(struct broker *b)

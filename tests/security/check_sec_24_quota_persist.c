@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -573,6 +574,77 @@ START_TEST(test_temp_files_a_crash_left_are_removed_at_start)
 }
 END_TEST
 
+/* How many "<rules file>.XXXXXX" temp files were made in its folder since watch_temps (each is a write: an fsync). */
+static int temps_made(int ifd, const char *base)
+{
+	char buf[8192] __attribute__((aligned(__alignof__(struct inotify_event))));
+	size_t blen = strlen(base);
+	ssize_t n;
+	int count = 0;
+
+	while ((n = read(ifd, buf, sizeof(buf))) > 0)
+		for (char *p = buf; p < buf + n;) {
+			const struct inotify_event *ev = (const struct inotify_event *)p;
+
+			if (ev->len && strncmp(ev->name, base, blen) == 0 && ev->name[blen] == '.')
+				count++;
+			p += sizeof(*ev) + ev->len;
+		}
+	return count;
+}
+
+/*
+ * While the file cannot be written (here a folder in its place), a tenant's quota list (which sweeps) must not
+ * buy a write, with its fsync on the event loop, each: the daemon tries again once a sweep interval, and at an
+ * admin's change.
+ */
+START_TEST(test_a_tenant_cannot_drive_a_write_per_request)
+{
+	const char *base = strrchr(rules_path, '/') + 1;
+	int ifd, made, st = 0;
+	char *out = NULL;
+	pid_t pid;
+
+	ck_assert_int_eq(mkdir(rules_path, 0700), 0);
+	ck_assert_int_ne(pinctl(&d, &out, "quota set /jobs/job_1 8M"), 0);
+	free(out);
+	ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	ck_assert_int_ge(ifd, 0);
+	ck_assert_int_ge(inotify_add_watch(ifd, d.dir, IN_CREATE), 0);
+	pid = itest_fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		sec_drop_to(SEC_UID_A);
+		for (int i = 0; i < 50; i++) {
+			struct pb_quota_rule *rules = NULL;
+			struct pb_job *jobs = NULL;
+			size_t nr = 0, nj = 0;
+			pb_client *c;
+
+			if (pb_connect(d.socket, &c) != 0)
+				_exit(1);
+			if (pb_quota_list(c, &rules, &nr, &jobs, &nj) != 0)
+				_exit(2);
+			free(rules);
+			free(jobs);
+			pb_disconnect(c);
+		}
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the tenant's quota lists failed: %#x", st);
+	made = temps_made(ifd, base);
+	close(ifd);
+	ck_assert_msg(made <= 2, "50 quota lists of a tenant made %d write attempts of the rules file", made);
+	/* An admin's change still tries at once, and once it can be written everything is kept. */
+	ck_assert_int_eq(rmdir(rules_path), 0);
+	quota("set /pods/* 4M");
+	kill9();
+	daemon_restart(&d, args());
+	rules_are("written again", "/jobs/job_1 8388608 set\n/pods/* 4194304 set\n");
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sec_24_quota_persist");
@@ -582,7 +654,8 @@ static Suite *suite(void)
 		   test_clear_and_release_follow_in_the_file, test_a_rule_whose_cgroup_went_while_down_is_released,
 		   test_a_damaged_file_warns_file_line_and_keeps_good_lines,
 		   test_a_file_that_cannot_be_written_is_an_error_to_the_admin,
-		   test_rules_of_another_boot_are_not_restored, test_temp_files_a_crash_left_are_removed_at_start);
+		   test_rules_of_another_boot_are_not_restored, test_temp_files_a_crash_left_are_removed_at_start,
+		   test_a_tenant_cannot_drive_a_write_per_request);
 	return s;
 }
 
