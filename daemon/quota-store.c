@@ -48,7 +48,8 @@ int quota_store_path(const struct config *cfg, char *buf, size_t len)
 
 /*
  * The file, whole, into *ret (malloc'd, NUL-terminated). Returns 0, -ENOENT, -EPERM (not a regular file of
- * this uid that only it may write, or larger than any this daemon writes: *why says which) or another errno.
+ * this uid that only it may write and of one name, or larger than any this daemon writes: *why says which) or
+ * another errno.
  */
 static int read_rules(const char *path, char **ret, size_t *len, const char **why)
 {
@@ -77,6 +78,12 @@ static int read_rules(const char *path, char **ret, size_t *len, const char **wh
 	}
 	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
 		*why = "its group or others may write it";
+		r = -EPERM;
+		goto out;
+	}
+	/* The daemon's own file has one name (rename); a second is a link someone made to another file. */
+	if (st.st_nlink != 1) {
+		*why = "it has other hard links, so it is not a file this daemon wrote";
 		r = -EPERM;
 		goto out;
 	}

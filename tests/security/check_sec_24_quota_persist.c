@@ -645,6 +645,32 @@ START_TEST(test_a_tenant_cannot_drive_a_write_per_request)
 }
 END_TEST
 
+/*
+ * Where a tenant may write the socket folder (a sticky /tmp, which the daemon accepts) and fs.protected_hardlinks
+ * is 0, the tenant can hard-link any root-owned file to the rules file's name: it is then a regular file, the
+ * daemon's uid's, mode 0600. It must be ignored, not read as rules nor echoed line by line into the log. (Root
+ * makes the link here, as protected_hardlinks=0 lets anyone.)
+ */
+START_TEST(test_a_hard_link_to_another_file_is_ignored)
+{
+	char secret[450];
+	char *log;
+
+	term();
+	snprintf(secret, sizeof(secret), "%s/secret", d.dir);
+	write_text(secret, "root:$6$secrethash$:19000:0:99999:7:::\n/jobs/job_1 1\n", 0600);
+	ck_assert_int_eq(link(secret, rules_path), 0);
+	cgroup_exists("/jobs/job_1", true);
+	daemon_restart(&d, args());
+	rules_are("a hard link to a root-owned file", "");
+	log = daemon_log(&d);
+	ck_assert_msg(log && !strstr(log, "secrethash"), "the linked file's text is in the log:\n%s", log);
+	free(log);
+	ck_assert_msg(daemon_wait_log(&d, "ignoring the quota rules file", 5000), "no warning:\n%s",
+		      itest_tail(daemon_log(&d)));
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sec_24_quota_persist");
@@ -655,7 +681,7 @@ static Suite *suite(void)
 		   test_a_damaged_file_warns_file_line_and_keeps_good_lines,
 		   test_a_file_that_cannot_be_written_is_an_error_to_the_admin,
 		   test_rules_of_another_boot_are_not_restored, test_temp_files_a_crash_left_are_removed_at_start,
-		   test_a_tenant_cannot_drive_a_write_per_request);
+		   test_a_tenant_cannot_drive_a_write_per_request, test_a_hard_link_to_another_file_is_ignored);
 	return s;
 }
 
