@@ -26,6 +26,7 @@
 static struct daemon d;
 static char root[64]; /* the fixture proc root */
 static char rules_path[400];
+static uint64_t held_bytes; /* what other clients hold while acquire_in runs (it waits for its own to go) */
 
 /* ------------------------------------------------------------------ the fixture root */
 
@@ -148,7 +149,7 @@ static struct tries acquire_in(const char *cg, uint64_t first, uint64_t second)
 	close(go[1]);
 	close(rep[0]);
 	close(rep[1]);
-	ck_assert_int_eq(wait_leased(d.socket, 0, 10000), 0);
+	ck_assert_int_eq(wait_leased(d.socket, (int64_t)held_bytes, 10000), (int64_t)held_bytes);
 	return t;
 }
 
@@ -671,6 +672,101 @@ START_TEST(test_a_hard_link_to_another_file_is_ignored)
 }
 END_TEST
 
+/* What the job is charged now, as an admin's quota list shows it (0 when it has no row). */
+static uint64_t job_bytes(const char *job)
+{
+	struct pb_quota_rule *rules = NULL;
+	struct pb_job *jobs = NULL;
+	size_t nr = 0, nj = 0;
+	uint64_t bytes = 0;
+	pb_client *c;
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_msg(pb_quota_list(c, &rules, &nr, &jobs, &nj) == 0, "quota list: %s", pb_last_error());
+	pb_disconnect(c);
+	for (size_t i = 0; i < nj; i++)
+		if (strcmp(jobs[i].job, job) == 0)
+			bytes = jobs[i].bytes;
+	free(rules);
+	free(jobs);
+	return bytes;
+}
+
+/*
+ * A lease a job held over a crash counts against the job's quota when the next daemon serves, not only once its
+ * holder has re-declared it: else the job's other processes get its whole quota again in between.
+ */
+START_TEST(test_a_lease_held_over_a_crash_counts_for_its_job)
+{
+	static const struct pb_acquire_opts opts = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE,
+						     .label = "sec24-holder" };
+	struct fdstore *fs;
+	int go[2], rep[2], r = -1;
+	char p[300];
+	struct tries t;
+	pid_t pid;
+
+	term();
+	unlink(d.socket);
+	fs = fdstore_new(&d);
+	ck_assert_ptr_nonnull(fs);
+	fdstore_daemon_start(fs, args());
+	cgroup_exists("/jobs/job_1", true);
+	quota("set /jobs/job_1 8M");
+	ck_assert_int_eq(pipe2(go, O_CLOEXEC), 0);
+	ck_assert_int_eq(pipe2(rep, O_CLOEXEC), 0);
+	pid = itest_fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		pb_client *c;
+		pb_lease *l = NULL;
+		char g;
+
+		if (read(go[0], &g, 1) != 1)
+			_exit(80);
+		sec_drop_to(SEC_UID_A);
+		r = pb_connect(d.socket, &c);
+		if (r == 0)
+			r = pb_acquire(c, 6 * MiB, &opts, &l);
+		if (write(rep[1], &r, sizeof(r)) != (ssize_t)sizeof(r))
+			_exit(81);
+		if (read(go[0], &g, 1) != 1) /* held until told */
+			_exit(82);
+		_exit(0);
+	}
+	snprintf(p, sizeof(p), "%s/proc/%d", root, (int)pid);
+	ck_assert_int_eq(mkdir(p, 0755), 0);
+	snprintf(p, sizeof(p), "%s/proc/%d/cgroup", root, (int)pid);
+	write_text(p, "0::/jobs/job_1/step_0\n", 0644);
+	ck_assert_int_eq(write(go[1], "g", 1), 1);
+	ck_assert_int_eq(read(rep[0], &r, sizeof(r)), (ssize_t)sizeof(r));
+	ck_assert_msg(r == 0, "the holder's 6 MiB: %d", r);
+	/* Stopped, as a suspended job is: it cannot re-declare until it runs again. */
+	ck_assert_int_eq(kill(pid, SIGSTOP), 0);
+	fdstore_daemon_kill(fs);
+	fdstore_daemon_start(fs, args());
+	held_bytes = 6 * MiB;
+	t = acquire_in("/jobs/job_1/step_1", 4 * MiB, 1 * MiB);
+	ck_assert_msg(t.r[0] == -EDQUOT,
+		      "with 6 MiB of job_1's 8 MiB held over the crash, 4 MiB more in job_1 got %d (%s)\nlog:\n%s",
+		      t.r[0], t.msg[0], itest_tail(daemon_log(&d)));
+	/* Running again, the holder re-declares it: still 6 MiB on the job, not twice; its end leaves nothing. */
+	ck_assert_int_eq(kill(pid, SIGCONT), 0);
+	ck_assert_msg(daemon_wait_log(&d, "re-adopted by pid", 10000), "no re-declare:\n%s",
+		      itest_tail(daemon_log(&d)));
+	ck_assert_uint_eq(job_bytes("/jobs/job_1"), 6 * MiB);
+	ck_assert_int_eq(write(go[1], "g", 1), 1);
+	ck_assert_int_eq(itest_wait_exit(pid), 0);
+	ck_assert_int_eq(wait_leased(d.socket, 0, 10000), 0);
+	ck_assert_uint_eq(job_bytes("/jobs/job_1"), 0);
+	close(go[0]);
+	close(go[1]);
+	close(rep[0]);
+	close(rep[1]);
+	sec_stop_with_store(&d, fs);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sec_24_quota_persist");
@@ -681,7 +777,8 @@ static Suite *suite(void)
 		   test_a_damaged_file_warns_file_line_and_keeps_good_lines,
 		   test_a_file_that_cannot_be_written_is_an_error_to_the_admin,
 		   test_rules_of_another_boot_are_not_restored, test_temp_files_a_crash_left_are_removed_at_start,
-		   test_a_tenant_cannot_drive_a_write_per_request, test_a_hard_link_to_another_file_is_ignored);
+		   test_a_tenant_cannot_drive_a_write_per_request, test_a_hard_link_to_another_file_is_ignored,
+		   test_a_lease_held_over_a_crash_counts_for_its_job);
 	return s;
 }
 
