@@ -162,11 +162,11 @@ static void remove_leftovers(const char *path)
 	if (!d)
 		return;
 	while ((e = readdir(d))) {
-		const char *x = e->d_name + blen + 1;
+		static const char xs[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 		struct stat st;
 
-		if (strncmp(e->d_name, base, blen) != 0 || e->d_name[blen] != '.' || strlen(x) != 6 ||
-		    strspn(x, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789") != 6)
+		if (strncmp(e->d_name, base, blen) != 0 || e->d_name[blen] != '.' ||
+		    strlen(e->d_name + blen + 1) != 6 || strspn(e->d_name + blen + 1, xs) != 6)
 			continue;
 		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
 		    st.st_uid != geteuid())
