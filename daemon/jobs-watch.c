@@ -57,7 +57,7 @@ void jobs_watch_sweep(struct broker *b)
 	if (b->jobs && b->jobs_watch && jobs_sweep(b->jobs, cgroup_exists, rule_gone, b->jobs_watch) > 0)
 		b->generation++;
 	/* The file follows released rules, and rules newly seen (or retries a write that failed). */
-	(void)quota_store_save(b, NULL, 0);
+	quota_store_sweep(b);
 }
 
 static void sweep_cb(struct ev_loop *loop, ev_timer *t, int revents)

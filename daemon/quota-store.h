@@ -29,5 +29,11 @@ int quota_store_start(struct broker *b);
  */
 int quota_store_save(struct broker *b, char *why, size_t whylen);
 
+/*
+ * From a sweep: quota_store_save without a reason, except that after a failed write it waits a sweep interval
+ * before it tries again (an admin's change, through quota_store_save, tries at once).
+ */
+void quota_store_sweep(struct broker *b);
+
 /* Free b->quota_store (the file stays for the next daemon). */
 void quota_store_stop(struct broker *b);

@@ -19,6 +19,8 @@
 #include "broker.h"
 #include "budget.h"
 #include "config.h"
+#include "jobs-watch.h"
+#include "jobs.h"
 #include "lease.h"
 #include "log.h"
 #include "notify.h"
@@ -311,6 +313,17 @@ static bool adopt_lease(struct recovery *rc, struct store *s, const struct recov
 		l->gid = sl->gid;
 		l->pid = sl->pid;
 		l->no_revoke = sl->no_revoke;
+		/* Charged to its holder's job now, as the rules are back: not only at a re-declare, which a stopped
+		 * holder (or one that gave up reconnecting) never sends, while the job's others got its quota again. */
+		if (b->jobs && l->pid > 0) {
+			struct job_cgroup *cg = jobs_watch_cgroup_of(b, l->pid);
+
+			if (cg) {
+				l->cgroup = cg;
+				jobs_charge(b->jobs, cg, l->charged_bytes);
+				jobs_cgroup_put(b->jobs, cg); /* the lease's own reference stays */
+			}
+		}
 		budget_charge(b->budget, sl->uid, sl->bytes);
 		if (l->no_revoke)
 			budget_no_revoke_add(b->budget, sl->uid, sl->bytes);

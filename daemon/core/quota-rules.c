@@ -16,7 +16,7 @@
 /* Words on a rule line: pattern, bytes, and "seen"; one more shows there are too many. */
 #define WORDS_MAX 4
 
-int quota_rules_format(const struct jobs *j, char **ret, size_t *len)
+int quota_rules_format(const struct jobs *j, const char *boot_id, char **ret, size_t *len)
 {
 	size_t n = jobs_rule_count(j), nset = 0, cap, at;
 	char *text;
@@ -31,11 +31,15 @@ int quota_rules_format(const struct jobs *j, char **ret, size_t *len)
 		return -ENOMEM;
 	text[0] = '\0';
 	at = 0;
-	if (nset)
-		at = (size_t)snprintf(text, cap,
-				      "%s %d\n# PATTERN BYTES [seen]: set by pinctl quota set, written by pinbrokerd; "
-				      "change them with pinctl quota set and clear\n",
-				      QUOTA_RULES_MAGIC, QUOTA_RULES_FORMAT);
+	if (nset) {
+		at = (size_t)snprintf(text, cap, "%s %d\n", QUOTA_RULES_MAGIC, QUOTA_RULES_FORMAT);
+		/* The boot it was written in: no cgroup, so no job, outlives a reboot (quota_rules_load). */
+		if (boot_id && *boot_id && strlen(boot_id) < QUOTA_RULES_BOOT_ID_MAX)
+			at += (size_t)snprintf(text + at, cap - at, "boot %s\n", boot_id);
+		at += (size_t)snprintf(text + at, cap - at,
+				       "# PATTERN BYTES [seen]: set by pinctl quota set, written by pinbrokerd; "
+				       "change them with pinctl quota set and clear\n");
+	}
 	for (size_t i = 0; i < n; i++) {
 		const struct job_rule *r = jobs_rule_at(j, i);
 
@@ -158,7 +162,8 @@ static int load_line(struct jobs *j, char *line, unsigned lineno, quota_rules_wa
 	return again ? 0 : 1;
 }
 
-int quota_rules_load(struct jobs *j, const char *text, size_t len, quota_rules_warn_fn warn, void *ctx)
+int quota_rules_load(struct jobs *j, const char *text, size_t len, const char *boot_id, quota_rules_warn_fn warn,
+		     void *ctx)
 {
 	const char *p = text, *end = text + len;
 	char line[LINE_MAX_BYTES + 1];
@@ -198,6 +203,17 @@ int quota_rules_load(struct jobs *j, const char *text, size_t len, quota_rules_w
 			}
 			warnf(warn, ctx, lineno, "no '%s %d' header; reading the rules anyway", QUOTA_RULES_MAGIC,
 			      QUOTA_RULES_FORMAT);
+		}
+		if (lineno == 2 && strncmp(line, "boot ", 5) == 0) {
+			/* Checked before any rule is added, so a file of another boot adds none. */
+			if (boot_id && *boot_id && strcmp(line + 5, boot_id) != 0) {
+				warnf(warn, ctx, lineno,
+				      "written before a reboot (boot %.40s, now %.40s): its rules were for the jobs of "
+				      "that boot, none is loaded (rules for every boot belong in job-quota)",
+				      line + 5, boot_id);
+				return -ESTALE;
+			}
+			continue;
 		}
 		if (line[strspn(line, " \t")] == '\0' || line[strspn(line, " \t")] == '#')
 			continue;

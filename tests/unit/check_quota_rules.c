@@ -57,7 +57,7 @@ static const struct job_rule *rule_of(const struct jobs *j, const char *pattern,
 
 static int load(struct jobs *j, const char *text)
 {
-	return quota_rules_load(j, text, strlen(text), record, NULL);
+	return quota_rules_load(j, text, strlen(text), NULL, record, NULL);
 }
 
 static bool no_cgroup(void *ctx, const char *path)
@@ -82,7 +82,7 @@ START_TEST(test_only_set_rules_are_written_in_order_with_seen)
 	/* A glob is never released by the sweep: it has no seen to keep. */
 	ck_assert_int_eq(jobs_rule_restore(j, "/slurm/uid_*/job_*", 2 * GIB, true, &why), 0);
 	jobs_regroup(j);
-	ck_assert_int_eq(quota_rules_format(j, &text, &len), 0);
+	ck_assert_int_eq(quota_rules_format(j, NULL, &text, &len), 0);
 	ck_assert_uint_eq(len, strlen(text));
 	ck_assert_str_eq(text,
 			 "pinbroker-quota-rules 1\n"
@@ -103,7 +103,7 @@ START_TEST(test_no_set_rules_is_an_empty_text)
 	size_t len = 99;
 
 	set_rule(j, "/kubepods.slice/*", 1 * GIB, JOB_RULE_CONFIG);
-	ck_assert_int_eq(quota_rules_format(j, &text, &len), 0);
+	ck_assert_int_eq(quota_rules_format(j, NULL, &text, &len), 0);
 	ck_assert_uint_eq(len, 0);
 	ck_assert_str_eq(text, "");
 	free(text);
@@ -124,12 +124,12 @@ START_TEST(test_rules_read_back_are_set_rules_that_bind)
 	set_rule(j, "/slurm/uid_1000/job_9", UINT64_MAX, JOB_RULE_SET);
 	ck_assert_int_eq(jobs_rule_restore(j, "/system.slice/slurmstepd.scope/job_42", 8 * MIB, true, &why), 0);
 	jobs_regroup(j);
-	ck_assert_int_eq(quota_rules_format(j, &text, &len), 0);
+	ck_assert_int_eq(quota_rules_format(j, NULL, &text, &len), 0);
 
 	k = new_jobs();
 	/* A config rule of the same path stays apart: the file's rule is a set one and wins. */
 	set_rule(k, "/system.slice/slurmstepd.scope/job_42", 64 * MIB, JOB_RULE_CONFIG);
-	ck_assert_int_eq(quota_rules_load(k, text, len, record, NULL), 3);
+	ck_assert_int_eq(quota_rules_load(k, text, len, NULL, record, NULL), 3);
 	ck_assert_msg(nwarned == 0, "warned: %s", warned);
 	ck_assert_uint_eq(jobs_rule_count(k), 4);
 	ck_assert_uint_eq(rule_of(k, "/system.slice/slurmstepd.scope/job_42", JOB_RULE_SET)->bytes, 8 * MIB);
@@ -143,7 +143,7 @@ START_TEST(test_rules_read_back_are_set_rules_that_bind)
 	ck_assert_int_eq(jobs_check(cg, 8 * MIB + 1), -EUSERS);
 	jobs_cgroup_put(k, cg);
 	/* And the same text comes out again. */
-	ck_assert_int_eq(quota_rules_format(k, &again, &len2), 0);
+	ck_assert_int_eq(quota_rules_format(k, NULL, &again, &len2), 0);
 	ck_assert_str_eq(again, text);
 	free(again);
 	free(text);
@@ -227,7 +227,7 @@ START_TEST(test_nul_bytes_and_long_lines_are_skipped)
 	size_t big = 3 * JOBS_PATH_MAX;
 	char *huge = malloc(big + 64);
 
-	ck_assert_int_eq(quota_rules_load(j, text, sizeof(text) - 1, record, NULL), 1);
+	ck_assert_int_eq(quota_rules_load(j, text, sizeof(text) - 1, NULL, record, NULL), 1);
 	ck_assert_ptr_nonnull(strstr(warned, "2: the line holds a NUL byte; skipped"));
 	ck_assert_ptr_nonnull(rule_of(j, "/ok", JOB_RULE_SET));
 	ck_assert_ptr_nonnull(huge);
@@ -302,11 +302,49 @@ START_TEST(test_random_text_never_crashes)
 			text[i] = alphabet[rand_r(&seed) % (int)(sizeof(alphabet) - 1)];
 		if (round % 3 == 0 && n > 24)
 			memcpy(text, "pinbroker-quota-rules 1\n", 24);
-		r = quota_rules_load(j, text, n, record, NULL);
+		r = quota_rules_load(j, text, n, NULL, record, NULL);
 		ck_assert_int_ge(r, 0);
 		ck_assert_int_le(r, (int)jobs_rule_count(j));
 		jobs_free(j);
 	}
+}
+END_TEST
+
+#define BOOT_A "11111111-2222-3333-4444-555555555555"
+#define BOOT_B "99999999-8888-7777-6666-555555555555"
+
+/* The file names the boot it was written in; one of another boot loads nothing, one of this boot all. */
+START_TEST(test_a_file_of_another_boot_loads_nothing)
+{
+	struct jobs *j = new_jobs(), *k;
+	char *text;
+	size_t len;
+
+	set_rule(j, "/job/a", 1024, JOB_RULE_SET);
+	ck_assert_int_eq(quota_rules_format(j, BOOT_A, &text, &len), 0);
+	ck_assert_ptr_nonnull(strstr(text, "pinbroker-quota-rules 1\nboot " BOOT_A "\n"));
+
+	k = new_jobs();
+	ck_assert_int_eq(quota_rules_load(k, text, len, BOOT_B, record, NULL), -ESTALE);
+	ck_assert_uint_eq(jobs_rule_count(k), 0);
+	ck_assert_msg(strstr(warned, "2: written before a reboot (boot " BOOT_A ", now " BOOT_B "):"), "%s", warned);
+	jobs_free(k);
+
+	k = new_jobs();
+	ck_assert_int_eq(quota_rules_load(k, text, len, BOOT_A, record, NULL), 1);
+	ck_assert_msg(nwarned == 0, "warned: %s", warned);
+	jobs_free(k);
+	/* This daemon's boot unknown: nothing to compare, the rules load. */
+	k = new_jobs();
+	ck_assert_int_eq(quota_rules_load(k, text, len, "", record, NULL), 1);
+	jobs_free(k);
+	/* No boot line (its boot unknown when written): the rules load. */
+	k = new_jobs();
+	ck_assert_int_eq(quota_rules_load(k, "pinbroker-quota-rules 1\n/job/a 1024\n", 36, BOOT_B, record, NULL), 1);
+	ck_assert_msg(nwarned == 0, "warned: %s", warned);
+	jobs_free(k);
+	free(text);
+	jobs_free(j);
 }
 END_TEST
 
@@ -315,6 +353,7 @@ CHECK_SUITE(suite, "quota_rules", "file", NULL, NULL, 60, test_only_set_rules_ar
 	    test_bad_lines_are_warned_with_their_line_and_skipped, test_a_missing_header_is_warned_and_the_lines_read,
 	    test_another_format_loads_nothing, test_nul_bytes_and_long_lines_are_skipped,
 	    test_a_pattern_twice_keeps_the_later_line, test_past_the_rule_limit_lines_are_skipped,
-	    test_a_seen_rule_read_back_is_released_by_the_sweep, test_random_text_never_crashes)
+	    test_a_seen_rule_read_back_is_released_by_the_sweep, test_random_text_never_crashes,
+	    test_a_file_of_another_boot_loads_nothing)
 
 CHECK_MAIN(suite)
