@@ -636,6 +636,13 @@ void pb_lease_info_free(struct pb_lease_info *rows, size_t n);
 #define PB_REVOKE_LEASE 0
 #define PB_REVOKE_UID 1
 #define PB_REVOKE_ALL 2
+/*
+ * Admin: stop counting orphaned memory (what an earlier daemon lent, or a memfd found by its name, that
+ * live processes still map): PB_REVOKE_ORPHANS all of it, PB_REVOKE_ORPHANS_UID uid's. Nothing is
+ * signalled or unmapped. *n is how many orphans went; *ids stays NULL.
+ */
+#define PB_REVOKE_ORPHANS 3
+#define PB_REVOKE_ORPHANS_UID 4
 int pb_admin_revoke(pb_client *c, int what, uint64_t lease_id, uint32_t uid, uint32_t deadline_ms, uint64_t **ids,
 		    size_t *n);
 

@@ -20,6 +20,7 @@
 #include "numa.h"
 #include "pool.h"
 #include "reply.h"
+#include "restart.h"
 #include "request-int.h"
 #include "revoker.h"
 #include "util.h"
@@ -177,6 +178,8 @@ static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr
 	sr->unbrokered_cap_bytes = broker_unbrokered_cap(b);
 	sr->has_orphaned_bytes = true;
 	sr->orphaned_bytes = b->orphaned_bytes;
+	sr->restart_books = (char *)restart_books_name(b);
+	sr->restart_warning = (char *)restart_warning(b);
 	cgp = jobs_watch_cgns(b);
 	if (cgp) {
 		sr->cgroup_namespace = (char *)cgns_mode_name(cgp->ns.mode);
