@@ -33,9 +33,10 @@ static void drop_orphans(struct conn *c, const Pinbroker__V1__Request *req)
 	size_t n;
 
 	if (!c->admin) {
-		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED,
-			     "dropping orphaned memory needs uid 0 or membership of the admin group; a process of yours "
-			     "stops being counted when it unmaps what it holds");
+		reply_status(
+			c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED,
+			"dropping orphaned memory needs uid 0 or membership of the admin group; a process of yours "
+			"stops being counted when it unmaps what it holds");
 		return;
 	}
 	if (ar->has_lease_id || ar->has_uid || (ar->has_all && ar->all)) {

@@ -71,8 +71,8 @@ struct restart {
 	uint64_t jcost_us;
 	uint64_t jbytes; /* appended since */
 	uint64_t jsnap_bytes;
-	bool jfailed; /* a write failed: said once */
-	size_t foreign;    /* memfds of our name other uids made, not counted */
+	bool jfailed;                 /* a write failed: said once */
+	size_t foreign;               /* memfds of our name other uids made, not counted */
 	char warning[PATH_MAX + 512]; /* what status and doctor say when the books after the restart are not complete */
 	ev_prepare jprepare;
 	ev_timer jtimer;

@@ -92,63 +92,6 @@ out:
 	return r;
 }
 
-/*
- * Replace the file atomically with v (or remove it when v is empty), and keep
- * the new file open (rs->jfd) for the journal's appends. No fsync: the file
- * must outlive the daemon, not the host (a file from another boot is ignored).
- */
-void restart_write_state(struct restart *rs, const struct orphan *v, size_t n)
-{
-	char tmp[PATH_MAX + 8], *text = NULL;
-	size_t len = 0, done = 0;
-	int fd, r;
-
-	if (rs->jfd >= 0)
-		close(rs->jfd);
-	rs->jfd = -1;
-	rs->jbytes = 0;
-	rs->jsnap_bytes = 0;
-	if (n == 0) {
-		if (unlink(rs->path) < 0 && errno != ENOENT)
-			log_warn("cannot remove the restart state %s, ignoring", rs->path);
-		return;
-	}
-	r = orphans_format(v, n, rs->boot_id, &text, &len);
-	if (r < 0) {
-		log_warnx("cannot write the restart state %s: %s; a restart now forgets what live processes map",
-			  rs->path, strerror(-r));
-		return;
-	}
-	snprintf(tmp, sizeof(tmp), "%s.XXXXXX", rs->path);
-	/* mkostemp: a new file of mode 0600, never one planted at a guessable name. */
-	fd = mkostemp(tmp, O_CLOEXEC | O_APPEND);
-	if (fd < 0) {
-		log_warn("cannot write the restart state %s; a restart now forgets what live processes map", rs->path);
-		free(text);
-		return;
-	}
-	while (done < len) {
-		ssize_t w = write(fd, text + done, len - done);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			break;
-		done += (size_t)w;
-	}
-	r = done == len ? 0 : -1;
-	if (r == 0 && rename(tmp, rs->path) == 0) {
-		free(text);
-		rs->jfd = fd;
-		rs->jsnap_bytes = len;
-		return;
-	}
-	log_warn("cannot write the restart state %s; a restart now forgets what live processes map", rs->path);
-	close(fd);
-	unlink(tmp);
-	free(text);
-}
-
 /* ------------------------------------------------------------ scanning */
 
 static void on_memfd(const struct holders_memfd *m, void *ud)
@@ -497,6 +440,10 @@ static void slice_cb(struct ev_loop *loop, ev_timer *w, int revents)
 		return;
 	}
 	holders_memfd_scan_stats(rs->scanning, &st);
+	log_debug("restart: /proc scan for memfds named %s (pass %d, in slices): %zu processes read, %zu unreadable, "
+		  "%zu maps lines, %zu stats, %zu slices",
+		  rs->pass ? LEGACY_MEMFD_NAME : rs->memfd_name, rs->pass, st.processes, st.unreadable, st.lines,
+		  st.stats, st.slices);
 	rs->stats.stats += st.stats;
 	rs->stats.processes += st.processes;
 	rs->stats.slices += st.slices;

@@ -240,15 +240,17 @@ static void add_unnamed(struct restart *rs, size_t *cap, const struct scan *s, c
 			break;
 		}
 		if (proven)
-			log_debug("restart: pid %d (uid %u) maps or holds memfd %llu (%llu bytes) this daemon's uid made "
-				  "that no state line names: counted as orphaned",
-				  (int)m->pid, (unsigned)m->uid, (unsigned long long)m->ino, (unsigned long long)bytes);
+			log_debug(
+				"restart: pid %d (uid %u) maps or holds memfd %llu (%llu bytes) this daemon's uid made "
+				"that no state line names: counted as orphaned",
+				(int)m->pid, (unsigned)m->uid, (unsigned long long)m->ino, (unsigned long long)bytes);
 		else
-			log_warnx("restart: pid %d (uid %u) maps or holds memfd %llu (%llu bytes) named %s that no state line "
-			  "names and whose maker cannot be read: counted as orphaned to uid %u until it is unmapped; if it "
-			  "is not the earlier daemon's, drop it with `pinctl revoke --orphans --uid %u`",
-			  (int)m->pid, (unsigned)m->uid, (unsigned long long)m->ino, (unsigned long long)bytes,
-			  rs->memfd_name, (unsigned)m->uid, (unsigned)m->uid);
+			log_warnx(
+				"restart: pid %d (uid %u) maps or holds memfd %llu (%llu bytes) named %s that no state line "
+				"names and whose maker cannot be read: counted as orphaned to uid %u until it is unmapped; if it "
+				"is not the earlier daemon's, drop it with `pinctl revoke --orphans --uid %u`",
+				(int)m->pid, (unsigned)m->uid, (unsigned long long)m->ino, (unsigned long long)bytes,
+				rs->memfd_name, (unsigned)m->uid, (unsigned)m->uid);
 		if (budget_charge(rs->b->budget, o.uid, o.bytes) < 0) {
 			rs->n--;
 			orphan_clear(&o);
@@ -308,7 +310,7 @@ void restart_init(struct broker *b)
 			log_warnx("the restart state %s is damaged (%s), ignoring it: only memfds named %s that live "
 				  "processes map are counted",
 				  rs->path, strerror(-r), rs->memfd_name);
-		rs->books = r == 0 && version >= 2 ? RESTART_BOOKS_COMPLETE
+		rs->books = r == 0 && version >= 2   ? RESTART_BOOKS_COMPLETE
 			    : r == 0 || r == -ESTALE ? RESTART_BOOKS_PARTIAL
 						     : RESTART_BOOKS_UNKNOWN;
 	}
@@ -474,8 +476,8 @@ void restart_init(struct broker *b)
 		log_warnx("restart: %s; memory may be pinned past the budget until those processes exit", rs->warning);
 	} else if (rs->books == RESTART_BOOKS_UNKNOWN) {
 		snprintf(rs->warning, sizeof(rs->warning),
-			 "the restart state %s was unusable: only memfds named %s found in /proc were counted", rs->path,
-			 rs->memfd_name);
+			 "the restart state %s was unusable: only memfds named %s found in /proc were counted",
+			 rs->path, rs->memfd_name);
 	}
 	/* The file now says what this daemon counts: a crash before the next clean stop reads that. */
 	restart_journal_rewrite(b);
@@ -519,10 +521,11 @@ int restart_drop_orphans(struct broker *b, bool all, uid_t uid, size_t *count, u
 			rs->v[kept++] = *o;
 			continue;
 		}
-		log_event(EV_LEASE_RELEASED, LOG_WARNING, o->lease_id, o->uid, o->npids ? o->pids[0] : 0,
-			  "orphaned memory (lease %llu of the previous daemon, %llu bytes, uid %u) dropped by an admin: "
-			  "no longer counted, though a process may still map it",
-			  (unsigned long long)o->lease_id, (unsigned long long)o->bytes, (unsigned)o->uid);
+		log_event(
+			EV_LEASE_RELEASED, LOG_WARNING, o->lease_id, o->uid, o->npids ? o->pids[0] : 0,
+			"orphaned memory (lease %llu of the previous daemon, %llu bytes, uid %u) dropped by an admin: "
+			"no longer counted, though a process may still map it",
+			(unsigned long long)o->lease_id, (unsigned long long)o->bytes, (unsigned)o->uid);
 		(*count)++;
 		*bytes += o->bytes;
 		restart_uncharge(rs, o);

@@ -157,8 +157,8 @@ static int merge_journal(struct orphan *v, size_t *n)
 	for (size_t i = 0, j; i < ni; i = j) {
 		struct orphan *first = idx[i];
 
-		for (j = i + 1; j < ni && idx[j]->lease_id == first->lease_id && idx[j]->keys[0].ino == first->keys[0].ino &&
-				idx[j]->keys[0].dev == first->keys[0].dev;
+		for (j = i + 1; j < ni && idx[j]->lease_id == first->lease_id &&
+				idx[j]->keys[0].ino == first->keys[0].ino && idx[j]->keys[0].dev == first->keys[0].dev;
 		     j++) {
 			struct orphan *o = idx[j];
 
