@@ -154,6 +154,8 @@ struct status_hidden {
 	struct pb_status s; /* first: a struct pb_status * of the library's points at one */
 	char *cgroup_namespace;
 	char *cgroup_ns_root;
+	char *restart_books; /* pb_status_restart_warning */
+	char *restart_warning;
 };
 
 static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status **ret)
@@ -167,6 +169,8 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 	/* NULL from an older daemon, which does not say. */
 	h->cgroup_namespace = sr->cgroup_namespace ? status_strdup(sr->cgroup_namespace, &oom) : NULL;
 	h->cgroup_ns_root = sr->cgroup_ns_root ? status_strdup(sr->cgroup_ns_root, &oom) : NULL;
+	h->restart_books = sr->restart_books ? status_strdup(sr->restart_books, &oom) : NULL;
+	h->restart_warning = sr->restart_warning ? status_strdup(sr->restart_warning, &oom) : NULL;
 	s->schema_version = sr->schema_version;
 	s->server_version = status_strdup(sr->server_version, &oom);
 	s->budget_bytes = sr->budget_bytes;
@@ -451,6 +455,8 @@ void pb_status_free(struct pb_status *s)
 	free_events(s->revocations, s->n_revocations);
 	free(((struct status_hidden *)s)->cgroup_namespace);
 	free(((struct status_hidden *)s)->cgroup_ns_root);
+	free(((struct status_hidden *)s)->restart_books);
+	free(((struct status_hidden *)s)->restart_warning);
 	free(s);
 }
 
@@ -466,4 +472,13 @@ const char *pb_status_cgroup_namespace(const struct pb_status *s, const char **r
 	if (root)
 		*root = h->cgroup_ns_root;
 	return h->cgroup_namespace;
+}
+
+const char *pb_status_restart_warning(const struct pb_status *s, const char **books)
+{
+	const struct status_hidden *h = (const struct status_hidden *)s;
+
+	if (books)
+		*books = h->restart_books;
+	return h->restart_warning;
 }

@@ -598,6 +598,13 @@ void pb_status_free(struct pb_status *s);
  */
 const char *pb_status_cgroup_namespace(const struct pb_status *s, const char **root);
 /*
+ * What the daemon knew at start of the memory its predecessor lent: *books (optional) is "none", "complete" (its
+ * restart state named every lease), "partial" or "unknown" (NULL from an older daemon). Returns a sentence when
+ * the daemon cannot see all its predecessor lent (an unusable state file and other uids' /proc it may not
+ * read), else NULL.
+ */
+const char *pb_status_restart_warning(const struct pb_status *s, const char **books);
+/*
  * s->pool_warming (1 or 0), for bindings that read struct pb_status by its layout: the function's presence says the
  * struct ends with the field (a library without it has a shorter struct).
  */

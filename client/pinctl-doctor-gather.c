@@ -247,6 +247,12 @@ void doctor_gather(struct doctor *d)
 				snprintf(d->cgroup_ns, sizeof(d->cgroup_ns), "%s", ns ? ns : "");
 				snprintf(d->cgroup_ns_root, sizeof(d->cgroup_ns_root), "%s", root ? root : "");
 			}
+			{
+				const char *books, *w = pb_status_restart_warning(s, &books);
+
+				snprintf(d->restart_books, sizeof(d->restart_books), "%s", books ? books : "");
+				snprintf(d->restart_warning, sizeof(d->restart_warning), "%s", w ? w : "");
+			}
 			pb_status_free(s);
 		}
 		pb_disconnect(c);

@@ -36,14 +36,16 @@ struct doctor {
 	char page_kind[16];
 	char cgroup_ns[16];       /* pb_status_cgroup_namespace: "" from an older daemon */
 	char cgroup_ns_root[512]; /* its root in the host's tree, where "private" */
-	pid_t daemon_pid;         /* 0 when not found */
+	char restart_books[16];   /* pb_status_restart_warning: "" from an older daemon */
+	char restart_warning[TEXT_BYTES];
+	pid_t daemon_pid; /* 0 when not found */
 	bool cuda_loaded;
 	bool cuda_usable;
 	int driver_version;
 	int gpus;
 	uint64_t gpu_bytes; /* every GPU's memory together */
 	char cuda_msg[256];
-	struct finding findings[16];
+	struct finding findings[24];
 	size_t n;
 };
 

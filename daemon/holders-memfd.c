@@ -24,8 +24,8 @@ int holders_parse_memfd_map(const char *line, size_t len, const char *name, dev_
 	size_t nlen = strlen(name);
 
 	dash = memchr(p, '-', len);
-	if (!dash || !holders_parse_num(p, dash, 16, '-', &start) || !(p = holders_parse_num(dash + 1, end, 16, ' ', &stop)) ||
-	    stop < start)
+	if (!dash || !holders_parse_num(p, dash, 16, '-', &start) ||
+	    !(p = holders_parse_num(dash + 1, end, 16, ' ', &stop)) || stop < start)
 		return -ENOENT;
 	p = holders_skip_column(p, end); /* perms */
 	if (!p || !(p = holders_skip_column(p, end)))
@@ -504,4 +504,3 @@ int holders_scan_memfds_of(const char *proc_root, const char *name, holders_want
 	holders_memfd_scan_free(s);
 	return 0;
 }
-

@@ -74,8 +74,10 @@ static int try_acquire_as(const char *sock, uid_t uid, uint64_t bytes)
 		int r;
 
 		sec_drop_to(uid);
-		if (pb_connect(sock, &c) < 0)
+		if (pb_connect(sock, &c) < 0) {
+			fprintf(stderr, "uid %u cannot connect: %s\n", (unsigned)uid, pb_last_error());
 			_exit(100);
+		}
 		r = pb_acquire(c, bytes, &o, &l);
 		_exit(r == 0 ? 0 : r == -ENOSPC ? 1 : 2);
 	}
