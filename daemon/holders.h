@@ -158,7 +158,7 @@ int holders_scan_memfds_of(const char *proc_root, const char *name, holders_want
 /*
  * The same scan in slices, resumable within one process: a process with 65,000
  * mappings and 20,000 fds is read over many steps (one read() of its maps, or
- * 64 of its fds, between two looks at the clock), so no step runs much past
+ * 16 of its fds, between two looks at the clock), so no step runs much past
  * its budget. Each (dev, inode) is stat'ed once per scan: a mapping of a file
  * already seen costs no syscall. want (NULL: every process) is asked with the
  * process's real, effective, saved and fs uid from /proc/PID/status, never the

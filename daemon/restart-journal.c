@@ -22,14 +22,13 @@
 #include "util.h"
 
 /*
- * The rewrite is O(leases), so the loop spends at most a tenth of its time on
- * it, as the fd-store writer does: after a rewrite that took t, the next waits
- * 9 t, and at most a second. What a crash forgets is then only releases of the
- * last moments: the next daemon holds that memory while its holder lives (or
- * until a scan shows it unmapped), never lends it.
+ * The rewrite is O(leases) (a fstat per chunk), so the loop spends at most a
+ * tenth of its time on it: after a rewrite that took t, the next waits 9 t.
+ * What a crash forgets is then only releases of the last moments: the next
+ * daemon holds that memory while its holder lives (or until a scan shows it
+ * unmapped), never lends it.
  */
 #define REWRITE_SPACING_FACTOR 9u
-#define REWRITE_SPACING_MAX_US 1000000u
 #define JOURNAL_MIN_BYTES (64u * 1024)
 
 /*
@@ -141,7 +140,7 @@ void restart_journal_rewrite(struct broker *b)
 	size_t n = 0, cap;
 	uint64_t t0_us = now_us();
 
-	if (!rs || !rs->path[0])
+	if (!rs || !rs->path[0] || rs->saved)
 		return;
 	cap = rs->n + lease_count(b->leases);
 	v = calloc(cap ? cap : 1, sizeof(*v));
@@ -172,7 +171,7 @@ void restart_journal_lent(struct broker *b, const struct lease *l)
 	size_t len = 0, done = 0;
 	int r;
 
-	if (!rs || !rs->path[0])
+	if (!rs || !rs->path[0] || rs->saved)
 		return;
 	if (rs->jfd < 0) {
 		/* No file yet (nothing was lent): the rewrite names l, which is in the table. */
@@ -223,8 +222,6 @@ static void jprepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
 		return;
 	since_us = now_us() - rs->jrewrite_us;
 	spacing_us = rs->jcost_us * REWRITE_SPACING_FACTOR;
-	if (spacing_us > REWRITE_SPACING_MAX_US)
-		spacing_us = REWRITE_SPACING_MAX_US;
 	limit_bytes = rs->jsnap_bytes > JOURNAL_MIN_BYTES ? rs->jsnap_bytes : JOURNAL_MIN_BYTES;
 	if (since_us < spacing_us && rs->jbytes < limit_bytes) {
 		if (!ev_is_active(&rs->jtimer)) {

@@ -606,6 +606,7 @@ void restart_save(struct broker *b)
 		return;
 	/* From here the file is the clean stop's: closing connections must not rewrite it. */
 	restart_journal_stop(rs);
+	rs->saved = true;
 	/*
 	 * revoker_hold_pids per lease walks every hold: 100k held ids made that 10^10 steps at a
 	 * stop, long past systemd's stop timeout. Index them once instead (qsort is stable enough:

@@ -179,8 +179,9 @@ static pid_t attack_start(void)
 		close(p[0]);
 		setpgid(0, 0);
 		/* Without CAP_SYS_RESOURCE (a container) the hard limit stays: --fds must fit under it. */
-		if (setrlimit(RLIMIT_NOFILE, &rl) < 0 && (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_max < nfds + 16 ||
-							  (rl.rlim_cur = rl.rlim_max, setrlimit(RLIMIT_NOFILE, &rl) < 0)))
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0 &&
+		    (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_max < nfds + 16 ||
+		     (rl.rlim_cur = rl.rlim_max, setrlimit(RLIMIT_NOFILE, &rl) < 0)))
 			_exit(59);
 		drop_to(UID_B);
 		for (unsigned i = 0; i < nprocs; i++) {
@@ -216,7 +217,8 @@ static pid_t attack_start(void)
 	close(p[1]);
 	for (unsigned i = 0; i < nprocs; i++)
 		if (read_all(p[0], &ok, 1) < 0)
-			bench_die(0, "an attacker of uid %u failed (maps %u, fds %u: see vm.max_map_count and ulimit -Hn)",
+			bench_die(0,
+				  "an attacker of uid %u failed (maps %u, fds %u: see vm.max_map_count and ulimit -Hn)",
 				  UID_B, nmaps, nfds);
 	close(p[0]);
 	return leader;

@@ -201,6 +201,62 @@ static int merge_journal(struct orphan *v, size_t *n)
 	return 0;
 }
 
+struct key_at {
+	dev_t dev;
+	ino_t ino;
+	size_t line;
+};
+
+static int key_at_cmp(const void *x, const void *y)
+{
+	const struct key_at *a = x, *b = y;
+
+	if (a->ino != b->ino)
+		return a->ino < b->ino ? -1 : 1;
+	if (a->dev != b->dev)
+		return a->dev < b->dev ? -1 : 1;
+	return a->line < b->line ? -1 : a->line > b->line;
+}
+
+/*
+ * A chunk is lent to one lease at a time: one a later line names went back to the pool and out again, so the
+ * earlier line's lease had ended (its release was not yet written when the daemon died). Drop that line.
+ */
+static int drop_reused(struct orphan *v, size_t *n)
+{
+	struct key_at *k;
+	bool *drop;
+	size_t nk = 0, kept = 0;
+
+	for (size_t i = 0; i < *n; i++)
+		nk += v[i].nkeys;
+	k = malloc((nk ? nk : 1) * sizeof(*k));
+	drop = calloc(*n ? *n : 1, sizeof(*drop));
+	if (!k || !drop) {
+		free(k);
+		free(drop);
+		return -ENOMEM;
+	}
+	nk = 0;
+	for (size_t i = 0; i < *n; i++)
+		for (size_t j = 0; j < v[i].nkeys; j++)
+			k[nk++] = (struct key_at){ v[i].keys[j].dev, v[i].keys[j].ino, i };
+	qsort(k, nk, sizeof(*k), key_at_cmp);
+	for (size_t i = 0; i + 1 < nk; i++)
+		if (k[i].dev == k[i + 1].dev && k[i].ino == k[i + 1].ino && k[i].line != k[i + 1].line)
+			drop[k[i].line] = true;
+	for (size_t i = 0; i < *n; i++) {
+		if (drop[i])
+			orphan_clear(&v[i]);
+		else
+			v[kept++] = v[i];
+	}
+	*n = kept;
+	free(k);
+	free(drop);
+	return 0;
+}
+
 int orphans_parse(const char *buf, size_t len, const char *boot_id, struct orphan **ret, size_t *n)
 {
 	return orphans_parse_version(buf, len, boot_id, ret, n, NULL);
@@ -270,6 +326,8 @@ int orphans_parse_version(const char *buf, size_t len, const char *boot_id, stru
 		r = -EBADMSG;
 	if (r == 0 && journal)
 		r = merge_journal(v, &nv);
+	if (r == 0 && journal)
+		r = drop_reused(v, &nv);
 	if (r < 0) {
 		orphans_free(v, nv);
 		return r;

@@ -55,7 +55,8 @@ int orphans_parse(const char *buf, size_t len, const char *boot_id, struct orpha
  * orphans_parse, for both versions: version 1 ends at "end"; version 2
  * (what orphans_format writes) goes on after "end" with "o" lines journaled
  * while the daemon ran, each a lease lent after the snapshot above it (one
- * already named: its pids are added to the first line's). A last line without
+ * already named: its pids are added to the first line's; a line whose memfd a
+ * later line names is dropped, as that chunk was lent again). A last line without
  * its newline is ignored (cut by a crash before that lease's fds left).
  * *version (optional) is 1 or 2.
  */

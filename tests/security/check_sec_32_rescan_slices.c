@@ -26,9 +26,10 @@
 #define MiB (1024ull * 1024ull)
 
 static const char *const args[] = { "--budget", "64M", "--uid-quota", "64M", "--prewarm", "8M", NULL };
-static const char *const again[] = { "--budget",           "64M", "--uid-quota",      "64M", "--prewarm",
-				     "8M",                 "--orphan-rescan-ms", "100",   "--enforce-slice-us",
-				     "100",                "--log-level",        "debug", NULL };
+static const char *const again[] = {
+	"--budget",           "64M", "--uid-quota", "64M",   "--prewarm", "8M", "--orphan-rescan-ms", "100",
+	"--enforce-slice-us", "100", "--log-level", "debug", NULL
+};
 
 static void chunk_name(const char *sock, char *buf, size_t len)
 {
@@ -102,7 +103,8 @@ START_TEST(test_rescans_read_only_orphan_owners_in_slices_stat_once)
 	daemon_restart(&d, again);
 	ck_assert_int_eq(itest_status(d.socket)->orphaned_bytes, 4 * MiB);
 
-	ck_assert_msg(daemon_wait_log(&d, "(pass 0, in slices)", 20000), "no sliced rescan:\n%s", daemon_log_excerpt(&d));
+	ck_assert_msg(daemon_wait_log(&d, "(pass 0, in slices)", 20000), "no sliced rescan:\n%s",
+		      daemon_log_excerpt(&d));
 	log = daemon_log(&d);
 	line = strstr(log, "(pass 0, in slices): ");
 	ck_assert_int_eq(sscanf(line + strlen("(pass 0, in slices): "),

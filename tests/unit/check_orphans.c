@@ -146,6 +146,15 @@ START_TEST(test_journal_lines_after_end_are_leases_lent_since)
 	ck_assert_uint_eq(out[1].lease_id, 2);
 	ck_assert_uint_eq(out[1].bytes, 8192);
 	orphans_free(out, n);
+	/* A chunk a later line names was lent again: the earlier lease had ended. */
+	text = "pinbroker-restart 2\nboot " BOOT "\n"
+	       "end\n"
+	       "o 4 61001 8192 p6 k0:1:10:4096,0:1:11:4096\n"
+	       "o 5 61002 4096 p9 k0:1:11:4096\n";
+	ck_assert_int_eq(parse(text, &out, &n), 0);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_eq(out[0].lease_id, 5);
+	orphans_free(out, n);
 	/* A version 1 file has nothing after "end". */
 	ck_assert_int_eq(parse("pinbroker-restart 1\nboot " BOOT "\nend\no 2 61001 8192 p6 k0:1:10:8192\n", &out, &n),
 			 -EBADMSG);
