@@ -472,7 +472,9 @@ void restart_init(struct broker *b)
 		snprintf(rs->warning, sizeof(rs->warning),
 			 "the restart state %s is %s and other uids' /proc cannot be read (no CAP_SYS_PTRACE): memory "
 			 "the previous daemon lent to other uids cannot be seen and is not counted",
-			 rs->path, rs->books == RESTART_BOOKS_UNKNOWN ? "unusable" : "from an older daemon");
+			 rs->path,
+			 rs->books == RESTART_BOOKS_UNKNOWN ? "unusable"
+							    : "incomplete (an older daemon's, or another boot's)");
 		log_warnx("restart: %s; memory may be pinned past the budget until those processes exit", rs->warning);
 	} else if (rs->books == RESTART_BOOKS_UNKNOWN) {
 		snprintf(rs->warning, sizeof(rs->warning),

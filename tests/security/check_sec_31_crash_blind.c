@@ -140,7 +140,7 @@ END_TEST
 /* A state it cannot use and a /proc it cannot read: the daemon says, at warning, that it cannot see what was lent. */
 START_TEST(test_unusable_state_under_unit_caps_is_said)
 {
-	char state[400];
+	char state[400], boot[64] = "";
 	struct daemon d;
 	pid_t a;
 	FILE *f;
@@ -150,14 +150,28 @@ START_TEST(test_unusable_state_under_unit_caps_is_said)
 	a = itest_hold_lease(d.socket, HOLD_BYTES, NULL);
 	kill(d.pid, SIGKILL);
 	ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
+	f = fopen("/proc/sys/kernel/random/boot_id", "re");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(fgets(boot, sizeof(boot), f));
+	fclose(f);
+	boot[strcspn(boot, "\n")] = '\0';
 	snprintf(state, sizeof(state), "%s.state", d.socket);
 	f = fopen(state, "we");
 	ck_assert_ptr_nonnull(f);
-	fputs("pinbroker-restart 2\nboot x\ngarbage\n", f);
+	/* This boot's, and damaged: a line that is no lease. */
+	fprintf(f, "pinbroker-restart 2\nboot %s\ngarbage\nend\n", boot);
 	fclose(f);
 	start_blind(&d);
-	ck_assert_msg(daemon_wait_log(&d, "cannot be seen", 5000), "no warning that lent memory cannot be seen:\n%s",
-		      daemon_log_excerpt(&d));
+	ck_assert_msg(daemon_wait_log(&d, "unusable and other uids' /proc cannot be read", 5000),
+		      "no warning that lent memory cannot be seen:\n%s", daemon_log_excerpt(&d));
+	{
+		struct pb_status *s = itest_status(d.socket);
+		const char *books, *w = pb_status_restart_warning(s, &books);
+
+		ck_assert_msg(w && strstr(w, "cannot be seen"), "status has no restart warning");
+		ck_assert_str_eq(books, "unknown");
+		pb_status_free(s);
+	}
 	kill(a, SIGKILL);
 	itest_wait_exit(a);
 	ck_assert_int_eq(daemon_stop(&d), 0);
