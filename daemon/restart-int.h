@@ -71,7 +71,7 @@ struct restart {
 	uint64_t jcost_us;
 	uint64_t jbytes; /* appended since */
 	uint64_t jsnap_bytes;
-	bool jfailed;                 /* a write failed: said once */
+	bool jfailed;                 /* the last write failed (said once) and the file was removed */
 	bool saved;                   /* restart_save wrote the clean stop's file: nothing rewrites it after */
 	size_t foreign;               /* memfds of our name other uids made, not counted */
 	char warning[PATH_MAX + 512]; /* what status and doctor say when the books after the restart are not complete */

@@ -36,6 +36,26 @@
  * the new file open (rs->jfd) for the journal's appends. No fsync: the file
  * must outlive the daemon, not the host (a file from another boot is ignored).
  */
+/*
+ * A write failed: the file on disk may miss leases lent since, and a version 2
+ * file is taken as naming every one. Remove it (the next daemon then also
+ * looks for memfds by name), and say so once until a write succeeds again.
+ */
+static void write_failed(struct restart *rs, const char *what, int err)
+{
+	int was = rs->jfailed;
+
+	if (unlink(rs->path) < 0 && errno != ENOENT && !was)
+		log_warn("cannot remove the stale restart state %s either", rs->path);
+	rs->jfailed = true;
+	if (was)
+		log_debug("restart state %s: %s: %s", rs->path, what, strerror(err));
+	else
+		log_warnx("cannot write the restart state %s (%s: %s): a restart after a crash now counts only the "
+			  "memfds of our name it finds in /proc; said once until it works again",
+			  rs->path, what, strerror(err));
+}
+
 void restart_write_state(struct restart *rs, const struct orphan *v, size_t n)
 {
 	char tmp[PATH_MAX + 8], *text = NULL;
@@ -54,15 +74,14 @@ void restart_write_state(struct restart *rs, const struct orphan *v, size_t n)
 	}
 	r = orphans_format(v, n, rs->boot_id, &text, &len);
 	if (r < 0) {
-		log_warnx("cannot write the restart state %s: %s; a restart now forgets what live processes map",
-			  rs->path, strerror(-r));
+		write_failed(rs, "formatting it", -r);
 		return;
 	}
 	snprintf(tmp, sizeof(tmp), "%s.XXXXXX", rs->path);
 	/* mkostemp: a new file of mode 0600, never one planted at a guessable name. */
 	fd = mkostemp(tmp, O_CLOEXEC | O_APPEND);
 	if (fd < 0) {
-		log_warn("cannot write the restart state %s; a restart now forgets what live processes map", rs->path);
+		write_failed(rs, "creating it", errno);
 		free(text);
 		return;
 	}
@@ -80,9 +99,12 @@ void restart_write_state(struct restart *rs, const struct orphan *v, size_t n)
 		free(text);
 		rs->jfd = fd;
 		rs->jsnap_bytes = len;
+		if (rs->jfailed)
+			log_info("the restart state %s is written again", rs->path);
+		rs->jfailed = false;
 		return;
 	}
-	log_warn("cannot write the restart state %s; a restart now forgets what live processes map", rs->path);
+	write_failed(rs, "writing it", errno ? errno : EIO);
 	close(fd);
 	unlink(tmp);
 	free(text);
@@ -174,8 +196,10 @@ void restart_journal_lent(struct broker *b, const struct lease *l)
 	if (!rs || !rs->path[0] || rs->saved)
 		return;
 	if (rs->jfd < 0) {
-		/* No file yet (nothing was lent): the rewrite names l, which is in the table. */
-		restart_journal_rewrite(b);
+		/* No file yet (nothing was lent): the rewrite names l, which is in the table. After a failed write
+		 * the file is gone and the loop's spaced rewrites try again, not every lease. */
+		if (!rs->jfailed)
+			restart_journal_rewrite(b);
 		return;
 	}
 	r = lease_line(b, l, &o);
@@ -200,10 +224,8 @@ void restart_journal_lent(struct broker *b, const struct lease *l)
 		rs->jbytes += len;
 		return;
 	}
-	if (!rs->jfailed)
-		log_warnx("cannot append lease %llu to the restart state %s (%s): rewriting it whole",
-			  (unsigned long long)l->id, rs->path, strerror(-r));
-	rs->jfailed = true;
+	log_debug("cannot append lease %llu to the restart state %s (%s): rewriting it whole",
+		  (unsigned long long)l->id, rs->path, strerror(-r));
 	restart_journal_rewrite(b);
 }
 
