@@ -367,6 +367,8 @@ _OPTIONAL = {
     "pb_lease_cuda_piece_bytes": (_size, [_vp]),
     # The daemon's cgroup namespace, kept out of struct pb_status (issue 28).
     "pb_status_cgroup_namespace": (_cstr, [_vp, ctypes.POINTER(_cstr)]),
+    # What the daemon knew at start of what its predecessor lent (issue 38).
+    "pb_status_restart_warning": (_cstr, [_vp, ctypes.POINTER(_cstr)]),
 }
 
 
