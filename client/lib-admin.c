@@ -127,6 +127,14 @@ int pb_admin_revoke(pb_client *c, int what, uint64_t lease_id, uint32_t uid, uin
 		ar.has_all = 1;
 		ar.all = 1;
 		break;
+	case PB_REVOKE_ORPHANS_UID:
+		ar.has_orphans_uid = 1;
+		ar.orphans_uid = uid;
+		/* fall through */
+	case PB_REVOKE_ORPHANS:
+		ar.has_orphans = 1;
+		ar.orphans = 1;
+		break;
 	default:
 		return err_set(-EINVAL, "pb_admin_revoke: unknown target %d", what);
 	}
@@ -148,7 +156,7 @@ int pb_admin_revoke(pb_client *c, int what, uint64_t lease_id, uint32_t uid, uin
 		}
 	}
 	if (r == 0 && n && arr)
-		*n = arr->n_lease_ids;
+		*n = arr->has_orphans_dropped ? arr->orphans_dropped : arr->n_lease_ids;
 	conn_waiter_cleanup(&w);
 	return r;
 }

@@ -156,6 +156,8 @@ struct status_hidden {
 	char *cgroup_ns_root;
 	uint32_t job_unknown_clients;
 	uint64_t job_unknown_total;
+	char *restart_books; /* pb_status_restart_warning */
+	char *restart_warning;
 };
 
 static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status **ret)
@@ -171,6 +173,8 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 	h->cgroup_ns_root = sr->cgroup_ns_root ? status_strdup(sr->cgroup_ns_root, &oom) : NULL;
 	h->job_unknown_clients = sr->has_job_unknown_clients ? sr->job_unknown_clients : 0;
 	h->job_unknown_total = sr->has_job_unknown_total ? sr->job_unknown_total : 0;
+	h->restart_books = sr->restart_books ? status_strdup(sr->restart_books, &oom) : NULL;
+	h->restart_warning = sr->restart_warning ? status_strdup(sr->restart_warning, &oom) : NULL;
 	s->schema_version = sr->schema_version;
 	s->server_version = status_strdup(sr->server_version, &oom);
 	s->budget_bytes = sr->budget_bytes;
@@ -455,6 +459,8 @@ void pb_status_free(struct pb_status *s)
 	free_events(s->revocations, s->n_revocations);
 	free(((struct status_hidden *)s)->cgroup_namespace);
 	free(((struct status_hidden *)s)->cgroup_ns_root);
+	free(((struct status_hidden *)s)->restart_books);
+	free(((struct status_hidden *)s)->restart_warning);
 	free(s);
 }
 
@@ -479,4 +485,13 @@ uint32_t pb_status_job_unknown(const struct pb_status *s, uint64_t *acquires)
 	if (acquires)
 		*acquires = h->job_unknown_total;
 	return h->job_unknown_clients;
+}
+
+const char *pb_status_restart_warning(const struct pb_status *s, const char **books)
+{
+	const struct status_hidden *h = (const struct status_hidden *)s;
+
+	if (books)
+		*books = h->restart_books;
+	return h->restart_warning;
 }

@@ -605,6 +605,13 @@ void pb_status_free(struct pb_status *s);
  */
 const char *pb_status_cgroup_namespace(const struct pb_status *s, const char **root);
 /*
+ * What the daemon knew at start of the memory its predecessor lent: *books (optional) is "none", "complete" (its
+ * restart state named every lease), "partial" or "unknown" (NULL from an older daemon). Returns a sentence when
+ * the daemon cannot see all its predecessor lent (an unusable state file and other uids' /proc it may not
+ * read), else NULL.
+ */
+const char *pb_status_restart_warning(const struct pb_status *s, const char **books);
+/*
  * s->pool_warming (1 or 0), for bindings that read struct pb_status by its layout: the function's presence says the
  * struct ends with the field (a library without it has a shorter struct).
  */
@@ -650,6 +657,13 @@ void pb_lease_info_free(struct pb_lease_info *rows, size_t n);
 #define PB_REVOKE_LEASE 0
 #define PB_REVOKE_UID 1
 #define PB_REVOKE_ALL 2
+/*
+ * Admin: stop counting orphaned memory (what an earlier daemon lent, or a memfd found by its name, that
+ * live processes still map): PB_REVOKE_ORPHANS all of it, PB_REVOKE_ORPHANS_UID uid's. Nothing is
+ * signalled or unmapped. *n is how many orphans went; *ids stays NULL.
+ */
+#define PB_REVOKE_ORPHANS 3
+#define PB_REVOKE_ORPHANS_UID 4
 int pb_admin_revoke(pb_client *c, int what, uint64_t lease_id, uint32_t uid, uint32_t deadline_ms, uint64_t **ids,
 		    size_t *n);
 

@@ -483,17 +483,22 @@ int cmd_revoke(int argc, char **argv)
 		{ "uid", required_argument, NULL, 'u' },
 		{ "all", no_argument, NULL, 'a' },
 		{ "deadline", required_argument, NULL, 'd' },
+		{ "orphans", no_argument, NULL, 'O' },
 		PINCTL_COMMON_OPTIONS,
 		{ NULL, 0, NULL, 0 },
 	};
 	uint64_t lease_id = 0, uid = 0, deadline_ms = 0, *ids = NULL;
 	uint32_t uid32 = 0;
 	int what = -1, o, r, targets = 0;
+	bool orphans = false;
 	size_t n = 0;
 	pb_client *c;
 
 	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
 		switch (o) {
+		case 'O':
+			orphans = true;
+			break;
 		case 'u':
 			r = parse_user(optarg, &uid32);
 			if (r == -ENOENT)
@@ -528,6 +533,11 @@ int cmd_revoke(int argc, char **argv)
 	}
 	if (targets != 1)
 		return usage_error("give exactly one of LEASE, --uid USER or --all");
+	if (orphans) {
+		if (what == PB_REVOKE_LEASE)
+			return usage_error("--orphans takes --uid USER or --all, not a lease id");
+		what = what == PB_REVOKE_UID ? PB_REVOKE_ORPHANS_UID : PB_REVOKE_ORPHANS;
+	}
 
 	r = connect_or_explain(&c);
 	if (r)
@@ -536,7 +546,10 @@ int cmd_revoke(int argc, char **argv)
 	pb_disconnect(c);
 	if (r < 0)
 		return report_failure("revoke", r);
-	if (n == 0) {
+	if (orphans) {
+		printf("dropped %zu orphan%s: no longer counted (processes that map them keep them)\n", n,
+		       n == 1 ? "" : "s");
+	} else if (n == 0) {
 		printf("no lease matched\n");
 	} else {
 		printf("revoking %zu lease%s:", n, n == 1 ? "" : "s");

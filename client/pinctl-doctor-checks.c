@@ -906,6 +906,27 @@ static void check_chunks(struct doctor *d)
 		      "raises it to fit)");
 }
 
+/* After a restart without the fd store the daemon counts what its predecessor lent only where it can see it. */
+static void check_restart(struct doctor *d)
+{
+	struct finding *f;
+
+	if (!d->have_status || !d->restart_books[0]) {
+		doctor_add(d, "restart", DOCTOR_SKIP, "%s",
+			   d->have_status ? "the daemon does not say (an older version)" : "no daemon status");
+		return;
+	}
+	if (!d->restart_warning[0]) {
+		doctor_add(d, "restart", DOCTOR_OK, "what the previous daemon lent is known (restart state: %s)",
+			   d->restart_books);
+		return;
+	}
+	f = doctor_add(d, "restart", DOCTOR_WARN, "%s", d->restart_warning);
+	doctor_fix(f, "give the daemon CAP_SYS_PTRACE (AmbientCapabilities= and CapabilityBoundingSet= in a drop-in) "
+		      "so that it can read other users' /proc, and never remove its restart-state file while it is "
+		      "stopped; memory it cannot see is counted again only once its holders exit");
+}
+
 void doctor_checks_run(struct doctor *d)
 {
 	check_socket(d);
@@ -924,4 +945,5 @@ void doctor_checks_run(struct doctor *d)
 	check_service(d);
 	check_budget(d);
 	check_chunks(d);
+	check_restart(d);
 }

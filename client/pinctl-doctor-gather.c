@@ -248,6 +248,12 @@ void doctor_gather(struct doctor *d)
 				snprintf(d->cgroup_ns_root, sizeof(d->cgroup_ns_root), "%s", root ? root : "");
 			}
 			d->job_unknown_clients = pb_status_job_unknown(s, &d->job_unknown_total);
+			{
+				const char *books, *w = pb_status_restart_warning(s, &books);
+
+				snprintf(d->restart_books, sizeof(d->restart_books), "%s", books ? books : "");
+				snprintf(d->restart_warning, sizeof(d->restart_warning), "%s", w ? w : "");
+			}
 			pb_status_free(s);
 		}
 		pb_disconnect(c);

@@ -34,8 +34,10 @@ struct doctor {
 	uint64_t budget_bytes;
 	uint64_t chunk_size_bytes, chunk_max_bytes, chunk_capacity; /* the pool's chunk classes and their room */
 	char page_kind[16];
-	char cgroup_ns[16];           /* pb_status_cgroup_namespace: "" from an older daemon */
-	char cgroup_ns_root[512];     /* its root in the host's tree, where "private" */
+	char cgroup_ns[16];       /* pb_status_cgroup_namespace: "" from an older daemon */
+	char cgroup_ns_root[512]; /* its root in the host's tree, where "private" */
+	char restart_books[16];   /* pb_status_restart_warning: "" from an older daemon */
+	char restart_warning[TEXT_BYTES];
 	pid_t daemon_pid;             /* 0 when not found */
 	uint32_t job_unknown_clients; /* pb_status_job_unknown: clients whose job the daemon could not read */
 	uint64_t job_unknown_total;   /* and their acquires while quota rules existed */

@@ -21,7 +21,7 @@ void pinctl_usage(FILE *f)
 		"                                    every lease on the host (fetched page by page)\n"
 		"  acquire SIZE [--hold SECONDS] [--label L] [--priority normal|critical|best-effort]\n"
 		"          [--wait MS]               borrow SIZE (e.g. 64M, 1G), touch it, hold, release\n"
-		"  revoke LEASE | --uid USER | --all [--deadline MS]\n"
+		"  revoke LEASE | --uid USER | --all [--deadline MS] [--orphans]\n"
 		"                                    ask clients to give leases back (admin)\n"
 		"  top [--interval SECONDS] [--once] a live view of the budget, clients and leases (also: watch)\n"
 		"  get KEY [--json]                  one running setting and where it came from\n"
@@ -154,13 +154,17 @@ static const struct command_help {
 		     "  --priority P    normal, critical (revoked last) or best-effort (revoked first)\n"
 		     "  --wait MS       wait up to MS for memory instead of being refused at once\n" },
 	{ "revoke", "Usage: pinctl revoke LEASE | --uid USER | --all [--deadline MS]\n"
+		    "       pinctl revoke --orphans --uid USER | --all\n"
 		    "\n"
 		    "Ask the holders to give leases back (admin): one lease by id, every lease of a uid, or all.\n"
 		    "\n"
 		    "  --uid USER      every lease of USER, a user name or a uid\n"
 		    "  --all           every lease on the host\n"
 		    "  --deadline MS   time the holders have before revoke-enforce applies (default: the daemon's\n"
-		    "                  revoke-deadline-ms)\n" },
+		    "                  revoke-deadline-ms)\n"
+		    "  --orphans       instead, stop counting orphaned memory (what the daemon before a restart\n"
+		    "                  lent, or a memfd found by its name) of USER, or all of it: nothing is\n"
+		    "                  signalled; use it for memory the log says is not the daemon's\n" },
 	{ "top", "Usage: pinctl top [--interval SECONDS] [--once]   (also: pinctl watch)\n"
 		 "\n"
 		 "A live view, refreshed in place: the budget, leased, pool and pressure, then the clients and the\n"

@@ -362,6 +362,15 @@ void status_json(FILE *f, const struct pb_status *s)
 
 		json_u64(f, "job_unknown_clients", clients, true);
 		json_u64(f, "job_unknown_total", acquires, true);
+		const char *books, *w = pb_status_restart_warning(s, &books);
+
+		/* null from an older daemon; the warning only where the daemon cannot see what was lent. */
+		json_key(f, "restart_books");
+		books ? json_str(f, books) : (void)fputs("null", f);
+		fputc(',', f);
+		json_key(f, "restart_warning");
+		w ? json_str(f, w) : (void)fputs("null", f);
+		fputc(',', f);
 	}
 
 	json_key(f, "signals");
@@ -530,6 +539,11 @@ void status_human(const struct pb_status *s)
 	if (s->orphaned_bytes)
 		printf("of leased:    %s orphaned: lent by the daemon before a restart, still mapped by live processes\n",
 		       size_str(s->orphaned_bytes, a, sizeof(a)));
+	if (pb_status_restart_warning(s, NULL)) {
+		char ebuf[ESC_BYTES];
+
+		printf("warning:      %s (pinctl doctor)\n", esc(pb_status_restart_warning(s, NULL), ebuf));
+	}
 	printf("unbrokered:   %s pinned outside the budget, reported by clients, not verified (pinned in all: %s)\n",
 	       size_str(s->unbrokered_bytes, a, sizeof(a)),
 	       size_str(s->pool_bytes + s->registered_bytes + s->unbrokered_bytes + s->orphaned_bytes, b, sizeof(b)));

@@ -261,7 +261,8 @@ const struct config_key config_key_table[] = {
 	K_UINT("enforce-slice-us", enforce_slice_us, 100, 1000000, "2000", true,
 	       "Most time one loop turn spends on revoke enforcement (marking leases overdue, the /proc scan for "
 	       "processes still mapping them, signals); the rest waits for the next turn, so other clients are "
-	       "answered in between. One process's /proc entry is read whole, so a turn can pass it by that much."),
+	       "answered in between. One process's /proc entry is read whole, so a turn can pass it by that much. "
+	       "The orphan rescans after a restart take the same slices, and stop inside a process too."),
 	K_ENUM("revoke-enforce", revoke_enforce, enforce_choices, "sigterm", true,
 	       "What happens to a client that misses a revoke deadline: none, disconnect, sigterm or sigkill. "
 	       "sigterm by default: the job gets to clean up and exit; escalating to sigkill is the admin's choice. "

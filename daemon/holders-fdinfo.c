@@ -95,6 +95,32 @@ void holders_memfd_mounts(struct memfd_mounts *m)
 	}
 }
 
+int holders_fdinfo_memfd(int dirfd, const char *name, const struct memfd_mounts *mm, dev_t *dev, ino_t *ino)
+{
+	char buf[FDINFO_BYTES];
+	size_t hits = 0, at = 0;
+	uint64_t v;
+	ssize_t n = read_text(dirfd, name, buf, sizeof(buf));
+	int mnt;
+
+	if (n == -ENOENT)
+		return -ENOENT;
+	if (n <= 0 || holders_parse_fdinfo(buf, (size_t)n, &mnt, &v) < 0)
+		return -EACCES;
+	for (size_t i = 0; i < mm->n; i++)
+		if (mm->mount[i].mnt_id == mnt) {
+			hits++;
+			at = i;
+		}
+	if (hits > 1)
+		return -EACCES;
+	if (hits == 0)
+		return 0;
+	*dev = mm->mount[at].dev;
+	*ino = (ino_t)v;
+	return 1;
+}
+
 int holders_fdinfo_memfds(int pdir, const struct memfd_mounts *mm, int (*fn)(dev_t dev, ino_t ino, void *ud), void *ud)
 {
 	struct dirent *e;
@@ -110,30 +136,19 @@ int holders_fdinfo_memfds(int pdir, const struct memfd_mounts *mm, int (*fn)(dev
 		return r;
 	}
 	while (r == 0 && (e = readdir(d))) {
-		char buf[FDINFO_BYTES];
-		size_t hits = 0, at = 0;
-		uint64_t ino;
-		ssize_t n;
-		int mnt;
+		dev_t dev;
+		ino_t ino;
+		int k;
 
 		if (e->d_name[0] == '.')
 			continue;
-		n = read_text(dirfd(d), e->d_name, buf, sizeof(buf));
-		if (n == -ENOENT)
+		k = holders_fdinfo_memfd(dirfd(d), e->d_name, mm, &dev, &ino);
+		if (k == -ENOENT)
 			continue; /* closed meanwhile */
-		if (n <= 0 || holders_parse_fdinfo(buf, (size_t)n, &mnt, &ino) < 0) {
-			r = -EACCES;
-			break;
-		}
-		for (size_t i = 0; i < mm->n; i++)
-			if (mm->mount[i].mnt_id == mnt) {
-				hits++;
-				at = i;
-			}
-		if (hits > 1)
-			r = -EACCES;
-		else if (hits == 1)
-			r = fn(mm->mount[at].dev, (ino_t)ino, ud);
+		if (k < 0)
+			r = k;
+		else if (k == 1)
+			r = fn(dev, ino, ud);
 	}
 	closedir(d);
 	return r;

@@ -28,6 +28,13 @@ void holders_memfd_mounts(struct memfd_mounts *m);
 int holders_parse_fdinfo(const char *buf, size_t len, int *mnt_id, uint64_t *ino);
 
 /*
+ * One entry of a process's fdinfo/ folder (dirfd; name: the fd's number): 1 with *dev and *ino when the fd is
+ * open on a memfd mount, 0 when on another file, -ENOENT when it was closed meanwhile, -EACCES when its text
+ * could not be read or parsed (a kernel before 5.14 has no ino:) or its mount id is one two probed kinds share.
+ */
+int holders_fdinfo_memfd(int dirfd, const char *name, const struct memfd_mounts *mm, dev_t *dev, ino_t *ino);
+
+/*
  * Each fd the process of pdir (its /proc/PID folder) holds on a memfd mount, as the (st_dev, st_ino) it
  * has, to fn, until fn returns non-zero, which is returned. 0 once every fd was seen; -EACCES where an fd's
  * fdinfo could not be read or parsed (a kernel before 5.14 has no ino:), or its mount id is one two probed

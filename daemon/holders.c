@@ -18,18 +18,8 @@
 #include <unistd.h>
 
 #include "holders-fdinfo.h"
+#include "holders-int.h"
 #include "util.h"
-
-/*
- * Longest maps line: about 100 bytes of columns plus a path of PATH_MAX (4096)
- * whose every byte the kernel may escape as \ooo (4 bytes). Twice that leaves
- * room for the partial line carried between reads.
- */
-#define MAPS_BUF_BYTES (2 * (128 + 4 * PATH_MAX))
-/* The Uid: line is the ninth of status (Name, Umask, State, Tgid, Ngid, Pid, PPid, TracerPid, Uid). */
-#define STATUS_BUF_BYTES 4096
-/* An fd's link text: "/memfd:" NAME " (deleted)", NAME at most POOL_MEMFD_NAME_MAX; longer links are not ours. */
-#define POOL_NAME_LINK_MAX 128
 
 static int key_cmp(const void *a, const void *b)
 {
@@ -57,7 +47,7 @@ static int key_index(const struct holder_key *keys, size_t nkeys, dev_t dev, ino
 }
 
 /* Skip one column and the spaces after it; NULL if the line ends first. */
-static const char *skip_column(const char *p, const char *end)
+const char *holders_skip_column(const char *p, const char *end)
 {
 	while (p < end && *p != ' ')
 		p++;
@@ -69,7 +59,7 @@ static const char *skip_column(const char *p, const char *end)
 }
 
 /* An unsigned number in base 10 or 16 ending at stop (or end); NULL if none or it overflows. */
-static const char *parse_num(const char *p, const char *end, int base, char stop, uint64_t *ret)
+const char *holders_parse_num(const char *p, const char *end, int base, char stop, uint64_t *ret)
 {
 	uint64_t v = 0;
 	const char *s = p;
@@ -103,14 +93,14 @@ static int maps_line(const char *p, const char *end, const struct holder_key *ke
 	uint64_t maj, min, ino;
 
 	for (int i = 0; i < 3 && p; i++) /* range, perms, offset */
-		p = skip_column(p, end);
-	if (!p || !(p = parse_num(p, end, 16, ':', &maj)) || p >= end)
+		p = holders_skip_column(p, end);
+	if (!p || !(p = holders_parse_num(p, end, 16, ':', &maj)) || p >= end)
 		return -ENOENT;
-	if (!(p = parse_num(p + 1, end, 16, ' ', &min)) || p >= end)
+	if (!(p = holders_parse_num(p + 1, end, 16, ' ', &min)) || p >= end)
 		return -ENOENT;
 	while (p < end && *p == ' ')
 		p++;
-	if (!parse_num(p, end, 10, ' ', &ino) || ino == 0) /* inode 0: anonymous memory */
+	if (!holders_parse_num(p, end, 10, ' ', &ino) || ino == 0) /* inode 0: anonymous memory */
 		return -ENOENT;
 	if (maj > UINT_MAX || min > UINT_MAX)
 		return -ENOENT;
@@ -155,7 +145,7 @@ int holders_parse_status_uid(const char *buf, size_t len, uid_t ret[4])
 				while (q < nl && (*q == '\t' || *q == ' '))
 					q++;
 				/* Each id ends at a tab, or the last at the newline. */
-				if (!(q = parse_num(q, nl, 10, i < 3 ? '\t' : '\n', &v)) || v >= (uid_t)-1)
+				if (!(q = holders_parse_num(q, nl, 10, i < 3 ? '\t' : '\n', &v)) || v >= (uid_t)-1)
 					return -EBADMSG;
 				ret[i] = (uid_t)v;
 			}
@@ -167,7 +157,7 @@ int holders_parse_status_uid(const char *buf, size_t len, uid_t ret[4])
 }
 
 /* Read a small file below dirfd in one go. Returns the length or -errno. */
-static ssize_t read_small(int dirfd, const char *name, char *buf, size_t cap)
+ssize_t holders_read_small(int dirfd, const char *name, char *buf, size_t cap)
 {
 	size_t have = 0;
 	ssize_t n;
@@ -210,7 +200,7 @@ static int pid_cmp(const void *a, const void *b)
 static int uid_matches(int pdir, const uid_t *uids, size_t nuids, uid_t *ret)
 {
 	char buf[STATUS_BUF_BYTES];
-	ssize_t n = read_small(pdir, "status", buf, sizeof(buf));
+	ssize_t n = holders_read_small(pdir, "status", buf, sizeof(buf));
 	uid_t ids[4];
 
 	if (n < 0)
@@ -332,7 +322,7 @@ static int process_match(int pdir, const uid_t *uids, size_t nuids, const struct
 	return fds_match(pdir, keys, nkeys, uid, mm);
 }
 
-static pid_t parse_pid(const char *s)
+pid_t holders_parse_pid(const char *s)
 {
 	uint64_t v = 0;
 
@@ -346,7 +336,7 @@ static pid_t parse_pid(const char *s)
 	return v <= INT_MAX ? (pid_t)v : 0;
 }
 
-static bool unreadable_errno(int r)
+bool holders_unreadable_errno(int r)
 {
 	return r == -EACCES || r == -EPERM;
 }
@@ -448,7 +438,7 @@ fail:
 /* One /proc entry: a holder appended to s->out, or nothing. Returns 0 or -ENOMEM. */
 static int scan_entry(struct holders_scan *s, const char *name)
 {
-	pid_t pid = parse_pid(name);
+	pid_t pid = holders_parse_pid(name);
 	int pdir, pidfd, k;
 
 	if (pid <= 1 || pid == s->self || (s->nexclude && bsearch(&pid, s->exclude, s->nexclude, sizeof(pid), pid_cmp)))
@@ -464,7 +454,7 @@ static int scan_entry(struct holders_scan *s, const char *name)
 		return 0;
 	k = process_match(pdir, s->uids, s->nuids, s->keys, s->nkeys, s->buf, &s->mounts);
 	if (k < 0) {
-		s->unreadable += unreadable_errno(k);
+		s->unreadable += holders_unreadable_errno(k);
 		close(pdir);
 		return 0;
 	}
@@ -570,295 +560,6 @@ int holders_find(const char *proc_root, uid_t uid, const struct holder_key *keys
 	}
 	holders_scan_free(s);
 	free(k);
-	return r;
-}
-
-int holders_parse_memfd_map(const char *line, size_t len, const char *name, dev_t *dev, ino_t *ino, uint64_t *end_bytes)
-{
-	const char *p = line, *end = line + len, *dash;
-	uint64_t start, stop, off, maj, min, inode;
-	size_t nlen = strlen(name);
-
-	dash = memchr(p, '-', len);
-	if (!dash || !parse_num(p, dash, 16, '-', &start) || !(p = parse_num(dash + 1, end, 16, ' ', &stop)) ||
-	    stop < start)
-		return -ENOENT;
-	p = skip_column(p, end); /* perms */
-	if (!p || !(p = skip_column(p, end)))
-		return -ENOENT;
-	/* The offset column, then dev and inode as maps_line reads them. */
-	if (!parse_num(line + (p - line), end, 16, ' ', &off))
-		return -ENOENT;
-	p = skip_column(p, end);
-	if (!p || !(p = parse_num(p, end, 16, ':', &maj)) || p >= end)
-		return -ENOENT;
-	if (!(p = parse_num(p + 1, end, 16, ' ', &min)) || p >= end)
-		return -ENOENT;
-	while (p < end && *p == ' ')
-		p++;
-	if (!(p = parse_num(p, end, 10, ' ', &inode)) || inode == 0 || maj > UINT_MAX || min > UINT_MAX)
-		return -ENOENT;
-	while (p < end && *p == ' ')
-		p++;
-	/* "/memfd:" NAME " (deleted)" and nothing else: another name, or a file that only looks like one, is not ours. */
-	if ((size_t)(end - p) != 7 + nlen + 10 || memcmp(p, "/memfd:", 7) != 0 || memcmp(p + 7, name, nlen) != 0 ||
-	    memcmp(p + 7 + nlen, " (deleted)", 10) != 0)
-		return -ENOENT;
-	if (off > UINT64_MAX - (stop - start))
-		return -ENOENT;
-	*dev = makedev((unsigned)maj, (unsigned)min);
-	*ino = (ino_t)inode;
-	*end_bytes = off + (stop - start);
-	return 0;
-}
-
-/*
- * The size of the file a maps line maps, from fstat through map_files/START-END
- * (the line's first column): a mapping's end is the holder's to choose (mremap
- * may stretch it far past the memfd's end, PROT_NONE), the file's size is not.
- * Where map_files cannot be read (no CAP_SYS_ADMIN), the smaller of the two.
- */
-static uint64_t map_file_size(int pdir, const char *line, size_t len, dev_t dev, ino_t ino, uint64_t end_bytes,
-			      uint64_t *allocated)
-{
-	char path[64];
-	size_t n = strcspn(line, " ");
-	struct stat st;
-
-	*allocated = UINT64_MAX;
-	if (n > len || n + 11 >= sizeof(path))
-		return end_bytes;
-	memcpy(path, "map_files/", 10);
-	memcpy(path + 10, line, n);
-	path[10 + n] = '\0';
-	if (fstatat(pdir, path, &st, 0) < 0 || st.st_dev != dev || st.st_ino != ino)
-		return end_bytes;
-	*allocated = (uint64_t)st.st_blocks * 512u;
-	return (uint64_t)st.st_size < end_bytes ? (uint64_t)st.st_size : end_bytes;
-}
-
-/* The memfds of one process seen mapped under the name (for scan_fdinfo); past MAPPED_MAX, overflow. */
-#define MAPPED_MAX 64
-struct mapped {
-	struct holder_key k[MAPPED_MAX];
-	size_t n;
-	bool overflow;
-};
-
-static void mapped_add(struct mapped *mp, dev_t dev, ino_t ino)
-{
-	for (size_t i = 0; i < mp->n; i++)
-		if (mp->k[i].dev == dev && mp->k[i].ino == ino)
-			return;
-	if (mp->n == MAPPED_MAX)
-		mp->overflow = true;
-	else
-		mp->k[mp->n++] = (struct holder_key){ .dev = dev, .ino = ino };
-}
-
-/* Every mapping of name in pdir's maps, to on_memfd (and into mp). Returns 0 once read to the end, or -errno. */
-static int scan_maps(int pdir, pid_t pid, uid_t uid, const char *name, holders_memfd_fn *on_memfd, void *ud, char *buf,
-		     struct mapped *mp)
-{
-	size_t have = 0;
-	ssize_t n;
-	int r = 0, fd = openat(pdir, "maps", O_RDONLY | O_CLOEXEC | O_NOCTTY);
-
-	if (fd < 0)
-		return -errno;
-	for (;;) {
-		const char *p, *end, *nl;
-
-		n = read(fd, buf + have, MAPS_BUF_BYTES - have);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			r = -errno;
-			break;
-		}
-		if (n == 0)
-			break;
-		have += (size_t)n;
-		p = buf;
-		end = buf + have;
-		while (p < end && (nl = memchr(p, '\n', (size_t)(end - p)))) {
-			struct holders_memfd m = { .pid = pid, .uid = uid };
-
-			if (holders_parse_memfd_map(p, (size_t)(nl - p), name, &m.dev, &m.ino, &m.bytes) == 0) {
-				m.bytes = map_file_size(pdir, p, (size_t)(nl - p), m.dev, m.ino, m.bytes, &m.allocated);
-				mapped_add(mp, m.dev, m.ino);
-				on_memfd(&m, ud);
-			}
-			p = nl + 1;
-		}
-		if (p == buf && have == MAPS_BUF_BYTES) {
-			r = -EBADMSG; /* a line longer than the kernel writes: not procfs */
-			break;
-		}
-		memmove(buf, p, (size_t)(end - p));
-		have = (size_t)(end - p);
-	}
-	close(fd);
-	return r;
-}
-
-/* Every fd of pdir's process open on a memfd called name, to on_memfd. Returns 0 once read to the end, or -errno. */
-static int scan_fds(int pdir, pid_t pid, uid_t uid, const char *name, holders_memfd_fn *on_memfd, void *ud)
-{
-	char want[POOL_NAME_LINK_MAX], link[POOL_NAME_LINK_MAX];
-	struct dirent *e;
-	struct stat st;
-	int fd = openat(pdir, "fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC), wlen, r = 0;
-	DIR *d;
-
-	if (fd < 0)
-		return -errno;
-	d = fdopendir(fd);
-	if (!d) {
-		r = -errno;
-		close(fd);
-		return r;
-	}
-	wlen = snprintf(want, sizeof(want), "/memfd:%s (deleted)", name);
-	errno = 0;
-	while ((e = readdir(d))) {
-		ssize_t n;
-
-		if (e->d_name[0] == '.')
-			continue;
-		n = readlinkat(dirfd(d), e->d_name, link, sizeof(link));
-		if (n != wlen || memcmp(link, want, (size_t)n) != 0)
-			continue;
-		/* stat() through /proc/PID/fd/N reaches the open file itself. */
-		if (fstatat(dirfd(d), e->d_name, &st, 0) < 0)
-			continue; /* closed meanwhile */
-		on_memfd(&(struct holders_memfd){ .pid = pid,
-						  .uid = uid,
-						  .dev = st.st_dev,
-						  .ino = st.st_ino,
-						  .bytes = (uint64_t)st.st_size,
-						  .allocated = (uint64_t)st.st_blocks * 512u },
-			 ud);
-		errno = 0;
-	}
-	if (errno)
-		r = -errno;
-	closedir(d);
-	return r;
-}
-
-/* holders_fdinfo_memfds's fn for scan_fdinfo: 1 (stop) at an fd of a memfd not mapped under the name. */
-static int fdinfo_mapped(dev_t dev, ino_t ino, void *ud)
-{
-	const struct mapped *mp = ud;
-
-	for (size_t k = 0; k < mp->n; k++)
-		if (mp->k[k].dev == dev && mp->k[k].ino == ino)
-			return 0;
-	return 1;
-}
-
-/*
- * Where pdir's fd/ cannot be listed (another uid without CAP_DAC_READ_SEARCH) but fdinfo/ can: 0 when every fd
- * it holds on a memfd mount is a memfd it maps under the name (scan_maps reported it: the fd adds nothing),
- * else -EACCES: an fd of a memfd whose name this cannot read may be a chunk, so the process stays unread (the
- * safe side).
- */
-static int scan_fdinfo(int pdir, const struct memfd_mounts *mm, const struct mapped *mp)
-{
-	int r = holders_fdinfo_memfds(pdir, mm, fdinfo_mapped, (void *)mp);
-
-	return r == 0 ? 0 : r > 0 ? -EACCES : r;
-}
-
-int holders_scan_memfds(const char *proc_root, const char *name, holders_memfd_fn *on_memfd, holders_read_fn *on_read,
-			void *ud, size_t *unreadable)
-{
-	return holders_scan_memfds_of(proc_root, name, NULL, on_memfd, on_read, ud, unreadable);
-}
-
-int holders_scan_memfds_of(const char *proc_root, const char *name, holders_want_fn *want, holders_memfd_fn *on_memfd,
-			   holders_read_fn *on_read, void *ud, size_t *unreadable)
-{
-	struct memfd_mounts mm;
-	size_t nunread = 0;
-	pid_t self = getpid();
-	struct dirent *e;
-	char *buf = NULL;
-	int root_fd = -1, proc_fd = -1;
-	DIR *d = NULL;
-	int r;
-
-	if (unreadable)
-		*unreadable = 0;
-	if (strlen(name) + 32 > POOL_NAME_LINK_MAX)
-		return -ENAMETOOLONG;
-	buf = malloc(MAPS_BUF_BYTES);
-	if (!buf)
-		return -ENOMEM;
-	holders_memfd_mounts(&mm);
-	root_fd = open(proc_root && *proc_root ? proc_root : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (root_fd < 0 || (proc_fd = openat(root_fd, "proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-		r = -errno;
-		goto out;
-	}
-	d = fdopendir(proc_fd);
-	if (!d) {
-		r = -errno;
-		goto out;
-	}
-	proc_fd = -1;
-	while ((e = readdir(d))) {
-		pid_t pid = parse_pid(e->d_name);
-		char sbuf[STATUS_BUF_BYTES];
-		struct mapped mp = { .n = 0 };
-		uid_t ids[4];
-		ssize_t n;
-		int pdir, rm, rf;
-
-		if (pid <= 1 || pid == self)
-			continue;
-		pdir = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (pdir < 0)
-			continue;
-		/* The directory's owner first (one fstat): a process the caller does not want costs no read. */
-		if (want) {
-			struct stat st;
-
-			if (fstat(pdir, &st) < 0 || !want(pid, st.st_uid, ud)) {
-				close(pdir);
-				continue;
-			}
-		}
-		n = read_small(pdir, "status", sbuf, sizeof(sbuf));
-		if (n < 0 || holders_parse_status_uid(sbuf, (size_t)n, ids) < 0) {
-			nunread += n < 0 && unreadable_errno((int)n);
-			close(pdir);
-			continue;
-		}
-		rm = scan_maps(pdir, pid, ids[0], name, on_memfd, ud, buf, &mp);
-		rf = scan_fds(pdir, pid, ids[0], name, on_memfd, ud);
-		if (rm == 0 && unreadable_errno(rf) && mm.n && !mp.overflow)
-			rf = scan_fdinfo(pdir, &mm, &mp);
-		close(pdir);
-		if (rm == 0 && rf == 0) {
-			if (on_read)
-				on_read(pid, ud);
-		} else if (unreadable_errno(rm) || unreadable_errno(rf)) {
-			nunread++;
-		}
-	}
-	if (unreadable)
-		*unreadable = nunread;
-	r = 0;
-out:
-	if (d)
-		closedir(d);
-	if (proc_fd >= 0)
-		close(proc_fd);
-	if (root_fd >= 0)
-		close(root_fd);
-	free(buf);
 	return r;
 }
 

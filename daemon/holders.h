@@ -116,6 +116,8 @@ struct holders_memfd {
 	ino_t ino;
 	uint64_t bytes;     /* the file's size (a mapping: no more than where it ends in the file, offset + length) */
 	uint64_t allocated; /* the file's pages in memory or swap (st_blocks), UINT64_MAX where not known */
+	uid_t owner;        /* the file's owner (st_uid: whoever made the memfd), when owner_known */
+	bool owner_known;   /* false where only maps could be read (map_files needs CAP_SYS_ADMIN) */
 };
 
 /* Called for each mapping or fd found; the same memfd may be reported several times, by one process or many. */
@@ -145,8 +147,8 @@ int holders_parse_memfd_map(const char *line, size_t len, const char *name, dev_
 int holders_scan_memfds(const char *proc_root, const char *name, holders_memfd_fn *on_memfd, holders_read_fn *on_read,
 			void *ud, size_t *unreadable);
 
-/* Whether to read process pid, whose /proc/PID directory uid owns (its effective uid, or 0 when it is not dumpable). */
-typedef bool holders_want_fn(pid_t pid, uid_t dir_uid, void *ud);
+/* Whether to read process pid, whose real uid (the Uid: line of /proc/PID/status) is uid. */
+typedef bool holders_want_fn(pid_t pid, uid_t uid, void *ud);
 
 /*
  * holders_scan_memfds, reading only the processes want (NULL: all) says yes
@@ -154,6 +156,34 @@ typedef bool holders_want_fn(pid_t pid, uid_t dir_uid, void *ud);
  */
 int holders_scan_memfds_of(const char *proc_root, const char *name, holders_want_fn *want, holders_memfd_fn *on_memfd,
 			   holders_read_fn *on_read, void *ud, size_t *unreadable);
+
+/*
+ * The same scan in slices, resumable within one process: a process with 65,000
+ * mappings and 20,000 fds is read over many steps (one read() of its maps, or
+ * 16 of its fds, between two looks at the clock), so no step runs much past
+ * its budget. Each (dev, inode) is stat'ed once per scan: a mapping of a file
+ * already seen costs no syscall. want (NULL: every process) is asked with the
+ * process's real, effective, saved and fs uid from /proc/PID/status, never the
+ * directory's owner (root's for a process that is not dumpable).
+ */
+typedef bool holders_want_uids_fn(pid_t pid, const uid_t ids[4], void *ud);
+struct holders_memfd_scan;
+struct holders_memfd_stats {
+	size_t processes;  /* read (wanted) */
+	size_t unreadable; /* seen but not readable */
+	size_t stats;      /* fstatat calls made on memfds of the name */
+	size_t lines;      /* maps lines read */
+	size_t slices;     /* steps that did work */
+};
+/* Returns 0 and *ret, -ENAMETOOLONG, -ENOMEM, or -errno when <proc_root>/proc cannot be opened. */
+int holders_memfd_scan_new(const char *proc_root, const char *name, holders_want_uids_fn *want,
+			   holders_memfd_fn *on_memfd, holders_read_fn *on_read, void *ud,
+			   struct holders_memfd_scan **ret);
+/* Work until budget_us has passed (at least one unit). Returns 1 once the pass is complete, else 0. */
+int holders_memfd_scan_step(struct holders_memfd_scan *s, uint64_t budget_us);
+void holders_memfd_scan_stats(const struct holders_memfd_scan *s, struct holders_memfd_stats *ret);
+/* NULL is fine. */
+void holders_memfd_scan_free(struct holders_memfd_scan *s);
 
 /* Close every pidfd and free the array. NULL is fine. */
 void holders_free(struct holder *h, size_t n);

@@ -14,6 +14,7 @@
 #include "pool.h"
 #include "recovery-int.h"
 #include "recovery.h"
+#include "restart.h"
 #include "util.h"
 
 /*
@@ -137,6 +138,8 @@ void recovery_lent(struct broker *b, const struct lease *l)
 	pid_t holds[RECOVERY_MAPPERS_MAX];
 	int r;
 
+	/* The restart state file too: a crash without the fd store reads that. */
+	restart_journal_lent(b, l);
 	if (!rc || rc->state_fd < 0)
 		return;
 	if (l->id > rc->max_lent_id)

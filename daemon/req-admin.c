@@ -19,8 +19,43 @@
 #include "metrics.h"
 #include "reload.h"
 #include "reply.h"
+#include "restart.h"
 #include "request-int.h"
 #include "revoker.h"
+
+/* revoke --orphans: an admin stops counting orphaned memory (memory found by name that is not ours, say). */
+static void drop_orphans(struct conn *c, const Pinbroker__V1__Request *req)
+{
+	const Pinbroker__V1__AdminRevoke *ar = req->admin_revoke;
+	Pinbroker__V1__AdminRevokeReply rr = PINBROKER__V1__ADMIN_REVOKE_REPLY__INIT;
+	Pinbroker__V1__Reply r;
+	uint64_t bytes;
+	size_t n;
+
+	if (!c->admin) {
+		reply_status(
+			c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED,
+			"dropping orphaned memory needs uid 0 or membership of the admin group; a process of yours "
+			"stops being counted when it unmaps what it holds");
+		return;
+	}
+	if (ar->has_lease_id || ar->has_uid || (ar->has_all && ar->all)) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "orphans are named by their uid (orphans_uid) or all of them, not by a lease id");
+		return;
+	}
+	restart_drop_orphans(c->broker, !ar->has_orphans_uid, ar->orphans_uid, &n, &bytes);
+	log_info("uid %u dropped %zu orphan%s (%llu bytes)%s", c->uid, n, n == 1 ? "" : "s", (unsigned long long)bytes,
+		 ar->has_orphans_uid ? " of one uid" : "");
+	rr.has_orphans_dropped = true;
+	rr.orphans_dropped = (uint32_t)n;
+	rr.has_orphaned_bytes_dropped = true;
+	rr.orphaned_bytes_dropped = bytes;
+	reply_init(&r, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+	r.body_case = PINBROKER__V1__REPLY__BODY_ADMIN_REVOKE;
+	r.admin_revoke = &rr;
+	reply_send(c, &r, NULL, 0);
+}
 
 void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req)
 {
@@ -34,6 +69,10 @@ void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req)
 	uint32_t deadline_ms;
 	Pinbroker__V1__Reply r;
 
+	if (ar->has_orphans && ar->orphans) {
+		drop_orphans(c, req);
+		return;
+	}
 	if (!ar->has_lease_id && !ar->has_uid && !(ar->has_all && ar->all)) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
 			     "revoke needs a lease id, a uid, or all");

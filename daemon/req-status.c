@@ -20,6 +20,7 @@
 #include "numa.h"
 #include "pool.h"
 #include "reply.h"
+#include "restart.h"
 #include "request-int.h"
 #include "revoker.h"
 #include "util.h"
@@ -181,6 +182,8 @@ static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr
 	sr->job_unknown_total = b->counters.job_unknown;
 	sr->has_job_unknown_clients = true;
 	sr->job_unknown_clients = b->job_unknown_clients;
+	sr->restart_books = (char *)restart_books_name(b);
+	sr->restart_warning = (char *)restart_warning(b);
 	cgp = jobs_watch_cgns(b);
 	if (cgp) {
 		sr->cgroup_namespace = (char *)cgns_mode_name(cgp->ns.mode);

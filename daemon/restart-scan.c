@@ -92,60 +92,25 @@ out:
 	return r;
 }
 
-/* Replace the file atomically with v (or remove it when v is empty). */
-void restart_write_state(const struct restart *rs, const struct orphan *v, size_t n)
-{
-	char tmp[PATH_MAX + 8], *text = NULL;
-	size_t len = 0, done = 0;
-	int fd, r;
-
-	if (n == 0) {
-		if (unlink(rs->path) < 0 && errno != ENOENT)
-			log_warn("cannot remove the restart state %s, ignoring", rs->path);
-		return;
-	}
-	r = orphans_format(v, n, rs->boot_id, &text, &len);
-	if (r < 0) {
-		log_warnx("cannot write the restart state %s: %s; a restart now forgets what live processes map",
-			  rs->path, strerror(-r));
-		return;
-	}
-	snprintf(tmp, sizeof(tmp), "%s.XXXXXX", rs->path);
-	/* mkostemp: a new file of mode 0600, never one planted at a guessable name. */
-	fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0) {
-		log_warn("cannot write the restart state %s; a restart now forgets what live processes map", rs->path);
-		free(text);
-		return;
-	}
-	while (done < len) {
-		ssize_t w = write(fd, text + done, len - done);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			break;
-		done += (size_t)w;
-	}
-	r = done == len && fdatasync(fd) == 0 ? 0 : -1;
-	if (close(fd) < 0)
-		r = -1;
-	if (r == 0 && rename(tmp, rs->path) == 0) {
-		free(text);
-		return;
-	}
-	log_warn("cannot write the restart state %s; a restart now forgets what live processes map", rs->path);
-	unlink(tmp);
-	free(text);
-}
-
 /* ------------------------------------------------------------ scanning */
 
 static void on_memfd(const struct holders_memfd *m, void *ud)
 {
 	struct scan *s = ud;
+	struct holders_memfd *nm, *last = s->n ? &s->m[s->n - 1] : NULL;
 
-	struct holders_memfd *nm = grow_array(s->m, &s->cap, s->n, sizeof(*nm), 64);
+	/* One process's many mappings of one memfd are one entry: 65,000 of them cost no memory. */
+	if (last && last->pid == m->pid && last->dev == m->dev && last->ino == m->ino) {
+		if (m->bytes > last->bytes)
+			last->bytes = m->bytes;
+		if (m->allocated < last->allocated)
+			last->allocated = m->allocated;
+		last->owner_known |= m->owner_known;
+		if (m->owner_known)
+			last->owner = m->owner;
+		return;
+	}
+	nm = grow_array(s->m, &s->cap, s->n, sizeof(*nm), 64);
 
 	if (!nm) {
 		s->oom = true;
@@ -201,64 +166,86 @@ static int uid_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-struct scan_filter {
-	const struct restart *rs;
-	struct scan *s;
-};
-
-/* A rescan reads only processes of a uid that owns an orphan, or that the state file names. */
-static bool want_pid(pid_t pid, uid_t dir_uid, void *ud)
+/* A rescan reads only processes of a uid that owns an orphan (any of its uids in /proc/PID/status), or that the state file names. */
+static bool want_ids(pid_t pid, const uid_t ids[4], void *ud)
 {
-	const struct restart *rs = ((struct scan_filter *)ud)->rs;
+	const struct restart *rs = ud;
 
-	return (rs->nuids && bsearch(&dir_uid, rs->uids, rs->nuids, sizeof(uid_t), uid_cmp)) ||
-	       (rs->nnamed && bsearch(&pid, rs->named, rs->nnamed, sizeof(pid_t), restart_pid_cmp));
+	if (rs->nnamed && bsearch(&pid, rs->named, rs->nnamed, sizeof(pid_t), restart_pid_cmp))
+		return true;
+	for (int i = 0; i < 4; i++)
+		if (rs->nuids && bsearch(&ids[i], rs->uids, rs->nuids, sizeof(uid_t), uid_cmp))
+			return true;
+	return false;
 }
 
-static void on_memfd_f(const struct holders_memfd *m, void *ud)
+static void on_memfd_rs(const struct holders_memfd *m, void *ud)
 {
-	on_memfd(m, ((struct scan_filter *)ud)->s);
+	on_memfd(m, &((struct restart *)ud)->acc);
 }
 
-static void on_read_f(pid_t pid, void *ud)
+static void on_read_rs(pid_t pid, void *ud)
 {
-	on_read(pid, ((struct scan_filter *)ud)->s);
+	on_read(pid, &((struct restart *)ud)->acc);
 }
 
-/*
- * One pass over /proc (two while orphans of the legacy name are counted); a
- * rescan (filtered) reads only the processes want_pid picks. Returns 0, or
- * -errno (then nothing may be let go on its word).
- */
-int restart_scan_proc(const struct restart *rs, struct scan *s, bool filtered)
+/* Sort what a pass found, for lookups. Returns 0, or -ENOMEM when it ran out of memory (nothing may go on its word). */
+static int scan_finish(struct scan *s)
 {
-	struct scan_filter f = { rs, s };
-	size_t unreadable = 0;
-	uint64_t t0_us = now_us();
-	int r;
-
-	memset(s, 0, sizeof(*s));
-	r = holders_scan_memfds_of(rs->b->cfg->proc_root, rs->memfd_name, filtered ? want_pid : NULL, on_memfd_f,
-				   on_read_f, &f, &unreadable);
-	if (r == 0 && rs->legacy) {
-		/* A process read to the end in both passes is reported twice: harmless for bsearch. */
-		r = holders_scan_memfds_of(rs->b->cfg->proc_root, LEGACY_MEMFD_NAME, filtered ? want_pid : NULL,
-					   on_memfd_f, NULL, &f, NULL);
-	}
-	log_debug("restart: /proc scan for memfds named %s%s: %zu found, %zu processes read, %zu unreadable, %.1f ms",
-		  rs->memfd_name, rs->legacy ? " and " LEGACY_MEMFD_NAME : "", s->n, s->nread, unreadable,
-		  (double)(now_us() - t0_us) / 1000.0);
-	if (r == 0 && s->oom)
-		r = -ENOMEM;
-	if (r < 0) {
-		restart_scan_free(s);
-		return r;
-	}
+	if (s->oom)
+		return -ENOMEM;
 	if (s->n > 1)
 		qsort(s->m, s->n, sizeof(*s->m), restart_memfd_cmp);
 	if (s->nread > 1)
 		qsort(s->read, s->nread, sizeof(*s->read), restart_pid_cmp);
 	return 0;
+}
+
+/* Start a pass for name into rs->acc (kept from an earlier pass of the same scan). */
+static int pass_start(struct restart *rs, const char *name)
+{
+	return holders_memfd_scan_new(rs->b->cfg->proc_root, name, rs->scan_filtered ? want_ids : NULL, on_memfd_rs,
+				      on_read_rs, rs, &rs->scanning);
+}
+
+/*
+ * One pass over /proc, to the end, here and now (the start's scan when no
+ * state names what was lent: nothing may be lent before it is known).
+ * Returns 0, or -errno (then nothing may be let go on its word).
+ */
+int restart_scan_proc(struct restart *rs, struct scan *s, bool filtered)
+{
+	struct holders_memfd_stats st = { 0 };
+	uint64_t t0_us = now_us();
+	int r;
+
+	restart_scan_free(&rs->acc);
+	rs->scan_filtered = filtered;
+	r = pass_start(rs, rs->memfd_name);
+	if (r == 0) {
+		holders_memfd_scan_step(rs->scanning, UINT64_MAX);
+		holders_memfd_scan_stats(rs->scanning, &st);
+		holders_memfd_scan_free(rs->scanning);
+		rs->scanning = NULL;
+	}
+	if (r == 0 && rs->legacy && (r = pass_start(rs, LEGACY_MEMFD_NAME)) == 0) {
+		holders_memfd_scan_step(rs->scanning, UINT64_MAX);
+		holders_memfd_scan_free(rs->scanning);
+		rs->scanning = NULL;
+	}
+	*s = rs->acc;
+	memset(&rs->acc, 0, sizeof(rs->acc));
+	log_debug("restart: /proc scan for memfds named %s%s: %zu found, %zu processes read, %zu unreadable, "
+		  "%zu stats, %.1f ms",
+		  rs->memfd_name, rs->legacy ? " and " LEGACY_MEMFD_NAME : "", s->n, st.processes, st.unreadable,
+		  st.stats, (double)(now_us() - t0_us) / 1000.0);
+	rs->stats.stats += st.stats;
+	rs->stats.processes += st.processes;
+	if (r == 0)
+		r = scan_finish(s);
+	if (r < 0)
+		restart_scan_free(s);
+	return r;
 }
 
 static const struct holders_memfd *scan_find(const struct scan *s, dev_t dev, ino_t ino)
@@ -333,7 +320,7 @@ void restart_filter_build(struct restart *rs)
 
 	for (size_t i = 0; i < rs->n; i++)
 		np += rs->v[i].npids;
-	u = malloc((rs->n + 1) * sizeof(*u));
+	u = malloc((rs->n ? rs->n : 1) * sizeof(*u));
 	p = malloc((np ? np : 1) * sizeof(*p));
 	if (!u || !p) {
 		/* Without the tables every process is read: slower, never wrong. */
@@ -349,7 +336,6 @@ void restart_filter_build(struct restart *rs)
 	rs->nuids = rs->nnamed = 0;
 	if (!u)
 		return;
-	u[nu++] = 0;
 	np = 0;
 	for (size_t i = 0; i < rs->n; i++) {
 		u[nu++] = rs->v[i].uid;
@@ -409,14 +395,113 @@ static bool named_pid_exited(const struct restart *rs)
 	return false;
 }
 
+/* A sliced pass has ended (r < 0: it failed): let go what nothing holds now. */
+static void rescan_done(struct restart *rs, int r)
+{
+	struct scan s = rs->acc;
+
+	memset(&rs->acc, 0, sizeof(rs->acc));
+	if (r == 0)
+		r = scan_finish(&s);
+	if (r < 0) {
+		log_debug("restart: cannot scan /proc for orphaned memory (%s); trying again", strerror(-r));
+		rs->backoff = 1;
+	} else if (restart_let_go(rs, &s) > 0) {
+		restart_journal_rewrite(rs->b);
+		restart_filter_build(rs);
+		broker_memory_freed(rs->b);
+		rs->backoff = 1;
+	} else {
+		rs->backoff = rs->backoff * 2 > RESCAN_BACKOFF_MAX ? RESCAN_BACKOFF_MAX : rs->backoff * 2;
+	}
+	restart_scan_free(&s);
+	if (rs->n == 0)
+		ev_timer_stop(rs->b->loop, &rs->rescan);
+}
+
+/*
+ * One slice of a rescan: at most enforce-slice-us of /proc reading per loop
+ * turn, as enforcement rounds do, so that a uid with huge maps and fd tables
+ * delays nobody's request by more than a slice; the slice timer brings the next.
+ */
+static void slice_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct restart *rs = w->data;
+	struct holders_memfd_stats st;
+	uint64_t budget_us = rs->b->cfg->enforce_slice_us ? rs->b->cfg->enforce_slice_us : 2000;
+	int done, r = 0;
+
+	if (!rs->scanning)
+		return;
+	done = holders_memfd_scan_step(rs->scanning, budget_us);
+	if (!done) {
+		ev_timer_set(w, 0., 0.);
+		ev_timer_start(loop, w);
+		return;
+	}
+	holders_memfd_scan_stats(rs->scanning, &st);
+	log_debug("restart: /proc scan for memfds named %s (pass %d, in slices): %zu processes read, %zu unreadable, "
+		  "%zu maps lines, %zu stats, %zu slices",
+		  rs->pass ? LEGACY_MEMFD_NAME : rs->memfd_name, rs->pass, st.processes, st.unreadable, st.lines,
+		  st.stats, st.slices);
+	rs->stats.stats += st.stats;
+	rs->stats.processes += st.processes;
+	rs->stats.slices += st.slices;
+	holders_memfd_scan_free(rs->scanning);
+	rs->scanning = NULL;
+	if (rs->pass == 0 && rs->legacy) {
+		rs->pass = 1;
+		r = pass_start(rs, LEGACY_MEMFD_NAME);
+		if (r == 0) {
+			ev_timer_set(w, 0., 0.);
+			ev_timer_start(loop, w);
+			return;
+		}
+	}
+	rs->stats.scans++;
+	rescan_done(rs, r);
+}
+
+void restart_rescan_begin(struct restart *rs)
+{
+	int r;
+
+	if (rs->scanning)
+		return;
+	restart_scan_free(&rs->acc);
+	rs->scan_filtered = rs->uids != NULL;
+	rs->pass = 0;
+	r = pass_start(rs, rs->memfd_name);
+	if (r < 0) {
+		rescan_done(rs, r);
+		return;
+	}
+	ev_timer_set(&rs->slice, 0., 0.);
+	ev_timer_start(rs->b->loop, &rs->slice);
+}
+
+void restart_slices_init(struct restart *rs)
+{
+	ev_timer_init(&rs->slice, slice_cb, 0., 0.);
+	rs->slice.data = rs;
+}
+
+void restart_slices_stop(struct restart *rs)
+{
+	ev_timer_stop(rs->b->loop, &rs->slice);
+	holders_memfd_scan_free(rs->scanning);
+	rs->scanning = NULL;
+	restart_scan_free(&rs->acc);
+}
+
 void restart_rescan_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct restart *rs = w->data;
-	struct scan s;
-	int r;
 
 	/* orphan-rescan-ms may have changed at a reload: libev re-arms with repeat after this call. */
 	w->repeat = rs->b->cfg->orphan_rescan_ms / 1000.0;
+	if (rs->scanning)
+		return; /* the last pass is still on its slices */
 	/*
 	 * A holder that keeps its lease for hours would otherwise cost a pass over /proc every
 	 * orphan-rescan-ms: while nothing goes, a pass comes every backoff ticks (doubling up to
@@ -426,42 +511,28 @@ void restart_rescan_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	if (++rs->ticks < rs->backoff && !named_pid_exited(rs))
 		return;
 	rs->ticks = 0;
-
 	/* Filtered: a uid with nothing orphaned can make processes, never make this scan read them. */
-	r = restart_scan_proc(rs, &s, rs->uids != NULL);
-	if (r < 0) {
-		log_debug("restart: cannot scan /proc for orphaned memory (%s); trying again", strerror(-r));
-		rs->backoff = 1;
-	} else if (restart_let_go(rs, &s) > 0) {
-		restart_write_state(rs, rs->v, rs->n);
-		restart_filter_build(rs);
-		broker_memory_freed(rs->b);
-		rs->backoff = 1;
-	} else {
-		rs->backoff = rs->backoff * 2 > RESCAN_BACKOFF_MAX ? RESCAN_BACKOFF_MAX : rs->backoff * 2;
-	}
-	if (r < 0)
-		return;
-	restart_scan_free(&s);
-	if (rs->n == 0)
-		ev_timer_stop(loop, w);
+	restart_rescan_begin(rs);
 }
 
 /* One unfiltered pass for the legacy name alone. */
-int restart_scan_legacy(const struct restart *rs, struct scan *s)
+int restart_scan_legacy(struct restart *rs, struct scan *s)
 {
-	struct scan_filter f = { rs, s };
 	int r;
 
-	memset(s, 0, sizeof(*s));
-	r = holders_scan_memfds_of(rs->b->cfg->proc_root, LEGACY_MEMFD_NAME, NULL, on_memfd_f, NULL, &f, NULL);
-	if (r == 0 && s->oom)
-		r = -ENOMEM;
-	if (r < 0) {
-		restart_scan_free(s);
-		return r;
+	restart_scan_free(&rs->acc);
+	rs->scan_filtered = false;
+	r = pass_start(rs, LEGACY_MEMFD_NAME);
+	if (r == 0) {
+		holders_memfd_scan_step(rs->scanning, UINT64_MAX);
+		holders_memfd_scan_free(rs->scanning);
+		rs->scanning = NULL;
 	}
-	if (s->n > 1)
-		qsort(s->m, s->n, sizeof(*s->m), restart_memfd_cmp);
-	return 0;
+	*s = rs->acc;
+	memset(&rs->acc, 0, sizeof(rs->acc));
+	if (r == 0)
+		r = scan_finish(s);
+	if (r < 0)
+		restart_scan_free(s);
+	return r;
 }

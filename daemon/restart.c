@@ -195,11 +195,29 @@ static void add_unnamed(struct restart *rs, size_t *cap, const struct scan *s, c
 			if (s->m[j].allocated < alloc)
 				alloc = s->m[j].allocated;
 		}
+		bool foreign = false, proven = false;
+
+		for (size_t k = i; k < j; k++) {
+			foreign |= s->m[k].owner_known && s->m[k].owner != geteuid();
+			proven |= s->m[k].owner_known && s->m[k].owner == geteuid();
+		}
 		if (alloc < bytes)
 			bytes = alloc;
 		i = j;
 		if (bytes == 0 || own_has(own, m->dev, m->ino) || own_has(&named, m->dev, m->ino))
 			continue;
+		/*
+		 * Every chunk is a memfd this daemon's uid made, so its inode is that uid's: one of our
+		 * name another uid made (st_uid, which no unprivileged process can change) is not ours,
+		 * whatever it is called, and costs nobody any budget.
+		 */
+		if (foreign) {
+			rs->foreign++;
+			log_debug("restart: pid %d (uid %u) maps or holds memfd %llu named %s that another uid made: "
+				  "not ours, not counted",
+				  (int)m->pid, (unsigned)m->uid, (unsigned long long)m->ino, rs->memfd_name);
+			continue;
+		}
 		/* Checked before rounding up, and every sum below stays under MemTotal: nothing wraps. */
 		if (bytes > rs->b->mem_total_bytes ||
 		    (bytes = (bytes + page - 1) / page * page) > rs->b->mem_total_bytes ||
@@ -221,9 +239,18 @@ static void add_unnamed(struct restart *rs, size_t *cap, const struct scan *s, c
 			log_warnx("restart: out of memory counting orphaned memory, ignoring");
 			break;
 		}
-		log_debug("restart: pid %d (uid %u) maps or holds memfd %llu (%llu bytes) that no state line names: "
-			  "counted as orphaned",
-			  (int)m->pid, (unsigned)m->uid, (unsigned long long)m->ino, (unsigned long long)bytes);
+		if (proven)
+			log_debug(
+				"restart: pid %d (uid %u) maps or holds memfd %llu (%llu bytes) this daemon's uid made "
+				"that no state line names: counted as orphaned",
+				(int)m->pid, (unsigned)m->uid, (unsigned long long)m->ino, (unsigned long long)bytes);
+		else
+			log_warnx(
+				"restart: pid %d (uid %u) maps or holds memfd %llu (%llu bytes) named %s that no state line "
+				"names and whose maker cannot be read: counted as orphaned to uid %u until it is unmapped; if it "
+				"is not the earlier daemon's, drop it with `pinctl revoke --orphans --uid %u`",
+				(int)m->pid, (unsigned)m->uid, (unsigned long long)m->ino, (unsigned long long)bytes,
+				rs->memfd_name, (unsigned)m->uid, (unsigned)m->uid);
 		if (budget_charge(rs->b->budget, o.uid, o.bytes) < 0) {
 			rs->n--;
 			orphan_clear(&o);
@@ -253,7 +280,10 @@ void restart_init(struct broker *b)
 	if (!rs)
 		fatalx("cannot set up restart accounting: out of memory");
 	rs->b = b;
+	rs->jfd = -1;
 	b->restart = rs;
+	restart_slices_init(rs);
+	rs->blind = !holders_can_inspect_all();
 	restart_memfd_name(b->cfg, rs->memfd_name, sizeof(rs->memfd_name));
 	read_boot_id(b->cfg->proc_root, rs->boot_id, sizeof(rs->boot_id));
 	ev_timer_init(&rs->rescan, restart_rescan_cb, b->cfg->orphan_rescan_ms / 1000.0,
@@ -265,18 +295,24 @@ void restart_init(struct broker *b)
 	}
 
 	r = rs->path[0] ? restart_read_state(rs->path, &text, &len, &why) : -ENOENT;
+	rs->books = r == -ENOENT ? RESTART_BOOKS_NONE : RESTART_BOOKS_UNKNOWN;
 	if (r == -EPERM)
 		log_warnx("ignoring the restart state %s: %s", rs->path, why);
 	else if (r < 0 && r != -ENOENT)
 		log_warnx("cannot read the restart state %s (%s), ignoring", rs->path, strerror(-r));
 	if (r == 0) {
-		r = orphans_parse(text, len, rs->boot_id, &v, &nv);
+		unsigned version = 0;
+
+		r = orphans_parse_version(text, len, rs->boot_id, &v, &nv, &version);
 		if (r == -ESTALE)
 			log_info("the restart state %s is from another boot: nothing it names still runs", rs->path);
 		else if (r < 0)
 			log_warnx("the restart state %s is damaged (%s), ignoring it: only memfds named %s that live "
 				  "processes map are counted",
 				  rs->path, strerror(-r), rs->memfd_name);
+		rs->books = r == 0 && version >= 2   ? RESTART_BOOKS_COMPLETE
+			    : r == 0 || r == -ESTALE ? RESTART_BOOKS_PARTIAL
+						     : RESTART_BOOKS_UNKNOWN;
 	}
 	free(text);
 	/*
@@ -336,16 +372,26 @@ void restart_init(struct broker *b)
 	 * process on a busy 2-CPU VM). Otherwise (a clean stop, no fd store, or its state unreadable)
 	 * memfds of our name that live processes hold are this daemon's predecessors'.
 	 */
-	by_name = !recovery_adopted_state(b);
+	/*
+	 * A version 2 file names every lease whose fds ever left (each appended before they did), so
+	 * a memfd of our name it does not name was never lent: it is not looked for. Only without
+	 * such a file (an older daemon's, none, or damaged) are memfds found by name counted.
+	 */
+	by_name = !recovery_adopted_state(b) && rs->books != RESTART_BOOKS_COMPLETE;
+	restart_journal_start(rs);
 	if (!by_name && nv == 0) {
-		if (rs->path[0])
-			restart_write_state(rs, NULL, 0);
+		restart_journal_rewrite(b);
 		return;
 	}
 	pool_foreach_chunk(b->pool, own_chunk, &own);
 	if (own.n > 1)
 		qsort(own.k, own.n, sizeof(*own.k), restart_memfd_cmp);
-	r = restart_scan_proc(rs, &s, false);
+	/*
+	 * With the file's names alone, nothing is lent on a scan's word before the loop runs: every
+	 * named lease is counted now, and the first rescan (sliced, from the loop's first turn) lets go
+	 * of what nothing holds. By name, the scan must end before anything is lent.
+	 */
+	r = by_name ? restart_scan_proc(rs, &s, false) : 0;
 	if (r < 0)
 		log_warnx("restart: cannot scan %s/proc (%s): memory the previous daemon lent is counted only while "
 			  "the processes it names run",
@@ -356,7 +402,7 @@ void restart_init(struct broker *b)
 
 		for (size_t k = 0; k < o->nkeys && !adopted; k++)
 			adopted = own_has(&own, o->keys[k].dev, o->keys[k].ino);
-		if (adopted || !restart_orphan_held(o, &s)) {
+		if (adopted || (by_name && !restart_orphan_held(o, &s))) {
 			restart_orphan_close(o);
 			continue;
 		}
@@ -408,16 +454,94 @@ void restart_init(struct broker *b)
 	restart_filter_build(rs);
 	rs->backoff = 1;
 	free(own.k);
+	if (rs->foreign)
+		log_info("restart: %zu memfd%s named %s that other uids made (not this daemon's chunks): not counted",
+			 rs->foreign, rs->foreign == 1 ? "" : "s", rs->memfd_name);
 	if (rs->n) {
-		log_warnx("restart: %zu lease%s of the previous daemon (%s) are still mapped by live processes "
-			  "(%zu named by %s, %zu found by memfd name): counted as orphaned until they let go",
-			  rs->n, rs->n == 1 ? "" : "s", format_size(b->orphaned_bytes, sz, sizeof(sz)), verified,
+		log_warnx("restart: %zu lease%s of the previous daemon (%s) %s (%zu named by %s, %zu found by memfd "
+			  "name): counted as orphaned until they let go",
+			  rs->n, rs->n == 1 ? "" : "s", format_size(b->orphaned_bytes, sz, sizeof(sz)),
+			  by_name ? "are still mapped by live processes" : "may still be mapped", verified,
 			  rs->path[0] ? rs->path : "(no state file)", rs->n - verified);
 		ev_timer_start(b->loop, &rs->rescan);
+		/* The file's names alone: the first rescan starts at the loop's first turn, in slices. */
+		if (!by_name)
+			restart_rescan_begin(rs);
+	}
+	if (rs->blind && by_name && rs->books != RESTART_BOOKS_NONE) {
+		snprintf(rs->warning, sizeof(rs->warning),
+			 "the restart state %s is %s and other uids' /proc cannot be read (no CAP_SYS_PTRACE): memory "
+			 "the previous daemon lent to other uids cannot be seen and is not counted",
+			 rs->path,
+			 rs->books == RESTART_BOOKS_UNKNOWN ? "unusable"
+							    : "incomplete (an older daemon's, or another boot's)");
+		log_warnx("restart: %s; memory may be pinned past the budget until those processes exit", rs->warning);
+	} else if (rs->books == RESTART_BOOKS_UNKNOWN) {
+		snprintf(rs->warning, sizeof(rs->warning),
+			 "the restart state %s was unusable: only memfds named %s found in /proc were counted",
+			 rs->path, rs->memfd_name);
 	}
 	/* The file now says what this daemon counts: a crash before the next clean stop reads that. */
-	if (rs->path[0])
-		restart_write_state(rs, rs->v, rs->n);
+	restart_journal_rewrite(b);
+}
+
+const char *restart_books_name(const struct broker *b)
+{
+	static const char *const names[] = { "none", "complete", "partial", "unknown" };
+	const struct restart *rs = b->restart;
+
+	return rs ? names[rs->books] : "none";
+}
+
+const char *restart_warning(const struct broker *b)
+{
+	return b->restart && b->restart->warning[0] ? b->restart->warning : NULL;
+}
+
+void restart_scan_counts(const struct broker *b, uint64_t *scans, uint64_t *slices, uint64_t *stats)
+{
+	const struct restart *rs = b->restart;
+
+	*scans = rs ? rs->stats.scans : 0;
+	*slices = rs ? rs->stats.slices : 0;
+	*stats = rs ? rs->stats.stats : 0;
+}
+
+int restart_drop_orphans(struct broker *b, bool all, uid_t uid, size_t *count, uint64_t *bytes)
+{
+	struct restart *rs = b->restart;
+	size_t kept = 0;
+
+	*count = 0;
+	*bytes = 0;
+	if (!rs)
+		return 0;
+	for (size_t i = 0; i < rs->n; i++) {
+		struct orphan *o = &rs->v[i];
+
+		if (!all && o->uid != uid) {
+			rs->v[kept++] = *o;
+			continue;
+		}
+		log_event(
+			EV_LEASE_RELEASED, LOG_WARNING, o->lease_id, o->uid, o->npids ? o->pids[0] : 0,
+			"orphaned memory (lease %llu of the previous daemon, %llu bytes, uid %u) dropped by an admin: "
+			"no longer counted, though a process may still map it",
+			(unsigned long long)o->lease_id, (unsigned long long)o->bytes, (unsigned)o->uid);
+		(*count)++;
+		*bytes += o->bytes;
+		restart_uncharge(rs, o);
+		restart_orphan_close(o);
+	}
+	rs->n = kept;
+	if (*count) {
+		restart_journal_rewrite(b);
+		restart_filter_build(rs);
+		if (rs->n == 0)
+			ev_timer_stop(b->loop, &rs->rescan);
+		broker_memory_freed(b);
+	}
+	return 0;
 }
 
 /* ------------------------------------------------------------ stop */
@@ -482,6 +606,9 @@ void restart_save(struct broker *b)
 
 	if (!rs || !rs->path[0])
 		return;
+	/* From here the file is the clean stop's: closing connections must not rewrite it. */
+	restart_journal_stop(rs);
+	rs->saved = true;
 	/*
 	 * revoker_hold_pids per lease walks every hold: 100k held ids made that 10^10 steps at a
 	 * stop, long past systemd's stop timeout. Index them once instead (qsort is stable enough:
@@ -545,6 +672,7 @@ void restart_save(struct broker *b)
 		n++;
 	}
 	restart_write_state(rs, v, n);
+	restart_journal_stop(rs);
 	if (n > rs->n)
 		log_info("restart state: %zu lease%s still mapped written to %s for the next daemon", n - rs->n,
 			 n - rs->n == 1 ? "" : "s", rs->path);
@@ -563,6 +691,8 @@ void restart_fini(struct broker *b)
 	if (!rs)
 		return;
 	ev_timer_stop(b->loop, &rs->rescan);
+	restart_slices_stop(rs);
+	restart_journal_stop(rs);
 	for (size_t i = 0; i < rs->n; i++) {
 		restart_uncharge(rs, &rs->v[i]);
 		restart_orphan_close(&rs->v[i]);

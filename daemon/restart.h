@@ -2,11 +2,14 @@
 /* Restarts that keep the books: the state file a clean stop leaves, and the memory live processes still map after it. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct broker;
 struct config;
+struct lease;
 
 /*
  * The chunk memfd name for this daemon: "pinbroker-chunk." and a hash of the
@@ -39,6 +42,25 @@ void restart_save(struct broker *b);
 
 /* Stop the re-scan timer, close pidfds and free; the charges go with the budget. */
 void restart_fini(struct broker *b);
+
+/*
+ * Record lease l in the state file before its fds leave (recovery_lent calls
+ * it): one short append, so a crash without the fd store (kill -9, no systemd)
+ * leaves the file naming every lease lent, with its memfds and processes.
+ */
+void restart_journal_lent(struct broker *b, const struct lease *l);
+
+/* How the state read at start stood: "none", "complete", "partial" or "unknown" (status's restart_books). */
+const char *restart_books_name(const struct broker *b);
+/* A sentence for status and doctor when the daemon cannot see all its predecessor lent; NULL when it can. */
+const char *restart_warning(const struct broker *b);
+/* What the orphan scans cost so far: passes ended, slices run, memfd stats made. */
+void restart_scan_counts(const struct broker *b, uint64_t *scans, uint64_t *slices, uint64_t *stats);
+/*
+ * Stop counting orphaned memory (an admin's `pinctl revoke --orphans`): all of it, or uid's. The
+ * processes keep what they map. *count and *bytes say what went. Returns 0.
+ */
+int restart_drop_orphans(struct broker *b, bool all, uid_t uid, size_t *count, uint64_t *bytes);
 
 /* The state file's path: restart-state, else $RUNTIME_DIRECTORY/restart-state, else the socket path + ".state". */
 int restart_state_path(const struct config *cfg, char *buf, size_t len);

@@ -28,14 +28,14 @@ set(PB_DAEMON_CORE_SOURCES
 
 # The I/O shell, daemon/: every other file but main.c (which only pinbrokerd links).
 set(PB_DAEMON_SHELL_SOURCES
-  audit.c cgns-probe.c config.c config-doc.c config-keys.c config-value.c holders.c holders-fdinfo.c jobs-watch.c listen.c log.c
-  metrics.c peer-ns.c
+  audit.c cgns-probe.c config.c config-doc.c config-keys.c config-value.c holders.c holders-fdinfo.c holders-memfd.c
+  jobs-watch.c listen.c log.c metrics.c peer-ns.c
   monitor.c monitor-cgroup.c monitor-proc.c monitor-psi.c rlimits.c
   notify.c numa.c peer-tenant.c pool.c pool-chunk.c pool-pages.c pool-place.c prewarm.c react.c
   recovery.c recovery-writer.c reload.c reply.c
   req-admin.c req-client.c req-quota.c req-status.c request.c
   quota-store.c      # the quota rules file: read at start, written on each change
-  reserve.c restart.c restart-scan.c revoker.c revoker-free.c revoker-hold.c revoker-round.c server.c waitq.c warmup.c
+  reserve.c restart.c restart-journal.c restart-scan.c revoker.c revoker-free.c revoker-hold.c revoker-round.c server.c waitq.c warmup.c
   timer-clock.c      # one-shot timers that end by the clock, not libev's cached loop time
 )
 

@@ -39,10 +39,11 @@ struct orphan {
 
 /*
  * Parse a state file's text:
- *   pinbroker-restart 1
+ *   pinbroker-restart 2                  (or 1: then nothing follows "end")
  *   boot <boot id>
  *   o <lease id> <uid> <bytes> p<pid>,... k<dev>:<ino>:<bytes>,...   (one line per lease)
  *   end
+ *   o ...                                (version 2: lines journaled since)
  * A lease's key bytes must add up to its bytes (a registration has no keys),
  * and "end" must close the file (a torn write is not a short list). When
  * boot_id is not empty and the file names another boot, -ESTALE: every
@@ -50,6 +51,19 @@ struct orphan {
  * (verified, pidfds -1), -EBADMSG, -ESTALE or -ENOMEM.
  */
 int orphans_parse(const char *buf, size_t len, const char *boot_id, struct orphan **ret, size_t *n);
+/*
+ * orphans_parse, for both versions: version 1 ends at "end"; version 2
+ * (what orphans_format writes) goes on after "end" with "o" lines journaled
+ * while the daemon ran, each a lease lent after the snapshot above it (one
+ * already named: its pids are added to the first line's; a line whose memfd a
+ * later line names is dropped, as that chunk was lent again). A last line without
+ * its newline is ignored (cut by a crash before that lease's fds left).
+ * *version (optional) is 1 or 2.
+ */
+int orphans_parse_version(const char *buf, size_t len, const char *boot_id, struct orphan **ret, size_t *n,
+			  unsigned *version);
+/* One "o" line of o, with its newline, malloc'd into *ret (*len bytes). Returns 0 or -ENOMEM. */
+int orphans_format_line(const struct orphan *o, char **ret, size_t *len);
 
 /* The text orphans_parse reads, malloc'd into *ret (*len bytes, NUL-terminated). Returns 0 or -ENOMEM. */
 int orphans_format(const struct orphan *v, size_t n, const char *boot_id, char **ret, size_t *len);

@@ -32,6 +32,8 @@ PB_STATUS_LEASES = 1 << 0
 PB_REVOKE_LEASE = 0
 PB_REVOKE_UID = 1
 PB_REVOKE_ALL = 2
+PB_REVOKE_ORPHANS = 3
+PB_REVOKE_ORPHANS_UID = 4
 PB_SHARE_TOKEN_LEN = 33  # 32 characters and the NUL
 
 PB_PRIORITY_NORMAL = 0
@@ -365,6 +367,8 @@ _OPTIONAL = {
     "pb_lease_cuda_piece_bytes": (_size, [_vp]),
     # The daemon's cgroup namespace, kept out of struct pb_status (issue 28).
     "pb_status_cgroup_namespace": (_cstr, [_vp, ctypes.POINTER(_cstr)]),
+    # What the daemon knew at start of what its predecessor lent (issue 38).
+    "pb_status_restart_warning": (_cstr, [_vp, ctypes.POINTER(_cstr)]),
 }
 
 

@@ -30,8 +30,15 @@ def query(ptr: int, leases: bool) -> Dict[str, Any]:
         fn = _lib.optional("pb_status_cgroup_namespace")
         if fn is not None:
             ns = _dec(fn(ctypes.cast(st, ctypes.c_void_p), ctypes.byref(root)))
-        return _after(d, "uptime_ms", {"cgroup_namespace": ns or None,
-                                       "cgroup_ns_root": (_dec(root.value) or None) if ns else None})
+        extra = {"cgroup_namespace": ns or None,
+                 "cgroup_ns_root": (_dec(root.value) or None) if ns else None}
+        books, warning = ctypes.c_char_p(), None
+        fn = _lib.optional("pb_status_restart_warning")
+        if fn is not None:
+            warning = _dec(fn(ctypes.cast(st, ctypes.c_void_p), ctypes.byref(books)))
+        extra["restart_books"] = (_dec(books.value) or None) if fn is not None else None
+        extra["restart_warning"] = warning or None
+        return _after(d, "uptime_ms", extra)
     finally:
         lib.pb_status_free(st)
 

@@ -262,10 +262,11 @@ static void legacy_case(uint64_t size, uint64_t touched, int64_t want)
 
 		close(to_test[0]);
 		close(from_test[1]);
-		sec_drop_to(SEC_UID_A);
+		/* Made by root, as the old daemon made its chunks (a memfd another uid made is not ours), held by A. */
 		fd = memfd_create("pinbroker-chunk", MFD_CLOEXEC);
 		if (fd < 0 || ftruncate(fd, (off_t)size) < 0)
 			_exit(20);
+		sec_drop_to(SEC_UID_A);
 		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 		if (p == MAP_FAILED)
 			_exit(21);

@@ -836,6 +836,103 @@ START_TEST(test_scan_memfds_reports_the_file_size_of_a_stretched_mapping)
 }
 END_TEST
 
+/* What a sliced scan saw of the one process the case cares about. */
+struct sliced_seen {
+	pid_t mapper;
+	ino_t want;
+	size_t reports;
+	bool read, owner_known;
+	uid_t owner;
+	uid_t ids_seen[4];
+	bool asked;
+};
+
+static bool want_mapper_ids(pid_t pid, const uid_t ids[4], void *ud)
+{
+	struct sliced_seen *s = ud;
+
+	if (pid != s->mapper)
+		return false;
+	memcpy(s->ids_seen, ids, sizeof(s->ids_seen));
+	s->asked = true;
+	return true;
+}
+
+static void sliced_memfd(const struct holders_memfd *m, void *ud)
+{
+	struct sliced_seen *s = ud;
+
+	if (m->ino != s->want)
+		return;
+	s->reports++;
+	s->owner_known |= m->owner_known;
+	if (m->owner_known)
+		s->owner = m->owner;
+}
+
+static void sliced_read(pid_t pid, void *ud)
+{
+	struct sliced_seen *s = ud;
+
+	s->read |= pid == s->mapper;
+}
+
+/*
+ * The sliced scan (issue 38 finding 6): a process mapping one memfd 3,000 times and holding 100 fds of it is read
+ * over many 1 us steps, to the end; each mapping is reported, but the file is stat'ed once for every mapping
+ * (map_files) and once per fd (a stat names an fd's file); want is asked with the status uids, and the file's
+ * owner (who made the memfd) comes with each report.
+ */
+START_TEST(test_sliced_scan_reads_a_big_process_over_many_steps_and_stats_once)
+{
+	const int maps = 3000, fds = 100;
+	struct holders_memfd_stats st;
+	struct holders_memfd_scan *sc;
+	struct sliced_seen s = { 0 };
+	char name[64];
+	int ready[2], go[2], fd, r, steps = 0;
+	char c;
+
+	fd = test_memfd("sliced", name, &s.want, ready, go);
+	s.mapper = fork();
+	ck_assert_int_ge(s.mapper, 0);
+	if (s.mapper == 0) {
+		for (int i = 0; i < maps; i++)
+			if (mmap(NULL, 65536, PROT_READ, MAP_SHARED, fd, 0) == MAP_FAILED)
+				_exit(1);
+		for (int i = 1; i < fds; i++)
+			if (dup(fd) < 0)
+				_exit(2);
+		if (write(ready[1], "m", 1) != 1 || read(go[0], &c, 1) != 1)
+			_exit(3);
+		_exit(0);
+	}
+	close(fd);
+	ck_assert_int_eq(read(ready[0], &c, 1), 1);
+	ck_assert_int_eq(holders_memfd_scan_new(NULL, name, want_mapper_ids, sliced_memfd, sliced_read, &s, &sc), 0);
+	while ((r = holders_memfd_scan_step(sc, 1)) == 0)
+		steps++;
+	ck_assert_int_eq(r, 1);
+	holders_memfd_scan_stats(sc, &st);
+	holders_memfd_scan_free(sc);
+	ck_assert(s.asked);
+	ck_assert_uint_eq(s.ids_seen[0], getuid());
+	ck_assert(s.read);
+	ck_assert_uint_eq(st.processes, 1);
+	ck_assert_uint_eq(s.reports, (size_t)maps + (size_t)fds);
+	ck_assert_uint_ge(st.lines, (size_t)maps);
+	/* One stat for every mapping and one per fd: not one per mapping. */
+	ck_assert_uint_le(st.stats, (size_t)fds + 1);
+	/* A 3,000-line maps file and 100 fds take many steps of one unit each. */
+	ck_assert_int_ge(steps, 20);
+	ck_assert_uint_ge(st.slices, 20);
+	ck_assert(s.owner_known);
+	ck_assert_uint_eq(s.owner, geteuid());
+	ck_assert_int_eq(write(go[1], "g", 1), 1);
+	ck_assert_int_eq(waitpid(s.mapper, NULL, 0), s.mapper);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("holders");
@@ -855,7 +952,8 @@ static Suite *suite(void)
 		       test_find_keeps_to_the_leases_uid_and_never_pid_1, test_find_through_fd_links_and_bad_roots,
 		       test_scan_memfds_finds_mappers_and_fd_holders_of_any_uid,
 		       test_scan_memfds_reports_the_file_size_of_a_stretched_mapping,
-		       test_scan_memfds_of_another_uid_with_cap_sys_ptrace_alone);
+		       test_scan_memfds_of_another_uid_with_cap_sys_ptrace_alone,
+		       test_sliced_scan_reads_a_big_process_over_many_steps_and_stats_once);
 	tcase_set_tags(f, "enforce");
 	return s;
 }

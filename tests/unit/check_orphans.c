@@ -78,7 +78,7 @@ START_TEST(test_damaged_states_are_refused)
 {
 	static const char *const bad[] = {
 		"",                                                                          /* empty */
-		"pinbroker-restart 2\nboot " BOOT "\nend\n",                                 /* another version */
+		"pinbroker-restart 3\nboot " BOOT "\nend\n",                                 /* another version */
 		"pinbroker-restart 1\nboot " BOOT "\no 1 61001 4096 p5 k0:1:9:4096\n",       /* torn: no end */
 		"pinbroker-restart 1\nboot " BOOT "\nend\no 1 61001 4096 p5 k0:1:9:4096\n",  /* after end */
 		"pinbroker-restart 1\nboot " BOOT "\nend",                                   /* end without newline */
@@ -119,8 +119,53 @@ START_TEST(test_too_many_pids_are_refused)
 }
 END_TEST
 
+/*
+ * Version 2 goes on after "end" with lines journaled while the daemon ran: each a lease lent after the
+ * snapshot; a lease journaled again (an attach) adds its pids to its first line; a last line without its
+ * newline (a crash mid-append, before that lease's fds left) is not trusted, and the file still reads.
+ */
+START_TEST(test_journal_lines_after_end_are_leases_lent_since)
+{
+	const char *text = "pinbroker-restart 2\nboot " BOOT "\n"
+			   "o 1 61001 4096 p5 k0:1:9:4096\n"
+			   "end\n"
+			   "o 2 61001 8192 p6 k0:1:10:8192\n"
+			   "o 1 61001 4096 p5,7 k0:1:9:4096\n"
+			   "o 3 61002 4096 p8 k0:1:1";
+	struct orphan *out = NULL;
+	unsigned version = 0;
+	size_t n = 0;
+
+	ck_assert_int_eq(orphans_parse_version(text, strlen(text), BOOT, &out, &n, &version), 0);
+	ck_assert_uint_eq(version, 2);
+	ck_assert_uint_eq(n, 2);
+	ck_assert_uint_eq(out[0].lease_id, 1);
+	ck_assert_uint_eq(out[0].npids, 2);
+	ck_assert_int_eq(out[0].pids[0], 5);
+	ck_assert_int_eq(out[0].pids[1], 7);
+	ck_assert_uint_eq(out[1].lease_id, 2);
+	ck_assert_uint_eq(out[1].bytes, 8192);
+	orphans_free(out, n);
+	/* A chunk a later line names was lent again: the earlier lease had ended. */
+	text = "pinbroker-restart 2\nboot " BOOT "\n"
+	       "end\n"
+	       "o 4 61001 8192 p6 k0:1:10:4096,0:1:11:4096\n"
+	       "o 5 61002 4096 p9 k0:1:11:4096\n";
+	ck_assert_int_eq(parse(text, &out, &n), 0);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_eq(out[0].lease_id, 5);
+	orphans_free(out, n);
+	/* A version 1 file has nothing after "end". */
+	ck_assert_int_eq(parse("pinbroker-restart 1\nboot " BOOT "\nend\no 2 61001 8192 p6 k0:1:10:8192\n", &out, &n),
+			 -EBADMSG);
+	/* A damaged journal line is a damaged file. */
+	text = "pinbroker-restart 2\nboot " BOOT "\nend\no 2 61001 8192 p6 k0:1:10:4096\n";
+	ck_assert_int_eq(parse(text, &out, &n), -EBADMSG);
+}
+END_TEST
+
 CHECK_SUITE(suite, "orphans", "state file", NULL, NULL, 10, test_written_state_reads_back_the_same,
 	    test_empty_list_reads_back_empty, test_another_boot_is_stale, test_damaged_states_are_refused,
-	    test_too_many_pids_are_refused)
+	    test_too_many_pids_are_refused, test_journal_lines_after_end_are_leases_lent_since)
 
 CHECK_MAIN(suite)
