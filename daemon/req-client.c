@@ -277,6 +277,8 @@ void handle_redeclare(struct conn *c, const Pinbroker__V1__Request *req)
 		    lease_set_state(l, LEASE_ACTIVE, now_ms()) == 0) {
 			l->owner = c;
 			l->pid = c->pid;
+			/* Its tenant now (whose rows and revokes reach it); its chunks stay nobody's warm memory. */
+			l->tenant = c->tenant;
 			/* Charged to the job of the process that re-declares it, as a new lease would be. */
 			if (b->jobs && c->cgroup && !l->cgroup) {
 				l->cgroup = c->cgroup;

@@ -563,6 +563,7 @@ int server_new(struct broker *b, int listen_fd, struct server **ret)
 	s->rxcap = (size_t)b->cfg->max_message_bytes + 1;
 	s->rxbuf = malloc(s->rxcap);
 	r = tenants_new(&s->tenants);
+	b->tenants = s->tenants;
 	if (!s->rxbuf || r < 0) {
 		r = -ENOMEM;
 		goto fail;
@@ -593,6 +594,7 @@ int server_new(struct broker *b, int listen_fd, struct server **ret)
 	*ret = s;
 	return 0;
 fail:
+	b->tenants = NULL;
 	tenants_free(s->tenants);
 	free(s->rxbuf);
 	free(s);
@@ -615,6 +617,7 @@ void server_free(struct server *s)
 		listen_unlink(s->path);
 	free(s->path);
 	free(s->rxbuf);
+	s->broker->tenants = NULL;
 	tenants_free(s->tenants);
 	free(s);
 }

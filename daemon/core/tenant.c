@@ -136,6 +136,27 @@ void tenants_put(struct tenants *t, uint64_t id)
 	}
 }
 
+static const struct tenant_entry *find(const struct tenants *t, uint64_t id)
+{
+	for (const struct tenant_entry *e = t->head; e; e = e->next)
+		if (e->id == id)
+			return e;
+	return NULL;
+}
+
+bool tenants_same_pidns(const struct tenants *t, uint64_t a, uint64_t b)
+{
+	const struct tenant_entry *ea, *eb;
+
+	if (a == b)
+		return a != TENANT_NONE;
+	if (!t)
+		return false;
+	ea = find(t, a);
+	eb = find(t, b);
+	return ea && eb && strcmp(ea->pidns, eb->pidns) == 0;
+}
+
 size_t tenants_count(const struct tenants *t)
 {
 	return t->n;

@@ -243,6 +243,123 @@ START_TEST(test_an_attachers_clone_vm_sibling_reads_nothing_after_the_holder_rel
 }
 END_TEST
 
+/* What a root process in a new pid namespace (a pod) got against host root's lease. */
+struct pod_report {
+	int32_t step;         /* 0, or where it failed */
+	int32_t revoke_id;    /* pb_admin_revoke of the host lease's id: 0 or -errno */
+	int32_t revoke_uid;   /* pb_admin_revoke of every lease of uid 0: 0 or -errno */
+	int32_t host_rows;    /* rows of the host lease it was shown */
+	int32_t host_revoked; /* the uid revoke named the host lease */
+	int32_t own_revoked;  /* the uid revoke named its own lease */
+	int32_t root_conns;   /* client rows of uid 0 it was shown (its own is one) */
+};
+
+static void pod_probe(uint64_t host_id, int rep_w)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE, .label = "sec29-pod" };
+	struct pod_report rep = { 0 };
+	struct pb_lease_info *rows;
+	struct pb_status *st = NULL;
+	uint64_t cur = 0, *ids = NULL;
+	size_t n, nids = 0;
+	pb_client *c;
+	pb_lease *l;
+
+	if (pb_connect(d.socket, &c) < 0 || pb_acquire(c, TENANT_LEASE_BYTES, &o, &l) < 0) {
+		rep.step = 1;
+		goto out;
+	}
+	do {
+		if (pb_leases_page(c, cur, 0, &rows, &n, &cur) < 0) {
+			rep.step = 2;
+			goto out;
+		}
+		for (size_t i = 0; i < n; i++)
+			rep.host_rows += rows[i].id == host_id;
+		pb_lease_info_free(rows, n);
+	} while (cur);
+	if (pb_status_get(c, &st) == 0) {
+		for (size_t i = 0; i < st->n_clients; i++)
+			rep.root_conns += st->clients[i].uid == 0;
+		pb_status_free(st);
+	}
+	rep.revoke_id = pb_admin_revoke(c, PB_REVOKE_LEASE, host_id, 0, 60000, NULL, NULL);
+	rep.revoke_uid = pb_admin_revoke(c, PB_REVOKE_UID, 0, 0, 60000, &ids, &nids);
+	for (size_t i = 0; i < nids; i++) {
+		rep.host_revoked |= ids[i] == host_id;
+		rep.own_revoked |= ids[i] == pb_lease_id(l);
+	}
+	free(ids);
+out:
+	_exit(write(rep_w, &rep, sizeof(rep)) == (ssize_t)sizeof(rep) ? 0 : 90);
+}
+
+/*
+ * (c) Most pods run as root: a pod's root is an ordinary tenant (finding 4), and must neither see nor revoke host
+ * root's leases, nor another pod's, though they are of its uid. It still revokes its own.
+ */
+START_TEST(test_a_pod_root_neither_sees_nor_revokes_host_root_leases)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE, .label = "sec29-host" };
+	struct pod_report rep;
+	struct pb_lease_info *rows;
+	uint64_t cur = 0, host_id;
+	bool active = false;
+	int p[2], stx;
+	pb_client *c;
+	pb_lease *l;
+	size_t n;
+	pid_t pid;
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_acquire(c, TENANT_LEASE_BYTES, &o, &l), 0);
+	host_id = pb_lease_id(l);
+	ck_assert_int_eq(pipe(p), 0);
+	pid = itest_fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		pid_t in;
+
+		close(p[0]);
+		if (unshare(CLONE_NEWPID) < 0)
+			_exit(77);
+		in = fork();
+		if (in < 0)
+			_exit(79);
+		if (in == 0)
+			pod_probe(host_id, p[1]);
+		_exit(itest_wait_exit(in));
+	}
+	close(p[1]);
+	stx = itest_wait_exit(pid);
+	if (stx == 77) {
+		printf("SKIP pod root: this kernel or sandbox refuses unshare(CLONE_NEWPID)\n");
+		close(p[0]);
+		pb_disconnect(c);
+		return;
+	}
+	ck_assert_int_eq(stx, 0);
+	ck_assert_int_eq(read(p[0], &rep, sizeof(rep)), (ssize_t)sizeof(rep));
+	close(p[0]);
+	ck_assert_msg(rep.step == 0, "the pod's client failed at step %d", rep.step);
+	do {
+		ck_assert_int_eq(pb_leases_page(c, cur, 0, &rows, &n, &cur), 0);
+		for (size_t i = 0; i < n; i++)
+			if (rows[i].id == host_id)
+				active = strcmp(rows[i].state, "active") == 0;
+		pb_lease_info_free(rows, n);
+	} while (cur);
+	pb_disconnect(c);
+	ck_assert_msg(rep.host_rows == 0 && rep.root_conns == 1 && rep.revoke_id < 0 && !rep.host_revoked && active,
+		      "a pod's root reached host root's lease of its uid: shown its row %d times, shown %d connection "
+		      "rows of uid 0 (its own is one), revoke by id %d (0: done), revoke of uid 0 named it %d, host "
+		      "lease still active %d",
+		      rep.host_rows, rep.root_conns, rep.revoke_id, rep.host_revoked, active);
+	ck_assert_msg(rep.revoke_uid == 0 && rep.own_revoked, "a pod's root could not revoke its own lease (%d)",
+		      rep.revoke_uid);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sec_29_review");
@@ -250,6 +367,7 @@ static Suite *suite(void)
 	CHECK_CASE(s, "shared", start, stop, 120,
 		   test_a_holders_clone_vm_sibling_reads_nothing_after_the_attacher_releases_last,
 		   test_an_attachers_clone_vm_sibling_reads_nothing_after_the_holder_releases);
+	CHECK_CASE(s, "admin", start, stop, 120, test_a_pod_root_neither_sees_nor_revokes_host_root_leases);
 	return s;
 }
 
