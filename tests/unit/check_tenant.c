@@ -134,6 +134,19 @@ START_TEST(test_same_pidns_is_told_only_of_known_tenants)
 	ck_assert(tenants_same_pidns(t, unknown, unknown));
 	ck_assert(!tenants_same_pidns(t, TENANT_NONE, TENANT_NONE));
 	ck_assert(!tenants_same_pidns(NULL, a, cg));
+	/* A dropped entry (a reusable name's last reference) is unknown; the others are still found. */
+	{
+		uint64_t gone = tenants_get(t, 0, NS_A, "path:/a", false);
+		uint64_t after = tenants_get(t, 0, NS_A, "/user.slice/c.scope", true);
+
+		ck_assert(tenants_same_pidns(t, a, after));
+		ck_assert(tenants_same_pidns(t, gone, a));
+		tenants_put(t, gone);
+		ck_assert(!tenants_same_pidns(t, gone, a));
+		ck_assert(tenants_same_pidns(t, a, after));
+		ck_assert(tenants_same_pidns(t, cg, after));
+		ck_assert(!tenants_same_pidns(t, ns, after));
+	}
 	tenants_free(t);
 }
 END_TEST
