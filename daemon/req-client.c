@@ -19,6 +19,7 @@
 #include "reply.h"
 #include "request-int.h"
 #include "revoker.h"
+#include "tenant.h"
 #include "text.h"
 #include "util.h"
 #include "waitq.h"
@@ -184,10 +185,13 @@ void handle_release(struct conn *c, const Pinbroker__V1__Request *req)
 			reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
 			return;
 		}
-	} else if (!(l->owner == NULL && l->nattachers == 0 && (c->admin || l->uid == c->uid))) {
+	} else if (!(l->owner == NULL && l->nattachers == 0 &&
+		     (c->admin || (l->uid == c->uid && (l->tenant == TENANT_NONE ||
+							tenants_same_pidns(b->tenants, c->tenant, l->tenant)))))) {
 		/* A lease with no connection (an orphan nobody re-declared, or one held until its
-		 * process exits) may be dropped by an admin or by its own uid, unless attachers still
-		 * map it. Taking a live connection's lease is what revoke is for: it still maps it. */
+		 * process exits) may be dropped by an admin or by its own uid from its pid namespace (an
+		 * orphan's is not known), unless attachers still map it. Taking a live connection's lease
+		 * is what revoke is for: it still maps it. */
 		reply_lease_error(c, req->seq, -EPERM, id);
 		return;
 	}

@@ -360,6 +360,72 @@ START_TEST(test_a_pod_root_neither_sees_nor_revokes_host_root_leases)
 }
 END_TEST
 
+/*
+ * (d) A lease kept counted until its process exits (its connection closed while the process lives, so it may map
+ * it still) has no connection: its uid may drop it. A pod's root must not drop host root's: that uncounts memory
+ * host root's process still maps.
+ */
+START_TEST(test_a_pod_root_cannot_drop_host_roots_exit_held_lease)
+{
+	int fds[16], p[2], fd, stx;
+	int32_t pod_status;
+	uint64_t id;
+	size_t nfds;
+	pid_t pid;
+
+	fd = raw_connect(d.socket);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(raw_hello(fd), 0);
+	ck_assert_int_eq(raw_acquire(fd, TENANT_LEASE_BYTES, &id, fds, 16, &nfds), 0);
+	for (size_t i = 0; i < nfds; i++)
+		close(fds[i]);
+	/* This process lives on: the lease stays counted until it exits. */
+	close(fd);
+	ck_assert_int_eq(wait_leased(d.socket, (int64_t)TENANT_LEASE_BYTES, POLL_MS), (int64_t)TENANT_LEASE_BYTES);
+	ck_assert_int_eq(pipe(p), 0);
+	pid = itest_fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		pid_t in;
+
+		close(p[0]);
+		if (unshare(CLONE_NEWPID) < 0)
+			_exit(77);
+		in = fork();
+		if (in < 0)
+			_exit(79);
+		if (in == 0) {
+			int c = raw_connect(d.socket);
+			int32_t r = c < 0 ? -1000 : raw_hello(c) != 0 ? -1001 : raw_release(c, id);
+
+			_exit(write(p[1], &r, sizeof(r)) == (ssize_t)sizeof(r) ? 0 : 90);
+		}
+		_exit(itest_wait_exit(in));
+	}
+	close(p[1]);
+	stx = itest_wait_exit(pid);
+	if (stx == 77) {
+		printf("SKIP pod root: this kernel or sandbox refuses unshare(CLONE_NEWPID)\n");
+		close(p[0]);
+		return;
+	}
+	ck_assert_int_eq(stx, 0);
+	ck_assert_int_eq(read(p[0], &pod_status, sizeof(pod_status)), (ssize_t)sizeof(pod_status));
+	close(p[0]);
+	ck_assert_msg(pod_status != PINBROKER__V1__STATUS_CODE__STATUS_OK &&
+			      status_leased(d.socket) == (int64_t)TENANT_LEASE_BYTES,
+		      "a pod's root dropped host root's lease held until its process exits (release status %d)",
+		      pod_status);
+	/* Host root may: its own uid, from its own namespace. */
+	fd = raw_connect(d.socket);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(raw_hello(fd), 0);
+	ck_assert_int_eq(raw_release(fd, id), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	close(fd);
+	ck_assert_int_eq(wait_leased(d.socket, 0, POLL_MS), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sec_29_review");
@@ -367,7 +433,8 @@ static Suite *suite(void)
 	CHECK_CASE(s, "shared", start, stop, 120,
 		   test_a_holders_clone_vm_sibling_reads_nothing_after_the_attacher_releases_last,
 		   test_an_attachers_clone_vm_sibling_reads_nothing_after_the_holder_releases);
-	CHECK_CASE(s, "admin", start, stop, 120, test_a_pod_root_neither_sees_nor_revokes_host_root_leases);
+	CHECK_CASE(s, "admin", start, stop, 120, test_a_pod_root_neither_sees_nor_revokes_host_root_leases,
+		   test_a_pod_root_cannot_drop_host_roots_exit_held_lease);
 	return s;
 }
 
