@@ -203,8 +203,8 @@ const struct config_key config_key_table[] = {
 	K_UINT("acquire-timeout-ms", acquire_timeout_ms, 0, HOUR_MS, "10000", true,
 	       "How long a waiting ACQUIRE waits for memory when the client gives no timeout."),
 	K_ENUM("status-visibility", status_visibility, visibility_choices, "own", true,
-	       "Whose client and lease rows (pids, labels, names) a non-admin sees in status: own (its uid's only) "
-	       "or all. own by default: labels are free text that may name jobs and data, and which uid runs what "
+	       "Whose client and lease rows (pids, labels, names) a non-admin sees in status: own (its uid's, taken "
+	       "from its own pid namespace) or all. own by default: labels are free text that may name jobs and data, and which uid runs what "
 	       "is no other member's business (least privilege); budget, leased and pressure figures stay visible "
 	       "to all, and admins always see every row."),
 

@@ -22,6 +22,7 @@
 #include "restart.h"
 #include "request-int.h"
 #include "revoker.h"
+#include "tenant.h"
 
 /* revoke --orphans: an admin stops counting orphaned memory (memory found by name that is not ours, say). */
 static void drop_orphans(struct conn *c, const Pinbroker__V1__Request *req)
@@ -92,6 +93,15 @@ void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req)
 			     b->cfg->admin_group && b->cfg->admin_group[0] ? b->cfg->admin_group : "none set", c->uid);
 		return;
 	}
+	/* Of one's own uid, only leases held from one's own pid namespace: a container's root is not the host's. */
+	if (!c->admin && target && target->tenant != TENANT_NONE &&
+	    !tenants_same_pidns(b->tenants, c->tenant, target->tenant)) {
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED,
+			     "lease %llu was taken from another pid namespace than yours (another container, or the "
+			     "host): only an admin may revoke it",
+			     (unsigned long long)target->id);
+		return;
+	}
 	/* A never-revoked lease can be revoked only while its library keeps it cached (idle). */
 	if (target && target->no_revoke && !lease_revocable(target)) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
@@ -107,6 +117,8 @@ void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req)
 	/* A failed REVOKE send only marks its connection closing, so the walk stays valid. */
 	for (l = target ? target : lease_first(b->leases); l; l = target ? NULL : lease_next(b->leases, l)) {
 		if (ar->has_uid && l->uid != ar->uid)
+			continue;
+		if (!c->admin && l->tenant != TENANT_NONE && !tenants_same_pidns(b->tenants, c->tenant, l->tenant))
 			continue;
 		if (!lease_revocable(l))
 			continue;

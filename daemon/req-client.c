@@ -19,6 +19,7 @@
 #include "reply.h"
 #include "request-int.h"
 #include "revoker.h"
+#include "tenant.h"
 #include "text.h"
 #include "util.h"
 #include "waitq.h"
@@ -184,10 +185,13 @@ void handle_release(struct conn *c, const Pinbroker__V1__Request *req)
 			reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
 			return;
 		}
-	} else if (!(l->owner == NULL && l->nattachers == 0 && (c->admin || l->uid == c->uid))) {
+	} else if (!(l->owner == NULL && l->nattachers == 0 &&
+		     (c->admin || (l->uid == c->uid && (l->tenant == TENANT_NONE ||
+							tenants_same_pidns(b->tenants, c->tenant, l->tenant)))))) {
 		/* A lease with no connection (an orphan nobody re-declared, or one held until its
-		 * process exits) may be dropped by an admin or by its own uid, unless attachers still
-		 * map it. Taking a live connection's lease is what revoke is for: it still maps it. */
+		 * process exits) may be dropped by an admin or by its own uid from its pid namespace (an
+		 * orphan's is not known), unless attachers still map it. Taking a live connection's lease
+		 * is what revoke is for: it still maps it. */
 		reply_lease_error(c, req->seq, -EPERM, id);
 		return;
 	}
@@ -277,6 +281,8 @@ void handle_redeclare(struct conn *c, const Pinbroker__V1__Request *req)
 		    lease_set_state(l, LEASE_ACTIVE, now_ms()) == 0) {
 			l->owner = c;
 			l->pid = c->pid;
+			/* Its tenant now (whose rows and revokes reach it); its chunks stay nobody's warm memory. */
+			l->tenant = c->tenant;
 			/* Charged to the job of the process that re-declares it, as a new lease would be. */
 			if (b->jobs && c->cgroup && !l->cgroup) {
 				l->cgroup = c->cgroup;

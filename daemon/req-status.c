@@ -23,6 +23,7 @@
 #include "restart.h"
 #include "request-int.h"
 #include "revoker.h"
+#include "tenant.h"
 #include "util.h"
 #include "waitq.h"
 
@@ -82,6 +83,17 @@ struct status_build {
 static bool visible(const struct status_build *sb, uid_t uid)
 {
 	return sb->see_all || uid == sb->asker->uid;
+}
+
+/*
+ * A connection's or lease's row of tenant: its uid's, and from the asker's own pid namespace (a container's root
+ * sees none of the host's root rows, nor another container's). A lease whose tenant is not known (an orphan after
+ * a restart) is shown to its uid.
+ */
+static bool visible_row(const struct status_build *sb, uid_t uid, uint64_t tenant)
+{
+	return sb->see_all || (visible(sb, uid) && (tenant == TENANT_NONE ||
+						    tenants_same_pidns(sb->b->tenants, sb->asker->tenant, tenant)));
 }
 
 /* The reply must fit the asker's send buffer, whatever the host set it to. */
@@ -337,7 +349,7 @@ static int fill_clients(struct status_build *sb, Pinbroker__V1__StatusReply *sr,
 	if (!sb->conns)
 		return -ENOMEM;
 	for (struct conn *cc = b->conn_io->first(b); cc && n < nconn; cc = cc->next) {
-		if (cc->closing || (cursor && cc->id >= cursor) || !visible(sb, cc->uid))
+		if (cc->closing || (cursor && cc->id >= cursor) || !visible_row(sb, cc->uid, cc->tenant))
 			continue;
 		sorted = sorted && (n == 0 || sb->conns[n - 1]->id > cc->id);
 		sb->conns[n++] = cc;
@@ -442,7 +454,7 @@ static void fill_registrants(const struct status_build *sb, Pinbroker__V1__Lease
 	     i++) {
 		const struct lease *o = lease_find(sb->b->leases, key);
 
-		if (o && visible(sb, o->uid))
+		if (o && visible_row(sb, o->uid, o->tenant))
 			pids[x->n_registrant_pids++] = o->pid;
 	}
 }
@@ -469,7 +481,7 @@ static int fill_leases(struct status_build *sb, Pinbroker__V1__StatusReply *sr, 
 		if (k == max || scanned == STATUS_SCAN_MAX)
 			break;
 		scanned++;
-		if (!visible(sb, l->uid)) {
+		if (!visible_row(sb, l->uid, l->tenant)) {
 			last = l;
 			continue;
 		}

@@ -189,7 +189,9 @@ void revoker_conn_closed(struct broker *b, struct conn *c)
 		attached = l->owner != c && lease_attacher_find(l, c);
 		if (l->owner != c && !attached)
 			continue;
-		/* c lets go, as its holder or an attacher; other mappers keep the lease alive. */
+		/* c lets go, as its holder or an attacher; other mappers keep the lease alive. Without a RELEASE: a
+		 * clone(CLONE_VM) sibling of its process may map the lease still, so its chunks are never pooled. */
+		l->dropped = true;
 		if (attached)
 			lease_detach(l, c);
 		else

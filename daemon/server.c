@@ -591,6 +591,7 @@ int server_new(struct broker *b, int listen_fd, struct server **ret)
 	s->rxcap = (size_t)b->cfg->max_message_bytes + 1;
 	s->rxbuf = malloc(s->rxcap);
 	r = tenants_new(&s->tenants);
+	b->tenants = s->tenants;
 	if (!s->rxbuf || r < 0) {
 		r = -ENOMEM;
 		goto fail;
@@ -621,6 +622,7 @@ int server_new(struct broker *b, int listen_fd, struct server **ret)
 	*ret = s;
 	return 0;
 fail:
+	b->tenants = NULL;
 	tenants_free(s->tenants);
 	free(s->rxbuf);
 	free(s);
@@ -643,6 +645,7 @@ void server_free(struct server *s)
 		listen_unlink(s->path);
 	free(s->path);
 	free(s->rxbuf);
+	s->broker->tenants = NULL;
 	tenants_free(s->tenants);
 	free(s);
 }

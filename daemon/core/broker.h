@@ -28,6 +28,7 @@ struct jobs;
 struct backing_table;
 struct jobs_watch;
 struct quota_store;
+struct tenants;
 struct job_cgroup;
 
 struct broker;
@@ -122,6 +123,8 @@ struct broker {
 		*restart; /* I/O: the restart state file, and what live processes still map of an earlier daemon */
 	/* I/O: the file the quota rules pinctl quota set made are kept in over restarts */
 	struct quota_store *quota_store;
+	/* The connections' tenants (core/tenant.h), the server's: who may see or revoke whose leases of one uid */
+	const struct tenants *tenants;
 	struct ev_loop *loop;
 	const char *config_path;                 /* for SIGHUP; NULL when none */
 	const struct reload_hooks *reload_hooks; /* what reload_apply runs around a new config (reload.h) */

@@ -20,7 +20,8 @@ struct tenant_entry {
 
 struct tenants {
 	struct tenant_entry *head;
-	size_t n, nidle;
+	struct tenant_entry **byid; /* the n entries in id order (new ones have the largest id): a lookup is a search */
+	size_t n, nidle, cap;
 	uint64_t next_id; /* ids only grow: one dropped is never given to a later tenant */
 	uint64_t seq;
 };
@@ -48,7 +49,40 @@ void tenants_free(struct tenants *t)
 		free(e->cgroup);
 		free(e);
 	}
+	free(t->byid);
 	free(t);
+}
+
+/* The index in byid of the entry with id, or of where it would be. */
+static size_t byid_index(const struct tenants *t, uint64_t id)
+{
+	size_t lo = 0, hi = t->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (t->byid[mid]->id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Room in byid for one more entry. */
+static bool byid_reserve(struct tenants *t)
+{
+	struct tenant_entry **v;
+	size_t cap = t->cap ? 2 * t->cap : 16;
+
+	if (t->n < t->cap)
+		return true;
+	v = realloc(t->byid, cap * sizeof(*v));
+	if (!v)
+		return false;
+	t->byid = v;
+	t->cap = cap;
+	return true;
 }
 
 uint64_t tenants_get(struct tenants *t, uid_t uid, const char *pidns, const char *cgroup, bool kept)
@@ -70,7 +104,7 @@ uint64_t tenants_get(struct tenants *t, uid_t uid, const char *pidns, const char
 		e->pidns = strdup(pidns);
 		e->cgroup = strdup(cgroup);
 	}
-	if (!e || !e->pidns || !e->cgroup) {
+	if (!e || !e->pidns || !e->cgroup || !byid_reserve(t)) {
 		if (e) {
 			free(e->pidns);
 			free(e->cgroup);
@@ -84,7 +118,7 @@ uint64_t tenants_get(struct tenants *t, uid_t uid, const char *pidns, const char
 	e->refs = 1;
 	e->next = t->head;
 	t->head = e;
-	t->n++;
+	t->byid[t->n++] = e;
 	return e->id;
 }
 
@@ -93,7 +127,10 @@ static void drop(struct tenants *t, struct tenant_entry **pp, bool idle)
 {
 	struct tenant_entry *e = *pp;
 
+	size_t i = byid_index(t, e->id);
+
 	*pp = e->next;
+	memmove(&t->byid[i], &t->byid[i + 1], (t->n - i - 1) * sizeof(*t->byid));
 	free(e->pidns);
 	free(e->cgroup);
 	free(e);
@@ -134,6 +171,26 @@ void tenants_put(struct tenants *t, uint64_t id)
 			drop_oldest_idle(t);
 		return;
 	}
+}
+
+static const struct tenant_entry *find(const struct tenants *t, uint64_t id)
+{
+	size_t i = byid_index(t, id);
+
+	return i < t->n && t->byid[i]->id == id ? t->byid[i] : NULL;
+}
+
+bool tenants_same_pidns(const struct tenants *t, uint64_t a, uint64_t b)
+{
+	const struct tenant_entry *ea, *eb;
+
+	if (a == b)
+		return a != TENANT_NONE;
+	if (!t)
+		return false;
+	ea = find(t, a);
+	eb = find(t, b);
+	return ea && eb && strcmp(ea->pidns, eb->pidns) == 0;
 }
 
 size_t tenants_count(const struct tenants *t)

@@ -43,6 +43,12 @@ void tenants_free(struct tenants *t);
 uint64_t tenants_get(struct tenants *t, uid_t uid, const char *pidns, const char *cgroup, bool kept);
 /* Drop a reference tenants_get gave (TENANT_NONE: nothing). */
 void tenants_put(struct tenants *t, uint64_t id);
+/*
+ * Whether tenants a and b are in one pid namespace, as far as the table knows: a == b, or both entries are there
+ * and name the same namespace. False when either is unknown (a tenant of its own, or an entry dropped since): a
+ * process in one pid namespace must not reach leases held from another, whatever its uid.
+ */
+bool tenants_same_pidns(const struct tenants *t, uint64_t a, uint64_t b);
 /* Entries kept (referenced and idle), and of them the idle ones (for the tests). */
 size_t tenants_count(const struct tenants *t);
 size_t tenants_idle(const struct tenants *t);

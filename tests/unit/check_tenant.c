@@ -117,6 +117,40 @@ START_TEST(test_a_reusable_name_is_forgotten_with_its_last_reference)
 }
 END_TEST
 
+START_TEST(test_same_pidns_is_told_only_of_known_tenants)
+{
+	struct tenants *t;
+	uint64_t a, cg, ns, unknown;
+
+	ck_assert_int_eq(tenants_new(&t), 0);
+	a = tenants_get(t, 0, NS_A, "/user.slice/a.scope", true);
+	cg = tenants_get(t, 0, NS_A, "/user.slice/b.scope", true);
+	ns = tenants_get(t, 0, NS_B, "/user.slice/a.scope", true);
+	unknown = tenants_get(t, 0, NULL, "/user.slice/a.scope", true);
+	ck_assert(tenants_same_pidns(t, a, a));
+	ck_assert(tenants_same_pidns(t, a, cg));
+	ck_assert(!tenants_same_pidns(t, a, ns));
+	ck_assert(!tenants_same_pidns(t, a, unknown));
+	ck_assert(tenants_same_pidns(t, unknown, unknown));
+	ck_assert(!tenants_same_pidns(t, TENANT_NONE, TENANT_NONE));
+	ck_assert(!tenants_same_pidns(NULL, a, cg));
+	/* A dropped entry (a reusable name's last reference) is unknown; the others are still found. */
+	{
+		uint64_t gone = tenants_get(t, 0, NS_A, "path:/a", false);
+		uint64_t after = tenants_get(t, 0, NS_A, "/user.slice/c.scope", true);
+
+		ck_assert(tenants_same_pidns(t, a, after));
+		ck_assert(tenants_same_pidns(t, gone, a));
+		tenants_put(t, gone);
+		ck_assert(!tenants_same_pidns(t, gone, a));
+		ck_assert(tenants_same_pidns(t, a, after));
+		ck_assert(tenants_same_pidns(t, cg, after));
+		ck_assert(!tenants_same_pidns(t, ns, after));
+	}
+	tenants_free(t);
+}
+END_TEST
+
 START_TEST(test_nspid_counts_the_namespaces)
 {
 	static const char host[] = "Name:\tpython3\nTgid:\t77\nNSpid:\t77\nNSpgid:\t77\n";
@@ -141,6 +175,7 @@ static Suite *tenant_suite(void)
 	Suite *s = suite_create("tenant");
 
 	CHECK_CASE(s, "core", NULL, NULL, 30, test_same_uid_namespace_and_cgroup_is_one_tenant,
+		   test_same_pidns_is_told_only_of_known_tenants,
 		   test_another_namespace_cgroup_or_uid_is_another_tenant,
 		   test_an_unknown_namespace_or_cgroup_is_a_tenant_of_its_own,
 		   test_a_tenant_outlives_its_connections_until_many_others_go_idle,
