@@ -369,6 +369,8 @@ _OPTIONAL = {
     "pb_status_cgroup_namespace": (_cstr, [_vp, ctypes.POINTER(_cstr)]),
     # What the daemon knew at start of what its predecessor lent (issue 38).
     "pb_status_restart_warning": (_cstr, [_vp, ctypes.POINTER(_cstr)]),
+    # Clients whose job (cgroup) the daemon could not read, and their acquires under quota rules (issue 38).
+    "pb_status_job_unknown": (ctypes.c_uint32, [_vp, ctypes.POINTER(ctypes.c_uint64)]),
 }
 
 

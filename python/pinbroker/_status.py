@@ -38,6 +38,11 @@ def query(ptr: int, leases: bool) -> Dict[str, Any]:
             warning = _dec(fn(ctypes.cast(st, ctypes.c_void_p), ctypes.byref(books)))
         extra["restart_books"] = (_dec(books.value) or None) if fn is not None else None
         extra["restart_warning"] = warning or None
+        fn = _lib.optional("pb_status_job_unknown")
+        if fn is not None:
+            acquires = ctypes.c_uint64()
+            extra["job_unknown_clients"] = int(fn(ctypes.cast(st, ctypes.c_void_p), ctypes.byref(acquires)))
+            extra["job_unknown_total"] = acquires.value
         return _after(d, "uptime_ms", extra)
     finally:
         lib.pb_status_free(st)
