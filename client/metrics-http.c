@@ -16,7 +16,8 @@
  * no daemon answers (so the scrape fails and `up` drops to 0). Another path: 404. Another method: 405.
  * Anything that is not an HTTP/1.x request line: 400. A request head not complete within --timeout-ms:
  * 408. A request head over --max-head-bytes (8 KiB by default): 431. Headers are read and ignored; the
- * connection is closed after one answer.
+ * connection is closed after one answer. One answer of the daemon serves every request for METRICS_REUSE_MS, so
+ * requests, however many, cost the daemon at most one metrics request a second.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -43,6 +44,8 @@
 #define LINGER_MS 1000               /* how long unread input is drained after the answer */
 #define LINGER_MAX_BYTES (1 << 20)   /* and how much of it */
 #define METRICS_CTYPE "text/plain; version=0.0.4; charset=utf-8"
+/* How long one answer of the daemon serves requests (fetch_metrics): far under any scrape interval. */
+#define METRICS_REUSE_MS 1000
 /* Server mode: connections at once (a scrape is one short connection per interval and target), and accepts per
  * loop turn, taken after the connections already open are served, so a burst of newcomers cannot evict a
  * scraper's connection before its request, already sent, is read. */
@@ -223,29 +226,57 @@ static int respond_text(char **out, size_t *out_len, int code, const char *reaso
 	return respond(out, out_len, code, reason, "text/plain; charset=utf-8", extra, text, strlen(text), head_only);
 }
 
-/* The metrics from the daemon at socket (NULL: $PINBROKER_SOCKET or the default), or 503 saying why not. */
-static int serve_metrics(char **out, size_t *out_len, const char *socket_path, bool head_only)
+/* The daemon's last answer (its metrics, or why there were none), and when it came. */
+static struct {
+	char *text; /* the metrics; NULL when the daemon gave none: then msg says why */
+	char *msg;
+	int64_t at_ms;
+} fetched;
+
+/*
+ * The daemon's metrics at most METRICS_REUSE_MS old: a newer request reuses the last answer instead of asking
+ * again, so requests sent faster than that cost the daemon nothing and are answered without a round trip (a
+ * flood of whole requests once made one each, and the backlog kept scrapers out). Returns 0 (fetched.text, or
+ * fetched.msg when the daemon gave none), or -ENOMEM.
+ */
+static int fetch_metrics(const char *socket_path)
 {
 	pb_client *c = NULL;
-	char *text = NULL, *msg = NULL;
+	int64_t now = mono_ms();
 	int r;
 
+	if ((fetched.text || fetched.msg) && now - fetched.at_ms < METRICS_REUSE_MS)
+		return 0;
+	free(fetched.text);
+	free(fetched.msg);
+	fetched.text = fetched.msg = NULL;
 	r = pb_connect(socket_path, &c);
 	if (r == 0) {
-		r = pb_metrics(c, &text);
+		r = pb_metrics(c, &fetched.text);
 		pb_disconnect(c);
 	}
 	if (r < 0) {
-		if (asprintf(&msg, "pinbroker: no metrics from the daemon: %s\n", pb_strerror(r)) < 0)
+		if (asprintf(&fetched.msg, "pinbroker: no metrics from the daemon: %s\n", pb_strerror(r)) < 0) {
+			fetched.msg = NULL;
 			return -ENOMEM;
-		fputs(msg, stderr);
-		r = respond_text(out, out_len, 503, "Service Unavailable", "Retry-After: 15\r\n", msg, head_only);
-		free(msg);
-		return r;
+		}
+		fputs(fetched.msg, stderr);
 	}
-	r = respond(out, out_len, 200, "OK", METRICS_CTYPE, "", text, strlen(text), head_only);
-	free(text);
-	return r;
+	fetched.at_ms = mono_ms();
+	return 0;
+}
+
+/* The metrics from the daemon at socket (NULL: $PINBROKER_SOCKET or the default), or 503 saying why not. */
+static int serve_metrics(char **out, size_t *out_len, const char *socket_path, bool head_only)
+{
+	int r = fetch_metrics(socket_path);
+
+	if (r < 0)
+		return r;
+	if (!fetched.text)
+		return respond_text(out, out_len, 503, "Service Unavailable", "Retry-After: 15\r\n", fetched.msg,
+				    head_only);
+	return respond(out, out_len, 200, "OK", METRICS_CTYPE, "", fetched.text, strlen(fetched.text), head_only);
 }
 
 /*
