@@ -73,9 +73,27 @@ int holders_parse_fdinfo(const char *buf, size_t len, int *mnt_id, uint64_t *ino
 	return have_mnt && have_ino ? 0 : -EBADMSG;
 }
 
+/* Whether (mnt_id, dev) is one of m's already (the default hugetlb size is 2 MiB on most hosts). */
+static bool memfd_mount_known(const struct memfd_mounts *m, int mnt_id, dev_t dev)
+{
+	for (size_t i = 0; i < m->n; i++)
+		if (m->mount[i].mnt_id == mnt_id && m->mount[i].dev == dev)
+			return true;
+	return false;
+}
+
+#ifndef MFD_HUGE_2MB
+#define MFD_HUGE_2MB (21U << 26) /* as pool-chunk.c makes hugetlb chunks */
+#endif
+
 void holders_memfd_mounts(struct memfd_mounts *m)
 {
-	static const unsigned flags[] = { MFD_CLOEXEC, MFD_CLOEXEC | MFD_HUGETLB };
+	/*
+	 * Each hugetlb page size has a mount of its own: the pool's 2 MiB chunks (pool-chunk.c) are probed by that
+	 * size, as a host booted with default_hugepagesz=1G puts a plain MFD_HUGETLB memfd on the 1 GiB one.
+	 */
+	static const unsigned flags[] = { MFD_CLOEXEC, MFD_CLOEXEC | MFD_HUGETLB | MFD_HUGE_2MB,
+					  MFD_CLOEXEC | MFD_HUGETLB };
 
 	m->n = 0;
 	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
@@ -90,7 +108,8 @@ void holders_memfd_mounts(struct memfd_mounts *m)
 		snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
 		n = fstat(fd, &st) < 0 ? -1 : read_text(AT_FDCWD, path, buf, sizeof(buf));
 		close(fd);
-		if (n > 0 && holders_parse_fdinfo(buf, (size_t)n, &mnt, &ino) == 0 && ino == (uint64_t)st.st_ino)
+		if (n > 0 && holders_parse_fdinfo(buf, (size_t)n, &mnt, &ino) == 0 && ino == (uint64_t)st.st_ino &&
+		    !memfd_mount_known(m, mnt, st.st_dev))
 			m->mount[m->n++] = (struct memfd_mount){ .mnt_id = mnt, .dev = st.st_dev };
 	}
 }

@@ -9,12 +9,13 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* The mounts memfds live on (the kernel's shmem mount, hugetlbfs's), each with its mount id and st_dev. */
+/* The mounts memfds live on (the kernel's shmem mount, hugetlbfs's of 2 MiB and of the default size), each with its
+ * mount id and st_dev. */
 struct memfd_mounts {
 	struct memfd_mount {
 		int mnt_id;
 		dev_t dev;
-	} mount[2];
+	} mount[3];
 	size_t n; /* 0: none found (no fdinfo ino:, or no /proc/self): the fallback is off */
 };
 

@@ -222,6 +222,36 @@ START_TEST(test_fdinfo_mount_and_inode_parse_and_old_kernels_fail)
 }
 END_TEST
 
+/*
+ * The probe covers the mount of a memfd made as the pool makes a hugetlb chunk (MFD_HUGE_2MB, pool-chunk.c):
+ * each page size has a hugetlbfs mount of its own, and a host booted with default_hugepagesz=1G puts a plain
+ * MFD_HUGETLB probe on the 1 GiB one, so an fd held on a 2 MiB chunk went unseen. No mount is listed twice.
+ */
+START_TEST(test_fdinfo_probe_covers_the_pools_hugetlb_chunks)
+{
+	struct memfd_mounts m;
+	struct stat st;
+	bool found = false;
+	int fd = memfd_create("pinbroker-probe-test", MFD_CLOEXEC | MFD_HUGETLB | (21U << 26));
+
+	if (fd < 0) {
+		printf("SKIP test_fdinfo_probe_covers_the_pools_hugetlb_chunks: no 2 MiB hugetlbfs (%s)\n",
+		       strerror(errno));
+		return;
+	}
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	close(fd);
+	holders_memfd_mounts(&m);
+	for (size_t i = 0; i < m.n; i++) {
+		found = found || m.mount[i].dev == st.st_dev;
+		for (size_t j = 0; j < i; j++)
+			ck_assert_int_ne(m.mount[i].mnt_id, m.mount[j].mnt_id);
+	}
+	ck_assert_msg(found, "the 2 MiB hugetlbfs mount (dev %u:%u) is not among the %zu probed", major(st.st_dev),
+		      minor(st.st_dev), m.n);
+}
+END_TEST
+
 static int status_file(const char *rel, uid_t ids[4])
 {
 	size_t len;
@@ -944,7 +974,8 @@ static Suite *suite(void)
 		   test_maps_streamed_in_small_pieces_finds_the_memfd, test_maps_garbage_lines_are_skipped,
 		   test_status_uid_line_captured_and_crafted, test_status_uid_malformed_is_ebadmsg,
 		   test_memfd_map_line_matches_only_the_exact_name,
-		   test_fdinfo_mount_and_inode_parse_and_old_kernels_fail);
+		   test_fdinfo_mount_and_inode_parse_and_old_kernels_fail,
+		   test_fdinfo_probe_covers_the_pools_hugetlb_chunks);
 
 	/* pidfd_open: valgrind 3.19 lacks it, so its run excludes the tag "enforce". */
 	f = CHECK_CASE(s, "find", fake_setup, fake_teardown, 20,
