@@ -294,7 +294,8 @@ void restart_init(struct broker *b)
 		rs->path[0] = '\0';
 	}
 
-	r = rs->path[0] ? restart_read_state(rs->path, &text, &len, &why) : -ENOENT;
+	/* Only this daemon's uid writes it, as one name: one that others may write or link could make it lend what is mapped. */
+	r = rs->path[0] ? read_private_file(rs->path, ORPHANS_STATE_MAX_BYTES, &text, &len, &why) : -ENOENT;
 	rs->books = r == -ENOENT ? RESTART_BOOKS_NONE : RESTART_BOOKS_UNKNOWN;
 	if (r == -EPERM)
 		log_warnx("ignoring the restart state %s: %s", rs->path, why);

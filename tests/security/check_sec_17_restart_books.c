@@ -433,6 +433,41 @@ START_TEST(test_pids_without_a_pidfd_still_hold)
 }
 END_TEST
 
+/*
+ * Where a tenant may write the state file's folder (a sticky /tmp holding the socket) and fs.protected_hardlinks
+ * is 0, it can hard-link a root-owned file to the state file's name: a regular file of the daemon's uid, mode
+ * 0600, as the daemon writes it. Another daemon's state linked there would have this one hold what that one
+ * lent; a file with a second name is not one this daemon wrote (it renames a new file in), so it is ignored, as
+ * the quota rules file is. (Root makes the link here, as protected_hardlinks=0 lets anyone.)
+ */
+START_TEST(test_a_hard_linked_state_file_is_ignored)
+{
+	char state[400], other[400];
+	struct daemon d;
+	pid_t sleeper;
+	char *log;
+
+	daemon_prepare(&d);
+	sleeper = fork_sleeper();
+	snprintf(state, sizeof(state), "%s.state", d.socket);
+	snprintf(other, sizeof(other), "%s/other.state", d.dir);
+	write_state(other, sleeper, 4);
+	ck_assert_int_eq(link(other, state), 0);
+	daemon_restart(&d, args);
+	ck_assert_int_eq(sec_orphaned(d.socket), 0);
+	ck_assert_int_eq(status_leased(d.socket), 0);
+	ck_assert_msg(daemon_wait_log(&d, "ignoring the restart state", 5000), "no warning:\n%s",
+		      itest_tail(daemon_log(&d)));
+	log = daemon_log(&d);
+	ck_assert_msg(strstr(log, "hard links") != NULL, "the warning does not say why:\n%s", log);
+	free(log);
+	kill(sleeper, SIGKILL);
+	ck_assert_int_eq(waitpid(sleeper, NULL, 0), sleeper);
+	unlink(other);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+END_TEST
+
 CHECK_SUITE(suite, "sec-17-restart-books", "restart without systemd", NULL, NULL, 120,
 	    test_clean_stop_keeps_a_live_holder_counted, test_kill_9_without_fd_store_keeps_a_live_holder_counted,
 	    test_clean_stop_without_state_file_counts_by_memfd_name,
@@ -440,6 +475,7 @@ CHECK_SUITE(suite, "sec-17-restart-books", "restart without systemd", NULL, NULL
 	    test_stretched_mapping_neither_inflates_nor_drops_a_named_lease,
 	    test_stretched_mapping_neither_inflates_nor_drops_a_lease_found_by_name,
 	    test_legacy_chunk_name_is_counted_without_a_state_file, test_a_sparse_memfd_found_by_name_counts_its_pages,
-	    test_rescans_back_off_while_nothing_is_let_go, test_pids_without_a_pidfd_still_hold)
+	    test_rescans_back_off_while_nothing_is_let_go, test_pids_without_a_pidfd_still_hold,
+	    test_a_hard_linked_state_file_is_ignored)
 
 SEC_MAIN(suite)
