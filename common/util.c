@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -272,6 +273,22 @@ int read_private_file(const char *path, uint64_t max_bytes, char **ret, size_t *
 out:
 	close(fd);
 	return r;
+}
+
+void read_boot_id(const char *proc_root, char *buf, size_t len)
+{
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/proc/sys/kernel/random/boot_id", proc_root ? proc_root : "");
+	if (read_text_at(AT_FDCWD, path, buf, len) < 0)
+		buf[0] = '\0';
+	buf[strcspn(buf, "\n")] = '\0';
+	/* Only the kernel's uuid text goes into a file's "boot" line. */
+	for (char *p = buf; *p; p++)
+		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f') || *p == '-')) {
+			buf[0] = '\0';
+			return;
+		}
 }
 
 /* One unsigned decimal number at *p (after blanks), *p moved past it: 0, or -EINVAL where there is none. */

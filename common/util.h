@@ -79,6 +79,12 @@ ssize_t read_text_at(int dirfd, const char *path, char *buf, size_t len);
 int read_private_file(const char *path, uint64_t max_bytes, char **ret, size_t *len, const char **why);
 
 /*
+ * The kernel's boot id (/proc/sys/kernel/random/boot_id below proc_root, NULL for /) into buf, without its newline,
+ * as a state file's "boot" line carries it; "" when it cannot be read or is not a uuid's text (0-9, a-f, '-').
+ */
+void read_boot_id(const char *proc_root, char *buf, size_t len);
+
+/*
  * The start time (field 22, starttime, in clock ticks since boot) of a /proc/PID/stat line in buf. Read after the
  * LAST ')': the comm before it (field 2) may hold spaces and parens of its own ("a) (b c)"). Returns 0 with *out
  * set, or -EINVAL for a line that does not parse.

@@ -46,29 +46,6 @@ int quota_store_path(const struct config *cfg, char *buf, size_t len)
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-/* The kernel's boot id under proc_root into buf, or "" when it cannot be read or is not a uuid's text. */
-static void read_boot_id(const char *proc_root, char *buf, size_t len)
-{
-	char path[PATH_MAX];
-	ssize_t n;
-	int fd;
-
-	buf[0] = '\0';
-	snprintf(path, sizeof(path), "%s/proc/sys/kernel/random/boot_id", proc_root ? proc_root : "");
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	n = read(fd, buf, len - 1);
-	close(fd);
-	buf[n > 0 ? n : 0] = '\0';
-	buf[strcspn(buf, "\n")] = '\0';
-	for (char *p = buf; *p; p++)
-		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f') || *p == '-')) {
-			buf[0] = '\0';
-			return;
-		}
-}
-
 /*
  * Remove the temp files ("<path>.XXXXXX", regular, this uid's) of writes a crash cut short before their rename:
  * each would stay until a reboot (kill -9 in a quota set storm left one in 3 of 40 kills on the build host).

@@ -76,28 +76,6 @@ int restart_state_path(const struct config *cfg, char *buf, size_t len)
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-static void read_boot_id(const char *proc_root, char *buf, size_t len)
-{
-	char path[PATH_MAX];
-	FILE *f;
-
-	buf[0] = '\0';
-	snprintf(path, sizeof(path), "%s/proc/sys/kernel/random/boot_id", proc_root ? proc_root : "");
-	f = fopen(path, "re");
-	if (!f)
-		return;
-	if (!fgets(buf, (int)len, f))
-		buf[0] = '\0';
-	fclose(f);
-	buf[strcspn(buf, "\n")] = '\0';
-	/* Only the kernel's uuid text goes into the file's "boot" line. */
-	for (char *p = buf; *p; p++)
-		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f') || *p == '-')) {
-			buf[0] = '\0';
-			return;
-		}
-}
-
 /* ------------------------------------------------------------ start */
 
 /* The pool's own memfds (adopted from the fd store, lent, idle or quarantined): never orphans. */

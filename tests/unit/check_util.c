@@ -376,6 +376,64 @@ START_TEST(test_private_file_refuses_what_another_could_have_made)
 }
 END_TEST
 
+static const char *const boot_dirs[] = { "proc", "proc/sys", "proc/sys/kernel", "proc/sys/kernel/random" };
+
+/* A proc root whose boot_id file holds text: its path (a new temp folder) in root. */
+static void fake_boot_id(char *root, size_t len, const char *text)
+{
+	const size_t ndirs = sizeof(boot_dirs) / sizeof(boot_dirs[0]);
+	char path[512];
+
+	snprintf(root, len, "/tmp/check_util_boot.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(root));
+	for (size_t i = 0; i < ndirs; i++) {
+		snprintf(path, sizeof(path), "%s/%s", root, boot_dirs[i]);
+		ck_assert_int_eq(mkdir(path, 0755), 0);
+	}
+	snprintf(path, sizeof(path), "%s/proc/sys/kernel/random/boot_id", root);
+	write_file(path, text, 0644);
+}
+
+/* Remove what fake_boot_id made. */
+static void remove_fake_root(const char *root)
+{
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s/proc/sys/kernel/random/boot_id", root);
+	unlink(path);
+	for (size_t i = sizeof(boot_dirs) / sizeof(boot_dirs[0]); i-- > 0;) {
+		snprintf(path, sizeof(path), "%s/%s", root, boot_dirs[i]);
+		rmdir(path);
+	}
+	rmdir(root);
+}
+
+START_TEST(test_boot_id_is_the_uuid_line_or_empty)
+{
+	char root[64], buf[64];
+
+	fake_boot_id(root, sizeof(root), "6f1d6a3c-2b8e-4f0a-9c51-0d2e7b4a9f13\n");
+	read_boot_id(root, buf, sizeof(buf));
+	ck_assert_str_eq(buf, "6f1d6a3c-2b8e-4f0a-9c51-0d2e7b4a9f13");
+	remove_fake_root(root);
+	/* Not a uuid's text (it goes into a file's line as is): nothing. */
+	fake_boot_id(root, sizeof(root), "6f1d6a3c boot\nend\n");
+	strcpy(buf, "x");
+	read_boot_id(root, buf, sizeof(buf));
+	ck_assert_str_eq(buf, "");
+	remove_fake_root(root);
+	/* No such file. */
+	strcpy(buf, "x");
+	read_boot_id("/nonexistent-proc-root", buf, sizeof(buf));
+	ck_assert_str_eq(buf, "");
+	/* The real one, where there is one: a uuid's 36 characters. */
+	if (access("/proc/sys/kernel/random/boot_id", R_OK) == 0) {
+		read_boot_id(NULL, buf, sizeof(buf));
+		ck_assert_uint_eq(strlen(buf), 36);
+	}
+}
+END_TEST
+
 static Suite *util_suite(void)
 {
 	Suite *s = suite_create("util");
@@ -396,7 +454,7 @@ static Suite *util_suite(void)
 		   test_proc_stat_starttime_rejects_short_or_garbled_lines, test_proc_statm_size_reads_first_field);
 
 	CHECK_CASE(s, "private_file", NULL, NULL, TIMEOUT_S, test_private_file_of_this_uid_is_read_whole,
-		   test_private_file_refuses_what_another_could_have_made);
+		   test_private_file_refuses_what_another_could_have_made, test_boot_id_is_the_uuid_line_or_empty);
 	return s;
 }
 
