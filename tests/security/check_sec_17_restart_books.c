@@ -133,16 +133,7 @@ static void scenario(enum stop_how how)
 #endif
 
 	snprintf(state, sizeof(state), "%s.state", d.socket);
-	if (how == STOP_KILL) {
-		kill(d.pid, SIGKILL);
-		ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
-	} else {
-		int st = 0;
-
-		kill(d.pid, SIGTERM);
-		ck_assert_int_eq(waitpid(d.pid, &st, 0), d.pid);
-		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the daemon did not stop cleanly");
-	}
+	sec_stop_for_restart(&d, how == STOP_KILL);
 	if (how == STOP_NO_STATE)
 		unlink(state);
 	if (how == STOP_DAMAGED) {
@@ -309,8 +300,7 @@ START_TEST(test_two_clean_restarts_keep_counting)
 
 	h = start_with_holder(&d, to_test, from_test);
 	for (int round = 0; round < 2; round++) {
-		kill(d.pid, SIGTERM);
-		ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
+		sec_stop_for_restart(&d, false);
 		daemon_restart(&d, args);
 		ck_assert_int_eq(status_leased(d.socket), (int64_t)HOLD_BYTES);
 		ck_assert_int_eq(sec_try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - HOLD_BYTES + 16 * MiB), 1);
@@ -345,8 +335,7 @@ START_TEST(test_rescans_back_off_while_nothing_is_let_go)
 	pid_t h;
 
 	h = start_with_holder(&d, to_test, from_test);
-	kill(d.pid, SIGTERM);
-	ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
+	sec_stop_for_restart(&d, false);
 	daemon_restart(&d, fast);
 	ck_assert_int_eq(sec_orphaned(d.socket), (int64_t)HOLD_BYTES);
 	/* A window of time is what is measured here: the scans the daemon made in it. */

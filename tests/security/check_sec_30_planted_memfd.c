@@ -70,16 +70,7 @@ static void planted(bool kill9)
 
 	daemon_start(&d, args);
 	b = plant(d.socket, to, from);
-	if (kill9) {
-		kill(d.pid, SIGKILL);
-		ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
-	} else {
-		int st = 0;
-
-		kill(d.pid, SIGTERM);
-		ck_assert_int_eq(waitpid(d.pid, &st, 0), d.pid);
-		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the daemon did not stop cleanly");
-	}
+	sec_stop_for_restart(&d, kill9);
 	daemon_restart(&d, args);
 	/* B's memory was never lent by the daemon: it is not orphaned, and A gets what the budget has. */
 	ck_assert_int_eq(sec_orphaned(d.socket), 0);

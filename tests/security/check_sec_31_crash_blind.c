@@ -89,8 +89,7 @@ START_TEST(test_kill_9_under_unit_caps_keeps_the_lease_counted)
 	}
 	itest_parent_ends(to, from);
 	ck_assert_int_eq(itest_hear(from[0], 60), 'h');
-	kill(d.pid, SIGKILL);
-	ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
+	sec_stop_for_restart(&d, true);
 	start_blind(&d);
 
 	ck_assert_int_eq(sec_orphaned(d.socket), (int64_t)HOLD_BYTES);
@@ -119,8 +118,7 @@ START_TEST(test_unusable_state_under_unit_caps_is_said)
 	daemon_prepare(&d);
 	start_blind(&d);
 	a = itest_hold_lease(d.socket, HOLD_BYTES, NULL);
-	kill(d.pid, SIGKILL);
-	ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
+	sec_stop_for_restart(&d, true);
 	sec_boot_id(boot, sizeof(boot));
 	snprintf(state, sizeof(state), "%s.state", d.socket);
 	f = fopen(state, "we");

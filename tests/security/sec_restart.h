@@ -8,7 +8,10 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "pinbroker.h"
@@ -59,4 +62,15 @@ static inline void sec_boot_id(char *buf, size_t len)
 	ck_assert_ptr_nonnull(fgets(buf, (int)len, f));
 	fclose(f);
 	buf[strcspn(buf, "\n")] = '\0';
+}
+
+/* Stop the daemon d and reap it: a crash (kill -9, nothing written), or a clean stop (SIGTERM) that must exit 0. */
+static inline void sec_stop_for_restart(struct daemon *d, bool kill9)
+{
+	int st = 0;
+
+	kill(d->pid, kill9 ? SIGKILL : SIGTERM);
+	ck_assert_int_eq(waitpid(d->pid, &st, 0), d->pid);
+	if (!kill9)
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the daemon did not stop cleanly");
 }
