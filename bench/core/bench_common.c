@@ -79,11 +79,12 @@ void bench_die(int err, const char *fmt, ...)
 	exit(1);
 }
 
-pid_t bench_daemon_start(const char *path, const char *sock, const char *logpath, const char *const *extra)
+pid_t bench_daemon_start_with(const char *path, const char *sock, const char *logpath, const char *const *extra,
+			      const struct bench_start *how)
 {
 	const char *argv[64];
 	size_t n = 0;
-	uint64_t deadline;
+	uint64_t t0, deadline;
 	pid_t pid;
 
 	argv[n++] = path;
@@ -98,11 +99,12 @@ pid_t bench_daemon_start(const char *path, const char *sock, const char *logpath
 		bench_die(-errno, "unlink %s", sock);
 
 	fflush(NULL);
+	t0 = bench_now_ns();
 	pid = fork();
 	if (pid < 0)
 		bench_die(-errno, "fork");
 	if (pid == 0) {
-		int fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		int fd = open(logpath, O_WRONLY | O_CREAT | (how->append_log ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0644);
 
 		if (fd < 0 || dup2(fd, STDERR_FILENO) < 0 || dup2(fd, STDOUT_FILENO) < 0)
 			_exit(127);
@@ -110,7 +112,7 @@ pid_t bench_daemon_start(const char *path, const char *sock, const char *logpath
 		_exit(127);
 	}
 
-	deadline = bench_now_ns() + (uint64_t)DAEMON_START_TIMEOUT_MS * 1000000ull;
+	deadline = t0 + (uint64_t)how->timeout_ms * 1000000ull;
 	while (bench_now_ns() < deadline) {
 		pb_client *c;
 		int status;
@@ -119,13 +121,21 @@ pid_t bench_daemon_start(const char *path, const char *sock, const char *logpath
 			bench_die(0, "%s exited during start-up (status %d); see %s", path, status, logpath);
 		if (pb_connect(sock, &c) == 0) {
 			pb_disconnect(c);
+			if (how->ready_ms)
+				*how->ready_ms = (double)(bench_now_ns() - t0) / 1e6;
 			return pid;
 		}
-		bench_sleep_ms(20);
+		bench_sleep_ms(how->poll_ms);
 	}
 	kill(pid, SIGKILL);
-	bench_die(0, "%s did not accept connections on %s within %d ms; see %s", path, sock, DAEMON_START_TIMEOUT_MS,
-		  logpath);
+	bench_die(0, "%s did not accept connections on %s within %u ms; see %s", path, sock, how->timeout_ms, logpath);
+}
+
+pid_t bench_daemon_start(const char *path, const char *sock, const char *logpath, const char *const *extra)
+{
+	const struct bench_start how = { .timeout_ms = DAEMON_START_TIMEOUT_MS, .poll_ms = 20 };
+
+	return bench_daemon_start_with(path, sock, logpath, extra, &how);
 }
 
 void bench_daemon_stop(pid_t pid)

@@ -29,6 +29,18 @@ __attribute__((noreturn, format(printf, 2, 3))) void bench_die(int err, const ch
  */
 pid_t bench_daemon_start(const char *path, const char *sock, const char *logpath, const char *const *extra);
 
+/* How bench_daemon_start_with waits for the daemon. */
+struct bench_start {
+	unsigned timeout_ms; /* exit (bench_die) when it does not answer within this */
+	unsigned poll_ms;    /* between two tries to connect: what a ready time it measures is precise to */
+	bool append_log;     /* append to logpath (a restart keeps the earlier daemon's log), else truncate it */
+	double *ready_ms;    /* when set: ms from the fork to the first answer */
+};
+
+/* bench_daemon_start, waiting as how says. Returns the pid or exits. */
+pid_t bench_daemon_start_with(const char *path, const char *sock, const char *logpath, const char *const *extra,
+			      const struct bench_start *how);
+
 /* SIGTERM the daemon and reap it (SIGKILL after 5 s). */
 void bench_daemon_stop(pid_t pid);
 

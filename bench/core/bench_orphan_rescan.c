@@ -42,48 +42,16 @@ static void chunk_name(char *buf, size_t len)
 	snprintf(buf, len, "pinbroker-chunk.%08x", h);
 }
 
-/* Start pinbrokerd (path) and wait until it answers (up to START_TIMEOUT_MS): its pid and the ms it took. */
+/* Start pinbrokerd (path), its log appended to, and wait until it answers (up to START_TIMEOUT_MS): its pid and the ms it took. */
 static pid_t daemon_up(const char *path, const char *const *extra, double *ready_ms)
 {
-	const char *argv[32] = { path, "--config", "/dev/null", "--socket", sock_path, NULL };
-	uint64_t t0, deadline;
-	size_t k = 5;
-	pid_t pid;
+	const struct bench_start how = {
+		.timeout_ms = START_TIMEOUT_MS, .poll_ms = 5, .append_log = true, .ready_ms = ready_ms
+	};
+	pid_t pid = bench_daemon_start_with(path, sock_path, log_path, extra, &how);
 
-	for (size_t i = 0; extra && extra[i] && k < 30; i++)
-		argv[k++] = extra[i];
-	argv[k] = NULL;
-	unlink(sock_path);
-	fflush(NULL);
-	t0 = bench_now_ns();
-	pid = fork();
-	if (pid < 0)
-		bench_die(-errno, "fork");
-	if (pid == 0) {
-		int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-
-		if (fd < 0 || dup2(fd, STDERR_FILENO) < 0 || dup2(fd, STDOUT_FILENO) < 0)
-			_exit(127);
-		execv(path, (char *const *)argv);
-		_exit(127);
-	}
-	deadline = t0 + (uint64_t)START_TIMEOUT_MS * 1000000ull;
-	while (bench_now_ns() < deadline) {
-		pb_client *c;
-		int st;
-
-		if (waitpid(pid, &st, WNOHANG) == pid)
-			bench_die(0, "%s exited during start-up (status %d); see %s", path, st, log_path);
-		if (pb_connect(sock_path, &c) == 0) {
-			pb_disconnect(c);
-			*ready_ms = (double)(bench_now_ns() - t0) / 1e6;
-			chmod(sock_path, 0666);
-			return pid;
-		}
-		bench_sleep_ms(5);
-	}
-	kill(pid, SIGKILL);
-	bench_die(0, "%s did not answer within %d ms; see %s", path, START_TIMEOUT_MS, log_path);
+	chmod(sock_path, 0666);
+	return pid;
 }
 
 /* One lease of uid, held until killed. Returns once it is held. */
