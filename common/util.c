@@ -1,15 +1,17 @@
 /* SPDX-License-Identifier: MIT */
-/* Size parsing/formatting, clocks and pidfd calls shared by every pinbroker binary. */
+/* Size parsing/formatting, clocks, pidfd calls and small files read whole, shared by every pinbroker binary. */
 #include "util.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -208,6 +210,85 @@ ssize_t read_text_at(int dirfd, const char *path, char *buf, size_t len)
 	if (len > 0)
 		buf[n] = '\0';
 	return (ssize_t)n;
+}
+
+int read_private_file(const char *path, uint64_t max_bytes, char **ret, size_t *len, const char **why)
+{
+	struct stat st;
+	size_t have = 0;
+	char *buf;
+	int fd, r;
+
+	*ret = NULL;
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0) {
+		r = -errno;
+		*why = r == -ELOOP ? "it is a symbolic link" : strerror(-r);
+		return r == -ENOENT ? r : -EPERM;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		*why = "it is not a regular file";
+		r = -EPERM;
+		goto out;
+	}
+	if (st.st_uid != geteuid()) {
+		*why = "another user owns it";
+		r = -EPERM;
+		goto out;
+	}
+	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		*why = "its group or others may write it";
+		r = -EPERM;
+		goto out;
+	}
+	/* The writer's rename leaves one name; a second is a link someone made to another file. */
+	if (st.st_nlink != 1) {
+		*why = "it has other hard links, so it is not a file this daemon wrote";
+		r = -EPERM;
+		goto out;
+	}
+	if ((uint64_t)st.st_size > max_bytes) {
+		*why = "it is larger than any this daemon writes";
+		r = -EPERM;
+		goto out;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		r = -ENOMEM;
+		goto out;
+	}
+	while (have < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + have, (size_t)st.st_size - have);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+	}
+	buf[have] = '\0';
+	*ret = buf;
+	*len = have;
+	r = 0;
+out:
+	close(fd);
+	return r;
+}
+
+void read_boot_id(const char *proc_root, char *buf, size_t len)
+{
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/proc/sys/kernel/random/boot_id", proc_root ? proc_root : "");
+	if (read_text_at(AT_FDCWD, path, buf, len) < 0)
+		buf[0] = '\0';
+	buf[strcspn(buf, "\n")] = '\0';
+	/* Only the kernel's uuid text goes into a file's "boot" line. */
+	for (char *p = buf; *p; p++)
+		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f') || *p == '-')) {
+			buf[0] = '\0';
+			return;
+		}
 }
 
 /* One unsigned decimal number at *p (after blanks), *p moved past it: 0, or -EINVAL where there is none. */

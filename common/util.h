@@ -68,6 +68,23 @@ bool sys_pidfd_disabled(void);
 ssize_t read_text_at(int dirfd, const char *path, char *buf, size_t len);
 
 /*
+ * A file the daemon writes for itself (a state file, replaced by rename), whole, into *ret (malloc'd,
+ * NUL-terminated, *len bytes before the NUL). It is read only when it is what such a writer leaves: not a symbolic
+ * link (O_NOFOLLOW), a regular file, owned by this euid, that neither its group nor others may write, of one name
+ * (no other hard link) and of at most max_bytes; a file someone else could have made or written could make the
+ * caller trust what it says. Returns 0; -ENOENT when there is none; -EPERM when it is not such a file, or cannot
+ * be opened, with *why saying why in a phrase for a log line ("another user owns it"); -ENOMEM. *ret is NULL
+ * unless 0 is returned.
+ */
+int read_private_file(const char *path, uint64_t max_bytes, char **ret, size_t *len, const char **why);
+
+/*
+ * The kernel's boot id (/proc/sys/kernel/random/boot_id below proc_root, NULL for /) into buf, without its newline,
+ * as a state file's "boot" line carries it; "" when it cannot be read or is not a uuid's text (0-9, a-f, '-').
+ */
+void read_boot_id(const char *proc_root, char *buf, size_t len);
+
+/*
  * The start time (field 22, starttime, in clock ticks since boot) of a /proc/PID/stat line in buf. Read after the
  * LAST ')': the comm before it (field 2) may hold spaces and parens of its own ("a) (b c)"). Returns 0 with *out
  * set, or -EINVAL for a line that does not parse.

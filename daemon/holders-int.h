@@ -22,6 +22,11 @@
 const char *holders_skip_column(const char *p, const char *end);
 /* An unsigned number in base 10 or 16 ending at stop (or end); NULL if none or it overflows. */
 const char *holders_parse_num(const char *p, const char *end, int base, char stop, uint64_t *ret);
+/*
+ * A maps line's dev ("MAJ:MIN", hex) and inode (decimal, after blanks) columns at p: the position just past the
+ * inode, or NULL when they do not parse, a number is out of range or the inode is 0 (anonymous memory).
+ */
+const char *holders_parse_dev_ino(const char *p, const char *end, dev_t *dev, ino_t *ino);
 /* Read a small file below dirfd in one go. Returns the length or -errno. */
 ssize_t holders_read_small(int dirfd, const char *name, char *buf, size_t cap);
 /* A /proc entry's name as a pid; 0 when it is not one. */

@@ -21,8 +21,10 @@
 int holders_parse_memfd_map(const char *line, size_t len, const char *name, dev_t *dev, ino_t *ino, uint64_t *end_bytes)
 {
 	const char *p = line, *end = line + len, *dash;
-	uint64_t start, stop, off, maj, min, inode;
+	uint64_t start, stop, off;
 	size_t nlen = strlen(name);
+	dev_t d;
+	ino_t i;
 
 	dash = memchr(p, '-', len);
 	if (!dash || !holders_parse_num(p, dash, 16, '-', &start) ||
@@ -35,13 +37,7 @@ int holders_parse_memfd_map(const char *line, size_t len, const char *name, dev_
 	if (!holders_parse_num(line + (p - line), end, 16, ' ', &off))
 		return -ENOENT;
 	p = holders_skip_column(p, end);
-	if (!p || !(p = holders_parse_num(p, end, 16, ':', &maj)) || p >= end)
-		return -ENOENT;
-	if (!(p = holders_parse_num(p + 1, end, 16, ' ', &min)) || p >= end)
-		return -ENOENT;
-	while (p < end && *p == ' ')
-		p++;
-	if (!(p = holders_parse_num(p, end, 10, ' ', &inode)) || inode == 0 || maj > UINT_MAX || min > UINT_MAX)
+	if (!p || !(p = holders_parse_dev_ino(p, end, &d, &i)))
 		return -ENOENT;
 	while (p < end && *p == ' ')
 		p++;
@@ -51,8 +47,8 @@ int holders_parse_memfd_map(const char *line, size_t len, const char *name, dev_
 		return -ENOENT;
 	if (off > UINT64_MAX - (stop - start))
 		return -ENOENT;
-	*dev = makedev((unsigned)maj, (unsigned)min);
-	*ino = (ino_t)inode;
+	*dev = d;
+	*ino = i;
 	*end_bytes = off + (stop - start);
 	return 0;
 }
@@ -380,6 +376,21 @@ static void unit_maps(struct holders_memfd_scan *s)
 	fds_open(s);
 }
 
+/* The process's next fd/ entry; NULL at the end of the directory (or a read error: s->rf), the process then ended. */
+static struct dirent *next_fd(struct holders_memfd_scan *s)
+{
+	struct dirent *e;
+
+	errno = 0;
+	e = readdir(s->fds);
+	if (!e) {
+		if (errno)
+			s->rf = -errno;
+		process_end(s);
+	}
+	return e;
+}
+
 /* Up to FDS_PER_UNIT fds: a readlink each, and a stat only for a link of our name. */
 static void unit_fds(struct holders_memfd_scan *s)
 {
@@ -391,14 +402,9 @@ static void unit_fds(struct holders_memfd_scan *s)
 		struct stat_entry se;
 		ssize_t n;
 
-		errno = 0;
-		e = readdir(s->fds);
-		if (!e) {
-			if (errno)
-				s->rf = -errno;
-			process_end(s);
+		e = next_fd(s);
+		if (!e)
 			return;
-		}
 		if (e->d_name[0] == '.')
 			continue;
 		n = readlinkat(dirfd(s->fds), e->d_name, link, sizeof(link));
@@ -431,14 +437,9 @@ static void unit_fdinfo(struct holders_memfd_scan *s)
 		ino_t ino;
 		int k;
 
-		errno = 0;
-		e = readdir(s->fds);
-		if (!e) {
-			if (errno)
-				s->rf = -errno;
-			process_end(s);
+		e = next_fd(s);
+		if (!e)
 			return;
-		}
 		if (e->d_name[0] == '.')
 			continue;
 		k = holders_fdinfo_memfd(dirfd(s->fds), e->d_name, &s->mounts, &dev, &ino);

@@ -88,23 +88,33 @@ const char *holders_parse_num(const char *p, const char *end, int base, char sto
  *   7fab4ad09000-7fab4ad0b000 rw-s 00000000 00:01 1607    /memfd:pinbroker-chunk (deleted)
  * (fs/proc/task_mmu.c show_map_vma: dev as %02x:%02x, inode as %lu, then the path.)
  */
+const char *holders_parse_dev_ino(const char *p, const char *end, dev_t *dev, ino_t *ino)
+{
+	uint64_t maj, min, inode;
+
+	if (!(p = holders_parse_num(p, end, 16, ':', &maj)) || p >= end)
+		return NULL;
+	if (!(p = holders_parse_num(p + 1, end, 16, ' ', &min)) || p >= end)
+		return NULL;
+	while (p < end && *p == ' ')
+		p++;
+	if (!(p = holders_parse_num(p, end, 10, ' ', &inode)) || inode == 0 || maj > UINT_MAX || min > UINT_MAX)
+		return NULL;
+	*dev = makedev((unsigned)maj, (unsigned)min);
+	*ino = (ino_t)inode;
+	return p;
+}
+
 static int maps_line(const char *p, const char *end, const struct holder_key *keys, size_t nkeys)
 {
-	uint64_t maj, min, ino;
+	dev_t dev;
+	ino_t ino;
 
 	for (int i = 0; i < 3 && p; i++) /* range, perms, offset */
 		p = holders_skip_column(p, end);
-	if (!p || !(p = holders_parse_num(p, end, 16, ':', &maj)) || p >= end)
+	if (!p || !holders_parse_dev_ino(p, end, &dev, &ino))
 		return -ENOENT;
-	if (!(p = holders_parse_num(p + 1, end, 16, ' ', &min)) || p >= end)
-		return -ENOENT;
-	while (p < end && *p == ' ')
-		p++;
-	if (!holders_parse_num(p, end, 10, ' ', &ino) || ino == 0) /* inode 0: anonymous memory */
-		return -ENOENT;
-	if (maj > UINT_MAX || min > UINT_MAX)
-		return -ENOENT;
-	return key_index(keys, nkeys, makedev((unsigned)maj, (unsigned)min), (ino_t)ino);
+	return key_index(keys, nkeys, dev, ino);
 }
 
 /* As holders_parse_maps; with filter, a key counts only when its uid is uid (a process of that uid). */

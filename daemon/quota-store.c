@@ -47,98 +47,6 @@ int quota_store_path(const struct config *cfg, char *buf, size_t len)
 }
 
 /*
- * The file, whole, into *ret (malloc'd, NUL-terminated). Returns 0, -ENOENT, -EPERM (not a regular file of
- * this uid that only it may write and of one name, or larger than any this daemon writes: *why says which) or
- * another errno.
- */
-static int read_rules(const char *path, char **ret, size_t *len, const char **why)
-{
-	struct stat st;
-	size_t have = 0;
-	char *buf;
-	int fd, r;
-
-	*ret = NULL;
-	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-	if (fd < 0) {
-		r = -errno;
-		*why = errno == ELOOP ? "it is a symbolic link" : strerror(errno);
-		return r == -ENOENT ? r : -EPERM;
-	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		*why = "it is not a regular file";
-		r = -EPERM;
-		goto out;
-	}
-	/* Only this daemon's uid writes it; rules from another could lift a job's bound. */
-	if (st.st_uid != geteuid()) {
-		*why = "another user owns it";
-		r = -EPERM;
-		goto out;
-	}
-	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-		*why = "its group or others may write it";
-		r = -EPERM;
-		goto out;
-	}
-	/* The daemon's own file has one name (rename); a second is a link someone made to another file. */
-	if (st.st_nlink != 1) {
-		*why = "it has other hard links, so it is not a file this daemon wrote";
-		r = -EPERM;
-		goto out;
-	}
-	if ((uint64_t)st.st_size > QUOTA_RULES_MAX_BYTES) {
-		*why = "it is larger than any this daemon writes";
-		r = -EPERM;
-		goto out;
-	}
-	buf = malloc((size_t)st.st_size + 1);
-	if (!buf) {
-		r = -ENOMEM;
-		goto out;
-	}
-	while (have < (size_t)st.st_size) {
-		ssize_t n = read(fd, buf + have, (size_t)st.st_size - have);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		have += (size_t)n;
-	}
-	buf[have] = '\0';
-	*ret = buf;
-	*len = have;
-	r = 0;
-out:
-	close(fd);
-	return r;
-}
-
-/* The kernel's boot id under proc_root into buf, or "" when it cannot be read or is not a uuid's text. */
-static void read_boot_id(const char *proc_root, char *buf, size_t len)
-{
-	char path[PATH_MAX];
-	ssize_t n;
-	int fd;
-
-	buf[0] = '\0';
-	snprintf(path, sizeof(path), "%s/proc/sys/kernel/random/boot_id", proc_root ? proc_root : "");
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	n = read(fd, buf, len - 1);
-	close(fd);
-	buf[n > 0 ? n : 0] = '\0';
-	buf[strcspn(buf, "\n")] = '\0';
-	for (char *p = buf; *p; p++)
-		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f') || *p == '-')) {
-			buf[0] = '\0';
-			return;
-		}
-}
-
-/*
  * Remove the temp files ("<path>.XXXXXX", regular, this uid's) of writes a crash cut short before their rename:
  * each would stay until a reboot (kill -9 in a quota set storm left one in 3 of 40 kills on the build host).
  */
@@ -207,7 +115,8 @@ int quota_store_start(struct broker *b)
 		return 0;
 	}
 	remove_leftovers(qs->path);
-	r = read_rules(qs->path, &text, &len, &why);
+	/* Only this daemon's uid writes it, as one name; rules from another could lift a job's bound. */
+	r = read_private_file(qs->path, QUOTA_RULES_MAX_BYTES, &text, &len, &why);
 	if (r == -ENOENT) {
 		log_debug("no quota rules file %s: no rules set with pinctl quota set to restore", qs->path);
 	} else if (r == -EPERM) {

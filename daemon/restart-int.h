@@ -79,8 +79,6 @@ struct restart {
 	ev_timer jtimer;
 };
 
-/* The file's text, or -ENOENT when there is none; -EPERM (with *why) when it is not one this daemon wrote. */
-int restart_read_state(const char *path, char **ret, size_t *len, const char **why);
 /*
  * Replace the file atomically with v (or remove it when v is empty), keeping
  * the new file open as rs->jfd for the journal's appends.

@@ -32,66 +32,6 @@
 /* While no orphan is let go, the rescan interval doubles up to this many times orphan-rescan-ms (2 s: 2 min). */
 #define RESCAN_BACKOFF_MAX 60u
 
-/* ------------------------------------------------------------ the file */
-
-/* The file's text, or -ENOENT when there is none; -EPERM (with *why) when it is not one this daemon wrote. */
-int restart_read_state(const char *path, char **ret, size_t *len, const char **why)
-{
-	struct stat st;
-	char *buf;
-	size_t have = 0;
-	int fd, r;
-
-	*ret = NULL;
-	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-	if (fd < 0) {
-		*why = errno == ELOOP ? "it is a symbolic link" : strerror(errno);
-		return errno == ENOENT ? -ENOENT : -EPERM;
-	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		*why = "it is not a regular file";
-		r = -EPERM;
-		goto out;
-	}
-	/* Only this daemon's uid writes it; one others may write could make it lend what is mapped. */
-	if (st.st_uid != geteuid()) {
-		*why = "another user owns it";
-		r = -EPERM;
-		goto out;
-	}
-	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-		*why = "its group or others may write it";
-		r = -EPERM;
-		goto out;
-	}
-	if ((uint64_t)st.st_size > ORPHANS_STATE_MAX_BYTES) {
-		*why = "it is larger than any this daemon writes";
-		r = -EPERM;
-		goto out;
-	}
-	buf = malloc((size_t)st.st_size + 1);
-	if (!buf) {
-		r = -ENOMEM;
-		goto out;
-	}
-	while (have < (size_t)st.st_size) {
-		ssize_t n = read(fd, buf + have, (size_t)st.st_size - have);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		have += (size_t)n;
-	}
-	buf[have] = '\0';
-	*ret = buf;
-	*len = have;
-	r = 0;
-out:
-	close(fd);
-	return r;
-}
-
 /* ------------------------------------------------------------ scanning */
 
 static void on_memfd(const struct holders_memfd *m, void *ud)

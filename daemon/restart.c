@@ -76,28 +76,6 @@ int restart_state_path(const struct config *cfg, char *buf, size_t len)
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-static void read_boot_id(const char *proc_root, char *buf, size_t len)
-{
-	char path[PATH_MAX];
-	FILE *f;
-
-	buf[0] = '\0';
-	snprintf(path, sizeof(path), "%s/proc/sys/kernel/random/boot_id", proc_root ? proc_root : "");
-	f = fopen(path, "re");
-	if (!f)
-		return;
-	if (!fgets(buf, (int)len, f))
-		buf[0] = '\0';
-	fclose(f);
-	buf[strcspn(buf, "\n")] = '\0';
-	/* Only the kernel's uuid text goes into the file's "boot" line. */
-	for (char *p = buf; *p; p++)
-		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f') || *p == '-')) {
-			buf[0] = '\0';
-			return;
-		}
-}
-
 /* ------------------------------------------------------------ start */
 
 /* The pool's own memfds (adopted from the fd store, lent, idle or quarantined): never orphans. */
@@ -294,7 +272,8 @@ void restart_init(struct broker *b)
 		rs->path[0] = '\0';
 	}
 
-	r = rs->path[0] ? restart_read_state(rs->path, &text, &len, &why) : -ENOENT;
+	/* Only this daemon's uid writes it, as one name: one that others may write or link could make it lend what is mapped. */
+	r = rs->path[0] ? read_private_file(rs->path, ORPHANS_STATE_MAX_BYTES, &text, &len, &why) : -ENOENT;
 	rs->books = r == -ENOENT ? RESTART_BOOKS_NONE : RESTART_BOOKS_UNKNOWN;
 	if (r == -EPERM)
 		log_warnx("ignoring the restart state %s: %s", rs->path, why);

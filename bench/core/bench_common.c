@@ -1,16 +1,19 @@
 /* SPDX-License-Identifier: MIT */
-/* Shared helpers for the CPU benchmarks: clocks, percentiles, a daemon under test, and /proc readings of it. */
+/* Shared helpers for the CPU benchmarks: clocks, percentiles, a daemon under test and readings of it, other uids' clients. */
 #define _GNU_SOURCE
 #include "bench_common.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -76,11 +79,12 @@ void bench_die(int err, const char *fmt, ...)
 	exit(1);
 }
 
-pid_t bench_daemon_start(const char *path, const char *sock, const char *logpath, const char *const *extra)
+pid_t bench_daemon_start_with(const char *path, const char *sock, const char *logpath, const char *const *extra,
+			      const struct bench_start *how)
 {
 	const char *argv[64];
 	size_t n = 0;
-	uint64_t deadline;
+	uint64_t t0, deadline;
 	pid_t pid;
 
 	argv[n++] = path;
@@ -95,11 +99,12 @@ pid_t bench_daemon_start(const char *path, const char *sock, const char *logpath
 		bench_die(-errno, "unlink %s", sock);
 
 	fflush(NULL);
+	t0 = bench_now_ns();
 	pid = fork();
 	if (pid < 0)
 		bench_die(-errno, "fork");
 	if (pid == 0) {
-		int fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		int fd = open(logpath, O_WRONLY | O_CREAT | (how->append_log ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0644);
 
 		if (fd < 0 || dup2(fd, STDERR_FILENO) < 0 || dup2(fd, STDOUT_FILENO) < 0)
 			_exit(127);
@@ -107,7 +112,7 @@ pid_t bench_daemon_start(const char *path, const char *sock, const char *logpath
 		_exit(127);
 	}
 
-	deadline = bench_now_ns() + (uint64_t)DAEMON_START_TIMEOUT_MS * 1000000ull;
+	deadline = t0 + (uint64_t)how->timeout_ms * 1000000ull;
 	while (bench_now_ns() < deadline) {
 		pb_client *c;
 		int status;
@@ -116,13 +121,21 @@ pid_t bench_daemon_start(const char *path, const char *sock, const char *logpath
 			bench_die(0, "%s exited during start-up (status %d); see %s", path, status, logpath);
 		if (pb_connect(sock, &c) == 0) {
 			pb_disconnect(c);
+			if (how->ready_ms)
+				*how->ready_ms = (double)(bench_now_ns() - t0) / 1e6;
 			return pid;
 		}
-		bench_sleep_ms(20);
+		bench_sleep_ms(how->poll_ms);
 	}
 	kill(pid, SIGKILL);
-	bench_die(0, "%s did not accept connections on %s within %d ms; see %s", path, sock, DAEMON_START_TIMEOUT_MS,
-		  logpath);
+	bench_die(0, "%s did not accept connections on %s within %u ms; see %s", path, sock, how->timeout_ms, logpath);
+}
+
+pid_t bench_daemon_start(const char *path, const char *sock, const char *logpath, const char *const *extra)
+{
+	const struct bench_start how = { .timeout_ms = DAEMON_START_TIMEOUT_MS, .poll_ms = 20 };
+
+	return bench_daemon_start_with(path, sock, logpath, extra, &how);
 }
 
 void bench_daemon_stop(pid_t pid)
@@ -331,4 +344,137 @@ void bench_print_host(void)
 	printf("# %s; %s %s; %ld CPUs (%s); %.1f GiB RAM\n", buf, u.sysname, u.release, sysconf(_SC_NPROCESSORS_ONLN),
 	       model, (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024 * 1024));
 	bench_print_load();
+}
+
+char *bench_metrics_text(const char *sock)
+{
+	char *text = NULL;
+	pb_client *c;
+
+	if (pb_connect(sock, &c) < 0)
+		return NULL;
+	if (pb_metrics(c, &text) < 0)
+		text = NULL;
+	pb_disconnect(c);
+	return text;
+}
+
+double bench_metric_in(const char *text, const char *name)
+{
+	char key[128];
+	const char *p;
+
+	snprintf(key, sizeof(key), "\n%s ", name);
+	return text && (p = strstr(text, key)) ? strtod(p + strlen(key), NULL) : -1;
+}
+
+double bench_metric(const char *sock, const char *name)
+{
+	char *text = bench_metrics_text(sock);
+	double v = bench_metric_in(text, name);
+
+	free(text);
+	return v;
+}
+
+void bench_drop_to(uid_t uid)
+{
+	if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
+		_exit(90);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+}
+
+void bench_write_all(int fd, const void *p, size_t n)
+{
+	const char *c = p;
+
+	while (n > 0) {
+		ssize_t w = write(fd, c, n);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			_exit(91);
+		c += w;
+		n -= (size_t)w;
+	}
+}
+
+int bench_read_all(int fd, void *p, size_t n)
+{
+	char *c = p;
+
+	while (n > 0) {
+		ssize_t r = read(fd, c, n);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		c += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+/* The most STATUS round trips one prober keeps: over 3 minutes at 1 ms apart. */
+#define PROBER_MAX_SAMPLES 200000
+
+void bench_prober_start(struct bench_prober *pr, const char *sock, uid_t uid, unsigned gap_us)
+{
+	int a[2], b[2];
+	char ok;
+
+	if (pipe(a) < 0 || pipe(b) < 0)
+		bench_die(-errno, "pipe");
+	pr->uid = uid;
+	pr->pid = fork();
+	if (pr->pid < 0)
+		bench_die(-errno, "fork");
+	if (pr->pid == 0) {
+		struct pollfd stop = { .fd = a[0], .events = POLLIN };
+		double *lat = calloc(PROBER_MAX_SAMPLES, sizeof(*lat));
+		size_t n = 0;
+		pb_client *c;
+
+		close(a[1]);
+		close(b[0]);
+		bench_drop_to(uid);
+		if (!lat || pb_connect(sock, &c) < 0)
+			_exit(50);
+		bench_write_all(b[1], "k", 1);
+		while (poll(&stop, 1, 0) == 0 && n < PROBER_MAX_SAMPLES) {
+			struct pb_status *s;
+			uint64_t t0 = bench_now_ns();
+
+			if (pb_status_get(c, &s) < 0)
+				_exit(51);
+			lat[n++] = (double)(bench_now_ns() - t0) / 1e6;
+			pb_status_free(s);
+			usleep(gap_us);
+		}
+		bench_write_all(b[1], &n, sizeof(n));
+		bench_write_all(b[1], lat, n * sizeof(*lat));
+		_exit(0);
+	}
+	close(a[0]);
+	close(b[1]);
+	pr->to = a[1];
+	pr->from = b[0];
+	if (bench_read_all(pr->from, &ok, 1) < 0)
+		bench_die(0, "uid %u's prober could not connect", (unsigned)uid);
+}
+
+double *bench_prober_stop(struct bench_prober *pr, size_t *n)
+{
+	double *lat;
+
+	bench_write_all(pr->to, "s", 1);
+	if (bench_read_all(pr->from, n, sizeof(*n)) < 0 || !(lat = calloc(*n ? *n : 1, sizeof(*lat))) ||
+	    bench_read_all(pr->from, lat, *n * sizeof(*lat)) < 0)
+		bench_die(0, "uid %u's prober failed", (unsigned)pr->uid);
+	waitpid(pr->pid, NULL, 0);
+	close(pr->to);
+	close(pr->from);
+	return lat;
 }

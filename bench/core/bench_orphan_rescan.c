@@ -4,8 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <grp.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -26,7 +24,6 @@
 #define UID_A 61001
 #define UID_B 61002
 #define UID_C 61003
-#define MAX_SAMPLES 200000
 #define PROBE_GAP_US 1000
 #define START_TIMEOUT_MS 300000
 #define MEMFD_BYTES 8192
@@ -34,46 +31,6 @@
 
 static unsigned nprocs = 10, nmaps = 65000, nfds = 20000, probe_ms = 6000;
 static char dir[64], sock_path[128], log_path[128], state_path[160];
-
-static void drop_to(uid_t uid)
-{
-	if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
-		_exit(90);
-	prctl(PR_SET_PDEATHSIG, SIGKILL); /* cleared by setuid: set it after */
-}
-
-static void write_all(int fd, const void *p, size_t n)
-{
-	const char *c = p;
-
-	while (n > 0) {
-		ssize_t w = write(fd, c, n);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			_exit(91);
-		c += w;
-		n -= (size_t)w;
-	}
-}
-
-static int read_all(int fd, void *p, size_t n)
-{
-	char *c = p;
-
-	while (n > 0) {
-		ssize_t r = read(fd, c, n);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return -1;
-		c += r;
-		n -= (size_t)r;
-	}
-	return 0;
-}
 
 /* The daemon's chunk name for the socket: "pinbroker-chunk." and the FNV-1a hash of its path. */
 static void chunk_name(char *buf, size_t len)
@@ -85,48 +42,16 @@ static void chunk_name(char *buf, size_t len)
 	snprintf(buf, len, "pinbroker-chunk.%08x", h);
 }
 
-/* Start pinbrokerd (path) and wait until it answers (up to START_TIMEOUT_MS): its pid and the ms it took. */
+/* Start pinbrokerd (path), its log appended to, and wait until it answers (up to START_TIMEOUT_MS): its pid and the ms it took. */
 static pid_t daemon_up(const char *path, const char *const *extra, double *ready_ms)
 {
-	const char *argv[32] = { path, "--config", "/dev/null", "--socket", sock_path, NULL };
-	uint64_t t0, deadline;
-	size_t k = 5;
-	pid_t pid;
+	const struct bench_start how = {
+		.timeout_ms = START_TIMEOUT_MS, .poll_ms = 5, .append_log = true, .ready_ms = ready_ms
+	};
+	pid_t pid = bench_daemon_start_with(path, sock_path, log_path, extra, &how);
 
-	for (size_t i = 0; extra && extra[i] && k < 30; i++)
-		argv[k++] = extra[i];
-	argv[k] = NULL;
-	unlink(sock_path);
-	fflush(NULL);
-	t0 = bench_now_ns();
-	pid = fork();
-	if (pid < 0)
-		bench_die(-errno, "fork");
-	if (pid == 0) {
-		int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-
-		if (fd < 0 || dup2(fd, STDERR_FILENO) < 0 || dup2(fd, STDOUT_FILENO) < 0)
-			_exit(127);
-		execv(path, (char *const *)argv);
-		_exit(127);
-	}
-	deadline = t0 + (uint64_t)START_TIMEOUT_MS * 1000000ull;
-	while (bench_now_ns() < deadline) {
-		pb_client *c;
-		int st;
-
-		if (waitpid(pid, &st, WNOHANG) == pid)
-			bench_die(0, "%s exited during start-up (status %d); see %s", path, st, log_path);
-		if (pb_connect(sock_path, &c) == 0) {
-			pb_disconnect(c);
-			*ready_ms = (double)(bench_now_ns() - t0) / 1e6;
-			chmod(sock_path, 0666);
-			return pid;
-		}
-		bench_sleep_ms(5);
-	}
-	kill(pid, SIGKILL);
-	bench_die(0, "%s did not answer within %d ms; see %s", path, START_TIMEOUT_MS, log_path);
+	chmod(sock_path, 0666);
+	return pid;
 }
 
 /* One lease of uid, held until killed. Returns once it is held. */
@@ -147,15 +72,15 @@ static pid_t holder_start(uid_t uid)
 		pb_lease *l;
 
 		close(p[0]);
-		drop_to(uid);
+		bench_drop_to(uid);
 		if (pb_connect(sock_path, &c) < 0 || pb_acquire(c, HOLD_BYTES, &o, &l) < 0)
 			_exit(70);
-		write_all(p[1], "k", 1);
+		bench_write_all(p[1], "k", 1);
 		for (;;)
 			pause();
 	}
 	close(p[1]);
-	if (read_all(p[0], &ok, 1) < 0)
+	if (bench_read_all(p[0], &ok, 1) < 0)
 		bench_die(0, "uid %u's holder failed (see %s)", uid, log_path);
 	close(p[0]);
 	return pid;
@@ -183,7 +108,7 @@ static pid_t attack_start(void)
 		    (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_max < nfds + 16 ||
 		     (rl.rlim_cur = rl.rlim_max, setrlimit(RLIMIT_NOFILE, &rl) < 0)))
 			_exit(59);
-		drop_to(UID_B);
+		bench_drop_to(UID_B);
 		for (unsigned i = 0; i < nprocs; i++) {
 			pid_t s = fork();
 
@@ -206,7 +131,7 @@ static pid_t attack_start(void)
 				for (unsigned f = 1; f < nfds; f++)
 					if (dup(fd) < 0)
 						_exit(63);
-				write_all(p[1], "k", 1);
+				bench_write_all(p[1], "k", 1);
 				for (;;)
 					pause();
 			}
@@ -216,7 +141,7 @@ static pid_t attack_start(void)
 	}
 	close(p[1]);
 	for (unsigned i = 0; i < nprocs; i++)
-		if (read_all(p[0], &ok, 1) < 0)
+		if (bench_read_all(p[0], &ok, 1) < 0)
 			bench_die(0,
 				  "an attacker of uid %u failed (maps %u, fds %u: see vm.max_map_count and ulimit -Hn)",
 				  UID_B, nmaps, nfds);
@@ -231,97 +156,13 @@ static void group_stop(pid_t leader)
 	waitpid(leader, NULL, 0);
 }
 
-struct prober {
-	pid_t pid;
-	int to, from;
-};
-
-/* Uid C: STATUS in a loop, each timed, until a byte arrives; then the count and the latencies (ms). */
-static void prober_start(struct prober *pr)
-{
-	int a[2], b[2];
-	char ok;
-
-	if (pipe(a) < 0 || pipe(b) < 0)
-		bench_die(-errno, "pipe");
-	pr->pid = fork();
-	if (pr->pid < 0)
-		bench_die(-errno, "fork");
-	if (pr->pid == 0) {
-		struct pollfd stop = { .fd = a[0], .events = POLLIN };
-		double *lat = calloc(MAX_SAMPLES, sizeof(*lat));
-		size_t n = 0;
-		pb_client *c;
-
-		close(a[1]);
-		close(b[0]);
-		drop_to(UID_C);
-		if (!lat || pb_connect(sock_path, &c) < 0)
-			_exit(50);
-		write_all(b[1], "k", 1);
-		while (poll(&stop, 1, 0) == 0 && n < MAX_SAMPLES) {
-			struct pb_status *s;
-			uint64_t t0 = bench_now_ns();
-
-			if (pb_status_get(c, &s) < 0)
-				_exit(51);
-			lat[n++] = (double)(bench_now_ns() - t0) / 1e6;
-			pb_status_free(s);
-			usleep(PROBE_GAP_US);
-		}
-		write_all(b[1], &n, sizeof(n));
-		write_all(b[1], lat, n * sizeof(*lat));
-		_exit(0);
-	}
-	close(a[0]);
-	close(b[1]);
-	pr->to = a[1];
-	pr->from = b[0];
-	if (read_all(pr->from, &ok, 1) < 0)
-		bench_die(0, "uid %u's prober could not connect", UID_C);
-}
-
-static double *prober_stop(struct prober *pr, size_t *n)
-{
-	double *lat;
-
-	write_all(pr->to, "s", 1);
-	if (read_all(pr->from, n, sizeof(*n)) < 0 || !(lat = calloc(*n ? *n : 1, sizeof(*lat))) ||
-	    read_all(pr->from, lat, *n * sizeof(*lat)) < 0)
-		bench_die(0, "uid %u's prober failed", UID_C);
-	waitpid(pr->pid, NULL, 0);
-	close(pr->to);
-	close(pr->from);
-	return lat;
-}
-
-/* A metric's value, from the daemon's metrics text; -1 when it has none. */
-static double metric_once(const char *name)
-{
-	char *text = NULL, key[128];
-	const char *p;
-	double v = -1;
-	pb_client *c;
-
-	if (pb_connect(sock_path, &c) < 0)
-		return -1;
-	if (pb_metrics(c, &text) == 0) {
-		snprintf(key, sizeof(key), "\n%s ", name);
-		if ((p = strstr(text, key)))
-			v = strtod(p + strlen(key), NULL);
-	}
-	free(text);
-	pb_disconnect(c);
-	return v;
-}
-
-/* metric_once, asked again a few times: a busy daemon's first answer may not come. */
+/* A metric's value (bench_metric), asked again a few times: a busy daemon's first answer may not come. */
 static double metric(const char *name)
 {
 	double v = -1;
 
 	for (int i = 0; i < 5 && v < 0; i++) {
-		v = metric_once(name);
+		v = bench_metric(sock_path, name);
 		if (v < 0)
 			bench_sleep_ms(20);
 	}
@@ -344,7 +185,7 @@ static void run(const char *label, const char *path, bool attack, bool b_orphan,
 	static const char *const again[] = { "--budget",           "1G",  "--prewarm", "16M", "--hugetlb", "no",
 					     "--orphan-rescan-ms", "100", NULL };
 	double up_to_20[2], count[2], unused;
-	struct prober pr;
+	struct bench_prober pr;
 	pid_t daemon, holder, holder_b = 0, leader = 0;
 	double *lat;
 	size_t n = 0;
@@ -361,9 +202,9 @@ static void run(const char *label, const char *path, bool attack, bool b_orphan,
 	r->label = label;
 	up_to_20[0] = metric("pinbroker_loop_turn_seconds_bucket{le=\"0.02\"}");
 	count[0] = metric("pinbroker_loop_turn_seconds_count");
-	prober_start(&pr);
+	bench_prober_start(&pr, sock_path, UID_C, PROBE_GAP_US);
 	bench_sleep_ms(probe_ms);
-	lat = prober_stop(&pr, &n);
+	lat = bench_prober_stop(&pr, &n);
 	up_to_20[1] = metric("pinbroker_loop_turn_seconds_bucket{le=\"0.02\"}");
 	count[1] = metric("pinbroker_loop_turn_seconds_count");
 	r->longest_ms = metric("pinbroker_loop_turn_longest_seconds");

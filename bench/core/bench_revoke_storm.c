@@ -3,8 +3,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
-#include <grp.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -21,7 +19,6 @@
 /* The issue's two uids: the attacker and the bystander whose STATUS is timed. */
 #define UID_A 61001
 #define UID_B 61002
-#define MAX_SAMPLES 200000
 /* Between two STATUS calls of the bystander: a client that asks often, not a flood. */
 #define PROBE_GAP_US 1000
 #define END_TIMEOUT_MS 300000
@@ -29,46 +26,6 @@
 static unsigned nleases = 500, nholders = 10, nsleepers = 1500;
 static size_t lease_bytes = 2u << 20;
 static char dir[64], sock_path[128], log_path[128];
-
-static void drop_to(uid_t uid)
-{
-	if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
-		_exit(90);
-	prctl(PR_SET_PDEATHSIG, SIGKILL); /* cleared by setuid: set it after */
-}
-
-static void write_all(int fd, const void *p, size_t n)
-{
-	const char *c = p;
-
-	while (n > 0) {
-		ssize_t w = write(fd, c, n);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			_exit(91);
-		c += w;
-		n -= (size_t)w;
-	}
-}
-
-static int read_all(int fd, void *p, size_t n)
-{
-	char *c = p;
-
-	while (n > 0) {
-		ssize_t r = read(fd, c, n);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return -1;
-		c += r;
-		n -= (size_t)r;
-	}
-	return 0;
-}
 
 /* ----------------------------------------------------------------- uid A */
 
@@ -86,7 +43,7 @@ static void holder_main(int wr, unsigned n)
 		if (pb_acquire(c, lease_bytes, &o, &l) < 0)
 			_exit(71);
 	}
-	write_all(wr, "k", 1);
+	bench_write_all(wr, "k", 1);
 	for (;;)
 		pause();
 }
@@ -106,7 +63,7 @@ static pid_t attack_start(void)
 	if (leader == 0) {
 		close(p[0]);
 		setpgid(0, 0);
-		drop_to(UID_A);
+		bench_drop_to(UID_A);
 		signal(SIGTERM, SIG_IGN);
 		for (unsigned i = 0; i < nsleepers; i++) {
 			pid_t s = fork();
@@ -135,7 +92,7 @@ static pid_t attack_start(void)
 	}
 	close(p[1]);
 	for (unsigned i = 0; i < nholders; i++)
-		if (read_all(p[0], &ok, 1) < 0)
+		if (bench_read_all(p[0], &ok, 1) < 0)
 			bench_die(0, "a holder of uid %u failed (see %s)", UID_A, log_path);
 	close(p[0]);
 	return leader;
@@ -160,7 +117,7 @@ static void self_revoke(void)
 		size_t n = 0;
 		pb_client *c;
 
-		drop_to(UID_A);
+		bench_drop_to(UID_A);
 		if (pb_connect(sock_path, &c) < 0 || pb_admin_revoke(c, PB_REVOKE_UID, 0, UID_A, 1, &ids, &n) < 0)
 			_exit(1);
 		_exit(n == nleases ? 0 : 2);
@@ -169,106 +126,7 @@ static void self_revoke(void)
 		bench_die(0, "uid %u's revoke of its own leases failed (status %#x)", UID_A, st);
 }
 
-/* ----------------------------------------------------------------- uid B */
-
-struct prober {
-	pid_t pid;
-	int to, from;
-};
-
-/* Uid B: STATUS in a loop, each timed, until a byte arrives; then the count and the latencies (ms). */
-static void prober_start(struct prober *pr)
-{
-	int a[2], b[2];
-	char ok;
-
-	if (pipe(a) < 0 || pipe(b) < 0)
-		bench_die(-errno, "pipe");
-	pr->pid = fork();
-	if (pr->pid < 0)
-		bench_die(-errno, "fork");
-	if (pr->pid == 0) {
-		struct pollfd stop = { .fd = a[0], .events = POLLIN };
-		double *lat = calloc(MAX_SAMPLES, sizeof(*lat));
-		size_t n = 0;
-		pb_client *c;
-
-		close(a[1]);
-		close(b[0]);
-		drop_to(UID_B);
-		if (!lat || pb_connect(sock_path, &c) < 0)
-			_exit(50);
-		write_all(b[1], "k", 1);
-		while (poll(&stop, 1, 0) == 0 && n < MAX_SAMPLES) {
-			struct pb_status *s;
-			uint64_t t0 = bench_now_ns();
-
-			if (pb_status_get(c, &s) < 0)
-				_exit(51);
-			lat[n++] = (double)(bench_now_ns() - t0) / 1e6;
-			pb_status_free(s);
-			usleep(PROBE_GAP_US);
-		}
-		write_all(b[1], &n, sizeof(n));
-		write_all(b[1], lat, n * sizeof(*lat));
-		_exit(0);
-	}
-	close(a[0]);
-	close(b[1]);
-	pr->to = a[1];
-	pr->from = b[0];
-	if (read_all(pr->from, &ok, 1) < 0)
-		bench_die(0, "uid %u's prober could not connect", UID_B);
-}
-
-static double *prober_stop(struct prober *pr, size_t *n)
-{
-	double *lat;
-
-	write_all(pr->to, "s", 1);
-	if (read_all(pr->from, n, sizeof(*n)) < 0 || !(lat = calloc(*n ? *n : 1, sizeof(*lat))) ||
-	    read_all(pr->from, lat, *n * sizeof(*lat)) < 0)
-		bench_die(0, "uid %u's prober failed", UID_B);
-	waitpid(pr->pid, NULL, 0);
-	close(pr->to);
-	close(pr->from);
-	return lat;
-}
-
 /* --------------------------------------------------------------- root */
-
-/* The daemon's metrics text (malloc'd), or NULL. */
-static char *metrics_text(void)
-{
-	char *text = NULL;
-	pb_client *c;
-
-	if (pb_connect(sock_path, &c) < 0)
-		return NULL;
-	if (pb_metrics(c, &text) < 0)
-		text = NULL;
-	pb_disconnect(c);
-	return text;
-}
-
-/* A metric's value in text; -1 when it has no such metric. */
-static double metric_in(const char *text, const char *name)
-{
-	char key[128];
-	const char *p;
-
-	snprintf(key, sizeof(key), "\n%s ", name);
-	return text && (p = strstr(text, key)) ? strtod(p + strlen(key), NULL) : -1;
-}
-
-static double metric(const char *name)
-{
-	char *text = metrics_text();
-	double v = metric_in(text, name);
-
-	free(text);
-	return v;
-}
 
 /* Leases of uid A still revoking (root's view). */
 static long revoking(void)
@@ -296,15 +154,15 @@ static const char *const bound_names[NBOUNDS] = { "0.001", "0.005", "0.02", "0.0
 /* The daemon's loop-turn histogram and longest turn, from one reading: false where it has none. */
 static bool turn_histogram(double up_to[NBOUNDS], double *count, double *longest_ms)
 {
-	char *text = metrics_text();
+	char *text = bench_metrics_text(sock_path);
 	char key[96];
 
 	for (int i = 0; i < NBOUNDS; i++) {
 		snprintf(key, sizeof(key), "pinbroker_loop_turn_seconds_bucket{le=\"%s\"}", bound_names[i]);
-		up_to[i] = metric_in(text, key);
+		up_to[i] = bench_metric_in(text, key);
 	}
-	*count = metric_in(text, "pinbroker_loop_turn_seconds_count");
-	*longest_ms = metric_in(text, "pinbroker_loop_turn_longest_seconds");
+	*count = bench_metric_in(text, "pinbroker_loop_turn_seconds_count");
+	*longest_ms = bench_metric_in(text, "pinbroker_loop_turn_longest_seconds");
 	if (*longest_ms >= 0)
 		*longest_ms *= 1000;
 	free(text);
@@ -329,7 +187,7 @@ static void run(const char *label, const char *path, const char *const *extra, b
 {
 	const char *args[32] = { "--budget", "4G", "--prewarm", "16M", "--hugetlb", "no", "--max-connections-per-uid",
 				 "256",      NULL };
-	struct prober pr;
+	struct bench_prober pr;
 	uint64_t t0;
 	double *lat;
 	size_t n = 0, k = 8;
@@ -342,7 +200,7 @@ static void run(const char *label, const char *path, const char *const *extra, b
 	daemon = bench_daemon_start(path, sock_path, log_path, args);
 	chmod(sock_path, 0666);
 	leader = attack_start();
-	prober_start(&pr);
+	bench_prober_start(&pr, sock_path, UID_B, PROBE_GAP_US);
 	r->label = label;
 	double up0[NBOUNDS], up1[NBOUNDS], n0 = -1, n1 = -1;
 
@@ -356,11 +214,12 @@ static void run(const char *label, const char *path, const char *const *extra, b
 	/* Enforcement is over when no lease is left revoking and (where the daemon counts them) the scan ended. */
 	while ((left = revoking()) != 0 && bench_now_ns() - t0 < END_TIMEOUT_MS * 1000000ull)
 		bench_sleep_ms(20);
-	while (metric("pinbroker_holder_scans_total") == 0 && bench_now_ns() - t0 < END_TIMEOUT_MS * 1000000ull)
+	while (bench_metric(sock_path, "pinbroker_holder_scans_total") == 0 &&
+	       bench_now_ns() - t0 < END_TIMEOUT_MS * 1000000ull)
 		bench_sleep_ms(20);
 measured:
 	r->done_s = (double)(bench_now_ns() - t0) / 1e9;
-	lat = prober_stop(&pr, &n);
+	lat = bench_prober_stop(&pr, &n);
 	r->turn_after_ms = -1;
 	if (r->hist && turn_histogram(up1, &n1, &r->turn_after_ms)) {
 		r->turns = n1 - n0;

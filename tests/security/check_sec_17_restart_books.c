@@ -16,6 +16,7 @@
 
 #include "pinbroker.h"
 #include "sec.h"
+#include "sec_restart.h"
 
 #define MiB (1024ull * 1024ull)
 /* The issue's 128 MiB holder on a 512 MiB budget, scaled to the test's size: half the budget stays mapped. */
@@ -110,36 +111,6 @@ static uint64_t vm_locked(pid_t pid)
 	return kb > 0 ? (uint64_t)kb * 1024 : 0;
 }
 
-/* As uid, ask for bytes once, without waiting: 0, or the library's negative errno. */
-static int try_acquire_as(const char *sock, uid_t uid, uint64_t bytes)
-{
-	pid_t pid = itest_fork();
-
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
-		pb_client *c;
-		pb_lease *l;
-		int r;
-
-		sec_drop_to(uid);
-		if (pb_connect(sock, &c) < 0)
-			_exit(100);
-		r = pb_acquire(c, bytes, &o, &l);
-		_exit(r == 0 ? 0 : r == -ENOSPC ? 1 : 2);
-	}
-	return itest_wait_exit(pid);
-}
-
-static int64_t orphaned(const char *sock)
-{
-	struct pb_status *s = itest_status(sock);
-	int64_t v = (int64_t)s->orphaned_bytes;
-
-	pb_status_free(s);
-	return v;
-}
-
 static void scenario(enum stop_how how)
 {
 	char state[400], *log;
@@ -162,16 +133,7 @@ static void scenario(enum stop_how how)
 #endif
 
 	snprintf(state, sizeof(state), "%s.state", d.socket);
-	if (how == STOP_KILL) {
-		kill(d.pid, SIGKILL);
-		ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
-	} else {
-		int st = 0;
-
-		kill(d.pid, SIGTERM);
-		ck_assert_int_eq(waitpid(d.pid, &st, 0), d.pid);
-		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the daemon did not stop cleanly");
-	}
+	sec_stop_for_restart(&d, how == STOP_KILL);
 	if (how == STOP_NO_STATE)
 		unlink(state);
 	if (how == STOP_DAMAGED) {
@@ -187,12 +149,12 @@ static void scenario(enum stop_how how)
 	/* The holder still maps its pages: the new daemon counts them, as the issue requires. */
 	ck_assert_uint_eq(sec_chunk_rss(h), HOLD_BYTES);
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)HOLD_BYTES);
-	ck_assert_int_eq(orphaned(d.socket), (int64_t)HOLD_BYTES);
+	ck_assert_int_eq(sec_orphaned(d.socket), (int64_t)HOLD_BYTES);
 	/* The issue's over-grant: what would put the host over budget is refused, to another uid and to A. */
-	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - HOLD_BYTES + 16 * MiB), 1);
-	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_A, BUDGET_BYTES - HOLD_BYTES + 2 * MiB), 1);
+	ck_assert_int_eq(sec_try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - HOLD_BYTES + 16 * MiB), 1);
+	ck_assert_int_eq(sec_try_acquire_as(d.socket, SEC_UID_A, BUDGET_BYTES - HOLD_BYTES + 2 * MiB), 1);
 	/* What is left is still lent (B's process exits and gives it back). */
-	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - HOLD_BYTES), 0);
+	ck_assert_int_eq(sec_try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - HOLD_BYTES), 0);
 	ck_assert_int_eq(wait_leased(d.socket, HOLD_BYTES, 10000), (int64_t)HOLD_BYTES);
 	/* Locked by the new daemon plus what the holder keeps mapped: within the budget. */
 	s = itest_status(d.socket);
@@ -214,8 +176,8 @@ static void scenario(enum stop_how how)
 	itest_say(from_test[1], 'q');
 	ck_assert_int_eq(itest_wait_exit(h), 0);
 	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
-	ck_assert_int_eq(orphaned(d.socket), 0);
-	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - 16 * MiB), 0);
+	ck_assert_int_eq(sec_orphaned(d.socket), 0);
+	ck_assert_int_eq(sec_try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - 16 * MiB), 0);
 	ck_assert_int_eq(wait_leased(d.socket, 0, 10000), 0);
 	close(to_test[0]);
 	close(from_test[1]);
@@ -281,10 +243,10 @@ static void legacy_case(uint64_t size, uint64_t touched, int64_t want)
 	ck_assert_msg(itest_hear(to_test[0], 120) == 'h', "the legacy holder did not map its memfd");
 	daemon_prepare(&d);
 	daemon_restart_with(&d, args, as_unit, d.dir);
-	ck_assert_int_eq(orphaned(d.socket), want);
+	ck_assert_int_eq(sec_orphaned(d.socket), want);
 	ck_assert_int_eq(status_leased(d.socket), want);
 	/* Past what is left (the budget less what it counts) but within the budget: refused for room. */
-	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - (uint64_t)want + 2 * MiB), 1);
+	ck_assert_int_eq(sec_try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - (uint64_t)want + 2 * MiB), 1);
 	end_with_holder(&d, h, to_test, from_test);
 }
 
@@ -338,11 +300,10 @@ START_TEST(test_two_clean_restarts_keep_counting)
 
 	h = start_with_holder(&d, to_test, from_test);
 	for (int round = 0; round < 2; round++) {
-		kill(d.pid, SIGTERM);
-		ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
+		sec_stop_for_restart(&d, false);
 		daemon_restart(&d, args);
 		ck_assert_int_eq(status_leased(d.socket), (int64_t)HOLD_BYTES);
-		ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - HOLD_BYTES + 16 * MiB), 1);
+		ck_assert_int_eq(sec_try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - HOLD_BYTES + 16 * MiB), 1);
 	}
 	end_with_holder(&d, h, to_test, from_test);
 }
@@ -374,10 +335,9 @@ START_TEST(test_rescans_back_off_while_nothing_is_let_go)
 	pid_t h;
 
 	h = start_with_holder(&d, to_test, from_test);
-	kill(d.pid, SIGTERM);
-	ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
+	sec_stop_for_restart(&d, false);
 	daemon_restart(&d, fast);
-	ck_assert_int_eq(orphaned(d.socket), (int64_t)HOLD_BYTES);
+	ck_assert_int_eq(sec_orphaned(d.socket), (int64_t)HOLD_BYTES);
 	/* A window of time is what is measured here: the scans the daemon made in it. */
 	t0 = mono_ms();
 	while (mono_ms() - t0 < 3200) {
@@ -388,7 +348,7 @@ START_TEST(test_rescans_back_off_while_nothing_is_let_go)
 	scans = sec_count(log, "restart: /proc scan for memfds");
 	ck_assert_msg(scans >= 2 && scans <= 12, "%zu scans of /proc in 3.2 s at orphan-rescan-ms 100", scans);
 	free(log);
-	ck_assert_int_eq(orphaned(d.socket), (int64_t)HOLD_BYTES);
+	ck_assert_int_eq(sec_orphaned(d.socket), (int64_t)HOLD_BYTES);
 	end_with_holder(&d, h, to_test, from_test);
 }
 END_TEST
@@ -410,39 +370,89 @@ static void low_nofile(void *ud)
  * process exits. Each line here is a registration (no memfds): held by its
  * pid alone, so nothing but the pid check keeps it.
  */
-START_TEST(test_pids_without_a_pidfd_still_hold)
+/*
+ * A state file at path, of this boot, whose nlines lines each name a registration (no memfds, 4096 bytes) of
+ * uid A held by pid.
+ */
+static void write_state(const char *path, pid_t pid, int nlines)
 {
-	struct daemon d;
-	char state[400], boot[64] = "";
+	char boot[64] = "";
 	FILE *f;
-	pid_t sleeper;
 
-	daemon_prepare(&d);
-	sleeper = itest_fork();
-	ck_assert_int_ge(sleeper, 0);
-	if (sleeper == 0) {
+	sec_boot_id(boot, sizeof(boot));
+	f = fopen(path, "we");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "pinbroker-restart 1\nboot %s\n", boot);
+	for (int i = 1; i <= nlines; i++)
+		fprintf(f, "o %d %u 4096 p%d k\n", i, (unsigned)SEC_UID_A, (int)pid);
+	fputs("end\n", f);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+/* A child that waits in pause() until killed. */
+static pid_t fork_sleeper(void)
+{
+	pid_t p = itest_fork();
+
+	ck_assert_int_ge(p, 0);
+	if (p == 0) {
 		for (;;)
 			pause();
 	}
-	f = fopen("/proc/sys/kernel/random/boot_id", "re");
-	ck_assert_ptr_nonnull(f);
-	ck_assert_ptr_nonnull(fgets(boot, sizeof(boot), f));
-	fclose(f);
-	boot[strcspn(boot, "\n")] = '\0';
+	return p;
+}
+
+START_TEST(test_pids_without_a_pidfd_still_hold)
+{
+	struct daemon d;
+	char state[400];
+	pid_t sleeper;
+
+	daemon_prepare(&d);
+	sleeper = fork_sleeper();
 	snprintf(state, sizeof(state), "%s.state", d.socket);
-	f = fopen(state, "we");
-	ck_assert_ptr_nonnull(f);
-	fprintf(f, "pinbroker-restart 1\nboot %s\n", boot);
-	for (int i = 1; i <= NAMED_LINES; i++)
-		fprintf(f, "o %d %u 4096 p%d k\n", i, (unsigned)SEC_UID_A, (int)sleeper);
-	fputs("end\n", f);
-	ck_assert_int_eq(fclose(f), 0);
+	write_state(state, sleeper, NAMED_LINES);
 	daemon_restart_with(&d, args, low_nofile, NULL);
-	ck_assert_int_eq(orphaned(d.socket), (int64_t)NAMED_LINES * 4096);
+	ck_assert_int_eq(sec_orphaned(d.socket), (int64_t)NAMED_LINES * 4096);
 	kill(sleeper, SIGKILL);
 	ck_assert_int_eq(waitpid(sleeper, NULL, 0), sleeper);
 	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
-	ck_assert_int_eq(orphaned(d.socket), 0);
+	ck_assert_int_eq(sec_orphaned(d.socket), 0);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+}
+END_TEST
+
+/*
+ * Where a tenant may write the state file's folder (a sticky /tmp holding the socket) and fs.protected_hardlinks
+ * is 0, it can hard-link a root-owned file to the state file's name: a regular file of the daemon's uid, mode
+ * 0600, as the daemon writes it. Another daemon's state linked there would have this one hold what that one
+ * lent; a file with a second name is not one this daemon wrote (it renames a new file in), so it is ignored, as
+ * the quota rules file is. (Root makes the link here, as protected_hardlinks=0 lets anyone.)
+ */
+START_TEST(test_a_hard_linked_state_file_is_ignored)
+{
+	char state[400], other[400];
+	struct daemon d;
+	pid_t sleeper;
+	char *log;
+
+	daemon_prepare(&d);
+	sleeper = fork_sleeper();
+	snprintf(state, sizeof(state), "%s.state", d.socket);
+	snprintf(other, sizeof(other), "%s/other.state", d.dir);
+	write_state(other, sleeper, 4);
+	ck_assert_int_eq(link(other, state), 0);
+	daemon_restart(&d, args);
+	ck_assert_int_eq(sec_orphaned(d.socket), 0);
+	ck_assert_int_eq(status_leased(d.socket), 0);
+	ck_assert_msg(daemon_wait_log(&d, "ignoring the restart state", 5000), "no warning:\n%s",
+		      itest_tail(daemon_log(&d)));
+	log = daemon_log(&d);
+	ck_assert_msg(strstr(log, "hard links") != NULL, "the warning does not say why:\n%s", log);
+	free(log);
+	kill(sleeper, SIGKILL);
+	ck_assert_int_eq(waitpid(sleeper, NULL, 0), sleeper);
+	unlink(other);
 	ck_assert_int_eq(daemon_stop(&d), 0);
 }
 END_TEST
@@ -454,6 +464,7 @@ CHECK_SUITE(suite, "sec-17-restart-books", "restart without systemd", NULL, NULL
 	    test_stretched_mapping_neither_inflates_nor_drops_a_named_lease,
 	    test_stretched_mapping_neither_inflates_nor_drops_a_lease_found_by_name,
 	    test_legacy_chunk_name_is_counted_without_a_state_file, test_a_sparse_memfd_found_by_name_counts_its_pages,
-	    test_rescans_back_off_while_nothing_is_let_go, test_pids_without_a_pidfd_still_hold)
+	    test_rescans_back_off_while_nothing_is_let_go, test_pids_without_a_pidfd_still_hold,
+	    test_a_hard_linked_state_file_is_ignored)
 
 SEC_MAIN(suite)

@@ -15,6 +15,7 @@
 
 #include "pinbroker.h"
 #include "sec.h"
+#include "sec_restart.h"
 
 #define MiB (1024ull * 1024ull)
 /* The 512 MiB memfd against a 512 MiB budget, scaled: B plants the whole budget. */
@@ -61,38 +62,6 @@ static pid_t plant(const char *sock, int to[2], int from[2])
 	return p;
 }
 
-/* As uid, ask for bytes once: 0, 1 refused for want of budget, 2 otherwise. */
-static int try_acquire_as(const char *sock, uid_t uid, uint64_t bytes)
-{
-	pid_t pid = itest_fork();
-
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
-		pb_client *c;
-		pb_lease *l;
-		int r;
-
-		sec_drop_to(uid);
-		if (pb_connect(sock, &c) < 0) {
-			fprintf(stderr, "uid %u cannot connect: %s\n", (unsigned)uid, pb_last_error());
-			_exit(100);
-		}
-		r = pb_acquire(c, bytes, &o, &l);
-		_exit(r == 0 ? 0 : r == -ENOSPC ? 1 : 2);
-	}
-	return itest_wait_exit(pid);
-}
-
-static int64_t orphaned(const char *sock)
-{
-	struct pb_status *s = itest_status(sock);
-	int64_t v = (int64_t)s->orphaned_bytes;
-
-	pb_status_free(s);
-	return v;
-}
-
 static void planted(bool kill9)
 {
 	int to[2], from[2];
@@ -101,22 +70,13 @@ static void planted(bool kill9)
 
 	daemon_start(&d, args);
 	b = plant(d.socket, to, from);
-	if (kill9) {
-		kill(d.pid, SIGKILL);
-		ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
-	} else {
-		int st = 0;
-
-		kill(d.pid, SIGTERM);
-		ck_assert_int_eq(waitpid(d.pid, &st, 0), d.pid);
-		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the daemon did not stop cleanly");
-	}
+	sec_stop_for_restart(&d, kill9);
 	daemon_restart(&d, args);
 	/* B's memory was never lent by the daemon: it is not orphaned, and A gets what the budget has. */
-	ck_assert_int_eq(orphaned(d.socket), 0);
+	ck_assert_int_eq(sec_orphaned(d.socket), 0);
 	ck_assert_int_eq(status_leased(d.socket), 0);
-	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_A, A_WANTS), 0);
-	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_A, BUDGET_BYTES), 0);
+	ck_assert_int_eq(sec_try_acquire_as(d.socket, SEC_UID_A, A_WANTS), 0);
+	ck_assert_int_eq(sec_try_acquire_as(d.socket, SEC_UID_A, BUDGET_BYTES), 0);
 	itest_say(to[1], 'q');
 	ck_assert_int_eq(itest_wait_exit(b), 0);
 	close(to[1]);
@@ -150,11 +110,7 @@ START_TEST(test_admin_drops_a_bogus_orphan)
 
 	daemon_prepare(&d);
 	b = plant(d.socket, to, from);
-	f = fopen("/proc/sys/kernel/random/boot_id", "re");
-	ck_assert_ptr_nonnull(f);
-	ck_assert_ptr_nonnull(fgets(boot, sizeof(boot), f));
-	fclose(f);
-	boot[strcspn(boot, "\n")] = '\0';
+	sec_boot_id(boot, sizeof(boot));
 	snprintf(state, sizeof(state), "%s.state", d.socket);
 	f = fopen(state, "we");
 	ck_assert_ptr_nonnull(f);
@@ -162,16 +118,16 @@ START_TEST(test_admin_drops_a_bogus_orphan)
 		(unsigned long long)BUDGET_BYTES, (int)b);
 	ck_assert_int_eq(fclose(f), 0);
 	daemon_restart(&d, args);
-	ck_assert_int_eq(orphaned(d.socket), (int64_t)BUDGET_BYTES);
-	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_A, A_WANTS), 1);
+	ck_assert_int_eq(sec_orphaned(d.socket), (int64_t)BUDGET_BYTES);
+	ck_assert_int_eq(sec_try_acquire_as(d.socket, SEC_UID_A, A_WANTS), 1);
 	/* B may not drop it (it would lend what may be pinned), root may. */
 	ck_assert_int_ne(pinctl_as(&d, SEC_UID_B, &out, "revoke --orphans --all"), 0);
 	free(out);
-	ck_assert_int_eq(orphaned(d.socket), (int64_t)BUDGET_BYTES);
+	ck_assert_int_eq(sec_orphaned(d.socket), (int64_t)BUDGET_BYTES);
 	itest_pinctl_says(&d, 0, "revoke --orphans --uid 61002", "dropped 1 orphan", NULL);
-	ck_assert_int_eq(orphaned(d.socket), 0);
+	ck_assert_int_eq(sec_orphaned(d.socket), 0);
 	ck_assert_int_eq(status_leased(d.socket), 0);
-	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_A, A_WANTS), 0);
+	ck_assert_int_eq(sec_try_acquire_as(d.socket, SEC_UID_A, A_WANTS), 0);
 	ck_assert(daemon_wait_log(&d, "dropped by an admin", 5000));
 	itest_say(to[1], 'q');
 	ck_assert_int_eq(itest_wait_exit(b), 0);

@@ -14,6 +14,7 @@
 
 #include "pinbroker.h"
 #include "sec.h"
+#include "sec_restart.h"
 
 #define MiB (1024ull * 1024ull)
 /* The 128 MiB held of a 512 MiB budget, scaled. */
@@ -57,36 +58,6 @@ static void start_blind(struct daemon *d)
 		      "the daemon runs with capabilities %llx, not CAP_IPC_LOCK and CAP_KILL alone", cap_eff(d->pid));
 }
 
-/* As uid, ask for bytes once: 0, 1 refused for want of budget, 2 otherwise. */
-static int try_acquire_as(const char *sock, uid_t uid, uint64_t bytes)
-{
-	pid_t pid = itest_fork();
-
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
-		pb_client *c;
-		pb_lease *l;
-		int r;
-
-		sec_drop_to(uid);
-		if (pb_connect(sock, &c) < 0)
-			_exit(100);
-		r = pb_acquire(c, bytes, &o, &l);
-		_exit(r == 0 ? 0 : r == -ENOSPC ? 1 : 2);
-	}
-	return itest_wait_exit(pid);
-}
-
-static int64_t orphaned(const char *sock)
-{
-	struct pb_status *s = itest_status(sock);
-	int64_t v = (int64_t)s->orphaned_bytes;
-
-	pb_status_free(s);
-	return v;
-}
-
 /*
  * The issue's case: A holds a lease, the daemon (unit capabilities, no systemd) is killed with kill -9 and started
  * again the same way. It cannot read A's /proc, so only the record it journaled before the fds left can tell it;
@@ -118,21 +89,20 @@ START_TEST(test_kill_9_under_unit_caps_keeps_the_lease_counted)
 	}
 	itest_parent_ends(to, from);
 	ck_assert_int_eq(itest_hear(from[0], 60), 'h');
-	kill(d.pid, SIGKILL);
-	ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
+	sec_stop_for_restart(&d, true);
 	start_blind(&d);
 
-	ck_assert_int_eq(orphaned(d.socket), (int64_t)HOLD_BYTES);
+	ck_assert_int_eq(sec_orphaned(d.socket), (int64_t)HOLD_BYTES);
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)HOLD_BYTES);
 	/* The over-grant: B asked for the whole budget and got it, 640 MiB against 512. */
-	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES), 1);
-	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - HOLD_BYTES), 0);
+	ck_assert_int_eq(sec_try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES), 1);
+	ck_assert_int_eq(sec_try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES - HOLD_BYTES), 0);
 	itest_say(to[1], 'q');
 	ck_assert_int_eq(itest_wait_exit(a), 0);
 	close(to[1]);
 	close(from[0]);
 	ck_assert_int_eq(wait_leased(d.socket, 0, FREED_WITHIN_MS), 0);
-	ck_assert_int_eq(try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES), 0);
+	ck_assert_int_eq(sec_try_acquire_as(d.socket, SEC_UID_B, BUDGET_BYTES), 0);
 	ck_assert_int_eq(daemon_stop(&d), 0);
 }
 END_TEST
@@ -148,13 +118,8 @@ START_TEST(test_unusable_state_under_unit_caps_is_said)
 	daemon_prepare(&d);
 	start_blind(&d);
 	a = itest_hold_lease(d.socket, HOLD_BYTES, NULL);
-	kill(d.pid, SIGKILL);
-	ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
-	f = fopen("/proc/sys/kernel/random/boot_id", "re");
-	ck_assert_ptr_nonnull(f);
-	ck_assert_ptr_nonnull(fgets(boot, sizeof(boot), f));
-	fclose(f);
-	boot[strcspn(boot, "\n")] = '\0';
+	sec_stop_for_restart(&d, true);
+	sec_boot_id(boot, sizeof(boot));
 	snprintf(state, sizeof(state), "%s.state", d.socket);
 	f = fopen(state, "we");
 	ck_assert_ptr_nonnull(f);

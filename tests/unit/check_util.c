@@ -1,9 +1,15 @@
 /* SPDX-License-Identifier: MIT */
-/* Check suite for common/util: size parsing and formatting, rounding, clocks. */
+/* Check suite for common/util: size parsing and formatting, rounding, clocks, private files read whole. */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "util.h"
 #include "check_main.h"
@@ -257,6 +263,177 @@ START_TEST(test_proc_statm_size_reads_first_field)
 }
 END_TEST
 
+static char tmp_dir[] = "/tmp/check_util.XXXXXX";
+static bool tmp_made;
+
+/* A temp folder's path + name into buf; the folder is made on the first call. */
+static const char *tmp_path(char *buf, size_t len, const char *name)
+{
+	if (!tmp_made)
+		ck_assert_ptr_nonnull(mkdtemp(tmp_dir));
+	tmp_made = true;
+	snprintf(buf, len, "%s/%s", tmp_dir, name);
+	return buf;
+}
+
+/* Remove the temp folder and the files the tests below make in it. */
+static void tmp_remove(void)
+{
+	static const char *const names[] = { "ok",     "target", "symlink", "group", "others",
+					     "linked", "link",   "big",     "fifo",  "nobody" };
+	char path[256];
+
+	if (!tmp_made)
+		return;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		unlink(tmp_path(path, sizeof(path), names[i]));
+	rmdir(tmp_dir);
+}
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	ck_assert_int_eq(fchmod(fd, mode), 0);
+	close(fd);
+}
+
+/* read_private_file's verdict on path (with a 64-byte cap), and its reason when it refuses. */
+static int read_private(const char *path, const char **why)
+{
+	char *text = NULL;
+	size_t len = 0;
+	int r;
+
+	*why = NULL;
+	r = read_private_file(path, 64, &text, &len, why);
+	if (r == 0) {
+		ck_assert_ptr_nonnull(text);
+		ck_assert_uint_eq(len, strlen(text));
+	} else {
+		ck_assert_ptr_null(text);
+	}
+	free(text);
+	return r;
+}
+
+START_TEST(test_private_file_of_this_uid_is_read_whole)
+{
+	char path[256], *text = NULL;
+	size_t len = 0;
+	const char *why = NULL;
+
+	write_file(tmp_path(path, sizeof(path), "ok"), "line 1\nline 2\n", 0600);
+	ck_assert_int_eq(read_private_file(path, 64, &text, &len, &why), 0);
+	ck_assert_str_eq(text, "line 1\nline 2\n");
+	ck_assert_uint_eq(len, 14);
+	free(text);
+	ck_assert_int_eq(read_private(tmp_path(path, sizeof(path), "missing"), &why), -ENOENT);
+	tmp_remove();
+}
+END_TEST
+
+START_TEST(test_private_file_refuses_what_another_could_have_made)
+{
+	char path[256], other[256];
+	const char *why;
+
+	/* A symbolic link to a good file. */
+	write_file(tmp_path(other, sizeof(other), "target"), "x\n", 0600);
+	ck_assert_int_eq(symlink(other, tmp_path(path, sizeof(path), "symlink")), 0);
+	ck_assert_int_eq(read_private(path, &why), -EPERM);
+	ck_assert_str_eq(why, "it is a symbolic link");
+	/* Writable by its group, by others. */
+	write_file(tmp_path(path, sizeof(path), "group"), "x\n", 0620);
+	ck_assert_int_eq(read_private(path, &why), -EPERM);
+	ck_assert_str_eq(why, "its group or others may write it");
+	write_file(tmp_path(path, sizeof(path), "others"), "x\n", 0602);
+	ck_assert_int_eq(read_private(path, &why), -EPERM);
+	/* A second name for a file (a hard link someone made): neither name is read. */
+	write_file(tmp_path(other, sizeof(other), "linked"), "x\n", 0600);
+	ck_assert_int_eq(link(other, tmp_path(path, sizeof(path), "link")), 0);
+	ck_assert_int_eq(read_private(path, &why), -EPERM);
+	ck_assert_str_eq(why, "it has other hard links, so it is not a file this daemon wrote");
+	ck_assert_int_eq(read_private(other, &why), -EPERM);
+	/* Over the cap, and not a regular file. */
+	write_file(tmp_path(path, sizeof(path), "big"),
+		   "0123456789012345678901234567890123456789012345678901234567890123456789", 0600);
+	ck_assert_int_eq(read_private(path, &why), -EPERM);
+	ck_assert_str_eq(why, "it is larger than any this daemon writes");
+	ck_assert_int_eq(mkfifo(tmp_path(path, sizeof(path), "fifo"), 0600), 0);
+	ck_assert_int_eq(read_private(path, &why), -EPERM);
+	ck_assert_str_eq(why, "it is not a regular file");
+	/* Another uid's file: only root can make one here. */
+	if (geteuid() == 0) {
+		write_file(tmp_path(path, sizeof(path), "nobody"), "x\n", 0600);
+		ck_assert_int_eq(chown(path, 65534, 65534), 0);
+		ck_assert_int_eq(read_private(path, &why), -EPERM);
+		ck_assert_str_eq(why, "another user owns it");
+	}
+	tmp_remove();
+}
+END_TEST
+
+static const char *const boot_dirs[] = { "proc", "proc/sys", "proc/sys/kernel", "proc/sys/kernel/random" };
+
+/* A proc root whose boot_id file holds text: its path (a new temp folder) in root. */
+static void fake_boot_id(char *root, size_t len, const char *text)
+{
+	const size_t ndirs = sizeof(boot_dirs) / sizeof(boot_dirs[0]);
+	char path[512];
+
+	snprintf(root, len, "/tmp/check_util_boot.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(root));
+	for (size_t i = 0; i < ndirs; i++) {
+		snprintf(path, sizeof(path), "%s/%s", root, boot_dirs[i]);
+		ck_assert_int_eq(mkdir(path, 0755), 0);
+	}
+	snprintf(path, sizeof(path), "%s/proc/sys/kernel/random/boot_id", root);
+	write_file(path, text, 0644);
+}
+
+/* Remove what fake_boot_id made. */
+static void remove_fake_root(const char *root)
+{
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s/proc/sys/kernel/random/boot_id", root);
+	unlink(path);
+	for (size_t i = sizeof(boot_dirs) / sizeof(boot_dirs[0]); i-- > 0;) {
+		snprintf(path, sizeof(path), "%s/%s", root, boot_dirs[i]);
+		rmdir(path);
+	}
+	rmdir(root);
+}
+
+START_TEST(test_boot_id_is_the_uuid_line_or_empty)
+{
+	char root[64], buf[64];
+
+	fake_boot_id(root, sizeof(root), "6f1d6a3c-2b8e-4f0a-9c51-0d2e7b4a9f13\n");
+	read_boot_id(root, buf, sizeof(buf));
+	ck_assert_str_eq(buf, "6f1d6a3c-2b8e-4f0a-9c51-0d2e7b4a9f13");
+	remove_fake_root(root);
+	/* Not a uuid's text (it goes into a file's line as is): nothing. */
+	fake_boot_id(root, sizeof(root), "6f1d6a3c boot\nend\n");
+	strcpy(buf, "x");
+	read_boot_id(root, buf, sizeof(buf));
+	ck_assert_str_eq(buf, "");
+	remove_fake_root(root);
+	/* No such file. */
+	strcpy(buf, "x");
+	read_boot_id("/nonexistent-proc-root", buf, sizeof(buf));
+	ck_assert_str_eq(buf, "");
+	/* The real one, where there is one: a uuid's 36 characters. */
+	if (access("/proc/sys/kernel/random/boot_id", R_OK) == 0) {
+		read_boot_id(NULL, buf, sizeof(buf));
+		ck_assert_uint_eq(strlen(buf), 36);
+	}
+}
+END_TEST
+
 static Suite *util_suite(void)
 {
 	Suite *s = suite_create("util");
@@ -275,6 +452,9 @@ static Suite *util_suite(void)
 
 	CHECK_CASE(s, "proc_parse", NULL, NULL, TIMEOUT_S, test_proc_stat_starttime_reads_field_22_after_last_paren,
 		   test_proc_stat_starttime_rejects_short_or_garbled_lines, test_proc_statm_size_reads_first_field);
+
+	CHECK_CASE(s, "private_file", NULL, NULL, TIMEOUT_S, test_private_file_of_this_uid_is_read_whole,
+		   test_private_file_refuses_what_another_could_have_made, test_boot_id_is_the_uuid_line_or_empty);
 	return s;
 }
 
