@@ -264,7 +264,9 @@ void daemon_restart_with(struct daemon *d, const char *const *extra, void (*chil
 	for (char *save = NULL, *w = wrapper ? strtok_r(wrapper, " ", &save) : NULL; w && n < 16;
 	     w = strtok_r(NULL, " ", &save))
 		argv[n++] = w;
-	argv[n++] = PINBROKERD_PATH;
+	/* A child_setup may take another uid, which cannot reach a build tree in a 0700 folder (a clone in /root):
+	 * that daemon runs from a staged copy. */
+	argv[n++] = child_setup ? itest_stage(PINBROKERD_PATH) : PINBROKERD_PATH;
 	argv[n++] = "--socket";
 	argv[n++] = d->socket;
 	argv[n++] = "--config";

@@ -11,8 +11,8 @@
 #include "sec_tenant.h"
 
 static struct daemon d;
-static char cg_root[400]; /* the cgroup v2 folder this test runs in, where it may make children */
-static char cg_a[460], cg_b[460];
+static char cg_root[800]; /* the cgroup v2 folder this test runs in, where it may make children */
+static char cg_a[840], cg_b[840];
 
 SEC_START(start, d, "--prewarm", "0")
 SEC_STOP(stop, d)
@@ -23,7 +23,7 @@ SEC_STOP(stop, d)
  */
 static bool find_cgroup_root(char *why, size_t len)
 {
-	char line[1024], mnt[256] = "", rel[512] = "", probe[600];
+	char line[1024], mnt[256] = "", rel[512] = "", probe[840];
 	FILE *f = fopen("/proc/self/mountinfo", "r");
 
 	if (!f) {
@@ -108,7 +108,7 @@ static void remove_leftovers(void)
 {
 	DIR *dir = cg_root[0] ? opendir(cg_root) : NULL;
 	struct dirent *e;
-	char path[700];
+	char path[1100];
 
 	while (dir && (e = readdir(dir)))
 		if (strncmp(e->d_name, "pbsec27-", 8) == 0) {
