@@ -358,36 +358,46 @@ systemctl stop pinbroker-metrics.socket pinbroker-metrics.service
 # systemd-run unit of alice's is a job of its own (its cgroup), with an 8M quota. The old unit
 # (ProtectProc=invisible) could not read alice's /proc/PID/cgroup: 16M was granted, charged to no job.
 PLAN=$((PLAN + 3))
-pinctl quota set '/system.slice/pb-job-*.service' 8M
-out=$(systemd-run --quiet --wait --pipe --collect --uid=alice --unit=pb-job-over \
-	pinctl acquire 16M --label over-job-quota 2>&1)
-rc=$?
-log "alice's 16M in pb-job-over.service: rc=$rc: $out"
-if [ $rc != 0 ] && grep -q 'job /system.slice/pb-job-over.service already holds 0 B of its 8 MiB quota' <<<"$out"; then
-	ok "a non-root user's job asking 16M over its 8M job quota is refused, naming its job"
+# The daemon tells jobs apart by the memory or unified cgroup line: where this guest's systemd gives a unit
+# neither (its cgroup tree read-only, as in a container nested in another), no job can be told apart here.
+job_cg=$(systemd-run --quiet --wait --pipe --collect --uid=alice --unit=pb-job-probe cat /proc/self/cgroup 2>&1)
+log "a systemd-run unit's /proc/self/cgroup in this guest: $(tr '\n' ' ' <<<"$job_cg")"
+if ! grep -Eq '^(0::|[0-9]+:([^:]*,)?memory(,[^:]*)?:)/.*pb-job-probe\.service' <<<"$job_cg"; then
+	for what in "refused over its job quota" "charged to its job" "every client's job known"; do
+		ok "# SKIP job quotas under the unit ($what): this guest's systemd gives a unit no memory or unified cgroup of its own (its cgroup tree is read-only, as in a nested container): $(tr '\n' ' ' <<<"$job_cg")"
+	done
 else
-	notok "a non-root user's job asking 16M over its 8M job quota is refused, naming its job" "rc=$rc: $out"
+	pinctl quota set '/system.slice/pb-job-*.service' 8M
+	out=$(systemd-run --quiet --wait --pipe --collect --uid=alice --unit=pb-job-over \
+		pinctl acquire 16M --label over-job-quota 2>&1)
+	rc=$?
+	log "alice's 16M in pb-job-over.service: rc=$rc: $out"
+	if [ $rc != 0 ] && grep -q 'job /system.slice/pb-job-over.service already holds 0 B of its 8 MiB quota' <<<"$out"; then
+		ok "a non-root user's job asking 16M over its 8M job quota is refused, naming its job"
+	else
+		notok "a non-root user's job asking 16M over its 8M job quota is refused, naming its job" "rc=$rc: $out"
+	fi
+	systemd-run --quiet --collect --uid=alice --unit=pb-job-in pinctl acquire 4M --hold 120 --label within-job-quota
+	job_charged() { pinctl jobs | grep -q '^/system.slice/pb-job-in.service  *4 MiB  *1  *8 MiB'; }
+	if wait_for 10 job_charged; then
+		ok "a non-root user's job within its quota is granted and charged to its job (pinctl jobs)"
+	else
+		notok "a non-root user's job within its quota is granted and charged to its job (pinctl jobs)" \
+			"$(pinctl jobs 2>&1 | tr '\n' '|')"
+	fi
+	pinctl jobs
+	unknown=$(status_num job_unknown_total)
+	doctor=$(pinctl doctor 2>&1 | grep 'job-unknown')
+	log "job_unknown_total=$unknown; doctor: $doctor"
+	if [ "$unknown" = 0 ] && [ "$(status_num job_unknown_clients)" = 0 ] && grep -q '^ok  *job-unknown' <<<"$doctor"; then
+		ok "every client's job is known: job_unknown_total 0, pinctl doctor job-unknown ok"
+	else
+		notok "every client's job is known: job_unknown_total 0, pinctl doctor job-unknown ok" \
+			"job_unknown_total='$unknown' clients='$(status_num job_unknown_clients)' doctor: $doctor"
+	fi
+	systemctl stop pb-job-in.service
+	pinctl quota clear '/system.slice/pb-job-*.service'
 fi
-systemd-run --quiet --collect --uid=alice --unit=pb-job-in pinctl acquire 4M --hold 120 --label within-job-quota
-job_charged() { pinctl jobs | grep -q '^/system.slice/pb-job-in.service  *4 MiB  *1  *8 MiB'; }
-if wait_for 10 job_charged; then
-	ok "a non-root user's job within its quota is granted and charged to its job (pinctl jobs)"
-else
-	notok "a non-root user's job within its quota is granted and charged to its job (pinctl jobs)" \
-		"$(pinctl jobs 2>&1 | tr '\n' '|')"
-fi
-pinctl jobs
-unknown=$(status_num job_unknown_total)
-doctor=$(pinctl doctor 2>&1 | grep 'job-unknown')
-log "job_unknown_total=$unknown; doctor: $doctor"
-if [ "$unknown" = 0 ] && [ "$(status_num job_unknown_clients)" = 0 ] && grep -q '^ok  *job-unknown' <<<"$doctor"; then
-	ok "every client's job is known: job_unknown_total 0, pinctl doctor job-unknown ok"
-else
-	notok "every client's job is known: job_unknown_total 0, pinctl doctor job-unknown ok" \
-		"job_unknown_total='$unknown' clients='$(status_num job_unknown_clients)' doctor: $doctor"
-fi
-systemctl stop pb-job-in.service
-pinctl quota clear '/system.slice/pb-job-*.service'
 # ---- end of issue 38, finding 1 ----
 
 # clean stop of service and socket.
