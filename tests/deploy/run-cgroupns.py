@@ -314,11 +314,18 @@ try:
         fail("none: the daemon did not warn that it could not place its namespace")
     ok("none: no host tree and no CAP_SYS_ADMIN: status says unresolved, and the daemon warned")
     pinctl("quota", "set", ccg, "8M")
+    # Its job cannot be told while rules exist: job-unknown = refuse (the default) refuses it, so no job is
+    # silently unlimited (issue 38); job-unknown = allow charges it to no job, unbound by its rule.
+    r = in_cgroup(ccg, "acquire 16M", pre)
+    if r.returncode == 0 or "job-unknown" not in r.stdout + r.stderr:
+        fail(f"none: a 16M acquire of a client whose cgroup the daemon cannot name was not refused under "
+             f"job-unknown = refuse (exit {r.returncode}): {r.stdout}{r.stderr}")
+    ok("none: the client outside the namespace, its job unknown while rules exist, is refused (job-unknown)")
+    pinctl("set", "job-unknown", "allow")
     r = in_cgroup(ccg, "acquire 16M", pre)
     if r.returncode != 0:
-        fail(f"none: a 16M acquire was refused though the daemon cannot name the client's cgroup: "
-             f"{r.stdout}{r.stderr}")
-    ok("none: the client outside the namespace is charged to no job, so its quota does not bind (as documented)")
+        fail(f"none: under job-unknown = allow a 16M acquire was refused: {r.stdout}{r.stderr}")
+    ok("none: under job-unknown = allow it is charged to no job, so its quota does not bind (as documented)")
     r = pinctl("doctor", "--json", check=False)
     if r.returncode == 0 or '{"check":"cgroup-namespace","status":"warn"' not in r.stdout:
         fail(f"none: doctor exit {r.returncode}, want a cgroup-namespace warning and not 0: {r.stdout}")

@@ -188,8 +188,13 @@ if unshare -p -f --mount-proc --kill-child true 2>/dev/null; then
 	unshare -p -f --mount-proc --kill-child "$PINCTL_BIN" --socket "$T/ns/pb.sock" acquire 4M --hold 3 --label pod \
 		>/dev/null 2>&1 &
 	CPID=$!
-	wait_for 50 lease_pid "$T/ns/pb.sock" pod >/dev/null || fail "no lease from the client in another pid namespace"
-	p=$(lease_pid "$T/ns/pb.sock" pod)
+	# Only an admin sees another pid namespace's rows, and root is one only from the daemon's own pid
+	# namespace (issue 38): the look is taken from there (nsenter into the daemon's, pid 1 of it).
+	NSDPID=$(cut -d' ' -f1 "/proc/$NPID/task/$NPID/children" 2>/dev/null)
+	[ -n "$NSDPID" ] || fail "cannot find the daemon started in a pid namespace (child of $NPID)"
+	ns_lease_pid() { nsenter -t "$NSDPID" -p "$PINCTL_BIN" --socket "$1" status --json | jq -e --arg l "$2" '.leases[] | select(.label == $l) | .pid'; }
+	wait_for 50 ns_lease_pid "$T/ns/pb.sock" pod >/dev/null || fail "no lease from the client in another pid namespace"
+	p=$(ns_lease_pid "$T/ns/pb.sock" pod)
 	[ "$p" = 0 ] || fail "a daemon in its own pid namespace saw the other namespace's client as pid $p, expected 0"
 	echo "ok: hostPID: the host-namespace daemon sees the client's pid ($CPID); one in its own pid namespace sees pid 0"
 else

@@ -122,7 +122,7 @@ static void remove_leftovers(void)
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sec_27_tenant_cgroups");
-	char why[700];
+	char why[1100];
 
 	if (find_cgroup_root(why, sizeof(why)))
 		CHECK_CASE(s, "core", start, stop, 120, test_another_cgroup_of_the_same_uid_reads_no_freed_byte);

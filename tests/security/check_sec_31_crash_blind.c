@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,13 +25,28 @@
 
 static const char *const args[] = { "--budget", "64M", "--uid-quota", "64M", "--prewarm", "8M", NULL };
 
-/* In the daemon's child before exec: a bounding set of CAP_IPC_LOCK and CAP_KILL, so root execs with those alone. */
+/*
+ * In the daemon's child before exec: a bounding set of CAP_IPC_LOCK and CAP_KILL, and no inheritable or ambient
+ * capability beyond them, so root execs with those alone. (Root's permitted set after exec is its inheritable set
+ * plus the bounding set: in a container that hands its processes a full inheritable set, as systemd-nspawn does,
+ * cutting the bounding set alone leaves the daemon everything.)
+ */
 static void unit_caps(void *ud)
 {
+	const uint32_t keep = (1u << CAP_IPC_LOCK) | (1u << CAP_KILL);
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
+	struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = { { 0 } };
+
 	(void)ud;
 	for (int c = 0; c <= CAP_LAST_CAP; c++)
 		if (c != CAP_IPC_LOCK && c != CAP_KILL && prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
 			_exit(90);
+	if (syscall(SYS_capget, &h, data) < 0)
+		_exit(91);
+	data[0].inheritable &= keep; /* both capabilities are below 32 */
+	data[1].inheritable = 0;
+	if (syscall(SYS_capset, &h, data) < 0 || prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
+		_exit(92);
 }
 
 /* The daemon's effective capability set, from its status. */
