@@ -29,6 +29,14 @@ fi
 
 T=$(mktemp -d /tmp/pb-slurm-real.XXXXXX)
 chmod 755 "$T"
+# The job user runs pinctl, which a build tree under a 0700 folder (a clone in /root, CI's mktemp -d) keeps
+# from it: a staged copy beside its library (pinctl's RUNPATH starts at $ORIGIN) is what the jobs run.
+mkdir "$T/bin"
+cp "$PINCTL" "$T/bin/pinctl"
+cp -L "$BUILD/client/libpinbroker.so.1" "$T/bin/"
+chmod 755 "$T/bin" "$T/bin/pinctl"
+chmod 644 "$T/bin/libpinbroker.so.1"
+PINCTL=$T/bin/pinctl
 # The unit's user and an ordinary job user in the socket's group, made where missing (as the package's
 # sysusers snippet and an admin would) and removed again at the end: a pinbroker group left behind
 # would make every later test daemon's socket 0660 root:pinbroker, shut to the other tests' uids.
