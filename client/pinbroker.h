@@ -349,6 +349,49 @@ int pb_cache_stats(pb_client *c, struct pb_cache_stats *out);
 int pb_cuda_available(const char **reason);
 
 /*
+ * Staged copies: a copy between device memory and ordinary (pageable) host memory, carried out through a
+ * small pinned ring leased from the broker, at close to pinned memory's rate. The ring (a lease, counted,
+ * exact, revocable) is taken on the first staged copy, per pb_client; several threads copy between the
+ * caller's memory and ring slots while the GPU copies the slots, on the caller's stream.
+ *
+ * Same results as cuMemcpyHtoDAsync / cuMemcpyDtoHAsync from pageable memory, sooner:
+ * - pb_copy_to_device returns once src may be reused; the copy is ordered on stream (NULL: the legacy
+ *   default stream), and may still be running on the GPU when it returns;
+ * - pb_copy_from_device returns when the data is in dst.
+ * Memory that is not pageable (pinned, registered, managed), a copy under the threshold, a stream being
+ * captured, a refused or revoked ring: the copy goes to the driver as it is, so it never fails because of
+ * the broker. Both need a current CUDA context (the one dptr belongs to).
+ * Returns 0, or -EINVAL (a NULL pointer with bytes > 0), -ENODEV (no CUDA driver here), -EIO (the driver
+ * failed the copy: pb_last_error() names its error).
+ */
+int pb_copy_to_device(pb_client *c, uint64_t dptr, const void *src, size_t bytes, void *stream);
+int pb_copy_from_device(pb_client *c, void *dst, uint64_t dptr, size_t bytes, void *stream);
+
+/* Settings of a client's staged copies; 0 in a field means $PINBROKER_STAGING_* or the default. */
+struct pb_staging_opts {
+	size_t ring_bytes;      /* the ring's size ($PINBROKER_STAGING_RING) */
+	size_t slot_bytes;      /* one slot, the unit of the pipeline ($PINBROKER_STAGING_SLOT) */
+	unsigned threads;       /* host threads copying to and from slots ($PINBROKER_STAGING_THREADS) */
+	size_t threshold_bytes; /* smaller copies go to the driver ($PINBROKER_STAGING_THRESHOLD) */
+};
+/* Set before the first staged copy; returns 0, -EINVAL (a bad value: pb_last_error says which), -EBUSY (a ring is held). */
+int pb_staging_configure(pb_client *c, const struct pb_staging_opts *opts);
+
+/* What a client's staged copies did. */
+struct pb_staging_stats {
+	uint64_t h2d_bytes, d2h_bytes;   /* bytes staged through the ring, each way */
+	uint64_t h2d_copies, d2h_copies; /* copies staged */
+	uint64_t driver_copies;          /* pageable copies at or over the threshold that went to the driver instead */
+	uint64_t ring_bytes;             /* the ring held now (0: none) */
+	uint64_t ring_leases;            /* rings acquired so far */
+	uint64_t ring_revoked;           /* rings the daemon revoked */
+	uint64_t ring_refused;           /* ring acquisitions refused */
+	uint64_t busy_ns;                /* time spent in staged copies */
+};
+/* Fill *out; returns 0, or -EINVAL for a NULL argument. */
+int pb_staging_stats(pb_client *c, struct pb_staging_stats *out);
+
+/*
  * Shared leases.
  *
  * One lease, mapped by several processes, counted once. The holder of a lease (the process that acquired it) calls pb_lease_share()
