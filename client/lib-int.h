@@ -395,3 +395,9 @@ int register_charge_bytes(pb_client *c, size_t bytes, const struct pb_acquire_op
 char *status_strdup(const char *s, bool *oom);
 /* One job row, as STATUS and the quota replies carry it. */
 void status_job_copy(struct pb_job *y, const Pinbroker__V1__JobInfo *x);
+
+/*
+ * Send a client's staged-copy counters to the daemon (ReportStaging), without waiting for its answer;
+ * cumulative, so a lost report costs nothing. Returns 0, or a negative errno (no connection, an old daemon).
+ */
+int lib_report_staging(pb_client *c, const struct pb_staging_stats *s);

@@ -74,6 +74,11 @@ enum pb_priority {
  * daemon, which then never lends its memory again (it makes fresh memory in its place).
  */
 #define PB_ACQUIRE_INHERIT (1u << 9)
+/*
+ * A staging ring (pb_copy_to_device and the interposer's staged copies take theirs with it): the daemon
+ * names the lease a ring in status and `pinctl leases`, and counts it apart. An old daemon ignores it.
+ */
+#define PB_ACQUIRE_STAGING_RING (1u << 10)
 
 struct pb_acquire_opts {
 	uint32_t flags;

@@ -1,0 +1,3 @@
+/* SPDX-License-Identifier: MIT */
+/* Staged copies' decisions (staging-plan.h). */
+#include "staging-plan.h"
