@@ -305,12 +305,16 @@ void **staging_events(struct pbst_state *st, void *ctx)
 /* Forget every event; with destroy, give them to the driver too (not in a forked child: CUDA stayed behind). */
 static void events_free(struct pbst_state *st, bool destroy)
 {
+	void *cur = NULL;
+
+	if (destroy && st->events) /* events exist only where the driver does */
+		pbcuda_ctx_current(&cur);
 	while (st->events) {
 		struct staging_events *e = st->events;
 
 		st->events = e->next;
 		if (destroy) {
-			bool pushed = pbcuda_ctx_push(e->ctx) == 0;
+			bool pushed = e->ctx != cur && pbcuda_ctx_push(e->ctx) == 0;
 
 			for (unsigned i = 0; i < e->n; i++)
 				pbcuda_event_destroy(e->ev[i]);

@@ -55,8 +55,14 @@ END_TEST
 
 START_TEST(test_env_values_are_read_as_sizes)
 {
-	const char *kv[] = { "PINBROKER_STAGING_RING",      "256M", "PINBROKER_STAGING_SLOT",    "4MiB",
-			     "PINBROKER_STAGING_THRESHOLD", "65536", "PINBROKER_STAGING_THREADS", "16",
+	const char *kv[] = { "PINBROKER_STAGING_RING",
+			     "256M",
+			     "PINBROKER_STAGING_SLOT",
+			     "4MiB",
+			     "PINBROKER_STAGING_THRESHOLD",
+			     "65536",
+			     "PINBROKER_STAGING_THREADS",
+			     "16",
 			     NULL };
 	struct pbst_settings s;
 	char why[256];
@@ -392,7 +398,8 @@ static Suite *suite(void)
 	CHECK_CASE(s, "decide", NULL, NULL, 10, test_pageable_to_device_over_the_threshold_is_staged,
 		   test_threshold_minus_one_passes_threshold_stages, test_a_threshold_of_0_still_passes_0_bytes,
 		   test_staging_off_passes_everything, test_pinned_or_registered_host_memory_goes_to_the_driver,
-		   test_managed_memory_on_either_side_goes_to_the_driver, test_a_stream_being_captured_goes_to_the_driver,
+		   test_managed_memory_on_either_side_goes_to_the_driver,
+		   test_a_stream_being_captured_goes_to_the_driver,
 		   test_unified_addressing_takes_the_direction_from_the_pointers,
 		   test_a_direction_the_pointers_contradict_goes_to_the_driver, test_verdicts_have_names);
 	CHECK_CASE(s, "plan", NULL, NULL, 10, test_pieces_around_slot_boundaries, test_a_piece_past_the_end_is_empty,
