@@ -415,6 +415,8 @@ static void *copy_back(void *arg)
 /* Start a staged copy from the device in another thread and hold it, mid-copy, at the stand-in's gate. */
 static void start_held_copy(struct copier *k, pthread_t *t)
 {
+	/* Nothing earlier may wait at the gate: a copy waiting there then is the other thread's, which holds the ring. */
+	ck_assert_int_eq(stub.stream_sync(NULL), 0);
 	stub.gate(1);
 	ck_assert_int_eq(pthread_create(t, NULL, copy_back, k), 0);
 	for (int i = 0; i < 5000 && stub.gate_waiting() < 1; i++)
