@@ -47,6 +47,10 @@ struct copy_log {
 	uint64_t pageable_d2h_bytes;
 	uint64_t pinned_copies;
 	uint64_t pinned_bytes;
+	uint64_t device_copies;
+	uint64_t device_bytes;
+	uint64_t host_copies;
+	uint64_t captured_copies;
 	uint64_t rest[64];
 };
 
@@ -64,6 +68,9 @@ static struct {
 	void (*stream_delay_us)(unsigned us);
 	int (*gate_waiting)(void);
 	int (*launch_add)(void *stream, unsigned long long dptr, int addend, size_t bytes);
+	CUresult (*mem_alloc_managed)(CUdeviceptr *p, size_t bytes, unsigned flags);
+	CUresult (*begin_capture)(void *s, int mode);
+	CUresult (*end_capture)(void *s, void **graph);
 	/* What the library needs of the driver for staged copies. */
 	void *pointer_attributes, *is_capturing, *event_create, *event_record, *event_sync, *event_query,
 		*event_destroy, *htod_async, *dtoh_async, *dtoh;
@@ -98,6 +105,9 @@ static void load_stub(void)
 	*(void **)&stub.stream_delay_us = need(h, "stub_cuda_set_stream_delay_us");
 	*(void **)&stub.gate_waiting = need(h, "stub_cuda_copy_gate_waiting");
 	*(void **)&stub.launch_add = need(h, "stub_cuda_launch_add");
+	*(void **)&stub.mem_alloc_managed = need(h, "cuMemAllocManaged");
+	*(void **)&stub.begin_capture = need(h, "cuStreamBeginCapture_v2");
+	*(void **)&stub.end_capture = need(h, "cuStreamEndCapture");
 	stub.pointer_attributes = need(h, "cuPointerGetAttributes");
 	stub.is_capturing = need(h, "cuStreamIsCapturing");
 	stub.event_create = need(h, "cuEventCreate");
@@ -217,8 +227,8 @@ static void round_trip(pb_client *c, void *stream, CUdeviceptr dbuf, size_t n, s
 
 	ck_assert_int_eq(stub.launch_add(stream, dbuf + doff, 1, n), 0);
 	memset(dst, 0x5a, n + 128);
-	ck_assert_msg(pb_copy_from_device(c, dst + 64 + hoff, dbuf + doff, n, stream) == 0, "from device, %zu bytes: %s",
-		      n, pb_last_error());
+	ck_assert_msg(pb_copy_from_device(c, dst + 64 + hoff, dbuf + doff, n, stream) == 0,
+		      "from device, %zu bytes: %s", n, pb_last_error());
 	for (size_t i = 0; i < n; i++)
 		if (dst[64 + hoff + i] != (uint8_t)(src[hoff + i] + 1))
 			ck_abort_msg("%zu bytes at +%zu/+%zu: byte %zu is %u, not %u", n, hoff, doff, i,
@@ -233,8 +243,8 @@ static void round_trip(pb_client *c, void *stream, CUdeviceptr dbuf, size_t n, s
 
 START_TEST(test_round_trips_are_exact_around_slot_boundaries_and_alignments)
 {
-	static const size_t sizes[] = { THRESHOLD_BYTES,     SLOT_BYTES + 1,  2 * SLOT_BYTES - 1, 2 * SLOT_BYTES,
-					RING_BYTES,          RING_BYTES + 1,  1 * MiB + 17,       3 * MiB + 4095 };
+	static const size_t sizes[] = { THRESHOLD_BYTES, SLOT_BYTES + 1, 2 * SLOT_BYTES - 1, 2 * SLOT_BYTES,
+					RING_BYTES,      RING_BYTES + 1, 1 * MiB + 17,       3 * MiB + 4095 };
 	static const size_t hoffs[] = { 0, 1, 63 }, doffs[] = { 0, 7 };
 	pb_client *c = connect_small_ring();
 	CUdeviceptr dbuf = dev_alloc(4 * MiB);
@@ -328,6 +338,43 @@ static void stage_once(pb_client *c, CUdeviceptr dbuf)
 	ck_assert_int_eq(pb_copy_to_device(c, dbuf, src, RING_BYTES, NULL), 0);
 	free(src);
 }
+
+/* Pinned (a lease: registered with the driver), managed memory and a stream being captured: the driver's copies. */
+START_TEST(test_pinned_managed_and_captured_copies_go_to_the_driver_untouched)
+{
+	pb_client *c = connect_small_ring();
+	size_t n = 1 * MiB;
+	CUdeviceptr dbuf = dev_alloc(n), managed = 0;
+	uint8_t *page = malloc(n);
+	struct copy_log before, after;
+	void *stream = stream_new(), *graph = NULL;
+	pb_lease *l;
+
+	ck_assert_int_eq(pb_acquire(c, n, NULL, &l), 0);
+	ck_assert_int_eq(pb_lease_kind(l), PB_MEM_PINNED);
+	fill_pattern(pb_lease_data(l), n, 6);
+	fill_pattern(page, n, 8);
+	ck_assert_int_eq(stub.mem_alloc_managed(&managed, n, 1), 0);
+	before = copy_stats();
+	ck_assert_int_eq(pb_copy_to_device(c, dbuf, pb_lease_data(l), n, NULL), 0);
+	ck_assert_int_eq(pb_copy_from_device(c, pb_lease_data(l), dbuf, n, NULL), 0);
+	ck_assert_int_eq(pb_copy_to_device(c, managed, page, n, NULL), 0);
+	ck_assert_int_eq(stub.begin_capture(stream, 0), 0);
+	ck_assert_int_eq(pb_copy_to_device(c, dbuf, page, n, stream), 0);
+	ck_assert_int_eq(stub.end_capture(stream, &graph), 0);
+	after = copy_stats();
+	ck_assert_uint_eq(after.pinned_copies - before.pinned_copies, 2);
+	ck_assert_uint_eq(after.captured_copies - before.captured_copies, 1);
+	/* The managed and the captured copy, each as made (the stand-in logs a copy by its host side). */
+	ck_assert_uint_eq(after.pageable_copies - before.pageable_copies, 2);
+	ck_assert_uint_eq(staging_stats(c).ring_leases + staging_stats(c).h2d_copies + staging_stats(c).d2h_copies +
+				  staging_stats(c).driver_copies,
+			  0);
+	ck_assert_int_eq(pb_release(c, l), 0);
+	free(page);
+	end(c);
+}
+END_TEST
 
 START_TEST(test_the_ring_is_one_exact_lease_labelled_staging_ring)
 {
@@ -602,6 +649,7 @@ static Suite *suite(void)
 	}
 	CHECK_CASE(s, "copies", start, stop, 120, test_round_trips_are_exact_around_slot_boundaries_and_alignments,
 		   test_a_copy_under_the_threshold_goes_to_the_driver_untouched,
+		   test_pinned_managed_and_captured_copies_go_to_the_driver_untouched,
 		   test_the_ring_is_one_exact_lease_labelled_staging_ring, test_bad_settings_are_refused_by_name,
 		   test_a_failing_driver_call_mid_copy_returns_its_error, test_staging_0_sends_every_copy_to_the_driver,
 		   test_without_a_client_the_driver_copies);
