@@ -52,23 +52,36 @@ static uint8_t *slot_data(const struct pbst_state *st, unsigned slot)
 	return st->ring_base + (size_t)slot * st->slot_bytes;
 }
 
+/* The daemon revoked the ring: the copy in flight leaves the rest to the driver, so the ring goes in time. */
+static bool ring_going(struct pbst_state *st)
+{
+	return __atomic_load_n(&st->going, __ATOMIC_ACQUIRE);
+}
+
 /*
  * Host to device: fill each slot (the threads together) once the GPU is done with it, then queue its copy to the
  * device and its event on stream. Returns when the last slot is filled: src may be reused, the GPU may still copy
- * (as the driver's own staging does for pageable memory). The first failing call's CUresult, or 0.
+ * (as the driver's own staging does for pageable memory). *staged: the bytes that went through the ring; after a
+ * revoke the driver copies the rest, queued behind them on the stream. The first failing call's CUresult, or 0.
  */
 static int copy_h2d(struct pbst_state *st, uint64_t dst, const uint8_t *src, size_t bytes, void *stream, void *ctx,
-		    void **ev, unsigned threads)
+		    void **ev, unsigned threads, size_t *staged)
 {
 	size_t n = pbst_piece_count(bytes, st->slot_bytes);
 	unsigned first = st->next_slot;
 	int r = 0;
 
+	*staged = 0;
 	for (size_t k = 0; k < n && r == 0; k++) {
 		struct pbst_piece p = pbst_piece_at(bytes, st->slot_bytes, st->nslots, first, k);
 		struct staging_slot *s = &st->slots[p.slot];
 		uint8_t *buf = slot_data(st, p.slot);
 
+		if (ring_going(st)) {
+			r = pbcuda_htod_async(dst + p.off, src + p.off, bytes - p.off, stream);
+			n = k;
+			break;
+		}
 		r = slot_wait(s);
 		if (r != 0)
 			break;
@@ -76,6 +89,8 @@ static int copy_h2d(struct pbst_state *st, uint64_t dst, const uint8_t *src, siz
 		r = pbcuda_htod_async(dst + p.off, buf, p.bytes, stream);
 		if (r == 0)
 			r = slot_mark(s, ev[p.slot], ctx, stream);
+		if (r == 0)
+			*staged += p.bytes;
 	}
 	st->next_slot = (unsigned)((first + n) % st->nslots);
 	return r;
@@ -83,17 +98,22 @@ static int copy_h2d(struct pbst_state *st, uint64_t dst, const uint8_t *src, siz
 
 /*
  * Device to host: keep up to a ring of pieces queued (the GPU copies into slots), and take the oldest out as soon
- * as its event says it is there. Returns when every byte is in dst. The first failing call's CUresult, or 0; on a
- * failure the pieces still queued are waited for, so no slot is left in the GPU's hands.
+ * as its event says it is there. Returns when every byte is in dst. *staged as for copy_h2d: after a revoke no
+ * more pieces are queued, those queued are taken out, and the driver copies the rest (into pageable memory, it
+ * returns when done). The first failing call's CUresult, or 0; on a failure the pieces still queued are waited
+ * for, so no slot is left in the GPU's hands.
  */
 static int copy_d2h(struct pbst_state *st, uint8_t *dst, uint64_t src, size_t bytes, void *stream, void *ctx, void **ev,
-		    unsigned threads)
+		    unsigned threads, size_t *staged)
 {
 	size_t n = pbst_piece_count(bytes, st->slot_bytes), issued = 0, done = 0;
 	unsigned first = st->next_slot;
 	int r = 0;
 
+	*staged = 0;
 	while (done < n) {
+		if (r == 0 && issued < n && ring_going(st))
+			n = issued;
 		while (r == 0 && issued < n && issued - done < st->nslots) {
 			struct pbst_piece p = pbst_piece_at(bytes, st->slot_bytes, st->nslots, first, issued);
 			struct staging_slot *s = &st->slots[p.slot];
@@ -107,7 +127,7 @@ static int copy_d2h(struct pbst_state *st, uint8_t *dst, uint64_t src, size_t by
 				issued++;
 		}
 		if (done == issued)
-			break; /* failed before anything more was queued */
+			break; /* failed, or revoked, before anything more was queued */
 		{
 			struct pbst_piece p = pbst_piece_at(bytes, st->slot_bytes, st->nslots, first, done);
 			struct staging_slot *s = &st->slots[p.slot];
@@ -115,13 +135,17 @@ static int copy_d2h(struct pbst_state *st, uint8_t *dst, uint64_t src, size_t by
 
 			if (r == 0 && w != 0)
 				r = w;
-			if (r == 0)
+			if (r == 0) {
 				staging_pool_copy(st, dst + p.off, slot_data(st, p.slot), p.bytes,
 						  pbst_split_threads(p.bytes, threads));
+				*staged += p.bytes;
+			}
 			done++;
 		}
 	}
-	st->next_slot = (unsigned)((first + n) % st->nslots);
+	st->next_slot = (unsigned)((first + issued) % st->nslots);
+	if (r == 0 && *staged < bytes)
+		r = pbcuda_dtoh_async(dst + *staged, src + *staged, bytes - *staged, stream);
 	return r;
 }
 
@@ -153,6 +177,7 @@ bool pbst_copy(pb_client *c, void *dst, const void *src, size_t bytes, void *str
 	struct pbst_settings set;
 	enum pbst_verdict v;
 	void *ctx = NULL, *sctx = NULL, **ev;
+	size_t staged = 0;
 	uint64_t t0;
 	int r;
 
@@ -194,16 +219,16 @@ bool pbst_copy(pb_client *c, void *dst, const void *src, size_t bytes, void *str
 
 	t0 = mono_ns();
 	if (v == PBST_STAGE_H2D)
-		r = copy_h2d(st, (uint64_t)(uintptr_t)dst, src, bytes, stream, ctx, ev, set.threads);
+		r = copy_h2d(st, (uint64_t)(uintptr_t)dst, src, bytes, stream, ctx, ev, set.threads, &staged);
 	else
-		r = copy_d2h(st, dst, (uint64_t)(uintptr_t)src, bytes, stream, ctx, ev, set.threads);
+		r = copy_d2h(st, dst, (uint64_t)(uintptr_t)src, bytes, stream, ctx, ev, set.threads, &staged);
 
 	pthread_mutex_lock(&st->lock);
 	if (v == PBST_STAGE_H2D) {
-		st->stats.h2d_bytes += bytes;
+		st->stats.h2d_bytes += staged;
 		st->stats.h2d_copies++;
 	} else {
-		st->stats.d2h_bytes += bytes;
+		st->stats.d2h_bytes += staged;
 		st->stats.d2h_copies++;
 	}
 	st->stats.busy_ns += mono_ns() - t0;
