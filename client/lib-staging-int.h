@@ -51,6 +51,8 @@ struct pbst_state {
 	pthread_mutex_t lock;
 	pthread_mutex_t ring_lock;
 	struct pbst_settings set;
+	/* The smallest copy worth a look (SIZE_MAX: staging off), kept beside set for a lock-free first test (atomic). */
+	size_t min_bytes;
 	pb_lease *ring;
 	uint8_t *ring_base;
 	unsigned nslots;
@@ -69,6 +71,8 @@ struct pbst_state {
 
 /* c's state, made (settings from the environment) on first use; NULL when out of memory. */
 struct pbst_state *staging_state(pb_client *c);
+/* Under st->lock, after st->set changed: the smallest copy worth a look, for pbst_copy's first test. */
+void staging_settings_changed_locked(struct pbst_state *st);
 /* Under ring_lock: a ring of st->set's size, acquired now unless one is held or the back-off runs. 0 or -errno. */
 int staging_ring_take(struct pbst_state *st);
 /* Under ring_lock: wait for the GPU to finish with every slot, then give the ring back (revoked: back off). */

@@ -58,6 +58,7 @@ struct pbst_state *staging_state(pb_client *c)
 		env_warned = true;
 		fprintf(stderr, "libpinbroker: staged copies: %s\n", why);
 	}
+	staging_settings_changed_locked(st);
 	st->next = all_states;
 	all_states = st;
 	c->staging_revoke = ring_revoked;
@@ -65,6 +66,13 @@ struct pbst_state *staging_state(pb_client *c)
 out:
 	pthread_mutex_unlock(&all_lock);
 	return st;
+}
+
+void staging_settings_changed_locked(struct pbst_state *st)
+{
+	size_t min = !st->set.enabled ? SIZE_MAX : st->set.threshold_bytes > 0 ? st->set.threshold_bytes : 1;
+
+	__atomic_store_n(&st->min_bytes, min, __ATOMIC_RELEASE);
 }
 
 void staging_report(struct pbst_state *st, bool force)

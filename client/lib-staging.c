@@ -184,12 +184,12 @@ bool pbst_copy(pb_client *c, void *dst, const void *src, size_t bytes, void *str
 	if (!c)
 		return false;
 	st = staging_state(c);
-	if (!st)
+	/* The common small copy costs two atomic loads: no lock, no driver call. */
+	if (!st || bytes < __atomic_load_n(&st->min_bytes, __ATOMIC_ACQUIRE))
 		return false;
 	pthread_mutex_lock(&st->lock);
 	set = st->set;
 	pthread_mutex_unlock(&st->lock);
-	/* The common small copy costs one uncontended lock and no driver call. */
 	if (!pbst_size_qualifies(&set, bytes) || !pbcuda_staging_available(NULL))
 		return false;
 	if (!stream && (flags & PBST_PTDS))
@@ -320,6 +320,8 @@ int pb_staging_configure(pb_client *c, const struct pb_staging_opts *opts)
 			       (size_t)st->stats.ring_bytes);
 	}
 	r = pbst_settings_apply(&st->set, opts, why, sizeof(why));
+	if (r == 0)
+		staging_settings_changed_locked(st);
 	pthread_mutex_unlock(&st->lock);
 	/* Fewer threads than are running: stop them; the next copy starts as many as it wants. */
 	if (r == 0 && st->pool.n + 1 > st->set.threads)
