@@ -1,0 +1,221 @@
+# SPDX-License-Identifier: MIT
+"""pinbroker.torch's staged tensor copies (issue 39) without a GPU: which copies go through the ring and which
+stay torch's own (pinbroker.torch_staging.reason), that the patched Tensor methods keep torch's results and
+errors for every copy they leave to torch, and install / uninstall. The copies themselves need a GPU:
+tests/gpu/run-staging.sh runs bench/bench_staging_torch.py, which checks every byte it copies."""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed: pinbroker.torch staging is not tested "
+                                            "(apt-get install python3-torch)")
+
+import pinbroker.torch as pbt  # noqa: E402
+from pinbroker import torch_staging as ts  # noqa: E402
+
+MIB = 1 << 20
+CUDA = torch.device("cuda", 0)
+
+
+@pytest.fixture(autouse=True)
+def _clean(monkeypatch):
+    monkeypatch.delenv("PINBROKER_STAGING_THRESHOLD", raising=False)
+    monkeypatch.setattr(ts, "_thr", MIB)
+    ts._counts.clear()
+    yield
+    ts.uninstall()
+    ts._counts.clear()
+
+
+def big(n=MIB, dtype=torch.uint8, **kw):
+    return torch.zeros(n, dtype=dtype, **kw)
+
+
+def test_a_big_pageable_contiguous_tensor_is_staged():
+    assert ts.reason(big(), CUDA) is None
+    assert ts.reason(big(MIB // 4, torch.float32), CUDA) is None  # bytes count, not elements
+    assert ts.reason(big().view(1024, 1024), CUDA, memory_format=torch.contiguous_format) is None
+    assert ts.reason(big().view(1024, 1024), CUDA, dtype=torch.uint8) is None  # the same dtype is no conversion
+
+
+@pytest.mark.parametrize("make,kw,why", [
+    (lambda: big(MIB - 1), {}, "under the threshold"),
+    (lambda: big(), {"non_blocking": True}, "non_blocking"),
+    (lambda: big(), {"dtype": torch.float16}, "a dtype conversion"),
+    (lambda: big().view(1024, 1024).t(), {}, "not contiguous"),
+    (lambda: big().view(1024, 1024)[:, :512], {}, "not contiguous"),
+    (lambda: big(MIB, torch.float32).view(64, 64, 16, 16), {"memory_format": torch.channels_last},
+     "a memory format other than preserve/contiguous"),
+    (lambda: big(MIB // 4, torch.float32, requires_grad=True), {}, "autograd records the copy"),
+    (lambda: torch.zeros(1024, 1024, dtype=torch.uint8, names=("a", "b")), {}, "named dimensions"),
+    (lambda: torch.zeros(MIB // 8, dtype=torch.complex64).conj(), {}, "a conjugate or negative view"),
+    (lambda: big().to_sparse(), {}, "not a strided tensor"),
+])
+def test_what_stays_torchs_own(make, kw, why):
+    assert ts.reason(make(), CUDA, **kw) == why
+
+
+def test_subclasses_stay_torchs_own_but_parameters_are_staged_without_grad():
+    class Sub(torch.Tensor):
+        pass
+
+    assert ts.reason(big().as_subclass(Sub), CUDA) == "a tensor subclass"
+    p = torch.nn.Parameter(big(MIB // 4, torch.float32))
+    assert ts.reason(p, CUDA) == "autograd records the copy"
+    with torch.no_grad():  # Module.cuda() copies its parameters so: the result is a plain tensor either way
+        assert ts.reason(p, CUDA) is None
+
+
+def test_not_between_cpu_and_cuda():
+    assert ts.reason(big(), torch.device("cpu")) == "not between CPU and CUDA"
+    assert ts.reason(torch.empty(MIB, device="meta"), CUDA) == "not between CPU and CUDA"
+
+
+def test_copy_into_a_cuda_tensor():
+    # No CUDA tensor exists here: a meta tensor stands for the destination's shape and dtype only.
+    dst = torch.empty(MIB, dtype=torch.uint8, device="meta")
+    why = ts.reason(big(), CUDA, dst=dst)
+    if ts._increment_version(torch) is None:
+        assert why == "this torch cannot bump copy_'s version counter"
+    else:
+        assert why is None
+    assert ts.reason(big(), CUDA, dst=torch.empty(1, MIB, dtype=torch.uint8, device="meta")) == \
+        "a broadcast (the shapes differ)"
+    assert ts.reason(big(), CUDA, dst=torch.empty(MIB, dtype=torch.int8, device="meta")) == "a dtype conversion"
+    assert ts.reason(big(), CUDA, dst=dst, non_blocking=True) == "non_blocking"
+
+
+def test_threshold_comes_from_install_and_the_environment(monkeypatch, tmp_path):
+    ts.install(client=str(tmp_path / "none.sock"), threshold="4M", force=True)
+    assert ts._thr == 4 * MIB
+    assert ts.reason(big(2 * MIB), CUDA) == "under the threshold"
+    ts.uninstall()
+    monkeypatch.setenv("PINBROKER_STAGING_THRESHOLD", "64K")
+    ts.install(client=str(tmp_path / "none.sock"), force=True)
+    assert ts._thr == 64 << 10
+    assert ts.reason(big(64 << 10), CUDA) is None
+
+
+def test_install_patches_and_uninstall_restores(tmp_path):
+    own = {n: getattr(torch.Tensor, n) for n in ("cuda", "to", "cpu", "copy_")}
+    s = ts.install(client=str(tmp_path / "none.sock"), force=True)
+    assert s.mode == "patched" and ts.installed() == "patched"
+    for n in own:
+        assert getattr(torch.Tensor, n) is not own[n]
+    assert ts.install(client=str(tmp_path / "none.sock"), force=True).mode == "patched"  # idempotent
+    assert ts.uninstall() is True
+    for n in own:
+        assert getattr(torch.Tensor, n) is own[n]
+    assert ts.uninstall() is False and ts.installed() == "off"
+
+
+def test_under_the_interposer_nothing_is_patched(monkeypatch, tmp_path):
+    own = torch.Tensor.cuda
+    monkeypatch.setattr(ts, "_interposer_loaded", lambda: True)
+    assert ts.install(client=str(tmp_path / "none.sock")).mode == "interposer"
+    assert torch.Tensor.cuda is own
+    assert ts.install(client=str(tmp_path / "none.sock"), force=True).mode == "patched"
+
+
+def test_interposer_detection(monkeypatch):
+    assert ts._interposer_loaded() is False  # this test process has no libpinbroker-preload.so
+    monkeypatch.setenv("PINBROKER_STAGING", "0")
+    assert ts._interposer_loaded() is False
+
+
+def test_patched_methods_keep_torchs_results_on_the_cpu(tmp_path):
+    x = torch.arange(MIB // 4, dtype=torch.float32)
+    want = {"f64": x.to(torch.float64), "cpu": x.cpu(), "to_cpu": x.to("cpu"), "copy": torch.empty_like(x).copy_(x)}
+    ts.install(client=str(tmp_path / "none.sock"), force=True)
+    y = x.to(torch.float64)
+    assert y.dtype == torch.float64 and torch.equal(y, want["f64"])
+    assert x.cpu() is x and x.to("cpu") is x  # torch returns self when nothing changes; so do we
+    z = torch.empty_like(x)
+    assert z.copy_(x) is z and torch.equal(z, want["copy"])
+    assert torch.equal(x.to(x), x)
+    assert x.to(torch.zeros(1, dtype=torch.int32)).dtype == torch.int32
+    with pytest.raises(TypeError):
+        x.to(1, 2, 3, 4, 5)  # torch's own error for torch's own arguments
+
+
+def _error_of(fn):
+    try:
+        fn()
+    except Exception as e:  # torch's exception, type and text
+        return type(e), str(e)
+    return None
+
+
+@pytest.mark.parametrize("call", [
+    lambda t: t.cuda(),
+    lambda t: t.cuda(0),
+    lambda t: t.cuda(device="cuda:0", non_blocking=False),
+    lambda t: t.to("cuda"),
+    lambda t: t.to("cuda:0", torch.uint8),
+    lambda t: t.to(device=CUDA, copy=True),
+    lambda t: t.cuda(0, True),
+    lambda t: t.cuda(bogus=1),
+])
+def test_without_cuda_the_patched_methods_raise_what_torch_raises(call, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("SKIP: CUDA is usable here; this checks the error paths of a torch without CUDA")
+    t = big()
+    want = _error_of(lambda: call(t))
+    assert want is not None
+    ts.install(client=str(tmp_path / "none.sock"), force=True)
+    assert _error_of(lambda: call(t)) == want
+
+
+def test_without_a_daemon_copies_stay_torchs_own_and_say_why(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("SKIP: CUDA is usable here; this checks the path of a torch without CUDA")
+    sock = str(tmp_path / "none.sock")
+    t = big()
+    want = _error_of(lambda: t.cuda(0))
+    ts.install(client=sock, force=True)
+    got = _error_of(lambda: t.cuda(0))  # staged by reason(), but no daemon: torch's own .cuda, which raises here
+    assert got == want and got is not None
+    st = ts.stats()
+    assert st["mode"] == "patched"
+    assert any(k.startswith("no staging client") for k in st["copies"]), st
+    assert "none.sock" in st["no_client"] or "libpinbroker" in st["no_client"], st
+
+
+def test_small_copies_take_torchs_call_at_once(tmp_path, monkeypatch):
+    ts.install(client=str(tmp_path / "none.sock"), force=True)
+    monkeypatch.setattr(ts, "reason", lambda *a, **k: pytest.fail("a small copy was looked at"))
+    small = torch.zeros(1000)
+    assert torch.equal(small.to(torch.float64), torch.zeros(1000, dtype=torch.float64))
+    assert torch.empty(1000).copy_(small).sum() == 0
+    if not torch.cuda.is_available():
+        with pytest.raises(AssertionError):
+            small.cuda()
+    assert ts._counts == {}
+
+
+def test_torch_install_takes_staging_and_uninstall_restores_it(tmp_path):
+    sig = inspect.signature(pbt.install)
+    assert sig.parameters["staging"].default is True
+    own = torch.Tensor.cuda
+    pbt.install_staging(client=str(tmp_path / "none.sock"), force=True)
+    assert torch.Tensor.cuda is not own
+    assert pbt.uninstall() is True  # the module-level uninstall puts the staging patch back too
+    assert torch.Tensor.cuda is own
+
+
+def test_helpers_without_install_fall_back(tmp_path):
+    x = torch.arange(16, dtype=torch.float32)
+    assert pbt.to_host(x) is x  # already on the CPU: torch's .cpu() returns self
+    y = torch.empty_like(x)
+    assert pbt.copy_(y, x) is y and torch.equal(x, y)
+    assert torch.Tensor.cuda is ts._orig("cuda")
+
+
+def test_stats_shape(tmp_path):
+    ts.install(client=str(tmp_path / "none.sock"), force=True)
+    st = pbt.staging_stats()
+    assert st["mode"] == "patched" and isinstance(st["copies"], dict)
