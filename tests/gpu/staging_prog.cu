@@ -4,7 +4,8 @@
 // Every check prints PASS or FAIL; INFO lines (results that depend on the driver, not on pinbroker) must be the
 // same bare and interposed. The last line is "staging_prog: N passed, M failed".
 //
-// usage: staging_prog check       bytes, APIs, ordering, threads, capture, pinned/managed passthrough
+// usage: staging_prog probe       the GPU, driver and runtime (exit 77 without a device)
+//        staging_prog check       bytes, APIs, ordering, threads, capture, pinned/managed passthrough
 //        staging_prog hold MODE   MODE staged: copy 64 MiB + 1 both ways, or passthrough: only copies that must go to
 //                                 the driver; then print "hold" and wait until the file $PB_HOLD_RELEASE exists (the
 //                                 script reads the leases meanwhile)
@@ -498,6 +499,16 @@ int main(int argc, char **argv)
 		return 77;
 	}
 	cudaFree(nullptr); // the primary context current, for the driver API calls
+	if (argc >= 2 && !strcmp(argv[1], "probe")) {
+		cudaDeviceProp p;
+		int drv = 0, rt = 0;
+		cudaGetDeviceProperties(&p, 0);
+		cudaDriverGetVersion(&drv);
+		cudaRuntimeGetVersion(&rt);
+		printf("GPU: %s, driver API %d.%d, runtime %d.%d (shared), %d device(s)\n", p.name, drv / 1000,
+		       drv % 1000 / 10, rt / 1000, rt % 1000 / 10, n);
+		return 0;
+	}
 	if (argc >= 3 && !strcmp(argv[1], "hold"))
 		hold(argv[2]);
 	else if (argc >= 2 && !strcmp(argv[1], "check")) {
@@ -508,7 +519,7 @@ int main(int argc, char **argv)
 		capture();
 		passthrough_copies(true);
 	} else {
-		fprintf(stderr, "usage: %s check | hold staged|passthrough\n", argv[0]);
+		fprintf(stderr, "usage: %s probe | check | hold staged|passthrough\n", argv[0]);
 		return 2;
 	}
 	printf("staging_prog: %d passed, %d failed\n", passed, failed);
