@@ -50,6 +50,7 @@ _client: Any = None
 _client_pid = 0
 _client_failed: Optional[str] = None
 _patched: Dict[str, Any] = {}  # name -> torch's own method, while installed
+_own_attr: Dict[str, bool] = {}  # name -> whether torch.Tensor itself (not its C base) defined it
 _counts: Dict[str, int] = {}
 _mode = "off"
 
@@ -477,10 +478,13 @@ def _copy(self: Any, src: Any, *args: Any, **kwargs: Any) -> Any:
 _WRAPPERS = {"cuda": _cuda, "to": _to, "cpu": _cpu, "copy_": _copy}
 
 
+def _staging_env_off() -> bool:
+    """$PINBROKER_STAGING=0: staging is off for this process, in the interposer and here alike."""
+    return (os.environ.get("PINBROKER_STAGING") or "1").strip().lower() in ("0", "no", "false", "off")
+
+
 def _interposer_loaded() -> bool:
-    """Whether libpinbroker-preload.so (``pinctl run``) is mapped in this process, with staging on."""
-    if (os.environ.get("PINBROKER_STAGING") or "1").strip().lower() in ("0", "no", "false", "off"):
-        return False
+    """Whether libpinbroker-preload.so (``pinctl run``) is mapped in this process."""
     try:
         with open("/proc/self/maps") as f:
             return any("libpinbroker-preload" in line for line in f)
@@ -495,8 +499,9 @@ def install(client: Any = None, threshold: Any = None, *, force: bool = False) -
     ``client``: a socket path or a :class:`pinbroker.Client` whose socket to use (None: $PINBROKER_SOCKET, else
     the default); the staging client is this module's own connection, made at the first copy at or over the
     threshold. ``threshold``: the smallest copy staged (bytes or "1M"; None: $PINBROKER_STAGING_THRESHOLD, else
-    1 MiB). Under ``pinctl run`` (the interposer stages torch's copies already) nothing is patched unless
-    ``force``. Idempotent; :func:`uninstall` restores torch's methods."""
+    1 MiB). Nothing is patched, unless ``force``, under ``pinctl run`` (the interposer stages torch's copies
+    already: mode "interposer") or with $PINBROKER_STAGING=0 (mode "off"). Idempotent; :func:`uninstall` restores
+    torch's methods."""
     global _socket, _threshold, _thr, _mode, _client, _client_failed
     import torch
 
@@ -517,12 +522,15 @@ def install(client: Any = None, threshold: Any = None, *, force: bool = False) -
             _client, _client_failed = None, None
         _socket, _threshold = socket, thr
         _thr = thr if thr is not None else _env_threshold()
+        if not force and _staging_env_off():
+            return Staging("off")
         if not force and _interposer_loaded():
             _mode = "interposer"
             return Staging(_mode)
         for name, fn in _WRAPPERS.items():
             if name not in _patched:
                 _patched[name] = getattr(torch.Tensor, name)
+                _own_attr[name] = name in torch.Tensor.__dict__
                 setattr(torch.Tensor, name, fn)
         _mode = "patched"
         return Staging(_mode)
@@ -536,7 +544,10 @@ def uninstall() -> bool:
     with _lock:
         was = bool(_patched)
         for name, fn in list(_patched.items()):
-            setattr(torch.Tensor, name, fn)
+            if _own_attr.pop(name, True):
+                setattr(torch.Tensor, name, fn)
+            else:
+                delattr(torch.Tensor, name)  # inherited from torch._C's base again, as before install
             del _patched[name]
         _mode = "off"
         return was

@@ -102,6 +102,7 @@ def test_threshold_comes_from_install_and_the_environment(monkeypatch, tmp_path)
 
 def test_install_patches_and_uninstall_restores(tmp_path):
     own = {n: getattr(torch.Tensor, n) for n in ("cuda", "to", "cpu", "copy_")}
+    before = set(torch.Tensor.__dict__)
     s = ts.install(client=str(tmp_path / "none.sock"), force=True)
     assert s.mode == "patched" and ts.installed() == "patched"
     for n in own:
@@ -110,6 +111,7 @@ def test_install_patches_and_uninstall_restores(tmp_path):
     assert ts.uninstall() is True
     for n in own:
         assert getattr(torch.Tensor, n) is own[n]
+        assert (n in torch.Tensor.__dict__) == (n in before)  # nothing left behind on the class
     assert ts.uninstall() is False and ts.installed() == "off"
 
 
@@ -121,10 +123,16 @@ def test_under_the_interposer_nothing_is_patched(monkeypatch, tmp_path):
     assert ts.install(client=str(tmp_path / "none.sock"), force=True).mode == "patched"
 
 
-def test_interposer_detection(monkeypatch):
+def test_interposer_detection():
     assert ts._interposer_loaded() is False  # this test process has no libpinbroker-preload.so
+
+
+def test_staging_off_in_the_environment_patches_nothing(monkeypatch, tmp_path):
+    own = torch.Tensor.cuda
     monkeypatch.setenv("PINBROKER_STAGING", "0")
-    assert ts._interposer_loaded() is False
+    assert ts.install(client=str(tmp_path / "none.sock")).mode == "off"
+    assert torch.Tensor.cuda is own and ts.installed() == "off"
+    assert ts.install(client=str(tmp_path / "none.sock"), force=True).mode == "patched"
 
 
 def test_patched_methods_keep_torchs_results_on_the_cpu(tmp_path):
