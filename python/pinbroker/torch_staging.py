@@ -41,6 +41,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import time
 from typing import Any, Dict, Optional, Tuple
 
 __all__ = ["install", "uninstall", "installed", "stats", "reason", "to_device", "to_host", "copy_", "Staging"]
@@ -49,6 +50,9 @@ _lock = threading.Lock()
 _client: Any = None
 _client_pid = 0
 _client_failed: Optional[str] = None
+_client_failed_at = 0.0
+#: Seconds before a failed connection is tried again (the library's ring back-off is 5 s too).
+RETRY_S = 5.0
 _patched: Dict[str, Any] = {}  # name -> torch's own method, while installed
 _own_attr: Dict[str, bool] = {}  # name -> whether torch.Tensor itself (not its C base) defined it
 _counts: Dict[str, int] = {}
@@ -74,15 +78,15 @@ class Staging:
 
 def _get_client() -> Any:
     """The process's staging client (connected on first use, and again in a forked child), or None when no
-    daemon answers (then every copy is torch's own; the reason is counted)."""
-    global _client, _client_pid, _client_failed
+    daemon answers (then every copy is torch's own; the reason is counted; tried again after RETRY_S)."""
+    global _client, _client_pid, _client_failed, _client_failed_at
     pid = os.getpid()
     if _client is not None and _client_pid == pid and not _client.closed:
         return _client
     with _lock:
         if _client is not None and _client_pid == pid and not _client.closed:
             return _client
-        if _client_failed is not None and _client_pid == pid:
+        if _client_failed is not None and _client_pid == pid and time.monotonic() - _client_failed_at < RETRY_S:
             return None
         from . import _lib
         from ._client import connect
@@ -97,7 +101,7 @@ def _get_client() -> Any:
                 _client.configure_staging(threshold=_threshold)
             _client_failed = None
         except (OSError, NotImplementedError) as e:  # BrokerError, LibraryNotFound are OSErrors
-            _client, _client_failed = None, str(e)
+            _client, _client_failed, _client_failed_at = None, str(e), time.monotonic()
         return _client
 
 

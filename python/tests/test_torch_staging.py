@@ -227,3 +227,26 @@ def test_stats_shape(tmp_path):
     ts.install(client=str(tmp_path / "none.sock"), force=True)
     st = pbt.staging_stats()
     assert st["mode"] == "patched" and isinstance(st["copies"], dict)
+
+
+def test_a_failed_connection_is_tried_again_after_a_while(monkeypatch, tmp_path):
+    import pinbroker
+    import pinbroker._client as pc
+    from pinbroker import _lib
+
+    calls = []
+
+    def refuse(path):
+        calls.append(path)
+        raise pinbroker.NotConnected(111, f"no broker at {path}")
+
+    monkeypatch.setattr(pc, "connect", refuse)
+    monkeypatch.setattr(_lib, "has_staging", lambda: True)
+    sock = str(tmp_path / "later.sock")
+    ts.install(client=sock, force=True)
+    assert ts._get_client() is None and ts._get_client() is None
+    assert calls == [sock]  # not again at once: every copy would pay a connect
+    assert "later.sock" in ts.stats()["no_client"]
+    monkeypatch.setattr(ts, "RETRY_S", 0.0)
+    assert ts._get_client() is None
+    assert calls == [sock, sock]
