@@ -144,7 +144,8 @@ class Side:
             def __getitem__(self, i: int) -> Any:
                 return self.pool[i % 64]
 
-        dl = DataLoader(Images(), batch_size=256, num_workers=8, pin_memory=False, prefetch_factor=2)
+        data = Images()
+        dl = DataLoader(data, batch_size=256, num_workers=8, pin_memory=False, prefetch_factor=2)
         it = iter(dl)
         first = next(it).cuda()
         self.check(tuple(first.shape) == (256, 3, 224, 224), "a DataLoader batch has the wrong shape")
@@ -156,7 +157,8 @@ class Side:
             b = next(it).cuda()
         sync()
         rate = batches / (time.perf_counter() - t0)
-        self.check(bool(torch.equal(b[0].cpu(), b[0].cpu())), "DataLoader batch read back")
+        # Batch k holds samples 256k .. 256k+255, so image j is pool[j % 64].
+        self.check(bool(torch.equal(b[69].cpu(), data.pool[69 % 64])), "a DataLoader batch on the GPU differs")
         del it, dl
         return rate
 
@@ -335,8 +337,11 @@ def driver(args: argparse.Namespace) -> int:
         log = os.path.join(args.out, f"torch-{tag}.log")
         t = time.time()
         with open(log, "w") as lf:
-            rc = subprocess.call(prefix + base + ["--worker", side, "--json", js], stdout=lf, stderr=subprocess.STDOUT,
-                                 timeout=args.timeout)
+            try:
+                rc = subprocess.call(prefix + base + ["--worker", side, "--json", js], stdout=lf,
+                                     stderr=subprocess.STDOUT, timeout=args.timeout)
+            except subprocess.TimeoutExpired:
+                rc = f"killed after {args.timeout} s"
         print(f"{tag}: exit {rc} in {time.time() - t:.0f} s ({log})", flush=True)
         if rc != 0 or not os.path.exists(js):
             failed.append(f"{tag} exit {rc}")
