@@ -250,3 +250,43 @@ def test_a_failed_connection_is_tried_again_after_a_while(monkeypatch, tmp_path)
     monkeypatch.setattr(ts, "RETRY_S", 0.0)
     assert ts._get_client() is None
     assert calls == [sock, sock]
+
+
+def _need_gpu_and_engine():
+    from pinbroker import _lib
+
+    if not torch.cuda.is_available():
+        pytest.skip("SKIP: needs a GPU (torch sees no CUDA device); tests/gpu/run-staging.sh runs these copies")
+    if not _lib.has_staging():
+        pytest.skip(f"SKIP: the libpinbroker loaded ({_lib.path()}) has no pb_copy_to_device")
+
+
+def test_staged_tensor_copies_on_a_gpu(daemon):
+    _need_gpu_and_engine()
+    ts.install(client=daemon.socket, force=True)
+    x = torch.randint(0, 256, (4 * MIB + 3,), dtype=torch.uint8)
+    y = x.cuda()
+    assert y.is_cuda and torch.equal(y, x.pin_memory().cuda())
+    z = y.cpu()
+    assert not z.is_pinned() and torch.equal(z, x)
+    w = torch.zeros_like(y)
+    assert w.copy_(x) is w and torch.equal(w, y)
+    copies = ts.stats()["copies"]
+    assert copies.get("staged h2d", 0) == 2 and copies.get("staged d2h", 0) == 1, copies
+    assert ts.stats()["client"]["h2d_copies"] >= 2
+
+
+def test_client_copies_on_a_gpu(daemon):
+    _need_gpu_and_engine()
+    np = pytest.importorskip("numpy", reason="numpy is not installed (apt-get install python3-numpy)")
+    src = np.random.default_rng(39).integers(0, 256, 8 * MIB + 5, dtype=np.uint8)
+    dev = torch.empty(src.nbytes, dtype=torch.uint8, device="cuda")
+    with daemon.connect() as c:
+        c.copy_to_device(dev, src, stream=torch.cuda.current_stream())
+        torch.cuda.synchronize()
+        assert torch.equal(dev.cpu(), torch.from_numpy(src))
+        back = np.zeros_like(src)
+        c.copy_from_device(back, dev.data_ptr())
+        assert (back == src).all()
+        st = c.staging_stats()
+        assert st.h2d_copies == 1 and st.d2h_copies == 1 and 0 < st.ring_bytes <= 64 * MIB
