@@ -41,14 +41,14 @@ static void result(bool ok, const char *fmt, ...)
 	(ok ? passed : failed)++;
 }
 
-#define RT(call)                                                                                              \
-	do {                                                                                                  \
-		cudaError_t e_ = (call);                                                                      \
-		if (e_ != cudaSuccess) {                                                                      \
-			printf("FAIL %s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
-			failed++;                                                                             \
-			return;                                                                               \
-		}                                                                                             \
+#define RT(call)                                                                                          \
+	do {                                                                                              \
+		cudaError_t e_ = (call);                                                                  \
+		if (e_ != cudaSuccess) {                                                                  \
+			printf("FAIL %s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+			failed++;                                                                         \
+			return;                                                                           \
+		}                                                                                         \
 	} while (0)
 
 static size_t env_size(const char *name, size_t dflt)
@@ -59,10 +59,17 @@ static size_t env_size(const char *name, size_t dflt)
 	char *end;
 	unsigned long long v = strtoull(s, &end, 10);
 	switch (toupper((unsigned char)*end)) {
-	case 'K': v <<= 10; break;
-	case 'M': v <<= 20; break;
-	case 'G': v <<= 30; break;
-	default: break;
+	case 'K':
+		v <<= 10;
+		break;
+	case 'M':
+		v <<= 20;
+		break;
+	case 'G':
+		v <<= 30;
+		break;
+	default:
+		break;
 	}
 	return (size_t)v;
 }
@@ -131,11 +138,27 @@ static const long long MS = 1500000; // clock64 cycles in about 1 ms (1.5-2 GHz)
 
 // ---------------------------------------------------------------- bytes exact, every entry point
 
-enum api { RT_SYNC, RT_ASYNC, RT_DEFAULT, RT_DEFAULT_ASYNC, RT_PER_THREAD, DRV_SYNC, DRV_ASYNC, DRV_UNIFIED,
-	   DRV_UNIFIED_ASYNC, N_API };
-static const char *const api_name[N_API] = {"cudaMemcpy",        "cudaMemcpyAsync",       "cudaMemcpyDefault",
-					    "cudaMemcpyAsync(Default)", "cudaMemcpyAsync(per-thread)", "cuMemcpyHtoD/DtoH",
-					    "cuMemcpyHtoDAsync/DtoHAsync", "cuMemcpy", "cuMemcpyAsync"};
+enum api {
+	RT_SYNC,
+	RT_ASYNC,
+	RT_DEFAULT,
+	RT_DEFAULT_ASYNC,
+	RT_PER_THREAD,
+	DRV_SYNC,
+	DRV_ASYNC,
+	DRV_UNIFIED,
+	DRV_UNIFIED_ASYNC,
+	N_API
+};
+static const char *const api_name[N_API] = { "cudaMemcpy",
+					     "cudaMemcpyAsync",
+					     "cudaMemcpyDefault",
+					     "cudaMemcpyAsync(Default)",
+					     "cudaMemcpyAsync(per-thread)",
+					     "cuMemcpyHtoD/DtoH",
+					     "cuMemcpyHtoDAsync/DtoHAsync",
+					     "cuMemcpy",
+					     "cuMemcpyAsync" };
 
 // One H2D and one D2H of n bytes with api; the pinned judge (not staged) reads and writes the device side.
 static bool copy_pair(api a, unsigned char *host, unsigned char *dev, size_t n, cudaStream_t s, std::string &why)
@@ -144,16 +167,35 @@ static bool copy_pair(api a, unsigned char *host, unsigned char *dev, size_t n, 
 	CUresult r = CUDA_SUCCESS;
 	CUdeviceptr d = (CUdeviceptr)(uintptr_t)dev;
 	switch (a) {
-	case RT_SYNC: e = cudaMemcpy(dev, host, n, cudaMemcpyHostToDevice); break;
-	case RT_ASYNC: e = cudaMemcpyAsync(dev, host, n, cudaMemcpyHostToDevice, s); break;
-	case RT_DEFAULT: e = cudaMemcpy(dev, host, n, cudaMemcpyDefault); break;
-	case RT_DEFAULT_ASYNC: e = cudaMemcpyAsync(dev, host, n, cudaMemcpyDefault, s); break;
-	case RT_PER_THREAD: e = cudaMemcpyAsync(dev, host, n, cudaMemcpyHostToDevice, cudaStreamPerThread); break;
-	case DRV_SYNC: r = cuMemcpyHtoD(d, host, n); break;
-	case DRV_ASYNC: r = cuMemcpyHtoDAsync(d, host, n, (CUstream)s); break;
-	case DRV_UNIFIED: r = cuMemcpy(d, (CUdeviceptr)(uintptr_t)host, n); break;
-	case DRV_UNIFIED_ASYNC: r = cuMemcpyAsync(d, (CUdeviceptr)(uintptr_t)host, n, (CUstream)s); break;
-	default: break;
+	case RT_SYNC:
+		e = cudaMemcpy(dev, host, n, cudaMemcpyHostToDevice);
+		break;
+	case RT_ASYNC:
+		e = cudaMemcpyAsync(dev, host, n, cudaMemcpyHostToDevice, s);
+		break;
+	case RT_DEFAULT:
+		e = cudaMemcpy(dev, host, n, cudaMemcpyDefault);
+		break;
+	case RT_DEFAULT_ASYNC:
+		e = cudaMemcpyAsync(dev, host, n, cudaMemcpyDefault, s);
+		break;
+	case RT_PER_THREAD:
+		e = cudaMemcpyAsync(dev, host, n, cudaMemcpyHostToDevice, cudaStreamPerThread);
+		break;
+	case DRV_SYNC:
+		r = cuMemcpyHtoD(d, host, n);
+		break;
+	case DRV_ASYNC:
+		r = cuMemcpyHtoDAsync(d, host, n, (CUstream)s);
+		break;
+	case DRV_UNIFIED:
+		r = cuMemcpy(d, (CUdeviceptr)(uintptr_t)host, n);
+		break;
+	case DRV_UNIFIED_ASYNC:
+		r = cuMemcpyAsync(d, (CUdeviceptr)(uintptr_t)host, n, (CUstream)s);
+		break;
+	default:
+		break;
 	}
 	if (e != cudaSuccess || r != CUDA_SUCCESS) {
 		why = std::string("H2D failed: ") + (e != cudaSuccess ? cudaGetErrorString(e) : std::to_string(r));
@@ -168,16 +210,35 @@ static bool copy_back(api a, unsigned char *host, unsigned char *dev, size_t n, 
 	CUresult r = CUDA_SUCCESS;
 	CUdeviceptr d = (CUdeviceptr)(uintptr_t)dev;
 	switch (a) {
-	case RT_SYNC: e = cudaMemcpy(host, dev, n, cudaMemcpyDeviceToHost); break;
-	case RT_ASYNC: e = cudaMemcpyAsync(host, dev, n, cudaMemcpyDeviceToHost, s); break;
-	case RT_DEFAULT: e = cudaMemcpy(host, dev, n, cudaMemcpyDefault); break;
-	case RT_DEFAULT_ASYNC: e = cudaMemcpyAsync(host, dev, n, cudaMemcpyDefault, s); break;
-	case RT_PER_THREAD: e = cudaMemcpyAsync(host, dev, n, cudaMemcpyDeviceToHost, cudaStreamPerThread); break;
-	case DRV_SYNC: r = cuMemcpyDtoH(host, d, n); break;
-	case DRV_ASYNC: r = cuMemcpyDtoHAsync(host, d, n, (CUstream)s); break;
-	case DRV_UNIFIED: r = cuMemcpy((CUdeviceptr)(uintptr_t)host, d, n); break;
-	case DRV_UNIFIED_ASYNC: r = cuMemcpyAsync((CUdeviceptr)(uintptr_t)host, d, n, (CUstream)s); break;
-	default: break;
+	case RT_SYNC:
+		e = cudaMemcpy(host, dev, n, cudaMemcpyDeviceToHost);
+		break;
+	case RT_ASYNC:
+		e = cudaMemcpyAsync(host, dev, n, cudaMemcpyDeviceToHost, s);
+		break;
+	case RT_DEFAULT:
+		e = cudaMemcpy(host, dev, n, cudaMemcpyDefault);
+		break;
+	case RT_DEFAULT_ASYNC:
+		e = cudaMemcpyAsync(host, dev, n, cudaMemcpyDefault, s);
+		break;
+	case RT_PER_THREAD:
+		e = cudaMemcpyAsync(host, dev, n, cudaMemcpyDeviceToHost, cudaStreamPerThread);
+		break;
+	case DRV_SYNC:
+		r = cuMemcpyDtoH(host, d, n);
+		break;
+	case DRV_ASYNC:
+		r = cuMemcpyDtoHAsync(host, d, n, (CUstream)s);
+		break;
+	case DRV_UNIFIED:
+		r = cuMemcpy((CUdeviceptr)(uintptr_t)host, d, n);
+		break;
+	case DRV_UNIFIED_ASYNC:
+		r = cuMemcpyAsync((CUdeviceptr)(uintptr_t)host, d, n, (CUstream)s);
+		break;
+	default:
+		break;
 	}
 	if (e != cudaSuccess || r != CUDA_SUCCESS) {
 		why = std::string("D2H failed: ") + (e != cudaSuccess ? cudaGetErrorString(e) : std::to_string(r));
@@ -189,10 +250,12 @@ static bool copy_back(api a, unsigned char *host, unsigned char *dev, size_t n, 
 
 static void bytes_exact()
 {
-	std::vector<size_t> sizes = {THRESHOLD - 1, THRESHOLD, THRESHOLD + 1, SLOT - 1, SLOT, SLOT + 1,
-				     2 * SLOT - 1, 2 * SLOT + 1, RING - 1, RING, RING + 1, 3 * RING + 12345};
-	const size_t host_off[] = {0, 1, 4095};
-	const size_t dev_off[] = {0, 1, 256};
+	std::vector<size_t> sizes = {
+		THRESHOLD - 1, THRESHOLD,    THRESHOLD + 1, SLOT - 1, SLOT,     SLOT + 1,
+		2 * SLOT - 1,  2 * SLOT + 1, RING - 1,      RING,     RING + 1, 3 * RING + 12345
+	};
+	const size_t host_off[] = { 0, 1, 4095 };
+	const size_t dev_off[] = { 0, 1, 256 };
 	size_t max = 0;
 	for (size_t n : sizes)
 		max = n > max ? n : max;
@@ -246,8 +309,9 @@ static void bytes_exact()
 					else {
 						bad++;
 						if (first.empty())
-							first = "size " + std::to_string(n) + " host+" + std::to_string(ho) +
-								" dev+" + std::to_string(dof) + ": " + why;
+							first = "size " + std::to_string(n) + " host+" +
+								std::to_string(ho) + " dev+" + std::to_string(dof) +
+								": " + why;
 					}
 				}
 		result(bad == 0, "%s: %d copies each way bytes exact around slot %zu / ring %zu / threshold %zu%s%s",
@@ -320,7 +384,8 @@ static void ordering()
 	checksum<<<64, 256, 0, b>>>(dev, n, sum);
 	RT(cudaStreamSynchronize(b));
 	RT(cudaMemcpy(&got, sum, sizeof got, cudaMemcpyDeviceToHost));
-	result(got == host_checksum(src, n), "a kernel on another stream, waiting on an event after the H2D, reads its bytes");
+	result(got == host_checksum(src, n),
+	       "a kernel on another stream, waiting on an event after the H2D, reads its bytes");
 
 	// The legacy default stream orders against blocking streams: sync cudaMemcpy after a kernel on stream 0.
 	spin_then_fill<<<64, 256>>>(dev, n, 0x3C, 30 * MS);
@@ -349,7 +414,7 @@ static void ordering()
 static void threads()
 {
 	const int T = 8;
-	std::atomic<int> bad{0};
+	std::atomic<int> bad{ 0 };
 	std::vector<std::thread> th;
 	for (int t = 0; t < T; t++)
 		th.emplace_back([t, &bad] {
@@ -364,9 +429,11 @@ static void threads()
 				fill(src, n, 1000 * t + r);
 				memset(dst, 0, n);
 				bool ok = (r % 2 ? cudaMemcpy(dev, src, n, cudaMemcpyHostToDevice)
-						 : cudaMemcpyAsync(dev, src, n, cudaMemcpyHostToDevice, s)) == cudaSuccess &&
+						 : cudaMemcpyAsync(dev, src, n, cudaMemcpyHostToDevice, s)) ==
+						  cudaSuccess &&
 					  (r % 2 ? cudaMemcpy(dst, dev, n, cudaMemcpyDeviceToHost)
-						 : cudaMemcpyAsync(dst, dev, n, cudaMemcpyDeviceToHost, s)) == cudaSuccess &&
+						 : cudaMemcpyAsync(dst, dev, n, cudaMemcpyDeviceToHost, s)) ==
+						  cudaSuccess &&
 					  memcmp(src, dst, n) == 0;
 				if (!ok)
 					bad++;
@@ -396,8 +463,8 @@ static void capture()
 	cudaError_t e1 = cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed);
 	cudaError_t e2 = cudaMemcpyAsync(dev, src, n, cudaMemcpyHostToDevice, s);
 	cudaError_t e3 = cudaStreamEndCapture(s, &g);
-	printf("INFO capture of a pageable H2D: begin %s, memcpy %s, end %s\n", cudaGetErrorName(e1), cudaGetErrorName(e2),
-	       cudaGetErrorName(e3));
+	printf("INFO capture of a pageable H2D: begin %s, memcpy %s, end %s\n", cudaGetErrorName(e1),
+	       cudaGetErrorName(e2), cudaGetErrorName(e3));
 	cudaGetLastError();
 	if (e1 == cudaSuccess && e2 == cudaSuccess && e3 == cudaSuccess) {
 		bool ok = cudaGraphInstantiate(&ge, g, 0) == cudaSuccess && cudaGraphLaunch(ge, s) == cudaSuccess &&
@@ -407,7 +474,8 @@ static void capture()
 		fill(src, n, 91);
 		ok = ok && cudaGraphLaunch(ge, s) == cudaSuccess && cudaStreamSynchronize(s) == cudaSuccess &&
 		     cudaMemcpy(dst, dev, n, cudaMemcpyDeviceToHost) == cudaSuccess && memcmp(dst, src, n) == 0;
-		result(ok, "a captured pageable H2D is the driver's node on the program's buffer (two launches, bytes exact)");
+		result(ok,
+		       "a captured pageable H2D is the driver's node on the program's buffer (two launches, bytes exact)");
 	} else {
 		// The driver refused it: the interposer must refuse it the same way (INFO lines compared), and the stream
 		// must work after.
@@ -441,10 +509,10 @@ static void passthrough_copies(bool report)
 		const char *what;
 		unsigned char *p;
 		size_t len;
-	} cases[] = {{"pinned (cudaMallocHost)", pinned, n},
-		     {"managed (cudaMallocManaged)", managed, n},
-		     {"registered (cudaHostRegister)", reg, n},
-		     {"pageable under the threshold", small, THRESHOLD - 1}};
+	} cases[] = { { "pinned (cudaMallocHost)", pinned, n },
+		      { "managed (cudaMallocManaged)", managed, n },
+		      { "registered (cudaHostRegister)", reg, n },
+		      { "pageable under the threshold", small, THRESHOLD - 1 } };
 	unsigned seed = 500;
 	for (auto &c : cases) {
 		fill(want.data(), c.len, seed++);
