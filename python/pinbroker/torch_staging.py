@@ -249,6 +249,8 @@ def reason(src: Any, dst_device: Any, *, dtype: Any = None, non_blocking: bool =
         return why
     if dst is not None and _increment_version(torch) is None:
         return "this torch cannot bump copy_'s version counter"
+    if dst is not None and dst.is_inference() and not torch.is_inference_mode_enabled():
+        return "an inference tensor outside inference mode"  # torch's copy_ refuses it
     if host is not None and host.is_pinned():
         return "pinned memory"
     return None

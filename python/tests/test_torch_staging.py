@@ -87,6 +87,12 @@ def test_copy_into_a_cuda_tensor():
         "a broadcast (the shapes differ)"
     assert ts.reason(big(), CUDA, dst=torch.empty(MIB, dtype=torch.int8, device="meta")) == "a dtype conversion"
     assert ts.reason(big(), CUDA, dst=dst, non_blocking=True) == "non_blocking"
+    with torch.inference_mode():
+        inf = torch.empty(MIB, dtype=torch.uint8, device="meta")
+    if ts._increment_version(torch) is not None:
+        assert ts.reason(big(), CUDA, dst=inf) == "an inference tensor outside inference mode"
+        with torch.inference_mode():
+            assert ts.reason(big(), CUDA, dst=inf) is None
 
 
 def test_threshold_comes_from_install_and_the_environment(monkeypatch, tmp_path):
