@@ -36,7 +36,7 @@ gpu_probe "$PROG"
 
 MIB=1048576
 DARGS=(--lock-memory yes --tight-mem-available-pct 3 --critical-mem-available-pct 1 --max-no-revoke-per-uid 100%
-	--budget 24G)
+	--budget 24G --prewarm 256M)
 gpu_start_daemon staging "$TMP/staging.sock" || exit 1
 # The build's libraries, also for Python (pinbroker.torch's patched side loads libpinbroker with ctypes).
 export PINBROKER_LIBRARY=$BUILD/client/libpinbroker.so.1
