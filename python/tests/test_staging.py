@@ -296,3 +296,67 @@ def test_library_without_staging_says_what_to_do(client, monkeypatch):
         client.staging_stats()
     with pytest.raises(NotImplementedError, match="pb_copy_to_device"):
         client.copy_to_device(0x1000, b"abc")
+
+
+SHIM = r"""
+#include <stdint.h>
+#include <string.h>
+#include "pinbroker.h"
+uint64_t seen[8];
+int pb_copy_to_device(pb_client *c, uint64_t dptr, const void *src, size_t bytes, void *stream)
+{ seen[0] = (uintptr_t)c; seen[1] = dptr; seen[2] = (uintptr_t)src; seen[3] = bytes; seen[4] = (uintptr_t)stream;
+  memcpy(&seen[5], src, bytes < 8 ? bytes : 8); return 0; }
+int pb_copy_from_device(pb_client *c, void *dst, uint64_t dptr, size_t bytes, void *stream)
+{ seen[0] = (uintptr_t)c; seen[1] = dptr; seen[2] = (uintptr_t)dst; seen[3] = bytes; seen[4] = (uintptr_t)stream;
+  memset(dst, 0x42, bytes); return 0; }
+int pb_staging_configure(pb_client *c, const struct pb_staging_opts *o)
+{ (void)c; seen[5] = o->ring_bytes; seen[6] = o->slot_bytes; seen[7] = (uint64_t)o->threads << 32 | o->threshold_bytes;
+  return 0; }
+int pb_staging_stats(pb_client *c, struct pb_staging_stats *s)
+{ (void)c; memset(s, 0, sizeof *s); s->d2h_copies = 3; s->busy_ns = 10; s->ring_bytes = 1 << 26; return 0; }
+"""
+
+CALLS = r"""
+import ctypes, pinbroker
+from pinbroker import _lib
+c = pinbroker.connect(SOCK)
+seen = (ctypes.c_uint64 * 8).in_dll(_lib.load(), "seen")
+buf = bytearray(b"ABCDEFGH" * 512)
+
+class Stream:
+    cuda_stream = 0x77
+
+c.copy_to_device(0xDEAD000, buf, stream=Stream())
+addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+assert (seen[1], seen[2], seen[3], seen[4]) == (0xDEAD000, addr, 4096, 0x77), list(seen)
+assert bytes(seen[5].to_bytes(8, "little")) == b"ABCDEFGH"
+out = bytearray(16)
+c.copy_from_device(out, 0xBEEF000)
+assert (seen[1], seen[3], seen[4]) == (0xBEEF000, 16, 0) and out == b"B" * 16, list(seen)
+c.configure_staging(ring="32M", slot="4M", threads=3, threshold="2M")
+assert (seen[5], seen[6], seen[7]) == (32 << 20, 4 << 20, 3 << 32 | 2 << 20), list(seen)
+s = c.staging_stats()
+assert (s.d2h_copies, s.busy_ns, s.ring_bytes, s.h2d_bytes) == (3, 10, 1 << 26, 0), s
+c.close()
+print("ok")
+"""
+
+
+def test_arguments_reach_the_library_in_order(daemon, tmp_path):
+    # A stand-in for the staging calls, in front of the real library: what each Python call passes, in which place.
+    import shutil
+    import subprocess
+
+    from conftest import run_python
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("SKIP: no C compiler (cc) to build the stand-in library")
+    real = _lib.path()
+    src = tmp_path / "shim.c"
+    src.write_text(SHIM)
+    shim = tmp_path / "libshim.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-I", os.path.join(REPO, "client"), "-o", str(shim), str(src),
+                    "-Wl,--no-as-needed", real, "-Wl,-rpath," + os.path.dirname(os.path.realpath(real))], check=True)
+    r = run_python(f"SOCK = {daemon.socket!r}\n" + CALLS, env={"PINBROKER_LIBRARY": str(shim)})
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
