@@ -275,10 +275,12 @@ def _ready() -> Optional[Tuple[Any, "_Cuda"]]:
     return client, drv
 
 
-def _staged(torch: Any, ready: Tuple[Any, "_Cuda"], src: Any, dst: Any) -> None:
+def _staged(torch: Any, ready: Tuple[Any, "_Cuda"], src: Any, dst: Any) -> bool:
     """Copy src's bytes into dst (one CPU, one CUDA, same bytes) through the ring on the CUDA device's current
     stream, then synchronise that stream as torch's blocking copies do. A driver error raises RuntimeError, as
-    torch's own copy does."""
+    torch's own copy does. False, with nothing done, when the client was closed meanwhile (interpreter exit)."""
+    from .errors import NotConnected
+
     client, drv = ready
     to_device = dst.device.type == "cuda"
     dev = dst.device if to_device else src.device
@@ -290,6 +292,9 @@ def _staged(torch: Any, ready: Tuple[Any, "_Cuda"], src: Any, dst: Any) -> None:
         prev = drv.enter(dptr)
         try:
             client._copy_raw(to_device, dptr, host, nbytes, stream.cuda_stream or None)
+        except NotConnected:  # refused before the library was called: torch's own copy
+            _count("the staging client is closed")
+            return False
         except OSError as e:
             raise RuntimeError(f"pinbroker staged copy of {nbytes} bytes {'to' if to_device else 'from'} "
                                f"{dev}: {e.strerror or e}") from None
@@ -297,6 +302,7 @@ def _staged(torch: Any, ready: Tuple[Any, "_Cuda"], src: Any, dst: Any) -> None:
             drv.leave(prev)
         stream.synchronize()
     _count("staged h2d" if to_device else "staged d2h")
+    return True
 
 
 def _new_like(torch: Any, src: Any, device: Any, memory_format: Any) -> Any:
@@ -321,8 +327,7 @@ def _try_to(src: Any, device: Any, dtype: Any, non_blocking: bool, memory_format
     if ready is None:
         return None
     out = _new_like(torch, src, device if src.device.type == "cpu" else torch.device("cpu"), memory_format)
-    _staged(torch, ready, src, out)
-    return out
+    return out if _staged(torch, ready, src, out) else None
 
 
 def to_device(t: Any, device: Any = None, *, memory_format: Any = None) -> Any:
@@ -367,9 +372,8 @@ def _copy_staged(torch: Any, why: Optional[str], src: Any, dst: Any) -> bool:
         _count(why)
         return False
     ready = _ready()
-    if ready is None:
+    if ready is None or not _staged(torch, ready, src, dst):
         return False
-    _staged(torch, ready, src, dst)
     _increment_version(torch)(dst)
     return True
 

@@ -296,3 +296,87 @@ def test_client_copies_on_a_gpu(daemon):
         assert (back == src).all()
         st = c.staging_stats()
         assert st.h2d_copies == 1 and st.d2h_copies == 1 and 0 < st.ring_bytes <= 64 * MIB
+
+
+class _FakeCudaTensor:
+    """What _staged reads of a CUDA tensor, over CPU memory: its device, address and size."""
+
+    def __init__(self, t):
+        self.t, self.device = t, torch.device("cuda", 0)
+
+    def data_ptr(self):
+        return self.t.data_ptr()
+
+    def nelement(self):
+        return self.t.nelement()
+
+    def element_size(self):
+        return self.t.element_size()
+
+
+def _fake_cuda(monkeypatch, client):
+    import contextlib
+
+    syncs = []
+
+    class Stream:
+        cuda_stream = 0x99
+
+        def synchronize(self):
+            syncs.append(True)
+
+    class Driver:
+        def enter(self, dptr):
+            return None
+
+        def leave(self, prev):
+            pass
+
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda d=None: Stream())
+    return (client, Driver()), syncs
+
+
+def test_a_staged_copy_calls_the_library_on_the_current_stream_then_syncs(monkeypatch):
+    import ctypes
+
+    calls = []
+
+    class Client:
+        def _copy_raw(self, to_device, dptr, host, n, stream):
+            calls.append((to_device, dptr, host, n, stream))
+            ctypes.memmove(dptr, host, n) if to_device else ctypes.memmove(host, dptr, n)
+
+    ready, syncs = _fake_cuda(monkeypatch, Client())
+    src = torch.arange(MIB, dtype=torch.int32)
+    dev = _FakeCudaTensor(torch.zeros(MIB, dtype=torch.int32))
+    assert ts._staged(torch, ready, src, dev) is True
+    assert calls == [(True, dev.data_ptr(), src.data_ptr(), 4 * MIB, 0x99)] and syncs == [True]
+    assert torch.equal(dev.t, src)
+    back = torch.zeros(MIB, dtype=torch.int32)
+    assert ts._staged(torch, ready, dev, back) is True
+    assert calls[1] == (False, dev.data_ptr(), back.data_ptr(), 4 * MIB, 0x99) and len(syncs) == 2
+    assert torch.equal(back, src)
+    assert ts._counts == {"staged h2d": 1, "staged d2h": 1}
+
+
+def test_a_closed_client_falls_back_and_a_driver_error_raises(monkeypatch):
+    import errno
+
+    import pinbroker
+
+    class Closed:
+        def _copy_raw(self, *a):
+            raise pinbroker.NotConnected(errno.ENOTCONN, "closed")
+
+    class Failing:
+        def _copy_raw(self, *a):
+            raise pinbroker.BrokerError(errno.EIO, "cuMemcpyHtoDAsync_v2: CUDA_ERROR_ILLEGAL_ADDRESS")
+
+    src = torch.zeros(MIB, dtype=torch.uint8)
+    dev = _FakeCudaTensor(torch.zeros(MIB, dtype=torch.uint8))
+    ready, syncs = _fake_cuda(monkeypatch, Closed())
+    assert ts._staged(torch, ready, src, dev) is False and syncs == []
+    ready, syncs = _fake_cuda(monkeypatch, Failing())
+    with pytest.raises(RuntimeError, match="CUDA_ERROR_ILLEGAL_ADDRESS"):
+        ts._staged(torch, ready, src, dev)
