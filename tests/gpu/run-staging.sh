@@ -59,11 +59,11 @@ for l in json.load(sys.stdin)["leases"]:
 leased() { gpu_status_field leased_bytes; }
 
 # --- 1. the correctness program: bare, interposed, interposed with a small slot
-prog_run() { # tag env... -- command...: run, keep its output, count its PASS/FAIL lines
-	local tag=$1 out=$OUT/staging-prog-$1.txt rc
-	shift
+prog_run() { # tag seconds env... command...: run, keep its output, count its PASS/FAIL lines
+	local tag=$1 limit=$2 out=$OUT/staging-prog-$1.txt rc
+	shift 2
 	echo "\$ $*" >>"$LOG"
-	timeout 150 env "$@" >"$out" 2>&1 </dev/null
+	timeout "$limit" env "$@" >"$out" 2>&1 </dev/null
 	rc=$?
 	PASSED=$((PASSED + $(grep -c '^PASS' "$out")))
 	grep '^FAIL' "$out" | sed "s/^/[$tag] /" | tee -a "$LOG" | head -20
@@ -73,9 +73,9 @@ prog_run() { # tag env... -- command...: run, keep its output, count its PASS/FA
 }
 info_lines() { grep '^INFO' "$1" | grep -v '^INFO slot '; }
 progs() {
-	prog_run bare PINBROKER_STAGING=0 "$PROG" check
-	prog_run interposed "$PINCTL" run --no-torch --label staging-check -- "$PROG" check
-	prog_run small-slot PINBROKER_STAGING_SLOT=1M PINBROKER_STAGING_RING=4M PINBROKER_STAGING_THRESHOLD=256K \
+	prog_run bare 100 PINBROKER_STAGING=0 "$PROG" check
+	prog_run interposed 100 "$PINCTL" run --no-torch --label staging-check -- "$PROG" check
+	prog_run small-slot 60 PINBROKER_STAGING_SLOT=1M PINBROKER_STAGING_RING=4M PINBROKER_STAGING_THRESHOLD=256K \
 		"$PINCTL" run --no-torch --label staging-small -- "$PROG" check
 	check "INFO lines (driver results) the same bare and interposed" \
 		diff <(info_lines "$OUT/staging-prog-bare.txt") <(info_lines "$OUT/staging-prog-interposed.txt")
@@ -143,8 +143,12 @@ torchbench() {
 		echo "SKIP torch benchmark: python3 has no torch with CUDA" | tee -a "$LOG"
 		return
 	fi
-	local left=$((450 - $(elapsed)))
-	[ $left -lt 120 ] && left=120
+	local left=$((440 - $(elapsed)))
+	[ $left -gt 300 ] && left=300
+	if [ $left -lt 90 ]; then
+		gpu_bad "torch benchmark: not run, $(elapsed) s of the 8 minutes gone"
+		return
+	fi
 	echo "\$ bench_staging_torch.py (${left}s left)" >>"$LOG"
 	timeout $left python3 "$SRC/bench/bench_staging_torch.py" --out "$OUT" --pinctl "$PINCTL" \
 		--rounds "${PB_TORCH_ROUNDS:-2}" --timeout 150 >"$OUT/torch-stdout.txt" 2>&1
