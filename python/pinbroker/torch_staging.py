@@ -389,7 +389,10 @@ def _orig(name: str) -> Any:
 
 def _cuda(self: Any, *args: Any, **kwargs: Any) -> Any:
     orig = _patched["cuda"]
-    if self.is_cuda or not _small_enough_to_look(self):
+    try:  # the cheapest tests first, inline: a small copy pays a fraction of a microsecond
+        if self.is_cuda or self.nelement() * self.element_size() < _thr:
+            return orig(self, *args, **kwargs)
+    except Exception:  # a tensor without a size in bytes (nested, ...): torch's own
         return orig(self, *args, **kwargs)
     parsed = _parse_cuda(args, kwargs)
     if parsed is None:
@@ -424,17 +427,12 @@ def _parse_cuda(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[Tuple
     return got.get("device"), nb, got.get("memory_format")
 
 
-def _small_enough_to_look(t: Any) -> bool:
-    """False for a tensor under the threshold: torch's call at once, the cheapest test first."""
-    try:
-        return t.nelement() * t.element_size() >= _thr
-    except Exception:  # a tensor without a size in bytes (nested, ...): torch's own
-        return False
-
-
 def _to(self: Any, *args: Any, **kwargs: Any) -> Any:
     orig = _patched["to"]
-    if not args and not kwargs or not _small_enough_to_look(self):
+    try:
+        if self.nelement() * self.element_size() < _thr:
+            return orig(self, *args, **kwargs)
+    except Exception:
         return orig(self, *args, **kwargs)
     import torch
 
@@ -452,7 +450,10 @@ def _to(self: Any, *args: Any, **kwargs: Any) -> Any:
 
 def _cpu(self: Any, *args: Any, **kwargs: Any) -> Any:
     orig = _patched["cpu"]
-    if not self.is_cuda or not _small_enough_to_look(self):
+    try:
+        if not self.is_cuda or self.nelement() * self.element_size() < _thr:
+            return orig(self, *args, **kwargs)
+    except Exception:
         return orig(self, *args, **kwargs)
     if args or set(kwargs) - {"memory_format"}:
         _count("arguments not understood")
@@ -465,7 +466,10 @@ def _cpu(self: Any, *args: Any, **kwargs: Any) -> Any:
 
 def _copy(self: Any, src: Any, *args: Any, **kwargs: Any) -> Any:
     orig = _patched["copy_"]
-    if (self.is_cuda == getattr(src, "is_cuda", self.is_cuda)) or not _small_enough_to_look(self):
+    try:
+        if self.is_cuda == getattr(src, "is_cuda", self.is_cuda) or self.nelement() * self.element_size() < _thr:
+            return orig(self, src, *args, **kwargs)
+    except Exception:
         return orig(self, src, *args, **kwargs)
     if len(args) > 1 or set(kwargs) - {"non_blocking"} or (args and "non_blocking" in kwargs):
         return orig(self, src, *args, **kwargs)
