@@ -91,15 +91,15 @@ static unsigned kind_flags(int kind, bool *stageable)
 #define DEVPTR(p) ((void *)(uintptr_t)(p))
 
 /* The real driver function f called with args, inside the depth so nothing it reaches re-enters. */
-#define DRIVER(type, f, ...)                                              \
-	do {                                                              \
-		CUresult r_;                                              \
-		if (!pbp_real_fn(f))                                      \
-			return CU_NOT_INITIALIZED;                        \
-		pbp_enter();                                              \
-		r_ = ((type)(uintptr_t)pbp_real_fn(f))(__VA_ARGS__);      \
-		pbp_leave();                                              \
-		return r_;                                                \
+#define DRIVER(type, f, ...)                                         \
+	do {                                                         \
+		CUresult r_;                                         \
+		if (!pbp_real_fn(f))                                 \
+			return CU_NOT_INITIALIZED;                   \
+		pbp_enter();                                         \
+		r_ = ((type)(uintptr_t)pbp_real_fn(f))(__VA_ARGS__); \
+		pbp_leave();                                         \
+		return r_;                                           \
 	} while (0)
 
 typedef CUresult (*htod_fn)(CUdeviceptr, const void *, size_t);
