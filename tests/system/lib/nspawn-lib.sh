@@ -110,10 +110,8 @@ nspawn_copy_root() {
 nspawn_boot() {
 	# CAP_IPC_LOCK and CAP_SYS_RESOURCE are not in nspawn's default bounding set, and systemd
 	# silently masks AmbientCapabilities= by it.
-	# shellcheck disable=SC2086 # NSPAWN_EXTRA_ARGS: words of options, or none
 	timeout -k 10 "$2" systemd-nspawn --boot --register=no --keep-unit --console=pipe \
-		--capability=CAP_IPC_LOCK,CAP_SYS_RESOURCE ${NSPAWN_EXTRA_ARGS:-} --machine="${3:-pinbroker-test}" \
-		-D "$1" </dev/null
+		--capability=CAP_IPC_LOCK,CAP_SYS_RESOURCE --machine="${3:-pinbroker-test}" -D "$1" </dev/null
 }
 
 # nspawn_probe ROOT LOG: boots ROOT once with a unit that only powers it off again, and skips

@@ -80,10 +80,5 @@ systemctl --root="$ROOT" enable pinbrokerd.socket >/dev/null 2>&1 ||
 	fail "systemctl --root enable pinbrokerd.socket failed"
 
 # --- boot and run the checks ---
-# nspawn mounts the guest's /proc/sys read-only; pinbroker-hugepages.service's check needs the one file it
-# writes, so that file is bound read-write where this host's is writable (the guest puts it back).
-if [ -w /proc/sys/vm/nr_hugepages ] && (cat /proc/sys/vm/nr_hugepages >/proc/sys/vm/nr_hugepages) 2>/dev/null; then
-	NSPAWN_EXTRA_ARGS=--bind=/proc/sys/vm/nr_hugepages
-fi
 nspawn_run_guest "$ROOT" pinbroker-test "$SRC/tests/system/systemd/in-guest.sh" "$TIMEOUT" "$BUILD/nspawn-results" \
 	"$WORK/install.log"
