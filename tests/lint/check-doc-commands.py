@@ -12,8 +12,9 @@ has no marker. The marked blocks of one file run in order in one bash, as one re
 one terminal (a variable set in one block is there in the next), each under `set -eo pipefail`: any
 command that fails fails the test, naming the file, the block's line and the command's output. Every
 file's blocks run in a fresh HOME (a temp folder: `~/opt/pinbroker` is private to the run) from a copy of
-the source tree made of links, whose `build` is the build tree under test. Whatever a block leaves
-running (`pinbrokerd ... &`) is stopped at the end of its file.
+the source tree made of links, whose `build` is the build tree under test, and with PINBROKER_SOCKET naming
+a socket nobody listens on (a block that wants a daemon starts its own). Whatever a block leaves running
+(`pinbrokerd ... &`) is stopped at the end of its file.
 
 usage: check-doc-commands.py SOURCE_DIR BUILD_DIR [--list] [FILE...]
        FILE: Markdown files relative to SOURCE_DIR (default README.md and docs/*.md)
@@ -80,8 +81,10 @@ def run_file(src, build, rel, runnable, tmp):
     for line, _, _, text in runnable:
         script.append("echo '### %s:%d' >&2" % (rel, line))
         script.append(text)
+    # No daemon of this host's is reached by accident: a block that wants one starts its own (and sets
+    # PINBROKER_SOCKET, as install.md's does); the others fall back, as documented.
     env = {k: v for k, v in os.environ.items() if not k.startswith("PINBROKER_")}
-    env.update(HOME=home, PWD=tree)
+    env.update(HOME=home, PWD=tree, PINBROKER_SOCKET=os.path.join(home, "no-daemon", "pinbroker.sock"))
     t0 = time.monotonic()
     p = subprocess.Popen(["bash", "-c", "\n".join(script) + "\n"], cwd=tree, env=env, stdin=subprocess.DEVNULL,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
@@ -106,6 +109,7 @@ def run_file(src, build, rel, runnable, tmp):
         print("FAIL: %s: its doctest blocks (lines %s) failed (%s) in %.1f s; the output is above, the failing "
               "block's line after the last ###" % (rel, ", ".join(str(b[0]) for b in runnable), rc, dt))
         return False, dt
+    print("\n".join(text.rstrip("\n").split("\n")[-25:]))
     print("ok: %s: %d block(s) ran as written in %.1f s (lines %s)" %
           (rel, len(runnable), dt, ", ".join(str(b[0]) for b in runnable)))
     return True, dt

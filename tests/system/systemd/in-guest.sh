@@ -425,7 +425,7 @@ else
 	cat >/etc/systemd/system/$HPU.d/budget.conf <<-'EOF'
 		[Service]
 		ExecStart=
-		ExecStart=/usr/sbin/pinbrokerd --config /etc/pinbroker/pinbrokerd.conf --budget 8M --reserve-hugepages
+		ExecStart=/usr/sbin/pinbrokerd --config /etc/pinbroker/pinbrokerd.conf --budget 8M --prewarm 8M --reserve-hugepages
 	EOF
 	systemctl daemon-reload
 	t=$(date +%s)
