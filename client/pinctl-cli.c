@@ -224,8 +224,7 @@ static bool not_there_yet(int r)
 	return r == -ENOENT || r == -ECONNREFUSED;
 }
 
-/* pb_connect, retried every 50 ms for up to wait_ms while no daemon is there yet. */
-static int connect_waiting(const char *path, pb_client **ret)
+int pinctl_connect_waiting(const char *path, pb_client **ret)
 {
 	const struct timespec step = { .tv_nsec = 50 * 1000 * 1000 };
 	struct timespec t0, t;
@@ -248,7 +247,7 @@ int connect_or_explain(pb_client **ret)
 	const char *path = effective_socket();
 	int r;
 
-	r = connect_waiting(path, ret);
+	r = pinctl_connect_waiting(path, ret);
 	if (r == 0)
 		return 0;
 	switch (r) {

@@ -61,6 +61,9 @@ struct pb_client;
  * connection closed during HELLO), else EXIT_FAILURE.
  */
 int connect_or_explain(struct pb_client **ret);
+/* pb_connect(path), tried again every 50 ms for up to --wait's seconds while no daemon is there yet (no socket
+ * file, or nobody listening on it): 0 and *ret, or pb_connect's last -errno. connect_or_explain's, and doctor's. */
+int pinctl_connect_waiting(const char *path, struct pb_client **ret);
 /* A failed request: the daemon's words and what to do, on stderr. Returns EXIT_FAILURE. */
 int report_failure(const char *what, int r);
 

@@ -413,21 +413,32 @@ END_TEST
 START_TEST(test_wait_answers_a_daemon_started_after_pinctl)
 {
 	struct daemon late;
-	char log[400], *out = NULL, *text;
-	pid_t pid;
+	char log[400], dlog[400], *out = NULL, *text;
+	pid_t pid, dpid;
 	int st;
 
 	daemon_prepare(&late);
 	snprintf(log, sizeof(log), "%s/pinctl-wait.log", late.dir);
+	snprintf(dlog, sizeof(dlog), "%s/pinctl-wait-doctor.log", late.dir);
 	pid = itest_spawn_logged(
 		log, (const char *const[]){ PINCTL_PATH, "--wait=30", "--socket", late.socket, "status", NULL }, false,
 		NULL, NULL);
 	ck_assert_int_gt(pid, 0);
+	/* doctor connects its own way (it goes on without a daemon): --wait holds for it too. */
+	dpid = itest_spawn_logged(
+		dlog, (const char *const[]){ PINCTL_PATH, "--wait=30", "--socket", late.socket, "doctor", NULL }, false,
+		NULL, NULL);
+	ck_assert_int_gt(dpid, 0);
 	daemon_restart(&late, ITEST_ARGS("--budget", "64M", "--prewarm", "16M"));
 	st = itest_wait_end(pid, 30000);
 	text = itest_read_file(log);
 	ck_assert_msg(st == 0, "pinctl --wait=30 status, started before the daemon: exit %d\n%s", st, text);
 	ck_assert_msg(text && strstr(text, "budget"), "%s", text);
+	free(text);
+	st = itest_wait_end(dpid, 60000);
+	text = itest_read_file(dlog);
+	ck_assert_msg(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 3 && text && strstr(text, "connected to"),
+		      "pinctl --wait=30 doctor, started before the daemon: wait status %d\n%s", st, text);
 	free(text);
 	ck_assert_int_eq(daemon_stop(&late), 0);
 
