@@ -236,7 +236,7 @@ int pinctl_connect_waiting(const char *path, pb_client **ret)
 		if (r == 0 || !not_there_yet(r) || wait_ms == 0)
 			return r;
 		clock_gettime(CLOCK_MONOTONIC, &t);
-		if ((uint64_t)(t.tv_sec - t0.tv_sec) * 1000 + (uint64_t)((t.tv_nsec - t0.tv_nsec) / 1000000) >= wait_ms)
+		if ((int64_t)(t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >= (int64_t)wait_ms)
 			return r;
 		nanosleep(&step, NULL);
 	}
