@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <grp.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "pinbroker.h"
@@ -27,6 +29,7 @@
 	"/etc/pinbroker/pinbrokerd.conf (then log in again)."
 
 static const char *socket_path; /* as given; NULL means libpinbroker's default */
+static uint64_t wait_ms;        /* --wait: how long to wait for a daemon to appear; 0 none */
 static const char *command;     /* the command being run, NULL before main found it */
 
 void pinctl_command_set(const char *name)
@@ -118,6 +121,11 @@ void pinctl_socket_set(const char *path)
 	socket_path = path;
 }
 
+void pinctl_wait_set(uint64_t ms)
+{
+	wait_ms = ms;
+}
+
 static const char *group_name(gid_t gid, char *buf, size_t len)
 {
 	struct group *g = getgrgid(gid);
@@ -175,17 +183,63 @@ static void explain_eacces(const char *path)
 	}
 }
 
-/* How to start the daemon where the socket is path: its socket unit for the default path, by hand always. */
+/*
+ * How to start the daemon where the socket is path, both ways: under systemd (its socket unit, which listens
+ * on the default path) and by hand (the daemon in the background on path). The one the path suggests comes
+ * first: the default path is the unit's, another one most likely a daemon started by hand. sudo only where
+ * pinctl does not already run as root. A daemon started by hand a moment ago may not have made its socket
+ * yet (tens of ms): --wait waits for it.
+ */
 static void explain_no_daemon(const char *path, int r)
 {
 	bool dflt = strcmp(path, PB_DEFAULT_SOCKET) == 0;
+	const char *sudo = geteuid() == 0 ? "" : "sudo ";
 
-	fprintf(stderr, "pinctl: no pinbrokerd answers on %s: %s%s\n", path, strerror(-r),
+	fprintf(stderr, "pinctl: no pinbrokerd answers on %s: %s%s", path, strerror(-r),
 		r == -ETIMEDOUT || r == -ECONNRESET ? " (something listens there but did not answer HELLO)" : "");
-	fprintf(stderr, "Start it through its socket unit: sudo systemctl start pinbrokerd.socket%s\n",
-		dflt ? "" : " (it listens on " PB_DEFAULT_SOCKET ")");
-	fprintf(stderr, "or by hand: sudo pinbrokerd --socket %s  (journalctl -u pinbrokerd says why one stopped)\n",
-		path);
+	if (wait_ms > 0)
+		fprintf(stderr, " (waited %" PRIu64 " s for it)", wait_ms / 1000);
+	fputc('\n', stderr);
+	if (wait_ms == 0 && (r == -ENOENT || r == -ECONNREFUSED))
+		fprintf(stderr, "Just started it? pinctl --wait %s waits up to %d s for its socket.\n",
+			command ? command : "status", PINCTL_WAIT_DEFAULT_S);
+	if (!dflt)
+		fprintf(stderr,
+			"Start it by hand: pinbrokerd --socket %s &  (as root, or as yourself with --lock-memory no; "
+			"it logs to stderr)\n",
+			path);
+	fprintf(stderr,
+		"%s systemd: %ssystemctl start pinbrokerd.socket%s  (journalctl -u pinbrokerd says why one stopped)\n",
+		dflt ? "Start it under" : "or under", sudo, dflt ? "" : " (it listens on " PB_DEFAULT_SOCKET ")");
+	if (dflt)
+		fprintf(stderr,
+			"or by hand: %spinbrokerd --socket %s &  (it logs to stderr; another folder needs no root: "
+			"see pinbrokerd --help)\n",
+			sudo, path);
+}
+
+/* Whether r says no daemon is there yet (no socket file, or nobody listening on it): what --wait waits out. */
+static bool not_there_yet(int r)
+{
+	return r == -ENOENT || r == -ECONNREFUSED;
+}
+
+int pinctl_connect_waiting(const char *path, pb_client **ret)
+{
+	const struct timespec step = { .tv_nsec = 50 * 1000 * 1000 };
+	struct timespec t0, t;
+	int r;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		r = pb_connect(path, ret);
+		if (r == 0 || !not_there_yet(r) || wait_ms == 0)
+			return r;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((int64_t)(t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >= (int64_t)wait_ms)
+			return r;
+		nanosleep(&step, NULL);
+	}
 }
 
 int connect_or_explain(pb_client **ret)
@@ -193,7 +247,7 @@ int connect_or_explain(pb_client **ret)
 	const char *path = effective_socket();
 	int r;
 
-	r = pb_connect(path, ret);
+	r = pinctl_connect_waiting(path, ret);
 	if (r == 0)
 		return 0;
 	switch (r) {

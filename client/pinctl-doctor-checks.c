@@ -189,6 +189,15 @@ static void check_groups(struct doctor *d)
 	}
 }
 
+/* Whether pid runs in pinbrokerd.service's cgroup (the unit's daemon), as /proc/PID/cgroup says. */
+static bool daemon_in_its_unit(pid_t pid)
+{
+	char path[64], buf[4096];
+
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+	return doctor_read_text(path, buf, sizeof(buf)) >= 0 && strstr(buf, "/pinbrokerd.service") != NULL;
+}
+
 /*
  * Who may connect: connect() needs write on the socket and search (x) on every folder above it. A socket
  * that others may write, under folders that all let others through, is open to every local user: any of
@@ -232,6 +241,18 @@ static void check_socket_access(struct doctor *d)
 		       "and lease pinned memory up to the uid quota",
 		       d->socket, (unsigned)(st.st_mode & 07777));
 	/* pinbrokerd binds 0660 group pinbroker, and falls back to 0666 only where that group is missing. */
+	if (d->daemon_pid && !daemon_in_its_unit(d->daemon_pid)) {
+		/* Started by hand (scripts/demo.sh's daemon is): no unit to restart, no SocketMode= to set. */
+		doctor_fix(
+			f,
+			"this pinbrokerd (pid %d) was started by hand, as scripts/demo.sh starts it, on a host without "
+			"the group pinbroker, so it made the socket 0666. On a machine only you use that is fine; "
+			"otherwise stop it (kill %d) and start it again with PINBROKER_SOCKET naming a socket in a "
+			"folder only you may enter (mkdir -m 0700 ~/pinbroker-run), or after groupadd --system "
+			"pinbroker, when it binds the socket 0660 group pinbroker",
+			(int)d->daemon_pid, (int)d->daemon_pid);
+		return;
+	}
 	doctor_fix(f,
 		   "create the group (systemd-sysusers, or groupadd --system pinbroker) and restart pinbrokerd, which "
 		   "then binds the socket 0660 group pinbroker; under socket activation set SocketMode=0660 "

@@ -229,7 +229,7 @@ void doctor_gather(struct doctor *d)
 	if (!d->root)
 		d->root = "";
 	d->socket = pinctl_socket();
-	r = pb_connect(d->socket, &c);
+	r = pinctl_connect_waiting(d->socket, &c); /* pinctl --wait doctor waits for a daemon just started */
 	d->connect_err = r;
 	if (r < 0) {
 		snprintf(d->connect_msg, sizeof(d->connect_msg), "%s", pb_last_error());

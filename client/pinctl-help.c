@@ -7,12 +7,13 @@
 #include "pinbroker.h"
 #include "pinctl-doctor.h"
 #include "pinctl-help.h"
+#include "pinctl.h"
 #include "wire.h"
 
 void pinctl_usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: pinctl [--socket PATH] COMMAND [ARGS]\n"
+		"Usage: pinctl [--socket PATH] [--wait[=SECONDS]] COMMAND [ARGS]\n"
 		"\n"
 		"Commands:\n"
 		"  status [--json | -o FIELDS | --format csv] [--no-headers]\n"
@@ -42,12 +43,14 @@ void pinctl_usage(FILE *f)
 		"\n"
 		"Options:\n"
 		"  --socket PATH   daemon socket (default $%s, else %s); also after the command\n"
+		"  --wait[=SECONDS]  before the command: wait up to SECONDS (default %d) for a daemon that is\n"
+		"                  not there yet (no socket, nobody listening), as right after pinbrokerd ... &\n"
 		"  --version       print the version\n"
 		"\n"
 		"Exit status: 0 success, 1 error, 2 usage, 3 no daemon answers (nothing listens on the\n"
 		"socket, or it did not answer in time); run exits with its program's status (126/127 when\n"
 		"it cannot be run). A usage error names its command and points to that command's --help.\n",
-		PB_SOCKET_ENV, PB_DEFAULT_SOCKET);
+		PB_SOCKET_ENV, PB_DEFAULT_SOCKET, PINCTL_WAIT_DEFAULT_S);
 }
 
 const char quota_help[] =

@@ -46,6 +46,7 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, 's' },
 		{ "version", no_argument, NULL, 'V' },
+		{ "wait", optional_argument, NULL, 'w' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -61,6 +62,14 @@ int main(int argc, char **argv)
 						   "out for the default");
 			pinctl_socket_set(optarg);
 			break;
+		case 'w': {
+			uint64_t secs = PINCTL_WAIT_DEFAULT_S;
+
+			if (optarg && parse_u64(optarg, 3600, &secs) < 0)
+				return usage_error("--wait: not a number of seconds from 0 to 3600: %s", optarg);
+			pinctl_wait_set(secs * 1000);
+			break;
+		}
 		case 'V':
 			printf("pinctl %s\n", PINBROKER_VERSION);
 			return EXIT_SUCCESS;

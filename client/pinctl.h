@@ -22,6 +22,12 @@ const char *pinctl_socket(void);
 const char *pinctl_socket_option(void);
 /* --socket PATH (path not empty), for the commands that follow. */
 void pinctl_socket_set(const char *path);
+/*
+ * pinctl --wait[=SECONDS]: how long connect_or_explain waits for a daemon that is not there yet (no socket
+ * file, or nobody listening on it), as right after `pinbrokerd ... &`; 0 (the default) waits not at all.
+ */
+#define PINCTL_WAIT_DEFAULT_S 10
+void pinctl_wait_set(uint64_t ms);
 /* The command being run (main sets it before dispatch), which usage errors name and point to. */
 void pinctl_command_set(const char *name);
 /*
@@ -55,6 +61,9 @@ struct pb_client;
  * connection closed during HELLO), else EXIT_FAILURE.
  */
 int connect_or_explain(struct pb_client **ret);
+/* pb_connect(path), tried again every 50 ms for up to --wait's seconds while no daemon is there yet (no socket
+ * file, or nobody listening on it): 0 and *ret, or pb_connect's last -errno. connect_or_explain's, and doctor's. */
+int pinctl_connect_waiting(const char *path, struct pb_client **ret);
 /* A failed request: the daemon's words and what to do, on stderr. Returns EXIT_FAILURE. */
 int report_failure(const char *what, int r);
 

@@ -129,7 +129,7 @@ _pinctl() {
 
 	if [[ -z $sub ]]; then
 		if [[ $cur == -* ]]; then
-			_pinctl_reply $'--socket\n--version\n--help'
+			_pinctl_reply $'--socket\n--wait\n--version\n--help'
 		else
 			_pinctl_reply "${commands// /$'\n'}"
 		fi

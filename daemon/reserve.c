@@ -65,7 +65,14 @@ int reserve_hugepages(const char *proc_root, uint64_t budget_bytes)
 	}
 	f = fopen(nr_path, "we");
 	if (!f || fprintf(f, "%llu\n", (unsigned long long)target) < 0 || fclose(f) != 0) {
-		fprintf(stderr, "pinbrokerd: cannot write %s: %s (run as root)\n", nr_path, strerror(errno));
+		int e = errno;
+
+		/* Read-only is no matter of rights: a container's /proc/sys, or a sandbox that left it out. */
+		fprintf(stderr, "pinbrokerd: cannot write %s: %s (%s)\n", nr_path, strerror(e),
+			e == EROFS ? "it is read-only here: in a container /proc/sys is; under a unit, its "
+				     "ReadWritePaths= must name the file, as pinbroker-hugepages.service's does; or "
+				     "reserve them at boot with hugepages=N on the kernel command line"
+				   : "run as root");
 		return 1;
 	}
 	r = read_u64_file(nr_path, &nr_after);

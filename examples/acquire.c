@@ -3,7 +3,9 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+#include <strings.h>
 
 #include <pinbroker.h> /* cc acquire.c $(pkg-config --cflags --libs pinbroker) */
 
@@ -30,13 +32,54 @@ static int on_revoke(pb_client *c, pb_lease *l, uint32_t deadline_ms, void *user
 	return 0;
 }
 
+/*
+ * SIZE as pinctl and pinbrokerd.conf read it (common/util.c's parse_size, which the library does not export): a
+ * decimal number with an optional K, M, G or T suffix, powers of 1024 ("KiB", "MB" and friends too, any case).
+ * Returns 0 and sets *ret, or -1.
+ */
+static int parse_size(const char *s, size_t *ret)
+{
+	static const struct {
+		const char *name;
+		unsigned shift;
+	} suffixes[] = {
+		{ "", 0 },     { "B", 0 },  { "K", 10 },  { "KB", 10 },  { "KIB", 10 }, { "M", 20 },  { "MB", 20 },
+		{ "MIB", 20 }, { "G", 30 }, { "GB", 30 }, { "GIB", 30 }, { "T", 40 },   { "TB", 40 }, { "TIB", 40 },
+	};
+	unsigned long long v;
+	char *end;
+
+	if (*s < '0' || *s > '9')
+		return -1;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno)
+		return -1;
+	for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++)
+		if (strcasecmp(end, suffixes[i].name) == 0) {
+			if (v > (SIZE_MAX >> suffixes[i].shift))
+				return -1;
+			*ret = (size_t)v << suffixes[i].shift;
+			return 0;
+		}
+	return -1;
+}
+
 int main(int argc, char **argv)
 {
 	struct pb_acquire_opts opts = { .priority = PB_PRIORITY_NORMAL, .label = "example" };
-	size_t size = argc > 1 ? strtoull(argv[1], NULL, 0) : (size_t)64 << 20;
+	size_t size = (size_t)64 << 20;
 	pb_client *c = NULL;
 	pb_lease *l;
 	int r;
+
+	if (argc > 2 || (argc == 2 && parse_size(argv[1], &size) < 0)) {
+		fprintf(stderr,
+			"usage: %s [SIZE]   SIZE in bytes, or with K, M, G or T (powers of 1024): 64M, 1G; "
+			"default 64M\n",
+			argv[0]);
+		return 2;
+	}
 
 	printf("libpinbroker %s (header %d.%d.%d)\n", pb_version(), PINBROKER_VERSION_MAJOR, PINBROKER_VERSION_MINOR,
 	       PINBROKER_VERSION_PATCH);

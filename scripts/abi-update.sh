@@ -43,3 +43,9 @@ soname=$(readelf -d "$B/client/libpinbroker.so" | sed -n 's/.*Library soname: \[
 mkdir -p "$SRC/abi"
 dump "$B/client/$soname" "$SRC/abi/$soname.abi"
 echo "wrote abi/$soname.abi ($(grep -c "<elf-symbol name=" "$SRC/abi/$soname.abi") symbols): commit it with the change"
+# The Debian symbols file lists the same symbols (ctest symbols_check compares them): name what it lacks.
+syms=$SRC/debian/lib$(echo "$soname" | sed 's/^lib\(.*\)\.so\.\([0-9]*\)$/\1\2/').symbols
+sed -n "s/.*<elf-symbol name='\([^']*\)' version='\([^']*\)'.*/\1@\2/p" "$SRC/abi/$soname.abi" | while read -r s; do
+	grep -q "^ $s " "$syms" 2>/dev/null ||
+		echo "add to ${syms#"$SRC"/}: ' $s VERSION' (VERSION: debian/changelog's next upstream version)"
+done

@@ -60,3 +60,11 @@ if [ "$started" = 1 ]; then
 else
 	echo "== pinbrokerd keeps running as before (this demo did not start it)"
 fi
+# Nothing was installed: pinctl is in the build tree, not on PATH (issue 41: "pinctl: command not found").
+bindir=$(cd "$(dirname "$PINCTL")" && pwd)
+echo "== pinctl is $bindir/pinctl (not on your PATH); to type just pinctl in this shell:"
+echo "   export PATH=$bindir:\$PATH"
+if [ "$SOCK" != /run/pinbroker/pinbroker.sock ]; then
+	echo "   export PINBROKER_SOCKET=$SOCK"
+fi
+echo "   pinctl status; pinctl doctor; pinctl --help   (installing it: docs/install.md)"

@@ -70,15 +70,33 @@ promised() {
 	return 1
 }
 
+# ctest_heartbeat OUT: while ctest runs (its output going to OUT), a line every PB_HEARTBEAT_S seconds in which it
+# printed nothing, naming the tests still running: ctest prints a test only when it ends, and the booted-root
+# tests take minutes.
+ctest_heartbeat() {
+	while sleep "$PB_HEARTBEAT_S"; do
+		if [ $(($(date +%s) - $(stat -c %Y "$1"))) -ge "$PB_HEARTBEAT_S" ]; then
+			running=$(awk '$1 == "Start" { s[$3] = 1 } $2 == "Test" && $3 ~ /^#/ { delete s[$4] }
+				END { for (t in s) printf "%s ", t }' "$1")
+			say "ctest: still running: ${running:-(starting)}"
+		fi
+	done
+}
+
 # run_ctest DIR PASS [ctest args]: ctest in DIR, its failures and skips kept for the summary.
 run_ctest() {
 	dir=$1
 	pass=$2
 	shift 2
 	rm -f "$summary.rc"
+	: >"$summary.ctest"
+	ctest_heartbeat "$summary.ctest" &
+	hb=$!
 	# Shown as it runs, and kept for the skip list.
 	{ (cd "$dir" && ctest --output-on-failure -j2 --timeout 900 "$@") 2>&1 || echo "$?" >"$summary.rc"; } |
 		tee "$summary.ctest"
+	kill "$hb" 2>/dev/null || true
+	wait "$hb" 2>/dev/null || true
 	[ ! -e "$summary.rc" ] || { failed; ctest_failures "$dir"; }
 	ctest_skips "$dir" "$summary.ctest" "$pass"
 }
@@ -103,10 +121,10 @@ if [ "$(id -u)" = 0 ]; then
 		>"$demo/out" 2>&1; then
 		pid=$(cat "$demo/pinbrokerd-demo.pid")
 		if kill -0 "$pid" 2>/dev/null && PINBROKER_SOCKET=$demo/pb.sock build-test/client/pinctl status >/dev/null &&
-			grep -q "stop it with: kill" "$demo/out"; then
+			grep -q "stop it with: kill" "$demo/out" && grep -q "export PATH=$PWD/build-test/client:" "$demo/out"; then
 			echo "demo.sh: returned; its daemon (pid $pid) answers"
 		else
-			echo "demo.sh: returned, but its daemon is not running or no stop command was printed:"
+			echo "demo.sh: returned, but its daemon is not running, or no stop command or pinctl's folder was printed:"
 			cat "$demo/out"
 			failed
 		fi
@@ -143,10 +161,27 @@ else
 	failed
 fi
 
+# The fuzzers' and valgrind's builds and runs print thousands of lines (make, libFuzzer's NEW cov:): they go to a
+# log, and each prints one summary line; a failure prints the log's last 60 lines (quietly).
 step "fuzzers: corpus replay plus a 60 s run each"
-fuzz/run-ci.sh 60 || failed
+mkdir -p build-fuzz
+if quietly "fuzz: build, replay the corpora, fuzz each harness 60 s (log: build-fuzz/fuzz.log)" build-fuzz/fuzz.log \
+	fuzz/run-ci.sh 60; then
+	say "fuzz: $(awk '/^== .*: fuzzing for/ { h = $2; sub(/:$/, "", h) }
+		/^stat::number_of_executed_units:/ { printf "%s %s runs, ", h, $2 }
+		/^stat::new_units_added:/ { printf "%s new inputs; ", $2 }
+		/^fuzzing: / { print substr($0, 10) }' build-fuzz/fuzz.log)"
+else
+	failed
+fi
 step "integration suites under valgrind memcheck"
-tests/hardening/run-valgrind.sh build-valgrind || failed
+mkdir -p build-valgrind
+if quietly "valgrind: build build-valgrind, run 4 integration suites under memcheck (log: build-valgrind/valgrind.log)" \
+	build-valgrind/valgrind.log tests/hardening/run-valgrind.sh build-valgrind; then
+	say "$(grep -E '^valgrind: ' build-valgrind/valgrind.log | tail -n 1); ctest: $(grep -E 'tests passed' build-valgrind/valgrind.log | tail -n 1)"
+else
+	failed
+fi
 
 # Skips: each with its reason; a promised suite skipped for a missing package (or, with CI=true, at all in the
 # plain run) fails the run.

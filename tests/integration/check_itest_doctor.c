@@ -420,7 +420,11 @@ START_TEST(test_world_usable_socket_warns)
 	ck_assert_int_eq(chmod(dmn.socket, (bound_mode & S_IWOTH) ? bound_mode : 0666), 0);
 	ck_assert_int_eq(chmod(dmn.dir, 0755), 0);
 	out = doctor_says(EXIT_WARN, "socket-access", "warn", "any local user may connect", "mode 0666", NULL);
-	ck_assert_ptr_nonnull(strstr(out, "SocketMode=0660"));
+	/* A daemon started by hand, as this one and scripts/demo.sh's are (issue 41): advice for that case, not the
+	 * unit's SocketMode= nor a restart it has no unit for. */
+	ck_assert_msg(strstr(out, "was started by hand") && strstr(out, "mkdir -m 0700") && strstr(out, "kill "), "%s",
+		      out);
+	ck_assert_ptr_null(strstr(out, "SocketMode=0660"));
 	free(out);
 	/* A folder on the way that others cannot search keeps them out whatever the socket's mode. */
 	ck_assert_int_eq(chmod(dmn.dir, 0750), 0);

@@ -83,6 +83,9 @@ host_check "pinbroker: postinst, prerm, postrm are 0755 and parse" scripts_ok
 host_check "pinbroker: /etc/pinbroker/pinbrokerd.conf is a conffile" grep -qx /etc/pinbroker/pinbrokerd.conf "$CTRL/pinbroker/conffiles"
 host_check "libpinbroker1: shlibs names libpinbroker 1, and an ldconfig trigger" \
 	sh -c "grep -q '^libpinbroker 1 libpinbroker1 ' '$CTRL/lib/shlibs' && grep -qx 'activate-noawait ldconfig' '$CTRL/lib/triggers'"
+# debian/libpinbroker1.symbols, checked against the library by dpkg-gensymbols -c4 in the build (issue 41).
+host_check "libpinbroker1: a symbols file naming libpinbroker.so.1's pb_ symbols with their versions" \
+	sh -c "grep -q '^libpinbroker.so.1 libpinbroker1 ' '$CTRL/lib/symbols' && grep -q '^ pb_acquire@PINBROKER_1 0.2.0' '$CTRL/lib/symbols'"
 host_check "libpinbroker1: holds libpinbroker.so.1 (its SONAME), Multi-Arch: same" \
 	sh -c "dpkg-deb -c '$LIBDEB' | grep '/libpinbroker.so.1 -> libpinbroker.so.1\\.' >/dev/null && [ \"\$(dpkg-deb -f '$LIBDEB' Multi-Arch)\" = same ]"
 # The maintainer scripts are debhelper's (dh_installsysusers, dh_installtmpfiles, dh_installsystemd): the

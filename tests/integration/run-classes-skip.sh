@@ -1,0 +1,27 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# check_itest_classes's skip reason where root cannot write /proc/sys/vm/nr_hugepages (issue 41): in a
+# container /proc/sys is mounted read-only, and the suite said it "needs root" to a root user. Runs the suite
+# with no tcase selected (CK_RUN_CASE names none, so only its choice of what to leave out runs) in a mount
+# namespace of its own whose /proc/sys is read-only, and checks the SKIPPED line names the read-only file.
+# usage: run-classes-skip.sh CHECK_ITEST_CLASSES
+# Exits 0 when the reason is right, 1 when not, 77 (skip) where this host cannot make such a namespace.
+set -u
+BIN=$1
+[ "$(id -u)" = 0 ] || { echo "SKIP: needs root (unshare -m and a read-only bind mount of /proc/sys)"; exit 77; }
+command -v unshare >/dev/null || { echo "SKIP: unshare not found (apt-get install util-linux)"; exit 77; }
+out=$(CK_RUN_CASE=no-such-case unshare -m sh -c '
+	mount --make-rprivate / 2>/dev/null
+	mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys || exit 99
+	exec "$0"' "$BIN" 2>&1)
+rc=$?
+echo "$out"
+[ $rc = 99 ] && { echo "SKIP: cannot bind /proc/sys read-only in a mount namespace here"; exit 77; }
+if [ $rc = 77 ] && echo "$out" | grep -q 'SKIPPED: .*nr_hugepages, which is read-only here although this runs as root' &&
+	! echo "$out" | grep -q 'needs root'; then
+	echo "ok: as root with a read-only /proc/sys, the skip says the file is read-only, not that it needs root"
+	exit 0
+fi
+echo "FAIL: as root with a read-only /proc/sys, check_itest_classes should skip (exit 77, got $rc) saying" \
+	"/proc/sys/vm/nr_hugepages is read-only, not that it needs root"
+exit 1
