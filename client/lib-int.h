@@ -86,6 +86,7 @@ struct pb_lease {
 	uint64_t cached_seq;   /* while LEASE_CACHED: when it was cached (client->cache_seq), oldest evicted first */
 	bool idle_told;        /* while LEASE_CACHED: the daemon was told it is idle (a re-acquire must say busy) */
 	bool inherit;          /* PB_ACQUIRE_INHERIT: mapped without MADV_DONTFORK */
+	bool staging_ring;     /* the daemon counts it as a staging ring (PB_ACQUIRE_STAGING_RING): never cached */
 	uint64_t forks_at_map; /* map_forks() before it was mapped: more since means a child may map it */
 	/* While LEASE_CACHED, under client->lock (lib-cache-index.c): */
 	struct pb_lease *cache_prev, *cache_next; /* client->cache_head's list, in cache order */
@@ -137,6 +138,7 @@ struct pb_client {
 	int sock;
 	const struct conn_hooks *hooks; /* the lease room's, set before the receiver starts; never changes */
 	bool registrations; /* the daemon's HELLO: it knows NO_REVOKE, REGISTER_ONLY, ReportUnbrokered (atomic) */
+	bool staging;       /* the daemon's HELLO: it knows the staging-ring flag and ReportStaging (atomic) */
 	/*
 	 * Held shared around every send and exclusively while a reconnect swaps the
 	 * socket: a request checked against one connection (and daemon instance)
@@ -254,6 +256,15 @@ void conn_note_away_locked(pb_client *c, uint64_t instance, uint64_t id);
 /* 0 when the daemon's HELLO said it knows never-revoke leases, registrations and unbrokered
  * reports; else -EOPNOTSUPP with pb_last_error() naming what (the feature). */
 int conn_need_registrations(const pb_client *c, const char *what);
+/* Whether the daemon's HELLO said it knows the staging-ring flag and ReportStaging (an older one closes a
+ * connection that reports). */
+bool conn_knows_staging(const pb_client *c);
+/*
+ * Send req (one that names no lease) without waiting, ever: not for its answer (the receiver drops it, as it has no
+ * waiter), not for a reconnect in progress, not for room in the socket. Returns 0, -EAGAIN (not sent now: the
+ * socket is full or being swapped), -ECONNRESET (the connection is down), -EMSGSIZE or another negative errno.
+ */
+int conn_send_nowait(pb_client *c, Request *req);
 /* One packet the receiver read: a reply to its waiter, the fds of a lease, or a push (REVOKE, through
  * c->hooks). Takes rep and fds. */
 void conn_dispatch(pb_client *c, Reply *rep, int *fds, size_t nfds);
@@ -398,6 +409,8 @@ void status_job_copy(struct pb_job *y, const Pinbroker__V1__JobInfo *x);
 
 /*
  * Send a client's staged-copy counters to the daemon (ReportStaging), without waiting for its answer;
- * cumulative, so a lost report costs nothing. Returns 0, or a negative errno (no connection, an old daemon).
+ * cumulative, so a lost report costs nothing. Never waits (conn_send_nowait). Returns 0, or a negative errno:
+ * -EOPNOTSUPP (a daemon that predates ReportStaging: nothing is sent), -EAGAIN (not sent now: send the next),
+ * -ECONNRESET (no connection), -EINVAL (a NULL argument).
  */
 int lib_report_staging(pb_client *c, const struct pb_staging_stats *s);
