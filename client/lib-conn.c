@@ -75,12 +75,10 @@ static int send_async(pb_client *c, Request *req, uint64_t gen)
 int conn_send_nowait(pb_client *c, Request *req)
 {
 	uint8_t stack[REQUEST_STACK_BYTES];
-	size_t len = pinbroker__v1__request__get_packed_size(req);
+	size_t len;
 	ssize_t n;
 	int r;
 
-	if (len > sizeof(stack))
-		return -EMSGSIZE;
 	/* A reconnect holds the socket exclusively for as long as it takes: this caller does not wait for it. */
 	if (pthread_rwlock_tryrdlock(&c->sock_lock) != 0)
 		return -EAGAIN;
@@ -91,6 +89,10 @@ int conn_send_nowait(pb_client *c, Request *req)
 		req->seq = c->next_seq++;
 	}
 	pthread_mutex_unlock(&c->lock);
+	/* Sized with its seq: the packet is what the daemon unpacks. */
+	len = r == 0 ? pinbroker__v1__request__get_packed_size(req) : 0;
+	if (r == 0 && len > sizeof(stack))
+		r = -EMSGSIZE;
 	if (r == 0) {
 		pinbroker__v1__request__pack(req, stack);
 		do {

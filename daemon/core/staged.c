@@ -7,7 +7,7 @@
 /* The counters by name, in the order of struct staged_counters, for the checks that walk them all. */
 #define STAGED_NCOUNTERS (sizeof(struct staged_counters) / sizeof(uint64_t))
 static const char *const counter_names[STAGED_NCOUNTERS] = {
-	"h2d_bytes",    "d2h_bytes",    "h2d_copies",   "d2h_copies",
+	"h2d_bytes",     "d2h_bytes",    "h2d_copies",   "d2h_copies",
 	"driver_copies", "ring_revoked", "ring_refused", "busy_ns",
 };
 

@@ -57,9 +57,9 @@ struct staged_totals {
 /* Why a report is refused. */
 enum staged_verdict {
 	STAGED_OK,
-	STAGED_BACKWARDS, /* a counter is below the connection's last report: the counters only grow */
-	STAGED_TOO_LARGE, /* a counter past STAGED_COUNTER_MAX */
-	STAGED_TOO_FAST,  /* more bytes than the host could copy in the time since the last report */
+	STAGED_BACKWARDS,         /* a counter is below the connection's last report: the counters only grow */
+	STAGED_TOO_LARGE,         /* a counter past STAGED_COUNTER_MAX */
+	STAGED_TOO_FAST,          /* more bytes than the host could copy in the time since the last report */
 	STAGED_COPIES_OVER_BYTES, /* more staged copies than bytes: each staged copy moves at least a byte */
 };
 
