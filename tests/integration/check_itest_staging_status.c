@@ -60,8 +60,9 @@ static void wait_reported(pid_t pid, uint64_t h2d_bytes, struct pb_client_stagin
 		seen = have ? out->h2d_bytes : 0;
 		if (have && seen == h2d_bytes)
 			return;
-		ck_assert_msg(itest_now_ms() < until, "pid %d's status row shows %" PRIu64 " staged H2D bytes, wanted %" PRIu64,
-			      (int)pid, seen, h2d_bytes);
+		ck_assert_msg(itest_now_ms() < until,
+			      "pid %d's status row shows %" PRIu64 " staged H2D bytes, wanted %" PRIu64, (int)pid, seen,
+			      h2d_bytes);
 		usleep(10000);
 	}
 }
@@ -153,7 +154,8 @@ START_TEST(test_ring_and_reports_show_in_status_leases_and_metrics)
 	pb_status_free(s);
 
 	/* pinctl status, both forms. */
-	expect_out("status", "staging:      1 ring holding 4 MiB; staged since start 3 GiB host to GPU, 1 GiB GPU to host");
+	expect_out("status",
+		   "staging:      1 ring holding 4 MiB; staged since start 3 GiB host to GPU, 1 GiB GPU to host");
 	expect_out("status", "staged copies (reported by clients");
 	snprintf(needle, sizeof(needle), "%-8d %-10s %-10s", (int)getpid(), "3 GiB", "1 GiB");
 	expect_out("status", needle);
@@ -285,9 +287,9 @@ START_TEST(test_closed_connection_keeps_totals_and_drops_its_row)
 		close(p[0]);
 		if (pb_connect(d.socket, &c) < 0 || pb_acquire(c, 4 * MiB, &ring_opts, &ring) < 0 ||
 		    lib_report_staging(c, &(struct pb_staging_stats){ .h2d_bytes = 64 * MiB,
-								       .d2h_bytes = 32 * MiB,
-								       .h2d_copies = 4,
-								       .d2h_copies = 2 }) < 0)
+								      .d2h_bytes = 32 * MiB,
+								      .h2d_copies = 4,
+								      .d2h_copies = 2 }) < 0)
 			_exit(1);
 		itest_say(p[1], 'r');
 		/* Until the parent has looked, then gone without a word: the connection closes with the process. */

@@ -22,8 +22,14 @@ START_TEST(test_reports_add_their_steps_to_the_totals)
 {
 	struct staged_client sc;
 	struct staged_totals t = { 0 };
-	struct staged_counters r = { .h2d_bytes = 3 * GIB, .d2h_bytes = GIB, .h2d_copies = 24, .d2h_copies = 8,
-				     .driver_copies = 5, .ring_revoked = 1, .ring_refused = 2, .busy_ns = 7 };
+	struct staged_counters r = { .h2d_bytes = 3 * GIB,
+				     .d2h_bytes = GIB,
+				     .h2d_copies = 24,
+				     .d2h_copies = 8,
+				     .driver_copies = 5,
+				     .ring_revoked = 1,
+				     .ring_refused = 2,
+				     .busy_ns = 7 };
 
 	staged_client_init(&sc, T0);
 	ck_assert_int_eq(staged_check(&sc, &r, T0 + 100, NULL), STAGED_OK);
@@ -98,8 +104,9 @@ START_TEST(test_rate_over_steady_reports_is_exact)
 	/* 100 MiB every 250 ms for 10 s: 400 MiB/s host to device, and 25 MiB every 250 ms back: 100 MiB/s. */
 	staged_client_init(&sc, T0);
 	for (uint64_t k = 1; k <= 40; k++) {
-		struct staged_counters r = { .h2d_bytes = k * 100 * MIB, .d2h_bytes = k * 25 * MIB, .h2d_copies = k,
-					     .d2h_copies = k };
+		struct staged_counters r = {
+			.h2d_bytes = k * 100 * MIB, .d2h_bytes = k * 25 * MIB, .h2d_copies = k, .d2h_copies = k
+		};
 
 		ck_assert_int_eq(staged_check(&sc, &r, T0 + k * 250, NULL), STAGED_OK);
 		staged_apply(&sc, &t, &r, T0 + k * 250);
