@@ -323,6 +323,34 @@ START_TEST(test_closed_connection_keeps_totals_and_drops_its_row)
 }
 END_TEST
 
+/* Another uid sees the host's staging figures (as it sees leased_bytes) but not root's client row or its ring. */
+START_TEST(test_another_uid_sees_no_other_uids_staging_rows)
+{
+	struct pb_client_staging cs;
+	pb_client *c;
+	pb_lease *ring;
+	char *out = NULL;
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_acquire(c, 4 * MiB, &ring_opts, &ring), 0);
+	ck_assert_int_eq(lib_report_staging(c, &(struct pb_staging_stats){ .h2d_bytes = 5 * MiB, .h2d_copies = 1 }), 0);
+	wait_reported(getpid(), 5 * MiB, &cs);
+	ck_assert_int_eq(pinctl_as(&d, 61001, &out, "status --json"), 0);
+	ck_assert_msg(strstr(out, "\"staging_rings\":1,") && strstr(out, "\"staged_h2d_bytes\":5242880,"),
+		      "uid 61001 misses the host's figures: %s", itest_tail(out));
+	ck_assert_msg(!strstr(out, "\"staging\":{"), "uid 61001 sees root's staging row: %s", itest_tail(out));
+	free(out);
+	ck_assert_int_eq(pinctl_as(&d, 61001, &out, "leases --json"), 0);
+	ck_assert_msg(!strstr(out, "\"staging_ring\":true"), "uid 61001 sees root's ring: %s", itest_tail(out));
+	free(out);
+	ck_assert_int_eq(pinctl_as(&d, 61001, &out, "status"), 0);
+	ck_assert_msg(!strstr(out, "staged copies ("), "uid 61001 sees root's staging row: %s", itest_tail(out));
+	free(out);
+	ck_assert_int_eq(pb_release(c, ring), 0);
+	pb_disconnect(c);
+}
+END_TEST
+
 /* What a client that knows nothing of staging sees and shows: no ring, no staging part, null in the JSON. */
 START_TEST(test_client_without_staging_shows_none)
 {
@@ -361,6 +389,10 @@ static Suite *suite(void)
 	CHECK_CASE(s, "staging-status", start, stop, 60, test_ring_and_reports_show_in_status_leases_and_metrics,
 		   test_backwards_or_absurd_report_is_refused_and_the_last_stands,
 		   test_closed_connection_keeps_totals_and_drops_its_row, test_client_without_staging_shows_none);
+	if (geteuid() == 0)
+		CHECK_CASE(s, "tenancy", start, stop, 60, test_another_uid_sees_no_other_uids_staging_rows);
+	else
+		check_skip("SKIP tenancy: running pinctl as another uid needs root");
 	return s;
 }
 
