@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +22,7 @@
 #include "itest.h"
 #include "lib-int.h"
 #include "pinbroker.h"
+#include "wire.h"
 
 #define MiB (1024ull * 1024ull)
 #define GiB (1024ull * MiB)
@@ -382,13 +385,77 @@ START_TEST(test_client_without_staging_shows_none)
 }
 END_TEST
 
+/*
+ * A daemon from before ReportStaging (its HELLO does not say staging, as one built before it): exits 0 when the
+ * client sent it nothing after HELLO before closing, 1 when it sent something (such a daemon closes the connection
+ * on a kind it does not know), 2 when its own part failed.
+ */
+static int old_daemon(int listener)
+{
+	static uint8_t buf[65536];
+	Pinbroker__V1__HelloReply hr = PINBROKER__V1__HELLO_REPLY__INIT;
+	Pinbroker__V1__Reply rep = PINBROKER__V1__REPLY__INIT;
+	Pinbroker__V1__Request *req;
+	size_t nfds = 0, len;
+	int fds[4], fd = accept(listener, NULL, NULL);
+	ssize_t n;
+
+	if (fd < 0 || (n = wire_recv(fd, buf, sizeof(buf), fds, 4, &nfds)) <= 0)
+		return 2;
+	req = pinbroker__v1__request__unpack(NULL, (size_t)n, buf);
+	if (!req || req->body_case != PINBROKER__V1__REQUEST__BODY_HELLO)
+		return 2;
+	hr.version = PB_PROTOCOL_VERSION;
+	hr.has_registrations = hr.registrations = true;
+	rep.has_seq = true;
+	rep.seq = req->seq;
+	rep.status = PINBROKER__V1__STATUS_CODE__STATUS_OK;
+	rep.body_case = PINBROKER__V1__REPLY__BODY_HELLO;
+	rep.hello = &hr;
+	pinbroker__v1__request__free_unpacked(req, NULL);
+	len = pinbroker__v1__reply__pack(&rep, buf);
+	if (wire_send(fd, buf, len, NULL, 0) < 0)
+		return 2;
+	n = wire_recv(fd, buf, sizeof(buf), fds, 4, &nfds);
+	return n == 0 ? 0 : 1;
+}
+
+START_TEST(test_old_daemon_is_sent_no_report)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int listener = socket(AF_UNIX, SOCK_SEQPACKET, 0), status;
+	pb_client *c;
+	pid_t child;
+
+	ck_assert_int_ge(listener, 0);
+	ck_assert_int_lt(strlen(d.dir) + strlen("/old.sock"), sizeof(sa.sun_path));
+	memcpy(sa.sun_path, d.dir, strlen(d.dir));
+	memcpy(sa.sun_path + strlen(d.dir), "/old.sock", sizeof("/old.sock"));
+	ck_assert_int_eq(bind(listener, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(listener, 1), 0);
+	child = itest_fork();
+	if (child == 0)
+		_exit(old_daemon(listener));
+	close(listener);
+	ck_assert_int_eq(pb_connect(sa.sun_path, &c), 0);
+	ck_assert_int_eq(lib_report_staging(c, &(struct pb_staging_stats){ .h2d_bytes = MiB, .h2d_copies = 1 }),
+			 -EOPNOTSUPP);
+	pb_disconnect(c);
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the old daemon %s (status %#x)",
+		      WIFEXITED(status) && WEXITSTATUS(status) == 1 ? "was sent a request after HELLO" : "failed",
+		      status);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-staging-status");
 
 	CHECK_CASE(s, "staging-status", start, stop, 60, test_ring_and_reports_show_in_status_leases_and_metrics,
 		   test_backwards_or_absurd_report_is_refused_and_the_last_stands,
-		   test_closed_connection_keeps_totals_and_drops_its_row, test_client_without_staging_shows_none);
+		   test_closed_connection_keeps_totals_and_drops_its_row, test_client_without_staging_shows_none,
+		   test_old_daemon_is_sent_no_report);
 	if (geteuid() == 0)
 		CHECK_CASE(s, "tenancy", start, stop, 60, test_another_uid_sees_no_other_uids_staging_rows);
 	else
