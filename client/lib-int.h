@@ -182,6 +182,15 @@ struct pb_client {
 	bool closing;         /* pb_disconnect is running: never reconnect */
 	uint64_t instance_id; /* the daemon's, from HELLO; 0 if it sent none */
 	uint64_t conn_gen;    /* bumped by each reconnect */
+	/*
+	 * Under lock: what lib_report_staging sent last, on which connection, and the counters as they stood when
+	 * that connection began: the daemon takes each connection's counters as counted from 0, so a reconnect
+	 * does not count again what the last connection reported.
+	 */
+	struct {
+		uint64_t conn_gen;
+		struct pb_staging_stats sent, base;
+	} staged_report;
 	/* A call that finds the connection down asks for an attempt now (kick_gen) and waits until
 	 * an attempt that started after its ask has ended (served_gen). */
 	uint64_t kick_gen, served_gen;
@@ -409,7 +418,8 @@ void status_job_copy(struct pb_job *y, const Pinbroker__V1__JobInfo *x);
 
 /*
  * Send a client's staged-copy counters to the daemon (ReportStaging), without waiting for its answer;
- * cumulative, so a lost report costs nothing. Never waits (conn_send_nowait). Returns 0, or a negative errno:
+ * cumulative, so a lost report costs nothing (s counts from the client's start; what goes out counts from the
+ * connection's, as the daemon takes it). Never waits (conn_send_nowait). Returns 0, or a negative errno:
  * -EOPNOTSUPP (a daemon that predates ReportStaging: nothing is sent), -EAGAIN (not sent now: send the next),
  * -ECONNRESET (no connection), -EINVAL (a NULL argument).
  */

@@ -385,6 +385,32 @@ START_TEST(test_client_without_staging_shows_none)
 }
 END_TEST
 
+/* The daemon counts each connection from 0: after a reconnect the library sends only what came since. */
+START_TEST(test_reconnected_client_reports_from_its_new_connection)
+{
+	struct pb_staging_stats st = { .h2d_bytes = 64 * MiB, .h2d_copies = 4 };
+	struct pb_client_staging cs;
+	struct pb_status *s;
+	pb_client *c;
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(lib_report_staging(c, &st), 0);
+	wait_reported(getpid(), 64 * MiB, &cs);
+	ck_assert_int_eq(daemon_stop(&d), 0);
+	daemon_restart(&d, NULL);
+	/* A call that waits reconnects (a report never waits for that). */
+	ck_assert_int_eq(pb_status_get(c, &s), 0);
+	pb_status_free(s);
+	st.h2d_bytes = 96 * MiB;
+	st.h2d_copies = 6;
+	ck_assert_int_eq(lib_report_staging(c, &st), 0);
+	wait_reported(getpid(), 32 * MiB, &cs);
+	ck_assert_uint_eq(cs.h2d_copies, 2);
+	ck_assert_double_eq(metric("pinbroker_staged_bytes_total{direction=\"h2d\"}"), (double)(32 * MiB));
+	pb_disconnect(c);
+}
+END_TEST
+
 /*
  * A daemon from before ReportStaging (its HELLO does not say staging, as one built before it): exits 0 when the
  * client sent it nothing after HELLO before closing, 1 when it sent something (such a daemon closes the connection
@@ -455,7 +481,7 @@ static Suite *suite(void)
 	CHECK_CASE(s, "staging-status", start, stop, 60, test_ring_and_reports_show_in_status_leases_and_metrics,
 		   test_backwards_or_absurd_report_is_refused_and_the_last_stands,
 		   test_closed_connection_keeps_totals_and_drops_its_row, test_client_without_staging_shows_none,
-		   test_old_daemon_is_sent_no_report);
+		   test_old_daemon_is_sent_no_report, test_reconnected_client_reports_from_its_new_connection);
 	if (geteuid() == 0)
 		CHECK_CASE(s, "tenancy", start, stop, 60, test_another_uid_sees_no_other_uids_staging_rows);
 	else
