@@ -83,7 +83,8 @@ static int lease_from_reply(pb_client *c, struct waiter *w, uint32_t flags, cons
 	l->no_cuda = flags & PB_ACQUIRE_NO_CUDA;
 	l->no_revoke = ls->has_no_revoke && ls->no_revoke;
 	l->mapped = flags & PB_ACQUIRE_MAPPED;
-	l->staging_ring = flags & PB_ACQUIRE_STAGING_RING;
+	/* Asked for as a ring (an old daemon's reply does not say so: the revoke must still reach staging). */
+	l->staging_ring = (flags & PB_ACQUIRE_STAGING_RING) || (ls->has_staging_ring && ls->staging_ring);
 	l->numa_node = ls->has_numa_node ? ls->numa_node : -1;
 	l->misplaced = ls->has_misplaced && ls->misplaced;
 	l->kind = PB_MEM_LOCKED;
@@ -177,6 +178,8 @@ void acquire_message(Pinbroker__V1__Acquire *acq, uint64_t size, const struct pb
 	}
 	if (flags & PB_ACQUIRE_NO_REVOKE)
 		acq->flags |= PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE;
+	if (flags & PB_ACQUIRE_STAGING_RING)
+		acq->flags |= PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_STAGING_RING;
 	acq->has_flags = acq->flags != 0;
 	acq->has_priority = prio != PB_PRIORITY_NORMAL;
 	acq->priority = (Pinbroker__V1__Priority)prio;
@@ -207,8 +210,9 @@ int pb_acquire(pb_client *c, size_t size, const struct pb_acquire_opts *opts, pb
 	if ((flags & PB_ACQUIRE_NO_REVOKE) && conn_need_registrations(c, "never-revoked leases") < 0)
 		return -EOPNOTSUPP;
 
-	/* A cached lease granted with the same flags serves it, without a word to the daemon. */
-	if (!(flags & PB_ACQUIRE_NO_CACHE)) {
+	/* A cached lease granted with the same flags serves it, without a word to the daemon; a ring is the
+	 * daemon's to count, so it always asks. */
+	if (!(flags & (PB_ACQUIRE_NO_CACHE | PB_ACQUIRE_STAGING_RING))) {
 		l = cache_take(c, size, flags, prio);
 		if (l) {
 			*ret = l;

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "wire.h"
 
@@ -68,6 +69,40 @@ static int send_async(pb_client *c, Request *req, uint64_t gen)
 	if (r == 0)
 		r = conn_send_packed(c->sock, req);
 	pthread_rwlock_unlock(&c->sock_lock);
+	return r == -EPIPE ? -ECONNRESET : r;
+}
+
+int conn_send_nowait(pb_client *c, Request *req)
+{
+	uint8_t stack[REQUEST_STACK_BYTES];
+	size_t len;
+	ssize_t n;
+	int r;
+
+	/* A reconnect holds the socket exclusively for as long as it takes: this caller does not wait for it. */
+	if (pthread_rwlock_tryrdlock(&c->sock_lock) != 0)
+		return -EAGAIN;
+	pthread_mutex_lock(&c->lock);
+	r = may_send_locked(c, 0);
+	if (r == 0) {
+		req->has_seq = 1;
+		req->seq = c->next_seq++;
+	}
+	pthread_mutex_unlock(&c->lock);
+	/* Sized with its seq: the packet is what the daemon unpacks. */
+	len = r == 0 ? pinbroker__v1__request__get_packed_size(req) : 0;
+	if (r == 0 && len > sizeof(stack))
+		r = -EMSGSIZE;
+	if (r == 0) {
+		pinbroker__v1__request__pack(req, stack);
+		do {
+			n = send(c->sock, stack, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		} while (n < 0 && errno == EINTR);
+		r = n < 0 ? -errno : 0;
+	}
+	pthread_rwlock_unlock(&c->sock_lock);
+	if (r == -EWOULDBLOCK)
+		r = -EAGAIN;
 	return r == -EPIPE ? -ECONNRESET : r;
 }
 
@@ -224,6 +259,11 @@ int conn_call_checked(pb_client *c, Request *req, struct waiter *w)
 		conn_waiter_cleanup(w);
 	}
 	return r;
+}
+
+bool conn_knows_staging(const pb_client *c)
+{
+	return __atomic_load_n(&c->knows_staging, __ATOMIC_ACQUIRE);
 }
 
 /* An older daemon would drop the never-revoke flag, or close the connection: ask it for neither. */

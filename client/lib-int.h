@@ -72,24 +72,25 @@ struct pb_lease {
 	bool cuda_registered;
 	size_t cuda_piece_bytes; /* registered in pieces every this many bytes from the first page; 0: one call */
 	bool hugetlb;
-	bool no_cuda;          /* acquired with PB_ACQUIRE_NO_CUDA: a cache hit must match */
-	bool no_revoke;        /* PB_ACQUIRE_NO_REVOKE or a registration: the daemon takes it back only while cached */
-	bool mapped;           /* registered with DEVICEMAP (PB_ACQUIRE_MAPPED): a cache hit must match */
-	bool registration;     /* pb_register: data is the caller's memory, nothing is mapped here */
-	bool shared_memory;    /* pb_register of a MAP_SHARED file: charged once per file (daemon) */
-	int numa_node;         /* where the daemon says its pages are; -1 when not placed */
-	bool misplaced;        /* placed for a node and partly elsewhere */
-	bool revoke_pending;   /* the daemon wants it back: never cache it */
-	bool shared;           /* pb_lease_share gave out a token: others may map it, never cache it */
-	bool attached;         /* mapped by pb_attach: another process holds it; never cached or re-declared */
-	bool stale;            /* the broker no longer counts it (new instance, or not re-adopted): atomic */
-	uint64_t instance_id;  /* of the daemon that granted it: (instance_id, id) names the lease */
-	uint64_t conn_gen;     /* the connection it is counted on; requests naming it go only there */
-	int idle;              /* pb_lease_set_idle; read by the receiver thread (atomic) */
-	uint64_t cached_seq;   /* while LEASE_CACHED: when it was cached (client->cache_seq), oldest evicted first */
-	bool idle_told;        /* while LEASE_CACHED: the daemon was told it is idle (a re-acquire must say busy) */
-	bool inherit;          /* PB_ACQUIRE_INHERIT: mapped without MADV_DONTFORK */
-	bool staging_ring;     /* PB_ACQUIRE_STAGING_RING: the library's own ring; a revoke goes to c->staging_revoke */
+	bool no_cuda;         /* acquired with PB_ACQUIRE_NO_CUDA: a cache hit must match */
+	bool no_revoke;       /* PB_ACQUIRE_NO_REVOKE or a registration: the daemon takes it back only while cached */
+	bool mapped;          /* registered with DEVICEMAP (PB_ACQUIRE_MAPPED): a cache hit must match */
+	bool registration;    /* pb_register: data is the caller's memory, nothing is mapped here */
+	bool shared_memory;   /* pb_register of a MAP_SHARED file: charged once per file (daemon) */
+	int numa_node;        /* where the daemon says its pages are; -1 when not placed */
+	bool misplaced;       /* placed for a node and partly elsewhere */
+	bool revoke_pending;  /* the daemon wants it back: never cache it */
+	bool shared;          /* pb_lease_share gave out a token: others may map it, never cache it */
+	bool attached;        /* mapped by pb_attach: another process holds it; never cached or re-declared */
+	bool stale;           /* the broker no longer counts it (new instance, or not re-adopted): atomic */
+	uint64_t instance_id; /* of the daemon that granted it: (instance_id, id) names the lease */
+	uint64_t conn_gen;    /* the connection it is counted on; requests naming it go only there */
+	int idle;             /* pb_lease_set_idle; read by the receiver thread (atomic) */
+	uint64_t cached_seq;  /* while LEASE_CACHED: when it was cached (client->cache_seq), oldest evicted first */
+	bool idle_told;       /* while LEASE_CACHED: the daemon was told it is idle (a re-acquire must say busy) */
+	bool inherit;         /* PB_ACQUIRE_INHERIT: mapped without MADV_DONTFORK */
+	bool staging_ring; /* PB_ACQUIRE_STAGING_RING: the library's own ring (a revoke goes to c->staging_revoke; never
+				* cached), counted by the daemon as a staging ring */
 	uint64_t forks_at_map; /* map_forks() before it was mapped: more since means a child may map it */
 	/* While LEASE_CACHED, under client->lock (lib-cache-index.c): */
 	struct pb_lease *cache_prev, *cache_next; /* client->cache_head's list, in cache order */
@@ -141,6 +142,7 @@ struct pb_client {
 	int sock;
 	const struct conn_hooks *hooks; /* the lease room's, set before the receiver starts; never changes */
 	bool registrations; /* the daemon's HELLO: it knows NO_REVOKE, REGISTER_ONLY, ReportUnbrokered (atomic) */
+	bool knows_staging; /* the daemon's HELLO: it knows the staging-ring flag and ReportStaging (atomic) */
 	/*
 	 * Held shared around every send and exclusively while a reconnect swaps the
 	 * socket: a request checked against one connection (and daemon instance)
@@ -191,6 +193,15 @@ struct pb_client {
 	bool closing;         /* pb_disconnect is running: never reconnect */
 	uint64_t instance_id; /* the daemon's, from HELLO; 0 if it sent none */
 	uint64_t conn_gen;    /* bumped by each reconnect */
+	/*
+	 * Under lock: what lib_report_staging sent last, on which connection, and the counters as they stood when
+	 * that connection began: the daemon takes each connection's counters as counted from 0, so a reconnect
+	 * does not count again what the last connection reported.
+	 */
+	struct {
+		uint64_t conn_gen;
+		struct pb_staging_stats sent, base;
+	} staged_report;
 	/* A call that finds the connection down asks for an attempt now (kick_gen) and waits until
 	 * an attempt that started after its ask has ended (served_gen). */
 	uint64_t kick_gen, served_gen;
@@ -265,6 +276,15 @@ void conn_note_away_locked(pb_client *c, uint64_t instance, uint64_t id);
 /* 0 when the daemon's HELLO said it knows never-revoke leases, registrations and unbrokered
  * reports; else -EOPNOTSUPP with pb_last_error() naming what (the feature). */
 int conn_need_registrations(const pb_client *c, const char *what);
+/* Whether the daemon's HELLO said it knows the staging-ring flag and ReportStaging (an older one closes a
+ * connection that reports). */
+bool conn_knows_staging(const pb_client *c);
+/*
+ * Send req (one that names no lease) without waiting, ever: not for its answer (the receiver drops it, as it has no
+ * waiter), not for a reconnect in progress, not for room in the socket. Returns 0, -EAGAIN (not sent now: the
+ * socket is full or being swapped), -ECONNRESET (the connection is down), -EMSGSIZE or another negative errno.
+ */
+int conn_send_nowait(pb_client *c, Request *req);
 /* One packet the receiver read: a reply to its waiter, the fds of a lease, or a push (REVOKE, through
  * c->hooks). Takes rep and fds. */
 void conn_dispatch(pb_client *c, Reply *rep, int *fds, size_t nfds);
@@ -409,7 +429,10 @@ void status_job_copy(struct pb_job *y, const Pinbroker__V1__JobInfo *x);
 
 /*
  * Send a client's staged-copy counters to the daemon (ReportStaging), without waiting for its answer;
- * cumulative, so a lost report costs nothing. Returns 0, or a negative errno (no connection, an old daemon).
+ * cumulative, so a lost report costs nothing (s counts from the client's start; what goes out counts from the
+ * connection's, as the daemon takes it). Never waits (conn_send_nowait). Returns 0, or a negative errno:
+ * -EOPNOTSUPP (a daemon that predates ReportStaging: nothing is sent), -EAGAIN (not sent now: send the next),
+ * -ECONNRESET (no connection), -EINVAL (a NULL argument).
  */
 int lib_report_staging(pb_client *c, const struct pb_staging_stats *s);
 

@@ -81,6 +81,7 @@ int receiver_hello(pb_client *c, const char *path, uint64_t *instance_id)
 		*instance_id = rep->hello->has_instance_id ? rep->hello->instance_id : 0;
 		__atomic_store_n(&c->registrations, rep->hello->has_registrations && rep->hello->registrations,
 				 __ATOMIC_RELEASE);
+		__atomic_store_n(&c->knows_staging, rep->hello->has_staging && rep->hello->staging, __ATOMIC_RELEASE);
 		r = 0;
 	}
 	pinbroker__v1__reply__free_unpacked(rep, NULL);

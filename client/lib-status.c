@@ -62,10 +62,53 @@ void status_job_copy(struct pb_job *y, const Pinbroker__V1__JobInfo *x)
 	snprintf(y->source, sizeof(y->source), "%s", x->source ? x->source : "");
 }
 
+/*
+ * What struct pb_status does not hold, so that its layout stays as programs built against it know it; read
+ * through pb_status_cgroup_namespace. Every pb_status the library returns is one of these.
+ */
+struct status_hidden {
+	struct pb_status s; /* first: a struct pb_status * of the library's points at one */
+	char *cgroup_namespace;
+	char *cgroup_ns_root;
+	uint32_t job_unknown_clients;
+	uint64_t job_unknown_total;
+	char *restart_books; /* pb_status_restart_warning */
+	char *restart_warning;
+	/* pb_status_client_staging: one per client row, grown with s.clients; present[i]: the row carried any */
+	struct pb_client_staging *client_staging;
+	bool *client_staged;
+	/* pb_status_staging */
+	struct pb_status_staging staging;
+};
+
+/* A client row's staged copies, all 0 when the daemon sent none; true when it sent them. */
+static bool staging_copy(struct pb_client_staging *d, const Pinbroker__V1__ClientStaging *x)
+{
+	memset(d, 0, sizeof(*d));
+	if (!x)
+		return false;
+	d->h2d_bytes = x->h2d_bytes;
+	d->d2h_bytes = x->d2h_bytes;
+	d->h2d_copies = x->h2d_copies;
+	d->d2h_copies = x->d2h_copies;
+	d->driver_copies = x->driver_copies;
+	d->ring_revoked = x->ring_revoked;
+	d->ring_refused = x->ring_refused;
+	d->busy_ns = x->busy_ns;
+	d->h2d_bytes_per_s = x->h2d_bytes_per_s;
+	d->d2h_bytes_per_s = x->d2h_bytes_per_s;
+	d->ring_bytes = x->ring_bytes;
+	d->rings = x->rings;
+	return true;
+}
+
 /* Append sr's client rows to s->clients. */
 static void append_clients(struct pb_status *s, const Pinbroker__V1__StatusReply *sr, bool *oom)
 {
+	struct status_hidden *h = (struct status_hidden *)s;
+	struct pb_client_staging *st;
 	struct pb_client_info *v;
+	bool *staged;
 	char **cg;
 
 	if (sr->n_clients == 0)
@@ -82,6 +125,16 @@ static void append_clients(struct pb_status *s, const Pinbroker__V1__StatusReply
 		return;
 	}
 	s->client_cgroups = cg;
+	st = realloc(h->client_staging, (s->n_clients + sr->n_clients) * sizeof(*st));
+	if (st)
+		h->client_staging = st;
+	staged = realloc(h->client_staged, (s->n_clients + sr->n_clients) * sizeof(*staged));
+	if (staged)
+		h->client_staged = staged;
+	if (!st || !staged) {
+		*oom = true;
+		return;
+	}
 	for (size_t i = 0; i < sr->n_clients; i++) {
 		const Pinbroker__V1__ClientInfo *ci = sr->clients[i];
 		struct pb_client_info *d = &s->clients[s->n_clients];
@@ -95,6 +148,7 @@ static void append_clients(struct pb_status *s, const Pinbroker__V1__StatusReply
 		d->name = status_strdup(ci->name, oom);
 		d->attached = ci->has_attached ? ci->attached : 0;
 		d->unbrokered_bytes = ci->has_unbrokered_bytes ? ci->unbrokered_bytes : 0;
+		h->client_staged[s->n_clients - 1] = staging_copy(&h->client_staging[s->n_clients - 1], ci->staging);
 	}
 }
 
@@ -124,6 +178,7 @@ static void lease_info_copy(struct pb_lease_info *d, const Pinbroker__V1__LeaseI
 	/* An old daemon sends no charge: every lease then carries its bytes. */
 	d->charged_bytes = li->has_charged_bytes ? li->charged_bytes : li->bytes;
 	d->registrants = li->has_registrants ? li->registrants : 0;
+	d->staging_ring = li->has_staging_ring && li->staging_ring;
 	d->n_registrant_pids = 0;
 	for (size_t i = 0; i < li->n_registrant_pids && i < PB_LEASE_INFO_PIDS; i++)
 		d->registrant_pids[d->n_registrant_pids++] = li->registrant_pids[i];
@@ -146,20 +201,6 @@ static void append_leases(struct pb_lease_info **rows, size_t *n, const Pinbroke
 		lease_info_copy(&v[(*n)++], sr->leases[i], oom);
 }
 
-/*
- * What struct pb_status does not hold, so that its layout stays as programs built against it know it; read
- * through pb_status_cgroup_namespace. Every pb_status the library returns is one of these.
- */
-struct status_hidden {
-	struct pb_status s; /* first: a struct pb_status * of the library's points at one */
-	char *cgroup_namespace;
-	char *cgroup_ns_root;
-	uint32_t job_unknown_clients;
-	uint64_t job_unknown_total;
-	char *restart_books; /* pb_status_restart_warning */
-	char *restart_warning;
-};
-
 static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status **ret)
 {
 	struct status_hidden *h = calloc(1, sizeof(*h));
@@ -175,6 +216,10 @@ static int status_convert(const Pinbroker__V1__StatusReply *sr, struct pb_status
 	h->job_unknown_total = sr->has_job_unknown_total ? sr->job_unknown_total : 0;
 	h->restart_books = sr->restart_books ? status_strdup(sr->restart_books, &oom) : NULL;
 	h->restart_warning = sr->restart_warning ? status_strdup(sr->restart_warning, &oom) : NULL;
+	h->staging.rings = sr->has_staging_rings ? sr->staging_rings : 0;
+	h->staging.ring_bytes = sr->has_staging_ring_bytes ? sr->staging_ring_bytes : 0;
+	h->staging.h2d_bytes = sr->has_staged_h2d_bytes ? sr->staged_h2d_bytes : 0;
+	h->staging.d2h_bytes = sr->has_staged_d2h_bytes ? sr->staged_d2h_bytes : 0;
 	s->schema_version = sr->schema_version;
 	s->server_version = status_strdup(sr->server_version, &oom);
 	s->budget_bytes = sr->budget_bytes;
@@ -461,6 +506,8 @@ void pb_status_free(struct pb_status *s)
 	free(((struct status_hidden *)s)->cgroup_ns_root);
 	free(((struct status_hidden *)s)->restart_books);
 	free(((struct status_hidden *)s)->restart_warning);
+	free(((struct status_hidden *)s)->client_staging);
+	free(((struct status_hidden *)s)->client_staged);
 	free(s);
 }
 
@@ -494,4 +541,22 @@ const char *pb_status_restart_warning(const struct pb_status *s, const char **bo
 	if (books)
 		*books = h->restart_books;
 	return h->restart_warning;
+}
+
+int pb_status_client_staging(const struct pb_status *s, size_t i, struct pb_client_staging *out)
+{
+	const struct status_hidden *h = (const struct status_hidden *)s;
+
+	if (!s || !out || i >= s->n_clients)
+		return -EINVAL;
+	*out = h->client_staging[i];
+	return h->client_staged[i] ? 1 : 0;
+}
+
+int pb_status_staging(const struct pb_status *s, struct pb_status_staging *out)
+{
+	if (!s || !out)
+		return -EINVAL;
+	*out = ((const struct status_hidden *)s)->staging;
+	return 0;
 }

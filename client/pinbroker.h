@@ -523,6 +523,9 @@ struct pb_lease_info {
 	 */
 	uint64_t charged_bytes;
 	uint32_t registrants;
+	/* 1 for a staging ring (PB_ACQUIRE_STAGING_RING), as the daemon counts it; 0 from an older library or
+	 * daemon. It sits in what was padding: the struct keeps its size and every other member its offset. */
+	int staging_ring;
 	size_t n_registrant_pids;
 	int32_t registrant_pids[PB_LEASE_INFO_PIDS];
 };
@@ -671,6 +674,33 @@ int pb_status_pool_warming(const struct pb_status *s);
  * 0 from an older daemon. Kept out of struct pb_status so that its layout stays.
  */
 uint32_t pb_status_job_unknown(const struct pb_status *s, uint64_t *acquires);
+
+/* A client row's staged copies (pb_status_client_staging): its last report, its rate, its rings. */
+struct pb_client_staging {
+	uint64_t h2d_bytes, d2h_bytes;             /* staged through its ring since it connected, as it reported */
+	uint64_t h2d_copies, d2h_copies;           /* copies staged */
+	uint64_t driver_copies;                    /* pageable copies over the threshold left to the driver */
+	uint64_t ring_revoked, ring_refused;       /* its rings revoked, ring acquisitions refused */
+	uint64_t busy_ns;                          /* time in staged copies */
+	uint64_t h2d_bytes_per_s, d2h_bytes_per_s; /* over the last few seconds of its reports (the daemon's figure) */
+	uint64_t ring_bytes;                       /* its staging-ring leases' bytes now (the daemon's books) */
+	uint32_t rings;                            /* and how many */
+};
+/*
+ * s->clients[i]'s staged copies into *out. Returns 1 when the client reported staged copies or holds a ring, 0
+ * when not (or an older daemon: *out all 0), -EINVAL for a NULL argument or i past n_clients. Kept out of
+ * struct pb_client_info so that its layout stays.
+ */
+int pb_status_client_staging(const struct pb_status *s, size_t i, struct pb_client_staging *out);
+/* The host's staging rings and staged bytes (pb_status_staging). */
+struct pb_status_staging {
+	uint32_t rings;      /* staging-ring leases held now */
+	uint64_t ring_bytes; /* their bytes, of leased_bytes */
+	uint64_t h2d_bytes;  /* bytes staged host to device since the daemon started, closed connections' too */
+	uint64_t d2h_bytes;  /* device to host */
+};
+/* The summary's staging figures into *out (all 0 from an older daemon). Returns 0, or -EINVAL for a NULL argument. */
+int pb_status_staging(const struct pb_status *s, struct pb_status_staging *out);
 
 /*
  * One page of lease rows, for walking a long lease list without holding all

@@ -58,6 +58,7 @@ FIELD_BOOL(lease, LEASE, holder_detached)
 FIELD_BOOL(lease, LEASE, registration)
 FIELD_BOOL(lease, LEASE, no_revoke)
 FIELD_BOOL(lease, LEASE, misplaced)
+FIELD_BOOL(lease, LEASE, staging_ring)
 FIELD_U64(lease, LEASE, attachers)
 FIELD_U64(lease, LEASE, charged_bytes)
 FIELD_U64(lease, LEASE, registrants)
@@ -137,6 +138,7 @@ const struct pinctl_field lease_fields[] = {
 	{ "charged_bytes", lease_charged_bytes },
 	{ "registrants", lease_registrants },
 	{ "registrant_pids", lease_registrant_pids },
+	{ "staging_ring", lease_staging_ring },
 };
 const size_t n_lease_fields = sizeof(lease_fields) / sizeof(lease_fields[0]);
 
@@ -205,6 +207,42 @@ static const char *status_job_unknown_total(const void *row, char *buf, size_t l
 	return buf;
 }
 
+/* pb_status_staging's figures: 0 from an older daemon. */
+static const char *status_staging_field(const void *row, char *buf, size_t len, int which)
+{
+	struct pb_status_staging st;
+	uint64_t v[] = { 0, 0, 0, 0 };
+
+	if (pb_status_staging(STATUS(row), &st) == 0) {
+		v[0] = st.rings;
+		v[1] = st.ring_bytes;
+		v[2] = st.h2d_bytes;
+		v[3] = st.d2h_bytes;
+	}
+	snprintf(buf, len, "%" PRIu64, v[which]);
+	return buf;
+}
+
+static const char *status_staging_rings(const void *row, char *buf, size_t len)
+{
+	return status_staging_field(row, buf, len, 0);
+}
+
+static const char *status_staging_ring_bytes(const void *row, char *buf, size_t len)
+{
+	return status_staging_field(row, buf, len, 1);
+}
+
+static const char *status_staged_h2d_bytes(const void *row, char *buf, size_t len)
+{
+	return status_staging_field(row, buf, len, 2);
+}
+
+static const char *status_staged_d2h_bytes(const void *row, char *buf, size_t len)
+{
+	return status_staging_field(row, buf, len, 3);
+}
+
 /* As status --json computes it: the budget less what is leased, never negative. */
 static const char *status_free_bytes(const void *row, char *buf, size_t len)
 {
@@ -251,6 +289,10 @@ const struct pinctl_field status_fields[] = {
 	{ "cgroup_ns_root", status_cgroup_ns_root },
 	{ "job_unknown_clients", status_job_unknown_clients },
 	{ "job_unknown_total", status_job_unknown_total },
+	{ "staging_rings", status_staging_rings },
+	{ "staging_ring_bytes", status_staging_ring_bytes },
+	{ "staged_h2d_bytes", status_staged_h2d_bytes },
+	{ "staged_d2h_bytes", status_staged_d2h_bytes },
 };
 const size_t n_status_fields = sizeof(status_fields) / sizeof(status_fields[0]);
 

@@ -124,7 +124,8 @@ static const struct command_help {
 		    "cached_idle_bytes, registered_bytes, no_revoke_bytes, unbrokered_bytes,\n"
 		    "unbrokered_reported_bytes, unbrokered_cap_bytes, orphaned_bytes, prewarm_bytes,\n"
 		    "waiting_acquires, pressure_state, monitor_mode, uptime_ms, cgroup_namespace, cgroup_ns_root,\n"
-		    "job_unknown_clients, job_unknown_total.\n"
+		    "job_unknown_clients, job_unknown_total, staging_rings, staging_ring_bytes, staged_h2d_bytes,\n"
+		    "staged_d2h_bytes.\n"
 		    "Example: pinctl status -o free_bytes,pool_idle_bytes --no-headers\n" },
 	{ "leases", "Usage: pinctl leases [--json | -o FIELD,... | --format text|csv|json] [--no-headers]\n"
 		    "\n"
@@ -142,8 +143,9 @@ static const struct command_help {
 		    "null is '-' in columns and empty in CSV; pid lists space-separated): id, pid, uid,\n"
 		    "user, bytes, label, age_ms, priority, state, idle_ms, deadline_left_ms, shared,\n"
 		    "holder_detached, registration, no_revoke, numa_node, misplaced, job, attachers,\n"
-		    "attacher_pids, charged_bytes, registrants, registrant_pids. Labels and jobs are\n"
-		    "C-escaped, so no value spans lines.\n"
+		    "attacher_pids, charged_bytes, registrants, registrant_pids, staging_ring. Labels and\n"
+		    "jobs are C-escaped, so no value spans lines. A staging ring's row is followed by a line\n"
+		    "naming it (STAGING RING).\n"
 		    "Example: pinctl leases -o id,bytes,label --format csv --no-headers\n" },
 	{ "acquire", "Usage: pinctl acquire SIZE [--hold SECONDS] [--label L] [--priority P] [--wait MS]\n"
 		     "\n"

@@ -272,9 +272,36 @@ void json_leases(FILE *f, const struct pb_lease_info *rows, size_t n)
 		fputc('[', f);
 		for (size_t k = 0; k < l->n_registrant_pids; k++)
 			fprintf(f, "%s%" PRId32, k ? "," : "", l->registrant_pids[k]);
-		fputs("]}", f);
+		fputs("],", f);
+		fprintf(f, "\"staging_ring\":%s}", l->staging_ring ? "true" : "false");
 	}
 	fputc(']', f);
+}
+
+/* A client row's "staging" object: null when it never reported staged copies and holds no ring. */
+static void json_client_staging(FILE *f, const struct pb_status *s, size_t i)
+{
+	struct pb_client_staging cs;
+
+	json_key(f, "staging");
+	if (pb_status_client_staging(s, i, &cs) <= 0) {
+		fputs("null", f);
+		return;
+	}
+	fputc('{', f);
+	json_u64(f, "h2d_bytes", cs.h2d_bytes, true);
+	json_u64(f, "d2h_bytes", cs.d2h_bytes, true);
+	json_u64(f, "h2d_copies", cs.h2d_copies, true);
+	json_u64(f, "d2h_copies", cs.d2h_copies, true);
+	json_u64(f, "driver_copies", cs.driver_copies, true);
+	json_u64(f, "h2d_bytes_per_s", cs.h2d_bytes_per_s, true);
+	json_u64(f, "d2h_bytes_per_s", cs.d2h_bytes_per_s, true);
+	json_u64(f, "ring_bytes", cs.ring_bytes, true);
+	json_u64(f, "rings", cs.rings, true);
+	json_u64(f, "ring_revoked", cs.ring_revoked, true);
+	json_u64(f, "ring_refused", cs.ring_refused, true);
+	json_u64(f, "busy_ns", cs.busy_ns, false);
+	fputc('}', f);
 }
 
 void status_json(FILE *f, const struct pb_status *s)
@@ -362,6 +389,13 @@ void status_json(FILE *f, const struct pb_status *s)
 
 		json_u64(f, "job_unknown_clients", clients, true);
 		json_u64(f, "job_unknown_total", acquires, true);
+		struct pb_status_staging st;
+
+		pb_status_staging(s, &st);
+		json_u64(f, "staging_rings", st.rings, true);
+		json_u64(f, "staging_ring_bytes", st.ring_bytes, true);
+		json_u64(f, "staged_h2d_bytes", st.h2d_bytes, true);
+		json_u64(f, "staged_d2h_bytes", st.d2h_bytes, true);
 		const char *books, *w = pb_status_restart_warning(s, &books);
 
 		/* null from an older daemon; the warning only where the daemon cannot see what was lent. */
@@ -418,6 +452,8 @@ void status_json(FILE *f, const struct pb_status *s)
 		}
 		json_key(f, "labels");
 		json_labels(f, ci->labels);
+		fputc(',', f);
+		json_client_staging(f, s, i);
 		fputc('}', f);
 	}
 	fputs("],", f);
@@ -506,6 +542,11 @@ void print_leases_table(const struct pb_lease_info *rows, size_t n, bool headers
 			printf("%-8s %s\n", "",
 			       l->registration ? "registration: the program's own memory, charged; never revoked"
 					       : "never revoked: its program cannot give memory back");
+		/* The ring is named apart from its label, which is the program's to choose. */
+		if (l->staging_ring)
+			printf("%-8s STAGING RING: the program's pageable copies to and from GPUs go through it; revocable "
+			       "(its copies then go to the driver)\n",
+			       "");
 		if (l->misplaced)
 			printf("%-8s misplaced: placed for a NUMA node that was full; some pages are on node %d and others\n",
 			       "", l->numa_node);
@@ -518,6 +559,32 @@ void print_leases_table(const struct pb_lease_info *rows, size_t n, bool headers
 				printf(", ...");
 			printf("%s%s\n", l->n_attacher_pids ? ")" : "", l->holder_detached ? "; holder let go" : "");
 		}
+	}
+}
+
+/* Clients that staged copies or hold a ring: one row each, after the client table. */
+static void print_staging_clients(const struct pb_status *s)
+{
+	bool header = false;
+
+	for (size_t i = 0; i < s->n_clients; i++) {
+		struct pb_client_staging cs;
+		char h[32], d[32], hr[32], dr[32], ring[32];
+
+		if (pb_status_client_staging(s, i, &cs) <= 0)
+			continue;
+		if (!header) {
+			printf("\nstaged copies (reported by clients; rates over the last 5 s):\n");
+			printf("%-8s %-10s %-10s %-12s %-12s %-10s %-10s %-7s %s\n", "PID", "H2D", "D2H", "H2D/S",
+			       "D2H/S", "COPIES", "DRIVER", "RINGS", "RING");
+			header = true;
+		}
+		size_str(cs.h2d_bytes_per_s, hr, sizeof(hr));
+		size_str(cs.d2h_bytes_per_s, dr, sizeof(dr));
+		printf("%-8" PRId32 " %-10s %-10s %-12s %-12s %-10" PRIu64 " %-10" PRIu64 " %-7" PRIu32 " %s\n",
+		       s->clients[i].pid, size_str(cs.h2d_bytes, h, sizeof(h)), size_str(cs.d2h_bytes, d, sizeof(d)),
+		       strcat(hr, "/s"), strcat(dr, "/s"), cs.h2d_copies + cs.d2h_copies, cs.driver_copies, cs.rings,
+		       size_str(cs.ring_bytes, ring, sizeof(ring)));
 	}
 }
 
@@ -587,6 +654,17 @@ void status_human(const struct pb_status *s)
 		       size_str(nd->lent_bytes, b, sizeof(b)), size_str(nd->misplaced_bytes, m, sizeof(m)), nd->gpus,
 		       nd->gpus == 1 ? "" : "s", size_str(nd->mem_free_bytes, fr, sizeof(fr)));
 	}
+	{
+		struct pb_status_staging st;
+
+		pb_status_staging(s, &st);
+		if (st.rings || st.h2d_bytes || st.d2h_bytes)
+			printf("staging:      %" PRIu32
+			       " ring%s holding %s; staged since start %s host to GPU, %s GPU to "
+			       "host\n",
+			       st.rings, st.rings == 1 ? "" : "s", size_str(st.ring_bytes, a, sizeof(a)),
+			       size_str(st.h2d_bytes, b, sizeof(b)), size_str(st.d2h_bytes, c, sizeof(c)));
+	}
 	printf("waiting:      %" PRIu32 " acquire%s\n", s->waiting_acquires, s->waiting_acquires == 1 ? "" : "s");
 	{
 		const char *root, *ns = pb_status_cgroup_namespace(s, &root);
@@ -642,6 +720,7 @@ void status_human(const struct pb_status *s)
 		       user_name(ci->uid, user, sizeof(user)), ci->leases, size_str(ci->bytes, a, sizeof(a)),
 		       ci->name[0] ? esc(ci->name, e1) : "-", ci->labels[0] ? esc(ci->labels, e2) : "-");
 	}
+	print_staging_clients(s);
 }
 
 void json_jobs(FILE *f, const struct pb_job *jobs, size_t n)

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include "lease.h"
+#include "staged.h"
 #include "pinbroker.pb-c.h"
 
 struct broker;
@@ -49,6 +50,10 @@ struct conn {
 	bool job_unknown;          /* job quotas are on and that cgroup could not be read (job-unknown applies) */
 	/* Status counters, kept by conn_gain/conn_lose with every lease it gains or loses (reply.c). */
 	uint64_t lease_bytes;
+	uint32_t rings;      /* of its held leases (not attached), staging rings */
+	uint64_t ring_bytes; /* and their bytes */
+	/* Its staged-copy reports (ReportStaging); since_ms 0 until the first (then its connect time). */
+	struct staged_client staged;
 	struct conn_label {
 		char text[LEASE_LABEL_MAX];
 		uint32_t leases;   /* 0: free slot */

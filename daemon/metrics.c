@@ -184,6 +184,28 @@ static void render_jobs(FILE *f, const struct jobs *j)
 	}
 }
 
+/* Staged copies: what clients reported (live and closed connections alike), and the rings held now. */
+static void render_staging(FILE *f, const struct broker *b)
+{
+	static const char *const directions[] = { "h2d", "d2h" };
+	const struct staged_counters *s = &b->staged.sum;
+	const uint64_t bytes[] = { s->h2d_bytes, s->d2h_bytes }, copies[] = { s->h2d_copies, s->d2h_copies };
+
+	counter_by(f, "pinbroker_staged_bytes_total",
+		   "Bytes clients copied through their staging rings since start, by direction (host to device, device "
+		   "to host), as their reports said: reported by clients, not verified.",
+		   "direction", directions, bytes, 2);
+	counter_by(f, "pinbroker_staged_copies_total",
+		   "Copies clients staged through their rings since start, by direction.", "direction", directions,
+		   copies, 2);
+	head(f, "pinbroker_staging_driver_copies_total", "counter",
+	     "Pageable copies over the staging threshold that clients left to the CUDA driver since start (no ring, "
+	     "ring busy or revoked).");
+	fprintf(f, "pinbroker_staging_driver_copies_total %llu\n", (unsigned long long)s->driver_copies);
+	gauge(f, "pinbroker_staging_rings", "Staging-ring leases held now.", (double)b->staging_rings);
+	gauge(f, "pinbroker_staging_ring_bytes", "Of the leased bytes, staging rings.", (double)b->staging_ring_bytes);
+}
+
 static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 {
 	static const enum broker_state states[] = { BROKER_NORMAL, BROKER_TIGHT, BROKER_CRITICAL };
@@ -279,6 +301,7 @@ static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 	      "The longest event loop turn (every callback of one iteration) since start: while it runs, no client is "
 	      "answered.",
 	      (double)b->counters.loop_turn_max_us / 1e6);
+	render_staging(f, b);
 
 	n = pool_nodes(b->pool, &nodes);
 	if (n) {

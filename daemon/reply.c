@@ -283,6 +283,8 @@ int send_lease(struct conn *c, uint64_t seq, const struct lease *l, bool attache
 	lm.registration = l->registration;
 	lm.has_no_revoke = l->no_revoke;
 	lm.no_revoke = l->no_revoke;
+	lm.has_staging_ring = l->staging_ring;
+	lm.staging_ring = l->staging_ring;
 	{
 		bool misplaced;
 		int node = broker_lease_node(l, &misplaced);
@@ -377,6 +379,10 @@ void conn_gain(struct conn *c, const struct lease *l, bool attached)
 	c->nleases++;
 	if (attached)
 		c->nattached++;
+	else if (l->staging_ring) {
+		c->rings++;
+		c->ring_bytes += l->bytes;
+	}
 	status_conn_add(c, l);
 }
 
@@ -389,4 +395,8 @@ void conn_lose(struct conn *c, const struct lease *l, bool attached)
 	}
 	if (attached && c->nattached > 0)
 		c->nattached--;
+	else if (!attached && l->staging_ring && c->rings > 0) {
+		c->rings--;
+		c->ring_bytes -= l->bytes;
+	}
 }

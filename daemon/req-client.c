@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The client verbs: hello, acquire, release, set-idle, revoke-ack, redeclare, share, attach and report-unbrokered. */
+/* The client verbs: hello, acquire, release, set-idle, revoke-ack, redeclare, share, attach, report-unbrokered and report-staging. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -60,6 +60,8 @@ void handle_hello(struct conn *c, const Pinbroker__V1__Request *req)
 	hr.instance_id = recovery_instance_id(b);
 	hr.has_registrations = true;
 	hr.registrations = true;
+	hr.has_staging = true;
+	hr.staging = true;
 	reply_init(&r, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
 	r.body_case = PINBROKER__V1__REPLY__BODY_HELLO;
 	r.hello = &hr;
@@ -80,6 +82,7 @@ void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
 		.label = a->label,
 		.no_revoke = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE) != 0,
 		.registration = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY) != 0,
+		.staging_ring = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_STAGING_RING) != 0,
 		.numa_node = a->has_numa_node && a->numa_node >= 0 ? a->numa_node : -1,
 		.cgroup = c->cgroup,
 		.tenant = c->tenant,
@@ -524,5 +527,49 @@ void handle_report_unbrokered(struct conn *c, const Pinbroker__V1__Request *req)
 		log_debug("pid %d uid %u pins %llu bytes outside the broker", c->pid, c->uid,
 			  (unsigned long long)bytes);
 	c->unbrokered_bytes = bytes;
+	reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
+}
+
+/*
+ * A report is the client's word on its own copies: it moves no memory and charges nothing, so it is only
+ * checked for sense (staged.h: cumulative, bounded, no faster than a host copies). A refused one leaves the
+ * last standing and is logged once per connection; the library sends without waiting and drops the answer.
+ */
+void handle_report_staging(struct conn *c, const Pinbroker__V1__Request *req)
+{
+	const Pinbroker__V1__ReportStaging *rs = req->report_staging;
+	struct broker *b = c->broker;
+	struct staged_counters next = {
+		.h2d_bytes = rs->h2d_bytes,
+		.d2h_bytes = rs->d2h_bytes,
+		.h2d_copies = rs->h2d_copies,
+		.d2h_copies = rs->d2h_copies,
+		.driver_copies = rs->driver_copies,
+		.ring_revoked = rs->ring_revoked,
+		.ring_refused = rs->ring_refused,
+		.busy_ns = rs->busy_ns,
+	};
+	uint64_t now = now_ms();
+	enum staged_verdict v;
+	const char *field;
+
+	if (c->staged.since_ms == 0)
+		staged_client_init(&c->staged, c->connected_ms ? c->connected_ms : now);
+	v = staged_check(&c->staged, &next, now, &field);
+	if (v != STAGED_OK) {
+		if (!c->staged.warned) {
+			c->staged.warned = true;
+			log_event(EV_PROTOCOL_ERROR, LOG_WARNING, 0, c->uid, c->pid,
+				  "pid %d uid %u sent a staged-copy report refused at %s: %s; its last report stands "
+				  "(logged once per connection)",
+				  c->pid, c->uid, field ? field : "?", staged_verdict_text(v));
+		}
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "staged-copy report refused (%s: %s); its last report stands: report the counters "
+			     "pb_staging_stats gives, cumulative since this connection began",
+			     field ? field : "?", staged_verdict_text(v));
+		return;
+	}
+	staged_apply(&c->staged, &b->staged, &next, now);
 	reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
 }

@@ -73,7 +73,8 @@ struct status_build {
 
 	struct conn **conns; /* candidates for client rows */
 	Pinbroker__V1__ClientInfo *ci, **cip;
-	char **labels; /* CONN_LABELS_MAX per client row */
+	Pinbroker__V1__ClientStaging *cs; /* one per client row */
+	char **labels;                    /* CONN_LABELS_MAX per client row */
 	Pinbroker__V1__LeaseInfo *li, **lip;
 	int32_t *pids; /* STATUS_ATTACHER_PIDS_MAX per lease row */
 };
@@ -194,6 +195,12 @@ static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr
 	sr->job_unknown_total = b->counters.job_unknown;
 	sr->has_job_unknown_clients = true;
 	sr->job_unknown_clients = b->job_unknown_clients;
+	sr->has_staging_rings = sr->has_staging_ring_bytes = true;
+	sr->staging_rings = b->staging_rings;
+	sr->staging_ring_bytes = b->staging_ring_bytes;
+	sr->has_staged_h2d_bytes = sr->has_staged_d2h_bytes = true;
+	sr->staged_h2d_bytes = b->staged.sum.h2d_bytes;
+	sr->staged_d2h_bytes = b->staged.sum.d2h_bytes;
 	sr->restart_books = (char *)restart_books_name(b);
 	sr->restart_warning = (char *)restart_warning(b);
 	cgp = jobs_watch_cgns(b);
@@ -305,6 +312,29 @@ static void fill_events(struct status_build *sb, Pinbroker__V1__StatusReply *sr)
 	sr->revocations = sb->vip;
 }
 
+/* A connection's staged copies: its last report, the rate from its reports, and the rings it holds. */
+static void fill_client_staging(Pinbroker__V1__ClientStaging *s, const struct conn *cc, uint64_t now)
+{
+	const struct staged_counters *k = &cc->staged.last;
+
+	pinbroker__v1__client_staging__init(s);
+	s->has_h2d_bytes = s->has_d2h_bytes = s->has_h2d_copies = s->has_d2h_copies = true;
+	s->h2d_bytes = k->h2d_bytes;
+	s->d2h_bytes = k->d2h_bytes;
+	s->h2d_copies = k->h2d_copies;
+	s->d2h_copies = k->d2h_copies;
+	s->has_driver_copies = s->has_ring_revoked = s->has_ring_refused = s->has_busy_ns = true;
+	s->driver_copies = k->driver_copies;
+	s->ring_revoked = k->ring_revoked;
+	s->ring_refused = k->ring_refused;
+	s->busy_ns = k->busy_ns;
+	s->has_h2d_bytes_per_s = s->has_d2h_bytes_per_s = true;
+	staged_rate(&cc->staged, now, &s->h2d_bytes_per_s, &s->d2h_bytes_per_s);
+	s->has_ring_bytes = s->has_rings = true;
+	s->ring_bytes = cc->ring_bytes;
+	s->rings = cc->rings;
+}
+
 /* A connection's row, from its own counters: each lease counts on the connection holding it and on each attached one. */
 static void fill_client(Pinbroker__V1__ClientInfo *x, struct conn *cc, char **labels)
 {
@@ -361,13 +391,19 @@ static int fill_clients(struct status_build *sb, Pinbroker__V1__StatusReply *sr,
 	sb->ci = calloc(max + 1, sizeof(*sb->ci));
 	sb->cip = calloc(max + 1, sizeof(*sb->cip));
 	sb->labels = calloc((max + 1) * CONN_LABELS_MAX, sizeof(*sb->labels));
-	if (!sb->ci || !sb->cip || !sb->labels)
+	sb->cs = calloc(max + 1, sizeof(*sb->cs));
+	if (!sb->ci || !sb->cip || !sb->labels || !sb->cs)
 		return -ENOMEM;
 	for (; k < max; k++) {
 		Pinbroker__V1__ClientInfo *x = &sb->ci[k];
 		size_t row;
 
 		fill_client(x, sb->conns[k], &sb->labels[k * CONN_LABELS_MAX]);
+		/* Only a connection that staged or holds a ring carries the part: the others' rows stay as small. */
+		if (sb->conns[k]->staged.reports || sb->conns[k]->rings) {
+			fill_client_staging(&sb->cs[k], sb->conns[k], sb->now);
+			x->staging = &sb->cs[k];
+		}
 		row = pinbroker__v1__client_info__get_packed_size(x) + ROW_OVERHEAD_BYTES;
 		/* At least one row per page, so paging always moves on. */
 		if (k > 0 && sb->bytes + row > sb->max_bytes)
@@ -399,6 +435,8 @@ static void fill_lease(Pinbroker__V1__LeaseInfo *x, const struct lease *l, uint6
 	x->registration = l->registration;
 	x->has_no_revoke = l->no_revoke;
 	x->no_revoke = l->no_revoke;
+	x->has_staging_ring = l->staging_ring;
+	x->staging_ring = l->staging_ring;
 	{
 		bool misplaced;
 		int node = broker_lease_node(l, &misplaced);
@@ -551,6 +589,7 @@ out:
 		free(sb->ci);
 		free(sb->cip);
 		free(sb->labels);
+		free(sb->cs);
 		free(sb->li);
 		free(sb->lip);
 		free(sb->pids);

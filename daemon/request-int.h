@@ -27,6 +27,8 @@ void handle_redeclare(struct conn *c, const Pinbroker__V1__Request *req);
 void handle_share(struct conn *c, const Pinbroker__V1__Request *req);
 void handle_attach(struct conn *c, const Pinbroker__V1__Request *req);
 void handle_report_unbrokered(struct conn *c, const Pinbroker__V1__Request *req);
+/* ReportStaging: a connection's cumulative staged-copy counters, checked (core/staged.h) and summed. */
+void handle_report_staging(struct conn *c, const Pinbroker__V1__Request *req);
 
 /* ---- req-admin.c */
 void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req);

@@ -58,6 +58,9 @@ static const struct request_kind request_table[] = {
 	 * or another uid's data, and the installed config file is world-readable (0644) anyway.
 	 */
 	{ PINBROKER__V1__REQUEST__BODY_CONFIG, "config", REQ_NEEDS_HELLO | REQ_ALLOWED_WHILE_STOPPING, handle_config },
+	/* Served while stopping: a library letting its ring go as the daemon stops still says what it copied. */
+	{ PINBROKER__V1__REQUEST__BODY_REPORT_STAGING, "report-staging", REQ_NEEDS_HELLO | REQ_ALLOWED_WHILE_STOPPING,
+	  handle_report_staging },
 };
 
 /*

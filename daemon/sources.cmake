@@ -21,6 +21,7 @@ set(PB_DAEMON_CORE_SOURCES
   core/recovery-format.c  # the fd-store state's records: encode, decode, validate
   core/tenant.c      # tenants: (uid, pid namespace, cgroup) as the ids the pool reuses chunks by
   core/revoker-policy.c   # the revoker's decisions: round timing, overdue leases, slices, reclaim deficit
+  core/staged.c      # clients' staged-copy reports: checks, rates, totals
   core/unbrokered.c  # clients' reports of memory pinned outside the broker
   core/waitq-order.c # the wait queue's order: priority classes, FIFO within one, who may overtake
   core/warmseg.c     # warm-up work split: a big chunk's fill segments, the warm-up thread count

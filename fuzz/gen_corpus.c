@@ -288,6 +288,26 @@ static void redeclare(struct seed *s, int conn)
 	pkt(s, conn, &r);
 }
 
+/* A ReportStaging of cumulative counters: h2d and d2h bytes, one copy each way per MiB. */
+static void report_staging(struct seed *s, int conn, uint64_t h2d_bytes, uint64_t d2h_bytes)
+{
+	Request r = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__ReportStaging m = PINBROKER__V1__REPORT_STAGING__INIT;
+
+	r.has_seq = true;
+	r.seq = ++seqno;
+	m.has_h2d_bytes = m.has_d2h_bytes = m.has_h2d_copies = m.has_d2h_copies = true;
+	m.h2d_bytes = h2d_bytes;
+	m.d2h_bytes = d2h_bytes;
+	m.h2d_copies = h2d_bytes >> 20;
+	m.d2h_copies = d2h_bytes >> 20;
+	m.has_busy_ns = true;
+	m.busy_ns = h2d_bytes + d2h_bytes;
+	r.body_case = PINBROKER__V1__REQUEST__BODY_REPORT_STAGING;
+	r.report_staging = &m;
+	pkt(s, conn, &r);
+}
+
 static const char *outdir;
 
 static void save(struct seed *s, const char *name)
@@ -624,6 +644,24 @@ static void seeds(bool fdpath)
 	close_peer(&s, 1);
 	drain(&s);
 	save(&s, "shared-registrations");
+	/* A staging ring and its holder's reports: forward, then back (refused), then the holder goes. */
+	BEGIN(0);
+	hello(&s, 0, 1);
+	hello(&s, 1, 1);
+	acquire(&s, 0, M, PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_STAGING_RING, 0, 0);
+	drain(&s);
+	report_staging(&s, 0, 64 * M, 16 * M);
+	report_staging(&s, 0, 128 * M, 16 * M);
+	report_staging(&s, 0, 32 * M, 16 * M);
+	report_staging(&s, 1, 8 * M, 0);
+	drain(&s);
+	status(&s, 1);
+	drain(&s);
+	close_peer(&s, 0);
+	drain(&s);
+	status(&s, 1);
+	drain(&s);
+	save(&s, "staging-ring-report");
 }
 
 /*

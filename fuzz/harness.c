@@ -669,6 +669,7 @@ void fz_check(struct fz *f)
 	size_t nconns = 0, nleases = 0, state_count[LEASE__STATE_MAX] = { 0 };
 	uint64_t sum = 0, pending_conn = 0, state_bytes[LEASE__STATE_MAX] = { 0 }, prev_id = 0;
 	uint64_t registered = 0, no_revoke = 0, unbrokered = 0, job_sum = 0;
+	uint64_t rings = 0, ring_bytes = 0, staged_h2d = 0, staged_d2h = 0, conn_ring_bytes = 0;
 	uint64_t uid_bytes[FZ_CHECK_UIDS] = { 0 }, uid_leases[FZ_CHECK_UIDS] = { 0 }, uid_chunks[FZ_CHECK_UIDS] = { 0 };
 	uint64_t lent_chunks = 0;
 	struct idle_walk idle = { .f = f };
@@ -681,6 +682,9 @@ void fz_check(struct fz *f)
 		conns[nconns++] = c;
 		pending_conn += c->npending;
 		unbrokered += c->unbrokered_bytes;
+		staged_h2d += c->staged.last.h2d_bytes;
+		staged_d2h += c->staged.last.d2h_bytes;
+		conn_ring_bytes += c->ring_bytes;
 	}
 	for (struct lease *l = lease_first(b->leases); l; l = lease_next(b->leases, l)) {
 		uint64_t chunk_sum = 0;
@@ -736,6 +740,8 @@ void fz_check(struct fz *f)
 			  (unsigned long long)l->id, (unsigned long long)l->charged_bytes);
 		registered += l->registration ? l->charged_bytes : 0;
 		no_revoke += l->no_revoke ? l->charged_bytes : 0;
+		rings += l->staging_ring;
+		ring_bytes += l->staging_ring ? l->bytes : 0;
 		FZ_ASSERT(l->owner == NULL || k >= 0, "lease %llu is owned by a connection that is gone",
 			  (unsigned long long)l->id);
 		if (k >= 0)
@@ -802,6 +808,17 @@ void fz_check(struct fz *f)
 		  "broker counts %llu registered, %llu never-revoked; leases hold %llu, %llu",
 		  (unsigned long long)b->registered_bytes, (unsigned long long)budget_no_revoke(b->budget),
 		  (unsigned long long)registered, (unsigned long long)no_revoke);
+	FZ_ASSERT(b->staging_rings == rings && b->staging_ring_bytes == ring_bytes,
+		  "broker counts %u staging rings of %llu bytes; leases hold %llu of %llu", b->staging_rings,
+		  (unsigned long long)b->staging_ring_bytes, (unsigned long long)rings, (unsigned long long)ring_bytes);
+	/* A connection's rings are among them (a holder that let go while attachers map it no longer counts its). */
+	FZ_ASSERT(conn_ring_bytes <= ring_bytes, "connections count %llu ring bytes, leases hold %llu",
+		  (unsigned long long)conn_ring_bytes, (unsigned long long)ring_bytes);
+	/* The totals hold every live connection's last report, and closed ones' too. */
+	FZ_ASSERT(b->staged.sum.h2d_bytes >= staged_h2d && b->staged.sum.d2h_bytes >= staged_d2h,
+		  "staged totals %llu/%llu below the live connections' reports %llu/%llu",
+		  (unsigned long long)b->staged.sum.h2d_bytes, (unsigned long long)b->staged.sum.d2h_bytes,
+		  (unsigned long long)staged_h2d, (unsigned long long)staged_d2h);
 	FZ_ASSERT(b->unbrokered_bytes == unbrokered, "broker counts %llu unbrokered, connections report %llu",
 		  (unsigned long long)b->unbrokered_bytes, (unsigned long long)unbrokered);
 	/* The per-uid table sums to the same, and what status shows never passes the cap. */

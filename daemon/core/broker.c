@@ -255,6 +255,12 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 	l->numa_node = pool_places_on(b->pool, a->numa_node) ? a->numa_node : -1;
 	if (l->registration)
 		b->registered_bytes += charge_bytes;
+	/* A registration is the program's own memory: never a ring. */
+	l->staging_ring = a->staging_ring && !a->registration;
+	if (l->staging_ring) {
+		b->staging_rings++;
+		b->staging_ring_bytes += l->bytes;
+	}
 	if (l->no_revoke)
 		budget_no_revoke_add(b->budget, a->uid, charge_bytes);
 	if (b->jobs && a->cgroup) {
@@ -295,6 +301,10 @@ void broker_free_lease(struct broker *b, struct lease *l)
 		budget_no_revoke_sub(b->budget, l->uid, l->charged_bytes);
 	if (l->registration)
 		b->registered_bytes -= l->charged_bytes;
+	if (l->staging_ring) {
+		b->staging_rings--;
+		b->staging_ring_bytes -= l->bytes;
+	}
 	budget_uncharge(b->budget, l->uid, l->charged_bytes);
 	if (b->jobs)
 		jobs_uncharge(b->jobs, l->cgroup, l->charged_bytes);

@@ -9,6 +9,7 @@
 #include "classes.h"
 #include "lease.h"
 #include "pressure.h"
+#include "staged.h"
 #include "unbrokered.h"
 
 struct budget;
@@ -173,6 +174,11 @@ struct broker {
 	/* Of the leased bytes, memory an earlier daemon lent that live processes still map (restart.c). */
 	uint32_t job_unknown_clients; /* connections whose job could not be read (conn.h job_unknown) */
 	uint64_t orphaned_bytes;
+	/* Staging-ring leases held now and their bytes (of the leased bytes), kept by broker_acquire and broker_free_lease. */
+	uint32_t staging_rings;
+	uint64_t staging_ring_bytes;
+	/* Clients' staged copies since start (ReportStaging), closed connections' included. */
+	struct staged_totals staged;
 
 	struct broker_counters counters;
 
@@ -195,6 +201,7 @@ struct acquire_args {
 	const char *label;
 	bool no_revoke;            /* never revoked: its holder cannot give memory back */
 	bool registration;         /* a charge only: no pool memory (implies no_revoke) */
+	bool staging_ring;         /* a staging ring: counted in staging_rings and staging_ring_bytes */
 	int numa_node;             /* NUMA node asked for, -1 for any (only with a placing pool) */
 	struct job_cgroup *cgroup; /* the client's cgroup, charged for job quotas; NULL: none */
 	uint64_t tenant;           /* the client's tenant (core/tenant.h): whose idle chunks it may be handed */

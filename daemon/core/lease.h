@@ -100,6 +100,8 @@ struct lease {
 	 */
 	bool no_revoke;
 	bool registration;
+	/* A staging ring (ACQUIRE_FLAG_STAGING_RING): a pool lease like any, counted apart for status and metrics. */
+	bool staging_ring;
 	/*
 	 * A registration of a shared file mapping (backing.h): the file (dev, ino) and the offset of its first
 	 * page. Registrations of one file are charged by the union of their pages, each page to the oldest

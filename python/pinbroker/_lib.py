@@ -144,6 +144,34 @@ class LeaseInfoSharedMemory(ctypes.Structure):
     ]
 
 
+class LeaseInfoStaging(ctypes.Structure):
+    """struct pb_lease_info of a library that names staging rings (pb_status_staging): staging_ring sits in what
+    was padding after registrants, so every other member keeps its offset."""
+
+    _fields_ = LeaseInfoJob._fields_ + [
+        ("charged_bytes", ctypes.c_uint64),
+        ("registrants", ctypes.c_uint32),
+        ("staging_ring", ctypes.c_int),
+        ("n_registrant_pids", ctypes.c_size_t),
+        ("registrant_pids", ctypes.c_int32 * PB_LEASE_INFO_PIDS),
+    ]
+
+
+class ClientStaging(ctypes.Structure):
+    """struct pb_client_staging (pb_status_client_staging)."""
+
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "h2d_bytes", "d2h_bytes", "h2d_copies", "d2h_copies", "driver_copies", "ring_revoked", "ring_refused",
+        "busy_ns", "h2d_bytes_per_s", "d2h_bytes_per_s", "ring_bytes")] + [("rings", ctypes.c_uint32)]
+
+
+class StatusStaging(ctypes.Structure):
+    """struct pb_status_staging (pb_status_staging)."""
+
+    _fields_ = [("rings", ctypes.c_uint32), ("ring_bytes", ctypes.c_uint64), ("h2d_bytes", ctypes.c_uint64),
+                ("d2h_bytes", ctypes.c_uint64)]
+
+
 class SignalInfo(ctypes.Structure):
     """struct pb_signal_info."""
 
@@ -405,6 +433,9 @@ _OPTIONAL = {
     "pb_copy_from_device": (_int, [_vp, _vp, _u64, _size, _vp]),
     "pb_staging_configure": (_int, [_vp, ctypes.POINTER(StagingOpts)]),
     "pb_staging_stats": (_int, [_vp, ctypes.POINTER(StagingStats)]),
+    # Staging rings and clients' staged copies, kept out of struct pb_status and pb_client_info (issue 39).
+    "pb_status_staging": (_int, [_vp, ctypes.POINTER(StatusStaging)]),
+    "pb_status_client_staging": (_int, [_vp, _size, ctypes.POINTER(ClientStaging)]),
 }
 
 
@@ -556,6 +587,8 @@ def version() -> str:
 
 def row_types() -> Tuple[type, type]:
     """(client row struct, lease row struct) of the loaded library."""
+    if hasattr(load(), "pb_status_staging"):
+        return (ClientInfoRegistration, LeaseInfoStaging)
     if hasattr(load(), "pb_lease_shared_memory"):
         return (ClientInfoRegistration, LeaseInfoSharedMemory)
     if hasattr(load(), "pb_quota_list"):

@@ -43,9 +43,32 @@ def query(ptr: int, leases: bool) -> Dict[str, Any]:
             acquires = ctypes.c_uint64()
             extra["job_unknown_clients"] = int(fn(ctypes.cast(st, ctypes.c_void_p), ctypes.byref(acquires)))
             extra["job_unknown_total"] = acquires.value
+        _staging(st, d, extra)
         return _after(d, "uptime_ms", extra)
     finally:
         lib.pb_status_free(st)
+
+
+_STAGING_KEYS = ("h2d_bytes", "d2h_bytes", "h2d_copies", "d2h_copies", "driver_copies", "h2d_bytes_per_s",
+                 "d2h_bytes_per_s", "ring_bytes", "rings", "ring_revoked", "ring_refused", "busy_ns")
+
+
+def _staging(st: Any, d: Dict[str, Any], extra: Dict[str, Any]) -> None:
+    """The staging figures pinctl status --json writes: the summary's four after job_unknown_total (0 from an
+    older library), and each client row's "staging" (None when it never staged and holds no ring)."""
+    fn = _lib.optional("pb_status_staging")
+    sum_ = _lib.StatusStaging()
+    if fn is not None:
+        fn(ctypes.cast(st, ctypes.c_void_p), ctypes.byref(sum_))
+    extra["staging_rings"] = int(sum_.rings)
+    extra["staging_ring_bytes"] = int(sum_.ring_bytes)
+    extra["staged_h2d_bytes"] = int(sum_.h2d_bytes)
+    extra["staged_d2h_bytes"] = int(sum_.d2h_bytes)
+    fn = _lib.optional("pb_status_client_staging")
+    for i, row in enumerate(d["clients"]):
+        cs = _lib.ClientStaging()
+        have = fn is not None and fn(ctypes.cast(st, ctypes.c_void_p), i, ctypes.byref(cs)) == 1
+        row["staging"] = {k: int(getattr(cs, k)) for k in _STAGING_KEYS} if have else None
 
 
 def lease_pages(ptr: int) -> List[Dict[str, Any]]:
@@ -142,6 +165,8 @@ def _lease_info(li: Any) -> Dict[str, Any]:
         d["registrant_pids"] = [
             int(li.registrant_pids[i]) for i in range(min(li.n_registrant_pids, _lib.PB_LEASE_INFO_PIDS))
         ]
+    if hasattr(li, "staging_ring"):
+        d["staging_ring"] = bool(li.staging_ring)
     return d
 
 

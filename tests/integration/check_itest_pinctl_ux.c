@@ -518,7 +518,7 @@ static const char *cell(const char *line, int i, char *buf, size_t len)
 #define LEASE_FIELDS                                                                                         \
 	"id,pid,uid,user,bytes,label,age_ms,priority,state,idle_ms,deadline_left_ms,shared,holder_detached," \
 	"registration,no_revoke,numa_node,misplaced,job,attachers,attacher_pids,charged_bytes,registrants,"  \
-	"registrant_pids"
+	"registrant_pids,staging_ring"
 
 START_TEST(test_leases_fields_csv_and_no_headers_parse)
 {

@@ -210,6 +210,19 @@ static uint64_t send_report_unbrokered(int i, uint64_t bytes)
 	return send_req(i, &req);
 }
 
+static uint64_t send_report_staging(int i, uint64_t h2d_bytes, uint64_t h2d_copies)
+{
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__ReportStaging rs = PINBROKER__V1__REPORT_STAGING__INIT;
+
+	rs.has_h2d_bytes = rs.has_h2d_copies = true;
+	rs.h2d_bytes = h2d_bytes;
+	rs.h2d_copies = h2d_copies;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_REPORT_STAGING;
+	req.report_staging = &rs;
+	return send_req(i, &req);
+}
+
 /* Freed-memory events seen by the test's own listener. */
 static unsigned freed_events;
 
@@ -663,6 +676,55 @@ START_TEST(test_quota_set_warns_over_the_budget_and_names_a_bad_path)
 }
 END_TEST
 
+/* ---------------------------------------------------------- staged copies */
+
+START_TEST(test_staging_ring_is_counted_apart_and_reports_only_go_up)
+{
+	uint64_t ring = 0, plain;
+	struct conn *c;
+
+	F = rf_begin(0);
+	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_int_eq(reply_of(0,
+				  send_acquire(0, 64 * KIB, PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_STAGING_RING,
+					       "staging ring", 0),
+				  NULL, &ring),
+			 PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	plain = acquire_ok(0, 32 * KIB);
+	c = rf_conn(F, 0);
+	ck_assert(lease_find(F->b.leases, ring)->staging_ring);
+	ck_assert(!lease_find(F->b.leases, plain)->staging_ring);
+	/* A ring is revocable like any pool lease. */
+	ck_assert(!lease_find(F->b.leases, ring)->no_revoke);
+	ck_assert_uint_eq(F->b.staging_rings, 1);
+	ck_assert_uint_eq(F->b.staging_ring_bytes, 64 * KIB);
+	ck_assert_uint_eq(c->rings, 1);
+	ck_assert_uint_eq(c->ring_bytes, 64 * KIB);
+
+	ck_assert_int_eq(reply_of(0, send_report_staging(0, 100 * KIB, 2), NULL, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_int_eq(reply_of(0, send_report_staging(0, 50 * KIB, 2), NULL, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT);
+	ck_assert(rf_conn_alive(F, 0));
+	ck_assert_uint_eq(c->staged.last.h2d_bytes, 100 * KIB);
+	ck_assert_uint_eq(F->b.staged.sum.h2d_bytes, 100 * KIB);
+	ck_assert_int_eq(reply_of(0, send_report_staging(0, 300 * KIB, 5), NULL, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_uint_eq(F->b.staged.sum.h2d_bytes, 300 * KIB);
+	ck_assert_uint_eq(F->b.staged.sum.h2d_copies, 5);
+
+	/* The ring released: gone from the books; the totals stay. */
+	ck_assert_int_eq(reply_of(0, send_release(0, ring), NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_uint_eq(F->b.staging_rings, 0);
+	ck_assert_uint_eq(F->b.staging_ring_bytes, 0);
+	ck_assert_uint_eq(c->rings, 0);
+	ck_assert_uint_eq(c->ring_bytes, 0);
+	ck_assert_uint_eq(F->b.staged.sum.h2d_bytes, 300 * KIB);
+	ck_assert_int_eq(reply_of(0, send_release(0, plain), NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	rf_end(F);
+}
+END_TEST
+
 /* Each test builds the fixture's broker in its own forked child. */
 CHECK_SUITE(request_suite, "request", "core", NULL, NULL, 30, test_request_before_hello_is_refused_and_closes,
 	    test_second_hello_closes_the_connection, test_acquire_and_release_bring_every_counter_back_to_zero,
@@ -674,6 +736,7 @@ CHECK_SUITE(request_suite, "request", "core", NULL, NULL, 30, test_request_befor
 	    test_waiting_acquire_times_out_and_leaves_the_queue, test_set_is_refused_to_non_admins,
 	    test_set_is_served_to_admins, test_revoking_another_uids_lease_needs_admin,
 	    test_admin_revokes_another_uids_lease, test_quota_handlers_are_served_in_the_harness,
-	    test_quota_set_warns_over_the_budget_and_names_a_bad_path)
+	    test_quota_set_warns_over_the_budget_and_names_a_bad_path,
+	    test_staging_ring_is_counted_apart_and_reports_only_go_up)
 
 CHECK_MAIN(request_suite)
