@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda.h"
 #include "staging.h"
@@ -36,6 +37,7 @@ static void ring_revoked(pb_client *c, pb_lease *l, uint32_t deadline_ms);
 struct pbst_state *staging_state(pb_client *c)
 {
 	struct pbst_state *st = __atomic_load_n(&c->staging, __ATOMIC_ACQUIRE);
+	const char *threads;
 	char why[512];
 
 	if (st)
@@ -58,6 +60,9 @@ struct pbst_state *staging_state(pb_client *c)
 		env_warned = true;
 		fprintf(stderr, "libpinbroker: staged copies: %s\n", why);
 	}
+	threads = env_get("PINBROKER_STAGING_THREADS", NULL);
+	if (!threads || !*threads)
+		st->set.threads = pbst_threads_for_cpus(sysconf(_SC_NPROCESSORS_ONLN));
 	staging_settings_changed_locked(st);
 	st->next = all_states;
 	all_states = st;

@@ -22,6 +22,13 @@ void pbst_settings_default(struct pbst_settings *s)
 	s->threshold_bytes = PBST_THRESHOLD_DEFAULT_BYTES;
 }
 
+unsigned pbst_threads_for_cpus(long cpus)
+{
+	if (cpus < 2)
+		return 1;
+	return cpus / 2 < (long)PBST_THREADS_DEFAULT ? (unsigned)(cpus / 2) : PBST_THREADS_DEFAULT;
+}
+
 /* Appends "; " and the formatted text to why (what fits). */
 __attribute__((format(printf, 3, 4))) static void why_add(char *why, size_t len, const char *fmt, ...)
 {

@@ -8,13 +8,13 @@
 
 #include "pinbroker.h"
 
-/* Settings' defaults and bounds (docs/staging.md's table). The defaults are to be re-chosen by the GPU benchmark. */
+/* Settings' defaults and bounds (docs/staging.md's table; the defaults chosen by bench_staging --sweep on an H200). */
 #define PBST_RING_DEFAULT_BYTES ((size_t)64 << 20)
 #define PBST_RING_MAX_BYTES ((size_t)1 << 30)
-#define PBST_SLOT_DEFAULT_BYTES ((size_t)8 << 20)
+#define PBST_SLOT_DEFAULT_BYTES ((size_t)16 << 20)
 #define PBST_SLOT_MIN_BYTES ((size_t)64 << 10) /* below it the per-slot driver calls cost more than they hide */
 #define PBST_SLOTS_MIN 2u                      /* one slot filling while the GPU copies the other */
-#define PBST_THREADS_DEFAULT 4u
+#define PBST_THREADS_DEFAULT 8u                /* and at most half the online CPUs: pbst_threads_for_cpus */
 #define PBST_THREADS_MAX 64u
 #define PBST_THRESHOLD_DEFAULT_BYTES ((size_t)1 << 20)
 /* Host threads split a piece at multiples of a cache line, so no two threads write one line of a slot. */
@@ -30,8 +30,14 @@ struct pbst_settings {
 	size_t threshold_bytes; /* PINBROKER_STAGING_THRESHOLD: smaller copies go to the driver */
 };
 
-/* The defaults: on, 64 MiB ring of 8 MiB slots, 4 threads, 1 MiB threshold. */
+/* The defaults: on, 64 MiB ring of 16 MiB slots, 8 threads, 1 MiB threshold. */
 void pbst_settings_default(struct pbst_settings *s);
+
+/*
+ * The default thread count on a host of cpus online CPUs: PBST_THREADS_DEFAULT, but at most half of them (the
+ * program's own threads need the rest), at least 1. Used where PINBROKER_STAGING_THREADS is not set.
+ */
+unsigned pbst_threads_for_cpus(long cpus);
 
 /* The environment as pbst_settings_from_env reads it: getenv, or a table in tests. */
 typedef const char *(*pbst_getenv_fn)(const char *name, void *arg);

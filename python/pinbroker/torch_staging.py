@@ -147,17 +147,18 @@ class _Cuda:
             self.set(prev or None)
 
 
-_cuda: Optional[_Cuda] = None
+# Not "_cuda": that is the name of the patched Tensor.cuda below, defined later in this module.
+_driver_calls: Optional[_Cuda] = None
 
 
 def _driver() -> Optional[_Cuda]:
-    global _cuda
-    if _cuda is None:
+    global _driver_calls
+    if _driver_calls is None:
         try:
-            _cuda = _Cuda()
+            _driver_calls = _Cuda()
         except (OSError, AttributeError):
             return None
-    return _cuda
+    return _driver_calls
 
 
 # ---------------------------------------------------------------- the decisions (no I/O)

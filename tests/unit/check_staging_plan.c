@@ -3,7 +3,7 @@
  * Unit: staged copies' decisions (client/staging-plan.c): the settings from the environment and from
  * pb_staging_configure, whether a copy is staged given what the driver says of its pointers, and how a copy is
  * cut into slot pieces and a piece among threads. Expected values come from docs/staging.md and the plan
- * (defaults 64M ring, 8M slot, 4 threads, 1M threshold; ring at most 1G, at least 2 slots, 1..64 threads).
+ * (defaults 64M ring, 16M slot, 8 threads, 1M threshold; ring at most 1G, at least 2 slots, 1..64 threads).
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -36,7 +36,7 @@ static int from_env(struct pbst_settings *s, const char *const *kv, char *why, s
 	return pbst_settings_from_env(s, table_get, (void *)kv, why, len);
 }
 
-START_TEST(test_defaults_are_64m_ring_8m_slot_4_threads_1m_threshold)
+START_TEST(test_defaults_are_64m_ring_16m_slot_8_threads_1m_threshold)
 {
 	const char *kv[] = { NULL };
 	struct pbst_settings s;
@@ -45,11 +45,23 @@ START_TEST(test_defaults_are_64m_ring_8m_slot_4_threads_1m_threshold)
 	ck_assert_int_eq(from_env(&s, kv, why, sizeof(why)), 0);
 	ck_assert(s.enabled);
 	ck_assert_uint_eq(s.ring_bytes, 64 * MiB);
-	ck_assert_uint_eq(s.slot_bytes, 8 * MiB);
-	ck_assert_uint_eq(s.threads, 4);
+	ck_assert_uint_eq(s.slot_bytes, 16 * MiB);
+	ck_assert_uint_eq(s.threads, 8);
 	ck_assert_uint_eq(s.threshold_bytes, 1 * MiB);
-	ck_assert_uint_eq(pbst_settings_slots(&s), 8);
+	ck_assert_uint_eq(pbst_settings_slots(&s), 4);
 	ck_assert_str_eq(why, "");
+}
+END_TEST
+
+/* The default thread count leaves half the host's CPUs to the program: 8 at most, 1 at least. */
+START_TEST(test_threads_for_cpus)
+{
+	ck_assert_uint_eq(pbst_threads_for_cpus(-1), 1);
+	ck_assert_uint_eq(pbst_threads_for_cpus(1), 1);
+	ck_assert_uint_eq(pbst_threads_for_cpus(2), 1);
+	ck_assert_uint_eq(pbst_threads_for_cpus(6), 3);
+	ck_assert_uint_eq(pbst_threads_for_cpus(16), 8);
+	ck_assert_uint_eq(pbst_threads_for_cpus(128), 8);
 }
 END_TEST
 
@@ -96,7 +108,7 @@ START_TEST(test_a_bad_value_names_the_variable_and_falls_back_to_its_default)
 
 	ck_assert_int_eq(from_env(&s, kv, why, sizeof(why)), -EINVAL);
 	ck_assert_uint_eq(s.ring_bytes, 64 * MiB);
-	ck_assert_uint_eq(s.threads, 4);
+	ck_assert_uint_eq(s.threads, 8);
 	ck_assert_ptr_nonnull(strstr(why, "PINBROKER_STAGING_RING=lots"));
 	ck_assert_ptr_nonnull(strstr(why, "PINBROKER_STAGING_THREADS=65"));
 	ck_assert_ptr_nonnull(strstr(why, "default"));
@@ -118,11 +130,11 @@ START_TEST(test_env_bounds_ring_over_1g_threads_0_slot_under_64k)
 	ck_assert_int_eq(from_env(&s, max, why, sizeof(why)), 0);
 	ck_assert_uint_eq(s.ring_bytes, 1 * GiB);
 	ck_assert_int_eq(from_env(&s, zero, why, sizeof(why)), -EINVAL);
-	ck_assert_uint_eq(s.threads, 4);
+	ck_assert_uint_eq(s.threads, 8);
 	ck_assert_int_eq(from_env(&s, neg, why, sizeof(why)), -EINVAL);
-	ck_assert_uint_eq(s.threads, 4);
+	ck_assert_uint_eq(s.threads, 8);
 	ck_assert_int_eq(from_env(&s, tiny, why, sizeof(why)), -EINVAL);
-	ck_assert_uint_eq(s.slot_bytes, 8 * MiB);
+	ck_assert_uint_eq(s.slot_bytes, 16 * MiB);
 	ck_assert_int_eq(from_env(&s, onoff, why, sizeof(why)), -EINVAL);
 	ck_assert(s.enabled);
 	ck_assert_ptr_nonnull(strstr(why, "PINBROKER_STAGING=maybe"));
@@ -137,7 +149,7 @@ START_TEST(test_env_ring_of_fewer_than_2_slots_takes_both_defaults)
 
 	ck_assert_int_eq(from_env(&s, kv, why, sizeof(why)), -EINVAL);
 	ck_assert_uint_eq(s.ring_bytes, 64 * MiB);
-	ck_assert_uint_eq(s.slot_bytes, 8 * MiB);
+	ck_assert_uint_eq(s.slot_bytes, 16 * MiB);
 	ck_assert_ptr_nonnull(strstr(why, "fewer than 2 slots"));
 }
 END_TEST
@@ -388,8 +400,8 @@ static Suite *suite(void)
 {
 	Suite *s = suite_create("staging_plan");
 
-	CHECK_CASE(s, "settings", NULL, NULL, 10, test_defaults_are_64m_ring_8m_slot_4_threads_1m_threshold,
-		   test_env_values_are_read_as_sizes, test_staging_0_turns_it_off_and_1_on,
+	CHECK_CASE(s, "settings", NULL, NULL, 10, test_defaults_are_64m_ring_16m_slot_8_threads_1m_threshold,
+		   test_threads_for_cpus, test_env_values_are_read_as_sizes, test_staging_0_turns_it_off_and_1_on,
 		   test_a_bad_value_names_the_variable_and_falls_back_to_its_default,
 		   test_env_bounds_ring_over_1g_threads_0_slot_under_64k,
 		   test_env_ring_of_fewer_than_2_slots_takes_both_defaults,
