@@ -26,6 +26,7 @@
  *   revoke     a copy held in the middle (the stand-in's gate) while the test revokes the ring: a dialogue on
  *              stdin/stdout (ready / go, copying / open, copied / released, passed, retaken)
  *   hold       one staged round trip, then "ready pinned=BYTES" (what the driver holds pinned) until stdin ends
+ *   selftest   the stand-in driver's own semantics (run bare): what lets the other modes fail
  * env PB_EXPECT=staged|driver: where copies at or over $PINBROKER_STAGING_THRESHOLD must go (staged: through
  * pinned memory, the driver seeing no pageable byte of them; driver: to the driver as made). Copies under the
  * threshold must reach the driver as made either way. The sizes come from $PINBROKER_STAGING_SLOT, _RING and
@@ -248,11 +249,20 @@ static void *from_gpa(const char *name, bool ptds)
 static bool pick_way(const char *name)
 {
 	if (strcmp(name, "driver") == 0) {
-		w = (struct way){ cuMemcpyHtoD_v2,      cuMemcpyDtoH_v2, cuMemcpyHtoDAsync_v2, cuMemcpyDtoHAsync_v2,
-				  cuMemcpy,             cuMemcpyAsync,   false };
+		w = (struct way){ cuMemcpyHtoD_v2,
+				  cuMemcpyDtoH_v2,
+				  cuMemcpyHtoDAsync_v2,
+				  cuMemcpyDtoHAsync_v2,
+				  cuMemcpy,
+				  cuMemcpyAsync,
+				  false };
 	} else if (strcmp(name, "driver-ptds") == 0) {
-		w = (struct way){ cuMemcpyHtoD_v2_ptds,      cuMemcpyDtoH_v2_ptds, cuMemcpyHtoDAsync_v2_ptsz,
-				  cuMemcpyDtoHAsync_v2_ptsz, cuMemcpy_ptds,        cuMemcpyAsync_ptsz,
+		w = (struct way){ cuMemcpyHtoD_v2_ptds,
+				  cuMemcpyDtoH_v2_ptds,
+				  cuMemcpyHtoDAsync_v2_ptsz,
+				  cuMemcpyDtoHAsync_v2_ptsz,
+				  cuMemcpy_ptds,
+				  cuMemcpyAsync_ptsz,
 				  true };
 	} else if (strcmp(name, "dlsym") == 0) {
 		*(void **)&w.h2d = from_dlsym("cuMemcpyHtoD_v2");
@@ -390,15 +400,16 @@ static void expect_route(const struct stub_cuda_copy_stats *a, const struct stub
 	uint64_t pageable = b->pageable_bytes - a->pageable_bytes, pinned = b->pinned_bytes - a->pinned_bytes;
 
 	if (expect_staged && n >= threshold) {
-		CHECK(pageable == 0 && pinned == n, "%s of %zu bytes: the driver saw %llu pageable and %llu pinned bytes; "
-						    "staged, it should see %zu pinned bytes only",
+		CHECK(pageable == 0 && pinned == n,
+		      "%s of %zu bytes: the driver saw %llu pageable and %llu pinned bytes; "
+		      "staged, it should see %zu pinned bytes only",
 		      what, n, (unsigned long long)pageable, (unsigned long long)pinned, n);
 	} else {
 		CHECK(pageable == n && pinned == 0 && b->pageable_copies - a->pageable_copies == 1,
 		      "%s of %zu bytes: the driver saw %llu pageable bytes in %llu copies and %llu pinned bytes; it "
 		      "should see the program's one pageable copy",
-		      what, n, (unsigned long long)pageable, (unsigned long long)(b->pageable_copies - a->pageable_copies),
-		      (unsigned long long)pinned);
+		      what, n, (unsigned long long)pageable,
+		      (unsigned long long)(b->pageable_copies - a->pageable_copies), (unsigned long long)pinned);
 	}
 }
 
@@ -463,7 +474,8 @@ static void round_trip(CUdeviceptr dev, size_t doff, size_t n, size_t hoff, enum
 	if (w.ptds && (fh == FORM_SYNC || fh == FORM_UNIFIED || fd == FORM_SYNC || fd == FORM_UNIFIED))
 		st = PER_THREAD;
 	/* The device window and its edges (one byte before, GUARD after) set to 0xEE first. */
-	CHECK(cu.fill(st, dev + doff - (doff ? 1 : 0), 0xEE, n + GUARD + (doff ? 1 : 0)) == 0 && cu.stream_sync(st) == 0,
+	CHECK(cu.fill(st, dev + doff - (doff ? 1 : 0), 0xEE, n + GUARD + (doff ? 1 : 0)) == 0 &&
+		      cu.stream_sync(st) == 0,
 	      "fill");
 	fill_pat(src + hoff, n, seed);
 	memset(dst, 0x5A, n + hoff + GUARD);
@@ -524,9 +536,9 @@ static CUstream stream_new(void)
 
 static int mode_sizes(void)
 {
-	size_t sizes[] = { 1,        threshold - 1, threshold,    slot - 1,    slot,        slot + 1,
-			   2 * slot - 1, 2 * slot,      2 * slot + 1, 3 * slot + 7, ring - 1,    ring,
-			   ring + 1,     ring + slot + 1, 3 * ring + 7 };
+	size_t sizes[] = { 1,        threshold - 1, threshold, slot - 1,        slot,
+			   slot + 1, 2 * slot - 1,  2 * slot,  2 * slot + 1,    3 * slot + 7,
+			   ring - 1, ring,          ring + 1,  ring + slot + 1, 3 * ring + 7 };
 	size_t unaligned[] = { slot - 1, slot, slot + 1, 2 * slot + 1 };
 	size_t dev_offsets[] = { 0, 1, 7, 63 };
 	size_t most = 3 * ring + 7 + 64 + GUARD;
@@ -536,7 +548,8 @@ static int mode_sizes(void)
 
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
 		for (enum form f = 0; f < N_FORMS; f++, k++)
-			round_trip(dev, 0, sizes[i], 0, f, (f + k) % N_FORMS, w.ptds && k % 2 ? NULL : st, seed++, true);
+			round_trip(dev, 0, sizes[i], 0, f, (f + k) % N_FORMS, w.ptds && k % 2 ? NULL : st, seed++,
+				   true);
 	for (size_t i = 0; i < sizeof(unaligned) / sizeof(unaligned[0]); i++)
 		for (size_t hoff = 1; hoff < 64; hoff++, k++)
 			round_trip(dev, dev_offsets[k % 4], unaligned[i], hoff, k % N_FORMS, (k / N_FORMS) % N_FORMS,
@@ -568,7 +581,8 @@ static int mode_order(void)
 	CUevent e = NULL;
 
 	CHECK(cu.event_create(&e, 2) == 0, "cuEventCreate");
-	cu.set_delay(2000); /* every stream operation 2 ms late: the copies must wait for the kernels, and they for them */
+	cu.set_delay(
+		2000); /* every stream operation 2 ms late: the copies must wait for the kernels, and they for them */
 	for (enum form f = 0; f < N_FORMS; f++) {
 		/* One stream: a kernel, the copy in, a kernel on what it wrote, the copy out. */
 		fill_pat(src, n, 10 + f);
@@ -586,8 +600,8 @@ static int mode_order(void)
 			unsigned char *out = malloc(n);
 
 			CHECK(d2h(f, out, d, n, own) == 0, "D2H");
-			CHECK(first_not(out, n / 2, 0x22) == n / 2 && first_bad_from(out + n / 2, n - n / 2, 20 + f, 0, n / 2) ==
-									       n - n / 2,
+			CHECK(first_not(out, n / 2, 0x22) == n / 2 &&
+				      first_bad_from(out + n / 2, n - n / 2, 20 + f, 0, n / 2) == n - n / 2,
 			      "H2D, kernel, D2H (%s) on one stream: the kernel's half or the copy's is wrong",
 			      form_names[f]);
 			free(out);
@@ -799,7 +813,7 @@ static int mode_capture(void)
 }
 
 /* A copy that must reach the driver as made: one call of its kind in the log, n bytes, none staged. */
-#define UNTOUCHED(field_copies, field_bytes, n, what)                                                            \
+#define UNTOUCHED(field_copies, field_bytes, n, what)                                                          \
 	CHECK(b.field_copies - a.field_copies == 1 && b.field_bytes - a.field_bytes == (n) &&                  \
 		      (b.pinned_copies - a.pinned_copies) + (b.pageable_copies - a.pageable_copies) +          \
 				      (b.device_copies - a.device_copies) + (b.host_copies - a.host_copies) == \
@@ -1009,7 +1023,8 @@ static int mode_revoke(void)
 	pthread_join(t, NULL);
 	memset(h.src, 0xCC, n);
 	CHECK(h.r == 0, "the copy held while its ring was revoked: error %d", h.r);
-	CHECK(w.d2h(out, h.d, n) == 0 && first_bad(out, n, 70, 0) == n, "the copy held while its ring was revoked: bytes");
+	CHECK(w.d2h(out, h.d, n) == 0 && first_bad(out, n, 70, 0) == n,
+	      "the copy held while its ring was revoked: bytes");
 	say("copied");
 	/* Once the ring is given back, copies go to the driver, exact. */
 	hear("released");
@@ -1058,12 +1073,117 @@ static int mode_hold(void)
 	return atomic_load(&failures) ? 1 : 0;
 }
 
+/*
+ * The stand-in driver's own behaviour, checked directly (no interposer): what makes the other modes able to
+ * fail. Async copies with pinned host memory really run later, pageable ones as CUDA's, events and the legacy
+ * stream order work, pointer attributes, capture and the injected failure answer as the real driver.
+ */
+static int mode_selftest(void)
+{
+	size_t n = 3 * slot + 1;
+	CUdeviceptr d = dev_alloc(n), m = 0;
+	CUstream st = stream_new(), st2 = stream_new();
+	unsigned char *pinned = NULL, *plain = malloc(n), *out = malloc(n);
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	CUresult (*attrs)(unsigned, int *, void **, CUdeviceptr) = NULL;
+	CUresult (*attr)(void *, int, CUdeviceptr) = NULL;
+	CUresult (*is_capturing)(CUstream, int *) = NULL;
+	CUresult (*event_query)(CUevent) = NULL;
+	CUresult (*stream_query)(CUstream) = NULL;
+	unsigned type = 9, managed = 9;
+	void *owner = (void *)1;
+	int kinds[] = { 2, 8, 1 }, capturing = 9;
+	void *data[] = { &type, &managed, &owner };
+	CUevent e = NULL;
+
+	*(void **)&attrs = need(h, "cuPointerGetAttributes");
+	*(void **)&attr = need(h, "cuPointerGetAttribute");
+	*(void **)&is_capturing = need(h, "cuStreamIsCapturing");
+	*(void **)&event_query = need(h, "cuEventQuery");
+	*(void **)&stream_query = need(h, "cuStreamQuery");
+	CHECK(cu.host_alloc((void **)&pinned, n, 0) == 0, "cuMemHostAlloc");
+	CHECK(cu.mem_alloc_managed(&m, n, 1) == 0, "cuMemAllocManaged");
+	CHECK(cu.event_create(&e, 2) == 0, "cuEventCreate");
+	cu.set_delay(20000);
+
+	/* Pinned H2D async reads its source when it runs: a change made after the call reaches the device. */
+	memset(pinned, 1, n);
+	CHECK(w.h2d_async(d, pinned, n, st) == 0, "pinned H2D");
+	memset(pinned, 2, n);
+	CHECK(cu.stream_sync(st) == 0, "sync");
+	CHECK(first_not((unsigned char *)(uintptr_t)d, n, 2) == n, "pinned H2D async ran at once");
+	/* Pinned D2H async writes when it runs: right after the call, the old bytes; after the event, the new. */
+	memset(pinned, 3, n);
+	CHECK(w.d2h_async(pinned, d, n, st) == 0 && cu.event_record(e, st) == 0, "pinned D2H");
+	CHECK(event_query(e) == 600, "the event of pending work is not ready (CUDA_ERROR_NOT_READY)");
+	CHECK(first_not(pinned, n, 3) == n, "pinned D2H async was in place at once");
+	CHECK(cu.event_sync(e) == 0 && event_query(e) == 0 && first_not(pinned, n, 2) == n,
+	      "pinned D2H async: not in place after its event");
+	/* Pageable H2D returns with the source copied away; pageable D2H returns with the data in place. */
+	memset(plain, 4, n);
+	CHECK(w.h2d_async(d, plain, n, st) == 0, "pageable H2D");
+	memset(plain, 5, n);
+	CHECK(w.d2h_async(out, d, n, st) == 0 && first_not(out, n, 4) == n, "pageable H2D then D2H: wrong bytes");
+	/* The legacy stream waits for a blocking stream's kernel; another stream does not without an event. */
+	CHECK(cu.fill(w.ptds ? PER_THREAD : st, d, 6, n) == 0 && w.d2h(out, d, n) == 0 && first_not(out, n, 6) == n,
+	      "a sync D2H on the default stream did not wait for a kernel on a stream it waits for");
+	/* Twenty kernels (400 ms) on one stream; a D2H (20 ms) on another finishes while most are still to run. */
+	for (int i = 0; i < 20; i++)
+		CHECK(cu.fill(st, d, 7, n) == 0, "fill");
+	CHECK(w.d2h_async(pinned, d, n, st2) == 0 && cu.stream_sync(st2) == 0, "two streams");
+	CHECK(stream_query(st) == 600,
+	      "a D2H on another stream waited for kernels it has no event for (streams are not concurrent)");
+	CHECK(cu.ctx_sync() == 0, "synchronise");
+	cu.set_delay(0);
+
+	/* Pointer attributes, as the engine asks them. */
+	CHECK(attrs(3, kinds, data, d) == 0 && type == 2 && managed == 0 && owner == ctx, "device memory: %u %u", type,
+	      managed);
+	CHECK(attrs(3, kinds, data, m) == 0 && type == 2 && managed == 1, "managed memory: %u %u", type, managed);
+	CHECK(attrs(3, kinds, data, (CUdeviceptr)(uintptr_t)(pinned + 5)) == 0 && type == 1 && managed == 0,
+	      "pinned memory: %u %u", type, managed);
+	CHECK(attrs(3, kinds, data, (CUdeviceptr)(uintptr_t)plain) == 0 && type == 0 && managed == 0 && !owner,
+	      "pageable memory: %u %u %p", type, managed, owner);
+	CHECK(attr(&type, 2, (CUdeviceptr)(uintptr_t)plain) == 1, "cuPointerGetAttribute of pageable memory");
+	CHECK(attr(&type, 2, d + 1) == 0 && type == 2, "cuPointerGetAttribute of device memory");
+
+	/* Capture: recorded, not run. */
+	CHECK(cu.begin_capture(st, 0) == 0 && is_capturing(st, &capturing) == 0 && capturing == 1, "capture");
+	{
+		void *g = NULL;
+
+		memset(plain, 8, n);
+		CHECK(w.h2d_async(d, plain, n, st) == 0 && cu.end_capture(st, &g) == 0 && g, "captured copy");
+		CHECK(is_capturing(st, &capturing) == 0 && capturing == 0, "capture ended");
+		CHECK(cu.ctx_sync() == 0 && first_not((unsigned char *)(uintptr_t)d, n, 7) == n, "a captured copy ran");
+		cu.graph_destroy(g);
+	}
+	/* Errors: the injected one, and a pointer that is no device memory. */
+	fail_in(1);
+	CHECK(w.h2d(d, plain, n) == 700, "STUB_CUDA_COPY_FAIL_AT");
+	unsetenv("STUB_CUDA_COPY_FAIL_AT");
+	CHECK(w.h2d((CUdeviceptr)(uintptr_t)out, plain, n) == 1, "H2D to host memory");
+	CHECK(w.h2d(d + 1, plain, n) == 1, "H2D past the end of device memory");
+
+	cu.event_destroy(e);
+	cu.stream_destroy(st);
+	cu.stream_destroy(st2);
+	cu.free_host(pinned);
+	cu.mem_free(d);
+	cu.mem_free(m);
+	free(plain);
+	free(out);
+	printf("selftest %s: %d failures\n", BUILD, atomic_load(&failures));
+	return atomic_load(&failures) ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *e = getenv("PB_EXPECT");
 
 	if (argc < 3) {
-		fprintf(stderr, "usage: %s sizes|order|threads N|fork|capture|passthrough|fail|revoke|hold WAY\n",
+		fprintf(stderr,
+			"usage: %s sizes|order|threads N|fork|capture|passthrough|fail|revoke|hold|selftest WAY\n",
 			argv[0]);
 		return 2;
 	}
@@ -1096,6 +1216,8 @@ int main(int argc, char **argv)
 		return mode_revoke();
 	if (strcmp(argv[1], "hold") == 0)
 		return mode_hold();
+	if (strcmp(argv[1], "selftest") == 0)
+		return mode_selftest();
 	fprintf(stderr, "unknown mode %s\n", argv[1]);
 	return 2;
 }

@@ -226,8 +226,8 @@ struct op {
 	const void *src;
 	size_t n;
 	unsigned char byte;
-	void *owned;        /* freed once run: a pageable source copied away */
-	struct stream *on;  /* OP_WAIT: until on->done reaches seq */
+	void *owned;       /* freed once run: a pageable source copied away */
+	struct stream *on; /* OP_WAIT: until on->done reaches seq */
 	uint64_t seq;
 	struct op *next;
 };
@@ -999,7 +999,8 @@ void *stub_cuda_copy_proc(const char *symbol, int version, cuuint64_t flags)
 		{ "cuStreamSynchronize", (any_fn)cuStreamSynchronize, (any_fn)cuStreamSynchronize_ptsz, 0 },
 		{ "cuStreamQuery", (any_fn)cuStreamQuery, NULL, 0 },
 		{ "cuCtxSynchronize", (any_fn)cuCtxSynchronize, NULL, 0 },
-		{ "cuStreamBeginCapture", (any_fn)cuStreamBeginCapture_v2, (any_fn)cuStreamBeginCapture_v2_ptsz, 10010 },
+		{ "cuStreamBeginCapture", (any_fn)cuStreamBeginCapture_v2, (any_fn)cuStreamBeginCapture_v2_ptsz,
+		  10010 },
 		{ "cuStreamBeginCapture", (any_fn)cuStreamBeginCapture, NULL, 0 },
 		{ "cuStreamEndCapture", (any_fn)cuStreamEndCapture, (any_fn)cuStreamEndCapture_ptsz, 0 },
 		{ "cuStreamIsCapturing", (any_fn)cuStreamIsCapturing, (any_fn)cuStreamIsCapturing_ptsz, 0 },
