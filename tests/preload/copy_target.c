@@ -579,10 +579,11 @@ static int mode_order(void)
 	CUstream s1 = stream_new(), s2 = stream_new(), own = w.ptds ? PER_THREAD : s1;
 	unsigned char *src = malloc(n);
 	CUevent e = NULL;
+	struct stub_cuda_copy_stats a = copy_stats(), b;
 
 	CHECK(cu.event_create(&e, 2) == 0, "cuEventCreate");
-	cu.set_delay(
-		2000); /* every stream operation 2 ms late: the copies must wait for the kernels, and they for them */
+	/* Every stream operation 2 ms late: the copies must wait for the kernels, and they for them. */
+	cu.set_delay(2000);
 	for (enum form f = 0; f < N_FORMS; f++) {
 		/* One stream: a kernel, the copy in, a kernel on what it wrote, the copy out. */
 		fill_pat(src, n, 10 + f);
@@ -638,6 +639,12 @@ static int mode_order(void)
 		CHECK(cu.ctx_sync() == 0, "synchronise");
 	}
 	cu.set_delay(0);
+	/* Every copy here is over the threshold: staged, the driver saw none of their pageable bytes. */
+	b = copy_stats();
+	if (expect_staged)
+		CHECK(b.pageable_bytes == a.pageable_bytes && b.pinned_bytes > a.pinned_bytes,
+		      "the driver saw %llu pageable bytes of copies that should have been staged",
+		      (unsigned long long)(b.pageable_bytes - a.pageable_bytes));
 	cu.event_destroy(e);
 	cu.stream_destroy(s1);
 	cu.stream_destroy(s2);
