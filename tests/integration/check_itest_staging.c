@@ -205,6 +205,13 @@ START_TEST(test_forked_children_copy_too)
 }
 END_TEST
 
+/* Copies in two contexts taken in turn (the engine's events are per context): exact, staged. */
+START_TEST(test_copies_in_two_contexts)
+{
+	staged_mode_passes(_i, "contexts", NULL, &staged);
+}
+END_TEST
+
 /* A stream being captured: its pageable copies reach the driver as made (recorded, not run). */
 START_TEST(test_capture_passes_copies_to_the_driver)
 {
@@ -373,7 +380,8 @@ END_TEST
 /* Every mode passes bare with every copy going to the driver: the program's checks hold on a correct driver. */
 START_TEST(test_the_checks_pass_on_the_bare_driver)
 {
-	static const char *const modes[] = { "sizes", "order", "threads", "fork", "capture", "passthrough", "fail" };
+	static const char *const modes[] = { "sizes",    "order",   "threads",     "fork",
+					     "contexts", "capture", "passthrough", "fail" };
 	struct run_opts bare = { .expect = "driver", .delay_us = NULL };
 
 	for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++)
@@ -415,6 +423,7 @@ static Suite *suite(void)
 #ifndef __SANITIZE_ADDRESS__ /* as check_itest_preload: GCC 12's libasan can hang a child forked while threads malloc */
 	tcase_add_loop_test(t, test_forked_children_copy_too, 0, N_WAYS);
 #endif
+	tcase_add_loop_test(t, test_copies_in_two_contexts, 0, N_WAYS);
 	tcase_add_loop_test(t, test_capture_passes_copies_to_the_driver, 0, N_WAYS);
 	tcase_add_loop_test(t, test_other_memory_passes_to_the_driver_untouched, 0, N_WAYS);
 	tcase_add_loop_test(t, test_a_driver_error_comes_back_to_the_caller, 0, N_WAYS);

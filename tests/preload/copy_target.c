@@ -19,6 +19,7 @@
  *              and the per-thread default streams (streams slowed to 2 ms an operation)
  *   threads N  N threads copying at once, each its own buffers, half on their own streams
  *   fork       children forked while a thread copies, each copying too
+ *   contexts   copies in two contexts taken in turn, each with its own device memory and stream
  *   capture    copies on a stream being captured reach the driver untouched and do not run
  *   passthrough  under the threshold, pinned, registered, managed, device-to-device and host-to-host copies
  *              reach the driver untouched; a bad device pointer gets the driver's CUDA_ERROR_INVALID_VALUE
@@ -930,6 +931,44 @@ static int mode_passthrough(void)
 	return atomic_load(&failures) ? 1 : 0;
 }
 
+/*
+ * Two contexts, taken in turn on one thread: each copy's device memory and stream belong to the context current
+ * at the time (the stand-in driver refuses an event recorded on another context's stream, as CUDA does).
+ */
+static int mode_contexts(void)
+{
+	size_t n = 2 * slot + 3;
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL), *other = NULL, *both[2];
+	CUresult (*create)(void **, unsigned, int) = NULL;
+	CUdeviceptr dev[2];
+	CUstream st[2];
+
+	*(void **)&create = need(h, "cuCtxCreate_v2");
+	CHECK(create(&other, 0, 0) == 0 && other, "cuCtxCreate");
+	both[0] = ctx;
+	both[1] = other;
+	for (int c = 0; c < 2; c++) {
+		CHECK(cu.set_current(both[c]) == 0, "cuCtxSetCurrent");
+		dev[c] = dev_alloc(n + 64 + GUARD);
+		st[c] = stream_new();
+	}
+	for (unsigned i = 0; i < 16; i++) {
+		int c = (int)(i % 2);
+
+		CHECK(cu.set_current(both[c]) == 0, "cuCtxSetCurrent");
+		round_trip(dev[c], i % 3, n, i % 5, i % N_FORMS, (i / 2) % N_FORMS, i % 4 < 2 ? st[c] : NULL, 90 + i,
+			   true);
+	}
+	for (int c = 0; c < 2; c++) {
+		CHECK(cu.set_current(both[c]) == 0, "cuCtxSetCurrent");
+		cu.stream_destroy(st[c]);
+		cu.mem_free(dev[c]);
+	}
+	cu.set_current(ctx);
+	printf("contexts %s: %d failures\n", BUILD, atomic_load(&failures));
+	return atomic_load(&failures) ? 1 : 0;
+}
+
 /* Make the kth copy call from now fail (STUB_CUDA_COPY_FAIL_AT, read by the driver at each call). */
 static void fail_in(unsigned k)
 {
@@ -1165,6 +1204,18 @@ static int mode_selftest(void)
 		CHECK(cu.ctx_sync() == 0 && first_not((unsigned char *)(uintptr_t)d, n, 7) == n, "a captured copy ran");
 		cu.graph_destroy(g);
 	}
+	/* An event belongs to its context: recording it on another context's stream is CUDA_ERROR_INVALID_HANDLE. */
+	{
+		CUresult (*create)(void **, unsigned, int) = NULL;
+		void *other = NULL;
+		CUevent e2 = NULL;
+
+		*(void **)&create = need(h, "cuCtxCreate_v2");
+		CHECK(create(&other, 0, 0) == 0 && cu.event_create(&e2, 2) == 0, "a second context and its event");
+		CHECK(cu.event_record(e2, st) == 400, "an event recorded on another context's stream");
+		cu.event_destroy(e2);
+		enter();
+	}
 	/* Errors: the injected one, and a pointer that is no device memory. */
 	fail_in(1);
 	CHECK(w.h2d(d, plain, n) == 700, "STUB_CUDA_COPY_FAIL_AT");
@@ -1190,7 +1241,7 @@ int main(int argc, char **argv)
 
 	if (argc < 3) {
 		fprintf(stderr,
-			"usage: %s sizes|order|threads N|fork|capture|passthrough|fail|revoke|hold|selftest WAY\n",
+			"usage: %s sizes|order|threads N|fork|contexts|capture|passthrough|fail|revoke|hold|selftest WAY\n",
 			argv[0]);
 		return 2;
 	}
@@ -1223,6 +1274,8 @@ int main(int argc, char **argv)
 		return mode_revoke();
 	if (strcmp(argv[1], "hold") == 0)
 		return mode_hold();
+	if (strcmp(argv[1], "contexts") == 0)
+		return mode_contexts();
 	if (strcmp(argv[1], "selftest") == 0)
 		return mode_selftest();
 	fprintf(stderr, "unknown mode %s\n", argv[1]);

@@ -270,6 +270,28 @@ STUB CUresult cuCtxPopCurrent_v2(CUcontext *c)
 	return CUDA_SUCCESS;
 }
 
+/* A context of its own, made current (staged copies keep events per context: a test needs two). Never freed, so
+ * a handle used after cuCtxDestroy stays harmless here. */
+STUB CUresult cuCtxCreate_v2(CUcontext *c, unsigned flags, CUdevice d)
+{
+	(void)flags;
+	if (!c || d != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!(*c = calloc(1, sizeof(**c))))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	current = *c;
+	return CUDA_SUCCESS;
+}
+
+STUB CUresult cuCtxDestroy_v2(CUcontext c)
+{
+	if (!c || c == &primary)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (current == c)
+		current = NULL;
+	return CUDA_SUCCESS;
+}
+
 STUB CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 {
 	(void)d;
