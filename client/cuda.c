@@ -4,6 +4,7 @@
 #include "cuda.h"
 
 #include <dlfcn.h>
+#include <stddef.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -20,6 +21,8 @@ typedef int CUresult;
 typedef int CUdevice;
 typedef struct CUctx_st *CUcontext;
 typedef unsigned long long CUdeviceptr;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1
@@ -31,6 +34,12 @@ typedef unsigned long long CUdeviceptr;
 #define CU_MEMHOSTREGISTER_DEVICEMAP 0x02
 #define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
 #define CU_MEMORYTYPE_HOST 1
+#define CU_POINTER_ATTRIBUTE_IS_MANAGED 8
+#define CU_EVENT_DISABLE_TIMING 0x2
+#define CU_STREAM_CAPTURE_STATUS_NONE 0
+/* The special stream handles: the legacy default stream (as 0) and the calling thread's per-thread one. */
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
 /* CUDA 12.2+: the host node nearest the GPU, -1 where the system has no NUMA; older drivers refuse it. */
 #define CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID 134
 
@@ -52,7 +61,23 @@ static struct {
 	CUresult (*device_get_uuid)(unsigned char uuid[16], CUdevice dev);
 	CUresult (*device_get_attribute)(int *value, int attribute, CUdevice dev);
 	CUresult (*device_get_by_pci_bus_id)(CUdevice *dev, const char *bus);
+	/* Optional: staged copies (pbcuda_staging_available says whether all are there). */
+	CUresult (*pointer_get_attributes)(unsigned n, int *attrs, void **data, CUdeviceptr ptr);
+	CUresult (*stream_is_capturing)(CUstream s, int *status);
+	CUresult (*stream_get_ctx)(CUstream s, CUcontext *ctx);
+	CUresult (*stream_synchronize)(CUstream s);
+	CUresult (*event_create)(CUevent *ev, unsigned flags);
+	CUresult (*event_record)(CUevent ev, CUstream s);
+	CUresult (*event_synchronize)(CUevent ev);
+	CUresult (*event_query)(CUevent ev);
+	CUresult (*event_destroy)(CUevent ev);
+	CUresult (*memcpy_htod_async)(CUdeviceptr dst, const void *src, size_t bytes, CUstream s);
+	CUresult (*memcpy_dtoh_async)(void *dst, CUdeviceptr src, size_t bytes, CUstream s);
+	CUresult (*memcpy_dtoh)(void *dst, CUdeviceptr src, size_t bytes);
 } cu;
+
+/* Which staged-copy entry point is missing, or NULL when all are there (set by load_driver). */
+static const char *staging_missing = "the CUDA driver is not loaded";
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static int cuda_ok;
@@ -80,6 +105,38 @@ static void *sym(void *h, const char *versioned, const char *plain)
 	void *p = versioned ? dlsym(h, versioned) : NULL;
 
 	return p ? p : dlsym(h, plain);
+}
+
+/* The staged copies' entry points, each by the name cuda.h maps the plain one to (CUDA 13's ABI). */
+static void load_staging(void *h)
+{
+	static const struct {
+		const char *versioned, *plain;
+		size_t offset;
+	} syms[] = {
+		{ NULL, "cuPointerGetAttributes", offsetof(__typeof__(cu), pointer_get_attributes) },
+		{ NULL, "cuStreamIsCapturing", offsetof(__typeof__(cu), stream_is_capturing) },
+		{ NULL, "cuStreamSynchronize", offsetof(__typeof__(cu), stream_synchronize) },
+		{ NULL, "cuEventCreate", offsetof(__typeof__(cu), event_create) },
+		{ NULL, "cuEventRecord", offsetof(__typeof__(cu), event_record) },
+		{ NULL, "cuEventSynchronize", offsetof(__typeof__(cu), event_synchronize) },
+		{ NULL, "cuEventQuery", offsetof(__typeof__(cu), event_query) },
+		{ "cuEventDestroy_v2", "cuEventDestroy", offsetof(__typeof__(cu), event_destroy) },
+		{ "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync", offsetof(__typeof__(cu), memcpy_htod_async) },
+		{ "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync", offsetof(__typeof__(cu), memcpy_dtoh_async) },
+		{ "cuMemcpyDtoH_v2", "cuMemcpyDtoH", offsetof(__typeof__(cu), memcpy_dtoh) },
+	};
+
+	staging_missing = NULL;
+	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
+		void *p = sym(h, syms[i].versioned, syms[i].plain);
+
+		memcpy((char *)&cu + syms[i].offset, &p, sizeof(p));
+		if (!p && !staging_missing)
+			staging_missing = syms[i].plain;
+	}
+	/* Optional even here: without it a stream is taken to belong to the current context. */
+	*(void **)&cu.stream_get_ctx = sym(h, NULL, "cuStreamGetCtx");
 }
 
 static void load_driver(void)
@@ -116,6 +173,7 @@ static void load_driver(void)
 	*(void **)&cu.device_get_uuid = sym(h, "cuDeviceGetUuid_v2", "cuDeviceGetUuid");
 	*(void **)&cu.device_get_attribute = sym(h, NULL, "cuDeviceGetAttribute");
 	*(void **)&cu.device_get_by_pci_bus_id = sym(h, NULL, "cuDeviceGetByPCIBusId");
+	load_staging(h);
 	if (!cu.init || !cu.device_get_count || !cu.device_get || !cu.mem_host_register || !cu.mem_host_unregister ||
 	    !cu.ctx_get_current || !cu.ctx_push_current || !cu.ctx_pop_current || !cu.primary_ctx_retain) {
 		snprintf(cuda_reason, sizeof(cuda_reason), "libcuda.so.1 lacks a required entry point: %s",
@@ -468,4 +526,143 @@ int pbcuda_host_numa_node(const char *gpu)
 const char *pbcuda_strerror(void)
 {
 	return cuda_error[0] ? cuda_error : "no CUDA error";
+}
+
+int pbcuda_staging_available(const char **reason)
+{
+	static __thread char why[128];
+	const char *r = NULL;
+
+	if (!pbcuda_available(&r)) {
+		if (reason)
+			*reason = r;
+		return 0;
+	}
+	if (staging_missing) {
+		snprintf(why, sizeof(why), "libcuda.so.1 lacks %s", staging_missing);
+		if (reason)
+			*reason = why;
+		return 0;
+	}
+	if (reason)
+		*reason = NULL;
+	return 1;
+}
+
+/* The staged copies' calls below are made only after pbcuda_staging_available() said 1. */
+
+const char *pbcuda_result_text(int r)
+{
+	return result_string(r);
+}
+
+int pbcuda_pointer_facts(const void *p, unsigned *memory_type, bool *managed)
+{
+	int attrs[2] = { CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED };
+	unsigned type = 0;
+	int is_managed = 0; /* the driver writes a bool-sized int here (CUDA's docs: "unsigned int" / "bool") */
+	void *data[2] = { &type, &is_managed };
+	CUresult r;
+
+	r = cu.pointer_get_attributes(2, attrs, data, (CUdeviceptr)(uintptr_t)p);
+	*memory_type = type;
+	*managed = (is_managed & 0xff) != 0;
+	return r;
+}
+
+int pbcuda_stream_capturing(void *stream, bool *capturing)
+{
+	int status = CU_STREAM_CAPTURE_STATUS_NONE;
+	CUresult r = cu.stream_is_capturing((CUstream)stream, &status);
+
+	*capturing = r != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE;
+	return r;
+}
+
+int pbcuda_ctx_current(void **ctx)
+{
+	CUcontext cur = NULL;
+	CUresult r = cu.ctx_get_current(&cur);
+
+	*ctx = cur;
+	return r;
+}
+
+int pbcuda_stream_ctx(void *stream, void **ctx)
+{
+	CUcontext c = NULL;
+	CUresult r;
+
+	if (!stream || stream == (void *)CU_STREAM_LEGACY || stream == (void *)CU_STREAM_PER_THREAD ||
+	    !cu.stream_get_ctx)
+		return pbcuda_ctx_current(ctx);
+	r = cu.stream_get_ctx((CUstream)stream, &c);
+	*ctx = c;
+	return r;
+}
+
+int pbcuda_ctx_push(void *ctx)
+{
+	return cu.ctx_push_current((CUcontext)ctx);
+}
+
+void pbcuda_ctx_pop(void)
+{
+	CUcontext dummy;
+
+	cu.ctx_pop_current(&dummy);
+}
+
+void *pbcuda_per_thread_stream(void)
+{
+	return (void *)CU_STREAM_PER_THREAD;
+}
+
+int pbcuda_event_create(void **ev)
+{
+	CUevent e = NULL;
+	CUresult r = cu.event_create(&e, CU_EVENT_DISABLE_TIMING);
+
+	*ev = e;
+	return r;
+}
+
+int pbcuda_event_record(void *ev, void *stream)
+{
+	return cu.event_record((CUevent)ev, (CUstream)stream);
+}
+
+int pbcuda_event_sync(void *ev)
+{
+	return cu.event_synchronize((CUevent)ev);
+}
+
+int pbcuda_event_query(void *ev)
+{
+	return cu.event_query((CUevent)ev);
+}
+
+void pbcuda_event_destroy(void *ev)
+{
+	cu.event_destroy((CUevent)ev);
+}
+
+int pbcuda_htod_async(uint64_t dst, const void *src, size_t bytes, void *stream)
+{
+	return cu.memcpy_htod_async((CUdeviceptr)dst, src, bytes, (CUstream)stream);
+}
+
+int pbcuda_dtoh_async(void *dst, uint64_t src, size_t bytes, void *stream)
+{
+	return cu.memcpy_dtoh_async(dst, (CUdeviceptr)src, bytes, (CUstream)stream);
+}
+
+int pbcuda_dtoh(void *dst, uint64_t src, size_t bytes)
+{
+	return cu.memcpy_dtoh(dst, (CUdeviceptr)src, bytes);
+}
+
+int pbcuda_stream_sync(void *stream)
+{
+	return cu.stream_synchronize((CUstream)stream);
 }

@@ -66,3 +66,42 @@ int pbcuda_host_numa_node(const char *gpu);
 
 /* The calling thread's message for its last failed pbcuda_register(). Never NULL. */
 const char *pbcuda_strerror(void);
+
+/*
+ * Staged copies (lib-staging.c). The entry points are loaded with the driver; when one is missing (an old driver,
+ * a stand-in without them) staging is unavailable and nothing else changes. Returns 1 when pbcuda_available() and
+ * every one of them is there, else 0 with *reason (may be NULL) naming what is missing. The calls below may be
+ * made only after it said 1; each returns the driver's CUresult (0: CUDA_SUCCESS), streams and events as the
+ * driver's handles (NULL: the legacy default stream).
+ */
+int pbcuda_staging_available(const char **reason);
+/* The driver's text for a CUresult ("invalid argument"); never NULL. */
+const char *pbcuda_result_text(int r);
+/*
+ * cuPointerGetAttributes(MEMORY_TYPE, IS_MANAGED) of p: *memory_type 0 for memory the driver does not know
+ * (pageable host memory), 1 host (pinned, registered), 2 device, 3 array, 4 unified; *managed for managed memory.
+ */
+int pbcuda_pointer_facts(const void *p, unsigned *memory_type, bool *managed);
+/* cuStreamIsCapturing: *capturing unless the status is NONE (also true when the driver failed to say). */
+int pbcuda_stream_capturing(void *stream, bool *capturing);
+/* The calling thread's current context (*ctx NULL: none). */
+int pbcuda_ctx_current(void **ctx);
+/* The context of stream (cuStreamGetCtx); the current one for the default streams or a driver without the call. */
+int pbcuda_stream_ctx(void *stream, void **ctx);
+/* cuCtxPushCurrent / cuCtxPopCurrent. */
+int pbcuda_ctx_push(void *ctx);
+void pbcuda_ctx_pop(void);
+/* CU_STREAM_PER_THREAD: the calling thread's per-thread default stream. */
+void *pbcuda_per_thread_stream(void);
+/* cuEventCreate(DISABLE_TIMING) in the current context, cuEventRecord, cuEventSynchronize, cuEventQuery,
+ * cuEventDestroy. */
+int pbcuda_event_create(void **ev);
+int pbcuda_event_record(void *ev, void *stream);
+int pbcuda_event_sync(void *ev);
+int pbcuda_event_query(void *ev);
+void pbcuda_event_destroy(void *ev);
+/* cuMemcpyHtoDAsync_v2, cuMemcpyDtoHAsync_v2, cuMemcpyDtoH_v2, cuStreamSynchronize. */
+int pbcuda_htod_async(uint64_t dst, const void *src, size_t bytes, void *stream);
+int pbcuda_dtoh_async(void *dst, uint64_t src, size_t bytes, void *stream);
+int pbcuda_dtoh(void *dst, uint64_t src, size_t bytes);
+int pbcuda_stream_sync(void *stream);

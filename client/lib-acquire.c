@@ -83,6 +83,7 @@ static int lease_from_reply(pb_client *c, struct waiter *w, uint32_t flags, cons
 	l->no_cuda = flags & PB_ACQUIRE_NO_CUDA;
 	l->no_revoke = ls->has_no_revoke && ls->no_revoke;
 	l->mapped = flags & PB_ACQUIRE_MAPPED;
+	l->staging_ring = flags & PB_ACQUIRE_STAGING_RING;
 	l->numa_node = ls->has_numa_node ? ls->numa_node : -1;
 	l->misplaced = ls->has_misplaced && ls->misplaced;
 	l->kind = PB_MEM_LOCKED;

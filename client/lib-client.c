@@ -102,7 +102,9 @@ void pb_disconnect(pb_client *c)
 {
 	if (!c)
 		return;
+	staging_client_close(c);
 	lease_release_all(c);
 	receiver_stop(c);
+	staging_client_free(c);
 	client_free(c);
 }

@@ -18,7 +18,10 @@
 /*
  * The rooms, one file each, their cross-room verbs under the file's prefix. A room calls only rooms
  * below it in this list (every one calls lib-errors.c), so there is no import loop:
- *   lib-client.c    pb_connect, pb_disconnect: builds a client, wires the rooms    (receiver, lease, cache)
+ *   lib-client.c    pb_connect, pb_disconnect: builds a client, wires the rooms    (staging, receiver, lease, cache)
+ *   lib-staging.c   pb_copy_*, pbst_copy: the staged copy's pipeline     (staging-ring, staging-plan, cuda.c)
+ *   lib-staging-ring.c  staging_: the ring lease, its events and threads, fork (acquire, lease, report, cuda.c)
+ *   lib-staging-report.c  lib_report_staging: ReportStaging                         (conn)
  *   lib-admin.c     metrics, config, admin revoke and set, job quotas               (status, conn)
  *   lib-status.c    status_: STATUS paging and conversion                           (conn)
  *   lib-share.c     pb_lease_share, pb_attach                                       (acquire, lease, conn)
@@ -86,6 +89,7 @@ struct pb_lease {
 	uint64_t cached_seq;   /* while LEASE_CACHED: when it was cached (client->cache_seq), oldest evicted first */
 	bool idle_told;        /* while LEASE_CACHED: the daemon was told it is idle (a re-acquire must say busy) */
 	bool inherit;          /* PB_ACQUIRE_INHERIT: mapped without MADV_DONTFORK */
+	bool staging_ring;     /* PB_ACQUIRE_STAGING_RING: the library's own ring; a revoke goes to c->staging_revoke */
 	uint64_t forks_at_map; /* map_forks() before it was mapped: more since means a child may map it */
 	/* While LEASE_CACHED, under client->lock (lib-cache-index.c): */
 	struct pb_lease *cache_prev, *cache_next; /* client->cache_head's list, in cache order */
@@ -175,6 +179,13 @@ struct pb_client {
 	struct pb_cache_stats cache_stats; /* hits, misses, evictions, revoked */
 	pb_revoke_fn revoke_fn;
 	void *revoke_userdata;
+	/*
+	 * Staged copies (lib-staging*.c): their state, made on first use (atomic pointer), and the hook the lease room
+	 * calls, on the receiver thread without c->lock, when the daemon revokes a staging ring (instead of revoke_fn:
+	 * the ring is the library's own). Set once, before the first ring is acquired.
+	 */
+	struct pbst_state *staging;
+	void (*staging_revoke)(pb_client *c, pb_lease *l, uint32_t deadline_ms);
 	uint8_t *rxbuf;       /* PB_MAX_MSG_BYTES, used only by whoever is reading: HELLO, then the receiver */
 	char path[108];       /* the socket, for reconnecting after the daemon restarts */
 	bool closing;         /* pb_disconnect is running: never reconnect */
@@ -401,3 +412,11 @@ void status_job_copy(struct pb_job *y, const Pinbroker__V1__JobInfo *x);
  * cumulative, so a lost report costs nothing. Returns 0, or a negative errno (no connection, an old daemon).
  */
 int lib_report_staging(pb_client *c, const struct pb_staging_stats *s);
+
+/* ---------------------------------------------------------------- lib-staging-ring.c */
+
+/* pb_disconnect's part, before any lease is released: waits out a staged copy in flight, lets the GPU finish
+ * with the ring, releases it (with a last report) and stops the copy threads. */
+void staging_client_close(pb_client *c);
+/* pb_disconnect's part once the receiver thread has stopped: frees the state. */
+void staging_client_free(pb_client *c);

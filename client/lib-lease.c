@@ -143,6 +143,15 @@ static void lease_on_revoke(pb_client *c, uint64_t id, uint32_t deadline_ms)
 		return;
 	}
 	l->revoke_pending = true;
+	if (l->staging_ring && c->staging_revoke) {
+		/* The library's own ring: staging gives it back once the copy in flight is done. */
+		void (*hook)(pb_client *, pb_lease *, uint32_t) = c->staging_revoke;
+
+		pthread_mutex_unlock(&c->lock);
+		hook(c, l, deadline_ms);
+		conn_send_revoke_ack(c, id, gen);
+		return;
+	}
 	fn = c->revoke_fn;
 	userdata = c->revoke_userdata;
 	if (fn) {

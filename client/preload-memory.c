@@ -55,12 +55,28 @@ const char *const pbp_fn_names[F_END] = {
 	[F_cuGraphAddNode] = "cuGraphAddNode",
 	[F_cuGraphAddNode_v2] = "cuGraphAddNode_v2",
 	[F_cuGraphDestroy] = "cuGraphDestroy",
+	[F_cuMemcpyHtoD_v2] = "cuMemcpyHtoD_v2",
+	[F_cuMemcpyHtoD_v2_ptds] = "cuMemcpyHtoD_v2_ptds",
+	[F_cuMemcpyDtoH_v2] = "cuMemcpyDtoH_v2",
+	[F_cuMemcpyDtoH_v2_ptds] = "cuMemcpyDtoH_v2_ptds",
+	[F_cuMemcpyHtoDAsync_v2] = "cuMemcpyHtoDAsync_v2",
+	[F_cuMemcpyHtoDAsync_v2_ptsz] = "cuMemcpyHtoDAsync_v2_ptsz",
+	[F_cuMemcpyDtoHAsync_v2] = "cuMemcpyDtoHAsync_v2",
+	[F_cuMemcpyDtoHAsync_v2_ptsz] = "cuMemcpyDtoHAsync_v2_ptsz",
+	[F_cuMemcpy] = "cuMemcpy",
+	[F_cuMemcpy_ptds] = "cuMemcpy_ptds",
+	[F_cuMemcpyAsync] = "cuMemcpyAsync",
+	[F_cuMemcpyAsync_ptsz] = "cuMemcpyAsync_ptsz",
 	[F_cudaHostAlloc] = "cudaHostAlloc",
 	[F_cudaMallocHost] = "cudaMallocHost",
 	[F_cudaFreeHost] = "cudaFreeHost",
 	[F_cudaHostRegister] = "cudaHostRegister",
 	[F_cudaHostUnregister] = "cudaHostUnregister",
 	[F_cudaHostGetFlags] = "cudaHostGetFlags",
+	[F_cudaMemcpy] = "cudaMemcpy",
+	[F_cudaMemcpy_ptds] = "cudaMemcpy_ptds",
+	[F_cudaMemcpyAsync] = "cudaMemcpyAsync",
+	[F_cudaMemcpyAsync_ptsz] = "cudaMemcpyAsync_ptsz",
 };
 
 /* The real functions: the driver's from our own handle on libcuda.so.1, the runtime's as found. */
@@ -292,6 +308,11 @@ static void release_lease(pb_lease *l, bool registration)
 	else
 		pb_release(c, l);
 	depth--;
+}
+
+pb_client *pbp_client(void)
+{
+	return get_client();
 }
 
 /* ---- For preload-cudapaths.c's rooms (preload-vmm.c, preload-pools.c, preload-graph.c) ---- */

@@ -186,6 +186,19 @@ static void *substitute(const char *symbol, void *p, int cuda_version, cuuint64_
 		return cuda_version >= 3020 ? wrapper(F_cuMemFree_v2) : p;
 	if (strcmp(symbol, "cuGraphAddNode") == 0)
 		return wrapper(cuda_version >= 12030 ? F_cuGraphAddNode_v2 : F_cuGraphAddNode);
+	/* Before 3.2 these took a 32-bit device pointer: not ours to stand in for. */
+	if (strcmp(symbol, "cuMemcpyHtoD") == 0)
+		return cuda_version >= 3020 ? wrapper(ptsz ? F_cuMemcpyHtoD_v2_ptds : F_cuMemcpyHtoD_v2) : p;
+	if (strcmp(symbol, "cuMemcpyDtoH") == 0)
+		return cuda_version >= 3020 ? wrapper(ptsz ? F_cuMemcpyDtoH_v2_ptds : F_cuMemcpyDtoH_v2) : p;
+	if (strcmp(symbol, "cuMemcpyHtoDAsync") == 0)
+		return cuda_version >= 3020 ? wrapper(ptsz ? F_cuMemcpyHtoDAsync_v2_ptsz : F_cuMemcpyHtoDAsync_v2) : p;
+	if (strcmp(symbol, "cuMemcpyDtoHAsync") == 0)
+		return cuda_version >= 3020 ? wrapper(ptsz ? F_cuMemcpyDtoHAsync_v2_ptsz : F_cuMemcpyDtoHAsync_v2) : p;
+	if (strcmp(symbol, "cuMemcpy") == 0)
+		return wrapper(ptsz ? F_cuMemcpy_ptds : F_cuMemcpy);
+	if (strcmp(symbol, "cuMemcpyAsync") == 0)
+		return wrapper(ptsz ? F_cuMemcpyAsync_ptsz : F_cuMemcpyAsync);
 	for (int f = 0; f < F_DRIVER_END; f++)
 		if (strcmp(symbol, pbp_fn_names[f]) == 0)
 			return wrapper(f);
@@ -241,8 +254,10 @@ UNSANITIZED static void *wrapper(enum fn f)
 		[F_cudaHostGetFlags] = (any_fn)cudaHostGetFlags,
 	};
 
-	if (f >= F_cuMemCreate && f < F_DRIVER_END)
+	if (f >= F_cuMemCreate && f <= F_cuGraphDestroy)
 		return pbp_cudapaths_wrapper(f);
+	if ((f > F_cuGraphDestroy && f < F_DRIVER_END) || f > F_cudaHostGetFlags)
+		return pbp_copy_wrapper(f);
 	return (void *)(uintptr_t)wrappers[f];
 }
 

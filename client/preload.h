@@ -62,6 +62,19 @@ enum fn {
 	F_cuGraphAddNode,
 	F_cuGraphAddNode_v2,
 	F_cuGraphDestroy,
+	/* Copies between device memory and host memory (preload-copy.c): staged when the host side is pageable. */
+	F_cuMemcpyHtoD_v2,
+	F_cuMemcpyHtoD_v2_ptds,
+	F_cuMemcpyDtoH_v2,
+	F_cuMemcpyDtoH_v2_ptds,
+	F_cuMemcpyHtoDAsync_v2,
+	F_cuMemcpyHtoDAsync_v2_ptsz,
+	F_cuMemcpyDtoHAsync_v2,
+	F_cuMemcpyDtoHAsync_v2_ptsz,
+	F_cuMemcpy,
+	F_cuMemcpy_ptds,
+	F_cuMemcpyAsync,
+	F_cuMemcpyAsync_ptsz,
 	F_DRIVER_END,
 	F_cudaHostAlloc = F_DRIVER_END,
 	F_cudaMallocHost,
@@ -69,6 +82,10 @@ enum fn {
 	F_cudaHostRegister,
 	F_cudaHostUnregister,
 	F_cudaHostGetFlags,
+	F_cudaMemcpy,
+	F_cudaMemcpy_ptds,
+	F_cudaMemcpyAsync,
+	F_cudaMemcpyAsync_ptsz,
 	F_END,
 };
 
@@ -123,6 +140,12 @@ PBP_HIDDEN int pbp_charge(size_t bytes, pb_lease **out, char *why, size_t why_le
 PBP_HIDDEN void pbp_uncharge(pb_lease *l);
 PBP_HIDDEN void pbp_unbrokered_adjust(uint64_t add, uint64_t sub);
 PBP_HIDDEN size_t pbp_page_size(void);
+
+/* The broker connection, made on first need (NULL while none answers: asked again at most every 5 s). */
+PBP_HIDDEN pb_client *pbp_client(void);
+
+/* The exported wrappers of preload-copy.c, for the tables of preload.c. */
+PBP_HIDDEN void *pbp_copy_wrapper(enum fn f);
 
 /* The exported wrappers of preload-cudapaths.c's rooms, for the tables of preload.c (what dlsym and cuGetProcAddress hand out). */
 PBP_HIDDEN void *pbp_cudapaths_wrapper(enum fn f);

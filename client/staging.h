@@ -28,7 +28,11 @@
  */
 bool pbst_copy(pb_client *c, void *dst, const void *src, size_t bytes, void *stream, unsigned flags, int *cu);
 
-/* Around fork (pthread_atfork, through the library's own handlers): the child has no ring and no threads. */
+/*
+ * Around fork: the child has no ring and no threads (its copies take a ring of its own). The library registers
+ * them with pthread_atfork itself, on its first staged copy; a second call from the same thread, around the same
+ * fork (an interposer's own handlers), does nothing.
+ */
 void pbst_before_fork(void);
 void pbst_after_fork_parent(void);
 void pbst_after_fork_child(void);

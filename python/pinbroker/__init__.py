@@ -16,7 +16,8 @@ Errors are OSError subclasses (:mod:`pinbroker.errors`) carrying errno and the d
 From the shell, ``python3 -m pinbroker status`` and ``python3 -m pinbroker doctor`` (:mod:`pinbroker.__main__`).
 """
 
-# The rooms (each imports only those above it): _lib (ctypes) <- _lease (Kind, Priority, Lease) <- _status
+# The rooms (each imports only those above it): _lib (ctypes) <- _staging (buffers, streams and settings of
+# staged copies) <- _lease (Kind, Priority, Lease) <- _status
 # (status and admin calls) <- _client (Client, Registration, the module functions) <- _region (named shared
 # regions).
 from ._client import (
@@ -29,6 +30,7 @@ from ._client import (
     library_path,
 )
 from ._lease import Kind, Lease, Priority
+from ._staging import StagingStats
 from ._region import prune_regions, region_path, remove_region, shared_region
 from .errors import (
     BrokerError,
@@ -56,6 +58,7 @@ __all__ = [
     "Lease",
     "Priority",
     "Registration",
+    "StagingStats",
     "RevokeCallback",
     "acquire_or_fallback",
     "connect",

@@ -21,7 +21,7 @@ import warnings
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from . import _lib, _status
+from . import _lib, _staging, _status
 from ._lease import _KIND_BY_C, _PRIO_TO_C, Kind, Lease, Priority, _dec, _Mapping, _page_size, _priority, _raise
 from .errors import BrokerError, InvalidArgument, LibraryNotFound, NotConnected, PermissionDenied
 
@@ -119,6 +119,7 @@ class Client:
         self._mappings: Dict[int, weakref.ReferenceType] = {}
         self._registrations: set = set()  # pb_register handles not yet given back
         self._revoke_cb: Optional[RevokeCallback] = None
+        self._staging_threshold: Optional[int] = None  # configure_staging's, else the environment's
         self._warned_no_callback = False
         with _key_lock:
             self._key = _next_key
@@ -524,6 +525,116 @@ class Client:
             _lib.load().pb_set_cache_limit(ptr, nbytes)
         finally:
             self._leave()
+
+
+    # -- staged copies (issue 39): pageable host memory to and from the device through a pinned ring
+
+    def _staging_fn(self, name: str) -> Any:
+        fn = _lib.optional(name)
+        if fn is None:
+            raise NotImplementedError(
+                f"the libpinbroker loaded from {_lib.path()} has no {name}: staged copies need a newer "
+                "libpinbroker; upgrade it, or point PINBROKER_LIBRARY at a newer build"
+            )
+        return fn
+
+    def configure_staging(self, ring: Union[int, str, None] = None, slot: Union[int, str, None] = None,
+                          threads: Optional[int] = None, threshold: Union[int, str, None] = None) -> None:
+        """Settings of this client's staged copies, before its first one (pb_staging_configure): ``ring`` the
+        pinned ring's size, ``slot`` one slot of it (the pipeline's unit; ring/slot >= 2), ``threads`` the host
+        threads copying to and from slots, ``threshold`` the smallest copy staged. Sizes are bytes or strings
+        such as "64M"; None keeps $PINBROKER_STAGING_RING / _SLOT / _THREADS / _THRESHOLD, else the default.
+        Raises InvalidArgument (EINVAL) for a value out of range, naming it; BrokerError (EBUSY) once this
+        client holds a ring."""
+        opts = _staging.staging_opts(ring, slot, threads, threshold)
+        fn = self._staging_fn("pb_staging_configure")
+        ptr = self._enter()
+        try:
+            r = fn(ptr, ctypes.byref(opts))
+            if r == -errno.EBUSY:
+                raise BrokerError(errno.EBUSY, f"configure_staging: {_lib.last_error() or 'a ring is held'}: set "
+                                  "the staging settings before the client's first staged copy")
+            if r < 0:
+                _raise(r, "configuring staged copies")
+            self._staging_threshold = opts.threshold_bytes or _staging.env_threshold()
+        finally:
+            self._leave()
+
+    @property
+    def staging_threshold(self) -> int:
+        """The smallest copy this client stages (configure_staging's threshold, else the environment's or the
+        default): pinbroker.torch hands smaller ones to torch at once."""
+        return self._staging_threshold or _staging.env_threshold()
+
+    def staging_stats(self) -> "_staging.StagingStats":
+        """What this client's staged copies did (pb_staging_stats): a :class:`pinbroker.StagingStats`."""
+        fn = self._staging_fn("pb_staging_stats")
+        out = _lib.StagingStats()
+        ptr = self._enter()
+        try:
+            r = fn(ptr, ctypes.byref(out))
+            if r < 0:
+                _raise(r, "reading the staging counters")
+        finally:
+            self._leave()
+        return _staging.StagingStats.from_c(out)
+
+    def copy_to_device(self, dptr: Any, src: Any, stream: Any = None) -> None:
+        """Copy the bytes of ``src`` (a contiguous buffer: bytes, bytearray, memoryview, a numpy array) to device
+        memory at ``dptr`` (an int CUdeviceptr, or a CUDA tensor / an object with __cuda_array_interface__,
+        whose size is then checked), through this client's staging ring (pb_copy_to_device).
+
+        Same results as cuMemcpyHtoDAsync from pageable memory, sooner: returns once ``src`` may be reused;
+        the copy is ordered on ``stream`` (None or 0: the legacy default stream; an int handle, a
+        torch.cuda.Stream) and may still run on the GPU. Pinned or small buffers, a stream being captured, no
+        ring: the driver copies it as it is. Needs a current CUDA context (the one dptr belongs to). Raises
+        BrokerError: ENODEV (no CUDA driver), EIO (the driver failed the copy: the message names its error)."""
+        d = _staging.check_device_pointer(dptr)
+        handle = _staging.stream_handle(stream)
+        with _staging.HostBuffer(src, writable=False, what="src") as buf:
+            self._check_room(dptr, buf.nbytes)
+            fn = self._staging_fn("pb_copy_to_device")
+            ptr = self._enter()
+            try:
+                r = fn(ptr, d, buf.address or None, buf.nbytes, handle)
+                if r < 0:
+                    _raise(r, f"copying {buf.nbytes} bytes to the device at {d:#x}")
+            finally:
+                self._leave()
+
+    def copy_from_device(self, dst: Any, dptr: Any, stream: Any = None) -> None:
+        """Copy ``len(dst)`` bytes (all of a contiguous writable buffer: bytearray, memoryview, a numpy array)
+        from device memory at ``dptr`` into ``dst`` through this client's staging ring (pb_copy_from_device).
+        Returns when the data is in ``dst``, ordered on ``stream`` as :meth:`copy_to_device` is."""
+        d = _staging.check_device_pointer(dptr)
+        handle = _staging.stream_handle(stream)
+        with _staging.HostBuffer(dst, writable=True, what="dst") as buf:
+            self._check_room(dptr, buf.nbytes)
+            fn = self._staging_fn("pb_copy_from_device")
+            ptr = self._enter()
+            try:
+                r = fn(ptr, buf.address or None, d, buf.nbytes, handle)
+                if r < 0:
+                    _raise(r, f"copying {buf.nbytes} bytes from the device at {d:#x}")
+            finally:
+                self._leave()
+
+    def _copy_raw(self, to_device: bool, dptr: int, host: int, nbytes: int, stream: Optional[int]) -> None:
+        """pb_copy_to_device / pb_copy_from_device on raw addresses (pinbroker.torch: tensors' data_ptr())."""
+        fn = self._staging_fn("pb_copy_to_device" if to_device else "pb_copy_from_device")
+        ptr = self._enter()
+        try:
+            r = fn(ptr, dptr, host, nbytes, stream) if to_device else fn(ptr, host, dptr, nbytes, stream)
+            if r < 0:
+                _raise(r, f"copying {nbytes} bytes {'to' if to_device else 'from'} the device at {dptr:#x}")
+        finally:
+            self._leave()
+
+    @staticmethod
+    def _check_room(dptr: Any, nbytes: int) -> None:
+        room = _staging.device_capacity(dptr)
+        if room is not None and nbytes > room:
+            raise InvalidArgument(errno.EINVAL, f"the host buffer has {nbytes} bytes, the device side only {room}")
 
 
 # ---------------------------------------------------------------- module functions

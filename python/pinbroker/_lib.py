@@ -28,6 +28,7 @@ PB_ACQUIRE_NO_CACHE = 1 << 2
 PB_ACQUIRE_NO_REVOKE = 1 << 3
 PB_ACQUIRE_MAPPED = 1 << 4
 PB_REGISTER_CHARGE_ONLY = 1 << 5
+PB_ACQUIRE_STAGING_RING = 1 << 10
 PB_STATUS_LEASES = 1 << 0
 PB_REVOKE_LEASE = 0
 PB_REVOKE_UID = 1
@@ -303,6 +304,34 @@ class StatusWarming(ctypes.Structure):
     ]
 
 
+class StagingOpts(ctypes.Structure):
+    """struct pb_staging_opts: settings of a client's staged copies (0: $PINBROKER_STAGING_* or the default)."""
+
+    _fields_ = [
+        ("ring_bytes", ctypes.c_size_t),
+        ("slot_bytes", ctypes.c_size_t),
+        ("threads", ctypes.c_uint),
+        ("threshold_bytes", ctypes.c_size_t),
+    ]
+
+
+class StagingStats(ctypes.Structure):
+    """struct pb_staging_stats: what a client's staged copies did."""
+
+    _fields_ = [
+        ("h2d_bytes", ctypes.c_uint64),
+        ("d2h_bytes", ctypes.c_uint64),
+        ("h2d_copies", ctypes.c_uint64),
+        ("d2h_copies", ctypes.c_uint64),
+        ("driver_copies", ctypes.c_uint64),
+        ("ring_bytes", ctypes.c_uint64),
+        ("ring_leases", ctypes.c_uint64),
+        ("ring_revoked", ctypes.c_uint64),
+        ("ring_refused", ctypes.c_uint64),
+        ("busy_ns", ctypes.c_uint64),
+    ]
+
+
 #: typedef int (*pb_revoke_fn)(pb_client *c, pb_lease *l, uint32_t deadline_ms, void *userdata);
 REVOKE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p)
 
@@ -371,6 +400,11 @@ _OPTIONAL = {
     "pb_status_restart_warning": (_cstr, [_vp, ctypes.POINTER(_cstr)]),
     # Clients whose job (cgroup) the daemon could not read, and their acquires under quota rules (issue 38).
     "pb_status_job_unknown": (ctypes.c_uint32, [_vp, ctypes.POINTER(ctypes.c_uint64)]),
+    # Staged copies through a pinned ring leased from the broker (issue 39).
+    "pb_copy_to_device": (_int, [_vp, _u64, _vp, _size, _vp]),
+    "pb_copy_from_device": (_int, [_vp, _vp, _u64, _size, _vp]),
+    "pb_staging_configure": (_int, [_vp, ctypes.POINTER(StagingOpts)]),
+    "pb_staging_stats": (_int, [_vp, ctypes.POINTER(StagingStats)]),
 }
 
 
@@ -460,6 +494,11 @@ def optional(name: str) -> Optional[ctypes._CFuncPtr]:  # type: ignore[name-defi
     fn.restype = res
     fn.argtypes = args
     return fn
+
+
+def has_staging() -> bool:
+    """True for a library with staged copies (pb_copy_to_device, issue 39)."""
+    return hasattr(load(), "pb_copy_to_device")
 
 
 def has_sharing() -> bool:

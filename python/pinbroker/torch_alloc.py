@@ -265,6 +265,8 @@ class HostAllocator:
         self.socket = socket
         self.label = label
         self.priority = priority
+        #: What install(staging=True) did (pinbroker.torch_staging.Staging), or None.
+        self.staging: Optional[Any] = None
 
     @property
     def installed(self) -> bool:
@@ -368,7 +370,7 @@ def _parse_size(text: str, what: str) -> int:
 
 def install(*, client: Union[Any, str, None] = None, label: Optional[str] = None, priority: int = 0,
             cache_bytes: Optional[int] = None, cache_slack_pct: Optional[int] = None,
-            verbose: bool = False) -> HostAllocator:
+            verbose: bool = False, staging: bool = True) -> HostAllocator:
     """Make pinbrokerd's leases torch's CUDA host memory (pinned tensors); returns the :class:`HostAllocator`.
 
     ``client``: a :class:`pinbroker.Client` or a socket path naming the daemon (None: $PINBROKER_SOCKET, else
@@ -379,15 +381,28 @@ def install(*, client: Union[Any, str, None] = None, label: Optional[str] = None
     ``cache_bytes``: the most freed blocks kept for reuse (default $PINBROKER_TORCH_CACHE, else a quarter of
     the uid's quota); ``cache_slack_pct``: how much larger than a request a reused block may be (default
     $PINBROKER_TORCH_CACHE_SLACK, else 0: the same page-rounded size only). ``verbose`` shows the extension's
-    build, when no prebuilt one fits and it is built now.
+    build, when no prebuilt one fits and it is built now. ``staging`` (default True) also routes blocking copies
+    between pageable CPU tensors and CUDA through a pinned ring leased from the broker
+    (:func:`pinbroker.torch_staging.install`: ``Tensor.cuda``, ``.to``, ``.cpu``, ``.copy_``; nothing is patched
+    under ``pinctl run``, whose interposer stages them itself); :attr:`HostAllocator.staging` says what it did.
 
     Idempotent: a second call returns the installed allocator (and reinstalls it after :func:`uninstall`).
     Raises RuntimeError for torch older than 2.8, a torch without CUDA or no CUDA device, no prebuilt
     extension with $PINBROKER_TORCH_JIT=0, a failed build (with the end of its log), no pinbroker.h for
     that build, no libpinbroker, or no daemon answering.
     """
-    global _installed
     torch = _check_torch()
+    alloc = _install_allocator(torch, client, label, priority, cache_bytes, cache_slack_pct, verbose)
+    if staging:
+        from . import torch_staging
+
+        alloc.staging = torch_staging.install(client=_socket_of(client))
+    return alloc
+
+
+def _install_allocator(torch: Any, client: Union[Any, str, None], label: Optional[str], priority: int,
+                       cache_bytes: Optional[int], cache_slack_pct: Optional[int], verbose: bool) -> HostAllocator:
+    global _installed
     with _lock:
         if _installed is not None and _installed.installed:
             return _installed
@@ -416,8 +431,12 @@ def install(*, client: Union[Any, str, None] = None, label: Optional[str] = None
 
 
 def uninstall() -> bool:
-    """Put torch's own allocator back (see :meth:`HostAllocator.uninstall`); False if none was installed."""
-    return _installed.uninstall() if _installed is not None else False
+    """Put torch's own allocator back (see :meth:`HostAllocator.uninstall`) and its own Tensor copy methods
+    (:func:`pinbroker.torch_staging.uninstall`); False if neither was installed."""
+    staged = False
+    if "pinbroker.torch_staging" in sys.modules:
+        staged = sys.modules["pinbroker.torch_staging"].uninstall()
+    return (_installed.uninstall() if _installed is not None else False) or staged
 
 
 def allocator_stats() -> Optional[Dict[str, Any]]:

@@ -5,7 +5,7 @@
 #
 # usage: tests/gpu/run-all.sh BUILD_DIR STEP...
 # steps: gpu (tests/gpu/run-gpu.sh), gpu-tests (the same, PB_SKIP_BENCH=1), preload, cudapaths, torch, bench (bench/gpu/run-bench.sh),
-#        many (bench/gpu/run-many.sh)
+#        many (bench/gpu/run-many.sh), staging (tests/gpu/run-staging.sh)
 # Exits 1 when a step failed, else 0 (a step that skipped, exit 77, is reported as skipped).
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -24,7 +24,8 @@ for step in "$@"; do
 	torch) cmd=("$SRC/tests/gpu/run-torch.sh" "$BUILD") ;;
 	bench) cmd=("$SRC/bench/gpu/run-bench.sh" "$BUILD") ;;
 	many) cmd=("$SRC/bench/gpu/run-many.sh" "$BUILD") ;;
-	*) echo "run-all: unknown step $step (gpu, gpu-tests, preload, cudapaths, torch, bench, many)"; exit 2 ;;
+	staging) cmd=("$SRC/tests/gpu/run-staging.sh" "$BUILD") ;;
+	*) echo "run-all: unknown step $step (gpu, gpu-tests, preload, cudapaths, torch, bench, many, staging)"; exit 2 ;;
 	esac
 	mkdir -p "$WORK/$step"
 	t0=$(date +%s)

@@ -81,5 +81,14 @@ from ._ring import _MAIN, _Broker, record_stream, slot_of  # _Broker, _MAIN: for
 # package, numpy or torch.utils.data.
 from ..torch_alloc import HostAllocator, allocator_stats, install, install_from_env, uninstall
 
+# Staged copies of pageable tensors through a pinned ring (issue 39): install() patches Tensor.cuda/to/cpu/copy_
+# (staging=True); these work without it, and install_staging() alone needs no host allocator (any torch with CUDA).
+from ..torch_staging import copy_, to_device, to_host
+from ..torch_staging import install as install_staging
+from ..torch_staging import reason as staging_reason
+from ..torch_staging import stats as staging_stats
+from ..torch_staging import uninstall as uninstall_staging
+
 __all__ = ["DataLoader", "PinnedDataLoader", "record_stream", "slot_of", "HostAllocator", "allocator_stats",
-           "install", "install_from_env", "uninstall"]
+           "install", "install_from_env", "uninstall", "to_device", "to_host", "copy_", "install_staging",
+           "uninstall_staging", "staging_reason", "staging_stats"]

@@ -1,0 +1,411 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Unit: staged copies' decisions (client/staging-plan.c): the settings from the environment and from
+ * pb_staging_configure, whether a copy is staged given what the driver says of its pointers, and how a copy is
+ * cut into slot pieces and a piece among threads. Expected values come from docs/staging.md and the plan
+ * (defaults 64M ring, 8M slot, 4 threads, 1M threshold; ring at most 1G, at least 2 slots, 1..64 threads).
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "staging-plan.h"
+#include "staging.h"
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+#define GiB ((size_t)1 << 30)
+
+/* A fake environment: NULL-terminated name, value pairs. */
+static const char *table_get(const char *name, void *arg)
+{
+	const char *const *kv = arg;
+
+	for (; kv[0]; kv += 2)
+		if (strcmp(kv[0], name) == 0)
+			return kv[1];
+	return NULL;
+}
+
+static int from_env(struct pbst_settings *s, const char *const *kv, char *why, size_t len)
+{
+	return pbst_settings_from_env(s, table_get, (void *)kv, why, len);
+}
+
+START_TEST(test_defaults_are_64m_ring_8m_slot_4_threads_1m_threshold)
+{
+	const char *kv[] = { NULL };
+	struct pbst_settings s;
+	char why[256];
+
+	ck_assert_int_eq(from_env(&s, kv, why, sizeof(why)), 0);
+	ck_assert(s.enabled);
+	ck_assert_uint_eq(s.ring_bytes, 64 * MiB);
+	ck_assert_uint_eq(s.slot_bytes, 8 * MiB);
+	ck_assert_uint_eq(s.threads, 4);
+	ck_assert_uint_eq(s.threshold_bytes, 1 * MiB);
+	ck_assert_uint_eq(pbst_settings_slots(&s), 8);
+	ck_assert_str_eq(why, "");
+}
+END_TEST
+
+START_TEST(test_env_values_are_read_as_sizes)
+{
+	const char *kv[] = { "PINBROKER_STAGING_RING",
+			     "256M",
+			     "PINBROKER_STAGING_SLOT",
+			     "4MiB",
+			     "PINBROKER_STAGING_THRESHOLD",
+			     "65536",
+			     "PINBROKER_STAGING_THREADS",
+			     "16",
+			     NULL };
+	struct pbst_settings s;
+	char why[256];
+
+	ck_assert_int_eq(from_env(&s, kv, why, sizeof(why)), 0);
+	ck_assert_uint_eq(s.ring_bytes, 256 * MiB);
+	ck_assert_uint_eq(s.slot_bytes, 4 * MiB);
+	ck_assert_uint_eq(s.threshold_bytes, 64 * KiB);
+	ck_assert_uint_eq(s.threads, 16);
+	ck_assert_uint_eq(pbst_settings_slots(&s), 64);
+}
+END_TEST
+
+START_TEST(test_staging_0_turns_it_off_and_1_on)
+{
+	const char *off[] = { "PINBROKER_STAGING", "0", NULL }, *on[] = { "PINBROKER_STAGING", "1", NULL };
+	struct pbst_settings s;
+
+	ck_assert_int_eq(from_env(&s, off, NULL, 0), 0);
+	ck_assert(!s.enabled);
+	ck_assert_int_eq(from_env(&s, on, NULL, 0), 0);
+	ck_assert(s.enabled);
+}
+END_TEST
+
+START_TEST(test_a_bad_value_names_the_variable_and_falls_back_to_its_default)
+{
+	const char *kv[] = { "PINBROKER_STAGING_RING", "lots", "PINBROKER_STAGING_THREADS", "65", NULL };
+	struct pbst_settings s;
+	char why[512];
+
+	ck_assert_int_eq(from_env(&s, kv, why, sizeof(why)), -EINVAL);
+	ck_assert_uint_eq(s.ring_bytes, 64 * MiB);
+	ck_assert_uint_eq(s.threads, 4);
+	ck_assert_ptr_nonnull(strstr(why, "PINBROKER_STAGING_RING=lots"));
+	ck_assert_ptr_nonnull(strstr(why, "PINBROKER_STAGING_THREADS=65"));
+	ck_assert_ptr_nonnull(strstr(why, "default"));
+}
+END_TEST
+
+START_TEST(test_env_bounds_ring_over_1g_threads_0_slot_under_64k)
+{
+	const char *big[] = { "PINBROKER_STAGING_RING", "2G", NULL }, *max[] = { "PINBROKER_STAGING_RING", "1G", NULL };
+	const char *zero[] = { "PINBROKER_STAGING_THREADS", "0", NULL };
+	const char *neg[] = { "PINBROKER_STAGING_THREADS", "-4", NULL };
+	const char *tiny[] = { "PINBROKER_STAGING_SLOT", "32K", NULL };
+	const char *onoff[] = { "PINBROKER_STAGING", "maybe", NULL };
+	struct pbst_settings s;
+	char why[256];
+
+	ck_assert_int_eq(from_env(&s, big, why, sizeof(why)), -EINVAL);
+	ck_assert_uint_eq(s.ring_bytes, 64 * MiB);
+	ck_assert_int_eq(from_env(&s, max, why, sizeof(why)), 0);
+	ck_assert_uint_eq(s.ring_bytes, 1 * GiB);
+	ck_assert_int_eq(from_env(&s, zero, why, sizeof(why)), -EINVAL);
+	ck_assert_uint_eq(s.threads, 4);
+	ck_assert_int_eq(from_env(&s, neg, why, sizeof(why)), -EINVAL);
+	ck_assert_uint_eq(s.threads, 4);
+	ck_assert_int_eq(from_env(&s, tiny, why, sizeof(why)), -EINVAL);
+	ck_assert_uint_eq(s.slot_bytes, 8 * MiB);
+	ck_assert_int_eq(from_env(&s, onoff, why, sizeof(why)), -EINVAL);
+	ck_assert(s.enabled);
+	ck_assert_ptr_nonnull(strstr(why, "PINBROKER_STAGING=maybe"));
+}
+END_TEST
+
+START_TEST(test_env_ring_of_fewer_than_2_slots_takes_both_defaults)
+{
+	const char *kv[] = { "PINBROKER_STAGING_RING", "8M", "PINBROKER_STAGING_SLOT", "8M", NULL };
+	struct pbst_settings s;
+	char why[256];
+
+	ck_assert_int_eq(from_env(&s, kv, why, sizeof(why)), -EINVAL);
+	ck_assert_uint_eq(s.ring_bytes, 64 * MiB);
+	ck_assert_uint_eq(s.slot_bytes, 8 * MiB);
+	ck_assert_ptr_nonnull(strstr(why, "fewer than 2 slots"));
+}
+END_TEST
+
+START_TEST(test_configure_applies_nonzero_fields_and_keeps_the_rest)
+{
+	struct pb_staging_opts o = { .slot_bytes = 2 * MiB, .threads = 8 };
+	struct pbst_settings s;
+	char why[256];
+
+	pbst_settings_default(&s);
+	ck_assert_int_eq(pbst_settings_apply(&s, &o, why, sizeof(why)), 0);
+	ck_assert_uint_eq(s.ring_bytes, 64 * MiB);
+	ck_assert_uint_eq(s.slot_bytes, 2 * MiB);
+	ck_assert_uint_eq(s.threads, 8);
+	ck_assert_uint_eq(s.threshold_bytes, 1 * MiB);
+	ck_assert_uint_eq(pbst_settings_slots(&s), 32);
+}
+END_TEST
+
+START_TEST(test_configure_refuses_bad_values_and_changes_nothing)
+{
+	struct pb_staging_opts bad[] = {
+		{ .ring_bytes = 1 * GiB + 1 },
+		{ .slot_bytes = 4 * KiB },
+		{ .threads = 65 },
+		{ .ring_bytes = 16 * MiB, .slot_bytes = 9 * MiB },
+	};
+	struct pbst_settings s, before;
+	char why[256];
+
+	pbst_settings_default(&s);
+	before = s;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ck_assert_int_eq(pbst_settings_apply(&s, &bad[i], why, sizeof(why)), -EINVAL);
+		ck_assert_mem_eq(&s, &before, sizeof(s));
+		ck_assert_str_ne(why, "");
+	}
+}
+END_TEST
+
+/* A device pointer, a pageable one, a pinned one and a managed one, as cuPointerGetAttributes fills them. */
+static const struct pbst_ptr_facts DEV = { PBST_MEMTYPE_DEVICE, false }, PAGE = { PBST_MEMTYPE_UNKNOWN, false },
+				   PIN = { PBST_MEMTYPE_HOST, false }, MANAGED = { PBST_MEMTYPE_DEVICE, true },
+				   MANAGED_HOST = { PBST_MEMTYPE_HOST, true }, ARRAY = { PBST_MEMTYPE_ARRAY, false };
+
+static enum pbst_verdict decide(unsigned flags, size_t bytes, struct pbst_ptr_facts dst, struct pbst_ptr_facts src,
+				bool capturing)
+{
+	struct pbst_settings s;
+	struct pbst_copy_facts f = { .flags = flags, .bytes = bytes, .dst = dst, .src = src, .capturing = capturing };
+
+	pbst_settings_default(&s);
+	return pbst_decide(&s, &f);
+}
+
+START_TEST(test_pageable_to_device_over_the_threshold_is_staged)
+{
+	ck_assert_int_eq(decide(PBST_H2D, 1 * MiB, DEV, PAGE, false), PBST_STAGE_H2D);
+	ck_assert_int_eq(decide(PBST_D2H, 1 * MiB, PAGE, DEV, false), PBST_STAGE_D2H);
+	ck_assert_int_eq(decide(PBST_H2D | PBST_SYNC, 64 * MiB + 3, DEV, PAGE, false), PBST_STAGE_H2D);
+	ck_assert_int_eq(decide(PBST_D2H | PBST_PTDS, 1 * GiB, PAGE, DEV, false), PBST_STAGE_D2H);
+}
+END_TEST
+
+START_TEST(test_threshold_minus_one_passes_threshold_stages)
+{
+	ck_assert_int_eq(decide(PBST_H2D, 1 * MiB - 1, DEV, PAGE, false), PBST_PASS_SMALL);
+	ck_assert_int_eq(decide(PBST_H2D, 1 * MiB, DEV, PAGE, false), PBST_STAGE_H2D);
+	ck_assert_int_eq(decide(PBST_D2H, 1, PAGE, DEV, false), PBST_PASS_SMALL);
+	ck_assert_int_eq(decide(PBST_D2H, 0, PAGE, DEV, false), PBST_PASS_SMALL);
+}
+END_TEST
+
+START_TEST(test_a_threshold_of_0_still_passes_0_bytes)
+{
+	struct pbst_settings s;
+	struct pbst_copy_facts f = { .flags = PBST_H2D, .bytes = 0, .dst = DEV, .src = PAGE };
+
+	pbst_settings_default(&s);
+	s.threshold_bytes = 0;
+	ck_assert_int_eq(pbst_decide(&s, &f), PBST_PASS_SMALL);
+	f.bytes = 1;
+	ck_assert_int_eq(pbst_decide(&s, &f), PBST_STAGE_H2D);
+	ck_assert(!pbst_size_qualifies(&s, 0));
+	ck_assert(pbst_size_qualifies(&s, 1));
+}
+END_TEST
+
+START_TEST(test_staging_off_passes_everything)
+{
+	struct pbst_settings s;
+	struct pbst_copy_facts f = { .flags = PBST_H2D, .bytes = 64 * MiB, .dst = DEV, .src = PAGE };
+
+	pbst_settings_default(&s);
+	s.enabled = false;
+	ck_assert_int_eq(pbst_decide(&s, &f), PBST_PASS_DISABLED);
+	ck_assert(!pbst_size_qualifies(&s, 64 * MiB));
+}
+END_TEST
+
+START_TEST(test_pinned_or_registered_host_memory_goes_to_the_driver)
+{
+	ck_assert_int_eq(decide(PBST_H2D, 8 * MiB, DEV, PIN, false), PBST_PASS_NOT_PAGEABLE);
+	ck_assert_int_eq(decide(PBST_D2H, 8 * MiB, PIN, DEV, false), PBST_PASS_NOT_PAGEABLE);
+	ck_assert_int_eq(decide(0, 8 * MiB, DEV, PIN, false), PBST_PASS_NOT_PAGEABLE);
+	ck_assert_int_eq(decide(0, 8 * MiB, PIN, DEV, false), PBST_PASS_NOT_PAGEABLE);
+}
+END_TEST
+
+START_TEST(test_managed_memory_on_either_side_goes_to_the_driver)
+{
+	ck_assert_int_eq(decide(PBST_H2D, 8 * MiB, MANAGED, PAGE, false), PBST_PASS_MANAGED);
+	ck_assert_int_eq(decide(PBST_D2H, 8 * MiB, PAGE, MANAGED, false), PBST_PASS_MANAGED);
+	ck_assert_int_eq(decide(PBST_H2D, 8 * MiB, DEV, MANAGED_HOST, false), PBST_PASS_MANAGED);
+	ck_assert_int_eq(decide(0, 8 * MiB, MANAGED, PAGE, false), PBST_PASS_MANAGED);
+}
+END_TEST
+
+START_TEST(test_a_stream_being_captured_goes_to_the_driver)
+{
+	ck_assert_int_eq(decide(PBST_H2D, 8 * MiB, DEV, PAGE, true), PBST_PASS_CAPTURING);
+	ck_assert_int_eq(decide(PBST_D2H, 8 * MiB, PAGE, DEV, true), PBST_PASS_CAPTURING);
+	ck_assert_int_eq(decide(0, 8 * MiB, DEV, PAGE, true), PBST_PASS_CAPTURING);
+}
+END_TEST
+
+START_TEST(test_unified_addressing_takes_the_direction_from_the_pointers)
+{
+	ck_assert_int_eq(decide(0, 8 * MiB, DEV, PAGE, false), PBST_STAGE_H2D);
+	ck_assert_int_eq(decide(0, 8 * MiB, PAGE, DEV, false), PBST_STAGE_D2H);
+	ck_assert_int_eq(decide(0, 8 * MiB, PAGE, PAGE, false), PBST_PASS_NOT_DEVICE);
+	ck_assert_int_eq(decide(0, 8 * MiB, DEV, DEV, false), PBST_PASS_DEVICE_BOTH);
+	ck_assert_int_eq(decide(0, 8 * MiB, ARRAY, PAGE, false), PBST_PASS_NOT_DEVICE);
+}
+END_TEST
+
+START_TEST(test_a_direction_the_pointers_contradict_goes_to_the_driver)
+{
+	/* cuMemcpyHtoD whose "device" side is host memory, or whose host side is device memory. */
+	ck_assert_int_eq(decide(PBST_H2D, 8 * MiB, PAGE, PAGE, false), PBST_PASS_NOT_DEVICE);
+	ck_assert_int_eq(decide(PBST_H2D, 8 * MiB, PAGE, DEV, false), PBST_PASS_MISMATCH);
+	ck_assert_int_eq(decide(PBST_D2H, 8 * MiB, DEV, PAGE, false), PBST_PASS_MISMATCH);
+	ck_assert_int_eq(decide(PBST_H2D, 8 * MiB, DEV, DEV, false), PBST_PASS_DEVICE_BOTH);
+	ck_assert_int_eq(decide(PBST_H2D | PBST_D2H, 8 * MiB, DEV, PAGE, false), PBST_PASS_MISMATCH);
+	ck_assert_int_eq(decide(PBST_H2D, 8 * MiB, ARRAY, PAGE, false), PBST_PASS_NOT_DEVICE);
+}
+END_TEST
+
+START_TEST(test_verdicts_have_names)
+{
+	for (int v = PBST_STAGE_H2D; v <= PBST_PASS_MISMATCH; v++)
+		ck_assert_str_ne(pbst_verdict_name((enum pbst_verdict)v), "?");
+}
+END_TEST
+
+/* Pieces cover [0, bytes) back to back, whole slots but the last, slots in ring order from first_slot. */
+static void check_pieces(size_t bytes, size_t slot, unsigned nslots, unsigned first, size_t want_pieces,
+			 size_t want_last)
+{
+	size_t n = pbst_piece_count(bytes, slot), next = 0;
+
+	ck_assert_uint_eq(n, want_pieces);
+	for (size_t k = 0; k < n; k++) {
+		struct pbst_piece p = pbst_piece_at(bytes, slot, nslots, first, k);
+
+		ck_assert_uint_eq(p.off, next);
+		ck_assert_uint_eq(p.bytes, k + 1 < n ? slot : want_last);
+		ck_assert_uint_eq(p.slot, (first + k) % nslots);
+		next += p.bytes;
+	}
+	ck_assert_uint_eq(next, bytes);
+}
+
+START_TEST(test_pieces_around_slot_boundaries)
+{
+	check_pieces(1, 8 * MiB, 8, 0, 1, 1);
+	check_pieces(8 * MiB - 1, 8 * MiB, 8, 0, 1, 8 * MiB - 1);
+	check_pieces(8 * MiB, 8 * MiB, 8, 0, 1, 8 * MiB);
+	check_pieces(8 * MiB + 1, 8 * MiB, 8, 0, 2, 1);
+	check_pieces(16 * MiB - 1, 8 * MiB, 8, 3, 2, 8 * MiB - 1);
+	check_pieces(64 * MiB, 8 * MiB, 8, 0, 8, 8 * MiB);
+	/* More pieces than slots: round the ring again, from where the last copy left it. */
+	check_pieces(1 * GiB + 4097, 8 * MiB, 8, 5, 129, 4097);
+	ck_assert_uint_eq(pbst_piece_count(0, 8 * MiB), 0);
+}
+END_TEST
+
+START_TEST(test_a_piece_past_the_end_is_empty)
+{
+	struct pbst_piece p = pbst_piece_at(10 * MiB, 8 * MiB, 8, 0, 2);
+
+	ck_assert_uint_eq(p.bytes, 0);
+}
+END_TEST
+
+START_TEST(test_small_pieces_take_fewer_threads)
+{
+	ck_assert_uint_eq(pbst_split_threads(1, 4), 1);
+	ck_assert_uint_eq(pbst_split_threads(PBST_SPLIT_MIN_BYTES - 1, 4), 1);
+	ck_assert_uint_eq(pbst_split_threads(2 * PBST_SPLIT_MIN_BYTES, 4), 2);
+	ck_assert_uint_eq(pbst_split_threads(8 * MiB, 4), 4);
+	ck_assert_uint_eq(pbst_split_threads(8 * MiB, 64), 32);
+	ck_assert_uint_eq(pbst_split_threads(8 * MiB, 0), 1);
+}
+END_TEST
+
+/* Parts are back to back from 0 to bytes, every cut on a 64-byte multiple. */
+static void check_split(size_t bytes, unsigned n)
+{
+	size_t next = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		size_t off, len;
+
+		pbst_split_part(bytes, n, i, &off, &len);
+		ck_assert_uint_eq(off, next);
+		if (off < bytes)
+			ck_assert_uint_eq(off % 64, 0);
+		if (i + 1 < n && off + len < bytes)
+			ck_assert_uint_eq((off + len) % 64, 0);
+		next = off + len;
+	}
+	ck_assert_uint_eq(next, bytes);
+}
+
+START_TEST(test_a_piece_splits_among_threads_at_64_byte_cuts)
+{
+	static const size_t sizes[] = { 1, 63, 64, 65, 4095, 4096, 1 * MiB - 1, 1 * MiB, 8 * MiB - 3, 8 * MiB };
+
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+		for (unsigned n = 1; n <= 7; n++)
+			check_split(sizes[i], n);
+}
+END_TEST
+
+START_TEST(test_an_even_piece_splits_evenly)
+{
+	size_t off, len;
+
+	pbst_split_part(8 * MiB, 4, 2, &off, &len);
+	ck_assert_uint_eq(off, 4 * MiB);
+	ck_assert_uint_eq(len, 2 * MiB);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("staging_plan");
+
+	CHECK_CASE(s, "settings", NULL, NULL, 10, test_defaults_are_64m_ring_8m_slot_4_threads_1m_threshold,
+		   test_env_values_are_read_as_sizes, test_staging_0_turns_it_off_and_1_on,
+		   test_a_bad_value_names_the_variable_and_falls_back_to_its_default,
+		   test_env_bounds_ring_over_1g_threads_0_slot_under_64k,
+		   test_env_ring_of_fewer_than_2_slots_takes_both_defaults,
+		   test_configure_applies_nonzero_fields_and_keeps_the_rest,
+		   test_configure_refuses_bad_values_and_changes_nothing);
+	CHECK_CASE(s, "decide", NULL, NULL, 10, test_pageable_to_device_over_the_threshold_is_staged,
+		   test_threshold_minus_one_passes_threshold_stages, test_a_threshold_of_0_still_passes_0_bytes,
+		   test_staging_off_passes_everything, test_pinned_or_registered_host_memory_goes_to_the_driver,
+		   test_managed_memory_on_either_side_goes_to_the_driver,
+		   test_a_stream_being_captured_goes_to_the_driver,
+		   test_unified_addressing_takes_the_direction_from_the_pointers,
+		   test_a_direction_the_pointers_contradict_goes_to_the_driver, test_verdicts_have_names);
+	CHECK_CASE(s, "plan", NULL, NULL, 10, test_pieces_around_slot_boundaries, test_a_piece_past_the_end_is_empty,
+		   test_small_pieces_take_fewer_threads, test_a_piece_splits_among_threads_at_64_byte_cuts,
+		   test_an_even_piece_splits_evenly);
+	return s;
+}
+
+CHECK_MAIN(suite)
