@@ -969,12 +969,16 @@ static int mode_contexts(void)
 	return atomic_load(&failures) ? 1 : 0;
 }
 
-/* Make the kth copy call from now fail (STUB_CUDA_COPY_FAIL_AT, read by the driver at each call). */
-static void fail_in(unsigned k)
+/*
+ * Make the kth copy call from now fail (STUB_CUDA_COPY_FAIL_AT, read by the driver at each call); sticky: every
+ * call from it on, until unset, as a real CUDA_ERROR_ILLEGAL_ADDRESS spoils the context (a runtime copy that the
+ * interposer hands back to the real runtime after a staged failure then fails there too, as it would on a GPU).
+ */
+static void fail_in(unsigned k, bool sticky)
 {
 	char v[32];
 
-	snprintf(v, sizeof(v), "%llu", (unsigned long long)copy_stats().calls + k);
+	snprintf(v, sizeof(v), "%llu%s", (unsigned long long)copy_stats().calls + k, sticky ? "+" : "");
 	setenv("STUB_CUDA_COPY_FAIL_AT", v, 1);
 }
 
@@ -990,15 +994,17 @@ static int mode_fail(void)
 
 	fill_pat(buf, n, 60);
 	for (enum form f = 0; f < N_FORMS; f++) {
-		fail_in(k);
+		fail_in(k, true);
 		r = h2d(f, d, buf, n, st);
 		CHECK(r == 700, "H2D (%s) whose copy %u fails: error %d, expected 700", form_names[f], k, r);
+		unsetenv("STUB_CUDA_COPY_FAIL_AT");
 		cu.ctx_sync();
-		fail_in(k);
+		fail_in(k, true);
 		r = d2h(f, buf, d, n, st);
 		CHECK(r == 700, "D2H (%s) whose copy %u fails: error %d, expected 700", form_names[f], k, r);
+		unsetenv("STUB_CUDA_COPY_FAIL_AT");
 		cu.ctx_sync();
-		fail_in(1);
+		fail_in(1, false);
 		r = h2d(f, d, buf, small, st);
 		CHECK(r == 700, "H2D (%s) under the threshold that fails: error %d, expected 700", form_names[f], r);
 		unsetenv("STUB_CUDA_COPY_FAIL_AT");
@@ -1067,6 +1073,8 @@ static int mode_revoke(void)
 	hear("open");
 	cu.gate(0);
 	pthread_join(t, NULL);
+	/* Its DMA may still run on the copying thread's stream (its per-thread one, in the ptds ways): wait for it. */
+	CHECK(cu.ctx_sync() == 0, "synchronise");
 	memset(h.src, 0xCC, n);
 	CHECK(h.r == 0, "the copy held while its ring was revoked: error %d", h.r);
 	CHECK(w.d2h(out, h.d, n) == 0 && first_bad(out, n, 70, 0) == n,
@@ -1217,8 +1225,11 @@ static int mode_selftest(void)
 		enter();
 	}
 	/* Errors: the injected one, and a pointer that is no device memory. */
-	fail_in(1);
-	CHECK(w.h2d(d, plain, n) == 700, "STUB_CUDA_COPY_FAIL_AT");
+	fail_in(1, false);
+	CHECK(w.h2d(d, plain, n) == 700 && w.h2d(d, plain, n) == 0, "STUB_CUDA_COPY_FAIL_AT=N");
+	fail_in(2, true);
+	CHECK(w.h2d(d, plain, n) == 0 && w.h2d(d, plain, n) == 700 && w.h2d(d, plain, n) == 700,
+	      "STUB_CUDA_COPY_FAIL_AT=N+");
 	unsetenv("STUB_CUDA_COPY_FAIL_AT");
 	CHECK(w.h2d((CUdeviceptr)(uintptr_t)out, plain, n) == 1, "H2D to host memory");
 	CHECK(w.h2d(d + 1, plain, n) == 1, "H2D past the end of device memory");

@@ -16,7 +16,8 @@
  * - a stream being captured records its work (counted), runs none of it;
  * - every copy call is logged by the kind of its host side (stub_cuda_copy_get_stats);
  * - STUB_CUDA_COPY_FAIL_AT=N (read at each call) makes the process's Nth copy call fail with
- *   CUDA_ERROR_ILLEGAL_ADDRESS; a device pointer the driver does not know gets CUDA_ERROR_INVALID_VALUE;
+ *   CUDA_ERROR_ILLEGAL_ADDRESS, N+ every call from the Nth on (sticky, as the real error is); a device pointer the
+ *   driver does not know gets CUDA_ERROR_INVALID_VALUE;
  * - stub_cuda_copy_gate(1) holds every stream before its next copy until stub_cuda_copy_gate(0): a test's way to
  *   have a copy in the middle for as long as it needs (revocation).
  * After fork() the child's streams are empty and idle, their threads started again on first use.
@@ -810,12 +811,20 @@ static void log_copy(enum side dst, enum side src, size_t n, bool captured)
 	}
 }
 
-/* STUB_CUDA_COPY_FAIL_AT: whether the process's nth copy call is the one to fail. */
+/*
+ * STUB_CUDA_COPY_FAIL_AT: whether the process's nth copy call is to fail: "N" fails the Nth call only, "N+" every
+ * call from the Nth on (as a real CUDA_ERROR_ILLEGAL_ADDRESS is sticky: the context's later calls fail too).
+ */
 static bool fail_at(uint64_t nth)
 {
 	const char *v = getenv("STUB_CUDA_COPY_FAIL_AT");
+	char *end;
+	uint64_t at;
 
-	return v && *v && strtoull(v, NULL, 10) == nth;
+	if (!v || !*v)
+		return false;
+	at = strtoull(v, &end, 10);
+	return *end == '+' ? nth >= at : nth == at;
 }
 
 static CUresult copy(void *dst, const void *src, size_t n, struct stream *h, unsigned how)
