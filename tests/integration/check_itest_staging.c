@@ -340,6 +340,11 @@ START_TEST(test_revocation_in_the_middle_of_a_copy)
 	/* The daemon has asked for it back while the copy is held. */
 	for (i = 0; i < 200 && ring_of(p.pid, state, sizeof(state)) == ring && strcmp(state, "revoking") != 0; i++)
 		usleep(10 * 1000);
+	/* The ring cannot go while the held copy's pieces wait in it. */
+	ck_assert_msg(
+		ring_of(p.pid, state, sizeof(state)) == ring && strcmp(state, "revoking") == 0,
+		"%s: the ring, revoked while a copy through it is held, is \"%s\" (expected still held, revoking)",
+		ways[_i].name, state);
 	tell(&p, "open");
 	expect_line(&p, "copied");
 	/* Given back, well before the deadline, by a program that is still running. */
