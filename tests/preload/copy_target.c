@@ -738,6 +738,22 @@ static int mode_fork(void)
 
 	alarm(120);
 	round_trip(d, 0, n, 0, FORM_SYNC, FORM_SYNC, st, 1, true); /* the parent has its ring */
+	/* Forked while nothing copies: the child has no ring of the parent's, and stages through one of its own. */
+	{
+		int status;
+		pid_t pid;
+
+		fflush(NULL);
+		pid = fork();
+		if (pid == 0) {
+			alarm(20);
+			round_trip(d, 3, n, 5, FORM_ASYNC, FORM_SYNC, st, 50, true);
+			round_trip(d, 0, n, 0, FORM_SYNC, FORM_UNIFIED, NULL, 51, true);
+			_exit(atomic_load(&failures) ? 1 : 0);
+		}
+		CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "a child forked while nothing copied: its copies were not exact, or not staged");
+	}
 	pthread_create(&t, NULL, copy_loop, NULL);
 	for (int i = 0; i < 6; i++) {
 		int status;
@@ -746,7 +762,8 @@ static int mode_fork(void)
 		fflush(NULL);
 		pid = fork();
 		if (pid == 0) {
-			/* The child copies through its own ring (or the driver), with the parent's copying thread gone. */
+			/* The child copies exactly, with the parent's copying thread gone (through a ring of its own or the
+			 * driver: it may have been forked in the middle of the thread's copy). */
 			alarm(20);
 			for (unsigned j = 0; j < 3; j++)
 				round_trip(d, j, n, j * 5, j % N_FORMS, (j + 1) % N_FORMS, j % 2 ? st : NULL, 100 + j,
