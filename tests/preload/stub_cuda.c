@@ -270,6 +270,28 @@ STUB CUresult cuCtxPopCurrent_v2(CUcontext *c)
 	return CUDA_SUCCESS;
 }
 
+/* A context of its own, made current (staged copies keep events per context: a test needs two). Never freed, so
+ * a handle used after cuCtxDestroy stays harmless here. */
+STUB CUresult cuCtxCreate_v2(CUcontext *c, unsigned flags, CUdevice d)
+{
+	(void)flags;
+	if (!c || d != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!(*c = calloc(1, sizeof(**c))))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	current = *c;
+	return CUDA_SUCCESS;
+}
+
+STUB CUresult cuCtxDestroy_v2(CUcontext c)
+{
+	if (!c || c == &primary)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (current == c)
+		current = NULL;
+	return CUDA_SUCCESS;
+}
+
 STUB CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 {
 	(void)d;
@@ -444,23 +466,20 @@ STUB CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned fla
 	return r;
 }
 
-STUB CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr ptr)
+/* Whether p lies in memory the driver pinned: an allocation or a registration (stub_cuda_copy.c's pointer facts). */
+bool stub_cuda_host_pinned(uintptr_t p)
 {
-	int i;
+	bool pinned;
 
-	if (attribute != 2) /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE */
-		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&lock);
-	i = find((uintptr_t)ptr, false);
+	pinned = find(p, false) >= 0;
 	pthread_mutex_unlock(&lock);
-	if (i < 0)
-		return CUDA_ERROR_INVALID_VALUE;
-	*(unsigned *)data = 1; /* CU_MEMORYTYPE_HOST */
-	return CUDA_SUCCESS;
+	return pinned;
 }
 
 STUB CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status);
-/* The VMM, pool and graph entry points (stub_cuda_vmm.c), for a name this table does not know. */
+/* The VMM, pool, graph, stream and copy entry points (stub_cuda_vmm.c, stub_cuda_copy.c), for a name this table
+ * does not know. */
 void *stub_cuda_vmm_proc(const char *symbol, int version, cuuint64_t flags);
 
 /*
@@ -495,6 +514,9 @@ STUB CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuui
 		{ "cuGetProcAddress", 0, (any_fn)cuGetProcAddress },
 		{ "cuInit", 0, (any_fn)cuInit },
 		{ "cuGetErrorString", 0, (any_fn)cuGetErrorString },
+		{ "cuCtxGetCurrent", 0, (any_fn)cuCtxGetCurrent },
+		{ "cuCtxSetCurrent", 0, (any_fn)cuCtxSetCurrent },
+		{ "cuDevicePrimaryCtxRetain", 0, (any_fn)cuDevicePrimaryCtxRetain },
 	};
 
 	if (!symbol || !pfn)

@@ -43,3 +43,40 @@ struct stub_cuda_vmm_stats {
 
 /* Exported by the stub libcuda.so.1, found as stub_cuda_get_stats is. */
 void stub_cuda_vmm_get_stats(struct stub_cuda_vmm_stats *s);
+
+/*
+ * Every copy call the stand-in driver saw (tests/preload/stub_cuda_copy.c), by the kind of its host side: a test
+ * tells from it whether a copy reached the driver as the program made it (its pageable host memory) or staged
+ * through pinned memory (the ring's), and that the driver staged nothing itself.
+ */
+struct stub_cuda_copy_stats {
+	uint64_t calls; /* copy calls, failed ones too: STUB_CUDA_COPY_FAIL_AT=calls+k fails the kth from now */
+	uint64_t pageable_copies;    /* between device memory and pageable host memory */
+	uint64_t pageable_bytes;     /* their bytes, and split by direction: */
+	uint64_t pageable_h2d_bytes; /* host to device */
+	uint64_t pageable_d2h_bytes; /* device to host */
+	uint64_t pinned_copies;      /* between device memory and pinned or registered host memory */
+	uint64_t pinned_bytes;
+	uint64_t device_copies; /* neither side plain host memory: device to device, managed memory */
+	uint64_t device_bytes;
+	uint64_t host_copies;     /* host to host (cuMemcpy with two host pointers) */
+	uint64_t captured_copies; /* of all these, made on a stream being captured: recorded, never run */
+	uint64_t failed_calls;    /* answered with an error: STUB_CUDA_COPY_FAIL_AT, a bad pointer */
+	uint64_t kernels;         /* stub_cuda_launch_* calls */
+};
+
+/* Exported by the stub libcuda.so.1, found as stub_cuda_get_stats is. */
+void stub_cuda_copy_get_stats(struct stub_cuda_copy_stats *s);
+/* Microseconds each stream waits before each operation (starts at $STUB_CUDA_STREAM_DELAY_US). */
+void stub_cuda_set_stream_delay_us(unsigned us);
+/* closed 1: every stream stops before its next copy, until called with 0. */
+void stub_cuda_copy_gate(int closed);
+/* How many streams wait at the closed gate now. */
+int stub_cuda_copy_gate_waiting(void);
+/*
+ * Stand-in kernels, in stream order: set bytes of device memory at dptr to byte, or add addend to each (mod 256).
+ * stream as cuLaunchKernel takes it (0 and 0x1: the legacy stream, 0x2: the caller's per-thread stream).
+ * CUDA_ERROR_INVALID_VALUE unless [dptr, dptr + bytes) is device memory.
+ */
+int stub_cuda_launch_fill(void *stream, unsigned long long dptr, int byte, size_t bytes);
+int stub_cuda_launch_add(void *stream, unsigned long long dptr, int addend, size_t bytes);

@@ -467,16 +467,8 @@ STUB CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, void *stream)
 	return cuMemFreeAsync(dptr, stream);
 }
 
-STUB CUresult cuMemFree_v2(CUdeviceptr dptr)
-{
-	return cuMemFreeAsync(dptr, NULL);
-}
-
-STUB CUresult cuStreamSynchronize(void *stream)
-{
-	(void)stream;
-	return CUDA_SUCCESS;
-}
+/* cuMemFree_v2 (stub_cuda_copy.c) frees a pool's allocation through cuMemFreeAsync, and its own device memory. */
+CUresult cuMemFree_v2(CUdeviceptr dptr);
 
 /* ---- Graphs ---- */
 
@@ -558,7 +550,12 @@ STUB CUresult cuGraphDestroy(void *graph)
 	return CUDA_SUCCESS;
 }
 
-/* What cuGetProcAddress answers for this file's names (stub_cuda.c asks here for names it does not know). */
+void *stub_cuda_copy_proc(const char *symbol, int version, cuuint64_t flags);
+
+/*
+ * What cuGetProcAddress answers for this file's names (stub_cuda.c asks here for names it does not know), and
+ * for stub_cuda_copy.c's.
+ */
 void *stub_cuda_vmm_proc(const char *symbol, int version, cuuint64_t flags)
 {
 	typedef void (*any_fn)(void);
@@ -584,7 +581,6 @@ void *stub_cuda_vmm_proc(const char *symbol, int version, cuuint64_t flags)
 		{ "cuMemAllocFromPoolAsync", (any_fn)cuMemAllocFromPoolAsync, (any_fn)cuMemAllocFromPoolAsync_ptsz, 0 },
 		{ "cuMemFreeAsync", (any_fn)cuMemFreeAsync, (any_fn)cuMemFreeAsync_ptsz, 0 },
 		{ "cuMemFree", (any_fn)cuMemFree_v2, NULL, 3020 },
-		{ "cuStreamSynchronize", (any_fn)cuStreamSynchronize, NULL, 0 },
 		{ "cuGraphCreate", (any_fn)cuGraphCreate, NULL, 0 },
 		{ "cuGraphAddMemAllocNode", (any_fn)cuGraphAddMemAllocNode, NULL, 0 },
 		{ "cuGraphAddNode", (any_fn)cuGraphAddNode_v2, NULL, 12030 },
@@ -597,5 +593,5 @@ void *stub_cuda_vmm_proc(const char *symbol, int version, cuuint64_t flags)
 		if (strcmp(symbol, table[i].name) == 0 && version >= table[i].since)
 			return (void *)(uintptr_t)(per_thread && table[i].per_thread ? table[i].per_thread
 										     : table[i].fn);
-	return NULL;
+	return stub_cuda_copy_proc(symbol, version, flags);
 }
