@@ -356,8 +356,8 @@ static int table(unsigned reps, size_t max_size)
 
 static int sweep(unsigned reps)
 {
-	static const unsigned threads[] = { 1, 2, 4, 8 };
-	static const size_t slots[] = { 2 * MIB, 4 * MIB, 8 * MIB, 16 * MIB };
+	static const unsigned threads[] = { 2, 4, 8, 12 };
+	static const size_t slots[] = { 4 * MIB, 8 * MIB, 16 * MIB, 32 * MIB };
 	static const size_t rings[] = { 16 * MIB, 32 * MIB, 64 * MIB };
 	static const size_t sizes[] = { 64 * MIB, GIB };
 	struct bufs b;

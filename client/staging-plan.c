@@ -295,21 +295,55 @@ const char *pbst_verdict_name(enum pbst_verdict v)
 	return "?";
 }
 
+/*
+ * The ramp: how many pieces of a copy come before its first whole slot, and the first one's size. Each doubles
+ * the one before (slot/8, slot/4, slot/2), none under PBST_RAMP_MIN_BYTES.
+ */
+static unsigned ramp_steps(size_t slot_bytes, size_t *first)
+{
+	unsigned steps = PBST_RAMP_STEPS;
+
+	while (steps > 0 && (slot_bytes >> steps) < PBST_RAMP_MIN_BYTES)
+		steps--;
+	*first = slot_bytes >> steps;
+	return steps;
+}
+
 size_t pbst_piece_count(size_t bytes, size_t slot_bytes)
 {
+	size_t first, ramp_bytes, n = 0, off = 0;
+	unsigned steps;
+
 	if (slot_bytes == 0)
 		return 0;
-	return bytes / slot_bytes + (bytes % slot_bytes != 0);
+	steps = ramp_steps(slot_bytes, &first);
+	ramp_bytes = first * (((size_t)1 << steps) - 1);
+	if (bytes > ramp_bytes) {
+		bytes -= ramp_bytes;
+		return steps + bytes / slot_bytes + (bytes % slot_bytes != 0);
+	}
+	while (off < bytes)
+		off += first << n++;
+	return n;
 }
 
 struct pbst_piece pbst_piece_at(size_t bytes, size_t slot_bytes, unsigned nslots, unsigned first_slot, size_t k)
 {
 	struct pbst_piece p = { 0 };
+	size_t first, size;
+	unsigned steps;
 
 	if (slot_bytes == 0 || nslots == 0)
 		return p;
-	p.off = k * slot_bytes;
-	p.bytes = p.off >= bytes ? 0 : bytes - p.off < slot_bytes ? bytes - p.off : slot_bytes;
+	steps = ramp_steps(slot_bytes, &first);
+	if (k < steps) {
+		p.off = first * (((size_t)1 << k) - 1);
+		size = first << k;
+	} else {
+		p.off = first * (((size_t)1 << steps) - 1) + (k - steps) * slot_bytes;
+		size = slot_bytes;
+	}
+	p.bytes = p.off >= bytes ? 0 : bytes - p.off < size ? bytes - p.off : size;
 	p.slot = (unsigned)(((size_t)first_slot % nslots + k % nslots) % nslots);
 	return p;
 }

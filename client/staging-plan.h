@@ -110,12 +110,20 @@ struct pbst_piece {
 	unsigned slot;
 };
 
+/*
+ * A copy's first pieces ramp up to a whole slot (slot/8, slot/4, slot/2, none under PBST_RAMP_MIN_BYTES), so the GPU
+ * starts on the first piece (or, from the device, the threads on the first piece out) after an eighth of a slot's
+ * fill, not a whole one: mid-sized copies are not paid for a slot's worth of unhidden memcpy.
+ */
+#define PBST_RAMP_STEPS 3u
+#define PBST_RAMP_MIN_BYTES ((size_t)512 << 10)
+
 /* How many pieces a copy of bytes takes through slots of slot_bytes (0 for 0 bytes). */
 size_t pbst_piece_count(size_t bytes, size_t slot_bytes);
 
 /*
  * Piece k of a copy of bytes, through a ring of nslots slots of slot_bytes, its first piece in first_slot and each
- * next one in the next slot (round the ring): pieces are whole slots but the last.
+ * next one in the next slot (round the ring): the ramp's pieces, then whole slots, the last one what is left.
  */
 struct pbst_piece pbst_piece_at(size_t bytes, size_t slot_bytes, unsigned nslots, unsigned first_slot, size_t k);
 

@@ -306,18 +306,23 @@ START_TEST(test_verdicts_have_names)
 }
 END_TEST
 
-/* Pieces cover [0, bytes) back to back, whole slots but the last, slots in ring order from first_slot. */
-static void check_pieces(size_t bytes, size_t slot, unsigned nslots, unsigned first, size_t want_pieces,
-			 size_t want_last)
+/*
+ * Pieces cover [0, bytes) back to back, slots in ring order from first_slot; each is the ramp's size (first << k)
+ * until a whole slot, then whole slots, the last what is left.
+ */
+static void check_pieces(size_t bytes, size_t slot, unsigned nslots, unsigned first, size_t ramp_first,
+			 size_t want_pieces, size_t want_last)
 {
 	size_t n = pbst_piece_count(bytes, slot), next = 0;
 
 	ck_assert_uint_eq(n, want_pieces);
 	for (size_t k = 0; k < n; k++) {
 		struct pbst_piece p = pbst_piece_at(bytes, slot, nslots, first, k);
+		size_t full = k < 3 && (ramp_first << k) < slot ? ramp_first << k : slot;
 
 		ck_assert_uint_eq(p.off, next);
-		ck_assert_uint_eq(p.bytes, k + 1 < n ? slot : want_last);
+		ck_assert_uint_eq(p.bytes, k + 1 < n ? full : want_last);
+		ck_assert_uint_le(p.bytes, slot);
 		ck_assert_uint_eq(p.slot, (first + k) % nslots);
 		next += p.bytes;
 	}
@@ -326,21 +331,29 @@ static void check_pieces(size_t bytes, size_t slot, unsigned nslots, unsigned fi
 
 START_TEST(test_pieces_around_slot_boundaries)
 {
-	check_pieces(1, 8 * MiB, 8, 0, 1, 1);
-	check_pieces(8 * MiB - 1, 8 * MiB, 8, 0, 1, 8 * MiB - 1);
-	check_pieces(8 * MiB, 8 * MiB, 8, 0, 1, 8 * MiB);
-	check_pieces(8 * MiB + 1, 8 * MiB, 8, 0, 2, 1);
-	check_pieces(16 * MiB - 1, 8 * MiB, 8, 3, 2, 8 * MiB - 1);
-	check_pieces(64 * MiB, 8 * MiB, 8, 0, 8, 8 * MiB);
+	/* 8 MiB slots ramp 1, 2, 4 MiB (7 MiB) before the first whole slot. */
+	check_pieces(1, 8 * MiB, 8, 0, 1 * MiB, 1, 1);
+	check_pieces(1 * MiB, 8 * MiB, 8, 0, 1 * MiB, 1, 1 * MiB);
+	check_pieces(1 * MiB + 1, 8 * MiB, 8, 0, 1 * MiB, 2, 1);
+	check_pieces(7 * MiB, 8 * MiB, 8, 0, 1 * MiB, 3, 4 * MiB);
+	check_pieces(7 * MiB + 1, 8 * MiB, 8, 0, 1 * MiB, 4, 1);
+	check_pieces(8 * MiB - 1, 8 * MiB, 8, 0, 1 * MiB, 4, 1 * MiB - 1);
+	check_pieces(8 * MiB, 8 * MiB, 8, 0, 1 * MiB, 4, 1 * MiB);
+	check_pieces(15 * MiB, 8 * MiB, 8, 3, 1 * MiB, 4, 8 * MiB);
+	check_pieces(15 * MiB + 1, 8 * MiB, 8, 3, 1 * MiB, 5, 1);
+	check_pieces(64 * MiB, 8 * MiB, 8, 0, 1 * MiB, 11, 1 * MiB);
 	/* More pieces than slots: round the ring again, from where the last copy left it. */
-	check_pieces(1 * GiB + 4097, 8 * MiB, 8, 5, 129, 4097);
+	check_pieces(1 * GiB + 4097, 8 * MiB, 8, 5, 1 * MiB, 131, 1 * MiB + 4097);
+	/* Small slots ramp less: none under 512 KiB (1 MiB slots: 512 KiB once; 64 KiB slots: not at all). */
+	check_pieces(3 * MiB, 1 * MiB, 4, 0, 512 * KiB, 4, 512 * KiB);
+	check_pieces(64 * KiB * 3 + 1, 64 * KiB, 4, 1, 64 * KiB, 4, 1);
 	ck_assert_uint_eq(pbst_piece_count(0, 8 * MiB), 0);
 }
 END_TEST
 
 START_TEST(test_a_piece_past_the_end_is_empty)
 {
-	struct pbst_piece p = pbst_piece_at(10 * MiB, 8 * MiB, 8, 0, 2);
+	struct pbst_piece p = pbst_piece_at(10 * MiB, 8 * MiB, 8, 0, 4);
 
 	ck_assert_uint_eq(p.bytes, 0);
 }
