@@ -270,15 +270,22 @@ STUB CUresult cuCtxPopCurrent_v2(CUcontext *c)
 	return CUDA_SUCCESS;
 }
 
-/* A context of its own, made current (staged copies keep events per context: a test needs two). Never freed, so
- * a handle used after cuCtxDestroy stays harmless here. */
+/* Every context cuCtxCreate_v2 made: never freed (a handle used after cuCtxDestroy stays harmless here), and held
+ * here so the leak checker sees them kept, not lost. */
+static CUcontext made_contexts[64];
+static unsigned n_made_contexts;
+
+/* A context of its own, made current (staged copies keep events per context: a test needs two). */
 STUB CUresult cuCtxCreate_v2(CUcontext *c, unsigned flags, CUdevice d)
 {
 	(void)flags;
 	if (!c || d != 0)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (n_made_contexts == sizeof(made_contexts) / sizeof(made_contexts[0]))
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	if (!(*c = calloc(1, sizeof(**c))))
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	made_contexts[n_made_contexts++] = *c;
 	current = *c;
 	return CUDA_SUCCESS;
 }
