@@ -13,6 +13,11 @@
  * per call, not per process). Half of it leaves room for drivers that count differently.
  * $PINBROKER_CUDA_REGISTER_PIECE (a size) overrides it, for tests.
  */
+/* CUresult values the staging engine tells apart (cuda.h). */
+#define PBCU_INVALID_CONTEXT 201
+#define PBCU_INVALID_HANDLE 400
+#define PBCU_CONTEXT_IS_DESTROYED 709
+
 #define PBCUDA_REGISTER_PIECE_MAX (UINT64_C(256) << 30)
 
 /*

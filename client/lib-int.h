@@ -188,6 +188,9 @@ struct pb_client {
 	 */
 	struct pbst_state *staging;
 	void (*staging_revoke)(pb_client *c, pb_lease *l, uint32_t deadline_ms);
+	/* Whether l is staging's own ring (or one it is acquiring): called under c->lock, takes staging's lock (staging
+	 * never takes c->lock under its own). A program's lease acquired with the flag is revoked as any other. */
+	bool (*staging_owns)(pb_client *c, const pb_lease *l);
 	uint8_t *rxbuf;       /* PB_MAX_MSG_BYTES, used only by whoever is reading: HELLO, then the receiver */
 	char path[108];       /* the socket, for reconnecting after the daemon restarts */
 	bool closing;         /* pb_disconnect is running: never reconnect */

@@ -143,7 +143,8 @@ static void lease_on_revoke(pb_client *c, uint64_t id, uint32_t deadline_ms)
 		return;
 	}
 	l->revoke_pending = true;
-	if (l->staging_ring && c->staging_revoke) {
+	/* Only the library's own ring: a program's lease acquired with the flag is revoked as any other. */
+	if (l->staging_ring && c->staging_revoke && c->staging_owns && c->staging_owns(c, l)) {
 		/* The library's own ring: staging gives it back once the copy in flight is done. */
 		void (*hook)(pb_client *, pb_lease *, uint32_t) = c->staging_revoke;
 

@@ -33,6 +33,7 @@ static void watch_forks(void)
 }
 
 static void ring_revoked(pb_client *c, pb_lease *l, uint32_t deadline_ms);
+static bool owns_ring(pb_client *c, const pb_lease *l);
 
 struct pbst_state *staging_state(pb_client *c)
 {
@@ -67,6 +68,7 @@ struct pbst_state *staging_state(pb_client *c)
 	st->next = all_states;
 	all_states = st;
 	c->staging_revoke = ring_revoked;
+	c->staging_owns = owns_ring;
 	__atomic_store_n(&c->staging, st, __ATOMIC_RELEASE);
 out:
 	pthread_mutex_unlock(&all_lock);
@@ -262,6 +264,19 @@ void staging_ring_unlock(struct pbst_state *st)
 	}
 }
 
+static bool owns_ring(pb_client *c, const pb_lease *l)
+{
+	struct pbst_state *st = __atomic_load_n(&c->staging, __ATOMIC_ACQUIRE);
+	bool owned;
+
+	if (!st)
+		return false;
+	pthread_mutex_lock(&st->lock);
+	owned = st->ring == l || st->acquiring;
+	pthread_mutex_unlock(&st->lock);
+	return owned;
+}
+
 /* The lease room's hook, on the receiver thread: the daemon wants the ring back within deadline_ms. */
 static void ring_revoked(pb_client *c, pb_lease *l, uint32_t deadline_ms)
 {
@@ -392,6 +407,11 @@ int staging_pool_start(struct pbst_state *st)
 	}
 	/* The copy threads take no signals: they belong to the application's threads. */
 	sigfillset(&all);
+	/* A fault in a worker's memcpy is the program's (a handler for guarded memory must see it), never masked. */
+	sigdelset(&all, SIGSEGV);
+	sigdelset(&all, SIGBUS);
+	sigdelset(&all, SIGFPE);
+	sigdelset(&all, SIGILL);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	while (p->n < want && r == 0) {
 		r = -pthread_create(&p->tids[p->n], NULL, pool_main, p);

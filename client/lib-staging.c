@@ -29,6 +29,12 @@ static int slot_wait(struct staging_slot *s)
 		return 0;
 	r = pbcuda_event_sync(s->pending);
 	s->pending = NULL;
+	/*
+	 * The event's context is gone (the program destroyed or reset it): so is the copy it marked, and the slot
+	 * is free. That is no error of this copy's.
+	 */
+	if (r == PBCU_INVALID_HANDLE || r == PBCU_CONTEXT_IS_DESTROYED || r == PBCU_INVALID_CONTEXT)
+		return 0;
 	return r;
 }
 
@@ -38,9 +44,11 @@ static int slot_mark(struct staging_slot *s, void *ev, void *ctx, void *stream)
 	int r = pbcuda_event_record(ev, stream);
 
 	if (r != 0) {
-		/* The copy is queued but cannot be waited for alone: wait for the whole stream, so the slot is free. */
-		pbcuda_stream_sync(stream);
-		return r;
+		/*
+		 * The copy is queued but cannot be waited for alone: wait for the whole stream, so the slot is free.
+		 * The copy is good if the stream is: the broker's own event failing is no error of the program's.
+		 */
+		return pbcuda_stream_sync(stream);
 	}
 	s->pending = ev;
 	s->pending_ctx = ctx;
@@ -218,9 +226,14 @@ bool pbst_copy(pb_client *c, void *dst, const void *src, size_t bytes, void *str
 		set.threads = st->pool.n + 1; /* copy with the threads there are */
 
 	t0 = mono_ns();
-	if (v == PBST_STAGE_H2D)
+	/*
+	 * A synchronous copy from pageable memory to the device (cuMemcpyHtoD, cudaMemcpy) first synchronises its
+	 * stream, as CUDA's does: work queued before it has finished when it returns.
+	 */
+	r = (flags & PBST_SYNC) && v == PBST_STAGE_H2D ? pbcuda_stream_sync(stream) : 0;
+	if (r == 0 && v == PBST_STAGE_H2D)
 		r = copy_h2d(st, (uint64_t)(uintptr_t)dst, src, bytes, stream, ctx, ev, set.threads, &staged);
-	else
+	else if (r == 0)
 		r = copy_d2h(st, dst, (uint64_t)(uintptr_t)src, bytes, stream, ctx, ev, set.threads, &staged);
 
 	pthread_mutex_lock(&st->lock);
@@ -313,7 +326,7 @@ int pb_staging_configure(pb_client *c, const struct pb_staging_opts *opts)
 	pthread_mutex_lock(&st->lock);
 	if (st->ring) {
 		pthread_mutex_unlock(&st->lock);
-		pthread_mutex_unlock(&st->ring_lock);
+		staging_ring_unlock(st); /* a revoke that came meanwhile is carried out */
 		return err_set(-EBUSY,
 			       "pb_staging_configure: a staging ring of %zu bytes is held; configure before "
 			       "the first staged copy",
@@ -326,7 +339,7 @@ int pb_staging_configure(pb_client *c, const struct pb_staging_opts *opts)
 	/* Fewer threads than are running: stop them; the next copy starts as many as it wants. */
 	if (r == 0 && st->pool.n + 1 > st->set.threads)
 		staging_pool_stop(st);
-	pthread_mutex_unlock(&st->ring_lock);
+	staging_ring_unlock(st);
 	if (r < 0)
 		return err_set(r, "pb_staging_configure: %s", why);
 	return 0;
