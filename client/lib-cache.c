@@ -137,9 +137,11 @@ bool cache_keep_locked(pb_client *c, pb_lease *l, pb_lease **evicted, bool *tell
 	*tell_now = false;
 	/* A stale lease is never cached: no broker counts it, and its id may name another lease. A
 	 * registration is the program's own memory, and a shared or attached lease others may use. A staging
-	 * ring is counted as one by the daemon: cached, it could serve an ordinary acquire. */
+	 * ring is counted as one by the daemon: cached, it could serve an ordinary acquire. A lease with a slice
+	 * registered would serve a PB_ACQUIRE_NO_CUDA acquire already registered. */
 	if (l->revoke_pending || l->shared || l->attached || l->registration || l->staging_ring || c->dead ||
-	    lease_is_stale(l) || l->conn_gen != c->conn_gen || l->size_bytes > c->cache_limit_bytes)
+	    l->cuda_slice_bytes || lease_is_stale(l) || l->conn_gen != c->conn_gen ||
+	    l->size_bytes > c->cache_limit_bytes)
 		return false;
 	/* Room for the newest: the longest-cached go back first. */
 	while (c->cached_bytes > c->cache_limit_bytes - l->size_bytes) {

@@ -71,6 +71,8 @@ struct pb_lease {
 	enum pb_priority priority;
 	bool cuda_registered;
 	size_t cuda_piece_bytes; /* registered in pieces every this many bytes from the first page; 0: one call */
+	size_t cuda_slice_off;   /* pb_lease_register_slice: the registered slice's offset from map_base */
+	size_t cuda_slice_bytes; /* and its length; 0: the whole range (or nothing) is registered */
 	bool hugetlb;
 	bool no_cuda;         /* acquired with PB_ACQUIRE_NO_CUDA: a cache hit must match */
 	bool no_revoke;       /* PB_ACQUIRE_NO_REVOKE or a registration: the daemon takes it back only while cached */

@@ -148,9 +148,12 @@ static void cuda_unregister(pb_lease *l)
 	if (l->registration)
 		/* size_bytes counts from the first page; the pieces end where it does. */
 		pbcuda_unregister(l->data, l->size_bytes - ((uintptr_t)l->data & (page - 1)), l->cuda_piece_bytes);
+	else if (l->cuda_slice_bytes)
+		pbcuda_unregister((char *)l->map_base + l->cuda_slice_off, l->cuda_slice_bytes, l->cuda_piece_bytes);
 	else
 		pbcuda_unregister(l->map_base, l->map_bytes, l->cuda_piece_bytes);
 	l->cuda_registered = false;
+	l->cuda_slice_off = l->cuda_slice_bytes = 0;
 }
 
 size_t pb_lease_cuda_piece_bytes(const pb_lease *l)
@@ -194,4 +197,68 @@ void map_retire(pb_lease *l)
 		munmap(l->map_base, l->map_bytes);
 		l->map_base = NULL;
 	}
+}
+
+int pb_lease_register_slice(pb_lease *l, size_t offset, size_t length, uint32_t flags)
+{
+	const char *why = NULL;
+	size_t end;
+	int r;
+
+	if (!l || length == 0)
+		return err_set(-EINVAL, "pb_lease_register_slice: %s", l ? "length is 0" : "lease is NULL");
+	if (flags & ~PB_ACQUIRE_MAPPED)
+		return err_set(-EINVAL, "pb_lease_register_slice: flags may hold PB_ACQUIRE_MAPPED only");
+	if (!l->client || l->registration)
+		return err_set(-EINVAL, "this lease is %s: only broker memory has slices to register",
+			       l->registration ? "the program's own memory (pb_register)" : "ordinary memory");
+	/* Whole pages of the lease: the driver pins pages, and a slice's neighbour registers the next ones. */
+	if (offset % l->page_size_bytes)
+		return err_set(-EINVAL, "slice offset %zu is not a multiple of the lease's page size (%zu bytes)",
+			       offset, l->page_size_bytes);
+	if (__builtin_add_overflow(offset, length, &end) || end > l->size_bytes)
+		return err_set(-ERANGE, "slice [%zu, +%zu) ends past the lease's %zu bytes", offset, length,
+			       l->size_bytes);
+	end = (end + l->page_size_bytes - 1) / l->page_size_bytes * l->page_size_bytes;
+	if (end > l->map_bytes)
+		end = l->map_bytes;
+	pthread_mutex_lock(&l->client->lock);
+	if (l->state != LEASE_ACTIVE)
+		r = err_set(-EINVAL, "lease %llu was released or revoked: nothing to register",
+			    (unsigned long long)l->id);
+	else if (l->cuda_registered)
+		r = err_set(-EALREADY,
+			    "lease %llu is already registered with CUDA here (%s); acquire or attach it "
+			    "with PB_ACQUIRE_NO_CUDA to register a slice only",
+			    (unsigned long long)l->id, l->cuda_slice_bytes ? "a slice" : "whole");
+	else
+		r = 0;
+	pthread_mutex_unlock(&l->client->lock);
+	if (r < 0)
+		return r;
+	if (!pbcuda_available(&why))
+		return err_set(-ENODEV, "cannot register a slice with CUDA: %s", why ? why : "no usable CUDA driver");
+	/* No chunk sizes: a slice's cuts need not fall on chunk boundaries below the driver's per-call cap. */
+	r = map_cuda_register(l, (char *)l->map_base + offset, end - offset, NULL, 0, flags & PB_ACQUIRE_MAPPED);
+	if (r < 0)
+		return err_set(r, "registering slice [%zu, +%zu) of lease %llu with CUDA: %s", offset, end - offset,
+			       (unsigned long long)l->id, pbcuda_strerror());
+	pthread_mutex_lock(&l->client->lock);
+	l->cuda_slice_off = offset;
+	l->cuda_slice_bytes = end - offset;
+	l->mapped = flags & PB_ACQUIRE_MAPPED;
+	__atomic_store_n(&l->kind, PB_MEM_PINNED, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&l->client->lock);
+	return 0;
+}
+
+int pb_lease_cuda_slice(const pb_lease *l, size_t *offset, size_t *length)
+{
+	if (!l || !l->cuda_registered || !l->cuda_slice_bytes)
+		return 0;
+	if (offset)
+		*offset = l->cuda_slice_off;
+	if (length)
+		*length = l->cuda_slice_bytes;
+	return 1;
 }

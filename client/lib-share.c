@@ -70,9 +70,17 @@ int pb_lease_share(pb_client *c, pb_lease *l, const uid_t *uids, size_t nuids, c
 
 int pb_attach(pb_client *c, const char *token, pb_lease **ret)
 {
+	return pb_attach_opts(c, token, NULL, ret);
+}
+
+int pb_attach_opts(pb_client *c, const char *token, const struct pb_acquire_opts *opts, pb_lease **ret)
+{
 	Pinbroker__V1__Attach at = PINBROKER__V1__ATTACH__INIT;
 	Request req = PINBROKER__V1__REQUEST__INIT;
+	uint32_t flags = opts ? opts->flags : 0;
 
+	if (flags & ~(PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_MAPPED))
+		return err_set(-EINVAL, "pb_attach_opts: flags may hold PB_ACQUIRE_NO_CUDA and PB_ACQUIRE_MAPPED only");
 	if (!ret)
 		return err_set(-EINVAL, "pb_attach: ret is NULL");
 	*ret = NULL;
@@ -83,7 +91,7 @@ int pb_attach(pb_client *c, const char *token, pb_lease **ret)
 	at.token = (char *)token;
 	req.body_case = PINBROKER__V1__REQUEST__BODY_ATTACH;
 	req.attach = &at;
-	return acquire_call(c, &req, "ATTACH", 0, true, NULL, ret);
+	return acquire_call(c, &req, "ATTACH", flags, true, NULL, ret);
 }
 
 int pb_lease_attached(const pb_lease *l)

@@ -462,6 +462,29 @@ int pb_lease_share(pb_client *c, pb_lease *l, const uid_t *uids, size_t nuids, c
  */
 int pb_attach(pb_client *c, const char *token, pb_lease **ret);
 
+/*
+ * pb_attach() with options: opts->flags may hold PB_ACQUIRE_NO_CUDA (map only, so that
+ * pb_lease_register_slice() can register just this process's part) and PB_ACQUIRE_MAPPED; the other
+ * fields are not read. opts may be NULL. Returns what pb_attach() returns, or -EINVAL for another flag.
+ */
+int pb_attach_opts(pb_client *c, const char *token, const struct pb_acquire_opts *opts, pb_lease **ret);
+
+/*
+ * Register with CUDA only [offset, offset + length) of a broker lease mapped with PB_ACQUIRE_NO_CUDA
+ * (acquired or attached): the slice one rank of a shared region copies from, so that N ranks of one
+ * region pin it in the driver once in all, not N times. offset is a multiple of the lease's page size
+ * (pb_lease_page_size), length is rounded up to whole pages; flags is 0 or PB_ACQUIRE_MAPPED. The lease's
+ * kind becomes PB_MEM_PINNED (pb_lease_cuda_slice says which part is); release unregisters it. Call it
+ * while the lease is the caller's (not concurrently with its release). Returns 0, -EINVAL (not broker
+ * memory, a misaligned offset, zero length, another flag, released), -ERANGE (past the lease's end),
+ * -EALREADY (already registered here, whole or a slice), -ENODEV (no usable CUDA driver here), or the
+ * driver's failure as a negative errno (pb_last_error says which CUDA error).
+ */
+int pb_lease_register_slice(pb_lease *l, size_t offset, size_t length, uint32_t flags);
+
+/* 1 with *offset and *length (either may be NULL) set when only a slice of l is registered with CUDA here, else 0. */
+int pb_lease_cuda_slice(const pb_lease *l, size_t *offset, size_t *length);
+
 /* 1 if l was mapped with pb_attach(), 0 otherwise. */
 int pb_lease_attached(const pb_lease *l);
 

@@ -395,11 +395,12 @@ class Client:
             self._leave()
         return token.value.decode("ascii")
 
-    def attach(self, token: Union[str, bytes], label: Optional[str] = None) -> Lease:
+    def attach(self, token: Union[str, bytes], label: Optional[str] = None, *, cuda: bool = True) -> Lease:
         """Map a lease another process shared with :meth:`Lease.share`. Its release detaches this process;
-        the lease lives until its last attacher lets it go. Raises PermissionDenied (EACCES/EPERM) for a uid
-        without a grant, NotConnected (ENOENT) for a forged or stale token."""
-        fn = _lib.optional("pb_attach")
+        the lease lives until its last attacher lets it go. ``cuda=False`` maps it without registering it with
+        CUDA (then :meth:`Lease.register_slice` registers this process's part). Raises PermissionDenied
+        (EACCES/EPERM) for a uid without a grant, NotConnected (ENOENT) for a forged or stale token."""
+        fn = _lib.optional("pb_attach") if cuda else _lib.optional("pb_attach_opts")
         if fn is None:
             raise NotImplementedError(
                 f"the libpinbroker loaded from {_lib.path()} has no pb_attach: shared leases need a newer "
@@ -412,7 +413,12 @@ class Client:
         ptr = self._enter()
         try:
             ret = ctypes.c_void_p()
-            r = fn(ptr, token.encode("ascii", "replace"), ctypes.byref(ret))
+            if cuda:
+                r = fn(ptr, token.encode("ascii", "replace"), ctypes.byref(ret))
+            else:
+                opts = _lib.AcquireOpts()
+                opts.flags = _lib.PB_ACQUIRE_NO_CUDA
+                r = fn(ptr, token.encode("ascii", "replace"), ctypes.byref(opts), ctypes.byref(ret))
             if r < 0:
                 _raise(r, "attaching a shared lease", lease_context=True)
             m = _Mapping(self, int(ret.value))

@@ -185,6 +185,36 @@ class _Mapping:
     def describe(self) -> str:
         return f"lease {self.id}" if self.id else f"fallback lease at {self.address:#x}"
 
+    def register_slice(self, offset: int, length: int, mapped: bool) -> None:
+        fn = _lib.optional("pb_lease_register_slice")
+        if fn is None:
+            raise NotImplementedError(f"the libpinbroker loaded from {_lib.path()} has no pb_lease_register_slice: "
+                                      "registering a slice needs a newer libpinbroker")
+        for what, v in (("offset", offset), ("length", length)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise TypeError(f"{what} must be a non-negative int, not {v!r}")
+        with self.lock:
+            if self.released or self.freed or self.ptr is None:
+                raise ValueError(f"{self.describe()} is released or ordinary memory: it has no slice to register")
+            r = fn(self.ptr, offset, length, _lib.PB_ACQUIRE_MAPPED if mapped else 0)
+            if r < 0:
+                _raise(r, f"registering slice [{offset}, +{length}) of {self.describe()} with CUDA",
+                       lease_context=True)
+            lib = _lib.load()
+            self.kind = _KIND_BY_C.get(lib.pb_lease_kind(self.ptr), Kind.FALLBACK)
+            self.cuda_registered = bool(lib.pb_lease_cuda_registered(self.ptr))
+
+    @property
+    def cuda_slice(self) -> Optional[Tuple[int, int]]:
+        fn = _lib.optional("pb_lease_cuda_slice") if self.ptr is not None else None
+        if fn is None:
+            return None
+        with self.lock:
+            if self.freed:
+                return None
+            off, length = ctypes.c_size_t(), ctypes.c_size_t()
+            return (int(off.value), int(length.value)) if fn(self.ptr, ctypes.byref(off), ctypes.byref(length)) else None
+
     def _view_closed(self) -> None:
         with self.lock:
             self.views -= 1
@@ -293,6 +323,20 @@ class Lease:
         across two registrations the driver may refuse it or copy it at pageable speed. Always 0 with a
         library that predates pieces."""
         return self._m.cuda_piece_bytes
+
+    @property
+    def cuda_slice(self) -> Optional[Tuple[int, int]]:
+        """(offset, length) when only that slice is registered with CUDA here (:meth:`register_slice`), else None."""
+        return self._m.cuda_slice
+
+    def register_slice(self, offset: int, length: int, *, mapped: bool = False) -> None:
+        """Register with CUDA only ``[offset, offset + length)`` of a lease mapped with ``cuda=False``: the part
+        this process copies from, so that the ranks of one shared region register it once in all. ``offset`` is a
+        multiple of :attr:`page_size`; ``length`` is rounded up to whole pages. Raises InvalidArgument (misaligned,
+        out of range, not broker memory, already registered here) or the driver's error (no usable driver: ENODEV);
+        a library without slices raises NotImplementedError."""
+        self._check()
+        self._m.register_slice(offset, length, mapped)
 
     @property
     def hugetlb(self) -> bool:

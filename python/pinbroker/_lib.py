@@ -422,6 +422,10 @@ _OPTIONAL = {
     "pb_lease_shared_memory": (_int, [_vp]),
     # Registration in pieces below the driver's per-call cap (issues 26, 27).
     "pb_lease_cuda_piece_bytes": (_size, [_vp]),
+    # A rank of a shared region registers only its slice.
+    "pb_attach_opts": (_int, [_vp, _cstr, _vp, ctypes.POINTER(_vp)]),
+    "pb_lease_register_slice": (_int, [_vp, _size, _size, ctypes.c_uint32]),
+    "pb_lease_cuda_slice": (_int, [_vp, ctypes.POINTER(_size), ctypes.POINTER(_size)]),
     # The daemon's cgroup namespace, kept out of struct pb_status (issue 28).
     "pb_status_cgroup_namespace": (_cstr, [_vp, ctypes.POINTER(_cstr)]),
     # What the daemon knew at start of what its predecessor lent (issue 38).

@@ -57,3 +57,50 @@ def test_a_lease_above_the_piece_size_reports_its_pieces(daemon):
     assert f"BIG pinned True {4 * MiB}" in r.stdout, r.stdout
     assert "SMALL pinned True 0" in r.stdout, r.stdout
     assert daemon.wait_leased(0) == 0
+
+
+def test_ranks_of_a_region_register_their_own_slices(daemon, tmp_path):
+    """Four ranks (four connections) of one region, each with slice=: each registers only its quarter, the
+    region is lent once, and a slice past the region's end is refused before anything is acquired."""
+    d = tmp_path / "regions"
+    d.mkdir(mode=0o700)
+    r = run_python(textwrap.dedent(f"""
+        import pinbroker
+        q = 4 << 20
+        leases = []
+        for rank in range(4):
+            c = pinbroker.connect({daemon.socket!r})
+            lease, created = pinbroker.shared_region("kv", 4 * q, client=c, slice=(rank * q, q))
+            leases.append(lease)
+            print("RANK", rank, int(created), lease.kind.value, lease.cuda_slice == (rank * q, q))
+        c = pinbroker.connect({daemon.socket!r})
+        print("LEASED", c.status()["leased_bytes"])
+        try:
+            pinbroker.shared_region("kv", 4 * q, client=c, slice=(3 * q, 2 * q))
+        except pinbroker.InvalidArgument as e:
+            print("PAST-END", e.errno)
+    """), env={
+        "LD_LIBRARY_PATH": _stub_dir(),
+        "PINBROKER_NO_CUDA": "0",
+        "PINBROKER_REGION_DIR": str(d),
+    })
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert [ln for ln in lines if ln.startswith("RANK")] == [
+        "RANK 0 1 pinned True", "RANK 1 0 pinned True", "RANK 2 0 pinned True", "RANK 3 0 pinned True"], r.stdout
+    assert f"LEASED {16 * MiB}" in lines, r.stdout  # lent once, not four times
+    assert "PAST-END 34" in lines, r.stdout  # ERANGE
+    assert daemon.wait_leased(0) == 0
+
+
+def test_a_region_slice_without_a_driver_leaves_the_lease_locked(daemon, tmp_path):
+    d = tmp_path / "regions"
+    d.mkdir(mode=0o700)
+    r = run_python(textwrap.dedent(f"""
+        import pinbroker
+        c = pinbroker.connect({daemon.socket!r})
+        lease, created = pinbroker.shared_region("kv", 8 << 20, client=c, slice=(0, 4 << 20))
+        print("LEASE", int(created), lease.kind.value, lease.cuda_slice)
+    """), env={"PINBROKER_NO_CUDA": "1", "PINBROKER_REGION_DIR": str(d)})
+    assert r.returncode == 0, r.stderr
+    assert "LEASE 1 locked None" in r.stdout, r.stdout

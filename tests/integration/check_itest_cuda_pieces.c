@@ -220,6 +220,123 @@ START_TEST(test_a_registration_above_the_piece_size_is_made_in_pieces)
 }
 END_TEST
 
+/* A lease mapped without CUDA registers only the slice asked for; release unregisters exactly that. */
+START_TEST(test_a_slice_of_a_lease_is_registered_alone_and_unregistered_on_release)
+{
+	pb_client *c = connect_with_stub("4M");
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	struct stub_cuda_stats before = stats(), after;
+	struct stub_cuda_register_call calls[64];
+	size_t off = 0, len = 0, page;
+	pb_lease *l;
+
+	ck_assert_int_eq(pb_acquire(c, 16 * MiB, &o, &l), 0);
+	ck_assert_int_eq(pb_lease_kind(l), PB_MEM_LOCKED);
+	ck_assert_uint_eq(stats().register_calls, before.register_calls);
+	page = pb_lease_page_size(l);
+	ck_assert_int_eq(pb_lease_cuda_slice(l, &off, &len), 0);
+	/* Refusals first: nothing is registered by any of them. */
+	ck_assert_int_eq(pb_lease_register_slice(l, page / 2, MiB, 0), -EINVAL);
+	ck_assert_int_eq(pb_lease_register_slice(l, 4 * MiB, 0, 0), -EINVAL);
+	ck_assert_int_eq(pb_lease_register_slice(l, 12 * MiB, 8 * MiB, 0), -ERANGE);
+	ck_assert_int_eq(pb_lease_register_slice(l, 0, MiB, PB_ACQUIRE_WAIT), -EINVAL);
+	ck_assert_uint_eq(stats().register_calls, before.register_calls);
+	/* 3 MiB and a byte: rounded up to the page. */
+	ck_assert_int_eq(pb_lease_register_slice(l, 4 * MiB, 3 * MiB + 1, 0), 0);
+	after = stats();
+	ck_assert_uint_eq(after.register_calls - before.register_calls, 1);
+	ck_assert_uint_eq(register_log(calls, 64), after.register_calls);
+	ck_assert_ptr_eq((void *)calls[before.register_calls].p, (uint8_t *)pb_lease_data(l) + 4 * MiB);
+	ck_assert_uint_eq(calls[before.register_calls].bytes, (3 * MiB + 1 + page - 1) / page * page);
+	ck_assert_int_eq(pb_lease_kind(l), PB_MEM_PINNED);
+	ck_assert_int_eq(pb_lease_cuda_registered(l), 1);
+	ck_assert_int_eq(pb_lease_cuda_slice(l, &off, &len), 1);
+	ck_assert_uint_eq(off, 4 * MiB);
+	ck_assert_uint_eq(len, (3 * MiB + 1 + page - 1) / page * page);
+	/* One registration per process: a second slice, or the whole lease again, is refused. */
+	ck_assert_int_eq(pb_lease_register_slice(l, 0, MiB, 0), -EALREADY);
+	ck_assert_int_eq(pb_release(c, l), 0);
+	after = stats();
+	ck_assert_uint_eq(after.unregister_calls - before.unregister_calls, 1);
+	ck_assert_uint_eq(after.registered_bytes, before.registered_bytes);
+	itest_end_clean(&d, c, 3000);
+}
+END_TEST
+
+/* A lease registered whole has no slice to register; ordinary memory none either. */
+START_TEST(test_a_slice_of_a_registered_lease_or_of_ordinary_memory_is_refused)
+{
+	pb_client *c = connect_with_stub("4M");
+	pb_lease *l;
+
+	ck_assert_int_eq(pb_acquire(c, 4 * MiB, NULL, &l), 0);
+	ck_assert_int_eq(pb_lease_kind(l), PB_MEM_PINNED);
+	ck_assert_int_eq(pb_lease_register_slice(l, 0, MiB, 0), -EALREADY);
+	ck_assert_msg(strstr(pb_last_error(), "PB_ACQUIRE_NO_CUDA") != NULL, "pb_last_error: %s", pb_last_error());
+	ck_assert_int_eq(pb_lease_cuda_slice(l, NULL, NULL), 0);
+	ck_assert_int_eq(pb_release(c, l), 0);
+	l = pb_acquire_or_fallback(NULL, MiB, NULL);
+	ck_assert_ptr_nonnull(l);
+	ck_assert_int_eq(pb_lease_kind(l), PB_MEM_FALLBACK);
+	ck_assert_int_eq(pb_lease_register_slice(l, 0, MiB, 0), -EINVAL);
+	ck_assert_int_eq(pb_lease_register_slice(NULL, 0, MiB, 0), -EINVAL);
+	ck_assert_int_eq(pb_release(NULL, l), 0);
+	itest_end_clean(&d, c, 3000);
+}
+END_TEST
+
+/*
+ * Ranks of one shared lease, each attached without CUDA and registering its own quarter: the driver pins the
+ * region once in all (four quarter registrations), where whole attaches would pin it once per rank.
+ */
+START_TEST(test_ranks_attached_without_cuda_register_their_slices_once_in_all)
+{
+	pb_client *owner = connect_with_stub("64M"), *rank[3];
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	struct stub_cuda_stats before = stats(), after;
+	char token[PB_SHARE_TOKEN_LEN];
+	pb_lease *l, *att[3];
+	size_t quarter = 4 * MiB;
+
+	ck_assert_int_eq(pb_acquire(owner, 4 * quarter, &o, &l), 0);
+	ck_assert_int_eq(pb_lease_share(owner, l, NULL, 0, token), 0);
+	ck_assert_int_eq(pb_lease_register_slice(l, 0, quarter, 0), 0);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(pb_connect(d.socket, &rank[i]), 0);
+		ck_assert_int_eq(pb_attach_opts(rank[i], token, &o, &att[i]), 0);
+		ck_assert_int_eq(pb_lease_attached(att[i]), 1);
+		ck_assert_int_eq(pb_lease_kind(att[i]), PB_MEM_LOCKED);
+		ck_assert_int_eq(pb_lease_register_slice(att[i], (size_t)(i + 1) * quarter, quarter, 0), 0);
+	}
+	after = stats();
+	ck_assert_uint_eq(after.register_calls - before.register_calls, 4);
+	ck_assert_uint_eq(after.registered_bytes - before.registered_bytes, 4 * quarter);
+	/* The daemon lends the region once, whatever the ranks register. */
+	{
+		struct pb_status *st;
+
+		ck_assert_int_eq(pb_status_get(owner, &st), 0);
+		ck_assert_uint_ge(st->leased_bytes, 4 * quarter);
+		ck_assert_uint_lt(st->leased_bytes, 8 * quarter);
+		pb_status_free(st);
+	}
+	/* An attach with a flag other than NO_CUDA or MAPPED is refused before anything is sent. */
+	{
+		struct pb_acquire_opts bad = { .flags = PB_ACQUIRE_WAIT };
+		pb_lease *x;
+
+		ck_assert_int_eq(pb_attach_opts(rank[0], token, &bad, &x), -EINVAL);
+	}
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(pb_release(rank[i], att[i]), 0);
+		pb_disconnect(rank[i]);
+	}
+	ck_assert_int_eq(pb_release(owner, l), 0);
+	ck_assert_uint_eq(stats().registered_bytes, before.registered_bytes);
+	itest_end_clean(&d, owner, 3000);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-cuda-pieces");
@@ -229,7 +346,10 @@ static Suite *suite(void)
 		   test_a_lease_at_or_below_the_piece_size_is_registered_in_one_call,
 		   test_one_piece_above_the_cap_is_refused_and_the_lease_stays_locked,
 		   test_a_refused_piece_leaves_nothing_registered_and_says_which,
-		   test_a_registration_above_the_piece_size_is_made_in_pieces);
+		   test_a_registration_above_the_piece_size_is_made_in_pieces,
+		   test_a_slice_of_a_lease_is_registered_alone_and_unregistered_on_release,
+		   test_a_slice_of_a_registered_lease_or_of_ordinary_memory_is_refused,
+		   test_ranks_attached_without_cuda_register_their_slices_once_in_all);
 	return s;
 }
 
