@@ -254,14 +254,16 @@ static int fetch_metrics(const char *socket_path)
 {
 	pb_client *c = NULL;
 	int64_t now = mono_ms();
+	/* Checked first: a daemon stopped since the last answer gets no more of its metrics served from it. */
+	bool down = daemon_marker && access(daemon_marker, F_OK) < 0;
 	int r;
 
-	if ((fetched.text || fetched.msg) && now - fetched.at_ms < METRICS_REUSE_MS)
+	if ((fetched.text || fetched.msg) && now - fetched.at_ms < METRICS_REUSE_MS && !(down && fetched.text))
 		return 0;
 	free(fetched.text);
 	free(fetched.msg);
 	fetched.text = fetched.msg = NULL;
-	if (daemon_marker && access(daemon_marker, F_OK) < 0) {
+	if (down) {
 		/* Not even a connect: to the socket unit's socket it would start the daemon the admin stopped. */
 		if (asprintf(
 			    &fetched.msg,
