@@ -13,6 +13,11 @@
  * MaxConnections=16, sixteen one-byte connections re-opened as each was cut left a scraper 0 of 20 scrapes.)
  * Otherwise it answers one request on stdin/stdout, inetd-style.
  *
+ * With --daemon-marker PATH (as pinbroker-metrics.service runs it) the daemon is asked only while PATH exists:
+ * pinbrokerd.service makes it once the daemon is ready and removes it before the daemon stops. The broker's
+ * socket is pinbrokerd.socket's, held by PID 1, so a connection to a stopped daemon would start it again (socket
+ * activation); a scrape must only watch. Without the marker the answer is 503 saying the daemon is not running.
+ *
  * GET or HEAD /metrics: 200 with the text format (Content-Type: text/plain; version=0.0.4); 503 when
  * no daemon answers (so the scrape fails and `up` drops to 0). Another path: 404. Another method: 405.
  * Anything that is not an HTTP/1.x request line: 400. A request head not complete within --timeout-ms:
@@ -236,6 +241,9 @@ static struct {
 	int64_t at_ms;
 } fetched;
 
+/* --daemon-marker: the file whose absence says the daemon is not running (NULL: always ask it). */
+static const char *daemon_marker;
+
 /*
  * The daemon's metrics at most METRICS_REUSE_MS old: a newer request reuses the last answer instead of asking
  * again, so requests sent faster than that cost the daemon nothing and are answered without a round trip (a
@@ -246,13 +254,28 @@ static int fetch_metrics(const char *socket_path)
 {
 	pb_client *c = NULL;
 	int64_t now = mono_ms();
+	/* Checked first: a daemon stopped since the last answer gets no more of its metrics served from it. */
+	bool down = daemon_marker && access(daemon_marker, F_OK) < 0;
 	int r;
 
-	if ((fetched.text || fetched.msg) && now - fetched.at_ms < METRICS_REUSE_MS)
+	if ((fetched.text || fetched.msg) && now - fetched.at_ms < METRICS_REUSE_MS && !(down && fetched.text))
 		return 0;
 	free(fetched.text);
 	free(fetched.msg);
 	fetched.text = fetched.msg = NULL;
+	if (down) {
+		/* Not even a connect: to the socket unit's socket it would start the daemon the admin stopped. */
+		if (asprintf(
+			    &fetched.msg,
+			    "pinbroker: pinbrokerd is not running (no %s: it is stopped, or not started yet); a scrape "
+			    "does not start it: systemctl start pinbrokerd.service, or wait for its first client\n",
+			    daemon_marker) < 0) {
+			fetched.msg = NULL;
+			return -ENOMEM;
+		}
+		fetched.at_ms = mono_ms();
+		return 0;
+	}
 	r = pb_connect(socket_path, &c);
 	if (r == 0) {
 		r = pb_metrics(c, &fetched.text);
@@ -611,11 +634,15 @@ static int listen_fds_passed(void)
 
 static void usage(FILE *f)
 {
-	fputs("Usage: pinbroker-metrics-http [--socket PATH] [--timeout-ms MS] [--max-head-bytes N]\n"
+	fputs("Usage: pinbroker-metrics-http [--socket PATH] [--daemon-marker PATH] [--timeout-ms MS]\n"
+	      "                             [--max-head-bytes N]\n"
 	      "Serve HTTP on the listening socket systemd passes ($LISTEN_FDS, as pinbroker-metrics.service runs it),\n"
 	      "or answer one request on stdin/stdout (inetd-style): GET /metrics gives the daemon's Prometheus\n"
 	      "metrics, as `pinctl metrics` prints them.\n"
 	      "  --socket PATH     the daemon's socket (default $PINBROKER_SOCKET, else /run/pinbroker/pinbroker.sock)\n"
+	      "  --daemon-marker PATH  ask the daemon only while PATH exists (pinbrokerd.service makes it when\n"
+	      "                    the daemon is ready and removes it as it stops), else answer 503: a scrape\n"
+	      "                    never connects to a stopped daemon's socket, which would start it again\n"
 	      "  --timeout-ms MS   how long the request head may take to arrive (default 5000)\n"
 	      "  --max-head-bytes N  largest request head (request line and headers) answered; a larger one gets\n"
 	      "                    431 (1024 to 1048576, default 8192)\n",
@@ -627,6 +654,7 @@ int main(int argc, char **argv)
 	static const struct option opts[] = { { "socket", required_argument, NULL, 's' },
 					      { "timeout-ms", required_argument, NULL, 't' },
 					      { "max-head-bytes", required_argument, NULL, 'm' },
+					      { "daemon-marker", required_argument, NULL, 'd' },
 					      { "help", no_argument, NULL, 'h' },
 					      { NULL, 0, NULL, 0 } };
 	char *buf, *out = NULL;
@@ -641,6 +669,13 @@ int main(int argc, char **argv)
 		switch (o) {
 		case 's':
 			socket_path = optarg;
+			break;
+		case 'd':
+			if (!*optarg) {
+				fprintf(stderr, "pinbroker-metrics-http: --daemon-marker wants a path\n");
+				return 2;
+			}
+			daemon_marker = optarg;
 			break;
 		case 't':
 			errno = 0;

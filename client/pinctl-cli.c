@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "pinbroker.h"
+#include "pinctl-fields.h"
 #include "pinctl-help.h"
 #include "pinctl-output.h"
 #include "pinctl.h"
@@ -31,6 +32,45 @@
 static const char *socket_path; /* as given; NULL means libpinbroker's default */
 static uint64_t wait_ms;        /* --wait: how long to wait for a daemon to appear; 0 none */
 static const char *command;     /* the command being run, NULL before main found it */
+static bool json_errors;        /* --json: errors as JSON on stdout too */
+static bool json_error_done;    /* and one was written */
+
+void pinctl_json_errors_set(bool on)
+{
+	json_errors = on;
+}
+
+bool pinctl_json_error_written(void)
+{
+	return json_error_done;
+}
+
+/* The error object on stdout, once: the first error is the one a script acts on. */
+static void json_error(int exit_status, const char *code, const char *message)
+{
+	if (!json_errors || json_error_done)
+		return;
+	json_error_done = true;
+	fputs("{\"error\":{", stdout);
+	json_kstr(stdout, "code", code, true);
+	json_kstr(stdout, "message", message, true);
+	json_u64(stdout, "exit_status", (uint64_t)exit_status, false);
+	fputs("}}\n", stdout);
+	fflush(stdout);
+}
+
+int pinctl_error(int exit_status, const char *code, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "pinctl%s%s: %s\n", command ? " " : "", command ? command : "", msg);
+	json_error(exit_status, code, msg);
+	return exit_status;
+}
 
 void pinctl_command_set(const char *name)
 {
@@ -40,16 +80,23 @@ void pinctl_command_set(const char *name)
 /* Inside a command the error points to that command's help, which has the options it lacked. */
 int usage_error(const char *fmt, ...)
 {
+	char msg[1024], hint[96];
 	va_list ap;
 
-	fprintf(stderr, "pinctl%s%s: ", command ? " " : "", command ? command : "");
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	if (command)
-		fprintf(stderr, "; see 'pinctl %s --help'\n", command);
+		snprintf(hint, sizeof(hint), "see 'pinctl %s --help'", command);
 	else
-		fprintf(stderr, "; see 'pinctl --help' for usage\n");
+		snprintf(hint, sizeof(hint), "see 'pinctl --help' for usage");
+	fprintf(stderr, "pinctl%s%s: %s; %s\n", command ? " " : "", command ? command : "", msg, hint);
+	if (json_errors) {
+		char both[1200];
+
+		snprintf(both, sizeof(both), "%s; %s", msg, hint);
+		json_error(EXIT_USAGE, "usage", both);
+	}
 	return EXIT_USAGE;
 }
 
@@ -242,6 +289,15 @@ int pinctl_connect_waiting(const char *path, pb_client **ret)
 	}
 }
 
+/* connect_or_explain's failure as JSON: "WHAT PATH: WHY". */
+static void connect_json_error(int exit_status, const char *code, const char *what, const char *path, const char *why)
+{
+	char msg[PATH_MAX + 512];
+
+	snprintf(msg, sizeof(msg), "%s %s: %s", what, path, why);
+	json_error(exit_status, code, msg);
+}
+
 int connect_or_explain(pb_client **ret)
 {
 	const char *path = effective_socket();
@@ -257,15 +313,20 @@ int connect_or_explain(pb_client **ret)
 	case -ECONNRESET:
 		/* Nothing listens, or what listens never answered HELLO: no daemon, as systemctl's 3 for a stopped unit. */
 		explain_no_daemon(path, r);
+		connect_json_error(EXIT_NO_DAEMON, "no_daemon", "no pinbrokerd answers on", path, strerror(-r));
 		return EXIT_NO_DAEMON;
 	case -EACCES:
 		explain_eacces(path);
+		connect_json_error(EXIT_FAILURE, "permission_denied", "cannot connect to", path, strerror(-r));
 		break;
 	case -EPROTONOSUPPORT:
 		fprintf(stderr, "pinctl: %s\nUse the pinctl that came with this pinbrokerd.\n", pb_last_error());
+		connect_json_error(EXIT_FAILURE, "connect_failed", "cannot talk to the daemon on", path,
+				   pb_last_error());
 		break;
 	default:
 		fprintf(stderr, "pinctl: cannot connect to %s: %s\n", path, pb_last_error());
+		connect_json_error(EXIT_FAILURE, "connect_failed", "cannot connect to", path, pb_last_error());
 		break;
 	}
 	return EXIT_FAILURE;
@@ -277,6 +338,18 @@ int report_failure(const char *what, int r)
 	char e[ESC_BYTES];
 
 	fprintf(stderr, "pinctl: %s: %s\n", what, esc(pb_last_error(), e));
+	if (json_errors) {
+		char msg[ESC_BYTES + 64];
+
+		snprintf(msg, sizeof(msg), "%s: %s", what, pb_last_error());
+		json_error(EXIT_FAILURE,
+			   r == -EACCES || r == -EPERM ? "permission_denied"
+			   : r == -ENOENT              ? "not_found"
+			   : r == -EINVAL              ? "invalid_argument"
+			   : r == -ECONNRESET          ? "daemon_gone"
+						       : "failed",
+			   msg);
+	}
 	if (r == -EACCES)
 		fprintf(stderr, ADMIN_HINT "\n");
 	else if (r == -ECONNRESET)
@@ -297,4 +370,65 @@ int parse_u64(const char *s, uint64_t max, uint64_t *ret)
 		return -EINVAL;
 	*ret = v;
 	return 0;
+}
+
+int list_option(int o, struct list_opts *lo)
+{
+	switch (o) {
+	case 'j':
+		lo->json = true;
+		return 0;
+	case 'f':
+		lo->json = strcmp(optarg, "json") == 0;
+		lo->csv = strcmp(optarg, "csv") == 0;
+		if (!lo->json && !lo->csv && strcmp(optarg, "text") != 0)
+			return usage_error("--format: expected text, csv or json, not %s", optarg);
+		return 0;
+	case 'o':
+		lo->fields = optarg;
+		return 0;
+	case 'N':
+		lo->no_headers = true;
+		return 0;
+	default:
+		return 1;
+	}
+}
+
+int list_opts_check(const struct list_opts *lo)
+{
+	/* JSON has every key, named; fields and headers are the other forms' choices. */
+	if (lo->json && (lo->fields || lo->no_headers))
+		return usage_error("%s is for the text and csv forms, not JSON", lo->fields ? "-o" : "--no-headers");
+	return 0;
+}
+
+int parse_list_opts(int argc, char **argv, struct list_opts *lo, int nargs_max)
+{
+	static const struct option opts[] = { PINCTL_LIST_OPTIONS, PINCTL_COMMON_OPTIONS, { NULL, 0, NULL, 0 } };
+	int o, r;
+
+	memset(lo, 0, sizeof(*lo));
+	while ((o = getopt_long(argc, argv, PINCTL_LIST_SHORTOPTS, opts, NULL)) != -1) {
+		r = list_option(o, lo);
+		if (r == 1 && (r = command_option(argv[0], o, argv)) != PINCTL_OPT_NEXT)
+			return r;
+		if (r != 0 && r != PINCTL_OPT_NEXT)
+			return r;
+	}
+	if (nargs_max == 0 && optind != argc)
+		return usage_error("takes no arguments (got '%s')", argv[optind]);
+	if (argc - optind > nargs_max)
+		return usage_error("give at most %d argument%s, not %d", nargs_max, nargs_max == 1 ? "" : "s",
+				   argc - optind);
+	return list_opts_check(lo) ? EXIT_USAGE : PINCTL_OPT_NEXT;
+}
+
+int select_fields(const struct pinctl_field *table, size_t n, const char *list, struct fields *sel)
+{
+	char bad[64], names[1024];
+
+	if (fields_parse(table, n, list, sel, bad, sizeof(bad)) == 0)
+		return 0;
+	return usage_error("-o: unknown field '%s'; the fields: %s", bad, fields_names(table, n, names, sizeof(names)));
 }

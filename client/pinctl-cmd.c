@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <pwd.h>
@@ -61,100 +62,6 @@ static int parse_priority(const char *s, enum pb_priority *ret)
 	return 0;
 }
 
-/*
- * --json, the one option of status, leases, get and config, and nargs arguments after it.
- * Returns PINCTL_OPT_NEXT to go on (the arguments start at optind), or the exit code (--help, usage).
- */
-static int parse_json_flag_args(int argc, char **argv, bool *json, int nargs)
-{
-	static const struct option opts[] = { { "json", no_argument, NULL, 'j' },
-					      PINCTL_COMMON_OPTIONS,
-					      { NULL, 0, NULL, 0 } };
-	int o, r;
-
-	*json = false;
-	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-		if (o == 'j')
-			*json = true;
-		else if ((r = command_option(argv[0], o, argv)) != PINCTL_OPT_NEXT)
-			return r;
-	}
-	if (nargs == 0 && optind != argc)
-		return usage_error("takes no arguments (got '%s')", argv[optind]);
-	if (nargs == 1 && optind == argc)
-		return usage_error("give a KEY (pinctl config lists them)");
-	if (argc - optind > nargs)
-		return usage_error("give one KEY, not %d arguments", argc - optind);
-	return PINCTL_OPT_NEXT;
-}
-
-static int parse_json_flag(int argc, char **argv, bool *json)
-{
-	return parse_json_flag_args(argc, argv, json, 0);
-}
-
-/* How status and leases print: text for people, JSON, or fields for scripts (columns or CSV). */
-struct list_opts {
-	bool json, csv, no_headers;
-	const char *fields; /* -o FIELD,...; NULL for every field */
-};
-
-/*
- * status's and leases' options: --json, --format text|csv|json, -o/--output FIELD,..., --no-headers.
- * Returns PINCTL_OPT_NEXT to go on, or the exit code (--help, usage).
- */
-static int parse_list_opts(int argc, char **argv, struct list_opts *lo)
-{
-	static const struct option opts[] = { { "json", no_argument, NULL, 'j' },
-					      { "format", required_argument, NULL, 'f' },
-					      { "output", required_argument, NULL, 'o' },
-					      { "no-headers", no_argument, NULL, 'N' },
-					      PINCTL_COMMON_OPTIONS,
-					      { NULL, 0, NULL, 0 } };
-	int o, r;
-
-	memset(lo, 0, sizeof(*lo));
-	while ((o = getopt_long(argc, argv, ":o:", opts, NULL)) != -1) {
-		switch (o) {
-		case 'j':
-			lo->json = true;
-			break;
-		case 'f':
-			lo->json = strcmp(optarg, "json") == 0;
-			lo->csv = strcmp(optarg, "csv") == 0;
-			if (!lo->json && !lo->csv && strcmp(optarg, "text") != 0)
-				return usage_error("--format: expected text, csv or json, not %s", optarg);
-			break;
-		case 'o':
-			lo->fields = optarg;
-			break;
-		case 'N':
-			lo->no_headers = true;
-			break;
-		default:
-			if ((r = command_option(argv[0], o, argv)) != PINCTL_OPT_NEXT)
-				return r;
-			break;
-		}
-	}
-	if (optind != argc)
-		return usage_error("takes no arguments (got '%s')", argv[optind]);
-	/* JSON has every key, named; fields and headers are the other forms' choices. */
-	if (lo->json && (lo->fields || lo->no_headers))
-		return usage_error("%s is for the text and csv forms, not JSON", lo->fields ? "-o" : "--no-headers");
-	return PINCTL_OPT_NEXT;
-}
-
-/* -o's list against table: 0, or a usage error naming the fields there are. */
-static int select_fields(const struct pinctl_field *table, size_t n, const char *list, struct fields *sel)
-{
-	char bad[64], names[1024];
-
-	if (fields_parse(table, n, list, sel, bad, sizeof(bad)) == 0)
-		return 0;
-	return usage_error("-o: unknown field '%s'; the fields: %s", bad, fields_names(table, n, names, sizeof(names)));
-}
-
 int cmd_status(int argc, char **argv)
 {
 	struct list_opts lo;
@@ -164,7 +71,7 @@ int cmd_status(int argc, char **argv)
 	bool rows;
 	int r;
 
-	r = parse_list_opts(argc, argv, &lo);
+	r = parse_list_opts(argc, argv, &lo, 0);
 	if (r != PINCTL_OPT_NEXT)
 		return r;
 	/* The text form has no header line to leave out: --no-headers asks for the fields' row. */
@@ -187,7 +94,7 @@ int cmd_status(int argc, char **argv)
 		status_human(s);
 	pb_status_free(s);
 	if (r < 0)
-		fprintf(stderr, "pinctl: status: out of memory\n");
+		return pinctl_error(EXIT_FAILURE, "failed", "out of memory");
 	return r == 0 && fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
@@ -238,7 +145,7 @@ int cmd_leases(int argc, char **argv)
 	pb_client *c;
 	int r;
 
-	r = parse_list_opts(argc, argv, &lo);
+	r = parse_list_opts(argc, argv, &lo, 0);
 	if (r != PINCTL_OPT_NEXT)
 		return r;
 	if ((lo.fields || lo.csv) && select_fields(lease_fields, n_lease_fields, lo.fields, &sel) != 0)
@@ -249,7 +156,7 @@ int cmd_leases(int argc, char **argv)
 	r = fetch_leases(c, &rows, &n);
 	pb_disconnect(c);
 	if (r == -ENOMEM)
-		return EXIT_FAILURE;
+		return pinctl_error(EXIT_FAILURE, "failed", "out of memory");
 	if (r < 0)
 		return report_failure("leases", r);
 	if (lo.json) {
@@ -264,7 +171,7 @@ int cmd_leases(int argc, char **argv)
 	}
 	pb_lease_info_free(rows, n);
 	if (r < 0)
-		fprintf(stderr, "pinctl: leases: out of memory\n");
+		return pinctl_error(EXIT_FAILURE, "failed", "out of memory");
 	return r == 0 && fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
@@ -589,16 +496,22 @@ int cmd_set(int argc, char **argv)
 
 int cmd_metrics(int argc, char **argv)
 {
-	static const struct option opts[] = { PINCTL_COMMON_OPTIONS, { NULL, 0, NULL, 0 } };
+	struct metric_sample *samples = NULL;
+	struct list_opts lo;
+	struct fields sel;
+	size_t n = 0;
 	pb_client *c;
 	char *text = NULL;
-	int o, r;
+	/* The exposition format is the text form; --no-headers alone asks for the samples' rows, as status does. */
+	bool rows;
+	int r;
 
-	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1)
-		if ((r = command_option("metrics", o, argv)) != PINCTL_OPT_NEXT)
-			return r;
-	if (optind < argc)
-		return usage_error("takes no arguments (got '%s')", argv[optind]);
+	r = parse_list_opts(argc, argv, &lo, 0);
+	if (r != PINCTL_OPT_NEXT)
+		return r;
+	rows = lo.fields || lo.csv || lo.no_headers;
+	if (rows && select_fields(metric_fields, n_metric_fields, lo.fields, &sel) != 0)
+		return EXIT_USAGE;
 	r = connect_or_explain(&c);
 	if (r)
 		return r;
@@ -606,21 +519,40 @@ int cmd_metrics(int argc, char **argv)
 	pb_disconnect(c);
 	if (r < 0)
 		return report_failure("metrics", r);
-	fputs(text, stdout);
+	if (!lo.json && !rows) {
+		fputs(text, stdout);
+		free(text);
+		return fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	}
+	r = metrics_parse(text, &samples, &n);
 	free(text);
-	return EXIT_SUCCESS;
+	if (r < 0)
+		return pinctl_error(EXIT_FAILURE, "failed", "the daemon's metrics: %s", strerror(-r));
+	if (lo.json)
+		metrics_json(stdout, samples, n);
+	else
+		r = fields_print(stdout, &sel, samples, sizeof(*samples), n, lo.csv, !lo.no_headers);
+	metrics_free(samples, n);
+	if (r < 0)
+		return pinctl_error(EXIT_FAILURE, "failed", "out of memory");
+	return fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
 /* ---------------------------------------------------------------- get, config */
 
 /* get KEY and config share it: key NULL asks for every key. */
-static int show_config(const char *what, const char *key, bool json)
+static int show_config(const char *what, const char *key, const struct list_opts *lo)
 {
 	struct pb_config_entry *e = NULL;
+	struct fields sel;
 	size_t n = 0;
 	pb_client *c;
+	/* Config lines have no header to leave out: --no-headers asks for the fields' rows, as status does. */
+	bool rows = lo->fields || lo->csv || lo->no_headers;
 	int r;
 
+	if (rows && select_fields(config_fields, n_config_fields, lo->fields, &sel) != 0)
+		return EXIT_USAGE;
 	r = connect_or_explain(&c);
 	if (r)
 		return r;
@@ -628,13 +560,13 @@ static int show_config(const char *what, const char *key, bool json)
 	pb_disconnect(c);
 	if (r < 0)
 		return report_failure(what, r);
-	if (json && key && n == 1) {
+	if (lo->json && key && n == 1) {
 		fputc('{', stdout);
 		json_u64(stdout, "schema_version", JSON_SCHEMA_VERSION, true);
 		json_key(stdout, "config");
 		config_entry_json(stdout, &e[0]);
 		fputs("}\n", stdout);
-	} else if (json) {
+	} else if (lo->json) {
 		fputc('{', stdout);
 		json_u64(stdout, "schema_version", JSON_SCHEMA_VERSION, true);
 		json_key(stdout, "config");
@@ -645,32 +577,40 @@ static int show_config(const char *what, const char *key, bool json)
 			config_entry_json(stdout, &e[i]);
 		}
 		fputs("]}\n", stdout);
+	} else if (rows) {
+		r = fields_print(stdout, &sel, e, sizeof(*e), n, lo->csv, !lo->no_headers);
 	} else {
 		for (size_t i = 0; i < n; i++)
 			config_entry_human(&e[i]);
 	}
 	pb_config_free(e, n);
+	if (r < 0)
+		return pinctl_error(EXIT_FAILURE, "failed", "out of memory");
 	return fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
 int cmd_get(int argc, char **argv)
 {
-	bool json;
+	struct list_opts lo;
 	int r;
 
-	r = parse_json_flag_args(argc, argv, &json, 1);
+	r = parse_list_opts(argc, argv, &lo, INT_MAX);
 	if (r != PINCTL_OPT_NEXT)
 		return r;
-	return show_config("get", argv[optind], json);
+	if (optind == argc)
+		return usage_error("give a KEY (pinctl config lists them)");
+	if (argc - optind > 1)
+		return usage_error("give one KEY, not %d arguments", argc - optind);
+	return show_config("get", argv[optind], &lo);
 }
 
 int cmd_config(int argc, char **argv)
 {
-	bool json;
+	struct list_opts lo;
 	int r;
 
-	r = parse_json_flag(argc, argv, &json);
+	r = parse_list_opts(argc, argv, &lo, 0);
 	if (r != PINCTL_OPT_NEXT)
 		return r;
-	return show_config("config", NULL, json);
+	return show_config("config", NULL, &lo);
 }

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* pinctl doctor: the command and its output. It checks a host's set-up for pinbrokerd (privileges, huge pages, CUDA, socket, cgroup, PSI, service, budget), each finding with its fix. */
 #define _GNU_SOURCE
-#include <getopt.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -9,6 +8,7 @@
 
 #include "pinbroker.h"
 #include "pinctl-doctor.h"
+#include "pinctl-fields.h"
 #include "pinctl-output.h"
 #include "pinctl.h"
 
@@ -51,6 +51,36 @@ static void print_json(const struct doctor *d, unsigned warns, unsigned fails, i
 	fputs("}\n", stdout);
 }
 
+/* The findings' fields for -o and --format csv: the keys of --json's checks. */
+#define FINDING(row) ((const struct finding *)(row))
+
+static const char *finding_check(const void *row, char *buf, size_t len)
+{
+	return FINDING(row)->name;
+}
+
+static const char *finding_status(const void *row, char *buf, size_t len)
+{
+	return status_names[FINDING(row)->status];
+}
+
+static const char *finding_message(const void *row, char *buf, size_t len)
+{
+	return FINDING(row)->message;
+}
+
+static const char *finding_fix(const void *row, char *buf, size_t len)
+{
+	return FINDING(row)->fix;
+}
+
+static const struct pinctl_field finding_fields[] = {
+	{ "check", finding_check },
+	{ "status", finding_status },
+	{ "message", finding_message },
+	{ "fix", finding_fix },
+};
+
 static void print_human(const struct doctor *d, unsigned warns, unsigned fails)
 {
 	for (size_t i = 0; i < d->n; i++) {
@@ -66,29 +96,24 @@ static void print_human(const struct doctor *d, unsigned warns, unsigned fails)
 
 int cmd_doctor(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "json", no_argument, NULL, 'j' },
-		PINCTL_COMMON_OPTIONS,
-		{ NULL, 0, NULL, 0 },
-	};
 	struct doctor *d;
+	struct list_opts lo;
+	struct fields sel;
 	unsigned warns = 0, fails = 0, no_daemon = 0;
-	bool json = false;
-	int o, ret;
+	/* The text form is no table: --no-headers alone asks for the findings' rows, as status does. */
+	bool rows;
+	int r, ret;
 
-	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-		if (o == 'j')
-			json = true;
-		else if ((ret = command_option("doctor", o, argv)) != PINCTL_OPT_NEXT)
-			return ret;
-	}
-	if (optind != argc)
-		return usage_error("takes no arguments (got '%s')", argv[optind]);
+	r = parse_list_opts(argc, argv, &lo, 0);
+	if (r != PINCTL_OPT_NEXT)
+		return r;
+	rows = lo.fields || lo.csv || lo.no_headers;
+	if (rows &&
+	    select_fields(finding_fields, sizeof(finding_fields) / sizeof(finding_fields[0]), lo.fields, &sel) != 0)
+		return EXIT_USAGE;
 	d = calloc(1, sizeof(*d));
-	if (!d) {
-		fprintf(stderr, "pinctl doctor: out of memory\n");
-		return EXIT_FAILURE;
-	}
+	if (!d)
+		return pinctl_error(EXIT_FAILURE, "failed", "out of memory");
 	doctor_gather(d);
 	doctor_checks_run(d);
 	for (size_t i = 0; i < d->n; i++) {
@@ -101,11 +126,16 @@ int cmd_doctor(int argc, char **argv)
 	      : fails           ? DOCTOR_EXIT_NO_DAEMON
 	      : warns           ? DOCTOR_EXIT_WARN
 				: EXIT_SUCCESS;
-	if (json)
+	r = 0;
+	if (lo.json)
 		print_json(d, warns, fails, ret);
+	else if (rows)
+		r = fields_print(stdout, &sel, d->findings, sizeof(d->findings[0]), d->n, lo.csv, !lo.no_headers);
 	else
 		print_human(d, warns, fails);
 	free(d);
+	if (r < 0)
+		return pinctl_error(EXIT_FAILURE, "failed", "out of memory");
 	if (fflush(stdout) != 0)
 		return EXIT_FAILURE;
 	return ret;

@@ -14,9 +14,14 @@
 
 #include "pinbroker.h"
 #include "pinctl-output.h"
+#include "util.h"
 
 #define LEASE(row) ((const struct pb_lease_info *)(row))
 #define STATUS(row) ((const struct pb_status *)(row))
+#define JOB(row) ((const struct pb_job *)(row))
+#define RULE(row) ((const struct pb_quota_rule *)(row))
+#define CONF(row) ((const struct pb_config_entry *)(row))
+#define SAMPLE(row) ((const struct metric_sample *)(row))
 
 /* One accessor per field; the macros write the plain ones. */
 #define FIELD_U64(kind, cast, member)                                              \
@@ -295,6 +300,257 @@ const struct pinctl_field status_fields[] = {
 	{ "staged_d2h_bytes", status_staged_d2h_bytes },
 };
 const size_t n_status_fields = sizeof(status_fields) / sizeof(status_fields[0]);
+
+/* ---------------------------------------------------------------- jobs, quota rules, config */
+
+FIELD_STR(job, JOB, job)
+FIELD_U64(job, JOB, bytes)
+FIELD_U64(job, JOB, leases)
+
+/* null without a quota, as --json has it. */
+static const char *job_quota_bytes(const void *row, char *buf, size_t len)
+{
+	if (!JOB(row)->has_quota)
+		return NULL;
+	snprintf(buf, len, "%" PRIu64, JOB(row)->quota_bytes);
+	return buf;
+}
+
+static const char *job_rule(const void *row, char *buf, size_t len)
+{
+	return JOB(row)->has_quota ? JOB(row)->rule : NULL;
+}
+
+static const char *job_source(const void *row, char *buf, size_t len)
+{
+	return JOB(row)->has_quota ? JOB(row)->source : NULL;
+}
+
+const struct pinctl_field job_fields[] = {
+	{ "job", job_job },   { "bytes", job_bytes },   { "leases", job_leases }, { "quota_bytes", job_quota_bytes },
+	{ "rule", job_rule }, { "source", job_source },
+};
+const size_t n_job_fields = sizeof(job_fields) / sizeof(job_fields[0]);
+
+FIELD_STR(rule, RULE, pattern)
+FIELD_U64(rule, RULE, bytes)
+FIELD_STR(rule, RULE, source)
+FIELD_BOOL(rule, RULE, seen)
+
+const struct pinctl_field rule_fields[] = {
+	{ "pattern", rule_pattern },
+	{ "bytes", rule_bytes },
+	{ "source", rule_source },
+	{ "seen", rule_seen },
+};
+const size_t n_rule_fields = sizeof(rule_fields) / sizeof(rule_fields[0]);
+
+FIELD_STR(config, CONF, key)
+FIELD_STR(config, CONF, value)
+FIELD_STR(config, CONF, source)
+FIELD_BOOL(config, CONF, reloadable)
+
+/* file and line only where the value came from a file, as --json has them. */
+static const char *config_file(const void *row, char *buf, size_t len)
+{
+	return CONF(row)->file && CONF(row)->file[0] ? CONF(row)->file : NULL;
+}
+
+static const char *config_line(const void *row, char *buf, size_t len)
+{
+	if (!CONF(row)->file || !CONF(row)->file[0])
+		return NULL;
+	snprintf(buf, len, "%" PRIu32, CONF(row)->line);
+	return buf;
+}
+
+const struct pinctl_field config_fields[] = {
+	{ "key", config_key },   { "value", config_value }, { "source", config_source },
+	{ "file", config_file }, { "line", config_line },   { "reloadable", config_reloadable },
+};
+const size_t n_config_fields = sizeof(config_fields) / sizeof(config_fields[0]);
+
+/* ---------------------------------------------------------------- metrics */
+
+FIELD_STR(metric, SAMPLE, name)
+FIELD_STR(metric, SAMPLE, type)
+FIELD_STR(metric, SAMPLE, labels)
+FIELD_STR(metric, SAMPLE, value)
+
+const struct pinctl_field metric_fields[] = {
+	{ "name", metric_name },
+	{ "type", metric_type },
+	{ "labels", metric_labels },
+	{ "value", metric_value },
+};
+const size_t n_metric_fields = sizeof(metric_fields) / sizeof(metric_fields[0]);
+
+void metrics_free(struct metric_sample *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(s[i].name);
+		free(s[i].type);
+		free(s[i].labels);
+		free(s[i].value);
+	}
+	free(s);
+}
+
+/* The end of the label set that starts after '{' at p (its '}'), or NULL: quoted values may hold '}' and escapes. */
+static const char *labels_end(const char *p, const char *eol)
+{
+	bool quoted = false;
+
+	for (; p < eol; p++) {
+		if (quoted && *p == '\\' && p + 1 < eol)
+			p++;
+		else if (*p == '"')
+			quoted = !quoted;
+		else if (!quoted && *p == '}')
+			return p;
+	}
+	return NULL;
+}
+
+/* One sample line [p, eol) into *s, its family's type being type. 0, -EBADMSG or -ENOMEM. */
+static int parse_sample(const char *p, const char *eol, const char *type, struct metric_sample *s)
+{
+	size_t nl = strcspn(p, "{ \n");
+	const char *q = p + nl, *lb = "", *le = lb, *v;
+	size_t vl;
+
+	if (nl == 0 || q >= eol)
+		return -EBADMSG;
+	if (*q == '{') {
+		lb = q + 1;
+		le = labels_end(lb, eol);
+		if (!le)
+			return -EBADMSG;
+		q = le + 1;
+	}
+	while (q < eol && *q == ' ')
+		q++;
+	v = q;
+	vl = strcspn(v, " \n");
+	if (vl == 0 || v + vl > eol)
+		return -EBADMSG;
+	s->name = strndup(p, nl);
+	s->type = strdup(type);
+	s->labels = strndup(lb, (size_t)(le - lb));
+	s->value = strndup(v, vl);
+	return s->name && s->type && s->labels && s->value ? 0 : -ENOMEM;
+}
+
+/* A sample's family: a histogram's _bucket, _sum and _count belong to the name its # TYPE gives. */
+static bool of_family(const char *name, size_t nl, const char *family)
+{
+	size_t fl = strlen(family);
+
+	if (nl == fl)
+		return strncmp(name, family, fl) == 0;
+	if (nl < fl || strncmp(name, family, fl) != 0)
+		return false;
+	name += fl;
+	nl -= fl;
+	return (nl == 7 && strncmp(name, "_bucket", 7) == 0) || (nl == 4 && strncmp(name, "_sum", 4) == 0) ||
+	       (nl == 6 && strncmp(name, "_count", 6) == 0);
+}
+
+int metrics_parse(const char *text, struct metric_sample **ret, size_t *n)
+{
+	struct metric_sample *all = NULL;
+	char family[256] = "", type[32] = "untyped";
+	size_t cnt = 0, cap = 0;
+
+	for (const char *p = text; *p;) {
+		const char *eol = strchr(p, '\n');
+		int r;
+
+		if (!eol)
+			eol = p + strlen(p);
+		if (strncmp(p, "# TYPE ", 7) == 0) {
+			if (sscanf(p + 7, "%255s %31s", family, type) != 2) {
+				metrics_free(all, cnt);
+				return -EBADMSG;
+			}
+		} else if (p < eol && *p != '#') {
+			if (cnt == cap) {
+				struct metric_sample *v = realloc(all, (cap = cap ? 2 * cap : 64) * sizeof(*v));
+
+				if (!v) {
+					metrics_free(all, cnt);
+					return -ENOMEM;
+				}
+				all = v;
+			}
+			memset(&all[cnt], 0, sizeof(all[cnt]));
+			r = parse_sample(p, eol, of_family(p, strcspn(p, "{ \n"), family) ? type : "untyped",
+					 &all[cnt]);
+			cnt++;
+			if (r < 0) {
+				metrics_free(all, cnt);
+				return r;
+			}
+		}
+		p = *eol ? eol + 1 : eol;
+	}
+	*ret = all;
+	*n = cnt;
+	return 0;
+}
+
+/* k="v",k2="v2" as JSON members: the value's escapes (\\, \", \n) undone, then written as JSON strings. */
+static void labels_json(FILE *f, const char *l)
+{
+	bool first = true;
+
+	fputc('{', f);
+	while (*l) {
+		size_t kl = strcspn(l, "=");
+		char *v, *w;
+
+		if (l[kl] != '=' || l[kl + 1] != '"')
+			break;
+		fprintf(f, "%s\"%.*s\":", first ? "" : ",", (int)kl, l);
+		first = false;
+		l += kl + 2;
+		v = w = malloc(strlen(l) + 1);
+		if (!v)
+			break;
+		for (; *l && *l != '"'; l++) {
+			if (*l == '\\' && l[1]) {
+				l++;
+				*w++ = *l == 'n' ? '\n' : *l;
+			} else {
+				*w++ = *l;
+			}
+		}
+		*w = '\0';
+		json_str(f, v);
+		free(v);
+		if (*l == '"')
+			l++;
+		if (*l == ',')
+			l++;
+	}
+	fputc('}', f);
+}
+
+void metrics_json(FILE *f, const struct metric_sample *s, size_t n)
+{
+	fprintf(f, "{\"schema_version\":%d,\"metrics\":[", JSON_SCHEMA_VERSION);
+	for (size_t i = 0; i < n; i++) {
+		fputs(i ? ",\n{" : "{", f);
+		json_kstr(f, "name", s[i].name, true);
+		json_kstr(f, "type", s[i].type, true);
+		json_key(f, "labels");
+		labels_json(f, s[i].labels);
+		fputc(',', f);
+		json_kstr(f, "value", s[i].value, false);
+		fputc('}', f);
+	}
+	fputs("]}\n", f);
+}
 
 int fields_parse(const struct pinctl_field *table, size_t n, const char *list, struct fields *ret, char *bad,
 		 size_t badlen)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The script forms of pinctl leases and status (pinctl-fields.c): rows of fields named by their --json keys,
+ * The script forms of pinctl's table commands (pinctl-fields.c): rows of fields named by their --json keys,
  * as aligned columns (-o FIELD,...) or CSV (--format csv), with or without the header line.
  */
 #pragma once
@@ -20,6 +20,30 @@ extern const struct pinctl_field lease_fields[];
 extern const size_t n_lease_fields;
 extern const struct pinctl_field status_fields[];
 extern const size_t n_status_fields;
+/* pinctl jobs (struct pb_job), quota list's rules (struct pb_quota_rule), config and get (struct pb_config_entry):
+ * the keys of their --json rows. */
+extern const struct pinctl_field job_fields[];
+extern const size_t n_job_fields;
+extern const struct pinctl_field rule_fields[];
+extern const size_t n_rule_fields;
+extern const struct pinctl_field config_fields[];
+extern const size_t n_config_fields;
+
+/* One sample of the daemon's Prometheus text: pinctl metrics' rows. */
+struct metric_sample {
+	char *name;
+	char *type;   /* of its family (# TYPE): counter, gauge, histogram, ...; "untyped" without one */
+	char *labels; /* as the text writes them, without the braces: k="v",k2="v2" ("" for none) */
+	char *value;  /* as written: a number, NaN, +Inf */
+};
+extern const struct pinctl_field metric_fields[];
+extern const size_t n_metric_fields;
+/* The text format's samples into *ret (free with metrics_free). 0, -EBADMSG for a line that is no sample, -ENOMEM. */
+int metrics_parse(const char *text, struct metric_sample **ret, size_t *n);
+void metrics_free(struct metric_sample *s, size_t n);
+/* {schema_version, metrics: [{name, type, labels: {k: v}, value}]} and its newline; values as strings, as
+ * Prometheus' own API gives them (NaN and +Inf are no JSON numbers). */
+void metrics_json(FILE *f, const struct metric_sample *s, size_t n);
 
 #define FIELDS_MAX 64
 

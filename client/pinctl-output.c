@@ -745,15 +745,17 @@ void json_jobs(FILE *f, const struct pb_job *jobs, size_t n)
 	fputc(']', f);
 }
 
-void print_jobs(const struct pb_job *jobs, size_t n)
+void print_jobs(const struct pb_job *jobs, size_t n, bool headers)
 {
 	char e[ESC_BYTES], b[32], q[32];
 
 	if (n == 0) {
-		printf("no jobs hold leases\n");
+		if (headers)
+			printf("no jobs hold leases\n");
 		return;
 	}
-	printf("%-48s %10s %7s %10s %6s  %s\n", "JOB", "LEASED", "LEASES", "QUOTA", "USED", "RULE");
+	if (headers)
+		printf("%-48s %10s %7s %10s %6s  %s\n", "JOB", "LEASED", "LEASES", "QUOTA", "USED", "RULE");
 	for (size_t i = 0; i < n; i++) {
 		const struct pb_job *j = &jobs[i];
 		char used[16] = "-";

@@ -46,7 +46,8 @@ void config_entry_json(FILE *f, const struct pb_config_entry *e);
 void status_human(const struct pb_status *s);
 /* pinctl leases's table, on stdout; its header line unless !headers. */
 void print_leases_table(const struct pb_lease_info *rows, size_t n, bool headers);
-/* The jobs table of pinctl jobs and quota list, on stdout ("no jobs hold leases" for none). */
-void print_jobs(const struct pb_job *jobs, size_t n);
+/* The jobs table of pinctl jobs and quota list, on stdout: a header line unless !headers, then a row per job
+ * ("no jobs hold leases" for none, and nothing without headers). */
+void print_jobs(const struct pb_job *jobs, size_t n, bool headers);
 /* One setting as "key = value  # source", on stdout. */
 void config_entry_human(const struct pb_config_entry *e);

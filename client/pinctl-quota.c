@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "pinbroker.h"
+#include "pinctl-fields.h"
 #include "pinctl-help.h"
 #include "pinctl-output.h"
 #include "pinctl.h"
@@ -27,15 +28,20 @@ static int with_usage(int r, const char *help)
 
 #define quota_usage(...) with_usage(usage_error(__VA_ARGS__), quota_help)
 
-static int quota_list(bool json)
+static int quota_list(const struct list_opts *lo)
 {
 	struct pb_quota_rule *rules = NULL;
 	struct pb_job *jobs = NULL;
 	size_t nrules = 0, njobs = 0;
+	struct fields sel;
 	pb_client *c;
 	char e[ESC_BYTES], q[32];
+	/* The text form is two tables; the script forms are the rules' rows (pinctl jobs has the jobs'). */
+	bool rows = lo->fields || lo->csv || lo->no_headers;
 	int r;
 
+	if (rows && select_fields(rule_fields, n_rule_fields, lo->fields, &sel) != 0)
+		return with_usage(EXIT_USAGE, quota_help);
 	r = connect_or_explain(&c);
 	if (r)
 		return r;
@@ -43,7 +49,7 @@ static int quota_list(bool json)
 	pb_disconnect(c);
 	if (r < 0)
 		return report_failure("quota list", r);
-	if (json) {
+	if (lo->json) {
 		printf("{\"schema_version\":1,\"rules\":[");
 		for (size_t i = 0; i < nrules; i++) {
 			printf("%s{\"pattern\":", i ? "," : "");
@@ -55,6 +61,8 @@ static int quota_list(bool json)
 		printf("],");
 		json_jobs(stdout, jobs, njobs);
 		printf("}\n");
+	} else if (rows) {
+		r = fields_print(stdout, &sel, rules, sizeof(*rules), nrules, lo->csv, !lo->no_headers);
 	} else {
 		if (nrules == 0) {
 			printf("no quota rules (pinctl quota set CGROUP SIZE, or job-quota in the config)\n");
@@ -69,11 +77,13 @@ static int quota_list(bool json)
 					       : "");
 		}
 		printf("\n");
-		print_jobs(jobs, njobs);
+		print_jobs(jobs, njobs, true);
 	}
 	free(rules);
 	free(jobs);
-	return EXIT_SUCCESS;
+	if (r < 0)
+		return pinctl_error(EXIT_FAILURE, "failed", "out of memory");
+	return fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
 int cmd_quota(int argc, char **argv)
@@ -81,11 +91,12 @@ int cmd_quota(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "revoke", no_argument, NULL, 'r' },
 		{ "deadline", required_argument, NULL, 'd' },
-		{ "json", no_argument, NULL, 'j' },
+		PINCTL_LIST_OPTIONS,
 		PINCTL_COMMON_OPTIONS,
 		{ NULL, 0, NULL, 0 },
 	};
-	bool revoke = false, json = false, deadline_given = false;
+	struct list_opts lo = { 0 };
+	bool revoke = false, deadline_given = false;
 	uint64_t deadline_ms = 0, bytes = 0, *ids = NULL;
 	const char *verb, *cgroup;
 	unsigned flags = 0;
@@ -93,7 +104,7 @@ int cmd_quota(int argc, char **argv)
 	pb_client *c;
 	int o, r, nargs;
 
-	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, PINCTL_LIST_SHORTOPTS, opts, NULL)) != -1) {
 		switch (o) {
 		case 'r':
 			revoke = true;
@@ -103,11 +114,11 @@ int cmd_quota(int argc, char **argv)
 				return quota_usage("--deadline: not a number of milliseconds: %s", optarg);
 			deadline_given = true;
 			break;
-		case 'j':
-			json = true;
-			break;
 		default:
-			if ((r = command_option("quota", o, argv)) != PINCTL_OPT_NEXT)
+			r = list_option(o, &lo);
+			if (r == 1 && (r = command_option("quota", o, argv)) != PINCTL_OPT_NEXT)
+				return with_usage(r, quota_help);
+			if (r != 0 && r != PINCTL_OPT_NEXT)
 				return with_usage(r, quota_help);
 			break;
 		}
@@ -118,11 +129,13 @@ int cmd_quota(int argc, char **argv)
 	verb = argv[optind];
 	if (strcmp(verb, "list") == 0) {
 		if (nargs != 1 || revoke || deadline_given)
-			return quota_usage("list takes only --json");
-		return quota_list(json);
+			return quota_usage("list takes only --json, --format, -o and --no-headers");
+		if (list_opts_check(&lo))
+			return with_usage(EXIT_USAGE, quota_help);
+		return quota_list(&lo);
 	}
-	if (json)
-		return quota_usage("--json is for quota list");
+	if (lo.json || lo.csv || lo.fields || lo.no_headers)
+		return quota_usage("--json, --format, -o and --no-headers are for quota list");
 	if (deadline_given && !revoke)
 		return quota_usage("--deadline goes with --revoke");
 	if (strcmp(verb, "set") == 0) {
@@ -176,25 +189,18 @@ int cmd_quota(int argc, char **argv)
 
 int cmd_jobs(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "json", no_argument, NULL, 'j' },
-		PINCTL_COMMON_OPTIONS,
-		{ NULL, 0, NULL, 0 },
-	};
 	struct pb_job *jobs = NULL;
+	struct list_opts lo;
+	struct fields sel;
 	size_t njobs = 0;
-	bool json = false;
 	pb_client *c;
-	int o, r;
+	int r;
 
-	while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-		if (o == 'j')
-			json = true;
-		else if ((r = command_option("jobs", o, argv)) != PINCTL_OPT_NEXT)
-			return with_usage(r, jobs_help);
-	}
-	if (optind < argc)
-		return with_usage(usage_error("takes no arguments (got '%s')", argv[optind]), jobs_help);
+	r = parse_list_opts(argc, argv, &lo, 0);
+	if (r != PINCTL_OPT_NEXT)
+		return with_usage(r, jobs_help);
+	if ((lo.fields || lo.csv) && select_fields(job_fields, n_job_fields, lo.fields, &sel) != 0)
+		return with_usage(EXIT_USAGE, jobs_help);
 	r = connect_or_explain(&c);
 	if (r)
 		return r;
@@ -202,13 +208,17 @@ int cmd_jobs(int argc, char **argv)
 	pb_disconnect(c);
 	if (r < 0)
 		return report_failure("jobs", r);
-	if (json) {
+	if (lo.json) {
 		printf("{\"schema_version\":1,");
 		json_jobs(stdout, jobs, njobs);
 		printf("}\n");
+	} else if (lo.fields || lo.csv) {
+		r = fields_print(stdout, &sel, jobs, sizeof(*jobs), njobs, lo.csv, !lo.no_headers);
 	} else {
-		print_jobs(jobs, njobs);
+		print_jobs(jobs, njobs, !lo.no_headers);
 	}
 	free(jobs);
-	return EXIT_SUCCESS;
+	if (r < 0)
+		return pinctl_error(EXIT_FAILURE, "failed", "out of memory");
+	return fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

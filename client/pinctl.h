@@ -8,6 +8,7 @@
 #pragma once
 
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -66,6 +67,52 @@ int connect_or_explain(struct pb_client **ret);
 int pinctl_connect_waiting(const char *path, struct pb_client **ret);
 /* A failed request: the daemon's words and what to do, on stderr. Returns EXIT_FAILURE. */
 int report_failure(const char *what, int r);
+
+/*
+ * --json errors. While on (main turns it on when a command that takes --json is given --json or --format json),
+ * every error is also one JSON object on stdout, {"error": {"code", "message", "exit_status"}}, besides its
+ * words on stderr; the exit status is the same. Codes: usage, no_daemon, permission_denied, not_found,
+ * invalid_argument, daemon_gone, connect_failed, failed.
+ */
+void pinctl_json_errors_set(bool on);
+/* Whether an error has been written as JSON on stdout already. */
+bool pinctl_json_error_written(void);
+/* An error with no words of its own elsewhere, as JSON on stdout (when on) and on stderr. Returns exit_status. */
+__attribute__((format(printf, 3, 4))) int pinctl_error(int exit_status, const char *code, const char *fmt, ...);
+
+/*
+ * The options of a command that prints a table (status, leases, jobs, quota list, doctor, config, get,
+ * metrics): --json, --format text|csv|json, -o/--output FIELD,..., --no-headers.
+ */
+struct list_opts {
+	bool json, csv, no_headers;
+	const char *fields; /* -o FIELD,...; NULL for every field */
+};
+/* The getopt entries of those options (vals 'j', 'f', 'o', 'N'), for a command's own table. */
+#define PINCTL_LIST_OPTIONS                                                             \
+	{ "json", no_argument, NULL, 'j' }, { "format", required_argument, NULL, 'f' }, \
+		{ "output", required_argument, NULL, 'o' },                             \
+	{                                                                               \
+		"no-headers", no_argument, NULL, 'N'                                    \
+	}
+/* The short options string for them: -o FIELDS. */
+#define PINCTL_LIST_SHORTOPTS ":o:"
+/*
+ * o, a getopt val of PINCTL_LIST_OPTIONS, into lo: 0 when o was one of them, 1 when it was not (the command's
+ * own), or a usage error (EXIT_USAGE).
+ */
+int list_option(int o, struct list_opts *lo);
+/* Whether lo holds together: -o and --no-headers are for the text and csv forms. 0, or a usage error. */
+int list_opts_check(const struct list_opts *lo);
+/*
+ * A whole table command's options (only those, and no argument beyond nargs_max): PINCTL_OPT_NEXT to go on (the
+ * arguments at optind), or the exit status (--help, a usage error).
+ */
+int parse_list_opts(int argc, char **argv, struct list_opts *lo, int nargs_max);
+struct pinctl_field;
+struct fields;
+/* -o's list against table: 0, or a usage error (EXIT_USAGE) naming the fields there are. */
+int select_fields(const struct pinctl_field *table, size_t n, const char *list, struct fields *sel);
 
 /* A whole decimal number in [0, max]: 0, or -EINVAL. */
 int parse_u64(const char *s, uint64_t max, uint64_t *ret);

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 # bash completion for pinctl: commands, each command's options (read from `pinctl CMD --help`, so
-# they never drift), option values, pinctl set's reloadable keys and get's keys (from
+# they never drift), option values, -o's field names (from the command itself), pinctl set's reloadable keys and get's keys (from
 # `pinbrokerd --config-doc`), user names for --uid, quota's subcommands and cgroup paths, and run's program. Needs nothing but bash; bash-completion's helpers are not used.
 
 # Words of the line being completed: cur (the word under the cursor) and prev.
@@ -14,6 +14,14 @@ _pinctl_words() {
 _pinctl_options() {
 	local cmd=$1 sub=$2
 	"$cmd" "$sub" --help 2>/dev/null | grep -o -- '--[a-z][a-z-]*' | sort -u
+}
+
+# The fields -o takes for a table command: the list its usage error for an unknown field gives (no daemon needed).
+_pinctl_fields() {
+	local cmd=$1 sub=$2 args=()
+	[[ $sub == quota ]] && args=(list)
+	[[ $sub == get ]] && args=(budget)
+	"$cmd" "$sub" "${args[@]}" -o '?' 2>&1 >/dev/null | sed -n 's/.*the fields: \([a-z0-9_,]*\).*/\1/p' | tr ',' '\n'
 }
 
 # pinbrokerd next to this pinctl, on PATH, or where cmake --install puts it.
@@ -116,6 +124,13 @@ _pinctl() {
 		return 0
 		;;
 	-o | --output)
+		# FIELD,FIELD,...: the field after the last comma, the ones before kept.
+		local pre=${cur%"${cur##*,}"} f
+		COMPREPLY=()
+		while IFS= read -r f; do
+			[[ $f == "${cur##*,}"* ]] && COMPREPLY+=("$pre$f")
+		done < <(_pinctl_fields "$cmd" "$sub")
+		compopt -o nospace 2>/dev/null
 		return 0
 		;;
 	--uid)

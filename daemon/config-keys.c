@@ -18,6 +18,7 @@
 static const char *const hugetlb_choices[] = { "auto", "yes", "no", NULL };
 static const char *const enforce_choices[] = { "none", "disconnect", "sigterm", "sigkill", NULL };
 static const char *const visibility_choices[] = { "own", "all", NULL };
+static const char *const metrics_detail_choices[] = { "all", "admin", "none", NULL };
 static const char *const numa_choices[] = { "auto", "no", NULL };
 static const char *const job_unknown_choices[] = { "refuse", "allow", NULL };
 
@@ -27,6 +28,8 @@ _Static_assert(CONFIG_THP_AUTO == 0 && CONFIG_THP_YES == 1 && CONFIG_THP_NO == 2
 _Static_assert(ENFORCE_NONE == 0 && ENFORCE_DISCONNECT == 1 && ENFORCE_SIGTERM == 2 && ENFORCE_SIGKILL == 3,
 	       "enforce_choices order");
 _Static_assert(VISIBILITY_OWN == 0 && VISIBILITY_ALL == 1, "visibility_choices order");
+_Static_assert(METRICS_DETAIL_ALL == 0 && METRICS_DETAIL_ADMIN == 1 && METRICS_DETAIL_NONE == 2,
+	       "metrics_detail_choices order");
 _Static_assert(CONFIG_NUMA_AUTO == 0 && CONFIG_NUMA_NO == 1, "numa_choices order");
 _Static_assert(JOB_UNKNOWN_REFUSE == 0 && JOB_UNKNOWN_ALLOW == 1, "job_unknown_choices order");
 
@@ -165,6 +168,14 @@ const struct config_key config_key_table[] = {
 		 "textfile collector (for example /var/lib/prometheus/node-exporter/pinbroker.prom); empty: none."),
 	K_UINT("metrics-interval-ms", metrics_interval_ms, 1000, HOUR_MS, "15000", true,
 	       "How often metrics-path is rewritten."),
+	K_ENUM("metrics-detail", metrics_detail, metrics_detail_choices, "all", true,
+	       "Who gets the metrics' per-uid and per-job series (pinbroker_uid_leased_bytes{uid,user}, "
+	       "pinbroker_job_leased_bytes, _job_leases and _job_quota_bytes{cgroup}): all (every client that "
+	       "asks, pinctl metrics and the HTTP endpoint, and metrics-path: the dashboard's per-user and per-job "
+	       "panels need them), admin (only admins, or every client under status-visibility = all; metrics-path "
+	       "keeps them) or none (nowhere: no user names or cgroup paths reach Prometheus). One series per uid "
+	       "and per job holding leases now (a job with a quota rule too), so their number follows the host's "
+	       "jobs, not its history."),
 	K_LOGLEVEL("log-level", log_level, "info", true,
 		   "Least severe messages logged: debug, info, notice, warning or err."),
 	K_STRING("proc-root", proc_root, "/", false,

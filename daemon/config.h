@@ -43,6 +43,8 @@ enum config_numa { CONFIG_NUMA_AUTO, CONFIG_NUMA_NO };
 enum config_enforce { ENFORCE_NONE, ENFORCE_DISCONNECT, ENFORCE_SIGTERM, ENFORCE_SIGKILL };
 /* Whose client and lease rows STATUS shows a non-admin (admins always see every row). */
 enum config_visibility { VISIBILITY_OWN, VISIBILITY_ALL };
+/* Who gets the metrics' per-uid and per-job series (metrics-detail): every client, admins only, or nobody. */
+enum config_metrics_detail { METRICS_DETAIL_ALL, METRICS_DETAIL_ADMIN, METRICS_DETAIL_NONE };
 /* What an acquire gets while job quota rules exist and its client's job could not be read (job-unknown). */
 enum config_job_unknown { JOB_UNKNOWN_REFUSE, JOB_UNKNOWN_ALLOW };
 
@@ -92,7 +94,8 @@ struct config {
 	uint32_t max_pending_acquires;      /* max-pending-acquires */
 	uint32_t max_message_bytes;         /* max-message-bytes */
 	uint32_t acquire_timeout_ms;        /* acquire-timeout-ms: default wait for ACQUIRE_FLAG_WAIT */
-	enum config_visibility status_visibility; /* status-visibility */
+	enum config_visibility status_visibility;  /* status-visibility */
+	enum config_metrics_detail metrics_detail; /* metrics-detail */
 
 	/* pressure policy */
 	double tight_mem_available_pct;     /* tight-mem-available-pct */

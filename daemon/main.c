@@ -349,9 +349,12 @@ static void metrics_cb(struct ev_loop *loop, ev_timer *w, int revents)
 		clock_gettime(CLOCK_REALTIME, &ts);
 		r = metrics_write_file(b, path, (double)ts.tv_sec + ts.tv_nsec / 1e9);
 		if (r < 0 && r != metrics_last_error)
-			log_warnx("cannot write the metrics to %s: %s; check that its folder exists and the daemon may "
-				  "write there (ReadWritePaths= in the unit)",
-				  path, strerror(-r));
+			log_warnx(
+				"cannot write the metrics to %s: %s; check that its folder exists and that the daemon's "
+				"user may write there (it writes a new file beside it and renames it over): "
+				"ReadWritePaths= in the unit, and for node_exporter's folder an ACL entry, which "
+				"systemd-tmpfiles --create pinbroker.conf applies (docs/operations.md, Metrics)",
+				path, strerror(-r));
 		else if (r == 0 && metrics_last_error)
 			log_info("metrics written to %s again", path);
 	}

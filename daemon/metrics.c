@@ -24,6 +24,7 @@
 
 #include "broker.h"
 #include "budget.h"
+#include "config.h"
 #include "jobs.h"
 #include "lease.h"
 #include "monitor.h"
@@ -368,7 +369,7 @@ int metrics_write_file(const struct broker *b, const char *path, double now_s)
 	size_t len = 0;
 	int fd, r;
 
-	r = metrics_render(b, true, now_s, &text, &len);
+	r = metrics_render(b, b->cfg->metrics_detail != METRICS_DETAIL_NONE, now_s, &text, &len);
 	if (r < 0)
 		return r;
 	/*

@@ -164,12 +164,17 @@ void handle_set_config(struct conn *c, const Pinbroker__V1__Request *req)
 	free(err);
 }
 
-/* The metrics-path text, for `pinctl metrics`; per-uid rows only for whom status shows every uid. */
+/*
+ * The metrics-path text, for `pinctl metrics` and the HTTP endpoint; the per-uid and per-job series as
+ * metrics-detail says: for every client (all), for whom status shows every uid (admin), or for none.
+ */
 void handle_metrics(struct conn *c, const Pinbroker__V1__Request *req)
 {
 	struct broker *b = c->broker;
 	Pinbroker__V1__MetricsReply mr = PINBROKER__V1__METRICS_REPLY__INIT;
-	bool see_all = c->admin || b->cfg->status_visibility == VISIBILITY_ALL;
+	enum config_metrics_detail detail = b->cfg->metrics_detail;
+	bool see_all = detail == METRICS_DETAIL_ALL ||
+		       (detail == METRICS_DETAIL_ADMIN && (c->admin || b->cfg->status_visibility == VISIBILITY_ALL));
 	struct timespec ts;
 	char *text = NULL;
 	size_t len = 0;

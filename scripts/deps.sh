@@ -28,7 +28,8 @@ if [ "${1:-}" = "--test" ]; then
 	# package's /usr/bin/kubectl would conflict with it).
 	command -v kubectl >/dev/null || PKGS="$PKGS kubernetes-client"
 	# promtool (in Debian's prometheus) for deploy/monitoring's rules and the daemon's metrics
-	# (tests/deploy/run-monitoring.sh, run-metrics-http.py).
+	# (tests/deploy/run-monitoring.sh, run-metrics-http.py), and the real Prometheus server that scrapes both
+	# routes, node_exporter's textfile collector and the HTTP endpoint (tests/deploy/run-prometheus.py).
 	PKGS="$PKGS prometheus"
 fi
 missing=""
@@ -45,8 +46,8 @@ if [ -n "$missing" ]; then
 	quietly "deps: apt-get install ($# packages and what they need)" "$log" \
 		apt-get install -y --no-install-recommends "$@"
 	rm -f "$log"
-	# Installing prometheus enables and starts a Prometheus server where systemd runs; the tests need only
-	# promtool, so none is left running (without systemd, policy-rc.d or no init keeps it from starting).
+	# Installing prometheus enables and starts a Prometheus server where systemd runs; the tests start their own
+	# (on free loopback ports, with a scratch storage folder), so none is left running (without systemd, policy-rc.d or no init keeps it from starting).
 	case " $missing " in
 	*" prometheus "*)
 		if [ -d /run/systemd/system ]; then

@@ -10,7 +10,8 @@ Checks: GET /metrics answers 200 with Content-Type text/plain; version=0.0.4 and
 is ignored; GET / and other paths 404; POST 405; garbage, HTTP/0.9 and HTTP/2 request lines 400; a head over
 8 KiB 431; a client that sends half a request, or nothing, gets 408 after --timeout-ms and the server exits; a
 client that connects and closes gets nothing; with the daemon stopped, 503. The server always exits 0 or 1,
-never by a signal.
+never by a signal. With --daemon-marker and no marker: 503 and not one connection to the broker's socket (a
+scrape never starts a stopped daemon through pinbrokerd.socket), and the units agree on the marker.
 
 Flood (issue 38 finding 9): the endpoint started as systemd/pinbroker-metrics.socket says (Accept=no: the server
 given the listening socket through $LISTEN_FDS, as systemd passes it; Accept=yes: one server per connection, and
@@ -369,6 +370,58 @@ def check_flood(sock):
             ls.close()
 
 
+def unit_lines(name, key):
+    """The values of key= in systemd/NAME, in order."""
+    with open(os.path.join(SRC, "systemd", name)) as f:
+        return [line.strip().partition("=")[2] for line in f if line.strip().startswith(key + "=")]
+
+
+def check_daemon_marker(tmp, sock):
+    """A scrape never starts a stopped daemon: pinbrokerd.socket is PID 1's, so a connection to it would start
+    pinbrokerd.service again. With --daemon-marker the server asks the daemon only while the marker exists: absent,
+    503 and not one connection to the broker's socket (a listening socket stands in for pinbrokerd.socket and
+    counts them); present, the daemon's metrics. The units agree on the marker: pinbrokerd.service makes it once
+    ready (ExecStartPost=) and removes it before a stop (ExecStop=) and after any end (ExecStopPost=), and
+    pinbroker-metrics.service passes it."""
+    marker = os.path.join(tmp, "pinbrokerd.running")
+    stand_in = os.path.join(tmp, "socket-unit.sock")
+    lsock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    lsock.bind(stand_in)
+    lsock.listen(16)
+    lsock.setblocking(False)
+    try:
+        headers, body, _ = expect(stand_in, "GET /metrics, the daemon's marker absent",
+                                  b"GET /metrics HTTP/1.1\r\n\r\n", 503, args=("--daemon-marker", marker))
+        check(b"pinbrokerd is not running" in body and marker.encode() in body,
+              f"marker absent: the body says the daemon is not running and names the marker ({body[:160]!r})")
+        try:
+            conn, _ = lsock.accept()
+            conn.close()
+            connected = True
+        except BlockingIOError:
+            connected = False
+        check(not connected, "marker absent: no connection to the broker's socket (which would start the daemon)")
+    finally:
+        lsock.close()
+    open(marker, "w").close()
+    _, body, _ = expect(sock, "GET /metrics, the daemon's marker there", b"GET /metrics HTTP/1.1\r\n\r\n", 200,
+                        args=("--daemon-marker", marker))
+    check(b"pinbroker_budget_bytes" in body, "marker there: the daemon's metrics")
+    os.unlink(marker)
+
+    svc = "pinbroker-metrics.service"
+    m = re.search(r"--daemon-marker (\S+)", " ".join(unit_lines(svc, "ExecStart")))
+    check(m is not None, f"{svc}: ExecStart passes --daemon-marker")
+    if m:
+        unit_marker = m.group(1)
+        for key, cmd in (("ExecStartPost", "touch"), ("ExecStop", "rm -f"), ("ExecStopPost", "rm -f")):
+            check(any(v.lstrip("-+!@:").split()[0].endswith("/" + cmd.split()[0]) and v.endswith(" " + unit_marker)
+                      for v in unit_lines("pinbrokerd.service", key)),
+                  f"pinbrokerd.service: {key}= {cmd} {unit_marker}")
+        check(os.path.dirname(unit_marker) == os.path.dirname(unit_lines("pinbrokerd.socket", "ListenSequentialPacket")[0]),
+              "the marker is in the broker socket's folder (made at boot by the tmpfiles snippet)")
+
+
 def main():
     for f in (PINBROKERD, PINCTL, HTTP):
         if not os.access(f, os.X_OK):
@@ -434,6 +487,7 @@ def main():
         check(0.2 <= secs < 10, f"nothing at all: answered after the 300 ms timeout ({secs:.2f} s)")
         rc, raw, _ = request(sock, b"", close_after_send=True)
         check(rc == 0 and raw == b"", f"connect and close: no answer, exit 0 (rc {rc}, {raw[:40]!r})")
+        check_daemon_marker(tmp, sock)
         check_flood(sock)
     finally:
         d.terminate()

@@ -716,8 +716,14 @@ START_TEST(test_non_admin_sees_only_its_job_and_cannot_set)
 	rc = pinctl_in(UID_A, NULL, mine, &out, "status --json");
 	ck_assert_msg(rc == 0 && !strstr(out, "job_8"), "status shows another job: %s", out);
 	free(out);
+	/* The metrics' per-job series are for everyone by default (metrics-detail = all, as in metrics-path); under
+	 * metrics-detail = admin a non-admin sees no other job there either. */
 	rc = pinctl_in(UID_A, NULL, mine, &out, "metrics");
-	ck_assert_msg(!strstr(out, "job_8"), "metrics show another job: %s", out);
+	ck_assert_msg(rc == 0 && strstr(out, "job_8"), "metrics-detail = all: the other job's series missing: %s", out);
+	free(out);
+	itest_pinctl_says(&d, 0, "set metrics-detail admin", NULL);
+	rc = pinctl_in(UID_A, NULL, mine, &out, "metrics");
+	ck_assert_msg(rc == 0 && !strstr(out, "job_8"), "metrics-detail = admin: metrics show another job: %s", out);
 	free(out);
 	rc = pinctl_in(UID_A, NULL, mine, &out, "quota set /slurm/uid_61001/job_7 1T");
 	ck_assert_int_eq(rc, 1);

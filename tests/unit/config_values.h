@@ -70,6 +70,7 @@ static const char *const config_reloadable_keys[] = {
 	"job-unknown",
 	"metrics-path",
 	"metrics-interval-ms",
+	"metrics-detail",
 	"log-level",
 	"max-connections",
 	"max-connections-per-uid",

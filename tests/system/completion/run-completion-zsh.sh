@@ -33,7 +33,10 @@ expect "doctor" "$PINCTL" --socket /tmp/s d
 expect "--socket" "$PINCTL" --so
 # status and leases take the script forms of issue 28 (-o, --format, --no-headers) besides --json.
 expect "--format --help --json --no-headers --output --socket" "$PINCTL" status --
-expect "--help --json --socket" "$PINCTL" config --
+expect "--format --help --json --no-headers --output --socket" "$PINCTL" config --
+expect "--format --help --json --no-headers --output --socket" "$PINCTL" jobs --
+expect "--format --help --json --no-headers --output --socket" "$PINCTL" metrics --
+expect "--format --help --json --no-headers --output --socket" "$PINCTL" doctor --
 expect "--help --interval --once --socket" "$PINCTL" top --
 expect "--help --interval --once --socket" "$PINCTL" watch --
 expect "best-effort" "$PINCTL" acquire --priority b

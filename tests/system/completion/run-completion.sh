@@ -61,7 +61,19 @@ expect "--socket" _pinctl "$PINCTL" --s
 expect "--json" _pinctl "$PINCTL" status --j
 expect "--no-headers" _pinctl "$PINCTL" leases --no
 expect "csv json text" _pinctl "$PINCTL" status --format ""
-expect "" _pinctl "$PINCTL" leases -o ""
+# -o completes the command's field names, after the last comma too (from pinctl's own list).
+expect "id idle_ms" _pinctl "$PINCTL" leases -o i
+expect "job,bytes" _pinctl "$PINCTL" jobs -o job,b
+expect "value" _pinctl "$PINCTL" get budget -o va
+# Every table command, as pinctl help --commands names them, offers the table options alike.
+while IFS=$'\t' read -r name takes args; do
+	[[ $takes == *table* ]] || continue
+	[[ $args == KEY ]] && args=budget
+	# shellcheck disable=SC2086 # args: none, or one word
+	for opt in --no-headers --output --format --json; do
+		contains "$opt" _pinctl "$PINCTL" "$name" $args "${opt:0:5}"
+	done
+done < <("$PINCTL" help --commands)
 expect "--help --hold" _pinctl "$PINCTL" acquire 1G --h
 expect "best-effort" _pinctl "$PINCTL" acquire --priority b
 expect "cuda" _pinctl "$PINCTL" run --fallback c

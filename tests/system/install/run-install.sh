@@ -119,8 +119,9 @@ set -- $exec_start
 	fail "pinbrokerd.service passes '${2:-} ${3:-}', not --config $P/etc/pinbroker/pinbrokerd.conf"
 "$P/sbin/pinbrokerd" --check-config --config "$3" >"$T/check-config.log" 2>&1 ||
 	{ cat "$T/check-config.log"; fail "the installed daemon rejects the installed config $3"; }
-# The optional HTTP metrics endpoint's service runs the installed server (in libexec).
+# The optional HTTP metrics endpoint's service runs the installed server (in libexec); its first word.
 exec_start=$(sed -n 's/^ExecStart=//p' "$P/lib/systemd/system/pinbroker-metrics.service")
+exec_start=${exec_start%% *}
 [ -x "$exec_start" ] && [ "${exec_start#"$P"/}" != "$exec_start" ] ||
 	fail "pinbroker-metrics.service runs '$exec_start', not an installed server under $P"
 [ -f "$P/lib/systemd/system/pinbroker-metrics.socket" ] || fail "no pinbroker-metrics.socket installed"

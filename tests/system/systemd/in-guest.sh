@@ -351,6 +351,32 @@ wait "${flooders[@]}" 2>/dev/null
 log "metrics endpoint under 16 idle connections: $good of 20 scrapes"
 if [ "$good" -ge 19 ]; then ok "metrics endpoint under a flood of 16 idle connections: $good of 20 scrapes succeed"
 else notok "metrics endpoint under a flood of 16 idle connections: at least 19 of 20 scrapes" "$good of 20"; fi
+
+# A scrape never starts a daemon the admin stopped: pinbrokerd.socket is PID 1's, so a connection to it would
+# start pinbrokerd.service again; the server asks the daemon only while its marker is there (issue 41).
+PLAN=$((PLAN + 2))
+scrape_503() {
+	local fd out
+	exec {fd}<>/dev/tcp/127.0.0.1/9464 || return 1
+	printf 'GET /metrics HTTP/1.0\r\n\r\n' >&"$fd"
+	out=$(timeout 2 cat <&"$fd")
+	exec {fd}<&-
+	grep -q '^HTTP/1.1 503' <<<"$out" && grep -q 'pinbrokerd is not running' <<<"$out"
+}
+systemctl stop pinbrokerd.service
+answered=0
+# Four scrapes over two seconds: an activation by any of them would show as active by the end.
+for _ in 1 2 3 4; do
+	scrape_503 && answered=$((answered + 1))
+	sleep 0.5
+done
+state=$(systemctl is-active pinbrokerd.service)
+if [ "$answered" -eq 4 ] && [ "$state" != active ] && [ "$state" != activating ]; then
+	ok "systemctl stop pinbrokerd.service, then scrapes: 503 and the daemon stays stopped"
+else notok "systemctl stop pinbrokerd.service, then scrapes: 503 and the daemon stays stopped" "$answered of 4 answered 503, pinbrokerd.service $state"; fi
+systemctl start pinbrokerd.service
+if wait_for 20 scrape; then ok "systemctl start pinbrokerd.service: scrapes answer with its metrics again"
+else notok "systemctl start pinbrokerd.service: scrapes answer with its metrics again" "$(systemctl is-active pinbrokerd.service)"; fi
 systemctl stop pinbroker-metrics.socket pinbroker-metrics.service
 
 # ---- Issue 38, finding 1 (job quotas under the shipped unit): 3 checks, counted here. ----
