@@ -278,6 +278,7 @@ def main():
     owner = s["metadata"].get("ownerReferences", [{}])[0]
     if (owner.get("kind"), owner.get("name"), owner.get("uid")) != ("Node", NODE, "5e0c7a4e-6a55-4b8e-9f0d-000000000001"):
         fail(f"the ResourceSlice is not owned by the Node: {s['metadata']}")
+    schema_check(s)
     gen = spec["pool"]["generation"]
     ok(f"ResourceSlice {s['metadata']['name']}: device 'pinned', capacity memory {cap['value']} (budget {b}), "
        "shared, owned by the Node")
@@ -380,11 +381,66 @@ def main():
 
     real_check()
     strict_and_gib_check()
+    metrics_check()
 
     driver.send_signal(signal.SIGTERM)
     if driver.wait(timeout=15) != 0:
         fail(f"SIGTERM: exit {driver.returncode}")
     print("PASS: DRA driver")
+
+
+def schema_check(obj):
+    """The published ResourceSlice against Kubernetes' own schema (kubernetes-models), where node has it."""
+    models = os.environ.get("PINBROKER_K8S_MODELS") or os.path.join(SRC, ".cache/k8s-schema/node_modules")
+    if not shutil.which("node") or not os.path.isdir(os.path.join(models, "kubernetes-models")):
+        print("note: the ResourceSlice's schema check did not run (needs node and kubernetes-models: scripts/deps.sh --test)")
+        return
+    r = subprocess.run(["node", os.path.join(SRC, "tests/deploy/validate-schema.js")], input=json.dumps([obj]),
+                       capture_output=True, text=True, env=dict(os.environ, NODE_PATH=models))
+    if r.returncode != 0:
+        fail(f"the published ResourceSlice fails the schema: {r.stdout}{r.stderr}")
+    ok(f"the ResourceSlice passes the resource.k8s.io/v1 schema: {r.stdout.strip()}")
+
+
+def metrics_check():
+    """The DaemonSet's metrics container as it runs there: its command from daemonset.yaml (paths mapped to this
+    build), a scrape of /metrics on its port answered 200 with the daemon's budget."""
+    import socket
+
+    import yaml
+
+    with open(os.path.join(SRC, "deploy/kubernetes/daemonset.yaml")) as f:
+        ds = yaml.safe_load(f)
+    tmpl = ds["spec"]["template"]
+    c = [c for c in tmpl["spec"]["containers"] if c["name"] == "metrics"][0]
+    port = int(tmpl["metadata"]["annotations"]["prometheus.io/port"])
+    with socket.socket() as s0:  # a free port stands in for the pod's own 9464
+        s0.bind(("127.0.0.1", 0))
+        free = s0.getsockname()[1]
+    cmd = c["command"][:]
+    cmd[cmd.index("--port") + 1] = str(free)
+    cmd = [{"/usr/lib/pinbroker/kubernetes/listen-exec.py": os.path.join(SRC, "deploy/kubernetes/listen-exec.py"),
+            "/usr/libexec/pinbroker-metrics-http": os.path.join(BUILD, "client/pinbroker-metrics-http"),
+            "/run/pinbroker/pinbroker.sock": SOCK, "/usr/bin/python3": sys.executable}.get(a, a) for a in cmd]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(os.path.join(T, "metrics.log"), "w"))
+    procs.append(p)
+
+    def scrape():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{free}{tmpl['metadata']['annotations']['prometheus.io/path']}",
+                                        timeout=5) as r:
+                return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+        except (OSError, urllib.error.URLError):
+            return None
+
+    code, ctype, text = wait_for("the metrics container answering", scrape)
+    want = f"pinbroker_budget_bytes {budget()}"
+    if code != 200 or not ctype.startswith("text/plain") or want not in text.splitlines():
+        fail(f"scraping the metrics container: {code} {ctype}, no line {want!r}")
+    p.terminate()
+    p.wait(timeout=10)
+    ok(f"metrics container (annotated port {port}): listen-exec.py + pinbroker-metrics-http answer /metrics 200 "
+       f"with {want}")
 
 
 def strict_and_gib_check():
