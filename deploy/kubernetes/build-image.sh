@@ -107,8 +107,9 @@ say "installing the packages in the root (apt-get from $MIRROR)"
 {
 	chroot "$ROOT" apt-get update &&
 		chroot "$ROOT" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-			/tmp/debs/libpinbroker1_*.deb /tmp/debs/pinbroker_*.deb python3 python3-grpcio python3-protobuf \
-			python3-grpc-tools curl jq ca-certificates
+			"/tmp/debs/$(basename "$DEBS"/libpinbroker1_*.deb)" "/tmp/debs/$(basename "$DEBS"/pinbroker_*.deb)" \
+			python3 python3-grpcio python3-protobuf \
+			python3-grpc-tools python3-pkg-resources curl jq ca-certificates
 } >"$WORK/apt.log" 2>&1 || { tail -n 20 "$WORK/apt.log" >&2; die "apt-get in the root failed (log: $WORK/apt.log)"; }
 
 # 3. The Kubernetes agents, where the manifests run them, each with the shared module and its stubs.
@@ -127,7 +128,7 @@ chmod 755 "$L/device-plugin/pinbroker-device-plugin.py" "$L/dra/pinbroker-dra-dr
 			/usr/lib/pinbroker/dra/dra.proto /usr/lib/pinbroker/dra/pluginregistration.proto &&
 		chroot "$ROOT" python3 -m compileall -q /usr/lib/pinbroker &&
 		# The stubs are made: the generator goes.
-		chroot "$ROOT" env DEBIAN_FRONTEND=noninteractive apt-get purge -y --auto-remove python3-grpc-tools
+		chroot "$ROOT" env DEBIAN_FRONTEND=noninteractive apt-get purge -y --auto-remove python3-grpc-tools python3-pkg-resources
 } >>"$WORK/apt.log" 2>&1 || { tail -n 20 "$WORK/apt.log" >&2; die "generating the gRPC stubs in the root failed (log: $WORK/apt.log)"; }
 
 # 4. What the containers run must run; then the root is trimmed.

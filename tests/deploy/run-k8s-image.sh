@@ -50,8 +50,13 @@ cleanup() {
 trap cleanup EXIT
 
 # The image's own record: its tag and version label.
-labels=$($TOOL inspect --format '{{index .Config.Labels "org.opencontainers.image.version"}} {{.Config.Entrypoint}}' "$TAG" 2>&1 ||
-	$TOOL image inspect --format '{{index .Config.Labels "org.opencontainers.image.version"}} {{.Config.Entrypoint}}' "$TAG" 2>&1)
+if [ $TOOL = buildah ]; then
+	labels=$(buildah inspect --type image \
+		--format '{{index .OCIv1.Config.Labels "org.opencontainers.image.version"}} {{.OCIv1.Config.Entrypoint}}' "$TAG" 2>&1)
+else
+	labels=$(podman image inspect --format '{{index .Config.Labels "org.opencontainers.image.version"}} {{.Config.Entrypoint}}' \
+		"$TAG" 2>&1)
+fi
 case $labels in
 "$VERSION [/usr/sbin/pinbrokerd]"*) echo "ok: $TAG: version label $VERSION, entrypoint pinbrokerd" ;;
 *) fail "$TAG's label and entrypoint: $labels" ;;
