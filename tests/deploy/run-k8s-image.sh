@@ -5,7 +5,8 @@
 # pinbroker:VERSION with VERSION the packages' (debian/changelog) and kustomization.yaml's newTag; every
 # program the manifests' containers run is in it (the base, deploy/overlays/dra and node-patcher), pinbrokerd,
 # pinctl and pinbroker-metrics-http run there, the agents' gRPC stubs import, group pinbroker is gid 61000.
-# Builds under BUILD_DIR/k8s-image and removes its image after. As root; skips (77) without debootstrap,
+# Builds under BUILD_DIR/k8s-image and removes its image after; PINBROKER_IMAGE_DEBS=DIR takes ready packages of
+# this tree instead of building them (build-image.sh --debs). As root; skips (77) without debootstrap,
 # buildah or podman, the packages' build dependencies, or the mirror (several minutes: the packages are
 # compiled, and the root's packages come from the mirror).
 # usage: run-k8s-image.sh SOURCE_DIR BUILD_DIR      exit 0 pass, 1 fail, 77 skip
@@ -39,7 +40,8 @@ grep -q "newTag: $VERSION\$" "$SRC/deploy/kubernetes/kustomization.yaml" ||
 	fail "kustomization.yaml's newTag is not the packages' version $VERSION"
 
 t0=$(date +%s)
-sh "$SCRIPT" --work "$W" --name $NAME --tool $TOOL >"$BUILD/k8s-image.log" 2>&1 ||
+sh "$SCRIPT" --work "$W" --name $NAME --tool $TOOL ${PINBROKER_IMAGE_DEBS:+--debs "$PINBROKER_IMAGE_DEBS"} \
+	>"$BUILD/k8s-image.log" 2>&1 ||
 	{ tail -n 30 "$BUILD/k8s-image.log"; fail "build-image.sh failed (log: $BUILD/k8s-image.log)"; }
 echo "ok: build-image.sh made $TAG with $TOOL in $(($(date +%s) - t0)) s from $MIRROR"
 cleanup() {
@@ -69,12 +71,13 @@ if [ $TOOL = buildah ]; then
 else
 	R=$(podman image mount "$TAG") || fail "podman image mount $TAG"
 fi
-# Every absolute program path the containers' commands name, in every rendering the manifests have.
+# Every program and script the containers' commands and probes name (quoted paths under /usr and /bin; the rest
+# are the node's sockets and the ConfigMaps' files), in every variant of the DaemonSet.
 paths=$(cat "$SRC/deploy/kubernetes/daemonset.yaml" "$SRC/deploy/overlays/dra/daemonset-dra.yaml" \
-	"$SRC/deploy/overlays/node-patcher/daemonset-patcher.yaml" | grep -E '^ *command:' | grep -Eo '"/[^"]+"' | tr -d '"' | sort -u)
+	"$SRC/deploy/overlays/node-patcher/daemonset-patcher.yaml" | grep -v '^ *#' |
+	grep -Eo '"/(usr|bin)/[^"]+"' | tr -d '"' | sort -u)
 [ -n "$paths" ] || fail "no command paths found in the manifests"
 for p in $paths /usr/bin/curl /usr/bin/jq /usr/bin/pinctl; do
-	case $p in /opt/pinbroker/*) continue ;; esac # node-patcher.sh comes from a ConfigMap
 	[ -e "$R$p" ] || fail "$p (run by the manifests) is not in the image"
 done
 echo "ok: every program the manifests run is in the image: $(echo "$paths" | tr '\n' ' ')"
