@@ -27,6 +27,8 @@ if [ "${1:-}" = "--test" ]; then
 	# kubernetes-client (kubectl 1.20), unless some kubectl is already installed (another
 	# package's /usr/bin/kubectl would conflict with it).
 	command -v kubectl >/dev/null || PKGS="$PKGS kubernetes-client"
+	# deploy/kubernetes/build-image.sh commits the image with buildah (ctest deploy_k8s_image).
+	PKGS="$PKGS buildah"
 	# promtool (in Debian's prometheus) for deploy/monitoring's rules and the daemon's metrics
 	# (tests/deploy/run-monitoring.sh, run-metrics-http.py), and the real Prometheus server that scrapes both
 	# routes, node_exporter's textfile collector and the HTTP endpoint (tests/deploy/run-prometheus.py).
@@ -61,9 +63,10 @@ fi
 # The schema check of the Kubernetes manifests (tests/deploy/run-k8s.sh) uses the npm package
 # kubernetes-models where node and npm are installed; without them that one check is skipped.
 if [ "${1:-}" = "--test" ] && command -v npm >/dev/null; then
+	# 5.1.0: schemas of Kubernetes 1.34+ (resource.k8s.io/v1 with consumable capacity, for deploy/overlays/dra).
 	cache="$(dirname "$0")/../.cache/k8s-schema"
-	[ -d "$cache/node_modules/kubernetes-models" ] ||
+	grep -q '"version": "5.1.0"' "$cache/node_modules/kubernetes-models/package.json" 2>/dev/null ||
 		{ say "deps: npm install kubernetes-models (the manifests' schema check)" &&
-			npm install --silent --no-audit --no-fund --prefix "$cache" kubernetes-models@4.5.1 >/dev/null; } ||
+			npm install --silent --no-audit --no-fund --prefix "$cache" kubernetes-models@5.1.0 >/dev/null; } ||
 		echo "deps: npm could not install kubernetes-models: the manifests' schema check will be skipped" >&2
 fi

@@ -2,12 +2,15 @@
 # SPDX-License-Identifier: MIT
 # Checks on the rendered kustomize output (kubectl kustomize deploy/kubernetes) that matter for
 # pinbrokerd: the privileges it gets and no more, the socket's hostPath, the device plugin's
-# folders (the base) or the patcher's token and RBAC (deploy/overlays/node-patcher), the config the
-# daemon will read (handed to the real pinbrokerd --check-config), probes, QoS, and the client
-# examples: the device plugin's passes the restricted Pod Security level as far as a static check
-# can tell. Prints one line per failure; exit 0 all passed, 1 any failed.
+# folders (the base), the patcher's token and RBAC (deploy/overlays/node-patcher), the DRA driver's
+# folders, token, RBAC and DeviceClass (deploy/overlays/dra), the metrics container and its scrape
+# annotations, the image tag against the packages' version, the config the daemon will read (handed to
+# the real pinbrokerd --check-config), probes, QoS, and the client examples: the device plugin's and the
+# DRA one pass the restricted Pod Security level as far as a static check can tell.
+# Prints one line per failure; exit 0 all passed, 1 any failed.
 # usage: check-manifests.py BASE.yaml OVERLAY.yaml PATCHER-OVERLAY.yaml CLIENT-POD.yaml
-#        CLIENT-POD-HOSTPATH.yaml PINBROKERD PATCHER.sh
+#        CLIENT-POD-HOSTPATH.yaml PINBROKERD PATCHER.sh DRA-OVERLAY.yaml CLIENT-POD-DRA.yaml PODMONITOR.yaml
+#        PACKAGE-VERSION
 import os
 import re
 import subprocess
@@ -24,6 +27,15 @@ KUBELET_DP_DIR = "/var/lib/kubelet/device-plugins"
 DAEMON_CGROUP_ROOT = "/host/sys/fs/cgroup"  # where the DaemonSet mounts the host's cgroup tree into pinbrokerd
 PLUGIN_PATH = "/usr/lib/pinbroker/device-plugin/pinbroker-device-plugin.py"  # where the Containerfile puts it
 RESOURCE = "pinbroker.io/pinned-gib"
+POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
+POD_LOGS_DIR = "/var/log/pods"
+DRA_DRIVER = "pinned-memory.pinbroker.io"
+DRA_PATH = "/usr/lib/pinbroker/dra/pinbroker-dra-driver.py"
+DRA_HOST_PATHS = {"/var/lib/kubelet/plugins/" + DRA_DRIVER, "/var/lib/kubelet/plugins_registry", "/var/run/cdi"}
+METRICS_PORT = 9464
+LISTEN_EXEC = "/usr/lib/pinbroker/kubernetes/listen-exec.py"
+METRICS_HTTP = "/usr/libexec/pinbroker-metrics-http"
+VERSION = None  # the packages' version (debian/changelog), which the image tag must be
 failures = []
 
 
@@ -64,36 +76,49 @@ def conf_value(text, key):
 
 def check_rendered(docs, where, pinbrokerd, patcher_src, mode="plugin"):
     """mode: "plugin" (the base and large-budget: the device plugin beside the daemon, nothing
-    talking to the API server) or "patcher" (deploy/overlays/node-patcher)."""
+    talking to the API server), "patcher" (deploy/overlays/node-patcher) or "dra" (deploy/overlays/dra)."""
     kinds = sorted(d["kind"] for d in docs)
     api_kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
-    for k in ("Namespace", "DaemonSet") + (api_kinds if mode == "patcher" else ()):
+    for k in ("Namespace", "DaemonSet") + (api_kinds if mode != "plugin" else ()) + (("DeviceClass",) if mode == "dra" else ()):
         check(k in kinds, f"{where}: no {k} (kinds: {kinds})")
     if mode == "plugin":
         check(not any(k in kinds for k in api_kinds), f"{where}: RBAC objects without an API client (kinds: {kinds})")
     ns = one(docs, "Namespace", where).get("metadata", {}).get("name")
     for d in docs:
-        if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+        if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding", "DeviceClass"):
             check(d["metadata"].get("namespace") == ns,
                   f"{where}: {d['kind']}/{d['metadata']['name']} is not in namespace {ns}")
+        else:
+            check("namespace" not in d["metadata"], f"{where}: the cluster-scoped {d['kind']} has a namespace")
 
     if mode == "patcher":
-        check_rbac(docs, where, ns)
+        check_rbac(docs, where, ns, "", {("nodes", "get"), ("nodes/status", "patch")})
+    if mode == "dra":
+        check_rbac(docs, where, ns, "resource.k8s.io",
+                   {("resourceslices", "get"), ("resourceslices", "create"), ("resourceslices", "update"),
+                    ("resourceclaims", "get"), ("nodes", "get")})
+        dc = one(docs, "DeviceClass", where)
+        check(dc.get("apiVersion") == "resource.k8s.io/v1" and dc.get("metadata", {}).get("name") == DRA_DRIVER and
+              [x.get("cel", {}).get("expression") for x in dc.get("spec", {}).get("selectors", [])]
+              == [f'device.driver == "{DRA_DRIVER}"'],
+              f"{where}: the DeviceClass does not select the devices of {DRA_DRIVER} (resource.k8s.io/v1)")
     return check_daemonset(docs, where, pinbrokerd, patcher_src, mode)
 
 
-def check_rbac(docs, where, ns):
-    # RBAC: get on nodes, patch on nodes/status, nothing else (no wildcards, no other verbs).
+def check_rbac(docs, where, ns, group, expected):
+    # RBAC: exactly the expected (resource, verb) grants (no wildcards, no other verbs); core resources in "",
+    # the rest in group.
     role = one(docs, "ClusterRole", where)
     grants = set()
     for rule in role.get("rules", []):
-        check(rule.get("apiGroups") == [""], f"{where}: ClusterRole rule outside the core group: {rule}")
+        check(rule.get("apiGroups") in ([""], [group]), f"{where}: ClusterRole rule outside the expected groups: {rule}")
         check(not rule.get("resourceNames") and not rule.get("nonResourceURLs"), f"{where}: unexpected rule {rule}")
         for res in rule.get("resources", []):
             for verb in rule.get("verbs", []):
+                check((res in ("nodes", "nodes/status")) == (rule.get("apiGroups") == [""]),
+                      f"{where}: {res} granted in the wrong API group {rule.get('apiGroups')}")
                 grants.add((res, verb))
-    check(grants == {("nodes", "get"), ("nodes/status", "patch")},
-          f"{where}: ClusterRole grants {sorted(grants)}, expected get nodes and patch nodes/status only")
+    check(grants == expected, f"{where}: ClusterRole grants {sorted(grants)}, expected {sorted(expected)} only")
     sa = one(docs, "ServiceAccount", where)
     binding = one(docs, "ClusterRoleBinding", where)
     check(binding.get("roleRef", {}).get("name") == role["metadata"]["name"] and
@@ -116,7 +141,7 @@ def check_daemonset(docs, where, pinbrokerd, patcher_src, mode):
     check(pod.get("hostPID") is True, f"{where}: hostPID is not true (peer pids would read 0: docs/kubernetes.md)")
     check(not pod.get("hostNetwork") and not pod.get("hostIPC"), f"{where}: hostNetwork or hostIPC set")
     sas = [d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"]
-    if mode == "patcher":
+    if mode != "plugin":
         check(pod.get("serviceAccountName") in sas, f"{where}: the pod does not run as the ServiceAccount")
     check(pod.get("automountServiceAccountToken") is False, f"{where}: the pod automounts a token into every container")
     check(pod.get("nodeSelector"), f"{where}: no nodeSelector")
@@ -127,17 +152,23 @@ def check_daemonset(docs, where, pinbrokerd, patcher_src, mode):
     check(len(sock_vols) == 1, f"{where}: no hostPath volume for {SOCK_DIR}")
     # The host's cgroup tree (read-only: the daemon's, to name clients' cgroups as the host does, and the
     # device plugin's, to find pods' cgroups) and the plugin's kubelet folder.
-    host_paths = {KUBELET_DP_DIR, "/sys/fs/cgroup"} if mode == "plugin" else {"/sys/fs/cgroup"}
+    host_paths = {"plugin": {KUBELET_DP_DIR, POD_RESOURCES_DIR, POD_LOGS_DIR, "/sys/fs/cgroup"},
+                  "patcher": {"/sys/fs/cgroup"}, "dra": DRA_HOST_PATHS | {"/sys/fs/cgroup"}}[mode]
     check(all(n in sock_vols or "hostPath" not in v or v["hostPath"].get("path") in host_paths
               for n, v in vols.items()),
           f"{where}: hostPath volumes other than {SOCK_DIR} and {sorted(host_paths)}")
     cms = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
     containers = {c["name"]: c for c in pod.get("containers", [])}
-    side_name = "node-patcher" if mode == "patcher" else "device-plugin"
-    check(set(containers) == {"pinbrokerd", side_name}, f"{where}: containers {sorted(containers)}")
+    side_name = {"patcher": "node-patcher", "plugin": "device-plugin", "dra": "dra-driver"}[mode]
+    check(set(containers) == {"pinbrokerd", side_name, "metrics"}, f"{where}: containers {sorted(containers)}")
     daemon = containers.get("pinbrokerd", {})
     side = containers.get(side_name, {})
+    metrics = containers.get("metrics", {})
     patcher = side if mode == "patcher" else {}
+    for c in containers.values():
+        check(c.get("image", "").rpartition("/")[2].partition(":")[2] == VERSION,
+              f"{where}: container {c.get('name')} runs image {c.get('image')}, not the packages' version {VERSION} "
+              "(kustomization.yaml images: newTag, from debian/changelog)")
 
     def mounts(c):
         return {m["mountPath"]: m for m in c.get("volumeMounts", [])}
@@ -147,7 +178,7 @@ def check_daemonset(docs, where, pinbrokerd, patcher_src, mode):
         v = vols.get(m["name"], {}) if m else {}
         return cms.get(v.get("configMap", {}).get("name"))
 
-    for c in (daemon, side):
+    for c in (daemon, side, metrics):
         sc = c.get("securityContext", {})
         name = c.get("name")
         check(not sc.get("privileged"), f"{where}: container {name} is privileged")
@@ -167,9 +198,11 @@ def check_daemonset(docs, where, pinbrokerd, patcher_src, mode):
     caps = set(daemon.get("securityContext", {}).get("capabilities", {}).get("add", []))
     check("IPC_LOCK" in caps, f"{where}: pinbrokerd lacks CAP_IPC_LOCK (it cannot lock the pool)")
     check(caps == DAEMON_CAPS, f"{where}: pinbrokerd adds {sorted(caps)}, expected {sorted(DAEMON_CAPS)}")
-    check(side.get("securityContext", {}).get("capabilities", {}).get("add") in (None, []),
-          f"{where}: {side_name} adds capabilities")
-    check(mounts(side).get(SOCK_DIR, {}).get("readOnly") is True, f"{where}: {side_name} mounts {SOCK_DIR} writable")
+    for c in (side, metrics):
+        check(c.get("securityContext", {}).get("capabilities", {}).get("add") in (None, []),
+              f"{where}: {c.get('name')} adds capabilities")
+        check(mounts(c).get(SOCK_DIR, {}).get("readOnly") is True, f"{where}: {c.get('name')} mounts {SOCK_DIR} writable")
+    check_metrics(where, spec.get("template", {}), metrics, mounts)
     check(TOKEN_DIR not in mounts(daemon), f"{where}: pinbrokerd gets the API token")
     # The daemon's cgroup namespace is its own (containerd, CRI-O on cgroup v2): it places it in the host's
     # tree, mounted here read-only and not over its own /sys/fs/cgroup (its memory limit is read there).
@@ -181,6 +214,8 @@ def check_daemonset(docs, where, pinbrokerd, patcher_src, mode):
     check("/sys/fs/cgroup" not in mounts(daemon), f"{where}: pinbrokerd mounts something over its own /sys/fs/cgroup")
     if mode == "plugin":
         check_plugin(where, daemon, side, vols, mounts)
+    elif mode == "dra":
+        check_dra(where, daemon, side, vols, mounts, pod, sas)
     else:
         check_patcher(where, patcher, vols, mounts, mounted_cm, patcher_src)
     return ds, check_daemon(where, daemon, mounted_cm, pinbrokerd)
@@ -203,9 +238,65 @@ def check_plugin(where, daemon, plugin, vols, mounts):
           f"not the daemon's socket folder {host(plugin, SOCK_DIR)}")
     check(plugin.get("command", [])[-1:] == [PLUGIN_PATH], f"{where}: device-plugin's command is {plugin.get('command')}")
     check(TOKEN_DIR not in mounts(plugin), f"{where}: device-plugin gets an API token")
+    # The pod resources API's socket and the pod log folders (a pod's UID), read-only, where the plugin looks.
+    for path, var in ((POD_RESOURCES_DIR, "DP_POD_RESOURCES"), (POD_LOGS_DIR, "DP_POD_LOGS")):
+        want = env.get(var, POD_RESOURCES_DIR + "/kubelet.sock" if var == "DP_POD_RESOURCES" else POD_LOGS_DIR)
+        check(host(plugin, path) == path and mounts(plugin)[path].get("readOnly") is True and want.startswith(path),
+              f"{where}: device-plugin does not mount the node's {path} read-only where {var} points")
     check(not any(p in mounts(daemon) for p in (KUBELET_DP_DIR, "/sys/fs/cgroup")) and
           all(m.get("readOnly") is True for p, m in mounts(daemon).items() if p == cg),
           f"{where}: pinbrokerd mounts the device plugin's host folders (the host's cgroup tree only read-only)")
+
+
+def check_metrics(where, template, metrics, mounts):
+    """The metrics container serves pinbroker-metrics-http on the port the scrape annotations name, with
+    nothing of the node's but the socket folder."""
+    ann = template.get("metadata", {}).get("annotations", {})
+    ports = [p for p in metrics.get("ports", []) if p.get("name") == "metrics"]
+    check(len(ports) == 1 and ports[0].get("containerPort") == METRICS_PORT and ports[0].get("protocol", "TCP") == "TCP"
+          and not ports[0].get("hostPort"), f"{where}: the metrics container has no TCP port 'metrics' {METRICS_PORT}")
+    check(ann.get("prometheus.io/scrape") == "true" and ann.get("prometheus.io/port") == str(METRICS_PORT)
+          and ann.get("prometheus.io/path") == "/metrics",
+          f"{where}: the pod's prometheus.io annotations {ann} do not name port {METRICS_PORT} and /metrics")
+    cmd = metrics.get("command", [])
+    check(cmd[1:2] == [LISTEN_EXEC] and "--port" in cmd and cmd[cmd.index("--port") + 1:][:1] == [str(METRICS_PORT)]
+          and METRICS_HTTP in cmd and SOCK in cmd,
+          f"{where}: the metrics container does not run {LISTEN_EXEC} --port {METRICS_PORT} -- {METRICS_HTTP} "
+          f"--socket {SOCK}: {cmd}")
+    check(set(mounts(metrics)) == {SOCK_DIR}, f"{where}: the metrics container mounts {sorted(mounts(metrics))}")
+    check(TOKEN_DIR not in mounts(metrics), f"{where}: the metrics container gets an API token")
+
+
+def check_dra(where, daemon, drv, vols, mounts, pod, sas):
+    def host(c, path):
+        m = mounts(c).get(path)
+        return vols.get(m["name"], {}).get("hostPath", {}).get("path") if m else None
+
+    env = {e["name"]: e for e in drv.get("env", [])}
+    check(drv.get("command", [])[-1:] == [DRA_PATH], f"{where}: dra-driver's command is {drv.get('command')}")
+    for p in sorted(DRA_HOST_PATHS):
+        check(host(drv, p) == p and not mounts(drv)[p].get("readOnly"),
+              f"{where}: dra-driver does not mount the node's {p} writable at the same path")
+    cg = env.get("DRA_CGROUP_ROOT", {}).get("value", "/sys/fs/cgroup")
+    check(host(drv, cg) == "/sys/fs/cgroup" and mounts(drv)[cg].get("readOnly") is True,
+          f"{where}: dra-driver's DRA_CGROUP_ROOT {cg} is not the host's /sys/fs/cgroup, read-only")
+    check(env.get("NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName",
+          f"{where}: dra-driver's NODE_NAME is not the downward API's spec.nodeName")
+    check(env.get("PINBROKER_SOCKET", {}).get("value") == SOCK, f"{where}: dra-driver's PINBROKER_SOCKET is not {SOCK}")
+    check(env.get("DRA_SOCKET_DIR_HOST", {}).get("value", SOCK_DIR) == host(drv, SOCK_DIR),
+          f"{where}: dra-driver's CDI spec would mount another folder than the daemon's socket folder")
+    check(env.get("DRA_DEVICES", {}).get("value", "shared") in ("shared", "gib"), f"{where}: dra-driver's DRA_DEVICES")
+    tm = mounts(drv).get(TOKEN_DIR)
+    srcs = vols.get(tm["name"], {}).get("projected", {}).get("sources", []) if tm else []
+    check(any(x.get("serviceAccountToken", {}).get("path") == "token" for x in srcs) and
+          any(i.get("path") == "ca.crt" for x in srcs for i in x.get("configMap", {}).get("items", [])),
+          f"{where}: dra-driver has no projected token and ca.crt at {TOKEN_DIR}")
+    check(pod.get("serviceAccountName") in sas, f"{where}: the pod does not run as the driver's ServiceAccount")
+    check(TOKEN_DIR not in mounts(daemon), f"{where}: pinbrokerd gets the API token")
+    check(not any(p in mounts(daemon) for p in DRA_HOST_PATHS), f"{where}: pinbrokerd mounts the driver's host folders")
+    check(KUBELET_DP_DIR not in mounts(drv) and not any(v.get("hostPath", {}).get("path") == KUBELET_DP_DIR
+                                                        for v in vols.values()),
+          f"{where}: the device plugin's folder is still mounted")
 
 
 def check_patcher(where, patcher, vols, mounts, mounted_cm, patcher_src):
@@ -364,6 +455,44 @@ def check_client(docs, where):
           f"{where}: no supplementalGroups 61000 (the socket is root:pinbroker 0660)")
 
 
+def check_client_dra(docs, where):
+    """examples/client-pod-dra.yaml: a ResourceClaimTemplate of the driver's DeviceClass asking for an amount of
+    its capacity "memory" (or a count of devices), and a pod that claims it and passes the restricted level."""
+    tmpl = one(docs, "ResourceClaimTemplate", where)
+    pod = one(docs, "Pod", where)
+    spec = pod.get("spec", {})
+    check(tmpl.get("apiVersion") == "resource.k8s.io/v1", f"{where}: the ResourceClaimTemplate is not resource.k8s.io/v1")
+    reqs = tmpl.get("spec", {}).get("spec", {}).get("devices", {}).get("requests", [])
+    check(len(reqs) == 1 and reqs[0].get("exactly", {}).get("deviceClassName") == DRA_DRIVER,
+          f"{where}: the template does not ask for one request of DeviceClass {DRA_DRIVER}")
+    ex = reqs[0].get("exactly", {}) if reqs else {}
+    amount = ex.get("capacity", {}).get("requests", {}).get("memory")
+    check((amount is not None and qty_bytes(amount)) or (amount is None and ex.get("count")),
+          f"{where}: the request asks for no amount of capacity memory (nor a count of gib devices)")
+    check(tmpl.get("metadata", {}).get("namespace") == pod.get("metadata", {}).get("namespace"),
+          f"{where}: the template and the pod are in different namespaces")
+    claims = {c.get("name"): c for c in spec.get("resourceClaims", [])}
+    check(any(c.get("resourceClaimTemplateName") == tmpl.get("metadata", {}).get("name") for c in claims.values()),
+          f"{where}: the pod claims nothing from the template")
+    used = {r.get("name") for c in spec.get("containers", []) for r in c.get("resources", {}).get("claims", [])}
+    check(used and used <= set(claims), f"{where}: containers use claims {sorted(used)}, the pod has {sorted(claims)}")
+    for v in restricted_violations(spec):
+        check(False, f"{where}: not restricted: {v}")
+    check(not any("hostPath" in v for v in spec.get("volumes", [])), f"{where}: a hostPath volume (CDI mounts the socket)")
+    check(61000 in spec.get("securityContext", {}).get("supplementalGroups", []),
+          f"{where}: no supplementalGroups 61000 (the socket is root:pinbroker 0660)")
+
+
+def check_podmonitor(docs, where):
+    pm = one(docs, "PodMonitor", where)
+    sel = pm.get("spec", {}).get("selector", {}).get("matchLabels", {})
+    eps = pm.get("spec", {}).get("podMetricsEndpoints", [])
+    check(pm.get("apiVersion") == "monitoring.coreos.com/v1" and pm.get("metadata", {}).get("namespace") == "pinbroker"
+          and sel == {"app.kubernetes.io/name": "pinbrokerd"} and
+          [(e.get("port"), e.get("path", "/metrics")) for e in eps] == [("metrics", "/metrics")],
+          f"{where}: the PodMonitor does not select the pinbrokerd pods' port 'metrics' at /metrics")
+
+
 def pod_of(docs):
     return [d for d in docs if d["kind"] == "DaemonSet"][0]["spec"]["template"]["spec"]
 
@@ -402,7 +531,8 @@ MUTATIONS = {
     "no device plugin": ("base", lambda d: pod_of(d)["containers"].remove(side_of(d, "device-plugin"))),
     "plugin without the kubelet's folder": ("base", lambda d: side_of(d, "device-plugin")["volumeMounts"].pop(1)),
     "plugin privileged": ("base", lambda d: side_of(d, "device-plugin")["securityContext"].update(privileged=True)),
-    "host cgroups writable": ("base", lambda d: side_of(d, "device-plugin")["volumeMounts"][2].update(readOnly=False)),
+    "host cgroups writable": ("base", lambda d: [m.update(readOnly=False) for m in side_of(d, "device-plugin")["volumeMounts"]
+                                                 if m["mountPath"] == DAEMON_CGROUP_ROOT]),
     "daemon's host cgroups writable": ("base", lambda d: [m.update(readOnly=False) for m in daemon_of(d)["volumeMounts"]
                                                           if m["mountPath"] == DAEMON_CGROUP_ROOT]),
     "daemon without the host cgroups": ("base", lambda d: daemon_of(d).update(volumeMounts=[
@@ -427,6 +557,35 @@ MUTATIONS = {
     "client asks nothing": ("client", lambda d: client_of(d)["containers"][0]["resources"]["limits"].pop(RESOURCE)),
     "hostPath client's socket folder writable": ("hostpath", lambda d: [m.pop("readOnly", None)
                                                  for m in client_of(d)["containers"][0]["volumeMounts"]]),
+    "plugin's pod-resources writable": ("base", lambda d: [m.update(readOnly=False) for m in side_of(d, "device-plugin")["volumeMounts"]
+                                                            if m["mountPath"] == POD_RESOURCES_DIR]),
+    "plugin without the pod log folders": ("base", lambda d: side_of(d, "device-plugin").update(volumeMounts=[
+        m for m in side_of(d, "device-plugin")["volumeMounts"] if m["mountPath"] != POD_LOGS_DIR])),
+    "no metrics port": ("base", lambda d: side_of(d, "metrics").pop("ports")),
+    "scrape annotation on another port": ("base", lambda d: [x for x in d if x["kind"] == "DaemonSet"][0]["spec"]["template"]
+                                          ["metadata"]["annotations"].update({"prometheus.io/port": "9100"})),
+    "metrics container with a capability": ("base", lambda d: side_of(d, "metrics")["securityContext"]["capabilities"]
+                                            .update(add=["SYS_PTRACE"])),
+    "image tag of another version": ("base", lambda d: [c.update(image="pinbroker:0.1.0") for c in pod_of(d)["containers"]]),
+    "DRA RBAC list claims": ("dra", lambda d: [r["verbs"].append("list") for x in d if x["kind"] == "ClusterRole"
+                                               for r in x["rules"] if "resourceclaims" in r["resources"]]),
+    "DRA RBAC delete nodes": ("dra", lambda d: [r["verbs"].append("delete") for x in d if x["kind"] == "ClusterRole"
+                                                for r in x["rules"] if "nodes" in r["resources"]]),
+    "DRA token in every container": ("dra", lambda d: pod_of(d).pop("automountServiceAccountToken")),
+    "DRA registry read-only": ("dra", lambda d: [m.update(readOnly=True) for m in side_of(d, "dra-driver")["volumeMounts"]
+                                                 if m["mountPath"] == "/var/lib/kubelet/plugins_registry"]),
+    "DRA without the CDI folder": ("dra", lambda d: side_of(d, "dra-driver").update(volumeMounts=[
+        m for m in side_of(d, "dra-driver")["volumeMounts"] if m["mountPath"] != "/var/run/cdi"])),
+    "DRA device plugin left in": ("dra", lambda d: pod_of(d)["volumes"].append(
+        {"name": "dp", "hostPath": {"path": KUBELET_DP_DIR}})),
+    "DeviceClass of another driver": ("dra", lambda d: [x["spec"]["selectors"][0]["cel"].update(expression='device.driver == "x.example.com"')
+                                                        for x in d if x["kind"] == "DeviceClass"]),
+    "DRA client asks no amount": ("client-dra", lambda d: [x["spec"]["spec"]["devices"]["requests"][0]["exactly"].pop("capacity")
+                                                           for x in d if x["kind"] == "ResourceClaimTemplate"]),
+    "DRA client hostPath": ("client-dra", lambda d: client_of(d).setdefault("volumes", []).append(
+        {"name": "pb", "hostPath": {"path": SOCK_DIR}})),
+    "DRA client uses no claim": ("client-dra", lambda d: client_of(d)["containers"][0]["resources"].pop("claims")),
+    "PodMonitor on another port": ("podmonitor", lambda d: d[0]["spec"]["podMetricsEndpoints"][0].update(port="http")),
 }
 
 
@@ -441,8 +600,12 @@ def self_test(paths, pinbrokerd, patcher_src):
             check_client(docs, "mutated")
         elif which == "hostpath":
             check_client_hostpath(docs, "mutated")
+        elif which == "client-dra":
+            check_client_dra(docs, "mutated")
+        elif which == "podmonitor":
+            check_podmonitor(docs, "mutated")
         else:
-            check_rendered(docs, "mutated", pinbrokerd, patcher_src, "patcher" if which == "patcher" else "plugin")
+            check_rendered(docs, "mutated", pinbrokerd, patcher_src, {"patcher": "patcher", "dra": "dra"}.get(which, "plugin"))
         print(f"self-test: {name}: {'caught: ' + failures[0].splitlines()[0] if failures else 'NOT CAUGHT'}")
         if not failures:
             missed.append(name)
@@ -450,14 +613,19 @@ def self_test(paths, pinbrokerd, patcher_src):
 
 
 def main():
+    global VERSION
     base_path, overlay_path, patcher_ov_path, client_path, client_hp_path, pinbrokerd, patcher_path = sys.argv[1:8]
+    dra_path, client_dra_path, podmonitor_path, VERSION = sys.argv[8:12]
     with open(patcher_path) as f:
         patcher_src = f.read()
-    self_test({"base": base_path, "patcher": patcher_ov_path, "client": client_path, "hostpath": client_hp_path},
-              pinbrokerd, patcher_src)
+    self_test({"base": base_path, "patcher": patcher_ov_path, "client": client_path, "hostpath": client_hp_path,
+               "dra": dra_path, "client-dra": client_dra_path, "podmonitor": podmonitor_path}, pinbrokerd, patcher_src)
     base_ds, base_conf = check_rendered(load(base_path), "base", pinbrokerd, patcher_src)
     ov_ds, ov_conf = check_rendered(load(overlay_path), "overlay", pinbrokerd, patcher_src)
     check_rendered(load(patcher_ov_path), "node-patcher overlay", pinbrokerd, patcher_src, "patcher")
+    check_rendered(load(dra_path), "dra overlay", pinbrokerd, patcher_src, "dra")
+    check_client_dra(load(client_dra_path), "DRA client pod")
+    check_podmonitor(load(podmonitor_path), "PodMonitor")
     lim = lambda ds: ds["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
     check(lim(base_ds) != lim(ov_ds) and base_conf != ov_conf,
           "overlay: neither the memory limit nor the config differs from the base")

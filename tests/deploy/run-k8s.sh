@@ -16,7 +16,10 @@ BUILD=${2:?usage: run-k8s.sh SOURCE_DIR BUILD_DIR}
 K8S=$SRC/deploy/kubernetes
 OVERLAY=$SRC/deploy/overlays/large-budget
 PATCHER_OV=$SRC/deploy/overlays/node-patcher
+DRA_OV=$SRC/deploy/overlays/dra
 PLUGIN=$K8S/device-plugin/pinbroker-device-plugin.py
+# The packages' version (debian/changelog's first entry), which the image's tag must be.
+VERSION=$(sed -n '1s/^[^ ]* (\([^)]*\)).*/\1/p' "$SRC/debian/changelog")
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 skip() { echo "SKIP: $*" >&2; exit 77; }
@@ -39,8 +42,10 @@ for k in $KUBECTLS; do
 	"$k" kustomize "$K8S" >"$T/base-$i.yaml" 2>"$T/err" || { cat "$T/err"; fail "$k kustomize $K8S failed"; }
 	"$k" kustomize "$OVERLAY" >"$T/overlay-$i.yaml" 2>"$T/err" || { cat "$T/err"; fail "$k kustomize $OVERLAY failed"; }
 	"$k" kustomize "$PATCHER_OV" >"$T/patcher-$i.yaml" 2>"$T/err" || { cat "$T/err"; fail "$k kustomize $PATCHER_OV failed"; }
+	"$k" kustomize "$DRA_OV" >"$T/dra-$i.yaml" 2>"$T/err" || { cat "$T/err"; fail "$k kustomize $DRA_OV failed"; }
 	echo "ok: rendered with $k ($v): $(grep -c '^kind:' "$T/base-$i.yaml") objects in the base," \
-		"$(grep -c '^kind:' "$T/overlay-$i.yaml") in large-budget, $(grep -c '^kind:' "$T/patcher-$i.yaml") in node-patcher"
+		"$(grep -c '^kind:' "$T/overlay-$i.yaml") in large-budget, $(grep -c '^kind:' "$T/patcher-$i.yaml") in node-patcher," \
+		"$(grep -c '^kind:' "$T/dra-$i.yaml") in dra"
 done
 
 # 2. yamllint on the sources, two-space style, lines up to 120.
@@ -53,23 +58,35 @@ else
 	echo "note: yamllint not found (apt-get install yamllint): not linted"
 fi
 
-# 3. The patcher: POSIX sh.
-sh -n "$PATCHER_OV/node-patcher.sh" || fail "node-patcher.sh does not parse"
-if command -v shellcheck >/dev/null; then
-	shellcheck -s sh "$PATCHER_OV/node-patcher.sh" || fail "shellcheck found problems in node-patcher.sh (above)"
-	echo "ok: shellcheck node-patcher.sh"
-else
-	echo "note: shellcheck not found: node-patcher.sh only parsed with sh -n"
-fi
+# 3. The patcher and the image build: POSIX sh.
+for f in "$PATCHER_OV/node-patcher.sh" "$K8S/build-image.sh"; do
+	sh -n "$f" || fail "$f does not parse"
+	if command -v shellcheck >/dev/null; then
+		shellcheck -s sh "$f" || fail "shellcheck found problems in $f (above)"
+		echo "ok: shellcheck $(basename "$f")"
+	else
+		echo "note: shellcheck not found: $(basename "$f") only parsed with sh -n"
+	fi
+done
 
-# The device plugin compiles, and the image puts it (and its generated stubs) where the DaemonSet
-# runs it; run-device-plugin.py runs it.
-python3 -c 'import sys; compile(open(sys.argv[1]).read(), sys.argv[1], "exec")' "$PLUGIN" 2>"$T/err" ||
-	{ cat "$T/err"; fail "$PLUGIN does not compile"; }
-if ! grep -q '/usr/lib/pinbroker/device-plugin' "$K8S/Containerfile" || ! grep -q 'grpc_tools.protoc' "$K8S/Containerfile"; then
-	fail "the Containerfile does not install the device plugin and its stubs in /usr/lib/pinbroker/device-plugin"
-fi
-echo "ok: the device plugin compiles; the Containerfile installs it"
+# The Python programs compile, and the image build puts each (with the shared module and the stubs it
+# generates) where the DaemonSet runs it; run-device-plugin.py and run-dra-driver.py run them.
+for f in "$PLUGIN" "$K8S/dra/pinbroker-dra-driver.py" "$K8S/lib/pinbroker_k8s.py" "$K8S/listen-exec.py"; do
+	python3 -c 'import sys; compile(open(sys.argv[1]).read(), sys.argv[1], "exec")' "$f" 2>"$T/err" ||
+		{ cat "$T/err"; fail "$f does not compile"; }
+done
+for d in /usr/lib/pinbroker/device-plugin /usr/lib/pinbroker/dra /usr/lib/pinbroker/kubernetes/listen-exec.py gen-stubs; do
+	grep -q "$d" "$K8S/build-image.sh" || fail "build-image.sh does not install $d (where the DaemonSet runs it)"
+done
+echo "ok: the device plugin, the DRA driver and listen-exec.py compile; build-image.sh installs them"
+
+# The image's tag is the packages' version: kustomization.yaml's newTag, and what build-image.sh tags.
+tag=$(sed -n "s/^ *newTag: *//p" "$K8S/kustomization.yaml" "$SRC"/deploy/overlays/*/kustomization.yaml | sort -u)
+[ -n "$VERSION" ] && [ "$tag" = "$VERSION" ] ||
+	fail "kustomization.yaml's images newTag is '$tag', the packages' version (debian/changelog) '$VERSION': make them one"
+[ "$(sh "$K8S/build-image.sh" --print-tag)" = "pinbroker:$VERSION" ] ||
+	fail "build-image.sh --print-tag says '$(sh "$K8S/build-image.sh" --print-tag)', not pinbroker:$VERSION"
+echo "ok: the image tag is the packages' version, $VERSION, in kustomization.yaml and build-image.sh"
 
 # 4. What matters in the rendered objects (with a self-test: each broken variant must be caught).
 i=0
@@ -77,7 +94,8 @@ for k in $KUBECTLS; do
 	i=$((i + 1))
 	python3 "$SRC/tests/deploy/check-manifests.py" "$T/base-$i.yaml" "$T/overlay-$i.yaml" "$T/patcher-$i.yaml" \
 		"$K8S/examples/client-pod.yaml" "$K8S/examples/client-pod-hostpath.yaml" "$BUILD/daemon/pinbrokerd" \
-		"$PATCHER_OV/node-patcher.sh" >"$T/check.out" 2>&1 ||
+		"$PATCHER_OV/node-patcher.sh" "$T/dra-$i.yaml" "$K8S/examples/client-pod-dra.yaml" "$K8S/podmonitor.yaml" \
+		"$VERSION" >"$T/check.out" 2>&1 ||
 		{ cat "$T/check.out"; fail "check-manifests.py on $k's rendering"; }
 	grep '^self-test' "$T/check.out" | sed 's/^/  /'
 	echo "ok: structural checks on $k's rendering"
@@ -87,15 +105,16 @@ done
 MODELS=${PINBROKER_K8S_MODELS:-$SRC/.cache/k8s-schema/node_modules}
 if command -v node >/dev/null && [ -d "$MODELS/kubernetes-models" ]; then
 	mv=$(jq -r .version "$MODELS/kubernetes-models/package.json" 2>/dev/null)
-	for f in "$T/base-1.yaml" "$T/overlay-1.yaml" "$T/patcher-1.yaml" "$K8S/examples/client-pod.yaml" \
-		"$K8S/examples/client-pod-hostpath.yaml"; do
+	for f in "$T/base-1.yaml" "$T/overlay-1.yaml" "$T/patcher-1.yaml" "$T/dra-1.yaml" "$K8S/examples/client-pod.yaml" \
+		"$K8S/examples/client-pod-hostpath.yaml" "$K8S/examples/client-pod-dra.yaml"; do
 		python3 -c 'import sys, yaml, json; print(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d]))' "$f" |
 			NODE_PATH=$MODELS node "$SRC/tests/deploy/validate-schema.js" >"$T/schema.out" 2>&1 ||
 			{ cat "$T/schema.out"; fail "schema check of $f (kubernetes-models $mv)"; }
 	done
-	echo "ok: schema check (kubernetes-models $mv) of the base, the overlays and the client pods"
+	echo "ok: schema check (kubernetes-models $mv) of the base, the overlays and the client pods" \
+		"(not the PodMonitor: a CRD's, not in kubernetes-models)"
 else
 	echo "note: schema check skipped: needs node and kubernetes-models" \
-		"(npm install --prefix $SRC/.cache/k8s-schema kubernetes-models@4.5.1, or set PINBROKER_K8S_MODELS)"
+		"(npm install --prefix $SRC/.cache/k8s-schema kubernetes-models@5.1.0, or set PINBROKER_K8S_MODELS)"
 fi
 echo "PASS: deploy/kubernetes"

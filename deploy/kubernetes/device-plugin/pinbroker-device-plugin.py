@@ -6,14 +6,23 @@
 # pod needs no hostPath) and PINBROKER_SOCKET, and makes the pod's request its job quota:
 # `pinctl quota set POD-CGROUP BYTES` for the pod's cgroup, from PreStartContainer (before the
 # container's first process runs) and again every poll (a daemon restart forgets `set` rules).
+# For clusters before Kubernetes 1.34; from 1.34 on, the DRA driver (deploy/kubernetes/dra) does this
+# with a ResourceClaim per pod (docs/kubernetes.md, which to use).
 #
-# Which pod a device went to: the kubelet records it (PodUID, container, device ids) in its
-# checkpoint, DEVICE_PLUGIN_DIR/kubelet_internal_checkpoint, after Allocate and before
-# PreStartContainer; the pod's cgroup is the one under the kubepods tree named for that UID.
+# Which pod a device went to: the kubelet's pod resources API (List on its pod-resources socket, v1)
+# names the pod (namespace and name) and container holding each device; the pod's UID, which names its
+# cgroup, is in the name of the pod's log folder the kubelet keeps, /var/log/pods/NAMESPACE_NAME_UID
+# (the layout node log agents read). Kubelets without that API (before 1.20: the socket is missing, or
+# serves v1alpha1 only) fall back to the kubelet's device checkpoint,
+# DEVICE_PLUGIN_DIR/kubelet_internal_checkpoint, which records the pod UID itself.
 #
 # Environment (defaults are what the DaemonSet gives):
 #   PINBROKER_SOCKET      the daemon's socket, for pinctl (default /run/pinbroker/pinbroker.sock)
 #   DP_KUBELET_DIR        the kubelet's device-plugins folder (default /var/lib/kubelet/device-plugins)
+#   DP_POD_RESOURCES      the kubelet's pod resources socket (default /var/lib/kubelet/pod-resources/kubelet.sock)
+#   DP_POD_LOGS           the kubelet's pod log folders (default /var/log/pods)
+#   DP_POD_SOURCE         auto (default: the pod resources API, the checkpoint where the kubelet lacks it),
+#                         podresources or checkpoint (that one only)
 #   DP_RESOURCE           default pinbroker.io/pinned-gib
 #   DP_SOCKET_DIR_HOST    the node's socket folder, mounted into client containers (default /run/pinbroker)
 #   DP_SOCKET_DIR         where client containers see it (default /run/pinbroker)
@@ -26,17 +35,19 @@ import concurrent.futures
 import json
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 import threading
 
 import grpc
 
-GIB = 1 << 30
 API_VERSION = "v1beta1"
 CHECKPOINT = "kubelet_internal_checkpoint"
 HERE = os.path.dirname(os.path.abspath(__file__))
+# pinbroker_k8s.py: beside this file in the image, in ../lib in the source tree.
+sys.path[:0] = [HERE, os.path.join(os.path.dirname(HERE), "lib")]
+import pinbroker_k8s as k8s  # noqa: E402
+
+GIB = k8s.GIB
 
 
 def log(msg):
@@ -44,31 +55,22 @@ def log(msg):
 
 
 def load_stubs():
-    """api_pb2 and api_pb2_grpc: from DP_STUBS_DIR or this folder (the image generates them at build
-    time), else generated now from api.proto with grpc_tools into a temp folder."""
-    for d in (os.environ.get("DP_STUBS_DIR"), HERE):
-        if d and os.path.exists(os.path.join(d, "api_pb2_grpc.py")):
-            sys.path.insert(0, d)
-            break
-    else:
-        from grpc_tools import protoc  # python3-grpc-tools
-
-        out = tempfile.mkdtemp(prefix="pinbroker-dp-stubs.")
-        rc = protoc.main(["protoc", f"-I{HERE}", f"--python_out={out}", f"--grpc_python_out={out}",
-                          os.path.join(HERE, "api.proto")])
-        if rc != 0:
-            sys.exit(f"pinbroker-device-plugin: protoc could not compile {HERE}/api.proto")
-        sys.path.insert(0, out)
-    import api_pb2
-    import api_pb2_grpc
-
-    return api_pb2, api_pb2_grpc
+    """(api_pb2, api_pb2_grpc, podresources_pb2, podresources_pb2_grpc): from DP_STUBS_DIR or this folder (the
+    image generates them at build time), else generated now from the vendored protos."""
+    try:
+        s = k8s.load_stubs(HERE, ["api", "podresources"], "DP_STUBS_DIR")
+    except (ImportError, RuntimeError) as e:
+        sys.exit(f"pinbroker-device-plugin: no gRPC stubs: {e} (apt-get install python3-grpc-tools)")
+    return s["api"] + s["podresources"]
 
 
 class Config:
     def __init__(self, env):
         self.socket = env.get("PINBROKER_SOCKET", "/run/pinbroker/pinbroker.sock")
         self.kubelet_dir = env.get("DP_KUBELET_DIR", "/var/lib/kubelet/device-plugins")
+        self.pod_resources = env.get("DP_POD_RESOURCES", "/var/lib/kubelet/pod-resources/kubelet.sock")
+        self.pod_logs = env.get("DP_POD_LOGS", "/var/log/pods")
+        self.pod_source = env.get("DP_POD_SOURCE", "auto")
         self.resource = env.get("DP_RESOURCE", "pinbroker.io/pinned-gib")
         self.sock_dir_host = env.get("DP_SOCKET_DIR_HOST", "/run/pinbroker")
         self.sock_dir = env.get("DP_SOCKET_DIR", "/run/pinbroker")
@@ -80,17 +82,13 @@ class Config:
         self.endpoint = "pinbroker-" + self.resource.rsplit("/", 1)[-1] + ".sock"
         if self.poll_s <= 0:
             raise ValueError(f"DP_POLL_S must be above 0, not {env.get('DP_POLL_S')}")
+        if self.pod_source not in ("auto", "podresources", "checkpoint"):
+            raise ValueError(f"DP_POD_SOURCE must be auto, podresources or checkpoint, not {self.pod_source}")
 
 
 def pinctl(cfg, *args):
     """Run pinctl; its stdout, or raise RuntimeError with its own message."""
-    try:
-        r = subprocess.run([cfg.pinctl, "--socket", cfg.socket, *args], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise RuntimeError(f"pinctl {' '.join(args)}: {e}") from None
-    if r.returncode != 0:
-        raise RuntimeError(f"pinctl {' '.join(args)}: exit {r.returncode}: {(r.stderr or r.stdout).strip()[:300]}")
-    return r.stdout
+    return k8s.pinctl(cfg.pinctl, cfg.socket, *args)
 
 
 def checkpoint_pods(cfg):
@@ -118,51 +116,35 @@ def checkpoint_pods(cfg):
         return None
 
 
-def pod_cgroups(cfg):
-    """{pod UID with '_' for '-': the pod's cgroup path as the daemon names it}, from one walk of the
-    kubepods tree (relative to the hierarchy's root: the v1 memory controller's on a v1 or hybrid
-    host, else the unified one). The kubelet names a pod's cgroup pod<UID> (cgroupfs driver) or
-    kubepods-<qos>-pod<UID with _>.slice (systemd driver), under kubepods (or, in some set-ups,
-    kubelet.slice/kubelet-kubepods.slice)."""
-    root = cfg.cgroup_root
-    if os.path.isdir(os.path.join(root, "memory")):
-        root = os.path.join(root, "memory")
-    found = {}
-    level = [""]
-    for _ in range(4):  # kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/...-pod<UID>.slice
-        nxt = []
-        for rel in level:
-            try:
-                names = os.listdir(os.path.join(root, rel))
-            except OSError:
-                continue
-            for n in names:
-                p = os.path.join(rel, n)
-                if not os.path.isdir(os.path.join(root, p)):
-                    continue
-                base = (n[:-6] if n.endswith(".slice") else n).replace("-", "_")
-                i = base.rfind("pod")
-                if i >= 0 and (i == 0 or base[i - 1] == "_") and len(base) - i - 3 >= 32:
-                    found[base[i + 3:]] = "/" + p
-                # Only the kubepods tree: a kube* slice or the cgroupfs driver's QoS folders.
-                elif "kube" in n or n in ("burstable", "besteffort"):
-                    nxt.append(p)
-        level = nxt
-    return found
+def pod_log_uids(cfg):
+    """{(namespace, name): [UID, ...]} from the kubelet's pod log folders, NAMESPACE_NAME_UID (neither a
+    namespace nor a pod name can hold '_'). Several UIDs for one name: an earlier pod of that name whose
+    folder is not yet collected."""
+    uids = {}
+    try:
+        names = os.listdir(cfg.pod_logs)
+    except OSError as e:
+        raise RuntimeError(f"cannot list the kubelet's pod log folders {cfg.pod_logs}: {e.strerror}") from None
+    for n in names:
+        parts = n.split("_")
+        if len(parts) == 3 and all(parts):
+            uids.setdefault((parts[0], parts[1]), []).append(parts[2])
+    return uids
 
 
 def pod_cgroup(cfg, uid):
     """The pod's cgroup path as the daemon names it, or None if it is not there (yet)."""
-    return pod_cgroups(cfg).get(uid.replace("-", "_"))
+    return k8s.pod_cgroups(cfg.cgroup_root).get(k8s.cgroup_key(uid))
 
 
 class Plugin:
     """The state the gRPC handlers and the poller share, under one condition variable."""
 
-    def __init__(self, cfg, pb, pb_grpc):
+    def __init__(self, cfg, pb, pb_grpc, pr=None, pr_grpc=None):
         self.cfg = cfg
         self.pb = pb
         self.pb_grpc = pb_grpc
+        self.pr, self.pr_grpc = pr, pr_grpc  # the pod resources API's stubs
         self.cond = threading.Condition()
         self.gib = 0  # the last budget seen, in whole GiB
         self.healthy = False
@@ -171,6 +153,83 @@ class Plugin:
         self.quota_lock = threading.Lock()
         self.set_paths = {}  # pod UID -> the cgroup path whose rule this plugin set
         self.warned_cgns = False  # the daemon's cgroup namespace is unresolved, and that was logged
+        self.source = None  # where the last pod list came from: "podresources" or "checkpoint"
+        self.pr_channel = None
+        self.uid_names = {}  # pod UID -> (namespace, name), as resolved from the pod resources API
+        self.listed = set()  # the (namespace, name) of every pod holding our devices in the last List
+
+    def podresources_pods(self):
+        """{(namespace, name): set of our device ids} from the kubelet's pod resources API (List, v1), over
+        all the pod's containers (an init container's devices are reused by the app containers, hence a set).
+        Raises grpc.RpcError."""
+        if self.pr is None:
+            s = k8s.load_stubs(HERE, ["podresources"], "DP_STUBS_DIR")["podresources"]
+            self.pr, self.pr_grpc = s
+        if self.pr_channel is None:
+            self.pr_channel = grpc.insecure_channel("unix://" + self.cfg.pod_resources)
+        resp = self.pr_grpc.PodResourcesListerStub(self.pr_channel).List(self.pr.ListPodResourcesRequest(), timeout=10)
+        pods = {}
+        for p in resp.pod_resources:
+            ids = {i for c in p.containers for d in c.devices if d.resource_name == self.cfg.resource for i in d.device_ids}
+            if ids:
+                pods[(p.namespace, p.name)] = ids
+        return pods
+
+    def pods_by_uid(self, named, cgroups):
+        """{UID: ids} for the pods of named ({(namespace, name): ids}), each UID from the kubelet's pod log
+        folders; of several UIDs for one name (an earlier pod of that name), the one whose cgroup exists.
+        A pod left unresolved is logged and left out (the next poll tries again)."""
+        try:
+            uids = pod_log_uids(self.cfg)
+        except RuntimeError as e:
+            log(str(e))
+            return None
+        pods = {}
+        for (ns, name), ids in sorted(named.items()):
+            cands = uids.get((ns, name), [])
+            if len(cands) > 1:
+                cands = [u for u in cands if k8s.cgroup_key(u) in cgroups]
+            if len(cands) == 1:
+                pods[cands[0]] = ids
+                self.uid_names[cands[0]] = (ns, name)
+            else:
+                log(f"pod {ns}/{name}: {'no' if not cands else len(cands)} UIDs for it in {self.cfg.pod_logs}"
+                    f"{' with a cgroup' if cands else ''}: quota not set now")
+        return pods
+
+    def pod_devices(self, cgroups_fn):
+        """{pod UID: set of our device ids} from the pod resources API, or from the checkpoint where the kubelet
+        has no such API (DP_POD_SOURCE=auto) or where DP_POD_SOURCE=checkpoint says so; None when neither can
+        say now (which must change no quota). cgroups_fn() gives pod_cgroups, read only when needed."""
+        use = self.cfg.pod_source
+        if use != "checkpoint":
+            try:
+                named = self.podresources_pods()
+                use = "podresources"
+            except grpc.RpcError as e:
+                absent = not os.path.exists(self.cfg.pod_resources)
+                old = e.code() == grpc.StatusCode.UNIMPLEMENTED  # a kubelet serving v1alpha1 only (before 1.20)
+                if use == "auto" and (absent or old):
+                    use = "checkpoint"
+                    if self.source != use:
+                        why = "does not exist" if absent else "does not serve podresources v1 (a kubelet before 1.20)"
+                        log(f"the kubelet's pod resources socket {self.cfg.pod_resources} {why}: "
+                            "reading its device checkpoint instead")
+                else:
+                    log(f"the kubelet's pod resources API ({self.cfg.pod_resources}): {e.code().name}: "
+                        f"{e.details()}: no quota changed now")
+                    return None
+        if use == "checkpoint":
+            pods = checkpoint_pods(self.cfg)
+            self.listed = set()
+        else:
+            pods = self.pods_by_uid(named, cgroups_fn()) if named else {}
+            self.listed = set(named)
+        if pods is not None and self.source != use:
+            if use == "podresources":
+                log(f"pods and their devices from the kubelet's pod resources API at {self.cfg.pod_resources}")
+            self.source = use
+        return pods
 
     def poll_budget(self):
         try:
@@ -202,10 +261,17 @@ class Plugin:
         return [self.pb.Device(ID=f"gib-{i}", health=health) for i in range(self.gib)]
 
     def reconcile_quotas(self, device_ids=None):
-        """Set the quota of every pod in the checkpoint whose rule the daemon lacks or has at
+        """Set the quota of every pod holding our devices whose rule the daemon lacks or has at
         another size. With device_ids, return whether the pod holding them got its quota."""
         with self.quota_lock:
-            pods = checkpoint_pods(self.cfg)
+            cache = {}
+
+            def cgroups():
+                if "c" not in cache:
+                    cache["c"] = k8s.pod_cgroups(self.cfg.cgroup_root)
+                return cache["c"]
+
+            pods = self.pod_devices(cgroups)
             if pods is None:
                 return False
             try:
@@ -215,10 +281,9 @@ class Plugin:
                     log(f"cannot read the daemon's quotas, none set now: {e}")
                 return False
             done = device_ids is None
-            cgroups = pod_cgroups(self.cfg) if pods else {}
             for uid, ids in sorted(pods.items()):
                 mine = device_ids is not None and set(device_ids) <= ids
-                path = cgroups.get(uid.replace("-", "_"))
+                path = cgroups().get(k8s.cgroup_key(uid))
                 if path is None:
                     if mine:
                         log(f"pod {uid}: no cgroup named for it under {self.cfg.cgroup_root} yet: quota not set")
@@ -233,9 +298,11 @@ class Plugin:
                         continue
                 self.set_paths[uid] = path
                 done = done or mine
-            # A pod the kubelet dropped from its checkpoint is gone: clear its rule (the daemon
+            # A pod the kubelet no longer lists is gone: clear its rule (the daemon
             # also releases a rule once it saw its cgroup and the cgroup went, where it can see it).
-            for uid in [u for u in self.set_paths if u not in pods]:
+            # (A pod the API still lists whose UID was not resolved this time is not gone.)
+            for uid in [u for u in self.set_paths if u not in pods and self.uid_names.get(u) not in self.listed]:
+                self.uid_names.pop(uid, None)
                 path = self.set_paths.pop(uid)
                 if path in rules:
                     try:
@@ -244,7 +311,7 @@ class Plugin:
                     except RuntimeError as e:
                         log(f"pod {uid} is gone: {e}")
             if device_ids is not None and not done and not any(set(device_ids) <= ids for ids in pods.values()):
-                log(f"devices {sorted(device_ids)} are not in the kubelet's checkpoint: quota not set")
+                log(f"devices {sorted(device_ids)} are held by no pod the kubelet names ({self.source}): quota not set")
             return done
 
 
@@ -323,8 +390,8 @@ def main():
     except ValueError as e:
         log(str(e))
         return 2
-    pb, pb_grpc = load_stubs()
-    plugin = Plugin(cfg, pb, pb_grpc)
+    pb, pb_grpc, pr, pr_grpc = load_stubs()
+    plugin = Plugin(cfg, pb, pb_grpc, pr, pr_grpc)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
