@@ -453,96 +453,58 @@ static char *validate_fails(struct config *c)
 	return err;
 }
 
-START_TEST(test_validate_critical_mem_must_be_below_tight)
-{
-	struct config *c = defaults();
-	char *err;
+struct kv {
+	const char *key, *value;
+};
 
-	set_ok(c, "critical-mem-available-pct", "10");
-	err = validate_fails(c);
-	ck_assert_str_eq(err, "critical-mem-available-pct (10) must be below tight-mem-available-pct (10): "
-			      "critical is the deeper state\n");
-	free(err);
+/* Keys set so that validation fails, the whole message or a phrase of it (neither: any), then groups of keys
+ * set in turn after each of which it validates again. */
+struct validate_row {
+	struct kv set[2];
+	const char *msg, *part;
+	struct kv fix[2][2];
+};
+
+static const struct validate_row validate_rows[] = {
 	/* 0 turns the critical signal off, whatever tight is. */
-	set_ok(c, "critical-mem-available-pct", "0");
-	set_ok(c, "tight-mem-available-pct", "0");
-	ck_assert_int_eq(config_validate(c, NULL), 0);
-	config_free(c);
-}
-END_TEST
-
-START_TEST(test_validate_critical_swapout_must_not_be_below_tight)
-{
-	struct config *c = defaults();
-	char *err;
-
-	set_ok(c, "critical-swapout-pages-per-s", "500");
-	err = validate_fails(c);
-	ck_assert_ptr_nonnull(strstr(err, "critical-swapout-pages-per-s (500) must not be below"));
-	free(err);
-	set_ok(c, "critical-swapout-pages-per-s", "1000");
-	ck_assert_int_eq(config_validate(c, NULL), 0);
-	config_free(c);
-}
-END_TEST
-
-START_TEST(test_validate_prewarm_not_above_absolute_budget)
-{
-	struct config *c = defaults();
-	char *err;
-
-	set_ok(c, "budget", "1G");
-	set_ok(c, "prewarm", "2G");
-	err = validate_fails(c);
-	ck_assert_str_eq(err, "prewarm (2 GiB) is above budget (1 GiB); lower prewarm or raise budget\n");
-	free(err);
+	{ .set = { { "critical-mem-available-pct", "10" } },
+	  .msg = "critical-mem-available-pct (10) must be below tight-mem-available-pct (10): critical is the deeper "
+		 "state\n",
+	  .fix = { { { "critical-mem-available-pct", "0" }, { "tight-mem-available-pct", "0" } } } },
+	{ .set = { { "critical-swapout-pages-per-s", "500" } },
+	  .part = "critical-swapout-pages-per-s (500) must not be below",
+	  .fix = { { { "critical-swapout-pages-per-s", "1000" } } } },
 	/* A percentage of the budget can't exceed it; an absolute prewarm against a % budget is resolved at run time. */
-	set_ok(c, "prewarm", "50%");
-	ck_assert_int_eq(config_validate(c, NULL), 0);
-	set_ok(c, "prewarm", "2G");
-	set_ok(c, "budget", "25%");
-	ck_assert_int_eq(config_validate(c, NULL), 0);
-	config_free(c);
-}
-END_TEST
+	{ .set = { { "budget", "1G" }, { "prewarm", "2G" } },
+	  .msg = "prewarm (2 GiB) is above budget (1 GiB); lower prewarm or raise budget\n",
+	  .fix = { { { "prewarm", "50%" } }, { { "prewarm", "2G" }, { "budget", "25%" } } } },
+	{ .set = { { "budget", "1G" }, { "uid-quota", "2G" } }, .part = "uid-quota (2 GiB) is above budget (1 GiB)" },
+	{ .set = { { "budget", "1M" }, { "prewarm", "0" } }, .part = "smaller than chunk-size" },
+	{ .set = { { "max-connections-per-uid", "2000" } } },
+	{ .set = { { "psi-stall-ms", "3000" } } },
+	{ .set = { { "hugetlb", "yes" }, { "chunk-size", "64K" } },
+	  .msg = "chunk-size (64 KiB) is not a multiple of 2M, which hugetlb = yes needs\n" },
+};
 
-START_TEST(test_validate_other_cross_key_limits)
+START_TEST(test_validate_cross_key_limits)
 {
-	struct config *c;
+	const struct validate_row *r = &validate_rows[_i];
+	struct config *c = defaults();
 	char *err;
 
-	c = defaults();
-	set_ok(c, "budget", "1G");
-	set_ok(c, "uid-quota", "2G");
+	for (size_t i = 0; i < 2 && r->set[i].key; i++)
+		set_ok(c, r->set[i].key, r->set[i].value);
 	err = validate_fails(c);
-	ck_assert_ptr_nonnull(strstr(err, "uid-quota (2 GiB) is above budget (1 GiB)"));
+	if (r->msg)
+		ck_assert_str_eq(err, r->msg);
+	if (r->part)
+		ck_assert_msg(strstr(err, r->part), "row %d: \"%s\" lacks \"%s\"", _i, err, r->part);
 	free(err);
-	config_free(c);
-
-	c = defaults();
-	set_ok(c, "budget", "1M");
-	set_ok(c, "prewarm", "0");
-	err = validate_fails(c);
-	ck_assert_ptr_nonnull(strstr(err, "smaller than chunk-size"));
-	free(err);
-	config_free(c);
-
-	c = defaults();
-	set_ok(c, "max-connections-per-uid", "2000");
-	free(validate_fails(c));
-	config_free(c);
-
-	c = defaults();
-	set_ok(c, "psi-stall-ms", "3000");
-	free(validate_fails(c));
-	config_free(c);
-
-	c = defaults();
-	set_ok(c, "hugetlb", "yes");
-	set_ok(c, "chunk-size", "64K");
-	err = validate_fails(c);
-	ck_assert_str_eq(err, "chunk-size (64 KiB) is not a multiple of 2M, which hugetlb = yes needs\n");
-	free(err);
+	for (size_t g = 0; g < 2 && r->fix[g][0].key; g++) {
+		for (size_t i = 0; i < 2 && r->fix[g][i].key; i++)
+			set_ok(c, r->fix[g][i].key, r->fix[g][i].value);
+		ck_assert_msg(config_validate(c, NULL) == 0, "row %d: still invalid after fix %zu", _i, g);
+	}
 	config_free(c);
 }
 END_TEST
@@ -771,11 +733,10 @@ static Suite *config_suite(void)
 	tcase_add_loop_test(tc, test_value_is_refused_with_what_to_write, 0,
 			    (int)(sizeof(refuse_rows) / sizeof(refuse_rows[0])));
 
-	CHECK_CASE(s, "validate", NULL, NULL, TIMEOUT_S, test_validate_critical_mem_must_be_below_tight,
-		   test_validate_critical_swapout_must_not_be_below_tight,
-		   test_validate_prewarm_not_above_absolute_budget, test_validate_other_cross_key_limits,
-		   test_validate_collects_every_error, test_validate_default_prewarm_yields_to_a_smaller_budget,
-		   test_dup_copies_deeply);
+	tc = CHECK_CASE(s, "validate", NULL, NULL, TIMEOUT_S, test_validate_collects_every_error,
+			test_validate_default_prewarm_yields_to_a_smaller_budget, test_dup_copies_deeply);
+	tcase_add_loop_test(tc, test_validate_cross_key_limits, 0,
+			    (int)(sizeof(validate_rows) / sizeof(validate_rows[0])));
 
 	CHECK_CASE(s, "sources", NULL, NULL, TIMEOUT_S, test_source_is_default_until_something_sets_the_key,
 		   test_source_file_carries_the_path_and_line,

@@ -59,14 +59,17 @@ struct signal_row {
 };
 
 static const struct signal_row signal_rows[] = {
-	{ "MemAvailable just under 10%", 9.9, 0, 0, 0, 0, 0, BROKER_TIGHT, "MemAvailable 9.9% < 10% tight threshold", false },
+	{ "MemAvailable just under 10%", 9.9, 0, 0, 0, 0, 0, BROKER_TIGHT, "MemAvailable 9.9% < 10% tight threshold",
+	  false },
 	{ "PSI some over 10", 50, 10.01, 0, 0, 0, 0, BROKER_TIGHT, "PSI some avg10 10.01 > 10 tight threshold", false },
-	{ "swap-out over 1000/s", 50, 0, 0, 1001, 0, 0, BROKER_TIGHT, "swap-out 1001 pages/s > 1000/s tight threshold", false },
+	{ "swap-out over 1000/s", 50, 0, 0, 1001, 0, 0, BROKER_TIGHT, "swap-out 1001 pages/s > 1000/s tight threshold",
+	  false },
 	{ "SwapFree 10%", 50, 0, 0, 0, 10 * GIB, GIB, BROKER_TIGHT, "SwapFree 10.0% < 20% tight threshold", false },
 	{ "MemAvailable under 5%", 4.1, 0, 0, 0, 0, 0, BROKER_CRITICAL,
 	  "MemAvailable 4.1% < 5% critical threshold; PSI some avg10 0.00; PSI full avg10 0.00; swap-out 0 pages/s",
 	  true },
-	{ "PSI full over 5", 50, 0, 5.5, 0, 0, 0, BROKER_CRITICAL, "PSI full avg10 5.50 > 5 critical threshold", false },
+	{ "PSI full over 5", 50, 0, 5.5, 0, 0, 0, BROKER_CRITICAL, "PSI full avg10 5.50 > 5 critical threshold",
+	  false },
 	{ "swap-out over 10000/s", 50, 0, 0, 20000, 0, 0, BROKER_CRITICAL,
 	  "swap-out 20000 pages/s > 10000/s critical threshold", false },
 };
@@ -138,7 +141,9 @@ static const struct step_run step_runs[] = {
 	    { 50, 11000, BROKER_TIGHT },
 	    { 50, 15999, BROKER_TIGHT },
 	    { 50, 16000, BROKER_NORMAL } } },
-	{ "zero hysteresis drops on the first calm sample", 0, { { 3, 5, BROKER_CRITICAL }, { 50, 5, BROKER_NORMAL } } },
+	{ "zero hysteresis drops on the first calm sample",
+	  0,
+	  { { 3, 5, BROKER_CRITICAL }, { 50, 5, BROKER_NORMAL } } },
 	{ "the clock going back does not release early",
 	  10000,
 	  { { 3, 50000, BROKER_CRITICAL }, { 50, 50000, BROKER_CRITICAL }, { 50, 100, BROKER_CRITICAL } } },
@@ -352,8 +357,9 @@ static Suite *pressure_policy_suite(void)
 	TCase *tc;
 
 	tc = CHECK_CASE(s, "policy", NULL, NULL, 10, test_new_policy_rejects_null_thresholds,
-			test_exactly_the_tight_threshold_is_not_below, test_critical_drops_to_normal_only_after_hysteresis,
-			test_cgroup_limit_dominates_mem_total, test_cgroup_limit_above_mem_total_or_unlimited_is_ignored,
+			test_exactly_the_tight_threshold_is_not_below,
+			test_critical_drops_to_normal_only_after_hysteresis, test_cgroup_limit_dominates_mem_total,
+			test_cgroup_limit_above_mem_total_or_unlimited_is_ignored,
 			test_swap_thresholds_ignored_without_swap, test_missing_signals_never_cross,
 			test_nan_threshold_disables_condition, test_set_thresholds_keeps_state_and_applies_next_sample,
 			test_why_is_truncated_safely, test_state_names);
