@@ -302,4 +302,3 @@ static inline uint64_t stub_registered_bytes(void)
 	stub_stats(&s);
 	return s.registered_bytes;
 }
-
