@@ -178,7 +178,6 @@ START_TEST(test_removing_current_while_iterating_is_safe)
 }
 END_TEST
 
-
 START_TEST(test_every_state_edge_is_legal_or_rejected_as_specified)
 {
 	unsigned nlegal = 0;

@@ -33,7 +33,8 @@ static inline struct chunk **fake_chunks(size_t n)
 	return v;
 }
 
-static inline struct lease *add(struct lease_table *t, uid_t uid, uint64_t bytes, enum lease_priority prio, uint64_t now_ms)
+static inline struct lease *add(struct lease_table *t, uid_t uid, uint64_t bytes, enum lease_priority prio,
+				uint64_t now_ms)
 {
 	struct lease *l = NULL;
 
