@@ -265,4 +265,3 @@ bool raw_closed_by_peer(int fd, int timeout_ms)
 	}
 	return false;
 }
-
