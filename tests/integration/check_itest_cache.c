@@ -11,6 +11,18 @@
 #define _GNU_SOURCE
 #include "cache_fixture.h"
 
+/* The cached lease id taken back (the same lease, active at the daemon), then cached again (shown idle). */
+static void retake_then_cache(pb_client *c, size_t size, uint64_t id)
+{
+	pb_lease *a;
+
+	ck_assert_int_eq(pb_acquire(c, size, &nr_mapped, &a), 0);
+	ck_assert_uint_eq(pb_lease_id(a), id);
+	ASSERT_STATE(id, "active");
+	ck_assert_int_eq(pb_release(c, a), 0);
+	ASSERT_STATE(id, "idle");
+}
+
 /* ------------------------------------------------------------------------------------------------------------ */
 
 START_TEST(test_cached_never_revoked_lease_comes_back_for_its_flags_and_size_within_the_slack)
@@ -120,12 +132,8 @@ START_TEST(test_cached_lease_is_shown_idle_after_a_tick_and_active_when_taken_ba
 	/* A tick is 100 ms; WAIT_MS is the bound, not an expectation. */
 	ASSERT_STATE(id, "idle");
 	ck_assert_uint_ge(stats_of(c).told_idle, 1);
-	ck_assert_int_eq(pb_acquire(c, 4 * MiB, &nr_mapped, &a), 0);
-	ck_assert_uint_eq(pb_lease_id(a), id);
-	ASSERT_STATE(id, "active");
-	/* Cached again, and again shown idle; given back by a lower limit, gone. */
-	ck_assert_int_eq(pb_release(c, a), 0);
-	ASSERT_STATE(id, "idle");
+	/* Taken back, cached again and again shown idle; given back by a lower limit, gone. */
+	retake_then_cache(c, 4 * MiB, id);
 	pb_set_cache_limit(c, 0);
 	ASSERT_STATE(id, NULL);
 	end_clean(c);
@@ -443,11 +451,7 @@ START_TEST(test_receiver_makes_no_periodic_wakeups_while_nothing_waits_to_be_tol
 	ck_assert_uint_eq(stats_of(c).cached_leases, 1);
 
 	/* Taken and cached again: told idle again, from the untimed wait. */
-	ck_assert_int_eq(pb_acquire(c, 1 * MiB, &nr_mapped, &a), 0);
-	ck_assert_uint_eq(pb_lease_id(a), id);
-	ASSERT_STATE(id, "active");
-	ck_assert_int_eq(pb_release(c, a), 0);
-	ASSERT_STATE(id, "idle");
+	retake_then_cache(c, 1 * MiB, id);
 	ck_assert_uint_eq(stats_of(c).told_idle, 2);
 	pb_set_cache_limit(c, 0);
 	end_clean(c);

@@ -62,45 +62,15 @@ static int raw_connect_by_child(pid_t *pid)
 }
 
 /* ACQUIRE size with flags (Acquire.flags); the fds are closed at once. Returns the reply status, or -errno. */
-static int raw_acquire_flags(int fd, uint64_t size, uint32_t flags, uint64_t *id)
+static int raw_acquire_closed(int fd, uint64_t size, uint32_t flags, uint64_t *id)
 {
-	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
-	Pinbroker__V1__Acquire a = PINBROKER__V1__ACQUIRE__INIT;
-	Pinbroker__V1__Reply *rep;
-	size_t got, k, total;
-	int fds[64], err, st;
+	int fds[64];
+	size_t n = 0;
+	int r = raw_acquire_flags(fd, size, flags, id, fds, 64, &n);
 
-	a.size = size;
-	a.has_flags = true;
-	a.flags = flags;
-	req.has_seq = true;
-	req.seq = 7;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
-	req.acquire = &a;
-	if (raw_send(fd, &req, NULL, 0) < 0)
-		return -EPIPE;
-	rep = raw_recv(fd, fds, 64, &k, WAIT_MS, &err);
-	if (!rep)
-		return err;
-	st = rep->status;
-	if (st != 0 || rep->body_case != PINBROKER__V1__REPLY__BODY_LEASE) {
-		pinbroker__v1__reply__free_unpacked(rep, NULL);
-		return st ? st : -EPROTO;
-	}
-	*id = rep->lease->lease_id;
-	total = rep->lease->n_chunk_bytes;
-	pinbroker__v1__reply__free_unpacked(rep, NULL);
-	for (got = k; got < total; got += k) {
-		for (size_t i = 0; i < k; i++)
-			close(fds[i]);
-		rep = raw_recv(fd, fds, 64, &k, WAIT_MS, &err);
-		if (!rep)
-			return err;
-		pinbroker__v1__reply__free_unpacked(rep, NULL);
-	}
-	for (size_t i = 0; i < k; i++)
+	for (size_t i = 0; i < n; i++)
 		close(fds[i]);
-	return 0;
+	return r;
 }
 
 /* The next message on fd must be a REVOKE for id. */
@@ -123,7 +93,7 @@ static uint64_t raw_idle_no_revoke_lease(int fd, pid_t holder)
 	struct pb_status *s;
 	uint64_t id = 0;
 
-	ck_assert_int_eq(raw_acquire_flags(fd, 4 * MiB, PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE, &id), 0);
+	ck_assert_int_eq(raw_acquire_closed(fd, 4 * MiB, PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE, &id), 0);
 	s = itest_status(d.socket);
 	row = itest_lease_row(s, id);
 	ck_assert_ptr_nonnull(row);
@@ -257,7 +227,7 @@ START_TEST(test_raw_registration_is_still_refused_set_idle)
 
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(raw_hello(fd), 0);
-	ck_assert_int_eq(raw_acquire_flags(fd, 64 * KiB, PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY, &id),
+	ck_assert_int_eq(raw_acquire_closed(fd, 64 * KiB, PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY, &id),
 			 0);
 	ck_assert_int_ne(raw_set_idle(fd, id, true), 0);
 	assert_state_now(id, "active");
@@ -305,7 +275,7 @@ START_TEST(test_cancelled_revokes_are_counted_and_their_log_lines_rate_limited)
 
 	for (size_t i = 0; i < STORM_LEASES; i++) {
 		ck_assert_int_eq(
-			raw_acquire_flags(fd, 64 * KiB, PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE, &ids[i]),
+			raw_acquire_closed(fd, 64 * KiB, PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE, &ids[i]),
 			0);
 		ck_assert_int_eq(raw_set_idle(fd, ids[i], true), 0);
 	}

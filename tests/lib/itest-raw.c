@@ -207,7 +207,7 @@ int raw_acquire_msg(int fd, uint64_t size, const char *label, uint64_t seq, char
 	return raw_call(fd, &req, seq, msg, msglen, timeout_ms);
 }
 
-int raw_acquire(int fd, uint64_t size, uint64_t *lease_id, int *fds, size_t max_fds, size_t *nfds)
+int raw_acquire_flags(int fd, uint64_t size, uint32_t flags, uint64_t *lease_id, int *fds, size_t max_fds, size_t *nfds)
 {
 	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
 	Pinbroker__V1__Acquire a = PINBROKER__V1__ACQUIRE__INIT;
@@ -216,6 +216,8 @@ int raw_acquire(int fd, uint64_t size, uint64_t *lease_id, int *fds, size_t max_
 	int err, st;
 
 	a.size = size;
+	a.has_flags = flags != 0;
+	a.flags = flags;
 	req.has_seq = true;
 	req.seq = 7;
 	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
@@ -243,6 +245,11 @@ int raw_acquire(int fd, uint64_t size, uint64_t *lease_id, int *fds, size_t max_
 	}
 	*nfds = got;
 	return 0;
+}
+
+int raw_acquire(int fd, uint64_t size, uint64_t *lease_id, int *fds, size_t max_fds, size_t *nfds)
+{
+	return raw_acquire_flags(fd, size, 0, lease_id, fds, max_fds, nfds);
 }
 
 bool raw_closed_by_peer(int fd, int timeout_ms)

@@ -664,7 +664,6 @@ static int mode_fork(void)
 	}
 	pthread_create(&t, NULL, copy_loop, NULL);
 	for (int i = 0; i < 6; i++) {
-		int status;
 		pid_t pid;
 
 		fflush(NULL);
@@ -678,14 +677,7 @@ static int mode_fork(void)
 					   false);
 			_exit(atomic_load(&failures) ? 1 : 0);
 		}
-		if (pid < 0 || waitpid(pid, &status, 0) != pid) {
-			bad++;
-			continue;
-		}
-		if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
-			hung++;
-		else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-			bad++;
+		tally_child(pid, &bad, &hung);
 	}
 	atomic_store(&stop_copying, true);
 	pthread_join(t, NULL);
@@ -745,6 +737,23 @@ static int mode_capture(void)
 	return atomic_load(&failures) ? 1 : 0;
 }
 
+/* The modes by name (threads, which takes its ARG, apart). */
+static const struct {
+	const char *name;
+	int (*run)(void);
+} modes[] = {
+	{ "sizes", mode_sizes },
+	{ "order", mode_order },
+	{ "fork", mode_fork },
+	{ "capture", mode_capture },
+	{ "passthrough", mode_passthrough },
+	{ "fail", mode_fail },
+	{ "revoke", mode_revoke },
+	{ "hold", mode_hold },
+	{ "contexts", mode_contexts },
+	{ "selftest", mode_selftest },
+};
+
 int main(int argc, char **argv)
 {
 	const char *e = getenv("PB_EXPECT");
@@ -766,28 +775,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "no way %s in the %s build\n", argv[2], BUILD);
 		return 2;
 	}
-	if (strcmp(argv[1], "sizes") == 0)
-		return mode_sizes();
-	if (strcmp(argv[1], "order") == 0)
-		return mode_order();
 	if (strcmp(argv[1], "threads") == 0)
 		return mode_threads(argc > 3 ? atoi(argv[3]) : 8);
-	if (strcmp(argv[1], "fork") == 0)
-		return mode_fork();
-	if (strcmp(argv[1], "capture") == 0)
-		return mode_capture();
-	if (strcmp(argv[1], "passthrough") == 0)
-		return mode_passthrough();
-	if (strcmp(argv[1], "fail") == 0)
-		return mode_fail();
-	if (strcmp(argv[1], "revoke") == 0)
-		return mode_revoke();
-	if (strcmp(argv[1], "hold") == 0)
-		return mode_hold();
-	if (strcmp(argv[1], "contexts") == 0)
-		return mode_contexts();
-	if (strcmp(argv[1], "selftest") == 0)
-		return mode_selftest();
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
+		if (strcmp(argv[1], modes[i].name) == 0)
+			return modes[i].run();
 	fprintf(stderr, "unknown mode %s\n", argv[1]);
 	return 2;
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "stub_cuda.h"
+#include "target_check.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -29,18 +30,16 @@ typedef void *CUevent;
 #define PER_THREAD ((CUstream)0x2)
 
 #ifdef TARGET_DRIVER
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
-CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
-CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s);
-CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s);
-CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n);
-CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
-CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n);
-CUresult cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n);
-CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n, CUstream s);
-CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dst, CUdeviceptr src, size_t n, CUstream s);
-CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n);
-CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
+/* The driver's six copy forms, each plain and in its per-thread form (_ptds for the sync ones, _ptsz async). */
+#define COPY_FORMS(sync, async)                                                                       \
+	CUresult cuMemcpyHtoD_v2##sync(CUdeviceptr dst, const void *src, size_t n);                   \
+	CUresult cuMemcpyDtoH_v2##sync(void *dst, CUdeviceptr src, size_t n);                         \
+	CUresult cuMemcpyHtoDAsync_v2##async(CUdeviceptr dst, const void *src, size_t n, CUstream s); \
+	CUresult cuMemcpyDtoHAsync_v2##async(void *dst, CUdeviceptr src, size_t n, CUstream s);       \
+	CUresult cuMemcpy##sync(CUdeviceptr dst, CUdeviceptr src, size_t n);                          \
+	CUresult cuMemcpyAsync##async(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
+COPY_FORMS(, )
+COPY_FORMS(_ptds, _ptsz)
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags);
 #define BUILD "driver"
 #else
@@ -103,17 +102,6 @@ extern struct driver cu;
 extern void *ctx;
 extern size_t slot, ring, threshold;
 extern bool expect_staged;
-extern atomic_int failures;
-
-#define CHECK(cond, ...)                                                                \
-	do {                                                                            \
-		if (!(cond)) {                                                          \
-			fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-			fprintf(stderr, __VA_ARGS__);                                   \
-			fputc('\n', stderr);                                            \
-			atomic_fetch_add(&failures, 1);                                 \
-		}                                                                       \
-	} while (0)
 
 enum form { FORM_SYNC, FORM_ASYNC, FORM_UNIFIED, FORM_UNIFIED_ASYNC, N_FORMS };
 extern const char *const form_names[];
@@ -129,7 +117,8 @@ size_t first_bad(const unsigned char *p, size_t n, unsigned seed, int add);
 size_t first_not(const unsigned char *p, size_t n, unsigned char byte);
 CUresult h2d(enum form f, CUdeviceptr d, const void *s, size_t n, CUstream st);
 void *need(void *h, const char *name);
-void round_trip(CUdeviceptr dev, size_t doff, size_t n, size_t hoff, enum form fh, enum form fd, CUstream st, unsigned seed, bool route);
+void round_trip(CUdeviceptr dev, size_t doff, size_t n, size_t hoff, enum form fh, enum form fd, CUstream st,
+		unsigned seed, bool route);
 CUstream stream_new(void);
 
 /* The modes of copy_target_modes.c. */

@@ -25,6 +25,20 @@
 	      (unsigned long long)(b.device_copies - a.device_copies),                                         \
 	      (unsigned long long)(b.host_copies - a.host_copies))
 
+/* The one copy between a and b reached the driver as made, logged by the kind of its host side. */
+static void untouched_by_kind(const struct stub_cuda_copy_stats *pa, const struct stub_cuda_copy_stats *pb, size_t n,
+			      const char *what, bool pinned_host, bool managed_host)
+{
+	struct stub_cuda_copy_stats a = *pa, b = *pb;
+
+	if (managed_host)
+		UNTOUCHED(device_copies, device_bytes, n, what);
+	else if (pinned_host)
+		UNTOUCHED(pinned_copies, pinned_bytes, n, what);
+	else
+		UNTOUCHED(pageable_copies, pageable_bytes, n, what);
+}
+
 /* Copy n bytes of src (of kind what) to the device and back through dst with form f, logging what the driver saw. */
 static void pass_one(const char *what, unsigned char *src, unsigned char *dst, size_t n, enum form f, CUstream st,
 		     bool pinned_host, bool managed_host)
@@ -38,23 +52,13 @@ static void pass_one(const char *what, unsigned char *src, unsigned char *dst, s
 	a = copy_stats();
 	CHECK(h2d(f, d, src, n, st) == 0, "%s: H2D", what);
 	b = copy_stats();
-	if (managed_host)
-		UNTOUCHED(device_copies, device_bytes, n, what);
-	else if (pinned_host)
-		UNTOUCHED(pinned_copies, pinned_bytes, n, what);
-	else
-		UNTOUCHED(pageable_copies, pageable_bytes, n, what);
+	untouched_by_kind(&a, &b, n, what, pinned_host, managed_host);
 	CHECK(cu.ctx_sync() == 0, "synchronise");
 	a = copy_stats();
 	CHECK(d2h(f, dst, d, n, st) == 0, "%s: D2H", what);
 	CHECK(cu.ctx_sync() == 0, "synchronise");
 	b = copy_stats();
-	if (managed_host)
-		UNTOUCHED(device_copies, device_bytes, n, what);
-	else if (pinned_host)
-		UNTOUCHED(pinned_copies, pinned_bytes, n, what);
-	else
-		UNTOUCHED(pageable_copies, pageable_bytes, n, what);
+	untouched_by_kind(&a, &b, n, what, pinned_host, managed_host);
 	bad = first_bad(dst, n, 40 + f, 0);
 	CHECK(bad == n, "%s (%s): byte %zu differs", what, form_names[f], bad);
 	cu.mem_free(d);
@@ -438,4 +442,3 @@ int mode_selftest(void)
 	printf("selftest %s: %d failures\n", BUILD, atomic_load(&failures));
 	return atomic_load(&failures) ? 1 : 0;
 }
-

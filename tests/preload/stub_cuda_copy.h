@@ -9,14 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef int CUresult;
-typedef struct CUctx_st *CUcontext;
-typedef unsigned long long CUdeviceptr;
-typedef uint64_t cuuint64_t;
+#include "stub_cuda_int.h"
 
-#define CUDA_SUCCESS 0
-#define CUDA_ERROR_INVALID_VALUE 1
-#define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_INVALID_CONTEXT 201
 #define CUDA_ERROR_INVALID_HANDLE 400
 #define CUDA_ERROR_ILLEGAL_STATE 401
@@ -36,8 +30,6 @@ typedef uint64_t cuuint64_t;
 #define ATTR_DEVICE_ORDINAL 9
 #define MEMORYTYPE_HOST 1
 #define MEMORYTYPE_DEVICE 2
-
-#define STUB __attribute__((visibility("default")))
 
 /* stub_cuda.c's: whether p lies in memory the driver pinned (an allocation or a registration). */
 bool stub_cuda_host_pinned(uintptr_t p);
