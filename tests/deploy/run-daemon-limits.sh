@@ -83,10 +83,16 @@ budget=$("$PINCTL" --socket "$SOCK" status --json | jq .budget_bytes)
 echo "ok: budget = 75% resolved to $budget bytes (75% of the container's limit, not of MemTotal)"
 
 want=$((budget * 9 / 10 / 1048576))M
-"$PINCTL" --socket "$SOCK" acquire "$want" --hold 3 >"$T/acquire.log" 2>&1 &
+"$PINCTL" --socket "$SOCK" acquire "$want" --hold 5 >"$T/acquire.log" 2>&1 &
 APID=$!
-sleep 2
-st=$("$PINCTL" --socket "$SOCK" status --json)
+# Read while the lease is held: status polled until it shows the lease (a 30 s bound), within the 5 s hold.
+n=0
+until st=$("$PINCTL" --socket "$SOCK" status --json 2>/dev/null) &&
+	[ "$(printf '%s' "$st" | jq .leased_bytes)" -ge $((budget * 9 / 10 / 1048576 * 1048576)) ]; do
+	n=$((n + 1))
+	[ $n -lt 300 ] || { cat "$T/acquire.log"; fail "the $want lease never showed in pinctl status"; }
+	sleep 0.1
+done
 locked_kb=$(sed -n 's/^VmLck:[^0-9]*\([0-9]*\).*/\1/p' "/proc/$DPID/status")
 wait "$APID" || { cat "$T/acquire.log"; fail "pinctl acquire $want failed in the DaemonSet's conditions"; }
 grep -q ", locked," "$T/acquire.log" || fail "the lease was not locked: $(cat "$T/acquire.log")"

@@ -97,11 +97,15 @@ wait_for 100 patches_are 1 || { cat "$T/patcher.log"; fail "no PATCH within 10 s
 check_patch 1 2
 grep -q "patched node $NODE: pinbroker.io/pinned-gib=2 (was none" "$T/patcher.log" || fail "no log line for the patch: $(cat "$T/patcher.log")"
 
-# 2. Unchanged: rounds go on (GETs) but nothing is patched again.
+# Whether the fake server has answered at least $1 GETs.
+gets_reach() {
+	[ "$(nget)" -ge "$1" ]
+}
+
+# 2. Unchanged: rounds go on (GETs) but nothing is patched again: two more rounds, waited for (1 s apart; 10 s bound).
 g0=$(nget)
-sleep 3.5
+wait_for 100 gets_reach $((g0 + 2)) || fail "the patcher stopped looking: $g0 GETs, then $(nget) within 10 s at 1 s intervals"
 g1=$(nget)
-[ "$g1" -ge $((g0 + 2)) ] || fail "the patcher stopped looking: $g0 GETs, then $g1 after 3.5 s at 1 s intervals"
 [ "$(npatch)" = 1 ] || fail "an unchanged budget was patched again ($(npatch) PATCHes)"
 echo "ok: unchanged budget: $((g1 - g0)) more rounds, no PATCH"
 
@@ -114,7 +118,8 @@ check_patch 2 3
 curl -sS --cacert "$T/ca.crt" -X POST "$API/_test/drop/pinbroker.io/pinned-gib" >/dev/null || fail "the fake server's drop failed"
 wait_for 50 patches_are 3 || { cat "$T/patcher.log"; fail "the dropped resource was not patched back within 5 s"; }
 check_patch 3 3
-sleep 1.5
+g2=$(nget)
+wait_for 100 gets_reach $((g2 + 2)) || fail "the patcher stopped looking after the repair: $g2 GETs, then $(nget)"
 [ "$(npatch)" = 3 ] || fail "patched again after repairing ($(npatch) PATCHes)"
 
 # 5. SIGTERM ends the loop at once (it sleeps in the background) with status 0.

@@ -18,7 +18,7 @@ export CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-10}
 export CK_EXCLUDE_TAGS="enforce pidfd"
 cd "$build"
 rc=0
-ctest --output-on-failure -R '^check_itest_(core|security|pinctl|pressure)$' --timeout 3000 "$@" || rc=$?
+ctest --output-on-failure -R '^check_itest_(core|holders|security|pinctl|pressure)$' --timeout 3000 "$@" || rc=$?
 errs=$(grep -h "ERROR SUMMARY" "$logdir"/*.log 2>/dev/null | grep -vc " 0 errors" || true)
 defs=$(grep -h "definitely lost:" "$logdir"/*.log 2>/dev/null | grep -vc " 0 bytes" || true)
 echo "valgrind: $(ls "$logdir" | wc -l) daemon runs; runs with errors: $errs; runs with definite leaks: $defs (logs in $logdir)"

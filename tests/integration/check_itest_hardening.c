@@ -155,6 +155,38 @@ static Pinbroker__V1__Reply *raw_status_reply(int fd)
 	}
 }
 
+/* Poll, over the HELLO'd connection fd, until the daemon lists want connections: true, or false at the bound. */
+static bool wait_clients_via(int fd, size_t want, int timeout_ms)
+{
+	for (uint64_t t0 = itest_now_ms();; usleep(10000)) {
+		Pinbroker__V1__Reply *rep = raw_status_reply(fd);
+		size_t n = rep && rep->status_reply ? rep->status_reply->n_clients : (size_t)-1;
+
+		if (rep)
+			pinbroker__v1__reply__free_unpacked(rep, NULL);
+		if (n == want)
+			return true;
+		if (itest_now_ms() - t0 > (uint64_t)timeout_ms)
+			return false;
+	}
+}
+
+/* Poll, over the HELLO'd connection fd, until the daemon has want acquires waiting: true, or false at the bound. */
+static bool wait_waiting_via(int fd, uint32_t want, int timeout_ms)
+{
+	for (uint64_t t0 = itest_now_ms();; usleep(10000)) {
+		Pinbroker__V1__Reply *rep = raw_status_reply(fd);
+		bool ok = rep && rep->status_reply && rep->status_reply->waiting_acquires == want;
+
+		if (rep)
+			pinbroker__v1__reply__free_unpacked(rep, NULL);
+		if (ok)
+			return true;
+		if (itest_now_ms() - t0 > (uint64_t)timeout_ms)
+			return false;
+	}
+}
+
 /*
  * The checker: the daemon's books against the sum of its live leases and
  * against the kernel (its pool memfds, and Mlocked host-wide). Retries a few
@@ -554,7 +586,8 @@ START_TEST(test_every_limit_is_refused_with_a_status_or_a_close)
 			req.acquire = &acq;
 			if (raw_send(c, &req, NULL, 0) < 0) /* waits */
 				_exit(11);
-			usleep(100000);
+			if (!wait_waiting_via(b, 1, 3000)) /* the daemon has c's acquire waiting */
+				_exit(14);
 			if (raw_send(b, &req, NULL, 0) < 0)
 				_exit(12);
 			rep = raw_recv(b, fds, 16, &n, 2000, &err);
@@ -581,8 +614,11 @@ START_TEST(test_every_limit_is_refused_with_a_status_or_a_close)
 	for (int i = 0; i < 5; i++)
 		close(conns[i]);
 
-	/* Silent connections filling the uid's slots give way, oldest first: pinctl still gets in. */
-	usleep(50000);
+	/*
+	 * Silent connections filling the uid's slots give way, oldest first: pinctl still gets in. First the five
+	 * closes must have reached the daemon: asked over a, its status lists a alone.
+	 */
+	ck_assert_msg(wait_clients_via(a, 1, 3000), "the daemon still counts the closed connections");
 	for (int i = 0; i < 5; i++)
 		conns[i] = raw_connect(d.socket);
 	{
@@ -646,7 +682,8 @@ START_TEST(test_total_connection_limit_closes_the_extra_one)
 	ck_assert_int_lt(raw_hello(extra), 0);
 	close(extra);
 	close(conns[0]);
-	usleep(100000);
+	/* The close must have reached the daemon before a new connection can take its slot. */
+	ck_assert_msg(wait_clients_via(conns[1], 15, 3000), "the daemon still counts the closed connection");
 	extra = raw_connect(d.socket);
 	ck_assert_int_eq(raw_hello(extra), 0);
 	close(extra);

@@ -100,16 +100,25 @@ static size_t temp_names(char names[][64], size_t max)
 }
 
 /*
- * Temp files left behind. One being written right now is no leftover: it is renamed within the write, and the
- * next one gets a fresh random name. So count only names seen twice, 300 ms apart.
+ * Temp files left behind. One being written right now is no leftover: it is renamed within its write, and the
+ * next write gets a fresh random name. Writes follow one another, so once the file has been replaced (a new
+ * inode) after the first look, any write that was under way then has renamed its temp file: count only names
+ * seen in both looks.
  */
 static int leftover_temp_files(void)
 {
 	char a[16][64], b[16][64];
 	size_t na = temp_names(a, 16), nb;
+	struct stat st;
+	ino_t first;
 	int k = 0;
 
-	usleep(300 * 1000);
+	ck_assert_int_eq(stat(prom, &st), 0);
+	first = st.st_ino;
+	for (uint64_t t0 = itest_now_ms(); st.st_ino == first; usleep(20 * 1000)) {
+		ck_assert_msg(itest_now_ms() - t0 < 5000, "%s was not rewritten within 5 s", prom);
+		ck_assert_int_eq(stat(prom, &st), 0);
+	}
 	nb = temp_names(b, 16);
 	for (size_t i = 0; i < na; i++)
 		for (size_t j = 0; j < nb; j++)

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,5 +32,36 @@ static inline char *fixture_read(const char *dir, const char *rel, size_t *len)
 	ck_assert_int_eq(n, st.st_size);
 	close(fd);
 	*len = (size_t)n;
+	return buf;
+}
+
+/*
+ * A heap copy of the string s without its NUL, exactly strlen(s) bytes (at least one allocated), so ASan catches a
+ * parser's over-read as on a fixture; its length in *len. The caller frees it.
+ */
+static inline char *fixture_exact(const char *s, size_t *len)
+{
+	size_t n = strlen(s);
+	char *b = malloc(n ? n : 1);
+
+	ck_assert_ptr_nonnull(b);
+	memcpy(b, s, n);
+	*len = n;
+	return b;
+}
+
+/* The fixture FIXTURES_DIR/dir/name as a string in buf (its first size - 1 bytes). Fails the test when it is missing. */
+static inline const char *fixture_text(const char *dir, const char *name, char *buf, size_t size)
+{
+	char path[1024];
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "%s/%s/%s", FIXTURES_DIR, dir, name);
+	f = fopen(path, "r");
+	ck_assert_msg(f, "no fixture %s", path);
+	n = fread(buf, 1, size - 1, f);
+	fclose(f);
+	buf[n] = '\0';
 	return buf;
 }

@@ -199,6 +199,9 @@ int raw_send(int fd, const Pinbroker__V1__Request *req, const int *fds, size_t n
 Pinbroker__V1__Reply *raw_recv(int fd, int *fds, size_t max_fds, size_t *nfds, int timeout_ms, int *err);
 /* Acquire via raw protocol; fills fds (all batches). Returns status code, or -errno. */
 int raw_acquire(int fd, uint64_t size, uint64_t *lease_id, int *fds, size_t max_fds, size_t *nfds);
+/* raw_acquire with Acquire.flags (PINBROKER__V1__ACQUIRE_FLAG__*). */
+int raw_acquire_flags(int fd, uint64_t size, uint32_t flags, uint64_t *lease_id, int *fds, size_t max_fds,
+		      size_t *nfds);
 /* True if the peer closed the connection within timeout_ms. */
 bool raw_closed_by_peer(int fd, int timeout_ms);
 

@@ -34,14 +34,11 @@
  * _THRESHOLD (defaults 8M, 64M, 1M). Exit 0 when every check held, 1 otherwise (each failure on stderr).
  */
 #define _GNU_SOURCE
-#include "stub_cuda.h"
+#include "copy_target.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
-#include <stdbool.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,98 +46,12 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-typedef uint64_t cuuint64_t;
-typedef void *CUstream;
-typedef void *CUevent;
-
-#define PER_THREAD ((CUstream)0x2)
-
-#ifdef TARGET_DRIVER
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
-CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
-CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s);
-CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s);
-CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n);
-CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
-CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n);
-CUresult cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n);
-CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n, CUstream s);
-CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dst, CUdeviceptr src, size_t n, CUstream s);
-CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n);
-CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
-CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags);
-#define BUILD "driver"
-#else
-typedef int cudaError_t;
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind);
-cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t n, int kind);
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *stream);
-cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t n, int kind, void *stream);
-#define BUILD "runtime"
-#endif
-
-/* One way in: the six copy forms, as the program's way of reaching them gives them. */
-struct way {
-	CUresult (*h2d)(CUdeviceptr, const void *, size_t);
-	CUresult (*d2h)(void *, CUdeviceptr, size_t);
-	CUresult (*h2d_async)(CUdeviceptr, const void *, size_t, CUstream);
-	CUresult (*d2h_async)(void *, CUdeviceptr, size_t, CUstream);
-	CUresult (*copy)(CUdeviceptr, CUdeviceptr, size_t);
-	CUresult (*copy_async)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
-	bool ptds; /* stream 0 and the sync forms are the calling thread's per-thread stream */
-};
-
-static struct way w;
-
-/* The driver entry points for everything but the copies, from dlsym on a libcuda.so.1 handle. */
-static struct {
-	CUresult (*init)(unsigned);
-	CUresult (*retain)(void **, int);
-	CUresult (*set_current)(void *);
-	CUresult (*mem_alloc)(CUdeviceptr *, size_t);
-	CUresult (*mem_alloc_managed)(CUdeviceptr *, size_t, unsigned);
-	CUresult (*mem_free)(CUdeviceptr);
-	CUresult (*host_alloc)(void **, size_t, unsigned);
-	CUresult (*free_host)(void *);
-	CUresult (*host_register)(void *, size_t, unsigned);
-	CUresult (*host_unregister)(void *);
-	CUresult (*stream_create)(CUstream *, unsigned);
-	CUresult (*stream_destroy)(CUstream);
-	CUresult (*stream_sync)(CUstream);
-	CUresult (*ctx_sync)(void);
-	CUresult (*event_create)(CUevent *, unsigned);
-	CUresult (*event_record)(CUevent, CUstream);
-	CUresult (*event_sync)(CUevent);
-	CUresult (*event_destroy)(CUevent);
-	CUresult (*wait_event)(CUstream, CUevent, unsigned);
-	CUresult (*begin_capture)(CUstream, int);
-	CUresult (*end_capture)(CUstream, void **);
-	CUresult (*graph_destroy)(void *);
-	int (*fill)(void *, CUdeviceptr, int, size_t);
-	int (*add)(void *, CUdeviceptr, int, size_t);
-	void (*copy_stats)(struct stub_cuda_copy_stats *);
-	void (*stats)(struct stub_cuda_stats *);
-	void (*set_delay)(unsigned);
-	void (*gate)(int);
-	int (*gate_waiting)(void);
-} cu;
-
-static void *ctx;
-static size_t slot, ring, threshold;
-static bool expect_staged;
-static atomic_int failures;
-
-#define CHECK(cond, ...)                                                                \
-	do {                                                                            \
-		if (!(cond)) {                                                          \
-			fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-			fprintf(stderr, __VA_ARGS__);                                   \
-			fputc('\n', stderr);                                            \
-			atomic_fetch_add(&failures, 1);                                 \
-		}                                                                       \
-	} while (0)
+struct way w;
+struct driver cu;
+void *ctx;
+size_t slot, ring, threshold;
+bool expect_staged;
+atomic_int failures;
 
 /* A size from the environment ("64K", "8M", digits for bytes), or def. */
 static size_t env_size(const char *name, size_t def)
@@ -161,7 +72,7 @@ static size_t env_size(const char *name, size_t def)
 	return n ? n : def;
 }
 
-static void *need(void *h, const char *name)
+void *need(void *h, const char *name)
 {
 	void *f = dlsym(h, name);
 
@@ -216,7 +127,7 @@ static void load_driver(void)
 }
 
 /* Each thread that copies makes the device's context current, as a CUDA program does. */
-static void enter(void)
+void enter(void)
 {
 	if (cu.set_current(ctx) != 0) {
 		fprintf(stderr, "cuCtxSetCurrent failed\n");
@@ -352,10 +263,9 @@ static bool pick_way(const char *name)
 
 /* ---- Copies, checked ---- */
 
-enum form { FORM_SYNC, FORM_ASYNC, FORM_UNIFIED, FORM_UNIFIED_ASYNC, N_FORMS };
-static const char *const form_names[] = { "sync", "async", "unified", "unified-async" };
+const char *const form_names[] = { "sync", "async", "unified", "unified-async" };
 
-static CUresult h2d(enum form f, CUdeviceptr d, const void *s, size_t n, CUstream st)
+CUresult h2d(enum form f, CUdeviceptr d, const void *s, size_t n, CUstream st)
 {
 	switch (f) {
 	case FORM_SYNC:
@@ -369,7 +279,7 @@ static CUresult h2d(enum form f, CUdeviceptr d, const void *s, size_t n, CUstrea
 	}
 }
 
-static CUresult d2h(enum form f, void *d, CUdeviceptr s, size_t n, CUstream st)
+CUresult d2h(enum form f, void *d, CUdeviceptr s, size_t n, CUstream st)
 {
 	switch (f) {
 	case FORM_SYNC:
@@ -383,7 +293,7 @@ static CUresult d2h(enum form f, void *d, CUdeviceptr s, size_t n, CUstream st)
 	}
 }
 
-static struct stub_cuda_copy_stats copy_stats(void)
+struct stub_cuda_copy_stats copy_stats(void)
 {
 	struct stub_cuda_copy_stats s;
 
@@ -422,7 +332,7 @@ static unsigned char pat(unsigned seed, size_t i)
 	return (unsigned char)(x >> 29 ^ x >> 7);
 }
 
-static void fill_pat(unsigned char *p, size_t n, unsigned seed)
+void fill_pat(unsigned char *p, size_t n, unsigned seed)
 {
 	for (size_t i = 0; i < n; i++)
 		p[i] = pat(seed, i);
@@ -437,12 +347,12 @@ static size_t first_bad_from(const unsigned char *p, size_t n, unsigned seed, in
 	return n;
 }
 
-static size_t first_bad(const unsigned char *p, size_t n, unsigned seed, int add)
+size_t first_bad(const unsigned char *p, size_t n, unsigned seed, int add)
 {
 	return first_bad_from(p, n, seed, add, 0);
 }
 
-static size_t first_not(const unsigned char *p, size_t n, unsigned char byte)
+size_t first_not(const unsigned char *p, size_t n, unsigned char byte)
 {
 	for (size_t i = 0; i < n; i++)
 		if (p[i] != byte)
@@ -450,16 +360,14 @@ static size_t first_not(const unsigned char *p, size_t n, unsigned char byte)
 	return n;
 }
 
-#define GUARD 64
-
 /*
  * One round trip of n bytes: host (pageable, at hoff) to device (at doff of dev, which holds doff + n + GUARD)
  * and back to other host memory, with forms fh and fd on stream st. Checks the bytes at each end, that nothing
  * around them was written, that the source could be reused when H2D returned (it is scribbled over at once) and
  * that D2H's data was in place when it returned; route: also what the driver saw of each copy.
  */
-static void round_trip(CUdeviceptr dev, size_t doff, size_t n, size_t hoff, enum form fh, enum form fd, CUstream st,
-		       unsigned seed, bool route)
+void round_trip(CUdeviceptr dev, size_t doff, size_t n, size_t hoff, enum form fh, enum form fd, CUstream st,
+		unsigned seed, bool route)
 {
 	unsigned char *src = malloc(n + hoff + GUARD), *dst = malloc(n + hoff + GUARD);
 	struct stub_cuda_copy_stats a, b;
@@ -511,7 +419,7 @@ static void round_trip(CUdeviceptr dev, size_t doff, size_t n, size_t hoff, enum
 	free(dst);
 }
 
-static CUdeviceptr dev_alloc(size_t n)
+CUdeviceptr dev_alloc(size_t n)
 {
 	CUdeviceptr d = 0;
 
@@ -522,7 +430,7 @@ static CUdeviceptr dev_alloc(size_t n)
 	return d;
 }
 
-static CUstream stream_new(void)
+CUstream stream_new(void)
 {
 	CUstream s = NULL;
 
@@ -756,7 +664,6 @@ static int mode_fork(void)
 	}
 	pthread_create(&t, NULL, copy_loop, NULL);
 	for (int i = 0; i < 6; i++) {
-		int status;
 		pid_t pid;
 
 		fflush(NULL);
@@ -770,14 +677,7 @@ static int mode_fork(void)
 					   false);
 			_exit(atomic_load(&failures) ? 1 : 0);
 		}
-		if (pid < 0 || waitpid(pid, &status, 0) != pid) {
-			bad++;
-			continue;
-		}
-		if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
-			hung++;
-		else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-			bad++;
+		tally_child(pid, &bad, &hung);
 	}
 	atomic_store(&stop_copying, true);
 	pthread_join(t, NULL);
@@ -837,431 +737,22 @@ static int mode_capture(void)
 	return atomic_load(&failures) ? 1 : 0;
 }
 
-/* A copy that must reach the driver as made: one call of its kind in the log, n bytes, none staged. */
-#define UNTOUCHED(field_copies, field_bytes, n, what)                                                          \
-	CHECK(b.field_copies - a.field_copies == 1 && b.field_bytes - a.field_bytes == (n) &&                  \
-		      (b.pinned_copies - a.pinned_copies) + (b.pageable_copies - a.pageable_copies) +          \
-				      (b.device_copies - a.device_copies) + (b.host_copies - a.host_copies) == \
-			      1,                                                                               \
-	      "%s: the driver saw %llu pageable, %llu pinned, %llu device and %llu host copies", what,         \
-	      (unsigned long long)(b.pageable_copies - a.pageable_copies),                                     \
-	      (unsigned long long)(b.pinned_copies - a.pinned_copies),                                         \
-	      (unsigned long long)(b.device_copies - a.device_copies),                                         \
-	      (unsigned long long)(b.host_copies - a.host_copies))
-
-/* Copy n bytes of src (of kind what) to the device and back through dst with form f, logging what the driver saw. */
-static void pass_one(const char *what, unsigned char *src, unsigned char *dst, size_t n, enum form f, CUstream st,
-		     bool pinned_host, bool managed_host)
-{
-	CUdeviceptr d = dev_alloc(n);
-	struct stub_cuda_copy_stats a, b;
-	size_t bad;
-
-	fill_pat(src, n, 40 + f);
-	memset(dst, 0, n);
-	a = copy_stats();
-	CHECK(h2d(f, d, src, n, st) == 0, "%s: H2D", what);
-	b = copy_stats();
-	if (managed_host)
-		UNTOUCHED(device_copies, device_bytes, n, what);
-	else if (pinned_host)
-		UNTOUCHED(pinned_copies, pinned_bytes, n, what);
-	else
-		UNTOUCHED(pageable_copies, pageable_bytes, n, what);
-	CHECK(cu.ctx_sync() == 0, "synchronise");
-	a = copy_stats();
-	CHECK(d2h(f, dst, d, n, st) == 0, "%s: D2H", what);
-	CHECK(cu.ctx_sync() == 0, "synchronise");
-	b = copy_stats();
-	if (managed_host)
-		UNTOUCHED(device_copies, device_bytes, n, what);
-	else if (pinned_host)
-		UNTOUCHED(pinned_copies, pinned_bytes, n, what);
-	else
-		UNTOUCHED(pageable_copies, pageable_bytes, n, what);
-	bad = first_bad(dst, n, 40 + f, 0);
-	CHECK(bad == n, "%s (%s): byte %zu differs", what, form_names[f], bad);
-	cu.mem_free(d);
-}
-
-static int mode_passthrough(void)
-{
-	size_t n = 3 * slot + 1, page = (size_t)sysconf(_SC_PAGESIZE), span = (n + page - 1) / page * page;
-	CUstream st = stream_new();
-	unsigned char *pinned = NULL, *pinned2 = NULL, *reg = NULL, *plain = malloc(n), *plain2 = malloc(n);
-	CUdeviceptr managed = 0, managed2 = 0;
-	struct stub_cuda_copy_stats a, b;
-	CUresult r;
-
-	CHECK(cu.host_alloc((void **)&pinned, n, 0) == 0 && cu.host_alloc((void **)&pinned2, n, 0) == 0,
-	      "cuMemHostAlloc");
-	CHECK(posix_memalign((void **)&reg, page, span) == 0 && cu.host_register(reg, span, 0) == 0,
-	      "cuMemHostRegister");
-	CHECK(cu.mem_alloc_managed(&managed, n, 1) == 0 && cu.mem_alloc_managed(&managed2, n, 1) == 0,
-	      "cuMemAllocManaged");
-	for (enum form f = 0; f < N_FORMS; f++) {
-		pass_one("under the threshold", plain, plain2, threshold - 1, f, st, false, false);
-		pass_one("pinned memory", pinned, pinned2, n, f, st, true, false);
-		pass_one("registered memory", reg, pinned2, n, f, st, true, false);
-		pass_one("managed memory", (unsigned char *)(uintptr_t)managed, (unsigned char *)(uintptr_t)managed2, n,
-			 f, st, false, true);
-	}
-	/* Device to device and host to host (unified addressing) are the driver's. */
-	{
-		CUdeviceptr d1 = dev_alloc(n), d2 = dev_alloc(n);
-
-		CHECK(cu.fill(st, d1, 0x77, n) == 0 && cu.stream_sync(st) == 0, "fill");
-		a = copy_stats();
-		CHECK(w.copy(d2, d1, n) == 0 && cu.ctx_sync() == 0, "device to device");
-		b = copy_stats();
-		UNTOUCHED(device_copies, device_bytes, n, "device to device");
-		CHECK(first_not((unsigned char *)(uintptr_t)d2, n, 0x77) == n, "device to device: bytes");
-		fill_pat(plain, n, 50);
-		a = copy_stats();
-		CHECK(w.copy((CUdeviceptr)(uintptr_t)plain2, (CUdeviceptr)(uintptr_t)plain, n) == 0, "host to host");
-		b = copy_stats();
-		CHECK(b.host_copies - a.host_copies == 1 && b.pinned_copies == a.pinned_copies,
-		      "host to host: the driver saw %llu host copies",
-		      (unsigned long long)(b.host_copies - a.host_copies));
-		CHECK(first_bad(plain2, n, 50, 0) == n, "host to host: bytes");
-		cu.mem_free(d1);
-		cu.mem_free(d2);
-	}
-	/* A device pointer the driver does not know: the driver's own CUDA_ERROR_INVALID_VALUE. */
-	a = copy_stats();
-	r = w.h2d((CUdeviceptr)(uintptr_t)plain2, plain, n);
-	b = copy_stats();
-	CHECK(r == 1, "H2D to a pointer that is no device memory: error %d, expected 1 (CUDA_ERROR_INVALID_VALUE)", r);
-	CHECK(b.failed_calls - a.failed_calls == 1, "the driver did not see the bad copy");
-	r = w.d2h_async(plain2, (CUdeviceptr)(uintptr_t)plain, n, st);
-	CHECK(r == 1, "D2H from a pointer that is no device memory: error %d, expected 1", r);
-	cu.host_unregister(reg);
-	free(reg);
-	cu.free_host(pinned);
-	cu.free_host(pinned2);
-	cu.mem_free(managed);
-	cu.mem_free(managed2);
-	cu.stream_destroy(st);
-	free(plain);
-	free(plain2);
-	printf("passthrough %s: %d failures\n", BUILD, atomic_load(&failures));
-	return atomic_load(&failures) ? 1 : 0;
-}
-
-/*
- * Two contexts, taken in turn on one thread: each copy's device memory and stream belong to the context current
- * at the time (the stand-in driver refuses an event recorded on another context's stream, as CUDA does).
- */
-static int mode_contexts(void)
-{
-	size_t n = 2 * slot + 3;
-	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL), *other = NULL, *both[2];
-	CUresult (*create)(void **, unsigned, int) = NULL;
-	CUdeviceptr dev[2];
-	CUstream st[2];
-
-	*(void **)&create = need(h, "cuCtxCreate_v2");
-	CHECK(create(&other, 0, 0) == 0 && other, "cuCtxCreate");
-	both[0] = ctx;
-	both[1] = other;
-	for (int c = 0; c < 2; c++) {
-		CHECK(cu.set_current(both[c]) == 0, "cuCtxSetCurrent");
-		dev[c] = dev_alloc(n + 64 + GUARD);
-		st[c] = stream_new();
-	}
-	for (unsigned i = 0; i < 16; i++) {
-		int c = (int)(i % 2);
-
-		CHECK(cu.set_current(both[c]) == 0, "cuCtxSetCurrent");
-		round_trip(dev[c], i % 3, n, i % 5, i % N_FORMS, (i / 2) % N_FORMS, i % 4 < 2 ? st[c] : NULL, 90 + i,
-			   true);
-	}
-	for (int c = 0; c < 2; c++) {
-		CHECK(cu.set_current(both[c]) == 0, "cuCtxSetCurrent");
-		cu.stream_destroy(st[c]);
-		cu.mem_free(dev[c]);
-	}
-	cu.set_current(ctx);
-	printf("contexts %s: %d failures\n", BUILD, atomic_load(&failures));
-	return atomic_load(&failures) ? 1 : 0;
-}
-
-/*
- * Make the kth copy call from now fail (STUB_CUDA_COPY_FAIL_AT, read by the driver at each call); sticky: every
- * call from it on, until unset, as a real CUDA_ERROR_ILLEGAL_ADDRESS spoils the context (a runtime copy that the
- * interposer hands back to the real runtime after a staged failure then fails there too, as it would on a GPU).
- */
-static void fail_in(unsigned k, bool sticky)
-{
-	char v[32];
-
-	snprintf(v, sizeof(v), "%llu%s", (unsigned long long)copy_stats().calls + k, sticky ? "+" : "");
-	setenv("STUB_CUDA_COPY_FAIL_AT", v, 1);
-}
-
-static int mode_fail(void)
-{
-	size_t n = 4 * slot + 3, small = threshold > 1 ? threshold - 1 : 1;
-	CUdeviceptr d = dev_alloc(n + 64 + GUARD);
-	CUstream st = stream_new();
-	unsigned char *buf = malloc(n);
-	/* Staged, the copy is several driver calls: the second fails, in the middle. Else the one call. */
-	unsigned k = expect_staged ? 2 : 1;
-	CUresult r;
-
-	fill_pat(buf, n, 60);
-	for (enum form f = 0; f < N_FORMS; f++) {
-		fail_in(k, true);
-		r = h2d(f, d, buf, n, st);
-		CHECK(r == 700, "H2D (%s) whose copy %u fails: error %d, expected 700", form_names[f], k, r);
-		unsetenv("STUB_CUDA_COPY_FAIL_AT");
-		cu.ctx_sync();
-		fail_in(k, true);
-		r = d2h(f, buf, d, n, st);
-		CHECK(r == 700, "D2H (%s) whose copy %u fails: error %d, expected 700", form_names[f], k, r);
-		unsetenv("STUB_CUDA_COPY_FAIL_AT");
-		cu.ctx_sync();
-		fail_in(1, false);
-		r = h2d(f, d, buf, small, st);
-		CHECK(r == 700, "H2D (%s) under the threshold that fails: error %d, expected 700", form_names[f], r);
-		unsetenv("STUB_CUDA_COPY_FAIL_AT");
-		/* Nothing is left broken: the next copies are exact. */
-		round_trip(d, 0, n, 1, f, (f + 1) % N_FORMS, st, 61 + f, false);
-	}
-	cu.stream_destroy(st);
-	cu.mem_free(d);
-	free(buf);
-	printf("fail %s: %d failures\n", BUILD, atomic_load(&failures));
-	return atomic_load(&failures) ? 1 : 0;
-}
-
-/* The next line from the test on stdin must be want; else fail and exit. */
-static void hear(const char *want)
-{
-	char buf[64];
-
-	if (!fgets(buf, sizeof(buf), stdin) || strncmp(buf, want, strlen(want)) != 0) {
-		fprintf(stderr, "FAIL: expected \"%s\" from the test\n", want);
-		exit(1);
-	}
-}
-
-static void say(const char *line)
-{
-	printf("%s\n", line);
-	fflush(stdout);
-}
-
-struct held_copy {
-	CUdeviceptr d;
-	size_t n;
-	unsigned char *src;
-	CUresult r;
+/* The modes by name (threads, which takes its ARG, apart). */
+static const struct {
+	const char *name;
+	int (*run)(void);
+} modes[] = {
+	{ "sizes", mode_sizes },
+	{ "order", mode_order },
+	{ "fork", mode_fork },
+	{ "capture", mode_capture },
+	{ "passthrough", mode_passthrough },
+	{ "fail", mode_fail },
+	{ "revoke", mode_revoke },
+	{ "hold", mode_hold },
+	{ "contexts", mode_contexts },
+	{ "selftest", mode_selftest },
 };
-
-static void *long_copy(void *arg)
-{
-	struct held_copy *h = arg;
-
-	enter();
-	h->r = w.h2d(h->d, h->src, h->n);
-	return NULL;
-}
-
-static int mode_revoke(void)
-{
-	size_t n = 4 * ring + 13, small = 2 * slot + 1;
-	struct held_copy h = { .d = dev_alloc(n + 64 + GUARD), .n = n, .src = malloc(n) };
-	struct stub_cuda_copy_stats a, b;
-	unsigned char *out = malloc(n);
-	pthread_t t;
-	bool retaken = false;
-
-	round_trip(h.d, 0, small, 0, FORM_SYNC, FORM_SYNC, NULL, 1, true); /* the ring is taken */
-	say("ready");
-	hear("go");
-	/* A long copy, held at the driver's gate after its first pieces: in the middle while the ring is revoked. */
-	fill_pat(h.src, n, 70);
-	cu.gate(1);
-	pthread_create(&t, NULL, long_copy, &h);
-	while (cu.gate_waiting() == 0)
-		usleep(1000);
-	say("copying");
-	hear("open");
-	cu.gate(0);
-	pthread_join(t, NULL);
-	/* Its DMA may still run on the copying thread's stream (its per-thread one, in the ptds ways): wait for it. */
-	CHECK(cu.ctx_sync() == 0, "synchronise");
-	memset(h.src, 0xCC, n);
-	CHECK(h.r == 0, "the copy held while its ring was revoked: error %d", h.r);
-	CHECK(w.d2h(out, h.d, n) == 0 && first_bad(out, n, 70, 0) == n,
-	      "the copy held while its ring was revoked: bytes");
-	say("copied");
-	/* Once the ring is given back, copies go to the driver, exact. */
-	hear("released");
-	a = copy_stats();
-	round_trip(h.d, 0, small, 5, FORM_ASYNC, FORM_SYNC, NULL, 2, false);
-	b = copy_stats();
-	CHECK(b.pageable_bytes - a.pageable_bytes == 2 * small && b.pinned_bytes == a.pinned_bytes,
-	      "after the revocation: the driver saw %llu pageable and %llu pinned bytes, expected the two copies "
-	      "as made",
-	      (unsigned long long)(b.pageable_bytes - a.pageable_bytes),
-	      (unsigned long long)(b.pinned_bytes - a.pinned_bytes));
-	say("passed");
-	/* Then a ring is taken again, after the engine's back-off: within 30 s a copy is staged. */
-	for (int i = 0; i < 300 && !retaken; i++) {
-		a = copy_stats();
-		round_trip(h.d, 0, small, 0, FORM_SYNC, FORM_SYNC, NULL, 3, false);
-		b = copy_stats();
-		retaken = b.pinned_bytes - a.pinned_bytes == 2 * small;
-		if (!retaken)
-			usleep(100 * 1000);
-	}
-	CHECK(retaken, "no copy was staged again within 30 s of the revocation");
-	say(retaken ? "retaken" : "not retaken");
-	hear("done");
-	cu.mem_free(h.d);
-	free(h.src);
-	free(out);
-	return atomic_load(&failures) ? 1 : 0;
-}
-
-static int mode_hold(void)
-{
-	size_t n = 2 * slot + 1;
-	CUdeviceptr d = dev_alloc(n + 64 + GUARD);
-	struct stub_cuda_stats s;
-	char buf[64], line[128];
-
-	round_trip(d, 0, n, 0, FORM_SYNC, FORM_ASYNC, NULL, 1, true);
-	cu.stats(&s);
-	snprintf(line, sizeof(line), "ready pinned=%llu failures=%d",
-		 (unsigned long long)(s.alloc_bytes + s.registered_bytes), atomic_load(&failures));
-	say(line);
-	while (fgets(buf, sizeof(buf), stdin))
-		;
-	cu.mem_free(d);
-	return atomic_load(&failures) ? 1 : 0;
-}
-
-/*
- * The stand-in driver's own behaviour, checked directly (no interposer): what makes the other modes able to
- * fail. Async copies with pinned host memory really run later, pageable ones as CUDA's, events and the legacy
- * stream order work, pointer attributes, capture and the injected failure answer as the real driver.
- */
-static int mode_selftest(void)
-{
-	size_t n = 3 * slot + 1;
-	CUdeviceptr d = dev_alloc(n), m = 0;
-	CUstream st = stream_new(), st2 = stream_new();
-	unsigned char *pinned = NULL, *plain = malloc(n), *out = malloc(n);
-	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-	CUresult (*attrs)(unsigned, int *, void **, CUdeviceptr) = NULL;
-	CUresult (*attr)(void *, int, CUdeviceptr) = NULL;
-	CUresult (*is_capturing)(CUstream, int *) = NULL;
-	CUresult (*event_query)(CUevent) = NULL;
-	CUresult (*stream_query)(CUstream) = NULL;
-	unsigned type = 9, managed = 9;
-	void *owner = (void *)1;
-	int kinds[] = { 2, 8, 1 }, capturing = 9;
-	void *data[] = { &type, &managed, &owner };
-	CUevent e = NULL;
-
-	*(void **)&attrs = need(h, "cuPointerGetAttributes");
-	*(void **)&attr = need(h, "cuPointerGetAttribute");
-	*(void **)&is_capturing = need(h, "cuStreamIsCapturing");
-	*(void **)&event_query = need(h, "cuEventQuery");
-	*(void **)&stream_query = need(h, "cuStreamQuery");
-	CHECK(cu.host_alloc((void **)&pinned, n, 0) == 0, "cuMemHostAlloc");
-	CHECK(cu.mem_alloc_managed(&m, n, 1) == 0, "cuMemAllocManaged");
-	CHECK(cu.event_create(&e, 2) == 0, "cuEventCreate");
-	cu.set_delay(20000);
-
-	/* Pinned H2D async reads its source when it runs: a change made after the call reaches the device. */
-	memset(pinned, 1, n);
-	CHECK(w.h2d_async(d, pinned, n, st) == 0, "pinned H2D");
-	memset(pinned, 2, n);
-	CHECK(cu.stream_sync(st) == 0, "sync");
-	CHECK(first_not((unsigned char *)(uintptr_t)d, n, 2) == n, "pinned H2D async ran at once");
-	/* Pinned D2H async writes when it runs: right after the call, the old bytes; after the event, the new. */
-	memset(pinned, 3, n);
-	CHECK(w.d2h_async(pinned, d, n, st) == 0 && cu.event_record(e, st) == 0, "pinned D2H");
-	CHECK(event_query(e) == 600, "the event of pending work is not ready (CUDA_ERROR_NOT_READY)");
-	CHECK(first_not(pinned, n, 3) == n, "pinned D2H async was in place at once");
-	CHECK(cu.event_sync(e) == 0 && event_query(e) == 0 && first_not(pinned, n, 2) == n,
-	      "pinned D2H async: not in place after its event");
-	/* Pageable H2D returns with the source copied away; pageable D2H returns with the data in place. */
-	memset(plain, 4, n);
-	CHECK(w.h2d_async(d, plain, n, st) == 0, "pageable H2D");
-	memset(plain, 5, n);
-	CHECK(w.d2h_async(out, d, n, st) == 0 && first_not(out, n, 4) == n, "pageable H2D then D2H: wrong bytes");
-	/* The legacy stream waits for a blocking stream's kernel; another stream does not without an event. */
-	CHECK(cu.fill(w.ptds ? PER_THREAD : st, d, 6, n) == 0 && w.d2h(out, d, n) == 0 && first_not(out, n, 6) == n,
-	      "a sync D2H on the default stream did not wait for a kernel on a stream it waits for");
-	/* Twenty kernels (400 ms) on one stream; a D2H (20 ms) on another finishes while most are still to run. */
-	for (int i = 0; i < 20; i++)
-		CHECK(cu.fill(st, d, 7, n) == 0, "fill");
-	CHECK(w.d2h_async(pinned, d, n, st2) == 0 && cu.stream_sync(st2) == 0, "two streams");
-	CHECK(stream_query(st) == 600,
-	      "a D2H on another stream waited for kernels it has no event for (streams are not concurrent)");
-	CHECK(cu.ctx_sync() == 0, "synchronise");
-	cu.set_delay(0);
-
-	/* Pointer attributes, as the engine asks them. */
-	CHECK(attrs(3, kinds, data, d) == 0 && type == 2 && managed == 0 && owner == ctx, "device memory: %u %u", type,
-	      managed);
-	CHECK(attrs(3, kinds, data, m) == 0 && type == 2 && managed == 1, "managed memory: %u %u", type, managed);
-	CHECK(attrs(3, kinds, data, (CUdeviceptr)(uintptr_t)(pinned + 5)) == 0 && type == 1 && managed == 0,
-	      "pinned memory: %u %u", type, managed);
-	CHECK(attrs(3, kinds, data, (CUdeviceptr)(uintptr_t)plain) == 0 && type == 0 && managed == 0 && !owner,
-	      "pageable memory: %u %u %p", type, managed, owner);
-	CHECK(attr(&type, 2, (CUdeviceptr)(uintptr_t)plain) == 1, "cuPointerGetAttribute of pageable memory");
-	CHECK(attr(&type, 2, d + 1) == 0 && type == 2, "cuPointerGetAttribute of device memory");
-
-	/* Capture: recorded, not run. */
-	CHECK(cu.begin_capture(st, 0) == 0 && is_capturing(st, &capturing) == 0 && capturing == 1, "capture");
-	{
-		void *g = NULL;
-
-		memset(plain, 8, n);
-		CHECK(w.h2d_async(d, plain, n, st) == 0 && cu.end_capture(st, &g) == 0 && g, "captured copy");
-		CHECK(is_capturing(st, &capturing) == 0 && capturing == 0, "capture ended");
-		CHECK(cu.ctx_sync() == 0 && first_not((unsigned char *)(uintptr_t)d, n, 7) == n, "a captured copy ran");
-		cu.graph_destroy(g);
-	}
-	/* An event belongs to its context: recording it on another context's stream is CUDA_ERROR_INVALID_HANDLE. */
-	{
-		CUresult (*create)(void **, unsigned, int) = NULL;
-		void *other = NULL;
-		CUevent e2 = NULL;
-
-		*(void **)&create = need(h, "cuCtxCreate_v2");
-		CHECK(create(&other, 0, 0) == 0 && cu.event_create(&e2, 2) == 0, "a second context and its event");
-		CHECK(cu.event_record(e2, st) == 400, "an event recorded on another context's stream");
-		cu.event_destroy(e2);
-		enter();
-	}
-	/* Errors: the injected one, and a pointer that is no device memory. */
-	fail_in(1, false);
-	CHECK(w.h2d(d, plain, n) == 700 && w.h2d(d, plain, n) == 0, "STUB_CUDA_COPY_FAIL_AT=N");
-	fail_in(2, true);
-	CHECK(w.h2d(d, plain, n) == 0 && w.h2d(d, plain, n) == 700 && w.h2d(d, plain, n) == 700,
-	      "STUB_CUDA_COPY_FAIL_AT=N+");
-	unsetenv("STUB_CUDA_COPY_FAIL_AT");
-	CHECK(w.h2d((CUdeviceptr)(uintptr_t)out, plain, n) == 1, "H2D to host memory");
-	CHECK(w.h2d(d + 1, plain, n) == 1, "H2D past the end of device memory");
-
-	cu.event_destroy(e);
-	cu.stream_destroy(st);
-	cu.stream_destroy(st2);
-	cu.free_host(pinned);
-	cu.mem_free(d);
-	cu.mem_free(m);
-	free(plain);
-	free(out);
-	printf("selftest %s: %d failures\n", BUILD, atomic_load(&failures));
-	return atomic_load(&failures) ? 1 : 0;
-}
 
 int main(int argc, char **argv)
 {
@@ -1284,28 +775,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "no way %s in the %s build\n", argv[2], BUILD);
 		return 2;
 	}
-	if (strcmp(argv[1], "sizes") == 0)
-		return mode_sizes();
-	if (strcmp(argv[1], "order") == 0)
-		return mode_order();
 	if (strcmp(argv[1], "threads") == 0)
 		return mode_threads(argc > 3 ? atoi(argv[3]) : 8);
-	if (strcmp(argv[1], "fork") == 0)
-		return mode_fork();
-	if (strcmp(argv[1], "capture") == 0)
-		return mode_capture();
-	if (strcmp(argv[1], "passthrough") == 0)
-		return mode_passthrough();
-	if (strcmp(argv[1], "fail") == 0)
-		return mode_fail();
-	if (strcmp(argv[1], "revoke") == 0)
-		return mode_revoke();
-	if (strcmp(argv[1], "hold") == 0)
-		return mode_hold();
-	if (strcmp(argv[1], "contexts") == 0)
-		return mode_contexts();
-	if (strcmp(argv[1], "selftest") == 0)
-		return mode_selftest();
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
+		if (strcmp(argv[1], modes[i].name) == 0)
+			return modes[i].run();
 	fprintf(stderr, "unknown mode %s\n", argv[1]);
 	return 2;
 }

@@ -18,22 +18,15 @@
 #include <strings.h>
 #include <sys/mman.h>
 
-typedef int CUresult;
-typedef int CUdevice;
-typedef struct CUctx_st *CUcontext;
-typedef unsigned long long CUdeviceptr;
-typedef uint64_t cuuint64_t;
+#include "stub_cuda_int.h"
 
-#define CUDA_SUCCESS 0
-#define CUDA_ERROR_INVALID_VALUE 1
-#define CUDA_ERROR_OUT_OF_MEMORY 2
+typedef int CUdevice;
+
 #define CUDA_ERROR_NOT_INITIALIZED 3
 #define CUDA_ERROR_NOT_FOUND 500
 #define CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED 712
 #define CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED 713
 #define DEVICEMAP 0x2u
-
-#define STUB __attribute__((visibility("default")))
 
 struct range {
 	uintptr_t p;

@@ -34,41 +34,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-typedef int CUresult;
-typedef struct CUctx_st *CUcontext;
-typedef unsigned long long CUdeviceptr;
-typedef uint64_t cuuint64_t;
-
-#define CUDA_SUCCESS 0
-#define CUDA_ERROR_INVALID_VALUE 1
-#define CUDA_ERROR_OUT_OF_MEMORY 2
-#define CUDA_ERROR_INVALID_CONTEXT 201
-#define CUDA_ERROR_INVALID_HANDLE 400
-#define CUDA_ERROR_ILLEGAL_STATE 401
-#define CUDA_ERROR_NOT_READY 600
-#define CUDA_ERROR_ILLEGAL_ADDRESS 700
-#define CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED 900
-
-#define CU_STREAM_NON_BLOCKING 0x1u
-#define CU_STREAM_LEGACY ((struct stream *)0x1)
-#define CU_STREAM_PER_THREAD ((struct stream *)0x2)
-#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2u
-
-/* CUpointer_attribute, CUmemorytype */
-#define ATTR_CONTEXT 1
-#define ATTR_MEMORY_TYPE 2
-#define ATTR_IS_MANAGED 8
-#define ATTR_DEVICE_ORDINAL 9
-#define MEMORYTYPE_HOST 1
-#define MEMORYTYPE_DEVICE 2
-
-#define STUB __attribute__((visibility("default")))
-
-/* stub_cuda.c's: whether p lies in memory the driver pinned (an allocation or a registration). */
-bool stub_cuda_host_pinned(uintptr_t p);
-CUresult cuCtxGetCurrent(CUcontext *c);
-CUresult cuGraphCreate(void **graph, unsigned flags);
-CUresult cuMemFreeAsync(CUdeviceptr dptr, void *stream);
+#include "stub_cuda_copy.h"
 
 /* ---- Device memory ---- */
 
@@ -780,11 +746,6 @@ static bool is_host(enum side k)
 	return k == SIDE_PAGEABLE || k == SIDE_PINNED;
 }
 
-#define COPY_H2D 0x1u
-#define COPY_D2H 0x2u
-#define COPY_SYNC 0x4u
-#define COPY_PTDS 0x8u
-
 /* The log's record of one call: by its host side (or none), and whether it ran. Under slock. */
 static void log_copy(enum side dst, enum side src, size_t n, bool captured)
 {
@@ -827,7 +788,7 @@ static bool fail_at(uint64_t nth)
 	return *end == '+' ? nth >= at : nth == at;
 }
 
-static CUresult copy(void *dst, const void *src, size_t n, struct stream *h, unsigned how)
+CUresult stub_copy(void *dst, const void *src, size_t n, struct stream *h, unsigned how)
 {
 	enum side dk = side_of((uintptr_t)dst, n), sk = side_of((uintptr_t)src, n);
 	bool h2d = is_host(sk) && !is_host(dk), d2h = is_host(dk) && !is_host(sk);
@@ -887,68 +848,6 @@ static CUresult copy(void *dst, const void *src, size_t n, struct stream *h, uns
 	return CUDA_SUCCESS;
 }
 
-#define HTOD(dptr) ((void *)(uintptr_t)(dptr))
-
-STUB CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
-{
-	return copy(HTOD(dst), src, n, NULL, COPY_H2D | COPY_SYNC);
-}
-
-STUB CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n)
-{
-	return copy(HTOD(dst), src, n, NULL, COPY_H2D | COPY_SYNC | COPY_PTDS);
-}
-
-STUB CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
-{
-	return copy(dst, HTOD(src), n, NULL, COPY_D2H | COPY_SYNC);
-}
-
-STUB CUresult cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n)
-{
-	return copy(dst, HTOD(src), n, NULL, COPY_D2H | COPY_SYNC | COPY_PTDS);
-}
-
-STUB CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, struct stream *h)
-{
-	return copy(HTOD(dst), src, n, h, COPY_H2D);
-}
-
-STUB CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n, struct stream *h)
-{
-	return copy(HTOD(dst), src, n, h, COPY_H2D | COPY_PTDS);
-}
-
-STUB CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, struct stream *h)
-{
-	return copy(dst, HTOD(src), n, h, COPY_D2H);
-}
-
-STUB CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dst, CUdeviceptr src, size_t n, struct stream *h)
-{
-	return copy(dst, HTOD(src), n, h, COPY_D2H | COPY_PTDS);
-}
-
-STUB CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n)
-{
-	return copy(HTOD(dst), HTOD(src), n, NULL, COPY_SYNC);
-}
-
-STUB CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n)
-{
-	return copy(HTOD(dst), HTOD(src), n, NULL, COPY_SYNC | COPY_PTDS);
-}
-
-STUB CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, struct stream *h)
-{
-	return copy(HTOD(dst), HTOD(src), n, h, 0);
-}
-
-STUB CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, struct stream *h)
-{
-	return copy(HTOD(dst), HTOD(src), n, h, COPY_PTDS);
-}
-
 /* ---- Fork ---- */
 
 static void before_fork(void)
@@ -987,49 +886,4 @@ __attribute__((constructor)) static void copy_init(void)
 	if (v && *v)
 		atomic_store(&delay_us, (unsigned)strtoul(v, NULL, 10));
 	pthread_atfork(before_fork, after_fork_parent, after_fork_child);
-}
-
-/* What cuGetProcAddress answers for this file's names (stub_cuda_vmm.c asks here for names it does not know). */
-void *stub_cuda_copy_proc(const char *symbol, int version, cuuint64_t flags)
-{
-	typedef void (*any_fn)(void);
-	static const struct {
-		const char *name;
-		any_fn fn, per_thread; /* per_thread: what CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM gets */
-		int since;
-	} table[] = {
-		{ "cuMemAlloc", (any_fn)cuMemAlloc_v2, NULL, 3020 },
-		{ "cuMemAllocManaged", (any_fn)cuMemAllocManaged, NULL, 0 },
-		{ "cuPointerGetAttribute", (any_fn)cuPointerGetAttribute, NULL, 0 },
-		{ "cuPointerGetAttributes", (any_fn)cuPointerGetAttributes, NULL, 0 },
-		{ "cuStreamCreate", (any_fn)cuStreamCreate, NULL, 0 },
-		{ "cuStreamCreateWithPriority", (any_fn)cuStreamCreateWithPriority, NULL, 0 },
-		{ "cuStreamDestroy", (any_fn)cuStreamDestroy_v2, NULL, 4000 },
-		{ "cuStreamSynchronize", (any_fn)cuStreamSynchronize, (any_fn)cuStreamSynchronize_ptsz, 0 },
-		{ "cuStreamQuery", (any_fn)cuStreamQuery, NULL, 0 },
-		{ "cuCtxSynchronize", (any_fn)cuCtxSynchronize, NULL, 0 },
-		{ "cuStreamBeginCapture", (any_fn)cuStreamBeginCapture_v2, (any_fn)cuStreamBeginCapture_v2_ptsz,
-		  10010 },
-		{ "cuStreamBeginCapture", (any_fn)cuStreamBeginCapture, NULL, 0 },
-		{ "cuStreamEndCapture", (any_fn)cuStreamEndCapture, (any_fn)cuStreamEndCapture_ptsz, 0 },
-		{ "cuStreamIsCapturing", (any_fn)cuStreamIsCapturing, (any_fn)cuStreamIsCapturing_ptsz, 0 },
-		{ "cuEventCreate", (any_fn)cuEventCreate, NULL, 0 },
-		{ "cuEventRecord", (any_fn)cuEventRecord, (any_fn)cuEventRecord_ptsz, 0 },
-		{ "cuEventQuery", (any_fn)cuEventQuery, NULL, 0 },
-		{ "cuEventSynchronize", (any_fn)cuEventSynchronize, NULL, 0 },
-		{ "cuEventDestroy", (any_fn)cuEventDestroy_v2, NULL, 4000 },
-		{ "cuStreamWaitEvent", (any_fn)cuStreamWaitEvent, (any_fn)cuStreamWaitEvent_ptsz, 0 },
-		{ "cuMemcpyHtoD", (any_fn)cuMemcpyHtoD_v2, (any_fn)cuMemcpyHtoD_v2_ptds, 3020 },
-		{ "cuMemcpyDtoH", (any_fn)cuMemcpyDtoH_v2, (any_fn)cuMemcpyDtoH_v2_ptds, 3020 },
-		{ "cuMemcpyHtoDAsync", (any_fn)cuMemcpyHtoDAsync_v2, (any_fn)cuMemcpyHtoDAsync_v2_ptsz, 3020 },
-		{ "cuMemcpyDtoHAsync", (any_fn)cuMemcpyDtoHAsync_v2, (any_fn)cuMemcpyDtoHAsync_v2_ptsz, 3020 },
-		{ "cuMemcpy", (any_fn)cuMemcpy, (any_fn)cuMemcpy_ptds, 4000 },
-		{ "cuMemcpyAsync", (any_fn)cuMemcpyAsync, (any_fn)cuMemcpyAsync_ptsz, 4000 },
-	};
-	bool ptds = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
-
-	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
-		if (strcmp(symbol, table[i].name) == 0 && version >= table[i].since)
-			return (void *)(uintptr_t)(ptds && table[i].per_thread ? table[i].per_thread : table[i].fn);
-	return NULL;
 }

@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include "cuda_vmm_types.h"
 #include "stub_cuda.h"
+#include "stub_cuda_int.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -27,12 +28,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define CUDA_SUCCESS 0
-#define CUDA_ERROR_INVALID_VALUE 1
-#define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_NOT_SUPPORTED 801
-
-#define STUB __attribute__((visibility("default")))
 
 /* A pool grows by whole 2 MiB steps, so a charge that follows the driver's figure differs from the sum asked. */
 #define POOL_GRANULE_BYTES (2u << 20)
@@ -558,40 +554,33 @@ void *stub_cuda_copy_proc(const char *symbol, int version, cuuint64_t flags);
  */
 void *stub_cuda_vmm_proc(const char *symbol, int version, cuuint64_t flags)
 {
-	typedef void (*any_fn)(void);
-	static const struct {
-		const char *name;
-		any_fn fn, per_thread; /* per_thread: what CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM gets */
-		int since;
-	} table[] = {
-		{ "cuMemCreate", (any_fn)cuMemCreate, NULL, 0 },
-		{ "cuMemRelease", (any_fn)cuMemRelease, NULL, 0 },
-		{ "cuMemAddressReserve", (any_fn)cuMemAddressReserve, NULL, 0 },
-		{ "cuMemAddressFree", (any_fn)cuMemAddressFree, NULL, 0 },
-		{ "cuMemMap", (any_fn)cuMemMap, NULL, 0 },
-		{ "cuMemUnmap", (any_fn)cuMemUnmap, NULL, 0 },
-		{ "cuMemRetainAllocationHandle", (any_fn)cuMemRetainAllocationHandle, NULL, 0 },
-		{ "cuMemSetAccess", (any_fn)cuMemSetAccess, NULL, 0 },
-		{ "cuMemPoolCreate", (any_fn)cuMemPoolCreate, NULL, 0 },
-		{ "cuMemPoolDestroy", (any_fn)cuMemPoolDestroy, NULL, 0 },
-		{ "cuMemPoolTrimTo", (any_fn)cuMemPoolTrimTo, NULL, 0 },
-		{ "cuMemPoolGetAttribute", (any_fn)cuMemPoolGetAttribute, NULL, 0 },
-		{ "cuMemGetDefaultMemPool", (any_fn)cuMemGetDefaultMemPool, NULL, 0 },
-		{ "cuMemGetMemPool", (any_fn)cuMemGetMemPool, NULL, 0 },
-		{ "cuMemAllocFromPoolAsync", (any_fn)cuMemAllocFromPoolAsync, (any_fn)cuMemAllocFromPoolAsync_ptsz, 0 },
-		{ "cuMemFreeAsync", (any_fn)cuMemFreeAsync, (any_fn)cuMemFreeAsync_ptsz, 0 },
-		{ "cuMemFree", (any_fn)cuMemFree_v2, NULL, 3020 },
-		{ "cuGraphCreate", (any_fn)cuGraphCreate, NULL, 0 },
-		{ "cuGraphAddMemAllocNode", (any_fn)cuGraphAddMemAllocNode, NULL, 0 },
-		{ "cuGraphAddNode", (any_fn)cuGraphAddNode_v2, NULL, 12030 },
-		{ "cuGraphAddNode", (any_fn)cuGraphAddNode, NULL, 0 },
-		{ "cuGraphDestroy", (any_fn)cuGraphDestroy, NULL, 0 },
+	static const struct stub_proc table[] = {
+		{ "cuMemCreate", (stub_any_fn)cuMemCreate, NULL, 0 },
+		{ "cuMemRelease", (stub_any_fn)cuMemRelease, NULL, 0 },
+		{ "cuMemAddressReserve", (stub_any_fn)cuMemAddressReserve, NULL, 0 },
+		{ "cuMemAddressFree", (stub_any_fn)cuMemAddressFree, NULL, 0 },
+		{ "cuMemMap", (stub_any_fn)cuMemMap, NULL, 0 },
+		{ "cuMemUnmap", (stub_any_fn)cuMemUnmap, NULL, 0 },
+		{ "cuMemRetainAllocationHandle", (stub_any_fn)cuMemRetainAllocationHandle, NULL, 0 },
+		{ "cuMemSetAccess", (stub_any_fn)cuMemSetAccess, NULL, 0 },
+		{ "cuMemPoolCreate", (stub_any_fn)cuMemPoolCreate, NULL, 0 },
+		{ "cuMemPoolDestroy", (stub_any_fn)cuMemPoolDestroy, NULL, 0 },
+		{ "cuMemPoolTrimTo", (stub_any_fn)cuMemPoolTrimTo, NULL, 0 },
+		{ "cuMemPoolGetAttribute", (stub_any_fn)cuMemPoolGetAttribute, NULL, 0 },
+		{ "cuMemGetDefaultMemPool", (stub_any_fn)cuMemGetDefaultMemPool, NULL, 0 },
+		{ "cuMemGetMemPool", (stub_any_fn)cuMemGetMemPool, NULL, 0 },
+		{ "cuMemAllocFromPoolAsync", (stub_any_fn)cuMemAllocFromPoolAsync,
+		  (stub_any_fn)cuMemAllocFromPoolAsync_ptsz, 0 },
+		{ "cuMemFreeAsync", (stub_any_fn)cuMemFreeAsync, (stub_any_fn)cuMemFreeAsync_ptsz, 0 },
+		{ "cuMemFree", (stub_any_fn)cuMemFree_v2, NULL, 3020 },
+		{ "cuGraphCreate", (stub_any_fn)cuGraphCreate, NULL, 0 },
+		{ "cuGraphAddMemAllocNode", (stub_any_fn)cuGraphAddMemAllocNode, NULL, 0 },
+		{ "cuGraphAddNode", (stub_any_fn)cuGraphAddNode_v2, NULL, 12030 },
+		{ "cuGraphAddNode", (stub_any_fn)cuGraphAddNode, NULL, 0 },
+		{ "cuGraphDestroy", (stub_any_fn)cuGraphDestroy, NULL, 0 },
 	};
-	bool per_thread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+	void *fn = stub_proc_find(table, sizeof(table) / sizeof(table[0]), symbol, version,
+				  flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
 
-	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
-		if (strcmp(symbol, table[i].name) == 0 && version >= table[i].since)
-			return (void *)(uintptr_t)(per_thread && table[i].per_thread ? table[i].per_thread
-										     : table[i].fn);
-	return stub_cuda_copy_proc(symbol, version, flags);
+	return fn ? fn : stub_cuda_copy_proc(symbol, version, flags);
 }

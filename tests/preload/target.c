@@ -21,6 +21,7 @@
  */
 #define _GNU_SOURCE
 #include "stub_cuda.h"
+#include "target_check.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -92,17 +93,7 @@ static int api_device_pointer(void **d, void *p)
 #define API "runtime"
 #endif
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                \
-	do {                                                                            \
-		if (!(cond)) {                                                          \
-			fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-			fprintf(stderr, __VA_ARGS__);                                   \
-			fputc('\n', stderr);                                            \
-			failures++;                                                     \
-		}                                                                       \
-	} while (0)
+atomic_int failures;
 
 static struct stub_cuda_stats stats(void)
 {
@@ -368,7 +359,6 @@ static int cmd_fork_stress(const char *kind, const char *size, const char *count
 		usleep(1000);
 	for (int i = 0; i < forks; i++) {
 		pid_t pid;
-		int status;
 
 		fflush(NULL);
 		pid = fork();
@@ -380,14 +370,7 @@ static int cmd_fork_stress(const char *kind, const char *size, const char *count
 				_exit(1);
 			_exit(0);
 		}
-		if (pid < 0 || waitpid(pid, &status, 0) != pid) {
-			bad++;
-			continue;
-		}
-		if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
-			hung++;
-		else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-			bad++;
+		tally_child(pid, &bad, &hung);
 	}
 	atomic_store(&st.stop, true);
 	for (int i = 0; i < 2; i++)

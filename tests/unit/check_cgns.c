@@ -12,6 +12,7 @@
 
 #include "cgns.h"
 #include "check_main.h"
+#include "fixture.h"
 
 #define CAPTURED_ROOT \
 	"/pbx-capture/kubepods.slice/kubepods-pod0c6f1b2a_9d3e_4f5a_8b7c_6d5e4f3a2b1c.slice/cri-containerd-7a1c.scope"
@@ -24,18 +25,8 @@ static const char *fixture(const char *name)
 {
 	static char texts[4][16384];
 	static unsigned next;
-	char *text = texts[next++ % 4];
-	char path[512];
-	FILE *f;
-	size_t n;
 
-	snprintf(path, sizeof(path), "%s/cgns/%s", FIXTURES_DIR, name);
-	f = fopen(path, "r");
-	ck_assert_msg(f, "no fixture %s", path);
-	n = fread(text, 1, sizeof(texts[0]) - 1, f);
-	fclose(f);
-	text[n] = '\0';
-	return text;
+	return fixture_text("cgns", name, texts[next++ % 4], sizeof(texts[0]));
 }
 
 static struct cgns private_ns(const char *root)

@@ -52,13 +52,10 @@ static struct holder_key captured_key(const char *label)
 
 static int maps_str(const char *s, const struct holder_key *keys, size_t nkeys, size_t *consumed)
 {
-	size_t n = strlen(s);
-	char *b = malloc(n ? n : 1);
-	int r;
+	size_t n;
+	char *b = fixture_exact(s, &n);
+	int r = holders_parse_maps(b, n, keys, nkeys, consumed);
 
-	ck_assert_ptr_nonnull(b);
-	memcpy(b, s, n);
-	r = holders_parse_maps(b, n, keys, nkeys, consumed);
 	free(b);
 	return r;
 }
@@ -252,27 +249,29 @@ START_TEST(test_fdinfo_probe_covers_the_pools_hugetlb_chunks)
 }
 END_TEST
 
+/* The uids of the status text b (n bytes, malloc'd: freed here). */
+static int status_of(char *b, size_t n, uid_t ids[4])
+{
+	int r = holders_parse_status_uid(b, n, ids);
+
+	free(b);
+	return r;
+}
+
 static int status_file(const char *rel, uid_t ids[4])
 {
 	size_t len;
 	char *buf = slurp(rel, &len);
-	int r = holders_parse_status_uid(buf, len, ids);
 
-	free(buf);
-	return r;
+	return status_of(buf, len, ids);
 }
 
 static int status_str(const char *s, uid_t ids[4])
 {
-	size_t n = strlen(s);
-	char *b = malloc(n ? n : 1);
-	int r;
+	size_t n;
+	char *b = fixture_exact(s, &n);
 
-	ck_assert_ptr_nonnull(b);
-	memcpy(b, s, n);
-	r = holders_parse_status_uid(b, n, ids);
-	free(b);
-	return r;
+	return status_of(b, n, ids);
 }
 
 START_TEST(test_status_uid_line_captured_and_crafted)

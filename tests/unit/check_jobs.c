@@ -9,6 +9,7 @@
 
 #include "jobs.h"
 #include "check_main.h"
+#include "fixture.h"
 
 #define MIB (1024ull * 1024)
 #define GIB (1024ull * MIB)
@@ -16,17 +17,8 @@
 static const char *fixture(const char *name)
 {
 	static char text[4096];
-	char path[512];
-	FILE *f;
-	size_t n;
 
-	snprintf(path, sizeof(path), "%s/proc-cgroup/%s", FIXTURES_DIR, name);
-	f = fopen(path, "r");
-	ck_assert_msg(f, "no fixture %s", path);
-	n = fread(text, 1, sizeof(text) - 1, f);
-	fclose(f);
-	text[n] = '\0';
-	return text;
+	return fixture_text("proc-cgroup", name, text, sizeof(text));
 }
 
 static struct jobs *new_jobs(void)
