@@ -176,7 +176,7 @@ else
 fi
 step "integration suites under valgrind memcheck"
 mkdir -p build-valgrind
-if quietly "valgrind: build build-valgrind, run 4 integration suites under memcheck (log: build-valgrind/valgrind.log)" \
+if quietly "valgrind: build build-valgrind, run 5 integration suites under memcheck (log: build-valgrind/valgrind.log)" \
 	build-valgrind/valgrind.log tests/hardening/run-valgrind.sh build-valgrind; then
 	say "$(grep -E '^valgrind: ' build-valgrind/valgrind.log | tail -n 1); ctest: $(grep -E 'tests passed' build-valgrind/valgrind.log | tail -n 1)"
 else
