@@ -17,6 +17,7 @@ from each; per-uid bytes show both uids; and every dashboard expression, its $in
 Skips where prometheus or prometheus-node-exporter (Debian packages, in scripts/deps.sh --test) is missing, or
 when not run as root (the second uid needs it).
 """
+import glob
 import json
 import os
 import re
@@ -126,10 +127,10 @@ def as_user(uid, argv):
             f"--groups={groups}" if groups else "--clear-groups", "--"] + argv
 
 
-def start_holder(root, sock, uid, cgroup, label):
+def start_holder(root, sock, uid, cgroup, label, pinctl):
     """pinctl acquire held by uid, its /proc/PID/cgroup written in the crafted root before it connects."""
     argv = as_user(uid, ["sh", "-c", 'read go && exec "$0" --socket "$1" acquire 4M --hold 600 --label "$2"',
-                         PINCTL, sock, label])
+                         pinctl, sock, label])
     p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     d = os.path.join(root, "proc", str(p.pid))
     os.makedirs(d, exist_ok=True)
@@ -146,7 +147,7 @@ def start_holder(root, sock, uid, cgroup, label):
     return p
 
 
-def start_http(sock, marker, uid):
+def start_http(sock, marker, uid, http_bin):
     """pinbroker-metrics-http as the socket unit starts it: a listening socket as fd 3, $LISTEN_FDS, $LISTEN_PID."""
     lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -155,7 +156,7 @@ def start_http(sock, marker, uid):
     fd = lsock.fileno()
     pass_on = ("import os, sys; os.dup2(int(sys.argv[1]), 3); os.close(int(sys.argv[1])); "
                "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1'); os.execv(sys.argv[2], sys.argv[2:])")
-    argv = as_user(uid, [sys.executable, "-c", pass_on, str(fd), HTTP, "--socket", sock, "--daemon-marker", marker])
+    argv = as_user(uid, [sys.executable, "-c", pass_on, str(fd), http_bin, "--socket", sock, "--daemon-marker", marker])
     p = subprocess.Popen(argv, pass_fds=[fd], stdin=subprocess.DEVNULL)
     port = lsock.getsockname()[1]
     lsock.close()
@@ -201,12 +202,20 @@ def main():
                                                              capture_output=True).returncode == 0, 15):
             print(open(os.path.join(tmp, "daemon.log")).read(), file=sys.stderr)
             return 1
-        procs.append(start_holder(root, sock, 0, "/jobs/a/step_0", "prom-a"))
-        procs.append(start_holder(root, sock, NOBODY, "/jobs/b", "prom-b"))
+        # The build tree may sit under a folder other uids cannot enter (a clone in /root, CI's 0700 temp dir):
+        # the other uid runs copies from this 0755 one (pinctl finds its library beside it: RUNPATH $ORIGIN).
+        bindir = os.path.join(tmp, "bin")
+        os.mkdir(bindir)
+        os.chmod(bindir, 0o755)
+        for f in [PINCTL, HTTP] + glob.glob(os.path.join(BUILD, "client", "libpinbroker.so*")):
+            shutil.copy2(f, bindir, follow_symlinks=False)
+        pinctl = os.path.join(bindir, "pinctl")
+        procs.append(start_holder(root, sock, 0, "/jobs/a/step_0", "prom-a", pinctl))
+        procs.append(start_holder(root, sock, NOBODY, "/jobs/b", "prom-b", pinctl))
 
         marker = os.path.join(tmp, "pinbrokerd.running")
         open(marker, "w").close()
-        http, http_port = start_http(sock, marker, NOBODY)
+        http, http_port = start_http(sock, marker, NOBODY, os.path.join(bindir, "pinbroker-metrics-http"))
         procs.append(http)
         ne_port, prom_port = free_port(), free_port()
         procs.append(subprocess.Popen(
