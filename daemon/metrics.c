@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "broker.h"
+#include "daemon.h"
 #include "budget.h"
 #include "jobs.h"
 #include "lease.h"
@@ -235,7 +236,7 @@ static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 	gauge(f, "pinbroker_unbrokered_bytes",
 	      "Pinned outside the budget, reported by clients, not verified: each uid's sum and the total capped at "
 	      "MemTotal less the pool and registrations.",
-	      (double)unbrokered_counted(&b->unbrokered, broker_unbrokered_cap(b)));
+	      (double)unbrokered_counted(&b->unbrokered, daemon_unbrokered_cap(b)));
 	gauge(f, "pinbroker_unbrokered_reported_bytes",
 	      "Pinned outside the budget, the sum of clients' reports before any cap (reported by clients, not verified).",
 	      (double)b->unbrokered_bytes);

@@ -30,6 +30,7 @@ set(PB_DAEMON_CORE_SOURCES
 # The I/O shell, daemon/: every other file but main.c (which only pinbrokerd links), a folder per subsystem; what
 # ties them (the loop's wiring, logging, limits, metrics, the pressure reaction) stays at the top.
 set(PB_DAEMON_SHELL_SOURCES
+  daemon.c           # the broker's verbs that reach memory, carried out: the core decides, the pool acts
   log.c metrics.c notify.c react.c rlimits.c
   timer-clock.c      # one-shot timers that end by the clock, not libev's cached loop time
   config/config.c config/config-doc.c config/config-keys.c config/config-value.c

@@ -27,6 +27,7 @@
 #include "backing.h"
 #include "budget.h"
 #include "config.h"
+#include "daemon.h"
 #include "jobs.h"
 #include "lease.h"
 #include "log.h"
@@ -628,7 +629,7 @@ static const struct fz_taint *taint_find(const struct fz *f, uint64_t chunk_id)
 static void taint_model_add(struct fz *f, const struct lease *l)
 {
 	for (size_t k = 0; k < l->nchunks; k++) {
-		if (taint_find(f, l->chunks[k]->id))
+		if (taint_find(f, l->chunks[k].id))
 			continue;
 		if (f->ntaint == f->taint_cap) {
 			size_t cap = f->taint_cap ? 2 * f->taint_cap : 256;
@@ -638,7 +639,7 @@ static void taint_model_add(struct fz *f, const struct lease *l)
 			f->taint = v;
 			f->taint_cap = cap;
 		}
-		f->taint[f->ntaint++] = (struct fz_taint){ l->chunks[k]->id, l->id };
+		f->taint[f->ntaint++] = (struct fz_taint){ l->chunks[k].id, l->id };
 		qsort(f->taint, f->ntaint, sizeof(*f->taint), taint_cmp);
 	}
 }
@@ -697,22 +698,22 @@ void fz_check(struct fz *f)
 		FZ_ASSERT(lease_find(b->leases, l->id) == l, "lease %llu not found by id", (unsigned long long)l->id);
 		prev_id = l->id;
 		for (size_t i = 0; i < l->nchunks; i++) {
-			const struct fz_taint *t = taint_find(f, l->chunks[i]->id);
+			const struct fz_taint *t = taint_find(f, l->chunks[i].id);
 
-			chunk_sum += l->chunks[i]->bytes;
+			chunk_sum += l->chunks[i].mem->bytes;
 			/* Sent to another uid: the daemon knows it, and the chunk never moved to another lease. */
-			FZ_ASSERT(t == NULL || (t->lease_id == l->id && l->chunks[i]->tainted),
+			FZ_ASSERT(t == NULL || (t->lease_id == l->id && l->chunks[i].tainted),
 				  "chunk %llu went to another uid in lease %llu; now in lease %llu, %s",
-				  (unsigned long long)l->chunks[i]->id, (unsigned long long)(t ? t->lease_id : 0),
-				  (unsigned long long)l->id, l->chunks[i]->tainted ? "tainted" : "not tainted");
+				  (unsigned long long)l->chunks[i].id, (unsigned long long)(t ? t->lease_id : 0),
+				  (unsigned long long)l->id, l->chunks[i].tainted ? "tainted" : "not tainted");
 		}
 		for (size_t j = 0; j < l->nattachers; j++)
 			for (size_t i = 0; l->attachers[j].uid != l->uid && i < l->nchunks; i++)
-				FZ_ASSERT(l->chunks[i]->tainted,
+				FZ_ASSERT(l->chunks[i].tainted,
 					  "lease %llu of uid %u has an attacher of uid %u but chunk "
 					  "%llu is not tainted",
 					  (unsigned long long)l->id, (unsigned)l->uid, (unsigned)l->attachers[j].uid,
-					  (unsigned long long)l->chunks[i]->id);
+					  (unsigned long long)l->chunks[i].id);
 		lent_chunks += l->nchunks;
 		for (int u = 0; u < FZ_CHECK_UIDS; u++)
 			if (l->uid == f->uid[u]) {
@@ -825,7 +826,7 @@ void fz_check(struct fz *f)
 	FZ_ASSERT(b->unbrokered.reported_bytes == unbrokered,
 		  "per-uid unbrokered sums to %llu, connections report %llu",
 		  (unsigned long long)b->unbrokered.reported_bytes, (unsigned long long)unbrokered);
-	FZ_ASSERT(unbrokered_counted(&b->unbrokered, broker_unbrokered_cap(b)) <= broker_unbrokered_cap(b),
+	FZ_ASSERT(unbrokered_counted(&b->unbrokered, daemon_unbrokered_cap(b)) <= daemon_unbrokered_cap(b),
 		  "counted unbrokered over its cap");
 	for (size_t k = 0; k < nconns; k++)
 		FZ_ASSERT(conns[k]->nleases == held[k], "connection %llu counts %u leases, holds %u",
@@ -879,7 +880,7 @@ static void fz_reset(struct fz *f)
 		next = lease_next(b->leases, l);
 		FZ_ASSERT(l->owner == NULL, "lease %llu still owned after every connection closed",
 			  (unsigned long long)l->id);
-		broker_free_lease(b, l);
+		daemon_free_lease(b, l);
 	}
 	request_fini(b);
 	FZ_ASSERT(lease_count(b->leases) == 0, "%zu leases left after reset", lease_count(b->leases));

@@ -613,3 +613,16 @@ uint64_t config_resolve(const struct size_spec *s, uint64_t base)
 	v = (long double)base * (long double)s->pct / 100.0L;
 	return v >= (long double)base ? base : (uint64_t)v;
 }
+
+void config_settings(const struct config *c, struct broker_settings *ret)
+{
+	*ret = (struct broker_settings){
+		.max_connections = c->max_connections,
+		.max_leases_per_uid = c->max_leases_per_uid,
+		.max_chunks_per_uid = c->max_chunks_per_uid,
+		.reserve_fds = c->reserve_fds,
+		.revoke_deadline_ms = c->revoke_deadline_ms,
+		.revoke_min_deadline_ms = c->revoke_min_deadline_ms,
+		.job_unknown = c->job_unknown,
+	};
+}

@@ -7,6 +7,8 @@
 #include <limits.h>
 #include <stdio.h>
 
+#include "settings.h" /* enum config_enforce, enum config_job_unknown */
+
 #define CONFIG_DEFAULT_PATH "/etc/pinbroker/pinbrokerd.conf"
 /*
  * Where an installed daemon's config lives, as the install rules put it (systemd/CMakeLists.txt), set by CMake:
@@ -40,11 +42,8 @@ enum config_source {
 enum config_hugetlb { CONFIG_HUGETLB_AUTO, CONFIG_HUGETLB_YES, CONFIG_HUGETLB_NO };
 enum config_thp { CONFIG_THP_AUTO, CONFIG_THP_YES, CONFIG_THP_NO };
 enum config_numa { CONFIG_NUMA_AUTO, CONFIG_NUMA_NO };
-enum config_enforce { ENFORCE_NONE, ENFORCE_DISCONNECT, ENFORCE_SIGTERM, ENFORCE_SIGKILL };
 /* Whose client and lease rows STATUS shows a non-admin (admins always see every row). */
 enum config_visibility { VISIBILITY_OWN, VISIBILITY_ALL };
-/* What an acquire gets while job quota rules exist and its client's job could not be read (job-unknown). */
-enum config_job_unknown { JOB_UNKNOWN_REFUSE, JOB_UNKNOWN_ALLOW };
 
 /* A size written as bytes ("4G") or as a share of something ("25%"). */
 struct size_spec {
@@ -250,6 +249,9 @@ void config_write_markdown(FILE *f);
 void config_write_man(FILE *f);
 /* Write the effective config as "key = value" lines. */
 void config_dump(const struct config *c, FILE *f);
+
+/* The values of c the core decides with (core/settings.h). */
+void config_settings(const struct config *c, struct broker_settings *ret);
 
 /* Resolve a size_spec against a base (for percentages). */
 uint64_t config_resolve(const struct size_spec *s, uint64_t base);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "broker.h"
+#include "daemon.h"
 #include "budget.h"
 #include "config.h"
 #include "jobs.h"
@@ -28,6 +29,7 @@ void reload_resolve_sizes(struct broker *b, const struct config *c)
 		b->uid_quota_bytes = b->budget_bytes;
 	b->max_no_revoke_per_uid_bytes = config_resolve(&c->max_no_revoke_per_uid, b->uid_quota_bytes);
 	b->max_registrants_per_file = c->max_registrants_per_file;
+	config_settings(c, &b->settings);
 }
 
 static void note_fixed(const char *key, const char *wanted, const char *kept, void *ud)
@@ -132,7 +134,7 @@ int reload_apply(struct broker *b, struct config *n, char **err)
 		reload_warn_job_quotas(b);
 	}
 	/* A smaller budget shrinks the idle pool; a larger one lets waiting acquires through (applied). */
-	broker_trim_pool(b, b->state == BROKER_NORMAL ? b->prewarm_bytes : 0);
+	daemon_trim_pool(b, b->state == BROKER_NORMAL ? b->prewarm_bytes : 0);
 	if (h && h->applied)
 		h->applied(b);
 	return 0;

@@ -21,7 +21,7 @@ struct reload_hooks {
 /*
  * Budget, uid quota, prewarm and the never-revoked cap from c, against
  * b->mem_total_bytes: prewarm and the uid quota at most the budget, the budget
- * at most b->budget_cap_bytes when that is set.
+ * at most b->budget_cap_bytes when that is set; and the rest of b->settings (core/settings.h).
  */
 void reload_resolve_sizes(struct broker *b, const struct config *c);
 

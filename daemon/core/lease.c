@@ -322,7 +322,7 @@ static void copy_label(struct lease *l, const char *label)
 }
 
 int lease_add(struct lease_table *t, uid_t uid, gid_t gid, pid_t pid, void *owner, uint64_t bytes,
-	      enum lease_priority prio, const char *label, struct chunk **chunks, size_t nchunks, uint64_t now_ms,
+	      enum lease_priority prio, const char *label, struct lease_chunk *chunks, size_t nchunks, uint64_t now_ms,
 	      struct lease **ret)
 {
 	struct lease_node *n;
@@ -356,7 +356,7 @@ int lease_add(struct lease_table *t, uid_t uid, gid_t gid, pid_t pid, void *owne
 }
 
 int lease_adopt(struct lease_table *t, uint64_t id, uid_t uid, uint64_t bytes, enum lease_priority prio,
-		const char *label, struct chunk **chunks, size_t nchunks, uint64_t now_ms, struct lease **ret)
+		const char *label, struct lease_chunk *chunks, size_t nchunks, uint64_t now_ms, struct lease **ret)
 {
 	struct lease_node *n;
 

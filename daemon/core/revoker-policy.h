@@ -5,7 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "settings.h"
 #include "lease.h"
 
 /*

@@ -30,13 +30,19 @@ bool waitq_order_remove(struct waitq_entry **head, struct waitq_entry *e)
 	return false;
 }
 
-enum waitq_verdict waitq_order_verdict(int r)
+enum waitq_verdict waitq_order_verdict(enum broker_refusal why)
 {
-	if (r == -EDQUOT || r == -EUSERS)
+	switch (why) {
+	case REFUSAL_UID_QUOTA:
+	case REFUSAL_JOB_QUOTA:
 		return WAITQ_SKIP; /* only this uid's (this job's) own releases can help it */
-	if (r == -ENOSPC || r == -EBUSY || r == -ENOLCK)
+	case REFUSAL_BUDGET:
+	case REFUSAL_TIGHT:
+	case REFUSAL_TIGHT_NO_REVOKE:
 		return WAITQ_STOP; /* strict priority: nobody behind may overtake */
-	return WAITQ_ANSWERED;
+	default:
+		return WAITQ_ANSWERED;
+	}
 }
 
 void waitq_order_walk(struct waitq_entry **head, enum waitq_verdict (*try)(struct waitq_entry *e, void *ud), void *ud)

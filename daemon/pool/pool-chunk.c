@@ -80,8 +80,9 @@ static void chunk_close(struct chunk *c, uint64_t bytes)
  * One memfd of bytes with the given page kind, sealed, and (4 KiB pages) mapped and placed, but not yet
  * filled: chunk_fill does that, a segment at a time. On failure nothing is left behind.
  */
-static int chunk_open(const char *name, uint64_t bytes, bool hugetlb, int node, struct chunk *c)
+static int chunk_open(const struct pool *p, uint64_t bytes, bool hugetlb, int node, struct chunk *c)
 {
+	const char *name = p->memfd_name;
 	unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
 	int r;
 
@@ -107,7 +108,10 @@ static int chunk_open(const char *name, uint64_t bytes, bool hugetlb, int node, 
 		/* Huge pages come from the node this (maker) thread prefers. */
 		if (node >= 0)
 			place_prefer_thread(node);
-		r = fallocate(c->fd, 0, 0, (off_t)bytes) < 0 ? -errno : 0;
+		if (p->huge_alloc)
+			r = p->huge_alloc(c->fd, bytes);
+		else
+			r = fallocate(c->fd, 0, 0, (off_t)bytes) < 0 ? -errno : 0;
 		if (node >= 0)
 			place_prefer_thread(-1);
 		if (r < 0)
@@ -182,9 +186,9 @@ static int chunk_start(struct pool *p, uint64_t bytes, int node, struct chunk **
 	if (!c)
 		return -ENOMEM;
 	c->fd = -1;
-	r = chunk_open(p->memfd_name, bytes, p->hugetlb, node, c);
+	r = chunk_open(p, bytes, p->hugetlb, node, c);
 	if (r < 0 && p->hugetlb && !p->hugetlb_required && (r == -ENOMEM || r == -ENOSPC))
-		r = chunk_open(p->memfd_name, bytes, false, node, c);
+		r = chunk_open(p, bytes, false, node, c);
 	if (r < 0) {
 		free(c);
 		return r;

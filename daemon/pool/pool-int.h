@@ -43,10 +43,12 @@ struct pool {
 	/* Per placement node (by index into nodes): chunks on it, idle ones, misplaced ones. Kept as they move. */
 	uint64_t node_all[NUMA_MAX_NODES], node_idle[NUMA_MAX_NODES], node_misplaced[NUMA_MAX_NODES];
 	bool lock;
+	int (*huge_alloc)(int fd, uint64_t bytes); /* pool_opts.huge_alloc */
 	unsigned threads;
 	char memfd_name[POOL_MEMFD_NAME_MAX];
 
-	struct chunk *idle[CLASSES_MAX]; /* per class, most recently returned first */
+	struct chunk *idle[CLASSES_MAX];  /* per class, most recently returned first */
+	uint64_t idle_count[CLASSES_MAX]; /* chunks on each idle list */
 	uint64_t idle_bytes;
 	uint64_t lent_bytes;
 	size_t nchunks;     /* idle and lent */

@@ -17,6 +17,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "broker.h"
+#include "lease.h"
 #include "pool-int.h"
 #include "tenant.h"
 #include "util.h"
@@ -118,6 +120,7 @@ int pool_new(const struct pool_opts *opts, struct pool **ret)
 		}
 	}
 	p->lock = opts->lock && !p->simulate;
+	p->huge_alloc = opts->huge_alloc;
 	snprintf(p->memfd_name, sizeof(p->memfd_name), "%s", opts->memfd_name ? opts->memfd_name : POOL_MEMFD_NAME);
 	p->n_nodes = opts->n_nodes < NUMA_MAX_NODES ? opts->n_nodes : NUMA_MAX_NODES;
 	for (size_t i = 0; i < p->n_nodes; i++)
@@ -265,6 +268,7 @@ static void idle_push(struct pool *p, struct chunk *c)
 
 	c->next = p->idle[k];
 	p->idle[k] = c;
+	p->idle_count[k]++;
 	p->idle_bytes += c->bytes;
 	if (slot >= 0)
 		p->node_idle[slot] += c->bytes;
@@ -277,6 +281,7 @@ static void idle_unlink(struct pool *p, struct chunk **pp)
 
 	*pp = c->next;
 	c->next = NULL;
+	p->idle_count[classes_index(&p->classes, c->bytes)]--;
 	p->idle_bytes -= c->bytes;
 	if (slot >= 0)
 		p->node_idle[slot] -= c->bytes;
@@ -526,15 +531,14 @@ static uint64_t idle_release_for(struct pool *p, uid_t uid, uint64_t tenant, int
 }
 
 /*
- * pool_take_on, or with warm, from the idle pool alone: idle chunks of any class (smaller ones standing in for
- * bigger ones that are not there), each fresh chunk replacing an idle one of its class (another uid's, or on
- * another node), and a fresh tail; -EBUSY when the idle chunks cannot cover bytes.
+ * Take counts[k] chunks of each class and a tail of tail_bytes (0: none) for (uid, tenant) on node: idle ones
+ * where there are, each fresh chunk replacing an idle one of its class (another uid's, or on another node).
  */
-static int take(struct pool *p, uid_t uid, uint64_t tenant, uint64_t bytes, int node, bool warm, struct chunk ***ret,
-		size_t *n)
+static int take_split(struct pool *p, uid_t uid, uint64_t tenant, const uint64_t *counts, uint64_t tail_bytes, int node,
+		      struct chunk ***ret, size_t *n)
 {
-	uint64_t counts[CLASSES_MAX], reused[CLASSES_MAX], avail[CLASSES_MAX], replaced[CLASSES_MAX] = { 0 };
-	uint64_t tail_bytes, short_bytes = 0, nall;
+	uint64_t reused[CLASSES_MAX], replaced[CLASSES_MAX] = { 0 };
+	uint64_t short_bytes = 0, nall = tail_bytes ? 1 : 0;
 	size_t nreused = 0, nfresh, ntotal, f = 0;
 	struct chunk **v = NULL, **fresh = NULL;
 	uint64_t *sizes = NULL;
@@ -543,21 +547,10 @@ static int take(struct pool *p, uid_t uid, uint64_t tenant, uint64_t bytes, int 
 	int r;
 
 	node = place_node(p, node);
-	if (bytes == 0 || bytes % p->page_bytes != 0)
-		return -EINVAL;
-	if (warm) {
-		for (unsigned k = 0; k < CLASSES_MAX; k++) {
-			avail[k] = 0;
-			for (const struct chunk *c = k < p->classes.n ? p->idle[k] : NULL; c; c = c->next)
-				avail[k]++;
-		}
-		nall = classes_split_avail(&p->classes, bytes, avail, counts, &tail_bytes);
-		if (nall == 0)
-			return -EBUSY;
-	} else {
-		nall = classes_split(&p->classes, bytes, counts, &tail_bytes);
-	}
-	if (nall > SIZE_MAX / sizeof(*v) - 1)
+	for (unsigned k = 0; k < p->classes.n; k++)
+		nall += counts[k];
+	if (nall == 0 || nall > SIZE_MAX / sizeof(*v) - 1 || tail_bytes >= p->chunk_bytes ||
+	    tail_bytes % p->page_bytes != 0)
 		return -EINVAL;
 	ntotal = (size_t)nall;
 	v = calloc(ntotal, sizeof(*v));
@@ -649,6 +642,25 @@ fail:
 	return r;
 }
 
+/*
+ * pool_take_on, or with warm, from the idle pool alone: idle chunks of any class (smaller ones standing in for
+ * bigger ones that are not there), each fresh chunk replacing an idle one of its class, and a fresh tail;
+ * -EBUSY when the idle chunks cannot cover bytes.
+ */
+static int take(struct pool *p, uid_t uid, uint64_t tenant, uint64_t bytes, int node, bool warm, struct chunk ***ret,
+		size_t *n)
+{
+	uint64_t counts[CLASSES_MAX], tail_bytes;
+
+	if (bytes == 0 || bytes % p->page_bytes != 0)
+		return -EINVAL;
+	if (!warm)
+		(void)classes_split(&p->classes, bytes, counts, &tail_bytes);
+	else if (classes_split_avail(&p->classes, bytes, p->idle_count, counts, &tail_bytes) == 0)
+		return -EBUSY;
+	return take_split(p, uid, tenant, counts, tail_bytes, node, ret, n);
+}
+
 int pool_take_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struct chunk ***ret, size_t *n)
 {
 	return take(p, uid, TENANT_NONE, bytes, node, false, ret, n);
@@ -663,6 +675,29 @@ int pool_take_tenant(struct pool *p, uid_t uid, uint64_t tenant, bool warm, uint
 		     struct chunk ***ret, size_t *n)
 {
 	return take(p, uid, tenant, bytes, node, warm, ret, n);
+}
+
+int pool_take_split(struct pool *p, uid_t uid, uint64_t tenant, const uint64_t counts[CLASSES_MAX], uint64_t tail_bytes,
+		    int node, struct chunk ***ret, size_t *n)
+{
+	return take_split(p, uid, tenant, counts, tail_bytes, node, ret, n);
+}
+
+void pool_view(const struct pool *p, struct pool_view *v)
+{
+	static uint64_t host_page_bytes;
+
+	if (!host_page_bytes)
+		host_page_bytes = (uint64_t)sysconf(_SC_PAGESIZE);
+	v->page_bytes = p->page_bytes;
+	v->host_page_bytes = host_page_bytes;
+	v->classes = &p->classes;
+	v->idle_bytes = p->idle_bytes;
+	memcpy(v->idle_chunks, p->idle_count, sizeof(v->idle_chunks));
+	v->resident_bytes = p->idle_bytes + p->lent_bytes;
+	v->chunks = p->nchunks;
+	v->nodes = p->nodes;
+	v->n_nodes = p->n_nodes;
 }
 
 /* Take c off the idle list if it is there. */
@@ -705,6 +740,31 @@ void pool_put(struct pool *p, struct chunk **chunks, size_t n)
 		} else {
 			idle_push(p, c);
 		}
+	}
+}
+
+void pool_lease_chunk(struct chunk *c, struct lease_chunk *ret)
+{
+	*ret = (struct lease_chunk){
+		.mem = c,
+		.id = c->id,
+		.bytes = c->bytes,
+		.node = c->node,
+		.mixed = c->mixed,
+		.tail = c->tail,
+	};
+}
+
+void pool_put_lease(struct pool *p, const struct lease_chunk *chunks, size_t n, bool retire)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct chunk *c = chunks[i].mem;
+
+		if (!c)
+			continue;
+		c->tainted = c->tainted || chunks[i].tainted;
+		c->retired = c->retired || retire;
+		pool_put(p, &c, 1);
 	}
 }
 

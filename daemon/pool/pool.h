@@ -9,6 +9,9 @@
 
 #include "classes.h"
 
+struct lease_chunk;
+struct pool_view;
+
 #define POOL_NO_OWNER ((uid_t)-1)
 
 enum pool_hugetlb {
@@ -78,6 +81,11 @@ struct pool_opts {
 	size_t n_nodes;
 	/* memfd name of every chunk (NULL: POOL_MEMFD_NAME); what a restarted daemon looks for in /proc (restart.c). */
 	const char *memfd_name;
+	/*
+	 * Test only: stands in for the fallocate(2) that allocates a hugetlb chunk's pages, returning 0 or a negative
+	 * errno, so a suite can run the host out of huge pages (-ENOSPC) whatever it has; NULL: fallocate.
+	 */
+	int (*huge_alloc)(int fd, uint64_t bytes);
 };
 
 /* The default chunk memfd name; the daemon appends its socket's tag (restart.h) so that instances differ. */
@@ -188,6 +196,17 @@ int pool_take_warm_on(struct pool *p, uid_t uid, uint64_t bytes, int node, struc
 int pool_take_tenant(struct pool *p, uid_t uid, uint64_t tenant, bool warm, uint64_t bytes, int node,
 		     struct chunk ***ret, size_t *n);
 
+/*
+ * An acquire plan's take (core/broker.h, struct acquire_plan): counts[k] chunks of each class k and a tail of
+ * tail_bytes (0: none, else below the smallest class), for (uid, tenant) on node, as pool_take_tenant takes
+ * them once it has split the bytes. Returns as pool_take_on.
+ */
+int pool_take_split(struct pool *p, uid_t uid, uint64_t tenant, const uint64_t counts[CLASSES_MAX], uint64_t tail_bytes,
+		    int node, struct chunk ***ret, size_t *n);
+
+/* What the broker's decisions read of the pool now (core/broker.h), into *v; v->classes points into p. */
+void pool_view(const struct pool *p, struct pool_view *v);
+
 /* pool_grow for one NUMA node: idle chunks on node until they hold at least bytes. */
 int pool_grow_on(struct pool *p, uint64_t bytes, int node, void (*progress)(uint64_t done, uint64_t total, void *ud),
 		 void *ud);
@@ -251,6 +270,16 @@ size_t pool_nodes(const struct pool *p, const int **nodes);
  * or destroyed when it cannot be repaired.
  */
 void pool_put(struct pool *p, struct chunk **chunks, size_t n);
+
+/* c as a lease keeps it (core/lease.h): its handle, id, size, node and tail mark; not tainted. */
+void pool_lease_chunk(struct chunk *c, struct lease_chunk *ret);
+
+/*
+ * A lease's chunks back (an ending lease's, or those broker_acquire_done did not take): each chunk takes its
+ * lease_chunk's taint, and is retired (destroyed on return) when retire is set, then goes as pool_put puts it.
+ * Does not free the array.
+ */
+void pool_put_lease(struct pool *p, const struct lease_chunk *chunks, size_t n, bool retire);
 
 /* Chunks destroyed on return because another uid had mapped them (tainted), since pool_new. */
 uint64_t pool_tainted_destroyed(const struct pool *p);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "broker.h"
+#include "daemon.h"
 #include "budget.h"
 #include "config.h"
 #include "jobs-watch.h"
@@ -271,7 +272,7 @@ static void grace_cb(struct ev_loop *loop, ev_timer *w, int revents)
 		n++;
 	}
 	if (n) {
-		broker_trim_pool(b, b->prewarm_bytes);
+		daemon_trim_pool(b, b->prewarm_bytes);
 		broker_memory_freed(b); /* the wait queue listens */
 	}
 }
@@ -281,11 +282,12 @@ static bool adopt_lease(struct recovery *rc, struct store *s, const struct recov
 {
 	struct broker *b = rc->b;
 	struct chunk **chunks = calloc(sl->nchunks, sizeof(*chunks));
+	struct lease_chunk *lc = calloc(sl->nchunks ? sl->nchunks : 1, sizeof(*lc));
 	const char *why = NULL;
 	uint64_t sum_bytes = 0;
 	struct lease *l;
 
-	if (!chunks)
+	if (!chunks || !lc)
 		why = "out of memory";
 	if (!why && lease_find(b->leases, sl->id))
 		why = "its id is named twice";
@@ -299,6 +301,9 @@ static bool adopt_lease(struct recovery *rc, struct store *s, const struct recov
 			why = "a stored chunk is not a sealed memfd";
 		} else {
 			sum_bytes += chunks[k]->bytes;
+			pool_lease_chunk(chunks[k], &lc[k]);
+			/* A former attacher of another uid may still map it: destroyed when the lease ends. */
+			lc[k].tainted = sl->tainted[k];
 		}
 	}
 	/* pool_take cuts a lease into chunks that add up to exactly its bytes. */
@@ -306,7 +311,7 @@ static bool adopt_lease(struct recovery *rc, struct store *s, const struct recov
 		why = "its chunks do not add up to its size";
 	if (!why && budget_check(b->budget, sl->uid, sl->bytes) < 0)
 		why = "it does not fit the budget";
-	if (!why && lease_adopt(b->leases, sl->id, sl->uid, sl->bytes, (enum lease_priority)sl->prio, sl->label, chunks,
+	if (!why && lease_adopt(b->leases, sl->id, sl->uid, sl->bytes, (enum lease_priority)sl->prio, sl->label, lc,
 				sl->nchunks, now_ms(), &l) < 0)
 		why = "out of memory";
 	if (!why) {
@@ -330,9 +335,9 @@ static bool adopt_lease(struct recovery *rc, struct store *s, const struct recov
 		budget_count_add(b->budget, sl->uid, sl->nchunks);
 		for (size_t k = 0; k < sl->nchunks; k++) {
 			chunks[k]->lease_id = l->id; /* so a punch found by the audit names its lease */
-			/* A former attacher of another uid may still map it: destroyed when the lease ends. */
 			chunks[k]->tainted = sl->tainted[k];
 		}
+		free(chunks); /* the lease keeps lc */
 		/* Its attachers do not re-declare: each still running holds it until it exits, watched through
 		 * a pidfd or else polled (watch_exit). A reused pid only keeps it counted longer, never lets its
 		 * pages go early. */
@@ -345,6 +350,7 @@ static bool adopt_lease(struct recovery *rc, struct store *s, const struct recov
 		if (chunks[k])
 			quarantine_add(rc, chunks[k]);
 	free(chunks);
+	free(lc);
 	log_warnx("lease %llu (uid %u) cannot be re-adopted after the restart (%s): its memory is quarantined until "
 		  "redeclare-grace-ms ends, then replaced",
 		  (unsigned long long)sl->id, (unsigned)sl->uid, why);

@@ -70,79 +70,89 @@ void reply_lease_error(struct conn *c, uint64_t seq, int r, uint64_t id)
 			     "lease %llu cannot do that in its state", (unsigned long long)id);
 }
 
-/* ----------------------------------------------------------- error mapping */
+/* ------------------------------------------------------------- refusals */
 
-/* The metrics' reason for a refused acquire. */
-static enum broker_refusal refusal_of(int err)
+/* The one mapping of a verdict to the wire. */
+static Pinbroker__V1__StatusCode refusal_status(enum broker_refusal why)
 {
-	switch (err) {
-	case -EINVAL:
-		return REFUSED_INVALID;
-	case -EFBIG:
-		return REFUSED_TOO_LARGE;
-	case -EDQUOT:
-		return REFUSED_OVER_QUOTA;
-	case -EUSERS:
-	case -ENOKEY:
-		return REFUSED_JOB_QUOTA;
-	case -ENOSPC:
-		return REFUSED_OVER_BUDGET;
-	case -EBUSY:
-	case -ENOLCK:
-		return REFUSED_PRESSURE;
-	case -EAGAIN:
-		return REFUSED_CRITICAL;
-	case -ETIMEDOUT:
-		return REFUSED_TIMEOUT;
-	case -EMLINK:
-	case -EMFILE:
-	case -EXFULL:
-	case -ENFILE:
-		return REFUSED_LIMIT;
+	switch (why) {
+	case REFUSAL_NONE:
+		return PINBROKER__V1__STATUS_CODE__STATUS_OK;
+	case REFUSAL_INVALID_SIZE:
+		return PINBROKER__V1__STATUS_CODE__STATUS_INVALID_SIZE;
+	case REFUSAL_TOO_LARGE:
+		return PINBROKER__V1__STATUS_CODE__STATUS_TOO_LARGE;
+	case REFUSAL_UID_QUOTA:
+	case REFUSAL_JOB_QUOTA:
+	case REFUSAL_JOB_UNKNOWN:
+		return PINBROKER__V1__STATUS_CODE__STATUS_OVER_QUOTA;
+	case REFUSAL_BUDGET:
+		return PINBROKER__V1__STATUS_CODE__STATUS_OVER_BUDGET;
+	case REFUSAL_TIGHT:
+	case REFUSAL_TIGHT_NO_REVOKE:
+		return PINBROKER__V1__STATUS_CODE__STATUS_PRESSURE;
+	case REFUSAL_CRITICAL:
+		return PINBROKER__V1__STATUS_CODE__STATUS_CRITICAL;
+	case REFUSAL_UID_LEASES:
+	case REFUSAL_UID_CHUNKS:
+	case REFUSAL_CAPACITY:
+	case REFUSAL_UID_NO_REVOKE:
+		return PINBROKER__V1__STATUS_CODE__STATUS_LIMIT;
+	case REFUSAL_TIMEOUT:
+		return PINBROKER__V1__STATUS_CODE__STATUS_TIMEOUT;
 	default:
-		return REFUSED_OTHER;
+		return PINBROKER__V1__STATUS_CODE__STATUS_INTERNAL;
 	}
 }
 
-void reply_acquire_error(struct conn *c, uint64_t seq, int err, uint64_t size)
+/* Why making pool memory failed with err, and what to do. */
+static void failure_message(const struct broker *b, int err, char *msg, size_t len)
 {
-	struct broker *b = c->broker;
+	if (err == -ENOSPC && pool_hugetlb(b->pool))
+		snprintf(msg, len,
+			 "the daemon could not create pool memory: the host's 2 MiB huge pages ran out (hugetlb = yes "
+			 "keeps the pool on them); ask the admin to raise vm.nr_hugepages (pinbrokerd "
+			 "--reserve-hugepages) or to set hugetlb = auto, which falls back to 4 KiB pages");
+	else
+		snprintf(msg, len, "the daemon could not create pool memory: %s", strerror(-err));
+}
+
+/* The one place a refusal's message is written: what was refused, and what to do. */
+static void refusal_message(const struct conn *c, enum broker_refusal why, int err, uint64_t size, char *msg,
+			    size_t len)
+{
+	const struct broker *b = c->broker;
 	char a[32], q[32], h[32];
 
-	b->counters.refused[refusal_of(err)]++;
-
-	switch (err) {
-	case -EINVAL:
-		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_SIZE,
-			     "size %llu is not a valid lease size: ask for at least 1 byte and less than 2^63",
-			     (unsigned long long)size);
+	switch (why) {
+	case REFUSAL_INVALID_SIZE:
+		snprintf(msg, len, "size %llu is not a valid lease size: ask for at least 1 byte and less than 2^63",
+			 (unsigned long long)size);
 		return;
-	case -EFBIG:
-		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_TOO_LARGE,
-			     "%s is more than the budget (%s) or the uid quota (%s) can ever lend",
-			     format_size(size, a, sizeof(a)), format_size(budget_limit(b->budget), h, sizeof(h)),
-			     format_size(budget_uid_quota(b->budget), q, sizeof(q)));
+	case REFUSAL_TOO_LARGE:
+		snprintf(msg, len, "%s is more than the budget (%s) or the uid quota (%s) can ever lend",
+			 format_size(size, a, sizeof(a)), format_size(budget_limit(b->budget), h, sizeof(h)),
+			 format_size(budget_uid_quota(b->budget), q, sizeof(q)));
 		return;
-	case -EDQUOT:
-		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_OVER_QUOTA,
-			     "uid %u already holds %s of its %s quota; %s more would exceed it", c->uid,
-			     format_size(budget_uid_leased(b->budget, c->uid), h, sizeof(h)),
-			     format_size(budget_uid_quota(b->budget), q, sizeof(q)), format_size(size, a, sizeof(a)));
+	case REFUSAL_UID_QUOTA:
+		snprintf(msg, len, "uid %u already holds %s of its %s quota; %s more would exceed it", c->uid,
+			 format_size(budget_uid_leased(b->budget, c->uid), h, sizeof(h)),
+			 format_size(budget_uid_quota(b->budget), q, sizeof(q)), format_size(size, a, sizeof(a)));
 		return;
-	case -EUSERS: {
+	case REFUSAL_JOB_QUOTA: {
 		const struct job *jb = c->cgroup ? c->cgroup->job : NULL;
 
-		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_OVER_QUOTA,
-			     "job %s already holds %s of its %s quota (rule %s); %s more would exceed it: release some "
-			     "of its leases, or ask the admin to raise it (pinctl quota set)",
-			     jb ? jb->key : "?", format_size(jb ? jb->bytes : 0, h, sizeof(h)),
-			     format_size(jb && jb->rule ? jb->rule->bytes : 0, q, sizeof(q)),
-			     jb && jb->rule ? jb->rule->pattern : "?", format_size(size, a, sizeof(a)));
+		snprintf(msg, len,
+			 "job %s already holds %s of its %s quota (rule %s); %s more would exceed it: release some "
+			 "of its leases, or ask the admin to raise it (pinctl quota set)",
+			 jb ? jb->key : "?", format_size(jb ? jb->bytes : 0, h, sizeof(h)),
+			 format_size(jb && jb->rule ? jb->rule->bytes : 0, q, sizeof(q)),
+			 jb && jb->rule ? jb->rule->pattern : "?", format_size(size, a, sizeof(a)));
 		return;
 	}
-	case -ENOKEY:
-		reply_status(
-			c, seq, PINBROKER__V1__STATUS_CODE__STATUS_OVER_QUOTA,
+	case REFUSAL_JOB_UNKNOWN:
+		snprintf(
+			msg, len,
 			"the daemon could not tell which job pid %d belongs to (its /proc/%d/cgroup was unreadable, or "
 			"outside the daemon's cgroup namespace, when it connected) while "
 			"job quota rules exist, so nothing is lent to it (job-unknown = refuse): ask the admin to "
@@ -150,70 +160,81 @@ void reply_acquire_error(struct conn *c, uint64_t seq, int err, uint64_t size)
 			"ProtectProc=default) or to set job-unknown = allow; pinctl doctor names the fix",
 			c->pid, c->pid);
 		return;
-	case -ENOSPC:
-		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_OVER_BUDGET,
-			     "pinned budget exhausted: %s of %s leased, %s asked",
-			     format_size(budget_leased(b->budget), h, sizeof(h)),
-			     format_size(budget_limit(b->budget), q, sizeof(q)), format_size(size, a, sizeof(a)));
+	case REFUSAL_BUDGET:
+		snprintf(msg, len, "pinned budget exhausted: %s of %s leased, %s asked",
+			 format_size(budget_leased(b->budget), h, sizeof(h)),
+			 format_size(budget_limit(b->budget), q, sizeof(q)), format_size(size, a, sizeof(a)));
 		return;
-	case -EBUSY:
-		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_PRESSURE,
-			     "host memory is tight: only the free warm pool (%s) is lent now; use pageable memory",
-			     format_size(pool_idle_bytes(b->pool), a, sizeof(a)));
+	case REFUSAL_TIGHT:
+		snprintf(msg, len,
+			 "host memory is tight: only the free warm pool (%s) is lent now; use pageable memory",
+			 format_size(pool_idle_bytes(b->pool), a, sizeof(a)));
 		return;
-	case -ENOLCK:
-		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_PRESSURE,
-			     "host memory is tight: memory that is never revoked (registrations, PB_ACQUIRE_NO_REVOKE, "
-			     "interposed programs) is not lent until it eases; use pageable memory or a revocable "
-			     "lease, or retry later");
+	case REFUSAL_TIGHT_NO_REVOKE:
+		snprintf(msg, len,
+			 "host memory is tight: memory that is never revoked (registrations, PB_ACQUIRE_NO_REVOKE, "
+			 "interposed programs) is not lent until it eases; use pageable memory or a revocable "
+			 "lease, or retry later");
 		return;
-	case -EAGAIN:
-		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_CRITICAL,
-			     "host memory is critical: no pinned memory is lent until it recovers");
+	case REFUSAL_CRITICAL:
+		snprintf(msg, len, "host memory is critical: no pinned memory is lent until it recovers");
 		return;
-	case -ETIMEDOUT:
-		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_TIMEOUT,
-			     "no pinned memory freed up within the wait timeout");
+	case REFUSAL_TIMEOUT:
+		snprintf(msg, len, "no pinned memory freed up within the wait timeout");
 		return;
-	case -EMLINK:
-		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
-			     "uid %u already holds %llu leases (max-leases-per-uid = %llu); release some first, "
-			     "or ask the admin to raise max-leases-per-uid",
-			     c->uid, (unsigned long long)budget_uid_leases(b->budget, c->uid),
-			     (unsigned long long)b->max_leases_per_uid);
+	case REFUSAL_UID_LEASES:
+		snprintf(msg, len,
+			 "uid %u already holds %llu leases (max-leases-per-uid = %llu); release some first, "
+			 "or ask the admin to raise max-leases-per-uid",
+			 c->uid, (unsigned long long)budget_uid_leases(b->budget, c->uid),
+			 (unsigned long long)b->max_leases_per_uid);
 		return;
-	case -EMFILE:
-		reply_status(
-			c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
-			"uid %u already holds %llu pool chunks and %llu processes' exit holds, each an fd in the "
-			"daemon (max-chunks-per-uid = %llu); release leases, use fewer larger ones, let processes "
-			"that closed their connections exit, or ask the admin to raise max-chunks-per-uid",
-			c->uid, (unsigned long long)budget_uid_chunks(b->budget, c->uid),
-			(unsigned long long)(budget_uid_fds(b->budget, c->uid) - budget_uid_chunks(b->budget, c->uid)),
-			(unsigned long long)b->max_chunks_per_uid);
+	case REFUSAL_UID_CHUNKS:
+		snprintf(msg, len,
+			 "uid %u already holds %llu pool chunks and %llu processes' exit holds, each an fd in the "
+			 "daemon (max-chunks-per-uid = %llu); release leases, use fewer larger ones, let processes "
+			 "that closed their connections exit, or ask the admin to raise max-chunks-per-uid",
+			 c->uid, (unsigned long long)budget_uid_chunks(b->budget, c->uid),
+			 (unsigned long long)(budget_uid_fds(b->budget, c->uid) - budget_uid_chunks(b->budget, c->uid)),
+			 (unsigned long long)b->max_chunks_per_uid);
 		return;
-	case -EXFULL:
-		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
-			     "uid %u already holds %s in leases that are never revoked (max-no-revoke-per-uid = %s); "
-			     "%s more would exceed it: use a lease that can be revoked, or ask the admin to raise "
-			     "max-no-revoke-per-uid",
-			     c->uid, format_size(budget_uid_no_revoke(b->budget, c->uid), h, sizeof(h)),
-			     format_size(b->max_no_revoke_per_uid_bytes, q, sizeof(q)),
-			     format_size(size, a, sizeof(a)));
+	case REFUSAL_UID_NO_REVOKE:
+		snprintf(msg, len,
+			 "uid %u already holds %s in leases that are never revoked (max-no-revoke-per-uid = %s); "
+			 "%s more would exceed it: use a lease that can be revoked, or ask the admin to raise "
+			 "max-no-revoke-per-uid",
+			 c->uid, format_size(budget_uid_no_revoke(b->budget, c->uid), h, sizeof(h)),
+			 format_size(b->max_no_revoke_per_uid_bytes, q, sizeof(q)), format_size(size, a, sizeof(a)));
 		return;
-	case -ENFILE:
-		reply_status(
-			c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
-			"the daemon holds %llu fds for leases and exit holds, all its file descriptors and mappings "
-			"allow while keeping reserve-fds (%u) free; try again later, or raise LimitNOFILE / "
-			"vm.max_map_count",
-			(unsigned long long)budget_fds(b->budget), b->cfg->reserve_fds);
+	case REFUSAL_CAPACITY:
+		snprintf(msg, len,
+			 "the daemon holds %llu fds for leases and exit holds, all its file descriptors and mappings "
+			 "allow while keeping reserve-fds (%u) free; try again later, or raise LimitNOFILE / "
+			 "vm.max_map_count",
+			 (unsigned long long)budget_fds(b->budget), b->settings.reserve_fds);
 		return;
 	default:
-		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_INTERNAL,
-			     "the daemon could not create pool memory: %s", strerror(-err));
+		failure_message(b, err, msg, len);
 		return;
 	}
+}
+
+void reply_refusal(struct conn *c, uint64_t seq, enum broker_refusal why, int err, uint64_t size)
+{
+	char msg[512];
+
+	c->broker->counters.refused[broker_refusal_reason(why)]++;
+	refusal_message(c, why, err, size, msg, sizeof(msg));
+	reply_status(c, seq, refusal_status(why), "%s", msg);
+}
+
+void reply_log_refusal(const struct conn *c, enum broker_refusal why, int err, uint64_t size)
+{
+	char msg[512];
+
+	refusal_message(c, why, err, size, msg, sizeof(msg));
+	log_event(EV_LEASE_REFUSED, LOG_INFO, 0, c->uid, c->pid, "refused %llu bytes to pid %d uid %u: %s",
+		  (unsigned long long)size, c->pid, c->uid, msg);
 }
 
 /* ------------------------------------------------------------- wire enums */
@@ -260,9 +281,9 @@ int send_lease(struct conn *c, uint64_t seq, const struct lease *l, bool attache
 	if (!sizes || !fds)
 		goto out;
 	for (size_t i = 0; i < n; i++) {
-		sizes[i] = l->chunks[i]->bytes;
-		fds[i] = l->chunks[i]->fd;
-		huge = huge && l->chunks[i]->hugetlb;
+		sizes[i] = l->chunks[i].mem->bytes;
+		fds[i] = l->chunks[i].mem->fd;
+		huge = huge && l->chunks[i].mem->hugetlb;
 	}
 	first = n < PB_MAX_FDS_PER_MSG ? n : PB_MAX_FDS_PER_MSG;
 	lm.lease_id = l->id;

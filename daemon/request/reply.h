@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "broker.h"
 #include "lease.h"
 #include "pinbroker.pb-c.h"
 
@@ -23,8 +24,13 @@ void reply_status(struct conn *c, uint64_t seq, Pinbroker__V1__StatusCode status
 	__attribute__((format(printf, 4, 5)));
 /* Why lease id cannot be used by c: -ENOENT (no such lease), -EPERM (someone else's), else its state. */
 void reply_lease_error(struct conn *c, uint64_t seq, int r, uint64_t id);
-/* The status and message for broker_acquire's errno err (broker.h) on an acquire of size bytes. */
-void reply_acquire_error(struct conn *c, uint64_t seq, int err, uint64_t size);
+/*
+ * Refuse an acquire of size bytes: the status refusal why maps to, and its message, which names what was
+ * refused and what to do; err is the errno beside REFUSAL_FAILED (broker.h), else unused. Counted for the metrics.
+ */
+void reply_refusal(struct conn *c, uint64_t seq, enum broker_refusal why, int err, uint64_t size);
+/* The log line of that refusal (the client's pid and uid, and the same message). */
+void reply_log_refusal(const struct conn *c, enum broker_refusal why, int err, uint64_t size);
 
 Pinbroker__V1__Priority prio_to_wire(enum lease_priority p);
 enum lease_priority prio_from_wire(Pinbroker__V1__Priority p);

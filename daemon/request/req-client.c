@@ -10,6 +10,7 @@
 #include "broker.h"
 #include "config.h"
 #include "conn.h"
+#include "daemon.h"
 #include "jobs-watch.h"
 #include "jobs.h"
 #include "lease.h"
@@ -22,6 +23,7 @@
 #include "tenant.h"
 #include "text.h"
 #include "util.h"
+#include "waitq-order.h"
 #include "waitq.h"
 #include "wire.h"
 
@@ -95,8 +97,9 @@ void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
 	};
 	bool wait = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT) != 0;
 	uint32_t timeout_ms = a->has_timeout_ms && a->timeout_ms ? a->timeout_ms : b->cfg->acquire_timeout_ms;
+	enum broker_refusal why;
 	struct lease *l;
-	int r;
+	int err = 0;
 
 	if (c->nleases + c->npending >= b->cfg->max_leases_per_client) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
@@ -117,12 +120,12 @@ void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
 	args.now_ms = now_ms();
 	if (args.job_unknown)
 		jobs_watch_unknown_acquire(b, c->pid, c->uid);
-	r = broker_acquire(b, &args, &l);
-	if (r == 0) {
+	why = daemon_acquire(b, &args, &l, &err);
+	if (why == REFUSAL_NONE) {
 		reply_grant(c, req->seq, l);
 		return;
 	}
-	if (r == -ENOSPC) {
+	if (why == REFUSAL_BUDGET) {
 		/* Take cached-idle leases back first; the acquire waits for them. */
 		uint64_t shortfall = round_up(a->size, pool_page_size(b->pool));
 		uint64_t got = revoker_reclaim_idle(b, c, shortfall);
@@ -132,7 +135,8 @@ void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
 			timeout_ms = b->cfg->revoke_deadline_ms;
 		}
 	}
-	if (wait && (r == -ENOSPC || r == -EDQUOT || r == -EUSERS || r == -EBUSY || r == -ENOLCK)) {
+	/* What the wait queue would keep waiting (its uid's, job's or the host's limits) may wait. */
+	if (wait && waitq_order_verdict(why) != WAITQ_ANSWERED) {
 		int q = waitq_add(c, req->seq, &args, timeout_ms);
 
 		if (q == 0)
@@ -141,9 +145,8 @@ void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
 			     "%u acquires are already waiting (max-pending-acquires); try again later", waitq_count(b));
 		return;
 	}
-	log_event(EV_LEASE_REFUSED, LOG_INFO, 0, c->uid, c->pid, "refused %llu bytes to pid %d uid %u: %s",
-		  (unsigned long long)a->size, c->pid, c->uid, strerror(-r));
-	reply_acquire_error(c, req->seq, r, a->size);
+	reply_log_refusal(c, why, err, a->size);
+	reply_refusal(c, req->seq, why, err, a->size);
 }
 
 static int check_own(struct conn *c, uint64_t id, struct lease **ret)

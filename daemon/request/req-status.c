@@ -9,6 +9,7 @@
 
 #include "backing.h"
 #include "broker.h"
+#include "daemon.h"
 #include "budget.h"
 #include "cgns-probe.h"
 #include "config.h"
@@ -184,11 +185,11 @@ static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr
 	sr->has_huge_pages_free_bytes = true;
 	sr->huge_pages_free_bytes = b->monitor ? monitor_huge_pages_free_bytes(b->monitor) : 0;
 	sr->has_unbrokered_bytes = true;
-	sr->unbrokered_bytes = unbrokered_counted(&b->unbrokered, broker_unbrokered_cap(b));
+	sr->unbrokered_bytes = unbrokered_counted(&b->unbrokered, daemon_unbrokered_cap(b));
 	sr->has_unbrokered_reported_bytes = true;
 	sr->unbrokered_reported_bytes = b->unbrokered.reported_bytes;
 	sr->has_unbrokered_cap_bytes = true;
-	sr->unbrokered_cap_bytes = broker_unbrokered_cap(b);
+	sr->unbrokered_cap_bytes = daemon_unbrokered_cap(b);
 	sr->has_orphaned_bytes = true;
 	sr->orphaned_bytes = b->orphaned_bytes;
 	sr->has_job_unknown_total = true;
@@ -236,7 +237,7 @@ static int larger_report_first(const void *a, const void *b)
 static int fill_unbrokered_uids(struct status_build *sb, Pinbroker__V1__StatusReply *sr)
 {
 	const struct unbrokered *u = &sb->b->unbrokered;
-	uint64_t cap = broker_unbrokered_cap(sb->b);
+	uint64_t cap = daemon_unbrokered_cap(sb->b);
 	size_t n = 0;
 
 	if (u->nuids == 0)

@@ -110,7 +110,7 @@ void request_dispatch(struct conn *c, const uint8_t *buf, size_t len)
 	} else if (b->shutting_down && !(kind->flags & REQ_ALLOWED_WHILE_STOPPING)) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_SHUTTING_DOWN, "pinbrokerd is stopping");
 	} else if ((kind->flags & REQ_TAKES_MEMORY) && b->state == BROKER_CRITICAL && !shared_registration(req)) {
-		reply_acquire_error(c, req->seq, -EAGAIN, 0); /* the critical answer names no size */
+		reply_refusal(c, req->seq, REFUSAL_CRITICAL, 0, 0); /* the critical answer names no size */
 	} else {
 		kind->handler(c, req);
 	}

@@ -12,6 +12,7 @@
 #include "budget.h"
 #include "config.h"
 #include "conn.h"
+#include "daemon.h"
 #include "reply.h"
 #include "text.h"
 #include "timer-clock.h"
@@ -76,7 +77,7 @@ static void pending_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
 			     format_size(size, a, sizeof(a)));
 		return;
 	}
-	reply_acquire_error(c, seq, -ETIMEDOUT, size);
+	reply_refusal(c, seq, REFUSAL_TIMEOUT, 0, size);
 }
 
 int waitq_add(struct conn *c, uint64_t seq, const struct acquire_args *a, uint32_t timeout_ms)
@@ -118,20 +119,21 @@ static enum waitq_verdict try_grant(struct waitq_entry *e, void *ud)
 	struct pending *p = (struct pending *)e;
 	struct conn *c = p->conn;
 	uint64_t seq = p->seq, size = p->args.size;
+	enum broker_refusal why;
 	enum waitq_verdict v;
 	struct lease *l;
-	int r;
+	int err = 0;
 
 	if (c->closing || c->nleases >= b->cfg->max_leases_per_client)
 		return WAITQ_SKIP;
 	p->args.now_ms = now_ms(); /* granted now, not when it was queued */
-	r = broker_acquire(b, &p->args, &l);
-	v = waitq_order_verdict(r);
+	why = daemon_acquire(b, &p->args, &l, &err);
+	v = waitq_order_verdict(why);
 	if (v != WAITQ_ANSWERED)
 		return v;
 	pending_destroy(b, p);
-	if (r < 0)
-		reply_acquire_error(c, seq, r, size);
+	if (why != REFUSAL_NONE)
+		reply_refusal(c, seq, why, err, size);
 	else
 		reply_grant(c, seq, l);
 	return v;
@@ -169,7 +171,7 @@ void waitq_conn_closed(struct broker *b, struct conn *c)
 	}
 }
 
-void waitq_refuse_all(struct broker *b, int err)
+void waitq_refuse_all(struct broker *b, enum broker_refusal why)
 {
 	struct waitq *wq = b->waitq;
 
@@ -179,7 +181,7 @@ void waitq_refuse_all(struct broker *b, int err)
 		uint64_t seq = p->seq, size = p->args.size;
 
 		pending_destroy(b, p);
-		reply_acquire_error(c, seq, err, size);
+		reply_refusal(c, seq, why, 0, size);
 	}
 }
 

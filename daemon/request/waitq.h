@@ -29,8 +29,8 @@ int waitq_add(struct conn *c, uint64_t seq, const struct acquire_args *a, uint32
 /* Grant waiting acquires that now fit, in priority order (nothing while critical). A freed-memory listener. */
 void waitq_grant(struct broker *b);
 
-/* Refuse every waiting acquire with broker_acquire's errno err (critical: -EAGAIN). */
-void waitq_refuse_all(struct broker *b, int err);
+/* Refuse every waiting acquire with why (critical: REFUSAL_CRITICAL). */
+void waitq_refuse_all(struct broker *b, enum broker_refusal why);
 
 /* c is closing: its waiting acquires go, unanswered. */
 void waitq_conn_closed(struct broker *b, struct conn *c);

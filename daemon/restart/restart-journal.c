@@ -136,11 +136,11 @@ static int lease_line(const struct broker *b, const struct lease *l, struct orph
 	for (size_t k = 0; k < l->nchunks; k++) {
 		struct stat st;
 
-		if (fstat(l->chunks[k]->fd, &st) < 0) {
+		if (fstat(l->chunks[k].mem->fd, &st) < 0) {
 			orphan_clear(o);
 			return -errno;
 		}
-		o->keys[o->nkeys++] = (struct orphan_key){ st.st_dev, st.st_ino, l->chunks[k]->bytes };
+		o->keys[o->nkeys++] = (struct orphan_key){ st.st_dev, st.st_ino, l->chunks[k].mem->bytes };
 	}
 	/* The holder even when detached: its process may map it still. */
 	if (l->pid > 0)

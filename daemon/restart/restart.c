@@ -635,8 +635,9 @@ void restart_save(struct broker *b)
 		for (size_t k = 0; k < l->nchunks; k++) {
 			struct stat st;
 
-			if (fstat(l->chunks[k]->fd, &st) == 0)
-				o->keys[o->nkeys++] = (struct orphan_key){ st.st_dev, st.st_ino, l->chunks[k]->bytes };
+			if (fstat(l->chunks[k].mem->fd, &st) == 0)
+				o->keys[o->nkeys++] = (struct orphan_key){ st.st_dev, st.st_ino,
+									   l->chunks[k].mem->bytes };
 		}
 		memcpy(o->pids, pids, np * sizeof(*pids));
 		o->npids = np;

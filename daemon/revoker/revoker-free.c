@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "broker.h"
+#include "daemon.h"
 #include "config.h"
 #include "conn.h"
 #include "lease.h"
@@ -54,7 +55,7 @@ void revoker_freed(struct broker *b)
 	/* Under pressure, freed memory leaves the pool at once; otherwise the idle
 	 * pool above the warm target shrinks after pool-shrink-delay-ms. */
 	if (b->state != BROKER_NORMAL)
-		broker_trim_pool(b, 0);
+		daemon_trim_pool(b, 0);
 	else if (rv && pool_idle_bytes(b->pool) > b->prewarm_bytes) {
 		ev_timer_stop(b->loop, &rv->shrink_timer);
 		ev_timer_set(&rv->shrink_timer, b->cfg->pool_shrink_delay_ms / 1000.0, 0.);
@@ -74,5 +75,5 @@ void revoker_free_lease(struct broker *b, struct lease *l, const char *why)
 		conn_lose(c, l, false);
 	for (size_t i = 0; i < l->nattachers; i++)
 		conn_lose(l->attachers[i].owner, l, true);
-	broker_free_lease(b, l);
+	daemon_free_lease(b, l);
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "broker.h"
+#include "daemon.h"
 #include "budget.h"
 #include "lease.h"
 #include "log.h"
@@ -80,7 +81,7 @@ void revoker_reclaim_orphan(struct broker *b, struct lease *l)
 		"lease %llu (%llu bytes, pid %d) was not re-declared within redeclare-grace-ms and its holder is gone: "
 		"reclaimed",
 		(unsigned long long)l->id, (unsigned long long)l->bytes, l->pid);
-	broker_free_lease(b, l);
+	daemon_free_lease(b, l);
 }
 
 /* g's process has exited, its mappings with it: its holds end, a lease nobody maps now is freed, and g goes. */

@@ -119,7 +119,7 @@ static int round_add_keys(struct enforce_round *rd, struct lease *l)
 	for (size_t i = 0; i < l->nchunks; i++) {
 		struct stat st;
 
-		if (fstat(l->chunks[i]->fd, &st) < 0)
+		if (fstat(l->chunks[i].mem->fd, &st) < 0)
 			continue;
 		if (rd->nkeys == rd->capkeys) {
 			size_t cap = rd->capkeys ? rd->capkeys * 2 : 64;

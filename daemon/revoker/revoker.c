@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "broker.h"
+#include "daemon.h"
 #include "budget.h"
 #include "config.h"
 #include "conn.h"
@@ -98,7 +99,7 @@ static void reclaim_step(struct broker *b)
 	double avail_pct = b->monitor ? monitor_mem_available_pct(b->monitor) : NAN;
 	uint64_t deficit, in_flight = revoker_policy_revoking_bytes(b->leases);
 
-	broker_trim_pool(b, 0);
+	daemon_trim_pool(b, 0);
 	deficit = revoker_policy_reclaim_deficit(avail_pct, b->cfg->tight_mem_available_pct, b->mem_total_bytes);
 	if (in_flight >= deficit)
 		return;
@@ -125,7 +126,7 @@ static void shrink_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct broker *b = w->data;
 
-	broker_trim_pool(b, b->state == BROKER_NORMAL ? b->prewarm_bytes : 0);
+	daemon_trim_pool(b, b->state == BROKER_NORMAL ? b->prewarm_bytes : 0);
 }
 
 void revoker_on_pressure(struct broker *b, enum broker_state to)
@@ -308,7 +309,7 @@ void revoker_fini(struct broker *b)
 	 * fd store by now) give their chunks back, so pool_free releases them. */
 	for (struct lease *l = lease_first(b->leases), *next; l; l = next) {
 		next = lease_next(b->leases, l);
-		broker_free_lease(b, l);
+		daemon_free_lease(b, l);
 	}
 	ev_timer_stop(b->loop, &rv->deadline_timer);
 	ev_timer_stop(b->loop, &rv->reclaim_timer);

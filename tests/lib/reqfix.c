@@ -17,6 +17,7 @@
 
 #include "budget.h"
 #include "config.h"
+#include "daemon.h"
 #include "conn.h"
 #include "jobs.h"
 #include "lease.h"
@@ -230,7 +231,7 @@ void rf_check(struct rf *f)
 		ck_assert_int_ne(l->state, LEASE_FREED);
 		ck_assert_ptr_eq(lease_find(b->leases, l->id), l);
 		for (size_t i = 0; i < l->nchunks; i++)
-			chunk_sum += l->chunks[i]->bytes;
+			chunk_sum += l->chunks[i].mem->bytes;
 		/* A registration is a charge for the program's own memory: no chunks at all. */
 		ck_assert_uint_eq(chunk_sum, l->registration ? 0 : l->bytes);
 		ck_assert(l->owner == NULL || k >= 0); /* no lease of a connection that is gone */
@@ -300,7 +301,7 @@ void rf_end(struct rf *f)
 	for (l = lease_first(b->leases); l; l = next) {
 		next = lease_next(b->leases, l);
 		ck_assert_ptr_null(l->owner);
-		broker_free_lease(b, l);
+		daemon_free_lease(b, l);
 	}
 	request_fini(b);
 	ck_assert_uint_eq(lease_count(b->leases), 0);
