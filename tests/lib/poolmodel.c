@@ -39,8 +39,9 @@ static struct rec *fresh(uint64_t bytes, uid_t owner, uint64_t tenant)
 {
 	for (size_t i = 0; i < MODEL_CHUNKS_MAX; i++)
 		if (!m.recs[i].live) {
-			m.recs[i] = (struct rec){ .live = true, .id = ++m.next_id, .bytes = bytes, .owner = owner,
-						  .tenant = tenant };
+			m.recs[i] = (struct rec){
+				.live = true, .id = ++m.next_id, .bytes = bytes, .owner = owner, .tenant = tenant
+			};
 			m.st.chunks++;
 			m.st.resident_bytes += bytes;
 			return &m.recs[i];
@@ -230,7 +231,8 @@ static void shrink(uint64_t keep_bytes)
 		for (unsigned k = m.classes.n; k-- > 0;) {
 			struct rec *r;
 
-			while (m.st.idle_bytes > keep_bytes && (r = idle_find(m.classes.bytes[k], order[p], NO_OWNER, 0)))
+			while (m.st.idle_bytes > keep_bytes &&
+			       (r = idle_find(m.classes.bytes[k], order[p], NO_OWNER, 0)))
 				destroy(r);
 		}
 }
