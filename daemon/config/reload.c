@@ -95,14 +95,14 @@ void reload_warn_job_quotas(const struct broker *b)
 
 int reload_apply(struct broker *b, struct config *n, char **err)
 {
-	const struct reload_hooks *h = b->reload_hooks;
-	struct config *old = b->cfg;
+	const struct reload_hooks *h = daemon_of(b)->reload_hooks;
+	struct config *old = daemon_of(b)->cfg;
 	int r;
 
 	r = reload_keep_fixed(n, old);
 	if (r < 0)
 		return r;
-	b->cfg = n;
+	daemon_of(b)->cfg = n;
 	reload_resolve_sizes(b, n);
 	if (h && h->resolve_limits)
 		h->resolve_limits(b);
@@ -111,7 +111,7 @@ int reload_apply(struct broker *b, struct config *n, char **err)
 	if (h && h->reconfigure) {
 		r = h->reconfigure(b, n);
 		if (r < 0) {
-			b->cfg = old;
+			daemon_of(b)->cfg = old;
 			reload_resolve_sizes(b, old);
 			if (h->resolve_limits)
 				h->resolve_limits(b);

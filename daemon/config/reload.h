@@ -45,7 +45,7 @@ int reload_prepare_set(const struct config *running, const char *key, const char
 /*
  * Swap in a validated config n (SIGHUP, `pinctl set`): keep the keys that need
  * a restart (reload_keep_fixed), recompute budget, quota and prewarm, apply
- * the log level, run b->reload_hooks, and trim the pool to the new prewarm.
+ * the log level, run the daemon's reload_hooks, and trim the pool to the new prewarm.
  * Takes ownership of n on success and frees the old config. On failure the
  * running config stays and n is the caller's. Returns 0 or a negative errno
  * with *err (malloc'd, may stay NULL) set.

@@ -14,22 +14,9 @@
 #include "unbrokered.h"
 
 struct budget;
-struct pool;
 struct lease_table;
-struct config;
-struct monitor;
-struct server;
-struct revoker;
-struct waitq;
-struct conn_io;
-struct recovery;
-struct restart;
-struct ev_loop;
-struct reload_hooks;
 struct jobs;
 struct backing_table;
-struct jobs_watch;
-struct quota_store;
 struct tenants;
 struct job_cgroup;
 
@@ -137,28 +124,16 @@ struct broker_counters {
 	uint64_t revokes_cancelled[CANCELLED_N]; /* never-revoked leases' revokes cancelled, by reason */
 };
 
+/*
+ * The core's state: what the decisions read and write, and nothing of the I/O shell. The shell's struct daemon
+ * (daemon/daemon.h) holds it beside the pool, the server and the other objects that act.
+ */
 struct broker {
-	struct config *cfg;
 	struct budget *budget;
-	struct pool *pool;
 	struct lease_table *leases;
-	struct monitor *monitor; /* I/O: samplers and PSI triggers */
-	struct server *server;
-	struct revoker *revoker;       /* I/O: REVOKE deadlines, enforcement, reclaim, exit holds */
-	struct waitq *waitq;           /* I/O: acquires waiting for memory */
-	const struct conn_io *conn_io; /* how the request modules send and close (conn.h); set by server_new */
-	struct jobs *jobs;             /* per-job quotas; NULL: none (the fuzz harness) */
-	struct jobs_watch *jobs_watch; /* I/O: clients' cgroups, and rules whose cgroup went away */
-	struct recovery *recovery;     /* instance id, and the fd-store state for crash recovery under systemd */
-	struct restart
-		*restart; /* I/O: the restart state file, and what live processes still map of an earlier daemon */
-	/* I/O: the file the quota rules pinctl quota set made are kept in over restarts */
-	struct quota_store *quota_store;
+	struct jobs *jobs; /* per-job quotas; NULL: none (the fuzz harness) */
 	/* The connections' tenants (core/tenant.h), the server's: who may see or revoke whose leases of one uid */
 	const struct tenants *tenants;
-	struct ev_loop *loop;
-	const char *config_path;                 /* for SIGHUP; NULL when none */
-	const struct reload_hooks *reload_hooks; /* what reload_apply runs around a new config (reload.h) */
 
 	uint64_t mem_total_bytes;        /* MemTotal, or the cgroup limit if lower */
 	uint64_t host_mem_total_bytes;   /* MemTotal itself, what caps clients' unbrokered reports; 0: unknown */
@@ -213,14 +188,9 @@ struct broker {
 
 	struct broker_counters counters;
 
-	/* NUMA topology the pool places on (main.c's; NULL in tests and the fuzz harness). */
-	const struct numa_topology *numa;
-
 	/* Who hears that leased memory came back (broker_memory_freed): the wait queue, a test. */
 	broker_freed_fn *freed_listeners[BROKER_FREED_LISTENERS_MAX];
 };
-
-struct numa_topology;
 
 struct acquire_args {
 	uid_t uid;

@@ -14,6 +14,7 @@
 #include "broker.h"
 #include "cgns-probe.h"
 #include "config.h"
+#include "daemon.h"
 #include "jobs.h"
 #include "log.h"
 #include "quota-store.h"
@@ -54,7 +55,8 @@ static void rule_gone(void *ctx, const struct job_rule *r)
 
 void jobs_watch_sweep(struct broker *b)
 {
-	if (b->jobs && b->jobs_watch && jobs_sweep(b->jobs, cgroup_exists, rule_gone, b->jobs_watch) > 0)
+	if (b->jobs && daemon_of(b)->jobs_watch &&
+	    jobs_sweep(b->jobs, cgroup_exists, rule_gone, daemon_of(b)->jobs_watch) > 0)
 		b->generation++;
 	/* The file follows released rules, and rules newly seen (or retries a write that failed). */
 	quota_store_sweep(b);
@@ -78,7 +80,7 @@ int jobs_watch_start(struct broker *b)
 	r = jobs_new(&b->jobs);
 	if (r < 0)
 		return r;
-	r = jobs_set_config(b->jobs, b->cfg->job_quota, b->budget_bytes, &err);
+	r = jobs_set_config(b->jobs, daemon_of(b)->cfg->job_quota, b->budget_bytes, &err);
 	if (r < 0) {
 		log_warnx("%s", err ? err : "job-quota: out of memory");
 		free(err);
@@ -94,31 +96,31 @@ int jobs_watch_start(struct broker *b)
 		return -ENOMEM;
 	}
 	w->broker = b;
-	snprintf(w->root, sizeof(w->root), "%s", b->cfg->proc_root);
+	snprintf(w->root, sizeof(w->root), "%s", daemon_of(b)->cfg->proc_root);
 	for (size_t n = strlen(w->root); n > 0 && w->root[n - 1] == '/';)
 		w->root[--n] = '\0';
 	cgns_probe(w->root, &w->cgns);
 	ev_timer_init(&w->sweep, sweep_cb, JOBS_SWEEP_MS / 1000.0, JOBS_SWEEP_MS / 1000.0);
 	w->sweep.data = w;
-	if (b->loop)
-		ev_timer_start(b->loop, &w->sweep);
-	b->jobs_watch = w;
+	if (daemon_of(b)->loop)
+		ev_timer_start(daemon_of(b)->loop, &w->sweep);
+	daemon_of(b)->jobs_watch = w;
 	return 0;
 }
 
 void jobs_watch_stop(struct broker *b)
 {
-	if (b->jobs_watch && b->loop)
-		ev_timer_stop(b->loop, &b->jobs_watch->sweep);
-	free(b->jobs_watch);
-	b->jobs_watch = NULL;
+	if (daemon_of(b)->jobs_watch && daemon_of(b)->loop)
+		ev_timer_stop(daemon_of(b)->loop, &daemon_of(b)->jobs_watch->sweep);
+	free(daemon_of(b)->jobs_watch);
+	daemon_of(b)->jobs_watch = NULL;
 	jobs_free(b->jobs);
 	b->jobs = NULL;
 }
 
 struct job_cgroup *jobs_watch_cgroup_of(struct broker *b, pid_t pid)
 {
-	struct jobs_watch *w = b->jobs_watch;
+	struct jobs_watch *w = daemon_of(b)->jobs_watch;
 	char path[320], text[4096], cg[JOBS_PATH_MAX];
 	struct job_cgroup *ret = NULL;
 	ssize_t n;
@@ -166,12 +168,12 @@ struct job_cgroup *jobs_watch_cgroup_of(struct broker *b, pid_t pid)
 
 const struct cgns_probe *jobs_watch_cgns(const struct broker *b)
 {
-	return b->jobs_watch ? &b->jobs_watch->cgns : NULL;
+	return daemon_of(b)->jobs_watch ? &daemon_of(b)->jobs_watch->cgns : NULL;
 }
 
 void jobs_watch_unknown_acquire(struct broker *b, pid_t pid, uid_t uid)
 {
-	struct jobs_watch *w = b->jobs_watch;
+	struct jobs_watch *w = daemon_of(b)->jobs_watch;
 	uint64_t now = now_ms();
 	size_t nrules = b->jobs ? jobs_rule_count(b->jobs) : 0;
 
@@ -188,8 +190,9 @@ void jobs_watch_unknown_acquire(struct broker *b, pid_t pid, uid_t uid)
 		"rules exist: %s%s; let the daemon read every client's /proc/PID/cgroup (the shipped unit's "
 		"ProtectProc=default, or root; for a namespace, pinctl doctor's cgroup-namespace), see pinctl doctor",
 		(int)pid, uid, w->root, (int)pid, nrules,
-		b->cfg->job_unknown == JOB_UNKNOWN_REFUSE ? "refused (job-unknown = refuse)"
-							  : "granted, charged to no job (job-unknown = allow)",
+		daemon_of(b)->cfg->job_unknown == JOB_UNKNOWN_REFUSE
+			? "refused (job-unknown = refuse)"
+			: "granted, charged to no job (job-unknown = allow)",
 		w->unknown_quiet ? " (more such acquires since the last warning: pinbroker_job_unknown_total)" : "");
 	w->unknown_warned_ms = now ? now : 1;
 	w->unknown_quiet = 0;

@@ -12,11 +12,11 @@ struct job_cgroup;
 #define JOBS_SWEEP_MS 5000
 
 /*
- * Make b->jobs (with the config's job-quota rules) and b->jobs_watch, and start the sweep.
+ * Make b->jobs (with the config's job-quota rules) and the daemon's jobs_watch, and start the sweep.
  * Returns 0, -EINVAL (job-quota does not parse: logged) or -ENOMEM.
  */
 int jobs_watch_start(struct broker *b);
-/* Stop the sweep and free b->jobs_watch and b->jobs (every connection and lease must be gone). */
+/* Stop the sweep and free the daemon's jobs_watch and b->jobs (every connection and lease must be gone). */
 void jobs_watch_stop(struct broker *b);
 
 /*

@@ -16,6 +16,7 @@
 
 #include "broker.h"
 #include "config.h"
+#include "daemon.h"
 #include "jobs.h"
 #include "log.h"
 #include "quota-rules.h"
@@ -106,9 +107,9 @@ int quota_store_start(struct broker *b)
 	qs = calloc(1, sizeof(*qs));
 	if (!qs)
 		return -ENOMEM;
-	b->quota_store = qs;
-	read_boot_id(b->cfg->proc_root, qs->boot_id, sizeof(qs->boot_id));
-	if (quota_store_path(b->cfg, qs->path, sizeof(qs->path)) < 0) {
+	daemon_of(b)->quota_store = qs;
+	read_boot_id(daemon_of(b)->cfg->proc_root, qs->boot_id, sizeof(qs->boot_id));
+	if (quota_store_path(daemon_of(b)->cfg, qs->path, sizeof(qs->path)) < 0) {
 		log_warnx("the quota rules file's path is too long: rules set with pinctl quota set will not survive a "
 			  "restart; use a shorter socket path");
 		qs->path[0] = '\0';
@@ -199,7 +200,7 @@ static int write_rules(const struct quota_store *qs, const char *text, size_t le
 
 int quota_store_save(struct broker *b, char *why, size_t whylen)
 {
-	struct quota_store *qs = b->quota_store;
+	struct quota_store *qs = daemon_of(b)->quota_store;
 	char *text = NULL;
 	size_t len = 0;
 	int r;
@@ -245,7 +246,7 @@ int quota_store_save(struct broker *b, char *why, size_t whylen)
 
 void quota_store_sweep(struct broker *b)
 {
-	const struct quota_store *qs = b->quota_store;
+	const struct quota_store *qs = daemon_of(b)->quota_store;
 
 	/* Any uid's quota list sweeps: while writes fail, it must not buy a write, and its fsync, each. */
 	if (qs && qs->failed && now_us() - qs->failed_us < RETRY_US)
@@ -255,9 +256,9 @@ void quota_store_sweep(struct broker *b)
 
 void quota_store_stop(struct broker *b)
 {
-	if (!b->quota_store)
+	if (!daemon_of(b)->quota_store)
 		return;
-	free(b->quota_store->saved);
-	free(b->quota_store);
-	b->quota_store = NULL;
+	free(daemon_of(b)->quota_store->saved);
+	free(daemon_of(b)->quota_store);
+	daemon_of(b)->quota_store = NULL;
 }

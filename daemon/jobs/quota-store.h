@@ -15,7 +15,7 @@ struct config;
 int quota_store_path(const struct config *cfg, char *buf, size_t len);
 
 /*
- * After jobs_watch_start and before the loop serves a request: make b->quota_store and add the file's rules to
+ * After jobs_watch_start and before the loop serves a request: make the daemon's quota_store and add the file's rules to
  * b->jobs as set rules (a bad line is logged as path:line and skipped; a file that is not a regular file of
  * this uid, or that others may write, is ignored with a warning). Nothing to do without b->jobs. Returns 0 or
  * -ENOMEM.
@@ -35,5 +35,5 @@ int quota_store_save(struct broker *b, char *why, size_t whylen);
  */
 void quota_store_sweep(struct broker *b);
 
-/* Free b->quota_store (the file stays for the next daemon). */
+/* Free the daemon's quota_store (the file stays for the next daemon). */
 void quota_store_stop(struct broker *b);

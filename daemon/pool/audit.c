@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "broker.h"
+#include "daemon.h"
 #include "lease.h"
 #include "log.h"
 #include "pool.h"
@@ -32,7 +33,7 @@ static void report(const struct chunk *c, uint64_t missing_bytes, void *ud)
 	struct broker *b = ud;
 	const struct lease *l = c->lease_id ? lease_find(b->leases, c->lease_id) : NULL;
 	uid_t uid = l ? l->uid : c->owner_uid;
-	unsigned long long so_far = (unsigned long long)pool_punched_count_uid(b->pool, uid);
+	unsigned long long so_far = (unsigned long long)pool_punched_count_uid(daemon_of(b)->pool, uid);
 	char sz[32];
 
 	format_size(missing_bytes, sz, sizeof(sz));
@@ -57,7 +58,7 @@ static void tick_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)loop;
 	(void)revents;
 	/* An idle chunk that could not be repaired is gone: the fd-store state must follow. */
-	if (pool_audit(a->b->pool, AUDIT_BYTES_PER_TICK) > 0)
+	if (pool_audit(daemon_of(a->b)->pool, AUDIT_BYTES_PER_TICK) > 0)
 		a->b->generation++;
 }
 
@@ -68,10 +69,10 @@ int audit_new(struct broker *b, struct audit **ret)
 	if (!a)
 		return -ENOMEM;
 	a->b = b;
-	pool_set_punch_hook(b->pool, report, b);
+	pool_set_punch_hook(daemon_of(b)->pool, report, b);
 	ev_timer_init(&a->timer, tick_cb, AUDIT_INTERVAL_S, AUDIT_INTERVAL_S);
 	a->timer.data = a;
-	ev_timer_start(b->loop, &a->timer);
+	ev_timer_start(daemon_of(b)->loop, &a->timer);
 	*ret = a;
 	return 0;
 }
@@ -80,7 +81,7 @@ void audit_free(struct audit *a)
 {
 	if (!a)
 		return;
-	ev_timer_stop(a->b->loop, &a->timer);
-	pool_set_punch_hook(a->b->pool, NULL, NULL);
+	ev_timer_stop(daemon_of(a->b)->loop, &a->timer);
+	pool_set_punch_hook(daemon_of(a->b)->pool, NULL, NULL);
 	free(a);
 }

@@ -9,6 +9,7 @@
 #include "broker.h"
 #include "budget.h"
 #include "config.h"
+#include "daemon.h"
 #include "log.h"
 #include "notify.h"
 #include "numa.h"
@@ -39,9 +40,9 @@ static uint64_t prewarm_fd_room(const struct broker *b, uint64_t want)
 	if (b->chunk_capacity == 0)
 		return UINT64_MAX;
 	room = b->chunk_capacity > lent ? b->chunk_capacity - lent : 0;
-	if (classes_warm_chunks(pool_classes(b->pool), want) <= room)
+	if (classes_warm_chunks(pool_classes(daemon_of(b)->pool), want) <= room)
 		return UINT64_MAX;
-	return classes_warm_room(pool_classes(b->pool), room, want);
+	return classes_warm_room(pool_classes(daemon_of(b)->pool), room, want);
 }
 
 /* Say once that prewarm is more than the descriptors allow, and what to raise (prewarm.h). */
@@ -57,7 +58,8 @@ uint64_t prewarm_clamp_fds(const struct broker *b, uint64_t want)
 		said = true;
 		log_warnx("prewarm %s needs more chunks of %s than the daemon's file descriptors allow (%llu chunks in "
 			  "all): warming %s; raise LimitNOFILE, or chunk-size",
-			  format_size(want, s1, sizeof(s1)), format_size(pool_chunk_size(b->pool), s2, sizeof(s2)),
+			  format_size(want, s1, sizeof(s1)),
+			  format_size(pool_chunk_size(daemon_of(b)->pool), s2, sizeof(s2)),
 			  (unsigned long long)b->chunk_capacity, format_size(room, s3, sizeof(s3)));
 	}
 	return room;
@@ -79,7 +81,7 @@ void prewarm_warn_failed(const struct broker *b, uint64_t want, int err)
 	char s1[32], s2[32];
 
 	log_warnx("warming the pool to %s failed: %s; continuing with %s warm (%s)", format_size(want, s1, sizeof(s1)),
-		  strerror(-err), format_size(pool_idle_bytes(b->pool), s2, sizeof(s2)),
+		  strerror(-err), format_size(pool_idle_bytes(daemon_of(b)->pool), s2, sizeof(s2)),
 		  err == -EMFILE || err == -ENFILE ? "raise LimitNOFILE, or chunk-size"
 						   : "raise LimitMEMLOCK or grant CAP_IPC_LOCK");
 }
@@ -127,18 +129,18 @@ int prewarm_numa_read(struct broker *b, const struct config *cfg, struct pool_op
 			numa_ids[i] = numa_topo.node[i].id;
 		po->nodes = numa_ids;
 		po->n_nodes = numa_topo.n;
-		b->numa = &numa_topo;
+		daemon_of(b)->numa = &numa_topo;
 	}
 	return 0;
 }
 
 void prewarm_numa_hooks(struct broker *b, const struct config *cfg)
 {
-	if (b->numa) {
+	if (daemon_of(b)->numa) {
 		static const struct pool_numa_hooks hooks = { numa_hook_free, numa_hook_fallback, NULL };
 
 		snprintf(numa_root, sizeof(numa_root), "%s", cfg->proc_root ? cfg->proc_root : "");
-		pool_set_numa_hooks(b->pool, &hooks);
+		pool_set_numa_hooks(daemon_of(b)->pool, &hooks);
 	}
 }
 
@@ -146,7 +148,7 @@ void prewarm_numa_hooks(struct broker *b, const struct config *cfg)
 static void warn_thp_unverified(const struct broker *b)
 {
 	static bool said;
-	uint64_t n = pool_thp_unverified(b->pool);
+	uint64_t n = pool_thp_unverified(daemon_of(b)->pool);
 
 	if (n && !said) {
 		said = true;
@@ -161,23 +163,24 @@ int prewarm_grow(struct broker *b, uint64_t bytes, void (*progress)(uint64_t, ui
 {
 	uint64_t split[NUMA_MAX_NODES], left = bytes;
 	const int *nodes;
-	size_t n = pool_nodes(b->pool, &nodes);
+	size_t n = pool_nodes(daemon_of(b)->pool, &nodes);
 	int r, first = 0;
 
 	if (n == 0) {
-		r = pool_grow(b->pool, bytes, progress, NULL);
+		r = pool_grow(daemon_of(b)->pool, bytes, progress, NULL);
 		goto out;
 	}
-	numa_split_prewarm(&numa_topo, numa_how, bytes, pool_chunk_size(b->pool), numa_list, split);
+	numa_split_prewarm(&numa_topo, numa_how, bytes, pool_chunk_size(daemon_of(b)->pool), numa_list, split);
 	for (size_t i = 0; i < n; i++) {
 		uint64_t want = split[i] < left ? split[i] : left; /* a list larger than the prewarm is cut */
-		uint64_t idle = pool_idle_bytes(b->pool), lack = bytes > idle ? bytes - idle : 0;
+		uint64_t idle = pool_idle_bytes(daemon_of(b)->pool), lack = bytes > idle ? bytes - idle : 0;
 		struct pool_node_bytes on;
 
 		left -= want;
 		/* No more than the pool lacks: idle chunks no node counts (simulated, misplaced) are warm too. */
-		pool_node_bytes(b->pool, nodes[i], &on);
-		r = pool_grow_on(b->pool, want < on.idle + lack ? want : on.idle + lack, nodes[i], progress, NULL);
+		pool_node_bytes(daemon_of(b)->pool, nodes[i], &on);
+		r = pool_grow_on(daemon_of(b)->pool, want < on.idle + lack ? want : on.idle + lack, nodes[i], progress,
+				 NULL);
 		if (r < 0 && first == 0)
 			first = r;
 	}
@@ -185,7 +188,7 @@ int prewarm_grow(struct broker *b, uint64_t bytes, void (*progress)(uint64_t, ui
 	 * Whatever the split left short (chunk rounding, a list smaller than the prewarm, pages a node
 	 * could not take) is topped up on any node: the pool ends at least this warm, as without NUMA.
 	 */
-	r = first < 0 ? first : pool_grow(b->pool, bytes, progress, NULL);
+	r = first < 0 ? first : pool_grow(daemon_of(b)->pool, bytes, progress, NULL);
 out:
 	warn_thp_unverified(b);
 	return r;
@@ -198,7 +201,8 @@ static uint64_t bg_target;
 static bool bg_admit(uint64_t bytes, void *ud)
 {
 	struct broker *b = ud;
-	uint64_t target = prewarm_target(b), idle = pool_idle_bytes(b->pool), slack = pool_chunk_size(b->pool);
+	uint64_t target = prewarm_target(b), idle = pool_idle_bytes(daemon_of(b)->pool),
+		 slack = pool_chunk_size(daemon_of(b)->pool);
 
 	/* The plan rounds up to whole chunks of the smallest class, as a warm-up in one go does. */
 	return !b->shutting_down && idle < target && idle + bytes <= target + slack - 1;
@@ -211,7 +215,8 @@ static void bg_grown(void *ud)
 
 	b->generation++;
 	notify_status("Warming pool: %s of %s pre-faulted and locked (serving)",
-		      format_size(pool_idle_bytes(b->pool), d, sizeof(d)), format_size(bg_target, t, sizeof(t)));
+		      format_size(pool_idle_bytes(daemon_of(b)->pool), d, sizeof(d)),
+		      format_size(bg_target, t, sizeof(t)));
 	shell->status(b);
 }
 
@@ -227,8 +232,8 @@ static void bg_done(uint64_t bytes, uint64_t us, int err, void *ud)
 	else
 		log_info("pool warmed: %s in %.1f ms (%.1f GiB/s, %u threads), serving meanwhile; %s idle now",
 			 format_size(bytes, s1, sizeof(s1)), (double)us / 1000.0,
-			 (double)bytes / 1073741824.0 / ((double)(us + 1) / 1e6), pool_threads(b->pool),
-			 format_size(pool_idle_bytes(b->pool), s2, sizeof(s2)));
+			 (double)bytes / 1073741824.0 / ((double)(us + 1) / 1e6), pool_threads(daemon_of(b)->pool),
+			 format_size(pool_idle_bytes(daemon_of(b)->pool), s2, sizeof(s2)));
 	/*
 	 * A prewarm raised meanwhile waited for this warm-up: grow on in steps (prewarm_cb). Chunks leases took
 	 * meanwhile are not made again, as after a warm-up in one go.
@@ -246,15 +251,16 @@ int prewarm_grow_bg(struct broker *b, uint64_t bytes)
 	struct warmup_hooks h = hooks;
 	uint64_t split[NUMA_MAX_NODES];
 	const int *nodes;
-	size_t n = pool_nodes(b->pool, &nodes);
+	size_t n = pool_nodes(daemon_of(b)->pool, &nodes);
 	int r;
 
 	if (n > 0)
-		numa_split_prewarm(&numa_topo, numa_how, bytes, pool_chunk_size(b->pool), numa_list, split);
+		numa_split_prewarm(&numa_topo, numa_how, bytes, pool_chunk_size(daemon_of(b)->pool), numa_list, split);
 	h.ud = b;
 	bg_target = bytes;
 	/* warmup-batch-max as at start: a reload does not change it (the key is restart-only). */
-	r = warmup_start(b->loop, b->pool, bytes, nodes, split, n, b->cfg->warmup_batch_max_bytes, &h, &bg_warmup);
+	r = warmup_start(daemon_of(b)->loop, daemon_of(b)->pool, bytes, nodes, split, n,
+			 daemon_of(b)->cfg->warmup_batch_max_bytes, &h, &bg_warmup);
 	if (r == 0)
 		b->pool_warming = true;
 	return r;
@@ -263,10 +269,11 @@ int prewarm_grow_bg(struct broker *b, uint64_t bytes)
 static void prewarm_cb(struct ev_loop *loop, ev_idle *w, int revents)
 {
 	struct broker *b = w->data;
-	uint64_t target = prewarm_target(b), idle = pool_idle_bytes(b->pool), step;
+	uint64_t target = prewarm_target(b), idle = pool_idle_bytes(daemon_of(b)->pool), step;
 	/* A step holds at least one chunk of the largest class, or a stepped warm-up would never make one. */
-	uint64_t step_bytes = pool_chunk_max(b->pool) > PREWARM_STEP_BYTES ? pool_chunk_max(b->pool)
-									   : PREWARM_STEP_BYTES;
+	uint64_t step_bytes = pool_chunk_max(daemon_of(b)->pool) > PREWARM_STEP_BYTES
+				      ? pool_chunk_max(daemon_of(b)->pool)
+				      : PREWARM_STEP_BYTES;
 	char s1[32];
 	int r;
 
@@ -281,9 +288,9 @@ static void prewarm_cb(struct ev_loop *loop, ev_idle *w, int revents)
 	if (r < 0) {
 		prewarm_warn_failed(b, target, r);
 		ev_idle_stop(loop, w);
-	} else if (pool_idle_bytes(b->pool) >= target) {
+	} else if (pool_idle_bytes(daemon_of(b)->pool) >= target) {
 		log_info("pool warmed to %s for the new prewarm",
-			 format_size(pool_idle_bytes(b->pool), s1, sizeof(s1)));
+			 format_size(pool_idle_bytes(daemon_of(b)->pool), s1, sizeof(s1)));
 		ev_idle_stop(loop, w);
 		shell->status(b);
 	}
@@ -298,9 +305,10 @@ void prewarm_init(const struct prewarm_hooks *h)
 void prewarm_kick(struct broker *b)
 {
 	/* A raised prewarm grows the pool, in steps off the loop's busy turns (prewarm_cb). */
-	if (b->loop && prewarm_target(b) > pool_idle_bytes(b->pool) && !ev_is_active(&prewarm_idle)) {
+	if (daemon_of(b)->loop && prewarm_target(b) > pool_idle_bytes(daemon_of(b)->pool) &&
+	    !ev_is_active(&prewarm_idle)) {
 		prewarm_idle.data = b;
-		ev_idle_start(b->loop, &prewarm_idle);
+		ev_idle_start(daemon_of(b)->loop, &prewarm_idle);
 	}
 }
 
@@ -313,5 +321,5 @@ void prewarm_stop_warmup(struct broker *b)
 
 void prewarm_fini(struct broker *b)
 {
-	ev_idle_stop(b->loop, &prewarm_idle);
+	ev_idle_stop(daemon_of(b)->loop, &prewarm_idle);
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "broker.h"
+#include "daemon.h"
 #include "lease.h"
 #include "log.h"
 #include "notify.h"
@@ -94,7 +95,7 @@ int recovery_commit_snapshot(struct recovery *rc)
 	for (const struct lease *l = lease_first(b->leases); l; l = lease_next(b->leases, l))
 		if (!l->registration)
 			put_lease(rc, body, l);
-	pool_foreach_idle(b->pool, idle_line, body);
+	pool_foreach_idle(daemon_of(b)->pool, idle_line, body);
 	if (body->oom)
 		return -ENOMEM;
 	if (!rc->committed) {
@@ -134,7 +135,7 @@ int recovery_commit_snapshot(struct recovery *rc)
 
 void recovery_lent(struct broker *b, const struct lease *l)
 {
-	struct recovery *rc = b->recovery;
+	struct recovery *rc = daemon_of(b)->recovery;
 	pid_t holds[RECOVERY_MAPPERS_MAX];
 	int r;
 
@@ -204,15 +205,15 @@ void recovery_writer_start(struct recovery *rc)
 {
 	ev_prepare_init(&rc->prepare, prepare_cb);
 	rc->prepare.data = rc;
-	ev_prepare_start(rc->b->loop, &rc->prepare);
+	ev_prepare_start(daemon_of(rc->b)->loop, &rc->prepare);
 	ev_timer_init(&rc->snapshot_timer, snapshot_timer_cb, 0., 0.);
 	rc->snapshot_timer.data = rc;
 }
 
 void recovery_writer_stop(struct recovery *rc)
 {
-	ev_prepare_stop(rc->b->loop, &rc->prepare);
-	ev_timer_stop(rc->b->loop, &rc->snapshot_timer);
+	ev_prepare_stop(daemon_of(rc->b)->loop, &rc->prepare);
+	ev_timer_stop(daemon_of(rc->b)->loop, &rc->snapshot_timer);
 }
 
 /* ------------------------------------------------------------ the pool's chunks in the fd store */
@@ -239,5 +240,5 @@ static void chunk_destroyed(struct chunk *c, void *ud)
 
 void recovery_store_chunks(struct recovery *rc)
 {
-	pool_set_hooks(rc->b->pool, &(struct pool_hooks){ chunk_created, chunk_destroyed, rc });
+	pool_set_hooks(daemon_of(rc->b)->pool, &(struct pool_hooks){ chunk_created, chunk_destroyed, rc });
 }

@@ -140,7 +140,7 @@ static void quarantine_add(struct recovery *rc, struct chunk *c)
 	if (!nq) {
 		/* Cannot hold it: destroying it now is as safe (the holder keeps its own mapping). */
 		c->tail = true;
-		pool_put(rc->b->pool, &c, 1);
+		pool_put(daemon_of(rc->b)->pool, &c, 1);
 		return;
 	}
 	rc->quarantine = nq;
@@ -157,7 +157,7 @@ static void quarantine_release(struct recovery *rc)
 	for (size_t i = 0; i < rc->nquarantine; i++)
 		rc->quarantine[i]->tail = true;
 	if (rc->nquarantine)
-		pool_put(rc->b->pool, rc->quarantine, rc->nquarantine);
+		pool_put(daemon_of(rc->b)->pool, rc->quarantine, rc->nquarantine);
 	free(rc->quarantine);
 	rc->quarantine = NULL;
 	rc->nquarantine = 0;
@@ -169,7 +169,7 @@ static void quarantine_fd(struct recovery *rc, int fd, uint64_t id, const char *
 {
 	struct chunk *c = NULL;
 
-	if (pool_adopt(rc->b->pool, fd, id, OWNER_UNKNOWN, false, false, &c) == 0) {
+	if (pool_adopt(daemon_of(rc->b)->pool, fd, id, OWNER_UNKNOWN, false, false, &c) == 0) {
 		quarantine_add(rc, c);
 		return;
 	}
@@ -186,7 +186,7 @@ enum watch { WATCH_HELD, WATCH_POLLED, WATCH_GONE };
  * Keep lease l counted until process pid exits, since it may still map l's pages (holder: l's holder at the grace's
  * end; else a former attacher): an exit hold through its pidfd, or, while it is alive but no pidfd can be had
  * (pidfd_open failed: ENOSYS under valgrind 3.19, an old kernel or a seccomp sandbox, EMFILE/ENFILE/ENOMEM), a
- * polled one, which the revoker ends when it finds the process gone (revoker-int.h's struct ghost). The revoker's
+ * polled one, which the revoker ends when it finds the process gone (revoker-int.h's struct exit_hold). The revoker's
  * exit holds are the one mechanism: revoker_unhold, revoker_hold_pids and the fd-store state cover both kinds.
  * WATCH_GONE: pid is gone; l gained no hold.
  */
@@ -241,7 +241,7 @@ static void grace_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	 */
 	if (!rc->grace_from_ms)
 		rc->grace_from_ms = now_ms();
-	if (timer_clock_early(loop, w, rc->grace_from_ms, b->cfg->redeclare_grace_ms))
+	if (timer_clock_early(loop, w, rc->grace_from_ms, daemon_of(b)->cfg->redeclare_grace_ms))
 		return;
 	b->redeclare_grace = false;
 	if (rc->nquarantine) {
@@ -296,7 +296,8 @@ static bool adopt_lease(struct recovery *rc, struct store *s, const struct recov
 
 		if (fd < 0) {
 			why = "a chunk is missing from the fd store or named by a later lease";
-		} else if (pool_adopt(b->pool, fd, sl->chunk_ids[k], sl->uid, sl->tails[k], false, &chunks[k]) < 0) {
+		} else if (pool_adopt(daemon_of(b)->pool, fd, sl->chunk_ids[k], sl->uid, sl->tails[k], false,
+				      &chunks[k]) < 0) {
 			close(fd);
 			why = "a stored chunk is not a sealed memfd";
 		} else {
@@ -393,11 +394,11 @@ static int adopt(struct recovery *rc, struct notify_stored *st, int nst, int sta
 			continue;
 		recovery_chunk_name(ps.idle_ids[i], name, sizeof(name));
 		/* The pool lends idle chunks as chunks of its classes: another size is not one it made. */
-		if (fstat(fd, &sb) < 0 || !pool_is_class(b->pool, (uint64_t)sb.st_size)) {
+		if (fstat(fd, &sb) < 0 || !pool_is_class(daemon_of(b)->pool, (uint64_t)sb.st_size)) {
 			quarantine_fd(rc, fd, ps.idle_ids[i], name);
 			continue;
 		}
-		if (pool_adopt(b->pool, fd, ps.idle_ids[i], ps.idle_owner[i], false, true, NULL) == 0) {
+		if (pool_adopt(daemon_of(b)->pool, fd, ps.idle_ids[i], ps.idle_owner[i], false, true, NULL) == 0) {
 			idle++;
 		} else {
 			close(fd);
@@ -437,7 +438,7 @@ static int adopt(struct recovery *rc, struct notify_stored *st, int nst, int sta
 		log_info(
 			"recovered from the fd store: %zu leases (awaiting re-declaration for %u ms), %zu idle chunks, "
 			"%zu chunks quarantined until then",
-			adopted, b->cfg->redeclare_grace_ms, idle, rc->nquarantine);
+			adopted, daemon_of(b)->cfg->redeclare_grace_ms, idle, rc->nquarantine);
 	*nadopted = adopted;
 	return r;
 }
@@ -475,7 +476,7 @@ void recovery_init(struct broker *b)
 	rc->hold_pids = revoker_hold_pids;
 	rc->state_fd = -1;
 	rc->instance_id = new_instance_id();
-	b->recovery = rc;
+	daemon_of(b)->recovery = rc;
 	if (!notify_enabled())
 		return;
 	/* Hooks first: chunks dropped while adopting must leave the store too. */
@@ -503,7 +504,7 @@ void recovery_init(struct broker *b)
 				  "survive a daemon restart");
 			if (state_fd >= 0)
 				close(state_fd);
-			pool_set_hooks(b->pool, NULL);
+			pool_set_hooks(daemon_of(b)->pool, NULL);
 			quarantine_release(rc);
 			return;
 		}
@@ -519,7 +520,7 @@ void recovery_init(struct broker *b)
 	rc->grace.data = rc;
 	if (adopted || rc->nquarantine) {
 		b->redeclare_grace = true;
-		ev_timer_start(b->loop, &rc->grace);
+		ev_timer_start(daemon_of(b)->loop, &rc->grace);
 		/* Test only: a slow start-up after this (RECOVERY_STALL_ENV). */
 		timer_clock_stall(timer_clock_stall_ms(RECOVERY_STALL_ENV));
 	}
@@ -527,13 +528,13 @@ void recovery_init(struct broker *b)
 
 void recovery_fini(struct broker *b)
 {
-	struct recovery *rc = b->recovery;
+	struct recovery *rc = daemon_of(b)->recovery;
 
 	if (!rc)
 		return;
 	if (rc->state_fd >= 0) {
 		recovery_writer_stop(rc);
-		ev_timer_stop(b->loop, &rc->grace);
+		ev_timer_stop(daemon_of(b)->loop, &rc->grace);
 	}
 	quarantine_release(rc);
 	/* A clean stop: the state says nothing is lent any more. */
@@ -545,15 +546,15 @@ void recovery_fini(struct broker *b)
 	recovery_buf_free(&rc->body);
 	recovery_buf_free(&rc->rec);
 	free(rc);
-	b->recovery = NULL;
+	daemon_of(b)->recovery = NULL;
 }
 
 bool recovery_adopted_state(const struct broker *b)
 {
-	return b->recovery && b->recovery->adopted_state;
+	return daemon_of(b)->recovery && daemon_of(b)->recovery->adopted_state;
 }
 
 uint64_t recovery_instance_id(const struct broker *b)
 {
-	return b->recovery ? b->recovery->instance_id : 0;
+	return daemon_of(b)->recovery ? daemon_of(b)->recovery->instance_id : 0;
 }

@@ -13,6 +13,7 @@
 #include "budget.h"
 #include "config.h"
 #include "conn.h"
+#include "daemon.h"
 #include "jobs.h"
 #include "log.h"
 #include "pool.h"
@@ -25,12 +26,12 @@
 
 int reply_send(struct conn *c, const Pinbroker__V1__Reply *reply, const int *fds, size_t nfds)
 {
-	return c->broker->conn_io->send(c, reply, fds, nfds);
+	return daemon_of(c->broker)->conn_io->send(c, reply, fds, nfds);
 }
 
 void reply_close(struct conn *c, const char *why)
 {
-	c->broker->conn_io->close(c, why);
+	daemon_of(c->broker)->conn_io->close(c, why);
 }
 
 /* ---------------------------------------------------------------- replies */
@@ -108,7 +109,7 @@ static Pinbroker__V1__StatusCode refusal_status(enum broker_refusal why)
 /* Why making pool memory failed with err, and what to do. */
 static void failure_message(const struct broker *b, int err, char *msg, size_t len)
 {
-	if (err == -ENOSPC && pool_hugetlb(b->pool))
+	if (err == -ENOSPC && pool_hugetlb(daemon_of(b)->pool))
 		snprintf(msg, len,
 			 "the daemon could not create pool memory: the host's 2 MiB huge pages ran out (hugetlb = yes "
 			 "keeps the pool on them); ask the admin to raise vm.nr_hugepages (pinbrokerd "
@@ -168,7 +169,7 @@ static void refusal_message(const struct conn *c, enum broker_refusal why, int e
 	case REFUSAL_TIGHT:
 		snprintf(msg, len,
 			 "host memory is tight: only the free warm pool (%s) is lent now; use pageable memory",
-			 format_size(pool_idle_bytes(b->pool), a, sizeof(a)));
+			 format_size(pool_idle_bytes(daemon_of(b)->pool), a, sizeof(a)));
 		return;
 	case REFUSAL_TIGHT_NO_REVOKE:
 		snprintf(msg, len,
@@ -288,7 +289,7 @@ int send_lease(struct conn *c, uint64_t seq, const struct lease *l, bool attache
 	first = n < PB_MAX_FDS_PER_MSG ? n : PB_MAX_FDS_PER_MSG;
 	lm.lease_id = l->id;
 	lm.size = l->bytes;
-	lm.page_size = pool_page_size(b->pool);
+	lm.page_size = pool_page_size(daemon_of(b)->pool);
 	lm.n_chunk_bytes = n;
 	lm.chunk_bytes = sizes;
 	lm.fds_in_reply = (uint32_t)first;

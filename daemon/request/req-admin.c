@@ -14,6 +14,7 @@
 #include "broker.h"
 #include "config.h"
 #include "conn.h"
+#include "daemon.h"
 #include "lease.h"
 #include "log.h"
 #include "metrics.h"
@@ -90,7 +91,10 @@ void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req)
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED,
 			     "revoking other uids' leases needs uid 0 or membership of the admin group "
 			     "(admin-group = %s); you may revoke your own: a lease id of yours, or --uid %u",
-			     b->cfg->admin_group && b->cfg->admin_group[0] ? b->cfg->admin_group : "none set", c->uid);
+			     daemon_of(b)->cfg->admin_group && daemon_of(b)->cfg->admin_group[0]
+				     ? daemon_of(b)->cfg->admin_group
+				     : "none set",
+			     c->uid);
 		return;
 	}
 	/* Of one's own uid, only leases held from one's own pid namespace: a container's root is not the host's. */
@@ -149,7 +153,7 @@ void handle_set_config(struct conn *c, const Pinbroker__V1__Request *req)
 	char *err = NULL;
 	int r;
 
-	r = reload_prepare_set(b->cfg, req->set_config->key, req->set_config->value, &n, &err);
+	r = reload_prepare_set(daemon_of(b)->cfg, req->set_config->key, req->set_config->value, &n, &err);
 	if (r == 0)
 		r = reload_apply(b, n, &err);
 	if (r < 0) {
@@ -169,7 +173,7 @@ void handle_metrics(struct conn *c, const Pinbroker__V1__Request *req)
 {
 	struct broker *b = c->broker;
 	Pinbroker__V1__MetricsReply mr = PINBROKER__V1__METRICS_REPLY__INIT;
-	bool see_all = c->admin || b->cfg->status_visibility == VISIBILITY_ALL;
+	bool see_all = c->admin || daemon_of(b)->cfg->status_visibility == VISIBILITY_ALL;
 	struct timespec ts;
 	char *text = NULL;
 	size_t len = 0;
@@ -235,13 +239,13 @@ void handle_config(struct conn *c, const Pinbroker__V1__Request *req)
 		if (only && k != only)
 			continue;
 		pinbroker__v1__config_entry__init(e);
-		config_format_value(b->cfg, k, v, CONFIG_VALUE_BYTES);
-		src = config_source_of(b->cfg, k, &line);
+		config_format_value(daemon_of(b)->cfg, k, v, CONFIG_VALUE_BYTES);
+		src = config_source_of(daemon_of(b)->cfg, k, &line);
 		e->key = (char *)k->name;
 		e->value = v;
 		e->source = (char *)config_source_name(src);
-		if (src == CONFIG_SOURCE_FILE && config_file_path(b->cfg)) {
-			e->file = (char *)config_file_path(b->cfg);
+		if (src == CONFIG_SOURCE_FILE && config_file_path(daemon_of(b)->cfg)) {
+			e->file = (char *)config_file_path(daemon_of(b)->cfg);
 			e->has_line = true;
 			e->line = line;
 		}

@@ -47,17 +47,17 @@ void handle_hello(struct conn *c, const Pinbroker__V1__Request *req)
 		return;
 	}
 	c->hello_done = true;
-	b->conn_io->hello_done(c);
+	daemon_of(b)->conn_io->hello_done(c);
 	if (h->client_name)
 		text_sanitize(c->name, sizeof(c->name), h->client_name); /* shown to others: no control characters */
 	hr.version = PB_PROTOCOL_VERSION;
 	hr.server_version = (char *)PINBROKER_VERSION;
 	hr.has_page_size = true;
-	hr.page_size = pool_page_size(b->pool);
+	hr.page_size = pool_page_size(daemon_of(b)->pool);
 	hr.has_chunk_size = true;
-	hr.chunk_size = pool_chunk_size(b->pool);
+	hr.chunk_size = pool_chunk_size(daemon_of(b)->pool);
 	hr.has_hugetlb = true;
-	hr.hugetlb = pool_hugetlb(b->pool);
+	hr.hugetlb = pool_hugetlb(daemon_of(b)->pool);
 	hr.has_instance_id = true;
 	hr.instance_id = recovery_instance_id(b);
 	hr.has_registrations = true;
@@ -96,12 +96,13 @@ void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
 		.backing_offset = a->backing ? a->backing->offset : 0,
 	};
 	bool wait = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT) != 0;
-	uint32_t timeout_ms = a->has_timeout_ms && a->timeout_ms ? a->timeout_ms : b->cfg->acquire_timeout_ms;
+	uint32_t timeout_ms = a->has_timeout_ms && a->timeout_ms ? a->timeout_ms
+								 : daemon_of(b)->cfg->acquire_timeout_ms;
 	enum broker_refusal why;
 	struct lease *l;
 	int err = 0;
 
-	if (c->nleases + c->npending >= b->cfg->max_leases_per_client) {
+	if (c->nleases + c->npending >= daemon_of(b)->cfg->max_leases_per_client) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
 			     "this connection already holds %u leases (max-leases-per-client); release some first",
 			     c->nleases);
@@ -127,12 +128,12 @@ void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
 	}
 	if (why == REFUSAL_BUDGET) {
 		/* Take cached-idle leases back first; the acquire waits for them. */
-		uint64_t shortfall = round_up(a->size, pool_page_size(b->pool));
+		uint64_t shortfall = round_up(a->size, pool_page_size(daemon_of(b)->pool));
 		uint64_t got = revoker_reclaim_idle(b, c, shortfall);
 
 		if (got > 0 && !wait) {
 			wait = true;
-			timeout_ms = b->cfg->revoke_deadline_ms;
+			timeout_ms = daemon_of(b)->cfg->revoke_deadline_ms;
 		}
 	}
 	/* What the wait queue would keep waiting (its uid's, job's or the host's limits) may wait. */
@@ -438,7 +439,7 @@ void handle_attach(struct conn *c, const Pinbroker__V1__Request *req)
 	struct lease *l = NULL;
 	int r;
 
-	if (c->nleases + c->npending >= b->cfg->max_leases_per_client) {
+	if (c->nleases + c->npending >= daemon_of(b)->cfg->max_leases_per_client) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
 			     "this connection already maps %u leases (max-leases-per-client, attachments included); "
 			     "release some first",

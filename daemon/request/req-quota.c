@@ -11,6 +11,7 @@
 #include "budget.h"
 #include "config.h"
 #include "conn.h"
+#include "daemon.h"
 #include "jobs-watch.h"
 #include "jobs.h"
 #include "lease.h"
@@ -124,7 +125,7 @@ static void reply_quota(struct conn *c, uint64_t seq, Pinbroker__V1__StatusCode 
 {
 	struct broker *b = c->broker;
 	Pinbroker__V1__QuotaReply qr = PINBROKER__V1__QUOTA_REPLY__INIT;
-	bool see_all = c->admin || b->cfg->status_visibility == VISIBILITY_ALL;
+	bool see_all = c->admin || daemon_of(b)->cfg->status_visibility == VISIBILITY_ALL;
 	size_t nrules = see_all ? jobs_rule_count(b->jobs) : 0;
 	Pinbroker__V1__QuotaRule *rules = calloc(nrules + 1, sizeof(*rules));
 	Pinbroker__V1__QuotaRule **rulep = calloc(nrules + 1, sizeof(*rulep));

@@ -118,13 +118,13 @@ static void fill_nodes(struct broker *b, Pinbroker__V1__StatusReply *sr)
 	static Pinbroker__V1__NodeInfo rows[NUMA_MAX_NODES];
 	static Pinbroker__V1__NodeInfo *ptrs[NUMA_MAX_NODES];
 	const int *nodes;
-	size_t n = pool_nodes(b->pool, &nodes);
+	size_t n = pool_nodes(daemon_of(b)->pool, &nodes);
 
 	for (size_t i = 0; i < n; i++) {
 		struct pool_node_bytes nb;
-		int t = b->numa ? numa_index(b->numa, nodes[i]) : -1;
+		int t = daemon_of(b)->numa ? numa_index(daemon_of(b)->numa, nodes[i]) : -1;
 
-		pool_node_bytes(b->pool, nodes[i], &nb);
+		pool_node_bytes(daemon_of(b)->pool, nodes[i], &nb);
 		pinbroker__v1__node_info__init(&rows[i]);
 		rows[i].node = nodes[i];
 		rows[i].has_idle_bytes = rows[i].has_lent_bytes = rows[i].has_misplaced_bytes = true;
@@ -133,8 +133,8 @@ static void fill_nodes(struct broker *b, Pinbroker__V1__StatusReply *sr)
 		rows[i].misplaced_bytes = nb.misplaced;
 		if (t >= 0) {
 			rows[i].has_gpus = rows[i].has_mem_free_bytes = true;
-			rows[i].gpus = b->numa->node[t].gpus;
-			rows[i].mem_free_bytes = b->numa->node[t].mem_free_bytes;
+			rows[i].gpus = daemon_of(b)->numa->node[t].gpus;
+			rows[i].mem_free_bytes = daemon_of(b)->numa->node[t].mem_free_bytes;
 		}
 		ptrs[i] = &rows[i];
 	}
@@ -153,37 +153,37 @@ static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr
 	sr->budget_bytes = budget_limit(b->budget);
 	sr->uid_quota_bytes = budget_uid_quota(b->budget);
 	sr->leased_bytes = budget_leased(b->budget);
-	sr->pool_bytes = pool_resident_bytes(b->pool);
-	sr->pool_idle_bytes = pool_idle_bytes(b->pool);
-	sr->page_size_bytes = pool_page_size(b->pool);
-	sr->chunk_size_bytes = pool_chunk_size(b->pool);
+	sr->pool_bytes = pool_resident_bytes(daemon_of(b)->pool);
+	sr->pool_idle_bytes = pool_idle_bytes(daemon_of(b)->pool);
+	sr->page_size_bytes = pool_page_size(daemon_of(b)->pool);
+	sr->chunk_size_bytes = pool_chunk_size(daemon_of(b)->pool);
 	sr->has_hugetlb = true;
-	sr->hugetlb = pool_hugetlb(b->pool);
+	sr->hugetlb = pool_hugetlb(daemon_of(b)->pool);
 	sr->has_overdue_bytes = true;
 	sr->overdue_bytes = lease_state_bytes(b->leases, LEASE_OVERDUE);
 	sr->has_cached_idle_bytes = true;
 	sr->cached_idle_bytes = lease_state_bytes(b->leases, LEASE_IDLE);
 	sr->pressure_state = (char *)monitor_state_name(b->state);
-	sr->monitor_mode = (char *)(b->monitor ? monitor_mode(b->monitor) : "off");
+	sr->monitor_mode = (char *)(daemon_of(b)->monitor ? monitor_mode(daemon_of(b)->monitor) : "off");
 	sr->has_registered_bytes = true;
 	sr->registered_bytes = b->registered_bytes;
 	sr->has_no_revoke_bytes = true;
 	sr->no_revoke_bytes = budget_no_revoke(b->budget);
-	sr->page_kind = (char *)pool_page_kind(b->pool);
+	sr->page_kind = (char *)pool_page_kind(daemon_of(b)->pool);
 	sr->has_thp_bytes = true;
-	sr->thp_bytes = pool_thp_bytes(b->pool);
+	sr->thp_bytes = pool_thp_bytes(daemon_of(b)->pool);
 	sr->has_thp_failures = true;
-	sr->thp_failures = pool_thp_failures(b->pool);
+	sr->thp_failures = pool_thp_failures(daemon_of(b)->pool);
 	sr->has_hugetlb_bytes = true;
-	sr->hugetlb_bytes = pool_hugetlb_bytes(b->pool);
+	sr->hugetlb_bytes = pool_hugetlb_bytes(daemon_of(b)->pool);
 	sr->has_chunk_max_bytes = true;
-	sr->chunk_max_bytes = pool_chunk_max(b->pool);
+	sr->chunk_max_bytes = pool_chunk_max(daemon_of(b)->pool);
 	sr->has_chunk_capacity = true;
 	sr->chunk_capacity = b->chunk_capacity;
 	sr->has_pool_warming = true;
 	sr->pool_warming = b->pool_warming;
 	sr->has_huge_pages_free_bytes = true;
-	sr->huge_pages_free_bytes = b->monitor ? monitor_huge_pages_free_bytes(b->monitor) : 0;
+	sr->huge_pages_free_bytes = daemon_of(b)->monitor ? monitor_huge_pages_free_bytes(daemon_of(b)->monitor) : 0;
 	sr->has_unbrokered_bytes = true;
 	sr->unbrokered_bytes = unbrokered_counted(&b->unbrokered, daemon_unbrokered_cap(b));
 	sr->has_unbrokered_reported_bytes = true;
@@ -272,8 +272,8 @@ static void fill_events(struct status_build *sb, Pinbroker__V1__StatusReply *sr)
 {
 	struct broker *b = sb->b;
 
-	if (b->monitor) {
-		size_t ns = monitor_signals(b->monitor, sb->sig, MONITOR_SIGNALS_MAX);
+	if (daemon_of(b)->monitor) {
+		size_t ns = monitor_signals(daemon_of(b)->monitor, sb->sig, MONITOR_SIGNALS_MAX);
 
 		for (size_t i = 0; i < ns; i++) {
 			Pinbroker__V1__SignalInfo *x = &sb->si[i];
@@ -292,7 +292,7 @@ static void fill_events(struct status_build *sb, Pinbroker__V1__StatusReply *sr)
 		}
 		sr->n_signals = ns;
 		sr->signals = sb->sip;
-		sr->n_transitions = monitor_transitions(b->monitor, sb->tev, MONITOR_EVENTS_MAX);
+		sr->n_transitions = monitor_transitions(daemon_of(b)->monitor, sb->tev, MONITOR_EVENTS_MAX);
 		for (size_t i = 0; i < sr->n_transitions; i++) {
 			pinbroker__v1__event_info__init(&sb->ti[i]);
 			sb->ti[i].age_ms = sb->now - sb->tev[i].when_ms;
@@ -373,13 +373,13 @@ static int conn_newest_first(const void *a, const void *b)
 static int fill_clients(struct status_build *sb, Pinbroker__V1__StatusReply *sr, uint64_t cursor)
 {
 	const struct broker *b = sb->b;
-	size_t nconn = b->conn_io->count(b), n = 0, k = 0, max;
+	size_t nconn = daemon_of(b)->conn_io->count(b), n = 0, k = 0, max;
 	bool sorted = true;
 
 	sb->conns = calloc(nconn + 1, sizeof(*sb->conns));
 	if (!sb->conns)
 		return -ENOMEM;
-	for (struct conn *cc = b->conn_io->first(b); cc && n < nconn; cc = cc->next) {
+	for (struct conn *cc = daemon_of(b)->conn_io->first(b); cc && n < nconn; cc = cc->next) {
 		if (cc->closing || (cursor && cc->id >= cursor) || !visible_row(sb, cc->uid, cc->tenant))
 			continue;
 		sorted = sorted && (n == 0 || sb->conns[n - 1]->id > cc->id);
@@ -556,7 +556,7 @@ void handle_status(struct conn *c, const Pinbroker__V1__Request *req)
 		goto out;
 	sb->b = c->broker;
 	sb->asker = c;
-	sb->see_all = c->admin || c->broker->cfg->status_visibility == VISIBILITY_ALL;
+	sb->see_all = c->admin || daemon_of(c->broker)->cfg->status_visibility == VISIBILITY_ALL;
 	sb->now = now_ms();
 	sb->max_bytes = reply_max_bytes(c);
 

@@ -9,6 +9,7 @@
 #include "broker.h"
 #include "config.h"
 #include "conn.h"
+#include "daemon.h"
 #include "log.h"
 #include "reply.h"
 #include "request-int.h"
@@ -106,7 +107,9 @@ void request_dispatch(struct conn *c, const uint8_t *buf, size_t len)
 			     "'%s' needs uid 0 or membership of the admin group (admin-group = %s), from the daemon's "
 			     "own pid and user namespaces (a container's root is an ordinary tenant)",
 			     kind->name,
-			     b->cfg->admin_group && b->cfg->admin_group[0] ? b->cfg->admin_group : "none set");
+			     daemon_of(b)->cfg->admin_group && daemon_of(b)->cfg->admin_group[0]
+				     ? daemon_of(b)->cfg->admin_group
+				     : "none set");
 	} else if (b->shutting_down && !(kind->flags & REQ_ALLOWED_WHILE_STOPPING)) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_SHUTTING_DOWN, "pinbrokerd is stopping");
 	} else if ((kind->flags & REQ_TAKES_MEMORY) && b->state == BROKER_CRITICAL && !shared_registration(req)) {

@@ -48,8 +48,8 @@ static void pending_destroy(struct broker *b, struct pending *p)
 {
 	struct conn *c = p->conn;
 
-	ev_timer_stop(b->loop, &p->timeout);
-	pending_unlink(b->waitq, p);
+	ev_timer_stop(daemon_of(b)->loop, &p->timeout);
+	pending_unlink(daemon_of(b)->waitq, p);
 	if (c->npending > 0)
 		c->npending--;
 	free(p);
@@ -83,10 +83,10 @@ static void pending_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
 int waitq_add(struct conn *c, uint64_t seq, const struct acquire_args *a, uint32_t timeout_ms)
 {
 	struct broker *b = c->broker;
-	struct waitq *wq = b->waitq;
+	struct waitq *wq = daemon_of(b)->waitq;
 	struct pending *p;
 
-	if (wq->npending >= b->cfg->max_pending_acquires)
+	if (wq->npending >= daemon_of(b)->cfg->max_pending_acquires)
 		return -EUSERS;
 	p = calloc(1, sizeof(*p));
 	if (!p)
@@ -103,7 +103,7 @@ int waitq_add(struct conn *c, uint64_t seq, const struct acquire_args *a, uint32
 	p->timeout_ms = timeout_ms;
 	ev_timer_init(&p->timeout, pending_timeout_cb, timeout_ms / 1000.0, 0.);
 	p->timeout.data = p;
-	ev_timer_start(b->loop, &p->timeout);
+	ev_timer_start(daemon_of(b)->loop, &p->timeout);
 	/* Priority order, FIFO within a class. */
 	p->q.priority = a->priority;
 	waitq_order_insert(&wq->pending, &p->q);
@@ -124,7 +124,7 @@ static enum waitq_verdict try_grant(struct waitq_entry *e, void *ud)
 	struct lease *l;
 	int err = 0;
 
-	if (c->closing || c->nleases >= b->cfg->max_leases_per_client)
+	if (c->closing || c->nleases >= daemon_of(b)->cfg->max_leases_per_client)
 		return WAITQ_SKIP;
 	p->args.now_ms = now_ms(); /* granted now, not when it was queued */
 	why = daemon_acquire(b, &p->args, &l, &err);
@@ -141,7 +141,7 @@ static enum waitq_verdict try_grant(struct waitq_entry *e, void *ud)
 
 void waitq_grant(struct broker *b)
 {
-	struct waitq *wq = b->waitq;
+	struct waitq *wq = daemon_of(b)->waitq;
 
 	if (!wq || b->state == BROKER_CRITICAL)
 		return;
@@ -152,12 +152,12 @@ void waitq_grant(struct broker *b)
 
 uint32_t waitq_count(const struct broker *b)
 {
-	return b->waitq ? b->waitq->npending : 0;
+	return daemon_of(b)->waitq ? daemon_of(b)->waitq->npending : 0;
 }
 
 void waitq_conn_closed(struct broker *b, struct conn *c)
 {
-	struct waitq *wq = b->waitq;
+	struct waitq *wq = daemon_of(b)->waitq;
 	struct waitq_entry *e, *en;
 
 	if (!wq)
@@ -173,7 +173,7 @@ void waitq_conn_closed(struct broker *b, struct conn *c)
 
 void waitq_refuse_all(struct broker *b, enum broker_refusal why)
 {
-	struct waitq *wq = b->waitq;
+	struct waitq *wq = daemon_of(b)->waitq;
 
 	while (wq && wq->pending) {
 		struct pending *p = (struct pending *)wq->pending;
@@ -198,13 +198,13 @@ int waitq_init(struct broker *b)
 		free(wq);
 		return r;
 	}
-	b->waitq = wq;
+	daemon_of(b)->waitq = wq;
 	return 0;
 }
 
 void waitq_fini(struct broker *b)
 {
-	struct waitq *wq = b->waitq;
+	struct waitq *wq = daemon_of(b)->waitq;
 
 	if (!wq)
 		return;
@@ -212,5 +212,5 @@ void waitq_fini(struct broker *b)
 	while (wq->pending)
 		pending_destroy(b, (struct pending *)wq->pending);
 	free(wq);
-	b->waitq = NULL;
+	daemon_of(b)->waitq = NULL;
 }

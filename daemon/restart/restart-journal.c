@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "broker.h"
+#include "daemon.h"
 #include "lease.h"
 #include "log.h"
 #include "orphans.h"
@@ -148,8 +149,9 @@ static int lease_line(const struct broker *b, const struct lease *l, struct orph
 	for (size_t i = 0; i < l->nattachers && o->npids < ORPHAN_PIDS_MAX; i++)
 		if (l->attachers[i].pid > 0)
 			o->pids[o->npids++] = l->attachers[i].pid;
-	if (l->exit_holds > 0 && b->recovery && b->recovery->hold_pids && o->npids < ORPHAN_PIDS_MAX)
-		nh = b->recovery->hold_pids(b, l->id, holds, ORPHAN_PIDS_MAX - o->npids);
+	if (l->exit_holds > 0 && daemon_of(b)->recovery && daemon_of(b)->recovery->hold_pids &&
+	    o->npids < ORPHAN_PIDS_MAX)
+		nh = daemon_of(b)->recovery->hold_pids(b, l->id, holds, ORPHAN_PIDS_MAX - o->npids);
 	for (size_t i = 0; i < nh; i++)
 		o->pids[o->npids++] = holds[i];
 	return 0;
@@ -157,7 +159,7 @@ static int lease_line(const struct broker *b, const struct lease *l, struct orph
 
 void restart_journal_rewrite(struct broker *b)
 {
-	struct restart *rs = b->restart;
+	struct restart *rs = daemon_of(b)->restart;
 	struct orphan *v;
 	size_t n = 0, cap;
 	uint64_t t0_us = now_us();
@@ -187,7 +189,7 @@ void restart_journal_rewrite(struct broker *b)
 /* Called by recovery_lent for every lease whose fds are about to leave (acquire, attach, re-declare). */
 void restart_journal_lent(struct broker *b, const struct lease *l)
 {
-	struct restart *rs = b->restart;
+	struct restart *rs = daemon_of(b)->restart;
 	struct orphan o;
 	char *text = NULL;
 	size_t len = 0, done = 0;
@@ -264,13 +266,13 @@ void restart_journal_start(struct restart *rs)
 	rs->jtimer.data = rs;
 	rs->jgen = rs->b->generation;
 	if (rs->path[0])
-		ev_prepare_start(rs->b->loop, &rs->jprepare);
+		ev_prepare_start(daemon_of(rs->b)->loop, &rs->jprepare);
 }
 
 void restart_journal_stop(struct restart *rs)
 {
-	ev_prepare_stop(rs->b->loop, &rs->jprepare);
-	ev_timer_stop(rs->b->loop, &rs->jtimer);
+	ev_prepare_stop(daemon_of(rs->b)->loop, &rs->jprepare);
+	ev_timer_stop(daemon_of(rs->b)->loop, &rs->jtimer);
 	if (rs->jfd >= 0)
 		close(rs->jfd);
 	rs->jfd = -1;

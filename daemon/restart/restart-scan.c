@@ -15,6 +15,7 @@
 #include "broker.h"
 #include "budget.h"
 #include "config.h"
+#include "daemon.h"
 #include "holders.h"
 #include "log.h"
 #include "orphans.h"
@@ -144,8 +145,8 @@ static int scan_finish(struct scan *s)
 /* Start a pass for name into rs->acc (kept from an earlier pass of the same scan). */
 static int pass_start(struct restart *rs, const char *name)
 {
-	return holders_memfd_scan_new(rs->b->cfg->proc_root, name, rs->scan_filtered ? want_ids : NULL, on_memfd_rs,
-				      on_read_rs, rs, &rs->scanning);
+	return holders_memfd_scan_new(daemon_of(rs->b)->cfg->proc_root, name, rs->scan_filtered ? want_ids : NULL,
+				      on_memfd_rs, on_read_rs, rs, &rs->scanning);
 }
 
 /*
@@ -356,7 +357,7 @@ static void rescan_done(struct restart *rs, int r)
 	}
 	restart_scan_free(&s);
 	if (rs->n == 0)
-		ev_timer_stop(rs->b->loop, &rs->rescan);
+		ev_timer_stop(daemon_of(rs->b)->loop, &rs->rescan);
 }
 
 /*
@@ -368,7 +369,7 @@ static void slice_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct restart *rs = w->data;
 	struct holders_memfd_stats st;
-	uint64_t budget_us = rs->b->cfg->enforce_slice_us ? rs->b->cfg->enforce_slice_us : 2000;
+	uint64_t budget_us = daemon_of(rs->b)->cfg->enforce_slice_us ? daemon_of(rs->b)->cfg->enforce_slice_us : 2000;
 	int done, r = 0;
 
 	if (!rs->scanning)
@@ -417,7 +418,7 @@ void restart_rescan_begin(struct restart *rs)
 		return;
 	}
 	ev_timer_set(&rs->slice, 0., 0.);
-	ev_timer_start(rs->b->loop, &rs->slice);
+	ev_timer_start(daemon_of(rs->b)->loop, &rs->slice);
 }
 
 void restart_slices_init(struct restart *rs)
@@ -428,7 +429,7 @@ void restart_slices_init(struct restart *rs)
 
 void restart_slices_stop(struct restart *rs)
 {
-	ev_timer_stop(rs->b->loop, &rs->slice);
+	ev_timer_stop(daemon_of(rs->b)->loop, &rs->slice);
 	holders_memfd_scan_free(rs->scanning);
 	rs->scanning = NULL;
 	restart_scan_free(&rs->acc);
@@ -439,7 +440,7 @@ void restart_rescan_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	struct restart *rs = w->data;
 
 	/* orphan-rescan-ms may have changed at a reload: libev re-arms with repeat after this call. */
-	w->repeat = rs->b->cfg->orphan_rescan_ms / 1000.0;
+	w->repeat = daemon_of(rs->b)->cfg->orphan_rescan_ms / 1000.0;
 	if (rs->scanning)
 		return; /* the last pass is still on its slices */
 	/*

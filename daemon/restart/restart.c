@@ -20,6 +20,7 @@
 #include "broker.h"
 #include "budget.h"
 #include "config.h"
+#include "daemon.h"
 #include "holders.h"
 #include "lease.h"
 #include "log.h"
@@ -259,15 +260,15 @@ void restart_init(struct broker *b)
 		fatalx("cannot set up restart accounting: out of memory");
 	rs->b = b;
 	rs->jfd = -1;
-	b->restart = rs;
+	daemon_of(b)->restart = rs;
 	restart_slices_init(rs);
 	rs->blind = !holders_can_inspect_all();
-	restart_memfd_name(b->cfg, rs->memfd_name, sizeof(rs->memfd_name));
-	read_boot_id(b->cfg->proc_root, rs->boot_id, sizeof(rs->boot_id));
-	ev_timer_init(&rs->rescan, restart_rescan_cb, b->cfg->orphan_rescan_ms / 1000.0,
-		      b->cfg->orphan_rescan_ms / 1000.0);
+	restart_memfd_name(daemon_of(b)->cfg, rs->memfd_name, sizeof(rs->memfd_name));
+	read_boot_id(daemon_of(b)->cfg->proc_root, rs->boot_id, sizeof(rs->boot_id));
+	ev_timer_init(&rs->rescan, restart_rescan_cb, daemon_of(b)->cfg->orphan_rescan_ms / 1000.0,
+		      daemon_of(b)->cfg->orphan_rescan_ms / 1000.0);
 	rs->rescan.data = rs;
-	if (restart_state_path(b->cfg, rs->path, sizeof(rs->path)) < 0) {
+	if (restart_state_path(daemon_of(b)->cfg, rs->path, sizeof(rs->path)) < 0) {
 		log_warnx("the restart state path is too long: a restart will forget what live processes map");
 		rs->path[0] = '\0';
 	}
@@ -362,7 +363,7 @@ void restart_init(struct broker *b)
 		restart_journal_rewrite(b);
 		return;
 	}
-	pool_foreach_chunk(b->pool, own_chunk, &own);
+	pool_foreach_chunk(daemon_of(b)->pool, own_chunk, &own);
 	if (own.n > 1)
 		qsort(own.k, own.n, sizeof(*own.k), restart_memfd_cmp);
 	/*
@@ -374,7 +375,7 @@ void restart_init(struct broker *b)
 	if (r < 0)
 		log_warnx("restart: cannot scan %s/proc (%s): memory the previous daemon lent is counted only while "
 			  "the processes it names run",
-			  b->cfg->proc_root, strerror(-r));
+			  daemon_of(b)->cfg->proc_root, strerror(-r));
 	for (size_t i = 0; i < nv; i++) {
 		struct orphan *o = &v[i];
 		bool adopted = false;
@@ -442,7 +443,7 @@ void restart_init(struct broker *b)
 			  rs->n, rs->n == 1 ? "" : "s", format_size(b->orphaned_bytes, sz, sizeof(sz)),
 			  by_name ? "are still mapped by live processes" : "may still be mapped", verified,
 			  rs->path[0] ? rs->path : "(no state file)", rs->n - verified);
-		ev_timer_start(b->loop, &rs->rescan);
+		ev_timer_start(daemon_of(b)->loop, &rs->rescan);
 		/* The file's names alone: the first rescan starts at the loop's first turn, in slices. */
 		if (!by_name)
 			restart_rescan_begin(rs);
@@ -467,19 +468,19 @@ void restart_init(struct broker *b)
 const char *restart_books_name(const struct broker *b)
 {
 	static const char *const names[] = { "none", "complete", "partial", "unknown" };
-	const struct restart *rs = b->restart;
+	const struct restart *rs = daemon_of(b)->restart;
 
 	return rs ? names[rs->books] : "none";
 }
 
 const char *restart_warning(const struct broker *b)
 {
-	return b->restart && b->restart->warning[0] ? b->restart->warning : NULL;
+	return daemon_of(b)->restart && daemon_of(b)->restart->warning[0] ? daemon_of(b)->restart->warning : NULL;
 }
 
 void restart_scan_counts(const struct broker *b, uint64_t *scans, uint64_t *slices, uint64_t *stats)
 {
-	const struct restart *rs = b->restart;
+	const struct restart *rs = daemon_of(b)->restart;
 
 	*scans = rs ? rs->stats.scans : 0;
 	*slices = rs ? rs->stats.slices : 0;
@@ -488,7 +489,7 @@ void restart_scan_counts(const struct broker *b, uint64_t *scans, uint64_t *slic
 
 int restart_drop_orphans(struct broker *b, bool all, uid_t uid, size_t *count, uint64_t *bytes)
 {
-	struct restart *rs = b->restart;
+	struct restart *rs = daemon_of(b)->restart;
 	size_t kept = 0;
 
 	*count = 0;
@@ -517,7 +518,7 @@ int restart_drop_orphans(struct broker *b, bool all, uid_t uid, size_t *count, u
 		restart_journal_rewrite(b);
 		restart_filter_build(rs);
 		if (rs->n == 0)
-			ev_timer_stop(b->loop, &rs->rescan);
+			ev_timer_stop(daemon_of(b)->loop, &rs->rescan);
 		broker_memory_freed(b);
 	}
 	return 0;
@@ -578,7 +579,7 @@ static size_t holds_pids(const struct holds *h, uint64_t id, pid_t *out, size_t 
 
 void restart_save(struct broker *b)
 {
-	struct restart *rs = b->restart;
+	struct restart *rs = daemon_of(b)->restart;
 	struct holds holds = { 0 };
 	struct orphan *v;
 	size_t n = 0, cap;
@@ -666,11 +667,11 @@ void restart_save(struct broker *b)
 
 void restart_fini(struct broker *b)
 {
-	struct restart *rs = b->restart;
+	struct restart *rs = daemon_of(b)->restart;
 
 	if (!rs)
 		return;
-	ev_timer_stop(b->loop, &rs->rescan);
+	ev_timer_stop(daemon_of(b)->loop, &rs->rescan);
 	restart_slices_stop(rs);
 	restart_journal_stop(rs);
 	for (size_t i = 0; i < rs->n; i++) {
@@ -681,5 +682,5 @@ void restart_fini(struct broker *b)
 	free(rs->named);
 	free(rs->v);
 	free(rs);
-	b->restart = NULL;
+	daemon_of(b)->restart = NULL;
 }

@@ -18,7 +18,7 @@
 
 void revoker_record(struct broker *b, const char *fmt, ...)
 {
-	struct revoker *rv = b->revoker;
+	struct revoker *rv = daemon_of(b)->revoker;
 	struct monitor_event *e = &rv->ring[rv->ring_next];
 	va_list ap;
 
@@ -33,7 +33,7 @@ void revoker_record(struct broker *b, const char *fmt, ...)
 
 size_t revoker_revocations(const struct broker *b, struct monitor_event *out, size_t max)
 {
-	const struct revoker *rv = b->revoker;
+	const struct revoker *rv = daemon_of(b)->revoker;
 	size_t n = 0;
 
 	if (!rv)
@@ -50,16 +50,16 @@ size_t revoker_revocations(const struct broker *b, struct monitor_event *out, si
 
 void revoker_freed(struct broker *b)
 {
-	struct revoker *rv = b->revoker;
+	struct revoker *rv = daemon_of(b)->revoker;
 
 	/* Under pressure, freed memory leaves the pool at once; otherwise the idle
 	 * pool above the warm target shrinks after pool-shrink-delay-ms. */
 	if (b->state != BROKER_NORMAL)
 		daemon_trim_pool(b, 0);
-	else if (rv && pool_idle_bytes(b->pool) > b->prewarm_bytes) {
-		ev_timer_stop(b->loop, &rv->shrink_timer);
-		ev_timer_set(&rv->shrink_timer, b->cfg->pool_shrink_delay_ms / 1000.0, 0.);
-		ev_timer_start(b->loop, &rv->shrink_timer);
+	else if (rv && pool_idle_bytes(daemon_of(b)->pool) > b->prewarm_bytes) {
+		ev_timer_stop(daemon_of(b)->loop, &rv->shrink_timer);
+		ev_timer_set(&rv->shrink_timer, daemon_of(b)->cfg->pool_shrink_delay_ms / 1000.0, 0.);
+		ev_timer_start(daemon_of(b)->loop, &rv->shrink_timer);
 	}
 	broker_memory_freed(b); /* the wait queue listens */
 }

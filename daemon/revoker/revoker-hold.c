@@ -22,41 +22,41 @@
 static uid_t pidfd_real_uid(int pidfd, pid_t pid);
 
 /* g joins the poll (it has no pidfd): the poll's timer runs while there is one. */
-static void ghost_poll(struct broker *b, struct ghost *g)
+static void exit_hold_poll(struct broker *b, struct exit_hold *g)
 {
-	struct revoker *rv = b->revoker;
+	struct revoker *rv = daemon_of(b)->revoker;
 
 	g->polled = true;
 	if (rv->npolled++ == 0)
-		ev_timer_start(b->loop, &rv->poll_timer);
+		ev_timer_start(daemon_of(b)->loop, &rv->poll_timer);
 }
 
 /* g leaves the poll, if it was on it (it goes, or is watched through a pidfd now). */
-static void ghost_unpoll(struct broker *b, struct ghost *g)
+static void exit_hold_unpoll(struct broker *b, struct exit_hold *g)
 {
-	struct revoker *rv = b->revoker;
+	struct revoker *rv = daemon_of(b)->revoker;
 
 	if (!g->polled)
 		return;
 	g->polled = false;
 	if (--rv->npolled == 0)
-		ev_timer_stop(b->loop, &rv->poll_timer);
+		ev_timer_stop(daemon_of(b)->loop, &rv->poll_timer);
 }
 
-void revoker_ghost_free(struct broker *b, struct ghost *g)
+void revoker_exit_hold_free(struct broker *b, struct exit_hold *g)
 {
-	struct revoker *rv = b->revoker;
+	struct revoker *rv = daemon_of(b)->revoker;
 
-	for (struct ghost **gp = &rv->ghosts; *gp; gp = &(*gp)->next)
+	for (struct exit_hold **gp = &rv->holds; *gp; gp = &(*gp)->next)
 		if (*gp == g) {
 			*gp = g->next;
 			break;
 		}
 	if (g->pidfd >= 0) {
-		ev_io_stop(b->loop, &g->io);
+		ev_io_stop(daemon_of(b)->loop, &g->io);
 		close(g->pidfd);
 	}
-	ghost_unpoll(b, g);
+	exit_hold_unpoll(b, g);
 	if (g->counted && b->budget)
 		budget_fd_sub(b->budget, g->uid);
 	free(g->ids);
@@ -85,7 +85,7 @@ void revoker_reclaim_orphan(struct broker *b, struct lease *l)
 }
 
 /* g's process has exited, its mappings with it: its holds end, a lease nobody maps now is freed, and g goes. */
-static void ghost_end(struct broker *b, struct ghost *g)
+static void exit_hold_end(struct broker *b, struct exit_hold *g)
 {
 	for (size_t i = 0; i < g->nids; i++) {
 		struct lease *l = lease_find(b->leases, g->ids[i]);
@@ -100,36 +100,36 @@ static void ghost_end(struct broker *b, struct ghost *g)
 	}
 	/* Its pid leaves the leases' mappers too: the fd-store state is written again (recovery-writer.c). */
 	b->generation++;
-	revoker_ghost_free(b, g);
+	revoker_exit_hold_free(b, g);
 }
 
-static void ghost_cb(struct ev_loop *loop, ev_io *w, int revents)
+static void exit_hold_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
-	struct ghost *g = w->data;
+	struct exit_hold *g = w->data;
 	struct broker *b = g->broker;
 
 	/* The pidfd is readable once the process has exited: its mappings are gone. */
-	ghost_end(b, g);
+	exit_hold_end(b, g);
 	revoker_freed(b);
 }
 
 /* Watch g's process through pidfd (taken) from now on; a polled g leaves the poll. */
-static void ghost_watch(struct broker *b, struct ghost *g, int pidfd)
+static void exit_hold_watch(struct broker *b, struct exit_hold *g, int pidfd)
 {
-	ghost_unpoll(b, g);
+	exit_hold_unpoll(b, g);
 	g->pidfd = pidfd;
 	/* Counted even past the cap: the process holds the memory either way; acquires see it. */
 	g->counted = b->budget && budget_fd_add(b->budget, g->uid) == 0;
-	ev_io_init(&g->io, ghost_cb, g->pidfd, EV_READ);
+	ev_io_init(&g->io, exit_hold_cb, g->pidfd, EV_READ);
 	g->io.data = g;
-	ev_io_start(b->loop, &g->io);
+	ev_io_start(daemon_of(b)->loop, &g->io);
 }
 
 int revoker_open_pidfd(const struct broker *b, pid_t pid)
 {
 	int fd;
 
-	if (b->revoker && b->revoker->no_pidfd)
+	if (daemon_of(b)->revoker && daemon_of(b)->revoker->no_pidfd)
 		return -ENOSYS;
 	fd = sys_pidfd_open(pid, 0);
 	return fd >= 0 ? fd : -errno;
@@ -231,7 +231,7 @@ bool revoker_pid_gone(pid_t pid, int err)
 }
 
 /* Whether g's process still runs: its pidfd is not readable yet, or (polled) it still maps anything. */
-static bool ghost_alive(const struct ghost *g)
+static bool exit_hold_alive(const struct exit_hold *g)
 {
 	struct pollfd p = { .fd = g->pidfd, .events = POLLIN };
 
@@ -241,18 +241,18 @@ static bool ghost_alive(const struct ghost *g)
 }
 
 /*
- * Look again at each ghost without a pidfd: gone, its holds end as at a watched exit (ghost_cb); watchable now, it
+ * Look again at each exit hold without a pidfd: gone, its holds end as at a watched exit (exit_hold_cb); watchable now, it
  * moves to a pidfd watch; alive and still not watchable, it stays.
  */
 static void poll_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct broker *b = w->data;
-	struct ghost *g, *next;
+	struct exit_hold *g, *next;
 	bool ended = false;
 
 	(void)loop;
 	(void)revents;
-	for (g = b->revoker->ghosts; g; g = next) {
+	for (g = daemon_of(b)->revoker->holds; g; g = next) {
 		int fd;
 
 		next = g->next;
@@ -269,7 +269,7 @@ static void poll_cb(struct ev_loop *loop, ev_timer *w, int revents)
 			uint64_t now = revoker_pid_starttime(g->pid);
 
 			/*
-			 * 0: not readable now (EMFILE, most likely, where polled ghosts come from): that pidfd cannot be
+			 * 0: not readable now (EMFILE, most likely, where polled holds come from): that pidfd cannot be
 			 * told apart from a later process's, so it is not kept; the next look tries again.
 			 */
 			if (now != g->starttime) {
@@ -281,21 +281,21 @@ static void poll_cb(struct ev_loop *loop, ev_timer *w, int revents)
 			/* Recovery's holds could not tell the uid: the pidfd confirms what /proc says. */
 			if (g->uid == (uid_t)-1)
 				g->uid = pidfd_real_uid(fd, g->pid);
-			ghost_watch(b, g, fd);
+			exit_hold_watch(b, g, fd);
 			log_info("pid %d is watched for its exit now: %zu leases held for it", g->pid, g->nids);
 		} else if (revoker_process_gone(g->pid, fd, g->starttime)) {
-			ghost_end(b, g);
+			exit_hold_end(b, g);
 			ended = true;
 		}
 	}
-	/* Once, after the walk: the wait queue it wakes may close connections, which add ghosts. */
+	/* Once, after the walk: the wait queue it wakes may close connections, which add holds. */
 	if (ended)
 		revoker_freed(b);
 }
 
 void revoker_hold_init(struct broker *b)
 {
-	struct revoker *rv = b->revoker;
+	struct revoker *rv = daemon_of(b)->revoker;
 	const char *v = getenv(REVOKER_NO_PIDFD_ENV);
 
 	ev_timer_init(&rv->poll_timer, poll_cb, REVOKER_POLL_MS / 1000., REVOKER_POLL_MS / 1000.);
@@ -308,13 +308,13 @@ void revoker_hold_init(struct broker *b)
 
 void revoker_hold_fini(struct broker *b)
 {
-	ev_timer_stop(b->loop, &b->revoker->poll_timer);
+	ev_timer_stop(daemon_of(b)->loop, &daemon_of(b)->revoker->poll_timer);
 }
 
-struct ghost *revoker_ghost_find(struct broker *b, pid_t pid)
+struct exit_hold *revoker_exit_hold_find(struct broker *b, pid_t pid)
 {
-	for (struct ghost *g = b->revoker->ghosts; g; g = g->next)
-		if (g->pid == pid && ghost_alive(g))
+	for (struct exit_hold *g = daemon_of(b)->revoker->holds; g; g = g->next)
+		if (g->pid == pid && exit_hold_alive(g))
 			return g;
 	return NULL;
 }
@@ -322,8 +322,8 @@ struct ghost *revoker_ghost_find(struct broker *b, pid_t pid)
 int revoker_hold_process(struct broker *b, int pidfd, bool take_pidfd, pid_t pid, uid_t uid, const uint64_t *ids,
 			 const bool *holder, size_t n)
 {
-	struct revoker *rv = b->revoker;
-	struct ghost *g = revoker_ghost_find(b, pid);
+	struct revoker *rv = daemon_of(b)->revoker;
+	struct exit_hold *g = revoker_exit_hold_find(b, pid);
 	bool fresh = !g;
 	int fd = -1;
 
@@ -382,22 +382,22 @@ int revoker_hold_process(struct broker *b, int pidfd, bool take_pidfd, pid_t pid
 			l->exit_holds++;
 	}
 	if (fresh) {
-		g->next = rv->ghosts;
-		rv->ghosts = g;
+		g->next = rv->holds;
+		rv->holds = g;
 	}
 	/*
-	 * A polled ghost that gets a pidfd (a connection of its process closed, and had one) is watched from now on.
-	 * One made by recovery could not tell its uid: the caller's, or the pidfd's, before ghost_watch counts the fd
+	 * A polled exit hold that gets a pidfd (a connection of its process closed, and had one) is watched from now on.
+	 * One made by recovery could not tell its uid: the caller's, or the pidfd's, before exit_hold_watch counts the fd
 	 * (to no uid otherwise, and an overdue lease's enforcement would never signal it).
 	 */
 	if (fd >= 0) {
 		if (g->uid == (uid_t)-1)
 			g->uid = uid != (uid_t)-1 ? uid : pidfd_real_uid(fd, pid);
-		ghost_watch(b, g, fd);
+		exit_hold_watch(b, g, fd);
 	} else if (fresh) {
 		/* Polled: its start time tells its process from a later one given the same pid. */
 		g->starttime = revoker_pid_starttime(pid);
-		ghost_poll(b, g);
+		exit_hold_poll(b, g);
 	}
 	return 0;
 }
@@ -439,7 +439,7 @@ int revoker_hold_until_exit(struct broker *b, int pidfd, pid_t pid, bool holder,
 
 bool revoker_unhold(struct broker *b, pid_t pid, uint64_t id)
 {
-	struct ghost *g = b->revoker ? revoker_ghost_find(b, pid) : NULL;
+	struct exit_hold *g = daemon_of(b)->revoker ? revoker_exit_hold_find(b, pid) : NULL;
 	struct lease *l;
 
 	/* Only its holder's hold: one it has as a mapper (an attachment of its own, stale) still maps it. */
@@ -453,7 +453,7 @@ bool revoker_unhold(struct broker *b, pid_t pid, uint64_t id)
 		if (l && l->exit_holds > 0)
 			l->exit_holds--;
 		if (g->nids == 0)
-			revoker_ghost_free(b, g);
+			revoker_exit_hold_free(b, g);
 		return true;
 	}
 	return false;
@@ -461,17 +461,17 @@ bool revoker_unhold(struct broker *b, pid_t pid, uint64_t id)
 
 size_t revoker_hold_pids(const struct broker *b, uint64_t id, pid_t *out, size_t max)
 {
-	const struct lease *l = b->revoker ? lease_find(b->leases, id) : NULL;
+	const struct lease *l = daemon_of(b)->revoker ? lease_find(b->leases, id) : NULL;
 	size_t n = 0;
 
-	if (!b->revoker)
+	if (!daemon_of(b)->revoker)
 		return 0;
 	/*
 	 * Not the hold of the holder the lease line names (its pid): a restart's grace holds that one again if it
 	 * still runs, and its re-declare drops it; written as a mapper, its re-declare could not tell it from a
 	 * stale attachment of its own. Any other (a holder another process re-declared the lease from) is written.
 	 */
-	for (const struct ghost *g = b->revoker->ghosts; g && n < max; g = g->next)
+	for (const struct exit_hold *g = daemon_of(b)->revoker->holds; g && n < max; g = g->next)
 		for (size_t i = 0; i < g->nids && n < max; i++)
 			if (g->ids[i] == id && !(g->holder[i] && l && !l->holder_detached && g->pid == l->pid))
 				out[n++] = g->pid;
@@ -480,9 +480,9 @@ size_t revoker_hold_pids(const struct broker *b, uint64_t id, pid_t *out, size_t
 
 void revoker_foreach_hold(const struct broker *b, void (*fn)(uint64_t id, pid_t pid, void *ud), void *ud)
 {
-	if (!b->revoker)
+	if (!daemon_of(b)->revoker)
 		return;
-	for (const struct ghost *g = b->revoker->ghosts; g; g = g->next)
+	for (const struct exit_hold *g = daemon_of(b)->revoker->holds; g; g = g->next)
 		for (size_t i = 0; i < g->nids; i++)
 			fn(g->ids[i], g->pid, ud);
 }

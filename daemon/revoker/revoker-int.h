@@ -20,26 +20,13 @@
  */
 
 /*
- * A process whose leases stay counted until it exits (an exit hold): its
- * connection closed while it ran, it was detached from another uid's
- * overdue lease, or recovery found it still mapping an adopted lease. One per
- * process, however many connections and leases it had: its one pidfd is an
- * fd the daemon keeps for uid, counted against uid's caps (budget_fd_add), so
- * exit holds cannot eat the admin reserve (issue 22, finding 3).
- *
- * Where no pidfd can be had (ENOSYS under valgrind 3.19, an old kernel or a
- * seccomp sandbox; EMFILE/ENFILE/ENOMEM) the ghost is polled instead: pidfd
- * -1, no io watcher, and the revoker's poll_timer looks at its process every
- * REVOKER_POLL_MS (revoker_process_gone: does it still map anything), moving it
- * to a pidfd watch once one can be had. Its start time, recorded when it is
- * made, tells its process from a later one that reuses the pid. Taking it for gone would free leases under a live process. A polled
- * ghost keeps no fd, so it is not counted against uid's fd caps (counted
- * false): the caps guard the daemon's fd table, which it does not use; its
- * leases' bytes stay charged to their uids either way. It is counted once it
- * gets its pidfd.
+ * An exit hold: a process whose leases stay counted until it exits (its connection closed while it ran, it was
+ * detached from an overdue lease, or recovery found it mapping an adopted lease), one per process. It is watched
+ * through its pidfd, an fd counted against its uid's caps; without one (ENOSYS, EMFILE, a sandbox) it is polled
+ * every REVOKER_POLL_MS, uncounted, its start time telling its process from a later one with the same pid.
  */
-struct ghost {
-	struct ghost *next;
+struct exit_hold {
+	struct exit_hold *next;
 	struct broker *broker;
 	int pidfd; /* -1: polled */
 	pid_t pid;
@@ -92,16 +79,16 @@ struct revoker {
 	ev_timer shrink_timer;
 	ev_timer slice_timer; /* 0 s: the next slice of a round, after the loop has served I/O */
 	struct enforce_round round;
-	struct ghost *ghosts;
+	struct exit_hold *holds;
 	ev_timer poll_timer; /* every REVOKER_POLL_MS while npolled > 0 */
-	size_t npolled;      /* ghosts without a pidfd */
+	size_t npolled;      /* holds without a pidfd */
 	bool no_pidfd;       /* test only: exit holds' pidfd_open fails with ENOSYS (REVOKER_NO_PIDFD_ENV) */
 	struct monitor_event ring[REVOKER_REVOCATIONS_MAX];
 	size_t ring_count;
 	size_t ring_next;
 };
 
-/* l's holder's connection: owner is a struct conn * while the connection lives; NULL for ghosts and orphans. */
+/* l's holder's connection: owner is a struct conn * while the connection lives; NULL for holds and orphans. */
 static inline struct conn *revoker_owner(const struct lease *l)
 {
 	return l->owner;
@@ -117,7 +104,7 @@ void revoker_record(struct broker *b, const char *fmt, ...) __attribute__((forma
  * take_pidfd: pidfd is the caller's to give (kept or closed here); otherwise
  * a copy is made only when the process has no hold yet (or a polled one).
  * pidfd -1 (none can be had), or a copy that fails: the hold is polled (struct
- * ghost), so pid must be alive. holder[i] (NULL: all
+ * exit_hold), so pid must be alive. holder[i] (NULL: all
  * false): ids[i] is held for its holder, whose re-declare ends the hold, not for
  * a mapper (revoker_unhold). The pidfd is counted
  * against uid's fd caps. Returns 0 or -ENOMEM (the leases untouched, a taken pidfd closed).
@@ -125,11 +112,11 @@ void revoker_record(struct broker *b, const char *fmt, ...) __attribute__((forma
 int revoker_hold_process(struct broker *b, int pidfd, bool take_pidfd, pid_t pid, uid_t uid, const uint64_t *ids,
 			 const bool *holder, size_t n);
 /* The exit hold of pid if it has one and the process still runs (then the pid cannot name another); else NULL. */
-struct ghost *revoker_ghost_find(struct broker *b, pid_t pid);
+struct exit_hold *revoker_exit_hold_find(struct broker *b, pid_t pid);
 /* Drop exit hold g: its watcher, pidfd and fd count go; its leases' exit_holds are the caller's. */
-void revoker_ghost_free(struct broker *b, struct ghost *g);
+void revoker_exit_hold_free(struct broker *b, struct exit_hold *g);
 
-/* revoker-hold.c: the poll of ghosts without a pidfd (revoker_init / revoker_fini). */
+/* revoker-hold.c: the poll of holds without a pidfd (revoker_init / revoker_fini). */
 void revoker_hold_init(struct broker *b);
 void revoker_hold_fini(struct broker *b);
 

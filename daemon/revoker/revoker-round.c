@@ -13,6 +13,7 @@
 #include "broker.h"
 #include "config.h"
 #include "conn.h"
+#include "daemon.h"
 #include "holders.h"
 #include "lease.h"
 #include "log.h"
@@ -31,16 +32,17 @@ static void arm_deadline_timer(struct broker *b);
  */
 void revoker_round_arm_for(struct broker *b, uint32_t deadline_ms)
 {
-	struct revoker *rv = b->revoker;
+	struct revoker *rv = daemon_of(b)->revoker;
 
 	if (!rv || rv->round.phase != ROUND_IDLE)
 		return;
 	if (revoker_policy_timer_serves(ev_is_active(&rv->deadline_timer),
-					ev_timer_remaining(b->loop, &rv->deadline_timer) * 1000.0, deadline_ms))
+					ev_timer_remaining(daemon_of(b)->loop, &rv->deadline_timer) * 1000.0,
+					deadline_ms))
 		return;
-	ev_timer_stop(b->loop, &rv->deadline_timer);
+	ev_timer_stop(daemon_of(b)->loop, &rv->deadline_timer);
 	ev_timer_set(&rv->deadline_timer, (deadline_ms + REVOKER_ROUND_COALESCE_MS) / 1000.0, 0.);
-	ev_timer_start(b->loop, &rv->deadline_timer);
+	ev_timer_start(daemon_of(b)->loop, &rv->deadline_timer);
 }
 
 /* Signal one mapper of an overdue lease through its pidfd. Returns true if the signal went. */
@@ -153,11 +155,11 @@ static int round_add_keys(struct enforce_round *rd, struct lease *l)
  */
 static void enforce(struct broker *b, struct lease *l)
 {
-	struct enforce_round *rd = &b->revoker->round;
+	struct enforce_round *rd = &daemon_of(b)->revoker->round;
 	struct conn *c = revoker_owner(l);
-	int sig = revoker_policy_signal(b->cfg->revoke_enforce);
+	int sig = revoker_policy_signal(daemon_of(b)->cfg->revoke_enforce);
 
-	if (b->cfg->revoke_enforce == ENFORCE_NONE)
+	if (daemon_of(b)->cfg->revoke_enforce == ENFORCE_NONE)
 		return;
 	/* From the last, since detaching moves the last entry into the hole. */
 	for (size_t i = l->nattachers; i-- > 0;) {
@@ -166,7 +168,7 @@ static void enforce(struct broker *b, struct lease *l)
 		if (!broker_enforce_may_signal(l, ac->uid))
 			detach_foreign_attacher(b, l, ac);
 	}
-	if (b->cfg->revoke_enforce == ENFORCE_DISCONNECT) {
+	if (daemon_of(b)->cfg->revoke_enforce == ENFORCE_DISCONNECT) {
 		b->counters.enforcements[ENFORCED_DISCONNECT]++;
 		if (c)
 			reply_close(c, "revoke deadline passed (revoke-enforce=disconnect)");
@@ -185,7 +187,7 @@ static void enforce(struct broker *b, struct lease *l)
 		if (signal_mapper(l, ac->pidfd, ac->pid, sig))
 			round_add_signalled(rd, ac->pid);
 	}
-	for (struct ghost *g = b->revoker->ghosts; g; g = g->next)
+	for (struct exit_hold *g = daemon_of(b)->revoker->holds; g; g = g->next)
 		for (size_t i = 0; i < g->nids; i++) {
 			if (g->ids[i] != l->id)
 				continue;
@@ -273,7 +275,7 @@ static bool round_mark(struct broker *b, struct enforce_round *rd, uint64_t t0, 
 			  "lease %llu (%llu bytes, pid %d) is overdue: its holder did not let go within the deadline; "
 			  "it stays counted until it does (revoke-enforce=%s)",
 			  (unsigned long long)l->id, (unsigned long long)l->bytes, l->pid,
-			  config_enforce_name(b->cfg->revoke_enforce));
+			  config_enforce_name(daemon_of(b)->cfg->revoke_enforce));
 		revoker_record(b, "lease %llu pid %d overdue", (unsigned long long)l->id, l->pid);
 		/* Enforcement may close connections, but their leases go back only at the reap. */
 		enforce(b, l);
@@ -286,7 +288,7 @@ static bool round_mark(struct broker *b, struct enforce_round *rd, uint64_t t0, 
 /* SIGNAL: the processes the scan found, each if its lease is still overdue. Returns true when done. */
 static bool round_signal(struct broker *b, struct enforce_round *rd, uint64_t t0, uint64_t budget_us)
 {
-	int sig = revoker_policy_signal(b->cfg->revoke_enforce);
+	int sig = revoker_policy_signal(daemon_of(b)->cfg->revoke_enforce);
 
 	while (rd->next_found < rd->nfound) {
 		struct holder *h = &rd->found[rd->next_found++];
@@ -324,23 +326,24 @@ static bool round_signal(struct broker *b, struct enforce_round *rd, uint64_t t0
  */
 static void round_step(struct broker *b)
 {
-	struct revoker *rv = b->revoker;
+	struct revoker *rv = daemon_of(b)->revoker;
 	struct enforce_round *rd = &rv->round;
-	uint64_t t0 = now_us(), budget_us = b->cfg->enforce_slice_us;
+	uint64_t t0 = now_us(), budget_us = daemon_of(b)->cfg->enforce_slice_us;
 	int r;
 
 	if (rd->phase == ROUND_MARK) {
 		if (!round_mark(b, rd, t0, budget_us))
 			goto more;
 		rd->phase = ROUND_SCAN;
-		if (rd->nkeys == 0 || !revoker_policy_signal(b->cfg->revoke_enforce))
+		if (rd->nkeys == 0 || !revoker_policy_signal(daemon_of(b)->cfg->revoke_enforce))
 			goto done;
-		r = holders_scan_new(b->cfg->proc_root, rd->keys, rd->nkeys, rd->signalled, rd->nsignalled, &rd->scan);
+		r = holders_scan_new(daemon_of(b)->cfg->proc_root, rd->keys, rd->nkeys, rd->signalled, rd->nsignalled,
+				     &rd->scan);
 		if (r < 0) {
 			log_warnx(
 				"cannot look for other holders of %zu overdue leases in %s/proc: %s; check proc-root, "
 				"ignoring",
-				rd->overdue, b->cfg->proc_root, strerror(-r));
+				rd->overdue, daemon_of(b)->cfg->proc_root, strerror(-r));
 			goto done;
 		}
 		if (revoker_policy_slice_spent(t0, now_us(), budget_us))
@@ -374,23 +377,23 @@ done:
 	arm_deadline_timer(b);
 	return;
 more:
-	ev_timer_stop(b->loop, &rv->slice_timer);
+	ev_timer_stop(daemon_of(b)->loop, &rv->slice_timer);
 	ev_timer_set(&rv->slice_timer, 0., 0.);
-	ev_timer_start(b->loop, &rv->slice_timer);
+	ev_timer_start(daemon_of(b)->loop, &rv->slice_timer);
 }
 
 static void slice_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct broker *b = w->data;
 
-	if (b->revoker->round.phase != ROUND_IDLE)
+	if (daemon_of(b)->revoker->round.phase != ROUND_IDLE)
 		round_step(b);
 }
 
 static void deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct broker *b = w->data;
-	struct enforce_round *rd = &b->revoker->round;
+	struct enforce_round *rd = &daemon_of(b)->revoker->round;
 
 	/* A round under way picks up nothing new; the next one starts when it ends (arm_deadline_timer). */
 	if (rd->phase != ROUND_IDLE)
@@ -403,22 +406,22 @@ static void deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
 static void arm_deadline_timer(struct broker *b)
 {
-	struct revoker *rv = b->revoker;
+	struct revoker *rv = daemon_of(b)->revoker;
 	uint64_t earliest, now = now_ms();
 
 	if (!rv || rv->round.phase != ROUND_IDLE)
 		return; /* the round re-arms when it ends */
 	earliest = revoker_policy_earliest_deadline(b->leases);
-	ev_timer_stop(b->loop, &rv->deadline_timer);
+	ev_timer_stop(daemon_of(b)->loop, &rv->deadline_timer);
 	if (earliest == UINT64_MAX)
 		return;
 	ev_timer_set(&rv->deadline_timer, revoker_policy_round_delay_ms(earliest, now) / 1000.0, 0.);
-	ev_timer_start(b->loop, &rv->deadline_timer);
+	ev_timer_start(daemon_of(b)->loop, &rv->deadline_timer);
 }
 
 void revoker_round_init(struct broker *b)
 {
-	struct revoker *rv = b->revoker;
+	struct revoker *rv = daemon_of(b)->revoker;
 
 	ev_timer_init(&rv->deadline_timer, deadline_cb, 0., 0.);
 	rv->deadline_timer.data = b;
@@ -428,8 +431,8 @@ void revoker_round_init(struct broker *b)
 
 void revoker_round_fini(struct broker *b)
 {
-	struct revoker *rv = b->revoker;
+	struct revoker *rv = daemon_of(b)->revoker;
 
-	ev_timer_stop(b->loop, &rv->slice_timer);
+	ev_timer_stop(daemon_of(b)->loop, &rv->slice_timer);
 	round_reset(&rv->round);
 }

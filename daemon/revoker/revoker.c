@@ -46,7 +46,7 @@ int revoker_revoke(struct broker *b, struct lease *l, uint32_t deadline_ms, enum
 	if (l->no_revoke && !lease_revocable(l))
 		return -EPERM;
 	if (deadline_ms == 0)
-		deadline_ms = b->cfg->revoke_deadline_ms;
+		deadline_ms = daemon_of(b)->cfg->revoke_deadline_ms;
 	ret = lease_set_state(l, LEASE_REVOKING, now);
 	if (ret < 0)
 		return ret;
@@ -96,11 +96,12 @@ static void reclaim_step(struct broker *b)
 {
 	struct lease **order = NULL;
 	size_t n = 0;
-	double avail_pct = b->monitor ? monitor_mem_available_pct(b->monitor) : NAN;
+	double avail_pct = daemon_of(b)->monitor ? monitor_mem_available_pct(daemon_of(b)->monitor) : NAN;
 	uint64_t deficit, in_flight = revoker_policy_revoking_bytes(b->leases);
 
 	daemon_trim_pool(b, 0);
-	deficit = revoker_policy_reclaim_deficit(avail_pct, b->cfg->tight_mem_available_pct, b->mem_total_bytes);
+	deficit = revoker_policy_reclaim_deficit(avail_pct, daemon_of(b)->cfg->tight_mem_available_pct,
+						 b->mem_total_bytes);
 	if (in_flight >= deficit)
 		return;
 	if (lease_revoke_order(b->leases, &order, &n) < 0)
@@ -131,14 +132,14 @@ static void shrink_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
 void revoker_on_pressure(struct broker *b, enum broker_state to)
 {
-	struct revoker *rv = b->revoker;
+	struct revoker *rv = daemon_of(b)->revoker;
 
 	if (to == BROKER_CRITICAL) {
 		reclaim_step(b);
 		ev_timer_set(&rv->reclaim_timer, RECLAIM_STEP_MS / 1000.0, RECLAIM_STEP_MS / 1000.0);
-		ev_timer_start(b->loop, &rv->reclaim_timer);
+		ev_timer_start(daemon_of(b)->loop, &rv->reclaim_timer);
 	} else {
-		ev_timer_stop(b->loop, &rv->reclaim_timer);
+		ev_timer_stop(daemon_of(b)->loop, &rv->reclaim_timer);
 	}
 }
 
@@ -161,7 +162,7 @@ uint64_t revoker_reclaim_idle(struct broker *b, struct conn *asker, uint64_t nee
 
 void revoker_conn_closed(struct broker *b, struct conn *c)
 {
-	struct revoker *rv = b->revoker;
+	struct revoker *rv = daemon_of(b)->revoker;
 	struct lease *l, *next;
 	uint64_t *held = NULL;
 	bool *owned = NULL;
@@ -238,7 +239,7 @@ void revoker_conn_closed(struct broker *b, struct conn *c)
 			  c->pid, nheld);
 		/*
 		 * The connection's own pidfd becomes the process's exit hold (no copy; closed here if the process has
-		 * one already). Without one the hold is polled until the process is gone (struct ghost).
+		 * one already). Without one the hold is polled until the process is gone (struct exit_hold).
 		 */
 		if (revoker_hold_process(b, c->pidfd, c->pidfd >= 0, c->pid, c->uid, held, owned, nheld) == 0) {
 			if (polled)
@@ -289,7 +290,7 @@ int revoker_init(struct broker *b)
 	rv->reclaim_timer.data = b;
 	ev_timer_init(&rv->shrink_timer, shrink_cb, 0., 0.);
 	rv->shrink_timer.data = b;
-	b->revoker = rv;
+	daemon_of(b)->revoker = rv;
 	revoker_hold_init(b);
 	revoker_round_init(b);
 	return 0;
@@ -297,13 +298,13 @@ int revoker_init(struct broker *b)
 
 void revoker_fini(struct broker *b)
 {
-	struct revoker *rv = b->revoker;
+	struct revoker *rv = daemon_of(b)->revoker;
 
 	if (!rv)
 		return;
 	revoker_round_fini(b);
-	while (rv->ghosts)
-		revoker_ghost_free(b, rv->ghosts);
+	while (rv->holds)
+		revoker_exit_hold_free(b, rv->holds);
 	revoker_hold_fini(b);
 	/* Shutdown: leases still counted for live or overdue holders (their fds are in the
 	 * fd store by now) give their chunks back, so pool_free releases them. */
@@ -311,9 +312,9 @@ void revoker_fini(struct broker *b)
 		next = lease_next(b->leases, l);
 		daemon_free_lease(b, l);
 	}
-	ev_timer_stop(b->loop, &rv->deadline_timer);
-	ev_timer_stop(b->loop, &rv->reclaim_timer);
-	ev_timer_stop(b->loop, &rv->shrink_timer);
+	ev_timer_stop(daemon_of(b)->loop, &rv->deadline_timer);
+	ev_timer_stop(daemon_of(b)->loop, &rv->reclaim_timer);
+	ev_timer_stop(daemon_of(b)->loop, &rv->shrink_timer);
 	free(rv);
-	b->revoker = NULL;
+	daemon_of(b)->revoker = NULL;
 }

@@ -13,9 +13,9 @@ struct conn;
 struct lease;
 struct monitor_event;
 
-/* Its deadline, reclaim and pool-shrink timers; ghost watchers come with hold_until_exit. Returns 0 or -ENOMEM. */
+/* Its deadline, reclaim and pool-shrink timers; exit hold watchers come with hold_until_exit. Returns 0 or -ENOMEM. */
 int revoker_init(struct broker *b);
-/* Stops the timers and the ghost watchers, and frees every lease left (shutdown: the fd store has them). */
+/* Stops the timers and the exit hold watchers, and frees every lease left (shutdown: the fd store has them). */
 void revoker_fini(struct broker *b);
 
 /*

@@ -16,6 +16,7 @@
 #include "admin.h"
 #include "broker.h"
 #include "config.h"
+#include "daemon.h"
 #include "jobs-watch.h"
 #include "jobs.h"
 #include "listen.h"
@@ -77,7 +78,7 @@ static void conn_handshake_cb(struct ev_loop *loop, ev_timer *w, int revents);
 /* A member of admin-group: its primary group, or among the supplementary groups the kernel recorded at connect. */
 static bool peer_in_admin_group(struct server *s, int fd, gid_t gid)
 {
-	const struct config *cfg = s->broker->cfg;
+	const struct config *cfg = daemon_of(s->broker)->cfg;
 	gid_t groups[NGROUPS_MAX_PEER];
 	socklen_t len = sizeof(groups);
 
@@ -177,8 +178,8 @@ static size_t conns_of_uid(const struct server *s, uid_t uid)
 
 int server_adopt(struct server *s, int fd, const struct ucred *cred, struct conn **ret)
 {
-	const struct config *cfg = s->broker->cfg;
-	struct ev_loop *loop = s->broker->loop;
+	const struct config *cfg = daemon_of(s->broker)->cfg;
+	struct ev_loop *loop = daemon_of(s->broker)->loop;
 	struct conn *c;
 
 	c = calloc(1, sizeof(*c));
@@ -239,7 +240,7 @@ static void evict_silent(struct server *s, uid_t uid)
 static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct server *s = w->data;
-	const struct config *cfg = s->broker->cfg;
+	const struct config *cfg = daemon_of(s->broker)->cfg;
 
 	for (int i = 0; i < 64; i++) {
 		struct ucred cred;
@@ -302,7 +303,7 @@ static void outq_drop(struct conn *c)
 void server_close(struct conn *c, const char *why)
 {
 	struct server *s = c->srv;
-	struct ev_loop *loop = s->broker->loop;
+	struct ev_loop *loop = daemon_of(s->broker)->loop;
 
 	if (c->closing)
 		return;
@@ -347,7 +348,7 @@ static void serve_queued_releases(struct server *s, struct conn *c)
 
 void server_reap(struct server *s)
 {
-	struct ev_loop *loop = s->broker->loop;
+	struct ev_loop *loop = daemon_of(s->broker)->loop;
 	struct conn *c;
 	bool freed = false;
 
@@ -407,7 +408,7 @@ static int flush_outq(struct conn *c)
 
 static void update_events(struct conn *c)
 {
-	struct ev_loop *loop = c->srv->broker->loop;
+	struct ev_loop *loop = daemon_of(c->srv->broker)->loop;
 	int want = EV_READ | (c->outq_head ? EV_WRITE : 0);
 
 	if (c->io.events != want) {
@@ -420,7 +421,7 @@ static void update_events(struct conn *c)
 /* All queues together are over max-queued-bytes: drop the connection holding the most. */
 static void enforce_total_queue(struct server *s)
 {
-	const struct config *cfg = s->broker->cfg;
+	const struct config *cfg = daemon_of(s->broker)->cfg;
 	struct conn *worst = NULL;
 
 	if (s->queued_bytes <= cfg->max_queued_bytes)
@@ -439,7 +440,7 @@ static void enforce_total_queue(struct server *s)
 
 int server_send(struct conn *c, const Pinbroker__V1__Reply *reply, const int *fds, size_t nfds)
 {
-	const struct config *cfg = c->broker->cfg;
+	const struct config *cfg = daemon_of(c->broker)->cfg;
 	size_t len = pinbroker__v1__reply__get_packed_size(reply);
 	struct server *s = c->srv;
 	struct outpkt *p;
@@ -525,7 +526,7 @@ static void conn_handshake_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	struct conn *c = w->data;
 
 	/* Accepted late in a long loop turn, the timer fires early: the clock decides (timer-clock.h). */
-	if (timer_clock_early(loop, w, c->connected_ms, c->broker->cfg->handshake_timeout_ms))
+	if (timer_clock_early(loop, w, c->connected_ms, daemon_of(c->broker)->cfg->handshake_timeout_ms))
 		return;
 	if (!c->hello_done)
 		server_close(c, "no HELLO within handshake-timeout-ms");
@@ -588,7 +589,7 @@ int server_new(struct broker *b, int listen_fd, struct server **ret)
 		return -ENOMEM;
 	s->broker = b;
 	s->stall_ms = timer_clock_stall_ms(SERVER_ACCEPT_STALL_ENV);
-	s->rxcap = (size_t)b->cfg->max_message_bytes + 1;
+	s->rxcap = (size_t)daemon_of(b)->cfg->max_message_bytes + 1;
 	s->rxbuf = malloc(s->rxcap);
 	r = tenants_new(&s->tenants);
 	b->tenants = s->tenants;
@@ -603,22 +604,22 @@ int server_new(struct broker *b, int listen_fd, struct server **ret)
 			fcntl(listen_fd, F_SETFL, flags | O_NONBLOCK);
 		s->listen_fd = listen_fd;
 	} else {
-		r = listen_unix_socket(b->cfg->socket_path, &s->listen_fd);
+		r = listen_unix_socket(daemon_of(b)->cfg->socket_path, &s->listen_fd);
 		if (r < 0)
 			goto fail;
 		s->own_socket = true;
-		s->path = strdup(b->cfg->socket_path);
+		s->path = strdup(daemon_of(b)->cfg->socket_path);
 	}
 	ev_io_init(&s->accept_io, accept_cb, s->listen_fd, EV_READ);
 	s->accept_io.data = s;
-	ev_io_start(b->loop, &s->accept_io);
+	ev_io_start(daemon_of(b)->loop, &s->accept_io);
 	/* Lowest priority: runs after every other callback of the iteration that closed a connection. */
 	ev_check_init(&s->reap_check, reap_cb);
 	ev_set_priority(&s->reap_check, EV_MINPRI);
 	s->reap_check.data = s;
-	ev_check_start(b->loop, &s->reap_check);
-	ev_unref(b->loop); /* the reaper alone must not keep the loop running */
-	b->conn_io = &server_conn_io;
+	ev_check_start(daemon_of(b)->loop, &s->reap_check);
+	ev_unref(daemon_of(b)->loop); /* the reaper alone must not keep the loop running */
+	daemon_of(b)->conn_io = &server_conn_io;
 	*ret = s;
 	return 0;
 fail:
@@ -636,9 +637,9 @@ void server_free(struct server *s)
 	while (s->conns)
 		server_close(s->conns, "daemon stopping");
 	server_reap(s);
-	ev_ref(s->broker->loop);
-	ev_check_stop(s->broker->loop, &s->reap_check);
-	ev_io_stop(s->broker->loop, &s->accept_io);
+	ev_ref(daemon_of(s->broker)->loop);
+	ev_check_stop(daemon_of(s->broker)->loop, &s->reap_check);
+	ev_io_stop(daemon_of(s->broker)->loop, &s->accept_io);
 	if (s->listen_fd >= 0)
 		close(s->listen_fd);
 	if (s->own_socket && s->path)
@@ -675,17 +676,17 @@ struct conn *server_find_conn(const struct server *s, uint64_t id)
 
 static void conn_hello_done(struct conn *c)
 {
-	ev_timer_stop(c->broker->loop, &c->handshake);
+	ev_timer_stop(daemon_of(c->broker)->loop, &c->handshake);
 }
 
 static struct conn *broker_conns(const struct broker *b)
 {
-	return b->server ? server_conns(b->server) : NULL;
+	return daemon_of(b)->server ? server_conns(daemon_of(b)->server) : NULL;
 }
 
 static size_t broker_conn_count(const struct broker *b)
 {
-	return b->server ? server_conn_count(b->server) : 0;
+	return daemon_of(b)->server ? server_conn_count(daemon_of(b)->server) : 0;
 }
 
 const struct conn_io server_conn_io = {

@@ -715,12 +715,13 @@ static int no_huge_pages(int fd, uint64_t bytes)
 /* A broker over pool p (as main.c wires one), 64 MiB of budget, nothing lent. */
 static struct broker *broker_on(struct pool *p)
 {
-	struct broker *b = calloc(1, sizeof(*b));
+	struct daemon *d = calloc(1, sizeof(*d));
+	struct broker *b = &d->broker;
 
-	ck_assert_ptr_nonnull(b);
+	ck_assert_ptr_nonnull(d);
 	ck_assert_int_eq(budget_new(64 * MIB, 0, &b->budget), 0);
 	ck_assert_int_eq(lease_table_new(&b->leases), 0);
-	b->pool = p;
+	daemon_of(b)->pool = p;
 	b->max_no_revoke_per_uid_bytes = 32 * MIB;
 	(void)broker_set_pressure(b, BROKER_NORMAL);
 	return b;
@@ -734,8 +735,8 @@ static void broker_off(struct broker *b)
 	}
 	lease_table_free(b->leases);
 	budget_free(b->budget);
-	pool_free(b->pool);
-	free(b);
+	pool_free(daemon_of(b)->pool);
+	free(daemon_of(b));
 }
 
 /*
@@ -800,7 +801,7 @@ START_TEST(test_acquires_reuse_chunks_within_a_tenant_and_a_dropped_lease_is_not
 		old[i] = inode_of(l->chunks[i].mem);
 	l->released = true; /* its holder's RELEASE */
 	daemon_free_lease(b, l);
-	ck_assert_uint_eq(pool_idle_bytes(b->pool), 4 * MIB);
+	ck_assert_uint_eq(pool_idle_bytes(daemon_of(b)->pool), 4 * MIB);
 	/* The same tenant: the same chunks, warm. */
 	ck_assert_int_eq(daemon_acquire(b, &a, &l, &err), REFUSAL_NONE);
 	ck_assert(inode_of(l->chunks[0].mem) == old[0] || inode_of(l->chunks[0].mem) == old[1]);
@@ -811,14 +812,14 @@ START_TEST(test_acquires_reuse_chunks_within_a_tenant_and_a_dropped_lease_is_not
 	ck_assert_int_eq(daemon_acquire(b, &a, &l, &err), REFUSAL_NONE);
 	for (size_t i = 0; i < l->nchunks; i++)
 		ck_assert(inode_of(l->chunks[i].mem) != old[0] && inode_of(l->chunks[i].mem) != old[1]);
-	ck_assert_uint_eq(pool_idle_bytes(b->pool), 0);
-	pool_tenant_bytes(b->pool, &tb);
+	ck_assert_uint_eq(pool_idle_bytes(daemon_of(b)->pool), 0);
+	pool_tenant_bytes(daemon_of(b)->pool, &tb);
 	ck_assert_uint_eq(tb.replaced, 4 * MIB);
 	/* Its connection closed (dropped): a clone(CLONE_VM) sibling may map it still, so its chunks are destroyed. */
 	l->dropped = true;
 	daemon_free_lease(b, l);
-	ck_assert_uint_eq(pool_idle_bytes(b->pool), 0);
-	pool_tenant_bytes(b->pool, &tb);
+	ck_assert_uint_eq(pool_idle_bytes(daemon_of(b)->pool), 0);
+	pool_tenant_bytes(daemon_of(b)->pool, &tb);
 	ck_assert_uint_eq(tb.retired, 4 * MIB);
 	broker_off(b);
 }
