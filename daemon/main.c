@@ -471,8 +471,8 @@ static void progress_cb(uint64_t done, uint64_t total, void *ud)
 
 /*
  * Every callback of one loop iteration runs in here, so the longest turn (no
- * client is answered while one runs) is a metric: issue 22 set no turn over
- * 20 ms as the goal under a revoke storm. Two clock reads per iteration.
+ * client is answered while one runs) is a metric: the goal is no turn over
+ * 20 ms under a revoke storm. Two clock reads per iteration.
  */
 static void timed_invoke(struct ev_loop *loop)
 {

@@ -240,10 +240,12 @@ static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 	      "MemTotal less the pool and registrations.",
 	      (double)unbrokered_counted(&b->unbrokered, daemon_unbrokered_cap(b)));
 	gauge(f, "pinbroker_unbrokered_reported_bytes",
-	      "Pinned outside the budget, the sum of clients' reports before any cap (reported by clients, not verified).",
+	      "Pinned outside the budget, the sum of clients' reports before any cap (reported by clients, not "
+	      "verified).",
 	      (double)b->unbrokered_bytes);
 	gauge(f, "pinbroker_orphaned_bytes",
-	      "Of the leased bytes, memory an earlier daemon lent that live processes still map (counted until they let go).",
+	      "Of the leased bytes, memory an earlier daemon lent that live processes still map (counted until they "
+	      "let go).",
 	      (double)b->orphaned_bytes);
 	gauge(f, "pinbroker_thp_bytes", "Pool memory collapsed into transparent huge pages.",
 	      (double)pool_thp_bytes(daemon_of(b)->pool));

@@ -21,10 +21,10 @@
 
 uint64_t rlimits_memory_base(const char *proc_root, uint64_t *host_total)
 {
-	struct pressure_host h;
+	struct monitor_host h;
 
 	*host_total = 0;
-	if (pressure_read_host(proc_root, &h) < 0 || h.mem_total_bytes == 0)
+	if (monitor_read_host(proc_root, &h) < 0 || h.mem_total_bytes == 0)
 		return 0;
 	*host_total = h.mem_total_bytes;
 	if (h.cgroup_limit_bytes > 0 && h.cgroup_limit_bytes < h.mem_total_bytes)
@@ -136,7 +136,8 @@ void rlimits_resolve(struct broker *b)
 			  (unsigned long long)b->chunk_capacity);
 	plan_classes(b, nofile, map_max);
 	log_debug(
-		"limits: %llu chunks in all (RLIMIT_NOFILE %llu, max_map_count %llu), %llu chunks and %llu leases per uid",
+		"limits: %llu chunks in all (RLIMIT_NOFILE %llu, max_map_count %llu), %llu chunks and %llu leases per "
+		"uid",
 		(unsigned long long)b->chunk_capacity, (unsigned long long)nofile, (unsigned long long)map_max,
 		(unsigned long long)b->max_chunks_per_uid, (unsigned long long)b->max_leases_per_uid);
 }

@@ -47,7 +47,7 @@ set(PB_DAEMON_SHELL_SOURCES
   request/req-status.c request/waitq.c
   restart/restart.c restart/restart-journal.c restart/restart-scan.c
   revoker/revoker.c revoker/revoker-free.c revoker/revoker-hold.c revoker/revoker-round.c
-  server/server.c server/listen.c
+  server/server.c server/conn.c server/listen.c
 )
 
 list(TRANSFORM PB_DAEMON_CORE_SOURCES PREPEND ${PB_DAEMON_DIR}/)

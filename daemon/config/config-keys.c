@@ -94,11 +94,13 @@ const struct config_key config_key_table[] = {
 	K_STRING("socket", socket_path, "/run/pinbroker/pinbroker.sock", false,
 		 "Path of the listening socket (an absolute path; ignored under socket activation)."),
 	K_SPEC("budget", budget, "25%", true,
-	       "Most memory lent at once: a size, or a percentage of MemTotal (or of the cgroup memory limit if lower)."),
+	       "Most memory lent at once: a size, or a percentage of MemTotal (or of the cgroup memory limit if "
+	       "lower)."),
 	K_SPEC("uid-quota", uid_quota, "100%", true,
 	       "Most memory one uid may hold: a size, or a percentage of the budget."),
 	K_SPEC("max-no-revoke-per-uid", max_no_revoke_per_uid, "50%", true,
-	       "Most memory one uid may hold in leases that are never revoked (pb_register charges, PB_ACQUIRE_NO_REVOKE "
+	       "Most memory one uid may hold in leases that are never revoked (pb_register charges, "
+	       "PB_ACQUIRE_NO_REVOKE "
 	       "leases): a size, or a percentage of the uid quota. Only the holder's exit frees such memory, so past "
 	       "this they are refused; 0 refuses them all."),
 	K_SPEC("prewarm", prewarm, "256M", true,
@@ -137,13 +139,14 @@ const struct config_key config_key_table[] = {
 	 * the default smallest chunk) at least: a batch always holds one chunk, so a smaller cap would mean the same.
 	 */
 	K_SIZE("warmup-batch-max", warmup_batch_max_bytes, (double)(2 * MIB), (double)(UINT64_C(1) << 50), "16G", false,
-	       "Most memory a start warm-up beside the loop pins before the daemon counts it: the warm-up makes a batch "
-	       "of chunks (one for each prewarm thread, at least 1 GiB, at most this) and makes the next only once the "
-	       "pool has taken it in. A batch always holds one chunk, so below the largest chunk (chunk-max) the "
-	       "warm-up goes a chunk at a time. Lower it where memory outside the books matters more than warm-up "
+	       "Most memory a start warm-up beside the loop pins before the daemon counts it: the warm-up makes a "
+	       "batch of chunks (one for each prewarm thread, at least 1 GiB, at most this) and makes the next only "
+	       "once the pool has taken it in. A batch always holds one chunk, so below the largest chunk (chunk-max) "
+	       "the warm-up goes a chunk at a time. Lower it where memory outside the books matters more than warm-up "
 	       "speed (fewer chunks filled at once)."),
 	K_UINT("prewarm-threads", prewarm_threads, 0, 64, "0", false,
-	       "Threads that fault in the pool at start, a chunk each (a chunk split into segments only when there are fewer chunks than threads); 0 means one per core the daemon may run on (its affinity), at most 32."),
+	       "Threads that fault in the pool at start, a chunk each (a chunk split into segments only when there are "
+	       "fewer chunks than threads); 0 means one per core the daemon may run on (its affinity), at most 32."),
 	K_UINT("pool-shrink-delay-ms", pool_shrink_delay_ms, 0, (double)UINT32_MAX, "30000", true,
 	       "Idle time before the pool shrinks back to the prewarm size."),
 	K_STRING("admin-group", admin_group, "", true,
@@ -152,7 +155,8 @@ const struct config_key config_key_table[] = {
 	K_STRING(
 		"job-quota", job_quota, "", true,
 		"Per-job quotas: CGROUP:SIZE entries apart by blanks, CGROUP a cgroup path whose components may be "
-		"globs, SIZE bytes or a share of the budget (/kubepods.slice/kubepods-burstable.slice/*:16G gives each burstable pod 16G); see "
+		"globs, SIZE bytes or a share of the budget (/kubepods.slice/kubepods-burstable.slice/*:16G gives each "
+		"burstable pod 16G); see "
 		"pinctl quota."),
 	K_ENUM("job-unknown", job_unknown, job_unknown_choices, "refuse", true,
 	       "What an acquire gets while job quota rules exist (job-quota, pinctl quota set) and the daemon could "
@@ -204,14 +208,15 @@ const struct config_key config_key_table[] = {
 	       "How long a waiting ACQUIRE waits for memory when the client gives no timeout."),
 	K_ENUM("status-visibility", status_visibility, visibility_choices, "own", true,
 	       "Whose client and lease rows (pids, labels, names) a non-admin sees in status: own (its uid's, taken "
-	       "from its own pid namespace) or all. own by default: labels are free text that may name jobs and data, and which uid runs what "
+	       "from its own pid namespace) or all. own by default: labels are free text that may name jobs and data, "
+	       "and which uid runs what "
 	       "is no other member's business (least privilege); budget, leased and pressure figures stay visible "
 	       "to all, and admins always see every row."),
 
 	/*
-	 * MemAvailable and PSI figures follow the issue's anchors. systemd-oomd
-	 * acts at 60% PSI over 20 s; ours act earlier because revoking pinned
-	 * memory is cheap next to killing a job.
+	 * MemAvailable and PSI figures: systemd-oomd acts at 60% PSI over 20 s;
+	 * ours act earlier because revoking pinned memory is cheap next to
+	 * killing a job.
 	 */
 	K_DOUBLE("tight-mem-available-pct", tight_mem_available_pct, 0, 100, "10", true,
 		 "Tight when MemAvailable falls below this share of MemTotal; 0 turns the signal off."),
@@ -225,14 +230,14 @@ const struct config_key config_key_table[] = {
 		 "Tight when pages swapped out per second rise above this; 0 turns the signal off."),
 	K_DOUBLE("critical-swapout-pages-per-s", critical_swapout_pages_s, 0, 1e9, "10000", true,
 		 "Critical when pages swapped out per second rise above this; 0 turns the signal off."),
-	K_DOUBLE(
-		"tight-swap-free-pct", tight_swap_free_pct, 0, 100, "20", true,
-		"Tight when free swap falls below this share of swap (counts only when swap exists); 0 turns the signal off."),
+	K_DOUBLE("tight-swap-free-pct", tight_swap_free_pct, 0, 100, "20", true,
+		 "Tight when free swap falls below this share of swap (counts only when swap exists); 0 turns the "
+		 "signal off."),
 	K_UINT("hysteresis-ms", hysteresis_ms, 0, HOUR_MS, "5000", true,
 	       "Time every signal must stay below a state's thresholds before the daemon leaves that state."),
 	/*
 	 * 100 ms: a MemAvailable drop with no PSI event reaches REVOKE in p99
-	 * 96-108 ms (bench_pressure; issue 3 asks <= 100). Idle on the 2-CPU
+	 * 96-108 ms (bench_pressure; the target is <= 100). Idle on the 2-CPU
 	 * development VM this costs 0.12-0.16% of a core (target 0.1), where a bare
 	 * 10 Hz wake-up alone costs 0.05-0.08%: no interval meets both there.
 	 */
@@ -246,9 +251,9 @@ const struct config_key config_key_table[] = {
 	K_UINT("revoke-deadline-ms", revoke_deadline_ms, 1, HOUR_MS, "5000", true,
 	       "Time a client has to give back a revoked lease before revoke-enforce applies."),
 	/*
-	 * A non-admin's own revoke with a 1 ms deadline made every lease of a
-	 * uid overdue in one round (issue 22, finding 2): the floor gives the
-	 * holder's processes time to let go before any enforcement runs.
+	 * A non-admin's own revoke with a 1 ms deadline would make every lease of
+	 * a uid overdue in one round: the floor gives the holder's processes time
+	 * to let go before any enforcement runs.
 	 */
 	K_UINT("revoke-min-deadline-ms", revoke_min_deadline_ms, 1, HOUR_MS, "1000", true,
 	       "Shortest deadline a non-admin may give when revoking its own leases; a shorter one (or 0) is raised to "
@@ -256,7 +261,7 @@ const struct config_key config_key_table[] = {
 	/*
 	 * Enforcement is sliced: a round's /proc scan and its signals run in
 	 * slices of this much time, one per loop turn, so other clients' requests
-	 * are served in between (the issue's goal: no loop turn over 20 ms).
+	 * are served in between (the goal: no loop turn over 20 ms).
 	 */
 	K_UINT("enforce-slice-us", enforce_slice_us, 100, 1000000, "2000", true,
 	       "Most time one loop turn spends on revoke enforcement (marking leases overdue, the /proc scan for "

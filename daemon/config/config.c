@@ -288,7 +288,8 @@ static void mode_problem(FILE *e, const char *path, const struct stat *st, bool 
 			file, what, (unsigned)st->st_uid, path);
 	if ((mode & (S_IWGRP | S_IWOTH)) && !(is_dir && (mode & S_ISVTX)))
 		fprintf(e,
-			"%s: %s is writable by %s (mode %04o), who could change the daemon's settings; run chmod go-w %s\n",
+			"%s: %s is writable by %s (mode %04o), who could change the daemon's settings; run chmod go-w "
+			"%s\n",
 			file, what,
 			(mode & S_IWGRP) && (mode & S_IWOTH) ? "group and others"
 			: mode & S_IWOTH                     ? "others"

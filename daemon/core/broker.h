@@ -101,7 +101,7 @@ enum broker_enforcement {
 	ENFORCED_N,
 };
 
-/* Loop-turn histogram bounds: the issue 22 goal is no turn over 20 ms under a revoke storm. */
+/* Loop-turn histogram bounds: the goal is no turn over 20 ms under a revoke storm. */
 #define BROKER_TURN_BUCKETS 6
 #define BROKER_TURN_BUCKET_US                             \
 	{                                                 \
@@ -180,7 +180,10 @@ struct broker {
 	/* Of the leased bytes, memory an earlier daemon lent that live processes still map (restart.c). */
 	uint32_t job_unknown_clients; /* connections whose job could not be read (conn.h job_unknown) */
 	uint64_t orphaned_bytes;
-	/* Staging-ring leases held now and their bytes (of the leased bytes), kept by broker_acquire and broker_free_lease. */
+	/*
+	 * Staging-ring leases held now and their bytes (of the leased bytes), kept by broker_acquire and
+	 * broker_free_lease.
+	 */
 	uint32_t staging_rings;
 	uint64_t staging_ring_bytes;
 	/* Clients' staged copies since start (ReportStaging), closed connections' included. */

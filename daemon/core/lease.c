@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The lease table (a hash for lookup, a list and a tree in id order for walks and cursors) and the lease state machine. */
+/*
+ * The lease table (a hash for lookup, a list and a tree in id order for walks and cursors) and the lease state machine.
+ */
 #include "lease.h"
 
 #include <assert.h>
@@ -607,7 +609,10 @@ static bool token_eq(const uint8_t *a, const uint8_t *b)
 	return d == 0;
 }
 
-/* Grow the token hash at load factor 1 (or create it). Returns 0 or -ENOMEM; failing to grow a live one only costs speed. */
+/*
+ * Grow the token hash at load factor 1 (or create it). Returns 0 or -ENOMEM; failing to grow a live one only costs
+ * speed.
+ */
 static int token_grow(struct lease_table *t)
 {
 	size_t nb = t->ntoken_buckets ? t->ntoken_buckets * 2 : LEASE_BUCKETS_MIN;

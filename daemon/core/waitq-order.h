@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* The wait queue's order and its grant walk on plain entries: priority order, FIFO within a class, who may overtake whom; no I/O. */
+/*
+ * The wait queue's order and its grant walk on plain entries: priority order, FIFO within a class, who may overtake
+ * whom; no I/O.
+ */
 #pragma once
 
 #include <stdbool.h>

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Another uid's open memfds through /proc/PID/fdinfo: mount id and inode, matched to st_dev by a probe memfd (holders-fdinfo.h). */
+/*
+ * Another uid's open memfds through /proc/PID/fdinfo: mount id and inode, matched to st_dev by a probe memfd
+ * (holders-fdinfo.h).
+ */
 #define _GNU_SOURCE
 #include "holders-fdinfo.h"
 

@@ -41,7 +41,9 @@ int holders_parse_memfd_map(const char *line, size_t len, const char *name, dev_
 		return -ENOENT;
 	while (p < end && *p == ' ')
 		p++;
-	/* "/memfd:" NAME " (deleted)" and nothing else: another name, or a file that only looks like one, is not ours. */
+	/*
+	 * "/memfd:" NAME " (deleted)" and nothing else: another name, or a file that only looks like one, is not ours.
+	 */
 	if ((size_t)(end - p) != 7 + nlen + 10 || memcmp(p, "/memfd:", 7) != 0 || memcmp(p + 7, name, nlen) != 0 ||
 	    memcmp(p + 7 + nlen, " (deleted)", 10) != 0)
 		return -ENOENT;

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Finding every process of one uid that maps or holds a lease's memfds, through /proc as fuser does, and pinning each by pidfd. */
+/*
+ * Finding every process of one uid that maps or holds a lease's memfds, through /proc as fuser does, and pinning each
+ * by pidfd.
+ */
 #define _GNU_SOURCE
 #include "holders.h"
 

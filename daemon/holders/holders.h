@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Finding every process of one uid that maps or holds a lease's memfds, through /proc as fuser does, and pinning each by pidfd. */
+/*
+ * Finding every process of one uid that maps or holds a lease's memfds, through /proc as fuser does, and pinning each
+ * by pidfd.
+ */
 #pragma once
 
 #include <stdbool.h>
@@ -71,7 +74,7 @@ int holders_find(const char *proc_root, uid_t uid, const struct holder_key *keys
 /*
  * The same search in slices, for many keys of several uids at once: one pass
  * over /proc for every overdue lease of a deadline round, spread over loop
- * turns so that other clients are answered in between (issue 22, finding 2).
+ * turns so that other clients are answered in between.
  * A process is matched only on a key whose uid is the process's real,
  * effective and saved uid, so a process is never reported for another uid's
  * memory it maps. keys must stay valid (unchanged) until the scan is freed;

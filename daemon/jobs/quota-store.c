@@ -225,10 +225,10 @@ int quota_store_save(struct broker *b, char *why, size_t whylen)
 	r = write_rules(qs, text, len);
 	if (r < 0) {
 		if (-r != qs->failed)
-			log_warnx(
-				"cannot write the quota rules file %s: %s; the rules in force now are lost at a restart "
-				"until it can be written (tried again at each change and every few seconds)",
-				qs->path, strerror(-r));
+			log_warnx("cannot write the quota rules file %s: %s; the rules in force now are lost at a "
+				  "restart "
+				  "until it can be written (tried again at each change and every few seconds)",
+				  qs->path, strerror(-r));
 		qs->failed = -r;
 		qs->failed_us = now_us();
 		if (why)

@@ -15,7 +15,8 @@ struct config;
 int quota_store_path(const struct config *cfg, char *buf, size_t len);
 
 /*
- * After jobs_watch_start and before the loop serves a request: make the daemon's quota_store and add the file's rules to
+ * After jobs_watch_start and before the loop serves a request: make the daemon's quota_store and add the file's rules
+ * to
  * b->jobs as set rules (a bad line is logged as path:line and skipped; a file that is not a regular file of
  * this uid, or that others may write, is ignored with a warning). Nothing to do without b->jobs. Returns 0 or
  * -ENOMEM.

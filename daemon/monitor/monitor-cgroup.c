@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The pressure monitor's memory cgroup: where it is, the walk up its ancestors for the binding limit, pressure_read_host. */
+/* The pressure monitor's memory cgroup: where it is, and the walk up its ancestors for the binding limit. */
 #define _GNU_SOURCE
 #include "monitor-int.h"
 
@@ -224,48 +224,4 @@ int mon_cg_read(int root_fd, struct cg_src *cg, uint64_t now, bool refresh_limit
 		}
 	}
 	return 0;
-}
-
-int pressure_read_host(const char *proc_root, struct pressure_host *ret)
-{
-	struct meminfo m;
-	struct src_file meminfo_f;
-	struct cg_src *cg = NULL;
-	struct cg_reading reading;
-	char *buf;
-	int root_fd = -1, r;
-
-	memset(ret, 0, sizeof(*ret));
-	mon_src_init(&meminfo_f, true);
-	buf = malloc(READ_BUF_BYTES);
-	cg = calloc(1, sizeof(*cg));
-	if (!buf || !cg) {
-		r = -ENOMEM;
-		goto out;
-	}
-	root_fd = open(proc_root && *proc_root ? proc_root : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (root_fd < 0) {
-		r = -errno;
-		goto out;
-	}
-	r = mon_read_meminfo(root_fd, &meminfo_f, &m, buf);
-	mon_src_close(&meminfo_f);
-	if (r < 0)
-		goto out;
-	ret->mem_total_bytes = m.mem_total_bytes;
-	ret->mem_available_bytes = m.mem_available_bytes;
-	mon_cg_resolve(root_fd, &cg->loc, buf);
-	mon_cg_levels_init(cg);
-	if (mon_cg_read(root_fd, cg, now_ms(), true, &reading, buf) == 0 && reading.have_limit) {
-		ret->cgroup_limit_bytes = reading.limit_bytes;
-		ret->cgroup_usage_bytes = reading.usage_bytes;
-	}
-	mon_cg_close(cg);
-	r = 0;
-out:
-	if (root_fd >= 0)
-		close(root_fd);
-	free(cg);
-	free(buf);
-	return r;
 }

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The pressure monitor's insides, shared by monitor.c (sampling), monitor-proc.c, monitor-cgroup.c and monitor-psi.c. */
+/*
+ * The pressure monitor's insides, shared by monitor.c (sampling), monitor-proc.c, monitor-cgroup.c and monitor-psi.c.
+ */
 #pragma once
 
 #include <ev.h>

@@ -18,7 +18,7 @@
 #include "util.h"
 
 /*
- * Under pressure, or after a PSI trigger, sample this often. Issue 3 targets
+ * Under pressure, or after a PSI trigger, sample this often: the target is
  * <= 100 ms from a crossing to REVOKE; earlyoom polls every 100-1000 ms and
  * systemd-oomd checks swap every 150 ms.
  */
@@ -476,4 +476,48 @@ size_t monitor_transitions(const struct monitor *m, struct monitor_event *out, s
 	for (size_t i = 0; i < n; i++)
 		out[i] = m->ring[(m->ring_next + MONITOR_EVENTS_MAX - 1 - i) % MONITOR_EVENTS_MAX];
 	return n;
+}
+
+int monitor_read_host(const char *proc_root, struct monitor_host *ret)
+{
+	struct meminfo m;
+	struct src_file meminfo_f;
+	struct cg_src *cg = NULL;
+	struct cg_reading reading;
+	char *buf;
+	int root_fd = -1, r;
+
+	memset(ret, 0, sizeof(*ret));
+	mon_src_init(&meminfo_f, true);
+	buf = malloc(READ_BUF_BYTES);
+	cg = calloc(1, sizeof(*cg));
+	if (!buf || !cg) {
+		r = -ENOMEM;
+		goto out;
+	}
+	root_fd = open(proc_root && *proc_root ? proc_root : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (root_fd < 0) {
+		r = -errno;
+		goto out;
+	}
+	r = mon_read_meminfo(root_fd, &meminfo_f, &m, buf);
+	mon_src_close(&meminfo_f);
+	if (r < 0)
+		goto out;
+	ret->mem_total_bytes = m.mem_total_bytes;
+	ret->mem_available_bytes = m.mem_available_bytes;
+	mon_cg_resolve(root_fd, &cg->loc, buf);
+	mon_cg_levels_init(cg);
+	if (mon_cg_read(root_fd, cg, now_ms(), true, &reading, buf) == 0 && reading.have_limit) {
+		ret->cgroup_limit_bytes = reading.limit_bytes;
+		ret->cgroup_usage_bytes = reading.usage_bytes;
+	}
+	mon_cg_close(cg);
+	r = 0;
+out:
+	if (root_fd >= 0)
+		close(root_fd);
+	free(cg);
+	free(buf);
+	return r;
 }

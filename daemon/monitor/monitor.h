@@ -35,7 +35,7 @@ struct monitor_event {
 };
 
 /* What the daemon may lend against, read once at start before the monitor runs. */
-struct pressure_host {
+struct monitor_host {
 	uint64_t mem_total_bytes;
 	uint64_t mem_available_bytes;
 	uint64_t cgroup_limit_bytes; /* the tightest limit of the memory cgroup and its ancestors; 0 = none */
@@ -44,11 +44,11 @@ struct pressure_host {
 
 /*
  * Read <proc_root>/proc/meminfo and the daemon's memory cgroup (v1 or v2;
- * NULL or "" means "/"). Lives here because it does I/O; pressure.c parses.
+ * NULL or "" means "/") once, with the monitor's readers; pressure.c parses.
  * Returns 0, or a negative errno (-EBADMSG for a malformed meminfo). A
  * missing or unreadable cgroup is not an error: the limit is then 0.
  */
-int pressure_read_host(const char *proc_root, struct pressure_host *ret);
+int monitor_read_host(const char *proc_root, struct monitor_host *ret);
 
 /*
  * Start sampling under cfg (proc-root, thresholds, poll-interval-ms, psi-*).

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Where the daemon's cgroup namespace sits in the host's tree: reading /proc, setns, searching a host mount (cgns-probe.h). */
+/*
+ * Where the daemon's cgroup namespace sits in the host's tree: reading /proc, setns, searching a host mount
+ * (cgns-probe.h).
+ */
 #define _GNU_SOURCE
 #include "cgns-probe.h"
 
@@ -194,7 +197,9 @@ void cgns_probe(const char *proc_root, struct cgns_probe *ret)
 	r = n < 0 ? (int)n : cgns_find_host_mount(mountinfo, v1, depth, mnt, sizeof(mnt), &ups);
 	if (r == -ERANGE && ret->ns.mode == CGNS_PRIVATE &&
 	    cgns_mount_root(&ret->ns, ups, ret->host_mount_root, sizeof(ret->host_mount_root)) == 0) {
-		/* Only a subtree of the host's: the sweep looks there for paths below its root, its prefix taken off. */
+		/*
+		 * Only a subtree of the host's: the sweep looks there for paths below its root, its prefix taken off.
+		 */
 		log_info(
 			"cgroup namespace: the %s tree at %s is the host's %s, not its root: the sweep looks for other "
 			"cgroups through my own mounts",

@@ -28,7 +28,8 @@ void cgns_probe(const char *proc_root, struct cgns_probe *ret);
 
 /*
  * Whether the cgroup of this host path still exists: under the host tree mount where it lies below that mount's
- * root (host_mount_root taken off its front), else under the daemon's own mounts (mounts: paths relative to proc_root, n of them) when it lies in its namespace.
+ * root (host_mount_root taken off its front), else under the daemon's own mounts (mounts: paths relative to proc_root,
+ * n of them) when it lies in its namespace.
  */
 bool cgns_probe_exists(const struct cgns_probe *p, const char *proc_root, const char *const *mounts, size_t n,
 		       const char *path);

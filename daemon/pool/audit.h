@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The pool's hole-punch audit: a timer checking a bounded slice of chunks per tick, and the report of each punch found. */
+/*
+ * The pool's hole-punch audit: a timer checking a bounded slice of chunks per tick, and the report of each punch found.
+ */
 #pragma once
 
 struct broker;

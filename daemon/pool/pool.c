@@ -724,7 +724,10 @@ void pool_put(struct pool *p, struct chunk **chunks, size_t n)
 		if (!c)
 			continue;
 		p->lent_bytes -= c->bytes;
-		/* A tail, tainted or retired chunk is destroyed anyway, but checked still, so its holder's punch is counted. */
+		/*
+		 * A tail, tainted or retired chunk is destroyed anyway, but checked still, so its holder's punch is
+		 * counted.
+		 */
 		r = chunk_check(p, c, !c->tail && !c->tainted && !c->retired);
 		c->lease_id = 0;
 		/* Another uid may still map a tainted chunk (its mremap or fork outlives a release): nobody

@@ -76,7 +76,9 @@ struct pool_opts {
 	unsigned threads;      /* warm-up threads for large grows; 0: the cores in our affinity mask, at most 32 */
 	const char *proc_root; /* for /proc/meminfo HugePages_*; NULL = "/" */
 	bool lock;             /* mlock chunks; false only for unprivileged tests */
-	/* NUMA nodes chunks are placed on (mbind MPOL_PREFERRED before any page is faulted); n_nodes 0: no placement. */
+	/*
+	 * NUMA nodes chunks are placed on (mbind MPOL_PREFERRED before any page is faulted); n_nodes 0: no placement.
+	 */
 	const int *nodes;
 	size_t n_nodes;
 	/* memfd name of every chunk (NULL: POOL_MEMFD_NAME); what a restarted daemon looks for in /proc (restart.c). */
@@ -154,7 +156,8 @@ const char *pool_page_kind(const struct pool *p);
 
 /*
  * Add idle chunks until the idle pool holds at least bytes, carved into classes as classes_warm_split
- * says (each class grown to its share, rounded up to its chunks), pre-faulting and locking them in parallel threads. progress, if set, is called
+ * says (each class grown to its share, rounded up to its chunks), pre-faulting and locking them in parallel threads.
+ * progress, if set, is called
  * from the calling thread with (done, total) bytes now and then.
  * Returns 0 or a negative errno (the chunks made so far stay).
  */

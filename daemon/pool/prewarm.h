@@ -25,7 +25,8 @@ void prewarm_init(const struct prewarm_hooks *h);
 
 /*
  * Read the host's NUMA nodes from cfg's proc-root and how numa-prewarm spreads the pool over them; with numa
- * = auto, the nodes go into po and the daemon's numa. Returns 0, or -EINVAL with *err saying what in numa-prewarm is wrong.
+ * = auto, the nodes go into po and the daemon's numa. Returns 0, or -EINVAL with *err saying what in numa-prewarm is
+ * wrong.
  */
 int prewarm_numa_read(struct broker *b, const struct config *cfg, struct pool_opts *po, const char **err);
 /* Once the pool is made: give it the nodes' free memory and fallback order, when it places (the daemon's numa). */

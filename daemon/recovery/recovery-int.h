@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* What recovery's files share: the recovery state struct, and the writer's verbs that adopt/quarantine (recovery.c) calls. */
+/*
+ * What recovery's files share: the recovery state struct, and the writer's verbs that adopt/quarantine (recovery.c)
+ * calls.
+ */
 #pragma once
 
 #include <ev.h>

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* The recovery state's writer: snapshots and journal appends to the state memfd, and the pool's chunks kept in the fd store. */
+/*
+ * The recovery state's writer: snapshots and journal appends to the state memfd, and the pool's chunks kept in the fd
+ * store.
+ */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <ev.h>

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Crash and restart recovery through systemd's fd store, at start: adopting the stored chunks and leases, quarantining what the state cannot prove idle; the instance id. */
+/*
+ * Crash and restart recovery through systemd's fd store, at start: adopting the stored chunks and leases, quarantining
+ * what the state cannot prove idle; the instance id.
+ */
 #define _GNU_SOURCE
 #include "recovery.h"
 
@@ -203,7 +206,9 @@ static enum watch watch_exit(struct recovery *rc, struct lease *l, pid_t pid, bo
 	if (revoker_pid_gone(pid, r))
 		return WATCH_GONE;
 	if (revoker_hold_until_exit(rc->b, -1, pid, holder, l->id) < 0) {
-		/* Nothing to look again with: counted until the daemon stops, rather than freed under a live process. */
+		/*
+		 * Nothing to look again with: counted until the daemon stops, rather than freed under a live process.
+		 */
 		l->exit_holds++;
 		log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, l->uid, pid,
 			  "lease %llu: pid %d may still map it but cannot be watched for its exit (%s), and is out of "
@@ -472,7 +477,10 @@ void recovery_init(struct broker *b)
 	if (!rc)
 		fatalx("cannot set up crash recovery: out of memory");
 	rc->b = b;
-	/* The writer names exit holds through this hook, so it never calls the revoker (which calls reply.c, which calls it). */
+	/*
+	 * The writer names exit holds through this hook, so it never calls the revoker (which calls reply.c, which
+	 * calls it).
+	 */
 	rc->hold_pids = revoker_hold_pids;
 	rc->state_fd = -1;
 	rc->instance_id = new_instance_id();

@@ -30,7 +30,8 @@ struct lease;
  * redeclare-grace-ms ends. A lease whose holder (at the grace's end) or former
  * attacher still runs stays counted until that process exits, watched through
  * a pidfd, or, where none can be had (ENOSYS, EMFILE), looked at again every
- * second (the revoker's exit holds, revoker.h; test hook REVOKER_NO_PIDFD_ENV). A readable state keeps the previous instance id.
+ * second (the revoker's exit holds, revoker.h; test hook REVOKER_NO_PIDFD_ENV). A readable state keeps the previous
+ * instance id.
  * Without systemd a restart starts clean, with a new instance id.
  */
 void recovery_init(struct broker *b);

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* What every request module shares: reply headers and statuses, lease replies with fd batches, the wire conversions and a connection's counters. */
+/*
+ * What every request module shares: reply headers and statuses, lease replies with fd batches, the wire conversions and
+ * a connection's counters.
+ */
 #define _GNU_SOURCE
 #include "reply.h"
 
@@ -240,7 +243,7 @@ void reply_log_refusal(const struct conn *c, enum broker_refusal why, int err, u
 
 /* ------------------------------------------------------------- wire enums */
 
-Pinbroker__V1__Priority prio_to_wire(enum lease_priority p)
+Pinbroker__V1__Priority reply_priority_to_wire(enum lease_priority p)
 {
 	switch (p) {
 	case LEASE_PRIO_CRITICAL:
@@ -252,7 +255,7 @@ Pinbroker__V1__Priority prio_to_wire(enum lease_priority p)
 	}
 }
 
-enum lease_priority prio_from_wire(Pinbroker__V1__Priority p)
+enum lease_priority reply_priority_from_wire(Pinbroker__V1__Priority p)
 {
 	switch (p) {
 	case PINBROKER__V1__PRIORITY__PRIORITY_CRITICAL:
@@ -296,7 +299,7 @@ int send_lease(struct conn *c, uint64_t seq, const struct lease *l, bool attache
 	lm.has_hugetlb = true;
 	lm.hugetlb = huge;
 	lm.has_priority = true;
-	lm.priority = prio_to_wire(l->priority);
+	lm.priority = reply_priority_to_wire(l->priority);
 	if (attached) {
 		lm.has_attached = true;
 		lm.attached = true;
@@ -353,72 +356,4 @@ void reply_grant(struct conn *c, uint64_t seq, struct lease *l)
 		  (unsigned long long)l->bytes, l->nchunks, l->pid, l->uid, l->label[0] ? ", label " : "",
 		  text_escape(label, sizeof(label), l->label));
 	send_lease(c, seq, l, false);
-}
-
-/* ------------------------------------------------------- connection counters */
-
-static void status_conn_add(struct conn *c, const struct lease *l)
-{
-	struct conn_label *free_slot = NULL;
-
-	c->lease_bytes += l->bytes;
-	if (!l->label[0])
-		return;
-	for (size_t i = 0; i < CONN_LABELS_MAX; i++) {
-		struct conn_label *s = &c->labels[i];
-
-		if (s->leases && strcmp(s->text, l->label) == 0) {
-			s->leases++;
-			return;
-		}
-		if (!s->leases && !free_slot)
-			free_slot = s;
-	}
-	/* A full set lists no more: the lease rows still carry every label. */
-	if (free_slot) {
-		snprintf(free_slot->text, sizeof(free_slot->text), "%s", l->label);
-		free_slot->leases = 1;
-	}
-}
-
-static void status_conn_remove(struct conn *c, const struct lease *l)
-{
-	c->lease_bytes = c->lease_bytes > l->bytes ? c->lease_bytes - l->bytes : 0;
-	if (!l->label[0])
-		return;
-	for (size_t i = 0; i < CONN_LABELS_MAX; i++) {
-		struct conn_label *s = &c->labels[i];
-
-		if (s->leases && strcmp(s->text, l->label) == 0) {
-			s->leases--;
-			return;
-		}
-	}
-}
-
-void conn_gain(struct conn *c, const struct lease *l, bool attached)
-{
-	c->nleases++;
-	if (attached)
-		c->nattached++;
-	else if (l->staging_ring) {
-		c->rings++;
-		c->ring_bytes += l->bytes;
-	}
-	status_conn_add(c, l);
-}
-
-/* c no longer maps l (as its holder, or attached): its counters follow. */
-void conn_lose(struct conn *c, const struct lease *l, bool attached)
-{
-	if (c->nleases > 0) {
-		c->nleases--;
-		status_conn_remove(c, l);
-	}
-	if (attached && c->nattached > 0)
-		c->nattached--;
-	else if (!attached && l->staging_ring && c->rings > 0) {
-		c->rings--;
-		c->ring_bytes -= l->bytes;
-	}
 }

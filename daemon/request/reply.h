@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* What every request module shares (handlers, the revoker, the wait queue): replies, lease sends, wire conversions, a connection's counters. */
+/*
+ * What every request module shares (handlers, the revoker, the wait queue): replies, lease sends, wire conversions, a
+ * connection's counters.
+ */
 #pragma once
 
 #include <stdbool.h>
@@ -32,8 +35,8 @@ void reply_refusal(struct conn *c, uint64_t seq, enum broker_refusal why, int er
 /* The log line of that refusal (the client's pid and uid, and the same message). */
 void reply_log_refusal(const struct conn *c, enum broker_refusal why, int err, uint64_t size);
 
-Pinbroker__V1__Priority prio_to_wire(enum lease_priority p);
-enum lease_priority prio_from_wire(Pinbroker__V1__Priority p);
+Pinbroker__V1__Priority reply_priority_to_wire(enum lease_priority p);
+enum lease_priority reply_priority_from_wire(Pinbroker__V1__Priority p);
 
 /*
  * Send lease l to c: the LEASE reply with the first fd batch, then LEASE_FDS
@@ -43,11 +46,3 @@ enum lease_priority prio_from_wire(Pinbroker__V1__Priority p);
 int send_lease(struct conn *c, uint64_t seq, const struct lease *l, bool attached);
 /* c is l's new holder: its counters, the grant's log line, and the lease sent. */
 void reply_grant(struct conn *c, uint64_t seq, struct lease *l);
-
-/*
- * c now maps l / no longer maps l, as its holder or attached: c->nleases,
- * c->nattached and the status row's counters (bytes, labels) follow, so a
- * client row never needs a walk over the leases.
- */
-void conn_gain(struct conn *c, const struct lease *l, bool attached);
-void conn_lose(struct conn *c, const struct lease *l, bool attached);

@@ -116,7 +116,7 @@ void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req)
 		return;
 	}
 	snprintf(reason, sizeof(reason), "revoked by %suid %u", c->admin ? "admin " : "", c->uid);
-	/* A holder's own revoke gets at least revoke-min-deadline-ms (issue 22, finding 2). */
+	/* A holder's own revoke gets at least revoke-min-deadline-ms: a 1 ms one would make all its leases overdue. */
 	deadline_ms = broker_revoke_deadline_ms(&b->settings, c->admin, ar->has_deadline_ms ? ar->deadline_ms : 0);
 	/* A failed REVOKE send only marks its connection closing, so the walk stays valid. */
 	for (l = target ? target : lease_first(b->leases); l; l = target ? NULL : lease_next(b->leases, l)) {

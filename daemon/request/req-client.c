@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* The client verbs: hello, acquire, release, set-idle, revoke-ack, redeclare, share, attach, report-unbrokered and report-staging. */
+/*
+ * The client verbs: hello, acquire, release, set-idle, revoke-ack, redeclare, share, attach, report-unbrokered and
+ * report-staging.
+ */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -80,7 +83,7 @@ void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
 		.pid = c->pid,
 		.owner = c,
 		.size = a->size,
-		.priority = prio_from_wire(a->priority),
+		.priority = reply_priority_from_wire(a->priority),
 		.label = a->label,
 		.no_revoke = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE) != 0,
 		.registration = (a->flags & PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY) != 0,
@@ -184,11 +187,11 @@ void handle_release(struct conn *c, const Pinbroker__V1__Request *req)
 
 		conn_lose(c, l, attached);
 		if (r == 0) {
-			log_event(
-				EV_LEASE_RELEASED, LOG_INFO, l->id, l->uid, c->pid,
-				"lease %llu: pid %d (%s) let go; it lives on for %zu attachers and %u exited-connection holds",
-				(unsigned long long)l->id, c->pid, attached ? "attacher" : "holder", l->nattachers,
-				l->exit_holds);
+			log_event(EV_LEASE_RELEASED, LOG_INFO, l->id, l->uid, c->pid,
+				  "lease %llu: pid %d (%s) let go; it lives on for %zu attachers and %u "
+				  "exited-connection holds",
+				  (unsigned long long)l->id, c->pid, attached ? "attacher" : "holder", l->nattachers,
+				  l->exit_holds);
 			reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
 			return;
 		}

@@ -195,10 +195,10 @@ void handle_quota_set(struct conn *c, const Pinbroker__V1__Request *req)
 	}
 	if (jobs_path_check(qs->cgroup, true, &why) < 0) {
 		/* Cut: a path of kilobytes would push the reason out of the reply. */
-		reply_status(
-			c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
-			"quota: '%.*s%s': %s; write a cgroup path as /proc/PID/cgroup shows it, components may be globs",
-			QUOTA_ECHO_MAX, qs->cgroup, strlen(qs->cgroup) > QUOTA_ECHO_MAX ? "..." : "", why);
+		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "quota: '%.*s%s': %s; write a cgroup path as /proc/PID/cgroup shows it, components may be "
+			     "globs",
+			     QUOTA_ECHO_MAX, qs->cgroup, strlen(qs->cgroup) > QUOTA_ECHO_MAX ? "..." : "", why);
 		return;
 	}
 	if (clear) {
@@ -213,9 +213,9 @@ void handle_quota_set(struct conn *c, const Pinbroker__V1__Request *req)
 			log_info("job quota %s cleared by uid %u%s", qs->cgroup, c->uid,
 				 src == JOB_RULE_CONFIG ? " (a job-quota rule: back on the next reload)" : "");
 			if (src == JOB_RULE_CONFIG)
-				log_info(
-					"job quota %s comes from the config file: edit job-quota there to drop it for good",
-					qs->cgroup);
+				log_info("job quota %s comes from the config file: edit job-quota there to drop it for "
+					 "good",
+					 qs->cgroup);
 		}
 	} else {
 		r = jobs_rule_set(b->jobs, qs->cgroup, qs->bytes, JOB_RULE_SET, &why);

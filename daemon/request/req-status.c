@@ -336,7 +336,9 @@ static void fill_client_staging(Pinbroker__V1__ClientStaging *s, const struct co
 	s->rings = cc->rings;
 }
 
-/* A connection's row, from its own counters: each lease counts on the connection holding it and on each attached one. */
+/*
+ * A connection's row, from its own counters: each lease counts on the connection holding it and on each attached one.
+ */
 static void fill_client(Pinbroker__V1__ClientInfo *x, struct conn *cc, char **labels)
 {
 	pinbroker__v1__client_info__init(x);
@@ -429,7 +431,7 @@ static void fill_lease(Pinbroker__V1__LeaseInfo *x, const struct lease *l, uint6
 	x->label = (char *)l->label;
 	x->age_ms = now - l->created_ms;
 	x->has_priority = true;
-	x->priority = prio_to_wire(l->priority);
+	x->priority = reply_priority_to_wire(l->priority);
 	x->state = (char *)lease_state_name(l->state);
 	x->job = l->cgroup && l->cgroup->job ? l->cgroup->job->key : NULL;
 	x->has_registration = l->registration;

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Request dispatch: one table row per request kind, one gate for the cross-cutting checks, and the request modules' life cycle. */
+/*
+ * Request dispatch: one table row per request kind, one gate for the cross-cutting checks, and the request modules'
+ * life cycle.
+ */
 #define _GNU_SOURCE
 #include "request.h"
 

@@ -16,9 +16,15 @@ struct conn;
  */
 void request_dispatch(struct conn *c, const uint8_t *buf, size_t len);
 
-/* c is closing: drop its waiting acquires (waitq.c), then free its leases (revoker.c; a live process's stay counted until it exits). */
+/*
+ * c is closing: drop its waiting acquires (waitq.c), then free its leases (revoker.c; a live process's stay counted
+ * until it exits).
+ */
 void request_conn_closed(struct broker *b, struct conn *c);
 
-/* Set up and tear down the revoker (revoker.h) and the wait queue (waitq.h). request_init returns 0 or a negative errno. */
+/*
+ * Set up and tear down the revoker (revoker.h) and the wait queue (waitq.h). request_init returns 0 or a negative
+ * errno.
+ */
 int request_init(struct broker *b);
 void request_fini(struct broker *b);

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Waiting acquires: queued in priority order, granted when the freed-memory event says memory came back, refused at their timeout. */
+/*
+ * Waiting acquires: queued in priority order, granted when the freed-memory event says memory came back, refused at
+ * their timeout.
+ */
 #define _GNU_SOURCE
 #include "waitq.h"
 

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Waiting acquires: priority order, FIFO within a class, granted on the freed-memory event, refused at their timeout. */
+/*
+ * Waiting acquires: priority order, FIFO within a class, granted on the freed-memory event, refused at their timeout.
+ */
 #pragma once
 
 #include <stdint.h>

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* What restart's files share: its state, and the state file's and the /proc scans' verbs (restart-scan.c) that start and stop (restart.c) call. */
+/*
+ * What restart's files share: its state, and the state file's and the /proc scans' verbs (restart-scan.c) that start
+ * and stop (restart.c) call.
+ */
 #pragma once
 
 #include <ev.h>

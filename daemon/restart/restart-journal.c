@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* The restart state file kept current while the daemon runs: each lease appended before its fds leave, the whole rewritten from the loop, so a crash without the fd store leaves records. */
+/*
+ * The restart state file kept current while the daemon runs: each lease appended before its fds leave, the whole
+ * rewritten from the loop, so a crash without the fd store leaves records.
+ */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <ev.h>

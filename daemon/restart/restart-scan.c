@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Restart's state file (read and written atomically) and its /proc scans: which of an earlier daemon's memfds live processes still map, re-checked until none. */
+/*
+ * Restart's state file (read and written atomically) and its /proc scans: which of an earlier daemon's memfds live
+ * processes still map, re-checked until none.
+ */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <ev.h>
@@ -107,7 +110,10 @@ static int uid_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* A rescan reads only processes of a uid that owns an orphan (any of its uids in /proc/PID/status), or that the state file names. */
+/*
+ * A rescan reads only processes of a uid that owns an orphan (any of its uids in /proc/PID/status), or that the state
+ * file names.
+ */
 static bool want_ids(pid_t pid, const uid_t ids[4], void *ud)
 {
 	const struct restart *rs = ud;

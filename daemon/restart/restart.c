@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Restarts that keep the books: the state file a clean stop leaves, and the memory live processes still map after it. */
+/*
+ * Restarts that keep the books: the state file a clean stop leaves, and the memory live processes still map after it.
+ */
 #define _GNU_SOURCE
 #include "restart.h"
 
@@ -42,7 +44,9 @@
  * has gone.
  */
 #define STATE_NAME "restart-state"
-/* A lease's pids, as the recovery state keeps them (RECOVERY_MAPPERS_MAX): past this many, the rest are not waited for. */
+/*
+ * A lease's pids, as the recovery state keeps them (RECOVERY_MAPPERS_MAX): past this many, the rest are not waited for.
+ */
 #define SAVE_PIDS_MAX ORPHAN_PIDS_MAX
 /*
  * At most this share (1/n) of RLIMIT_NOFILE goes to pidfds of the processes a
@@ -203,10 +207,10 @@ static void add_unnamed(struct restart *rs, size_t *cap, const struct scan *s, c
 		    rs->b->orphaned_bytes > rs->b->mem_total_bytes - bytes ||
 		    (quota && budget_uid_leased(rs->b->budget, m->uid) > (quota > bytes ? quota - bytes : 0)) ||
 		    (quota && bytes > quota)) {
-			log_warnx(
-				"restart: pid %d (uid %u) maps %llu more bytes of memfds named %s than uid-quota allows: "
-				"not counted",
-				(int)m->pid, (unsigned)m->uid, (unsigned long long)bytes, rs->memfd_name);
+			log_warnx("restart: pid %d (uid %u) maps %llu more bytes of memfds named %s than uid-quota "
+				  "allows: "
+				  "not counted",
+				  (int)m->pid, (unsigned)m->uid, (unsigned long long)bytes, rs->memfd_name);
 			continue;
 		}
 		o.uid = m->uid;
@@ -225,8 +229,10 @@ static void add_unnamed(struct restart *rs, size_t *cap, const struct scan *s, c
 				(int)m->pid, (unsigned)m->uid, (unsigned long long)m->ino, (unsigned long long)bytes);
 		else
 			log_warnx(
-				"restart: pid %d (uid %u) maps or holds memfd %llu (%llu bytes) named %s that no state line "
-				"names and whose maker cannot be read: counted as orphaned to uid %u until it is unmapped; if it "
+				"restart: pid %d (uid %u) maps or holds memfd %llu (%llu bytes) named %s that no state "
+				"line "
+				"names and whose maker cannot be read: counted as orphaned to uid %u until it is "
+				"unmapped; if it "
 				"is not the earlier daemon's, drop it with `pinctl revoke --orphans --uid %u`",
 				(int)m->pid, (unsigned)m->uid, (unsigned long long)m->ino, (unsigned long long)bytes,
 				rs->memfd_name, (unsigned)m->uid, (unsigned)m->uid);
@@ -273,7 +279,10 @@ void restart_init(struct broker *b)
 		rs->path[0] = '\0';
 	}
 
-	/* Only this daemon's uid writes it, as one name: one that others may write or link could make it lend what is mapped. */
+	/*
+	 * Only this daemon's uid writes it, as one name: one that others may write or link could make it lend what is
+	 * mapped.
+	 */
 	r = rs->path[0] ? read_private_file(rs->path, ORPHANS_STATE_MAX_BYTES, &text, &len, &why) : -ENOENT;
 	rs->books = r == -ENOENT ? RESTART_BOOKS_NONE : RESTART_BOOKS_UNKNOWN;
 	if (r == -EPERM)

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Restarts that keep the books: the state file a clean stop leaves, and the memory live processes still map after it. */
+/*
+ * Restarts that keep the books: the state file a clean stop leaves, and the memory live processes still map after it.
+ */
 #pragma once
 
 #include <stdbool.h>

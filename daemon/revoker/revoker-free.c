@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* The revoker's lowest floor: freeing leases with their connections' counters, the freed-memory event, and the revocation ring. */
+/*
+ * The revoker's lowest floor: freeing leases with their connections' counters, the freed-memory event, and the
+ * revocation ring.
+ */
 #define _GNU_SOURCE
 #include <ev.h>
 #include <stdarg.h>

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Exit holds: leases kept counted until a process that may still map them exits, one pidfd watcher per process (or, without a pidfd, a poll). */
+/*
+ * Exit holds: leases kept counted until a process that may still map them exits, one pidfd watcher per process (or,
+ * without a pidfd, a poll).
+ */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <ev.h>
@@ -241,7 +244,8 @@ static bool exit_hold_alive(const struct exit_hold *g)
 }
 
 /*
- * Look again at each exit hold without a pidfd: gone, its holds end as at a watched exit (exit_hold_cb); watchable now, it
+ * Look again at each exit hold without a pidfd: gone, its holds end as at a watched exit (exit_hold_cb); watchable now,
+ * it
  * moves to a pidfd watch; alive and still not watchable, it stays.
  */
 static void poll_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -262,7 +266,8 @@ static void poll_cb(struct ev_loop *loop, ev_timer *w, int revents)
 		/*
 		 * The pidfd names whatever process has the pid now: one that started at another time took the pid over
 		 * after g's process exited (reused), so g's process is gone and that pidfd is not its. The same start
-		 * time: it is g's process (it ran when pidfd_open found it, and a pid is reused only once its process is
+		 * time: it is g's process (it ran when pidfd_open found it, and a pid is reused only once its process
+		 * is
 		 * gone), and the pidfd watches it from now on.
 		 */
 		if (fd >= 0 && g->starttime) {
@@ -386,8 +391,10 @@ int revoker_hold_process(struct broker *b, int pidfd, bool take_pidfd, pid_t pid
 		rv->holds = g;
 	}
 	/*
-	 * A polled exit hold that gets a pidfd (a connection of its process closed, and had one) is watched from now on.
-	 * One made by recovery could not tell its uid: the caller's, or the pidfd's, before exit_hold_watch counts the fd
+	 * A polled exit hold that gets a pidfd (a connection of its process closed, and had one) is watched from now
+	 * on.
+	 * One made by recovery could not tell its uid: the caller's, or the pidfd's, before exit_hold_watch counts the
+	 * fd
 	 * (to no uid otherwise, and an overdue lease's enforcement would never signal it).
 	 */
 	if (fd >= 0) {
@@ -430,8 +437,9 @@ int revoker_hold_until_exit(struct broker *b, int pidfd, pid_t pid, bool holder,
 {
 	/*
 	 * A holder or a mapper after a restart: its own uid, not the lease's, which an attacher of another uid
-	 * does not share. The pidfd is charged to it, and a revoke the holder starts never signals it (issue
-	 * 22, finding 4). One whose uid cannot be told is charged to no real uid and never signalled by a holder.
+	 * does not share. The pidfd is charged to it, and a revoke the holder starts never signals it (a holder
+	 * must not kill another uid's attacher). One whose uid cannot be told is charged to no real uid and never
+	 * signalled by a holder.
 	 */
 	return revoker_hold_process(b, pidfd, true, pid, pidfd >= 0 ? pidfd_real_uid(pidfd, pid) : (uid_t)-1, &id,
 				    &holder, 1);

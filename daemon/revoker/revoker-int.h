@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* What the revoker's files share: its state, and the verbs of the lower files (freeing, exit holds, rounds) that the upper ones call. */
+/*
+ * What the revoker's files share: its state, and the verbs of the lower files (freeing, exit holds, rounds) that the
+ * upper ones call.
+ */
 #pragma once
 
 #include <ev.h>
@@ -42,7 +45,7 @@ struct exit_hold {
 
 /*
  * One deadline round of enforcement, run in slices of enforce-slice-us per
- * loop turn (issue 22, finding 2): first every lease past its deadline is
+ * loop turn, so other clients are served between slices: first every lease past its deadline is
  * marked overdue and its connections reached (MARK, resuming after cursor),
  * then one /proc scan looks for other processes mapping any of their chunks
  * (SCAN), then those are signalled (SIGNAL). Leases are named by id between

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Deadline rounds: leases past their REVOKE deadline marked overdue and enforced (disconnect or signal), with one sliced /proc scan for their other mappers. */
+/*
+ * Deadline rounds: leases past their REVOKE deadline marked overdue and enforced (disconnect or signal), with one
+ * sliced /proc scan for their other mappers.
+ */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <ev.h>
@@ -66,7 +69,7 @@ static bool signal_mapper(const struct lease *l, int pidfd, pid_t pid, int sig)
 
 /*
  * An attacher of another uid on a lease whose holder revoked it: not
- * signalled (issue 22, finding 4). It got the REVOKE on its own connection;
+ * signalled (a holder must not reach another uid's process). It got the REVOKE on its own connection;
  * now the lease leaves that connection's books, and since its process may
  * still map the pages, they stay counted until that process exits (an exit
  * hold on the attacher's process, its one pidfd counted to its own uid).

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* The revoker's top floor: REVOKE, critical-state and cached-idle reclaim, a closing connection's leases, life cycle; rounds, exit holds and freeing are in revoker-*.c. */
+/*
+ * The revoker's top floor: REVOKE, critical-state and cached-idle reclaim, a closing connection's leases, life cycle;
+ * rounds, exit holds and freeing are in revoker-*.c.
+ */
 #define _GNU_SOURCE
 #include "revoker.h"
 
@@ -259,11 +262,11 @@ void revoker_conn_closed(struct broker *b, struct conn *c)
 				if (!l)
 					continue;
 				l->exit_holds++;
-				log_event(
-					EV_LEASE_OVERDUE, LOG_WARNING, l->id, l->uid, c->pid,
-					"lease %llu: pid %d may still map it but its exit hold cannot be set up (out of "
-					"memory): it stays counted until the daemon stops",
-					(unsigned long long)l->id, c->pid);
+				log_event(EV_LEASE_OVERDUE, LOG_WARNING, l->id, l->uid, c->pid,
+					  "lease %llu: pid %d may still map it but its exit hold cannot be set up (out "
+					  "of "
+					  "memory): it stays counted until the daemon stops",
+					  (unsigned long long)l->id, c->pid);
 			}
 		}
 		c->pidfd = -1; /* the hold's, or closed by revoker_hold_process */

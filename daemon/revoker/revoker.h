@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* The revoker: REVOKE with deadlines, enforcement, critical-state reclaim, the revocation ring, freeing leases, and exit holds. */
+/*
+ * The revoker: REVOKE with deadlines, enforcement, critical-state reclaim, the revocation ring, freeing leases, and
+ * exit holds.
+ */
 #pragma once
 
 #include <stdbool.h>
@@ -40,7 +43,9 @@ void revoker_free_lease(struct broker *b, struct lease *l, const char *why);
  */
 void revoker_freed(struct broker *b);
 
-/* c is closing: free its leases (a live process's stay counted until it exits). Its waiting acquires are gone already. */
+/*
+ * c is closing: free its leases (a live process's stay counted until it exits). Its waiting acquires are gone already.
+ */
 void revoker_conn_closed(struct broker *b, struct conn *c);
 
 /* The pressure state is now to (b->state set): while critical, reclaim every RECLAIM_STEP_MS. */
@@ -53,7 +58,10 @@ void revoker_on_pressure(struct broker *b, enum broker_state to);
  */
 #define REVOKER_NO_PIDFD_ENV "PINBROKER_TEST_NO_PIDFD"
 
-/* How often an exit hold without a pidfd looks at its process again: its leases stay counted up to this long after it exits. */
+/*
+ * How often an exit hold without a pidfd looks at its process again: its leases stay counted up to this long after it
+ * exits.
+ */
 #define REVOKER_POLL_MS 1000
 
 /* pidfd_open of pid for an exit hold: the pidfd, or -errno (the test hook above: -ENOSYS). */
@@ -105,10 +113,15 @@ void revoker_reclaim_orphan(struct broker *b, struct lease *l);
  */
 bool revoker_unhold(struct broker *b, pid_t pid, uint64_t id);
 
-/* The pids of the processes holding lease id until they exit (watched or polled): at most max in out. Returns how many. */
+/*
+ * The pids of the processes holding lease id until they exit (watched or polled): at most max in out. Returns how many.
+ */
 size_t revoker_hold_pids(const struct broker *b, uint64_t id, pid_t *out, size_t max);
 
-/* Every (lease id, pid) exit hold, polled ones included, to fn: one walk, for a caller that needs them all (restart_save). */
+/*
+ * Every (lease id, pid) exit hold, polled ones included, to fn: one walk, for a caller that needs them all
+ * (restart_save).
+ */
 void revoker_foreach_hold(const struct broker *b, void (*fn)(uint64_t id, pid_t pid, void *ud), void *ud);
 
 /* The revocation events kept for revoker_revocations. */

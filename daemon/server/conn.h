@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* One client connection as the request modules and the socket shell both see it, and the table of what the shell does with one. */
+/*
+ * One client connection as the request modules and the socket shell both see it, and the table of what the shell does
+ * with one.
+ */
 #pragma once
 
 #include <ev.h>
@@ -48,7 +51,7 @@ struct conn {
 	struct job_cgroup *cgroup; /* its process's cgroup at connect, for job quotas (a reference); NULL: unknown */
 	uint64_t tenant;           /* (uid, pid namespace, cgroup) at connect (core/tenant.h): a reference */
 	bool job_unknown;          /* job quotas are on and that cgroup could not be read (job-unknown applies) */
-	/* Status counters, kept by conn_gain/conn_lose with every lease it gains or loses (reply.c). */
+	/* Status counters, kept by conn_gain/conn_lose with every lease it gains or loses (conn.c). */
 	uint64_t lease_bytes;
 	uint32_t rings;      /* of its held leases (not attached), staging rings */
 	uint64_t ring_bytes; /* and their bytes */
@@ -85,3 +88,11 @@ struct conn_io {
 	struct conn *(*first)(const struct broker *b);
 	size_t (*count)(const struct broker *b);
 };
+
+/*
+ * c now maps l / no longer maps l, as its holder or attached: c->nleases,
+ * c->nattached and the status row's counters (bytes, labels) follow, so a
+ * client row never needs a walk over the leases.
+ */
+void conn_gain(struct conn *c, const struct lease *l, bool attached);
+void conn_lose(struct conn *c, const struct lease *l, bool attached);

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The daemon's own listening socket: a checked folder, a stale socket replaced only if it is one, the mode set at bind. */
+/*
+ * The daemon's own listening socket: a checked folder, a stale socket replaced only if it is one, the mode set at bind.
+ */
 #define _GNU_SOURCE
 #include "listen.h"
 
