@@ -181,7 +181,7 @@ struct broker {
 	uint32_t job_unknown_clients; /* connections whose job could not be read (conn.h job_unknown) */
 	uint64_t orphaned_bytes;
 	/*
-	 * Staging-ring leases held now and their bytes (of the leased bytes), kept by broker_acquire and
+	 * Staging-ring leases held now and their bytes (of the leased bytes), kept by broker_acquire_done and
 	 * broker_free_lease.
 	 */
 	uint32_t staging_rings;
@@ -383,8 +383,8 @@ int broker_detach(struct broker *b, struct lease *l, const void *owner);
 
 /* What the shell does when the pressure state changes: broker_set_pressure's answer, carried out in this order. */
 enum broker_pressure_action {
-	BROKER_ACT_TRIM_POOL = 1u << 0,      /* tight or critical: broker_trim_pool(b, 0); the pool regrows on demand */
-	BROKER_ACT_REFUSE_WAITERS = 1u << 1, /* critical: refuse every waiting acquire with -EAGAIN at once */
+	BROKER_ACT_TRIM_POOL = 1u << 0,      /* tight or critical: trim the idle pool to 0; it regrows on demand */
+	BROKER_ACT_REFUSE_WAITERS = 1u << 1, /* critical: refuse every waiting acquire with REFUSAL_CRITICAL at once */
 	BROKER_ACT_START_RECLAIM = 1u << 2,  /* critical: revoke now, and again every reclaim step while it lasts */
 	BROKER_ACT_STOP_RECLAIM = 1u << 3,   /* no longer critical: stop the reclaim steps */
 	BROKER_ACT_GRANT_WAITERS = 1u << 4,  /* normal again: grant waiting acquires that fit */

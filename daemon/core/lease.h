@@ -101,7 +101,7 @@ struct lease {
 	uint32_t exit_holds;
 	bool holder_detached;
 	/*
-	 * How the memory may be reused (broker_free_lease). tenant: the holder's (core/tenant.h), whose next leases
+	 * How the memory may be reused (broker_lease_reusable). tenant: the holder's (core/tenant.h), whose next leases
 	 * may be handed the chunks. released: its last mapper let go by a request (RELEASE), after unmapping it.
 	 * dropped: some mapper let go without one (its connection closed, its process exited): a clone(CLONE_VM)
 	 * sibling or a forked child of it may still map the chunks. Only a released, never dropped lease's chunks

@@ -106,9 +106,8 @@ void check_books(const struct broker *b)
 	ck_assert_uint_le(budget_leased(b->budget) + idle_bytes(), budget_limit(b->budget));
 }
 
-
 enum broker_refusal acquire_kind(struct broker *b, uid_t uid, void *owner, uint64_t size, enum ask kind,
-					struct lease **ret)
+				 struct lease **ret)
 {
 	struct acquire_args a = {
 		.uid = uid,

@@ -256,6 +256,12 @@ START_TEST(test_max_registrants_per_file_is_the_bound_and_0_charges_every_regist
 }
 END_TEST
 
-CHECK_SUITE(broker_registration_suite, "broker_registration", "core", NULL, NULL, 60, test_registration_is_charged_without_pool_memory_and_never_revoked, test_never_revoked_bytes_are_capped_per_uid, test_shared_registrations_are_charged_once_and_the_charge_moves_to_the_oldest_left, test_a_shared_region_is_charged_to_one_job_and_moves_with_its_pages, test_registrants_of_one_file_are_bounded_and_the_rest_charged_in_full, test_max_registrants_per_file_is_the_bound_and_0_charges_every_registration_in_full)
+CHECK_SUITE(broker_registration_suite, "broker_registration", "core", NULL, NULL, 60,
+	    test_registration_is_charged_without_pool_memory_and_never_revoked,
+	    test_never_revoked_bytes_are_capped_per_uid,
+	    test_shared_registrations_are_charged_once_and_the_charge_moves_to_the_oldest_left,
+	    test_a_shared_region_is_charged_to_one_job_and_moves_with_its_pages,
+	    test_registrants_of_one_file_are_bounded_and_the_rest_charged_in_full,
+	    test_max_registrants_per_file_is_the_bound_and_0_charges_every_registration_in_full)
 
 CHECK_MAIN(broker_registration_suite)
