@@ -442,11 +442,11 @@ _OPTIONAL = {
 def _repo_candidates() -> List[str]:
     """Libraries in the build trees of the source checkout this package is run from, newest first.
 
-    Only when the package sits in a checkout (python/pinbroker/ next to client/pinbroker.h): an
+    Only when the package sits in a checkout (python/pinbroker/ next to client/lib/pinbroker.h): an
     installed package never looks here.
     """
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if not os.path.isfile(os.path.join(root, "client", "pinbroker.h")):
+    if not os.path.isfile(os.path.join(root, "client", "lib", "pinbroker.h")):
         return []
     found = glob.glob(os.path.join(root, "build*", "client", SONAME))
     return sorted(found, key=lambda p: os.path.getmtime(p), reverse=True)

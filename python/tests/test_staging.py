@@ -20,7 +20,7 @@ import pinbroker
 from pinbroker import _lib, _staging
 from conftest import REPO
 
-HEADER = os.path.join(REPO, "client", "pinbroker.h")
+HEADER = os.path.join(REPO, "client", "lib", "pinbroker.h")
 
 # C type (as written in pinbroker.h) -> the ctypes type that declares it.
 C_TYPES = {
@@ -356,7 +356,7 @@ def test_arguments_reach_the_library_in_order(daemon, tmp_path):
     src = tmp_path / "shim.c"
     src.write_text(SHIM)
     shim = tmp_path / "libshim.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-I", os.path.join(REPO, "client"), "-o", str(shim), str(src),
+    subprocess.run([cc, "-shared", "-fPIC", "-I", os.path.join(REPO, "client", "lib"), "-o", str(shim), str(src),
                     "-Wl,--no-as-needed", real, "-Wl,-rpath," + os.path.dirname(os.path.realpath(real))], check=True)
     r = run_python(f"SOCK = {daemon.socket!r}\n" + CALLS, env={"PINBROKER_LIBRARY": str(shim)})
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
