@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pinbroker-internal.h"
 #include "pinbroker.pb-c.h"
 
 /*
@@ -415,13 +416,7 @@ int acquire_call(pb_client *c, Request *req, const char *verb, uint32_t flags, b
 
 /* ---------------------------------------------------------------- lib-register.c */
 
-/*
- * A registration charge of bytes that no address of this process names: memory the CUDA driver allocates and
- * owns itself (a VMM allocation or a memory pool with a host location), charged so the budget sees it. As
- * pb_register with PB_REGISTER_CHARGE_ONLY otherwise (never revoked, never cached; pb_unregister gives it
- * back). For libpinbroker-preload.so, which links the library's objects; not exported.
- */
-int register_charge_bytes(pb_client *c, size_t bytes, const struct pb_acquire_opts *opts, pb_lease **ret);
+/* register_charge_bytes: pinbroker-internal.h, the interposer's face. */
 
 /* ---------------------------------------------------------------- lib-status.c */
 

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "cuda.h"
-#include "staging.h"
+#include "pinbroker-internal.h"
 #include "util.h"
 
 /* Every client's state, for fork; all_lock also serialises making one. */

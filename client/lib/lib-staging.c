@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "cuda.h"
-#include "staging.h"
+#include "pinbroker-internal.h"
 #include "util.h"
 
 static uint64_t mono_ns(void)

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "staging.h"
+#include "pinbroker-internal.h"
 #include "util.h"
 
 void pbst_settings_default(struct pbst_settings *s)

@@ -74,7 +74,7 @@ struct pbst_ptr_facts {
 
 /* One copy as the caller describes it, with what the driver says of its pointers and stream. */
 struct pbst_copy_facts {
-	unsigned flags; /* staging.h's PBST_H2D, PBST_D2H (neither: unified addressing decides) */
+	unsigned flags; /* pinbroker-internal.h's PBST_H2D, PBST_D2H (neither: unified addressing decides) */
 	size_t bytes;
 	struct pbst_ptr_facts dst, src;
 	bool capturing; /* the stream is being captured into a graph (or the driver could not say) */

@@ -15,7 +15,7 @@
 #include "pinbroker.h"
 #include "pinctl.h"
 #include "wire.h"
-#include "preload-table.h"
+#include "preload-policy.h"
 
 /* The interposer: $PINBROKER_PRELOAD_LIB, else next to the libpinbroker.so this pinctl runs with. */
 static int find_preload(char *out, size_t len)

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "preload.h"
-#include "staging.h"
+#include "pinbroker-internal.h"
 
 #define EXPORT __attribute__((visibility("default")))
 

@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lib-int.h"
+#include "pinbroker-internal.h"
 #include "pinbroker.h"
 #include "preload-table.h"
 #include "preload.h"

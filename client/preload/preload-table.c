@@ -85,32 +85,6 @@ bool pbp_kind_unbrokered(enum pbp_kind k)
 	return k == PBP_DRIVER_ALLOC || k == PBP_DRIVER_REG;
 }
 
-static const char *const policy_names[] = {
-	[PBP_FALLBACK_CUDA] = "cuda",
-	[PBP_FALLBACK_ERROR] = "error",
-	[PBP_FALLBACK_PAGEABLE] = "pageable",
-};
-
-int pbp_policy_parse(const char *s, enum pbp_policy *out)
-{
-	if (!s || !*s) {
-		*out = PBP_FALLBACK_CUDA;
-		return 0;
-	}
-	for (size_t i = 0; i < sizeof(policy_names) / sizeof(policy_names[0]); i++) {
-		if (strcmp(s, policy_names[i]) == 0) {
-			*out = (enum pbp_policy)i;
-			return 0;
-		}
-	}
-	return -EINVAL;
-}
-
-const char *pbp_policy_name(enum pbp_policy p)
-{
-	return policy_names[p];
-}
-
 enum pbp_action pbp_fallback(enum pbp_policy p, unsigned flags, bool registration)
 {
 	unsigned needs_driver = PBP_HOST_MAPPED | (registration ? PBP_REGISTER_IOMEMORY : 0);

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "preload-policy.h"
+
 /* cudaHostAlloc / cuMemHostAlloc flags (the runtime's and the driver's are the same bits). */
 #define PBP_HOST_PORTABLE 0x1u
 #define PBP_HOST_MAPPED 0x2u
@@ -55,17 +57,6 @@ const struct pbp_entry *pbp_table_find(const struct pbp_table *t, uintptr_t p);
 
 bool pbp_kind_is_alloc(enum pbp_kind k);
 bool pbp_kind_unbrokered(enum pbp_kind k);
-
-/* PINBROKER_PRELOAD_FALLBACK: what to do when the broker cannot serve a request. */
-enum pbp_policy {
-	PBP_FALLBACK_CUDA,     /* the real driver call, its bytes reported as unbrokered (default) */
-	PBP_FALLBACK_ERROR,    /* CUDA's out-of-memory error */
-	PBP_FALLBACK_PAGEABLE, /* ordinary memory, where the request needs no device pointer */
-};
-
-/* NULL or "" is the default (cuda). Returns 0, or -EINVAL for anything else. */
-int pbp_policy_parse(const char *s, enum pbp_policy *out);
-const char *pbp_policy_name(enum pbp_policy p);
 
 enum pbp_action { PBP_DO_DRIVER, PBP_DO_ERROR, PBP_DO_PAGEABLE };
 

@@ -14,7 +14,7 @@
 
 #include "check_main.h"
 #include "staging-plan.h"
-#include "staging.h"
+#include "pinbroker-internal.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)

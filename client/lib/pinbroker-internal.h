@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Staged copies inside libpinbroker (lib-staging.c): the ring, its threads and the pipelined copy, for
- * pb_copy_to_device / pb_copy_from_device and for the interposer's cuMemcpy* and cudaMemcpy* wrappers
- * (preload-copy.c). Internal, never exported.
+ * libpinbroker's internal face: what the interposer (client/preload/), which links the library's objects, may call
+ * beyond pinbroker.h. Staged copies (lib-staging.c) and charges for memory the driver owns (lib-register.c).
+ * Never exported; the interposer includes this and pinbroker.h, never lib-int.h.
  */
 #pragma once
 
@@ -11,6 +11,8 @@
 #include <stdint.h>
 
 #include "pinbroker.h"
+
+/* ---------------------------------------------------------------- staged copies (lib-staging.c) */
 
 /* pbst_copy's flags: the direction the caller knows, and how its stream is to be read. */
 #define PBST_H2D 0x1u  /* dst is device memory, src host memory (cuMemcpyHtoD*) */
@@ -36,3 +38,12 @@ bool pbst_copy(pb_client *c, void *dst, const void *src, size_t bytes, void *str
 void pbst_before_fork(void);
 void pbst_after_fork_parent(void);
 void pbst_after_fork_child(void);
+
+/* ---------------------------------------------------------------- charges (lib-register.c) */
+
+/*
+ * A registration charge of bytes that no address of this process names: memory the CUDA driver allocates and
+ * owns itself (a VMM allocation or a memory pool with a host location), charged so the budget sees it. As
+ * pb_register with PB_REGISTER_CHARGE_ONLY otherwise (never revoked, never cached; pb_unregister gives it back).
+ */
+int register_charge_bytes(pb_client *c, size_t bytes, const struct pb_acquire_opts *opts, pb_lease **ret);
