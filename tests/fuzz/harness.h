@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Shared fuzz harness core: one broker built in memory with real modules for the whole process, reset between inputs, connections over socketpairs, and accounting checks. */
+/*
+ * The fuzz harnesses' core: one broker built in memory with real modules for the whole process, reset between
+ * inputs, connections over socketpairs, and accounting checks.
+ */
 #pragma once
 
 #include <stdbool.h>
