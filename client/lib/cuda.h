@@ -9,7 +9,7 @@
 /*
  * The most one cuMemHostRegister call is asked to take. r580 drivers refuse one call of 512 GiB or more with
  * CUDA_ERROR_OUT_OF_MEMORY, whatever memory is free: 16 bytes of driver state per 4 KiB page must fit one
- * kvzalloc(), which Linux caps at INT_MAX (vLLM issue 51080: 511.96 GiB passed, 512.15 GiB failed; the cap is
+ * kvzalloc(), which Linux caps at INT_MAX (vLLM measured it: 511.96 GiB passed, 512.15 GiB failed; the cap is
  * per call, not per process). Half of it leaves room for drivers that count differently.
  * $PINBROKER_CUDA_REGISTER_PIECE (a size) overrides it, for tests.
  */

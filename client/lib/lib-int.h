@@ -22,7 +22,7 @@
  *   lib-client.c    pb_connect, pb_disconnect: builds a client, wires the rooms    (staging, receiver, lease, cache)
  *   lib-staging.c   pb_copy_*, pbst_copy: the staged copy's pipeline     (staging-ring, staging-plan, cuda.c)
  *   lib-staging-ring.c  staging_: the ring lease, its events and threads, fork (acquire, lease, report, cuda.c)
- *   lib-staging-report.c  lib_report_staging: ReportStaging                         (conn)
+ *   lib-staging-report.c  staging_report_send: ReportStaging                         (conn)
  *   lib-admin.c     metrics, config, admin revoke and set, job quotas               (status, conn)
  *   lib-status.c    status_: STATUS paging and conversion                           (conn)
  *   lib-share.c     pb_lease_share, pb_attach                                       (acquire, lease, conn)
@@ -198,7 +198,7 @@ struct pb_client {
 	uint64_t instance_id; /* the daemon's, from HELLO; 0 if it sent none */
 	uint64_t conn_gen;    /* bumped by each reconnect */
 	/*
-	 * Under lock: what lib_report_staging sent last, on which connection, and the counters as they stood when
+	 * Under lock: what staging_report_send sent last, on which connection, and the counters as they stood when
 	 * that connection began: the daemon takes each connection's counters as counted from 0, so a reconnect
 	 * does not count again what the last connection reported.
 	 */
@@ -432,7 +432,7 @@ void status_job_copy(struct pb_job *y, const Pinbroker__V1__JobInfo *x);
  * -EOPNOTSUPP (a daemon that predates ReportStaging: nothing is sent), -EAGAIN (not sent now: send the next),
  * -ECONNRESET (no connection), -EINVAL (a NULL argument).
  */
-int lib_report_staging(pb_client *c, const struct pb_staging_stats *s);
+int staging_report_send(pb_client *c, const struct pb_staging_stats *s);
 
 /* ---------------------------------------------------------------- lib-staging-ring.c */
 

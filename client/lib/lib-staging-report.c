@@ -10,7 +10,7 @@ static uint64_t since(uint64_t a, uint64_t b)
 	return a > b ? a - b : 0;
 }
 
-int lib_report_staging(pb_client *c, const struct pb_staging_stats *s)
+int staging_report_send(pb_client *c, const struct pb_staging_stats *s)
 {
 	Pinbroker__V1__ReportStaging rs = PINBROKER__V1__REPORT_STAGING__INIT;
 	Request req = PINBROKER__V1__REQUEST__INIT;

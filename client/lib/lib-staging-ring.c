@@ -97,7 +97,7 @@ void staging_report(struct pbst_state *st, bool force)
 	s = st->stats;
 	pthread_mutex_unlock(&st->lock);
 	/* Fire and forget: the counters are cumulative, so a report lost (an old daemon, no connection) costs nothing. */
-	lib_report_staging(st->c, &s);
+	staging_report_send(st->c, &s);
 }
 
 /* "staging ring", with the program's label (PINBROKER_LABEL, as pinctl run --label sets it) when there is one. */

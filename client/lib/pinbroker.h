@@ -379,7 +379,10 @@ struct pb_staging_opts {
 	unsigned threads;       /* host threads copying to and from slots ($PINBROKER_STAGING_THREADS) */
 	size_t threshold_bytes; /* smaller copies go to the driver ($PINBROKER_STAGING_THRESHOLD) */
 };
-/* Set before the first staged copy; returns 0, -EINVAL (a bad value: pb_last_error says which), -EBUSY (a ring is held). */
+/*
+ * Set before the first staged copy; returns 0, -EINVAL (a bad value: pb_last_error says which), -EBUSY (a ring is
+ * held).
+ */
 int pb_staging_configure(pb_client *c, const struct pb_staging_opts *opts);
 
 /* What a client's staged copies did. */
@@ -399,8 +402,8 @@ int pb_staging_stats(pb_client *c, struct pb_staging_stats *out);
 /*
  * Shared leases.
  *
- * One lease, mapped by several processes, counted once. The holder of a lease (the process that acquired it) calls pb_lease_share()
- * to get a token, and passes it to other processes by any means (a pipe, an
+ * One lease, mapped by several processes, counted once. The holder of a lease (the process that acquired it) calls
+ * pb_lease_share() to get a token, and passes it to other processes by any means (a pipe, an
  * environment variable, a DataLoader worker's arguments). Each calls
  * pb_attach() on its own pb_client and maps the same memory: what one writes,
  * the others read. The token is the only key: 128 random bits, so hand it only

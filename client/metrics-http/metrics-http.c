@@ -194,7 +194,10 @@ static int write_all(int fd, const char *p, size_t n)
 	return 0;
 }
 
-/* One whole answer, built into *out (malloc'd, *out_len bytes); extra is more header lines (each ending in CRLF) or "". */
+/*
+ * One whole answer, built into *out (malloc'd, *out_len bytes); extra is more header lines (each ending in CRLF)
+ * or "".
+ */
 static int respond(char **out, size_t *out_len, int code, const char *reason, const char *ctype, const char *extra,
 		   const char *body, size_t body_len, bool head_only)
 {

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* pinctl's commands that ask the daemon and print its answer: status, leases, acquire, revoke, set, metrics, get, config. */
+/*
+ * pinctl's commands that ask the daemon and print its answer: status, leases, acquire, revoke, set, metrics, get,
+ * config.
+ */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* pinctl doctor's checks: privileges, huge pages and THP, CUDA, socket and groups, cgroup and its namespace, PSI, service, budget; each adds one finding, with its fix. */
+/*
+ * pinctl doctor's checks: privileges, huge pages and THP, CUDA, socket and groups, cgroup and its namespace, PSI,
+ * service, budget; each adds one finding, with its fix.
+ */
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <dirent.h>

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* pinctl doctor's reading: the host's files (under a fixture root for tests), the daemon and its pid, the CUDA driver; and the findings' record. */
+/*
+ * pinctl doctor's reading: the host's files (under a fixture root for tests), the daemon and its pid, the CUDA
+ * driver; and the findings' record.
+ */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
@@ -150,7 +153,7 @@ typedef int (*cu_init_fn)(unsigned);
 typedef int (*cu_dev_get_fn)(int *, int);
 typedef int (*cu_total_mem_fn)(size_t *, int);
 
-/* The driver the library would use (client/cuda.c: dlopen libcuda.so.1), its version and its GPUs' memory. */
+/* The driver the library would use (client/lib/cuda.c: dlopen libcuda.so.1), its version and its GPUs' memory. */
 static void probe_cuda(struct doctor *d)
 {
 	const char *env = getenv("PINBROKER_NO_CUDA");

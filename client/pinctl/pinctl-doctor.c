@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* pinctl doctor: the command and its output. It checks a host's set-up for pinbrokerd (privileges, huge pages, CUDA, socket, cgroup, PSI, service, budget), each finding with its fix. */
+/*
+ * pinctl doctor: the command and its output. It checks a host's set-up for pinbrokerd (privileges, huge pages,
+ * CUDA, socket, cgroup, PSI, service, budget), each finding with its fix.
+ */
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <stdbool.h>

@@ -56,7 +56,7 @@ __attribute__((format(printf, 4, 5))) struct finding *doctor_add(struct doctor *
 								 enum doctor_status st, const char *fmt, ...);
 /* What to do about finding f. */
 __attribute__((format(printf, 2, 3))) void doctor_fix(struct finding *f, const char *fmt, ...);
-/* path under the fixture root into buf, which it returns (host-wide files only; a process's own are read from /proc). */
+/* path under the fixture root into buf, which it returns (host-wide files only; a process's own are from /proc). */
 const char *doctor_rooted(const struct doctor *d, const char *path, char *buf, size_t len);
 /* The whole of a small file, NUL-terminated, into buf. Returns its length, or -errno. */
 ssize_t doctor_read_text(const char *path, char *buf, size_t len);

@@ -78,7 +78,7 @@ struct cu_graph_node_params { /* CUgraphNodeParams */
 _Static_assert(sizeof(struct cu_pool_props) == 88, "CUmemPoolProps is 88 bytes");
 _Static_assert(sizeof(struct cu_graph_node_params) == 256, "CUgraphNodeParams is 256 bytes");
 
-/* The wrappers, exported (client/preload.map): preload-vmm.c's, preload-pools.c's, then preload-graph.c's. */
+/* The wrappers, exported (client/preload/preload.map): preload-vmm.c's, preload-pools.c's, then preload-graph.c's. */
 EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const struct cu_alloc_prop *prop,
 			    unsigned long long flags);
 EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle);

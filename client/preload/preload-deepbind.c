@@ -4,8 +4,8 @@
  *
  * A library dlopen()ed with RTLD_DEEPBIND looks its symbols up in its own scope (itself and its dependencies)
  * before the global one, so when it links libcuda.so.1 its cuMemHostAlloc binds to the driver, not to the
- * LD_PRELOADed wrapper, and its dlsym binds to libc's, not to ours: it pinned 64 MiB unseen (issue 22,
- * finding 6). Stripping RTLD_DEEPBIND would change what every other symbol of that library binds to. Instead,
+ * LD_PRELOADed wrapper, and its dlsym binds to libc's, not to ours: such a plugin pinned 64 MiB the broker never
+ * saw. Stripping RTLD_DEEPBIND would change what every other symbol of that library binds to. Instead,
  * once the loader has relocated the objects that dlopen() brought in, their GOT slots that import one of the
  * driver's host-memory functions, cuGetProcAddress(_v2), dlsym or dlopen are pointed at our stand-ins
  * (pbp_stand_in), as the global scope would have bound them: only those slots change, and only in objects

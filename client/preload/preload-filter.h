@@ -2,7 +2,8 @@
 /*
  * Filters the interposer's hooks read without a lock, so that calls device memory makes too (frees, allocations
  * from device pools, VMM maps, unmaps and releases) learn that a pointer, a pool or a VMM handle is none of theirs
- * and call straight through: the span of a set of addresses, and a small set of handles. Writers are serialised by their caller (preload-cudapaths-state.c's lock).
+ * and call straight through: the span of a set of addresses, and a small set of handles. Writers are serialised by
+ * their caller (preload-cudapaths-state.c's lock).
  * A reader may answer "maybe" wrongly (then the caller takes its lock and looks), never "no": whatever a writer
  * stored before the program was given the pointer or handle is seen by a reader the program then calls from.
  */

@@ -147,7 +147,10 @@ PBP_HIDDEN pb_client *pbp_client(void);
 /* The exported wrappers of preload-copy.c, for the tables of preload.c. */
 PBP_HIDDEN void *pbp_copy_wrapper(enum fn f);
 
-/* The exported wrappers of preload-cudapaths.c's rooms, for the tables of preload.c (what dlsym and cuGetProcAddress hand out). */
+/*
+ * The exported wrappers of preload-cudapaths.c's rooms, for the tables of preload.c (what dlsym and
+ * cuGetProcAddress hand out).
+ */
 PBP_HIDDEN void *pbp_cudapaths_wrapper(enum fn f);
 
 /* pthread_atfork's three: every lock held across fork(), and the child's connection and counts reset. */

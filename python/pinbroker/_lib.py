@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Finding libpinbroker.so and declaring its C API with ctypes (the layout of client/pinbroker.h)."""
+"""Finding libpinbroker.so and declaring its C API with ctypes (the layout of client/lib/pinbroker.h)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import List, Optional, Tuple
 
 from .errors import LibraryNotFound
 
-#: The SONAME of the ABI this binding is written against (client/CMakeLists.txt: SOVERSION 1).
+#: The SONAME of the ABI this binding is written against (client/lib/CMakeLists.txt: SOVERSION 1).
 SONAME = "libpinbroker.so.1"
 #: The Debian/Ubuntu package that ships that library, named in LibraryNotFound's advice (kept with SONAME:
 #: the package's name carries the SONAME's number).

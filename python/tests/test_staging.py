@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Staged copies from Python (issue 39): Client.copy_to_device / copy_from_device / configure_staging /
-staging_stats, their ctypes declarations against client/pinbroker.h, their argument errors, and
+staging_stats, their ctypes declarations against client/lib/pinbroker.h, their argument errors, and
 pinbroker.torch's staged tensor copies: which copies it stages and which it leaves to torch, install and
 uninstall. Copies that move bytes need a GPU: tests/gpu/run-staging.sh runs them (bench_staging_torch.py checks
 every byte it copies)."""
@@ -247,7 +247,7 @@ def test_argument_errors_come_before_any_copy(client):
 def _need_staging():
     if not _lib.has_staging():
         pytest.skip(f"SKIP: the libpinbroker loaded ({_lib.path()}) has no pb_copy_to_device: the staging "
-                    "engine (client/lib-staging.c) is not in this build")
+                    "engine (client/lib/lib-staging.c) is not in this build")
 
 
 def test_closed_client_refuses(daemon):
