@@ -139,13 +139,20 @@ static int lease_line(const struct broker *b, const struct lease *l, struct orph
 		return -ENOMEM;
 	}
 	for (size_t k = 0; k < l->nchunks; k++) {
-		struct stat st;
+		struct chunk *ch = l->chunks[k];
 
-		if (fstat(l->chunks[k]->fd, &st) < 0) {
-			orphan_clear(o);
-			return -errno;
+		/* A memfd's device and inode never change: asked once per chunk, not at every lease and rewrite. */
+		if (ch->st_ino == 0) {
+			struct stat st;
+
+			if (fstat(ch->fd, &st) < 0) {
+				orphan_clear(o);
+				return -errno;
+			}
+			ch->st_dev = st.st_dev;
+			ch->st_ino = st.st_ino;
 		}
-		o->keys[o->nkeys++] = (struct orphan_key){ st.st_dev, st.st_ino, l->chunks[k]->bytes };
+		o->keys[o->nkeys++] = (struct orphan_key){ ch->st_dev, ch->st_ino, ch->bytes };
 	}
 	/* The holder even when detached: its process may map it still. */
 	if (l->pid > 0)
