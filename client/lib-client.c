@@ -21,7 +21,6 @@ static void client_free(pb_client *c)
 		close(c->wake_fd);
 	free(c->away_ids);
 	pthread_cond_destroy(&c->cond);
-	pthread_cond_destroy(&c->rx_cond);
 	pthread_mutex_destroy(&c->lock);
 	pthread_rwlock_destroy(&c->sock_lock);
 	free(c->rxbuf);
@@ -59,7 +58,6 @@ int pb_connect(const char *path, pb_client **ret)
 	pthread_rwlock_init(&c->sock_lock, NULL);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->cond, NULL);
-	pthread_cond_init(&c->rx_cond, NULL);
 	lease_install_hooks(c);
 	c->cache_limit_bytes = cache_limit_from_env();
 	c->cache_slack_pct = 100;

@@ -162,13 +162,12 @@ void conn_end_read_locked(pb_client *c)
 		pthread_cond_broadcast(&c->cond);
 }
 
-/* Under c->lock: the receiver is wanted (a revoke to run, a broken connection), parked or in its poll. */
-static void wake_receiver_locked(pb_client *c)
+/* The receiver is wanted (a revoke to run, a broken connection): it polls wake_fd whenever it waits. */
+static void wake_receiver(pb_client *c)
 {
 	uint64_t one = 1;
 
-	pthread_cond_signal(&c->rx_cond);
-	/* Never blocks; a failure leaves the receiver to its next look, at most CONN_PARK_MS or a packet away. */
+	/* Never blocks; a failure leaves the receiver to its next look, at most CONN_WATCH_MS away. */
 	if (write(c->wake_fd, &one, sizeof(one)) < 0)
 		return;
 }
@@ -203,7 +202,7 @@ static void read_one_locked(pb_client *c)
 		else
 			snprintf(c->rx_failed_reason, sizeof(c->rx_failed_reason), "malformed packet from pinbrokerd");
 		c->rx_failed = n < 0 ? (int)n : n == 0 ? -ECONNRESET : -EPROTO;
-		wake_receiver_locked(c);
+		wake_receiver(c);
 	}
 	conn_end_read_locked(c);
 }
@@ -473,7 +472,7 @@ static void queue_revoke(pb_client *c, uint64_t id, uint32_t deadline_ms)
 		pthread_cond_wait(&c->cond, &c->lock);
 	c->revokes[c->n_revokes++] = (struct conn_revoke){ id, deadline_ms };
 	c->revokes_queued++;
-	wake_receiver_locked(c);
+	wake_receiver(c);
 	pthread_mutex_unlock(&c->lock);
 }
 

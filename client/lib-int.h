@@ -185,15 +185,14 @@ struct pb_client {
 	/*
 	 * The socket's read side has one reader at a time (reading). A caller waiting for its reply reads the socket
 	 * itself when no one else does (lib-conn.c), so a reply wakes the one thread that wants it rather than the
-	 * receiver, which then wakes the caller; the receiver reads while no call does, and steps aside while one
-	 * does (rx_parked, a short timed wait, so a call wakes it neither coming nor going). Revokes a caller reads
-	 * are queued for the receiver (revoke callbacks run on it alone), and the call that read them returns once
-	 * they have run, as when the receiver read them in order; a connection a caller finds broken is the
-	 * receiver's to hang up (rx_failed).
+	 * receiver, which then woke the caller. The receiver watches the socket only once no call was sent for
+	 * CONN_WATCH_MS (until then the calls read what comes, and it waits on wake_fd alone, so calls wake it
+	 * neither coming nor going), or while the client stops. Revokes a caller reads are queued for it (revoke
+	 * callbacks run on the receiver alone, woken through wake_fd), and the call that read them returns once they
+	 * have run, as when the receiver read them in order; a connection a caller finds broken is the receiver's to
+	 * hang up (rx_failed).
 	 */
 	bool reading;
-	bool rx_parked;
-	pthread_cond_t rx_cond;    /* the parked receiver's: what needs it (a revoke, a broken connection, a stop) */
 	unsigned readers_waiting;  /* callers waiting for the read side, to read their reply */
 	uint64_t last_call_ms;     /* the last call sent: the receiver keeps off its lone recv for a while after */
 	int rx_failed;             /* a caller's read found the connection broken (-errno): the receiver hangs up */
@@ -321,10 +320,8 @@ void conn_dispatch(pb_client *c, Reply *rep, int *fds, size_t nfds);
 void conn_run_revokes_locked(pb_client *c);
 /* Under c->lock: the reader lets go of the read side, waking whoever waits for it. */
 void conn_end_read_locked(pb_client *c);
-/* Milliseconds the receiver keeps off its lone recv after a call (callers read their replies meanwhile), and
- * stays aside at a time while a caller reads. */
-#define CONN_WATCH_MS 50
-#define CONN_PARK_MS 2
+/* Milliseconds after a call in which the calls read the socket and the receiver does not watch it. */
+#define CONN_WATCH_MS 20
 
 /* ---------------------------------------------------------------- lib-receiver.c */
 

@@ -315,15 +315,16 @@ enum rx_wait {
  * While a cached lease has not been told idle, wake every c->cache_idle_ms to tell the daemon which cached leases
  * sat idle a tick, so a lease reused at once never costs a message. Otherwise wait untimed: an idle client (cache
  * empty, or all of it told) never wakes; pb_release caching a lease then wakes this thread through c->wake_fd.
- * While a caller reads the socket for its reply (lib-conn.c), stay aside for CONN_PARK_MS at a time, so neither a
- * call's reply nor its end wakes this thread. With no cache at all and no call for CONN_WATCH_MS, wait in the recv
- * alone (*blocking, c->rx_blocking): nothing then wakes this thread but a packet, and pb_release tells the daemon
- * itself of a lease cached meanwhile.
+ * Within CONN_WATCH_MS of a call, or while a caller reads, leave the socket to the calls and wait on wake_fd
+ * alone: neither a call's reply nor its end wakes this thread. With no cache at all, nothing cached and no call
+ * for CONN_WATCH_MS, wait in the recv alone (*blocking, c->rx_blocking): nothing then wakes this thread but a
+ * packet, and pb_release tells the daemon itself of a lease cached meanwhile.
  */
 static enum rx_wait receiver_wait(pb_client *c, bool *blocking)
 {
-	struct pollfd p[2] = { { .fd = c->sock, .events = POLLIN }, { .fd = c->wake_fd, .events = POLLIN } };
+	struct pollfd p[2] = { { .fd = c->wake_fd, .events = POLLIN }, { .fd = c->sock, .events = POLLIN } };
 	int timeout_ms = -1;
+	nfds_t nfds = 2;
 	unsigned idle_ms;
 	uint64_t now;
 	bool ticking;
@@ -357,50 +358,33 @@ static enum rx_wait receiver_wait(pb_client *c, bool *blocking)
 	} else {
 		c->cache_tick_at_ms = 0;
 	}
-	if (c->reading) {
-		struct timespec until;
-		unsigned park_ms = timeout_ms >= 0 && (unsigned)timeout_ms < CONN_PARK_MS ? (unsigned)timeout_ms
-											  : CONN_PARK_MS;
+	if (!c->closing && (c->reading || now < c->last_call_ms + CONN_WATCH_MS)) {
+		/* The calls read what comes: look again once they have stopped (a caller reading: a while later). */
+		uint64_t wait_ms = c->reading ? CONN_WATCH_MS : c->last_call_ms + CONN_WATCH_MS - now;
 
-		clock_gettime(CLOCK_MONOTONIC, &until);
-		until.tv_nsec += (long)park_ms * 1000000L;
-		if (until.tv_nsec >= 1000000000L) {
-			until.tv_sec++;
-			until.tv_nsec -= 1000000000L;
-		}
-		c->rx_parked = true;
-		pthread_cond_clockwait(&c->rx_cond, &c->lock, CLOCK_MONOTONIC, &until);
-		c->rx_parked = false;
+		if (timeout_ms < 0 || wait_ms < (uint64_t)timeout_ms)
+			timeout_ms = (int)wait_ms;
+		nfds = 1;
+	} else if (!ticking && c->cache_limit_bytes == 0) {
+		c->reading = true;
+		c->rx_blocking = true;
 		pthread_mutex_unlock(&c->lock);
-		return RX_LOOK_AGAIN;
-	}
-	if (!ticking && c->cache_limit_bytes == 0) {
-		uint64_t quiet_at = c->last_call_ms + CONN_WATCH_MS;
-
-		if (now >= quiet_at) {
-			c->reading = true;
-			c->rx_blocking = true;
-			pthread_mutex_unlock(&c->lock);
-			c->cache_tick_at_ms = 0;
-			*blocking = true;
-			return RX_READ;
-		}
-		/* Calls of late read their own replies: poll, and go into the lone recv once they stop. */
-		if (timeout_ms < 0 || quiet_at - now < (uint64_t)timeout_ms)
-			timeout_ms = (int)(quiet_at - now);
+		c->cache_tick_at_ms = 0;
+		*blocking = true;
+		return RX_READ;
 	}
 	pthread_mutex_unlock(&c->lock);
-	if (poll(p, 2, timeout_ms) < 0 && errno != EINTR)
-		p[0].revents = POLLERR; /* the recv says what is wrong */
-	if (p[1].revents & POLLIN) {
+	if (poll(p, nfds, timeout_ms) < 0 && errno != EINTR)
+		p[1].revents = POLLERR; /* the recv says what is wrong */
+	if (p[0].revents & POLLIN) {
 		uint64_t n;
 
 		/* Level-triggered: a write before this poll (or during it) is never lost. */
 		if (read(c->wake_fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
-			p[0].revents = POLLERR;
+			p[1].revents = POLLERR;
 	}
 	/* Readable, hung up or failed: the recv says which, unless a caller took the read side first. */
-	if (!p[0].revents)
+	if (nfds < 2 || !p[1].revents)
 		return RX_LOOK_AGAIN;
 	pthread_mutex_lock(&c->lock);
 	if (c->reading) {
@@ -514,8 +498,14 @@ void receiver_stop(pb_client *c)
 	pthread_mutex_lock(&c->lock);
 	c->closing = true;
 	pthread_cond_broadcast(&c->cond); /* wakes a reconnect backoff */
-	pthread_cond_signal(&c->rx_cond); /* and a parked receiver */
 	pthread_mutex_unlock(&c->lock);
+	{
+		uint64_t one = 1;
+		/* And a receiver leaving the socket to the calls: it watches it now, for the daemon's close. */
+		ssize_t w = write(c->wake_fd, &one, sizeof(one));
+
+		(void)w;
+	}
 	/*
 	 * Half-close, so the daemon still reads the pipelined RELEASEs and answers
 	 * them (a full shutdown made its first answer fail, and it dropped the
