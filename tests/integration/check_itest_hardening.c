@@ -26,15 +26,11 @@
 /* Baselines allow this much drift: malloc arenas and libev's fd tables grow once and stay. */
 #define RSS_SLACK_KB (4 * 1024)
 #define FD_SLACK 4
-/* Mlocked in /proc/meminfo is host-wide and other processes lock and unlock meanwhile: the
- * checker holds the daemon's own VmLck to the pool exactly (at least), and meminfo only loosely. */
-#define MLOCK_SLACK_BYTES (32 * MIB)
 /* status and /proc are read at different instants: each check gets this many tries, 50 ms apart,
  * and fails only when every one disagrees. */
 #define ACCOUNTING_ATTEMPTS 20
 
 static struct daemon d;
-static uint64_t mlocked_before_bytes;
 
 static uint64_t mono_ms(void)
 {
@@ -42,21 +38,6 @@ static uint64_t mono_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static uint64_t meminfo_kb(const char *key)
-{
-	FILE *f = fopen("/proc/meminfo", "r");
-	char line[256];
-	uint64_t v = 0;
-	size_t klen = strlen(key);
-
-	while (f && fgets(line, sizeof(line), f))
-		if (strncmp(line, key, klen) == 0 && line[klen] == ':')
-			v = strtoull(line + klen + 1, NULL, 10);
-	if (f)
-		fclose(f);
-	return v;
 }
 
 /* One "Key:   N kB" line of /proc/PID/status, in KiB; 0 when absent. */
@@ -74,6 +55,31 @@ static uint64_t daemon_status_kb(pid_t pid, const char *key)
 	if (f)
 		fclose(f);
 	return v;
+}
+
+/*
+ * The resident bytes of the daemon's locked mappings: the Rss of every VMA in
+ * /proc/PID/smaps whose VmFlags carry "lo". VmLck counts the locked VMAs'
+ * sizes; this counts the pages the kernel holds in them, per process, so other
+ * processes' mlock and munlock cannot move it (Mlocked in /proc/meminfo can).
+ */
+static uint64_t daemon_locked_resident_bytes(pid_t pid)
+{
+	char path[64], line[512];
+	uint64_t total_kb = 0, vma_rss_kb = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/smaps", pid);
+	f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "Rss:", 4) == 0)
+			vma_rss_kb = strtoull(line + 4, NULL, 10);
+		else if (strncmp(line, "VmFlags:", 8) == 0 && strstr(line + 8, " lo"))
+			total_kb += vma_rss_kb;
+	}
+	if (f)
+		fclose(f);
+	return total_kb * 1024;
 }
 
 /* VmRSS minus RssShmem: the daemon's own memory, not the pool's memfd pages. */
@@ -189,7 +195,7 @@ static bool wait_waiting_via(int fd, uint32_t want, int timeout_ms)
 
 /*
  * The checker: the daemon's books against the sum of its live leases and
- * against the kernel (its pool memfds, and Mlocked host-wide). Retries a few
+ * against the kernel (its pool memfds, its locked mappings and their resident pages). Retries a few
  * times, because status and /proc are read at different instants.
  */
 static void check_accounting(const char *where)
@@ -199,7 +205,7 @@ static void check_accounting(const char *where)
 	for (int attempt = 0; attempt < ACCOUNTING_ATTEMPTS; attempt++) {
 		int fd = raw_connect(d.socket);
 		Pinbroker__V1__Reply *rep;
-		uint64_t sum = 0, memfd_bytes, mlocked_bytes, host_mlocked_bytes;
+		uint64_t sum = 0, memfd_bytes, mlocked_bytes, resident_locked_bytes;
 		int memfds;
 
 		ck_assert_msg(fd >= 0 && raw_hello(fd) == 0, "%s: cannot talk to the daemon", where);
@@ -210,10 +216,11 @@ static void check_accounting(const char *where)
 			sum += rep->status_reply->leases[i]->bytes;
 		daemon_fds(d.pid, &memfd_bytes, &memfds);
 		mlocked_bytes = daemon_status_kb(d.pid, "VmLck:") * 1024;
+		resident_locked_bytes = daemon_locked_resident_bytes(d.pid);
 #if defined(__SANITIZE_ADDRESS__)
 		/* ASan makes mlock a no-op (it would lock the shadow too): nothing to compare. */
 		mlocked_bytes = UINT64_MAX;
-		mlocked_before_bytes = 0;
+		resident_locked_bytes = UINT64_MAX;
 #endif
 		if (rep->status_reply->leased_bytes != sum)
 			snprintf(msg, sizeof(msg), "%s: leased_bytes %llu != sum of leases %llu", where,
@@ -226,17 +233,12 @@ static void check_accounting(const char *where)
 			snprintf(msg, sizeof(msg),
 				 "%s: the kernel counts %llu bytes locked by the daemon, pool holds %llu", where,
 				 (unsigned long long)mlocked_bytes, (unsigned long long)rep->status_reply->pool_bytes);
-		else if (mlocked_bytes != UINT64_MAX &&
-			 (host_mlocked_bytes = meminfo_kb("Mlocked") * 1024) + MLOCK_SLACK_BYTES <
-				 mlocked_before_bytes + rep->status_reply->pool_bytes)
+		else if (resident_locked_bytes < rep->status_reply->pool_bytes)
 			snprintf(msg, sizeof(msg),
-				 "%s: Mlocked in /proc/meminfo is %llu bytes, under the %llu at start plus the pool's "
-				 "%llu (less %llu slack), on every one of %d attempts: the pool's pages are not locked "
-				 "host-wide, or other processes unlocked memory throughout (rerun on a quiet machine)",
-				 where, (unsigned long long)host_mlocked_bytes,
-				 (unsigned long long)mlocked_before_bytes,
-				 (unsigned long long)rep->status_reply->pool_bytes,
-				 (unsigned long long)MLOCK_SLACK_BYTES, ACCOUNTING_ATTEMPTS);
+				 "%s: the daemon's locked mappings hold %llu resident bytes, the pool %llu: the pool's "
+				 "pages are not all locked in memory",
+				 where, (unsigned long long)resident_locked_bytes,
+				 (unsigned long long)rep->status_reply->pool_bytes);
 		else
 			msg[0] = '\0';
 		pinbroker__v1__reply__free_unpacked(rep, NULL);
@@ -274,7 +276,6 @@ static void start_with(const char *const *more)
 	for (size_t i = 0; more && more[i] && n < 30; i++)
 		args[n++] = more[i];
 	args[n] = NULL;
-	mlocked_before_bytes = meminfo_kb("Mlocked") * 1024;
 	daemon_start(&d, args);
 }
 
@@ -666,7 +667,6 @@ static void start_limits(void)
 		NULL,
 	};
 
-	mlocked_before_bytes = meminfo_kb("Mlocked") * 1024;
 	daemon_start(&d, args);
 }
 
