@@ -3,7 +3,7 @@
  * Prometheus metrics in the text exposition format, for node_exporter's
  * textfile collector (metrics-path, written atomically every
  * metrics-interval-ms), `pinctl metrics` and the HTTP endpoint
- * (client/metrics-http.c asks for the same text). Names follow the
+ * (client/metrics-http/metrics-http.c asks for the same text). Names follow the
  * Prometheus conventions (https://prometheus.io/docs/practices/naming/) as
  * node_exporter and dcgm-exporter use them: a pinbroker_ prefix, base units
  * (_bytes, _seconds, _ratio from 0 to 1), _total for counters, labels for

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # The daemon's sources, listed once. A new daemon file is one line in one of the two lists below, nowhere
 # else: pinbrokerd (daemon/CMakeLists.txt), the unit suites (tests/CMakeLists.txt), the fuzzers
-# (fuzz/CMakeLists.txt) and their replay tests (tests/fuzz-regress/) all build from them.
+# (tests/fuzz/CMakeLists.txt) and their replay tests all build from them.
 set(PB_DAEMON_DIR ${CMAKE_CURRENT_LIST_DIR})
 
 # The decision core, daemon/core/: no I/O. No syscalls, no files, no clock reads (callers pass the time in),

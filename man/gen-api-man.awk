@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 # Prints libpinbroker(3)'s function reference, in roff, from the doc comments of pinbroker.h:
-#   awk -v template=libpinbroker.3.in -f gen-api-man.awk client/pinbroker.h > libpinbroker.3
+#   awk -v template=libpinbroker.3.in -f gen-api-man.awk client/lib/pinbroker.h > libpinbroker.3
 # prints the template with its marker lines filled in: `.\" pinbroker.h: functions` becomes the
 # reference, `.\" pinbroker.h: comment TITLE` the header comment whose first line is TITLE (less
 # that line). Without -v template, just the reference.

@@ -21,7 +21,7 @@ dump() {
 	lib=$1 out=$2
 	command -v abidw >/dev/null || { echo "abi-update.sh: abidw not found (apt-get install abigail-tools)" >&2; exit 2; }
 	abidw --no-corpus-path --no-comp-dir-path --no-show-locs --no-elf-needed --no-architecture \
-		--type-id-style hash --headers-dir "$SRC/client" --drop-private-types --out-file "$out.tmp" "$lib"
+		--type-id-style hash --headers-dir "$SRC/client/lib" --drop-private-types --out-file "$out.tmp" "$lib"
 	bdir=$(cd "$(dirname "$lib")/.." && pwd)
 	sed -e "s|path='$bdir/|path='BUILD/|" -e "s|path='$SRC/|path='|" "$out.tmp" >"$out"
 	rm -f "$out.tmp"

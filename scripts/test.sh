@@ -166,7 +166,7 @@ fi
 step "fuzzers: corpus replay plus a 60 s run each"
 mkdir -p build-fuzz
 if quietly "fuzz: build, replay the corpora, fuzz each harness 60 s (log: build-fuzz/fuzz.log)" build-fuzz/fuzz.log \
-	fuzz/run-ci.sh 60; then
+	tests/fuzz/run-ci.sh 60; then
 	say "fuzz: $(awk '/^== .*: fuzzing for/ { h = $2; sub(/:$/, "", h) }
 		/^stat::number_of_executed_units:/ { printf "%s %s runs, ", h, $2 }
 		/^stat::new_units_added:/ { printf "%s new inputs; ", $2 }

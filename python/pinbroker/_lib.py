@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Finding libpinbroker.so and declaring its C API with ctypes (the layout of client/pinbroker.h)."""
+"""Finding libpinbroker.so and declaring its C API with ctypes (the layout of client/lib/pinbroker.h)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import List, Optional, Tuple
 
 from .errors import LibraryNotFound
 
-#: The SONAME of the ABI this binding is written against (client/CMakeLists.txt: SOVERSION 1).
+#: The SONAME of the ABI this binding is written against (client/lib/CMakeLists.txt: SOVERSION 1).
 SONAME = "libpinbroker.so.1"
 #: The Debian/Ubuntu package that ships that library, named in LibraryNotFound's advice (kept with SONAME:
 #: the package's name carries the SONAME's number).
@@ -446,11 +446,11 @@ _OPTIONAL = {
 def _repo_candidates() -> List[str]:
     """Libraries in the build trees of the source checkout this package is run from, newest first.
 
-    Only when the package sits in a checkout (python/pinbroker/ next to client/pinbroker.h): an
+    Only when the package sits in a checkout (python/pinbroker/ next to client/lib/pinbroker.h): an
     installed package never looks here.
     """
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if not os.path.isfile(os.path.join(root, "client", "pinbroker.h")):
+    if not os.path.isfile(os.path.join(root, "client", "lib", "pinbroker.h")):
         return []
     found = glob.glob(os.path.join(root, "build*", "client", SONAME))
     return sorted(found, key=lambda p: os.path.getmtime(p), reverse=True)

@@ -24,7 +24,7 @@ __all__ = ["StagingStats", "HostBuffer", "stream_handle", "parse_size", "staging
            "DEFAULT_THRESHOLD"]
 
 #: The threshold libpinbroker uses when neither pb_staging_configure nor $PINBROKER_STAGING_THRESHOLD sets
-#: one (client/pinbroker.h, docs/staging.md): smaller copies go to the driver as they are.
+#: one (client/lib/pinbroker.h, docs/staging.md): smaller copies go to the driver as they are.
 DEFAULT_THRESHOLD = 1 << 20
 THRESHOLD_ENV = "PINBROKER_STAGING_THRESHOLD"
 

@@ -170,7 +170,7 @@ def _lease_info(li: Any) -> Dict[str, Any]:
     return d
 
 
-#: The schema of Client.status()'s dict: pinctl status --json's (client/pinctl-output.h JSON_SCHEMA_VERSION).
+#: The schema of Client.status()'s dict: pinctl status --json's (client/pinctl/pinctl-output.h JSON_SCHEMA_VERSION).
 SCHEMA_VERSION = 1
 
 
@@ -199,7 +199,7 @@ def _after(d: Dict[str, Any], key: str, extra: Dict[str, Any]) -> Dict[str, Any]
 
 def _status_dict(s: _lib.Status, with_leases: bool) -> Dict[str, Any]:
     """struct pb_status as the dict ``pinctl status --json`` prints: the same keys, in its order, with the same
-    nulls (client/pinctl-output.c status_json); "leases" only with ``with_leases``. Figures that an older
+    nulls (client/pinctl/pinctl-output.c status_json); "leases" only with ``with_leases``. Figures that an older
     library lacks are 0 (or empty), as an older daemon sends them."""
     reg = ctypes.cast(ctypes.pointer(s), ctypes.POINTER(_lib.StatusRegistration)).contents \
         if _lib.has_registration() else None

@@ -81,14 +81,14 @@ _torch_version = _torch_ext.version_tuple
 
 
 def _find_include_dir() -> str:
-    """The directory holding pinbroker.h: $PINBROKER_INCLUDE_DIR, the checkout's client/ (when this package
+    """The directory holding pinbroker.h: $PINBROKER_INCLUDE_DIR, the checkout's client/lib/ (when this package
     is run from one), then the include directories next to the library and of this interpreter."""
     env = os.environ.get(INCLUDE_ENV)
     if env:
         if os.path.isfile(os.path.join(env, "pinbroker.h")):
             return env
         raise RuntimeError(f"${INCLUDE_ENV}={env} holds no pinbroker.h")
-    cands: List[str] = [os.path.join(os.path.dirname(os.path.dirname(_HERE)), "client")]
+    cands: List[str] = [os.path.join(os.path.dirname(os.path.dirname(_HERE)), "client", "lib")]
     lib = _lib.path()
     if lib and os.sep in lib:
         libdir = os.path.dirname(os.path.realpath(lib))

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Staged copies from Python (issue 39): Client.copy_to_device / copy_from_device / configure_staging /
-staging_stats, their ctypes declarations against client/pinbroker.h, their argument errors, and
+staging_stats, their ctypes declarations against client/lib/pinbroker.h, their argument errors, and
 pinbroker.torch's staged tensor copies: which copies it stages and which it leaves to torch, install and
 uninstall. Copies that move bytes need a GPU: tests/gpu/run-staging.sh runs them (bench_staging_torch.py checks
 every byte it copies)."""
@@ -20,7 +20,7 @@ import pinbroker
 from pinbroker import _lib, _staging
 from conftest import REPO
 
-HEADER = os.path.join(REPO, "client", "pinbroker.h")
+HEADER = os.path.join(REPO, "client", "lib", "pinbroker.h")
 
 # C type (as written in pinbroker.h) -> the ctypes type that declares it.
 C_TYPES = {
@@ -247,7 +247,7 @@ def test_argument_errors_come_before_any_copy(client):
 def _need_staging():
     if not _lib.has_staging():
         pytest.skip(f"SKIP: the libpinbroker loaded ({_lib.path()}) has no pb_copy_to_device: the staging "
-                    "engine (client/lib-staging.c) is not in this build")
+                    "engine (client/lib/lib-staging.c) is not in this build")
 
 
 def test_closed_client_refuses(daemon):
@@ -356,7 +356,7 @@ def test_arguments_reach_the_library_in_order(daemon, tmp_path):
     src = tmp_path / "shim.c"
     src.write_text(SHIM)
     shim = tmp_path / "libshim.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-I", os.path.join(REPO, "client"), "-o", str(shim), str(src),
+    subprocess.run([cc, "-shared", "-fPIC", "-I", os.path.join(REPO, "client", "lib"), "-o", str(shim), str(src),
                     "-Wl,--no-as-needed", real, "-Wl,-rpath," + os.path.dirname(os.path.realpath(real))], check=True)
     r = run_python(f"SOCK = {daemon.socket!r}\n" + CALLS, env={"PINBROKER_LIBRARY": str(shim)})
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr

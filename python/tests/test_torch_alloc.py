@@ -76,7 +76,7 @@ def test_install_from_env_warns_and_does_not_raise(monkeypatch):
 
 def test_include_dir_is_found_in_the_checkout(monkeypatch):
     monkeypatch.delenv(ta.INCLUDE_ENV, raising=False)
-    assert os.path.samefile(ta._find_include_dir(), os.path.join(REPO, "client"))
+    assert os.path.samefile(ta._find_include_dir(), os.path.join(REPO, "client", "lib"))
 
 
 def test_include_dir_from_the_environment_must_hold_the_header(monkeypatch, tmp_path):

@@ -45,7 +45,7 @@ static struct daemon d;
 static void (*stub_stats)(struct stub_cuda_stats *);
 static int (*stub_dev_ptr)(unsigned long long *, void *, unsigned);
 
-/* What the interposer asks for (client/preload-memory.c): never revoked, registered with DEVICEMAP. */
+/* What the interposer asks for (client/preload/preload-memory.c): never revoked, registered with DEVICEMAP. */
 static const struct pb_acquire_opts nr_mapped = { .flags = PB_ACQUIRE_NO_REVOKE | PB_ACQUIRE_MAPPED,
 						  .label = "cached" };
 

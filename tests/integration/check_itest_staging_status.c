@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Integration: staged copies made visible (issue 39, item 3), against the real pinbrokerd and pinctl. A client
- * takes a staging ring (PB_ACQUIRE_STAGING_RING) and reports its counters (lib_report_staging, the library's own
+ * takes a staging ring (PB_ACQUIRE_STAGING_RING) and reports its counters (staging_report_send, the library's own
  * call, linked from its objects); status, `pinctl status`, `pinctl leases` and the metrics must show exactly
  * that. A report that goes back is refused and harms nothing; a closed connection's row goes, its totals stay.
  */
@@ -124,7 +124,7 @@ START_TEST(test_ring_and_reports_show_in_status_leases_and_metrics)
 	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
 	ck_assert_int_eq(pb_acquire(c, 4 * MiB, &ring_opts, &ring), 0);
 	ck_assert_int_eq(pb_acquire(c, 2 * MiB, &(struct pb_acquire_opts){ .label = "plain" }, &plain), 0);
-	ck_assert_int_eq(lib_report_staging(c, &st), 0);
+	ck_assert_int_eq(staging_report_send(c, &st), 0);
 	wait_reported(getpid(), 3 * GiB, &cs);
 
 	/* The row says exactly what was reported, and the ring the daemon's books hold. */
@@ -197,7 +197,7 @@ START_TEST(test_ring_and_reports_show_in_status_leases_and_metrics)
 	/* A second report adds only its step to the totals; the ring given back leaves the books. */
 	st.h2d_bytes += 1 * GiB;
 	st.h2d_copies += 8;
-	ck_assert_int_eq(lib_report_staging(c, &st), 0);
+	ck_assert_int_eq(staging_report_send(c, &st), 0);
 	wait_reported(getpid(), 4 * GiB, &cs);
 	ck_assert_double_eq(metric("pinbroker_staged_bytes_total{direction=\"h2d\"}"), (double)(4 * GiB));
 	ck_assert_double_eq(metric("pinbroker_staged_copies_total{direction=\"h2d\"}"), 32);
@@ -257,8 +257,10 @@ START_TEST(test_backwards_or_absurd_report_is_refused_and_the_last_stands)
 
 	/* The library's connection drops a refusal's answer: the report was sent, the connection stays. */
 	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	ck_assert_int_eq(lib_report_staging(c, &(struct pb_staging_stats){ .h2d_bytes = 8 * MiB, .h2d_copies = 1 }), 0);
-	ck_assert_int_eq(lib_report_staging(c, &(struct pb_staging_stats){ .h2d_bytes = 1 * MiB, .h2d_copies = 1 }), 0);
+	ck_assert_int_eq(staging_report_send(c, &(struct pb_staging_stats){ .h2d_bytes = 8 * MiB, .h2d_copies = 1 }),
+			 0);
+	ck_assert_int_eq(staging_report_send(c, &(struct pb_staging_stats){ .h2d_bytes = 1 * MiB, .h2d_copies = 1 }),
+			 0);
 	{
 		struct pb_status *s;
 
@@ -289,10 +291,10 @@ START_TEST(test_closed_connection_keeps_totals_and_drops_its_row)
 
 		close(p[0]);
 		if (pb_connect(d.socket, &c) < 0 || pb_acquire(c, 4 * MiB, &ring_opts, &ring) < 0 ||
-		    lib_report_staging(c, &(struct pb_staging_stats){ .h2d_bytes = 64 * MiB,
-								      .d2h_bytes = 32 * MiB,
-								      .h2d_copies = 4,
-								      .d2h_copies = 2 }) < 0)
+		    staging_report_send(c, &(struct pb_staging_stats){ .h2d_bytes = 64 * MiB,
+								       .d2h_bytes = 32 * MiB,
+								       .h2d_copies = 4,
+								       .d2h_copies = 2 }) < 0)
 			_exit(1);
 		itest_say(p[1], 'r');
 		/* Until the parent has looked, then gone without a word: the connection closes with the process. */
@@ -336,7 +338,8 @@ START_TEST(test_another_uid_sees_no_other_uids_staging_rows)
 
 	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
 	ck_assert_int_eq(pb_acquire(c, 4 * MiB, &ring_opts, &ring), 0);
-	ck_assert_int_eq(lib_report_staging(c, &(struct pb_staging_stats){ .h2d_bytes = 5 * MiB, .h2d_copies = 1 }), 0);
+	ck_assert_int_eq(staging_report_send(c, &(struct pb_staging_stats){ .h2d_bytes = 5 * MiB, .h2d_copies = 1 }),
+			 0);
 	wait_reported(getpid(), 5 * MiB, &cs);
 	ck_assert_int_eq(pinctl_as(&d, 61001, &out, "status --json"), 0);
 	ck_assert_msg(strstr(out, "\"staging_rings\":1,") && strstr(out, "\"staged_h2d_bytes\":5242880,"),
@@ -394,7 +397,7 @@ START_TEST(test_reconnected_client_reports_from_its_new_connection)
 	pb_client *c;
 
 	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	ck_assert_int_eq(lib_report_staging(c, &st), 0);
+	ck_assert_int_eq(staging_report_send(c, &st), 0);
 	wait_reported(getpid(), 64 * MiB, &cs);
 	ck_assert_int_eq(daemon_stop(&d), 0);
 	daemon_restart(&d, NULL);
@@ -403,7 +406,7 @@ START_TEST(test_reconnected_client_reports_from_its_new_connection)
 	pb_status_free(s);
 	st.h2d_bytes = 96 * MiB;
 	st.h2d_copies = 6;
-	ck_assert_int_eq(lib_report_staging(c, &st), 0);
+	ck_assert_int_eq(staging_report_send(c, &st), 0);
 	wait_reported(getpid(), 32 * MiB, &cs);
 	ck_assert_uint_eq(cs.h2d_copies, 2);
 	ck_assert_double_eq(metric("pinbroker_staged_bytes_total{direction=\"h2d\"}"), (double)(32 * MiB));
@@ -464,7 +467,7 @@ START_TEST(test_old_daemon_is_sent_no_report)
 		_exit(old_daemon(listener));
 	close(listener);
 	ck_assert_int_eq(pb_connect(sa.sun_path, &c), 0);
-	ck_assert_int_eq(lib_report_staging(c, &(struct pb_staging_stats){ .h2d_bytes = MiB, .h2d_copies = 1 }),
+	ck_assert_int_eq(staging_report_send(c, &(struct pb_staging_stats){ .h2d_bytes = MiB, .h2d_copies = 1 }),
 			 -EOPNOTSUPP);
 	pb_disconnect(c);
 	ck_assert_int_eq(waitpid(child, &status, 0), child);

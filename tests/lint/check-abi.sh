@@ -40,7 +40,7 @@ elif [ $((rc & 3)) != 0 ]; then
 elif [ $((rc & 8)) != 0 ]; then
 	echo "FAIL: an INCOMPATIBLE change of $soname's ABI against abi/$soname.abi (above). Programs built against the"
 	echo "  old pinbroker.h would misbehave: keep the old layout, or bump the SONAME (PINBROKER_SOVERSION in"
-	echo "  client/CMakeLists.txt, the libpinbroker<N> package in debian/) and then run scripts/abi-update.sh."
+	echo "  client/lib/CMakeLists.txt, the libpinbroker<N> package in debian/) and then run scripts/abi-update.sh."
 else
 	echo "FAIL: a change of $soname's ABI against abi/$soname.abi (above) that abidiff rates compatible (exit $rc)."
 	echo "  Added functions are. A struct grown at its end is rated so too, but is NOT compatible where programs"

@@ -24,7 +24,7 @@ nm -D --defined-only "$LIB" | awk '$2 != "A" { sub(/@@/, "@", $3); print $3 }' |
 [ -s "$tmp/exported" ] || { echo "FAIL: nm -D found no pb_ symbol in $LIB"; exit 1; }
 sed -n 's/^ \([^ ]*\) .*/\1/p' "$SYMS" | grep '^pb_' | sort -u >"$tmp/listed"
 # The functions pinbroker.h declares: a line that starts a declaration (not a comment) naming pb_x(.
-sed -n 's/^[a-z].*[ *]\(pb_[a-z0-9_]*\)(.*/\1/p' "$SRC/client/pinbroker.h" | sort -u >"$tmp/declared"
+sed -n 's/^[a-z].*[ *]\(pb_[a-z0-9_]*\)(.*/\1/p' "$SRC/client/lib/pinbroker.h" | sort -u >"$tmp/declared"
 sed -n "s/.*<elf-symbol name='\([^']*\)' version='\([^']*\)'.*/\1@\2/p" "$SRC"/abi/libpinbroker.so.*.abi | sort -u >"$tmp/abi"
 
 for s in $(comm -23 "$tmp/exported" "$tmp/listed"); do

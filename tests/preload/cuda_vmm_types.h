@@ -2,7 +2,7 @@
 /*
  * The subset of the CUDA driver API's VMM, memory-pool and graph-memory-node ABI that the stand-in libcuda
  * (stub_cuda_vmm.c) and the test program that calls it (cudapaths.c) share, written out without cuda.h. Names,
- * values and layouts are cuda.h's: the interposer between the two (client/preload-cudapaths-int.h) reads these
+ * values and layouts are cuda.h's: the interposer between the two (client/preload/preload-cudapaths-int.h) reads these
  * structs as a real driver lays them out, so the tests mean something only while they match.
  */
 #pragma once

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit: how libpinbroker cuts a registration into pieces below the driver's per-call cap (client/cuda.c's
+ * Unit: how libpinbroker cuts a registration into pieces below the driver's per-call cap (client/lib/cuda.c's
  * pbcuda_plan_stride and the piece size from PINBROKER_CUDA_REGISTER_PIECE). No driver is loaded: the plan is
  * arithmetic on the range, its page size and its chunks.
  */

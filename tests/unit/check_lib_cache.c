@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libpinbroker's lease cache (client/lib-cache.c, lib-cache-index.c) on a client built in memory, no daemon:
+ * libpinbroker's lease cache (client/lib/lib-cache.c, lib-cache-index.c) on a client built in memory, no daemon:
  * a lease of any page size the daemon can send is cached and found again (the index had room for four page
  * sizes and silently left a fifth out, issue 27), and the page-size counts follow the leases in and out.
  */

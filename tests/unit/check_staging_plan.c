@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit: staged copies' decisions (client/staging-plan.c): the settings from the environment and from
+ * Unit: staged copies' decisions (client/lib/staging-plan.c): the settings from the environment and from
  * pb_staging_configure, whether a copy is staged given what the driver says of its pointers, and how a copy is
  * cut into slot pieces and a piece among threads. Expected values come from docs/staging.md and the plan
  * (defaults 64M ring, 16M slot, 8 threads, 1M threshold; ring at most 1G, at least 2 slots, 1..64 threads).
@@ -14,7 +14,7 @@
 
 #include "check_main.h"
 #include "staging-plan.h"
-#include "staging.h"
+#include "pinbroker-internal.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)

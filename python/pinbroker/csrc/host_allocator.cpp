@@ -5,7 +5,7 @@
 // Built by pinbroker/torch_alloc.py with torch.utils.cpp_extension.load (torch >= 2.8: at::HostAllocator and
 // at::setHostAllocator are in ATen/core/CachingHostAllocator.h). libpinbroker is not linked: its functions are
 // looked up with dlopen/dlsym in the file Python's pinbroker._lib loaded, so this module and the ctypes
-// binding share one copy of the library. client/pinbroker.h only declares the prototypes (decltype below).
+// binding share one copy of the library. client/lib/pinbroker.h only declares the prototypes (decltype below).
 //
 // What it does, against torch's CachingHostAllocator:
 // - allocate(n) leases exactly n bytes (the library rounds to the page) with PB_ACQUIRE_NO_REVOKE (torch
