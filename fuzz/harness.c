@@ -27,6 +27,7 @@
 #include "backing.h"
 #include "budget.h"
 #include "config.h"
+#include "daemon.h"
 #include "jobs.h"
 #include "lease.h"
 #include "log.h"
@@ -282,15 +283,15 @@ static struct config *profile_config(enum fz_profile profile)
 /* Switch profiles between inputs (no leases exist): its config, and the pool of its chunk size. */
 static void use_config(struct fz *f, enum fz_profile profile)
 {
-	struct broker *b = &f->b;
+	struct broker *b = &f->d.broker;
 
 	f->profile = profile;
-	config_free(b->cfg);
-	b->cfg = profile_config(profile);
+	config_free(daemon_of(b)->cfg);
+	daemon_of(b)->cfg = profile_config(profile);
 	b->budget_cap_bytes = budget_cap_bytes[profile != FZ_PROFILE_DEFAULT];
-	reload_resolve_sizes(b, b->cfg);
+	reload_resolve_sizes(b, daemon_of(b)->cfg);
 	budget_set_limits(b->budget, b->budget_bytes, b->uid_quota_bytes);
-	b->pool = f->pools[profile != FZ_PROFILE_DEFAULT];
+	daemon_of(b)->pool = f->pools[profile != FZ_PROFILE_DEFAULT];
 	f->cfg_dirty = false;
 	log_level = getenv("FUZZ_LOG") ? LOG_DEBUG : LOG_EMERG;
 }
@@ -325,20 +326,20 @@ static int fz_send(struct conn *c, const Pinbroker__V1__Reply *reply, const int 
 /* The pool every input starts with: exactly prewarm bytes idle, as a daemon has after start-up. */
 static void pool_canonical(struct fz *f)
 {
-	struct broker *b = &f->b;
+	struct broker *b = &f->d.broker;
 
-	pool_shrink(b->pool, b->prewarm_bytes);
-	if (pool_idle_bytes(b->pool) < b->prewarm_bytes)
-		FZ_ASSERT(pool_grow(b->pool, b->prewarm_bytes, NULL, NULL) == 0, "pool_grow to %llu",
+	pool_shrink(daemon_of(b)->pool, b->prewarm_bytes);
+	if (pool_idle_bytes(daemon_of(b)->pool) < b->prewarm_bytes)
+		FZ_ASSERT(pool_grow(daemon_of(b)->pool, b->prewarm_bytes, NULL, NULL) == 0, "pool_grow to %llu",
 			  (unsigned long long)b->prewarm_bytes);
-	FZ_ASSERT(pool_idle_bytes(b->pool) == b->prewarm_bytes, "pool holds %llu idle, not %llu",
-		  (unsigned long long)pool_idle_bytes(b->pool), (unsigned long long)b->prewarm_bytes);
+	FZ_ASSERT(pool_idle_bytes(daemon_of(b)->pool) == b->prewarm_bytes, "pool holds %llu idle, not %llu",
+		  (unsigned long long)pool_idle_bytes(daemon_of(b)->pool), (unsigned long long)b->prewarm_bytes);
 }
 
 /* The per-input parts: a lease table (ids from 1 again), the revoker and a server with no connections. */
 static void parts_new(struct fz *f)
 {
-	struct broker *b = &f->b;
+	struct broker *b = &f->d.broker;
 	int lfd;
 
 	FZ_ASSERT(lease_table_new(&b->leases) == 0, "lease_table_new");
@@ -354,17 +355,17 @@ static void parts_new(struct fz *f)
 				  0 &&
 			  listen(lfd, 1) == 0,
 		  "listen: %s", strerror(errno));
-	FZ_ASSERT(server_new(b, lfd, &b->server) == 0, "server_new");
+	FZ_ASSERT(server_new(b, lfd, &daemon_of(b)->server) == 0, "server_new");
 	/* The server's own conn_io with only send wrapped (counted), in place of the one server_new installed. */
 	fz_conn_io = server_conn_io;
 	fz_conn_io.send = fz_send;
-	b->conn_io = &fz_conn_io;
+	daemon_of(b)->conn_io = &fz_conn_io;
 }
 
 void fz_global_init(const char *const *overrides)
 {
 	struct fz *f = &the_fz;
-	struct broker *b = &f->b;
+	struct broker *b = &f->d.broker;
 	struct rlimit rl;
 	uint64_t fds = FZ_MANY_LEASES_MAX;
 
@@ -389,8 +390,8 @@ void fz_global_init(const char *const *overrides)
 
 	memset(f, 0, sizeof(*f));
 	/* The default loop lives for the whole process (epoll fd, wake-up eventfd). */
-	b->loop = ev_default_loop(EVFLAG_AUTO);
-	b->reload_hooks = &fz_reload_hooks;
+	daemon_of(b)->loop = ev_default_loop(EVFLAG_AUTO);
+	daemon_of(b)->reload_hooks = &fz_reload_hooks;
 	b->started_ms = now_ms();
 	(void)broker_set_pressure(b, BROKER_NORMAL); /* nothing lent or waiting yet */
 	b->mem_total_bytes = FZ_MEM_TOTAL_BYTES;
@@ -462,7 +463,7 @@ bool fz_conn_alive(struct fz *f, int i)
 	if (!f->conn[i])
 		return false;
 	/* Found by id first: a conn that is gone may already be freed. */
-	c = server_find_conn(f->b.server, f->conn_id[i]);
+	c = server_find_conn(f->d.server, f->conn_id[i]);
 	if (!c || c->closing)
 		f->conn[i] = NULL;
 	return f->conn[i] != NULL;
@@ -485,12 +486,12 @@ struct conn *fz_conn(struct fz *f, int i)
 	FZ_ASSERT(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0, "socketpair: %s",
 		  strerror(errno));
 	f->peer[i] = sv[0];
-	FZ_ASSERT(server_adopt(f->b.server, sv[1], &cred, &f->conn[i]) == 0, "server_adopt");
-	if (!f->conn[i]->cgroup && f->b.jobs) {
-		FZ_ASSERT(jobs_cgroup_get(f->b.jobs, fz_cgroups[i % FZ_CONNS], &f->conn[i]->cgroup) == 0,
+	FZ_ASSERT(server_adopt(f->d.server, sv[1], &cred, &f->conn[i]) == 0, "server_adopt");
+	if (!f->conn[i]->cgroup && f->d.broker.jobs) {
+		FZ_ASSERT(jobs_cgroup_get(f->d.broker.jobs, fz_cgroups[i % FZ_CONNS], &f->conn[i]->cgroup) == 0,
 			  "jobs_cgroup_get");
 		/* Its job is known now: job-unknown must not refuse it. */
-		f->b.job_unknown_clients -= f->conn[i]->job_unknown;
+		f->d.broker.job_unknown_clients -= f->conn[i]->job_unknown;
 		f->conn[i]->job_unknown = false;
 	}
 	f->conn_id[i] = f->conn[i]->id;
@@ -506,14 +507,14 @@ void fz_close_peer(struct fz *f, int i)
 
 void fz_run_loop(struct fz *f)
 {
-	ev_now_update(f->b.loop);
-	ev_run(f->b.loop, EVRUN_NOWAIT);
+	ev_now_update(f->d.loop);
+	ev_run(f->d.loop, EVRUN_NOWAIT);
 }
 
 /* Free the connections closed so far, as the daemon's ev_check watcher does after each callback. */
 static void fz_reap(struct fz *f)
 {
-	server_reap(f->b.server);
+	server_reap(f->d.server);
 }
 
 static void remember_id(struct fz *f, int i, uint64_t id)
@@ -581,17 +582,17 @@ void fz_after_op(struct fz *f)
 	 */
 	if (f->profile != FZ_PROFILE_DEFAULT)
 		fz_drain(f);
-	if (lease_count(f->b.leases) > f->peak_leases)
-		f->peak_leases = lease_count(f->b.leases);
+	if (lease_count(f->d.broker.leases) > f->peak_leases)
+		f->peak_leases = lease_count(f->d.broker.leases);
 	fz_check(f);
 }
 
 void fz_set_state(struct fz *f, enum broker_state to)
 {
-	enum broker_state from = f->b.state;
+	enum broker_state from = f->d.broker.state;
 
 	if (from != to)
-		react_pressure(&f->b, from, to, "fuzz");
+		react_pressure(&f->d.broker, from, to, "fuzz");
 }
 
 /* ------------------------------------------------------------------ checks */
@@ -628,7 +629,7 @@ static const struct fz_taint *taint_find(const struct fz *f, uint64_t chunk_id)
 static void taint_model_add(struct fz *f, const struct lease *l)
 {
 	for (size_t k = 0; k < l->nchunks; k++) {
-		if (taint_find(f, l->chunks[k]->id))
+		if (taint_find(f, l->chunks[k].id))
 			continue;
 		if (f->ntaint == f->taint_cap) {
 			size_t cap = f->taint_cap ? 2 * f->taint_cap : 256;
@@ -638,7 +639,7 @@ static void taint_model_add(struct fz *f, const struct lease *l)
 			f->taint = v;
 			f->taint_cap = cap;
 		}
-		f->taint[f->ntaint++] = (struct fz_taint){ l->chunks[k]->id, l->id };
+		f->taint[f->ntaint++] = (struct fz_taint){ l->chunks[k].id, l->id };
 		qsort(f->taint, f->ntaint, sizeof(*f->taint), taint_cmp);
 	}
 }
@@ -663,7 +664,7 @@ static void check_idle_chunk(const struct chunk *c, void *ud)
 
 void fz_check(struct fz *f)
 {
-	struct broker *b = &f->b;
+	struct broker *b = &f->d.broker;
 	struct conn *conns[FZ_CHECK_CONNS];
 	uint32_t held[FZ_CHECK_CONNS] = { 0 };
 	size_t nconns = 0, nleases = 0, state_count[LEASE__STATE_MAX] = { 0 };
@@ -676,7 +677,7 @@ void fz_check(struct fz *f)
 
 	/* The books are checked where the daemon's loop would: after the reaper ran. */
 	fz_reap(f);
-	for (struct conn *c = server_conns(b->server); c; c = c->next) {
+	for (struct conn *c = server_conns(daemon_of(b)->server); c; c = c->next) {
 		FZ_ASSERT(!c->closing, "closed connection %llu is still on the live list", (unsigned long long)c->id);
 		FZ_ASSERT(nconns < FZ_CHECK_CONNS, "more than %d open connections", FZ_CHECK_CONNS);
 		conns[nconns++] = c;
@@ -697,22 +698,22 @@ void fz_check(struct fz *f)
 		FZ_ASSERT(lease_find(b->leases, l->id) == l, "lease %llu not found by id", (unsigned long long)l->id);
 		prev_id = l->id;
 		for (size_t i = 0; i < l->nchunks; i++) {
-			const struct fz_taint *t = taint_find(f, l->chunks[i]->id);
+			const struct fz_taint *t = taint_find(f, l->chunks[i].id);
 
-			chunk_sum += l->chunks[i]->bytes;
+			chunk_sum += l->chunks[i].mem->bytes;
 			/* Sent to another uid: the daemon knows it, and the chunk never moved to another lease. */
-			FZ_ASSERT(t == NULL || (t->lease_id == l->id && l->chunks[i]->tainted),
+			FZ_ASSERT(t == NULL || (t->lease_id == l->id && l->chunks[i].tainted),
 				  "chunk %llu went to another uid in lease %llu; now in lease %llu, %s",
-				  (unsigned long long)l->chunks[i]->id, (unsigned long long)(t ? t->lease_id : 0),
-				  (unsigned long long)l->id, l->chunks[i]->tainted ? "tainted" : "not tainted");
+				  (unsigned long long)l->chunks[i].id, (unsigned long long)(t ? t->lease_id : 0),
+				  (unsigned long long)l->id, l->chunks[i].tainted ? "tainted" : "not tainted");
 		}
 		for (size_t j = 0; j < l->nattachers; j++)
 			for (size_t i = 0; l->attachers[j].uid != l->uid && i < l->nchunks; i++)
-				FZ_ASSERT(l->chunks[i]->tainted,
+				FZ_ASSERT(l->chunks[i].tainted,
 					  "lease %llu of uid %u has an attacher of uid %u but chunk "
 					  "%llu is not tainted",
 					  (unsigned long long)l->id, (unsigned)l->uid, (unsigned)l->attachers[j].uid,
-					  (unsigned long long)l->chunks[i]->id);
+					  (unsigned long long)l->chunks[i].id);
 		lent_chunks += l->nchunks;
 		for (int u = 0; u < FZ_CHECK_UIDS; u++)
 			if (l->uid == f->uid[u]) {
@@ -795,15 +796,17 @@ void fz_check(struct fz *f)
 	FZ_ASSERT(budget_chunks(b->budget) == lent_chunks, "budget counts %llu chunks lent, leases hold %llu",
 		  (unsigned long long)budget_chunks(b->budget), (unsigned long long)lent_chunks);
 	/* Every chunk the pool holds is idle or in exactly one lease; no tainted one is idle. */
-	pool_foreach_idle(b->pool, check_idle_chunk, &idle);
-	FZ_ASSERT(idle.bytes == pool_idle_bytes(b->pool) && idle.n + lent_chunks == pool_chunk_count(b->pool),
+	pool_foreach_idle(daemon_of(b)->pool, check_idle_chunk, &idle);
+	FZ_ASSERT(idle.bytes == pool_idle_bytes(daemon_of(b)->pool) &&
+			  idle.n + lent_chunks == pool_chunk_count(daemon_of(b)->pool),
 		  "pool: %zu chunks (%llu bytes idle); idle list %zu chunks of %llu bytes, leases %llu chunks",
-		  pool_chunk_count(b->pool), (unsigned long long)pool_idle_bytes(b->pool), idle.n,
+		  pool_chunk_count(daemon_of(b)->pool), (unsigned long long)pool_idle_bytes(daemon_of(b)->pool), idle.n,
 		  (unsigned long long)idle.bytes, (unsigned long long)lent_chunks);
-	FZ_ASSERT(pool_resident_bytes(b->pool) == pool_idle_bytes(b->pool) + sum - registered,
+	FZ_ASSERT(pool_resident_bytes(daemon_of(b)->pool) == pool_idle_bytes(daemon_of(b)->pool) + sum - registered,
 		  "pool resident %llu != idle %llu + leased %llu - registered %llu",
-		  (unsigned long long)pool_resident_bytes(b->pool), (unsigned long long)pool_idle_bytes(b->pool),
-		  (unsigned long long)sum, (unsigned long long)registered);
+		  (unsigned long long)pool_resident_bytes(daemon_of(b)->pool),
+		  (unsigned long long)pool_idle_bytes(daemon_of(b)->pool), (unsigned long long)sum,
+		  (unsigned long long)registered);
 	FZ_ASSERT(b->registered_bytes == registered && budget_no_revoke(b->budget) == no_revoke,
 		  "broker counts %llu registered, %llu never-revoked; leases hold %llu, %llu",
 		  (unsigned long long)b->registered_bytes, (unsigned long long)budget_no_revoke(b->budget),
@@ -825,7 +828,7 @@ void fz_check(struct fz *f)
 	FZ_ASSERT(b->unbrokered.reported_bytes == unbrokered,
 		  "per-uid unbrokered sums to %llu, connections report %llu",
 		  (unsigned long long)b->unbrokered.reported_bytes, (unsigned long long)unbrokered);
-	FZ_ASSERT(unbrokered_counted(&b->unbrokered, broker_unbrokered_cap(b)) <= broker_unbrokered_cap(b),
+	FZ_ASSERT(unbrokered_counted(&b->unbrokered, daemon_unbrokered_cap(b)) <= daemon_unbrokered_cap(b),
 		  "counted unbrokered over its cap");
 	for (size_t k = 0; k < nconns; k++)
 		FZ_ASSERT(conns[k]->nleases == held[k], "connection %llu counts %u leases, holds %u",
@@ -836,16 +839,16 @@ void fz_check(struct fz *f)
 	 * A SET that lowers max-pending-acquires keeps the acquires already waiting (they time out or are
 	 * granted as usual): the bound is that the queue never grows while it is over the limit.
 	 */
-	FZ_ASSERT(waitq_count(b) <= b->cfg->max_pending_acquires || waitq_count(b) <= f->prev_waiting,
+	FZ_ASSERT(waitq_count(b) <= daemon_of(b)->cfg->max_pending_acquires || waitq_count(b) <= f->prev_waiting,
 		  "%u waiting acquires over max-pending-acquires %u (%u before this op)", waitq_count(b),
-		  b->cfg->max_pending_acquires, f->prev_waiting);
+		  daemon_of(b)->cfg->max_pending_acquires, f->prev_waiting);
 	f->prev_waiting = waitq_count(b);
 }
 
 /* Once per input: the reverse walk and the cursor chain agree with the forward walk. */
 static void check_order(struct fz *f)
 {
-	struct lease_table *t = f->b.leases;
+	struct lease_table *t = f->d.broker.leases;
 	struct lease *l, *r = lease_last(t), *c = lease_next_after(t, 0);
 	size_t n = 0;
 
@@ -862,7 +865,7 @@ static void check_order(struct fz *f)
 /* Back to the canonical state: nothing held, nothing connected, accounting at zero. */
 static void fz_reset(struct fz *f)
 {
-	struct broker *b = &f->b;
+	struct broker *b = &f->d.broker;
 	struct lease *l, *next;
 
 	fz_check(f);
@@ -872,14 +875,14 @@ static void fz_reset(struct fz *f)
 		f->conn[i] = NULL;
 	}
 	b->shutting_down = true;
-	server_free(b->server);
-	b->server = NULL;
+	server_free(daemon_of(b)->server);
+	daemon_of(b)->server = NULL;
 	/* Overdue leases of closed connections wait for their (victim) process; drop them as shutdown would. */
 	for (l = lease_first(b->leases); l; l = next) {
 		next = lease_next(b->leases, l);
 		FZ_ASSERT(l->owner == NULL, "lease %llu still owned after every connection closed",
 			  (unsigned long long)l->id);
-		broker_free_lease(b, l);
+		daemon_free_lease(b, l);
 	}
 	request_fini(b);
 	FZ_ASSERT(lease_count(b->leases) == 0, "%zu leases left after reset", lease_count(b->leases));
@@ -888,7 +891,8 @@ static void fz_reset(struct fz *f)
 			  "state %s still counts leases after reset", lease_state_name(s));
 	FZ_ASSERT(budget_leased(b->budget) == 0, "%llu bytes still leased after reset",
 		  (unsigned long long)budget_leased(b->budget));
-	FZ_ASSERT(pool_resident_bytes(b->pool) == pool_idle_bytes(b->pool), "pool lent chunks nobody holds");
+	FZ_ASSERT(pool_resident_bytes(daemon_of(b)->pool) == pool_idle_bytes(daemon_of(b)->pool),
+		  "pool lent chunks nobody holds");
 	FZ_ASSERT(b->backings == NULL, "shared registrations' file ranges outlive their leases");
 	lease_table_free(b->leases);
 	b->leases = NULL;
@@ -1120,13 +1124,13 @@ static void attach_lease(struct fz *f, int i, uint8_t k, fz_inject_fn inject)
 
 		tok[at_] = tok[at_] == '0' ? '1' : '0';
 	}
-	l = lease_find(f->b.leases, f->token_lease[src]);
+	l = lease_find(f->d.broker.leases, f->token_lease[src]);
 	was = l && fz_conn_alive(f, i) && lease_attacher_find(l, f->conn[i]);
 	at.token = tok;
 	req.body_case = PINBROKER__V1__REQUEST__BODY_ATTACH;
 	req.attach = &at;
 	inject_request(f, i, &req, inject);
-	l = lease_find(f->b.leases, f->token_lease[src]);
+	l = lease_find(f->d.broker.leases, f->token_lease[src]);
 	if (!was && l && fz_conn_alive(f, i) && lease_attacher_find(l, f->conn[i])) {
 		FZ_ASSERT(!forged, "a forged token attached connection %d to lease %llu", i, (unsigned long long)l->id);
 		/* Its fds went to this uid: the model, not the daemon's word, says which chunks may never come back. */
@@ -1158,7 +1162,7 @@ static void let_go(struct fz *f, int i, uint8_t k, fz_inject_fn inject)
 	if (!fz_conn_alive(f, i))
 		return;
 	for (size_t j = 0; j < f->nids[i]; j++) {
-		struct lease *c = lease_find(f->b.leases, f->ids[i][j]);
+		struct lease *c = lease_find(f->d.broker.leases, f->ids[i][j]);
 
 		n += c && lease_attacher_find(c, f->conn[i]) ? 1 : 0;
 	}
@@ -1166,7 +1170,7 @@ static void let_go(struct fz *f, int i, uint8_t k, fz_inject_fn inject)
 		return;
 	pick = k % n;
 	for (size_t j = 0; j < f->nids[i] && !l; j++) {
-		struct lease *c = lease_find(f->b.leases, f->ids[i][j]);
+		struct lease *c = lease_find(f->d.broker.leases, f->ids[i][j]);
 
 		if (c && lease_attacher_find(c, f->conn[i]) && pick-- == 0)
 			l = c;

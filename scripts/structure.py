@@ -7,7 +7,9 @@ which global symbols each object defines and which it needs, and draws an edge A
 a symbol B defines. It then fails on:
   - an import loop: a cycle of such edges among the files of one folder tree (daemon/, client/,
     common/), found as a strongly connected component of more than one file;
-  - a source file (.c or .h) over --max-lines lines under those folders.
+  - a source file (.c or .h) over --max-lines lines under those folders;
+  - a file of the daemon's core (daemon/core/) that includes a header of the daemon's shell (the rest of
+    daemon/): the core decides and the shell acts, so the includes run one way only.
 
 The fuzz harness's libc stand-ins live in fuzz/, outside these folders, so they draw no edges; and a
 name the C library exports (dlopen, dlsym: the interposer defines its own) is the C library's, not a
@@ -145,6 +147,28 @@ def long_files(root, limit):
     return sorted(found)
 
 
+def core_includes_shell(root):
+    """(core file, header) for each #include "header" in daemon/core/ that names a shell header of daemon/."""
+    core = os.path.join(root, "daemon", "core")
+    shell = set()
+    for dirpath, _, files in os.walk(os.path.join(root, "daemon")):
+        if os.path.realpath(dirpath).startswith(os.path.realpath(core)):
+            continue
+        shell.update(name for name in files if name.endswith(".h"))
+    found = []
+    for name in sorted(os.listdir(core)):
+        if not name.endswith((".c", ".h")):
+            continue
+        with open(os.path.join(core, name), errors="replace") as f:
+            for line in f:
+                words = line.split('"')
+                if line.lstrip().startswith("#include") and len(words) > 2:
+                    header = os.path.basename(words[1])
+                    if header in shell and not os.path.exists(os.path.join(core, header)):
+                        found.append((f"daemon/core/{name}", words[1]))
+    return found
+
+
 def main():
     args = parse_args()
     objs = objects_by_source(args.root, args.build)
@@ -178,6 +202,10 @@ def main():
         members = set(comp)
         edges = [f"{a} -> {b} ({why[(a, b)]})" for a in comp for b in sorted(graph[a]) if b in members]
         print(f"structure: import loop among {', '.join(comp)}:\n  " + "\n  ".join(edges))
+    for path, header in core_includes_shell(args.root):
+        bad += 1
+        print(f"structure: {path} includes the shell's {header}: the core takes plain values (a view, settings) "
+              "and returns a plan or a verdict; move what it needs into daemon/core/")
     for path, n in long_files(args.root, args.max_lines):
         bad += 1
         print(f"structure: {path} has {n} lines, over {args.max_lines}: split it by concern")

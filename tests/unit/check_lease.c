@@ -23,9 +23,9 @@ static struct lease_table *new_table(void)
 }
 
 /* A chunks array as the pool would hand over; the table frees it. */
-static struct chunk **fake_chunks(size_t n)
+static struct lease_chunk *fake_chunks(size_t n)
 {
-	struct chunk **v = calloc(n ? n : 1, sizeof(*v));
+	struct lease_chunk *v = calloc(n ? n : 1, sizeof(*v));
 
 	ck_assert_ptr_nonnull(v);
 	return v;
@@ -152,7 +152,7 @@ START_TEST(test_adopt_keeps_id_is_orphaned_and_rejects_taken_ids)
 	/* An orphan waits for its holder's re-declare: never "unmapped", though nobody maps it yet. */
 	ck_assert(!lease_unmapped(l));
 
-	struct chunk **dup = fake_chunks(1);
+	struct lease_chunk *dup = fake_chunks(1);
 	ck_assert_int_eq(lease_adopt(t, 42, 1000, MIB, LEASE_PRIO_NORMAL, NULL, dup, 1, 9, &l), -EEXIST);
 	free(dup);
 
@@ -848,7 +848,7 @@ static void model_adopt(void)
 {
 	uint64_t pick = rnd_below(16), id;
 	uint32_t pages = (uint32_t)rnd_below(64) + 1;
-	struct chunk **chunks = fake_chunks(1);
+	struct lease_chunk *chunks = fake_chunks(1);
 	struct lease *l = NULL;
 	size_t before = lease_count(m.t);
 	int r, want = 0;
