@@ -48,7 +48,7 @@ int sys_pidfd_open(pid_t pid, unsigned flags);
 int sys_pidfd_send_signal(int pidfd, int sig, unsigned flags);
 /*
  * Test only: from now on sys_pidfd_open fails with ENOSYS, as under valgrind 3.19, an old kernel or a
- * seccomp sandbox (the daemon's PINBROKER_TEST_NO_PIDFD=all, daemon/revoker.h); sys_pidfd_disabled says so
+ * seccomp sandbox (the daemon's PINBROKER_TEST_NO_PIDFD=all, daemon/revoker/revoker.h); sys_pidfd_disabled says so
  * to the one caller that takes a pidfd another way (SO_PEERPIDFD).
  */
 void sys_pidfd_disable(void);

@@ -22,6 +22,7 @@
 #include "backing.h"
 #include "budget.h"
 #include "config.h"
+#include "daemon.h"
 #include "jobs-watch.h"
 #include "lease.h"
 #include "log.h"
@@ -333,14 +334,15 @@ static void update_status(struct broker *b)
 	notify_status("%s; leased %s of %s budget, %s warm and free, %zu clients", monitor_state_name(b->state),
 		      format_size(budget_leased(b->budget), leased, sizeof(leased)),
 		      format_size(budget_limit(b->budget), bud, sizeof(bud)),
-		      format_size(pool_idle_bytes(b->pool), idle, sizeof(idle)), server_conn_count(b->server));
+		      format_size(pool_idle_bytes(daemon_of(b)->pool), idle, sizeof(idle)),
+		      server_conn_count(daemon_of(b)->server));
 }
 
 /* Rewrite metrics-path (when set); the interval follows metrics-interval-ms across reloads. */
 static void metrics_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct broker *b = w->data;
-	const char *path = b->cfg->metrics_path;
+	const char *path = daemon_of(b)->cfg->metrics_path;
 	struct timespec ts;
 	int r = 0;
 
@@ -359,7 +361,7 @@ static void metrics_cb(struct ev_loop *loop, ev_timer *w, int revents)
 			log_info("metrics written to %s again", path);
 	}
 	metrics_last_error = r;
-	w->repeat = b->cfg->metrics_interval_ms / 1000.0;
+	w->repeat = daemon_of(b)->cfg->metrics_interval_ms / 1000.0;
 	ev_timer_again(loop, w);
 }
 
@@ -370,7 +372,7 @@ static void status_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
 static int reconfigure_monitor(struct broker *b, const struct config *cfg)
 {
-	return b->monitor ? monitor_reconfigure(b->monitor, cfg) : 0;
+	return daemon_of(b)->monitor ? monitor_reconfigure(daemon_of(b)->monitor, cfg) : 0;
 }
 
 static void config_applied(struct broker *b)
@@ -407,7 +409,7 @@ static void reload(struct broker *b, const struct options *o)
 
 	notify_reloading();
 	log_info("reloading %s", o->config_path ? o->config_path : "(no config file)");
-	r = load_config(o, b->cfg, &n, &err);
+	r = load_config(o, daemon_of(b)->cfg, &n, &err);
 	if (r == 0)
 		r = reload_apply(b, n, &err);
 	if (r < 0) {
@@ -447,8 +449,8 @@ static void signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
 	case SIGUSR1:
 		/* Sample /proc now instead of at the next poll (tests, and an operator who just freed memory). */
 		log_debug("SIGUSR1: sampling memory pressure now");
-		if (sc->b->monitor)
-			monitor_sample_now(sc->b->monitor);
+		if (daemon_of(sc->b)->monitor)
+			monitor_sample_now(daemon_of(sc->b)->monitor);
 		break;
 #ifdef PINBROKER_DEBUG_HOOKS
 	case SIGUSR2:
@@ -472,8 +474,8 @@ static void progress_cb(uint64_t done, uint64_t total, void *ud)
 
 /*
  * Every callback of one loop iteration runs in here, so the longest turn (no
- * client is answered while one runs) is a metric: issue 22 set no turn over
- * 20 ms as the goal under a revoke storm. Two clock reads per iteration.
+ * client is answered while one runs) is a metric: the goal is no turn over
+ * 20 ms under a revoke storm. Two clock reads per iteration.
  */
 static void timed_invoke(struct ev_loop *loop)
 {
@@ -496,10 +498,11 @@ static void timed_invoke(struct ev_loop *loop)
 int main(int argc, char **argv)
 {
 	struct options o = { .config_path = default_config };
-	struct broker b = { 0 };
+	struct daemon d = { 0 };
+	struct broker *b = &d.broker;
 	struct pool_opts po = { 0 };
 	struct config *cfg = NULL;
-	struct sigctx sc = { &b, &o };
+	struct sigctx sc = { b, &o };
 	struct audit *audit = NULL;
 	ev_signal sigs[5];
 	static const int signums[] = { SIGTERM, SIGINT, SIGHUP, SIGUSR2, SIGUSR1 };
@@ -549,35 +552,35 @@ int main(int argc, char **argv)
 	rlimits_raise_nofile();
 	rlimits_count_start();
 
-	b.cfg = cfg;
-	b.config_path = o.config_path;
-	b.reload_hooks = &daemon_reload_hooks;
-	b.loop = ev_default_loop(EVFLAG_AUTO);
-	b.started_ms = now_ms();
-	(void)broker_set_pressure(&b, BROKER_NORMAL); /* nothing lent or waiting yet: no action to take */
-	if (!b.loop)
+	d.cfg = cfg;
+	d.config_path = o.config_path;
+	d.reload_hooks = &daemon_reload_hooks;
+	d.loop = ev_default_loop(EVFLAG_AUTO);
+	b->started_ms = now_ms();
+	(void)broker_set_pressure(b, BROKER_NORMAL); /* nothing lent or waiting yet: no action to take */
+	if (!d.loop)
 		fatalx("cannot create the event loop");
 	prewarm_init(&daemon_prewarm_hooks);
-	ev_set_userdata(b.loop, &b);
-	ev_set_invoke_pending_cb(b.loop, timed_invoke);
+	ev_set_userdata(d.loop, b);
+	ev_set_invoke_pending_cb(d.loop, timed_invoke);
 
-	b.mem_total_bytes = rlimits_memory_base(cfg->proc_root, &b.host_mem_total_bytes);
-	if (b.mem_total_bytes == 0)
+	b->mem_total_bytes = rlimits_memory_base(cfg->proc_root, &b->host_mem_total_bytes);
+	if (b->mem_total_bytes == 0)
 		fatalx("cannot read MemTotal from %s/proc/meminfo; check --proc-root", cfg->proc_root);
-	reload_resolve_sizes(&b, cfg);
-	if (b.budget_bytes == 0)
+	reload_resolve_sizes(b, cfg);
+	if (b->budget_bytes == 0)
 		fatalx("the budget resolves to 0 bytes; set budget to a size or a percentage above 0");
 	if (action == OPT_RESERVE) {
-		r = reserve_hugepages(cfg->proc_root, b.budget_bytes);
+		r = reserve_hugepages(cfg->proc_root, b->budget_bytes);
 		config_free(cfg);
 		free(o.ov);
 		return r;
 	}
 
-	r = budget_new(b.budget_bytes, b.uid_quota_bytes, &b.budget);
+	r = budget_new(b->budget_bytes, b->uid_quota_bytes, &b->budget);
 	if (r < 0)
 		fatalx("cannot set up the budget: %s", strerror(-r));
-	r = lease_table_new(&b.leases);
+	r = lease_table_new(&b->leases);
 	if (r < 0)
 		fatalx("cannot set up the lease table: %s", strerror(-r));
 	po.chunk_bytes = cfg->chunk_bytes;
@@ -593,7 +596,7 @@ int main(int argc, char **argv)
 	{
 		const char *nerr = NULL;
 
-		if (prewarm_numa_read(&b, cfg, &po, &nerr) < 0)
+		if (prewarm_numa_read(b, cfg, &po, &nerr) < 0)
 			fatalx("numa-prewarm = %s: %s", cfg->numa_prewarm, nerr);
 	}
 	po.thp = cfg->thp == CONFIG_THP_YES ? POOL_THP_YES : cfg->thp == CONFIG_THP_NO ? POOL_THP_NO : POOL_THP_AUTO;
@@ -602,7 +605,7 @@ int main(int argc, char **argv)
 	po.lock = cfg->lock_memory;
 	restart_memfd_name(cfg, memfd_name, sizeof(memfd_name));
 	po.memfd_name = memfd_name;
-	r = pool_new(&po, &b.pool);
+	r = pool_new(&po, &d.pool);
 	if (r == -ENOTSUP)
 		fatalx("hugetlb = yes but the host has no free huge pages; reserve some "
 		       "(echo N > /proc/sys/vm/nr_hugepages) or set hugetlb = auto");
@@ -611,23 +614,23 @@ int main(int argc, char **argv)
 		       "6.1 or later); set thp = auto or no");
 	if (r < 0)
 		fatalx("cannot set up the pool: %s", strerror(-r));
-	prewarm_numa_hooks(&b, cfg);
-	rlimits_resolve(&b);
-	r = request_init(&b);
+	prewarm_numa_hooks(b, cfg);
+	rlimits_resolve(b);
+	r = request_init(b);
 	if (r < 0)
 		fatalx("cannot set up the request layer: %s", strerror(-r));
-	r = audit_new(&b, &audit);
+	r = audit_new(b, &audit);
 	if (r < 0)
 		fatalx("cannot set up the pool audit: %s", strerror(-r));
 
 	rlimits_lock_self(cfg);
 
-	r = jobs_watch_start(&b);
+	r = jobs_watch_start(b);
 	if (r < 0)
 		fatalx("cannot set up job quotas: %s",
 		       r == -EINVAL ? "job-quota does not parse (logged above)" : strerror(-r));
 	/* The rules pinctl quota set made before this start, before any client is served. */
-	r = quota_store_start(&b);
+	r = quota_store_start(b);
 	if (r < 0)
 		fatalx("cannot set up the quota rules file: %s", strerror(-r));
 
@@ -635,83 +638,83 @@ int main(int argc, char **argv)
 	listen_fd = notify_listen_fd();
 	if (listen_fd < 0 && listen_fd != -ENOENT)
 		log_warnx("socket activation failed (%s); creating the socket myself", strerror(-listen_fd));
-	r = server_new(&b, listen_fd >= 0 ? listen_fd : -1, &b.server);
+	r = server_new(b, listen_fd >= 0 ? listen_fd : -1, &d.server);
 	if (r < 0)
 		fatalx("cannot listen on %s: %s", cfg->socket_path, strerror(-r));
 
 	/* Adopt pool memory and leases kept in systemd's fd store by our previous life. */
-	recovery_init(&b);
+	recovery_init(b);
 	/* Then count what live processes still map of a daemon that stopped without the fd store: before
 	 * prewarming, so the pool warms only what the budget has left. */
-	restart_init(&b);
+	restart_init(b);
 
 	/*
 	 * A start warm-up above prewarm-before-ready runs beside the event loop (warmup.c): the daemon serves as soon
 	 * as it listens, from a pool that grows. At or below it the pool is warm before the daemon says it is ready.
 	 */
-	warm = prewarm_clamp_fds(&b, b.prewarm_bytes);
-	if (warm > pool_idle_bytes(b.pool) && warm - pool_idle_bytes(b.pool) > cfg->prewarm_before_ready_bytes) {
-		r = prewarm_grow_bg(&b, warm);
+	warm = prewarm_clamp_fds(b, b->prewarm_bytes);
+	if (warm > pool_idle_bytes(d.pool) && warm - pool_idle_bytes(d.pool) > cfg->prewarm_before_ready_bytes) {
+		r = prewarm_grow_bg(b, warm);
 		if (r < 0)
 			fatalx("cannot start the pool warm-up: %s", strerror(-r));
 		log_info("warming the pool to %s beside the loop (%u threads); serving meanwhile",
-			 format_size(warm, s1, sizeof(s1)), pool_threads(b.pool));
-	} else if (warm > pool_idle_bytes(b.pool)) {
+			 format_size(warm, s1, sizeof(s1)), pool_threads(d.pool));
+	} else if (warm > pool_idle_bytes(d.pool)) {
 		uint64_t t0 = now_us();
 
-		r = prewarm_grow(&b, warm, progress_cb);
+		r = prewarm_grow(b, warm, progress_cb);
 		if (r < 0)
-			prewarm_warn_failed(&b, warm, r);
+			prewarm_warn_failed(b, warm, r);
 		else
 			log_info("pool warmed: %s in %.1f ms (%.1f GiB/s, %u threads)",
-				 format_size(pool_idle_bytes(b.pool), s1, sizeof(s1)), (double)(now_us() - t0) / 1000.0,
-				 (double)pool_idle_bytes(b.pool) / 1073741824.0 / ((double)(now_us() - t0 + 1) / 1e6),
-				 pool_threads(b.pool));
+				 format_size(pool_idle_bytes(d.pool), s1, sizeof(s1)), (double)(now_us() - t0) / 1000.0,
+				 (double)pool_idle_bytes(d.pool) / 1073741824.0 / ((double)(now_us() - t0 + 1) / 1e6),
+				 pool_threads(d.pool));
 	}
 
-	r = monitor_new(b.loop, cfg, react_pressure, &b, &b.monitor);
+	r = monitor_new(d.loop, cfg, react_pressure, b, &d.monitor);
 	if (r < 0)
 		log_warnx("memory-pressure monitor unavailable (%s): leases will not be refused or revoked under "
 			  "pressure",
 			  strerror(-r));
 	else
-		(void)broker_set_pressure(&b, monitor_state(b.monitor)); /* its first evaluation reports any change */
+		(void)broker_set_pressure(b, monitor_state(d.monitor)); /* its first evaluation reports any change */
 
 	for (size_t i = 0; i < sizeof(signums) / sizeof(signums[0]); i++) {
 		ev_signal_init(&sigs[i], signal_cb, signums[i]);
 		sigs[i].data = &sc;
-		ev_signal_start(b.loop, &sigs[i]);
+		ev_signal_start(d.loop, &sigs[i]);
 	}
 	/* First written right away, then every metrics-interval-ms (a reload can set the path later). */
 	ev_init(&metrics_timer, metrics_cb);
-	metrics_timer.data = &b;
+	metrics_timer.data = b;
 	metrics_timer.repeat = 0.001;
-	ev_timer_again(b.loop, &metrics_timer);
+	ev_timer_again(d.loop, &metrics_timer);
 
-	notify_init(b.loop);
+	notify_init(d.loop);
 	if (notify_enabled()) {
 		ev_timer_init(&status_timer, status_cb, 5., 5.);
-		status_timer.data = &b;
-		ev_timer_start(b.loop, &status_timer);
+		status_timer.data = b;
+		ev_timer_start(d.loop, &status_timer);
 	}
 
 	log_info("version %s ready on %s: budget %s (uid quota %s), %s warm, %s pages%s, monitor %s", PINBROKER_VERSION,
-		 cfg->socket_path, format_size(b.budget_bytes, s1, sizeof(s1)),
-		 format_size(b.uid_quota_bytes, s2, sizeof(s2)), format_size(pool_idle_bytes(b.pool), s3, sizeof(s3)),
-		 pool_hugetlb(b.pool) ? "2 MiB hugetlb"
-		 : pool_thp(b.pool)   ? "THP-collapsed 4 KiB"
+		 cfg->socket_path, format_size(b->budget_bytes, s1, sizeof(s1)),
+		 format_size(b->uid_quota_bytes, s2, sizeof(s2)), format_size(pool_idle_bytes(d.pool), s3, sizeof(s3)),
+		 pool_hugetlb(d.pool) ? "2 MiB hugetlb"
+		 : pool_thp(d.pool)   ? "THP-collapsed 4 KiB"
 				      : "4 KiB",
 		 cfg->lock_memory ? "" : " (NOT locked: lock-memory = no)",
-		 b.monitor ? monitor_mode(b.monitor) : "off");
+		 d.monitor ? monitor_mode(d.monitor) : "off");
 	notify_ready();
-	update_status(&b);
+	update_status(b);
 
-	ev_run(b.loop, 0);
+	ev_run(d.loop, 0);
 
 	/* Shutdown, in reverse order of start-up. */
-	b.shutting_down = true;
+	b->shutting_down = true;
 	/* A warm-up still running stops after its batch; the chunks it made and did not hand over go. */
-	prewarm_stop_warmup(&b);
+	prewarm_stop_warmup(b);
 	notify_stopping();
 	{
 		Pinbroker__V1__Reply bye = PINBROKER__V1__REPLY__INIT;
@@ -722,30 +725,30 @@ int main(int argc, char **argv)
 		bye.message =
 			(char *)"pinbrokerd is stopping; your mappings stay valid and the next daemon counts them "
 				"until you unmap them";
-		server_broadcast(b.server, &bye);
+		server_broadcast(d.server, &bye);
 	}
 	/* While the leases still exist: closing the connections below lets them go. */
-	restart_save(&b);
-	notify_fini(b.loop);
-	prewarm_fini(&b);
+	restart_save(b);
+	notify_fini(d.loop);
+	prewarm_fini(b);
 	if (notify_enabled())
-		ev_timer_stop(b.loop, &status_timer);
+		ev_timer_stop(d.loop, &status_timer);
 	for (size_t i = 0; i < sizeof(signums) / sizeof(signums[0]); i++)
-		ev_signal_stop(b.loop, &sigs[i]);
-	monitor_free(b.monitor);
-	server_free(b.server);
-	recovery_fini(&b);
-	request_fini(&b);
+		ev_signal_stop(d.loop, &sigs[i]);
+	monitor_free(d.monitor);
+	server_free(d.server);
+	recovery_fini(b);
+	request_fini(b);
 	audit_free(audit);
-	pool_free(b.pool);
-	lease_table_free(b.leases);
-	backing_table_free(b.backings); /* NULL once the last shared registration went */
-	restart_fini(&b);
-	quota_store_stop(&b);
-	jobs_watch_stop(&b);
-	budget_free(b.budget);
-	unbrokered_clear(&b.unbrokered);
-	config_free(b.cfg);
+	pool_free(d.pool);
+	lease_table_free(b->leases);
+	backing_table_free(b->backings); /* NULL once the last shared registration went */
+	restart_fini(b);
+	quota_store_stop(b);
+	jobs_watch_stop(b);
+	budget_free(b->budget);
+	unbrokered_clear(&b->unbrokered);
+	config_free(d.cfg);
 	free(o.ov);
 	log_info("stopped");
 	rc = 0;

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "broker.h"
+#include "daemon.h"
 #include "budget.h"
 #include "config.h"
 #include "jobs.h"
@@ -215,16 +216,18 @@ static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 	uid_t uid;
 
 	head(f, "pinbroker_info", "gauge", "The daemon's version and pool page kind (value 1).");
-	fprintf(f, "pinbroker_info{version=\"%s\",page_kind=\"%s\"} 1\n", PINBROKER_VERSION, pool_page_kind(b->pool));
+	fprintf(f, "pinbroker_info{version=\"%s\",page_kind=\"%s\"} 1\n", PINBROKER_VERSION,
+		pool_page_kind(daemon_of(b)->pool));
 	gauge(f, "pinbroker_budget_bytes", "Most pinned memory the daemon lends at once.",
 	      (double)budget_limit(b->budget));
 	gauge(f, "pinbroker_uid_quota_bytes", "Most pinned memory one uid may hold.",
 	      (double)budget_uid_quota(b->budget));
 	gauge(f, "pinbroker_leased_bytes", "Pinned memory lent now (registrations included).",
 	      (double)budget_leased(b->budget));
-	gauge(f, "pinbroker_pool_bytes", "Locked pool memory, idle and lent.", (double)pool_resident_bytes(b->pool));
+	gauge(f, "pinbroker_pool_bytes", "Locked pool memory, idle and lent.",
+	      (double)pool_resident_bytes(daemon_of(b)->pool));
 	gauge(f, "pinbroker_pool_idle_bytes", "Locked pool memory kept warm and not lent.",
-	      (double)pool_idle_bytes(b->pool));
+	      (double)pool_idle_bytes(daemon_of(b)->pool));
 	gauge(f, "pinbroker_overdue_bytes", "Leases past their revoke deadline, still held.",
 	      (double)lease_state_bytes(b->leases, LEASE_OVERDUE));
 	gauge(f, "pinbroker_cached_idle_bytes", "Leases a client keeps cached and idle.",
@@ -236,16 +239,19 @@ static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 	gauge(f, "pinbroker_unbrokered_bytes",
 	      "Pinned outside the budget, reported by clients, not verified: each uid's sum and the total capped at "
 	      "MemTotal less the pool and registrations.",
-	      (double)unbrokered_counted(&b->unbrokered, broker_unbrokered_cap(b)));
+	      (double)unbrokered_counted(&b->unbrokered, daemon_unbrokered_cap(b)));
 	gauge(f, "pinbroker_unbrokered_reported_bytes",
-	      "Pinned outside the budget, the sum of clients' reports before any cap (reported by clients, not verified).",
+	      "Pinned outside the budget, the sum of clients' reports before any cap (reported by clients, not "
+	      "verified).",
 	      (double)b->unbrokered_bytes);
 	gauge(f, "pinbroker_orphaned_bytes",
-	      "Of the leased bytes, memory an earlier daemon lent that live processes still map (counted until they let go).",
+	      "Of the leased bytes, memory an earlier daemon lent that live processes still map (counted until they "
+	      "let go).",
 	      (double)b->orphaned_bytes);
 	gauge(f, "pinbroker_thp_bytes", "Pool memory collapsed into transparent huge pages.",
-	      (double)pool_thp_bytes(b->pool));
-	gauge(f, "pinbroker_hugetlb_bytes", "Pool memory on hugetlb pages.", (double)pool_hugetlb_bytes(b->pool));
+	      (double)pool_thp_bytes(daemon_of(b)->pool));
+	gauge(f, "pinbroker_hugetlb_bytes", "Pool memory on hugetlb pages.",
+	      (double)pool_hugetlb_bytes(daemon_of(b)->pool));
 	gauge(f, "pinbroker_leases", "Leases held now.", (double)lease_count(b->leases));
 	gauge(f, "pinbroker_waiting_acquires", "Acquires waiting for memory.", (double)waitq_count(b));
 
@@ -253,7 +259,7 @@ static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 	for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++)
 		fprintf(f, "pinbroker_pressure_state{state=\"%s\"} %d\n", monitor_state_name(states[i]),
 			b->state == states[i]);
-	render_signals(f, b->monitor);
+	render_signals(f, daemon_of(b)->monitor);
 
 	counter_by(f, "pinbroker_acquires_granted_total",
 		   "Leases granted since start, by kind: pool memory, or a registration charge.", "kind", grant_names,
@@ -304,13 +310,13 @@ static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 	      (double)b->counters.loop_turn_max_us / 1e6);
 	render_staging(f, b);
 
-	n = pool_nodes(b->pool, &nodes);
+	n = pool_nodes(daemon_of(b)->pool, &nodes);
 	if (n) {
 		head(f, "pinbroker_numa_bytes", "gauge", "Pool memory per NUMA node: idle, lent, misplaced.");
 		for (size_t i = 0; i < n; i++) {
 			struct pool_node_bytes nb;
 
-			pool_node_bytes(b->pool, nodes[i], &nb);
+			pool_node_bytes(daemon_of(b)->pool, nodes[i], &nb);
 			fprintf(f, "pinbroker_numa_bytes{node=\"%d\",state=\"idle\"} %llu\n", nodes[i],
 				(unsigned long long)nb.idle);
 			fprintf(f, "pinbroker_numa_bytes{node=\"%d\",state=\"lent\"} %llu\n", nodes[i],
@@ -339,7 +345,7 @@ static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 		struct pool_tenant_bytes tb;
 		uint64_t v[2];
 
-		pool_tenant_bytes(b->pool, &tb);
+		pool_tenant_bytes(daemon_of(b)->pool, &tb);
 		v[0] = tb.replaced;
 		v[1] = tb.retired;
 		counter_by(f, "pinbroker_pool_fresh_bytes_total",
@@ -369,7 +375,7 @@ int metrics_write_file(const struct broker *b, const char *path, double now_s)
 	size_t len = 0;
 	int fd, r;
 
-	r = metrics_render(b, b->cfg->metrics_detail != METRICS_DETAIL_NONE, now_s, &text, &len);
+	r = metrics_render(b, daemon_of(b)->cfg->metrics_detail != METRICS_DETAIL_NONE, now_s, &text, &len);
 	if (r < 0)
 		return r;
 	/*

@@ -5,6 +5,7 @@
 #include <errno.h>
 
 #include "broker.h"
+#include "daemon.h"
 #include "revoker.h"
 #include "waitq.h"
 
@@ -17,9 +18,9 @@ void react_pressure(void *ud, enum broker_state from, enum broker_state to, cons
 	(void)why;
 	act = broker_set_pressure(b, to);
 	if (act & BROKER_ACT_TRIM_POOL)
-		broker_trim_pool(b, 0);
+		daemon_trim_pool(b, 0);
 	if (act & BROKER_ACT_REFUSE_WAITERS)
-		waitq_refuse_all(b, -EAGAIN);
+		waitq_refuse_all(b, REFUSAL_CRITICAL);
 	/* The revoker starts its reclaim steps on critical and stops them on anything else. */
 	if (act & (BROKER_ACT_START_RECLAIM | BROKER_ACT_STOP_RECLAIM))
 		revoker_on_pressure(b, to);

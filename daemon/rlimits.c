@@ -13,6 +13,7 @@
 #include "broker.h"
 #include "budget.h"
 #include "config.h"
+#include "daemon.h"
 #include "log.h"
 #include "monitor.h"
 #include "pool.h"
@@ -20,10 +21,10 @@
 
 uint64_t rlimits_memory_base(const char *proc_root, uint64_t *host_total)
 {
-	struct pressure_host h;
+	struct monitor_host h;
 
 	*host_total = 0;
-	if (pressure_read_host(proc_root, &h) < 0 || h.mem_total_bytes == 0)
+	if (monitor_read_host(proc_root, &h) < 0 || h.mem_total_bytes == 0)
 		return 0;
 	*host_total = h.mem_total_bytes;
 	if (h.cgroup_limit_bytes > 0 && h.cgroup_limit_bytes < h.mem_total_bytes)
@@ -80,17 +81,17 @@ static void plan_classes(struct broker *b, uint64_t nofile, uint64_t map_max)
 	if (b->host_mem_total_bytes > plan_bytes)
 		plan_bytes = b->host_mem_total_bytes;
 	/* An operator's chunk-max is kept (and warned about when it does not fit); only the default is raised. */
-	if (classes_plan(pool_chunk_size(b->pool), pool_chunk_max(b->pool), plan_bytes, b->chunk_capacity,
-			 !config_is_user_set(b->cfg, "chunk-max"), &plan) < 0)
+	if (classes_plan(pool_chunk_size(daemon_of(b)->pool), pool_chunk_max(daemon_of(b)->pool), plan_bytes,
+			 b->chunk_capacity, !config_is_user_set(daemon_of(b)->cfg, "chunk-max"), &plan) < 0)
 		return;
-	if (plan.raised && pool_raise_chunk_max(b->pool, plan.max_bytes) < 0)
+	if (plan.raised && pool_raise_chunk_max(daemon_of(b)->pool, plan.max_bytes) < 0)
 		return;
 	b->chunk_plan = plan;
 	b->limit_nofile = nofile;
 	b->limit_max_map_count = map_max;
 	if (old.max_bytes == plan.max_bytes && old.capacity == plan.capacity && old.plan_bytes == plan.plan_bytes)
 		return;
-	format_size(pool_chunk_size(b->pool), s1, sizeof(s1));
+	format_size(pool_chunk_size(daemon_of(b)->pool), s1, sizeof(s1));
 	format_size(plan.max_bytes, s2, sizeof(s2));
 	format_size(plan.plan_bytes, s3, sizeof(s3));
 	if (!plan.fits)
@@ -116,8 +117,8 @@ void rlimits_resolve(struct broker *b)
 
 	nofile = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur : 1u << 20;
 	/* hugetlb chunks are never mapped in the daemon; 4 KiB chunks are, one mapping each. */
-	if (!pool_hugetlb(b->pool)) {
-		snprintf(path, sizeof(path), "%s/proc/sys/vm/max_map_count", b->cfg->proc_root);
+	if (!pool_hugetlb(daemon_of(b)->pool)) {
+		snprintf(path, sizeof(path), "%s/proc/sys/vm/max_map_count", daemon_of(b)->cfg->proc_root);
 		f = fopen(path, "re");
 		if (!f)
 			f = fopen("/proc/sys/vm/max_map_count", "re");
@@ -135,7 +136,8 @@ void rlimits_resolve(struct broker *b)
 			  (unsigned long long)b->chunk_capacity);
 	plan_classes(b, nofile, map_max);
 	log_debug(
-		"limits: %llu chunks in all (RLIMIT_NOFILE %llu, max_map_count %llu), %llu chunks and %llu leases per uid",
+		"limits: %llu chunks in all (RLIMIT_NOFILE %llu, max_map_count %llu), %llu chunks and %llu leases per "
+		"uid",
 		(unsigned long long)b->chunk_capacity, (unsigned long long)nofile, (unsigned long long)map_max,
 		(unsigned long long)b->max_chunks_per_uid, (unsigned long long)b->max_leases_per_uid);
 }

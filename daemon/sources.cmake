@@ -27,19 +27,32 @@ set(PB_DAEMON_CORE_SOURCES
   core/warmseg.c     # warm-up work split: a big chunk's fill segments, the warm-up thread count
 )
 
-# The I/O shell, daemon/: every other file but main.c (which only pinbrokerd links).
+# The I/O shell, daemon/: every other file but main.c (which only pinbrokerd links), a folder per subsystem; what
+# ties them (the loop's wiring, logging, limits, metrics, the pressure reaction) stays at the top.
 set(PB_DAEMON_SHELL_SOURCES
-  audit.c cgns-probe.c config.c config-doc.c config-keys.c config-value.c holders.c holders-fdinfo.c holders-memfd.c
-  jobs-watch.c listen.c log.c metrics.c peer-ns.c
-  monitor.c monitor-cgroup.c monitor-proc.c monitor-psi.c rlimits.c
-  notify.c numa.c peer-tenant.c pool.c pool-chunk.c pool-pages.c pool-place.c prewarm.c react.c
-  recovery.c recovery-writer.c reload.c reply.c
-  req-admin.c req-client.c req-quota.c req-status.c request.c
-  quota-store.c      # the quota rules file: read at start, written on each change
-  reserve.c restart.c restart-journal.c restart-scan.c revoker.c revoker-free.c revoker-hold.c revoker-round.c server.c waitq.c warmup.c
+  daemon.c           # the broker's verbs that reach memory, carried out: the core decides, the pool acts
+  log.c metrics.c notify.c react.c rlimits.c
   timer-clock.c      # one-shot timers that end by the clock, not libev's cached loop time
+  config/config.c config/config-doc.c config/config-keys.c config/config-value.c
+  config/reload.c    # a new config at run time: SIGHUP and pinctl set
+  holders/holders.c holders/holders-fdinfo.c holders/holders-memfd.c
+  jobs/jobs-watch.c
+  jobs/quota-store.c # the quota rules file: read at start, written on each change
+  monitor/monitor.c monitor/monitor-cgroup.c monitor/monitor-proc.c monitor/monitor-psi.c
+  peer/cgns-probe.c peer/peer-ns.c peer/peer-tenant.c
+  pool/pool.c pool/pool-chunk.c pool/pool-pages.c pool/pool-place.c
+  pool/audit.c pool/numa.c pool/prewarm.c pool/reserve.c pool/warmup.c
+  recovery/recovery.c recovery/recovery-writer.c
+  request/request.c request/reply.c request/req-admin.c request/req-client.c request/req-quota.c
+  request/req-status.c request/waitq.c
+  restart/restart.c restart/restart-journal.c restart/restart-scan.c
+  revoker/revoker.c revoker/revoker-free.c revoker/revoker-hold.c revoker/revoker-round.c
+  server/server.c server/conn.c server/listen.c
 )
 
 list(TRANSFORM PB_DAEMON_CORE_SOURCES PREPEND ${PB_DAEMON_DIR}/)
 list(TRANSFORM PB_DAEMON_SHELL_SOURCES PREPEND ${PB_DAEMON_DIR}/)
-set(PB_DAEMON_INCLUDE_DIRS ${PB_DAEMON_DIR}/core ${PB_DAEMON_DIR})
+# Each subsystem's folder is on the include path: a file names a header by its name alone ("pool.h").
+set(PB_DAEMON_SHELL_DIRS config holders jobs monitor peer pool recovery request restart revoker server)
+list(TRANSFORM PB_DAEMON_SHELL_DIRS PREPEND ${PB_DAEMON_DIR}/)
+set(PB_DAEMON_INCLUDE_DIRS ${PB_DAEMON_DIR}/core ${PB_DAEMON_DIR} ${PB_DAEMON_SHELL_DIRS})

@@ -19,7 +19,8 @@ bool timer_clock_early(struct ev_loop *loop, ev_timer *w, uint64_t since_ms, uin
 
 /*
  * Test hooks (tests/integration): the stall, in ms, that the environment variable name asks for (0 when unset);
- * read once, at start (warmup.c reads its test delays with it too). timer_clock_stall sleeps that long on the loop's thread, as a long loop turn would.
+ * read once, at start (warmup.c reads its test delays with it too). timer_clock_stall sleeps that long on the loop's
+ * thread, as a long loop turn would.
  */
 unsigned timer_clock_stall_ms(const char *name);
 void timer_clock_stall(unsigned ms);

@@ -4,7 +4,7 @@
 # that code can make are never pasted by hand:
 #   <!-- BEGIN generated: NAME ... -->  ...  <!-- END generated: NAME -->
 # NAME is one of:
-#   config-table      pinbrokerd --config-doc (the key table in daemon/config-keys.c, as the man page is)
+#   config-table      pinbrokerd --config-doc (the key table in daemon/config/config-keys.c, as the man page is)
 #   pinctl-usage      pinctl --help
 #   pinctl-commands   pinctl help COMMAND for every command that pinctl --help lists
 # usage: gen-docs.sh [--check] [BUILD_DIR | PINBROKERD PINCTL]     (default BUILD_DIR: build)

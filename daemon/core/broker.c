@@ -7,18 +7,15 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "budget.h"
-#include "config.h"
 #include "lease.h"
-#include "pool.h"
 #include "util.h"
 
 bool broker_resolve_limits(struct broker *b, uint64_t nofile, uint64_t max_map_count, uint64_t fds_in_use,
 			   uint64_t maps_in_use)
 {
-	const struct config *cfg = b->cfg;
+	const struct broker_settings *cfg = &b->settings;
 	uint64_t fixed_fds = fds_in_use + cfg->reserve_fds + 2ull * cfg->max_connections + BROKER_QUEUED_FDS_MAX;
 	uint64_t cap = nofile > fixed_fds ? nofile - fixed_fds : 0;
 	bool clamped = false;
@@ -40,7 +37,7 @@ bool broker_resolve_limits(struct broker *b, uint64_t nofile, uint64_t max_map_c
 	return clamped;
 }
 
-uint32_t broker_revoke_deadline_ms(const struct config *cfg, bool admin, uint32_t asked_ms)
+uint32_t broker_revoke_deadline_ms(const struct broker_settings *cfg, bool admin, uint32_t asked_ms)
 {
 	uint32_t d = asked_ms ? asked_ms : cfg->revoke_deadline_ms;
 
@@ -54,34 +51,65 @@ bool broker_enforce_may_signal(const struct lease *l, uid_t target_uid)
 	return !l->revoke_by_holder || target_uid == l->uid;
 }
 
-/* Chunks a lease of size_bytes takes: the fewest of the pool's classes, plus a tail for the remainder. */
-static uint64_t chunks_for(const struct broker *b, uint64_t size_bytes)
+enum broker_refusal_reason broker_refusal_reason(enum broker_refusal why)
 {
-	return pool_chunks_for(b->pool, size_bytes);
+	switch (why) {
+	case REFUSAL_INVALID_SIZE:
+		return REFUSED_INVALID;
+	case REFUSAL_TOO_LARGE:
+		return REFUSED_TOO_LARGE;
+	case REFUSAL_UID_QUOTA:
+		return REFUSED_OVER_QUOTA;
+	case REFUSAL_JOB_QUOTA:
+	case REFUSAL_JOB_UNKNOWN:
+		return REFUSED_JOB_QUOTA;
+	case REFUSAL_BUDGET:
+		return REFUSED_OVER_BUDGET;
+	case REFUSAL_TIGHT:
+	case REFUSAL_TIGHT_NO_REVOKE:
+		return REFUSED_PRESSURE;
+	case REFUSAL_CRITICAL:
+		return REFUSED_CRITICAL;
+	case REFUSAL_UID_LEASES:
+	case REFUSAL_UID_CHUNKS:
+	case REFUSAL_CAPACITY:
+	case REFUSAL_UID_NO_REVOKE:
+		return REFUSED_LIMIT;
+	case REFUSAL_TIMEOUT:
+		return REFUSED_TIMEOUT;
+	default:
+		return REFUSED_OTHER;
+	}
+}
+
+/* budget_check's answer as a verdict. */
+static enum broker_refusal budget_refusal(int r)
+{
+	return r == -EFBIG ? REFUSAL_TOO_LARGE : r == -EDQUOT ? REFUSAL_UID_QUOTA : REFUSAL_BUDGET;
 }
 
 /* The caps on file descriptors and mappings: per uid, then the daemon's own. */
-static int check_counts(const struct broker *b, uid_t uid, uint64_t need)
+static enum broker_refusal check_counts(const struct broker *b, uid_t uid, uint64_t need)
 {
 	if (b->max_leases_per_uid && budget_uid_leases(b->budget, uid) >= b->max_leases_per_uid)
-		return -EMLINK;
+		return REFUSAL_UID_LEASES;
 	/* Chunks and the pidfds of exit holds alike: each is an fd the daemon keeps for uid. */
 	if (b->max_chunks_per_uid && budget_uid_fds(b->budget, uid) + need > b->max_chunks_per_uid)
-		return -EMFILE;
+		return REFUSAL_UID_CHUNKS;
 	if (b->chunk_capacity && budget_fds(b->budget) + need > b->chunk_capacity)
-		return -ENFILE;
-	return 0;
+		return REFUSAL_CAPACITY;
+	return REFUSAL_NONE;
 }
 
 int broker_lease_node(const struct lease *l, bool *misplaced)
 {
 	*misplaced = false;
-	if (l->nchunks == 0 || l->chunks[0]->node < 0)
+	if (l->nchunks == 0 || l->chunks[0].node < 0)
 		return -1;
 	for (size_t i = 0; i < l->nchunks && l->numa_node >= 0; i++)
-		if (l->chunks[i]->mixed || l->chunks[i]->node != l->numa_node)
+		if (l->chunks[i].mixed || l->chunks[i].node != l->numa_node)
 			*misplaced = true;
-	return l->chunks[0]->node;
+	return l->chunks[0].node;
 }
 
 /*
@@ -136,92 +164,138 @@ static int backed_add(struct broker *b, struct lease *l, uint64_t *added)
 	return r;
 }
 
-int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease **ret)
+/* Whether the pool places chunks on node (pv's nodes). */
+static bool places_on(const struct pool_view *pv, int node)
 {
-	struct chunk **chunks = NULL;
-	struct lease *l = NULL;
-	uint64_t size_bytes, charge_bytes, added;
+	for (size_t i = 0; node >= 0 && i < pv->n_nodes; i++)
+		if (pv->nodes[i] == node)
+			return true;
+	return false;
+}
+
+/*
+ * The pool's step 1 (acquire_plan): idle chunks destroyed smallest class first until it holds at most max
+ * chunks, as avail (idle chunks per class) then counts them.
+ */
+static void trim_avail(const struct pool_view *pv, size_t max, uint64_t avail[CLASSES_MAX])
+{
+	size_t chunks = pv->chunks;
+
+	for (unsigned k = 0; k < pv->classes->n && chunks > max; k++)
+		while (avail[k] > 0 && chunks > max) {
+			avail[k]--;
+			chunks--;
+		}
+}
+
+enum broker_refusal broker_acquire(struct broker *b, const struct acquire_args *a, const struct pool_view *pv,
+				   struct acquire_plan *plan)
+{
+	uint64_t size_bytes, charge_bytes, need = 0;
 	bool backed = a->registration && a->backed &&
 		      (!b->backings ||
 		       backing_registrants(b->backings, a->backing_dev, a->backing_ino) < b->max_registrants_per_file);
-	size_t nchunks = 0;
+	enum broker_refusal v;
 	int r;
 
+	*plan = (struct acquire_plan){ .trim_to_chunks = SIZE_MAX, .node = -1 };
 	if (a->size == 0)
-		return -EINVAL;
+		return REFUSAL_INVALID_SIZE;
 	/* A registration locks the program's own pages, not the pool's (which may be 2 MiB ones). */
-	size_bytes = round_up(a->size, a->registration ? (uint64_t)sysconf(_SC_PAGESIZE) : pool_page_size(b->pool));
+	size_bytes = round_up(a->size, a->registration ? pv->host_page_bytes : pv->page_bytes);
 	if (size_bytes == 0)
-		return -EINVAL;
+		return REFUSAL_INVALID_SIZE;
 	if (backed && a->backing_offset > UINT64_MAX - size_bytes)
-		return -EINVAL;
+		return REFUSAL_INVALID_SIZE;
 	/* Shared memory others registered already is pinned and charged once: only new pages count. */
 	charge_bytes = backed ? backed_charge(b, a, size_bytes) : size_bytes;
 
 	if (charge_bytes > 0) {
 		r = budget_check(b->budget, a->uid, charge_bytes);
 		if (r < 0)
-			return r;
-		r = jobs_check(a->cgroup, charge_bytes);
-		if (r < 0)
-			return r;
+			return budget_refusal(r);
+		if (jobs_check(a->cgroup, charge_bytes) < 0)
+			return REFUSAL_JOB_QUOTA;
 		/* Unknown is not unlimited: a rule may well cover that client's job. */
 		if (a->job_unknown && b->jobs && jobs_rule_count(b->jobs) > 0 &&
-		    b->cfg->job_unknown == JOB_UNKNOWN_REFUSE)
-			return -ENOKEY;
+		    b->settings.job_unknown == JOB_UNKNOWN_REFUSE)
+			return REFUSAL_JOB_UNKNOWN;
 	}
-	r = check_counts(b, a->uid, a->registration ? 0 : chunks_for(b, size_bytes));
-	if (r < 0)
-		return r;
+	if (!a->registration)
+		need = classes_chunks_for(pv->classes, size_bytes);
+	v = check_counts(b, a->uid, need);
+	if (v != REFUSAL_NONE)
+		return v;
 	/* Only the holder's exit frees a never-revoked lease: a uid gets a bounded share of them. */
 	if ((a->no_revoke || a->registration) &&
 	    budget_uid_no_revoke(b->budget, a->uid) + charge_bytes > b->max_no_revoke_per_uid_bytes)
-		return -EXFULL;
+		return REFUSAL_UID_NO_REVOKE;
 
 	/* Under pressure, lend only memory that is already locked; new pinning would add to it. A rank
 	 * registering pages another already pinned adds nothing (the servers expect it to succeed). */
 	if (b->state == BROKER_CRITICAL && charge_bytes > 0)
-		return -EAGAIN;
+		return REFUSAL_CRITICAL;
 	/* Nor memory that could not be taken back if it got worse: a never-revoked lease (an interposed
 	 * program's) or a registration (which pins new pages as well). Only cooperative leases, which
 	 * the revoker can reclaim when critical, are lent from the idle pool. */
 	if (b->state == BROKER_TIGHT && (a->no_revoke || a->registration) && charge_bytes > 0)
-		return -ENOLCK;
-	if (b->state == BROKER_TIGHT && !a->registration && size_bytes > pool_idle_bytes(b->pool))
-		return -EBUSY;
+		return REFUSAL_TIGHT_NO_REVOKE;
+	if (b->state == BROKER_TIGHT && !a->registration && size_bytes > pv->idle_bytes)
+		return REFUSAL_TIGHT;
 
 	if (!a->registration) {
-		uint64_t need = chunks_for(b, size_bytes);
+		uint64_t avail[CLASSES_MAX], n;
 
+		memcpy(avail, pv->idle_chunks, sizeof(avail));
 		/* Idle chunks hold fds and mappings too: room for this lease's fresh ones comes out of them. */
-		if (b->chunk_capacity > need && pool_chunk_count(b->pool) + need > b->chunk_capacity &&
-		    pool_trim_chunks(b->pool, (size_t)(b->chunk_capacity - need)) > 0)
-			b->generation++;
+		if (b->chunk_capacity > need && pv->chunks + need > b->chunk_capacity) {
+			plan->trim_to_chunks = (size_t)(b->chunk_capacity - need);
+			trim_avail(pv, plan->trim_to_chunks, avail);
+		}
 		/* Tight: from idle chunks alone, smaller ones standing in for missing classes, so no new memory is
 		 * pinned (the fd and mapping cap still bounds what that costs). */
-		r = pool_take_tenant(b->pool, a->uid, a->tenant, b->state == BROKER_TIGHT, size_bytes, a->numa_node,
-				     &chunks, &nchunks);
-		if (r == -ENOSPC || r == -ENOMEM)
-			b->generation++; /* idle chunks may have gone to make room, though the lease did not come */
-		if (r < 0)
-			return r;
+		if (b->state == BROKER_TIGHT)
+			n = classes_split_avail(pv->classes, size_bytes, avail, plan->counts, &plan->tail_bytes);
+		else
+			n = classes_split(pv->classes, size_bytes, plan->counts, &plan->tail_bytes);
+		if (n == 0)
+			return REFUSAL_TIGHT;
 		/* More chunks than the fewest (counted above) cost more fds: they must fit the caps as well. */
-		r = nchunks > chunks_for(b, size_bytes) ? check_counts(b, a->uid, nchunks) : 0;
-		if (r < 0) {
-			pool_put(b->pool, chunks, nchunks);
-			free(chunks);
-			return r;
-		}
+		v = n > need ? check_counts(b, a->uid, n) : REFUSAL_NONE;
+		if (v != REFUSAL_NONE)
+			return v;
+		plan->nchunks = (size_t)n;
+		/* A node the pool does not place on is served as "any": nothing to be misplaced from. */
+		plan->node = places_on(pv, a->numa_node) ? a->numa_node : -1;
 	}
+	plan->bytes = size_bytes;
+	plan->charge_bytes = charge_bytes;
+	plan->backed = backed;
+	return REFUSAL_NONE;
+}
 
-	r = lease_add(b->leases, a->uid, a->gid, a->pid, a->owner, size_bytes, a->priority, a->label, chunks, nchunks,
+enum broker_refusal broker_acquire_done(struct broker *b, const struct acquire_args *a, const struct acquire_plan *plan,
+					size_t trimmed, int err, struct lease_chunk *chunks, struct lease **ret,
+					int *errp)
+{
+	struct lease *l = NULL;
+	uint64_t charge_bytes = plan->charge_bytes, added;
+	size_t nchunks = chunks ? plan->nchunks : 0;
+	int r;
+
+	if (trimmed > 0)
+		b->generation++;
+	if (err < 0) {
+		/* Idle chunks may have gone to make room, though the lease did not come. */
+		b->generation++;
+		*errp = err;
+		return REFUSAL_FAILED;
+	}
+	r = lease_add(b->leases, a->uid, a->gid, a->pid, a->owner, plan->bytes, a->priority, a->label, chunks, nchunks,
 		      a->now_ms, &l);
 	if (r < 0)
 		goto fail;
 	l->tenant = a->tenant;
-	/* So the pool's hole-punch reports can name the lease (pool.h). */
-	for (size_t i = 0; i < nchunks; i++)
-		chunks[i]->lease_id = l->id;
 
 	r = budget_count_add(b->budget, a->uid, nchunks);
 	if (r < 0)
@@ -231,7 +305,7 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 		budget_count_sub(b->budget, a->uid, nchunks);
 		goto fail;
 	}
-	if (backed) {
+	if (plan->backed) {
 		l->backed = true;
 		l->backing_dev = a->backing_dev;
 		l->backing_ino = a->backing_ino;
@@ -251,8 +325,7 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 
 	l->registration = a->registration;
 	l->no_revoke = a->no_revoke || a->registration;
-	/* A node the pool does not place on was served as "any": nothing to be misplaced from. */
-	l->numa_node = pool_places_on(b->pool, a->numa_node) ? a->numa_node : -1;
+	l->numa_node = plan->node;
 	if (l->registration)
 		b->registered_bytes += charge_bytes;
 	/* A registration is the program's own memory: never a ring. */
@@ -268,18 +341,27 @@ int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease 
 		jobs_charge(b->jobs, l->cgroup, charge_bytes);
 	}
 	b->generation++;
-	broker_trim_pool(b, UINT64_MAX);
 	*ret = l;
-	return 0;
+	return REFUSAL_NONE;
 
 fail:
-	pool_put(b->pool, chunks, nchunks);
-	if (l)
-		lease_remove(b->leases, l); /* frees the chunks array it took over */
-	else
-		free(chunks);
-	broker_trim_pool(b, UINT64_MAX);
-	return r;
+	if (l) {
+		l->chunks = NULL; /* the caller's again */
+		l->nchunks = 0;
+		lease_remove(b->leases, l);
+	}
+	*errp = r;
+	return REFUSAL_FAILED;
+}
+
+bool broker_lease_reusable(const struct lease *l)
+{
+	/*
+	 * Every mapper let go by a request: the library unmaps before it releases, and its mappings are
+	 * MADV_DONTFORK, so no child of it keeps them. A mapper that closed or exited instead may share its memory
+	 * with a clone(CLONE_VM) sibling, which maps the chunks still.
+	 */
+	return l->released && !l->dropped && l->nattachers == 0 && l->exit_holds == 0;
 }
 
 void broker_free_lease(struct broker *b, struct lease *l)
@@ -310,22 +392,11 @@ void broker_free_lease(struct broker *b, struct lease *l)
 		jobs_uncharge(b->jobs, l->cgroup, l->charged_bytes);
 	l->cgroup = NULL;
 	budget_count_sub(b->budget, l->uid, l->nchunks);
-	/*
-	 * The chunks stay warm for the tenant only when every mapper let go by a request: the library unmaps before
-	 * it releases, and its mappings are MADV_DONTFORK, so no child of it keeps them. A mapper that closed or
-	 * exited instead may share its memory with a clone(CLONE_VM) sibling, which maps the chunks still.
-	 */
-	if (!l->released || l->dropped || l->nattachers || l->exit_holds)
-		for (size_t i = 0; i < l->nchunks; i++)
-			l->chunks[i]->retired = true;
-	pool_put(b->pool, l->chunks, l->nchunks);
 	lease_remove(b->leases, l);
 	b->generation++;
-	/* A reload may have lowered the limit below what is held: the returned chunks may not all fit. */
-	broker_trim_pool(b, UINT64_MAX);
 }
 
-int broker_release(struct broker *b, uint64_t id, uid_t uid, void *owner, bool admin)
+int broker_release(struct broker *b, uint64_t id, uid_t uid, void *owner, bool admin, struct lease **ret)
 {
 	struct lease *l;
 
@@ -337,28 +408,25 @@ int broker_release(struct broker *b, uint64_t id, uid_t uid, void *owner, bool a
 	/* Its holder's own release: the library unmapped it first. Anyone else's leaves the holder mapping it. */
 	if (l->owner == owner && l->nattachers == 0 && l->exit_holds == 0)
 		l->released = true;
-	broker_free_lease(b, l);
+	*ret = l;
 	return 0;
 }
 
-size_t broker_drop_owner(struct broker *b, void *owner)
+size_t broker_drop_owner(struct broker *b, void *owner, struct lease **out, size_t max)
 {
-	struct lease *l, *next;
-	size_t nfreed = 0;
+	struct lease *l;
+	size_t n = 0;
 
 	/* Orphaned leases have no owner; they wait for their client's re-declare, not for this. */
 	if (!owner)
 		return 0;
-	for (l = lease_first(b->leases); l; l = next) {
-		next = lease_next(b->leases, l);
+	for (l = lease_first(b->leases); l; l = lease_next(b->leases, l)) {
 		if (l->owner == owner || lease_attacher_find(l, owner))
 			l->dropped = true;
-		if (broker_detach(b, l, owner) == 1) {
-			broker_free_lease(b, l);
-			nfreed++;
-		}
+		if (broker_detach(b, l, owner) == 1 && n++ < max)
+			out[n - 1] = l;
 	}
-	return nfreed;
+	return n;
 }
 
 int broker_share(struct broker *b, struct lease *l, const void *owner, const uint8_t token[LEASE_TOKEN_BYTES],
@@ -396,7 +464,7 @@ int broker_attach(struct broker *b, const uint8_t token[LEASE_TOKEN_BYTES], void
 	 */
 	if (uid != l->uid || tenant != l->tenant)
 		for (size_t i = 0; i < l->nchunks; i++)
-			l->chunks[i]->tainted = true;
+			l->chunks[i].tainted = true;
 	/* Someone uses it now: not a cached buffer to reclaim first. */
 	if (l->state == LEASE_IDLE)
 		lease_set_state(l, LEASE_ACTIVE, now_ms);
@@ -432,16 +500,16 @@ unsigned broker_set_pressure(struct broker *b, enum broker_state to)
 	return act;
 }
 
-void broker_trim_pool(struct broker *b, uint64_t target_idle_bytes)
+bool broker_trim_pool(struct broker *b, uint64_t target_idle_bytes, uint64_t idle_bytes, uint64_t *keep_bytes)
 {
 	/* Leased plus idle must fit the budget: idle chunks are locked memory too. */
 	uint64_t allowance_bytes = budget_pool_allowance(b->budget);
-	uint64_t keep_bytes = target_idle_bytes < allowance_bytes ? target_idle_bytes : allowance_bytes;
 
-	if (pool_idle_bytes(b->pool) > keep_bytes) {
-		pool_shrink(b->pool, keep_bytes);
-		b->generation++;
-	}
+	*keep_bytes = target_idle_bytes < allowance_bytes ? target_idle_bytes : allowance_bytes;
+	if (idle_bytes <= *keep_bytes)
+		return false;
+	b->generation++; /* the idle pool moves: the fd-store state follows */
+	return true;
 }
 
 uint64_t broker_overdue_bytes(const struct broker *b)
@@ -486,9 +554,8 @@ void broker_memory_freed(struct broker *b)
 			fns[i](b);
 }
 
-uint64_t broker_unbrokered_cap(const struct broker *b)
+uint64_t broker_unbrokered_cap(const struct broker *b, uint64_t pool_resident_bytes)
 {
 	/* Orphaned memory (an earlier instance's chunks, still mapped) is pinned too, and in no pool. */
-	return unbrokered_cap(b->host_mem_total_bytes,
-			      (b->pool ? pool_resident_bytes(b->pool) : 0) + b->registered_bytes + b->orphaned_bytes);
+	return unbrokered_cap(b->host_mem_total_bytes, pool_resident_bytes + b->registered_bytes + b->orphaned_bytes);
 }

@@ -9,26 +9,14 @@
 #include "classes.h"
 #include "lease.h"
 #include "pressure.h"
+#include "settings.h"
 #include "staged.h"
 #include "unbrokered.h"
 
 struct budget;
-struct pool;
 struct lease_table;
-struct config;
-struct monitor;
-struct server;
-struct revoker;
-struct waitq;
-struct conn_io;
-struct recovery;
-struct restart;
-struct ev_loop;
-struct reload_hooks;
 struct jobs;
 struct backing_table;
-struct jobs_watch;
-struct quota_store;
 struct tenants;
 struct job_cgroup;
 
@@ -37,8 +25,34 @@ struct broker;
 typedef void broker_freed_fn(struct broker *b);
 #define BROKER_FREED_LISTENERS_MAX 4
 
-/* Why acquires were refused, for the metrics (reply_acquire_error's cases). */
+/*
+ * Why an acquire is not granted: the core's verdict, carried as this one type to the wire, where reply.c maps it
+ * to a status (reply_refusal) and renders its message. REFUSAL_FAILED is no verdict: the daemon failed to make
+ * the memory, and the errno that goes beside it (memfd_create, ftruncate, fallocate, mmap, mlock, or an
+ * allocation of the daemon's own) says why.
+ */
 enum broker_refusal {
+	REFUSAL_NONE,            /* granted */
+	REFUSAL_INVALID_SIZE,    /* size 0, or it rounds past 2^64 */
+	REFUSAL_TOO_LARGE,       /* more than the budget or the uid quota can ever lend */
+	REFUSAL_UID_QUOTA,       /* the uid is at its quota */
+	REFUSAL_JOB_QUOTA,       /* the client's job is at its quota (jobs.h) */
+	REFUSAL_JOB_UNKNOWN,     /* its job could not be read while quota rules exist, and job-unknown is refuse */
+	REFUSAL_BUDGET,          /* the budget is spent now */
+	REFUSAL_TIGHT,           /* tight: beyond the free warm pool */
+	REFUSAL_TIGHT_NO_REVOKE, /* tight: a never-revoked lease or a registration, whatever its size */
+	REFUSAL_CRITICAL,        /* critical: nothing new is pinned */
+	REFUSAL_UID_LEASES,      /* the uid is at max-leases-per-uid */
+	REFUSAL_UID_CHUNKS,      /* the uid is at max-chunks-per-uid */
+	REFUSAL_CAPACITY,        /* the daemon is at its chunk capacity: fds or mappings */
+	REFUSAL_UID_NO_REVOKE,   /* a never-revoked lease past the uid's max-no-revoke-per-uid */
+	REFUSAL_TIMEOUT,         /* a waiting acquire's timeout passed (the wait queue's verdict) */
+	REFUSAL_FAILED,          /* no verdict: making the memory failed, with an errno beside it */
+	REFUSAL_N,
+};
+
+/* The metrics' reason label of a refusal (pinbroker_acquires_refused_total): broker_refusal_reason's groups. */
+enum broker_refusal_reason {
 	REFUSED_INVALID,
 	REFUSED_TOO_LARGE,
 	REFUSED_OVER_QUOTA,
@@ -51,6 +65,9 @@ enum broker_refusal {
 	REFUSED_OTHER,
 	REFUSED_N,
 };
+
+/* The metrics' reason for refusal why. */
+enum broker_refusal_reason broker_refusal_reason(enum broker_refusal why);
 
 /* What a grant lent, for the metrics' kind label. */
 enum broker_grant {
@@ -84,7 +101,7 @@ enum broker_enforcement {
 	ENFORCED_N,
 };
 
-/* Loop-turn histogram bounds: the issue 22 goal is no turn over 20 ms under a revoke storm. */
+/* Loop-turn histogram bounds: the goal is no turn over 20 ms under a revoke storm. */
 #define BROKER_TURN_BUCKETS 6
 #define BROKER_TURN_BUCKET_US                             \
 	{                                                 \
@@ -107,33 +124,22 @@ struct broker_counters {
 	uint64_t revokes_cancelled[CANCELLED_N]; /* never-revoked leases' revokes cancelled, by reason */
 };
 
+/*
+ * The core's state: what the decisions read and write, and nothing of the I/O shell. The shell's struct daemon
+ * (daemon/daemon.h) holds it beside the pool, the server and the other objects that act.
+ */
 struct broker {
-	struct config *cfg;
 	struct budget *budget;
-	struct pool *pool;
 	struct lease_table *leases;
-	struct monitor *monitor; /* I/O: samplers and PSI triggers */
-	struct server *server;
-	struct revoker *revoker;       /* I/O: REVOKE deadlines, enforcement, reclaim, exit holds */
-	struct waitq *waitq;           /* I/O: acquires waiting for memory */
-	const struct conn_io *conn_io; /* how the request modules send and close (conn.h); set by server_new */
-	struct jobs *jobs;             /* per-job quotas; NULL: none (the fuzz harness) */
-	struct jobs_watch *jobs_watch; /* I/O: clients' cgroups, and rules whose cgroup went away */
-	struct recovery *recovery;     /* instance id, and the fd-store state for crash recovery under systemd */
-	struct restart
-		*restart; /* I/O: the restart state file, and what live processes still map of an earlier daemon */
-	/* I/O: the file the quota rules pinctl quota set made are kept in over restarts */
-	struct quota_store *quota_store;
+	struct jobs *jobs; /* per-job quotas; NULL: none (the fuzz harness) */
 	/* The connections' tenants (core/tenant.h), the server's: who may see or revoke whose leases of one uid */
 	const struct tenants *tenants;
-	struct ev_loop *loop;
-	const char *config_path;                 /* for SIGHUP; NULL when none */
-	const struct reload_hooks *reload_hooks; /* what reload_apply runs around a new config (reload.h) */
 
-	uint64_t mem_total_bytes;      /* MemTotal, or the cgroup limit if lower */
-	uint64_t host_mem_total_bytes; /* MemTotal itself, what caps clients' unbrokered reports; 0: unknown */
-	uint64_t budget_cap_bytes;     /* the most the budget resolves to; 0 = no cap (the fuzz harness sets one) */
-	uint64_t budget_bytes;         /* resolved from cfg */
+	uint64_t mem_total_bytes;        /* MemTotal, or the cgroup limit if lower */
+	uint64_t host_mem_total_bytes;   /* MemTotal itself, what caps clients' unbrokered reports; 0: unknown */
+	uint64_t budget_cap_bytes;       /* the most the budget resolves to; 0 = no cap (the fuzz harness sets one) */
+	uint64_t budget_bytes;           /* resolved from cfg */
+	struct broker_settings settings; /* the config values decided with here (settings.h) */
 	uint64_t uid_quota_bytes;
 	uint64_t max_no_revoke_per_uid_bytes;
 	/*
@@ -174,7 +180,10 @@ struct broker {
 	/* Of the leased bytes, memory an earlier daemon lent that live processes still map (restart.c). */
 	uint32_t job_unknown_clients; /* connections whose job could not be read (conn.h job_unknown) */
 	uint64_t orphaned_bytes;
-	/* Staging-ring leases held now and their bytes (of the leased bytes), kept by broker_acquire and broker_free_lease. */
+	/*
+	 * Staging-ring leases held now and their bytes (of the leased bytes), kept by broker_acquire_done and
+	 * broker_free_lease.
+	 */
 	uint32_t staging_rings;
 	uint64_t staging_ring_bytes;
 	/* Clients' staged copies since start (ReportStaging), closed connections' included. */
@@ -182,14 +191,9 @@ struct broker {
 
 	struct broker_counters counters;
 
-	/* NUMA topology the pool places on (main.c's; NULL in tests and the fuzz harness). */
-	const struct numa_topology *numa;
-
 	/* Who hears that leased memory came back (broker_memory_freed): the wait queue, a test. */
 	broker_freed_fn *freed_listeners[BROKER_FREED_LISTENERS_MAX];
 };
-
-struct numa_topology;
 
 struct acquire_args {
 	uid_t uid;
@@ -227,7 +231,7 @@ int broker_lease_node(const struct lease *l, bool *misplaced);
  * What clients' unbrokered reports count up to, per uid and in all: the host's MemTotal less what the
  * daemon knows is pinned (its resident pool and registration charges). UINT64_MAX when MemTotal is unknown.
  */
-uint64_t broker_unbrokered_cap(const struct broker *b);
+uint64_t broker_unbrokered_cap(const struct broker *b, uint64_t pool_resident_bytes);
 
 /*
  * Derive chunk_capacity and the per-uid caps from the daemon's own limits:
@@ -247,7 +251,7 @@ bool broker_resolve_limits(struct broker *b, uint64_t nofile, uint64_t max_map_c
  * own leases), so a 1 ms self-revoke cannot make all of a uid's leases overdue
  * before its processes had a chance to let go. Admin revokes keep asked_ms.
  */
-uint32_t broker_revoke_deadline_ms(const struct config *cfg, bool admin, uint32_t asked_ms);
+uint32_t broker_revoke_deadline_ms(const struct broker_settings *s, bool admin, uint32_t asked_ms);
 
 /*
  * May enforcement on overdue lease l signal (or disconnect) a process of
@@ -258,49 +262,95 @@ uint32_t broker_revoke_deadline_ms(const struct config *cfg, bool admin, uint32_
 bool broker_enforce_may_signal(const struct lease *l, uid_t target_uid);
 
 /*
- * Grant a lease: checks size, budget, quota and pressure state, takes chunks
- * from the pool (shrinking idle chunks if the budget needs the room), charges
- * the budget and adds the lease. Returns 0 and *ret, or:
- *   -EINVAL (size 0 or rounds past 2^64), -EFBIG (never satisfiable), -EDQUOT,
- *   -EUSERS (the client's job is at its quota: jobs.h), -ENOKEY (its job could not be read while quota
- *   rules exist, and job-unknown is refuse),
- *   -ENOSPC, -EBUSY (tight: beyond the free warm pool), -EAGAIN (critical),
- *   -ENOLCK (tight: a never-revoked lease or a registration, whatever its size),
- *   -EMLINK (uid at max-leases-per-uid), -EMFILE (uid at max-chunks-per-uid),
- *   -ENFILE (the daemon at its chunk capacity: fds or mappings),
- *   -EXFULL (a never-revoked lease past the uid's max-no-revoke-per-uid),
- *   or the pool's errno (-ENOMEM ...) with nothing changed.
- * A registration (a->registration) takes no chunks: it is charged and counted
- * as a lease. While tight, it and every never-revoked lease are refused with
- * -ENOLCK: the revoker could not take them back if the host got worse.
- * A backed registration (a->backed) is charged only the pages of its file
- * range that no live registration of the same file covers (backing.h); one
- * that adds no page is granted whatever the pressure (it pins nothing new)
- * and passes no budget, quota or job check, only the lease-count caps.
+ * What the core reads of the pool: plain figures the shell's pool fills (pool_view) just before a decision, as
+ * the time is passed in.
  */
-int broker_acquire(struct broker *b, const struct acquire_args *a, struct lease **ret);
+struct pool_view {
+	uint64_t page_bytes;               /* the pool's page size: a lease is a whole number of them */
+	uint64_t host_page_bytes;          /* the host's base page: a registration is a whole number of them */
+	const struct classes *classes;     /* the chunk classes, smallest first */
+	uint64_t idle_bytes;               /* idle chunks, all classes */
+	uint64_t idle_chunks[CLASSES_MAX]; /* idle chunks of each class */
+	uint64_t resident_bytes;           /* idle and lent: all the pool holds locked */
+	size_t chunks;                     /* idle and lent */
+	const int *nodes;                  /* the NUMA nodes chunks are placed on */
+	size_t n_nodes;                    /* 0: no placement */
+};
 
 /*
- * Release lease id on behalf of (uid, owner). Returns 0, -ENOENT (no such
- * lease) or -EPERM (someone else's). admin may release any lease; its chunks are then destroyed, not pooled
- * (its holder may map them still).
+ * An acquire the core has admitted: the lease's shape and what the pool is to do for it, in this order (the
+ * shell, daemon.c, carries it out and reports back with broker_acquire_done):
+ *   1. destroy idle chunks, smallest class first, until the pool holds at most trim_to_chunks (SIZE_MAX: none);
+ *   2. take counts[k] chunks of each class k and one tail of tail_bytes (0: none), for uid's tenant on node:
+ *      idle chunks where the pool has ones that tenant may be handed, fresh ones for the rest.
  */
-int broker_release(struct broker *b, uint64_t id, uid_t uid, void *owner, bool admin);
+struct acquire_plan {
+	uint64_t bytes;        /* the request rounded up to the page size */
+	uint64_t charge_bytes; /* what it is charged: bytes, or a backed registration's pages nobody covers yet */
+	bool backed;           /* a registration recorded in the backing table (backing.h) */
+	size_t trim_to_chunks;
+	size_t nchunks; /* chunks to take, the tail included: 0 for a registration */
+	uint64_t counts[CLASSES_MAX];
+	uint64_t tail_bytes;
+	int node; /* -1: any, else a node the pool places on */
+};
 
 /*
- * Return a lease's chunks to the pool and uncharge it, whatever its state. The chunks stay warm for the holder's
- * tenant only when the lease was released (l->released) and never dropped (l->dropped), and nobody maps it now;
- * otherwise they are destroyed (retired): a process that may still map them never sees another lease's pages. A backed registration's pages
- * that other registrations of the file still cover pass to the oldest of them (its uid, never-revoked
- * share and job take the charge over); only pages nobody covers any more are uncharged.
+ * Decide an acquire: size, budget, quota, job, the fd and mapping caps, and the pressure state, against the
+ * pool as pv shows it. Returns REFUSAL_NONE with *plan filled, or the refusal (nothing changed):
+ * REFUSAL_INVALID_SIZE, REFUSAL_TOO_LARGE, REFUSAL_UID_QUOTA, REFUSAL_JOB_QUOTA, REFUSAL_JOB_UNKNOWN,
+ * REFUSAL_BUDGET, REFUSAL_CRITICAL, REFUSAL_TIGHT (beyond the free warm pool), REFUSAL_TIGHT_NO_REVOKE (a
+ * never-revoked lease or a registration, whatever its size), REFUSAL_UID_LEASES, REFUSAL_UID_CHUNKS,
+ * REFUSAL_CAPACITY or REFUSAL_UID_NO_REVOKE.
+ * While tight, a pool lease is carved from the idle chunks there are (smaller classes standing in for bigger
+ * ones: more chunks, no new memory). A registration (a->registration) takes no chunks: it is charged and
+ * counted as a lease. A backed registration (a->backed) is charged only the pages of its file range that no
+ * live registration of the same file covers (backing.h); one that adds no page is granted whatever the
+ * pressure (it pins nothing new) and passes no budget, quota or job check, only the lease-count caps.
+ */
+enum broker_refusal broker_acquire(struct broker *b, const struct acquire_args *a, const struct pool_view *pv,
+				   struct acquire_plan *plan);
+
+/*
+ * The shell carried out plan for a: trimmed is how many idle chunks step 1 destroyed; err is 0 and chunks holds
+ * plan->nchunks chunks (a malloc'd array, largest first, the tail last; NULL for a registration), or err is the
+ * negative errno making them failed with (memfd_create, ftruncate, fallocate, mmap, mlock, or an allocation;
+ * chunks NULL). Charges the budget, the uid, the job and the backing table and adds the lease: returns
+ * REFUSAL_NONE and *ret (the lease owns chunks now), or REFUSAL_FAILED with *err set (the pool's errno, or
+ * -ENOMEM here) and nothing charged; chunks stay the caller's then, to give back.
+ */
+enum broker_refusal broker_acquire_done(struct broker *b, const struct acquire_args *a, const struct acquire_plan *plan,
+					size_t trimmed, int err, struct lease_chunk *chunks, struct lease **ret,
+					int *errp);
+
+/*
+ * Release lease id on behalf of (uid, owner). Returns 0 and *ret, the lease for the caller to free
+ * (broker_free_lease), -ENOENT (no such lease) or -EPERM (someone else's). admin may release any lease; its
+ * chunks are then destroyed, not pooled (its holder may map them still).
+ */
+int broker_release(struct broker *b, uint64_t id, uid_t uid, void *owner, bool admin, struct lease **ret);
+
+/*
+ * Whether lease l's chunks may stay warm for its holder's tenant when it ends: only when it was released
+ * (l->released), never dropped (l->dropped), and nobody maps it now. Otherwise a process that may still map
+ * them (a clone(CLONE_VM) sibling, a forked child) would see another lease's pages: they are destroyed (retired).
+ */
+bool broker_lease_reusable(const struct lease *l);
+
+/*
+ * Uncharge lease l, whatever its state, and take it out of the table (its chunks array with it: the shell gave
+ * the chunks back to the pool first, retired unless broker_lease_reusable). A backed registration's pages that
+ * other registrations of the file still cover pass to the oldest of them (its uid, never-revoked share and job
+ * take the charge over); only pages nobody covers any more are uncharged.
  */
 void broker_free_lease(struct broker *b, struct lease *l);
 
 /*
  * A connection closed: it lets go of every lease it holds or is attached to (each marked dropped: its process,
- * or one sharing its memory, may map it still), and those nobody maps any more are freed. Returns the number freed.
+ * or one sharing its memory, may map it still). Those nobody maps any more go into out[] (room for max), for the
+ * caller to free (broker_free_lease). Returns how many there are (more than max: the rest were not stored).
  */
-size_t broker_drop_owner(struct broker *b, void *owner);
+size_t broker_drop_owner(struct broker *b, void *owner, struct lease **out, size_t max);
 
 /*
  * Share lease l on behalf of owner, its holder: see lease_share (token: 128
@@ -315,7 +365,7 @@ int broker_share(struct broker *b, struct lease *l, const void *owner, const uin
  * Attach owner (a connection of uid, pid, tenant) to the lease token names: no new
  * charge, the lease is counted once. An IDLE lease becomes ACTIVE (it is in
  * use again). An attacher of another uid or tenant than the holder's taints the lease's
- * chunks (struct chunk's tainted) before the caller sends their fds: they are
+ * chunks (struct lease_chunk's tainted) before the caller sends their fds: they are
  * destroyed when the lease ends, never pooled again. Returns 0 and *ret,
  * -ENOENT (no live lease has this token, or it is being revoked), -EACCES (uid
  * not granted), -EEXIST (owner maps it already) or -ENOMEM. now_ms
@@ -333,8 +383,8 @@ int broker_detach(struct broker *b, struct lease *l, const void *owner);
 
 /* What the shell does when the pressure state changes: broker_set_pressure's answer, carried out in this order. */
 enum broker_pressure_action {
-	BROKER_ACT_TRIM_POOL = 1u << 0,      /* tight or critical: broker_trim_pool(b, 0); the pool regrows on demand */
-	BROKER_ACT_REFUSE_WAITERS = 1u << 1, /* critical: refuse every waiting acquire with -EAGAIN at once */
+	BROKER_ACT_TRIM_POOL = 1u << 0,      /* tight or critical: trim the idle pool to 0; it regrows on demand */
+	BROKER_ACT_REFUSE_WAITERS = 1u << 1, /* critical: refuse every waiting acquire with REFUSAL_CRITICAL at once */
 	BROKER_ACT_START_RECLAIM = 1u << 2,  /* critical: revoke now, and again every reclaim step while it lasts */
 	BROKER_ACT_STOP_RECLAIM = 1u << 3,   /* no longer critical: stop the reclaim steps */
 	BROKER_ACT_GRANT_WAITERS = 1u << 4,  /* normal again: grant waiting acquires that fit */
@@ -348,8 +398,11 @@ enum broker_pressure_action {
  */
 unsigned broker_set_pressure(struct broker *b, enum broker_state to);
 
-/* Bring the idle pool toward target: shrink above it (never below 0), bounded by the budget. */
-void broker_trim_pool(struct broker *b, uint64_t target_idle_bytes);
+/*
+ * Bring the idle pool (idle_bytes now) toward target_idle_bytes, bounded by the budget (leased plus idle must fit
+ * it). Returns true, with *keep_bytes, when the pool must shrink to keep at most that much idle.
+ */
+bool broker_trim_pool(struct broker *b, uint64_t target_idle_bytes, uint64_t idle_bytes, uint64_t *keep_bytes);
 
 /* Sum of bytes in OVERDUE leases. */
 uint64_t broker_overdue_bytes(const struct broker *b);

@@ -198,7 +198,8 @@ int cgns_find_host_mount(const char *mountinfo, bool v1_memory, unsigned depth, 
 		best = n;
 		*ups = n;
 		/*
-		 * No mount climbs above the host's root, so with hostPID (depth exact) ">=" is "==". Without it, pid 1's
+		 * No mount climbs above the host's root, so with hostPID (depth exact) ">=" is "==". Without it, pid
+		 * 1's
 		 * climb is only a floor, and a mount climbing further still holds every name pid 1's view needs.
 		 */
 		ret = n >= depth ? 0 : -ERANGE;

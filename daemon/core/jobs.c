@@ -547,7 +547,8 @@ int jobs_parse_config(const char *spec, uint64_t budget, int (*fn)(void *ctx, co
 		if (parse_size_or_pct(colon + 1, &bytes, &pct, &is_pct) < 0)
 			return fail(
 				err, -EINVAL,
-				"job-quota: '%s' is not a size; use a number with K, M, G or T, or a percentage of the budget",
+				"job-quota: '%s' is not a size; use a number with K, M, G or T, or a percentage of the "
+				"budget",
 				colon + 1);
 		if (is_pct)
 			bytes = (uint64_t)((double)budget * pct / 100.0);

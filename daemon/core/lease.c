@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The lease table (a hash for lookup, a list and a tree in id order for walks and cursors) and the lease state machine. */
+/*
+ * The lease table (a hash for lookup, a list and a tree in id order for walks and cursors) and the lease state machine.
+ */
 #include "lease.h"
 
 #include <assert.h>
@@ -322,7 +324,7 @@ static void copy_label(struct lease *l, const char *label)
 }
 
 int lease_add(struct lease_table *t, uid_t uid, gid_t gid, pid_t pid, void *owner, uint64_t bytes,
-	      enum lease_priority prio, const char *label, struct chunk **chunks, size_t nchunks, uint64_t now_ms,
+	      enum lease_priority prio, const char *label, struct lease_chunk *chunks, size_t nchunks, uint64_t now_ms,
 	      struct lease **ret)
 {
 	struct lease_node *n;
@@ -356,7 +358,7 @@ int lease_add(struct lease_table *t, uid_t uid, gid_t gid, pid_t pid, void *owne
 }
 
 int lease_adopt(struct lease_table *t, uint64_t id, uid_t uid, uint64_t bytes, enum lease_priority prio,
-		const char *label, struct chunk **chunks, size_t nchunks, uint64_t now_ms, struct lease **ret)
+		const char *label, struct lease_chunk *chunks, size_t nchunks, uint64_t now_ms, struct lease **ret)
 {
 	struct lease_node *n;
 
@@ -607,7 +609,10 @@ static bool token_eq(const uint8_t *a, const uint8_t *b)
 	return d == 0;
 }
 
-/* Grow the token hash at load factor 1 (or create it). Returns 0 or -ENOMEM; failing to grow a live one only costs speed. */
+/*
+ * Grow the token hash at load factor 1 (or create it). Returns 0 or -ENOMEM; failing to grow a live one only costs
+ * speed.
+ */
 static int token_grow(struct lease_table *t)
 {
 	size_t nb = t->ntoken_buckets ? t->ntoken_buckets * 2 : LEASE_BUCKETS_MIN;

@@ -10,6 +10,25 @@
 struct chunk;
 struct job_cgroup;
 
+/*
+ * One chunk of a lease as the core knows it. mem is the pool's own chunk (its memfd and the daemon's mapping),
+ * which the core never reads: the shell fills the rest when the pool hands the chunk over, and reads the taint
+ * back when the lease ends.
+ */
+struct lease_chunk {
+	struct chunk *mem;
+	uint64_t id; /* the pool's chunk id, kept over restarts (the fd store's records name it) */
+	uint64_t bytes;
+	int node;   /* the NUMA node its (first) pages are on; -1 without placement */
+	bool mixed; /* its pages are on more than one node */
+	bool tail;  /* made for this lease's remainder: destroyed on return */
+	/*
+	 * Its fd went to another uid or tenant (broker_attach marks it before the fds are sent): that process may
+	 * keep a view past its release, so the pool destroys the chunk on return, as it does a tail.
+	 */
+	bool tainted;
+};
+
 enum lease_priority {
 	LEASE_PRIO_NORMAL = 0,
 	LEASE_PRIO_CRITICAL = 1,    /* revoked last */
@@ -65,8 +84,8 @@ struct lease {
 	 * of another uid (broker_enforce_may_signal).
 	 */
 	bool revoke_by_holder;
-	struct chunk **chunks; /* owned: freed by lease_remove (the chunks themselves are not) */
-	int numa_node;         /* the NUMA node asked for, -1 for any */
+	struct lease_chunk *chunks; /* owned: freed by lease_remove (the pool's chunks they name are not) */
+	int numa_node;              /* the NUMA node asked for, -1 for any */
 	size_t nchunks;
 	/*
 	 * Sharing. The lease is charged once, to uid, and lives while any mapper
@@ -82,7 +101,7 @@ struct lease {
 	uint32_t exit_holds;
 	bool holder_detached;
 	/*
-	 * How the memory may be reused (broker_free_lease). tenant: the holder's (core/tenant.h), whose next leases
+	 * How the memory may be reused (broker_lease_reusable). tenant: the holder's (core/tenant.h), whose next leases
 	 * may be handed the chunks. released: its last mapper let go by a request (RELEASE), after unmapping it.
 	 * dropped: some mapper let go without one (its connection closed, its process exited): a clone(CLONE_VM)
 	 * sibling or a forked child of it may still map the chunks. Only a released, never dropped lease's chunks
@@ -136,7 +155,7 @@ void lease_table_free(struct lease_table *t);
  * to fit. Returns 0 and *ret, -ENOSPC once ids are exhausted, or -ENOMEM.
  */
 int lease_add(struct lease_table *t, uid_t uid, gid_t gid, pid_t pid, void *owner, uint64_t bytes,
-	      enum lease_priority prio, const char *label, struct chunk **chunks, size_t nchunks, uint64_t now_ms,
+	      enum lease_priority prio, const char *label, struct lease_chunk *chunks, size_t nchunks, uint64_t now_ms,
 	      struct lease **ret);
 
 /*
@@ -146,7 +165,7 @@ int lease_add(struct lease_table *t, uid_t uid, gid_t gid, pid_t pid, void *owne
  * -ENOMEM; on an error the table is unchanged and chunks stay the caller's.
  */
 int lease_adopt(struct lease_table *t, uint64_t id, uid_t uid, uint64_t bytes, enum lease_priority prio,
-		const char *label, struct chunk **chunks, size_t nchunks, uint64_t now_ms, struct lease **ret);
+		const char *label, struct lease_chunk *chunks, size_t nchunks, uint64_t now_ms, struct lease **ret);
 
 /* Ids handed out from now on are > id. */
 void lease_table_set_next_id(struct lease_table *t, uint64_t id);

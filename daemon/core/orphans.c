@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Memory a previous daemon lent that live processes still map: the restart state file's text, parsed and written. Pure: no I/O. */
+/*
+ * Memory a previous daemon lent that live processes still map: the restart state file's text, parsed and written. Pure:
+ * no I/O.
+ */
 #define _GNU_SOURCE
 #include "orphans.h"
 

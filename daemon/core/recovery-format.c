@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* The recovery state's format: encoding, decoding and validating its descriptors, lease and idle lines and journal records; no I/O. */
+/*
+ * The recovery state's format: encoding, decoding and validating its descriptors, lease and idle lines and journal
+ * records; no I/O.
+ */
 #define _GNU_SOURCE
 #include "recovery-format.h"
 
@@ -8,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pool.h"
+#include "lease.h"
 
 /* ------------------------------------------------------------ formatting */
 
@@ -103,10 +106,10 @@ void recovery_format_lease(struct recovery_buf *b, const struct lease *l, const 
 	 * a tail, which is destroyed on return as well: a downgrade pools no tainted chunk either.
 	 */
 	for (size_t i = 0; i < l->nchunks; i++) {
-		put_u64(b, l->chunks[i]->id, ':');
+		put_u64(b, l->chunks[i].id, ':');
 		put_u64(b,
-			(l->chunks[i]->tail ? RECOVERY_CHUNK_FLAG_TAIL : 0) |
-				(l->chunks[i]->tainted ? RECOVERY_CHUNK_FLAG_TAINTED : 0),
+			(l->chunks[i].tail ? RECOVERY_CHUNK_FLAG_TAIL : 0) |
+				(l->chunks[i].tainted ? RECOVERY_CHUNK_FLAG_TAINTED : 0),
 			' ');
 	}
 	/* The label goes last, hex-encoded, so any bytes survive. */

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* The recovery state's format: encoding, decoding and validating its descriptors, lease and idle lines and journal records; no I/O. */
+/*
+ * The recovery state's format: encoding, decoding and validating its descriptors, lease and idle lines and journal
+ * records; no I/O.
+ */
 #pragma once
 
 #include <stdbool.h>

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* The revoker's decisions on plain values: when a deadline round runs, which leases it marks, its slices, the reclaim deficit. */
+/*
+ * The revoker's decisions on plain values: when a deadline round runs, which leases it marks, its slices, the reclaim
+ * deficit.
+ */
 #include "revoker-policy.h"
 
 #include <math.h>

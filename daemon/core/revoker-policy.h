@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT */
-/* The revoker's decisions on plain values: when a deadline round runs, which leases it marks, its slices, the reclaim deficit. */
+/*
+ * The revoker's decisions on plain values: when a deadline round runs, which leases it marks, its slices, the reclaim
+ * deficit.
+ */
 #pragma once
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "settings.h"
 #include "lease.h"
 
 /*

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Clients' staged-copy reports (ReportStaging): the checks on each, the rate from their deltas, the totals. Pure: no I/O. */
+/*
+ * Clients' staged-copy reports (ReportStaging): the checks on each, the rate from their deltas, the totals. Pure: no
+ * I/O.
+ */
 #pragma once
 
 #include <stdbool.h>

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Clients' reports of memory pinned outside the broker, summed per uid and capped at what the host can hold. Pure: no I/O. */
+/*
+ * Clients' reports of memory pinned outside the broker, summed per uid and capped at what the host can hold. Pure: no
+ * I/O.
+ */
 #pragma once
 
 #include <stdbool.h>

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* The wait queue's order and its grant walk on plain entries: priority order, FIFO within a class, who may overtake whom; no I/O. */
+/*
+ * The wait queue's order and its grant walk on plain entries: priority order, FIFO within a class, who may overtake
+ * whom; no I/O.
+ */
 #include "waitq-order.h"
 
 #include <errno.h>
@@ -30,13 +33,19 @@ bool waitq_order_remove(struct waitq_entry **head, struct waitq_entry *e)
 	return false;
 }
 
-enum waitq_verdict waitq_order_verdict(int r)
+enum waitq_verdict waitq_order_verdict(enum broker_refusal why)
 {
-	if (r == -EDQUOT || r == -EUSERS)
+	switch (why) {
+	case REFUSAL_UID_QUOTA:
+	case REFUSAL_JOB_QUOTA:
 		return WAITQ_SKIP; /* only this uid's (this job's) own releases can help it */
-	if (r == -ENOSPC || r == -EBUSY || r == -ENOLCK)
+	case REFUSAL_BUDGET:
+	case REFUSAL_TIGHT:
+	case REFUSAL_TIGHT_NO_REVOKE:
 		return WAITQ_STOP; /* strict priority: nobody behind may overtake */
-	return WAITQ_ANSWERED;
+	default:
+		return WAITQ_ANSWERED;
+	}
 }
 
 void waitq_order_walk(struct waitq_entry **head, enum waitq_verdict (*try)(struct waitq_entry *e, void *ud), void *ud)

@@ -1,10 +1,14 @@
 /* SPDX-License-Identifier: MIT */
-/* The wait queue's order and its grant walk on plain entries: priority order, FIFO within a class, who may overtake whom; no I/O. */
+/*
+ * The wait queue's order and its grant walk on plain entries: priority order, FIFO within a class, who may overtake
+ * whom; no I/O.
+ */
 #pragma once
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "broker.h"
 #include "lease.h"
 
 /* One waiting acquire as the order sees it; embedded in the queue's own entry. */
@@ -29,11 +33,12 @@ enum waitq_verdict {
 };
 
 /*
- * The verdict for broker_acquire's result r on a waiting acquire: 0 and errors other
- * than the ones below answer it; -EDQUOT and -EUSERS (its uid's or job's own limits) skip
- * it; -ENOSPC, -EBUSY and -ENOLCK (the host's limits) stop the walk.
+ * What the walk does with a waiting acquire that got why: a grant and refusals other than the ones below answer
+ * it; REFUSAL_UID_QUOTA and REFUSAL_JOB_QUOTA (its uid's or job's own limits) skip it; REFUSAL_BUDGET,
+ * REFUSAL_TIGHT and REFUSAL_TIGHT_NO_REVOKE (the host's limits) stop the walk. An acquire that would not be
+ * answered is one that may wait (handle_acquire queues only those).
  */
-enum waitq_verdict waitq_order_verdict(int r);
+enum waitq_verdict waitq_order_verdict(enum broker_refusal why);
 
 /*
  * Walk the queue in order, calling try on each entry (which returns its verdict and, for

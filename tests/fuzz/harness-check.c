@@ -42,7 +42,7 @@ static const struct fz_taint *taint_find(const struct fz *f, uint64_t chunk_id)
 void fz_taint_model_add(struct fz *f, const struct lease *l)
 {
 	for (size_t k = 0; k < l->nchunks; k++) {
-		if (taint_find(f, l->chunks[k]->id))
+		if (taint_find(f, l->chunks[k].id))
 			continue;
 		if (f->ntaint == f->taint_cap) {
 			size_t cap = f->taint_cap ? 2 * f->taint_cap : 256;
@@ -52,7 +52,7 @@ void fz_taint_model_add(struct fz *f, const struct lease *l)
 			f->taint = v;
 			f->taint_cap = cap;
 		}
-		f->taint[f->ntaint++] = (struct fz_taint){ l->chunks[k]->id, l->id };
+		f->taint[f->ntaint++] = (struct fz_taint){ l->chunks[k].id, l->id };
 		qsort(f->taint, f->ntaint, sizeof(*f->taint), taint_cmp);
 	}
 }
@@ -77,7 +77,7 @@ static void check_idle_chunk(const struct chunk *c, void *ud)
 
 void fz_check(struct fz *f)
 {
-	struct broker *b = &f->b;
+	struct broker *b = &f->d.broker;
 	struct conn *conns[FZ_CHECK_CONNS];
 	uint32_t held[FZ_CHECK_CONNS] = { 0 };
 	size_t nconns = 0, nleases = 0, state_count[LEASE__STATE_MAX] = { 0 };
@@ -90,7 +90,7 @@ void fz_check(struct fz *f)
 
 	/* The books are checked where the daemon's loop would: after the reaper ran. */
 	fz_reap(f);
-	for (struct conn *c = server_conns(b->server); c; c = c->next) {
+	for (struct conn *c = server_conns(daemon_of(b)->server); c; c = c->next) {
 		FZ_ASSERT(!c->closing, "closed connection %llu is still on the live list", (unsigned long long)c->id);
 		FZ_ASSERT(nconns < FZ_CHECK_CONNS, "more than %d open connections", FZ_CHECK_CONNS);
 		conns[nconns++] = c;
@@ -111,22 +111,22 @@ void fz_check(struct fz *f)
 		FZ_ASSERT(lease_find(b->leases, l->id) == l, "lease %llu not found by id", (unsigned long long)l->id);
 		prev_id = l->id;
 		for (size_t i = 0; i < l->nchunks; i++) {
-			const struct fz_taint *t = taint_find(f, l->chunks[i]->id);
+			const struct fz_taint *t = taint_find(f, l->chunks[i].id);
 
-			chunk_sum += l->chunks[i]->bytes;
+			chunk_sum += l->chunks[i].mem->bytes;
 			/* Sent to another uid: the daemon knows it, and the chunk never moved to another lease. */
-			FZ_ASSERT(t == NULL || (t->lease_id == l->id && l->chunks[i]->tainted),
+			FZ_ASSERT(t == NULL || (t->lease_id == l->id && l->chunks[i].tainted),
 				  "chunk %llu went to another uid in lease %llu; now in lease %llu, %s",
-				  (unsigned long long)l->chunks[i]->id, (unsigned long long)(t ? t->lease_id : 0),
-				  (unsigned long long)l->id, l->chunks[i]->tainted ? "tainted" : "not tainted");
+				  (unsigned long long)l->chunks[i].id, (unsigned long long)(t ? t->lease_id : 0),
+				  (unsigned long long)l->id, l->chunks[i].tainted ? "tainted" : "not tainted");
 		}
 		for (size_t j = 0; j < l->nattachers; j++)
 			for (size_t i = 0; l->attachers[j].uid != l->uid && i < l->nchunks; i++)
-				FZ_ASSERT(l->chunks[i]->tainted,
+				FZ_ASSERT(l->chunks[i].tainted,
 					  "lease %llu of uid %u has an attacher of uid %u but chunk "
 					  "%llu is not tainted",
 					  (unsigned long long)l->id, (unsigned)l->uid, (unsigned)l->attachers[j].uid,
-					  (unsigned long long)l->chunks[i]->id);
+					  (unsigned long long)l->chunks[i].id);
 		lent_chunks += l->nchunks;
 		for (int u = 0; u < FZ_CHECK_UIDS; u++)
 			if (l->uid == f->uid[u]) {
@@ -209,15 +209,17 @@ void fz_check(struct fz *f)
 	FZ_ASSERT(budget_chunks(b->budget) == lent_chunks, "budget counts %llu chunks lent, leases hold %llu",
 		  (unsigned long long)budget_chunks(b->budget), (unsigned long long)lent_chunks);
 	/* Every chunk the pool holds is idle or in exactly one lease; no tainted one is idle. */
-	pool_foreach_idle(b->pool, check_idle_chunk, &idle);
-	FZ_ASSERT(idle.bytes == pool_idle_bytes(b->pool) && idle.n + lent_chunks == pool_chunk_count(b->pool),
+	pool_foreach_idle(daemon_of(b)->pool, check_idle_chunk, &idle);
+	FZ_ASSERT(idle.bytes == pool_idle_bytes(daemon_of(b)->pool) &&
+			  idle.n + lent_chunks == pool_chunk_count(daemon_of(b)->pool),
 		  "pool: %zu chunks (%llu bytes idle); idle list %zu chunks of %llu bytes, leases %llu chunks",
-		  pool_chunk_count(b->pool), (unsigned long long)pool_idle_bytes(b->pool), idle.n,
+		  pool_chunk_count(daemon_of(b)->pool), (unsigned long long)pool_idle_bytes(daemon_of(b)->pool), idle.n,
 		  (unsigned long long)idle.bytes, (unsigned long long)lent_chunks);
-	FZ_ASSERT(pool_resident_bytes(b->pool) == pool_idle_bytes(b->pool) + sum - registered,
+	FZ_ASSERT(pool_resident_bytes(daemon_of(b)->pool) == pool_idle_bytes(daemon_of(b)->pool) + sum - registered,
 		  "pool resident %llu != idle %llu + leased %llu - registered %llu",
-		  (unsigned long long)pool_resident_bytes(b->pool), (unsigned long long)pool_idle_bytes(b->pool),
-		  (unsigned long long)sum, (unsigned long long)registered);
+		  (unsigned long long)pool_resident_bytes(daemon_of(b)->pool),
+		  (unsigned long long)pool_idle_bytes(daemon_of(b)->pool), (unsigned long long)sum,
+		  (unsigned long long)registered);
 	FZ_ASSERT(b->registered_bytes == registered && budget_no_revoke(b->budget) == no_revoke,
 		  "broker counts %llu registered, %llu never-revoked; leases hold %llu, %llu",
 		  (unsigned long long)b->registered_bytes, (unsigned long long)budget_no_revoke(b->budget),
@@ -239,7 +241,7 @@ void fz_check(struct fz *f)
 	FZ_ASSERT(b->unbrokered.reported_bytes == unbrokered,
 		  "per-uid unbrokered sums to %llu, connections report %llu",
 		  (unsigned long long)b->unbrokered.reported_bytes, (unsigned long long)unbrokered);
-	FZ_ASSERT(unbrokered_counted(&b->unbrokered, broker_unbrokered_cap(b)) <= broker_unbrokered_cap(b),
+	FZ_ASSERT(unbrokered_counted(&b->unbrokered, daemon_unbrokered_cap(b)) <= daemon_unbrokered_cap(b),
 		  "counted unbrokered over its cap");
 	for (size_t k = 0; k < nconns; k++)
 		FZ_ASSERT(conns[k]->nleases == held[k], "connection %llu counts %u leases, holds %u",
@@ -250,15 +252,15 @@ void fz_check(struct fz *f)
 	 * A SET that lowers max-pending-acquires keeps the acquires already waiting (they time out or are
 	 * granted as usual): the bound is that the queue never grows while it is over the limit.
 	 */
-	FZ_ASSERT(waitq_count(b) <= b->cfg->max_pending_acquires || waitq_count(b) <= f->prev_waiting,
+	FZ_ASSERT(waitq_count(b) <= daemon_of(b)->cfg->max_pending_acquires || waitq_count(b) <= f->prev_waiting,
 		  "%u waiting acquires over max-pending-acquires %u (%u before this op)", waitq_count(b),
-		  b->cfg->max_pending_acquires, f->prev_waiting);
+		  daemon_of(b)->cfg->max_pending_acquires, f->prev_waiting);
 	f->prev_waiting = waitq_count(b);
 }
 
 void fz_check_order(struct fz *f)
 {
-	struct lease_table *t = f->b.leases;
+	struct lease_table *t = f->d.broker.leases;
 	struct lease *l, *r = lease_last(t), *c = lease_next_after(t, 0);
 	size_t n = 0;
 

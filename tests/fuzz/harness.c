@@ -26,6 +26,7 @@
 #include "backing.h"
 #include "budget.h"
 #include "config.h"
+#include "daemon.h"
 #include "jobs.h"
 #include "lease.h"
 #include "log.h"
@@ -209,15 +210,15 @@ static struct config *profile_config(enum fz_profile profile)
 /* Switch profiles between inputs (no leases exist): its config, and the pool of its chunk size. */
 static void use_config(struct fz *f, enum fz_profile profile)
 {
-	struct broker *b = &f->b;
+	struct broker *b = &f->d.broker;
 
 	f->profile = profile;
-	config_free(b->cfg);
-	b->cfg = profile_config(profile);
+	config_free(daemon_of(b)->cfg);
+	daemon_of(b)->cfg = profile_config(profile);
 	b->budget_cap_bytes = budget_cap_bytes[profile != FZ_PROFILE_DEFAULT];
-	reload_resolve_sizes(b, b->cfg);
+	reload_resolve_sizes(b, daemon_of(b)->cfg);
 	budget_set_limits(b->budget, b->budget_bytes, b->uid_quota_bytes);
-	b->pool = f->pools[profile != FZ_PROFILE_DEFAULT];
+	daemon_of(b)->pool = f->pools[profile != FZ_PROFILE_DEFAULT];
 	f->cfg_dirty = false;
 	log_level = getenv("FUZZ_LOG") ? LOG_DEBUG : LOG_EMERG;
 }
@@ -252,20 +253,20 @@ static int fz_send(struct conn *c, const Pinbroker__V1__Reply *reply, const int 
 /* The pool every input starts with: exactly prewarm bytes idle, as a daemon has after start-up. */
 static void pool_canonical(struct fz *f)
 {
-	struct broker *b = &f->b;
+	struct broker *b = &f->d.broker;
 
-	pool_shrink(b->pool, b->prewarm_bytes);
-	if (pool_idle_bytes(b->pool) < b->prewarm_bytes)
-		FZ_ASSERT(pool_grow(b->pool, b->prewarm_bytes, NULL, NULL) == 0, "pool_grow to %llu",
+	pool_shrink(daemon_of(b)->pool, b->prewarm_bytes);
+	if (pool_idle_bytes(daemon_of(b)->pool) < b->prewarm_bytes)
+		FZ_ASSERT(pool_grow(daemon_of(b)->pool, b->prewarm_bytes, NULL, NULL) == 0, "pool_grow to %llu",
 			  (unsigned long long)b->prewarm_bytes);
-	FZ_ASSERT(pool_idle_bytes(b->pool) == b->prewarm_bytes, "pool holds %llu idle, not %llu",
-		  (unsigned long long)pool_idle_bytes(b->pool), (unsigned long long)b->prewarm_bytes);
+	FZ_ASSERT(pool_idle_bytes(daemon_of(b)->pool) == b->prewarm_bytes, "pool holds %llu idle, not %llu",
+		  (unsigned long long)pool_idle_bytes(daemon_of(b)->pool), (unsigned long long)b->prewarm_bytes);
 }
 
 /* The per-input parts: a lease table (ids from 1 again), the revoker and a server with no connections. */
 static void parts_new(struct fz *f)
 {
-	struct broker *b = &f->b;
+	struct broker *b = &f->d.broker;
 	int lfd;
 
 	FZ_ASSERT(lease_table_new(&b->leases) == 0, "lease_table_new");
@@ -281,17 +282,17 @@ static void parts_new(struct fz *f)
 				  0 &&
 			  listen(lfd, 1) == 0,
 		  "listen: %s", strerror(errno));
-	FZ_ASSERT(server_new(b, lfd, &b->server) == 0, "server_new");
+	FZ_ASSERT(server_new(b, lfd, &daemon_of(b)->server) == 0, "server_new");
 	/* The server's own conn_io with only send wrapped (counted), in place of the one server_new installed. */
 	fz_conn_io = server_conn_io;
 	fz_conn_io.send = fz_send;
-	b->conn_io = &fz_conn_io;
+	daemon_of(b)->conn_io = &fz_conn_io;
 }
 
 void fz_global_init(const char *const *overrides)
 {
 	struct fz *f = &the_fz;
-	struct broker *b = &f->b;
+	struct broker *b = &f->d.broker;
 	struct rlimit rl;
 	uint64_t fds = FZ_MANY_LEASES_MAX;
 
@@ -316,9 +317,9 @@ void fz_global_init(const char *const *overrides)
 
 	memset(f, 0, sizeof(*f));
 	/* The default loop lives for the whole process (epoll fd, wake-up eventfd). */
-	b->loop = ev_default_loop(EVFLAG_AUTO);
-	fz_check_seams(b->loop);
-	b->reload_hooks = &fz_reload_hooks;
+	daemon_of(b)->loop = ev_default_loop(EVFLAG_AUTO);
+	fz_check_seams(daemon_of(b)->loop);
+	daemon_of(b)->reload_hooks = &fz_reload_hooks;
 	b->started_ms = now_ms();
 	(void)broker_set_pressure(b, BROKER_NORMAL); /* nothing lent or waiting yet */
 	b->mem_total_bytes = FZ_MEM_TOTAL_BYTES;
@@ -390,7 +391,7 @@ bool fz_conn_alive(struct fz *f, int i)
 	if (!f->conn[i])
 		return false;
 	/* Found by id first: a conn that is gone may already be freed. */
-	c = server_find_conn(f->b.server, f->conn_id[i]);
+	c = server_find_conn(f->d.server, f->conn_id[i]);
 	if (!c || c->closing)
 		f->conn[i] = NULL;
 	return f->conn[i] != NULL;
@@ -413,12 +414,12 @@ struct conn *fz_conn(struct fz *f, int i)
 	FZ_ASSERT(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0, "socketpair: %s",
 		  strerror(errno));
 	f->peer[i] = sv[0];
-	FZ_ASSERT(server_adopt(f->b.server, sv[1], &cred, &f->conn[i]) == 0, "server_adopt");
-	if (!f->conn[i]->cgroup && f->b.jobs) {
-		FZ_ASSERT(jobs_cgroup_get(f->b.jobs, fz_cgroups[i % FZ_CONNS], &f->conn[i]->cgroup) == 0,
+	FZ_ASSERT(server_adopt(f->d.server, sv[1], &cred, &f->conn[i]) == 0, "server_adopt");
+	if (!f->conn[i]->cgroup && f->d.broker.jobs) {
+		FZ_ASSERT(jobs_cgroup_get(f->d.broker.jobs, fz_cgroups[i % FZ_CONNS], &f->conn[i]->cgroup) == 0,
 			  "jobs_cgroup_get");
 		/* Its job is known now: job-unknown must not refuse it. */
-		f->b.job_unknown_clients -= f->conn[i]->job_unknown;
+		f->d.broker.job_unknown_clients -= f->conn[i]->job_unknown;
 		f->conn[i]->job_unknown = false;
 	}
 	f->conn_id[i] = f->conn[i]->id;
@@ -434,13 +435,13 @@ void fz_close_peer(struct fz *f, int i)
 
 void fz_run_loop(struct fz *f)
 {
-	ev_now_update(f->b.loop);
-	ev_run(f->b.loop, EVRUN_NOWAIT);
+	ev_now_update(f->d.loop);
+	ev_run(f->d.loop, EVRUN_NOWAIT);
 }
 
 void fz_reap(struct fz *f)
 {
-	server_reap(f->b.server);
+	server_reap(f->d.server);
 }
 
 static void remember_id(struct fz *f, int i, uint64_t id)
@@ -508,23 +509,23 @@ void fz_after_op(struct fz *f)
 	 */
 	if (f->profile != FZ_PROFILE_DEFAULT)
 		fz_drain(f);
-	if (lease_count(f->b.leases) > f->peak_leases)
-		f->peak_leases = lease_count(f->b.leases);
+	if (lease_count(f->d.broker.leases) > f->peak_leases)
+		f->peak_leases = lease_count(f->d.broker.leases);
 	fz_check(f);
 }
 
 void fz_set_state(struct fz *f, enum broker_state to)
 {
-	enum broker_state from = f->b.state;
+	enum broker_state from = f->d.broker.state;
 
 	if (from != to)
-		react_pressure(&f->b, from, to, "fuzz");
+		react_pressure(&f->d.broker, from, to, "fuzz");
 }
 
 /* Back to the canonical state: nothing held, nothing connected, accounting at zero. */
 static void fz_reset(struct fz *f)
 {
-	struct broker *b = &f->b;
+	struct broker *b = &f->d.broker;
 	struct lease *l, *next;
 
 	fz_check(f);
@@ -534,14 +535,14 @@ static void fz_reset(struct fz *f)
 		f->conn[i] = NULL;
 	}
 	b->shutting_down = true;
-	server_free(b->server);
-	b->server = NULL;
+	server_free(daemon_of(b)->server);
+	daemon_of(b)->server = NULL;
 	/* Overdue leases of closed connections wait for their (victim) process; drop them as shutdown would. */
 	for (l = lease_first(b->leases); l; l = next) {
 		next = lease_next(b->leases, l);
 		FZ_ASSERT(l->owner == NULL, "lease %llu still owned after every connection closed",
 			  (unsigned long long)l->id);
-		broker_free_lease(b, l);
+		daemon_free_lease(b, l);
 	}
 	request_fini(b);
 	FZ_ASSERT(lease_count(b->leases) == 0, "%zu leases left after reset", lease_count(b->leases));
@@ -550,7 +551,8 @@ static void fz_reset(struct fz *f)
 			  "state %s still counts leases after reset", lease_state_name(s));
 	FZ_ASSERT(budget_leased(b->budget) == 0, "%llu bytes still leased after reset",
 		  (unsigned long long)budget_leased(b->budget));
-	FZ_ASSERT(pool_resident_bytes(b->pool) == pool_idle_bytes(b->pool), "pool lent chunks nobody holds");
+	FZ_ASSERT(pool_resident_bytes(daemon_of(b)->pool) == pool_idle_bytes(daemon_of(b)->pool),
+		  "pool lent chunks nobody holds");
 	FZ_ASSERT(b->backings == NULL, "shared registrations' file ranges outlive their leases");
 	lease_table_free(b->leases);
 	b->leases = NULL;
@@ -782,13 +784,13 @@ static void attach_lease(struct fz *f, int i, uint8_t k, fz_inject_fn inject)
 
 		tok[at_] = tok[at_] == '0' ? '1' : '0';
 	}
-	l = lease_find(f->b.leases, f->token_lease[src]);
+	l = lease_find(f->d.broker.leases, f->token_lease[src]);
 	was = l && fz_conn_alive(f, i) && lease_attacher_find(l, f->conn[i]);
 	at.token = tok;
 	req.body_case = PINBROKER__V1__REQUEST__BODY_ATTACH;
 	req.attach = &at;
 	inject_request(f, i, &req, inject);
-	l = lease_find(f->b.leases, f->token_lease[src]);
+	l = lease_find(f->d.broker.leases, f->token_lease[src]);
 	if (!was && l && fz_conn_alive(f, i) && lease_attacher_find(l, f->conn[i])) {
 		FZ_ASSERT(!forged, "a forged token attached connection %d to lease %llu", i, (unsigned long long)l->id);
 		/* Its fds went to this uid: the model, not the daemon's word, says which chunks may never come back. */
@@ -820,7 +822,7 @@ static void let_go(struct fz *f, int i, uint8_t k, fz_inject_fn inject)
 	if (!fz_conn_alive(f, i))
 		return;
 	for (size_t j = 0; j < f->nids[i]; j++) {
-		struct lease *c = lease_find(f->b.leases, f->ids[i][j]);
+		struct lease *c = lease_find(f->d.broker.leases, f->ids[i][j]);
 
 		n += c && lease_attacher_find(c, f->conn[i]) ? 1 : 0;
 	}
@@ -828,7 +830,7 @@ static void let_go(struct fz *f, int i, uint8_t k, fz_inject_fn inject)
 		return;
 	pick = k % n;
 	for (size_t j = 0; j < f->nids[i] && !l; j++) {
-		struct lease *c = lease_find(f->b.leases, f->ids[i][j]);
+		struct lease *c = lease_find(f->d.broker.leases, f->ids[i][j]);
 
 		if (c && lease_attacher_find(c, f->conn[i]) && pick-- == 0)
 			l = c;

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include "broker.h"
+#include "daemon.h"
 #include "server.h"
 
 #define FZ_CONNS 2
@@ -33,7 +34,7 @@ enum fz_profile {
 };
 
 struct fz {
-	struct broker b;
+	struct daemon d;             /* its broker is the request modules' */
 	struct conn *conn[FZ_CONNS]; /* NULL once the daemon closed it */
 	uint64_t conn_id[FZ_CONNS];
 	int peer[FZ_CONNS]; /* our end of each socketpair, -1 once closed */

@@ -17,6 +17,7 @@
 
 #include "budget.h"
 #include "config.h"
+#include "daemon.h"
 #include "conn.h"
 #include "jobs.h"
 #include "lease.h"
@@ -92,7 +93,7 @@ static int rf_send(struct conn *c, const Pinbroker__V1__Reply *reply, const int 
 struct rf *rf_begin(unsigned flags)
 {
 	struct rf *f = &the_rf;
-	struct broker *b = &f->b;
+	struct broker *b = &f->d.broker;
 	struct pool_opts po = { .hugetlb = POOL_HUGETLB_NO, .threads = 1, .lock = false };
 	int lfd;
 
@@ -111,21 +112,21 @@ struct rf *rf_begin(unsigned flags)
 		f->uid[i] = (flags >> i) & 1 ? 0 : 1000 + (uid_t)i;
 	}
 
-	b->loop = ev_default_loop(EVFLAG_AUTO);
-	ck_assert_ptr_nonnull(b->loop);
+	daemon_of(b)->loop = ev_default_loop(EVFLAG_AUTO);
+	ck_assert_ptr_nonnull(daemon_of(b)->loop);
 	f->baseline_fds = fdlimit_open_count(); /* the loop's own fds stay for the process */
-	b->reload_hooks = &rf_reload_hooks;
+	daemon_of(b)->reload_hooks = &rf_reload_hooks;
 	b->started_ms = now_ms();
 	(void)broker_set_pressure(b, BROKER_NORMAL); /* nothing lent or waiting yet */
 	b->mem_total_bytes = RF_MEM_TOTAL_BYTES;
-	b->cfg = make_config();
-	reload_resolve_sizes(b, b->cfg);
+	daemon_of(b)->cfg = make_config();
+	reload_resolve_sizes(b, daemon_of(b)->cfg);
 	ck_assert_uint_eq(b->budget_bytes, RF_BUDGET_BYTES);
 	ck_assert_int_eq(budget_new(b->budget_bytes, b->uid_quota_bytes, &b->budget), 0);
 	ck_assert_int_eq(jobs_new(&b->jobs), 0);
-	po.chunk_bytes = b->cfg->chunk_bytes;
-	ck_assert_int_eq(pool_new(&po, &b->pool), 0);
-	ck_assert_int_eq(pool_grow(b->pool, b->prewarm_bytes, NULL, NULL), 0);
+	po.chunk_bytes = daemon_of(b)->cfg->chunk_bytes;
+	ck_assert_int_eq(pool_new(&po, &daemon_of(b)->pool), 0);
+	ck_assert_int_eq(pool_grow(daemon_of(b)->pool, b->prewarm_bytes, NULL, NULL), 0);
 	ck_assert_int_eq(lease_table_new(&b->leases), 0);
 	ck_assert_int_eq(request_init(b), 0);
 	/* A bound, listening socket nobody connects to: the fixture attaches connections itself. */
@@ -134,11 +135,11 @@ struct rf *rf_begin(unsigned flags)
 	ck_assert_int_eq(
 		bind(lfd, (struct sockaddr *)&(struct sockaddr_un){ .sun_family = AF_UNIX }, sizeof(sa_family_t)), 0);
 	ck_assert_int_eq(listen(lfd, 1), 0);
-	ck_assert_int_eq(server_new(b, lfd, &b->server), 0);
+	ck_assert_int_eq(server_new(b, lfd, &daemon_of(b)->server), 0);
 	/* The server's own conn_io with only send wrapped (counted), in place of the one server_new installed. */
 	rf_conn_io = server_conn_io;
 	rf_conn_io.send = rf_send;
-	b->conn_io = &rf_conn_io;
+	daemon_of(b)->conn_io = &rf_conn_io;
 	return f;
 }
 
@@ -149,7 +150,7 @@ bool rf_conn_alive(struct rf *f, int i)
 	if (!f->conn[i])
 		return false;
 	/* Found by id first: a conn that is gone may already be freed. */
-	c = server_find_conn(f->b.server, f->conn_id[i]);
+	c = server_find_conn(f->d.server, f->conn_id[i]);
 	if (!c || c->closing)
 		f->conn[i] = NULL;
 	return f->conn[i] != NULL;
@@ -170,11 +171,11 @@ struct conn *rf_conn(struct rf *f, int i)
 	f->peer[i] = -1;
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
 	f->peer[i] = sv[0];
-	ck_assert_int_eq(server_adopt(f->b.server, sv[1], &cred, &f->conn[i]), 0);
+	ck_assert_int_eq(server_adopt(f->d.server, sv[1], &cred, &f->conn[i]), 0);
 	if (!f->conn[i]->cgroup) {
-		ck_assert_int_eq(jobs_cgroup_get(f->b.jobs, rf_cgroups[i], &f->conn[i]->cgroup), 0);
+		ck_assert_int_eq(jobs_cgroup_get(f->d.broker.jobs, rf_cgroups[i], &f->conn[i]->cgroup), 0);
 		/* Its job is known now: job-unknown must not refuse it. */
-		f->b.job_unknown_clients -= f->conn[i]->job_unknown;
+		f->d.broker.job_unknown_clients -= f->conn[i]->job_unknown;
 		f->conn[i]->job_unknown = false;
 	}
 	f->conn_id[i] = f->conn[i]->id;
@@ -183,16 +184,16 @@ struct conn *rf_conn(struct rf *f, int i)
 
 void rf_run_loop(struct rf *f)
 {
-	ev_now_update(f->b.loop);
-	ev_run(f->b.loop, EVRUN_NOWAIT);
+	ev_now_update(f->d.loop);
+	ev_run(f->d.loop, EVRUN_NOWAIT);
 }
 
 void rf_set_state(struct rf *f, enum broker_state to)
 {
-	enum broker_state from = f->b.state;
+	enum broker_state from = f->d.broker.state;
 
 	if (from != to)
-		react_pressure(&f->b, from, to, "reqfix");
+		react_pressure(&f->d.broker, from, to, "reqfix");
 }
 
 /* Index of open connection c in conns, or -1. */
@@ -206,7 +207,7 @@ static int conn_index(struct conn *const *conns, size_t n, const void *c)
 
 void rf_check(struct rf *f)
 {
-	struct broker *b = &f->b;
+	struct broker *b = &f->d.broker;
 	struct conn *conns[8];
 	uint32_t held[8] = { 0 };
 	size_t nconns = 0, nleases = 0;
@@ -215,8 +216,8 @@ void rf_check(struct rf *f)
 	uint64_t jobs_bytes = 0;
 
 	/* Checked where the daemon's loop would: after the reaper ran. */
-	server_reap(b->server);
-	for (struct conn *c = server_conns(b->server); c; c = c->next) {
+	server_reap(daemon_of(b)->server);
+	for (struct conn *c = server_conns(daemon_of(b)->server); c; c = c->next) {
 		ck_assert(!c->closing);
 		ck_assert_uint_lt(nconns, 8);
 		conns[nconns++] = c;
@@ -230,7 +231,7 @@ void rf_check(struct rf *f)
 		ck_assert_int_ne(l->state, LEASE_FREED);
 		ck_assert_ptr_eq(lease_find(b->leases, l->id), l);
 		for (size_t i = 0; i < l->nchunks; i++)
-			chunk_sum += l->chunks[i]->bytes;
+			chunk_sum += l->chunks[i].mem->bytes;
 		/* A registration is a charge for the program's own memory: no chunks at all. */
 		ck_assert_uint_eq(chunk_sum, l->registration ? 0 : l->bytes);
 		ck_assert(l->owner == NULL || k >= 0); /* no lease of a connection that is gone */
@@ -272,7 +273,8 @@ void rf_check(struct rf *f)
 	for (const struct job *jb = jobs_first(b->jobs); jb; jb = jb->next)
 		jobs_bytes += jb->bytes;
 	ck_assert_uint_eq(jobs_bytes, job_sum);
-	ck_assert_uint_eq(pool_resident_bytes(b->pool), pool_idle_bytes(b->pool) + sum - registered);
+	ck_assert_uint_eq(pool_resident_bytes(daemon_of(b)->pool),
+			  pool_idle_bytes(daemon_of(b)->pool) + sum - registered);
 	ck_assert_uint_eq(b->registered_bytes, registered);
 	ck_assert_uint_eq(budget_no_revoke(b->budget), no_revoke);
 	ck_assert_uint_eq(b->unbrokered_bytes, unbrokered);
@@ -283,7 +285,7 @@ void rf_check(struct rf *f)
 
 void rf_end(struct rf *f)
 {
-	struct broker *b = &f->b;
+	struct broker *b = &f->d.broker;
 	struct lease *l, *next;
 
 	rf_run_loop(f);
@@ -294,24 +296,24 @@ void rf_end(struct rf *f)
 		f->peer[i] = -1;
 	}
 	b->shutting_down = true;
-	server_free(b->server);
-	b->server = NULL;
+	server_free(daemon_of(b)->server);
+	daemon_of(b)->server = NULL;
 	/* Leases of closed connections wait for their holder process; drop them as shutdown would. */
 	for (l = lease_first(b->leases); l; l = next) {
 		next = lease_next(b->leases, l);
 		ck_assert_ptr_null(l->owner);
-		broker_free_lease(b, l);
+		daemon_free_lease(b, l);
 	}
 	request_fini(b);
 	ck_assert_uint_eq(lease_count(b->leases), 0);
 	ck_assert_uint_eq(budget_leased(b->budget), 0);
-	ck_assert_uint_eq(pool_resident_bytes(b->pool), pool_idle_bytes(b->pool));
+	ck_assert_uint_eq(pool_resident_bytes(daemon_of(b)->pool), pool_idle_bytes(daemon_of(b)->pool));
 	lease_table_free(b->leases);
-	pool_free(b->pool);
+	pool_free(daemon_of(b)->pool);
 	jobs_free(b->jobs);
 	budget_free(b->budget);
 	unbrokered_clear(&b->unbrokered);
-	config_free(b->cfg);
+	config_free(daemon_of(b)->cfg);
 	kill(f->holder_pid, SIGKILL);
 	waitpid(f->holder_pid, NULL, 0);
 	ck_assert_int_eq(fdlimit_open_count(), f->baseline_fds); /* no fd leaked */

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include "broker.h"
+#include "daemon.h"
 #include "server.h"
 
 #define RF_CONNS 2
@@ -19,7 +20,7 @@
 #define RF_QUOTA_BYTES (1536ull * 1024)
 
 struct rf {
-	struct broker b;
+	struct daemon d;             /* its broker is the request modules' */
 	struct conn *conn[RF_CONNS]; /* NULL once the daemon closed it */
 	uint64_t conn_id[RF_CONNS];
 	int peer[RF_CONNS]; /* our end of each socketpair, -1 once closed */

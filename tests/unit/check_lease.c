@@ -125,7 +125,7 @@ START_TEST(test_adopt_keeps_id_is_orphaned_and_rejects_taken_ids)
 	/* An orphan waits for its holder's re-declare: never "unmapped", though nobody maps it yet. */
 	ck_assert(!lease_unmapped(l));
 
-	struct chunk **dup = fake_chunks(1);
+	struct lease_chunk *dup = fake_chunks(1);
 	ck_assert_int_eq(lease_adopt(t, 42, 1000, MIB, LEASE_PRIO_NORMAL, NULL, dup, 1, 9, &l), -EEXIST);
 	free(dup);
 

@@ -209,7 +209,7 @@ static void model_adopt(void)
 {
 	uint64_t pick = rnd_below(16), id;
 	uint32_t pages = (uint32_t)rnd_below(64) + 1;
-	struct chunk **chunks = fake_chunks(1);
+	struct lease_chunk *chunks = fake_chunks(1);
 	struct lease *l = NULL;
 	size_t before = lease_count(m.t);
 	int r, want = 0;

@@ -200,18 +200,18 @@ END_TEST
 START_TEST(test_read_host_takes_the_cgroup_limit_and_its_usage)
 {
 	char root[4096];
-	struct pressure_host h;
+	struct monitor_host h;
 
 	snprintf(root, sizeof(root), "%s/proc/cgroup-v2", FIXTURES_DIR);
-	ck_assert_int_eq(pressure_read_host(root, &h), 0);
+	ck_assert_int_eq(monitor_read_host(root, &h), 0);
 	ck_assert_uint_eq(h.mem_total_bytes, 24683548ull * 1024); /* its meminfo's MemTotal */
 	ck_assert_uint_eq(h.cgroup_limit_bytes, 4 * GIB);
 	ck_assert_uint_eq(h.cgroup_usage_bytes, 3840 * MIB); /* 3.75 GiB */
 	snprintf(root, sizeof(root), "%s/proc/no-psi", FIXTURES_DIR);
-	ck_assert_int_eq(pressure_read_host(root, &h), 0);
+	ck_assert_int_eq(monitor_read_host(root, &h), 0);
 	ck_assert_uint_eq(h.cgroup_limit_bytes, 0); /* no cgroup limit */
 	snprintf(root, sizeof(root), "%s/proc/missing", FIXTURES_DIR);
-	ck_assert_int_lt(pressure_read_host(root, &h), 0);
+	ck_assert_int_lt(monitor_read_host(root, &h), 0);
 }
 END_TEST
 

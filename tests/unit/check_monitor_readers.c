@@ -260,25 +260,25 @@ END_TEST
 START_TEST(read_host_per_fixture)
 {
 	char root[1024];
-	struct pressure_host h;
+	struct monitor_host h;
 
 	snprintf(root, sizeof(root), "%s/proc/idle", FIXTURES_DIR);
 	memset(&h, 0xff, sizeof(h));
-	ck_assert_int_eq(pressure_read_host(root, &h), 0);
+	ck_assert_int_eq(monitor_read_host(root, &h), 0);
 	ck_assert_uint_eq(h.mem_total_bytes, IDLE_TOTAL);
 	ck_assert_uint_eq(h.mem_available_bytes, IDLE_AVAILABLE);
 	/* The idle capture's v1 limit is PAGE_COUNTER_MAX: no limit. */
 	ck_assert_uint_eq(h.cgroup_limit_bytes, 0);
 
 	snprintf(root, sizeof(root), "%s/proc/cgroup-v2", FIXTURES_DIR);
-	ck_assert_int_eq(pressure_read_host(root, &h), 0);
+	ck_assert_int_eq(monitor_read_host(root, &h), 0);
 	ck_assert_uint_eq(h.cgroup_limit_bytes, 4 * GiB);
 	ck_assert_uint_eq(h.cgroup_usage_bytes, 4026531840ull);
 
 	snprintf(root, sizeof(root), "%s/proc/garbage", FIXTURES_DIR);
-	ck_assert_int_eq(pressure_read_host(root, &h), -EBADMSG);
+	ck_assert_int_eq(monitor_read_host(root, &h), -EBADMSG);
 	snprintf(root, sizeof(root), "%s/proc/missing", FIXTURES_DIR);
-	ck_assert_int_eq(pressure_read_host(root, &h), -ENOENT);
+	ck_assert_int_eq(monitor_read_host(root, &h), -ENOENT);
 }
 END_TEST
 

@@ -1,102 +1,27 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests for the memfd pool: seals, exact sizes, tails, uid isolation, counters, shrink and threaded grow. */
+/* Unit tests for the memfd pool: seals, exact sizes, tails, uid and tenant isolation, counters, shrink, threaded grow, huge pages. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <sys/resource.h>
-#include <stdint.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
-#include <linux/falloc.h>
 
+#include "broker.h"
+#include "budget.h"
+#include "daemon.h"
+#include "lease.h"
 #include "pool.h"
+#include "waitq-order.h"
 #include "check_main.h"
 #include "fdlimit.h"
-
-#define KIB 1024ull
-#define MIB (1024ull * KIB)
-#define UID_A 1000
-#define UID_B 1001
-
-static char proc_root[PATH_MAX];
-
-/* A fake proc root whose meminfo reports huge_free free huge pages. */
-static const char *fake_proc(unsigned huge_free)
-{
-	char path[PATH_MAX + 32];
-	FILE *f;
-
-	snprintf(proc_root, sizeof(proc_root), "/tmp/check_pool.%d", (int)getpid());
-	mkdir(proc_root, 0700);
-	snprintf(path, sizeof(path), "%s/proc", proc_root);
-	mkdir(path, 0700);
-	snprintf(path, sizeof(path), "%s/proc/meminfo", proc_root);
-	f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	fprintf(f,
-		"MemTotal:       24000000 kB\nMemAvailable:   20000000 kB\n"
-		"HugePages_Total:    %u\nHugePages_Free:     %u\nHugepagesize:       2048 kB\n",
-		huge_free, huge_free);
-	fclose(f);
-	return proc_root;
-}
-
-static void unfake_proc(void)
-{
-	char path[PATH_MAX + 32];
-
-	snprintf(path, sizeof(path), "%s/proc/meminfo", proc_root);
-	unlink(path);
-	snprintf(path, sizeof(path), "%s/proc", proc_root);
-	rmdir(path);
-	rmdir(proc_root);
-}
-
-/* A pool of 4 KiB pages (thp off: these tests count 4 KiB pages; the THP ones make their own). */
-static struct pool *new_pool(uint64_t chunk_bytes, unsigned threads)
-{
-	struct pool_opts o = {
-		.chunk_bytes = chunk_bytes,
-		.hugetlb = POOL_HUGETLB_NO,
-		.thp = POOL_THP_NO,
-		.threads = threads,
-		/* Without CAP_IPC_LOCK the memlock rlimit is usually far below a pool. */
-		.lock = geteuid() == 0,
-	};
-	struct pool *p = NULL;
-
-	ck_assert_int_eq(pool_new(&o, &p), 0);
-	ck_assert_ptr_nonnull(p);
-	return p;
-}
-
-static ino_t inode_of(const struct chunk *c)
-{
-	struct stat st;
-
-	ck_assert_int_eq(fstat(c->fd, &st), 0);
-	return st.st_ino;
-}
-
-/* Read through the memfd, as a client would (hugetlb chunks have no daemon mapping). */
-static bool all_zero(const struct chunk *c)
-{
-	const unsigned char *b = mmap(NULL, c->bytes, PROT_READ, MAP_SHARED, c->fd, 0);
-	bool zero = true;
-
-	ck_assert(b != MAP_FAILED);
-	for (uint64_t i = 0; i < c->bytes && zero; i++)
-		zero = b[i] == 0;
-	munmap((void *)b, c->bytes);
-	return zero;
-}
+#include "poolfix.h"
 
 START_TEST(test_new_rejects_chunk_size_not_a_page_multiple)
 {
@@ -611,332 +536,6 @@ START_TEST(test_large_take_from_empty_pool_uses_threads_and_is_exact)
 }
 END_TEST
 
-/* ------------------------------------------------------------ hole punching (finding 10) */
-
-struct punch_seen {
-	size_t calls;
-	uint64_t missing_bytes;
-	uint64_t lease_id;
-	uid_t uid;
-};
-
-static void on_punch(const struct chunk *c, uint64_t missing_bytes, void *ud)
-{
-	struct punch_seen *s = ud;
-
-	s->calls++;
-	s->missing_bytes += missing_bytes;
-	s->lease_id = c->lease_id;
-	s->uid = c->owner_uid;
-}
-
-static void punch(const struct chunk *c, uint64_t off, uint64_t len)
-{
-	ck_assert_int_eq(fallocate(c->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len), 0);
-}
-
-static uint64_t file_bytes(const struct chunk *c)
-{
-	struct stat st;
-
-	ck_assert_int_eq(fstat(c->fd, &st), 0);
-	return (uint64_t)st.st_blocks * 512u;
-}
-
-/* Pages of the pool's own mapping of c that are present (what its mlock covers). */
-static uint64_t mapped_bytes(const struct chunk *c)
-{
-	uint64_t e, n = 0;
-	int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-
-	ck_assert_int_ge(fd, 0);
-	for (uint64_t off = 0; off < c->bytes; off += 4096) {
-		ck_assert_int_eq(pread(fd, &e, sizeof(e), (off_t)(((uintptr_t)c->addr + off) / 4096 * 8)), 8);
-		n += (e >> 63) ? 4096 : 0;
-	}
-	close(fd);
-	return n;
-}
-
-START_TEST(test_seals_do_not_stop_a_punch)
-{
-	struct pool *p = new_pool(2 * MIB, 1);
-	struct chunk **v = NULL;
-	size_t n = 0;
-
-	/* Why the pool detects instead of preventing: its seals leave fallocate(PUNCH_HOLE) open. */
-	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
-	punch(v[0], 0, 1 * MIB);
-	ck_assert_uint_eq(file_bytes(v[0]), 1 * MIB);
-	pool_put(p, v, n);
-	free(v);
-	pool_free(p);
-}
-END_TEST
-
-START_TEST(test_put_repairs_a_punched_chunk_and_counts_its_uid)
-{
-	struct pool *p = new_pool(2 * MIB, 1);
-	struct punch_seen seen = { 0 };
-	struct chunk **v = NULL, *c;
-	size_t n = 0;
-
-	pool_set_punch_hook(p, on_punch, &seen);
-	ck_assert_int_eq(pool_take(p, UID_A, 4 * MIB, &v, &n), 0);
-	ck_assert_uint_eq(n, 2);
-	v[0]->lease_id = v[1]->lease_id = 77;
-	c = v[0];
-	punch(c, 0, 2 * MIB);
-	punch(v[1], 4096, 4096);
-	pool_put(p, v, n);
-	free(v);
-	ck_assert_uint_eq(seen.calls, 2);
-	ck_assert_uint_eq(seen.missing_bytes, 2 * MIB + 4096);
-	ck_assert_uint_eq(seen.lease_id, 77);
-	ck_assert_uint_eq(seen.uid, UID_A);
-	ck_assert_uint_eq(pool_punched_count(p), 2);
-	ck_assert_uint_eq(pool_punched_count_uid(p, UID_A), 2);
-	ck_assert_uint_eq(pool_punched_count_uid(p, UID_B), 0);
-	/* Back in the pool whole: every page in the file and in the pool's (locked) mapping. */
-	ck_assert_uint_eq(pool_idle_bytes(p), 4 * MIB);
-	ck_assert_uint_eq(pool_chunk_count(p), 2);
-	ck_assert_uint_eq(file_bytes(c), 2 * MIB);
-	ck_assert_uint_eq(mapped_bytes(c), 2 * MIB);
-	ck_assert_uint_eq(c->lease_id, 0);
-	ck_assert_uint_eq(pool_audit(p, UINT64_MAX), 0);
-	ck_assert_uint_eq(seen.calls, 2);
-	pool_free(p);
-}
-END_TEST
-
-START_TEST(test_put_finds_pages_punched_then_touched_through_the_holder_mapping)
-{
-	struct pool *p;
-	struct punch_seen seen = { 0 };
-	struct chunk **v = NULL, *c;
-	size_t n = 0;
-	char *holder;
-
-	if (geteuid() != 0)
-		return; /* needs a locked pool: without mlock, reclaim may unmap pages by itself */
-	p = new_pool(2 * MIB, 1);
-	pool_set_punch_hook(p, on_punch, &seen);
-	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
-	c = v[0];
-	holder = mmap(NULL, c->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
-	ck_assert(holder != MAP_FAILED);
-	punch(c, 0, 1 * MIB);
-	memset(holder, 0x5a, c->bytes);
-	munmap(holder, c->bytes);
-	/* The file is whole again, but half of it is fresh pages that nothing locks. */
-	ck_assert_uint_eq(file_bytes(c), 2 * MIB);
-	ck_assert_uint_eq(mapped_bytes(c), 1 * MIB);
-	pool_put(p, v, n);
-	free(v);
-	ck_assert_uint_eq(seen.calls, 1);
-	ck_assert_uint_eq(seen.missing_bytes, 1 * MIB);
-	ck_assert_uint_eq(mapped_bytes(c), 2 * MIB);
-	/* The repair keeps what the holder wrote. */
-	ck_assert_int_eq(((unsigned char *)c->addr)[0], 0x5a);
-	pool_free(p);
-}
-END_TEST
-
-START_TEST(test_tail_punch_is_counted_and_the_tail_destroyed)
-{
-	struct pool *p = new_pool(2 * MIB, 1);
-	struct punch_seen seen = { 0 };
-	struct chunk **v = NULL;
-	size_t n = 0;
-
-	pool_set_punch_hook(p, on_punch, &seen);
-	ck_assert_int_eq(pool_take(p, UID_B, 64 * KIB, &v, &n), 0);
-	ck_assert(v[0]->tail);
-	punch(v[0], 0, 64 * KIB);
-	pool_put(p, v, n);
-	free(v);
-	ck_assert_uint_eq(seen.calls, 1);
-	ck_assert_uint_eq(pool_punched_count_uid(p, UID_B), 1);
-	ck_assert_uint_eq(pool_chunk_count(p), 0);
-	ck_assert_uint_eq(pool_resident_bytes(p), 0);
-	pool_free(p);
-}
-END_TEST
-
-START_TEST(test_audit_checks_bounded_slices_and_repairs_lent_chunks_in_place)
-{
-	struct pool *p = new_pool(2 * MIB, 1);
-	struct punch_seen seen = { 0 };
-	struct chunk **v = NULL, *idle;
-	size_t n = 0, calls = 0, found = 0;
-
-	pool_set_punch_hook(p, on_punch, &seen);
-	ck_assert_int_eq(pool_grow(p, 8 * MIB, NULL, NULL), 0);
-	ck_assert_int_eq(pool_take(p, UID_A, 8 * MIB, &v, &n), 0);
-	ck_assert_int_eq(pool_grow(p, 4 * MIB, NULL, NULL), 0);
-	ck_assert_uint_eq(pool_chunk_count(p), 6);
-	punch(v[2], 0, 2 * MIB);
-	/* One chunk per call: the punched one turns up within one round of the six. */
-	while (found == 0 && calls < 6) {
-		found += pool_audit(p, 1);
-		calls++;
-	}
-	ck_assert_uint_eq(found, 1);
-	ck_assert_uint_eq(seen.calls, 1);
-	ck_assert_uint_eq(pool_punched_count_uid(p, UID_A), 1);
-	/* Repaired where it is: still lent, whole again, nothing counted twice. */
-	ck_assert_uint_eq(file_bytes(v[2]), 2 * MIB);
-	ck_assert_uint_eq(pool_resident_bytes(p), 12 * MIB);
-	for (int i = 0; i < 12; i++)
-		ck_assert_uint_eq(pool_audit(p, 1), 0);
-	idle = v[0];
-	pool_put(p, v, n);
-	free(v);
-	ck_assert_uint_eq(seen.calls, 1);
-	ck_assert_uint_eq(pool_idle_bytes(p), 12 * MIB);
-
-	/* Idle chunks too: a holder may keep a chunk's fd after releasing it. */
-	punch(idle, 0, 2 * MIB);
-	ck_assert_uint_eq(pool_audit(p, UINT64_MAX), 1);
-	ck_assert_uint_eq(pool_punched_count_uid(p, UID_A), 2);
-	ck_assert_uint_eq(file_bytes(idle), 2 * MIB);
-	ck_assert_uint_eq(pool_idle_bytes(p), 12 * MIB);
-	pool_free(p);
-}
-END_TEST
-
-/* ShmemPmdMapped-style check: every 2 MiB of c's pool mapping is one huge page (pagemap: present, and the
- * kernel reports THP through /proc/self/smaps' ShmemPmdMapped for the whole VMA). */
-static uint64_t smaps_field_kb(const void *addr, const char *field)
-{
-	FILE *f = fopen("/proc/self/smaps", "re");
-	char line[512];
-	bool in = false;
-	unsigned long long v = 0;
-	uintptr_t a = (uintptr_t)addr;
-
-	ck_assert_ptr_nonnull(f);
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long long lo, hi;
-
-		if (sscanf(line, "%llx-%llx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
-			in = a >= lo && a < hi;
-			continue;
-		}
-		if (in && strncmp(line, field, strlen(field)) == 0)
-			sscanf(line + strlen(field), ": %llu", &v);
-	}
-	fclose(f);
-	return v;
-}
-
-static bool kernel_collapses(void)
-{
-	struct pool_opts o = { .chunk_bytes = 2 * MIB, .hugetlb = POOL_HUGETLB_NO, .thp = POOL_THP_YES, .threads = 1 };
-	struct pool *p = NULL;
-	int r = pool_new(&o, &p);
-
-	pool_free(p);
-	return r == 0;
-}
-
-/* The smaps parser on captured-layout text: each chunk's PMD-mapped bytes, by the VMA's start. */
-START_TEST(test_smaps_parser_reads_pmd_mapped_bytes_per_chunk)
-{
-	const uintptr_t starts[] = { 0x7f3a40000000, 0x7f3a40600000, 0x7f3a40c00000, 0x7f3a40d00000, 0x7f3a41000000 };
-	uint64_t pmd[5];
-	char path[512], *buf;
-	size_t len;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/proc/smaps/pool-chunks", FIXTURES_DIR);
-	f = fopen(path, "re");
-	ck_assert_ptr_nonnull(f);
-	buf = malloc(1 << 16);
-	ck_assert_ptr_nonnull(buf);
-	len = fread(buf, 1, 1 << 16, f);
-	fclose(f);
-	ck_assert_int_eq(pool_parse_smaps_pmd(buf, len, starts, 5, pmd), 4);
-	ck_assert_uint_eq(pmd[0], 4 * MIB); /* wholly huge */
-	ck_assert_uint_eq(pmd[1], 2 * MIB); /* collapse said yes, half PTE-mapped: not verified */
-	ck_assert_uint_eq(pmd[2], 0);
-	ck_assert_uint_eq(pmd[3], UINT64_MAX); /* no VMA starts there (inside the one before) */
-	ck_assert_uint_eq(pmd[4], 2 * MIB);    /* FilePmdMapped, past a path longer than a line buffer */
-	/* Cut in the middle of the first chunk's fields: what is there is read, nothing invented. */
-	ck_assert_int_eq(pool_parse_smaps_pmd(buf,
-					      (size_t)(strstr(strstr(buf, "7f3a40000000-"), "ShmemPmdMapped") - buf),
-					      starts, 1, pmd),
-			 1);
-	ck_assert_uint_eq(pmd[0], 0);
-	ck_assert_int_eq(pool_parse_smaps_pmd("", 0, starts, 1, pmd), 0);
-	ck_assert_uint_eq(pmd[0], UINT64_MAX);
-	free(buf);
-
-	/* Not smaps at all (the garbage fixture): refused, so the collapse's own answer stands. */
-	snprintf(path, sizeof(path), "%s/proc/garbage/proc/meminfo", FIXTURES_DIR);
-	f = fopen(path, "re");
-	ck_assert_ptr_nonnull(f);
-	buf = malloc(8192);
-	ck_assert_ptr_nonnull(buf);
-	len = fread(buf, 1, 8192, f);
-	fclose(f);
-	ck_assert_int_eq(pool_parse_smaps_pmd(buf, len, starts, 5, pmd), -EINVAL);
-	free(buf);
-}
-END_TEST
-
-START_TEST(test_thp_chunks_are_collapsed_pmd_mapped_and_counted)
-{
-	struct pool_opts o = { .chunk_bytes = 4 * MIB,
-			       .hugetlb = POOL_HUGETLB_NO,
-			       .thp = POOL_THP_AUTO,
-			       .threads = 2,
-			       .lock = geteuid() == 0 };
-	struct chunk **v = NULL;
-	struct pool *p = NULL;
-	size_t n = 0;
-
-	ck_assert_int_eq(pool_new(&o, &p), 0);
-	ck_assert(pool_thp(p));
-	ck_assert_str_eq(pool_page_kind(p), "thp");
-	ck_assert_int_eq(pool_grow(p, 16 * MIB, NULL, NULL), 0);
-	ck_assert_uint_eq(pool_thp_bytes(p), 16 * MIB);
-	ck_assert_uint_eq(pool_thp_failures(p), 0);
-	ck_assert_uint_eq(pool_thp_unverified(p), 0); /* smaps agreed with every collapse */
-	/* A lease of 2 full chunks and a 4 KiB tail: the tail stays on 4 KiB pages. */
-	ck_assert_int_eq(pool_take(p, UID_A, 8 * MIB + 4096, &v, &n), 0);
-	ck_assert_uint_eq(n, 3);
-	for (size_t i = 0; i < 2; i++) {
-		ck_assert(v[i]->thp);
-		ck_assert_uint_eq((uintptr_t)v[i]->addr % (2 * MIB), 0);
-		ck_assert_uint_eq(smaps_field_kb(v[i]->addr, "ShmemPmdMapped"), 4096);
-		ck_assert_uint_eq(mapped_bytes(v[i]), 4 * MIB);
-		ck_assert_uint_eq(file_bytes(v[i]), 4 * MIB);
-		/* Collapsed memory is zeroed memory: a fresh chunk reads as zeros. */
-		for (size_t off = 0; off < 4 * MIB; off += 4096)
-			ck_assert_int_eq(((unsigned char *)v[i]->addr)[off], 0);
-	}
-	ck_assert(!v[2]->thp);
-	ck_assert_uint_eq(pool_thp_bytes(p), 16 * MIB);
-	/* A second mapping of a collapsed chunk, 2 MiB-aligned as the client maps it, is PMD-mapped too. */
-	{
-		char *res = mmap(NULL, 6 * MIB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		char *base = (char *)(((uintptr_t)res + 2 * MIB - 1) & ~(uintptr_t)(2 * MIB - 1));
-
-		ck_assert(res != MAP_FAILED);
-		ck_assert(mmap(base, 4 * MIB, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE, v[0]->fd,
-			       0) == base);
-		ck_assert_uint_eq(smaps_field_kb(base, "ShmemPmdMapped"), 4096);
-		munmap(res, 6 * MIB);
-	}
-	pool_put(p, v, n);
-	free(v);
-	ck_assert_uint_eq(pool_shrink(p, 0), 16 * MIB);
-	ck_assert_uint_eq(pool_thp_bytes(p), 0);
-	pool_free(p);
-}
-END_TEST
-
 /* The node of the page at addr, asked of the kernel by the test itself. */
 static int kernel_node_of(void *addr)
 {
@@ -1103,106 +702,145 @@ START_TEST(test_hugepages_target_adds_only_what_the_free_pages_lack)
 }
 END_TEST
 
-START_TEST(test_thp_no_and_hugetlb_pools_do_not_collapse)
-{
-	struct pool_opts o = { .chunk_bytes = 2 * MIB, .hugetlb = POOL_HUGETLB_NO, .thp = POOL_THP_NO, .threads = 1 };
-	struct pool *p = NULL;
+/* ------------------------------------------------------------ the broker's plans carried out */
 
-	ck_assert_int_eq(pool_new(&o, &p), 0);
-	ck_assert(!pool_thp(p));
-	ck_assert_str_eq(pool_page_kind(p), "4k");
-	ck_assert_int_eq(pool_grow(p, 4 * MIB, NULL, NULL), 0);
-	ck_assert_uint_eq(pool_thp_bytes(p), 0);
-	pool_free(p);
-	/* Chunks that are not whole 2 MiB pages cannot be THP, whatever thp says. */
-	o.chunk_bytes = 1 * MIB;
-	o.thp = POOL_THP_AUTO;
-	ck_assert_int_eq(pool_new(&o, &p), 0);
-	ck_assert(!pool_thp(p));
-	pool_free(p);
+/* The host's huge pages ran out: what fallocate says of a hugetlb memfd then (hugetlbfs, "ENOSPC: no free pages"). */
+static int no_huge_pages(int fd, uint64_t bytes)
+{
+	(void)fd;
+	(void)bytes;
+	return -ENOSPC;
 }
-END_TEST
 
-START_TEST(test_a_punched_thp_chunk_is_repaired_and_collapsed_again)
+/* A broker over pool p (as main.c wires one), 64 MiB of budget, nothing lent. */
+static struct broker *broker_on(struct pool *p)
 {
-	struct pool_opts o = {
-		.chunk_bytes = 2 * MIB, .hugetlb = POOL_HUGETLB_NO, .thp = POOL_THP_AUTO, .threads = 1, .lock = true
-	};
-	struct punch_seen seen = { 0 };
-	struct chunk **v = NULL, *c;
-	struct pool *p = NULL;
-	size_t n = 0;
+	struct daemon *d = calloc(1, sizeof(*d));
+	struct broker *b = &d->broker;
 
-	ck_assert_int_eq(pool_new(&o, &p), 0);
-	pool_set_punch_hook(p, on_punch, &seen);
-	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
-	c = v[0];
-	ck_assert(c->thp);
-	punch(c, 0, 4096);
-	pool_put(p, v, n);
-	free(v);
-	/* Found (a punch splits the huge page: the whole of it was unlocked), repaired, huge again. */
-	ck_assert_uint_eq(seen.calls, 1);
-	ck_assert_uint_ge(seen.missing_bytes, 4096);
-	ck_assert(c->thp);
-	ck_assert_uint_eq(pool_thp_bytes(p), 2 * MIB);
-	ck_assert_uint_eq(file_bytes(c), 2 * MIB);
-	ck_assert_uint_eq(mapped_bytes(c), 2 * MIB);
-	ck_assert_uint_eq(pool_audit(p, UINT64_MAX), 0);
-	pool_free(p);
+	ck_assert_ptr_nonnull(d);
+	ck_assert_int_eq(budget_new(64 * MIB, 0, &b->budget), 0);
+	ck_assert_int_eq(lease_table_new(&b->leases), 0);
+	daemon_of(b)->pool = p;
+	b->max_no_revoke_per_uid_bytes = 32 * MIB;
+	(void)broker_set_pressure(b, BROKER_NORMAL);
+	return b;
 }
-END_TEST
 
-static Suite *pool_suite(void)
+static void broker_off(struct broker *b)
 {
-	Suite *s = suite_create("pool");
-	TCase *tc = tcase_create("core");
-
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_new_rejects_chunk_size_not_a_page_multiple);
-	tcase_add_test(tc, test_smaps_parser_reads_pmd_mapped_bytes_per_chunk);
-	tcase_add_test(tc, test_new_defaults_to_2mib_chunks_of_4k_pages);
-	tcase_add_test(tc, test_hugetlb_yes_without_huge_pages_is_not_supported);
-	tcase_add_test(tc, test_hugetlb_mode_needs_chunks_of_2mib_multiples);
-	tcase_add_test(tc, test_auto_hugetlb_falls_back_to_4k_chunk_when_huge_pages_run_out);
-	tcase_add_test(tc, test_chunk_is_sealed_against_resize);
-	tcase_add_test(tc, test_chunks_are_prefaulted);
-	tcase_add_test(tc, test_take_rejects_zero_and_non_page_multiples);
-	tcase_add_test(tc, test_take_sizes_are_exact_with_tail_for_remainder);
-	tcase_add_test(tc, test_take_smaller_than_a_chunk_is_one_tail);
-	tcase_add_test(tc, test_counters_track_grow_take_put);
-	tcase_add_test(tc, test_chunk_released_by_one_uid_is_never_lent_to_another);
-	tcase_add_test(tc, test_same_uid_gets_its_own_chunk_back);
-	tcase_add_test(tc, test_take_prefers_own_then_never_lent_chunks);
-	tcase_add_test(tc, test_tainted_chunk_is_destroyed_on_put_and_never_lent_again);
-	tcase_add_test(tc, test_take_fails_atomically_when_fds_run_out);
-	tcase_add_test(tc, test_grow_keeps_chunks_made_before_a_failure);
-	tcase_add_test(tc, test_shrink_releases_idle_down_to_keep);
-	tcase_add_test(tc, test_shrink_drops_uid_owned_chunks_before_never_lent_ones);
-	tcase_add_test(tc, test_grow_with_threads_makes_distinct_prefaulted_chunks);
-	tcase_add_test(tc, test_large_take_from_empty_pool_uses_threads_and_is_exact);
-	tcase_add_test(tc, test_seals_do_not_stop_a_punch);
-	tcase_add_test(tc, test_put_repairs_a_punched_chunk_and_counts_its_uid);
-	tcase_add_test(tc, test_put_finds_pages_punched_then_touched_through_the_holder_mapping);
-	tcase_add_test(tc, test_tail_punch_is_counted_and_the_tail_destroyed);
-	tcase_add_test(tc, test_audit_checks_bounded_slices_and_repairs_lent_chunks_in_place);
-	tcase_add_test(tc, test_thp_no_and_hugetlb_pools_do_not_collapse);
-	tcase_add_test(tc, test_hugepages_target_adds_only_what_the_free_pages_lack);
-	tcase_add_test(tc, test_numa_placed_chunks_land_where_the_pool_says);
-	tcase_add_test(tc, test_take_on_a_full_node_uses_idle_chunks_of_the_nearest_node_with_some);
-	tcase_add_test(tc, test_without_placement_chunks_have_no_node);
-	/* Left out, and the suite reported skipped, where the kernel cannot collapse shmem or mlock is denied. */
-	if (kernel_collapses()) {
-		tcase_add_test(tc, test_thp_chunks_are_collapsed_pmd_mapped_and_counted);
-		if (geteuid() == 0)
-			tcase_add_test(tc, test_a_punched_thp_chunk_is_repaired_and_collapsed_again);
-		else
-			check_skip("thp punch repair needs a locked pool (root)");
-	} else {
-		check_skip("this kernel cannot collapse shmem into THP (MADV_COLLAPSE, Linux 6.1+)");
+	for (struct lease *l = lease_first(b->leases), *next; l; l = next) {
+		next = lease_next(b->leases, l);
+		daemon_free_lease(b, l);
 	}
-	suite_add_tcase(s, tc);
-	return s;
+	lease_table_free(b->leases);
+	budget_free(b->budget);
+	pool_free(daemon_of(b)->pool);
+	free(daemon_of(b));
 }
+
+/*
+ * hugetlb = yes is "huge pages or fail": when they run out the take fails with the kernel's ENOSPC, and the acquire
+ * is a failure the client is told about (REFUSAL_FAILED, -ENOSPC), not the budget's refusal, which would queue it
+ * for memory the budget has. hugetlb = auto falls back to 4 KiB pages instead.
+ */
+START_TEST(test_hugetlb_yes_pages_that_run_out_fail_the_acquire_and_auto_falls_back)
+{
+	struct pool_opts o = { .hugetlb = POOL_HUGETLB_YES, .proc_root = fake_proc(8), .huge_alloc = no_huge_pages };
+	struct acquire_args a = { .uid = UID_A, .gid = UID_A, .size = 4 * MIB, .numa_node = -1, .now_ms = 1 };
+	struct chunk **v = NULL;
+	struct broker *b;
+	struct pool *p = NULL;
+	struct lease *l = NULL;
+	size_t n = 0;
+	int err = 0;
+
+	ck_assert_int_eq(pool_new(&o, &p), 0);
+	ck_assert(pool_hugetlb(p));
+	ck_assert_int_eq(pool_take(p, UID_A, 4 * MIB, &v, &n), -ENOSPC);
+	ck_assert_uint_eq(pool_resident_bytes(p), 0);
+	b = broker_on(p);
+	ck_assert_int_eq(daemon_acquire(b, &a, &l, &err), REFUSAL_FAILED);
+	ck_assert_int_eq(err, -ENOSPC);
+	ck_assert_ptr_null(l);
+	ck_assert_uint_eq(budget_leased(b->budget), 0);
+	ck_assert_uint_eq(lease_count(b->leases), 0);
+	/* Not a verdict a waiting acquire could wait out: answered at once. */
+	ck_assert_int_eq(waitq_order_verdict(REFUSAL_FAILED), WAITQ_ANSWERED);
+	broker_off(b);
+
+	o.hugetlb = POOL_HUGETLB_AUTO;
+	ck_assert_int_eq(pool_new(&o, &p), 0);
+	b = broker_on(p);
+	ck_assert_int_eq(daemon_acquire(b, &a, &l, &err), REFUSAL_NONE);
+	ck_assert_uint_eq(l->nchunks, 2);
+	for (size_t i = 0; i < l->nchunks; i++)
+		ck_assert(!l->chunks[i].mem->hugetlb);
+	broker_off(b);
+	unfake_proc();
+}
+END_TEST
+
+/*
+ * One uid, two tenants (pid namespaces or cgroups): released chunks stay warm for their tenant only, and a lease
+ * that ended without a release (its connection closed) gives its chunks to nobody.
+ */
+START_TEST(test_acquires_reuse_chunks_within_a_tenant_and_a_dropped_lease_is_not_pooled)
+{
+	struct broker *b = broker_on(new_pool(2 * MIB, 1));
+	struct acquire_args a = {
+		.uid = UID_A, .gid = UID_A, .pid = 7, .size = 4 * MIB, .numa_node = -1, .tenant = 11, .now_ms = 1
+	};
+	struct pool_tenant_bytes tb;
+	struct lease *l = NULL;
+	ino_t old[2];
+	int err = 0;
+
+	ck_assert_int_eq(daemon_acquire(b, &a, &l, &err), REFUSAL_NONE);
+	for (size_t i = 0; i < 2; i++)
+		old[i] = inode_of(l->chunks[i].mem);
+	l->released = true; /* its holder's RELEASE */
+	daemon_free_lease(b, l);
+	ck_assert_uint_eq(pool_idle_bytes(daemon_of(b)->pool), 4 * MIB);
+	/* The same tenant: the same chunks, warm. */
+	ck_assert_int_eq(daemon_acquire(b, &a, &l, &err), REFUSAL_NONE);
+	ck_assert(inode_of(l->chunks[0].mem) == old[0] || inode_of(l->chunks[0].mem) == old[1]);
+	l->released = true;
+	daemon_free_lease(b, l);
+	/* Another tenant of the same uid: fresh chunks, the idle ones replaced (the pool holds no more). */
+	a.tenant = 12;
+	ck_assert_int_eq(daemon_acquire(b, &a, &l, &err), REFUSAL_NONE);
+	for (size_t i = 0; i < l->nchunks; i++)
+		ck_assert(inode_of(l->chunks[i].mem) != old[0] && inode_of(l->chunks[i].mem) != old[1]);
+	ck_assert_uint_eq(pool_idle_bytes(daemon_of(b)->pool), 0);
+	pool_tenant_bytes(daemon_of(b)->pool, &tb);
+	ck_assert_uint_eq(tb.replaced, 4 * MIB);
+	/* Its connection closed (dropped): a clone(CLONE_VM) sibling may map it still, so its chunks are destroyed. */
+	l->dropped = true;
+	daemon_free_lease(b, l);
+	ck_assert_uint_eq(pool_idle_bytes(daemon_of(b)->pool), 0);
+	pool_tenant_bytes(daemon_of(b)->pool, &tb);
+	ck_assert_uint_eq(tb.retired, 4 * MIB);
+	broker_off(b);
+}
+END_TEST
+
+CHECK_SUITE(pool_suite, "pool", "core", NULL, NULL, 60, test_new_rejects_chunk_size_not_a_page_multiple,
+	    test_new_defaults_to_2mib_chunks_of_4k_pages, test_hugetlb_yes_without_huge_pages_is_not_supported,
+	    test_hugetlb_mode_needs_chunks_of_2mib_multiples,
+	    test_auto_hugetlb_falls_back_to_4k_chunk_when_huge_pages_run_out, test_chunk_is_sealed_against_resize,
+	    test_chunks_are_prefaulted, test_take_rejects_zero_and_non_page_multiples,
+	    test_take_sizes_are_exact_with_tail_for_remainder, test_take_smaller_than_a_chunk_is_one_tail,
+	    test_counters_track_grow_take_put, test_chunk_released_by_one_uid_is_never_lent_to_another,
+	    test_same_uid_gets_its_own_chunk_back, test_tainted_chunk_is_destroyed_on_put_and_never_lent_again,
+	    test_take_prefers_own_then_never_lent_chunks, test_take_fails_atomically_when_fds_run_out,
+	    test_grow_keeps_chunks_made_before_a_failure, test_shrink_releases_idle_down_to_keep,
+	    test_shrink_drops_uid_owned_chunks_before_never_lent_ones,
+	    test_grow_with_threads_makes_distinct_prefaulted_chunks,
+	    test_large_take_from_empty_pool_uses_threads_and_is_exact, test_numa_placed_chunks_land_where_the_pool_says,
+	    test_take_on_a_full_node_uses_idle_chunks_of_the_nearest_node_with_some,
+	    test_without_placement_chunks_have_no_node, test_hugepages_target_adds_only_what_the_free_pages_lack,
+	    test_hugetlb_yes_pages_that_run_out_fail_the_acquire_and_auto_falls_back,
+	    test_acquires_reuse_chunks_within_a_tenant_and_a_dropped_lease_is_not_pooled)
 
 CHECK_MAIN(pool_suite)

@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "lease.h"
-#include "pool.h"
 #include "recovery-format.h"
 #include "check_main.h"
 
@@ -74,8 +73,7 @@ static int decode(struct img *im, struct recovery_parsed *out)
 
 struct tlease {
 	struct lease l;
-	struct chunk c[3];
-	struct chunk *cp[3];
+	struct lease_chunk c[3];
 	struct lease_attacher att[2];
 };
 
@@ -90,10 +88,9 @@ static void tlease_init(struct tlease *t, uint64_t id, size_t nchunks)
 	for (size_t i = 0; i < nchunks; i++) {
 		t->c[i].id = id * 10 + i + 1;
 		t->c[i].bytes = 2u << 20;
-		t->cp[i] = &t->c[i];
 		t->l.bytes += t->c[i].bytes;
 	}
-	t->l.chunks = t->cp;
+	t->l.chunks = t->c;
 	t->l.nchunks = nchunks;
 	snprintf(t->l.label, sizeof(t->l.label), "l%llu", (unsigned long long)id);
 }

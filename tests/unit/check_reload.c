@@ -8,6 +8,7 @@
 #include "broker.h"
 #include "budget.h"
 #include "config.h"
+#include "daemon.h"
 #include "config_values.h"
 #include "reload.h"
 #include "check_main.h"
@@ -125,23 +126,24 @@ static int failing_reconfigure(struct broker *b, const struct config *cfg)
 START_TEST(test_apply_rolls_back_when_a_hook_fails)
 {
 	static const struct reload_hooks hooks = { .reconfigure = failing_reconfigure };
-	struct broker b = { .mem_total_bytes = UINT64_C(16) << 30, .reload_hooks = &hooks };
+	struct daemon d = { .broker = { .mem_total_bytes = UINT64_C(16) << 30 }, .reload_hooks = &hooks };
+	struct broker *b = &d.broker;
 	struct config *n = NULL;
 	char *err = NULL;
 
-	b.cfg = defaults();
-	reload_resolve_sizes(&b, b.cfg);
-	ck_assert_int_eq(budget_new(b.budget_bytes, b.uid_quota_bytes, &b.budget), 0);
-	ck_assert_int_eq(reload_prepare_set(b.cfg, "budget", "1G", &n, &err), 0);
-	ck_assert_int_eq(reload_apply(&b, n, &err), -EIO);
+	d.cfg = defaults();
+	reload_resolve_sizes(b, d.cfg);
+	ck_assert_int_eq(budget_new(b->budget_bytes, b->uid_quota_bytes, &b->budget), 0);
+	ck_assert_int_eq(reload_prepare_set(d.cfg, "budget", "1G", &n, &err), 0);
+	ck_assert_int_eq(reload_apply(b, n, &err), -EIO);
 	ck_assert_str_eq(err, "cannot apply the monitor settings: Input/output error");
-	ck_assert_uint_eq(b.budget_bytes, UINT64_C(4) << 30);
-	ck_assert_uint_eq(budget_limit(b.budget), UINT64_C(4) << 30);
-	ck_assert(b.cfg != n);
+	ck_assert_uint_eq(b->budget_bytes, UINT64_C(4) << 30);
+	ck_assert_uint_eq(budget_limit(b->budget), UINT64_C(4) << 30);
+	ck_assert(d.cfg != n);
 	free(err);
 	config_free(n);
-	config_free(b.cfg);
-	budget_free(b.budget);
+	config_free(d.cfg);
+	budget_free(b->budget);
 }
 END_TEST
 

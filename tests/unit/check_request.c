@@ -240,8 +240,8 @@ START_TEST(test_request_before_hello_is_refused_and_closes)
 	ck_assert_int_eq(reply_of(0, send_acquire(0, 64 * KIB, 0, NULL, 0), NULL, NULL),
 			 PINBROKER__V1__STATUS_CODE__STATUS_NO_HELLO);
 	ck_assert(!rf_conn_alive(F, 0));
-	ck_assert_uint_eq(lease_count(F->b.leases), 0);
-	ck_assert_uint_eq(budget_leased(F->b.budget), 0);
+	ck_assert_uint_eq(lease_count(F->d.broker.leases), 0);
+	ck_assert_uint_eq(budget_leased(F->d.broker.budget), 0);
 	rf_end(F);
 }
 END_TEST
@@ -269,17 +269,17 @@ START_TEST(test_acquire_and_release_bring_every_counter_back_to_zero)
 	c = rf_conn(F, 0);
 	ck_assert_uint_eq(c->nleases, 2);
 	ck_assert_uint_eq(c->lease_bytes, 64 * KIB + 100 * KIB);
-	ck_assert_uint_eq(budget_leased(F->b.budget), 164 * KIB);
-	ck_assert_uint_eq(budget_uid_leased(F->b.budget, c->uid), 164 * KIB);
-	ck_assert_uint_eq(lease_count(F->b.leases), 2);
+	ck_assert_uint_eq(budget_leased(F->d.broker.budget), 164 * KIB);
+	ck_assert_uint_eq(budget_uid_leased(F->d.broker.budget, c->uid), 164 * KIB);
+	ck_assert_uint_eq(lease_count(F->d.broker.leases), 2);
 	rf_check(F);
 	ck_assert_int_eq(reply_of(0, send_release(0, id), NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_int_eq(reply_of(0, send_release(0, id2), NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_uint_eq(c->nleases, 0);
 	ck_assert_uint_eq(c->lease_bytes, 0);
-	ck_assert_uint_eq(budget_leased(F->b.budget), 0);
-	ck_assert_uint_eq(budget_uid_leased(F->b.budget, c->uid), 0);
-	ck_assert_uint_eq(lease_count(F->b.leases), 0);
+	ck_assert_uint_eq(budget_leased(F->d.broker.budget), 0);
+	ck_assert_uint_eq(budget_uid_leased(F->d.broker.budget, c->uid), 0);
+	ck_assert_uint_eq(lease_count(F->d.broker.leases), 0);
 	/* Released again: the lease is gone. */
 	ck_assert_int_eq(reply_of(0, send_release(0, id), NULL, NULL),
 			 PINBROKER__V1__STATUS_CODE__STATUS_UNKNOWN_LEASE);
@@ -296,13 +296,13 @@ START_TEST(test_stopping_serves_release_and_status)
 	F = rf_begin(0);
 	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	id = acquire_ok(0, 64 * KIB);
-	F->b.shutting_down = true;
+	F->d.broker.shutting_down = true;
 	ck_assert_int_eq(reply_of(0, send_status(0), &body, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_int_eq(body, PINBROKER__V1__REPLY__BODY_STATUS_REPLY);
 	ck_assert_int_eq(reply_of(0, send_release(0, id), NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
-	ck_assert_uint_eq(budget_leased(F->b.budget), 0);
-	ck_assert_uint_eq(lease_count(F->b.leases), 0);
-	F->b.shutting_down = false;
+	ck_assert_uint_eq(budget_leased(F->d.broker.budget), 0);
+	ck_assert_uint_eq(lease_count(F->d.broker.leases), 0);
+	F->d.broker.shutting_down = false;
 	rf_end(F);
 }
 END_TEST
@@ -311,18 +311,18 @@ START_TEST(test_stopping_refuses_every_other_kind)
 {
 	F = rf_begin(1); /* connection 0 is admin: refused for stopping, not for rights */
 	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
-	F->b.shutting_down = true;
+	F->d.broker.shutting_down = true;
 	ck_assert_int_eq(reply_of(0, send_acquire(0, 64 * KIB, 0, NULL, 0), NULL, NULL),
 			 PINBROKER__V1__STATUS_CODE__STATUS_SHUTTING_DOWN);
 	ck_assert_int_eq(reply_of(0, send_set(0, "acquire-timeout-ms", "7"), NULL, NULL),
 			 PINBROKER__V1__STATUS_CODE__STATUS_SHUTTING_DOWN);
 	ck_assert_int_eq(reply_of(0, send_report_unbrokered(0, 4096), NULL, NULL),
 			 PINBROKER__V1__STATUS_CODE__STATUS_SHUTTING_DOWN);
-	ck_assert_uint_eq(lease_count(F->b.leases), 0);
-	ck_assert_uint_eq(F->b.cfg->acquire_timeout_ms, 2);
-	ck_assert_uint_eq(F->b.unbrokered_bytes, 0);
+	ck_assert_uint_eq(lease_count(F->d.broker.leases), 0);
+	ck_assert_uint_eq(F->d.cfg->acquire_timeout_ms, 2);
+	ck_assert_uint_eq(F->d.broker.unbrokered_bytes, 0);
 	ck_assert(rf_conn_alive(F, 0));
-	F->b.shutting_down = false;
+	F->d.broker.shutting_down = false;
 	rf_end(F);
 }
 END_TEST
@@ -340,8 +340,8 @@ START_TEST(test_critical_refuses_acquire_at_the_gate)
 	 */
 	ck_assert_int_eq(reply_of(0, send_acquire(0, 64 * KIB, 0, "bad\nlabel", 0), NULL, NULL),
 			 PINBROKER__V1__STATUS_CODE__STATUS_CRITICAL);
-	ck_assert_uint_eq(lease_count(F->b.leases), 0);
-	ck_assert_uint_eq(budget_leased(F->b.budget), 0);
+	ck_assert_uint_eq(lease_count(F->d.broker.leases), 0);
+	ck_assert_uint_eq(budget_leased(F->d.broker.budget), 0);
 	rf_set_state(F, BROKER_NORMAL);
 	ck_assert_int_eq(reply_of(0, send_acquire(0, 64 * KIB, 0, "bad\nlabel", 0), NULL, NULL),
 			 PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT);
@@ -361,9 +361,9 @@ START_TEST(test_critical_refuses_register_only_and_waiting_acquires)
 			 PINBROKER__V1__STATUS_CODE__STATUS_CRITICAL);
 	ck_assert_int_eq(reply_of(0, send_acquire(0, 64 * KIB, wait, NULL, 1000), NULL, NULL),
 			 PINBROKER__V1__STATUS_CODE__STATUS_CRITICAL);
-	ck_assert_uint_eq(F->b.registered_bytes, 0);
-	ck_assert_uint_eq(waitq_count(&F->b), 0);
-	ck_assert_uint_eq(lease_count(F->b.leases), 0);
+	ck_assert_uint_eq(F->d.broker.registered_bytes, 0);
+	ck_assert_uint_eq(waitq_count(&F->d.broker), 0);
+	ck_assert_uint_eq(lease_count(F->d.broker.leases), 0);
 	rf_set_state(F, BROKER_NORMAL);
 	rf_end(F);
 }
@@ -383,8 +383,8 @@ START_TEST(test_critical_grants_a_shared_registration_that_adds_no_page)
 	/* One page past what is registered is new pinning: refused as at the gate. */
 	ck_assert_int_eq(reply_of(1, send_shared_registration(1, 4 * KIB, 5, 256 * KIB), NULL, NULL),
 			 PINBROKER__V1__STATUS_CODE__STATUS_CRITICAL);
-	ck_assert_uint_eq(F->b.registered_bytes, 256 * KIB);
-	ck_assert_uint_eq(lease_count(F->b.leases), 2);
+	ck_assert_uint_eq(F->d.broker.registered_bytes, 256 * KIB);
+	ck_assert_uint_eq(lease_count(F->d.broker.leases), 2);
 	rf_check(F);
 	rf_set_state(F, BROKER_NORMAL);
 	rf_end(F);
@@ -401,9 +401,9 @@ START_TEST(test_critical_serves_requests_that_take_no_memory)
 	rf_set_state(F, BROKER_CRITICAL); /* reclaim revokes the lease: its REVOKE is skipped below */
 	ck_assert_int_eq(reply_of(0, send_report_unbrokered(0, 8192), NULL, NULL),
 			 PINBROKER__V1__STATUS_CODE__STATUS_OK);
-	ck_assert_uint_eq(F->b.unbrokered_bytes, 8192);
+	ck_assert_uint_eq(F->d.broker.unbrokered_bytes, 8192);
 	ck_assert_int_eq(reply_of(0, send_release(0, id), NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
-	ck_assert_uint_eq(budget_leased(F->b.budget), 0);
+	ck_assert_uint_eq(budget_leased(F->d.broker.budget), 0);
 	rf_set_state(F, BROKER_NORMAL);
 	rf_end(F);
 }
@@ -424,7 +424,7 @@ static uint64_t fill_and_wait(uint64_t *waiting_seq, uint32_t timeout_ms)
 	*waiting_seq = send_acquire(1, BUDGET_BYTES - QUOTA_BYTES + 64 * KIB, wait, NULL, timeout_ms);
 	ck_assert_int_eq(reply_of(1, *waiting_seq, NULL, NULL), NO_REPLY);
 	ck_assert_uint_eq(F->packets_sent, sent); /* queued, not answered */
-	ck_assert_uint_eq(waitq_count(&F->b), 1);
+	ck_assert_uint_eq(waitq_count(&F->d.broker), 1);
 	ck_assert_uint_eq(rf_conn(F, 1)->npending, 1);
 	ck_assert_int_eq(reply_of(1, *waiting_seq, NULL, NULL), NO_REPLY);
 	return id;
@@ -437,24 +437,24 @@ START_TEST(test_revoke_and_release_grant_the_waiting_acquire_through_the_event)
 
 	F = rf_begin(0);
 	freed_events = 0;
-	ck_assert_int_eq(broker_listen_freed(&F->b, count_freed), 0);
-	ck_assert_int_eq(broker_listen_freed(&F->b, count_freed), -EEXIST);
+	ck_assert_int_eq(broker_listen_freed(&F->d.broker, count_freed), 0);
+	ck_assert_int_eq(broker_listen_freed(&F->d.broker, count_freed), -EEXIST);
 	id = fill_and_wait(&seq, 60000);
 	/* Its holder revokes its own lease, gets the REVOKE and gives the lease back. */
 	ck_assert_int_eq(reply_of(0, send_revoke(0, id), &body, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_int_eq(body, PINBROKER__V1__REPLY__BODY_ADMIN_REVOKE);
-	ck_assert_int_eq(lease_find(F->b.leases, id)->state, LEASE_REVOKING);
-	ck_assert_uint_eq(waitq_count(&F->b), 1);
+	ck_assert_int_eq(lease_find(F->d.broker.leases, id)->state, LEASE_REVOKING);
+	ck_assert_uint_eq(waitq_count(&F->d.broker), 1);
 	ck_assert_uint_eq(freed_events, 0);
 	ck_assert_int_eq(reply_of(0, send_release(0, id), NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_uint_eq(freed_events, 1);
-	ck_assert_uint_eq(waitq_count(&F->b), 0);
+	ck_assert_uint_eq(waitq_count(&F->d.broker), 0);
 	ck_assert_uint_eq(rf_conn(F, 1)->npending, 0);
 	ck_assert_uint_eq(rf_conn(F, 1)->nleases, 1);
 	ck_assert_int_eq(reply_of(1, seq, &body, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_int_eq(body, PINBROKER__V1__REPLY__BODY_LEASE);
-	ck_assert_uint_eq(budget_leased(F->b.budget), BUDGET_BYTES - QUOTA_BYTES + 64 * KIB);
-	broker_unlisten_freed(&F->b, count_freed);
+	ck_assert_uint_eq(budget_leased(F->d.broker.budget), BUDGET_BYTES - QUOTA_BYTES + 64 * KIB);
+	broker_unlisten_freed(&F->d.broker, count_freed);
 	rf_check(F);
 	rf_end(F);
 }
@@ -468,12 +468,12 @@ START_TEST(test_wait_queue_grants_only_on_the_freed_memory_event)
 	F = rf_begin(0);
 	id = fill_and_wait(&seq, 60000);
 	/* Freed without the revoker's event: the queue does not look. */
-	revoker_free_lease(&F->b, lease_find(F->b.leases, id), "check_request");
-	ck_assert_uint_eq(waitq_count(&F->b), 1);
+	revoker_free_lease(&F->d.broker, lease_find(F->d.broker.leases, id), "check_request");
+	ck_assert_uint_eq(waitq_count(&F->d.broker), 1);
 	ck_assert_int_eq(reply_of(1, seq, NULL, NULL), NO_REPLY);
 	/* The event alone grants it. */
-	broker_memory_freed(&F->b);
-	ck_assert_uint_eq(waitq_count(&F->b), 0);
+	broker_memory_freed(&F->d.broker);
+	ck_assert_uint_eq(waitq_count(&F->d.broker), 0);
 	ck_assert_int_eq(reply_of(1, seq, &body, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_int_eq(body, PINBROKER__V1__REPLY__BODY_LEASE);
 	ck_assert_uint_eq(rf_conn(F, 1)->nleases, 1);
@@ -491,7 +491,7 @@ START_TEST(test_going_critical_refuses_the_waiting_acquires)
 	F = rf_begin(0);
 	(void)fill_and_wait(&seq, 60000);
 	rf_set_state(F, BROKER_CRITICAL);
-	ck_assert_uint_eq(waitq_count(&F->b), 0);
+	ck_assert_uint_eq(waitq_count(&F->d.broker), 0);
 	ck_assert_uint_eq(rf_conn(F, 1)->npending, 0);
 	ck_assert_int_eq(reply_of(1, seq, NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_CRITICAL);
 	rf_set_state(F, BROKER_NORMAL);
@@ -508,9 +508,9 @@ START_TEST(test_waiting_acquire_times_out_and_leaves_the_queue)
 	(void)fill_and_wait(&seq, WAIT_TIMEOUT_MS);
 	/* The real clock: run the loop until the acquire's timer fires, within a bound. */
 	t0 = now_ms();
-	while (waitq_count(&F->b) > 0 && now_ms() - t0 < 10 * WAIT_TIMEOUT_MS + 5000)
-		ev_run(F->b.loop, EVRUN_ONCE);
-	ck_assert_uint_eq(waitq_count(&F->b), 0);
+	while (waitq_count(&F->d.broker) > 0 && now_ms() - t0 < 10 * WAIT_TIMEOUT_MS + 5000)
+		ev_run(F->d.loop, EVRUN_ONCE);
+	ck_assert_uint_eq(waitq_count(&F->d.broker), 0);
 	ck_assert_uint_eq(rf_conn(F, 1)->npending, 0);
 	ck_assert_int_eq(reply_of(1, seq, NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_TIMEOUT);
 	rf_end(F);
@@ -526,7 +526,7 @@ START_TEST(test_set_is_refused_to_non_admins)
 	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_int_eq(reply_of(0, send_set(0, "acquire-timeout-ms", "7"), NULL, NULL),
 			 PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED);
-	ck_assert_uint_eq(F->b.cfg->acquire_timeout_ms, 2);
+	ck_assert_uint_eq(F->d.cfg->acquire_timeout_ms, 2);
 	ck_assert(rf_conn_alive(F, 0));
 	rf_end(F);
 }
@@ -539,7 +539,7 @@ START_TEST(test_set_is_served_to_admins)
 	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_int_eq(reply_of(0, send_set(0, "acquire-timeout-ms", "7"), NULL, NULL),
 			 PINBROKER__V1__STATUS_CODE__STATUS_OK);
-	ck_assert_uint_eq(F->b.cfg->acquire_timeout_ms, 7);
+	ck_assert_uint_eq(F->d.cfg->acquire_timeout_ms, 7);
 	rf_end(F);
 }
 END_TEST
@@ -554,8 +554,8 @@ START_TEST(test_revoking_another_uids_lease_needs_admin)
 	id = acquire_ok(0, 64 * KIB);
 	ck_assert_int_eq(reply_of(1, send_revoke(1, id), NULL, NULL),
 			 PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED);
-	ck_assert_int_eq(lease_find(F->b.leases, id)->state, LEASE_ACTIVE);
-	ck_assert_uint_eq(revoker_revocations(&F->b, (struct monitor_event[REVOKER_REVOCATIONS_MAX]){ 0 },
+	ck_assert_int_eq(lease_find(F->d.broker.leases, id)->state, LEASE_ACTIVE);
+	ck_assert_uint_eq(revoker_revocations(&F->d.broker, (struct monitor_event[REVOKER_REVOCATIONS_MAX]){ 0 },
 					      REVOKER_REVOCATIONS_MAX),
 			  0);
 	rf_end(F);
@@ -571,8 +571,8 @@ START_TEST(test_admin_revokes_another_uids_lease)
 	ck_assert_int_eq(hello(1), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	id = acquire_ok(0, 64 * KIB);
 	ck_assert_int_eq(reply_of(1, send_revoke(1, id), NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
-	ck_assert_int_eq(lease_find(F->b.leases, id)->state, LEASE_REVOKING);
-	ck_assert_uint_eq(revoker_revocations(&F->b, (struct monitor_event[REVOKER_REVOCATIONS_MAX]){ 0 },
+	ck_assert_int_eq(lease_find(F->d.broker.leases, id)->state, LEASE_REVOKING);
+	ck_assert_uint_eq(revoker_revocations(&F->d.broker, (struct monitor_event[REVOKER_REVOCATIONS_MAX]){ 0 },
 					      REVOKER_REVOCATIONS_MAX),
 			  1);
 	rf_end(F);
@@ -692,12 +692,12 @@ START_TEST(test_staging_ring_is_counted_apart_and_reports_only_go_up)
 			 PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	plain = acquire_ok(0, 32 * KIB);
 	c = rf_conn(F, 0);
-	ck_assert(lease_find(F->b.leases, ring)->staging_ring);
-	ck_assert(!lease_find(F->b.leases, plain)->staging_ring);
+	ck_assert(lease_find(F->d.broker.leases, ring)->staging_ring);
+	ck_assert(!lease_find(F->d.broker.leases, plain)->staging_ring);
 	/* A ring is revocable like any pool lease. */
-	ck_assert(!lease_find(F->b.leases, ring)->no_revoke);
-	ck_assert_uint_eq(F->b.staging_rings, 1);
-	ck_assert_uint_eq(F->b.staging_ring_bytes, 64 * KIB);
+	ck_assert(!lease_find(F->d.broker.leases, ring)->no_revoke);
+	ck_assert_uint_eq(F->d.broker.staging_rings, 1);
+	ck_assert_uint_eq(F->d.broker.staging_ring_bytes, 64 * KIB);
 	ck_assert_uint_eq(c->rings, 1);
 	ck_assert_uint_eq(c->ring_bytes, 64 * KIB);
 
@@ -707,19 +707,19 @@ START_TEST(test_staging_ring_is_counted_apart_and_reports_only_go_up)
 			 PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT);
 	ck_assert(rf_conn_alive(F, 0));
 	ck_assert_uint_eq(c->staged.last.h2d_bytes, 100 * KIB);
-	ck_assert_uint_eq(F->b.staged.sum.h2d_bytes, 100 * KIB);
+	ck_assert_uint_eq(F->d.broker.staged.sum.h2d_bytes, 100 * KIB);
 	ck_assert_int_eq(reply_of(0, send_report_staging(0, 300 * KIB, 5), NULL, NULL),
 			 PINBROKER__V1__STATUS_CODE__STATUS_OK);
-	ck_assert_uint_eq(F->b.staged.sum.h2d_bytes, 300 * KIB);
-	ck_assert_uint_eq(F->b.staged.sum.h2d_copies, 5);
+	ck_assert_uint_eq(F->d.broker.staged.sum.h2d_bytes, 300 * KIB);
+	ck_assert_uint_eq(F->d.broker.staged.sum.h2d_copies, 5);
 
 	/* The ring released: gone from the books; the totals stay. */
 	ck_assert_int_eq(reply_of(0, send_release(0, ring), NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
-	ck_assert_uint_eq(F->b.staging_rings, 0);
-	ck_assert_uint_eq(F->b.staging_ring_bytes, 0);
+	ck_assert_uint_eq(F->d.broker.staging_rings, 0);
+	ck_assert_uint_eq(F->d.broker.staging_ring_bytes, 0);
 	ck_assert_uint_eq(c->rings, 0);
 	ck_assert_uint_eq(c->ring_bytes, 0);
-	ck_assert_uint_eq(F->b.staged.sum.h2d_bytes, 300 * KIB);
+	ck_assert_uint_eq(F->d.broker.staged.sum.h2d_bytes, 300 * KIB);
 	ck_assert_int_eq(reply_of(0, send_release(0, plain), NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	rf_end(F);
 }

@@ -25,7 +25,7 @@ static struct lease_table *new_table(void)
 static struct lease *add(struct lease_table *t, uint64_t bytes)
 {
 	struct lease *l = NULL;
-	struct chunk **chunks = calloc(1, sizeof(*chunks));
+	struct lease_chunk *chunks = calloc(1, sizeof(*chunks));
 
 	ck_assert_ptr_nonnull(chunks);
 	ck_assert_int_eq(lease_add(t, 1000, 1000, 100, t, bytes, LEASE_PRIO_NORMAL, "t", chunks, 1, 0, &l), 0);

@@ -51,13 +51,13 @@ static enum waitq_verdict try_acquire(struct waitq_entry *e, void *ud)
 {
 	struct host *h = ud;
 	struct wait *w = (struct wait *)e;
-	int r = 0;
+	enum broker_refusal r = REFUSAL_NONE;
 
 	h->tried++;
 	if (w->size > h->quota_left[w->uid])
-		r = -EDQUOT;
+		r = REFUSAL_UID_QUOTA;
 	else if (w->size > h->free)
-		r = -ENOSPC;
+		r = REFUSAL_BUDGET;
 	if (waitq_order_verdict(r) != WAITQ_ANSWERED)
 		return waitq_order_verdict(r);
 	h->free -= w->size;
@@ -108,17 +108,20 @@ END_TEST
 
 START_TEST(test_verdicts_of_broker_acquire_results)
 {
-	ck_assert_int_eq(waitq_order_verdict(0), WAITQ_ANSWERED);
+	ck_assert_int_eq(waitq_order_verdict(REFUSAL_NONE), WAITQ_ANSWERED);
 	/* The uid's or the job's own limits: only its own releases help, others go ahead. */
-	ck_assert_int_eq(waitq_order_verdict(-EDQUOT), WAITQ_SKIP);
-	ck_assert_int_eq(waitq_order_verdict(-EUSERS), WAITQ_SKIP);
+	ck_assert_int_eq(waitq_order_verdict(REFUSAL_UID_QUOTA), WAITQ_SKIP);
+	ck_assert_int_eq(waitq_order_verdict(REFUSAL_JOB_QUOTA), WAITQ_SKIP);
 	/* The host's limits: nobody behind may overtake. */
-	ck_assert_int_eq(waitq_order_verdict(-ENOSPC), WAITQ_STOP);
-	ck_assert_int_eq(waitq_order_verdict(-EBUSY), WAITQ_STOP);
-	ck_assert_int_eq(waitq_order_verdict(-ENOLCK), WAITQ_STOP);
-	/* Anything else is answered (refused) rather than kept waiting forever. */
-	ck_assert_int_eq(waitq_order_verdict(-ENOMEM), WAITQ_ANSWERED);
-	ck_assert_int_eq(waitq_order_verdict(-EINVAL), WAITQ_ANSWERED);
+	ck_assert_int_eq(waitq_order_verdict(REFUSAL_BUDGET), WAITQ_STOP);
+	ck_assert_int_eq(waitq_order_verdict(REFUSAL_TIGHT), WAITQ_STOP);
+	ck_assert_int_eq(waitq_order_verdict(REFUSAL_TIGHT_NO_REVOKE), WAITQ_STOP);
+	/* Anything else is answered (refused) rather than kept waiting forever: a kernel failure too (huge pages
+	 * that ran out with hugetlb = yes are no budget the walk could wait for). */
+	ck_assert_int_eq(waitq_order_verdict(REFUSAL_FAILED), WAITQ_ANSWERED);
+	ck_assert_int_eq(waitq_order_verdict(REFUSAL_INVALID_SIZE), WAITQ_ANSWERED);
+	ck_assert_int_eq(waitq_order_verdict(REFUSAL_JOB_UNKNOWN), WAITQ_ANSWERED);
+	ck_assert_int_eq(waitq_order_verdict(REFUSAL_CRITICAL), WAITQ_ANSWERED);
 }
 END_TEST
 

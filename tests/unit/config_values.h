@@ -57,7 +57,7 @@ static inline bool config_set_other_value(struct config *c, const struct config 
 /*
  * Which keys a reload applies and which need a restart, written out here (docs/operations.md's
  * table as of issue 24) rather than read from the key table's `reloadable` flags, so that a flag
- * flipped in daemon/config.c fails check_config and check_reload. A new key goes in one list.
+ * flipped in daemon/config/config.c fails check_config and check_reload. A new key goes in one list.
  */
 static const char *const config_reloadable_keys[] = {
 	"budget",

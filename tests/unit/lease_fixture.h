@@ -25,9 +25,9 @@ static inline struct lease_table *new_table(void)
 }
 
 /* A chunks array as the pool would hand over; the table frees it. */
-static inline struct chunk **fake_chunks(size_t n)
+static inline struct lease_chunk *fake_chunks(size_t n)
 {
-	struct chunk **v = calloc(n ? n : 1, sizeof(*v));
+	struct lease_chunk *v = calloc(n ? n : 1, sizeof(*v));
 
 	ck_assert_ptr_nonnull(v);
 	return v;
