@@ -52,6 +52,11 @@ void wire_close_fds(int *fds, size_t n)
 
 ssize_t wire_recv(int sock, void *buf, size_t cap, int *fds, size_t max_fds, size_t *nfds)
 {
+	return wire_recv_flags(sock, buf, cap, fds, max_fds, nfds, 0);
+}
+
+ssize_t wire_recv_flags(int sock, void *buf, size_t cap, int *fds, size_t max_fds, size_t *nfds, int flags)
+{
 	struct iovec iov = { .iov_base = buf, .iov_len = cap };
 	union {
 		char buf[CMSG_SPACE(sizeof(int) * PB_MAX_FDS_PER_MSG)];
@@ -70,7 +75,7 @@ ssize_t wire_recv(int sock, void *buf, size_t cap, int *fds, size_t max_fds, siz
 
 	*nfds = 0;
 	do {
-		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | flags);
 	} while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return -errno;

@@ -41,6 +41,8 @@ int wire_send(int sock, const void *buf, size_t len, const int *fds, size_t nfds
  *   -EAGAIN    non-blocking socket with nothing to read.
  */
 ssize_t wire_recv(int sock, void *buf, size_t cap, int *fds, size_t max_fds, size_t *nfds);
+/* wire_recv with recvmsg flags added (MSG_DONTWAIT: -EAGAIN when nothing is queued). */
+ssize_t wire_recv_flags(int sock, void *buf, size_t cap, int *fds, size_t max_fds, size_t *nfds, int flags);
 
 /* Close n descriptors, ignoring -1 entries. */
 void wire_close_fds(int *fds, size_t n);

@@ -4,10 +4,13 @@
 #include "lib-int.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include "util.h"
 #include "wire.h"
 
 /* Sanity bound on one lease's chunk count: 2^20 chunks of 2 MiB is 2 TiB. */
@@ -145,8 +148,96 @@ static void await_reconnect_locked(pb_client *c)
 		pthread_cond_wait(&c->cond, &c->lock);
 }
 
+/* Under c->lock: may a caller read the socket for its reply now (no one else does, the connection is up)? */
+static bool may_read_locked(const pb_client *c)
+{
+	return c->receiver_started && !c->reading && !c->dead && !c->rx_failed && !c->closing;
+}
+
+void conn_end_read_locked(pb_client *c)
+{
+	c->reading = false;
+	/* A caller waiting to read, or the receiver waiting to hang up, goes on now. */
+	if (c->readers_waiting || c->dead || c->rx_failed)
+		pthread_cond_broadcast(&c->cond);
+}
+
+/* The receiver is wanted (a revoke to run, a broken connection): it polls wake_fd whenever it waits. */
+static void wake_receiver(pb_client *c)
+{
+	uint64_t one = 1;
+
+	/* Never blocks; a failure leaves the receiver to its next look, at most CONN_WATCH_MS away. */
+	if (write(c->wake_fd, &one, sizeof(one)) < 0)
+		return;
+}
+
+/*
+ * Under c->lock, holding the read side: read one packet (unlocked) and dispatch it, then let the read side go.
+ * A broken connection is the receiver's to hang up and report (c->rx_failed), as if it had read it.
+ */
+static void read_one_locked(pb_client *c)
+{
+	int fds[PB_MAX_FDS_PER_MSG];
+	uint64_t gen = c->conn_gen;
+	Reply *rep = NULL;
+	size_t nfds = 0;
+	ssize_t n;
+
+	pthread_mutex_unlock(&c->lock);
+	n = wire_recv(c->sock, c->rxbuf, PB_MAX_MSG_BYTES, fds, PB_MAX_FDS_PER_MSG, &nfds);
+	if (n > 0) {
+		rep = pinbroker__v1__reply__unpack(NULL, (size_t)n, c->rxbuf);
+		if (rep)
+			conn_dispatch(c, rep, fds, nfds);
+		else
+			wire_close_fds(fds, nfds);
+	}
+	pthread_mutex_lock(&c->lock);
+	if (!rep && c->conn_gen == gen && !c->dead && !c->rx_failed) {
+		if (n == 0)
+			snprintf(c->rx_failed_reason, sizeof(c->rx_failed_reason), "pinbrokerd closed the connection");
+		else if (n < 0)
+			snprintf(c->rx_failed_reason, sizeof(c->rx_failed_reason), "receiving: %s", strerror((int)-n));
+		else
+			snprintf(c->rx_failed_reason, sizeof(c->rx_failed_reason), "malformed packet from pinbrokerd");
+		c->rx_failed = n < 0 ? (int)n : n == 0 ? -ECONNRESET : -EPROTO;
+		wake_receiver(c);
+	}
+	conn_end_read_locked(c);
+}
+
+/*
+ * Under c->lock: wait until w is done, reading the socket while no one else does (reading: this caller holds the
+ * read side already). Then wait for the revokes read meanwhile to have run on the receiver thread, as they would
+ * have before this reply had the receiver read them.
+ */
+static void wait_reply_locked(pb_client *c, struct waiter *w, bool reading)
+{
+	uint64_t revokes;
+
+	for (;;) {
+		if (reading)
+			read_one_locked(c);
+		if (w->done)
+			break;
+		reading = may_read_locked(c);
+		if (reading) {
+			c->reading = true;
+			continue;
+		}
+		c->readers_waiting++;
+		pthread_cond_wait(&c->cond, &c->lock);
+		c->readers_waiting--;
+	}
+	revokes = c->revokes_queued;
+	while (c->revokes_run < revokes)
+		pthread_cond_wait(&c->cond, &c->lock);
+}
+
 int conn_call(pb_client *c, Request *req, struct waiter *w, bool keep, uint64_t gen)
 {
+	bool reading;
 	int r;
 
 	memset(w, 0, sizeof(*w));
@@ -175,6 +266,10 @@ int conn_call(pb_client *c, Request *req, struct waiter *w, bool keep, uint64_t 
 	/* Linked before sending: the reply may arrive before this thread gets to wait. */
 	w->next = c->waiters;
 	c->waiters = w;
+	c->last_call_ms = now_ms();
+	/* The read side taken before sending: the reply wakes this thread, not the receiver. */
+	reading = may_read_locked(c);
+	c->reading |= reading;
 	pthread_mutex_unlock(&c->lock);
 
 	r = conn_send_packed(c->sock, req);
@@ -183,13 +278,14 @@ int conn_call(pb_client *c, Request *req, struct waiter *w, bool keep, uint64_t 
 	pthread_mutex_lock(&c->lock);
 	if (r < 0) {
 		conn_unlink_waiter_locked(c, w);
+		if (reading)
+			conn_end_read_locked(c);
 		pthread_mutex_unlock(&c->lock);
 		if (r == -EPIPE)
 			r = -ECONNRESET;
 		return err_set(r, "cannot send to pinbrokerd: %s", strerror(-r));
 	}
-	while (!w->done)
-		pthread_cond_wait(&c->cond, &c->lock);
+	wait_reply_locked(c, w, reading);
 	if (!keep || w->err || !w->reply)
 		conn_unlink_waiter_locked(c, w);
 	r = w->err;
@@ -368,6 +464,33 @@ void conn_mark_revoked_locked(pb_client *c, uint64_t id)
 			w->revoked = true;
 }
 
+/* A caller read a REVOKE: the receiver thread runs it (a full queue waits for it to catch up). */
+static void queue_revoke(pb_client *c, uint64_t id, uint32_t deadline_ms)
+{
+	pthread_mutex_lock(&c->lock);
+	while (c->n_revokes == CONN_REVOKES_MAX && c->receiver_started)
+		pthread_cond_wait(&c->cond, &c->lock);
+	c->revokes[c->n_revokes++] = (struct conn_revoke){ id, deadline_ms };
+	c->revokes_queued++;
+	wake_receiver(c);
+	pthread_mutex_unlock(&c->lock);
+}
+
+void conn_run_revokes_locked(pb_client *c)
+{
+	while (c->n_revokes > 0) {
+		struct conn_revoke rv = c->revokes[0];
+
+		c->n_revokes--;
+		memmove(c->revokes, c->revokes + 1, c->n_revokes * sizeof(rv));
+		pthread_mutex_unlock(&c->lock);
+		c->hooks->revoke(c, rv.lease_id, rv.deadline_ms);
+		pthread_mutex_lock(&c->lock);
+		c->revokes_run++;
+		pthread_cond_broadcast(&c->cond);
+	}
+}
+
 void conn_dispatch(pb_client *c, Reply *rep, int *fds, size_t nfds)
 {
 	struct waiter *w;
@@ -375,8 +498,12 @@ void conn_dispatch(pb_client *c, Reply *rep, int *fds, size_t nfds)
 
 	if (seq == 0) {
 		wire_close_fds(fds, nfds);
-		if (rep->body_case == PINBROKER__V1__REPLY__BODY_REVOKE)
-			c->hooks->revoke(c, rep->revoke->lease_id, rep->revoke->deadline_ms);
+		if (rep->body_case == PINBROKER__V1__REPLY__BODY_REVOKE) {
+			if (conn_on_receiver_thread(c))
+				c->hooks->revoke(c, rep->revoke->lease_id, rep->revoke->deadline_ms);
+			else
+				queue_revoke(c, rep->revoke->lease_id, rep->revoke->deadline_ms);
+		}
 		pinbroker__v1__reply__free_unpacked(rep, NULL);
 		return;
 	}

@@ -35,7 +35,7 @@
  *   lib-map.c       map_: a lease's chunks mapped back to back, unmapped, retired   (cuda.c)
  *   lib-gpu.c       gpu_: the GPU's NUMA node, CUDA's availability                  (cuda.c)
  *   lib-receiver.c  receiver_: HELLO, the receiver thread, reconnect, re-declare    (conn)
- *   lib-conn.c      conn_: sending, waiting for replies, dispatching what arrives
+ *   lib-conn.c      conn_: sending, waiting for replies (reading them too), dispatching what arrives
  *   lib-errors.c    err_: pb_last_error's text, errnos for the daemon's status codes
  * The connection room (conn, receiver) acts on leases only through struct conn_hooks.
  */
@@ -141,6 +141,13 @@ struct conn_hooks {
 	void (*drop)(pb_lease *chain);
 };
 
+/* A REVOKE a caller read, queued for the receiver thread (a caller finding the queue full waits for it). */
+#define CONN_REVOKES_MAX 64
+struct conn_revoke {
+	uint64_t lease_id;
+	uint32_t deadline_ms;
+};
+
 struct pb_client {
 	int sock;
 	const struct conn_hooks *hooks; /* the lease room's, set before the receiver starts; never changes */
@@ -175,13 +182,31 @@ struct pb_client {
 	uint64_t cache_told_seq;  /* the receiver's last tick: leases cached at or before it are told idle next */
 	unsigned tells_in_flight; /* SET_IDLE 1s decided (the lease marked told) and not yet sent: a take waits */
 	bool rx_ticking;  /* the receiver ticks (a lease not told idle is cached); else a cache write wakes it */
-	bool rx_blocking; /* the receiver's last wait found no cache and nothing cached, so it went into its recv
-			   * alone, which no write wakes (true until its next wait, after a message) */
-	int wake_fd;      /* an eventfd the receiver polls with the socket: wakes it to start ticking */
-	uint64_t cache_tick_at_ms;         /* the receiver's next tick (its own: read and written by it alone) */
-	unsigned cache_idle_ms;            /* the tick (pb_set_cache_idle_ms) */
-	bool cache_tick_reset;             /* the tick changed: the receiver starts its schedule again */
-	struct pb_cache_stats cache_stats; /* hits, misses, evictions, revoked */
+	bool rx_blocking; /* the receiver's last wait found no cache, nothing cached and no call of late, so it went
+			   * into its recv alone, which no write wakes (true until that recv returns) */
+	int wake_fd;      /* an eventfd the receiver polls with the socket: wakes it to tick, or to run revokes */
+	/*
+	 * The socket's read side has one reader at a time (reading). A caller waiting for its reply reads the socket
+	 * itself when no one else does (lib-conn.c), so a reply wakes the one thread that wants it rather than the
+	 * receiver, which then woke the caller. The receiver watches the socket only once no call was sent for
+	 * CONN_WATCH_MS (until then the calls read what comes, and it waits on wake_fd alone, so calls wake it
+	 * neither coming nor going), or while the client stops. Revokes a caller reads are queued for it (revoke
+	 * callbacks run on the receiver alone, woken through wake_fd), and the call that read them returns once they
+	 * have run, as when the receiver read them in order; a connection a caller finds broken is the receiver's to
+	 * hang up (rx_failed).
+	 */
+	bool reading;
+	unsigned readers_waiting;  /* callers waiting for the read side, to read their reply */
+	uint64_t last_call_ms;     /* the last call sent: the receiver keeps off its lone recv for a while after */
+	int rx_failed;             /* a caller's read found the connection broken (-errno): the receiver hangs up */
+	char rx_failed_reason[96]; /* why, as the receiver would say it */
+	struct conn_revoke revokes[CONN_REVOKES_MAX]; /* read by callers, for the receiver to run, oldest first */
+	size_t n_revokes;
+	uint64_t revokes_queued, revokes_run; /* counts: a call returns once those it read have run */
+	uint64_t cache_tick_at_ms;            /* the receiver's next tick (its own: read and written by it alone) */
+	unsigned cache_idle_ms;               /* the tick (pb_set_cache_idle_ms) */
+	bool cache_tick_reset;                /* the tick changed: the receiver starts its schedule again */
+	struct pb_cache_stats cache_stats;    /* hits, misses, evictions, revoked */
 	pb_revoke_fn revoke_fn;
 	void *revoke_userdata;
 	/*
@@ -291,9 +316,15 @@ bool conn_knows_staging(const pb_client *c);
  * socket is full or being swapped), -ECONNRESET (the connection is down), -EMSGSIZE or another negative errno.
  */
 int conn_send_nowait(pb_client *c, Request *req);
-/* One packet the receiver read: a reply to its waiter, the fds of a lease, or a push (REVOKE, through
- * c->hooks). Takes rep and fds. */
+/* One packet the receiver (or a caller) read: a reply to its waiter, the fds of a lease, or a push (REVOKE, through
+ * c->hooks on the receiver thread; queued for it when a caller read it). Takes rep and fds. */
 void conn_dispatch(pb_client *c, Reply *rep, int *fds, size_t nfds);
+/* On the receiver thread, under c->lock: run the revokes callers read (the hooks run unlocked). */
+void conn_run_revokes_locked(pb_client *c);
+/* Under c->lock: the reader lets go of the read side, waking whoever waits for it. */
+void conn_end_read_locked(pb_client *c);
+/* Milliseconds after a call in which the calls read the socket and the receiver does not watch it. */
+#define CONN_WATCH_MS 20
 
 /* ---------------------------------------------------------------- lib-receiver.c */
 

@@ -304,64 +304,96 @@ static int reconnect(pb_client *c)
 	}
 }
 
+/* What the receiver's wait found. */
+enum rx_wait {
+	RX_LOOK_AGAIN, /* a tick, a wake, a caller reading: nothing to read now */
+	RX_READ,       /* the receiver holds the read side: a packet is there, or it waits in its lone recv */
+	RX_BROKEN,     /* a caller's read found the connection broken (c->rx_failed) */
+};
+
 /*
  * While a cached lease has not been told idle, wake every c->cache_idle_ms to tell the daemon which cached leases
  * sat idle a tick, so a lease reused at once never costs a message. Otherwise wait untimed: an idle client (cache
  * empty, or all of it told) never wakes; pb_release caching a lease then wakes this thread through c->wake_fd.
- * With no cache at all, return at once and let the recv wait alone (c->rx_blocking): the poll beside it cost a
- * lease's round trip 5-10% at 4 KiB, and pb_release tells the daemon itself of a lease cached meanwhile.
+ * Within CONN_WATCH_MS of a call, or while a caller reads, leave the socket to the calls and wait on wake_fd
+ * alone: neither a call's reply nor its end wakes this thread. With no cache at all, nothing cached and no call
+ * for CONN_WATCH_MS, wait in the recv alone (*blocking, c->rx_blocking): nothing then wakes this thread but a
+ * packet, and pb_release tells the daemon itself of a lease cached meanwhile.
  */
-static void receiver_wait(pb_client *c)
+static enum rx_wait receiver_wait(pb_client *c, bool *blocking)
 {
-	for (;;) {
-		struct pollfd p[2] = { { .fd = c->sock, .events = POLLIN }, { .fd = c->wake_fd, .events = POLLIN } };
-		int timeout_ms = -1;
-		unsigned idle_ms;
-		uint64_t now;
-		bool ticking;
+	struct pollfd p[2] = { { .fd = c->wake_fd, .events = POLLIN }, { .fd = c->sock, .events = POLLIN } };
+	int timeout_ms = -1;
+	nfds_t nfds = 2;
+	unsigned idle_ms;
+	uint64_t now;
+	bool ticking;
 
-		pthread_mutex_lock(&c->lock);
-		ticking = cache_untold_locked(c);
-		c->rx_ticking = ticking;
-		c->rx_blocking = !ticking && c->cache_limit_bytes == 0;
-		if (c->rx_blocking) {
-			pthread_mutex_unlock(&c->lock);
-			c->cache_tick_at_ms = 0;
-			return;
-		}
-		idle_ms = c->cache_idle_ms;
-		if (c->cache_tick_reset) {
-			c->cache_tick_reset = false;
-			c->cache_tick_at_ms = 0;
-		}
+	*blocking = false;
+	pthread_mutex_lock(&c->lock);
+	conn_run_revokes_locked(c);
+	if (c->rx_failed) {
 		pthread_mutex_unlock(&c->lock);
-		if (ticking) {
-			/* Ticks keep time however busy the connection is: a status poll must not hold them off. */
-			now = now_ms();
-			if (c->cache_tick_at_ms == 0)
-				c->cache_tick_at_ms = now + idle_ms;
-			if (now >= c->cache_tick_at_ms) {
-				cache_tick(c);
-				c->cache_tick_at_ms = now + idle_ms;
-				continue; /* what is left untold decides whether to go on ticking */
-			}
-			timeout_ms = (int)(c->cache_tick_at_ms - now);
-		} else {
-			c->cache_tick_at_ms = 0;
-		}
-		if (poll(p, 2, timeout_ms) < 0 && errno != EINTR)
-			return; /* the recv says what is wrong */
-		if (p[1].revents & POLLIN) {
-			uint64_t n;
-
-			/* Level-triggered: a write before this poll (or during it) is never lost. */
-			if (read(c->wake_fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
-				return;
-		}
-		/* Readable, hung up or failed: the recv says which. */
-		if (p[0].revents)
-			return;
+		return RX_BROKEN;
 	}
+	ticking = cache_untold_locked(c);
+	c->rx_ticking = ticking;
+	idle_ms = c->cache_idle_ms;
+	if (c->cache_tick_reset) {
+		c->cache_tick_reset = false;
+		c->cache_tick_at_ms = 0;
+	}
+	now = now_ms();
+	if (ticking) {
+		/* Ticks keep time however busy the connection is: a status poll must not hold them off. */
+		if (c->cache_tick_at_ms == 0)
+			c->cache_tick_at_ms = now + idle_ms;
+		if (now >= c->cache_tick_at_ms) {
+			pthread_mutex_unlock(&c->lock);
+			cache_tick(c);
+			c->cache_tick_at_ms = now + idle_ms;
+			return RX_LOOK_AGAIN; /* what is left untold decides whether to go on ticking */
+		}
+		timeout_ms = (int)(c->cache_tick_at_ms - now);
+	} else {
+		c->cache_tick_at_ms = 0;
+	}
+	if (!c->closing && (c->reading || now < c->last_call_ms + CONN_WATCH_MS)) {
+		/* The calls read what comes: look again once they have stopped (a caller reading: a while later). */
+		uint64_t wait_ms = c->reading ? CONN_WATCH_MS : c->last_call_ms + CONN_WATCH_MS - now;
+
+		if (timeout_ms < 0 || wait_ms < (uint64_t)timeout_ms)
+			timeout_ms = (int)wait_ms;
+		nfds = 1;
+	} else if (!ticking && c->cache_limit_bytes == 0) {
+		c->reading = true;
+		c->rx_blocking = true;
+		pthread_mutex_unlock(&c->lock);
+		c->cache_tick_at_ms = 0;
+		*blocking = true;
+		return RX_READ;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (poll(p, nfds, timeout_ms) < 0 && errno != EINTR)
+		p[1].revents = POLLERR; /* the recv says what is wrong */
+	if (p[0].revents & POLLIN) {
+		uint64_t n;
+
+		/* Level-triggered: a write before this poll (or during it) is never lost. */
+		if (read(c->wake_fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+			p[1].revents = POLLERR;
+	}
+	/* Readable, hung up or failed: the recv says which, unless a caller took the read side first. */
+	if (nfds < 2 || !p[1].revents)
+		return RX_LOOK_AGAIN;
+	pthread_mutex_lock(&c->lock);
+	if (c->reading) {
+		pthread_mutex_unlock(&c->lock);
+		return RX_LOOK_AGAIN;
+	}
+	c->reading = true;
+	pthread_mutex_unlock(&c->lock);
+	return RX_READ;
 }
 
 static void *receiver_main(void *arg)
@@ -374,25 +406,41 @@ static void *receiver_main(void *arg)
 
 	for (;;) {
 		for (;;) {
+			enum rx_wait how;
+			bool blocking;
 			Reply *rep;
 
-			receiver_wait(c);
-			n = wire_recv(c->sock, c->rxbuf, PB_MAX_MSG_BYTES, fds, PB_MAX_FDS_PER_MSG, &nfds);
-			if (n == 0) {
-				snprintf(reason, sizeof(reason), "pinbrokerd closed the connection");
+			how = receiver_wait(c, &blocking);
+			if (how == RX_LOOK_AGAIN)
+				continue;
+			if (how == RX_BROKEN) {
+				pthread_mutex_lock(&c->lock);
+				snprintf(reason, sizeof(reason), "%s", c->rx_failed_reason);
+				pthread_mutex_unlock(&c->lock);
 				break;
 			}
-			if (n < 0) {
-				snprintf(reason, sizeof(reason), "receiving: %s", strerror((int)-n));
-				break;
-			}
-			rep = pinbroker__v1__reply__unpack(NULL, (size_t)n, c->rxbuf);
-			if (!rep) {
+			/* Not blocking: a caller may have read what the poll saw. */
+			n = wire_recv_flags(c->sock, c->rxbuf, PB_MAX_MSG_BYTES, fds, PB_MAX_FDS_PER_MSG, &nfds,
+					    blocking ? 0 : MSG_DONTWAIT);
+			rep = n > 0 ? pinbroker__v1__reply__unpack(NULL, (size_t)n, c->rxbuf) : NULL;
+			/* Dispatched before the read side goes: packets are delivered in the order they came. */
+			if (rep)
+				conn_dispatch(c, rep, fds, nfds);
+			else if (n > 0)
 				wire_close_fds(fds, nfds);
+			pthread_mutex_lock(&c->lock);
+			c->rx_blocking = false;
+			conn_end_read_locked(c);
+			pthread_mutex_unlock(&c->lock);
+			if (rep || n == -EAGAIN)
+				continue;
+			if (n == 0)
+				snprintf(reason, sizeof(reason), "pinbrokerd closed the connection");
+			else if (n < 0)
+				snprintf(reason, sizeof(reason), "receiving: %s", strerror((int)-n));
+			else
 				snprintf(reason, sizeof(reason), "malformed packet from pinbrokerd");
-				break;
-			}
-			conn_dispatch(c, rep, fds, nfds);
+			break;
 		}
 
 		/* Hang up for real, so the daemon returns our leases even if it was we who saw garbage. */
@@ -407,6 +455,11 @@ static void *receiver_main(void *arg)
 				w->done = true;
 			}
 		pthread_cond_broadcast(&c->cond);
+		/* A caller in its recv sees the hang-up too: the socket is not replaced under it. Then the revokes it read. */
+		while (c->reading)
+			pthread_cond_wait(&c->cond, &c->lock);
+		conn_run_revokes_locked(c);
+		c->rx_failed = 0;
 		if (c->closing) {
 			pthread_mutex_unlock(&c->lock);
 			break;
@@ -416,6 +469,11 @@ static void *receiver_main(void *arg)
 		if (reconnect(c) < 0)
 			break;
 	}
+	/* No more revokes will run: no call waits for them. */
+	pthread_mutex_lock(&c->lock);
+	c->revokes_run = c->revokes_queued;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
 	return NULL;
 }
 
@@ -441,6 +499,13 @@ void receiver_stop(pb_client *c)
 	c->closing = true;
 	pthread_cond_broadcast(&c->cond); /* wakes a reconnect backoff */
 	pthread_mutex_unlock(&c->lock);
+	{
+		uint64_t one = 1;
+		/* And a receiver leaving the socket to the calls: it watches it now, for the daemon's close. */
+		ssize_t w = write(c->wake_fd, &one, sizeof(one));
+
+		(void)w;
+	}
 	/*
 	 * Half-close, so the daemon still reads the pipelined RELEASEs and answers
 	 * them (a full shutdown made its first answer fail, and it dropped the

@@ -58,6 +58,8 @@ struct chunk {
 	bool retired;
 	bool punched;                      /* found with pages missing and not yet repaired (counted once) */
 	uint64_t lease_id;                 /* the lease it is lent to, for reports; 0 while idle or unknown */
+	dev_t st_dev;                      /* its memfd's device and inode, for the restart state's lines: */
+	ino_t st_ino;                      /* 0 until first asked (restart-journal.c), fixed for its life */
 	struct chunk *next;                /* idle list link, owned by the pool */
 	struct chunk *all_prev, *all_next; /* every chunk, idle and lent, for the audit */
 };

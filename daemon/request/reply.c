@@ -351,9 +351,10 @@ void reply_grant(struct conn *c, uint64_t seq, struct lease *l)
 	conn_gain(c, l, false);
 	c->broker->counters.granted[l->registration ? GRANTED_REGISTRATION : GRANTED_POOL]++;
 	c->broker->counters.granted_bytes[l->registration ? GRANTED_REGISTRATION : GRANTED_POOL] += l->bytes;
+	send_lease(c, seq, l, false);
+	/* After the reply: the client maps while the line is written. */
 	log_event(EV_LEASE_GRANTED, LOG_INFO, l->id, l->uid, l->pid,
 		  "lease %llu granted: %llu bytes in %zu chunks to pid %d uid %u%s%s", (unsigned long long)l->id,
 		  (unsigned long long)l->bytes, l->nchunks, l->pid, l->uid, l->label[0] ? ", label " : "",
 		  text_escape(label, sizeof(label), l->label));
-	send_lease(c, seq, l, false);
 }

@@ -187,12 +187,12 @@ void handle_release(struct conn *c, const Pinbroker__V1__Request *req)
 
 		conn_lose(c, l, attached);
 		if (r == 0) {
-			log_event(EV_LEASE_RELEASED, LOG_INFO, l->id, l->uid, c->pid,
-				  "lease %llu: pid %d (%s) let go; it lives on for %zu attachers and %u "
-				  "exited-connection holds",
-				  (unsigned long long)l->id, c->pid, attached ? "attacher" : "holder", l->nattachers,
-				  l->exit_holds);
 			reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
+			log_event(
+				EV_LEASE_RELEASED, LOG_INFO, l->id, l->uid, c->pid,
+				"lease %llu: pid %d (%s) let go; it lives on for %zu attachers and %u exited-connection holds",
+				(unsigned long long)l->id, c->pid, attached ? "attacher" : "holder", l->nattachers,
+				l->exit_holds);
 			return;
 		}
 	} else if (!(l->owner == NULL && l->nattachers == 0 &&
@@ -207,8 +207,12 @@ void handle_release(struct conn *c, const Pinbroker__V1__Request *req)
 	}
 	/* Its last mapper let go by asking (the library unmapped it first): the chunks may stay warm for its tenant. */
 	l->released = holder || attached;
-	revoker_free_lease(b, l, "released");
+	/*
+	 * Answered first: freeing (the pool's check of each chunk for punched pages, the log line) then overlaps
+	 * the client's return. Nothing else is read before this handler ends, so no request sees the lease half gone.
+	 */
 	reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, "%s", "");
+	revoker_free_lease(b, l, "released");
 	revoker_freed(b);
 }
 

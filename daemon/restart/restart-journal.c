@@ -26,13 +26,18 @@
 #include "util.h"
 
 /*
- * The rewrite is O(leases) (a fstat per chunk), so the loop spends at most a
- * tenth of its time on it: after a rewrite that took t, the next waits 9 t.
+ * The rewrite is O(leases) (a fstat per chunk, a new file renamed over the
+ * old), so the loop spends at most a hundredth of its time on it: after a
+ * rewrite that took t, the next waits 99 t, but no more than a second unless
+ * 9 t is longer (a tenth, the old bound). A tenth was a quarter of the loop's
+ * own work in a tight acquire/release loop, on the path of the next request.
  * What a crash forgets is then only releases of the last moments: the next
  * daemon holds that memory while its holder lives (or until a scan shows it
  * unmapped), never lends it.
  */
-#define REWRITE_SPACING_FACTOR 9u
+#define REWRITE_SPACING_FACTOR 99u
+#define REWRITE_SPACING_MAX_US 1000000u
+#define REWRITE_SPACING_MIN_FACTOR 9u
 #define JOURNAL_MIN_BYTES (64u * 1024)
 
 /*
@@ -138,13 +143,20 @@ static int lease_line(const struct broker *b, const struct lease *l, struct orph
 		return -ENOMEM;
 	}
 	for (size_t k = 0; k < l->nchunks; k++) {
-		struct stat st;
+		struct chunk *ch = l->chunks[k].mem;
 
-		if (fstat(l->chunks[k].mem->fd, &st) < 0) {
-			orphan_clear(o);
-			return -errno;
+		/* A memfd's device and inode never change: asked once per chunk, not at every lease and rewrite. */
+		if (ch->st_ino == 0) {
+			struct stat st;
+
+			if (fstat(ch->fd, &st) < 0) {
+				orphan_clear(o);
+				return -errno;
+			}
+			ch->st_dev = st.st_dev;
+			ch->st_ino = st.st_ino;
 		}
-		o->keys[o->nkeys++] = (struct orphan_key){ st.st_dev, st.st_ino, l->chunks[k].mem->bytes };
+		o->keys[o->nkeys++] = (struct orphan_key){ ch->st_dev, ch->st_ino, ch->bytes };
 	}
 	/* The holder even when detached: its process may map it still. */
 	if (l->pid > 0)
@@ -249,6 +261,10 @@ static void jprepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
 		return;
 	since_us = now_us() - rs->jrewrite_us;
 	spacing_us = rs->jcost_us * REWRITE_SPACING_FACTOR;
+	if (spacing_us > REWRITE_SPACING_MAX_US)
+		spacing_us = rs->jcost_us * REWRITE_SPACING_MIN_FACTOR > REWRITE_SPACING_MAX_US
+				     ? rs->jcost_us * REWRITE_SPACING_MIN_FACTOR
+				     : REWRITE_SPACING_MAX_US;
 	limit_bytes = rs->jsnap_bytes > JOURNAL_MIN_BYTES ? rs->jsnap_bytes : JOURNAL_MIN_BYTES;
 	if (since_us < spacing_us && rs->jbytes < limit_bytes) {
 		if (!ev_is_active(&rs->jtimer)) {
