@@ -126,6 +126,8 @@ int acquire_call(pb_client *c, Request *req, const char *verb, uint32_t flags, b
 	r = lease_from_reply(c, &w, flags, reg, &l);
 
 	pthread_mutex_lock(&c->lock);
+	/* A REVOKE sent while the lease was being mapped marks the waiter before it is published. */
+	conn_drain_locked(c);
 	conn_unlink_waiter_locked(c, &w);
 	revoked = w.revoked;
 	if (r == 0) {

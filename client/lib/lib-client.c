@@ -54,6 +54,7 @@ int pb_connect(const char *path, pb_client **ret)
 	c->sock = -1;
 	c->wake_fd = -1;
 	c->next_seq = 1;
+	c->pid = getpid();
 	c->conn_gen = 1; /* 0 means "names no lease" to may_send_locked */
 	pthread_rwlock_init(&c->sock_lock, NULL);
 	pthread_mutex_init(&c->lock, NULL);

@@ -157,6 +157,7 @@ static bool may_read_locked(const pb_client *c)
 void conn_end_read_locked(pb_client *c)
 {
 	c->reading = false;
+	__atomic_store_n(&c->rx_got, false, __ATOMIC_RELAXED);
 	/* A caller waiting to read, or the receiver waiting to hang up, goes on now. */
 	if (c->readers_waiting || c->dead || c->rx_failed)
 		pthread_cond_broadcast(&c->cond);
@@ -173,10 +174,11 @@ static void wake_receiver(pb_client *c)
 }
 
 /*
- * Under c->lock, holding the read side: read one packet (unlocked) and dispatch it, then let the read side go.
- * A broken connection is the receiver's to hang up and report (c->rx_failed), as if it had read it.
+ * Under c->lock, holding the read side: read one packet (unlocked; recvmsg flags, MSG_DONTWAIT to only look) and
+ * dispatch it; the read side stays held. Returns the recv's result. A broken connection is the receiver's to hang
+ * up and report (c->rx_failed), as if it had read it.
  */
-static void read_one_locked(pb_client *c)
+static ssize_t read_one_held_locked(pb_client *c, int flags)
 {
 	int fds[PB_MAX_FDS_PER_MSG];
 	uint64_t gen = c->conn_gen;
@@ -185,8 +187,9 @@ static void read_one_locked(pb_client *c)
 	ssize_t n;
 
 	pthread_mutex_unlock(&c->lock);
-	n = wire_recv(c->sock, c->rxbuf, PB_MAX_MSG_BYTES, fds, PB_MAX_FDS_PER_MSG, &nfds);
+	n = wire_recv_flags(c->sock, c->rxbuf, PB_MAX_MSG_BYTES, fds, PB_MAX_FDS_PER_MSG, &nfds, flags);
 	if (n > 0) {
+		__atomic_store_n(&c->rx_got, true, __ATOMIC_RELEASE);
 		rep = pinbroker__v1__reply__unpack(NULL, (size_t)n, c->rxbuf);
 		if (rep)
 			conn_dispatch(c, rep, fds, nfds);
@@ -194,7 +197,7 @@ static void read_one_locked(pb_client *c)
 			wire_close_fds(fds, nfds);
 	}
 	pthread_mutex_lock(&c->lock);
-	if (!rep && c->conn_gen == gen && !c->dead && !c->rx_failed) {
+	if (!rep && n != -EAGAIN && c->conn_gen == gen && !c->dead && !c->rx_failed) {
 		if (n == 0)
 			snprintf(c->rx_failed_reason, sizeof(c->rx_failed_reason), "pinbrokerd closed the connection");
 		else if (n < 0)
@@ -204,21 +207,27 @@ static void read_one_locked(pb_client *c)
 		c->rx_failed = n < 0 ? (int)n : n == 0 ? -ECONNRESET : -EPROTO;
 		wake_receiver(c);
 	}
-	conn_end_read_locked(c);
+	return rep ? n : n > 0 ? -EPROTO : n;
 }
 
 /*
  * Under c->lock: wait until w is done, reading the socket while no one else does (reading: this caller holds the
- * read side already). Then wait for the revokes read meanwhile to have run on the receiver thread, as they would
- * have before this reply had the receiver read them.
+ * read side already). The caller whose own read completed w reads on, without waiting, what is queued behind its
+ * reply: a REVOKE sent right after a grant then marks the waiter before pb_acquire publishes the lease, as when
+ * the receiver read every packet. Then wait for the revokes read before the reply to have run on the receiver
+ * thread (those after it are the receiver's to run, as they were).
  */
 static void wait_reply_locked(pb_client *c, struct waiter *w, bool reading)
 {
-	uint64_t revokes;
-
 	for (;;) {
-		if (reading)
-			read_one_locked(c);
+		if (reading) {
+			ssize_t n = read_one_held_locked(c, 0);
+
+			if (w->done)
+				while (n > 0 && !c->rx_failed)
+					n = read_one_held_locked(c, MSG_DONTWAIT);
+			conn_end_read_locked(c);
+		}
 		if (w->done)
 			break;
 		reading = may_read_locked(c);
@@ -230,9 +239,37 @@ static void wait_reply_locked(pb_client *c, struct waiter *w, bool reading)
 		pthread_cond_wait(&c->cond, &c->lock);
 		c->readers_waiting--;
 	}
-	revokes = c->revokes_queued;
-	while (c->revokes_run < revokes)
+	while (c->revokes_run < w->revokes_at_done)
 		pthread_cond_wait(&c->cond, &c->lock);
+}
+
+/* Under c->lock: has the daemon sent something no one has read yet (a packet, or its hang-up)? */
+static bool unread_locked(const pb_client *c)
+{
+	char byte;
+
+	return recv(c->sock, &byte, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
+}
+
+void conn_drain_locked(pb_client *c)
+{
+	for (;;) {
+		if (may_read_locked(c)) {
+			c->reading = true;
+			while (read_one_held_locked(c, MSG_DONTWAIT) > 0 && !c->rx_failed)
+				;
+			conn_end_read_locked(c);
+			return;
+		}
+		if (!c->receiver_started || c->dead || c->rx_failed || c->closing ||
+		    !(__atomic_load_n(&c->rx_got, __ATOMIC_ACQUIRE) || unread_locked(c)))
+			return;
+		/* Another thread reads and has a packet, or one is waiting: it is dispatched (a REVOKE marked) once that
+		 * read ends. */
+		c->readers_waiting++;
+		pthread_cond_wait(&c->cond, &c->lock);
+		c->readers_waiting--;
+	}
 }
 
 int conn_call(pb_client *c, Request *req, struct waiter *w, bool keep, uint64_t gen)
@@ -243,6 +280,11 @@ int conn_call(pb_client *c, Request *req, struct waiter *w, bool keep, uint64_t 
 	memset(w, 0, sizeof(*w));
 	if (conn_on_receiver_thread(c))
 		return err_set(-EDEADLK, "cannot wait for pinbrokerd inside a revoke callback");
+	if (getpid() != c->pid)
+		return err_set(-ECHILD,
+			       "this pb_client was connected by process %d, before a fork: call pb_connect in "
+			       "this process",
+			       (int)c->pid);
 	pthread_mutex_lock(&c->lock);
 	if (c->dead)
 		await_reconnect_locked(c);
@@ -499,10 +541,16 @@ void conn_dispatch(pb_client *c, Reply *rep, int *fds, size_t nfds)
 	if (seq == 0) {
 		wire_close_fds(fds, nfds);
 		if (rep->body_case == PINBROKER__V1__REPLY__BODY_REVOKE) {
-			if (conn_on_receiver_thread(c))
+			if (conn_on_receiver_thread(c)) {
 				c->hooks->revoke(c, rep->revoke->lease_id, rep->revoke->deadline_ms);
-			else
+			} else {
+				/* A lease granted and not yet published is given back by its pb_acquire, as the hook
+				 * would have it: marked now, not when the receiver gets to the queue. */
+				pthread_mutex_lock(&c->lock);
+				conn_mark_revoked_locked(c, rep->revoke->lease_id);
+				pthread_mutex_unlock(&c->lock);
 				queue_revoke(c, rep->revoke->lease_id, rep->revoke->deadline_ms);
+			}
 		}
 		pinbroker__v1__reply__free_unpacked(rep, NULL);
 		return;
@@ -525,7 +573,9 @@ void conn_dispatch(pb_client *c, Reply *rep, int *fds, size_t nfds)
 	} else {
 		deliver_reply_locked(w, rep, fds, nfds);
 	}
-	if (w->done)
+	if (w->done) {
+		w->revokes_at_done = c->revokes_queued;
 		pthread_cond_broadcast(&c->cond);
+	}
 	pthread_mutex_unlock(&c->lock);
 }

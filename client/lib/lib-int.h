@@ -114,8 +114,9 @@ struct waiter {
 	size_t fds_expected;
 	int err; /* 0, or a negative errno when no usable reply came */
 	bool done;
-	bool revoked;         /* a revoke came for the lease before pb_acquire published it */
-	uint64_t instance_id; /* the daemon instance and connection the reply came on */
+	bool revoked;             /* a revoke came for the lease before pb_acquire published it */
+	uint64_t revokes_at_done; /* c->revokes_queued when it completed: the call waits for those to have run */
+	uint64_t instance_id;     /* the daemon instance and connection the reply came on */
 	uint64_t conn_gen;
 };
 
@@ -196,13 +197,15 @@ struct pb_client {
 	 * hang up (rx_failed).
 	 */
 	bool reading;
+	bool rx_got;               /* the reader has a packet it has not dispatched yet (atomic; cleared as it ends) */
 	unsigned readers_waiting;  /* callers waiting for the read side, to read their reply */
 	uint64_t last_call_ms;     /* the last call sent: the receiver keeps off its lone recv for a while after */
 	int rx_failed;             /* a caller's read found the connection broken (-errno): the receiver hangs up */
 	char rx_failed_reason[96]; /* why, as the receiver would say it */
 	struct conn_revoke revokes[CONN_REVOKES_MAX]; /* read by callers, for the receiver to run, oldest first */
 	size_t n_revokes;
-	uint64_t revokes_queued, revokes_run; /* counts: a call returns once those it read have run */
+	uint64_t revokes_queued, revokes_run; /* counts: a call returns once those read before its reply have run */
+	pid_t pid;                            /* the process that connected: a forked child's calls are refused */
 	uint64_t cache_tick_at_ms;            /* the receiver's next tick (its own: read and written by it alone) */
 	unsigned cache_idle_ms;               /* the tick (pb_set_cache_idle_ms) */
 	bool cache_tick_reset;                /* the tick changed: the receiver starts its schedule again */
@@ -285,6 +288,8 @@ int conn_send_packed(int sock, const Request *req);
  * or a negative errno when the connection failed (-ECONNRESET: the daemon went
  * away, also while this call was in flight) or the lease is stale (-ESTALE).
  */
+/* Under c->lock: have everything the daemon has sent so far dispatched, by this thread or by the one reading. */
+void conn_drain_locked(pb_client *c);
 int conn_call(pb_client *c, Request *req, struct waiter *w, bool keep, uint64_t gen);
 /* conn_call for a request naming no lease, with the status checked: 0 with w->reply OK, or -errno
  * (the reply already freed). -ENOTCONN for a NULL c. */

@@ -358,7 +358,7 @@ static enum rx_wait receiver_wait(pb_client *c, bool *blocking)
 	} else {
 		c->cache_tick_at_ms = 0;
 	}
-	if (!c->closing && (c->reading || now < c->last_call_ms + CONN_WATCH_MS)) {
+	if (c->reading || (!c->closing && now < c->last_call_ms + CONN_WATCH_MS)) {
 		/* The calls read what comes: look again once they have stopped (a caller reading: a while later). */
 		uint64_t wait_ms = c->reading ? CONN_WATCH_MS : c->last_call_ms + CONN_WATCH_MS - now;
 
@@ -422,6 +422,8 @@ static void *receiver_main(void *arg)
 			/* Not blocking: a caller may have read what the poll saw. */
 			n = wire_recv_flags(c->sock, c->rxbuf, PB_MAX_MSG_BYTES, fds, PB_MAX_FDS_PER_MSG, &nfds,
 					    blocking ? 0 : MSG_DONTWAIT);
+			if (n > 0)
+				__atomic_store_n(&c->rx_got, true, __ATOMIC_RELEASE);
 			rep = n > 0 ? pinbroker__v1__reply__unpack(NULL, (size_t)n, c->rxbuf) : NULL;
 			/* Dispatched before the read side goes: packets are delivered in the order they came. */
 			if (rep)
@@ -443,6 +445,10 @@ static void *receiver_main(void *arg)
 			break;
 		}
 
+		/* The revokes callers read before the hang-up send their releases while the connection still takes them. */
+		pthread_mutex_lock(&c->lock);
+		conn_run_revokes_locked(c);
+		pthread_mutex_unlock(&c->lock);
 		/* Hang up for real, so the daemon returns our leases even if it was we who saw garbage. */
 		shutdown(c->sock, SHUT_RDWR);
 		pthread_mutex_lock(&c->lock);
@@ -453,11 +459,16 @@ static void *receiver_main(void *arg)
 			if (!w->done) {
 				w->err = -ECONNRESET;
 				w->done = true;
+				w->revokes_at_done = c->revokes_queued;
 			}
 		pthread_cond_broadcast(&c->cond);
 		/* A caller in its recv sees the hang-up too: the socket is not replaced under it. Then the revokes it read. */
-		while (c->reading)
-			pthread_cond_wait(&c->cond, &c->lock);
+		while (c->reading) {
+			/* A reader may wait on a full revoke queue: empty it, or each waits for the other. */
+			conn_run_revokes_locked(c);
+			if (c->reading)
+				pthread_cond_wait(&c->cond, &c->lock);
+		}
 		conn_run_revokes_locked(c);
 		c->rx_failed = 0;
 		if (c->closing) {

@@ -34,14 +34,15 @@ typedef Pinbroker__V1__Reply Reply;
 
 /* What the stand-in daemon does; each test picks. */
 struct mock_cfg {
-	uint64_t chunk_bytes;  /* leases are cut into chunks of this size */
-	size_t fds_per_packet; /* < chunks forces LeaseFds packets */
-	uint64_t quota_bytes;  /* bigger acquires get OVER_QUOTA */
-	bool version_mismatch; /* answer HELLO with VERSION_MISMATCH */
-	bool revoke_on_grant;  /* revoke each lease before its last fd packet: the grant/revoke race, made certain */
-	uint64_t instance_id;  /* sent in HELLO when not 0 */
-	bool restart_per_conn; /* each connection is a new daemon instance: new instance id, ids from 1 again */
-	bool keep_leases;      /* leases outlive a connection (a restart that kept the fd store) */
+	uint64_t chunk_bytes;    /* leases are cut into chunks of this size */
+	size_t fds_per_packet;   /* < chunks forces LeaseFds packets */
+	uint64_t quota_bytes;    /* bigger acquires get OVER_QUOTA */
+	bool version_mismatch;   /* answer HELLO with VERSION_MISMATCH */
+	bool revoke_on_grant;    /* revoke each lease before its last fd packet: the grant/revoke race, made certain */
+	bool revoke_after_grant; /* revoke each lease right after its last packet, the caller's read done */
+	uint64_t instance_id;    /* sent in HELLO when not 0 */
+	bool restart_per_conn;   /* each connection is a new daemon instance: new instance id, ids from 1 again */
+	bool keep_leases;        /* leases outlive a connection (a restart that kept the fd store) */
 };
 
 struct mock_lease {
@@ -108,6 +109,55 @@ static void mock_revoke(int s, uint64_t id)
 	mock_send(s, &rep, NULL, 0);
 }
 
+/*
+ * rep (with its fds), then a REVOKE of lease id, queued by one sendmmsg: the REVOKE is in the socket microseconds
+ * after the reply, long before a client that read the reply has mapped the lease.
+ */
+static void mock_send_then_revoke(int s, Reply *rep, const int *fds, size_t nfds, uint64_t id)
+{
+	Pinbroker__V1__Revoke rv = PINBROKER__V1__REVOKE__INIT;
+	Reply rrep = PINBROKER__V1__REPLY__INIT;
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * PB_MAX_FDS_PER_MSG)];
+		struct cmsghdr align;
+	} control;
+	struct mmsghdr mm[2];
+	struct iovec iov[2];
+	uint8_t *bufs[2];
+	Reply *reps[2] = { rep, &rrep };
+
+	rv.lease_id = id;
+	rv.deadline_ms = 5000;
+	rrep.body_case = PINBROKER__V1__REPLY__BODY_REVOKE;
+	rrep.revoke = &rv;
+	memset(mm, 0, sizeof(mm));
+	memset(&control, 0, sizeof(control));
+	for (int i = 0; i < 2; i++) {
+		size_t len = pinbroker__v1__reply__get_packed_size(reps[i]);
+
+		bufs[i] = malloc(len);
+		pinbroker__v1__reply__pack(reps[i], bufs[i]);
+		iov[i] = (struct iovec){ .iov_base = bufs[i], .iov_len = len };
+		mm[i].msg_hdr.msg_iov = &iov[i];
+		mm[i].msg_hdr.msg_iovlen = 1;
+	}
+	if (nfds > 0) {
+		struct cmsghdr *cm;
+
+		mm[0].msg_hdr.msg_control = control.buf;
+		mm[0].msg_hdr.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+		cm = CMSG_FIRSTHDR(&mm[0].msg_hdr);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
+	}
+	/* A client that hung up is not an error: its next read shows EOF. */
+	(void)sendmmsg(s, mm, 2, MSG_NOSIGNAL);
+	free(bufs[0]);
+	free(bufs[1]);
+}
+
 static struct mock_lease *mock_find(uint64_t id)
 {
 	for (size_t i = 0; i < MOCK_MAX_LEASES; i++)
@@ -168,7 +218,10 @@ static void mock_acquire(int s, const struct mock_cfg *cfg, uint64_t seq, const 
 		more.lease_fds = &lf;
 		if (cfg->revoke_on_grant && sent + k == n)
 			mock_revoke(s, ml->id);
-		mock_send(s, &more, fds + sent, k);
+		if (cfg->revoke_after_grant && sent + k == n)
+			mock_send_then_revoke(s, &more, fds + sent, k, ml->id);
+		else
+			mock_send(s, &more, fds + sent, k);
 		sent += k;
 	}
 	wire_close_fds(fds, n);
@@ -713,6 +766,57 @@ START_TEST(test_revoke_racing_the_grant_gives_the_lease_back)
 }
 END_TEST
 
+/*
+ * The REVOKE comes behind the whole grant, when the caller has read its reply and stopped reading (and the
+ * receiver keeps off the socket for a while after a call): pb_acquire must still see it and give the lease back.
+ */
+START_TEST(test_revoke_right_behind_the_grant_gives_the_lease_back)
+{
+	struct mock_cfg cfg = default_cfg;
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	struct pb_status *st = NULL;
+	pb_client *c;
+	pb_lease *l = NULL;
+
+	cfg.revoke_after_grant = true;
+	c = connect_mock(&cfg);
+	/* A call first: the receiver, woken from its lone recv by the reply, then leaves the socket to the calls. */
+	ck_assert_int_eq(pb_status_get(c, &st), 0);
+	pb_status_free(st);
+	/* 256 chunks: the client maps for a millisecond or so after its last packet, with the REVOKE queued behind. */
+	ck_assert_int_eq(pb_acquire(c, 16u << 20, &o, &l), -EAGAIN);
+	ck_assert_ptr_null(l);
+	ck_assert(mock_saw(c, "release 1 first=0"));
+	ck_assert(mock_saw(c, "ack 1"));
+	pb_disconnect(c);
+	mock_stop();
+}
+END_TEST
+
+/* A forked child calling on its parent's client is refused at once (it would read the parent's socket). */
+START_TEST(test_a_forked_child_cannot_call_on_its_parents_client)
+{
+	pb_client *c = connect_mock(&default_cfg);
+	struct pb_status *st = NULL;
+	int status;
+	pid_t pid;
+
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct pb_status *cs = NULL;
+
+		_exit(pb_status_get(c, &cs) == -ECHILD && cs == NULL ? 0 : 1);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's call was not refused with -ECHILD");
+	ck_assert_int_eq(pb_status_get(c, &st), 0);
+	pb_status_free(st);
+	pb_disconnect(c);
+	mock_stop();
+}
+END_TEST
+
 /* How many of the stand-in's log lines equal line (after mock_saw found one, so async requests have landed). */
 static size_t mock_count(pb_client *c, const char *line)
 {
@@ -957,6 +1061,8 @@ CHECK_SUITE(client_suite, "client", "mock daemon", NULL, NULL, 30, test_version_
 	    test_revoke_of_cached_lease_releases_it_in_the_background,
 	    test_revoke_of_idle_lease_releases_it_and_leaves_a_fault_not_memory,
 	    test_revoke_callback_may_release_on_the_receiver_thread, test_revoke_racing_the_grant_gives_the_lease_back,
+	    test_revoke_right_behind_the_grant_gives_the_lease_back,
+	    test_a_forked_child_cannot_call_on_its_parents_client,
 	    test_connection_drop_fails_the_call_in_flight_and_the_next_call_reconnects,
 	    test_same_instance_redeclares_and_only_rejected_leases_go_stale,
 	    test_set_idle_after_the_library_gave_a_revoked_lease_back_is_estale,
