@@ -18,8 +18,7 @@
 #define REASON_MAX 256
 
 /* The one place a bound's reason is written: what it is, and its figures. */
-static void bound_reason(const struct conn *c, const struct broker_bound *bd, bool never_revoked, char *msg,
-			 size_t len)
+static void bound_reason(const struct conn *c, const struct broker_bound *bd, bool never_revoked, char *msg, size_t len)
 {
 	const struct broker *b = c->broker;
 	const struct job *jb = c->cgroup ? c->cgroup->job : NULL;
@@ -70,7 +69,9 @@ static void bound_reason(const struct conn *c, const struct broker_bound *bd, bo
 
 		snprintf(msg, len, "%s: %llu of %llu%s", what[bd->kind], (unsigned long long)bd->used,
 			 (unsigned long long)bd->limit,
-			 bd->left_bytes == 0 ? ", none left" : bd->left_bytes == UINT64_MAX ? "" : ", in chunks");
+			 bd->left_bytes == 0            ? ", none left"
+			 : bd->left_bytes == UINT64_MAX ? ""
+							: ", in chunks");
 		if (bd->left_bytes != 0 && bd->left_bytes != UINT64_MAX)
 			snprintf(msg + strlen(msg), len - strlen(msg), " of at most the largest class: %s", f);
 		return;
