@@ -7,6 +7,21 @@
 #include <stdio.h>
 #include <string.h>
 
+const char *pb_bound_name(int kind)
+{
+	static const char *const names[] = {
+		[PB_BOUND_BUDGET] = "budget",         [PB_BOUND_UID_QUOTA] = "uid_quota",
+		[PB_BOUND_JOB_QUOTA] = "job_quota",   [PB_BOUND_JOB_UNKNOWN] = "job_unknown",
+		[PB_BOUND_NO_REVOKE] = "no_revoke",   [PB_BOUND_PRESSURE] = "pressure",
+		[PB_BOUND_UID_LEASES] = "uid_leases", [PB_BOUND_UID_CHUNKS] = "uid_chunks",
+		[PB_BOUND_CAPACITY] = "capacity",     [PB_BOUND_CONN_LEASES] = "connection_leases",
+	};
+
+	if (kind < 0 || (size_t)kind >= sizeof(names) / sizeof(names[0]))
+		return "unknown";
+	return names[kind];
+}
+
 int pb_headroom(pb_client *c, unsigned flags, struct pb_headroom *out)
 {
 	Pinbroker__V1__HeadroomRequest hq = PINBROKER__V1__HEADROOM_REQUEST__INIT;

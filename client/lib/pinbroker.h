@@ -859,6 +859,11 @@ struct pb_headroom {
  * predates it) or another negative errno of the connection.
  */
 int pb_headroom(pb_client *c, unsigned flags, struct pb_headroom *out);
+/*
+ * A bound's kind as a word: "budget", "uid_quota", "job_quota", "job_unknown", "no_revoke", "pressure",
+ * "uid_leases", "uid_chunks", "capacity", "connection_leases"; "unknown" for a kind this library does not know.
+ */
+const char *pb_bound_name(int kind);
 
 #ifdef __cplusplus
 }

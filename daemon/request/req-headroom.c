@@ -68,12 +68,10 @@ static void bound_reason(const struct conn *c, const struct broker_bound *bd, bo
 		};
 
 		snprintf(msg, len, "%s: %llu of %llu%s", what[bd->kind], (unsigned long long)bd->used,
-			 (unsigned long long)bd->limit,
-			 bd->left_bytes == 0            ? ", none left"
-			 : bd->left_bytes == UINT64_MAX ? ""
-							: ", in chunks");
+			 (unsigned long long)bd->limit, bd->left_bytes == 0 ? ", none left" : "");
 		if (bd->left_bytes != 0 && bd->left_bytes != UINT64_MAX)
-			snprintf(msg + strlen(msg), len - strlen(msg), " of at most the largest class: %s", f);
+			snprintf(msg + strlen(msg), len - strlen(msg), "; room for %s in chunks of the largest class",
+				 f);
 		return;
 	}
 	default:

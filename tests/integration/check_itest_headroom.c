@@ -202,8 +202,8 @@ static const struct row {
 START_TEST(test_headroom_is_granted_and_a_page_more_refused_by_its_bound)
 {
 	const struct row *r = &rows[_i];
-	const char *args[24] = { "--proc-root", root, "--prewarm", "0", "--poll-interval-ms", "100",
-				 "--hysteresis-ms", "800" };
+	const char *args[24] = { "--proc-root",        root,  "--prewarm",       "0",
+				 "--poll-interval-ms", "100", "--hysteresis-ms", "800" };
 	size_t n = 8;
 	struct world w = { 0 };
 	struct pb_headroom h;
