@@ -104,6 +104,12 @@ static uint64_t cap_room(const struct broker_bound *cap)
 	return cap->used < cap->limit ? cap->limit - cap->used : 0;
 }
 
+/* Whether need more fit the cap: not when it is over already (a lowered cap, exit holds), even for none. */
+static bool cap_fits(const struct broker_bound *cap, uint64_t need)
+{
+	return !cap->limit || (cap->used <= cap->limit && need <= cap_room(cap));
+}
+
 /* The caps on file descriptors and mappings for one lease of need chunks: per uid, then the daemon's own. */
 static enum broker_refusal check_counts(const struct broker *b, uid_t uid, uint64_t need)
 {
@@ -111,7 +117,7 @@ static enum broker_refusal check_counts(const struct broker *b, uid_t uid, uint6
 
 	count_caps(b, uid, caps);
 	for (unsigned i = 0; i < COUNT_CAPS; i++)
-		if ((i == 0 ? 1 : need) > cap_room(&caps[i]))
+		if (!cap_fits(&caps[i], i == 0 ? 1 : need))
 			return count_refusals[i];
 	return REFUSAL_NONE;
 }
@@ -121,6 +127,14 @@ static uint64_t no_revoke_left(const struct broker *b, uid_t uid, uint64_t *used
 {
 	*used = budget_uid_no_revoke(b->budget, uid);
 	return *used < b->max_no_revoke_per_uid_bytes ? b->max_no_revoke_per_uid_bytes - *used : 0;
+}
+
+/* Whether charge_bytes more never-revoked bytes fit uid's cap: not when it is over already, even for none. */
+static bool no_revoke_fits(const struct broker *b, uid_t uid, uint64_t charge_bytes)
+{
+	uint64_t used, left = no_revoke_left(b, uid, &used);
+
+	return used <= b->max_no_revoke_per_uid_bytes && charge_bytes <= left;
 }
 
 /* Unknown is not unlimited: a rule may well cover that client's job. */
@@ -238,7 +252,7 @@ static void trim_avail(const struct pool_view *pv, size_t max, uint64_t avail[CL
 enum broker_refusal broker_acquire(struct broker *b, const struct acquire_args *a, const struct pool_view *pv,
 				   struct acquire_plan *plan)
 {
-	uint64_t size_bytes, charge_bytes, need = 0, used, left;
+	uint64_t size_bytes, charge_bytes, need = 0, left;
 	bool backed = a->registration && a->backed &&
 		      (!b->backings ||
 		       backing_registrants(b->backings, a->backing_dev, a->backing_ino) < b->max_registrants_per_file);
@@ -271,7 +285,7 @@ enum broker_refusal broker_acquire(struct broker *b, const struct acquire_args *
 	if (v != REFUSAL_NONE)
 		return v;
 	/* Only the holder's exit frees a never-revoked lease: a uid gets a bounded share of them. */
-	if ((a->no_revoke || a->registration) && charge_bytes > no_revoke_left(b, a->uid, &used))
+	if ((a->no_revoke || a->registration) && !no_revoke_fits(b, a->uid, charge_bytes))
 		return REFUSAL_UID_NO_REVOKE;
 
 	/* Under pressure new pinning would add to it. A rank registering pages another already pinned adds nothing
@@ -363,7 +377,7 @@ void broker_headroom(const struct broker *b, const struct acquire_args *a, const
 		room = cap_room(&caps[i]);
 		if (i == 0 || a->registration)
 			/* A lease count, or a registration's chunks (none): the cap is reached or it is not. */
-			left = room >= (i == 0 ? 1u : 0u) ? UINT64_MAX : 0;
+			left = cap_fits(&caps[i], i == 0 ? 1 : 0) ? UINT64_MAX : 0;
 		else
 			left = room > UINT64_MAX / classes_max(pv->classes) ? UINT64_MAX
 									    : room * classes_max(pv->classes);

@@ -391,7 +391,8 @@ enum broker_refusal jobs_check(const struct job_cgroup *cg, uint64_t bytes)
 {
 	uint64_t limit, used, left;
 
-	if (jobs_left(cg, &limit, &used, &left) && bytes > left)
+	/* Over a lowered quota, nothing more fits, not even nothing. */
+	if (jobs_left(cg, &limit, &used, &left) && (used > limit || bytes > left))
 		return REFUSAL_JOB_QUOTA;
 	return REFUSAL_NONE;
 }
