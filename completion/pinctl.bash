@@ -72,7 +72,7 @@ _pinctl_reply() {
 
 _pinctl() {
 	local cur prev cmd=$1 sub= i w skip=0 nargs=0 run_prog=
-	local commands="status leases top watch acquire revoke get set config quota jobs metrics run doctor help"
+	local commands="status leases top watch acquire revoke get set config quota jobs headroom metrics run doctor help"
 	_pinctl_words
 	COMPREPLY=()
 

@@ -43,7 +43,7 @@ set(PB_DAEMON_SHELL_SOURCES
   pool/pool.c pool/pool-chunk.c pool/pool-pages.c pool/pool-place.c
   pool/audit.c pool/numa.c pool/prewarm.c pool/reserve.c pool/warmup.c
   recovery/recovery.c recovery/recovery-writer.c
-  request/request.c request/reply.c request/req-admin.c request/req-client.c request/req-quota.c
+  request/request.c request/reply.c request/req-admin.c request/req-client.c request/req-quota.c request/req-headroom.c
   request/req-status.c request/waitq.c
   restart/restart.c restart/restart-journal.c restart/restart-scan.c
   revoker/revoker.c revoker/revoker-free.c revoker/revoker-hold.c revoker/revoker-round.c

@@ -24,6 +24,7 @@
  *   lib-staging-ring.c  staging_: the ring lease, its events and threads, fork (acquire, lease, report, cuda.c)
  *   lib-staging-report.c  staging_report_send: ReportStaging                         (conn)
  *   lib-admin.c     metrics, config, admin revoke and set, job quotas               (status, conn)
+ *   lib-headroom.c  pb_headroom: what this client may still get now                 (conn)
  *   lib-status.c    status_: STATUS paging and conversion                           (conn)
  *   lib-share.c     pb_lease_share, pb_attach                                       (acquire, lease, conn)
  *   lib-register.c  pb_register, pb_unregister, unbrokered reports                  (acquire, conn)

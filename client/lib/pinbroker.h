@@ -813,6 +813,58 @@ int pb_quota_set(pb_client *c, const char *cgroup, uint64_t bytes, unsigned flag
  */
 int pb_quota_list(pb_client *c, struct pb_quota_rule **rules, size_t *nrules, struct pb_job **jobs, size_t *njobs);
 
+/*
+ * How much this client may still get now, from one state of the daemon: each bound an acquire meets
+ * (the budget, the uid's and the job's quotas, the never-revoked cap, the pressure state, the fd and
+ * lease-count caps) with its figures and a reason, and the least of them. A serving framework sizes
+ * its host pool from available_bytes rather than from /proc/meminfo: an acquire of available_bytes
+ * with the same flags is granted now, and one of a page (page_bytes) more is refused with the binding
+ * bound's refusal, unless other clients' acquires or releases come between.
+ */
+enum pb_bound_kind {
+	PB_BOUND_BUDGET = 0,      /* the host budget */
+	PB_BOUND_UID_QUOTA = 1,   /* the uid quota (uid-quota, where below the budget) */
+	PB_BOUND_JOB_QUOTA = 2,   /* the job's quota rule (pinctl quota) */
+	PB_BOUND_JOB_UNKNOWN = 3, /* the job could not be read while quota rules exist: 0 */
+	PB_BOUND_NO_REVOKE = 4,   /* max-no-revoke-per-uid (with PB_ACQUIRE_NO_REVOKE or PB_HEADROOM_REGISTER) */
+	PB_BOUND_PRESSURE = 5,    /* tight: the free warm pool, 0 for never-revoked memory; critical: 0 */
+	PB_BOUND_UID_LEASES = 6,  /* max-leases-per-uid: limit and used count leases */
+	PB_BOUND_UID_CHUNKS = 7,  /* max-chunks-per-uid: limit and used count fds */
+	PB_BOUND_CAPACITY = 8,    /* the daemon's chunk capacity: limit and used count fds */
+	PB_BOUND_CONN_LEASES = 9, /* max-leases-per-client, this connection's: limit and used count leases */
+};
+#define PB_HEADROOM_BOUNDS_MAX 16
+#define PB_HEADROOM_UNBOUNDED UINT64_MAX /* left_bytes of a count cap not reached: it bounds no bytes */
+struct pb_headroom_bound {
+	int kind;            /* enum pb_bound_kind; a newer daemon may send others */
+	uint64_t limit;      /* bytes, or a count for the kinds that say so */
+	uint64_t used;       /* the same unit as limit */
+	uint64_t left_bytes; /* what an acquire may get under this bound, or PB_HEADROOM_UNBOUNDED */
+	char reason[256];    /* the daemon's words: what the bound is, and its figures */
+};
+struct pb_headroom {
+	uint64_t available_bytes; /* an acquire of this many bytes is granted now; a page more is refused */
+	uint64_t page_bytes;      /* an acquire of these flags is rounded up to a whole number of these */
+	size_t n_bounds;          /* bounds[0..n_bounds), in the order an acquire checks them */
+	size_t binding;           /* the index in bounds of the one that binds */
+	char state[16];           /* the pressure state: "normal", "tight" or "critical" */
+	struct pb_headroom_bound bounds[PB_HEADROOM_BOUNDS_MAX];
+};
+/* pb_headroom flags: PB_ACQUIRE_NO_REVOKE, and this one for what pb_register may still charge. */
+#define PB_HEADROOM_REGISTER (1u << 16)
+/*
+ * Fill *out with what an acquire with flags (PB_ACQUIRE_NO_REVOKE: the never-revoked cap binds too;
+ * PB_HEADROOM_REGISTER: a registration, counted in the host's base pages) may get now. Any client may
+ * ask about itself. Returns 0, -EINVAL (out NULL or an unknown flag), -EOPNOTSUPP (a daemon that
+ * predates it) or another negative errno of the connection.
+ */
+int pb_headroom(pb_client *c, unsigned flags, struct pb_headroom *out);
+/*
+ * A bound's kind as a word: "budget", "uid_quota", "job_quota", "job_unknown", "no_revoke", "pressure",
+ * "uid_leases", "uid_chunks", "capacity", "connection_leases"; "unknown" for a kind this library does not know.
+ */
+const char *pb_bound_name(int kind);
+
 #ifdef __cplusplus
 }
 #endif

@@ -332,6 +332,63 @@ const struct pinctl_field job_fields[] = {
 };
 const size_t n_job_fields = sizeof(job_fields) / sizeof(job_fields[0]);
 
+/* headroom: one row per bound; left_bytes null where a count cap bounds no bytes, as --json has it. */
+#define HROW(row) ((const struct headroom_row *)(row))
+#define HBOUND(row) (&HROW(row)->h->bounds[HROW(row)->i])
+
+static const char *headroom_bound(const void *row, char *buf, size_t len)
+{
+	return pb_bound_name(HBOUND(row)->kind);
+}
+
+static const char *headroom_limit(const void *row, char *buf, size_t len)
+{
+	snprintf(buf, len, "%" PRIu64, HBOUND(row)->limit);
+	return buf;
+}
+
+static const char *headroom_used(const void *row, char *buf, size_t len)
+{
+	snprintf(buf, len, "%" PRIu64, HBOUND(row)->used);
+	return buf;
+}
+
+static const char *headroom_left_bytes(const void *row, char *buf, size_t len)
+{
+	if (HBOUND(row)->left_bytes == PB_HEADROOM_UNBOUNDED)
+		return NULL;
+	snprintf(buf, len, "%" PRIu64, HBOUND(row)->left_bytes);
+	return buf;
+}
+
+static const char *headroom_binding(const void *row, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s", HROW(row)->i == HROW(row)->h->binding ? "true" : "false");
+	return buf;
+}
+
+static const char *headroom_reason(const void *row, char *buf, size_t len)
+{
+	return HBOUND(row)->reason;
+}
+
+static const char *headroom_available_bytes(const void *row, char *buf, size_t len)
+{
+	snprintf(buf, len, "%" PRIu64, HROW(row)->h->available_bytes);
+	return buf;
+}
+
+const struct pinctl_field headroom_fields[] = {
+	{ "bound", headroom_bound },
+	{ "limit", headroom_limit },
+	{ "used", headroom_used },
+	{ "left_bytes", headroom_left_bytes },
+	{ "binding", headroom_binding },
+	{ "reason", headroom_reason },
+	{ "available_bytes", headroom_available_bytes },
+};
+const size_t n_headroom_fields = sizeof(headroom_fields) / sizeof(headroom_fields[0]);
+
 FIELD_STR(rule, RULE, pattern)
 FIELD_U64(rule, RULE, bytes)
 FIELD_STR(rule, RULE, source)

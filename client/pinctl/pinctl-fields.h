@@ -29,6 +29,15 @@ extern const size_t n_rule_fields;
 extern const struct pinctl_field config_fields[];
 extern const size_t n_config_fields;
 
+/* pinctl headroom's rows: bound i of h, with the answer's own figures beside it. */
+struct pb_headroom;
+struct headroom_row {
+	const struct pb_headroom *h;
+	size_t i;
+};
+extern const struct pinctl_field headroom_fields[];
+extern const size_t n_headroom_fields;
+
 /* One sample of the daemon's Prometheus text: pinctl metrics' rows. */
 struct metric_sample {
 	char *name;

@@ -768,6 +768,62 @@ void print_jobs(const struct pb_job *jobs, size_t n, bool headers)
 	}
 }
 
+void json_headroom(FILE *f, const struct pb_headroom *h)
+{
+	fputs("{\"schema_version\":1,", f);
+	json_u64(f, "available_bytes", h->available_bytes, true);
+	json_u64(f, "page_bytes", h->page_bytes, true);
+	json_kstr(f, "state", h->state, true);
+	json_kstr(f, "binding", h->n_bounds ? pb_bound_name(h->bounds[h->binding].kind) : "", true);
+	fputs("\"bounds\":[", f);
+	for (size_t i = 0; i < h->n_bounds; i++) {
+		const struct pb_headroom_bound *b = &h->bounds[i];
+
+		fprintf(f, "%s{", i ? "," : "");
+		json_kstr(f, "bound", pb_bound_name(b->kind), true);
+		json_u64(f, "limit", b->limit, true);
+		json_u64(f, "used", b->used, true);
+		if (b->left_bytes == PB_HEADROOM_UNBOUNDED)
+			fputs("\"left_bytes\":null,", f);
+		else
+			json_u64(f, "left_bytes", b->left_bytes, true);
+		fprintf(f, "\"binding\":%s,", i == h->binding ? "true" : "false");
+		json_kstr(f, "reason", b->reason, false);
+		fputc('}', f);
+	}
+	fputs("]}\n", f);
+}
+
+/* A bound's limit or used: a size, or a count for the count caps. */
+static const char *bound_figure(const struct pb_headroom_bound *b, uint64_t v, char *buf, size_t len)
+{
+	if (b->kind >= PB_BOUND_UID_LEASES && b->kind <= PB_BOUND_CONN_LEASES)
+		snprintf(buf, len, "%" PRIu64, v);
+	else
+		format_size(v, buf, len);
+	return buf;
+}
+
+void print_headroom(const struct pb_headroom *h, bool headers)
+{
+	char a[32], p[32], l[32], u[32], f[32], e[ESC_BYTES];
+
+	if (headers) {
+		printf("available: %s (%s pages, host memory %s), bound by %s\n",
+		       format_size(h->available_bytes, a, sizeof(a)), format_size(h->page_bytes, p, sizeof(p)),
+		       h->state, h->n_bounds ? pb_bound_name(h->bounds[h->binding].kind) : "-");
+		printf("  %-18s %10s %10s %10s  %s\n", "BOUND", "LIMIT", "USED", "LEFT", "REASON");
+	}
+	for (size_t i = 0; i < h->n_bounds; i++) {
+		const struct pb_headroom_bound *b = &h->bounds[i];
+
+		printf("%c %-18s %10s %10s %10s  %s\n", i == h->binding ? '*' : ' ', pb_bound_name(b->kind),
+		       bound_figure(b, b->limit, l, sizeof(l)), bound_figure(b, b->used, u, sizeof(u)),
+		       b->left_bytes == PB_HEADROOM_UNBOUNDED ? "-" : format_size(b->left_bytes, f, sizeof(f)),
+		       esc(b->reason, e));
+	}
+}
+
 void config_entry_json(FILE *f, const struct pb_config_entry *e)
 {
 	fputc('{', f);

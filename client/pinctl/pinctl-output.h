@@ -49,5 +49,10 @@ void print_leases_table(const struct pb_lease_info *rows, size_t n, bool headers
 /* The jobs table of pinctl jobs and quota list, on stdout: a header line unless !headers, then a row per job
  * ("no jobs hold leases" for none, and nothing without headers). */
 void print_jobs(const struct pb_job *jobs, size_t n, bool headers);
+/* pinctl headroom: {schema_version, available_bytes, page_bytes, state, binding, bounds[]} and its newline. */
+struct pb_headroom;
+void json_headroom(FILE *f, const struct pb_headroom *h);
+/* pinctl headroom's text: the answer, then a row per bound (the binding one marked). */
+void print_headroom(const struct pb_headroom *h, bool headers);
 /* One setting as "key = value  # source", on stdout. */
 void config_entry_human(const struct pb_config_entry *e);

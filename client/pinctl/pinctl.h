@@ -2,7 +2,7 @@
 /*
  * pinctl's private header: what every command shares (pinctl-cli.c), and the commands main dispatches to.
  * The rooms, each calling only those below it: pinctl.c (main) -> the commands (pinctl-cmd.c, -top.c,
- * -run.c, -quota.c, -doctor.c) -> pinctl-cli.c -> pinctl-fields.c (the script forms) -> pinctl-output.c,
+ * -run.c, -quota.c, -headroom.c, -doctor.c) -> pinctl-cli.c -> pinctl-fields.c (the script forms) -> pinctl-output.c,
  * and pinctl-help.c.
  */
 #pragma once
@@ -134,5 +134,7 @@ int cmd_run(int argc, char **argv);
 /* pinctl quota and pinctl jobs (pinctl-quota.c). */
 int cmd_quota(int argc, char **argv);
 int cmd_jobs(int argc, char **argv);
+/* pinctl headroom: what this client may still acquire, each bound with its reason (pinctl-headroom.c). */
+int cmd_headroom(int argc, char **argv);
 /* pinctl doctor [--json]: check the host's set-up, each finding with its fix (pinctl-doctor.c). */
 int cmd_doctor(int argc, char **argv);

@@ -82,23 +82,84 @@ enum broker_refusal_reason broker_refusal_reason(enum broker_refusal why)
 	}
 }
 
-/* budget_check's answer as a verdict. */
-static enum broker_refusal budget_refusal(int r)
+/* The fd and lease-count caps, in the order broker_acquire checks them: limit 0 is none. */
+#define COUNT_CAPS 3
+static const enum broker_refusal count_refusals[COUNT_CAPS] = { REFUSAL_UID_LEASES, REFUSAL_UID_CHUNKS,
+								REFUSAL_CAPACITY };
+
+static void count_caps(const struct broker *b, uid_t uid, struct broker_bound caps[COUNT_CAPS])
 {
-	return r == -EFBIG ? REFUSAL_TOO_LARGE : r == -EDQUOT ? REFUSAL_UID_QUOTA : REFUSAL_BUDGET;
+	caps[0] = (struct broker_bound){ BOUND_UID_LEASES, b->max_leases_per_uid, budget_uid_leases(b->budget, uid),
+					 0 };
+	/* Chunks and the pidfds of exit holds alike: each is an fd the daemon keeps for uid. */
+	caps[1] = (struct broker_bound){ BOUND_UID_CHUNKS, b->max_chunks_per_uid, budget_uid_fds(b->budget, uid), 0 };
+	caps[2] = (struct broker_bound){ BOUND_CAPACITY, b->chunk_capacity, budget_fds(b->budget), 0 };
 }
 
-/* The caps on file descriptors and mappings: per uid, then the daemon's own. */
+/* What a count cap has room for: UINT64_MAX without a limit. */
+static uint64_t cap_room(const struct broker_bound *cap)
+{
+	if (!cap->limit)
+		return UINT64_MAX;
+	return cap->used < cap->limit ? cap->limit - cap->used : 0;
+}
+
+/* Whether need more fit the cap: not when it is over already (a lowered cap, exit holds), even for none. */
+static bool cap_fits(const struct broker_bound *cap, uint64_t need)
+{
+	return !cap->limit || (cap->used <= cap->limit && need <= cap_room(cap));
+}
+
+/* The caps on file descriptors and mappings for one lease of need chunks: per uid, then the daemon's own. */
 static enum broker_refusal check_counts(const struct broker *b, uid_t uid, uint64_t need)
 {
-	if (b->max_leases_per_uid && budget_uid_leases(b->budget, uid) >= b->max_leases_per_uid)
-		return REFUSAL_UID_LEASES;
-	/* Chunks and the pidfds of exit holds alike: each is an fd the daemon keeps for uid. */
-	if (b->max_chunks_per_uid && budget_uid_fds(b->budget, uid) + need > b->max_chunks_per_uid)
-		return REFUSAL_UID_CHUNKS;
-	if (b->chunk_capacity && budget_fds(b->budget) + need > b->chunk_capacity)
-		return REFUSAL_CAPACITY;
+	struct broker_bound caps[COUNT_CAPS];
+
+	count_caps(b, uid, caps);
+	for (unsigned i = 0; i < COUNT_CAPS; i++)
+		if (!cap_fits(&caps[i], i == 0 ? 1 : need))
+			return count_refusals[i];
 	return REFUSAL_NONE;
+}
+
+/* What uid may still hold in never-revoked leases (max-no-revoke-per-uid), *used beside it. */
+static uint64_t no_revoke_left(const struct broker *b, uid_t uid, uint64_t *used)
+{
+	*used = budget_uid_no_revoke(b->budget, uid);
+	return *used < b->max_no_revoke_per_uid_bytes ? b->max_no_revoke_per_uid_bytes - *used : 0;
+}
+
+/* Whether charge_bytes more never-revoked bytes fit uid's cap: not when it is over already, even for none. */
+static bool no_revoke_fits(const struct broker *b, uid_t uid, uint64_t charge_bytes)
+{
+	uint64_t used, left = no_revoke_left(b, uid, &used);
+
+	return used <= b->max_no_revoke_per_uid_bytes && charge_bytes <= left;
+}
+
+/* Unknown is not unlimited: a rule may well cover that client's job. */
+static bool job_unknown_refused(const struct broker *b, const struct acquire_args *a)
+{
+	return a->job_unknown && b->jobs && jobs_rule_count(b->jobs) > 0 &&
+	       b->settings.job_unknown == JOB_UNKNOWN_REFUSE;
+}
+
+/*
+ * What the pressure state lends an acquire of a's kind: under pressure, only memory that is already locked (the
+ * free warm pool) and none that could not be taken back if it got worse. *why is the refusal past it
+ * (REFUSAL_NONE: no bound); REFUSAL_TIGHT bounds the lease's bytes, the others its new charge.
+ */
+static uint64_t pressure_left(const struct broker *b, const struct acquire_args *a, const struct pool_view *pv,
+			      enum broker_refusal *why)
+{
+	*why = REFUSAL_NONE;
+	if (b->state == BROKER_CRITICAL)
+		*why = REFUSAL_CRITICAL;
+	else if (b->state == BROKER_TIGHT && (a->no_revoke || a->registration))
+		*why = REFUSAL_TIGHT_NO_REVOKE;
+	else if (b->state == BROKER_TIGHT)
+		*why = REFUSAL_TIGHT;
+	return *why == REFUSAL_TIGHT ? pv->idle_bytes : *why != REFUSAL_NONE ? 0 : UINT64_MAX;
 }
 
 int broker_lease_node(const struct lease *l, bool *misplaced)
@@ -191,12 +252,11 @@ static void trim_avail(const struct pool_view *pv, size_t max, uint64_t avail[CL
 enum broker_refusal broker_acquire(struct broker *b, const struct acquire_args *a, const struct pool_view *pv,
 				   struct acquire_plan *plan)
 {
-	uint64_t size_bytes, charge_bytes, need = 0;
+	uint64_t size_bytes, charge_bytes, need = 0, left;
 	bool backed = a->registration && a->backed &&
 		      (!b->backings ||
 		       backing_registrants(b->backings, a->backing_dev, a->backing_ino) < b->max_registrants_per_file);
 	enum broker_refusal v;
-	int r;
 
 	*plan = (struct acquire_plan){ .trim_to_chunks = SIZE_MAX, .node = -1 };
 	if (a->size == 0)
@@ -211,15 +271,13 @@ enum broker_refusal broker_acquire(struct broker *b, const struct acquire_args *
 	charge_bytes = backed ? backed_charge(b, a, size_bytes) : size_bytes;
 
 	if (charge_bytes > 0) {
-		r = budget_check(b->budget, a->uid, charge_bytes);
-		if (r < 0)
-			return budget_refusal(r);
-		if (jobs_check(a->cgroup, charge_bytes) < 0)
-			return REFUSAL_JOB_QUOTA;
-		/* Unknown is not unlimited: a rule may well cover that client's job. */
-		if (a->job_unknown && b->jobs && jobs_rule_count(b->jobs) > 0 &&
-		    b->settings.job_unknown == JOB_UNKNOWN_REFUSE)
-			return REFUSAL_JOB_UNKNOWN;
+		v = budget_check(b->budget, a->uid, charge_bytes);
+		if (v == REFUSAL_NONE)
+			v = jobs_check(a->cgroup, charge_bytes);
+		if (v == REFUSAL_NONE && job_unknown_refused(b, a))
+			v = REFUSAL_JOB_UNKNOWN;
+		if (v != REFUSAL_NONE)
+			return v;
 	}
 	if (!a->registration)
 		need = classes_chunks_for(pv->classes, size_bytes);
@@ -227,21 +285,14 @@ enum broker_refusal broker_acquire(struct broker *b, const struct acquire_args *
 	if (v != REFUSAL_NONE)
 		return v;
 	/* Only the holder's exit frees a never-revoked lease: a uid gets a bounded share of them. */
-	if ((a->no_revoke || a->registration) &&
-	    budget_uid_no_revoke(b->budget, a->uid) + charge_bytes > b->max_no_revoke_per_uid_bytes)
+	if ((a->no_revoke || a->registration) && !no_revoke_fits(b, a->uid, charge_bytes))
 		return REFUSAL_UID_NO_REVOKE;
 
-	/* Under pressure, lend only memory that is already locked; new pinning would add to it. A rank
-	 * registering pages another already pinned adds nothing (the servers expect it to succeed). */
-	if (b->state == BROKER_CRITICAL && charge_bytes > 0)
-		return REFUSAL_CRITICAL;
-	/* Nor memory that could not be taken back if it got worse: a never-revoked lease (an interposed
-	 * program's) or a registration (which pins new pages as well). Only cooperative leases, which
-	 * the revoker can reclaim when critical, are lent from the idle pool. */
-	if (b->state == BROKER_TIGHT && (a->no_revoke || a->registration) && charge_bytes > 0)
-		return REFUSAL_TIGHT_NO_REVOKE;
-	if (b->state == BROKER_TIGHT && !a->registration && size_bytes > pv->idle_bytes)
-		return REFUSAL_TIGHT;
+	/* Under pressure new pinning would add to it. A rank registering pages another already pinned adds nothing
+	 * (the servers expect it to succeed), and a revocable lease may have what the warm pool holds. */
+	left = pressure_left(b, a, pv, &v);
+	if (v != REFUSAL_NONE && (v == REFUSAL_TIGHT ? size_bytes : charge_bytes) > left)
+		return v;
 
 	if (!a->registration) {
 		uint64_t avail[CLASSES_MAX], n;
@@ -272,6 +323,92 @@ enum broker_refusal broker_acquire(struct broker *b, const struct acquire_args *
 	plan->charge_bytes = charge_bytes;
 	plan->backed = backed;
 	return REFUSAL_NONE;
+}
+
+static void add_bound(struct broker_headroom *h, enum broker_bound_kind kind, uint64_t limit, uint64_t used,
+		      uint64_t left)
+{
+	h->bounds[h->n++] = (struct broker_bound){ kind, limit, used, left };
+}
+
+/* The most bytes, up to bytes, of a lease split into at most room chunks (largest class first, then a tail). */
+static uint64_t fit_chunks(const struct classes *c, uint64_t bytes, uint64_t room, uint64_t page)
+{
+	uint64_t s = 0;
+
+	if (classes_chunks_for(c, bytes) <= room)
+		return bytes;
+	for (unsigned k = c->n; k-- > 0 && room > 0;) {
+		uint64_t n = (bytes - s) / c->bytes[k];
+
+		n = n < room ? n : room;
+		s += n * c->bytes[k];
+		room -= n;
+	}
+	if (room > 0)
+		s += (bytes - s) / page * page;
+	return s;
+}
+
+void broker_headroom(const struct broker *b, const struct acquire_args *a, const struct pool_view *pv,
+		     uint64_t conn_leases, uint64_t conn_max, struct broker_headroom *out)
+{
+	uint64_t page = a->registration ? pv->host_page_bytes : pv->page_bytes, limit, used, left, least, room;
+	struct broker_bound caps[COUNT_CAPS];
+	enum broker_refusal why;
+	int chunk_cap = -1;
+
+	*out = (struct broker_headroom){ .page_bytes = page, .binding = 0 };
+	/* In broker_acquire's order (the handler's per-connection cap first): a tie binds as its refusal would. */
+	add_bound(out, BOUND_CONN_LEASES, conn_max, conn_leases,
+		  broker_conn_may_acquire(conn_leases, conn_max) ? UINT64_MAX : 0);
+	if (budget_uid_left(b->budget, a->uid, &limit, &used, &left))
+		add_bound(out, BOUND_UID_QUOTA, limit, used, left);
+	left = budget_left(b->budget, &limit, &used);
+	add_bound(out, BOUND_BUDGET, limit, used, left);
+	if (jobs_left(a->cgroup, &limit, &used, &left))
+		add_bound(out, BOUND_JOB_QUOTA, limit, used, left);
+	if (job_unknown_refused(b, a))
+		add_bound(out, BOUND_JOB_UNKNOWN, 0, 0, 0);
+	count_caps(b, a->uid, caps);
+	for (unsigned i = 0; i < COUNT_CAPS; i++) {
+		if (!caps[i].limit)
+			continue;
+		room = cap_room(&caps[i]);
+		if (i == 0 || a->registration)
+			/* A lease count, or a registration's chunks (none): the cap is reached or it is not. */
+			left = cap_fits(&caps[i], i == 0 ? 1 : 0) ? UINT64_MAX : 0;
+		else
+			left = room > UINT64_MAX / classes_max(pv->classes) ? UINT64_MAX
+									    : room * classes_max(pv->classes);
+		if (i > 0 && !a->registration && (chunk_cap < 0 || room < cap_room(&caps[chunk_cap - 1])))
+			chunk_cap = (int)i + 1; /* its index in caps, plus one */
+		add_bound(out, caps[i].kind, caps[i].limit, caps[i].used, left);
+	}
+	if (a->no_revoke || a->registration) {
+		left = no_revoke_left(b, a->uid, &used);
+		add_bound(out, BOUND_NO_REVOKE, b->max_no_revoke_per_uid_bytes, used, left);
+	}
+	left = pressure_left(b, a, pv, &why);
+	if (why != REFUSAL_NONE)
+		add_bound(out, BOUND_PRESSURE, why == REFUSAL_TIGHT ? pv->idle_bytes : 0, 0, left);
+
+	least = UINT64_MAX;
+	for (size_t i = 0; i < out->n; i++)
+		if (out->bounds[i].left_bytes < least) {
+			least = out->bounds[i].left_bytes;
+			out->binding = (int)i;
+		}
+	out->available_bytes = least / page * page;
+	/* Fewer bytes than a chunk cap allows may still need more chunks than it has room for. */
+	if (chunk_cap > 0) {
+		room = cap_room(&caps[chunk_cap - 1]);
+		left = fit_chunks(pv->classes, out->available_bytes, room, page);
+		for (size_t i = 0; left < out->available_bytes && i < out->n; i++)
+			if (out->bounds[i].kind == caps[chunk_cap - 1].kind)
+				out->binding = (int)i;
+		out->available_bytes = left;
+	}
 }
 
 enum broker_refusal broker_acquire_done(struct broker *b, const struct acquire_args *a, const struct acquire_plan *plan,

@@ -9,6 +9,7 @@
 #include "classes.h"
 #include "lease.h"
 #include "pressure.h"
+#include "refusal.h"
 #include "settings.h"
 #include "staged.h"
 #include "unbrokered.h"
@@ -24,32 +25,6 @@ struct broker;
 /* A listener of the freed-memory event: runs after leases were freed and the pool trimmed. */
 typedef void broker_freed_fn(struct broker *b);
 #define BROKER_FREED_LISTENERS_MAX 4
-
-/*
- * Why an acquire is not granted: the core's verdict, carried as this one type to the wire, where reply.c maps it
- * to a status (reply_refusal) and renders its message. REFUSAL_FAILED is no verdict: the daemon failed to make
- * the memory, and the errno that goes beside it (memfd_create, ftruncate, fallocate, mmap, mlock, or an
- * allocation of the daemon's own) says why.
- */
-enum broker_refusal {
-	REFUSAL_NONE,            /* granted */
-	REFUSAL_INVALID_SIZE,    /* size 0, or it rounds past 2^64 */
-	REFUSAL_TOO_LARGE,       /* more than the budget or the uid quota can ever lend */
-	REFUSAL_UID_QUOTA,       /* the uid is at its quota */
-	REFUSAL_JOB_QUOTA,       /* the client's job is at its quota (jobs.h) */
-	REFUSAL_JOB_UNKNOWN,     /* its job could not be read while quota rules exist, and job-unknown is refuse */
-	REFUSAL_BUDGET,          /* the budget is spent now */
-	REFUSAL_TIGHT,           /* tight: beyond the free warm pool */
-	REFUSAL_TIGHT_NO_REVOKE, /* tight: a never-revoked lease or a registration, whatever its size */
-	REFUSAL_CRITICAL,        /* critical: nothing new is pinned */
-	REFUSAL_UID_LEASES,      /* the uid is at max-leases-per-uid */
-	REFUSAL_UID_CHUNKS,      /* the uid is at max-chunks-per-uid */
-	REFUSAL_CAPACITY,        /* the daemon is at its chunk capacity: fds or mappings */
-	REFUSAL_UID_NO_REVOKE,   /* a never-revoked lease past the uid's max-no-revoke-per-uid */
-	REFUSAL_TIMEOUT,         /* a waiting acquire's timeout passed (the wait queue's verdict) */
-	REFUSAL_FAILED,          /* no verdict: making the memory failed, with an errno beside it */
-	REFUSAL_N,
-};
 
 /* The metrics' reason label of a refusal (pinbroker_acquires_refused_total): broker_refusal_reason's groups. */
 enum broker_refusal_reason {
@@ -310,6 +285,52 @@ struct acquire_plan {
  */
 enum broker_refusal broker_acquire(struct broker *b, const struct acquire_args *a, const struct pool_view *pv,
 				   struct acquire_plan *plan);
+
+/* A bound on what one more acquire may get (broker_headroom), each the figures of one check broker_acquire makes. */
+enum broker_bound_kind {
+	BOUND_BUDGET,      /* the host budget: limit and leased bytes */
+	BOUND_UID_QUOTA,   /* the uid quota (uid-quota, where below the budget) */
+	BOUND_JOB_QUOTA,   /* the client's job's quota rule */
+	BOUND_JOB_UNKNOWN, /* its job could not be read while rules exist and job-unknown is refuse: 0 */
+	BOUND_NO_REVOKE,   /* max-no-revoke-per-uid: only for never-revoked leases and registrations */
+	BOUND_PRESSURE,    /* tight: the free warm pool, or 0 for never-revoked memory; critical: 0 */
+	BOUND_UID_LEASES,  /* max-leases-per-uid (limit and used count leases) */
+	BOUND_UID_CHUNKS,  /* max-chunks-per-uid (limit and used count fds) */
+	BOUND_CAPACITY,    /* the daemon's chunk capacity (limit and used count fds) */
+	BOUND_CONN_LEASES, /* max-leases-per-client, this connection's (limit and used count leases) */
+	BOUND_N,
+};
+
+/* One bound: limit and used in bytes (counts for the kinds that say so), left_bytes always bytes. */
+struct broker_bound {
+	enum broker_bound_kind kind;
+	uint64_t limit, used;
+	uint64_t left_bytes; /* UINT64_MAX: this cap bounds the count, not the bytes, and is not reached */
+};
+
+/* What one more acquire may get now: broker_headroom's answer. */
+struct broker_headroom {
+	uint64_t available_bytes; /* min of the bounds' left_bytes, rounded down to page_bytes */
+	uint64_t page_bytes;      /* the granularity an acquire of these flags is rounded up to */
+	size_t n;
+	int binding; /* index in bounds of the one that binds (the first of the least left) */
+	struct broker_bound bounds[BOUND_N];
+};
+
+/* A connection may ask for another lease while it holds fewer than max (max-leases-per-client). */
+static inline bool broker_conn_may_acquire(uint64_t held, uint64_t max)
+{
+	return held < max;
+}
+
+/*
+ * How much an acquire with a's flags (no_revoke, registration; size ignored) may get now, from the same checks
+ * broker_acquire makes, each a bound: an acquire of out->available_bytes is granted (granularity and pool
+ * permitting, as broker_acquire plans it) and one of a page more is refused with the binding bound's refusal.
+ * conn_leases and conn_max are the asking connection's leases and max-leases-per-client. Unbacked only.
+ */
+void broker_headroom(const struct broker *b, const struct acquire_args *a, const struct pool_view *pv,
+		     uint64_t conn_leases, uint64_t conn_max, struct broker_headroom *out);
 
 /*
  * The shell carried out plan for a: trimmed is how many idle chunks step 1 destroyed; err is 0 and chunks holds

@@ -106,22 +106,36 @@ static uint64_t effective_quota(const struct budget *b)
 	return b->uid_quota_bytes ? b->uid_quota_bytes : b->limit_bytes;
 }
 
-int budget_check(const struct budget *b, uid_t uid, uint64_t bytes)
+uint64_t budget_left(const struct budget *b, uint64_t *limit, uint64_t *used)
 {
-	uint64_t quota = effective_quota(b);
-	uint64_t held = budget_uid_leased(b, uid);
+	*limit = b->limit_bytes;
+	*used = b->leased_bytes;
+	return b->leased_bytes < b->limit_bytes ? b->limit_bytes - b->leased_bytes : 0;
+}
+
+bool budget_uid_left(const struct budget *b, uid_t uid, uint64_t *limit, uint64_t *used, uint64_t *left)
+{
+	*limit = effective_quota(b);
+	*used = budget_uid_leased(b, uid);
+	/* Held may exceed a lowered quota; subtractions so huge values cannot wrap. */
+	*left = *used < *limit ? *limit - *used : 0;
+	/* A quota at or above the budget never binds first: "over budget" is then the true reason. */
+	return b->uid_quota_bytes && *limit < b->limit_bytes;
+}
+
+enum broker_refusal budget_check(const struct budget *b, uid_t uid, uint64_t bytes)
+{
+	uint64_t limit, used, left;
 
 	if (bytes == 0)
-		return -EINVAL;
-	if (bytes > b->limit_bytes || bytes > quota)
-		return -EFBIG;
-	/* Written as subtractions so huge values cannot wrap; held may exceed a lowered quota.
-	 * A quota at or above the budget never binds first: "over budget" is then the true reason. */
-	if (b->uid_quota_bytes && quota < b->limit_bytes && (held > quota || bytes > quota - held))
-		return -EDQUOT;
-	if (b->leased_bytes > b->limit_bytes || bytes > b->limit_bytes - b->leased_bytes)
-		return -ENOSPC;
-	return 0;
+		return REFUSAL_INVALID_SIZE;
+	if (bytes > b->limit_bytes || bytes > effective_quota(b))
+		return REFUSAL_TOO_LARGE;
+	if (budget_uid_left(b, uid, &limit, &used, &left) && bytes > left)
+		return REFUSAL_UID_QUOTA;
+	if (bytes > budget_left(b, &limit, &used))
+		return REFUSAL_BUDGET;
+	return REFUSAL_NONE;
 }
 
 /* The entry of uid, created at zero if missing. NULL on -ENOMEM. */

@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "refusal.h"
+
 struct budget;
 
 /* Returns 0 and *ret, or -ENOMEM. */
@@ -17,15 +19,23 @@ void budget_free(struct budget *b);
 void budget_set_limits(struct budget *b, uint64_t limit_bytes, uint64_t uid_quota_bytes);
 
 /*
- * May uid lease `bytes` more? Idle pool memory counts as available, because
- * the pool shrinks to make room. Returns:
- *   0        yes;
- *   -EINVAL  bytes is 0;
- *   -EFBIG   bytes exceeds the whole budget or the uid quota: never satisfiable;
- *   -EDQUOT  over uid's quota with what it already holds;
- *   -ENOSPC  over the budget with what is leased now.
+ * May uid lease `bytes` more? Idle pool memory counts as available, because the pool shrinks to make room.
+ * Decided from budget_left and budget_uid_left, as the headroom is. Returns:
+ *   REFUSAL_NONE          yes;
+ *   REFUSAL_INVALID_SIZE  bytes is 0;
+ *   REFUSAL_TOO_LARGE     bytes exceeds the whole budget or the uid quota: never satisfiable;
+ *   REFUSAL_UID_QUOTA     over uid's quota with what it already holds;
+ *   REFUSAL_BUDGET        over the budget with what is leased now.
  */
-int budget_check(const struct budget *b, uid_t uid, uint64_t bytes);
+enum broker_refusal budget_check(const struct budget *b, uid_t uid, uint64_t bytes);
+
+/* What the budget has left now: limit - leased, 0 when over; *limit and *used (leased) beside it. */
+uint64_t budget_left(const struct budget *b, uint64_t *limit, uint64_t *used);
+/*
+ * What uid's quota has left now (quota - held, 0 when over), with *limit and *used (held). Returns false when no
+ * uid quota binds (none is set, or it is at or above the budget: the budget is then the true bound).
+ */
+bool budget_uid_left(const struct budget *b, uid_t uid, uint64_t *limit, uint64_t *used, uint64_t *left);
 
 /* Record a lease of bytes for uid. The caller ran budget_check() first; returns 0 or -ENOMEM. */
 int budget_charge(struct budget *b, uid_t uid, uint64_t bytes);

@@ -375,15 +375,26 @@ void jobs_cgroup_put(struct jobs *j, struct job_cgroup *cg)
 	free(cg);
 }
 
-int jobs_check(const struct job_cgroup *cg, uint64_t bytes)
+bool jobs_left(const struct job_cgroup *cg, uint64_t *limit, uint64_t *used, uint64_t *left)
 {
 	const struct job *jb = cg ? cg->job : NULL;
 
 	if (!jb || !jb->rule)
-		return 0;
-	if (jb->bytes > jb->rule->bytes || bytes > jb->rule->bytes - jb->bytes)
-		return -EUSERS;
-	return 0;
+		return false;
+	*limit = jb->rule->bytes;
+	*used = jb->bytes;
+	*left = jb->bytes < jb->rule->bytes ? jb->rule->bytes - jb->bytes : 0;
+	return true;
+}
+
+enum broker_refusal jobs_check(const struct job_cgroup *cg, uint64_t bytes)
+{
+	uint64_t limit, used, left;
+
+	/* Over a lowered quota, nothing more fits, not even nothing. */
+	if (jobs_left(cg, &limit, &used, &left) && (used > limit || bytes > left))
+		return REFUSAL_JOB_QUOTA;
+	return REFUSAL_NONE;
 }
 
 void jobs_charge(struct jobs *j, struct job_cgroup *cg, uint64_t bytes)

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "refusal.h"
+
 /* Room for a cgroup path, as /proc/PID/cgroup names one. */
 #define JOBS_PATH_MAX 512
 /* Rules at most: each costs a match per connecting client. */
@@ -92,10 +94,15 @@ int jobs_cgroup_get(struct jobs *j, const char *path, struct job_cgroup **ret);
 void jobs_cgroup_put(struct jobs *j, struct job_cgroup *cg);
 
 /*
- * Would bytes more fit cg's job's quota? 0, or -EUSERS (the job's quota is full). NULL cg: 0.
- * The job's quota bounds only new charges: lowering it revokes nothing.
+ * Would bytes more fit cg's job's quota? REFUSAL_NONE, or REFUSAL_JOB_QUOTA (the job's quota is full). NULL cg:
+ * REFUSAL_NONE. Decided from jobs_left. The job's quota bounds only new charges: lowering it revokes nothing.
  */
-int jobs_check(const struct job_cgroup *cg, uint64_t bytes);
+enum broker_refusal jobs_check(const struct job_cgroup *cg, uint64_t bytes);
+/*
+ * What cg's job's quota has left now (0 when over), with *limit (the rule's bytes) and *used (the job's
+ * charges). Returns false when no quota binds (NULL cg, or no rule covers its job).
+ */
+bool jobs_left(const struct job_cgroup *cg, uint64_t *limit, uint64_t *used, uint64_t *left);
 /* Charge or uncharge a lease of bytes (a reference is taken or dropped with it). NULL cg: nothing. */
 void jobs_charge(struct jobs *j, struct job_cgroup *cg, uint64_t bytes);
 void jobs_uncharge(struct jobs *j, struct job_cgroup *cg, uint64_t bytes);

@@ -315,7 +315,7 @@ static bool adopt_lease(struct recovery *rc, struct store *s, const struct recov
 	/* pool_take cuts a lease into chunks that add up to exactly its bytes. */
 	if (!why && sum_bytes != sl->bytes)
 		why = "its chunks do not add up to its size";
-	if (!why && budget_check(b->budget, sl->uid, sl->bytes) < 0)
+	if (!why && budget_check(b->budget, sl->uid, sl->bytes) != REFUSAL_NONE)
 		why = "it does not fit the budget";
 	if (!why && lease_adopt(b->leases, sl->id, sl->uid, sl->bytes, (enum lease_priority)sl->prio, sl->label, lc,
 				sl->nchunks, now_ms(), &l) < 0)

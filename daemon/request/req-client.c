@@ -105,7 +105,7 @@ void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
 	struct lease *l;
 	int err = 0;
 
-	if (c->nleases + c->npending >= daemon_of(b)->cfg->max_leases_per_client) {
+	if (!broker_conn_may_acquire((uint64_t)c->nleases + c->npending, daemon_of(b)->cfg->max_leases_per_client)) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
 			     "this connection already holds %u leases (max-leases-per-client); release some first",
 			     c->nleases);
@@ -446,7 +446,7 @@ void handle_attach(struct conn *c, const Pinbroker__V1__Request *req)
 	struct lease *l = NULL;
 	int r;
 
-	if (c->nleases + c->npending >= daemon_of(b)->cfg->max_leases_per_client) {
+	if (!broker_conn_may_acquire((uint64_t)c->nleases + c->npending, daemon_of(b)->cfg->max_leases_per_client)) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
 			     "this connection already maps %u leases (max-leases-per-client, attachments included); "
 			     "release some first",

@@ -30,6 +30,9 @@ void handle_report_unbrokered(struct conn *c, const Pinbroker__V1__Request *req)
 /* ReportStaging: a connection's cumulative staged-copy counters, checked (core/staged.h) and summed. */
 void handle_report_staging(struct conn *c, const Pinbroker__V1__Request *req);
 
+/* ---- req-headroom.c: what the asking client may still get (broker_headroom) */
+void handle_headroom(struct conn *c, const Pinbroker__V1__Request *req);
+
 /* ---- req-admin.c */
 void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req);
 void handle_set_config(struct conn *c, const Pinbroker__V1__Request *req);

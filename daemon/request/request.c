@@ -65,6 +65,8 @@ static const struct request_kind request_table[] = {
 	/* Served while stopping: a library letting its ring go as the daemon stops still says what it copied. */
 	{ PINBROKER__V1__REQUEST__BODY_REPORT_STAGING, "report-staging", REQ_NEEDS_HELLO | REQ_ALLOWED_WHILE_STOPPING,
 	  handle_report_staging },
+	/* Any client may ask about itself; it takes nothing, so it is served while critical too. */
+	{ PINBROKER__V1__REQUEST__BODY_HEADROOM, "headroom", REQ_NEEDS_HELLO, handle_headroom },
 };
 
 /*

@@ -31,6 +31,7 @@ from ._client import (
 )
 from ._lease import Kind, Lease, Priority
 from ._staging import StagingStats
+from ._status import Bound, Headroom
 from ._region import prune_regions, region_path, remove_region, shared_region
 from .errors import (
     BrokerError,
@@ -53,7 +54,9 @@ from .errors import (
 __version__ = "0.2.0"
 
 __all__ = [
+    "Bound",
     "Client",
+    "Headroom",
     "Kind",
     "Lease",
     "Priority",

@@ -495,6 +495,18 @@ class Client:
         finally:
             self._leave()
 
+    def headroom(self, no_revoke: bool = False, *, registration: bool = False) -> _status.Headroom:
+        """How much this client may still acquire now, from one state of the daemon: ``.available`` bytes (an
+        acquire of that many is granted now, one of a page more refused), ``.bounds`` (each a ``Bound`` with
+        ``kind``, ``limit``, ``used``, ``left`` and ``reason``) and ``.binding``, the bound that binds. Size a
+        host pool from it rather than from /proc/meminfo. ``no_revoke=True`` asks for a never-revoked lease
+        (the max-no-revoke-per-uid cap binds too); ``registration=True`` for what ``register`` may charge."""
+        ptr = self._enter()
+        try:
+            return _status.headroom(ptr, no_revoke, registration)
+        finally:
+            self._leave()
+
     def leases(self) -> List[Dict[str, Any]]:
         """Every lease row the daemon shows this caller (all of them for an admin), page by page."""
         ptr = self._enter()

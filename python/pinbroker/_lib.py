@@ -172,6 +172,26 @@ class StatusStaging(ctypes.Structure):
                 ("d2h_bytes", ctypes.c_uint64)]
 
 
+PB_HEADROOM_BOUNDS_MAX = 16
+PB_HEADROOM_UNBOUNDED = (1 << 64) - 1
+PB_HEADROOM_REGISTER = 1 << 16
+
+
+class HeadroomBound(ctypes.Structure):
+    """struct pb_headroom_bound."""
+
+    _fields_ = [("kind", ctypes.c_int), ("limit", ctypes.c_uint64), ("used", ctypes.c_uint64),
+                ("left_bytes", ctypes.c_uint64), ("reason", ctypes.c_char * 256)]
+
+
+class Headroom(ctypes.Structure):
+    """struct pb_headroom (pb_headroom)."""
+
+    _fields_ = [("available_bytes", ctypes.c_uint64), ("page_bytes", ctypes.c_uint64), ("n_bounds", ctypes.c_size_t),
+                ("binding", ctypes.c_size_t), ("state", ctypes.c_char * 16),
+                ("bounds", HeadroomBound * PB_HEADROOM_BOUNDS_MAX)]
+
+
 class SignalInfo(ctypes.Structure):
     """struct pb_signal_info."""
 
@@ -410,6 +430,9 @@ _REQUIRED = {
 # Added later (shared leases, issue 10): declared on first use, so this package still imports and works
 # against a library that predates them.
 _OPTIONAL = {
+    # What this client may still get now, each bound with its reason (pinctl headroom).
+    "pb_headroom": (_int, [_vp, ctypes.c_uint, ctypes.POINTER(Headroom)]),
+    "pb_bound_name": (_cstr, [ctypes.c_int]),
     "pb_lease_share": (_int, [_vp, _vp, ctypes.POINTER(ctypes.c_uint32), _size, ctypes.c_char_p]),
     "pb_attach": (_int, [_vp, _cstr, ctypes.POINTER(_vp)]),
     "pb_lease_attached": (_int, [_vp]),

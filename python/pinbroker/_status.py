@@ -8,6 +8,8 @@ Each function takes the C client handle that Client passes in while it counts th
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import errno
 import math
 import pwd
 from typing import Any, Dict, List, Optional
@@ -113,6 +115,54 @@ def admin_set(ptr: int, key: str, value: str) -> None:
     r = _lib.load().pb_admin_set(ptr, key.encode(), str(value).encode())
     if r < 0:
         _raise(r, f"setting {key}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """One bound on what this client may still get (Client.headroom): ``kind`` as pinctl headroom names it
+    ("budget", "uid_quota", "job_quota", "job_unknown", "no_revoke", "pressure", "uid_leases", "uid_chunks",
+    "capacity", "connection_leases"); ``limit`` and ``used`` in bytes, or counts for the last four; ``left`` the
+    bytes an acquire may have under it, None where a count cap bounds no bytes; ``reason`` the daemon's words."""
+
+    kind: str
+    limit: int
+    used: int
+    left: Optional[int]
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Headroom:
+    """What this client may still get now, from one state of the daemon (Client.headroom): an acquire of
+    ``available`` bytes is granted, one of a page (``page_bytes``) more is refused by ``binding``, the bound of
+    ``bounds`` that binds. ``state`` is the pressure state (normal, tight, critical)."""
+
+    available: int
+    page_bytes: int
+    state: str
+    bounds: List[Bound]
+    binding: Bound
+
+
+def headroom(ptr: int, no_revoke: bool, registration: bool) -> Headroom:
+    """pb_headroom (Client.headroom)."""
+    fn = _lib.optional("pb_headroom")
+    if fn is None:
+        _raise(-errno.EOPNOTSUPP, "asking the headroom: this libpinbroker predates pb_headroom (upgrade it)")
+    name = _lib.optional("pb_bound_name")
+    h = _lib.Headroom()
+    flags = (_lib.PB_ACQUIRE_NO_REVOKE if no_revoke else 0) | (_lib.PB_HEADROOM_REGISTER if registration else 0)
+    r = fn(ptr, flags, ctypes.byref(h))
+    if r < 0:
+        _raise(r, "asking the headroom")
+    bounds = [
+        Bound(kind=(_dec(name(b.kind)) or "unknown") if name else str(b.kind), limit=int(b.limit), used=int(b.used),
+              left=None if b.left_bytes == _lib.PB_HEADROOM_UNBOUNDED else int(b.left_bytes),
+              reason=_dec(b.reason) or "")
+        for b in h.bounds[:h.n_bounds]
+    ]
+    return Headroom(available=int(h.available_bytes), page_bytes=int(h.page_bytes), state=_dec(h.state) or "",
+                    bounds=bounds, binding=bounds[h.binding])
 
 
 def _libc_free(p: Any) -> None:

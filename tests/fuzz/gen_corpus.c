@@ -308,6 +308,21 @@ static void report_staging(struct seed *s, int conn, uint64_t h2d_bytes, uint64_
 	pkt(s, conn, &r);
 }
 
+/* A HEADROOM of these AcquireFlag bits. */
+static void headroom(struct seed *s, int conn, uint32_t flags)
+{
+	Request r = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__HeadroomRequest m = PINBROKER__V1__HEADROOM_REQUEST__INIT;
+
+	r.has_seq = true;
+	r.seq = ++seqno;
+	m.has_flags = true;
+	m.flags = flags;
+	r.body_case = PINBROKER__V1__REQUEST__BODY_HEADROOM;
+	r.headroom = &m;
+	pkt(s, conn, &r);
+}
+
 static const char *outdir;
 
 static void save(struct seed *s, const char *name)
@@ -662,6 +677,17 @@ static void seeds(bool fdpath)
 	status(&s, 1);
 	drain(&s);
 	save(&s, "staging-ring-report");
+	/* Headroom asked before and after an acquire, for each kind of lease, and before a HELLO (refused). */
+	BEGIN(0);
+	headroom(&s, 1, 0);
+	hello(&s, 0, 1);
+	headroom(&s, 0, 0);
+	acquire(&s, 0, M, 0, 0, 0);
+	drain(&s);
+	headroom(&s, 0, PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE);
+	headroom(&s, 0, PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY | 0x80000000u);
+	drain(&s);
+	save(&s, "headroom");
 }
 
 /*

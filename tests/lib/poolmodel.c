@@ -128,7 +128,7 @@ void pool_model_stats(struct pool_model_stats *ret)
 	*ret = m.st;
 }
 
-static void view(struct pool_view *v)
+void pool_model_view(struct pool_view *v)
 {
 	*v = (struct pool_view){ .page_bytes = 4096,
 				 .host_page_bytes = 4096,
@@ -254,7 +254,7 @@ enum broker_refusal pool_model_acquire(struct broker *b, const struct acquire_ar
 	enum broker_refusal why;
 	int r = 0;
 
-	view(&v);
+	pool_model_view(&v);
 	why = broker_acquire(b, a, &v, &plan);
 	if (why != REFUSAL_NONE)
 		return why;

@@ -30,6 +30,8 @@ void pool_model_grow(uint64_t bytes);
 /* The next take fails with err (a negative errno), nothing taken, as a failed memfd_create would. */
 void pool_model_fail_next(int err);
 void pool_model_stats(struct pool_model_stats *ret);
+/* What the core reads of the model (pool_view), as the shell fills it before a decision. */
+void pool_model_view(struct pool_view *v);
 
 /* daemon_acquire on the model: broker_acquire, the plan carried out, broker_acquire_done. */
 enum broker_refusal pool_model_acquire(struct broker *b, const struct acquire_args *a, struct lease **ret, int *err);

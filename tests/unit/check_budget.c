@@ -37,7 +37,7 @@ START_TEST(test_check_zero_bytes_is_invalid)
 {
 	struct budget *b = new_budget(4 * GIB, GIB);
 
-	ck_assert_int_eq(budget_check(b, 1000, 0), -EINVAL);
+	ck_assert_int_eq(budget_check(b, 1000, 0), REFUSAL_INVALID_SIZE);
 	budget_free(b);
 }
 END_TEST
@@ -46,9 +46,9 @@ START_TEST(test_check_over_whole_budget_is_never_satisfiable)
 {
 	struct budget *b = new_budget(4 * GIB, 0);
 
-	ck_assert_int_eq(budget_check(b, 1000, 4 * GIB + 1), -EFBIG);
-	ck_assert_int_eq(budget_check(b, 1000, UINT64_MAX), -EFBIG);
-	ck_assert_int_eq(budget_check(b, 1000, 4 * GIB), 0);
+	ck_assert_int_eq(budget_check(b, 1000, 4 * GIB + 1), REFUSAL_TOO_LARGE);
+	ck_assert_int_eq(budget_check(b, 1000, UINT64_MAX), REFUSAL_TOO_LARGE);
+	ck_assert_int_eq(budget_check(b, 1000, 4 * GIB), REFUSAL_NONE);
 	budget_free(b);
 }
 END_TEST
@@ -57,8 +57,8 @@ START_TEST(test_check_over_uid_quota_alone_is_never_satisfiable)
 {
 	struct budget *b = new_budget(4 * GIB, GIB);
 
-	ck_assert_int_eq(budget_check(b, 1000, GIB + 1), -EFBIG);
-	ck_assert_int_eq(budget_check(b, 1000, GIB), 0);
+	ck_assert_int_eq(budget_check(b, 1000, GIB + 1), REFUSAL_TOO_LARGE);
+	ck_assert_int_eq(budget_check(b, 1000, GIB), REFUSAL_NONE);
 	budget_free(b);
 }
 END_TEST
@@ -68,10 +68,10 @@ START_TEST(test_reserve_over_uid_quota_fails)
 	struct budget *b = new_budget(4 * GIB, GIB);
 
 	ck_assert_int_eq(budget_charge(b, 1000, 768 * MIB), 0);
-	ck_assert_int_eq(budget_check(b, 1000, 256 * MIB + 1), -EDQUOT);
-	ck_assert_int_eq(budget_check(b, 1000, 256 * MIB), 0);
+	ck_assert_int_eq(budget_check(b, 1000, 256 * MIB + 1), REFUSAL_UID_QUOTA);
+	ck_assert_int_eq(budget_check(b, 1000, 256 * MIB), REFUSAL_NONE);
 	/* Another uid is not affected by 1000's usage. */
-	ck_assert_int_eq(budget_check(b, 1001, GIB), 0);
+	ck_assert_int_eq(budget_check(b, 1001, GIB), REFUSAL_NONE);
 	budget_free(b);
 }
 END_TEST
@@ -82,8 +82,8 @@ START_TEST(test_reserve_over_budget_with_current_leases_fails)
 
 	ck_assert_int_eq(budget_charge(b, 1000, GIB), 0);
 	ck_assert_int_eq(budget_charge(b, 1001, 512 * MIB), 0);
-	ck_assert_int_eq(budget_check(b, 1002, 512 * MIB + 1), -ENOSPC);
-	ck_assert_int_eq(budget_check(b, 1002, 512 * MIB), 0);
+	ck_assert_int_eq(budget_check(b, 1002, 512 * MIB + 1), REFUSAL_BUDGET);
+	ck_assert_int_eq(budget_check(b, 1002, 512 * MIB), REFUSAL_NONE);
 	ck_assert_uint_eq(budget_pool_allowance(b), 512 * MIB);
 	budget_free(b);
 }
@@ -96,8 +96,8 @@ START_TEST(test_quota_is_checked_before_budget)
 	ck_assert_int_eq(budget_charge(b, 1000, 512 * MIB), 0);
 	ck_assert_int_eq(budget_charge(b, 1001, 512 * MIB), 0);
 	/* Both over quota and over budget: the uid's own limit is the one to report. */
-	ck_assert_int_eq(budget_check(b, 1000, MIB), -EDQUOT);
-	ck_assert_int_eq(budget_check(b, 1002, MIB), -ENOSPC);
+	ck_assert_int_eq(budget_check(b, 1000, MIB), REFUSAL_UID_QUOTA);
+	ck_assert_int_eq(budget_check(b, 1002, MIB), REFUSAL_BUDGET);
 	budget_free(b);
 }
 END_TEST
@@ -106,9 +106,9 @@ START_TEST(test_zero_quota_means_only_the_budget_limits_a_uid)
 {
 	struct budget *b = new_budget(GIB, 0);
 
-	ck_assert_int_eq(budget_check(b, 1000, GIB), 0);
+	ck_assert_int_eq(budget_check(b, 1000, GIB), REFUSAL_NONE);
 	ck_assert_int_eq(budget_charge(b, 1000, 1000 * MIB), 0);
-	ck_assert_int_eq(budget_check(b, 1000, 24 * MIB + 1), -ENOSPC);
+	ck_assert_int_eq(budget_check(b, 1000, 24 * MIB + 1), REFUSAL_BUDGET);
 	budget_free(b);
 }
 END_TEST
@@ -123,8 +123,8 @@ START_TEST(test_lowered_limits_keep_charges_and_refuse_new_ones)
 	ck_assert_uint_eq(budget_leased(b), 3 * GIB);
 	ck_assert_uint_eq(budget_uid_leased(b, 1000), 2 * GIB);
 	ck_assert_uint_eq(budget_pool_allowance(b), 0);
-	ck_assert_int_eq(budget_check(b, 1000, MIB), -EDQUOT);
-	ck_assert_int_eq(budget_check(b, 1002, MIB), -ENOSPC);
+	ck_assert_int_eq(budget_check(b, 1000, MIB), REFUSAL_UID_QUOTA);
+	ck_assert_int_eq(budget_check(b, 1002, MIB), REFUSAL_BUDGET);
 	budget_uncharge(b, 1000, 2 * GIB);
 	budget_uncharge(b, 1001, GIB);
 	ck_assert_uint_eq(budget_pool_allowance(b), 2 * GIB);
@@ -180,16 +180,16 @@ START_TEST(test_random_charge_uncharge_stays_exact)
 		unsigned k = (unsigned)rand_r(&seed) % NUIDS;
 		uid_t uid = k == 0 ? 0 : k == 1 ? (uid_t)-2 : (uid_t)(k * 7919u);
 		uint64_t bytes = ((uint64_t)(rand_r(&seed) % 4096) + 1) * 4096;
-		int r;
+		enum broker_refusal r;
 
 		if (rand_r(&seed) % 3 != 0) {
 			r = budget_check(b, uid, bytes);
-			if (r == 0) {
+			if (r == REFUSAL_NONE) {
 				ck_assert_int_eq(budget_charge(b, uid, bytes), 0);
 				model[k] += bytes;
 				total += bytes;
 			} else {
-				ck_assert(r == -EDQUOT || r == -ENOSPC);
+				ck_assert(r == REFUSAL_UID_QUOTA || r == REFUSAL_BUDGET);
 				ck_assert(model[k] + bytes > 8 * GIB || total + bytes > 64 * GIB);
 			}
 		} else if (model[k] > 0) {

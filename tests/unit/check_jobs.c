@@ -124,19 +124,19 @@ START_TEST(test_cgroups_are_interned_and_charges_sum_into_jobs)
 	/* Without a rule each cgroup is its own job, without a quota. */
 	ck_assert_ptr_ne(a->job, b->job);
 	ck_assert_ptr_null(a->job->rule);
-	ck_assert_int_eq(jobs_check(a, 100 * GIB), 0);
+	ck_assert_int_eq(jobs_check(a, 100 * GIB), REFUSAL_NONE);
 
 	set_rule(j, "/j/1", 64 * MIB, JOB_RULE_SET);
 	/* Both steps now sum into the rule's job. */
 	ck_assert_ptr_eq(a->job, b->job);
 	ck_assert_str_eq(a->job->key, "/j/1");
 	jobs_charge(j, a, 40 * MIB);
-	ck_assert_int_eq(jobs_check(b, 24 * MIB), 0);
-	ck_assert_int_eq(jobs_check(b, 24 * MIB + 1), -EUSERS);
+	ck_assert_int_eq(jobs_check(b, 24 * MIB), REFUSAL_NONE);
+	ck_assert_int_eq(jobs_check(b, 24 * MIB + 1), REFUSAL_JOB_QUOTA);
 	jobs_charge(j, b, 24 * MIB);
 	ck_assert_uint_eq(a->job->bytes, 64 * MIB);
 	ck_assert_uint_eq(a->job->leases, 2);
-	ck_assert_int_eq(jobs_check(a, 1), -EUSERS);
+	ck_assert_int_eq(jobs_check(a, 1), REFUSAL_JOB_QUOTA);
 
 	/* Clearing regroups: each step is its own unlimited job again, keeping its own charge. */
 	ck_assert_int_eq(jobs_rule_clear(j, "/j/1", NULL), 0);
@@ -207,12 +207,12 @@ START_TEST(test_set_rule_beats_a_literal_config_rule_of_the_same_path)
 	set_rule(j, "/fleet.slice/job_2", 24 * MIB, JOB_RULE_CONFIG);
 	ck_assert_int_eq(jobs_cgroup_get(j, "/fleet.slice/job_1", &cg), 0);
 	jobs_charge(j, cg, 16 * MIB);
-	ck_assert_int_eq(jobs_check(cg, 12 * MIB), -EUSERS);
+	ck_assert_int_eq(jobs_check(cg, 12 * MIB), REFUSAL_JOB_QUOTA);
 	/* pinctl quota set of the same path raises it. */
 	set_rule(j, "/fleet.slice/job_1", 40 * MIB, JOB_RULE_SET);
 	ck_assert_int_eq(cg->job->rule->source, JOB_RULE_SET);
 	ck_assert_uint_eq(cg->job->rule->bytes, 40 * MIB);
-	ck_assert_int_eq(jobs_check(cg, 12 * MIB), 0);
+	ck_assert_int_eq(jobs_check(cg, 12 * MIB), REFUSAL_NONE);
 	for (const struct job *jb = jobs_first(j); jb; jb = jb->next)
 		if (strcmp(jb->key, "/fleet.slice/job_1") == 0)
 			ck_assert_int_eq(jb->rule->source, JOB_RULE_SET);
@@ -225,13 +225,13 @@ START_TEST(test_set_rule_beats_a_literal_config_rule_of_the_same_path)
 	set_rule(j, "/fleet.slice/*", 8 * MIB, JOB_RULE_SET);
 	ck_assert_str_eq(other->job->key, "/fleet.slice/job_2");
 	ck_assert_str_eq(other->job->rule->pattern, "/fleet.slice/*");
-	ck_assert_int_eq(jobs_check(other, 10 * MIB), -EUSERS);
+	ck_assert_int_eq(jobs_check(other, 10 * MIB), REFUSAL_JOB_QUOTA);
 	jobs_cgroup_put(j, other);
 	/* Clearing the set rules brings the config's back. */
 	ck_assert_int_eq(jobs_rule_clear(j, "/fleet.slice/*", NULL), 0);
 	ck_assert_int_eq(jobs_rule_clear(j, "/fleet.slice/job_1", NULL), 0);
 	ck_assert_int_eq(cg->job->rule->source, JOB_RULE_CONFIG);
-	ck_assert_int_eq(jobs_check(cg, 12 * MIB), -EUSERS);
+	ck_assert_int_eq(jobs_check(cg, 12 * MIB), REFUSAL_JOB_QUOTA);
 	jobs_uncharge(j, cg, 16 * MIB);
 	jobs_cgroup_put(j, cg);
 	jobs_free(j);
@@ -248,9 +248,9 @@ START_TEST(test_lowering_a_quota_refuses_new_charges_only)
 	jobs_charge(j, cg, 80 * MIB);
 	set_rule(j, "/job", 50 * MIB, JOB_RULE_SET);
 	ck_assert_uint_eq(cg->job->bytes, 80 * MIB); /* kept: nothing double-counted or lost */
-	ck_assert_int_eq(jobs_check(cg, 1), -EUSERS);
+	ck_assert_int_eq(jobs_check(cg, 1), REFUSAL_JOB_QUOTA);
 	jobs_uncharge(j, cg, 80 * MIB);
-	ck_assert_int_eq(jobs_check(cg, 50 * MIB), 0);
+	ck_assert_int_eq(jobs_check(cg, 50 * MIB), REFUSAL_NONE);
 	jobs_cgroup_put(j, cg);
 	jobs_free(j);
 }
@@ -388,18 +388,18 @@ START_TEST(test_a_set_rule_binds_over_a_config_rule_of_the_same_path)
 	ck_assert_int_eq(c->job->rule->source, JOB_RULE_SET);
 	ck_assert_uint_eq(c->job->rule->bytes, 4 * MIB);
 	ck_assert_uint_eq(c->job->bytes, 3 * MIB);
-	ck_assert_int_eq(jobs_check(c, 2 * MIB), -EUSERS);
-	ck_assert_int_eq(jobs_check(c, 1 * MIB), 0);
+	ck_assert_int_eq(jobs_check(c, 2 * MIB), REFUSAL_JOB_QUOTA);
+	ck_assert_int_eq(jobs_check(c, 1 * MIB), REFUSAL_NONE);
 	/* A reload re-adds the config rule first: the set one still binds. */
 	ck_assert_int_eq(jobs_set_config(j, "/slurm/job_1:8G", 64 * GIB, &err), 0);
 	ck_assert_int_eq(c->job->rule->source, JOB_RULE_SET);
-	ck_assert_int_eq(jobs_check(d, 2 * MIB), -EUSERS);
+	ck_assert_int_eq(jobs_check(d, 2 * MIB), REFUSAL_JOB_QUOTA);
 	ck_assert_uint_eq(c->job->bytes, 3 * MIB);
 	/* Cleared, the config's applies again, with the same bytes. */
 	ck_assert_int_eq(jobs_rule_clear(j, "/slurm/job_1", NULL), 0);
 	ck_assert_int_eq(c->job->rule->source, JOB_RULE_CONFIG);
 	ck_assert_uint_eq(c->job->bytes, 3 * MIB);
-	ck_assert_int_eq(jobs_check(c, 2 * MIB), 0);
+	ck_assert_int_eq(jobs_check(c, 2 * MIB), REFUSAL_NONE);
 	jobs_uncharge(j, c, 2 * MIB);
 	jobs_uncharge(j, d, 1 * MIB);
 	ck_assert_uint_eq(c->job->bytes, 0);
@@ -425,8 +425,8 @@ START_TEST(test_a_literal_rule_beats_a_glob_of_its_depth)
 		ck_assert_str_eq(p1->job->rule->pattern, "/pods/p1");
 		ck_assert_str_eq(jobs_best_rule(j, "/pods/p1/x")->pattern, "/pods/p1");
 		ck_assert_str_eq(p2->job->rule->pattern, "/pods/*");
-		ck_assert_int_eq(jobs_check(p1, 8 * MIB), -EUSERS);
-		ck_assert_int_eq(jobs_check(p2, 8 * MIB), 0);
+		ck_assert_int_eq(jobs_check(p1, 8 * MIB), REFUSAL_JOB_QUOTA);
+		ck_assert_int_eq(jobs_check(p2, 8 * MIB), REFUSAL_NONE);
 		jobs_cgroup_put(j, p1);
 		jobs_cgroup_put(j, p2);
 		jobs_free(j);

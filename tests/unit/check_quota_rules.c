@@ -139,8 +139,8 @@ START_TEST(test_rules_read_back_are_set_rules_that_bind)
 	ck_assert_uint_eq(rule_of(k, "/system.slice/slurmstepd.scope/job_42", JOB_RULE_CONFIG)->bytes, 64 * MIB);
 	/* They bind: 8 MiB for job 42's steps, not the config's 64 MiB. */
 	ck_assert_int_eq(jobs_cgroup_get(k, "/system.slice/slurmstepd.scope/job_42/step_0", &cg), 0);
-	ck_assert_int_eq(jobs_check(cg, 8 * MIB), 0);
-	ck_assert_int_eq(jobs_check(cg, 8 * MIB + 1), -EUSERS);
+	ck_assert_int_eq(jobs_check(cg, 8 * MIB), REFUSAL_NONE);
+	ck_assert_int_eq(jobs_check(cg, 8 * MIB + 1), REFUSAL_JOB_QUOTA);
 	jobs_cgroup_put(k, cg);
 	/* And the same text comes out again. */
 	ck_assert_int_eq(quota_rules_format(k, NULL, &again, &len2), 0);

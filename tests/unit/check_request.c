@@ -223,6 +223,33 @@ static uint64_t send_report_staging(int i, uint64_t h2d_bytes, uint64_t h2d_copi
 	return send_req(i, &req);
 }
 
+/* HEADROOM for connection i: the reply's status; *available and *binding (its kind) when it carries one. */
+static int headroom_of(int i, uint32_t flags, uint64_t *available, int *binding)
+{
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__HeadroomRequest hq = PINBROKER__V1__HEADROOM_REQUEST__INIT;
+	Reply *rep;
+	int st;
+
+	hq.has_flags = true;
+	hq.flags = flags;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_HEADROOM;
+	req.headroom = &hq;
+	rep = recv_reply(i, send_req(i, &req));
+	if (!rep)
+		return NO_REPLY;
+	st = (int)rep->status;
+	if (rep->body_case == PINBROKER__V1__REPLY__BODY_HEADROOM) {
+		const Pinbroker__V1__HeadroomReply *hr = rep->headroom;
+
+		*available = hr->available_bytes;
+		*binding = hr->binding < hr->n_bounds ? (int)hr->bounds[hr->binding]->kind : -1;
+		ck_assert(hr->bounds[hr->binding]->reason && hr->bounds[hr->binding]->reason[0]);
+	}
+	pinbroker__v1__reply__free_unpacked(rep, NULL);
+	return st;
+}
+
 /* Freed-memory events seen by the test's own listener. */
 static unsigned freed_events;
 
@@ -404,6 +431,27 @@ START_TEST(test_critical_serves_requests_that_take_no_memory)
 	ck_assert_uint_eq(F->d.broker.unbrokered_bytes, 8192);
 	ck_assert_int_eq(reply_of(0, send_release(0, id), NULL, NULL), PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_uint_eq(budget_leased(F->d.broker.budget), 0);
+	rf_set_state(F, BROKER_NORMAL);
+	rf_end(F);
+}
+END_TEST
+
+/* Any client asks about itself, and is answered while critical too (HEADROOM takes nothing): 0 then. */
+START_TEST(test_headroom_is_served_to_clients_and_while_critical)
+{
+	uint64_t available = 1;
+	int binding = -1;
+
+	F = rf_begin(0);
+	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	(void)acquire_ok(0, 64 * KIB);
+	ck_assert_int_eq(headroom_of(0, 0, &available, &binding), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_uint_eq(available, QUOTA_BYTES - 64 * KIB);
+	ck_assert_int_eq(binding, PINBROKER__V1__HEADROOM_BOUND_KIND__BOUND_UID_QUOTA);
+	rf_set_state(F, BROKER_CRITICAL);
+	ck_assert_int_eq(headroom_of(0, 0, &available, &binding), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_uint_eq(available, 0);
+	ck_assert_int_eq(binding, PINBROKER__V1__HEADROOM_BOUND_KIND__BOUND_PRESSURE);
 	rf_set_state(F, BROKER_NORMAL);
 	rf_end(F);
 }
@@ -731,6 +779,7 @@ CHECK_SUITE(request_suite, "request", "core", NULL, NULL, 30, test_request_befor
 	    test_stopping_serves_release_and_status, test_stopping_refuses_every_other_kind,
 	    test_critical_refuses_acquire_at_the_gate, test_critical_grants_a_shared_registration_that_adds_no_page,
 	    test_critical_refuses_register_only_and_waiting_acquires, test_critical_serves_requests_that_take_no_memory,
+	    test_headroom_is_served_to_clients_and_while_critical,
 	    test_revoke_and_release_grant_the_waiting_acquire_through_the_event,
 	    test_wait_queue_grants_only_on_the_freed_memory_event, test_going_critical_refuses_the_waiting_acquires,
 	    test_waiting_acquire_times_out_and_leaves_the_queue, test_set_is_refused_to_non_admins,

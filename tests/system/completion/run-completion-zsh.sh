@@ -28,13 +28,14 @@ COMP_FIRST=1
 
 # An empty last word is a trailing space on the line.
 expect "acquire" "$PINCTL" ac
-expect "acquire config doctor get help jobs leases metrics quota revoke run set status top watch" "$PINCTL" ""
+expect "acquire config doctor get headroom help jobs leases metrics quota revoke run set status top watch" "$PINCTL" ""
 expect "doctor" "$PINCTL" --socket /tmp/s d
 expect "--socket" "$PINCTL" --so
 # status and leases take the script forms of issue 28 (-o, --format, --no-headers) besides --json.
 expect "--format --help --json --no-headers --output --socket" "$PINCTL" status --
 expect "--format --help --json --no-headers --output --socket" "$PINCTL" config --
 expect "--format --help --json --no-headers --output --socket" "$PINCTL" jobs --
+expect "--format --help --json --no-headers --no-revoke --output --socket" "$PINCTL" headroom --
 expect "--format --help --json --no-headers --output --socket" "$PINCTL" metrics --
 expect "--format --help --json --no-headers --output --socket" "$PINCTL" doctor --
 expect "--help --interval --once --socket" "$PINCTL" top --

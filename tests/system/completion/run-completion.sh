@@ -42,6 +42,8 @@ expect "get" _pinctl "$PINCTL" ge
 expect "config" _pinctl "$PINCTL" con
 expect "quota" _pinctl "$PINCTL" qu
 expect "jobs" _pinctl "$PINCTL" jo
+expect "headroom" _pinctl "$PINCTL" hea
+expect "--no-revoke" _pinctl "$PINCTL" headroom --no-r
 expect "clear list set" _pinctl "$PINCTL" quota ""
 expect "--interval" _pinctl "$PINCTL" top --int
 contains "--once" _pinctl "$PINCTL" watch --
@@ -64,6 +66,7 @@ expect "csv json text" _pinctl "$PINCTL" status --format ""
 # -o completes the command's field names, after the last comma too (from pinctl's own list).
 expect "id idle_ms" _pinctl "$PINCTL" leases -o i
 expect "job,bytes" _pinctl "$PINCTL" jobs -o job,b
+expect "bound,left_bytes" _pinctl "$PINCTL" headroom -o bound,le
 expect "value" _pinctl "$PINCTL" get budget -o va
 # Every table command, as pinctl help --commands names them, offers the table options alike.
 while IFS=$'\t' read -r name takes args; do
