@@ -19,6 +19,8 @@ struct jobs;
 struct backing_table;
 struct tenants;
 struct job_cgroup;
+struct reservation;
+struct reservations;
 
 struct broker;
 /* A listener of the freed-memory event: runs after leases were freed and the pool trimmed. */
@@ -46,6 +48,8 @@ enum broker_refusal {
 	REFUSAL_UID_CHUNKS,      /* the uid is at max-chunks-per-uid */
 	REFUSAL_CAPACITY,        /* the daemon is at its chunk capacity: fds or mappings */
 	REFUSAL_UID_NO_REVOKE,   /* a never-revoked lease past the uid's max-no-revoke-per-uid */
+	REFUSAL_SHARES_TAKEN,    /* every share of the reservation it names is taken (reservation.h) */
+	REFUSAL_OVER_SHARE,      /* more than one share of the reservation it names */
 	REFUSAL_TIMEOUT,         /* a waiting acquire's timeout passed (the wait queue's verdict) */
 	REFUSAL_FAILED,          /* no verdict: making the memory failed, with an errno beside it */
 	REFUSAL_N,
@@ -186,6 +190,8 @@ struct broker {
 	 */
 	uint32_t staging_rings;
 	uint64_t staging_ring_bytes;
+	/* All-or-nothing reservations for groups of ranks (reservation.h); NULL until the first. */
+	struct reservations *reservations;
 	/* Clients' staged copies since start (ReportStaging), closed connections' included. */
 	struct staged_totals staged;
 
@@ -214,6 +220,9 @@ struct acquire_args {
 	/* With registration: the span is a shared mapping of file (dev, ino) from backing_offset (lease.h). */
 	bool backed;
 	uint64_t backing_dev, backing_ino, backing_offset;
+	/* A share of this reservation (reservation.h): no budget, quota or job check (its bytes are held), one
+	 * share at most; NULL: an ordinary acquire. */
+	struct reservation *reservation;
 };
 
 /* Queued reply packets duplicate their fds; this many may be queued over all connections. */
