@@ -75,7 +75,8 @@ int pb_acquire_from(pb_client *c, uint64_t reservation_id, size_t size, const st
 	if (size == 0)
 		return err_set(-EINVAL, "cannot acquire 0 bytes");
 	if (reservation_id == 0)
-		return err_set(-EINVAL, "pb_acquire_from: reservation id 0 names no reservation (pb_reserve gives one)");
+		return err_set(-EINVAL,
+			       "pb_acquire_from: reservation id 0 names no reservation (pb_reserve gives one)");
 	/* The share is the reservation's: never from the cache, and never waiting (its bytes are held). */
 	flags &= ~(uint32_t)(PB_ACQUIRE_WAIT | PB_ACQUIRE_NO_REVOKE | PB_ACQUIRE_STAGING_RING);
 	acquire_message(&acq, size, opts, 0);

@@ -95,8 +95,8 @@ static bool may_end(const struct conn *c, const struct reservation *res)
 }
 
 /* End res, revoking the leases taken from it when revoke; returns how many were revoked into ids (room max). */
-static size_t end_reservation(struct conn *c, struct reservation *res, bool revoke, uint32_t deadline_ms,
-			      uint64_t *ids, size_t max)
+static size_t end_reservation(struct conn *c, struct reservation *res, bool revoke, uint32_t deadline_ms, uint64_t *ids,
+			      size_t max)
 {
 	struct broker *b = c->broker;
 	uint64_t id = res->id, bytes;

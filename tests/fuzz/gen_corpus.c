@@ -308,6 +308,55 @@ static void report_staging(struct seed *s, int conn, uint64_t h2d_bytes, uint64_
 	pkt(s, conn, &r);
 }
 
+/* A Reserve of shares x share_bytes under name (flags: ACQUIRE_FLAG_WAIT). */
+static void reserve(struct seed *s, int conn, const char *name, uint32_t shares, uint64_t share_bytes, uint32_t flags)
+{
+	Request r = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Reserve m = PINBROKER__V1__RESERVE__INIT;
+
+	r.has_seq = true;
+	r.seq = ++seqno;
+	m.name = (char *)name;
+	m.shares = shares;
+	m.share_bytes = share_bytes;
+	m.has_flags = flags != 0;
+	m.flags = flags;
+	m.has_timeout_ms = flags != 0;
+	m.timeout_ms = 50;
+	r.body_case = PINBROKER__V1__REQUEST__BODY_RESERVE;
+	r.reserve = &m;
+	pkt(s, conn, &r);
+}
+
+/* An Acquire of one share of reservation id. */
+static void acquire_share(struct seed *s, int conn, uint64_t id, uint64_t size)
+{
+	Request r = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Acquire m = PINBROKER__V1__ACQUIRE__INIT;
+
+	r.has_seq = true;
+	r.seq = ++seqno;
+	m.size = size;
+	m.has_reservation_id = true;
+	m.reservation_id = id;
+	r.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
+	r.acquire = &m;
+	pkt(s, conn, &r);
+}
+
+static void reservation_release(struct seed *s, int conn, uint64_t id)
+{
+	Request r = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__ReservationRelease m = PINBROKER__V1__RESERVATION_RELEASE__INIT;
+
+	r.has_seq = true;
+	r.seq = ++seqno;
+	m.reservation_id = id;
+	r.body_case = PINBROKER__V1__REQUEST__BODY_RESERVATION_RELEASE;
+	r.reservation_release = &m;
+	pkt(s, conn, &r);
+}
+
 static const char *outdir;
 
 static void save(struct seed *s, const char *name)
@@ -662,6 +711,33 @@ static void seeds(bool fdpath)
 	status(&s, 1);
 	drain(&s);
 	save(&s, "staging-ring-report");
+	/* Two ranks of one group: reserve and join, a share each, one over a share, a ninth; a waiting reserve of
+	 * another name; one rank releases, the other closes. */
+	BEGIN(0);
+	hello(&s, 0, 1);
+	hello(&s, 1, 1);
+	reserve(&s, 0, "grp", 2, 2 * M, 0);
+	reserve(&s, 1, "grp", 2, 2 * M, 0);
+	reserve(&s, 1, "grp", 3, 2 * M, 0);
+	drain(&s);
+	acquire_share(&s, 0, 1, 2 * M);
+	acquire_share(&s, 1, 1, 2 * M + 1);
+	acquire_share(&s, 1, 1, M);
+	acquire_share(&s, 1, 1, M);
+	reserve(&s, 1, "big", 64, 64 * M, PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT);
+	drain(&s);
+	status(&s, 1);
+	drain(&s);
+	release(&s, 0, 1);
+	reservation_release(&s, 0, 1);
+	drain(&s);
+	reserve(&s, 0, "late", 4, M, 0);
+	drain(&s);
+	close_peer(&s, 0);
+	drain(&s);
+	status(&s, 1);
+	drain(&s);
+	save(&s, "reservation-group");
 }
 
 /*

@@ -380,9 +380,9 @@ static Suite *suite(void)
 
 	CHECK_CASE(s, "eight-fit", start_eight, stop_daemon, 120,
 		   test_eight_ranks_over_budget_are_all_refused_and_nothing_charged,
-		   test_eight_ranks_that_fit_each_take_one_share,
-		   test_release_gives_back_the_untaken_shares_only, test_ranks_killed_end_the_reservation,
-		   test_admin_revoke_ends_it_and_revokes_its_leases, test_join_with_other_shares_is_refused,
+		   test_eight_ranks_that_fit_each_take_one_share, test_release_gives_back_the_untaken_shares_only,
+		   test_ranks_killed_end_the_reservation, test_admin_revoke_ends_it_and_revokes_its_leases,
+		   test_join_with_other_shares_is_refused,
 		   test_waiting_reserve_keeps_its_place_behind_an_earlier_acquire);
 	return s;
 }

@@ -25,8 +25,14 @@ static enum broker_refusal reserve(struct broker *b, uid_t uid, const void *owne
 				   uint64_t bytes, struct job_cgroup *cg, struct reservation **ret,
 				   enum reservation_error *rerr)
 {
-	struct reserve_args a = { .uid = uid, .owner = owner, .cgroup = cg, .name = name, .shares = n,
-				  .share_bytes = bytes, .page_bytes = 4 * KIB, .now_ms = 5 };
+	struct reserve_args a = { .uid = uid,
+				  .owner = owner,
+				  .cgroup = cg,
+				  .name = name,
+				  .shares = n,
+				  .share_bytes = bytes,
+				  .page_bytes = 4 * KIB,
+				  .now_ms = 5 };
 	enum reservation_error e;
 	struct reservation *r = NULL;
 	bool joined;
@@ -41,8 +47,15 @@ static enum broker_refusal reserve(struct broker *b, uid_t uid, const void *owne
 static enum broker_refusal take(struct broker *b, struct reservation *r, const void *owner, uint64_t size,
 				struct lease **ret)
 {
-	struct acquire_args a = { .uid = r->uid, .gid = r->uid, .pid = 1, .owner = (void *)owner, .size = size,
-				  .priority = LEASE_PRIO_NORMAL, .label = "share", .now_ms = 6, .reservation = r,
+	struct acquire_args a = { .uid = r->uid,
+				  .gid = r->uid,
+				  .pid = 1,
+				  .owner = (void *)owner,
+				  .size = size,
+				  .priority = LEASE_PRIO_NORMAL,
+				  .label = "share",
+				  .now_ms = 6,
+				  .reservation = r,
 				  .cgroup = r->cgroup };
 	struct lease *l = NULL;
 	enum broker_refusal v = pool_model_acquire(b, &a, &l, &last_err);
