@@ -49,5 +49,11 @@ void print_leases_table(const struct pb_lease_info *rows, size_t n, bool headers
 /* The jobs table of pinctl jobs and quota list, on stdout: a header line unless !headers, then a row per job
  * ("no jobs hold leases" for none, and nothing without headers). */
 void print_jobs(const struct pb_job *jobs, size_t n, bool headers);
+/* "reservations":[{id, uid, job (null without one), name, shares, share_bytes, taken, bytes_reserved, state,
+ * members, age_ms}], as pinctl reservations --json has it. */
+void json_reservations(FILE *f, const struct pb_reservation_info *rows, size_t n);
+/* The reservations table on stdout: a header line unless !headers, a row each ("no reservations" for none), then
+ * the host's reserved-not-taken bytes. */
+void print_reservations(const struct pb_reservation_info *rows, size_t n, uint64_t reserved, bool headers);
 /* One setting as "key = value  # source", on stdout. */
 void config_entry_human(const struct pb_config_entry *e);

@@ -52,6 +52,22 @@ def one_json(text):
     return v if isinstance(v, dict) else None
 
 
+# Reserve 2 shares of 1M under the name "cmds" and hold them until killed: argv[1] the library, argv[2] the socket.
+RESERVER = r'''
+import ctypes, sys, time
+lib = ctypes.CDLL(sys.argv[1])
+c = ctypes.c_void_p()
+rid = ctypes.c_uint64()
+lib.pb_reserve.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint32,
+                           ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint64)]
+if lib.pb_connect(sys.argv[2].encode(), ctypes.byref(c)) < 0 or lib.pb_reserve(c, b"cmds", 2, 1 << 20, 0, 0,
+                                                                              ctypes.byref(rid)) < 0:
+    sys.exit(1)
+print("reservation", rid.value, flush=True)
+time.sleep(600)
+'''
+
+
 def commands():
     r = subprocess.run([PINCTL, "help", "--commands"], capture_output=True, text=True)
     check(r.returncode == 0, f"pinctl help --commands exits 0 ({r.returncode}: {r.stderr.strip()})")
@@ -155,7 +171,7 @@ def main():
     log = open(os.path.join(tmp, "daemon.log"), "w")
     d = subprocess.Popen([PINBROKERD, "--socket", sock, "--budget", "64M", "--prewarm", "4M", "--lock-memory", "no",
                           "--job-quota", "/:32M"], stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-    holder = None
+    holder = reserver = None
     try:
         for _ in range(150):
             if run("status", sock=sock)[0] == 0:
@@ -165,9 +181,18 @@ def main():
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = holder.stdout.readline()
         check(line.startswith("lease "), f"a lease is held for the tables' rows ({line.strip()!r})")
+        # A reservation held for pinctl reservations' rows: libpinbroker beside pinctl, through ctypes.
+        reserver = subprocess.Popen([sys.executable, "-c", RESERVER, os.path.join(os.path.dirname(PINCTL),
+                                     "libpinbroker.so.1"), sock], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    text=True)
+        line = reserver.stdout.readline()
+        check(line.startswith("reservation "), f"a reservation is held for its table's rows ({line.strip()!r})")
         for name, takes, args in cmds:
             check_command(name, takes, args, sock, nosock)
     finally:
+        if reserver:
+            reserver.terminate()
+            reserver.wait()
         if holder:
             holder.terminate()
             holder.wait()
