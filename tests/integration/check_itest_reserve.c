@@ -312,6 +312,39 @@ START_TEST(test_join_with_other_shares_is_refused)
 }
 END_TEST
 
+START_TEST(test_pinctl_lists_and_revokes_a_reservation)
+{
+	struct rank a;
+	char *out = NULL, want[64];
+	size_t n;
+	uint64_t l, r;
+
+	rank_start(&a, "kv-pool", 3, SHARE);
+	ck_assert_int_eq(rank_do(&a, 'r'), 0);
+	ck_assert_int_eq(rank_do(&a, 'a'), 0);
+	ck_assert_int_eq(pinctl(&d, &out, "reservations --json"), 0);
+	ck_assert_msg(strstr(out, "\"name\":\"kv-pool\"") && strstr(out, "\"shares\":3,\"share_bytes\":2097152,"
+									 "\"taken\":1,\"bytes_reserved\":4194304"),
+		      "pinctl reservations --json: %s", out);
+	free(out);
+	ck_assert_int_eq(pinctl(&d, &out, "metrics"), 0);
+	ck_assert_msg(itest_metrics_sample(out, "pinbroker_reserved_bytes") == 2 * SHARE, "metrics: %s",
+		      itest_tail(out));
+	free(out);
+	ck_assert_int_eq(pinctl(&d, &out, "reservations -o id --no-headers"), 0);
+	snprintf(want, sizeof(want), "revoke --reservation %d --deadline 100", atoi(out));
+	free(out);
+	ck_assert_int_eq(pinctl(&d, &out, "%s", want), 0);
+	ck_assert_msg(strstr(out, "revoking 1 lease"), "pinctl revoke --reservation: %s", out);
+	free(out);
+	books(&l, &r, &n);
+	ck_assert_uint_eq(n, 0);
+	ck_assert_uint_eq(r, 0);
+	rank_kill(&a);
+	wait_books(0, 0, "rank gone");
+}
+END_TEST
+
 /* Wait up to 10 s for the daemon to count n waiting acquires. */
 static void wait_waiting(uint32_t n)
 {
@@ -382,7 +415,7 @@ static Suite *suite(void)
 		   test_eight_ranks_over_budget_are_all_refused_and_nothing_charged,
 		   test_eight_ranks_that_fit_each_take_one_share, test_release_gives_back_the_untaken_shares_only,
 		   test_ranks_killed_end_the_reservation, test_admin_revoke_ends_it_and_revokes_its_leases,
-		   test_join_with_other_shares_is_refused,
+		   test_join_with_other_shares_is_refused, test_pinctl_lists_and_revokes_a_reservation,
 		   test_waiting_reserve_keeps_its_place_behind_an_earlier_acquire);
 	return s;
 }
