@@ -25,7 +25,10 @@
 #include "waitq-order.h"
 #include "waitq.h"
 
-/* Reserve or join for c; *why the refusal (REFUSAL_NONE: answered with the reservation). */
+/*
+ * Reserve or join for c: REFUSAL_NONE (answered with the reservation), REFUSAL_FAILED (answered with an error), or
+ * the budget's refusal, answered only with answer_refusal (else the caller may queue it).
+ */
 static enum broker_refusal reserve_once(struct conn *c, uint64_t seq, struct reserve_args *a, bool answer_refusal)
 {
 	struct reservation *res = NULL;

@@ -68,6 +68,18 @@ time.sleep(600)
 '''
 
 
+def preload_env(lib):
+    """The environment a Python loading lib needs: libasan preloaded, leak checks off, when lib is a sanitizer
+    build's (an uninstrumented interpreter cannot load it otherwise)."""
+    env = dict(os.environ)
+    ldd = subprocess.run(["ldd", lib], capture_output=True, text=True).stdout
+    asan = [ln.split("=>")[1].split()[0] for ln in ldd.splitlines() if "libasan" in ln and "=>" in ln]
+    if asan:
+        env["LD_PRELOAD"] = asan[0]
+        env["ASAN_OPTIONS"] = "detect_leaks=0"
+    return env
+
+
 def commands():
     r = subprocess.run([PINCTL, "help", "--commands"], capture_output=True, text=True)
     check(r.returncode == 0, f"pinctl help --commands exits 0 ({r.returncode}: {r.stderr.strip()})")
@@ -182,9 +194,9 @@ def main():
         line = holder.stdout.readline()
         check(line.startswith("lease "), f"a lease is held for the tables' rows ({line.strip()!r})")
         # A reservation held for pinctl reservations' rows: libpinbroker beside pinctl, through ctypes.
-        reserver = subprocess.Popen([sys.executable, "-c", RESERVER, os.path.join(os.path.dirname(PINCTL),
-                                     "libpinbroker.so.1"), sock], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                    text=True)
+        lib = os.path.join(os.path.dirname(os.path.abspath(PINCTL)), "libpinbroker.so.1")
+        reserver = subprocess.Popen([sys.executable, "-c", RESERVER, lib, sock], stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, text=True, env=preload_env(lib))
         line = reserver.stdout.readline()
         check(line.startswith("reservation "), f"a reservation is held for its table's rows ({line.strip()!r})")
         for name, takes, args in cmds:

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 """examples/serving_host_pool.py against a real pinbrokerd: 8 ranks of 4M where the group fits (every rank pinned)
 and where it does not (another job holds most of the budget: every rank falls back, the reason printed, nothing
-left charged). Usage: run-serving-example.py PINBROKERD EXAMPLE."""
+left charged). Usage: run-serving-example.py PINBROKERD EXAMPLE, with PINBROKER_LIBRARY the build's library. Exits 77
+in a sanitizer build (PINBROKER_SANITIZED): Python cannot load an instrumented libpinbroker, as python_pinbroker."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ import tempfile
 import time
 
 PINBROKERD, EXAMPLE = sys.argv[1], sys.argv[2]
+if os.environ.get("PINBROKER_SANITIZED", "0").lower() in ("1", "on", "true"):
+    print("example_serving_host_pool: skipped in the sanitizer build (run it in the plain build)")
+    sys.exit(77)
 PINCTL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(PINBROKERD))), "client", "pinctl")
 fails = 0
 
