@@ -72,7 +72,7 @@ _pinctl_reply() {
 
 _pinctl() {
 	local cur prev cmd=$1 sub= i w skip=0 nargs=0 run_prog=
-	local commands="status leases top watch acquire revoke get set config quota jobs headroom metrics run doctor help"
+	local commands="status leases top watch acquire revoke get set config quota jobs headroom reservations metrics run doctor help"
 	_pinctl_words
 	COMPREPLY=()
 
@@ -93,7 +93,7 @@ _pinctl() {
 		fi
 		# Inside the command: count its arguments; run's program ends pinctl's options.
 		case $w in
-		--socket | --hold | --label | --priority | --wait | --uid | --deadline | --fallback | --interval | -n | -o | --output | --format) skip=1 ;;
+		--socket | --hold | --label | --priority | --wait | --uid | --deadline | --reservation | --fallback | --interval | -n | -o | --output | --format) skip=1 ;;
 		--) [[ $sub == run ]] && run_prog=next ;;
 		-*) ;;
 		*)
@@ -137,7 +137,7 @@ _pinctl() {
 		COMPREPLY=($(compgen -u -- "$cur"))
 		return 0
 		;;
-	--hold | --label | --wait | --deadline | --interval)
+	--hold | --label | --wait | --deadline | --reservation | --interval)
 		return 0
 		;;
 	esac

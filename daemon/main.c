@@ -19,6 +19,7 @@
 
 #include "audit.h"
 #include "broker.h"
+#include "reservation.h"
 #include "backing.h"
 #include "budget.h"
 #include "config.h"
@@ -742,6 +743,8 @@ int main(int argc, char **argv)
 	audit_free(audit);
 	pool_free(d.pool);
 	lease_table_free(b->leases);
+	reservations_free(b->reservations);
+	b->reservations = NULL;
 	backing_table_free(b->backings); /* NULL once the last shared registration went */
 	restart_fini(b);
 	quota_store_stop(b);

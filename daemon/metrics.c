@@ -30,6 +30,7 @@
 #include "lease.h"
 #include "monitor.h"
 #include "pool.h"
+#include "reservation.h"
 #include "waitq.h"
 
 static const char *const refusal_names[REFUSED_N] = {
@@ -236,6 +237,9 @@ static void render(FILE *f, const struct broker *b, bool per_uid, double now_s)
 	      (double)b->registered_bytes);
 	gauge(f, "pinbroker_no_revoke_bytes", "Of the leased bytes, memory that is never revoked.",
 	      (double)budget_no_revoke(b->budget));
+	gauge(f, "pinbroker_reserved_bytes",
+	      "Of the leased bytes, reserved for groups of ranks and not taken yet (no pool memory behind them).",
+	      (double)broker_reserved_bytes(b));
 	gauge(f, "pinbroker_unbrokered_bytes",
 	      "Pinned outside the budget, reported by clients, not verified: each uid's sum and the total capped at "
 	      "MemTotal less the pool and registrations.",

@@ -18,6 +18,7 @@ set(PB_DAEMON_CORE_SOURCES
   core/orphans.c     # the restart state file's text: what an earlier daemon lent
   core/pressure.c    # /proc parsers and the pressure policy
   core/quota-rules.c # the quota rules file's text: the rules pinctl quota set made, kept over restarts
+  core/reservation.c # all-or-nothing reservations for groups of ranks: charged at once, taken by share
   core/recovery-format.c  # the fd-store state's records: encode, decode, validate
   core/tenant.c      # tenants: (uid, pid namespace, cgroup) as the ids the pool reuses chunks by
   core/revoker-policy.c   # the revoker's decisions: round timing, overdue leases, slices, reclaim deficit
@@ -44,6 +45,7 @@ set(PB_DAEMON_SHELL_SOURCES
   pool/audit.c pool/numa.c pool/prewarm.c pool/reserve.c pool/warmup.c
   recovery/recovery.c recovery/recovery-writer.c
   request/request.c request/reply.c request/req-admin.c request/req-client.c request/req-quota.c request/req-headroom.c
+  request/req-reserve.c
   request/req-status.c request/waitq.c
   restart/restart.c restart/restart-journal.c restart/restart-scan.c
   revoker/revoker.c revoker/revoker-free.c revoker/revoker-hold.c revoker/revoker-round.c

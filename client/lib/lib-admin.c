@@ -127,6 +127,10 @@ int pb_admin_revoke(pb_client *c, int what, uint64_t lease_id, uint32_t uid, uin
 		ar.has_all = 1;
 		ar.all = 1;
 		break;
+	case PB_REVOKE_RESERVATION:
+		ar.has_reservation_id = 1;
+		ar.reservation_id = lease_id;
+		break;
 	case PB_REVOKE_ORPHANS_UID:
 		ar.has_orphans_uid = 1;
 		ar.orphans_uid = uid;

@@ -248,6 +248,63 @@ void pb_config_free(struct pb_config_entry *e, size_t n);
 int pb_release(pb_client *c, pb_lease *l);
 
 /*
+ * All-or-nothing reservations for a group of ranks (one process per GPU, say). Each rank calls pb_reserve with
+ * the same name, shares (N) and share_bytes (B): the first call of the job (same uid and job cgroup) charges N x B
+ * to the budget, the uid's quota and the job's quota at once, or fails with the reason and charges nothing (never
+ * part of it); later calls join it. Each rank then takes its share with pb_acquire_from: granted from the
+ * reserved bytes, without racing other ranks or other jobs, at most N shares of at most B bytes each. A taken
+ * share is an ordinary lease (release, revoke, cache as any); the bytes of a share taken smaller than B, and of a
+ * share's lease once released, go back to the budget, not to the reservation.
+ *
+ * The reservation ends on pb_reservation_release (any rank), an admin's pb_admin_revoke(PB_REVOKE_RESERVATION),
+ * or when the last connection that reserved or joined it closes (its ranks exited); its untaken bytes go back
+ * then. With flags PB_ACQUIRE_WAIT it waits up to timeout_ms (0: the daemon's acquire-timeout-ms) among the
+ * waiting acquires, in their order, when the budget or a quota is full now.
+ *
+ * Returns 0 and *reservation_id, or a negative errno with pb_last_error() saying why: pb_acquire's refusals
+ * (-ENOSPC over the budget, -EDQUOT over the uid's or job's quota, -EFBIG never satisfiable, -EAGAIN host memory
+ * critical, -ETIMEDOUT a wait timed out, -EUSERS too many waiting) and -EINVAL (a reservation of that name exists with other shares
+ * or share bytes, or the arguments are out of range: name 1-63 bytes, 1-1024 shares).
+ */
+int pb_reserve(pb_client *c, const char *name, uint32_t shares, uint64_t share_bytes, uint32_t flags,
+	       uint32_t timeout_ms, uint64_t *reservation_id);
+
+/*
+ * Take this rank's share of reservation_id (a connection must have reserved or joined it first): a lease of size
+ * (at most the share bytes) from the reserved bytes. opts as pb_acquire's; PB_ACQUIRE_WAIT, PB_ACQUIRE_NO_REVOKE
+ * and PB_ACQUIRE_STAGING_RING are ignored, and the library's cache is never used. Returns 0 and *ret, or a
+ * negative errno: -EINVAL (no such reservation joined on c, or size over one share), -EUSERS (every share is
+ * taken, or a per-uid limit as with pb_acquire), -EBUSY / -EAGAIN (host memory tight or critical).
+ */
+int pb_acquire_from(pb_client *c, uint64_t reservation_id, size_t size, const struct pb_acquire_opts *opts,
+		    pb_lease **ret);
+
+/* End reservation_id: its untaken bytes go back to the budget; leases taken from it live on. 0 or -errno. */
+int pb_reservation_release(pb_client *c, uint64_t reservation_id);
+
+/* A reservation as pb_reservations lists it. */
+struct pb_reservation_info {
+	uint64_t id;
+	uint32_t uid;
+	char name[64];
+	char job[256];  /* the job it is charged to, "" when none (cut to fit) */
+	char state[16]; /* "open" (shares left) or "taken" */
+	uint32_t shares;
+	uint64_t share_bytes;
+	uint32_t taken;
+	uint64_t bytes_reserved; /* reserved and not taken: counted as leased in the budget */
+	uint32_t members;        /* connections that reserved or joined it */
+	uint64_t age_ms;
+};
+
+/*
+ * The reservations alive that the caller may see (its uid's; every one for an admin or with status-visibility =
+ * all), newest first, at most 64, in *rows (free() it), and the host's reserved-not-taken bytes in
+ * *reserved_bytes (may be NULL). Returns 0 or a negative errno.
+ */
+int pb_reservations(pb_client *c, struct pb_reservation_info **rows, size_t *n, uint64_t *reserved_bytes);
+
+/*
  * The start of a lease's memory: the mapping for broker memory, p for a pb_register lease, the
  * allocation for fallback memory; NULL once the lease was revoked and given back (PB_MEM_REVOKED).
  * Valid until pb_release(); NULL for a NULL l.
@@ -768,6 +825,11 @@ void pb_lease_info_free(struct pb_lease_info *rows, size_t n);
  */
 #define PB_REVOKE_ORPHANS 3
 #define PB_REVOKE_ORPHANS_UID 4
+/*
+ * A reservation (pb_reserve): lease_id names the reservation. It ends (its untaken bytes go back) and the leases
+ * taken from it are revoked as PB_REVOKE_LEASE revokes one; *ids are those leases. Its uid or an admin may.
+ */
+#define PB_REVOKE_RESERVATION 5
 int pb_admin_revoke(pb_client *c, int what, uint64_t lease_id, uint32_t uid, uint32_t deadline_ms, uint64_t **ids,
 		    size_t *n);
 

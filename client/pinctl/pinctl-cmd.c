@@ -394,6 +394,7 @@ int cmd_revoke(int argc, char **argv)
 		{ "all", no_argument, NULL, 'a' },
 		{ "deadline", required_argument, NULL, 'd' },
 		{ "orphans", no_argument, NULL, 'O' },
+		{ "reservation", required_argument, NULL, 'R' },
 		PINCTL_COMMON_OPTIONS,
 		{ NULL, 0, NULL, 0 },
 	};
@@ -423,6 +424,14 @@ int cmd_revoke(int argc, char **argv)
 			what = PB_REVOKE_ALL;
 			targets++;
 			break;
+		case 'R':
+			if (parse_u64(optarg, UINT64_MAX, &lease_id) < 0 || lease_id == 0)
+				return usage_error("--reservation: not a reservation id: %s (ids are in 'pinctl "
+						   "reservations')",
+						   optarg);
+			what = PB_REVOKE_RESERVATION;
+			targets++;
+			break;
 		case 'd':
 			if (parse_u64(optarg, UINT32_MAX, &deadline_ms) < 0)
 				return usage_error("--deadline: not a number of milliseconds: %s", optarg);
@@ -442,10 +451,10 @@ int cmd_revoke(int argc, char **argv)
 		targets++;
 	}
 	if (targets != 1)
-		return usage_error("give exactly one of LEASE, --uid USER or --all");
+		return usage_error("give exactly one of LEASE, --uid USER, --all or --reservation ID");
 	if (orphans) {
-		if (what == PB_REVOKE_LEASE)
-			return usage_error("--orphans takes --uid USER or --all, not a lease id");
+		if (what == PB_REVOKE_LEASE || what == PB_REVOKE_RESERVATION)
+			return usage_error("--orphans takes --uid USER or --all, not a lease or reservation id");
 		what = what == PB_REVOKE_UID ? PB_REVOKE_ORPHANS_UID : PB_REVOKE_ORPHANS;
 	}
 
@@ -459,6 +468,12 @@ int cmd_revoke(int argc, char **argv)
 	if (orphans) {
 		printf("dropped %zu orphan%s: no longer counted (processes that map them keep them)\n", n,
 		       n == 1 ? "" : "s");
+	} else if (what == PB_REVOKE_RESERVATION) {
+		printf("reservation %" PRIu64 " ended: its untaken bytes are back; revoking %zu lease%s taken from it",
+		       lease_id, n, n == 1 ? "" : "s");
+		for (size_t i = 0; i < n; i++)
+			printf("%s%" PRIu64, i ? " " : ": ", ids[i]);
+		printf("\n");
 	} else if (n == 0) {
 		printf("no lease matched\n");
 	} else {

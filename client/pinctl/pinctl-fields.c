@@ -388,6 +388,35 @@ const struct pinctl_field headroom_fields[] = {
 	{ "available_bytes", headroom_available_bytes },
 };
 const size_t n_headroom_fields = sizeof(headroom_fields) / sizeof(headroom_fields[0]);
+#define RES(row) ((const struct pb_reservation_info *)(row))
+FIELD_U64(res, RES, id)
+FIELD_U64(res, RES, uid)
+FIELD_STR(res, RES, name)
+FIELD_U64(res, RES, shares)
+FIELD_U64(res, RES, share_bytes)
+FIELD_U64(res, RES, taken)
+FIELD_U64(res, RES, bytes_reserved)
+FIELD_STR(res, RES, state)
+FIELD_U64(res, RES, members)
+FIELD_U64(res, RES, age_ms)
+
+/* null without a job, as --json has it. */
+static const char *res_job(const void *row, char *buf, size_t len)
+{
+	(void)buf;
+	(void)len;
+	return RES(row)->job[0] ? RES(row)->job : NULL;
+}
+
+const struct pinctl_field reservation_fields[] = {
+	{ "id", res_id },         { "uid", res_uid },
+	{ "job", res_job },       { "name", res_name },
+	{ "shares", res_shares }, { "share_bytes", res_share_bytes },
+	{ "taken", res_taken },   { "bytes_reserved", res_bytes_reserved },
+	{ "state", res_state },   { "members", res_members },
+	{ "age_ms", res_age_ms },
+};
+const size_t n_reservation_fields = sizeof(reservation_fields) / sizeof(reservation_fields[0]);
 
 FIELD_STR(rule, RULE, pattern)
 FIELD_U64(rule, RULE, bytes)

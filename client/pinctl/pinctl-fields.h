@@ -24,6 +24,9 @@ extern const size_t n_status_fields;
  * the keys of their --json rows. */
 extern const struct pinctl_field job_fields[];
 extern const size_t n_job_fields;
+/* pinctl reservations (struct pb_reservation_info). */
+extern const struct pinctl_field reservation_fields[];
+extern const size_t n_reservation_fields;
 extern const struct pinctl_field rule_fields[];
 extern const size_t n_rule_fields;
 extern const struct pinctl_field config_fields[];

@@ -20,7 +20,7 @@ void pinctl_usage(FILE *f)
 		"  leases [TABLE OPTIONS]            every lease on the host (fetched page by page)\n"
 		"  acquire SIZE [--hold SECONDS] [--label L] [--priority normal|critical|best-effort]\n"
 		"          [--wait MS]               borrow SIZE (e.g. 64M, 1G), touch it, hold, release\n"
-		"  revoke LEASE | --uid USER | --all [--deadline MS] [--orphans]\n"
+		"  revoke LEASE | --uid USER | --all | --reservation ID [--deadline MS] [--orphans]\n"
 		"                                    ask clients to give leases back (admin)\n"
 		"  top [--interval SECONDS] [--once] a live view of the budget, clients and leases (also: watch)\n"
 		"  get KEY [TABLE OPTIONS]           one running setting and where it came from\n"
@@ -39,6 +39,7 @@ void pinctl_usage(FILE *f)
 		"  jobs [TABLE OPTIONS]              pinned bytes per job (cgroup), with quotas\n"
 		"  headroom [--no-revoke] [TABLE OPTIONS]\n"
 		"                                    how much this client may still acquire now, and why\n"
+		"  reservations [TABLE OPTIONS]      groups' all-or-nothing reservations: shares taken, bytes held\n"
 		"  help [COMMAND | --commands]       this text, or COMMAND's (also: pinctl COMMAND --help)\n"
 		"\n"
 		"Options:\n"
@@ -47,8 +48,8 @@ void pinctl_usage(FILE *f)
 		"                  not there yet (no socket, nobody listening), as right after pinbrokerd ... &\n"
 		"  --version       print the version\n"
 		"\n"
-		"TABLE OPTIONS, alike on every command that prints a table (status, leases, jobs, quota list,\n"
-		"doctor, config, get, metrics, headroom): --json | -o FIELD,... | --format text|csv|json,\n"
+		"TABLE OPTIONS, alike on every command that prints a table (status, leases, jobs, reservations,\n"
+		"quota list, doctor, config, get, metrics, headroom): --json | -o FIELD,... | --format text|csv|json,\n"
 		"and --no-headers.\n"
 		"With --json (or --format json) an error is also one JSON object on stdout,\n"
 		"{\"error\": {\"code\", \"message\", \"exit_status\"}}, the exit status the same.\n"
@@ -97,6 +98,22 @@ const char jobs_help[] =
 	"                  (the last three null, '-' in columns, for a job without a quota)\n"
 	"  --format FMT    text (the default), csv (a header of field names, then a row per job of every\n"
 	"                  field, or of -o's) or json (as --json)\n"
+	"  --no-headers    no header line\n";
+
+const char reservations_help[] =
+	"Usage: pinctl reservations [--json | -o FIELD,... | --format text|csv|json] [--no-headers]\n"
+	"\n"
+	"All-or-nothing reservations of groups of ranks (pb_reserve, Client.reserve): N shares of B\n"
+	"bytes charged at once; the bytes of shares not taken yet count as leased. Admins (or\n"
+	"status-visibility = all) see every one, others their own uid's. pinctl revoke --reservation ID\n"
+	"ends one.\n"
+	"\n"
+	"  --json          {schema_version, reserved_bytes, reservations[]}\n"
+	"  -o, --output F  a row per reservation of these fields, comma-separated, in aligned columns\n"
+	"                  under a header (CSV with --format csv): id, uid, job, name, shares,\n"
+	"                  share_bytes, taken, bytes_reserved, state (open, taken), members, age_ms\n"
+	"  --format FMT    text (the default), csv (a header of field names, then a row per reservation)\n"
+	"                  or json (as --json)\n"
 	"  --no-headers    no header line\n";
 
 const char doctor_help[] =
@@ -180,13 +197,15 @@ static const struct command_help {
 		     "  --label L       the label status and leases show\n"
 		     "  --priority P    normal, critical (revoked last) or best-effort (revoked first)\n"
 		     "  --wait MS       wait up to MS for memory instead of being refused at once\n" },
-	{ "revoke", "Usage: pinctl revoke LEASE | --uid USER | --all [--deadline MS]\n"
+	{ "revoke", "Usage: pinctl revoke LEASE | --uid USER | --all | --reservation ID [--deadline MS]\n"
 		    "       pinctl revoke --orphans --uid USER | --all\n"
 		    "\n"
 		    "Ask the holders to give leases back (admin): one lease by id, every lease of a uid, or all.\n"
 		    "\n"
 		    "  --uid USER      every lease of USER, a user name or a uid\n"
 		    "  --all           every lease on the host\n"
+		    "  --reservation ID  end reservation ID (its untaken bytes go back) and revoke the leases\n"
+		    "                  taken from it; its own uid may too (ids: pinctl reservations)\n"
 		    "  --deadline MS   time the holders have before revoke-enforce applies (default: the daemon's\n"
 		    "                  revoke-deadline-ms)\n"
 		    "  --orphans       instead, stop counting orphaned memory (what the daemon before a restart\n"
@@ -281,6 +300,7 @@ static const struct command_help {
 	  "  --format FMT    text (the default), csv (a header of field names, then a row per bound) or\n"
 	  "                  json (as --json)\n"
 	  "  --no-headers    no header lines\n" },
+	{ "reservations", reservations_help },
 	{ "help", "Usage: pinctl help [COMMAND | --commands]\n"
 		  "\n"
 		  "pinctl's usage, or one command's help (as pinctl COMMAND --help).\n"

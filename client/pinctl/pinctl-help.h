@@ -12,4 +12,5 @@ int pinctl_help_text(const char *name, FILE *f);
 /* The --help texts of quota, jobs and doctor, whose usage errors also show their Usage lines. */
 extern const char quota_help[];
 extern const char jobs_help[];
+extern const char reservations_help[];
 extern const char doctor_help[];

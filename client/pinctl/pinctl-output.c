@@ -745,6 +745,54 @@ void json_jobs(FILE *f, const struct pb_job *jobs, size_t n)
 	fputc(']', f);
 }
 
+void json_reservations(FILE *f, const struct pb_reservation_info *rows, size_t n)
+{
+	fputs("\"reservations\":[", f);
+	for (size_t i = 0; i < n; i++) {
+		const struct pb_reservation_info *r = &rows[i];
+
+		fprintf(f, "%s{\"id\":%" PRIu64 ",\"uid\":%u,\"job\":", i ? "," : "", r->id, r->uid);
+		if (r->job[0])
+			json_str(f, r->job);
+		else
+			fputs("null", f);
+		fputs(",\"name\":", f);
+		json_str(f, r->name);
+		fprintf(f,
+			",\"shares\":%u,\"share_bytes\":%" PRIu64 ",\"taken\":%u,\"bytes_reserved\":%" PRIu64
+			",\"state\":",
+			r->shares, r->share_bytes, r->taken, r->bytes_reserved);
+		json_str(f, r->state);
+		fprintf(f, ",\"members\":%u,\"age_ms\":%" PRIu64 "}", r->members, r->age_ms);
+	}
+	fputc(']', f);
+}
+
+void print_reservations(const struct pb_reservation_info *rows, size_t n, uint64_t reserved, bool headers)
+{
+	char e1[ESC_BYTES], e2[ESC_BYTES], b[32], h[32], user[32];
+
+	if (n == 0) {
+		if (headers)
+			printf("no reservations\n");
+		return;
+	}
+	if (headers)
+		printf("%6s %-10s %-20s %7s %10s %10s %7s  %s\n", "ID", "USER", "NAME", "TAKEN", "SHARE", "RESERVED",
+		       "RANKS", "JOB");
+	for (size_t i = 0; i < n; i++) {
+		const struct pb_reservation_info *r = &rows[i];
+		char taken[24];
+
+		snprintf(taken, sizeof(taken), "%u/%u", r->taken, r->shares);
+		printf("%6" PRIu64 " %-10s %-20s %7s %10s %10s %7u  %s\n", r->id, user_name(r->uid, user, sizeof(user)),
+		       esc(r->name, e1), taken, format_size(r->share_bytes, b, sizeof(b)),
+		       format_size(r->bytes_reserved, h, sizeof(h)), r->members, r->job[0] ? esc(r->job, e2) : "-");
+	}
+	if (headers)
+		printf("reserved, not taken: %s\n", format_size(reserved, b, sizeof(b)));
+}
+
 void print_jobs(const struct pb_job *jobs, size_t n, bool headers)
 {
 	char e[ESC_BYTES], b[32], q[32];

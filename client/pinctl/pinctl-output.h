@@ -54,5 +54,11 @@ struct pb_headroom;
 void json_headroom(FILE *f, const struct pb_headroom *h);
 /* pinctl headroom's text: the answer, then a row per bound (the binding one marked). */
 void print_headroom(const struct pb_headroom *h, bool headers);
+/* "reservations":[{id, uid, job (null without one), name, shares, share_bytes, taken, bytes_reserved, state,
+ * members, age_ms}], as pinctl reservations --json has it. */
+void json_reservations(FILE *f, const struct pb_reservation_info *rows, size_t n);
+/* The reservations table on stdout: a header line unless !headers, a row each ("no reservations" for none), then
+ * the host's reserved-not-taken bytes. */
+void print_reservations(const struct pb_reservation_info *rows, size_t n, uint64_t reserved, bool headers);
 /* One setting as "key = value  # source", on stdout. */
 void config_entry_human(const struct pb_config_entry *e);

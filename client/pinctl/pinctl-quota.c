@@ -222,3 +222,40 @@ int cmd_jobs(int argc, char **argv)
 		return pinctl_error(EXIT_FAILURE, "failed", "out of memory");
 	return fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+int cmd_reservations(int argc, char **argv)
+{
+	struct pb_reservation_info *rows = NULL;
+	uint64_t reserved = 0;
+	struct list_opts lo;
+	struct fields sel;
+	size_t n = 0;
+	pb_client *c;
+	int r;
+
+	r = parse_list_opts(argc, argv, &lo, 0);
+	if (r != PINCTL_OPT_NEXT)
+		return with_usage(r, reservations_help);
+	if ((lo.fields || lo.csv) && select_fields(reservation_fields, n_reservation_fields, lo.fields, &sel) != 0)
+		return with_usage(EXIT_USAGE, reservations_help);
+	r = connect_or_explain(&c);
+	if (r)
+		return r;
+	r = pb_reservations(c, &rows, &n, &reserved);
+	pb_disconnect(c);
+	if (r < 0)
+		return report_failure("reservations", r);
+	if (lo.json) {
+		printf("{\"schema_version\":1,\"reserved_bytes\":%" PRIu64 ",", reserved);
+		json_reservations(stdout, rows, n);
+		printf("}\n");
+	} else if (lo.fields || lo.csv) {
+		r = fields_print(stdout, &sel, rows, sizeof(*rows), n, lo.csv, !lo.no_headers);
+	} else {
+		print_reservations(rows, n, reserved, !lo.no_headers);
+	}
+	free(rows);
+	if (r < 0)
+		return pinctl_error(EXIT_FAILURE, "failed", "out of memory");
+	return fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

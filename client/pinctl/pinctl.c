@@ -39,6 +39,7 @@ static const struct command {
 	{ "quota", cmd_quota, CMD_JSON | CMD_TABLE, "list" },
 	{ "jobs", cmd_jobs, CMD_JSON | CMD_TABLE, "" },
 	{ "headroom", cmd_headroom, CMD_JSON | CMD_TABLE, "" },
+	{ "reservations", cmd_reservations, CMD_JSON | CMD_TABLE, "" },
 	{ "help", cmd_help, 0, NULL },
 	{ "get", cmd_get, CMD_JSON | CMD_TABLE, "KEY" },
 	{ "config", cmd_config, CMD_JSON | CMD_TABLE, "" },

@@ -136,5 +136,7 @@ int cmd_quota(int argc, char **argv);
 int cmd_jobs(int argc, char **argv);
 /* pinctl headroom: what this client may still acquire, each bound with its reason (pinctl-headroom.c). */
 int cmd_headroom(int argc, char **argv);
+/* pinctl reservations: the groups' reservations alive (pinctl-quota.c). */
+int cmd_reservations(int argc, char **argv);
 /* pinctl doctor [--json]: check the host's set-up, each finding with its fix (pinctl-doctor.c). */
 int cmd_doctor(int argc, char **argv);

@@ -3,6 +3,7 @@
 #include "broker.h"
 #include "backing.h"
 #include "jobs.h"
+#include "reservation.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -269,8 +270,16 @@ enum broker_refusal broker_acquire(struct broker *b, const struct acquire_args *
 		return REFUSAL_INVALID_SIZE;
 	/* Shared memory others registered already is pinned and charged once: only new pages count. */
 	charge_bytes = backed ? backed_charge(b, a, size_bytes) : size_bytes;
+	if (a->reservation) {
+		if (a->registration)
+			return REFUSAL_INVALID_SIZE;
+		v = broker_reservation_check(b, a->reservation, size_bytes);
+		if (v != REFUSAL_NONE)
+			return v;
+	}
 
-	if (charge_bytes > 0) {
+	/* A share of a reservation was charged, budget, uid and job, when the reservation was made. */
+	if (charge_bytes > 0 && !a->reservation) {
 		v = budget_check(b->budget, a->uid, charge_bytes);
 		if (v == REFUSAL_NONE)
 			v = jobs_check(a->cgroup, charge_bytes);
@@ -476,6 +485,10 @@ enum broker_refusal broker_acquire_done(struct broker *b, const struct acquire_a
 	if (b->jobs && a->cgroup) {
 		l->cgroup = a->cgroup;
 		jobs_charge(b->jobs, l->cgroup, charge_bytes);
+	}
+	if (a->reservation) {
+		l->reservation_id = a->reservation->id;
+		broker_reservation_take(b, a->reservation);
 	}
 	b->generation++;
 	*ret = l;

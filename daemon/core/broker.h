@@ -20,6 +20,8 @@ struct jobs;
 struct backing_table;
 struct tenants;
 struct job_cgroup;
+struct reservation;
+struct reservations;
 
 struct broker;
 /* A listener of the freed-memory event: runs after leases were freed and the pool trimmed. */
@@ -161,6 +163,8 @@ struct broker {
 	 */
 	uint32_t staging_rings;
 	uint64_t staging_ring_bytes;
+	/* All-or-nothing reservations for groups of ranks (reservation.h); NULL until the first. */
+	struct reservations *reservations;
 	/* Clients' staged copies since start (ReportStaging), closed connections' included. */
 	struct staged_totals staged;
 
@@ -189,6 +193,9 @@ struct acquire_args {
 	/* With registration: the span is a shared mapping of file (dev, ino) from backing_offset (lease.h). */
 	bool backed;
 	uint64_t backing_dev, backing_ino, backing_offset;
+	/* A share of this reservation (reservation.h): no budget, quota or job check (its bytes are held), one
+	 * share at most; NULL: an ordinary acquire. */
+	struct reservation *reservation;
 };
 
 /* Queued reply packets duplicate their fds; this many may be queued over all connections. */

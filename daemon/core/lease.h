@@ -75,9 +75,10 @@ struct lease {
 	enum lease_priority priority;
 	enum lease_state state;
 	char label[LEASE_LABEL_MAX];
-	uint64_t created_ms;   /* monotonic */
-	uint64_t last_used_ms; /* last ACTIVE transition, for LRU */
-	uint64_t deadline_ms;  /* monotonic, while REVOKING/OVERDUE */
+	uint64_t created_ms;     /* monotonic */
+	uint64_t last_used_ms;   /* last ACTIVE transition, for LRU */
+	uint64_t deadline_ms;    /* monotonic, while REVOKING/OVERDUE */
+	uint64_t reservation_id; /* the reservation it is a share of (reservation.h); 0: none */
 	/*
 	 * While REVOKING/OVERDUE: the revoke was started by the holder's own uid
 	 * (not an admin, not pressure), so its enforcement never reaches a process

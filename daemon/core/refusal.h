@@ -23,6 +23,8 @@ enum broker_refusal {
 	REFUSAL_UID_CHUNKS,      /* the uid is at max-chunks-per-uid */
 	REFUSAL_CAPACITY,        /* the daemon is at its chunk capacity: fds or mappings */
 	REFUSAL_UID_NO_REVOKE,   /* a never-revoked lease past the uid's max-no-revoke-per-uid */
+	REFUSAL_SHARES_TAKEN,    /* every share of the reservation it names is taken (reservation.h) */
+	REFUSAL_OVER_SHARE,      /* more than one share of the reservation it names */
 	REFUSAL_TIMEOUT,         /* a waiting acquire's timeout passed (the wait queue's verdict) */
 	REFUSAL_FAILED,          /* no verdict: making the memory failed, with an errno beside it */
 	REFUSAL_N,

@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "reply.h"
+#include "reservation.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -101,7 +102,10 @@ static Pinbroker__V1__StatusCode refusal_status(enum broker_refusal why)
 	case REFUSAL_UID_CHUNKS:
 	case REFUSAL_CAPACITY:
 	case REFUSAL_UID_NO_REVOKE:
+	case REFUSAL_SHARES_TAKEN:
 		return PINBROKER__V1__STATUS_CODE__STATUS_LIMIT;
+	case REFUSAL_OVER_SHARE:
+		return PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT;
 	case REFUSAL_TIMEOUT:
 		return PINBROKER__V1__STATUS_CODE__STATUS_TIMEOUT;
 	default:
@@ -209,6 +213,18 @@ static void refusal_message(const struct conn *c, enum broker_refusal why, int e
 			 "max-no-revoke-per-uid",
 			 c->uid, format_size(budget_uid_no_revoke(b->budget, c->uid), h, sizeof(h)),
 			 format_size(b->max_no_revoke_per_uid_bytes, q, sizeof(q)), format_size(size, a, sizeof(a)));
+		return;
+	case REFUSAL_SHARES_TAKEN:
+		snprintf(msg, len,
+			 "every share of this reservation is taken already: a group reserves one share per rank; "
+			 "release a share's lease (its bytes go back to the budget, not to the reservation) or reserve "
+			 "under a new name");
+		return;
+	case REFUSAL_OVER_SHARE:
+		snprintf(msg, len,
+			 "%s is more than one share of this reservation: ask for at most the share bytes it was made "
+			 "with",
+			 format_size(size, a, sizeof(a)));
 		return;
 	case REFUSAL_CAPACITY:
 		snprintf(msg, len,
@@ -357,4 +373,61 @@ void reply_grant(struct conn *c, uint64_t seq, struct lease *l)
 		  "lease %llu granted: %llu bytes in %zu chunks to pid %d uid %u%s%s", (unsigned long long)l->id,
 		  (unsigned long long)l->bytes, l->nchunks, l->pid, l->uid, l->label[0] ? ", label " : "",
 		  text_escape(label, sizeof(label), l->label));
+}
+
+/* ---------------------------------------------------------- reservations */
+
+void reply_reservation(struct conn *c, uint64_t seq, const struct reservation *res, bool created)
+{
+	Pinbroker__V1__ReservationReply rr = PINBROKER__V1__RESERVATION_REPLY__INIT;
+	Pinbroker__V1__Reply r;
+
+	rr.reservation_id = res->id;
+	rr.name = (char *)res->name;
+	rr.shares = res->shares;
+	rr.share_bytes = res->share_bytes;
+	rr.has_taken = true;
+	rr.taken = res->taken;
+	rr.has_created = true;
+	rr.created = created;
+	rr.has_held_bytes = true;
+	rr.held_bytes = res->held_bytes;
+	reply_init(&r, seq, PINBROKER__V1__STATUS_CODE__STATUS_OK, NULL);
+	r.body_case = PINBROKER__V1__REPLY__BODY_RESERVATION;
+	r.reservation = &rr;
+	reply_send(c, &r, NULL, 0);
+}
+
+/* Say why a reserve failed: the enum reservation_error cases here, the budget's refusals as an acquire's. */
+void reply_reserve_error(struct conn *c, uint64_t seq, const struct reserve_args *a, enum broker_refusal why, int rerr,
+			 const struct reservation *res, int err)
+{
+	uint64_t total = a->shares && a->share_bytes <= UINT64_MAX / a->shares ? a->shares * a->share_bytes : 0;
+	char s[32];
+
+	switch ((enum reservation_error)rerr) {
+	case RESERVATION_MISMATCH:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "reservation \"%s\" (id %llu) exists with %u shares of %s: every rank of a group must ask "
+			     "for the same shares and share bytes, or use another name",
+			     res->name, (unsigned long long)res->id, res->shares,
+			     format_size(res->share_bytes, s, sizeof(s)));
+		return;
+	case RESERVATION_INVALID:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+			     "a reservation needs a name of 1-%d bytes, 1-%d shares and share bytes above 0 whose "
+			     "total fits 64 bits",
+			     RESERVATION_NAME_MAX - 1, RESERVATION_SHARES_MAX);
+		return;
+	case RESERVATION_TOO_MANY:
+		reply_status(
+			c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
+			"the daemon holds %d reservations, or this one has %d members, at most; release some first",
+			RESERVATIONS_MAX, RESERVATION_MEMBERS_MAX);
+		return;
+	case RESERVATION_OK:
+		break;
+	}
+	reply_log_refusal(c, why, err, total);
+	reply_refusal(c, seq, why, err, total);
 }

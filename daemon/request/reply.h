@@ -46,3 +46,14 @@ enum lease_priority reply_priority_from_wire(Pinbroker__V1__Priority p);
 int send_lease(struct conn *c, uint64_t seq, const struct lease *l, bool attached);
 /* c is l's new holder: its counters, the grant's log line, and the lease sent. */
 void reply_grant(struct conn *c, uint64_t seq, struct lease *l);
+
+struct reservation;
+struct reserve_args;
+/* The RESERVATION reply: res, made by this call (created) or joined. */
+void reply_reservation(struct conn *c, uint64_t seq, const struct reservation *res, bool created);
+/*
+ * Say why reserve a failed: rerr's own messages (core/reservation.h; res is the existing one for a mismatch), else
+ * the refusal why as an acquire of the whole size is refused (logged and counted), err beside REFUSAL_FAILED.
+ */
+void reply_reserve_error(struct conn *c, uint64_t seq, const struct reserve_args *a, enum broker_refusal why, int rerr,
+			 const struct reservation *res, int err);

@@ -75,6 +75,10 @@ void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req)
 		drop_orphans(c, req);
 		return;
 	}
+	if (ar->has_reservation_id) {
+		reserve_admin_revoke(c, req);
+		return;
+	}
 	if (!ar->has_lease_id && !ar->has_uid && !(ar->has_all && ar->all)) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
 			     "revoke needs a lease id, a uid, or all");

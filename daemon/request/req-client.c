@@ -21,6 +21,7 @@
 #include "pool.h"
 #include "recovery.h"
 #include "reply.h"
+#include "reservation.h"
 #include "request-int.h"
 #include "revoker.h"
 #include "tenant.h"
@@ -121,6 +122,18 @@ void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
 	/* Stored labels hold LEASE_LABEL_MAX - 1 bytes: cut here, where a character is never split. */
 	if (a->label)
 		text_truncate(a->label, LEASE_LABEL_MAX - 1);
+	if (a->has_reservation_id) {
+		args.reservation = broker_reservation_find(b, a->reservation_id);
+		if (!args.reservation || !reservation_is_member(args.reservation, c)) {
+			reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_INVALID_ARGUMENT,
+				     "no reservation %llu joined on this connection: reserve (or join) it by name on "
+				     "the connection that acquires; it may have been released or revoked",
+				     (unsigned long long)a->reservation_id);
+			return;
+		}
+		/* Its bytes are held: nothing to wait for, and a waiting entry must not outlive the reservation. */
+		wait = false;
+	}
 	args.now_ms = now_ms();
 	if (args.job_unknown)
 		jobs_watch_unknown_acquire(b, c->pid, c->uid);
@@ -129,7 +142,7 @@ void handle_acquire(struct conn *c, const Pinbroker__V1__Request *req)
 		reply_grant(c, req->seq, l);
 		return;
 	}
-	if (why == REFUSAL_BUDGET) {
+	if (why == REFUSAL_BUDGET && !args.reservation) {
 		/* Take cached-idle leases back first; the acquire waits for them. */
 		uint64_t shortfall = round_up(a->size, pool_page_size(daemon_of(b)->pool));
 		uint64_t got = revoker_reclaim_idle(b, c, shortfall);

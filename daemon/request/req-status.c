@@ -16,6 +16,7 @@
 #include "conn.h"
 #include "jobs-watch.h"
 #include "jobs.h"
+#include "reservation.h"
 #include "lease.h"
 #include "monitor.h"
 #include "numa.h"
@@ -51,6 +52,8 @@
 #define STATUS_UNBROKERED_UIDS_MAX 64
 /* Job rows, the largest: pinctl jobs lists them all. */
 #define STATUS_JOBS_MAX 64
+/* Reservation rows, the newest: a host has a few groups of ranks at once. */
+#define STATUS_RESERVATIONS_MAX 64
 /* Attacher pids listed on one lease row; the count says how many there are in all. */
 #define STATUS_ATTACHER_PIDS_MAX 16
 
@@ -69,6 +72,7 @@ struct status_build {
 	struct monitor_signal sig[MONITOR_SIGNALS_MAX];
 	struct monitor_event tev[MONITOR_EVENTS_MAX], rev[REVOKER_REVOCATIONS_MAX];
 	Pinbroker__V1__JobInfo ji[STATUS_JOBS_MAX], *jip[STATUS_JOBS_MAX];
+	Pinbroker__V1__ReservationInfo ri[STATUS_RESERVATIONS_MAX], *rip[STATUS_RESERVATIONS_MAX];
 	Pinbroker__V1__UnbrokeredUid ui[STATUS_UNBROKERED_UIDS_MAX], *uip[STATUS_UNBROKERED_UIDS_MAX];
 	struct unbrokered_uid *uids; /* the visible uids reporting, largest first */
 
@@ -221,6 +225,40 @@ static void fill_summary(struct status_build *sb, Pinbroker__V1__StatusReply *sr
 	sr->jobs = sb->jip;
 	sr->has_quota_rules = b->jobs != NULL;
 	sr->quota_rules = b->jobs ? (uint32_t)jobs_rule_count(b->jobs) : 0;
+}
+
+/* Reservation rows the asker may see (its uid's, or all), newest first, at most STATUS_RESERVATIONS_MAX. */
+static void fill_reservations(struct status_build *sb, Pinbroker__V1__StatusReply *sr)
+{
+	size_t n = 0, total = 0;
+
+	for (const struct reservation *res = reservation_first(sb->b); res; res = res->next) {
+		Pinbroker__V1__ReservationInfo *x = &sb->ri[n];
+
+		total++;
+		if (n >= STATUS_RESERVATIONS_MAX || !visible(sb, res->uid))
+			continue;
+		pinbroker__v1__reservation_info__init(x);
+		x->id = res->id;
+		x->uid = res->uid;
+		if (res->cgroup)
+			x->job = res->cgroup->job ? res->cgroup->job->key : res->cgroup->path;
+		x->name = (char *)res->name;
+		x->shares = res->shares;
+		x->share_bytes = res->share_bytes;
+		x->has_taken = x->has_bytes_reserved = x->has_members = x->has_age_ms = true;
+		x->taken = res->taken;
+		x->bytes_reserved = res->held_bytes;
+		x->state = (char *)(res->taken < res->shares ? "open" : "taken");
+		x->members = (uint32_t)res->nmembers;
+		x->age_ms = sb->now - res->created_ms;
+		sb->rip[n++] = x;
+	}
+	sr->n_reservations = n;
+	sr->reservations = sb->rip;
+	sr->has_reserved_bytes = sr->has_reservation_count = true;
+	sr->reserved_bytes = broker_reserved_bytes(sb->b);
+	sr->reservation_count = (uint32_t)total;
 }
 
 static int larger_report_first(const void *a, const void *b)
@@ -570,6 +608,8 @@ void handle_status(struct conn *c, const Pinbroker__V1__Request *req)
 	if (!(q->has_client_cursor && q->client_cursor) && !(q->has_lease_cursor && q->lease_cursor) &&
 	    fill_unbrokered_uids(sb, &sr) < 0)
 		goto out;
+	if (!(q->has_client_cursor && q->client_cursor) && !(q->has_lease_cursor && q->lease_cursor))
+		fill_reservations(sb, &sr);
 	if (!q->has_include_events || q->include_events)
 		fill_events(sb, &sr);
 	/* Both cursors are sent even when 0, so a client can tell "no more" from a daemon that does not page. */

@@ -32,6 +32,16 @@ void handle_report_staging(struct conn *c, const Pinbroker__V1__Request *req);
 
 /* ---- req-headroom.c: what the asking client may still get (broker_headroom) */
 void handle_headroom(struct conn *c, const Pinbroker__V1__Request *req);
+/* ---- req-reserve.c */
+struct reservation;
+struct reserve_args;
+/* Reserve N shares of B bytes for a group of ranks, or join the group's (core/reservation.h). */
+void handle_reserve(struct conn *c, const Pinbroker__V1__Request *req);
+void handle_reservation_release(struct conn *c, const Pinbroker__V1__Request *req);
+/* AdminRevoke with reservation_id: end it and revoke the leases taken from it. */
+void reserve_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req);
+/* A connection closes: it leaves its reservations; the last member's leave ends one. */
+void reserve_conn_closed(struct broker *b, struct conn *c);
 
 /* ---- req-admin.c */
 void handle_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req);

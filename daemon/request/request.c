@@ -63,6 +63,10 @@ static const struct request_kind request_table[] = {
 	 */
 	{ PINBROKER__V1__REQUEST__BODY_CONFIG, "config", REQ_NEEDS_HELLO | REQ_ALLOWED_WHILE_STOPPING, handle_config },
 	/* Served while stopping: a library letting its ring go as the daemon stops still says what it copied. */
+	/* Charges new bytes at once for a group of ranks: refused while critical, as an acquire. */
+	{ PINBROKER__V1__REQUEST__BODY_RESERVE, "reserve", REQ_NEEDS_HELLO | REQ_TAKES_MEMORY, handle_reserve },
+	{ PINBROKER__V1__REQUEST__BODY_RESERVATION_RELEASE, "reservation-release",
+	  REQ_NEEDS_HELLO | REQ_ALLOWED_WHILE_STOPPING, handle_reservation_release },
 	{ PINBROKER__V1__REQUEST__BODY_REPORT_STAGING, "report-staging", REQ_NEEDS_HELLO | REQ_ALLOWED_WHILE_STOPPING,
 	  handle_report_staging },
 	/* Any client may ask about itself; it takes nothing, so it is served while critical too. */
@@ -132,6 +136,7 @@ void request_conn_closed(struct broker *b, struct conn *c)
 	/* Its waiting acquires die with it, before its leases go (their freeing grants the others). */
 	waitq_conn_closed(b, c);
 	revoker_conn_closed(b, c);
+	reserve_conn_closed(b, c);
 }
 
 int request_init(struct broker *b)

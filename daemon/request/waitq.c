@@ -17,6 +17,7 @@
 #include "conn.h"
 #include "daemon.h"
 #include "reply.h"
+#include "reservation.h"
 #include "text.h"
 #include "timer-clock.h"
 #include "util.h"
@@ -28,8 +29,11 @@ struct pending {
 	struct broker *broker;
 	struct conn *conn; /* valid while queued: a closing conn's pendings go at its reap */
 	uint64_t seq;
-	struct acquire_args args;
+	struct acquire_args args; /* a reserve's: uid, priority and its total size, for the order and the messages */
 	char label[LEASE_LABEL_MAX];
+	bool reserve; /* a waiting reserve (rargs), not an acquire */
+	struct reserve_args rargs;
+	char name[RESERVATION_NAME_MAX];
 	uint64_t enqueued_ms;
 	uint32_t timeout_ms;
 	ev_timer timeout;
@@ -83,7 +87,9 @@ static void pending_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	reply_refusal(c, seq, REFUSAL_TIMEOUT, 0, size);
 }
 
-int waitq_add(struct conn *c, uint64_t seq, const struct acquire_args *a, uint32_t timeout_ms)
+/* Queue a pending of c's; returns 0 and *ret, or as waitq_add. */
+static int pending_add(struct conn *c, uint64_t seq, const struct acquire_args *a, uint32_t timeout_ms,
+		       struct pending **ret)
 {
 	struct broker *b = c->broker;
 	struct waitq *wq = daemon_of(b)->waitq;
@@ -112,7 +118,58 @@ int waitq_add(struct conn *c, uint64_t seq, const struct acquire_args *a, uint32
 	waitq_order_insert(&wq->pending, &p->q);
 	wq->npending++;
 	c->npending++;
+	*ret = p;
 	return 0;
+}
+
+int waitq_add(struct conn *c, uint64_t seq, const struct acquire_args *a, uint32_t timeout_ms)
+{
+	struct pending *p;
+
+	return pending_add(c, seq, a, timeout_ms, &p);
+}
+
+int waitq_add_reserve(struct conn *c, uint64_t seq, const struct reserve_args *a, uint32_t timeout_ms)
+{
+	struct acquire_args order = {
+		.uid = a->uid,
+		.priority = LEASE_PRIO_NORMAL,
+		/* Its whole size, for the timeout's message: a reserve of shares x share_bytes. */
+		.size = a->share_bytes * a->shares,
+	};
+	struct pending *p;
+	int r;
+
+	r = pending_add(c, seq, &order, timeout_ms, &p);
+	if (r < 0)
+		return r;
+	p->reserve = true;
+	p->rargs = *a;
+	snprintf(p->name, sizeof(p->name), "%s", a->name);
+	p->rargs.name = p->name;
+	return 0;
+}
+
+/* A waiting reserve on the grant walk: answered (the reservation, or a refusal for good), or it waits on. */
+static enum waitq_verdict try_reserve(struct conn *c, uint64_t seq, struct reserve_args *a)
+{
+	struct reservation *res = NULL;
+	enum reservation_error rerr;
+	enum broker_refusal why;
+	enum waitq_verdict v;
+	bool joined;
+	int err;
+
+	a->now_ms = now_ms();
+	why = broker_reserve(c->broker, a, &res, &joined, &rerr, &err);
+	if (why == REFUSAL_NONE) {
+		reply_reservation(c, seq, res, !joined);
+		return WAITQ_ANSWERED;
+	}
+	v = rerr != RESERVATION_OK ? WAITQ_ANSWERED : waitq_order_verdict(why);
+	if (v == WAITQ_ANSWERED)
+		reply_reserve_error(c, seq, a, why, rerr, res, err);
+	return v;
 }
 
 /* One waiting acquire on the grant walk. */
@@ -127,7 +184,15 @@ static enum waitq_verdict try_grant(struct waitq_entry *e, void *ud)
 	struct lease *l;
 	int err = 0;
 
-	if (c->closing || c->nleases >= daemon_of(b)->cfg->max_leases_per_client)
+	if (c->closing)
+		return WAITQ_SKIP;
+	if (p->reserve) {
+		v = try_reserve(c, seq, &p->rargs);
+		if (v == WAITQ_ANSWERED)
+			pending_destroy(b, p);
+		return v;
+	}
+	if (c->nleases >= daemon_of(b)->cfg->max_leases_per_client)
 		return WAITQ_SKIP;
 	p->args.now_ms = now_ms(); /* granted now, not when it was queued */
 	why = daemon_acquire(b, &p->args, &l, &err);

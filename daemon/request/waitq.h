@@ -28,6 +28,13 @@ void waitq_fini(struct broker *b);
  */
 int waitq_add(struct conn *c, uint64_t seq, const struct acquire_args *a, uint32_t timeout_ms);
 
+struct reserve_args;
+/*
+ * Queue c's reserve a (name copied) among the waiting acquires, as an acquire of its whole size with normal
+ * priority, for up to timeout_ms. Returns as waitq_add.
+ */
+int waitq_add_reserve(struct conn *c, uint64_t seq, const struct reserve_args *a, uint32_t timeout_ms);
+
 /* Grant waiting acquires that now fit, in priority order (nothing while critical). A freed-memory listener. */
 void waitq_grant(struct broker *b);
 

@@ -30,6 +30,7 @@ from ._client import (
     library_path,
 )
 from ._lease import Kind, Lease, Priority
+from ._reserve import Reservation
 from ._staging import StagingStats
 from ._status import Bound, Headroom
 from ._region import prune_regions, region_path, remove_region, shared_region
@@ -61,6 +62,7 @@ __all__ = [
     "Lease",
     "Priority",
     "Registration",
+    "Reservation",
     "StagingStats",
     "RevokeCallback",
     "acquire_or_fallback",

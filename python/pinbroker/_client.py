@@ -21,7 +21,7 @@ import warnings
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from . import _lib, _staging, _status
+from . import _lib, _reserve, _staging, _status
 from ._lease import _KIND_BY_C, _PRIO_TO_C, Kind, Lease, Priority, _dec, _Mapping, _page_size, _priority, _raise
 from .errors import BrokerError, InvalidArgument, LibraryNotFound, NotConnected, PermissionDenied
 
@@ -312,6 +312,42 @@ class Client:
             opts.flags |= _lib.PB_ACQUIRE_NO_CACHE
         return opts, prio
 
+    # -- reservations for a group of ranks
+
+    def reserve(self, name: str, shares: int, share_bytes: int, *, wait: bool = False,
+                timeout: Optional[float] = None) -> "_reserve.Reservation":
+        """Reserve ``shares`` x ``share_bytes`` for a group of ranks, all or nothing, or join the group's
+        reservation: every rank of a job (same uid and job cgroup) calls this with the same ``name``, ``shares``
+        and ``share_bytes``; the first charges the whole group's bytes to the budget and the quotas at once, the
+        others join it. Then each rank takes its share with :meth:`Reservation.acquire`.
+
+        Refused at once, with the reason, when the whole does not fit now (BudgetExhausted, QuotaExceeded,
+        TooLarge, MemoryPressure; nothing is charged then, never part of it), unless ``wait`` (or a ``timeout``
+        in seconds): then it waits among the waiting acquires, in their order. InvalidArgument when a
+        reservation of that name exists with other shares or share bytes."""
+        if not isinstance(shares, int) or not isinstance(share_bytes, int) or shares <= 0 or share_bytes <= 0:
+            raise ValueError(f"shares and share_bytes must be ints above 0 (got {shares!r}, {share_bytes!r})")
+        timeout_ms = 0
+        if timeout is not None:
+            if timeout < 0:
+                raise ValueError(f"timeout must be >= 0 seconds (got {timeout})")
+            wait = True
+            timeout_ms = max(1, min(int(math.ceil(timeout * 1000)), 0xFFFFFFFF))
+        ptr = self._enter()
+        try:
+            return _reserve.reserve(self, ptr, name, shares, share_bytes, wait, timeout_ms)
+        finally:
+            self._leave()
+
+    def reservations(self) -> Dict[str, Any]:
+        """The reservations this caller may see (its uid's; all for an admin), as ``pinctl reservations
+        --json`` has them: {"reserved_bytes", "reservations": [...]}."""
+        ptr = self._enter()
+        try:
+            return _reserve.listing(ptr)
+        finally:
+            self._leave()
+
     # -- registrations (budgeted cudaHostRegister)
 
     def register(self, address: int, nbytes: int, label: Optional[str] = None, *, cuda: bool = True,
@@ -516,14 +552,17 @@ class Client:
             self._leave()
 
     def revoke(self, lease_id: Optional[int] = None, *, uid: Optional[int] = None, all: bool = False,
-               deadline_ms: int = 0) -> List[int]:
-        """Revoke (admin): one lease, every lease of ``uid``, or ``all``. ``deadline_ms`` 0 is the daemon's
-        revoke-deadline-ms. Returns the ids revoked. Raises PermissionDenied for a non-admin."""
-        given = (lease_id is not None) + (uid is not None) + bool(all)
+               deadline_ms: int = 0, reservation: Optional[int] = None) -> List[int]:
+        """Revoke (admin): one lease, every lease of ``uid``, or ``all``; or end ``reservation`` (an id) and
+        revoke the leases taken from it. ``deadline_ms`` 0 is the daemon's revoke-deadline-ms. Returns the ids
+        revoked. Raises PermissionDenied for a non-admin."""
+        given = (lease_id is not None) + (uid is not None) + bool(all) + (reservation is not None)
         if given != 1:
-            raise ValueError("revoke takes exactly one of lease_id, uid= or all=True")
+            raise ValueError("revoke takes exactly one of lease_id, uid=, all=True or reservation=")
         ptr = self._enter()
         try:
+            if reservation is not None:
+                return _status.admin_revoke_reservation(ptr, reservation, deadline_ms)
             return _status.admin_revoke(ptr, lease_id, uid, all, deadline_ms)
         finally:
             self._leave()

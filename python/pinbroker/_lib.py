@@ -35,6 +35,7 @@ PB_REVOKE_UID = 1
 PB_REVOKE_ALL = 2
 PB_REVOKE_ORPHANS = 3
 PB_REVOKE_ORPHANS_UID = 4
+PB_REVOKE_RESERVATION = 5
 PB_SHARE_TOKEN_LEN = 33  # 32 characters and the NUL
 
 PB_PRIORITY_NORMAL = 0
@@ -44,6 +45,24 @@ PB_PRIORITY_BEST_EFFORT = 2
 PB_MEM_PINNED = 0
 PB_MEM_LOCKED = 1
 PB_MEM_FALLBACK = 2
+
+
+class ReservationInfo(ctypes.Structure):
+    """struct pb_reservation_info."""
+
+    _fields_ = [
+        ("id", ctypes.c_uint64),
+        ("uid", ctypes.c_uint32),
+        ("name", ctypes.c_char * 64),
+        ("job", ctypes.c_char * 256),
+        ("state", ctypes.c_char * 16),
+        ("shares", ctypes.c_uint32),
+        ("share_bytes", ctypes.c_uint64),
+        ("taken", ctypes.c_uint32),
+        ("bytes_reserved", ctypes.c_uint64),
+        ("members", ctypes.c_uint32),
+        ("age_ms", ctypes.c_uint64),
+    ]
 
 
 class AcquireOpts(ctypes.Structure):
@@ -441,6 +460,14 @@ _OPTIONAL = {
     "pb_register": (_int, [_vp, _vp, _size, _vp, ctypes.POINTER(_vp)]),
     "pb_unregister": (_int, [_vp, _vp]),
     "pb_report_unbrokered": (_int, [_vp, ctypes.c_uint64]),
+    # All-or-nothing reservations for groups of ranks.
+    "pb_reserve": (_int, [_vp, _cstr, _u32, _u64, _u32, _u32, ctypes.POINTER(_u64)]),
+    "pb_acquire_from": (_int, [_vp, _u64, _size, ctypes.POINTER(AcquireOpts), ctypes.POINTER(_vp)]),
+    "pb_reservation_release": (_int, [_vp, _u64]),
+    "pb_reservations": (
+        _int,
+        [_vp, ctypes.POINTER(ctypes.POINTER(ReservationInfo)), ctypes.POINTER(_size), ctypes.POINTER(_u64)],
+    ),
     # Registrations of shared memory charged once (issue 26).
     "pb_lease_shared_memory": (_int, [_vp]),
     # Registration in pieces below the driver's per-call cap (issues 26, 27).

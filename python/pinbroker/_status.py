@@ -110,6 +110,22 @@ def admin_revoke(ptr: int, lease_id: Optional[int], uid: Optional[int], all: boo
             _libc_free(ids)
 
 
+def admin_revoke_reservation(ptr: int, reservation: int, deadline_ms: int) -> List[int]:
+    """pb_admin_revoke(PB_REVOKE_RESERVATION): the reservation ends; the ids of the leases taken from it revoked."""
+    lib = _lib.load()
+    ids = ctypes.POINTER(ctypes.c_uint64)()
+    n = ctypes.c_size_t()
+    r = lib.pb_admin_revoke(ptr, _lib.PB_REVOKE_RESERVATION, reservation, 0, deadline_ms, ctypes.byref(ids),
+                            ctypes.byref(n))
+    if r < 0:
+        _raise(r, f"revoking reservation {reservation}")
+    try:
+        return [int(ids[i]) for i in range(n.value)]
+    finally:
+        if ids:
+            _libc_free(ids)
+
+
 def admin_set(ptr: int, key: str, value: str) -> None:
     """pb_admin_set (Client.set)."""
     r = _lib.load().pb_admin_set(ptr, key.encode(), str(value).encode())

@@ -9,6 +9,7 @@
 #include "jobs.h"
 #include "lease.h"
 #include "pool.h"
+#include "reservation.h"
 #include "waitq.h"
 
 /* Index of the listed, open connection c, or -1; a short list (a few per input). */
@@ -174,6 +175,35 @@ void fz_check(struct fz *f)
 		job_sum += l->cgroup ? l->charged_bytes : 0;
 		nleases++;
 	}
+	/*
+	 * A reservation's untaken shares are charged as leased bytes, to its uid and its job (reservation.h); every
+	 * member is a live connection, and a share moved to a lease leaves the reservation's books.
+	 */
+	{
+		uint64_t held_sum = 0;
+
+		for (const struct reservation *r = reservation_first(b); r; r = r->next) {
+			FZ_ASSERT(r->taken <= r->shares &&
+					  r->held_bytes == (uint64_t)(r->shares - r->taken) * r->share_bytes,
+				  "reservation %llu: %u of %u shares taken, %llu held", (unsigned long long)r->id,
+				  r->taken, r->shares, (unsigned long long)r->held_bytes);
+			FZ_ASSERT(r->nmembers > 0, "reservation %llu has no member left", (unsigned long long)r->id);
+			for (size_t m = 0; m < r->nmembers; m++)
+				FZ_ASSERT(conn_index(conns, nconns, r->members[m]) >= 0,
+					  "reservation %llu has a member whose connection is gone",
+					  (unsigned long long)r->id);
+			held_sum += r->held_bytes;
+			sum += r->held_bytes;
+			job_sum += r->cgroup ? r->held_bytes : 0;
+			for (int u = 0; u < FZ_CHECK_UIDS; u++)
+				if (r->uid == f->uid[u]) {
+					uid_bytes[u] += r->held_bytes;
+					break;
+				}
+		}
+		FZ_ASSERT(held_sum == broker_reserved_bytes(b), "reservations hold %llu, the table says %llu",
+			  (unsigned long long)held_sum, (unsigned long long)broker_reserved_bytes(b));
+	}
 	/* Every charged lease is in exactly one job, whatever the rules did to the grouping. */
 	if (b->jobs) {
 		uint64_t jobs_bytes = 0;
@@ -215,8 +245,9 @@ void fz_check(struct fz *f)
 		  "pool: %zu chunks (%llu bytes idle); idle list %zu chunks of %llu bytes, leases %llu chunks",
 		  pool_chunk_count(daemon_of(b)->pool), (unsigned long long)pool_idle_bytes(daemon_of(b)->pool), idle.n,
 		  (unsigned long long)idle.bytes, (unsigned long long)lent_chunks);
-	FZ_ASSERT(pool_resident_bytes(daemon_of(b)->pool) == pool_idle_bytes(daemon_of(b)->pool) + sum - registered,
-		  "pool resident %llu != idle %llu + leased %llu - registered %llu",
+	FZ_ASSERT(pool_resident_bytes(daemon_of(b)->pool) ==
+			  pool_idle_bytes(daemon_of(b)->pool) + sum - registered - broker_reserved_bytes(b),
+		  "pool resident %llu != idle %llu + leased %llu - registered %llu - reserved",
 		  (unsigned long long)pool_resident_bytes(daemon_of(b)->pool),
 		  (unsigned long long)pool_idle_bytes(daemon_of(b)->pool), (unsigned long long)sum,
 		  (unsigned long long)registered);

@@ -52,6 +52,34 @@ def one_json(text):
     return v if isinstance(v, dict) else None
 
 
+# Reserve 2 shares of 1M under the name "cmds" and hold them until killed: argv[1] the library, argv[2] the socket.
+RESERVER = r'''
+import ctypes, sys, time
+lib = ctypes.CDLL(sys.argv[1])
+c = ctypes.c_void_p()
+rid = ctypes.c_uint64()
+lib.pb_reserve.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint32,
+                           ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint64)]
+if lib.pb_connect(sys.argv[2].encode(), ctypes.byref(c)) < 0 or lib.pb_reserve(c, b"cmds", 2, 1 << 20, 0, 0,
+                                                                              ctypes.byref(rid)) < 0:
+    sys.exit(1)
+print("reservation", rid.value, flush=True)
+time.sleep(600)
+'''
+
+
+def preload_env(lib):
+    """The environment a Python loading lib needs: libasan preloaded, leak checks off, when lib is a sanitizer
+    build's (an uninstrumented interpreter cannot load it otherwise)."""
+    env = dict(os.environ)
+    ldd = subprocess.run(["ldd", lib], capture_output=True, text=True).stdout
+    asan = [ln.split("=>")[1].split()[0] for ln in ldd.splitlines() if "libasan" in ln and "=>" in ln]
+    if asan:
+        env["LD_PRELOAD"] = asan[0]
+        env["ASAN_OPTIONS"] = "detect_leaks=0"
+    return env
+
+
 def commands():
     r = subprocess.run([PINCTL, "help", "--commands"], capture_output=True, text=True)
     check(r.returncode == 0, f"pinctl help --commands exits 0 ({r.returncode}: {r.stderr.strip()})")
@@ -155,7 +183,7 @@ def main():
     log = open(os.path.join(tmp, "daemon.log"), "w")
     d = subprocess.Popen([PINBROKERD, "--socket", sock, "--budget", "64M", "--prewarm", "4M", "--lock-memory", "no",
                           "--job-quota", "/:32M"], stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-    holder = None
+    holder = reserver = None
     try:
         for _ in range(150):
             if run("status", sock=sock)[0] == 0:
@@ -165,9 +193,18 @@ def main():
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = holder.stdout.readline()
         check(line.startswith("lease "), f"a lease is held for the tables' rows ({line.strip()!r})")
+        # A reservation held for pinctl reservations' rows: libpinbroker beside pinctl, through ctypes.
+        lib = os.path.join(os.path.dirname(os.path.abspath(PINCTL)), "libpinbroker.so.1")
+        reserver = subprocess.Popen([sys.executable, "-c", RESERVER, lib, sock], stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, text=True, env=preload_env(lib))
+        line = reserver.stdout.readline()
+        check(line.startswith("reservation "), f"a reservation is held for its table's rows ({line.strip()!r})")
         for name, takes, args in cmds:
             check_command(name, takes, args, sock, nosock)
     finally:
+        if reserver:
+            reserver.terminate()
+            reserver.wait()
         if holder:
             holder.terminate()
             holder.wait()

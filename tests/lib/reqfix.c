@@ -23,6 +23,7 @@
 #include "lease.h"
 #include "log.h"
 #include "pool.h"
+#include "reservation.h"
 #include "react.h"
 #include "reload.h"
 #include "request.h"
@@ -261,6 +262,16 @@ void rf_check(struct rf *f)
 		nleases++;
 	}
 	ck_assert_uint_eq(nleases, lease_count(b->leases));
+	/* Reservations' untaken shares are charged as leased bytes, to their uid and job (reservation.h). */
+	for (const struct reservation *r = reservation_first(b); r; r = r->next) {
+		sum += r->held_bytes;
+		job_sum += r->cgroup ? r->held_bytes : 0;
+		for (int u = 0; u < RF_CONNS; u++)
+			if (r->uid == f->uid[u]) {
+				uid_bytes[u] += r->held_bytes;
+				break;
+			}
+	}
 	ck_assert_uint_eq(budget_leased(b->budget), sum);
 	ck_assert_uint_eq(budget_chunks(b->budget), lent_chunks);
 	for (int u = 0; u < RF_CONNS; u++) {
@@ -274,7 +285,7 @@ void rf_check(struct rf *f)
 		jobs_bytes += jb->bytes;
 	ck_assert_uint_eq(jobs_bytes, job_sum);
 	ck_assert_uint_eq(pool_resident_bytes(daemon_of(b)->pool),
-			  pool_idle_bytes(daemon_of(b)->pool) + sum - registered);
+			  pool_idle_bytes(daemon_of(b)->pool) + sum - registered - broker_reserved_bytes(b));
 	ck_assert_uint_eq(b->registered_bytes, registered);
 	ck_assert_uint_eq(budget_no_revoke(b->budget), no_revoke);
 	ck_assert_uint_eq(b->unbrokered_bytes, unbrokered);

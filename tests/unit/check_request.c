@@ -20,6 +20,7 @@
 #include "wire.h"
 #include "check_main.h"
 #include "reqfix.h"
+#include "reservation.h"
 
 #define KIB 1024ull
 /* The fixture's config (tests/lib/reqfix.h): a 2 MiB budget, 1536 KiB per uid, 16 KiB chunks. */
@@ -248,6 +249,19 @@ static int headroom_of(int i, uint32_t flags, uint64_t *available, int *binding)
 	}
 	pinbroker__v1__reply__free_unpacked(rep, NULL);
 	return st;
+}
+
+static uint64_t send_reserve(int i, const char *name, uint32_t shares, uint64_t share_bytes)
+{
+	Request req = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Reserve rs = PINBROKER__V1__RESERVE__INIT;
+
+	rs.name = (char *)name;
+	rs.shares = shares;
+	rs.share_bytes = share_bytes;
+	req.body_case = PINBROKER__V1__REQUEST__BODY_RESERVE;
+	req.reserve = &rs;
+	return send_req(i, &req);
 }
 
 /* Freed-memory events seen by the test's own listener. */
@@ -773,6 +787,41 @@ START_TEST(test_staging_ring_is_counted_apart_and_reports_only_go_up)
 }
 END_TEST
 
+/* A reserve takes memory: refused at the gate while critical; granted, it is in the books; its connection's close ends
+ * it and raises the freed-memory event. */
+START_TEST(test_reserve_is_gated_booked_and_ends_with_its_connection)
+{
+	Pinbroker__V1__Reply__BodyCase body;
+
+	F = rf_begin(0);
+	ck_assert_int_eq(reply_of(0, send_reserve(0, "grp", 2, 64 * KIB), NULL, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_NO_HELLO);
+	rf_end(F);
+	F = rf_begin(0);
+	ck_assert_int_eq(hello(0), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_int_eq(hello(1), PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	rf_set_state(F, BROKER_CRITICAL);
+	ck_assert_int_eq(reply_of(0, send_reserve(0, "grp", 2, 64 * KIB), NULL, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_CRITICAL);
+	rf_set_state(F, BROKER_NORMAL);
+	ck_assert_int_eq(reply_of(0, send_reserve(0, "grp", 2, 64 * KIB), &body, NULL),
+			 PINBROKER__V1__STATUS_CODE__STATUS_OK);
+	ck_assert_int_eq(body, PINBROKER__V1__REPLY__BODY_RESERVATION);
+	ck_assert_uint_eq(broker_reserved_bytes(&F->d.broker), 128 * KIB);
+	rf_check(F);
+	ck_assert(broker_listen_freed(&F->d.broker, count_freed) == 0);
+	freed_events = 0;
+	close(F->peer[0]);
+	F->peer[0] = -1;
+	rf_run_loop(F);
+	ck_assert_uint_eq(broker_reserved_bytes(&F->d.broker), 0);
+	ck_assert_uint_ge(freed_events, 1);
+	broker_unlisten_freed(&F->d.broker, count_freed);
+	rf_check(F);
+	rf_end(F);
+}
+END_TEST
+
 /* Each test builds the fixture's broker in its own forked child. */
 CHECK_SUITE(request_suite, "request", "core", NULL, NULL, 30, test_request_before_hello_is_refused_and_closes,
 	    test_second_hello_closes_the_connection, test_acquire_and_release_bring_every_counter_back_to_zero,
@@ -786,6 +835,7 @@ CHECK_SUITE(request_suite, "request", "core", NULL, NULL, 30, test_request_befor
 	    test_set_is_served_to_admins, test_revoking_another_uids_lease_needs_admin,
 	    test_admin_revokes_another_uids_lease, test_quota_handlers_are_served_in_the_harness,
 	    test_quota_set_warns_over_the_budget_and_names_a_bad_path,
-	    test_staging_ring_is_counted_apart_and_reports_only_go_up)
+	    test_staging_ring_is_counted_apart_and_reports_only_go_up,
+	    test_reserve_is_gated_booked_and_ends_with_its_connection)
 
 CHECK_MAIN(request_suite)

@@ -28,7 +28,7 @@ COMP_FIRST=1
 
 # An empty last word is a trailing space on the line.
 expect "acquire" "$PINCTL" ac
-expect "acquire config doctor get headroom help jobs leases metrics quota revoke run set status top watch" "$PINCTL" ""
+expect "acquire config doctor get headroom help jobs leases metrics quota reservations revoke run set status top watch" "$PINCTL" ""
 expect "doctor" "$PINCTL" --socket /tmp/s d
 expect "--socket" "$PINCTL" --so
 # status and leases take the script forms of issue 28 (-o, --format, --no-headers) besides --json.

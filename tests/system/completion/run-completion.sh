@@ -35,7 +35,7 @@ COMP_FIRST=2
 
 expect "acquire" _pinctl "$PINCTL" ac
 expect "doctor" _pinctl "$PINCTL" --socket /tmp/s d
-expect "revoke run" _pinctl "$PINCTL" r
+expect "reservations revoke run" _pinctl "$PINCTL" r
 expect "top" _pinctl "$PINCTL" to
 expect "watch" _pinctl "$PINCTL" wa
 expect "get" _pinctl "$PINCTL" ge
