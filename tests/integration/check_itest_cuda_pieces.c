@@ -11,6 +11,7 @@
 #include <check.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,8 @@ static struct daemon d;
 /* The stand-in's record, through the handle the test loaded it by. */
 static void (*get_stats)(struct stub_cuda_stats *);
 static size_t (*register_log)(struct stub_cuda_register_call *, size_t);
+static void (*register_gate)(int);
+static int (*register_gate_wait)(int, int);
 
 static void start(void)
 {
@@ -60,8 +63,12 @@ static pb_client *connect_with_stub(const char *piece)
 	ck_assert_ptr_nonnull(h);
 	*(void **)&get_stats = dlsym(h, "stub_cuda_get_stats");
 	*(void **)&register_log = dlsym(h, "stub_cuda_register_log");
+	*(void **)&register_gate = dlsym(h, "stub_cuda_register_gate");
+	*(void **)&register_gate_wait = dlsym(h, "stub_cuda_register_gate_wait");
 	ck_assert_ptr_nonnull(get_stats);
 	ck_assert_ptr_nonnull(register_log);
+	ck_assert_ptr_nonnull(register_gate);
+	ck_assert_ptr_nonnull(register_gate_wait);
 	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
 	pb_set_cache_limit(c, 0);
 	ck_assert_int_eq(pb_cuda_available(NULL), 1);
@@ -263,6 +270,69 @@ START_TEST(test_a_slice_of_a_lease_is_registered_alone_and_unregistered_on_relea
 }
 END_TEST
 
+/* One pb_lease_register_slice call on its own thread: its result and pb_last_error (which is per thread). */
+struct slice_call {
+	pb_lease *l;
+	size_t offset, length;
+	int result;
+	char error[256];
+};
+
+static void *register_slice_thread(void *arg)
+{
+	struct slice_call *sc = arg;
+
+	sc->result = pb_lease_register_slice(sc->l, sc->offset, sc->length, 0);
+	snprintf(sc->error, sizeof(sc->error), "%s", pb_last_error());
+	return NULL;
+}
+
+/*
+ * Two threads register slices of one lease at once: the first is in the driver (held at the stand-in's gate)
+ * when the second asks; the second is refused with -EBUSY at once, and only the first slice is registered.
+ */
+START_TEST(test_a_second_concurrent_slice_registration_is_refused_busy)
+{
+	pb_client *c = connect_with_stub("4M");
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	struct stub_cuda_stats before = stats();
+	struct slice_call first = { .offset = 0, .length = MiB }, second = { .offset = 8 * MiB, .length = MiB };
+	pthread_t t1, t2;
+	struct timespec until;
+	size_t off = 1, len = 0;
+	pb_lease *l;
+	int joined;
+
+	ck_assert_int_eq(pb_acquire(c, 16 * MiB, &o, &l), 0);
+	first.l = second.l = l;
+	register_gate(1);
+	ck_assert_int_eq(pthread_create(&t1, NULL, register_slice_thread, &first), 0);
+	ck_assert_int_eq(register_gate_wait(1, 10000), 1);
+	ck_assert_int_eq(pthread_create(&t2, NULL, register_slice_thread, &second), 0);
+	/* The second call returns without the driver; were it let through, it would wait at the gate. */
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 10;
+	joined = pthread_timedjoin_np(t2, NULL, &until);
+	register_gate(0);
+	ck_assert_int_eq(pthread_join(t1, NULL), 0);
+	if (joined != 0)
+		ck_assert_int_eq(pthread_join(t2, NULL), 0);
+	ck_assert_int_eq(joined, 0);
+	ck_assert_int_eq(first.result, 0);
+	ck_assert_int_eq(second.result, -EBUSY);
+	ck_assert_msg(strstr(second.error, "another thread is registering") != NULL, "pb_last_error: %s", second.error);
+	ck_assert_uint_eq(stats().register_calls - before.register_calls, 1);
+	ck_assert_int_eq(pb_lease_cuda_slice(l, &off, &len), 1);
+	ck_assert_uint_eq(off, 0);
+	ck_assert_uint_eq(len, MiB);
+	/* Once the first is done, the lease is registered: a later call is refused as such. */
+	ck_assert_int_eq(pb_lease_register_slice(l, 8 * MiB, MiB, 0), -EALREADY);
+	ck_assert_int_eq(pb_release(c, l), 0);
+	ck_assert_uint_eq(stats().registered_bytes, before.registered_bytes);
+	itest_end_clean(&d, c, 3000);
+}
+END_TEST
+
 /* A lease registered whole has no slice to register; ordinary memory none either. */
 START_TEST(test_a_slice_of_a_registered_lease_or_of_ordinary_memory_is_refused)
 {
@@ -348,6 +418,7 @@ static Suite *suite(void)
 		   test_a_refused_piece_leaves_nothing_registered_and_says_which,
 		   test_a_registration_above_the_piece_size_is_made_in_pieces,
 		   test_a_slice_of_a_lease_is_registered_alone_and_unregistered_on_release,
+		   test_a_second_concurrent_slice_registration_is_refused_busy,
 		   test_a_slice_of_a_registered_lease_or_of_ordinary_memory_is_refused,
 		   test_ranks_attached_without_cuda_register_their_slices_once_in_all);
 	return s;
