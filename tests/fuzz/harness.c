@@ -884,3 +884,28 @@ void fz_bulk_op(struct fz *f, uint8_t op, int i, const uint8_t **p, const uint8_
 		break;
 	}
 }
+
+int fz_run_input(const uint8_t *data, size_t size, fz_own_op_fn own, fz_inject_fn inject)
+{
+	const uint8_t *p = data, *end = data + size;
+	struct fz *f;
+
+	if (size < 1)
+		return 0;
+	f = fz_begin(data[0]);
+	p++;
+	while (p < end) {
+		uint8_t op = *p++;
+		int i = (op >> 3) & 1;
+
+		if ((op & 7) < 3)
+			own(f, op, i, &p, end);
+		else if ((op & 7) == 3)
+			fz_bulk_op(f, op, i, &p, end, inject);
+		else
+			fz_common_op(f, op, i);
+		fz_after_op(f);
+	}
+	fz_end(f);
+	return 0;
+}
