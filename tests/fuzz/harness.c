@@ -174,19 +174,7 @@ static void apply_kv(struct config *cfg, const char *const *kv)
 static struct config *profile_config(enum fz_profile profile)
 {
 	static const char *const base[] = {
-		"budget=2M",
-		"uid-quota=1536K",
-		"prewarm=512K",
-		"chunk-size=16K",
-		"hugetlb=no",
-		"lock-memory=no",
-		"pool-shrink-delay-ms=0",
-		"acquire-timeout-ms=2",
-		"revoke-deadline-ms=2",
-		"revoke-enforce=disconnect",
-		"max-leases-per-client=16",
-		"max-pending-acquires=4",
-		"log-level=err",
+		CONNFIX_CONFIG,
 		"socket=/nonexistent/fuzz.sock",
 		NULL,
 	};

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A test client's connection to a daemon built in memory, on a socket pair (the request fixture, lib/reqfix.c, and
- * the fuzzers, fuzz/harness.c): whether the daemon still has it, and a fresh one.
+ * What the request fixture (lib/reqfix.c) and the fuzzers (fuzz/harness.c) share of the daemon they build in memory:
+ * its config, and a test client's connection to it on a socket pair (whether the daemon still has it, a fresh one).
  */
 #pragma once
 
@@ -14,6 +14,15 @@
 #include "daemon.h"
 #include "jobs.h"
 #include "server.h"
+
+/*
+ * The config lines of the small broker both build (each adds its socket): a 2 MiB budget, 1536 KiB per uid,
+ * 16 KiB chunks, a 512 KiB warm pool of unlocked memfds, 16 leases per client, short timeouts.
+ */
+#define CONNFIX_CONFIG                                                                                                 \
+	"budget=2M", "uid-quota=1536K", "prewarm=512K", "chunk-size=16K", "hugetlb=no", "lock-memory=no",              \
+		"pool-shrink-delay-ms=0", "acquire-timeout-ms=2", "revoke-deadline-ms=2", "revoke-enforce=disconnect", \
+		"max-leases-per-client=16", "max-pending-acquires=4", "log-level=err"
 
 /* Whether the daemon still has *conn (found by id first: a conn that is gone may already be freed); NULLs it if not. */
 static inline bool connfix_alive(const struct daemon *d, struct conn **conn, uint64_t id)

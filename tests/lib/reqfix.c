@@ -36,19 +36,7 @@
 static struct rf the_rf;
 
 static const char *const rf_config[] = {
-	"budget=2M",
-	"uid-quota=1536K",
-	"prewarm=512K",
-	"chunk-size=16K",
-	"hugetlb=no",
-	"lock-memory=no",
-	"pool-shrink-delay-ms=0",
-	"acquire-timeout-ms=2",
-	"revoke-deadline-ms=2",
-	"revoke-enforce=disconnect",
-	"max-leases-per-client=16",
-	"max-pending-acquires=4",
-	"log-level=err",
+	CONNFIX_CONFIG,
 	"socket=/nonexistent/reqfix.sock",
 	NULL,
 };
