@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
@@ -106,6 +107,22 @@ pid_t itest_fork_piped(int a[2], int b[2]);
  */
 void itest_child_ends(int to[2], int from[2]);
 void itest_parent_ends(int to[2], int from[2]);
+/* A test program run on pipes (itest-prog.c): its pid, its stdin (closing it lets it finish) and its stdout. */
+struct itest_prog {
+	pid_t pid;
+	int in;
+	FILE *out;
+};
+/*
+ * Run argv (argv[0] the program's path) on pipes, its stderr to /dev/null when quiet (a run expected to fail its
+ * checks); in the child env(arg) sets the program's environment first. Under ASan the link order check is off.
+ */
+void itest_prog_start(struct itest_prog *p, const char *const *argv, bool quiet, void (*env)(const void *arg),
+		      const void *arg);
+/* The next line the program prints (without its newline); fails the test at EOF. */
+void itest_prog_read_line(struct itest_prog *p, char *buf, size_t len);
+/* Close its stdin, read what is left (the last line into last, when not NULL), and return its exit status. */
+int itest_prog_finish(struct itest_prog *p, char *last, size_t len);
 /* In a child: tell the parent through the pipe p that it is ready (or _exit(code)), then wait to be killed. */
 __attribute__((noreturn)) void itest_child_ready(int p[2], int code);
 /* In the parent: wait for itest_child_ready's byte on p, and close both ends. */
