@@ -191,18 +191,28 @@ def start_endpoint(sock):
     return lsocks, server, how
 
 
+def connect_nonblocking(port):
+    """A non-blocking socket connecting to port on 127.0.0.1 (the connect under way), or None where connect failed."""
+    s = socket.socket()
+    s.setblocking(False)
+    try:
+        s.connect(("127.0.0.1", port))
+    except BlockingIOError:
+        pass
+    except OSError:
+        s.close()
+        return None
+    return s
+
+
 def flood(port, n, stop):
     """n connections to port that send one byte and wait; each re-opened as soon as the server cuts it."""
     sel = selectors.DefaultSelector()
 
     def open_one():
-        s = socket.socket()
-        s.setblocking(False)
-        try:
-            s.connect(("127.0.0.1", port))
-        except BlockingIOError:
-            pass
-        sel.register(s, selectors.EVENT_WRITE)
+        s = connect_nonblocking(port)
+        if s is not None:
+            sel.register(s, selectors.EVENT_WRITE)
 
     for _ in range(n):
         open_one()
@@ -264,14 +274,8 @@ def junk_flood(port, stop):
     """100 connections at a time, each sent 64 KiB of junk every 10 ms (answered 431, then drained)."""
     held = []
     while not stop.is_set():
-        s = socket.socket()
-        s.setblocking(False)
-        try:
-            s.connect(("127.0.0.1", port))
-        except BlockingIOError:
-            pass
-        except OSError:
-            s.close()
+        s = connect_nonblocking(port)
+        if s is None:
             continue
         held.append(s)
         for h in held:

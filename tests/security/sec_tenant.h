@@ -109,6 +109,18 @@ static inline int tenant_kid_main(void *arg)
 }
 
 /*
+ * What a kid must have found: the lease still mapped or not (maps), and none of the next lease's bytes. who says
+ * which kid, after what (the failure messages' subject).
+ */
+static inline void tenant_kid_read_nothing(struct tenant_kid_report kr, bool maps, const char *who)
+{
+	ck_assert_msg(!!kr.mapped == maps, "%s %s", who,
+		      maps ? "should still map the lease" : "inherited the lease's mapping (no MADV_DONTFORK)");
+	ck_assert_msg(kr.seen == 0, "%s read %llu of %llu bytes of the next lease of its tenant", who,
+		      (unsigned long long)kr.seen, (unsigned long long)TENANT_LEASE_BYTES);
+}
+
+/*
  * The client's work: connect, acquire an 8 MiB lease (no client cache: a release is a RELEASE), count the bytes
  * that read count_mark, write fill over all of it, and release it (release) or keep it until a byte comes on hold_fd.
  */
