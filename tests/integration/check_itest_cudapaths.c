@@ -29,21 +29,10 @@ static const char *const bins[] = { CUDAPATHS_LINKED, CUDAPATHS_DL, CUDAPATHS_DL
 static const char *const ways[] = { "link", "dlsym", "gpa", "gpa-ptsz" };
 #define N_WAYS ((int)(sizeof(ways) / sizeof(ways[0])))
 
-static void start(void)
-{
-	daemon_start(&d, NULL);
-}
-
+ITEST_FIXTURE_START(start, d, NULL)
 /* A budget smaller than the 32 MiB the refusal tests ask. */
-static void start_small(void)
-{
-	daemon_start(&d, ITEST_ARGS("--budget", "16M", "--prewarm", "4M"));
-}
-
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+ITEST_FIXTURE_START(start_small, d, ITEST_ARGS("--budget", "16M", "--prewarm", "4M"))
+ITEST_FIXTURE_STOP(stop, d)
 
 /*
  * One step of the program and what it must show then: the CUresult it prints, the stand-in driver's own figure for
@@ -110,14 +99,6 @@ static void go_on(struct itest_prog *p)
 	ck_assert_int_eq(write(p->in, "\n", 1), 1);
 }
 
-static unsigned long long field(const char *line, const char *key)
-{
-	const char *at = strstr(line, key);
-
-	ck_assert_msg(at != NULL, "no %s in \"%s\"", key, line);
-	return strtoull(at + strlen(key), NULL, 10);
-}
-
 /* Wait (5 s at most) for the broker to show registered and unbrokered bytes; fail with what it shows. */
 static void expect_broker(const char *when, uint64_t registered, uint64_t unbrokered)
 {
@@ -172,7 +153,7 @@ static void walk(int way, const struct path_run *run)
 		describe(when, sizeof(when), way, run, s->name);
 		r = next_step(&p, s->name, line, sizeof(line));
 		ck_assert_msg(r == s->r, "%s: \"%s\", wanted r=%d", when, line, s->r);
-		ck_assert_msg(field(line, key) == s->driver, "%s: \"%s\", wanted %s%llu", when, line, key,
+		ck_assert_msg(itest_prog_field(line, key) == s->driver, "%s: \"%s\", wanted %s%llu", when, line, key,
 			      (unsigned long long)s->driver);
 		expect_broker(when, s->registered, s->unbrokered);
 	}

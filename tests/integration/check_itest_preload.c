@@ -30,21 +30,10 @@ static struct daemon d;
 static const char *const targets[] = { TARGET_SHARED, TARGET_STATIC, TARGET_DRIVER };
 static const char *const target_names[] = { "shared", "static", "driver" };
 
-static void start(void)
-{
-	daemon_start(&d, NULL);
-}
-
+ITEST_FIXTURE_START(start, d, NULL)
 /* A budget too small for the 32 MiB the fallback tests ask. */
-static void start_small(void)
-{
-	daemon_start(&d, ITEST_ARGS("--budget", "16M", "--prewarm", "4M"));
-}
-
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+ITEST_FIXTURE_START(start_small, d, ITEST_ARGS("--budget", "16M", "--prewarm", "4M"))
+ITEST_FIXTURE_STOP(stop, d)
 
 static struct pb_status *status(void);
 
@@ -140,14 +129,6 @@ static int run(const char *bin, const struct run_opts *o, const char *const *arg
 	return itest_prog_finish(&p, NULL, 0);
 }
 
-static unsigned long long field(const char *line, const char *key)
-{
-	const char *at = strstr(line, key);
-
-	ck_assert_msg(at != NULL, "no %s in \"%s\"", key, line);
-	return strtoull(at + strlen(key), NULL, 10);
-}
-
 static struct pb_status *status(void)
 {
 	return itest_status(d.socket);
@@ -240,8 +221,8 @@ START_TEST(test_allocations_are_leases_of_the_page_rounded_size_and_come_back)
 	spawn_read(&p, targets[_i], &o, args, line, sizeof(line));
 	ck_assert_msg(strncmp(line, "ready", 5) == 0, "%s: %s", target_names[_i], line);
 	/* The driver pinned nothing itself: it only registered the leases (libpinbroker did, PORTABLE|DEVICEMAP). */
-	ck_assert_uint_eq(field(line, "alloc="), 0);
-	ck_assert_uint_eq(field(line, "reg="), page + 2 * page + (64 * MiB + page));
+	ck_assert_uint_eq(itest_prog_field(line, "alloc="), 0);
+	ck_assert_uint_eq(itest_prog_field(line, "reg="), page + 2 * page + (64 * MiB + page));
 	s = status();
 	ck_assert_uint_eq(rows_of(s, p.pid, "held", bytes, reg, 8), 3);
 	ck_assert_uint_eq(bytes[0], page);
@@ -270,8 +251,8 @@ START_TEST(test_registrations_and_write_combined_memory_are_charged)
 
 	/* The program's own memory: registered by the driver, charged to the budget as a registration. */
 	spawn_read(&p, targets[_i], &o, reg_args, line, sizeof(line));
-	ck_assert_uint_eq(field(line, "alloc="), 0);
-	ck_assert_uint_eq(field(line, "reg="), 1048581);
+	ck_assert_uint_eq(itest_prog_field(line, "alloc="), 0);
+	ck_assert_uint_eq(itest_prog_field(line, "reg="), 1048581);
 	s = status();
 	ck_assert_uint_eq(rows_of(s, p.pid, "charged", bytes, reg, 8), 1);
 	ck_assert_uint_eq(bytes[0], MiB + page);
@@ -283,7 +264,7 @@ START_TEST(test_registrations_and_write_combined_memory_are_charged)
 
 	/* Write-combined: the driver's own allocation, charged the same way. */
 	spawn_read(&p, targets[_i], &o, wc_args, line, sizeof(line));
-	ck_assert_uint_eq(field(line, "alloc="), 2 * 65536);
+	ck_assert_uint_eq(itest_prog_field(line, "alloc="), 2 * 65536);
 	s = status();
 	ck_assert_uint_eq(rows_of(s, p.pid, "charged", bytes, reg, 8), 2);
 	ck_assert_uint_eq(bytes[0], 65536);
@@ -315,7 +296,7 @@ START_TEST(test_a_shared_region_registered_by_every_rank_is_charged_once)
 		ck_assert_int_eq(fcntl(p[i].in, F_SETFD, FD_CLOEXEC), 0);
 		ck_assert_int_eq(fcntl(fileno(p[i].out), F_SETFD, FD_CLOEXEC), 0);
 		ck_assert_msg(strncmp(line, "ready", 5) == 0, "%s said: %s", target_names[i], line);
-		ck_assert_uint_eq(field(line, "reg="), 16 * MiB);
+		ck_assert_uint_eq(itest_prog_field(line, "reg="), 16 * MiB);
 	}
 	unsetenv("PB_TEST_SHM");
 	s = status();
@@ -368,7 +349,7 @@ static void expect_one_looked_up_lease(const char *target, const char *name, con
 
 	spawn_read(&p, target, &o, args, line, sizeof(line));
 	ck_assert_msg(strncmp(line, "ready", 5) == 0, "%s: %s", name, line);
-	ck_assert_uint_eq(field(line, got), want_reg ? size : 0);
+	ck_assert_uint_eq(itest_prog_field(line, got), want_reg ? size : 0);
 	s = status();
 	ck_assert_uint_eq(rows_of(s, p.pid, "looked-up", bytes, reg, 4), 1);
 	ck_assert_uint_eq(bytes[0], (size + page - 1) / page * page);
@@ -428,7 +409,7 @@ START_TEST(test_tight_refuses_interposed_programs_and_the_fallback_decides)
 
 	/* cuda: the real call, reported as unbrokered; nothing leased. */
 	spawn_read(&p, targets[_i], &cuda, hold, line, sizeof(line));
-	ck_assert_uint_eq(field(line, "alloc="), MiB);
+	ck_assert_uint_eq(itest_prog_field(line, "alloc="), MiB);
 	s = status();
 	ck_assert_str_eq(s->pressure_state, "tight");
 	ck_assert_uint_eq(s->unbrokered_bytes, MiB);
@@ -439,7 +420,7 @@ START_TEST(test_tight_refuses_interposed_programs_and_the_fallback_decides)
 	wait_all_returned();
 
 	spawn_read(&p, targets[_i], &cuda, hold_reg, line, sizeof(line));
-	ck_assert_uint_eq(field(line, "reg="), MiB);
+	ck_assert_uint_eq(itest_prog_field(line, "reg="), MiB);
 	s = status();
 	ck_assert_uint_eq(s->unbrokered_bytes, MiB);
 	ck_assert_uint_eq(s->n_leases, 0);
@@ -469,7 +450,7 @@ START_TEST(test_fallback_policies_when_the_broker_refuses)
 
 	/* cuda: the driver pins it, and the broker hears of it as unbrokered, until it is freed. */
 	spawn_read(&p, targets[_i], &cuda, hold, line, sizeof(line));
-	ck_assert_uint_eq(field(line, "alloc="), 32 * MiB);
+	ck_assert_uint_eq(itest_prog_field(line, "alloc="), 32 * MiB);
 	s = status();
 	ck_assert_uint_eq(s->unbrokered_bytes, 32 * MiB);
 	ck_assert_uint_eq(s->leased_bytes, 0);
@@ -478,7 +459,7 @@ START_TEST(test_fallback_policies_when_the_broker_refuses)
 	wait_all_returned();
 
 	spawn_read(&p, targets[_i], &cuda, hold_reg, line, sizeof(line));
-	ck_assert_uint_eq(field(line, "reg="), 32 * MiB);
+	ck_assert_uint_eq(itest_prog_field(line, "reg="), 32 * MiB);
 	s = status();
 	ck_assert_uint_eq(s->unbrokered_bytes, 32 * MiB);
 	pb_status_free(s);
@@ -491,7 +472,7 @@ START_TEST(test_fallback_policies_when_the_broker_refuses)
 		static const char *const hold_rt[] = { "hold", "dlsym-runtime", "33554432", NULL };
 
 		spawn_read(&p, targets[_i], &cuda, hold_rt, line, sizeof(line));
-		ck_assert_uint_eq(field(line, "alloc="), 32 * MiB);
+		ck_assert_uint_eq(itest_prog_field(line, "alloc="), 32 * MiB);
 		ck_assert_int_eq(itest_prog_finish(&p, line, sizeof(line)), 0);
 		ck_assert_str_eq(line, "freed alloc=0 reg=0");
 		wait_all_returned();
@@ -503,15 +484,15 @@ START_TEST(test_fallback_policies_when_the_broker_refuses)
 
 	/* pageable: ordinary memory, nothing pinned, nothing reported... */
 	spawn_read(&p, targets[_i], &pageable, hold, line, sizeof(line));
-	ck_assert_uint_eq(field(line, "alloc="), 0);
-	ck_assert_uint_eq(field(line, "reg="), 0);
+	ck_assert_uint_eq(itest_prog_field(line, "alloc="), 0);
+	ck_assert_uint_eq(itest_prog_field(line, "reg="), 0);
 	s = status();
 	ck_assert_uint_eq(s->unbrokered_bytes, 0);
 	pb_status_free(s);
 	ck_assert_int_eq(itest_prog_finish(&p, line, sizeof(line)), 0);
 	/* ...except where a device pointer is needed: mapped memory goes to the driver. */
 	spawn_read(&p, targets[_i], &pageable, hold_mapped, line, sizeof(line));
-	ck_assert_uint_eq(field(line, "alloc="), 32 * MiB);
+	ck_assert_uint_eq(itest_prog_field(line, "alloc="), 32 * MiB);
 	ck_assert_int_eq(itest_prog_finish(&p, line, sizeof(line)), 0);
 	wait_all_returned();
 }
@@ -540,7 +521,7 @@ START_TEST(test_pinctl_run_puts_a_program_under_the_budget)
 	char line[256];
 
 	spawn_read(&p, PINCTL_PATH, &o, args, line, sizeof(line));
-	ck_assert_uint_eq(field(line, "alloc="), 0);
+	ck_assert_uint_eq(itest_prog_field(line, "alloc="), 0);
 	s = status();
 	/* pinctl execs the program: the lease is the pid's pinctl started as. */
 	ck_assert_uint_eq(rows_of(s, p.pid, "via-pinctl", bytes, reg, 4), 1);

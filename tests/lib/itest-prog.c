@@ -58,3 +58,11 @@ int itest_prog_finish(struct itest_prog *p, char *last, size_t len)
 	fclose(p->out);
 	return itest_wait_exit(p->pid);
 }
+
+unsigned long long itest_prog_field(const char *line, const char *key)
+{
+	const char *at = strstr(line, key);
+
+	ck_assert_msg(at != NULL, "no %s in \"%s\"", key, line);
+	return strtoull(at + strlen(key), NULL, 10);
+}

@@ -30,6 +30,17 @@ struct daemon {
 void daemon_start(struct daemon *d, const char *const *extra_args);
 /* The NULL-ended argument list daemon_start and daemon_restart take, written inline: ITEST_ARGS("--budget", "1G"). */
 #define ITEST_ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+/* Checked fixtures: fn() starts the daemon dmn with the extra arguments args (ITEST_ARGS, or NULL), or stops it. */
+#define ITEST_FIXTURE_START(fn, dmn, args)  \
+	static void fn(void)                \
+	{                                   \
+		daemon_start(&(dmn), args); \
+	}
+#define ITEST_FIXTURE_STOP(fn, dmn)                       \
+	static void fn(void)                              \
+	{                                                 \
+		ck_assert_int_eq(daemon_stop(&(dmn)), 0); \
+	}
 /* Start the daemon again in the same dir and on the same socket (after a crash or stop). */
 void daemon_restart(struct daemon *d, const char *const *extra_args);
 /* daemon_start's first half: a fresh temp dir and the paths in it, nothing started. */
@@ -123,6 +134,8 @@ void itest_prog_start(struct itest_prog *p, const char *const *argv, bool quiet,
 void itest_prog_read_line(struct itest_prog *p, char *buf, size_t len);
 /* Close its stdin, read what is left (the last line into last, when not NULL), and return its exit status. */
 int itest_prog_finish(struct itest_prog *p, char *last, size_t len);
+/* The number after key in a line the program printed ("bytes=4096": key "bytes="); fails the test without key. */
+unsigned long long itest_prog_field(const char *line, const char *key);
 /* In a child: tell the parent through the pipe p that it is ready (or _exit(code)), then wait to be killed. */
 __attribute__((noreturn)) void itest_child_ready(int p[2], int code);
 /* In the parent: wait for itest_child_ready's byte on p, and close both ends. */
