@@ -56,25 +56,19 @@ static void child_simulated(void *ud)
 	setenv(WARMUP_DELAY_ENV, (const char *)ud, 1);
 }
 
+/* The warming daemons' arguments: an 8 GiB budget all one uid's, prewarm bytes warmed, 256 MiB chunks at most. */
+#define WARMING_ARGS(prewarm)                                                                 \
+	"--budget", "8G", "--uid-quota", "100%", "--prewarm", prewarm, "--chunk-max", "256M", \
+		"--max-no-revoke-per-uid", "100%"
+
 /*
  * Simulated, 256 MiB largest class, prewarm bytes, the warm-up sleeping delay_ms after each batch; before_ready,
  * unless NULL, is prewarm-before-ready (else its default, 1 GiB).
  */
 static void start_warming_with(const char *prewarm, const char *delay_ms, const char *before_ready)
 {
-	const char *const args[] = { "--budget",
-				     "8G",
-				     "--uid-quota",
-				     "100%",
-				     "--prewarm",
-				     prewarm,
-				     "--chunk-max",
-				     "256M",
-				     "--max-no-revoke-per-uid",
-				     "100%",
-				     before_ready ? "--prewarm-before-ready" : NULL,
-				     before_ready,
-				     NULL };
+	const char *const args[] = { WARMING_ARGS(prewarm), before_ready ? "--prewarm-before-ready" : NULL,
+				     before_ready, NULL };
 
 	daemon_prepare(&d);
 	daemon_restart_with(&d, args, child_simulated, (void *)delay_ms);
@@ -361,21 +355,9 @@ static void check_store_matches_daemon(void)
 /* Simulated, as start_warming_with, under the fd store stand-in (the environment reaches the daemon). */
 static void fdstore_start_warming(const char *delay_ms)
 {
-	static const char *const args[] = { "--budget",
-					    "8G",
-					    "--uid-quota",
-					    "100%",
-					    "--prewarm",
-					    "2G",
-					    "--chunk-max",
-					    "256M",
-					    "--max-no-revoke-per-uid",
-					    "100%",
-					    "--prewarm-before-ready",
-					    "256M",
-					    "--redeclare-grace-ms",
-					    "2000",
-					    NULL };
+	static const char *const args[] = {
+		WARMING_ARGS("2G"), "--prewarm-before-ready", "256M", "--redeclare-grace-ms", "2000", NULL
+	};
 
 	setenv(PB_SIMULATE_ENV, "1", 1);
 	setenv(WARMUP_DELAY_ENV, delay_ms, 1);
@@ -450,21 +432,9 @@ END_TEST
  */
 START_TEST(test_sigterm_mid_warmup_restart_counts_the_held_lease_once)
 {
-	static const char *const args[] = { "--budget",
-					    "8G",
-					    "--uid-quota",
-					    "100%",
-					    "--prewarm",
-					    "2G",
-					    "--chunk-max",
-					    "256M",
-					    "--max-no-revoke-per-uid",
-					    "100%",
-					    "--prewarm-before-ready",
-					    "256M",
-					    "--orphan-rescan-ms",
-					    "200",
-					    NULL };
+	static const char *const args[] = {
+		WARMING_ARGS("2G"), "--prewarm-before-ready", "256M", "--orphan-rescan-ms", "200", NULL
+	};
 	char state[400];
 	pb_client *c = NULL;
 	pb_lease *l;
