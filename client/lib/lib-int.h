@@ -71,10 +71,10 @@ struct pb_lease {
 	enum pb_memory_kind kind;
 	enum pb_priority priority;
 	bool cuda_registered;
+	bool cuda_registering;   /* pb_lease_register_slice is in the driver now (under client->lock) */
 	size_t cuda_piece_bytes; /* registered in pieces every this many bytes from the first page; 0: one call */
 	size_t cuda_slice_off;   /* pb_lease_register_slice: the registered slice's offset from map_base */
 	size_t cuda_slice_bytes; /* and its length; 0: the whole range (or nothing) is registered */
-	bool cuda_registering;   /* pb_lease_register_slice is in the driver now (under client->lock) */
 	bool hugetlb;
 	bool no_cuda;         /* acquired with PB_ACQUIRE_NO_CUDA: a cache hit must match */
 	bool no_revoke;       /* PB_ACQUIRE_NO_REVOKE or a registration: the daemon takes it back only while cached */
