@@ -72,6 +72,7 @@ struct pb_lease {
 	enum pb_memory_kind kind;
 	enum pb_priority priority;
 	bool cuda_registered;
+	bool cuda_registering;   /* pb_lease_register_slice is in the driver now (under client->lock) */
 	size_t cuda_piece_bytes; /* registered in pieces every this many bytes from the first page; 0: one call */
 	size_t cuda_slice_off;   /* pb_lease_register_slice: the registered slice's offset from map_base */
 	size_t cuda_slice_bytes; /* and its length; 0: the whole range (or nothing) is registered */

@@ -231,25 +231,39 @@ int pb_lease_register_slice(pb_lease *l, size_t offset, size_t length, uint32_t 
 			    "lease %llu is already registered with CUDA here (%s); acquire or attach it "
 			    "with PB_ACQUIRE_NO_CUDA to register a slice only",
 			    (unsigned long long)l->id, l->cuda_slice_bytes ? "a slice" : "whole");
+	else if (l->cuda_registering)
+		r = err_set(-EBUSY,
+			    "another thread is registering a slice of lease %llu with CUDA now; one registration per "
+			    "process: use that one",
+			    (unsigned long long)l->id);
 	else
 		r = 0;
+	/* Claimed under the lock, so that a second caller is refused rather than registering too. */
+	if (r == 0)
+		l->cuda_registering = true;
 	pthread_mutex_unlock(&l->client->lock);
 	if (r < 0)
 		return r;
 	if (!pbcuda_available(&why))
-		return err_set(-ENODEV, "cannot register a slice with CUDA: %s", why ? why : "no usable CUDA driver");
-	/* No chunk sizes: a slice's cuts need not fall on chunk boundaries below the driver's per-call cap. */
-	r = map_cuda_register(l, (char *)l->map_base + offset, end - offset, NULL, 0, flags & PB_ACQUIRE_MAPPED);
-	if (r < 0)
-		return err_set(r, "registering slice [%zu, +%zu) of lease %llu with CUDA: %s", offset, end - offset,
-			       (unsigned long long)l->id, pbcuda_strerror());
+		r = err_set(-ENODEV, "cannot register a slice with CUDA: %s", why ? why : "no usable CUDA driver");
+	else {
+		/* No chunk sizes: a slice's cuts need not fall on chunk boundaries below the driver's per-call cap. */
+		r = map_cuda_register(l, (char *)l->map_base + offset, end - offset, NULL, 0,
+				      flags & PB_ACQUIRE_MAPPED);
+		if (r < 0)
+			r = err_set(r, "registering slice [%zu, +%zu) of lease %llu with CUDA: %s", offset,
+				    end - offset, (unsigned long long)l->id, pbcuda_strerror());
+	}
 	pthread_mutex_lock(&l->client->lock);
-	l->cuda_slice_off = offset;
-	l->cuda_slice_bytes = end - offset;
-	l->mapped = flags & PB_ACQUIRE_MAPPED;
-	__atomic_store_n(&l->kind, PB_MEM_PINNED, __ATOMIC_RELEASE);
+	if (r == 0) {
+		l->cuda_slice_off = offset;
+		l->cuda_slice_bytes = end - offset;
+		l->mapped = flags & PB_ACQUIRE_MAPPED;
+		__atomic_store_n(&l->kind, PB_MEM_PINNED, __ATOMIC_RELEASE);
+	}
+	l->cuda_registering = false;
 	pthread_mutex_unlock(&l->client->lock);
-	return 0;
+	return r;
 }
 
 int pb_lease_cuda_slice(const pb_lease *l, size_t *offset, size_t *length)

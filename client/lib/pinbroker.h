@@ -537,8 +537,9 @@ int pb_attach_opts(pb_client *c, const char *token, const struct pb_acquire_opts
  * kind becomes PB_MEM_PINNED (pb_lease_cuda_slice says which part is); release unregisters it. Call it
  * while the lease is the caller's (not concurrently with its release). Returns 0, -EINVAL (not broker
  * memory, a misaligned offset, zero length, another flag, released), -ERANGE (past the lease's end),
- * -EALREADY (already registered here, whole or a slice), -ENODEV (no usable CUDA driver here), or the
- * driver's failure as a negative errno (pb_last_error says which CUDA error).
+ * -EALREADY (already registered here, whole or a slice), -EBUSY (another thread's call for this lease is
+ * registering now: one of two concurrent callers registers, the other gets -EBUSY), -ENODEV (no usable CUDA
+ * driver here), or the driver's failure as a negative errno (pb_last_error says which CUDA error).
  */
 int pb_lease_register_slice(pb_lease *l, size_t offset, size_t length, uint32_t flags);
 

@@ -65,6 +65,25 @@ static int parse_priority(const char *s, enum pb_priority *ret)
 	return 0;
 }
 
+/*
+ * The start of status and metrics, whose text forms have no header line to leave out (--no-headers asks for the
+ * fields' rows, as -o and --csv do): the options, -o against table, a connection. PINCTL_OPT_NEXT with *c, or
+ * the exit status.
+ */
+static int start_rows_command(int argc, char **argv, const struct pinctl_field *table, size_t n, struct list_opts *lo,
+			      struct fields *sel, bool *rows, pb_client **c)
+{
+	int r = parse_list_opts(argc, argv, lo, 0);
+
+	if (r != PINCTL_OPT_NEXT)
+		return r;
+	*rows = lo->fields || lo->csv || lo->no_headers;
+	if (*rows && select_fields(table, n, lo->fields, sel) != 0)
+		return EXIT_USAGE;
+	r = connect_or_explain(c);
+	return r ? r : PINCTL_OPT_NEXT;
+}
+
 int cmd_status(int argc, char **argv)
 {
 	struct list_opts lo;
@@ -74,15 +93,8 @@ int cmd_status(int argc, char **argv)
 	bool rows;
 	int r;
 
-	r = parse_list_opts(argc, argv, &lo, 0);
+	r = start_rows_command(argc, argv, status_fields, n_status_fields, &lo, &sel, &rows, &c);
 	if (r != PINCTL_OPT_NEXT)
-		return r;
-	/* The text form has no header line to leave out: --no-headers asks for the fields' row. */
-	rows = lo.fields || lo.csv || lo.no_headers;
-	if (rows && select_fields(status_fields, n_status_fields, lo.fields, &sel) != 0)
-		return EXIT_USAGE;
-	r = connect_or_explain(&c);
-	if (r)
 		return r;
 	/* The text form shows no lease rows, so it does not fetch their pages. */
 	r = pb_status_query(c, lo.json ? PB_STATUS_LEASES : 0, &s);
@@ -520,18 +532,11 @@ int cmd_metrics(int argc, char **argv)
 	size_t n = 0;
 	pb_client *c;
 	char *text = NULL;
-	/* The exposition format is the text form; --no-headers alone asks for the samples' rows, as status does. */
-	bool rows;
+	bool rows; /* else the text form: the exposition format */
 	int r;
 
-	r = parse_list_opts(argc, argv, &lo, 0);
+	r = start_rows_command(argc, argv, metric_fields, n_metric_fields, &lo, &sel, &rows, &c);
 	if (r != PINCTL_OPT_NEXT)
-		return r;
-	rows = lo.fields || lo.csv || lo.no_headers;
-	if (rows && select_fields(metric_fields, n_metric_fields, lo.fields, &sel) != 0)
-		return EXIT_USAGE;
-	r = connect_or_explain(&c);
-	if (r)
 		return r;
 	r = pb_metrics(c, &text);
 	pb_disconnect(c);

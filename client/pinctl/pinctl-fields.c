@@ -49,6 +49,14 @@
 		return buf;                                                           \
 	}
 
+/* A table's row for the field named as its member, and a table with its length (as pinctl-fields.h declares them). */
+/* clang-format off */
+#define FIELD(kind, member) { #member, kind##_##member }
+/* clang-format on */
+#define FIELD_TABLE(kind, ...)                                       \
+	const struct pinctl_field kind##_fields[] = { __VA_ARGS__ }; \
+	const size_t n_##kind##_fields = sizeof(kind##_fields) / sizeof(kind##_fields[0])
+
 FIELD_U64(lease, LEASE, id)
 FIELD_I64(lease, LEASE, pid)
 FIELD_U64(lease, LEASE, uid)
@@ -422,14 +430,7 @@ FIELD_STR(rule, RULE, pattern)
 FIELD_U64(rule, RULE, bytes)
 FIELD_STR(rule, RULE, source)
 FIELD_BOOL(rule, RULE, seen)
-
-const struct pinctl_field rule_fields[] = {
-	{ "pattern", rule_pattern },
-	{ "bytes", rule_bytes },
-	{ "source", rule_source },
-	{ "seen", rule_seen },
-};
-const size_t n_rule_fields = sizeof(rule_fields) / sizeof(rule_fields[0]);
+FIELD_TABLE(rule, FIELD(rule, pattern), FIELD(rule, bytes), FIELD(rule, source), FIELD(rule, seen));
 
 FIELD_STR(config, CONF, key)
 FIELD_STR(config, CONF, value)
@@ -462,14 +463,7 @@ FIELD_STR(metric, SAMPLE, name)
 FIELD_STR(metric, SAMPLE, type)
 FIELD_STR(metric, SAMPLE, labels)
 FIELD_STR(metric, SAMPLE, value)
-
-const struct pinctl_field metric_fields[] = {
-	{ "name", metric_name },
-	{ "type", metric_type },
-	{ "labels", metric_labels },
-	{ "value", metric_value },
-};
-const size_t n_metric_fields = sizeof(metric_fields) / sizeof(metric_fields[0]);
+FIELD_TABLE(metric, FIELD(metric, name), FIELD(metric, type), FIELD(metric, labels), FIELD(metric, value));
 
 void metrics_free(struct metric_sample *s, size_t n)
 {

@@ -19,7 +19,7 @@ import weakref
 from typing import Any, Iterable, List, Optional, Protocol, Sequence, Tuple, Union
 
 from . import _lib
-from .errors import InvalidArgument, UnknownLease, error_from_errno
+from .errors import BrokerError, InvalidArgument, UnknownLease, error_from_errno
 
 __all__ = ["Kind", "Priority", "Lease"]
 
@@ -134,6 +134,8 @@ class _Mapping:
         self.ptr = ptr
         self.pymem = pymem
         self.lock = threading.Lock()
+        self.registering = False  # register_slice is in the driver, outside the lock
+        self.registered_cv = threading.Condition(self.lock)  # notified when it is done
         self.views = 0
         self.released = False  # the Lease let it go: free once views == 0
         self.freed = False
@@ -193,16 +195,32 @@ class _Mapping:
         for what, v in (("offset", offset), ("length", length)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise TypeError(f"{what} must be a non-negative int, not {v!r}")
+        busy = BrokerError(errno.EBUSY, f"another thread is registering a slice of {self.describe()} with CUDA "
+                                        "now; one registration per process: use that one")
         with self.lock:
             if self.released or self.freed or self.ptr is None:
                 raise ValueError(f"{self.describe()} is released or ordinary memory: it has no slice to register")
+            if self.registering:
+                raise busy
+            # Claimed under the lock, the driver call made outside it: a release waits for it in free().
+            self.registering = True
+        kind: Optional[Kind] = None
+        try:
             r = fn(self.ptr, offset, length, _lib.PB_ACQUIRE_MAPPED if mapped else 0)
+            if r == -errno.EBUSY:
+                raise busy
             if r < 0:
                 _raise(r, f"registering slice [{offset}, +{length}) of {self.describe()} with CUDA",
                        lease_context=True)
             lib = _lib.load()
-            self.kind = _KIND_BY_C.get(lib.pb_lease_kind(self.ptr), Kind.FALLBACK)
-            self.cuda_registered = bool(lib.pb_lease_cuda_registered(self.ptr))
+            kind = _KIND_BY_C.get(lib.pb_lease_kind(self.ptr), Kind.FALLBACK)
+            registered = bool(lib.pb_lease_cuda_registered(self.ptr))
+        finally:
+            with self.lock:
+                if kind is not None:
+                    self.kind, self.cuda_registered = kind, registered
+                self.registering = False
+                self.registered_cv.notify_all()
 
     @property
     def cuda_slice(self) -> Optional[Tuple[int, int]]:
@@ -236,6 +254,8 @@ class _Mapping:
     def free(self) -> None:
         """pb_release, once; a no-op once the client closed (pb_disconnect freed it) or in a forked child."""
         with self.lock:
+            # The library's memory is not let go under a registration in progress (register_slice).
+            self.registered_cv.wait_for(lambda: not self.registering)
             if self.freed:
                 return
             self.freed = True
@@ -334,7 +354,8 @@ class Lease:
         this process copies from, so that the ranks of one shared region register it once in all. ``offset`` is a
         multiple of :attr:`page_size`; ``length`` is rounded up to whole pages. Raises InvalidArgument (misaligned,
         out of range, not broker memory, already registered here) or the driver's error (no usable driver: ENODEV);
-        a library without slices raises NotImplementedError."""
+        BrokerError (EBUSY) while another thread is registering a slice of this lease (one of two concurrent
+        calls registers); a library without slices raises NotImplementedError."""
         self._check()
         self._m.register_slice(offset, length, mapped)
 

@@ -104,3 +104,50 @@ def test_a_region_slice_without_a_driver_leaves_the_lease_locked(daemon, tmp_pat
     """), env={"PINBROKER_NO_CUDA": "1", "PINBROKER_REGION_DIR": str(d)})
     assert r.returncode == 0, r.stderr
     assert "LEASE 1 locked None" in r.stdout, r.stdout
+
+
+def test_a_second_concurrent_slice_registration_raises_busy(daemon):
+    """Two threads register slices of one lease: the first is held in the driver (the stand-in's gate); the
+    second neither waits for it (the mapping's lock is not held across the driver call) nor registers too: it
+    raises BrokerError EBUSY at once, and only the first slice is registered."""
+    r = run_python(textwrap.dedent(f"""
+        import ctypes, threading
+        import pinbroker
+        c = pinbroker.connect({daemon.socket!r})
+        lease = c.acquire(16 << 20, cuda=False, cache=False)
+        stub = ctypes.CDLL("libcuda.so.1")
+        stub.stub_cuda_register_gate(1)
+        out = {{}}
+
+        def call(name, offset):
+            out[name + "-slice"] = lease.cuda_slice
+            try:
+                lease.register_slice(offset, 1 << 20)
+                out[name] = "ok"
+            except pinbroker.BrokerError as e:
+                out[name] = f"{{type(e).__name__}} {{e.errno}} {{'another thread' in str(e)}}"
+
+        first = threading.Thread(target=call, args=("first", 0))
+        first.start()
+        print("WAITING", stub.stub_cuda_register_gate_wait(1, 10000))
+        second = threading.Thread(target=call, args=("second", 8 << 20))
+        second.start()
+        second.join(10)
+        print("SECOND-DONE", not second.is_alive())
+        stub.stub_cuda_register_gate(0)
+        first.join()
+        second.join()
+        print("FIRST", out["first"], lease.cuda_slice, lease.kind.value)
+        print("SECOND", out["second"], out["second-slice"])
+        lease.release()
+    """), env={
+        "LD_LIBRARY_PATH": _stub_dir(),
+        "PINBROKER_NO_CUDA": "0",
+    })
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "WAITING 1" in lines, r.stdout
+    assert "SECOND-DONE True" in lines, r.stdout
+    assert f"FIRST ok (0, {MiB}) pinned" in lines, r.stdout
+    assert "SECOND BrokerError 16 True None" in lines, r.stdout  # EBUSY, while nothing was registered yet
+    assert daemon.wait_leased(0) == 0

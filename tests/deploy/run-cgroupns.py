@@ -25,22 +25,10 @@ import sys
 import tempfile
 import time
 
+import deploycheck as dc  # tests/deploy, beside this script
+from deploycheck import fail, ok, skip
+
 MIB = 1 << 20
-
-
-def skip(msg):
-    print(f"SKIP: {msg}")
-    sys.exit(77)
-
-
-def fail(msg):
-    print(f"FAIL: {msg}")
-    dump_logs()
-    sys.exit(1)
-
-
-def ok(msg):
-    print(f"ok: {msg}")
 
 
 SRC, BUILD = sys.argv[1], sys.argv[2]
@@ -48,9 +36,7 @@ PINBROKERD = os.path.join(BUILD, "daemon/pinbrokerd")
 PINCTL = os.path.join(BUILD, "client/pinctl")
 if os.geteuid() != 0:
     skip("needs root: cgroups are made and processes moved between them")
-for f in (PINBROKERD, PINCTL):
-    if not os.access(f, os.X_OK):
-        fail(f"no {f}: build first")
+dc.require_built(PINBROKERD, PINCTL)
 for tool in ("unshare", "setpriv", "nsenter"):
     if not shutil.which(tool):
         skip(f"no {tool} (apt-get install util-linux)")
@@ -128,6 +114,8 @@ def dump_logs():
             pass
 
 
+dc.fail_hooks.append(dump_logs)
+
 # What runs pinctl where the daemon sees it as the host's root: its pid namespace (root is an admin only from the
 # daemon's own namespaces; the setns way's daemon has one of its own). Set by start_daemon.
 admin_prefix = ()
@@ -152,13 +140,7 @@ def pinctl(*args, check=True, prefix=None):
 
 
 def wait_for(what, fn, timeout_s=20):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.05)
-    fail(f"timed out waiting for {what}")
+    return dc.wait_for(what, fn, timeout_s)
 
 
 def mkcg(name):

@@ -14,6 +14,7 @@
 # clearing the quota; a real cgroup of this host, where it can make one, whose client is refused past its
 # claim; DRA_STRICT; SIGTERM.
 # usage: run-dra-driver.py SOURCE_DIR BUILD_DIR      exit 0 pass, 1 fail, 77 skip
+import functools
 import json
 import os
 import shutil
@@ -21,38 +22,16 @@ import signal
 import ssl
 import subprocess
 import sys
-import tempfile
-import time
 import urllib.error
 import urllib.request
+
+import deploycheck as dc  # tests/deploy, beside this script
+from deploycheck import fail, ok, skip
 
 GIB = 1 << 30
 MIB = 1 << 20
 
-
-def skip(msg):
-    print(f"SKIP: {msg}")
-    sys.exit(77)
-
-
-def fail(msg):
-    print(f"FAIL: {msg}")
-    sys.exit(1)
-
-
-def ok(msg):
-    print(f"ok: {msg}")
-
-
-try:
-    import grpc
-    from grpc_tools import protoc  # noqa: F401 (python3-grpc-tools, for the stubs)
-except ImportError:
-    # ctest runs the first python3 on PATH; Debian's has the packages where another may not.
-    if sys.executable != "/usr/bin/python3" and os.path.exists("/usr/bin/python3") and not os.environ.get("PB_REEXEC"):
-        os.environ["PB_REEXEC"] = "1"
-        os.execv("/usr/bin/python3", ["/usr/bin/python3", *sys.argv])
-    skip("python3 grpc or grpc_tools not found (apt-get install python3-grpcio python3-grpc-tools)")
+grpc = dc.require_grpc()
 
 SRC, BUILD = sys.argv[1], sys.argv[2]
 DRA_DIR = os.path.join(SRC, "deploy/kubernetes/dra")
@@ -66,85 +45,23 @@ if os.geteuid() != 0:
     skip("needs root: pinctl quota set and set budget are admin requests")
 if not shutil.which("openssl"):
     skip("openssl not found (apt-get install openssl): the stand-in API server needs a certificate")
-for f in (PINBROKERD, PINCTL):
-    if not os.access(f, os.X_OK):
-        fail(f"no {f}: build first")
+dc.require_built(PINBROKERD, PINCTL)
 
-T = tempfile.mkdtemp(prefix="pinbroker-dra.")
-os.chmod(T, 0o755)
-procs = []
-real_cgroups = []
-
-
-def cleanup():
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    for d in reversed(real_cgroups):
-        try:
-            os.rmdir(d)
-        except OSError:
-            pass
-    shutil.rmtree(T, ignore_errors=True)
-
-
-def wait_for(what, fn, timeout_s=15.0):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.05)
-    fail(f"{what}: not within {timeout_s} s")
-
-
-# The stubs, generated from the vendored protos by the code the image build runs.
-STUBS = os.path.join(T, "stubs")
-os.mkdir(STUBS)
-sys.path.insert(0, os.path.join(SRC, "deploy/kubernetes/lib"))
-import pinbroker_k8s  # noqa: E402
-
-try:
-    pinbroker_k8s.compile_protos([os.path.join(DRA_DIR, "dra.proto"), os.path.join(DRA_DIR, "pluginregistration.proto")],
-                                 STUBS)
-except RuntimeError as e:
-    fail(str(e))
-sys.path.insert(0, STUBS)
+T = dc.scratch("pinbroker-dra.")
+procs, real_cgroups = [], []
+cleanup = functools.partial(dc.cleanup, T, procs, real_cgroups)
+wait_for = functools.partial(dc.wait_for, timeout_s=15.0)
+# The stubs, generated from the vendored protos by the code the image build runs, not committed.
+STUBS = dc.compile_stubs(SRC, DRA_DIR, ["dra", "pluginregistration"], T)
 import dra_pb2 as dra  # noqa: E402
 import dra_pb2_grpc as dra_grpc  # noqa: E402
 import pluginregistration_pb2 as reg  # noqa: E402
 import pluginregistration_pb2_grpc as reg_grpc  # noqa: E402
 
-RUN = os.path.join(T, "run")
-os.mkdir(RUN, 0o755)
-SOCK = os.path.join(RUN, "pinbroker.sock")
-CONF = os.path.join(T, "pinbrokerd.conf")
-
-
-def write_conf(budget):
-    with open(CONF, "w") as f:
-        f.write(f"socket = {SOCK}\nbudget = {budget}\nprewarm = 4M\nhugetlb = no\n")
-    os.chmod(CONF, 0o600)
-
-
-def pinctl(*args, check=True):
-    r = subprocess.run([PINCTL, "--socket", SOCK, *args], capture_output=True, text=True, timeout=20)
-    if check and r.returncode != 0:
-        fail(f"pinctl {' '.join(args)}: exit {r.returncode}: {r.stderr}")
-    return r
-
-
-def start_daemon():
-    p = subprocess.Popen([PINBROKERD, "--config", CONF], stdin=subprocess.DEVNULL,
-                         stdout=open(os.path.join(T, "daemon.log"), "a"), stderr=subprocess.STDOUT)
-    procs.append(p)
-    wait_for("pinbrokerd answering", lambda: pinctl("status", check=False).returncode == 0)
-    return p
-
-
-def rules():
-    return {r["pattern"]: r["bytes"] for r in json.loads(pinctl("quota", "list", "--json").stdout)["rules"]}
+# The daemon: its config (write_conf rewrites the budget), socket, pinctl and quota rules.
+DAEMON = dc.Daemon(T, PINBROKERD, PINCTL, procs, wait_for)
+RUN, SOCK, CONF = DAEMON.run, DAEMON.sock, DAEMON.conf
+write_conf, pinctl, start_daemon, rules = DAEMON.write_conf, DAEMON.pinctl, DAEMON.start, DAEMON.rules
 
 
 def budget():

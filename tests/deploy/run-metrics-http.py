@@ -191,18 +191,28 @@ def start_endpoint(sock):
     return lsocks, server, how
 
 
+def connect_nonblocking(port):
+    """A non-blocking socket connecting to port on 127.0.0.1 (the connect under way), or None where connect failed."""
+    s = socket.socket()
+    s.setblocking(False)
+    try:
+        s.connect(("127.0.0.1", port))
+    except BlockingIOError:
+        pass
+    except OSError:
+        s.close()
+        return None
+    return s
+
+
 def flood(port, n, stop):
     """n connections to port that send one byte and wait; each re-opened as soon as the server cuts it."""
     sel = selectors.DefaultSelector()
 
     def open_one():
-        s = socket.socket()
-        s.setblocking(False)
-        try:
-            s.connect(("127.0.0.1", port))
-        except BlockingIOError:
-            pass
-        sel.register(s, selectors.EVENT_WRITE)
+        s = connect_nonblocking(port)
+        if s is not None:
+            sel.register(s, selectors.EVENT_WRITE)
 
     for _ in range(n):
         open_one()
@@ -264,14 +274,8 @@ def junk_flood(port, stop):
     """100 connections at a time, each sent 64 KiB of junk every 10 ms (answered 431, then drained)."""
     held = []
     while not stop.is_set():
-        s = socket.socket()
-        s.setblocking(False)
-        try:
-            s.connect(("127.0.0.1", port))
-        except BlockingIOError:
-            pass
-        except OSError:
-            s.close()
+        s = connect_nonblocking(port)
+        if s is None:
             continue
         held.append(s)
         for h in held:
@@ -305,6 +309,24 @@ def scrape(port, timeout_s=2.0):
     return code == 200 and re.search(rb"^pinbroker_budget_bytes ", body, re.M) is not None
 
 
+def scrapes_under(port, floods, head_start_s, n, every_s):
+    """How many of n scrapes, one every every_s seconds, succeed while each of floods(stop) runs on a thread of its
+    own (from head_start_s before the first) until stop is set."""
+    stop = threading.Event()
+    ts = [threading.Thread(target=f, args=(stop,), daemon=True) for f in floods]
+    for t in ts:
+        t.start()
+    time.sleep(head_start_s)
+    ok = 0
+    for _ in range(n):
+        ok += scrape(port)
+        time.sleep(every_s)
+    stop.set()
+    for t in ts:
+        t.join()
+    return ok
+
+
 def check_flood(sock):
     lsocks, server, how = start_endpoint(sock)
     port = lsocks[0].getsockname()[1]
@@ -317,49 +339,19 @@ def check_flood(sock):
             check(False, f"the endpoint ({how}) answers a scrape before the flood")
             return
         for n in (16, 200):
-            stop = threading.Event()
-            t = threading.Thread(target=flood, args=(port, n, stop), daemon=True)
-            t.start()
-            time.sleep(1.0)  # the flood holds its connections before the first scrape
-            ok = 0
-            for _ in range(20):
-                ok += scrape(port)
-                time.sleep(0.5)
-            stop.set()
-            t.join()
+            # The flood holds its connections before the first scrape.
+            ok = scrapes_under(port, [lambda stop, n=n: flood(port, n, stop)], 1.0, 20, 0.5)
             print(f"flood of {n} one-byte connections ({how}): {ok} of 20 scrapes succeeded")
             check(ok >= 19, f"flood of {n} idle connections ({how}): at least 95% of scrapes succeed ({ok} of 20)")
         # Connections that never read their answers (held for the answer's deadline) beside junk senders: when the
         # table was full of them, a newcomer closed the one connection still reading its request, often the
         # scraper's, just accepted, before its request was read (14 to 18 of 20 scrapes got through).
-        stop = threading.Event()
-        ts = [threading.Thread(target=f, args=(port, stop), daemon=True) for f in (unread_flood, junk_flood)]
-        for t in ts:
-            t.start()
-        time.sleep(1.5)
-        ok = 0
-        for _ in range(40):
-            ok += scrape(port)
-            time.sleep(0.25)
-        stop.set()
-        for t in ts:
-            t.join()
+        ok = scrapes_under(port, [lambda stop, f=f: f(port, stop) for f in (unread_flood, junk_flood)], 1.5, 40, 0.25)
         print(f"unread answers and junk ({how}): {ok} of 40 scrapes succeeded")
         check(ok >= 38, f"unread answers and junk ({how}): at least 95% of scrapes succeed ({ok} of 40)")
         # Whole requests, as fast as 8 threads send them: each used to cost a round trip to the daemon, so the
         # backlog grew and 2 to 5 of 20 scrapes got through; one answer of the daemon serves a second of them.
-        stop = threading.Event()
-        ts = [threading.Thread(target=request_flood, args=(port, stop), daemon=True) for _ in range(8)]
-        for t in ts:
-            t.start()
-        time.sleep(1.0)
-        ok = 0
-        for _ in range(20):
-            ok += scrape(port)
-            time.sleep(0.5)
-        stop.set()
-        for t in ts:
-            t.join()
+        ok = scrapes_under(port, [lambda stop: request_flood(port, stop)] * 8, 1.0, 20, 0.5)
         print(f"flood of whole requests from 8 threads ({how}): {ok} of 20 scrapes succeeded")
         check(ok >= 19, f"flood of whole requests ({how}): at least 95% of scrapes succeed ({ok} of 20)")
         for ls in lsocks[1:]:

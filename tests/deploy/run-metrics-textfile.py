@@ -21,24 +21,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
+
+import deploycheck as dc  # tests/deploy, beside this script
+from deploycheck import check, skip
 
 SRC, BUILD = sys.argv[1], sys.argv[2]
 PINBROKERD = os.path.join(BUILD, "daemon", "pinbrokerd")
 FOLDER = "/var/lib/prometheus/node-exporter"
-failures = []
-
-
-def check(cond, what):
-    print(("ok: " if cond else "FAIL: ") + what, file=sys.stdout if cond else sys.stderr)
-    if not cond:
-        failures.append(what)
-    return cond
-
-
-def skip(why):
-    print("SKIP: " + why, file=sys.stderr)
-    sys.exit(77)
 
 
 def read(*parts):
@@ -110,9 +99,8 @@ def main():
                               PINBROKERD, "--socket", os.path.join(run, "pb.sock"), "--budget", "16M", "--prewarm",
                               "0", "--lock-memory", "no", "--metrics-path", prom, "--metrics-interval-ms", "1000"],
                              stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-        end = time.monotonic() + 15
-        while time.monotonic() < end and not os.path.exists(prom) and d.poll() is None:
-            time.sleep(0.1)
+        dc.wait_for(f"{prom} or the daemon's exit", lambda: os.path.exists(prom) or d.poll() is not None, 15.0,
+                    step_s=0.1, must=False)
         ok = check(os.path.exists(prom), f"the daemon as {user.pw_name} writes {FOLDER}/pinbroker.prom")
         if ok:
             st = os.stat(prom)
@@ -125,10 +113,10 @@ def main():
             d.terminate()
             d.wait()
             log.close()
-            if failures:
+            if dc.failures:
                 print(open(os.path.join(tmp, "daemon.log")).read(), file=sys.stderr)
         shutil.rmtree(tmp, ignore_errors=True)
-    return 1 if failures else 0
+    return dc.exit_status()
 
 
 if __name__ == "__main__":

@@ -26,9 +26,11 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.parse
 import urllib.request
+
+import deploycheck as dc  # tests/deploy, beside this script
+from deploycheck import check, skip
 
 SRC, BUILD = sys.argv[1], sys.argv[2]
 PINBROKERD = os.path.join(BUILD, "daemon", "pinbrokerd")
@@ -37,21 +39,6 @@ HTTP = os.path.join(BUILD, "client", "pinbroker-metrics-http")
 DASHBOARD = os.path.join(SRC, "deploy", "monitoring", "pinbroker-dashboard.json")
 NOBODY = 65534
 LEASE = 4 << 20
-failures = []
-
-
-def check(cond, what):
-    print(("ok: " if cond else "FAIL: ") + what, file=sys.stdout if cond else sys.stderr)
-    if not cond:
-        failures.append(what)
-    return cond
-
-
-def skip(why):
-    print("SKIP: " + why, file=sys.stderr)
-    sys.exit(77)
-
-
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -62,14 +49,7 @@ def free_port():
 
 def wait_for(what, fn, timeout_s=60.0):
     """fn() until it returns something true; that value, or None after timeout_s."""
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.2)
-    print(f"timed out waiting for {what}", file=sys.stderr)
-    return None
+    return dc.wait_for(what, fn, timeout_s, step_s=0.2, must=False)
 
 
 def query(port, expr):
@@ -269,13 +249,13 @@ def main():
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
-        if failures:
+        if dc.failures:
             for log in ("daemon.log", "prom.log", "ne.log"):
                 path = os.path.join(tmp, log)
                 if os.path.exists(path):
                     print(f"--- {log} (last lines)\n" + "".join(open(path).readlines()[-15:]), file=sys.stderr)
         shutil.rmtree(tmp, ignore_errors=True)
-    return 1 if failures else 0
+    return dc.exit_status()
 
 
 if __name__ == "__main__":

@@ -137,64 +137,46 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
+/*
+ * Ops 0-2: one packet with fds: a byte with the fd count (low 6 bits) and whether to send credentials (0x40), a kind
+ * byte per fd, a length byte (two with its top bit set), then the packet's bytes.
+ */
+static void fd_packet_op(struct fz *f, uint8_t op, int i, const uint8_t **p, const uint8_t *end)
+{
+	int fds[253], extras[253];
+	size_t nfds = 0, len, plen;
+	bool creds;
+	uint8_t fb;
+
+	(void)op;
+	if (*p >= end)
+		return;
+	fb = *(*p)++;
+	creds = fb & 0x40;
+	fz_conn(f, i);
+	for (size_t k = 0; k < (size_t)(fb & 0x3f) && k < 253; k++) {
+		unsigned kind = *p < end ? *(*p)++ : 0;
+		int fd = make_fd(f, i, kind, &extras[nfds]);
+
+		if (fd >= 0)
+			fds[nfds++] = fd;
+	}
+	len = *p < end ? *(*p)++ : 0;
+	if ((len & 0x80) && *p < end)
+		len = ((len & 0x7f) << 8) | *(*p)++;
+	plen = (size_t)(end - *p) < (len & 0x7fff) ? (size_t)(end - *p) : (len & 0x7fff);
+	send_packet(f, i, *p, plen, len & 0x7fff, fds, nfds, creds);
+	*p += plen;
+	for (size_t k = 0; k < nfds; k++) {
+		close(fds[k]);
+		if (extras[k] >= 0)
+			close(extras[k]);
+	}
+	fz_run_loop(f);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	const uint8_t *p = data, *end = data + size;
-	struct fz *f;
-
-	if (size < 1)
-		return 0;
-	f = fz_begin(data[0]);
-	p++;
-	while (p < end) {
-		uint8_t op = *p++;
-		int i = (op >> 3) & 1;
-
-		switch (op & 7) {
-		case 0:
-		case 1:
-		case 2: {
-			int fds[253], extras[253];
-			size_t nfds = 0, len, plen;
-			bool creds;
-			uint8_t fb;
-
-			if (p >= end)
-				break;
-			fb = *p++;
-			creds = fb & 0x40;
-			fz_conn(f, i);
-			for (size_t k = 0; k < (size_t)(fb & 0x3f) && k < 253; k++) {
-				unsigned kind = p < end ? *p++ : 0;
-				int fd = make_fd(f, i, kind, &extras[nfds]);
-
-				if (fd >= 0)
-					fds[nfds++] = fd;
-			}
-			len = p < end ? *p++ : 0;
-			if ((len & 0x80) && p < end)
-				len = ((len & 0x7f) << 8) | *p++;
-			plen = (size_t)(end - p) < (len & 0x7fff) ? (size_t)(end - p) : (len & 0x7fff);
-			send_packet(f, i, p, plen, len & 0x7fff, fds, nfds, creds);
-			p += plen;
-			for (size_t k = 0; k < nfds; k++) {
-				close(fds[k]);
-				if (extras[k] >= 0)
-					close(extras[k]);
-			}
-			fz_run_loop(f);
-			break;
-		}
-		case 3:
-			fz_bulk_op(f, op, i, &p, end, send_plain);
-			break;
-		default:
-			fz_common_op(f, op, i);
-			break;
-		}
-		fz_after_op(f);
-	}
-	fz_end(f);
-	return 0;
+	return fz_run_input(data, size, fd_packet_op, send_plain);
 }

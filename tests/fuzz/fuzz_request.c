@@ -47,51 +47,30 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
+/* Ops 0-2: one packet of up to 32 KiB (a length byte, two with its top bit set), dispatched as the daemon reads it. */
+static void packet_op(struct fz *f, uint8_t op, int i, const uint8_t **p, const uint8_t *end)
+{
+	const uint8_t *pkt;
+	size_t len;
+
+	(void)op;
+	if (*p >= end)
+		return;
+	len = *(*p)++;
+	if (len & 0x80) {
+		if (*p >= end)
+			return;
+		len = ((len & 0x7f) << 8) | *(*p)++;
+	}
+	if ((size_t)(end - *p) < len)
+		len = (size_t)(end - *p);
+	pkt = *p;
+	take(p, end, len);
+	dispatch(f, i, pkt, len);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	const uint8_t *p = data, *end = data + size;
-	struct fz *f;
-
-	if (size < 1)
-		return 0;
-	f = fz_begin(data[0]);
-	p++;
-	while (p < end) {
-		uint8_t op = *p++;
-		int i = (op >> 3) & 1;
-
-		switch (op & 7) {
-		case 0:
-		case 1:
-		case 2: {
-			size_t len;
-			const uint8_t *pkt;
-
-			if (p >= end)
-				break;
-			len = *p++;
-			if (len & 0x80) {
-				if (p >= end)
-					break;
-				len = ((len & 0x7f) << 8) | *p++;
-			}
-			if ((size_t)(end - p) < len)
-				len = (size_t)(end - p);
-			pkt = p;
-			take(&p, end, len);
-			dispatch(f, i, pkt, len);
-			break;
-		}
-		case 3:
-			fz_bulk_op(f, op, i, &p, end, dispatch);
-			break;
-		default:
-			fz_common_op(f, op, i);
-			break;
-		}
-		fz_after_op(f);
-	}
-	fz_end(f);
-	return 0;
+	return fz_run_input(data, size, packet_op, dispatch);
 }

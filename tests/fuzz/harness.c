@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "backing.h"
+#include "connfix.h"
 #include "budget.h"
 #include "config.h"
 #include "daemon.h"
@@ -173,19 +174,7 @@ static void apply_kv(struct config *cfg, const char *const *kv)
 static struct config *profile_config(enum fz_profile profile)
 {
 	static const char *const base[] = {
-		"budget=2M",
-		"uid-quota=1536K",
-		"prewarm=512K",
-		"chunk-size=16K",
-		"hugetlb=no",
-		"lock-memory=no",
-		"pool-shrink-delay-ms=0",
-		"acquire-timeout-ms=2",
-		"revoke-deadline-ms=2",
-		"revoke-enforce=disconnect",
-		"max-leases-per-client=16",
-		"max-pending-acquires=4",
-		"log-level=err",
+		CONNFIX_CONFIG,
 		"socket=/nonexistent/fuzz.sock",
 		NULL,
 	};
@@ -386,42 +375,19 @@ static const char *const fz_cgroups[FZ_CONNS] = { "/fz/job_1/step_0", "/fz/job_2
 
 bool fz_conn_alive(struct fz *f, int i)
 {
-	struct conn *c;
-
-	if (!f->conn[i])
-		return false;
-	/* Found by id first: a conn that is gone may already be freed. */
-	c = server_find_conn(f->d.server, f->conn_id[i]);
-	if (!c || c->closing)
-		f->conn[i] = NULL;
-	return f->conn[i] != NULL;
+	return connfix_alive(&f->d, &f->conn[i], f->conn_id[i]);
 }
 
 struct conn *fz_conn(struct fz *f, int i)
 {
 	struct ucred cred = { .pid = victim_pid, .uid = f->uid[i], .gid = f->uid[i] };
-	int sv[2];
+	const char *failed;
 
 	if (fz_conn_alive(f, i) && f->peer[i] >= 0)
 		return f->conn[i];
-	if (f->conn[i])
-		server_close(f->conn[i], "fuzz: replaced");
-	f->conn[i] = NULL;
-	if (f->peer[i] >= 0)
-		close(f->peer[i]);
-	f->peer[i] = -1;
 	f->nids[i] = 0;
-	FZ_ASSERT(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0, "socketpair: %s",
-		  strerror(errno));
-	f->peer[i] = sv[0];
-	FZ_ASSERT(server_adopt(f->d.server, sv[1], &cred, &f->conn[i]) == 0, "server_adopt");
-	if (!f->conn[i]->cgroup && f->d.broker.jobs) {
-		FZ_ASSERT(jobs_cgroup_get(f->d.broker.jobs, fz_cgroups[i % FZ_CONNS], &f->conn[i]->cgroup) == 0,
-			  "jobs_cgroup_get");
-		/* Its job is known now: job-unknown must not refuse it. */
-		f->d.broker.job_unknown_clients -= f->conn[i]->job_unknown;
-		f->conn[i]->job_unknown = false;
-	}
+	failed = connfix_open(&f->d, &cred, fz_cgroups[i % FZ_CONNS], "fuzz: replaced", &f->conn[i], &f->peer[i]);
+	FZ_ASSERT(failed == NULL, "%s: %s", failed, strerror(errno));
 	f->conn_id[i] = f->conn[i]->id;
 	return f->conn[i];
 }
@@ -883,4 +849,29 @@ void fz_bulk_op(struct fz *f, uint8_t op, int i, const uint8_t **p, const uint8_
 		}
 		break;
 	}
+}
+
+int fz_run_input(const uint8_t *data, size_t size, fz_own_op_fn own, fz_inject_fn inject)
+{
+	const uint8_t *p = data, *end = data + size;
+	struct fz *f;
+
+	if (size < 1)
+		return 0;
+	f = fz_begin(data[0]);
+	p++;
+	while (p < end) {
+		uint8_t op = *p++;
+		int i = (op >> 3) & 1;
+
+		if ((op & 7) < 3)
+			own(f, op, i, &p, end);
+		else if ((op & 7) == 3)
+			fz_bulk_op(f, op, i, &p, end, inject);
+		else
+			fz_common_op(f, op, i);
+		fz_after_op(f);
+	}
+	fz_end(f);
+	return 0;
 }

@@ -168,3 +168,13 @@ typedef void (*fz_inject_fn)(struct fz *f, int i, const uint8_t *pkt, size_t len
  * Replies are drained every 32 requests, as a client would read them.
  */
 void fz_bulk_op(struct fz *f, uint8_t op, int i, const uint8_t **p, const uint8_t *end, fz_inject_fn inject);
+
+/* A harness's own ops 0-2 on connection i: reads its argument bytes from *p (advancing it, never past end). */
+typedef void (*fz_own_op_fn)(struct fz *f, uint8_t op, int i, const uint8_t **p, const uint8_t *end);
+
+/*
+ * One input as both harnesses read it (their LLVMFuzzerTestOneInput): the first byte fz_begin's flags, then one
+ * op a byte, on connection (op >> 3) & 1: ops 0-2 own, 3 fz_bulk_op with inject, 4-7 fz_common_op, fz_after_op
+ * after each; fz_end. Returns 0.
+ */
+int fz_run_input(const uint8_t *data, size_t size, fz_own_op_fn own, fz_inject_fn inject);

@@ -29,27 +29,10 @@ static const char *const bins[] = { CUDAPATHS_LINKED, CUDAPATHS_DL, CUDAPATHS_DL
 static const char *const ways[] = { "link", "dlsym", "gpa", "gpa-ptsz" };
 #define N_WAYS ((int)(sizeof(ways) / sizeof(ways[0])))
 
-static void start(void)
-{
-	daemon_start(&d, NULL);
-}
-
+ITEST_FIXTURE_START(start, d, NULL)
 /* A budget smaller than the 32 MiB the refusal tests ask. */
-static void start_small(void)
-{
-	daemon_start(&d, ITEST_ARGS("--budget", "16M", "--prewarm", "4M"));
-}
-
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
-
-struct prog {
-	pid_t pid;
-	int in;
-	FILE *out;
-};
+ITEST_FIXTURE_START(start_small, d, ITEST_ARGS("--budget", "16M", "--prewarm", "4M"))
+ITEST_FIXTURE_STOP(stop, d)
 
 /*
  * One step of the program and what it must show then: the CUresult it prints, the stand-in driver's own figure for
@@ -72,43 +55,32 @@ struct path_run {
 	struct step steps[8];          /* up to the first without a name */
 };
 
-/* Run bin WAY PATH SIZE [MAX] as run says (its environment, under the interposer or not, its fallback policy). */
-static void spawn(struct prog *p, int way, const struct path_run *run)
+/* The program's environment as run says (in its child): under the interposer or not, its fallback policy. */
+static void set_env(const void *arg)
 {
-	int in[2], out[2];
+	const struct path_run *run = arg;
 
-	p->pid = itest_fork_piped(in, out);
-	if (p->pid == 0) {
-		char asan[512];
+	setenv("LD_LIBRARY_PATH", STUB_DIR, 1);
+	setenv("PINBROKER_SOCKET", d.socket, 1);
+	setenv("PINBROKER_LABEL", "cudapaths", 1);
+	if (!run->bare)
+		setenv("LD_PRELOAD", PRELOAD_LIB, 1);
+	if (run->policy)
+		setenv("PINBROKER_PRELOAD_FALLBACK", run->policy, 1);
+	if (run->env)
+		putenv((char *)run->env);
+}
 
-		dup2(in[0], 0);
-		dup2(out[1], 1);
-		close(in[1]);
-		close(out[0]);
-		setenv("LD_LIBRARY_PATH", STUB_DIR, 1);
-		setenv("PINBROKER_SOCKET", d.socket, 1);
-		setenv("PINBROKER_LABEL", "cudapaths", 1);
-		if (!run->bare)
-			setenv("LD_PRELOAD", PRELOAD_LIB, 1);
-		if (run->policy)
-			setenv("PINBROKER_PRELOAD_FALLBACK", run->policy, 1);
-		if (run->env)
-			putenv((char *)run->env);
-		snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0", getenv("ASAN_OPTIONS") ?: "",
-			 getenv("ASAN_OPTIONS") ? ":" : "");
-		setenv("ASAN_OPTIONS", asan, 1);
-		execl(bins[way], bins[way], ways[way], run->path, run->size, run->max, (char *)NULL);
-		_exit(127);
-	}
-	close(in[0]);
-	close(out[1]);
-	p->in = in[1];
-	p->out = fdopen(out[0], "r");
-	ck_assert_ptr_nonnull(p->out);
+/* Run bin WAY PATH SIZE [MAX] as run says. */
+static void spawn(struct itest_prog *p, int way, const struct path_run *run)
+{
+	const char *argv[] = { bins[way], ways[way], run->path, run->size, run->max, NULL };
+
+	itest_prog_start(p, argv, false, set_env, run);
 }
 
 /* The program's next step line: its name must be want; returns its r= (the CUresult). */
-static int next_step(struct prog *p, const char *want, char *line, size_t len)
+static int next_step(struct itest_prog *p, const char *want, char *line, size_t len)
 {
 	const char *r;
 
@@ -122,29 +94,9 @@ static int next_step(struct prog *p, const char *want, char *line, size_t len)
 }
 
 /* Let the program take its next step. */
-static void go_on(struct prog *p)
+static void go_on(struct itest_prog *p)
 {
 	ck_assert_int_eq(write(p->in, "\n", 1), 1);
-}
-
-static unsigned long long field(const char *line, const char *key)
-{
-	const char *at = strstr(line, key);
-
-	ck_assert_msg(at != NULL, "no %s in \"%s\"", key, line);
-	return strtoull(at + strlen(key), NULL, 10);
-}
-
-/* Close its stdin (it takes its remaining steps), read what it prints, and return its exit status. */
-static int finish(struct prog *p)
-{
-	char buf[256];
-
-	close(p->in);
-	while (fgets(buf, sizeof(buf), p->out))
-		;
-	fclose(p->out);
-	return itest_wait_exit(p->pid);
 }
 
 /* Wait (5 s at most) for the broker to show registered and unbrokered bytes; fail with what it shows. */
@@ -190,7 +142,7 @@ static void describe(char *buf, size_t len, int way, const struct path_run *run,
 static void walk(int way, const struct path_run *run)
 {
 	const char *key = driver_key(run->path);
-	struct prog p;
+	struct itest_prog p;
 	char line[256], when[128];
 	int r;
 
@@ -201,12 +153,12 @@ static void walk(int way, const struct path_run *run)
 		describe(when, sizeof(when), way, run, s->name);
 		r = next_step(&p, s->name, line, sizeof(line));
 		ck_assert_msg(r == s->r, "%s: \"%s\", wanted r=%d", when, line, s->r);
-		ck_assert_msg(field(line, key) == s->driver, "%s: \"%s\", wanted %s%llu", when, line, key,
+		ck_assert_msg(itest_prog_field(line, key) == s->driver, "%s: \"%s\", wanted %s%llu", when, line, key,
 			      (unsigned long long)s->driver);
 		expect_broker(when, s->registered, s->unbrokered);
 	}
 	describe(when, sizeof(when), way, run, "exited");
-	r = finish(&p);
+	r = itest_prog_finish(&p, NULL, 0);
 	ck_assert_msg(r == run->exit_status, "%s: exit status %d, wanted %d", when, r, run->exit_status);
 	expect_broker(when, 0, 0);
 }

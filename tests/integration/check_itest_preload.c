@@ -30,21 +30,10 @@ static struct daemon d;
 static const char *const targets[] = { TARGET_SHARED, TARGET_STATIC, TARGET_DRIVER };
 static const char *const target_names[] = { "shared", "static", "driver" };
 
-static void start(void)
-{
-	daemon_start(&d, NULL);
-}
-
+ITEST_FIXTURE_START(start, d, NULL)
 /* A budget too small for the 32 MiB the fallback tests ask. */
-static void start_small(void)
-{
-	daemon_start(&d, ITEST_ARGS("--budget", "16M", "--prewarm", "4M"));
-}
-
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+ITEST_FIXTURE_START(start_small, d, ITEST_ARGS("--budget", "16M", "--prewarm", "4M"))
+ITEST_FIXTURE_STOP(stop, d)
 
 static struct pb_status *status(void);
 
@@ -86,12 +75,6 @@ static void stop_tight(void)
 	ck_assert_int_eq(system(cmd), 0);
 }
 
-struct prog {
-	pid_t pid;
-	int in;    /* its stdin: closing it makes `hold` free and exit */
-	FILE *out; /* its stdout */
-};
-
 struct run_opts {
 	bool preload;
 	const char *policy; /* PINBROKER_PRELOAD_FALLBACK, or NULL */
@@ -101,9 +84,25 @@ struct run_opts {
 	bool quiet;         /* its stderr to /dev/null: a run expected to fail its checks */
 };
 
-static void spawn(struct prog *p, const char *bin, const struct run_opts *o, const char *const *args)
+/* The program's environment as o says (in its child). */
+static void set_env(const void *arg)
 {
-	int in[2], out[2];
+	const struct run_opts *o = arg;
+
+	setenv("LD_LIBRARY_PATH", STUB_DIR, 1);
+	setenv("PINBROKER_SOCKET", o->socket ? o->socket : d.socket, 1);
+	setenv("PB_EXPECT", o->expect ? o->expect : "broker", 1);
+	if (o->preload)
+		setenv("LD_PRELOAD", PRELOAD_LIB, 1);
+	if (o->policy)
+		setenv("PINBROKER_PRELOAD_FALLBACK", o->policy, 1);
+	if (o->label)
+		setenv("PINBROKER_LABEL", o->label, 1);
+}
+
+/* Run bin with args as o says; its stdin closed (itest_prog_finish) makes `hold` free and exit. */
+static void spawn(struct itest_prog *p, const char *bin, const struct run_opts *o, const char *const *args)
+{
 	const char *argv[16];
 	size_t n = 0;
 
@@ -111,83 +110,23 @@ static void spawn(struct prog *p, const char *bin, const struct run_opts *o, con
 	for (size_t i = 0; args[i] && n < 15; i++)
 		argv[n++] = args[i];
 	argv[n] = NULL;
-	p->pid = itest_fork_piped(in, out);
-	if (p->pid == 0) {
-		char asan[512];
-
-		dup2(in[0], 0);
-		dup2(out[1], 1);
-		close(in[1]);
-		close(out[0]);
-		if (o->quiet && freopen("/dev/null", "w", stderr) == NULL)
-			_exit(126);
-		setenv("LD_LIBRARY_PATH", STUB_DIR, 1);
-		setenv("PINBROKER_SOCKET", o->socket ? o->socket : d.socket, 1);
-		setenv("PB_EXPECT", o->expect ? o->expect : "broker", 1);
-		if (o->preload)
-			setenv("LD_PRELOAD", PRELOAD_LIB, 1);
-		if (o->policy)
-			setenv("PINBROKER_PRELOAD_FALLBACK", o->policy, 1);
-		if (o->label)
-			setenv("PINBROKER_LABEL", o->label, 1);
-		/* Under ASan the interposer precedes the sanitizer's runtime in the load order; that is fine. */
-		snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0", getenv("ASAN_OPTIONS") ?: "",
-			 getenv("ASAN_OPTIONS") ? ":" : "");
-		setenv("ASAN_OPTIONS", asan, 1);
-		execv(bin, (char *const *)argv);
-		_exit(127);
-	}
-	close(in[0]);
-	close(out[1]);
-	p->in = in[1];
-	p->out = fdopen(out[0], "r");
-	ck_assert_ptr_nonnull(p->out);
+	itest_prog_start(p, argv, o->quiet, set_env, o);
 }
 
-/* The next line the program prints (without its newline); aborts the test at EOF. */
-static void read_line(struct prog *p, char *buf, size_t len)
-{
-	ck_assert_msg(fgets(buf, (int)len, p->out) != NULL, "the program (pid %d) printed nothing", (int)p->pid);
-	buf[strcspn(buf, "\n")] = 0;
-}
-
-/* spawn, then read_line: the program's first line (its "ready" or an error) in buf. */
-static void spawn_read(struct prog *p, const char *bin, const struct run_opts *o, const char *const *args, char *buf,
-		       size_t len)
+/* spawn, then the program's first line (its "ready" or an error) in buf. */
+static void spawn_read(struct itest_prog *p, const char *bin, const struct run_opts *o, const char *const *args,
+		       char *buf, size_t len)
 {
 	spawn(p, bin, o, args);
-	read_line(p, buf, len);
-}
-
-/* Close its stdin, read what is left, and return its exit status. */
-static int finish(struct prog *p, char *last, size_t len)
-{
-	char buf[256];
-
-	close(p->in);
-	if (last)
-		*last = 0;
-	while (fgets(buf, sizeof(buf), p->out))
-		if (last)
-			snprintf(last, len, "%.*s", (int)strcspn(buf, "\n"), buf);
-	fclose(p->out);
-	return itest_wait_exit(p->pid);
+	itest_prog_read_line(p, buf, len);
 }
 
 static int run(const char *bin, const struct run_opts *o, const char *const *args)
 {
-	struct prog p;
+	struct itest_prog p;
 
 	spawn(&p, bin, o, args);
-	return finish(&p, NULL, 0);
-}
-
-static unsigned long long field(const char *line, const char *key)
-{
-	const char *at = strstr(line, key);
-
-	ck_assert_msg(at != NULL, "no %s in \"%s\"", key, line);
-	return strtoull(at + strlen(key), NULL, 10);
+	return itest_prog_finish(&p, NULL, 0);
 }
 
 static struct pb_status *status(void)
@@ -276,14 +215,14 @@ START_TEST(test_allocations_are_leases_of_the_page_rounded_size_and_come_back)
 	uint64_t bytes[8];
 	int reg[8];
 	struct pb_status *s;
-	struct prog p;
+	struct itest_prog p;
 	char line[256];
 
 	spawn_read(&p, targets[_i], &o, args, line, sizeof(line));
 	ck_assert_msg(strncmp(line, "ready", 5) == 0, "%s: %s", target_names[_i], line);
 	/* The driver pinned nothing itself: it only registered the leases (libpinbroker did, PORTABLE|DEVICEMAP). */
-	ck_assert_uint_eq(field(line, "alloc="), 0);
-	ck_assert_uint_eq(field(line, "reg="), page + 2 * page + (64 * MiB + page));
+	ck_assert_uint_eq(itest_prog_field(line, "alloc="), 0);
+	ck_assert_uint_eq(itest_prog_field(line, "reg="), page + 2 * page + (64 * MiB + page));
 	s = status();
 	ck_assert_uint_eq(rows_of(s, p.pid, "held", bytes, reg, 8), 3);
 	ck_assert_uint_eq(bytes[0], page);
@@ -292,7 +231,7 @@ START_TEST(test_allocations_are_leases_of_the_page_rounded_size_and_come_back)
 	ck_assert_int_eq(reg[0] | reg[1] | reg[2], 0);
 	ck_assert_uint_eq(s->unbrokered_bytes, 0);
 	pb_status_free(s);
-	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	ck_assert_int_eq(itest_prog_finish(&p, line, sizeof(line)), 0);
 	ck_assert_str_eq(line, "freed alloc=0 reg=0");
 	wait_all_returned();
 }
@@ -307,31 +246,31 @@ START_TEST(test_registrations_and_write_combined_memory_are_charged)
 	uint64_t bytes[8];
 	int reg[8];
 	struct pb_status *s;
-	struct prog p;
+	struct itest_prog p;
 	char line[256];
 
 	/* The program's own memory: registered by the driver, charged to the budget as a registration. */
 	spawn_read(&p, targets[_i], &o, reg_args, line, sizeof(line));
-	ck_assert_uint_eq(field(line, "alloc="), 0);
-	ck_assert_uint_eq(field(line, "reg="), 1048581);
+	ck_assert_uint_eq(itest_prog_field(line, "alloc="), 0);
+	ck_assert_uint_eq(itest_prog_field(line, "reg="), 1048581);
 	s = status();
 	ck_assert_uint_eq(rows_of(s, p.pid, "charged", bytes, reg, 8), 1);
 	ck_assert_uint_eq(bytes[0], MiB + page);
 	ck_assert_int_eq(reg[0], 1);
 	ck_assert_uint_eq(s->registered_bytes, MiB + page); /* a charge, not pool memory */
 	pb_status_free(s);
-	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	ck_assert_int_eq(itest_prog_finish(&p, line, sizeof(line)), 0);
 	wait_all_returned();
 
 	/* Write-combined: the driver's own allocation, charged the same way. */
 	spawn_read(&p, targets[_i], &o, wc_args, line, sizeof(line));
-	ck_assert_uint_eq(field(line, "alloc="), 2 * 65536);
+	ck_assert_uint_eq(itest_prog_field(line, "alloc="), 2 * 65536);
 	s = status();
 	ck_assert_uint_eq(rows_of(s, p.pid, "charged", bytes, reg, 8), 2);
 	ck_assert_uint_eq(bytes[0], 65536);
 	ck_assert_int_eq(reg[0] & reg[1], 1);
 	pb_status_free(s);
-	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	ck_assert_int_eq(itest_prog_finish(&p, line, sizeof(line)), 0);
 	ck_assert_str_eq(line, "freed alloc=0 reg=0");
 	wait_all_returned();
 }
@@ -345,7 +284,7 @@ START_TEST(test_a_shared_region_registered_by_every_rank_is_charged_once)
 {
 	static const char *const args[] = { "hold", "shm-register", "16777216", NULL };
 	struct run_opts o = { .preload = true, .label = "kv" };
-	struct prog p[3];
+	struct itest_prog p[3];
 	char name[64], line[256];
 	struct pb_status *s;
 
@@ -357,7 +296,7 @@ START_TEST(test_a_shared_region_registered_by_every_rank_is_charged_once)
 		ck_assert_int_eq(fcntl(p[i].in, F_SETFD, FD_CLOEXEC), 0);
 		ck_assert_int_eq(fcntl(fileno(p[i].out), F_SETFD, FD_CLOEXEC), 0);
 		ck_assert_msg(strncmp(line, "ready", 5) == 0, "%s said: %s", target_names[i], line);
-		ck_assert_uint_eq(field(line, "reg="), 16 * MiB);
+		ck_assert_uint_eq(itest_prog_field(line, "reg="), 16 * MiB);
 	}
 	unsetenv("PB_TEST_SHM");
 	s = status();
@@ -367,10 +306,10 @@ START_TEST(test_a_shared_region_registered_by_every_rank_is_charged_once)
 		ck_assert_uint_eq(s->leases[i].registrants, 3);
 	pb_status_free(s);
 	/* The first rank ends: the others still register the region, so it stays charged, once. */
-	ck_assert_int_eq(finish(&p[0], line, sizeof(line)), 0);
+	ck_assert_int_eq(itest_prog_finish(&p[0], line, sizeof(line)), 0);
 	ck_assert_int_eq(wait_leased(d.socket, (int64_t)(16 * MiB), 3000), (int64_t)(16 * MiB));
-	ck_assert_int_eq(finish(&p[1], line, sizeof(line)), 0);
-	ck_assert_int_eq(finish(&p[2], line, sizeof(line)), 0);
+	ck_assert_int_eq(itest_prog_finish(&p[1], line, sizeof(line)), 0);
+	ck_assert_int_eq(itest_prog_finish(&p[2], line, sizeof(line)), 0);
 	ck_assert_int_eq(wait_leased(d.socket, 0, 3000), 0);
 	shm_unlink(name);
 	wait_all_returned();
@@ -381,7 +320,7 @@ START_TEST(test_a_killed_program_gives_everything_back)
 {
 	static const char *const args[] = { "hold", "alloc", "8388608", "12345", NULL };
 	struct run_opts o = { .preload = true };
-	struct prog p;
+	struct itest_prog p;
 	char line[256];
 
 	spawn_read(&p, targets[_i], &o, args, line, sizeof(line));
@@ -405,18 +344,18 @@ static void expect_one_looked_up_lease(const char *target, const char *name, con
 	uint64_t bytes[4];
 	int reg[4];
 	struct pb_status *s;
-	struct prog p;
+	struct itest_prog p;
 	char line[256];
 
 	spawn_read(&p, target, &o, args, line, sizeof(line));
 	ck_assert_msg(strncmp(line, "ready", 5) == 0, "%s: %s", name, line);
-	ck_assert_uint_eq(field(line, got), want_reg ? size : 0);
+	ck_assert_uint_eq(itest_prog_field(line, got), want_reg ? size : 0);
 	s = status();
 	ck_assert_uint_eq(rows_of(s, p.pid, "looked-up", bytes, reg, 4), 1);
 	ck_assert_uint_eq(bytes[0], (size + page - 1) / page * page);
 	ck_assert_int_eq(reg[0], want_reg);
 	pb_status_free(s);
-	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	ck_assert_int_eq(itest_prog_finish(&p, line, sizeof(line)), 0);
 	ck_assert_str_eq(line, "freed alloc=0 reg=0");
 	wait_all_returned();
 }
@@ -465,28 +404,28 @@ START_TEST(test_tight_refuses_interposed_programs_and_the_fallback_decides)
 	static const char *const oom_reg[] = { "expect-oom", "register", "4096", NULL };
 	struct run_opts cuda = { .preload = true, .policy = "cuda" }, error = { .preload = true, .policy = "error" };
 	struct pb_status *s;
-	struct prog p;
+	struct itest_prog p;
 	char line[256];
 
 	/* cuda: the real call, reported as unbrokered; nothing leased. */
 	spawn_read(&p, targets[_i], &cuda, hold, line, sizeof(line));
-	ck_assert_uint_eq(field(line, "alloc="), MiB);
+	ck_assert_uint_eq(itest_prog_field(line, "alloc="), MiB);
 	s = status();
 	ck_assert_str_eq(s->pressure_state, "tight");
 	ck_assert_uint_eq(s->unbrokered_bytes, MiB);
 	ck_assert_uint_eq(s->leased_bytes, 0);
 	ck_assert_uint_eq(s->n_leases, 0);
 	pb_status_free(s);
-	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	ck_assert_int_eq(itest_prog_finish(&p, line, sizeof(line)), 0);
 	wait_all_returned();
 
 	spawn_read(&p, targets[_i], &cuda, hold_reg, line, sizeof(line));
-	ck_assert_uint_eq(field(line, "reg="), MiB);
+	ck_assert_uint_eq(itest_prog_field(line, "reg="), MiB);
 	s = status();
 	ck_assert_uint_eq(s->unbrokered_bytes, MiB);
 	ck_assert_uint_eq(s->n_leases, 0);
 	pb_status_free(s);
-	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	ck_assert_int_eq(itest_prog_finish(&p, line, sizeof(line)), 0);
 	wait_all_returned();
 
 	/* error: CUDA's out-of-memory error, however small the request. */
@@ -506,25 +445,25 @@ START_TEST(test_fallback_policies_when_the_broker_refuses)
 	struct run_opts cuda = { .preload = true, .policy = "cuda" }, error = { .preload = true, .policy = "error" },
 			pageable = { .preload = true, .policy = "pageable" };
 	struct pb_status *s;
-	struct prog p;
+	struct itest_prog p;
 	char line[256];
 
 	/* cuda: the driver pins it, and the broker hears of it as unbrokered, until it is freed. */
 	spawn_read(&p, targets[_i], &cuda, hold, line, sizeof(line));
-	ck_assert_uint_eq(field(line, "alloc="), 32 * MiB);
+	ck_assert_uint_eq(itest_prog_field(line, "alloc="), 32 * MiB);
 	s = status();
 	ck_assert_uint_eq(s->unbrokered_bytes, 32 * MiB);
 	ck_assert_uint_eq(s->leased_bytes, 0);
 	pb_status_free(s);
-	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	ck_assert_int_eq(itest_prog_finish(&p, line, sizeof(line)), 0);
 	wait_all_returned();
 
 	spawn_read(&p, targets[_i], &cuda, hold_reg, line, sizeof(line));
-	ck_assert_uint_eq(field(line, "reg="), 32 * MiB);
+	ck_assert_uint_eq(itest_prog_field(line, "reg="), 32 * MiB);
 	s = status();
 	ck_assert_uint_eq(s->unbrokered_bytes, 32 * MiB);
 	pb_status_free(s);
-	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	ck_assert_int_eq(itest_prog_finish(&p, line, sizeof(line)), 0);
 	wait_all_returned();
 
 	/* dlsym(RTLD_DEFAULT, "cudaHostAlloc") finds the interposer's own export first: its fallback must still
@@ -533,8 +472,8 @@ START_TEST(test_fallback_policies_when_the_broker_refuses)
 		static const char *const hold_rt[] = { "hold", "dlsym-runtime", "33554432", NULL };
 
 		spawn_read(&p, targets[_i], &cuda, hold_rt, line, sizeof(line));
-		ck_assert_uint_eq(field(line, "alloc="), 32 * MiB);
-		ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+		ck_assert_uint_eq(itest_prog_field(line, "alloc="), 32 * MiB);
+		ck_assert_int_eq(itest_prog_finish(&p, line, sizeof(line)), 0);
 		ck_assert_str_eq(line, "freed alloc=0 reg=0");
 		wait_all_returned();
 	}
@@ -545,16 +484,16 @@ START_TEST(test_fallback_policies_when_the_broker_refuses)
 
 	/* pageable: ordinary memory, nothing pinned, nothing reported... */
 	spawn_read(&p, targets[_i], &pageable, hold, line, sizeof(line));
-	ck_assert_uint_eq(field(line, "alloc="), 0);
-	ck_assert_uint_eq(field(line, "reg="), 0);
+	ck_assert_uint_eq(itest_prog_field(line, "alloc="), 0);
+	ck_assert_uint_eq(itest_prog_field(line, "reg="), 0);
 	s = status();
 	ck_assert_uint_eq(s->unbrokered_bytes, 0);
 	pb_status_free(s);
-	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	ck_assert_int_eq(itest_prog_finish(&p, line, sizeof(line)), 0);
 	/* ...except where a device pointer is needed: mapped memory goes to the driver. */
 	spawn_read(&p, targets[_i], &pageable, hold_mapped, line, sizeof(line));
-	ck_assert_uint_eq(field(line, "alloc="), 32 * MiB);
-	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	ck_assert_uint_eq(itest_prog_field(line, "alloc="), 32 * MiB);
+	ck_assert_int_eq(itest_prog_finish(&p, line, sizeof(line)), 0);
 	wait_all_returned();
 }
 END_TEST
@@ -578,17 +517,17 @@ START_TEST(test_pinctl_run_puts_a_program_under_the_budget)
 	uint64_t bytes[4];
 	int reg[4];
 	struct pb_status *s;
-	struct prog p;
+	struct itest_prog p;
 	char line[256];
 
 	spawn_read(&p, PINCTL_PATH, &o, args, line, sizeof(line));
-	ck_assert_uint_eq(field(line, "alloc="), 0);
+	ck_assert_uint_eq(itest_prog_field(line, "alloc="), 0);
 	s = status();
 	/* pinctl execs the program: the lease is the pid's pinctl started as. */
 	ck_assert_uint_eq(rows_of(s, p.pid, "via-pinctl", bytes, reg, 4), 1);
 	ck_assert_uint_eq(bytes[0], (20000 + page - 1) / page * page);
 	pb_status_free(s);
-	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	ck_assert_int_eq(itest_prog_finish(&p, line, sizeof(line)), 0);
 	wait_all_returned();
 
 	/* Its usage errors exit 2; a program that is not there, 127, as env(1) says. (Once is enough.) */
@@ -609,7 +548,7 @@ START_TEST(test_a_program_name_with_control_bytes_still_gets_leases)
 	uint64_t bytes[2];
 	int reg[2];
 	struct pb_status *s;
-	struct prog p;
+	struct itest_prog p;
 
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	snprintf(bin, sizeof(bin), "%s/odd\tname", dir);
@@ -619,7 +558,7 @@ START_TEST(test_a_program_name_with_control_bytes_still_gets_leases)
 	s = status();
 	ck_assert_uint_eq(rows_of(s, p.pid, "preload:odd?name", bytes, reg, 2), 1);
 	pb_status_free(s);
-	ck_assert_int_eq(finish(&p, line, sizeof(line)), 0);
+	ck_assert_int_eq(itest_prog_finish(&p, line, sizeof(line)), 0);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	ck_assert_int_eq(system(cmd), 0);
 	wait_all_returned();

@@ -57,12 +57,6 @@ static void stop(void)
 	ck_assert_int_eq(daemon_stop(&d), 0);
 }
 
-struct prog {
-	pid_t pid;
-	int in;    /* its stdin */
-	FILE *out; /* its stdout */
-};
-
 struct run_opts {
 	bool preload;         /* under the interposer, with the test daemon */
 	const char *expect;   /* PB_EXPECT: staged (the default) or driver */
@@ -71,85 +65,56 @@ struct run_opts {
 	bool quiet;           /* stderr to /dev/null: a run expected to fail its checks */
 };
 
-static void spawn(struct prog *p, const struct way *w, const struct run_opts *o, const char *mode, const char *arg)
+/* The program's environment as o says (in its child). */
+static void set_env(const void *arg)
 {
-	int in[2], out[2];
+	const struct run_opts *o = arg;
 
-	p->pid = itest_fork_piped(in, out);
-	if (p->pid == 0) {
-		char asan[512];
-
-		dup2(in[0], 0);
-		dup2(out[1], 1);
-		close(in[1]);
-		close(out[0]);
-		if (o->quiet && freopen("/dev/null", "w", stderr) == NULL)
-			_exit(126);
-		setenv("LD_LIBRARY_PATH", STUB_DIR, 1);
-		setenv("PINBROKER_SOCKET", d.socket[0] ? d.socket : "/nonexistent/pinbroker.sock", 1);
-		setenv("PINBROKER_LABEL", "stager", 1);
-		setenv("PB_EXPECT", o->expect ? o->expect : "staged", 1);
-		setenv("PINBROKER_STAGING_SLOT", "64K", 1);
-		setenv("PINBROKER_STAGING_RING", "256K", 1);
-		setenv("PINBROKER_STAGING_THRESHOLD", "16K", 1);
-		setenv("PINBROKER_STAGING_THREADS", "3", 1);
-		if (o->staging)
-			setenv("PINBROKER_STAGING", o->staging, 1);
-		if (o->delay_us)
-			setenv("STUB_CUDA_STREAM_DELAY_US", o->delay_us, 1);
-		if (o->preload)
-			setenv("LD_PRELOAD", PRELOAD_LIB, 1);
-		snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0", getenv("ASAN_OPTIONS") ?: "",
-			 getenv("ASAN_OPTIONS") ? ":" : "");
-		setenv("ASAN_OPTIONS", asan, 1);
-		execl(w->bin, w->bin, mode, w->arg, arg, (char *)NULL);
-		_exit(127);
-	}
-	close(in[0]);
-	close(out[1]);
-	p->in = in[1];
-	p->out = fdopen(out[0], "r");
-	ck_assert_ptr_nonnull(p->out);
+	setenv("LD_LIBRARY_PATH", STUB_DIR, 1);
+	setenv("PINBROKER_SOCKET", d.socket[0] ? d.socket : "/nonexistent/pinbroker.sock", 1);
+	setenv("PINBROKER_LABEL", "stager", 1);
+	setenv("PB_EXPECT", o->expect ? o->expect : "staged", 1);
+	setenv("PINBROKER_STAGING_SLOT", "64K", 1);
+	setenv("PINBROKER_STAGING_RING", "256K", 1);
+	setenv("PINBROKER_STAGING_THRESHOLD", "16K", 1);
+	setenv("PINBROKER_STAGING_THREADS", "3", 1);
+	if (o->staging)
+		setenv("PINBROKER_STAGING", o->staging, 1);
+	if (o->delay_us)
+		setenv("STUB_CUDA_STREAM_DELAY_US", o->delay_us, 1);
+	if (o->preload)
+		setenv("LD_PRELOAD", PRELOAD_LIB, 1);
 }
 
-static void read_line(struct prog *p, char *buf, size_t len)
+static void spawn(struct itest_prog *p, const struct way *w, const struct run_opts *o, const char *mode,
+		  const char *arg)
 {
-	ck_assert_msg(fgets(buf, (int)len, p->out) != NULL, "the program (pid %d) printed nothing more", (int)p->pid);
-	buf[strcspn(buf, "\n")] = 0;
+	const char *argv[] = { w->bin, mode, w->arg, arg, NULL };
+
+	itest_prog_start(p, argv, o->quiet, set_env, o);
 }
 
-static void expect_line(struct prog *p, const char *want)
+static void expect_line(struct itest_prog *p, const char *want)
 {
 	char buf[256];
 
-	read_line(p, buf, sizeof(buf));
+	itest_prog_read_line(p, buf, sizeof(buf));
 	ck_assert_msg(strcmp(buf, want) == 0, "the program said \"%s\", expected \"%s\"", buf, want);
 }
 
-static void tell(struct prog *p, const char *line)
+static void tell(struct itest_prog *p, const char *line)
 {
 	ck_assert_int_eq(write(p->in, line, strlen(line)), (ssize_t)strlen(line));
 	ck_assert_int_eq(write(p->in, "\n", 1), 1);
 }
 
-static int finish(struct prog *p)
-{
-	char buf[256];
-
-	close(p->in);
-	while (fgets(buf, sizeof(buf), p->out))
-		;
-	fclose(p->out);
-	return itest_wait_exit(p->pid);
-}
-
 /* Run mode (with arg, may be NULL) the way w under o: its exit status. */
 static int run(const struct way *w, const struct run_opts *o, const char *mode, const char *arg)
 {
-	struct prog p;
+	struct itest_prog p;
 
 	spawn(&p, w, o, mode, arg);
-	return finish(&p);
+	return itest_prog_finish(&p, NULL, 0);
 }
 
 static const struct run_opts staged = { .preload = true };
@@ -241,19 +206,19 @@ START_TEST(test_staging_off_passes_everything_to_the_driver)
 {
 	struct run_opts off = { .preload = true, .expect = "driver", .staging = "0" };
 	struct pb_status *s;
-	struct prog p;
+	struct itest_prog p;
 	char line[256];
 
 	staged_mode_passes(_i, "sizes", NULL, &off);
 	spawn(&p, &ways[_i], &off, "hold", NULL);
-	read_line(&p, line, sizeof(line));
+	itest_prog_read_line(&p, line, sizeof(line));
 	ck_assert_msg(strncmp(line, "ready", 5) == 0, "%s: %s", ways[_i].name, line);
 	s = itest_status(d.socket);
 	for (size_t i = 0; i < s->n_leases; i++)
 		ck_assert_msg(s->leases[i].pid != p.pid, "%s: staging off, yet the program holds a lease of %llu bytes",
 			      ways[_i].name, (unsigned long long)s->leases[i].bytes);
 	pb_status_free(s);
-	ck_assert_int_eq(finish(&p), 0);
+	ck_assert_int_eq(itest_prog_finish(&p, NULL, 0), 0);
 }
 END_TEST
 
@@ -262,13 +227,13 @@ END_TEST
 START_TEST(test_the_ring_is_one_lease_of_the_configured_size)
 {
 	struct pb_status *s;
-	struct prog p;
+	struct itest_prog p;
 	char line[256], *out = NULL;
 	uint64_t held = 0;
 	size_t rows = 0;
 
 	spawn(&p, &ways[_i], &staged, "hold", NULL);
-	read_line(&p, line, sizeof(line));
+	itest_prog_read_line(&p, line, sizeof(line));
 	ck_assert_msg(strncmp(line, "ready", 5) == 0, "%s: %s", ways[_i].name, line);
 	ck_assert_msg(strstr(line, "failures=0") != NULL, "%s: the staged round trip failed: %s", ways[_i].name, line);
 	s = itest_status(d.socket);
@@ -297,7 +262,7 @@ START_TEST(test_the_ring_is_one_lease_of_the_configured_size)
 	ck_assert_msg(strstr(out, "staging ring") != NULL, "pinctl status --json does not name the ring:\n%s",
 		      itest_tail(out));
 	free(out);
-	ck_assert_int_eq(finish(&p), 0);
+	ck_assert_int_eq(itest_prog_finish(&p, NULL, 0), 0);
 	ck_assert_int_eq(wait_leased(d.socket, 0, 10000), 0);
 }
 END_TEST
@@ -328,7 +293,7 @@ START_TEST(test_revocation_in_the_middle_of_a_copy)
 	struct run_opts o = { .preload = true, .delay_us = "100" };
 	char state[32] = "", *out = NULL;
 	uint64_t ring, again = 0;
-	struct prog p;
+	struct itest_prog p;
 	int i;
 
 	spawn(&p, &ways[_i], &o, "revoke", NULL);
@@ -361,7 +326,7 @@ START_TEST(test_revocation_in_the_middle_of_a_copy)
 	again = ring_of(p.pid, NULL, 0);
 	ck_assert_msg(again != 0 && again != ring, "%s: no new ring after the copies were staged again", ways[_i].name);
 	tell(&p, "done");
-	ck_assert_int_eq(finish(&p), 0);
+	ck_assert_int_eq(itest_prog_finish(&p, NULL, 0), 0);
 	ck_assert_int_eq(wait_leased(d.socket, 0, 10000), 0);
 }
 END_TEST

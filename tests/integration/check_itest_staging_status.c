@@ -23,6 +23,7 @@
 #include "lib-int.h"
 #include "pinbroker.h"
 #include "wire.h"
+#include "wirefix.h"
 
 #define MiB (1024ull * 1024ull)
 #define GiB (1024ull * MiB)
@@ -212,14 +213,10 @@ END_TEST
 /* One ReportStaging on a raw connection; the reply's status, its message in msg. */
 static int raw_report(int fd, uint64_t seq, uint64_t h2d_bytes, uint64_t h2d_copies, char *msg, size_t len)
 {
-	Pinbroker__V1__Request req = PINBROKER__V1__REQUEST__INIT;
-	Pinbroker__V1__ReportStaging rs = PINBROKER__V1__REPORT_STAGING__INIT;
+	Pinbroker__V1__Request req;
+	Pinbroker__V1__ReportStaging rs;
 
-	rs.has_h2d_bytes = rs.has_h2d_copies = true;
-	rs.h2d_bytes = h2d_bytes;
-	rs.h2d_copies = h2d_copies;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_REPORT_STAGING;
-	req.report_staging = &rs;
+	wirefix_report_staging(&req, &rs, h2d_bytes, h2d_copies);
 	return raw_call(fd, &req, seq, msg, len, 5000);
 }
 

@@ -56,25 +56,19 @@ static void child_simulated(void *ud)
 	setenv(WARMUP_DELAY_ENV, (const char *)ud, 1);
 }
 
+/* The warming daemons' arguments: an 8 GiB budget all one uid's, prewarm bytes warmed, 256 MiB chunks at most. */
+#define WARMING_ARGS(prewarm)                                                                 \
+	"--budget", "8G", "--uid-quota", "100%", "--prewarm", prewarm, "--chunk-max", "256M", \
+		"--max-no-revoke-per-uid", "100%"
+
 /*
  * Simulated, 256 MiB largest class, prewarm bytes, the warm-up sleeping delay_ms after each batch; before_ready,
  * unless NULL, is prewarm-before-ready (else its default, 1 GiB).
  */
 static void start_warming_with(const char *prewarm, const char *delay_ms, const char *before_ready)
 {
-	const char *const args[] = { "--budget",
-				     "8G",
-				     "--uid-quota",
-				     "100%",
-				     "--prewarm",
-				     prewarm,
-				     "--chunk-max",
-				     "256M",
-				     "--max-no-revoke-per-uid",
-				     "100%",
-				     before_ready ? "--prewarm-before-ready" : NULL,
-				     before_ready,
-				     NULL };
+	const char *const args[] = { WARMING_ARGS(prewarm), before_ready ? "--prewarm-before-ready" : NULL,
+				     before_ready, NULL };
 
 	daemon_prepare(&d);
 	daemon_restart_with(&d, args, child_simulated, (void *)delay_ms);
@@ -361,21 +355,9 @@ static void check_store_matches_daemon(void)
 /* Simulated, as start_warming_with, under the fd store stand-in (the environment reaches the daemon). */
 static void fdstore_start_warming(const char *delay_ms)
 {
-	static const char *const args[] = { "--budget",
-					    "8G",
-					    "--uid-quota",
-					    "100%",
-					    "--prewarm",
-					    "2G",
-					    "--chunk-max",
-					    "256M",
-					    "--max-no-revoke-per-uid",
-					    "100%",
-					    "--prewarm-before-ready",
-					    "256M",
-					    "--redeclare-grace-ms",
-					    "2000",
-					    NULL };
+	static const char *const args[] = {
+		WARMING_ARGS("2G"), "--prewarm-before-ready", "256M", "--redeclare-grace-ms", "2000", NULL
+	};
 
 	setenv(PB_SIMULATE_ENV, "1", 1);
 	setenv(WARMUP_DELAY_ENV, delay_ms, 1);
@@ -450,21 +432,9 @@ END_TEST
  */
 START_TEST(test_sigterm_mid_warmup_restart_counts_the_held_lease_once)
 {
-	static const char *const args[] = { "--budget",
-					    "8G",
-					    "--uid-quota",
-					    "100%",
-					    "--prewarm",
-					    "2G",
-					    "--chunk-max",
-					    "256M",
-					    "--max-no-revoke-per-uid",
-					    "100%",
-					    "--prewarm-before-ready",
-					    "256M",
-					    "--orphan-rescan-ms",
-					    "200",
-					    NULL };
+	static const char *const args[] = {
+		WARMING_ARGS("2G"), "--prewarm-before-ready", "256M", "--orphan-rescan-ms", "200", NULL
+	};
 	char state[400];
 	pb_client *c = NULL;
 	pb_lease *l;
@@ -621,45 +591,45 @@ static void check_ends_at(uint64_t want)
 }
 
 /*
- * A reload lowering prewarm mid warm-up (reload.c trims the idle pool to it; bg_admit in main.c refuses the
- * batches past it and so stops the warm-up): the pool ends at the new prewarm, not the old, and not both.
+ * Reloads of prewarm mid warm-up (a warm-up from prewarm start, then each of reloads) and where the pool must end:
+ * exactly at the last prewarm, warmed once (warmed_log: the line that says so, and how many lines hold count_of).
  */
-START_TEST(test_reload_lowering_prewarm_mid_warmup_ends_at_the_new_prewarm)
-{
-	start_warming_from_file("3G", "1500");
-	reload_prewarm("512M");
-	check_ends_at(512 * MiB);
-	ck_assert(daemon_wait_log(&d, "pool warmed: ", 5000));
-	ck_assert_uint_eq(log_count("pool warmed"), 1);
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
-END_TEST
+static const struct reload_case {
+	const char *start, *reloads[2];
+	uint64_t end;
+	const char *not_yet;    /* a log line that must not be there right after the reloads, or NULL */
+	const char *warmed_log; /* a log line to wait for once the pool ended, or NULL */
+	const char *count_of;   /* ... and the lines holding this must be one, or NULL */
+} reload_cases[] = {
+	/*
+	 * Lowered (reload.c trims the idle pool to it; bg_admit in main.c refuses the batches past it and so stops the
+	 * warm-up): the pool ends at the new prewarm, not the old, and not both.
+	 */
+	{ "3G", { "512M" }, 512 * MiB, NULL, "pool warmed: ", "pool warmed" },
+	/*
+	 * Raised: the warm-up finishes its own plan, then the pool grows on to the new prewarm in steps (bg_done,
+	 * prewarm_cb); it is not warmed twice (no second warm-up beside the first: the start warm-up is still the only
+	 * one running when the reload comes, the stepped growth waits for it).
+	 */
+	{ "2G", { "3G" }, 3 * GiB, "for the new prewarm", "pool warmed to 3 GiB for the new prewarm", "pool warmed: " },
+	/* Lowered, then raised back before the warm-up ends: the pool ends at the prewarm it was raised back to. */
+	{ "3G", { "256M", "2G" }, 2 * GiB, NULL, NULL, NULL },
+};
 
-/*
- * A reload raising prewarm mid warm-up: the warm-up finishes its own plan, then the pool grows on to the new
- * prewarm in steps (bg_done, prewarm_cb); it is not warmed twice (no second warm-up beside the first) and ends
- * exactly at the new prewarm.
- */
-START_TEST(test_reload_raising_prewarm_mid_warmup_ends_at_the_new_prewarm)
+START_TEST(test_a_reload_mid_warmup_ends_at_the_last_prewarm)
 {
-	start_warming_from_file("2G", "1500");
-	reload_prewarm("3G");
-	/* The start warm-up is still the only one running: the stepped growth waits for it. */
-	ck_assert(!daemon_wait_log(&d, "for the new prewarm", 0));
-	check_ends_at(3 * GiB);
-	ck_assert(daemon_wait_log(&d, "pool warmed to 3 GiB for the new prewarm", 5000));
-	ck_assert_uint_eq(log_count("pool warmed: "), 1);
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
-END_TEST
+	const struct reload_case *rc = &reload_cases[_i];
 
-/* Lowered, then raised back before the warm-up ends: the pool ends at the prewarm it was raised back to. */
-START_TEST(test_reload_lowered_then_raised_mid_warmup_ends_at_the_last_prewarm)
-{
-	start_warming_from_file("3G", "1500");
-	reload_prewarm("256M");
-	reload_prewarm("2G");
-	check_ends_at(2 * GiB);
+	start_warming_from_file(rc->start, "1500");
+	for (int k = 0; k < 2 && rc->reloads[k]; k++)
+		reload_prewarm(rc->reloads[k]);
+	if (rc->not_yet)
+		ck_assert(!daemon_wait_log(&d, rc->not_yet, 0));
+	check_ends_at(rc->end);
+	if (rc->warmed_log)
+		ck_assert(daemon_wait_log(&d, rc->warmed_log, 5000));
+	if (rc->count_of)
+		ck_assert_uint_eq(log_count(rc->count_of), 1);
 	ck_assert_int_eq(daemon_stop(&d), 0);
 }
 END_TEST
@@ -824,9 +794,9 @@ static Suite *suite(void)
 		   test_prewarm_above_the_setting_warms_in_the_background);
 	CHECK_CASE(s, "restart", noop, stop_daemon, 60, test_kill_mid_warmup_keeps_the_lease_and_the_books,
 		   test_sigterm_mid_warmup_restart_counts_the_held_lease_once);
-	CHECK_CASE(s, "reload", noop, stop_daemon, 60, test_reload_lowering_prewarm_mid_warmup_ends_at_the_new_prewarm,
-		   test_reload_raising_prewarm_mid_warmup_ends_at_the_new_prewarm,
-		   test_reload_lowered_then_raised_mid_warmup_ends_at_the_last_prewarm);
+	tcase_add_loop_test(check_add_case(s, "reload", noop, stop_daemon, 60, (const TTest *const[]){ NULL }),
+			    test_a_reload_mid_warmup_ends_at_the_last_prewarm, 0,
+			    (int)(sizeof(reload_cases) / sizeof(reload_cases[0])));
 	CHECK_CASE(s, "batch", noop, stop_daemon, 60, test_warmup_batch_max_bounds_what_is_pinned_outside_the_books,
 		   test_warmup_batch_max_below_a_chunk_makes_a_chunk_at_a_time);
 	CHECK_CASE(s, "real", start_real, stop_daemon, 60, test_big_chunks_filled_in_segments_are_whole_and_locked);

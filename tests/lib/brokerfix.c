@@ -118,10 +118,9 @@ void check_books(const struct broker *b)
 	ck_assert_uint_le(budget_leased(b->budget) + idle_bytes(), budget_limit(b->budget));
 }
 
-enum broker_refusal acquire_kind(struct broker *b, uid_t uid, void *owner, uint64_t size, enum ask kind,
-				 struct lease **ret)
+struct acquire_args acquire_args_of(uid_t uid, void *owner, uint64_t size, enum ask kind)
 {
-	struct acquire_args a = {
+	return (struct acquire_args){
 		.uid = uid,
 		.gid = uid,
 		.pid = 1234,
@@ -133,13 +132,25 @@ enum broker_refusal acquire_kind(struct broker *b, uid_t uid, void *owner, uint6
 		.registration = kind == ASK_REGISTRATION,
 		.now_ms = 1000,
 	};
+}
+
+enum broker_refusal acquire_with(struct broker *b, const struct acquire_args *a, struct lease **ret)
+{
 	struct lease *l = NULL;
 	enum broker_refusal r;
 
-	r = pool_model_acquire(b, &a, &l, &last_err);
+	r = pool_model_acquire(b, a, &l, &last_err);
 	if (ret)
 		*ret = l;
 	return r;
+}
+
+enum broker_refusal acquire_kind(struct broker *b, uid_t uid, void *owner, uint64_t size, enum ask kind,
+				 struct lease **ret)
+{
+	struct acquire_args a = acquire_args_of(uid, owner, size, kind);
+
+	return acquire_with(b, &a, ret);
 }
 
 /* Release as the holder's RELEASE does, freeing the lease when the broker says so. */

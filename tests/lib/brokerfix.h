@@ -35,6 +35,10 @@ void check_books(const struct broker *b);
 
 /* What kind of lease acquire_kind asks for. */
 enum ask { ASK_POOL, ASK_NO_REVOKE, ASK_REGISTRATION };
+/* The arguments acquire_kind asks with (label "test", pid 1234, at 1000 ms), for a test to change some of. */
+struct acquire_args acquire_args_of(uid_t uid, void *owner, uint64_t size, enum ask kind);
+/* An acquire of a, carried out on the pool model; *ret (if set) gets the lease or NULL. */
+enum broker_refusal acquire_with(struct broker *b, const struct acquire_args *a, struct lease **ret);
 /* An acquire of size bytes, carried out on the pool model; *ret (if set) gets the lease or NULL. */
 enum broker_refusal acquire_kind(struct broker *b, uid_t uid, void *owner, uint64_t size, enum ask kind,
 				 struct lease **ret);

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
@@ -29,6 +30,17 @@ struct daemon {
 void daemon_start(struct daemon *d, const char *const *extra_args);
 /* The NULL-ended argument list daemon_start and daemon_restart take, written inline: ITEST_ARGS("--budget", "1G"). */
 #define ITEST_ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+/* Checked fixtures: fn() starts the daemon dmn with the extra arguments args (ITEST_ARGS, or NULL), or stops it. */
+#define ITEST_FIXTURE_START(fn, dmn, args)  \
+	static void fn(void)                \
+	{                                   \
+		daemon_start(&(dmn), args); \
+	}
+#define ITEST_FIXTURE_STOP(fn, dmn)                       \
+	static void fn(void)                              \
+	{                                                 \
+		ck_assert_int_eq(daemon_stop(&(dmn)), 0); \
+	}
 /* Start the daemon again in the same dir and on the same socket (after a crash or stop). */
 void daemon_restart(struct daemon *d, const char *const *extra_args);
 /* daemon_start's first half: a fresh temp dir and the paths in it, nothing started. */
@@ -106,6 +118,24 @@ pid_t itest_fork_piped(int a[2], int b[2]);
  */
 void itest_child_ends(int to[2], int from[2]);
 void itest_parent_ends(int to[2], int from[2]);
+/* A test program run on pipes (itest-prog.c): its pid, its stdin (closing it lets it finish) and its stdout. */
+struct itest_prog {
+	pid_t pid;
+	int in;
+	FILE *out;
+};
+/*
+ * Run argv (argv[0] the program's path) on pipes, its stderr to /dev/null when quiet (a run expected to fail its
+ * checks); in the child env(arg) sets the program's environment first. Under ASan the link order check is off.
+ */
+void itest_prog_start(struct itest_prog *p, const char *const *argv, bool quiet, void (*env)(const void *arg),
+		      const void *arg);
+/* The next line the program prints (without its newline); fails the test at EOF. */
+void itest_prog_read_line(struct itest_prog *p, char *buf, size_t len);
+/* Close its stdin, read what is left (the last line into last, when not NULL), and return its exit status. */
+int itest_prog_finish(struct itest_prog *p, char *last, size_t len);
+/* The number after key in a line the program printed ("bytes=4096": key "bytes="); fails the test without key. */
+unsigned long long itest_prog_field(const char *line, const char *key);
 /* In a child: tell the parent through the pipe p that it is ready (or _exit(code)), then wait to be killed. */
 __attribute__((noreturn)) void itest_child_ready(int p[2], int code);
 /* In the parent: wait for itest_child_ready's byte on p, and close both ends. */

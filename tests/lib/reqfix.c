@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "connfix.h"
 #include "budget.h"
 #include "config.h"
 #include "daemon.h"
@@ -36,19 +37,7 @@
 static struct rf the_rf;
 
 static const char *const rf_config[] = {
-	"budget=2M",
-	"uid-quota=1536K",
-	"prewarm=512K",
-	"chunk-size=16K",
-	"hugetlb=no",
-	"lock-memory=no",
-	"pool-shrink-delay-ms=0",
-	"acquire-timeout-ms=2",
-	"revoke-deadline-ms=2",
-	"revoke-enforce=disconnect",
-	"max-leases-per-client=16",
-	"max-pending-acquires=4",
-	"log-level=err",
+	CONNFIX_CONFIG,
 	"socket=/nonexistent/reqfix.sock",
 	NULL,
 };
@@ -146,39 +135,19 @@ struct rf *rf_begin(unsigned flags)
 
 bool rf_conn_alive(struct rf *f, int i)
 {
-	struct conn *c;
-
-	if (!f->conn[i])
-		return false;
-	/* Found by id first: a conn that is gone may already be freed. */
-	c = server_find_conn(f->d.server, f->conn_id[i]);
-	if (!c || c->closing)
-		f->conn[i] = NULL;
-	return f->conn[i] != NULL;
+	return connfix_alive(&f->d, &f->conn[i], f->conn_id[i]);
 }
 
 struct conn *rf_conn(struct rf *f, int i)
 {
 	struct ucred cred = { .pid = f->holder_pid, .uid = f->uid[i], .gid = f->uid[i] };
-	int sv[2];
+	const char *failed;
 
 	if (rf_conn_alive(f, i) && f->peer[i] >= 0)
 		return f->conn[i];
-	if (f->conn[i])
-		server_close(f->conn[i], "reqfix: replaced");
-	f->conn[i] = NULL;
-	if (f->peer[i] >= 0)
-		close(f->peer[i]);
-	f->peer[i] = -1;
-	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
-	f->peer[i] = sv[0];
-	ck_assert_int_eq(server_adopt(f->d.server, sv[1], &cred, &f->conn[i]), 0);
-	if (!f->conn[i]->cgroup) {
-		ck_assert_int_eq(jobs_cgroup_get(f->d.broker.jobs, rf_cgroups[i], &f->conn[i]->cgroup), 0);
-		/* Its job is known now: job-unknown must not refuse it. */
-		f->d.broker.job_unknown_clients -= f->conn[i]->job_unknown;
-		f->conn[i]->job_unknown = false;
-	}
+	ck_assert_ptr_nonnull(f->d.broker.jobs);
+	failed = connfix_open(&f->d, &cred, rf_cgroups[i], "reqfix: replaced", &f->conn[i], &f->peer[i]);
+	ck_assert_msg(failed == NULL, "%s failed", failed);
 	f->conn_id[i] = f->conn[i]->id;
 	return f->conn[i];
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "stub_cuda_int.h"
 
@@ -389,6 +390,53 @@ static uint64_t env_size(const char *name)
 	return n;
 }
 
+/* stub_cuda_register_gate: registrations wait here while it is closed (its own lock: lock is held across fork). */
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+static bool gate_closed;
+static int gate_waiting;
+
+STUB void stub_cuda_register_gate(int closed)
+{
+	pthread_mutex_lock(&gate_lock);
+	gate_closed = closed;
+	pthread_cond_broadcast(&gate_cond);
+	pthread_mutex_unlock(&gate_lock);
+}
+
+STUB int stub_cuda_register_gate_wait(int n, int timeout_ms)
+{
+	struct timespec until;
+	int seen;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += timeout_ms / 1000;
+	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&gate_lock);
+	while (gate_waiting < n && pthread_cond_timedwait(&gate_cond, &gate_lock, &until) == 0)
+		;
+	seen = gate_waiting;
+	pthread_mutex_unlock(&gate_lock);
+	return seen;
+}
+
+static void pass_register_gate(void)
+{
+	pthread_mutex_lock(&gate_lock);
+	if (gate_closed) {
+		gate_waiting++;
+		pthread_cond_broadcast(&gate_cond);
+		while (gate_closed)
+			pthread_cond_wait(&gate_cond, &gate_lock);
+		gate_waiting--;
+	}
+	pthread_mutex_unlock(&gate_lock);
+}
+
 /* The refusals a test asks for (STUB_CUDA_REGISTER_CAP, STUB_CUDA_REGISTER_FAIL_AT), and the call's record. */
 static CUresult register_call(void *p, size_t bytes, unsigned flags)
 {
@@ -396,6 +444,7 @@ static CUresult register_call(void *p, size_t bytes, unsigned flags)
 	CUresult r = CUDA_SUCCESS;
 	size_t nth;
 
+	pass_register_gate();
 	pthread_mutex_lock(&lock);
 	nth = ++n_reg_calls;
 	pthread_mutex_unlock(&lock);

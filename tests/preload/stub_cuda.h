@@ -31,6 +31,10 @@ void stub_cuda_get_stats(struct stub_cuda_stats *s);
  * process's Nth call (from 1) fail the same way. Both are read at each call.
  */
 size_t stub_cuda_register_log(struct stub_cuda_register_call *calls, size_t max);
+/* closed 1: every cuMemHostRegister call waits before it does anything, until called with 0. */
+void stub_cuda_register_gate(int closed);
+/* Wait up to timeout_ms until n or more registrations wait at the closed gate; returns how many wait. */
+int stub_cuda_register_gate_wait(int n, int timeout_ms);
 /* cuMemHostAlloc by another name, so the interposer never sees the allocation (also found with dlsym). */
 int stub_cuda_alloc_untracked(void **pp, size_t bytes);
 

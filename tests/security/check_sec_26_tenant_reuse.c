@@ -65,46 +65,17 @@ START_TEST(test_a_new_pid_namespace_of_the_same_uid_reads_no_freed_byte)
 }
 END_TEST
 
-/* What the holder's kid found when told to look: the next holder's bytes it could read, and whether it maps the range. */
-struct kid_report {
-	uint64_t seen;
-	int32_t mapped;
-};
-
-struct kid_args {
-	int go_r, rep_w;
-	uintptr_t addr;
-};
-
-/* The holder's kid: drops every fd (the client's socket too) and waits; told to, counts MARK_B where the lease was. */
-static int kid_main(void *arg)
-{
-	const struct kid_args *k = arg;
-	struct kid_report kr = { 0 };
-	bool mapped;
-	char b;
-
-	tenant_close_all_but(k->go_r, k->rep_w);
-	if (read(k->go_r, &b, 1) != 1)
-		_exit(1);
-	kr.seen = tenant_count_at(k->addr, TENANT_LEASE_BYTES, TENANT_MARK_B, &mapped);
-	kr.mapped = mapped;
-	if (write(k->rep_w, &kr, sizeof(kr)) != (ssize_t)sizeof(kr))
-		_exit(2);
-	_exit(0);
-}
-
 /*
  * A holder (beside the test: the next holder's tenant) that writes into its lease, starts a kid that keeps its
  * memory as kind says, and exits. Then the next holder of the uid writes MARK_B into a lease of the same size; the
  * kid must read none of it. Returns the kid's report.
  */
-static struct kid_report holder_leaves_a_kid(enum kid_kind kind)
+static struct tenant_kid_report holder_leaves_a_kid(enum kid_kind kind)
 {
 	int go[2], krep[2], hrep[2];
 	struct tenant_report rb;
 	struct tenant_client_proc b;
-	struct kid_report kr;
+	struct tenant_kid_report kr;
 	uint64_t addr = 0;
 	pid_t h;
 
@@ -116,7 +87,7 @@ static struct kid_report holder_leaves_a_kid(enum kid_kind kind)
 	if (h == 0) {
 		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE |
 						      (kind == KID_INHERIT_RELEASED ? PB_ACQUIRE_INHERIT : 0) };
-		static struct kid_args k;
+		static struct tenant_kid_args k;
 		pb_client *c;
 		pb_lease *l;
 		uint8_t *p;
@@ -132,7 +103,7 @@ static struct kid_report holder_leaves_a_kid(enum kid_kind kind)
 			_exit(11);
 		p = pb_lease_data(l);
 		memset(p, MARK_HOLDER, TENANT_LEASE_BYTES);
-		k = (struct kid_args){ .go_r = go[0], .rep_w = krep[1], .addr = (uintptr_t)p };
+		k = (struct tenant_kid_args){ .go_r = go[0], .rep_w = krep[1], .addr = (uintptr_t)p };
 		if (kind == KID_CLONE_VM) {
 			char *stack = mmap(NULL, KID_STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
 					   -1, 0);
@@ -140,11 +111,11 @@ static struct kid_report holder_leaves_a_kid(enum kid_kind kind)
 			if (stack == MAP_FAILED)
 				_exit(12);
 			/* One mm, two processes: the holder's exit leaves the mm, and the lease's mapping, to the kid. */
-			kid = clone(kid_main, stack + KID_STACK_BYTES, CLONE_VM | SIGCHLD, &k);
+			kid = clone(tenant_kid_main, stack + KID_STACK_BYTES, CLONE_VM | SIGCHLD, &k);
 		} else {
 			kid = fork();
 			if (kid == 0)
-				kid_main(&k);
+				tenant_kid_main(&k);
 		}
 		if (kid < 0)
 			_exit(13);
@@ -177,11 +148,9 @@ static struct kid_report holder_leaves_a_kid(enum kid_kind kind)
 /* (c) A forked child of a holder that exited: no mapping of the lease (MADV_DONTFORK), so nothing of the next one. */
 START_TEST(test_a_forked_child_of_an_exited_holder_reads_nothing_of_the_next_lease)
 {
-	struct kid_report kr = holder_leaves_a_kid(KID_FORK);
+	struct tenant_kid_report kr = holder_leaves_a_kid(KID_FORK);
 
-	ck_assert_msg(kr.seen == 0, "the holder's forked child read %llu of %llu bytes of the next same-uid lease",
-		      (unsigned long long)kr.seen, (unsigned long long)TENANT_LEASE_BYTES);
-	ck_assert_msg(!kr.mapped, "the holder's forked child inherited the lease's mapping (no MADV_DONTFORK)");
+	tenant_kid_read_nothing(kr, false, "the forked child of a holder that exited");
 }
 END_TEST
 
@@ -191,11 +160,9 @@ END_TEST
  */
 START_TEST(test_a_clone_vm_sibling_of_an_exited_holder_reads_nothing_of_the_next_lease)
 {
-	struct kid_report kr = holder_leaves_a_kid(KID_CLONE_VM);
+	struct tenant_kid_report kr = holder_leaves_a_kid(KID_CLONE_VM);
 
-	ck_assert_msg(kr.mapped, "the CLONE_VM sibling should still map the holder's lease (it shares the mm)");
-	ck_assert_msg(kr.seen == 0, "the holder's CLONE_VM sibling read %llu of %llu bytes of the next same-uid lease",
-		      (unsigned long long)kr.seen, (unsigned long long)TENANT_LEASE_BYTES);
+	tenant_kid_read_nothing(kr, true, "the CLONE_VM sibling (it shares the mm) of a holder that exited");
 	ck_assert(tenant_metric(d.socket, TENANT_FRESH_DROPPED) >= (double)TENANT_LEASE_BYTES);
 }
 END_TEST
@@ -207,13 +174,10 @@ END_TEST
  */
 START_TEST(test_an_inheritable_lease_released_after_a_fork_is_never_lent_again)
 {
-	struct kid_report kr = holder_leaves_a_kid(KID_INHERIT_RELEASED);
+	struct tenant_kid_report kr = holder_leaves_a_kid(KID_INHERIT_RELEASED);
 
-	ck_assert_msg(kr.mapped, "the child of an inheritable lease's holder should map it still");
-	ck_assert_msg(kr.seen == 0,
-		      "the forked child of an inheritable lease's holder read %llu of %llu bytes of the next same-uid "
-		      "lease after its parent released",
-		      (unsigned long long)kr.seen, (unsigned long long)TENANT_LEASE_BYTES);
+	tenant_kid_read_nothing(kr, true,
+				"the forked child of an inheritable lease's holder, after its parent released,");
 }
 END_TEST
 

@@ -22,44 +22,16 @@ static struct daemon d;
 SEC_START(start, d, "--prewarm", "0")
 SEC_STOP(stop, d)
 
-struct kid_report {
-	uint64_t seen;
-	int32_t mapped;
-};
-
-struct kid_args {
-	int go_r, rep_w;
-	uintptr_t addr;
-};
-
-/* The mapper's clone(CLONE_VM) sibling: drops every fd (the client's socket too); told to, counts MARK_B there. */
-static int kid_main(void *arg)
-{
-	const struct kid_args *k = arg;
-	struct kid_report kr = { 0 };
-	bool mapped;
-	char b;
-
-	tenant_close_all_but(k->go_r, k->rep_w);
-	if (read(k->go_r, &b, 1) != 1)
-		_exit(1);
-	kr.seen = tenant_count_at(k->addr, TENANT_LEASE_BYTES, TENANT_MARK_B, &mapped);
-	kr.mapped = mapped;
-	if (write(k->rep_w, &kr, sizeof(kr)) != (ssize_t)sizeof(kr))
-		_exit(2);
-	_exit(0);
-}
-
 /* Start a clone(CLONE_VM) sibling of this process that keeps p mapped (the mm is shared) after this one exits. */
 static void start_kid(uint8_t *p, int go_r, int rep_w)
 {
-	static struct kid_args k;
+	static struct tenant_kid_args k;
 	char *stack = mmap(NULL, KID_STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
 	if (stack == MAP_FAILED)
 		_exit(12);
-	k = (struct kid_args){ .go_r = go_r, .rep_w = rep_w, .addr = (uintptr_t)p };
-	if (clone(kid_main, stack + KID_STACK_BYTES, CLONE_VM | SIGCHLD, &k) < 0)
+	k = (struct tenant_kid_args){ .go_r = go_r, .rep_w = rep_w, .addr = (uintptr_t)p };
+	if (clone(tenant_kid_main, stack + KID_STACK_BYTES, CLONE_VM | SIGCHLD, &k) < 0)
 		_exit(13);
 }
 
@@ -89,11 +61,11 @@ static void wait_conn_gone(pid_t pid)
 }
 
 /* The next holder of the tenant writes MARK_B into a lease of the same size; the kid counts what it can read of it. */
-static struct kid_report next_lease_seen_by_kid(int go_w, int krep_r)
+static struct tenant_kid_report next_lease_seen_by_kid(int go_w, int krep_r)
 {
 	struct tenant_report rb;
 	struct tenant_client_proc b;
-	struct kid_report kr;
+	struct tenant_kid_report kr;
 
 	ck_assert_int_eq(wait_leased(d.socket, 0, POLL_MS), 0);
 	b = tenant_client_start(PLACE_HERE, NULL, d.socket, MARK_FIRST, TENANT_MARK_B, false, true, &rb);
@@ -113,7 +85,7 @@ START_TEST(test_a_holders_clone_vm_sibling_reads_nothing_after_the_attacher_rele
 {
 	int go[2], krep[2], hrep[2], ex[2];
 	struct mapper_report mr;
-	struct kid_report kr;
+	struct tenant_kid_report kr;
 	pb_client *c;
 	pb_lease *la;
 	pid_t h;
@@ -172,11 +144,10 @@ START_TEST(test_a_holders_clone_vm_sibling_reads_nothing_after_the_attacher_rele
 	kr = next_lease_seen_by_kid(go[1], krep[0]);
 	close(go[1]);
 	close(krep[0]);
-	ck_assert_msg(kr.mapped, "the holder's CLONE_VM sibling should still map the shared lease");
-	ck_assert_msg(kr.seen == 0,
-		      "the CLONE_VM sibling of a holder that exited without a release read %llu of %llu bytes of the "
-		      "next lease of its tenant, after an attacher released the shared lease last",
-		      (unsigned long long)kr.seen, (unsigned long long)TENANT_LEASE_BYTES);
+	tenant_kid_read_nothing(
+		kr, true,
+		"the CLONE_VM sibling of a holder that exited without a release, after an attacher released "
+		"the shared lease last,");
 }
 END_TEST
 
@@ -189,7 +160,7 @@ START_TEST(test_an_attachers_clone_vm_sibling_reads_nothing_after_the_holder_rel
 	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
 	char token[PB_SHARE_TOKEN_LEN];
 	int go[2], krep[2], arep[2];
-	struct kid_report kr;
+	struct tenant_kid_report kr;
 	uint64_t addr;
 	pb_client *c;
 	pb_lease *l;
@@ -235,11 +206,9 @@ START_TEST(test_an_attachers_clone_vm_sibling_reads_nothing_after_the_holder_rel
 	kr = next_lease_seen_by_kid(go[1], krep[0]);
 	close(go[1]);
 	close(krep[0]);
-	ck_assert_msg(kr.mapped, "the attacher's CLONE_VM sibling should still map the shared lease");
-	ck_assert_msg(kr.seen == 0,
-		      "the CLONE_VM sibling of an attacher that exited without a release read %llu of %llu bytes of "
-		      "the next lease of its tenant, after the holder released",
-		      (unsigned long long)kr.seen, (unsigned long long)TENANT_LEASE_BYTES);
+	tenant_kid_read_nothing(kr, true,
+				"the CLONE_VM sibling of an attacher that exited without a release, after the holder "
+				"released,");
 }
 END_TEST
 

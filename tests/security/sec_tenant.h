@@ -75,6 +75,51 @@ static inline void tenant_close_all_but(int keep1, int keep2)
 			close(fd);
 }
 
+/* What a kid left behind by a mapper found when told to look: the next holder's bytes it could read, and whether it
+ * maps the range. */
+struct tenant_kid_report {
+	uint64_t seen;
+	int32_t mapped;
+};
+
+struct tenant_kid_args {
+	int go_r, rep_w;
+	uintptr_t addr;
+};
+
+/*
+ * The kid (a fork, or a clone(CLONE_VM) sibling, of a holder or attacher): drops every fd (the client's socket too)
+ * and waits on go_r; told to, counts TENANT_MARK_B at addr and writes its tenant_kid_report to rep_w.
+ */
+static inline int tenant_kid_main(void *arg)
+{
+	const struct tenant_kid_args *k = arg;
+	struct tenant_kid_report kr = { 0 };
+	bool mapped;
+	char b;
+
+	tenant_close_all_but(k->go_r, k->rep_w);
+	if (read(k->go_r, &b, 1) != 1)
+		_exit(1);
+	kr.seen = tenant_count_at(k->addr, TENANT_LEASE_BYTES, TENANT_MARK_B, &mapped);
+	kr.mapped = mapped;
+	if (write(k->rep_w, &kr, sizeof(kr)) != (ssize_t)sizeof(kr))
+		_exit(2);
+	_exit(0);
+}
+
+/*
+ * What a kid must have found: the lease still mapped or not (maps), and none of the next lease's bytes. who says
+ * which kid, after what (the failure messages' subject).
+ */
+static inline void tenant_kid_read_nothing(struct tenant_kid_report kr, bool maps, const char *who)
+{
+	ck_assert_msg(!!kr.mapped == maps, "%s %s", who,
+		      maps ? "should still map the lease" : "inherited the lease's mapping (no MADV_DONTFORK)");
+	ck_assert_msg(kr.seen == 0, "%s read %llu of %llu bytes of the next lease of its tenant", who,
+		      (unsigned long long)kr.seen, (unsigned long long)TENANT_LEASE_BYTES);
+}
+
 /*
  * The client's work: connect, acquire an 8 MiB lease (no client cache: a release is a RELEASE), count the bytes
  * that read count_mark, write fill over all of it, and release it (release) or keep it until a byte comes on hold_fd.

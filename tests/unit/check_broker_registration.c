@@ -80,24 +80,14 @@ END_TEST
 static enum broker_refusal acquire_backed(struct broker *b, uid_t uid, void *owner, uint64_t ino, uint64_t off,
 					  uint64_t size, struct lease **ret)
 {
-	struct acquire_args a = {
-		.uid = uid,
-		.gid = uid,
-		.pid = 1234,
-		.owner = owner,
-		.size = size,
-		.priority = LEASE_PRIO_NORMAL,
-		.label = "shm",
-		.registration = true,
-		.now_ms = 1000,
-		.backed = true,
-		.backing_dev = 1,
-		.backing_ino = ino,
-		.backing_offset = off,
-	};
+	struct acquire_args a = acquire_args_of(uid, owner, size, ASK_REGISTRATION);
 
-	*ret = NULL;
-	return pool_model_acquire(b, &a, ret, &last_err);
+	a.label = "shm";
+	a.backed = true;
+	a.backing_dev = 1;
+	a.backing_ino = ino;
+	a.backing_offset = off;
+	return acquire_with(b, &a, ret);
 }
 
 START_TEST(test_shared_registrations_are_charged_once_and_the_charge_moves_to_the_oldest_left)
@@ -207,22 +197,32 @@ START_TEST(test_a_shared_region_is_charged_to_one_job_and_moves_with_its_pages)
 }
 END_TEST
 
-START_TEST(test_registrants_of_one_file_are_bounded_and_the_rest_charged_in_full)
+/*
+ * n registrations of one page of file 9, each recorded as a registrant and charged once in all; then one more,
+ * past the bound: not recorded as a registrant, charged as private memory would be. Returns that one.
+ */
+static struct lease *register_past_the_bound(struct broker *b, int n)
 {
-	struct broker *b = new_broker(64 * MIB, 0, 0);
 	struct lease *l;
 
-	b->max_no_revoke_per_uid_bytes = 64 * MIB;
-	for (int i = 0; i < 256; i++) { /* max-registrants-per-file's default */
+	for (int i = 0; i < n; i++) {
 		ck_assert_int_eq(acquire_backed(b, UID_A, &conn_a, 9, 0, 4096, &l), 0);
 		ck_assert(l->backed);
 	}
 	ck_assert_uint_eq(b->registered_bytes, 4096);
-	/* One more of the same file: not recorded as a registrant, charged as private memory would be. */
 	ck_assert_int_eq(acquire_backed(b, UID_A, &conn_a, 9, 0, 4096, &l), 0);
 	ck_assert(!l->backed);
-	ck_assert_uint_eq(l->charged_bytes, 4096);
 	ck_assert_uint_eq(b->registered_bytes, 2 * 4096);
+	return l;
+}
+
+START_TEST(test_registrants_of_one_file_are_bounded_and_the_rest_charged_in_full)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+
+	b->max_no_revoke_per_uid_bytes = 64 * MIB;
+	/* 256: max-registrants-per-file's default. */
+	ck_assert_uint_eq(register_past_the_bound(b, 256)->charged_bytes, 4096);
 	check_books(b);
 	free_broker(b);
 }
@@ -235,14 +235,7 @@ START_TEST(test_max_registrants_per_file_is_the_bound_and_0_charges_every_regist
 
 	b->max_no_revoke_per_uid_bytes = 64 * MIB;
 	b->max_registrants_per_file = 3;
-	for (int i = 0; i < 3; i++) {
-		ck_assert_int_eq(acquire_backed(b, UID_A, &conn_a, 9, 0, 4096, &l), 0);
-		ck_assert(l->backed);
-	}
-	ck_assert_uint_eq(b->registered_bytes, 4096);
-	ck_assert_int_eq(acquire_backed(b, UID_A, &conn_a, 9, 0, 4096, &l), 0);
-	ck_assert(!l->backed);
-	ck_assert_uint_eq(b->registered_bytes, 2 * 4096);
+	register_past_the_bound(b, 3);
 	/* 0: another file's first registration is already charged in full, and so is its second. */
 	b->max_registrants_per_file = 0;
 	for (int i = 0; i < 2; i++) {

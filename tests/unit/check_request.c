@@ -21,6 +21,7 @@
 #include "check_main.h"
 #include "reqfix.h"
 #include "reservation.h"
+#include "wirefix.h"
 
 #define KIB 1024ull
 /* The fixture's config (tests/lib/reqfix.h): a 2 MiB budget, 1536 KiB per uid, 16 KiB chunks. */
@@ -213,14 +214,10 @@ static uint64_t send_report_unbrokered(int i, uint64_t bytes)
 
 static uint64_t send_report_staging(int i, uint64_t h2d_bytes, uint64_t h2d_copies)
 {
-	Request req = PINBROKER__V1__REQUEST__INIT;
-	Pinbroker__V1__ReportStaging rs = PINBROKER__V1__REPORT_STAGING__INIT;
+	Request req;
+	Pinbroker__V1__ReportStaging rs;
 
-	rs.has_h2d_bytes = rs.has_h2d_copies = true;
-	rs.h2d_bytes = h2d_bytes;
-	rs.h2d_copies = h2d_copies;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_REPORT_STAGING;
-	req.report_staging = &rs;
+	wirefix_report_staging(&req, &rs, h2d_bytes, h2d_copies);
 	return send_req(i, &req);
 }
 

@@ -88,69 +88,62 @@ START_TEST(test_env_values_are_read_as_sizes)
 }
 END_TEST
 
-START_TEST(test_staging_0_turns_it_off_and_1_on)
+/*
+ * One environment and what from_env makes of it: its result, the fields it must leave (0, or -1 for enabled: not
+ * checked) and what the reason must say. A bad value names its variable and falls back to its default.
+ */
+static const struct env_case {
+	const char *kv[5];
+	int r;
+	uint64_t ring, slot;
+	unsigned threads;
+	int enabled;
+	const char *why[3];
+} env_cases[] = {
+	/* PINBROKER_STAGING=0 turns it off and 1 on. */
+	{ { "PINBROKER_STAGING", "0" }, 0, 0, 0, 0, 0, { NULL } },
+	{ { "PINBROKER_STAGING", "1" }, 0, 0, 0, 0, 1, { NULL } },
+	{ { "PINBROKER_STAGING", "maybe" }, -EINVAL, 0, 0, 0, 1, { "PINBROKER_STAGING=maybe" } },
+	{ { "PINBROKER_STAGING_RING", "lots", "PINBROKER_STAGING_THREADS", "65" },
+	  -EINVAL,
+	  64 * MiB,
+	  0,
+	  8,
+	  -1,
+	  { "PINBROKER_STAGING_RING=lots", "PINBROKER_STAGING_THREADS=65", "default" } },
+	/* The bounds: a ring of 1 GiB at most, threads above 0, a slot of 64 KiB at least. */
+	{ { "PINBROKER_STAGING_RING", "2G" }, -EINVAL, 64 * MiB, 0, 0, -1, { NULL } },
+	{ { "PINBROKER_STAGING_RING", "1G" }, 0, 1 * GiB, 0, 0, -1, { NULL } },
+	{ { "PINBROKER_STAGING_THREADS", "0" }, -EINVAL, 0, 0, 8, -1, { NULL } },
+	{ { "PINBROKER_STAGING_THREADS", "-4" }, -EINVAL, 0, 0, 8, -1, { NULL } },
+	{ { "PINBROKER_STAGING_SLOT", "32K" }, -EINVAL, 0, 16 * MiB, 0, -1, { NULL } },
+	/* A ring of fewer than 2 slots takes both defaults. */
+	{ { "PINBROKER_STAGING_RING", "8M", "PINBROKER_STAGING_SLOT", "8M" },
+	  -EINVAL,
+	  64 * MiB,
+	  16 * MiB,
+	  0,
+	  -1,
+	  { "fewer than 2 slots" } },
+};
+
+START_TEST(test_env_values_are_bounded_and_a_bad_one_falls_back_to_its_default)
 {
-	const char *off[] = { "PINBROKER_STAGING", "0", NULL }, *on[] = { "PINBROKER_STAGING", "1", NULL };
+	const struct env_case *e = &env_cases[_i];
 	struct pbst_settings s;
+	char why[512] = "";
 
-	ck_assert_int_eq(from_env(&s, off, NULL, 0), 0);
-	ck_assert(!s.enabled);
-	ck_assert_int_eq(from_env(&s, on, NULL, 0), 0);
-	ck_assert(s.enabled);
-}
-END_TEST
-
-START_TEST(test_a_bad_value_names_the_variable_and_falls_back_to_its_default)
-{
-	const char *kv[] = { "PINBROKER_STAGING_RING", "lots", "PINBROKER_STAGING_THREADS", "65", NULL };
-	struct pbst_settings s;
-	char why[512];
-
-	ck_assert_int_eq(from_env(&s, kv, why, sizeof(why)), -EINVAL);
-	ck_assert_uint_eq(s.ring_bytes, 64 * MiB);
-	ck_assert_uint_eq(s.threads, 8);
-	ck_assert_ptr_nonnull(strstr(why, "PINBROKER_STAGING_RING=lots"));
-	ck_assert_ptr_nonnull(strstr(why, "PINBROKER_STAGING_THREADS=65"));
-	ck_assert_ptr_nonnull(strstr(why, "default"));
-}
-END_TEST
-
-START_TEST(test_env_bounds_ring_over_1g_threads_0_slot_under_64k)
-{
-	const char *big[] = { "PINBROKER_STAGING_RING", "2G", NULL }, *max[] = { "PINBROKER_STAGING_RING", "1G", NULL };
-	const char *zero[] = { "PINBROKER_STAGING_THREADS", "0", NULL };
-	const char *neg[] = { "PINBROKER_STAGING_THREADS", "-4", NULL };
-	const char *tiny[] = { "PINBROKER_STAGING_SLOT", "32K", NULL };
-	const char *onoff[] = { "PINBROKER_STAGING", "maybe", NULL };
-	struct pbst_settings s;
-	char why[256];
-
-	ck_assert_int_eq(from_env(&s, big, why, sizeof(why)), -EINVAL);
-	ck_assert_uint_eq(s.ring_bytes, 64 * MiB);
-	ck_assert_int_eq(from_env(&s, max, why, sizeof(why)), 0);
-	ck_assert_uint_eq(s.ring_bytes, 1 * GiB);
-	ck_assert_int_eq(from_env(&s, zero, why, sizeof(why)), -EINVAL);
-	ck_assert_uint_eq(s.threads, 8);
-	ck_assert_int_eq(from_env(&s, neg, why, sizeof(why)), -EINVAL);
-	ck_assert_uint_eq(s.threads, 8);
-	ck_assert_int_eq(from_env(&s, tiny, why, sizeof(why)), -EINVAL);
-	ck_assert_uint_eq(s.slot_bytes, 16 * MiB);
-	ck_assert_int_eq(from_env(&s, onoff, why, sizeof(why)), -EINVAL);
-	ck_assert(s.enabled);
-	ck_assert_ptr_nonnull(strstr(why, "PINBROKER_STAGING=maybe"));
-}
-END_TEST
-
-START_TEST(test_env_ring_of_fewer_than_2_slots_takes_both_defaults)
-{
-	const char *kv[] = { "PINBROKER_STAGING_RING", "8M", "PINBROKER_STAGING_SLOT", "8M", NULL };
-	struct pbst_settings s;
-	char why[256];
-
-	ck_assert_int_eq(from_env(&s, kv, why, sizeof(why)), -EINVAL);
-	ck_assert_uint_eq(s.ring_bytes, 64 * MiB);
-	ck_assert_uint_eq(s.slot_bytes, 16 * MiB);
-	ck_assert_ptr_nonnull(strstr(why, "fewer than 2 slots"));
+	ck_assert_int_eq(from_env(&s, e->kv, why, sizeof(why)), e->r);
+	if (e->ring)
+		ck_assert_uint_eq(s.ring_bytes, e->ring);
+	if (e->slot)
+		ck_assert_uint_eq(s.slot_bytes, e->slot);
+	if (e->threads)
+		ck_assert_uint_eq(s.threads, e->threads);
+	if (e->enabled >= 0)
+		ck_assert_int_eq(s.enabled, e->enabled);
+	for (int k = 0; k < 3 && e->why[k]; k++)
+		ck_assert_msg(strstr(why, e->why[k]) != NULL, "%s: \"%s\" does not say %s", e->kv[0], why, e->why[k]);
 }
 END_TEST
 
@@ -412,14 +405,14 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("staging_plan");
+	TCase *settings;
 
-	CHECK_CASE(s, "settings", NULL, NULL, 10, test_defaults_are_64m_ring_16m_slot_8_threads_1m_threshold,
-		   test_threads_for_cpus, test_env_values_are_read_as_sizes, test_staging_0_turns_it_off_and_1_on,
-		   test_a_bad_value_names_the_variable_and_falls_back_to_its_default,
-		   test_env_bounds_ring_over_1g_threads_0_slot_under_64k,
-		   test_env_ring_of_fewer_than_2_slots_takes_both_defaults,
-		   test_configure_applies_nonzero_fields_and_keeps_the_rest,
-		   test_configure_refuses_bad_values_and_changes_nothing);
+	settings = CHECK_CASE(s, "settings", NULL, NULL, 10, test_defaults_are_64m_ring_16m_slot_8_threads_1m_threshold,
+			      test_threads_for_cpus, test_env_values_are_read_as_sizes,
+			      test_configure_applies_nonzero_fields_and_keeps_the_rest,
+			      test_configure_refuses_bad_values_and_changes_nothing);
+	tcase_add_loop_test(settings, test_env_values_are_bounded_and_a_bad_one_falls_back_to_its_default, 0,
+			    (int)(sizeof(env_cases) / sizeof(env_cases[0])));
 	CHECK_CASE(s, "decide", NULL, NULL, 10, test_pageable_to_device_over_the_threshold_is_staged,
 		   test_threshold_minus_one_passes_threshold_stages, test_a_threshold_of_0_still_passes_0_bytes,
 		   test_staging_off_passes_everything, test_pinned_or_registered_host_memory_goes_to_the_driver,

@@ -31,10 +31,8 @@
 #   DP_STRICT             1: PreStartContainer fails (the container does not start) when the quota
 #                         cannot be set; default 0: the pod runs bounded by the budget alone, logged
 #   PINCTL                default pinctl
-import concurrent.futures
 import json
 import os
-import signal
 import sys
 import threading
 
@@ -64,24 +62,16 @@ def load_stubs():
     return s["api"] + s["podresources"]
 
 
-class Config:
+class Config(k8s.AgentConfig):
     def __init__(self, env):
-        self.socket = env.get("PINBROKER_SOCKET", "/run/pinbroker/pinbroker.sock")
+        super().__init__(env, "DP")
         self.kubelet_dir = env.get("DP_KUBELET_DIR", "/var/lib/kubelet/device-plugins")
         self.pod_resources = env.get("DP_POD_RESOURCES", "/var/lib/kubelet/pod-resources/kubelet.sock")
         self.pod_logs = env.get("DP_POD_LOGS", "/var/log/pods")
         self.pod_source = env.get("DP_POD_SOURCE", "auto")
         self.resource = env.get("DP_RESOURCE", "pinbroker.io/pinned-gib")
-        self.sock_dir_host = env.get("DP_SOCKET_DIR_HOST", "/run/pinbroker")
-        self.sock_dir = env.get("DP_SOCKET_DIR", "/run/pinbroker")
-        self.cgroup_root = env.get("DP_CGROUP_ROOT", "/sys/fs/cgroup")
-        self.poll_s = float(env.get("DP_POLL_S", "10"))
-        self.strict = env.get("DP_STRICT", "0") == "1"
-        self.pinctl = env.get("PINCTL", "pinctl")
         # The endpoint is a file name in the kubelet's folder, unique to this resource.
         self.endpoint = "pinbroker-" + self.resource.rsplit("/", 1)[-1] + ".sock"
-        if self.poll_s <= 0:
-            raise ValueError(f"DP_POLL_S must be above 0, not {env.get('DP_POLL_S')}")
         if self.pod_source not in ("auto", "podresources", "checkpoint"):
             raise ValueError(f"DP_POD_SOURCE must be auto, podresources or checkpoint, not {self.pod_source}")
 
@@ -233,18 +223,14 @@ class Plugin:
 
     def poll_budget(self):
         try:
-            st = json.loads(pinctl(self.cfg, "status", "--json"))
-            gib = max(0, int(st["budget_bytes"]) // GIB)
-            healthy = True
-            ns = st.get("cgroup_namespace")
-            if ns == "unresolved" and not self.warned_cgns:
-                # The daemon reads clients' cgroups in a cgroup namespace of its own that it could not place
-                # in the host's tree: the quotas set here name host paths and would not bind.
-                log("warning: pinbrokerd could not place its cgroup namespace in the host's tree, so the pod "
-                    "quotas set here do not bind: give its container the host's /sys/fs/cgroup read-only "
-                    "(docs/kubernetes.md, how the DaemonSet runs the daemon)")
-            self.warned_cgns = ns == "unresolved"
-        except (RuntimeError, ValueError, KeyError, TypeError) as e:
+            budget, unresolved = k8s.budget_status(self.cfg.pinctl, self.cfg.socket)
+            gib, healthy = budget // GIB, True
+            # The daemon reads clients' cgroups in a cgroup namespace of its own that it could not place in the
+            # host's tree: the quotas set here name host paths and would not bind.
+            if unresolved and not self.warned_cgns:
+                log(k8s.CGNS_WARNING)
+            self.warned_cgns = unresolved
+        except RuntimeError as e:
             gib, healthy = self.gib, False
             if self.healthy:
                 log(f"the daemon does not answer, devices unhealthy: {e}")
@@ -275,8 +261,8 @@ class Plugin:
             if pods is None:
                 return False
             try:
-                rules = {r["pattern"]: r["bytes"] for r in json.loads(pinctl(self.cfg, "quota", "list", "--json"))["rules"]}
-            except (RuntimeError, ValueError, KeyError, TypeError) as e:
+                rules = k8s.quota_rules(self.cfg.pinctl, self.cfg.socket)
+            except RuntimeError as e:
                 if device_ids is not None or pods:
                     log(f"cannot read the daemon's quotas, none set now: {e}")
                 return False
@@ -288,14 +274,9 @@ class Plugin:
                     if mine:
                         log(f"pod {uid}: no cgroup named for it under {self.cfg.cgroup_root} yet: quota not set")
                     continue
-                want = len(ids) * GIB
-                if rules.get(path) != want:
-                    try:
-                        pinctl(self.cfg, "quota", "set", path, str(want))
-                        log(f"pod {uid}: quota {len(ids)} GiB for {path}")
-                    except RuntimeError as e:
-                        log(f"pod {uid}: {e}")
-                        continue
+                if not k8s.set_pod_quota(self.cfg.pinctl, self.cfg.socket, rules, uid, path, len(ids) * GIB,
+                                         f"{len(ids)} GiB", log):
+                    continue
                 self.set_paths[uid] = path
                 done = done or mine
             # A pod the kubelet no longer lists is gone: clear its rule (the daemon
@@ -303,13 +284,8 @@ class Plugin:
             # (A pod the API still lists whose UID was not resolved this time is not gone.)
             for uid in [u for u in self.set_paths if u not in pods and self.uid_names.get(u) not in self.listed]:
                 self.uid_names.pop(uid, None)
-                path = self.set_paths.pop(uid)
-                if path in rules:
-                    try:
-                        pinctl(self.cfg, "quota", "clear", path)
-                        log(f"pod {uid} is gone: quota of {path} cleared")
-                    except RuntimeError as e:
-                        log(f"pod {uid} is gone: {e}")
+                k8s.clear_pod_quota(self.cfg.pinctl, self.cfg.socket, rules, uid, self.set_paths.pop(uid), "is gone",
+                                    log)
             if device_ids is not None and not done and not any(set(device_ids) <= ids for ids in pods.values()):
                 log(f"devices {sorted(device_ids)} are held by no pod the kubelet names ({self.source}): quota not set")
             return done
@@ -364,14 +340,8 @@ def make_servicer(plugin):
 def start_and_register(plugin):
     cfg, pb = plugin.cfg, plugin.pb
     path = os.path.join(cfg.kubelet_dir, cfg.endpoint)
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=8))
-    plugin.pb_grpc.add_DevicePluginServicer_to_server(make_servicer(plugin), server)
-    server.add_insecure_port("unix://" + path)
-    server.start()
+    server = k8s.grpc_server(path, lambda srv: plugin.pb_grpc.add_DevicePluginServicer_to_server(make_servicer(plugin),
+                                                                                                srv))
     try:
         with grpc.insecure_channel("unix://" + os.path.join(cfg.kubelet_dir, "kubelet.sock")) as ch:
             plugin.pb_grpc.RegistrationStub(ch).Register(pb.RegisterRequest(
@@ -385,28 +355,19 @@ def start_and_register(plugin):
 
 
 def main():
-    try:
-        cfg = Config(os.environ)
-    except ValueError as e:
-        log(str(e))
+    cfg = k8s.read_config(Config, log)
+    if cfg is None:
         return 2
     pb, pb_grpc, pr, pr_grpc = load_stubs()
     plugin = Plugin(cfg, pb, pb_grpc, pr, pr_grpc)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop = k8s.stop_event()
 
-    def poller():
-        while not stop.is_set():
-            try:
-                plugin.poll_budget()
-                plugin.reconcile_quotas()
-            except Exception as e:  # the poller must outlive any surprise; the next round retries
-                log(f"poll failed: {e!r}")
-            stop.wait(cfg.poll_s)
+    def one_round():
+        plugin.poll_budget()
+        plugin.reconcile_quotas()
 
     plugin.poll_budget()
-    threading.Thread(target=poller, daemon=True).start()
+    threading.Thread(target=k8s.poll_until, args=(stop, cfg.poll_s, one_round, log), daemon=True).start()
     server = None
     sock = os.path.join(cfg.kubelet_dir, cfg.endpoint)
     while not stop.is_set():
@@ -432,10 +393,7 @@ def main():
         plugin.cond.notify_all()
     if server is not None:
         server.stop(1).wait()
-    try:
-        os.unlink(sock)
-    except FileNotFoundError:
-        pass
+    k8s.unlink_quietly(sock)
     log("stopped")
     return 0
 

@@ -46,18 +46,14 @@
 #   DRA_API_URL         the API server (default https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)
 #   DRA_TOKEN_FILE      default /var/run/secrets/kubernetes.io/serviceaccount/token (read again for each request)
 #   DRA_CA_FILE         default /var/run/secrets/kubernetes.io/serviceaccount/ca.crt
-import concurrent.futures
 import json
 import os
 import re
-import signal
 import ssl
 import sys
 import threading
 import urllib.error
 import urllib.request
-
-import grpc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # pinbroker_k8s.py: beside this file in the image, in ../lib in the source tree.
@@ -78,32 +74,21 @@ def log(msg):
     print(f"pinbroker-dra-driver: {msg}", file=sys.stderr, flush=True)
 
 
-class Config:
+class Config(k8s.AgentConfig):
     def __init__(self, env):
+        super().__init__(env, "DRA")
         self.node = env.get("NODE_NAME", "")
-        self.socket = env.get("PINBROKER_SOCKET", "/run/pinbroker/pinbroker.sock")
-        self.pinctl = env.get("PINCTL", "pinctl")
         self.driver = env.get("DRA_DRIVER", "pinned-memory.pinbroker.io")
         self.plugin_dir = env.get("DRA_PLUGIN_DIR", "/var/lib/kubelet/plugins/" + self.driver)
         self.registry_dir = env.get("DRA_REGISTRY_DIR", "/var/lib/kubelet/plugins_registry")
         self.cdi_dir = env.get("DRA_CDI_DIR", "/var/run/cdi")
-        self.sock_dir_host = env.get("DRA_SOCKET_DIR_HOST", "/run/pinbroker")
-        self.sock_dir = env.get("DRA_SOCKET_DIR", "/run/pinbroker")
-        self.cgroup_root = env.get("DRA_CGROUP_ROOT", "/sys/fs/cgroup")
         self.devices = env.get("DRA_DEVICES", "shared")
-        self.strict = env.get("DRA_STRICT", "0") == "1"
         host, port = env.get("KUBERNETES_SERVICE_HOST", ""), env.get("KUBERNETES_SERVICE_PORT", "443")
         if ":" in host:
             host = f"[{host}]"
         self.api = env.get("DRA_API_URL", f"https://{host}:{port}" if host else "").rstrip("/")
         self.token_file = env.get("DRA_TOKEN_FILE", SA_DIR + "/token")
         self.ca_file = env.get("DRA_CA_FILE", SA_DIR + "/ca.crt")
-        try:
-            self.poll_s = float(env.get("DRA_POLL_S", "10"))
-        except ValueError:
-            self.poll_s = -1
-        if self.poll_s <= 0:
-            raise ValueError(f"DRA_POLL_S must be a number above 0, not {env.get('DRA_POLL_S')!r}")
         if not self.node:
             raise ValueError("NODE_NAME is not set: give the container the downward API's spec.nodeName")
         if not self.api:
@@ -220,14 +205,11 @@ class Driver:
     # The budget and the slice.
     def poll_budget(self):
         try:
-            st = json.loads(k8s.pinctl(self.cfg.pinctl, self.cfg.socket, "status", "--json"))
-            budget = max(0, int(st["budget_bytes"]))
-            if st.get("cgroup_namespace") == "unresolved" and "cgns" not in self.warned:
-                log("warning: pinbrokerd could not place its cgroup namespace in the host's tree, so the pod "
-                    "quotas set here do not bind: give its container the host's /sys/fs/cgroup read-only "
-                    "(docs/kubernetes.md, how the DaemonSet runs the daemon)")
+            budget, unresolved = k8s.budget_status(self.cfg.pinctl, self.cfg.socket)
+            if unresolved and "cgns" not in self.warned:
+                log(k8s.CGNS_WARNING)
                 self.warned.add("cgns")
-        except (RuntimeError, ValueError, KeyError, TypeError) as e:
+        except RuntimeError as e:
             if self.budget is not None and "daemon" not in self.warned:
                 log(f"the daemon does not answer ({e}): the slice keeps the last budget")
             self.warned.add("daemon")
@@ -364,23 +346,13 @@ class Driver:
                     if pods is None or uid in pods:
                         log(f"pod {uid}: no cgroup named for it under {self.cfg.cgroup_root}: quota not set")
                     continue
-                if rules.get(path) != n:
-                    try:
-                        k8s.pinctl(self.cfg.pinctl, self.cfg.socket, "quota", "set", path, str(n))
-                        log(f"pod {uid}: quota {n} bytes for {path}")
-                    except RuntimeError as e:
-                        log(f"pod {uid}: {e}")
-                        continue
+                if not k8s.set_pod_quota(self.cfg.pinctl, self.cfg.socket, rules, uid, path, n, f"{n} bytes", log):
+                    continue
                 self.set_paths[uid] = path
                 done.add(uid)
             for uid in [u for u in self.set_paths if u not in want]:
-                path = self.set_paths.pop(uid)
-                if path in rules:
-                    try:
-                        k8s.pinctl(self.cfg.pinctl, self.cfg.socket, "quota", "clear", path)
-                        log(f"pod {uid} has no prepared claim left: quota of {path} cleared")
-                    except RuntimeError as e:
-                        log(f"pod {uid}: {e}")
+                k8s.clear_pod_quota(self.cfg.pinctl, self.cfg.socket, rules, uid, self.set_paths.pop(uid),
+                                    "has no prepared claim left", log)
             return done
 
     def prepare(self, c):
@@ -459,23 +431,9 @@ def make_servicers(drv, reg, reg_grpc):
     return DRA(), Registration()
 
 
-def serve(path, add):
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=8))
-    add(server)
-    server.add_insecure_port("unix://" + path)
-    server.start()
-    return server
-
-
 def main():
-    try:
-        cfg = Config(os.environ)
-    except ValueError as e:
-        log(str(e))
+    cfg = k8s.read_config(Config, log)
+    if cfg is None:
         return 2
     try:
         s = k8s.load_stubs(HERE, ["dra", "pluginregistration"], "DRA_STUBS_DIR")
@@ -490,32 +448,25 @@ def main():
     except OSError as e:
         log(f"cannot write the CDI spec in {cfg.cdi_dir}: {e.strerror}: claims would not get the socket")
         return 1
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop = k8s.stop_event()
     dra_svc, reg_svc = make_servicers(drv, reg, reg_grpc)
     # The DRA service first: the kubelet connects to it as soon as registration succeeds.
-    dra_server = serve(cfg.dra_socket, lambda srv: dra_grpc.add_DRAPluginServicer_to_server(dra_svc, srv))
-    reg_server = serve(cfg.reg_socket, lambda srv: reg_grpc.add_RegistrationServicer_to_server(reg_svc, srv))
+    dra_server = k8s.grpc_server(cfg.dra_socket, lambda srv: dra_grpc.add_DRAPluginServicer_to_server(dra_svc, srv))
+    reg_server = k8s.grpc_server(cfg.reg_socket, lambda srv: reg_grpc.add_RegistrationServicer_to_server(reg_svc, srv))
     log(f"serving {SERVICE} at {cfg.dra_socket}, registration at {cfg.reg_socket}; "
         f"{len(drv.claims)} prepared claims from {cfg.state_file}")
-    while not stop.is_set():
-        try:
-            if drv.poll_budget():
-                drv.publish()
-            drv.reconcile()
-        except Exception as e:  # the poller must outlive any surprise; the next round retries
-            log(f"poll failed: {e!r}")
-        stop.wait(cfg.poll_s)
+
+    def one_round():
+        if drv.poll_budget():
+            drv.publish()
+        drv.reconcile()
+
+    k8s.poll_until(stop, cfg.poll_s, one_round, log)
     # The registration socket goes first, so the kubelet stops sending work; it wipes this node's slices
     # itself once no plugin of the driver has come back for a while.
     reg_server.stop(1).wait()
     dra_server.stop(5).wait()
-    for p in (cfg.reg_socket, cfg.dra_socket):
-        try:
-            os.unlink(p)
-        except FileNotFoundError:
-            pass
+    k8s.unlink_quietly(cfg.reg_socket, cfg.dra_socket)
     log("stopped")
     return 0
 

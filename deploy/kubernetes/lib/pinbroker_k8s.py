@@ -112,6 +112,122 @@ def quota_rules(binary, socket):
         raise RuntimeError(f"pinctl quota list --json: unexpected answer: {e!r}") from None
 
 
+class AgentConfig:
+    """The settings both agents read from the environment, their own named PREFIX_... (DP_, DRA_): the daemon's
+    socket and pinctl, the socket folder for client containers, the host's cgroup mount, the poll period and
+    whether a quota that cannot be set fails the pod. ValueError for a bad one."""
+
+    def __init__(self, env, prefix):
+        self.socket = env.get("PINBROKER_SOCKET", "/run/pinbroker/pinbroker.sock")
+        self.pinctl = env.get("PINCTL", "pinctl")
+        self.sock_dir_host = env.get(prefix + "_SOCKET_DIR_HOST", "/run/pinbroker")
+        self.sock_dir = env.get(prefix + "_SOCKET_DIR", "/run/pinbroker")
+        self.cgroup_root = env.get(prefix + "_CGROUP_ROOT", "/sys/fs/cgroup")
+        self.strict = env.get(prefix + "_STRICT", "0") == "1"
+        poll = env.get(prefix + "_POLL_S", "10")
+        try:
+            self.poll_s = float(poll)
+        except ValueError:
+            self.poll_s = -1
+        if self.poll_s <= 0:
+            raise ValueError(f"{prefix}_POLL_S must be a number above 0, not {poll!r}")
+
+
+def read_config(cls, log):
+    """cls(os.environ), an AgentConfig; None with its ValueError logged (the agent exits 2)."""
+    try:
+        return cls(os.environ)
+    except ValueError as e:
+        log(str(e))
+        return None
+
+
+CGNS_WARNING = ("warning: pinbrokerd could not place its cgroup namespace in the host's tree, so the pod quotas set "
+                "here do not bind: give its container the host's /sys/fs/cgroup read-only (docs/kubernetes.md, how "
+                "the DaemonSet runs the daemon)")
+
+
+def budget_status(binary, socket):
+    """(budget_bytes, whether the daemon's cgroup namespace is unresolved: log CGNS_WARNING) from pinctl status
+    --json; RuntimeError if the daemon cannot say."""
+    import json
+
+    try:
+        st = json.loads(pinctl(binary, socket, "status", "--json"))
+        return max(0, int(st["budget_bytes"])), st.get("cgroup_namespace") == "unresolved"
+    except (ValueError, KeyError, TypeError) as e:
+        raise RuntimeError(f"pinctl status --json: unexpected answer: {e!r}") from None
+
+
+def set_pod_quota(binary, socket, rules, uid, path, want, what, log):
+    """Make path's rule want bytes unless rules has it so already, logging "pod UID: quota WHAT for PATH". True
+    when the rule is in place, False when pinctl failed (logged)."""
+    if rules.get(path) == want:
+        return True
+    try:
+        pinctl(binary, socket, "quota", "set", path, str(want))
+        log(f"pod {uid}: quota {what} for {path}")
+        return True
+    except RuntimeError as e:
+        log(f"pod {uid}: {e}")
+        return False
+
+
+def clear_pod_quota(binary, socket, rules, uid, path, why, log):
+    """Clear path's rule if rules has one, for a pod that no longer needs it (why says so in the log)."""
+    if path not in rules:
+        return
+    try:
+        pinctl(binary, socket, "quota", "clear", path)
+        log(f"pod {uid} {why}: quota of {path} cleared")
+    except RuntimeError as e:
+        log(f"pod {uid} {why}: {e}")
+
+
+def stop_event():
+    """A threading.Event that SIGTERM and SIGINT set: an agent's main loop runs until it is."""
+    import signal
+    import threading
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    return stop
+
+
+def poll_until(stop, period_s, one_round, log):
+    """one_round() every period_s seconds until stop is set. A round that raises is logged: the poller must outlive
+    any surprise, and the next round retries."""
+    while not stop.is_set():
+        try:
+            one_round()
+        except Exception as e:
+            log(f"poll failed: {e!r}")
+        stop.wait(period_s)
+
+
+def unlink_quietly(*paths):
+    for p in paths:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+
+
+def grpc_server(path, add):
+    """A gRPC server on the Unix socket path (replacing a stale one), its services added by add(server), started."""
+    import concurrent.futures
+
+    import grpc
+
+    unlink_quietly(path)
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=8))
+    add(server)
+    server.add_insecure_port("unix://" + path)
+    server.start()
+    return server
+
+
 def main(argv):
     if len(argv) >= 3 and argv[1] == "gen-stubs":
         os.makedirs(argv[2], exist_ok=True)
