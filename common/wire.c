@@ -106,6 +106,11 @@ ssize_t wire_recv_flags(int sock, void *buf, size_t cap, int *fds, size_t max_fd
 		wire_close_fds(received, nreceived);
 		return -EMSGSIZE;
 	}
+	/* An empty packet with fds (a hang-up carries none): malformed, not an end of stream that leaks them. */
+	if (n == 0 && nreceived > 0) {
+		wire_close_fds(received, nreceived);
+		return -EBADMSG;
+	}
 	if (nreceived > 0)
 		memcpy(fds, received, nreceived * sizeof(int));
 	*nfds = nreceived;

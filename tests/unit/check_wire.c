@@ -469,6 +469,27 @@ START_TEST(test_fds_beyond_max_fds_give_ebadmsg_without_leak)
 }
 END_TEST
 
+/* An empty packet carrying fds is malformed: refused with every fd closed, not read as the peer's hang-up. */
+START_TEST(test_empty_packet_with_fds_gives_ebadmsg_without_leak)
+{
+	int out[2], in[4];
+	char buf[16];
+	size_t nfds = 99;
+	int before;
+
+	out[0] = memfd_with("x");
+	out[1] = memfd_with("y");
+	ck_assert_int_eq(wire_send(sv[0], "", 0, out, 2), 0);
+	wire_close_fds(out, 2);
+	before = fdlimit_open_count();
+	ck_assert_int_eq(wire_recv(sv[1], buf, sizeof(buf), in, 4, &nfds), -EBADMSG);
+	ck_assert_uint_eq(nfds, 0);
+	ck_assert_int_eq(fdlimit_open_count(), before);
+	ck_assert_int_eq(wire_send(sv[0], "next", 4, NULL, 0), 0);
+	ck_assert_int_eq(wire_recv(sv[1], buf, sizeof(buf), in, 4, &nfds), 4);
+}
+END_TEST
+
 /* A peer that bypasses wire_send and attaches SCM_MAX_FD fds overflows the control buffer: MSG_CTRUNC. */
 START_TEST(test_kernel_ctrunc_gives_ebadmsg_without_leak)
 {
@@ -573,8 +594,9 @@ END_TEST
 CHECK_SUITE(wire_suite, "wire", "socketpair", pair_setup, pair_teardown, 20, test_every_request_kind_round_trips,
 	    test_every_reply_kind_round_trips, test_lease_memfd_contents_survive_the_trip, test_250_fds_in_one_packet,
 	    test_more_than_250_fds_refused_by_sender, test_fds_beyond_max_fds_give_ebadmsg_without_leak,
-	    test_kernel_ctrunc_gives_ebadmsg_without_leak, test_oversized_packet_gives_emsgsize_without_leak,
-	    test_peer_close_reads_as_eof, test_send_to_closed_peer_is_epipe_not_sigpipe,
-	    test_nonblocking_empty_socket_is_eagain, test_garbage_does_not_unpack)
+	    test_empty_packet_with_fds_gives_ebadmsg_without_leak, test_kernel_ctrunc_gives_ebadmsg_without_leak,
+	    test_oversized_packet_gives_emsgsize_without_leak, test_peer_close_reads_as_eof,
+	    test_send_to_closed_peer_is_epipe_not_sigpipe, test_nonblocking_empty_socket_is_eagain,
+	    test_garbage_does_not_unpack)
 
 CHECK_MAIN(wire_suite)
