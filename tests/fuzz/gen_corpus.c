@@ -320,71 +320,73 @@ static void headroom(struct seed *s, int conn, uint32_t flags)
 	m.flags = flags;
 	r.body_case = PINBROKER__V1__REQUEST__BODY_HEADROOM;
 	r.headroom = &m;
-	/* A Reserve of shares x share_bytes under name (flags: ACQUIRE_FLAG_WAIT). */
-	static void reserve(struct seed * s, int conn, const char *name, uint32_t shares, uint64_t share_bytes,
-			    uint32_t flags)
-	{
-		Request r = PINBROKER__V1__REQUEST__INIT;
-		Pinbroker__V1__Reserve m = PINBROKER__V1__RESERVE__INIT;
+	pkt(s, conn, &r);
+}
 
-		r.has_seq = true;
-		r.seq = ++seqno;
-		m.name = (char *)name;
-		m.shares = shares;
-		m.share_bytes = share_bytes;
-		m.has_flags = flags != 0;
-		m.flags = flags;
-		m.has_timeout_ms = flags != 0;
-		m.timeout_ms = 50;
-		r.body_case = PINBROKER__V1__REQUEST__BODY_RESERVE;
-		r.reserve = &m;
-		pkt(s, conn, &r);
+/* A Reserve of shares x share_bytes under name (flags: ACQUIRE_FLAG_WAIT). */
+static void reserve(struct seed *s, int conn, const char *name, uint32_t shares, uint64_t share_bytes, uint32_t flags)
+{
+	Request r = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Reserve m = PINBROKER__V1__RESERVE__INIT;
+
+	r.has_seq = true;
+	r.seq = ++seqno;
+	m.name = (char *)name;
+	m.shares = shares;
+	m.share_bytes = share_bytes;
+	m.has_flags = flags != 0;
+	m.flags = flags;
+	m.has_timeout_ms = flags != 0;
+	m.timeout_ms = 50;
+	r.body_case = PINBROKER__V1__REQUEST__BODY_RESERVE;
+	r.reserve = &m;
+	pkt(s, conn, &r);
+}
+
+/* An Acquire of one share of reservation id. */
+static void acquire_share(struct seed *s, int conn, uint64_t id, uint64_t size)
+{
+	Request r = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__Acquire m = PINBROKER__V1__ACQUIRE__INIT;
+
+	r.has_seq = true;
+	r.seq = ++seqno;
+	m.size = size;
+	m.has_reservation_id = true;
+	m.reservation_id = id;
+	r.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
+	r.acquire = &m;
+	pkt(s, conn, &r);
+}
+
+static void reservation_release(struct seed *s, int conn, uint64_t id)
+{
+	Request r = PINBROKER__V1__REQUEST__INIT;
+	Pinbroker__V1__ReservationRelease m = PINBROKER__V1__RESERVATION_RELEASE__INIT;
+
+	r.has_seq = true;
+	r.seq = ++seqno;
+	m.reservation_id = id;
+	r.body_case = PINBROKER__V1__REQUEST__BODY_RESERVATION_RELEASE;
+	r.reservation_release = &m;
+	pkt(s, conn, &r);
+}
+
+static const char *outdir;
+
+static void save(struct seed *s, const char *name)
+{
+	char path[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", outdir, name);
+	f = fopen(path, "wb");
+	if (!f || fwrite(s->buf, 1, s->n, f) != s->n) {
+		perror(path);
+		exit(1);
 	}
-
-	/* An Acquire of one share of reservation id. */
-	static void acquire_share(struct seed * s, int conn, uint64_t id, uint64_t size)
-	{
-		Request r = PINBROKER__V1__REQUEST__INIT;
-		Pinbroker__V1__Acquire m = PINBROKER__V1__ACQUIRE__INIT;
-
-		r.has_seq = true;
-		r.seq = ++seqno;
-		m.size = size;
-		m.has_reservation_id = true;
-		m.reservation_id = id;
-		r.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
-		r.acquire = &m;
-		pkt(s, conn, &r);
-	}
-
-	static void reservation_release(struct seed * s, int conn, uint64_t id)
-	{
-		Request r = PINBROKER__V1__REQUEST__INIT;
-		Pinbroker__V1__ReservationRelease m = PINBROKER__V1__RESERVATION_RELEASE__INIT;
-
-		r.has_seq = true;
-		r.seq = ++seqno;
-		m.reservation_id = id;
-		r.body_case = PINBROKER__V1__REQUEST__BODY_RESERVATION_RELEASE;
-		r.reservation_release = &m;
-		pkt(s, conn, &r);
-	}
-
-	static const char *outdir;
-
-	static void save(struct seed * s, const char *name)
-	{
-		char path[512];
-		FILE *f;
-
-		snprintf(path, sizeof(path), "%s/%s", outdir, name);
-		f = fopen(path, "wb");
-		if (!f || fwrite(s->buf, 1, s->n, f) != s->n) {
-			perror(path);
-			exit(1);
-		}
-		fclose(f);
-	}
+	fclose(f);
+}
 
 #define K 1024ull
 /*
@@ -403,366 +405,366 @@ static void headroom(struct seed *s, int conn, uint32_t flags)
 		seqno = 0;                \
 	} while (0)
 
-	static void seeds(bool fdpath)
-	{
-		struct seed s;
+static void seeds(bool fdpath)
+{
+	struct seed s;
 
-		BEGIN(0);
-		hello(&s, 0, 1);
-		status(&s, 0);
-		drain(&s);
-		save(&s, "hello-status");
-		BEGIN(0);
-		hello(&s, 0, 1);
-		acquire(&s, 0, 100 * K, 0, 0, -1);
-		drain(&s);
-		release(&s, 0, 1);
-		drain(&s);
-		save(&s, "acquire-release");
-		BEGIN(0);
-		hello(&s, 0, 1);
-		acquire(&s, 0, 5 * M, 0, 0, 1);
-		hello(&s, 1, 1);
-		acquire(&s, 1, 4 * M, FLAG_WAIT, 1, 2);
-		drain(&s);
-		loop_sleep(&s);
-		release(&s, 0, 1);
-		drain(&s);
-		save(&s, "wait-timeout");
-		BEGIN(0);
-		hello(&s, 0, 1);
-		acquire(&s, 0, 5 * M, 0, 0, -1);
-		hello(&s, 1, 1);
-		acquire(&s, 1, 2 * M, FLAG_WAIT, 500, -1);
-		release(&s, 0, 1);
-		drain(&s);
-		status(&s, 1);
-		drain(&s);
-		save(&s, "wait-granted");
-		BEGIN(0);
-		hello(&s, 0, 1);
-		acquire(&s, 0, 3 * M, 0, 0, -1);
-		set_idle(&s, 0, 1, true);
-		hello(&s, 1, 1);
-		acquire(&s, 1, 6 * M, 0, 0, -1);
-		drain(&s);
-		release(&s, 0, 1);
-		revoke_ack(&s, 0, 1);
-		drain(&s);
-		loop_sleep(&s);
-		save(&s, "idle-reclaim");
-		BEGIN(1);
-		hello(&s, 0, 1);
-		acquire(&s, 0, 1 * M, 0, 0, -1);
-		hello(&s, 1, 1);
-		acquire(&s, 1, 1 * M, 0, 0, -1);
-		admin_revoke(&s, 0, -1, -1, true, 1);
-		drain(&s);
-		loop_sleep(&s);
-		loop_sleep(&s);
-		status(&s, 0);
-		drain(&s);
-		save(&s, "admin-revoke-all");
-		BEGIN(1);
-		hello(&s, 0, 1);
-		hello(&s, 1, 1);
-		acquire(&s, 1, 200 * K, 0, 0, -1);
-		admin_revoke(&s, 0, 1, -1, false, 0);
-		admin_revoke(&s, 0, -1, 1001, false, 0);
-		admin_revoke(&s, 0, 77, -1, false, 0);
-		admin_revoke(&s, 0, -1, -1, false, 0);
-		drain(&s);
-		save(&s, "admin-revoke-by");
-		BEGIN(1);
-		hello(&s, 0, 1);
-		set_config(&s, 0, "budget", "1M");
-		set_config(&s, 0, "max-pending-acquires", "0");
-		set_config(&s, 0, "no-such-key", "1");
-		set_config(&s, 0, "chunk-size", "4K");
-		set_config(&s, 0, "budget", "100%");
-		set_config(&s, 0, "revoke-enforce", "sigterm");
-		drain(&s);
-		save(&s, "set-config");
-		BEGIN(0);
-		hello(&s, 0, 1);
-		set_config(&s, 0, "budget", "1G");
-		drain(&s);
-		save(&s, "set-config-denied");
-		BEGIN(0);
-		hello(&s, 0, 1);
-		redeclare(&s, 0);
-		drain(&s);
-		save(&s, "redeclare");
-		BEGIN(0);
-		acquire(&s, 0, 4096, 0, 0, -1);
-		hello(&s, 1, 7);
-		hello(&s, 0, 1);
-		hello(&s, 0, 1);
-		drain(&s);
-		save(&s, "handshake-errors");
-		BEGIN(0);
-		hello(&s, 0, 1);
-		acquire(&s, 0, 0, 0, 0, -1);
-		acquire(&s, 0, 1ull << 63, 0, 0, -1);
-		acquire(&s, 0, UINT64_MAX, 0, 0, -1);
-		acquire(&s, 0, 7 * M, 0, 0, -1);
-		release(&s, 0, 999);
-		hello(&s, 1, 1);
-		acquire(&s, 1, CHUNK, 0, 0, -1);
-		release(&s, 0, 1);
-		revoke_ack(&s, 0, 1);
-		set_idle(&s, 0, 1, true);
-		revoke_ack(&s, 0, 12345);
-		drain(&s);
-		save(&s, "invalid-values");
-		BEGIN(0);
-		hello(&s, 0, 1);
-		hello(&s, 1, 1);
-		acquire(&s, 0, 1 * M, 0, 0, -1);
-		state(&s, 1);
-		acquire(&s, 1, 2 * M, 0, 0, -1);
-		acquire(&s, 1, 100 * K, FLAG_WAIT, 50, -1);
-		state(&s, 2);
-		drain(&s);
-		loop_sleep(&s);
-		state(&s, 0);
-		acquire(&s, 1, 100 * K, 0, 0, -1);
-		drain(&s);
-		save(&s, "pressure");
-		BEGIN(0);
-		hello(&s, 0, 1);
+	BEGIN(0);
+	hello(&s, 0, 1);
+	status(&s, 0);
+	drain(&s);
+	save(&s, "hello-status");
+	BEGIN(0);
+	hello(&s, 0, 1);
+	acquire(&s, 0, 100 * K, 0, 0, -1);
+	drain(&s);
+	release(&s, 0, 1);
+	drain(&s);
+	save(&s, "acquire-release");
+	BEGIN(0);
+	hello(&s, 0, 1);
+	acquire(&s, 0, 5 * M, 0, 0, 1);
+	hello(&s, 1, 1);
+	acquire(&s, 1, 4 * M, FLAG_WAIT, 1, 2);
+	drain(&s);
+	loop_sleep(&s);
+	release(&s, 0, 1);
+	drain(&s);
+	save(&s, "wait-timeout");
+	BEGIN(0);
+	hello(&s, 0, 1);
+	acquire(&s, 0, 5 * M, 0, 0, -1);
+	hello(&s, 1, 1);
+	acquire(&s, 1, 2 * M, FLAG_WAIT, 500, -1);
+	release(&s, 0, 1);
+	drain(&s);
+	status(&s, 1);
+	drain(&s);
+	save(&s, "wait-granted");
+	BEGIN(0);
+	hello(&s, 0, 1);
+	acquire(&s, 0, 3 * M, 0, 0, -1);
+	set_idle(&s, 0, 1, true);
+	hello(&s, 1, 1);
+	acquire(&s, 1, 6 * M, 0, 0, -1);
+	drain(&s);
+	release(&s, 0, 1);
+	revoke_ack(&s, 0, 1);
+	drain(&s);
+	loop_sleep(&s);
+	save(&s, "idle-reclaim");
+	BEGIN(1);
+	hello(&s, 0, 1);
+	acquire(&s, 0, 1 * M, 0, 0, -1);
+	hello(&s, 1, 1);
+	acquire(&s, 1, 1 * M, 0, 0, -1);
+	admin_revoke(&s, 0, -1, -1, true, 1);
+	drain(&s);
+	loop_sleep(&s);
+	loop_sleep(&s);
+	status(&s, 0);
+	drain(&s);
+	save(&s, "admin-revoke-all");
+	BEGIN(1);
+	hello(&s, 0, 1);
+	hello(&s, 1, 1);
+	acquire(&s, 1, 200 * K, 0, 0, -1);
+	admin_revoke(&s, 0, 1, -1, false, 0);
+	admin_revoke(&s, 0, -1, 1001, false, 0);
+	admin_revoke(&s, 0, 77, -1, false, 0);
+	admin_revoke(&s, 0, -1, -1, false, 0);
+	drain(&s);
+	save(&s, "admin-revoke-by");
+	BEGIN(1);
+	hello(&s, 0, 1);
+	set_config(&s, 0, "budget", "1M");
+	set_config(&s, 0, "max-pending-acquires", "0");
+	set_config(&s, 0, "no-such-key", "1");
+	set_config(&s, 0, "chunk-size", "4K");
+	set_config(&s, 0, "budget", "100%");
+	set_config(&s, 0, "revoke-enforce", "sigterm");
+	drain(&s);
+	save(&s, "set-config");
+	BEGIN(0);
+	hello(&s, 0, 1);
+	set_config(&s, 0, "budget", "1G");
+	drain(&s);
+	save(&s, "set-config-denied");
+	BEGIN(0);
+	hello(&s, 0, 1);
+	redeclare(&s, 0);
+	drain(&s);
+	save(&s, "redeclare");
+	BEGIN(0);
+	acquire(&s, 0, 4096, 0, 0, -1);
+	hello(&s, 1, 7);
+	hello(&s, 0, 1);
+	hello(&s, 0, 1);
+	drain(&s);
+	save(&s, "handshake-errors");
+	BEGIN(0);
+	hello(&s, 0, 1);
+	acquire(&s, 0, 0, 0, 0, -1);
+	acquire(&s, 0, 1ull << 63, 0, 0, -1);
+	acquire(&s, 0, UINT64_MAX, 0, 0, -1);
+	acquire(&s, 0, 7 * M, 0, 0, -1);
+	release(&s, 0, 999);
+	hello(&s, 1, 1);
+	acquire(&s, 1, CHUNK, 0, 0, -1);
+	release(&s, 0, 1);
+	revoke_ack(&s, 0, 1);
+	set_idle(&s, 0, 1, true);
+	revoke_ack(&s, 0, 12345);
+	drain(&s);
+	save(&s, "invalid-values");
+	BEGIN(0);
+	hello(&s, 0, 1);
+	hello(&s, 1, 1);
+	acquire(&s, 0, 1 * M, 0, 0, -1);
+	state(&s, 1);
+	acquire(&s, 1, 2 * M, 0, 0, -1);
+	acquire(&s, 1, 100 * K, FLAG_WAIT, 50, -1);
+	state(&s, 2);
+	drain(&s);
+	loop_sleep(&s);
+	state(&s, 0);
+	acquire(&s, 1, 100 * K, 0, 0, -1);
+	drain(&s);
+	save(&s, "pressure");
+	BEGIN(0);
+	hello(&s, 0, 1);
+	acquire(&s, 0, CHUNK, 0, 0, -1);
+	close_peer(&s, 0);
+	acquire(&s, 0, CHUNK, 0, 0, -1);
+	hello(&s, 1, 1);
+	acquire(&s, 1, CHUNK, 0, 0, -1);
+	close_peer(&s, 1);
+	status(&s, 1);
+	save(&s, "peer-gone");
+	BEGIN(0);
+	hello(&s, 0, 1);
+	for (int i = 0; i < 18; i++)
 		acquire(&s, 0, CHUNK, 0, 0, -1);
-		close_peer(&s, 0);
-		acquire(&s, 0, CHUNK, 0, 0, -1);
-		hello(&s, 1, 1);
-		acquire(&s, 1, CHUNK, 0, 0, -1);
-		close_peer(&s, 1);
-		status(&s, 1);
-		save(&s, "peer-gone");
-		BEGIN(0);
-		hello(&s, 0, 1);
-		for (int i = 0; i < 18; i++)
-			acquire(&s, 0, CHUNK, 0, 0, -1);
-		drain(&s);
-		status(&s, 0);
-		drain(&s);
-		save(&s, "max-leases");
-		BEGIN(0);
-		hello(&s, 0, 1);
-		acquire(&s, 0, 6 * M, 0, 0, -1);
-		for (int i = 0; i < 6; i++)
-			acquire(&s, 0, 1 * M, FLAG_WAIT, 100, -1);
-		drain(&s);
-		release(&s, 0, 1);
-		drain(&s);
-		save(&s, "max-pending");
-		/*
+	drain(&s);
+	status(&s, 0);
+	drain(&s);
+	save(&s, "max-leases");
+	BEGIN(0);
+	hello(&s, 0, 1);
+	acquire(&s, 0, 6 * M, 0, 0, -1);
+	for (int i = 0; i < 6; i++)
+		acquire(&s, 0, 1 * M, FLAG_WAIT, 100, -1);
+	drain(&s);
+	release(&s, 0, 1);
+	drain(&s);
+	save(&s, "max-pending");
+	/*
 	 * The many-leases profile (flags bit 2): hundreds of live leases, with
 	 * lookups of ids around them (issue 16, finding 1: the table broke when
 	 * it grew past 64, 128 ... leases).
 	 */
-		BEGIN(4);
-		hello(&s, 0, 1);
-		burst(&s, 0, 64, BURST_SIZE(1, 0));
-		status(&s, 0);
-		drain(&s);
-		release_seen(&s, 0, 0);
-		save(&s, "many-64");
-		BEGIN(4);
-		hello(&s, 0, 1);
-		burst(&s, 0, 200, BURST_SIZE(1, 1));
-		hello(&s, 1, 1);
-		release(&s, 1, 133);
-		sweep(&s, 1, 0, 190, 100);
-		status(&s, 0);
-		drain(&s);
-		release_seen(&s, 0, 2);
-		release_seen(&s, 0, 1);
-		drain(&s);
-		save(&s, "many-200");
-		BEGIN(5);
-		hello(&s, 0, 1);
-		hello(&s, 1, 1);
-		burst(&s, 1, 240, BURST_SIZE(1, 2));
-		burst(&s, 0, 32, BURST_SIZE(4, 3));
-		admin_revoke(&s, 0, -1, 1001, false, 0);
-		drain(&s);
-		release_seen(&s, 1, 3);
-		loop_sleep(&s);
-		clock_jump(&s, 10);
-		status(&s, 0);
-		drain(&s);
-		save(&s, "many-revoke");
-		/*
+	BEGIN(4);
+	hello(&s, 0, 1);
+	burst(&s, 0, 64, BURST_SIZE(1, 0));
+	status(&s, 0);
+	drain(&s);
+	release_seen(&s, 0, 0);
+	save(&s, "many-64");
+	BEGIN(4);
+	hello(&s, 0, 1);
+	burst(&s, 0, 200, BURST_SIZE(1, 1));
+	hello(&s, 1, 1);
+	release(&s, 1, 133);
+	sweep(&s, 1, 0, 190, 100);
+	status(&s, 0);
+	drain(&s);
+	release_seen(&s, 0, 2);
+	release_seen(&s, 0, 1);
+	drain(&s);
+	save(&s, "many-200");
+	BEGIN(5);
+	hello(&s, 0, 1);
+	hello(&s, 1, 1);
+	burst(&s, 1, 240, BURST_SIZE(1, 2));
+	burst(&s, 0, 32, BURST_SIZE(4, 3));
+	admin_revoke(&s, 0, -1, 1001, false, 0);
+	drain(&s);
+	release_seen(&s, 1, 3);
+	loop_sleep(&s);
+	clock_jump(&s, 10);
+	status(&s, 0);
+	drain(&s);
+	save(&s, "many-revoke");
+	/*
 	 * Shared leases across two uids (issue 22, finding 1): the attacher lets go, then the holder, who
 	 * acquires again; the checks hold that no chunk the other uid mapped comes back. The same with
 	 * both connections root (nothing tainted), with refused and forged attaches, and in bulk.
 	 */
-		BEGIN(0);
-		hello(&s, 0, 1);
-		hello(&s, 1, 1);
-		acquire(&s, 0, 3 * CHUNK + 4 * K, 0, 0, -1);
-		drain(&s);
-		share(&s, 0, 0);
-		attach(&s, 1, 0);
-		drain(&s);
-		let_go(&s, 1, 0xc0);
-		status(&s, 0);
-		drain(&s);
-		save(&s, "share-attach-let-go");
-		BEGIN(3);
-		hello(&s, 0, 1);
-		hello(&s, 1, 1);
-		acquire(&s, 0, 3 * CHUNK + 4 * K, 0, 0, -1);
-		drain(&s);
-		share(&s, 0, 0x80);
-		attach(&s, 1, 0);
-		drain(&s);
-		let_go(&s, 1, 0xc0);
-		drain(&s);
-		save(&s, "share-same-uid");
-		BEGIN(0);
-		hello(&s, 0, 1);
-		hello(&s, 1, 1);
-		acquire(&s, 0, 2 * CHUNK, 0, 0, -1);
-		drain(&s);
-		share(&s, 0, 0x80);
-		attach(&s, 1, 0);
-		share(&s, 0, 0);
-		attach(&s, 1, 2);
-		attach(&s, 1, 0);
-		attach(&s, 1, 0);
-		drain(&s);
-		close_peer(&s, 1);
-		release(&s, 0, 1);
-		acquire(&s, 0, 2 * CHUNK, 0, 0, -1);
-		drain(&s);
-		save(&s, "share-refused-forged-hangup");
-		BEGIN(4);
-		hello(&s, 0, 1);
-		hello(&s, 1, 1);
-		burst(&s, 0, 32, BURST_SIZE(4, 0));
-		share(&s, 0, 5);
-		attach(&s, 1, 0);
-		share(&s, 0, 9);
-		attach(&s, 1, 0);
-		let_go(&s, 1, 0x41);
-		release_seen(&s, 1, 0);
-		release_seen(&s, 0, 1);
-		burst(&s, 0, 32, BURST_SIZE(4, 0));
-		drain(&s);
-		save(&s, "many-share");
-		if (fdpath) {
-			static const uint8_t one_memfd[] = { 0 }, mixed[] = { 1, 2, 3, 4, 5, 6, 7 };
-			Request r = PINBROKER__V1__REQUEST__INIT;
-			Pinbroker__V1__StatusRequest m = PINBROKER__V1__STATUS_REQUEST__INIT;
+	BEGIN(0);
+	hello(&s, 0, 1);
+	hello(&s, 1, 1);
+	acquire(&s, 0, 3 * CHUNK + 4 * K, 0, 0, -1);
+	drain(&s);
+	share(&s, 0, 0);
+	attach(&s, 1, 0);
+	drain(&s);
+	let_go(&s, 1, 0xc0);
+	status(&s, 0);
+	drain(&s);
+	save(&s, "share-attach-let-go");
+	BEGIN(3);
+	hello(&s, 0, 1);
+	hello(&s, 1, 1);
+	acquire(&s, 0, 3 * CHUNK + 4 * K, 0, 0, -1);
+	drain(&s);
+	share(&s, 0, 0x80);
+	attach(&s, 1, 0);
+	drain(&s);
+	let_go(&s, 1, 0xc0);
+	drain(&s);
+	save(&s, "share-same-uid");
+	BEGIN(0);
+	hello(&s, 0, 1);
+	hello(&s, 1, 1);
+	acquire(&s, 0, 2 * CHUNK, 0, 0, -1);
+	drain(&s);
+	share(&s, 0, 0x80);
+	attach(&s, 1, 0);
+	share(&s, 0, 0);
+	attach(&s, 1, 2);
+	attach(&s, 1, 0);
+	attach(&s, 1, 0);
+	drain(&s);
+	close_peer(&s, 1);
+	release(&s, 0, 1);
+	acquire(&s, 0, 2 * CHUNK, 0, 0, -1);
+	drain(&s);
+	save(&s, "share-refused-forged-hangup");
+	BEGIN(4);
+	hello(&s, 0, 1);
+	hello(&s, 1, 1);
+	burst(&s, 0, 32, BURST_SIZE(4, 0));
+	share(&s, 0, 5);
+	attach(&s, 1, 0);
+	share(&s, 0, 9);
+	attach(&s, 1, 0);
+	let_go(&s, 1, 0x41);
+	release_seen(&s, 1, 0);
+	release_seen(&s, 0, 1);
+	burst(&s, 0, 32, BURST_SIZE(4, 0));
+	drain(&s);
+	save(&s, "many-share");
+	if (fdpath) {
+		static const uint8_t one_memfd[] = { 0 }, mixed[] = { 1, 2, 3, 4, 5, 6, 7 };
+		Request r = PINBROKER__V1__REQUEST__INIT;
+		Pinbroker__V1__StatusRequest m = PINBROKER__V1__STATUS_REQUEST__INIT;
 
-			r.body_case = PINBROKER__V1__REQUEST__BODY_STATUS;
-			r.status = &m;
-			BEGIN(0);
-			hello(&s, 0, 1);
-			pkt_fds(&s, 0, &r, one_memfd, 1);
-			drain(&s);
-			save(&s, "status-with-memfd");
-			BEGIN(0);
-			hello(&s, 0, 1);
-			pkt_fds(&s, 0, &r, mixed, sizeof(mixed));
-			hello(&s, 1, 1);
-			pkt_fds(&s, 1, &r, mixed, 3);
-			drain(&s);
-			save(&s, "status-with-mixed-fds");
-			BEGIN(0);
-			hello(&s, 0, 1);
-			acquire(&s, 0, CHUNK, 0, 0, -1);
-			put(&s, 0);
-			put(&s, 0x40);
-			put(&s, 2);
-			put(&s, 0x08);
-			put(&s, 0x01);
-			drain(&s);
-			save(&s, "credentials");
-			BEGIN(0);
-			hello(&s, 0, 1);
-			put(&s, 0);
-			put(&s, 0);
-			put(&s, 0x84);
-			put(&s, 0x01);
-			put(&s, 0x08);
-			put(&s, 0x01);
-			drain(&s);
-			save(&s, "oversize");
-		}
-		/* Ranks of both connections registering one shared file, overlapping; the first lets go, the other closes. */
+		r.body_case = PINBROKER__V1__REQUEST__BODY_STATUS;
+		r.status = &m;
 		BEGIN(0);
 		hello(&s, 0, 1);
+		pkt_fds(&s, 0, &r, one_memfd, 1);
+		drain(&s);
+		save(&s, "status-with-memfd");
+		BEGIN(0);
+		hello(&s, 0, 1);
+		pkt_fds(&s, 0, &r, mixed, sizeof(mixed));
 		hello(&s, 1, 1);
-		register_shared(&s, 0, 2 * M, 7, 0);
-		register_shared(&s, 1, 2 * M, 7, 0);
-		register_shared(&s, 1, M, 7, M + M / 2);
-		register_shared(&s, 0, M, 8, 0);
+		pkt_fds(&s, 1, &r, mixed, 3);
 		drain(&s);
-		release(&s, 0, 1);
-		drain(&s);
-		close_peer(&s, 1);
-		drain(&s);
-		save(&s, "shared-registrations");
-		/* A staging ring and its holder's reports: forward, then back (refused), then the holder goes. */
+		save(&s, "status-with-mixed-fds");
 		BEGIN(0);
 		hello(&s, 0, 1);
-		hello(&s, 1, 1);
-		acquire(&s, 0, M, PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_STAGING_RING, 0, 0);
+		acquire(&s, 0, CHUNK, 0, 0, -1);
+		put(&s, 0);
+		put(&s, 0x40);
+		put(&s, 2);
+		put(&s, 0x08);
+		put(&s, 0x01);
 		drain(&s);
-		report_staging(&s, 0, 64 * M, 16 * M);
-		report_staging(&s, 0, 128 * M, 16 * M);
-		report_staging(&s, 0, 32 * M, 16 * M);
-		report_staging(&s, 1, 8 * M, 0);
-		drain(&s);
-		status(&s, 1);
-		drain(&s);
-		close_peer(&s, 0);
-		drain(&s);
-		status(&s, 1);
-		drain(&s);
-		save(&s, "staging-ring-report");
-		/* Headroom asked before and after an acquire, for each kind of lease, and before a HELLO (refused). */
-		BEGIN(0);
-		headroom(&s, 1, 0);
-		hello(&s, 0, 1);
-		headroom(&s, 0, 0);
-		acquire(&s, 0, M, 0, 0, 0);
-		drain(&s);
-		headroom(&s, 0, PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE);
-		headroom(&s, 0, PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY | 0x80000000u);
-		drain(&s);
-		save(&s, "headroom");
-		/* Two ranks of one group: reserve and join, a share each, one over a share, a ninth; a waiting reserve of
-	 * another name; one rank releases, the other closes. */
+		save(&s, "credentials");
 		BEGIN(0);
 		hello(&s, 0, 1);
-		hello(&s, 1, 1);
-		reserve(&s, 0, "grp", 2, 2 * M, 0);
-		reserve(&s, 1, "grp", 2, 2 * M, 0);
-		reserve(&s, 1, "grp", 3, 2 * M, 0);
+		put(&s, 0);
+		put(&s, 0);
+		put(&s, 0x84);
+		put(&s, 0x01);
+		put(&s, 0x08);
+		put(&s, 0x01);
 		drain(&s);
-		acquire_share(&s, 0, 1, 2 * M);
-		acquire_share(&s, 1, 1, 2 * M + 1);
-		acquire_share(&s, 1, 1, M);
-		acquire_share(&s, 1, 1, M);
-		reserve(&s, 1, "big", 64, 64 * M, PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT);
-		drain(&s);
-		status(&s, 1);
-		drain(&s);
-		release(&s, 0, 1);
-		reservation_release(&s, 0, 1);
-		drain(&s);
-		reserve(&s, 0, "late", 4, M, 0);
-		drain(&s);
-		close_peer(&s, 0);
-		drain(&s);
-		status(&s, 1);
-		drain(&s);
-		save(&s, "reservation-group");
+		save(&s, "oversize");
 	}
+	/* Ranks of both connections registering one shared file, overlapping; the first lets go, the other closes. */
+	BEGIN(0);
+	hello(&s, 0, 1);
+	hello(&s, 1, 1);
+	register_shared(&s, 0, 2 * M, 7, 0);
+	register_shared(&s, 1, 2 * M, 7, 0);
+	register_shared(&s, 1, M, 7, M + M / 2);
+	register_shared(&s, 0, M, 8, 0);
+	drain(&s);
+	release(&s, 0, 1);
+	drain(&s);
+	close_peer(&s, 1);
+	drain(&s);
+	save(&s, "shared-registrations");
+	/* A staging ring and its holder's reports: forward, then back (refused), then the holder goes. */
+	BEGIN(0);
+	hello(&s, 0, 1);
+	hello(&s, 1, 1);
+	acquire(&s, 0, M, PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_STAGING_RING, 0, 0);
+	drain(&s);
+	report_staging(&s, 0, 64 * M, 16 * M);
+	report_staging(&s, 0, 128 * M, 16 * M);
+	report_staging(&s, 0, 32 * M, 16 * M);
+	report_staging(&s, 1, 8 * M, 0);
+	drain(&s);
+	status(&s, 1);
+	drain(&s);
+	close_peer(&s, 0);
+	drain(&s);
+	status(&s, 1);
+	drain(&s);
+	save(&s, "staging-ring-report");
+	/* Headroom asked before and after an acquire, for each kind of lease, and before a HELLO (refused). */
+	BEGIN(0);
+	headroom(&s, 1, 0);
+	hello(&s, 0, 1);
+	headroom(&s, 0, 0);
+	acquire(&s, 0, M, 0, 0, 0);
+	drain(&s);
+	headroom(&s, 0, PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_NO_REVOKE);
+	headroom(&s, 0, PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_REGISTER_ONLY | 0x80000000u);
+	drain(&s);
+	save(&s, "headroom");
+	/* Two ranks of one group: reserve and join, a share each, one over a share, a ninth; a waiting reserve of
+	 * another name; one rank releases, the other closes. */
+	BEGIN(0);
+	hello(&s, 0, 1);
+	hello(&s, 1, 1);
+	reserve(&s, 0, "grp", 2, 2 * M, 0);
+	reserve(&s, 1, "grp", 2, 2 * M, 0);
+	reserve(&s, 1, "grp", 3, 2 * M, 0);
+	drain(&s);
+	acquire_share(&s, 0, 1, 2 * M);
+	acquire_share(&s, 1, 1, 2 * M + 1);
+	acquire_share(&s, 1, 1, M);
+	acquire_share(&s, 1, 1, M);
+	reserve(&s, 1, "big", 64, 64 * M, PINBROKER__V1__ACQUIRE_FLAG__ACQUIRE_FLAG_WAIT);
+	drain(&s);
+	status(&s, 1);
+	drain(&s);
+	release(&s, 0, 1);
+	reservation_release(&s, 0, 1);
+	drain(&s);
+	reserve(&s, 0, "late", 4, M, 0);
+	drain(&s);
+	close_peer(&s, 0);
+	drain(&s);
+	status(&s, 1);
+	drain(&s);
+	save(&s, "reservation-group");
+}
 
 /*
  * Seeds too slow to fuzz from (a quarter of a second each: at that price they
@@ -772,43 +774,43 @@ static void headroom(struct seed *s, int conn, uint32_t flags)
 /* The huge profile: the many-leases flag and the magic in bits 3-7 (fuzz/harness.h). */
 #define HUGE (0x04 | 0x58)
 
-	static void slow_seeds(bool fdpath)
-	{
-		struct seed s;
+static void slow_seeds(bool fdpath)
+{
+	struct seed s;
 
-		BEGIN(HUGE);
-		hello(&s, 0, 1);
-		burst(&s, 0, 10240, BURST_SIZE(1, 0));
-		drain(&s);
-		sweep(&s, 0, 0, 10200, 100);
-		release_seen(&s, 0, 1);
-		save(&s, "many-10k");
-		BEGIN(HUGE);
-		hello(&s, 0, 1);
-		hello(&s, 1, 1);
-		burst(&s, 0, 8192, BURST_SIZE(1, 3));
-		burst(&s, 1, 8192, BURST_SIZE(1, 2));
-		sweep(&s, 1, 0, 8000, 256);
-		sweep(&s, 0, 3, 16300, 100);
-		release_seen(&s, 0, 2);
-		drain(&s);
-		save(&s, "many-16k-two-conns");
-	}
+	BEGIN(HUGE);
+	hello(&s, 0, 1);
+	burst(&s, 0, 10240, BURST_SIZE(1, 0));
+	drain(&s);
+	sweep(&s, 0, 0, 10200, 100);
+	release_seen(&s, 0, 1);
+	save(&s, "many-10k");
+	BEGIN(HUGE);
+	hello(&s, 0, 1);
+	hello(&s, 1, 1);
+	burst(&s, 0, 8192, BURST_SIZE(1, 3));
+	burst(&s, 1, 8192, BURST_SIZE(1, 2));
+	sweep(&s, 1, 0, 8000, 256);
+	sweep(&s, 0, 3, 16300, 100);
+	release_seen(&s, 0, 2);
+	drain(&s);
+	save(&s, "many-16k-two-conns");
+}
 
-	int main(int argc, char **argv)
-	{
-		if (argc != 3) {
-			fprintf(stderr, "usage: %s request|fdpath|request-slow|fdpath-slow OUTDIR\n", argv[0]);
-			return 2;
-		}
-		outdir = argv[2];
-		if (mkdir(outdir, 0755) < 0 && errno != EEXIST) {
-			perror(outdir);
-			return 1;
-		}
-		if (strstr(argv[1], "-slow"))
-			slow_seeds(strncmp(argv[1], "fdpath", 6) == 0);
-		else
-			seeds(strcmp(argv[1], "fdpath") == 0);
-		return 0;
+int main(int argc, char **argv)
+{
+	if (argc != 3) {
+		fprintf(stderr, "usage: %s request|fdpath|request-slow|fdpath-slow OUTDIR\n", argv[0]);
+		return 2;
 	}
+	outdir = argv[2];
+	if (mkdir(outdir, 0755) < 0 && errno != EEXIST) {
+		perror(outdir);
+		return 1;
+	}
+	if (strstr(argv[1], "-slow"))
+		slow_seeds(strncmp(argv[1], "fdpath", 6) == 0);
+	else
+		seeds(strcmp(argv[1], "fdpath") == 0);
+	return 0;
+}
