@@ -16,11 +16,11 @@
 #include <unistd.h>
 
 #include "itest.h"
+#include "procfix.h"
 #include "pinbroker.h"
 #include "check_main.h"
 
 #define MiB (1024ull * 1024ull)
-#define MEMTOTAL_KB 24683548ull /* the idle fixture's MemTotal */
 #define HELD_MAX 8
 
 static struct daemon d;
@@ -33,28 +33,6 @@ static void write_file(const char *path, const char *text)
 	ck_assert_msg(fd >= 0, "open %s: %s", path, strerror(errno));
 	ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
 	close(fd);
-}
-
-/* Write the fixture's meminfo with MemAvailable at pct of MemTotal (rename: the sampler sees one or the other). */
-static void set_mem_available_pct(double pct)
-{
-	char path[512], tmp[520], line[256];
-	FILE *in = fopen(FIXTURES_DIR "/proc/idle/proc/meminfo", "r"), *out;
-
-	ck_assert_ptr_nonnull(in);
-	snprintf(path, sizeof(path), "%s/proc/meminfo", root);
-	snprintf(tmp, sizeof(tmp), "%s.new", path);
-	out = fopen(tmp, "w");
-	ck_assert_ptr_nonnull(out);
-	while (fgets(line, sizeof(line), in)) {
-		if (strncmp(line, "MemAvailable:", 13) == 0)
-			fprintf(out, "MemAvailable:   %llu kB\n", (unsigned long long)(MEMTOTAL_KB * pct / 100.0));
-		else
-			fputs(line, out);
-	}
-	fclose(in);
-	fclose(out);
-	ck_assert_int_eq(rename(tmp, path), 0);
 }
 
 /* One row's world: the asking client, another client (holding others' memory), and the leases they hold. */
@@ -117,12 +95,12 @@ static void s_no_revoke(struct world *w)
 static void s_tight(struct world *w)
 {
 	hold(w, w->c, 4 * MiB, 0);
-	set_mem_available_pct(8.0); /* tight: below 10%, above 5% */
+	procfix_set_mem_available_pct(root, 8.0); /* tight: below 10%, above 5% */
 	wait_state(w, "tight");
 }
 static void s_critical(struct world *w)
 {
-	set_mem_available_pct(3.0); /* below critical (5%) */
+	procfix_set_mem_available_pct(root, 3.0); /* below critical (5%) */
 	wait_state(w, "critical");
 }
 static void s_two_leases(struct world *w)

@@ -13,11 +13,11 @@
 #include <unistd.h>
 
 #include "itest.h"
+#include "procfix.h"
 #include "pinbroker.h"
 #include "check_main.h"
 
 #define MiB (1024ull * 1024ull)
-#define MEMTOTAL_KB 24683548ull /* the idle fixture's MemTotal */
 
 static struct daemon d;
 static char root[256];
@@ -30,31 +30,6 @@ static uint64_t mono_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-/* Write meminfo with MemAvailable at pct of MemTotal; rename() makes the switch atomic for the sampler. */
-static void set_mem_available_pct(double pct)
-{
-	char path[512], tmp[520];
-	FILE *in, *out;
-	char line[256];
-
-	snprintf(path, sizeof(path), FIXTURES_DIR "/proc/idle/proc/meminfo");
-	in = fopen(path, "r");
-	ck_assert_ptr_nonnull(in);
-	snprintf(path, sizeof(path), "%s/proc/meminfo", root);
-	snprintf(tmp, sizeof(tmp), "%s.new", path);
-	out = fopen(tmp, "w");
-	ck_assert_ptr_nonnull(out);
-	while (fgets(line, sizeof(line), in)) {
-		if (strncmp(line, "MemAvailable:", 13) == 0)
-			fprintf(out, "MemAvailable:   %llu kB\n", (unsigned long long)(MEMTOTAL_KB * pct / 100.0));
-		else
-			fputs(line, out);
-	}
-	fclose(in);
-	fclose(out);
-	ck_assert_int_eq(rename(tmp, path), 0);
 }
 
 __attribute__((noinline)) /* gcc 12 -O3 took js for its local out and warned of a dangling pointer */
@@ -180,7 +155,7 @@ START_TEST(test_critical_revokes_best_effort_first_then_normal_then_critical)
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)(28 * MiB));
 	ck_assert(state_is("normal"));
 
-	set_mem_available_pct(3.0); /* below critical (5%) */
+	procfix_set_mem_available_pct(root, 3.0); /* below critical (5%) */
 	ck_assert(wait_state("critical", 3000));
 	/* Cooperative clients give everything back well inside the 1 s deadline. */
 	ck_assert_int_eq(wait_leased(d.socket, 0, 1000), 0);
@@ -199,7 +174,7 @@ END_TEST
 START_TEST(test_client_that_ignores_revoke_is_enforced_and_counted_until_gone)
 {
 	spawn_holder(8 * MiB, PB_PRIORITY_NORMAL, "deaf", false);
-	set_mem_available_pct(3.0);
+	procfix_set_mem_available_pct(root, 3.0);
 	ck_assert(wait_state("critical", 3000));
 	/* Before the deadline it is still counted. */
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)(8 * MiB));
@@ -219,9 +194,9 @@ START_TEST(test_state_returns_to_normal_only_after_hysteresis)
 {
 	uint64_t t0;
 
-	set_mem_available_pct(3.0);
+	procfix_set_mem_available_pct(root, 3.0);
 	ck_assert(wait_state("critical", 3000));
-	set_mem_available_pct(50.0);
+	procfix_set_mem_available_pct(root, 50.0);
 	t0 = mono_ms();
 	ck_assert(wait_state("normal", 5000));
 	/* hysteresis-ms is 800: leaving critical can't happen sooner. */
@@ -240,7 +215,7 @@ static void start_slow_poll(void)
 START_TEST(test_sigusr1_samples_at_once)
 {
 	ck_assert(wait_state("normal", 3000));
-	set_mem_available_pct(3.0);
+	procfix_set_mem_available_pct(root, 3.0);
 	/* Not a wait for an event but a watch for one that must not come: polled, so a sample fails at once. */
 	ck_assert_msg(stays_state("normal", 500),
 		      "the daemon sampled without being asked; this test needs a quiet poll");
@@ -255,7 +230,7 @@ START_TEST(test_tight_refuses_beyond_warm_pool_and_client_falls_back)
 	pb_client *c;
 	pb_lease *l;
 
-	set_mem_available_pct(8.0); /* tight: below 10%, above 5% */
+	procfix_set_mem_available_pct(root, 8.0); /* tight: below 10%, above 5% */
 	ck_assert(wait_state("tight", 3000));
 	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
 	/* The idle pool was shrunk to zero on entering tight: nothing warm is left to lend. */
@@ -282,7 +257,7 @@ START_TEST(test_tight_refuses_never_revoked_leases_and_registrations)
 
 	ck_assert_int_eq(posix_memalign(&own, page, 4 * page), 0);
 	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	set_mem_available_pct(8.0);
+	procfix_set_mem_available_pct(root, 8.0);
 	ck_assert(wait_state("tight", 3000));
 	ck_assert_int_eq(pb_acquire(c, page, &nr, &l), -EBUSY);
 	ck_assert_msg(strstr(pb_last_error(), "tight") && strstr(pb_last_error(), "never revoked") &&
@@ -292,7 +267,7 @@ START_TEST(test_tight_refuses_never_revoked_leases_and_registrations)
 	ck_assert_ptr_nonnull(strstr(pb_last_error(), "never revoked"));
 	ck_assert_uint_eq(status_leased(d.socket), 0);
 	/* Normal again (after the hysteresis): both are lent. */
-	set_mem_available_pct(60.0);
+	procfix_set_mem_available_pct(root, 60.0);
 	ck_assert(wait_state("normal", 5000));
 	ck_assert_int_eq(pb_acquire(c, page, &nr, &l), 0);
 	ck_assert_int_eq(pb_release(c, l), 0);
@@ -310,7 +285,7 @@ START_TEST(test_waiting_acquire_refused_at_once_while_critical)
 	pb_lease *l;
 	uint64_t t0;
 
-	set_mem_available_pct(3.0);
+	procfix_set_mem_available_pct(root, 3.0);
 	ck_assert(wait_state("critical", 3000));
 	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
 	t0 = mono_ms();
@@ -324,7 +299,7 @@ START_TEST(test_status_shows_signals_thresholds_and_transitions)
 {
 	char *out = NULL;
 
-	set_mem_available_pct(3.0);
+	procfix_set_mem_available_pct(root, 3.0);
 	ck_assert(wait_state("critical", 3000));
 	itest_pinctl_says(&d, 0, "status", "critical", "mem_available_pct", NULL);
 	out = status_json();
