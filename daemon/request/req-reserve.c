@@ -151,7 +151,7 @@ void reserve_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req)
 
 	if (!res) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_UNKNOWN_LEASE,
-			     "no reservation %llu: `pinctl status` lists those alive",
+			     "no reservation %llu: `pinctl reservations` lists those alive",
 			     (unsigned long long)ar->reservation_id);
 		return;
 	}
