@@ -148,6 +148,11 @@ enum broker_refusal broker_reserve(struct broker *b, const struct reserve_args *
 	return REFUSAL_NONE;
 }
 
+bool reservation_of_job(const struct reservation *r, const struct job_cgroup *cg)
+{
+	return r->job == job_of(cg);
+}
+
 struct reservation *broker_reservation_find(const struct broker *b, uint64_t id)
 {
 	if (!b->reservations)

@@ -83,6 +83,8 @@ enum reservation_error {
 enum broker_refusal broker_reserve(struct broker *b, const struct reserve_args *a, struct reservation **ret,
 				   bool *joined, enum reservation_error *rerr, int *err);
 
+/* Does cg (a client's cgroup; NULL: none) belong to r's job? The uid alone is no tenant: pods share uids. */
+bool reservation_of_job(const struct reservation *r, const struct job_cgroup *cg);
 /* The reservation of id, or NULL. */
 struct reservation *broker_reservation_find(const struct broker *b, uint64_t id);
 /* Whether owner reserved or joined r. */

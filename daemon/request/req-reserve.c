@@ -94,7 +94,8 @@ void handle_reserve(struct conn *c, const Pinbroker__V1__Request *req)
 /* May c end res? A member, or a connection of its uid, or an admin. */
 static bool may_end(const struct conn *c, const struct reservation *res)
 {
-	return c->admin || res->uid == c->uid || reservation_is_member(res, c);
+	/* A rank, an admin, or its uid from the same job: not the same uid in another pod or job. */
+	return c->admin || reservation_is_member(res, c) || (res->uid == c->uid && reservation_of_job(res, c->cgroup));
 }
 
 /* End res, revoking the leases taken from it when revoke; returns how many were revoked into ids (room max). */
@@ -157,7 +158,8 @@ void reserve_admin_revoke(struct conn *c, const Pinbroker__V1__Request *req)
 	}
 	if (!may_end(c, res)) {
 		reply_status(c, req->seq, PINBROKER__V1__STATUS_CODE__STATUS_PERMISSION_DENIED,
-			     "reservation %llu is uid %u's: revoking it needs uid 0 or membership of the admin group",
+			     "reservation %llu is uid %u's, of another job: ending it needs a rank of it, "
+			     "its job, uid 0 or the admin group",
 			     (unsigned long long)res->id, res->uid);
 		return;
 	}

@@ -22,7 +22,8 @@ static inline void procfix_set_mem_available_pct(const char *root, double pct)
 	ck_assert_ptr_nonnull(out);
 	while (fgets(line, sizeof(line), in)) {
 		if (strncmp(line, "MemAvailable:", 13) == 0)
-			fprintf(out, "MemAvailable:   %llu kB\n", (unsigned long long)(PROCFIX_MEMTOTAL_KB * pct / 100.0));
+			fprintf(out, "MemAvailable:   %llu kB\n",
+				(unsigned long long)(PROCFIX_MEMTOTAL_KB * pct / 100.0));
 		else
 			fputs(line, out);
 	}
