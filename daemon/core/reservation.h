@@ -79,8 +79,9 @@ enum reservation_error {
  * REFUSAL_UID_QUOTA, REFUSAL_JOB_QUOTA, REFUSAL_JOB_UNKNOWN, REFUSAL_BUDGET, REFUSAL_CRITICAL, or REFUSAL_FAILED
  * with *err -ENOMEM), nothing charged then; later calls with the same shares and bytes join it (*joined), with
  * others get *rerr RESERVATION_MISMATCH. A new one is refused with *rerr RESERVATION_UID_CAP while the uid (admins
- * too) holds settings.max_reservations_per_uid, before any memory bound is looked at: waiting would not help. Returns REFUSAL_NONE and *ret, or the refusal; *rerr says
- * RESERVATION_OK unless the refusal is one of enum reservation_error (returned as REFUSAL_INVALID_SIZE then).
+ * too) holds settings.max_reservations_per_uid, before any memory bound is looked at: waiting would not help.
+ * Returns REFUSAL_NONE and *ret, or the refusal; *rerr says RESERVATION_OK unless the refusal is one of enum
+ * reservation_error (returned as REFUSAL_INVALID_SIZE then).
  */
 enum broker_refusal broker_reserve(struct broker *b, const struct reserve_args *a, struct reservation **ret,
 				   bool *joined, enum reservation_error *rerr, int *err);

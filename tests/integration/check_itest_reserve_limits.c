@@ -341,7 +341,8 @@ static Suite *suite(void)
 {
 	Suite *s = suite_create("itest_reserve_limits");
 
-	CHECK_CASE(s, "uid_cap", start_capped, stop_capped, 120, test_third_reservation_of_a_uid_is_refused_naming_the_cap,
+	CHECK_CASE(s, "uid_cap", start_capped, stop_capped, 120,
+		   test_third_reservation_of_a_uid_is_refused_naming_the_cap,
 		   test_reload_lowering_the_cap_ends_none_and_refuses_new);
 	if (geteuid() == 0)
 		CHECK_CASE(s, "uid_cap_two_uids", start_capped, stop_capped, 120,
