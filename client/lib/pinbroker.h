@@ -263,7 +263,8 @@ int pb_release(pb_client *c, pb_lease *l);
  *
  * Returns 0 and *reservation_id, or a negative errno with pb_last_error() saying why: pb_acquire's refusals
  * (-ENOSPC over the budget, -EDQUOT over the uid's or job's quota, -EFBIG never satisfiable, -EAGAIN host memory
- * critical, -ETIMEDOUT a wait timed out, -EUSERS too many waiting) and -EINVAL (a reservation of that name exists with other shares
+ * critical, -ETIMEDOUT a wait timed out, -EUSERS too many waiting, or the uid already holds the daemon's
+ * max-reservations-per-uid reservations, or the host 1024) and -EINVAL (a reservation of that name exists with other shares
  * or share bytes, or the arguments are out of range: name 1-63 bytes, 1-1024 shares).
  */
 int pb_reserve(pb_client *c, const char *name, uint32_t shares, uint64_t share_bytes, uint32_t flags,

@@ -205,6 +205,10 @@ const struct config_key config_key_table[] = {
 	       "Registrations of one shared file (the same pages registered by several processes, as the ranks of one "
 	       "server do) charged once; past this many, a further registration of the file is charged in full, as "
 	       "private memory is. 0 charges every registration in full."),
+	/* 1024: RESERVATIONS_MAX (core/reservation.h), the host-wide table's size. */
+	K_UINT("max-reservations-per-uid", max_reservations_per_uid, 1, 1024, "16", true,
+	       "Most reservations (pb_reserve) one uid may hold alive at once, joins not counted, admins included; "
+	       "the host holds 1024 at most, so one uid cannot take them all and starve other jobs' reserves."),
 	K_UINT("reserve-fds", reserve_fds, 16, COUNT_MAX, "64", false,
 	       "File descriptors (and mappings) kept free of leases, so an admin connection always works."),
 	K_SIZE("max-queued-bytes-per-connection", max_queued_bytes_per_conn, 4 * 1024, (double)(1ull << 40), "1M", true,

@@ -621,6 +621,7 @@ void config_settings(const struct config *c, struct broker_settings *ret)
 		.max_connections = c->max_connections,
 		.max_leases_per_uid = c->max_leases_per_uid,
 		.max_chunks_per_uid = c->max_chunks_per_uid,
+		.max_reservations_per_uid = c->max_reservations_per_uid,
 		.reserve_fds = c->reserve_fds,
 		.revoke_deadline_ms = c->revoke_deadline_ms,
 		.revoke_min_deadline_ms = c->revoke_min_deadline_ms,

@@ -87,6 +87,7 @@ struct config {
 	uint32_t max_leases_per_uid;        /* max-leases-per-uid: 0 = derived */
 	uint32_t max_chunks_per_uid;        /* max-chunks-per-uid: 0 = derived from RLIMIT_NOFILE and max_map_count */
 	uint32_t max_registrants_per_file;  /* max-registrants-per-file */
+	uint32_t max_reservations_per_uid;  /* max-reservations-per-uid */
 	uint32_t reserve_fds;               /* reserve-fds */
 	uint64_t max_queued_bytes_per_conn; /* max-queued-bytes-per-connection */
 	uint64_t max_queued_bytes;          /* max-queued-bytes: all connections together */

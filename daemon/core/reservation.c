@@ -98,6 +98,11 @@ enum broker_refusal broker_reserve(struct broker *b, const struct reserve_args *
 		return REFUSAL_NONE;
 	}
 
+	/* One uid may not fill the host's table and starve every other job's reserve. */
+	if (broker_reservations_of_uid(b, a->uid) >= b->settings.max_reservations_per_uid) {
+		*rerr = RESERVATION_UID_CAP;
+		return REFUSAL_INVALID_SIZE;
+	}
 	/* All or nothing: the whole group's bytes against every bound at once, as one acquire of total would be. */
 	verdict = budget_check(b->budget, a->uid, total);
 	if (verdict == REFUSAL_NONE)
@@ -229,6 +234,17 @@ uint64_t broker_reservations_drop_owner(struct broker *b, const void *owner, siz
 		}
 	}
 	return freed;
+}
+
+size_t broker_reservations_of_uid(const struct broker *b, uid_t uid)
+{
+	size_t n = 0;
+
+	if (!b->reservations)
+		return 0;
+	for (const struct reservation *r = b->reservations->head; r; r = r->next)
+		n += r->uid == uid;
+	return n;
 }
 
 uint64_t broker_reserved_bytes(const struct broker *b)

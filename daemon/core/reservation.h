@@ -70,6 +70,7 @@ enum reservation_error {
 	RESERVATION_MISMATCH, /* a reservation of that name exists with other shares or share bytes */
 	RESERVATION_INVALID,  /* shares 0 or over RESERVATION_SHARES_MAX, bytes 0, name empty or too long */
 	RESERVATION_TOO_MANY, /* RESERVATIONS_MAX alive, or RESERVATION_MEMBERS_MAX joined */
+	RESERVATION_UID_CAP,  /* the uid holds max-reservations-per-uid alive (settings) */
 };
 
 /*
@@ -77,8 +78,10 @@ enum reservation_error {
  * and the job's at once or refuses (the acquire refusals: REFUSAL_INVALID_SIZE, REFUSAL_TOO_LARGE,
  * REFUSAL_UID_QUOTA, REFUSAL_JOB_QUOTA, REFUSAL_JOB_UNKNOWN, REFUSAL_BUDGET, REFUSAL_CRITICAL, or REFUSAL_FAILED
  * with *err -ENOMEM), nothing charged then; later calls with the same shares and bytes join it (*joined), with
- * others get *rerr RESERVATION_MISMATCH. Returns REFUSAL_NONE and *ret, or the refusal; *rerr says
- * RESERVATION_OK unless the refusal is one of enum reservation_error (returned as REFUSAL_INVALID_SIZE then).
+ * others get *rerr RESERVATION_MISMATCH. A new one is refused with *rerr RESERVATION_UID_CAP while the uid (admins
+ * too) holds settings.max_reservations_per_uid, before any memory bound is looked at: waiting would not help.
+ * Returns REFUSAL_NONE and *ret, or the refusal; *rerr says RESERVATION_OK unless the refusal is one of enum
+ * reservation_error (returned as REFUSAL_INVALID_SIZE then).
  */
 enum broker_refusal broker_reserve(struct broker *b, const struct reserve_args *a, struct reservation **ret,
 				   bool *joined, enum reservation_error *rerr, int *err);
@@ -101,6 +104,9 @@ uint64_t broker_reservation_end(struct broker *b, struct reservation *r);
  * bytes given back (the caller raises the freed-memory event when more than 0).
  */
 uint64_t broker_reservations_drop_owner(struct broker *b, const void *owner, size_t *ended);
+
+/* Reservations uid holds alive (joins of another uid's not counted). */
+size_t broker_reservations_of_uid(const struct broker *b, uid_t uid);
 
 /* Bytes reserved and not taken, host-wide. */
 uint64_t broker_reserved_bytes(const struct broker *b);

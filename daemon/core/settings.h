@@ -14,6 +14,7 @@ struct broker_settings {
 	uint32_t max_connections;
 	uint32_t max_leases_per_uid; /* 0: derived (broker_resolve_limits) */
 	uint32_t max_chunks_per_uid; /* 0: derived */
+	uint32_t max_reservations_per_uid;
 	uint32_t reserve_fds;
 	uint32_t revoke_deadline_ms;
 	uint32_t revoke_min_deadline_ms;

@@ -425,6 +425,14 @@ void reply_reserve_error(struct conn *c, uint64_t seq, const struct reserve_args
 			"the daemon holds %d reservations, or this one has %d members, at most; release some first",
 			RESERVATIONS_MAX, RESERVATION_MEMBERS_MAX);
 		return;
+	case RESERVATION_UID_CAP:
+		reply_status(c, seq, PINBROKER__V1__STATUS_CODE__STATUS_LIMIT,
+			     "uid %u already holds %zu reservations (max-reservations-per-uid = %u): release one "
+			     "(pb_reservation_release or `pinctl revoke --reservation ID`; `pinctl reservations` lists "
+			     "them), or ask the admin to raise max-reservations-per-uid in pinbrokerd.conf and reload",
+			     a->uid, broker_reservations_of_uid(c->broker, a->uid),
+			     c->broker->settings.max_reservations_per_uid);
+		return;
 	case RESERVATION_OK:
 		break;
 	}

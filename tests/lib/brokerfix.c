@@ -59,6 +59,7 @@ struct broker *new_broker(uint64_t limit_bytes, uint64_t quota_bytes, uint64_t p
 	b->uid_quota_bytes = quota_bytes;
 	b->max_no_revoke_per_uid_bytes = (quota_bytes ? quota_bytes : limit_bytes) / 2; /* the 50% default */
 	b->max_registrants_per_file = 256;                                              /* the default */
+	b->settings.max_reservations_per_uid = 16;                                      /* the default */
 	(void)broker_set_pressure(b, BROKER_NORMAL);
 	return b;
 }

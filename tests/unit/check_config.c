@@ -23,7 +23,7 @@ START_TEST(test_table_keys_are_unique_and_documented)
 	size_t n;
 	const struct config_key *keys = config_keys(&n);
 
-	ck_assert_uint_eq(n, 56); /* one per field of struct config */
+	ck_assert_uint_eq(n, 57); /* one per field of struct config */
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_ptr_nonnull(keys[i].help);
 		ck_assert_uint_gt(strlen(keys[i].help), 10);
@@ -218,6 +218,8 @@ static const struct accept_row accept_rows[] = {
 	NUM("pool-shrink-delay-ms", "4294967295", pool_shrink_delay_ms, UINT32_MAX),
 	NUM("max-registrants-per-file", "0", max_registrants_per_file, 0),
 	NUM("max-registrants-per-file", "4096", max_registrants_per_file, 4096),
+	NUM("max-reservations-per-uid", "1", max_reservations_per_uid, 1),
+	NUM("max-reservations-per-uid", "1024", max_reservations_per_uid, 1024),
 	/* Decimals. */
 	NUM("tight-mem-available-pct", "12.5", tight_mem_available_pct, 12.5),
 	NUM("critical-mem-available-pct", ".5", critical_mem_available_pct, 0.5),
@@ -317,6 +319,9 @@ static const struct refuse_row refuse_rows[] = {
 	{ "prewarm-threads", "-1", -EINVAL, "prewarm-threads: '-1' is not a whole number; write digits only, like 0",
 	  NULL },
 	{ "prewarm-threads", "four", -EINVAL, NULL, NULL },
+	{ "max-reservations-per-uid", "0", -ERANGE,
+	  "max-reservations-per-uid: '0' is out of range; write a whole number from 1 to 1024", NULL },
+	{ "max-reservations-per-uid", "1025", -ERANGE, NULL, NULL },
 	{ "prewarm-threads", " 4", -EINVAL, NULL, NULL },
 	{ "prewarm-threads", "4.0", -EINVAL, NULL, NULL },
 	{ "poll-interval-ms", "49", -ERANGE, NULL, NULL },

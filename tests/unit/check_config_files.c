@@ -106,6 +106,18 @@ START_TEST(test_max_registrants_per_file_defaults_to_256_and_is_bounded)
 }
 END_TEST
 
+/* One uid may not fill the host's 1024 reservations: 16 by default, 1 to 1024, file:line errors. */
+START_TEST(test_max_reservations_per_uid_defaults_to_16_and_is_bounded)
+{
+	char *path = write_temp("# a comment\nmax-reservations-per-uid = 1025\n");
+	struct config *c = defaults();
+
+	ck_assert_uint_eq(c->max_reservations_per_uid, 16);
+	expect_file_error_and_free(
+		c, path, 2, "max-reservations-per-uid: '1025' is out of range; write a whole number from 1 to 1024");
+}
+END_TEST
+
 /*
  * Was a constant (1 GiB): the largest start warm-up finished before READY. A size from 0 (always beside the
  * loop) up, whole pages, restart-only (its values: check_config.c's tables); errors carry file:line.
@@ -415,6 +427,7 @@ static Suite *config_files_suite(void)
 	CHECK_CASE(s, "files", NULL, NULL, TIMEOUT_S, test_file_with_comments_and_blank_lines_loads,
 		   test_file_quotes_allow_an_empty_value, test_file_errors_carry_path_and_line_and_are_all_collected,
 		   test_max_registrants_per_file_defaults_to_256_and_is_bounded,
+		   test_max_reservations_per_uid_defaults_to_16_and_is_bounded,
 		   test_prewarm_before_ready_defaults_to_1g_and_is_a_size,
 		   test_warmup_batch_max_defaults_to_16g_and_is_a_size, test_file_unknown_key_suggests_the_closest,
 		   test_file_duplicate_key_names_the_first_line, test_missing_file_is_enoent_with_message,

@@ -217,10 +217,86 @@ START_TEST(test_critical_refuses_a_reserve)
 }
 END_TEST
 
+/* Reservations alive for uid, counted here rather than by the function under test. */
+static size_t alive_of(const struct broker *b, uid_t uid)
+{
+	size_t n = 0;
+
+	for (const struct reservation *r = reservation_first(b); r; r = r->next)
+		n += r->uid == uid;
+	return n;
+}
+
+START_TEST(test_uid_at_its_reservation_cap_is_refused_another_uid_reserves)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+	enum reservation_error rerr;
+	struct reservation *r[3], *joined;
+	const char *names[] = { "a0", "a1", "a2" };
+
+	ck_assert_uint_eq(b->settings.max_reservations_per_uid, 16); /* the fixture keeps the key's default */
+	b->settings.max_reservations_per_uid = 3;
+	/* The smallest reservations there are (one share of one page): only the count can stop them. */
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(reserve(b, UID_A, &rank[i], names[i], 1, 4 * KIB, NULL, &r[i], &rerr), REFUSAL_NONE);
+	ck_assert_int_eq(reserve(b, UID_A, &rank[3], "a3", 1, 4 * KIB, NULL, NULL, &rerr), REFUSAL_INVALID_SIZE);
+	ck_assert_int_eq(rerr, RESERVATION_UID_CAP);
+	ck_assert_uint_eq(alive_of(b, UID_A), 3);
+	ck_assert_uint_eq(budget_uid_leased(b->budget, UID_A), 3 * 4 * KIB); /* the refusal charged nothing */
+	/* Over the budget too: the cap answers first, so a waiting reserve is not queued for nothing. */
+	ck_assert_int_eq(reserve(b, UID_A, &rank[3], "big", 1, 128 * MIB, NULL, NULL, &rerr), REFUSAL_INVALID_SIZE);
+	ck_assert_int_eq(rerr, RESERVATION_UID_CAP);
+	/* A join creates none: another rank of a group still joins at the cap. */
+	ck_assert_int_eq(reserve(b, UID_A, &rank[4], "a0", 1, 4 * KIB, NULL, &joined, &rerr), REFUSAL_NONE);
+	ck_assert_ptr_eq(joined, r[0]);
+	/* Another uid is not held back by A's. */
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(reserve(b, UID_B, &rank[5], names[i], 1, 4 * KIB, NULL, NULL, &rerr), REFUSAL_NONE);
+	ck_assert_uint_eq(alive_of(b, UID_B), 3);
+	/* A releases one: A may reserve one more, and no more than that. */
+	ck_assert_uint_eq(broker_reservation_end(b, r[1]), 4 * KIB);
+	ck_assert_int_eq(reserve(b, UID_A, &rank[3], "a3", 1, 4 * KIB, NULL, NULL, &rerr), REFUSAL_NONE);
+	ck_assert_int_eq(reserve(b, UID_A, &rank[3], "a4", 1, 4 * KIB, NULL, NULL, &rerr), REFUSAL_INVALID_SIZE);
+	ck_assert_int_eq(rerr, RESERVATION_UID_CAP);
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
+START_TEST(test_lowered_reservation_cap_keeps_those_alive_refuses_new)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+	enum reservation_error rerr;
+	struct reservation *r[3];
+	const char *names[] = { "a0", "a1", "a2" };
+
+	b->settings.max_reservations_per_uid = 3;
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(reserve(b, UID_A, &rank[i], names[i], 2, 4 * KIB, NULL, &r[i], &rerr), REFUSAL_NONE);
+	/* A reload to 1 (config_settings copies the key into b->settings): none of the 3 ends. */
+	b->settings.max_reservations_per_uid = 1;
+	ck_assert_uint_eq(alive_of(b, UID_A), 3);
+	ck_assert_uint_eq(budget_uid_leased(b->budget, UID_A), 3 * 2 * 4 * KIB);
+	ck_assert_int_eq(take(b, r[2], &rank[2], 4 * KIB, NULL), REFUSAL_NONE); /* its shares are still taken */
+	ck_assert_int_eq(reserve(b, UID_A, &rank[3], "a3", 1, 4 * KIB, NULL, NULL, &rerr), REFUSAL_INVALID_SIZE);
+	ck_assert_int_eq(rerr, RESERVATION_UID_CAP);
+	/* Ending one leaves 2, still at or over 1: refused until A holds none. */
+	broker_reservation_end(b, r[0]);
+	broker_reservation_end(b, r[1]);
+	ck_assert_int_eq(reserve(b, UID_A, &rank[3], "a3", 1, 4 * KIB, NULL, NULL, &rerr), REFUSAL_INVALID_SIZE);
+	ck_assert_int_eq(rerr, RESERVATION_UID_CAP);
+	broker_reservation_end(b, r[2]);
+	ck_assert_int_eq(reserve(b, UID_A, &rank[3], "a3", 1, 4 * KIB, NULL, NULL, &rerr), REFUSAL_NONE);
+	check_books(b);
+	free_broker(b);
+}
+END_TEST
+
 CHECK_SUITE(suite, "reservation", "table", NULL, NULL, 30, test_reserve_over_budget_charges_nothing,
 	    test_reserve_over_uid_quota_and_whole_budget_refused, test_reserve_over_job_quota_refused,
 	    test_join_same_shape_mismatch_refused, test_shares_move_to_leases_with_the_books_exact,
 	    test_smaller_share_gives_the_rest_back, test_end_on_release_and_on_last_member,
-	    test_critical_refuses_a_reserve)
+	    test_critical_refuses_a_reserve, test_uid_at_its_reservation_cap_is_refused_another_uid_reserves,
+	    test_lowered_reservation_cap_keeps_those_alive_refuses_new)
 
 CHECK_MAIN(suite)

@@ -79,6 +79,7 @@ static const char *const config_reloadable_keys[] = {
 	"max-leases-per-uid",
 	"max-chunks-per-uid",
 	"max-registrants-per-file",
+	"max-reservations-per-uid",
 	"max-queued-bytes-per-connection",
 	"max-queued-bytes",
 	"max-pending-acquires",
