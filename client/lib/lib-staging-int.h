@@ -37,6 +37,7 @@ struct staging_pool {
 	uint8_t *dst;
 	const uint8_t *src;
 	size_t bytes;
+	bool stream; /* streaming stores (settings' stream_stores) */
 };
 
 struct pbst_state {
@@ -83,8 +84,9 @@ void staging_ring_unlock(struct pbst_state *st);
 void **staging_events(struct pbst_state *st, void *ctx);
 /* Under ring_lock: the threads for st->set.threads, started on first use; 0 or -errno (then copies use one). */
 int staging_pool_start(struct pbst_state *st);
-/* Copy bytes from src to dst, split among up to n threads of st's pool (the caller is one). */
-void staging_pool_copy(struct pbst_state *st, void *dst, const void *src, size_t bytes, unsigned n);
+/* Copy bytes from src to dst, split among up to n threads of st's pool (the caller is one); stream: with
+ * streaming stores (pbst_stream_copy). */
+void staging_pool_copy(struct pbst_state *st, void *dst, const void *src, size_t bytes, unsigned n, bool stream);
 /* Under ring_lock: stop and join the pool's threads. */
 void staging_pool_stop(struct pbst_state *st);
 /* Send the counters when STAGING_REPORT_MS has passed since the last report (or now, when force). */

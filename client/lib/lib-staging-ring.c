@@ -12,6 +12,7 @@
 
 #include "cuda.h"
 #include "pinbroker-internal.h"
+#include "staging-copy.h"
 #include "util.h"
 
 /* Every client's state, for fork; all_lock also serialises making one. */
@@ -354,6 +355,14 @@ static void events_free(struct pbst_state *st, bool destroy)
 	}
 }
 
+static void part_copy(bool stream, void *dst, const void *src, size_t len)
+{
+	if (stream)
+		pbst_stream_copy(dst, src, len);
+	else
+		memcpy(dst, src, len);
+}
+
 /* Take the next part of the job in hand and copy it, until none is left. Called with p->lock held; returns so. */
 static void pool_work_locked(struct staging_pool *p)
 {
@@ -365,7 +374,7 @@ static void pool_work_locked(struct staging_pool *p)
 
 		pbst_split_part(p->bytes, p->nparts, i, &off, &len);
 		pthread_mutex_unlock(&p->lock);
-		memcpy(dst + off, src + off, len);
+		part_copy(p->stream, dst + off, src + off, len);
 		pthread_mutex_lock(&p->lock);
 		if (--p->left == 0)
 			pthread_cond_signal(&p->done);
@@ -422,17 +431,18 @@ int staging_pool_start(struct pbst_state *st)
 	return r;
 }
 
-void staging_pool_copy(struct pbst_state *st, void *dst, const void *src, size_t bytes, unsigned n)
+void staging_pool_copy(struct pbst_state *st, void *dst, const void *src, size_t bytes, unsigned n, bool stream)
 {
 	struct staging_pool *p = &st->pool;
 
 	if (n > p->n + 1)
 		n = p->n + 1;
 	if (n <= 1) {
-		memcpy(dst, src, bytes);
+		part_copy(stream, dst, src, bytes);
 		return;
 	}
 	pthread_mutex_lock(&p->lock);
+	p->stream = stream;
 	p->dst = dst;
 	p->src = src;
 	p->bytes = bytes;

@@ -73,7 +73,7 @@ static bool ring_going(struct pbst_state *st)
  * revoke the driver copies the rest, queued behind them on the stream. The first failing call's CUresult, or 0.
  */
 static int copy_h2d(struct pbst_state *st, uint64_t dst, const uint8_t *src, size_t bytes, void *stream, void *ctx,
-		    void **ev, unsigned threads, size_t *staged)
+		    void **ev, const struct pbst_settings *set, size_t *staged)
 {
 	size_t n = pbst_piece_count(bytes, st->slot_bytes);
 	unsigned first = st->next_slot;
@@ -93,7 +93,8 @@ static int copy_h2d(struct pbst_state *st, uint64_t dst, const uint8_t *src, siz
 		r = slot_wait(s);
 		if (r != 0)
 			break;
-		staging_pool_copy(st, buf, src + p.off, p.bytes, pbst_split_threads(p.bytes, threads));
+		staging_pool_copy(st, buf, src + p.off, p.bytes, pbst_split_threads(p.bytes, set->threads),
+				  set->stream_stores);
 		r = pbcuda_htod_async(dst + p.off, buf, p.bytes, stream);
 		if (r == 0)
 			r = slot_mark(s, ev[p.slot], ctx, stream);
@@ -112,7 +113,7 @@ static int copy_h2d(struct pbst_state *st, uint64_t dst, const uint8_t *src, siz
  * for, so no slot is left in the GPU's hands.
  */
 static int copy_d2h(struct pbst_state *st, uint8_t *dst, uint64_t src, size_t bytes, void *stream, void *ctx, void **ev,
-		    unsigned threads, size_t *staged)
+		    const struct pbst_settings *set, size_t *staged)
 {
 	size_t n = pbst_piece_count(bytes, st->slot_bytes), issued = 0, done = 0;
 	unsigned first = st->next_slot;
@@ -145,7 +146,7 @@ static int copy_d2h(struct pbst_state *st, uint8_t *dst, uint64_t src, size_t by
 				r = w;
 			if (r == 0) {
 				staging_pool_copy(st, dst + p.off, slot_data(st, p.slot), p.bytes,
-						  pbst_split_threads(p.bytes, threads));
+						  pbst_split_threads(p.bytes, set->threads), set->stream_stores);
 				*staged += p.bytes;
 			}
 			done++;
@@ -232,9 +233,9 @@ bool pbst_copy(pb_client *c, void *dst, const void *src, size_t bytes, void *str
 	 */
 	r = (flags & PBST_SYNC) && v == PBST_STAGE_H2D ? pbcuda_stream_sync(stream) : 0;
 	if (r == 0 && v == PBST_STAGE_H2D)
-		r = copy_h2d(st, (uint64_t)(uintptr_t)dst, src, bytes, stream, ctx, ev, set.threads, &staged);
+		r = copy_h2d(st, (uint64_t)(uintptr_t)dst, src, bytes, stream, ctx, ev, &set, &staged);
 	else if (r == 0)
-		r = copy_d2h(st, dst, (uint64_t)(uintptr_t)src, bytes, stream, ctx, ev, set.threads, &staged);
+		r = copy_d2h(st, dst, (uint64_t)(uintptr_t)src, bytes, stream, ctx, ev, &set, &staged);
 
 	pthread_mutex_lock(&st->lock);
 	if (v == PBST_STAGE_H2D) {

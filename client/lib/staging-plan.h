@@ -28,9 +28,10 @@ struct pbst_settings {
 	size_t slot_bytes;      /* PINBROKER_STAGING_SLOT */
 	unsigned threads;       /* PINBROKER_STAGING_THREADS: the calling thread and threads - 1 workers */
 	size_t threshold_bytes; /* PINBROKER_STAGING_THRESHOLD: smaller copies go to the driver */
+	bool stream_stores;     /* PINBROKER_STAGING_STREAM_STORES (0: the threads copy with plain memcpy) */
 };
 
-/* The defaults: on, 64 MiB ring of 16 MiB slots, 8 threads, 1 MiB threshold. */
+/* The defaults: on, 64 MiB ring of 16 MiB slots, 8 threads, 1 MiB threshold, streaming stores. */
 void pbst_settings_default(struct pbst_settings *s);
 
 /*
@@ -43,7 +44,7 @@ unsigned pbst_threads_for_cpus(long cpus);
 typedef const char *(*pbst_getenv_fn)(const char *name, void *arg);
 
 /*
- * s from the defaults and PINBROKER_STAGING, _RING, _SLOT, _THREADS and _THRESHOLD as get returns them (sizes as
+ * s from the defaults and PINBROKER_STAGING, _RING, _SLOT, _THREADS, _THRESHOLD and _STREAM_STORES as get returns them (sizes as
  * the config file writes them: "64M", "1GiB", "1048576"). A bad value, or a ring and slot that together leave
  * fewer than two slots, is replaced by its default. Returns 0 when every value was good, else -EINVAL with why
  * naming each bad variable, its value and the default used instead ("; " between them).

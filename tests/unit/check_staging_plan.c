@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "check_main.h"
+#include "staging-copy.h"
 #include "staging-plan.h"
 #include "pinbroker-internal.h"
 
@@ -49,7 +50,27 @@ START_TEST(test_defaults_are_64m_ring_16m_slot_8_threads_1m_threshold)
 	ck_assert_uint_eq(s.threads, 8);
 	ck_assert_uint_eq(s.threshold_bytes, 1 * MiB);
 	ck_assert_uint_eq(pbst_settings_slots(&s), 4);
+	ck_assert(s.stream_stores);
 	ck_assert_str_eq(why, "");
+}
+END_TEST
+
+/* PINBROKER_STAGING_STREAM_STORES: 0 and 1 are read; anything else keeps the default (on) and says so. */
+START_TEST(test_stream_stores_env)
+{
+	const char *off[] = { "PINBROKER_STAGING_STREAM_STORES", "0", NULL };
+	const char *on[] = { "PINBROKER_STAGING_STREAM_STORES", "1", NULL };
+	const char *bad[] = { "PINBROKER_STAGING_STREAM_STORES", "fast", NULL };
+	struct pbst_settings s;
+	char why[256];
+
+	ck_assert_int_eq(from_env(&s, off, why, sizeof(why)), 0);
+	ck_assert(!s.stream_stores);
+	ck_assert_int_eq(from_env(&s, on, why, sizeof(why)), 0);
+	ck_assert(s.stream_stores);
+	ck_assert_int_eq(from_env(&s, bad, why, sizeof(why)), -EINVAL);
+	ck_assert(s.stream_stores);
+	ck_assert_msg(strstr(why, "PINBROKER_STAGING_STREAM_STORES=fast is not 0 or 1") != NULL, "why: %s", why);
 }
 END_TEST
 
@@ -402,13 +423,57 @@ START_TEST(test_an_even_piece_splits_evenly)
 }
 END_TEST
 
+/*
+ * The streaming copy is memcpy: every byte of dst[0, n) is src's, nothing around it is written, for sizes on
+ * both sides of PBST_STREAM_MIN_BYTES and of a 64-byte line, and every misalignment of dst and src.
+ */
+START_TEST(test_stream_copy_is_memcpy)
+{
+	static const size_t sizes[] = { 0,
+					1,
+					63,
+					64,
+					65,
+					PBST_STREAM_MIN_BYTES - 1,
+					PBST_STREAM_MIN_BYTES,
+					PBST_STREAM_MIN_BYTES + 1,
+					PBST_STREAM_MIN_BYTES + 63,
+					MiB - 3,
+					MiB };
+	static const size_t dst_offs[] = { 0, 1, 15, 16, 63 }, src_offs[] = { 0, 3, 64 };
+	const size_t guard = 128, cap = MiB + 2 * guard;
+	uint8_t *src = malloc(cap), *dst = malloc(cap), *untouched = malloc(cap);
+
+	ck_assert(src && dst && untouched);
+	memset(untouched, 0xAA, cap);
+	for (size_t i = 0; i < cap; i++)
+		src[i] = (uint8_t)(i * 131 + (i >> 8) * 7 + 1);
+	for (size_t a = 0; a < sizeof(sizes) / sizeof(sizes[0]); a++)
+		for (size_t b = 0; b < sizeof(dst_offs) / sizeof(dst_offs[0]); b++)
+			for (size_t c = 0; c < sizeof(src_offs) / sizeof(src_offs[0]); c++) {
+				size_t n = sizes[a], d = guard + dst_offs[b], so = src_offs[c];
+
+				memset(dst, 0xAA, cap);
+				pbst_stream_copy(dst + d, src + so, n);
+				ck_assert_msg(memcmp(dst + d, src + so, n) == 0, "n %zu dst+%zu src+%zu differs", n,
+					      dst_offs[b], so);
+				ck_assert_msg(memcmp(dst, untouched, d) == 0 &&
+						      memcmp(dst + d + n, untouched, cap - d - n) == 0,
+					      "n %zu dst+%zu: a byte outside dst[0, n) was written", n, dst_offs[b]);
+			}
+	free(src);
+	free(dst);
+	free(untouched);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("staging_plan");
 	TCase *settings;
 
 	settings = CHECK_CASE(s, "settings", NULL, NULL, 10, test_defaults_are_64m_ring_16m_slot_8_threads_1m_threshold,
-			      test_threads_for_cpus, test_env_values_are_read_as_sizes,
+			      test_threads_for_cpus, test_env_values_are_read_as_sizes, test_stream_stores_env,
 			      test_configure_applies_nonzero_fields_and_keeps_the_rest,
 			      test_configure_refuses_bad_values_and_changes_nothing);
 	tcase_add_loop_test(settings, test_env_values_are_bounded_and_a_bad_one_falls_back_to_its_default, 0,
@@ -423,6 +488,7 @@ static Suite *suite(void)
 	CHECK_CASE(s, "plan", NULL, NULL, 10, test_pieces_around_slot_boundaries, test_a_piece_past_the_end_is_empty,
 		   test_small_pieces_take_fewer_threads, test_a_piece_splits_among_threads_at_64_byte_cuts,
 		   test_an_even_piece_splits_evenly);
+	CHECK_CASE(s, "copy", NULL, NULL, 30, test_stream_copy_is_memcpy);
 	return s;
 }
 
