@@ -321,18 +321,10 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-cudapaths");
-	TCase *t = tcase_create("charged"), *small = tcase_create("fallback");
+	TCase *t = CHECK_CASE(s, "charged", start, stop, 120, test_without_the_interposer_the_broker_sees_none_of_it);
 
-	tcase_add_checked_fixture(t, start, stop);
-	tcase_set_timeout(t, 120);
 	tcase_add_loop_test(t, test_driver_host_memory_is_charged_as_each_path_says, 0, N_CHARGED * N_WAYS);
-	tcase_add_test(t, test_without_the_interposer_the_broker_sees_none_of_it);
-	suite_add_tcase(s, t);
-
-	tcase_add_checked_fixture(small, start_small, stop);
-	tcase_set_timeout(small, 120);
-	tcase_add_loop_test(small, test_over_the_budget_the_fallback_decides, 0, N_WAYS);
-	suite_add_tcase(s, small);
+	CHECK_LOOP_CASE(s, "fallback", start_small, stop, 120, N_WAYS, test_over_the_budget_the_fallback_decides);
 	return s;
 }
 
