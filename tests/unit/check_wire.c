@@ -17,6 +17,7 @@
 #include "wire.h"
 #include "check_main.h"
 #include "fdlimit.h"
+#include "wirefix.h"
 
 /* The kernel's per-message limit (SCM_MAX_FD): one more than wire_recv makes room for. */
 #define KERNEL_SCM_MAX_FD 253
@@ -134,14 +135,9 @@ struct body {
 	ProtobufCMessage *msg;
 };
 
-/* Puts body in msg's oneof, as the generated code's body_case and union member would. */
 static void set_body(ProtobufCMessage *msg, const struct body *body)
 {
-	const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field(msg->descriptor, body->kind);
-
-	ck_assert_ptr_nonnull(f);
-	*(uint32_t *)((char *)msg + f->quantifier_offset) = body->kind;
-	*(ProtobufCMessage **)((char *)msg + f->offset) = body->msg;
+	wirefix_set_oneof(msg, body->kind, body->msg);
 }
 
 /* Every Request body kind, each sent once bare and once carrying an fd. */
