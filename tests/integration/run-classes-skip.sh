@@ -11,11 +11,7 @@ BIN=$1
 . "$(dirname "$0")/readonly-ns.sh"
 ro_ns_require
 ro_ns_run /proc/sys env CK_RUN_CASE=no-such-case "$BIN"
-if [ $rc = 77 ] && echo "$out" | grep -q 'SKIPPED: .*nr_hugepages, which is read-only here although this runs as root' &&
-	! echo "$out" | grep -q 'needs root'; then
-	echo "ok: as root with a read-only /proc/sys, the skip says the file is read-only, not that it needs root"
-	exit 0
-fi
-echo "FAIL: as root with a read-only /proc/sys, check_itest_classes should skip (exit 77, got $rc) saying" \
-	"/proc/sys/vm/nr_hugepages is read-only, not that it needs root"
-exit 1
+ro_ns_expect 77 'SKIPPED: .*nr_hugepages, which is read-only here although this runs as root' 'needs root' \
+	"as root with a read-only /proc/sys, the skip says the file is read-only, not that it needs root" \
+	"as root with a read-only /proc/sys, check_itest_classes should skip (exit 77, got $rc) saying \
+/proc/sys/vm/nr_hugepages is read-only, not that it needs root"

@@ -17,11 +17,7 @@ printf 'MemTotal: 16777216 kB\nMemFree: 8388608 kB\nMemAvailable: 12582912 kB\nS
 	>"$root/proc/meminfo"
 echo 0 >"$root/proc/sys/vm/nr_hugepages"
 ro_ns_run "$root/proc/sys" "$BIN" --config /dev/null --proc-root "$root" --budget 8M --prewarm 0 --reserve-hugepages
-if [ $rc = 1 ] && echo "$out" | grep -q 'nr_hugepages: Read-only file system (it is read-only here: .*ReadWritePaths=' &&
-	! echo "$out" | grep -q 'run as root'; then
-	echo "ok: a read-only nr_hugepages is reported as read-only, with what to do, not as a matter of root"
-	exit 0
-fi
-echo "FAIL: --reserve-hugepages on a read-only nr_hugepages should exit 1 (got $rc) saying it is read-only and" \
-	"naming ReadWritePaths=, not 'run as root'"
-exit 1
+ro_ns_expect 1 'nr_hugepages: Read-only file system (it is read-only here: .*ReadWritePaths=' 'run as root' \
+	"a read-only nr_hugepages is reported as read-only, with what to do, not as a matter of root" \
+	"--reserve-hugepages on a read-only nr_hugepages should exit 1 (got $rc) saying it is read-only and \
+naming ReadWritePaths=, not 'run as root'"
