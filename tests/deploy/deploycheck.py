@@ -1,8 +1,11 @@
 # SPDX-License-Identifier: MIT
 """What tests/deploy's Python scripts share: their verdicts (ok; fail, which ends the run; check, which counts
-failures until exit_status), skip (exit 77), waiting on a condition with a bound, and python3's gRPC packages.
+failures until exit_status), skip (exit 77), waiting on a condition with a bound, python3's gRPC packages, a
+script's scratch folder with the daemon it runs (Harness), and a real pod cgroup of this host.
 Each script imports it from its own folder: `import deploycheck as dc`."""
+import functools
 import os
+import subprocess
 import sys
 import time
 
@@ -151,3 +154,50 @@ class Daemon:
         import json
 
         return {r["pattern"]: r["bytes"] for r in json.loads(self.pinctl("quota", "list", "--json").stdout)["rules"]}
+
+
+class Harness:
+    """A script's set-up: the build's pinbrokerd and pinctl (which must be built), a scratch folder (tmp), the
+    processes and cgroups cleanup() ends and removes, wait_for with the script's bound, and the Daemon it runs."""
+
+    def __init__(self, prefix, build, timeout_s):
+        self.pinbrokerd = os.path.join(build, "daemon/pinbrokerd")
+        self.pinctl = os.path.join(build, "client/pinctl")
+        require_built(self.pinbrokerd, self.pinctl)
+        self.tmp = scratch(prefix)
+        self.procs, self.cgroups = [], []
+        self.wait_for = functools.partial(wait_for, timeout_s=timeout_s)
+        self.daemon = Daemon(self.tmp, self.pinbrokerd, self.pinctl, self.procs, self.wait_for)
+
+    def cleanup(self):
+        cleanup(self.tmp, self.procs, self.cgroups)
+
+
+def make_pod_cgroup(slice_name, uid, made):
+    """A real pod cgroup of this host as the systemd driver names it, SLICE.slice/SLICE-podUID.slice (under v1's
+    memory controller where there is one): (base, rel), each folder made appended to made. None, with a note, where
+    this host lets none be made."""
+    base = "/sys/fs/cgroup/memory" if os.path.isdir("/sys/fs/cgroup/memory") else "/sys/fs/cgroup"
+    rel = f"/{slice_name}.slice/{slice_name}-pod" + uid.replace("-", "_") + ".slice"
+    try:
+        os.mkdir(base + rel.rsplit("/", 1)[0])
+        made.append(base + rel.rsplit("/", 1)[0])
+        os.mkdir(base + rel)
+        made.append(base + rel)
+    except OSError as e:
+        print(f"note: cannot make a cgroup under {base} ({e}): the real-cgroup check did not run")
+        return None
+    return base, rel
+
+
+def acquire_in_cgroup(pinctl, sock, cgroup, rel, size, refused, limit):
+    """pinctl acquire SIZE from a shell moved into the cgroup folder cgroup: refused with words naming rel's quota
+    (refused), else granted; fail otherwise (limit says what bounds the cgroup). Returns the refusal's line."""
+    sh = f"echo $$ > {cgroup}/cgroup.procs && exec {pinctl} --socket {sock} acquire {size}"
+    r = subprocess.run(["sh", "-c", sh], capture_output=True, text=True, timeout=60)
+    msg = [ln for ln in (r.stdout + r.stderr).splitlines() if rel in ln and "quota" in ln]
+    if refused and (r.returncode == 0 or not msg):
+        fail(f"a {size} acquire in the pod's cgroup ({limit}): exit {r.returncode}: {r.stdout}{r.stderr}")
+    if not refused and r.returncode != 0:
+        fail(f"a {size} acquire in the pod's cgroup ({limit}) failed: {r.stdout}{r.stderr}")
+    return msg[0].strip() if msg else None

@@ -17,6 +17,7 @@ LIMIT=2147483648
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 skip() { echo "SKIP: $*" >&2; exit 77; }
+. "$SRC/tests/deploy/answering.sh"
 
 [ "$(id -u)" = 0 ] || skip "needs root (a memory cgroup and capabilities)"
 command -v setpriv >/dev/null || skip "setpriv not found (util-linux)"
@@ -64,12 +65,7 @@ case $caps in *ipc_lock*) ;; *) skip "CAP_IPC_LOCK is not in this host's boundin
 sh -c 'echo $$ >"$1/cgroup.procs" && ulimit -l 64 && exec setpriv --inh-caps=-all --bounding-set="$2" "$3" --config "$4"' \
 	sh "$CG" "$caps" "$PINBROKERD" "$T/pinbrokerd.conf" </dev/null >"$T/daemon.log" 2>&1 &
 DPID=$!
-n=0
-until "$PINCTL" --socket "$SOCK" status >/dev/null 2>&1; do
-	n=$((n + 1))
-	[ $n -lt 150 ] || { cat "$T/daemon.log"; fail "pinbrokerd did not answer in its cgroup"; }
-	sleep 0.1
-done
+wait_answering "$SOCK" "$T/daemon.log" "pinbrokerd did not answer in its cgroup"
 grep -q "^Max locked memory *65536 " "/proc/$DPID/limits" || fail "the daemon's RLIMIT_MEMLOCK is not 64 KiB: $(grep locked "/proc/$DPID/limits")"
 eff=$(sed -n 's/^CapEff:\t//p' "/proc/$DPID/status")
 # IPC_LOCK 14, KILL 5, SYS_RESOURCE 24: nothing else may be effective.

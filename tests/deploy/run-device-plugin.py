@@ -12,7 +12,6 @@
 # where it can make one, whose client is refused past the quota; the checkpoint used only where the socket is
 # missing or serves no v1; re-registration when the kubelet empties its folder; SIGTERM.
 # usage: run-device-plugin.py SOURCE_DIR BUILD_DIR      exit 0 pass, 1 fail, 77 skip
-import functools
 import json
 import os
 import queue
@@ -32,17 +31,12 @@ grpc = dc.require_grpc()
 SRC, BUILD = sys.argv[1], sys.argv[2]
 DP_DIR = os.path.join(SRC, "deploy/kubernetes/device-plugin")
 PLUGIN = os.path.join(DP_DIR, "pinbroker-device-plugin.py")
-PINBROKERD = os.path.join(BUILD, "daemon/pinbrokerd")
-PINCTL = os.path.join(BUILD, "client/pinctl")
 RESOURCE = "pinbroker.io/pinned-gib"
 if os.geteuid() != 0:
     skip("needs root: pinctl quota set and set budget are admin requests")
-dc.require_built(PINBROKERD, PINCTL)
-
-T = dc.scratch("pinbroker-dp.")
-procs, real_cgroups = [], []
-cleanup = functools.partial(dc.cleanup, T, procs, real_cgroups)
-wait_for = functools.partial(dc.wait_for, timeout_s=10.0)
+H = dc.Harness("pinbroker-dp.", BUILD, timeout_s=10.0)
+T, PINCTL, procs, real_cgroups = H.tmp, H.pinctl, H.procs, H.cgroups
+cleanup, wait_for = H.cleanup, H.wait_for
 # The stubs, generated from the vendored protos by the code the image build runs, not committed.
 STUBS = dc.compile_stubs(SRC, DP_DIR, ["api", "podresources"], T)
 import api_pb2 as pb  # noqa: E402
@@ -51,7 +45,7 @@ import podresources_pb2 as pr  # noqa: E402
 import podresources_pb2_grpc as pr_grpc  # noqa: E402
 
 # The daemon: its config (write_conf rewrites the budget), socket, pinctl and quota rules.
-DAEMON = dc.Daemon(T, PINBROKERD, PINCTL, procs, wait_for)
+DAEMON = H.daemon
 RUN, SOCK, CONF = DAEMON.run, DAEMON.sock, DAEMON.conf
 write_conf, pinctl, start_daemon, rules = DAEMON.write_conf, DAEMON.pinctl, DAEMON.start, DAEMON.rules
 
@@ -354,17 +348,11 @@ def strict_check(env):
 def real_check(env, ids):
     """A real pod-named cgroup on this host: set by the plugin (cgroup root /sys/fs/cgroup), then
     a client moved into it is refused an acquire past its pod's quota."""
-    base = "/sys/fs/cgroup/memory" if os.path.isdir("/sys/fs/cgroup/memory") else "/sys/fs/cgroup"
     uid = "0f8fad5b-d9cb-469f-a165-70867728950e"
-    rel = "/kubepods-pinbroker-test.slice/kubepods-pinbroker-test-pod" + uid.replace("-", "_") + ".slice"
-    try:
-        os.mkdir(base + rel.rsplit("/", 1)[0])
-        real_cgroups.append(base + rel.rsplit("/", 1)[0])
-        os.mkdir(base + rel)
-        real_cgroups.append(base + rel)
-    except OSError as e:
-        print(f"note: cannot make a cgroup under {base} ({e}): the real-cgroup check did not run")
+    made = dc.make_pod_cgroup("kubepods-pinbroker-test", uid, real_cgroups)
+    if not made:
         return
+    base, rel = made
     pod_log("team-r", "real-0", uid)
     LISTED[:] = [("team-a", "train-0", [("train", RESOURCE, ids[:2])]), ("team-r", "real-0", [("job", RESOURCE, ids[2:4])])]
     # The running plugin looks in the fake tree: this host's tree is searched by the plugin's own
@@ -378,16 +366,9 @@ def real_check(env, ids):
     if not p.reconcile_quotas(ids[2:4]) or rules().get(rel) != 2 * GIB:
         fail(f"the real pod cgroup {rel} got no 2 GiB quota: {rules()}")
     # A client in that cgroup: 1 GiB fits, 3 GiB more does not.
-    sh = (f'echo $$ > {base + rel}/cgroup.procs && exec {PINCTL} --socket {SOCK} acquire 3G')
-    r = subprocess.run(["sh", "-c", sh], capture_output=True, text=True, timeout=60)
-    msg = [line for line in (r.stdout + r.stderr).splitlines() if rel in line and "quota" in line]
-    if r.returncode == 0 or not msg:
-        fail(f"a 3G acquire in the pod's cgroup (quota 2 GiB): exit {r.returncode}: {r.stdout}{r.stderr}")
-    ok(f"real cgroup: quota 2 GiB set by the plugin; a 3G acquire there refused: {msg[0].strip()}")
-    sh = (f'echo $$ > {base + rel}/cgroup.procs && exec {PINCTL} --socket {SOCK} acquire 1G')
-    r = subprocess.run(["sh", "-c", sh], capture_output=True, text=True, timeout=60)
-    if r.returncode != 0:
-        fail(f"a 1G acquire in the pod's cgroup (quota 2 GiB) failed: {r.stdout}{r.stderr}")
+    msg = dc.acquire_in_cgroup(PINCTL, SOCK, base + rel, rel, "3G", True, "quota 2 GiB")
+    ok(f"real cgroup: quota 2 GiB set by the plugin; a 3G acquire there refused: {msg}")
+    dc.acquire_in_cgroup(PINCTL, SOCK, base + rel, rel, "1G", False, "quota 2 GiB")
     ok("real cgroup: a 1G acquire there succeeds")
 
 

@@ -14,7 +14,6 @@
 # clearing the quota; a real cgroup of this host, where it can make one, whose client is refused past its
 # claim; DRA_STRICT; SIGTERM.
 # usage: run-dra-driver.py SOURCE_DIR BUILD_DIR      exit 0 pass, 1 fail, 77 skip
-import functools
 import json
 import os
 import shutil
@@ -36,8 +35,6 @@ grpc = dc.require_grpc()
 SRC, BUILD = sys.argv[1], sys.argv[2]
 DRA_DIR = os.path.join(SRC, "deploy/kubernetes/dra")
 DRIVER = os.path.join(DRA_DIR, "pinbroker-dra-driver.py")
-PINBROKERD = os.path.join(BUILD, "daemon/pinbrokerd")
-PINCTL = os.path.join(BUILD, "client/pinctl")
 NAME = "pinned-memory.pinbroker.io"
 NODE = "gpu-node-1"
 CDI_ID = "pinbroker.io/pinned-memory=socket"
@@ -45,12 +42,9 @@ if os.geteuid() != 0:
     skip("needs root: pinctl quota set and set budget are admin requests")
 if not shutil.which("openssl"):
     skip("openssl not found (apt-get install openssl): the stand-in API server needs a certificate")
-dc.require_built(PINBROKERD, PINCTL)
-
-T = dc.scratch("pinbroker-dra.")
-procs, real_cgroups = [], []
-cleanup = functools.partial(dc.cleanup, T, procs, real_cgroups)
-wait_for = functools.partial(dc.wait_for, timeout_s=15.0)
+H = dc.Harness("pinbroker-dra.", BUILD, timeout_s=15.0)
+T, PINCTL, procs, real_cgroups = H.tmp, H.pinctl, H.procs, H.cgroups
+cleanup, wait_for = H.cleanup, H.wait_for
 # The stubs, generated from the vendored protos by the code the image build runs, not committed.
 STUBS = dc.compile_stubs(SRC, DRA_DIR, ["dra", "pluginregistration"], T)
 import dra_pb2 as dra  # noqa: E402
@@ -59,7 +53,7 @@ import pluginregistration_pb2 as reg  # noqa: E402
 import pluginregistration_pb2_grpc as reg_grpc  # noqa: E402
 
 # The daemon: its config (write_conf rewrites the budget), socket, pinctl and quota rules.
-DAEMON = dc.Daemon(T, PINBROKERD, PINCTL, procs, wait_for)
+DAEMON = H.daemon
 RUN, SOCK, CONF = DAEMON.run, DAEMON.sock, DAEMON.conf
 write_conf, pinctl, start_daemon, rules = DAEMON.write_conf, DAEMON.pinctl, DAEMON.start, DAEMON.rules
 
@@ -387,17 +381,11 @@ def strict_and_gib_check():
 
 def real_check():
     """A real pod-named cgroup on this host: the quota from a prepared claim binds a client moved into it."""
-    base = "/sys/fs/cgroup/memory" if os.path.isdir("/sys/fs/cgroup/memory") else "/sys/fs/cgroup"
     uid = "0f8fad5b-d9cb-469f-a165-70867728950e"
-    rel = "/kubepods-pinbroker-dra-test.slice/kubepods-pinbroker-dra-test-pod" + uid.replace("-", "_") + ".slice"
-    try:
-        os.mkdir(base + rel.rsplit("/", 1)[0])
-        real_cgroups.append(base + rel.rsplit("/", 1)[0])
-        os.mkdir(base + rel)
-        real_cgroups.append(base + rel)
-    except OSError as e:
-        print(f"note: cannot make a cgroup under {base} ({e}): the real-cgroup check did not run")
+    made = dc.make_pod_cgroup("kubepods-pinbroker-dra-test", uid, real_cgroups)
+    if not made:
         return
+    base, rel = made
     m = module()
     env = dict(ENV, DRA_CGROUP_ROOT="/sys/fs/cgroup", DRA_PLUGIN_DIR=os.path.join(T, "real"))
     os.makedirs(env["DRA_PLUGIN_DIR"])
@@ -407,13 +395,7 @@ def real_check():
     if d.prepare(c).error or rules().get(rel) != 2 * GIB:
         fail(f"the real pod cgroup {rel} got no 2 GiB quota: {rules()}")
     for size, refused in (("3G", True), ("1G", False)):
-        sh = f'echo $$ > {base + rel}/cgroup.procs && exec {PINCTL} --socket {SOCK} acquire {size}'
-        r = subprocess.run(["sh", "-c", sh], capture_output=True, text=True, timeout=60)
-        msg = [ln for ln in (r.stdout + r.stderr).splitlines() if rel in ln and "quota" in ln]
-        if refused and (r.returncode == 0 or not msg):
-            fail(f"a 3G acquire in the pod's cgroup (claim 2Gi): exit {r.returncode}: {r.stdout}{r.stderr}")
-        if not refused and r.returncode != 0:
-            fail(f"a 1G acquire in the pod's cgroup (claim 2Gi) failed: {r.stdout}{r.stderr}")
+        dc.acquire_in_cgroup(PINCTL, SOCK, base + rel, rel, size, refused, "claim 2Gi")
     ok("real cgroup: the claim's 2 GiB bind: a 3G acquire there refused, 1G granted")
     d.unprepare(c)
     if rel in rules():

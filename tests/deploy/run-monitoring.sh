@@ -16,6 +16,7 @@ MON=$SRC/deploy/monitoring
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 skip() { echo "SKIP: $*" >&2; exit 77; }
+. "$SRC/tests/deploy/answering.sh"
 
 command -v promtool >/dev/null || skip "promtool not found (Debian package prometheus)"
 python3 -c 'import yaml' 2>/dev/null || skip "python3 yaml not found (Debian package python3-yaml)"
@@ -52,12 +53,7 @@ start_daemon() {
 	"$PINBROKERD" --socket "$T/$name.sock" --budget 64M --prewarm 4M --metrics-path "$T/$name.prom" \
 		--metrics-interval-ms 1000 --job-quota '/:32M' "$@" </dev/null >"$T/$name.log" 2>&1 &
 	DPID=$!
-	n=0
-	until "$PINCTL" --socket "$T/$name.sock" status >/dev/null 2>&1; do
-		n=$((n + 1))
-		[ $n -lt 150 ] || { cat "$T/$name.log"; fail "pinbrokerd ($name) did not answer"; }
-		sleep 0.1
-	done
+	wait_answering "$T/$name.sock" "$T/$name.log" "pinbrokerd ($name) did not answer"
 }
 
 stop_daemon() {

@@ -392,115 +392,59 @@ static int cmd_check(void)
 	return g_fail ? 1 : 0;
 }
 
-static int cmd_hold(int n, char **sizes)
+static int drv_alloc(void **p, size_t bytes, unsigned flags)
 {
-	void *p[64];
-	const char *t = getenv("PB_HOLD_TIMEOUT_S"), *kind = getenv("PB_HOLD_KIND");
-	double timeout_s = t ? atof(t) : 300;
-	int reg = kind && !strcmp(kind, "register"), rc = 0, k;
-	unsigned flags = !kind || !strcmp(kind, "alloc") ? 0
-			 : !strcmp(kind, "wc")           ? CU_MEMHOSTALLOC_WRITECOMBINED
-			 : !strcmp(kind, "mapped")       ? CU_MEMHOSTALLOC_DEVICEMAP
-							 : 0;
-
-	if (n < 1 || n > 64 || (kind && !reg && flags == 0 && strcmp(kind, "alloc"))) {
-		fprintf(stderr, "hold: 1 to 64 sizes; PB_HOLD_KIND alloc, register, wc or mapped\n");
-		return 2;
-	}
-	for (k = 0; k < n; k++) {
-		size_t b = parse_size(sizes[k]);
-		const char *s = NULL;
-		CUresult r;
-
-		if (!b) {
-			fprintf(stderr, "hold: bad size %s\n", sizes[k]);
-			rc = 2;
-			break;
-		}
-		if (reg) {
-			if (posix_memalign(&p[k], PAGE_BYTES, b)) {
-				printf("FAIL posix_memalign(%zu)\n", b);
-				rc = 1;
-				break;
-			}
-			r = cuMemHostRegister(p[k], b, 0);
-			if (r != CUDA_SUCCESS)
-				free(p[k]);
-		} else {
-			r = cuMemHostAlloc(&p[k], b, flags);
-		}
-		if (r != CUDA_SUCCESS) {
-			cuGetErrorName(r, &s);
-			printf("FAIL %s(%zu): %s (%d)\n", reg ? "cuMemHostRegister" : "cuMemHostAlloc", b, s ? s : "?",
-			       (int)r);
-			rc = 1;
-			break;
-		}
-		memset(p[k], 0x5a, b);
-	}
-	if (rc == 0) {
-		printf("hold");
-		for (int i = 0; i < n; i++)
-			printf(" %p", p[i]);
-		printf("\n");
-		fflush(stdout);
-		if (wait_release("PB_HOLD_RELEASE", timeout_s) < 0) {
-			printf("FAIL hold: no release in time\n");
-			rc = 1;
-		}
-	}
-	for (int i = 0; i < k; i++) {
-		CUresult r = reg ? cuMemHostUnregister(p[i]) : cuMemFreeHost(p[i]);
-
-		if (r != CUDA_SUCCESS) {
-			printf("FAIL %s(%p): %d\n", reg ? "cuMemHostUnregister" : "cuMemFreeHost", p[i], (int)r);
-			rc = 1;
-		}
-		if (reg)
-			free(p[i]);
-	}
-	if (rc == 0) {
-		printf("released\n");
-		fflush(stdout);
-		if (getenv("PB_HOLD_EXIT") && wait_release("PB_HOLD_EXIT", timeout_s) < 0) {
-			printf("FAIL hold: no exit file in time\n");
-			rc = 1;
-		}
-	}
-	return rc;
+	return (int)cuMemHostAlloc(p, bytes, flags);
 }
 
-static int cmd_expect_oom(const char *arg)
+static int drv_alloc_host(void **p, size_t bytes)
 {
-	size_t b = parse_size(arg);
-	void *p = NULL;
-	CUresult r;
-	int ok;
-
-	if (!b) {
-		fprintf(stderr, "expect-oom: bad size %s\n", arg);
-		return 2;
-	}
-	r = cuMemHostAlloc(&p, b, 0);
-	ok = report(r == CUDA_ERROR_OUT_OF_MEMORY, "cuMemHostAlloc(%zu) fails with CUDA_ERROR_OUT_OF_MEMORY (got %d)",
-		    b, (int)r);
-	if (r == CUDA_SUCCESS)
-		cuMemFreeHost(p);
-	p = NULL;
-	r = cuMemAllocHost(&p, b);
-	ok = report(r == CUDA_ERROR_OUT_OF_MEMORY, "cuMemAllocHost(%zu) fails with CUDA_ERROR_OUT_OF_MEMORY (got %d)",
-		    b, (int)r) &&
-	     ok;
-	if (r == CUDA_SUCCESS)
-		cuMemFreeHost(p);
-	r = cuMemHostAlloc(&p, PAGE_BYTES, 0);
-	ok = report(r == CUDA_SUCCESS || r == CUDA_ERROR_OUT_OF_MEMORY,
-		    "a small cuMemHostAlloc afterwards answers sanely (got %d)", (int)r) &&
-	     ok;
-	if (r == CUDA_SUCCESS)
-		cuMemFreeHost(p);
-	return ok ? 0 : 1;
+	return (int)cuMemAllocHost(p, bytes);
 }
+
+static int drv_register(void *p, size_t bytes)
+{
+	return (int)cuMemHostRegister(p, bytes, 0);
+}
+
+static int drv_free(void *p)
+{
+	return (int)cuMemFreeHost(p);
+}
+
+static int drv_unregister(void *p)
+{
+	return (int)cuMemHostUnregister(p);
+}
+
+static const char *drv_error(int r)
+{
+	const char *s = NULL;
+
+	cuGetErrorName((CUresult)r, &s);
+	return s ? s : "?";
+}
+
+static const struct pin_api driver_api = {
+	"cuMemHostAlloc",
+	"cuMemAllocHost",
+	"cuMemHostRegister",
+	"cuMemFreeHost",
+	"cuMemHostUnregister",
+	"CUDA_ERROR_OUT_OF_MEMORY",
+	CUDA_ERROR_OUT_OF_MEMORY,
+	drv_alloc,
+	drv_alloc_host,
+	drv_register,
+	drv_free,
+	drv_unregister,
+	drv_error,
+	NULL,
+	0,
+	CU_MEMHOSTALLOC_WRITECOMBINED,
+	CU_MEMHOSTALLOC_DEVICEMAP,
+	0,
+};
 
 int main(int argc, char **argv)
 {
@@ -530,8 +474,8 @@ int main(int argc, char **argv)
 	if (!OK(cuDevicePrimaryCtxRetain(&g_ctx, dev)) || !OK(cuCtxSetCurrent(g_ctx)))
 		return 1;
 	rc = !strcmp(argv[1], "check")  ? cmd_check()
-	     : !strcmp(argv[1], "hold") ? cmd_hold(argc - 2, argv + 2)
-					: cmd_expect_oom(argv[2]);
+	     : !strcmp(argv[1], "hold") ? hold_pinned(&driver_api, argc - 2, argv + 2, NULL)
+					: expect_oom(&driver_api, argv[2]);
 	cuDevicePrimaryCtxRelease(dev);
 	return rc;
 }

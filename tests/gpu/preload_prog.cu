@@ -367,133 +367,82 @@ static int cmd_check(void)
 
 /* ---------------------------------------------------------------- hold, expect-oom */
 
-static int cmd_hold(int n, char **sizes)
+static int rt_alloc(void **p, size_t bytes, unsigned flags)
 {
-	void *p[64];
-	const char *t = getenv("PB_HOLD_TIMEOUT_S"), *kind = getenv("PB_HOLD_KIND");
-	double timeout_s = t ? atof(t) : 300;
-	int reg = kind && !strcmp(kind, "register"), rc = 0, k;
-	unsigned flags = !kind || !strcmp(kind, "alloc") ? cudaHostAllocDefault
-			 : !strcmp(kind, "wc")           ? cudaHostAllocWriteCombined
-			 : !strcmp(kind, "mapped")       ? cudaHostAllocMapped
-							 : 0;
-
-	if (n < 1 || n > 64 || (kind && !reg && flags == 0 && strcmp(kind, "alloc"))) {
-		fprintf(stderr, "hold: 1 to 64 sizes; PB_HOLD_KIND alloc, register, wc or mapped\n");
-		return 2;
-	}
-	if (getenv("PB_HOLD_START")) {
-		cudaError_t e = cudaFree(0);
-
-		if (e != cudaSuccess) {
-			printf("FAIL cudaFree(0): %s (%d)\n", cudaGetErrorString(e), (int)e);
-			return 1;
-		}
-		printf("ready\n");
-		fflush(stdout);
-		if (wait_release("PB_HOLD_START", timeout_s) < 0) {
-			printf("FAIL hold: no start file in time\n");
-			return 1;
-		}
-	}
-	for (k = 0; k < n; k++) {
-		size_t b = parse_size(sizes[k]);
-		double t0 = now_ms(), t1;
-		cudaError_t e;
-
-		if (!b) {
-			fprintf(stderr, "hold: bad size %s\n", sizes[k]);
-			rc = 2;
-			break;
-		}
-		if (reg) {
-			if (posix_memalign(&p[k], PAGE_BYTES, b)) {
-				printf("FAIL posix_memalign(%zu)\n", b);
-				rc = 1;
-				break;
-			}
-			e = cudaHostRegister(p[k], b, cudaHostRegisterDefault);
-			if (e != cudaSuccess)
-				free(p[k]);
-		} else {
-			e = cudaHostAlloc(&p[k], b, flags);
-		}
-		if (e != cudaSuccess) {
-			printf("FAIL %s(%zu): %s (%d)\n", reg ? "cudaHostRegister" : "cudaHostAlloc", b,
-			       cudaGetErrorString(e), (int)e);
-			rc = 1;
-			break;
-		}
-		t1 = now_ms();
-		memset(p[k], 0x5a, b);
-		printf("pinned %zu in %.3f s, written in %.3f s\n", b, (t1 - t0) / 1e3, (now_ms() - t1) / 1e3);
-	}
-	if (rc == 0) {
-		printf("hold");
-		for (int i = 0; i < n; i++)
-			printf(" %p", p[i]);
-		printf("\n");
-		fflush(stdout);
-		if (wait_release("PB_HOLD_RELEASE", timeout_s) < 0) {
-			printf("FAIL hold: no release in time\n");
-			rc = 1;
-		}
-	}
-	for (int i = 0; i < k; i++) {
-		cudaError_t e = reg ? cudaHostUnregister(p[i]) : cudaFreeHost(p[i]);
-
-		if (e != cudaSuccess) {
-			printf("FAIL %s(%p): %s\n", reg ? "cudaHostUnregister" : "cudaFreeHost", p[i],
-			       cudaGetErrorString(e));
-			rc = 1;
-		}
-		if (reg)
-			free(p[i]);
-	}
-	if (rc == 0) {
-		printf("released\n");
-		fflush(stdout);
-		if (getenv("PB_HOLD_EXIT") && wait_release("PB_HOLD_EXIT", timeout_s) < 0) {
-			printf("FAIL hold: no exit file in time\n");
-			rc = 1;
-		}
-	}
-	return rc;
+	return (int)cudaHostAlloc(p, bytes, flags);
 }
 
-static int cmd_expect_oom(const char *s)
+static int rt_alloc_host(void **p, size_t bytes)
 {
-	size_t b = parse_size(s);
-	void *p = NULL;
-	cudaError_t e;
-	int ok;
+	return (int)cudaMallocHost(p, bytes);
+}
 
-	if (!b) {
-		fprintf(stderr, "expect-oom: bad size %s\n", s);
-		return 2;
+static int rt_register(void *p, size_t bytes)
+{
+	return (int)cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+}
+
+static int rt_free(void *p)
+{
+	return (int)cudaFreeHost(p);
+}
+
+static int rt_unregister(void *p)
+{
+	return (int)cudaHostUnregister(p);
+}
+
+static const char *rt_error(int e)
+{
+	return cudaGetErrorString((cudaError_t)e);
+}
+
+/* A refused allocation leaves its error as the last one: cleared, so later calls are judged on their own. */
+static void rt_clear(void)
+{
+	(void)cudaGetLastError();
+}
+
+static const struct pin_api runtime_api = {
+	"cudaHostAlloc",
+	"cudaMallocHost",
+	"cudaHostRegister",
+	"cudaFreeHost",
+	"cudaHostUnregister",
+	"cudaErrorMemoryAllocation",
+	cudaErrorMemoryAllocation,
+	rt_alloc,
+	rt_alloc_host,
+	rt_register,
+	rt_free,
+	rt_unregister,
+	rt_error,
+	rt_clear,
+	cudaHostAllocDefault,
+	cudaHostAllocWriteCombined,
+	cudaHostAllocMapped,
+	1,
+};
+
+/* PB_HOLD_START: the context made first ("ready"), then the pinning waits for that file. */
+static int hold_start(double timeout_s)
+{
+	cudaError_t e;
+
+	if (!getenv("PB_HOLD_START"))
+		return 0;
+	e = cudaFree(0);
+	if (e != cudaSuccess) {
+		printf("FAIL cudaFree(0): %s (%d)\n", cudaGetErrorString(e), (int)e);
+		return 1;
 	}
-	e = cudaHostAlloc(&p, b, cudaHostAllocDefault);
-	(void)cudaGetLastError();
-	ok = report(e == cudaErrorMemoryAllocation, "cudaHostAlloc(%zu) fails with cudaErrorMemoryAllocation (got %d)",
-		    b, (int)e);
-	if (e == cudaSuccess)
-		cudaFreeHost(p);
-	p = NULL;
-	e = cudaMallocHost(&p, b);
-	(void)cudaGetLastError();
-	ok = report(e == cudaErrorMemoryAllocation, "cudaMallocHost(%zu) fails with cudaErrorMemoryAllocation (got %d)",
-		    b, (int)e) &&
-	     ok;
-	if (e == cudaSuccess)
-		cudaFreeHost(p);
-	/* The process must stay usable after a refusal. */
-	e = cudaHostAlloc(&p, PAGE_BYTES, cudaHostAllocDefault);
-	ok = report(e == cudaSuccess || e == cudaErrorMemoryAllocation,
-		    "a small cudaHostAlloc afterwards answers sanely (got %d)", (int)e) &&
-	     ok;
-	if (e == cudaSuccess)
-		cudaFreeHost(p);
-	return ok ? 0 : 1;
+	printf("ready\n");
+	fflush(stdout);
+	if (wait_release("PB_HOLD_START", timeout_s) < 0) {
+		printf("FAIL hold: no start file in time\n");
+		return 1;
+	}
+	return 0;
 }
 
 /* ---------------------------------------------------------------- bench */
@@ -610,9 +559,9 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "check"))
 		return cmd_check();
 	if (!strcmp(argv[1], "hold"))
-		return cmd_hold(argc - 2, argv + 2);
+		return hold_pinned(&runtime_api, argc - 2, argv + 2, hold_start);
 	if (!strcmp(argv[1], "expect-oom") && argc == 3)
-		return cmd_expect_oom(argv[2]);
+		return expect_oom(&runtime_api, argv[2]);
 	if (!strcmp(argv[1], "bench"))
 		return cmd_bench();
 	fprintf(stderr, "usage: %s probe | check | hold SIZE... | expect-oom SIZE | bench\n", argv[0]);

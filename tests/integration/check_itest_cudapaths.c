@@ -47,6 +47,7 @@ struct step {
 
 /* A run of the program: its arguments, how it runs, and every step it must take, in order. */
 struct path_run {
+	const char *what;              /* the behaviour, for messages */
 	const char *path, *size, *max; /* cudapaths PATH SIZE [MAX] */
 	bool bare;                     /* without the interposer (the control) */
 	const char *policy;            /* PINBROKER_PRELOAD_FALLBACK; NULL: the default */
@@ -127,11 +128,11 @@ static const char *driver_key(const char *path)
 	return strcmp(path, "graph") == 0 ? "graph=" : "pool=";
 }
 
-/* For messages: "PATH STEP (WAY[, bare][, fallback POLICY])". */
+/* For messages: "[WHAT: ]PATH STEP (WAY[, bare][, fallback POLICY])". */
 static void describe(char *buf, size_t len, int way, const struct path_run *run, const char *step)
 {
-	snprintf(buf, len, "%s %s (%s%s%s%s)", run->path, step, ways[way], run->bare ? ", bare" : "",
-		 run->policy ? ", fallback " : "", run->policy ?: "");
+	snprintf(buf, len, "%s%s%s %s (%s%s%s%s)", run->what ?: "", run->what ? ": " : "", run->path, step, ways[way],
+		 run->bare ? ", bare" : "", run->policy ? ", fallback " : "", run->policy ?: "");
 }
 
 /*
@@ -143,7 +144,7 @@ static void walk(int way, const struct path_run *run)
 {
 	const char *key = driver_key(run->path);
 	struct itest_prog p;
-	char line[256], when[128];
+	char line[256], when[256];
 	int r;
 
 	spawn(&p, way, run);
@@ -168,6 +169,7 @@ static void walk(int way, const struct path_run *run)
  * The VMM and pool steps are registrations of what the driver holds: charged that, nothing unbrokered.
  */
 static const struct path_run vmm = {
+	"vmm host memory is charged until released and unmapped",
 	"vmm", "8388608", .steps = {
 		{ "created", 0, 8 * MiB, 8 * MiB, 0 },
 		/* Released but still mapped: the driver keeps the memory, so the charge stays. */
@@ -176,12 +178,6 @@ static const struct path_run vmm = {
 	},
 };
 
-START_TEST(test_vmm_host_memory_is_charged_until_released_and_unmapped)
-{
-	walk(_i, &vmm);
-}
-END_TEST
-
 /*
  * The handle released on one thread while another maps it (the stand-in driver sleeps 500 ms inside cuMemMap,
  * the release comes 100 ms in): the mapping keeps the memory, so the charge must stay until it is unmapped. The
@@ -189,20 +185,16 @@ END_TEST
  * then found no handle: pinned, charged to no one.
  */
 static const struct path_run vmm_race = {
+	"a release racing a map keeps the charge",
 	"vmm-race", "8388608", .env = "STUB_CUDA_MAP_SLEEP_MS=500", .steps = {
 		{ "raced", 0, 8 * MiB, 8 * MiB, 0 },
 		{ "unmapped", 0, 0, 0, 0 },
 	},
 };
 
-START_TEST(test_a_release_racing_a_map_keeps_the_charge)
-{
-	walk(_i, &vmm_race);
-}
-END_TEST
-
 /* 3 MiB asked twice of a pool that reserves in 2 MiB steps: charged what the pool reserves, step by step. */
 static const struct path_run pool = {
+	"a host pool is charged what it reserves until trimmed and destroyed",
 	"pool", "3145728", .steps = {
 		{ "created", 0, 4 * MiB, 4 * MiB, 0 },
 		{ "alloc2", 0, 6 * MiB, 6 * MiB, 0 },
@@ -216,13 +208,8 @@ static const struct path_run pool = {
 	},
 };
 
-START_TEST(test_a_host_pool_is_charged_what_it_reserves_until_trimmed_and_destroyed)
-{
-	walk(_i, &pool);
-}
-END_TEST
-
 static const struct path_run default_pool = {
+	"the default host pool is charged too",
 	"default-pool", "3145728", .steps = {
 		{ "created", 0, 4 * MiB, 4 * MiB, 0 },
 		{ "alloc2", 0, 6 * MiB, 6 * MiB, 0 },
@@ -232,25 +219,14 @@ static const struct path_run default_pool = {
 	},
 };
 
-START_TEST(test_the_default_host_pool_is_charged_too)
-{
-	walk(_i, &default_pool);
-}
-END_TEST
-
 /* maxSize 4 MiB: the second 3 MiB is the driver's refusal (CUDA_ERROR_OUT_OF_MEMORY), and nothing more is charged. */
 static const struct path_run pool_max = {
+	"a pool max size bounds its charge",
 	"pool", "3145728", "4194304", .exit_status = 3, .steps = {
 		{ "created", 0, 4 * MiB, 4 * MiB, 0 },
 		{ "alloc2", 2, 4 * MiB, 4 * MiB, 0 },
 	},
 };
-
-START_TEST(test_a_pool_max_size_bounds_its_charge)
-{
-	walk(_i, &pool_max);
-}
-END_TEST
 
 /*
  * 32 device frees on 8 threads, each sleeping 100 ms in the stand-in driver, while a 3 MiB host-pool allocation
@@ -260,18 +236,13 @@ END_TEST
  * was seen.
  */
 static const struct path_run free_race = {
+	"device frees beside a host pool run side by side and keep its charge",
 	"free-race", "3145728", .env = "STUB_CUDA_FREE_SLEEP_MS=100", .steps = {
 		{ "created", 0, 4 * MiB, 4 * MiB, 0 },
 		{ "raced", 0, 6 * MiB, 6 * MiB, 0 },
 		{ "done", 0, 0, 0, 0 },
 	},
 };
-
-START_TEST(test_device_frees_beside_a_host_pool_run_side_by_side_and_keep_its_charge)
-{
-	walk(_i, &free_race);
-}
-END_TEST
 
 /*
  * 48 device VMM calls (cuMemMap, cuMemUnmap, cuMemRelease: PyTorch's expandable segments) on 8 threads, each
@@ -281,6 +252,7 @@ END_TEST
  * VMM call, device ones too, once a host VMM allocation existed.
  */
 static const struct path_run vmm_device_race = {
+	"device vmm beside a host vmm allocation runs side by side and keeps its charge",
 	"vmm-device-race", "8388608", .env = "STUB_CUDA_VMM_SLEEP_MS=50", .steps = {
 		{ "created", 0, 8 * MiB, 8 * MiB, 0 },
 		{ "raced", 0, 8 * MiB, 8 * MiB, 0 },
@@ -288,32 +260,35 @@ static const struct path_run vmm_device_race = {
 	},
 };
 
-START_TEST(test_device_vmm_beside_a_host_vmm_allocation_runs_side_by_side_and_keeps_its_charge)
-{
-	walk(_i, &vmm_device_race);
-}
-END_TEST
-
 /* Two host memory nodes of 1 MiB: reported as unbrokered while their graph lives. */
 static const struct path_run graph = {
+	"graph memory nodes with a host location are reported as unbrokered",
 	"graph", "1048576", .steps = {
 		{ "created", 0, 2 * MiB, 0, 2 * MiB },
 		{ "destroyed", 0, 0, 0, 0 },
 	},
 };
 
-START_TEST(test_graph_memory_nodes_with_a_host_location_are_reported_as_unbrokered)
-{
-	walk(_i, &graph);
-}
-END_TEST
-
 /* The control: without the interposer the driver pins the same, and the broker sees nothing. */
 static const struct path_run vmm_bare = {
+	"without the interposer the broker sees none of it",
 	"vmm", "8388608", .bare = true, .steps = {
 		{ "created", 0, 8 * MiB, 0, 0 },
 	},
 };
+
+/* The runs under the default budget, each taken all four ways in. */
+static const struct path_run *const charged[] = {
+	&vmm, &vmm_race, &pool, &default_pool, &pool_max, &free_race, &vmm_device_race, &graph,
+};
+#define N_CHARGED ((int)(sizeof(charged) / sizeof(charged[0])))
+
+/* Row _i: run _i / N_WAYS of charged, way _i % N_WAYS. */
+START_TEST(test_driver_host_memory_is_charged_as_each_path_says)
+{
+	walk(_i % N_WAYS, charged[_i / N_WAYS]);
+}
+END_TEST
 
 START_TEST(test_without_the_interposer_the_broker_sees_none_of_it)
 {
@@ -325,13 +300,15 @@ END_TEST
  * Budget 16 MiB, 32 MiB asked: error refuses before the driver pins (CUDA_ERROR_OUT_OF_MEMORY; the program then
  * exits 3); cuda lets it pin, reported as unbrokered.
  */
+#define OVER "over the budget the fallback decides"
 static const struct path_run over_budget[] = {
-	{ "vmm", "33554432", .policy = "error", .exit_status = 3, .steps = { { "created", 2, 0, 0, 0 } } },
-	{ "vmm", "33554432", .policy = "cuda", .steps = { { "created", 0, 32 * MiB, 0, 32 * MiB } } },
-	{ "pool", "33554432", .policy = "error", .exit_status = 3, .steps = { { "created", 2, 0, 0, 0 } } },
-	{ "pool", "33554432", .policy = "cuda", .steps = { { "created", 0, 32 * MiB, 0, 32 * MiB } } },
-	{ "default-pool", "33554432", .policy = "error", .exit_status = 3, .steps = { { "created", 2, 0, 0, 0 } } },
-	{ "default-pool", "33554432", .policy = "cuda", .steps = { { "created", 0, 32 * MiB, 0, 32 * MiB } } },
+	{ OVER, "vmm", "33554432", .policy = "error", .exit_status = 3, .steps = { { "created", 2, 0, 0, 0 } } },
+	{ OVER, "vmm", "33554432", .policy = "cuda", .steps = { { "created", 0, 32 * MiB, 0, 32 * MiB } } },
+	{ OVER, "pool", "33554432", .policy = "error", .exit_status = 3, .steps = { { "created", 2, 0, 0, 0 } } },
+	{ OVER, "pool", "33554432", .policy = "cuda", .steps = { { "created", 0, 32 * MiB, 0, 32 * MiB } } },
+	{ OVER, "default-pool", "33554432", .policy = "error", .exit_status = 3,
+	  .steps = { { "created", 2, 0, 0, 0 } } },
+	{ OVER, "default-pool", "33554432", .policy = "cuda", .steps = { { "created", 0, 32 * MiB, 0, 32 * MiB } } },
 };
 
 START_TEST(test_over_the_budget_the_fallback_decides)
@@ -344,26 +321,10 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-cudapaths");
-	TCase *t = tcase_create("charged"), *small = tcase_create("fallback");
+	TCase *t = CHECK_CASE(s, "charged", start, stop, 120, test_without_the_interposer_the_broker_sees_none_of_it);
 
-	tcase_add_checked_fixture(t, start, stop);
-	tcase_set_timeout(t, 120);
-	tcase_add_loop_test(t, test_vmm_host_memory_is_charged_until_released_and_unmapped, 0, N_WAYS);
-	tcase_add_loop_test(t, test_a_release_racing_a_map_keeps_the_charge, 0, N_WAYS);
-	tcase_add_loop_test(t, test_a_host_pool_is_charged_what_it_reserves_until_trimmed_and_destroyed, 0, N_WAYS);
-	tcase_add_loop_test(t, test_the_default_host_pool_is_charged_too, 0, N_WAYS);
-	tcase_add_loop_test(t, test_a_pool_max_size_bounds_its_charge, 0, N_WAYS);
-	tcase_add_loop_test(t, test_device_frees_beside_a_host_pool_run_side_by_side_and_keep_its_charge, 0, N_WAYS);
-	tcase_add_loop_test(t, test_device_vmm_beside_a_host_vmm_allocation_runs_side_by_side_and_keeps_its_charge, 0,
-			    N_WAYS);
-	tcase_add_loop_test(t, test_graph_memory_nodes_with_a_host_location_are_reported_as_unbrokered, 0, N_WAYS);
-	tcase_add_test(t, test_without_the_interposer_the_broker_sees_none_of_it);
-	suite_add_tcase(s, t);
-
-	tcase_add_checked_fixture(small, start_small, stop);
-	tcase_set_timeout(small, 120);
-	tcase_add_loop_test(small, test_over_the_budget_the_fallback_decides, 0, N_WAYS);
-	suite_add_tcase(s, small);
+	tcase_add_loop_test(t, test_driver_host_memory_is_charged_as_each_path_says, 0, N_CHARGED * N_WAYS);
+	CHECK_LOOP_CASE(s, "fallback", start_small, stop, 120, N_WAYS, test_over_the_budget_the_fallback_decides);
 	return s;
 }
 

@@ -245,12 +245,9 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("itest_headroom");
-	TCase *tc = tcase_create("bounds");
 
-	tcase_set_timeout(tc, 120);
-	tcase_add_loop_test(tc, test_headroom_is_granted_and_a_page_more_refused_by_its_bound, 0,
-			    (int)(sizeof(rows) / sizeof(rows[0])));
-	suite_add_tcase(s, tc);
+	CHECK_LOOP_CASE(s, "bounds", NULL, NULL, 120, (int)(sizeof(rows) / sizeof(rows[0])),
+			test_headroom_is_granted_and_a_page_more_refused_by_its_bound);
 	return s;
 }
 

@@ -568,38 +568,30 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-preload");
-	TCase *t = tcase_create("interposer"), *small = tcase_create("fallback"), *tight = tcase_create("tight");
 	int n = (int)(sizeof(targets) / sizeof(targets[0]));
+	TCase *t, *small;
 
-	tcase_add_checked_fixture(t, start, stop);
-	tcase_set_timeout(t, 120);
-	tcase_add_loop_test(t, test_checks_pass_under_the_interposer_for_every_way_in, 0, n);
-	tcase_add_loop_test(t, test_without_the_interposer_the_driver_serves_and_the_broker_checks_fail, 0, n);
-	tcase_add_loop_test(t, test_allocations_are_leases_of_the_page_rounded_size_and_come_back, 0, n);
-	tcase_add_loop_test(t, test_registrations_and_write_combined_memory_are_charged, 0, n);
-	tcase_add_loop_test(t, test_a_killed_program_gives_everything_back, 0, n);
-	tcase_add_loop_test(t, test_without_a_daemon_the_program_still_runs_on_the_driver, 0, n);
-	tcase_add_loop_test(t, test_pinctl_run_puts_a_program_under_the_budget, 0, n);
+	t = CHECK_LOOP_CASE(
+		s, "interposer", start, stop, 120, n, test_checks_pass_under_the_interposer_for_every_way_in,
+		test_without_the_interposer_the_driver_serves_and_the_broker_checks_fail,
+		test_allocations_are_leases_of_the_page_rounded_size_and_come_back,
+		test_registrations_and_write_combined_memory_are_charged, test_a_killed_program_gives_everything_back,
+		test_without_a_daemon_the_program_still_runs_on_the_driver,
+		test_pinctl_run_puts_a_program_under_the_budget,
+		test_lookup_paths_yield_leases_of_the_page_rounded_size);
 	tcase_add_test(t, test_a_program_name_with_control_bytes_still_gets_leases);
 	tcase_add_test(t, test_a_shared_region_registered_by_every_rank_is_charged_once);
-	tcase_add_loop_test(t, test_lookup_paths_yield_leases_of_the_page_rounded_size, 0, n);
-	suite_add_tcase(s, t);
-
-	tcase_add_checked_fixture(small, start_small, stop);
-	tcase_set_timeout(small, 120);
-	tcase_add_loop_test(small, test_fallback_policies_when_the_broker_refuses, 0, n);
+	small = CHECK_LOOP_CASE(s, "fallback", start_small, stop, 120, n,
+				test_fallback_policies_when_the_broker_refuses);
 #ifndef __SANITIZE_ADDRESS__
 	/* Not under ASan: GCC 12's libasan holds no allocator lock across fork(), so a child forked while
 	 * another thread mallocs can hang in its first malloc (seen here in
 	 * SizeClassAllocator64::GetFromAllocator), whatever the interposer does. */
 	tcase_add_loop_test(small, test_fork_while_other_threads_report_never_hangs_the_child, 0, n);
 #endif
-	suite_add_tcase(s, small);
-
-	tcase_add_checked_fixture(tight, start_tight, stop_tight);
-	tcase_set_timeout(tight, 120);
-	tcase_add_loop_test(tight, test_tight_refuses_interposed_programs_and_the_fallback_decides, 0, n);
-	suite_add_tcase(s, tight);
+	(void)small;
+	CHECK_LOOP_CASE(s, "tight", start_tight, stop_tight, 120, n,
+			test_tight_refuses_interposed_programs_and_the_fallback_decides);
 	return s;
 }
 

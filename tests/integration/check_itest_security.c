@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "itest.h"
+#include "wirefix.h"
 #include "pinbroker.h"
 #include "wire.h"
 #include "check_main.h"
@@ -255,8 +256,7 @@ START_TEST(test_packet_with_fd_closes_connection)
 	int fd = raw_connect(d.socket), extra = open("/dev/null", O_RDONLY);
 
 	ck_assert_int_eq(raw_hello(fd), 0);
-	req.body_case = PINBROKER__V1__REQUEST__BODY_STATUS;
-	req.status = &sreq;
+	wirefix_set_oneof(&req.base, PINBROKER__V1__REQUEST__BODY_STATUS, &sreq.base);
 	ck_assert_int_eq(raw_send(fd, &req, &extra, 1), 0);
 	close(extra);
 	assert_closed(fd);
@@ -272,8 +272,7 @@ START_TEST(test_request_before_hello_is_refused_and_closed)
 	a.size = 4096;
 	req.has_seq = true;
 	req.seq = 9;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
-	req.acquire = &a;
+	wirefix_set_oneof(&req.base, PINBROKER__V1__REQUEST__BODY_ACQUIRE, &a.base);
 	assert_reply(fd, &req, PINBROKER__V1__STATUS_CODE__STATUS_NO_HELLO, NULL);
 	assert_closed(fd);
 }
@@ -286,8 +285,7 @@ START_TEST(test_wrong_version_gets_clear_error)
 	int fd = raw_connect(d.socket);
 
 	h.version = 99;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_HELLO;
-	req.hello = &h;
+	wirefix_set_oneof(&req.base, PINBROKER__V1__REQUEST__BODY_HELLO, &h.base);
 	assert_reply(fd, &req, PINBROKER__V1__STATUS_CODE__STATUS_VERSION_MISMATCH, "version");
 	close(fd);
 	assert_survives();
@@ -312,8 +310,7 @@ START_TEST(test_empty_request_and_truncated_packets_close_connection)
 	fd = raw_connect(d.socket);
 	ck_assert_int_eq(raw_hello(fd), 0);
 	a.size = 1ull << 40;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
-	req.acquire = &a;
+	wirefix_set_oneof(&req.base, PINBROKER__V1__REQUEST__BODY_ACQUIRE, &a.base);
 	n = pinbroker__v1__request__pack(&req, buf);
 	ck_assert_int_eq(wire_send(fd, buf, n - 2, NULL, 0), 0);
 	assert_closed(fd);

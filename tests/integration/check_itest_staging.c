@@ -377,32 +377,21 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-staging");
-	TCase *t = tcase_create("interposer"), *bare = tcase_create("stand-in");
+	TCase *t;
 
-	tcase_add_checked_fixture(bare, no_daemon, NULL);
-	tcase_set_timeout(bare, 120);
-	tcase_add_loop_test(bare, test_the_stand_in_driver_behaves_as_cuda, 0, N_WAYS);
-	tcase_add_loop_test(bare, test_the_checks_pass_on_the_bare_driver, 0, N_WAYS);
-	tcase_add_loop_test(bare, test_the_staged_checks_fail_without_the_interposer, 0, N_WAYS);
-	suite_add_tcase(s, bare);
-
-	tcase_add_checked_fixture(t, start, stop);
-	tcase_set_timeout(t, 120);
-	tcase_add_loop_test(t, test_every_size_and_alignment_is_exact_and_staged, 0, N_WAYS);
-	tcase_add_loop_test(t, test_sizes_stay_exact_with_slow_streams, 0, N_WAYS);
-	tcase_add_loop_test(t, test_copies_are_ordered_with_kernels_and_events, 0, N_WAYS);
-	tcase_add_loop_test(t, test_many_threads_copy_at_once, 0, N_WAYS);
+	CHECK_LOOP_CASE(s, "stand-in", no_daemon, NULL, 120, N_WAYS, test_the_stand_in_driver_behaves_as_cuda,
+			test_the_checks_pass_on_the_bare_driver, test_the_staged_checks_fail_without_the_interposer);
+	t = CHECK_LOOP_CASE(
+		s, "interposer", start, stop, 120, N_WAYS, test_every_size_and_alignment_is_exact_and_staged,
+		test_sizes_stay_exact_with_slow_streams, test_copies_are_ordered_with_kernels_and_events,
+		test_many_threads_copy_at_once, test_copies_in_two_contexts, test_capture_passes_copies_to_the_driver,
+		test_other_memory_passes_to_the_driver_untouched, test_a_driver_error_comes_back_to_the_caller,
+		test_staging_off_passes_everything_to_the_driver, test_the_ring_is_one_lease_of_the_configured_size,
+		test_revocation_in_the_middle_of_a_copy);
 #ifndef __SANITIZE_ADDRESS__ /* as check_itest_preload: GCC 12's libasan can hang a child forked while threads malloc */
 	tcase_add_loop_test(t, test_forked_children_copy_too, 0, N_WAYS);
 #endif
-	tcase_add_loop_test(t, test_copies_in_two_contexts, 0, N_WAYS);
-	tcase_add_loop_test(t, test_capture_passes_copies_to_the_driver, 0, N_WAYS);
-	tcase_add_loop_test(t, test_other_memory_passes_to_the_driver_untouched, 0, N_WAYS);
-	tcase_add_loop_test(t, test_a_driver_error_comes_back_to_the_caller, 0, N_WAYS);
-	tcase_add_loop_test(t, test_staging_off_passes_everything_to_the_driver, 0, N_WAYS);
-	tcase_add_loop_test(t, test_the_ring_is_one_lease_of_the_configured_size, 0, N_WAYS);
-	tcase_add_loop_test(t, test_revocation_in_the_middle_of_a_copy, 0, N_WAYS);
-	suite_add_tcase(s, t);
+	(void)t;
 	return s;
 }
 

@@ -794,9 +794,8 @@ static Suite *suite(void)
 		   test_prewarm_above_the_setting_warms_in_the_background);
 	CHECK_CASE(s, "restart", noop, stop_daemon, 60, test_kill_mid_warmup_keeps_the_lease_and_the_books,
 		   test_sigterm_mid_warmup_restart_counts_the_held_lease_once);
-	tcase_add_loop_test(check_add_case(s, "reload", noop, stop_daemon, 60, (const TTest *const[]){ NULL }),
-			    test_a_reload_mid_warmup_ends_at_the_last_prewarm, 0,
-			    (int)(sizeof(reload_cases) / sizeof(reload_cases[0])));
+	CHECK_LOOP_CASE(s, "reload", noop, stop_daemon, 60, (int)(sizeof(reload_cases) / sizeof(reload_cases[0])),
+			test_a_reload_mid_warmup_ends_at_the_last_prewarm);
 	CHECK_CASE(s, "batch", noop, stop_daemon, 60, test_warmup_batch_max_bounds_what_is_pinned_outside_the_books,
 		   test_warmup_batch_max_below_a_chunk_makes_a_chunk_at_a_time);
 	CHECK_CASE(s, "real", start_real, stop_daemon, 60, test_big_chunks_filled_in_segments_are_whole_and_locked);

@@ -8,20 +8,10 @@
 # Exits 0 when the reason is right, 1 when not, 77 (skip) where this host cannot make such a namespace.
 set -u
 BIN=$1
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root (unshare -m and a read-only bind mount of /proc/sys)"; exit 77; }
-command -v unshare >/dev/null || { echo "SKIP: unshare not found (apt-get install util-linux)"; exit 77; }
-out=$(CK_RUN_CASE=no-such-case unshare -m sh -c '
-	mount --make-rprivate / 2>/dev/null
-	mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys || exit 99
-	exec "$0"' "$BIN" 2>&1)
-rc=$?
-echo "$out"
-[ $rc = 99 ] && { echo "SKIP: cannot bind /proc/sys read-only in a mount namespace here"; exit 77; }
-if [ $rc = 77 ] && echo "$out" | grep -q 'SKIPPED: .*nr_hugepages, which is read-only here although this runs as root' &&
-	! echo "$out" | grep -q 'needs root'; then
-	echo "ok: as root with a read-only /proc/sys, the skip says the file is read-only, not that it needs root"
-	exit 0
-fi
-echo "FAIL: as root with a read-only /proc/sys, check_itest_classes should skip (exit 77, got $rc) saying" \
-	"/proc/sys/vm/nr_hugepages is read-only, not that it needs root"
-exit 1
+. "$(dirname "$0")/readonly-ns.sh"
+ro_ns_require
+ro_ns_run /proc/sys env CK_RUN_CASE=no-such-case "$BIN"
+ro_ns_expect 77 'SKIPPED: .*nr_hugepages, which is read-only here although this runs as root' 'needs root' \
+	"as root with a read-only /proc/sys, the skip says the file is read-only, not that it needs root" \
+	"as root with a read-only /proc/sys, check_itest_classes should skip (exit 77, got $rc) saying \
+/proc/sys/vm/nr_hugepages is read-only, not that it needs root"

@@ -8,26 +8,16 @@
 # Exits 0 when the message is right, 1 when not, 77 (skip) where this host cannot make such a namespace.
 set -u
 BIN=$1
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root (unshare -m and a read-only bind mount)"; exit 77; }
-command -v unshare >/dev/null || { echo "SKIP: unshare not found (apt-get install util-linux)"; exit 77; }
+. "$(dirname "$0")/readonly-ns.sh"
+ro_ns_require
 root=$(mktemp -d /tmp/pb-hp-ro.XXXXXX)
 trap 'rm -rf "$root"' EXIT
 mkdir -p "$root/proc/sys/vm"
 printf 'MemTotal: 16777216 kB\nMemFree: 8388608 kB\nMemAvailable: 12582912 kB\nSwapTotal: 0 kB\nSwapFree: 0 kB\nHugePages_Total: 0\nHugePages_Free: 0\nHugepagesize: 2048 kB\n' \
 	>"$root/proc/meminfo"
 echo 0 >"$root/proc/sys/vm/nr_hugepages"
-out=$(unshare -m sh -c '
-	mount --make-rprivate / 2>/dev/null
-	mount --bind "$1/proc/sys" "$1/proc/sys" && mount -o remount,bind,ro "$1/proc/sys" || exit 99
-	exec "$0" --config /dev/null --proc-root "$1" --budget 8M --prewarm 0 --reserve-hugepages' "$BIN" "$root" 2>&1)
-rc=$?
-echo "$out"
-[ $rc = 99 ] && { echo "SKIP: cannot bind a folder read-only in a mount namespace here"; exit 77; }
-if [ $rc = 1 ] && echo "$out" | grep -q 'nr_hugepages: Read-only file system (it is read-only here: .*ReadWritePaths=' &&
-	! echo "$out" | grep -q 'run as root'; then
-	echo "ok: a read-only nr_hugepages is reported as read-only, with what to do, not as a matter of root"
-	exit 0
-fi
-echo "FAIL: --reserve-hugepages on a read-only nr_hugepages should exit 1 (got $rc) saying it is read-only and" \
-	"naming ReadWritePaths=, not 'run as root'"
-exit 1
+ro_ns_run "$root/proc/sys" "$BIN" --config /dev/null --proc-root "$root" --budget 8M --prewarm 0 --reserve-hugepages
+ro_ns_expect 1 'nr_hugepages: Read-only file system (it is read-only here: .*ReadWritePaths=' 'run as root' \
+	"a read-only nr_hugepages is reported as read-only, with what to do, not as a matter of root" \
+	"--reserve-hugepages on a read-only nr_hugepages should exit 1 (got $rc) saying it is read-only and \
+naming ReadWritePaths=, not 'run as root'"

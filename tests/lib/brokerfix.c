@@ -154,6 +154,17 @@ enum broker_refusal acquire_kind(struct broker *b, uid_t uid, void *owner, uint6
 	return acquire_with(b, &a, ret);
 }
 
+void expect_verdicts(struct broker *b, const struct asked *rows, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct asked *a = &rows[i];
+		enum broker_refusal r = acquire_kind(b, a->uid, a->owner, a->size, a->kind, NULL);
+
+		ck_assert_msg(r == a->want, "acquire %zu (uid %u, %llu bytes, kind %d): verdict %d, wanted %d", i,
+			      (unsigned)a->uid, (unsigned long long)a->size, (int)a->kind, (int)r, (int)a->want);
+	}
+}
+
 /* Release as the holder's RELEASE does, freeing the lease when the broker says so. */
 int release(struct broker *b, uint64_t id, uid_t uid, void *owner, bool admin)
 {

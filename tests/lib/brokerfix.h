@@ -43,6 +43,19 @@ enum broker_refusal acquire_with(struct broker *b, const struct acquire_args *a,
 enum broker_refusal acquire_kind(struct broker *b, uid_t uid, void *owner, uint64_t size, enum ask kind,
 				 struct lease **ret);
 enum broker_refusal acquire(struct broker *b, uid_t uid, void *owner, uint64_t size, struct lease **ret);
+/* One acquire and the verdict it must get: who asks (uid, connection), how many bytes, of what kind. */
+struct asked {
+	uid_t uid;
+	void *owner;
+	uint64_t size;
+	enum ask kind;
+	enum broker_refusal want;
+};
+/* Makes the n acquires of rows in order, each of which must get its verdict (the message names its row). */
+void expect_verdicts(struct broker *b, const struct asked *rows, size_t n);
+#define EXPECT_VERDICTS(b, ...)                                   \
+	expect_verdicts(b, (const struct asked[]){ __VA_ARGS__ }, \
+			sizeof((const struct asked[]){ __VA_ARGS__ }) / sizeof(struct asked))
 /* Release as the holder's RELEASE does, freeing the lease when the broker says so. */
 int release(struct broker *b, uint64_t id, uid_t uid, void *owner, bool admin);
 /* A connection closes: what nobody maps any more is freed. Returns how many. */

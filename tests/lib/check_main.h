@@ -36,12 +36,13 @@ static inline __attribute__((format(printf, 1, 2))) void check_skip(const char *
 
 /*
  * Adds a tcase to s: its name, its checked fixture (setup, teardown; either may be NULL), its Check
- * timeout in seconds (0: Check's default), and its tests, NULL-terminated. Returns it for what is not a
- * plain test (tags, exit and signal tests). CHECK_CASE(s, "case", setup, teardown, 60, test_a, test_b)
- * lists the tests as arguments.
+ * timeout in seconds (0: Check's default), and its tests, NULL-terminated, each a loop test over _i in
+ * [0, loops) when loops >= 0. Returns it for what is not a plain test (tags, exit and signal tests).
+ * CHECK_CASE(s, "case", setup, teardown, 60, test_a, test_b) lists the tests as arguments;
+ * CHECK_LOOP_CASE(s, "case", setup, teardown, 60, loops, test_a, test_b) the same, each over loops rows.
  */
-static inline TCase *check_add_case(Suite *s, const char *name, void (*setup)(void), void (*teardown)(void),
-				    double timeout_s, const TTest *const *tests)
+static inline TCase *check_add_loop_case(Suite *s, const char *name, void (*setup)(void), void (*teardown)(void),
+					 double timeout_s, int loops, const TTest *const *tests)
 {
 	TCase *tc = tcase_create(name);
 
@@ -49,14 +50,26 @@ static inline TCase *check_add_case(Suite *s, const char *name, void (*setup)(vo
 		tcase_add_checked_fixture(tc, setup, teardown);
 	if (timeout_s > 0) /* else Check's default */
 		tcase_set_timeout(tc, timeout_s);
-	for (; *tests; tests++)
-		tcase_add_test(tc, *tests);
+	for (; *tests; tests++) {
+		if (loops >= 0)
+			tcase_add_loop_test(tc, *tests, 0, loops);
+		else
+			tcase_add_test(tc, *tests);
+	}
 	suite_add_tcase(s, tc);
 	return tc;
 }
 
+static inline TCase *check_add_case(Suite *s, const char *name, void (*setup)(void), void (*teardown)(void),
+				    double timeout_s, const TTest *const *tests)
+{
+	return check_add_loop_case(s, name, setup, teardown, timeout_s, -1, tests);
+}
+
 #define CHECK_CASE(s, name, setup, teardown, timeout_s, ...) \
 	check_add_case(s, name, setup, teardown, timeout_s, (const TTest *const[]){ __VA_ARGS__, NULL })
+#define CHECK_LOOP_CASE(s, name, setup, teardown, timeout_s, loops, ...) \
+	check_add_loop_case(s, name, setup, teardown, timeout_s, loops, (const TTest *const[]){ __VA_ARGS__, NULL })
 
 /* A suite of one tcase, the common case: CHECK_SUITE(fn, "suite", "case", ...as CHECK_CASE) defines fn for CHECK_MAIN. */
 #define CHECK_SUITE(fn, name, case_name, setup, teardown, timeout_s, ...)          \

@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -89,3 +90,27 @@ static inline bool all_zero(const struct chunk *c)
 	munmap((void *)b, c->bytes);
 	return zero;
 }
+
+/* Takes bytes for uid, which must succeed: the chunks in *v, their count returned. */
+static inline size_t take_ok(struct pool *p, uint32_t uid, uint64_t bytes, struct chunk ***v)
+{
+	size_t n = 0;
+
+	ck_assert_int_eq(pool_take(p, uid, bytes, v, &n), 0);
+	return n;
+}
+
+/* Gives the n chunks of v back to the pool and frees v. */
+static inline void put_back(struct pool *p, struct chunk **v, size_t n)
+{
+	pool_put(p, v, n);
+	free(v);
+}
+
+/* The pool's books: idle and resident bytes, and how many chunks it holds (a macro: a failure names the test's line). */
+#define assert_books(p, idle, resident, chunks)                        \
+	do {                                                           \
+		ck_assert_uint_eq(pool_idle_bytes(p), (idle));         \
+		ck_assert_uint_eq(pool_resident_bytes(p), (resident)); \
+		ck_assert_uint_eq(pool_chunk_count(p), (chunks));      \
+	} while (0)

@@ -93,16 +93,7 @@ static struct tenant_kid_report holder_leaves_a_kid(enum kid_kind kind)
 		uint8_t *p;
 		pid_t kid;
 
-		close(go[1]);
-		close(krep[0]);
-		close(hrep[0]);
-		if (pb_connect(d.socket, &c) < 0)
-			_exit(10);
-		pb_set_cache_limit(c, 0);
-		if (pb_acquire(c, TENANT_LEASE_BYTES, &o, &l) < 0)
-			_exit(11);
-		p = pb_lease_data(l);
-		memset(p, MARK_HOLDER, TENANT_LEASE_BYTES);
+		p = tenant_mapper_lease(go, krep, hrep, d.socket, &o, MARK_HOLDER, &c, &l);
 		k = (struct tenant_kid_args){ .go_r = go[0], .rep_w = krep[1], .addr = (uintptr_t)p };
 		if (kind == KID_CLONE_VM) {
 			char *stack = mmap(NULL, KID_STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
@@ -127,11 +118,7 @@ static struct tenant_kid_report holder_leaves_a_kid(enum kid_kind kind)
 		/* Gone (without a release, but KID_INHERIT_RELEASED's), as a job's process does when done or killed. */
 		_exit(0);
 	}
-	close(go[0]);
-	close(krep[1]);
-	close(hrep[1]);
-	ck_assert_int_eq(read(hrep[0], &addr, sizeof(addr)), (ssize_t)sizeof(addr));
-	close(hrep[0]);
+	tenant_mapper_report(go, krep, hrep, &addr, sizeof(addr));
 	ck_assert_int_eq(itest_wait_exit(h), 0);
 	/* Once the holder is gone and its kid dropped the socket, the daemon frees the lease. */
 	ck_assert_int_eq(wait_leased(d.socket, 0, POLL_MS), 0);

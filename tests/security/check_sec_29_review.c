@@ -104,17 +104,8 @@ START_TEST(test_a_holders_clone_vm_sibling_reads_nothing_after_the_attacher_rele
 
 		memset(&rep, 0, sizeof(rep));
 
-		close(go[1]);
-		close(krep[0]);
-		close(hrep[0]);
 		close(ex[1]);
-		if (pb_connect(d.socket, &c) < 0)
-			_exit(10);
-		pb_set_cache_limit(c, 0);
-		if (pb_acquire(c, TENANT_LEASE_BYTES, &o, &l) < 0)
-			_exit(11);
-		p = pb_lease_data(l);
-		memset(p, MARK_FIRST, TENANT_LEASE_BYTES);
+		p = tenant_mapper_lease(go, krep, hrep, d.socket, &o, MARK_FIRST, &c, &l);
 		if (pb_lease_share(c, l, NULL, 0, rep.token) < 0)
 			_exit(14);
 		start_kid(p, go[0], krep[1]);
@@ -126,12 +117,8 @@ START_TEST(test_a_holders_clone_vm_sibling_reads_nothing_after_the_attacher_rele
 			_exit(16);
 		_exit(0);
 	}
-	close(go[0]);
-	close(krep[1]);
-	close(hrep[1]);
 	close(ex[0]);
-	ck_assert_int_eq(read(hrep[0], &mr, sizeof(mr)), (ssize_t)sizeof(mr));
-	close(hrep[0]);
+	tenant_mapper_report(go, krep, hrep, &mr, sizeof(mr));
 	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
 	pb_set_cache_limit(c, 0);
 	ck_assert_int_eq(pb_attach(c, mr.token, &la), 0);
@@ -194,11 +181,7 @@ START_TEST(test_an_attachers_clone_vm_sibling_reads_nothing_after_the_holder_rel
 			_exit(15);
 		_exit(0);
 	}
-	close(go[0]);
-	close(krep[1]);
-	close(arep[1]);
-	ck_assert_int_eq(read(arep[0], &addr, sizeof(addr)), (ssize_t)sizeof(addr));
-	close(arep[0]);
+	tenant_mapper_report(go, krep, arep, &addr, sizeof(addr));
 	ck_assert_int_eq(itest_wait_exit(a), 0);
 	wait_conn_gone(a);
 	ck_assert_int_eq(pb_release(c, l), 0);
@@ -223,8 +206,9 @@ struct pod_report {
 	int32_t root_conns;   /* client rows of uid 0 it was shown (its own is one) */
 };
 
-static void pod_probe(uint64_t host_id, int rep_w)
+static void pod_probe(const void *arg, int rep_w)
 {
+	uint64_t host_id = *(const uint64_t *)arg;
 	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE, .label = "sec29-pod" };
 	struct pod_report rep = { 0 };
 	struct pb_lease_info *rows;
@@ -264,25 +248,14 @@ out:
 }
 
 /*
- * (c) Most pods run as root: a pod's root is an ordinary tenant (finding 4), and must neither see nor revoke host
- * root's leases, nor another pod's, though they are of its uid. It still revokes its own.
+ * Runs probe(arg, rep_w), which must _exit, as the first process of a new pid namespace (a pod's root) and reads the
+ * len bytes it reports on rep_w into rep. false, saying so, where this kernel or sandbox refuses unshare(CLONE_NEWPID).
  */
-START_TEST(test_a_pod_root_neither_sees_nor_revokes_host_root_leases)
+static bool in_a_pod(void (*probe)(const void *arg, int rep_w), const void *arg, void *rep, size_t len)
 {
-	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE, .label = "sec29-host" };
-	struct pod_report rep;
-	struct pb_lease_info *rows;
-	uint64_t cur = 0, host_id;
-	bool active = false;
 	int p[2], stx;
-	pb_client *c;
-	pb_lease *l;
-	size_t n;
 	pid_t pid;
 
-	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	ck_assert_int_eq(pb_acquire(c, TENANT_LEASE_BYTES, &o, &l), 0);
-	host_id = pb_lease_id(l);
 	ck_assert_int_eq(pipe(p), 0);
 	pid = itest_fork();
 	ck_assert_int_ge(pid, 0);
@@ -296,7 +269,7 @@ START_TEST(test_a_pod_root_neither_sees_nor_revokes_host_root_leases)
 		if (in < 0)
 			_exit(79);
 		if (in == 0)
-			pod_probe(host_id, p[1]);
+			probe(arg, p[1]);
 		_exit(itest_wait_exit(in));
 	}
 	close(p[1]);
@@ -304,12 +277,36 @@ START_TEST(test_a_pod_root_neither_sees_nor_revokes_host_root_leases)
 	if (stx == 77) {
 		printf("SKIP pod root: this kernel or sandbox refuses unshare(CLONE_NEWPID)\n");
 		close(p[0]);
+		return false;
+	}
+	ck_assert_int_eq(stx, 0);
+	ck_assert_int_eq(read(p[0], rep, len), (ssize_t)len);
+	close(p[0]);
+	return true;
+}
+
+/*
+ * (c) Most pods run as root: a pod's root is an ordinary tenant (finding 4), and must neither see nor revoke host
+ * root's leases, nor another pod's, though they are of its uid. It still revokes its own.
+ */
+START_TEST(test_a_pod_root_neither_sees_nor_revokes_host_root_leases)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE, .label = "sec29-host" };
+	struct pod_report rep;
+	struct pb_lease_info *rows;
+	uint64_t cur = 0, host_id;
+	bool active = false;
+	pb_client *c;
+	pb_lease *l;
+	size_t n;
+
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_acquire(c, TENANT_LEASE_BYTES, &o, &l), 0);
+	host_id = pb_lease_id(l);
+	if (!in_a_pod(pod_probe, &host_id, &rep, sizeof(rep))) {
 		pb_disconnect(c);
 		return;
 	}
-	ck_assert_int_eq(stx, 0);
-	ck_assert_int_eq(read(p[0], &rep, sizeof(rep)), (ssize_t)sizeof(rep));
-	close(p[0]);
 	ck_assert_msg(rep.step == 0, "the pod's client failed at step %d", rep.step);
 	do {
 		ck_assert_int_eq(pb_leases_page(c, cur, 0, &rows, &n, &cur), 0);
@@ -329,6 +326,15 @@ START_TEST(test_a_pod_root_neither_sees_nor_revokes_host_root_leases)
 }
 END_TEST
 
+/* In a pod: RELEASE of lease *arg on a raw connection; its status, or -1000 (no connection) or -1001 (no HELLO). */
+static void pod_release(const void *arg, int rep_w)
+{
+	int c = raw_connect(d.socket);
+	int32_t r = c < 0 ? -1000 : raw_hello(c) != 0 ? -1001 : raw_release(c, *(const uint64_t *)arg);
+
+	_exit(write(rep_w, &r, sizeof(r)) == (ssize_t)sizeof(r) ? 0 : 90);
+}
+
 /*
  * (d) A lease kept counted until its process exits (its connection closed while the process lives, so it may map
  * it still) has no connection: its uid may drop it. A pod's root must not drop host root's: that uncounts memory
@@ -336,11 +342,10 @@ END_TEST
  */
 START_TEST(test_a_pod_root_cannot_drop_host_roots_exit_held_lease)
 {
-	int fds[16], p[2], fd, stx;
+	int fds[16], fd;
 	int32_t pod_status;
 	uint64_t id;
 	size_t nfds;
-	pid_t pid;
 
 	fd = raw_connect(d.socket);
 	ck_assert_int_ge(fd, 0);
@@ -351,36 +356,8 @@ START_TEST(test_a_pod_root_cannot_drop_host_roots_exit_held_lease)
 	/* This process lives on: the lease stays counted until it exits. */
 	close(fd);
 	ck_assert_int_eq(wait_leased(d.socket, (int64_t)TENANT_LEASE_BYTES, POLL_MS), (int64_t)TENANT_LEASE_BYTES);
-	ck_assert_int_eq(pipe(p), 0);
-	pid = itest_fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		pid_t in;
-
-		close(p[0]);
-		if (unshare(CLONE_NEWPID) < 0)
-			_exit(77);
-		in = fork();
-		if (in < 0)
-			_exit(79);
-		if (in == 0) {
-			int c = raw_connect(d.socket);
-			int32_t r = c < 0 ? -1000 : raw_hello(c) != 0 ? -1001 : raw_release(c, id);
-
-			_exit(write(p[1], &r, sizeof(r)) == (ssize_t)sizeof(r) ? 0 : 90);
-		}
-		_exit(itest_wait_exit(in));
-	}
-	close(p[1]);
-	stx = itest_wait_exit(pid);
-	if (stx == 77) {
-		printf("SKIP pod root: this kernel or sandbox refuses unshare(CLONE_NEWPID)\n");
-		close(p[0]);
+	if (!in_a_pod(pod_release, &id, &pod_status, sizeof(pod_status)))
 		return;
-	}
-	ck_assert_int_eq(stx, 0);
-	ck_assert_int_eq(read(p[0], &pod_status, sizeof(pod_status)), (ssize_t)sizeof(pod_status));
-	close(p[0]);
 	ck_assert_msg(pod_status != PINBROKER__V1__STATUS_CODE__STATUS_OK &&
 			      status_leased(d.socket) == (int64_t)TENANT_LEASE_BYTES,
 		      "a pod's root dropped host root's lease held until its process exits (release status %d)",

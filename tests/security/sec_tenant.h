@@ -236,6 +236,43 @@ static inline struct tenant_client_proc tenant_client_start(enum tenant_place pl
 	return cp;
 }
 
+/*
+ * In a mapper child: closes the test's ends (go's write end, krep's and rep's read ends), connects to sock and takes a
+ * lease of TENANT_LEASE_BYTES as o says, nothing cached, filled with mark: its memory; _exit(10) or (11) where the
+ * connection or the lease fails.
+ */
+static inline uint8_t *tenant_mapper_lease(int go[2], int krep[2], int rep[2], const char *sock,
+					   const struct pb_acquire_opts *o, uint8_t mark, pb_client **c, pb_lease **l)
+{
+	uint8_t *p;
+
+	close(go[1]);
+	close(krep[0]);
+	close(rep[0]);
+	if (pb_connect(sock, c) < 0)
+		_exit(10);
+	pb_set_cache_limit(*c, 0);
+	if (pb_acquire(*c, TENANT_LEASE_BYTES, o, l) < 0)
+		_exit(11);
+	p = pb_lease_data(*l);
+	memset(p, mark, TENANT_LEASE_BYTES);
+	return p;
+}
+
+/*
+ * The test's side once it forked a mapper (a child that maps a lease and leaves a kid, told by go and reporting on
+ * krep): closes the ends the child and its kid use (go's read end, krep's and rep's write ends), then reads the len
+ * bytes the child reports on rep into buf.
+ */
+static inline void tenant_mapper_report(int go[2], int krep[2], int rep[2], void *buf, size_t len)
+{
+	close(go[0]);
+	close(krep[1]);
+	close(rep[1]);
+	ck_assert_int_eq(read(rep[0], buf, len), (ssize_t)len);
+	close(rep[0]);
+}
+
 /* Let a client go (a held one releases nothing: its exit ends the lease) and reap it; its exit status. */
 static inline int tenant_client_end(struct tenant_client_proc *cp)
 {

@@ -58,73 +58,116 @@ static uint64_t drop(struct backing_table *t, struct ledger *lg, uint64_t key)
 	return gone;
 }
 
-START_TEST(test_four_ranks_of_one_region_are_charged_once)
-{
-	struct backing_table *t = table();
-	struct ledger lg = { 0 };
+/*
+ * One step of a scenario on one file and what it must give: ADD key [start, end) (the bytes newly charged), DROP
+ * key (the bytes no longer covered), or a figure: COVERED, UNCOVERED [start, end), CHARGED (the table's charge of
+ * key), LEDGER (the charge moved to key so far), REGISTRANTS, OBJECTS, MOVES. The steps end at the first END.
+ */
+enum op { END, ADD, DROP, COVERED, UNCOVERED, CHARGED, LEDGER, REGISTRANTS, OBJECTS, MOVES };
 
-	ck_assert_uint_eq(add(t, &lg, 1, 0, 64 * MIB), 64 * MIB);
-	for (uint64_t k = 2; k <= 4; k++)
-		ck_assert_uint_eq(add(t, &lg, k, 0, 64 * MIB), 0);
-	ck_assert_uint_eq(backing_registrants(t, DEV, INO), 4);
-	ck_assert_uint_eq(backing_covered(t, DEV, INO), 64 * MIB);
-	ck_assert_uint_eq(backing_charged(t, DEV, INO, 1), 64 * MIB);
-	ck_assert_uint_eq(backing_charged(t, DEV, INO, 3), 0);
+struct step {
+	enum op op;
+	uint64_t key, start, end, want;
+};
+
+static const struct scenario {
+	const char *name;
+	struct step steps[16];
+} scenarios[] = {
 	/* The first leaves: its charge moves to the oldest left (key 2); nothing is uncharged. */
-	ck_assert_uint_eq(drop(t, &lg, 1), 0);
-	ck_assert_uint_eq(lg.charged[2], 64 * MIB);
-	ck_assert_uint_eq(drop(t, &lg, 4), 0);
-	ck_assert_uint_eq(drop(t, &lg, 2), 0);
-	ck_assert_uint_eq(lg.charged[3], 64 * MIB);
-	ck_assert_uint_eq(drop(t, &lg, 3), 64 * MIB);
-	ck_assert_uint_eq(backing_objects(t), 0);
-	backing_table_free(t);
-}
-END_TEST
-
-START_TEST(test_overlapping_ranges_charge_only_new_pages)
-{
-	struct backing_table *t = table();
-	struct ledger lg = { 0 };
-
-	ck_assert_uint_eq(add(t, &lg, 1, 0, 10 * PAGE), 10 * PAGE);
-	ck_assert_uint_eq(backing_uncovered(t, DEV, INO, 5 * PAGE, 15 * PAGE), 5 * PAGE);
-	ck_assert_uint_eq(add(t, &lg, 2, 5 * PAGE, 15 * PAGE), 5 * PAGE);
-	ck_assert_uint_eq(backing_covered(t, DEV, INO), 15 * PAGE);
+	{ "four ranks of one region are charged once",
+	  { { ADD, 1, 0, 64 * MIB, 64 * MIB },
+	    { ADD, 2, 0, 64 * MIB, 0 },
+	    { ADD, 3, 0, 64 * MIB, 0 },
+	    { ADD, 4, 0, 64 * MIB, 0 },
+	    { REGISTRANTS, 0, 0, 0, 4 },
+	    { COVERED, 0, 0, 0, 64 * MIB },
+	    { CHARGED, 1, 0, 0, 64 * MIB },
+	    { CHARGED, 3, 0, 0, 0 },
+	    { DROP, 1, 0, 0, 0 },
+	    { LEDGER, 2, 0, 0, 64 * MIB },
+	    { DROP, 4, 0, 0, 0 },
+	    { DROP, 2, 0, 0, 0 },
+	    { LEDGER, 3, 0, 0, 64 * MIB },
+	    { DROP, 3, 0, 0, 64 * MIB },
+	    { OBJECTS, 0, 0, 0, 0 } } },
 	/* The first leaves: pages 5..10 go to 2, pages 0..5 stop being charged. */
-	ck_assert_uint_eq(drop(t, &lg, 1), 5 * PAGE);
-	ck_assert_uint_eq(lg.charged[2], 10 * PAGE);
-	ck_assert_uint_eq(backing_charged(t, DEV, INO, 2), 10 * PAGE);
-	ck_assert_uint_eq(drop(t, &lg, 2), 10 * PAGE);
-	backing_table_free(t);
-}
-END_TEST
+	{ "overlapping ranges charge only new pages",
+	  { { ADD, 1, 0, 10 * PAGE, 10 * PAGE },
+	    { UNCOVERED, 0, 5 * PAGE, 15 * PAGE, 5 * PAGE },
+	    { ADD, 2, 5 * PAGE, 15 * PAGE, 5 * PAGE },
+	    { COVERED, 0, 0, 0, 15 * PAGE },
+	    { DROP, 1, 0, 0, 5 * PAGE },
+	    { LEDGER, 2, 0, 0, 10 * PAGE },
+	    { CHARGED, 2, 0, 0, 10 * PAGE },
+	    { DROP, 2, 0, 0, 10 * PAGE } } },
+	{ "a nested range adds nothing, and the outer one leaving moves it",
+	  { { ADD, 1, 0, 100 * PAGE, 100 * PAGE },
+	    { ADD, 2, 20 * PAGE, 30 * PAGE, 0 },
+	    { DROP, 1, 0, 0, 90 * PAGE },
+	    { LEDGER, 2, 0, 0, 10 * PAGE },
+	    { DROP, 2, 0, 0, 10 * PAGE } } },
+	{ "adjacent ranges do not share a page",
+	  { { ADD, 1, 0, 4 * PAGE, 4 * PAGE },
+	    { ADD, 2, 4 * PAGE, 8 * PAGE, 4 * PAGE },
+	    { COVERED, 0, 0, 0, 8 * PAGE },
+	    { DROP, 2, 0, 0, 4 * PAGE },
+	    { MOVES, 0, 0, 0, 0 },
+	    { DROP, 1, 0, 0, 4 * PAGE } } },
+	{ "an older key added later takes the charge over",
+	  { { ADD, 5, 0, 8 * PAGE, 8 * PAGE },
+	    { ADD, 3, 4 * PAGE, 12 * PAGE, 4 * PAGE },
+	    { LEDGER, 3, 0, 0, 8 * PAGE },
+	    { LEDGER, 5, 0, 0, 4 * PAGE },
+	    { CHARGED, 3, 0, 0, 8 * PAGE },
+	    { DROP, 3, 0, 0, 4 * PAGE },
+	    { DROP, 5, 0, 0, 8 * PAGE } } },
+};
 
-START_TEST(test_nested_range_adds_nothing_and_outer_leaving_moves_it)
+/* What the step's op reads or does on t (its ledger lg). */
+static uint64_t step_result(struct backing_table *t, struct ledger *lg, const struct step *st)
 {
+	switch (st->op) {
+	case ADD:
+		return add(t, lg, st->key, st->start, st->end);
+	case DROP:
+		return drop(t, lg, st->key);
+	case COVERED:
+		return backing_covered(t, DEV, INO);
+	case UNCOVERED:
+		return backing_uncovered(t, DEV, INO, st->start, st->end);
+	case CHARGED:
+		return backing_charged(t, DEV, INO, st->key);
+	case LEDGER:
+		return lg->charged[st->key];
+	case REGISTRANTS:
+		return backing_registrants(t, DEV, INO);
+	case OBJECTS:
+		return backing_objects(t);
+	case MOVES:
+		return lg->moves;
+	case END:
+		break;
+	}
+	ck_abort_msg("no such step %d", (int)st->op);
+	return 0;
+}
+
+/* Row _i: each step of the scenario in order on a fresh table, every one giving what it must. */
+START_TEST(test_scenarios)
+{
+	const struct scenario *sc = &scenarios[_i];
 	struct backing_table *t = table();
 	struct ledger lg = { 0 };
 
-	ck_assert_uint_eq(add(t, &lg, 1, 0, 100 * PAGE), 100 * PAGE);
-	ck_assert_uint_eq(add(t, &lg, 2, 20 * PAGE, 30 * PAGE), 0);
-	ck_assert_uint_eq(drop(t, &lg, 1), 90 * PAGE);
-	ck_assert_uint_eq(lg.charged[2], 10 * PAGE);
-	ck_assert_uint_eq(drop(t, &lg, 2), 10 * PAGE);
-	backing_table_free(t);
-}
-END_TEST
+	for (size_t i = 0; i < sizeof(sc->steps) / sizeof(sc->steps[0]) && sc->steps[i].op != END; i++) {
+		const struct step *st = &sc->steps[i];
+		uint64_t got = step_result(t, &lg, st);
 
-START_TEST(test_adjacent_ranges_do_not_share_a_page)
-{
-	struct backing_table *t = table();
-	struct ledger lg = { 0 };
-
-	ck_assert_uint_eq(add(t, &lg, 1, 0, 4 * PAGE), 4 * PAGE);
-	ck_assert_uint_eq(add(t, &lg, 2, 4 * PAGE, 8 * PAGE), 4 * PAGE);
-	ck_assert_uint_eq(backing_covered(t, DEV, INO), 8 * PAGE);
-	ck_assert_uint_eq(drop(t, &lg, 2), 4 * PAGE);
-	ck_assert_uint_eq(lg.moves, 0);
-	ck_assert_uint_eq(drop(t, &lg, 1), 4 * PAGE);
+		ck_assert_msg(got == st->want, "%s, step %zu (op %d, key %llu): %llu, wanted %llu", sc->name, i,
+			      (int)st->op, (unsigned long long)st->key, (unsigned long long)got,
+			      (unsigned long long)st->want);
+	}
 	backing_table_free(t);
 }
 END_TEST
@@ -174,22 +217,6 @@ START_TEST(test_errors_leave_the_table_unchanged)
 	ck_assert_int_eq(backing_remove(t, DEV, INO, 2, &n, NULL, NULL), -ENOENT);
 	ck_assert_uint_eq(backing_registrants(t, DEV, INO), 1);
 	backing_table_free(t); /* with a registrant left: freed all the same */
-}
-END_TEST
-
-START_TEST(test_an_older_key_added_later_takes_the_charge_over)
-{
-	struct backing_table *t = table();
-	struct ledger lg = { 0 };
-
-	ck_assert_uint_eq(add(t, &lg, 5, 0, 8 * PAGE), 8 * PAGE);
-	ck_assert_uint_eq(add(t, &lg, 3, 4 * PAGE, 12 * PAGE), 4 * PAGE);
-	ck_assert_uint_eq(lg.charged[3], 8 * PAGE);
-	ck_assert_uint_eq(lg.charged[5], 4 * PAGE);
-	ck_assert_uint_eq(backing_charged(t, DEV, INO, 3), 8 * PAGE);
-	ck_assert_uint_eq(drop(t, &lg, 3), 4 * PAGE);
-	ck_assert_uint_eq(drop(t, &lg, 5), 8 * PAGE);
-	backing_table_free(t);
 }
 END_TEST
 
@@ -323,10 +350,15 @@ START_TEST(test_many_registrants_keep_their_order)
 }
 END_TEST
 
-CHECK_SUITE(backing_suite, "backing", "core", NULL, NULL, 60, test_four_ranks_of_one_region_are_charged_once,
-	    test_overlapping_ranges_charge_only_new_pages, test_nested_range_adds_nothing_and_outer_leaving_moves_it,
-	    test_adjacent_ranges_do_not_share_a_page, test_identical_ranges_in_every_release_order,
-	    test_errors_leave_the_table_unchanged, test_an_older_key_added_later_takes_the_charge_over,
-	    test_random_registrations_match_a_bitmap_model, test_many_registrants_keep_their_order)
+static Suite *backing_suite(void)
+{
+	Suite *s = suite_create("backing");
+	TCase *tc = CHECK_CASE(s, "core", NULL, NULL, 60, test_identical_ranges_in_every_release_order,
+			       test_errors_leave_the_table_unchanged, test_random_registrations_match_a_bitmap_model,
+			       test_many_registrants_keep_their_order);
+
+	tcase_add_loop_test(tc, test_scenarios, 0, (int)(sizeof(scenarios) / sizeof(scenarios[0])));
+	return s;
+}
 
 CHECK_MAIN(backing_suite)

@@ -85,13 +85,11 @@ START_TEST(test_acquire_passes_budget_refusals_through)
 {
 	struct broker *b = new_broker(16 * MIB, 8 * MIB, 0);
 
-	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 17 * MIB, NULL), REFUSAL_TOO_LARGE);
-	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 9 * MIB, NULL), REFUSAL_TOO_LARGE);
-	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 6 * MIB, NULL), 0);
-	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 4 * MIB, NULL), REFUSAL_UID_QUOTA);
-	ck_assert_int_eq(acquire(b, UID_B, &conn_b, 8 * MIB, NULL), 0);
-	ck_assert_int_eq(acquire(b, UID_C, &conn_c, 4 * MIB, NULL), REFUSAL_BUDGET);
-	ck_assert_int_eq(acquire(b, UID_C, &conn_c, 2 * MIB, NULL), 0);
+	EXPECT_VERDICTS(
+		b, { UID_A, &conn_a, 17 * MIB, ASK_POOL, REFUSAL_TOO_LARGE },
+		{ UID_A, &conn_a, 9 * MIB, ASK_POOL, REFUSAL_TOO_LARGE }, { UID_A, &conn_a, 6 * MIB, ASK_POOL, 0 },
+		{ UID_A, &conn_a, 4 * MIB, ASK_POOL, REFUSAL_UID_QUOTA }, { UID_B, &conn_b, 8 * MIB, ASK_POOL, 0 },
+		{ UID_C, &conn_c, 4 * MIB, ASK_POOL, REFUSAL_BUDGET }, { UID_C, &conn_c, 2 * MIB, ASK_POOL, 0 });
 	ck_assert_uint_eq(lease_count(b->leases), 3);
 	check_books(b);
 	free_broker(b);
@@ -284,9 +282,8 @@ START_TEST(test_drop_owner_frees_only_that_connections_leases)
 
 	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, NULL), 0);
 	ck_assert_int_eq(acquire(b, UID_A, &conn_b, 3 * MIB, &kept), 0);
-	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 5 * MIB, NULL), 0);
-	ck_assert_int_eq(acquire(b, UID_B, &conn_c, 1 * MIB, NULL), 0);
-	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 4096, NULL), 0);
+	EXPECT_VERDICTS(b, { UID_A, &conn_a, 5 * MIB, ASK_POOL, 0 }, { UID_B, &conn_c, 1 * MIB, ASK_POOL, 0 },
+			{ UID_A, &conn_a, 4096, ASK_POOL, 0 });
 
 	ck_assert_uint_eq(drop_owner(b, &conn_a), 3);
 	ck_assert_uint_eq(lease_count(b->leases), 2);
@@ -581,7 +578,6 @@ END_TEST
 START_TEST(test_caps_refuse_by_leases_chunks_and_capacity)
 {
 	struct broker *b = new_broker(64 * MIB, 0, 0);
-	struct lease *l;
 
 	b->settings.reserve_fds = 16;
 	b->settings.max_connections = 1;
@@ -591,20 +587,19 @@ START_TEST(test_caps_refuse_by_leases_chunks_and_capacity)
 	ck_assert_uint_eq(b->max_chunks_per_uid, 32);
 	ck_assert_uint_eq(b->max_leases_per_uid, 32);
 	b->max_leases_per_uid = 2;
-	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), 0);
-	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), 0);
-	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), REFUSAL_UID_LEASES);
 	/* A registration takes no chunk, but it is a lease: 100,000 of them meet the same cap. */
-	ck_assert_int_eq(acquire_kind(b, UID_A, &conn_a, 4096, ASK_REGISTRATION, &l), REFUSAL_UID_LEASES);
+	EXPECT_VERDICTS(b, { UID_A, &conn_a, 2 * MIB, ASK_POOL, 0 }, { UID_A, &conn_a, 2 * MIB, ASK_POOL, 0 },
+			{ UID_A, &conn_a, 2 * MIB, ASK_POOL, REFUSAL_UID_LEASES },
+			{ UID_A, &conn_a, 4096, ASK_REGISTRATION, REFUSAL_UID_LEASES });
 	/* 2 MiB chunks: 5 MiB takes three (two whole and a tail). */
 	b->max_leases_per_uid = 100;
 	b->max_chunks_per_uid = 4;
-	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 5 * MIB, &l), REFUSAL_UID_CHUNKS);
-	ck_assert_int_eq(acquire(b, UID_B, &conn_b, 5 * MIB, &l), 0);
+	EXPECT_VERDICTS(b, { UID_A, &conn_a, 5 * MIB, ASK_POOL, REFUSAL_UID_CHUNKS },
+			{ UID_B, &conn_b, 5 * MIB, ASK_POOL, 0 });
 	b->max_chunks_per_uid = 0;
 	b->chunk_capacity = 6;
-	ck_assert_int_eq(acquire(b, UID_C, &conn_c, 4 * MIB, &l), REFUSAL_CAPACITY);
-	ck_assert_int_eq(acquire(b, UID_C, &conn_c, 2 * MIB, &l), 0);
+	EXPECT_VERDICTS(b, { UID_C, &conn_c, 4 * MIB, ASK_POOL, REFUSAL_CAPACITY },
+			{ UID_C, &conn_c, 2 * MIB, ASK_POOL, 0 });
 	check_books(b);
 	/* Too few fds at all: the capacity is clamped up and the caller is told. */
 	ck_assert(broker_resolve_limits(b, 100, 0, 100, 0));
@@ -616,19 +611,31 @@ END_TEST
 /* Issue 22, finding 2: a non-admin's own revoke gets at least revoke-min-deadline-ms; an admin's does not. */
 START_TEST(test_revoke_deadline_floor_applies_to_non_admins_only)
 {
-	struct broker_settings cfg = { .revoke_deadline_ms = 5000, .revoke_min_deadline_ms = 1000 };
+	/* The default deadline, whether an admin asks, the deadline asked (0: the default), the deadline given. */
+	static const struct {
+		uint32_t default_ms;
+		bool admin;
+		uint32_t asked_ms, want_ms;
+	} rows[] = {
+		{ 5000, false, 1, 1000 },
+		{ 5000, false, 999, 1000 },
+		{ 5000, false, 1000, 1000 },
+		{ 5000, false, 3000, 3000 },
+		{ 5000, false, 0, 5000 },
+		{ 5000, true, 1, 1 },
+		{ 5000, true, 0, 5000 },
+		/* A default below the floor is raised for a non-admin too. */
+		{ 200, false, 0, 1000 },
+		{ 200, true, 0, 200 },
+	};
 
-	ck_assert_uint_eq(broker_revoke_deadline_ms(&cfg, false, 1), 1000);
-	ck_assert_uint_eq(broker_revoke_deadline_ms(&cfg, false, 999), 1000);
-	ck_assert_uint_eq(broker_revoke_deadline_ms(&cfg, false, 1000), 1000);
-	ck_assert_uint_eq(broker_revoke_deadline_ms(&cfg, false, 3000), 3000);
-	ck_assert_uint_eq(broker_revoke_deadline_ms(&cfg, false, 0), 5000);
-	ck_assert_uint_eq(broker_revoke_deadline_ms(&cfg, true, 1), 1);
-	ck_assert_uint_eq(broker_revoke_deadline_ms(&cfg, true, 0), 5000);
-	/* A default below the floor is raised for a non-admin too. */
-	cfg.revoke_deadline_ms = 200;
-	ck_assert_uint_eq(broker_revoke_deadline_ms(&cfg, false, 0), 1000);
-	ck_assert_uint_eq(broker_revoke_deadline_ms(&cfg, true, 0), 200);
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		struct broker_settings cfg = { .revoke_deadline_ms = rows[i].default_ms,
+					       .revoke_min_deadline_ms = 1000 };
+		uint32_t got = broker_revoke_deadline_ms(&cfg, rows[i].admin, rows[i].asked_ms);
+
+		ck_assert_msg(got == rows[i].want_ms, "row %zu: %u ms, wanted %u", i, got, rows[i].want_ms);
+	}
 }
 END_TEST
 
@@ -650,19 +657,18 @@ END_TEST
 START_TEST(test_held_fds_meet_the_chunk_caps)
 {
 	struct broker *b = new_broker(64 * MIB, 0, 0);
-	struct lease *l;
 
 	b->max_chunks_per_uid = 3;
 	ck_assert_int_eq(budget_fd_add(b->budget, UID_A), 0);
 	ck_assert_int_eq(budget_fd_add(b->budget, UID_A), 0);
-	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), 0);
-	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), REFUSAL_UID_CHUNKS);
-	ck_assert_int_eq(acquire(b, UID_B, &conn_b, 4 * MIB, &l), 0);
+	EXPECT_VERDICTS(b, { UID_A, &conn_a, 2 * MIB, ASK_POOL, 0 },
+			{ UID_A, &conn_a, 2 * MIB, ASK_POOL, REFUSAL_UID_CHUNKS },
+			{ UID_B, &conn_b, 4 * MIB, ASK_POOL, 0 });
 	b->max_chunks_per_uid = 0;
 	b->chunk_capacity = 6;
 	/* 3 chunks and 2 pidfds held: one fd left of the capacity. */
-	ck_assert_int_eq(acquire(b, UID_C, &conn_c, 4 * MIB, &l), REFUSAL_CAPACITY);
-	ck_assert_int_eq(acquire(b, UID_C, &conn_c, 2 * MIB, &l), 0);
+	EXPECT_VERDICTS(b, { UID_C, &conn_c, 4 * MIB, ASK_POOL, REFUSAL_CAPACITY },
+			{ UID_C, &conn_c, 2 * MIB, ASK_POOL, 0 });
 	budget_fd_sub(b->budget, UID_A);
 	budget_fd_sub(b->budget, UID_A);
 	check_books(b);

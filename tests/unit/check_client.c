@@ -64,8 +64,7 @@ START_TEST(test_lease_arrives_in_many_fd_packets_and_maps_contiguously)
 	ck_assert_int_eq(pb_release(c, l), 0);
 	/* The daemon's memfd saw the client's write: it is shared memory, not a copy. */
 	ck_assert(mock_saw(c, "release 1 first=42"));
-	pb_disconnect(c);
-	mock_stop();
+	disconnect_mock(c);
 }
 END_TEST
 
@@ -79,8 +78,7 @@ START_TEST(test_refusal_maps_status_to_errno_with_daemon_message)
 	ck_assert_str_eq(pb_last_error(), "uid 1000 would exceed its quota");
 	ck_assert_str_eq(pb_strerror(-EDQUOT), "over uid quota");
 	ck_assert_int_eq(pb_acquire(c, 0, NULL, &l), -EINVAL);
-	pb_disconnect(c);
-	mock_stop();
+	disconnect_mock(c);
 }
 END_TEST
 
@@ -97,8 +95,7 @@ START_TEST(test_fallback_when_refused_or_absent)
 	ck_assert_ptr_nonnull(strstr(pb_lease_fallback_reason(l), "broker refused: over uid quota"));
 	memset(pb_lease_data(l), 1, pb_lease_size(l));
 	ck_assert_int_eq(pb_release(c, l), 0);
-	pb_disconnect(c);
-	mock_stop();
+	disconnect_mock(c);
 
 	ck_assert_int_eq(pb_connect("/tmp/check_client.no.such.sock", &c), -ENOENT);
 	ck_assert_ptr_null(c);
@@ -117,8 +114,7 @@ START_TEST(test_fallback_of_size_0_is_einval_not_a_buffer)
 
 	ck_assert_ptr_null(pb_acquire_or_fallback(c, 0, NULL));
 	ck_assert_ptr_nonnull(strstr(pb_last_error(), "size 0"));
-	pb_disconnect(c);
-	mock_stop();
+	disconnect_mock(c);
 	ck_assert_ptr_null(pb_acquire_or_fallback(NULL, 0, NULL));
 	ck_assert_ptr_nonnull(strstr(pb_last_error(), "size 0"));
 }
@@ -166,8 +162,7 @@ START_TEST(test_cached_reacquire_reuses_the_lease_without_a_round_trip)
 	pb_set_cache_limit(c, 0);
 	ck_assert(mock_saw(c, "release 1 first=0"));
 	ck_assert(mock_saw(c, "release 2 first=0"));
-	pb_disconnect(c);
-	mock_stop();
+	disconnect_mock(c);
 }
 END_TEST
 
@@ -191,24 +186,33 @@ START_TEST(test_revoke_of_cached_lease_releases_it_in_the_background)
 	/* The cache is empty now: the next acquire is a new lease. */
 	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &a), 0);
 	ck_assert_uint_eq(pb_lease_id(a), 2);
-	pb_disconnect(c);
-	mock_stop();
+	disconnect_mock(c);
 }
 END_TEST
 
-START_TEST(test_revoke_of_idle_lease_releases_it_and_leaves_a_fault_not_memory)
+/*
+ * Two leases of 1 MiB, the second (lease 2) set idle, then an admin's revoke of all: the library gives the idle one
+ * back itself (released, acknowledged).
+ */
+static void revoke_all_beside_an_idle_lease(pb_client *c, pb_lease **busy, pb_lease **idle)
 {
 	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
-	pb_client *c = connect_mock(&default_cfg);
-	pb_lease *busy, *idle;
 
-	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &busy), 0);
-	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &idle), 0);
-	pb_lease_set_idle(idle, 1);
+	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, busy), 0);
+	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, idle), 0);
+	ck_assert_int_eq(pb_lease_set_idle(*idle, 1), 0);
 	ck_assert(mock_saw(c, "idle 2 1"));
 	ck_assert_int_eq(pb_admin_revoke(c, PB_REVOKE_ALL, 0, 0, 0, NULL, NULL), 0);
 	ck_assert(mock_saw(c, "release 2 first=0"));
 	ck_assert(mock_saw(c, "ack 2"));
+}
+
+START_TEST(test_revoke_of_idle_lease_releases_it_and_leaves_a_fault_not_memory)
+{
+	pb_client *c = connect_mock(&default_cfg);
+	pb_lease *busy, *idle;
+
+	revoke_all_beside_an_idle_lease(c, &busy, &idle);
 	ck_assert_ptr_null(pb_lease_data(idle));
 	/* A busy lease without a callback is left alone: no ack, the daemon counts it overdue. */
 	ck_assert_ptr_nonnull(pb_lease_data(busy));
@@ -216,8 +220,7 @@ START_TEST(test_revoke_of_idle_lease_releases_it_and_leaves_a_fault_not_memory)
 	ck_assert_int_eq(pb_release(c, idle), 0);
 	ck_assert_int_eq(pb_release(c, busy), 0);
 	ck_assert(mock_saw(c, "release 1 first=0"));
-	pb_disconnect(c);
-	mock_stop();
+	disconnect_mock(c);
 }
 END_TEST
 
@@ -246,25 +249,31 @@ START_TEST(test_revoke_callback_may_release_on_the_receiver_thread)
 	ck_assert(mock_saw(c, "release 1 first=0"));
 	ck_assert(mock_saw(c, "ack 1"));
 	ck_assert_int_eq(revoke_calls, 1);
-	pb_disconnect(c);
-	mock_stop();
+	disconnect_mock(c);
 }
 END_TEST
+
+/* A REVOKE of the lease being granted (size bytes): pb_acquire gives it back (released, acknowledged), -EAGAIN. */
+static void expect_grant_given_back(pb_client *c, size_t size)
+{
+	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	pb_lease *l = NULL;
+
+	ck_assert_int_eq(pb_acquire(c, size, &o, &l), -EAGAIN);
+	ck_assert_ptr_null(l);
+	ck_assert(mock_saw(c, "release 1 first=0"));
+	ck_assert(mock_saw(c, "ack 1"));
+}
 
 START_TEST(test_revoke_racing_the_grant_gives_the_lease_back)
 {
 	struct mock_cfg cfg = default_cfg;
-	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
 	pb_client *c;
-	pb_lease *l;
 
 	cfg.revoke_on_grant = true;
 	c = connect_mock(&cfg);
-	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &l), -EAGAIN);
-	ck_assert(mock_saw(c, "release 1 first=0"));
-	ck_assert(mock_saw(c, "ack 1"));
-	pb_disconnect(c);
-	mock_stop();
+	expect_grant_given_back(c, 1u << 20);
+	disconnect_mock(c);
 }
 END_TEST
 
@@ -275,10 +284,8 @@ END_TEST
 START_TEST(test_revoke_right_behind_the_grant_gives_the_lease_back)
 {
 	struct mock_cfg cfg = default_cfg;
-	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
 	struct pb_status *st = NULL;
 	pb_client *c;
-	pb_lease *l = NULL;
 
 	cfg.revoke_after_grant = true;
 	c = connect_mock(&cfg);
@@ -286,12 +293,8 @@ START_TEST(test_revoke_right_behind_the_grant_gives_the_lease_back)
 	ck_assert_int_eq(pb_status_get(c, &st), 0);
 	pb_status_free(st);
 	/* 256 chunks: the client maps for a millisecond or so after its last packet, with the REVOKE queued behind. */
-	ck_assert_int_eq(pb_acquire(c, 16u << 20, &o, &l), -EAGAIN);
-	ck_assert_ptr_null(l);
-	ck_assert(mock_saw(c, "release 1 first=0"));
-	ck_assert(mock_saw(c, "ack 1"));
-	pb_disconnect(c);
-	mock_stop();
+	expect_grant_given_back(c, 16u << 20);
+	disconnect_mock(c);
 }
 END_TEST
 
@@ -314,8 +317,7 @@ START_TEST(test_a_forked_child_cannot_call_on_its_parents_client)
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's call was not refused with -ECHILD");
 	ck_assert_int_eq(pb_status_get(c, &st), 0);
 	pb_status_free(st);
-	pb_disconnect(c);
-	mock_stop();
+	disconnect_mock(c);
 }
 END_TEST
 
@@ -411,22 +413,16 @@ START_TEST(test_same_instance_redeclares_and_only_rejected_leases_go_stale)
 	ck_assert(mock_saw(c, "release 3 first=0"));
 	ck_assert_uint_eq(mock_count(c, "release 1 first=0"), 1);
 	ck_assert_uint_eq(mock_count(c, "release-unknown 2"), 0);
-	pb_disconnect(c);
-	mock_stop();
+	disconnect_mock(c);
 }
 END_TEST
 
 START_TEST(test_set_idle_after_the_library_gave_a_revoked_lease_back_is_estale)
 {
-	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
 	pb_client *c = connect_mock(&default_cfg);
 	pb_lease *busy, *idle;
 
-	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &busy), 0);
-	ck_assert_int_eq(pb_acquire(c, 1u << 20, &o, &idle), 0);
-	ck_assert_int_eq(pb_lease_set_idle(idle, 1), 0);
-	ck_assert_int_eq(pb_admin_revoke(c, PB_REVOKE_ALL, 0, 0, 0, NULL, NULL), 0);
-	ck_assert(mock_saw(c, "ack 2"));
+	revoke_all_beside_an_idle_lease(c, &busy, &idle);
 	/* The program wants it back: it learns the memory is gone instead of writing through NULL. */
 	ck_assert_int_eq(pb_lease_set_idle(idle, 0), -ESTALE);
 	ck_assert_ptr_nonnull(strstr(pb_last_error(), "revoked"));
@@ -440,8 +436,7 @@ START_TEST(test_set_idle_after_the_library_gave_a_revoked_lease_back_is_estale)
 	ck_assert_int_eq(pb_lease_set_idle(NULL, 1), -EINVAL);
 	ck_assert_int_eq(pb_release(c, idle), 0);
 	ck_assert_int_eq(pb_release(c, busy), 0);
-	pb_disconnect(c);
-	mock_stop();
+	disconnect_mock(c);
 }
 END_TEST
 
@@ -465,8 +460,7 @@ START_TEST(test_status_and_admin_map_to_public_structs)
 	ck_assert_str_eq(s->transitions[0].text + 6, program_invocation_short_name);
 	ck_assert_str_eq(s->transitions[1].text, "set budget=8G");
 	pb_status_free(s);
-	pb_disconnect(c);
-	mock_stop();
+	disconnect_mock(c);
 }
 END_TEST
 
@@ -506,8 +500,7 @@ START_TEST(test_threads_share_one_client)
 		pthread_join(t[i], &ret);
 		ck_assert_ptr_null(ret);
 	}
-	pb_disconnect(c);
-	mock_stop();
+	disconnect_mock(c);
 }
 END_TEST
 
@@ -549,8 +542,7 @@ START_TEST(test_registrations_are_not_asked_of_a_daemon_that_predates_them)
 	ck_assert_int_eq(pb_acquire(c, 4096, &(struct pb_acquire_opts){ .flags = PB_ACQUIRE_NO_CUDA }, &l), 0);
 	ck_assert_uint_eq(pb_lease_id(l), 1);
 	ck_assert_int_eq(pb_release(c, l), 0);
-	pb_disconnect(c);
-	mock_stop();
+	disconnect_mock(c);
 }
 END_TEST
 

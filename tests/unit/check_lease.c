@@ -13,6 +13,23 @@
 
 #include "lease_fixture.h"
 
+/* The table's count and bytes of leases in state st (a macro: a failure names the test's line). */
+#define ASSERT_STATE_BOOKS(t, st, count, bytes)                       \
+	do {                                                          \
+		ck_assert_uint_eq(lease_state_count(t, st), (count)); \
+		ck_assert_uint_eq(lease_state_bytes(t, st), (bytes)); \
+	} while (0)
+
+/* A revoke of l called off at now_ms: active again, no deadline, not the holder's revoke, used at now_ms. */
+static void cancel_revoke_ok(struct lease *l, uint64_t now_ms)
+{
+	ck_assert_int_eq(lease_cancel_revoke(l, now_ms), 0);
+	ck_assert_int_eq(l->state, LEASE_ACTIVE);
+	ck_assert_uint_eq(l->deadline_ms, 0);
+	ck_assert(!l->revoke_by_holder);
+	ck_assert_uint_eq(l->last_used_ms, now_ms);
+}
+
 START_TEST(test_add_starts_active_with_fields_set)
 {
 	struct lease_table *t = new_table();
@@ -340,34 +357,19 @@ START_TEST(test_cancel_revoke_puts_a_never_revoked_lease_back_to_active_and_move
 	struct lease *rv = revoked_no_revoke(t, 2 * MIB, false), *od = revoked_no_revoke(t, 4 * MIB, true);
 
 	ck_assert_ptr_nonnull(other);
-	ck_assert_uint_eq(lease_state_count(t, LEASE_ACTIVE), 1);
-	ck_assert_uint_eq(lease_state_bytes(t, LEASE_ACTIVE), 1 * MIB);
-	ck_assert_uint_eq(lease_state_count(t, LEASE_REVOKING), 1);
-	ck_assert_uint_eq(lease_state_bytes(t, LEASE_REVOKING), 2 * MIB);
-	ck_assert_uint_eq(lease_state_count(t, LEASE_OVERDUE), 1);
-	ck_assert_uint_eq(lease_state_bytes(t, LEASE_OVERDUE), 4 * MIB);
+	ASSERT_STATE_BOOKS(t, LEASE_ACTIVE, 1, 1 * MIB);
+	ASSERT_STATE_BOOKS(t, LEASE_REVOKING, 1, 2 * MIB);
+	ASSERT_STATE_BOOKS(t, LEASE_OVERDUE, 1, 4 * MIB);
 
 	/* From REVOKING: the holder's library took it back from its cache before the REVOKE reached it. */
-	ck_assert_int_eq(lease_cancel_revoke(rv, 900), 0);
-	ck_assert_int_eq(rv->state, LEASE_ACTIVE);
-	ck_assert_uint_eq(rv->deadline_ms, 0);
-	ck_assert(!rv->revoke_by_holder);
-	ck_assert_uint_eq(rv->last_used_ms, 900);
-	ck_assert_uint_eq(lease_state_count(t, LEASE_REVOKING), 0);
-	ck_assert_uint_eq(lease_state_bytes(t, LEASE_REVOKING), 0);
-	ck_assert_uint_eq(lease_state_count(t, LEASE_ACTIVE), 2);
-	ck_assert_uint_eq(lease_state_bytes(t, LEASE_ACTIVE), 3 * MIB);
+	cancel_revoke_ok(rv, 900);
+	ASSERT_STATE_BOOKS(t, LEASE_REVOKING, 0, 0);
+	ASSERT_STATE_BOOKS(t, LEASE_ACTIVE, 2, 3 * MIB);
 
 	/* From OVERDUE: never enforced against, it is in use again. */
-	ck_assert_int_eq(lease_cancel_revoke(od, 950), 0);
-	ck_assert_int_eq(od->state, LEASE_ACTIVE);
-	ck_assert_uint_eq(od->deadline_ms, 0);
-	ck_assert(!od->revoke_by_holder);
-	ck_assert_uint_eq(od->last_used_ms, 950);
-	ck_assert_uint_eq(lease_state_count(t, LEASE_OVERDUE), 0);
-	ck_assert_uint_eq(lease_state_bytes(t, LEASE_OVERDUE), 0);
-	ck_assert_uint_eq(lease_state_count(t, LEASE_ACTIVE), 3);
-	ck_assert_uint_eq(lease_state_bytes(t, LEASE_ACTIVE), 7 * MIB);
+	cancel_revoke_ok(od, 950);
+	ASSERT_STATE_BOOKS(t, LEASE_OVERDUE, 0, 0);
+	ASSERT_STATE_BOOKS(t, LEASE_ACTIVE, 3, 7 * MIB);
 
 	/* Back in use, it is not revocable again until its library caches it again (IDLE). */
 	ck_assert(!lease_revocable(rv));
@@ -376,10 +378,8 @@ START_TEST(test_cancel_revoke_puts_a_never_revoked_lease_back_to_active_and_move
 	/* Removing it afterwards leaves every counter at what the remaining leases hold. */
 	lease_remove(t, rv);
 	lease_remove(t, od);
-	ck_assert_uint_eq(lease_state_count(t, LEASE_ACTIVE), 1);
-	ck_assert_uint_eq(lease_state_bytes(t, LEASE_ACTIVE), 1 * MIB);
-	ck_assert_uint_eq(lease_state_count(t, LEASE_IDLE), 0);
-	ck_assert_uint_eq(lease_state_bytes(t, LEASE_IDLE), 0);
+	ASSERT_STATE_BOOKS(t, LEASE_ACTIVE, 1, 1 * MIB);
+	ASSERT_STATE_BOOKS(t, LEASE_IDLE, 0, 0);
 	lease_table_free(t);
 }
 END_TEST
@@ -409,10 +409,8 @@ START_TEST(test_cancel_revoke_refuses_revocable_leases_registrations_and_other_s
 	ck_assert_int_eq(lease_cancel_revoke(reg, 5), -EINVAL);
 	ck_assert_int_eq(reg->state, LEASE_REVOKING);
 	/* Nothing moved. */
-	ck_assert_uint_eq(lease_state_count(t, LEASE_ACTIVE), active);
-	ck_assert_uint_eq(lease_state_bytes(t, LEASE_ACTIVE), active_b);
-	ck_assert_uint_eq(lease_state_count(t, LEASE_REVOKING), revoking);
-	ck_assert_uint_eq(lease_state_bytes(t, LEASE_REVOKING), revoking_b);
+	ASSERT_STATE_BOOKS(t, LEASE_ACTIVE, active, active_b);
+	ASSERT_STATE_BOOKS(t, LEASE_REVOKING, revoking, revoking_b);
 
 	/* A never-revoked lease in any state but REVOKING/OVERDUE: nothing to cancel. */
 	for (int s = 0; s < LEASE__STATE_MAX; s++) {
@@ -512,22 +510,18 @@ START_TEST(test_state_counters_follow_add_adopt_transitions_and_remove)
 	struct lease *o = NULL;
 
 	ck_assert_int_eq(lease_adopt(t, 100, 1, 5 * MIB, LEASE_PRIO_NORMAL, NULL, fake_chunks(1), 1, 0, &o), 0);
-	ck_assert_uint_eq(lease_state_count(t, LEASE_ACTIVE), 2);
-	ck_assert_uint_eq(lease_state_bytes(t, LEASE_ACTIVE), 5 * MIB);
-	ck_assert_uint_eq(lease_state_count(t, LEASE_ORPHANED), 1);
-	ck_assert_uint_eq(lease_state_bytes(t, LEASE_ORPHANED), 5 * MIB);
+	ASSERT_STATE_BOOKS(t, LEASE_ACTIVE, 2, 5 * MIB);
+	ASSERT_STATE_BOOKS(t, LEASE_ORPHANED, 1, 5 * MIB);
 	ck_assert_int_eq(lease_set_state(b, LEASE_IDLE, 1), 0);
 	ck_assert_int_eq(lease_set_state(o, LEASE_ACTIVE, 1), 0);
 	/* A rejected edge moves nothing. */
 	ck_assert_int_eq(lease_set_state(a, LEASE_OVERDUE, 1), -EINVAL);
-	ck_assert_uint_eq(lease_state_count(t, LEASE_ACTIVE), 2);
-	ck_assert_uint_eq(lease_state_bytes(t, LEASE_ACTIVE), 7 * MIB);
+	ASSERT_STATE_BOOKS(t, LEASE_ACTIVE, 2, 7 * MIB);
 	ck_assert_uint_eq(lease_state_bytes(t, LEASE_IDLE), 3 * MIB);
 	ck_assert_uint_eq(lease_state_count(t, LEASE_ORPHANED), 0);
 	ck_assert_uint_eq(lease_state_count(t, LEASE_OVERDUE), 0);
 	lease_remove(t, b);
-	ck_assert_uint_eq(lease_state_count(t, LEASE_IDLE), 0);
-	ck_assert_uint_eq(lease_state_bytes(t, LEASE_IDLE), 0);
+	ASSERT_STATE_BOOKS(t, LEASE_IDLE, 0, 0);
 	ck_assert_uint_eq(lease_state_count(t, LEASE__STATE_MAX), 0);
 	ck_assert_uint_eq(lease_state_bytes(t, (enum lease_state) - 1), 0);
 	lease_table_free(t);

@@ -99,6 +99,13 @@ START_TEST(test_unknown_kind_has_no_id)
 }
 END_TEST
 
+/* n passes of kind at T0 through the limiter, whatever it says. */
+static void pass_n(enum log_event_kind kind, int n)
+{
+	for (int i = 0; i < n; i++)
+		log_ratelimit_pass(kind, T0, NULL);
+}
+
 START_TEST(test_ratelimit_passes_burst_then_suppresses)
 {
 	unsigned sup = 99;
@@ -116,8 +123,7 @@ END_TEST
 
 START_TEST(test_ratelimit_flush_reports_suppressed_count_once_window_ends)
 {
-	for (int i = 0; i < LOG_RATELIMIT_BURST + 7; i++)
-		log_ratelimit_pass(EV_LEASE_REFUSED, T0, NULL);
+	pass_n(EV_LEASE_REFUSED, LOG_RATELIMIT_BURST + 7);
 	ck_assert_uint_eq(log_ratelimit_flush(EV_LEASE_REFUSED, T0 + LOG_RATELIMIT_WINDOW_US - 1), 0);
 	ck_assert_uint_eq(log_ratelimit_flush(EV_LEASE_REFUSED, T0 + LOG_RATELIMIT_WINDOW_US), 7);
 	ck_assert_uint_eq(log_ratelimit_flush(EV_LEASE_REFUSED, T0 + LOG_RATELIMIT_WINDOW_US + 1), 0);
@@ -128,8 +134,7 @@ START_TEST(test_ratelimit_new_window_reports_unflushed_count)
 {
 	unsigned sup = 0;
 
-	for (int i = 0; i < LOG_RATELIMIT_BURST + 3; i++)
-		log_ratelimit_pass(EV_PROTOCOL_ERROR, T0, NULL);
+	pass_n(EV_PROTOCOL_ERROR, LOG_RATELIMIT_BURST + 3);
 	ck_assert(log_ratelimit_pass(EV_PROTOCOL_ERROR, T0 + LOG_RATELIMIT_WINDOW_US, &sup));
 	ck_assert_uint_eq(sup, 3);
 	/* The new window has its own full burst. */
@@ -141,8 +146,7 @@ END_TEST
 
 START_TEST(test_ratelimit_kinds_are_independent)
 {
-	for (int i = 0; i < LOG_RATELIMIT_BURST + 1; i++)
-		log_ratelimit_pass(EV_LEASE_REFUSED, T0, NULL);
+	pass_n(EV_LEASE_REFUSED, LOG_RATELIMIT_BURST + 1);
 	ck_assert(!log_ratelimit_pass(EV_LEASE_REFUSED, T0, NULL));
 	ck_assert(log_ratelimit_pass(EV_LEASE_GRANTED, T0, NULL));
 	ck_assert_uint_eq(log_ratelimit_flush(EV_LEASE_GRANTED, T0 + LOG_RATELIMIT_WINDOW_US), 0);
@@ -151,16 +155,25 @@ END_TEST
 
 START_TEST(test_level_from_string_knows_syslog_names)
 {
-	ck_assert_int_eq(log_level_from_string("debug"), LOG_DEBUG);
-	ck_assert_int_eq(log_level_from_string("info"), LOG_INFO);
-	ck_assert_int_eq(log_level_from_string("notice"), LOG_NOTICE);
-	ck_assert_int_eq(log_level_from_string("warning"), LOG_WARNING);
-	ck_assert_int_eq(log_level_from_string("WARN"), LOG_WARNING);
-	ck_assert_int_eq(log_level_from_string("err"), LOG_ERR);
-	ck_assert_int_eq(log_level_from_string("error"), LOG_ERR);
-	ck_assert_int_eq(log_level_from_string("loud"), -1);
-	ck_assert_int_eq(log_level_from_string(""), -1);
-	ck_assert_int_eq(log_level_from_string(NULL), -1);
+	static const struct {
+		const char *name;
+		int level;
+	} rows[] = {
+		{ "debug", LOG_DEBUG },
+		{ "info", LOG_INFO },
+		{ "notice", LOG_NOTICE },
+		{ "warning", LOG_WARNING },
+		{ "WARN", LOG_WARNING },
+		{ "err", LOG_ERR },
+		{ "error", LOG_ERR },
+		{ "loud", -1 },
+		{ "", -1 },
+		{ NULL, -1 },
+	};
+
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		ck_assert_msg(log_level_from_string(rows[i].name) == rows[i].level, "\"%s\": %d, wanted %d",
+			      rows[i].name ?: "(null)", log_level_from_string(rows[i].name), rows[i].level);
 }
 END_TEST
 
@@ -170,163 +183,138 @@ START_TEST(test_default_level_is_info)
 }
 END_TEST
 
-START_TEST(test_info_threshold_hides_debug)
+static void emit_debug_and_info(void)
 {
-	FILE *f = capture_start();
-	char *out;
-
-	log_init(LOG_INFO, 0);
 	log_debug("hidden %d", 1);
 	log_info("shown %d", 2);
-	out = capture_read(f);
-	ck_assert_str_eq(out, "pinbrokerd: shown 2\n");
-	free(out);
 }
-END_TEST
 
-START_TEST(test_debug_threshold_shows_debug)
+static void emit_debug(void)
 {
-	FILE *f = capture_start();
-	char *out;
-
-	log_init(LOG_DEBUG, 0);
 	log_debug("detail");
-	out = capture_read(f);
-	ck_assert_str_eq(out, "pinbrokerd: detail\n");
-	free(out);
 }
-END_TEST
 
-START_TEST(test_warning_threshold_hides_info_and_events_below)
+static void emit_info_event_and_warning(void)
 {
-	FILE *f = capture_start();
-	char *out;
-
-	log_init(LOG_WARNING, 0);
 	log_info("hidden");
 	log_event(EV_LEASE_GRANTED, LOG_INFO, 1, 1000, 42, "hidden event");
 	log_warnx("careful");
-	out = capture_read(f);
-	ck_assert_str_eq(out, "pinbrokerd: warning: careful\n");
-	free(out);
 }
-END_TEST
 
-START_TEST(test_warn_appends_strerror_and_keeps_errno)
+static void emit_warn_keeping_errno(void)
 {
-	FILE *f = capture_start();
-	char *out;
-
-	log_init(LOG_INFO, 0);
 	errno = ENOENT;
 	log_warn("open %s", "/x");
 	ck_assert_int_eq(errno, ENOENT);
-	out = capture_read(f);
-	ck_assert_str_eq(out, "pinbrokerd: warning: open /x: No such file or directory\n");
-	free(out);
 }
-END_TEST
 
-START_TEST(test_trailing_newlines_are_dropped)
+static void emit_with_newline(void)
 {
-	FILE *f = capture_start();
-	char *out;
-
-	log_init(LOG_INFO, 0);
 	log_info("a.conf:3: bad\n");
-	out = capture_read(f);
-	ck_assert_str_eq(out, "pinbrokerd: a.conf:3: bad\n");
-	free(out);
 }
-END_TEST
 
-START_TEST(test_journal_stream_of_another_file_means_stderr)
+static void emit_to_stderr(void)
 {
-	FILE *f = capture_start();
-	char *out;
-
-	setenv("JOURNAL_STREAM", "1:1", 1);
-	log_init(LOG_INFO, -1);
 	log_info("to stderr");
-	out = capture_read(f);
-	ck_assert_str_eq(out, "pinbrokerd: to stderr\n");
-	free(out);
 }
-END_TEST
 
-START_TEST(test_event_burst_is_cut_at_limit)
+static void emit_30_refused(void)
 {
-	FILE *f = capture_start();
-	char *out;
-
-	log_init(LOG_INFO, 0);
 	/* 30 events take microseconds, far inside one 5 s window. */
 	for (int i = 0; i < 30; i++)
 		log_event(EV_LEASE_REFUSED, LOG_INFO, 0, 1000, 42, "refused %d", i);
-	out = capture_read(f);
-	ck_assert_uint_eq(count_lines(out), LOG_RATELIMIT_BURST);
-	ck_assert_ptr_nonnull(strstr(out, "pinbrokerd: refused 0\n"));
-	ck_assert_ptr_null(strstr(out, "refused 20\n"));
-	free(out);
 }
-END_TEST
 
-START_TEST(test_events_below_threshold_do_not_use_up_the_limit)
+static void emit_50_debug_events_then_info(void)
 {
-	FILE *f = capture_start();
-	char *out;
-
-	log_init(LOG_INFO, 0);
 	for (int i = 0; i < 50; i++)
 		log_event(EV_LEASE_GRANTED, LOG_DEBUG, (uint64_t)i + 1, 1000, 42, "quiet");
 	log_event(EV_LEASE_GRANTED, LOG_INFO, 7, (uid_t)-1, 0, "loud");
-	out = capture_read(f);
-	ck_assert_str_eq(out, "pinbrokerd: loud\n");
-	free(out);
 }
-END_TEST
+
+/* The burst of lease-refused events and extra more (suppressed), all at T0 on the log module's clock. */
+static void refused_at_t0(int extra)
+{
+	fake_now_us = T0;
+	for (int i = 0; i < LOG_RATELIMIT_BURST + extra; i++)
+		log_event(EV_LEASE_REFUSED, LOG_INFO, 0, 1000, 42, "refused %d", i);
+}
 
 /* The window ends on the log module's clock (fake_now_us), 100 ms after its 5 s. */
-START_TEST(test_suppressed_events_are_reported_when_the_window_ends)
+static void emit_5_suppressed_then_after_the_window(void)
 {
-	FILE *f = capture_start();
-	char *out;
-
-	log_init(LOG_INFO, 0);
-	fake_now_us = T0;
-	for (int i = 0; i < LOG_RATELIMIT_BURST + 5; i++)
-		log_event(EV_LEASE_REFUSED, LOG_INFO, 0, 1000, 42, "refused %d", i);
+	refused_at_t0(5);
 	fake_now_us = T0 + LOG_RATELIMIT_WINDOW_US + 100000;
 	log_event(EV_LEASE_GRANTED, LOG_INFO, 9, 1000, 42, "granted");
-	out = capture_read(f);
-	ck_assert_uint_eq(count_lines(out), LOG_RATELIMIT_BURST + 2);
-	ck_assert_ptr_nonnull(strstr(out, "pinbrokerd: 5 messages of kind lease-refused suppressed\n"
-					  "pinbrokerd: granted\n"));
-	free(out);
 }
-END_TEST
 
 /* One microsecond before the window ends nothing is reported yet; at its end the count is, once. */
-START_TEST(test_suppressed_count_waits_for_the_end_of_the_window)
+static void emit_3_suppressed_then_around_the_end(void)
 {
-	FILE *f = capture_start();
-	char *out;
-
-	log_init(LOG_INFO, 0);
-	fake_now_us = T0;
-	for (int i = 0; i < LOG_RATELIMIT_BURST + 3; i++)
-		log_event(EV_LEASE_REFUSED, LOG_INFO, 0, 1000, 42, "refused %d", i);
+	refused_at_t0(3);
 	fake_now_us = T0 + LOG_RATELIMIT_WINDOW_US - 1;
 	log_event(EV_LEASE_GRANTED, LOG_INFO, 9, 1000, 42, "granted early");
 	fake_now_us = T0 + LOG_RATELIMIT_WINDOW_US;
 	log_event(EV_LEASE_GRANTED, LOG_INFO, 9, 1000, 42, "granted late");
 	log_event(EV_LEASE_GRANTED, LOG_INFO, 9, 1000, 42, "granted again");
+}
+
+/*
+ * What reaches stderr: the threshold and journal fd log_init gets (JOURNAL_STREAM set first where given), what is
+ * logged, then the output exactly, or (out NULL) its line count, a part it has and one it lacks (NULL: none).
+ */
+static const struct output_row {
+	const char *name;
+	int level, journal_fd;
+	const char *journal_stream;
+	void (*emit)(void);
+	const char *out;
+	unsigned lines;
+	const char *has, *lacks;
+} output_rows[] = {
+	{ "the info threshold hides debug", LOG_INFO, 0, NULL, emit_debug_and_info, .out = "pinbrokerd: shown 2\n" },
+	{ "the debug threshold shows debug", LOG_DEBUG, 0, NULL, emit_debug, .out = "pinbrokerd: detail\n" },
+	{ "the warning threshold hides info and events below", LOG_WARNING, 0, NULL, emit_info_event_and_warning,
+	  .out = "pinbrokerd: warning: careful\n" },
+	{ "warn appends strerror and keeps errno", LOG_INFO, 0, NULL, emit_warn_keeping_errno,
+	  .out = "pinbrokerd: warning: open /x: No such file or directory\n" },
+	{ "trailing newlines are dropped", LOG_INFO, 0, NULL, emit_with_newline, .out = "pinbrokerd: a.conf:3: bad\n" },
+	{ "a journal stream of another file means stderr", LOG_INFO, -1, "1:1", emit_to_stderr,
+	  .out = "pinbrokerd: to stderr\n" },
+	{ "an event burst is cut at the limit", LOG_INFO, 0, NULL, emit_30_refused, .lines = LOG_RATELIMIT_BURST,
+	  .has = "pinbrokerd: refused 0\n", .lacks = "refused 20\n" },
+	{ "events below the threshold do not use up the limit", LOG_INFO, 0, NULL, emit_50_debug_events_then_info,
+	  .out = "pinbrokerd: loud\n" },
+	{ "suppressed events are reported when the window ends", LOG_INFO, 0, NULL,
+	  emit_5_suppressed_then_after_the_window, .lines = LOG_RATELIMIT_BURST + 2,
+	  .has = "pinbrokerd: 5 messages of kind lease-refused suppressed\n"
+		 "pinbrokerd: granted\n" },
+	{ "the suppressed count waits for the end of the window", LOG_INFO, 0, NULL,
+	  emit_3_suppressed_then_around_the_end, .lines = LOG_RATELIMIT_BURST + 4,
+	  .has = "pinbrokerd: granted early\n"
+		 "pinbrokerd: 3 messages of kind lease-refused suppressed\n"
+		 "pinbrokerd: granted late\n"
+		 "pinbrokerd: granted again\n" },
+};
+
+START_TEST(test_output_rows)
+{
+	const struct output_row *r = &output_rows[_i];
+	FILE *f = capture_start();
+	char *out;
+
+	if (r->journal_stream)
+		setenv("JOURNAL_STREAM", r->journal_stream, 1);
+	log_init(r->level, r->journal_fd);
+	r->emit();
 	out = capture_read(f);
-	ck_assert_uint_eq(count_lines(out), LOG_RATELIMIT_BURST + 4);
-	ck_assert_ptr_nonnull(strstr(out, "pinbrokerd: granted early\n"
-					  "pinbrokerd: 3 messages of kind lease-refused suppressed\n"
-					  "pinbrokerd: granted late\n"
-					  "pinbrokerd: granted again\n"));
+	if (r->out)
+		ck_assert_msg(strcmp(out, r->out) == 0, "%s: wrote \"%s\", wanted \"%s\"", r->name, out, r->out);
+	else
+		ck_assert_msg(count_lines(out) == r->lines, "%s: wrote %u lines, wanted %u:\n%s", r->name,
+			      count_lines(out), r->lines, out);
+	ck_assert_msg(!r->has || strstr(out, r->has), "%s: no \"%s\" in:\n%s", r->name, r->has, out);
+	ck_assert_msg(!r->lacks || !strstr(out, r->lacks), "%s: \"%s\" in:\n%s", r->name, r->lacks, out);
 	free(out);
 }
 END_TEST
@@ -358,15 +346,11 @@ static Suite *log_suite(void)
 
 	CHECK_CASE(s, "ratelimit", NULL, NULL, TIMEOUT_S, test_ratelimit_passes_burst_then_suppresses,
 		   test_ratelimit_flush_reports_suppressed_count_once_window_ends,
-		   test_ratelimit_new_window_reports_unflushed_count, test_ratelimit_kinds_are_independent,
-		   test_event_burst_is_cut_at_limit, test_events_below_threshold_do_not_use_up_the_limit,
-		   test_suppressed_events_are_reported_when_the_window_ends,
-		   test_suppressed_count_waits_for_the_end_of_the_window);
+		   test_ratelimit_new_window_reports_unflushed_count, test_ratelimit_kinds_are_independent);
 
 	tc = CHECK_CASE(s, "output", NULL, NULL, TIMEOUT_S, test_level_from_string_knows_syslog_names,
-			test_default_level_is_info, test_info_threshold_hides_debug, test_debug_threshold_shows_debug,
-			test_warning_threshold_hides_info_and_events_below, test_warn_appends_strerror_and_keeps_errno,
-			test_trailing_newlines_are_dropped, test_journal_stream_of_another_file_means_stderr);
+			test_default_level_is_info);
+	tcase_add_loop_test(tc, test_output_rows, 0, (int)(sizeof(output_rows) / sizeof(output_rows[0])));
 	tcase_add_exit_test(tc, test_fatalx_exits_1, 1);
 	tcase_add_exit_test(tc, test_fatal_exits_1, 1);
 	return s;

@@ -39,9 +39,7 @@ START_TEST(test_new_defaults_to_2mib_chunks_of_4k_pages)
 	ck_assert_uint_eq(pool_chunk_size(p), 2 * MIB);
 	ck_assert_uint_eq(pool_page_size(p), 4096);
 	ck_assert(!pool_hugetlb(p));
-	ck_assert_uint_eq(pool_idle_bytes(p), 0);
-	ck_assert_uint_eq(pool_resident_bytes(p), 0);
-	ck_assert_uint_eq(pool_chunk_count(p), 0);
+	assert_books(p, 0, 0, 0);
 	pool_free(p);
 }
 END_TEST
@@ -84,7 +82,7 @@ START_TEST(test_auto_hugetlb_falls_back_to_4k_chunk_when_huge_pages_run_out)
 	size_t n = 0;
 
 	ck_assert_int_eq(pool_new(&o, &p), 0);
-	ck_assert_int_eq(pool_take(p, UID_A, 4 * MIB, &v, &n), 0);
+	n = take_ok(p, UID_A, 4 * MIB, &v);
 	ck_assert_uint_eq(n, 2);
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_uint_eq(v[i]->bytes, 2 * MIB);
@@ -92,8 +90,7 @@ START_TEST(test_auto_hugetlb_falls_back_to_4k_chunk_when_huge_pages_run_out)
 			ck_assert(!v[i]->hugetlb);
 		ck_assert(all_zero(v[i]));
 	}
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	pool_free(p);
 	unfake_proc();
 }
@@ -106,7 +103,7 @@ START_TEST(test_chunk_is_sealed_against_resize)
 	size_t n = 0;
 	int seals;
 
-	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
+	n = take_ok(p, UID_A, 2 * MIB, &v);
 	seals = fcntl(v[0]->fd, F_GET_SEALS);
 	ck_assert_int_eq(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
 			 F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
@@ -120,8 +117,7 @@ START_TEST(test_chunk_is_sealed_against_resize)
 	ck_assert_int_eq(fcntl(v[0]->fd, F_ADD_SEALS, F_SEAL_WRITE), -1);
 	ck_assert_int_eq(errno, EPERM);
 	ck_assert(fcntl(v[0]->fd, F_GETFD) & FD_CLOEXEC);
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	pool_free(p);
 }
 END_TEST
@@ -133,12 +129,11 @@ START_TEST(test_chunks_are_prefaulted)
 	struct chunk **v = NULL;
 	size_t n = 0;
 
-	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
+	n = take_ok(p, UID_A, 2 * MIB, &v);
 	ck_assert_int_eq(mincore(v[0]->addr, 2 * MIB, vec), 0);
 	for (size_t i = 0; i < sizeof(vec); i++)
 		ck_assert_msg(vec[i] & 1, "page %zu not resident", i);
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	pool_free(p);
 }
 END_TEST
@@ -163,7 +158,7 @@ START_TEST(test_take_sizes_are_exact_with_tail_for_remainder)
 	uint64_t sum = 0;
 	size_t n = 0;
 
-	ck_assert_int_eq(pool_take(p, UID_A, 5 * MIB + 8 * KIB, &v, &n), 0);
+	n = take_ok(p, UID_A, 5 * MIB + 8 * KIB, &v);
 	ck_assert_uint_eq(n, 3);
 	for (size_t i = 0; i < n; i++) {
 		struct stat st;
@@ -180,11 +175,8 @@ START_TEST(test_take_sizes_are_exact_with_tail_for_remainder)
 	ck_assert_uint_eq(pool_chunk_count(p), 3);
 
 	/* Tails are destroyed on return, full chunks become idle. */
-	pool_put(p, v, n);
-	free(v);
-	ck_assert_uint_eq(pool_idle_bytes(p), 4 * MIB);
-	ck_assert_uint_eq(pool_resident_bytes(p), 4 * MIB);
-	ck_assert_uint_eq(pool_chunk_count(p), 2);
+	put_back(p, v, n);
+	assert_books(p, 4 * MIB, 4 * MIB, 2);
 	pool_free(p);
 }
 END_TEST
@@ -196,14 +188,13 @@ START_TEST(test_take_smaller_than_a_chunk_is_one_tail)
 	size_t n = 0;
 
 	ck_assert_int_eq(pool_grow(p, 4 * MIB, NULL, NULL), 0);
-	ck_assert_int_eq(pool_take(p, UID_A, 64 * KIB, &v, &n), 0);
+	n = take_ok(p, UID_A, 64 * KIB, &v);
 	ck_assert_uint_eq(n, 1);
 	ck_assert(v[0]->tail);
 	ck_assert_uint_eq(v[0]->bytes, 64 * KIB);
 	ck_assert_uint_eq(pool_idle_bytes(p), 4 * MIB);
 	ck_assert_uint_eq(pool_resident_bytes(p), 4 * MIB + 64 * KIB);
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	ck_assert_uint_eq(pool_resident_bytes(p), 4 * MIB);
 	pool_free(p);
 }
@@ -216,29 +207,21 @@ START_TEST(test_counters_track_grow_take_put)
 	size_t n = 0;
 
 	ck_assert_int_eq(pool_grow(p, 7 * MIB, NULL, NULL), 0); /* rounds up to 4 chunks */
-	ck_assert_uint_eq(pool_idle_bytes(p), 8 * MIB);
-	ck_assert_uint_eq(pool_resident_bytes(p), 8 * MIB);
-	ck_assert_uint_eq(pool_chunk_count(p), 4);
+	assert_books(p, 8 * MIB, 8 * MIB, 4);
 	ck_assert_int_eq(pool_grow(p, 6 * MIB, NULL, NULL), 0); /* already there */
 	ck_assert_uint_eq(pool_chunk_count(p), 4);
 
-	ck_assert_int_eq(pool_take(p, UID_A, 3 * MIB, &v, &n), 0);
-	ck_assert_uint_eq(pool_idle_bytes(p), 6 * MIB);
-	ck_assert_uint_eq(pool_resident_bytes(p), 9 * MIB);
-	ck_assert_uint_eq(pool_chunk_count(p), 5);
-	pool_put(p, v, n);
-	free(v);
-	ck_assert_uint_eq(pool_idle_bytes(p), 8 * MIB);
-	ck_assert_uint_eq(pool_resident_bytes(p), 8 * MIB);
-	ck_assert_uint_eq(pool_chunk_count(p), 4);
+	n = take_ok(p, UID_A, 3 * MIB, &v);
+	assert_books(p, 6 * MIB, 9 * MIB, 5);
+	put_back(p, v, n);
+	assert_books(p, 8 * MIB, 8 * MIB, 4);
 
 	/* Larger than the idle pool: idle chunks first, then new ones. */
-	ck_assert_int_eq(pool_take(p, UID_A, 12 * MIB, &v, &n), 0);
+	n = take_ok(p, UID_A, 12 * MIB, &v);
 	ck_assert_uint_eq(n, 6);
 	ck_assert_uint_eq(pool_idle_bytes(p), 0);
 	ck_assert_uint_eq(pool_resident_bytes(p), 12 * MIB);
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	ck_assert_uint_eq(pool_idle_bytes(p), 12 * MIB);
 	pool_free(p);
 }
@@ -251,24 +234,20 @@ START_TEST(test_chunk_released_by_one_uid_is_never_lent_to_another)
 	ino_t ino_a;
 	size_t n = 0;
 
-	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
+	n = take_ok(p, UID_A, 2 * MIB, &v);
 	ino_a = inode_of(v[0]);
 	memset(v[0]->addr, 0xA5, v[0]->bytes);
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	ck_assert_uint_eq(pool_idle_bytes(p), 2 * MIB);
 
-	ck_assert_int_eq(pool_take(p, UID_B, 2 * MIB, &v, &n), 0);
+	n = take_ok(p, UID_B, 2 * MIB, &v);
 	ck_assert_uint_eq(n, 1);
 	ck_assert_uint_ne(inode_of(v[0]), ino_a);
 	ck_assert_uint_eq(v[0]->owner_uid, UID_B);
 	ck_assert(all_zero(v[0]));
 	/* A's chunk was replaced, not kept alongside: the pool holds no more than before. */
-	ck_assert_uint_eq(pool_idle_bytes(p), 0);
-	ck_assert_uint_eq(pool_resident_bytes(p), 2 * MIB);
-	ck_assert_uint_eq(pool_chunk_count(p), 1);
-	pool_put(p, v, n);
-	free(v);
+	assert_books(p, 0, 2 * MIB, 1);
+	put_back(p, v, n);
 	pool_free(p);
 }
 END_TEST
@@ -281,14 +260,12 @@ START_TEST(test_same_uid_gets_its_own_chunk_back)
 	size_t n = 0;
 
 	ck_assert_int_eq(pool_grow(p, 4 * MIB, NULL, NULL), 0);
-	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
+	n = take_ok(p, UID_A, 2 * MIB, &v);
 	ino_a = inode_of(v[0]);
-	pool_put(p, v, n);
-	free(v);
-	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
+	put_back(p, v, n);
+	n = take_ok(p, UID_A, 2 * MIB, &v);
 	ck_assert_uint_eq(inode_of(v[0]), ino_a);
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	pool_free(p);
 }
 END_TEST
@@ -307,7 +284,7 @@ START_TEST(test_tainted_chunk_is_destroyed_on_put_and_never_lent_again)
 	size_t n = 0;
 
 	ck_assert_int_eq(pool_grow(p, 6 * MIB, NULL, NULL), 0);
-	ck_assert_int_eq(pool_take(p, UID_A, 4 * MIB + 4 * KIB, &v, &n), 0); /* two full chunks and a tail */
+	n = take_ok(p, UID_A, 4 * MIB + 4 * KIB, &v); /* two full chunks and a tail */
 	ck_assert_uint_eq(n, 3);
 	ck_assert_uint_eq(pool_idle_bytes(p), 2 * MIB);
 	/* The other uid's view: a dup of each full chunk's fd, as a mapping or a passed fd would keep it. */
@@ -317,16 +294,13 @@ START_TEST(test_tainted_chunk_is_destroyed_on_put_and_never_lent_again)
 		kept_ino[i] = inode_of(v[i]);
 		v[i]->tainted = true;
 	}
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	/* Gone, both full chunks and the tail: only the never-lent chunk is left, and nothing is lent. */
 	ck_assert_uint_eq(pool_tainted_destroyed(p), 2);
-	ck_assert_uint_eq(pool_idle_bytes(p), 2 * MIB);
-	ck_assert_uint_eq(pool_resident_bytes(p), 2 * MIB);
-	ck_assert_uint_eq(pool_chunk_count(p), 1);
+	assert_books(p, 2 * MIB, 2 * MIB, 1);
 
 	/* The same uid asks again: fresh pages, none of the kept ones, and writes through a kept fd reach none. */
-	ck_assert_int_eq(pool_take(p, UID_A, 4 * MIB, &v, &n), 0);
+	n = take_ok(p, UID_A, 4 * MIB, &v);
 	ck_assert_uint_eq(n, 2);
 	for (int i = 0; i < 2; i++) {
 		ck_assert(!v[i]->tainted);
@@ -338,8 +312,7 @@ START_TEST(test_tainted_chunk_is_destroyed_on_put_and_never_lent_again)
 		ck_assert(all_zero(v[i]));
 	ck_assert_uint_eq(pool_resident_bytes(p), 4 * MIB);
 	ck_assert_uint_eq(pool_chunk_count(p), 2);
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	/* Untainted, they are pooled again as before. */
 	ck_assert_uint_eq(pool_idle_bytes(p), 4 * MIB);
 	ck_assert_uint_eq(pool_tainted_destroyed(p), 2);
@@ -356,8 +329,8 @@ START_TEST(test_take_prefers_own_then_never_lent_chunks)
 	ino_t ino_a, ino_b;
 	size_t na = 0, nb = 0, n = 0;
 
-	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &a, &na), 0);
-	ck_assert_int_eq(pool_take(p, UID_B, 2 * MIB, &b, &nb), 0);
+	na = take_ok(p, UID_A, 2 * MIB, &a);
+	nb = take_ok(p, UID_B, 2 * MIB, &b);
 	ino_a = inode_of(a[0]);
 	ino_b = inode_of(b[0]);
 	pool_put(p, a, na);
@@ -368,18 +341,16 @@ START_TEST(test_take_prefers_own_then_never_lent_chunks)
 	ck_assert_uint_eq(pool_chunk_count(p), 3);
 
 	/* A asks for two: its own, then the never-lent one; B's stays for B. */
-	ck_assert_int_eq(pool_take(p, UID_A, 4 * MIB, &v, &n), 0);
+	n = take_ok(p, UID_A, 4 * MIB, &v);
 	ck_assert_uint_eq(n, 2);
 	ck_assert_uint_eq(inode_of(v[0]), ino_a);
 	ck_assert_uint_ne(inode_of(v[1]), ino_b);
 	ck_assert_uint_eq(pool_idle_bytes(p), 2 * MIB);
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 
-	ck_assert_int_eq(pool_take(p, UID_B, 2 * MIB, &v, &n), 0);
+	n = take_ok(p, UID_B, 2 * MIB, &v);
 	ck_assert_uint_eq(inode_of(v[0]), ino_b);
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	pool_free(p);
 }
 END_TEST
@@ -395,13 +366,10 @@ START_TEST(test_take_fails_atomically_when_fds_run_out)
 	fdlimit_leave_one();
 
 	ck_assert_int_eq(pool_take(p, UID_A, 8 * MIB + 4096, &v, &n), -EMFILE);
-	ck_assert_uint_eq(pool_idle_bytes(p), 2 * MIB);
-	ck_assert_uint_eq(pool_resident_bytes(p), 2 * MIB);
-	ck_assert_uint_eq(pool_chunk_count(p), 1);
+	assert_books(p, 2 * MIB, 2 * MIB, 1);
 	/* What the idle list can cover alone still works. */
-	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
-	pool_put(p, v, n);
-	free(v);
+	n = take_ok(p, UID_A, 2 * MIB, &v);
+	put_back(p, v, n);
 	pool_free(p);
 }
 END_TEST
@@ -426,7 +394,7 @@ START_TEST(test_shrink_releases_idle_down_to_keep)
 	size_t n = 0;
 
 	ck_assert_int_eq(pool_grow(p, 10 * MIB, NULL, NULL), 0);
-	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
+	n = take_ok(p, UID_A, 2 * MIB, &v);
 	ck_assert_uint_eq(pool_shrink(p, 3 * MIB), 6 * MIB);
 	ck_assert_uint_eq(pool_idle_bytes(p), 2 * MIB);
 	ck_assert_uint_eq(pool_shrink(p, 3 * MIB), 0);
@@ -435,8 +403,7 @@ START_TEST(test_shrink_releases_idle_down_to_keep)
 	/* Lent chunks are untouched. */
 	ck_assert_uint_eq(pool_resident_bytes(p), 2 * MIB);
 	ck_assert_uint_eq(pool_chunk_count(p), 1);
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	pool_free(p);
 }
 END_TEST
@@ -448,19 +415,17 @@ START_TEST(test_shrink_drops_uid_owned_chunks_before_never_lent_ones)
 	ino_t ino_a;
 	size_t n = 0;
 
-	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
+	n = take_ok(p, UID_A, 2 * MIB, &v);
 	ino_a = inode_of(v[0]);
 	ck_assert_int_eq(pool_grow(p, 2 * MIB, NULL, NULL), 0);
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	ck_assert_uint_eq(pool_idle_bytes(p), 4 * MIB);
 	ck_assert_uint_eq(pool_shrink(p, 2 * MIB), 2 * MIB);
 	/* The survivor is the never-lent one (it serves anybody); A, asking again, gets that one. */
-	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
+	n = take_ok(p, UID_A, 2 * MIB, &v);
 	ck_assert_uint_ne(inode_of(v[0]), ino_a);
 	ck_assert_uint_eq(pool_chunk_count(p), 1);
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	pool_free(p);
 }
 END_TEST
@@ -499,7 +464,7 @@ START_TEST(test_grow_with_threads_makes_distinct_prefaulted_chunks)
 	ck_assert_uint_eq(pl.last_done, 64 * MIB);
 	ck_assert_uint_eq(pl.total, 64 * MIB);
 
-	ck_assert_int_eq(pool_take(p, UID_A, 64 * MIB, &v, &n), 0);
+	n = take_ok(p, UID_A, 64 * MIB, &v);
 	ck_assert_uint_eq(n, 32);
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_uint_eq(v[i]->bytes, 2 * MIB);
@@ -509,8 +474,7 @@ START_TEST(test_grow_with_threads_makes_distinct_prefaulted_chunks)
 			ck_assert_uint_ne(v[i]->id, v[j]->id);
 		}
 	}
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	pool_free(p);
 }
 END_TEST
@@ -522,15 +486,14 @@ START_TEST(test_large_take_from_empty_pool_uses_threads_and_is_exact)
 	uint64_t sum = 0;
 	size_t n = 0;
 
-	ck_assert_int_eq(pool_take(p, UID_A, 64 * MIB + 12 * KIB, &v, &n), 0);
+	n = take_ok(p, UID_A, 64 * MIB + 12 * KIB, &v);
 	ck_assert_uint_eq(n, 33);
 	for (size_t i = 0; i < n; i++) {
 		sum += v[i]->bytes;
 		ck_assert_int_eq(v[i]->tail, i == n - 1);
 	}
 	ck_assert_uint_eq(sum, 64 * MIB + 12 * KIB);
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	ck_assert_uint_eq(pool_idle_bytes(p), 64 * MIB);
 	pool_free(p);
 }
@@ -584,13 +547,11 @@ START_TEST(test_numa_placed_chunks_land_where_the_pool_says)
 	pool_node_bytes(p, 0, &nb);
 	ck_assert_uint_eq(nb.lent, 4 * MIB + 4096);
 	ck_assert_uint_eq(nb.misplaced, 0);
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	/* A node the pool does not place on asks for nothing in particular: served from node 0. */
 	ck_assert_int_eq(pool_take_on(p, UID_A, 2 * MIB, 7, &v, &n), 0);
 	ck_assert_int_eq(v[0]->node, 0);
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	pool_free(p);
 }
 END_TEST
@@ -671,8 +632,7 @@ START_TEST(test_take_on_a_full_node_uses_idle_chunks_of_the_nearest_node_with_so
 	node1_full = true;
 	ck_assert_int_eq(pool_take_on(p, UID_A, 2 * MIB, 0, &v, &n), 0);
 	ck_assert_uint_eq(fallback_asked, 1);
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	pool_free(p);
 }
 END_TEST
@@ -685,8 +645,7 @@ START_TEST(test_without_placement_chunks_have_no_node)
 
 	ck_assert_int_eq(pool_take_on(p, UID_A, 2 * MIB, 0, &v, &n), 0);
 	ck_assert_int_eq(v[0]->node, -1);
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	pool_free(p);
 }
 END_TEST

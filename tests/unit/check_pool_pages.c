@@ -70,11 +70,10 @@ START_TEST(test_seals_do_not_stop_a_punch)
 	size_t n = 0;
 
 	/* Why the pool detects instead of preventing: its seals leave fallocate(PUNCH_HOLE) open. */
-	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
+	n = take_ok(p, UID_A, 2 * MIB, &v);
 	punch(v[0], 0, 1 * MIB);
 	ck_assert_uint_eq(file_bytes(v[0]), 1 * MIB);
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	pool_free(p);
 }
 END_TEST
@@ -87,14 +86,13 @@ START_TEST(test_put_repairs_a_punched_chunk_and_counts_its_uid)
 	size_t n = 0;
 
 	pool_set_punch_hook(p, on_punch, &seen);
-	ck_assert_int_eq(pool_take(p, UID_A, 4 * MIB, &v, &n), 0);
+	n = take_ok(p, UID_A, 4 * MIB, &v);
 	ck_assert_uint_eq(n, 2);
 	v[0]->lease_id = v[1]->lease_id = 77;
 	c = v[0];
 	punch(c, 0, 2 * MIB);
 	punch(v[1], 4096, 4096);
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	ck_assert_uint_eq(seen.calls, 2);
 	ck_assert_uint_eq(seen.missing_bytes, 2 * MIB + 4096);
 	ck_assert_uint_eq(seen.lease_id, 77);
@@ -126,7 +124,7 @@ START_TEST(test_put_finds_pages_punched_then_touched_through_the_holder_mapping)
 		return; /* needs a locked pool: without mlock, reclaim may unmap pages by itself */
 	p = new_pool(2 * MIB, 1);
 	pool_set_punch_hook(p, on_punch, &seen);
-	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
+	n = take_ok(p, UID_A, 2 * MIB, &v);
 	c = v[0];
 	holder = mmap(NULL, c->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
 	ck_assert(holder != MAP_FAILED);
@@ -136,8 +134,7 @@ START_TEST(test_put_finds_pages_punched_then_touched_through_the_holder_mapping)
 	/* The file is whole again, but half of it is fresh pages that nothing locks. */
 	ck_assert_uint_eq(file_bytes(c), 2 * MIB);
 	ck_assert_uint_eq(mapped_bytes(c), 1 * MIB);
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	ck_assert_uint_eq(seen.calls, 1);
 	ck_assert_uint_eq(seen.missing_bytes, 1 * MIB);
 	ck_assert_uint_eq(mapped_bytes(c), 2 * MIB);
@@ -155,11 +152,10 @@ START_TEST(test_tail_punch_is_counted_and_the_tail_destroyed)
 	size_t n = 0;
 
 	pool_set_punch_hook(p, on_punch, &seen);
-	ck_assert_int_eq(pool_take(p, UID_B, 64 * KIB, &v, &n), 0);
+	n = take_ok(p, UID_B, 64 * KIB, &v);
 	ck_assert(v[0]->tail);
 	punch(v[0], 0, 64 * KIB);
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	ck_assert_uint_eq(seen.calls, 1);
 	ck_assert_uint_eq(pool_punched_count_uid(p, UID_B), 1);
 	ck_assert_uint_eq(pool_chunk_count(p), 0);
@@ -177,7 +173,7 @@ START_TEST(test_audit_checks_bounded_slices_and_repairs_lent_chunks_in_place)
 
 	pool_set_punch_hook(p, on_punch, &seen);
 	ck_assert_int_eq(pool_grow(p, 8 * MIB, NULL, NULL), 0);
-	ck_assert_int_eq(pool_take(p, UID_A, 8 * MIB, &v, &n), 0);
+	n = take_ok(p, UID_A, 8 * MIB, &v);
 	ck_assert_int_eq(pool_grow(p, 4 * MIB, NULL, NULL), 0);
 	ck_assert_uint_eq(pool_chunk_count(p), 6);
 	punch(v[2], 0, 2 * MIB);
@@ -195,8 +191,7 @@ START_TEST(test_audit_checks_bounded_slices_and_repairs_lent_chunks_in_place)
 	for (int i = 0; i < 12; i++)
 		ck_assert_uint_eq(pool_audit(p, 1), 0);
 	idle = v[0];
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	ck_assert_uint_eq(seen.calls, 1);
 	ck_assert_uint_eq(pool_idle_bytes(p), 12 * MIB);
 
@@ -309,7 +304,7 @@ START_TEST(test_thp_chunks_are_collapsed_pmd_mapped_and_counted)
 	ck_assert_uint_eq(pool_thp_failures(p), 0);
 	ck_assert_uint_eq(pool_thp_unverified(p), 0); /* smaps agreed with every collapse */
 	/* A lease of 2 full chunks and a 4 KiB tail: the tail stays on 4 KiB pages. */
-	ck_assert_int_eq(pool_take(p, UID_A, 8 * MIB + 4096, &v, &n), 0);
+	n = take_ok(p, UID_A, 8 * MIB + 4096, &v);
 	ck_assert_uint_eq(n, 3);
 	for (size_t i = 0; i < 2; i++) {
 		ck_assert(v[i]->thp);
@@ -334,8 +329,7 @@ START_TEST(test_thp_chunks_are_collapsed_pmd_mapped_and_counted)
 		ck_assert_uint_eq(smaps_field_kb(base, "ShmemPmdMapped"), 4096);
 		munmap(res, 6 * MIB);
 	}
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	ck_assert_uint_eq(pool_shrink(p, 0), 16 * MIB);
 	ck_assert_uint_eq(pool_thp_bytes(p), 0);
 	pool_free(p);
@@ -374,12 +368,11 @@ START_TEST(test_a_punched_thp_chunk_is_repaired_and_collapsed_again)
 
 	ck_assert_int_eq(pool_new(&o, &p), 0);
 	pool_set_punch_hook(p, on_punch, &seen);
-	ck_assert_int_eq(pool_take(p, UID_A, 2 * MIB, &v, &n), 0);
+	n = take_ok(p, UID_A, 2 * MIB, &v);
 	c = v[0];
 	ck_assert(c->thp);
 	punch(c, 0, 4096);
-	pool_put(p, v, n);
-	free(v);
+	put_back(p, v, n);
 	/* Found (a punch splits the huge page: the whole of it was unlocked), repaired, huge again. */
 	ck_assert_uint_eq(seen.calls, 1);
 	ck_assert_uint_ge(seen.missing_bytes, 4096);

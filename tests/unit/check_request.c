@@ -51,6 +51,15 @@ static uint64_t send_req(int i, Request *req)
 	return req->seq;
 }
 
+/* A request of body (its oneof case kind) on connection i: its seq. */
+static uint64_t send_body(int i, uint32_t kind, ProtobufCMessage *body)
+{
+	Request req = PINBROKER__V1__REQUEST__INIT;
+
+	wirefix_set_oneof(&req.base, kind, body);
+	return send_req(i, &req);
+}
+
 /*
  * The reply to seq waiting at connection i's peer, or NULL: packets before it
  * (a REVOKE, another reply) are read and dropped, fds closed. Free with
@@ -97,19 +106,15 @@ static int reply_of(int i, uint64_t seq, Pinbroker__V1__Reply__BodyCase *body, u
 
 static int hello(int i)
 {
-	Request req = PINBROKER__V1__REQUEST__INIT;
 	Pinbroker__V1__Hello h = PINBROKER__V1__HELLO__INIT;
 
 	h.version = PB_PROTOCOL_VERSION;
 	h.client_name = (char *)"check_request";
-	req.body_case = PINBROKER__V1__REQUEST__BODY_HELLO;
-	req.hello = &h;
-	return reply_of(i, send_req(i, &req), NULL, NULL);
+	return reply_of(i, send_body(i, PINBROKER__V1__REQUEST__BODY_HELLO, &h.base), NULL, NULL);
 }
 
 static uint64_t send_acquire(int i, uint64_t size, uint32_t flags, const char *label, uint32_t timeout_ms)
 {
-	Request req = PINBROKER__V1__REQUEST__INIT;
 	Pinbroker__V1__Acquire a = PINBROKER__V1__ACQUIRE__INIT;
 
 	a.size = size;
@@ -118,15 +123,12 @@ static uint64_t send_acquire(int i, uint64_t size, uint32_t flags, const char *l
 	a.label = (char *)label;
 	a.has_timeout_ms = timeout_ms > 0;
 	a.timeout_ms = timeout_ms;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
-	req.acquire = &a;
-	return send_req(i, &req);
+	return send_body(i, PINBROKER__V1__REQUEST__BODY_ACQUIRE, &a.base);
 }
 
 /* A registration of [off, off + size) of shared file ino (Acquire.backing), as pb_register sends it. */
 static uint64_t send_shared_registration(int i, uint64_t size, uint64_t ino, uint64_t off)
 {
-	Request req = PINBROKER__V1__REQUEST__INIT;
 	Pinbroker__V1__Acquire a = PINBROKER__V1__ACQUIRE__INIT;
 	Pinbroker__V1__Backing bk = PINBROKER__V1__BACKING__INIT;
 
@@ -138,9 +140,7 @@ static uint64_t send_shared_registration(int i, uint64_t size, uint64_t ino, uin
 	bk.ino = ino;
 	bk.offset = off;
 	a.backing = &bk;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
-	req.acquire = &a;
-	return send_req(i, &req);
+	return send_body(i, PINBROKER__V1__REQUEST__BODY_ACQUIRE, &a.base);
 }
 
 /* Acquire size bytes on connection i; the lease id, after asserting the grant. */
@@ -158,58 +158,43 @@ static uint64_t acquire_ok(int i, uint64_t size)
 
 static uint64_t send_release(int i, uint64_t id)
 {
-	Request req = PINBROKER__V1__REQUEST__INIT;
 	Pinbroker__V1__Release rel = PINBROKER__V1__RELEASE__INIT;
 
 	rel.lease_id = id;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
-	req.release = &rel;
-	return send_req(i, &req);
+	return send_body(i, PINBROKER__V1__REQUEST__BODY_RELEASE, &rel.base);
 }
 
 static uint64_t send_status(int i)
 {
-	Request req = PINBROKER__V1__REQUEST__INIT;
 	Pinbroker__V1__StatusRequest sq = PINBROKER__V1__STATUS_REQUEST__INIT;
 
-	req.body_case = PINBROKER__V1__REQUEST__BODY_STATUS;
-	req.status = &sq;
-	return send_req(i, &req);
+	return send_body(i, PINBROKER__V1__REQUEST__BODY_STATUS, &sq.base);
 }
 
 static uint64_t send_set(int i, const char *key, const char *value)
 {
-	Request req = PINBROKER__V1__REQUEST__INIT;
 	Pinbroker__V1__SetConfig sc = PINBROKER__V1__SET_CONFIG__INIT;
 
 	sc.key = (char *)key;
 	sc.value = (char *)value;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_SET_CONFIG;
-	req.set_config = &sc;
-	return send_req(i, &req);
+	return send_body(i, PINBROKER__V1__REQUEST__BODY_SET_CONFIG, &sc.base);
 }
 
 static uint64_t send_revoke(int i, uint64_t id)
 {
-	Request req = PINBROKER__V1__REQUEST__INIT;
 	Pinbroker__V1__AdminRevoke ar = PINBROKER__V1__ADMIN_REVOKE__INIT;
 
 	ar.has_lease_id = true;
 	ar.lease_id = id;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE;
-	req.admin_revoke = &ar;
-	return send_req(i, &req);
+	return send_body(i, PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE, &ar.base);
 }
 
 static uint64_t send_report_unbrokered(int i, uint64_t bytes)
 {
-	Request req = PINBROKER__V1__REQUEST__INIT;
 	Pinbroker__V1__ReportUnbrokered ru = PINBROKER__V1__REPORT_UNBROKERED__INIT;
 
 	ru.bytes = bytes;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_REPORT_UNBROKERED;
-	req.report_unbrokered = &ru;
-	return send_req(i, &req);
+	return send_body(i, PINBROKER__V1__REQUEST__BODY_REPORT_UNBROKERED, &ru.base);
 }
 
 static uint64_t send_report_staging(int i, uint64_t h2d_bytes, uint64_t h2d_copies)
@@ -224,16 +209,13 @@ static uint64_t send_report_staging(int i, uint64_t h2d_bytes, uint64_t h2d_copi
 /* HEADROOM for connection i: the reply's status; *available and *binding (its kind) when it carries one. */
 static int headroom_of(int i, uint32_t flags, uint64_t *available, int *binding)
 {
-	Request req = PINBROKER__V1__REQUEST__INIT;
 	Pinbroker__V1__HeadroomRequest hq = PINBROKER__V1__HEADROOM_REQUEST__INIT;
 	Reply *rep;
 	int st;
 
 	hq.has_flags = true;
 	hq.flags = flags;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_HEADROOM;
-	req.headroom = &hq;
-	rep = recv_reply(i, send_req(i, &req));
+	rep = recv_reply(i, send_body(i, PINBROKER__V1__REQUEST__BODY_HEADROOM, &hq.base));
 	if (!rep)
 		return NO_REPLY;
 	st = (int)rep->status;
@@ -250,15 +232,12 @@ static int headroom_of(int i, uint32_t flags, uint64_t *available, int *binding)
 
 static uint64_t send_reserve(int i, const char *name, uint32_t shares, uint64_t share_bytes)
 {
-	Request req = PINBROKER__V1__REQUEST__INIT;
 	Pinbroker__V1__Reserve rs = PINBROKER__V1__RESERVE__INIT;
 
 	rs.name = (char *)name;
 	rs.shares = shares;
 	rs.share_bytes = share_bytes;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_RESERVE;
-	req.reserve = &rs;
-	return send_req(i, &req);
+	return send_body(i, PINBROKER__V1__REQUEST__BODY_RESERVE, &rs.base);
 }
 
 /* Freed-memory events seen by the test's own listener. */
@@ -643,7 +622,6 @@ END_TEST
 /* QUOTA_SET from connection i; the reply's status, its message into msg. */
 static int quota_set(int i, const char *cgroup, uint64_t bytes, bool clear, char *msg, size_t msglen)
 {
-	Request req = PINBROKER__V1__REQUEST__INIT;
 	Pinbroker__V1__QuotaSet qs = PINBROKER__V1__QUOTA_SET__INIT;
 	Reply *rep;
 	int st;
@@ -653,9 +631,7 @@ static int quota_set(int i, const char *cgroup, uint64_t bytes, bool clear, char
 	qs.bytes = bytes;
 	qs.has_clear = clear;
 	qs.clear = clear;
-	req.body_case = PINBROKER__V1__REQUEST__BODY_QUOTA_SET;
-	req.quota_set = &qs;
-	rep = recv_reply(i, send_req(i, &req));
+	rep = recv_reply(i, send_body(i, PINBROKER__V1__REQUEST__BODY_QUOTA_SET, &qs.base));
 	ck_assert_ptr_nonnull(rep);
 	st = (int)rep->status;
 	snprintf(msg, msglen, "%s", rep->message ? rep->message : "");
@@ -666,13 +642,10 @@ static int quota_set(int i, const char *cgroup, uint64_t bytes, bool clear, char
 /* QUOTA_LIST from connection i: its rule and job counts. */
 static void quota_list(int i, size_t *nrules, size_t *njobs)
 {
-	Request req = PINBROKER__V1__REQUEST__INIT;
 	Pinbroker__V1__QuotaList ql = PINBROKER__V1__QUOTA_LIST__INIT;
 	Reply *rep;
 
-	req.body_case = PINBROKER__V1__REQUEST__BODY_QUOTA_LIST;
-	req.quota_list = &ql;
-	rep = recv_reply(i, send_req(i, &req));
+	rep = recv_reply(i, send_body(i, PINBROKER__V1__REQUEST__BODY_QUOTA_LIST, &ql.base));
 	ck_assert_ptr_nonnull(rep);
 	ck_assert_int_eq(rep->status, PINBROKER__V1__STATUS_CODE__STATUS_OK);
 	ck_assert_int_eq(rep->body_case, PINBROKER__V1__REPLY__BODY_QUOTA);

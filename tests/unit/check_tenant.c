@@ -10,27 +10,35 @@
 #define NS_A "id:4097"
 #define NS_B "id:4102"
 
+/* Each test's table, made fresh (the checked fixture) and freed after it. */
+static struct tenants *t;
+
+static void tenants_setup(void)
+{
+	ck_assert_int_eq(tenants_new(&t), 0);
+}
+
+static void tenants_teardown(void)
+{
+	tenants_free(t);
+}
+
 START_TEST(test_same_uid_namespace_and_cgroup_is_one_tenant)
 {
-	struct tenants *t;
 	uint64_t a, b;
 
-	ck_assert_int_eq(tenants_new(&t), 0);
 	a = tenants_get(t, 0, NS_A, "/system.slice/job.scope", true);
 	b = tenants_get(t, 0, NS_A, "/system.slice/job.scope", true);
 	ck_assert_uint_ne(a, TENANT_NONE);
 	ck_assert_uint_eq(a, b);
 	ck_assert_uint_eq(tenants_count(t), 1);
-	tenants_free(t);
 }
 END_TEST
 
 START_TEST(test_another_namespace_cgroup_or_uid_is_another_tenant)
 {
-	struct tenants *t;
 	uint64_t a, ns, cg, uid;
 
-	ck_assert_int_eq(tenants_new(&t), 0);
 	a = tenants_get(t, 0, NS_A, "/kubepods/pod1/c1", true);
 	ns = tenants_get(t, 0, NS_B, "/kubepods/pod1/c1", true);
 	cg = tenants_get(t, 0, NS_A, "/kubepods/pod2/c1", true);
@@ -40,16 +48,13 @@ START_TEST(test_another_namespace_cgroup_or_uid_is_another_tenant)
 	ck_assert_uint_ne(a, uid);
 	ck_assert_uint_ne(ns, cg);
 	ck_assert_uint_eq(tenants_count(t), 4);
-	tenants_free(t);
 }
 END_TEST
 
 START_TEST(test_an_unknown_namespace_or_cgroup_is_a_tenant_of_its_own)
 {
-	struct tenants *t;
 	uint64_t a, b, c, d;
 
-	ck_assert_int_eq(tenants_new(&t), 0);
 	a = tenants_get(t, 0, NULL, "/a", true);
 	b = tenants_get(t, 0, NULL, "/a", true);
 	c = tenants_get(t, 0, NS_A, NULL, true);
@@ -60,17 +65,14 @@ START_TEST(test_an_unknown_namespace_or_cgroup_is_a_tenant_of_its_own)
 	ck_assert_uint_ne(a, c);
 	ck_assert_uint_eq(tenants_count(t), 0);
 	tenants_put(t, a); /* kept in no entry: nothing to drop, nothing breaks */
-	tenants_free(t);
 }
 END_TEST
 
 START_TEST(test_a_tenant_outlives_its_connections_until_many_others_go_idle)
 {
-	struct tenants *t;
 	uint64_t a, again, first_idle, later;
 	char path[32];
 
-	ck_assert_int_eq(tenants_new(&t), 0);
 	a = tenants_get(t, 0, NS_A, "/job", true);
 	tenants_put(t, a);
 	tenants_put(t, a); /* one put too many changes nothing */
@@ -90,17 +92,14 @@ START_TEST(test_a_tenant_outlives_its_connections_until_many_others_go_idle)
 	later = tenants_get(t, 0, NS_A, "/job", true);
 	ck_assert_uint_ne(later, first_idle);
 	ck_assert_uint_gt(later, first_idle);
-	tenants_free(t);
 }
 END_TEST
 
 /* An nsfs inode or a cgroup path may name a later namespace or cgroup: such a tenant goes with its last reference. */
 START_TEST(test_a_reusable_name_is_forgotten_with_its_last_reference)
 {
-	struct tenants *t;
 	uint64_t a, b, later;
 
-	ck_assert_int_eq(tenants_new(&t), 0);
 	a = tenants_get(t, 0, "ino:4026532500", "id:77", false);
 	b = tenants_get(t, 0, "ino:4026532500", "id:77", false);
 	ck_assert_uint_eq(a, b); /* while it lives, one tenant */
@@ -113,16 +112,13 @@ START_TEST(test_a_reusable_name_is_forgotten_with_its_last_reference)
 	ck_assert_uint_ne(later, a);
 	/* Nor is a kept name the same as a reusable one that reads alike. */
 	ck_assert_uint_ne(tenants_get(t, 0, "ino:4026532500", "id:77", true), later);
-	tenants_free(t);
 }
 END_TEST
 
 START_TEST(test_same_pidns_is_told_only_of_known_tenants)
 {
-	struct tenants *t;
 	uint64_t a, cg, ns, unknown;
 
-	ck_assert_int_eq(tenants_new(&t), 0);
 	a = tenants_get(t, 0, NS_A, "/user.slice/a.scope", true);
 	cg = tenants_get(t, 0, NS_A, "/user.slice/b.scope", true);
 	ns = tenants_get(t, 0, NS_B, "/user.slice/a.scope", true);
@@ -147,7 +143,6 @@ START_TEST(test_same_pidns_is_told_only_of_known_tenants)
 		ck_assert(tenants_same_pidns(t, cg, after));
 		ck_assert(!tenants_same_pidns(t, ns, after));
 	}
-	tenants_free(t);
 }
 END_TEST
 
@@ -174,7 +169,7 @@ static Suite *tenant_suite(void)
 {
 	Suite *s = suite_create("tenant");
 
-	CHECK_CASE(s, "core", NULL, NULL, 30, test_same_uid_namespace_and_cgroup_is_one_tenant,
+	CHECK_CASE(s, "core", tenants_setup, tenants_teardown, 30, test_same_uid_namespace_and_cgroup_is_one_tenant,
 		   test_same_pidns_is_told_only_of_known_tenants,
 		   test_another_namespace_cgroup_or_uid_is_another_tenant,
 		   test_an_unknown_namespace_or_cgroup_is_a_tenant_of_its_own,

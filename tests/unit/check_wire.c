@@ -17,6 +17,7 @@
 #include "wire.h"
 #include "check_main.h"
 #include "fdlimit.h"
+#include "wirefix.h"
 
 /* The kernel's per-message limit (SCM_MAX_FD): one more than wire_recv makes room for. */
 #define KERNEL_SCM_MAX_FD 253
@@ -85,50 +86,58 @@ static uint8_t *transfer(const uint8_t *buf, size_t len, size_t nfds, size_t *go
 	return rx;
 }
 
-/* protobuf-c packs fields in a fixed order, so equal re-packed bytes mean an exact round trip. */
-static void roundtrip_request(const Pinbroker__V1__Request *req, size_t nfds)
+/*
+ * Sends m packed with nfds memfds and unpacks what arrived, for the caller to check and free. Re-packed, it must be
+ * the same bytes: protobuf-c packs fields in a fixed order, so equal bytes mean an exact round trip.
+ */
+static ProtobufCMessage *roundtrip(const ProtobufCMessage *m, size_t nfds)
 {
-	size_t len = pinbroker__v1__request__get_packed_size(req), got;
+	size_t len = protobuf_c_message_get_packed_size(m), got;
 	uint8_t *buf = malloc(len ? len : 1), *rx, *again;
-	Pinbroker__V1__Request *back;
+	ProtobufCMessage *back;
 
-	pinbroker__v1__request__pack(req, buf);
+	protobuf_c_message_pack(m, buf);
 	rx = transfer(buf, len, nfds, &got);
-	back = pinbroker__v1__request__unpack(NULL, got, rx);
+	back = protobuf_c_message_unpack(m->descriptor, NULL, got, rx);
 	ck_assert_ptr_nonnull(back);
-	ck_assert_int_eq(back->body_case, req->body_case);
-	ck_assert_uint_eq(back->seq, req->seq);
-	ck_assert_uint_eq(pinbroker__v1__request__get_packed_size(back), len);
+	ck_assert_uint_eq(protobuf_c_message_get_packed_size(back), len);
 	again = malloc(len ? len : 1);
-	pinbroker__v1__request__pack(back, again);
+	protobuf_c_message_pack(back, again);
 	ck_assert_int_eq(memcmp(again, buf, len), 0);
-	pinbroker__v1__request__free_unpacked(back, NULL);
 	free(again);
 	free(rx);
 	free(buf);
+	return back;
+}
+
+static void roundtrip_request(const Pinbroker__V1__Request *req, size_t nfds)
+{
+	Pinbroker__V1__Request *back = (Pinbroker__V1__Request *)roundtrip(&req->base, nfds);
+
+	ck_assert_int_eq(back->body_case, req->body_case);
+	ck_assert_uint_eq(back->seq, req->seq);
+	pinbroker__v1__request__free_unpacked(back, NULL);
 }
 
 static void roundtrip_reply(const Pinbroker__V1__Reply *rep, size_t nfds)
 {
-	size_t len = pinbroker__v1__reply__get_packed_size(rep), got;
-	uint8_t *buf = malloc(len ? len : 1), *rx, *again;
-	Pinbroker__V1__Reply *back;
+	Pinbroker__V1__Reply *back = (Pinbroker__V1__Reply *)roundtrip(&rep->base, nfds);
 
-	pinbroker__v1__reply__pack(rep, buf);
-	rx = transfer(buf, len, nfds, &got);
-	back = pinbroker__v1__reply__unpack(NULL, got, rx);
-	ck_assert_ptr_nonnull(back);
 	ck_assert_int_eq(back->body_case, rep->body_case);
 	ck_assert_int_eq(back->status, rep->status);
 	ck_assert_uint_eq(back->seq, rep->seq);
-	ck_assert_uint_eq(pinbroker__v1__reply__get_packed_size(back), len);
-	again = malloc(len ? len : 1);
-	pinbroker__v1__reply__pack(back, again);
-	ck_assert_int_eq(memcmp(again, buf, len), 0);
 	pinbroker__v1__reply__free_unpacked(back, NULL);
-	free(again);
-	free(rx);
-	free(buf);
+}
+
+/* A body of a message's oneof: its case (protobuf-c numbers a oneof's cases by their fields) and the message. */
+struct body {
+	uint32_t kind;
+	ProtobufCMessage *msg;
+};
+
+static void set_body(ProtobufCMessage *msg, const struct body *body)
+{
+	wirefix_set_oneof(msg, body->kind, body->msg);
 }
 
 /* Every Request body kind, each sent once bare and once carrying an fd. */
@@ -178,42 +187,27 @@ START_TEST(test_every_request_kind_round_trips)
 	sh.uids = share_uids;
 	at.token = (char *)"0123456789abcdef0123456789abcdef";
 
+	const struct body bodies[] = {
+		{ PINBROKER__V1__REQUEST__BODY_HELLO, &hello.base },
+		{ PINBROKER__V1__REQUEST__BODY_ACQUIRE, &acq.base },
+		{ PINBROKER__V1__REQUEST__BODY_RELEASE, &rel.base },
+		{ PINBROKER__V1__REQUEST__BODY_STATUS, &st.base },
+		{ PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE, &ar.base },
+		{ PINBROKER__V1__REQUEST__BODY_SET_CONFIG, &sc.base },
+		{ PINBROKER__V1__REQUEST__BODY_REVOKE_ACK, &ack.base },
+		{ PINBROKER__V1__REQUEST__BODY_SET_IDLE, &si.base },
+		{ PINBROKER__V1__REQUEST__BODY_REDECLARE, &rd.base },
+		{ PINBROKER__V1__REQUEST__BODY_SHARE, &sh.base },
+		{ PINBROKER__V1__REQUEST__BODY_ATTACH, &at.base },
+	};
+
 	for (size_t nfds = 0; nfds <= 1; nfds++) {
 		req.has_seq = 1;
 		req.seq = 100 + nfds;
-		req.body_case = PINBROKER__V1__REQUEST__BODY_HELLO;
-		req.hello = &hello;
-		roundtrip_request(&req, nfds);
-		req.body_case = PINBROKER__V1__REQUEST__BODY_ACQUIRE;
-		req.acquire = &acq;
-		roundtrip_request(&req, nfds);
-		req.body_case = PINBROKER__V1__REQUEST__BODY_RELEASE;
-		req.release = &rel;
-		roundtrip_request(&req, nfds);
-		req.body_case = PINBROKER__V1__REQUEST__BODY_STATUS;
-		req.status = &st;
-		roundtrip_request(&req, nfds);
-		req.body_case = PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE;
-		req.admin_revoke = &ar;
-		roundtrip_request(&req, nfds);
-		req.body_case = PINBROKER__V1__REQUEST__BODY_SET_CONFIG;
-		req.set_config = &sc;
-		roundtrip_request(&req, nfds);
-		req.body_case = PINBROKER__V1__REQUEST__BODY_REVOKE_ACK;
-		req.revoke_ack = &ack;
-		roundtrip_request(&req, nfds);
-		req.body_case = PINBROKER__V1__REQUEST__BODY_SET_IDLE;
-		req.set_idle = &si;
-		roundtrip_request(&req, nfds);
-		req.body_case = PINBROKER__V1__REQUEST__BODY_REDECLARE;
-		req.redeclare = &rd;
-		roundtrip_request(&req, nfds);
-		req.body_case = PINBROKER__V1__REQUEST__BODY_SHARE;
-		req.share = &sh;
-		roundtrip_request(&req, nfds);
-		req.body_case = PINBROKER__V1__REQUEST__BODY_ATTACH;
-		req.attach = &at;
-		roundtrip_request(&req, nfds);
+		for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+			set_body(&req.base, &bodies[i]);
+			roundtrip_request(&req, nfds);
+		}
 		/* A request with no body at all is well-formed on the wire; the daemon's gate rejects it. */
 		req.body_case = PINBROKER__V1__REQUEST__BODY__NOT_SET;
 		roundtrip_request(&req, nfds);
@@ -324,34 +318,25 @@ START_TEST(test_every_reply_kind_round_trips)
 	attached.has_attached = 1;
 	attached.attached = 1;
 
+	const struct body bodies[] = {
+		{ PINBROKER__V1__REPLY__BODY_HELLO, &hr.base },
+		{ PINBROKER__V1__REPLY__BODY_LEASE, &lease.base },
+		{ PINBROKER__V1__REPLY__BODY_STATUS_REPLY, &sr.base },
+		{ PINBROKER__V1__REPLY__BODY_ADMIN_REVOKE, &arr.base },
+		{ PINBROKER__V1__REPLY__BODY_REDECLARE, &rdr.base },
+		{ PINBROKER__V1__REPLY__BODY_LEASE_FDS, &lf.base },
+		{ PINBROKER__V1__REPLY__BODY_SHARE, &shr.base },
+		{ PINBROKER__V1__REPLY__BODY_LEASE, &attached.base },
+	};
+
 	for (size_t nfds = 0; nfds <= 2; nfds += 2) {
 		rep.has_seq = 1;
 		rep.seq = 7;
 		rep.status = PINBROKER__V1__STATUS_CODE__STATUS_OK;
-		rep.body_case = PINBROKER__V1__REPLY__BODY_HELLO;
-		rep.hello = &hr;
-		roundtrip_reply(&rep, nfds);
-		rep.body_case = PINBROKER__V1__REPLY__BODY_LEASE;
-		rep.lease = &lease;
-		roundtrip_reply(&rep, nfds);
-		rep.body_case = PINBROKER__V1__REPLY__BODY_STATUS_REPLY;
-		rep.status_reply = &sr;
-		roundtrip_reply(&rep, nfds);
-		rep.body_case = PINBROKER__V1__REPLY__BODY_ADMIN_REVOKE;
-		rep.admin_revoke = &arr;
-		roundtrip_reply(&rep, nfds);
-		rep.body_case = PINBROKER__V1__REPLY__BODY_REDECLARE;
-		rep.redeclare = &rdr;
-		roundtrip_reply(&rep, nfds);
-		rep.body_case = PINBROKER__V1__REPLY__BODY_LEASE_FDS;
-		rep.lease_fds = &lf;
-		roundtrip_reply(&rep, nfds);
-		rep.body_case = PINBROKER__V1__REPLY__BODY_SHARE;
-		rep.share = &shr;
-		roundtrip_reply(&rep, nfds);
-		rep.body_case = PINBROKER__V1__REPLY__BODY_LEASE;
-		rep.lease = &attached;
-		roundtrip_reply(&rep, nfds);
+		for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+			set_body(&rep.base, &bodies[i]);
+			roundtrip_reply(&rep, nfds);
+		}
 		rep.seq = 0; /* revokes are unsolicited */
 		rep.body_case = PINBROKER__V1__REPLY__BODY_REVOKE;
 		rep.revoke = &rv;
@@ -446,47 +431,58 @@ START_TEST(test_more_than_250_fds_refused_by_sender)
 }
 END_TEST
 
+/*
+ * The next packet is refused with err, with no fd of it left open; the receiver makes room for buf_bytes and max_fds.
+ */
+static void assert_refused_without_leak(size_t buf_bytes, size_t max_fds, ssize_t err)
+{
+	char buf[4096];
+	int in[PB_MAX_FDS_PER_MSG], before = fdlimit_open_count();
+	size_t nfds = 99;
+
+	ck_assert_uint_le(buf_bytes, sizeof(buf));
+	ck_assert_int_eq(wire_recv(sv[1], buf, buf_bytes, in, max_fds, &nfds), err);
+	ck_assert_uint_eq(nfds, 0);
+	ck_assert_int_eq(fdlimit_open_count(), before);
+}
+
+/* The stream goes on after a refused packet: the next one arrives whole. */
+static void assert_next_packet_whole(const char *text, size_t buf_bytes, size_t max_fds)
+{
+	char buf[4096];
+	int in[PB_MAX_FDS_PER_MSG];
+	size_t nfds;
+
+	ck_assert_int_eq(wire_send(sv[0], text, strlen(text), NULL, 0), 0);
+	ck_assert_int_eq(wire_recv(sv[1], buf, buf_bytes, in, max_fds, &nfds), (ssize_t)strlen(text));
+	ck_assert_int_eq(memcmp(buf, text, strlen(text)), 0);
+}
+
 /* More fds than the receiver asked for: refused, and every one that arrived is closed. */
 START_TEST(test_fds_beyond_max_fds_give_ebadmsg_without_leak)
 {
-	int out[8], in[8];
-	char buf[16];
-	size_t nfds = 99;
-	int before;
+	int out[8];
 
 	for (int i = 0; i < 8; i++)
 		out[i] = memfd_with("x");
 	ck_assert_int_eq(wire_send(sv[0], "hello", 5, out, 8), 0);
 	wire_close_fds(out, 8);
-	before = fdlimit_open_count();
-	ck_assert_int_eq(wire_recv(sv[1], buf, sizeof(buf), in, 2, &nfds), -EBADMSG);
-	ck_assert_uint_eq(nfds, 0);
-	ck_assert_int_eq(fdlimit_open_count(), before);
-	/* The stream goes on: the next packet is intact. */
-	ck_assert_int_eq(wire_send(sv[0], "next", 4, NULL, 0), 0);
-	ck_assert_int_eq(wire_recv(sv[1], buf, sizeof(buf), in, 2, &nfds), 4);
-	ck_assert_int_eq(memcmp(buf, "next", 4), 0);
+	assert_refused_without_leak(16, 2, -EBADMSG);
+	assert_next_packet_whole("next", 16, 2);
 }
 END_TEST
 
 /* An empty packet carrying fds is malformed: refused with every fd closed, not read as the peer's hang-up. */
 START_TEST(test_empty_packet_with_fds_gives_ebadmsg_without_leak)
 {
-	int out[2], in[4];
-	char buf[16];
-	size_t nfds = 99;
-	int before;
+	int out[2];
 
 	out[0] = memfd_with("x");
 	out[1] = memfd_with("y");
 	ck_assert_int_eq(wire_send(sv[0], "", 0, out, 2), 0);
 	wire_close_fds(out, 2);
-	before = fdlimit_open_count();
-	ck_assert_int_eq(wire_recv(sv[1], buf, sizeof(buf), in, 4, &nfds), -EBADMSG);
-	ck_assert_uint_eq(nfds, 0);
-	ck_assert_int_eq(fdlimit_open_count(), before);
-	ck_assert_int_eq(wire_send(sv[0], "next", 4, NULL, 0), 0);
-	ck_assert_int_eq(wire_recv(sv[1], buf, sizeof(buf), in, 4, &nfds), 4);
+	assert_refused_without_leak(16, 4, -EBADMSG);
+	assert_next_packet_whole("next", 16, 4);
 }
 END_TEST
 
@@ -499,11 +495,9 @@ START_TEST(test_kernel_ctrunc_gives_ebadmsg_without_leak)
 	} control;
 	struct iovec iov = { .iov_base = (void *)"raw", .iov_len = 3 };
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf };
-	int out[KERNEL_SCM_MAX_FD], in[PB_MAX_FDS_PER_MSG];
-	int base = memfd_with("x"), before;
+	int out[KERNEL_SCM_MAX_FD];
+	int base = memfd_with("x");
 	struct cmsghdr *cmsg;
-	char buf[16];
-	size_t nfds;
 
 	for (int i = 0; i < KERNEL_SCM_MAX_FD; i++)
 		ck_assert_int_ge(out[i] = dup(base), 0);
@@ -517,30 +511,21 @@ START_TEST(test_kernel_ctrunc_gives_ebadmsg_without_leak)
 	ck_assert_int_eq(sendmsg(sv[0], &msg, 0), 3);
 	wire_close_fds(out, KERNEL_SCM_MAX_FD);
 	close(base);
-
-	before = fdlimit_open_count();
-	ck_assert_int_eq(wire_recv(sv[1], buf, sizeof(buf), in, PB_MAX_FDS_PER_MSG, &nfds), -EBADMSG);
-	ck_assert_uint_eq(nfds, 0);
-	ck_assert_int_eq(fdlimit_open_count(), before);
+	assert_refused_without_leak(16, PB_MAX_FDS_PER_MSG, -EBADMSG);
 }
 END_TEST
 
 START_TEST(test_oversized_packet_gives_emsgsize_without_leak)
 {
 	size_t big_bytes = 4096;
-	char *big = calloc(1, big_bytes), small[64];
-	int fd = memfd_with("x"), in[4], before;
-	size_t nfds;
+	char *big = calloc(1, big_bytes);
+	int fd = memfd_with("x");
 
 	ck_assert_int_eq(wire_send(sv[0], big, big_bytes, &fd, 1), 0);
 	close(fd);
-	before = fdlimit_open_count();
-	ck_assert_int_eq(wire_recv(sv[1], small, sizeof(small), in, 4, &nfds), -EMSGSIZE);
-	ck_assert_uint_eq(nfds, 0);
-	ck_assert_int_eq(fdlimit_open_count(), before);
+	assert_refused_without_leak(64, 4, -EMSGSIZE);
 	/* SEQPACKET discards the rest of a truncated packet; the next one is whole. */
-	ck_assert_int_eq(wire_send(sv[0], "ok", 2, NULL, 0), 0);
-	ck_assert_int_eq(wire_recv(sv[1], small, sizeof(small), in, 4, &nfds), 2);
+	assert_next_packet_whole("ok", 64, 4);
 	free(big);
 }
 END_TEST

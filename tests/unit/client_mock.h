@@ -25,6 +25,7 @@
 #include "util.h"
 #include "wire.h"
 #include "check_main.h"
+#include "wirefix.h"
 
 typedef Pinbroker__V1__Request Request;
 typedef Pinbroker__V1__Reply Reply;
@@ -96,6 +97,17 @@ static void mock_status(int s, uint64_t seq, Pinbroker__V1__StatusCode st, const
 	rep.status = st;
 	rep.message = (char *)msg;
 	mock_send(s, &rep, NULL, 0);
+}
+
+/* An OK reply to seq with body (its oneof case kind) and nfds fds. */
+static void mock_reply(int s, uint64_t seq, uint32_t kind, ProtobufCMessage *body, const int *fds, size_t nfds)
+{
+	Reply rep = PINBROKER__V1__REPLY__INIT;
+
+	rep.has_seq = 1;
+	rep.seq = seq;
+	wirefix_set_oneof(&rep.base, kind, body);
+	mock_send(s, &rep, fds, nfds);
 }
 
 static void mock_revoke(int s, uint64_t id)
@@ -170,7 +182,6 @@ static struct mock_lease *mock_find(uint64_t id)
 static void mock_acquire(int s, const struct mock_cfg *cfg, uint64_t seq, const Pinbroker__V1__Acquire *a)
 {
 	Pinbroker__V1__Lease ls = PINBROKER__V1__LEASE__INIT;
-	Reply rep = PINBROKER__V1__REPLY__INIT;
 	uint64_t size = round_up(a->size, MOCK_PAGE_BYTES), left = size;
 	size_t n = (size_t)((size + cfg->chunk_bytes - 1) / cfg->chunk_bytes), sent;
 	uint64_t *chunks = calloc(n, sizeof(*chunks));
@@ -200,11 +211,7 @@ static void mock_acquire(int s, const struct mock_cfg *cfg, uint64_t seq, const 
 	ls.n_chunk_bytes = n;
 	ls.chunk_bytes = chunks;
 	ls.fds_in_reply = (uint32_t)(n < cfg->fds_per_packet ? n : cfg->fds_per_packet);
-	rep.has_seq = 1;
-	rep.seq = seq;
-	rep.body_case = PINBROKER__V1__REPLY__BODY_LEASE;
-	rep.lease = &ls;
-	mock_send(s, &rep, fds, ls.fds_in_reply);
+	mock_reply(s, seq, PINBROKER__V1__REPLY__BODY_LEASE, &ls.base, fds, ls.fds_in_reply);
 	for (sent = ls.fds_in_reply; sent < n;) {
 		Pinbroker__V1__LeaseFds lf = PINBROKER__V1__LEASE_FDS__INIT;
 		Reply more = PINBROKER__V1__REPLY__INIT;
@@ -236,7 +243,6 @@ static void mock_status_reply(int s, uint64_t seq)
 	Pinbroker__V1__SignalInfo sg = PINBROKER__V1__SIGNAL_INFO__INIT, *sgs[] = { &sg };
 	Pinbroker__V1__EventInfo *evs = calloc(mock_nevents + 1, sizeof(*evs));
 	Pinbroker__V1__EventInfo **pevs = calloc(mock_nevents + 1, sizeof(*pevs));
-	Reply rep = PINBROKER__V1__REPLY__INIT;
 
 	for (size_t i = 0; i < mock_nevents; i++) {
 		pinbroker__v1__event_info__init(&evs[i]);
@@ -256,11 +262,7 @@ static void mock_status_reply(int s, uint64_t seq)
 	sr.signals = sgs;
 	sr.n_transitions = mock_nevents;
 	sr.transitions = pevs;
-	rep.has_seq = 1;
-	rep.seq = seq;
-	rep.body_case = PINBROKER__V1__REPLY__BODY_STATUS_REPLY;
-	rep.status_reply = &sr;
-	mock_send(s, &rep, NULL, 0);
+	mock_reply(s, seq, PINBROKER__V1__REPLY__BODY_STATUS_REPLY, &sr.base, NULL, 0);
 	free(pevs);
 	free(evs);
 }
@@ -274,7 +276,6 @@ static bool mock_handle(int s, const struct mock_cfg *cfg, const Request *req)
 	switch (req->body_case) {
 	case PINBROKER__V1__REQUEST__BODY_HELLO: {
 		Pinbroker__V1__HelloReply hr = PINBROKER__V1__HELLO_REPLY__INIT;
-		Reply rep = PINBROKER__V1__REPLY__INIT;
 
 		if (cfg->version_mismatch) {
 			mock_status(s, seq, PINBROKER__V1__STATUS_CODE__STATUS_VERSION_MISMATCH,
@@ -287,11 +288,7 @@ static bool mock_handle(int s, const struct mock_cfg *cfg, const Request *req)
 		hr.page_size = MOCK_PAGE_BYTES;
 		hr.has_instance_id = mock_instance != 0;
 		hr.instance_id = mock_instance;
-		rep.has_seq = 1;
-		rep.seq = seq;
-		rep.body_case = PINBROKER__V1__REPLY__BODY_HELLO;
-		rep.hello = &hr;
-		mock_send(s, &rep, NULL, 0);
+		mock_reply(s, seq, PINBROKER__V1__REPLY__BODY_HELLO, &hr.base, NULL, 0);
 		return true;
 	}
 	case PINBROKER__V1__REQUEST__BODY_ACQUIRE:
@@ -328,18 +325,13 @@ static bool mock_handle(int s, const struct mock_cfg *cfg, const Request *req)
 		return true;
 	case PINBROKER__V1__REQUEST__BODY_ADMIN_REVOKE: {
 		Pinbroker__V1__AdminRevokeReply arr = PINBROKER__V1__ADMIN_REVOKE_REPLY__INIT;
-		Reply rep = PINBROKER__V1__REPLY__INIT;
 		uint64_t ids[MOCK_MAX_LEASES];
 
 		for (size_t i = 0; i < MOCK_MAX_LEASES; i++)
 			if (mock_leases[i].id)
 				ids[arr.n_lease_ids++] = mock_leases[i].id;
 		arr.lease_ids = ids;
-		rep.has_seq = 1;
-		rep.seq = seq;
-		rep.body_case = PINBROKER__V1__REPLY__BODY_ADMIN_REVOKE;
-		rep.admin_revoke = &arr;
-		mock_send(s, &rep, NULL, 0);
+		mock_reply(s, seq, PINBROKER__V1__REPLY__BODY_ADMIN_REVOKE, &arr.base, NULL, 0);
 		for (size_t i = 0; i < arr.n_lease_ids; i++)
 			mock_revoke(s, ids[i]);
 		return true;
@@ -347,7 +339,6 @@ static bool mock_handle(int s, const struct mock_cfg *cfg, const Request *req)
 	case PINBROKER__V1__REQUEST__BODY_REDECLARE: {
 		Pinbroker__V1__RedeclareReply rr = PINBROKER__V1__REDECLARE_REPLY__INIT;
 		const Pinbroker__V1__Redeclare *rd = req->redeclare;
-		Reply rep = PINBROKER__V1__REPLY__INIT;
 		uint64_t ok[MOCK_MAX_LEASES], bad[MOCK_MAX_LEASES];
 		char line[512];
 		size_t at;
@@ -368,11 +359,7 @@ static bool mock_handle(int s, const struct mock_cfg *cfg, const Request *req)
 		mock_event("%s", line);
 		rr.adopted = ok;
 		rr.rejected = bad;
-		rep.has_seq = 1;
-		rep.seq = seq;
-		rep.body_case = PINBROKER__V1__REPLY__BODY_REDECLARE;
-		rep.redeclare = &rr;
-		mock_send(s, &rep, NULL, 0);
+		mock_reply(s, seq, PINBROKER__V1__REPLY__BODY_REDECLARE, &rr.base, NULL, 0);
 		return true;
 	}
 	case PINBROKER__V1__REQUEST__BODY_SET_CONFIG:
@@ -491,6 +478,13 @@ static pb_client *connect_mock(const struct mock_cfg *cfg)
 	mock_start(cfg);
 	ck_assert_msg(pb_connect(sock_path, &c) == 0, "pb_connect: %s", pb_last_error());
 	return c;
+}
+
+/* The client's end and the stand-in's. */
+static void disconnect_mock(pb_client *c)
+{
+	pb_disconnect(c);
+	mock_stop();
 }
 
 /* The stand-in logs what it saw; async requests land a moment later, so poll for the line. */
