@@ -31,7 +31,7 @@ struct pbst_settings {
 	bool stream_stores;     /* PINBROKER_STAGING_STREAM_STORES (0: the threads copy with plain memcpy) */
 };
 
-/* The defaults: on, 64 MiB ring of 16 MiB slots, 8 threads, 1 MiB threshold, streaming stores. */
+/* The defaults: on, 64 MiB ring of 16 MiB slots, 8 threads, 1 MiB threshold, plain memcpy. */
 void pbst_settings_default(struct pbst_settings *s);
 
 /*

@@ -50,12 +50,12 @@ START_TEST(test_defaults_are_64m_ring_16m_slot_8_threads_1m_threshold)
 	ck_assert_uint_eq(s.threads, 8);
 	ck_assert_uint_eq(s.threshold_bytes, 1 * MiB);
 	ck_assert_uint_eq(pbst_settings_slots(&s), 4);
-	ck_assert(s.stream_stores);
+	ck_assert(!s.stream_stores);
 	ck_assert_str_eq(why, "");
 }
 END_TEST
 
-/* PINBROKER_STAGING_STREAM_STORES: 0 and 1 are read; anything else keeps the default (on) and says so. */
+/* PINBROKER_STAGING_STREAM_STORES: 0 and 1 are read; anything else keeps the default (off) and says so. */
 START_TEST(test_stream_stores_env)
 {
 	const char *off[] = { "PINBROKER_STAGING_STREAM_STORES", "0", NULL };
@@ -69,7 +69,7 @@ START_TEST(test_stream_stores_env)
 	ck_assert_int_eq(from_env(&s, on, why, sizeof(why)), 0);
 	ck_assert(s.stream_stores);
 	ck_assert_int_eq(from_env(&s, bad, why, sizeof(why)), -EINVAL);
-	ck_assert(s.stream_stores);
+	ck_assert(!s.stream_stores);
 	ck_assert_msg(strstr(why, "PINBROKER_STAGING_STREAM_STORES=fast is not 0 or 1") != NULL, "why: %s", why);
 }
 END_TEST
