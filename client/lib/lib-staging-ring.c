@@ -370,11 +370,12 @@ static void pool_work_locked(struct staging_pool *p)
 		unsigned i = p->next_part++;
 		uint8_t *dst = p->dst;
 		const uint8_t *src = p->src;
+		bool stream = p->stream;
 		size_t off, len;
 
 		pbst_split_part(p->bytes, p->nparts, i, &off, &len);
 		pthread_mutex_unlock(&p->lock);
-		part_copy(p->stream, dst + off, src + off, len);
+		part_copy(stream, dst + off, src + off, len);
 		pthread_mutex_lock(&p->lock);
 		if (--p->left == 0)
 			pthread_cond_signal(&p->done);

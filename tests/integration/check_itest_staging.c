@@ -62,6 +62,7 @@ struct run_opts {
 	const char *expect;   /* PB_EXPECT: staged (the default) or driver */
 	const char *staging;  /* PINBROKER_STAGING, or NULL */
 	const char *delay_us; /* STUB_CUDA_STREAM_DELAY_US, or NULL */
+	const char *stream;   /* PINBROKER_STAGING_STREAM_STORES, or NULL */
 	bool quiet;           /* stderr to /dev/null: a run expected to fail its checks */
 };
 
@@ -82,6 +83,8 @@ static void set_env(const void *arg)
 		setenv("PINBROKER_STAGING", o->staging, 1);
 	if (o->delay_us)
 		setenv("STUB_CUDA_STREAM_DELAY_US", o->delay_us, 1);
+	if (o->stream)
+		setenv("PINBROKER_STAGING_STREAM_STORES", o->stream, 1);
 	if (o->preload)
 		setenv("LD_PRELOAD", PRELOAD_LIB, 1);
 }
@@ -144,6 +147,15 @@ START_TEST(test_sizes_stay_exact_with_slow_streams)
 	struct run_opts slow = { .preload = true, .delay_us = "200" };
 
 	staged_mode_passes(_i, "sizes", NULL, &slow);
+}
+END_TEST
+
+/* The same with the threads writing streaming stores (a 64 KiB slot: every full piece takes that path). */
+START_TEST(test_sizes_stay_exact_with_streaming_stores)
+{
+	struct run_opts streaming = { .preload = true, .stream = "1" };
+
+	staged_mode_passes(_i, "sizes", NULL, &streaming);
 }
 END_TEST
 
@@ -383,8 +395,9 @@ static Suite *suite(void)
 			test_the_checks_pass_on_the_bare_driver, test_the_staged_checks_fail_without_the_interposer);
 	t = CHECK_LOOP_CASE(
 		s, "interposer", start, stop, 120, N_WAYS, test_every_size_and_alignment_is_exact_and_staged,
-		test_sizes_stay_exact_with_slow_streams, test_copies_are_ordered_with_kernels_and_events,
-		test_many_threads_copy_at_once, test_copies_in_two_contexts, test_capture_passes_copies_to_the_driver,
+		test_sizes_stay_exact_with_slow_streams, test_sizes_stay_exact_with_streaming_stores,
+		test_copies_are_ordered_with_kernels_and_events, test_many_threads_copy_at_once,
+		test_copies_in_two_contexts, test_capture_passes_copies_to_the_driver,
 		test_other_memory_passes_to_the_driver_untouched, test_a_driver_error_comes_back_to_the_caller,
 		test_staging_off_passes_everything_to_the_driver, test_the_ring_is_one_lease_of_the_configured_size,
 		test_revocation_in_the_middle_of_a_copy);
