@@ -56,9 +56,27 @@ static int may_send_locked(const pb_client *c, uint64_t gen)
 	return 0;
 }
 
+static void wake_receiver(pb_client *c);
+
+/*
+ * Under c->lock: a send on connection gen failed with r. When the daemon is gone (EPIPE, ECONNRESET), the receiver
+ * is told to hang up and reconnect, as when a read finds the connection broken: it leaves the socket to the calls
+ * for CONN_WATCH_MS after each, so calls that only ever fail to send would otherwise keep it from seeing the
+ * hang-up, and every call would fail until they paused.
+ */
+static void send_failed_locked(pb_client *c, uint64_t gen, int r)
+{
+	if ((r != -EPIPE && r != -ECONNRESET) || c->conn_gen != gen || c->dead || c->rx_failed || c->closing)
+		return;
+	snprintf(c->rx_failed_reason, sizeof(c->rx_failed_reason), "sending: %s", strerror(-r));
+	c->rx_failed = -ECONNRESET;
+	wake_receiver(c);
+}
+
 /* Fire and forget: the receiver thread drops the reply, which has no waiter. gen as for may_send_locked. */
 static int send_async(pb_client *c, Request *req, uint64_t gen)
 {
+	uint64_t sent_on;
 	int r;
 
 	pthread_rwlock_rdlock(&c->sock_lock);
@@ -68,16 +86,23 @@ static int send_async(pb_client *c, Request *req, uint64_t gen)
 		req->has_seq = 1;
 		req->seq = c->next_seq++;
 	}
+	sent_on = c->conn_gen;
 	pthread_mutex_unlock(&c->lock);
 	if (r == 0)
 		r = conn_send_packed(c->sock, req);
 	pthread_rwlock_unlock(&c->sock_lock);
+	if (r < 0) {
+		pthread_mutex_lock(&c->lock);
+		send_failed_locked(c, sent_on, r);
+		pthread_mutex_unlock(&c->lock);
+	}
 	return r == -EPIPE ? -ECONNRESET : r;
 }
 
 int conn_send_nowait(pb_client *c, Request *req)
 {
 	uint8_t stack[REQUEST_STACK_BYTES];
+	uint64_t sent_on;
 	size_t len;
 	ssize_t n;
 	int r;
@@ -91,6 +116,7 @@ int conn_send_nowait(pb_client *c, Request *req)
 		req->has_seq = 1;
 		req->seq = c->next_seq++;
 	}
+	sent_on = c->conn_gen;
 	pthread_mutex_unlock(&c->lock);
 	/* Sized with its seq: the packet is what the daemon unpacks. */
 	len = r == 0 ? pinbroker__v1__request__get_packed_size(req) : 0;
@@ -104,6 +130,11 @@ int conn_send_nowait(pb_client *c, Request *req)
 		r = n < 0 ? -errno : 0;
 	}
 	pthread_rwlock_unlock(&c->sock_lock);
+	if (r < 0) {
+		pthread_mutex_lock(&c->lock);
+		send_failed_locked(c, sent_on, r);
+		pthread_mutex_unlock(&c->lock);
+	}
 	if (r == -EWOULDBLOCK)
 		r = -EAGAIN;
 	return r == -EPIPE ? -ECONNRESET : r;
@@ -274,6 +305,7 @@ void conn_drain_locked(pb_client *c)
 
 int conn_call(pb_client *c, Request *req, struct waiter *w, bool keep, uint64_t gen)
 {
+	uint64_t sent_on;
 	bool reading;
 	int r;
 
@@ -286,6 +318,9 @@ int conn_call(pb_client *c, Request *req, struct waiter *w, bool keep, uint64_t 
 			       "this process",
 			       (int)c->pid);
 	pthread_mutex_lock(&c->lock);
+	/* A call found the connection broken: the receiver hangs up, then this call has it reconnect. */
+	while (c->rx_failed && !c->dead && !c->closing && c->receiver_started)
+		pthread_cond_wait(&c->cond, &c->lock);
 	if (c->dead)
 		await_reconnect_locked(c);
 	pthread_mutex_unlock(&c->lock);
@@ -312,6 +347,7 @@ int conn_call(pb_client *c, Request *req, struct waiter *w, bool keep, uint64_t 
 	/* The read side taken before sending: the reply wakes this thread, not the receiver. */
 	reading = may_read_locked(c);
 	c->reading |= reading;
+	sent_on = c->conn_gen;
 	pthread_mutex_unlock(&c->lock);
 
 	r = conn_send_packed(c->sock, req);
@@ -322,6 +358,7 @@ int conn_call(pb_client *c, Request *req, struct waiter *w, bool keep, uint64_t 
 		conn_unlink_waiter_locked(c, w);
 		if (reading)
 			conn_end_read_locked(c);
+		send_failed_locked(c, sent_on, r);
 		pthread_mutex_unlock(&c->lock);
 		if (r == -EPIPE)
 			r = -ECONNRESET;
