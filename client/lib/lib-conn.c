@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -58,15 +59,20 @@ static int may_send_locked(const pb_client *c, uint64_t gen)
 
 static void wake_receiver(pb_client *c);
 
+/* How long a call waits for the receiver to hang up a connection another call found broken. */
+#define HANGUP_WAIT_MS 100
+
 /*
- * Under c->lock: a send on connection gen failed with r. When the daemon is gone (EPIPE, ECONNRESET), the receiver
+ * Under c->lock: a send on connection gen failed with r. When the daemon is gone (EPIPE, ECONNRESET, ...), the receiver
  * is told to hang up and reconnect, as when a read finds the connection broken: it leaves the socket to the calls
  * for CONN_WATCH_MS after each, so calls that only ever fail to send would otherwise keep it from seeing the
  * hang-up, and every call would fail until they paused.
  */
 static void send_failed_locked(pb_client *c, uint64_t gen, int r)
 {
-	if ((r != -EPIPE && r != -ECONNRESET) || c->conn_gen != gen || c->dead || c->rx_failed || c->closing)
+	bool gone = r == -EPIPE || r == -ECONNRESET || r == -ENOTCONN || r == -ECONNREFUSED;
+
+	if (!gone || c->conn_gen != gen || c->dead || c->rx_failed || c->closing)
 		return;
 	snprintf(c->rx_failed_reason, sizeof(c->rx_failed_reason), "sending: %s", strerror(-r));
 	c->rx_failed = -ECONNRESET;
@@ -318,9 +324,24 @@ int conn_call(pb_client *c, Request *req, struct waiter *w, bool keep, uint64_t 
 			       "this process",
 			       (int)c->pid);
 	pthread_mutex_lock(&c->lock);
-	/* A call found the connection broken: the receiver hangs up, then this call has it reconnect. */
-	while (c->rx_failed && !c->dead && !c->closing && c->receiver_started)
-		pthread_cond_wait(&c->cond, &c->lock);
+	/*
+	 * A call found the connection broken: give the receiver a moment to hang up, so this call has it reconnect.
+	 * Bounded: the receiver may be in a revoke callback that waits for this very thread's pb_release; then this
+	 * call fails at once, as it would have, and a later one reconnects.
+	 */
+	if (c->rx_failed && !c->dead && !c->closing && c->receiver_started) {
+		struct timespec until;
+
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_nsec += HANGUP_WAIT_MS * 1000000L;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
+		}
+		while (c->rx_failed && !c->dead && !c->closing &&
+		       pthread_cond_timedwait(&c->cond, &c->lock, &until) != ETIMEDOUT)
+			;
+	}
 	if (c->dead)
 		await_reconnect_locked(c);
 	pthread_mutex_unlock(&c->lock);
