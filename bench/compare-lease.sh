@@ -7,7 +7,7 @@
 # Prints, per round and as medians, the judged rows' broker/floor ratios (2 MiB and 64 MiB no-touch
 # p50, no-touch ops/s at 1 process, and the reported 4 KiB no-touch p50) of each build, and NEW's median
 # against OLD's.
-# With --roundtrip, NEW's bench_roundtrip instead: the absolute p50 µs of 4 KiB and 2 MiB round trips (issue 27's
+# With --roundtrip, NEW's bench_roundtrip instead: the absolute p50 µs of 4 KiB, 2 MiB and 64 MiB round trips (issue 27's
 # "small leases cost what they cost today"), which only a side-by-side run like this one can compare.
 #   bench/compare-lease.sh [--roundtrip] OLD_BUILD NEW_BUILD [ROUNDS] [-- bench options]
 #   (bench_lease's default options --quick --idle-s 1; bench_roundtrip's --iters 3000)
@@ -38,10 +38,11 @@ tmp=$(mktemp -d /tmp/pb-compare.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
 # The judged rows of one bench_lease output: "2MiB_ratio 64MiB_ratio ops1_ratio", then the 4 KiB row's (reported);
-# of bench_roundtrip's, "4KiB_p50 2MiB_p50".
+# of bench_roundtrip's, "4KiB_p50 2MiB_p50 64MiB_p50" ("-" from a bench_roundtrip without the 64 MiB row).
 rows() {
 	if [ $mode = roundtrip ]; then
-		awk -F'|' '/^\| 4 KiB \|/ { a = $3 + 0 } /^\| 2 MiB \|/ { b = $3 + 0 } END { print a, b }' "$1"
+		awk -F'|' '/^\| 4 KiB \|/ { a = $3 + 0 } /^\| 2 MiB \|/ { b = $3 + 0 } /^\| 64 MiB \|/ { m = $3 + 0 }
+			END { print a, b, (m == "" ? "-" : m) }' "$1"
 		return
 	fi
 	awk -F'|' '
@@ -52,7 +53,7 @@ rows() {
 }
 
 if [ $mode = roundtrip ]; then
-	cols="4 KiB p50 µs|2 MiB p50 µs"
+	cols="4 KiB p50 µs|2 MiB p50 µs|64 MiB p50 µs"
 else
 	cols="2 MiB no-touch p50 ratio|64 MiB no-touch p50 ratio|ops/s 1 proc ratio|4 KiB no-touch p50 ratio"
 fi

@@ -85,15 +85,18 @@ int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, bool inherit, voi
 
 	/*
 	 * MAP_POPULATE: the daemon's pages are resident already; this only fills page tables, so the application's
-	 * first touch costs nothing. Not against a simulated pool (PB_SIMULATE_ENV), whose pages do not exist yet.
+	 * first touch costs nothing. Not for huge-page chunks (hugetlb, or THP-collapsed where the daemon says so):
+	 * their first touch maps 2 MiB in one fault, and pre-faulting a lease the caller never touches whole was
+	 * most of a round trip's cost. Not against a simulated pool (PB_SIMULATE_ENV), whose pages do not exist yet.
 	 */
-	populate = MAP_POPULATE;
 	sim = secure_getenv(PB_SIMULATE_ENV);
-	if (sim && strcmp(sim, "1") == 0)
-		populate = 0;
+	populate = sim && strcmp(sim, "1") == 0 ? 0 : MAP_POPULATE;
 	for (size_t i = 0; i < ls->n_chunk_bytes; i++) {
-		if (mmap(base + off, ls->chunk_bytes[i], PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | populate,
-			 fds[i], 0) == MAP_FAILED) {
+		bool huge = (ls->has_hugetlb && ls->hugetlb) ||
+			    (ls->has_thp && ls->thp && ls->chunk_bytes[i] % HUGE_PMD_BYTES == 0);
+
+		if (mmap(base + off, ls->chunk_bytes[i], PROT_READ | PROT_WRITE,
+			 MAP_SHARED | MAP_FIXED | (huge ? 0 : populate), fds[i], 0) == MAP_FAILED) {
 			int err = -errno;
 
 			munmap(base, total);

@@ -20,6 +20,9 @@ enum pool_hugetlb {
 	POOL_HUGETLB_NO,   /* 4 KiB pages, MADV_HUGEPAGE where shmem THP allows */
 };
 
+/* The size of a shmem THP: chunks collapse in these units. */
+#define POOL_THP_BYTES (UINT64_C(2) << 20)
+
 /* Collapsing 4 KiB chunks into shmem THPs (MADV_COLLAPSE, Linux 6.1+): huge pages with no reservation. */
 enum pool_thp {
 	POOL_THP_AUTO, /* collapse where the kernel can, when the pool is not on hugetlb */

@@ -292,7 +292,7 @@ int send_lease(struct conn *c, uint64_t seq, const struct lease *l, bool attache
 	uint64_t *sizes = NULL;
 	int *fds = NULL;
 	size_t first, n = l->nchunks;
-	bool huge = n > 0;
+	bool huge = n > 0, thp = n > 0;
 	Pinbroker__V1__Reply r;
 	int ret = -ENOMEM;
 
@@ -304,6 +304,7 @@ int send_lease(struct conn *c, uint64_t seq, const struct lease *l, bool attache
 		sizes[i] = l->chunks[i].mem->bytes;
 		fds[i] = l->chunks[i].mem->fd;
 		huge = huge && l->chunks[i].mem->hugetlb;
+		thp = thp && (l->chunks[i].mem->thp || sizes[i] % POOL_THP_BYTES != 0);
 	}
 	first = n < PB_MAX_FDS_PER_MSG ? n : PB_MAX_FDS_PER_MSG;
 	lm.lease_id = l->id;
@@ -314,6 +315,8 @@ int send_lease(struct conn *c, uint64_t seq, const struct lease *l, bool attache
 	lm.fds_in_reply = (uint32_t)first;
 	lm.has_hugetlb = true;
 	lm.hugetlb = huge;
+	lm.has_thp = thp && !huge;
+	lm.thp = lm.has_thp;
 	lm.has_priority = true;
 	lm.priority = reply_priority_to_wire(l->priority);
 	if (attached) {
