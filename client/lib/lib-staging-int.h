@@ -37,7 +37,7 @@ struct staging_pool {
 	uint8_t *dst;
 	const uint8_t *src;
 	size_t bytes;
-	bool stream; /* streaming stores (settings' stream_stores) */
+	bool stream; /* streaming stores (settings' stream_h2d or stream_d2h, by the copy's direction) */
 };
 
 struct pbst_state {

@@ -20,7 +20,9 @@ void pbst_settings_default(struct pbst_settings *s)
 	s->slot_bytes = PBST_SLOT_DEFAULT_BYTES;
 	s->threads = PBST_THREADS_DEFAULT;
 	s->threshold_bytes = PBST_THRESHOLD_DEFAULT_BYTES;
-	s->stream_stores = false; /* not yet measured on a GPU host: docs/staging.md */
+	/* Measured on an H100 (docs/staging.md): a win into the program's memory, mixed into the ring. */
+	s->stream_h2d = false;
+	s->stream_d2h = true;
 }
 
 unsigned pbst_threads_for_cpus(long cpus)
@@ -89,6 +91,24 @@ static bool parse_on_off(const char *v, bool *on)
 	return false;
 }
 
+/* "d2h", "h2d", "both" or on ("1", ...), "none" or off ("0", ...): which directions stream; false (s kept) otherwise. */
+static bool parse_stream_stores(const char *v, struct pbst_settings *s)
+{
+	bool on;
+
+	if (strcasecmp(v, "d2h") == 0 || strcasecmp(v, "h2d") == 0) {
+		s->stream_d2h = strcasecmp(v, "d2h") == 0;
+		s->stream_h2d = !s->stream_d2h;
+		return true;
+	}
+	if (strcasecmp(v, "both") == 0 || strcasecmp(v, "none") == 0)
+		on = strcasecmp(v, "both") == 0;
+	else if (!parse_on_off(v, &on))
+		return false;
+	s->stream_h2d = s->stream_d2h = on;
+	return true;
+}
+
 /* One size variable: *out stays the default (with a message) unless v is a good size that problem accepts. */
 static bool env_size(const char *name, const char *v, const char *(*problem)(size_t), size_t *out, char *why,
 		     size_t len)
@@ -127,8 +147,10 @@ int pbst_settings_from_env(struct pbst_settings *s, pbst_getenv_fn get, void *ar
 		good = false;
 	}
 	v = get("PINBROKER_STAGING_STREAM_STORES", arg);
-	if (v && *v && !parse_on_off(v, &s->stream_stores)) {
-		why_add(why, why_len, "PINBROKER_STAGING_STREAM_STORES=%s is not 0 or 1; using the default 0", v);
+	if (v && *v && !parse_stream_stores(v, s)) {
+		why_add(why, why_len,
+			"PINBROKER_STAGING_STREAM_STORES=%s is not d2h, h2d, both (1) or none (0); using the default d2h",
+			v);
 		good = false;
 	}
 	good &= env_size("PINBROKER_STAGING_RING", get("PINBROKER_STAGING_RING", arg), ring_problem, &s->ring_bytes,

@@ -28,10 +28,12 @@ struct pbst_settings {
 	size_t slot_bytes;      /* PINBROKER_STAGING_SLOT */
 	unsigned threads;       /* PINBROKER_STAGING_THREADS: the calling thread and threads - 1 workers */
 	size_t threshold_bytes; /* PINBROKER_STAGING_THRESHOLD: smaller copies go to the driver */
-	bool stream_stores;     /* PINBROKER_STAGING_STREAM_STORES (0: the threads copy with plain memcpy) */
+	/* PINBROKER_STAGING_STREAM_STORES: the threads write that direction's destination with streaming stores */
+	bool stream_h2d; /* into the ring (default off) */
+	bool stream_d2h; /* into the program's memory (default on) */
 };
 
-/* The defaults: on, 64 MiB ring of 16 MiB slots, 8 threads, 1 MiB threshold, plain memcpy. */
+/* The defaults: on, 64 MiB ring of 16 MiB slots, 8 threads, 1 MiB threshold, streaming stores device to host only. */
 void pbst_settings_default(struct pbst_settings *s);
 
 /*

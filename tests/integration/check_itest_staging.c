@@ -62,7 +62,7 @@ struct run_opts {
 	const char *expect;   /* PB_EXPECT: staged (the default) or driver */
 	const char *staging;  /* PINBROKER_STAGING, or NULL */
 	const char *delay_us; /* STUB_CUDA_STREAM_DELAY_US, or NULL */
-	const char *stream;   /* PINBROKER_STAGING_STREAM_STORES, or NULL */
+	const char *stream;   /* PINBROKER_STAGING_STREAM_STORES, or NULL (the default) */
 	bool quiet;           /* stderr to /dev/null: a run expected to fail its checks */
 };
 
@@ -150,12 +150,16 @@ START_TEST(test_sizes_stay_exact_with_slow_streams)
 }
 END_TEST
 
-/* The same with the threads writing streaming stores (a 64 KiB slot: every full piece takes that path). */
-START_TEST(test_sizes_stay_exact_with_streaming_stores)
+/*
+ * The same with the threads writing streaming stores both ways, and with plain memcpy both ways (the default
+ * streams device to host only; a 64 KiB slot: every full piece takes the chosen path).
+ */
+START_TEST(test_sizes_stay_exact_with_streaming_stores_both_ways_or_none)
 {
-	struct run_opts streaming = { .preload = true, .stream = "1" };
+	struct run_opts both = { .preload = true, .stream = "both" }, none = { .preload = true, .stream = "none" };
 
-	staged_mode_passes(_i, "sizes", NULL, &streaming);
+	staged_mode_passes(_i, "sizes", NULL, &both);
+	staged_mode_passes(_i, "sizes", NULL, &none);
 }
 END_TEST
 
@@ -395,7 +399,7 @@ static Suite *suite(void)
 			test_the_checks_pass_on_the_bare_driver, test_the_staged_checks_fail_without_the_interposer);
 	t = CHECK_LOOP_CASE(
 		s, "interposer", start, stop, 120, N_WAYS, test_every_size_and_alignment_is_exact_and_staged,
-		test_sizes_stay_exact_with_slow_streams, test_sizes_stay_exact_with_streaming_stores,
+		test_sizes_stay_exact_with_slow_streams, test_sizes_stay_exact_with_streaming_stores_both_ways_or_none,
 		test_copies_are_ordered_with_kernels_and_events, test_many_threads_copy_at_once,
 		test_copies_in_two_contexts, test_capture_passes_copies_to_the_driver,
 		test_other_memory_passes_to_the_driver_untouched, test_a_driver_error_comes_back_to_the_caller,

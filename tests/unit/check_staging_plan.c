@@ -50,27 +50,41 @@ START_TEST(test_defaults_are_64m_ring_16m_slot_8_threads_1m_threshold)
 	ck_assert_uint_eq(s.threads, 8);
 	ck_assert_uint_eq(s.threshold_bytes, 1 * MiB);
 	ck_assert_uint_eq(pbst_settings_slots(&s), 4);
-	ck_assert(!s.stream_stores);
+	ck_assert(!s.stream_h2d);
+	ck_assert(s.stream_d2h);
 	ck_assert_str_eq(why, "");
 }
 END_TEST
 
-/* PINBROKER_STAGING_STREAM_STORES: 0 and 1 are read; anything else keeps the default (off) and says so. */
+/*
+ * PINBROKER_STAGING_STREAM_STORES names the directions that stream (d2h, h2d, both or none, or an on/off word for
+ * both); anything else keeps the default (device to host only) and says so.
+ */
+static const struct {
+	const char *value;
+	bool h2d, d2h, good;
+} stream_rows[] = {
+	{ "d2h", false, true, true },      { "h2d", true, false, true },  { "both", true, true, true },
+	{ "none", false, false, true },    { "1", true, true, true },     { "ON", true, true, true },
+	{ "0", false, false, true },       { "off", false, false, true }, { "fast", false, true, false },
+	{ "d2h,h2d", false, true, false },
+};
+
 START_TEST(test_stream_stores_env)
 {
-	const char *off[] = { "PINBROKER_STAGING_STREAM_STORES", "0", NULL };
-	const char *on[] = { "PINBROKER_STAGING_STREAM_STORES", "1", NULL };
-	const char *bad[] = { "PINBROKER_STAGING_STREAM_STORES", "fast", NULL };
+	const char *kv[] = { "PINBROKER_STAGING_STREAM_STORES", stream_rows[_i].value, NULL };
 	struct pbst_settings s;
 	char why[256];
 
-	ck_assert_int_eq(from_env(&s, off, why, sizeof(why)), 0);
-	ck_assert(!s.stream_stores);
-	ck_assert_int_eq(from_env(&s, on, why, sizeof(why)), 0);
-	ck_assert(s.stream_stores);
-	ck_assert_int_eq(from_env(&s, bad, why, sizeof(why)), -EINVAL);
-	ck_assert(!s.stream_stores);
-	ck_assert_msg(strstr(why, "PINBROKER_STAGING_STREAM_STORES=fast is not 0 or 1") != NULL, "why: %s", why);
+	ck_assert_int_eq(from_env(&s, kv, why, sizeof(why)), stream_rows[_i].good ? 0 : -EINVAL);
+	ck_assert_msg(s.stream_h2d == stream_rows[_i].h2d && s.stream_d2h == stream_rows[_i].d2h,
+		      "%s: streams h2d %d d2h %d, want %d %d", stream_rows[_i].value, s.stream_h2d, s.stream_d2h,
+		      stream_rows[_i].h2d, stream_rows[_i].d2h);
+	if (!stream_rows[_i].good)
+		ck_assert_msg(strstr(why, "is not d2h, h2d, both (1) or none (0); using the default d2h") != NULL,
+			      "%s: why: %s", stream_rows[_i].value, why);
+	else
+		ck_assert_str_eq(why, "");
 }
 END_TEST
 
@@ -473,11 +487,12 @@ static Suite *suite(void)
 	TCase *settings;
 
 	settings = CHECK_CASE(s, "settings", NULL, NULL, 10, test_defaults_are_64m_ring_16m_slot_8_threads_1m_threshold,
-			      test_threads_for_cpus, test_env_values_are_read_as_sizes, test_stream_stores_env,
+			      test_threads_for_cpus, test_env_values_are_read_as_sizes,
 			      test_configure_applies_nonzero_fields_and_keeps_the_rest,
 			      test_configure_refuses_bad_values_and_changes_nothing);
 	tcase_add_loop_test(settings, test_env_values_are_bounded_and_a_bad_one_falls_back_to_its_default, 0,
 			    (int)(sizeof(env_cases) / sizeof(env_cases[0])));
+	tcase_add_loop_test(settings, test_stream_stores_env, 0, (int)(sizeof(stream_rows) / sizeof(stream_rows[0])));
 	CHECK_CASE(s, "decide", NULL, NULL, 10, test_pageable_to_device_over_the_threshold_is_staged,
 		   test_threshold_minus_one_passes_threshold_stages, test_a_threshold_of_0_still_passes_0_bytes,
 		   test_staging_off_passes_everything, test_pinned_or_registered_host_memory_goes_to_the_driver,
