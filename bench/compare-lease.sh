@@ -7,8 +7,8 @@
 # Prints, per round and as medians, the judged rows' broker/floor ratios (2 MiB and 64 MiB no-touch
 # p50, no-touch ops/s at 1 process, and the reported 4 KiB no-touch p50) of each build, and NEW's median
 # against OLD's.
-# With --roundtrip, NEW's bench_roundtrip instead: the absolute p50 µs of 4 KiB, 2 MiB and 64 MiB round trips (issue 27's
-# "small leases cost what they cost today"), which only a side-by-side run like this one can compare.
+# With --roundtrip, NEW's bench_roundtrip instead: the absolute p50 µs of 4 KiB, 2 MiB and 64 MiB round trips
+# (what a lease costs from one build to the next), which only a side-by-side run like this one can compare.
 #   bench/compare-lease.sh [--roundtrip] OLD_BUILD NEW_BUILD [ROUNDS] [-- bench options]
 #   (bench_lease's default options --quick --idle-s 1; bench_roundtrip's --iters 3000)
 set -eu

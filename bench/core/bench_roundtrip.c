@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Lease round trip: pb_acquire (map only, no CUDA, no client cache) and pb_release of 4 KiB, 2 MiB and 64 MiB
- * (the pool on its default page kind: THP where the kernel collapses shmem) against a daemon of its own, in µs. Nothing judged: bench/compare-lease.sh --roundtrip runs it against two
- * builds' daemons and libraries in turn and compares their medians, the only comparison this figure means.
+ * (the pool on its default page kind: THP where the kernel collapses shmem) against a daemon of its own, in µs.
+ * Nothing judged: bench/compare-lease.sh --roundtrip runs it against two builds' daemons and libraries in turn
+ * and compares their medians, the only comparison this figure means.
  */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -49,6 +50,7 @@ int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, bool inherit, voi
 	const char *sim;
 	size_t off = 0;
 	int populate;
+	bool thp;
 
 	if (page < sys_page_bytes || (page & (page - 1)) != 0)
 		return err_set(-EPROTO, "pinbrokerd sent a lease with page size %llu", (unsigned long long)page);
@@ -85,15 +87,17 @@ int map_chunks(const Pinbroker__V1__Lease *ls, const int *fds, bool inherit, voi
 
 	/*
 	 * MAP_POPULATE: the daemon's pages are resident already; this only fills page tables, so the application's
-	 * first touch costs nothing. Not for huge-page chunks (hugetlb, or THP-collapsed where the daemon says so):
-	 * their first touch maps 2 MiB in one fault, and pre-faulting a lease the caller never touches whole was
-	 * most of a round trip's cost. Not against a simulated pool (PB_SIMULATE_ENV), whose pages do not exist yet.
+	 * first touch costs nothing. Not for huge-page chunks (hugetlb, or THP-collapsed where the daemon says so, a
+	 * best-effort mark): their first touch maps 2 MiB in one fault, and pre-faulting a lease the caller never
+	 * touches whole was most of a round trip's cost. A process with THP turned off (PR_SET_THP_DISABLE) maps
+	 * THP chunks 4 KiB at a time, so it pre-faults them too. Not against a simulated pool (PB_SIMULATE_ENV),
+	 * whose pages do not exist yet.
 	 */
 	sim = secure_getenv(PB_SIMULATE_ENV);
 	populate = sim && strcmp(sim, "1") == 0 ? 0 : MAP_POPULATE;
+	thp = ls->has_thp && ls->thp && prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0) == 0;
 	for (size_t i = 0; i < ls->n_chunk_bytes; i++) {
-		bool huge = (ls->has_hugetlb && ls->hugetlb) ||
-			    (ls->has_thp && ls->thp && ls->chunk_bytes[i] % HUGE_PMD_BYTES == 0);
+		bool huge = (ls->has_hugetlb && ls->hugetlb) || (thp && ls->chunk_bytes[i] % HUGE_PMD_BYTES == 0);
 
 		if (mmap(base + off, ls->chunk_bytes[i], PROT_READ | PROT_WRITE,
 			 MAP_SHARED | MAP_FIXED | (huge ? 0 : populate), fds[i], 0) == MAP_FAILED) {

@@ -94,7 +94,7 @@ static int copy_h2d(struct pbst_state *st, uint64_t dst, const uint8_t *src, siz
 		if (r != 0)
 			break;
 		staging_pool_copy(st, buf, src + p.off, p.bytes, pbst_split_threads(p.bytes, set->threads),
-				  set->stream_h2d);
+				  set->stream_h2d && bytes >= st->slot_bytes);
 		r = pbcuda_htod_async(dst + p.off, buf, p.bytes, stream);
 		if (r == 0)
 			r = slot_mark(s, ev[p.slot], ctx, stream);
@@ -146,7 +146,8 @@ static int copy_d2h(struct pbst_state *st, uint8_t *dst, uint64_t src, size_t by
 				r = w;
 			if (r == 0) {
 				staging_pool_copy(st, dst + p.off, slot_data(st, p.slot), p.bytes,
-						  pbst_split_threads(p.bytes, set->threads), set->stream_d2h);
+						  pbst_split_threads(p.bytes, set->threads),
+						  set->stream_d2h && bytes >= st->slot_bytes);
 				*staged += p.bytes;
 			}
 			done++;

@@ -28,7 +28,10 @@ struct pbst_settings {
 	size_t slot_bytes;      /* PINBROKER_STAGING_SLOT */
 	unsigned threads;       /* PINBROKER_STAGING_THREADS: the calling thread and threads - 1 workers */
 	size_t threshold_bytes; /* PINBROKER_STAGING_THRESHOLD: smaller copies go to the driver */
-	/* PINBROKER_STAGING_STREAM_STORES: the threads write that direction's destination with streaming stores */
+	/*
+	 * PINBROKER_STAGING_STREAM_STORES: the threads write that direction's destination with streaming stores, in
+	 * copies of a slot or more (a smaller one may be read from the cache next, which streaming stores bypass)
+	 */
 	bool stream_h2d; /* into the ring (default off) */
 	bool stream_d2h; /* into the program's memory (default on) */
 };

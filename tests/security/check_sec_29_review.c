@@ -146,21 +146,18 @@ START_TEST(test_an_attachers_clone_vm_sibling_reads_nothing_after_the_holder_rel
 {
 	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE };
 	char token[PB_SHARE_TOKEN_LEN];
-	int go[2], krep[2], arep[2];
+	int go[2], krep[2], arep[2], tok[2];
 	struct tenant_kid_report kr;
 	uint64_t addr;
 	pb_client *c;
 	pb_lease *l;
 	pid_t a;
 
-	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	pb_set_cache_limit(c, 0);
-	ck_assert_int_eq(pb_acquire(c, TENANT_LEASE_BYTES, &o, &l), 0);
-	memset(pb_lease_data(l), MARK_FIRST, TENANT_LEASE_BYTES);
-	ck_assert_int_eq(pb_lease_share(c, l, NULL, 0, token), 0);
 	ck_assert_int_eq(pipe(go), 0);
 	ck_assert_int_eq(pipe(krep), 0);
 	ck_assert_int_eq(pipe(arep), 0);
+	ck_assert_int_eq(pipe(tok), 0);
+	/* The attacher is forked before this process connects: no receiver thread is running at the fork. */
 	a = itest_fork();
 	ck_assert_int_ge(a, 0);
 	if (a == 0) {
@@ -171,6 +168,9 @@ START_TEST(test_an_attachers_clone_vm_sibling_reads_nothing_after_the_holder_rel
 		close(go[1]);
 		close(krep[0]);
 		close(arep[0]);
+		close(tok[1]);
+		if (read(tok[0], token, sizeof(token)) != (ssize_t)sizeof(token))
+			_exit(9);
 		if (pb_connect(d.socket, &ca) < 0)
 			_exit(10);
 		if (pb_attach(ca, token, &la) < 0)
@@ -181,6 +181,14 @@ START_TEST(test_an_attachers_clone_vm_sibling_reads_nothing_after_the_holder_rel
 			_exit(15);
 		_exit(0);
 	}
+	close(tok[0]);
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	pb_set_cache_limit(c, 0);
+	ck_assert_int_eq(pb_acquire(c, TENANT_LEASE_BYTES, &o, &l), 0);
+	memset(pb_lease_data(l), MARK_FIRST, TENANT_LEASE_BYTES);
+	ck_assert_int_eq(pb_lease_share(c, l, NULL, 0, token), 0);
+	ck_assert_int_eq(write(tok[1], token, sizeof(token)), (ssize_t)sizeof(token));
+	close(tok[1]);
 	tenant_mapper_report(go, krep, arep, &addr, sizeof(addr));
 	ck_assert_int_eq(itest_wait_exit(a), 0);
 	wait_conn_gone(a);
