@@ -169,6 +169,51 @@ static bool receive_one_locked(struct fdstore *fs)
 	return true;
 }
 
+/*
+ * A fork waits until no store's reader is applying a message: it mallocs under its lock, and a child forked while
+ * another thread is inside the allocator can hang in it for good (GCC 12's AddressSanitizer).
+ */
+#define LIVE_MAX 8
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fdstore *live[LIVE_MAX];
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void before_fork(void)
+{
+	pthread_mutex_lock(&live_lock);
+	for (size_t i = 0; i < LIVE_MAX; i++)
+		if (live[i])
+			pthread_mutex_lock(&live[i]->lock);
+}
+
+static void after_fork(void)
+{
+	for (size_t i = 0; i < LIVE_MAX; i++)
+		if (live[i])
+			pthread_mutex_unlock(&live[i]->lock);
+	pthread_mutex_unlock(&live_lock);
+}
+
+static void watch_forks(void)
+{
+	pthread_atfork(before_fork, after_fork, after_fork);
+}
+
+/* Add fs to the stores a fork waits for (add), or take it out. */
+static void set_live(struct fdstore *fs, bool add)
+{
+	size_t i;
+
+	pthread_once(&atfork_once, watch_forks);
+	pthread_mutex_lock(&live_lock);
+	for (i = 0; i < LIVE_MAX && live[i] != (add ? NULL : fs); i++)
+		;
+	ck_assert_msg(i < LIVE_MAX || !add, "more than %d fd stores at once", LIVE_MAX);
+	if (i < LIVE_MAX)
+		live[i] = add ? fs : NULL;
+	pthread_mutex_unlock(&live_lock);
+}
+
 static void *reader_main(void *arg)
 {
 	struct fdstore *fs = arg;
@@ -215,6 +260,7 @@ struct fdstore *fdstore_new(struct daemon *d)
 	ck_assert_int_eq(listen(fs->listen_fd, SOMAXCONN), 0);
 
 	ck_assert_int_eq(pipe2(fs->stop_pipe, O_CLOEXEC), 0);
+	set_live(fs, true);
 	ck_assert_int_eq(pthread_create(&fs->thread, NULL, reader_main, fs), 0);
 	return fs;
 }
@@ -226,6 +272,7 @@ void fdstore_free(struct fdstore *fs)
 	if (write(fs->stop_pipe[1], "x", 1) != 1)
 		abort();
 	pthread_join(fs->thread, NULL);
+	set_live(fs, false);
 	for (size_t i = 0; i < fs->n; i++)
 		close(fs->fds[i].fd);
 	free(fs->fds);
