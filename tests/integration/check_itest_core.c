@@ -157,12 +157,12 @@ START_TEST(test_waiting_acquire_is_granted_when_memory_frees)
 	pb_client *c;
 	pb_lease *l;
 	pid_t pid;
-	int pfd[2];
+	int pfd[2], go[2];
 	char ok;
 
 	ck_assert_int_eq(pipe(pfd), 0);
-	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	ck_assert_int_eq(pb_acquire(c, 200 * MiB, &o, &l), 0);
+	ck_assert_int_eq(pipe(go), 0);
+	/* Forked before this process connects: no receiver thread is running at the fork. */
 	pid = itest_fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
@@ -171,6 +171,9 @@ START_TEST(test_waiting_acquire_is_granted_when_memory_frees)
 		pb_lease *l2;
 
 		close(pfd[0]);
+		close(go[1]);
+		if (read(go[0], &ok, 1) != 1)
+			_exit(2);
 		if (pb_connect(d.socket, &c2) < 0)
 			_exit(2);
 		if (write(pfd[1], "s", 1) != 1)
@@ -178,6 +181,11 @@ START_TEST(test_waiting_acquire_is_granted_when_memory_frees)
 		_exit(pb_acquire(c2, 100 * MiB, &w, &l2) == 0 ? 0 : 1);
 	}
 	close(pfd[1]);
+	close(go[0]);
+	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
+	ck_assert_int_eq(pb_acquire(c, 200 * MiB, &o, &l), 0);
+	itest_say(go[1], 'g');
+	close(go[1]);
 	ck_assert_int_eq(read(pfd[0], &ok, 1), 1);
 	/* The child's acquire is queued once the daemon counts it waiting. */
 	ck_assert_int_eq(wait_waiting_acquires(d.socket, 1, 5000), 1);

@@ -170,11 +170,12 @@ START_TEST(test_eight_ranks_over_budget_are_all_refused_and_nothing_charged)
 	pb_client *other;
 	pb_lease *l;
 
+	/* The ranks forked before this process connects: no receiver thread is running at a fork. */
+	for (int i = 0; i < RANKS; i++)
+		rank_start(&rk[i], "kv-pool", RANKS, SHARE);
 	/* Another user holds 1M of the 16M budget: 7 shares of 2M fit, 8 do not. */
 	ck_assert_int_eq(pb_connect(d.socket, &other), 0);
 	ck_assert_int_eq(pb_acquire(other, 1 * MiB, &o, &l), 0);
-	for (int i = 0; i < RANKS; i++)
-		rank_start(&rk[i], "kv-pool", RANKS, SHARE);
 	race_reserve(rk, res);
 	for (int i = 0; i < RANKS; i++)
 		ck_assert_msg(res[i] == -ENOSPC, "rank %d: reserve gave %d (%s), want -ENOSPC (8 x 2M over 15M free)",
@@ -371,21 +372,24 @@ START_TEST(test_waiting_reserve_keeps_its_place_behind_an_earlier_acquire)
 	int to[2], from[2];
 	pid_t acq;
 
-	/* The whole 16M budget held; then a 14M acquire waits, then a reserve of 2 x 2M. */
-	ck_assert_int_eq(pb_connect(d.socket, &holder), 0);
-	ck_assert_int_eq(pb_acquire(holder, 16 * MiB, &o, &big), 0);
+	/* The acquirer and the rank forked before this process connects: no receiver thread is running at a fork. */
 	acq = itest_fork_piped(to, from);
 	if (acq == 0) {
 		itest_child_ends(to, from);
-		if (pb_connect(d.socket, &waiter) < 0 || pb_acquire(waiter, 14 * MiB, &ow, &w) < 0)
+		if (itest_hear(to[0], 60) != 's' || pb_connect(d.socket, &waiter) < 0 ||
+		    pb_acquire(waiter, 14 * MiB, &ow, &w) < 0)
 			_exit(72);
 		itest_say(from[1], 'g');
 		itest_hear(to[0], 60);
 		_exit(0); /* its lease goes with it */
 	}
 	itest_parent_ends(to, from);
-	wait_waiting(1);
 	rank_start(&r, "grp", 2, SHARE);
+	/* The whole 16M budget held; then a 14M acquire waits, then a reserve of 2 x 2M. */
+	ck_assert_int_eq(pb_connect(d.socket, &holder), 0);
+	ck_assert_int_eq(pb_acquire(holder, 16 * MiB, &o, &big), 0);
+	itest_say(to[1], 's');
+	wait_waiting(1);
 	itest_say(r.to[1], 'w');
 	wait_waiting(2);
 	/*
