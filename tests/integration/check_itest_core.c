@@ -383,10 +383,7 @@ START_TEST(test_client_reconnects_after_daemon_restart_without_systemd)
 }
 END_TEST
 
-static void start_quota(void)
-{
-	daemon_start(&d, ITEST_ARGS("--uid-quota", "64M"));
-}
+ITEST_FIXTURE_START(start_quota, d, ITEST_ARGS("--uid-quota", "64M"))
 
 /* Every waiting acquire is queued after a 500 ms stall of the loop (PINBROKER_TEST_WAITQ_STALL_MS, daemon/waitq.h). */
 static void start_stalled(void)
@@ -404,10 +401,7 @@ static void start_stalled_accept(void)
 	ck_assert_int_eq(unsetenv("PINBROKER_TEST_ACCEPT_STALL_MS"), 0);
 }
 
-static void start_big(void)
-{
-	daemon_start(&d, ITEST_ARGS("--budget", "1G"));
-}
+ITEST_FIXTURE_START(start_big, d, ITEST_ARGS("--budget", "1G"))
 
 static Suite *suite(void)
 {

@@ -26,10 +26,7 @@
 static struct daemon d;
 static char root[64];
 
-static void start(void)
-{
-	daemon_start(&d, ITEST_ARGS("--prewarm", "16M", "--thp", "no"));
-}
+ITEST_FIXTURE_START(start, d, ITEST_ARGS("--prewarm", "16M", "--thp", "no"))
 
 /* A proc root (the idle fixture) with the two-node sysfs fixture beside it. */
 static void start_fixture(void)

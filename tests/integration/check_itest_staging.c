@@ -47,15 +47,9 @@ static const struct way {
 };
 #define N_WAYS ((int)(sizeof(ways) / sizeof(ways[0])))
 
-static void start(void)
-{
-	daemon_start(&d, NULL);
-}
+ITEST_FIXTURE_START(start, d, NULL)
 
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+ITEST_FIXTURE_STOP(stop, d)
 
 struct run_opts {
 	bool preload;         /* under the interposer, with the test daemon */

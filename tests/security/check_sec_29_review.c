@@ -292,12 +292,10 @@ static bool in_a_pod(void (*probe)(const void *arg, int rep_w), const void *arg,
 START_TEST(test_a_pod_root_neither_sees_nor_revokes_host_root_leases)
 {
 	struct pod_report rep;
-	struct pb_lease_info *rows;
-	uint64_t cur = 0, host_id;
+	uint64_t host_id;
 	int fds[16], fd;
-	bool active = false;
-	pb_client *c;
-	size_t nfds, n;
+	bool active;
+	size_t nfds;
 
 	/*
 	 * Host root's lease on a raw connection: this process forks the pod below, and must have no other thread when
@@ -315,15 +313,7 @@ START_TEST(test_a_pod_root_neither_sees_nor_revokes_host_root_leases)
 		return;
 	}
 	ck_assert_msg(rep.step == 0, "the pod's client failed at step %d", rep.step);
-	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	do {
-		ck_assert_int_eq(pb_leases_page(c, cur, 0, &rows, &n, &cur), 0);
-		for (size_t i = 0; i < n; i++)
-			if (rows[i].id == host_id)
-				active = strcmp(rows[i].state, "active") == 0;
-		pb_lease_info_free(rows, n);
-	} while (cur);
-	pb_disconnect(c);
+	active = sec_lease_active(d.socket, host_id);
 	close(fd);
 	ck_assert_msg(rep.host_rows == 0 && rep.root_conns == 1 && rep.revoke_id < 0 && !rep.host_revoked && active,
 		      "a pod's root reached host root's lease of its uid: shown its row %d times, shown %d connection "
