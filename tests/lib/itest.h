@@ -241,6 +241,9 @@ int raw_send(int fd, const Pinbroker__V1__Request *req, const int *fds, size_t n
 Pinbroker__V1__Reply *raw_recv(int fd, int *fds, size_t max_fds, size_t *nfds, int timeout_ms, int *err);
 /* Acquire via raw protocol; fills fds (all batches). Returns status code, or -errno. */
 int raw_acquire(int fd, uint64_t size, uint64_t *lease_id, int *fds, size_t max_fds, size_t *nfds);
+/* A fresh raw connection (HELLO done) that holds one lease of size bytes (id in *lease_id; its fds closed, so only
+ * the connection holds it); returns the connection's fd; aborts the test when any step fails. */
+int raw_lease_held(const char *socket_path, uint64_t size, uint64_t *lease_id);
 /* raw_acquire with Acquire.flags (PINBROKER__V1__ACQUIRE_FLAG__*). */
 int raw_acquire_flags(int fd, uint64_t size, uint32_t flags, uint64_t *lease_id, int *fds, size_t max_fds,
 		      size_t *nfds);
