@@ -213,10 +213,7 @@ START_TEST(test_lease_of_several_classes_is_exact_in_its_fds)
 }
 END_TEST
 
-static void start_real(void)
-{
-	daemon_start(&d, ITEST_ARGS("--budget", "64M", "--prewarm", "0", "--thp", "no"));
-}
+ITEST_FIXTURE_START(start_real, d, ITEST_ARGS("--budget", "64M", "--prewarm", "0", "--thp", "no"))
 
 /*
  * Real memory, default classes: the library maps chunks of 4 MiB, 2 MiB and a 8 KiB tail back to back into one

@@ -98,35 +98,63 @@ START_TEST(test_many_processes_killed_mid_lease_leave_nothing_leased)
 }
 END_TEST
 
-START_TEST(test_refusals_have_distinct_errors)
+/*
+ * One client's acquires in order against the fixture's daemon: each step's result and the word its refusal must
+ * carry; what is granted is kept to the end (the next step counts it), then released.
+ */
+struct acquire_step {
+	uint64_t size;
+	int want;
+	const char *says; /* in pb_last_error() after the step, or NULL */
+	bool wait;        /* PB_ACQUIRE_WAIT with a 300 ms timeout */
+};
+
+static const struct acquire_script {
+	const char *name;
+	size_t nsteps;
+	struct acquire_step steps[4];
+} scripts[] = {
+	/* "leases" (budget 256M): refusals have distinct errors. */
+	{ "refusals",
+	  4,
+	  { { 0, -EINVAL, NULL, false },
+	    { 1024 * MiB, -EFBIG, "budget", false },
+	    { 200 * MiB, 0, NULL, false },
+	    { 100 * MiB, -ENOSPC, NULL, false } } }, /* 300M > 256M now */
+	{ "a waiting acquire times out", 2, { { 200 * MiB, 0, NULL, false }, { 100 * MiB, -ETIMEDOUT, NULL, true } } },
+	/* "quota" (uid quota 64M): the quota refuses with EDQUOT, what no quota could hold with EFBIG. */
+	{ "uid quota",
+	  3,
+	  { { 40 * MiB, 0, NULL, false }, { 40 * MiB, -EDQUOT, "quota", false }, { 80 * MiB, -EFBIG, NULL, false } } },
+};
+#define SCRIPTS_LEASES 2 /* rows [0, 2) run on "leases", the rest on "quota" */
+
+START_TEST(test_acquire_script_gets_each_steps_result)
 {
-	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
+	const struct acquire_script *sc = &scripts[_i];
+	pb_lease *kept[4];
+	size_t nkept = 0;
 	pb_client *c;
-	pb_lease *l, *m;
 
 	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	ck_assert_int_eq(pb_acquire(c, 0, &o, &l), -EINVAL);
-	ck_assert_int_eq(pb_acquire(c, 1024 * MiB, &o, &l), -EFBIG); /* budget is 256M */
-	ck_assert_ptr_nonnull(strstr(pb_last_error(), "budget"));
-	ck_assert_int_eq(pb_acquire(c, 200 * MiB, &o, &l), 0);
-	ck_assert_int_eq(pb_acquire(c, 100 * MiB, &o, &m), -ENOSPC); /* 300M > 256M now */
-	ck_assert_int_eq(pb_release(c, l), 0);
-	pb_disconnect(c);
-}
-END_TEST
+	for (size_t k = 0; k < sc->nsteps; k++) {
+		const struct acquire_step *st = &sc->steps[k];
+		struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA | (st->wait ? PB_ACQUIRE_WAIT : 0),
+					     .timeout_ms = st->wait ? 300 : 0 };
+		pb_lease *l = NULL;
+		int rc = pb_acquire(c, st->size, &o, &l);
 
-START_TEST(test_uid_quota_refuses_with_edquot)
-{
-	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
-	pb_client *c;
-	pb_lease *l, *m;
-
-	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	ck_assert_int_eq(pb_acquire(c, 40 * MiB, &o, &l), 0);
-	ck_assert_int_eq(pb_acquire(c, 40 * MiB, &o, &m), -EDQUOT); /* quota 64M */
-	ck_assert_ptr_nonnull(strstr(pb_last_error(), "quota"));
-	ck_assert_int_eq(pb_acquire(c, 80 * MiB, &o, &m), -EFBIG);
-	ck_assert_int_eq(pb_release(c, l), 0);
+		ck_assert_msg(rc == st->want, "%s, step %zu (%llu bytes): %d, expected %d (%s)", sc->name, k,
+			      (unsigned long long)st->size, rc, st->want, rc ? pb_last_error() : "granted");
+		if (st->says)
+			ck_assert_msg(strstr(pb_last_error(), st->says),
+				      "%s, step %zu: the refusal does not say '%s': %s", sc->name, k, st->says,
+				      pb_last_error());
+		if (rc == 0)
+			kept[nkept++] = l;
+	}
+	for (size_t k = 0; k < nkept; k++)
+		ck_assert_int_eq(pb_release(c, kept[k]), 0);
 	pb_disconnect(c);
 }
 END_TEST
@@ -199,21 +227,6 @@ START_TEST(test_waiting_acquire_is_granted_when_memory_frees)
 	}
 	pb_disconnect(c);
 	close(pfd[0]);
-}
-END_TEST
-
-START_TEST(test_waiting_acquire_times_out)
-{
-	struct pb_acquire_opts o = { .flags = PB_ACQUIRE_NO_CUDA };
-	struct pb_acquire_opts w = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_WAIT, .timeout_ms = 300 };
-	pb_client *c;
-	pb_lease *l, *m;
-
-	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	ck_assert_int_eq(pb_acquire(c, 200 * MiB, &o, &l), 0);
-	ck_assert_int_eq(pb_acquire(c, 100 * MiB, &w, &m), -ETIMEDOUT);
-	ck_assert_int_eq(pb_release(c, l), 0);
-	pb_disconnect(c);
 }
 END_TEST
 
@@ -391,10 +404,7 @@ START_TEST(test_client_reconnects_after_daemon_restart_without_systemd)
 }
 END_TEST
 
-static void start_quota(void)
-{
-	daemon_start(&d, ITEST_ARGS("--uid-quota", "64M"));
-}
+ITEST_FIXTURE_START(start_quota, d, ITEST_ARGS("--uid-quota", "64M"))
 
 /* Every waiting acquire is queued after a 500 ms stall of the loop (PINBROKER_TEST_WAITQ_STALL_MS, daemon/waitq.h). */
 static void start_stalled(void)
@@ -412,24 +422,25 @@ static void start_stalled_accept(void)
 	ck_assert_int_eq(unsetenv("PINBROKER_TEST_ACCEPT_STALL_MS"), 0);
 }
 
-static void start_big(void)
-{
-	daemon_start(&d, ITEST_ARGS("--budget", "1G"));
-}
+ITEST_FIXTURE_START(start_big, d, ITEST_ARGS("--budget", "1G"))
 
 static Suite *suite(void)
 {
 	Suite *s = suite_create("integration-core");
+	TCase *tc;
 
-	CHECK_CASE(s, "leases", start_default, stop_daemon, 30,
-		   test_acquire_gives_exact_page_rounded_size_and_release_returns_it,
-		   test_sigkill_of_holder_returns_its_bytes, test_many_processes_killed_mid_lease_leave_nothing_leased,
-		   test_refusals_have_distinct_errors, test_waiting_acquire_is_granted_when_memory_frees,
-		   test_waiting_acquire_times_out, test_admin_revoke_reaches_callback_and_frees,
-		   test_fallback_when_no_broker, test_fallback_when_broker_refuses,
-		   test_client_reconnects_after_daemon_restart_without_systemd);
+	tc = CHECK_CASE(s, "leases", start_default, stop_daemon, 30,
+			test_acquire_gives_exact_page_rounded_size_and_release_returns_it,
+			test_sigkill_of_holder_returns_its_bytes,
+			test_many_processes_killed_mid_lease_leave_nothing_leased,
+			test_waiting_acquire_is_granted_when_memory_frees, test_admin_revoke_reaches_callback_and_frees,
+			test_fallback_when_no_broker, test_fallback_when_broker_refuses,
+			test_client_reconnects_after_daemon_restart_without_systemd);
 
-	CHECK_CASE(s, "quota", start_quota, stop_daemon, 30, test_uid_quota_refuses_with_edquot);
+	tcase_add_loop_test(tc, test_acquire_script_gets_each_steps_result, 0, SCRIPTS_LEASES);
+	tc = check_add_case(s, "quota", start_quota, stop_daemon, 30, (const TTest *const[]){ NULL });
+	tcase_add_loop_test(tc, test_acquire_script_gets_each_steps_result, SCRIPTS_LEASES,
+			    sizeof(scripts) / sizeof(scripts[0]));
 
 	CHECK_CASE(s, "stalled", start_stalled, stop_daemon, 30,
 		   test_waiting_acquire_waits_its_timeout_after_a_long_loop_turn);

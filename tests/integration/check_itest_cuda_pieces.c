@@ -35,10 +35,7 @@ static size_t (*register_log)(struct stub_cuda_register_call *, size_t);
 static void (*register_gate)(int);
 static int (*register_gate_wait)(int, int);
 
-static void start(void)
-{
-	daemon_start(&d, ITEST_ARGS("--budget", "128M", "--prewarm", "32M"));
-}
+ITEST_FIXTURE_START(start, d, ITEST_ARGS("--budget", "128M", "--prewarm", "32M"))
 
 /* Each test ends with itest_end_clean, which stops the daemon; one that failed before it leaves it running. */
 static void stop(void)

@@ -38,15 +38,9 @@
 
 static struct daemon d;
 
-static void start(void)
-{
-	daemon_start(&d, ITEST_ARGS("--revoke-enforce", "sigkill", "--prewarm", "0"));
-}
+ITEST_FIXTURE_START(start, d, ITEST_ARGS("--revoke-enforce", "sigkill", "--prewarm", "0"))
 
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+ITEST_FIXTURE_STOP(stop, d)
 
 /* What the holder child is told, and tells. */
 struct holder {

@@ -41,22 +41,15 @@ static const uint64_t sizes[] = {
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
 
 /* Small pages, no pool kept warm, and no idle shrink during a test: what is lent is what was asked. */
-static void start_pool(void)
-{
-	daemon_start(&d, ITEST_ARGS("--budget", "64M", "--prewarm", "0", "--hugetlb", "no", "--thp", "no",
-				    "--chunk-size", "2M", "--chunk-max", "2M", "--pool-shrink-delay-ms", "600000"));
-}
+ITEST_FIXTURE_START(start_pool, d,
+		    ITEST_ARGS("--budget", "64M", "--prewarm", "0", "--hugetlb", "no", "--thp", "no", "--chunk-size",
+			       "2M", "--chunk-max", "2M", "--pool-shrink-delay-ms", "600000"))
 
-static void start_budget(void)
-{
-	daemon_start(&d, ITEST_ARGS("--budget", "8M", "--prewarm", "0", "--hugetlb", "no", "--thp", "no",
-				    "--chunk-size", "2M", "--chunk-max", "2M", "--pool-shrink-delay-ms", "600000"));
-}
+ITEST_FIXTURE_START(start_budget, d,
+		    ITEST_ARGS("--budget", "8M", "--prewarm", "0", "--hugetlb", "no", "--thp", "no", "--chunk-size",
+			       "2M", "--chunk-max", "2M", "--pool-shrink-delay-ms", "600000"))
 
-static void stop_daemon(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+ITEST_FIXTURE_STOP(stop_daemon, d)
 
 /* The daemon's books for what is lent now: leased bytes, and pool memory not idle (lent chunks). */
 static void assert_lent(uint64_t want, const char *what)

@@ -139,7 +139,7 @@ static void set_mem_available_pct(int i, double pct)
 static void node_start(int i)
 {
 	struct node *n = &nodes[i];
-	char dir[sizeof(n->d.dir)], budget[32], conf[sizeof(n->d.dir) + 32], cmd[800];
+	char dir[sizeof(n->d.dir)], budget[32], conf[sizeof(n->d.dir) + 32];
 	const char *args[32] = { "--proc-root",           n->root, "--budget",        budget,
 				 "--poll-interval-ms",    "100",   "--hysteresis-ms", "800",
 				 "--revoke-deadline-ms",  "1000",  "--metrics-path",  n->prom,
@@ -158,8 +158,7 @@ static void node_start(int i)
 	snprintf(n->prom, sizeof(n->prom), "%s/pinbroker.prom", dir);
 	n->budget_bytes = budgets[i];
 	snprintf(budget, sizeof(budget), "%lluM", (unsigned long long)(budgets[i] / MiB));
-	snprintf(cmd, sizeof(cmd), "mkdir '%s' && cp -a " FIXTURES_DIR "/proc/idle/. '%s/'", n->root, n->root);
-	ck_assert_int_eq(system(cmd), 0);
+	itest_proc_root_copy(n->root, NULL);
 
 	if (i == 1) {
 		/* Node 2 has job 1's quota in its config file. */

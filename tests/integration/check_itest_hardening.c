@@ -284,10 +284,7 @@ static void start(void)
 	start_with(NULL);
 }
 
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+ITEST_FIXTURE_STOP(stop, d)
 
 /* Connect, HELLO, acquire a random size, then hold it until killed. */
 static void storm_child(unsigned seed)
@@ -692,10 +689,7 @@ START_TEST(test_total_connection_limit_closes_the_extra_one)
 }
 END_TEST
 
-static void start_total_limit(void)
-{
-	daemon_start(&d, ITEST_ARGS("--max-connections", "16", "--max-connections-per-uid", "16"));
-}
+ITEST_FIXTURE_START(start_total_limit, d, ITEST_ARGS("--max-connections", "16", "--max-connections-per-uid", "16"))
 
 /* The child's RLIMIT_NOFILE, soft and hard, just before exec: the daemon raises soft to hard and no further. */
 static void child_nofile(void *ud)

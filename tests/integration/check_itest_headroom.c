@@ -186,17 +186,14 @@ START_TEST(test_headroom_is_granted_and_a_page_more_refused_by_its_bound)
 	struct world w = { 0 };
 	struct pb_headroom h;
 	pb_lease *l = NULL;
-	char cmd[600], path[400];
+	char path[400];
 	int rc;
 
 	if (r->setup == s_job_quota && geteuid() != 0) {
 		check_skip("the job-quota row needs root (pinctl quota set is an admin's)");
 		return;
 	}
-	snprintf(root, sizeof(root), "/tmp/pbheadroom.XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(root));
-	snprintf(cmd, sizeof(cmd), "cp -a " FIXTURES_DIR "/proc/idle/. '%s/'", root);
-	ck_assert_int_eq(system(cmd), 0);
+	itest_proc_root(root, sizeof(root), "pbheadroom", NULL);
 	/* This process's job, as the daemon reads it under the fixture root when it connects. */
 	snprintf(path, sizeof(path), "%s/proc/%d", root, (int)getpid());
 	ck_assert(mkdir(path, 0755) == 0 || errno == EEXIST);
@@ -237,8 +234,7 @@ START_TEST(test_headroom_is_granted_and_a_page_more_refused_by_its_bound)
 	pb_disconnect(w.c);
 	pb_disconnect(w.other);
 	ck_assert_int_eq(daemon_stop(&d), 0);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-	ck_assert_int_eq(system(cmd), 0);
+	itest_proc_root_remove(root);
 }
 END_TEST
 

@@ -26,24 +26,13 @@
 static struct daemon d;
 static char root[64];
 
-static void start(void)
-{
-	daemon_start(&d, ITEST_ARGS("--prewarm", "16M", "--thp", "no"));
-}
+ITEST_FIXTURE_START(start, d, ITEST_ARGS("--prewarm", "16M", "--thp", "no"))
 
 /* A proc root (the idle fixture) with the two-node sysfs fixture beside it. */
 static void start_fixture(void)
 {
-	static const char *args[] = { "--proc-root", root, "--prewarm", "64M", "--thp", "no", NULL };
-	char cmd[600];
-
-	snprintf(root, sizeof(root), "/tmp/pbnuma.XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(root));
-	snprintf(cmd, sizeof(cmd),
-		 "cp -a " FIXTURES_DIR "/proc/idle/. '%s/' && cp -a " FIXTURES_DIR "/sys/numa2/sys/. '%s/sys/'", root,
-		 root);
-	ck_assert_int_eq(system(cmd), 0);
-	daemon_start(&d, args);
+	itest_proc_root_start(&d, root, sizeof(root), "pbnuma", "cp -a " FIXTURES_DIR "/sys/numa2/sys/. sys/",
+			      ITEST_ARGS("--prewarm", "64M", "--thp", "no"));
 }
 
 /*
@@ -52,45 +41,28 @@ static void start_fixture(void)
  */
 static void start_fixture4(const char *const *args)
 {
-	char cmd[900];
-
-	snprintf(root, sizeof(root), "/tmp/pbnuma4.XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(root));
-	snprintf(
-		cmd, sizeof(cmd),
-		"cp -a " FIXTURES_DIR "/proc/idle/. '%s/' && cp -a " FIXTURES_DIR "/sys/numa4/sys/. '%s/sys/' && "
-		"sed -i 's/^Node 2 MemFree: .*/Node 2 MemFree:        0 kB/' '%s/sys/devices/system/node/node2/meminfo'",
-		root, root, root);
-	ck_assert_int_eq(system(cmd), 0);
-	daemon_start(&d, args);
+	itest_proc_root_start(
+		&d, root, sizeof(root), "pbnuma4",
+		"cp -a " FIXTURES_DIR "/sys/numa4/sys/. sys/ && "
+		"sed -i 's/^Node 2 MemFree: .*/Node 2 MemFree:        0 kB/' sys/devices/system/node/node2/meminfo",
+		args);
 }
 
 static void start_fixture4_gpus(void)
 {
-	static const char *const args[] = { "--proc-root", root, "--prewarm", "64M", "--thp", "no", NULL };
-
-	start_fixture4(args);
+	start_fixture4(ITEST_ARGS("--prewarm", "64M", "--thp", "no"));
 }
 
 /* All of the prewarm on node 0, so a chunk counted misplaced there can only be a fresh one made for another. */
 static void start_fixture4_node0(void)
 {
-	static const char *const args[] = { "--proc-root", root,    "--prewarm", "64M", "--numa-prewarm",
-					    "0:64M",       "--thp", "no",        NULL };
-
-	start_fixture4(args);
+	start_fixture4(ITEST_ARGS("--prewarm", "64M", "--numa-prewarm", "0:64M", "--thp", "no"));
 }
 
 static void stop(void)
 {
-	char cmd[128];
-
 	ck_assert_int_eq(daemon_stop(&d), 0);
-	if (root[0]) {
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-		ck_assert_int_eq(system(cmd), 0);
-		root[0] = 0;
-	}
+	itest_proc_root_remove(root);
 }
 
 static struct pb_status *status(pb_client *c)

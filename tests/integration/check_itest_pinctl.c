@@ -19,10 +19,7 @@
 static struct daemon d;
 static pid_t holder;
 
-static void start(void)
-{
-	daemon_start(&d, NULL);
-}
+ITEST_FIXTURE_START(start, d, NULL)
 
 static void stop(void)
 {
@@ -425,10 +422,7 @@ END_TEST
 /* More leases than one page holds (1024 rows): pinctl must ask page after page. */
 #define PAGED_LEASES 2500
 
-static void start_small_chunks(void)
-{
-	daemon_start(&d, ITEST_ARGS("--chunk-size", "4K", "--chunk-max", "4K"));
-}
+ITEST_FIXTURE_START(start_small_chunks, d, ITEST_ARGS("--chunk-size", "4K", "--chunk-max", "4K"))
 
 static size_t count(const char *hay, const char *needle)
 {
@@ -492,10 +486,7 @@ END_TEST
 /* More connections than one page of client rows holds. */
 #define PAGED_CONNS 1100
 
-static void start_many_conns(void)
-{
-	daemon_start(&d, ITEST_ARGS("--max-connections", "2000", "--max-connections-per-uid", "2000"));
-}
+ITEST_FIXTURE_START(start_many_conns, d, ITEST_ARGS("--max-connections", "2000", "--max-connections-per-uid", "2000"))
 
 START_TEST(test_status_lists_every_connection_across_pages)
 {
@@ -522,15 +513,9 @@ START_TEST(test_status_lists_every_connection_across_pages)
 }
 END_TEST
 
-static void start_no_enforce(void)
-{
-	daemon_start(&d, ITEST_ARGS("--revoke-enforce", "none"));
-}
+ITEST_FIXTURE_START(start_no_enforce, d, ITEST_ARGS("--revoke-enforce", "none"))
 
-static void start_small_quota(void)
-{
-	daemon_start(&d, ITEST_ARGS("--uid-quota", "8M"));
-}
+ITEST_FIXTURE_START(start_small_quota, d, ITEST_ARGS("--uid-quota", "8M"))
 
 static Suite *suite(void)
 {

@@ -21,6 +21,7 @@
 
 #include "itest.h"
 #include "pinbroker.h"
+#include "procfix.h"
 #include "check_main.h"
 
 #define MiB (1024ull * 1024ull)
@@ -42,18 +43,11 @@ static char root[64];
 
 static void start_tight(void)
 {
-	const char *args[] = { "--proc-root", root, "--poll-interval-ms", "100", NULL };
-	char cmd[1024];
 	struct pb_status *s = NULL;
 
-	snprintf(root, sizeof(root), "/tmp/pbroot.XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(root));
-	snprintf(cmd, sizeof(cmd),
-		 "cp -a " FIXTURES_DIR "/proc/idle/. '%s/' && sed -i 's/^MemAvailable:.*/MemAvailable: "
-		 "%llu kB/' '%s/proc/meminfo'",
-		 root, 24683548ull * 8 / 100, root);
-	ck_assert_int_eq(system(cmd), 0);
-	daemon_start(&d, args);
+	itest_proc_root(root, sizeof(root), "pbroot", NULL);
+	procfix_set_mem_available_pct(root, 8.0);
+	daemon_start(&d, ITEST_ARGS("--proc-root", root, "--poll-interval-ms", "100"));
 	for (int i = 0; i < 100; i++) {
 		s = status();
 		if (s->pressure_state && strcmp(s->pressure_state, "tight") == 0)
@@ -68,11 +62,8 @@ static void start_tight(void)
 
 static void stop_tight(void)
 {
-	char cmd[300];
-
 	stop();
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-	ck_assert_int_eq(system(cmd), 0);
+	itest_proc_root_remove(root);
 }
 
 struct run_opts {

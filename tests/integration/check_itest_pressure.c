@@ -80,19 +80,15 @@ static bool stays_state(const char *state, int timeout_ms)
 
 static void start_fixture(const char *const *more)
 {
-	const char *args[32] = { "--proc-root",     root,  "--poll-interval-ms",   "100",
-				 "--hysteresis-ms", "800", "--revoke-deadline-ms", "1000" };
-	size_t n = 8;
-	char cmd[600];
+	const char *args[32] = {
+		"--poll-interval-ms", "100", "--hysteresis-ms", "800", "--revoke-deadline-ms", "1000"
+	};
+	size_t n = 6;
 
-	snprintf(root, sizeof(root), "/tmp/pbroot.XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(root));
-	snprintf(cmd, sizeof(cmd), "cp -a " FIXTURES_DIR "/proc/idle/. '%s/'", root);
-	ck_assert_int_eq(system(cmd), 0);
 	for (size_t i = 0; more && more[i] && n < 30; i++)
 		args[n++] = more[i];
 	args[n] = NULL;
-	daemon_start(&d, args);
+	itest_proc_root_start(&d, root, sizeof(root), "pbroot", NULL, args);
 	nkids = 0;
 }
 
@@ -101,18 +97,21 @@ static void start(void)
 	start_fixture(NULL);
 }
 
-static void stop(void)
+/* The real kernel's stop: the holders killed, the daemon stopped. */
+static void stop_real(void)
 {
-	char cmd[300];
-
 	for (int i = 0; i < nkids; i++) {
 		kill(kids[i], SIGKILL);
 		waitpid(kids[i], NULL, 0);
 	}
 	nkids = 0;
 	ck_assert_int_eq(daemon_stop(&d), 0);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-	ck_assert_int_eq(system(cmd), 0);
+}
+
+static void stop(void)
+{
+	stop_real();
+	itest_proc_root_remove(root);
 }
 
 static int cooperative_cb(pb_client *c, pb_lease *l, uint32_t deadline_ms, void *ud)
@@ -345,7 +344,6 @@ START_TEST(test_real_kernel_memory_hog_makes_daemon_refuse_and_revoke)
 {
 	double avail_pct = avail_pct_now();
 	char tight[32], crit[32];
-	const char *args[16];
 	pid_t hog;
 	int pfd[2];
 	char ok;
@@ -359,20 +357,9 @@ START_TEST(test_real_kernel_memory_hog_makes_daemon_refuse_and_revoke)
 	/* Margins wide enough that other processes on a shared machine do not cross them. */
 	snprintf(tight, sizeof(tight), "%.2f", avail_pct - 4.0);
 	snprintf(crit, sizeof(crit), "%.2f", avail_pct - 6.0);
-	args[0] = "--poll-interval-ms";
-	args[1] = "100";
-	args[2] = "--tight-mem-available-pct";
-	args[3] = tight;
-	args[4] = "--critical-mem-available-pct";
-	args[5] = crit;
-	args[6] = "--revoke-deadline-ms";
-	args[7] = "1000";
-	args[8] = "--hysteresis-ms";
-	args[9] = "500";
-	args[10] = "--prewarm";
-	args[11] = "0";
-	args[12] = NULL;
-	daemon_start(&d, args);
+	daemon_start(&d, ITEST_ARGS("--poll-interval-ms", "100", "--tight-mem-available-pct", tight,
+				    "--critical-mem-available-pct", crit, "--revoke-deadline-ms", "1000",
+				    "--hysteresis-ms", "500", "--prewarm", "0"));
 	root[0] = '\0';
 	nkids = 0;
 	spawn_holder(8 * MiB, PB_PRIORITY_NORMAL, "real", true);
@@ -434,16 +421,6 @@ START_TEST(test_real_kernel_memory_hog_makes_daemon_refuse_and_revoke)
 	}
 }
 END_TEST
-
-static void stop_real(void)
-{
-	for (int i = 0; i < nkids; i++) {
-		kill(kids[i], SIGKILL);
-		waitpid(kids[i], NULL, 0);
-	}
-	nkids = 0;
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
 
 static void noop(void)
 {

@@ -409,27 +409,16 @@ static void stop_real(void)
 	cg_cleanup();
 }
 
-static void make_root(void)
-{
-	char cmd[600];
-
-	snprintf(root, sizeof(root), "/tmp/pbquota.XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(root));
-	snprintf(cmd, sizeof(cmd), "cp -a " FIXTURES_DIR "/proc/idle/. '%s/'", root);
-	ck_assert_int_eq(system(cmd), 0);
-}
-
 static void start_fixture_with(const char *const *more)
 {
-	const char *args[16] = { "--proc-root", root, "--budget", "256M", "--prewarm", "0" };
-	size_t n = 6;
+	const char *args[16] = { "--budget", "256M", "--prewarm", "0" };
+	size_t n = 4;
 
-	make_root();
 	for (size_t i = 0; more && more[i] && n < 15; i++)
 		args[n++] = more[i];
 	args[n] = NULL;
 	nholders = 0;
-	daemon_start(&d, args);
+	itest_proc_root_start(&d, root, sizeof(root), "pbquota", NULL, args);
 }
 
 static void start_fixture(void)
@@ -439,12 +428,9 @@ static void start_fixture(void)
 
 static void stop_fixture(void)
 {
-	char cmd[300];
-
 	kill_holders();
 	ck_assert_int_eq(daemon_stop(&d), 0);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-	ck_assert_int_eq(system(cmd), 0);
+	itest_proc_root_remove(root);
 }
 
 static const char *fixture(const char *name)
@@ -779,7 +765,7 @@ START_TEST(test_config_rules_apply_at_start_and_regroup_on_reload)
 	const char *args[] = { "--proc-root", root, "--config", conf_path, NULL };
 	struct holder *a, *b, *c;
 
-	make_root();
+	itest_proc_root(root, sizeof(root), "pbquota", NULL);
 	daemon_prepare(&d);
 	write_conf("/slurm/uid_1000/*:8M");
 	daemon_restart(&d, args);
@@ -820,7 +806,7 @@ START_TEST(test_config_quota_over_the_budget_warns)
 {
 	const char *args[] = { "--proc-root", root, "--config", conf_path, NULL };
 
-	make_root();
+	itest_proc_root(root, sizeof(root), "pbquota", NULL);
 	daemon_prepare(&d);
 	write_conf("/slurm/*:1T");
 	daemon_restart(&d, args);

@@ -26,15 +26,9 @@
 static struct daemon d;
 static const struct pb_acquire_opts charge_only = { .flags = PB_REGISTER_CHARGE_ONLY, .label = "reg" };
 
-static void start(void)
-{
-	daemon_start(&d, NULL);
-}
+ITEST_FIXTURE_START(start, d, NULL)
 
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+ITEST_FIXTURE_STOP(stop, d)
 
 static struct pb_status *status(void)
 {

@@ -36,10 +36,7 @@ static void start_eight(void)
 	start_with("16M");
 }
 
-static void stop_daemon(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+ITEST_FIXTURE_STOP(stop_daemon, d)
 
 /* A rank: one connection, driven one command byte at a time; it answers each with the call's -errno (0: ok). */
 struct rank {

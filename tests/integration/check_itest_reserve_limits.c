@@ -289,25 +289,15 @@ END_TEST
 
 static void start_jobs(void)
 {
-	char cmd[600];
-
-	snprintf(root, sizeof(root), "/tmp/pbreslim.XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(root));
-	/* Other uids' clients are looked up under it by the daemon (root), but the folder must not stop them. */
-	ck_assert_int_eq(chmod(root, 0755), 0);
-	snprintf(cmd, sizeof(cmd), "cp -a " FIXTURES_DIR "/proc/idle/. '%s/'", root);
-	ck_assert_int_eq(system(cmd), 0);
-	daemon_start(&d, ITEST_ARGS("--proc-root", root, "--budget", "64M", "--prewarm", "0", "--hugetlb", "no",
-				    "--thp", "no"));
+	/* Other uids' clients are looked up under it by the daemon (root): the helper makes it 0755. */
+	itest_proc_root_start(&d, root, sizeof(root), "pbreslim", NULL,
+			      ITEST_ARGS("--budget", "64M", "--prewarm", "0", "--hugetlb", "no", "--thp", "no"));
 }
 
 static void stop_jobs(void)
 {
-	char cmd[300];
-
 	ck_assert_int_eq(daemon_stop(&d), 0);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-	ck_assert_int_eq(system(cmd), 0);
+	itest_proc_root_remove(root);
 }
 
 START_TEST(test_same_uid_in_another_job_may_not_end_a_reservation)

@@ -26,15 +26,9 @@
 
 static struct daemon d;
 
-static void start(void)
-{
-	daemon_start(&d, NULL);
-}
+ITEST_FIXTURE_START(start, d, NULL)
 
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+ITEST_FIXTURE_STOP(stop, d)
 
 /* Child A: acquire raw, fill with a secret, report lease id and pid, then wait for a byte to release. */
 static void child_a(int wr, int rd, const char *sock)
@@ -344,10 +338,7 @@ START_TEST(test_silent_peer_is_dropped_after_handshake_timeout)
 }
 END_TEST
 
-static void start_short_handshake(void)
-{
-	daemon_start(&d, ITEST_ARGS("--handshake-timeout-ms", "300"));
-}
+ITEST_FIXTURE_START(start_short_handshake, d, ITEST_ARGS("--handshake-timeout-ms", "300"))
 
 static Suite *suite(void)
 {

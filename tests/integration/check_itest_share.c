@@ -24,15 +24,9 @@
 static struct daemon d;
 static const struct pb_acquire_opts no_cuda = { .flags = PB_ACQUIRE_NO_CUDA | PB_ACQUIRE_NO_CACHE, .label = "share" };
 
-static void start(void)
-{
-	daemon_start(&d, NULL);
-}
+ITEST_FIXTURE_START(start, d, NULL)
 
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+ITEST_FIXTURE_STOP(stop, d)
 
 static void write_all(int fd, const void *p, size_t n)
 {

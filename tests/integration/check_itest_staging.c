@@ -47,15 +47,9 @@ static const struct way {
 };
 #define N_WAYS ((int)(sizeof(ways) / sizeof(ways[0])))
 
-static void start(void)
-{
-	daemon_start(&d, NULL);
-}
+ITEST_FIXTURE_START(start, d, NULL)
 
-static void stop(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+ITEST_FIXTURE_STOP(stop, d)
 
 struct run_opts {
 	bool preload;         /* under the interposer, with the test daemon */
@@ -132,88 +126,59 @@ static void staged_mode_passes(int i, const char *mode, const char *arg, const s
 
 /* ---- Under the interposer ---- */
 
-/* Bytes exact for every size around the slot, the ring and the threshold, at host offsets 1..63 and device
- * offsets; nothing written outside; H2D's source reusable at its return; D2H's data in place at its return;
- * copies at or over the threshold staged (the driver saw no pageable byte), under it the driver's. */
-START_TEST(test_every_size_and_alignment_is_exact_and_staged)
-{
-	staged_mode_passes(_i, "sizes", NULL, &staged);
-}
-END_TEST
-
-/* The same with every stream operation 200 us late: a buffer reused before its copy ran shows. */
-START_TEST(test_sizes_stay_exact_with_slow_streams)
-{
-	struct run_opts slow = { .preload = true, .delay_us = "200" };
-
-	staged_mode_passes(_i, "sizes", NULL, &slow);
-}
-END_TEST
-
 /*
- * The same with the threads writing streaming stores both ways, and with plain memcpy both ways (the default
- * streams device to host only; a 64 KiB slot: every full piece takes the chosen path).
+ * The test program's modes that pass under the interposer with the daemon, each run every way (ways[]): row
+ * _i / N_WAYS, way _i % N_WAYS.
  */
-START_TEST(test_sizes_stay_exact_with_streaming_stores_both_ways_or_none)
-{
-	struct run_opts both = { .preload = true, .stream = "both" }, none = { .preload = true, .stream = "none" };
-
-	staged_mode_passes(_i, "sizes", NULL, &both);
-	staged_mode_passes(_i, "sizes", NULL, &none);
-}
-END_TEST
-
-/* Staged copies keep their place among stand-in kernels: on their stream, on other streams through events, on
- * the legacy and per-thread default streams. */
-START_TEST(test_copies_are_ordered_with_kernels_and_events)
-{
-	staged_mode_passes(_i, "order", NULL, &staged);
-}
-END_TEST
-
-/* Eight host threads copying at once, each its own buffers: all exact, some staged. */
-START_TEST(test_many_threads_copy_at_once)
-{
-	staged_mode_passes(_i, "threads", "8", &staged);
-}
-END_TEST
-
-#ifndef __SANITIZE_ADDRESS__ /* see suite() */
-/* fork() while a thread copies: each child copies exactly (its own ring, or the driver) and never hangs, and the
- * parent's copies go on. */
-START_TEST(test_forked_children_copy_too)
-{
-	staged_mode_passes(_i, "fork", NULL, &staged);
-}
-END_TEST
+static const struct staged_row {
+	const char *name;
+	const char *mode;
+	const char *arg; /* or NULL */
+	struct run_opts opts;
+} staged_rows[] = {
+	/* Bytes exact for every size around the slot, the ring and the threshold, at host offsets 1..63 and device
+	 * offsets; nothing written outside; H2D's source reusable at its return; D2H's data in place at its return;
+	 * copies at or over the threshold staged (the driver saw no pageable byte), under it the driver's. */
+	{ "every size and alignment is exact and staged", "sizes", NULL, { .preload = true } },
+	/* The same with every stream operation 200 us late: a buffer reused before its copy ran shows. */
+	{ "sizes stay exact with slow streams", "sizes", NULL, { .preload = true, .delay_us = "200" } },
+	/*
+	 * The same with the threads writing streaming stores both ways, and with plain memcpy both ways (the default
+	 * streams device to host only; a 64 KiB slot: every full piece takes the chosen path).
+	 */
+	{ "sizes stay exact with streaming stores both ways", "sizes", NULL, { .preload = true, .stream = "both" } },
+	{ "sizes stay exact with memcpy both ways", "sizes", NULL, { .preload = true, .stream = "none" } },
+	/* Staged copies keep their place among stand-in kernels: on their stream, on other streams through events, on
+	 * the legacy and per-thread default streams. */
+	{ "copies are ordered with kernels and events", "order", NULL, { .preload = true } },
+	/* Eight host threads copying at once, each its own buffers: all exact, some staged. */
+	{ "many threads copy at once", "threads", "8", { .preload = true } },
+	/* Copies in two contexts taken in turn (the engine's events are per context): exact, staged. */
+	{ "copies in two contexts", "contexts", NULL, { .preload = true } },
+	/* A stream being captured: its pageable copies reach the driver as made (recorded, not run). */
+	{ "capture passes copies to the driver", "capture", NULL, { .preload = true } },
+	/* Under the threshold, pinned, registered and managed memory, device-to-device and host-to-host: the
+	 * driver's, untouched; a bad device pointer gets the driver's own CUDA_ERROR_INVALID_VALUE. */
+	{ "other memory passes to the driver untouched", "passthrough", NULL, { .preload = true } },
+	/* A driver error in the middle of a staged copy (STUB_CUDA_COPY_FAIL_AT) comes back to the caller: 700. */
+	{ "a driver error comes back to the caller", "fail", NULL, { .preload = true } },
+#ifndef __SANITIZE_ADDRESS__ /* as check_itest_preload: GCC 12's libasan can hang a child forked while threads malloc */
+	/* fork() while a thread copies: each child copies exactly (its own ring, or the driver) and never hangs, and
+	 * the parent's copies go on. */
+	{ "forked children copy too", "fork", NULL, { .preload = true } },
 #endif
+};
+#define N_STAGED ((int)(sizeof(staged_rows) / sizeof(staged_rows[0])))
 
-/* Copies in two contexts taken in turn (the engine's events are per context): exact, staged. */
-START_TEST(test_copies_in_two_contexts)
+START_TEST(test_staged_modes_pass_every_way)
 {
-	staged_mode_passes(_i, "contexts", NULL, &staged);
-}
-END_TEST
+	const struct staged_row *r = &staged_rows[_i / N_WAYS];
+	const struct way *w = &ways[_i % N_WAYS];
 
-/* A stream being captured: its pageable copies reach the driver as made (recorded, not run). */
-START_TEST(test_capture_passes_copies_to_the_driver)
-{
-	staged_mode_passes(_i, "capture", NULL, &staged);
-}
-END_TEST
-
-/* Under the threshold, pinned, registered and managed memory, device-to-device and host-to-host: the driver's,
- * untouched; a bad device pointer gets the driver's own CUDA_ERROR_INVALID_VALUE. */
-START_TEST(test_other_memory_passes_to_the_driver_untouched)
-{
-	staged_mode_passes(_i, "passthrough", NULL, &staged);
-}
-END_TEST
-
-/* A driver error in the middle of a staged copy (STUB_CUDA_COPY_FAIL_AT) comes back to the caller: 700. */
-START_TEST(test_a_driver_error_comes_back_to_the_caller)
-{
-	staged_mode_passes(_i, "fail", NULL, &staged);
+	ck_assert_msg(run(w, &r->opts, r->mode, r->arg) == 0,
+		      "%s, %s (mode %s): the checks failed under the interposer (see its stderr)", r->name, w->name,
+		      r->mode);
+	ck_assert_int_eq(wait_leased(d.socket, 0, 10000), 0);
 }
 END_TEST
 
@@ -397,18 +362,9 @@ static Suite *suite(void)
 
 	CHECK_LOOP_CASE(s, "stand-in", no_daemon, NULL, 120, N_WAYS, test_the_stand_in_driver_behaves_as_cuda,
 			test_the_checks_pass_on_the_bare_driver, test_the_staged_checks_fail_without_the_interposer);
-	t = CHECK_LOOP_CASE(
-		s, "interposer", start, stop, 120, N_WAYS, test_every_size_and_alignment_is_exact_and_staged,
-		test_sizes_stay_exact_with_slow_streams, test_sizes_stay_exact_with_streaming_stores_both_ways_or_none,
-		test_copies_are_ordered_with_kernels_and_events, test_many_threads_copy_at_once,
-		test_copies_in_two_contexts, test_capture_passes_copies_to_the_driver,
-		test_other_memory_passes_to_the_driver_untouched, test_a_driver_error_comes_back_to_the_caller,
-		test_staging_off_passes_everything_to_the_driver, test_the_ring_is_one_lease_of_the_configured_size,
-		test_revocation_in_the_middle_of_a_copy);
-#ifndef __SANITIZE_ADDRESS__ /* as check_itest_preload: GCC 12's libasan can hang a child forked while threads malloc */
-	tcase_add_loop_test(t, test_forked_children_copy_too, 0, N_WAYS);
-#endif
-	(void)t;
+	t = CHECK_LOOP_CASE(s, "interposer", start, stop, 120, N_WAYS, test_staging_off_passes_everything_to_the_driver,
+			    test_the_ring_is_one_lease_of_the_configured_size, test_revocation_in_the_middle_of_a_copy);
+	tcase_add_loop_test(t, test_staged_modes_pass_every_way, 0, N_STAGED * N_WAYS);
 	return s;
 }
 

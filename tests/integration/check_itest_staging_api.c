@@ -120,10 +120,7 @@ static void load_stub(void)
 	stub.dtoh = need(h, "cuMemcpyDtoH_v2");
 }
 
-static void start(void)
-{
-	daemon_start(&d, ITEST_ARGS("--budget", "128M", "--prewarm", "32M"));
-}
+ITEST_FIXTURE_START(start, d, ITEST_ARGS("--budget", "128M", "--prewarm", "32M"))
 
 /* Each test ends with itest_end_clean, which stops the daemon; one that failed before it leaves it running. */
 static void stop(void)

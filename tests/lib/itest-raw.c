@@ -252,6 +252,19 @@ int raw_acquire(int fd, uint64_t size, uint64_t *lease_id, int *fds, size_t max_
 	return raw_acquire_flags(fd, size, 0, lease_id, fds, max_fds, nfds);
 }
 
+int raw_lease_held(const char *socket_path, uint64_t size, uint64_t *lease_id)
+{
+	int fds[PB_MAX_FDS_PER_MSG], fd = raw_connect(socket_path);
+	size_t nfds;
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(raw_hello(fd), 0);
+	ck_assert_int_eq(raw_acquire(fd, size, lease_id, fds, PB_MAX_FDS_PER_MSG, &nfds), 0);
+	for (size_t i = 0; i < nfds; i++)
+		close(fds[i]);
+	return fd;
+}
+
 bool raw_closed_by_peer(int fd, int timeout_ms)
 {
 	uint64_t t0 = itest_now_ms();

@@ -41,6 +41,18 @@ void daemon_start(struct daemon *d, const char *const *extra_args);
 	{                                                 \
 		ck_assert_int_eq(daemon_stop(&(dmn)), 0); \
 	}
+/*
+ * Fixture proc roots for --proc-root: itest_proc_root_copy copies the idle capture (FIXTURES_DIR/proc/idle) into
+ * root (made if missing), then runs the shell command then, unless NULL, inside root. itest_proc_root does so in a
+ * fresh /tmp/<prefix>.XXXXXX, written to root (size bytes), mode 0755 so the daemon may read other uids' clients
+ * under it; itest_proc_root_start then starts d with --proc-root root and extra_args (NULL-ended, or NULL).
+ * itest_proc_root_remove removes root, if any, and empties it.
+ */
+void itest_proc_root_copy(const char *root, const char *then);
+void itest_proc_root(char *root, size_t size, const char *prefix, const char *then);
+void itest_proc_root_start(struct daemon *d, char *root, size_t size, const char *prefix, const char *then,
+			   const char *const *extra_args);
+void itest_proc_root_remove(char *root);
 /* Start the daemon again in the same dir and on the same socket (after a crash or stop). */
 void daemon_restart(struct daemon *d, const char *const *extra_args);
 /* daemon_start's first half: a fresh temp dir and the paths in it, nothing started. */
@@ -229,6 +241,9 @@ int raw_send(int fd, const Pinbroker__V1__Request *req, const int *fds, size_t n
 Pinbroker__V1__Reply *raw_recv(int fd, int *fds, size_t max_fds, size_t *nfds, int timeout_ms, int *err);
 /* Acquire via raw protocol; fills fds (all batches). Returns status code, or -errno. */
 int raw_acquire(int fd, uint64_t size, uint64_t *lease_id, int *fds, size_t max_fds, size_t *nfds);
+/* A fresh raw connection (HELLO done) that holds one lease of size bytes (id in *lease_id; its fds closed, so only
+ * the connection holds it); returns the connection's fd; aborts the test when any step fails. */
+int raw_lease_held(const char *socket_path, uint64_t size, uint64_t *lease_id);
 /* raw_acquire with Acquire.flags (PINBROKER__V1__ACQUIRE_FLAG__*). */
 int raw_acquire_flags(int fd, uint64_t size, uint32_t flags, uint64_t *lease_id, int *fds, size_t max_fds,
 		      size_t *nfds);

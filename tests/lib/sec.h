@@ -26,6 +26,27 @@ static inline void sec_drop_to(uid_t uid)
 	itest_drop_to(uid);
 }
 
+/* Lease id as this uid sees it through a connection of its own on socket_path: listed and active, not revoking. */
+static inline bool sec_lease_active(const char *socket_path, uint64_t id)
+{
+	struct pb_lease_info *rows;
+	pb_client *c;
+	uint64_t cur = 0;
+	bool ok = false;
+	size_t n;
+
+	ck_assert_int_eq(pb_connect(socket_path, &c), 0);
+	do {
+		ck_assert_int_eq(pb_leases_page(c, cur, 0, &rows, &n, &cur), 0);
+		for (size_t i = 0; i < n; i++)
+			if (rows[i].id == id)
+				ok = strcmp(rows[i].state, "active") == 0;
+		pb_lease_info_free(rows, n);
+	} while (cur);
+	pb_disconnect(c);
+	return ok;
+}
+
 /* How many times needle occurs in hay, without overlaps (log lines, warnings). */
 static inline size_t sec_count(const char *hay, const char *needle)
 {

@@ -245,15 +245,12 @@ END_TEST
 static Suite *sec_22_suite(void)
 {
 	Suite *s = suite_create("sec_22_job_unknown");
-	TCase *tc = tcase_create("job_unknown");
+	TCase *tc = CHECK_CASE(
+		s, "job_unknown", NULL, NULL, 120, test_client_whose_cgroup_is_hidden_is_refused_while_rules_exist,
+		test_job_unknown_allow_grants_but_counts_and_warns, test_hidden_cgroup_without_rules_is_served,
+		test_client_of_another_uid_is_charged_to_its_job_under_the_units_proc);
 
 	tcase_add_unchecked_fixture(tc, setup, NULL);
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_client_whose_cgroup_is_hidden_is_refused_while_rules_exist);
-	tcase_add_test(tc, test_job_unknown_allow_grants_but_counts_and_warns);
-	tcase_add_test(tc, test_hidden_cgroup_without_rules_is_served);
-	tcase_add_test(tc, test_client_of_another_uid_is_charged_to_its_job_under_the_units_proc);
-	suite_add_tcase(s, tc);
 	return s;
 }
 

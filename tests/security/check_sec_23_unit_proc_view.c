@@ -123,16 +123,7 @@ START_TEST(test_revoke_reaches_another_uids_mapper_and_fd_holder_under_the_unit)
 }
 END_TEST
 
-static Suite *sec_23_suite(void)
-{
-	Suite *s = suite_create("sec_23_unit_proc_view");
-	TCase *tc = tcase_create("unit_proc_view");
-
-	tcase_add_checked_fixture(tc, start_as_unit, NULL);
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_revoke_reaches_another_uids_mapper_and_fd_holder_under_the_unit);
-	suite_add_tcase(s, tc);
-	return s;
-}
+CHECK_SUITE(sec_23_suite, "sec_23_unit_proc_view", "unit_proc_view", start_as_unit, NULL, 120,
+	    test_revoke_reaches_another_uids_mapper_and_fd_holder_under_the_unit)
 
 SEC_MAIN(sec_23_suite)

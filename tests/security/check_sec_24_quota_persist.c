@@ -59,27 +59,14 @@ static void cgroup_exists(const char *cg, bool yes)
 
 static const char *const *args(void)
 {
-	static const char *a[8];
+	static const char *const a[] = { "--proc-root", root, "--budget", "64M", "--prewarm", "0", NULL };
 
-	a[0] = "--proc-root";
-	a[1] = root;
-	a[2] = "--budget";
-	a[3] = "64M";
-	a[4] = "--prewarm";
-	a[5] = "0";
-	a[6] = NULL;
 	return a;
 }
 
 static void setup(void)
 {
-	char cmd[300];
-
-	snprintf(root, sizeof(root), "/tmp/pbsec24.XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(root));
-	ck_assert_int_eq(chmod(root, 0755), 0);
-	snprintf(cmd, sizeof(cmd), "cp -a " FIXTURES_DIR "/proc/idle/. '%s/'", root);
-	ck_assert_int_eq(system(cmd), 0);
+	itest_proc_root(root, sizeof(root), "pbsec24", NULL);
 	daemon_prepare(&d);
 	snprintf(rules_path, sizeof(rules_path), "%s.quota-rules", d.socket);
 	daemon_restart(&d, args());

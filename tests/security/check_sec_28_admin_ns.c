@@ -178,27 +178,6 @@ static void run_probe(enum where where, uint64_t other_id, struct report *r)
 	close(p[0]);
 }
 
-/* The holder's lease as host root sees it: still listed, not revoking. */
-static bool lease_untouched(uint64_t id)
-{
-	struct pb_lease_info *rows;
-	pb_client *c;
-	uint64_t cur = 0;
-	bool ok = false;
-	size_t n;
-
-	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	do {
-		ck_assert_int_eq(pb_leases_page(c, cur, 0, &rows, &n, &cur), 0);
-		for (size_t i = 0; i < n; i++)
-			if (rows[i].id == id)
-				ok = strcmp(rows[i].state, "active") == 0;
-		pb_lease_info_free(rows, n);
-	} while (cur);
-	pb_disconnect(c);
-	return ok;
-}
-
 static void check_tenant(enum where where)
 {
 	struct report r = { .connect = 1 };
@@ -219,7 +198,7 @@ static void check_tenant(enum where where)
 	ck_assert_msg(r.set == -EACCES, "a container's root set a daemon setting: %d", r.set);
 	ck_assert_msg(r.quota == -EACCES, "a container's root set a quota: %d", r.quota);
 	ck_assert_msg(r.revoke < 0, "a container's root revoked uid %d's lease", SEC_UID_A);
-	ck_assert_msg(lease_untouched(id), "uid %d's lease was revoked", SEC_UID_A);
+	ck_assert_msg(sec_lease_active(d.socket, id), "uid %d's lease was revoked", SEC_UID_A);
 	ck_assert_int_eq(pinctl(&d, NULL, "get pool-shrink-delay-ms | grep -q 30000"), 0);
 	close(release);
 	ck_assert_int_eq(itest_wait_exit(h), 0);
@@ -251,7 +230,7 @@ START_TEST(test_host_root_is_admin)
 	ck_assert_int_eq(r.set, 0);
 	ck_assert_int_eq(r.quota, 0);
 	ck_assert_int_eq(r.revoke, 0);
-	ck_assert(!lease_untouched(id));
+	ck_assert(!sec_lease_active(d.socket, id));
 	close(release);
 	ck_assert_int_eq(itest_wait_exit(h), 0);
 }
@@ -322,19 +301,10 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sec_28_admin_ns");
-	TCase *tc = tcase_create("admin");
 
-	tcase_add_checked_fixture(tc, start, stop);
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_host_root_is_admin);
-	tcase_add_test(tc, test_root_in_new_pid_namespace_is_a_tenant);
-	tcase_add_test(tc, test_root_in_new_user_namespace_is_a_tenant);
-	tcase_add_test(tc, test_pinctl_under_unshare_is_refused);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("fail-closed");
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_unreadable_namespaces_are_no_admin);
-	suite_add_tcase(s, tc);
+	CHECK_CASE(s, "admin", start, stop, 120, test_host_root_is_admin, test_root_in_new_pid_namespace_is_a_tenant,
+		   test_root_in_new_user_namespace_is_a_tenant, test_pinctl_under_unshare_is_refused);
+	CHECK_CASE(s, "fail-closed", NULL, NULL, 120, test_unreadable_namespaces_are_no_admin);
 	return s;
 }
 

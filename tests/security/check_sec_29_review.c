@@ -294,44 +294,32 @@ static bool in_a_pod(void (*probe)(const void *arg, int rep_w), const void *arg,
 }
 
 /*
+ * A lease of host root's (this process's) on a raw connection, whose fd it returns. Raw: this process forks pods
+ * after, and must have no other thread when it does (a libpinbroker client's receiver holding a lock of the
+ * sanitizer's allocator at fork left the pod deadlocked under ASan).
+ */
+static int host_root_lease(uint64_t *id)
+{
+	return raw_lease_held(d.socket, TENANT_LEASE_BYTES, id);
+}
+
+/*
  * (c) Most pods run as root: a pod's root is an ordinary tenant (finding 4), and must neither see nor revoke host
  * root's leases, nor another pod's, though they are of its uid. It still revokes its own.
  */
 START_TEST(test_a_pod_root_neither_sees_nor_revokes_host_root_leases)
 {
 	struct pod_report rep;
-	struct pb_lease_info *rows;
-	uint64_t cur = 0, host_id;
-	int fds[16], fd;
-	bool active = false;
-	pb_client *c;
-	size_t nfds, n;
+	uint64_t host_id;
+	int fd = host_root_lease(&host_id);
+	bool active;
 
-	/*
-	 * Host root's lease on a raw connection: this process forks the pod below, and must have no other thread when
-	 * it does (a libpinbroker client's receiver holding a lock of the sanitizer's allocator at fork left the pod
-	 * deadlocked under ASan).
-	 */
-	fd = raw_connect(d.socket);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(raw_hello(fd), 0);
-	ck_assert_int_eq(raw_acquire(fd, TENANT_LEASE_BYTES, &host_id, fds, 16, &nfds), 0);
-	for (size_t i = 0; i < nfds; i++)
-		close(fds[i]);
 	if (!in_a_pod(pod_probe, &host_id, &rep, sizeof(rep))) {
 		close(fd);
 		return;
 	}
 	ck_assert_msg(rep.step == 0, "the pod's client failed at step %d", rep.step);
-	ck_assert_int_eq(pb_connect(d.socket, &c), 0);
-	do {
-		ck_assert_int_eq(pb_leases_page(c, cur, 0, &rows, &n, &cur), 0);
-		for (size_t i = 0; i < n; i++)
-			if (rows[i].id == host_id)
-				active = strcmp(rows[i].state, "active") == 0;
-		pb_lease_info_free(rows, n);
-	} while (cur);
-	pb_disconnect(c);
+	active = sec_lease_active(d.socket, host_id);
 	close(fd);
 	ck_assert_msg(rep.host_rows == 0 && rep.root_conns == 1 && rep.revoke_id < 0 && !rep.host_revoked && active,
 		      "a pod's root reached host root's lease of its uid: shown its row %d times, shown %d connection "
@@ -359,17 +347,10 @@ static void pod_release(const void *arg, int rep_w)
  */
 START_TEST(test_a_pod_root_cannot_drop_host_roots_exit_held_lease)
 {
-	int fds[16], fd;
 	int32_t pod_status;
 	uint64_t id;
-	size_t nfds;
+	int fd = host_root_lease(&id);
 
-	fd = raw_connect(d.socket);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(raw_hello(fd), 0);
-	ck_assert_int_eq(raw_acquire(fd, TENANT_LEASE_BYTES, &id, fds, 16, &nfds), 0);
-	for (size_t i = 0; i < nfds; i++)
-		close(fds[i]);
 	/* This process lives on: the lease stays counted until it exits. */
 	close(fd);
 	ck_assert_int_eq(wait_leased(d.socket, (int64_t)TENANT_LEASE_BYTES, POLL_MS), (int64_t)TENANT_LEASE_BYTES);

@@ -16,6 +16,15 @@
 #include "check_main.h"
 #include "poolmodel.h"
 
+/* A broker of 64 MiB (no quota, no warm pool) with one lease of bytes of UID_A's on conn_a, in *l. */
+static struct broker *broker_with_lease(uint64_t bytes, struct lease **l)
+{
+	struct broker *b = new_broker(64 * MIB, 0, 0);
+
+	ck_assert_int_eq(acquire(b, UID_A, &conn_a, bytes, l), 0);
+	return b;
+}
+
 /*
  * Idle chunks hold fds and mappings as lent ones do: 60 idle 2 MiB chunks of one uid must not keep 60 leases of
  * 1 GiB (fresh chunks of another class) from a capacity of 64 chunks. Before, the pool grew to 120 chunks,
@@ -225,11 +234,10 @@ END_TEST
 
 START_TEST(test_release_returns_memory_to_budget_and_pool)
 {
-	struct broker *b = new_broker(64 * MIB, 0, 0);
 	struct lease *l = NULL;
 	uint64_t id;
+	struct broker *b = broker_with_lease(5 * MIB, &l);
 
-	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 5 * MIB, &l), 0);
 	id = l->id;
 	ck_assert_int_eq(release(b, id, UID_A, &conn_a, false), 0);
 	ck_assert_ptr_null(lease_find(b->leases, id));
@@ -245,10 +253,9 @@ END_TEST
 
 START_TEST(test_release_of_foreign_lease_is_refused)
 {
-	struct broker *b = new_broker(64 * MIB, 0, 0);
 	struct lease *l = NULL;
+	struct broker *b = broker_with_lease(2 * MIB, &l);
 
-	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), 0);
 	ck_assert_int_eq(release(b, l->id, UID_B, &conn_b, false), -EPERM);
 	/* Same uid on another connection is still someone else. */
 	ck_assert_int_eq(release(b, l->id, UID_A, &conn_b, false), -EPERM);
@@ -264,10 +271,9 @@ END_TEST
 
 START_TEST(test_admin_may_release_any_lease)
 {
-	struct broker *b = new_broker(64 * MIB, 0, 0);
 	struct lease *l = NULL;
+	struct broker *b = broker_with_lease(2 * MIB, &l);
 
-	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), 0);
 	ck_assert_int_eq(release(b, l->id, 0, NULL, true), 0);
 	ck_assert_uint_eq(lease_count(b->leases), 0);
 	ck_assert_uint_eq(budget_leased(b->budget), 0);
@@ -298,10 +304,9 @@ END_TEST
 
 START_TEST(test_drop_owner_leaves_orphaned_leases_alone)
 {
-	struct broker *b = new_broker(64 * MIB, 0, 0);
 	struct lease *l = NULL;
+	struct broker *b = broker_with_lease(2 * MIB, &l);
 
-	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), 0);
 	/* As after a restart: the lease has no connection yet. */
 	l->owner = NULL;
 	ck_assert_uint_eq(drop_owner(b, NULL), 0);
@@ -312,10 +317,9 @@ END_TEST
 
 START_TEST(test_free_lease_in_any_state_uncharges_it)
 {
-	struct broker *b = new_broker(64 * MIB, 0, 0);
 	struct lease *l = NULL;
+	struct broker *b = broker_with_lease(2 * MIB, &l);
 
-	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 2 * MIB, &l), 0);
 	ck_assert_int_eq(lease_set_state(l, LEASE_REVOKING, 1), 0);
 	ck_assert_int_eq(lease_set_state(l, LEASE_OVERDUE, 2), 0);
 	pool_model_free(b, l);
@@ -328,10 +332,9 @@ END_TEST
 
 START_TEST(test_free_lease_after_lowered_limit_keeps_idle_within_budget)
 {
-	struct broker *b = new_broker(64 * MIB, 0, 0);
 	struct lease *big = NULL;
+	struct broker *b = broker_with_lease(16 * MIB, &big);
 
-	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 16 * MIB, &big), 0);
 	ck_assert_int_eq(acquire(b, UID_B, &conn_b, 8 * MIB, NULL), 0);
 	budget_set_limits(b->budget, 12 * MIB, 0);
 	big->released = true;
@@ -679,12 +682,11 @@ END_TEST
 /* A lease whose holder's connection closed may still be mapped (a clone(CLONE_VM) sibling): its chunks are destroyed. */
 START_TEST(test_a_dropped_lease_is_not_pooled)
 {
-	struct broker *b = new_broker(64 * MIB, 0, 0);
 	struct lease *l = NULL;
 	struct pool_model_stats tb;
 	uint64_t old[2];
+	struct broker *b = broker_with_lease(4 * MIB, &l);
 
-	ck_assert_int_eq(acquire(b, UID_A, &conn_a, 4 * MIB, &l), 0);
 	chunk_ids(l, old, 2);
 	ck_assert_uint_eq(drop_owner(b, &conn_a), 1);
 	ck_assert_uint_eq(idle_bytes(), 0);

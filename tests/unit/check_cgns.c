@@ -63,23 +63,34 @@ START_TEST(test_ups_split_what_the_kernel_writes)
 }
 END_TEST
 
+/* Which cgroup namespace pid 1's /proc/1/cgroup text says the daemon is in. */
+static const struct detect_row {
+	const char *name;
+	const char *fixture; /* tests/fixtures/cgns/<fixture>, or NULL: text */
+	const char *text;
+	int rc;
+	enum cgns_mode mode; /* when rc is 0 */
+} detect_rows[] = {
+	/* Captured: pid 1 is four levels above the reader's namespace root. */
+	{ "containerd, pid 1 outside", "containerd-v2/pid1", NULL, 0, CGNS_UNRESOLVED },
+	/* On the hybrid host the memory line decides, as for clients. */
+	{ "hybrid host, pid 1 outside", "hybrid-v1-memory/pid1", NULL, 0, CGNS_UNRESOLVED },
+	/* systemd's pid 1 read from the host's namespace, and a container's own init (no hostPID). */
+	{ "systemd's pid 1", NULL, "0::/init.scope\n", 0, CGNS_HOST },
+	{ "a container's own init", NULL, "0::/\n", 0, CGNS_HOST },
+	{ "an empty text", NULL, "", -ENOENT, CGNS_HOST },
+};
+
 START_TEST(test_pid1_outside_means_a_namespace_of_our_own)
 {
-	enum cgns_mode m = CGNS_PRIVATE;
+	const struct detect_row *r = &detect_rows[_i];
+	/* Anything but the expected mode, so a detect must write it. */
+	enum cgns_mode m = r->mode == CGNS_PRIVATE ? CGNS_HOST : CGNS_PRIVATE;
+	int rc = cgns_detect(r->fixture ? fixture(r->fixture) : r->text, &m);
 
-	/* Captured: pid 1 is four levels above the reader's namespace root. */
-	ck_assert_int_eq(cgns_detect(fixture("containerd-v2/pid1"), &m), 0);
-	ck_assert_int_eq(m, CGNS_UNRESOLVED);
-	/* On the hybrid host the memory line decides, as for clients. */
-	m = CGNS_PRIVATE;
-	ck_assert_int_eq(cgns_detect(fixture("hybrid-v1-memory/pid1"), &m), 0);
-	ck_assert_int_eq(m, CGNS_UNRESOLVED);
-	/* systemd's pid 1 read from the host's namespace, and a container's own init (no hostPID). */
-	ck_assert_int_eq(cgns_detect("0::/init.scope\n", &m), 0);
-	ck_assert_int_eq(m, CGNS_HOST);
-	ck_assert_int_eq(cgns_detect("0::/\n", &m), 0);
-	ck_assert_int_eq(m, CGNS_HOST);
-	ck_assert_int_eq(cgns_detect("", &m), -ENOENT);
+	ck_assert_msg(rc == r->rc, "%s: detect gave %d, expected %d", r->name, rc, r->rc);
+	if (rc == 0)
+		ck_assert_msg(m == r->mode, "%s: mode %d, expected %d", r->name, m, r->mode);
 }
 END_TEST
 
@@ -287,11 +298,19 @@ START_TEST(test_host_path_back_to_the_namespace)
 }
 END_TEST
 
-CHECK_SUITE(suite, "cgns", "paths", NULL, NULL, 10, test_ups_split_what_the_kernel_writes,
-	    test_pid1_outside_means_a_namespace_of_our_own, test_root_from_a_setns_reading,
-	    test_host_mount_is_the_highest_climbing_one, test_a_mount_short_of_the_hosts_root_is_no_host_tree,
-	    test_procs_lists_the_reader, test_a_client_of_another_pod_resolves_to_its_host_path,
-	    test_hybrid_host_resolves_on_the_memory_line, test_without_a_root_a_climbing_path_has_no_name,
-	    test_host_path_back_to_the_namespace)
+static Suite *suite(void)
+{
+	Suite *s = suite_create("cgns");
+	TCase *tc = CHECK_CASE(s, "paths", NULL, NULL, 10, test_ups_split_what_the_kernel_writes,
+			       test_root_from_a_setns_reading, test_host_mount_is_the_highest_climbing_one,
+			       test_a_mount_short_of_the_hosts_root_is_no_host_tree, test_procs_lists_the_reader,
+			       test_a_client_of_another_pod_resolves_to_its_host_path,
+			       test_hybrid_host_resolves_on_the_memory_line,
+			       test_without_a_root_a_climbing_path_has_no_name, test_host_path_back_to_the_namespace);
+
+	tcase_add_loop_test(tc, test_pid1_outside_means_a_namespace_of_our_own, 0,
+			    sizeof(detect_rows) / sizeof(detect_rows[0]));
+	return s;
+}
 
 CHECK_MAIN(suite)

@@ -64,146 +64,176 @@ START_TEST(test_file_quotes_allow_an_empty_value)
 }
 END_TEST
 
-START_TEST(test_file_errors_carry_path_and_line_and_are_all_collected)
+/* tmpl with each '@' replaced by path (the errors a table row expects name the file it wrote). */
+static char *with_path(const char *tmpl, const char *path)
 {
-	char *path = write_temp("budget = 12Q\n"
-				"# fine\n"
-				"chunk-size = 4K\n"
-				"no equals sign here\n"
-				"prewarm-threads = -3\n"
-				"= 5\n"
-				"hugetlb = sometimes\n");
-	struct config *c = defaults();
-	char *err = NULL, expect[1024];
+	size_t n = 1;
+	char *out, *o;
 
-	ck_assert_int_eq(config_load_file(c, path, &err), -EINVAL);
-	snprintf(expect, sizeof(expect),
-		 "%s:1: budget: '12Q' is not a size; write a number with an optional K, M, G or T suffix, or a "
-		 "percentage like 25%%\n"
-		 "%s:4: expected 'key = value', got 'no equals sign here'\n"
-		 "%s:5: prewarm-threads: '-3' is not a whole number; write digits only, like 0\n"
-		 "%s:6: no key before '='\n"
-		 "%s:7: hugetlb: 'sometimes' is not a choice; write one of auto, yes, no\n",
-		 path, path, path, path, path);
-	ck_assert_str_eq(err, expect);
+	for (const char *t = tmpl; *t; t++)
+		n += *t == '@' ? strlen(path) : 1;
+	out = o = malloc(n);
+	ck_assert_ptr_nonnull(out);
+	for (const char *t = tmpl; *t; t++) {
+		if (*t == '@')
+			o = stpcpy(o, path);
+		else
+			*o++ = *t;
+	}
+	*o = '\0';
+	return out;
+}
+
+static void chunk_size_applied(const struct config *c)
+{
 	/* Good lines still applied: the caller parses into a copy and discards it on error. */
 	ck_assert_uint_eq(c->chunk_bytes, 4096);
-	free(err);
-	config_free(c);
-	drop_temp(path);
 }
-END_TEST
 
-/* Was a constant (256): a key with bounds, and file:line errors like every key's. */
-START_TEST(test_max_registrants_per_file_defaults_to_256_and_is_bounded)
+static void first_budget_kept(const struct config *c)
 {
-	char *path = write_temp("max-registrants-per-file = 4097\n");
-	struct config *c = defaults();
-
-	ck_assert_uint_eq(c->max_registrants_per_file, 256);
-	expect_file_error_and_free(
-		c, path, 1, "max-registrants-per-file: '4097' is out of range; write a whole number from 0 to 4096");
-}
-END_TEST
-
-/* One uid may not fill the host's 1024 reservations: 16 by default, 1 to 1024, file:line errors. */
-START_TEST(test_max_reservations_per_uid_defaults_to_16_and_is_bounded)
-{
-	char *path = write_temp("# a comment\nmax-reservations-per-uid = 1025\n");
-	struct config *c = defaults();
-
-	ck_assert_uint_eq(c->max_reservations_per_uid, 16);
-	expect_file_error_and_free(
-		c, path, 2, "max-reservations-per-uid: '1025' is out of range; write a whole number from 1 to 1024");
-}
-END_TEST
-
-/*
- * Was a constant (1 GiB): the largest start warm-up finished before READY. A size from 0 (always beside the
- * loop) up, whole pages, restart-only (its values: check_config.c's tables); errors carry file:line.
- */
-START_TEST(test_prewarm_before_ready_defaults_to_1g_and_is_a_size)
-{
-	char *path = write_temp("# warm-up\nprewarm-before-ready = 6000\n");
-	struct config *c = defaults();
-	char *err = NULL;
-
-	ck_assert_uint_eq(c->prewarm_before_ready_bytes, 1ull << 30);
-	ck_assert(!config_key_find("prewarm-before-ready")->reloadable);
-	set_ok(c, "prewarm-before-ready", "1024T");
-	ck_assert_int_eq(config_validate(c, &err), 0);
-	expect_file_error_and_free(c, path, 2,
-				   "prewarm-before-ready: '6000' is not a multiple of 4K (the page size); round it");
-}
-END_TEST
-
-/*
- * Was a constant (16 GiB): the most a start warm-up pins before the pool's books count it. A size from 2M (a
- * batch always holds one chunk, so less would mean the same) up, whole pages, restart-only (its values:
- * check_config.c's tables); errors carry file:line.
- */
-START_TEST(test_warmup_batch_max_defaults_to_16g_and_is_a_size)
-{
-	char *path = write_temp("# warm-up\nprewarm-before-ready = 0\n\nwarmup-batch-max = 1M\n");
-	struct config *c = defaults();
-	char *err = NULL;
-
-	ck_assert_uint_eq(c->warmup_batch_max_bytes, 16ull << 30);
-	ck_assert(!config_key_find("warmup-batch-max")->reloadable);
-	set_ok(c, "warmup-batch-max", "1024T");
-	ck_assert_int_eq(config_validate(c, &err), 0);
-	/* Below the minimum in a file: the error names the file and the key's line, not the first line. */
-	expect_file_error_and_free(c, path, 4, "warmup-batch-max: '1M' is out of range; write a size from 2M to 1024T");
-	path = write_temp("prewarm = 1G\nwarmup-batch-max = 6001K\n");
-	expect_file_error_and_free(defaults(), path, 2,
-				   "warmup-batch-max: '6001K' is not a multiple of 4K (the page size); round it");
-}
-END_TEST
-
-START_TEST(test_file_unknown_key_suggests_the_closest)
-{
-	char *path = write_temp("bugdet = 1G\nmax-conections = 5\nfrobnicate = 1\n");
-	struct config *c = defaults();
-	char *err = NULL, expect[1024];
-
-	ck_assert_int_eq(config_load_file(c, path, &err), -EINVAL);
-	snprintf(expect, sizeof(expect),
-		 "%s:1: unknown key 'bugdet' (did you mean 'budget'?)\n"
-		 "%s:2: unknown key 'max-conections' (did you mean 'max-connections'?)\n"
-		 "%s:3: unknown key 'frobnicate'; 'pinbrokerd --help' lists the keys\n",
-		 path, path, path);
-	ck_assert_str_eq(err, expect);
-	free(err);
-	config_free(c);
-	drop_temp(path);
-}
-END_TEST
-
-START_TEST(test_file_duplicate_key_names_the_first_line)
-{
-	char *path = write_temp("budget = 1G\n\nbudget = 2G\n");
-	struct config *c = defaults();
-	char *err = NULL, expect[512];
-
-	ck_assert_int_eq(config_load_file(c, path, &err), -EINVAL);
-	snprintf(expect, sizeof(expect), "%s:3: 'budget' already set on line 1\n", path);
-	ck_assert_str_eq(err, expect);
 	ck_assert_uint_eq(c->budget.bytes, 1u << 30);
+}
+
+/*
+ * A file that fails to load: the load's result, every error with the file's path ('@') and line, then what its good
+ * lines set. text NULL: no file, at /nonexistent/pinbrokerd.conf.
+ */
+static const struct file_errors_row {
+	const char *name;
+	const char *text;
+	int rc;
+	const char *errors;
+	void (*also)(const struct config *c); /* or NULL */
+} file_errors_rows[] = {
+	{ "errors carry path and line and are all collected",
+	  "budget = 12Q\n"
+	  "# fine\n"
+	  "chunk-size = 4K\n"
+	  "no equals sign here\n"
+	  "prewarm-threads = -3\n"
+	  "= 5\n"
+	  "hugetlb = sometimes\n",
+	  -EINVAL,
+	  "@:1: budget: '12Q' is not a size; write a number with an optional K, M, G or T suffix, or a percentage "
+	  "like 25%\n"
+	  "@:4: expected 'key = value', got 'no equals sign here'\n"
+	  "@:5: prewarm-threads: '-3' is not a whole number; write digits only, like 0\n"
+	  "@:6: no key before '='\n"
+	  "@:7: hugetlb: 'sometimes' is not a choice; write one of auto, yes, no\n",
+	  chunk_size_applied },
+	{ "an unknown key suggests the closest", "bugdet = 1G\nmax-conections = 5\nfrobnicate = 1\n", -EINVAL,
+	  "@:1: unknown key 'bugdet' (did you mean 'budget'?)\n"
+	  "@:2: unknown key 'max-conections' (did you mean 'max-connections'?)\n"
+	  "@:3: unknown key 'frobnicate'; 'pinbrokerd --help' lists the keys\n",
+	  NULL },
+	{ "a duplicate key names the first line", "budget = 1G\n\nbudget = 2G\n", -EINVAL,
+	  "@:3: 'budget' already set on line 1\n", first_budget_kept },
+	{ "a missing file is ENOENT with a message", NULL, -ENOENT, "@: cannot open: No such file or directory", NULL },
+};
+
+START_TEST(test_file_errors_name_the_file_and_line)
+{
+	const struct file_errors_row *r = &file_errors_rows[_i];
+	char *path = r->text ? write_temp(r->text) : strdup("/nonexistent/pinbrokerd.conf");
+	char *want = with_path(r->errors, path), *err = NULL;
+	struct config *c = defaults();
+	int rc = config_load_file(c, path, &err);
+
+	ck_assert_msg(rc == r->rc, "%s: load gave %d, expected %d", r->name, rc, r->rc);
+	ck_assert_msg(err && strcmp(err, want) == 0, "%s: errors\n%s\nexpected\n%s", r->name, err ? err : "(none)",
+		      want);
+	if (r->also)
+		r->also(c);
+	free(want);
 	free(err);
 	config_free(c);
-	drop_temp(path);
+	if (r->text)
+		drop_temp(path);
+	else
+		free(path);
 }
 END_TEST
 
-START_TEST(test_missing_file_is_enoent_with_message)
-{
-	struct config *c = defaults();
-	char *err = NULL;
+/*
+ * Keys that were constants: their defaults (the old constants), their bounds in a file (file:line errors like every
+ * key's), and for the warm-up sizes (restart-only, whole pages, from 0 or 2M up; their values: check_config.c's
+ * tables) that the largest size validates.
+ */
+static const struct former_constant_row {
+	const char *key;
+	uint64_t def;
+	const char *largest; /* set, then validated; NULL: not checked (nor is reloadable) */
+	struct {
+		const char *text;
+		int line;
+		const char *msg;
+	} files[2]; /* each fails with its one error; text NULL: no file */
+} former_constant_rows[] = {
+	/* One file may not take every registrant slot: 256 by default. */
+	{ "max-registrants-per-file",
+	  256,
+	  NULL,
+	  { { "max-registrants-per-file = 4097\n", 1,
+	      "max-registrants-per-file: '4097' is out of range; write a whole number from 0 to 4096" } } },
+	/* One uid may not fill the host's 1024 reservations: 16 by default, 1 to 1024. */
+	{ "max-reservations-per-uid",
+	  16,
+	  NULL,
+	  { { "# a comment\nmax-reservations-per-uid = 1025\n", 2,
+	      "max-reservations-per-uid: '1025' is out of range; write a whole number from 1 to 1024" } } },
+	/* The largest start warm-up finished before READY (was 1 GiB): a size from 0 up. */
+	{ "prewarm-before-ready",
+	  1ull << 30,
+	  "1024T",
+	  { { "# warm-up\nprewarm-before-ready = 6000\n", 2,
+	      "prewarm-before-ready: '6000' is not a multiple of 4K (the page size); round it" } } },
+	/*
+	 * The most a start warm-up pins before the pool's books count it (was 16 GiB): from 2M (a batch always holds
+	 * one chunk, so less would mean the same). Below the minimum in a file: the error names the key's line.
+	 */
+	{ "warmup-batch-max",
+	  16ull << 30,
+	  "1024T",
+	  { { "# warm-up\nprewarm-before-ready = 0\n\nwarmup-batch-max = 1M\n", 4,
+	      "warmup-batch-max: '1M' is out of range; write a size from 2M to 1024T" },
+	    { "prewarm = 1G\nwarmup-batch-max = 6001K\n", 2,
+	      "warmup-batch-max: '6001K' is not a multiple of 4K (the page size); round it" } } },
+};
 
-	ck_assert_int_eq(config_load_file(c, "/nonexistent/pinbrokerd.conf", &err), -ENOENT);
-	ck_assert_str_eq(err, "/nonexistent/pinbrokerd.conf: cannot open: No such file or directory");
-	free(err);
+START_TEST(test_former_constants_have_their_default_and_bounds)
+{
+	const struct former_constant_row *r = &former_constant_rows[_i];
+	const struct config_key *k = config_key_find(r->key);
+	struct config *c = defaults();
+	uint64_t v;
+
+	ck_assert_msg(k, "%s: no such key", r->key);
+	v = k->type == CT_UINT ? *(const uint32_t *)at(c, k) : *(const uint64_t *)at(c, k);
+	ck_assert_msg(v == r->def, "%s: default %llu, expected %llu", r->key, (unsigned long long)v,
+		      (unsigned long long)r->def);
+	if (r->largest) {
+		char *err = NULL;
+
+		ck_assert_msg(!k->reloadable, "%s: reloadable, expected restart-only", r->key);
+		set_ok(c, r->key, r->largest);
+		ck_assert_msg(config_validate(c, &err) == 0, "%s = %s: %s", r->key, r->largest, err);
+	}
 	config_free(c);
+	for (size_t f = 0; f < 2 && r->files[f].text; f++) {
+		char *path = write_temp(r->files[f].text), *err = NULL, want[1024];
+		int rc;
+
+		c = defaults();
+		rc = config_load_file(c, path, &err);
+		snprintf(want, sizeof(want), "%s:%d: %s\n", path, r->files[f].line, r->files[f].msg);
+		ck_assert_msg(rc == -EINVAL && err && strcmp(err, want) == 0,
+			      "%s, file %zu: load gave %d, %s, expected %s", r->key, f, rc, err ? err : "(no error)",
+			      want);
+		free(err);
+		config_free(c);
+		drop_temp(path);
+	}
 }
 END_TEST
 
@@ -241,25 +271,45 @@ static char *uncomment_sample(const char *sample, unsigned *nkeys)
 	return out;
 }
 
+/* What config_write_sample writes (c NULL) or config_dump writes for c, as a string to free. */
+static char *written(const struct config *c)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	ck_assert_ptr_nonnull(f);
+	if (c)
+		config_dump(c, f);
+	else
+		config_write_sample(f);
+	fclose(f);
+	return text;
+}
+
+/* Loads text as a config file into c, which must succeed, and compares every key with want; frees both. */
+static void load_and_compare(struct config *c, const char *text, struct config *want)
+{
+	char *path = write_temp(text), *err = NULL;
+
+	ck_assert_msg(config_load_file(c, path, &err) == 0, "%s", err);
+	assert_config_equal(c, want);
+	drop_temp(path);
+	config_free(c);
+	config_free(want);
+}
+
 START_TEST(test_sample_config_round_trips_to_defaults)
 {
 	struct config *c = scrambled(), *d = defaults();
-	char *sample = NULL, *text, *path, *err = NULL;
-	size_t len = 0, n;
+	char *sample = written(NULL), *text;
+	size_t n;
 	unsigned nkeys;
-	FILE *f = open_memstream(&sample, &len);
 
-	config_write_sample(f);
-	fclose(f);
 	text = uncomment_sample(sample, &nkeys);
 	config_keys(&n);
 	ck_assert_uint_eq(nkeys, n);
-	path = write_temp(text);
-	ck_assert_msg(config_load_file(c, path, &err) == 0, "%s", err);
-	assert_config_equal(c, d);
-	config_free(c);
-	config_free(d);
-	drop_temp(path);
+	load_and_compare(c, text, d);
 	free(text);
 	free(sample);
 }
@@ -268,21 +318,12 @@ END_TEST
 START_TEST(test_sample_config_loads_as_is_without_changes)
 {
 	struct config *c = scrambled(), *d = scrambled();
-	char *sample = NULL, *path, *err = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&sample, &len);
+	char *sample = written(NULL);
 
-	config_write_sample(f);
-	fclose(f);
 	ck_assert_ptr_nonnull(strstr(sample, "#revoke-enforce = sigterm\n"));
 	ck_assert_ptr_nonnull(strstr(sample, "#admin-group = \"\"\n"));
 	ck_assert_ptr_nonnull(strstr(sample, "the job gets to clean up"));
-	path = write_temp(sample);
-	ck_assert_int_eq(config_load_file(c, path, &err), 0);
-	assert_config_equal(c, d);
-	config_free(c);
-	config_free(d);
-	drop_temp(path);
+	load_and_compare(c, sample, d);
 	free(sample);
 }
 END_TEST
@@ -290,24 +331,17 @@ END_TEST
 START_TEST(test_dump_round_trips_any_config)
 {
 	struct config *src = scrambled(), *dst = defaults();
-	char *dump = NULL, *path, *err = NULL;
-	size_t len = 0, n;
-	FILE *f = open_memstream(&dump, &len);
+	char *dump;
+	size_t n;
 
 	set_ok(src, "tight-swapout-pages-per-s", "0.1");
 	set_ok(src, "budget", "33.333333333333336%");
 	set_ok(src, "prewarm", "1536K");
-	config_dump(src, f);
-	fclose(f);
+	dump = written(src);
 	config_keys(&n);
 	ck_assert_uint_eq(count_lines(dump), n);
 	ck_assert_ptr_nonnull(strstr(dump, "prewarm = 1536K\n"));
-	path = write_temp(dump);
-	ck_assert_msg(config_load_file(dst, path, &err) == 0, "%s", err);
-	assert_config_equal(src, dst);
-	config_free(src);
-	config_free(dst);
-	drop_temp(path);
+	load_and_compare(dst, dump, src);
 	free(dump);
 }
 END_TEST
@@ -315,12 +349,8 @@ END_TEST
 START_TEST(test_dump_writes_defaults_as_in_the_table)
 {
 	struct config *c = defaults();
-	char *dump = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&dump, &len);
+	char *dump = written(c);
 
-	config_dump(c, f);
-	fclose(f);
 	ck_assert_ptr_nonnull(strstr(dump, "uid-quota = 100%\n"));
 	ck_assert_ptr_nonnull(strstr(dump, "tight-mem-available-pct = 10\n"));
 	ck_assert_ptr_nonnull(strstr(dump, "chunk-size = 2M\n"));
@@ -423,17 +453,17 @@ END_TEST
 static Suite *config_files_suite(void)
 {
 	Suite *s = suite_create("config_files");
+	TCase *tc;
 
-	CHECK_CASE(s, "files", NULL, NULL, TIMEOUT_S, test_file_with_comments_and_blank_lines_loads,
-		   test_file_quotes_allow_an_empty_value, test_file_errors_carry_path_and_line_and_are_all_collected,
-		   test_max_registrants_per_file_defaults_to_256_and_is_bounded,
-		   test_max_reservations_per_uid_defaults_to_16_and_is_bounded,
-		   test_prewarm_before_ready_defaults_to_1g_and_is_a_size,
-		   test_warmup_batch_max_defaults_to_16g_and_is_a_size, test_file_unknown_key_suggests_the_closest,
-		   test_file_duplicate_key_names_the_first_line, test_missing_file_is_enoent_with_message,
-		   test_empty_file_loads_nothing, test_sample_config_round_trips_to_defaults,
-		   test_sample_config_loads_as_is_without_changes, test_dump_round_trips_any_config,
-		   test_dump_writes_defaults_as_in_the_table, test_markdown_has_a_row_per_key);
+	tc = CHECK_CASE(s, "files", NULL, NULL, TIMEOUT_S, test_file_with_comments_and_blank_lines_loads,
+			test_file_quotes_allow_an_empty_value, test_empty_file_loads_nothing,
+			test_sample_config_round_trips_to_defaults, test_sample_config_loads_as_is_without_changes,
+			test_dump_round_trips_any_config, test_dump_writes_defaults_as_in_the_table,
+			test_markdown_has_a_row_per_key);
+	tcase_add_loop_test(tc, test_file_errors_name_the_file_and_line, 0,
+			    sizeof(file_errors_rows) / sizeof(file_errors_rows[0]));
+	tcase_add_loop_test(tc, test_former_constants_have_their_default_and_bounds, 0,
+			    sizeof(former_constant_rows) / sizeof(former_constant_rows[0]));
 
 	CHECK_CASE(s, "reload", NULL, NULL, TIMEOUT_S, test_validate_errors_carry_the_file_line,
 		   test_runtime_values_are_kept_over_a_reloaded_file);

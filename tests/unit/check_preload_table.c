@@ -66,21 +66,31 @@ START_TEST(test_table_grows_and_stays_sorted)
 }
 END_TEST
 
+/* PINBROKER_PRELOAD_FALLBACK's names: unset and empty mean cuda; anything else is refused, case and spaces too. */
+static const struct policy_row {
+	const char *text; /* NULL: unset */
+	int rc;
+	enum pbp_policy policy; /* when rc is 0 */
+} policy_rows[] = {
+	{ NULL, 0, PBP_FALLBACK_CUDA },         { "pageable", 0, PBP_FALLBACK_PAGEABLE },
+	{ "error", 0, PBP_FALLBACK_ERROR },     { "", 0, PBP_FALLBACK_CUDA },
+	{ "CUDA", -EINVAL, PBP_FALLBACK_CUDA }, { "cuda ", -EINVAL, PBP_FALLBACK_CUDA },
+};
+
 START_TEST(test_policy_names_parse_and_anything_else_is_refused)
 {
-	enum pbp_policy p = PBP_FALLBACK_ERROR;
+	const struct policy_row *r = &policy_rows[_i];
+	/* Anything but the expected policy, so a parse must write it. */
+	enum pbp_policy p = r->policy == PBP_FALLBACK_ERROR ? PBP_FALLBACK_PAGEABLE : PBP_FALLBACK_ERROR;
+	int rc = pbp_policy_parse(r->text, &p);
 
-	ck_assert_int_eq(pbp_policy_parse(NULL, &p), 0);
-	ck_assert_int_eq(p, PBP_FALLBACK_CUDA);
-	ck_assert_int_eq(pbp_policy_parse("pageable", &p), 0);
-	ck_assert_int_eq(p, PBP_FALLBACK_PAGEABLE);
-	ck_assert_int_eq(pbp_policy_parse("error", &p), 0);
-	ck_assert_int_eq(p, PBP_FALLBACK_ERROR);
-	ck_assert_int_eq(pbp_policy_parse("", &p), 0);
-	ck_assert_int_eq(p, PBP_FALLBACK_CUDA);
-	ck_assert_int_eq(pbp_policy_parse("CUDA", &p), -EINVAL);
-	ck_assert_int_eq(pbp_policy_parse("cuda ", &p), -EINVAL);
-	ck_assert_str_eq(pbp_policy_name(PBP_FALLBACK_PAGEABLE), "pageable");
+	ck_assert_msg(rc == r->rc, "'%s': parse gave %d, expected %d", r->text ? r->text : "(unset)", rc, r->rc);
+	if (rc == 0)
+		ck_assert_msg(p == r->policy, "'%s': policy %d, expected %d", r->text ? r->text : "(unset)", p,
+			      r->policy);
+	/* A name parsed is the name the interposer prints. */
+	if (rc == 0 && r->text && r->text[0])
+		ck_assert_str_eq(pbp_policy_name(p), r->text);
 }
 END_TEST
 
@@ -127,10 +137,16 @@ START_TEST(test_page_span_covers_every_touched_page)
 }
 END_TEST
 
-CHECK_SUITE(suite, "preload-table", "decisions", NULL, NULL, 0,
-	    test_table_finds_exact_and_inner_pointers_and_takes_by_kind, test_table_grows_and_stays_sorted,
-	    test_policy_names_parse_and_anything_else_is_refused,
-	    test_pageable_is_never_given_where_a_device_pointer_is_needed, test_reported_flags_tell_what_the_memory_is,
-	    test_page_span_covers_every_touched_page)
+static Suite *suite(void)
+{
+	Suite *s = suite_create("preload-table");
+
+	CHECK_CASE(s, "decisions", NULL, NULL, 0, test_table_finds_exact_and_inner_pointers_and_takes_by_kind,
+		   test_table_grows_and_stays_sorted, test_pageable_is_never_given_where_a_device_pointer_is_needed,
+		   test_reported_flags_tell_what_the_memory_is, test_page_span_covers_every_touched_page);
+	CHECK_LOOP_CASE(s, "policy-names", NULL, NULL, 0, (int)(sizeof(policy_rows) / sizeof(policy_rows[0])),
+			test_policy_names_parse_and_anything_else_is_refused);
+	return s;
+}
 
 CHECK_MAIN(suite)
