@@ -154,16 +154,17 @@ static pid_t spawn_attacher(uid_t uid, int *to_child, int *from_child)
 	return pid;
 }
 
-/* spawn_attacher, handed token (PB_SHARE_TOKEN_LEN bytes): its pb_attach must return want. Returns its pid. */
-static pid_t attacher_with(uid_t uid, const char *token, int want, int *to_child, int *from_child)
+/*
+ * An attacher spawned earlier (spawn_attacher, before the test connected: a fork must not find a client's receiver
+ * thread running), handed token (PB_SHARE_TOKEN_LEN bytes): its pb_attach must return want.
+ */
+static void attacher_go(uid_t uid, const char *token, int want, int to_child, int from_child)
 {
-	pid_t pid = spawn_attacher(uid, to_child, from_child);
 	int r;
 
-	write_all(*to_child, token, PB_SHARE_TOKEN_LEN);
-	read_all(*from_child, &r, sizeof(r));
+	write_all(to_child, token, PB_SHARE_TOKEN_LEN);
+	read_all(from_child, &r, sizeof(r));
 	ck_assert_msg(r == want, "attacher of uid %u: pb_attach gave %d, want %d", (unsigned)uid, r, want);
-	return pid;
 }
 
 static pb_lease *acquire_filled(pb_client *c)
@@ -194,7 +195,7 @@ START_TEST(test_attacher_of_same_uid_sees_and_writes_the_same_bytes_counted_once
 	int64_t leased;
 	pb_client *c;
 	pb_lease *l;
-	pid_t pid;
+	pid_t pid = spawn_attacher(0, &to, &from);
 
 	l = connect_and_share(&c, token);
 	ck_assert_uint_eq(strlen(token), PB_SHARE_TOKEN_LEN - 1);
@@ -202,7 +203,7 @@ START_TEST(test_attacher_of_same_uid_sees_and_writes_the_same_bytes_counted_once
 	ck_assert_int_eq(pb_lease_share(c, l, NULL, 0, token2), 0);
 	ck_assert_str_eq(token, token2);
 
-	pid = attacher_with(0, token, 0, &to, &from);
+	attacher_go(0, token, 0, to, from);
 	read_all(from, &leased, sizeof(leased));
 	/* Counted once: the attach added nothing. */
 	ck_assert_int_eq(leased, (int64_t)LEASE_BYTES);
@@ -257,18 +258,21 @@ START_TEST(test_cross_uid_attach_refused_without_grant_and_allowed_with_one)
 {
 	char token[PB_SHARE_TOKEN_LEN], again[PB_SHARE_TOKEN_LEN];
 	uid_t grant = UID_A;
-	int to, from;
+	int to, from, to2, from2;
 	int64_t leased;
 	pb_client *c;
 	pb_lease *l;
-	pid_t pid;
+	pid_t pid = spawn_attacher(UID_A, &to, &from), pid2 = spawn_attacher(UID_A, &to2, &from2);
 
 	l = connect_and_share(&c, token);
 
-	pid = attacher_with(UID_A, token, -EACCES, &to, &from);
+	attacher_go(UID_A, token, -EACCES, to, from);
 	ck_assert_int_eq(itest_wait_exit(pid), 0);
 	close(to);
 	close(from);
+	pid = pid2;
+	to = to2;
+	from = from2;
 
 	/* The grant adds the uid to the same token. */
 	ck_assert_int_eq(pb_lease_share(c, l, &grant, 1, again), 0);
@@ -284,7 +288,7 @@ START_TEST(test_cross_uid_attach_refused_without_grant_and_allowed_with_one)
 		ck_assert_int_eq(pb_lease_share(c, l, many, 31, again), 0);
 		ck_assert_str_eq(token, again);
 	}
-	pid = attacher_with(UID_A, token, 0, &to, &from);
+	attacher_go(UID_A, token, 0, to, from);
 	read_all(from, &leased, sizeof(leased));
 	ck_assert_uint_eq(((unsigned char *)pb_lease_data(l))[1], 0x5a);
 	write_all(to, "x", 1);
@@ -418,15 +422,17 @@ static void check_books(const char *where)
 START_TEST(test_attachers_killed_are_cleaned_up_and_accounting_stays_exact)
 {
 	char token[PB_SHARE_TOKEN_LEN];
-	int to[4], from[4], r;
+	int to[5], from[5], r;
 	int64_t leased;
 	pb_client *c;
 	pb_lease *l;
-	pid_t pid[4];
+	pid_t pid[5];
 
+	/* The fifth attaches after the first four are killed. */
+	for (int i = 0; i < 5; i++)
+		pid[i] = spawn_attacher(i % 2 ? UID_A : 0, &to[i], &from[i]);
 	l = connect_and_share(&c, token);
 	for (int i = 0; i < 4; i++) {
-		pid[i] = spawn_attacher(i % 2 ? UID_A : 0, &to[i], &from[i]);
 		if (i == 1) {
 			uid_t g = UID_A;
 			char same[PB_SHARE_TOKEN_LEN];
@@ -453,16 +459,16 @@ START_TEST(test_attachers_killed_are_cleaned_up_and_accounting_stays_exact)
 	check_books("attachers killed, holder alive");
 
 	/* The holder lets go with one attacher left; that attacher's crash ends the lease. */
-	pid[0] = attacher_with(0, token, 0, &to[0], &from[0]);
-	read_all(from[0], &leased, sizeof(leased));
+	attacher_go(0, token, 0, to[4], from[4]);
+	read_all(from[4], &leased, sizeof(leased));
 	ck_assert_int_eq(pb_release(c, l), 0);
 	ck_assert_int_eq(status_leased(d.socket), (int64_t)LEASE_BYTES);
-	kill(pid[0], SIGKILL);
-	ck_assert_int_eq(itest_wait_exit(pid[0]), 128 + SIGKILL);
+	kill(pid[4], SIGKILL);
+	ck_assert_int_eq(itest_wait_exit(pid[4]), 128 + SIGKILL);
 	ck_assert_int_eq(wait_leased(d.socket, 0, 2000), 0);
 	check_books("every mapper gone");
-	close(to[0]);
-	close(from[0]);
+	close(to[4]);
+	close(from[4]);
 	pb_disconnect(c);
 }
 END_TEST
@@ -537,8 +543,9 @@ START_TEST(test_restart_keeps_lease_counted_until_former_attacher_exits)
 	daemon_prepare(&d);
 	fs = fdstore_new(&d);
 	fdstore_daemon_start(fs, args);
+	pid = spawn_attacher(0, &to, &from);
 	l = connect_and_share(&c, token);
-	pid = attacher_with(0, token, 0, &to, &from);
+	attacher_go(0, token, 0, to, from);
 	read_all(from, &leased, sizeof(leased));
 
 	fdstore_daemon_crash_restart(fs, args, c);
