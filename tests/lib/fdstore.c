@@ -42,10 +42,16 @@ struct fdstore {
 	struct stored *fds;
 	size_t n, cap;
 	bool ready;
-	/* Prepared before fork for the child: it must not read the store while the thread may change it. */
+	/*
+	 * Prepared before fork for the child: it must not read the store while the thread may change it, nor malloc
+	 * (a child forked while another thread is in the allocator may hang there under GCC 12's sanitizer).
+	 */
 	int *child_fds;
+	int *child_tmp;
 	size_t child_n;
 	char *child_names;
+	char **child_env;       /* the daemon's environment: this process's, NOTIFY_SOCKET and LISTEN_* */
+	char child_pid_var[32]; /* its LISTEN_PID=, written in the child */
 };
 
 /* Is pid the daemon? Its pid, or (before the parent has stored it) a child of this process. */
@@ -297,15 +303,12 @@ static __attribute__((noreturn)) void child_fail(const struct fdstore *fs, const
 	_exit(126);
 }
 
-/* In the child, before exec: the fds from 3 up, and the environment sd_listen_fds_with_names reads. */
+/* In the child, before exec: the fds from 3 up, and the environment sd_listen_fds_with_names reads; no malloc. */
 static void child_setup(void *ud)
 {
 	struct fdstore *fs = ud;
-	char num[32];
-	int *tmp = malloc((fs->child_n + 1) * sizeof(int));
+	int *tmp = fs->child_tmp;
 
-	if (!tmp)
-		child_fail(fs, "malloc");
 	/* Park every fd above the target range first, so no dup2 overwrites one still to be placed. */
 	for (size_t i = 0; i < fs->child_n; i++) {
 		tmp[i] = fcntl(fs->child_fds[i], F_DUPFD_CLOEXEC, 3 + (int)fs->child_n);
@@ -315,12 +318,43 @@ static void child_setup(void *ud)
 	for (size_t i = 0; i < fs->child_n; i++)
 		if (dup2(tmp[i], 3 + (int)i) < 0) /* dup2 clears FD_CLOEXEC on the target */
 			child_fail(fs, "dup2");
-	setenv("NOTIFY_SOCKET", fs->notify_path, 1);
-	snprintf(num, sizeof(num), "%zu", fs->child_n);
-	setenv("LISTEN_FDS", num, 1);
-	setenv("LISTEN_FDNAMES", fs->child_names, 1);
-	snprintf(num, sizeof(num), "%d", (int)getpid());
-	setenv("LISTEN_PID", num, 1);
+	snprintf(fs->child_pid_var, sizeof(fs->child_pid_var), "LISTEN_PID=%d", (int)getpid());
+	environ = fs->child_env;
+}
+
+/* fs->child_env from this process's environment, made before the fork (child_setup sets LISTEN_PID's value). */
+static void child_env_make(struct fdstore *fs)
+{
+	static const char *const drop[] = { "NOTIFY_SOCKET=", "JOURNAL_STREAM=", "LISTEN_FDS=", "LISTEN_FDNAMES=",
+					    "LISTEN_PID=" };
+	size_t n = 0, k = 0;
+
+	while (environ[n])
+		n++;
+	fs->child_env = calloc(n + 5, sizeof(char *));
+	ck_assert_ptr_nonnull(fs->child_env);
+	for (size_t i = 0; i < n; i++) {
+		bool keep = true;
+
+		for (size_t j = 0; j < sizeof(drop) / sizeof(drop[0]); j++)
+			keep &= strncmp(environ[i], drop[j], strlen(drop[j])) != 0;
+		if (keep)
+			fs->child_env[k++] = strdup(environ[i]);
+	}
+	ck_assert_int_ge(asprintf(&fs->child_env[k++], "NOTIFY_SOCKET=%s", fs->notify_path), 0);
+	ck_assert_int_ge(asprintf(&fs->child_env[k++], "LISTEN_FDS=%zu", fs->child_n), 0);
+	ck_assert_int_ge(asprintf(&fs->child_env[k++], "LISTEN_FDNAMES=%s", fs->child_names), 0);
+	fs->child_env[k] = fs->child_pid_var;
+	for (size_t i = 0; i < k; i++)
+		ck_assert_ptr_nonnull(fs->child_env[i]);
+}
+
+static void child_env_free(struct fdstore *fs)
+{
+	for (size_t i = 0; fs->child_env[i] && fs->child_env[i] != fs->child_pid_var; i++)
+		free(fs->child_env[i]);
+	free(fs->child_env);
+	fs->child_env = NULL;
 }
 
 void fdstore_daemon_start(struct fdstore *fs, const char *const *extra)
@@ -338,6 +372,8 @@ void fdstore_daemon_start(struct fdstore *fs, const char *const *extra)
 	fs->ready = false;
 	fs->child_n = fs->n + 1;
 	fs->child_fds = calloc(fs->child_n, sizeof(int));
+	fs->child_tmp = calloc(fs->child_n, sizeof(int));
+	ck_assert_ptr_nonnull(fs->child_tmp);
 	for (size_t i = 0; i < fs->n; i++)
 		len += strlen(fs->fds[i].name) + 1;
 	fs->child_names = malloc(len);
@@ -352,11 +388,15 @@ void fdstore_daemon_start(struct fdstore *fs, const char *const *extra)
 		p += sprintf(p, ":%s", fs->fds[i].name);
 	}
 	pthread_mutex_unlock(&fs->lock);
+	child_env_make(fs);
 	/* Not under the lock: the new daemon's notifications must be read while it starts. */
 	daemon_restart_with(fs->d, extra, child_setup, fs);
+	child_env_free(fs);
 	for (size_t i = 0; i < fs->child_n; i++)
 		close(fs->child_fds[i]);
 	free(fs->child_fds);
+	free(fs->child_tmp);
+	fs->child_tmp = NULL;
 	free(fs->child_names);
 	fs->child_fds = NULL;
 	fs->child_names = NULL;
