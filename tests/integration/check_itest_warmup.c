@@ -50,10 +50,23 @@ static uint64_t mono_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static void child_simulated(void *ud)
+/* The environment of a simulated daemon whose warm-up waits delay_ms a chunk (itest_env_apply's; free() it). */
+static char **simulated_env(const char *delay_ms)
 {
-	setenv(PB_SIMULATE_ENV, "1", 1);
-	setenv(WARMUP_DELAY_ENV, (const char *)ud, 1);
+	static char sim[64], delay[64];
+
+	snprintf(sim, sizeof(sim), "%s=1", PB_SIMULATE_ENV);
+	snprintf(delay, sizeof(delay), "%s=%s", WARMUP_DELAY_ENV, delay_ms);
+	return itest_env_make((char *const[]){ sim, delay, NULL });
+}
+
+/* daemon_restart_with a simulated pool whose warm-up waits delay_ms a chunk; nothing mallocs in the child. */
+static void restart_simulated(const char *const *args, const char *delay_ms)
+{
+	char **env = simulated_env(delay_ms);
+
+	daemon_restart_with(&d, args, itest_env_apply, env);
+	free(env);
 }
 
 /* The warming daemons' arguments: an 8 GiB budget all one uid's, prewarm bytes warmed, 256 MiB chunks at most. */
@@ -71,7 +84,7 @@ static void start_warming_with(const char *prewarm, const char *delay_ms, const 
 				     before_ready, NULL };
 
 	daemon_prepare(&d);
-	daemon_restart_with(&d, args, child_simulated, (void *)delay_ms);
+	restart_simulated(args, delay_ms);
 	/* The client maps simulated chunks without populating them. */
 	setenv(PB_SIMULATE_ENV, "1", 1);
 }
@@ -442,7 +455,7 @@ START_TEST(test_sigterm_mid_warmup_restart_counts_the_held_lease_once)
 	int st;
 
 	daemon_prepare(&d);
-	daemon_restart_with(&d, args, child_simulated, (void *)"20000");
+	restart_simulated(args, "20000");
 	setenv(PB_SIMULATE_ENV, "1", 1);
 	l = acquire_while_warming(&c);
 
@@ -457,7 +470,7 @@ START_TEST(test_sigterm_mid_warmup_restart_counts_the_held_lease_once)
 	snprintf(state, sizeof(state), "%s.state", d.socket);
 	ck_assert_msg(access(state, F_OK) == 0, "no restart state at %s:\n%s", state, itest_tail(daemon_log(&d)));
 
-	daemon_restart_with(&d, args, child_simulated, (void *)"200");
+	restart_simulated(args, "200");
 	/* The old instance's lease: still this process's to use, counted as orphaned, never lent again. */
 	check_books(HELD_BYTES, 2 * GiB);
 	{
@@ -538,12 +551,15 @@ static void start_warming_from_file(const char *prewarm, const char *delay_ms)
 	};
 	struct pb_status *s;
 	uint64_t end;
+	char **env;
 
 	daemon_prepare(&d);
 	snprintf(conf_path, sizeof(conf_path), "%s/pinbrokerd.conf", d.dir);
 	write_prewarm(prewarm);
 	d.log_from = 0;
-	d.pid = itest_spawn_logged(d.log, argv, false, child_simulated, (void *)delay_ms);
+	env = simulated_env(delay_ms);
+	d.pid = itest_spawn_logged(d.log, argv, false, itest_env_apply, env);
+	free(env);
 	end = mono_ms() + itest_start_timeout_ms();
 	while (!itest_answers(d.socket)) {
 		ck_assert_msg(daemon_alive(&d) && mono_ms() < end, "the daemon did not answer:\n%s",

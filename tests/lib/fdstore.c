@@ -50,8 +50,9 @@ struct fdstore {
 	int *child_tmp;
 	size_t child_n;
 	char *child_names;
-	char **child_env;       /* the daemon's environment: this process's, NOTIFY_SOCKET and LISTEN_* */
-	char child_pid_var[32]; /* its LISTEN_PID=, written in the child */
+	char **child_env;       /* the daemon's environment (itest_env_make) */
+	char *child_vars[5];    /* in it: NOTIFY_SOCKET, LISTEN_FDS, LISTEN_FDNAMES, LISTEN_PID (child_pid_var) */
+	char child_pid_var[32]; /* LISTEN_PID=, written in the child */
 };
 
 /* Is pid the daemon? Its pid, or (before the parent has stored it) a child of this process. */
@@ -319,40 +320,25 @@ static void child_setup(void *ud)
 		if (dup2(tmp[i], 3 + (int)i) < 0) /* dup2 clears FD_CLOEXEC on the target */
 			child_fail(fs, "dup2");
 	snprintf(fs->child_pid_var, sizeof(fs->child_pid_var), "LISTEN_PID=%d", (int)getpid());
-	environ = fs->child_env;
+	itest_env_apply(fs->child_env);
 }
 
-/* fs->child_env from this process's environment, made before the fork (child_setup sets LISTEN_PID's value). */
+/* fs->child_env, made before the fork (child_setup writes LISTEN_PID's value). */
 static void child_env_make(struct fdstore *fs)
 {
-	static const char *const drop[] = { "NOTIFY_SOCKET=", "JOURNAL_STREAM=", "LISTEN_FDS=", "LISTEN_FDNAMES=",
-					    "LISTEN_PID=" };
-	size_t n = 0, k = 0;
-
-	while (environ[n])
-		n++;
-	fs->child_env = calloc(n + 5, sizeof(char *));
-	ck_assert_ptr_nonnull(fs->child_env);
-	for (size_t i = 0; i < n; i++) {
-		bool keep = true;
-
-		for (size_t j = 0; j < sizeof(drop) / sizeof(drop[0]); j++)
-			keep &= strncmp(environ[i], drop[j], strlen(drop[j])) != 0;
-		if (keep)
-			fs->child_env[k++] = strdup(environ[i]);
-	}
-	ck_assert_int_ge(asprintf(&fs->child_env[k++], "NOTIFY_SOCKET=%s", fs->notify_path), 0);
-	ck_assert_int_ge(asprintf(&fs->child_env[k++], "LISTEN_FDS=%zu", fs->child_n), 0);
-	ck_assert_int_ge(asprintf(&fs->child_env[k++], "LISTEN_FDNAMES=%s", fs->child_names), 0);
-	fs->child_env[k] = fs->child_pid_var;
-	for (size_t i = 0; i < k; i++)
-		ck_assert_ptr_nonnull(fs->child_env[i]);
+	ck_assert_int_ge(asprintf(&fs->child_vars[0], "NOTIFY_SOCKET=%s", fs->notify_path), 0);
+	ck_assert_int_ge(asprintf(&fs->child_vars[1], "LISTEN_FDS=%zu", fs->child_n), 0);
+	ck_assert_int_ge(asprintf(&fs->child_vars[2], "LISTEN_FDNAMES=%s", fs->child_names), 0);
+	snprintf(fs->child_pid_var, sizeof(fs->child_pid_var), "LISTEN_PID=");
+	fs->child_vars[3] = fs->child_pid_var;
+	fs->child_vars[4] = NULL;
+	fs->child_env = itest_env_make(fs->child_vars);
 }
 
 static void child_env_free(struct fdstore *fs)
 {
-	for (size_t i = 0; fs->child_env[i] && fs->child_env[i] != fs->child_pid_var; i++)
-		free(fs->child_env[i]);
+	for (size_t i = 0; i < 3; i++)
+		free(fs->child_vars[i]);
 	free(fs->child_env);
 	fs->child_env = NULL;
 }

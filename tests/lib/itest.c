@@ -224,6 +224,47 @@ bool itest_answers(const char *socket_path)
 	return st == 0;
 }
 
+/* Does env ("NAME=value") name one of the variables in set or those itest_spawn_logged unsets? */
+static bool env_dropped(const char *env, char *const *set)
+{
+	static const char *const spawn_unsets[] = { "NOTIFY_SOCKET=", "JOURNAL_STREAM=", "LISTEN_FDS=" };
+
+	for (size_t i = 0; i < sizeof(spawn_unsets) / sizeof(spawn_unsets[0]); i++)
+		if (strncmp(env, spawn_unsets[i], strlen(spawn_unsets[i])) == 0)
+			return true;
+	for (size_t i = 0; set[i]; i++) {
+		size_t n = strcspn(set[i], "=") + 1;
+
+		if (strncmp(env, set[i], n) == 0)
+			return true;
+	}
+	return false;
+}
+
+char **itest_env_make(char *const *set)
+{
+	size_t n = 0, m = 0, k = 0;
+	char **env;
+
+	while (environ[n])
+		n++;
+	while (set[m])
+		m++;
+	env = calloc(n + m + 1, sizeof(*env));
+	ck_assert_ptr_nonnull(env);
+	for (size_t i = 0; i < n; i++)
+		if (!env_dropped(environ[i], set))
+			env[k++] = environ[i];
+	for (size_t i = 0; i < m; i++)
+		env[k++] = set[i];
+	return env;
+}
+
+void itest_env_apply(void *env)
+{
+	environ = env;
+}
+
 pid_t itest_spawn_logged(const char *log, const char *const *argv, bool raise_nofile, void (*child_setup)(void *ud),
 			 void *ud)
 {

@@ -72,6 +72,15 @@ bool itest_answers(const char *socket_path);
  */
 pid_t itest_spawn_logged(const char *log, const char *const *argv, bool raise_nofile, void (*child_setup)(void *ud),
 			 void *ud);
+/*
+ * For a child_setup that must not malloc (a fork while another thread is in the allocator can hang the child under
+ * GCC 12's sanitizer): made before the fork, this process's environment without NOTIFY_SOCKET, JOURNAL_STREAM,
+ * LISTEN_FDS and any name that set (NULL-terminated "NAME=value" strings, kept alive by the caller) gives, then
+ * set's strings. The strings are not copied; free the array with free(). itest_env_apply(env), a child_setup,
+ * makes it the environment.
+ */
+char **itest_env_make(char *const *set);
+void itest_env_apply(void *env);
 /* SIGTERM, wait, and check it exited 0. Returns the exit status (or 128+signal). */
 int daemon_stop(struct daemon *d);
 /* True while the daemon process is alive. */
