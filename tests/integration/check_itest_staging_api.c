@@ -582,6 +582,7 @@ START_TEST(test_a_failing_driver_call_mid_copy_returns_its_error)
 }
 END_TEST
 
+#ifndef __SANITIZE_ADDRESS__ /* see suite() */
 START_TEST(test_a_forked_child_has_no_ring_and_no_counts)
 {
 	pb_client *c = connect_small_ring();
@@ -606,6 +607,7 @@ START_TEST(test_a_forked_child_has_no_ring_and_no_counts)
 	end(c);
 }
 END_TEST
+#endif
 
 START_TEST(test_staging_0_sends_every_copy_to_the_driver)
 {
@@ -656,8 +658,10 @@ static Suite *suite(void)
 	CHECK_CASE(s, "ring", start, stop, 60, test_a_revoked_idle_ring_is_given_back_and_copies_go_to_the_driver,
 		   test_a_revoke_during_a_copy_lets_it_finish_then_gives_the_ring_back,
 		   test_a_busy_ring_leaves_another_threads_copy_to_the_driver,
-		   test_a_refused_ring_leaves_copies_to_the_driver_and_backs_off,
-		   test_a_forked_child_has_no_ring_and_no_counts);
+		   test_a_refused_ring_leaves_copies_to_the_driver_and_backs_off);
+#ifndef __SANITIZE_ADDRESS__ /* as check_itest_staging: GCC 12's libasan can hang a child forked while threads malloc */
+	CHECK_CASE(s, "fork", start, stop, 60, test_a_forked_child_has_no_ring_and_no_counts);
+#endif
 	return s;
 }
 
