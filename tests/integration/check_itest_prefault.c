@@ -25,22 +25,13 @@
 
 static struct daemon d;
 
-static void start_thp(void)
-{
-	daemon_start(&d, ITEST_ARGS("--budget", "64M", "--prewarm", "16M", "--hugetlb", "no", "--thp", "auto",
-				    "--chunk-size", "2M", "--chunk-max", "2M", "--pool-shrink-delay-ms", "600000"));
-}
-
-static void start_4k(void)
-{
-	daemon_start(&d, ITEST_ARGS("--budget", "64M", "--prewarm", "16M", "--hugetlb", "no", "--thp", "no",
-				    "--chunk-size", "2M", "--chunk-max", "2M", "--pool-shrink-delay-ms", "600000"));
-}
-
-static void stop_daemon(void)
-{
-	ck_assert_int_eq(daemon_stop(&d), 0);
-}
+ITEST_FIXTURE_START(start_thp, d,
+		    ITEST_ARGS("--budget", "64M", "--prewarm", "16M", "--hugetlb", "no", "--thp", "auto",
+			       "--chunk-size", "2M", "--chunk-max", "2M", "--pool-shrink-delay-ms", "600000"))
+ITEST_FIXTURE_START(start_4k, d,
+		    ITEST_ARGS("--budget", "64M", "--prewarm", "16M", "--hugetlb", "no", "--thp", "no", "--chunk-size",
+			       "2M", "--chunk-max", "2M", "--pool-shrink-delay-ms", "600000"))
+ITEST_FIXTURE_STOP(stop_daemon, d)
 
 /* The pool's page kind ("thp", "4k", "hugetlb"), as the daemon reports it; the caller frees it. */
 static char *page_kind(void)
