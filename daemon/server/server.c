@@ -333,6 +333,15 @@ void server_close(struct conn *c, const char *why)
  * connection), so their memory stays warm for the tenant rather than counting as ended without a release. What
  * lies past QUEUED_RELEASES_MAX packets, or fails to read, goes with the connection as before.
  */
+/*
+ * An error that says the peer's end is closed: EPIPE, or ECONNRESET when it closed with answers of ours unread. The
+ * kernel reports that reset once, before the packets still queued here, which the next receive returns.
+ */
+static bool peer_closed(int r)
+{
+	return r == -EPIPE || r == -ECONNRESET;
+}
+
 static void serve_queued_releases(struct server *s, struct conn *c)
 {
 	for (int i = 0; i < QUEUED_RELEASES_MAX; i++) {
@@ -340,6 +349,8 @@ static void serve_queued_releases(struct server *s, struct conn *c)
 		int fds[1];
 		ssize_t n = wire_recv(c->fd, s->rxbuf, s->rxcap, fds, 0, &nfds);
 
+		if (n == -ECONNRESET)
+			continue;
 		if (n <= 0 || (size_t)n >= s->rxcap)
 			break;
 		request_dispatch(c, s->rxbuf, (size_t)n);
@@ -471,7 +482,7 @@ int server_send(struct conn *c, const Pinbroker__V1__Reply *reply, const int *fd
 		}
 		if (r != -EAGAIN) {
 			free(p);
-			c->peer_gone = r == -EPIPE;
+			c->peer_gone = peer_closed(r);
 			server_close(c, "send failed");
 			return r;
 		}
@@ -541,7 +552,7 @@ static void conn_io_cb(struct ev_loop *loop, ev_io *w, int revents)
 		int r = flush_outq(c);
 
 		if (r < 0) {
-			c->peer_gone = r == -EPIPE;
+			c->peer_gone = peer_closed(r);
 			server_close(c, "send failed");
 			return;
 		}
@@ -558,7 +569,9 @@ static void conn_io_cb(struct ev_loop *loop, ev_io *w, int revents)
 		n = wire_recv(c->fd, s->rxbuf, s->rxcap, fds, 0, &nfds);
 		if (n == -EAGAIN)
 			return;
-		if (n == 0) {
+		if (n == 0 || n == -ECONNRESET) {
+			c->peer_gone |= n ==
+					-ECONNRESET; /* its queued RELEASEs come after the reset: served at the reap */
 			server_close(c, "peer closed the connection");
 			return;
 		}
