@@ -38,11 +38,11 @@ struct conn {
 	uid_t uid;
 	gid_t gid;
 	bool hello_done;
-	bool admin;           /* uid 0 or member of admin-group, decided at accept */
-	bool pidfd_from_peer; /* pidfd came from SO_PEERPIDFD (not from a pid number) */
-	bool closing;         /* dead: watchers stopped, freed by server_reap after the callback returns */
-	bool peer_gone; /* a send or receive found the peer's end closed: its queued RELEASEs are served at the reap */
-	char name[32];  /* client_name from HELLO */
+	bool admin;                /* uid 0 or member of admin-group, decided at accept */
+	bool pidfd_from_peer;      /* pidfd came from SO_PEERPIDFD (not from a pid number) */
+	bool closing;              /* dead: watchers stopped, freed by server_reap after the callback returns */
+	bool peer_gone;            /* a send or receive found the peer gone: queued RELEASEs served at the reap */
+	char name[32];             /* client_name from HELLO */
 	uint32_t nleases;          /* leases it maps: held, plus attached */
 	uint32_t nattached;        /* of those, attached through a share token */
 	uint32_t npending;         /* waiting acquires */

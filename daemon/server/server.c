@@ -327,13 +327,6 @@ void server_close(struct conn *c, const char *why)
 }
 
 /*
- * A send found the peer's end closed (EPIPE), perhaps with requests still queued here: pb_disconnect pipelines a
- * RELEASE per lease, each unmapped first, and closes without awaiting the answers. At the reap, before its leases
- * go, those are served (request_dispatch serves nothing else once peer_gone is set; no answer is sent to a closing
- * connection), so their memory stays warm for the tenant rather than counting as ended without a release. What
- * lies past QUEUED_RELEASES_MAX packets, or fails to read, goes with the connection as before.
- */
-/*
  * An error that says the peer's end is closed: EPIPE, or ECONNRESET when it closed with answers of ours unread. The
  * kernel reports that reset once, before the packets still queued here, which the next receive returns.
  */
@@ -342,6 +335,13 @@ static bool peer_closed(int r)
 	return r == -EPIPE || r == -ECONNRESET;
 }
 
+/*
+ * A send found the peer's end closed (EPIPE), perhaps with requests still queued here: pb_disconnect pipelines a
+ * RELEASE per lease, each unmapped first, and closes without awaiting the answers. At the reap, before its leases
+ * go, those are served (request_dispatch serves nothing else once peer_gone is set; no answer is sent to a closing
+ * connection), so their memory stays warm for the tenant rather than counting as ended without a release. What
+ * lies past QUEUED_RELEASES_MAX packets, or fails to read, goes with the connection as before.
+ */
 static void serve_queued_releases(struct server *s, struct conn *c)
 {
 	for (int i = 0; i < QUEUED_RELEASES_MAX; i++) {
